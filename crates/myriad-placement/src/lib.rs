@@ -1,0 +1,16 @@
+//! Placement: a pure function from a versioned cluster map and a key (a directory path, or an
+//! inode id and chunk index) to the node that holds it.
+//!
+//! Clients compute placement locally and never ask a server "where is X" (DESIGN.md principle 2).
+//! Consistent hashing with virtual nodes keeps the load even (busiest node <= 1.15x the mean)
+//! and moves only ~1/N of the keys when a node joins or leaves.
+//!
+//! Must not depend on: any other workspace crate, an async runtime, I/O, clocks or randomness.
+
+mod map;
+mod path;
+mod ring;
+
+pub use map::{ClusterMap, MapError, NodeId, NodeInfo};
+pub use path::{parent_of, split_parent};
+pub use ring::Ring;

@@ -1,0 +1,207 @@
+//! Consistent-hash ring with virtual nodes.
+//!
+//! Keys and ring points are xxh3-64 hashes; xxh3 is specified and stable across versions and
+//! platforms, so every client and server computes the same placement forever.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::map::{ClusterMap, NodeId};
+
+/// Domain separators so that a directory path and a chunk key can never collide by construction.
+const DOMAIN_DIR: u8 = b'D';
+const DOMAIN_CHUNK: u8 = b'C';
+
+#[derive(Clone, Debug)]
+pub struct Ring {
+    /// Sorted by point; ties broken by node id so the order is total and deterministic.
+    points: Vec<(u64, NodeId)>,
+    chunk_size_bytes: u64,
+    epoch: u64,
+}
+
+impl Ring {
+    pub(crate) fn build(map: &ClusterMap) -> Ring {
+        let mut points = Vec::new();
+        for node in &map.nodes {
+            let count = map.vnodes_per_node * node.weight;
+            for v in 0..count {
+                let label = format!("myriad-vnode/{}/{}", node.id, v);
+                points.push((xxh3_64(label.as_bytes()), node.id));
+            }
+        }
+        points.sort_unstable();
+        Ring { points, chunk_size_bytes: map.chunk_size_bytes, epoch: map.epoch }
+    }
+
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn owner_of_hash(&self, hash: u64) -> NodeId {
+        if self.points.is_empty() {
+            return 0;
+        }
+        let i = self.points.partition_point(|&(p, _)| p < hash);
+        let i = if i == self.points.len() { 0 } else { i };
+        self.points[i].1
+    }
+
+    /// The node holding the directory object (entries with embedded inodes) of `dir_path`.
+    #[must_use]
+    pub fn owner_of_dir(&self, dir_path: &str) -> NodeId {
+        self.owner_of_hash(hash_dir(dir_path))
+    }
+
+    /// The node holding the entry (and so the inode and chunk 0) of `path`: its parent's owner.
+    /// The root has no parent; its attributes live in its own directory object.
+    #[must_use]
+    pub fn owner_of_entry(&self, path: &str) -> NodeId {
+        if path == "/" {
+            return self.owner_of_dir("/");
+        }
+        self.owner_of_dir(crate::parent_of(path))
+    }
+
+    /// The node holding chunk `chunk_index` (>= 1) of inode `ino`. Chunk 0 lives with the inode,
+    /// so callers route it by `owner_of_entry` instead.
+    #[must_use]
+    pub fn owner_of_chunk(&self, ino: u64, chunk_index: u64) -> NodeId {
+        self.owner_of_hash(hash_chunk(ino, chunk_index))
+    }
+
+    #[must_use]
+    pub fn chunk_size_bytes(&self) -> u64 {
+        self.chunk_size_bytes
+    }
+}
+
+fn hash_dir(path: &str) -> u64 {
+    let mut buf = Vec::with_capacity(path.len() + 1);
+    buf.push(DOMAIN_DIR);
+    buf.extend_from_slice(path.as_bytes());
+    xxh3_64(&buf)
+}
+
+fn hash_chunk(ino: u64, chunk_index: u64) -> u64 {
+    let mut buf = [0u8; 17];
+    buf[0] = DOMAIN_CHUNK;
+    buf[1..9].copy_from_slice(&ino.to_be_bytes());
+    buf[9..17].copy_from_slice(&chunk_index.to_be_bytes());
+    xxh3_64(&buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::MapError;
+
+    fn map(n: usize) -> ClusterMap {
+        let addrs: Vec<String> = (0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect();
+        ClusterMap::new(1, &addrs)
+    }
+
+    fn random_dir_path(rng: &mut impl Rng) -> String {
+        let depth = rng.gen_range(1..6);
+        let mut p = String::new();
+        for _ in 0..depth {
+            let len = rng.gen_range(1..12);
+            p.push('/');
+            for _ in 0..len {
+                p.push(char::from(b'a' + rng.gen_range(0..26u8)));
+            }
+        }
+        p
+    }
+
+    /// DESIGN.md: for uniformly spread work, no node carries more than 1.15x the mean load.
+    #[test]
+    fn four_nodes_100k_dirs_busiest_at_most_1_15_mean() {
+        let ring = map(4).ring();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+        let mut counts: HashMap<NodeId, u64> = HashMap::new();
+        let total = 100_000u64;
+        for _ in 0..total {
+            *counts.entry(ring.owner_of_dir(&random_dir_path(&mut rng))).or_default() += 1;
+        }
+        assert_eq!(counts.len(), 4, "every node must get keys");
+        let mean = total as f64 / 4.0;
+        let max = *counts.values().max().unwrap_or(&0) as f64;
+        assert!(max / mean <= 1.15, "busiest/mean = {:.3} ({counts:?})", max / mean);
+    }
+
+    #[test]
+    fn chunks_spread_evenly() {
+        let ring = map(4).ring();
+        let mut counts: HashMap<NodeId, u64> = HashMap::new();
+        for ino in 0..10_000u64 {
+            for c in 1..11 {
+                *counts.entry(ring.owner_of_chunk(ino, c)).or_default() += 1;
+            }
+        }
+        let mean = 100_000.0 / 4.0;
+        let max = *counts.values().max().unwrap_or(&0) as f64;
+        assert!(max / mean <= 1.15, "busiest/mean = {:.3}", max / mean);
+    }
+
+    #[test]
+    fn entry_lives_with_parent_directory_object() {
+        let ring = map(4).ring();
+        assert_eq!(ring.owner_of_entry("/a/b/file"), ring.owner_of_dir("/a/b"));
+        assert_eq!(ring.owner_of_entry("/top"), ring.owner_of_dir("/"));
+        assert_eq!(ring.owner_of_entry("/"), ring.owner_of_dir("/"));
+    }
+
+    #[test]
+    fn adding_a_node_moves_about_one_fifth_of_keys() {
+        let before = map(4).ring();
+        let after = map(5).ring();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut moved = 0;
+        let n = 20_000;
+        for _ in 0..n {
+            let p = random_dir_path(&mut rng);
+            let (a, b) = (before.owner_of_dir(&p), after.owner_of_dir(&p));
+            if a != b {
+                moved += 1;
+                assert_eq!(b, 5, "keys only move to the new node");
+            }
+        }
+        let share = f64::from(moved) / f64::from(n);
+        assert!((0.12..0.28).contains(&share), "moved share {share}");
+    }
+
+    #[test]
+    fn map_validation() {
+        let mut m = map(3);
+        assert!(m.validate().is_ok());
+        m.nodes[1].id = 1;
+        assert_eq!(m.validate(), Err(MapError::DuplicateNode(1)));
+        let mut m = map(1);
+        m.nodes[0].weight = 0;
+        assert_eq!(m.validate(), Err(MapError::BadWeight(1)));
+        let mut m = map(1);
+        m.chunk_size_bytes = 1000;
+        assert_eq!(m.validate(), Err(MapError::BadLayout));
+        assert!(matches!(ClusterMap::from_json("{"), Err(MapError::Parse(_))));
+        let m = map(2);
+        assert_eq!(ClusterMap::from_json(&m.to_json()), Ok(m));
+    }
+
+    proptest! {
+        /// Placement is a pure function: same map and key, same node, every time.
+        #[test]
+        fn placement_is_deterministic(path in "(/[a-z]{1,8}){1,5}", ino in any::<u64>(), c in 1u64..1000) {
+            let r1 = map(4).ring();
+            let r2 = map(4).ring();
+            prop_assert_eq!(r1.owner_of_dir(&path), r2.owner_of_dir(&path));
+            prop_assert_eq!(r1.owner_of_chunk(ino, c), r2.owner_of_chunk(ino, c));
+            prop_assert!((1..=4).contains(&r1.owner_of_dir(&path)));
+        }
+    }
+}

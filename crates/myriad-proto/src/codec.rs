@@ -1,0 +1,59 @@
+//! Encoding of message bodies: postcard, a compact, stable, non-self-describing format.
+//! Decoding never panics: any malformed input is a `DecodeError`.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+#[derive(Debug, thiserror::Error)]
+#[error("malformed message: {0}")]
+pub struct DecodeError(String);
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode message: {0}")]
+pub struct EncodeError(String);
+
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    postcard::to_allocvec(value).map_err(|e| EncodeError(e.to_string()))
+}
+
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+    postcard::from_bytes(bytes).map_err(|e| DecodeError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{Caller, Request, RequestFrame, Response, ResponseFrame};
+
+    #[test]
+    fn roundtrip_request() {
+        let f = RequestFrame {
+            id: 7,
+            epoch: 3,
+            caller: Caller { uid: 1000, gid: 100, groups: vec![4, 5] },
+            body: Request::Create { path: "/a/b".into(), mode: 0o644, exclusive: true, data: vec![1, 2, 3] },
+        };
+        let bytes = encode(&f).unwrap_or_default();
+        let back: RequestFrame = decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, f);
+    }
+
+    #[test]
+    fn truncated_input_is_an_error_not_a_panic() {
+        let f = ResponseFrame { id: 1, result: Ok(Response::Echo(vec![9; 100])) };
+        let bytes = encode(&f).unwrap_or_default();
+        for cut in 0..bytes.len() {
+            assert!(decode::<ResponseFrame>(&bytes[..cut]).is_err());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode::<RequestFrame>(&bytes);
+            let _ = decode::<ResponseFrame>(&bytes);
+        }
+    }
+}

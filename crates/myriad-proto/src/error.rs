@@ -1,0 +1,77 @@
+//! The error every operation can return, on the wire and in the client API. Each variant maps
+//! to one errno (`errno()`); the CLI prints `Display`, FUSE returns the errno.
+
+use myriad_placement::ClusterMap;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    AlreadyExists,
+    #[error("not a directory")]
+    NotADirectory,
+    #[error("is a directory")]
+    IsADirectory,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("permission denied")]
+    PermissionDenied,
+    #[error("stale file handle (the file was replaced or removed)")]
+    Stale,
+    #[error("resource busy, try again")]
+    Busy,
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("file too large")]
+    TooLarge,
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error("server unavailable: {0}")]
+    Unavailable(String),
+    #[error("request timed out: {0}")]
+    TimedOut(String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The receiver does not own the key under its (newer) map; retry with this map.
+    #[error("wrong node for this request (cluster map epoch {})", .0.epoch)]
+    Redirect(Box<ClusterMap>),
+    /// The receiver's map is older than the sender's; the sender should push its map.
+    #[error("server has an older cluster map (epoch {0})")]
+    MapTooOld(u64),
+}
+
+impl FsError {
+    /// The Linux errno for this error.
+    #[must_use]
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => 2,                                  // ENOENT
+            FsError::AlreadyExists => 17,                            // EEXIST
+            FsError::NotADirectory => 20,                            // ENOTDIR
+            FsError::IsADirectory => 21,                             // EISDIR
+            FsError::NotEmpty => 39,                                 // ENOTEMPTY
+            FsError::InvalidArgument(_) => 22,                       // EINVAL
+            FsError::NameTooLong => 36,                              // ENAMETOOLONG
+            FsError::PermissionDenied => 13,                         // EACCES
+            FsError::Stale => 116,                                   // ESTALE
+            FsError::Busy | FsError::Redirect(_) | FsError::MapTooOld(_) => 11, // EAGAIN
+            FsError::NoSpace => 28,                                  // ENOSPC
+            FsError::TooLarge => 27,                                 // EFBIG
+            FsError::TimedOut(_) => 110,                             // ETIMEDOUT
+            FsError::Io(_) | FsError::Unavailable(_) | FsError::Protocol(_) => 5, // EIO
+        }
+    }
+
+    /// Errors that say nothing about the file system's state: the same request may succeed later.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        matches!(self, FsError::Busy | FsError::Unavailable(_) | FsError::TimedOut(_))
+    }
+}

@@ -1,0 +1,21 @@
+//! Myriad's wire protocol and the domain types it carries: inodes, errors, paths, limits.
+//!
+//! Sans-IO: this crate turns values into bytes and back and validates what it receives. It
+//! frames nothing itself; `myriad-net` puts each encoded message in a length-delimited frame.
+//!
+//! Must not depend on: tokio or any I/O, storage, server, client.
+
+pub mod codec;
+mod error;
+pub mod limits;
+mod message;
+mod path;
+mod types;
+
+pub use error::FsError;
+pub use message::{
+    Hello, HelloReply, PeerKind, RenameFlags, Request, RequestFrame, Response, ResponseFrame, SetAttr,
+    MAGIC, PROTOCOL_VERSION,
+};
+pub use path::{validate_name, validate_path};
+pub use types::{Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, StatFs, ROOT_INO};

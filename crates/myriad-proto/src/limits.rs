@@ -1,0 +1,22 @@
+//! Protocol limits. Each is a named constant with the reason for its value.
+
+/// Longest path in bytes, as Linux PATH_MAX.
+pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest single name in bytes, as Linux NAME_MAX.
+pub const NAME_BYTES_MAX: usize = 255;
+/// Largest data payload of one read or write request. Clients split bigger I/O. 4 MiB is one
+/// default chunk, so a chunk moves in one request, and a frame stays far below `FRAME_BYTES_MAX`.
+pub const IO_BYTES_MAX: u64 = 4 * 1024 * 1024;
+/// Largest frame on the wire: one maximal I/O payload plus generous room for headers and
+/// metadata (a directory page, a map). Anything bigger is an error that closes the connection.
+pub const FRAME_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Most entries in one readdir page: bounds the reply to about 300 bytes * 4096 = 1.2 MiB.
+pub const READDIR_PAGE_MAX: u32 = 4096;
+/// Most names in one batched stat.
+pub const STAT_MANY_MAX: usize = 4096;
+/// Longest symlink target, as Linux PATH_MAX.
+pub const SYMLINK_TARGET_BYTES_MAX: usize = 4096;
+/// Most supplementary groups carried per request (Linux NGROUPS_MAX is 65536; NFS AUTH_SYS is 16).
+pub const GROUPS_MAX: usize = 256;
+
+const _: () = assert!(IO_BYTES_MAX as usize + 1024 * 1024 <= FRAME_BYTES_MAX);

@@ -1,0 +1,231 @@
+//! Messages. A connection starts with `Hello`/`HelloReply`; then the client sends
+//! `RequestFrame`s and the server answers each with a `ResponseFrame` carrying the same id, in
+//! any order (many requests in flight per connection).
+
+use myriad_placement::ClusterMap;
+use serde::{Deserialize, Serialize};
+
+use crate::{Caller, CounterSnapshot, DirEntry, FsError, Inode, StatFs};
+
+/// "MYRD": first field of every hello, so a stray connection is recognised at once.
+pub const MAGIC: u32 = 0x4d59_5244;
+/// Bumped on any incompatible change of a message. Peers must match exactly for now.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerKind {
+    Client,
+    Server { node_id: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: u32,
+    pub version: u16,
+    pub peer: PeerKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelloReply {
+    pub version: u16,
+    pub node_id: u32,
+    pub epoch: u64,
+    /// Set when the server refuses the connection; it closes right after.
+    pub refused: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFrame {
+    pub id: u64,
+    /// Epoch of the sender's cluster map, so the receiver can redirect or ask for the newer map.
+    pub epoch: u64,
+    pub caller: Caller,
+    pub body: Request,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseFrame {
+    pub id: u64,
+    pub result: Result<Response, FsError>,
+}
+
+/// Attribute changes; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameFlags {
+    /// Fail with `AlreadyExists` instead of replacing the destination (RENAME_NOREPLACE).
+    pub no_replace: bool,
+}
+
+/// Every request. Paths are absolute and normalized (`validate_path`). The comment on each
+/// variant says which node it must be sent to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Any node. Measures the transport floor.
+    Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Owner of the entry (the parent directory's node; "/" -> its own node).
+    Stat { path: String },
+    /// Owner of directory `dir`: attributes of many names in one round trip.
+    StatMany { dir: String, names: Vec<String> },
+    /// Owner of the entry: attributes plus the first `max_bytes` of data, in one round trip.
+    Fetch { path: String, max_bytes: u64 },
+    /// Owner of directory `path`: up to `limit` entries with attributes after name `after`.
+    ReadDir { path: String, after: Option<String>, limit: u32 },
+    /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
+    Create {
+        path: String,
+        mode: u32,
+        exclusive: bool,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Owner of the entry (the coordinator of the two-node mkdir).
+    Mkdir { path: String, mode: u32 },
+    /// Owner of the entry (the coordinator of the two-node rmdir).
+    Rmdir { path: String },
+    /// Owner of the entry.
+    Unlink { path: String },
+    /// Owner of the entry.
+    Symlink { path: String, target: String },
+    /// Owner of the entry.
+    Readlink { path: String },
+    /// Owner of the entry.
+    SetAttr { path: String, set: SetAttr },
+    /// Owner of the source entry (the coordinator if the destination lives elsewhere).
+    Rename { from: String, to: String, flags: RenameFlags },
+    /// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.
+    Write {
+        path: String,
+        ino: u64,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Owner of the entry: read from chunk 0; returns the current inode too.
+    Read { path: String, ino: u64, offset: u64, len: u64 },
+    /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
+    Truncate { path: String, ino: u64, size: u64 },
+    /// Owner of the entry: raise the size to at least `size` after chunk writes elsewhere.
+    ExtendSize { path: String, ino: u64, size: u64 },
+    /// Owner of chunk `chunk` (>= 1) of `ino`.
+    WriteChunk {
+        ino: u64,
+        chunk: u64,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Owner of chunk `chunk` (>= 1) of `ino`. Missing bytes read as zeros.
+    ReadChunk { ino: u64, chunk: u64, offset: u64, len: u64 },
+    /// Any node: that node's capacity and usage.
+    StatFs,
+    /// Any node: its request counters.
+    GetCounters,
+    /// Any node: reset its request counters.
+    ResetCounters,
+    /// Any node: its cluster map.
+    GetMap,
+    /// Any node: adopt `map` if its epoch is newer.
+    InstallMap(Box<ClusterMap>),
+
+    // ---- server to server ----
+    /// Owner of directory `path`: create its directory object (idempotent for the same `ino`).
+    DirObjectCreate { path: String, ino: u64 },
+    /// Owner of directory `path`: remove its (empty) directory object (idempotent).
+    DirObjectRemove { path: String, ino: u64 },
+    /// Owner of the destination entry: stage `inode` under `to` (invisible until commit) with
+    /// the chunk-0 blocks that move with it.
+    RenamePrepare {
+        txid: u64,
+        coordinator: u32,
+        to: String,
+        inode: Inode,
+        flags: RenameFlags,
+        blocks: Vec<(u64, serde_bytes::ByteBuf)>,
+    },
+    /// Owner of the destination entry: make the staged entry visible (idempotent).
+    RenameCommit { txid: u64 },
+    /// Owner of the destination entry: drop the staged entry (idempotent).
+    RenameAbort { txid: u64 },
+    /// Owner of chunk `chunk`: drop its bytes at and beyond `keep_bytes` (chunk-relative).
+    ChunkTrim { ino: u64, chunk: u64, keep_bytes: u64 },
+}
+
+impl Request {
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Echo(_) => "echo",
+            Request::Stat { .. } => "stat",
+            Request::StatMany { .. } => "stat_many",
+            Request::Fetch { .. } => "fetch",
+            Request::ReadDir { .. } => "readdir",
+            Request::Create { .. } => "create",
+            Request::Mkdir { .. } => "mkdir",
+            Request::Rmdir { .. } => "rmdir",
+            Request::Unlink { .. } => "unlink",
+            Request::Symlink { .. } => "symlink",
+            Request::Readlink { .. } => "readlink",
+            Request::SetAttr { .. } => "setattr",
+            Request::Rename { .. } => "rename",
+            Request::Write { .. } => "write",
+            Request::Read { .. } => "read",
+            Request::Truncate { .. } => "truncate",
+            Request::ExtendSize { .. } => "extend_size",
+            Request::WriteChunk { .. } => "write_chunk",
+            Request::ReadChunk { .. } => "read_chunk",
+            Request::StatFs => "statfs",
+            Request::GetCounters => "get_counters",
+            Request::ResetCounters => "reset_counters",
+            Request::GetMap => "get_map",
+            Request::InstallMap(_) => "install_map",
+            Request::DirObjectCreate { .. } => "dirobj_create",
+            Request::DirObjectRemove { .. } => "dirobj_remove",
+            Request::RenamePrepare { .. } => "rename_prepare",
+            Request::RenameCommit { .. } => "rename_commit",
+            Request::RenameAbort { .. } => "rename_abort",
+            Request::ChunkTrim { .. } => "chunk_trim",
+        }
+    }
+
+    /// Admin requests are not counted as file system traffic.
+    #[must_use]
+    pub fn is_admin(&self) -> bool {
+        matches!(
+            self,
+            Request::GetCounters | Request::ResetCounters | Request::GetMap | Request::InstallMap(_)
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+    Unit,
+    Attr(Inode),
+    Attrs(Vec<Result<Inode, FsError>>),
+    Fetched {
+        inode: Inode,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    DirPage { entries: Vec<DirEntry>, next: Option<String> },
+    Data {
+        inode: Option<Inode>,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    Link(String),
+    StatFs(StatFs),
+    Counters(CounterSnapshot),
+    Map(Box<ClusterMap>),
+}

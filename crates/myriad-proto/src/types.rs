@@ -1,0 +1,98 @@
+//! Domain types that travel on the wire and are stored on disk.
+
+use serde::{Deserialize, Serialize};
+
+/// Inode id of the root directory. Other ids are `node_id << 40 | counter`, so they are unique
+/// across the cluster without coordination.
+pub const ROOT_INO: u64 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Directory,
+    Symlink,
+}
+
+/// An inode, embedded in its directory entry (FPFS embedded i-nodes). Times are nanoseconds
+/// since the Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inode {
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Permission bits only (0o7777); the kind is in `kind`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub symlink_target: Option<String>,
+}
+
+/// Who is asking. Trusted as sent for now (authentication is a separate issue).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+impl Caller {
+    #[must_use]
+    pub fn root() -> Caller {
+        Caller { uid: 0, gid: 0, groups: Vec::new() }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub inode: Inode,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatFs {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub used_bytes: u64,
+    pub files: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpCount {
+    pub op: String,
+    pub count: u64,
+}
+
+/// A server's request counters since start or the last reset.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterSnapshot {
+    pub node_id: u32,
+    pub epoch: u64,
+    /// Requests received from clients, by operation.
+    pub client_requests: Vec<OpCount>,
+    /// Requests received from other servers, by operation.
+    pub server_requests: Vec<OpCount>,
+    /// Requests this server sent to other servers.
+    pub server_requests_sent: u64,
+    /// Group commits (fsyncs) and the mutations they covered.
+    pub syncs: u64,
+    pub synced_mutations: u64,
+}
+
+impl CounterSnapshot {
+    #[must_use]
+    pub fn client_total(&self) -> u64 {
+        self.client_requests.iter().map(|c| c.count).sum()
+    }
+    #[must_use]
+    pub fn server_total(&self) -> u64 {
+        self.server_requests.iter().map(|c| c.count).sum()
+    }
+    #[must_use]
+    pub fn client_op(&self, op: &str) -> u64 {
+        self.client_requests.iter().filter(|c| c.op == op).map(|c| c.count).sum()
+    }
+}

@@ -1,0 +1,25 @@
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    #[error("storage engine error: {0}")]
+    Engine(String),
+    #[error("corrupt record in {space}: {detail}")]
+    Corrupt { space: &'static str, detail: String },
+    #[error("data directory has format version {found}, this build reads {expected}")]
+    FormatVersion { found: u32, expected: u32 },
+    #[error("data directory belongs to node {found}, not node {expected}")]
+    WrongNode { found: u32, expected: u32 },
+    #[error("no space left on device")]
+    NoSpace,
+}
+
+impl From<fjall::Error> for StorageError {
+    fn from(e: fjall::Error) -> Self {
+        let text = e.to_string();
+        if text.contains("No space left") || text.contains("os error 28") {
+            StorageError::NoSpace
+        } else {
+            StorageError::Engine(text)
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! `Kv` on fjall 3: one database per node, one fjall keyspace per `Space`. Batches are fjall
+//! write batches (atomic across keyspaces); `sync` is `persist(SyncAll)` of the journal.
+
+use std::ops::Bound;
+use std::path::Path;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+use crate::kv::{Batch, Kv, Space, prefix_end};
+use crate::StorageError;
+
+pub struct FjallKv {
+    db: Database,
+    spaces: Vec<Keyspace>,
+}
+
+/// Block cache size. Metadata working sets of the benchmarks fit; tune per node later.
+const CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+impl FjallKv {
+    pub fn open(dir: &Path) -> Result<FjallKv, StorageError> {
+        let db = Database::builder(dir)
+            .cache_size(CACHE_BYTES)
+            // Two background workers: the machine has 2 cores and runs several nodes.
+            .worker_threads(2)
+            .open()?;
+        let mut spaces = Vec::new();
+        for space in Space::ALL {
+            spaces.push(db.keyspace(space.name(), KeyspaceCreateOptions::default)?);
+        }
+        Ok(FjallKv { db, spaces })
+    }
+
+    fn ks(&self, space: Space) -> &Keyspace {
+        // Space::ALL order == index order.
+        &self.spaces[space as usize]
+    }
+}
+
+impl Kv for FjallKv {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.ks(space).get(key)?.map(|v| v.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+        let start: Bound<Vec<u8>> = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
+            _ => Bound::Included(prefix.to_vec()),
+        };
+        let end: Bound<Vec<u8>> = match prefix_end(prefix) {
+            Some(e) => Bound::Excluded(e),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for guard in self.ks(space).range::<Vec<u8>, _>((start, end)) {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, v) = guard.into_inner()?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StorageError> {
+        let mut wb = self.db.batch();
+        for (space, key, value) in batch.ops {
+            match value {
+                Some(v) => wb.insert(self.ks(space), key, v),
+                None => wb.remove(self.ks(space), key),
+            }
+        }
+        wb.commit()?;
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        self.db.persist(PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+}

@@ -1,0 +1,92 @@
+//! The storage engine seam: the only operations the rest of the store needs.
+
+use crate::StorageError;
+
+/// The key spaces of a node's store. Each is an independent ordered key space; one `Batch` may
+/// span several and is applied atomically.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Space {
+    /// `dir path \0 name` -> `EntryRecord` (entry with embedded inode).
+    Entries,
+    /// `dir path` -> `DirRecord` (this node holds that directory object).
+    Dirs,
+    /// `ino (8 BE) block (8 BE)` -> up to 64 KiB of file data.
+    Blocks,
+    /// `txid (8 BE)` -> an intent of a multi-node operation (opaque to the store).
+    Intents,
+    /// Named node metadata: format version, node id, id allocators.
+    Meta,
+}
+
+impl Space {
+    pub const ALL: [Space; 5] = [Space::Entries, Space::Dirs, Space::Blocks, Space::Intents, Space::Meta];
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Space::Entries => "entries",
+            Space::Dirs => "dirs",
+            Space::Blocks => "blocks",
+            Space::Intents => "intents",
+            Space::Meta => "meta",
+        }
+    }
+}
+
+/// An atomic group of puts and deletes.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub ops: Vec<(Space, Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl Batch {
+    #[must_use]
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+    pub fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push((space, key, Some(value)));
+    }
+    pub fn delete(&mut self, space: Space, key: Vec<u8>) {
+        self.ops.push((space, key, None));
+    }
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    pub fn append(&mut self, other: Batch) {
+        self.ops.extend(other.ops);
+    }
+}
+
+pub trait Kv: Send + Sync + 'static {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+    /// Up to `limit` pairs whose key starts with `prefix`, in key order, strictly after
+    /// `after` if given.
+    fn scan(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError>;
+    /// Applies the batch atomically. Visible to readers at once; durable after `sync`.
+    fn commit(&self, batch: Batch) -> Result<(), StorageError>;
+    /// Makes every committed batch durable (fsync).
+    fn sync(&self) -> Result<(), StorageError>;
+    /// Bytes used on disk (approximate).
+    fn disk_bytes(&self) -> u64;
+}
+
+/// The smallest key greater than every key starting with `prefix`, or None if there is none.
+#[must_use]
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}

@@ -1,0 +1,28 @@
+//! One server's durable store: directory objects, entries with embedded inodes, file blocks
+//! (inline data and chunks), intents of multi-node operations, and node metadata.
+//!
+//! Layered as redb does it: a narrow `Kv` trait (get, scan, atomic batch, sync) with a fjall
+//! implementation for production and an in-memory one for tests; `Store` puts typed keys and
+//! records on top. Durability is explicit: `Kv::commit` makes a batch atomic and visible,
+//! `Kv::sync` makes everything committed so far durable (the server's group commit calls it
+//! once for many batches).
+//!
+//! Must not depend on: the network, placement, server, client. It uses `myriad-proto` only for
+//! the `Inode` type it stores.
+
+mod blocks;
+mod error;
+mod fjall_kv;
+mod keys;
+mod kv;
+mod mem_kv;
+mod records;
+mod store;
+
+pub use blocks::BLOCK_BYTES;
+pub use error::StorageError;
+pub use fjall_kv::FjallKv;
+pub use kv::{Batch, Kv, Space};
+pub use mem_kv::MemKv;
+pub use records::{DirRecord, EntryRecord, Pending};
+pub use store::{FORMAT_VERSION, Store};

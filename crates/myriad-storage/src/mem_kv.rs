@@ -1,0 +1,73 @@
+//! In-memory `Kv` for unit tests of the layers above. Not durable, by design.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Mutex;
+
+use crate::kv::{Batch, Kv, Space, prefix_end};
+use crate::StorageError;
+
+#[derive(Default)]
+pub struct MemKv {
+    data: Mutex<BTreeMap<(Space, Vec<u8>), Vec<u8>>>,
+}
+
+impl MemKv {
+    #[must_use]
+    pub fn new() -> MemKv {
+        MemKv::default()
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, BTreeMap<(Space, Vec<u8>), Vec<u8>>>, StorageError> {
+        self.data.lock().map_err(|_| StorageError::Engine("memkv lock poisoned".into()))
+    }
+}
+
+impl Kv for MemKv {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.lock()?.get(&(space, key.to_vec())).cloned())
+    }
+
+    fn scan(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+        let data = self.lock()?;
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded((space, a.to_vec())),
+            _ => Bound::Included((space, prefix.to_vec())),
+        };
+        let end = match prefix_end(prefix) {
+            Some(e) => Bound::Excluded((space, e)),
+            None => Bound::Unbounded,
+        };
+        Ok(data
+            .range((start, end))
+            .filter(|((s, _), _)| *s == space)
+            .take(limit)
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StorageError> {
+        let mut data = self.lock()?;
+        for (space, key, value) in batch.ops {
+            match value {
+                Some(v) => data.insert((space, key), v),
+                None => data.remove(&(space, key)),
+            };
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.lock().map(|d| d.values().map(|v| v.len() as u64).sum()).unwrap_or(0)
+    }
+}

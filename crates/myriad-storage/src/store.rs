@@ -1,0 +1,317 @@
+//! Typed access to a node's store. Reads go straight to the engine; writes are expressed as
+//! `Batch`es that the caller commits (the server's single applier thread does, which is what
+//! makes check-then-write sequences race-free).
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::blocks::BLOCK_BYTES;
+use crate::keys::{block_key, entry_key, entry_prefix, u64_key};
+use crate::kv::{Batch, Kv, Space};
+use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
+use crate::StorageError;
+
+/// Version of the on-disk layout; stored under `format_version` in `Meta`.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Clone)]
+pub struct Store {
+    kv: Arc<dyn Kv>,
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = vec![RECORD_VERSION];
+    // Serializing our own plain structs into a Vec cannot fail.
+    if let Ok(body) = postcard_encode(value) {
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+fn postcard_encode<T: Serialize>(value: &T) -> Result<Vec<u8>, myriad_proto::codec::EncodeError> {
+    myriad_proto::codec::encode(value)
+}
+
+fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, StorageError> {
+    match bytes.split_first() {
+        Some((&RECORD_VERSION, body)) => myriad_proto::codec::decode(body)
+            .map_err(|e| StorageError::Corrupt { space, detail: e.to_string() }),
+        Some((v, _)) => Err(StorageError::Corrupt { space, detail: format!("unknown record version {v}") }),
+        None => Err(StorageError::Corrupt { space, detail: "empty record".into() }),
+    }
+}
+
+impl Store {
+    /// Opens the store and checks (or, on first open, writes) its format version and owner.
+    pub fn open(kv: Arc<dyn Kv>, node_id: u32) -> Result<Store, StorageError> {
+        let store = Store { kv };
+        match store.meta_u64("format_version")? {
+            Some(v) if v != u64::from(FORMAT_VERSION) => {
+                return Err(StorageError::FormatVersion {
+                    found: u32::try_from(v).unwrap_or(u32::MAX),
+                    expected: FORMAT_VERSION,
+                });
+            }
+            Some(_) => {}
+            None => {
+                let mut b = Batch::new();
+                store.put_meta_u64(&mut b, "format_version", u64::from(FORMAT_VERSION));
+                store.put_meta_u64(&mut b, "node_id", u64::from(node_id));
+                store.kv.commit(b)?;
+                store.kv.sync()?;
+            }
+        }
+        if let Some(found) = store.meta_u64("node_id")? {
+            if found != u64::from(node_id) {
+                return Err(StorageError::WrongNode { found: u32::try_from(found).unwrap_or(0), expected: node_id });
+            }
+        }
+        Ok(store)
+    }
+
+    #[must_use]
+    pub fn kv(&self) -> &Arc<dyn Kv> {
+        &self.kv
+    }
+
+    pub fn commit(&self, batch: Batch) -> Result<(), StorageError> {
+        self.kv.commit(batch)
+    }
+
+    pub fn sync(&self) -> Result<(), StorageError> {
+        self.kv.sync()
+    }
+
+    // ---- meta ----
+
+    pub fn meta_u64(&self, name: &str) -> Result<Option<u64>, StorageError> {
+        Ok(self
+            .kv
+            .get(Space::Meta, name.as_bytes())?
+            .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)))
+    }
+
+    pub fn put_meta_u64(&self, batch: &mut Batch, name: &str, value: u64) {
+        batch.put(Space::Meta, name.as_bytes().to_vec(), value.to_be_bytes().to_vec());
+    }
+
+    // ---- directory objects ----
+
+    pub fn dir(&self, path: &str) -> Result<Option<DirRecord>, StorageError> {
+        self.kv.get(Space::Dirs, path.as_bytes())?.map(|v| decode("dirs", &v)).transpose()
+    }
+
+    pub fn put_dir(&self, batch: &mut Batch, path: &str, rec: &DirRecord) {
+        batch.put(Space::Dirs, path.as_bytes().to_vec(), encode(rec));
+    }
+
+    pub fn delete_dir(&self, batch: &mut Batch, path: &str) {
+        batch.delete(Space::Dirs, path.as_bytes().to_vec());
+    }
+
+    /// Directory objects held by this node, in path order, after `after`.
+    pub fn dirs(&self, after: Option<&str>, limit: usize) -> Result<Vec<(String, DirRecord)>, StorageError> {
+        self.kv
+            .scan(Space::Dirs, b"", after.map(str::as_bytes), limit)?
+            .into_iter()
+            .map(|(k, v)| Ok((String::from_utf8_lossy(&k).into_owned(), decode("dirs", &v)?)))
+            .collect()
+    }
+
+    // ---- entries ----
+
+    pub fn entry(&self, dir: &str, name: &str) -> Result<Option<EntryRecord>, StorageError> {
+        self.kv.get(Space::Entries, &entry_key(dir, name))?.map(|v| decode("entries", &v)).transpose()
+    }
+
+    pub fn put_entry(&self, batch: &mut Batch, dir: &str, name: &str, rec: &EntryRecord) {
+        batch.put(Space::Entries, entry_key(dir, name), encode(rec));
+    }
+
+    pub fn delete_entry(&self, batch: &mut Batch, dir: &str, name: &str) {
+        batch.delete(Space::Entries, entry_key(dir, name));
+    }
+
+    /// Up to `limit` entries of `dir` with names after `after`, in name order.
+    pub fn entries(
+        &self,
+        dir: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, EntryRecord)>, StorageError> {
+        let prefix = entry_prefix(dir);
+        let after_key = after.map(|a| entry_key(dir, a));
+        self.kv
+            .scan(Space::Entries, &prefix, after_key.as_deref(), limit)?
+            .into_iter()
+            .map(|(k, v)| {
+                let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+                Ok((name, decode("entries", &v)?))
+            })
+            .collect()
+    }
+
+    /// True if `dir` has at least one entry (committed or pending).
+    pub fn has_entries(&self, dir: &str) -> Result<bool, StorageError> {
+        Ok(!self.kv.scan(Space::Entries, &entry_prefix(dir), None, 1)?.is_empty())
+    }
+
+    // ---- intents ----
+
+    pub fn put_intent(&self, batch: &mut Batch, txid: u64, bytes: Vec<u8>) {
+        batch.put(Space::Intents, u64_key(txid), bytes);
+    }
+
+    pub fn delete_intent(&self, batch: &mut Batch, txid: u64) {
+        batch.delete(Space::Intents, u64_key(txid));
+    }
+
+    pub fn intent(&self, txid: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        self.kv.get(Space::Intents, &u64_key(txid))
+    }
+
+    pub fn intents(&self) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        Ok(self
+            .kv
+            .scan(Space::Intents, b"", None, usize::MAX)?
+            .into_iter()
+            .filter_map(|(k, v)| crate::keys::decode_u64_key(&k).map(|t| (t, v)))
+            .collect())
+    }
+
+    // ---- blocks ----
+
+    /// Reads `len` bytes at `offset` of inode `ino`, clipped to `size`; holes read as zeros.
+    pub fn read_range(&self, ino: u64, offset: u64, len: u64, size: u64) -> Result<Vec<u8>, StorageError> {
+        if offset >= size || len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = size.min(offset.saturating_add(len));
+        let len_usize = usize::try_from(end - offset).map_err(|_| StorageError::Engine("read too large".into()))?;
+        let mut out = vec![0u8; len_usize];
+        let first = offset / BLOCK_BYTES;
+        let last = (end - 1) / BLOCK_BYTES;
+        if first == last {
+            if let Some(b) = self.kv.get(Space::Blocks, &block_key(ino, first))? {
+                copy_block(&mut out, offset, first, &b);
+            }
+            return Ok(out);
+        }
+        let prefix = ino.to_be_bytes();
+        let after = if first == 0 { None } else { Some(block_key(ino, first - 1)) };
+        let count = usize::try_from(last - first + 1).unwrap_or(usize::MAX);
+        for (k, v) in self.kv.scan(Space::Blocks, &prefix, after.as_deref(), count)? {
+            let Some(block) = k.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else {
+                continue;
+            };
+            if block > last {
+                break;
+            }
+            copy_block(&mut out, offset, block, &v);
+        }
+        Ok(out)
+    }
+
+    /// Adds to `batch` the block writes that put `data` at `offset` of inode `ino`.
+    pub fn write_range(&self, batch: &mut Batch, ino: u64, offset: u64, data: &[u8]) -> Result<(), StorageError> {
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let abs = offset + pos as u64;
+            let block = abs / BLOCK_BYTES;
+            let in_block = usize::try_from(abs % BLOCK_BYTES).unwrap_or(0);
+            let take = (BLOCK_BYTES as usize - in_block).min(data.len() - pos);
+            let piece = &data[pos..pos + take];
+            let value = if in_block == 0 && take == BLOCK_BYTES as usize {
+                piece.to_vec()
+            } else {
+                let mut cur = self.kv.get(Space::Blocks, &block_key(ino, block))?.unwrap_or_default();
+                if cur.len() < in_block + take {
+                    cur.resize(in_block + take, 0);
+                }
+                cur[in_block..in_block + take].copy_from_slice(piece);
+                cur
+            };
+            batch.put(Space::Blocks, block_key(ino, block), value);
+            pos += take;
+        }
+        Ok(())
+    }
+
+    /// Adds to `batch` what drops every byte at and beyond `keep_bytes` in blocks
+    /// `[first_block, end_block)` of `ino` (the partial block is cut, later ones deleted).
+    pub fn trim_blocks(
+        &self,
+        batch: &mut Batch,
+        ino: u64,
+        keep_bytes: u64,
+        first_block: u64,
+        end_block: u64,
+    ) -> Result<(), StorageError> {
+        let start_block = (keep_bytes / BLOCK_BYTES).max(first_block);
+        let prefix = ino.to_be_bytes();
+        let after = if start_block == 0 { None } else { Some(block_key(ino, start_block - 1)) };
+        for (k, v) in self.kv.scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)? {
+            let Some(block) = k.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else {
+                continue;
+            };
+            if block >= end_block {
+                break;
+            }
+            let block_start = block * BLOCK_BYTES;
+            if block_start >= keep_bytes {
+                batch.delete(Space::Blocks, k);
+            } else {
+                let keep = usize::try_from(keep_bytes - block_start).unwrap_or(usize::MAX);
+                if v.len() > keep {
+                    batch.put(Space::Blocks, k, v[..keep].to_vec());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// All blocks of `ino` in `[first_block, end_block)`, for moving chunk 0 with its inode.
+    pub fn blocks(&self, ino: u64, first_block: u64, end_block: u64) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        let prefix = ino.to_be_bytes();
+        let after = if first_block == 0 { None } else { Some(block_key(ino, first_block - 1)) };
+        let mut out = Vec::new();
+        for (k, v) in self.kv.scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)? {
+            let Some(block) = k.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else {
+                continue;
+            };
+            if block >= end_block {
+                break;
+            }
+            out.push((block, v));
+        }
+        Ok(out)
+    }
+
+    pub fn put_block(&self, batch: &mut Batch, ino: u64, block: u64, data: Vec<u8>) {
+        batch.put(Space::Blocks, block_key(ino, block), data);
+    }
+
+    pub fn disk_bytes(&self) -> u64 {
+        self.kv.disk_bytes()
+    }
+}
+
+/// Copies the part of block `block` (contents `data`) that overlaps the output window starting
+/// at file offset `offset`.
+fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) {
+    let block_start = block * BLOCK_BYTES;
+    let win_end = offset + out.len() as u64;
+    let from = block_start.max(offset);
+    let to = (block_start + data.len() as u64).min(win_end);
+    if from >= to {
+        return;
+    }
+    let src = &data[usize::try_from(from - block_start).unwrap_or(0)..usize::try_from(to - block_start).unwrap_or(0)];
+    let dst_start = usize::try_from(from - offset).unwrap_or(0);
+    out[dst_start..dst_start + src.len()].copy_from_slice(src);
+}
+
+#[cfg(test)]
+mod tests;
