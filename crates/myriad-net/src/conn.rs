@@ -1,0 +1,185 @@
+//! One multiplexed client connection.
+//!
+//! ```text
+//!  call() ──encode──> mpsc ──> writer task (feed frames, flush when the queue is empty) ──> TCP
+//!  call() <──oneshot── pending[id] <── reader task (decode ResponseFrame) <─────────────── TCP
+//! ```
+//! When either task fails, the connection is marked closed and every pending call fails with
+//! `Unavailable`; the pool makes a new connection on the next call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use myriad_proto::codec::{decode, encode};
+use myriad_proto::{Caller, FsError, Hello, HelloReply, PeerKind, Request, RequestFrame, Response, ResponseFrame, MAGIC, PROTOCOL_VERSION};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::frame::frame_codec;
+
+type Reply = Result<Response, FsError>;
+type PendingMap = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+
+/// Frames queued for the writer before callers wait. Bounds memory per connection.
+const SEND_QUEUE_MAX: usize = 4096;
+
+pub struct RpcConn {
+    addr: String,
+    tx: mpsc::Sender<Bytes>,
+    pending: PendingMap,
+    next_id: AtomicU64,
+    closed: Arc<AtomicBool>,
+    /// The peer's node id and map epoch from its hello reply.
+    pub peer_node_id: u32,
+    pub peer_epoch: u64,
+}
+
+impl RpcConn {
+    /// Connects and performs the handshake, all within `timeout`.
+    pub async fn connect(addr: &str, me: PeerKind, timeout: Duration) -> Result<RpcConn, FsError> {
+        match tokio::time::timeout(timeout, Self::connect_inner(addr, me)).await {
+            Ok(r) => r,
+            Err(_) => Err(FsError::Unavailable(format!("{addr}: connect timed out after {} ms", timeout.as_millis()))),
+        }
+    }
+
+    async fn connect_inner(addr: &str, me: PeerKind) -> Result<RpcConn, FsError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        let (rd, wr) = stream.into_split();
+        let mut reader = FramedRead::new(rd, frame_codec());
+        let mut writer = FramedWrite::new(wr, frame_codec());
+
+        let hello = Hello { magic: MAGIC, version: PROTOCOL_VERSION, peer: me };
+        let bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;
+        writer.send(Bytes::from(bytes)).await.map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
+        let reply: HelloReply = match reader.next().await {
+            Some(Ok(frame)) => decode(&frame).map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?,
+            Some(Err(e)) => return Err(FsError::Unavailable(format!("{addr}: {e}"))),
+            None => return Err(FsError::Unavailable(format!("{addr}: closed during handshake"))),
+        };
+        if let Some(why) = reply.refused {
+            return Err(FsError::Protocol(format!("{addr} refused the connection: {why}")));
+        }
+
+        let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
+        let closed = Arc::new(AtomicBool::new(false));
+        let (tx, mut rx) = mpsc::channel::<Bytes>(SEND_QUEUE_MAX);
+
+        let w_closed = closed.clone();
+        let w_pending = pending.clone();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                if writer.feed(first).await.is_err() {
+                    break;
+                }
+                // Batch: everything already queued goes out with one flush.
+                let mut failed = false;
+                while let Ok(more) = rx.try_recv() {
+                    if writer.feed(more).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                if failed || SinkExt::<Bytes>::flush(&mut writer).await.is_err() {
+                    break;
+                }
+            }
+            fail_all(&w_closed, &w_pending, "connection closed while sending");
+        });
+
+        let r_closed = closed.clone();
+        let r_pending = pending.clone();
+        let r_addr = addr.to_string();
+        tokio::spawn(async move {
+            loop {
+                match reader.next().await {
+                    Some(Ok(frame)) => match decode::<ResponseFrame>(&frame) {
+                        Ok(resp) => {
+                            let waiter = r_pending.lock().ok().and_then(|mut p| p.remove(&resp.id));
+                            if let Some(w) = waiter {
+                                let _ = w.send(resp.result);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(peer = %r_addr, "malformed response, closing connection: {e}");
+                            break;
+                        }
+                    },
+                    Some(Err(e)) => {
+                        tracing::debug!(peer = %r_addr, "connection read error: {e}");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            fail_all(&r_closed, &r_pending, "connection closed");
+        });
+
+        Ok(RpcConn {
+            addr: addr.to_string(),
+            tx,
+            pending,
+            next_id: AtomicU64::new(1),
+            closed,
+            peer_node_id: reply.node_id,
+            peer_epoch: reply.epoch,
+        })
+    }
+
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    #[must_use]
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends one request and waits for its reply, at most `timeout`.
+    pub async fn call(&self, epoch: u64, caller: &Caller, body: Request, timeout: Duration) -> Reply {
+        if self.is_closed() {
+            return Err(FsError::Unavailable(format!("{}: connection closed", self.addr)));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = RequestFrame { id, epoch, caller: caller.clone(), body };
+        let bytes = encode(&frame).map_err(|e| FsError::Protocol(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, tx);
+        }
+        let result = tokio::time::timeout(timeout, async {
+            self.tx
+                .send(Bytes::from(bytes))
+                .await
+                .map_err(|_| FsError::Unavailable(format!("{}: connection closed", self.addr)))?;
+            rx.await.map_err(|_| FsError::Unavailable(format!("{}: connection closed", self.addr)))?
+        })
+        .await;
+        match result {
+            Ok(r) => r,
+            Err(_) => {
+                if let Ok(mut p) = self.pending.lock() {
+                    p.remove(&id);
+                }
+                Err(FsError::TimedOut(format!("{} did not answer within {} ms", self.addr, timeout.as_millis())))
+            }
+        }
+    }
+}
+
+fn fail_all(closed: &AtomicBool, pending: &PendingMap, why: &str) {
+    closed.store(true, Ordering::Release);
+    let waiters: Vec<_> = pending.lock().map(|mut p| p.drain().map(|(_, w)| w).collect()).unwrap_or_default();
+    for w in waiters {
+        let _ = w.send(Err(FsError::Unavailable(why.to_string())));
+    }
+}

@@ -1,0 +1,68 @@
+//! One connection per peer address, made on first use and remade after a failure.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use myriad_proto::{Caller, FsError, PeerKind, Request, Response};
+
+use crate::RpcConn;
+
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    pub me: PeerKind,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<RpcConn>>>>;
+
+pub struct Pool {
+    config: PoolConfig,
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl Pool {
+    #[must_use]
+    pub fn new(config: PoolConfig) -> Pool {
+        Pool { config, slots: Mutex::new(HashMap::new()) }
+    }
+
+    #[must_use]
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// The live connection to `addr`, connecting if needed.
+    pub async fn conn(&self, addr: &str) -> Result<Arc<RpcConn>, FsError> {
+        let slot = {
+            let mut slots = self.slots.lock().map_err(|_| FsError::Io("pool lock poisoned".into()))?;
+            slots.entry(addr.to_string()).or_default().clone()
+        };
+        let mut guard = slot.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        let conn = Arc::new(RpcConn::connect(addr, self.config.me.clone(), self.config.connect_timeout).await?);
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    pub async fn call(&self, addr: &str, epoch: u64, caller: &Caller, body: Request) -> Result<Response, FsError> {
+        self.call_with_timeout(addr, epoch, caller, body, self.config.request_timeout).await
+    }
+
+    pub async fn call_with_timeout(
+        &self,
+        addr: &str,
+        epoch: u64,
+        caller: &Caller,
+        body: Request,
+        timeout: Duration,
+    ) -> Result<Response, FsError> {
+        let conn = self.conn(addr).await?;
+        conn.call(epoch, caller, body, timeout).await
+    }
+}

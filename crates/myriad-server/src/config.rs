@@ -1,0 +1,37 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use myriad_placement::ClusterMap;
+
+/// Everything a node needs, validated by the binary before `run` is called.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub node_id: u32,
+    pub data_dir: PathBuf,
+    pub map: ClusterMap,
+    /// Where to persist a newer map received from a peer or client (the `--cluster-map` file).
+    pub map_path: Option<PathBuf>,
+    /// Deadline of one server-to-server request.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// How long a reader waits for a pending multi-node operation on an entry before `Busy`.
+    pub pending_wait: Duration,
+    /// How often the recovery task looks for abandoned intents.
+    pub recovery_interval: Duration,
+}
+
+impl ServerConfig {
+    #[must_use]
+    pub fn new(node_id: u32, data_dir: PathBuf, map: ClusterMap) -> ServerConfig {
+        ServerConfig {
+            node_id,
+            data_dir,
+            map,
+            map_path: None,
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            pending_wait: Duration::from_secs(5),
+            recovery_interval: Duration::from_secs(2),
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! Intents: durable records of multi-node operations in flight, written in the same atomic
+//! batch as the first local step and deleted in the same batch as the last. At start (and
+//! periodically) the recovery task finishes or undoes every intent no live operation owns.
+//! See ARCHITECTURE.md "Two-node operations".
+
+use myriad_proto::codec;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    Undecided,
+    Commit,
+    Abort,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Intent {
+    /// Coordinator of mkdir `dir/name`: the entry is pending; the directory object `path` is
+    /// being created on its owner. Undecided rolls forward (the client saw no answer).
+    Mkdir { dir: String, name: String, ino: u64, decision: Decision },
+    /// Coordinator of rmdir: the entry is pending; the directory object is being removed.
+    Rmdir { dir: String, name: String, ino: u64, decision: Decision },
+    /// Coordinator (source side) of a cross-node rename of `from_dir/from_name` to `to`.
+    /// Undecided rolls back.
+    RenameOut { from_dir: String, from_name: String, to: String, ino: u64, decision: Decision },
+    /// Destination side of a cross-node rename: `dir/name` holds a staged entry for `ino`
+    /// until the coordinator commits or aborts.
+    RenameIn { coordinator: u32, dir: String, name: String, ino: u64 },
+    /// Chunks >= 1 of `ino` hold bytes at or beyond `keep_bytes` (up to `old_size`) that must be
+    /// dropped on their owners (after unlink, replace, or truncate down).
+    ChunkGc { ino: u64, keep_bytes: u64, old_size: u64 },
+}
+
+impl Intent {
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(self).unwrap_or_default()
+    }
+
+    #[must_use]
+    pub fn decode(bytes: &[u8]) -> Option<Intent> {
+        codec::decode(bytes).ok()
+    }
+}

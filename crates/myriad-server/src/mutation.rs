@@ -1,0 +1,550 @@
+//! Local atomic mutations. Each `Mutation` is validated and turned into one `Batch` on the
+//! applier thread, the only writer of the store, so check-then-write is race-free. The batch
+//! becomes durable in the next group commit, and only then is the outcome returned.
+//!
+//! Pure over `Store` (no clock, no network): timestamps come in the mutation.
+
+use myriad_placement::split_parent;
+use myriad_proto::{FileKind, FsError, Inode, RenameFlags, SetAttr, ROOT_INO};
+use myriad_storage::{Batch, DirRecord, EntryRecord, Pending, Store, StorageError, BLOCK_BYTES};
+
+use crate::intent::{Decision, Intent};
+
+#[derive(Debug)]
+pub enum Mutation {
+    InitRoot { now: i64 },
+    CreateFile { dir: String, name: String, mode: u32, uid: u32, gid: u32, exclusive: bool, data: Vec<u8>, now: i64 },
+    Symlink { dir: String, name: String, target: String, uid: u32, gid: u32, now: i64 },
+    Unlink { dir: String, name: String },
+    SetAttr { dir: String, name: String, set: SetAttr, now: i64 },
+    Write { dir: String, name: String, ino: u64, offset: u64, data: Vec<u8>, now: i64 },
+    ExtendSize { dir: String, name: String, ino: u64, size: u64, now: i64 },
+    Truncate { dir: String, name: String, ino: u64, size: u64, now: i64 },
+    WriteChunk { ino: u64, chunk: u64, offset: u64, data: Vec<u8> },
+    ChunkTrim { ino: u64, chunk: u64, keep_bytes: u64 },
+    MkdirBegin { dir: String, name: String, mode: u32, uid: u32, gid: u32, now: i64 },
+    RmdirBegin { dir: String, name: String },
+    /// Finish (commit) or undo (abort) the pending state of `dir/name` left by a mkdir/rmdir
+    /// with `txid`, and delete the intent.
+    ResolveEntry { dir: String, name: String, txid: u64, commit: bool },
+    /// Record a decision in an intent (so recovery follows it).
+    Decide { txid: u64, decision: Decision },
+    DeleteIntent { txid: u64 },
+    DirObjectCreate { path: String, ino: u64 },
+    DirObjectRemove { path: String, ino: u64 },
+    RenameLocal { from: String, to: String, flags: RenameFlags, now: i64 },
+    RenameSourceBegin { from: String, to: String, now: i64 },
+    /// Coordinator: commit deletes the source entry and its chunk-0 blocks; abort restores it.
+    RenameSourceDecide { txid: u64, commit: bool },
+    RenamePrepare { txid: u64, coordinator: u32, to: String, inode: Inode, flags: RenameFlags, blocks: Vec<(u64, Vec<u8>)> },
+    RenameTargetResolve { txid: u64, commit: bool },
+}
+
+#[derive(Debug)]
+pub enum Outcome {
+    Unit,
+    Inode(Inode),
+    /// The inode after the change, plus the txid of a chunk GC intent the caller must run.
+    InodeGc(Inode, Option<u64>),
+    Gc(Option<u64>),
+    Begun { txid: u64, inode: Inode },
+    RenameBegun { txid: u64, inode: Inode, blocks: Vec<(u64, Vec<u8>)> },
+    /// A rename that replaced a file; the txid of its chunk GC intent, if any.
+    Renamed(Option<u64>),
+}
+
+/// Layout parameters the mutations need (from the cluster map).
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub chunk_size_bytes: u64,
+}
+
+/// Allocates cluster-unique ids (`node_id << 40 | counter`) for inodes and transactions. The
+/// high-water mark is persisted a range at a time, in the same batch as the first id used.
+pub struct IdAlloc {
+    node_id: u32,
+    next: u64,
+    limit: u64,
+}
+
+const ID_RANGE: u64 = 1 << 16;
+const ID_COUNTER_MAX: u64 = (1 << 40) - 1;
+const HWM_KEY: &str = "id_hwm";
+
+impl IdAlloc {
+    pub fn load(store: &Store, node_id: u32) -> Result<IdAlloc, StorageError> {
+        let hwm = store.meta_u64(HWM_KEY)?.unwrap_or(2);
+        Ok(IdAlloc { node_id, next: hwm, limit: hwm })
+    }
+
+    fn next(&mut self, store: &Store, batch: &mut Batch) -> Result<u64, FsError> {
+        if self.next >= self.limit {
+            self.limit = self.next + ID_RANGE;
+            store.put_meta_u64(batch, HWM_KEY, self.limit);
+        }
+        if self.next > ID_COUNTER_MAX {
+            return Err(FsError::NoSpace);
+        }
+        let id = (u64::from(self.node_id) << 40) | self.next;
+        self.next += 1;
+        Ok(id)
+    }
+}
+
+pub fn storage_err(e: StorageError) -> FsError {
+    match e {
+        StorageError::NoSpace => FsError::NoSpace,
+        other => FsError::Io(other.to_string()),
+    }
+}
+
+fn chunk0_blocks(layout: Layout) -> u64 {
+    layout.chunk_size_bytes / BLOCK_BYTES
+}
+
+pub struct Ctx<'a> {
+    pub store: &'a Store,
+    pub ids: &'a mut IdAlloc,
+    pub layout: Layout,
+}
+
+pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
+    let mut b = Batch::new();
+    let out = match m {
+        Mutation::InitRoot { now } => {
+            if ctx.store.dir("/").map_err(storage_err)?.is_none() {
+                let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, 0, 0, now);
+                root.nlink = 2;
+                ctx.store.put_dir(&mut b, "/", &DirRecord { ino: ROOT_INO, root_attrs: Some(root) });
+            }
+            Outcome::Unit
+        }
+        Mutation::CreateFile { dir, name, mode, uid, gid, exclusive, data, now } => {
+            require_dir(ctx.store, &dir)?;
+            if data.len() as u64 > ctx.layout.chunk_size_bytes {
+                return Err(FsError::InvalidArgument("initial data larger than one chunk".into()));
+            }
+            match ctx.store.entry(&dir, &name).map_err(storage_err)? {
+                Some(EntryRecord { pending: Some(_), .. }) => return Err(FsError::Busy),
+                Some(EntryRecord { inode: Some(existing), .. }) => {
+                    if exclusive {
+                        return Err(FsError::AlreadyExists);
+                    }
+                    if existing.kind == FileKind::Directory {
+                        return Err(FsError::IsADirectory);
+                    }
+                    // Non-exclusive create of an existing file opens it as is.
+                    return Ok((b, Outcome::Inode(existing)));
+                }
+                _ => {}
+            }
+            let ino = ctx.ids.next(ctx.store, &mut b)?;
+            let mut inode = new_inode(ino, FileKind::File, mode & 0o7777, uid, gid, now);
+            inode.size = data.len() as u64;
+            if !data.is_empty() {
+                ctx.store.write_range(&mut b, ino, 0, &data).map_err(storage_err)?;
+            }
+            put_visible(ctx.store, &mut b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::Symlink { dir, name, target, uid, gid, now } => {
+            require_dir(ctx.store, &dir)?;
+            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
+                return Err(FsError::AlreadyExists);
+            }
+            let ino = ctx.ids.next(ctx.store, &mut b)?;
+            let mut inode = new_inode(ino, FileKind::Symlink, 0o777, uid, gid, now);
+            inode.size = target.len() as u64;
+            inode.symlink_target = Some(target);
+            put_visible(ctx.store, &mut b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::Unlink { dir, name } => {
+            let inode = visible(ctx.store, &dir, &name)?;
+            if inode.kind == FileKind::Directory {
+                return Err(FsError::IsADirectory);
+            }
+            ctx.store.delete_entry(&mut b, &dir, &name);
+            let gc = drop_file_data(ctx, &mut b, &inode)?;
+            Outcome::Gc(gc)
+        }
+        Mutation::SetAttr { dir, name, set, now } => {
+            if dir == "/" && name.is_empty() {
+                let mut rec = ctx.store.dir("/").map_err(storage_err)?.ok_or(FsError::NotFound)?;
+                let mut root = rec.root_attrs.clone().ok_or(FsError::NotFound)?;
+                apply_setattr(&mut root, &set, now);
+                rec.root_attrs = Some(root.clone());
+                ctx.store.put_dir(&mut b, "/", &rec);
+                Outcome::Inode(root)
+            } else {
+                let mut inode = visible(ctx.store, &dir, &name)?;
+                apply_setattr(&mut inode, &set, now);
+                put_visible(ctx.store, &mut b, &dir, &name, &inode);
+                Outcome::Inode(inode)
+            }
+        }
+        Mutation::Write { dir, name, ino, offset, data, now } => {
+            let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
+            let end = offset.checked_add(data.len() as u64).ok_or(FsError::TooLarge)?;
+            if end > ctx.layout.chunk_size_bytes {
+                return Err(FsError::InvalidArgument("write crosses the end of chunk 0".into()));
+            }
+            ctx.store.write_range(&mut b, ino, offset, &data).map_err(storage_err)?;
+            inode.size = inode.size.max(end);
+            inode.mtime_ns = now;
+            inode.ctime_ns = now;
+            put_visible(ctx.store, &mut b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::ExtendSize { dir, name, ino, size, now } => {
+            let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
+            inode.size = inode.size.max(size);
+            inode.mtime_ns = now;
+            inode.ctime_ns = now;
+            put_visible(ctx.store, &mut b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::Truncate { dir, name, ino, size, now } => {
+            let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
+            let old = inode.size;
+            let mut gc = None;
+            if size < old {
+                let c0 = chunk0_blocks(ctx.layout);
+                ctx.store.trim_blocks(&mut b, ino, size, 0, c0).map_err(storage_err)?;
+                if old > ctx.layout.chunk_size_bytes {
+                    let txid = ctx.ids.next(ctx.store, &mut b)?;
+                    let intent = Intent::ChunkGc { ino, keep_bytes: size, old_size: old };
+                    ctx.store.put_intent(&mut b, txid, intent.encode());
+                    gc = Some(txid);
+                }
+            }
+            inode.size = size;
+            inode.mtime_ns = now;
+            inode.ctime_ns = now;
+            put_visible(ctx.store, &mut b, &dir, &name, &inode);
+            Outcome::InodeGc(inode, gc)
+        }
+        Mutation::WriteChunk { ino, chunk, offset, data } => {
+            let cs = ctx.layout.chunk_size_bytes;
+            if chunk == 0 || offset.saturating_add(data.len() as u64) > cs {
+                return Err(FsError::InvalidArgument("chunk write out of bounds".into()));
+            }
+            let abs = chunk.checked_mul(cs).and_then(|x| x.checked_add(offset)).ok_or(FsError::TooLarge)?;
+            ctx.store.write_range(&mut b, ino, abs, &data).map_err(storage_err)?;
+            Outcome::Unit
+        }
+        Mutation::ChunkTrim { ino, chunk, keep_bytes } => {
+            let c0 = chunk0_blocks(ctx.layout);
+            let cs = ctx.layout.chunk_size_bytes;
+            let start = chunk.saturating_mul(cs);
+            ctx.store
+                .trim_blocks(&mut b, ino, start + keep_bytes.min(cs), chunk * c0, (chunk + 1) * c0)
+                .map_err(storage_err)?;
+            Outcome::Unit
+        }
+        Mutation::MkdirBegin { dir, name, mode, uid, gid, now } => {
+            require_dir(ctx.store, &dir)?;
+            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
+                return Err(FsError::AlreadyExists);
+            }
+            let ino = ctx.ids.next(ctx.store, &mut b)?;
+            let txid = ctx.ids.next(ctx.store, &mut b)?;
+            let mut inode = new_inode(ino, FileKind::Directory, mode & 0o7777, uid, gid, now);
+            inode.nlink = 2;
+            let rec = EntryRecord { inode: None, pending: Some(Pending { txid, after: Some(inode.clone()) }) };
+            ctx.store.put_entry(&mut b, &dir, &name, &rec);
+            let intent = Intent::Mkdir { dir, name, ino, decision: Decision::Undecided };
+            ctx.store.put_intent(&mut b, txid, intent.encode());
+            Outcome::Begun { txid, inode }
+        }
+        Mutation::RmdirBegin { dir, name } => {
+            let inode = visible(ctx.store, &dir, &name)?;
+            if inode.kind != FileKind::Directory {
+                return Err(FsError::NotADirectory);
+            }
+            let txid = ctx.ids.next(ctx.store, &mut b)?;
+            let rec = EntryRecord { inode: Some(inode.clone()), pending: Some(Pending { txid, after: None }) };
+            ctx.store.put_entry(&mut b, &dir, &name, &rec);
+            let intent = Intent::Rmdir { dir, name, ino: inode.ino, decision: Decision::Undecided };
+            ctx.store.put_intent(&mut b, txid, intent.encode());
+            Outcome::Begun { txid, inode }
+        }
+        Mutation::ResolveEntry { dir, name, txid, commit } => {
+            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)? {
+                if let Some(p) = rec.pending.filter(|p| p.txid == txid) {
+                    let result = if commit { p.after } else { rec.inode };
+                    match result {
+                        Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
+                        None => ctx.store.delete_entry(&mut b, &dir, &name),
+                    }
+                }
+            }
+            ctx.store.delete_intent(&mut b, txid);
+            Outcome::Unit
+        }
+        Mutation::Decide { txid, decision } => {
+            if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
+                let updated = match Intent::decode(&bytes) {
+                    Some(Intent::Mkdir { dir, name, ino, .. }) => Some(Intent::Mkdir { dir, name, ino, decision }),
+                    Some(Intent::Rmdir { dir, name, ino, .. }) => Some(Intent::Rmdir { dir, name, ino, decision }),
+                    Some(Intent::RenameOut { from_dir, from_name, to, ino, .. }) => {
+                        Some(Intent::RenameOut { from_dir, from_name, to, ino, decision })
+                    }
+                    _ => None,
+                };
+                if let Some(i) = updated {
+                    ctx.store.put_intent(&mut b, txid, i.encode());
+                }
+            }
+            Outcome::Unit
+        }
+        Mutation::DeleteIntent { txid } => {
+            ctx.store.delete_intent(&mut b, txid);
+            Outcome::Unit
+        }
+        Mutation::DirObjectCreate { path, ino } => {
+            match ctx.store.dir(&path).map_err(storage_err)? {
+                Some(rec) if rec.ino == ino => {}
+                Some(_) => return Err(FsError::AlreadyExists),
+                None => ctx.store.put_dir(&mut b, &path, &DirRecord { ino, root_attrs: None }),
+            }
+            Outcome::Unit
+        }
+        Mutation::DirObjectRemove { path, ino } => {
+            match ctx.store.dir(&path).map_err(storage_err)? {
+                Some(rec) if rec.ino == ino => {
+                    if ctx.store.has_entries(&path).map_err(storage_err)? {
+                        return Err(FsError::NotEmpty);
+                    }
+                    ctx.store.delete_dir(&mut b, &path);
+                }
+                // Already gone, or a different directory now lives there: nothing of ours to remove.
+                _ => {}
+            }
+            Outcome::Unit
+        }
+        Mutation::RenameLocal { from, to, flags, now } => {
+            let (fdir, fname) = split_parent(&from);
+            let (tdir, tname) = split_parent(&to);
+            let mut inode = visible(ctx.store, fdir, fname)?;
+            if inode.kind == FileKind::Directory {
+                return Err(FsError::InvalidArgument("directory rename is not supported yet".into()));
+            }
+            require_dir(ctx.store, tdir)?;
+            let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+            let mut gc = None;
+            if let Some(old) = replaced {
+                if old.ino == inode.ino {
+                    return Ok((b, Outcome::Renamed(None)));
+                }
+                gc = drop_file_data(ctx, &mut b, &old)?;
+            }
+            inode.ctime_ns = now;
+            ctx.store.delete_entry(&mut b, fdir, fname);
+            put_visible(ctx.store, &mut b, tdir, tname, &inode);
+            Outcome::Renamed(gc)
+        }
+        Mutation::RenameSourceBegin { from, to, now } => {
+            let (fdir, fname) = split_parent(&from);
+            let mut inode = visible(ctx.store, fdir, fname)?;
+            if inode.kind == FileKind::Directory {
+                return Err(FsError::InvalidArgument("directory rename is not supported yet".into()));
+            }
+            let txid = ctx.ids.next(ctx.store, &mut b)?;
+            let blocks = ctx.store.blocks(inode.ino, 0, chunk0_blocks(ctx.layout)).map_err(storage_err)?;
+            let rec = EntryRecord { inode: Some(inode.clone()), pending: Some(Pending { txid, after: None }) };
+            ctx.store.put_entry(&mut b, fdir, fname, &rec);
+            let intent = Intent::RenameOut {
+                from_dir: fdir.to_string(),
+                from_name: fname.to_string(),
+                to,
+                ino: inode.ino,
+                decision: Decision::Undecided,
+            };
+            ctx.store.put_intent(&mut b, txid, intent.encode());
+            inode.ctime_ns = now;
+            Outcome::RenameBegun { txid, inode, blocks }
+        }
+        Mutation::RenameSourceDecide { txid, commit } => {
+            let Some(Intent::RenameOut { from_dir, from_name, to, ino, .. }) =
+                ctx.store.intent(txid).map_err(storage_err)?.and_then(|b| Intent::decode(&b))
+            else {
+                return Ok((b, Outcome::Unit));
+            };
+            if let Some(rec) = ctx.store.entry(&from_dir, &from_name).map_err(storage_err)? {
+                if rec.pending.as_ref().is_some_and(|p| p.txid == txid) {
+                    if commit {
+                        ctx.store.delete_entry(&mut b, &from_dir, &from_name);
+                        let c0 = chunk0_blocks(ctx.layout);
+                        ctx.store.trim_blocks(&mut b, ino, 0, 0, c0).map_err(storage_err)?;
+                    } else if let Some(i) = rec.inode {
+                        put_visible(ctx.store, &mut b, &from_dir, &from_name, &i);
+                    }
+                }
+            }
+            let decision = if commit { Decision::Commit } else { Decision::Abort };
+            let intent = Intent::RenameOut { from_dir, from_name, to, ino, decision };
+            ctx.store.put_intent(&mut b, txid, intent.encode());
+            Outcome::Unit
+        }
+        Mutation::RenamePrepare { txid, coordinator, to, inode, flags, blocks } => {
+            if ctx.store.intent(txid).map_err(storage_err)?.is_some() {
+                return Ok((b, Outcome::Unit)); // Already prepared (a retried request).
+            }
+            let (tdir, tname) = split_parent(&to);
+            require_dir(ctx.store, tdir)?;
+            let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+            for (block, data) in blocks {
+                ctx.store.put_block(&mut b, inode.ino, block, data);
+            }
+            let rec = EntryRecord { inode: replaced, pending: Some(Pending { txid, after: Some(inode.clone()) }) };
+            ctx.store.put_entry(&mut b, tdir, tname, &rec);
+            let intent =
+                Intent::RenameIn { coordinator, dir: tdir.to_string(), name: tname.to_string(), ino: inode.ino };
+            ctx.store.put_intent(&mut b, txid, intent.encode());
+            Outcome::Unit
+        }
+        Mutation::RenameTargetResolve { txid, commit } => {
+            let Some(Intent::RenameIn { dir, name, ino, .. }) =
+                ctx.store.intent(txid).map_err(storage_err)?.and_then(|b| Intent::decode(&b))
+            else {
+                return Ok((b, Outcome::Renamed(None))); // Already resolved.
+            };
+            let mut gc = None;
+            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)? {
+                if let Some(p) = rec.pending.filter(|p| p.txid == txid) {
+                    if commit {
+                        if let Some(old) = rec.inode.as_ref().filter(|o| o.ino != ino) {
+                            gc = drop_file_data(ctx, &mut b, old)?;
+                        }
+                        match p.after {
+                            Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
+                            None => ctx.store.delete_entry(&mut b, &dir, &name),
+                        }
+                    } else {
+                        match rec.inode {
+                            Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
+                            None => ctx.store.delete_entry(&mut b, &dir, &name),
+                        }
+                        let c0 = chunk0_blocks(ctx.layout);
+                        ctx.store.trim_blocks(&mut b, ino, 0, 0, c0).map_err(storage_err)?;
+                    }
+                }
+            }
+            ctx.store.delete_intent(&mut b, txid);
+            Outcome::Renamed(gc)
+        }
+    };
+    Ok((b, out))
+}
+
+fn new_inode(ino: u64, kind: FileKind, mode: u32, uid: u32, gid: u32, now: i64) -> Inode {
+    Inode {
+        ino,
+        kind,
+        mode,
+        uid,
+        gid,
+        size: 0,
+        nlink: 1,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+        symlink_target: None,
+    }
+}
+
+fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
+    if let Some(m) = set.mode {
+        inode.mode = m & 0o7777;
+    }
+    if let Some(u) = set.uid {
+        inode.uid = u;
+    }
+    if let Some(g) = set.gid {
+        inode.gid = g;
+    }
+    if let Some(a) = set.atime_ns {
+        inode.atime_ns = a;
+    }
+    if let Some(m) = set.mtime_ns {
+        inode.mtime_ns = m;
+    }
+    inode.ctime_ns = now;
+}
+
+fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, inode: &Inode) {
+    store.put_entry(b, dir, name, &EntryRecord { inode: Some(inode.clone()), pending: None });
+}
+
+fn require_dir(store: &Store, dir: &str) -> Result<(), FsError> {
+    if store.dir(dir).map_err(storage_err)?.is_none() {
+        return Err(FsError::NotFound);
+    }
+    Ok(())
+}
+
+/// The visible inode of `dir/name`; `Busy` while a multi-node operation holds it.
+fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsError> {
+    match store.entry(dir, name).map_err(storage_err)? {
+        Some(EntryRecord { pending: Some(_), .. }) => Err(FsError::Busy),
+        Some(EntryRecord { inode: Some(i), .. }) => Ok(i),
+        _ => Err(FsError::NotFound),
+    }
+}
+
+fn visible_file(store: &Store, dir: &str, name: &str, ino: u64) -> Result<Inode, FsError> {
+    let inode = visible(store, dir, name)?;
+    if inode.ino != ino {
+        return Err(FsError::Stale);
+    }
+    match inode.kind {
+        FileKind::File => Ok(inode),
+        FileKind::Directory => Err(FsError::IsADirectory),
+        FileKind::Symlink => Err(FsError::InvalidArgument("not a regular file".into())),
+    }
+}
+
+/// POSIX rename target rules. Returns the inode being replaced, if any.
+fn check_rename_target(
+    store: &Store,
+    dir: &str,
+    name: &str,
+    incoming: &Inode,
+    flags: RenameFlags,
+) -> Result<Option<Inode>, FsError> {
+    match store.entry(dir, name).map_err(storage_err)? {
+        Some(EntryRecord { pending: Some(_), .. }) => Err(FsError::Busy),
+        Some(EntryRecord { inode: Some(old), .. }) => {
+            if flags.no_replace && old.ino != incoming.ino {
+                return Err(FsError::AlreadyExists);
+            }
+            match (incoming.kind == FileKind::Directory, old.kind == FileKind::Directory) {
+                (false, true) => Err(FsError::IsADirectory),
+                (true, false) => Err(FsError::NotADirectory),
+                _ => Ok(Some(old)),
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Deletes the local chunk-0 blocks of a file going away; if it has chunks on other nodes,
+/// writes a ChunkGc intent and returns its txid for the caller to run.
+fn drop_file_data(ctx: &mut Ctx<'_>, b: &mut Batch, inode: &Inode) -> Result<Option<u64>, FsError> {
+    if inode.kind != FileKind::File {
+        return Ok(None);
+    }
+    let c0 = chunk0_blocks(ctx.layout);
+    ctx.store.trim_blocks(b, inode.ino, 0, 0, c0).map_err(storage_err)?;
+    if inode.size > ctx.layout.chunk_size_bytes {
+        let txid = ctx.ids.next(ctx.store, b)?;
+        let intent = Intent::ChunkGc { ino: inode.ino, keep_bytes: 0, old_size: inode.size };
+        ctx.store.put_intent(b, txid, intent.encode());
+        return Ok(Some(txid));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,423 @@
+//! A node: the request handler. Reads are answered directly from the store; mutations go
+//! through the applier; operations that span two nodes live in `twophase.rs`.
+//!
+//! Every request is first checked against placement: a node only serves keys it owns under its
+//! map. A request for a key it does not own gets `Redirect(map)`; a request carrying a newer
+//! epoch than the node's gets `MapTooOld` so the sender pushes its map.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use myriad_net::{Handler, Pool};
+use myriad_placement::{ClusterMap, NodeId, Ring, split_parent};
+use myriad_proto::{
+    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, Request, RequestFrame, Response,
+    ResponseFrame, StatFs, limits, validate_path,
+};
+use myriad_storage::{EntryRecord, Store};
+use tokio::sync::watch;
+
+use crate::applier::Applier;
+use crate::config::ServerConfig;
+use crate::counters::Counters;
+use crate::mutation::{Mutation, Outcome, storage_err};
+
+pub struct MapState {
+    pub map: ClusterMap,
+    pub ring: Ring,
+}
+
+pub struct Node {
+    pub(crate) me: NodeId,
+    pub(crate) store: Store,
+    pub(crate) applier: Applier,
+    pub(crate) map: RwLock<Arc<MapState>>,
+    pub(crate) map_path: Option<PathBuf>,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) pool: Pool,
+    pub(crate) counters: Counters,
+    pub(crate) changed: watch::Sender<u64>,
+    pub(crate) config: ServerConfig,
+    /// Txids of multi-node operations being driven right now; recovery leaves them alone.
+    pub(crate) live: Mutex<HashSet<u64>>,
+}
+
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Handler for Node {
+    fn identity(&self) -> (u32, u64) {
+        (self.me, self.state().map.epoch)
+    }
+
+    fn handle(self: Arc<Self>, peer: PeerKind, frame: RequestFrame) -> BoxFuture<'static, ResponseFrame> {
+        Box::pin(async move {
+            let id = frame.id;
+            let from_server = matches!(peer, PeerKind::Server { .. });
+            if !frame.body.is_admin() {
+                self.counters.count(frame.body.op_name(), from_server);
+            }
+            let result = self.dispatch(frame.epoch, frame.caller, frame.body).await;
+            ResponseFrame { id, result }
+        })
+    }
+}
+
+impl Node {
+    pub(crate) fn state(&self) -> Arc<MapState> {
+        match self.map.read() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn own(&self, st: &MapState, owner: NodeId) -> Result<(), FsError> {
+        if owner == self.me { Ok(()) } else { Err(FsError::Redirect(Box::new(st.map.clone()))) }
+    }
+
+    pub(crate) async fn dispatch(self: &Arc<Self>, epoch: u64, caller: Caller, body: Request) -> Result<Response, FsError> {
+        let st = self.state();
+        if !body.is_admin() && epoch > st.map.epoch {
+            return Err(FsError::MapTooOld(st.map.epoch));
+        }
+        let cs = st.map.chunk_size_bytes;
+        match body {
+            Request::Echo(p) => Ok(Response::Echo(p)),
+            Request::Stat { path } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                Ok(Response::Attr(self.lookup(&path).await?))
+            }
+            Request::StatMany { dir, names } => {
+                validate_path(&dir)?;
+                if names.len() > limits::STAT_MANY_MAX {
+                    return Err(FsError::InvalidArgument(format!("at most {} names per stat_many", limits::STAT_MANY_MAX)));
+                }
+                self.own(&st, st.ring.owner_of_dir(&dir))?;
+                let mut out = Vec::with_capacity(names.len());
+                for name in names {
+                    let r = match myriad_proto::validate_name(&name) {
+                        Ok(()) => self.lookup_in(&dir, &name).await,
+                        Err(e) => Err(e),
+                    };
+                    out.push(r);
+                }
+                Ok(Response::Attrs(out))
+            }
+            Request::Fetch { path, max_bytes } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                let inode = self.lookup(&path).await?;
+                let data = if inode.kind == FileKind::File {
+                    let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
+                    self.store.read_range(inode.ino, 0, n, inode.size.min(cs)).map_err(storage_err)?
+                } else {
+                    Vec::new()
+                };
+                Ok(Response::Fetched { inode, data })
+            }
+            Request::ReadDir { path, after, limit } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.readdir(&path, after, limit)
+            }
+            Request::Read { path, ino, offset, len } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                let inode = self.lookup(&path).await?;
+                if inode.kind == FileKind::Directory {
+                    return Err(FsError::IsADirectory);
+                }
+                if inode.ino != ino {
+                    return Err(FsError::Stale);
+                }
+                let len = len.min(limits::IO_BYTES_MAX);
+                let data = self.store.read_range(ino, offset, len, inode.size.min(cs)).map_err(storage_err)?;
+                Ok(Response::Data { inode: Some(inode), data })
+            }
+            Request::ReadChunk { ino, chunk, offset, len } => {
+                if chunk == 0 {
+                    return Err(FsError::InvalidArgument("chunk 0 is read with Read".into()));
+                }
+                self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
+                let len = len.min(limits::IO_BYTES_MAX).min(cs.saturating_sub(offset));
+                let start = chunk.saturating_mul(cs).saturating_add(offset);
+                let data = self.store.read_range(ino, start, len, start.saturating_add(len)).map_err(storage_err)?;
+                Ok(Response::Data { inode: None, data })
+            }
+            Request::Readlink { path } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                let inode = self.lookup(&path).await?;
+                inode.symlink_target.ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into())).map(Response::Link)
+            }
+            Request::Create { path, mode, exclusive, data } => {
+                let (dir, name) = self.entry_target(&st, &path)?;
+                let m = Mutation::CreateFile { dir, name, mode, uid: caller.uid, gid: caller.gid, exclusive, data, now: now_ns() };
+                self.mutate_inode(m).await
+            }
+            Request::Symlink { path, target } => {
+                let (dir, name) = self.entry_target(&st, &path)?;
+                if target.is_empty() || target.len() > limits::SYMLINK_TARGET_BYTES_MAX || target.contains('\0') {
+                    return Err(FsError::InvalidArgument("symlink target must be 1..=4096 bytes without NUL".into()));
+                }
+                self.mutate_inode(Mutation::Symlink { dir, name, target, uid: caller.uid, gid: caller.gid, now: now_ns() }).await
+            }
+            Request::Unlink { path } => {
+                let (dir, name) = self.entry_target(&st, &path)?;
+                if let Outcome::Gc(Some(txid)) = self.applier.run(Mutation::Unlink { dir, name }).await? {
+                    self.spawn_gc(txid);
+                }
+                Ok(Response::Unit)
+            }
+            Request::SetAttr { path, set } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                let (dir, name) = if path == "/" { ("/".to_string(), String::new()) } else { split_owned(&path) };
+                self.mutate_inode(Mutation::SetAttr { dir, name, set, now: now_ns() }).await
+            }
+            Request::Write { path, ino, offset, data } => {
+                let (dir, name) = self.file_target(&st, &path)?;
+                if data.len() as u64 > limits::IO_BYTES_MAX {
+                    return Err(FsError::InvalidArgument("write larger than the I/O limit".into()));
+                }
+                self.mutate_inode(Mutation::Write { dir, name, ino, offset, data, now: now_ns() }).await
+            }
+            Request::ExtendSize { path, ino, size } => {
+                let (dir, name) = self.file_target(&st, &path)?;
+                self.mutate_inode(Mutation::ExtendSize { dir, name, ino, size, now: now_ns() }).await
+            }
+            Request::Truncate { path, ino, size } => {
+                let (dir, name) = self.file_target(&st, &path)?;
+                match self.applier.run(Mutation::Truncate { dir, name, ino, size, now: now_ns() }).await? {
+                    Outcome::InodeGc(inode, gc) => {
+                        if let Some(txid) = gc {
+                            // Trim before replying: a later extend must read zeros, not old bytes.
+                            if let Err(e) = self.run_gc(txid).await {
+                                tracing::warn!("truncate of ino {}: chunk trim deferred to recovery: {e}", inode.ino);
+                            }
+                        }
+                        Ok(Response::Attr(inode))
+                    }
+                    _ => Err(FsError::Io("unexpected outcome".into())),
+                }
+            }
+            Request::WriteChunk { ino, chunk, offset, data } => {
+                if chunk == 0 {
+                    return Err(FsError::InvalidArgument("chunk 0 is written with Write".into()));
+                }
+                self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
+                self.applier.run(Mutation::WriteChunk { ino, chunk, offset, data }).await?;
+                Ok(Response::Unit)
+            }
+            Request::ChunkTrim { ino, chunk, keep_bytes } => {
+                self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
+                self.applier.run(Mutation::ChunkTrim { ino, chunk, keep_bytes }).await?;
+                Ok(Response::Unit)
+            }
+            Request::Mkdir { path, mode } => {
+                let (dir, name) = self.entry_target(&st, &path)?;
+                self.mkdir(&path, dir, name, mode, &caller).await.map(Response::Attr)
+            }
+            Request::Rmdir { path } => {
+                if path == "/" {
+                    return Err(FsError::Busy);
+                }
+                let (dir, name) = self.entry_target(&st, &path)?;
+                self.rmdir(&path, dir, name).await.map(|()| Response::Unit)
+            }
+            Request::Rename { from, to, flags } => {
+                validate_path(&from)?;
+                validate_path(&to)?;
+                if from == "/" || to == "/" {
+                    return Err(FsError::Busy);
+                }
+                if to.starts_with(&format!("{from}/")) {
+                    return Err(FsError::InvalidArgument("cannot move a directory into itself".into()));
+                }
+                self.own(&st, st.ring.owner_of_entry(&from))?;
+                self.rename(&st, from, to, flags).await.map(|()| Response::Unit)
+            }
+            Request::StatFs => Ok(Response::StatFs(self.statfs())),
+            Request::GetCounters => {
+                let (client_requests, server_requests) = self.counters.snapshot();
+                Ok(Response::Counters(CounterSnapshot {
+                    node_id: self.me,
+                    epoch: st.map.epoch,
+                    client_requests,
+                    server_requests,
+                    server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
+                    syncs: self.applier.stats.syncs.load(Ordering::Relaxed),
+                    synced_mutations: self.applier.stats.synced_mutations.load(Ordering::Relaxed),
+                }))
+            }
+            Request::ResetCounters => {
+                self.counters.reset();
+                self.applier.stats.syncs.store(0, Ordering::Relaxed);
+                self.applier.stats.synced_mutations.store(0, Ordering::Relaxed);
+                Ok(Response::Unit)
+            }
+            Request::GetMap => Ok(Response::Map(Box::new(st.map.clone()))),
+            Request::InstallMap(map) => {
+                self.install_map(*map)?;
+                Ok(Response::Unit)
+            }
+            Request::DirObjectCreate { path, ino } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.applier.run(Mutation::DirObjectCreate { path, ino }).await?;
+                Ok(Response::Unit)
+            }
+            Request::DirObjectRemove { path, ino } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.applier.run(Mutation::DirObjectRemove { path, ino }).await?;
+                Ok(Response::Unit)
+            }
+            Request::RenamePrepare { txid, coordinator, to, inode, flags, blocks } => {
+                validate_path(&to)?;
+                self.own(&st, st.ring.owner_of_entry(&to))?;
+                let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
+                self.applier.run(Mutation::RenamePrepare { txid, coordinator, to, inode, flags, blocks }).await?;
+                Ok(Response::Unit)
+            }
+            Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
+            Request::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
+        }
+    }
+
+    async fn rename_target_resolve(self: &Arc<Self>, txid: u64, commit: bool) -> Result<Response, FsError> {
+        if let Outcome::Renamed(Some(gc)) = self.applier.run(Mutation::RenameTargetResolve { txid, commit }).await? {
+            self.spawn_gc(gc);
+        }
+        Ok(Response::Unit)
+    }
+
+    /// Validates an entry path (not "/") that this node must own; returns (dir, name).
+    fn entry_target(&self, st: &MapState, path: &str) -> Result<(String, String), FsError> {
+        validate_path(path)?;
+        if path == "/" {
+            return Err(FsError::AlreadyExists);
+        }
+        self.own(st, st.ring.owner_of_entry(path))?;
+        Ok(split_owned(path))
+    }
+
+    fn file_target(&self, st: &MapState, path: &str) -> Result<(String, String), FsError> {
+        if path == "/" {
+            return Err(FsError::IsADirectory);
+        }
+        self.entry_target(st, path)
+    }
+
+    async fn mutate_inode(&self, m: Mutation) -> Result<Response, FsError> {
+        match self.applier.run(m).await? {
+            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Ok(Response::Attr(i)),
+            _ => Err(FsError::Io("unexpected outcome".into())),
+        }
+    }
+
+    /// The visible inode at `path`, waiting while a multi-node operation holds the entry.
+    pub(crate) async fn lookup(&self, path: &str) -> Result<Inode, FsError> {
+        if path == "/" {
+            let rec = self.store.dir("/").map_err(storage_err)?.ok_or(FsError::NotFound)?;
+            return rec.root_attrs.ok_or(FsError::NotFound);
+        }
+        let (dir, name) = split_parent(path);
+        self.lookup_in(dir, name).await
+    }
+
+    pub(crate) async fn lookup_in(&self, dir: &str, name: &str) -> Result<Inode, FsError> {
+        let deadline = tokio::time::Instant::now() + self.config.pending_wait;
+        loop {
+            // Subscribe before reading so a resolution between the read and the wait is not missed.
+            let mut changed = self.changed.subscribe();
+            match self.store.entry(dir, name).map_err(storage_err)? {
+                Some(EntryRecord { pending: None, inode: Some(i) }) => return Ok(i),
+                Some(EntryRecord { pending: Some(_), .. }) => {
+                    if tokio::time::timeout_at(deadline, changed.changed()).await.is_err() {
+                        return Err(FsError::Busy);
+                    }
+                }
+                _ => return Err(FsError::NotFound),
+            }
+        }
+    }
+
+    fn readdir(&self, path: &str, after: Option<String>, limit: u32) -> Result<Response, FsError> {
+        if self.store.dir(path).map_err(storage_err)?.is_none() {
+            return Err(FsError::NotFound);
+        }
+        let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
+        let page = self.store.entries(path, after.as_deref(), limit).map_err(storage_err)?;
+        let next = if page.len() == limit { page.last().map(|(n, _)| n.clone()) } else { None };
+        // Entries being created by a pending operation are not listed yet; entries being
+        // removed or renamed away are listed until the operation commits.
+        let entries = page.into_iter().filter_map(|(name, rec)| rec.inode.map(|inode| DirEntry { name, inode })).collect();
+        Ok(Response::DirPage { entries, next })
+    }
+
+    fn statfs(&self) -> StatFs {
+        let (total, free) = disk_space(&self.data_dir);
+        StatFs { total_bytes: total, free_bytes: free, used_bytes: self.store.disk_bytes(), files: 0 }
+    }
+
+    pub(crate) fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
+        map.validate().map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        if map.node(self.me).is_none() {
+            return Err(FsError::InvalidArgument(format!("map epoch {} does not list node {}", map.epoch, self.me)));
+        }
+        let mut guard = self.map.write().map_err(|_| FsError::Io("map lock poisoned".into()))?;
+        if map.epoch <= guard.map.epoch {
+            return Ok(());
+        }
+        if let Some(p) = &self.map_path {
+            let tmp = p.with_extension("tmp");
+            std::fs::write(&tmp, map.to_json()).and_then(|()| std::fs::rename(&tmp, p)).map_err(|e| FsError::Io(e.to_string()))?;
+        }
+        tracing::info!(epoch = map.epoch, "installed newer cluster map");
+        let ring = map.ring();
+        *guard = Arc::new(MapState { map, ring });
+        Ok(())
+    }
+
+    /// Sends `body` to node `node` (or runs it here if that is this node).
+    pub(crate) async fn call_node(self: &Arc<Self>, node: NodeId, body: Request) -> Result<Response, FsError> {
+        let st = self.state();
+        if node == self.me {
+            return Box::pin(self.dispatch(st.map.epoch, Caller::root(), body)).await;
+        }
+        let addr = st.map.node(node).map(|n| n.addr.clone()).ok_or_else(|| FsError::Unavailable(format!("node {node} is not in the map")))?;
+        self.counters.sent_to_servers.fetch_add(1, Ordering::Relaxed);
+        self.pool.call(&addr, st.map.epoch, &Caller::root(), body).await
+    }
+}
+
+pub(crate) fn split_owned(path: &str) -> (String, String) {
+    let (d, n) = split_parent(path);
+    (d.to_string(), n.to_string())
+}
+
+/// (total, free) bytes of the file system holding `dir`.
+fn disk_space(dir: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return (0, 0) };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return (0, 0);
+        }
+        let frsize = st.f_frsize as u64;
+        (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize)
+    }
+}
+
