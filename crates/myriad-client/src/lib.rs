@@ -1,1 +1,16 @@
-//! placeholder
+//! The native Myriad client: placement-aware routing, retries on stale maps and busy entries,
+//! a POSIX-like API, and `fetch` (open + read of a small file in one round trip).
+//!
+//! The client computes where every path lives from its cluster map and talks to that node
+//! directly; it never asks anyone "where is X". A node that disagrees answers with its newer
+//! map (redirect) and the client retries.
+//!
+//! Must not depend on: the server, storage, FUSE, the CLI.
+
+mod client;
+mod file;
+
+pub use client::{Client, ClientConfig};
+pub use file::FileHandle;
+pub use myriad_placement::{ClusterMap, NodeId};
+pub use myriad_proto::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs};

@@ -1,0 +1,198 @@
+//! `myriad bench`: benchmarks on a local cluster. Every run measures the transport floor
+//! (`rpc`: an empty echo over the same connections) first and prints each result's ratio to
+//! it, plus requests counted by the servers. Results go to stdout, JSON, and an SVG chart.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use myriad_client::Client;
+use serde::Serialize;
+
+use crate::cluster::LocalCluster;
+use crate::demo::rpc_totals;
+use crate::workload::file_content;
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Raw echo round trips: the floor every other number is compared with.
+    Rpc(BenchArgs),
+    /// Durable creates of small files (create with data: one request each).
+    Create(BenchArgs),
+    /// stat of existing small files.
+    Stat(BenchArgs),
+    /// fetch (attributes + contents in one request) of existing small files.
+    Fetch(BenchArgs),
+    /// rpc, create, stat and fetch in one run.
+    All(BenchArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Operations per phase.
+    #[arg(long, default_value_t = 50_000)]
+    ops: u64,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 64)]
+    inflight: usize,
+    /// File size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    size: usize,
+    /// Directories the files are spread over.
+    #[arg(long, default_value_t = 64)]
+    dirs: u64,
+    /// Where to write JSON and SVG results.
+    #[arg(long, default_value = "bench-results")]
+    out_dir: PathBuf,
+    /// Where the cluster keeps its data (default: a temporary directory).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Result_ {
+    name: String,
+    ops: u64,
+    secs: f64,
+    ops_per_sec: f64,
+    ratio_to_rpc: f64,
+    client_rpcs_per_op: f64,
+    server_rpcs_per_op: f64,
+    fsyncs: u64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    bench: String,
+    nodes: usize,
+    inflight: usize,
+    file_size_bytes: usize,
+    results: Vec<Result_>,
+}
+
+pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    let (name, args, phases): (&str, BenchArgs, &[&str]) = match cmd {
+        BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
+        BenchCmd::Create(a) => ("create", a, &["rpc", "create"]),
+        BenchCmd::Stat(a) => ("stat", a, &["rpc", "stat"]),
+        BenchCmd::Fetch(a) => ("fetch", a, &["rpc", "fetch"]),
+        BenchCmd::All(a) => ("all", a, &["rpc", "create", "stat", "fetch"]),
+    };
+    let (_tmp, dir) = match &args.data_dir {
+        Some(d) => (None, d.clone()),
+        None => {
+            let t = tempfile::Builder::new().prefix("myriad-bench-").tempdir()?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    };
+    eprintln!("bench {name}: {}-node local cluster, {} in flight, {} B files, {} ops per phase", args.nodes, args.inflight, args.size, args.ops);
+    let cluster = LocalCluster::up(&dir, args.nodes).await?;
+    let result = body(&cluster, name, &args, phases).await;
+    cluster.down()?;
+    result
+}
+
+async fn body(cluster: &LocalCluster, name: &str, args: &BenchArgs, phases: &[&str]) -> anyhow::Result<()> {
+    let client = Arc::new(cluster.client(std::time::Duration::from_secs(30))?);
+    for d in 0..args.dirs {
+        client.mkdir_p(&format!("/bench/d{d:03}"), 0o755).await?;
+    }
+    let data = Arc::new(file_content(1, args.size));
+    let mut created = false;
+    let mut results: Vec<Result_> = Vec::new();
+    let mut rpc_rate = 0.0;
+    for &phase in phases {
+        if (phase == "stat" || phase == "fetch") && !created {
+            run_phase(&client, "create", args, &data).await?;
+            created = true;
+        }
+        client.reset_counters().await?;
+        let secs = run_phase(&client, phase, args, &data).await?;
+        if phase == "create" {
+            created = true;
+        }
+        let (c, s) = rpc_totals(&client).await?;
+        let fsyncs: u64 = client.all_counters().await.into_iter().filter_map(|(_, r)| r.ok()).map(|c| c.syncs).sum();
+        let rate = args.ops as f64 / secs;
+        if phase == "rpc" {
+            rpc_rate = rate;
+        }
+        results.push(Result_ {
+            name: phase.to_string(),
+            ops: args.ops,
+            secs,
+            ops_per_sec: rate,
+            ratio_to_rpc: if rpc_rate > 0.0 { rate / rpc_rate } else { 0.0 },
+            client_rpcs_per_op: c as f64 / args.ops as f64,
+            server_rpcs_per_op: s as f64 / args.ops as f64,
+            fsyncs,
+        });
+    }
+    println!("{:<8} {:>9} {:>8} {:>11} {:>10} {:>13} {:>13} {:>8}", "phase", "ops", "seconds", "ops/s", "x rpc", "client RPC/op", "server RPC/op", "fsyncs");
+    for r in &results {
+        println!(
+            "{:<8} {:>9} {:>8.2} {:>11.0} {:>10.2} {:>13.3} {:>13.3} {:>8}",
+            r.name, r.ops, r.secs, r.ops_per_sec, r.ratio_to_rpc, r.client_rpcs_per_op, r.server_rpcs_per_op, r.fsyncs
+        );
+    }
+    let report = Report { bench: name.to_string(), nodes: args.nodes, inflight: args.inflight, file_size_bytes: args.size, results };
+    std::fs::create_dir_all(&args.out_dir)?;
+    let json = args.out_dir.join(format!("bench-{name}.json"));
+    std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
+    let svg = args.out_dir.join(format!("bench-{name}.svg"));
+    std::fs::write(&svg, bar_chart(&format!("myriad bench {name}: ops/s ({} nodes, {} in flight)", args.nodes, args.inflight), &report.results))?;
+    println!("\nresults: {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
+fn bench_path(args: &BenchArgs, i: u64) -> String {
+    format!("/bench/d{:03}/f{i:07}", i % args.dirs)
+}
+
+/// Runs `args.ops` operations of one kind with `args.inflight` in flight; returns seconds.
+async fn run_phase(client: &Arc<Client>, phase: &str, args: &BenchArgs, data: &Arc<Vec<u8>>) -> anyhow::Result<f64> {
+    let nodes: Vec<u32> = client.map().nodes.iter().map(|n| n.id).collect();
+    let t = Instant::now();
+    let mut s = futures::stream::iter((0..args.ops).map(|i| {
+        let c = client.clone();
+        let data = data.clone();
+        let path = bench_path(args, i);
+        let node = nodes[usize::try_from(i).unwrap_or(0) % nodes.len()];
+        let phase = phase.to_string();
+        async move {
+            match phase.as_str() {
+                "rpc" => c.echo(node, Vec::new()).await.map(|_| ()),
+                "create" => c.create(&path, 0o644, true, &data).await.map(|_| ()),
+                "stat" => c.stat(&path).await.map(|_| ()),
+                _ => c.fetch(&path).await.map(|_| ()),
+            }
+        }
+    }))
+    .buffer_unordered(args.inflight);
+    while let Some(r) = s.next().await {
+        r?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn bar_chart(title: &str, results: &[Result_]) -> String {
+    let max = results.iter().map(|r| r.ops_per_sec).fold(1.0, f64::max);
+    let (w, bar_h, gap, left) = (720.0, 28.0, 14.0, 90.0);
+    let h = 60.0 + results.len() as f64 * (bar_h + gap);
+    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"13\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"24\" font-size=\"15\">{title}</text>\n");
+    for (i, r) in results.iter().enumerate() {
+        let y = 44.0 + i as f64 * (bar_h + gap);
+        let bw = (w - left - 170.0) * r.ops_per_sec / max;
+        s.push_str(&format!(
+            "<text x=\"10\" y=\"{:.0}\">{}</text><rect x=\"{left}\" y=\"{y:.0}\" width=\"{bw:.0}\" height=\"{bar_h}\" fill=\"#4a78b5\"/><text x=\"{:.0}\" y=\"{:.0}\">{:.0}/s ({:.2}x rpc)</text>\n",
+            y + 19.0, r.name, left + bw + 6.0, y + 19.0, r.ops_per_sec, r.ratio_to_rpc
+        ));
+    }
+    s.push_str("</svg>\n");
+    s
+}

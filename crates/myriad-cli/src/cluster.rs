@@ -1,0 +1,295 @@
+//! A local cluster: N server processes on 127.0.0.1, their map file and a state file with
+//! their pids, all under one data directory.
+//!
+//! ```text
+//! D/cluster.json        the cluster map (give it to clients: --cluster or MYRIAD_CLUSTER)
+//! D/cluster-state.json  pids and addresses, for `cluster down` / `start-node`
+//! D/node-<id>/          each node's store;   D/node-<id>.log  its log
+//! ```
+//! Listening sockets are bound here (port 0) and handed to each child, so there is no window
+//! in which another process could take a port between choosing and using it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use myriad_client::{Client, ClientConfig, ClusterMap};
+use serde::{Deserialize, Serialize};
+
+use crate::identity::current_caller;
+
+#[derive(Subcommand)]
+pub enum ClusterCmd {
+    /// Start N server processes on 127.0.0.1 and write the cluster map.
+    Up {
+        #[arg(long, default_value_t = 4)]
+        nodes: usize,
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Stop the servers of a local cluster (SIGTERM, then SIGKILL after 5 s).
+    Down {
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Restart one node of a local cluster on its old address (after a crash or kill).
+    StartNode {
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        node: u32,
+    },
+    /// Nodes, map epoch, and per-node request counters by operation.
+    Status,
+    /// Reset every node's request counters.
+    ResetCounters,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeState {
+    pub id: u32,
+    pub pid: u32,
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub nodes: Vec<NodeState>,
+}
+
+pub struct LocalCluster {
+    pub dir: PathBuf,
+    pub map: ClusterMap,
+}
+
+pub fn map_path(dir: &Path) -> PathBuf {
+    dir.join("cluster.json")
+}
+
+fn state_path(dir: &Path) -> PathBuf {
+    dir.join("cluster-state.json")
+}
+
+impl LocalCluster {
+    /// Starts `n` nodes under `dir` and waits until every one answers.
+    pub async fn up(dir: &Path, n: usize) -> anyhow::Result<LocalCluster> {
+        if n == 0 || n > 64 {
+            bail!("--nodes must be 1..=64");
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        if state_path(dir).exists() {
+            if let Ok(st) = read_state(dir) {
+                if st.nodes.iter().any(|nd| pid_is_server(nd.pid)) {
+                    bail!("a cluster is already running in {} (run `myriad cluster down --data-dir {}`)", dir.display(), dir.display());
+                }
+            }
+        }
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..n {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a port on 127.0.0.1")?;
+            addrs.push(l.local_addr()?.to_string());
+            listeners.push(l);
+        }
+        let map = ClusterMap::new(1, &addrs);
+        std::fs::write(map_path(dir), map.to_json())?;
+        let mut state = ClusterState { nodes: Vec::new() };
+        for (node, listener) in map.nodes.iter().zip(listeners) {
+            let pid = spawn_node(dir, node.id, Some(listener), &node.addr)?;
+            state.nodes.push(NodeState { id: node.id, pid, addr: node.addr.clone() });
+        }
+        write_state(dir, &state)?;
+        let cluster = LocalCluster { dir: dir.to_path_buf(), map };
+        cluster.wait_ready(Duration::from_secs(20)).await?;
+        Ok(cluster)
+    }
+
+    pub fn client(&self, timeout: Duration) -> anyhow::Result<Client> {
+        let mut cfg = ClientConfig::new(self.map.clone(), current_caller());
+        cfg.request_timeout = timeout;
+        Ok(Client::new(cfg)?)
+    }
+
+    async fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
+        let client = self.client(Duration::from_secs(1))?;
+        let start = Instant::now();
+        for n in &self.map.nodes {
+            loop {
+                match client.echo(n.id, Vec::new()).await {
+                    Ok(_) => break,
+                    Err(e) if start.elapsed() > within => {
+                        bail!("node {} at {} did not come up: {e} (see {})", n.id, n.addr, self.dir.join(format!("node-{}.log", n.id)).display())
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        }
+        // The root directory object is created by its owner at start; wait for it.
+        loop {
+            match client.stat("/").await {
+                Ok(_) => return Ok(()),
+                Err(e) if start.elapsed() > within => bail!("root directory not available: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    pub fn down(&self) -> anyhow::Result<()> {
+        down(&self.dir)
+    }
+}
+
+/// Spawns one `myriad server` child, detached from our process group so Ctrl-C of the CLI
+/// does not reach it, logging to `node-<id>.log`.
+fn spawn_node(dir: &Path, id: u32, listener: Option<std::net::TcpListener>, addr: &str) -> anyhow::Result<u32> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find the myriad executable")?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("node-{id}.log")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("server")
+        .arg("--data-dir")
+        .arg(dir.join(format!("node-{id}")))
+        .arg("--cluster-map")
+        .arg(map_path(dir))
+        .arg("--node-id")
+        .arg(id.to_string())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0);
+    let child = match &listener {
+        Some(l) => {
+            let fd = l.as_raw_fd();
+            cmd.arg("--listen-fd").arg(fd.to_string());
+            // Only this child may inherit this socket: clear close-on-exec just for the spawn.
+            set_cloexec(fd, false);
+            let child = cmd.spawn();
+            set_cloexec(fd, true);
+            child
+        }
+        None => cmd.arg("--listen").arg(addr).spawn(),
+    }
+    .context("cannot start a server process")?;
+    drop(listener);
+    Ok(child.id())
+}
+
+fn set_cloexec(fd: i32, on: bool) {
+    // SAFETY: fcntl on a valid fd we own; only the FD_CLOEXEC flag changes.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
+            libc::fcntl(fd, libc::F_SETFD, new);
+        }
+    }
+}
+
+fn read_state(dir: &Path) -> anyhow::Result<ClusterState> {
+    let text = std::fs::read_to_string(state_path(dir))
+        .with_context(|| format!("no local cluster in {} (cluster-state.json missing)", dir.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn write_state(dir: &Path, st: &ClusterState) -> anyhow::Result<()> {
+    std::fs::write(state_path(dir), serde_json::to_string_pretty(st)?)?;
+    Ok(())
+}
+
+/// True if `pid` is alive and is a myriad server (never signal a recycled pid).
+fn pid_is_server(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let s = String::from_utf8_lossy(&c);
+            s.contains("myriad") && s.contains("server")
+        })
+        .unwrap_or(false)
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+}
+
+fn signal(pid: u32, sig: i32) {
+    if let Ok(p) = i32::try_from(pid) {
+        // SAFETY: sending a signal to a pid we verified is our server.
+        unsafe {
+            libc::kill(p, sig);
+        }
+    }
+}
+
+pub fn down(dir: &Path) -> anyhow::Result<()> {
+    let st = read_state(dir)?;
+    let live: Vec<u32> = st.nodes.iter().map(|n| n.pid).filter(|&p| pid_is_server(p)).collect();
+    for &p in &live {
+        signal(p, libc::SIGTERM);
+    }
+    let start = Instant::now();
+    while live.iter().any(|&p| pid_is_server(p)) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &p in &live {
+        if pid_is_server(p) {
+            signal(p, libc::SIGKILL);
+        }
+    }
+    Ok(())
+}
+
+pub async fn run(cmd: ClusterCmd, cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<()> {
+    match cmd {
+        ClusterCmd::Up { nodes, data_dir } => {
+            let c = LocalCluster::up(&data_dir, nodes).await?;
+            let map = map_path(&data_dir);
+            println!("Myriad cluster of {nodes} nodes is up (map epoch {}):", c.map.epoch);
+            for n in &c.map.nodes {
+                println!("  node {}  {}  data {}", n.id, n.addr, data_dir.join(format!("node-{}", n.id)).display());
+            }
+            println!("\nUse it:\n  export MYRIAD_CLUSTER={}\n  myriad ls -l /\n  myriad cluster status\nStop it:\n  myriad cluster down --data-dir {}", map.display(), data_dir.display());
+            Ok(())
+        }
+        ClusterCmd::Down { data_dir } => {
+            down(&data_dir)?;
+            println!("cluster in {} is down", data_dir.display());
+            Ok(())
+        }
+        ClusterCmd::StartNode { data_dir, node } => {
+            let mut st = read_state(&data_dir)?;
+            let Some(entry) = st.nodes.iter_mut().find(|n| n.id == node) else { bail!("no node {node} in this cluster") };
+            if pid_is_server(entry.pid) {
+                bail!("node {node} is already running (pid {})", entry.pid);
+            }
+            entry.pid = spawn_node(&data_dir, node, None, &entry.addr)?;
+            let pid = entry.pid;
+            write_state(&data_dir, &st)?;
+            println!("node {node} started (pid {pid})");
+            Ok(())
+        }
+        ClusterCmd::Status => {
+            let client = crate::fs_cmds::connect(cluster, timeout)?;
+            let map = client.map();
+            println!("cluster map epoch {}, {} nodes, chunk {} KiB, inline max {} KiB", map.epoch, map.nodes.len(), map.chunk_size_bytes / 1024, map.inline_max_bytes / 1024);
+            for (id, r) in client.all_counters().await {
+                let addr = map.node(id).map(|n| n.addr.clone()).unwrap_or_default();
+                match r {
+                    Ok(c) => {
+                        let ops: Vec<String> = c.client_requests.iter().map(|o| format!("{}={}", o.op, o.count)).collect();
+                        let s2s: Vec<String> = c.server_requests.iter().map(|o| format!("{}={}", o.op, o.count)).collect();
+                        println!("node {id} {addr} up   epoch {}  fsyncs {} ({} mutations)", c.epoch, c.syncs, c.synced_mutations);
+                        println!("    client requests: {}", if ops.is_empty() { "-".into() } else { ops.join(" ") });
+                        println!("    server requests: {} (sent {})", if s2s.is_empty() { "-".into() } else { s2s.join(" ") }, c.server_requests_sent);
+                    }
+                    Err(e) => println!("node {id} {addr} DOWN ({e})"),
+                }
+            }
+            Ok(())
+        }
+        ClusterCmd::ResetCounters => {
+            let client = crate::fs_cmds::connect(cluster, timeout)?;
+            client.reset_counters().await?;
+            println!("counters reset on every node");
+            Ok(())
+        }
+    }
+}

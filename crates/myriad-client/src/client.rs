@@ -1,0 +1,395 @@
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use myriad_net::{Pool, PoolConfig};
+use myriad_placement::{ClusterMap, NodeId, Ring, parent_of};
+use myriad_proto::{
+    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, RenameFlags, Request, Response, SetAttr,
+    StatFs, limits, validate_path,
+};
+
+/// Retries after redirects or `MapTooOld` before giving up (each one means the map changed).
+const MAP_RETRIES_MAX: u32 = 5;
+/// Page size for readdir: large pages make `ls -l` of N entries cost N / 1024 requests.
+pub const READDIR_PAGE: u32 = 1024;
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub map: ClusterMap,
+    pub caller: Caller,
+    /// Deadline of one request; also bounds retries of a busy entry.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl ClientConfig {
+    #[must_use]
+    pub fn new(map: ClusterMap, caller: Caller) -> ClientConfig {
+        ClientConfig { map, caller, request_timeout: Duration::from_secs(10), connect_timeout: Duration::from_secs(2) }
+    }
+}
+
+struct MapState {
+    map: ClusterMap,
+    ring: Ring,
+}
+
+/// Where a request must go.
+#[derive(Clone, Debug)]
+pub(crate) enum Route {
+    /// The node holding the entry of this path (its parent's directory object).
+    Entry(String),
+    /// The node holding the directory object of this path.
+    Dir(String),
+    /// The node holding chunk `.1` (>= 1) of inode `.0`.
+    Chunk(u64, u64),
+    Node(NodeId),
+}
+
+pub struct Client {
+    state: RwLock<Arc<MapState>>,
+    pool: Pool,
+    config: ClientConfig,
+}
+
+impl Client {
+    pub fn new(config: ClientConfig) -> Result<Client, FsError> {
+        config.map.validate().map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        let ring = config.map.ring();
+        let pool = Pool::new(PoolConfig {
+            me: PeerKind::Client,
+            connect_timeout: config.connect_timeout,
+            request_timeout: config.request_timeout,
+        });
+        Ok(Client { state: RwLock::new(Arc::new(MapState { map: config.map.clone(), ring })), pool, config })
+    }
+
+    fn st(&self) -> Arc<MapState> {
+        match self.state.read() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    #[must_use]
+    pub fn map(&self) -> ClusterMap {
+        self.st().map.clone()
+    }
+
+    #[must_use]
+    pub fn caller(&self) -> &Caller {
+        &self.config.caller
+    }
+
+    fn adopt(&self, map: ClusterMap) -> bool {
+        if map.validate().is_err() {
+            return false;
+        }
+        let Ok(mut g) = self.state.write() else { return false };
+        if map.epoch <= g.map.epoch {
+            return false;
+        }
+        tracing::debug!(epoch = map.epoch, "client adopted newer cluster map");
+        let ring = map.ring();
+        *g = Arc::new(MapState { map, ring });
+        true
+    }
+
+    fn node_for(st: &MapState, route: &Route) -> NodeId {
+        match route {
+            Route::Entry(p) => st.ring.owner_of_entry(p),
+            Route::Dir(p) => st.ring.owner_of_dir(p),
+            Route::Chunk(ino, c) => st.ring.owner_of_chunk(*ino, *c),
+            Route::Node(n) => *n,
+        }
+    }
+
+    /// Sends `req` to the node `route` names under the current map, following redirects,
+    /// pushing our map to nodes that are behind, and retrying `Busy` until the deadline.
+    pub(crate) async fn call(&self, route: Route, req: Request) -> Result<Response, FsError> {
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        let mut map_retries = 0;
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            let st = self.st();
+            let node = Self::node_for(&st, &route);
+            let addr = st
+                .map
+                .node(node)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| FsError::Unavailable(format!("node {node} is not in the cluster map")))?;
+            let result = self.pool.call(&addr, st.map.epoch, &self.config.caller, req.clone()).await;
+            match result {
+                Err(FsError::Redirect(map)) => {
+                    map_retries += 1;
+                    if !self.adopt(*map) || map_retries > MAP_RETRIES_MAX {
+                        return Err(FsError::Protocol(format!("node {node} redirected but offered no newer map")));
+                    }
+                }
+                Err(FsError::MapTooOld(_)) => {
+                    map_retries += 1;
+                    if map_retries > MAP_RETRIES_MAX {
+                        return Err(FsError::Protocol(format!("node {node} keeps an old cluster map")));
+                    }
+                    let push = Request::InstallMap(Box::new(st.map.clone()));
+                    self.pool.call(&addr, st.map.epoch, &self.config.caller, push).await?;
+                }
+                Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Turns a `NotFound` into `NotADirectory` when an ancestor is not a directory, as POSIX
+    /// requires. Costs extra requests only on the error path.
+    pub(crate) async fn refine(&self, path: &str, err: FsError) -> FsError {
+        if err != FsError::NotFound {
+            return err;
+        }
+        let mut p = parent_of(path).to_string();
+        while p != "/" {
+            match self.call(Route::Entry(p.clone()), Request::Stat { path: p.clone() }).await {
+                Ok(Response::Attr(i)) if i.kind != FileKind::Directory => return FsError::NotADirectory,
+                Ok(_) => return FsError::NotFound,
+                Err(_) => p = parent_of(&p).to_string(),
+            }
+        }
+        FsError::NotFound
+    }
+
+    async fn entry_op(&self, path: &str, req: Request) -> Result<Response, FsError> {
+        validate_path(path)?;
+        match self.call(Route::Entry(path.to_string()), req).await {
+            Err(e) => Err(self.refine(path, e).await),
+            ok => ok,
+        }
+    }
+
+    // ---- metadata ----
+
+    pub async fn stat(&self, path: &str) -> Result<Inode, FsError> {
+        expect_attr(self.entry_op(path, Request::Stat { path: path.to_string() }).await?)
+    }
+
+    /// Attributes of many names in one directory, in one round trip per 4096 names.
+    pub async fn stat_many(&self, dir: &str, names: &[String]) -> Result<Vec<Result<Inode, FsError>>, FsError> {
+        validate_path(dir)?;
+        let mut out = Vec::with_capacity(names.len());
+        for chunk in names.chunks(limits::STAT_MANY_MAX) {
+            let req = Request::StatMany { dir: dir.to_string(), names: chunk.to_vec() };
+            match self.call(Route::Dir(dir.to_string()), req).await? {
+                Response::Attrs(a) => out.extend(a),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Attributes and contents of a file in one round trip to one node when it is inline
+    /// (size <= inline_max_bytes); bigger files continue with chunk reads.
+    pub async fn fetch(&self, path: &str) -> Result<(Inode, Vec<u8>), FsError> {
+        let max_bytes = self.st().map.inline_max_bytes;
+        let (inode, mut data) = match self.entry_op(path, Request::Fetch { path: path.to_string(), max_bytes }).await? {
+            Response::Fetched { inode, data } => (inode, data),
+            other => return Err(unexpected(&other)),
+        };
+        if inode.kind == FileKind::Directory {
+            return Err(FsError::IsADirectory);
+        }
+        if inode.kind == FileKind::File && (data.len() as u64) < inode.size {
+            let handle = crate::FileHandle { path: path.to_string(), inode: inode.clone() };
+            let rest = self.read(&handle, data.len() as u64, inode.size - data.len() as u64).await?;
+            data.extend_from_slice(&rest);
+        }
+        Ok((inode, data))
+    }
+
+    pub async fn readdir_page(&self, path: &str, after: Option<String>, limit: u32) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
+        validate_path(path)?;
+        let req = Request::ReadDir { path: path.to_string(), after, limit };
+        match self.call(Route::Dir(path.to_string()), req).await {
+            Ok(Response::DirPage { entries, next }) => Ok((entries, next)),
+            Ok(other) => Err(unexpected(&other)),
+            Err(FsError::NotFound) => Err(match self.stat(path).await {
+                Ok(i) if i.kind != FileKind::Directory => FsError::NotADirectory,
+                Ok(_) => FsError::NotFound,
+                Err(e) => e,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every entry of a directory with attributes (readdirplus), in pages of 1024.
+    pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let (entries, next) = self.readdir_page(path, after, READDIR_PAGE).await?;
+            out.extend(entries);
+            match next {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
+        expect_attr(self.entry_op(path, Request::Mkdir { path: path.to_string(), mode }).await?)
+    }
+
+    /// Creates `path` and any missing ancestors; existing directories are fine.
+    pub async fn mkdir_p(&self, path: &str, mode: u32) -> Result<(), FsError> {
+        validate_path(path)?;
+        if path == "/" {
+            return Ok(());
+        }
+        let mut cur = String::new();
+        for name in path[1..].split('/') {
+            cur.push('/');
+            cur.push_str(name);
+            match self.mkdir(&cur, mode).await {
+                Ok(_) => {}
+                Err(FsError::AlreadyExists) => {
+                    if self.stat(&cur).await?.kind != FileKind::Directory {
+                        return Err(FsError::NotADirectory);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
+        self.entry_op(path, Request::Rmdir { path: path.to_string() }).await.map(|_| ())
+    }
+
+    pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
+        self.entry_op(path, Request::Unlink { path: path.to_string() }).await.map(|_| ())
+    }
+
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<Inode, FsError> {
+        expect_attr(self.entry_op(path, Request::Symlink { path: path.to_string(), target: target.to_string() }).await?)
+    }
+
+    pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
+        match self.entry_op(path, Request::Readlink { path: path.to_string() }).await? {
+            Response::Link(t) => Ok(t),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn setattr(&self, path: &str, set: SetAttr) -> Result<Inode, FsError> {
+        expect_attr(self.entry_op(path, Request::SetAttr { path: path.to_string(), set }).await?)
+    }
+
+    pub async fn chmod(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
+        self.setattr(path, SetAttr { mode: Some(mode), ..SetAttr::default() }).await
+    }
+
+    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<Inode, FsError> {
+        self.setattr(path, SetAttr { uid, gid, ..SetAttr::default() }).await
+    }
+
+    pub async fn utimens(&self, path: &str, atime_ns: Option<i64>, mtime_ns: Option<i64>) -> Result<Inode, FsError> {
+        self.setattr(path, SetAttr { atime_ns, mtime_ns, ..SetAttr::default() }).await
+    }
+
+    pub async fn rename(&self, from: &str, to: &str, flags: RenameFlags) -> Result<(), FsError> {
+        validate_path(to)?;
+        self.entry_op(from, Request::Rename { from: from.to_string(), to: to.to_string(), flags }).await.map(|_| ())
+    }
+
+    // ---- cluster ----
+
+    /// Capacity and usage summed over every node.
+    pub async fn statfs(&self) -> Result<StatFs, FsError> {
+        let mut total = StatFs::default();
+        for n in self.st().map.nodes.clone() {
+            match self.call(Route::Node(n.id), Request::StatFs).await? {
+                Response::StatFs(s) => {
+                    total.total_bytes += s.total_bytes;
+                    total.free_bytes += s.free_bytes;
+                    total.used_bytes += s.used_bytes;
+                    total.files += s.files;
+                }
+                other => return Err(unexpected(&other)),
+            }
+        }
+        Ok(total)
+    }
+
+    pub async fn counters(&self, node: NodeId) -> Result<CounterSnapshot, FsError> {
+        match self.call(Route::Node(node), Request::GetCounters).await? {
+            Response::Counters(c) => Ok(c),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Counters of every node in the map, in map order.
+    pub async fn all_counters(&self) -> Vec<(NodeId, Result<CounterSnapshot, FsError>)> {
+        let nodes = self.st().map.nodes.clone();
+        let futs = nodes.iter().map(|n| async move { (n.id, self.counters(n.id).await) });
+        futures::future::join_all(futs).await
+    }
+
+    pub async fn reset_counters(&self) -> Result<(), FsError> {
+        for n in self.st().map.nodes.clone() {
+            self.call(Route::Node(n.id), Request::ResetCounters).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn get_map(&self, node: NodeId) -> Result<ClusterMap, FsError> {
+        match self.call(Route::Node(node), Request::GetMap).await? {
+            Response::Map(m) => Ok(*m),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Adopts `map` here and pushes it to every node it lists.
+    pub async fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
+        map.validate().map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        for n in &map.nodes {
+            self.pool.call(&n.addr, map.epoch, &self.config.caller, Request::InstallMap(Box::new(map.clone()))).await?;
+        }
+        self.adopt(map);
+        Ok(())
+    }
+
+    /// Raw round trip to one node: the transport floor for benchmarks.
+    pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
+        match self.call(Route::Node(node), Request::Echo(payload)).await? {
+            Response::Echo(p) => Ok(p),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Which node holds the entry of `path` under the current map.
+    #[must_use]
+    pub fn owner_of_entry(&self, path: &str) -> NodeId {
+        self.st().ring.owner_of_entry(path)
+    }
+
+    pub(crate) fn chunk_size(&self) -> u64 {
+        self.st().map.chunk_size_bytes
+    }
+
+    pub(crate) fn inline_max(&self) -> u64 {
+        self.st().map.inline_max_bytes
+    }
+}
+
+pub(crate) fn expect_attr(r: Response) -> Result<Inode, FsError> {
+    match r {
+        Response::Attr(i) => Ok(i),
+        other => Err(unexpected(&other)),
+    }
+}
+
+pub(crate) fn unexpected(r: &Response) -> FsError {
+    FsError::Protocol(format!("unexpected response {:?}", std::mem::discriminant(r)))
+}

@@ -1,0 +1,157 @@
+//! File data: create, open, read and write at any offset, truncate.
+//!
+//! A file's bytes are split in chunks (default 4 MiB). Chunk 0 lives with the inode on the
+//! entry's node, so small files are one request; chunk k >= 1 lives on the node placement
+//! picks for (ino, k). A write that reaches beyond chunk 0 writes its chunk pieces in parallel,
+//! then raises the size on the inode's node once (`ExtendSize`).
+
+use myriad_proto::{FileKind, FsError, Inode, Request, Response, limits, validate_path};
+
+use crate::client::{Client, Route, expect_attr, unexpected};
+
+/// An open file: its path and the inode seen at open. Operations check the inode id, so a
+/// handle whose file was replaced or removed gets `Stale` instead of touching another file.
+#[derive(Clone, Debug)]
+pub struct FileHandle {
+    pub path: String,
+    pub inode: Inode,
+}
+
+impl Client {
+    /// Creates a file with `data` as its contents. Up to one chunk, this is one atomic request
+    /// to one node (the inode, its entry and its bytes are written together).
+    pub async fn create(&self, path: &str, mode: u32, exclusive: bool, data: &[u8]) -> Result<FileHandle, FsError> {
+        validate_path(path)?;
+        let first = data.len().min(usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX));
+        let req = Request::Create { path: path.to_string(), mode, exclusive, data: data[..first].to_vec() };
+        let inode = match self.call(Route::Entry(path.to_string()), req).await {
+            Ok(r) => expect_attr(r)?,
+            Err(e) => return Err(self.refine(path, e).await),
+        };
+        let mut handle = FileHandle { path: path.to_string(), inode };
+        if first < data.len() {
+            handle.inode = self.write(&handle, first as u64, &data[first..]).await?;
+        }
+        Ok(handle)
+    }
+
+    /// Opens an existing regular file.
+    pub async fn open(&self, path: &str) -> Result<FileHandle, FsError> {
+        let inode = self.stat(path).await?;
+        match inode.kind {
+            FileKind::File => Ok(FileHandle { path: path.to_string(), inode }),
+            FileKind::Directory => Err(FsError::IsADirectory),
+            FileKind::Symlink => Err(FsError::InvalidArgument("is a symbolic link".into())),
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset`. Short only at end of file.
+    pub async fn read(&self, h: &FileHandle, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        let cs = self.chunk_size();
+        let mut size = h.inode.size;
+        let mut out = Vec::new();
+        let mut pos = offset;
+        let end = offset.saturating_add(len);
+        // Chunk 0 first: its reply carries the current size.
+        if pos < cs && pos < end {
+            let n = (end.min(cs) - pos).min(limits::IO_BYTES_MAX);
+            let req = Request::Read { path: h.path.clone(), ino: h.inode.ino, offset: pos, len: n };
+            match self.call(Route::Entry(h.path.clone()), req).await? {
+                Response::Data { inode, data } => {
+                    if let Some(i) = inode {
+                        size = i.size;
+                    }
+                    let got = data.len() as u64;
+                    out.extend_from_slice(&data);
+                    pos += got;
+                    if got < n {
+                        return Ok(out);
+                    }
+                }
+                other => return Err(unexpected(&other)),
+            }
+        }
+        let end = end.min(size);
+        let mut pieces = Vec::new();
+        while pos < end {
+            let chunk = pos / cs;
+            let in_chunk = pos % cs;
+            let n = (cs - in_chunk).min(end - pos).min(limits::IO_BYTES_MAX);
+            pieces.push((chunk, in_chunk, n));
+            pos += n;
+        }
+        let futs = pieces.iter().map(|&(chunk, off, n)| async move {
+            let req = Request::ReadChunk { ino: h.inode.ino, chunk, offset: off, len: n };
+            match self.call(Route::Chunk(h.inode.ino, chunk), req).await? {
+                Response::Data { data, .. } => Ok(data),
+                other => Err(unexpected(&other)),
+            }
+        });
+        for r in futures::future::join_all(futs).await {
+            out.extend_from_slice(&r?);
+        }
+        Ok(out)
+    }
+
+    /// Reads a whole file.
+    pub async fn read_all(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        if self.stat(path).await?.size <= self.inline_max() {
+            return self.fetch(path).await.map(|(_, d)| d);
+        }
+        let h = self.open(path).await?;
+        self.read(&h, 0, h.inode.size).await
+    }
+
+    /// Writes `data` at `offset`; returns the inode after the write. Durable on return.
+    pub async fn write(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<Inode, FsError> {
+        let cs = self.chunk_size();
+        let end = offset.checked_add(data.len() as u64).ok_or(FsError::TooLarge)?;
+        let mut chunk0 = Vec::new();
+        let mut others = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            let chunk = pos / cs;
+            let in_chunk = pos % cs;
+            let n = (cs - in_chunk).min(end - pos).min(limits::IO_BYTES_MAX);
+            let slice = &data[usize::try_from(pos - offset).unwrap_or(0)..usize::try_from(pos - offset + n).unwrap_or(0)];
+            if chunk == 0 {
+                chunk0.push((in_chunk, slice));
+            } else {
+                others.push((chunk, in_chunk, slice));
+            }
+            pos += n;
+        }
+        let futs = others.iter().map(|&(chunk, off, slice)| async move {
+            let req = Request::WriteChunk { ino: h.inode.ino, chunk, offset: off, data: slice.to_vec() };
+            self.call(Route::Chunk(h.inode.ino, chunk), req).await
+        });
+        for r in futures::future::join_all(futs).await {
+            r?;
+        }
+        let mut inode = h.inode.clone();
+        for (off, slice) in chunk0 {
+            let req = Request::Write { path: h.path.clone(), ino: h.inode.ino, offset: off, data: slice.to_vec() };
+            inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
+        }
+        if end > cs {
+            let req = Request::ExtendSize { path: h.path.clone(), ino: h.inode.ino, size: end };
+            inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
+        }
+        Ok(inode)
+    }
+
+    pub async fn truncate(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
+        let req = Request::Truncate { path: h.path.clone(), ino: h.inode.ino, size };
+        expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)
+    }
+
+    /// Every acknowledged write is already durable (fsynced by group commit on its node), so
+    /// there is nothing to flush; this checks the file still exists.
+    pub async fn fsync(&self, h: &FileHandle) -> Result<(), FsError> {
+        let i = self.stat(&h.path).await?;
+        if i.ino != h.inode.ino {
+            return Err(FsError::Stale);
+        }
+        Ok(())
+    }
+}
