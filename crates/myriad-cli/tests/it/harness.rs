@@ -1,0 +1,117 @@
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_myriad");
+
+/// A local cluster of real server processes; stopped (by pid) when dropped.
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub map: ClusterMap,
+}
+
+impl TestCluster {
+    pub fn start(nodes: usize) -> TestCluster {
+        let dir = tempfile::Builder::new().prefix("myriad-it-").tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let out = Command::new(BIN)
+            .args(["cluster", "up", "--nodes", &nodes.to_string(), "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run myriad: {e}"));
+        assert!(out.status.success(), "cluster up failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(dir.path().join("cluster.json")).unwrap_or_else(|e| panic!("{e}"));
+        let map = ClusterMap::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
+        TestCluster { dir, map }
+    }
+
+    pub fn map_file(&self) -> PathBuf {
+        self.dir.path().join("cluster.json")
+    }
+
+    pub fn client(&self) -> Client {
+        self.client_with(self.map.clone(), Duration::from_secs(10))
+    }
+
+    pub fn client_with(&self, map: ClusterMap, timeout: Duration) -> Client {
+        let mut cfg = ClientConfig::new(map, Caller { uid: 1000, gid: 1000, groups: vec![] });
+        cfg.request_timeout = timeout;
+        cfg.connect_timeout = Duration::from_secs(1);
+        Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn pid(&self, node: u32) -> i32 {
+        let text = std::fs::read_to_string(self.dir.path().join("cluster-state.json")).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        v["nodes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|n| n["id"].as_u64() == Some(u64::from(node))))
+            .and_then(|n| n["pid"].as_i64())
+            .and_then(|p| i32::try_from(p).ok())
+            .unwrap_or_else(|| panic!("no pid for node {node}"))
+    }
+
+    /// kill -9 of one node's process.
+    pub fn kill9(&self, node: u32) {
+        let pid = self.pid(node);
+        // SAFETY: signalling a server process this test started.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        // Reap is not ours (the CLI detached it); wait until it is gone.
+        for _ in 0..200 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z ") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn restart(&self, node: u32) {
+        let out = Command::new(BIN)
+            .args(["cluster", "start-node", "--node", &node.to_string(), "--data-dir"])
+            .arg(self.dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "start-node failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Waits until `node` answers an echo.
+    pub async fn wait_up(&self, client: &Client, node: u32) {
+        for _ in 0..200 {
+            if client.echo(node, vec![]).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("node {node} did not come back");
+    }
+
+    /// Runs the CLI against this cluster.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .arg("--cluster")
+            .arg(self.map_file())
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN).args(["cluster", "down", "--data-dir"]).arg(self.dir.path()).output();
+    }
+}
+
+/// A directory path whose directory object lives on `node`, with a unique prefix.
+pub fn dir_on_node(client: &Client, map: &ClusterMap, node: u32, prefix: &str) -> String {
+    let ring = map.ring();
+    let _ = client;
+    (0..10_000)
+        .map(|i| format!("/{prefix}{i}"))
+        .find(|p| ring.owner_of_dir(p) == node)
+        .unwrap_or_else(|| panic!("no path for node {node}"))
+}

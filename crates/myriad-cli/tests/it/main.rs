@@ -1,0 +1,9 @@
+//! Integration tests: real `myriad server` processes on 127.0.0.1, started through
+//! `myriad cluster up`, driven with the native client over real sockets.
+
+mod bad_input;
+mod counting;
+mod crash;
+mod harness;
+mod ops;
+mod redirect;
