@@ -15,6 +15,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: the servers allocate and free many small buffers per request; glibc malloc cost
+/// ~8% of CPU in the fetch profile (see BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "myriad", version, about = "Myriad: a distributed file system for huge numbers of small files")]
 #[command(after_help = "Start here:\n  myriad demo                       bring up a 4-node local cluster, write and verify 20,000 small files\n  myriad cluster up --nodes 4 --data-dir /tmp/myr\n  export MYRIAD_CLUSTER=/tmp/myr/cluster.json\n  myriad put ./some/dir /dir && myriad ls -l /dir")]

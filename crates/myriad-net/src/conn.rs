@@ -56,6 +56,7 @@ impl RpcConn {
         let (rd, wr) = stream.into_split();
         let mut reader = FramedRead::new(rd, frame_codec());
         let mut writer = FramedWrite::new(wr, frame_codec());
+    writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
 
         let hello = Hello { magic: MAGIC, version: PROTOCOL_VERSION, peer: me };
         let bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;

@@ -7,3 +7,7 @@ use tokio_util::codec::LengthDelimitedCodec;
 pub fn frame_codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(FRAME_BYTES_MAX).new_codec()
 }
+
+/// Bytes a writer may buffer before it must flush. The default (8 KiB) would flush every two
+/// 4 KiB replies; a larger bound lets one syscall carry a whole batch of replies.
+pub const WRITE_BATCH_BYTES: usize = 256 * 1024;

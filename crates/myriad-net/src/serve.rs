@@ -35,6 +35,7 @@ pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
     let (rd, wr) = stream.into_split();
     let mut reader = FramedRead::new(rd, frame_codec());
     let mut writer = FramedWrite::new(wr, frame_codec());
+    writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
 
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.next()).await {
         Ok(Some(Ok(frame))) => decode::<Hello>(&frame),
@@ -109,7 +110,8 @@ pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
         let peer = peer.clone();
         tokio::spawn(async move {
             let resp = h.handle(peer, req).await;
-            match encode(&resp) {
+            let hint = resp.result.as_ref().map(myriad_proto::Response::size_hint).unwrap_or(256);
+            match myriad_proto::codec::encode_with_capacity(&resp, hint) {
                 Ok(bytes) => {
                     let _ = tx.send(Bytes::from(bytes)).await;
                 }

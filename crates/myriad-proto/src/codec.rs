@@ -16,6 +16,12 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
     postcard::to_allocvec(value).map_err(|e| EncodeError(e.to_string()))
 }
 
+/// Like `encode`, into a buffer sized up front: `to_allocvec` grows by doubling, which for a
+/// 4 KiB reply means several reallocations and copies.
+pub fn encode_with_capacity<T: Serialize>(value: &T, capacity: usize) -> Result<Vec<u8>, EncodeError> {
+    postcard::to_extend(value, Vec::with_capacity(capacity)).map_err(|e| EncodeError(e.to_string()))
+}
+
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     postcard::from_bytes(bytes).map_err(|e| DecodeError(e.to_string()))
 }

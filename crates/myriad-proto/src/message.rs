@@ -229,3 +229,16 @@ pub enum Response {
     Counters(CounterSnapshot),
     Map(Box<ClusterMap>),
 }
+
+impl Response {
+    /// Bytes the encoded response needs, roughly: payload plus room for headers.
+    #[must_use]
+    pub fn size_hint(&self) -> usize {
+        const HEADERS: usize = 256;
+        match self {
+            Response::Echo(d) | Response::Fetched { data: d, .. } | Response::Data { data: d, .. } => d.len() + HEADERS,
+            Response::DirPage { entries, .. } => entries.len() * 96 + HEADERS,
+            _ => HEADERS,
+        }
+    }
+}
