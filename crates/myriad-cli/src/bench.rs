@@ -91,14 +91,22 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             (Some(t), p)
         }
     };
-    eprintln!("bench {name}: {}-node local cluster, {} in flight, {} B files, {} ops per phase", args.nodes, args.inflight, args.size, args.ops);
+    eprintln!(
+        "bench {name}: {}-node local cluster, {} in flight, {} B files, {} ops per phase",
+        args.nodes, args.inflight, args.size, args.ops
+    );
     let cluster = LocalCluster::up(&dir, args.nodes).await?;
     let result = body(&cluster, name, &args, phases).await;
     cluster.down()?;
     result
 }
 
-async fn body(cluster: &LocalCluster, name: &str, args: &BenchArgs, phases: &[&str]) -> anyhow::Result<()> {
+async fn body(
+    cluster: &LocalCluster,
+    name: &str,
+    args: &BenchArgs,
+    phases: &[&str],
+) -> anyhow::Result<()> {
     let client = Arc::new(cluster.client(std::time::Duration::from_secs(30))?);
     for d in 0..args.dirs {
         client.mkdir_p(&format!("/bench/d{d:03}"), 0o755).await?;
@@ -108,7 +116,10 @@ async fn body(cluster: &LocalCluster, name: &str, args: &BenchArgs, phases: &[&s
     let mut results: Vec<Result_> = Vec::new();
     let mut rpc_rate = 0.0;
     // Warm up connections and server tasks so the baseline is not handicapped by a cold start.
-    let warm = BenchArgs { ops: args.ops.min(20_000), ..args.clone() };
+    let warm = BenchArgs {
+        ops: args.ops.min(20_000),
+        ..args.clone()
+    };
     run_phase(&client, "rpc", &warm, &data).await?;
     for &phase in phases {
         if (phase == "stat" || phase == "fetch") && !created {
@@ -121,13 +132,23 @@ async fn body(cluster: &LocalCluster, name: &str, args: &BenchArgs, phases: &[&s
             created = true;
         }
         let (c, s) = rpc_totals(&client).await?;
-        let fsyncs: u64 = client.all_counters().await.into_iter().filter_map(|(_, r)| r.ok()).map(|c| c.syncs).sum();
+        let fsyncs: u64 = client
+            .all_counters()
+            .await
+            .into_iter()
+            .filter_map(|(_, r)| r.ok())
+            .map(|c| c.syncs)
+            .sum();
         let rate = args.ops as f64 / secs;
         if phase == "rpc" {
             rpc_rate = f64::max(rpc_rate, rate);
         }
         results.push(Result_ {
-            name: if phase == "rpc" && results.iter().any(|r| r.name.starts_with("rpc")) { "rpc-again".to_string() } else { phase.to_string() },
+            name: if phase == "rpc" && results.iter().any(|r| r.name.starts_with("rpc")) {
+                "rpc-again".to_string()
+            } else {
+                phase.to_string()
+            },
             ops: args.ops,
             secs,
             ops_per_sec: rate,
@@ -140,19 +161,44 @@ async fn body(cluster: &LocalCluster, name: &str, args: &BenchArgs, phases: &[&s
     for r in &mut results {
         r.ratio_to_rpc = r.ops_per_sec / rpc_rate.max(1.0);
     }
-    println!("{:<8} {:>9} {:>8} {:>11} {:>10} {:>13} {:>13} {:>8}", "phase", "ops", "seconds", "ops/s", "x rpc", "client RPC/op", "server RPC/op", "fsyncs");
+    println!(
+        "{:<8} {:>9} {:>8} {:>11} {:>10} {:>13} {:>13} {:>8}",
+        "phase", "ops", "seconds", "ops/s", "x rpc", "client RPC/op", "server RPC/op", "fsyncs"
+    );
     for r in &results {
         println!(
             "{:<8} {:>9} {:>8.2} {:>11.0} {:>10.2} {:>13.3} {:>13.3} {:>8}",
-            r.name, r.ops, r.secs, r.ops_per_sec, r.ratio_to_rpc, r.client_rpcs_per_op, r.server_rpcs_per_op, r.fsyncs
+            r.name,
+            r.ops,
+            r.secs,
+            r.ops_per_sec,
+            r.ratio_to_rpc,
+            r.client_rpcs_per_op,
+            r.server_rpcs_per_op,
+            r.fsyncs
         );
     }
-    let report = Report { bench: name.to_string(), nodes: args.nodes, inflight: args.inflight, file_size_bytes: args.size, results };
+    let report = Report {
+        bench: name.to_string(),
+        nodes: args.nodes,
+        inflight: args.inflight,
+        file_size_bytes: args.size,
+        results,
+    };
     std::fs::create_dir_all(&args.out_dir)?;
     let json = args.out_dir.join(format!("bench-{name}.json"));
     std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
     let svg = args.out_dir.join(format!("bench-{name}.svg"));
-    std::fs::write(&svg, bar_chart(&format!("myriad bench {name}: ops/s ({} nodes, {} in flight)", args.nodes, args.inflight), &report.results))?;
+    std::fs::write(
+        &svg,
+        bar_chart(
+            &format!(
+                "myriad bench {name}: ops/s ({} nodes, {} in flight)",
+                args.nodes, args.inflight
+            ),
+            &report.results,
+        ),
+    )?;
     println!("\nresults: {} and {}", json.display(), svg.display());
     Ok(())
 }
@@ -162,7 +208,12 @@ fn bench_path(args: &BenchArgs, i: u64) -> String {
 }
 
 /// Runs `args.ops` operations of one kind with `args.inflight` in flight; returns seconds.
-async fn run_phase(client: &Arc<Client>, phase: &str, args: &BenchArgs, data: &Arc<Vec<u8>>) -> anyhow::Result<f64> {
+async fn run_phase(
+    client: &Arc<Client>,
+    phase: &str,
+    args: &BenchArgs,
+    data: &Arc<Vec<u8>>,
+) -> anyhow::Result<f64> {
     let nodes: Vec<u32> = client.map().nodes.iter().map(|n| n.id).collect();
     let t = Instant::now();
     let mut s = futures::stream::iter((0..args.ops).map(|i| {
@@ -191,7 +242,9 @@ fn bar_chart(title: &str, results: &[Result_]) -> String {
     let max = results.iter().map(|r| r.ops_per_sec).fold(1.0, f64::max);
     let (w, bar_h, gap, left) = (720.0, 28.0, 14.0, 90.0);
     let h = 60.0 + results.len() as f64 * (bar_h + gap);
-    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"13\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"24\" font-size=\"15\">{title}</text>\n");
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"13\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"24\" font-size=\"15\">{title}</text>\n"
+    );
     for (i, r) in results.iter().enumerate() {
         let y = 44.0 + i as f64 * (bar_h + gap);
         let bw = (w - left - 170.0) * r.ops_per_sec / max;

@@ -79,17 +79,21 @@ impl LocalCluster {
             bail!("--nodes must be 1..=64");
         }
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        if state_path(dir).exists() {
-            if let Ok(st) = read_state(dir) {
-                if st.nodes.iter().any(|nd| pid_is_server(nd.pid)) {
-                    bail!("a cluster is already running in {} (run `myriad cluster down --data-dir {}`)", dir.display(), dir.display());
-                }
-            }
+        if state_path(dir).exists()
+            && let Ok(st) = read_state(dir)
+            && st.nodes.iter().any(|nd| pid_is_server(nd.pid))
+        {
+            bail!(
+                "a cluster is already running in {} (run `myriad cluster down --data-dir {}`)",
+                dir.display(),
+                dir.display()
+            );
         }
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
         for _ in 0..n {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a port on 127.0.0.1")?;
+            let l = std::net::TcpListener::bind("127.0.0.1:0")
+                .context("cannot bind a port on 127.0.0.1")?;
             addrs.push(l.local_addr()?.to_string());
             listeners.push(l);
         }
@@ -98,10 +102,17 @@ impl LocalCluster {
         let mut state = ClusterState { nodes: Vec::new() };
         for (node, listener) in map.nodes.iter().zip(listeners) {
             let pid = spawn_node(dir, node.id, Some(listener), &node.addr)?;
-            state.nodes.push(NodeState { id: node.id, pid, addr: node.addr.clone() });
+            state.nodes.push(NodeState {
+                id: node.id,
+                pid,
+                addr: node.addr.clone(),
+            });
         }
         write_state(dir, &state)?;
-        let cluster = LocalCluster { dir: dir.to_path_buf(), map };
+        let cluster = LocalCluster {
+            dir: dir.to_path_buf(),
+            map,
+        };
         cluster.wait_ready(Duration::from_secs(20)).await?;
         Ok(cluster)
     }
@@ -120,7 +131,12 @@ impl LocalCluster {
                 match client.echo(n.id, Vec::new()).await {
                     Ok(_) => break,
                     Err(e) if start.elapsed() > within => {
-                        bail!("node {} at {} did not come up: {e} (see {})", n.id, n.addr, self.dir.join(format!("node-{}.log", n.id)).display())
+                        bail!(
+                            "node {} at {} did not come up: {e} (see {})",
+                            n.id,
+                            n.addr,
+                            self.dir.join(format!("node-{}.log", n.id)).display()
+                        )
                     }
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
@@ -143,11 +159,19 @@ impl LocalCluster {
 
 /// Spawns one `myriad server` child, detached from our process group so Ctrl-C of the CLI
 /// does not reach it, logging to `node-<id>.log`.
-fn spawn_node(dir: &Path, id: u32, listener: Option<std::net::TcpListener>, addr: &str) -> anyhow::Result<u32> {
+fn spawn_node(
+    dir: &Path,
+    id: u32,
+    listener: Option<std::net::TcpListener>,
+    addr: &str,
+) -> anyhow::Result<u32> {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the myriad executable")?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("node-{id}.log")))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("node-{id}.log")))?;
     let mut cmd = Command::new(exe);
     cmd.arg("server")
         .arg("--data-dir")
@@ -182,15 +206,23 @@ fn set_cloexec(fd: i32, on: bool) {
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
         if flags >= 0 {
-            let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
+            let new = if on {
+                flags | libc::FD_CLOEXEC
+            } else {
+                flags & !libc::FD_CLOEXEC
+            };
             libc::fcntl(fd, libc::F_SETFD, new);
         }
     }
 }
 
 fn read_state(dir: &Path) -> anyhow::Result<ClusterState> {
-    let text = std::fs::read_to_string(state_path(dir))
-        .with_context(|| format!("no local cluster in {} (cluster-state.json missing)", dir.display()))?;
+    let text = std::fs::read_to_string(state_path(dir)).with_context(|| {
+        format!(
+            "no local cluster in {} (cluster-state.json missing)",
+            dir.display()
+        )
+    })?;
     Ok(serde_json::from_str(&text)?)
 }
 
@@ -207,7 +239,9 @@ fn pid_is_server(pid: u32) -> bool {
             s.contains("myriad") && s.contains("server")
         })
         .unwrap_or(false)
-        && std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
 }
 
 fn signal(pid: u32, sig: i32) {
@@ -221,7 +255,12 @@ fn signal(pid: u32, sig: i32) {
 
 pub fn down(dir: &Path) -> anyhow::Result<()> {
     let st = read_state(dir)?;
-    let live: Vec<u32> = st.nodes.iter().map(|n| n.pid).filter(|&p| pid_is_server(p)).collect();
+    let live: Vec<u32> = st
+        .nodes
+        .iter()
+        .map(|n| n.pid)
+        .filter(|&p| pid_is_server(p))
+        .collect();
     for &p in &live {
         signal(p, libc::SIGTERM);
     }
@@ -237,16 +276,32 @@ pub fn down(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(cmd: ClusterCmd, cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<()> {
+pub async fn run(
+    cmd: ClusterCmd,
+    cluster: Option<PathBuf>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::Up { nodes, data_dir } => {
             let c = LocalCluster::up(&data_dir, nodes).await?;
             let map = map_path(&data_dir);
-            println!("Myriad cluster of {nodes} nodes is up (map epoch {}):", c.map.epoch);
+            println!(
+                "Myriad cluster of {nodes} nodes is up (map epoch {}):",
+                c.map.epoch
+            );
             for n in &c.map.nodes {
-                println!("  node {}  {}  data {}", n.id, n.addr, data_dir.join(format!("node-{}", n.id)).display());
+                println!(
+                    "  node {}  {}  data {}",
+                    n.id,
+                    n.addr,
+                    data_dir.join(format!("node-{}", n.id)).display()
+                );
             }
-            println!("\nUse it:\n  export MYRIAD_CLUSTER={}\n  myriad ls -l /\n  myriad cluster status\nStop it:\n  myriad cluster down --data-dir {}", map.display(), data_dir.display());
+            println!(
+                "\nUse it:\n  export MYRIAD_CLUSTER={}\n  myriad ls -l /\n  myriad cluster status\nStop it:\n  myriad cluster down --data-dir {}",
+                map.display(),
+                data_dir.display()
+            );
             Ok(())
         }
         ClusterCmd::Down { data_dir } => {
@@ -256,7 +311,9 @@ pub async fn run(cmd: ClusterCmd, cluster: Option<PathBuf>, timeout: Duration) -
         }
         ClusterCmd::StartNode { data_dir, node } => {
             let mut st = read_state(&data_dir)?;
-            let Some(entry) = st.nodes.iter_mut().find(|n| n.id == node) else { bail!("no node {node} in this cluster") };
+            let Some(entry) = st.nodes.iter_mut().find(|n| n.id == node) else {
+                bail!("no node {node} in this cluster")
+            };
             if pid_is_server(entry.pid) {
                 bail!("node {node} is already running (pid {})", entry.pid);
             }
@@ -269,16 +326,48 @@ pub async fn run(cmd: ClusterCmd, cluster: Option<PathBuf>, timeout: Duration) -
         ClusterCmd::Status => {
             let client = crate::fs_cmds::connect(cluster, timeout)?;
             let map = client.map();
-            println!("cluster map epoch {}, {} nodes, chunk {} KiB, inline max {} KiB", map.epoch, map.nodes.len(), map.chunk_size_bytes / 1024, map.inline_max_bytes / 1024);
+            println!(
+                "cluster map epoch {}, {} nodes, chunk {} KiB, inline max {} KiB",
+                map.epoch,
+                map.nodes.len(),
+                map.chunk_size_bytes / 1024,
+                map.inline_max_bytes / 1024
+            );
             for (id, r) in client.all_counters().await {
                 let addr = map.node(id).map(|n| n.addr.clone()).unwrap_or_default();
                 match r {
                     Ok(c) => {
-                        let ops: Vec<String> = c.client_requests.iter().map(|o| format!("{}={}", o.op, o.count)).collect();
-                        let s2s: Vec<String> = c.server_requests.iter().map(|o| format!("{}={}", o.op, o.count)).collect();
-                        println!("node {id} {addr} up   epoch {}  fsyncs {} ({} mutations)", c.epoch, c.syncs, c.synced_mutations);
-                        println!("    client requests: {}", if ops.is_empty() { "-".into() } else { ops.join(" ") });
-                        println!("    server requests: {} (sent {})", if s2s.is_empty() { "-".into() } else { s2s.join(" ") }, c.server_requests_sent);
+                        let ops: Vec<String> = c
+                            .client_requests
+                            .iter()
+                            .map(|o| format!("{}={}", o.op, o.count))
+                            .collect();
+                        let s2s: Vec<String> = c
+                            .server_requests
+                            .iter()
+                            .map(|o| format!("{}={}", o.op, o.count))
+                            .collect();
+                        println!(
+                            "node {id} {addr} up   epoch {}  fsyncs {} ({} mutations)",
+                            c.epoch, c.syncs, c.synced_mutations
+                        );
+                        println!(
+                            "    client requests: {}",
+                            if ops.is_empty() {
+                                "-".into()
+                            } else {
+                                ops.join(" ")
+                            }
+                        );
+                        println!(
+                            "    server requests: {} (sent {})",
+                            if s2s.is_empty() {
+                                "-".into()
+                            } else {
+                                s2s.join(" ")
+                            },
+                            c.server_requests_sent
+                        );
                     }
                     Err(e) => println!("node {id} {addr} DOWN ({e})"),
                 }

@@ -44,7 +44,10 @@ pub struct PhaseResult {
 
 impl PhaseResult {
     pub fn print_header() {
-        println!("{:<10} {:>8} {:>9} {:>11} {:>9} {:>13} {:>13}", "phase", "ops", "seconds", "ops/s", "MiB/s", "client RPC/op", "server RPC/op");
+        println!(
+            "{:<10} {:>8} {:>9} {:>11} {:>9} {:>13} {:>13}",
+            "phase", "ops", "seconds", "ops/s", "MiB/s", "client RPC/op", "server RPC/op"
+        );
     }
     pub fn print(&self) {
         let ops = self.ops.max(1) as f64;
@@ -89,14 +92,22 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             (Some(t), p)
         }
     };
-    println!("starting a {}-node local cluster in {} ...", args.nodes, dir.display());
+    println!(
+        "starting a {}-node local cluster in {} ...",
+        args.nodes,
+        dir.display()
+    );
     let cluster = LocalCluster::up(&dir, args.nodes).await?;
     let result = demo_body(&cluster, &args).await;
     if args.keep {
         if let Some(t) = tmp {
             let _ = t.keep();
         }
-        println!("\ncluster left running:\n  export MYRIAD_CLUSTER={}\n  myriad ls -l /demo/d000\n  myriad cluster down --data-dir {}", map_path(&dir).display(), dir.display());
+        println!(
+            "\ncluster left running:\n  export MYRIAD_CLUSTER={}\n  myriad ls -l /demo/d000\n  myriad cluster down --data-dir {}",
+            map_path(&dir).display(),
+            dir.display()
+        );
     } else {
         cluster.down()?;
     }
@@ -119,7 +130,14 @@ async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()
         r?;
     }
     let (c, sv) = rpc_totals(&client).await?;
-    results.push(PhaseResult { name: "mkdir", ops: args.dirs + 1, bytes: 0, secs: t.elapsed().as_secs_f64(), client_rpcs: c, server_rpcs: sv });
+    results.push(PhaseResult {
+        name: "mkdir",
+        ops: args.dirs + 1,
+        bytes: 0,
+        secs: t.elapsed().as_secs_f64(),
+        client_rpcs: c,
+        server_rpcs: sv,
+    });
 
     client.reset_counters().await?;
     let t = Instant::now();
@@ -129,7 +147,9 @@ async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()
         let dirs = args.dirs;
         async move {
             let data = file_content(i, small_file_size(i));
-            c.create(&file_path(dirs, i), 0o644, true, &data).await.map(|_| ())
+            c.create(&file_path(dirs, i), 0o644, true, &data)
+                .await
+                .map(|_| ())
         }
     }))
     .buffer_unordered(args.inflight);
@@ -137,7 +157,14 @@ async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()
         r?;
     }
     let (c, sv) = rpc_totals(&client).await?;
-    results.push(PhaseResult { name: "write", ops: args.files, bytes: total_bytes, secs: t.elapsed().as_secs_f64(), client_rpcs: c, server_rpcs: sv });
+    results.push(PhaseResult {
+        name: "write",
+        ops: args.files,
+        bytes: total_bytes,
+        secs: t.elapsed().as_secs_f64(),
+        client_rpcs: c,
+        server_rpcs: sv,
+    });
 
     client.reset_counters().await?;
     let t = Instant::now();
@@ -157,7 +184,14 @@ async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()
         }
     }
     let (c, sv) = rpc_totals(&client).await?;
-    results.push(PhaseResult { name: "fetch", ops: args.files, bytes: total_bytes, secs: t.elapsed().as_secs_f64(), client_rpcs: c, server_rpcs: sv });
+    results.push(PhaseResult {
+        name: "fetch",
+        ops: args.files,
+        bytes: total_bytes,
+        secs: t.elapsed().as_secs_f64(),
+        client_rpcs: c,
+        server_rpcs: sv,
+    });
 
     client.reset_counters().await?;
     let t = Instant::now();
@@ -166,7 +200,14 @@ async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()
         listed += client.readdir(&format!("/demo/d{d:03}")).await?.len() as u64;
     }
     let (c, sv) = rpc_totals(&client).await?;
-    results.push(PhaseResult { name: "ls -l", ops: listed, bytes: 0, secs: t.elapsed().as_secs_f64(), client_rpcs: c, server_rpcs: sv });
+    results.push(PhaseResult {
+        name: "ls -l",
+        ops: listed,
+        bytes: 0,
+        secs: t.elapsed().as_secs_f64(),
+        client_rpcs: c,
+        server_rpcs: sv,
+    });
 
     println!();
     PhaseResult::print_header();
@@ -175,8 +216,15 @@ async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()
     }
     println!();
     if bad > 0 || listed != args.files {
-        bail!("verification FAILED: {bad} files with wrong contents, {listed} of {} files listed", args.files);
+        bail!(
+            "verification FAILED: {bad} files with wrong contents, {listed} of {} files listed",
+            args.files
+        );
     }
-    println!("verified: all {} files read back byte for byte ({:.1} MiB)", args.files, total_bytes as f64 / 1_048_576.0);
+    println!(
+        "verified: all {} files read back byte for byte ({:.1} MiB)",
+        args.files,
+        total_bytes as f64 / 1_048_576.0
+    );
     Ok(())
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use myriad_client::{Client, ClientConfig, ClusterMap, DirEntry, FileKind, FsError, Inode, RenameFlags};
+use myriad_client::{
+    Client, ClientConfig, ClusterMap, DirEntry, FileKind, FsError, Inode, RenameFlags,
+};
 
 use crate::Command;
 use crate::identity::current_caller;
@@ -20,10 +22,14 @@ const COPY_PIECE_BYTES: usize = 4 * 1024 * 1024;
 
 pub fn connect(cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<Client> {
     let Some(path) = cluster else {
-        bail!("no cluster given: pass --cluster FILE or set MYRIAD_CLUSTER (`myriad cluster up` prints it)");
+        bail!(
+            "no cluster given: pass --cluster FILE or set MYRIAD_CLUSTER (`myriad cluster up` prints it)"
+        );
     };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read cluster map {}", path.display()))?;
-    let map = ClusterMap::from_json(&text).with_context(|| format!("bad cluster map {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read cluster map {}", path.display()))?;
+    let map = ClusterMap::from_json(&text)
+        .with_context(|| format!("bad cluster map {}", path.display()))?;
     let mut cfg = ClientConfig::new(map, current_caller());
     cfg.request_timeout = timeout;
     Ok(Client::new(cfg)?)
@@ -48,7 +54,11 @@ pub fn normalize(path: &str) -> anyhow::Result<String> {
 }
 
 fn join(dir: &str, name: &str) -> String {
-    if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") }
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
 }
 
 fn err(path: &str, e: FsError) -> anyhow::Error {
@@ -69,7 +79,11 @@ pub async fn run(cmd: Command, client: &Client) -> anyhow::Result<()> {
         Command::Get { remote, local } => get(client, &normalize(&remote)?, &local).await,
         Command::Mkdir { parents, path } => {
             let p = normalize(&path)?;
-            let r = if parents { client.mkdir_p(&p, 0o755).await } else { client.mkdir(&p, 0o755).await.map(|_| ()) };
+            let r = if parents {
+                client.mkdir_p(&p, 0o755).await
+            } else {
+                client.mkdir(&p, 0o755).await.map(|_| ())
+            };
             r.map_err(|e| err(&p, e))
         }
         Command::Rm { recursive, path } => {
@@ -77,39 +91,72 @@ pub async fn run(cmd: Command, client: &Client) -> anyhow::Result<()> {
             if p == "/" {
                 bail!("refusing to remove /");
             }
-            if recursive { rm_r(client, &p).await } else { rm_one(client, &p).await }
+            if recursive {
+                rm_r(client, &p).await
+            } else {
+                rm_one(client, &p).await
+            }
         }
         Command::Mv { from, to } => {
             let (f, mut t) = (normalize(&from)?, normalize(&to)?);
-            if let Ok(i) = client.stat(&t).await {
-                if i.kind == FileKind::Directory {
-                    let name = f.rsplit('/').next().unwrap_or_default();
-                    t = join(&t, name);
-                }
+            if let Ok(i) = client.stat(&t).await
+                && i.kind == FileKind::Directory
+            {
+                let name = f.rsplit('/').next().unwrap_or_default();
+                t = join(&t, name);
             }
-            client.rename(&f, &t, RenameFlags::default()).await.map_err(|e| err(&f, e))
+            client
+                .rename(&f, &t, RenameFlags::default())
+                .await
+                .map_err(|e| err(&f, e))
         }
         Command::Chmod { mode, path } => {
             let p = normalize(&path)?;
-            let m = u32::from_str_radix(&mode, 8).ok().filter(|m| *m <= 0o7777).with_context(|| format!("bad mode {mode:?}: use octal like 755"))?;
-            client.chmod(&p, m).await.map(|_| ()).map_err(|e| err(&p, e))
+            let m = u32::from_str_radix(&mode, 8)
+                .ok()
+                .filter(|m| *m <= 0o7777)
+                .with_context(|| format!("bad mode {mode:?}: use octal like 755"))?;
+            client
+                .chmod(&p, m)
+                .await
+                .map(|_| ())
+                .map_err(|e| err(&p, e))
         }
         Command::Chown { owner, path } => {
             let p = normalize(&path)?;
             let (u, g) = owner.split_once(':').unwrap_or((&owner, ""));
             let parse = |s: &str| -> anyhow::Result<Option<u32>> {
-                if s.is_empty() { Ok(None) } else { Ok(Some(s.parse().with_context(|| format!("bad id {s:?}: use numeric UID[:GID]"))?)) }
+                if s.is_empty() {
+                    Ok(None)
+                } else {
+                    Ok(Some(s.parse().with_context(|| {
+                        format!("bad id {s:?}: use numeric UID[:GID]")
+                    })?))
+                }
             };
-            client.chown(&p, parse(u)?, parse(g)?).await.map(|_| ()).map_err(|e| err(&p, e))
+            client
+                .chown(&p, parse(u)?, parse(g)?)
+                .await
+                .map(|_| ())
+                .map_err(|e| err(&p, e))
         }
         Command::Ln { target, path, .. } => {
             let p = normalize(&path)?;
-            client.symlink(&target, &p).await.map(|_| ()).map_err(|e| err(&p, e))
+            client
+                .symlink(&target, &p)
+                .await
+                .map(|_| ())
+                .map_err(|e| err(&p, e))
         }
         Command::Df => {
             let s = client.statfs().await?;
             println!("{:>14} {:>14} {:>14}", "size", "myriad used", "available");
-            println!("{:>14} {:>14} {:>14}", human(s.total_bytes), human(s.used_bytes), human(s.free_bytes));
+            println!(
+                "{:>14} {:>14} {:>14}",
+                human(s.total_bytes),
+                human(s.used_bytes),
+                human(s.free_bytes)
+            );
             Ok(())
         }
         _ => bail!("not a file system command"),
@@ -157,12 +204,28 @@ fn time_string(ns: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, (rem % 3600) / 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
 }
 
 fn long_line(name: &str, i: &Inode) -> String {
-    let link = i.symlink_target.as_ref().map(|t| format!(" -> {t}")).unwrap_or_default();
-    format!("{} {:>3} {:>6} {:>6} {:>12} {} {name}{link}", mode_string(i), i.nlink, i.uid, i.gid, i.size, time_string(i.mtime_ns))
+    let link = i
+        .symlink_target
+        .as_ref()
+        .map(|t| format!(" -> {t}"))
+        .unwrap_or_default();
+    format!(
+        "{} {:>3} {:>6} {:>6} {:>12} {} {name}{link}",
+        mode_string(i),
+        i.nlink,
+        i.uid,
+        i.gid,
+        i.size,
+        time_string(i.mtime_ns)
+    )
 }
 
 async fn ls(client: &Client, path: &str, long: bool) -> anyhow::Result<()> {
@@ -170,21 +233,52 @@ async fn ls(client: &Client, path: &str, long: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if inode.kind != FileKind::Directory {
         let name = path.rsplit('/').next().unwrap_or(path);
-        writeln!(out, "{}", if long { long_line(name, &inode) } else { name.to_string() })?;
+        writeln!(
+            out,
+            "{}",
+            if long {
+                long_line(name, &inode)
+            } else {
+                name.to_string()
+            }
+        )?;
         return Ok(());
     }
     let entries: Vec<DirEntry> = client.readdir(path).await.map_err(|e| err(path, e))?;
     for e in entries {
-        writeln!(out, "{}", if long { long_line(&e.name, &e.inode) } else { e.name })?;
+        writeln!(
+            out,
+            "{}",
+            if long {
+                long_line(&e.name, &e.inode)
+            } else {
+                e.name
+            }
+        )?;
     }
     Ok(())
 }
 
 fn print_stat(path: &str, i: &Inode) {
     println!("  path: {path}");
-    println!("  kind: {:?}   inode: {:#x}   links: {}", i.kind, i.ino, i.nlink);
-    println!("  size: {}   mode: {:04o} ({})   uid: {}   gid: {}", i.size, i.mode, mode_string(i), i.uid, i.gid);
-    println!("access: {}   modify: {}   change: {}", time_string(i.atime_ns), time_string(i.mtime_ns), time_string(i.ctime_ns));
+    println!(
+        "  kind: {:?}   inode: {:#x}   links: {}",
+        i.kind, i.ino, i.nlink
+    );
+    println!(
+        "  size: {}   mode: {:04o} ({})   uid: {}   gid: {}",
+        i.size,
+        i.mode,
+        mode_string(i),
+        i.uid,
+        i.gid
+    );
+    println!(
+        "access: {}   modify: {}   change: {}",
+        time_string(i.atime_ns),
+        time_string(i.mtime_ns),
+        time_string(i.ctime_ns)
+    );
     if let Some(t) = &i.symlink_target {
         println!("target: {t}");
     }
@@ -195,7 +289,10 @@ async fn cat(client: &Client, path: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let mut off = 0u64;
     while off < h.inode.size {
-        let piece = client.read(&h, off, COPY_PIECE_BYTES as u64).await.map_err(|e| err(path, e))?;
+        let piece = client
+            .read(&h, off, COPY_PIECE_BYTES as u64)
+            .await
+            .map_err(|e| err(path, e))?;
         if piece.is_empty() {
             break;
         }
@@ -207,16 +304,21 @@ async fn cat(client: &Client, path: &str) -> anyhow::Result<()> {
 
 /// Uploads one local file, replacing `remote` if it exists.
 async fn put_file(client: &Client, local: &Path, remote: &str, mode: u32) -> anyhow::Result<u64> {
-    let meta = std::fs::metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
+    let meta =
+        std::fs::metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
     let size = meta.len();
     if size <= COPY_PIECE_BYTES as u64 {
-        let data = std::fs::read(local).with_context(|| format!("cannot read {}", local.display()))?;
+        let data =
+            std::fs::read(local).with_context(|| format!("cannot read {}", local.display()))?;
         match client.create(remote, mode, true, &data).await {
             Ok(_) => return Ok(size),
             Err(FsError::AlreadyExists) => {
                 let h = client.open(remote).await.map_err(|e| err(remote, e))?;
                 client.truncate(&h, 0).await.map_err(|e| err(remote, e))?;
-                client.write(&h, 0, &data).await.map_err(|e| err(remote, e))?;
+                client
+                    .write(&h, 0, &data)
+                    .await
+                    .map_err(|e| err(remote, e))?;
                 return Ok(size);
             }
             Err(e) => return Err(err(remote, e)),
@@ -247,7 +349,10 @@ async fn put_file(client: &Client, local: &Path, remote: &str, mode: u32) -> any
         if filled == 0 {
             break;
         }
-        client.write(&h, off, &buf[..filled]).await.map_err(|e| err(remote, e))?;
+        client
+            .write(&h, off, &buf[..filled])
+            .await
+            .map_err(|e| err(remote, e))?;
         off += filled as u64;
     }
     Ok(off)
@@ -255,15 +360,21 @@ async fn put_file(client: &Client, local: &Path, remote: &str, mode: u32) -> any
 
 fn progress(total_files: u64) -> ProgressBar {
     let pb = ProgressBar::new(total_files);
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} files {msg} [{elapsed_precise}]") {
+    if let Ok(style) =
+        ProgressStyle::with_template("{bar:40} {pos}/{len} files {msg} [{elapsed_precise}]")
+    {
         pb.set_style(style);
     }
     pb
 }
 
 async fn put(client: &Client, local: &Path, remote: &str) -> anyhow::Result<()> {
-    let meta = std::fs::symlink_metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
-    let base = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let meta = std::fs::symlink_metadata(local)
+        .with_context(|| format!("cannot read {}", local.display()))?;
+    let base = local
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let target = match client.stat(remote).await {
         Ok(i) if i.kind == FileKind::Directory && !base.is_empty() => join(remote, &base),
         _ => remote.to_string(),
@@ -319,16 +430,25 @@ async fn put(client: &Client, local: &Path, remote: &str) -> anyhow::Result<()> 
         pb.set_message(human(bytes));
     }
     pb.finish();
-    eprintln!("copied {} directories, {} files, {}", dirs.len(), pb.position(), human(bytes));
+    eprintln!(
+        "copied {} directories, {} files, {}",
+        dirs.len(),
+        pb.position(),
+        human(bytes)
+    );
     Ok(())
 }
 
 async fn get_file(client: &Client, remote: &str, local: &Path) -> anyhow::Result<u64> {
     let h = client.open(remote).await.map_err(|e| err(remote, e))?;
-    let mut f = std::fs::File::create(local).with_context(|| format!("cannot create {}", local.display()))?;
+    let mut f = std::fs::File::create(local)
+        .with_context(|| format!("cannot create {}", local.display()))?;
     let mut off = 0u64;
     while off < h.inode.size {
-        let piece = client.read(&h, off, COPY_PIECE_BYTES as u64).await.map_err(|e| err(remote, e))?;
+        let piece = client
+            .read(&h, off, COPY_PIECE_BYTES as u64)
+            .await
+            .map_err(|e| err(remote, e))?;
         if piece.is_empty() {
             break;
         }
@@ -343,7 +463,11 @@ async fn get_file(client: &Client, remote: &str, local: &Path) -> anyhow::Result
 async fn get(client: &Client, remote: &str, local: &Path) -> anyhow::Result<()> {
     let inode = client.stat(remote).await.map_err(|e| err(remote, e))?;
     let base = remote.rsplit('/').next().unwrap_or_default().to_string();
-    let target = if local.is_dir() && !base.is_empty() { local.join(&base) } else { local.to_path_buf() };
+    let target = if local.is_dir() && !base.is_empty() {
+        local.join(&base)
+    } else {
+        local.to_path_buf()
+    };
     if inode.kind != FileKind::Directory {
         get_file(client, remote, &target).await?;
         return Ok(());
@@ -371,8 +495,12 @@ async fn get(client: &Client, remote: &str, local: &Path) -> anyhow::Result<()> 
         i += 1;
     }
     let pb = progress(files.len() as u64);
-    let mut stream = futures::stream::iter(files.into_iter().map(|(r, l)| async move { get_file(client, &r, &l).await }))
-        .buffer_unordered(COPY_PARALLEL);
+    let mut stream = futures::stream::iter(
+        files
+            .into_iter()
+            .map(|(r, l)| async move { get_file(client, &r, &l).await }),
+    )
+    .buffer_unordered(COPY_PARALLEL);
     let mut bytes = 0;
     while let Some(r) = stream.next().await {
         bytes += r?;
@@ -403,13 +531,19 @@ async fn rm_r(client: &Client, path: &str) -> anyhow::Result<()> {
         let d = dirs[i].clone();
         for e in client.readdir(&d).await.map_err(|e| err(&d, e))? {
             let p = join(&d, &e.name);
-            if e.inode.kind == FileKind::Directory { dirs.push(p) } else { files.push(p) }
+            if e.inode.kind == FileKind::Directory {
+                dirs.push(p)
+            } else {
+                files.push(p)
+            }
         }
         i += 1;
     }
-    let mut stream = futures::stream::iter(files.into_iter().map(|p| async move {
-        client.unlink(&p).await.map_err(|e| err(&p, e))
-    }))
+    let mut stream = futures::stream::iter(
+        files
+            .into_iter()
+            .map(|p| async move { client.unlink(&p).await.map_err(|e| err(&p, e)) }),
+    )
     .buffer_unordered(COPY_PARALLEL);
     while let Some(r) = stream.next().await {
         r?;

@@ -9,6 +9,10 @@ pub fn current_caller() -> Caller {
         let mut buf = vec![0 as libc::gid_t; 256];
         let n = libc::getgroups(256, buf.as_mut_ptr());
         buf.truncate(usize::try_from(n).unwrap_or(0));
-        Caller { uid, gid, groups: buf }
+        Caller {
+            uid,
+            gid,
+            groups: buf,
+        }
     }
 }

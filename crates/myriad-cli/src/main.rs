@@ -21,8 +21,14 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "myriad", version, about = "Myriad: a distributed file system for huge numbers of small files")]
-#[command(after_help = "Start here:\n  myriad demo                       bring up a 4-node local cluster, write and verify 20,000 small files\n  myriad cluster up --nodes 4 --data-dir /tmp/myr\n  export MYRIAD_CLUSTER=/tmp/myr/cluster.json\n  myriad put ./some/dir /dir && myriad ls -l /dir")]
+#[command(
+    name = "myriad",
+    version,
+    about = "Myriad: a distributed file system for huge numbers of small files"
+)]
+#[command(
+    after_help = "Start here:\n  myriad demo                       bring up a 4-node local cluster, write and verify 20,000 small files\n  myriad cluster up --nodes 4 --data-dir /tmp/myr\n  export MYRIAD_CLUSTER=/tmp/myr/cluster.json\n  myriad put ./some/dir /dir && myriad ls -l /dir"
+)]
 struct Cli {
     /// Cluster map file (written by `cluster up`).
     #[arg(long, global = true, env = "MYRIAD_CLUSTER")]
@@ -94,10 +100,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("MYRIAD_LOG").unwrap_or_else(|_| {
-        let default = if matches!(cli.command, Command::Server(_)) { "info" } else { "warn" };
+        let default = if matches!(cli.command, Command::Server(_)) {
+            "info"
+        } else {
+            "warn"
+        };
         tracing_subscriber::EnvFilter::new(default)
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 
     let result = match cli.command {
         Command::Server(args) => server_cmd::run(args),
@@ -113,10 +126,16 @@ fn main() -> ExitCode {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
-fn run_client_command(cmd: Command, cluster: Option<PathBuf>, timeout_ms: u64) -> anyhow::Result<()> {
+fn run_client_command(
+    cmd: Command,
+    cluster: Option<PathBuf>,
+    timeout_ms: u64,
+) -> anyhow::Result<()> {
     let rt = runtime()?;
     let timeout = std::time::Duration::from_millis(timeout_ms);
     rt.block_on(async move {

@@ -34,18 +34,30 @@ pub struct ServerArgs {
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.cluster_map)
         .with_context(|| format!("cannot read cluster map {}", args.cluster_map.display()))?;
-    let map = ClusterMap::from_json(&text).with_context(|| format!("bad cluster map {}", args.cluster_map.display()))?;
+    let map = ClusterMap::from_json(&text)
+        .with_context(|| format!("bad cluster map {}", args.cluster_map.display()))?;
     let node_id = match (args.node_id, &args.listen) {
         (Some(id), _) => id,
-        (None, Some(l)) => map.nodes.iter().find(|n| &n.addr == l).map(|n| n.id).with_context(|| format!("no node in the map listens on {l}; pass --node-id"))?,
+        (None, Some(l)) => map
+            .nodes
+            .iter()
+            .find(|n| &n.addr == l)
+            .map(|n| n.id)
+            .with_context(|| format!("no node in the map listens on {l}; pass --node-id"))?,
         (None, None) => bail!("pass --node-id or --listen"),
     };
-    let node = map.node(node_id).with_context(|| format!("node id {node_id} is not in the cluster map"))?.clone();
+    let node = map
+        .node(node_id)
+        .with_context(|| format!("node id {node_id} is not in the cluster map"))?
+        .clone();
     let mut config = ServerConfig::new(node_id, args.data_dir, map);
     config.map_path = Some(args.cluster_map);
     config.request_timeout = Duration::from_millis(args.request_timeout_ms);
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(args.threads.max(1)).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let listener = match args.listen_fd {
             Some(fd) => {
@@ -58,14 +70,17 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             }
             None => {
                 let addr = args.listen.unwrap_or(node.addr);
-                tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?
+                tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr}"))?
             }
         };
         let shutdown = async {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return std::future::pending().await,
+                };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}

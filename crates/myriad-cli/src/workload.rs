@@ -33,7 +33,15 @@ const SMALL_MIX: [(u64, u64, u64); 6] = [
     (16_384, 32_768, 12),
     (32_768, 65_536, 8),
 ];
-const _: () = assert!(SMALL_MIX[0].2 + SMALL_MIX[1].2 + SMALL_MIX[2].2 + SMALL_MIX[3].2 + SMALL_MIX[4].2 + SMALL_MIX[5].2 == 100);
+const _: () = assert!(
+    SMALL_MIX[0].2
+        + SMALL_MIX[1].2
+        + SMALL_MIX[2].2
+        + SMALL_MIX[3].2
+        + SMALL_MIX[4].2
+        + SMALL_MIX[5].2
+        == 100
+);
 
 /// Size of small file number `index` (1 KiB to 64 KiB), reproducible.
 #[must_use]
@@ -70,7 +78,10 @@ mod tests {
         let sizes: Vec<usize> = (0..20_000).map(small_file_size).collect();
         assert!(sizes.iter().all(|&s| (1024..=65_536).contains(&s)));
         let under_8k = sizes.iter().filter(|&&s| s <= 8192).count() as f64 / 20_000.0;
-        assert!((0.55..0.65).contains(&under_8k), "share <= 8 KiB: {under_8k}");
+        assert!(
+            (0.55..0.65).contains(&under_8k),
+            "share <= 8 KiB: {under_8k}"
+        );
         assert_eq!(small_file_size(17), small_file_size(17));
         assert_eq!(file_content(5, 100), file_content(5, 100));
         assert_ne!(file_content(5, 100), file_content(6, 100));

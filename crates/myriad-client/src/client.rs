@@ -4,8 +4,8 @@ use std::time::Duration;
 use myriad_net::{Pool, PoolConfig};
 use myriad_placement::{ClusterMap, NodeId, Ring, parent_of};
 use myriad_proto::{
-    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, RenameFlags, Request, Response, SetAttr,
-    StatFs, limits, validate_path,
+    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
+    Response, SetAttr, StatFs, limits, validate_path,
 };
 
 /// Retries after redirects or `MapTooOld` before giving up (each one means the map changed).
@@ -25,7 +25,12 @@ pub struct ClientConfig {
 impl ClientConfig {
     #[must_use]
     pub fn new(map: ClusterMap, caller: Caller) -> ClientConfig {
-        ClientConfig { map, caller, request_timeout: Duration::from_secs(10), connect_timeout: Duration::from_secs(2) }
+        ClientConfig {
+            map,
+            caller,
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
+        }
     }
 }
 
@@ -54,14 +59,24 @@ pub struct Client {
 
 impl Client {
     pub fn new(config: ClientConfig) -> Result<Client, FsError> {
-        config.map.validate().map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        config
+            .map
+            .validate()
+            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
         let ring = config.map.ring();
         let pool = Pool::new(PoolConfig {
             me: PeerKind::Client,
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
         });
-        Ok(Client { state: RwLock::new(Arc::new(MapState { map: config.map.clone(), ring })), pool, config })
+        Ok(Client {
+            state: RwLock::new(Arc::new(MapState {
+                map: config.map.clone(),
+                ring,
+            })),
+            pool,
+            config,
+        })
     }
 
     fn st(&self) -> Arc<MapState> {
@@ -85,7 +100,9 @@ impl Client {
         if map.validate().is_err() {
             return false;
         }
-        let Ok(mut g) = self.state.write() else { return false };
+        let Ok(mut g) = self.state.write() else {
+            return false;
+        };
         if map.epoch <= g.map.epoch {
             return false;
         }
@@ -113,26 +130,33 @@ impl Client {
         loop {
             let st = self.st();
             let node = Self::node_for(&st, &route);
-            let addr = st
-                .map
-                .node(node)
-                .map(|n| n.addr.clone())
-                .ok_or_else(|| FsError::Unavailable(format!("node {node} is not in the cluster map")))?;
-            let result = self.pool.call(&addr, st.map.epoch, &self.config.caller, req.clone()).await;
+            let addr = st.map.node(node).map(|n| n.addr.clone()).ok_or_else(|| {
+                FsError::Unavailable(format!("node {node} is not in the cluster map"))
+            })?;
+            let result = self
+                .pool
+                .call(&addr, st.map.epoch, &self.config.caller, req.clone())
+                .await;
             match result {
                 Err(FsError::Redirect(map)) => {
                     map_retries += 1;
                     if !self.adopt(*map) || map_retries > MAP_RETRIES_MAX {
-                        return Err(FsError::Protocol(format!("node {node} redirected but offered no newer map")));
+                        return Err(FsError::Protocol(format!(
+                            "node {node} redirected but offered no newer map"
+                        )));
                     }
                 }
                 Err(FsError::MapTooOld(_)) => {
                     map_retries += 1;
                     if map_retries > MAP_RETRIES_MAX {
-                        return Err(FsError::Protocol(format!("node {node} keeps an old cluster map")));
+                        return Err(FsError::Protocol(format!(
+                            "node {node} keeps an old cluster map"
+                        )));
                     }
                     let push = Request::InstallMap(Box::new(st.map.clone()));
-                    self.pool.call(&addr, st.map.epoch, &self.config.caller, push).await?;
+                    self.pool
+                        .call(&addr, st.map.epoch, &self.config.caller, push)
+                        .await?;
                 }
                 Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
                     tokio::time::sleep(backoff).await;
@@ -151,8 +175,13 @@ impl Client {
         }
         let mut p = parent_of(path).to_string();
         while p != "/" {
-            match self.call(Route::Entry(p.clone()), Request::Stat { path: p.clone() }).await {
-                Ok(Response::Attr(i)) if i.kind != FileKind::Directory => return FsError::NotADirectory,
+            match self
+                .call(Route::Entry(p.clone()), Request::Stat { path: p.clone() })
+                .await
+            {
+                Ok(Response::Attr(i)) if i.kind != FileKind::Directory => {
+                    return FsError::NotADirectory;
+                }
                 Ok(_) => return FsError::NotFound,
                 Err(_) => p = parent_of(&p).to_string(),
             }
@@ -171,15 +200,30 @@ impl Client {
     // ---- metadata ----
 
     pub async fn stat(&self, path: &str) -> Result<Inode, FsError> {
-        expect_attr(self.entry_op(path, Request::Stat { path: path.to_string() }).await?)
+        expect_attr(
+            self.entry_op(
+                path,
+                Request::Stat {
+                    path: path.to_string(),
+                },
+            )
+            .await?,
+        )
     }
 
     /// Attributes of many names in one directory, in one round trip per 4096 names.
-    pub async fn stat_many(&self, dir: &str, names: &[String]) -> Result<Vec<Result<Inode, FsError>>, FsError> {
+    pub async fn stat_many(
+        &self,
+        dir: &str,
+        names: &[String],
+    ) -> Result<Vec<Result<Inode, FsError>>, FsError> {
         validate_path(dir)?;
         let mut out = Vec::with_capacity(names.len());
         for chunk in names.chunks(limits::STAT_MANY_MAX) {
-            let req = Request::StatMany { dir: dir.to_string(), names: chunk.to_vec() };
+            let req = Request::StatMany {
+                dir: dir.to_string(),
+                names: chunk.to_vec(),
+            };
             match self.call(Route::Dir(dir.to_string()), req).await? {
                 Response::Attrs(a) => out.extend(a),
                 other => return Err(unexpected(&other)),
@@ -192,7 +236,16 @@ impl Client {
     /// (size <= inline_max_bytes); bigger files continue with chunk reads.
     pub async fn fetch(&self, path: &str) -> Result<(Inode, Vec<u8>), FsError> {
         let max_bytes = self.st().map.inline_max_bytes;
-        let (inode, mut data) = match self.entry_op(path, Request::Fetch { path: path.to_string(), max_bytes }).await? {
+        let (inode, mut data) = match self
+            .entry_op(
+                path,
+                Request::Fetch {
+                    path: path.to_string(),
+                    max_bytes,
+                },
+            )
+            .await?
+        {
             Response::Fetched { inode, data } => (inode, data),
             other => return Err(unexpected(&other)),
         };
@@ -200,16 +253,30 @@ impl Client {
             return Err(FsError::IsADirectory);
         }
         if inode.kind == FileKind::File && (data.len() as u64) < inode.size {
-            let handle = crate::FileHandle { path: path.to_string(), inode: inode.clone() };
-            let rest = self.read(&handle, data.len() as u64, inode.size - data.len() as u64).await?;
+            let handle = crate::FileHandle {
+                path: path.to_string(),
+                inode: inode.clone(),
+            };
+            let rest = self
+                .read(&handle, data.len() as u64, inode.size - data.len() as u64)
+                .await?;
             data.extend_from_slice(&rest);
         }
         Ok((inode, data))
     }
 
-    pub async fn readdir_page(&self, path: &str, after: Option<String>, limit: u32) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
+    pub async fn readdir_page(
+        &self,
+        path: &str,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
         validate_path(path)?;
-        let req = Request::ReadDir { path: path.to_string(), after, limit };
+        let req = Request::ReadDir {
+            path: path.to_string(),
+            after,
+            limit,
+        };
         match self.call(Route::Dir(path.to_string()), req).await {
             Ok(Response::DirPage { entries, next }) => Ok((entries, next)),
             Ok(other) => Err(unexpected(&other)),
@@ -237,7 +304,16 @@ impl Client {
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
-        expect_attr(self.entry_op(path, Request::Mkdir { path: path.to_string(), mode }).await?)
+        expect_attr(
+            self.entry_op(
+                path,
+                Request::Mkdir {
+                    path: path.to_string(),
+                    mode,
+                },
+            )
+            .await?,
+        )
     }
 
     /// Creates `path` and any missing ancestors; existing directories are fine.
@@ -264,43 +340,125 @@ impl Client {
     }
 
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
-        self.entry_op(path, Request::Rmdir { path: path.to_string() }).await.map(|_| ())
+        self.entry_op(
+            path,
+            Request::Rmdir {
+                path: path.to_string(),
+            },
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
-        self.entry_op(path, Request::Unlink { path: path.to_string() }).await.map(|_| ())
+        self.entry_op(
+            path,
+            Request::Unlink {
+                path: path.to_string(),
+            },
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn symlink(&self, target: &str, path: &str) -> Result<Inode, FsError> {
-        expect_attr(self.entry_op(path, Request::Symlink { path: path.to_string(), target: target.to_string() }).await?)
+        expect_attr(
+            self.entry_op(
+                path,
+                Request::Symlink {
+                    path: path.to_string(),
+                    target: target.to_string(),
+                },
+            )
+            .await?,
+        )
     }
 
     pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
-        match self.entry_op(path, Request::Readlink { path: path.to_string() }).await? {
+        match self
+            .entry_op(
+                path,
+                Request::Readlink {
+                    path: path.to_string(),
+                },
+            )
+            .await?
+        {
             Response::Link(t) => Ok(t),
             other => Err(unexpected(&other)),
         }
     }
 
     pub async fn setattr(&self, path: &str, set: SetAttr) -> Result<Inode, FsError> {
-        expect_attr(self.entry_op(path, Request::SetAttr { path: path.to_string(), set }).await?)
+        expect_attr(
+            self.entry_op(
+                path,
+                Request::SetAttr {
+                    path: path.to_string(),
+                    set,
+                },
+            )
+            .await?,
+        )
     }
 
     pub async fn chmod(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
-        self.setattr(path, SetAttr { mode: Some(mode), ..SetAttr::default() }).await
+        self.setattr(
+            path,
+            SetAttr {
+                mode: Some(mode),
+                ..SetAttr::default()
+            },
+        )
+        .await
     }
 
-    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<Inode, FsError> {
-        self.setattr(path, SetAttr { uid, gid, ..SetAttr::default() }).await
+    pub async fn chown(
+        &self,
+        path: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<Inode, FsError> {
+        self.setattr(
+            path,
+            SetAttr {
+                uid,
+                gid,
+                ..SetAttr::default()
+            },
+        )
+        .await
     }
 
-    pub async fn utimens(&self, path: &str, atime_ns: Option<i64>, mtime_ns: Option<i64>) -> Result<Inode, FsError> {
-        self.setattr(path, SetAttr { atime_ns, mtime_ns, ..SetAttr::default() }).await
+    pub async fn utimens(
+        &self,
+        path: &str,
+        atime_ns: Option<i64>,
+        mtime_ns: Option<i64>,
+    ) -> Result<Inode, FsError> {
+        self.setattr(
+            path,
+            SetAttr {
+                atime_ns,
+                mtime_ns,
+                ..SetAttr::default()
+            },
+        )
+        .await
     }
 
     pub async fn rename(&self, from: &str, to: &str, flags: RenameFlags) -> Result<(), FsError> {
         validate_path(to)?;
-        self.entry_op(from, Request::Rename { from: from.to_string(), to: to.to_string(), flags }).await.map(|_| ())
+        self.entry_op(
+            from,
+            Request::Rename {
+                from: from.to_string(),
+                to: to.to_string(),
+                flags,
+            },
+        )
+        .await
+        .map(|_| ())
     }
 
     // ---- cluster ----
@@ -332,7 +490,9 @@ impl Client {
     /// Counters of every node in the map, in map order.
     pub async fn all_counters(&self) -> Vec<(NodeId, Result<CounterSnapshot, FsError>)> {
         let nodes = self.st().map.nodes.clone();
-        let futs = nodes.iter().map(|n| async move { (n.id, self.counters(n.id).await) });
+        let futs = nodes
+            .iter()
+            .map(|n| async move { (n.id, self.counters(n.id).await) });
         futures::future::join_all(futs).await
     }
 
@@ -352,9 +512,17 @@ impl Client {
 
     /// Adopts `map` here and pushes it to every node it lists.
     pub async fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
-        map.validate().map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        map.validate()
+            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
         for n in &map.nodes {
-            self.pool.call(&n.addr, map.epoch, &self.config.caller, Request::InstallMap(Box::new(map.clone()))).await?;
+            self.pool
+                .call(
+                    &n.addr,
+                    map.epoch,
+                    &self.config.caller,
+                    Request::InstallMap(Box::new(map.clone())),
+                )
+                .await?;
         }
         self.adopt(map);
         Ok(())
@@ -391,5 +559,8 @@ pub(crate) fn expect_attr(r: Response) -> Result<Inode, FsError> {
 }
 
 pub(crate) fn unexpected(r: &Response) -> FsError {
-    FsError::Protocol(format!("unexpected response {:?}", std::mem::discriminant(r)))
+    FsError::Protocol(format!(
+        "unexpected response {:?}",
+        std::mem::discriminant(r)
+    ))
 }

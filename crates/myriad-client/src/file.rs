@@ -20,15 +20,31 @@ pub struct FileHandle {
 impl Client {
     /// Creates a file with `data` as its contents. Up to one chunk, this is one atomic request
     /// to one node (the inode, its entry and its bytes are written together).
-    pub async fn create(&self, path: &str, mode: u32, exclusive: bool, data: &[u8]) -> Result<FileHandle, FsError> {
+    pub async fn create(
+        &self,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+        data: &[u8],
+    ) -> Result<FileHandle, FsError> {
         validate_path(path)?;
-        let first = data.len().min(usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX));
-        let req = Request::Create { path: path.to_string(), mode, exclusive, data: data[..first].to_vec() };
+        let first = data.len().min(
+            usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX),
+        );
+        let req = Request::Create {
+            path: path.to_string(),
+            mode,
+            exclusive,
+            data: data[..first].to_vec(),
+        };
         let inode = match self.call(Route::Entry(path.to_string()), req).await {
             Ok(r) => expect_attr(r)?,
             Err(e) => return Err(self.refine(path, e).await),
         };
-        let mut handle = FileHandle { path: path.to_string(), inode };
+        let mut handle = FileHandle {
+            path: path.to_string(),
+            inode,
+        };
         if first < data.len() {
             handle.inode = self.write(&handle, first as u64, &data[first..]).await?;
         }
@@ -39,7 +55,10 @@ impl Client {
     pub async fn open(&self, path: &str) -> Result<FileHandle, FsError> {
         let inode = self.stat(path).await?;
         match inode.kind {
-            FileKind::File => Ok(FileHandle { path: path.to_string(), inode }),
+            FileKind::File => Ok(FileHandle {
+                path: path.to_string(),
+                inode,
+            }),
             FileKind::Directory => Err(FsError::IsADirectory),
             FileKind::Symlink => Err(FsError::InvalidArgument("is a symbolic link".into())),
         }
@@ -55,7 +74,12 @@ impl Client {
         // Chunk 0 first: its reply carries the current size.
         if pos < cs && pos < end {
             let n = (end.min(cs) - pos).min(limits::IO_BYTES_MAX);
-            let req = Request::Read { path: h.path.clone(), ino: h.inode.ino, offset: pos, len: n };
+            let req = Request::Read {
+                path: h.path.clone(),
+                ino: h.inode.ino,
+                offset: pos,
+                len: n,
+            };
             match self.call(Route::Entry(h.path.clone()), req).await? {
                 Response::Data { inode, data } => {
                     if let Some(i) = inode {
@@ -81,7 +105,12 @@ impl Client {
             pos += n;
         }
         let futs = pieces.iter().map(|&(chunk, off, n)| async move {
-            let req = Request::ReadChunk { ino: h.inode.ino, chunk, offset: off, len: n };
+            let req = Request::ReadChunk {
+                ino: h.inode.ino,
+                chunk,
+                offset: off,
+                len: n,
+            };
             match self.call(Route::Chunk(h.inode.ino, chunk), req).await? {
                 Response::Data { data, .. } => Ok(data),
                 other => Err(unexpected(&other)),
@@ -105,7 +134,9 @@ impl Client {
     /// Writes `data` at `offset`; returns the inode after the write. Durable on return.
     pub async fn write(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<Inode, FsError> {
         let cs = self.chunk_size();
-        let end = offset.checked_add(data.len() as u64).ok_or(FsError::TooLarge)?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::TooLarge)?;
         let mut chunk0 = Vec::new();
         let mut others = Vec::new();
         let mut pos = offset;
@@ -113,7 +144,8 @@ impl Client {
             let chunk = pos / cs;
             let in_chunk = pos % cs;
             let n = (cs - in_chunk).min(end - pos).min(limits::IO_BYTES_MAX);
-            let slice = &data[usize::try_from(pos - offset).unwrap_or(0)..usize::try_from(pos - offset + n).unwrap_or(0)];
+            let slice = &data[usize::try_from(pos - offset).unwrap_or(0)
+                ..usize::try_from(pos - offset + n).unwrap_or(0)];
             if chunk == 0 {
                 chunk0.push((in_chunk, slice));
             } else {
@@ -122,7 +154,12 @@ impl Client {
             pos += n;
         }
         let futs = others.iter().map(|&(chunk, off, slice)| async move {
-            let req = Request::WriteChunk { ino: h.inode.ino, chunk, offset: off, data: slice.to_vec() };
+            let req = Request::WriteChunk {
+                ino: h.inode.ino,
+                chunk,
+                offset: off,
+                data: slice.to_vec(),
+            };
             self.call(Route::Chunk(h.inode.ino, chunk), req).await
         });
         for r in futures::future::join_all(futs).await {
@@ -130,18 +167,31 @@ impl Client {
         }
         let mut inode = h.inode.clone();
         for (off, slice) in chunk0 {
-            let req = Request::Write { path: h.path.clone(), ino: h.inode.ino, offset: off, data: slice.to_vec() };
+            let req = Request::Write {
+                path: h.path.clone(),
+                ino: h.inode.ino,
+                offset: off,
+                data: slice.to_vec(),
+            };
             inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
         }
         if end > cs {
-            let req = Request::ExtendSize { path: h.path.clone(), ino: h.inode.ino, size: end };
+            let req = Request::ExtendSize {
+                path: h.path.clone(),
+                ino: h.inode.ino,
+                size: end,
+            };
             inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
         }
         Ok(inode)
     }
 
     pub async fn truncate(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
-        let req = Request::Truncate { path: h.path.clone(), ino: h.inode.ino, size };
+        let req = Request::Truncate {
+            path: h.path.clone(),
+            ino: h.inode.ino,
+            size,
+        };
         expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)
     }
 

@@ -13,4 +13,6 @@ mod file;
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
 pub use myriad_placement::{ClusterMap, NodeId};
-pub use myriad_proto::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs};
+pub use myriad_proto::{
+    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs,
+};

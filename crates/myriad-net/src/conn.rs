@@ -15,7 +15,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::codec::{decode, encode};
-use myriad_proto::{Caller, FsError, Hello, HelloReply, PeerKind, Request, RequestFrame, Response, ResponseFrame, MAGIC, PROTOCOL_VERSION};
+use myriad_proto::{
+    Caller, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, Request, RequestFrame,
+    Response, ResponseFrame,
+};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -44,7 +47,10 @@ impl RpcConn {
     pub async fn connect(addr: &str, me: PeerKind, timeout: Duration) -> Result<RpcConn, FsError> {
         match tokio::time::timeout(timeout, Self::connect_inner(addr, me)).await {
             Ok(r) => r,
-            Err(_) => Err(FsError::Unavailable(format!("{addr}: connect timed out after {} ms", timeout.as_millis()))),
+            Err(_) => Err(FsError::Unavailable(format!(
+                "{addr}: connect timed out after {} ms",
+                timeout.as_millis()
+            ))),
         }
     }
 
@@ -56,18 +62,33 @@ impl RpcConn {
         let (rd, wr) = stream.into_split();
         let mut reader = FramedRead::new(rd, frame_codec());
         let mut writer = FramedWrite::new(wr, frame_codec());
-    writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
+        writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
 
-        let hello = Hello { magic: MAGIC, version: PROTOCOL_VERSION, peer: me };
+        let hello = Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            peer: me,
+        };
         let bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;
-        writer.send(Bytes::from(bytes)).await.map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
+        writer
+            .send(Bytes::from(bytes))
+            .await
+            .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
         let reply: HelloReply = match reader.next().await {
-            Some(Ok(frame)) => decode(&frame).map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?,
+            Some(Ok(frame)) => {
+                decode(&frame).map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?
+            }
             Some(Err(e)) => return Err(FsError::Unavailable(format!("{addr}: {e}"))),
-            None => return Err(FsError::Unavailable(format!("{addr}: closed during handshake"))),
+            None => {
+                return Err(FsError::Unavailable(format!(
+                    "{addr}: closed during handshake"
+                )));
+            }
         };
         if let Some(why) = reply.refused {
-            return Err(FsError::Protocol(format!("{addr} refused the connection: {why}")));
+            return Err(FsError::Protocol(format!(
+                "{addr} refused the connection: {why}"
+            )));
         }
 
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
@@ -146,12 +167,26 @@ impl RpcConn {
     }
 
     /// Sends one request and waits for its reply, at most `timeout`.
-    pub async fn call(&self, epoch: u64, caller: &Caller, body: Request, timeout: Duration) -> Reply {
+    pub async fn call(
+        &self,
+        epoch: u64,
+        caller: &Caller,
+        body: Request,
+        timeout: Duration,
+    ) -> Reply {
         if self.is_closed() {
-            return Err(FsError::Unavailable(format!("{}: connection closed", self.addr)));
+            return Err(FsError::Unavailable(format!(
+                "{}: connection closed",
+                self.addr
+            )));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = RequestFrame { id, epoch, caller: caller.clone(), body };
+        let frame = RequestFrame {
+            id,
+            epoch,
+            caller: caller.clone(),
+            body,
+        };
         let bytes = encode(&frame).map_err(|e| FsError::Protocol(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.pending.lock() {
@@ -162,7 +197,8 @@ impl RpcConn {
                 .send(Bytes::from(bytes))
                 .await
                 .map_err(|_| FsError::Unavailable(format!("{}: connection closed", self.addr)))?;
-            rx.await.map_err(|_| FsError::Unavailable(format!("{}: connection closed", self.addr)))?
+            rx.await
+                .map_err(|_| FsError::Unavailable(format!("{}: connection closed", self.addr)))?
         })
         .await;
         match result {
@@ -171,7 +207,11 @@ impl RpcConn {
                 if let Ok(mut p) = self.pending.lock() {
                     p.remove(&id);
                 }
-                Err(FsError::TimedOut(format!("{} did not answer within {} ms", self.addr, timeout.as_millis())))
+                Err(FsError::TimedOut(format!(
+                    "{} did not answer within {} ms",
+                    self.addr,
+                    timeout.as_millis()
+                )))
             }
         }
     }
@@ -179,7 +219,10 @@ impl RpcConn {
 
 fn fail_all(closed: &AtomicBool, pending: &PendingMap, why: &str) {
     closed.store(true, Ordering::Release);
-    let waiters: Vec<_> = pending.lock().map(|mut p| p.drain().map(|(_, w)| w).collect()).unwrap_or_default();
+    let waiters: Vec<_> = pending
+        .lock()
+        .map(|mut p| p.drain().map(|(_, w)| w).collect())
+        .unwrap_or_default();
     for w in waiters {
         let _ = w.send(Err(FsError::Unavailable(why.to_string())));
     }

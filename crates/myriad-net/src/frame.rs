@@ -5,7 +5,10 @@ use tokio_util::codec::LengthDelimitedCodec;
 /// on read (the connection is closed) and never produced on write.
 #[must_use]
 pub fn frame_codec() -> LengthDelimitedCodec {
-    LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(FRAME_BYTES_MAX).new_codec()
+    LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(FRAME_BYTES_MAX)
+        .new_codec()
 }
 
 /// Bytes a writer may buffer before it must flush. The default (8 KiB) would flush every two

@@ -25,7 +25,10 @@ pub struct Pool {
 impl Pool {
     #[must_use]
     pub fn new(config: PoolConfig) -> Pool {
-        Pool { config, slots: Mutex::new(HashMap::new()) }
+        Pool {
+            config,
+            slots: Mutex::new(HashMap::new()),
+        }
     }
 
     #[must_use]
@@ -36,22 +39,34 @@ impl Pool {
     /// The live connection to `addr`, connecting if needed.
     pub async fn conn(&self, addr: &str) -> Result<Arc<RpcConn>, FsError> {
         let slot = {
-            let mut slots = self.slots.lock().map_err(|_| FsError::Io("pool lock poisoned".into()))?;
+            let mut slots = self
+                .slots
+                .lock()
+                .map_err(|_| FsError::Io("pool lock poisoned".into()))?;
             slots.entry(addr.to_string()).or_default().clone()
         };
         let mut guard = slot.lock().await;
-        if let Some(c) = guard.as_ref() {
-            if !c.is_closed() {
-                return Ok(c.clone());
-            }
+        if let Some(c) = guard.as_ref()
+            && !c.is_closed()
+        {
+            return Ok(c.clone());
         }
-        let conn = Arc::new(RpcConn::connect(addr, self.config.me.clone(), self.config.connect_timeout).await?);
+        let conn = Arc::new(
+            RpcConn::connect(addr, self.config.me.clone(), self.config.connect_timeout).await?,
+        );
         *guard = Some(conn.clone());
         Ok(conn)
     }
 
-    pub async fn call(&self, addr: &str, epoch: u64, caller: &Caller, body: Request) -> Result<Response, FsError> {
-        self.call_with_timeout(addr, epoch, caller, body, self.config.request_timeout).await
+    pub async fn call(
+        &self,
+        addr: &str,
+        epoch: u64,
+        caller: &Caller,
+        body: Request,
+    ) -> Result<Response, FsError> {
+        self.call_with_timeout(addr, epoch, caller, body, self.config.request_timeout)
+            .await
     }
 
     pub async fn call_with_timeout(

@@ -11,7 +11,9 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::codec::{decode, encode};
-use myriad_proto::{Hello, HelloReply, PeerKind, RequestFrame, ResponseFrame, MAGIC, PROTOCOL_VERSION};
+use myriad_proto::{
+    Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, RequestFrame, ResponseFrame,
+};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -26,11 +28,18 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub trait Handler: Send + Sync + 'static {
     /// Identity for the hello reply: (node id, map epoch).
     fn identity(&self) -> (u32, u64);
-    fn handle(self: Arc<Self>, peer: PeerKind, frame: RequestFrame) -> BoxFuture<'static, ResponseFrame>;
+    fn handle(
+        self: Arc<Self>,
+        peer: PeerKind,
+        frame: RequestFrame,
+    ) -> BoxFuture<'static, ResponseFrame>;
 }
 
 pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
-    let peer_addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+    let peer_addr = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let mut reader = FramedRead::new(rd, frame_codec());
@@ -53,12 +62,18 @@ pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
     let refused = match &hello {
         Err(e) => Some(format!("malformed hello: {e}")),
         Ok(h) if h.magic != MAGIC => Some("not a Myriad peer (bad magic)".to_string()),
-        Ok(h) if h.version != PROTOCOL_VERSION => {
-            Some(format!("protocol version {} not supported (this server speaks {PROTOCOL_VERSION})", h.version))
-        }
+        Ok(h) if h.version != PROTOCOL_VERSION => Some(format!(
+            "protocol version {} not supported (this server speaks {PROTOCOL_VERSION})",
+            h.version
+        )),
         Ok(_) => None,
     };
-    let reply = HelloReply { version: PROTOCOL_VERSION, node_id, epoch, refused: refused.clone() };
+    let reply = HelloReply {
+        version: PROTOCOL_VERSION,
+        node_id,
+        epoch,
+        refused: refused.clone(),
+    };
     if let Ok(bytes) = encode(&reply) {
         let _ = writer.send(Bytes::from(bytes)).await;
     }
@@ -104,13 +119,19 @@ pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
                 break;
             }
         };
-        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
         let h = handler.clone();
         let tx = tx.clone();
         let peer = peer.clone();
         tokio::spawn(async move {
             let resp = h.handle(peer, req).await;
-            let hint = resp.result.as_ref().map(myriad_proto::Response::size_hint).unwrap_or(256);
+            let hint = resp
+                .result
+                .as_ref()
+                .map(myriad_proto::Response::size_hint)
+                .unwrap_or(256);
             match myriad_proto::codec::encode_with_capacity(&resp, hint) {
                 Ok(bytes) => {
                     let _ = tx.send(Bytes::from(bytes)).await;

@@ -52,7 +52,9 @@ pub enum MapError {
     ZeroNodeId,
     #[error("vnodes_per_node must be at least 1 and the ring at most {RING_POINTS_MAX} points")]
     BadVnodes,
-    #[error("chunk_size_bytes must be a multiple of 65536 and inline_max_bytes at most the chunk size")]
+    #[error(
+        "chunk_size_bytes must be a multiple of 65536 and inline_max_bytes at most the chunk size"
+    )]
     BadLayout,
     #[error("cluster map is not valid JSON: {0}")]
     Parse(String),
@@ -70,7 +72,11 @@ impl ClusterMap {
             nodes: addrs
                 .iter()
                 .enumerate()
-                .map(|(i, a)| NodeInfo { id: u32::try_from(i + 1).unwrap_or(u32::MAX), addr: a.clone(), weight: 1 })
+                .map(|(i, a)| NodeInfo {
+                    id: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                    addr: a.clone(),
+                    weight: 1,
+                })
                 .collect(),
         }
     }
@@ -98,7 +104,7 @@ impl ClusterMap {
             return Err(MapError::BadVnodes);
         }
         if self.chunk_size_bytes == 0
-            || self.chunk_size_bytes % 65536 != 0
+            || !self.chunk_size_bytes.is_multiple_of(65536)
             || self.inline_max_bytes > self.chunk_size_bytes
         {
             return Err(MapError::BadLayout);
@@ -107,7 +113,8 @@ impl ClusterMap {
     }
 
     pub fn from_json(text: &str) -> Result<ClusterMap, MapError> {
-        let map: ClusterMap = serde_json::from_str(text).map_err(|e| MapError::Parse(e.to_string()))?;
+        let map: ClusterMap =
+            serde_json::from_str(text).map_err(|e| MapError::Parse(e.to_string()))?;
         map.validate()?;
         Ok(map)
     }

@@ -30,7 +30,11 @@ impl Ring {
             }
         }
         points.sort_unstable();
-        Ring { points, chunk_size_bytes: map.chunk_size_bytes, epoch: map.epoch }
+        Ring {
+            points,
+            chunk_size_bytes: map.chunk_size_bytes,
+            epoch: map.epoch,
+        }
     }
 
     #[must_use]
@@ -127,12 +131,18 @@ mod tests {
         let mut counts: HashMap<NodeId, u64> = HashMap::new();
         let total = 100_000u64;
         for _ in 0..total {
-            *counts.entry(ring.owner_of_dir(&random_dir_path(&mut rng))).or_default() += 1;
+            *counts
+                .entry(ring.owner_of_dir(&random_dir_path(&mut rng)))
+                .or_default() += 1;
         }
         assert_eq!(counts.len(), 4, "every node must get keys");
         let mean = total as f64 / 4.0;
         let max = *counts.values().max().unwrap_or(&0) as f64;
-        assert!(max / mean <= 1.15, "busiest/mean = {:.3} ({counts:?})", max / mean);
+        assert!(
+            max / mean <= 1.15,
+            "busiest/mean = {:.3} ({counts:?})",
+            max / mean
+        );
     }
 
     #[test]
@@ -188,7 +198,10 @@ mod tests {
         let mut m = map(1);
         m.chunk_size_bytes = 1000;
         assert_eq!(m.validate(), Err(MapError::BadLayout));
-        assert!(matches!(ClusterMap::from_json("{"), Err(MapError::Parse(_))));
+        assert!(matches!(
+            ClusterMap::from_json("{"),
+            Err(MapError::Parse(_))
+        ));
         let m = map(2);
         assert_eq!(ClusterMap::from_json(&m.to_json()), Ok(m));
     }

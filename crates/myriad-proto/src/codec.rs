@@ -18,7 +18,10 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
 
 /// Like `encode`, into a buffer sized up front: `to_allocvec` grows by doubling, which for a
 /// 4 KiB reply means several reallocations and copies.
-pub fn encode_with_capacity<T: Serialize>(value: &T, capacity: usize) -> Result<Vec<u8>, EncodeError> {
+pub fn encode_with_capacity<T: Serialize>(
+    value: &T,
+    capacity: usize,
+) -> Result<Vec<u8>, EncodeError> {
     postcard::to_extend(value, Vec::with_capacity(capacity)).map_err(|e| EncodeError(e.to_string()))
 }
 
@@ -38,8 +41,17 @@ mod tests {
         let f = RequestFrame {
             id: 7,
             epoch: 3,
-            caller: Caller { uid: 1000, gid: 100, groups: vec![4, 5] },
-            body: Request::Create { path: "/a/b".into(), mode: 0o644, exclusive: true, data: vec![1, 2, 3] },
+            caller: Caller {
+                uid: 1000,
+                gid: 100,
+                groups: vec![4, 5],
+            },
+            body: Request::Create {
+                path: "/a/b".into(),
+                mode: 0o644,
+                exclusive: true,
+                data: vec![1, 2, 3],
+            },
         };
         let bytes = encode(&f).unwrap_or_default();
         let back: RequestFrame = decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
@@ -48,7 +60,10 @@ mod tests {
 
     #[test]
     fn truncated_input_is_an_error_not_a_panic() {
-        let f = ResponseFrame { id: 1, result: Ok(Response::Echo(vec![9; 100])) };
+        let f = ResponseFrame {
+            id: 1,
+            result: Ok(Response::Echo(vec![9; 100])),
+        };
         let bytes = encode(&f).unwrap_or_default();
         for cut in 0..bytes.len() {
             assert!(decode::<ResponseFrame>(&bytes[..cut]).is_err());

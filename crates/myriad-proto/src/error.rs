@@ -52,19 +52,19 @@ impl FsError {
     #[must_use]
     pub fn errno(&self) -> i32 {
         match self {
-            FsError::NotFound => 2,                                  // ENOENT
-            FsError::AlreadyExists => 17,                            // EEXIST
-            FsError::NotADirectory => 20,                            // ENOTDIR
-            FsError::IsADirectory => 21,                             // EISDIR
-            FsError::NotEmpty => 39,                                 // ENOTEMPTY
-            FsError::InvalidArgument(_) => 22,                       // EINVAL
-            FsError::NameTooLong => 36,                              // ENAMETOOLONG
-            FsError::PermissionDenied => 13,                         // EACCES
-            FsError::Stale => 116,                                   // ESTALE
+            FsError::NotFound => 2,                                             // ENOENT
+            FsError::AlreadyExists => 17,                                       // EEXIST
+            FsError::NotADirectory => 20,                                       // ENOTDIR
+            FsError::IsADirectory => 21,                                        // EISDIR
+            FsError::NotEmpty => 39,                                            // ENOTEMPTY
+            FsError::InvalidArgument(_) => 22,                                  // EINVAL
+            FsError::NameTooLong => 36,                                         // ENAMETOOLONG
+            FsError::PermissionDenied => 13,                                    // EACCES
+            FsError::Stale => 116,                                              // ESTALE
             FsError::Busy | FsError::Redirect(_) | FsError::MapTooOld(_) => 11, // EAGAIN
-            FsError::NoSpace => 28,                                  // ENOSPC
-            FsError::TooLarge => 27,                                 // EFBIG
-            FsError::TimedOut(_) => 110,                             // ETIMEDOUT
+            FsError::NoSpace => 28,                                             // ENOSPC
+            FsError::TooLarge => 27,                                            // EFBIG
+            FsError::TimedOut(_) => 110,                                        // ETIMEDOUT
             FsError::Io(_) | FsError::Unavailable(_) | FsError::Protocol(_) => 5, // EIO
         }
     }
@@ -72,6 +72,9 @@ impl FsError {
     /// Errors that say nothing about the file system's state: the same request may succeed later.
     #[must_use]
     pub fn is_transient(&self) -> bool {
-        matches!(self, FsError::Busy | FsError::Unavailable(_) | FsError::TimedOut(_))
+        matches!(
+            self,
+            FsError::Busy | FsError::Unavailable(_) | FsError::TimedOut(_)
+        )
     }
 }

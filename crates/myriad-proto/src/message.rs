@@ -78,7 +78,11 @@ pub enum Request {
     /// Owner of the entry: attributes plus the first `max_bytes` of data, in one round trip.
     Fetch { path: String, max_bytes: u64 },
     /// Owner of directory `path`: up to `limit` entries with attributes after name `after`.
-    ReadDir { path: String, after: Option<String>, limit: u32 },
+    ReadDir {
+        path: String,
+        after: Option<String>,
+        limit: u32,
+    },
     /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
     Create {
         path: String,
@@ -100,7 +104,11 @@ pub enum Request {
     /// Owner of the entry.
     SetAttr { path: String, set: SetAttr },
     /// Owner of the source entry (the coordinator if the destination lives elsewhere).
-    Rename { from: String, to: String, flags: RenameFlags },
+    Rename {
+        from: String,
+        to: String,
+        flags: RenameFlags,
+    },
     /// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.
     Write {
         path: String,
@@ -110,7 +118,12 @@ pub enum Request {
         data: Vec<u8>,
     },
     /// Owner of the entry: read from chunk 0; returns the current inode too.
-    Read { path: String, ino: u64, offset: u64, len: u64 },
+    Read {
+        path: String,
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
     /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
     Truncate { path: String, ino: u64, size: u64 },
     /// Owner of the entry: raise the size to at least `size` after chunk writes elsewhere.
@@ -124,7 +137,12 @@ pub enum Request {
         data: Vec<u8>,
     },
     /// Owner of chunk `chunk` (>= 1) of `ino`. Missing bytes read as zeros.
-    ReadChunk { ino: u64, chunk: u64, offset: u64, len: u64 },
+    ReadChunk {
+        ino: u64,
+        chunk: u64,
+        offset: u64,
+        len: u64,
+    },
     /// Any node: that node's capacity and usage.
     StatFs,
     /// Any node: its request counters.
@@ -156,7 +174,11 @@ pub enum Request {
     /// Owner of the destination entry: drop the staged entry (idempotent).
     RenameAbort { txid: u64 },
     /// Owner of chunk `chunk`: drop its bytes at and beyond `keep_bytes` (chunk-relative).
-    ChunkTrim { ino: u64, chunk: u64, keep_bytes: u64 },
+    ChunkTrim {
+        ino: u64,
+        chunk: u64,
+        keep_bytes: u64,
+    },
 }
 
 impl Request {
@@ -202,7 +224,10 @@ impl Request {
     pub fn is_admin(&self) -> bool {
         matches!(
             self,
-            Request::GetCounters | Request::ResetCounters | Request::GetMap | Request::InstallMap(_)
+            Request::GetCounters
+                | Request::ResetCounters
+                | Request::GetMap
+                | Request::InstallMap(_)
         )
     }
 }
@@ -218,7 +243,10 @@ pub enum Response {
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
-    DirPage { entries: Vec<DirEntry>, next: Option<String> },
+    DirPage {
+        entries: Vec<DirEntry>,
+        next: Option<String>,
+    },
     Data {
         inode: Option<Inode>,
         #[serde(with = "serde_bytes")]
@@ -236,7 +264,9 @@ impl Response {
     pub fn size_hint(&self) -> usize {
         const HEADERS: usize = 256;
         match self {
-            Response::Echo(d) | Response::Fetched { data: d, .. } | Response::Data { data: d, .. } => d.len() + HEADERS,
+            Response::Echo(d)
+            | Response::Fetched { data: d, .. }
+            | Response::Data { data: d, .. } => d.len() + HEADERS,
             Response::DirPage { entries, .. } => entries.len() * 96 + HEADERS,
             _ => HEADERS,
         }

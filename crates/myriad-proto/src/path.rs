@@ -13,13 +13,17 @@ pub fn validate_path(path: &str) -> Result<(), FsError> {
         return Err(FsError::NameTooLong);
     }
     if !path.starts_with('/') {
-        return Err(FsError::InvalidArgument(format!("path must be absolute: {path:?}")));
+        return Err(FsError::InvalidArgument(format!(
+            "path must be absolute: {path:?}"
+        )));
     }
     if path == "/" {
         return Ok(());
     }
     if path.ends_with('/') {
-        return Err(FsError::InvalidArgument(format!("path must not end with '/': {path:?}")));
+        return Err(FsError::InvalidArgument(format!(
+            "path must not end with '/': {path:?}"
+        )));
     }
     for name in path[1..].split('/') {
         validate_name(name)?;
@@ -36,10 +40,14 @@ pub fn validate_name(name: &str) -> Result<(), FsError> {
         return Err(FsError::NameTooLong);
     }
     if name == "." || name == ".." {
-        return Err(FsError::InvalidArgument(format!("path component {name:?} is not allowed")));
+        return Err(FsError::InvalidArgument(format!(
+            "path component {name:?} is not allowed"
+        )));
     }
     if name.contains('\0') || name.contains('/') {
-        return Err(FsError::InvalidArgument("path component contains NUL or '/'".into()));
+        return Err(FsError::InvalidArgument(
+            "path component contains NUL or '/'".into(),
+        ));
     }
     Ok(())
 }
@@ -50,17 +58,31 @@ mod tests {
 
     #[test]
     fn accepts_normal_paths() {
-        for p in ["/", "/a", "/a/b/c", "/with space/ünïcode", &format!("/{}", "x".repeat(255))] {
+        for p in [
+            "/",
+            "/a",
+            "/a/b/c",
+            "/with space/ünïcode",
+            &format!("/{}", "x".repeat(255)),
+        ] {
             assert_eq!(validate_path(p), Ok(()), "{p}");
         }
     }
 
     #[test]
     fn rejects_bad_paths() {
-        for p in ["", "a", "a/b", "/a/", "//a", "/a//b", "/./a", "/a/..", "/a\0b"] {
-            assert!(matches!(validate_path(p), Err(FsError::InvalidArgument(_))), "{p:?}");
+        for p in [
+            "", "a", "a/b", "/a/", "//a", "/a//b", "/./a", "/a/..", "/a\0b",
+        ] {
+            assert!(
+                matches!(validate_path(p), Err(FsError::InvalidArgument(_))),
+                "{p:?}"
+            );
         }
-        assert_eq!(validate_path(&format!("/{}", "x".repeat(256))), Err(FsError::NameTooLong));
+        assert_eq!(
+            validate_path(&format!("/{}", "x".repeat(256))),
+            Err(FsError::NameTooLong)
+        );
         let long = "/abcdefgh".repeat(500);
         assert_eq!(validate_path(&long), Err(FsError::NameTooLong));
     }

@@ -42,7 +42,11 @@ pub struct Caller {
 impl Caller {
     #[must_use]
     pub fn root() -> Caller {
-        Caller { uid: 0, gid: 0, groups: Vec::new() }
+        Caller {
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        }
     }
 }
 
@@ -93,6 +97,10 @@ impl CounterSnapshot {
     }
     #[must_use]
     pub fn client_op(&self, op: &str) -> u64 {
-        self.client_requests.iter().filter(|c| c.op == op).map(|c| c.count).sum()
+        self.client_requests
+            .iter()
+            .filter(|c| c.op == op)
+            .map(|c| c.count)
+            .sum()
     }
 }

@@ -50,63 +50,78 @@ pub struct Applier {
 impl Applier {
     /// Starts the applier and syncer threads. `changed` is bumped after every group commit so
     /// readers waiting on a pending entry look again.
-    pub fn start(store: Store, ids: IdAlloc, layout: Layout, changed: watch::Sender<u64>) -> std::io::Result<Applier> {
+    pub fn start(
+        store: Store,
+        ids: IdAlloc,
+        layout: Layout,
+        changed: watch::Sender<u64>,
+    ) -> std::io::Result<Applier> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let (stx, srx) = std::sync::mpsc::channel::<Vec<(Reply, Outcome)>>();
         let stats = Arc::new(SyncStats::default());
 
         let apply_store = store.clone();
-        std::thread::Builder::new().name("myriad-applier".into()).spawn(move || {
-            let mut ids = ids;
-            while let Some(first) = rx.blocking_recv() {
-                let mut jobs = vec![first];
-                while jobs.len() < ROUND_MAX {
-                    match rx.try_recv() {
-                        Ok(j) => jobs.push(j),
-                        Err(_) => break,
-                    }
-                }
-                let mut done = Vec::with_capacity(jobs.len());
-                for job in jobs {
-                    let mut ctx = Ctx { store: &apply_store, ids: &mut ids, layout };
-                    match execute(&mut ctx, job.mutation) {
-                        Ok((batch, outcome)) => match apply_store.commit(batch) {
-                            Ok(()) => done.push((job.reply, outcome)),
-                            Err(e) => {
-                                let _ = job.reply.send(Err(storage_err(e)));
-                            }
-                        },
-                        Err(e) => {
-                            let _ = job.reply.send(Err(e));
+        std::thread::Builder::new()
+            .name("myriad-applier".into())
+            .spawn(move || {
+                let mut ids = ids;
+                while let Some(first) = rx.blocking_recv() {
+                    let mut jobs = vec![first];
+                    while jobs.len() < ROUND_MAX {
+                        match rx.try_recv() {
+                            Ok(j) => jobs.push(j),
+                            Err(_) => break,
                         }
                     }
+                    let mut done = Vec::with_capacity(jobs.len());
+                    for job in jobs {
+                        let mut ctx = Ctx {
+                            store: &apply_store,
+                            ids: &mut ids,
+                            layout,
+                        };
+                        match execute(&mut ctx, job.mutation) {
+                            Ok((batch, outcome)) => match apply_store.commit(batch) {
+                                Ok(()) => done.push((job.reply, outcome)),
+                                Err(e) => {
+                                    let _ = job.reply.send(Err(storage_err(e)));
+                                }
+                            },
+                            Err(e) => {
+                                let _ = job.reply.send(Err(e));
+                            }
+                        }
+                    }
+                    if !done.is_empty() && stx.send(done).is_err() {
+                        break;
+                    }
                 }
-                if !done.is_empty() && stx.send(done).is_err() {
-                    break;
-                }
-            }
-        })?;
+            })?;
 
         let sync_stats = stats.clone();
-        std::thread::Builder::new().name("myriad-syncer".into()).spawn(move || {
-            while let Ok(first) = srx.recv() {
-                let mut groups = vec![first];
-                while let Ok(more) = srx.try_recv() {
-                    groups.push(more);
+        std::thread::Builder::new()
+            .name("myriad-syncer".into())
+            .spawn(move || {
+                while let Ok(first) = srx.recv() {
+                    let mut groups = vec![first];
+                    while let Ok(more) = srx.try_recv() {
+                        groups.push(more);
+                    }
+                    let result = store.sync();
+                    let count: usize = groups.iter().map(Vec::len).sum();
+                    sync_stats.syncs.fetch_add(1, Ordering::Relaxed);
+                    sync_stats
+                        .synced_mutations
+                        .fetch_add(count as u64, Ordering::Relaxed);
+                    for (reply, outcome) in groups.into_iter().flatten() {
+                        let _ = reply.send(match &result {
+                            Ok(()) => Ok(outcome),
+                            Err(e) => Err(FsError::Io(format!("fsync failed: {e}"))),
+                        });
+                    }
+                    changed.send_modify(|v| *v = v.wrapping_add(1));
                 }
-                let result = store.sync();
-                let count: usize = groups.iter().map(Vec::len).sum();
-                sync_stats.syncs.fetch_add(1, Ordering::Relaxed);
-                sync_stats.synced_mutations.fetch_add(count as u64, Ordering::Relaxed);
-                for (reply, outcome) in groups.into_iter().flatten() {
-                    let _ = reply.send(match &result {
-                        Ok(()) => Ok(outcome),
-                        Err(e) => Err(FsError::Io(format!("fsync failed: {e}"))),
-                    });
-                }
-                changed.send_modify(|v| *v = v.wrapping_add(1));
-            }
-        })?;
+            })?;
 
         Ok(Applier { tx, stats })
     }
@@ -117,6 +132,7 @@ impl Applier {
         self.tx
             .send(Job { mutation, reply })
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        rx.await.map_err(|_| FsError::Unavailable("server is shutting down".into()))?
+        rx.await
+            .map_err(|_| FsError::Unavailable("server is shutting down".into()))?
     }
 }

@@ -15,7 +15,11 @@ pub struct Counters {
 
 impl Counters {
     pub fn count(&self, op: &'static str, from_server: bool) {
-        let map = if from_server { &self.server } else { &self.client };
+        let map = if from_server {
+            &self.server
+        } else {
+            &self.client
+        };
         if let Ok(mut m) = map.lock() {
             *m.entry(op).or_default() += 1;
         }
@@ -24,7 +28,14 @@ impl Counters {
     pub fn snapshot(&self) -> (Vec<OpCount>, Vec<OpCount>) {
         let take = |m: &Mutex<BTreeMap<&'static str, u64>>| {
             m.lock()
-                .map(|m| m.iter().map(|(op, count)| OpCount { op: (*op).to_string(), count: *count }).collect())
+                .map(|m| {
+                    m.iter()
+                        .map(|(op, count)| OpCount {
+                            op: (*op).to_string(),
+                            count: *count,
+                        })
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         (take(&self.client), take(&self.server))

@@ -17,18 +17,43 @@ pub enum Decision {
 pub enum Intent {
     /// Coordinator of mkdir `dir/name`: the entry is pending; the directory object `path` is
     /// being created on its owner. Undecided rolls forward (the client saw no answer).
-    Mkdir { dir: String, name: String, ino: u64, decision: Decision },
+    Mkdir {
+        dir: String,
+        name: String,
+        ino: u64,
+        decision: Decision,
+    },
     /// Coordinator of rmdir: the entry is pending; the directory object is being removed.
-    Rmdir { dir: String, name: String, ino: u64, decision: Decision },
+    Rmdir {
+        dir: String,
+        name: String,
+        ino: u64,
+        decision: Decision,
+    },
     /// Coordinator (source side) of a cross-node rename of `from_dir/from_name` to `to`.
     /// Undecided rolls back.
-    RenameOut { from_dir: String, from_name: String, to: String, ino: u64, decision: Decision },
+    RenameOut {
+        from_dir: String,
+        from_name: String,
+        to: String,
+        ino: u64,
+        decision: Decision,
+    },
     /// Destination side of a cross-node rename: `dir/name` holds a staged entry for `ino`
     /// until the coordinator commits or aborts.
-    RenameIn { coordinator: u32, dir: String, name: String, ino: u64 },
+    RenameIn {
+        coordinator: u32,
+        dir: String,
+        name: String,
+        ino: u64,
+    },
     /// Chunks >= 1 of `ino` hold bytes at or beyond `keep_bytes` (up to `old_size`) that must be
     /// dropped on their owners (after unlink, replace, or truncate down).
-    ChunkGc { ino: u64, keep_bytes: u64, old_size: u64 },
+    ChunkGc {
+        ino: u64,
+        keep_bytes: u64,
+        old_size: u64,
+    },
 }
 
 impl Intent {

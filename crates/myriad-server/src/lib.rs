@@ -36,7 +36,10 @@ pub enum ServerError {
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("cannot open the store in {path}: {source}")]
-    Store { path: String, source: myriad_storage::StorageError },
+    Store {
+        path: String,
+        source: myriad_storage::StorageError,
+    },
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -47,21 +50,35 @@ pub async fn run(
     config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    config.map.validate().map_err(|e| ServerError::Config(e.to_string()))?;
+    config
+        .map
+        .validate()
+        .map_err(|e| ServerError::Config(e.to_string()))?;
     if config.map.node(config.node_id).is_none() {
-        return Err(ServerError::Config(format!("node id {} is not in the cluster map", config.node_id)));
+        return Err(ServerError::Config(format!(
+            "node id {} is not in the cluster map",
+            config.node_id
+        )));
     }
     std::fs::create_dir_all(&config.data_dir)?;
-    let store_err = |source| ServerError::Store { path: config.data_dir.display().to_string(), source };
-    let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(&config.data_dir.join("store")).map_err(store_err)?);
+    let store_err = |source| ServerError::Store {
+        path: config.data_dir.display().to_string(),
+        source,
+    };
+    let kv: Arc<dyn Kv> =
+        Arc::new(FjallKv::open(&config.data_dir.join("store")).map_err(store_err)?);
     let store = Store::open(kv, config.node_id).map_err(store_err)?;
     let ids = IdAlloc::load(&store, config.node_id).map_err(store_err)?;
-    let layout = Layout { chunk_size_bytes: config.map.chunk_size_bytes };
+    let layout = Layout {
+        chunk_size_bytes: config.map.chunk_size_bytes,
+    };
     let (changed, _) = watch::channel(0u64);
     let applier = Applier::start(store.clone(), ids, layout, changed.clone())?;
     let ring = config.map.ring();
     let pool = Pool::new(PoolConfig {
-        me: PeerKind::Server { node_id: config.node_id },
+        me: PeerKind::Server {
+            node_id: config.node_id,
+        },
         connect_timeout: config.connect_timeout,
         request_timeout: config.request_timeout,
     });
@@ -69,7 +86,10 @@ pub async fn run(
         me: config.node_id,
         store,
         applier,
-        map: RwLock::new(Arc::new(MapState { map: config.map.clone(), ring })),
+        map: RwLock::new(Arc::new(MapState {
+            map: config.map.clone(),
+            ring,
+        })),
         map_path: config.map_path.clone(),
         data_dir: config.data_dir.clone(),
         pool,
@@ -80,7 +100,10 @@ pub async fn run(
     });
 
     if node.state().ring.owner_of_dir("/") == node.me {
-        node.applier.run(Mutation::InitRoot { now: now_ns() }).await.map_err(|e| ServerError::Config(e.to_string()))?;
+        node.applier
+            .run(Mutation::InitRoot { now: now_ns() })
+            .await
+            .map_err(|e| ServerError::Config(e.to_string()))?;
     }
 
     let rec = node.clone();

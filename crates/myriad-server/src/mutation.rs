@@ -5,39 +5,141 @@
 //! Pure over `Store` (no clock, no network): timestamps come in the mutation.
 
 use myriad_placement::split_parent;
-use myriad_proto::{FileKind, FsError, Inode, RenameFlags, SetAttr, ROOT_INO};
-use myriad_storage::{Batch, DirRecord, EntryRecord, Pending, Store, StorageError, BLOCK_BYTES};
+use myriad_proto::{FileKind, FsError, Inode, ROOT_INO, RenameFlags, SetAttr};
+use myriad_storage::{BLOCK_BYTES, Batch, DirRecord, EntryRecord, Pending, StorageError, Store};
 
 use crate::intent::{Decision, Intent};
 
 #[derive(Debug)]
 pub enum Mutation {
-    InitRoot { now: i64 },
-    CreateFile { dir: String, name: String, mode: u32, uid: u32, gid: u32, exclusive: bool, data: Vec<u8>, now: i64 },
-    Symlink { dir: String, name: String, target: String, uid: u32, gid: u32, now: i64 },
-    Unlink { dir: String, name: String },
-    SetAttr { dir: String, name: String, set: SetAttr, now: i64 },
-    Write { dir: String, name: String, ino: u64, offset: u64, data: Vec<u8>, now: i64 },
-    ExtendSize { dir: String, name: String, ino: u64, size: u64, now: i64 },
-    Truncate { dir: String, name: String, ino: u64, size: u64, now: i64 },
-    WriteChunk { ino: u64, chunk: u64, offset: u64, data: Vec<u8> },
-    ChunkTrim { ino: u64, chunk: u64, keep_bytes: u64 },
-    MkdirBegin { dir: String, name: String, mode: u32, uid: u32, gid: u32, now: i64 },
-    RmdirBegin { dir: String, name: String },
+    InitRoot {
+        now: i64,
+    },
+    CreateFile {
+        dir: String,
+        name: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        exclusive: bool,
+        data: Vec<u8>,
+        now: i64,
+    },
+    Symlink {
+        dir: String,
+        name: String,
+        target: String,
+        uid: u32,
+        gid: u32,
+        now: i64,
+    },
+    Unlink {
+        dir: String,
+        name: String,
+    },
+    SetAttr {
+        dir: String,
+        name: String,
+        set: SetAttr,
+        now: i64,
+    },
+    Write {
+        dir: String,
+        name: String,
+        ino: u64,
+        offset: u64,
+        data: Vec<u8>,
+        now: i64,
+    },
+    ExtendSize {
+        dir: String,
+        name: String,
+        ino: u64,
+        size: u64,
+        now: i64,
+    },
+    Truncate {
+        dir: String,
+        name: String,
+        ino: u64,
+        size: u64,
+        now: i64,
+    },
+    WriteChunk {
+        ino: u64,
+        chunk: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    ChunkTrim {
+        ino: u64,
+        chunk: u64,
+        keep_bytes: u64,
+    },
+    MkdirBegin {
+        dir: String,
+        name: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        now: i64,
+    },
+    RmdirBegin {
+        dir: String,
+        name: String,
+    },
     /// Finish (commit) or undo (abort) the pending state of `dir/name` left by a mkdir/rmdir
     /// with `txid`, and delete the intent.
-    ResolveEntry { dir: String, name: String, txid: u64, commit: bool },
+    ResolveEntry {
+        dir: String,
+        name: String,
+        txid: u64,
+        commit: bool,
+    },
     /// Record a decision in an intent (so recovery follows it).
-    Decide { txid: u64, decision: Decision },
-    DeleteIntent { txid: u64 },
-    DirObjectCreate { path: String, ino: u64 },
-    DirObjectRemove { path: String, ino: u64 },
-    RenameLocal { from: String, to: String, flags: RenameFlags, now: i64 },
-    RenameSourceBegin { from: String, to: String, now: i64 },
+    Decide {
+        txid: u64,
+        decision: Decision,
+    },
+    DeleteIntent {
+        txid: u64,
+    },
+    DirObjectCreate {
+        path: String,
+        ino: u64,
+    },
+    DirObjectRemove {
+        path: String,
+        ino: u64,
+    },
+    RenameLocal {
+        from: String,
+        to: String,
+        flags: RenameFlags,
+        now: i64,
+    },
+    RenameSourceBegin {
+        from: String,
+        to: String,
+        now: i64,
+    },
     /// Coordinator: commit deletes the source entry and its chunk-0 blocks; abort restores it.
-    RenameSourceDecide { txid: u64, commit: bool },
-    RenamePrepare { txid: u64, coordinator: u32, to: String, inode: Inode, flags: RenameFlags, blocks: Vec<(u64, Vec<u8>)> },
-    RenameTargetResolve { txid: u64, commit: bool },
+    RenameSourceDecide {
+        txid: u64,
+        commit: bool,
+    },
+    RenamePrepare {
+        txid: u64,
+        coordinator: u32,
+        to: String,
+        inode: Inode,
+        flags: RenameFlags,
+        blocks: Vec<(u64, Vec<u8>)>,
+    },
+    RenameTargetResolve {
+        txid: u64,
+        commit: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -47,8 +149,15 @@ pub enum Outcome {
     /// The inode after the change, plus the txid of a chunk GC intent the caller must run.
     InodeGc(Inode, Option<u64>),
     Gc(Option<u64>),
-    Begun { txid: u64, inode: Inode },
-    RenameBegun { txid: u64, inode: Inode, blocks: Vec<(u64, Vec<u8>)> },
+    Begun {
+        txid: u64,
+        inode: Inode,
+    },
+    RenameBegun {
+        txid: u64,
+        inode: Inode,
+        blocks: Vec<(u64, Vec<u8>)>,
+    },
     /// A rename that replaced a file; the txid of its chunk GC intent, if any.
     Renamed(Option<u64>),
 }
@@ -74,7 +183,11 @@ const HWM_KEY: &str = "id_hwm";
 impl IdAlloc {
     pub fn load(store: &Store, node_id: u32) -> Result<IdAlloc, StorageError> {
         let hwm = store.meta_u64(HWM_KEY)?.unwrap_or(2);
-        Ok(IdAlloc { node_id, next: hwm, limit: hwm })
+        Ok(IdAlloc {
+            node_id,
+            next: hwm,
+            limit: hwm,
+        })
     }
 
     fn next(&mut self, store: &Store, batch: &mut Batch) -> Result<u64, FsError> {
@@ -115,18 +228,41 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             if ctx.store.dir("/").map_err(storage_err)?.is_none() {
                 let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, 0, 0, now);
                 root.nlink = 2;
-                ctx.store.put_dir(&mut b, "/", &DirRecord { ino: ROOT_INO, root_attrs: Some(root) });
+                ctx.store.put_dir(
+                    &mut b,
+                    "/",
+                    &DirRecord {
+                        ino: ROOT_INO,
+                        root_attrs: Some(root),
+                    },
+                );
             }
             Outcome::Unit
         }
-        Mutation::CreateFile { dir, name, mode, uid, gid, exclusive, data, now } => {
+        Mutation::CreateFile {
+            dir,
+            name,
+            mode,
+            uid,
+            gid,
+            exclusive,
+            data,
+            now,
+        } => {
             require_dir(ctx.store, &dir)?;
             if data.len() as u64 > ctx.layout.chunk_size_bytes {
-                return Err(FsError::InvalidArgument("initial data larger than one chunk".into()));
+                return Err(FsError::InvalidArgument(
+                    "initial data larger than one chunk".into(),
+                ));
             }
             match ctx.store.entry(&dir, &name).map_err(storage_err)? {
-                Some(EntryRecord { pending: Some(_), .. }) => return Err(FsError::Busy),
-                Some(EntryRecord { inode: Some(existing), .. }) => {
+                Some(EntryRecord {
+                    pending: Some(_), ..
+                }) => return Err(FsError::Busy),
+                Some(EntryRecord {
+                    inode: Some(existing),
+                    ..
+                }) => {
                     if exclusive {
                         return Err(FsError::AlreadyExists);
                     }
@@ -142,12 +278,21 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             let mut inode = new_inode(ino, FileKind::File, mode & 0o7777, uid, gid, now);
             inode.size = data.len() as u64;
             if !data.is_empty() {
-                ctx.store.write_range(&mut b, ino, 0, &data).map_err(storage_err)?;
+                ctx.store
+                    .write_range(&mut b, ino, 0, &data)
+                    .map_err(storage_err)?;
             }
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::Inode(inode)
         }
-        Mutation::Symlink { dir, name, target, uid, gid, now } => {
+        Mutation::Symlink {
+            dir,
+            name,
+            target,
+            uid,
+            gid,
+            now,
+        } => {
             require_dir(ctx.store, &dir)?;
             if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
                 return Err(FsError::AlreadyExists);
@@ -168,9 +313,18 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             let gc = drop_file_data(ctx, &mut b, &inode)?;
             Outcome::Gc(gc)
         }
-        Mutation::SetAttr { dir, name, set, now } => {
+        Mutation::SetAttr {
+            dir,
+            name,
+            set,
+            now,
+        } => {
             if dir == "/" && name.is_empty() {
-                let mut rec = ctx.store.dir("/").map_err(storage_err)?.ok_or(FsError::NotFound)?;
+                let mut rec = ctx
+                    .store
+                    .dir("/")
+                    .map_err(storage_err)?
+                    .ok_or(FsError::NotFound)?;
                 let mut root = rec.root_attrs.clone().ok_or(FsError::NotFound)?;
                 apply_setattr(&mut root, &set, now);
                 rec.root_attrs = Some(root.clone());
@@ -183,20 +337,39 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 Outcome::Inode(inode)
             }
         }
-        Mutation::Write { dir, name, ino, offset, data, now } => {
+        Mutation::Write {
+            dir,
+            name,
+            ino,
+            offset,
+            data,
+            now,
+        } => {
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
-            let end = offset.checked_add(data.len() as u64).ok_or(FsError::TooLarge)?;
+            let end = offset
+                .checked_add(data.len() as u64)
+                .ok_or(FsError::TooLarge)?;
             if end > ctx.layout.chunk_size_bytes {
-                return Err(FsError::InvalidArgument("write crosses the end of chunk 0".into()));
+                return Err(FsError::InvalidArgument(
+                    "write crosses the end of chunk 0".into(),
+                ));
             }
-            ctx.store.write_range(&mut b, ino, offset, &data).map_err(storage_err)?;
+            ctx.store
+                .write_range(&mut b, ino, offset, &data)
+                .map_err(storage_err)?;
             inode.size = inode.size.max(end);
             inode.mtime_ns = now;
             inode.ctime_ns = now;
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::Inode(inode)
         }
-        Mutation::ExtendSize { dir, name, ino, size, now } => {
+        Mutation::ExtendSize {
+            dir,
+            name,
+            ino,
+            size,
+            now,
+        } => {
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
             inode.size = inode.size.max(size);
             inode.mtime_ns = now;
@@ -204,16 +377,28 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::Inode(inode)
         }
-        Mutation::Truncate { dir, name, ino, size, now } => {
+        Mutation::Truncate {
+            dir,
+            name,
+            ino,
+            size,
+            now,
+        } => {
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
             let old = inode.size;
             let mut gc = None;
             if size < old {
                 let c0 = chunk0_blocks(ctx.layout);
-                ctx.store.trim_blocks(&mut b, ino, size, 0, c0).map_err(storage_err)?;
+                ctx.store
+                    .trim_blocks(&mut b, ino, size, 0, c0)
+                    .map_err(storage_err)?;
                 if old > ctx.layout.chunk_size_bytes {
                     let txid = ctx.ids.next(ctx.store, &mut b)?;
-                    let intent = Intent::ChunkGc { ino, keep_bytes: size, old_size: old };
+                    let intent = Intent::ChunkGc {
+                        ino,
+                        keep_bytes: size,
+                        old_size: old,
+                    };
                     ctx.store.put_intent(&mut b, txid, intent.encode());
                     gc = Some(txid);
                 }
@@ -224,25 +409,52 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::InodeGc(inode, gc)
         }
-        Mutation::WriteChunk { ino, chunk, offset, data } => {
+        Mutation::WriteChunk {
+            ino,
+            chunk,
+            offset,
+            data,
+        } => {
             let cs = ctx.layout.chunk_size_bytes;
             if chunk == 0 || offset.saturating_add(data.len() as u64) > cs {
                 return Err(FsError::InvalidArgument("chunk write out of bounds".into()));
             }
-            let abs = chunk.checked_mul(cs).and_then(|x| x.checked_add(offset)).ok_or(FsError::TooLarge)?;
-            ctx.store.write_range(&mut b, ino, abs, &data).map_err(storage_err)?;
+            let abs = chunk
+                .checked_mul(cs)
+                .and_then(|x| x.checked_add(offset))
+                .ok_or(FsError::TooLarge)?;
+            ctx.store
+                .write_range(&mut b, ino, abs, &data)
+                .map_err(storage_err)?;
             Outcome::Unit
         }
-        Mutation::ChunkTrim { ino, chunk, keep_bytes } => {
+        Mutation::ChunkTrim {
+            ino,
+            chunk,
+            keep_bytes,
+        } => {
             let c0 = chunk0_blocks(ctx.layout);
             let cs = ctx.layout.chunk_size_bytes;
             let start = chunk.saturating_mul(cs);
             ctx.store
-                .trim_blocks(&mut b, ino, start + keep_bytes.min(cs), chunk * c0, (chunk + 1) * c0)
+                .trim_blocks(
+                    &mut b,
+                    ino,
+                    start + keep_bytes.min(cs),
+                    chunk * c0,
+                    (chunk + 1) * c0,
+                )
                 .map_err(storage_err)?;
             Outcome::Unit
         }
-        Mutation::MkdirBegin { dir, name, mode, uid, gid, now } => {
+        Mutation::MkdirBegin {
+            dir,
+            name,
+            mode,
+            uid,
+            gid,
+            now,
+        } => {
             require_dir(ctx.store, &dir)?;
             if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
                 return Err(FsError::AlreadyExists);
@@ -251,9 +463,20 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             let txid = ctx.ids.next(ctx.store, &mut b)?;
             let mut inode = new_inode(ino, FileKind::Directory, mode & 0o7777, uid, gid, now);
             inode.nlink = 2;
-            let rec = EntryRecord { inode: None, pending: Some(Pending { txid, after: Some(inode.clone()) }) };
+            let rec = EntryRecord {
+                inode: None,
+                pending: Some(Pending {
+                    txid,
+                    after: Some(inode.clone()),
+                }),
+            };
             ctx.store.put_entry(&mut b, &dir, &name, &rec);
-            let intent = Intent::Mkdir { dir, name, ino, decision: Decision::Undecided };
+            let intent = Intent::Mkdir {
+                dir,
+                name,
+                ino,
+                decision: Decision::Undecided,
+            };
             ctx.store.put_intent(&mut b, txid, intent.encode());
             Outcome::Begun { txid, inode }
         }
@@ -263,20 +486,33 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 return Err(FsError::NotADirectory);
             }
             let txid = ctx.ids.next(ctx.store, &mut b)?;
-            let rec = EntryRecord { inode: Some(inode.clone()), pending: Some(Pending { txid, after: None }) };
+            let rec = EntryRecord {
+                inode: Some(inode.clone()),
+                pending: Some(Pending { txid, after: None }),
+            };
             ctx.store.put_entry(&mut b, &dir, &name, &rec);
-            let intent = Intent::Rmdir { dir, name, ino: inode.ino, decision: Decision::Undecided };
+            let intent = Intent::Rmdir {
+                dir,
+                name,
+                ino: inode.ino,
+                decision: Decision::Undecided,
+            };
             ctx.store.put_intent(&mut b, txid, intent.encode());
             Outcome::Begun { txid, inode }
         }
-        Mutation::ResolveEntry { dir, name, txid, commit } => {
-            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)? {
-                if let Some(p) = rec.pending.filter(|p| p.txid == txid) {
-                    let result = if commit { p.after } else { rec.inode };
-                    match result {
-                        Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
-                        None => ctx.store.delete_entry(&mut b, &dir, &name),
-                    }
+        Mutation::ResolveEntry {
+            dir,
+            name,
+            txid,
+            commit,
+        } => {
+            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+                && let Some(p) = rec.pending.filter(|p| p.txid == txid)
+            {
+                let result = if commit { p.after } else { rec.inode };
+                match result {
+                    Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
+                    None => ctx.store.delete_entry(&mut b, &dir, &name),
                 }
             }
             ctx.store.delete_intent(&mut b, txid);
@@ -285,11 +521,31 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         Mutation::Decide { txid, decision } => {
             if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
                 let updated = match Intent::decode(&bytes) {
-                    Some(Intent::Mkdir { dir, name, ino, .. }) => Some(Intent::Mkdir { dir, name, ino, decision }),
-                    Some(Intent::Rmdir { dir, name, ino, .. }) => Some(Intent::Rmdir { dir, name, ino, decision }),
-                    Some(Intent::RenameOut { from_dir, from_name, to, ino, .. }) => {
-                        Some(Intent::RenameOut { from_dir, from_name, to, ino, decision })
-                    }
+                    Some(Intent::Mkdir { dir, name, ino, .. }) => Some(Intent::Mkdir {
+                        dir,
+                        name,
+                        ino,
+                        decision,
+                    }),
+                    Some(Intent::Rmdir { dir, name, ino, .. }) => Some(Intent::Rmdir {
+                        dir,
+                        name,
+                        ino,
+                        decision,
+                    }),
+                    Some(Intent::RenameOut {
+                        from_dir,
+                        from_name,
+                        to,
+                        ino,
+                        ..
+                    }) => Some(Intent::RenameOut {
+                        from_dir,
+                        from_name,
+                        to,
+                        ino,
+                        decision,
+                    }),
                     _ => None,
                 };
                 if let Some(i) = updated {
@@ -306,7 +562,14 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             match ctx.store.dir(&path).map_err(storage_err)? {
                 Some(rec) if rec.ino == ino => {}
                 Some(_) => return Err(FsError::AlreadyExists),
-                None => ctx.store.put_dir(&mut b, &path, &DirRecord { ino, root_attrs: None }),
+                None => ctx.store.put_dir(
+                    &mut b,
+                    &path,
+                    &DirRecord {
+                        ino,
+                        root_attrs: None,
+                    },
+                ),
             }
             Outcome::Unit
         }
@@ -323,12 +586,19 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             }
             Outcome::Unit
         }
-        Mutation::RenameLocal { from, to, flags, now } => {
+        Mutation::RenameLocal {
+            from,
+            to,
+            flags,
+            now,
+        } => {
             let (fdir, fname) = split_parent(&from);
             let (tdir, tname) = split_parent(&to);
             let mut inode = visible(ctx.store, fdir, fname)?;
             if inode.kind == FileKind::Directory {
-                return Err(FsError::InvalidArgument("directory rename is not supported yet".into()));
+                return Err(FsError::InvalidArgument(
+                    "directory rename is not supported yet".into(),
+                ));
             }
             require_dir(ctx.store, tdir)?;
             let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
@@ -348,11 +618,19 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             let (fdir, fname) = split_parent(&from);
             let mut inode = visible(ctx.store, fdir, fname)?;
             if inode.kind == FileKind::Directory {
-                return Err(FsError::InvalidArgument("directory rename is not supported yet".into()));
+                return Err(FsError::InvalidArgument(
+                    "directory rename is not supported yet".into(),
+                ));
             }
             let txid = ctx.ids.next(ctx.store, &mut b)?;
-            let blocks = ctx.store.blocks(inode.ino, 0, chunk0_blocks(ctx.layout)).map_err(storage_err)?;
-            let rec = EntryRecord { inode: Some(inode.clone()), pending: Some(Pending { txid, after: None }) };
+            let blocks = ctx
+                .store
+                .blocks(inode.ino, 0, chunk0_blocks(ctx.layout))
+                .map_err(storage_err)?;
+            let rec = EntryRecord {
+                inode: Some(inode.clone()),
+                pending: Some(Pending { txid, after: None }),
+            };
             ctx.store.put_entry(&mut b, fdir, fname, &rec);
             let intent = Intent::RenameOut {
                 from_dir: fdir.to_string(),
@@ -363,31 +641,66 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             };
             ctx.store.put_intent(&mut b, txid, intent.encode());
             inode.ctime_ns = now;
-            Outcome::RenameBegun { txid, inode, blocks }
+            Outcome::RenameBegun {
+                txid,
+                inode,
+                blocks,
+            }
         }
         Mutation::RenameSourceDecide { txid, commit } => {
-            let Some(Intent::RenameOut { from_dir, from_name, to, ino, .. }) =
-                ctx.store.intent(txid).map_err(storage_err)?.and_then(|b| Intent::decode(&b))
+            let Some(Intent::RenameOut {
+                from_dir,
+                from_name,
+                to,
+                ino,
+                ..
+            }) = ctx
+                .store
+                .intent(txid)
+                .map_err(storage_err)?
+                .and_then(|b| Intent::decode(&b))
             else {
                 return Ok((b, Outcome::Unit));
             };
-            if let Some(rec) = ctx.store.entry(&from_dir, &from_name).map_err(storage_err)? {
-                if rec.pending.as_ref().is_some_and(|p| p.txid == txid) {
-                    if commit {
-                        ctx.store.delete_entry(&mut b, &from_dir, &from_name);
-                        let c0 = chunk0_blocks(ctx.layout);
-                        ctx.store.trim_blocks(&mut b, ino, 0, 0, c0).map_err(storage_err)?;
-                    } else if let Some(i) = rec.inode {
-                        put_visible(ctx.store, &mut b, &from_dir, &from_name, &i);
-                    }
+            if let Some(rec) = ctx
+                .store
+                .entry(&from_dir, &from_name)
+                .map_err(storage_err)?
+                && rec.pending.as_ref().is_some_and(|p| p.txid == txid)
+            {
+                if commit {
+                    ctx.store.delete_entry(&mut b, &from_dir, &from_name);
+                    let c0 = chunk0_blocks(ctx.layout);
+                    ctx.store
+                        .trim_blocks(&mut b, ino, 0, 0, c0)
+                        .map_err(storage_err)?;
+                } else if let Some(i) = rec.inode {
+                    put_visible(ctx.store, &mut b, &from_dir, &from_name, &i);
                 }
             }
-            let decision = if commit { Decision::Commit } else { Decision::Abort };
-            let intent = Intent::RenameOut { from_dir, from_name, to, ino, decision };
+            let decision = if commit {
+                Decision::Commit
+            } else {
+                Decision::Abort
+            };
+            let intent = Intent::RenameOut {
+                from_dir,
+                from_name,
+                to,
+                ino,
+                decision,
+            };
             ctx.store.put_intent(&mut b, txid, intent.encode());
             Outcome::Unit
         }
-        Mutation::RenamePrepare { txid, coordinator, to, inode, flags, blocks } => {
+        Mutation::RenamePrepare {
+            txid,
+            coordinator,
+            to,
+            inode,
+            flags,
+            blocks,
+        } => {
             if ctx.store.intent(txid).map_err(storage_err)?.is_some() {
                 return Ok((b, Outcome::Unit)); // Already prepared (a retried request).
             }
@@ -397,38 +710,53 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             for (block, data) in blocks {
                 ctx.store.put_block(&mut b, inode.ino, block, data);
             }
-            let rec = EntryRecord { inode: replaced, pending: Some(Pending { txid, after: Some(inode.clone()) }) };
+            let rec = EntryRecord {
+                inode: replaced,
+                pending: Some(Pending {
+                    txid,
+                    after: Some(inode.clone()),
+                }),
+            };
             ctx.store.put_entry(&mut b, tdir, tname, &rec);
-            let intent =
-                Intent::RenameIn { coordinator, dir: tdir.to_string(), name: tname.to_string(), ino: inode.ino };
+            let intent = Intent::RenameIn {
+                coordinator,
+                dir: tdir.to_string(),
+                name: tname.to_string(),
+                ino: inode.ino,
+            };
             ctx.store.put_intent(&mut b, txid, intent.encode());
             Outcome::Unit
         }
         Mutation::RenameTargetResolve { txid, commit } => {
-            let Some(Intent::RenameIn { dir, name, ino, .. }) =
-                ctx.store.intent(txid).map_err(storage_err)?.and_then(|b| Intent::decode(&b))
+            let Some(Intent::RenameIn { dir, name, ino, .. }) = ctx
+                .store
+                .intent(txid)
+                .map_err(storage_err)?
+                .and_then(|b| Intent::decode(&b))
             else {
                 return Ok((b, Outcome::Renamed(None))); // Already resolved.
             };
             let mut gc = None;
-            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)? {
-                if let Some(p) = rec.pending.filter(|p| p.txid == txid) {
-                    if commit {
-                        if let Some(old) = rec.inode.as_ref().filter(|o| o.ino != ino) {
-                            gc = drop_file_data(ctx, &mut b, old)?;
-                        }
-                        match p.after {
-                            Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
-                            None => ctx.store.delete_entry(&mut b, &dir, &name),
-                        }
-                    } else {
-                        match rec.inode {
-                            Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
-                            None => ctx.store.delete_entry(&mut b, &dir, &name),
-                        }
-                        let c0 = chunk0_blocks(ctx.layout);
-                        ctx.store.trim_blocks(&mut b, ino, 0, 0, c0).map_err(storage_err)?;
+            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+                && let Some(p) = rec.pending.filter(|p| p.txid == txid)
+            {
+                if commit {
+                    if let Some(old) = rec.inode.as_ref().filter(|o| o.ino != ino) {
+                        gc = drop_file_data(ctx, &mut b, old)?;
                     }
+                    match p.after {
+                        Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
+                        None => ctx.store.delete_entry(&mut b, &dir, &name),
+                    }
+                } else {
+                    match rec.inode {
+                        Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
+                        None => ctx.store.delete_entry(&mut b, &dir, &name),
+                    }
+                    let c0 = chunk0_blocks(ctx.layout);
+                    ctx.store
+                        .trim_blocks(&mut b, ino, 0, 0, c0)
+                        .map_err(storage_err)?;
                 }
             }
             ctx.store.delete_intent(&mut b, txid);
@@ -474,7 +802,15 @@ fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
 }
 
 fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, inode: &Inode) {
-    store.put_entry(b, dir, name, &EntryRecord { inode: Some(inode.clone()), pending: None });
+    store.put_entry(
+        b,
+        dir,
+        name,
+        &EntryRecord {
+            inode: Some(inode.clone()),
+            pending: None,
+        },
+    );
 }
 
 fn require_dir(store: &Store, dir: &str) -> Result<(), FsError> {
@@ -487,7 +823,9 @@ fn require_dir(store: &Store, dir: &str) -> Result<(), FsError> {
 /// The visible inode of `dir/name`; `Busy` while a multi-node operation holds it.
 fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsError> {
     match store.entry(dir, name).map_err(storage_err)? {
-        Some(EntryRecord { pending: Some(_), .. }) => Err(FsError::Busy),
+        Some(EntryRecord {
+            pending: Some(_), ..
+        }) => Err(FsError::Busy),
         Some(EntryRecord { inode: Some(i), .. }) => Ok(i),
         _ => Err(FsError::NotFound),
     }
@@ -514,12 +852,19 @@ fn check_rename_target(
     flags: RenameFlags,
 ) -> Result<Option<Inode>, FsError> {
     match store.entry(dir, name).map_err(storage_err)? {
-        Some(EntryRecord { pending: Some(_), .. }) => Err(FsError::Busy),
-        Some(EntryRecord { inode: Some(old), .. }) => {
+        Some(EntryRecord {
+            pending: Some(_), ..
+        }) => Err(FsError::Busy),
+        Some(EntryRecord {
+            inode: Some(old), ..
+        }) => {
             if flags.no_replace && old.ino != incoming.ino {
                 return Err(FsError::AlreadyExists);
             }
-            match (incoming.kind == FileKind::Directory, old.kind == FileKind::Directory) {
+            match (
+                incoming.kind == FileKind::Directory,
+                old.kind == FileKind::Directory,
+            ) {
                 (false, true) => Err(FsError::IsADirectory),
                 (true, false) => Err(FsError::NotADirectory),
                 _ => Ok(Some(old)),
@@ -536,10 +881,16 @@ fn drop_file_data(ctx: &mut Ctx<'_>, b: &mut Batch, inode: &Inode) -> Result<Opt
         return Ok(None);
     }
     let c0 = chunk0_blocks(ctx.layout);
-    ctx.store.trim_blocks(b, inode.ino, 0, 0, c0).map_err(storage_err)?;
+    ctx.store
+        .trim_blocks(b, inode.ino, 0, 0, c0)
+        .map_err(storage_err)?;
     if inode.size > ctx.layout.chunk_size_bytes {
         let txid = ctx.ids.next(ctx.store, b)?;
-        let intent = Intent::ChunkGc { ino: inode.ino, keep_bytes: 0, old_size: inode.size };
+        let intent = Intent::ChunkGc {
+            ino: inode.ino,
+            keep_bytes: 0,
+            old_size: inode.size,
+        };
         ctx.store.put_intent(b, txid, intent.encode());
         return Ok(Some(txid));
     }

@@ -15,8 +15,8 @@ use futures::future::BoxFuture;
 use myriad_net::{Handler, Pool};
 use myriad_placement::{ClusterMap, NodeId, Ring, split_parent};
 use myriad_proto::{
-    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, Request, RequestFrame, Response,
-    ResponseFrame, StatFs, limits, validate_path,
+    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, Request, RequestFrame,
+    Response, ResponseFrame, StatFs, limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
@@ -58,7 +58,11 @@ impl Handler for Node {
         (self.me, self.state().map.epoch)
     }
 
-    fn handle(self: Arc<Self>, peer: PeerKind, frame: RequestFrame) -> BoxFuture<'static, ResponseFrame> {
+    fn handle(
+        self: Arc<Self>,
+        peer: PeerKind,
+        frame: RequestFrame,
+    ) -> BoxFuture<'static, ResponseFrame> {
         Box::pin(async move {
             let id = frame.id;
             let from_server = matches!(peer, PeerKind::Server { .. });
@@ -80,10 +84,19 @@ impl Node {
     }
 
     fn own(&self, st: &MapState, owner: NodeId) -> Result<(), FsError> {
-        if owner == self.me { Ok(()) } else { Err(FsError::Redirect(Box::new(st.map.clone()))) }
+        if owner == self.me {
+            Ok(())
+        } else {
+            Err(FsError::Redirect(Box::new(st.map.clone())))
+        }
     }
 
-    pub(crate) async fn dispatch(self: &Arc<Self>, epoch: u64, caller: Caller, body: Request) -> Result<Response, FsError> {
+    pub(crate) async fn dispatch(
+        self: &Arc<Self>,
+        epoch: u64,
+        caller: Caller,
+        body: Request,
+    ) -> Result<Response, FsError> {
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
             return Err(FsError::MapTooOld(st.map.epoch));
@@ -99,7 +112,10 @@ impl Node {
             Request::StatMany { dir, names } => {
                 validate_path(&dir)?;
                 if names.len() > limits::STAT_MANY_MAX {
-                    return Err(FsError::InvalidArgument(format!("at most {} names per stat_many", limits::STAT_MANY_MAX)));
+                    return Err(FsError::InvalidArgument(format!(
+                        "at most {} names per stat_many",
+                        limits::STAT_MANY_MAX
+                    )));
                 }
                 self.own(&st, st.ring.owner_of_dir(&dir))?;
                 let mut out = Vec::with_capacity(names.len());
@@ -118,7 +134,9 @@ impl Node {
                 let inode = self.lookup(&path).await?;
                 let data = if inode.kind == FileKind::File {
                     let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
-                    self.store.read_range(inode.ino, 0, n, inode.size.min(cs)).map_err(storage_err)?
+                    self.store
+                        .read_range(inode.ino, 0, n, inode.size.min(cs))
+                        .map_err(storage_err)?
                 } else {
                     Vec::new()
                 };
@@ -129,7 +147,12 @@ impl Node {
                 self.own(&st, st.ring.owner_of_dir(&path))?;
                 self.readdir(&path, after, limit)
             }
-            Request::Read { path, ino, offset, len } => {
+            Request::Read {
+                path,
+                ino,
+                offset,
+                len,
+            } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
                 let inode = self.lookup(&path).await?;
@@ -140,40 +163,86 @@ impl Node {
                     return Err(FsError::Stale);
                 }
                 let len = len.min(limits::IO_BYTES_MAX);
-                let data = self.store.read_range(ino, offset, len, inode.size.min(cs)).map_err(storage_err)?;
-                Ok(Response::Data { inode: Some(inode), data })
+                let data = self
+                    .store
+                    .read_range(ino, offset, len, inode.size.min(cs))
+                    .map_err(storage_err)?;
+                Ok(Response::Data {
+                    inode: Some(inode),
+                    data,
+                })
             }
-            Request::ReadChunk { ino, chunk, offset, len } => {
+            Request::ReadChunk {
+                ino,
+                chunk,
+                offset,
+                len,
+            } => {
                 if chunk == 0 {
                     return Err(FsError::InvalidArgument("chunk 0 is read with Read".into()));
                 }
                 self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
                 let len = len.min(limits::IO_BYTES_MAX).min(cs.saturating_sub(offset));
                 let start = chunk.saturating_mul(cs).saturating_add(offset);
-                let data = self.store.read_range(ino, start, len, start.saturating_add(len)).map_err(storage_err)?;
+                let data = self
+                    .store
+                    .read_range(ino, start, len, start.saturating_add(len))
+                    .map_err(storage_err)?;
                 Ok(Response::Data { inode: None, data })
             }
             Request::Readlink { path } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
                 let inode = self.lookup(&path).await?;
-                inode.symlink_target.ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into())).map(Response::Link)
+                inode
+                    .symlink_target
+                    .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
+                    .map(Response::Link)
             }
-            Request::Create { path, mode, exclusive, data } => {
+            Request::Create {
+                path,
+                mode,
+                exclusive,
+                data,
+            } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                let m = Mutation::CreateFile { dir, name, mode, uid: caller.uid, gid: caller.gid, exclusive, data, now: now_ns() };
+                let m = Mutation::CreateFile {
+                    dir,
+                    name,
+                    mode,
+                    uid: caller.uid,
+                    gid: caller.gid,
+                    exclusive,
+                    data,
+                    now: now_ns(),
+                };
                 self.mutate_inode(m).await
             }
             Request::Symlink { path, target } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                if target.is_empty() || target.len() > limits::SYMLINK_TARGET_BYTES_MAX || target.contains('\0') {
-                    return Err(FsError::InvalidArgument("symlink target must be 1..=4096 bytes without NUL".into()));
+                if target.is_empty()
+                    || target.len() > limits::SYMLINK_TARGET_BYTES_MAX
+                    || target.contains('\0')
+                {
+                    return Err(FsError::InvalidArgument(
+                        "symlink target must be 1..=4096 bytes without NUL".into(),
+                    ));
                 }
-                self.mutate_inode(Mutation::Symlink { dir, name, target, uid: caller.uid, gid: caller.gid, now: now_ns() }).await
+                self.mutate_inode(Mutation::Symlink {
+                    dir,
+                    name,
+                    target,
+                    uid: caller.uid,
+                    gid: caller.gid,
+                    now: now_ns(),
+                })
+                .await
             }
             Request::Unlink { path } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                if let Outcome::Gc(Some(txid)) = self.applier.run(Mutation::Unlink { dir, name }).await? {
+                if let Outcome::Gc(Some(txid)) =
+                    self.applier.run(Mutation::Unlink { dir, name }).await?
+                {
                     self.spawn_gc(txid);
                 }
                 Ok(Response::Unit)
@@ -181,28 +250,73 @@ impl Node {
             Request::SetAttr { path, set } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
-                let (dir, name) = if path == "/" { ("/".to_string(), String::new()) } else { split_owned(&path) };
-                self.mutate_inode(Mutation::SetAttr { dir, name, set, now: now_ns() }).await
+                let (dir, name) = if path == "/" {
+                    ("/".to_string(), String::new())
+                } else {
+                    split_owned(&path)
+                };
+                self.mutate_inode(Mutation::SetAttr {
+                    dir,
+                    name,
+                    set,
+                    now: now_ns(),
+                })
+                .await
             }
-            Request::Write { path, ino, offset, data } => {
+            Request::Write {
+                path,
+                ino,
+                offset,
+                data,
+            } => {
                 let (dir, name) = self.file_target(&st, &path)?;
                 if data.len() as u64 > limits::IO_BYTES_MAX {
-                    return Err(FsError::InvalidArgument("write larger than the I/O limit".into()));
+                    return Err(FsError::InvalidArgument(
+                        "write larger than the I/O limit".into(),
+                    ));
                 }
-                self.mutate_inode(Mutation::Write { dir, name, ino, offset, data, now: now_ns() }).await
+                self.mutate_inode(Mutation::Write {
+                    dir,
+                    name,
+                    ino,
+                    offset,
+                    data,
+                    now: now_ns(),
+                })
+                .await
             }
             Request::ExtendSize { path, ino, size } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                self.mutate_inode(Mutation::ExtendSize { dir, name, ino, size, now: now_ns() }).await
+                self.mutate_inode(Mutation::ExtendSize {
+                    dir,
+                    name,
+                    ino,
+                    size,
+                    now: now_ns(),
+                })
+                .await
             }
             Request::Truncate { path, ino, size } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                match self.applier.run(Mutation::Truncate { dir, name, ino, size, now: now_ns() }).await? {
+                match self
+                    .applier
+                    .run(Mutation::Truncate {
+                        dir,
+                        name,
+                        ino,
+                        size,
+                        now: now_ns(),
+                    })
+                    .await?
+                {
                     Outcome::InodeGc(inode, gc) => {
                         if let Some(txid) = gc {
                             // Trim before replying: a later extend must read zeros, not old bytes.
                             if let Err(e) = self.run_gc(txid).await {
-                                tracing::warn!("truncate of ino {}: chunk trim deferred to recovery: {e}", inode.ino);
+                                tracing::warn!(
+                                    "truncate of ino {}: chunk trim deferred to recovery: {e}",
+                                    inode.ino
+                                );
                             }
                         }
                         Ok(Response::Attr(inode))
@@ -210,22 +324,48 @@ impl Node {
                     _ => Err(FsError::Io("unexpected outcome".into())),
                 }
             }
-            Request::WriteChunk { ino, chunk, offset, data } => {
+            Request::WriteChunk {
+                ino,
+                chunk,
+                offset,
+                data,
+            } => {
                 if chunk == 0 {
-                    return Err(FsError::InvalidArgument("chunk 0 is written with Write".into()));
+                    return Err(FsError::InvalidArgument(
+                        "chunk 0 is written with Write".into(),
+                    ));
                 }
                 self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
-                self.applier.run(Mutation::WriteChunk { ino, chunk, offset, data }).await?;
+                self.applier
+                    .run(Mutation::WriteChunk {
+                        ino,
+                        chunk,
+                        offset,
+                        data,
+                    })
+                    .await?;
                 Ok(Response::Unit)
             }
-            Request::ChunkTrim { ino, chunk, keep_bytes } => {
+            Request::ChunkTrim {
+                ino,
+                chunk,
+                keep_bytes,
+            } => {
                 self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
-                self.applier.run(Mutation::ChunkTrim { ino, chunk, keep_bytes }).await?;
+                self.applier
+                    .run(Mutation::ChunkTrim {
+                        ino,
+                        chunk,
+                        keep_bytes,
+                    })
+                    .await?;
                 Ok(Response::Unit)
             }
             Request::Mkdir { path, mode } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                self.mkdir(&path, dir, name, mode, &caller).await.map(Response::Attr)
+                self.mkdir(&path, dir, name, mode, &caller)
+                    .await
+                    .map(Response::Attr)
             }
             Request::Rmdir { path } => {
                 if path == "/" {
@@ -241,10 +381,14 @@ impl Node {
                     return Err(FsError::Busy);
                 }
                 if to.starts_with(&format!("{from}/")) {
-                    return Err(FsError::InvalidArgument("cannot move a directory into itself".into()));
+                    return Err(FsError::InvalidArgument(
+                        "cannot move a directory into itself".into(),
+                    ));
                 }
                 self.own(&st, st.ring.owner_of_entry(&from))?;
-                self.rename(&st, from, to, flags).await.map(|()| Response::Unit)
+                self.rename(&st, from, to, flags)
+                    .await
+                    .map(|()| Response::Unit)
             }
             Request::StatFs => Ok(Response::StatFs(self.statfs())),
             Request::GetCounters => {
@@ -262,7 +406,10 @@ impl Node {
             Request::ResetCounters => {
                 self.counters.reset();
                 self.applier.stats.syncs.store(0, Ordering::Relaxed);
-                self.applier.stats.synced_mutations.store(0, Ordering::Relaxed);
+                self.applier
+                    .stats
+                    .synced_mutations
+                    .store(0, Ordering::Relaxed);
                 Ok(Response::Unit)
             }
             Request::GetMap => Ok(Response::Map(Box::new(st.map.clone()))),
@@ -273,20 +420,40 @@ impl Node {
             Request::DirObjectCreate { path, ino } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_dir(&path))?;
-                self.applier.run(Mutation::DirObjectCreate { path, ino }).await?;
+                self.applier
+                    .run(Mutation::DirObjectCreate { path, ino })
+                    .await?;
                 Ok(Response::Unit)
             }
             Request::DirObjectRemove { path, ino } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_dir(&path))?;
-                self.applier.run(Mutation::DirObjectRemove { path, ino }).await?;
+                self.applier
+                    .run(Mutation::DirObjectRemove { path, ino })
+                    .await?;
                 Ok(Response::Unit)
             }
-            Request::RenamePrepare { txid, coordinator, to, inode, flags, blocks } => {
+            Request::RenamePrepare {
+                txid,
+                coordinator,
+                to,
+                inode,
+                flags,
+                blocks,
+            } => {
                 validate_path(&to)?;
                 self.own(&st, st.ring.owner_of_entry(&to))?;
                 let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
-                self.applier.run(Mutation::RenamePrepare { txid, coordinator, to, inode, flags, blocks }).await?;
+                self.applier
+                    .run(Mutation::RenamePrepare {
+                        txid,
+                        coordinator,
+                        to,
+                        inode,
+                        flags,
+                        blocks,
+                    })
+                    .await?;
                 Ok(Response::Unit)
             }
             Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
@@ -294,8 +461,16 @@ impl Node {
         }
     }
 
-    async fn rename_target_resolve(self: &Arc<Self>, txid: u64, commit: bool) -> Result<Response, FsError> {
-        if let Outcome::Renamed(Some(gc)) = self.applier.run(Mutation::RenameTargetResolve { txid, commit }).await? {
+    async fn rename_target_resolve(
+        self: &Arc<Self>,
+        txid: u64,
+        commit: bool,
+    ) -> Result<Response, FsError> {
+        if let Outcome::Renamed(Some(gc)) = self
+            .applier
+            .run(Mutation::RenameTargetResolve { txid, commit })
+            .await?
+        {
             self.spawn_gc(gc);
         }
         Ok(Response::Unit)
@@ -328,7 +503,11 @@ impl Node {
     /// The visible inode at `path`, waiting while a multi-node operation holds the entry.
     pub(crate) async fn lookup(&self, path: &str) -> Result<Inode, FsError> {
         if path == "/" {
-            let rec = self.store.dir("/").map_err(storage_err)?.ok_or(FsError::NotFound)?;
+            let rec = self
+                .store
+                .dir("/")
+                .map_err(storage_err)?
+                .ok_or(FsError::NotFound)?;
             return rec.root_attrs.ok_or(FsError::NotFound);
         }
         let (dir, name) = split_parent(path);
@@ -341,9 +520,17 @@ impl Node {
             // Subscribe before reading so a resolution between the read and the wait is not missed.
             let mut changed = self.changed.subscribe();
             match self.store.entry(dir, name).map_err(storage_err)? {
-                Some(EntryRecord { pending: None, inode: Some(i) }) => return Ok(i),
-                Some(EntryRecord { pending: Some(_), .. }) => {
-                    if tokio::time::timeout_at(deadline, changed.changed()).await.is_err() {
+                Some(EntryRecord {
+                    pending: None,
+                    inode: Some(i),
+                }) => return Ok(i),
+                Some(EntryRecord {
+                    pending: Some(_), ..
+                }) => {
+                    if tokio::time::timeout_at(deadline, changed.changed())
+                        .await
+                        .is_err()
+                    {
                         return Err(FsError::Busy);
                     }
                 }
@@ -357,31 +544,55 @@ impl Node {
             return Err(FsError::NotFound);
         }
         let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
-        let page = self.store.entries(path, after.as_deref(), limit).map_err(storage_err)?;
-        let next = if page.len() == limit { page.last().map(|(n, _)| n.clone()) } else { None };
+        let page = self
+            .store
+            .entries(path, after.as_deref(), limit)
+            .map_err(storage_err)?;
+        let next = if page.len() == limit {
+            page.last().map(|(n, _)| n.clone())
+        } else {
+            None
+        };
         // Entries being created by a pending operation are not listed yet; entries being
         // removed or renamed away are listed until the operation commits.
-        let entries = page.into_iter().filter_map(|(name, rec)| rec.inode.map(|inode| DirEntry { name, inode })).collect();
+        let entries = page
+            .into_iter()
+            .filter_map(|(name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
+            .collect();
         Ok(Response::DirPage { entries, next })
     }
 
     fn statfs(&self) -> StatFs {
         let (total, free) = disk_space(&self.data_dir);
-        StatFs { total_bytes: total, free_bytes: free, used_bytes: self.store.disk_bytes(), files: 0 }
+        StatFs {
+            total_bytes: total,
+            free_bytes: free,
+            used_bytes: self.store.disk_bytes(),
+            files: 0,
+        }
     }
 
     pub(crate) fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
-        map.validate().map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        map.validate()
+            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
         if map.node(self.me).is_none() {
-            return Err(FsError::InvalidArgument(format!("map epoch {} does not list node {}", map.epoch, self.me)));
+            return Err(FsError::InvalidArgument(format!(
+                "map epoch {} does not list node {}",
+                map.epoch, self.me
+            )));
         }
-        let mut guard = self.map.write().map_err(|_| FsError::Io("map lock poisoned".into()))?;
+        let mut guard = self
+            .map
+            .write()
+            .map_err(|_| FsError::Io("map lock poisoned".into()))?;
         if map.epoch <= guard.map.epoch {
             return Ok(());
         }
         if let Some(p) = &self.map_path {
             let tmp = p.with_extension("tmp");
-            std::fs::write(&tmp, map.to_json()).and_then(|()| std::fs::rename(&tmp, p)).map_err(|e| FsError::Io(e.to_string()))?;
+            std::fs::write(&tmp, map.to_json())
+                .and_then(|()| std::fs::rename(&tmp, p))
+                .map_err(|e| FsError::Io(e.to_string()))?;
         }
         tracing::info!(epoch = map.epoch, "installed newer cluster map");
         let ring = map.ring();
@@ -390,14 +601,26 @@ impl Node {
     }
 
     /// Sends `body` to node `node` (or runs it here if that is this node).
-    pub(crate) async fn call_node(self: &Arc<Self>, node: NodeId, body: Request) -> Result<Response, FsError> {
+    pub(crate) async fn call_node(
+        self: &Arc<Self>,
+        node: NodeId,
+        body: Request,
+    ) -> Result<Response, FsError> {
         let st = self.state();
         if node == self.me {
             return Box::pin(self.dispatch(st.map.epoch, Caller::root(), body)).await;
         }
-        let addr = st.map.node(node).map(|n| n.addr.clone()).ok_or_else(|| FsError::Unavailable(format!("node {node} is not in the map")))?;
-        self.counters.sent_to_servers.fetch_add(1, Ordering::Relaxed);
-        self.pool.call(&addr, st.map.epoch, &Caller::root(), body).await
+        let addr = st
+            .map
+            .node(node)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| FsError::Unavailable(format!("node {node} is not in the map")))?;
+        self.counters
+            .sent_to_servers
+            .fetch_add(1, Ordering::Relaxed);
+        self.pool
+            .call(&addr, st.map.epoch, &Caller::root(), body)
+            .await
     }
 }
 
@@ -409,7 +632,9 @@ pub(crate) fn split_owned(path: &str) -> (String, String) {
 /// (total, free) bytes of the file system holding `dir`.
 fn disk_space(dir: &std::path::Path) -> (u64, u64) {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return (0, 0) };
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return (0, 0);
+    };
     // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
     unsafe {
         let mut st: libc::statvfs = std::mem::zeroed();
@@ -420,4 +645,3 @@ fn disk_space(dir: &std::path::Path) -> (u64, u64) {
         (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize)
     }
 }
-

@@ -53,42 +53,120 @@ impl Node {
         mode: u32,
         caller: &Caller,
     ) -> Result<Inode, FsError> {
-        let begin = Mutation::MkdirBegin { dir: dir.clone(), name: name.clone(), mode, uid: caller.uid, gid: caller.gid, now: now_ns() };
+        let begin = Mutation::MkdirBegin {
+            dir: dir.clone(),
+            name: name.clone(),
+            mode,
+            uid: caller.uid,
+            gid: caller.gid,
+            now: now_ns(),
+        };
         let Outcome::Begun { txid, inode } = self.applier.run(begin).await? else {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let _live = self.hold(txid);
         let owner = self.dir_owner(path);
-        match self.call_node(owner, Request::DirObjectCreate { path: path.to_string(), ino: inode.ino }).await {
+        match self
+            .call_node(
+                owner,
+                Request::DirObjectCreate {
+                    path: path.to_string(),
+                    ino: inode.ino,
+                },
+            )
+            .await
+        {
             Ok(_) => {
-                self.applier.run(Mutation::ResolveEntry { dir, name, txid, commit: true }).await?;
+                self.applier
+                    .run(Mutation::ResolveEntry {
+                        dir,
+                        name,
+                        txid,
+                        commit: true,
+                    })
+                    .await?;
                 Ok(inode)
             }
             Err(e) => {
                 // Undo: the client will see an error, so the directory must not appear later.
-                self.applier.run(Mutation::Decide { txid, decision: Decision::Abort }).await?;
-                let undo = self.call_node(owner, Request::DirObjectRemove { path: path.to_string(), ino: inode.ino }).await;
+                self.applier
+                    .run(Mutation::Decide {
+                        txid,
+                        decision: Decision::Abort,
+                    })
+                    .await?;
+                let undo = self
+                    .call_node(
+                        owner,
+                        Request::DirObjectRemove {
+                            path: path.to_string(),
+                            ino: inode.ino,
+                        },
+                    )
+                    .await;
                 if undo.is_ok() {
-                    self.applier.run(Mutation::ResolveEntry { dir, name, txid, commit: false }).await?;
+                    self.applier
+                        .run(Mutation::ResolveEntry {
+                            dir,
+                            name,
+                            txid,
+                            commit: false,
+                        })
+                        .await?;
                 }
                 Err(e)
             }
         }
     }
 
-    pub(crate) async fn rmdir(self: &Arc<Self>, path: &str, dir: String, name: String) -> Result<(), FsError> {
-        let Outcome::Begun { txid, inode } = self.applier.run(Mutation::RmdirBegin { dir: dir.clone(), name: name.clone() }).await? else {
+    pub(crate) async fn rmdir(
+        self: &Arc<Self>,
+        path: &str,
+        dir: String,
+        name: String,
+    ) -> Result<(), FsError> {
+        let Outcome::Begun { txid, inode } = self
+            .applier
+            .run(Mutation::RmdirBegin {
+                dir: dir.clone(),
+                name: name.clone(),
+            })
+            .await?
+        else {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let _live = self.hold(txid);
         let owner = self.dir_owner(path);
-        match self.call_node(owner, Request::DirObjectRemove { path: path.to_string(), ino: inode.ino }).await {
+        match self
+            .call_node(
+                owner,
+                Request::DirObjectRemove {
+                    path: path.to_string(),
+                    ino: inode.ino,
+                },
+            )
+            .await
+        {
             Ok(_) => {
-                self.applier.run(Mutation::ResolveEntry { dir, name, txid, commit: true }).await?;
+                self.applier
+                    .run(Mutation::ResolveEntry {
+                        dir,
+                        name,
+                        txid,
+                        commit: true,
+                    })
+                    .await?;
                 Ok(())
             }
             Err(FsError::NotEmpty) => {
-                self.applier.run(Mutation::ResolveEntry { dir, name, txid, commit: false }).await?;
+                self.applier
+                    .run(Mutation::ResolveEntry {
+                        dir,
+                        name,
+                        txid,
+                        commit: false,
+                    })
+                    .await?;
                 Err(FsError::NotEmpty)
             }
             // Unknown outcome: recovery asks the owner again and follows its answer.
@@ -96,37 +174,86 @@ impl Node {
         }
     }
 
-    pub(crate) async fn rename(self: &Arc<Self>, st: &MapState, from: String, to: String, flags: RenameFlags) -> Result<(), FsError> {
+    pub(crate) async fn rename(
+        self: &Arc<Self>,
+        st: &MapState,
+        from: String,
+        to: String,
+        flags: RenameFlags,
+    ) -> Result<(), FsError> {
         if from == to {
             self.lookup(&from).await?;
             return Ok(());
         }
         let dst_node = st.ring.owner_of_entry(&to);
         if dst_node == self.me {
-            if let Outcome::Renamed(Some(gc)) = self.applier.run(Mutation::RenameLocal { from, to, flags, now: now_ns() }).await? {
+            if let Outcome::Renamed(Some(gc)) = self
+                .applier
+                .run(Mutation::RenameLocal {
+                    from,
+                    to,
+                    flags,
+                    now: now_ns(),
+                })
+                .await?
+            {
                 self.spawn_gc(gc);
             }
             return Ok(());
         }
-        let begin = Mutation::RenameSourceBegin { from, to: to.clone(), now: now_ns() };
-        let Outcome::RenameBegun { txid, inode, blocks } = self.applier.run(begin).await? else {
+        let begin = Mutation::RenameSourceBegin {
+            from,
+            to: to.clone(),
+            now: now_ns(),
+        };
+        let Outcome::RenameBegun {
+            txid,
+            inode,
+            blocks,
+        } = self.applier.run(begin).await?
+        else {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let _live = self.hold(txid);
-        let blocks = blocks.into_iter().map(|(b, d)| (b, serde_bytes::ByteBuf::from(d))).collect();
-        let prepare = Request::RenamePrepare { txid, coordinator: self.me, to, inode, flags, blocks };
+        let blocks = blocks
+            .into_iter()
+            .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
+            .collect();
+        let prepare = Request::RenamePrepare {
+            txid,
+            coordinator: self.me,
+            to,
+            inode,
+            flags,
+            blocks,
+        };
         match self.call_node(dst_node, prepare).await {
             Ok(_) => {
                 // The decision point: once this batch is durable the rename has happened.
-                self.applier.run(Mutation::RenameSourceDecide { txid, commit: true }).await?;
-                if self.call_node(dst_node, Request::RenameCommit { txid }).await.is_ok() {
+                self.applier
+                    .run(Mutation::RenameSourceDecide { txid, commit: true })
+                    .await?;
+                if self
+                    .call_node(dst_node, Request::RenameCommit { txid })
+                    .await
+                    .is_ok()
+                {
                     self.applier.run(Mutation::DeleteIntent { txid }).await?;
                 }
                 Ok(())
             }
             Err(e) => {
-                self.applier.run(Mutation::RenameSourceDecide { txid, commit: false }).await?;
-                if self.call_node(dst_node, Request::RenameAbort { txid }).await.is_ok() {
+                self.applier
+                    .run(Mutation::RenameSourceDecide {
+                        txid,
+                        commit: false,
+                    })
+                    .await?;
+                if self
+                    .call_node(dst_node, Request::RenameAbort { txid })
+                    .await
+                    .is_ok()
+                {
                     self.applier.run(Mutation::DeleteIntent { txid }).await?;
                 }
                 Err(e)
@@ -147,8 +274,15 @@ impl Node {
     /// Drops the bytes of a ChunkGc intent on every chunk owner, then deletes the intent.
     pub(crate) async fn run_gc(self: &Arc<Self>, txid: u64) -> Result<(), FsError> {
         let _live = self.hold(txid);
-        let Some(Intent::ChunkGc { ino, keep_bytes, old_size }) =
-            self.store.intent(txid).map_err(crate::mutation::storage_err)?.and_then(|b| Intent::decode(&b))
+        let Some(Intent::ChunkGc {
+            ino,
+            keep_bytes,
+            old_size,
+        }) = self
+            .store
+            .intent(txid)
+            .map_err(crate::mutation::storage_err)?
+            .and_then(|b| Intent::decode(&b))
         else {
             return Ok(());
         };
@@ -159,7 +293,15 @@ impl Node {
             for chunk in first..=last {
                 let keep = keep_bytes.saturating_sub(chunk * cs).min(cs);
                 let owner = self.state().ring.owner_of_chunk(ino, chunk);
-                self.call_node(owner, Request::ChunkTrim { ino, chunk, keep_bytes: keep }).await?;
+                self.call_node(
+                    owner,
+                    Request::ChunkTrim {
+                        ino,
+                        chunk,
+                        keep_bytes: keep,
+                    },
+                )
+                .await?;
             }
         }
         self.applier.run(Mutation::DeleteIntent { txid }).await?;
@@ -169,7 +311,11 @@ impl Node {
     /// Finishes every intent no live operation owns. `all` at start-up; later only intents
     /// seen in the previous pass too (so an operation between its first step and registering
     /// as live is never touched).
-    pub(crate) async fn recover(self: &Arc<Self>, previous: &std::collections::HashSet<u64>, all: bool) -> std::collections::HashSet<u64> {
+    pub(crate) async fn recover(
+        self: &Arc<Self>,
+        previous: &std::collections::HashSet<u64>,
+        all: bool,
+    ) -> std::collections::HashSet<u64> {
         let intents = match self.store.intents() {
             Ok(i) => i,
             Err(e) => {
@@ -198,7 +344,12 @@ impl Node {
     async fn recover_one(self: &Arc<Self>, txid: u64, intent: Intent) -> Result<(), FsError> {
         let _live = self.hold(txid);
         match intent {
-            Intent::Mkdir { dir, name, ino, decision } => {
+            Intent::Mkdir {
+                dir,
+                name,
+                ino,
+                decision,
+            } => {
                 let path = join(&dir, &name);
                 let owner = self.dir_owner(&path);
                 let commit = decision != Decision::Abort;
@@ -208,25 +359,51 @@ impl Node {
                     Request::DirObjectRemove { path, ino }
                 };
                 self.call_node(owner, req).await?;
-                self.applier.run(Mutation::ResolveEntry { dir, name, txid, commit }).await?;
+                self.applier
+                    .run(Mutation::ResolveEntry {
+                        dir,
+                        name,
+                        txid,
+                        commit,
+                    })
+                    .await?;
             }
             Intent::Rmdir { dir, name, ino, .. } => {
                 let path = join(&dir, &name);
                 let owner = self.dir_owner(&path);
-                let commit = match self.call_node(owner, Request::DirObjectRemove { path, ino }).await {
+                let commit = match self
+                    .call_node(owner, Request::DirObjectRemove { path, ino })
+                    .await
+                {
                     Ok(_) => true,
                     Err(FsError::NotEmpty) => false,
                     Err(e) => return Err(e),
                 };
-                self.applier.run(Mutation::ResolveEntry { dir, name, txid, commit }).await?;
+                self.applier
+                    .run(Mutation::ResolveEntry {
+                        dir,
+                        name,
+                        txid,
+                        commit,
+                    })
+                    .await?;
             }
             Intent::RenameOut { to, decision, .. } => {
                 let dst = self.state().ring.owner_of_entry(&to);
                 let commit = decision == Decision::Commit;
                 if decision == Decision::Undecided {
-                    self.applier.run(Mutation::RenameSourceDecide { txid, commit: false }).await?;
+                    self.applier
+                        .run(Mutation::RenameSourceDecide {
+                            txid,
+                            commit: false,
+                        })
+                        .await?;
                 }
-                let req = if commit { Request::RenameCommit { txid } } else { Request::RenameAbort { txid } };
+                let req = if commit {
+                    Request::RenameCommit { txid }
+                } else {
+                    Request::RenameAbort { txid }
+                };
                 self.call_node(dst, req).await?;
                 self.applier.run(Mutation::DeleteIntent { txid }).await?;
             }
@@ -241,5 +418,9 @@ impl Node {
 }
 
 fn join(dir: &str, name: &str) -> String {
-    if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") }
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
 }

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
-use crate::kv::{Batch, Kv, Space, prefix_end};
 use crate::StorageError;
+use crate::kv::{Batch, Kv, Pairs, Space, prefix_end};
 
 pub struct FjallKv {
     db: Database,
@@ -48,7 +48,7 @@ impl Kv for FjallKv {
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+    ) -> Result<Pairs, StorageError> {
         let start: Bound<Vec<u8>> = match after {
             Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
             _ => Bound::Included(prefix.to_vec()),

@@ -19,7 +19,13 @@ pub enum Space {
 }
 
 impl Space {
-    pub const ALL: [Space; 5] = [Space::Entries, Space::Dirs, Space::Blocks, Space::Intents, Space::Meta];
+    pub const ALL: [Space; 5] = [
+        Space::Entries,
+        Space::Dirs,
+        Space::Blocks,
+        Space::Intents,
+        Space::Meta,
+    ];
 
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -59,6 +65,9 @@ impl Batch {
     }
 }
 
+/// Key-value pairs in key order, as `scan` returns them.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 pub trait Kv: Send + Sync + 'static {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
     /// Up to `limit` pairs whose key starts with `prefix`, in key order, strictly after
@@ -69,7 +78,7 @@ pub trait Kv: Send + Sync + 'static {
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError>;
+    ) -> Result<Pairs, StorageError>;
     /// Applies the batch atomically. Visible to readers at once; durable after `sync`.
     fn commit(&self, batch: Batch) -> Result<(), StorageError>;
     /// Makes every committed batch durable (fsync).

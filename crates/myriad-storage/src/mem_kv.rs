@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Mutex;
 
-use crate::kv::{Batch, Kv, Space, prefix_end};
 use crate::StorageError;
+use crate::kv::{Batch, Kv, Pairs, Space, prefix_end};
+
+type Table = BTreeMap<(Space, Vec<u8>), Vec<u8>>;
 
 #[derive(Default)]
 pub struct MemKv {
-    data: Mutex<BTreeMap<(Space, Vec<u8>), Vec<u8>>>,
+    data: Mutex<Table>,
 }
 
 impl MemKv {
@@ -18,8 +20,10 @@ impl MemKv {
         MemKv::default()
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, BTreeMap<(Space, Vec<u8>), Vec<u8>>>, StorageError> {
-        self.data.lock().map_err(|_| StorageError::Engine("memkv lock poisoned".into()))
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Table>, StorageError> {
+        self.data
+            .lock()
+            .map_err(|_| StorageError::Engine("memkv lock poisoned".into()))
     }
 }
 
@@ -34,7 +38,7 @@ impl Kv for MemKv {
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+    ) -> Result<Pairs, StorageError> {
         let data = self.lock()?;
         let start = match after {
             Some(a) if a >= prefix => Bound::Excluded((space, a.to_vec())),
@@ -68,6 +72,8 @@ impl Kv for MemKv {
     }
 
     fn disk_bytes(&self) -> u64 {
-        self.lock().map(|d| d.values().map(|v| v.len() as u64).sum()).unwrap_or(0)
+        self.lock()
+            .map(|d| d.values().map(|v| v.len() as u64).sum())
+            .unwrap_or(0)
     }
 }

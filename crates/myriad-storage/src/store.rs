@@ -7,11 +7,11 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::StorageError;
 use crate::blocks::BLOCK_BYTES;
 use crate::keys::{block_key, entry_key, entry_prefix, u64_key};
 use crate::kv::{Batch, Kv, Space};
 use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
-use crate::StorageError;
 
 /// Version of the on-disk layout; stored under `format_version` in `Meta`.
 pub const FORMAT_VERSION: u32 = 1;
@@ -36,10 +36,20 @@ fn postcard_encode<T: Serialize>(value: &T) -> Result<Vec<u8>, myriad_proto::cod
 
 fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, StorageError> {
     match bytes.split_first() {
-        Some((&RECORD_VERSION, body)) => myriad_proto::codec::decode(body)
-            .map_err(|e| StorageError::Corrupt { space, detail: e.to_string() }),
-        Some((v, _)) => Err(StorageError::Corrupt { space, detail: format!("unknown record version {v}") }),
-        None => Err(StorageError::Corrupt { space, detail: "empty record".into() }),
+        Some((&RECORD_VERSION, body)) => {
+            myriad_proto::codec::decode(body).map_err(|e| StorageError::Corrupt {
+                space,
+                detail: e.to_string(),
+            })
+        }
+        Some((v, _)) => Err(StorageError::Corrupt {
+            space,
+            detail: format!("unknown record version {v}"),
+        }),
+        None => Err(StorageError::Corrupt {
+            space,
+            detail: "empty record".into(),
+        }),
     }
 }
 
@@ -63,10 +73,13 @@ impl Store {
                 store.kv.sync()?;
             }
         }
-        if let Some(found) = store.meta_u64("node_id")? {
-            if found != u64::from(node_id) {
-                return Err(StorageError::WrongNode { found: u32::try_from(found).unwrap_or(0), expected: node_id });
-            }
+        if let Some(found) = store.meta_u64("node_id")?
+            && found != u64::from(node_id)
+        {
+            return Err(StorageError::WrongNode {
+                found: u32::try_from(found).unwrap_or(0),
+                expected: node_id,
+            });
         }
         Ok(store)
     }
@@ -87,20 +100,28 @@ impl Store {
     // ---- meta ----
 
     pub fn meta_u64(&self, name: &str) -> Result<Option<u64>, StorageError> {
-        Ok(self
-            .kv
-            .get(Space::Meta, name.as_bytes())?
-            .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)))
+        Ok(self.kv.get(Space::Meta, name.as_bytes())?.and_then(|v| {
+            v.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+        }))
     }
 
     pub fn put_meta_u64(&self, batch: &mut Batch, name: &str, value: u64) {
-        batch.put(Space::Meta, name.as_bytes().to_vec(), value.to_be_bytes().to_vec());
+        batch.put(
+            Space::Meta,
+            name.as_bytes().to_vec(),
+            value.to_be_bytes().to_vec(),
+        );
     }
 
     // ---- directory objects ----
 
     pub fn dir(&self, path: &str) -> Result<Option<DirRecord>, StorageError> {
-        self.kv.get(Space::Dirs, path.as_bytes())?.map(|v| decode("dirs", &v)).transpose()
+        self.kv
+            .get(Space::Dirs, path.as_bytes())?
+            .map(|v| decode("dirs", &v))
+            .transpose()
     }
 
     pub fn put_dir(&self, batch: &mut Batch, path: &str, rec: &DirRecord) {
@@ -112,18 +133,30 @@ impl Store {
     }
 
     /// Directory objects held by this node, in path order, after `after`.
-    pub fn dirs(&self, after: Option<&str>, limit: usize) -> Result<Vec<(String, DirRecord)>, StorageError> {
+    pub fn dirs(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, DirRecord)>, StorageError> {
         self.kv
             .scan(Space::Dirs, b"", after.map(str::as_bytes), limit)?
             .into_iter()
-            .map(|(k, v)| Ok((String::from_utf8_lossy(&k).into_owned(), decode("dirs", &v)?)))
+            .map(|(k, v)| {
+                Ok((
+                    String::from_utf8_lossy(&k).into_owned(),
+                    decode("dirs", &v)?,
+                ))
+            })
             .collect()
     }
 
     // ---- entries ----
 
     pub fn entry(&self, dir: &str, name: &str) -> Result<Option<EntryRecord>, StorageError> {
-        self.kv.get(Space::Entries, &entry_key(dir, name))?.map(|v| decode("entries", &v)).transpose()
+        self.kv
+            .get(Space::Entries, &entry_key(dir, name))?
+            .map(|v| decode("entries", &v))
+            .transpose()
     }
 
     pub fn put_entry(&self, batch: &mut Batch, dir: &str, name: &str, rec: &EntryRecord) {
@@ -155,7 +188,10 @@ impl Store {
 
     /// True if `dir` has at least one entry (committed or pending).
     pub fn has_entries(&self, dir: &str) -> Result<bool, StorageError> {
-        Ok(!self.kv.scan(Space::Entries, &entry_prefix(dir), None, 1)?.is_empty())
+        Ok(!self
+            .kv
+            .scan(Space::Entries, &entry_prefix(dir), None, 1)?
+            .is_empty())
     }
 
     // ---- intents ----
@@ -184,16 +220,26 @@ impl Store {
     // ---- blocks ----
 
     /// Reads `len` bytes at `offset` of inode `ino`, clipped to `size`; holes read as zeros.
-    pub fn read_range(&self, ino: u64, offset: u64, len: u64, size: u64) -> Result<Vec<u8>, StorageError> {
+    pub fn read_range(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<Vec<u8>, StorageError> {
         if offset >= size || len == 0 {
             return Ok(Vec::new());
         }
         let end = size.min(offset.saturating_add(len));
-        let len_usize = usize::try_from(end - offset).map_err(|_| StorageError::Engine("read too large".into()))?;
+        let len_usize = usize::try_from(end - offset)
+            .map_err(|_| StorageError::Engine("read too large".into()))?;
         let first = offset / BLOCK_BYTES;
         let last = (end - 1) / BLOCK_BYTES;
         if first == last {
-            let block = self.kv.get(Space::Blocks, &block_key(ino, first))?.unwrap_or_default();
+            let block = self
+                .kv
+                .get(Space::Blocks, &block_key(ino, first))?
+                .unwrap_or_default();
             let from = usize::try_from(offset - first * BLOCK_BYTES).unwrap_or(usize::MAX);
             // Fast path (every inline file): the block holds the whole range, hand it over.
             if from == 0 && block.len() == len_usize {
@@ -205,10 +251,21 @@ impl Store {
         }
         let mut out = vec![0u8; len_usize];
         let prefix = ino.to_be_bytes();
-        let after = if first == 0 { None } else { Some(block_key(ino, first - 1)) };
+        let after = if first == 0 {
+            None
+        } else {
+            Some(block_key(ino, first - 1))
+        };
         let count = usize::try_from(last - first + 1).unwrap_or(usize::MAX);
-        for (k, v) in self.kv.scan(Space::Blocks, &prefix, after.as_deref(), count)? {
-            let Some(block) = k.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else {
+        for (k, v) in self
+            .kv
+            .scan(Space::Blocks, &prefix, after.as_deref(), count)?
+        {
+            let Some(block) = k
+                .get(8..16)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+            else {
                 continue;
             };
             if block > last {
@@ -220,7 +277,13 @@ impl Store {
     }
 
     /// Adds to `batch` the block writes that put `data` at `offset` of inode `ino`.
-    pub fn write_range(&self, batch: &mut Batch, ino: u64, offset: u64, data: &[u8]) -> Result<(), StorageError> {
+    pub fn write_range(
+        &self,
+        batch: &mut Batch,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
         let mut pos = 0usize;
         while pos < data.len() {
             let abs = offset + pos as u64;
@@ -231,7 +294,10 @@ impl Store {
             let value = if in_block == 0 && take == BLOCK_BYTES as usize {
                 piece.to_vec()
             } else {
-                let mut cur = self.kv.get(Space::Blocks, &block_key(ino, block))?.unwrap_or_default();
+                let mut cur = self
+                    .kv
+                    .get(Space::Blocks, &block_key(ino, block))?
+                    .unwrap_or_default();
                 if cur.len() < in_block + take {
                     cur.resize(in_block + take, 0);
                 }
@@ -256,9 +322,20 @@ impl Store {
     ) -> Result<(), StorageError> {
         let start_block = (keep_bytes / BLOCK_BYTES).max(first_block);
         let prefix = ino.to_be_bytes();
-        let after = if start_block == 0 { None } else { Some(block_key(ino, start_block - 1)) };
-        for (k, v) in self.kv.scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)? {
-            let Some(block) = k.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else {
+        let after = if start_block == 0 {
+            None
+        } else {
+            Some(block_key(ino, start_block - 1))
+        };
+        for (k, v) in self
+            .kv
+            .scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)?
+        {
+            let Some(block) = k
+                .get(8..16)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+            else {
                 continue;
             };
             if block >= end_block {
@@ -278,12 +355,28 @@ impl Store {
     }
 
     /// All blocks of `ino` in `[first_block, end_block)`, for moving chunk 0 with its inode.
-    pub fn blocks(&self, ino: u64, first_block: u64, end_block: u64) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+    pub fn blocks(
+        &self,
+        ino: u64,
+        first_block: u64,
+        end_block: u64,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         let prefix = ino.to_be_bytes();
-        let after = if first_block == 0 { None } else { Some(block_key(ino, first_block - 1)) };
+        let after = if first_block == 0 {
+            None
+        } else {
+            Some(block_key(ino, first_block - 1))
+        };
         let mut out = Vec::new();
-        for (k, v) in self.kv.scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)? {
-            let Some(block) = k.get(8..16).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes) else {
+        for (k, v) in self
+            .kv
+            .scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)?
+        {
+            let Some(block) = k
+                .get(8..16)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+            else {
                 continue;
             };
             if block >= end_block {
@@ -313,7 +406,8 @@ fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) {
     if from >= to {
         return;
     }
-    let src = &data[usize::try_from(from - block_start).unwrap_or(0)..usize::try_from(to - block_start).unwrap_or(0)];
+    let src = &data[usize::try_from(from - block_start).unwrap_or(0)
+        ..usize::try_from(to - block_start).unwrap_or(0)];
     let dst_start = usize::try_from(from - offset).unwrap_or(0);
     out[dst_start..dst_start + src.len()].copy_from_slice(src);
 }

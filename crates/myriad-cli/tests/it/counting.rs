@@ -19,17 +19,28 @@ async fn per_node(c: &myriad_client::Client) -> Vec<(u32, u64, u64)> {
 async fn fetch_of_an_inline_file_is_one_request_to_one_server() {
     let tc = TestCluster::start(4);
     let c = tc.client();
-    c.mkdir_p("/p/q/r", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    c.mkdir_p("/p/q/r", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let data = vec![5u8; 32 * 1024];
-    c.create("/p/q/r/file", 0o644, true, &data).await.unwrap_or_else(|e| panic!("{e}"));
+    c.create("/p/q/r/file", 0o644, true, &data)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     for _ in 0..3 {
         c.reset_counters().await.unwrap_or_else(|e| panic!("{e}"));
-        let (inode, got) = c.fetch("/p/q/r/file").await.unwrap_or_else(|e| panic!("{e}"));
+        let (inode, got) = c
+            .fetch("/p/q/r/file")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((inode.size, got), (32 * 1024, data.clone()));
         let counts = per_node(&c).await;
         let touched: Vec<_> = counts.iter().filter(|(_, cl, sv)| cl + sv > 0).collect();
         assert_eq!(touched.len(), 1, "exactly one server touched: {counts:?}");
-        assert_eq!((touched[0].1, touched[0].2), (1, 0), "one client request, no server-to-server: {counts:?}");
+        assert_eq!(
+            (touched[0].1, touched[0].2),
+            (1, 0),
+            "one client request, no server-to-server: {counts:?}"
+        );
         assert_eq!(touched[0].0, c.owner_of_entry("/p/q/r/file"));
     }
 }
@@ -41,7 +52,9 @@ async fn create_with_data_is_one_request_to_one_server() {
     let c = tc.client();
     c.mkdir("/c", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
     c.reset_counters().await.unwrap_or_else(|e| panic!("{e}"));
-    c.create("/c/new", 0o644, true, &[1u8; 4096]).await.unwrap_or_else(|e| panic!("{e}"));
+    c.create("/c/new", 0o644, true, &[1u8; 4096])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let counts = per_node(&c).await;
     let touched: Vec<_> = counts.iter().filter(|(_, cl, sv)| cl + sv > 0).collect();
     assert_eq!(touched.len(), 1, "{counts:?}");

@@ -11,7 +11,9 @@ use crate::harness::{TestCluster, dir_on_node};
 
 fn content(i: u64) -> Vec<u8> {
     let len = 1000 + (i * 7919 % 60_000) as usize;
-    (0..len).map(|j| ((j as u64 * 31 + i) % 251) as u8).collect()
+    (0..len)
+        .map(|j| ((j as u64 * 31 + i) % 251) as u8)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,7 +21,9 @@ async fn kill9_during_writes_loses_no_acknowledged_file() {
     let tc = TestCluster::start(4);
     let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(3)));
     for d in 0..16 {
-        c.mkdir(&format!("/w{d}"), 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        c.mkdir(&format!("/w{d}"), 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     let victim = 2;
     let writer = {
@@ -36,7 +40,11 @@ async fn kill9_during_writes_loses_no_acknowledged_file() {
                     async move {
                         let path = format!("/w{}/f{k}", k % 16);
                         let data = content(k);
-                        (path.clone(), crc32c::crc32c(&data), c.create(&path, 0o644, true, &data).await)
+                        (
+                            path.clone(),
+                            crc32c::crc32c(&data),
+                            c.create(&path, 0o644, true, &data).await,
+                        )
                     }
                 });
                 for (path, crc, r) in futures::future::join_all(futs).await {
@@ -55,11 +63,22 @@ async fn kill9_during_writes_loses_no_acknowledged_file() {
     let dead_dir = dir_on_node(&c, &tc.map, victim, "w");
     let t = Instant::now();
     let r = c.stat(&format!("{dead_dir}/x")).await;
-    assert!(matches!(r, Err(FsError::Unavailable(_)) | Err(FsError::TimedOut(_))), "{r:?}");
-    assert!(t.elapsed() < Duration::from_secs(4), "dead node answered only after {:?}", t.elapsed());
+    assert!(
+        matches!(r, Err(FsError::Unavailable(_)) | Err(FsError::TimedOut(_))),
+        "{r:?}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "dead node answered only after {:?}",
+        t.elapsed()
+    );
 
     let acked = writer.await.unwrap_or_default();
-    assert!(acked.len() > 100, "workload kept going on the live nodes: {} acked", acked.len());
+    assert!(
+        acked.len() > 100,
+        "workload kept going on the live nodes: {} acked",
+        acked.len()
+    );
     tc.restart(victim);
     tc.wait_up(&c, victim).await;
     let mut bad = Vec::new();
@@ -69,7 +88,13 @@ async fn kill9_during_writes_loses_no_acknowledged_file() {
             other => bad.push((path.clone(), other.map(|x| x.1.len()))),
         }
     }
-    assert!(bad.is_empty(), "{} of {} acknowledged files lost or corrupt: {:?}", bad.len(), acked.len(), &bad[..bad.len().min(5)]);
+    assert!(
+        bad.is_empty(),
+        "{} of {} acknowledged files lost or corrupt: {:?}",
+        bad.len(),
+        acked.len(),
+        &bad[..bad.len().min(5)]
+    );
 }
 
 /// Two-node mkdir and rename under kill -9 of either side: after restart and recovery every
@@ -87,7 +112,9 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
     }
     let files = 1200u64;
     for i in 0..files {
-        c.create(&format!("{src}/f{i}"), 0o644, true, &content(i)).await.unwrap_or_else(|e| panic!("{e}"));
+        c.create(&format!("{src}/f{i}"), 0o644, true, &content(i))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     for (round, victim) in [(0u64, 3u32), (1, 1)] {
@@ -102,25 +129,40 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
                 let range = if round == 0 { 0..half } else { half..files };
                 // mkdirs and renames interleaved, 8 in flight, so the kill finds both in progress.
                 let ops = range.flat_map(|i| [(i, true), (i, false)]);
-                let results: Vec<(u64, bool, bool)> = futures::stream::iter(ops.map(|(i, is_mkdir)| {
-                    let c = c.clone();
-                    let done = done.clone();
-                    let (src, dst, parent) = (src.clone(), dst.clone(), parent.clone());
-                    async move {
-                        let ok = if is_mkdir {
-                            c.mkdir(&format!("{parent}/d{i}"), 0o755).await.is_ok()
-                        } else {
-                            c.rename(&format!("{src}/f{i}"), &format!("{dst}/f{i}"), RenameFlags::default()).await.is_ok()
-                        };
-                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        (i, is_mkdir, ok)
-                    }
-                }))
-                .buffered(8)
-                .collect()
-                .await;
-                let mkdirs = results.iter().filter(|r| r.1).map(|r| (format!("{parent}/d{}", r.0), r.2)).collect::<Vec<_>>();
-                let renames = results.iter().filter(|r| !r.1).map(|r| (r.0, r.2)).collect::<Vec<_>>();
+                let results: Vec<(u64, bool, bool)> =
+                    futures::stream::iter(ops.map(|(i, is_mkdir)| {
+                        let c = c.clone();
+                        let done = done.clone();
+                        let (src, dst, parent) = (src.clone(), dst.clone(), parent.clone());
+                        async move {
+                            let ok = if is_mkdir {
+                                c.mkdir(&format!("{parent}/d{i}"), 0o755).await.is_ok()
+                            } else {
+                                c.rename(
+                                    &format!("{src}/f{i}"),
+                                    &format!("{dst}/f{i}"),
+                                    RenameFlags::default(),
+                                )
+                                .await
+                                .is_ok()
+                            };
+                            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            (i, is_mkdir, ok)
+                        }
+                    }))
+                    .buffered(8)
+                    .collect()
+                    .await;
+                let mkdirs = results
+                    .iter()
+                    .filter(|r| r.1)
+                    .map(|r| (format!("{parent}/d{}", r.0), r.2))
+                    .collect::<Vec<_>>();
+                let renames = results
+                    .iter()
+                    .filter(|r| !r.1)
+                    .map(|r| (r.0, r.2))
+                    .collect::<Vec<_>>();
                 (mkdirs, renames)
             })
         };
@@ -131,8 +173,15 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
         let (mkdirs, renames) = work.await.unwrap_or_default();
         let failed_mkdirs = mkdirs.iter().filter(|m| !m.1).count();
         let failed_renames = renames.iter().filter(|r| !r.1).count();
-        eprintln!("round {round}: killed node {victim}; {failed_mkdirs}/{} mkdirs and {failed_renames}/{} renames failed", mkdirs.len(), renames.len());
-        assert!(failed_mkdirs + failed_renames > 0, "the kill must interrupt operations, or this test proves nothing");
+        eprintln!(
+            "round {round}: killed node {victim}; {failed_mkdirs}/{} mkdirs and {failed_renames}/{} renames failed",
+            mkdirs.len(),
+            renames.len()
+        );
+        assert!(
+            failed_mkdirs + failed_renames > 0,
+            "the kill must interrupt operations, or this test proves nothing"
+        );
         tc.restart(victim);
         tc.wait_up(&c, victim).await;
 
@@ -142,13 +191,20 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
                 match c.stat(d).await {
                     Ok(i) => {
                         assert_eq!(i.kind, FileKind::Directory);
-                        assert!(c.readdir(d).await.is_ok(), "{d}: entry without directory object");
+                        assert!(
+                            c.readdir(d).await.is_ok(),
+                            "{d}: entry without directory object"
+                        );
                         break;
                     }
                     Err(FsError::NotFound) => {
                         assert!(!acked, "{d}: acknowledged mkdir lost");
                         let probe = c.create(&format!("{d}/probe"), 0o644, true, b"").await;
-                        assert_eq!(probe.err(), Some(FsError::NotFound), "{d}: orphan directory object is usable");
+                        assert_eq!(
+                            probe.err(),
+                            Some(FsError::NotFound),
+                            "{d}: orphan directory object is usable"
+                        );
                         break;
                     }
                     Err(e) if Instant::now() < deadline => {
@@ -173,8 +229,14 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
                         assert!(!acked, "{a}: acknowledged rename undone");
                         assert_eq!(data, content(*i));
                     }
-                    (Err(FsError::NotFound), Ok((_, data))) => assert_eq!(data, content(*i), "{b}: wrong contents"),
-                    (x, y) => panic!("file {i} must be under exactly one name: {:?} / {:?}", x.map(|v| v.1.len()), y.map(|v| v.1.len())),
+                    (Err(FsError::NotFound), Ok((_, data))) => {
+                        assert_eq!(data, content(*i), "{b}: wrong contents")
+                    }
+                    (x, y) => panic!(
+                        "file {i} must be under exactly one name: {:?} / {:?}",
+                        x.map(|v| v.1.len()),
+                        y.map(|v| v.1.len())
+                    ),
                 }
                 break;
             }

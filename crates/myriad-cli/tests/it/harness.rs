@@ -14,14 +14,22 @@ pub struct TestCluster {
 
 impl TestCluster {
     pub fn start(nodes: usize) -> TestCluster {
-        let dir = tempfile::Builder::new().prefix("myriad-it-").tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::Builder::new()
+            .prefix("myriad-it-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("{e}"));
         let out = Command::new(BIN)
             .args(["cluster", "up", "--nodes", &nodes.to_string(), "--data-dir"])
             .arg(dir.path())
             .output()
             .unwrap_or_else(|e| panic!("cannot run myriad: {e}"));
-        assert!(out.status.success(), "cluster up failed: {}", String::from_utf8_lossy(&out.stderr));
-        let text = std::fs::read_to_string(dir.path().join("cluster.json")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "cluster up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(dir.path().join("cluster.json"))
+            .unwrap_or_else(|e| panic!("{e}"));
         let map = ClusterMap::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
         TestCluster { dir, map }
     }
@@ -35,14 +43,22 @@ impl TestCluster {
     }
 
     pub fn client_with(&self, map: ClusterMap, timeout: Duration) -> Client {
-        let mut cfg = ClientConfig::new(map, Caller { uid: 1000, gid: 1000, groups: vec![] });
+        let mut cfg = ClientConfig::new(
+            map,
+            Caller {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![],
+            },
+        );
         cfg.request_timeout = timeout;
         cfg.connect_timeout = Duration::from_secs(1);
         Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn pid(&self, node: u32) -> i32 {
-        let text = std::fs::read_to_string(self.dir.path().join("cluster-state.json")).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.dir.path().join("cluster-state.json")).unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         v["nodes"]
             .as_array()
@@ -71,11 +87,21 @@ impl TestCluster {
 
     pub fn restart(&self, node: u32) {
         let out = Command::new(BIN)
-            .args(["cluster", "start-node", "--node", &node.to_string(), "--data-dir"])
+            .args([
+                "cluster",
+                "start-node",
+                "--node",
+                &node.to_string(),
+                "--data-dir",
+            ])
             .arg(self.dir.path())
             .output()
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(out.status.success(), "start-node failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "start-node failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Waits until `node` answers an echo.
@@ -102,7 +128,10 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        let _ = Command::new(BIN).args(["cluster", "down", "--data-dir"]).arg(self.dir.path()).output();
+        let _ = Command::new(BIN)
+            .args(["cluster", "down", "--data-dir"])
+            .arg(self.dir.path())
+            .output();
     }
 }
 

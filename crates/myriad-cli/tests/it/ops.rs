@@ -12,19 +12,42 @@ async fn namespace_operations_and_errors() {
     // mkdir / EEXIST / ENOENT parent
     let d = c.mkdir("/a", 0o750).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((d.kind, d.mode, d.uid), (FileKind::Directory, 0o750, 1000));
-    assert_eq!(c.mkdir("/a", 0o755).await.err(), Some(FsError::AlreadyExists));
-    assert_eq!(c.mkdir("/nope/x", 0o755).await.err(), Some(FsError::NotFound));
-    c.mkdir_p("/a/b/c", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.stat("/a/b/c").await.map(|i| i.kind).ok(), Some(FileKind::Directory));
+    assert_eq!(
+        c.mkdir("/a", 0o755).await.err(),
+        Some(FsError::AlreadyExists)
+    );
+    assert_eq!(
+        c.mkdir("/nope/x", 0o755).await.err(),
+        Some(FsError::NotFound)
+    );
+    c.mkdir_p("/a/b/c", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.stat("/a/b/c").await.map(|i| i.kind).ok(),
+        Some(FileKind::Directory)
+    );
 
     // create / EEXIST / ENOTDIR / EISDIR
-    let h = c.create("/a/f", 0o640, true, b"hello").await.unwrap_or_else(|e| panic!("{e}"));
+    let h = c
+        .create("/a/f", 0o640, true, b"hello")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(h.inode.size, 5);
-    assert_eq!(c.create("/a/f", 0o640, true, b"x").await.err(), Some(FsError::AlreadyExists));
-    assert_eq!(c.create("/a/f/g", 0o640, true, b"x").await.err(), Some(FsError::NotADirectory));
+    assert_eq!(
+        c.create("/a/f", 0o640, true, b"x").await.err(),
+        Some(FsError::AlreadyExists)
+    );
+    assert_eq!(
+        c.create("/a/f/g", 0o640, true, b"x").await.err(),
+        Some(FsError::NotADirectory)
+    );
     assert_eq!(c.stat("/a/f/g").await.err(), Some(FsError::NotADirectory));
     assert_eq!(c.readdir("/a/f").await.err(), Some(FsError::NotADirectory));
-    assert_eq!(c.create("/a/b", 0o640, false, b"").await.err(), Some(FsError::IsADirectory));
+    assert_eq!(
+        c.create("/a/b", 0o640, false, b"").await.err(),
+        Some(FsError::IsADirectory)
+    );
     assert_eq!(c.open("/a").await.err(), Some(FsError::IsADirectory));
     assert_eq!(c.fetch("/a").await.err(), Some(FsError::IsADirectory));
     assert_eq!(c.stat("/a/missing").await.err(), Some(FsError::NotFound));
@@ -37,34 +60,65 @@ async fn namespace_operations_and_errors() {
     c.rmdir("/a/b/c").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.stat("/a/b/c").await.err(), Some(FsError::NotFound));
     // The removed directory object is really gone: nothing can be created in it.
-    assert_eq!(c.create("/a/b/c/x", 0o644, true, b"").await.err(), Some(FsError::NotFound));
+    assert_eq!(
+        c.create("/a/b/c/x", 0o644, true, b"").await.err(),
+        Some(FsError::NotFound)
+    );
     c.rmdir("/a/b").await.unwrap_or_else(|e| panic!("{e}"));
 
     // bad paths
     for p in ["relative", "/a/", "/a//f", "/a/./f", "/a/../f"] {
-        assert!(matches!(c.stat(p).await, Err(FsError::InvalidArgument(_))), "{p}");
+        assert!(
+            matches!(c.stat(p).await, Err(FsError::InvalidArgument(_))),
+            "{p}"
+        );
     }
     let long_name = format!("/a/{}", "n".repeat(256));
-    assert_eq!(c.create(&long_name, 0o644, true, b"").await.err(), Some(FsError::NameTooLong));
+    assert_eq!(
+        c.create(&long_name, 0o644, true, b"").await.err(),
+        Some(FsError::NameTooLong)
+    );
     let long_path = "/abcdefghij".repeat(410);
     assert_eq!(c.stat(&long_path).await.err(), Some(FsError::NameTooLong));
     let max_name = format!("/a/{}", "m".repeat(255));
-    c.create(&max_name, 0o644, true, b"ok").await.unwrap_or_else(|e| panic!("{e}"));
+    c.create(&max_name, 0o644, true, b"ok")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     // symlink / readlink
-    c.symlink("../target", "/a/l").await.unwrap_or_else(|e| panic!("{e}"));
+    c.symlink("../target", "/a/l")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.readlink("/a/l").await.ok().as_deref(), Some("../target"));
-    assert!(matches!(c.readlink("/a/f").await, Err(FsError::InvalidArgument(_))));
-    assert_eq!(c.symlink("x", "/a/l").await.err(), Some(FsError::AlreadyExists));
+    assert!(matches!(
+        c.readlink("/a/f").await,
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        c.symlink("x", "/a/l").await.err(),
+        Some(FsError::AlreadyExists)
+    );
 
     // chmod / chown / utimens
-    assert_eq!(c.chmod("/a/f", 0o600).await.map(|i| i.mode).ok(), Some(0o600));
-    let i = c.chown("/a/f", Some(42), Some(43)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.chmod("/a/f", 0o600).await.map(|i| i.mode).ok(),
+        Some(0o600)
+    );
+    let i = c
+        .chown("/a/f", Some(42), Some(43))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((i.uid, i.gid), (42, 43));
-    let i = c.utimens("/a/f", Some(1_000_000_000), Some(2_000_000_000)).await.unwrap_or_else(|e| panic!("{e}"));
+    let i = c
+        .utimens("/a/f", Some(1_000_000_000), Some(2_000_000_000))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((i.atime_ns, i.mtime_ns), (1_000_000_000, 2_000_000_000));
     assert_eq!(c.chmod("/", 0o755).await.map(|i| i.mode).ok(), Some(0o755));
-    assert_eq!(c.chmod("/a/none", 0o755).await.err(), Some(FsError::NotFound));
+    assert_eq!(
+        c.chmod("/a/none", 0o755).await.err(),
+        Some(FsError::NotFound)
+    );
 
     // statfs
     let s = c.statfs().await.unwrap_or_else(|e| panic!("{e}"));
@@ -78,9 +132,16 @@ async fn file_data_inline_chunked_sparse_and_truncated() {
     c.mkdir("/d", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
 
     // write at offsets, read back
-    let h = c.create("/d/f", 0o644, true, b"").await.unwrap_or_else(|e| panic!("{e}"));
-    c.write(&h, 10, b"world").await.unwrap_or_else(|e| panic!("{e}"));
-    c.write(&h, 0, b"hello").await.unwrap_or_else(|e| panic!("{e}"));
+    let h = c
+        .create("/d/f", 0o644, true, b"")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.write(&h, 10, b"world")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.write(&h, 0, b"hello")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let (i, data) = c.fetch("/d/f").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(i.size, 15);
     assert_eq!(&data, b"hello\0\0\0\0\0world");
@@ -88,38 +149,65 @@ async fn file_data_inline_chunked_sparse_and_truncated() {
 
     // a 10 MiB file spans 3 chunks on (likely) several nodes
     let big: Vec<u8> = (0..10 * 1024 * 1024u32).map(|x| (x % 253) as u8).collect();
-    let hb = c.create("/d/big", 0o644, true, &big).await.unwrap_or_else(|e| panic!("{e}"));
+    let hb = c
+        .create("/d/big", 0o644, true, &big)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(hb.inode.size, big.len() as u64);
     assert_eq!(c.read_all("/d/big").await.ok().as_deref(), Some(&big[..]));
     let (_, fetched) = c.fetch("/d/big").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(fetched.len(), big.len());
     // a read across the chunk 0 / chunk 1 boundary
     let hb = c.open("/d/big").await.unwrap_or_else(|e| panic!("{e}"));
-    let mid = c.read(&hb, 4 * 1024 * 1024 - 3, 6).await.unwrap_or_default();
+    let mid = c
+        .read(&hb, 4 * 1024 * 1024 - 3, 6)
+        .await
+        .unwrap_or_default();
     assert_eq!(mid, big[4 * 1024 * 1024 - 3..4 * 1024 * 1024 + 3]);
 
     // truncate down past chunk 0, then up: the extended range reads zeros
     c.truncate(&hb, 100).await.unwrap_or_else(|e| panic!("{e}"));
     let hb = c.open("/d/big").await.unwrap_or_else(|e| panic!("{e}"));
-    c.truncate(&hb, 9 * 1024 * 1024).await.unwrap_or_else(|e| panic!("{e}"));
+    c.truncate(&hb, 9 * 1024 * 1024)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let all = c.read_all("/d/big").await.unwrap_or_default();
     assert_eq!(all.len(), 9 * 1024 * 1024);
     assert_eq!(&all[..100], &big[..100]);
-    assert!(all[100..].iter().all(|&b| b == 0), "bytes beyond a truncate must read as zeros");
+    assert!(
+        all[100..].iter().all(|&b| b == 0),
+        "bytes beyond a truncate must read as zeros"
+    );
 
     // sparse: write far away, hole reads as zeros
-    let hs = c.create("/d/sparse", 0o644, true, b"").await.unwrap_or_else(|e| panic!("{e}"));
-    c.write(&hs, 20 * 1024 * 1024, b"end").await.unwrap_or_else(|e| panic!("{e}"));
+    let hs = c
+        .create("/d/sparse", 0o644, true, b"")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.write(&hs, 20 * 1024 * 1024, b"end")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let hs = c.open("/d/sparse").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(hs.inode.size, 20 * 1024 * 1024 + 3);
-    assert_eq!(c.read(&hs, 5 * 1024 * 1024, 4).await.unwrap_or_default(), vec![0; 4]);
-    assert_eq!(c.read(&hs, 20 * 1024 * 1024, 10).await.unwrap_or_default(), b"end");
+    assert_eq!(
+        c.read(&hs, 5 * 1024 * 1024, 4).await.unwrap_or_default(),
+        vec![0; 4]
+    );
+    assert_eq!(
+        c.read(&hs, 20 * 1024 * 1024, 10).await.unwrap_or_default(),
+        b"end"
+    );
 
     // a stale handle (file replaced) gets ESTALE, not the new file
     c.unlink("/d/f").await.unwrap_or_else(|e| panic!("{e}"));
-    c.create("/d/f", 0o644, true, b"new").await.unwrap_or_else(|e| panic!("{e}"));
+    c.create("/d/f", 0o644, true, b"new")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.write(&h, 0, b"old").await.err(), Some(FsError::Stale));
-    assert_eq!(c.fetch("/d/f").await.map(|x| x.1).ok().as_deref(), Some(&b"new"[..]));
+    assert_eq!(
+        c.fetch("/d/f").await.map(|x| x.1).ok().as_deref(),
+        Some(&b"new"[..])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,43 +220,134 @@ async fn rename_within_and_across_nodes() {
     c.mkdir(&d2, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
 
     // same directory
-    c.create(&format!("{d1}/a"), 0o644, true, b"AAA").await.unwrap_or_else(|e| panic!("{e}"));
-    c.rename(&format!("{d1}/a"), &format!("{d1}/b"), RenameFlags::default()).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.stat(&format!("{d1}/a")).await.err(), Some(FsError::NotFound));
-    assert_eq!(c.fetch(&format!("{d1}/b")).await.map(|x| x.1).ok().as_deref(), Some(&b"AAA"[..]));
+    c.create(&format!("{d1}/a"), 0o644, true, b"AAA")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.rename(
+        &format!("{d1}/a"),
+        &format!("{d1}/b"),
+        RenameFlags::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.stat(&format!("{d1}/a")).await.err(),
+        Some(FsError::NotFound)
+    );
+    assert_eq!(
+        c.fetch(&format!("{d1}/b"))
+            .await
+            .map(|x| x.1)
+            .ok()
+            .as_deref(),
+        Some(&b"AAA"[..])
+    );
 
     // across nodes, with data of chunk 0 and of a second chunk
     let mut data = vec![7u8; 5 * 1024 * 1024];
     data[0] = 1;
     data[5 * 1024 * 1024 - 1] = 9;
-    c.create(&format!("{d1}/big"), 0o644, true, &data).await.unwrap_or_else(|e| panic!("{e}"));
-    c.rename(&format!("{d1}/big"), &format!("{d2}/big"), RenameFlags::default()).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.stat(&format!("{d1}/big")).await.err(), Some(FsError::NotFound));
-    assert_eq!(c.read_all(&format!("{d2}/big")).await.ok(), Some(data.clone()));
+    c.create(&format!("{d1}/big"), 0o644, true, &data)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.rename(
+        &format!("{d1}/big"),
+        &format!("{d2}/big"),
+        RenameFlags::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.stat(&format!("{d1}/big")).await.err(),
+        Some(FsError::NotFound)
+    );
+    assert_eq!(
+        c.read_all(&format!("{d2}/big")).await.ok(),
+        Some(data.clone())
+    );
 
     // replace an existing file across nodes; no_replace refuses
-    c.create(&format!("{d1}/x"), 0o644, true, b"new").await.unwrap_or_else(|e| panic!("{e}"));
-    c.create(&format!("{d2}/x"), 0o644, true, b"old").await.unwrap_or_else(|e| panic!("{e}"));
+    c.create(&format!("{d1}/x"), 0o644, true, b"new")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.create(&format!("{d2}/x"), 0o644, true, b"old")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let no_replace = RenameFlags { no_replace: true };
-    assert_eq!(c.rename(&format!("{d1}/x"), &format!("{d2}/x"), no_replace).await.err(), Some(FsError::AlreadyExists));
-    c.rename(&format!("{d1}/x"), &format!("{d2}/x"), RenameFlags::default()).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.fetch(&format!("{d2}/x")).await.map(|x| x.1).ok().as_deref(), Some(&b"new"[..]));
-    let names: Vec<String> = c.readdir(&d2).await.unwrap_or_default().into_iter().map(|e| e.name).collect();
+    assert_eq!(
+        c.rename(&format!("{d1}/x"), &format!("{d2}/x"), no_replace)
+            .await
+            .err(),
+        Some(FsError::AlreadyExists)
+    );
+    c.rename(
+        &format!("{d1}/x"),
+        &format!("{d2}/x"),
+        RenameFlags::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.fetch(&format!("{d2}/x"))
+            .await
+            .map(|x| x.1)
+            .ok()
+            .as_deref(),
+        Some(&b"new"[..])
+    );
+    let names: Vec<String> = c
+        .readdir(&d2)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names, ["big", "x"]);
 
     // errors: missing source, file onto directory, into a missing directory
-    assert_eq!(c.rename(&format!("{d1}/none"), &format!("{d2}/y"), RenameFlags::default()).await.err(), Some(FsError::NotFound));
-    c.mkdir(&format!("{d2}/sub"), 0o755).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.rename(&format!("{d1}/b"), &format!("{d2}/sub"), RenameFlags::default()).await.err(), Some(FsError::IsADirectory));
-    assert_eq!(c.rename(&format!("{d1}/b"), "/missing/b", RenameFlags::default()).await.err(), Some(FsError::NotFound));
-    assert_eq!(c.stat(&format!("{d1}/b")).await.map(|i| i.size).ok(), Some(3), "a failed rename leaves the source");
+    assert_eq!(
+        c.rename(
+            &format!("{d1}/none"),
+            &format!("{d2}/y"),
+            RenameFlags::default()
+        )
+        .await
+        .err(),
+        Some(FsError::NotFound)
+    );
+    c.mkdir(&format!("{d2}/sub"), 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.rename(
+            &format!("{d1}/b"),
+            &format!("{d2}/sub"),
+            RenameFlags::default()
+        )
+        .await
+        .err(),
+        Some(FsError::IsADirectory)
+    );
+    assert_eq!(
+        c.rename(&format!("{d1}/b"), "/missing/b", RenameFlags::default())
+            .await
+            .err(),
+        Some(FsError::NotFound)
+    );
+    assert_eq!(
+        c.stat(&format!("{d1}/b")).await.map(|i| i.size).ok(),
+        Some(3),
+        "a failed rename leaves the source"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readdir_pages_and_batched_stat() {
     let tc = TestCluster::start(4);
     let c = tc.client();
-    c.mkdir("/many", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    c.mkdir("/many", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let names: Vec<String> = (0..2500).map(|i| format!("n{i:05}")).collect();
     let paths: Vec<String> = names.iter().map(|n| format!("/many/{n}")).collect();
     let futs = paths.iter().map(|p| c.create(p, 0o644, true, b"z"));
@@ -178,14 +357,32 @@ async fn readdir_pages_and_batched_stat() {
     c.reset_counters().await.unwrap_or_else(|e| panic!("{e}"));
     let listed = c.readdir("/many").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(listed.len(), 2500);
-    assert!(listed.windows(2).all(|w| w[0].name < w[1].name), "sorted, no duplicates");
-    assert!(listed.iter().all(|e| e.inode.size == 1), "attributes come with the listing");
-    let total: u64 = c.all_counters().await.into_iter().filter_map(|(_, r)| r.ok()).map(|s| s.client_total()).sum();
-    assert_eq!(total, 3, "2500 entries in pages of 1024 = 3 requests, not 2500 stats");
+    assert!(
+        listed.windows(2).all(|w| w[0].name < w[1].name),
+        "sorted, no duplicates"
+    );
+    assert!(
+        listed.iter().all(|e| e.inode.size == 1),
+        "attributes come with the listing"
+    );
+    let total: u64 = c
+        .all_counters()
+        .await
+        .into_iter()
+        .filter_map(|(_, r)| r.ok())
+        .map(|s| s.client_total())
+        .sum();
+    assert_eq!(
+        total, 3,
+        "2500 entries in pages of 1024 = 3 requests, not 2500 stats"
+    );
 
     let mut ask = names[..100].to_vec();
     ask.push("absent".into());
-    let res = c.stat_many("/many", &ask).await.unwrap_or_else(|e| panic!("{e}"));
+    let res = c
+        .stat_many("/many", &ask)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(res.len(), 101);
     assert!(res[..100].iter().all(Result::is_ok));
     assert_eq!(res[100].as_ref().err(), Some(&FsError::NotFound));
@@ -204,13 +401,20 @@ fn cli_verbs_and_exit_codes() {
 
     let ok = |args: &[&str]| {
         let out = tc.cli(args);
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     ok(&["mkdir", "-p", "/x/y"]);
     ok(&["put", src.to_str().unwrap_or_default(), "/x"]);
     let ls = ok(&["ls", "-l", "/x/src"]);
-    assert!(ls.contains("one.txt") && ls.contains("link -> one.txt") && ls.contains("sub"), "{ls}");
+    assert!(
+        ls.contains("one.txt") && ls.contains("link -> one.txt") && ls.contains("sub"),
+        "{ls}"
+    );
     assert_eq!(ok(&["cat", "/x/src/one.txt"]), "first file\n");
     ok(&["mv", "/x/src/one.txt", "/x/y"]);
     assert_eq!(ok(&["cat", "/x/y/one.txt"]), "first file\n");
@@ -218,19 +422,34 @@ fn cli_verbs_and_exit_codes() {
     assert!(ok(&["stat", "/x/y/one.txt"]).contains("mode: 0600"));
     let back = local.path().join("back");
     ok(&["get", "/x/src", back.to_str().unwrap_or_default()]);
-    assert_eq!(std::fs::read(back.join("sub/two.bin")).ok(), Some(vec![3u8; 200_000]));
-    assert_eq!(std::fs::read(back.join("sub/deeper/three")).ok(), Some(b"3".to_vec()));
+    assert_eq!(
+        std::fs::read(back.join("sub/two.bin")).ok(),
+        Some(vec![3u8; 200_000])
+    );
+    assert_eq!(
+        std::fs::read(back.join("sub/deeper/three")).ok(),
+        Some(b"3".to_vec())
+    );
     let status = ok(&["cluster", "status"]);
-    assert!(status.contains("node 1") && status.contains("create="), "{status}");
+    assert!(
+        status.contains("node 1") && status.contains("create="),
+        "{status}"
+    );
     ok(&["rm", "-r", "/x"]);
 
     // user errors exit 1 with a one-line message; usage errors exit 2
     let out = tc.cli(&["cat", "/nothing"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/nothing: no such file or directory") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("/nothing: no such file or directory") && err.lines().count() == 1,
+        "{err}"
+    );
     assert_eq!(tc.cli(&["ls", "relative/path"]).status.code(), Some(1));
     assert_eq!(tc.cli(&["frobnicate"]).status.code(), Some(2));
-    let no_cluster = std::process::Command::new(crate::harness::BIN).args(["ls", "/"]).env_remove("MYRIAD_CLUSTER").output();
+    let no_cluster = std::process::Command::new(crate::harness::BIN)
+        .args(["ls", "/"])
+        .env_remove("MYRIAD_CLUSTER")
+        .output();
     assert_eq!(no_cluster.ok().and_then(|o| o.status.code()), Some(1));
 }

@@ -17,7 +17,10 @@ fn newer_map(old: &ClusterMap, epoch: u64) -> (ClusterMap, String) {
         if ring.owner_of_dir("/") != old_ring.owner_of_dir("/") {
             continue;
         }
-        if let Some(name) = (0..5000).map(|i| format!("/moved{i}")).find(|p| ring.owner_of_dir(p) != old_ring.owner_of_dir(p)) {
+        if let Some(name) = (0..5000)
+            .map(|i| format!("/moved{i}"))
+            .find(|p| ring.owner_of_dir(p) != old_ring.owner_of_dir(p))
+        {
             return (m, name);
         }
     }
@@ -32,18 +35,38 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
 
     // An admin client installs epoch 2 on every server.
     let admin = tc.client_with(m2.clone(), std::time::Duration::from_secs(10));
-    admin.install_map(m2.clone()).await.unwrap_or_else(|e| panic!("{e}"));
-    admin.mkdir(&dir, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    admin
+        .install_map(m2.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    admin
+        .mkdir(&dir, 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     // The old client routes /dir/f to the wrong node, gets a redirect with epoch 2, retries.
     c_create(&old_client, &format!("{dir}/f")).await;
     assert_eq!(old_client.map().epoch, 2, "client adopted the newer map");
-    assert_eq!(old_client.fetch(&format!("{dir}/f")).await.map(|x| x.1).ok().as_deref(), Some(&b"data"[..]));
+    assert_eq!(
+        old_client
+            .fetch(&format!("{dir}/f"))
+            .await
+            .map(|x| x.1)
+            .ok()
+            .as_deref(),
+        Some(&b"data"[..])
+    );
     let counts = old_client.all_counters().await;
-    assert!(counts.iter().all(|(_, r)| r.as_ref().map(|c| c.epoch == 2).unwrap_or(false)));
+    assert!(
+        counts
+            .iter()
+            .all(|(_, r)| r.as_ref().map(|c| c.epoch == 2).unwrap_or(false))
+    );
 
     // The map file was rewritten by the servers, so restarts keep the newer map.
-    let on_disk = ClusterMap::from_json(&std::fs::read_to_string(tc.map_file()).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
+    let on_disk =
+        ClusterMap::from_json(&std::fs::read_to_string(tc.map_file()).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(on_disk.epoch, 2);
 
     // A client that is ahead (epoch 3) pushes its map to the servers it talks to.
@@ -56,5 +79,7 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
 }
 
 async fn c_create(c: &myriad_client::Client, path: &str) {
-    c.create(path, 0o644, true, b"data").await.unwrap_or_else(|e| panic!("{path}: {e}"));
+    c.create(path, 0o644, true, b"data")
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
 }

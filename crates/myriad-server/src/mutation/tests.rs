@@ -15,12 +15,19 @@ impl T {
         let store = Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"));
         let ids = IdAlloc::load(&store, 1).unwrap_or_else(|e| panic!("{e}"));
         let mut t = T { store, ids };
-        t.run(Mutation::InitRoot { now: 1 }).unwrap_or_else(|e| panic!("{e}"));
+        t.run(Mutation::InitRoot { now: 1 })
+            .unwrap_or_else(|e| panic!("{e}"));
         t
     }
 
     fn run(&mut self, m: Mutation) -> Result<Outcome, FsError> {
-        let mut ctx = Ctx { store: &self.store, ids: &mut self.ids, layout: Layout { chunk_size_bytes: 4 << 20 } };
+        let mut ctx = Ctx {
+            store: &self.store,
+            ids: &mut self.ids,
+            layout: Layout {
+                chunk_size_bytes: 4 << 20,
+            },
+        };
         let (batch, out) = execute(&mut ctx, m)?;
         self.store.commit(batch).map_err(storage_err)?;
         Ok(out)
@@ -46,9 +53,16 @@ impl T {
 #[test]
 fn create_is_exclusive_and_stores_inline_data() {
     let mut t = T::new();
-    let i = t.create("/", "a", b"hello").unwrap_or_else(|e| panic!("{e}"));
+    let i = t
+        .create("/", "a", b"hello")
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((i.size, i.uid, i.kind), (5, 5, FileKind::File));
-    assert_eq!(t.store.read_range(i.ino, 0, 100, i.size).unwrap_or_default(), b"hello");
+    assert_eq!(
+        t.store
+            .read_range(i.ino, 0, 100, i.size)
+            .unwrap_or_default(),
+        b"hello"
+    );
     assert_eq!(t.create("/", "a", b""), Err(FsError::AlreadyExists));
     assert_eq!(t.create("/nodir", "a", b""), Err(FsError::NotFound));
 }
@@ -56,8 +70,14 @@ fn create_is_exclusive_and_stores_inline_data() {
 #[test]
 fn ids_are_unique_and_carry_the_node_id() {
     let mut t = T::new();
-    let a = t.create("/", "a", b"").unwrap_or_else(|e| panic!("{e}")).ino;
-    let b = t.create("/", "b", b"").unwrap_or_else(|e| panic!("{e}")).ino;
+    let a = t
+        .create("/", "a", b"")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .ino;
+    let b = t
+        .create("/", "b", b"")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .ino;
     assert_ne!(a, b);
     assert_eq!(a >> 40, 1);
     // A reload continues after the persisted high-water mark: no reuse.
@@ -70,12 +90,29 @@ fn ids_are_unique_and_carry_the_node_id() {
 #[test]
 fn mkdir_entry_stays_pending_until_resolved() {
     let mut t = T::new();
-    let Ok(Outcome::Begun { txid, inode }) = t.run(Mutation::MkdirBegin { dir: "/".into(), name: "d".into(), mode: 0o755, uid: 0, gid: 0, now: 1 }) else {
+    let Ok(Outcome::Begun { txid, inode }) = t.run(Mutation::MkdirBegin {
+        dir: "/".into(),
+        name: "d".into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        now: 1,
+    }) else {
         panic!("mkdir begin failed")
     };
     assert!(t.store.intent(txid).ok().flatten().is_some());
-    assert_eq!(t.create("/", "d", b""), Err(FsError::Busy), "a pending name is taken");
-    t.run(Mutation::ResolveEntry { dir: "/".into(), name: "d".into(), txid, commit: true }).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        t.create("/", "d", b""),
+        Err(FsError::Busy),
+        "a pending name is taken"
+    );
+    t.run(Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: "d".into(),
+        txid,
+        commit: true,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     let rec = t.store.entry("/", "d").ok().flatten();
     assert_eq!(rec.and_then(|r| r.inode).map(|i| i.ino), Some(inode.ino));
     assert!(t.store.intent(txid).ok().flatten().is_none());
@@ -84,53 +121,152 @@ fn mkdir_entry_stays_pending_until_resolved() {
 #[test]
 fn aborted_mkdir_leaves_nothing() {
     let mut t = T::new();
-    let Ok(Outcome::Begun { txid, .. }) = t.run(Mutation::MkdirBegin { dir: "/".into(), name: "d".into(), mode: 0o755, uid: 0, gid: 0, now: 1 }) else {
+    let Ok(Outcome::Begun { txid, .. }) = t.run(Mutation::MkdirBegin {
+        dir: "/".into(),
+        name: "d".into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        now: 1,
+    }) else {
         panic!("mkdir begin failed")
     };
-    t.run(Mutation::ResolveEntry { dir: "/".into(), name: "d".into(), txid, commit: false }).unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: "d".into(),
+        txid,
+        commit: false,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(t.store.entry("/", "d").ok().flatten().is_none());
 }
 
 #[test]
 fn dir_object_remove_refuses_non_empty() {
     let mut t = T::new();
-    t.run(Mutation::DirObjectCreate { path: "/d".into(), ino: 77 }).unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::DirObjectCreate {
+        path: "/d".into(),
+        ino: 77,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     t.create("/d", "f", b"x").unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(t.run(Mutation::DirObjectRemove { path: "/d".into(), ino: 77 }).err(), Some(FsError::NotEmpty));
+    assert_eq!(
+        t.run(Mutation::DirObjectRemove {
+            path: "/d".into(),
+            ino: 77
+        })
+        .err(),
+        Some(FsError::NotEmpty)
+    );
     // Idempotent create with the same ino; conflict with another.
-    assert!(t.run(Mutation::DirObjectCreate { path: "/d".into(), ino: 77 }).is_ok());
-    assert_eq!(t.run(Mutation::DirObjectCreate { path: "/d".into(), ino: 78 }).err(), Some(FsError::AlreadyExists));
+    assert!(
+        t.run(Mutation::DirObjectCreate {
+            path: "/d".into(),
+            ino: 77
+        })
+        .is_ok()
+    );
+    assert_eq!(
+        t.run(Mutation::DirObjectCreate {
+            path: "/d".into(),
+            ino: 78
+        })
+        .err(),
+        Some(FsError::AlreadyExists)
+    );
 }
 
 #[test]
 fn local_rename_replaces_files_but_not_directories() {
     let mut t = T::new();
     t.create("/", "a", b"aaa").unwrap_or_else(|e| panic!("{e}"));
-    let b = t.create("/", "b", b"bbbb").unwrap_or_else(|e| panic!("{e}"));
-    t.run(Mutation::RenameLocal { from: "/a".into(), to: "/b".into(), flags: RenameFlags::default(), now: 3 }).unwrap_or_else(|e| panic!("{e}"));
+    let b = t
+        .create("/", "b", b"bbbb")
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::RenameLocal {
+        from: "/a".into(),
+        to: "/b".into(),
+        flags: RenameFlags::default(),
+        now: 3,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(t.store.entry("/", "a").ok().flatten().is_none());
-    let now_b = t.store.entry("/", "b").ok().flatten().and_then(|r| r.inode).unwrap_or_else(|| panic!("b missing"));
+    let now_b = t
+        .store
+        .entry("/", "b")
+        .ok()
+        .flatten()
+        .and_then(|r| r.inode)
+        .unwrap_or_else(|| panic!("b missing"));
     assert_eq!(now_b.size, 3);
-    assert!(t.store.read_range(b.ino, 0, 10, 10).unwrap_or_default().iter().all(|&x| x == 0), "replaced data dropped");
+    assert!(
+        t.store
+            .read_range(b.ino, 0, 10, 10)
+            .unwrap_or_default()
+            .iter()
+            .all(|&x| x == 0),
+        "replaced data dropped"
+    );
     t.create("/", "c", b"").unwrap_or_else(|e| panic!("{e}"));
     let no_replace = RenameFlags { no_replace: true };
-    assert_eq!(t.run(Mutation::RenameLocal { from: "/c".into(), to: "/b".into(), flags: no_replace, now: 3 }).err(), Some(FsError::AlreadyExists));
+    assert_eq!(
+        t.run(Mutation::RenameLocal {
+            from: "/c".into(),
+            to: "/b".into(),
+            flags: no_replace,
+            now: 3
+        })
+        .err(),
+        Some(FsError::AlreadyExists)
+    );
 }
 
 #[test]
 fn writes_extend_size_and_truncate_drops_bytes() {
     let mut t = T::new();
     let i = t.create("/", "f", b"").unwrap_or_else(|e| panic!("{e}"));
-    t.run(Mutation::Write { dir: "/".into(), name: "f".into(), ino: i.ino, offset: 100_000, data: vec![7; 10], now: 2 }).unwrap_or_else(|e| panic!("{e}"));
-    let Ok(Outcome::InodeGc(after, gc)) = t.run(Mutation::Truncate { dir: "/".into(), name: "f".into(), ino: i.ino, size: 100_005, now: 3 }) else {
+    t.run(Mutation::Write {
+        dir: "/".into(),
+        name: "f".into(),
+        ino: i.ino,
+        offset: 100_000,
+        data: vec![7; 10],
+        now: 2,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let Ok(Outcome::InodeGc(after, gc)) = t.run(Mutation::Truncate {
+        dir: "/".into(),
+        name: "f".into(),
+        ino: i.ino,
+        size: 100_005,
+        now: 3,
+    }) else {
         panic!("truncate failed")
     };
     assert_eq!((after.size, gc), (100_005, None));
-    t.run(Mutation::ExtendSize { dir: "/".into(), name: "f".into(), ino: i.ino, size: 100_010, now: 4 }).unwrap_or_else(|e| panic!("{e}"));
-    let data = t.store.read_range(i.ino, 100_000, 10, 100_010).unwrap_or_default();
+    t.run(Mutation::ExtendSize {
+        dir: "/".into(),
+        name: "f".into(),
+        ino: i.ino,
+        size: 100_010,
+        now: 4,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let data = t
+        .store
+        .read_range(i.ino, 100_000, 10, 100_010)
+        .unwrap_or_default();
     assert_eq!(data, [7, 7, 7, 7, 7, 0, 0, 0, 0, 0]);
     assert_eq!(
-        t.run(Mutation::Write { dir: "/".into(), name: "f".into(), ino: 999, offset: 0, data: vec![1], now: 5 }).err(),
+        t.run(Mutation::Write {
+            dir: "/".into(),
+            name: "f".into(),
+            ino: 999,
+            offset: 0,
+            data: vec![1],
+            now: 5
+        })
+        .err(),
         Some(FsError::Stale)
     );
 }

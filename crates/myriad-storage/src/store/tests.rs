@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use myriad_proto::{FileKind, Inode};
 
-use crate::{Batch, EntryRecord, FjallKv, Kv, MemKv, Store, BLOCK_BYTES};
+use crate::{BLOCK_BYTES, Batch, EntryRecord, FjallKv, Kv, MemKv, Store};
 
 fn inode(ino: u64) -> Inode {
     Inode {
@@ -26,7 +26,10 @@ fn stores() -> Vec<(Store, Option<tempfile::TempDir>)> {
     let mem: Arc<dyn Kv> = Arc::new(MemKv::new());
     vec![
         (Store::open(mem, 1).unwrap_or_else(|e| panic!("{e}")), None),
-        (Store::open(fj, 1).unwrap_or_else(|e| panic!("{e}")), Some(dir)),
+        (
+            Store::open(fj, 1).unwrap_or_else(|e| panic!("{e}")),
+            Some(dir),
+        ),
     ]
 }
 
@@ -34,13 +37,37 @@ fn stores() -> Vec<(Store, Option<tempfile::TempDir>)> {
 fn entries_are_listed_per_directory_in_name_order() {
     for (s, _d) in stores() {
         let mut b = Batch::new();
-        for (dir, name) in [("/a", "z"), ("/a", "b"), ("/ab", "c"), ("/a", "m"), ("/", "a")] {
-            s.put_entry(&mut b, dir, name, &EntryRecord { inode: Some(inode(1)), pending: None });
+        for (dir, name) in [
+            ("/a", "z"),
+            ("/a", "b"),
+            ("/ab", "c"),
+            ("/a", "m"),
+            ("/", "a"),
+        ] {
+            s.put_entry(
+                &mut b,
+                dir,
+                name,
+                &EntryRecord {
+                    inode: Some(inode(1)),
+                    pending: None,
+                },
+            );
         }
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
-        let names: Vec<String> = s.entries("/a", None, 10).unwrap_or_default().into_iter().map(|e| e.0).collect();
+        let names: Vec<String> = s
+            .entries("/a", None, 10)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
         assert_eq!(names, ["b", "m", "z"]);
-        let page: Vec<String> = s.entries("/a", Some("b"), 1).unwrap_or_default().into_iter().map(|e| e.0).collect();
+        let page: Vec<String> = s
+            .entries("/a", Some("b"), 1)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
         assert_eq!(page, ["m"]);
         assert!(s.has_entries("/ab").unwrap_or(false));
         assert!(!s.has_entries("/q").unwrap_or(true));
@@ -53,10 +80,13 @@ fn block_writes_and_reads_at_any_offset_with_holes() {
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let offset = 3 * BLOCK_BYTES + 1000;
         let mut b = Batch::new();
-        s.write_range(&mut b, 9, offset, &data).unwrap_or_else(|e| panic!("{e}"));
+        s.write_range(&mut b, 9, offset, &data)
+            .unwrap_or_else(|e| panic!("{e}"));
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
         let size = offset + data.len() as u64;
-        let back = s.read_range(9, offset, data.len() as u64, size).unwrap_or_default();
+        let back = s
+            .read_range(9, offset, data.len() as u64, size)
+            .unwrap_or_default();
         assert_eq!(back, data);
         // The hole before the data reads as zeros.
         let hole = s.read_range(9, 0, offset, size).unwrap_or_default();
@@ -64,20 +94,31 @@ fn block_writes_and_reads_at_any_offset_with_holes() {
         assert!(hole.iter().all(|&x| x == 0));
         // Overwrite a small piece in the middle (read-modify-write of one block).
         let mut b = Batch::new();
-        s.write_range(&mut b, 9, offset + 10, b"hello").unwrap_or_else(|e| panic!("{e}"));
+        s.write_range(&mut b, 9, offset + 10, b"hello")
+            .unwrap_or_else(|e| panic!("{e}"));
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
         let back = s.read_range(9, offset + 8, 9, size).unwrap_or_default();
         assert_eq!(&back[2..7], b"hello");
         assert_eq!(back[0], data[8]);
         // Reads clip at size.
-        assert_eq!(s.read_range(9, size - 3, 100, size).unwrap_or_default().len(), 3);
+        assert_eq!(
+            s.read_range(9, size - 3, 100, size)
+                .unwrap_or_default()
+                .len(),
+            3
+        );
         // Trim keeps exactly keep_bytes.
         let keep = offset + 70_000;
         let mut b = Batch::new();
-        s.trim_blocks(&mut b, 9, keep, 0, u64::MAX).unwrap_or_else(|e| panic!("{e}"));
+        s.trim_blocks(&mut b, 9, keep, 0, u64::MAX)
+            .unwrap_or_else(|e| panic!("{e}"));
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
         let after = s.read_range(9, 0, size, size).unwrap_or_default();
-        assert!(after[usize::try_from(keep).unwrap_or(0)..].iter().all(|&x| x == 0));
+        assert!(
+            after[usize::try_from(keep).unwrap_or(0)..]
+                .iter()
+                .all(|&x| x == 0)
+        );
         assert_eq!(after[usize::try_from(keep - 1).unwrap_or(0)], data[69_999]);
     }
 }
@@ -89,12 +130,30 @@ fn reopen_checks_node_id_and_keeps_data() {
         let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
         let s = Store::open(kv, 3).unwrap_or_else(|e| panic!("{e}"));
         let mut b = Batch::new();
-        s.put_entry(&mut b, "/", "x", &EntryRecord { inode: Some(inode(5)), pending: None });
+        s.put_entry(
+            &mut b,
+            "/",
+            "x",
+            &EntryRecord {
+                inode: Some(inode(5)),
+                pending: None,
+            },
+        );
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
         s.sync().unwrap_or_else(|e| panic!("{e}"));
     }
     let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
-    assert!(Store::open(kv.clone(), 4).is_err(), "a store must refuse to open as another node");
+    assert!(
+        Store::open(kv.clone(), 4).is_err(),
+        "a store must refuse to open as another node"
+    );
     let s = Store::open(kv, 3).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(s.entry("/", "x").ok().flatten().and_then(|e| e.inode).map(|i| i.ino), Some(5));
+    assert_eq!(
+        s.entry("/", "x")
+            .ok()
+            .flatten()
+            .and_then(|e| e.inode)
+            .map(|i| i.ino),
+        Some(5)
+    );
 }
