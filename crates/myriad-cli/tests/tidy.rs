@@ -10,7 +10,10 @@ fn workspace_root() -> PathBuf {
 
 /// Names in the `[dependencies]` table of a crate's manifest (not dev-dependencies).
 fn dependencies(krate: &str) -> Vec<String> {
-    let path = workspace_root().join("crates").join(krate).join("Cargo.toml");
+    let path = workspace_root()
+        .join("crates")
+        .join(krate)
+        .join("Cargo.toml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut in_deps = false;
     let mut out = Vec::new();
@@ -39,9 +42,23 @@ fn crates_depend_only_in_the_written_direction() {
         ("myriad-proto", &["myriad-placement"][..]),
         ("myriad-storage", &["myriad-proto"][..]),
         ("myriad-net", &["myriad-proto"][..]),
-        ("myriad-server", &["myriad-proto", "myriad-placement", "myriad-storage", "myriad-net"][..]),
-        ("myriad-client", &["myriad-proto", "myriad-placement", "myriad-net"][..]),
-        ("myriad-cli", &["myriad-client", "myriad-placement", "myriad-server"][..]),
+        (
+            "myriad-server",
+            &[
+                "myriad-proto",
+                "myriad-placement",
+                "myriad-storage",
+                "myriad-net",
+            ][..],
+        ),
+        (
+            "myriad-client",
+            &["myriad-proto", "myriad-placement", "myriad-net"][..],
+        ),
+        (
+            "myriad-cli",
+            &["myriad-client", "myriad-placement", "myriad-server"][..],
+        ),
     ]);
     let crates: Vec<String> = std::fs::read_dir(workspace_root().join("crates"))
         .unwrap_or_else(|e| panic!("{e}"))
@@ -49,13 +66,24 @@ fn crates_depend_only_in_the_written_direction() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     for krate in &crates {
-        let rules = allowed.get(krate.as_str()).unwrap_or_else(|| panic!("crate {krate} has no dependency rule: add one here and in ARCHITECTURE.md"));
-        for dep in dependencies(krate).into_iter().filter(|d| d.starts_with("myriad-")) {
-            assert!(rules.contains(&dep.as_str()), "{krate} must not depend on {dep}");
+        let rules = allowed.get(krate.as_str()).unwrap_or_else(|| {
+            panic!("crate {krate} has no dependency rule: add one here and in ARCHITECTURE.md")
+        });
+        for dep in dependencies(krate)
+            .into_iter()
+            .filter(|d| d.starts_with("myriad-"))
+        {
+            assert!(
+                rules.contains(&dep.as_str()),
+                "{krate} must not depend on {dep}"
+            );
         }
     }
     for sans_io in ["myriad-placement", "myriad-proto", "myriad-storage"] {
         let deps = dependencies(sans_io);
-        assert!(!deps.iter().any(|d| d == "tokio" || d == "tokio-util"), "{sans_io} must not use an async runtime");
+        assert!(
+            !deps.iter().any(|d| d == "tokio" || d == "tokio-util"),
+            "{sans_io} must not use an async runtime"
+        );
     }
 }
