@@ -23,12 +23,10 @@ fn dependencies(krate: &str) -> Vec<String> {
             in_deps = line == "[dependencies]";
             continue;
         }
-        if in_deps {
-            if let Some((name, _)) = line.split_once('=') {
-                let name = name.trim().trim_end_matches(".workspace").trim();
-                if !name.is_empty() && !name.starts_with('#') {
-                    out.push(name.to_string());
-                }
+        if in_deps && let Some((name, _)) = line.split_once('=') {
+            let name = name.trim().trim_end_matches(".workspace").trim();
+            if !name.is_empty() && !name.starts_with('#') {
+                out.push(name.to_string());
             }
         }
     }

@@ -14,8 +14,8 @@ mod types;
 
 pub use error::FsError;
 pub use message::{
-    Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, RenameFlags, Request, RequestFrame,
-    Response, ResponseFrame, SetAttr,
+    DirAction, ExportedEntry, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, RenameFlags,
+    Request, RequestFrame, Response, ResponseFrame, SetAttr,
 };
 pub use path::{validate_name, validate_path};
 pub use types::{Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, ROOT_INO, StatFs};

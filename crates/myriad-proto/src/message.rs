@@ -179,6 +179,46 @@ pub enum Request {
         chunk: u64,
         keep_bytes: u64,
     },
+    /// Owner of directory `path`: freeze it for directory rename `txid` (writes get `Busy`).
+    DirFreeze { path: String, txid: u64 },
+    /// Owner of directory `path` (frozen by `txid`): a page of entries with their chunk-0 data.
+    DirExport {
+        path: String,
+        txid: u64,
+        after: Option<String>,
+    },
+    /// Owner of directory `path`: create it hidden (if new) and add staged entries.
+    DirImport {
+        path: String,
+        txid: u64,
+        ino: u64,
+        entries: Vec<ExportedEntry>,
+    },
+    /// Owner of directory `path`: finish its part in directory rename `txid` (idempotent).
+    DirFinish {
+        path: String,
+        txid: u64,
+        action: DirAction,
+    },
+}
+
+/// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedEntry {
+    pub name: String,
+    pub inode: Inode,
+    pub blocks: Vec<(u64, serde_bytes::ByteBuf)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirAction {
+    /// New copy: make the directory object and its staged entries visible.
+    Reveal,
+    /// Old copy after an abort: accept writes again.
+    Thaw,
+    /// Remove the object with its entries and, unless `keep_blocks` (the new copy is on the
+    /// same node and shares them), the chunk-0 blocks of its files.
+    Drop { keep_blocks: bool },
 }
 
 impl Request {
@@ -216,6 +256,10 @@ impl Request {
             Request::RenameCommit { .. } => "rename_commit",
             Request::RenameAbort { .. } => "rename_abort",
             Request::ChunkTrim { .. } => "chunk_trim",
+            Request::DirFreeze { .. } => "dir_freeze",
+            Request::DirExport { .. } => "dir_export",
+            Request::DirImport { .. } => "dir_import",
+            Request::DirFinish { .. } => "dir_finish",
         }
     }
 
@@ -254,6 +298,10 @@ pub enum Response {
     },
     Link(String),
     StatFs(StatFs),
+    Exported {
+        entries: Vec<ExportedEntry>,
+        next: Option<String>,
+    },
     Counters(CounterSnapshot),
     Map(Box<ClusterMap>),
 }

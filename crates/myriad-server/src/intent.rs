@@ -13,6 +13,13 @@ pub enum Decision {
     Abort,
 }
 
+/// One directory object moved by a directory rename.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirMove {
+    pub old: String,
+    pub new: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Intent {
     /// Coordinator of mkdir `dir/name`: the entry is pending; the directory object `path` is
@@ -38,6 +45,9 @@ pub enum Intent {
         to: String,
         ino: u64,
         decision: Decision,
+        /// For a directory: every directory object of the subtree (old -> new path),
+        /// recorded with the commit decision.
+        moves: Vec<DirMove>,
     },
     /// Destination side of a cross-node rename: `dir/name` holds a staged entry for `ino`
     /// until the coordinator commits or aborts.

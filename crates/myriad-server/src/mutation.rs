@@ -5,10 +5,12 @@
 //! Pure over `Store` (no clock, no network): timestamps come in the mutation.
 
 use myriad_placement::split_parent;
-use myriad_proto::{FileKind, FsError, Inode, ROOT_INO, RenameFlags, SetAttr};
+use myriad_proto::{
+    DirAction, ExportedEntry, FileKind, FsError, Inode, ROOT_INO, RenameFlags, SetAttr,
+};
 use myriad_storage::{BLOCK_BYTES, Batch, DirRecord, EntryRecord, Pending, StorageError, Store};
 
-use crate::intent::{Decision, Intent};
+use crate::intent::{Decision, DirMove, Intent};
 
 #[derive(Debug)]
 pub enum Mutation {
@@ -124,9 +126,26 @@ pub enum Mutation {
         now: i64,
     },
     /// Coordinator: commit deletes the source entry and its chunk-0 blocks; abort restores it.
+    /// `moves` (directory renames) is recorded in the intent with the decision.
     RenameSourceDecide {
         txid: u64,
         commit: bool,
+        moves: Vec<DirMove>,
+    },
+    DirFreeze {
+        path: String,
+        txid: u64,
+    },
+    DirImport {
+        path: String,
+        txid: u64,
+        ino: u64,
+        entries: Vec<ExportedEntry>,
+    },
+    DirFinish {
+        path: String,
+        txid: u64,
+        action: DirAction,
     },
     RenamePrepare {
         txid: u64,
@@ -234,6 +253,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     &DirRecord {
                         ino: ROOT_INO,
                         root_attrs: Some(root),
+                        frozen: None,
+                        hidden: None,
                     },
                 );
             }
@@ -305,6 +326,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             Outcome::Inode(inode)
         }
         Mutation::Unlink { dir, name } => {
+            require_writable(ctx.store, &dir)?;
             let inode = visible(ctx.store, &dir, &name)?;
             if inode.kind == FileKind::Directory {
                 return Err(FsError::IsADirectory);
@@ -331,6 +353,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 ctx.store.put_dir(&mut b, "/", &rec);
                 Outcome::Inode(root)
             } else {
+                require_writable(ctx.store, &dir)?;
                 let mut inode = visible(ctx.store, &dir, &name)?;
                 apply_setattr(&mut inode, &set, now);
                 put_visible(ctx.store, &mut b, &dir, &name, &inode);
@@ -481,6 +504,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             Outcome::Begun { txid, inode }
         }
         Mutation::RmdirBegin { dir, name } => {
+            require_writable(ctx.store, &dir)?;
             let inode = visible(ctx.store, &dir, &name)?;
             if inode.kind != FileKind::Directory {
                 return Err(FsError::NotADirectory);
@@ -538,6 +562,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                         from_name,
                         to,
                         ino,
+                        moves,
                         ..
                     }) => Some(Intent::RenameOut {
                         from_dir,
@@ -545,6 +570,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                         to,
                         ino,
                         decision,
+                        moves,
                     }),
                     _ => None,
                 };
@@ -568,6 +594,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     &DirRecord {
                         ino,
                         root_attrs: None,
+                        frozen: None,
+                        hidden: None,
                     },
                 ),
             }
@@ -594,11 +622,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         } => {
             let (fdir, fname) = split_parent(&from);
             let (tdir, tname) = split_parent(&to);
+            require_writable(ctx.store, fdir)?;
             let mut inode = visible(ctx.store, fdir, fname)?;
             if inode.kind == FileKind::Directory {
-                return Err(FsError::InvalidArgument(
-                    "directory rename is not supported yet".into(),
-                ));
+                // Directories move their whole subtree: the node routes them through
+                // `dir_rename`; getting here means the entry changed kind under us.
+                return Err(FsError::Busy);
             }
             require_dir(ctx.store, tdir)?;
             let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
@@ -616,17 +645,16 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         }
         Mutation::RenameSourceBegin { from, to, now } => {
             let (fdir, fname) = split_parent(&from);
+            require_writable(ctx.store, fdir)?;
             let mut inode = visible(ctx.store, fdir, fname)?;
-            if inode.kind == FileKind::Directory {
-                return Err(FsError::InvalidArgument(
-                    "directory rename is not supported yet".into(),
-                ));
-            }
             let txid = ctx.ids.next(ctx.store, &mut b)?;
-            let blocks = ctx
-                .store
-                .blocks(inode.ino, 0, chunk0_blocks(ctx.layout))
-                .map_err(storage_err)?;
+            let blocks = if inode.kind == FileKind::File {
+                ctx.store
+                    .blocks(inode.ino, 0, chunk0_blocks(ctx.layout))
+                    .map_err(storage_err)?
+            } else {
+                Vec::new()
+            };
             let rec = EntryRecord {
                 inode: Some(inode.clone()),
                 pending: Some(Pending { txid, after: None }),
@@ -638,6 +666,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 to,
                 ino: inode.ino,
                 decision: Decision::Undecided,
+                moves: Vec::new(),
             };
             ctx.store.put_intent(&mut b, txid, intent.encode());
             inode.ctime_ns = now;
@@ -647,7 +676,11 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 blocks,
             }
         }
-        Mutation::RenameSourceDecide { txid, commit } => {
+        Mutation::RenameSourceDecide {
+            txid,
+            commit,
+            moves,
+        } => {
             let Some(Intent::RenameOut {
                 from_dir,
                 from_name,
@@ -670,10 +703,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             {
                 if commit {
                     ctx.store.delete_entry(&mut b, &from_dir, &from_name);
-                    let c0 = chunk0_blocks(ctx.layout);
-                    ctx.store
-                        .trim_blocks(&mut b, ino, 0, 0, c0)
-                        .map_err(storage_err)?;
+                    if rec.inode.as_ref().is_some_and(|i| i.kind == FileKind::File) {
+                        let c0 = chunk0_blocks(ctx.layout);
+                        ctx.store
+                            .trim_blocks(&mut b, ino, 0, 0, c0)
+                            .map_err(storage_err)?;
+                    }
                 } else if let Some(i) = rec.inode {
                     put_visible(ctx.store, &mut b, &from_dir, &from_name, &i);
                 }
@@ -689,8 +724,110 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 to,
                 ino,
                 decision,
+                moves,
             };
             ctx.store.put_intent(&mut b, txid, intent.encode());
+            Outcome::Unit
+        }
+        Mutation::DirFreeze { path, txid } => {
+            let mut rec = ctx
+                .store
+                .dir(&path)
+                .map_err(storage_err)?
+                .ok_or(FsError::NotFound)?;
+            match rec.frozen {
+                Some(t) if t == txid => {}
+                Some(_) => return Err(FsError::Busy),
+                None => {
+                    if rec.hidden.is_some() {
+                        return Err(FsError::Busy);
+                    }
+                    rec.frozen = Some(txid);
+                    ctx.store.put_dir(&mut b, &path, &rec);
+                }
+            }
+            Outcome::Unit
+        }
+        Mutation::DirImport {
+            path,
+            txid,
+            ino,
+            entries,
+        } => {
+            match ctx.store.dir(&path).map_err(storage_err)? {
+                Some(rec) if rec.hidden == Some(txid) => {}
+                Some(_) => return Err(FsError::AlreadyExists),
+                None => ctx.store.put_dir(
+                    &mut b,
+                    &path,
+                    &DirRecord {
+                        ino,
+                        root_attrs: None,
+                        frozen: None,
+                        hidden: Some(txid),
+                    },
+                ),
+            }
+            for e in entries {
+                for (block, data) in e.blocks {
+                    ctx.store
+                        .put_block(&mut b, e.inode.ino, block, data.into_vec());
+                }
+                // Staged: readers of the new name wait until the rename is revealed.
+                let rec = EntryRecord {
+                    inode: None,
+                    pending: Some(Pending {
+                        txid,
+                        after: Some(e.inode),
+                    }),
+                };
+                ctx.store.put_entry(&mut b, &path, &e.name, &rec);
+            }
+            Outcome::Unit
+        }
+        Mutation::DirFinish { path, txid, action } => {
+            let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)? else {
+                return Ok((b, Outcome::Unit));
+            };
+            let entries = ctx
+                .store
+                .entries(&path, None, usize::MAX)
+                .map_err(storage_err)?;
+            match action {
+                DirAction::Reveal if rec.hidden == Some(txid) => {
+                    rec.hidden = None;
+                    ctx.store.put_dir(&mut b, &path, &rec);
+                    for (name, e) in entries {
+                        if let Some(p) = e.pending.filter(|p| p.txid == txid) {
+                            match p.after {
+                                Some(i) => put_visible(ctx.store, &mut b, &path, &name, &i),
+                                None => ctx.store.delete_entry(&mut b, &path, &name),
+                            }
+                        }
+                    }
+                }
+                DirAction::Thaw if rec.frozen == Some(txid) => {
+                    rec.frozen = None;
+                    ctx.store.put_dir(&mut b, &path, &rec);
+                }
+                DirAction::Drop { keep_blocks }
+                    if rec.frozen == Some(txid) || rec.hidden == Some(txid) =>
+                {
+                    ctx.store.delete_dir(&mut b, &path);
+                    let c0 = chunk0_blocks(ctx.layout);
+                    for (name, e) in entries {
+                        ctx.store.delete_entry(&mut b, &path, &name);
+                        let inode = e.inode.or_else(|| e.pending.and_then(|p| p.after));
+                        if let Some(i) = inode.filter(|i| i.kind == FileKind::File && !keep_blocks)
+                        {
+                            ctx.store
+                                .trim_blocks(&mut b, i.ino, 0, 0, c0)
+                                .map_err(storage_err)?;
+                        }
+                    }
+                }
+                _ => {}
+            }
             Outcome::Unit
         }
         Mutation::RenamePrepare {
@@ -813,11 +950,23 @@ fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, inode: &Inod
     );
 }
 
+/// The directory object `dir` exists here and accepts writes (no directory rename is moving
+/// it away or in).
 fn require_dir(store: &Store, dir: &str) -> Result<(), FsError> {
-    if store.dir(dir).map_err(storage_err)?.is_none() {
-        return Err(FsError::NotFound);
+    match store.dir(dir).map_err(storage_err)? {
+        None => Err(FsError::NotFound),
+        Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => Err(FsError::Busy),
+        Some(_) => Ok(()),
     }
-    Ok(())
+}
+
+/// Like `require_dir`, for mutations of existing entries (a missing directory object is
+/// reported by the entry lookup that follows).
+fn require_writable(store: &Store, dir: &str) -> Result<(), FsError> {
+    match store.dir(dir).map_err(storage_err)? {
+        Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => Err(FsError::Busy),
+        _ => Ok(()),
+    }
 }
 
 /// The visible inode of `dir/name`; `Busy` while a multi-node operation holds it.
@@ -832,6 +981,7 @@ fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsError> {
 }
 
 fn visible_file(store: &Store, dir: &str, name: &str, ino: u64) -> Result<Inode, FsError> {
+    require_writable(store, dir)?;
     let inode = visible(store, dir, name)?;
     if inode.ino != ino {
         return Err(FsError::Stale);
@@ -867,6 +1017,9 @@ fn check_rename_target(
             ) {
                 (false, true) => Err(FsError::IsADirectory),
                 (true, false) => Err(FsError::NotADirectory),
+                (true, true) if old.ino != incoming.ino => Err(FsError::InvalidArgument(
+                    "renaming a directory over an existing directory is not supported yet".into(),
+                )),
                 _ => Ok(Some(old)),
             }
         }

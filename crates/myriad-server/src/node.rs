@@ -456,6 +456,43 @@ impl Node {
                     .await?;
                 Ok(Response::Unit)
             }
+            Request::DirFreeze { path, txid } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.applier.run(Mutation::DirFreeze { path, txid }).await?;
+                Ok(Response::Unit)
+            }
+            Request::DirExport { path, txid, after } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.dir_export(&path, txid, after, cs)
+            }
+            Request::DirImport {
+                path,
+                txid,
+                ino,
+                entries,
+            } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.applier
+                    .run(Mutation::DirImport {
+                        path,
+                        txid,
+                        ino,
+                        entries,
+                    })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            Request::DirFinish { path, txid, action } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.applier
+                    .run(Mutation::DirFinish { path, txid, action })
+                    .await?;
+                Ok(Response::Unit)
+            }
             Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
             Request::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
         }
@@ -540,8 +577,11 @@ impl Node {
     }
 
     fn readdir(&self, path: &str, after: Option<String>, limit: u32) -> Result<Response, FsError> {
-        if self.store.dir(path).map_err(storage_err)?.is_none() {
-            return Err(FsError::NotFound);
+        match self.store.dir(path).map_err(storage_err)? {
+            None => return Err(FsError::NotFound),
+            // Being moved here by a directory rename: not listable until revealed.
+            Some(rec) if rec.hidden.is_some() => return Err(FsError::Busy),
+            Some(_) => {}
         }
         let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
         let page = self
@@ -560,6 +600,65 @@ impl Node {
             .filter_map(|(name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
             .collect();
         Ok(Response::DirPage { entries, next })
+    }
+
+    /// A page of a frozen directory's entries with the chunk-0 blocks of its files, for a
+    /// directory rename. Pages stop after ~2 MiB of data so a reply stays within a frame.
+    fn dir_export(
+        &self,
+        path: &str,
+        txid: u64,
+        after: Option<String>,
+        chunk_size: u64,
+    ) -> Result<Response, FsError> {
+        const PAGE_ENTRIES_MAX: usize = 1024;
+        const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
+        let rec = self
+            .store
+            .dir(path)
+            .map_err(storage_err)?
+            .ok_or(FsError::NotFound)?;
+        if rec.frozen != Some(txid) {
+            return Err(FsError::Busy);
+        }
+        let page = self
+            .store
+            .entries(path, after.as_deref(), PAGE_ENTRIES_MAX)
+            .map_err(storage_err)?;
+        let full = page.len() == PAGE_ENTRIES_MAX;
+        let c0 = chunk_size / myriad_storage::BLOCK_BYTES;
+        let mut entries = Vec::new();
+        let mut bytes = 0usize;
+        let mut next = None;
+        for (name, e) in page {
+            // An operation in flight inside the subtree: the rename must wait for it.
+            let (Some(inode), None) = (e.inode, e.pending) else {
+                return Err(FsError::Busy);
+            };
+            let blocks = if inode.kind == FileKind::File {
+                self.store.blocks(inode.ino, 0, c0).map_err(storage_err)?
+            } else {
+                Vec::new()
+            };
+            bytes += blocks.iter().map(|b| b.1.len()).sum::<usize>();
+            let blocks = blocks
+                .into_iter()
+                .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
+                .collect();
+            entries.push(myriad_proto::ExportedEntry {
+                name: name.clone(),
+                inode,
+                blocks,
+            });
+            if bytes >= PAGE_BYTES_MAX {
+                next = Some(name);
+                break;
+            }
+        }
+        if next.is_none() && full {
+            next = entries.last().map(|e| e.name.clone());
+        }
+        Ok(Response::Exported { entries, next })
     }
 
     fn statfs(&self) -> StatFs {

@@ -13,9 +13,9 @@
 use std::sync::Arc;
 
 use myriad_placement::NodeId;
-use myriad_proto::{Caller, FsError, Inode, RenameFlags, Request};
+use myriad_proto::{Caller, DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
-use crate::intent::{Decision, Intent};
+use crate::intent::{Decision, DirMove, Intent};
 use crate::mutation::{Mutation, Outcome};
 use crate::node::{MapState, Node, now_ns};
 
@@ -181,12 +181,12 @@ impl Node {
         to: String,
         flags: RenameFlags,
     ) -> Result<(), FsError> {
+        let src = self.lookup(&from).await?;
         if from == to {
-            self.lookup(&from).await?;
             return Ok(());
         }
         let dst_node = st.ring.owner_of_entry(&to);
-        if dst_node == self.me {
+        if dst_node == self.me && src.kind != FileKind::Directory {
             if let Outcome::Renamed(Some(gc)) = self
                 .applier
                 .run(Mutation::RenameLocal {
@@ -202,7 +202,7 @@ impl Node {
             return Ok(());
         }
         let begin = Mutation::RenameSourceBegin {
-            from,
+            from: from.clone(),
             to: to.clone(),
             now: now_ns(),
         };
@@ -215,6 +215,21 @@ impl Node {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let _live = self.hold(txid);
+        let mut moves = Vec::new();
+        if inode.kind == FileKind::Directory {
+            // Check the destination before copying a whole subtree towards it.
+            if let Err(e) = self.check_dir_destination(&to).await {
+                self.abort_rename(txid, dst_node, &moves).await;
+                return Err(e);
+            }
+            if let Err(e) = self
+                .copy_subtree(txid, &from, &to, inode.ino, &mut moves)
+                .await
+            {
+                self.abort_rename(txid, dst_node, &moves).await;
+                return Err(e);
+            }
+        }
         let blocks = blocks
             .into_iter()
             .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
@@ -230,35 +245,233 @@ impl Node {
         match self.call_node(dst_node, prepare).await {
             Ok(_) => {
                 // The decision point: once this batch is durable the rename has happened.
-                self.applier
-                    .run(Mutation::RenameSourceDecide { txid, commit: true })
-                    .await?;
-                if self
-                    .call_node(dst_node, Request::RenameCommit { txid })
-                    .await
-                    .is_ok()
-                {
-                    self.applier.run(Mutation::DeleteIntent { txid }).await?;
+                let decide = Mutation::RenameSourceDecide {
+                    txid,
+                    commit: true,
+                    moves: moves.clone(),
+                };
+                self.applier.run(decide).await?;
+                if let Err(e) = self.finish_commit(txid, dst_node, &moves).await {
+                    tracing::warn!(
+                        txid,
+                        "rename committed; finishing deferred to recovery: {e}"
+                    );
                 }
                 Ok(())
             }
             Err(e) => {
-                self.applier
-                    .run(Mutation::RenameSourceDecide {
-                        txid,
-                        commit: false,
-                    })
-                    .await?;
-                if self
-                    .call_node(dst_node, Request::RenameAbort { txid })
-                    .await
-                    .is_ok()
-                {
-                    self.applier.run(Mutation::DeleteIntent { txid }).await?;
-                }
+                self.abort_rename(txid, dst_node, &moves).await;
                 Err(e)
             }
         }
+    }
+
+    async fn check_dir_destination(self: &Arc<Self>, to: &str) -> Result<(), FsError> {
+        let st = self.state();
+        let parent = myriad_placement::parent_of(to).to_string();
+        match self
+            .call_node(
+                st.ring.owner_of_entry(&parent),
+                Request::Stat { path: parent },
+            )
+            .await?
+        {
+            Response::Attr(i) if i.kind == FileKind::Directory => {}
+            Response::Attr(_) => return Err(FsError::NotADirectory),
+            _ => return Err(FsError::Protocol("unexpected reply to stat".into())),
+        }
+        match self
+            .call_node(
+                st.ring.owner_of_entry(to),
+                Request::Stat {
+                    path: to.to_string(),
+                },
+            )
+            .await
+        {
+            Err(FsError::NotFound) => Ok(()),
+            Ok(Response::Attr(i)) if i.kind == FileKind::Directory => {
+                Err(FsError::InvalidArgument(
+                    "renaming a directory over an existing directory is not supported yet".into(),
+                ))
+            }
+            Ok(_) => Err(FsError::NotADirectory),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Copies every directory object under `from` to its place under `to`, hidden, freezing
+    /// the originals. `moves` lists what was touched, for commit or undo.
+    async fn copy_subtree(
+        self: &Arc<Self>,
+        txid: u64,
+        from: &str,
+        to: &str,
+        ino: u64,
+        moves: &mut Vec<DirMove>,
+    ) -> Result<(), FsError> {
+        let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);
+        while let Some((old, new, dir_ino)) = queue.pop_front() {
+            moves.push(DirMove {
+                old: old.clone(),
+                new: new.clone(),
+            });
+            let old_owner = self.dir_owner(&old);
+            let new_owner = self.dir_owner(&new);
+            self.call_node(
+                old_owner,
+                Request::DirFreeze {
+                    path: old.clone(),
+                    txid,
+                },
+            )
+            .await?;
+            let mut after = None;
+            loop {
+                let req = Request::DirExport {
+                    path: old.clone(),
+                    txid,
+                    after: after.clone(),
+                };
+                let Response::Exported { entries, next } = self.call_node(old_owner, req).await?
+                else {
+                    return Err(FsError::Protocol("unexpected reply to dir_export".into()));
+                };
+                for e in &entries {
+                    if e.inode.kind == FileKind::Directory {
+                        queue.push_back((join(&old, &e.name), join(&new, &e.name), e.inode.ino));
+                    }
+                }
+                let import = Request::DirImport {
+                    path: new.clone(),
+                    txid,
+                    ino: dir_ino,
+                    entries,
+                };
+                self.call_node(new_owner, import).await?;
+                match next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After the commit decision: drop the old directory objects (old paths are gone), make
+    /// the destination entry visible, then reveal the new objects (readers of new paths wait
+    /// until then). Idempotent; recovery repeats it until it succeeds.
+    async fn finish_commit(
+        self: &Arc<Self>,
+        txid: u64,
+        dst_node: NodeId,
+        moves: &[DirMove],
+    ) -> Result<(), FsError> {
+        for m in moves {
+            let keep_blocks = self.dir_owner(&m.old) == self.dir_owner(&m.new);
+            let req = Request::DirFinish {
+                path: m.old.clone(),
+                txid,
+                action: DirAction::Drop { keep_blocks },
+            };
+            self.call_node(self.dir_owner(&m.old), req).await?;
+        }
+        self.call_node(dst_node, Request::RenameCommit { txid })
+            .await?;
+        for m in moves {
+            let req = Request::DirFinish {
+                path: m.new.clone(),
+                txid,
+                action: DirAction::Reveal,
+            };
+            self.call_node(self.dir_owner(&m.new), req).await?;
+        }
+        self.applier.run(Mutation::DeleteIntent { txid }).await?;
+        Ok(())
+    }
+
+    /// Undoes a rename that did not reach its decision; leaves the intent for recovery if a
+    /// node cannot be reached.
+    async fn abort_rename(self: &Arc<Self>, txid: u64, dst_node: NodeId, moves: &[DirMove]) {
+        let decide = Mutation::RenameSourceDecide {
+            txid,
+            commit: false,
+            moves: Vec::new(),
+        };
+        if let Err(e) = self.applier.run(decide).await {
+            tracing::warn!(txid, "rename abort deferred to recovery: {e}");
+            return;
+        }
+        if let Err(e) = self.undo_moves(txid, dst_node, moves).await {
+            tracing::warn!(txid, "rename abort deferred to recovery: {e}");
+        }
+    }
+
+    async fn undo_moves(
+        self: &Arc<Self>,
+        txid: u64,
+        dst_node: NodeId,
+        moves: &[DirMove],
+    ) -> Result<(), FsError> {
+        for m in moves {
+            let keep_blocks = self.dir_owner(&m.old) == self.dir_owner(&m.new);
+            let drop_new = Request::DirFinish {
+                path: m.new.clone(),
+                txid,
+                action: DirAction::Drop { keep_blocks },
+            };
+            self.call_node(self.dir_owner(&m.new), drop_new).await?;
+            let thaw = Request::DirFinish {
+                path: m.old.clone(),
+                txid,
+                action: DirAction::Thaw,
+            };
+            self.call_node(self.dir_owner(&m.old), thaw).await?;
+        }
+        self.call_node(dst_node, Request::RenameAbort { txid })
+            .await?;
+        self.applier.run(Mutation::DeleteIntent { txid }).await?;
+        Ok(())
+    }
+
+    /// The directory objects under `from` (which is intact when a rename did not commit),
+    /// paired with their places under `to`.
+    async fn walk_moves(self: &Arc<Self>, from: &str, to: &str) -> Result<Vec<DirMove>, FsError> {
+        let mut out = Vec::new();
+        let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string())]);
+        while let Some((old, new)) = queue.pop_front() {
+            let mut after = None;
+            loop {
+                let req = Request::ReadDir {
+                    path: old.clone(),
+                    after: after.clone(),
+                    limit: myriad_proto::limits::READDIR_PAGE_MAX,
+                };
+                let (entries, next) = match self.call_node(self.dir_owner(&old), req).await {
+                    Ok(Response::DirPage { entries, next }) => (entries, next),
+                    Err(FsError::NotFound) => break, // not a directory (or already gone)
+                    Ok(_) => return Err(FsError::Protocol("unexpected reply to readdir".into())),
+                    Err(e) => return Err(e),
+                };
+                if after.is_none() {
+                    out.push(DirMove {
+                        old: old.clone(),
+                        new: new.clone(),
+                    });
+                }
+                for e in entries
+                    .iter()
+                    .filter(|e| e.inode.kind == FileKind::Directory)
+                {
+                    queue.push_back((join(&old, &e.name), join(&new, &e.name)));
+                }
+                match next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Runs a chunk GC intent in the background.
@@ -388,24 +601,30 @@ impl Node {
                     })
                     .await?;
             }
-            Intent::RenameOut { to, decision, .. } => {
+            Intent::RenameOut {
+                from_dir,
+                from_name,
+                to,
+                decision,
+                moves,
+                ..
+            } => {
                 let dst = self.state().ring.owner_of_entry(&to);
-                let commit = decision == Decision::Commit;
-                if decision == Decision::Undecided {
-                    self.applier
-                        .run(Mutation::RenameSourceDecide {
+                if decision == Decision::Commit {
+                    self.finish_commit(txid, dst, &moves).await?;
+                } else {
+                    if decision == Decision::Undecided {
+                        let decide = Mutation::RenameSourceDecide {
                             txid,
                             commit: false,
-                        })
-                        .await?;
+                            moves: Vec::new(),
+                        };
+                        self.applier.run(decide).await?;
+                    }
+                    // Not committed: the source subtree is intact; find what was copied.
+                    let walked = self.walk_moves(&join(&from_dir, &from_name), &to).await?;
+                    self.undo_moves(txid, dst, &walked).await?;
                 }
-                let req = if commit {
-                    Request::RenameCommit { txid }
-                } else {
-                    Request::RenameAbort { txid }
-                };
-                self.call_node(dst, req).await?;
-                self.applier.run(Mutation::DeleteIntent { txid }).await?;
             }
             Intent::RenameIn { .. } => {} // The coordinator drives it.
             Intent::ChunkGc { .. } => {

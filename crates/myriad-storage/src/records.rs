@@ -32,4 +32,8 @@ pub struct DirRecord {
     pub ino: u64,
     /// The root's own attributes (it has no parent entry); `None` for every other directory.
     pub root_attrs: Option<Inode>,
+    /// A directory rename (txid) is copying this object away: reads go on, writes get `Busy`.
+    pub frozen: Option<u64>,
+    /// A directory rename (txid) is copying this object here: not usable until revealed.
+    pub hidden: Option<u64>,
 }

@@ -243,3 +243,77 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
         }
     }
 }
+
+/// kill -9 of the coordinator or of a node holding part of the subtree during a directory
+/// rename: after restart and recovery the tree is complete under exactly one of its names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_directory_rename_leaves_one_complete_tree() {
+    let tc = TestCluster::start(4);
+    let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(3)));
+    let mut dirs = Vec::new();
+    for d in 0..12 {
+        let p = format!("/t/d{d}");
+        c.mkdir_p(&p, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..60 {
+            c.create(&format!("{p}/f{i}"), 0o644, true, &content(i))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        dirs.push(d);
+    }
+    let coordinator = c.owner_of_entry("/t");
+    for victim in [coordinator, (coordinator % 4) + 1] {
+        let (from, to) = if c.stat("/t").await.is_ok() {
+            ("/t", "/u")
+        } else {
+            ("/u", "/t")
+        };
+        let mover = {
+            let c = c.clone();
+            tokio::spawn(async move { c.rename(from, to, RenameFlags::default()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        tc.kill9(victim);
+        let result = mover.await.unwrap_or_else(|e| panic!("{e}"));
+        tc.restart(victim);
+        tc.wait_up(&c, victim).await;
+        eprintln!("killed node {victim} during rename {from} -> {to}: rename returned {result:?}");
+
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (a, b) = (c.stat(from).await, c.stat(to).await);
+            let settled = matches!(
+                (&a, &b),
+                (Ok(_), Err(FsError::NotFound)) | (Err(FsError::NotFound), Ok(_))
+            );
+            if settled {
+                if result.is_ok() {
+                    assert!(b.is_ok(), "acknowledged rename undone");
+                }
+                let root = if a.is_ok() { from } else { to };
+                let mut complete = true;
+                for d in &dirs {
+                    for i in 0..60u64 {
+                        match c.fetch(&format!("{root}/d{d}/f{i}")).await {
+                            Ok((_, data)) => assert_eq!(data, content(i)),
+                            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                                complete = false
+                            }
+                            Err(e) => panic!("{root}/d{d}/f{i}: {e}"),
+                        }
+                    }
+                }
+                let other = if root == from { to } else { from };
+                assert_eq!(
+                    c.stat(&format!("{other}/d0")).await.err(),
+                    Some(FsError::NotFound)
+                );
+                if complete {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "not recovered: {a:?} / {b:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

@@ -453,3 +453,163 @@ fn cli_verbs_and_exit_codes() {
         .output();
     assert_eq!(no_cluster.ok().and_then(|o| o.status.code()), Some(1));
 }
+
+/// Directory rename moves the whole subtree (placement follows the path): every file, its
+/// data, nested directories and symlinks appear under the new name and nowhere else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_rename_moves_the_subtree() {
+    let tc = TestCluster::start(4);
+    let c = tc.client();
+    c.mkdir_p("/proj/src/deep/deeper", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.mkdir("/archive", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut expected = Vec::new();
+    for (dir, n) in [
+        ("/proj", 30),
+        ("/proj/src", 1500),
+        ("/proj/src/deep", 20),
+        ("/proj/src/deep/deeper", 5),
+    ] {
+        for i in 0..n {
+            let rel = format!("{}/f{i}", dir.trim_start_matches("/proj"));
+            let data = format!("contents of {rel}").into_bytes();
+            c.create(&format!("{dir}/f{i}"), 0o644, true, &data)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            expected.push((rel, data));
+        }
+    }
+    let big: Vec<u8> = (0..6 * 1024 * 1024u32).map(|x| (x % 249) as u8).collect();
+    c.create("/proj/src/big", 0o644, true, &big)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.symlink("src/f1", "/proj/link")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Errors first: into itself, onto an existing directory, missing source.
+    assert!(matches!(
+        c.rename("/proj", "/proj/src/x", RenameFlags::default())
+            .await,
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        c.rename("/proj", "/archive", RenameFlags::default()).await,
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        c.rename("/nothing", "/x", RenameFlags::default())
+            .await
+            .err(),
+        Some(FsError::NotFound)
+    );
+    assert_eq!(
+        c.stat("/proj/src/f3").await.map(|i| i.size).ok(),
+        Some(b"contents of /src/f3".len() as u64),
+        "failed renames leave the tree"
+    );
+
+    c.rename("/proj", "/archive/proj-2026", RenameFlags::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.stat("/proj").await.err(), Some(FsError::NotFound));
+    assert_eq!(c.stat("/proj/src/f1").await.err(), Some(FsError::NotFound));
+    assert_eq!(
+        c.create("/proj/src/new", 0o644, true, b"").await.err(),
+        Some(FsError::NotFound),
+        "old directory objects are gone"
+    );
+    for (rel, data) in &expected {
+        let path = format!("/archive/proj-2026{rel}");
+        assert_eq!(
+            c.fetch(&path).await.map(|x| x.1).ok().as_ref(),
+            Some(data),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        c.read_all("/archive/proj-2026/src/big").await.ok(),
+        Some(big)
+    );
+    assert_eq!(
+        c.readlink("/archive/proj-2026/link").await.ok().as_deref(),
+        Some("src/f1")
+    );
+    assert_eq!(
+        c.readdir("/archive/proj-2026/src")
+            .await
+            .map(|v| v.len())
+            .ok(),
+        Some(1502)
+    );
+    assert_eq!(c.readdir("/archive").await.map(|v| v.len()).ok(), Some(1));
+    // The moved tree is fully usable: create, mkdir, rmdir, and rename it back.
+    c.create("/archive/proj-2026/src/deep/deeper/new", 0o644, true, b"n")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.rename("/archive/proj-2026", "/proj", RenameFlags::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.fetch("/proj/src/deep/deeper/new")
+            .await
+            .map(|x| x.1)
+            .ok()
+            .as_deref(),
+        Some(&b"n"[..])
+    );
+    assert_eq!(c.readdir("/archive").await.map(|v| v.len()).ok(), Some(0));
+}
+
+/// Readers running while a directory is renamed always find each file under exactly one of
+/// the two names, never both and never neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_rename_is_atomic_for_concurrent_readers() {
+    let tc = TestCluster::start(4);
+    let c = std::sync::Arc::new(tc.client());
+    c.mkdir_p("/a/tree/sub", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..400 {
+        c.create(&format!("/a/tree/sub/f{i}"), 0o644, true, b"x")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (c, stop) = (c.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut checks = 0u32;
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = format!("sub/f{}", i % 400);
+                i += 7;
+                // Read the old name, then the new one: after a miss on the old name the new one
+                // must exist; a hit on the old name followed by a hit on the new one is only
+                // allowed across the commit (old read before it, new read after).
+                let old = c.stat(&format!("/a/tree/{name}")).await;
+                let new = c.stat(&format!("/b/{name}")).await;
+                if old.is_err() {
+                    assert!(
+                        new.is_ok(),
+                        "{name}: under neither name ({old:?} / {new:?})"
+                    );
+                }
+                checks += 1;
+            }
+            checks
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    c.rename("/a/tree", "/b", RenameFlags::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let checks = reader.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(checks > 10, "the reader ran ({checks} checks)");
+    assert_eq!(c.readdir("/b/sub").await.map(|v| v.len()).ok(), Some(400));
+}
