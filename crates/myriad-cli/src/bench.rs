@@ -28,6 +28,26 @@ pub enum BenchCmd {
     Fetch(BenchArgs),
     /// rpc, create, stat and fetch in one run.
     All(BenchArgs),
+    /// Time to rename a directory tree of 100, 1,000 and 10,000 files (its cost grows with
+    /// the number of descendants because placement follows the path).
+    RenameDir(RenameDirArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct RenameDirArgs {
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Tree sizes (files), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    sizes: Vec<u64>,
+    /// Files per directory in the tree.
+    #[arg(long, default_value_t = 100)]
+    files_per_dir: u64,
+    /// File size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    size: usize,
+    #[arg(long, default_value = "bench-results")]
+    out_dir: PathBuf,
 }
 
 #[derive(Args, Clone)]
@@ -77,6 +97,7 @@ struct Report {
 
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let (name, args, phases): (&str, BenchArgs, &[&str]) = match cmd {
+        BenchCmd::RenameDir(a) => return rename_dir(a).await,
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),
         BenchCmd::Stat(a) => ("stat", a, &["rpc", "stat", "rpc"]),
@@ -255,4 +276,93 @@ fn bar_chart(title: &str, results: &[Result_]) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+#[derive(Serialize)]
+struct RenameRow {
+    files: u64,
+    dirs: u64,
+    secs: f64,
+    files_per_sec: f64,
+    client_rpcs: u64,
+    server_rpcs: u64,
+}
+
+async fn rename_dir(args: RenameDirArgs) -> anyhow::Result<()> {
+    let tmp = tempfile::Builder::new().prefix("myriad-bench-").tempdir()?;
+    eprintln!(
+        "bench rename-dir: {}-node local cluster, trees of {:?} files",
+        args.nodes, args.sizes
+    );
+    let cluster = LocalCluster::up(tmp.path(), args.nodes).await?;
+    let result = rename_dir_body(&cluster, &args).await;
+    cluster.down()?;
+    result
+}
+
+async fn rename_dir_body(cluster: &LocalCluster, args: &RenameDirArgs) -> anyhow::Result<()> {
+    let client = Arc::new(cluster.client(std::time::Duration::from_secs(120))?);
+    let data = Arc::new(file_content(2, args.size));
+    let mut rows = Vec::new();
+    for (t, &files) in args.sizes.iter().enumerate() {
+        let root = format!("/tree{t}");
+        let dirs = files.div_ceil(args.files_per_dir.max(1));
+        for d in 0..dirs {
+            client.mkdir_p(&format!("{root}/d{d:05}"), 0o755).await?;
+        }
+        let mut s = futures::stream::iter((0..files).map(|i| {
+            let c = client.clone();
+            let data = data.clone();
+            let path = format!("{root}/d{:05}/f{i:07}", i / args.files_per_dir.max(1));
+            async move { c.create(&path, 0o644, true, &data).await.map(|_| ()) }
+        }))
+        .buffer_unordered(64);
+        while let Some(r) = s.next().await {
+            r?;
+        }
+        client.reset_counters().await?;
+        let t0 = Instant::now();
+        client
+            .rename(
+                &root,
+                &format!("{root}-moved"),
+                myriad_client::RenameFlags::default(),
+            )
+            .await?;
+        let secs = t0.elapsed().as_secs_f64();
+        let (c, sv) = rpc_totals(&client).await?;
+        // Spot-check the move.
+        let last = format!(
+            "{root}-moved/d{:05}/f{:07}",
+            (files - 1) / args.files_per_dir.max(1),
+            files - 1
+        );
+        anyhow::ensure!(
+            client.fetch(&last).await?.1 == *data,
+            "moved file has wrong contents"
+        );
+        rows.push(RenameRow {
+            files,
+            dirs: dirs + 1,
+            secs,
+            files_per_sec: files as f64 / secs,
+            client_rpcs: c,
+            server_rpcs: sv,
+        });
+    }
+    println!(
+        "{:>9} {:>7} {:>9} {:>12} {:>12} {:>12}",
+        "files", "dirs", "seconds", "files/s", "client RPCs", "server RPCs"
+    );
+    for r in &rows {
+        println!(
+            "{:>9} {:>7} {:>9.3} {:>12.0} {:>12} {:>12}",
+            r.files, r.dirs, r.secs, r.files_per_sec, r.client_rpcs, r.server_rpcs
+        );
+    }
+    std::fs::create_dir_all(&args.out_dir)?;
+    let json = args.out_dir.join("bench-rename-dir.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&rows)?)?;
+    println!("\nresults: {}", json.display());
+    Ok(())
 }
