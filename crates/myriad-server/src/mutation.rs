@@ -380,9 +380,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             ctx.store
                 .write_range(&mut b, ino, offset, &data)
                 .map_err(storage_err)?;
-            inode.size = inode.size.max(end);
-            inode.mtime_ns = now;
-            inode.ctime_ns = now;
+            let size = inode.size.max(end);
+            modified(&mut inode, size, now);
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::Inode(inode)
         }
@@ -394,9 +393,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             now,
         } => {
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
-            inode.size = inode.size.max(size);
-            inode.mtime_ns = now;
-            inode.ctime_ns = now;
+            let size = inode.size.max(size);
+            modified(&mut inode, size, now);
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::Inode(inode)
         }
@@ -426,9 +424,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     gc = Some(txid);
                 }
             }
-            inode.size = size;
-            inode.mtime_ns = now;
-            inode.ctime_ns = now;
+            modified(&mut inode, size, now);
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::InodeGc(inode, gc)
         }
@@ -917,6 +913,13 @@ fn new_inode(ino: u64, kind: FileKind, mode: u32, uid: u32, gid: u32, now: i64) 
         ctime_ns: now,
         symlink_target: None,
     }
+}
+
+/// A content change: new size, and mtime and ctime now.
+fn modified(inode: &mut Inode, size: u64, now: i64) {
+    inode.size = size;
+    inode.mtime_ns = now;
+    inode.ctime_ns = now;
 }
 
 fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {

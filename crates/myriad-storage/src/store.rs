@@ -250,28 +250,8 @@ impl Store {
             return Ok(out);
         }
         let mut out = vec![0u8; len_usize];
-        let prefix = ino.to_be_bytes();
-        let after = if first == 0 {
-            None
-        } else {
-            Some(block_key(ino, first - 1))
-        };
-        let count = usize::try_from(last - first + 1).unwrap_or(usize::MAX);
-        for (k, v) in self
-            .kv
-            .scan(Space::Blocks, &prefix, after.as_deref(), count)?
-        {
-            let Some(block) = k
-                .get(8..16)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-            else {
-                continue;
-            };
-            if block > last {
-                break;
-            }
-            copy_block(&mut out, offset, block, &v);
+        for (block, data) in self.blocks(ino, first, last + 1)? {
+            copy_block(&mut out, offset, block, &data);
         }
         Ok(out)
     }
@@ -321,33 +301,14 @@ impl Store {
         end_block: u64,
     ) -> Result<(), StorageError> {
         let start_block = (keep_bytes / BLOCK_BYTES).max(first_block);
-        let prefix = ino.to_be_bytes();
-        let after = if start_block == 0 {
-            None
-        } else {
-            Some(block_key(ino, start_block - 1))
-        };
-        for (k, v) in self
-            .kv
-            .scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)?
-        {
-            let Some(block) = k
-                .get(8..16)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-            else {
-                continue;
-            };
-            if block >= end_block {
-                break;
-            }
+        for (block, data) in self.blocks(ino, start_block, end_block)? {
             let block_start = block * BLOCK_BYTES;
             if block_start >= keep_bytes {
-                batch.delete(Space::Blocks, k);
+                batch.delete(Space::Blocks, block_key(ino, block));
             } else {
                 let keep = usize::try_from(keep_bytes - block_start).unwrap_or(usize::MAX);
-                if v.len() > keep {
-                    batch.put(Space::Blocks, k, v[..keep].to_vec());
+                if data.len() > keep {
+                    batch.put(Space::Blocks, block_key(ino, block), data[..keep].to_vec());
                 }
             }
         }
