@@ -4,6 +4,7 @@
 use std::ops::Bound;
 use std::path::Path;
 
+use fjall::config::CompressionPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use crate::StorageError;
@@ -30,7 +31,7 @@ impl FjallKv {
             .open()?;
         let mut spaces = Vec::new();
         for space in Space::ALL {
-            spaces.push(db.keyspace(space.name(), KeyspaceCreateOptions::default)?);
+            spaces.push(db.keyspace(space.name(), || options(space))?);
         }
         Ok(FjallKv { db, spaces })
     }
@@ -38,6 +39,20 @@ impl FjallKv {
     fn ks(&self, space: Space) -> &Keyspace {
         // Space::ALL order == index order.
         &self.spaces[space as usize]
+    }
+}
+
+/// Per-space engine options.
+fn options(space: Space) -> KeyspaceCreateOptions {
+    let opts = KeyspaceCreateOptions::default();
+    match space {
+        // File data: most of it is already compressed or incompressible, and a cold read of
+        // a small file would pay decompression on every cache miss. Reads of blocks are
+        // nearly always of blocks that exist, so last-level bloom filters are skipped.
+        Space::Blocks => opts
+            .data_block_compression_policy(CompressionPolicy::disabled())
+            .expect_point_read_hits(true),
+        _ => opts,
     }
 }
 
