@@ -116,7 +116,12 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         "bench {name}: {}-node local cluster, {} in flight, {} B files, {} ops per phase",
         args.nodes, args.inflight, args.size, args.ops
     );
-    let cluster = LocalCluster::up(&dir, args.nodes).await?;
+    let cluster = LocalCluster::up(
+        &dir,
+        args.nodes,
+        &crate::cluster::NodeOptions::for_current_user(),
+    )
+    .await?;
     let result = body(&cluster, name, &args, phases).await;
     cluster.down()?;
     result
@@ -294,7 +299,12 @@ async fn rename_dir(args: RenameDirArgs) -> anyhow::Result<()> {
         "bench rename-dir: {}-node local cluster, trees of {:?} files",
         args.nodes, args.sizes
     );
-    let cluster = LocalCluster::up(tmp.path(), args.nodes).await?;
+    let cluster = LocalCluster::up(
+        tmp.path(),
+        args.nodes,
+        &crate::cluster::NodeOptions::for_current_user(),
+    )
+    .await?;
     let result = rename_dir_body(&cluster, &args).await;
     cluster.down()?;
     result

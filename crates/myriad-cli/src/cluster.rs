@@ -28,6 +28,11 @@ pub enum ClusterCmd {
         nodes: usize,
         #[arg(long)]
         data_dir: PathBuf,
+        /// Owner of the root directory (UID:GID); default: the user running this command.
+        #[arg(long, value_parser = crate::server_cmd::parse_owner)]
+        root_owner: Option<(u32, u32)>,
+        #[command(flatten)]
+        replication: crate::server_cmd::ReplicationArgs,
     },
     /// Stop the servers of a local cluster (SIGTERM, then SIGKILL after 5 s).
     Down {
@@ -57,6 +62,28 @@ pub struct NodeState {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClusterState {
     pub nodes: Vec<NodeState>,
+    /// Extra `myriad server` flags every node was started with (kept for `start-node`).
+    #[serde(default)]
+    pub server_args: Vec<String>,
+}
+
+/// How to start the nodes of a local cluster.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    pub root_owner: (u32, u32),
+    pub server_args: Vec<String>,
+}
+
+impl NodeOptions {
+    /// Root owned by the calling user, replication on with default settings.
+    #[must_use]
+    pub fn for_current_user() -> NodeOptions {
+        let c = current_caller();
+        NodeOptions {
+            root_owner: (c.uid, c.gid),
+            server_args: Vec::new(),
+        }
+    }
 }
 
 pub struct LocalCluster {
@@ -74,7 +101,7 @@ fn state_path(dir: &Path) -> PathBuf {
 
 impl LocalCluster {
     /// Starts `n` nodes under `dir` and waits until every one answers.
-    pub async fn up(dir: &Path, n: usize) -> anyhow::Result<LocalCluster> {
+    pub async fn up(dir: &Path, n: usize, opts: &NodeOptions) -> anyhow::Result<LocalCluster> {
         if n == 0 || n > 64 {
             bail!("--nodes must be 1..=64");
         }
@@ -99,9 +126,17 @@ impl LocalCluster {
         }
         let map = ClusterMap::new(1, &addrs);
         std::fs::write(map_path(dir), map.to_json())?;
-        let mut state = ClusterState { nodes: Vec::new() };
+        let mut server_args = opts.server_args.clone();
+        server_args.push(format!(
+            "--root-owner={}:{}",
+            opts.root_owner.0, opts.root_owner.1
+        ));
+        let mut state = ClusterState {
+            nodes: Vec::new(),
+            server_args: server_args.clone(),
+        };
         for (node, listener) in map.nodes.iter().zip(listeners) {
-            let pid = spawn_node(dir, node.id, Some(listener), &node.addr)?;
+            let pid = spawn_node(dir, node.id, Some(listener), &node.addr, &server_args)?;
             state.nodes.push(NodeState {
                 id: node.id,
                 pid,
@@ -164,6 +199,7 @@ fn spawn_node(
     id: u32,
     listener: Option<std::net::TcpListener>,
     addr: &str,
+    server_args: &[String],
 ) -> anyhow::Result<u32> {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
@@ -180,6 +216,7 @@ fn spawn_node(
         .arg(map_path(dir))
         .arg("--node-id")
         .arg(id.to_string())
+        .args(server_args)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -282,8 +319,18 @@ pub async fn run(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     match cmd {
-        ClusterCmd::Up { nodes, data_dir } => {
-            let c = LocalCluster::up(&data_dir, nodes).await?;
+        ClusterCmd::Up {
+            nodes,
+            data_dir,
+            root_owner,
+            replication,
+        } => {
+            let mut opts = NodeOptions::for_current_user();
+            if let Some(o) = root_owner {
+                opts.root_owner = o;
+            }
+            opts.server_args = replication.to_args();
+            let c = LocalCluster::up(&data_dir, nodes, &opts).await?;
             let map = map_path(&data_dir);
             println!(
                 "Myriad cluster of {nodes} nodes is up (map epoch {}):",
@@ -311,13 +358,14 @@ pub async fn run(
         }
         ClusterCmd::StartNode { data_dir, node } => {
             let mut st = read_state(&data_dir)?;
+            let server_args = st.server_args.clone();
             let Some(entry) = st.nodes.iter_mut().find(|n| n.id == node) else {
                 bail!("no node {node} in this cluster")
             };
             if pid_is_server(entry.pid) {
                 bail!("node {node} is already running (pid {})", entry.pid);
             }
-            entry.pid = spawn_node(&data_dir, node, None, &entry.addr)?;
+            entry.pid = spawn_node(&data_dir, node, None, &entry.addr, &server_args)?;
             let pid = entry.pid;
             write_state(&data_dir, &st)?;
             println!("node {node} started (pid {pid})");

@@ -97,7 +97,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.nodes,
         dir.display()
     );
-    let cluster = LocalCluster::up(&dir, args.nodes).await?;
+    let cluster = LocalCluster::up(
+        &dir,
+        args.nodes,
+        &crate::cluster::NodeOptions::for_current_user(),
+    )
+    .await?;
     let result = demo_body(&cluster, &args).await;
     if args.keep {
         if let Some(t) = tmp {

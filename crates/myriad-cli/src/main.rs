@@ -80,7 +80,7 @@ enum Command {
         recursive: bool,
         path: String,
     },
-    /// Rename a file or symlink.
+    /// Rename a file, symlink or directory (into DIR if the target is a directory).
     Mv { from: String, to: String },
     /// Change permission bits (octal, e.g. 755).
     Chmod { mode: String, path: String },

@@ -29,6 +29,69 @@ pub struct ServerArgs {
     /// Worker threads of this node's runtime.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    #[command(flatten)]
+    pub replication: ReplicationArgs,
+    /// Owner of the root directory, set when this node creates it (UID:GID).
+    #[arg(long, default_value = "0:0", value_parser = parse_owner)]
+    root_owner: (u32, u32),
+}
+
+/// Ancestor metadata replication (TyrFS dynamic metadata replication).
+#[derive(Args, Clone, Debug)]
+pub struct ReplicationArgs {
+    /// on: replicate popular ancestors' permissions locally; off: ask their owner every time.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub metadata_replication: String,
+    /// How many directories count as popular on each node (TyrFS: 20).
+    #[arg(long, default_value_t = 20)]
+    pub popularity_k: usize,
+    /// Sliding window of the popularity estimate, in seconds (TyrFS: 60).
+    #[arg(long, default_value_t = 60)]
+    pub popularity_window_secs: u64,
+    /// Most replicas a node keeps before evicting unpopular ones.
+    #[arg(long, default_value_t = 1024)]
+    pub replica_slots: usize,
+    /// Subscription lease in milliseconds: the longest a dead subscriber can delay a
+    /// permission change, and how long a replica is trusted without renewal.
+    #[arg(long, default_value_t = 10_000)]
+    pub lease_ms: u64,
+}
+
+impl ReplicationArgs {
+    /// The flags as they would be given on a command line (to start nodes with them).
+    #[must_use]
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--metadata-replication={}", self.metadata_replication),
+            format!("--popularity-k={}", self.popularity_k),
+            format!("--popularity-window-secs={}", self.popularity_window_secs),
+            format!("--replica-slots={}", self.replica_slots),
+            format!("--lease-ms={}", self.lease_ms),
+        ]
+    }
+
+    fn config(&self) -> anyhow::Result<myriad_server::ReplicationConfig> {
+        if self.popularity_k == 0 || self.popularity_window_secs == 0 || self.lease_ms < 500 {
+            bail!(
+                "--popularity-k and --popularity-window-secs must be at least 1, --lease-ms at least 500"
+            );
+        }
+        Ok(myriad_server::ReplicationConfig {
+            enabled: self.metadata_replication == "on",
+            popularity_k: self.popularity_k,
+            window: Duration::from_secs(self.popularity_window_secs),
+            replica_slots: self.replica_slots,
+            lease: Duration::from_millis(self.lease_ms),
+        })
+    }
+}
+
+pub fn parse_owner(s: &str) -> Result<(u32, u32), String> {
+    let (u, g) = s.split_once(':').ok_or("expected UID:GID")?;
+    Ok((
+        u.parse().map_err(|_| "bad UID")?,
+        g.parse().map_err(|_| "bad GID")?,
+    ))
 }
 
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -53,6 +116,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = ServerConfig::new(node_id, args.data_dir, map);
     config.map_path = Some(args.cluster_map);
     config.request_timeout = Duration::from_millis(args.request_timeout_ms);
+    config.replication = args.replication.config()?;
+    (config.root_uid, config.root_gid) = args.root_owner;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads.max(1))

@@ -200,6 +200,17 @@ pub enum Request {
         txid: u64,
         action: DirAction,
     },
+    /// Owner of the entry of directory `path`: its attributes (for permission checks), and if
+    /// `subscribe`, a lease during which every change is pushed to the sender first.
+    GetAttrs { path: String, subscribe: bool },
+    /// Like `GetAttrs { subscribe: true }` for a replica already held: extends its lease.
+    RenewAttrs { path: String },
+    /// Owner of the entry of `path`: stop pushing changes to the sender.
+    Unsubscribe { path: String },
+    /// To a subscriber: the attributes of `path` changed (`None`: it is gone).
+    AttrUpdate { path: String, inode: Option<Inode> },
+    /// To every node: drop replicas of `prefix` and everything under it (directory rename).
+    InvalidatePrefix { prefix: String },
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.
@@ -260,6 +271,11 @@ impl Request {
             Request::DirExport { .. } => "dir_export",
             Request::DirImport { .. } => "dir_import",
             Request::DirFinish { .. } => "dir_finish",
+            Request::GetAttrs { .. } => "get_attrs",
+            Request::RenewAttrs { .. } => "renew_attrs",
+            Request::Unsubscribe { .. } => "unsubscribe",
+            Request::AttrUpdate { .. } => "attr_update",
+            Request::InvalidatePrefix { .. } => "invalidate_prefix",
         }
     }
 
@@ -298,6 +314,11 @@ pub enum Response {
     },
     Link(String),
     StatFs(StatFs),
+    /// Attributes with the lease granted (0: not subscribed).
+    AttrLease {
+        inode: Inode,
+        lease_ms: u64,
+    },
     Exported {
         entries: Vec<ExportedEntry>,
         next: Option<String>,

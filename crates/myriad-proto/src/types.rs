@@ -84,6 +84,15 @@ pub struct CounterSnapshot {
     /// Group commits (fsyncs) and the mutations they covered.
     pub syncs: u64,
     pub synced_mutations: u64,
+    /// Ancestor permission checks answered here (own store or a replica) vs. by a remote node.
+    pub ancestor_checks_local: u64,
+    pub ancestor_checks_remote: u64,
+    /// Ancestor replicas held now, and subscribers this node pushes changes to.
+    pub replicas_held: u64,
+    pub subscriptions_served: u64,
+    /// Change notifications sent to subscribers, and their total latency.
+    pub invalidations_sent: u64,
+    pub invalidation_latency_us: u64,
 }
 
 impl CounterSnapshot {

@@ -18,6 +18,11 @@ pub struct ServerConfig {
     pub pending_wait: Duration,
     /// How often the recovery task looks for abandoned intents.
     pub recovery_interval: Duration,
+    /// Ancestor metadata replication (popularity, leases).
+    pub replication: crate::ReplicationConfig,
+    /// Owner of the root directory when this node creates it (first start of the owner of "/").
+    pub root_uid: u32,
+    pub root_gid: u32,
 }
 
 impl ServerConfig {
@@ -32,6 +37,9 @@ impl ServerConfig {
             connect_timeout: Duration::from_secs(2),
             pending_wait: Duration::from_secs(5),
             recovery_interval: Duration::from_secs(2),
+            replication: crate::ReplicationConfig::default_on(),
+            root_uid: 0,
+            root_gid: 0,
         }
     }
 }

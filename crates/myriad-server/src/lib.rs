@@ -7,13 +7,18 @@
 //! ```
 //! Must not depend on: the client, FUSE, the CLI.
 
+mod ancestors;
 mod applier;
 mod config;
 mod counters;
 mod intent;
 mod mutation;
 mod node;
+mod perm;
+mod popularity;
 mod twophase;
+#[cfg(test)]
+mod workload_rng;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
@@ -24,6 +29,7 @@ use myriad_storage::{FjallKv, Kv, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use ancestors::ReplicationConfig;
 pub use config::ServerConfig;
 
 use crate::applier::Applier;
@@ -68,6 +74,7 @@ pub async fn run(
     let kv: Arc<dyn Kv> =
         Arc::new(FjallKv::open(&config.data_dir.join("store")).map_err(store_err)?);
     let store = Store::open(kv, config.node_id).map_err(store_err)?;
+    let store_fresh = store.is_fresh();
     let ids = IdAlloc::load(&store, config.node_id).map_err(store_err)?;
     let layout = Layout {
         chunk_size_bytes: config.map.chunk_size_bytes,
@@ -97,11 +104,16 @@ pub async fn run(
         changed,
         config: config.clone(),
         live: Mutex::new(HashSet::new()),
+        replicas: ancestors::Replicas::new(config.replication.clone(), !store_fresh),
     });
 
     if node.state().ring.owner_of_dir("/") == node.me {
         node.applier
-            .run(Mutation::InitRoot { now: now_ns() })
+            .run(Mutation::InitRoot {
+                now: now_ns(),
+                uid: config.root_uid,
+                gid: config.root_gid,
+            })
             .await
             .map_err(|e| ServerError::Config(e.to_string()))?;
     }
@@ -112,6 +124,14 @@ pub async fn run(
         loop {
             tokio::time::sleep(rec.config.recovery_interval).await;
             seen = rec.recover(&seen, false).await;
+        }
+    });
+
+    let keeper = node.clone();
+    let bookkeeping = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(keeper.bookkeeping_interval()).await;
+            keeper.replica_bookkeeping().await;
         }
     });
 
@@ -132,6 +152,7 @@ pub async fn run(
         }
     }
     recovery.abort();
+    bookkeeping.abort();
     tracing::info!(node = node.me, "shutting down");
     let _ = node.store.sync();
     Ok(())

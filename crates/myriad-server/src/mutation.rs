@@ -16,6 +16,8 @@ use crate::intent::{Decision, DirMove, Intent};
 pub enum Mutation {
     InitRoot {
         now: i64,
+        uid: u32,
+        gid: u32,
     },
     CreateFile {
         dir: String,
@@ -243,9 +245,9 @@ pub struct Ctx<'a> {
 pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
     let mut b = Batch::new();
     let out = match m {
-        Mutation::InitRoot { now } => {
+        Mutation::InitRoot { now, uid, gid } => {
             if ctx.store.dir("/").map_err(storage_err)?.is_none() {
-                let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, 0, 0, now);
+                let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, uid, gid, now);
                 root.nlink = 2;
                 ctx.store.put_dir(
                     &mut b,

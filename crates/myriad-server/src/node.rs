@@ -25,6 +25,7 @@ use crate::applier::Applier;
 use crate::config::ServerConfig;
 use crate::counters::Counters;
 use crate::mutation::{Mutation, Outcome, storage_err};
+use crate::perm;
 
 pub struct MapState {
     pub map: ClusterMap,
@@ -44,6 +45,8 @@ pub struct Node {
     pub(crate) config: ServerConfig,
     /// Txids of multi-node operations being driven right now; recovery leaves them alone.
     pub(crate) live: Mutex<HashSet<u64>>,
+    /// Ancestor metadata replicas, popularity, and the subscriptions this node serves.
+    pub(crate) replicas: crate::ancestors::Replicas,
 }
 
 pub fn now_ns() -> i64 {
@@ -69,7 +72,13 @@ impl Handler for Node {
             if !frame.body.is_admin() {
                 self.counters.count(frame.body.op_name(), from_server);
             }
-            let result = self.dispatch(frame.epoch, frame.caller, frame.body).await;
+            let from = match peer {
+                PeerKind::Server { node_id } => Some(node_id),
+                PeerKind::Client => None,
+            };
+            let result = self
+                .dispatch(from, frame.epoch, frame.caller, frame.body)
+                .await;
             ResponseFrame { id, result }
         })
     }
@@ -93,6 +102,7 @@ impl Node {
 
     pub(crate) async fn dispatch(
         self: &Arc<Self>,
+        from: Option<NodeId>,
         epoch: u64,
         caller: Caller,
         body: Request,
@@ -107,6 +117,7 @@ impl Node {
             Request::Stat { path } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.search(&caller, &path).await?;
                 Ok(Response::Attr(self.lookup(&path).await?))
             }
             Request::StatMany { dir, names } => {
@@ -118,6 +129,7 @@ impl Node {
                     )));
                 }
                 self.own(&st, st.ring.owner_of_dir(&dir))?;
+                self.access_dir(&caller, &dir, perm::EXEC).await?;
                 let mut out = Vec::with_capacity(names.len());
                 for name in names {
                     let r = match myriad_proto::validate_name(&name) {
@@ -131,7 +143,11 @@ impl Node {
             Request::Fetch { path, max_bytes } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.search(&caller, &path).await?;
                 let inode = self.lookup(&path).await?;
+                if inode.kind == FileKind::File {
+                    perm::require(&inode, &caller, perm::READ)?;
+                }
                 let data = if inode.kind == FileKind::File {
                     let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
                     self.store
@@ -145,6 +161,7 @@ impl Node {
             Request::ReadDir { path, after, limit } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.access_dir(&caller, &path, perm::READ).await?;
                 self.readdir(&path, after, limit)
             }
             Request::Read {
@@ -155,6 +172,7 @@ impl Node {
             } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.search(&caller, &path).await?;
                 let inode = self.lookup(&path).await?;
                 if inode.kind == FileKind::Directory {
                     return Err(FsError::IsADirectory);
@@ -162,6 +180,7 @@ impl Node {
                 if inode.ino != ino {
                     return Err(FsError::Stale);
                 }
+                perm::require(&inode, &caller, perm::READ)?;
                 let len = len.min(limits::IO_BYTES_MAX);
                 let data = self
                     .store
@@ -193,6 +212,7 @@ impl Node {
             Request::Readlink { path } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.search(&caller, &path).await?;
                 let inode = self.lookup(&path).await?;
                 inode
                     .symlink_target
@@ -206,6 +226,7 @@ impl Node {
                 data,
             } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
+                self.may_modify_dir(&caller, &path).await?;
                 let m = Mutation::CreateFile {
                     dir,
                     name,
@@ -220,6 +241,7 @@ impl Node {
             }
             Request::Symlink { path, target } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
+                self.may_modify_dir(&caller, &path).await?;
                 if target.is_empty()
                     || target.len() > limits::SYMLINK_TARGET_BYTES_MAX
                     || target.contains('\0')
@@ -240,6 +262,7 @@ impl Node {
             }
             Request::Unlink { path } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
+                self.may_remove(&caller, &path).await?;
                 if let Outcome::Gc(Some(txid)) =
                     self.applier.run(Mutation::Unlink { dir, name }).await?
                 {
@@ -250,18 +273,30 @@ impl Node {
             Request::SetAttr { path, set } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.search(&caller, &path).await?;
+                perm::require_setattr(&self.lookup(&path).await?, &caller, &set)?;
                 let (dir, name) = if path == "/" {
                     ("/".to_string(), String::new())
                 } else {
                     split_owned(&path)
                 };
-                self.mutate_inode(Mutation::SetAttr {
-                    dir,
-                    name,
-                    set,
-                    now: now_ns(),
-                })
-                .await
+                let changes_access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
+                let reply = self
+                    .mutate_inode(Mutation::SetAttr {
+                        dir,
+                        name,
+                        set,
+                        now: now_ns(),
+                    })
+                    .await?;
+                if let Response::Attr(i) = &reply
+                    && i.kind == FileKind::Directory
+                    && changes_access
+                {
+                    // Acknowledged only once every replica has the new permissions.
+                    self.notify_subscribers(&path, Some(i.clone())).await;
+                }
+                Ok(reply)
             }
             Request::Write {
                 path,
@@ -270,6 +305,7 @@ impl Node {
                 data,
             } => {
                 let (dir, name) = self.file_target(&st, &path)?;
+                self.may_write_file(&caller, &path).await?;
                 if data.len() as u64 > limits::IO_BYTES_MAX {
                     return Err(FsError::InvalidArgument(
                         "write larger than the I/O limit".into(),
@@ -287,6 +323,7 @@ impl Node {
             }
             Request::ExtendSize { path, ino, size } => {
                 let (dir, name) = self.file_target(&st, &path)?;
+                self.may_write_file(&caller, &path).await?;
                 self.mutate_inode(Mutation::ExtendSize {
                     dir,
                     name,
@@ -298,6 +335,7 @@ impl Node {
             }
             Request::Truncate { path, ino, size } => {
                 let (dir, name) = self.file_target(&st, &path)?;
+                self.may_write_file(&caller, &path).await?;
                 match self
                     .applier
                     .run(Mutation::Truncate {
@@ -363,6 +401,7 @@ impl Node {
             }
             Request::Mkdir { path, mode } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
+                self.may_modify_dir(&caller, &path).await?;
                 self.mkdir(&path, dir, name, mode, &caller)
                     .await
                     .map(Response::Attr)
@@ -372,6 +411,7 @@ impl Node {
                     return Err(FsError::Busy);
                 }
                 let (dir, name) = self.entry_target(&st, &path)?;
+                self.may_remove(&caller, &path).await?;
                 self.rmdir(&path, dir, name).await.map(|()| Response::Unit)
             }
             Request::Rename { from, to, flags } => {
@@ -386,6 +426,8 @@ impl Node {
                     ));
                 }
                 self.own(&st, st.ring.owner_of_entry(&from))?;
+                self.may_remove(&caller, &from).await?;
+                self.may_modify_dir(&caller, &to).await?;
                 self.rename(&st, from, to, flags)
                     .await
                     .map(|()| Response::Unit)
@@ -401,10 +443,28 @@ impl Node {
                     server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
                     syncs: self.applier.stats.syncs.load(Ordering::Relaxed),
                     synced_mutations: self.applier.stats.synced_mutations.load(Ordering::Relaxed),
+                    ancestor_checks_local: self.replicas.stats.local.load(Ordering::Relaxed),
+                    ancestor_checks_remote: self.replicas.stats.remote.load(Ordering::Relaxed),
+                    replicas_held: self.replicas.held(),
+                    subscriptions_served: self.replicas.subscriptions_served(),
+                    invalidations_sent: self.replicas.stats.invalidations.load(Ordering::Relaxed),
+                    invalidation_latency_us: self
+                        .replicas
+                        .stats
+                        .invalidation_us
+                        .load(Ordering::Relaxed),
                 }))
             }
             Request::ResetCounters => {
                 self.counters.reset();
+                for c in [
+                    &self.replicas.stats.local,
+                    &self.replicas.stats.remote,
+                    &self.replicas.stats.invalidations,
+                    &self.replicas.stats.invalidation_us,
+                ] {
+                    c.store(0, Ordering::Relaxed);
+                }
                 self.applier.stats.syncs.store(0, Ordering::Relaxed);
                 self.applier
                     .stats
@@ -491,6 +551,30 @@ impl Node {
                 self.applier
                     .run(Mutation::DirFinish { path, txid, action })
                     .await?;
+                Ok(Response::Unit)
+            }
+            Request::GetAttrs { path, subscribe } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.serve_attrs(&path, from, subscribe).await
+            }
+            Request::RenewAttrs { path } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.serve_attrs(&path, from, true).await
+            }
+            Request::Unsubscribe { path } => {
+                if let Some(node) = from {
+                    self.replicas.unsubscribe(&path, node);
+                }
+                Ok(Response::Unit)
+            }
+            Request::AttrUpdate { path, inode } => {
+                self.replicas.apply_update(&path, inode);
+                Ok(Response::Unit)
+            }
+            Request::InvalidatePrefix { prefix } => {
+                self.replicas.invalidate_prefix(&prefix);
                 Ok(Response::Unit)
             }
             Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
@@ -707,7 +791,8 @@ impl Node {
     ) -> Result<Response, FsError> {
         let st = self.state();
         if node == self.me {
-            return Box::pin(self.dispatch(st.map.epoch, Caller::root(), body)).await;
+            return Box::pin(self.dispatch(Some(self.me), st.map.epoch, Caller::root(), body))
+                .await;
         }
         let addr = st
             .map

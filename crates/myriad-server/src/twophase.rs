@@ -156,6 +156,8 @@ impl Node {
                         commit: true,
                     })
                     .await?;
+                // Replicas of the removed directory's permissions must go before we answer.
+                self.notify_subscribers(path, None).await;
                 Ok(())
             }
             Err(FsError::NotEmpty) => {
@@ -256,6 +258,10 @@ impl Node {
                         txid,
                         "rename committed; finishing deferred to recovery: {e}"
                     );
+                }
+                if !moves.is_empty() {
+                    // Replicated permissions of the old paths must go before we answer.
+                    self.broadcast_invalidate(&from).await;
                 }
                 Ok(())
             }

@@ -19,6 +19,8 @@ pub const FORMAT_VERSION: u32 = 1;
 #[derive(Clone)]
 pub struct Store {
     kv: Arc<dyn Kv>,
+    /// True if this open created the store (a first start, not a restart).
+    fresh: bool,
 }
 
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
@@ -56,7 +58,7 @@ fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, S
 impl Store {
     /// Opens the store and checks (or, on first open, writes) its format version and owner.
     pub fn open(kv: Arc<dyn Kv>, node_id: u32) -> Result<Store, StorageError> {
-        let store = Store { kv };
+        let mut store = Store { kv, fresh: false };
         match store.meta_u64("format_version")? {
             Some(v) if v != u64::from(FORMAT_VERSION) => {
                 return Err(StorageError::FormatVersion {
@@ -66,6 +68,7 @@ impl Store {
             }
             Some(_) => {}
             None => {
+                store.fresh = true;
                 let mut b = Batch::new();
                 store.put_meta_u64(&mut b, "format_version", u64::from(FORMAT_VERSION));
                 store.put_meta_u64(&mut b, "node_id", u64::from(node_id));
@@ -82,6 +85,12 @@ impl Store {
             });
         }
         Ok(store)
+    }
+
+    /// True if this open created the store: the node never ran before on this data.
+    #[must_use]
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
     }
 
     #[must_use]

@@ -14,13 +14,27 @@ pub struct TestCluster {
 
 impl TestCluster {
     pub fn start(nodes: usize) -> TestCluster {
+        TestCluster::start_with(nodes, &[])
+    }
+
+    /// A cluster whose root is owned by the test user (1000:1000), with extra `cluster up` flags.
+    pub fn start_with(nodes: usize, extra: &[&str]) -> TestCluster {
         let dir = tempfile::Builder::new()
             .prefix("myriad-it-")
             .tempdir()
             .unwrap_or_else(|e| panic!("{e}"));
         let out = Command::new(BIN)
-            .args(["cluster", "up", "--nodes", &nodes.to_string(), "--data-dir"])
+            .args([
+                "cluster",
+                "up",
+                "--nodes",
+                &nodes.to_string(),
+                "--root-owner",
+                "1000:1000",
+                "--data-dir",
+            ])
             .arg(dir.path())
+            .args(extra)
             .output()
             .unwrap_or_else(|e| panic!("cannot run myriad: {e}"));
         assert!(
@@ -43,14 +57,16 @@ impl TestCluster {
     }
 
     pub fn client_with(&self, map: ClusterMap, timeout: Duration) -> Client {
-        let mut cfg = ClientConfig::new(
-            map,
-            Caller {
-                uid: 1000,
-                gid: 1000,
-                groups: vec![],
-            },
-        );
+        let user = Caller {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        };
+        self.client_as(map, timeout, user)
+    }
+
+    pub fn client_as(&self, map: ClusterMap, timeout: Duration, caller: Caller) -> Client {
+        let mut cfg = ClientConfig::new(map, caller);
         cfg.request_timeout = timeout;
         cfg.connect_timeout = Duration::from_secs(1);
         Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))

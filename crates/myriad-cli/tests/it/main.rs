@@ -6,4 +6,5 @@ mod counting;
 mod crash;
 mod harness;
 mod ops;
+mod permissions;
 mod redirect;

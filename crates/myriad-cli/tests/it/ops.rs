@@ -104,12 +104,27 @@ async fn namespace_operations_and_errors() {
         c.chmod("/a/f", 0o600).await.map(|i| i.mode).ok(),
         Some(0o600)
     );
-    let i = c
+    assert_eq!(
+        c.chown("/a/f", Some(42), None).await.err(),
+        Some(FsError::PermissionDenied),
+        "only root gives files away"
+    );
+    let root = tc.client_as(
+        tc.map.clone(),
+        std::time::Duration::from_secs(10),
+        myriad_client::Caller::root(),
+    );
+    let i = root
         .chown("/a/f", Some(42), Some(43))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((i.uid, i.gid), (42, 43));
-    let i = c
+    assert_eq!(
+        c.utimens("/a/f", Some(1), Some(2)).await.err(),
+        Some(FsError::PermissionDenied),
+        "not the owner any more"
+    );
+    let i = root
         .utimens("/a/f", Some(1_000_000_000), Some(2_000_000_000))
         .await
         .unwrap_or_else(|e| panic!("{e}"));

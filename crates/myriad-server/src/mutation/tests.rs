@@ -15,8 +15,12 @@ impl T {
         let store = Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"));
         let ids = IdAlloc::load(&store, 1).unwrap_or_else(|e| panic!("{e}"));
         let mut t = T { store, ids };
-        t.run(Mutation::InitRoot { now: 1 })
-            .unwrap_or_else(|e| panic!("{e}"));
+        t.run(Mutation::InitRoot {
+            now: 1,
+            uid: 0,
+            gid: 0,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
         t
     }
 
