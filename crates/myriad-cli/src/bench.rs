@@ -31,6 +31,10 @@ pub enum BenchCmd {
     /// Time to rename a directory tree of 100, 1,000 and 10,000 files (its cost grows with
     /// the number of descendants because placement follows the path).
     RenameDir(RenameDirArgs),
+    /// TyrFS Fig. 6/7: one data set stored as files of each size at depth 4, read entirely
+    /// with fetch by parallel readers, with metadata replication on and off and on the local
+    /// file system; throughput, metadata share of time, requests per file, and a PNG plot.
+    Smallread(crate::bench_smallread::SmallreadArgs),
 }
 
 #[derive(Args, Clone)]
@@ -98,6 +102,7 @@ struct Report {
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let (name, args, phases): (&str, BenchArgs, &[&str]) = match cmd {
         BenchCmd::RenameDir(a) => return rename_dir(a).await,
+        BenchCmd::Smallread(a) => return crate::bench_smallread::run(a).await,
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),
         BenchCmd::Stat(a) => ("stat", a, &["rpc", "stat", "rpc"]),
@@ -133,7 +138,10 @@ async fn body(
     args: &BenchArgs,
     phases: &[&str],
 ) -> anyhow::Result<()> {
-    let client = Arc::new(cluster.client(std::time::Duration::from_secs(30))?);
+    let client = Arc::new(cluster.client_as(
+        std::time::Duration::from_secs(30),
+        crate::cluster::bench_identity(),
+    )?);
     for d in 0..args.dirs {
         client.mkdir_p(&format!("/bench/d{d:03}"), 0o755).await?;
     }
@@ -311,7 +319,10 @@ async fn rename_dir(args: RenameDirArgs) -> anyhow::Result<()> {
 }
 
 async fn rename_dir_body(cluster: &LocalCluster, args: &RenameDirArgs) -> anyhow::Result<()> {
-    let client = Arc::new(cluster.client(std::time::Duration::from_secs(120))?);
+    let client = Arc::new(cluster.client_as(
+        std::time::Duration::from_secs(120),
+        crate::cluster::bench_identity(),
+    )?);
     let data = Arc::new(file_content(2, args.size));
     let mut rows = Vec::new();
     for (t, &files) in args.sizes.iter().enumerate() {

@@ -74,7 +74,33 @@ pub struct NodeOptions {
     pub server_args: Vec<String>,
 }
 
+/// The identity benchmarks run as: the calling user, or uid/gid 1000 when that is root,
+/// because root skips permission checks and would not measure them.
+#[must_use]
+pub fn bench_identity() -> myriad_client::Caller {
+    let me = current_caller();
+    if me.uid == 0 {
+        myriad_client::Caller {
+            uid: 1000,
+            gid: 1000,
+            groups: Vec::new(),
+        }
+    } else {
+        me
+    }
+}
+
 impl NodeOptions {
+    /// Root owned by the benchmark identity, with extra server flags.
+    #[must_use]
+    pub fn for_bench(server_args: Vec<String>) -> NodeOptions {
+        let c = bench_identity();
+        NodeOptions {
+            root_owner: (c.uid, c.gid),
+            server_args,
+        }
+    }
+
     /// Root owned by the calling user, replication on with default settings.
     #[must_use]
     pub fn for_current_user() -> NodeOptions {
@@ -153,7 +179,15 @@ impl LocalCluster {
     }
 
     pub fn client(&self, timeout: Duration) -> anyhow::Result<Client> {
-        let mut cfg = ClientConfig::new(self.map.clone(), current_caller());
+        self.client_as(timeout, current_caller())
+    }
+
+    pub fn client_as(
+        &self,
+        timeout: Duration,
+        caller: myriad_client::Caller,
+    ) -> anyhow::Result<Client> {
+        let mut cfg = ClientConfig::new(self.map.clone(), caller);
         cfg.request_timeout = timeout;
         Ok(Client::new(cfg)?)
     }

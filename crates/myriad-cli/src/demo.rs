@@ -120,7 +120,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn demo_body(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
-    let client = Arc::new(cluster.client(Duration::from_secs(30))?);
+    let client =
+        Arc::new(cluster.client_as(Duration::from_secs(30), crate::cluster::bench_identity())?);
     let mut results = Vec::new();
 
     client.reset_counters().await?;

@@ -3,10 +3,12 @@
 //! stderr), 2 usage error.
 
 mod bench;
+mod bench_smallread;
 mod cluster;
 mod demo;
 mod fs_cmds;
 mod identity;
+mod plot;
 mod server_cmd;
 mod workload;
 

@@ -232,10 +232,12 @@ impl Client {
         Ok(out)
     }
 
-    /// Attributes and contents of a file in one round trip to one node when it is inline
-    /// (size <= inline_max_bytes); bigger files continue with chunk reads.
+    /// Attributes and contents of a file in one round trip to one node when it fits in chunk
+    /// 0 (every inline file does); bigger files continue with chunk reads.
     pub async fn fetch(&self, path: &str) -> Result<(Inode, Vec<u8>), FsError> {
-        let max_bytes = self.st().map.inline_max_bytes;
+        // Ask for up to a whole chunk: any file of up to 4 MiB comes back in this one request
+        // (inline files always do).
+        let max_bytes = self.st().map.chunk_size_bytes.min(limits::IO_BYTES_MAX);
         let (inode, mut data) = match self
             .entry_op(
                 path,
