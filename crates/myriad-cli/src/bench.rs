@@ -124,7 +124,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let cluster = LocalCluster::up(
         &dir,
         args.nodes,
-        &crate::cluster::NodeOptions::for_current_user(),
+        &crate::cluster::NodeOptions::for_bench(Vec::new()),
     )
     .await?;
     let result = body(&cluster, name, &args, phases).await;
@@ -310,7 +310,7 @@ async fn rename_dir(args: RenameDirArgs) -> anyhow::Result<()> {
     let cluster = LocalCluster::up(
         tmp.path(),
         args.nodes,
-        &crate::cluster::NodeOptions::for_current_user(),
+        &crate::cluster::NodeOptions::for_bench(Vec::new()),
     )
     .await?;
     let result = rename_dir_body(&cluster, &args).await;

@@ -100,7 +100,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let cluster = LocalCluster::up(
         &dir,
         args.nodes,
-        &crate::cluster::NodeOptions::for_current_user(),
+        &crate::cluster::NodeOptions::for_bench(Vec::new()),
     )
     .await?;
     let result = demo_body(&cluster, &args).await;

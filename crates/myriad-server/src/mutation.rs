@@ -183,6 +183,14 @@ pub enum Outcome {
     Renamed(Option<u64>),
 }
 
+/// Key of a rename's destination-side record. The destination of a rename can be the
+/// coordinator itself (both entries on one node), so its record must not share the
+/// coordinator's intent key. Bit 63 is never set in a txid (node ids < 2^23).
+#[must_use]
+pub fn prepare_key(txid: u64) -> u64 {
+    txid | (1 << 63)
+}
+
 /// Layout parameters the mutations need (from the cluster map).
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
@@ -836,7 +844,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             flags,
             blocks,
         } => {
-            if ctx.store.intent(txid).map_err(storage_err)?.is_some() {
+            if ctx
+                .store
+                .intent(prepare_key(txid))
+                .map_err(storage_err)?
+                .is_some()
+            {
                 return Ok((b, Outcome::Unit)); // Already prepared (a retried request).
             }
             let (tdir, tname) = split_parent(&to);
@@ -859,13 +872,14 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 name: tname.to_string(),
                 ino: inode.ino,
             };
-            ctx.store.put_intent(&mut b, txid, intent.encode());
+            ctx.store
+                .put_intent(&mut b, prepare_key(txid), intent.encode());
             Outcome::Unit
         }
         Mutation::RenameTargetResolve { txid, commit } => {
             let Some(Intent::RenameIn { dir, name, ino, .. }) = ctx
                 .store
-                .intent(txid)
+                .intent(prepare_key(txid))
                 .map_err(storage_err)?
                 .and_then(|b| Intent::decode(&b))
             else {
@@ -894,7 +908,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                         .map_err(storage_err)?;
                 }
             }
-            ctx.store.delete_intent(&mut b, txid);
+            ctx.store.delete_intent(&mut b, prepare_key(txid));
             Outcome::Renamed(gc)
         }
     };

@@ -144,6 +144,19 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
+        // A failing test shows what the servers said.
+        if std::thread::panicking() {
+            for n in &self.map.nodes {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join(format!("node-{}.log", n.id)))
+                        .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("---- node {} log (last {} lines) ----", n.id, tail.len());
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
         let _ = Command::new(BIN)
             .args(["cluster", "down", "--data-dir"])
             .arg(self.dir.path())

@@ -628,3 +628,83 @@ async fn directory_rename_is_atomic_for_concurrent_readers() {
     assert!(checks > 10, "the reader ran ({checks} checks)");
     assert_eq!(c.readdir("/b/sub").await.map(|v| v.len()).ok(), Some(400));
 }
+
+/// README's main command works: a small `myriad demo` brings up its own cluster, writes,
+/// fetches and verifies every file, and stops the cluster.
+#[test]
+fn demo_runs_and_verifies_every_file() {
+    let dir = tempfile::Builder::new()
+        .prefix("myriad-demo-it-")
+        .tempdir()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["demo", "--files", "300", "--dirs", "5", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {}{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("verified: all 300 files read back byte for byte"),
+        "{stdout}"
+    );
+    for phase in ["mkdir", "write", "fetch", "ls -l"] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(phase)),
+            "phase {phase} missing: {stdout}"
+        );
+    }
+}
+
+/// The benchmark commands run and write their results (numbers are not asserted here:
+/// speed is checked by running the benchmarks, not by tests).
+#[test]
+fn benchmarks_run_and_write_results() {
+    let out_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(crate::harness::BIN)
+            .args(args)
+            .arg("--out-dir")
+            .arg(out_dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["bench", "all", "--ops", "300", "--dirs", "4"]);
+    run(&[
+        "bench",
+        "smallread",
+        "--dataset-mib",
+        "1",
+        "--sizes",
+        "262144,4096",
+        "--nodes",
+        "2",
+    ]);
+    run(&["bench", "rename-dir", "--sizes", "50", "--nodes", "2"]);
+    let all: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.path().join("bench-all.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    let phases: Vec<&str> = all["results"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(phases, ["rpc", "create", "stat", "fetch", "rpc-again"]);
+    assert!(
+        all["results"][3]["client_rpcs_per_op"].as_f64() == Some(1.0),
+        "fetch is one request: {all}"
+    );
+    let png = std::fs::read(out_dir.path().join("bench-smallread.png")).unwrap_or_default();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG plot is written");
+    assert!(out_dir.path().join("bench-rename-dir.json").exists());
+}

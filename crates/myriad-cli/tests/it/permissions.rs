@@ -409,3 +409,39 @@ async fn silent_subscriber_delays_chmod_by_at_most_the_lease() {
         Some(FsError::PermissionDenied)
     );
 }
+
+/// A regular user renames a directory tree; replicas of the old paths' permissions are
+/// dropped and the new paths resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_rename_by_a_user_keeps_permissions_consistent() {
+    let tc = TestCluster::start(4);
+    let alice = as_user(&tc, user(1000, 1000, &[]));
+    ok(alice.mkdir_p("/tree/d0", 0o755).await);
+    for i in 0..50 {
+        ok(alice
+            .create(&format!("/tree/d0/f{i}"), 0o644, true, b"x")
+            .await);
+    }
+    for i in 0..50 {
+        ok(alice.fetch(&format!("/tree/d0/f{i}")).await);
+    }
+    ok(alice
+        .rename("/tree", "/moved", RenameFlags::default())
+        .await);
+    for i in 0..50 {
+        let r = alice.fetch(&format!("/moved/d0/f{i}")).await;
+        assert!(r.is_ok(), "/moved/d0/f{i}: {r:?}");
+    }
+    assert_eq!(
+        alice.stat("/tree/d0/f0").await.err(),
+        Some(FsError::NotFound)
+    );
+    // A new tree at the old name does not inherit the old replicas.
+    ok(alice.mkdir_p("/tree/d0", 0o700).await);
+    ok(alice.create("/tree/d0/g", 0o644, true, b"y").await);
+    let bob = as_user(&tc, user(2000, 2000, &[]));
+    assert_eq!(
+        bob.fetch("/tree/d0/g").await.err(),
+        Some(FsError::PermissionDenied)
+    );
+}
