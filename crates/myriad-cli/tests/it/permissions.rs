@@ -322,10 +322,15 @@ async fn chmod_is_visible_on_every_server_before_it_returns() {
     );
 
     alice
-        .chmod("/shared", 0o700)
+        .chmod("/shared", 0o000)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     for d in &dirs {
+        assert_eq!(
+            alice.fetch(&format!("{d}/f")).await.err(),
+            Some(FsError::PermissionDenied),
+            "{d}: even the owner needs search permission"
+        );
         assert_eq!(
             bob.fetch(&format!("{d}/f")).await.err(),
             Some(FsError::PermissionDenied),
@@ -408,6 +413,31 @@ async fn silent_subscriber_delays_chmod_by_at_most_the_lease() {
         bob.fetch(&format!("{victim_dir}/f")).await.err(),
         Some(FsError::PermissionDenied)
     );
+
+    // A killed subscriber (kill -9) delays a change by at most the lease too.
+    alice
+        .chmod("/shared", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    warm(&bob, &dirs).await;
+    tc.kill9(victim);
+    let t = Instant::now();
+    alice
+        .chmod("/shared", 0o700)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let took = t.elapsed();
+    assert!(
+        took <= lease + Duration::from_millis(1500),
+        "chmod took {took:?} with a dead subscriber"
+    );
+    for d in dirs.iter().filter(|d| **d != victim_dir) {
+        assert_eq!(
+            bob.fetch(&format!("{d}/f")).await.err(),
+            Some(FsError::PermissionDenied),
+            "{d}"
+        );
+    }
 }
 
 /// A regular user renames a directory tree; replicas of the old paths' permissions are
