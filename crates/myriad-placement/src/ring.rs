@@ -3,13 +3,14 @@
 //! Keys and ring points are xxh3-64 hashes; xxh3 is specified and stable across versions and
 //! platforms, so every client and server computes the same placement forever.
 
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::map::{ClusterMap, NodeId};
 
-/// Domain separators so that a directory path and a chunk key can never collide by construction.
-const DOMAIN_DIR: u8 = b'D';
-const DOMAIN_CHUNK: u8 = b'C';
+/// Domain separators (as xxh3 seeds, which costs no copy of the key) so that a directory
+/// path and a chunk key hash independently.
+const DOMAIN_DIR: u64 = 0x4d59_5244_4449_5231; // "MYRDDIR1"
+const DOMAIN_CHUNK: u64 = 0x4d59_5244_4348_4b31; // "MYRDCHK1"
 
 #[derive(Clone, Debug)]
 pub struct Ring {
@@ -81,18 +82,14 @@ impl Ring {
 }
 
 fn hash_dir(path: &str) -> u64 {
-    let mut buf = Vec::with_capacity(path.len() + 1);
-    buf.push(DOMAIN_DIR);
-    buf.extend_from_slice(path.as_bytes());
-    xxh3_64(&buf)
+    xxh3_64_with_seed(path.as_bytes(), DOMAIN_DIR)
 }
 
 fn hash_chunk(ino: u64, chunk_index: u64) -> u64 {
-    let mut buf = [0u8; 17];
-    buf[0] = DOMAIN_CHUNK;
-    buf[1..9].copy_from_slice(&ino.to_be_bytes());
-    buf[9..17].copy_from_slice(&chunk_index.to_be_bytes());
-    xxh3_64(&buf)
+    let mut buf = [0u8; 16];
+    buf[..8].copy_from_slice(&ino.to_be_bytes());
+    buf[8..].copy_from_slice(&chunk_index.to_be_bytes());
+    xxh3_64_with_seed(&buf, DOMAIN_CHUNK)
 }
 
 #[cfg(test)]
