@@ -202,11 +202,17 @@ pub enum Request {
     },
     /// Owner of the entry of directory `path`: its attributes (for permission checks), and if
     /// `subscribe`, a lease during which every change is pushed to the sender first.
-    GetAttrs { path: String, subscribe: bool },
+    /// `seq` orders this subscriber's subscribe/unsubscribe requests (they may be handled
+    /// out of order): an unsubscribe older than the subscription held is ignored.
+    GetAttrs {
+        path: String,
+        subscribe: bool,
+        seq: u64,
+    },
     /// Like `GetAttrs { subscribe: true }` for a replica already held: extends its lease.
-    RenewAttrs { path: String },
+    RenewAttrs { path: String, seq: u64 },
     /// Owner of the entry of `path`: stop pushing changes to the sender.
-    Unsubscribe { path: String },
+    Unsubscribe { path: String, seq: u64 },
     /// To a subscriber: the attributes of `path` changed (`None`: it is gone).
     AttrUpdate { path: String, inode: Option<Inode> },
     /// To every node: drop replicas of `prefix` and everything under it (directory rename).

@@ -85,10 +85,15 @@ pub struct Replicas {
     started: Instant,
     grace_end: Instant,
     state: std::sync::Mutex<State>,
-    /// Owner side: path -> subscriber -> lease end.
-    subscribers: std::sync::Mutex<HashMap<String, HashMap<NodeId, Instant>>>,
+    /// Owner side: path -> subscriber -> (lease end, the subscriber's sequence number).
+    subscribers: std::sync::Mutex<HashMap<String, Subscribers>>,
+    /// Subscriber side: numbers our subscribe/unsubscribe requests (see `Request::GetAttrs`).
+    seq: AtomicU64,
     pub stats: ReplicaStats,
 }
+
+/// Subscribers of one path: node -> (lease end, its latest sequence number).
+type Subscribers = HashMap<NodeId, (Instant, u64)>;
 
 struct State {
     topk: WindowedTopK,
@@ -119,6 +124,7 @@ impl Replicas {
             config,
             started: Instant::now(),
             subscribers: std::sync::Mutex::new(HashMap::new()),
+            seq: AtomicU64::new(1),
             stats: ReplicaStats::default(),
         }
     }
@@ -161,6 +167,11 @@ impl Replicas {
                     None => return,
                 }
             }
+            // A renewal answered before a newer pushed update must not undo it.
+            let inode = match st.replicas.get(path) {
+                Some(r) if r.inode.ctime_ns > inode.ctime_ns => r.inode.clone(),
+                _ => inode,
+            };
             st.replicas.insert(
                 path.to_string(),
                 Replica {
@@ -176,7 +187,11 @@ impl Replicas {
         if let Ok(mut st) = self.state.lock() {
             match inode {
                 Some(i) => {
-                    if let Some(r) = st.replicas.get_mut(path) {
+                    // Updates can arrive out of order (each request runs as its own task, and
+                    // one delayed past its lease may land after a newer one): never go back.
+                    if let Some(r) = st.replicas.get_mut(path)
+                        && i.ctime_ns >= r.inode.ctime_ns
+                    {
                         r.inode = i;
                     }
                 }
@@ -204,20 +219,33 @@ impl Replicas {
 
     // ---- owner side ----
 
-    pub fn subscribe(&self, path: &str, node: NodeId) -> Duration {
+    /// The next sequence number for one of our subscribe/unsubscribe requests.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn subscribe(&self, path: &str, node: NodeId, seq: u64) -> Duration {
         if let Ok(mut subs) = self.subscribers.lock() {
-            subs.entry(path.to_string())
-                .or_default()
-                .insert(node, Instant::now() + self.config.lease);
+            let entry = subs.entry(path.to_string()).or_default();
+            let until = Instant::now() + self.config.lease;
+            match entry.get(&node) {
+                Some(&(_, held)) if held > seq => {} // a newer request already decided
+                _ => {
+                    entry.insert(node, (until, seq));
+                }
+            }
         }
         self.config.lease
     }
 
-    pub fn unsubscribe(&self, path: &str, node: NodeId) {
+    pub fn unsubscribe(&self, path: &str, node: NodeId, seq: u64) {
         if let Ok(mut subs) = self.subscribers.lock()
             && let Some(s) = subs.get_mut(path)
         {
-            s.remove(&node);
+            // Only if no newer subscribe arrived first (requests run out of order).
+            if s.get(&node).is_some_and(|&(_, held)| held < seq) {
+                s.remove(&node);
+            }
             if s.is_empty() {
                 subs.remove(path);
             }
@@ -233,8 +261,8 @@ impl Replicas {
         let Some(s) = subs.get_mut(path) else {
             return Vec::new();
         };
-        s.retain(|_, until| *until > now);
-        s.iter().map(|(n, u)| (*n, *u)).collect()
+        s.retain(|_, (until, _)| *until > now);
+        s.iter().map(|(n, (u, _))| (*n, *u)).collect()
     }
 
     pub fn subscriptions_served(&self) -> u64 {
@@ -244,8 +272,10 @@ impl Replicas {
             .unwrap_or(0)
     }
 
-    /// (paths to renew, paths evicted) for the bookkeeping pass.
-    fn bookkeeping(&self) -> (Vec<String>, Vec<String>) {
+    /// One bookkeeping pass over the replicas: (paths to renew, unpopular replicas evicted
+    /// for space with the sequence number of their unsubscribe). Expired replicas are dropped
+    /// silently: the owner's side of their lease has ended too.
+    fn bookkeeping(&self) -> (Vec<String>, Vec<(String, u64)>) {
         let now_ms = self.now_ms();
         let now = Instant::now();
         let Ok(mut st) = self.state.lock() else {
@@ -254,29 +284,31 @@ impl Replicas {
         let top: std::collections::HashSet<String> =
             st.topk.top(now_ms).into_iter().map(|t| t.0).collect();
         let half = self.config.lease / 2;
+        st.replicas.retain(|_, r| r.valid_until > now);
         let mut renew = Vec::new();
-        let mut evicted = Vec::new();
         for (path, r) in st.replicas.iter_mut() {
             r.popular = top.contains(path);
-            if r.valid_until <= now {
-                evicted.push(path.clone());
-            } else if r.popular && r.valid_until.saturating_duration_since(now) < half {
+            if r.popular && r.valid_until.saturating_duration_since(now) < half {
                 renew.push(path.clone());
             }
         }
-        let mut over = st.replicas.len().saturating_sub(self.config.replica_slots);
-        for (path, r) in &st.replicas {
-            if over == 0 {
-                break;
-            }
-            if !r.popular && !evicted.contains(path) {
-                evicted.push(path.clone());
-                over -= 1;
-            }
-        }
-        for p in &evicted {
-            st.replicas.remove(p);
-        }
+        let over = st.replicas.len().saturating_sub(self.config.replica_slots);
+        let victims: Vec<String> = st
+            .replicas
+            .iter()
+            .filter(|(_, r)| !r.popular)
+            .map(|(p, _)| p.clone())
+            .take(over)
+            .collect();
+        // Sequence numbers taken under the lock: a miss after this eviction subscribes with
+        // a higher number, so the owner never drops that newer subscription.
+        let evicted = victims
+            .into_iter()
+            .map(|p| {
+                st.replicas.remove(&p);
+                (p, self.next_seq())
+            })
+            .collect();
         (renew, evicted)
     }
 }
@@ -334,12 +366,14 @@ impl Node {
             let path = dirs[i].clone();
             async move {
                 let sent = Instant::now();
+                let seq = self.replicas.next_seq();
                 let r = self
                     .call_node(
                         owner,
                         Request::GetAttrs {
                             path: path.clone(),
                             subscribe,
+                            seq,
                         },
                     )
                     .await;
@@ -456,11 +490,12 @@ impl Node {
         path: &str,
         from: Option<NodeId>,
         subscribe: bool,
+        seq: u64,
     ) -> Result<Response, FsError> {
         let inode = self.lookup(path).await?;
         let lease_ms = match (subscribe && self.replicas.config.enabled, from) {
             (true, Some(node)) if inode.kind == FileKind::Directory => {
-                u64::try_from(self.replicas.subscribe(path, node).as_millis()).unwrap_or(0)
+                u64::try_from(self.replicas.subscribe(path, node, seq).as_millis()).unwrap_or(0)
             }
             _ => 0,
         };
@@ -551,15 +586,23 @@ impl Node {
         }
         let (renew, evicted) = self.replicas.bookkeeping();
         let st = self.state();
-        for path in evicted {
+        for (path, seq) in evicted {
             let owner = st.ring.owner_of_entry(&path);
-            let _ = self.call_node(owner, Request::Unsubscribe { path }).await;
+            let _ = self
+                .call_node(owner, Request::Unsubscribe { path, seq })
+                .await;
         }
         for path in renew {
             let owner = st.ring.owner_of_entry(&path);
             let sent = Instant::now();
             if let Ok(Response::AttrLease { inode, lease_ms }) = self
-                .call_node(owner, Request::RenewAttrs { path: path.clone() })
+                .call_node(
+                    owner,
+                    Request::RenewAttrs {
+                        path: path.clone(),
+                        seq: self.replicas.next_seq(),
+                    },
+                )
                 .await
                 && lease_ms > 0
             {
@@ -638,12 +681,48 @@ mod tests {
     }
 
     #[test]
+    fn an_unsubscribe_older_than_the_subscription_is_ignored() {
+        let r = Replicas::new(ReplicationConfig::default_on(), false);
+        r.subscribe("/d", 7, 10);
+        r.unsubscribe("/d", 7, 9); // decided before the subscribe, handled after it
+        assert_eq!(r.live_subscribers("/d").len(), 1);
+        r.unsubscribe("/d", 7, 11);
+        assert!(r.live_subscribers("/d").is_empty());
+        r.subscribe("/d", 7, 12);
+        r.subscribe("/d", 7, 5); // a stale renew does not lower the sequence
+        r.unsubscribe("/d", 7, 11);
+        assert_eq!(r.live_subscribers("/d").len(), 1);
+    }
+
+    #[test]
+    fn late_updates_never_roll_a_replica_back() {
+        let r = Replicas::new(ReplicationConfig::default_on(), false);
+        let far = Instant::now() + Duration::from_secs(60);
+        let at = |mode, ctime| Inode {
+            mode,
+            ctime_ns: ctime,
+            ..dir(0)
+        };
+        r.keep("/d", at(0o755, 10), far);
+        r.apply_update("/d", Some(at(0o700, 30)));
+        r.apply_update("/d", Some(at(0o711, 20))); // older, arrives late
+        assert!(matches!(r.lookup("/d"), Cached::Hit(i) if i.mode == 0o700));
+        r.keep("/d", at(0o755, 25), far); // a renewal answered before the newest update
+        assert!(matches!(r.lookup("/d"), Cached::Hit(i) if i.mode == 0o700));
+        r.keep("/d", at(0o755, 40), far);
+        assert!(matches!(r.lookup("/d"), Cached::Hit(i) if i.mode == 0o755));
+    }
+
+    #[test]
     fn expired_replicas_are_not_trusted_and_are_evicted() {
         let r = Replicas::new(ReplicationConfig::default_on(), false);
         r.keep("/a", dir(0o755), Instant::now() - Duration::from_millis(1));
         assert!(matches!(r.lookup("/a"), Cached::Miss { .. }));
-        let (_, evicted) = r.bookkeeping();
-        assert_eq!(evicted, ["/a"]);
+        let (renew, evicted) = r.bookkeeping();
+        assert!(
+            renew.is_empty() && evicted.is_empty(),
+            "expired replicas go silently"
+        );
         assert_eq!(r.held(), 0);
     }
 }

