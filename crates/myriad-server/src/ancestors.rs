@@ -210,10 +210,12 @@ impl Replicas {
         }
     }
 
+    /// Replicas currently trusted (lease not ended).
     pub fn held(&self) -> u64 {
+        let now = Instant::now();
         self.state
             .lock()
-            .map(|s| s.replicas.len() as u64)
+            .map(|s| s.replicas.values().filter(|r| r.valid_until > now).count() as u64)
             .unwrap_or(0)
     }
 
@@ -266,9 +268,15 @@ impl Replicas {
     }
 
     pub fn subscriptions_served(&self) -> u64 {
+        let now = Instant::now();
         self.subscribers
             .lock()
-            .map(|s| s.values().map(|m| m.len() as u64).sum())
+            .map(|s| {
+                s.values()
+                    .flat_map(|m| m.values())
+                    .filter(|(until, _)| *until > now)
+                    .count() as u64
+            })
             .unwrap_or(0)
     }
 

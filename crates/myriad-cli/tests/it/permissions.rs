@@ -393,6 +393,27 @@ async fn silent_subscriber_delays_chmod_by_at_most_the_lease() {
         .map(|d| (d.clone(), tc.map.ring().owner_of_dir(d)))
         .find(|(_, n)| *n != owner)
         .unwrap_or_else(|| panic!("no subscriber"));
+    // The victim must hold a live subscription when it goes silent (renewals keep it alive).
+    let mut subscribed = false;
+    for _ in 0..50 {
+        warm(&bob, std::slice::from_ref(&victim_dir)).await;
+        // "/" and "/shared" both have their entry on `owner`: a valid replica on the victim
+        // means a live subscription there.
+        let held = alice
+            .counters(victim)
+            .await
+            .map(|c| c.replicas_held)
+            .unwrap_or(0);
+        if held >= 1 {
+            subscribed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        subscribed,
+        "the victim holds a replica of /shared's ancestors"
+    );
     let pid = tc.pid(victim);
     // SAFETY: stopping and continuing a server process this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
