@@ -285,6 +285,30 @@ impl Request {
         }
     }
 
+    /// Requests only servers may send (the peer kind is self-declared until connections are
+    /// authenticated, issue 7; this keeps ordinary clients out of the internal protocol).
+    #[must_use]
+    pub fn is_server_only(&self) -> bool {
+        matches!(
+            self,
+            Request::DirObjectCreate { .. }
+                | Request::DirObjectRemove { .. }
+                | Request::RenamePrepare { .. }
+                | Request::RenameCommit { .. }
+                | Request::RenameAbort { .. }
+                | Request::ChunkTrim { .. }
+                | Request::DirFreeze { .. }
+                | Request::DirExport { .. }
+                | Request::DirImport { .. }
+                | Request::DirFinish { .. }
+                | Request::GetAttrs { .. }
+                | Request::RenewAttrs { .. }
+                | Request::Unsubscribe { .. }
+                | Request::AttrUpdate { .. }
+                | Request::InvalidatePrefix { .. }
+        )
+    }
+
     /// Admin requests are not counted as file system traffic.
     #[must_use]
     pub fn is_admin(&self) -> bool {

@@ -107,6 +107,9 @@ impl Node {
         caller: Caller,
         body: Request,
     ) -> Result<Response, FsError> {
+        if from.is_none() && body.is_server_only() {
+            return Err(FsError::PermissionDenied);
+        }
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
             return Err(FsError::MapTooOld(st.map.epoch));

@@ -117,3 +117,32 @@ async fn malformed_frames_close_only_that_connection() {
     );
     drop(s);
 }
+
+/// The internal server-to-server protocol is refused on client connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_send_server_requests() {
+    let tc = TestCluster::start(2);
+    let c = tc.client();
+    c.mkdir("/d", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    let pool = myriad_net::Pool::new(myriad_net::PoolConfig {
+        me: PeerKind::Client,
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+    });
+    let owner = tc.map.ring().owner_of_dir("/d");
+    let addr = tc
+        .map
+        .node(owner)
+        .map(|n| n.addr.clone())
+        .unwrap_or_default();
+    let drop_dir = myriad_proto::Request::DirFinish {
+        path: "/d".into(),
+        txid: 1,
+        action: myriad_proto::DirAction::Drop { keep_blocks: false },
+    };
+    let r = pool
+        .call(&addr, tc.map.epoch, &myriad_proto::Caller::root(), drop_dir)
+        .await;
+    assert_eq!(r.err(), Some(myriad_proto::FsError::PermissionDenied));
+    assert!(c.readdir("/d").await.is_ok(), "the directory is untouched");
+}
