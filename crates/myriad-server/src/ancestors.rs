@@ -523,27 +523,31 @@ impl Node {
             let inode = inode.clone();
             let path = path.to_string();
             async move {
-                let started = Instant::now();
-                let deadline = until.saturating_duration_since(started);
-                let call = self.call_node(node, Request::AttrUpdate { path, inode });
-                if tokio::time::timeout(deadline, call).await.is_err() {
-                    tracing::warn!(
-                        node,
-                        "subscriber did not acknowledge a permission change; its lease has ended"
-                    );
-                }
-                self.replicas
-                    .stats
-                    .invalidations
-                    .fetch_add(1, Ordering::Relaxed);
-                let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                self.replicas
-                    .stats
-                    .invalidation_us
-                    .fetch_add(us, Ordering::Relaxed);
+                let deadline = until.saturating_duration_since(Instant::now());
+                self.notify_one(node, Request::AttrUpdate { path, inode }, deadline)
+                    .await;
             }
         });
         futures::future::join_all(sends).await;
+    }
+
+    /// Sends one change notification and waits for its ack, at most `deadline` (the end of
+    /// the receiver's lease, after which it no longer trusts what the notification changes).
+    async fn notify_one(self: &Arc<Self>, node: NodeId, req: Request, deadline: Duration) {
+        let started = Instant::now();
+        if tokio::time::timeout(deadline, self.call_node(node, req))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                node,
+                "no acknowledgement of a permission change before the lease ended"
+            );
+        }
+        let stats = &self.replicas.stats;
+        stats.invalidations.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        stats.invalidation_us.fetch_add(us, Ordering::Relaxed);
     }
 
     /// Tells every node to drop replicas under `prefix` (a directory was renamed away).
@@ -562,27 +566,7 @@ impl Node {
             let req = Request::InvalidatePrefix {
                 prefix: prefix.to_string(),
             };
-            async move {
-                let started = Instant::now();
-                if tokio::time::timeout(lease, self.call_node(node, req))
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!(
-                        node,
-                        "node did not acknowledge an invalidation; its leases have ended"
-                    );
-                }
-                self.replicas
-                    .stats
-                    .invalidations
-                    .fetch_add(1, Ordering::Relaxed);
-                let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                self.replicas
-                    .stats
-                    .invalidation_us
-                    .fetch_add(us, Ordering::Relaxed);
-            }
+            async move { self.notify_one(node, req, lease).await }
         });
         futures::future::join_all(sends).await;
     }
