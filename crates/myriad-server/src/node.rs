@@ -643,9 +643,21 @@ impl Node {
     }
 
     pub(crate) async fn lookup_in(&self, dir: &str, name: &str) -> Result<Inode, FsError> {
+        // Fast path: most entries are not pending and need no subscription.
+        match self.store.entry(dir, name).map_err(storage_err)? {
+            Some(EntryRecord {
+                pending: None,
+                inode: Some(i),
+            }) => return Ok(i),
+            Some(EntryRecord {
+                pending: Some(_), ..
+            }) => {}
+            _ => return Err(FsError::NotFound),
+        }
         let deadline = tokio::time::Instant::now() + self.config.pending_wait;
         loop {
-            // Subscribe before reading so a resolution between the read and the wait is not missed.
+            // Subscribe before reading again, so a resolution between the read and the wait
+            // is not missed.
             let mut changed = self.changed.subscribe();
             match self.store.entry(dir, name).map_err(storage_err)? {
                 Some(EntryRecord {
