@@ -135,7 +135,7 @@ impl Client {
             })?;
             let result = self
                 .pool
-                .call(&addr, st.map.epoch, &self.config.caller, req.clone())
+                .call(&addr, st.map.epoch, &self.config.caller, &req)
                 .await;
             match result {
                 Err(FsError::Redirect(map)) => {
@@ -155,7 +155,7 @@ impl Client {
                     }
                     let push = Request::InstallMap(Box::new(st.map.clone()));
                     self.pool
-                        .call(&addr, st.map.epoch, &self.config.caller, push)
+                        .call(&addr, st.map.epoch, &self.config.caller, &push)
                         .await?;
                 }
                 Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
@@ -516,14 +516,10 @@ impl Client {
     pub async fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
         map.validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        let install = Request::InstallMap(Box::new(map.clone()));
         for n in &map.nodes {
             self.pool
-                .call(
-                    &n.addr,
-                    map.epoch,
-                    &self.config.caller,
-                    Request::InstallMap(Box::new(map.clone())),
-                )
+                .call(&n.addr, map.epoch, &self.config.caller, &install)
                 .await?;
         }
         self.adopt(map);

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::codec::{decode, encode};
 use myriad_proto::{
-    Caller, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, Request, RequestFrame,
-    Response, ResponseFrame,
+    Caller, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, Request,
+    RequestFrameRef, Response, ResponseFrame,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -171,7 +171,7 @@ impl RpcConn {
         &self,
         epoch: u64,
         caller: &Caller,
-        body: Request,
+        body: &Request,
         timeout: Duration,
     ) -> Reply {
         if self.is_closed() {
@@ -181,10 +181,10 @@ impl RpcConn {
             )));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = RequestFrame {
+        let frame = RequestFrameRef {
             id,
             epoch,
-            caller: caller.clone(),
+            caller,
             body,
         };
         let bytes = encode(&frame).map_err(|e| FsError::Protocol(e.to_string()))?;

@@ -63,7 +63,7 @@ impl Pool {
         addr: &str,
         epoch: u64,
         caller: &Caller,
-        body: Request,
+        body: &Request,
     ) -> Result<Response, FsError> {
         self.call_with_timeout(addr, epoch, caller, body, self.config.request_timeout)
             .await
@@ -74,7 +74,7 @@ impl Pool {
         addr: &str,
         epoch: u64,
         caller: &Caller,
-        body: Request,
+        body: &Request,
         timeout: Duration,
     ) -> Result<Response, FsError> {
         let conn = self.conn(addr).await?;

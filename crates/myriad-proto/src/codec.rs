@@ -59,6 +59,34 @@ mod tests {
     }
 
     #[test]
+    fn borrowed_request_frames_encode_like_owned_ones() {
+        let caller = Caller {
+            uid: 5,
+            gid: 6,
+            groups: vec![7],
+        };
+        let body = Request::Write {
+            path: "/f".into(),
+            ino: 9,
+            offset: 3,
+            data: vec![1; 1000],
+        };
+        let owned = RequestFrame {
+            id: 1,
+            epoch: 2,
+            caller: caller.clone(),
+            body: body.clone(),
+        };
+        let borrowed = crate::RequestFrameRef {
+            id: 1,
+            epoch: 2,
+            caller: &caller,
+            body: &body,
+        };
+        assert_eq!(encode(&owned).ok(), encode(&borrowed).ok());
+    }
+
+    #[test]
     fn truncated_input_is_an_error_not_a_panic() {
         let f = ResponseFrame {
             id: 1,

@@ -15,7 +15,7 @@ mod types;
 pub use error::FsError;
 pub use message::{
     DirAction, ExportedEntry, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, RenameFlags,
-    Request, RequestFrame, Response, ResponseFrame, SetAttr,
+    Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr,
 };
 pub use path::{validate_name, validate_path};
 pub use types::{Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, ROOT_INO, StatFs};

@@ -822,7 +822,7 @@ impl Node {
             .sent_to_servers
             .fetch_add(1, Ordering::Relaxed);
         self.pool
-            .call(&addr, st.map.epoch, &Caller::root(), body)
+            .call(&addr, st.map.epoch, &Caller::root(), &body)
             .await
     }
 }

@@ -141,7 +141,12 @@ async fn clients_cannot_send_server_requests() {
         action: myriad_proto::DirAction::Drop { keep_blocks: false },
     };
     let r = pool
-        .call(&addr, tc.map.epoch, &myriad_proto::Caller::root(), drop_dir)
+        .call(
+            &addr,
+            tc.map.epoch,
+            &myriad_proto::Caller::root(),
+            &drop_dir,
+        )
         .await;
     assert_eq!(r.err(), Some(myriad_proto::FsError::PermissionDenied));
     assert!(c.readdir("/d").await.is_ok(), "the directory is untouched");
