@@ -145,11 +145,11 @@ impl Replicas {
         {
             return Cached::Hit(r.inode.clone());
         }
-        let slots_free = st.replicas.len() < self.config.replica_slots
-            || st.replicas.values().any(|r| !r.popular);
-        Cached::Miss {
-            popular: slots_free && st.topk.is_top(path, now_ms),
-        }
+        // Popular first: it is cheap, and the slot scan is only needed for popular paths.
+        let popular = st.topk.is_top(path, now_ms)
+            && (st.replicas.len() < self.config.replica_slots
+                || st.replicas.values().any(|r| !r.popular));
+        Cached::Miss { popular }
     }
 
     fn keep(&self, path: &str, inode: Inode, valid_until: Instant) {

@@ -68,7 +68,6 @@ impl SpaceSaving {
     }
 
     #[must_use]
-    #[cfg(test)]
     pub fn get(&self, key: &str) -> Option<Counter> {
         self.counters.get(key).copied()
     }
@@ -78,6 +77,10 @@ impl SpaceSaving {
     }
 }
 
+/// How long `is_top` may answer from the last computed top-k. Computing merges and sorts
+/// every counter of the window, too much for every miss of the resolver.
+pub const TOP_REFRESH_MS: u64 = 100;
+
 /// Top-k over a sliding window of `window_ms`.
 #[derive(Debug)]
 pub struct WindowedTopK {
@@ -85,12 +88,16 @@ pub struct WindowedTopK {
     sub_window_ms: u64,
     /// (start of sub-window in ms, its summary), oldest first.
     windows: VecDeque<(u64, SpaceSaving)>,
+    /// The top-k keys as computed at the given time (dropped when the window rotates).
+    /// The last computed top-k: (when, the keys, the k-th count or 0 if fewer than k keys).
+    cached_top: Option<(u64, std::collections::HashSet<String>, u64)>,
 }
 
 impl WindowedTopK {
     #[must_use]
     pub fn new(k: usize, window_ms: u64) -> WindowedTopK {
         WindowedTopK {
+            cached_top: None,
             k: k.max(1),
             sub_window_ms: (window_ms / SUB_WINDOWS).max(1),
             windows: VecDeque::new(),
@@ -105,6 +112,7 @@ impl WindowedTopK {
             .is_some_and(|(start, _)| now_ms.saturating_sub(*start) >= horizon)
         {
             self.windows.pop_front();
+            self.cached_top = None;
         }
         let need_new = self
             .windows
@@ -142,9 +150,40 @@ impl WindowedTopK {
         all
     }
 
+    /// The key's count summed over the window.
+    fn count(&self, key: &str) -> u64 {
+        self.windows
+            .iter()
+            .filter_map(|(_, ss)| ss.get(key))
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Whether `key` is among the top k. Answers from the last computed top-k while it is
+    /// fresh (`TOP_REFRESH_MS`), unless `key` now counts as much as its k-th entry and may
+    /// have entered: a key entering is seen at once, one leaving within the refresh interval.
     #[must_use]
     pub fn is_top(&mut self, key: &str, now_ms: u64) -> bool {
-        self.top(now_ms).iter().any(|(k, _)| k == key)
+        self.rotate(now_ms);
+        if let Some((at, top, kth)) = &self.cached_top
+            && now_ms.saturating_sub(*at) < TOP_REFRESH_MS
+        {
+            if top.contains(key) {
+                return true;
+            }
+            if *kth > 0 && self.count(key) < *kth {
+                return false;
+            }
+        }
+        let top = self.top(now_ms);
+        let kth = if top.len() == self.k {
+            top.last().map_or(0, |t| t.1)
+        } else {
+            0
+        };
+        let found = top.iter().any(|(k, _)| k == key);
+        self.cached_top = Some((now_ms, top.into_iter().map(|(k, _)| k).collect(), kth));
+        found
     }
 }
 
@@ -227,6 +266,28 @@ mod tests {
         }
         let top: Vec<String> = w.top(10).into_iter().map(|x| x.0).collect();
         assert_eq!(top, ["/k0", "/k1", "/k2", "/k3", "/k4"]);
+    }
+
+    #[test]
+    fn is_top_sees_a_key_enter_at_once_and_one_leave_within_the_refresh() {
+        let mut w = WindowedTopK::new(1, 60_000);
+        for _ in 0..3 {
+            w.insert("/a", 0);
+        }
+        assert!(w.is_top("/a", 0));
+        w.insert("/b", 1);
+        assert!(
+            !w.is_top("/b", 1),
+            "counts less than the k-th: answered from the cache"
+        );
+        for _ in 0..5 {
+            w.insert("/b", 2);
+        }
+        assert!(
+            w.is_top("/b", 2),
+            "a key that overtakes the k-th is seen at once"
+        );
+        assert!(!w.is_top("/a", 2));
     }
 
     #[test]
