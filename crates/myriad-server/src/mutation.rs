@@ -464,14 +464,18 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         } => {
             let c0 = chunk0_blocks(ctx.layout);
             let cs = ctx.layout.chunk_size_bytes;
-            let start = chunk.saturating_mul(cs);
+            // Chunk indexes come off the wire: no arithmetic here may overflow.
+            let (Some(start), Some(first_block)) = (chunk.checked_mul(cs), chunk.checked_mul(c0))
+            else {
+                return Err(FsError::TooLarge);
+            };
             ctx.store
                 .trim_blocks(
                     &mut b,
                     ino,
-                    start + keep_bytes.min(cs),
-                    chunk * c0,
-                    (chunk + 1) * c0,
+                    start.saturating_add(keep_bytes.min(cs)),
+                    first_block,
+                    first_block.saturating_add(c0),
                 )
                 .map_err(storage_err)?;
             Outcome::Unit

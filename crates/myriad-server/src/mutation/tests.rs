@@ -274,3 +274,22 @@ fn writes_extend_size_and_truncate_drops_bytes() {
         Some(FsError::Stale)
     );
 }
+
+#[test]
+fn chunk_operations_on_absurd_chunk_indexes_are_errors() {
+    let mut t = T::new();
+    let huge = u64::MAX / 2;
+    let trim = Mutation::ChunkTrim {
+        ino: 1,
+        chunk: huge,
+        keep_bytes: u64::MAX,
+    };
+    assert_eq!(t.run(trim).err(), Some(FsError::TooLarge));
+    let write = Mutation::WriteChunk {
+        ino: 1,
+        chunk: huge,
+        offset: 0,
+        data: vec![1],
+    };
+    assert_eq!(t.run(write).err(), Some(FsError::TooLarge));
+}
