@@ -179,6 +179,8 @@ fn mode_string(i: &Inode) -> String {
         FileKind::File => '-',
         FileKind::Directory => 'd',
         FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
     };
     let mut s = String::from(t);
     for shift in [6, 3, 0] {
@@ -490,6 +492,8 @@ async fn get(client: &Client, remote: &str, local: &Path) -> anyhow::Result<()> 
                         std::os::unix::fs::symlink(t, &l)?;
                     }
                 }
+                // Metadata-only nodes have no contents to copy.
+                FileKind::Fifo | FileKind::Socket => {}
             }
         }
         i += 1;

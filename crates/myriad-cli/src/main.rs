@@ -8,6 +8,7 @@ mod cluster;
 mod demo;
 mod fs_cmds;
 mod identity;
+mod mount_cmd;
 mod plot;
 mod server_cmd;
 mod workload;
@@ -55,6 +56,11 @@ enum Command {
     /// Benchmarks against a local cluster, each with its baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Mount the cluster as a directory through FUSE (foreground; --daemon to detach).
+    /// Unmount with `myriad umount`, `umount`, Ctrl-C or SIGTERM.
+    Mount(mount_cmd::MountArgs),
+    /// Unmount a Myriad mount.
+    Umount { mountpoint: PathBuf },
     /// List a directory (-l: with attributes).
     Ls {
         #[arg(short = 'l')]
@@ -102,7 +108,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("MYRIAD_LOG").unwrap_or_else(|_| {
-        let default = if matches!(cli.command, Command::Server(_)) {
+        let default = if matches!(cli.command, Command::Server(_) | Command::Mount(_)) {
             "info"
         } else {
             "warn"
@@ -116,6 +122,12 @@ fn main() -> ExitCode {
 
     let result = match cli.command {
         Command::Server(args) => server_cmd::run(args),
+        Command::Mount(args) => mount_cmd::run(
+            args,
+            cli.cluster,
+            std::time::Duration::from_millis(cli.timeout_ms),
+        ),
+        Command::Umount { mountpoint } => mount_cmd::umount(&mountpoint),
         other => run_client_command(other, cli.cluster, cli.timeout_ms),
     };
     match result {

@@ -5,7 +5,7 @@ use myriad_net::{Pool, PoolConfig};
 use myriad_placement::{ClusterMap, NodeId, Ring, parent_of};
 use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
-    Response, SetAttr, StatFs, limits, validate_path,
+    Response, SetAttr, StatFs, XattrMode, limits, validate_path,
 };
 
 /// Retries after redirects or `MapTooOld` before giving up (each one means the map changed).
@@ -49,6 +49,12 @@ pub(crate) enum Route {
     /// The node holding chunk `.1` (>= 1) of inode `.0`.
     Chunk(u64, u64),
     Node(NodeId),
+}
+
+tokio::task_local! {
+    /// The identity of the requests made inside `Client::as_caller` (a FUSE mount acts for
+    /// whichever user made each system call).
+    static CALLER: Caller;
 }
 
 pub struct Client {
@@ -96,6 +102,11 @@ impl Client {
         &self.config.caller
     }
 
+    /// Runs `fut` with every request it makes carrying `caller` instead of the configured one.
+    pub async fn as_caller<F: std::future::Future>(caller: Caller, fut: F) -> F::Output {
+        CALLER.scope(caller, fut).await
+    }
+
     fn adopt(&self, map: ClusterMap) -> bool {
         if map.validate().is_err() {
             return false;
@@ -133,10 +144,14 @@ impl Client {
             let addr = st.map.node(node).map(|n| n.addr.clone()).ok_or_else(|| {
                 FsError::Unavailable(format!("node {node} is not in the cluster map"))
             })?;
-            let result = self
-                .pool
-                .call(&addr, st.map.epoch, &self.config.caller, &req)
-                .await;
+            let result = match CALLER.try_with(|c| c.clone()) {
+                Ok(c) => self.pool.call(&addr, st.map.epoch, &c, &req).await,
+                Err(_) => {
+                    self.pool
+                        .call(&addr, st.map.epoch, &self.config.caller, &req)
+                        .await
+                }
+            };
             match result {
                 Err(FsError::Redirect(map)) => {
                     map_retries += 1;
@@ -230,6 +245,24 @@ impl Client {
             }
         }
         Ok(out)
+    }
+
+    /// Attributes of any node plus, for a regular file, its first `max_bytes` bytes: always
+    /// exactly one request (a FUSE lookup or open of a small file is served by this).
+    pub async fn fetch_head(&self, path: &str, max_bytes: u64) -> Result<(Inode, Vec<u8>), FsError> {
+        match self
+            .entry_op(
+                path,
+                Request::Fetch {
+                    path: path.to_string(),
+                    max_bytes,
+                },
+            )
+            .await?
+        {
+            Response::Fetched { inode, data } => Ok((inode, data)),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Attributes and contents of a file in one round trip to one node when it fits in chunk
@@ -370,6 +403,44 @@ impl Client {
                 Request::Symlink {
                     path: path.to_string(),
                     target: target.to_string(),
+                },
+            )
+            .await?,
+        )
+    }
+
+    /// Creates a FIFO or socket node (metadata only).
+    pub async fn mknod(&self, path: &str, kind: FileKind, mode: u32) -> Result<Inode, FsError> {
+        expect_attr(
+            self.entry_op(
+                path,
+                Request::Mknod {
+                    path: path.to_string(),
+                    kind,
+                    mode,
+                },
+            )
+            .await?,
+        )
+    }
+
+    /// Sets (`Some`) or removes (`None`) a `user.` extended attribute. Reading them needs no
+    /// call of its own: they come with the inode (`stat`, `readdir`, `fetch`).
+    pub async fn set_xattr(
+        &self,
+        path: &str,
+        name: &str,
+        value: Option<&[u8]>,
+        mode: XattrMode,
+    ) -> Result<Inode, FsError> {
+        expect_attr(
+            self.entry_op(
+                path,
+                Request::SetXattr {
+                    path: path.to_string(),
+                    name: name.to_string(),
+                    value: value.map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
+                    mode,
                 },
             )
             .await?,
@@ -544,7 +615,8 @@ impl Client {
         self.st().map.chunk_size_bytes
     }
 
-    pub(crate) fn inline_max(&self) -> u64 {
+    #[must_use]
+    pub fn inline_max(&self) -> u64 {
         self.st().map.inline_max_bytes
     }
 }

@@ -60,7 +60,7 @@ impl Client {
                 inode,
             }),
             FileKind::Directory => Err(FsError::IsADirectory),
-            FileKind::Symlink => Err(FsError::InvalidArgument("is a symbolic link".into())),
+            FileKind::Symlink | FileKind::Fifo | FileKind::Socket => Err(FsError::InvalidArgument("not a regular file".into())),
         }
     }
 

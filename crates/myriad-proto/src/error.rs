@@ -45,6 +45,12 @@ pub enum FsError {
     /// The receiver's map is older than the sender's; the sender should push its map.
     #[error("server has an older cluster map (epoch {0})")]
     MapTooOld(u64),
+    #[error("operation not supported: {0}")]
+    NotSupported(String),
+    #[error("no such attribute")]
+    NoData,
+    #[error("operation not permitted")]
+    NotPermitted,
 }
 
 impl FsError {
@@ -65,6 +71,9 @@ impl FsError {
             FsError::NoSpace => 28,                                             // ENOSPC
             FsError::TooLarge => 27,                                            // EFBIG
             FsError::TimedOut(_) => 110,                                        // ETIMEDOUT
+            FsError::NotSupported(_) => 95,                                     // EOPNOTSUPP
+            FsError::NoData => 61,                                              // ENODATA
+            FsError::NotPermitted => 1,                                         // EPERM                                        // ETIMEDOUT
             FsError::Io(_) | FsError::Unavailable(_) | FsError::Protocol(_) => 5, // EIO
         }
     }

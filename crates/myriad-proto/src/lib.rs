@@ -15,7 +15,9 @@ mod types;
 pub use error::FsError;
 pub use message::{
     DirAction, ExportedEntry, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, RenameFlags,
-    Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr,
+    Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr, XattrMode,
 };
 pub use path::{validate_name, validate_path};
-pub use types::{Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, ROOT_INO, StatFs};
+pub use types::{
+    Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, ROOT_INO, StatFs, Xattr,
+};

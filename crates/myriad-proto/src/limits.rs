@@ -20,3 +20,9 @@ pub const SYMLINK_TARGET_BYTES_MAX: usize = 4096;
 pub const GROUPS_MAX: usize = 256;
 
 const _: () = assert!(IO_BYTES_MAX as usize + 1024 * 1024 <= FRAME_BYTES_MAX);
+
+/// Longest extended attribute name, including its `user.` prefix (as Linux's XATTR_NAME_MAX).
+pub const XATTR_NAME_BYTES_MAX: usize = 255;
+/// Largest extended attribute value, and all of one inode's names and values together: they
+/// live inside the inode, which every stat and readdir carries, so they must stay small.
+pub const XATTR_TOTAL_BYTES_MAX: usize = 64 * 1024;

@@ -5,7 +5,7 @@
 use myriad_placement::ClusterMap;
 use serde::{Deserialize, Serialize};
 
-use crate::{Caller, CounterSnapshot, DirEntry, FsError, Inode, StatFs};
+use crate::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, StatFs};
 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
 pub const MAGIC: u32 = 0x4d59_5244;
@@ -73,6 +73,17 @@ pub struct SetAttr {
 pub struct RenameFlags {
     /// Fail with `AlreadyExists` instead of replacing the destination (RENAME_NOREPLACE).
     pub no_replace: bool,
+}
+
+/// How `SetXattr` treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrMode {
+    #[default]
+    Either,
+    /// Fail with `AlreadyExists` if it exists.
+    Create,
+    /// Fail with `NoData` if it does not exist.
+    Replace,
 }
 
 /// Every request. Paths are absolute and normalized (`validate_path`). The comment on each
@@ -152,6 +163,19 @@ pub enum Request {
         chunk: u64,
         offset: u64,
         len: u64,
+    },
+    /// Owner of the entry: create a metadata-only node (`Fifo` or `Socket`).
+    Mknod {
+        path: String,
+        kind: FileKind,
+        mode: u32,
+    },
+    /// Owner of the entry: set (`value: Some`) or remove (`None`) a `user.` extended attribute.
+    SetXattr {
+        path: String,
+        name: String,
+        value: Option<serde_bytes::ByteBuf>,
+        mode: XattrMode,
     },
     /// Any node: that node's capacity and usage.
     StatFs,
@@ -272,6 +296,8 @@ impl Request {
             Request::ExtendSize { .. } => "extend_size",
             Request::WriteChunk { .. } => "write_chunk",
             Request::ReadChunk { .. } => "read_chunk",
+            Request::Mknod { .. } => "mknod",
+            Request::SetXattr { .. } => "setxattr",
             Request::StatFs => "statfs",
             Request::GetCounters => "get_counters",
             Request::ResetCounters => "reset_counters",

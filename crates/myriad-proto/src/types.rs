@@ -11,6 +11,18 @@ pub enum FileKind {
     File,
     Directory,
     Symlink,
+    /// Named pipe: metadata only; the kernel of each mount carries its data.
+    Fifo,
+    /// Unix socket: metadata only.
+    Socket,
+}
+
+/// One extended attribute (only the `user.` namespace is stored).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Xattr {
+    pub name: String,
+    #[serde(with = "serde_bytes")]
+    pub value: Vec<u8>,
 }
 
 /// An inode, embedded in its directory entry (FPFS embedded i-nodes). Times are nanoseconds
@@ -29,6 +41,9 @@ pub struct Inode {
     pub mtime_ns: i64,
     pub ctime_ns: i64,
     pub symlink_target: Option<String>,
+    /// Extended attributes, embedded like the rest of the inode (bounded by
+    /// `limits::XATTR_TOTAL_BYTES_MAX`), so `getxattr` costs no extra lookup.
+    pub xattrs: Vec<Xattr>,
 }
 
 /// Who is asking. Trusted as sent for now (authentication is a separate issue).

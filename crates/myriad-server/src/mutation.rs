@@ -6,11 +6,24 @@
 
 use myriad_placement::split_parent;
 use myriad_proto::{
-    DirAction, ExportedEntry, FileKind, FsError, Inode, ROOT_INO, RenameFlags, SetAttr,
+    DirAction, ExportedEntry, FileKind, FsError, Inode, ROOT_INO, RenameFlags, SetAttr, Xattr,
+    XattrMode, limits,
 };
 use myriad_storage::{BLOCK_BYTES, Batch, DirRecord, EntryRecord, Pending, StorageError, Store};
 
 use crate::intent::{Decision, DirMove, Intent};
+
+/// A change to one inode's attributes, applied in place.
+#[derive(Debug)]
+pub enum InodeChange {
+    Attr(SetAttr),
+    /// Set (`Some`) or remove (`None`) one extended attribute.
+    Xattr {
+        name: String,
+        value: Option<Vec<u8>>,
+        mode: XattrMode,
+    },
+}
 
 #[derive(Debug)]
 pub enum Mutation {
@@ -44,7 +57,17 @@ pub enum Mutation {
     SetAttr {
         dir: String,
         name: String,
-        set: SetAttr,
+        change: InodeChange,
+        now: i64,
+    },
+    /// A metadata-only node (FIFO or socket).
+    Mknod {
+        dir: String,
+        name: String,
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
         now: i64,
     },
     Write {
@@ -345,10 +368,33 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             let gc = drop_file_data(ctx, &mut b, &inode)?;
             Outcome::Gc(gc)
         }
+        Mutation::Mknod {
+            dir,
+            name,
+            kind,
+            mode,
+            uid,
+            gid,
+            now,
+        } => {
+            require_dir(ctx.store, &dir)?;
+            if !matches!(kind, FileKind::Fifo | FileKind::Socket) {
+                return Err(FsError::InvalidArgument(
+                    "mknod makes only FIFOs and sockets".into(),
+                ));
+            }
+            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
+                return Err(FsError::AlreadyExists);
+            }
+            let ino = ctx.ids.next(ctx.store, &mut b)?;
+            let inode = new_inode(ino, kind, mode & 0o7777, uid, gid, now);
+            put_visible(ctx.store, &mut b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
         Mutation::SetAttr {
             dir,
             name,
-            set,
+            change,
             now,
         } => {
             if dir == "/" && name.is_empty() {
@@ -358,14 +404,14 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     .map_err(storage_err)?
                     .ok_or(FsError::NotFound)?;
                 let mut root = rec.root_attrs.clone().ok_or(FsError::NotFound)?;
-                apply_setattr(&mut root, &set, now);
+                apply_change(&mut root, change, now)?;
                 rec.root_attrs = Some(root.clone());
                 ctx.store.put_dir(&mut b, "/", &rec);
                 Outcome::Inode(root)
             } else {
                 require_writable(ctx.store, &dir)?;
                 let mut inode = visible(ctx.store, &dir, &name)?;
-                apply_setattr(&mut inode, &set, now);
+                apply_change(&mut inode, change, now)?;
                 put_visible(ctx.store, &mut b, &dir, &name, &inode);
                 Outcome::Inode(inode)
             }
@@ -932,6 +978,7 @@ fn new_inode(ino: u64, kind: FileKind, mode: u32, uid: u32, gid: u32, now: i64) 
         mtime_ns: now,
         ctime_ns: now,
         symlink_target: None,
+        xattrs: Vec::new(),
     }
 }
 
@@ -940,6 +987,34 @@ fn modified(inode: &mut Inode, size: u64, now: i64) {
     inode.size = size;
     inode.mtime_ns = now;
     inode.ctime_ns = now;
+}
+
+fn apply_change(inode: &mut Inode, change: InodeChange, now: i64) -> Result<(), FsError> {
+    match change {
+        InodeChange::Attr(set) => apply_setattr(inode, &set, now),
+        InodeChange::Xattr { name, value, mode } => {
+            let at = inode.xattrs.iter().position(|x| x.name == name);
+            match (at, mode, value) {
+                (Some(_), XattrMode::Create, Some(_)) => return Err(FsError::AlreadyExists),
+                (None, XattrMode::Replace, _) | (None, _, None) => return Err(FsError::NoData),
+                (Some(i), _, None) => {
+                    inode.xattrs.remove(i);
+                }
+                (Some(i), _, Some(v)) => inode.xattrs[i].value = v,
+                (None, _, Some(v)) => inode.xattrs.push(Xattr { name, value: v }),
+            }
+            let total: usize = inode
+                .xattrs
+                .iter()
+                .map(|x| x.name.len() + x.value.len())
+                .sum();
+            if total > limits::XATTR_TOTAL_BYTES_MAX {
+                return Err(FsError::NoSpace);
+            }
+            inode.ctime_ns = now;
+        }
+    }
+    Ok(())
 }
 
 fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
@@ -1012,7 +1087,9 @@ fn visible_file(store: &Store, dir: &str, name: &str, ino: u64) -> Result<Inode,
     match inode.kind {
         FileKind::File => Ok(inode),
         FileKind::Directory => Err(FsError::IsADirectory),
-        FileKind::Symlink => Err(FsError::InvalidArgument("not a regular file".into())),
+        FileKind::Symlink | FileKind::Fifo | FileKind::Socket => {
+            Err(FsError::InvalidArgument("not a regular file".into()))
+        }
     }
 }
 

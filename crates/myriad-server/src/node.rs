@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use crate::applier::Applier;
 use crate::config::ServerConfig;
 use crate::counters::Counters;
-use crate::mutation::{Mutation, Outcome, storage_err};
+use crate::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::perm;
 
 pub struct MapState {
@@ -263,6 +263,57 @@ impl Node {
                 })
                 .await
             }
+            Request::Mknod { path, kind, mode } => {
+                let (dir, name) = self.entry_target(&st, &path)?;
+                self.may_modify_dir(&caller, &path).await?;
+                self.mutate_inode(Mutation::Mknod {
+                    dir,
+                    name,
+                    kind,
+                    mode,
+                    uid: caller.uid,
+                    gid: caller.gid,
+                    now: now_ns(),
+                })
+                .await
+            }
+            Request::SetXattr {
+                path,
+                name,
+                value,
+                mode,
+            } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.search(&caller, &path).await?;
+                check_xattr_name(&name)?;
+                if value.as_ref().is_some_and(|v| v.len() > limits::XATTR_TOTAL_BYTES_MAX) {
+                    return Err(FsError::TooLarge);
+                }
+                let inode = self.lookup(&path).await?;
+                // As Linux: user.* only on regular files and directories; the caller needs
+                // write permission (the sticky-directory owner rule does not apply here).
+                if !matches!(inode.kind, FileKind::File | FileKind::Directory) {
+                    return Err(FsError::NotPermitted);
+                }
+                perm::require(&inode, &caller, perm::WRITE)?;
+                let (dir, name_) = if path == "/" {
+                    ("/".to_string(), String::new())
+                } else {
+                    split_owned(&path)
+                };
+                self.mutate_inode(Mutation::SetAttr {
+                    dir,
+                    name: name_,
+                    change: InodeChange::Xattr {
+                        name,
+                        value: value.map(serde_bytes::ByteBuf::into_vec),
+                        mode,
+                    },
+                    now: now_ns(),
+                })
+                .await
+            }
             Request::Unlink { path } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_remove(&caller, &path).await?;
@@ -288,7 +339,7 @@ impl Node {
                     .mutate_inode(Mutation::SetAttr {
                         dir,
                         name,
-                        set,
+                        change: InodeChange::Attr(set),
                         now: now_ns(),
                     })
                     .await?;
@@ -846,5 +897,20 @@ fn disk_space(dir: &std::path::Path) -> (u64, u64) {
         }
         let frsize = st.f_frsize as u64;
         (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize)
+    }
+}
+
+/// Only the `user.` namespace is stored; others are not supported (as on a file system
+/// mounted without ACL or security-label support).
+fn check_xattr_name(name: &str) -> Result<(), FsError> {
+    if name.len() > limits::XATTR_NAME_BYTES_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    match name.strip_prefix("user.") {
+        Some(rest) if !rest.is_empty() && !name.contains('\0') => Ok(()),
+        Some(_) => Err(FsError::InvalidArgument("empty or NUL-containing attribute name".into())),
+        None => Err(FsError::NotSupported(format!(
+            "extended attribute namespace of {name:?} (only user.* is stored)"
+        ))),
     }
 }

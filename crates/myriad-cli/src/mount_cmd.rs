@@ -1,0 +1,165 @@
+//! `myriad mount` and `myriad umount`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use myriad_placement::ClusterMap;
+
+#[derive(Args, Clone, Debug)]
+pub struct MountArgs {
+    /// Empty directory to mount on.
+    pub mountpoint: PathBuf,
+    /// How long the kernel trusts a name -> inode answer (ms).
+    #[arg(long, default_value_t = 1000)]
+    pub entry_ttl_ms: u64,
+    /// How long the kernel trusts attributes (ms). Opens always revalidate (close-to-open).
+    #[arg(long, default_value_t = 1000)]
+    pub attr_ttl_ms: u64,
+    /// How long the kernel remembers that a name does not exist (ms; 0: never, so a file
+    /// created by another client is visible at once).
+    #[arg(long, default_value_t = 0)]
+    pub negative_ttl_ms: u64,
+    /// Let the kernel buffer writes and send them later (faster small writes; data reaches
+    /// the servers at close, fsync or memory pressure instead of at each write).
+    #[arg(long)]
+    pub writeback_cache: bool,
+    /// Threads reading FUSE requests from the kernel.
+    #[arg(long, default_value_t = 4)]
+    pub fuse_threads: usize,
+    /// Allow other users to use the mount (needs user_allow_other in /etc/fuse.conf unless
+    /// mounting as root; root mounts always allow others, permissions are checked per user).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Detach and run in the background once mounted; logs go to --log.
+    #[arg(long)]
+    pub daemon: bool,
+    /// Log file for --daemon.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+}
+
+fn load_map(cluster: Option<&Path>) -> anyhow::Result<ClusterMap> {
+    let Some(path) = cluster else {
+        bail!("no cluster given: pass --cluster FILE or set MYRIAD_CLUSTER");
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read cluster map {}", path.display()))?;
+    ClusterMap::from_json(&text).with_context(|| format!("bad cluster map {}", path.display()))
+}
+
+/// Whether `mountpoint` is a mount point now (per /proc/self/mountinfo).
+pub fn is_mounted(mountpoint: &Path) -> bool {
+    let Ok(abs) = std::fs::canonicalize(mountpoint).or_else(|_| Ok::<_, ()>(mountpoint.into()))
+    else {
+        return false;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = abs.to_string_lossy().to_string();
+    info.lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(want.as_str()))
+}
+
+pub fn run(args: MountArgs, cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<()> {
+    let map = load_map(cluster.as_deref())?;
+    let meta = std::fs::metadata(&args.mountpoint)
+        .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    if !meta.is_dir() {
+        bail!("mount point {} is not a directory", args.mountpoint.display());
+    }
+    if is_mounted(&args.mountpoint) {
+        bail!("{} is already a mount point", args.mountpoint.display());
+    }
+    if args.daemon {
+        return detach(&args, cluster.as_deref(), timeout);
+    }
+    let cfg = myriad_fuse::MountConfig {
+        map,
+        mountpoint: args.mountpoint.clone(),
+        fs: myriad_fuse::FsConfig {
+            entry_ttl: Duration::from_millis(args.entry_ttl_ms),
+            attr_ttl: Duration::from_millis(args.attr_ttl_ms),
+            negative_ttl: Duration::from_millis(args.negative_ttl_ms),
+            writeback_cache: args.writeback_cache,
+        },
+        request_timeout: timeout,
+        fuse_threads: args.fuse_threads,
+        allow_other: args.allow_other,
+    };
+    let shown = args.mountpoint.display().to_string();
+    myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}"))
+        .map_err(anyhow::Error::msg)
+}
+
+/// Starts this same command without --daemon in a new session, and returns once the mount
+/// is live (or fails with the child's log if it never comes up).
+fn detach(args: &MountArgs, cluster: Option<&Path>, timeout: Duration) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let log = args
+        .log
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("myriad-mount.log"));
+    let out = std::fs::File::create(&log).with_context(|| format!("log {}", log.display()))?;
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    if let Some(c) = cluster {
+        cmd.arg("--cluster").arg(c);
+    }
+    cmd.arg("--timeout-ms")
+        .arg(timeout.as_millis().to_string())
+        .arg("mount")
+        .arg(&args.mountpoint)
+        .arg("--entry-ttl-ms")
+        .arg(args.entry_ttl_ms.to_string())
+        .arg("--attr-ttl-ms")
+        .arg(args.attr_ttl_ms.to_string())
+        .arg("--negative-ttl-ms")
+        .arg(args.negative_ttl_ms.to_string())
+        .arg("--fuse-threads")
+        .arg(args.fuse_threads.to_string());
+    if args.writeback_cache {
+        cmd.arg("--writeback-cache");
+    }
+    if args.allow_other {
+        cmd.arg("--allow-other");
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    // SAFETY: setsid is async-signal-safe; it detaches the child from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("cannot start the mount daemon")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if is_mounted(&args.mountpoint) {
+            println!(
+                "mounted on {} (pid {}, log {})",
+                args.mountpoint.display(),
+                child.id(),
+                log.display()
+            );
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            bail!("mount daemon exited ({st}): {}", text.trim());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    bail!("mount did not come up within 30 s (log {})", log.display())
+}
+
+pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
+    if !is_mounted(mountpoint) {
+        bail!("{} is not mounted", mountpoint.display());
+    }
+    myriad_fuse::unmount(mountpoint).map_err(anyhow::Error::msg)
+}

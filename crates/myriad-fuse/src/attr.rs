@@ -1,0 +1,63 @@
+//! Conversions between Myriad's types and the kernel's: attributes, file types, errors.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{Errno, FileAttr, FileType, INodeNo};
+use myriad_proto::{FileKind, FsError, Inode};
+
+/// `st_blksize`: programs size their I/O buffers by it (cp, cat, Python). 128 KiB keeps the
+/// number of FUSE round trips per file low without bloating small reads.
+pub const BLOCK_SIZE: u32 = 128 * 1024;
+
+pub fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+pub fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns.unsigned_abs())
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+pub fn nanos(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+pub fn file_attr(i: &Inode) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(i.ino),
+        size: i.size,
+        blocks: i.size.div_ceil(512),
+        atime: time(i.atime_ns),
+        mtime: time(i.mtime_ns),
+        ctime: time(i.ctime_ns),
+        crtime: time(i.ctime_ns),
+        kind: file_type(i.kind),
+        perm: u16::try_from(i.mode & 0o7777).unwrap_or(0),
+        nlink: if i.kind == FileKind::Directory {
+            2
+        } else {
+            i.nlink
+        },
+        uid: i.uid,
+        gid: i.gid,
+        rdev: 0,
+        flags: 0,
+        blksize: BLOCK_SIZE,
+    }
+}
+
+pub fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}

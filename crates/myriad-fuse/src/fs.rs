@@ -1,0 +1,666 @@
+//! The `fuser::Filesystem` implementation. FUSE threads never wait on the network: each
+//! method unpacks its arguments, spawns the operation (`ops.rs`) on the tokio runtime with
+//! the caller's identity, and the task sends the reply.
+
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{
+    AccessFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use myriad_client::Client;
+use myriad_proto::{Caller, FsError, Inode, SetAttr};
+
+use crate::attr::{errno, file_attr, file_type, nanos};
+use crate::inodes::join;
+use crate::ops::{Inner, now_ns};
+use crate::perm;
+
+/// Largest write the kernel sends in one request (it needs `max_pages`): 1 MiB keeps a big
+/// sequential write at few requests while each stays far below the 4 MiB I/O limit.
+const MAX_WRITE: u32 = 1024 * 1024;
+
+pub struct MyriadFs {
+    pub inner: Arc<Inner>,
+    pub rt: tokio::runtime::Handle,
+}
+
+impl MyriadFs {
+    fn caller(&self, req: &Request) -> Caller {
+        self.inner.callers.caller(req.pid(), req.uid(), req.gid())
+    }
+
+    /// Runs `f` on the runtime as the request's caller.
+    fn spawn<F, Fut>(&self, req: &Request, f: F)
+    where
+        F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let caller = self.caller(req);
+        let inner = self.inner.clone();
+        self.rt
+            .spawn(Client::as_caller(caller.clone(), f(inner, caller)));
+    }
+}
+
+fn reply_entry(inner: &Inner, r: Result<Inode, FsError>, reply: ReplyEntry) {
+    match r {
+        Ok(i) => reply.entry_with_ttls(
+            &inner.cfg.entry_ttl,
+            &inner.cfg.attr_ttl,
+            &file_attr(&i),
+            Generation(0),
+        ),
+        Err(FsError::NotFound) if !inner.cfg.negative_ttl.is_zero() => {
+            // A zero inode with a TTL: the kernel caches "no such file".
+            let mut attr = file_attr(&crate::ops::placeholder());
+            attr.ino = INodeNo(0);
+            reply.entry(&inner.cfg.negative_ttl, &attr, Generation(0));
+        }
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_empty(r: Result<(), FsError>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn want_of(flags: OpenFlags) -> u32 {
+    match flags.acc_mode() {
+        OpenAccMode::O_RDONLY => perm::READ,
+        OpenAccMode::O_WRONLY => perm::WRITE,
+        _ => perm::READ | perm::WRITE,
+    }
+}
+
+fn time_ns(t: Option<TimeOrNow>) -> Option<i64> {
+    t.map(|t| match t {
+        TimeOrNow::SpecificTime(t) => nanos(t),
+        TimeOrNow::Now => now_ns(),
+    })
+}
+
+impl Filesystem for MyriadFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // readdirplus always: entries carry their inodes, so attributes cost nothing extra.
+        let mut want = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS;
+        if self.inner.cfg.writeback_cache {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let have = config.capabilities();
+        let _ = config.add_capabilities(want & have);
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let path = match self.inner.child(parent.0, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let pid = req.pid();
+        self.spawn(req, move |fs, _| async move {
+            let r = fs.lookup(pid, &path).await;
+            reply_entry(&fs, r, reply);
+        });
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inner.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(req, move |fs, _| async move {
+            match fs.stat_ino(ino.0).await {
+                Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            atime_ns: time_ns(atime),
+            mtime_ns: time_ns(mtime),
+        };
+        self.spawn(req, move |fs, _| async move {
+            match fs.setattr(ino.0, fh.map(|f| f.0), size, set).await {
+                Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(req, move |fs, _| async move {
+            let r = async {
+                let path = fs.path(ino.0)?;
+                fs.client.readlink(&path).await
+            }
+            .await;
+            match r {
+                Ok(t) => reply.data(t.as_bytes()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let path = match self.inner.child(parent.0, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        self.spawn(req, move |fs, _| async move {
+            let r = fs.mknod(&path, mode).await;
+            reply_entry(&fs, r, reply);
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let path = match self.inner.child(parent.0, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        self.spawn(req, move |fs, _| async move {
+            let r = fs.client.mkdir(&path, mode & 0o7777).await;
+            if let Ok(i) = &r {
+                fs.inodes.add(&path, i);
+            }
+            reply_entry(&fs, r, reply);
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let path = match self.inner.child(parent.0, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.unlink(&path).await, reply);
+        });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let path = match self.inner.child(parent.0, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.client.rmdir(&path).await, reply);
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let path = match self.inner.child(parent.0, link_name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let Some(target) = target.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        self.spawn(req, move |fs, _| async move {
+            let r = fs.client.symlink(&target, &path).await;
+            if let Ok(i) = &r {
+                fs.inodes.add(&path, i);
+            }
+            reply_entry(&fs, r, reply);
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let paths = self
+            .inner
+            .child(parent.0, name)
+            .and_then(|f| Ok((f, self.inner.child(newparent.0, newname)?)));
+        let (from, to) = match paths {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+            // Not supported (documented in docs/fuse.md); programs fall back to plain rename.
+            return reply.error(Errno::EINVAL);
+        }
+        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.rename(&from, &to, no_replace).await, reply);
+        });
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        // Hard links are not supported yet (docs/fuse.md); EPERM is what programs such as
+        // git expect from a file system without them, and they fall back to rename or copy.
+        reply.error(Errno::EPERM);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let pid = req.pid();
+        let want = want_of(flags);
+        self.spawn(req, move |fs, caller| async move {
+            match fs.open(&caller, pid, ino.0, want).await {
+                Ok((fh, keep)) => {
+                    let f = if keep {
+                        FopenFlags::FOPEN_KEEP_CACHE
+                    } else {
+                        FopenFlags::empty()
+                    };
+                    reply.opened(FileHandle(fh), f);
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        // Served from the handle without a task when the open brought the whole file.
+        if let Some((file, Some(c))) = self.inner.handles.snapshot(fh.0) {
+            let _ = file;
+            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
+            let end = start.saturating_add(size as usize).min(c.len());
+            return reply.data(&c[start..end]);
+        }
+        self.spawn(req, move |fs, _| async move {
+            match fs.read(fh.0, offset, size).await {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let data = data.to_vec();
+        self.spawn(req, move |fs, _| async move {
+            match fs.write(fh.0, offset, &data).await {
+                Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Every acknowledged write is already durable on its servers.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.release(fh.0).await, reply);
+        });
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Writes are acknowledged only once fsynced by their servers: nothing is pending.
+        reply.ok();
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(req, move |fs, _| async move {
+            match fs.opendir(ino.0).await {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.spawn(req, move |fs, _| async move {
+            let Some(d) = fs.handles.dir(fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let mut d = d.lock().await;
+            let mut i = offset;
+            loop {
+                let r = match i {
+                    0 => reply.add(ino, 1, FileType::Directory, "."),
+                    1 => reply.add(ino, 2, FileType::Directory, ".."),
+                    _ => {
+                        let idx = usize::try_from(i - 2).unwrap_or(usize::MAX);
+                        if let Err(e) = fs.fill_listing(&mut d, idx).await {
+                            return reply.error(errno(&e));
+                        }
+                        let Some(e) = d.entries.get(idx) else { break };
+                        reply.add(
+                            INodeNo(e.inode.ino),
+                            i + 1,
+                            file_type(e.inode.kind),
+                            &e.name,
+                        )
+                    }
+                };
+                if r {
+                    break;
+                }
+                i += 1;
+            }
+            reply.ok();
+        });
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.spawn(req, move |fs, _| async move {
+            let Some(d) = fs.handles.dir(fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let mut d = d.lock().await;
+            let ttl = fs.cfg.entry_ttl;
+            let mut dot = file_attr(&crate::ops::placeholder());
+            dot.ino = ino;
+            dot.kind = FileType::Directory;
+            let mut i = offset;
+            loop {
+                let full = match i {
+                    0 => reply.add(ino, 1, ".", &ttl, &dot, Generation(0)),
+                    1 => reply.add(ino, 2, "..", &ttl, &dot, Generation(0)),
+                    _ => {
+                        let idx = usize::try_from(i - 2).unwrap_or(usize::MAX);
+                        if let Err(e) = fs.fill_listing(&mut d, idx).await {
+                            return reply.error(errno(&e));
+                        }
+                        let Some(e) = d.entries.get(idx) else { break };
+                        let full = reply.add(
+                            INodeNo(e.inode.ino),
+                            i + 1,
+                            &e.name,
+                            &ttl,
+                            &file_attr(&e.inode),
+                            Generation(0),
+                        );
+                        if !full {
+                            // The kernel now holds this inode: count the lookup.
+                            fs.inodes.add(&join(&d.path, &e.name), &e.inode);
+                        }
+                        full
+                    }
+                };
+                if full {
+                    break;
+                }
+                i += 1;
+            }
+            reply.ok();
+        });
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.inner.handles.close_dir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(req, move |fs, _| async move {
+            match fs.client.statfs().await {
+                Ok(s) => {
+                    const BSIZE: u64 = 4096;
+                    // Inodes are not preallocated: report a large, honest-looking budget.
+                    const FILES: u64 = 1 << 40;
+                    let free = s.free_bytes / BSIZE;
+                    reply.statfs(
+                        s.total_bytes / BSIZE,
+                        free,
+                        free,
+                        FILES,
+                        FILES.saturating_sub(s.files),
+                        BSIZE as u32,
+                        255,
+                        BSIZE as u32,
+                    );
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let value = value.to_vec();
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.set_xattr(ino.0, &name, Some(&value), flags).await, reply);
+        });
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if !name.starts_with("user.") {
+            // Only user.* is stored: ACL and security-label lookups (ls, cp) are answered
+            // here without a request.
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        }
+        self.spawn(req, move |fs, caller| async move {
+            match fs.get_xattr(&caller, ino.0, &name).await {
+                Ok(v) => reply_xattr(&v, size, reply),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.spawn(req, move |fs, caller| async move {
+            match fs.list_xattr(&caller, ino.0).await {
+                Ok(v) => reply_xattr(&v, size, reply),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.set_xattr(ino.0, &name, None, 0).await, reply);
+        });
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let want = u32::try_from(mask.bits()).unwrap_or(0) & 7;
+        self.spawn(req, move |fs, caller| async move {
+            let r = fs.stat_ino(ino.0).await.and_then(|i| {
+                if perm::allowed(&i, &caller, want) {
+                    Ok(())
+                } else {
+                    Err(FsError::PermissionDenied)
+                }
+            });
+            reply_empty(r, reply);
+        });
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let path = match self.inner.child(parent.0, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let exclusive = flags & libc::O_EXCL != 0;
+        let truncate = flags & libc::O_TRUNC != 0;
+        self.spawn(req, move |fs, _| async move {
+            match fs.create(&path, mode, exclusive, truncate).await {
+                Ok((i, fh)) => reply.created(
+                    &fs.cfg.entry_ttl,
+                    &file_attr(&i),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+}
+
+fn reply_xattr(v: &[u8], size: u32, reply: ReplyXattr) {
+    if size == 0 {
+        reply.size(u32::try_from(v.len()).unwrap_or(u32::MAX));
+    } else if (size as usize) < v.len() {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(v);
+    }
+}

@@ -1,0 +1,139 @@
+//! Myriad as a mounted directory: a FUSE file system over the native client.
+//!
+//! The kernel names files by inode number, Myriad by path; `inodes` maps one to the other.
+//! FUSE threads only unpack requests: each operation runs as a task on a tokio runtime and
+//! replies from there, so no FUSE thread ever waits on the network. Permissions are checked
+//! by the servers with each caller's uid, gid and groups. See docs/fuse.md for the semantics
+//! (close-to-open, caching, what is not supported).
+//!
+//! Depends on: myriad-client, myriad-proto, myriad-placement, fuser. Must not depend on the
+//! server or storage crates.
+
+mod attr;
+mod caller;
+mod fs;
+mod handles;
+mod inodes;
+mod ops;
+mod perm;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{Config, MountOption, Session, SessionACL};
+use myriad_client::{Client, ClientConfig};
+use myriad_placement::ClusterMap;
+use myriad_proto::Caller;
+
+pub use ops::FsConfig;
+
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    pub map: ClusterMap,
+    pub mountpoint: PathBuf,
+    pub fs: FsConfig,
+    /// A request to a dead or stuck server fails (EIO / ETIMEDOUT) after this long.
+    pub request_timeout: Duration,
+    /// FUSE threads reading requests from the kernel (each with its own /dev/fuse clone).
+    pub fuse_threads: usize,
+    /// Let users other than the one who mounted use the mount (root mounts always do).
+    pub allow_other: bool,
+}
+
+/// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
+/// `on_mounted` runs once the mount is live (used to detach a daemon).
+pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("myriad-fuse")
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    let mut ccfg = ClientConfig::new(cfg.map.clone(), Caller::root());
+    ccfg.request_timeout = cfg.request_timeout;
+    let client = Client::new(ccfg).map_err(|e| format!("bad cluster map: {e}"))?;
+    rt.block_on(client.statfs())
+        .map_err(|e| format!("cannot reach the cluster: {e}"))?;
+
+    let inner = Arc::new(ops::Inner::new(client, cfg.fs.clone()));
+    let fs = fs::MyriadFs {
+        inner: inner.clone(),
+        rt: rt.handle().clone(),
+    };
+    let mut options = Config::default();
+    options.mount_options = vec![
+        MountOption::FSName("myriad".into()),
+        MountOption::Subtype("myriad".into()),
+        MountOption::NoAtime,
+    ];
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if cfg.allow_other || root {
+        options.acl = SessionACL::All;
+    }
+    options.n_threads = Some(cfg.fuse_threads.max(1));
+    options.clone_fd = true;
+    let mut session = Session::new(fs, &cfg.mountpoint, &options)
+        .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
+    let _ = inner.notifier.set(session.notifier());
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = cfg.mountpoint.clone();
+    rt.spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!(mountpoint = %mountpoint.display(), "signal: unmounting");
+        if let Err(e) = unmounter.unmount() {
+            tracing::warn!("unmount failed ({e}); detaching lazily");
+            lazy_unmount(&mountpoint);
+        }
+    });
+    on_mounted();
+    let r = session.run().map_err(|e| format!("FUSE session ended: {e}"));
+    drop(rt);
+    r
+}
+
+/// Detaches a mount now; the kernel finishes it when the last user lets go.
+pub fn lazy_unmount(mountpoint: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: c is a valid NUL-terminated path.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) == 0 }
+}
+
+/// Unmounts `mountpoint`: as root by umount(2), otherwise with fusermount3 -u.
+pub fn unmount(mountpoint: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| "mount point contains NUL".to_string())?;
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EPERM) {
+        let st = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(mountpoint)
+            .status()
+            .map_err(|e| format!("cannot run fusermount3: {e}"))?;
+        return if st.success() {
+            Ok(())
+        } else {
+            Err(format!("fusermount3 -u {} failed", mountpoint.display()))
+        };
+    }
+    Err(format!("cannot unmount {}: {err}", mountpoint.display()))
+}

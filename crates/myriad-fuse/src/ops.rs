@@ -1,0 +1,430 @@
+//! What each FUSE operation does, as async functions over the native client. The trait
+//! impl in `fs.rs` only unpacks arguments, spawns these on the runtime and replies.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::Notifier;
+use myriad_client::{Client, FileHandle};
+use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, XattrMode, limits};
+
+use crate::caller::Callers;
+use crate::handles::{DirListing, Handles, OpenFile};
+use crate::inodes::{InodeTable, join};
+use crate::perm;
+
+/// A lookup's prefetched contents count for an open only if they are this fresh and the same
+/// process asks: that is the `open()` whose path walk did the lookup, so close-to-open still
+/// holds (the data is as new as the start of that very call).
+const PREFETCH_FRESH: Duration = Duration::from_millis(200);
+const PREFETCH_MAX_ENTRIES: usize = 4096;
+/// Readdir page: the server's maximum useful page (N / 1024 requests for N entries).
+const READDIR_PAGE: u32 = 1024;
+
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    pub entry_ttl: Duration,
+    pub attr_ttl: Duration,
+    /// How long a "no such file" answer is cached by the kernel (0: not cached).
+    pub negative_ttl: Duration,
+    pub writeback_cache: bool,
+}
+
+struct Prefetched {
+    at: Instant,
+    pid: u32,
+    inode: Inode,
+    data: Arc<Vec<u8>>,
+}
+
+pub struct Inner {
+    pub client: Client,
+    pub cfg: FsConfig,
+    pub inodes: InodeTable,
+    pub handles: Handles,
+    pub callers: Callers,
+    pub notifier: OnceLock<Notifier>,
+    prefetch: Mutex<HashMap<u64, Prefetched>>,
+    hidden_seq: AtomicU64,
+}
+
+fn name_of(name: &std::ffi::OsStr) -> Result<String, FsError> {
+    let s = name
+        .to_str()
+        .ok_or_else(|| FsError::InvalidArgument("file names must be UTF-8".into()))?;
+    if s.len() > limits::NAME_BYTES_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    Ok(s.to_string())
+}
+
+/// Attributes for entries that have none of their own ("." and ".." in readdirplus, a
+/// negative lookup); the kernel uses only their inode number and type.
+pub fn placeholder() -> Inode {
+    Inode {
+        ino: 0,
+        kind: FileKind::File,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        nlink: 1,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        symlink_target: None,
+        xattrs: Vec::new(),
+    }
+}
+
+pub fn now_ns() -> i64 {
+    crate::attr::nanos(SystemTime::now())
+}
+
+impl Inner {
+    pub fn new(client: Client, cfg: FsConfig) -> Inner {
+        Inner {
+            client,
+            cfg,
+            inodes: InodeTable::new(),
+            handles: Handles::default(),
+            callers: Callers::default(),
+            notifier: OnceLock::new(),
+            prefetch: Mutex::new(HashMap::new()),
+            hidden_seq: AtomicU64::new(0),
+        }
+    }
+
+    pub fn path(&self, ino: u64) -> Result<String, FsError> {
+        self.inodes.path(ino).ok_or(FsError::Stale)
+    }
+
+    pub fn child(&self, parent: u64, name: &std::ffi::OsStr) -> Result<String, FsError> {
+        Ok(join(&self.path(parent)?, &name_of(name)?))
+    }
+
+    /// Fresh attributes of `ino`, checking its path still names it.
+    pub async fn stat_ino(&self, ino: u64) -> Result<Inode, FsError> {
+        let path = self.path(ino)?;
+        let inode = self.client.stat(&path).await?;
+        if inode.ino != ino {
+            return Err(FsError::NotFound);
+        }
+        self.inodes.observe(&inode);
+        Ok(inode)
+    }
+
+    fn prefetch_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Prefetched>> {
+        match self.prefetch.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Lookup: one `fetch`, which also brings a small file's contents for the open that
+    /// usually follows (a cold read of a small file is then one request in all).
+    pub async fn lookup(&self, pid: u32, path: &str) -> Result<Inode, FsError> {
+        let (inode, data) = self
+            .client
+            .fetch_head(path, self.client.inline_max())
+            .await?;
+        if inode.kind == FileKind::File && data.len() as u64 == inode.size {
+            let mut g = self.prefetch_lock();
+            if g.len() >= PREFETCH_MAX_ENTRIES {
+                g.retain(|_, p| p.at.elapsed() < PREFETCH_FRESH);
+                if g.len() >= PREFETCH_MAX_ENTRIES {
+                    g.clear();
+                }
+            }
+            g.insert(
+                inode.ino,
+                Prefetched {
+                    at: Instant::now(),
+                    pid,
+                    inode: inode.clone(),
+                    data: Arc::new(data),
+                },
+            );
+        }
+        self.inodes.add(path, &inode);
+        Ok(inode)
+    }
+
+    fn take_prefetched(&self, ino: u64, pid: u32) -> Option<(Inode, Arc<Vec<u8>>)> {
+        let p = self.prefetch_lock().remove(&ino)?;
+        (p.pid == pid && p.at.elapsed() < PREFETCH_FRESH).then_some((p.inode, p.data))
+    }
+
+    /// Opens a file: fresh attributes (close-to-open), and for a read-only open of a small
+    /// file its whole contents, in one request. Returns the handle id and whether the
+    /// kernel's cached pages are still valid.
+    pub async fn open(
+        &self,
+        caller: &Caller,
+        pid: u32,
+        ino: u64,
+        want: u32,
+    ) -> Result<(u64, bool), FsError> {
+        let path = self.path(ino)?;
+        let read_only = want == perm::READ;
+        let (inode, contents) = match self.take_prefetched(ino, pid) {
+            Some((i, d)) if read_only => (i, Some(d)),
+            _ if read_only => {
+                let (i, d) = self
+                    .client
+                    .fetch_head(&path, self.client.inline_max())
+                    .await?;
+                let whole = d.len() as u64 == i.size;
+                (i, whole.then(|| Arc::new(d)))
+            }
+            _ => (self.client.stat(&path).await?, None),
+        };
+        if inode.ino != ino {
+            return Err(FsError::NotFound);
+        }
+        match inode.kind {
+            FileKind::File => {}
+            FileKind::Directory => return Err(FsError::IsADirectory),
+            _ => return Err(FsError::InvalidArgument("not a regular file".into())),
+        }
+        if !perm::allowed(&inode, caller, want) {
+            return Err(FsError::PermissionDenied);
+        }
+        let changed = self.inodes.observe(&inode);
+        if changed {
+            // Another client changed the file since this kernel cached it: drop its pages
+            // and attributes before the open returns.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
+            }
+        }
+        let fh = self.handles.open(OpenFile {
+            file: FileHandle { path, inode },
+            contents: if read_only { contents } else { None },
+            hidden: false,
+        });
+        Ok((fh, !changed))
+    }
+
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+        let (file, contents) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
+        if let Some(c) = contents {
+            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
+            let end = start.saturating_add(size as usize).min(c.len());
+            return Ok(c[start..end].to_vec());
+        }
+        self.client.read(&file, offset, u64::from(size)).await
+    }
+
+    pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
+        let inode = self.client.write(&file, offset, data).await?;
+        self.handles.written(&inode);
+        self.inodes.observe(&inode);
+        Ok(())
+    }
+
+    /// Last close of a handle: a file unlinked while open goes away now.
+    pub async fn release(&self, fh: u64) -> Result<(), FsError> {
+        let Some(f) = self.handles.close(fh) else {
+            return Ok(());
+        };
+        if f.hidden && !self.handles.is_open(f.file.inode.ino) {
+            match self.client.unlink(&f.file.path).await {
+                Ok(()) | Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn create(
+        &self,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<(Inode, u64), FsError> {
+        let mut h = self.client.create(path, mode & 0o7777, exclusive, &[]).await?;
+        if truncate && h.inode.size > 0 {
+            h.inode = self.client.truncate(&h, 0).await?;
+        }
+        let inode = h.inode.clone();
+        self.inodes.add(path, &inode);
+        let fh = self.handles.open(OpenFile {
+            file: h,
+            contents: None,
+            hidden: false,
+        });
+        Ok((inode, fh))
+    }
+
+    pub async fn setattr(
+        &self,
+        ino: u64,
+        fh: Option<u64>,
+        size: Option<u64>,
+        set: SetAttr,
+    ) -> Result<Inode, FsError> {
+        let path = self.path(ino)?;
+        let mut inode = None;
+        if let Some(size) = size {
+            let file = match fh.and_then(|fh| self.handles.snapshot(fh)) {
+                Some((f, _)) => f,
+                None => self.client.open(&path).await?,
+            };
+            if file.inode.ino != ino {
+                return Err(FsError::NotFound);
+            }
+            let i = self.client.truncate(&file, size).await?;
+            self.handles.written(&i);
+            inode = Some(i);
+        }
+        if set != SetAttr::default() {
+            let i = self.client.setattr(&path, set).await?;
+            if i.ino != ino {
+                return Err(FsError::NotFound);
+            }
+            inode = Some(i);
+        }
+        let inode = match inode {
+            Some(i) => i,
+            None => self.stat_ino(ino).await?,
+        };
+        self.inodes.observe(&inode);
+        Ok(inode)
+    }
+
+    /// Unlink; a file still open through this mount is renamed to a hidden name instead
+    /// and removed at its last close.
+    pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
+        if let Some(ino) = self.handles.open_at(path) {
+            let (dir, _) = myriad_placement::split_parent(path);
+            let seq = self.hidden_seq.fetch_add(1, Ordering::Relaxed);
+            let hidden = join(dir, &format!(".myriad-unlinked-{ino:x}-{seq}"));
+            self.client
+                .rename(
+                    path,
+                    &hidden,
+                    RenameFlags { no_replace: true },
+                )
+                .await?;
+            self.handles.renamed(path, &hidden, true);
+            self.inodes.renamed(path, &hidden);
+            return Ok(());
+        }
+        self.client.unlink(path).await
+    }
+
+    pub async fn rename(&self, from: &str, to: &str, no_replace: bool) -> Result<(), FsError> {
+        let flags = RenameFlags { no_replace };
+        match self.client.rename(from, to, flags).await {
+            // Replacing an existing (empty) directory: the servers move directories only to
+            // free names, so remove the empty target first. Not atomic: a crash between the
+            // two steps leaves the source in place and the target gone.
+            Err(FsError::InvalidArgument(_)) if !no_replace => {
+                let (src, dst) = (self.client.stat(from).await?, self.client.stat(to).await?);
+                if src.kind != FileKind::Directory || dst.kind != FileKind::Directory {
+                    return Err(FsError::InvalidArgument("cannot rename over that".into()));
+                }
+                self.client.rmdir(to).await?;
+                self.client.rename(from, to, flags).await?;
+            }
+            other => other?,
+        }
+        self.handles.renamed(from, to, false);
+        self.inodes.renamed(from, to);
+        Ok(())
+    }
+
+    pub async fn mknod(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
+        let perms = mode & 0o7777;
+        let inode = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => self.client.create(path, perms, true, &[]).await?.inode,
+            libc::S_IFIFO => self.client.mknod(path, FileKind::Fifo, perms).await?,
+            libc::S_IFSOCK => self.client.mknod(path, FileKind::Socket, perms).await?,
+            _ => return Err(FsError::NotPermitted),
+        };
+        self.inodes.add(path, &inode);
+        Ok(inode)
+    }
+
+    /// Makes sure the listing holds entry `index` (or is complete).
+    pub async fn fill_listing(&self, d: &mut DirListing, index: usize) -> Result<(), FsError> {
+        while !d.done && d.entries.len() <= index {
+            let after = d.entries.last().map(|e| e.name.clone());
+            let (page, next) = self
+                .client
+                .readdir_page(&d.path, after, READDIR_PAGE)
+                .await?;
+            d.done = next.is_none();
+            d.entries.extend(page);
+        }
+        Ok(())
+    }
+
+    pub async fn opendir(&self, ino: u64) -> Result<u64, FsError> {
+        let path = self.path(ino)?;
+        let mut d = DirListing {
+            path,
+            entries: Vec::new(),
+            done: false,
+        };
+        // The first page now, so a permission error comes from opendir as locally.
+        self.fill_listing(&mut d, 0).await?;
+        Ok(self.handles.open_dir(d))
+    }
+
+    pub async fn get_xattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &str,
+    ) -> Result<Vec<u8>, FsError> {
+        let inode = self.stat_ino(ino).await?;
+        if !perm::allowed(&inode, caller, perm::READ) {
+            return Err(FsError::PermissionDenied);
+        }
+        inode
+            .xattrs
+            .into_iter()
+            .find(|x| x.name == name)
+            .map(|x| x.value)
+            .ok_or(FsError::NoData)
+    }
+
+    pub async fn list_xattr(&self, caller: &Caller, ino: u64) -> Result<Vec<u8>, FsError> {
+        let inode = self.stat_ino(ino).await?;
+        if !perm::allowed(&inode, caller, perm::READ) {
+            return Err(FsError::PermissionDenied);
+        }
+        let mut out = Vec::new();
+        for x in inode.xattrs {
+            out.extend_from_slice(x.name.as_bytes());
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    pub async fn set_xattr(
+        &self,
+        ino: u64,
+        name: &str,
+        value: Option<&[u8]>,
+        flags: i32,
+    ) -> Result<(), FsError> {
+        let path = self.path(ino)?;
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrMode::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrMode::Replace
+        } else {
+            XattrMode::Either
+        };
+        let inode = self.client.set_xattr(&path, name, value, mode).await?;
+        self.inodes.observe(&inode);
+        Ok(())
+    }
+}
