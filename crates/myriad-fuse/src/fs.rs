@@ -360,9 +360,10 @@ impl Filesystem for MyriadFs {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
+        let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         self.spawn(req, move |fs, _| async move {
-            match fs.write(fh.0, offset, &data).await {
-                Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+            match fs.write(fh.0, offset, data).await {
+                Ok(()) => reply.written(n),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -370,14 +371,16 @@ impl Filesystem for MyriadFs {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every acknowledged write is already durable on its servers.
-        reply.ok();
+        // Every close: buffered writes become durable before close returns (close-to-open).
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.flush(fh.0).await, reply);
+        });
     }
 
     fn release(
@@ -397,14 +400,17 @@ impl Filesystem for MyriadFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Writes are acknowledged only once fsynced by their servers: nothing is pending.
-        reply.ok();
+        // Servers acknowledge a write only once it is fsynced: sending what is buffered is
+        // all an fsync needs.
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.flush(fh.0).await, reply);
+        });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -490,7 +496,7 @@ impl Filesystem for MyriadFs {
                             i + 1,
                             &e.name,
                             &ttl,
-                            &file_attr(&e.inode),
+                            &file_attr(&fs.visible(e.inode.clone())),
                             Generation(0),
                         );
                         if !full {

@@ -11,7 +11,7 @@ use myriad_client::{Client, FileHandle};
 use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, XattrMode, limits};
 
 use crate::caller::Callers;
-use crate::handles::{DirListing, Handles, OpenFile};
+use crate::handles::{DirListing, Dirty, Handles, OpenFile, Slot, WRITE_BUFFER_MAX};
 use crate::inodes::{InodeTable, join};
 use crate::perm;
 
@@ -113,7 +113,7 @@ impl Inner {
             return Err(FsError::NotFound);
         }
         self.inodes.observe(&inode);
-        Ok(inode)
+        Ok(self.visible(inode))
     }
 
     fn prefetch_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Prefetched>> {
@@ -149,7 +149,7 @@ impl Inner {
             );
         }
         self.inodes.add(path, &inode);
-        Ok(inode)
+        Ok(self.visible(inode))
     }
 
     fn take_prefetched(&self, ino: u64, pid: u32) -> Option<(Inode, Arc<Vec<u8>>)> {
@@ -168,6 +168,8 @@ impl Inner {
         want: u32,
     ) -> Result<(u64, bool), FsError> {
         let path = self.path(ino)?;
+        // Writes buffered by other handles here are part of what this open must see.
+        self.flush_ino(ino).await?;
         let read_only = want == perm::READ;
         let (inode, contents) = match self.take_prefetched(ino, pid) {
             Some((i, d)) if read_only => (i, Some(d)),
@@ -200,11 +202,10 @@ impl Inner {
                 let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
             }
         }
-        let fh = self.handles.open(OpenFile {
-            file: FileHandle { path, inode },
-            contents: if read_only { contents } else { None },
-            hidden: false,
-        });
+        let fh = self.handles.open(OpenFile::new(
+            FileHandle { path, inode },
+            if read_only { contents } else { None },
+        ));
         Ok((fh, !changed))
     }
 
@@ -215,29 +216,90 @@ impl Inner {
             let end = start.saturating_add(size as usize).min(c.len());
             return Ok(c[start..end].to_vec());
         }
+        self.flush_ino(file.inode.ino).await?;
         self.client.read(&file, offset, u64::from(size)).await
     }
 
-    pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
-        let inode = self.client.write(&file, offset, data).await?;
-        self.handles.written(&inode);
-        self.inodes.observe(&inode);
+    /// Sends what `slot` holds unsent. Callers hold its io lock.
+    async fn send_dirty(&self, slot: &Slot) -> Result<(), FsError> {
+        let (file, dirty) = {
+            let mut g = slot.lock();
+            (g.file.clone(), g.dirty.take())
+        };
+        if let Some(d) = dirty {
+            let inode = self.client.write(&file, d.offset, &d.data).await?;
+            self.handles.written(&inode);
+            self.inodes.observe(&inode);
+        }
         Ok(())
     }
 
-    /// Last close of a handle: a file unlinked while open goes away now.
-    pub async fn release(&self, fh: u64) -> Result<(), FsError> {
-        let Some(f) = self.handles.close(fh) else {
+    /// Makes every write made through this mount to `ino` durable on the servers.
+    pub async fn flush_ino(&self, ino: u64) -> Result<(), FsError> {
+        for slot in self.handles.dirty_of(ino) {
+            let _io = slot.io.lock().await;
+            self.send_dirty(&slot).await?;
+        }
+        Ok(())
+    }
+
+    /// flush (every close) and fsync: the handle's writes are durable when this returns.
+    pub async fn flush(&self, fh: u64) -> Result<(), FsError> {
+        let Some(slot) = self.handles.file(fh) else {
             return Ok(());
         };
-        if f.hidden && !self.handles.is_open(f.file.inode.ino) {
-            match self.client.unlink(&f.file.path).await {
+        let _io = slot.io.lock().await;
+        self.send_dirty(&slot).await
+    }
+
+    pub async fn write(&self, fh: u64, offset: u64, data: Vec<u8>) -> Result<(), FsError> {
+        let slot = self.handles.file(fh).ok_or(FsError::Stale)?;
+        let _io = slot.io.lock().await;
+        {
+            let mut g = slot.lock();
+            g.contents = None;
+            if let Some(d) = &mut g.dirty
+                && d.offset + d.data.len() as u64 == offset
+                && d.data.len() + data.len() <= WRITE_BUFFER_MAX
+            {
+                d.data.extend_from_slice(&data);
+                return Ok(());
+            }
+        }
+        self.send_dirty(&slot).await?;
+        slot.lock().dirty = Some(Dirty { offset, data });
+        Ok(())
+    }
+
+    /// Last close of a handle: unsent writes go out (their error is the close's), and a
+    /// file unlinked while open goes away now.
+    pub async fn release(&self, fh: u64) -> Result<(), FsError> {
+        let Some(slot) = self.handles.close(fh) else {
+            return Ok(());
+        };
+        let sent = {
+            let _io = slot.io.lock().await;
+            self.send_dirty(&slot).await
+        };
+        let (file, hidden) = {
+            let g = slot.lock();
+            (g.file.clone(), g.hidden)
+        };
+        if hidden && !self.handles.is_open(file.inode.ino) {
+            match self.client.unlink(&file.path).await {
                 Ok(()) | Err(FsError::NotFound) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        sent
+    }
+
+    /// Attributes as the kernel must see them: with this mount's unsent writes.
+    pub fn visible(&self, mut inode: Inode) -> Inode {
+        if inode.kind == FileKind::File {
+            inode.size = self.handles.size_with_pending(inode.ino, inode.size);
+        }
+        inode
     }
 
     pub async fn create(
@@ -253,11 +315,7 @@ impl Inner {
         }
         let inode = h.inode.clone();
         self.inodes.add(path, &inode);
-        let fh = self.handles.open(OpenFile {
-            file: h,
-            contents: None,
-            hidden: false,
-        });
+        let fh = self.handles.open(OpenFile::new(h, None));
         Ok((inode, fh))
     }
 
@@ -270,6 +328,7 @@ impl Inner {
     ) -> Result<Inode, FsError> {
         let path = self.path(ino)?;
         let mut inode = None;
+        self.flush_ino(ino).await?;
         if let Some(size) = size {
             let file = match fh.and_then(|fh| self.handles.snapshot(fh)) {
                 Some((f, _)) => f,

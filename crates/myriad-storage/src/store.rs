@@ -338,9 +338,12 @@ impl Store {
             Some(block_key(ino, first_block - 1))
         };
         let mut out = Vec::new();
+        // At most the blocks asked for: a scan without a limit would copy every later block
+        // of the file (a 128 KiB read of a 2 GiB file copied the rest of the file).
+        let wanted = usize::try_from(end_block.saturating_sub(first_block)).unwrap_or(usize::MAX);
         for (k, v) in self
             .kv
-            .scan(Space::Blocks, &prefix, after.as_deref(), usize::MAX)?
+            .scan(Space::Blocks, &prefix, after.as_deref(), wanted)?
         {
             let Some(block) = k
                 .get(8..16)
