@@ -68,7 +68,10 @@ pub fn run(args: MountArgs, cluster: Option<PathBuf>, timeout: Duration) -> anyh
     let meta = std::fs::metadata(&args.mountpoint)
         .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
     if !meta.is_dir() {
-        bail!("mount point {} is not a directory", args.mountpoint.display());
+        bail!(
+            "mount point {} is not a directory",
+            args.mountpoint.display()
+        );
     }
     if is_mounted(&args.mountpoint) {
         bail!("{} is already a mount point", args.mountpoint.display());
@@ -90,8 +93,7 @@ pub fn run(args: MountArgs, cluster: Option<PathBuf>, timeout: Duration) -> anyh
         allow_other: args.allow_other,
     };
     let shown = args.mountpoint.display().to_string();
-    myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}"))
-        .map_err(anyhow::Error::msg)
+    myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}")).map_err(anyhow::Error::msg)
 }
 
 /// Starts this same command without --daemon in a new session, and returns once the mount

@@ -249,7 +249,11 @@ impl Client {
 
     /// Attributes of any node plus, for a regular file, its first `max_bytes` bytes: always
     /// exactly one request (a FUSE lookup or open of a small file is served by this).
-    pub async fn fetch_head(&self, path: &str, max_bytes: u64) -> Result<(Inode, Vec<u8>), FsError> {
+    pub async fn fetch_head(
+        &self,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<(Inode, Vec<u8>), FsError> {
         match self
             .entry_op(
                 path,

@@ -60,7 +60,9 @@ impl Client {
                 inode,
             }),
             FileKind::Directory => Err(FsError::IsADirectory),
-            FileKind::Symlink | FileKind::Fifo | FileKind::Socket => Err(FsError::InvalidArgument("not a regular file".into())),
+            FileKind::Symlink | FileKind::Fifo | FileKind::Socket => {
+                Err(FsError::InvalidArgument("not a regular file".into()))
+            }
         }
     }
 

@@ -77,6 +77,9 @@ mod tests {
         let mine = read_groups(me);
         assert_eq!(c.caller(me, 1000, 1000).groups, mine);
         assert!(c.caller(me, 0, 0).groups.is_empty());
-        assert!(read_groups(u32::MAX).is_empty(), "no such process: no groups");
+        assert!(
+            read_groups(u32::MAX).is_empty(),
+            "no such process: no groups"
+        );
     }
 }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use fuser::{
     AccessFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use myriad_client::Client;
 use myriad_proto::{Caller, FsError, Inode, SetAttr};
@@ -306,8 +306,9 @@ impl Filesystem for MyriadFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let pid = req.pid();
         let want = want_of(flags);
+        let append = flags.0 & libc::O_APPEND != 0;
         self.spawn(req, move |fs, caller| async move {
-            match fs.open(&caller, pid, ino.0, want).await {
+            match fs.open(&caller, pid, ino.0, want, append).await {
                 Ok((fh, keep)) => {
                     let f = if keep {
                         FopenFlags::FOPEN_KEEP_CACHE
@@ -646,8 +647,9 @@ impl Filesystem for MyriadFs {
         };
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
+        let append = flags & libc::O_APPEND != 0;
         self.spawn(req, move |fs, _| async move {
-            match fs.create(&path, mode, exclusive, truncate).await {
+            match fs.create(&path, mode, exclusive, truncate, append).await {
                 Ok((i, fh)) => reply.created(
                     &fs.cfg.entry_ttl,
                     &file_attr(&i),

@@ -23,6 +23,10 @@ pub const WRITE_BUFFER_MAX: usize = 4 * 1024 * 1024;
 pub struct OpenFile {
     pub file: FileHandle,
     pub dirty: Option<Dirty>,
+    /// Opened with O_APPEND: the kernel picks write offsets from its cached size, which
+    /// another client may have made stale, so buffered appends go to the end of the file as
+    /// the servers know it when they are sent.
+    pub append: bool,
     /// The whole file, when it was small enough to come with the open (one `fetch`) and the
     /// handle is read-only: reads are served from here. Dropped when this mount writes the
     /// inode, so it never hides a write made here.
@@ -58,6 +62,7 @@ impl OpenFile {
         OpenFile {
             file,
             dirty: None,
+            append: false,
             contents,
             hidden: false,
         }

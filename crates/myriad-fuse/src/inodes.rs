@@ -155,7 +155,11 @@ mod tests {
         t.renamed("/a", "/z");
         assert_eq!(t.path(10).as_deref(), Some("/z"));
         assert_eq!(t.path(11).as_deref(), Some("/z/b"));
-        assert_eq!(t.path(12).as_deref(), Some("/ab"), "a sibling with the same prefix stays");
+        assert_eq!(
+            t.path(12).as_deref(),
+            Some("/ab"),
+            "a sibling with the same prefix stays"
+        );
         t.forget(11, 1);
         assert_eq!(t.path(11).as_deref(), Some("/z/b"), "one lookup left");
         t.forget(11, 1);

@@ -98,7 +98,9 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         }
     });
     on_mounted();
-    let r = session.run().map_err(|e| format!("FUSE session ended: {e}"));
+    let r = session
+        .run()
+        .map_err(|e| format!("FUSE session ended: {e}"));
     drop(rt);
     r
 }

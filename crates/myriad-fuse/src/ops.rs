@@ -166,6 +166,7 @@ impl Inner {
         pid: u32,
         ino: u64,
         want: u32,
+        append: bool,
     ) -> Result<(u64, bool), FsError> {
         let path = self.path(ino)?;
         // Writes buffered by other handles here are part of what this open must see.
@@ -202,10 +203,12 @@ impl Inner {
                 let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
             }
         }
-        let fh = self.handles.open(OpenFile::new(
+        let mut f = OpenFile::new(
             FileHandle { path, inode },
             if read_only { contents } else { None },
-        ));
+        );
+        f.append = append;
+        let fh = self.handles.open(f);
         Ok((fh, !changed))
     }
 
@@ -222,14 +225,29 @@ impl Inner {
 
     /// Sends what `slot` holds unsent. Callers hold its io lock.
     async fn send_dirty(&self, slot: &Slot) -> Result<(), FsError> {
-        let (file, dirty) = {
+        let (file, dirty, append) = {
             let mut g = slot.lock();
-            (g.file.clone(), g.dirty.take())
+            (g.file.clone(), g.dirty.take(), g.append)
         };
         if let Some(d) = dirty {
-            let inode = self.client.write(&file, d.offset, &d.data).await?;
+            let offset = if append {
+                let now = self.client.stat(&file.path).await?;
+                if now.ino != file.inode.ino {
+                    return Err(FsError::Stale);
+                }
+                now.size
+            } else {
+                d.offset
+            };
+            let inode = self.client.write(&file, offset, &d.data).await?;
             self.handles.written(&inode);
             self.inodes.observe(&inode);
+            if append && offset != d.offset {
+                // The kernel cached the bytes where it thought the end was.
+                if let Some(n) = self.notifier.get() {
+                    let _ = n.inval_inode(fuser::INodeNo(file.inode.ino), 0, 0);
+                }
+            }
         }
         Ok(())
     }
@@ -258,8 +276,9 @@ impl Inner {
         {
             let mut g = slot.lock();
             g.contents = None;
+            let append = g.append;
             if let Some(d) = &mut g.dirty
-                && d.offset + d.data.len() as u64 == offset
+                && (append || d.offset + d.data.len() as u64 == offset)
                 && d.data.len() + data.len() <= WRITE_BUFFER_MAX
             {
                 d.data.extend_from_slice(&data);
@@ -308,14 +327,20 @@ impl Inner {
         mode: u32,
         exclusive: bool,
         truncate: bool,
+        append: bool,
     ) -> Result<(Inode, u64), FsError> {
-        let mut h = self.client.create(path, mode & 0o7777, exclusive, &[]).await?;
+        let mut h = self
+            .client
+            .create(path, mode & 0o7777, exclusive, &[])
+            .await?;
         if truncate && h.inode.size > 0 {
             h.inode = self.client.truncate(&h, 0).await?;
         }
         let inode = h.inode.clone();
         self.inodes.add(path, &inode);
-        let fh = self.handles.open(OpenFile::new(h, None));
+        let mut f = OpenFile::new(h, None);
+        f.append = append;
+        let fh = self.handles.open(f);
         Ok((inode, fh))
     }
 
@@ -364,11 +389,7 @@ impl Inner {
             let seq = self.hidden_seq.fetch_add(1, Ordering::Relaxed);
             let hidden = join(dir, &format!(".myriad-unlinked-{ino:x}-{seq}"));
             self.client
-                .rename(
-                    path,
-                    &hidden,
-                    RenameFlags { no_replace: true },
-                )
+                .rename(path, &hidden, RenameFlags { no_replace: true })
                 .await?;
             self.handles.renamed(path, &hidden, true);
             self.inodes.renamed(path, &hidden);

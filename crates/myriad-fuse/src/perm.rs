@@ -51,9 +51,15 @@ mod tests {
         assert!(!allowed(&i, &who(10, 1, vec![]), EXEC));
         assert!(allowed(&i, &who(11, 20, vec![]), READ));
         assert!(!allowed(&i, &who(11, 20, vec![]), WRITE));
-        assert!(allowed(&i, &who(11, 1, vec![20]), READ), "supplementary group");
+        assert!(
+            allowed(&i, &who(11, 1, vec![20]), READ),
+            "supplementary group"
+        );
         assert!(!allowed(&i, &who(11, 1, vec![]), READ));
         assert!(allowed(&i, &who(0, 0, vec![]), READ | WRITE));
-        assert!(!allowed(&i, &who(0, 0, vec![]), EXEC), "root cannot run a non-executable");
+        assert!(
+            !allowed(&i, &who(0, 0, vec![]), EXEC),
+            "root cannot run a non-executable"
+        );
     }
 }

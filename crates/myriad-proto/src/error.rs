@@ -73,7 +73,7 @@ impl FsError {
             FsError::TimedOut(_) => 110,                                        // ETIMEDOUT
             FsError::NotSupported(_) => 95,                                     // EOPNOTSUPP
             FsError::NoData => 61,                                              // ENODATA
-            FsError::NotPermitted => 1,                                         // EPERM                                        // ETIMEDOUT
+            FsError::NotPermitted => 1, // EPERM                                        // ETIMEDOUT
             FsError::Io(_) | FsError::Unavailable(_) | FsError::Protocol(_) => 5, // EIO
         }
     }

@@ -287,7 +287,10 @@ impl Node {
                 self.own(&st, st.ring.owner_of_entry(&path))?;
                 self.search(&caller, &path).await?;
                 check_xattr_name(&name)?;
-                if value.as_ref().is_some_and(|v| v.len() > limits::XATTR_TOTAL_BYTES_MAX) {
+                if value
+                    .as_ref()
+                    .is_some_and(|v| v.len() > limits::XATTR_TOTAL_BYTES_MAX)
+                {
                     return Err(FsError::TooLarge);
                 }
                 let inode = self.lookup(&path).await?;
@@ -908,7 +911,9 @@ fn check_xattr_name(name: &str) -> Result<(), FsError> {
     }
     match name.strip_prefix("user.") {
         Some(rest) if !rest.is_empty() && !name.contains('\0') => Ok(()),
-        Some(_) => Err(FsError::InvalidArgument("empty or NUL-containing attribute name".into())),
+        Some(_) => Err(FsError::InvalidArgument(
+            "empty or NUL-containing attribute name".into(),
+        )),
         None => Err(FsError::NotSupported(format!(
             "extended attribute namespace of {name:?} (only user.* is stored)"
         ))),

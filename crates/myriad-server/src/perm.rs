@@ -96,6 +96,7 @@ mod tests {
             mtime_ns: 0,
             ctime_ns: 0,
             symlink_target: None,
+            xattrs: Vec::new(),
         }
     }
 

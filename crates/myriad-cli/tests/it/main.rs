@@ -4,7 +4,9 @@
 mod bad_input;
 mod counting;
 mod crash;
+mod fuse_programs;
 mod harness;
+mod mount;
 mod ops;
 mod permissions;
 mod redirect;

@@ -17,6 +17,7 @@ fn inode(ino: u64) -> Inode {
         mtime_ns: 0,
         ctime_ns: 0,
         symlink_target: None,
+        xattrs: Vec::new(),
     }
 }
 

@@ -1,0 +1,131 @@
+//! A real FUSE mount of a test cluster (`myriad mount` as a child process), unmounted and
+//! reaped when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{BIN, TestCluster};
+
+pub struct Mount {
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+pub fn is_mounted(p: &Path) -> bool {
+    let want = p.to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(want.as_str()))
+}
+
+impl Mount {
+    pub fn new(cluster: &TestCluster, extra: &[&str]) -> Mount {
+        let dir = tempfile::Builder::new()
+            .prefix("myriad-mnt-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let log = cluster.dir.path().join(format!(
+            "mount-{}.log",
+            dir.path().display().to_string().replace('/', "_")
+        ));
+        let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new(BIN)
+            .arg("--cluster")
+            .arg(cluster.map_file())
+            .args(extra.iter().take_while(|a| **a != "--"))
+            .arg("mount")
+            .arg(dir.path())
+            .args(extra.iter().skip_while(|a| **a != "--").skip(1))
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start myriad mount: {e}"));
+        let mut m = Mount {
+            dir,
+            child: Some(child),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_mounted(m.dir.path()) {
+            if let Some(Ok(Some(st))) = m.child.as_mut().map(Child::try_wait) {
+                panic!(
+                    "myriad mount exited ({st}) - FUSE must work on this machine (/dev/fuse, \
+                     root or fusermount3): {}",
+                    std::fs::read_to_string(&m.log).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "mount did not come up in 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel.trim_start_matches('/'))
+    }
+
+    /// Unmounts (as `myriad umount`) and waits for the mount process to exit cleanly.
+    pub fn unmount(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let out = Command::new(BIN)
+            .arg("umount")
+            .arg(self.dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        if !out.status.success() {
+            // Busy (a test failed with a file open): detach so the process can end.
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                assert!(
+                    st.success() || std::thread::panicking(),
+                    "mount exited with {st}"
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("mount process did not exit after unmount");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("---- mount log ----\n{log}");
+        }
+        self.unmount();
+    }
+}
+
+/// Runs a shell command (in `dir`), panicking with its output if it fails.
+pub fn sh(dir: &Path, script: &str) -> String {
+    let out = Command::new("bash")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "`{script}` failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
