@@ -1,0 +1,407 @@
+//! POSIX behaviour of the mount, per operation, including the error cases, checked with
+//! system calls (std and libc) against a real mount of a 4-node cluster.
+
+use std::ffi::CString;
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::TestCluster;
+use crate::mount::Mount;
+
+fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.raw_os_error().unwrap_or(0),
+    }
+}
+
+fn c(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn ok<T>(r: std::io::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `script` as uid/gid 1000; returns (success, stderr).
+fn as_user(dir: &Path, script: &str) -> (bool, String) {
+    let out = ok(Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .uid(1000)
+        .gid(1000)
+        .output());
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn errors_and_namespace_operations() {
+    let cl = TestCluster::start(4);
+    let m = Mount::new(&cl, &[]);
+    let p = |s: &str| m.path(s);
+
+    // ENOENT, EEXIST (O_EXCL), EISDIR, ENOTDIR, ENOTEMPTY, ENAMETOOLONG.
+    assert_eq!(errno(fs::read(p("missing"))), libc::ENOENT);
+    ok(fs::write(p("f"), b"x"));
+    assert_eq!(
+        errno(OpenOptions::new().write(true).create_new(true).open(p("f"))),
+        libc::EEXIST
+    );
+    ok(fs::create_dir(p("d")));
+    assert_eq!(errno(fs::create_dir(p("d"))), libc::EEXIST);
+    assert_eq!(
+        errno(OpenOptions::new().write(true).open(p("d"))),
+        libc::EISDIR
+    );
+    assert_eq!(errno(fs::read(p("f/x"))), libc::ENOTDIR);
+    assert_eq!(errno(fs::create_dir(p("f/x"))), libc::ENOTDIR);
+    ok(fs::write(p("d/inner"), b"1"));
+    assert_eq!(errno(fs::remove_dir(p("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno(fs::remove_file(p("d"))), libc::EISDIR);
+    assert_eq!(errno(fs::remove_dir(p("f"))), libc::ENOTDIR);
+    let long = "n".repeat(256);
+    assert_eq!(errno(fs::write(p(&long), b"")), libc::ENAMETOOLONG);
+    ok(fs::write(p(&"n".repeat(255)), b"255 is fine"));
+
+    // Symlinks: relative and absolute, readlink, and ELOOP on a loop.
+    std::os::unix::fs::symlink("f", p("ln")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ok(fs::read(p("ln"))), b"x");
+    assert_eq!(ok(fs::read_link(p("ln"))), Path::new("f"));
+    assert!(ok(fs::symlink_metadata(p("ln"))).file_type().is_symlink());
+    ok(std::os::unix::fs::symlink("loop2", p("loop1")));
+    ok(std::os::unix::fs::symlink("loop1", p("loop2")));
+    assert_eq!(errno(fs::read(p("loop1"))), libc::ELOOP);
+
+    // FIFOs and sockets are metadata-only nodes.
+    let fifo = c(&p("fifo"));
+    // SAFETY: valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    assert!(ok(fs::metadata(p("fifo"))).file_type().is_fifo());
+    assert_eq!(ok(fs::metadata(p("fifo"))).mode() & 0o777, 0o640);
+    let sock = ok(std::os::unix::net::UnixListener::bind(p("sock")));
+    assert!(ok(fs::metadata(p("sock"))).file_type().is_socket());
+    drop(sock);
+
+    // Renames: over a file, across directories on different servers (never EXDEV),
+    // RENAME_NOREPLACE, a directory onto an empty directory, a directory with contents.
+    for i in 0..8 {
+        ok(fs::create_dir(p(&format!("dir{i}"))));
+    }
+    ok(fs::write(p("dir0/a"), b"a"));
+    for i in 1..8 {
+        ok(fs::rename(
+            p(&format!("dir{}/a", i - 1)),
+            p(&format!("dir{i}/a")),
+        ));
+    }
+    assert_eq!(ok(fs::read(p("dir7/a"))), b"a");
+    ok(fs::write(p("g"), b"g"));
+    ok(fs::rename(p("g"), p("f")));
+    assert_eq!(ok(fs::read(p("f"))), b"g");
+    assert!(!p("g").exists());
+    ok(fs::write(p("h"), b"h"));
+    let (h, f) = (c(&p("h")), c(&p("f")));
+    // SAFETY: valid paths.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            h.as_ptr(),
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(
+        ok(fs::read(p("f"))),
+        b"g",
+        "NOREPLACE left the target alone"
+    );
+    ok(fs::create_dir(p("empty")));
+    ok(fs::rename(p("dir7"), p("empty")));
+    assert_eq!(ok(fs::read(p("empty/a"))), b"a");
+    ok(fs::rename(p("empty"), p("d/moved")));
+    assert_eq!(ok(fs::read(p("d/moved/a"))), b"a");
+    assert_eq!(
+        errno(fs::rename(p("d"), p("d/moved/x"))),
+        libc::EINVAL,
+        "into itself"
+    );
+
+    // Hard links are not supported: EPERM, as on file systems without them.
+    assert_eq!(errno(fs::hard_link(p("f"), p("f2"))), libc::EPERM);
+
+    // readdir: every name, once, with types.
+    let mut names: Vec<String> = ok(fs::read_dir(p("d")))
+        .map(|e| ok(e).file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["inner", "moved"]);
+
+    // statfs answers.
+    let root = c(m.dir.path());
+    // SAFETY: zeroed statvfs is a valid out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-pointer.
+    assert_eq!(unsafe { libc::statvfs(root.as_ptr(), &mut st) }, 0);
+    assert!(st.f_blocks > 0 && st.f_bsize > 0 && st.f_namemax == 255);
+}
+
+#[test]
+fn file_contents_append_trunc_sparse_big_offsets_and_times() {
+    let cl = TestCluster::start(4);
+    let m = Mount::new(&cl, &[]);
+    let p = |s: &str| m.path(s);
+
+    // O_APPEND, O_TRUNC.
+    ok(fs::write(p("log"), b"one\n"));
+    for line in ["two\n", "three\n"] {
+        let mut f = ok(OpenOptions::new().append(true).open(p("log")));
+        ok(f.write_all(line.as_bytes()));
+    }
+    assert_eq!(ok(fs::read(p("log"))), b"one\ntwo\nthree\n");
+    drop(ok(OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(p("log"))));
+    assert_eq!(ok(fs::metadata(p("log"))).len(), 0);
+
+    // Sparse file over 4 GiB: holes read as zeros, the tail as written.
+    let mut f = ok(OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(p("sparse")));
+    let far = 5u64 << 30;
+    ok(f.seek(SeekFrom::Start(far)));
+    ok(f.write_all(b"tail"));
+    ok(f.sync_all());
+    assert_eq!(ok(fs::metadata(p("sparse"))).len(), far + 4);
+    let mut buf = vec![1u8; 8192];
+    ok(f.seek(SeekFrom::Start(3 << 30)));
+    ok(f.read_exact(&mut buf));
+    assert!(buf.iter().all(|b| *b == 0), "a hole reads as zeros");
+    ok(f.seek(SeekFrom::Start(far - 2)));
+    let mut tail = [9u8; 6];
+    ok(f.read_exact(&mut tail));
+    assert_eq!(&tail, b"\0\0tail");
+
+    // Truncate down then up: the cut bytes come back as zeros.
+    ok(fs::write(p("t"), vec![7u8; 200_000]));
+    let f = ok(OpenOptions::new().write(true).open(p("t")));
+    ok(f.set_len(1000));
+    ok(f.set_len(150_000));
+    drop(f);
+    let d = ok(fs::read(p("t")));
+    assert_eq!(d.len(), 150_000);
+    assert!(d[..1000].iter().all(|b| *b == 7) && d[1000..].iter().all(|b| *b == 0));
+
+    // A write across the 4 MiB chunk boundary in one call, read back whole.
+    let big: Vec<u8> = (0..6_000_000u32).map(|i| (i % 251) as u8).collect();
+    ok(fs::write(p("big"), &big));
+    assert_eq!(ok(fs::read(p("big"))), big);
+
+    // utimens: set both times exactly; chmod shows.
+    let t = c(&p("t"));
+    let times = [
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 123_456_789,
+        },
+        libc::timespec {
+            tv_sec: 1_500_000_000,
+            tv_nsec: 987_654_321,
+        },
+    ];
+    // SAFETY: valid path and two timespecs.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, t.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    let md = ok(fs::metadata(p("t")));
+    assert_eq!((md.atime(), md.atime_nsec()), (1_000_000_000, 123_456_789));
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_500_000_000, 987_654_321));
+    ok(fs::set_permissions(
+        p("t"),
+        fs::Permissions::from_mode(0o604),
+    ));
+    assert_eq!(ok(fs::metadata(p("t"))).mode() & 0o7777, 0o604);
+
+    // A file unlinked while open stays readable and writable through its descriptor, and
+    // leaves nothing behind after close.
+    ok(fs::write(p("gone"), b"still here"));
+    let mut f = ok(OpenOptions::new().read(true).write(true).open(p("gone")));
+    ok(fs::remove_file(p("gone")));
+    assert!(!p("gone").exists());
+    let mut s = String::new();
+    ok(f.read_to_string(&mut s));
+    assert_eq!(s, "still here");
+    ok(f.write_all(b"!"));
+    drop(f);
+    // The kernel sends the release after close returns: the hidden name goes soon after.
+    let hidden = || -> Vec<_> {
+        ok(fs::read_dir(m.dir.path()))
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".myriad"))
+            .collect()
+    };
+    let t = Instant::now();
+    while !hidden().is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(hidden().is_empty(), "hidden names left: {:?}", hidden());
+}
+
+#[test]
+fn xattrs_and_permissions_are_enforced_per_user() {
+    let cl = TestCluster::start(4);
+    let m = Mount::new(&cl, &[]);
+    let p = |s: &str| m.path(s);
+
+    // user.* extended attributes: set, get, list, replace rules, remove, ENODATA.
+    ok(fs::write(p("x"), b""));
+    let (x, name, other) = (
+        c(&p("x")),
+        c(Path::new("user.color")),
+        c(Path::new("trusted.k")),
+    );
+    let set = |n: &CString, v: &[u8], flags: i32| {
+        // SAFETY: valid C strings and buffer.
+        let r =
+            unsafe { libc::setxattr(x.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), flags) };
+        if r == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        }
+    };
+    let get = |n: &CString| -> Result<Vec<u8>, i32> {
+        let mut buf = vec![0u8; 256];
+        // SAFETY: valid C strings and buffer.
+        let r =
+            unsafe { libc::getxattr(x.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            buf.truncate(usize::try_from(r).unwrap_or(0));
+            Ok(buf)
+        }
+    };
+    assert_eq!(get(&name), Err(libc::ENODATA));
+    assert_eq!(set(&name, b"blue", libc::XATTR_REPLACE), libc::ENODATA);
+    assert_eq!(set(&name, b"blue", libc::XATTR_CREATE), 0);
+    assert_eq!(set(&name, b"red", libc::XATTR_CREATE), libc::EEXIST);
+    assert_eq!(get(&name), Ok(b"blue".to_vec()));
+    assert_eq!(set(&name, b"green", 0), 0);
+    assert_eq!(get(&name), Ok(b"green".to_vec()));
+    assert_eq!(set(&other, b"v", 0), libc::EOPNOTSUPP);
+    let mut list = vec![0u8; 256];
+    // SAFETY: valid path and buffer.
+    let n = unsafe { libc::listxattr(x.as_ptr(), list.as_mut_ptr().cast(), list.len()) };
+    assert_eq!(&list[..usize::try_from(n).unwrap_or(0)], b"user.color\0");
+    // SAFETY: valid C strings.
+    assert_eq!(unsafe { libc::removexattr(x.as_ptr(), name.as_ptr()) }, 0);
+    assert_eq!(get(&name), Err(libc::ENODATA));
+    // Bounded: one value over 64 KiB is refused by the kernel, and all of a file's
+    // attributes together may not pass 64 KiB (they live in the inode).
+    assert_eq!(set(&name, &vec![0u8; 70_000], 0), libc::E2BIG);
+    assert_eq!(set(&name, &vec![1u8; 60_000], 0), 0);
+    assert_eq!(
+        set(&c(Path::new("user.more")), &vec![2u8; 10_000], 0),
+        libc::ENOSPC
+    );
+    assert_eq!(
+        get(&name).map(|v| v.len()),
+        Err(libc::ERANGE),
+        "256-byte buffer too small"
+    );
+
+    // Permissions, checked by the servers with the caller's uid and gid.
+    ok(fs::write(p("secret"), b"root only"));
+    ok(fs::set_permissions(
+        p("secret"),
+        fs::Permissions::from_mode(0o600),
+    ));
+    let dir = m.dir.path();
+    let (read_ok, err) = as_user(dir, "cat secret");
+    assert!(!read_ok && err.contains("Permission denied"), "{err}");
+    let (write_ok, err) = as_user(dir, "echo x >> secret");
+    assert!(!write_ok && err.contains("Permission denied"), "{err}");
+    ok(fs::create_dir(p("rootdir")));
+    ok(fs::set_permissions(
+        p("rootdir"),
+        fs::Permissions::from_mode(0o755),
+    ));
+    let (mk_ok, err) = as_user(dir, "touch rootdir/f");
+    assert!(!mk_ok && err.contains("Permission denied"), "{err}");
+    // The mount root belongs to uid 1000 in the test cluster: that user creates there, owns
+    // what it creates, and root can read it.
+    let (mine_ok, err) = as_user(dir, "echo mine > mine && chmod 640 mine && cat mine");
+    assert!(mine_ok, "{err}");
+    let md = ok(fs::metadata(p("mine")));
+    assert_eq!((md.uid(), md.gid(), md.mode() & 0o777), (1000, 1000, 0o640));
+    let (chown_ok, _) = as_user(dir, "chown 0 mine");
+    assert!(!chown_ok, "a user cannot give a file away");
+    // Sticky directory: another user's file cannot be removed.
+    ok(fs::create_dir(p("tmp")));
+    ok(fs::set_permissions(
+        p("tmp"),
+        fs::Permissions::from_mode(0o1777),
+    ));
+    ok(fs::write(p("tmp/roots"), b""));
+    let (rm_ok, err) = as_user(dir, "rm -f tmp/roots");
+    assert!(
+        !rm_ok && err.contains("not permitted") || err.contains("Permission denied"),
+        "{err}"
+    );
+    assert!(p("tmp/roots").exists());
+}
+
+#[test]
+fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
+    let cl = TestCluster::start(4);
+    let m = Mount::new(&cl, &["--timeout-ms", "2000"]);
+    let client = cl.client();
+    // A directory whose entries live on node 2.
+    let dir = crate::harness::dir_on_node(&client, &cl.map, 2, "/on2");
+    ok(fs::create_dir(m.path(&dir)));
+    let names: Vec<String> = (0..3).map(|i| format!("{dir}/f{i}")).collect();
+    for n in &names {
+        ok(fs::write(m.path(n), n.as_bytes()));
+    }
+    cl.kill9(2);
+    // Past the kernel's caches: a new name on node 2.
+    let fresh = format!("{dir}/fresh");
+    let t = Instant::now();
+    let e = errno(fs::write(m.path(&fresh), b"x"));
+    assert!(
+        [libc::EIO, libc::ETIMEDOUT].contains(&e),
+        "errno {e} from a dead server"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        t.elapsed()
+    );
+    cl.restart(2);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(cl.wait_up(&client, 2));
+    for n in &names {
+        assert_eq!(ok(fs::read(m.path(n))), n.as_bytes(), "acked file lost");
+    }
+    ok(fs::write(m.path(&fresh), b"back"));
+    assert_eq!(ok(fs::read(m.path(&fresh))), b"back");
+}
