@@ -35,6 +35,12 @@ pub enum BenchCmd {
     /// with fetch by parallel readers, with metadata replication on and off and on the local
     /// file system; throughput, metadata share of time, requests per file, and a PNG plot.
     Smallread(crate::bench_smallread::SmallreadArgs),
+    /// Small-file phases through a FUSE mount with worker processes (create+write, stat,
+    /// cold read, cold `ls -l`, unlink) for 4 KiB and 32 KiB files, next to local disk.
+    Fuse(crate::bench_fuse::FuseArgs),
+    /// One worker process of `bench fuse` (internal).
+    #[command(hide = true)]
+    FuseWorker(crate::bench_fuse::WorkerArgs),
 }
 
 #[derive(Args, Clone)]
@@ -103,6 +109,8 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let (name, args, phases): (&str, BenchArgs, &[&str]) = match cmd {
         BenchCmd::RenameDir(a) => return rename_dir(a).await,
         BenchCmd::Smallread(a) => return crate::bench_smallread::run(a).await,
+        BenchCmd::Fuse(a) => return crate::bench_fuse::run(a).await,
+        BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),
         BenchCmd::Stat(a) => ("stat", a, &["rpc", "stat", "rpc"]),

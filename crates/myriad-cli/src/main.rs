@@ -3,6 +3,7 @@
 //! stderr), 2 usage error.
 
 mod bench;
+mod bench_fuse;
 mod bench_smallread;
 mod cluster;
 mod demo;

@@ -54,8 +54,17 @@ fn crates_depend_only_in_the_written_direction() {
             &["myriad-proto", "myriad-placement", "myriad-net"][..],
         ),
         (
+            "myriad-fuse",
+            &["myriad-client", "myriad-proto", "myriad-placement"][..],
+        ),
+        (
             "myriad-cli",
-            &["myriad-client", "myriad-placement", "myriad-server"][..],
+            &[
+                "myriad-client",
+                "myriad-fuse",
+                "myriad-placement",
+                "myriad-server",
+            ][..],
         ),
     ]);
     let crates: Vec<String> = std::fs::read_dir(workspace_root().join("crates"))

@@ -11,9 +11,12 @@ use myriad_proto::{Caller, limits};
 const GROUPS_CACHE_TTL: Duration = Duration::from_secs(2);
 const GROUPS_CACHE_MAX: usize = 4096;
 
+/// Per pid: when read, for which uid and gid, and the groups.
+type Seen = (Instant, u32, u32, Vec<u32>);
+
 #[derive(Default)]
 pub struct Callers {
-    cache: Mutex<HashMap<u32, (Instant, u32, u32, Vec<u32>)>>,
+    cache: Mutex<HashMap<u32, Seen>>,
 }
 
 impl Callers {

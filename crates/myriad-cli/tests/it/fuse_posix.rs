@@ -182,6 +182,7 @@ fn file_contents_append_trunc_sparse_big_offsets_and_times() {
     // Sparse file over 4 GiB: holes read as zeros, the tail as written.
     let mut f = ok(OpenOptions::new()
         .create(true)
+        .truncate(false)
         .read(true)
         .write(true)
         .open(p("sparse")));

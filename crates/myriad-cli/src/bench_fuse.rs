@@ -1,0 +1,333 @@
+//! `myriad bench fuse`: the small-file phases through a real FUSE mount with worker
+//! processes (create+write, stat, cold read, cold `ls -l`, unlink), next to the same phases
+//! on the local file system in the same run.
+//!
+//! Each worker works in its own directory: the kernel serializes creates and unlinks within
+//! one directory (the VFS holds the directory lock), on any file system, so one shared
+//! directory would measure that lock rather than the file system.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+
+use crate::cluster::{LocalCluster, NodeOptions, bench_identity};
+use crate::mount_cmd::is_mounted;
+
+#[derive(Args, Clone)]
+pub struct FuseArgs {
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Worker processes.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Files per phase (split over the workers).
+    #[arg(long, default_value_t = 10_000)]
+    files: u64,
+    /// File sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4096,32768")]
+    sizes: Vec<usize>,
+    /// Entries in the directory listed by the `ls -l` phase.
+    #[arg(long, default_value_t = 10_000)]
+    ls_entries: u64,
+    /// Where the local-disk baseline runs (default: the system temp dir).
+    #[arg(long)]
+    local_dir: Option<PathBuf>,
+    #[arg(long, default_value = "bench-results")]
+    out_dir: PathBuf,
+}
+
+/// One worker process's share of a phase (hidden subcommand).
+#[derive(Args, Clone)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    phase: String,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    files: u64,
+    #[arg(long)]
+    size: usize,
+}
+
+#[derive(Serialize, Clone, Debug)]
+struct Row {
+    size: usize,
+    phase: String,
+    myriad_ops_s: f64,
+    local_ops_s: f64,
+    target_ops_s: Option<f64>,
+}
+
+const PHASES: [&str; 5] = ["create", "stat", "read", "ls", "unlink"];
+
+fn target(phase: &str, size: usize) -> Option<f64> {
+    if size != 4096 {
+        return None;
+    }
+    Some(match phase {
+        "create" | "unlink" => 15_000.0,
+        "stat" => 100_000.0,
+        "read" => 30_000.0,
+        "ls" => 100_000.0,
+        _ => return None,
+    })
+}
+
+pub fn worker(a: &WorkerArgs) -> anyhow::Result<()> {
+    let data = vec![b'm'; a.size];
+    for i in 0..a.files {
+        let p = a.dir.join(format!("f{i:06}"));
+        match a.phase.as_str() {
+            "create" => {
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&p)
+                    .with_context(|| p.display().to_string())?;
+                f.write_all(&data)?;
+            }
+            "stat" => {
+                let m = fs::metadata(&p).with_context(|| p.display().to_string())?;
+                if m.len() != a.size as u64 {
+                    bail!("{}: size {} != {}", p.display(), m.len(), a.size);
+                }
+            }
+            "read" => {
+                let d = fs::read(&p).with_context(|| p.display().to_string())?;
+                if d != data {
+                    bail!("{}: contents differ", p.display());
+                }
+            }
+            "unlink" => fs::remove_file(&p).with_context(|| p.display().to_string())?,
+            other => bail!("unknown phase {other}"),
+        }
+    }
+    Ok(())
+}
+
+/// Runs `phase` in `workers` processes (as the bench identity), one directory each; ops/s.
+fn run_workers(root: &Path, phase: &str, a: &FuseArgs, size: usize) -> anyhow::Result<f64> {
+    let per = a.files / a.workers as u64;
+    let me = std::env::current_exe()?;
+    let who = bench_identity();
+    // SAFETY: getuid has no preconditions.
+    let switch = unsafe { libc::getuid() } == 0;
+    let start = Instant::now();
+    let mut kids: Vec<Child> = Vec::new();
+    for w in 0..a.workers {
+        let mut cmd = Command::new(&me);
+        cmd.args(["bench", "fuse-worker", "--phase", phase, "--files"])
+            .arg(per.to_string())
+            .arg("--size")
+            .arg(size.to_string())
+            .arg("--dir")
+            .arg(root.join(format!("w{w}")))
+            .stdout(Stdio::null());
+        if switch {
+            cmd.uid(who.uid).gid(who.gid);
+        }
+        kids.push(cmd.spawn()?);
+    }
+    for mut k in kids {
+        let st = k.wait()?;
+        if !st.success() {
+            bail!("a {phase} worker failed ({st})");
+        }
+    }
+    Ok((per * a.workers as u64) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// `ls -l` of a directory with `n` entries; entries/s.
+fn run_ls(dir: &Path, n: u64) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let out = Command::new("ls")
+        .arg("-l")
+        .arg(dir)
+        .stderr(Stdio::inherit())
+        .output()?;
+    let secs = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!("ls -l {} failed", dir.display());
+    }
+    let lines = out.stdout.iter().filter(|b| **b == b'\n').count() as u64;
+    if lines < n {
+        bail!("ls -l listed {lines} lines, expected {n}+");
+    }
+    Ok(n as f64 / secs)
+}
+
+fn prepare_dirs(root: &Path, a: &FuseArgs) -> anyhow::Result<()> {
+    let who = bench_identity();
+    fs::create_dir_all(root)?;
+    std::os::unix::fs::chown(root, Some(who.uid), Some(who.gid)).ok();
+    for w in 0..a.workers {
+        let d = root.join(format!("w{w}"));
+        fs::create_dir(&d).with_context(|| d.display().to_string())?;
+        std::os::unix::fs::chown(&d, Some(who.uid), Some(who.gid)).ok();
+    }
+    Ok(())
+}
+
+fn fill_ls_dir(dir: &Path, n: u64, size: usize) -> anyhow::Result<()> {
+    fs::create_dir_all(dir)?;
+    let data = vec![b'l'; size];
+    for i in 0..n {
+        fs::write(dir.join(format!("e{i:07}")), &data)?;
+    }
+    Ok(())
+}
+
+struct MountProc {
+    child: Child,
+    at: PathBuf,
+}
+
+impl MountProc {
+    fn start(map: &Path, at: &Path) -> anyhow::Result<MountProc> {
+        let child = Command::new(std::env::current_exe()?)
+            .arg("--cluster")
+            .arg(map)
+            .arg("mount")
+            .arg(at)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_mounted(at) {
+            if Instant::now() > deadline {
+                bail!("mount on {} did not come up", at.display());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(MountProc {
+            child,
+            at: at.to_path_buf(),
+        })
+    }
+
+    fn stop(mut self) -> anyhow::Result<()> {
+        myriad_fuse::unmount(&self.at).map_err(anyhow::Error::msg)?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+/// Drops the local page cache (root only) so local "cold" phases are cold too.
+fn drop_local_caches() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.workers > 0 && a.files >= a.workers as u64,
+        "need files >= workers > 0"
+    );
+    let tmp = tempfile::Builder::new()
+        .prefix("myriad-bench-fuse-")
+        .tempdir()?;
+    let cluster = LocalCluster::up(
+        &tmp.path().join("cluster"),
+        a.nodes,
+        &NodeOptions::for_bench(Vec::new()),
+    )
+    .await?;
+    let map = crate::cluster::map_path(&cluster.dir);
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt)?;
+    let local_root = tempfile::Builder::new()
+        .prefix("myriad-bench-fuse-local-")
+        .tempdir_in(a.local_dir.clone().unwrap_or_else(std::env::temp_dir))?;
+    eprintln!(
+        "bench fuse: {} files per phase, {} workers, sizes {:?}, ls of {} entries, {}-node cluster",
+        a.files, a.workers, a.sizes, a.ls_entries, a.nodes
+    );
+    let result = phases(&a, &map, &mnt, local_root.path()).await;
+    let _ = cluster.down();
+    let rows = result?;
+
+    println!(
+        "\n{:>6} {:>8} | {:>12} {:>12} | {:>7} | {:>9}",
+        "size", "phase", "myriad op/s", "local op/s", "ratio", "target"
+    );
+    for r in &rows {
+        println!(
+            "{:>6} {:>8} | {:>12.0} {:>12.0} | {:>7.2} | {:>9}",
+            r.size,
+            r.phase,
+            r.myriad_ops_s,
+            r.local_ops_s,
+            r.myriad_ops_s / r.local_ops_s.max(1e-9),
+            match r.target_ops_s {
+                Some(t) if r.myriad_ops_s >= t => format!("{t:.0} met"),
+                Some(t) => format!("{t:.0} NOT"),
+                None => "-".into(),
+            }
+        );
+    }
+    println!("(ls: entries/s of one `ls -l`; read and ls run on a fresh mount: cold kernel cache)");
+    fs::create_dir_all(&a.out_dir)?;
+    let out = a.out_dir.join("bench-fuse.json");
+    fs::write(&out, serde_json::to_string_pretty(&rows)?)?;
+    println!("results: {}", out.display());
+    Ok(())
+}
+
+async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &size in &a.sizes {
+        let name = format!("s{size}");
+        // Myriad, through the mount.
+        let mut m = MountProc::start(map, mnt)?;
+        let root = mnt.join(&name);
+        prepare_dirs(&root, a)?;
+        fill_ls_dir(&root.join("ls"), a.ls_entries, size)?;
+        let mut mine = Vec::new();
+        for phase in PHASES {
+            if phase == "read" || phase == "ls" {
+                // Cold: a fresh mount has nothing cached in the kernel.
+                m.stop()?;
+                m = MountProc::start(map, mnt)?;
+            }
+            let v = if phase == "ls" {
+                run_ls(&root.join("ls"), a.ls_entries)?
+            } else {
+                run_workers(&root, phase, a, size)?
+            };
+            eprintln!("  myriad {size:>6} B {phase:>7}: {v:>10.0} op/s");
+            mine.push(v);
+        }
+        m.stop()?;
+        // The same on local disk.
+        let root = local.join(&name);
+        prepare_dirs(&root, a)?;
+        fill_ls_dir(&root.join("ls"), a.ls_entries, size)?;
+        for (phase, v) in PHASES.iter().zip(mine) {
+            if *phase == "read" || *phase == "ls" {
+                drop_local_caches();
+            }
+            let l = if *phase == "ls" {
+                run_ls(&root.join("ls"), a.ls_entries)?
+            } else {
+                run_workers(&root, phase, a, size)?
+            };
+            eprintln!("  local  {size:>6} B {phase:>7}: {l:>10.0} op/s");
+            rows.push(Row {
+                size,
+                phase: (*phase).to_string(),
+                myriad_ops_s: v,
+                local_ops_s: l,
+                target_ops_s: target(phase, size),
+            });
+        }
+    }
+    Ok(rows)
+}
