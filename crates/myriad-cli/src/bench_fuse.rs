@@ -41,6 +41,10 @@ pub struct FuseArgs {
     local_dir: Option<PathBuf>,
     #[arg(long, default_value = "bench-results")]
     out_dir: PathBuf,
+    /// Extra `myriad mount` flag for the mounts (repeatable), e.g.
+    /// `--mount-arg=--attr-ttl-ms=10000`; the defaults are measured without any.
+    #[arg(long = "mount-arg", allow_hyphen_values = true)]
+    mount_args: Vec<String>,
 }
 
 /// One worker process's share of a phase (hidden subcommand).
@@ -190,12 +194,13 @@ struct MountProc {
 }
 
 impl MountProc {
-    fn start(map: &Path, at: &Path) -> anyhow::Result<MountProc> {
+    fn start(map: &Path, at: &Path, extra: &[String]) -> anyhow::Result<MountProc> {
         let child = Command::new(std::env::current_exe()?)
             .arg("--cluster")
             .arg(map)
             .arg("mount")
             .arg(at)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
@@ -286,7 +291,7 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
     for &size in &a.sizes {
         let name = format!("s{size}");
         // Myriad, through the mount.
-        let mut m = MountProc::start(map, mnt)?;
+        let mut m = MountProc::start(map, mnt, &a.mount_args)?;
         let root = mnt.join(&name);
         prepare_dirs(&root, a)?;
         fill_ls_dir(&root.join("ls"), a.ls_entries, size)?;
@@ -295,7 +300,7 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
             if phase == "read" || phase == "ls" {
                 // Cold: a fresh mount has nothing cached in the kernel.
                 m.stop()?;
-                m = MountProc::start(map, mnt)?;
+                m = MountProc::start(map, mnt, &a.mount_args)?;
             }
             let v = if phase == "ls" {
                 run_ls(&root.join("ls"), a.ls_entries)?

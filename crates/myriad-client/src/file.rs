@@ -27,6 +27,20 @@ impl Client {
         exclusive: bool,
         data: &[u8],
     ) -> Result<FileHandle, FsError> {
+        self.create_with(path, mode, exclusive, data, true).await
+    }
+
+    /// `create`; with `durable: false` the reply comes once the file exists for everyone but
+    /// before it is on disk (it is within the node's next group commit, and a later durable
+    /// write or `sync` to the file makes sure of it).
+    pub async fn create_with(
+        &self,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+        data: &[u8],
+        durable: bool,
+    ) -> Result<FileHandle, FsError> {
         validate_path(path)?;
         let first = data.len().min(
             usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX),
@@ -36,6 +50,7 @@ impl Client {
             mode,
             exclusive,
             data: data[..first].to_vec(),
+            durable,
         };
         let inode = match self.call(Route::Entry(path.to_string()), req).await {
             Ok(r) => expect_attr(r)?,
@@ -195,6 +210,17 @@ impl Client {
             size,
         };
         expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)
+    }
+
+    /// Returns once everything the file's node applied so far (this file's non-durable
+    /// create included) is durable.
+    pub async fn sync(&self, path: &str) -> Result<(), FsError> {
+        let req = Request::Sync {
+            path: path.to_string(),
+        };
+        self.call(Route::Entry(path.to_string()), req)
+            .await
+            .map(|_| ())
     }
 
     /// Every acknowledged write is already durable (fsynced by group commit on its node), so

@@ -307,18 +307,27 @@ impl Filesystem for MyriadFs {
         let pid = req.pid();
         let want = want_of(flags);
         let append = flags.0 & libc::O_APPEND != 0;
-        self.spawn(req, move |fs, caller| async move {
-            match fs.open(&caller, pid, ino.0, want, append).await {
-                Ok((fh, keep)) => {
-                    let f = if keep {
-                        FopenFlags::FOPEN_KEEP_CACHE
-                    } else {
-                        FopenFlags::empty()
-                    };
-                    reply.opened(FileHandle(fh), f);
+        let reply_open = move |r: Result<(u64, bool), FsError>, reply: ReplyOpen| match r {
+            Ok((fh, keep)) => {
+                let mut f = if keep {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                if want == perm::READ {
+                    // Nothing to send at close: spare the kernel the flush round trip.
+                    f |= FopenFlags::FOPEN_NOFLUSH;
                 }
-                Err(e) => reply.error(errno(&e)),
+                reply.opened(FileHandle(fh), f);
             }
+            Err(e) => reply.error(errno(&e)),
+        };
+        let caller = self.caller(req);
+        if let Some(r) = self.inner.open_prefetched(&caller, pid, ino.0, want) {
+            return reply_open(r, reply);
+        }
+        self.spawn(req, move |fs, caller| async move {
+            reply_open(fs.open(&caller, pid, ino.0, want, append).await, reply);
         });
     }
 
@@ -379,6 +388,9 @@ impl Filesystem for MyriadFs {
         reply: ReplyEmpty,
     ) {
         // Every close: buffered writes become durable before close returns (close-to-open).
+        if self.inner.flush_is_noop(fh.0) {
+            return reply.ok();
+        }
         self.spawn(req, move |fs, _| async move {
             reply_empty(fs.flush(fh.0).await, reply);
         });
@@ -394,6 +406,9 @@ impl Filesystem for MyriadFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if self.inner.release_if_trivial(fh.0) {
+            return reply.ok();
+        }
         self.spawn(req, move |fs, _| async move {
             reply_empty(fs.release(fh.0).await, reply);
         });

@@ -27,6 +27,9 @@ pub struct OpenFile {
     /// another client may have made stale, so buffered appends go to the end of the file as
     /// the servers know it when they are sent.
     pub append: bool,
+    /// Created with a non-durable create and not yet covered by a durable write: close
+    /// must send a `Sync` barrier to the file's node.
+    pub unsynced: bool,
     /// The whole file, when it was small enough to come with the open (one `fetch`) and the
     /// handle is read-only: reads are served from here. Dropped when this mount writes the
     /// inode, so it never hides a write made here.
@@ -63,6 +66,7 @@ impl OpenFile {
             file,
             dirty: None,
             append: false,
+            unsynced: false,
             contents,
             hidden: false,
         }
@@ -113,6 +117,23 @@ impl Handles {
 
     pub fn close(&self, fh: u64) -> Option<Arc<Slot>> {
         lock(&self.files).remove(&fh)
+    }
+
+    /// Removes `fh` if `pred` holds for it (or it is gone); whether it is closed now.
+    pub fn close_if(&self, fh: u64, pred: impl Fn(&OpenFile) -> bool) -> bool {
+        let mut files = lock(&self.files);
+        let trivial = files.get(&fh).is_none_or(|s| pred(&s.lock()));
+        if trivial {
+            files.remove(&fh);
+        }
+        trivial
+    }
+
+    pub fn has_dirty(&self, ino: u64) -> bool {
+        lock(&self.files).values().any(|f| {
+            let g = f.lock();
+            g.file.inode.ino == ino && g.dirty.is_some()
+        })
     }
 
     /// Handles of `ino` holding unsent writes.

@@ -184,6 +184,52 @@ impl Inner {
             }
             _ => (self.client.stat(&path).await?, None),
         };
+        self.finish_open(
+            caller,
+            ino,
+            want,
+            append,
+            FileHandle { path, inode },
+            contents,
+        )
+    }
+
+    /// The open of a small file whose lookup, by the same process just now, brought its
+    /// contents: no request and no task (answered on the FUSE thread). `None`: take the
+    /// full path.
+    pub fn open_prefetched(
+        &self,
+        caller: &Caller,
+        pid: u32,
+        ino: u64,
+        want: u32,
+    ) -> Option<Result<(u64, bool), FsError>> {
+        if want != perm::READ || self.handles.has_dirty(ino) {
+            return None;
+        }
+        let (inode, data) = self.take_prefetched(ino, pid)?;
+        let path = self.path(ino).ok()?;
+        Some(self.finish_open(
+            caller,
+            ino,
+            want,
+            false,
+            FileHandle { path, inode },
+            Some(data),
+        ))
+    }
+
+    fn finish_open(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        want: u32,
+        append: bool,
+        file: FileHandle,
+        contents: Option<Arc<Vec<u8>>>,
+    ) -> Result<(u64, bool), FsError> {
+        let read_only = want == perm::READ;
+        let inode = &file.inode;
         if inode.ino != ino {
             return Err(FsError::NotFound);
         }
@@ -192,10 +238,10 @@ impl Inner {
             FileKind::Directory => return Err(FsError::IsADirectory),
             _ => return Err(FsError::InvalidArgument("not a regular file".into())),
         }
-        if !perm::allowed(&inode, caller, want) {
+        if !perm::allowed(inode, caller, want) {
             return Err(FsError::PermissionDenied);
         }
-        let changed = self.inodes.observe(&inode);
+        let changed = self.inodes.observe(inode);
         if changed {
             // Another client changed the file since this kernel cached it: drop its pages
             // and attributes before the open returns.
@@ -203,10 +249,7 @@ impl Inner {
                 let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
             }
         }
-        let mut f = OpenFile::new(
-            FileHandle { path, inode },
-            if read_only { contents } else { None },
-        );
+        let mut f = OpenFile::new(file, if read_only { contents } else { None });
         f.append = append;
         let fh = self.handles.open(f);
         Ok((fh, !changed))
@@ -240,6 +283,7 @@ impl Inner {
                 d.offset
             };
             let inode = self.client.write(&file, offset, &d.data).await?;
+            slot.lock().unsynced = false;
             self.handles.written(&inode);
             self.inodes.observe(&inode);
             if append && offset != d.offset {
@@ -261,13 +305,42 @@ impl Inner {
         Ok(())
     }
 
+    /// Whether a flush of `fh` has nothing to do (answered on the FUSE thread).
+    pub fn flush_is_noop(&self, fh: u64) -> bool {
+        self.handles.file(fh).is_none_or(|s| {
+            let g = s.lock();
+            g.dirty.is_none() && !g.unsynced
+        })
+    }
+
+    /// Closes `fh` at once if its release has nothing to send or remove.
+    pub fn release_if_trivial(&self, fh: u64) -> bool {
+        self.handles
+            .close_if(fh, |f| f.dirty.is_none() && !f.unsynced && !f.hidden)
+    }
+
     /// flush (every close) and fsync: the handle's writes are durable when this returns.
     pub async fn flush(&self, fh: u64) -> Result<(), FsError> {
         let Some(slot) = self.handles.file(fh) else {
             return Ok(());
         };
         let _io = slot.io.lock().await;
-        self.send_dirty(&slot).await
+        self.make_durable(&slot).await
+    }
+
+    /// Sends buffered writes, then, if the file's create was not durable and no write has
+    /// covered it since, a barrier to its node. Callers hold the io lock.
+    async fn make_durable(&self, slot: &Slot) -> Result<(), FsError> {
+        self.send_dirty(slot).await?;
+        let (unsynced, path) = {
+            let g = slot.lock();
+            (g.unsynced, g.file.path.clone())
+        };
+        if unsynced {
+            self.client.sync(&path).await?;
+            slot.lock().unsynced = false;
+        }
+        Ok(())
     }
 
     pub async fn write(&self, fh: u64, offset: u64, data: Vec<u8>) -> Result<(), FsError> {
@@ -298,7 +371,7 @@ impl Inner {
         };
         let sent = {
             let _io = slot.io.lock().await;
-            self.send_dirty(&slot).await
+            self.make_durable(&slot).await
         };
         let (file, hidden) = {
             let g = slot.lock();
@@ -329,9 +402,11 @@ impl Inner {
         truncate: bool,
         append: bool,
     ) -> Result<(Inode, u64), FsError> {
+        // Not durable yet: the write or barrier at close makes it so (one fsync wait per
+        // new file instead of two). Exclusivity is still decided by the server now.
         let mut h = self
             .client
-            .create(path, mode & 0o7777, exclusive, &[])
+            .create_with(path, mode & 0o7777, exclusive, &[], false)
             .await?;
         if truncate && h.inode.size > 0 {
             h.inode = self.client.truncate(&h, 0).await?;
@@ -340,6 +415,7 @@ impl Inner {
         self.inodes.add(path, &inode);
         let mut f = OpenFile::new(h, None);
         f.append = append;
+        f.unsynced = true;
         let fh = self.handles.open(f);
         Ok((inode, fh))
     }

@@ -51,6 +51,7 @@ mod tests {
                 mode: 0o644,
                 exclusive: true,
                 data: vec![1, 2, 3],
+                durable: true,
             },
         };
         let bytes = encode(&f).unwrap_or_default();

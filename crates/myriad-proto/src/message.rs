@@ -111,6 +111,10 @@ pub enum Request {
         exclusive: bool,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
+        /// false: reply once applied (visible to everyone), durable with the node's next
+        /// group commit, which follows at once; a client that promises durability later
+        /// (the FUSE mount, at close) ends with a durable write or `Sync` to the same node.
+        durable: bool,
     },
     /// Owner of the entry (the coordinator of the two-node mkdir).
     Mkdir { path: String, mode: u32 },
@@ -177,6 +181,9 @@ pub enum Request {
         value: Option<serde_bytes::ByteBuf>,
         mode: XattrMode,
     },
+    /// Owner of the entry of `path`: returns once everything that node applied before it
+    /// is durable (a barrier after non-durable creates).
+    Sync { path: String },
     /// Any node: that node's capacity and usage.
     StatFs,
     /// Any node: its request counters.
@@ -298,6 +305,7 @@ impl Request {
             Request::ReadChunk { .. } => "read_chunk",
             Request::Mknod { .. } => "mknod",
             Request::SetXattr { .. } => "setxattr",
+            Request::Sync { .. } => "sync",
             Request::StatFs => "statfs",
             Request::GetCounters => "get_counters",
             Request::ResetCounters => "reset_counters",

@@ -29,6 +29,8 @@ type Reply = oneshot::Sender<Result<Outcome, FsError>>;
 struct Job {
     mutation: Mutation,
     reply: Reply,
+    /// false: reply once applied; the fsync still follows at once.
+    durable: bool,
 }
 
 /// Mutations applied per round before handing to the syncer, so replies are not held back by
@@ -74,6 +76,7 @@ impl Applier {
                         }
                     }
                     let mut done = Vec::with_capacity(jobs.len());
+                    let mut must_sync = false;
                     for job in jobs {
                         let mut ctx = Ctx {
                             store: &apply_store,
@@ -82,7 +85,11 @@ impl Applier {
                         };
                         match execute(&mut ctx, job.mutation) {
                             Ok((batch, outcome)) => match apply_store.commit(batch) {
-                                Ok(()) => done.push((job.reply, outcome)),
+                                Ok(()) if job.durable => done.push((job.reply, outcome)),
+                                Ok(()) => {
+                                    must_sync = true;
+                                    let _ = job.reply.send(Ok(outcome));
+                                }
                                 Err(e) => {
                                     let _ = job.reply.send(Err(storage_err(e)));
                                 }
@@ -92,7 +99,7 @@ impl Applier {
                             }
                         }
                     }
-                    if !done.is_empty() && stx.send(done).is_err() {
+                    if (!done.is_empty() || must_sync) && stx.send(done).is_err() {
                         break;
                     }
                 }
@@ -128,9 +135,23 @@ impl Applier {
 
     /// Applies `mutation` and returns once it is durable.
     pub async fn run(&self, mutation: Mutation) -> Result<Outcome, FsError> {
+        self.submit(mutation, true).await
+    }
+
+    /// Applies `mutation` and returns once it is visible; the group commit covering it
+    /// starts at once (`Barrier` waits for it).
+    pub async fn run_visible(&self, mutation: Mutation) -> Result<Outcome, FsError> {
+        self.submit(mutation, false).await
+    }
+
+    async fn submit(&self, mutation: Mutation, durable: bool) -> Result<Outcome, FsError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { mutation, reply })
+            .send(Job {
+                mutation,
+                reply,
+                durable,
+            })
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
         rx.await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?

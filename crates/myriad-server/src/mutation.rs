@@ -27,6 +27,8 @@ pub enum InodeChange {
 
 #[derive(Debug)]
 pub enum Mutation {
+    /// Changes nothing; its reply comes after the fsync covering everything applied before.
+    Barrier,
     InitRoot {
         now: i64,
         uid: u32,
@@ -276,6 +278,7 @@ pub struct Ctx<'a> {
 pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
     let mut b = Batch::new();
     let out = match m {
+        Mutation::Barrier => Outcome::Unit,
         Mutation::InitRoot { now, uid, gid } => {
             if ctx.store.dir("/").map_err(storage_err)?.is_none() {
                 let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, uid, gid, now);

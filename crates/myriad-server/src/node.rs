@@ -222,11 +222,20 @@ impl Node {
                     .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
                     .map(Response::Link)
             }
+            Request::Sync { path } => {
+                validate_path(&path)?;
+                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.applier
+                    .run(Mutation::Barrier)
+                    .await
+                    .map(|_| Response::Unit)
+            }
             Request::Create {
                 path,
                 mode,
                 exclusive,
                 data,
+                durable,
             } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_modify_dir(&caller, &path).await?;
@@ -240,7 +249,14 @@ impl Node {
                     data,
                     now: now_ns(),
                 };
-                self.mutate_inode(m).await
+                if durable {
+                    self.mutate_inode(m).await
+                } else {
+                    match self.applier.run_visible(m).await? {
+                        Outcome::Inode(i) => Ok(Response::Attr(i)),
+                        _ => Err(FsError::Io("unexpected outcome".into())),
+                    }
+                }
             }
             Request::Symlink { path, target } => {
                 let (dir, name) = self.entry_target(&st, &path)?;

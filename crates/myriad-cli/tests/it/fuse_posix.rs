@@ -383,6 +383,10 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     for n in &names {
         ok(fs::write(m.path(n), n.as_bytes()));
     }
+    // Empty files: their create is acknowledged before its fsync; close waits for it.
+    for i in 0..3 {
+        drop(ok(fs::File::create(m.path(&format!("{dir}/empty{i}")))));
+    }
     cl.kill9(2);
     // Past the kernel's caches: a new name on node 2.
     let fresh = format!("{dir}/fresh");
@@ -402,6 +406,12 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     rt.block_on(cl.wait_up(&client, 2));
     for n in &names {
         assert_eq!(ok(fs::read(m.path(n))), n.as_bytes(), "acked file lost");
+    }
+    for i in 0..3 {
+        assert!(
+            m.path(&format!("{dir}/empty{i}")).exists(),
+            "closed empty file lost"
+        );
     }
     ok(fs::write(m.path(&fresh), b"back"));
     assert_eq!(ok(fs::read(m.path(&fresh))), b"back");
