@@ -588,6 +588,9 @@ impl Filesystem for MyriadFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if !self.inner.cfg.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
@@ -598,6 +601,9 @@ impl Filesystem for MyriadFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if !self.inner.cfg.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
@@ -615,6 +621,9 @@ impl Filesystem for MyriadFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if !self.inner.cfg.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         self.spawn(req, move |fs, caller| async move {
             match fs.list_xattr(&caller, ino.0).await {
                 Ok(v) => reply_xattr(&v, size, reply),
@@ -624,6 +633,9 @@ impl Filesystem for MyriadFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !self.inner.cfg.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };

@@ -416,3 +416,75 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     ok(fs::write(m.path(&fresh), b"back"));
     assert_eq!(ok(fs::read(m.path(&fresh))), b"back");
 }
+
+#[test]
+fn mount_lifecycle_signals_daemon_and_options() {
+    let cl = TestCluster::start(2);
+    // SIGTERM unmounts cleanly and the process exits 0.
+    let mut m = Mount::new(&cl, &[]);
+    ok(fs::write(m.path("kept"), b"k"));
+    let at = m.dir.path().to_path_buf();
+    // SAFETY: signalling the mount process this test started.
+    unsafe {
+        libc::kill(i32::try_from(m.pid()).unwrap_or(0), libc::SIGTERM);
+    }
+    let st = m.wait_exit();
+    assert!(st.success(), "mount exited with {st}");
+    assert!(
+        !crate::mount::is_mounted(&at),
+        "still mounted after SIGTERM"
+    );
+
+    // --daemon returns once mounted; umount ends it; a second umount is a clear error.
+    let dir = ok(tempfile::tempdir());
+    let out = cl.cli(&["mount", "--daemon", &dir.path().display().to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(crate::mount::is_mounted(dir.path()));
+    assert_eq!(ok(fs::read(dir.path().join("kept"))), b"k");
+    let out = cl.cli(&["umount", &dir.path().display().to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!crate::mount::is_mounted(dir.path()));
+    let out = cl.cli(&["umount", &dir.path().display().to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not mounted"));
+
+    // --no-xattr: xattr calls fail with EOPNOTSUPP; everything else works.
+    let m = Mount::new(&cl, &["--", "--no-xattr"]);
+    let (p, n) = (c(&m.path("kept")), c(Path::new("user.a")));
+    // SAFETY: valid C strings and buffer.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP)
+    );
+    assert_eq!(ok(fs::read(m.path("kept"))), b"k");
+    drop(m);
+
+    // A cluster that cannot be reached: a clear error, nothing mounted.
+    let mut map = cl.map.clone();
+    for n in &mut map.nodes {
+        n.addr = "127.0.0.1:1".into();
+    }
+    let bad = cl.dir.path().join("unreachable.json");
+    ok(fs::write(&bad, map.to_json()));
+    let dir = ok(tempfile::tempdir());
+    let out = ok(Command::new(crate::harness::BIN)
+        .arg("--cluster")
+        .arg(&bad)
+        .args(["--timeout-ms", "1000", "mount"])
+        .arg(dir.path())
+        .output());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach the cluster"), "{err}");
+    assert!(!crate::mount::is_mounted(dir.path()));
+}

@@ -63,6 +63,26 @@ impl Mount {
         m
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits for the mount process to exit by itself; its exit status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut child = self
+            .child
+            .take()
+            .unwrap_or_else(|| panic!("no mount process"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "mount process did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel.trim_start_matches('/'))
     }
