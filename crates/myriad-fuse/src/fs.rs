@@ -121,6 +121,10 @@ impl Filesystem for MyriadFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ttl = self.inner.cfg.attr_ttl;
+        if let Some(i) = self.inner.inodes.fresh(ino.0, ttl) {
+            return reply.attr(&ttl, &file_attr(&self.inner.visible(i)));
+        }
         self.spawn(req, move |fs, _| async move {
             match fs.stat_ino(ino.0).await {
                 Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use myriad_proto::{Inode, ROOT_INO};
 
@@ -17,6 +18,11 @@ struct Node {
     /// (size, mtime) last told to the kernel: an open that sees other values drops the
     /// kernel's cached pages and attributes (close-to-open consistency).
     seen: Option<(u64, i64)>,
+    /// The last attributes a server gave for this inode, and when. A getattr within the
+    /// attribute TTL is answered from here: the kernel drops its own copy after every write
+    /// (mtime changed), and asking the server again would only repeat what its write reply
+    /// said. The same staleness bound as the kernel's cache.
+    fresh: Option<(Inode, Instant)>,
 }
 
 pub struct InodeTable {
@@ -40,6 +46,7 @@ impl InodeTable {
                 path: "/".to_string(),
                 lookups: 1,
                 seen: None,
+                fresh: None,
             },
         );
         InodeTable {
@@ -65,10 +72,12 @@ impl InodeTable {
             path: path.to_string(),
             lookups: 0,
             seen: None,
+            fresh: None,
         });
         n.path = path.to_string();
         n.lookups += 1;
         n.seen = Some((inode.size, inode.mtime_ns));
+        n.fresh = Some((inode.clone(), Instant::now()));
     }
 
     /// Records attributes handed to the kernel; returns whether they differ from the last ones
@@ -80,10 +89,18 @@ impl InodeTable {
                 let now = Some((inode.size, inode.mtime_ns));
                 let changed = n.seen.is_some() && n.seen != now;
                 n.seen = now;
+                n.fresh = Some((inode.clone(), Instant::now()));
                 changed
             }
             None => false,
         }
+    }
+
+    /// Attributes a server gave less than `ttl` ago.
+    pub fn fresh(&self, ino: u64, ttl: Duration) -> Option<Inode> {
+        let g = self.lock();
+        let (i, at) = g.get(&ino)?.fresh.as_ref()?;
+        (at.elapsed() < ttl).then(|| i.clone())
     }
 
     pub fn forget(&self, ino: u64, count: u64) {
@@ -105,6 +122,7 @@ impl InodeTable {
         for n in self.lock().values_mut() {
             if n.path == from {
                 n.path = to.to_string();
+                n.fresh = None; // ctime changed
             } else if let Some(rest) = n.path.strip_prefix(&prefix) {
                 n.path = join(to, rest);
             }
@@ -167,6 +185,20 @@ mod tests {
         t.forget(1, 100);
         assert_eq!(t.path(1).as_deref(), Some("/"), "root is never forgotten");
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn fresh_attributes_expire_and_renames_drop_them() {
+        let t = InodeTable::new();
+        t.add("/f", &inode(9));
+        assert_eq!(t.fresh(9, Duration::from_secs(60)).map(|i| i.ino), Some(9));
+        assert!(t.fresh(9, Duration::ZERO).is_none(), "expired");
+        t.renamed("/f", "/g");
+        assert!(
+            t.fresh(9, Duration::from_secs(60)).is_none(),
+            "ctime changed"
+        );
+        assert!(t.fresh(12345, Duration::from_secs(60)).is_none());
     }
 
     #[test]
