@@ -14,9 +14,10 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use myriad_client::Client;
-use myriad_proto::{Caller, FsError, Inode, SetAttr};
+use myriad_proto::{Caller, DirEntry, FsError, Inode, SetAttr};
 
 use crate::attr::{errno, file_attr, file_type, nanos};
+use crate::handles::DirListing;
 use crate::inodes::join;
 use crate::ops::{Inner, now_ns};
 use crate::perm;
@@ -455,31 +456,15 @@ impl Filesystem for MyriadFs {
                 return reply.error(Errno::EBADF);
             };
             let mut d = d.lock().await;
-            let mut i = offset;
-            loop {
-                let r = match i {
-                    0 => reply.add(ino, 1, FileType::Directory, "."),
-                    1 => reply.add(ino, 2, FileType::Directory, ".."),
-                    _ => {
-                        let idx = usize::try_from(i - 2).unwrap_or(usize::MAX);
-                        if let Err(e) = fs.fill_listing(&mut d, idx).await {
-                            return reply.error(errno(&e));
-                        }
-                        let Some(e) = d.entries.get(idx) else { break };
-                        reply.add(
-                            INodeNo(e.inode.ino),
-                            i + 1,
-                            file_type(e.inode.kind),
-                            &e.name,
-                        )
-                    }
-                };
-                if r {
-                    break;
-                }
-                i += 1;
+            let r = walk(&fs, &mut d, offset, |next, entry| match entry {
+                Dot(name) => reply.add(ino, next, FileType::Directory, name),
+                Named(e) => reply.add(INodeNo(e.inode.ino), next, file_type(e.inode.kind), &e.name),
+            })
+            .await;
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
             }
-            reply.ok();
         });
     }
 
@@ -500,38 +485,32 @@ impl Filesystem for MyriadFs {
             let mut dot = file_attr(&crate::ops::placeholder());
             dot.ino = ino;
             dot.kind = FileType::Directory;
-            let mut i = offset;
-            loop {
-                let full = match i {
-                    0 => reply.add(ino, 1, ".", &ttl, &dot, Generation(0)),
-                    1 => reply.add(ino, 2, "..", &ttl, &dot, Generation(0)),
-                    _ => {
-                        let idx = usize::try_from(i - 2).unwrap_or(usize::MAX);
-                        if let Err(e) = fs.fill_listing(&mut d, idx).await {
-                            return reply.error(errno(&e));
-                        }
-                        let Some(e) = d.entries.get(idx) else { break };
-                        let full = reply.add(
-                            INodeNo(e.inode.ino),
-                            i + 1,
-                            &e.name,
-                            &ttl,
-                            &file_attr(&fs.visible(e.inode.clone())),
-                            Generation(0),
-                        );
-                        if !full {
-                            // The kernel now holds this inode: count the lookup.
-                            fs.inodes.add(&join(&d.path, &e.name), &e.inode);
-                        }
-                        full
+            let dir = d.path.clone();
+            let inner = fs.clone();
+            let r = walk(&fs, &mut d, offset, |next, entry| match entry {
+                Dot(name) => reply.add(ino, next, name, &ttl, &dot, Generation(0)),
+                Named(e) => {
+                    let attr = file_attr(&inner.visible(e.inode.clone()));
+                    let full = reply.add(
+                        INodeNo(e.inode.ino),
+                        next,
+                        &e.name,
+                        &ttl,
+                        &attr,
+                        Generation(0),
+                    );
+                    if !full {
+                        // The kernel now holds this inode: count the lookup.
+                        inner.inodes.add(&join(&dir, &e.name), &e.inode);
                     }
-                };
-                if full {
-                    break;
+                    full
                 }
-                i += 1;
+            })
+            .await;
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
             }
-            reply.ok();
         });
     }
 
@@ -691,6 +670,43 @@ impl Filesystem for MyriadFs {
                 Err(e) => reply.error(errno(&e)),
             }
         });
+    }
+}
+
+/// One position of a listing: "." or "..", or an entry.
+enum Listed<'a> {
+    Dot(&'static str),
+    Named(&'a DirEntry),
+}
+use Listed::{Dot, Named};
+
+/// Hands the listing's positions from `offset` on ("." and ".." first) to `add`, with the
+/// offset of the position after each, until `add` says the reply is full or the listing
+/// ends. Pages are fetched as needed.
+async fn walk(
+    fs: &Inner,
+    d: &mut DirListing,
+    offset: u64,
+    mut add: impl FnMut(u64, Listed<'_>) -> bool,
+) -> Result<(), FsError> {
+    let mut i = offset;
+    loop {
+        let full = match i {
+            0 => add(1, Dot(".")),
+            1 => add(2, Dot("..")),
+            _ => {
+                let idx = usize::try_from(i - 2).unwrap_or(usize::MAX);
+                fs.fill_listing(d, idx).await?;
+                let Some(e) = d.entries.get(idx) else {
+                    return Ok(());
+                };
+                add(i + 1, Named(e))
+            }
+        };
+        if full {
+            return Ok(());
+        }
+        i += 1;
     }
 }
 

@@ -144,22 +144,11 @@ impl Default for InodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use myriad_proto::FileKind;
 
     fn inode(ino: u64) -> Inode {
         Inode {
             ino,
-            kind: FileKind::File,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            nlink: 1,
-            atime_ns: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            symlink_target: None,
-            xattrs: Vec::new(),
+            ..crate::ops::placeholder()
         }
     }
 

@@ -28,23 +28,15 @@ pub fn allowed(inode: &Inode, caller: &Caller, want: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use myriad_proto::FileKind;
 
     #[test]
     fn owner_group_other_and_root() {
         let i = Inode {
             ino: 5,
-            kind: FileKind::File,
             mode: 0o640,
             uid: 10,
             gid: 20,
-            size: 0,
-            nlink: 1,
-            atime_ns: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            symlink_target: None,
-            xattrs: Vec::new(),
+            ..crate::ops::placeholder()
         };
         let who = |uid, gid, groups: Vec<u32>| Caller { uid, gid, groups };
         assert!(allowed(&i, &who(10, 1, vec![]), READ | WRITE));
