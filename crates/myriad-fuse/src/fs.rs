@@ -311,7 +311,9 @@ impl Filesystem for MyriadFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let pid = req.pid();
         let want = want_of(flags);
-        let append = flags.0 & libc::O_APPEND != 0;
+        // With the writeback cache the kernel places appends itself (it refreshes the size
+        // first) and writes whole pages back: its offsets are the truth.
+        let append = flags.0 & libc::O_APPEND != 0 && !self.inner.cfg.writeback_cache;
         let reply_open = move |r: Result<(u64, bool), FsError>, reply: ReplyOpen| match r {
             Ok((fh, keep)) => {
                 let mut f = if keep {
@@ -657,7 +659,7 @@ impl Filesystem for MyriadFs {
         };
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
-        let append = flags & libc::O_APPEND != 0;
+        let append = flags & libc::O_APPEND != 0 && !self.inner.cfg.writeback_cache;
         self.spawn(req, move |fs, _| async move {
             match fs.create(&path, mode, exclusive, truncate, append).await {
                 Ok((i, fh)) => reply.created(

@@ -182,3 +182,27 @@ fn two_mounts_see_each_others_writes_at_open_close_to_open() {
     std::fs::write(a.path("new.txt"), b"n").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(std::fs::read(b.path("new.txt")).unwrap_or_default(), b"n");
 }
+
+#[test]
+fn writeback_cache_mount_writes_what_a_plain_mount_reads() {
+    let c = TestCluster::start(4);
+    let w = Mount::new(&c, &["--", "--writeback-cache"]);
+    sh(
+        w.dir.path(),
+        "echo one > a && echo two >> a && head -c 300000 /dev/urandom > r && cp r r.orig \
+         && printf x | dd of=r bs=1 seek=5000 conv=notrunc status=none \
+         && sqlite3 db 'create table t(a); insert into t values (1), (2);'",
+    );
+    let orig = std::fs::read(w.path("r.orig")).unwrap_or_default();
+    drop(w);
+    let plain = Mount::new(&c, &[]);
+    assert_eq!(
+        std::fs::read(plain.path("a")).unwrap_or_default(),
+        b"one\ntwo\n"
+    );
+    let mut want = orig;
+    want[5000] = b'x';
+    assert_eq!(std::fs::read(plain.path("r")).unwrap_or_default(), want);
+    let q = sh(plain.dir.path(), "sqlite3 db 'select sum(a) from t'");
+    assert_eq!(q.trim(), "3");
+}
