@@ -140,13 +140,19 @@ pub async fn run(cmd: Command, client: &Client) -> anyhow::Result<()> {
                 .map(|_| ())
                 .map_err(|e| err(&p, e))
         }
-        Command::Ln { target, path, .. } => {
+        Command::Ln {
+            target,
+            path,
+            symbolic,
+        } => {
             let p = normalize(&path)?;
-            client
-                .symlink(&target, &p)
-                .await
-                .map(|_| ())
-                .map_err(|e| err(&p, e))
+            if symbolic {
+                client.symlink(&target, &p).await.map(|_| ())
+            } else {
+                let t = normalize(&target)?;
+                client.link(&t, &p).await.map(|_| ())
+            }
+            .map_err(|e| err(&p, e))
         }
         Command::Df => {
             let s = client.statfs().await?;
@@ -176,7 +182,7 @@ fn human(b: u64) -> String {
 
 fn mode_string(i: &Inode) -> String {
     let t = match i.kind {
-        FileKind::File => '-',
+        FileKind::File | FileKind::HardLink => '-',
         FileKind::Directory => 'd',
         FileKind::Symlink => 'l',
         FileKind::Fifo => 'p',
@@ -485,7 +491,7 @@ async fn get(client: &Client, remote: &str, local: &Path) -> anyhow::Result<()> 
             let l = ldir.join(&e.name);
             match e.inode.kind {
                 FileKind::Directory => dirs.push((r, l)),
-                FileKind::File => files.push((r, l)),
+                FileKind::File | FileKind::HardLink => files.push((r, l)),
                 FileKind::Symlink => {
                     if let Some(t) = e.inode.symlink_target {
                         let _ = std::fs::remove_file(&l);

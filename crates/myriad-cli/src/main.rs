@@ -95,9 +95,9 @@ enum Command {
     Chmod { mode: String, path: String },
     /// Change owner: UID, UID:GID or :GID (numeric).
     Chown { owner: String, path: String },
-    /// Create a symbolic link PATH pointing to TARGET.
+    /// Create a hard link PATH to the file TARGET (-s: a symbolic link PATH pointing to TARGET).
     Ln {
-        #[arg(short = 's', required = true)]
+        #[arg(short = 's')]
         symbolic: bool,
         target: String,
         path: String,

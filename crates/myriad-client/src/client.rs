@@ -413,6 +413,22 @@ impl Client {
         )
     }
 
+    /// Gives the regular file at `from` a second name `to` (a hard link); returns its inode
+    /// with the new link count.
+    pub async fn link(&self, from: &str, to: &str) -> Result<Inode, FsError> {
+        validate_path(to)?;
+        expect_attr(
+            self.entry_op(
+                from,
+                Request::Link {
+                    from: from.to_string(),
+                    to: to.to_string(),
+                },
+            )
+            .await?,
+        )
+    }
+
     /// Creates a FIFO or socket node (metadata only).
     pub async fn mknod(&self, path: &str, kind: FileKind, mode: u32) -> Result<Inode, FsError> {
         expect_attr(

@@ -75,7 +75,7 @@ impl Client {
                 inode,
             }),
             FileKind::Directory => Err(FsError::IsADirectory),
-            FileKind::Symlink | FileKind::Fifo | FileKind::Socket => {
+            FileKind::Symlink | FileKind::Fifo | FileKind::Socket | FileKind::HardLink => {
                 Err(FsError::InvalidArgument("not a regular file".into()))
             }
         }

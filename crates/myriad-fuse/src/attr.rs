@@ -11,7 +11,8 @@ pub const BLOCK_SIZE: u32 = 128 * 1024;
 
 pub fn file_type(kind: FileKind) -> FileType {
     match kind {
-        FileKind::File => FileType::RegularFile,
+        // HardLink is resolved by the servers; never seen here.
+        FileKind::File | FileKind::HardLink => FileType::RegularFile,
         FileKind::Directory => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
         FileKind::Fifo => FileType::NamedPipe,

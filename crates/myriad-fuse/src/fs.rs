@@ -297,15 +297,27 @@ impl Filesystem for MyriadFs {
 
     fn link(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        // Hard links are not supported yet (docs/fuse.md); EPERM is what programs such as
-        // git expect from a file system without them, and they fall back to rename or copy.
-        reply.error(Errno::EPERM);
+        let paths = self
+            .inner
+            .path(ino.0)
+            .and_then(|f| Ok((f, self.inner.child(newparent.0, newname)?)));
+        let (from, to) = match paths {
+            Ok(p) => p,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        self.spawn(req, move |fs, _| async move {
+            let r = fs.client.link(&from, &to).await;
+            if let Ok(i) = &r {
+                fs.inodes.add(&to, i);
+            }
+            reply_entry(&fs, r, reply);
+        });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {

@@ -26,7 +26,13 @@ struct Node {
 }
 
 pub struct InodeTable {
-    nodes: Mutex<HashMap<u64, Node>>,
+    inner: Mutex<Tables>,
+}
+
+struct Tables {
+    nodes: HashMap<u64, Node>,
+    /// path -> inode, for changes that name a path only (unlink).
+    by_path: HashMap<String, u64>,
 }
 
 pub fn join(dir: &str, name: &str) -> String {
@@ -49,42 +55,47 @@ impl InodeTable {
                 fresh: None,
             },
         );
+        let by_path = HashMap::from([("/".to_string(), ROOT_INO)]);
         InodeTable {
-            nodes: Mutex::new(nodes),
+            inner: Mutex::new(Tables { nodes, by_path }),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Node>> {
-        match self.nodes.lock() {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+        match self.inner.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
     }
 
     pub fn path(&self, ino: u64) -> Option<String> {
-        self.lock().get(&ino).map(|n| n.path.clone())
+        self.lock().nodes.get(&ino).map(|n| n.path.clone())
     }
 
     /// The kernel learned `inode` under `path` (one more lookup to be forgotten later).
     pub fn add(&self, path: &str, inode: &Inode) {
         let mut g = self.lock();
-        let n = g.entry(inode.ino).or_insert_with(|| Node {
+        let t = &mut *g;
+        let n = t.nodes.entry(inode.ino).or_insert_with(|| Node {
             path: path.to_string(),
             lookups: 0,
             seen: None,
             fresh: None,
         });
+        // Earlier paths stay mapped: a hard-linked inode has several names, and a stale
+        // mapping costs at most one extra attribute request.
         n.path = path.to_string();
         n.lookups += 1;
         n.seen = Some((inode.size, inode.mtime_ns));
         n.fresh = Some((inode.clone(), Instant::now()));
+        t.by_path.insert(path.to_string(), inode.ino);
     }
 
     /// Records attributes handed to the kernel; returns whether they differ from the last ones
     /// (so cached pages may be stale).
     pub fn observe(&self, inode: &Inode) -> bool {
         let mut g = self.lock();
-        match g.get_mut(&inode.ino) {
+        match g.nodes.get_mut(&inode.ino) {
             Some(n) => {
                 let now = Some((inode.size, inode.mtime_ns));
                 let changed = n.seen.is_some() && n.seen != now;
@@ -99,8 +110,18 @@ impl InodeTable {
     /// Attributes a server gave less than `ttl` ago.
     pub fn fresh(&self, ino: u64, ttl: Duration) -> Option<Inode> {
         let g = self.lock();
-        let (i, at) = g.get(&ino)?.fresh.as_ref()?;
+        let (i, at) = g.nodes.get(&ino)?.fresh.as_ref()?;
         (at.elapsed() < ttl).then(|| i.clone())
+    }
+
+    /// `path` was unlinked: the inode's cached attributes (link count, ctime) are stale.
+    pub fn unlinked(&self, path: &str) {
+        let mut g = self.lock();
+        if let Some(ino) = g.by_path.remove(path)
+            && let Some(n) = g.nodes.get_mut(&ino)
+        {
+            n.fresh = None;
+        }
     }
 
     pub fn forget(&self, ino: u64, count: u64) {
@@ -108,10 +129,14 @@ impl InodeTable {
             return;
         }
         let mut g = self.lock();
-        if let Some(n) = g.get_mut(&ino) {
+        let t = &mut *g;
+        if let Some(n) = t.nodes.get_mut(&ino) {
             n.lookups = n.lookups.saturating_sub(count);
             if n.lookups == 0 {
-                g.remove(&ino);
+                if t.by_path.get(&n.path) == Some(&ino) {
+                    t.by_path.remove(&n.path);
+                }
+                t.nodes.remove(&ino);
             }
         }
     }
@@ -119,19 +144,30 @@ impl InodeTable {
     /// After a rename: everything at `from` or under it now lives under `to`.
     pub fn renamed(&self, from: &str, to: &str) {
         let prefix = format!("{from}/");
-        for n in self.lock().values_mut() {
-            if n.path == from {
-                n.path = to.to_string();
+        let mut g = self.lock();
+        let t = &mut *g;
+        // Whatever `to` named before is gone.
+        t.by_path.remove(to);
+        for (ino, n) in &mut t.nodes {
+            let new = if n.path == from {
                 n.fresh = None; // ctime changed
+                to.to_string()
             } else if let Some(rest) = n.path.strip_prefix(&prefix) {
-                n.path = join(to, rest);
+                join(to, rest)
+            } else {
+                continue;
+            };
+            if t.by_path.get(&n.path) == Some(ino) {
+                t.by_path.remove(&n.path);
             }
+            t.by_path.insert(new.clone(), *ino);
+            n.path = new;
         }
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().nodes.len()
     }
 }
 
@@ -188,6 +224,21 @@ mod tests {
             "ctime changed"
         );
         assert!(t.fresh(12345, Duration::from_secs(60)).is_none());
+    }
+
+    #[test]
+    fn unlink_of_a_known_path_drops_its_cached_attributes() {
+        let t = InodeTable::new();
+        t.add("/a", &inode(3));
+        t.add("/b", &inode(3));
+        t.unlinked("/b");
+        assert!(t.fresh(3, Duration::from_secs(60)).is_none());
+        assert_eq!(
+            t.path(3).as_deref(),
+            Some("/b"),
+            "the path is kept for open handles"
+        );
+        t.unlinked("/zzz");
     }
 
     #[test]

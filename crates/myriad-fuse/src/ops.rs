@@ -80,6 +80,7 @@ pub fn placeholder() -> Inode {
         ctime_ns: 0,
         symlink_target: None,
         xattrs: Vec::new(),
+        link_home: None,
     }
 }
 
@@ -475,7 +476,9 @@ impl Inner {
             self.inodes.renamed(path, &hidden);
             return Ok(());
         }
-        self.client.unlink(path).await
+        self.client.unlink(path).await?;
+        self.inodes.unlinked(path);
+        Ok(())
     }
 
     pub async fn rename(&self, from: &str, to: &str, no_replace: bool) -> Result<(), FsError> {

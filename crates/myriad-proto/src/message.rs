@@ -181,6 +181,9 @@ pub enum Request {
         value: Option<serde_bytes::ByteBuf>,
         mode: XattrMode,
     },
+    /// Owner of the entry of `from`: give the regular file at `from` the additional name `to`
+    /// (a hard link; `to` must not exist).
+    Link { from: String, to: String },
     /// Owner of the entry of `path`: returns once everything that node applied before it
     /// is durable (a barrier after non-durable creates).
     Sync { path: String },
@@ -258,6 +261,18 @@ pub enum Request {
     AttrUpdate { path: String, inode: Option<Inode> },
     /// To every node: drop replicas of `prefix` and everything under it (directory rename).
     InvalidatePrefix { prefix: String },
+    /// Owner of the entry of `path`: create a hard-link name for inode `ino` living on `home`.
+    PutLinkRef { path: String, ino: u64, home: u32 },
+    /// Home of hard-linked inode `ino`: add `delta` to its link count (the object and its
+    /// data go away at 0). Replies with the inode after the change (`Unit` when removed).
+    AdjustLinks { ino: u64, delta: i64 },
+    /// Home of hard-linked inode `ino`: `req` (a path request whose path names a link to it;
+    /// ancestors already checked by the sender) applied to the inode object, as `caller`.
+    AtInode {
+        ino: u64,
+        caller: Caller,
+        req: Box<Request>,
+    },
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.
@@ -306,6 +321,10 @@ impl Request {
             Request::Mknod { .. } => "mknod",
             Request::SetXattr { .. } => "setxattr",
             Request::Sync { .. } => "sync",
+            Request::Link { .. } => "link",
+            Request::PutLinkRef { .. } => "put_link_ref",
+            Request::AdjustLinks { .. } => "adjust_links",
+            Request::AtInode { .. } => "at_inode",
             Request::StatFs => "statfs",
             Request::GetCounters => "get_counters",
             Request::ResetCounters => "reset_counters",
@@ -326,6 +345,21 @@ impl Request {
             Request::Unsubscribe { .. } => "unsubscribe",
             Request::AttrUpdate { .. } => "attr_update",
             Request::InvalidatePrefix { .. } => "invalidate_prefix",
+        }
+    }
+
+    /// The path of a request that, when it names a hard link, is applied at the inode's
+    /// home (reads and changes of the file's contents or attributes).
+    #[must_use]
+    pub fn link_resolved_path(&self) -> Option<&str> {
+        match self {
+            Request::Read { path, .. }
+            | Request::Write { path, .. }
+            | Request::ExtendSize { path, .. }
+            | Request::Truncate { path, .. }
+            | Request::SetAttr { path, .. }
+            | Request::SetXattr { path, .. } => Some(path),
+            _ => None,
         }
     }
 
@@ -350,6 +384,9 @@ impl Request {
                 | Request::Unsubscribe { .. }
                 | Request::AttrUpdate { .. }
                 | Request::InvalidatePrefix { .. }
+                | Request::PutLinkRef { .. }
+                | Request::AdjustLinks { .. }
+                | Request::AtInode { .. }
         )
     }
 

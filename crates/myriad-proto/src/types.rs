@@ -15,6 +15,10 @@ pub enum FileKind {
     Fifo,
     /// Unix socket: metadata only.
     Socket,
+    /// Server-internal: a name of a hard-linked file. The inode lives as an inode object on
+    /// node `Inode::link_home` (the node that held the file when it got its second name);
+    /// servers resolve it, clients never see this kind.
+    HardLink,
 }
 
 /// One extended attribute (only the `user.` namespace is stored).
@@ -44,6 +48,8 @@ pub struct Inode {
     /// Extended attributes, embedded like the rest of the inode (bounded by
     /// `limits::XATTR_TOTAL_BYTES_MAX`), so `getxattr` costs no extra lookup.
     pub xattrs: Vec<Xattr>,
+    /// For `HardLink` entries: the node holding the inode object.
+    pub link_home: Option<u32>,
 }
 
 /// Who is asking. Trusted as sent for now (authentication is a separate issue).

@@ -474,7 +474,8 @@ impl Node {
         if let Some(parent) = self.may_modify_dir(caller, path).await?
             && parent.mode & perm::STICKY != 0
         {
-            perm::require_sticky(&parent, &self.lookup(path).await?, caller)?;
+            let target = self.lookup(path).await?;
+            perm::require_sticky(&parent, &self.resolve(target).await?, caller)?;
         }
         Ok(())
     }
@@ -636,6 +637,7 @@ mod tests {
             ctime_ns: 0,
             symlink_target: None,
             xattrs: Vec::new(),
+            link_home: None,
         }
     }
 

@@ -12,6 +12,7 @@ mod applier;
 mod config;
 mod counters;
 mod intent;
+mod links;
 mod mutation;
 mod node;
 mod perm;

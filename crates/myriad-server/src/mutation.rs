@@ -29,6 +29,27 @@ pub enum InodeChange {
 pub enum Mutation {
     /// Changes nothing; its reply comes after the fsync covering everything applied before.
     Barrier,
+    /// First extra name of the regular file at `dir/name`: its inode moves to an inode object
+    /// on this node (`me`), with one more link; the entry becomes a reference to it.
+    LinkSource {
+        dir: String,
+        name: String,
+        me: u32,
+        now: i64,
+    },
+    /// A new name `dir/name` referring to hard-linked inode `ino` on node `home`.
+    PutLinkRef {
+        dir: String,
+        name: String,
+        ino: u64,
+        home: u32,
+    },
+    /// Adds `delta` to the link count of inode object `ino`; at 0 it goes with its data.
+    AdjustLinks {
+        ino: u64,
+        delta: i64,
+        now: i64,
+    },
     InitRoot {
         now: i64,
         uid: u32,
@@ -279,6 +300,59 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
+        Mutation::LinkSource { dir, name, me, now } => {
+            require_writable(ctx.store, &dir)?;
+            let mut inode = visible(ctx.store, &dir, &name)?;
+            if inode.kind != FileKind::File {
+                return Err(FsError::NotPermitted);
+            }
+            inode.nlink = inode.nlink.saturating_add(1);
+            inode.ctime_ns = now;
+            if ctx.store.dir(INODE_DIR).map_err(storage_err)?.is_none() {
+                ctx.store.put_dir(
+                    &mut b,
+                    INODE_DIR,
+                    &DirRecord {
+                        ino: 0,
+                        root_attrs: None,
+                        frozen: None,
+                        hidden: None,
+                    },
+                );
+            }
+            put_visible(ctx.store, &mut b, INODE_DIR, &inode_name(inode.ino), &inode);
+            put_visible(ctx.store, &mut b, &dir, &name, &link_ref(inode.ino, me));
+            Outcome::Inode(inode)
+        }
+        Mutation::PutLinkRef {
+            dir,
+            name,
+            ino,
+            home,
+        } => {
+            require_dir(ctx.store, &dir)?;
+            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
+                return Err(FsError::AlreadyExists);
+            }
+            let r = link_ref(ino, home);
+            put_visible(ctx.store, &mut b, &dir, &name, &r);
+            Outcome::Inode(r)
+        }
+        Mutation::AdjustLinks { ino, delta, now } => {
+            let name = inode_name(ino);
+            let mut inode = visible(ctx.store, INODE_DIR, &name)?;
+            let n = i64::from(inode.nlink).saturating_add(delta).max(0);
+            inode.nlink = u32::try_from(n).unwrap_or(u32::MAX);
+            inode.ctime_ns = now;
+            if inode.nlink == 0 {
+                ctx.store.delete_entry(&mut b, INODE_DIR, &name);
+                let gc = drop_file_data(ctx, &mut b, &inode)?;
+                Outcome::Gc(gc)
+            } else {
+                put_visible(ctx.store, &mut b, INODE_DIR, &name, &inode);
+                Outcome::Inode(inode)
+            }
+        }
         Mutation::InitRoot { now, uid, gid } => {
             if ctx.store.dir("/").map_err(storage_err)?.is_none() {
                 let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, uid, gid, now);
@@ -369,7 +443,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             }
             ctx.store.delete_entry(&mut b, &dir, &name);
             let gc = drop_file_data(ctx, &mut b, &inode)?;
-            Outcome::Gc(gc)
+            // The removed inode: a hard-link name tells the node to drop a link at home.
+            Outcome::InodeGc(inode, gc)
         }
         Mutation::Mknod {
             dir,
@@ -968,6 +1043,25 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     Ok((b, out))
 }
 
+/// Where inode objects of hard-linked files live on their home node: a reserved directory
+/// that no valid path can name ("//" never passes path validation).
+pub const INODE_DIR: &str = "//i";
+
+pub fn inode_name(ino: u64) -> String {
+    format!("{ino:016x}")
+}
+
+/// The entry of a name of a hard-linked file: only the inode id and where it lives.
+fn link_ref(ino: u64, home: u32) -> Inode {
+    Inode {
+        kind: FileKind::HardLink,
+        mode: 0,
+        nlink: 0,
+        link_home: Some(home),
+        ..new_inode(ino, FileKind::HardLink, 0, 0, 0, 0)
+    }
+}
+
 fn new_inode(ino: u64, kind: FileKind, mode: u32, uid: u32, gid: u32, now: i64) -> Inode {
     Inode {
         ino,
@@ -982,6 +1076,7 @@ fn new_inode(ino: u64, kind: FileKind, mode: u32, uid: u32, gid: u32, now: i64) 
         ctime_ns: now,
         symlink_target: None,
         xattrs: Vec::new(),
+        link_home: None,
     }
 }
 
@@ -1090,7 +1185,7 @@ fn visible_file(store: &Store, dir: &str, name: &str, ino: u64) -> Result<Inode,
     match inode.kind {
         FileKind::File => Ok(inode),
         FileKind::Directory => Err(FsError::IsADirectory),
-        FileKind::Symlink | FileKind::Fifo | FileKind::Socket => {
+        FileKind::Symlink | FileKind::Fifo | FileKind::Socket | FileKind::HardLink => {
             Err(FsError::InvalidArgument("not a regular file".into()))
         }
     }

@@ -115,13 +115,38 @@ impl Node {
             return Err(FsError::MapTooOld(st.map.epoch));
         }
         let cs = st.map.chunk_size_bytes;
+        // A request naming a hard link is applied at the inode's home.
+        if let Some(path) = body.link_resolved_path()
+            && let Some((home, ino)) = self.link_target(path)
+        {
+            let path = path.to_string();
+            return self.forward_to_home(caller, &path, home, ino, body).await;
+        }
         match body {
             Request::Echo(p) => Ok(Response::Echo(p)),
+            Request::Link { from, to } => {
+                validate_path(&from)?;
+                self.own(&st, st.ring.owner_of_entry(&from))?;
+                self.link(&caller, &from, &to).await
+            }
+            Request::PutLinkRef { path, ino, home } => {
+                let (dir, name) = self.entry_target(&st, &path)?;
+                self.mutate_inode(Mutation::PutLinkRef {
+                    dir,
+                    name,
+                    ino,
+                    home,
+                })
+                .await
+            }
+            Request::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
+            Request::AtInode { ino, caller, req } => self.at_inode(ino, caller, *req, cs).await,
             Request::Stat { path } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
                 self.search(&caller, &path).await?;
-                Ok(Response::Attr(self.lookup(&path).await?))
+                let i = self.lookup(&path).await?;
+                Ok(Response::Attr(self.resolve(i).await?))
             }
             Request::StatMany { dir, names } => {
                 validate_path(&dir)?;
@@ -136,7 +161,10 @@ impl Node {
                 let mut out = Vec::with_capacity(names.len());
                 for name in names {
                     let r = match myriad_proto::validate_name(&name) {
-                        Ok(()) => self.lookup_in(&dir, &name).await,
+                        Ok(()) => match self.lookup_in(&dir, &name).await {
+                            Ok(i) => self.resolve(i).await,
+                            Err(e) => Err(e),
+                        },
                         Err(e) => Err(e),
                     };
                     out.push(r);
@@ -148,6 +176,14 @@ impl Node {
                 self.own(&st, st.ring.owner_of_entry(&path))?;
                 self.search(&caller, &path).await?;
                 let inode = self.lookup(&path).await?;
+                if let (FileKind::HardLink, Some(home)) = (inode.kind, inode.link_home) {
+                    let req = Request::AtInode {
+                        ino: inode.ino,
+                        caller,
+                        req: Box::new(Request::Fetch { path, max_bytes }),
+                    };
+                    return self.call_node(home, req).await;
+                }
                 if inode.kind == FileKind::File {
                     perm::require(&inode, &caller, perm::READ)?;
                 }
@@ -165,7 +201,17 @@ impl Node {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_dir(&path))?;
                 self.access_dir(&caller, &path, perm::READ).await?;
-                self.readdir(&path, after, limit)
+                match self.readdir(&path, after, limit)? {
+                    Response::DirPage { mut entries, next } => {
+                        for e in &mut entries {
+                            if e.inode.kind == FileKind::HardLink {
+                                e.inode = self.resolve(e.inode.clone()).await?;
+                            }
+                        }
+                        Ok(Response::DirPage { entries, next })
+                    }
+                    other => Ok(other),
+                }
             }
             Request::Read {
                 path,
@@ -336,10 +382,15 @@ impl Node {
             Request::Unlink { path } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_remove(&caller, &path).await?;
-                if let Outcome::Gc(Some(txid)) =
+                if let Outcome::InodeGc(removed, gc) =
                     self.applier.run(Mutation::Unlink { dir, name }).await?
                 {
-                    self.spawn_gc(txid);
+                    if let Some(txid) = gc {
+                        self.spawn_gc(txid);
+                    }
+                    if removed.kind == FileKind::HardLink {
+                        self.drop_link(&removed).await;
+                    }
                 }
                 Ok(Response::Unit)
             }
@@ -921,7 +972,7 @@ fn disk_space(dir: &std::path::Path) -> (u64, u64) {
 
 /// Only the `user.` namespace is stored; others are not supported (as on a file system
 /// mounted without ACL or security-label support).
-fn check_xattr_name(name: &str) -> Result<(), FsError> {
+pub(crate) fn check_xattr_name(name: &str) -> Result<(), FsError> {
     if name.len() > limits::XATTR_NAME_BYTES_MAX {
         return Err(FsError::NameTooLong);
     }

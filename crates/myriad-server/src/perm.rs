@@ -97,6 +97,7 @@ mod tests {
             ctime_ns: 0,
             symlink_target: None,
             xattrs: Vec::new(),
+            link_home: None,
         }
     }
 

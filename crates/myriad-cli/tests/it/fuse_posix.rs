@@ -141,8 +141,39 @@ fn errors_and_namespace_operations() {
         "into itself"
     );
 
-    // Hard links are not supported: EPERM, as on file systems without them.
-    assert_eq!(errno(fs::hard_link(p("f"), p("f2"))), libc::EPERM);
+    // Hard links: one inode under several names in directories on different servers.
+    ok(fs::write(p("orig"), b"shared"));
+    ok(fs::hard_link(p("orig"), p("dir1/l1")));
+    ok(fs::hard_link(p("dir1/l1"), p("dir2/l2")));
+    let ino = ok(fs::metadata(p("orig"))).ino();
+    for n in ["orig", "dir1/l1", "dir2/l2"] {
+        let md = ok(fs::metadata(p(n)));
+        assert_eq!((md.ino(), md.nlink()), (ino, 3), "{n}");
+    }
+    let mut f = ok(OpenOptions::new().append(true).open(p("dir2/l2")));
+    ok(f.write_all(b"+more"));
+    drop(f);
+    assert_eq!(ok(fs::read(p("dir1/l1"))), b"shared+more");
+    ok(fs::set_permissions(
+        p("dir1/l1"),
+        fs::Permissions::from_mode(0o600),
+    ));
+    assert_eq!(ok(fs::metadata(p("orig"))).mode() & 0o777, 0o600);
+    ok(fs::remove_file(p("orig")));
+    assert_eq!(ok(fs::metadata(p("dir2/l2"))).nlink(), 2);
+    ok(fs::rename(p("dir2/l2"), p("dir3/moved")));
+    assert_eq!(ok(fs::read(p("dir3/moved"))), b"shared+more");
+    assert_eq!(
+        errno(fs::hard_link(p("dir1/l1"), p("dir3/moved"))),
+        libc::EEXIST
+    );
+    assert_eq!(errno(fs::hard_link(p("dir1"), p("dlink"))), libc::EPERM);
+    assert_eq!(errno(fs::hard_link(p("nothing"), p("x"))), libc::ENOENT);
+    ok(fs::remove_file(p("dir1/l1")));
+    assert_eq!(ok(fs::metadata(p("dir3/moved"))).nlink(), 1);
+    assert_eq!(ok(fs::read(p("dir3/moved"))), b"shared+more");
+    ok(fs::remove_file(p("dir3/moved")));
+    assert_eq!(errno(fs::metadata(p("dir3/moved"))), libc::ENOENT);
 
     // readdir: every name, once, with types.
     let mut names: Vec<String> = ok(fs::read_dir(p("d")))

@@ -46,6 +46,25 @@ fn tar_diff_cp_rsync_git_python_sqlite_through_the_mount() {
     assert!(files.trim().parse::<u32>().unwrap_or(0) > 150, "{files}");
     sh(mnt, &format!("diff -r {} src", local.display()));
 
+    // A tarball with hard links: extracted as links (one inode, link count 2).
+    sh(
+        work.path(),
+        "mkdir hl && echo same > hl/one && ln hl/one hl/two && tar -cf hl.tar hl",
+    );
+    sh(
+        mnt,
+        &format!(
+            "tar -xf {}/hl.tar && diff -r {}/hl hl",
+            work.path().display(),
+            work.path().display()
+        ),
+    );
+    let links = sh(mnt, "stat -c '%h %i' hl/one hl/two");
+    let rows: Vec<&str> = links.lines().collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0], rows[1], "both names: same inode, same count");
+    assert!(rows[0].starts_with("2 "), "{links}");
+
     // cp -a and rsync -a round trips: into the mount and back out, modes and times kept.
     sh(mnt, &format!("cp -a {}/email cpa", local.display()));
     sh(

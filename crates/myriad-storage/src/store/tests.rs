@@ -18,6 +18,7 @@ fn inode(ino: u64) -> Inode {
         ctime_ns: 0,
         symlink_target: None,
         xattrs: Vec::new(),
+        link_home: None,
     }
 }
 

@@ -1,0 +1,304 @@
+//! Hard links. A file's inode is embedded in its entry until the file gets a second name;
+//! then the inode moves into an inode object on the node that holds it (its home, which also
+//! keeps its chunk-0 data where it already is), and every name becomes a reference entry
+//! (`FileKind::HardLink`, `link_home`). A request naming a reference is applied at the home
+//! (`AtInode`) after the entry's node checked the path's ancestors. Listings and stats
+//! resolve references, so clients only ever see the real inode.
+//!
+//! Link order (no dangling reference, ever): first the home adds a link (LinkSource or
+//! AdjustLinks +1), then the new name is created; if that fails the link is taken back.
+//! Unlink: the name goes first, then the home drops a link. A crash between the two steps
+//! leaves a link count one too high (the data is kept, never lost); fsck (issue 5) is where
+//! such counts get repaired.
+
+use std::sync::Arc;
+
+use myriad_placement::split_parent;
+use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response, limits, validate_path};
+
+use crate::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
+use crate::node::{Node, now_ns, split_owned};
+use crate::perm;
+
+impl Node {
+    /// The inode a client should see for entry inode `i`: itself, or for a hard-link name
+    /// the inode object at its home.
+    pub(crate) async fn resolve(self: &Arc<Self>, i: Inode) -> Result<Inode, FsError> {
+        if i.kind != FileKind::HardLink {
+            return Ok(i);
+        }
+        let home = i
+            .link_home
+            .ok_or_else(|| FsError::Io("link without a home".into()))?;
+        let req = Request::AtInode {
+            ino: i.ino,
+            caller: Caller::root(),
+            req: Box::new(Request::Stat {
+                path: String::new(),
+            }),
+        };
+        match self.call_node(home, req).await? {
+            Response::Attr(i) => Ok(i),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// If `path` (owned here) names a hard link, the home and inode id to send `req` to.
+    pub(crate) fn link_target(&self, path: &str) -> Option<(u32, u64)> {
+        if path == "/" || validate_path(path).is_err() {
+            return None;
+        }
+        let (dir, name) = split_parent(path);
+        let rec = self.store.entry(dir, name).ok()??;
+        let i = rec.inode.filter(|_| rec.pending.is_none())?;
+        (i.kind == FileKind::HardLink).then_some((i.link_home?, i.ino))
+    }
+
+    /// Sends a path request for a hard-link name to the inode's home, after the ancestor
+    /// checks that belong to the path.
+    pub(crate) async fn forward_to_home(
+        self: &Arc<Self>,
+        caller: Caller,
+        path: &str,
+        home: u32,
+        ino: u64,
+        req: Request,
+    ) -> Result<Response, FsError> {
+        self.search(&caller, path).await?;
+        let req = Request::AtInode {
+            ino,
+            caller,
+            req: Box::new(req),
+        };
+        self.call_node(home, req).await
+    }
+
+    /// At the home: `req` applied to inode object `ino`.
+    pub(crate) async fn at_inode(
+        self: &Arc<Self>,
+        ino: u64,
+        caller: Caller,
+        req: Request,
+        chunk_size: u64,
+    ) -> Result<Response, FsError> {
+        let name = inode_name(ino);
+        let inode = self.lookup_in(INODE_DIR, &name).await?;
+        let dir = INODE_DIR.to_string();
+        let now = now_ns();
+        match req {
+            Request::Stat { .. } => Ok(Response::Attr(inode)),
+            Request::Fetch { max_bytes, .. } => {
+                perm::require(&inode, &caller, perm::READ)?;
+                let n = max_bytes.min(chunk_size).min(limits::IO_BYTES_MAX);
+                let data = self
+                    .store
+                    .read_range(ino, 0, n, inode.size.min(chunk_size))
+                    .map_err(storage_err)?;
+                Ok(Response::Fetched { inode, data })
+            }
+            Request::Read { offset, len, .. } => {
+                perm::require(&inode, &caller, perm::READ)?;
+                let data = self
+                    .store
+                    .read_range(
+                        ino,
+                        offset,
+                        len.min(limits::IO_BYTES_MAX),
+                        inode.size.min(chunk_size),
+                    )
+                    .map_err(storage_err)?;
+                Ok(Response::Data {
+                    inode: Some(inode),
+                    data,
+                })
+            }
+            Request::Write { offset, data, .. } => {
+                perm::require(&inode, &caller, perm::WRITE)?;
+                self.mutate(Mutation::Write {
+                    dir,
+                    name,
+                    ino,
+                    offset,
+                    data,
+                    now,
+                })
+                .await
+            }
+            Request::ExtendSize { size, .. } => {
+                perm::require(&inode, &caller, perm::WRITE)?;
+                self.mutate(Mutation::ExtendSize {
+                    dir,
+                    name,
+                    ino,
+                    size,
+                    now,
+                })
+                .await
+            }
+            Request::Truncate { size, .. } => {
+                perm::require(&inode, &caller, perm::WRITE)?;
+                let m = Mutation::Truncate {
+                    dir,
+                    name,
+                    ino,
+                    size,
+                    now,
+                };
+                match self.applier.run(m).await? {
+                    Outcome::InodeGc(inode, gc) => {
+                        if let Some(txid) = gc
+                            && let Err(e) = self.run_gc(txid).await
+                        {
+                            tracing::warn!("truncate of ino {ino}: trim deferred: {e}");
+                        }
+                        Ok(Response::Attr(inode))
+                    }
+                    _ => Err(FsError::Io("unexpected outcome".into())),
+                }
+            }
+            Request::SetAttr { set, .. } => {
+                perm::require_setattr(&inode, &caller, &set)?;
+                self.mutate(Mutation::SetAttr {
+                    dir,
+                    name,
+                    change: InodeChange::Attr(set),
+                    now,
+                })
+                .await
+            }
+            Request::SetXattr {
+                name: xname,
+                value,
+                mode,
+                ..
+            } => {
+                crate::node::check_xattr_name(&xname)?;
+                perm::require(&inode, &caller, perm::WRITE)?;
+                self.mutate(Mutation::SetAttr {
+                    dir,
+                    name,
+                    change: InodeChange::Xattr {
+                        name: xname,
+                        value: value.map(serde_bytes::ByteBuf::into_vec),
+                        mode,
+                    },
+                    now,
+                })
+                .await
+            }
+            other => Err(FsError::InvalidArgument(format!(
+                "{} is not applied to a linked inode",
+                other.op_name()
+            ))),
+        }
+    }
+
+    async fn mutate(self: &Arc<Self>, m: Mutation) -> Result<Response, FsError> {
+        match self.applier.run(m).await? {
+            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Ok(Response::Attr(i)),
+            Outcome::Gc(gc) => {
+                if let Some(txid) = gc {
+                    self.spawn_gc(txid);
+                }
+                Ok(Response::Unit)
+            }
+            _ => Err(FsError::Io("unexpected outcome".into())),
+        }
+    }
+
+    /// Home side of AdjustLinks.
+    pub(crate) async fn adjust_links(
+        self: &Arc<Self>,
+        ino: u64,
+        delta: i64,
+    ) -> Result<Response, FsError> {
+        self.mutate(Mutation::AdjustLinks {
+            ino,
+            delta,
+            now: now_ns(),
+        })
+        .await
+    }
+
+    /// `link(from, to)`, run by the owner of `from`'s entry.
+    pub(crate) async fn link(
+        self: &Arc<Self>,
+        caller: &Caller,
+        from: &str,
+        to: &str,
+    ) -> Result<Response, FsError> {
+        validate_path(to)?;
+        if to == "/" {
+            return Err(FsError::AlreadyExists);
+        }
+        self.search(caller, from).await?;
+        self.may_modify_dir(caller, to).await?;
+        let src = self.lookup(from).await?;
+        let (home, inode) = match src.kind {
+            FileKind::File => {
+                let (dir, name) = split_owned(from);
+                let m = Mutation::LinkSource {
+                    dir,
+                    name,
+                    me: self.me,
+                    now: now_ns(),
+                };
+                match self.applier.run(m).await? {
+                    Outcome::Inode(i) => (self.me, i),
+                    _ => return Err(FsError::Io("unexpected outcome".into())),
+                }
+            }
+            FileKind::HardLink => {
+                let home = src
+                    .link_home
+                    .ok_or_else(|| FsError::Io("link without a home".into()))?;
+                let req = Request::AdjustLinks {
+                    ino: src.ino,
+                    delta: 1,
+                };
+                match self.call_node(home, req).await? {
+                    Response::Attr(i) => (home, i),
+                    other => return Err(FsError::Protocol(format!("unexpected {other:?}"))),
+                }
+            }
+            // Directories never; symlinks, FIFOs and sockets are not linkable here yet.
+            _ => return Err(FsError::NotPermitted),
+        };
+        let st = self.state();
+        let owner = st.ring.owner_of_entry(to);
+        let put = Request::PutLinkRef {
+            path: to.to_string(),
+            ino: inode.ino,
+            home,
+        };
+        if let Err(e) = self.call_node(owner, put).await {
+            // Take the link back; if even that fails the count stays one too high (no loss).
+            let undo = Request::AdjustLinks {
+                ino: inode.ino,
+                delta: -1,
+            };
+            if let Err(u) = self.call_node(home, undo).await {
+                tracing::warn!("link of ino {}: undo failed: {u}", inode.ino);
+            }
+            return Err(e);
+        }
+        Ok(Response::Attr(inode))
+    }
+
+    /// After a hard-link name was removed: one link fewer at the home.
+    pub(crate) async fn drop_link(self: &Arc<Self>, removed: &Inode) {
+        let Some(home) = removed.link_home else {
+            return;
+        };
+        let req = Request::AdjustLinks {
+            ino: removed.ino,
+            delta: -1,
+        };
+        if let Err(e) = self.call_node(home, req).await {
+            tracing::warn!(
+                "unlink of a name of ino {}: link count not lowered at node {home}: {e}",
+                removed.ino
+            );
+        }
+    }
+}
