@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use myriad_proto::{Inode, ROOT_INO};
 
 struct Node {
-    path: String,
+    /// Names this mount knows for the inode (several for a hard-linked file); the last is
+    /// the one used. Renames and unlinks through the mount keep the list true.
+    paths: Vec<String>,
     lookups: u64,
     /// (size, mtime) last told to the kernel: an open that sees other values drops the
     /// kernel's cached pages and attributes (close-to-open consistency).
@@ -49,7 +51,7 @@ impl InodeTable {
         nodes.insert(
             ROOT_INO,
             Node {
-                path: "/".to_string(),
+                paths: vec!["/".to_string()],
                 lookups: 1,
                 seen: None,
                 fresh: None,
@@ -69,7 +71,10 @@ impl InodeTable {
     }
 
     pub fn path(&self, ino: u64) -> Option<String> {
-        self.lock().nodes.get(&ino).map(|n| n.path.clone())
+        self.lock()
+            .nodes
+            .get(&ino)
+            .and_then(|n| n.paths.last().cloned())
     }
 
     /// The kernel learned `inode` under `path` (one more lookup to be forgotten later).
@@ -77,14 +82,13 @@ impl InodeTable {
         let mut g = self.lock();
         let t = &mut *g;
         let n = t.nodes.entry(inode.ino).or_insert_with(|| Node {
-            path: path.to_string(),
+            paths: Vec::new(),
             lookups: 0,
             seen: None,
             fresh: None,
         });
-        // Earlier paths stay mapped: a hard-linked inode has several names, and a stale
-        // mapping costs at most one extra attribute request.
-        n.path = path.to_string();
+        n.paths.retain(|p| p != path);
+        n.paths.push(path.to_string());
         n.lookups += 1;
         n.seen = Some((inode.size, inode.mtime_ns));
         n.fresh = Some((inode.clone(), Instant::now()));
@@ -114,13 +118,15 @@ impl InodeTable {
         (at.elapsed() < ttl).then(|| i.clone())
     }
 
-    /// `path` was unlinked: the inode's cached attributes (link count, ctime) are stale.
+    /// `path` was unlinked: the inode's cached attributes (link count, ctime) are stale,
+    /// and the name is no longer one of its paths (the last one stays, for open handles).
     pub fn unlinked(&self, path: &str) {
         let mut g = self.lock();
         if let Some(ino) = g.by_path.remove(path)
             && let Some(n) = g.nodes.get_mut(&ino)
         {
             n.fresh = None;
+            drop_name(n, path);
         }
     }
 
@@ -133,8 +139,10 @@ impl InodeTable {
         if let Some(n) = t.nodes.get_mut(&ino) {
             n.lookups = n.lookups.saturating_sub(count);
             if n.lookups == 0 {
-                if t.by_path.get(&n.path) == Some(&ino) {
-                    t.by_path.remove(&n.path);
+                for p in &n.paths {
+                    if t.by_path.get(p) == Some(&ino) {
+                        t.by_path.remove(p);
+                    }
                 }
                 t.nodes.remove(&ino);
             }
@@ -146,28 +154,42 @@ impl InodeTable {
         let prefix = format!("{from}/");
         let mut g = self.lock();
         let t = &mut *g;
-        // Whatever `to` named before is gone.
-        t.by_path.remove(to);
+        // Whatever `to` named before lost a name: its link count and ctime changed.
+        if let Some(old) = t.by_path.remove(to)
+            && let Some(n) = t.nodes.get_mut(&old)
+        {
+            n.fresh = None;
+            drop_name(n, to);
+        }
         for (ino, n) in &mut t.nodes {
-            let new = if n.path == from {
-                n.fresh = None; // ctime changed
-                to.to_string()
-            } else if let Some(rest) = n.path.strip_prefix(&prefix) {
-                join(to, rest)
-            } else {
-                continue;
-            };
-            if t.by_path.get(&n.path) == Some(ino) {
-                t.by_path.remove(&n.path);
+            for p in &mut n.paths {
+                let new = if p == from {
+                    n.fresh = None; // ctime changed
+                    to.to_string()
+                } else if let Some(rest) = p.strip_prefix(&prefix) {
+                    join(to, rest)
+                } else {
+                    continue;
+                };
+                if t.by_path.get(p.as_str()) == Some(ino) {
+                    t.by_path.remove(p.as_str());
+                }
+                t.by_path.insert(new.clone(), *ino);
+                *p = new;
             }
-            t.by_path.insert(new.clone(), *ino);
-            n.path = new;
         }
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().nodes.len()
+    }
+}
+
+/// Removes `path` from a node's names, unless it is the only one left.
+fn drop_name(n: &mut Node, path: &str) {
+    if n.paths.len() > 1 {
+        n.paths.retain(|p| p != path);
     }
 }
 
@@ -233,12 +255,30 @@ mod tests {
         t.add("/b", &inode(3));
         t.unlinked("/b");
         assert!(t.fresh(3, Duration::from_secs(60)).is_none());
-        assert_eq!(
-            t.path(3).as_deref(),
-            Some("/b"),
-            "the path is kept for open handles"
-        );
+        assert_eq!(t.path(3).as_deref(), Some("/a"), "the other name is used");
         t.unlinked("/zzz");
+    }
+
+    #[test]
+    fn a_linked_inode_keeps_its_other_names_when_one_goes() {
+        let t = InodeTable::new();
+        t.add("/p1", &inode(8));
+        t.add("/d/p2", &inode(8));
+        t.add("/e/p3", &inode(8));
+        assert_eq!(t.path(8).as_deref(), Some("/e/p3"));
+        t.add("/e/q", &inode(9));
+        t.renamed("/e/q", "/e/p3"); // another file replaces a name of inode 8
+        assert_eq!(t.path(9).as_deref(), Some("/e/p3"));
+        assert_eq!(t.path(8).as_deref(), Some("/d/p2"));
+        t.unlinked("/d/p2");
+        assert_eq!(t.path(8).as_deref(), Some("/p1"));
+        t.unlinked("/p1");
+        assert_eq!(
+            t.path(8).as_deref(),
+            Some("/p1"),
+            "the last name stays for open handles"
+        );
+        t.renamed("/", "/x"); // nothing is "under" a rename of "/" in practice; no panic
     }
 
     #[test]

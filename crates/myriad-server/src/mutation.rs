@@ -225,8 +225,9 @@ pub enum Outcome {
         inode: Inode,
         blocks: Vec<(u64, Vec<u8>)>,
     },
-    /// A rename that replaced a file; the txid of its chunk GC intent, if any.
-    Renamed(Option<u64>),
+    /// A rename; the txid of the replaced file's chunk GC intent, if any, and the replaced
+    /// entry if it was a hard-link name (the node then drops a link at its home).
+    Renamed(Option<u64>, Option<Inode>),
 }
 
 /// Key of a rename's destination-side record. The destination of a rename can be the
@@ -766,16 +767,18 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             require_dir(ctx.store, tdir)?;
             let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
             let mut gc = None;
+            let mut dropped_link = None;
             if let Some(old) = replaced {
                 if old.ino == inode.ino {
-                    return Ok((b, Outcome::Renamed(None)));
+                    return Ok((b, Outcome::Renamed(None, None)));
                 }
                 gc = drop_file_data(ctx, &mut b, &old)?;
+                dropped_link = (old.kind == FileKind::HardLink).then_some(old);
             }
             inode.ctime_ns = now;
             ctx.store.delete_entry(&mut b, fdir, fname);
             put_visible(ctx.store, &mut b, tdir, tname, &inode);
-            Outcome::Renamed(gc)
+            Outcome::Renamed(gc, dropped_link)
         }
         Mutation::RenameSourceBegin { from, to, now } => {
             let (fdir, fname) = split_parent(&from);
@@ -1011,15 +1014,17 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 .map_err(storage_err)?
                 .and_then(|b| Intent::decode(&b))
             else {
-                return Ok((b, Outcome::Renamed(None))); // Already resolved.
+                return Ok((b, Outcome::Renamed(None, None))); // Already resolved.
             };
             let mut gc = None;
+            let mut dropped_link = None;
             if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
                 && let Some(p) = rec.pending.filter(|p| p.txid == txid)
             {
                 if commit {
                     if let Some(old) = rec.inode.as_ref().filter(|o| o.ino != ino) {
                         gc = drop_file_data(ctx, &mut b, old)?;
+                        dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
                     }
                     match p.after {
                         Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
@@ -1030,14 +1035,18 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                         Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
                         None => ctx.store.delete_entry(&mut b, &dir, &name),
                     }
-                    let c0 = chunk0_blocks(ctx.layout);
-                    ctx.store
-                        .trim_blocks(&mut b, ino, 0, 0, c0)
-                        .map_err(storage_err)?;
+                    // Staged chunk-0 blocks came only with a regular file: a hard-link name
+                    // brought none, and its inode's blocks may live on this very node.
+                    if p.after.as_ref().is_some_and(|i| i.kind == FileKind::File) {
+                        let c0 = chunk0_blocks(ctx.layout);
+                        ctx.store
+                            .trim_blocks(&mut b, ino, 0, 0, c0)
+                            .map_err(storage_err)?;
+                    }
                 }
             }
             ctx.store.delete_intent(&mut b, prepare_key(txid));
-            Outcome::Renamed(gc)
+            Outcome::Renamed(gc, dropped_link)
         }
     };
     Ok((b, out))

@@ -715,12 +715,17 @@ impl Node {
         txid: u64,
         commit: bool,
     ) -> Result<Response, FsError> {
-        if let Outcome::Renamed(Some(gc)) = self
+        if let Outcome::Renamed(gc, dropped) = self
             .applier
             .run(Mutation::RenameTargetResolve { txid, commit })
             .await?
         {
-            self.spawn_gc(gc);
+            if let Some(gc) = gc {
+                self.spawn_gc(gc);
+            }
+            if let Some(old) = dropped {
+                self.drop_link(&old).await;
+            }
         }
         Ok(Response::Unit)
     }

@@ -189,7 +189,7 @@ impl Node {
         }
         let dst_node = st.ring.owner_of_entry(&to);
         if dst_node == self.me && src.kind != FileKind::Directory {
-            if let Outcome::Renamed(Some(gc)) = self
+            if let Outcome::Renamed(gc, dropped) = self
                 .applier
                 .run(Mutation::RenameLocal {
                     from,
@@ -199,7 +199,12 @@ impl Node {
                 })
                 .await?
             {
-                self.spawn_gc(gc);
+                if let Some(gc) = gc {
+                    self.spawn_gc(gc);
+                }
+                if let Some(old) = dropped {
+                    self.drop_link(&old).await;
+                }
             }
             return Ok(());
         }

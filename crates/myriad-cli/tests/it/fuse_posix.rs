@@ -174,6 +174,20 @@ fn errors_and_namespace_operations() {
     assert_eq!(ok(fs::read(p("dir3/moved"))), b"shared+more");
     ok(fs::remove_file(p("dir3/moved")));
     assert_eq!(errno(fs::metadata(p("dir3/moved"))), libc::ENOENT);
+    // Renaming another file over a name of a linked file drops one link (same directory,
+    // and across directories on other servers).
+    ok(fs::write(p("p1"), b"p"));
+    ok(fs::hard_link(p("p1"), p("dir4/p2")));
+    ok(fs::hard_link(p("p1"), p("dir5/p3")));
+    assert_eq!(ok(fs::metadata(p("p1"))).nlink(), 3);
+    ok(fs::write(p("dir4/q"), b"q"));
+    ok(fs::rename(p("dir4/q"), p("dir4/p2")));
+    assert_eq!(ok(fs::metadata(p("p1"))).nlink(), 2);
+    ok(fs::write(p("dir6/q"), b"q"));
+    ok(fs::rename(p("dir6/q"), p("dir5/p3")));
+    assert_eq!(ok(fs::metadata(p("p1"))).nlink(), 1);
+    assert_eq!(ok(fs::read(p("p1"))), b"p");
+    assert_eq!(ok(fs::read(p("dir5/p3"))), b"q");
 
     // readdir: every name, once, with types.
     let mut names: Vec<String> = ok(fs::read_dir(p("d")))
