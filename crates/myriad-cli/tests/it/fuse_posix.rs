@@ -422,7 +422,7 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     let m = Mount::new(&cl, &["--timeout-ms", "2000"]);
     let client = cl.client();
     // A directory whose entries live on node 2.
-    let dir = crate::harness::dir_on_node(&client, &cl.map, 2, "/on2");
+    let dir = crate::harness::dir_on_node(&client, &cl.map, 2, "on2");
     ok(fs::create_dir(m.path(&dir)));
     let names: Vec<String> = (0..3).map(|i| format!("{dir}/f{i}")).collect();
     for n in &names {
