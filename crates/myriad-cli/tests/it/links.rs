@@ -99,7 +99,7 @@ async fn kill9_during_links_leaves_no_name_without_its_inode() {
                     let from = format!("{}/f{f}", dirs[f % 4]);
                     let to = format!("{}/l{}", dirs[(f + 1 + j) % 4], k + j);
                     async move {
-                        if c.link(&from, &to).await.is_ok() && (k + j) % 2 == 0 {
+                        if c.link(&from, &to).await.is_ok() && (k + j).is_multiple_of(2) {
                             let _ = c.unlink(&to).await;
                         }
                     }
