@@ -275,19 +275,7 @@ impl Client {
         // Ask for up to a whole chunk: any file of up to 4 MiB comes back in this one request
         // (inline files always do).
         let max_bytes = self.st().map.chunk_size_bytes.min(limits::IO_BYTES_MAX);
-        let (inode, mut data) = match self
-            .entry_op(
-                path,
-                Request::Fetch {
-                    path: path.to_string(),
-                    max_bytes,
-                },
-            )
-            .await?
-        {
-            Response::Fetched { inode, data } => (inode, data),
-            other => return Err(unexpected(&other)),
-        };
+        let (inode, mut data) = self.fetch_head(path, max_bytes).await?;
         if inode.kind == FileKind::Directory {
             return Err(FsError::IsADirectory);
         }

@@ -331,10 +331,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             ino,
             home,
         } => {
-            require_dir(ctx.store, &dir)?;
-            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
-                return Err(FsError::AlreadyExists);
-            }
+            require_free_name(ctx.store, &dir, &name)?;
             let r = link_ref(ino, home);
             put_visible(ctx.store, &mut b, &dir, &name, &r);
             Outcome::Inode(r)
@@ -425,10 +422,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             gid,
             now,
         } => {
-            require_dir(ctx.store, &dir)?;
-            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
-                return Err(FsError::AlreadyExists);
-            }
+            require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, &mut b)?;
             let mut inode = new_inode(ino, FileKind::Symlink, 0o777, uid, gid, now);
             inode.size = target.len() as u64;
@@ -456,15 +450,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             gid,
             now,
         } => {
-            require_dir(ctx.store, &dir)?;
             if !matches!(kind, FileKind::Fifo | FileKind::Socket) {
                 return Err(FsError::InvalidArgument(
                     "mknod makes only FIFOs and sockets".into(),
                 ));
             }
-            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
-                return Err(FsError::AlreadyExists);
-            }
+            require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, &mut b)?;
             let inode = new_inode(ino, kind, mode & 0o7777, uid, gid, now);
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
@@ -613,10 +604,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             gid,
             now,
         } => {
-            require_dir(ctx.store, &dir)?;
-            if ctx.store.entry(&dir, &name).map_err(storage_err)?.is_some() {
-                return Err(FsError::AlreadyExists);
-            }
+            require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, &mut b)?;
             let txid = ctx.ids.next(ctx.store, &mut b)?;
             let mut inode = new_inode(ino, FileKind::Directory, mode & 0o7777, uid, gid, now);
@@ -1183,6 +1171,15 @@ fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsError> {
         Some(EntryRecord { inode: Some(i), .. }) => Ok(i),
         _ => Err(FsError::NotFound),
     }
+}
+
+/// `dir` is a usable directory without an entry `name`.
+fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
+    require_dir(store, dir)?;
+    if store.entry(dir, name).map_err(storage_err)?.is_some() {
+        return Err(FsError::AlreadyExists);
+    }
+    Ok(())
 }
 
 fn visible_file(store: &Store, dir: &str, name: &str, ino: u64) -> Result<Inode, FsError> {
