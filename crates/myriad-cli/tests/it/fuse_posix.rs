@@ -432,6 +432,17 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     for i in 0..3 {
         drop(ok(fs::File::create(m.path(&format!("{dir}/empty{i}")))));
     }
+    // A stopped (not dead) server: ETIMEDOUT after the request timeout, not a hang.
+    let pid = cl.pid(2);
+    // SAFETY: signalling a server process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t = Instant::now();
+    let e = errno(fs::metadata(m.path(&format!("{dir}/never"))));
+    let waited = t.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(e, libc::ETIMEDOUT, "a stopped server");
+    assert!(waited < Duration::from_secs(6), "took {waited:?}");
     cl.kill9(2);
     // Past the kernel's caches: a new name on node 2.
     let fresh = format!("{dir}/fresh");
