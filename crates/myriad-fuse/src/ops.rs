@@ -157,6 +157,11 @@ impl Inner {
         Ok(self.visible(inode))
     }
 
+    /// A change through this mount makes prefetched contents of `ino` stale.
+    fn drop_prefetched(&self, ino: u64) {
+        self.prefetch_lock().remove(&ino);
+    }
+
     fn take_prefetched(&self, ino: u64, pid: u32) -> Option<(Inode, Arc<Vec<u8>>)> {
         let p = self.prefetch_lock().remove(&ino)?;
         (p.pid == pid && p.at.elapsed() < PREFETCH_FRESH).then_some((p.inode, p.data))
@@ -288,6 +293,7 @@ impl Inner {
                 d.offset
             };
             let inode = self.client.write(&file, offset, &d.data).await?;
+            self.drop_prefetched(inode.ino);
             slot.lock().unsynced = false;
             self.handles.written(&inode);
             self.inodes.observe(&inode);
@@ -415,6 +421,7 @@ impl Inner {
             .await?;
         if truncate && h.inode.size > 0 {
             h.inode = self.client.truncate(&h, 0).await?;
+            self.drop_prefetched(h.inode.ino);
         }
         let inode = h.inode.clone();
         self.inodes.add(path, &inode);
@@ -444,6 +451,7 @@ impl Inner {
                 return Err(FsError::NotFound);
             }
             let i = self.client.truncate(&file, size).await?;
+            self.drop_prefetched(i.ino);
             self.handles.written(&i);
             inode = Some(i);
         }
