@@ -214,11 +214,12 @@ impl Client {
 
     /// Returns once everything the file's node applied so far (this file's non-durable
     /// create included) is durable.
-    pub async fn sync(&self, path: &str) -> Result<(), FsError> {
+    pub async fn sync(&self, h: &FileHandle) -> Result<(), FsError> {
         let req = Request::Sync {
-            path: path.to_string(),
+            path: h.path.clone(),
+            ino: h.inode.ino,
         };
-        self.call(Route::Entry(path.to_string()), req)
+        self.call(Route::Entry(h.path.clone()), req)
             .await
             .map(|_| ())
     }

@@ -444,7 +444,7 @@ impl Filesystem for MyriadFs {
         // Servers acknowledge a write only once it is fsynced: sending what is buffered is
         // all an fsync needs.
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.flush(fh.0).await, reply);
+            reply_empty(fs.fsync(fh.0).await, reply);
         });
     }
 

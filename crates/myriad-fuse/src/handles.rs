@@ -27,6 +27,10 @@ pub struct OpenFile {
     /// another client may have made stale, so buffered appends go to the end of the file as
     /// the servers know it when they are sent.
     pub append: bool,
+    /// A failure sending this handle's buffered bytes that happened on behalf of another
+    /// operation (an open or read of the same file): reported by this handle's next write,
+    /// flush, fsync or release, so the writer learns its data did not arrive.
+    pub error: Option<myriad_proto::FsError>,
     /// Created with a non-durable create and not yet covered by a durable write: close
     /// must send a `Sync` barrier to the file's node.
     pub unsynced: bool,
@@ -67,6 +71,7 @@ impl OpenFile {
             dirty: None,
             append: false,
             unsynced: false,
+            error: None,
             contents,
             hidden: false,
         }
@@ -122,11 +127,23 @@ impl Handles {
     /// Removes `fh` if `pred` holds for it (or it is gone); whether it is closed now.
     pub fn close_if(&self, fh: u64, pred: impl Fn(&OpenFile) -> bool) -> bool {
         let mut files = lock(&self.files);
-        let trivial = files.get(&fh).is_none_or(|s| pred(&s.lock()));
+        let trivial = files
+            .get(&fh)
+            .is_none_or(|s| pred(&s.lock()) && s.lock().error.is_none());
         if trivial {
             files.remove(&fh);
         }
         trivial
+    }
+
+    /// Drops cached whole-file contents of every handle of `ino` (a write was buffered).
+    pub fn drop_contents(&self, ino: u64) {
+        for f in lock(&self.files).values() {
+            let mut g = f.lock();
+            if g.file.inode.ino == ino {
+                g.contents = None;
+            }
+        }
     }
 
     pub fn has_dirty(&self, ino: u64) -> bool {

@@ -20,6 +20,9 @@ struct Node {
     /// (size, mtime) last told to the kernel: an open that sees other values drops the
     /// kernel's cached pages and attributes (close-to-open consistency).
     seen: Option<(u64, i64)>,
+    /// Attributes seen since the kernel cached pages differ from those pages' version (a
+    /// change by another client, noticed by a lookup or getattr): the next open drops them.
+    pages_stale: bool,
     /// The last attributes a server gave for this inode, and when. A getattr within the
     /// attribute TTL is answered from here: the kernel drops its own copy after every write
     /// (mtime changed), and asking the server again would only repeat what its write reply
@@ -54,6 +57,7 @@ impl InodeTable {
                 paths: vec!["/".to_string()],
                 lookups: 1,
                 seen: None,
+                pages_stale: false,
                 fresh: None,
             },
         );
@@ -85,27 +89,39 @@ impl InodeTable {
             paths: Vec::new(),
             lookups: 0,
             seen: None,
+            pages_stale: false,
             fresh: None,
         });
         n.paths.retain(|p| p != path);
         n.paths.push(path.to_string());
         n.lookups += 1;
-        n.seen = Some((inode.size, inode.mtime_ns));
-        n.fresh = Some((inode.clone(), Instant::now()));
+        note_remote(n, inode);
         t.by_path.insert(path.to_string(), inode.ino);
     }
 
-    /// Records attributes handed to the kernel; returns whether they differ from the last ones
-    /// (so cached pages may be stale).
-    pub fn observe(&self, inode: &Inode) -> bool {
-        let mut g = self.lock();
-        match g.nodes.get_mut(&inode.ino) {
+    /// Attributes from the reply to this mount's own change (its pages already hold it).
+    pub fn observe_own(&self, inode: &Inode) {
+        if let Some(n) = self.lock().nodes.get_mut(&inode.ino) {
+            n.seen = Some((inode.size, inode.mtime_ns));
+            n.fresh = Some((inode.clone(), Instant::now()));
+        }
+    }
+
+    /// Attributes read from a server (getattr): a difference means another client changed
+    /// the file.
+    pub fn observe_remote(&self, inode: &Inode) {
+        if let Some(n) = self.lock().nodes.get_mut(&inode.ino) {
+            note_remote(n, inode);
+        }
+    }
+
+    /// At open, with fresh attributes: whether the kernel's cached pages must be dropped
+    /// (the file changed since they were cached, noticed now or by an earlier lookup).
+    pub fn open_check(&self, inode: &Inode) -> bool {
+        match self.lock().nodes.get_mut(&inode.ino) {
             Some(n) => {
-                let now = Some((inode.size, inode.mtime_ns));
-                let changed = n.seen.is_some() && n.seen != now;
-                n.seen = now;
-                n.fresh = Some((inode.clone(), Instant::now()));
-                changed
+                note_remote(n, inode);
+                std::mem::take(&mut n.pages_stale)
             }
             None => false,
         }
@@ -184,6 +200,15 @@ impl InodeTable {
     pub fn len(&self) -> usize {
         self.lock().nodes.len()
     }
+}
+
+fn note_remote(n: &mut Node, inode: &Inode) {
+    let now = Some((inode.size, inode.mtime_ns));
+    if n.seen.is_some() && n.seen != now {
+        n.pages_stale = true;
+    }
+    n.seen = now;
+    n.fresh = Some((inode.clone(), Instant::now()));
 }
 
 /// Removes `path` from a node's names, unless it is the only one left.
@@ -282,13 +307,20 @@ mod tests {
     }
 
     #[test]
-    fn observe_reports_changes_only_after_a_first_sighting() {
+    fn a_remote_change_seen_by_a_lookup_still_drops_pages_at_the_next_open() {
         let t = InodeTable::new();
         let mut i = inode(7);
         t.add("/f", &i);
-        assert!(!t.observe(&i));
+        assert!(!t.open_check(&i));
+        // Same size, new mtime, noticed by a lookup before the open.
+        i.mtime_ns = 99;
+        t.add("/f", &i);
+        assert!(t.open_check(&i), "pages from before the change");
+        assert!(!t.open_check(&i), "dropped once");
+        // This mount's own write does not make its pages stale.
         i.size = 5;
-        assert!(t.observe(&i));
-        assert!(!t.observe(&i));
+        i.mtime_ns = 100;
+        t.observe_own(&i);
+        assert!(!t.open_check(&i));
     }
 }

@@ -52,6 +52,7 @@ pub struct Inner {
     pub notifier: OnceLock<Notifier>,
     prefetch: Mutex<HashMap<u64, Prefetched>>,
     hidden_seq: AtomicU64,
+    append_locks: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 fn name_of(name: &std::ffi::OsStr) -> Result<String, FsError> {
@@ -99,6 +100,7 @@ impl Inner {
             notifier: OnceLock::new(),
             prefetch: Mutex::new(HashMap::new()),
             hidden_seq: AtomicU64::new(0),
+            append_locks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -117,7 +119,7 @@ impl Inner {
         if inode.ino != ino {
             return Err(FsError::NotFound);
         }
-        self.inodes.observe(&inode);
+        self.inodes.observe_remote(&inode);
         Ok(self.visible(inode))
     }
 
@@ -251,7 +253,7 @@ impl Inner {
         if !perm::allowed(inode, caller, want) {
             return Err(FsError::PermissionDenied);
         }
-        let changed = self.inodes.observe(inode);
+        let changed = self.inodes.open_check(inode);
         if changed {
             // Another client changed the file since this kernel cached it: drop its pages
             // and attributes before the open returns.
@@ -283,6 +285,17 @@ impl Inner {
             (g.file.clone(), g.dirty.take(), g.append)
         };
         if let Some(d) = dirty {
+            // Appends of this mount to one file go one at a time: each reads the end the
+            // servers know and writes there.
+            let lock = if append {
+                Some(self.append_lock(file.inode.ino))
+            } else {
+                None
+            };
+            let _serial = match &lock {
+                Some(l) => Some(l.lock().await),
+                None => None,
+            };
             let offset = if append {
                 let now = self.client.stat(&file.path).await?;
                 if now.ino != file.inode.ino {
@@ -296,7 +309,7 @@ impl Inner {
             self.drop_prefetched(inode.ino);
             slot.lock().unsynced = false;
             self.handles.written(&inode);
-            self.inodes.observe(&inode);
+            self.inodes.observe_own(&inode);
             if append && offset != d.offset {
                 // The kernel cached the bytes where it thought the end was.
                 if let Some(n) = self.notifier.get() {
@@ -307,13 +320,36 @@ impl Inner {
         Ok(())
     }
 
-    /// Makes every write made through this mount to `ino` durable on the servers.
+    /// Sends every write buffered by this mount for `ino` (before an operation that must
+    /// see them). A failure is kept on the writer's handle and reported to the writer, not
+    /// to the operation that happened to trigger the send.
     pub async fn flush_ino(&self, ino: u64) -> Result<(), FsError> {
         for slot in self.handles.dirty_of(ino) {
             let _io = slot.io.lock().await;
-            self.send_dirty(&slot).await?;
+            if let Err(e) = self.send_dirty(&slot).await {
+                slot.lock().error = Some(e);
+            }
         }
         Ok(())
+    }
+
+    fn append_lock(&self, ino: u64) -> Arc<tokio::sync::Mutex<()>> {
+        let mut g = match self.append_locks.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if g.len() > 1024 {
+            g.retain(|_, l| Arc::strong_count(l) > 1);
+        }
+        g.entry(ino).or_default().clone()
+    }
+
+    /// fsync: every write of this mount to the file is durable, not only this handle's.
+    pub async fn fsync(&self, fh: u64) -> Result<(), FsError> {
+        if let Some((file, _)) = self.handles.snapshot(fh) {
+            self.flush_ino(file.inode.ino).await?;
+        }
+        self.flush(fh).await
     }
 
     /// Whether a flush of `fh` has nothing to do (answered on the FUSE thread).
@@ -342,13 +378,16 @@ impl Inner {
     /// Sends buffered writes, then, if the file's create was not durable and no write has
     /// covered it since, a barrier to its node. Callers hold the io lock.
     async fn make_durable(&self, slot: &Slot) -> Result<(), FsError> {
+        if let Some(e) = slot.lock().error.take() {
+            return Err(e);
+        }
         self.send_dirty(slot).await?;
-        let (unsynced, path) = {
+        let (unsynced, file) = {
             let g = slot.lock();
-            (g.unsynced, g.file.path.clone())
+            (g.unsynced, g.file.clone())
         };
         if unsynced {
-            self.client.sync(&path).await?;
+            self.client.sync(&file).await?;
             slot.lock().unsynced = false;
         }
         Ok(())
@@ -357,9 +396,14 @@ impl Inner {
     pub async fn write(&self, fh: u64, offset: u64, data: Vec<u8>) -> Result<(), FsError> {
         let slot = self.handles.file(fh).ok_or(FsError::Stale)?;
         let _io = slot.io.lock().await;
+        if let Some(e) = slot.lock().error.take() {
+            return Err(e);
+        }
+        let ino = slot.lock().file.inode.ino;
+        // Cached whole-file contents of any handle would hide this write.
+        self.handles.drop_contents(ino);
         {
             let mut g = slot.lock();
-            g.contents = None;
             let append = g.append;
             if let Some(d) = &mut g.dirty
                 && (append || d.offset + d.data.len() as u64 == offset)
@@ -466,7 +510,7 @@ impl Inner {
             Some(i) => i,
             None => self.stat_ino(ino).await?,
         };
-        self.inodes.observe(&inode);
+        self.inodes.observe_own(&inode);
         Ok(inode)
     }
 
@@ -595,7 +639,7 @@ impl Inner {
             XattrMode::Either
         };
         let inode = self.client.set_xattr(&path, name, value, mode).await?;
-        self.inodes.observe(&inode);
+        self.inodes.observe_own(&inode);
         Ok(())
     }
 }

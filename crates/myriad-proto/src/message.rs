@@ -185,8 +185,9 @@ pub enum Request {
     /// (a hard link; `to` must not exist).
     Link { from: String, to: String },
     /// Owner of the entry of `path`: returns once everything that node applied before it
-    /// is durable (a barrier after non-durable creates).
-    Sync { path: String },
+    /// is durable (a barrier after non-durable creates), then checks that `path` still
+    /// names inode `ino` (`Stale` if a crash lost it, `NotFound` if it was removed).
+    Sync { path: String, ino: u64 },
     /// Any node: that node's capacity and usage.
     StatFs,
     /// Any node: its request counters.

@@ -109,12 +109,24 @@ impl Applier {
         std::thread::Builder::new()
             .name("myriad-syncer".into())
             .spawn(move || {
+                // After a failed fsync nothing later can be trusted to be durable (the
+                // failed pages may be gone from the page cache): every later sync fails too.
+                let mut failed: Option<String> = None;
                 while let Ok(first) = srx.recv() {
                     let mut groups = vec![first];
                     while let Ok(more) = srx.try_recv() {
                         groups.push(more);
                     }
-                    let result = store.sync();
+                    let result = match &failed {
+                        Some(e) => Err(myriad_storage::StorageError::Engine(e.clone())),
+                        None => store.sync(),
+                    };
+                    if let Err(e) = &result
+                        && failed.is_none()
+                    {
+                        tracing::error!("fsync failed; this node acknowledges no more writes: {e}");
+                        failed = Some(e.to_string());
+                    }
                     let count: usize = groups.iter().map(Vec::len).sum();
                     sync_stats.syncs.fetch_add(1, Ordering::Relaxed);
                     sync_stats

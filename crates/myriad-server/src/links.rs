@@ -44,14 +44,28 @@ impl Node {
     }
 
     /// If `path` (owned here) names a hard link, the home and inode id to send `req` to.
-    pub(crate) fn link_target(&self, path: &str) -> Option<(u32, u64)> {
+    /// A link name in the middle of a multi-node operation answers `Busy` (the client
+    /// retries) rather than being taken for a regular file.
+    pub(crate) fn link_target(&self, path: &str) -> Result<Option<(u32, u64)>, FsError> {
         if path == "/" || validate_path(path).is_err() {
-            return None;
+            return Ok(None);
         }
         let (dir, name) = split_parent(path);
-        let rec = self.store.entry(dir, name).ok()??;
-        let i = rec.inode.filter(|_| rec.pending.is_none())?;
-        (i.kind == FileKind::HardLink).then_some((i.link_home?, i.ino))
+        let Some(rec) = self.store.entry(dir, name).map_err(storage_err)? else {
+            return Ok(None);
+        };
+        let is_link = |i: &Option<Inode>| i.as_ref().is_some_and(|i| i.kind == FileKind::HardLink);
+        if let Some(p) = &rec.pending {
+            return if is_link(&rec.inode) || is_link(&p.after) {
+                Err(FsError::Busy)
+            } else {
+                Ok(None)
+            };
+        }
+        Ok(rec
+            .inode
+            .filter(|i| i.kind == FileKind::HardLink)
+            .and_then(|i| Some((i.link_home?, i.ino))))
     }
 
     /// Sends a path request for a hard-link name to the inode's home, after the ancestor
@@ -85,6 +99,16 @@ impl Node {
         let inode = self.lookup_in(INODE_DIR, &name).await?;
         let dir = INODE_DIR.to_string();
         let now = now_ns();
+        // A handle's request names the inode it was opened on: if the name now refers to
+        // another inode (replaced meanwhile), it must not touch this one.
+        if let Request::Read { ino: want, .. }
+        | Request::Write { ino: want, .. }
+        | Request::ExtendSize { ino: want, .. }
+        | Request::Truncate { ino: want, .. } = &req
+            && *want != ino
+        {
+            return Err(FsError::Stale);
+        }
         match req {
             Request::Stat { .. } => Ok(Response::Attr(inode)),
             Request::Fetch { max_bytes, .. } => {
@@ -272,6 +296,11 @@ impl Node {
             home,
         };
         if let Err(e) = self.call_node(owner, put).await {
+            if !definitely_not_created(&e) {
+                // The name may exist (a timeout or a lost reply): keep the count one too
+                // high rather than risk one too low, which would free data still named.
+                return Err(e);
+            }
             // Take the link back; if even that fails the count stays one too high (no loss).
             let undo = Request::AdjustLinks {
                 ino: inode.ino,
@@ -301,4 +330,21 @@ impl Node {
             );
         }
     }
+}
+
+/// Errors after which the new name surely does not exist.
+fn definitely_not_created(e: &FsError) -> bool {
+    matches!(
+        e,
+        FsError::AlreadyExists
+            | FsError::NotFound
+            | FsError::NotADirectory
+            | FsError::NameTooLong
+            | FsError::InvalidArgument(_)
+            | FsError::PermissionDenied
+            | FsError::Busy
+            | FsError::NoSpace
+            | FsError::Redirect(_)
+            | FsError::MapTooOld(_)
+    )
 }

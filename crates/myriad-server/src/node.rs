@@ -117,7 +117,7 @@ impl Node {
         let cs = st.map.chunk_size_bytes;
         // A request naming a hard link is applied at the inode's home.
         if let Some(path) = body.link_resolved_path()
-            && let Some((home, ino)) = self.link_target(path)
+            && let Some((home, ino)) = self.link_target(path)?
         {
             let path = path.to_string();
             return self.forward_to_home(caller, &path, home, ino, body).await;
@@ -268,13 +268,17 @@ impl Node {
                     .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
                     .map(Response::Link)
             }
-            Request::Sync { path } => {
+            Request::Sync { path, ino } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
-                self.applier
-                    .run(Mutation::Barrier)
-                    .await
-                    .map(|_| Response::Unit)
+                self.applier.run(Mutation::Barrier).await?;
+                // What is durable now must still hold the file: a crash before the fsync
+                // loses a non-durable create, and then the close must not report success.
+                let i = self.lookup(&path).await?;
+                if i.ino != ino {
+                    return Err(FsError::Stale);
+                }
+                Ok(Response::Unit)
             }
             Request::Create {
                 path,
@@ -295,13 +299,16 @@ impl Node {
                     data,
                     now: now_ns(),
                 };
-                if durable {
-                    self.mutate_inode(m).await
+                let outcome = if durable {
+                    self.applier.run(m).await?
                 } else {
-                    match self.applier.run_visible(m).await? {
-                        Outcome::Inode(i) => Ok(Response::Attr(i)),
-                        _ => Err(FsError::Io("unexpected outcome".into())),
-                    }
+                    self.applier.run_visible(m).await?
+                };
+                match outcome {
+                    // A non-exclusive create of an existing name opens it: a hard-link name
+                    // answers with its inode.
+                    Outcome::Inode(i) => Ok(Response::Attr(self.resolve(i).await?)),
+                    _ => Err(FsError::Io("unexpected outcome".into())),
                 }
             }
             Request::Symlink { path, target } => {

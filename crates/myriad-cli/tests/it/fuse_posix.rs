@@ -223,6 +223,13 @@ fn file_contents_append_trunc_sparse_big_offsets_and_times() {
         .truncate(true)
         .open(p("log"))));
     assert_eq!(ok(fs::metadata(p("log"))).len(), 0);
+    // Two processes appending at once through one mount lose no line.
+    crate::mount::sh(
+        m.dir.path(),
+        "for w in a b; do (for i in $(seq 40); do echo $w$i >> log; done) & done; wait",
+    );
+    let lines = ok(fs::read_to_string(p("log")));
+    assert_eq!(lines.lines().count(), 80, "{lines}");
 
     // Sparse file over 4 GiB: holes read as zeros, the tail as written.
     let mut f = ok(OpenOptions::new()

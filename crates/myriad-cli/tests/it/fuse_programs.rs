@@ -196,6 +196,15 @@ fn two_mounts_see_each_others_writes_at_open_close_to_open() {
     }
     assert_eq!(std::fs::read(&pa).unwrap_or_default(), b"301234");
     assert_eq!(std::fs::read(&pb).unwrap_or_default(), b"301234");
+    // Same size, other bytes, after b's attribute and entry TTLs ran out (b's next lookup
+    // sees the new mtime before the open): b must not serve its old pages.
+    std::fs::write(&pa, b"AAAAAA").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(std::fs::read(&pb).unwrap_or_default(), b"AAAAAA");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(&pa, b"BBBBBB").unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let _ = std::fs::metadata(&pb);
+    assert_eq!(std::fs::read(&pb).unwrap_or_default(), b"BBBBBB");
     // A file created on a is visible on b at once (no negative caching by default).
     assert!(!b.path("new.txt").exists());
     std::fs::write(a.path("new.txt"), b"n").unwrap_or_else(|e| panic!("{e}"));

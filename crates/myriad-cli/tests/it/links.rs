@@ -145,3 +145,33 @@ async fn kill9_during_links_leaves_no_name_without_its_inode() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_never_writes_into_the_inode_that_replaced_its_name() {
+    let tc = TestCluster::start(2);
+    let c = tc.client();
+    let hx = c
+        .create("/x", 0o644, true, b"xxxx")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.create("/y", 0o644, true, b"yyyy")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.link("/y", "/x.tmp")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.rename("/x.tmp", "/x", myriad_client::RenameFlags::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // /x is now a name of /y's inode; the old handle must not reach it.
+    assert_eq!(
+        c.write(&hx, 0, b"ZZ").await.map(|_| ()),
+        Err(myriad_client::FsError::Stale)
+    );
+    assert_eq!(
+        c.truncate(&hx, 0).await.map(|_| ()),
+        Err(myriad_client::FsError::Stale)
+    );
+    assert_eq!(c.read_all("/y").await.unwrap_or_default(), b"yyyy");
+    assert_eq!(c.read_all("/x").await.unwrap_or_default(), b"yyyy");
+}
