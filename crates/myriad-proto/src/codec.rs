@@ -37,6 +37,39 @@ mod tests {
     use crate::{Caller, Request, RequestFrame, Response, ResponseFrame};
 
     #[test]
+    fn a_link_request_becomes_a_flat_inode_operation() {
+        let w = Request::Write {
+            path: "/l".into(),
+            ino: 9,
+            offset: 4,
+            data: vec![1, 2],
+        };
+        let op = w.into_inode_op();
+        assert_eq!(
+            op,
+            Some(crate::InodeOp::Write {
+                ino: 9,
+                offset: 4,
+                data: vec![1, 2]
+            })
+        );
+        let f = RequestFrame {
+            id: 1,
+            epoch: 1,
+            caller: Caller::root(),
+            body: Request::AtInode {
+                ino: 9,
+                caller: Caller::root(),
+                op: op.unwrap_or(crate::InodeOp::Stat),
+            },
+        };
+        let back: RequestFrame =
+            decode(&encode(&f).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, f);
+        assert_eq!(Request::Stat { path: "/l".into() }.into_inode_op(), None);
+    }
+
+    #[test]
     fn roundtrip_request() {
         let f = RequestFrame {
             id: 7,

@@ -14,8 +14,9 @@ mod types;
 
 pub use error::FsError;
 pub use message::{
-    DirAction, ExportedEntry, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, RenameFlags,
-    Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr, XattrMode,
+    DirAction, ExportedEntry, Hello, HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind,
+    RenameFlags, Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr,
+    XattrMode,
 };
 pub use path::{validate_name, validate_path};
 pub use types::{

@@ -267,12 +267,51 @@ pub enum Request {
     /// Home of hard-linked inode `ino`: add `delta` to its link count (the object and its
     /// data go away at 0). Replies with the inode after the change (`Unit` when removed).
     AdjustLinks { ino: u64, delta: i64 },
-    /// Home of hard-linked inode `ino`: `req` (a path request whose path names a link to it;
-    /// ancestors already checked by the sender) applied to the inode object, as `caller`.
+    /// Home of hard-linked inode `ino`: `op` (from a path request whose path names a link
+    /// to it; ancestors already checked by the sender) applied to the inode object, as
+    /// `caller`. A flat operation, not a nested `Request`: a decoder must never recurse on
+    /// what a peer sends.
     AtInode {
         ino: u64,
         caller: Caller,
-        req: Box<Request>,
+        op: InodeOp,
+    },
+}
+
+/// A path request without its path, applied to a hard-linked inode at its home. The `ino`
+/// of handle operations is the inode the handle was opened on (`Stale` if it differs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InodeOp {
+    Stat,
+    Fetch {
+        max_bytes: u64,
+    },
+    Read {
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
+    Write {
+        ino: u64,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    ExtendSize {
+        ino: u64,
+        size: u64,
+    },
+    Truncate {
+        ino: u64,
+        size: u64,
+    },
+    SetAttr {
+        set: SetAttr,
+    },
+    SetXattr {
+        name: String,
+        value: Option<serde_bytes::ByteBuf>,
+        mode: XattrMode,
     },
 }
 
@@ -350,7 +389,7 @@ impl Request {
     }
 
     /// The path of a request that, when it names a hard link, is applied at the inode's
-    /// home (reads and changes of the file's contents or attributes).
+    /// home (reads and changes of the file's contents or attributes; see `into_inode_op`).
     #[must_use]
     pub fn link_resolved_path(&self) -> Option<&str> {
         match self {
@@ -362,6 +401,26 @@ impl Request {
             | Request::SetXattr { path, .. } => Some(path),
             _ => None,
         }
+    }
+
+    /// The inode operation of a request `link_resolved_path` names (`None` for others).
+    #[must_use]
+    pub fn into_inode_op(self) -> Option<InodeOp> {
+        Some(match self {
+            Request::Read {
+                ino, offset, len, ..
+            } => InodeOp::Read { ino, offset, len },
+            Request::Write {
+                ino, offset, data, ..
+            } => InodeOp::Write { ino, offset, data },
+            Request::ExtendSize { ino, size, .. } => InodeOp::ExtendSize { ino, size },
+            Request::Truncate { ino, size, .. } => InodeOp::Truncate { ino, size },
+            Request::SetAttr { set, .. } => InodeOp::SetAttr { set },
+            Request::SetXattr {
+                name, value, mode, ..
+            } => InodeOp::SetXattr { name, value, mode },
+            _ => return None,
+        })
     }
 
     /// Requests only servers may send (the peer kind is self-declared until connections are

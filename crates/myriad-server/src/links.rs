@@ -14,7 +14,9 @@
 use std::sync::Arc;
 
 use myriad_placement::split_parent;
-use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response, limits, validate_path};
+use myriad_proto::{
+    Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
+};
 
 use crate::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
 use crate::node::{Node, now_ns, split_owned};
@@ -33,9 +35,7 @@ impl Node {
         let req = Request::AtInode {
             ino: i.ino,
             caller: Caller::root(),
-            req: Box::new(Request::Stat {
-                path: String::new(),
-            }),
+            op: InodeOp::Stat,
         };
         match self.call_node(home, req).await? {
             Response::Attr(i) => Ok(i),
@@ -76,23 +76,19 @@ impl Node {
         path: &str,
         home: u32,
         ino: u64,
-        req: Request,
+        op: InodeOp,
     ) -> Result<Response, FsError> {
         self.search(&caller, path).await?;
-        let req = Request::AtInode {
-            ino,
-            caller,
-            req: Box::new(req),
-        };
-        self.call_node(home, req).await
+        self.call_node(home, Request::AtInode { ino, caller, op })
+            .await
     }
 
-    /// At the home: `req` applied to inode object `ino`.
+    /// At the home: `op` applied to inode object `ino`.
     pub(crate) async fn at_inode(
         self: &Arc<Self>,
         ino: u64,
         caller: Caller,
-        req: Request,
+        op: InodeOp,
         chunk_size: u64,
     ) -> Result<Response, FsError> {
         let name = inode_name(ino);
@@ -101,17 +97,17 @@ impl Node {
         let now = now_ns();
         // A handle's request names the inode it was opened on: if the name now refers to
         // another inode (replaced meanwhile), it must not touch this one.
-        if let Request::Read { ino: want, .. }
-        | Request::Write { ino: want, .. }
-        | Request::ExtendSize { ino: want, .. }
-        | Request::Truncate { ino: want, .. } = &req
+        if let InodeOp::Read { ino: want, .. }
+        | InodeOp::Write { ino: want, .. }
+        | InodeOp::ExtendSize { ino: want, .. }
+        | InodeOp::Truncate { ino: want, .. } = &op
             && *want != ino
         {
             return Err(FsError::Stale);
         }
-        match req {
-            Request::Stat { .. } => Ok(Response::Attr(inode)),
-            Request::Fetch { max_bytes, .. } => {
+        match op {
+            InodeOp::Stat => Ok(Response::Attr(inode)),
+            InodeOp::Fetch { max_bytes } => {
                 perm::require(&inode, &caller, perm::READ)?;
                 let n = max_bytes.min(chunk_size).min(limits::IO_BYTES_MAX);
                 let data = self
@@ -120,7 +116,7 @@ impl Node {
                     .map_err(storage_err)?;
                 Ok(Response::Fetched { inode, data })
             }
-            Request::Read { offset, len, .. } => {
+            InodeOp::Read { offset, len, .. } => {
                 perm::require(&inode, &caller, perm::READ)?;
                 let data = self
                     .store
@@ -136,7 +132,7 @@ impl Node {
                     data,
                 })
             }
-            Request::Write { offset, data, .. } => {
+            InodeOp::Write { offset, data, .. } => {
                 perm::require(&inode, &caller, perm::WRITE)?;
                 self.mutate(Mutation::Write {
                     dir,
@@ -148,7 +144,7 @@ impl Node {
                 })
                 .await
             }
-            Request::ExtendSize { size, .. } => {
+            InodeOp::ExtendSize { size, .. } => {
                 perm::require(&inode, &caller, perm::WRITE)?;
                 self.mutate(Mutation::ExtendSize {
                     dir,
@@ -159,7 +155,7 @@ impl Node {
                 })
                 .await
             }
-            Request::Truncate { size, .. } => {
+            InodeOp::Truncate { size, .. } => {
                 perm::require(&inode, &caller, perm::WRITE)?;
                 let m = Mutation::Truncate {
                     dir,
@@ -180,7 +176,7 @@ impl Node {
                     _ => Err(FsError::Io("unexpected outcome".into())),
                 }
             }
-            Request::SetAttr { set, .. } => {
+            InodeOp::SetAttr { set } => {
                 perm::require_setattr(&inode, &caller, &set)?;
                 self.mutate(Mutation::SetAttr {
                     dir,
@@ -190,11 +186,10 @@ impl Node {
                 })
                 .await
             }
-            Request::SetXattr {
+            InodeOp::SetXattr {
                 name: xname,
                 value,
                 mode,
-                ..
             } => {
                 crate::node::check_xattr_name(&xname)?;
                 perm::require(&inode, &caller, perm::WRITE)?;
@@ -210,10 +205,6 @@ impl Node {
                 })
                 .await
             }
-            other => Err(FsError::InvalidArgument(format!(
-                "{} is not applied to a linked inode",
-                other.op_name()
-            ))),
         }
     }
 

@@ -15,8 +15,8 @@ use futures::future::BoxFuture;
 use myriad_net::{Handler, Pool};
 use myriad_placement::{ClusterMap, NodeId, Ring, split_parent};
 use myriad_proto::{
-    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, Request, RequestFrame,
-    Response, ResponseFrame, StatFs, limits, validate_path,
+    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, InodeOp, PeerKind, Request,
+    RequestFrame, Response, ResponseFrame, StatFs, limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
@@ -120,7 +120,10 @@ impl Node {
             && let Some((home, ino)) = self.link_target(path)?
         {
             let path = path.to_string();
-            return self.forward_to_home(caller, &path, home, ino, body).await;
+            let op = body
+                .into_inode_op()
+                .ok_or_else(|| FsError::Io("not an inode operation".into()))?;
+            return self.forward_to_home(caller, &path, home, ino, op).await;
         }
         match body {
             Request::Echo(p) => Ok(Response::Echo(p)),
@@ -140,7 +143,7 @@ impl Node {
                 .await
             }
             Request::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
-            Request::AtInode { ino, caller, req } => self.at_inode(ino, caller, *req, cs).await,
+            Request::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
             Request::Stat { path } => {
                 validate_path(&path)?;
                 self.own(&st, st.ring.owner_of_entry(&path))?;
@@ -180,7 +183,7 @@ impl Node {
                     let req = Request::AtInode {
                         ino: inode.ino,
                         caller,
-                        req: Box::new(Request::Fetch { path, max_bytes }),
+                        op: InodeOp::Fetch { max_bytes },
                     };
                     return self.call_node(home, req).await;
                 }
