@@ -15,7 +15,6 @@ mod fs;
 mod handles;
 mod inodes;
 mod ops;
-mod perm;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //!
 //! Must not depend on: tokio or any I/O, storage, server, client.
 
+pub mod access;
 pub mod codec;
 mod error;
 pub mod limits;

@@ -61,6 +61,12 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whether `gid` is the caller's group or one of its supplementary groups.
+    #[must_use]
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+
     #[must_use]
     pub fn root() -> Caller {
         Caller {

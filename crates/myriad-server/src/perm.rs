@@ -1,36 +1,12 @@
-//! POSIX permission rules, as pure functions of an inode and the caller.
-//!
-//! Root (uid 0) passes every read, write and search check (CAP_DAC_OVERRIDE); everyone else
-//! gets the owner, group or other bits, the first class that matches (not the union).
+//! POSIX permission rules, as pure functions of an inode and the caller. The basic rule
+//! (`allowed`) lives in `myriad_proto::access`, shared with the FUSE mount.
 
+pub use myriad_proto::access::{EXEC, READ, WRITE, allowed};
 use myriad_proto::{Caller, FsError, Inode, SetAttr};
 
-pub const READ: u32 = 4;
-pub const WRITE: u32 = 2;
-pub const EXEC: u32 = 1;
 /// Sticky bit: in such a directory only the owner of an entry, the directory's owner or root
 /// may remove or rename the entry.
 pub const STICKY: u32 = 0o1000;
-
-fn in_group(caller: &Caller, gid: u32) -> bool {
-    caller.gid == gid || caller.groups.contains(&gid)
-}
-
-/// Whether `caller` has all of `want` (a mask of READ | WRITE | EXEC) on `inode`.
-#[must_use]
-pub fn allowed(inode: &Inode, caller: &Caller, want: u32) -> bool {
-    if caller.uid == 0 {
-        return true;
-    }
-    let bits = if caller.uid == inode.uid {
-        (inode.mode >> 6) & 7
-    } else if in_group(caller, inode.gid) {
-        (inode.mode >> 3) & 7
-    } else {
-        inode.mode & 7
-    };
-    bits & want == want
-}
 
 pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), FsError> {
     if allowed(inode, caller, want) {
@@ -67,7 +43,7 @@ pub fn require_setattr(inode: &Inode, caller: &Caller, set: &SetAttr) -> Result<
     }
     if let Some(g) = set.gid
         && g != inode.gid
-        && !(owner && in_group(caller, g))
+        && !(owner && caller.in_group(g))
     {
         return Err(FsError::PermissionDenied);
     }
