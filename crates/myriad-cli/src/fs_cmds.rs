@@ -21,18 +21,22 @@ const COPY_PARALLEL: usize = 32;
 const COPY_PIECE_BYTES: usize = 4 * 1024 * 1024;
 
 pub fn connect(cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<Client> {
+    let map = load_map(cluster.as_deref())?;
+    let mut cfg = ClientConfig::new(map, current_caller());
+    cfg.request_timeout = timeout;
+    Ok(Client::new(cfg)?)
+}
+
+/// The cluster map from `--cluster` / MYRIAD_CLUSTER, with a clear error if it is missing.
+pub fn load_map(cluster: Option<&std::path::Path>) -> anyhow::Result<ClusterMap> {
     let Some(path) = cluster else {
         bail!(
             "no cluster given: pass --cluster FILE or set MYRIAD_CLUSTER (`myriad cluster up` prints it)"
         );
     };
-    let text = std::fs::read_to_string(&path)
+    let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read cluster map {}", path.display()))?;
-    let map = ClusterMap::from_json(&text)
-        .with_context(|| format!("bad cluster map {}", path.display()))?;
-    let mut cfg = ClientConfig::new(map, current_caller());
-    cfg.request_timeout = timeout;
-    Ok(Client::new(cfg)?)
+    ClusterMap::from_json(&text).with_context(|| format!("bad cluster map {}", path.display()))
 }
 
 /// Makes a user-given remote path canonical: absolute, no empty, "." or ".." components.

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use myriad_placement::ClusterMap;
 
 #[derive(Args, Clone, Debug)]
 pub struct MountArgs {
@@ -45,31 +44,49 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
 }
 
-fn load_map(cluster: Option<&Path>) -> anyhow::Result<ClusterMap> {
-    let Some(path) = cluster else {
-        bail!("no cluster given: pass --cluster FILE or set MYRIAD_CLUSTER");
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read cluster map {}", path.display()))?;
-    ClusterMap::from_json(&text).with_context(|| format!("bad cluster map {}", path.display()))
-}
-
 /// Whether `mountpoint` is a mount point now (per /proc/self/mountinfo).
 pub fn is_mounted(mountpoint: &Path) -> bool {
-    let Ok(abs) = std::fs::canonicalize(mountpoint).or_else(|_| Ok::<_, ()>(mountpoint.into()))
-    else {
-        return false;
-    };
+    let abs = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
-    let want = abs.to_string_lossy().to_string();
-    info.lines()
-        .any(|l| l.split_whitespace().nth(4) == Some(want.as_str()))
+    let want = abs.to_string_lossy();
+    info.lines().any(|l| {
+        l.split_whitespace()
+            .nth(4)
+            .is_some_and(|p| unescape_mountinfo(p) == want)
+    })
+}
+
+/// mountinfo writes space, tab, newline and backslash in paths as octal escapes (\040...).
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .and_then(|d| {
+                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                u8::try_from(v).ok()
+            });
+        match (b[i], octal) {
+            (b'\\', Some(v)) => {
+                out.push(v);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub fn run(args: MountArgs, cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<()> {
-    let map = load_map(cluster.as_deref())?;
+    let map = crate::fs_cmds::load_map(cluster.as_deref())?;
     let meta = std::fs::metadata(&args.mountpoint)
         .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
     if !meta.is_dir() {
@@ -173,4 +190,22 @@ pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
         bail!("{} is not mounted", mountpoint.display());
     }
     myriad_fuse::unmount(mountpoint).map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(
+            super::unescape_mountinfo(r"/mnt/my\040dir\134x"),
+            r"/mnt/my dir\x"
+        );
+        assert_eq!(super::unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(super::unescape_mountinfo(r"/odd\9"), r"/odd\9");
+        assert_eq!(
+            super::unescape_mountinfo(r"/big\777"),
+            r"/big\777",
+            "no overflow"
+        );
+    }
 }
