@@ -443,6 +443,21 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     let pid = cl.pid(2);
     // SAFETY: signalling a server process this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The signal is asynchronous: wait until every thread of the server has stopped.
+    let stopped = || {
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.filter_map(Result::ok).all(|t| {
+                    fs::read_to_string(t.path().join("stat"))
+                        .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('T')))
+                })
+            })
+            .unwrap_or(false)
+    };
+    let t = Instant::now();
+    while !stopped() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let t = Instant::now();
     let e = errno(fs::metadata(m.path(&format!("{dir}/never"))));
     let waited = t.elapsed();
