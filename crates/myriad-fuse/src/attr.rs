@@ -36,10 +36,15 @@ pub fn nanos(t: SystemTime) -> i64 {
 }
 
 pub fn file_attr(i: &Inode) -> FileAttr {
+    file_attr_sized(i, i.size)
+}
+
+/// `file_attr` with another size (bytes this mount wrote but has not sent yet).
+pub fn file_attr_sized(i: &Inode, size: u64) -> FileAttr {
     FileAttr {
         ino: INodeNo(i.ino),
-        size: i.size,
-        blocks: i.size.div_ceil(512),
+        size,
+        blocks: size.div_ceil(512),
         atime: time(i.atime_ns),
         mtime: time(i.mtime_ns),
         ctime: time(i.ctime_ns),

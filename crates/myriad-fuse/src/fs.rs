@@ -16,11 +16,11 @@ use fuser::{
 use myriad_client::Client;
 use myriad_proto::{Caller, DirEntry, FsError, Inode, SetAttr};
 
-use crate::attr::{errno, file_attr, file_type, nanos};
+use crate::attr::{errno, file_attr, file_attr_sized, file_type, nanos};
 use crate::handles::DirListing;
 use crate::inodes::join;
 use crate::ops::{Inner, now_ns};
-use crate::perm;
+use myriad_proto::access as perm;
 
 /// Largest write the kernel sends in one request (it needs `max_pages`): 1 MiB keeps a big
 /// sequential write at few requests while each stays far below the 4 MiB I/O limit.
@@ -362,8 +362,7 @@ impl Filesystem for MyriadFs {
         reply: ReplyData,
     ) {
         // Served from the handle without a task when the open brought the whole file.
-        if let Some((file, Some(c))) = self.inner.handles.snapshot(fh.0) {
-            let _ = file;
+        if let Some((_, Some(c))) = self.inner.handles.snapshot(fh.0) {
             let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
             let end = start.saturating_add(size as usize).min(c.len());
             return reply.data(&c[start..end]);
@@ -504,7 +503,7 @@ impl Filesystem for MyriadFs {
             let r = walk(&fs, &mut d, offset, |next, entry| match entry {
                 Dot(name) => reply.add(ino, next, name, &ttl, &dot, Generation(0)),
                 Named(e) => {
-                    let attr = file_attr(&inner.visible(e.inode.clone()));
+                    let attr = file_attr_sized(&e.inode, inner.visible_size(&e.inode));
                     let full = reply.add(
                         INodeNo(e.inode.ino),
                         next,

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use fuser::Notifier;
 use myriad_client::{Client, FileHandle};
-use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, XattrMode, limits};
+use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, XattrMode};
 
 use crate::caller::Callers;
 use crate::handles::{DirListing, Dirty, Handles, OpenFile, Slot, WRITE_BUFFER_MAX};
 use crate::inodes::{InodeTable, join};
-use crate::perm;
+use myriad_proto::access as perm;
 
 /// A lookup's prefetched contents count for an open only if they are this fresh and the same
 /// process asks: that is the `open()` whose path walk did the lookup, so close-to-open still
@@ -59,9 +59,7 @@ fn name_of(name: &std::ffi::OsStr) -> Result<String, FsError> {
     let s = name
         .to_str()
         .ok_or_else(|| FsError::InvalidArgument("file names must be UTF-8".into()))?;
-    if s.len() > limits::NAME_BYTES_MAX {
-        return Err(FsError::NameTooLong);
-    }
+    myriad_proto::validate_name(s)?;
     Ok(s.to_string())
 }
 
@@ -267,13 +265,9 @@ impl Inner {
         Ok((fh, !changed))
     }
 
+    /// A read the handle's fetched contents cannot answer (`fs.rs` serves those).
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
-        let (file, contents) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
-        if let Some(c) = contents {
-            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
-            let end = start.saturating_add(size as usize).min(c.len());
-            return Ok(c[start..end].to_vec());
-        }
+        let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
         self.flush_ino(file.inode.ino).await?;
         self.client.read(&file, offset, u64::from(size)).await
     }
@@ -443,10 +437,18 @@ impl Inner {
 
     /// Attributes as the kernel must see them: with this mount's unsent writes.
     pub fn visible(&self, mut inode: Inode) -> Inode {
-        if inode.kind == FileKind::File {
-            inode.size = self.handles.size_with_pending(inode.ino, inode.size);
-        }
+        inode.size = self.visible_size(&inode);
         inode
+    }
+
+    /// The size the kernel must see for `inode` (no copy of the inode: readdirplus calls
+    /// this for every entry).
+    pub fn visible_size(&self, inode: &Inode) -> u64 {
+        if inode.kind == FileKind::File {
+            self.handles.size_with_pending(inode.ino, inode.size)
+        } else {
+            inode.size
+        }
     }
 
     pub async fn create(

@@ -372,11 +372,7 @@ impl Node {
                     return Err(FsError::NotPermitted);
                 }
                 perm::require(&inode, &caller, perm::WRITE)?;
-                let (dir, name_) = if path == "/" {
-                    ("/".to_string(), String::new())
-                } else {
-                    split_owned(&path)
-                };
+                let (dir, name_) = attrs_key(&path);
                 self.mutate_inode(Mutation::SetAttr {
                     dir,
                     name: name_,
@@ -409,11 +405,7 @@ impl Node {
                 self.own(&st, st.ring.owner_of_entry(&path))?;
                 self.search(&caller, &path).await?;
                 perm::require_setattr(&self.lookup(&path).await?, &caller, &set)?;
-                let (dir, name) = if path == "/" {
-                    ("/".to_string(), String::new())
-                } else {
-                    split_owned(&path)
-                };
+                let (dir, name) = attrs_key(&path);
                 let changes_access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
                 let reply = self
                     .mutate_inode(Mutation::SetAttr {
@@ -960,6 +952,16 @@ impl Node {
         self.pool
             .call(&addr, st.map.epoch, &Caller::root(), &body)
             .await
+    }
+}
+
+/// Where the attributes of `path` are kept for `Mutation::SetAttr`: its entry, or for "/"
+/// (which has no entry) the root's directory record, named ("/", "").
+fn attrs_key(path: &str) -> (String, String) {
+    if path == "/" {
+        ("/".to_string(), String::new())
+    } else {
+        split_owned(path)
     }
 }
 
