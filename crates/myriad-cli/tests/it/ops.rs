@@ -594,8 +594,9 @@ async fn directory_rename_is_atomic_for_concurrent_readers() {
             .unwrap_or_else(|e| panic!("{e}"));
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let reader = {
-        let (c, stop) = (c.clone(), stop.clone());
+        let (c, stop, done) = (c.clone(), stop.clone(), done.clone());
         tokio::spawn(async move {
             let mut checks = 0u32;
             let mut i = 0;
@@ -614,18 +615,34 @@ async fn directory_rename_is_atomic_for_concurrent_readers() {
                     );
                 }
                 checks += 1;
+                done.store(checks, std::sync::atomic::Ordering::Relaxed);
             }
             checks
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Wait on the reader's progress rather than on the clock: on a loaded machine 50 ms may
+    // not be enough for a single check.
+    let wait_for = |n: u32| {
+        let done = done.clone();
+        async move {
+            // Bounded: a reader that panicked stops counting; its panic is reported below.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+                while done.load(std::sync::atomic::Ordering::Relaxed) < n {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+        }
+    };
+    wait_for(10).await;
     c.rename("/a/tree", "/b", RenameFlags::default())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let after_rename = done.load(std::sync::atomic::Ordering::Relaxed);
+    wait_for(after_rename + 10).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let checks = reader.await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(checks > 10, "the reader ran ({checks} checks)");
+    assert!(checks >= after_rename + 10, "the reader ran ({checks} checks)");
     assert_eq!(c.readdir("/b/sub").await.map(|v| v.len()).ok(), Some(400));
 }
 
