@@ -81,12 +81,24 @@ pub async fn run(cmd: Command, client: &Client) -> anyhow::Result<()> {
         Command::Cat { path } => cat(client, &normalize(&path)?).await,
         Command::Put { local, remote } => put(client, &local, &normalize(&remote)?).await,
         Command::Get { remote, local } => get(client, &normalize(&remote)?, &local).await,
-        Command::Mkdir { parents, path } => {
+        Command::Mkdir {
+            parents,
+            shards,
+            path,
+        } => {
             let p = normalize(&path)?;
-            let r = if parents {
-                client.mkdir_p(&p, 0o755).await
-            } else {
-                client.mkdir(&p, 0o755).await.map(|_| ())
+            let r = match shards {
+                Some(n) => {
+                    if parents && p != "/" {
+                        client
+                            .mkdir_p(myriad_placement::parent_of(&p), 0o755)
+                            .await
+                            .map_err(|e| err(&p, e))?;
+                    }
+                    client.mkdir_sharded(&p, 0o755, n).await.map(|_| ())
+                }
+                None if parents => client.mkdir_p(&p, 0o755).await,
+                None => client.mkdir(&p, 0o755).await.map(|_| ()),
             };
             r.map_err(|e| err(&p, e))
         }

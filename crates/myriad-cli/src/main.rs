@@ -81,6 +81,10 @@ enum Command {
     Mkdir {
         #[arg(short = 'p')]
         parents: bool,
+        /// Create it split over N shards on different servers from the start (for a directory
+        /// known to become huge; rounded up to a power of two, at most 256).
+        #[arg(long, value_name = "N")]
+        shards: Option<u32>,
         path: String,
     },
     /// Remove a file, symlink or empty directory (-r: a directory and everything under it).

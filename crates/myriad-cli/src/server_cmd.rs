@@ -36,9 +36,14 @@ pub struct ServerArgs {
     root_owner: (u32, u32),
 }
 
-/// Ancestor metadata replication (TyrFS dynamic metadata replication).
+/// Server tuning that `cluster up` passes on to its nodes: ancestor metadata replication
+/// (TyrFS dynamic metadata replication) and huge-directory splitting.
 #[derive(Args, Clone, Debug)]
 pub struct ReplicationArgs {
+    /// A directory shard holding more entries than this splits onto another node
+    /// (docs/huge-dirs.md); 0: never split automatically (`mkdir --shards` still works).
+    #[arg(long, default_value_t = myriad_server::DEFAULT_DIR_SPLIT_ENTRIES)]
+    pub dir_split_entries: u64,
     /// on: replicate popular ancestors' permissions locally; off: ask their owner every time.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub metadata_replication: String,
@@ -67,6 +72,7 @@ impl ReplicationArgs {
             format!("--popularity-window-secs={}", self.popularity_window_secs),
             format!("--replica-slots={}", self.replica_slots),
             format!("--lease-ms={}", self.lease_ms),
+            format!("--dir-split-entries={}", self.dir_split_entries),
         ]
     }
 
@@ -117,6 +123,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.map_path = Some(args.cluster_map);
     config.request_timeout = Duration::from_millis(args.request_timeout_ms);
     config.replication = args.replication.config()?;
+    config.dir_split_entries = args.replication.dir_split_entries;
     (config.root_uid, config.root_gid) = args.root_owner;
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -2,9 +2,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use myriad_net::{Pool, PoolConfig};
-use myriad_placement::{ClusterMap, NodeId, Ring, parent_of};
+use myriad_placement::{ClusterMap, NodeId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent};
 use myriad_proto::{
-    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
+    Caller, CounterSnapshot, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
     Response, SetAttr, StatFs, XattrMode, limits, validate_path,
 };
 
@@ -44,8 +44,8 @@ struct MapState {
 pub(crate) enum Route {
     /// The node holding the entry of this path (its parent's directory object).
     Entry(String),
-    /// The node holding the directory object of this path.
-    Dir(String),
+    /// The node holding the shard of directory `.0` with name hash `.1`.
+    Shard(String, u64),
     /// The node holding chunk `.1` (>= 1) of inode `.0`.
     Chunk(u64, u64),
     Node(NodeId),
@@ -61,6 +61,8 @@ pub struct Client {
     state: RwLock<Arc<MapState>>,
     pool: Pool,
     config: ClientConfig,
+    /// Shard maps of the split directories met (docs/huge-dirs.md).
+    pub(crate) shards: ShardCache,
 }
 
 impl Client {
@@ -82,6 +84,7 @@ impl Client {
             })),
             pool,
             config,
+            shards: ShardCache::default(),
         })
     }
 
@@ -123,10 +126,15 @@ impl Client {
         true
     }
 
-    fn node_for(st: &MapState, route: &Route) -> NodeId {
+    fn node_for(&self, st: &MapState, route: &Route) -> NodeId {
         match route {
-            Route::Entry(p) => st.ring.owner_of_entry(p),
-            Route::Dir(p) => st.ring.owner_of_dir(p),
+            Route::Entry(p) if p == "/" => st.ring.owner_of_dir(p),
+            Route::Entry(p) => {
+                let (dir, name) = split_parent(p);
+                st.ring
+                    .owner_of_shard(dir, self.shards.leaf_for(dir, name_hash(name)))
+            }
+            Route::Shard(dir, hash) => st.ring.owner_of_shard(dir, self.shards.leaf_for(dir, *hash)),
             Route::Chunk(ino, c) => st.ring.owner_of_chunk(*ino, *c),
             Route::Node(n) => *n,
         }
@@ -140,7 +148,7 @@ impl Client {
         let mut backoff = Duration::from_millis(1);
         loop {
             let st = self.st();
-            let node = Self::node_for(&st, &route);
+            let node = self.node_for(&st, &route);
             let addr = st.map.node(node).map(|n| n.addr.clone()).ok_or_else(|| {
                 FsError::Unavailable(format!("node {node} is not in the cluster map"))
             })?;
@@ -155,11 +163,35 @@ impl Client {
             match result {
                 Err(FsError::Redirect(map)) => {
                     map_retries += 1;
-                    if !self.adopt(*map) || map_retries > MAP_RETRIES_MAX {
+                    if map_retries > MAP_RETRIES_MAX {
                         return Err(FsError::Protocol(format!(
                             "node {node} redirected but offered no newer map"
                         )));
                     }
+                    if !self.adopt(*map) {
+                        // Same cluster map: our shard map of the directory sent us there.
+                        match route_dir(&route) {
+                            Some(dir) => self.shards.forget(dir),
+                            None => {
+                                return Err(FsError::Protocol(format!(
+                                    "node {node} redirected but offered no newer map"
+                                )));
+                            }
+                        }
+                    }
+                }
+                Err(FsError::WrongShard { dir, map }) => {
+                    // A split moved the name, or our map of the directory is stale. Retried
+                    // like `Busy`: during a split's last steps the map may be a step ahead.
+                    self.learn_shard_map(&dir, map.map(|m| *m)).await;
+                    if tokio::time::Instant::now() + backoff >= deadline {
+                        return Err(FsError::Busy);
+                    }
+                    if map_retries > 0 {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_millis(100));
+                    }
+                    map_retries = 1;
                 }
                 Err(FsError::MapTooOld(_)) => {
                     map_retries += 1;
@@ -179,6 +211,27 @@ impl Client {
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// Adopts `map` (only a directory's home sends one) or asks the home of `dir` for it.
+    pub(crate) async fn learn_shard_map(&self, dir: &str, map: Option<ShardMap>) {
+        let map = match map {
+            Some(m) => Some(m),
+            None => {
+                let home = self.st().ring.owner_of_dir(dir);
+                let req = Request::GetShardMap {
+                    dir: dir.to_string(),
+                };
+                match Box::pin(self.call(Route::Node(home), req)).await {
+                    Ok(Response::ShardMap(m)) => Some(*m),
+                    _ => None,
+                }
+            }
+        };
+        match map {
+            Some(m) => self.shards.adopt(dir, m, true),
+            None => self.shards.forget(dir),
         }
     }
 
@@ -235,14 +288,7 @@ impl Client {
         validate_path(dir)?;
         let mut out = Vec::with_capacity(names.len());
         for chunk in names.chunks(limits::STAT_MANY_MAX) {
-            let req = Request::StatMany {
-                dir: dir.to_string(),
-                names: chunk.to_vec(),
-            };
-            match self.call(Route::Dir(dir.to_string()), req).await? {
-                Response::Attrs(a) => out.extend(a),
-                other => return Err(unexpected(&other)),
-            }
+            out.extend(self.stat_many_sharded(dir, chunk).await?);
         }
         Ok(out)
     }
@@ -292,44 +338,6 @@ impl Client {
         Ok((inode, data))
     }
 
-    pub async fn readdir_page(
-        &self,
-        path: &str,
-        after: Option<String>,
-        limit: u32,
-    ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
-        validate_path(path)?;
-        let req = Request::ReadDir {
-            path: path.to_string(),
-            after,
-            limit,
-        };
-        match self.call(Route::Dir(path.to_string()), req).await {
-            Ok(Response::DirPage { entries, next }) => Ok((entries, next)),
-            Ok(other) => Err(unexpected(&other)),
-            Err(FsError::NotFound) => Err(match self.stat(path).await {
-                Ok(i) if i.kind != FileKind::Directory => FsError::NotADirectory,
-                Ok(_) => FsError::NotFound,
-                Err(e) => e,
-            }),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Every entry of a directory with attributes (readdirplus), in pages of 1024.
-    pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
-        let mut out = Vec::new();
-        let mut after = None;
-        loop {
-            let (entries, next) = self.readdir_page(path, after, READDIR_PAGE).await?;
-            out.extend(entries);
-            match next {
-                Some(n) => after = Some(n),
-                None => return Ok(out),
-            }
-        }
-    }
-
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
         expect_attr(
             self.entry_op(
@@ -337,6 +345,7 @@ impl Client {
                 Request::Mkdir {
                     path: path.to_string(),
                     mode,
+                    shards: 1,
                 },
             )
             .await?,
@@ -641,4 +650,13 @@ pub(crate) fn unexpected(r: &Response) -> FsError {
         "unexpected response {:?}",
         std::mem::discriminant(r)
     ))
+}
+
+/// The directory whose shard map routed `route`, if any.
+fn route_dir(route: &Route) -> Option<&str> {
+    match route {
+        Route::Entry(p) if p != "/" => Some(parent_of(p)),
+        Route::Shard(dir, _) => Some(dir),
+        _ => None,
+    }
 }

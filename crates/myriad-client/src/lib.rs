@@ -8,6 +8,7 @@
 //! Must not depend on: the server, storage, FUSE, the CLI.
 
 mod client;
+mod dirs;
 mod file;
 
 pub use client::{Client, ClientConfig};

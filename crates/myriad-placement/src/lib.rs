@@ -10,7 +10,9 @@
 mod map;
 mod path;
 mod ring;
+mod shard;
 
 pub use map::{ClusterMap, MapError, NodeId, NodeInfo};
 pub use path::{parent_of, split_parent};
 pub use ring::Ring;
+pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};

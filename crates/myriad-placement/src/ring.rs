@@ -6,6 +6,7 @@
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::map::{ClusterMap, NodeId};
+use crate::shard::{SHARD_DEPTH_MAX, Shard};
 
 /// Domain separators (as xxh3 seeds, which costs no copy of the key) so that a directory
 /// path and a chunk key hash independently.
@@ -73,6 +74,52 @@ impl Ring {
     #[must_use]
     pub fn owner_of_chunk(&self, ino: u64, chunk_index: u64) -> NodeId {
         self.owner_of_hash(hash_chunk(ino, chunk_index))
+    }
+
+    /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the
+    /// ring clockwise from the directory's point, its owner first (docs/huge-dirs.md).
+    #[must_use]
+    pub fn dir_nodes(&self, dir_path: &str) -> Vec<NodeId> {
+        self.distinct_from(hash_dir(dir_path), usize::MAX)
+    }
+
+    fn distinct_from(&self, hash: u64, want: usize) -> Vec<NodeId> {
+        let mut out: Vec<NodeId> = Vec::new();
+        if self.points.is_empty() {
+            return out;
+        }
+        let start = self.points.partition_point(|&(p, _)| p < hash);
+        for k in 0..self.points.len() {
+            let node = self.points[(start + k) % self.points.len()].1;
+            if !out.contains(&node) {
+                out.push(node);
+                if out.len() >= want {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// The node holding shard `shard` of directory `dir_path`: node `index mod n` of
+    /// `dir_nodes`. Shard 0 (and so an unsplit directory) is on `owner_of_dir`.
+    #[must_use]
+    pub fn owner_of_shard(&self, dir_path: &str, shard: Shard) -> NodeId {
+        let nodes = self.dir_nodes(dir_path);
+        if nodes.is_empty() {
+            return 0;
+        }
+        let n = u64::try_from(nodes.len()).unwrap_or(1);
+        nodes[usize::try_from(shard.index() % n).unwrap_or(0)]
+    }
+
+    /// True if splitting `shard` of `dir_path` would put its upper half on another node
+    /// (a split on one node spreads nothing) and the depth limit allows it.
+    #[must_use]
+    pub fn can_split(&self, dir_path: &str, shard: Shard) -> bool {
+        shard.depth < SHARD_DEPTH_MAX
+            && self.owner_of_shard(dir_path, shard.halves().1)
+                != self.owner_of_shard(dir_path, shard)
     }
 
     #[must_use]
@@ -201,6 +248,29 @@ mod tests {
         ));
         let m = map(2);
         assert_eq!(ClusterMap::from_json(&m.to_json()), Ok(m));
+    }
+
+    #[test]
+    fn shards_of_a_directory_spread_over_distinct_nodes() {
+        let ring = map(4).ring();
+        for d in ["/", "/data", "/a/b/c"] {
+            let nodes = ring.dir_nodes(d);
+            assert_eq!(nodes.len(), 4);
+            assert_eq!(nodes[0], ring.owner_of_dir(d));
+            assert_eq!(ring.owner_of_shard(d, Shard::ALL), ring.owner_of_dir(d));
+            let m = crate::ShardMap::presplit(2);
+            let mut owners: Vec<NodeId> =
+                m.leaves.iter().map(|s| ring.owner_of_shard(d, *s)).collect();
+            owners.sort_unstable();
+            assert_eq!(owners, vec![1, 2, 3, 4], "{d}");
+            // Four nodes: splits spread the directory until it has four shards.
+            assert!(ring.can_split(d, Shard::ALL));
+            let (lo, hi) = Shard::ALL.halves();
+            assert!(ring.can_split(d, lo) && ring.can_split(d, hi));
+            assert!(!ring.can_split(d, lo.halves().0));
+        }
+        assert!(!map(1).ring().can_split("/x", Shard::ALL), "one node: never split");
+        assert!(map(3).ring().can_split("/x", Shard::ALL.halves().0.halves().0));
     }
 
     proptest! {

@@ -1,7 +1,7 @@
 //! The error every operation can return, on the wire and in the client API. Each variant maps
 //! to one errno (`errno()`); the CLI prints `Display`, FUSE returns the errno.
 
-use myriad_placement::ClusterMap;
+use myriad_placement::{ClusterMap, ShardMap};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -47,6 +47,14 @@ pub enum FsError {
     MapTooOld(u64),
     #[error("operation not supported: {0}")]
     NotSupported(String),
+    /// The receiver holds no shard of `dir` with that name (a split moved it, or the sender's
+    /// shard map is stale). `map`: the directory's map if the receiver is its home; else the
+    /// sender asks the home (`GetShardMap`) and retries (docs/huge-dirs.md).
+    #[error("wrong shard of directory {dir}")]
+    WrongShard {
+        dir: String,
+        map: Option<Box<ShardMap>>,
+    },
     #[error("no such attribute")]
     NoData,
     #[error("operation not permitted")]
@@ -67,13 +75,16 @@ impl FsError {
             FsError::NameTooLong => 36,                                         // ENAMETOOLONG
             FsError::PermissionDenied => 13,                                    // EACCES
             FsError::Stale => 116,                                              // ESTALE
-            FsError::Busy | FsError::Redirect(_) | FsError::MapTooOld(_) => 11, // EAGAIN
+            FsError::Busy
+            | FsError::Redirect(_)
+            | FsError::MapTooOld(_)
+            | FsError::WrongShard { .. } => 11, // EAGAIN
             FsError::NoSpace => 28,                                             // ENOSPC
             FsError::TooLarge => 27,                                            // EFBIG
             FsError::TimedOut(_) => 110,                                        // ETIMEDOUT
             FsError::NotSupported(_) => 95,                                     // EOPNOTSUPP
             FsError::NoData => 61,                                              // ENODATA
-            FsError::NotPermitted => 1, // EPERM                                        // ETIMEDOUT
+            FsError::NotPermitted => 1, // EPERM
             FsError::Io(_) | FsError::Unavailable(_) | FsError::Protocol(_) => 5, // EIO
         }
     }

@@ -5,12 +5,12 @@
 use myriad_placement::ClusterMap;
 use serde::{Deserialize, Serialize};
 
-use crate::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, StatFs};
+use crate::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, Shard, ShardMap, StatFs};
 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
 pub const MAGIC: u32 = 0x4d59_5244;
 /// Bumped on any incompatible change of a message. Peers must match exactly for now.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -98,12 +98,19 @@ pub enum Request {
     StatMany { dir: String, names: Vec<String> },
     /// Owner of the entry: attributes plus the first `max_bytes` of data, in one round trip.
     Fetch { path: String, max_bytes: u64 },
-    /// Owner of directory `path`: up to `limit` entries with attributes after name `after`.
+    /// Node of the shard of `path` holding position (`from`, or `after` if given): up to
+    /// `limit` entries with attributes, in hash order, from that position to the shard's end
+    /// (docs/huge-dirs.md "Listings").
     ReadDir {
         path: String,
+        /// Start at this name hash (inclusive) ...
+        from: u64,
+        /// ... or after this name (its hash must be at least `from`).
         after: Option<String>,
         limit: u32,
     },
+    /// Home of directory `dir`: its shard map (unsplit if it is not split).
+    GetShardMap { dir: String },
     /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
     Create {
         path: String,
@@ -116,8 +123,13 @@ pub enum Request {
         /// (the FUSE mount, at close) ends with a durable write or `Sync` to the same node.
         durable: bool,
     },
-    /// Owner of the entry (the coordinator of the two-node mkdir).
-    Mkdir { path: String, mode: u32 },
+    /// Owner of the entry (the coordinator of the two-node mkdir). `shards` > 1 creates the
+    /// directory split into that many shards (rounded up to a power of two, at most 256).
+    Mkdir {
+        path: String,
+        mode: u32,
+        shards: u32,
+    },
     /// Owner of the entry (the coordinator of the two-node rmdir).
     Rmdir { path: String },
     /// Owner of the entry.
@@ -200,8 +212,37 @@ pub enum Request {
     InstallMap(Box<ClusterMap>),
 
     // ---- server to server ----
-    /// Owner of directory `path`: create its directory object (idempotent for the same `ino`).
-    DirObjectCreate { path: String, ino: u64 },
+    /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
+    /// split into 2^`depth` shards (it creates the other shards on their nodes first).
+    DirObjectCreate { path: String, ino: u64, depth: u8 },
+    /// Node of shards `shards` of directory `dir`: hold them (empty; pre-split mkdir).
+    ShardCreate {
+        dir: String,
+        ino: u64,
+        shards: Vec<Shard>,
+    },
+    /// Node of the upper half `child` of a splitting shard: stage these entries, hidden.
+    ShardImport {
+        dir: String,
+        ino: u64,
+        txid: u64,
+        child: Shard,
+        entries: Vec<ExportedEntry>,
+    },
+    /// Node of `child`: make it visible (`reveal`) or drop it with its entries (idempotent).
+    ShardFinish {
+        dir: String,
+        txid: u64,
+        child: Shard,
+        reveal: bool,
+    },
+    /// Home of `dir`: leaf `shard` splits (`split`) or the split was abandoned (idempotent).
+    ShardMapChange {
+        dir: String,
+        ino: u64,
+        shard: Shard,
+        split: bool,
+    },
     /// Owner of directory `path`: remove its (empty) directory object (idempotent).
     DirObjectRemove { path: String, ino: u64 },
     /// Owner of the destination entry: stage `inode` under `to` (invisible until commit) with
@@ -344,6 +385,11 @@ impl Request {
             Request::StatMany { .. } => "stat_many",
             Request::Fetch { .. } => "fetch",
             Request::ReadDir { .. } => "readdir",
+            Request::GetShardMap { .. } => "get_shard_map",
+            Request::ShardCreate { .. } => "shard_create",
+            Request::ShardImport { .. } => "shard_import",
+            Request::ShardFinish { .. } => "shard_finish",
+            Request::ShardMapChange { .. } => "shard_map_change",
             Request::Create { .. } => "create",
             Request::Mkdir { .. } => "mkdir",
             Request::Rmdir { .. } => "rmdir",
@@ -431,6 +477,10 @@ impl Request {
             self,
             Request::DirObjectCreate { .. }
                 | Request::DirObjectRemove { .. }
+                | Request::ShardCreate { .. }
+                | Request::ShardImport { .. }
+                | Request::ShardFinish { .. }
+                | Request::ShardMapChange { .. }
                 | Request::RenamePrepare { .. }
                 | Request::RenameCommit { .. }
                 | Request::RenameAbort { .. }
@@ -476,8 +526,15 @@ pub enum Response {
     },
     DirPage {
         entries: Vec<DirEntry>,
+        /// More entries in this shard after this name.
         next: Option<String>,
+        /// The serving shard ends before this hash (`None`: at the end of the hash space);
+        /// a listing continues there once `next` is `None`.
+        shard_end: Option<u64>,
+        /// The directory's map, from its home once it is split.
+        map: Option<Box<ShardMap>>,
     },
+    ShardMap(Box<ShardMap>),
     Data {
         inode: Option<Inode>,
         #[serde(with = "serde_bytes")]

@@ -348,11 +348,10 @@ impl Node {
         self: &Arc<Self>,
         dirs: &[String],
     ) -> Result<Vec<Inode>, FsError> {
-        let st = self.state();
         let mut out: Vec<Option<Inode>> = vec![None; dirs.len()];
         let mut remote = Vec::new();
         for (i, dir) in dirs.iter().enumerate() {
-            let owner = st.ring.owner_of_entry(dir);
+            let owner = self.entry_node(dir);
             if owner == self.me {
                 out[i] = Some(self.lookup(dir).await?);
                 self.replicas.stats.local.fetch_add(1, Ordering::Relaxed);
@@ -370,14 +369,14 @@ impl Node {
                 Cached::Miss { popular } => remote.push((i, owner, popular)),
             }
         }
-        let fetches = remote.iter().map(|&(i, owner, subscribe)| {
+        let fetches = remote.iter().map(|&(i, _owner, subscribe)| {
             let path = dirs[i].clone();
             async move {
                 let sent = Instant::now();
                 let seq = self.replicas.next_seq();
                 let r = self
-                    .call_node(
-                        owner,
+                    .call_entry(
+                        &path,
                         Request::GetAttrs {
                             path: path.clone(),
                             subscribe,
@@ -578,19 +577,16 @@ impl Node {
             return;
         }
         let (renew, evicted) = self.replicas.bookkeeping();
-        let st = self.state();
         for (path, seq) in evicted {
-            let owner = st.ring.owner_of_entry(&path);
             let _ = self
-                .call_node(owner, Request::Unsubscribe { path, seq })
+                .call_entry(&path.clone(), Request::Unsubscribe { path, seq })
                 .await;
         }
         for path in renew {
-            let owner = st.ring.owner_of_entry(&path);
             let sent = Instant::now();
             if let Ok(Response::AttrLease { inode, lease_ms }) = self
-                .call_node(
-                    owner,
+                .call_entry(
+                    &path,
                     Request::RenewAttrs {
                         path: path.clone(),
                         seq: self.replicas.next_seq(),

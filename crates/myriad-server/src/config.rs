@@ -3,6 +3,9 @@ use std::time::Duration;
 
 use myriad_placement::ClusterMap;
 
+/// Default split threshold; why 8,192: docs/huge-dirs.md "Threshold".
+pub const DEFAULT_DIR_SPLIT_ENTRIES: u64 = 8192;
+
 /// Everything a node needs, validated by the binary before `run` is called.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -20,6 +23,9 @@ pub struct ServerConfig {
     pub recovery_interval: Duration,
     /// Ancestor metadata replication (popularity, leases).
     pub replication: crate::ReplicationConfig,
+    /// A directory shard holding more entries than this splits (docs/huge-dirs.md); 0 never
+    /// splits automatically.
+    pub dir_split_entries: u64,
     /// Owner of the root directory when this node creates it (first start of the owner of "/").
     pub root_uid: u32,
     pub root_gid: u32,
@@ -38,6 +44,7 @@ impl ServerConfig {
             pending_wait: Duration::from_secs(5),
             recovery_interval: Duration::from_secs(2),
             replication: crate::ReplicationConfig::default_on(),
+            dir_split_entries: DEFAULT_DIR_SPLIT_ENTRIES,
             root_uid: 0,
             root_gid: 0,
         }

@@ -18,6 +18,20 @@ pub enum Decision {
 pub struct DirMove {
     pub old: String,
     pub new: String,
+    /// Nodes holding a part of the old directory (its home, and its shards' nodes if split).
+    pub old_nodes: Vec<u32>,
+}
+
+impl DirMove {
+    /// `old_nodes`, or the home if the list is empty.
+    #[must_use]
+    pub fn nodes(&self, home: u32) -> Vec<u32> {
+        if self.old_nodes.is_empty() {
+            vec![home]
+        } else {
+            self.old_nodes.clone()
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +42,8 @@ pub enum Intent {
         dir: String,
         name: String,
         ino: u64,
+        /// Pre-split into 2^depth shards.
+        depth: u8,
         decision: Decision,
     },
     /// Coordinator of rmdir: the entry is pending; the directory object is being removed.
@@ -56,6 +72,14 @@ pub enum Intent {
         dir: String,
         name: String,
         ino: u64,
+    },
+    /// Node of a splitting shard of `dir`: its upper half is being copied to the child's
+    /// node (docs/huge-dirs.md). Undecided rolls back; Commit repeats the reveal.
+    SplitOut {
+        dir: String,
+        shard: myriad_proto::Shard,
+        ino: u64,
+        decision: Decision,
     },
     /// Chunks >= 1 of `ino` hold bytes at or beyond `keep_bytes` (up to `old_size`) that must be
     /// dropped on their owners (after unlink, replace, or truncate down).

@@ -17,6 +17,8 @@ mod mutation;
 mod node;
 mod perm;
 mod popularity;
+mod shards;
+mod split;
 mod twophase;
 #[cfg(test)]
 mod workload_rng;
@@ -31,7 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use ancestors::ReplicationConfig;
-pub use config::ServerConfig;
+pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, ServerConfig};
 
 use crate::applier::Applier;
 use crate::mutation::{IdAlloc, Layout, Mutation};
@@ -106,6 +108,8 @@ pub async fn run(
         config: config.clone(),
         live: Mutex::new(HashSet::new()),
         replicas: ancestors::Replicas::new(config.replication.clone(), !store_fresh),
+        shard_maps: myriad_placement::ShardCache::default(),
+        splits: split::SplitState::default(),
     });
 
     if node.state().ring.owner_of_dir("/") == node.me {

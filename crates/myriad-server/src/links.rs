@@ -279,14 +279,12 @@ impl Node {
             // Directories never; symlinks, FIFOs and sockets are not linkable here yet.
             _ => return Err(FsError::NotPermitted),
         };
-        let st = self.state();
-        let owner = st.ring.owner_of_entry(to);
         let put = Request::PutLinkRef {
             path: to.to_string(),
             ino: inode.ino,
             home,
         };
-        if let Err(e) = self.call_node(owner, put).await {
+        if let Err(e) = self.call_entry(to, put).await {
             if !definitely_not_created(&e) {
                 // The name may exist (a timeout or a lost reply): keep the count one too
                 // high rather than risk one too low, which would free data still named.

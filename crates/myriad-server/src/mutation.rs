@@ -6,12 +6,17 @@
 
 use myriad_placement::split_parent;
 use myriad_proto::{
-    DirAction, ExportedEntry, FileKind, FsError, Inode, ROOT_INO, RenameFlags, SetAttr, Xattr,
-    XattrMode, limits,
+    DirAction, ExportedEntry, FileKind, FsError, Inode, ROOT_INO, RenameFlags, SetAttr, Shard,
+    ShardMap, Xattr, XattrMode, limits,
 };
-use myriad_storage::{BLOCK_BYTES, Batch, DirRecord, EntryRecord, Pending, StorageError, Store};
+use myriad_storage::{
+    BLOCK_BYTES, Batch, DirRecord, EntryRecord, LocalShard, Pending, StorageError, Store,
+};
 
 use crate::intent::{Decision, DirMove, Intent};
+pub use shard_ops::ShardMutation;
+
+mod shard_ops;
 
 /// A change to one inode's attributes, applied in place.
 #[derive(Debug)]
@@ -130,6 +135,7 @@ pub enum Mutation {
         dir: String,
         name: String,
         mode: u32,
+        depth: u8,
         uid: u32,
         gid: u32,
         now: i64,
@@ -154,9 +160,12 @@ pub enum Mutation {
     DeleteIntent {
         txid: u64,
     },
+    /// `shards`: the shards this (home) node holds; `map`: the map of a pre-split directory.
     DirObjectCreate {
         path: String,
         ino: u64,
+        shards: Vec<Shard>,
+        map: Option<ShardMap>,
     },
     DirObjectRemove {
         path: String,
@@ -207,6 +216,8 @@ pub enum Mutation {
         txid: u64,
         commit: bool,
     },
+    /// The split protocol (docs/huge-dirs.md).
+    Shard(ShardMutation),
 }
 
 #[derive(Debug)]
@@ -228,6 +239,10 @@ pub enum Outcome {
     /// A rename; the txid of the replaced file's chunk GC intent, if any, and the replaced
     /// entry if it was a hard-link name (the node then drops a link at its home).
     Renamed(Option<u64>, Option<Inode>),
+    SplitBegun {
+        txid: u64,
+        ino: u64,
+    },
 }
 
 /// Key of a rename's destination-side record. The destination of a rename can be the
@@ -301,8 +316,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
+        Mutation::Shard(m) => shard_ops::execute(ctx, &mut b, m)?,
         Mutation::LinkSource { dir, name, me, now } => {
-            require_writable(ctx.store, &dir)?;
+            require_writable(ctx.store, &dir, &name)?;
             let mut inode = visible(ctx.store, &dir, &name)?;
             if inode.kind != FileKind::File {
                 return Err(FsError::NotPermitted);
@@ -313,12 +329,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 ctx.store.put_dir(
                     &mut b,
                     INODE_DIR,
-                    &DirRecord {
-                        ino: 0,
-                        root_attrs: None,
-                        frozen: None,
-                        hidden: None,
-                    },
+                    &DirRecord::new(0),
                 );
             }
             put_visible(ctx.store, &mut b, INODE_DIR, &inode_name(inode.ino), &inode);
@@ -359,10 +370,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     &mut b,
                     "/",
                     &DirRecord {
-                        ino: ROOT_INO,
                         root_attrs: Some(root),
-                        frozen: None,
-                        hidden: None,
+                        ..DirRecord::new(ROOT_INO)
                     },
                 );
             }
@@ -378,7 +387,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             data,
             now,
         } => {
-            require_dir(ctx.store, &dir)?;
+            require_dir(ctx.store, &dir, &name)?;
             if data.len() as u64 > ctx.layout.chunk_size_bytes {
                 return Err(FsError::InvalidArgument(
                     "initial data larger than one chunk".into(),
@@ -431,7 +440,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             Outcome::Inode(inode)
         }
         Mutation::Unlink { dir, name } => {
-            require_writable(ctx.store, &dir)?;
+            require_writable(ctx.store, &dir, &name)?;
             let inode = visible(ctx.store, &dir, &name)?;
             if inode.kind == FileKind::Directory {
                 return Err(FsError::IsADirectory);
@@ -479,7 +488,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 ctx.store.put_dir(&mut b, "/", &rec);
                 Outcome::Inode(root)
             } else {
-                require_writable(ctx.store, &dir)?;
+                require_writable(ctx.store, &dir, &name)?;
                 let mut inode = visible(ctx.store, &dir, &name)?;
                 apply_change(&mut inode, change, now)?;
                 put_visible(ctx.store, &mut b, &dir, &name, &inode);
@@ -600,6 +609,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             dir,
             name,
             mode,
+            depth,
             uid,
             gid,
             now,
@@ -621,13 +631,14 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 dir,
                 name,
                 ino,
+                depth,
                 decision: Decision::Undecided,
             };
             ctx.store.put_intent(&mut b, txid, intent.encode());
             Outcome::Begun { txid, inode }
         }
         Mutation::RmdirBegin { dir, name } => {
-            require_writable(ctx.store, &dir)?;
+            require_writable(ctx.store, &dir, &name)?;
             let inode = visible(ctx.store, &dir, &name)?;
             if inode.kind != FileKind::Directory {
                 return Err(FsError::NotADirectory);
@@ -668,10 +679,17 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         Mutation::Decide { txid, decision } => {
             if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
                 let updated = match Intent::decode(&bytes) {
-                    Some(Intent::Mkdir { dir, name, ino, .. }) => Some(Intent::Mkdir {
+                    Some(Intent::Mkdir {
                         dir,
                         name,
                         ino,
+                        depth,
+                        ..
+                    }) => Some(Intent::Mkdir {
+                        dir,
+                        name,
+                        ino,
+                        depth,
                         decision,
                     }),
                     Some(Intent::Rmdir { dir, name, ino, .. }) => Some(Intent::Rmdir {
@@ -707,7 +725,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             ctx.store.delete_intent(&mut b, txid);
             Outcome::Unit
         }
-        Mutation::DirObjectCreate { path, ino } => {
+        Mutation::DirObjectCreate {
+            path,
+            ino,
+            shards,
+            map,
+        } => {
             match ctx.store.dir(&path).map_err(storage_err)? {
                 Some(rec) if rec.ino == ino => {}
                 Some(_) => return Err(FsError::AlreadyExists),
@@ -715,10 +738,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     &mut b,
                     &path,
                     &DirRecord {
-                        ino,
-                        root_attrs: None,
-                        frozen: None,
-                        hidden: None,
+                        shards: shards.into_iter().map(LocalShard::new).collect(),
+                        map,
+                        ..DirRecord::new(ino)
                     },
                 ),
             }
@@ -745,14 +767,14 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         } => {
             let (fdir, fname) = split_parent(&from);
             let (tdir, tname) = split_parent(&to);
-            require_writable(ctx.store, fdir)?;
+            require_writable(ctx.store, fdir, fname)?;
             let mut inode = visible(ctx.store, fdir, fname)?;
             if inode.kind == FileKind::Directory {
                 // Directories move their whole subtree: the node routes them through
                 // `dir_rename`; getting here means the entry changed kind under us.
                 return Err(FsError::Busy);
             }
-            require_dir(ctx.store, tdir)?;
+            require_dir(ctx.store, tdir, tname)?;
             let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
             let mut gc = None;
             let mut dropped_link = None;
@@ -770,7 +792,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         }
         Mutation::RenameSourceBegin { from, to, now } => {
             let (fdir, fname) = split_parent(&from);
-            require_writable(ctx.store, fdir)?;
+            require_writable(ctx.store, fdir, fname)?;
             let mut inode = visible(ctx.store, fdir, fname)?;
             let txid = ctx.ids.next(ctx.store, &mut b)?;
             let blocks = if inode.kind == FileKind::File {
@@ -864,7 +886,11 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 Some(t) if t == txid => {}
                 Some(_) => return Err(FsError::Busy),
                 None => {
-                    if rec.hidden.is_some() {
+                    let splitting = rec
+                        .shards
+                        .iter()
+                        .any(|s| s.splitting.is_some() || s.hidden.is_some());
+                    if rec.hidden.is_some() || splitting {
                         return Err(FsError::Busy);
                     }
                     rec.frozen = Some(txid);
@@ -886,10 +912,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     &mut b,
                     &path,
                     &DirRecord {
-                        ino,
-                        root_attrs: None,
-                        frozen: None,
                         hidden: Some(txid),
+                        ..DirRecord::new(ino)
                     },
                 ),
             }
@@ -972,7 +996,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 return Ok((b, Outcome::Unit)); // Already prepared (a retried request).
             }
             let (tdir, tname) = split_parent(&to);
-            require_dir(ctx.store, tdir)?;
+            require_dir(ctx.store, tdir, tname)?;
             let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
             for (block, data) in blocks {
                 ctx.store.put_block(&mut b, inode.ino, block, data);
@@ -1143,22 +1167,41 @@ fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, inode: &Inod
     );
 }
 
-/// The directory object `dir` exists here and accepts writes (no directory rename is moving
-/// it away or in).
-fn require_dir(store: &Store, dir: &str) -> Result<(), FsError> {
+/// The directory object `dir` exists here, holds the shard for `name`, and accepts writes
+/// there (no directory rename is moving it, no split is moving that name).
+fn require_dir(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
     match store.dir(dir).map_err(storage_err)? {
         None => Err(FsError::NotFound),
-        Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => Err(FsError::Busy),
-        Some(_) => Ok(()),
+        Some(rec) => writable_shard(dir, &rec, name),
     }
 }
 
 /// Like `require_dir`, for mutations of existing entries (a missing directory object is
 /// reported by the entry lookup that follows).
-fn require_writable(store: &Store, dir: &str) -> Result<(), FsError> {
+fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
     match store.dir(dir).map_err(storage_err)? {
-        Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => Err(FsError::Busy),
-        _ => Ok(()),
+        None => Ok(()),
+        Some(rec) => writable_shard(dir, &rec, name),
+    }
+}
+
+fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), FsError> {
+    if rec.frozen.is_some() || rec.hidden.is_some() {
+        return Err(FsError::Busy);
+    }
+    let hash = myriad_proto::name_hash(name);
+    match rec.shard_for(hash) {
+        None => Err(wrong_shard(dir, rec)),
+        Some(s) if s.blocks_write(hash) => Err(FsError::Busy),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The answer for a name of `dir` this node holds no shard for.
+pub fn wrong_shard(dir: &str, rec: &DirRecord) -> FsError {
+    FsError::WrongShard {
+        dir: dir.to_string(),
+        map: rec.map.clone().map(Box::new),
     }
 }
 
@@ -1175,7 +1218,7 @@ fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsError> {
 
 /// `dir` is a usable directory without an entry `name`.
 fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
-    require_dir(store, dir)?;
+    require_dir(store, dir, name)?;
     if store.entry(dir, name).map_err(storage_err)?.is_some() {
         return Err(FsError::AlreadyExists);
     }
@@ -1183,7 +1226,7 @@ fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), FsError
 }
 
 fn visible_file(store: &Store, dir: &str, name: &str, ino: u64) -> Result<Inode, FsError> {
-    require_writable(store, dir)?;
+    require_writable(store, dir, name)?;
     let inode = visible(store, dir, name)?;
     if inode.ino != ino {
         return Err(FsError::Stale);

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use myriad_net::{Handler, Pool};
 use myriad_placement::{ClusterMap, NodeId, Ring, split_parent};
 use myriad_proto::{
-    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, InodeOp, PeerKind, Request,
+    Caller, CounterSnapshot, FileKind, FsError, Inode, InodeOp, PeerKind, Request,
     RequestFrame, Response, ResponseFrame, StatFs, limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
@@ -47,6 +47,23 @@ pub struct Node {
     pub(crate) live: Mutex<HashSet<u64>>,
     /// Ancestor metadata replicas, popularity, and the subscriptions this node serves.
     pub(crate) replicas: crate::ancestors::Replicas,
+    /// Shard maps of split directories whose entries this node addresses (rename
+    /// destinations, link names, ancestors).
+    pub(crate) shard_maps: myriad_placement::ShardCache,
+    /// Counts of names added per directory, and the splits running.
+    pub(crate) splits: crate::split::SplitState,
+}
+
+/// `mkdir --shards N`: the split depth for N shards (N rounded up to a power of two).
+fn shard_depth(shards: u32) -> Result<u8, FsError> {
+    if shards > 1 << myriad_placement::SHARD_DEPTH_MAX {
+        return Err(FsError::InvalidArgument(format!(
+            "at most {} shards per directory",
+            1u32 << myriad_placement::SHARD_DEPTH_MAX
+        )));
+    }
+    let depth = shards.max(1).next_power_of_two().trailing_zeros();
+    Ok(u8::try_from(depth).unwrap_or(myriad_placement::SHARD_DEPTH_MAX))
 }
 
 pub fn now_ns() -> i64 {
@@ -129,7 +146,7 @@ impl Node {
             Request::Echo(p) => Ok(Response::Echo(p)),
             Request::Link { from, to } => {
                 validate_path(&from)?;
-                self.own(&st, st.ring.owner_of_entry(&from))?;
+                self.own_entry(&st, &from)?;
                 self.link(&caller, &from, &to).await
             }
             Request::PutLinkRef { path, ino, home } => {
@@ -146,7 +163,7 @@ impl Node {
             Request::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
             Request::Stat { path } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
                 let i = self.lookup(&path).await?;
                 Ok(Response::Attr(self.resolve(i).await?))
@@ -159,14 +176,23 @@ impl Node {
                         limits::STAT_MANY_MAX
                     )));
                 }
-                self.own(&st, st.ring.owner_of_dir(&dir))?;
+                self.own_dir_part(&st, &dir)?;
                 self.access_dir(&caller, &dir, perm::EXEC).await?;
+                let rec = self.store.dir(&dir).map_err(storage_err)?;
                 let mut out = Vec::with_capacity(names.len());
                 for name in names {
                     let r = match myriad_proto::validate_name(&name) {
-                        Ok(()) => match self.lookup_in(&dir, &name).await {
-                            Ok(i) => self.resolve(i).await,
-                            Err(e) => Err(e),
+                        Ok(()) => match &rec {
+                            // Another shard's name: the sender asks that shard's node.
+                            Some(rec)
+                                if rec.shard_for(myriad_placement::name_hash(&name)).is_none() =>
+                            {
+                                Err(crate::mutation::wrong_shard(&dir, rec))
+                            }
+                            _ => match self.lookup_in(&dir, &name).await {
+                                Ok(i) => self.resolve(i).await,
+                                Err(e) => Err(e),
+                            },
                         },
                         Err(e) => Err(e),
                     };
@@ -176,7 +202,7 @@ impl Node {
             }
             Request::Fetch { path, max_bytes } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
                 let inode = self.lookup(&path).await?;
                 if let (FileKind::HardLink, Some(home)) = (inode.kind, inode.link_home) {
@@ -200,21 +226,99 @@ impl Node {
                 };
                 Ok(Response::Fetched { inode, data })
             }
-            Request::ReadDir { path, after, limit } => {
+            Request::ReadDir {
+                path,
+                from: position,
+                after,
+                limit,
+            } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.own_dir_part(&st, &path)?;
                 self.access_dir(&caller, &path, perm::READ).await?;
-                match self.readdir(&path, after, limit)? {
-                    Response::DirPage { mut entries, next } => {
+                match self.readdir_shard(&path, position, after, limit)? {
+                    Response::DirPage {
+                        mut entries,
+                        next,
+                        shard_end,
+                        map,
+                    } => {
                         for e in &mut entries {
                             if e.inode.kind == FileKind::HardLink {
                                 e.inode = self.resolve(e.inode.clone()).await?;
                             }
                         }
-                        Ok(Response::DirPage { entries, next })
+                        Ok(Response::DirPage {
+                            entries,
+                            next,
+                            shard_end,
+                            map,
+                        })
                     }
                     other => Ok(other),
                 }
+            }
+            Request::GetShardMap { dir } => {
+                validate_path(&dir)?;
+                Ok(Response::ShardMap(Box::new(self.shard_map_of(&st, &dir)?)))
+            }
+            Request::ShardCreate { dir, ino, shards } => {
+                validate_path(&dir)?;
+                self.applier
+                    .run(Mutation::Shard(crate::mutation::ShardMutation::Create {
+                        dir,
+                        ino,
+                        shards,
+                    }))
+                    .await?;
+                Ok(Response::Unit)
+            }
+            Request::ShardImport {
+                dir,
+                ino,
+                txid,
+                child,
+                entries,
+            } => {
+                validate_path(&dir)?;
+                self.shard_import(&st, dir, ino, txid, child, entries).await
+            }
+            Request::ShardFinish {
+                dir,
+                txid,
+                child,
+                reveal,
+            } => {
+                validate_path(&dir)?;
+                self.applier
+                    .run(Mutation::Shard(crate::mutation::ShardMutation::Finish {
+                        dir,
+                        txid,
+                        child,
+                        reveal,
+                    }))
+                    .await?;
+                Ok(Response::Unit)
+            }
+            Request::ShardMapChange {
+                dir,
+                ino,
+                shard,
+                split,
+            } => {
+                validate_path(&dir)?;
+                self.own_dir(&st, &dir)?;
+                if !shard.is_valid() {
+                    return Err(FsError::InvalidArgument("bad shard".into()));
+                }
+                self.applier
+                    .run(Mutation::Shard(crate::mutation::ShardMutation::MapChange {
+                        dir,
+                        ino,
+                        shard,
+                        split,
+                    }))
+                    .await?;
+                Ok(Response::Unit)
             }
             Request::Read {
                 path,
@@ -223,7 +327,7 @@ impl Node {
                 len,
             } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
                 let inode = self.lookup(&path).await?;
                 if inode.kind == FileKind::Directory {
@@ -263,7 +367,7 @@ impl Node {
             }
             Request::Readlink { path } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
                 let inode = self.lookup(&path).await?;
                 inode
@@ -273,7 +377,7 @@ impl Node {
             }
             Request::Sync { path, ino } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.applier.run(Mutation::Barrier).await?;
                 // What is durable now must still hold the file: a crash before the fsync
                 // loses a non-durable create, and then the close must not report success.
@@ -292,6 +396,7 @@ impl Node {
             } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_modify_dir(&caller, &path).await?;
+                self.note_added(&dir);
                 let m = Mutation::CreateFile {
                     dir,
                     name,
@@ -317,6 +422,7 @@ impl Node {
             Request::Symlink { path, target } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_modify_dir(&caller, &path).await?;
+                self.note_added(&dir);
                 if target.is_empty()
                     || target.len() > limits::SYMLINK_TARGET_BYTES_MAX
                     || target.contains('\0')
@@ -338,6 +444,7 @@ impl Node {
             Request::Mknod { path, kind, mode } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_modify_dir(&caller, &path).await?;
+                self.note_added(&dir);
                 self.mutate_inode(Mutation::Mknod {
                     dir,
                     name,
@@ -356,7 +463,7 @@ impl Node {
                 mode,
             } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
                 check_xattr_name(&name)?;
                 if value
@@ -402,7 +509,7 @@ impl Node {
             }
             Request::SetAttr { path, set } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
                 perm::require_setattr(&self.lookup(&path).await?, &caller, &set)?;
                 let (dir, name) = attrs_key(&path);
@@ -525,12 +632,15 @@ impl Node {
                     .await?;
                 Ok(Response::Unit)
             }
-            Request::Mkdir { path, mode } => {
+            Request::Mkdir { path, mode, shards } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_modify_dir(&caller, &path).await?;
-                self.mkdir(&path, dir, name, mode, &caller)
-                    .await
-                    .map(Response::Attr)
+                let depth = shard_depth(shards)?;
+                let made = self.mkdir(&path, dir.clone(), name, mode, depth, &caller).await;
+                if made.is_ok() {
+                    self.note_added(&dir);
+                }
+                made.map(Response::Attr)
             }
             Request::Rmdir { path } => {
                 if path == "/" {
@@ -551,12 +661,19 @@ impl Node {
                         "cannot move a directory into itself".into(),
                     ));
                 }
-                self.own(&st, st.ring.owner_of_entry(&from))?;
+                self.own_entry(&st, &from)?;
                 self.may_remove(&caller, &from).await?;
                 self.may_modify_dir(&caller, &to).await?;
-                self.rename(&st, from, to, flags)
-                    .await
-                    .map(|()| Response::Unit)
+                match self.rename(from, to, flags).await {
+                    Ok(()) => Ok(Response::Unit),
+                    // A destination in a shard that moved: learn where it is now; the
+                    // client's retry goes there.
+                    Err(FsError::WrongShard { dir, map }) => {
+                        self.learn_shard_map(&dir, map.map(|m| *m)).await;
+                        Err(FsError::Busy)
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Request::StatFs => Ok(Response::StatFs(self.statfs())),
             Request::GetCounters => {
@@ -603,20 +720,17 @@ impl Node {
                 self.install_map(*map)?;
                 Ok(Response::Unit)
             }
-            Request::DirObjectCreate { path, ino } => {
+            Request::DirObjectCreate { path, ino, depth } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_dir(&path))?;
-                self.applier
-                    .run(Mutation::DirObjectCreate { path, ino })
+                self.own_dir(&st, &path)?;
+                self.create_dir_object(&path, ino, depth.min(myriad_placement::SHARD_DEPTH_MAX))
                     .await?;
                 Ok(Response::Unit)
             }
             Request::DirObjectRemove { path, ino } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_dir(&path))?;
-                self.applier
-                    .run(Mutation::DirObjectRemove { path, ino })
-                    .await?;
+                self.own_dir(&st, &path)?;
+                self.remove_dir_object(&path, ino).await?;
                 Ok(Response::Unit)
             }
             Request::RenamePrepare {
@@ -628,7 +742,7 @@ impl Node {
                 blocks,
             } => {
                 validate_path(&to)?;
-                self.own(&st, st.ring.owner_of_entry(&to))?;
+                self.own_entry(&st, &to)?;
                 let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
                 self.applier
                     .run(Mutation::RenamePrepare {
@@ -644,13 +758,13 @@ impl Node {
             }
             Request::DirFreeze { path, txid } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.own_dir_part(&st, &path)?;
                 self.applier.run(Mutation::DirFreeze { path, txid }).await?;
                 Ok(Response::Unit)
             }
             Request::DirExport { path, txid, after } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.own_dir_part(&st, &path)?;
                 self.dir_export(&path, txid, after, cs)
             }
             Request::DirImport {
@@ -660,7 +774,7 @@ impl Node {
                 entries,
             } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.own_dir(&st, &path)?;
                 self.applier
                     .run(Mutation::DirImport {
                         path,
@@ -673,7 +787,7 @@ impl Node {
             }
             Request::DirFinish { path, txid, action } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_dir(&path))?;
+                self.own_dir_part(&st, &path)?;
                 self.applier
                     .run(Mutation::DirFinish { path, txid, action })
                     .await?;
@@ -685,12 +799,12 @@ impl Node {
                 seq,
             } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.serve_attrs(&path, from, subscribe, seq).await
             }
             Request::RenewAttrs { path, seq } => {
                 validate_path(&path)?;
-                self.own(&st, st.ring.owner_of_entry(&path))?;
+                self.own_entry(&st, &path)?;
                 self.serve_attrs(&path, from, true, seq).await
             }
             Request::Unsubscribe { path, seq } => {
@@ -738,7 +852,7 @@ impl Node {
         if path == "/" {
             return Err(FsError::AlreadyExists);
         }
-        self.own(st, st.ring.owner_of_entry(path))?;
+        self.own_entry(st, path)?;
         Ok(split_owned(path))
     }
 
@@ -780,7 +894,10 @@ impl Node {
             Some(EntryRecord {
                 pending: Some(_), ..
             }) => {}
-            _ => return Err(FsError::NotFound),
+            _ => {
+                self.recheck_shard(dir, name)?;
+                return Err(FsError::NotFound);
+            }
         }
         let deadline = tokio::time::Instant::now() + self.config.pending_wait;
         loop {
@@ -802,35 +919,12 @@ impl Node {
                         return Err(FsError::Busy);
                     }
                 }
-                _ => return Err(FsError::NotFound),
+                _ => {
+                    self.recheck_shard(dir, name)?;
+                    return Err(FsError::NotFound);
+                }
             }
         }
-    }
-
-    fn readdir(&self, path: &str, after: Option<String>, limit: u32) -> Result<Response, FsError> {
-        match self.store.dir(path).map_err(storage_err)? {
-            None => return Err(FsError::NotFound),
-            // Being moved here by a directory rename: not listable until revealed.
-            Some(rec) if rec.hidden.is_some() => return Err(FsError::Busy),
-            Some(_) => {}
-        }
-        let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
-        let page = self
-            .store
-            .entries(path, after.as_deref(), limit)
-            .map_err(storage_err)?;
-        let next = if page.len() == limit {
-            page.last().map(|(n, _)| n.clone())
-        } else {
-            None
-        };
-        // Entries being created by a pending operation are not listed yet; entries being
-        // removed or renamed away are listed until the operation commits.
-        let entries = page
-            .into_iter()
-            .filter_map(|(name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
-            .collect();
-        Ok(Response::DirPage { entries, next })
     }
 
     /// A page of a frozen directory's entries with the chunk-0 blocks of its files, for a

@@ -17,10 +17,10 @@ use myriad_proto::{Caller, DirAction, FileKind, FsError, Inode, RenameFlags, Req
 
 use crate::intent::{Decision, DirMove, Intent};
 use crate::mutation::{Mutation, Outcome};
-use crate::node::{MapState, Node, now_ns};
+use crate::node::{Node, now_ns};
 
 /// Removes a txid from the live set when the operation driving it ends, however it ends.
-struct LiveGuard<'a> {
+pub(crate) struct LiveGuard<'a> {
     node: &'a Node,
     txid: u64,
 }
@@ -34,7 +34,7 @@ impl Drop for LiveGuard<'_> {
 }
 
 impl Node {
-    fn hold(&self, txid: u64) -> LiveGuard<'_> {
+    pub(crate) fn hold(&self, txid: u64) -> LiveGuard<'_> {
         if let Ok(mut l) = self.live.lock() {
             l.insert(txid);
         }
@@ -51,12 +51,14 @@ impl Node {
         dir: String,
         name: String,
         mode: u32,
+        depth: u8,
         caller: &Caller,
     ) -> Result<Inode, FsError> {
         let begin = Mutation::MkdirBegin {
             dir: dir.clone(),
             name: name.clone(),
             mode,
+            depth,
             uid: caller.uid,
             gid: caller.gid,
             now: now_ns(),
@@ -72,6 +74,7 @@ impl Node {
                 Request::DirObjectCreate {
                     path: path.to_string(),
                     ino: inode.ino,
+                    depth,
                 },
             )
             .await
@@ -178,7 +181,6 @@ impl Node {
 
     pub(crate) async fn rename(
         self: &Arc<Self>,
-        st: &MapState,
         from: String,
         to: String,
         flags: RenameFlags,
@@ -187,7 +189,7 @@ impl Node {
         if from == to {
             return Ok(());
         }
-        let dst_node = st.ring.owner_of_entry(&to);
+        let dst_node = self.entry_node(&to);
         if dst_node == self.me && src.kind != FileKind::Directory {
             if let Outcome::Renamed(gc, dropped) = self
                 .applier
@@ -278,13 +280,9 @@ impl Node {
     }
 
     async fn check_dir_destination(self: &Arc<Self>, to: &str) -> Result<(), FsError> {
-        let st = self.state();
         let parent = myriad_placement::parent_of(to).to_string();
         match self
-            .call_node(
-                st.ring.owner_of_entry(&parent),
-                Request::Stat { path: parent },
-            )
+            .call_entry(&parent.clone(), Request::Stat { path: parent })
             .await?
         {
             Response::Attr(i) if i.kind == FileKind::Directory => {}
@@ -292,8 +290,8 @@ impl Node {
             _ => return Err(FsError::Protocol("unexpected reply to stat".into())),
         }
         match self
-            .call_node(
-                st.ring.owner_of_entry(to),
+            .call_entry(
+                to,
                 Request::Stat {
                     path: to.to_string(),
                 },
@@ -323,50 +321,79 @@ impl Node {
     ) -> Result<(), FsError> {
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);
         while let Some((old, new, dir_ino)) = queue.pop_front() {
+            // A split directory is gathered from every node holding a part of it into one
+            // unsplit object at the new path (it splits again as it grows).
+            let old_nodes = self.dir_nodes_of(&old).await?;
             moves.push(DirMove {
                 old: old.clone(),
                 new: new.clone(),
+                old_nodes: old_nodes.clone(),
             });
-            let old_owner = self.dir_owner(&old);
             let new_owner = self.dir_owner(&new);
-            self.call_node(
-                old_owner,
-                Request::DirFreeze {
+            for &node in &old_nodes {
+                let freeze = Request::DirFreeze {
                     path: old.clone(),
                     txid,
-                },
-            )
-            .await?;
-            let mut after = None;
-            loop {
-                let req = Request::DirExport {
-                    path: old.clone(),
-                    txid,
-                    after: after.clone(),
                 };
-                let Response::Exported { entries, next } = self.call_node(old_owner, req).await?
-                else {
-                    return Err(FsError::Protocol("unexpected reply to dir_export".into()));
-                };
-                for e in &entries {
-                    if e.inode.kind == FileKind::Directory {
-                        queue.push_back((join(&old, &e.name), join(&new, &e.name), e.inode.ino));
+                self.call_node(node, freeze).await?;
+            }
+            for &node in &old_nodes {
+                let mut after = None;
+                loop {
+                    let req = Request::DirExport {
+                        path: old.clone(),
+                        txid,
+                        after: after.clone(),
+                    };
+                    let Response::Exported { entries, next } = self.call_node(node, req).await?
+                    else {
+                        return Err(FsError::Protocol("unexpected reply to dir_export".into()));
+                    };
+                    for e in &entries {
+                        if e.inode.kind == FileKind::Directory {
+                            queue.push_back((
+                                join(&old, &e.name),
+                                join(&new, &e.name),
+                                e.inode.ino,
+                            ));
+                        }
                     }
-                }
-                let import = Request::DirImport {
-                    path: new.clone(),
-                    txid,
-                    ino: dir_ino,
-                    entries,
-                };
-                self.call_node(new_owner, import).await?;
-                match next {
-                    Some(n) => after = Some(n),
-                    None => break,
+                    let import = Request::DirImport {
+                        path: new.clone(),
+                        txid,
+                        ino: dir_ino,
+                        entries,
+                    };
+                    self.call_node(new_owner, import).await?;
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// The nodes holding a part of directory `dir`: its home, and if it is split, the nodes
+    /// of its shards (the home's map).
+    async fn dir_nodes_of(self: &Arc<Self>, dir: &str) -> Result<Vec<NodeId>, FsError> {
+        let home = self.dir_owner(dir);
+        let req = Request::GetShardMap {
+            dir: dir.to_string(),
+        };
+        let Response::ShardMap(map) = self.call_node(home, req).await? else {
+            return Err(FsError::Protocol("unexpected reply to get_shard_map".into()));
+        };
+        let st = self.state();
+        let mut nodes = vec![home];
+        for s in &map.leaves {
+            let n = st.ring.owner_of_shard(dir, *s);
+            if !nodes.contains(&n) {
+                nodes.push(n);
+            }
+        }
+        Ok(nodes)
     }
 
     /// After the commit decision: drop the old directory objects (old paths are gone), make
@@ -379,13 +406,15 @@ impl Node {
         moves: &[DirMove],
     ) -> Result<(), FsError> {
         for m in moves {
-            let keep_blocks = self.dir_owner(&m.old) == self.dir_owner(&m.new);
-            let req = Request::DirFinish {
-                path: m.old.clone(),
-                txid,
-                action: DirAction::Drop { keep_blocks },
-            };
-            self.call_node(self.dir_owner(&m.old), req).await?;
+            for node in m.nodes(self.dir_owner(&m.old)) {
+                let keep_blocks = node == self.dir_owner(&m.new);
+                let req = Request::DirFinish {
+                    path: m.old.clone(),
+                    txid,
+                    action: DirAction::Drop { keep_blocks },
+                };
+                self.call_node(node, req).await?;
+            }
         }
         self.call_node(dst_node, Request::RenameCommit { txid })
             .await?;
@@ -425,19 +454,23 @@ impl Node {
         moves: &[DirMove],
     ) -> Result<(), FsError> {
         for m in moves {
-            let keep_blocks = self.dir_owner(&m.old) == self.dir_owner(&m.new);
+            let new_owner = self.dir_owner(&m.new);
+            let old_nodes = m.nodes(self.dir_owner(&m.old));
+            let keep_blocks = old_nodes.contains(&new_owner);
             let drop_new = Request::DirFinish {
                 path: m.new.clone(),
                 txid,
                 action: DirAction::Drop { keep_blocks },
             };
-            self.call_node(self.dir_owner(&m.new), drop_new).await?;
-            let thaw = Request::DirFinish {
-                path: m.old.clone(),
-                txid,
-                action: DirAction::Thaw,
-            };
-            self.call_node(self.dir_owner(&m.old), thaw).await?;
+            self.call_node(new_owner, drop_new).await?;
+            for node in old_nodes {
+                let thaw = Request::DirFinish {
+                    path: m.old.clone(),
+                    txid,
+                    action: DirAction::Thaw,
+                };
+                self.call_node(node, thaw).await?;
+            }
         }
         self.call_node(dst_node, Request::RenameAbort { txid })
             .await?;
@@ -451,35 +484,49 @@ impl Node {
         let mut out = Vec::new();
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string())]);
         while let Some((old, new)) = queue.pop_front() {
-            let mut after = None;
-            loop {
-                let req = Request::ReadDir {
-                    path: old.clone(),
-                    after: after.clone(),
-                    limit: myriad_proto::limits::READDIR_PAGE_MAX,
-                };
-                let (entries, next) = match self.call_node(self.dir_owner(&old), req).await {
-                    Ok(Response::DirPage { entries, next }) => (entries, next),
-                    Err(FsError::NotFound) => break, // not a directory (or already gone)
-                    Ok(_) => return Err(FsError::Protocol("unexpected reply to readdir".into())),
-                    Err(e) => return Err(e),
-                };
-                if after.is_none() {
-                    out.push(DirMove {
-                        old: old.clone(),
-                        new: new.clone(),
-                    });
+            let old_nodes = match self.dir_nodes_of(&old).await {
+                Ok(n) => n,
+                Err(FsError::NotFound) => continue,
+                Err(e) => return Err(e),
+            };
+            let mut listed = false;
+            for &node in &old_nodes {
+                let mut after = None;
+                loop {
+                    let req = Request::ReadDir {
+                        path: old.clone(),
+                        from: 0,
+                        after: after.clone(),
+                        limit: myriad_proto::limits::READDIR_PAGE_MAX,
+                    };
+                    let (entries, next) = match self.call_node(node, req).await {
+                        Ok(Response::DirPage { entries, next, .. }) => (entries, next),
+                        // Not a directory, already gone, or a node without a part of it.
+                        Err(FsError::NotFound | FsError::WrongShard { .. }) => break,
+                        Ok(_) => {
+                            return Err(FsError::Protocol("unexpected reply to readdir".into()));
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    listed = true;
+                    for e in entries
+                        .iter()
+                        .filter(|e| e.inode.kind == FileKind::Directory)
+                    {
+                        queue.push_back((join(&old, &e.name), join(&new, &e.name)));
+                    }
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
                 }
-                for e in entries
-                    .iter()
-                    .filter(|e| e.inode.kind == FileKind::Directory)
-                {
-                    queue.push_back((join(&old, &e.name), join(&new, &e.name)));
-                }
-                match next {
-                    Some(n) => after = Some(n),
-                    None => break,
-                }
+            }
+            if listed {
+                out.push(DirMove {
+                    old: old.clone(),
+                    new: new.clone(),
+                    old_nodes,
+                });
             }
         }
         Ok(out)
@@ -572,13 +619,14 @@ impl Node {
                 dir,
                 name,
                 ino,
+                depth,
                 decision,
             } => {
                 let path = join(&dir, &name);
                 let owner = self.dir_owner(&path);
                 let commit = decision != Decision::Abort;
                 let req = if commit {
-                    Request::DirObjectCreate { path, ino }
+                    Request::DirObjectCreate { path, ino, depth }
                 } else {
                     Request::DirObjectRemove { path, ino }
                 };
@@ -620,7 +668,7 @@ impl Node {
                 moves,
                 ..
             } => {
-                let dst = self.state().ring.owner_of_entry(&to);
+                let dst = self.entry_node(&to);
                 if decision == Decision::Commit {
                     self.finish_commit(txid, dst, &moves).await?;
                 } else {
@@ -642,12 +690,13 @@ impl Node {
                 drop(_live);
                 self.run_gc(txid).await?;
             }
+            split @ Intent::SplitOut { .. } => self.recover_split(txid, split).await?,
         }
         Ok(())
     }
 }
 
-fn join(dir: &str, name: &str) -> String {
+pub(crate) fn join(dir: &str, name: &str) -> String {
     if dir == "/" {
         format!("/{name}")
     } else {

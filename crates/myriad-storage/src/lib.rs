@@ -8,7 +8,7 @@
 //! once for many batches).
 //!
 //! Must not depend on: the network, placement, server, client. It uses `myriad-proto` only for
-//! the `Inode` type it stores.
+//! the types it stores (`Inode`, `Shard`, `ShardMap`) and the entry-name hash.
 
 mod blocks;
 mod error;
@@ -24,5 +24,5 @@ pub use error::StorageError;
 pub use fjall_kv::FjallKv;
 pub use kv::{Batch, Kv, Space};
 pub use mem_kv::MemKv;
-pub use records::{DirRecord, EntryRecord, Pending};
+pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use store::{FORMAT_VERSION, Store};

@@ -1,7 +1,7 @@
 //! Records stored as values. Encoded with postcard behind a one-byte record version, so the
 //! on-disk format can evolve (a new version byte plus a migration in `Store`).
 
-use myriad_proto::Inode;
+use myriad_proto::{Inode, Shard, ShardMap};
 use serde::{Deserialize, Serialize};
 
 pub const RECORD_VERSION: u8 = 1;
@@ -36,4 +36,62 @@ pub struct DirRecord {
     pub frozen: Option<u64>,
     /// A directory rename (txid) is copying this object here: not usable until revealed.
     pub hidden: Option<u64>,
+    /// The shards of this directory held here (docs/huge-dirs.md): `[Shard::ALL]` for an
+    /// unsplit directory on its home.
+    pub shards: Vec<LocalShard>,
+    /// On the directory's home once it is split: every leaf, with a version.
+    pub map: Option<ShardMap>,
+}
+
+impl DirRecord {
+    /// The record of a new, unsplit directory.
+    #[must_use]
+    pub fn new(ino: u64) -> DirRecord {
+        DirRecord {
+            ino,
+            root_attrs: None,
+            frozen: None,
+            hidden: None,
+            shards: vec![LocalShard::new(Shard::ALL)],
+            map: None,
+        }
+    }
+
+    /// The local shard holding names of hash `hash`, if any.
+    #[must_use]
+    pub fn shard_for(&self, hash: u64) -> Option<&LocalShard> {
+        self.shards.iter().find(|s| s.shard.contains(hash))
+    }
+
+    #[must_use]
+    pub fn is_split(&self) -> bool {
+        self.shards.first().map(|s| s.shard) != Some(Shard::ALL)
+    }
+}
+
+/// One shard of a directory held by this node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalShard {
+    pub shard: Shard,
+    /// A split (txid) is copying this shard's upper half away: writes there get `Busy`.
+    pub splitting: Option<u64>,
+    /// A split (txid) is copying this shard here: readers wait, writers get `Busy`.
+    pub hidden: Option<u64>,
+}
+
+impl LocalShard {
+    #[must_use]
+    pub fn new(shard: Shard) -> LocalShard {
+        LocalShard {
+            shard,
+            splitting: None,
+            hidden: None,
+        }
+    }
+
+    /// True if a write of a name with hash `hash` must wait (`Busy`) for a split.
+    #[must_use]
+    pub fn blocks_write(&self, hash: u64) -> bool {
+        self.hidden.is_some() || (self.splitting.is_some() && self.shard.halves().1.contains(hash))
+    }
 }

@@ -9,12 +9,13 @@ use serde::de::DeserializeOwned;
 
 use crate::StorageError;
 use crate::blocks::BLOCK_BYTES;
-use crate::keys::{block_key, entry_key, entry_prefix, u64_key};
+use crate::keys::{block_key, entry_key, entry_prefix, hash_position_key, split_entry_key, u64_key};
 use crate::kv::{Batch, Kv, Space};
 use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
 
 /// Version of the on-disk layout; stored under `format_version` in `Meta`.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: entry keys carry the name hash; directory records carry shards.
+pub const FORMAT_VERSION: u32 = 2;
 
 #[derive(Clone)]
 pub struct Store {
@@ -176,23 +177,72 @@ impl Store {
         batch.delete(Space::Entries, entry_key(dir, name));
     }
 
-    /// Up to `limit` entries of `dir` with names after `after`, in name order.
+    /// Up to `limit` entries of `dir` after name `after`, in hash order (docs/huge-dirs.md).
     pub fn entries(
         &self,
         dir: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, EntryRecord)>, StorageError> {
-        let prefix = entry_prefix(dir);
-        let after_key = after.map(|a| entry_key(dir, a));
-        self.kv
-            .scan(Space::Entries, &prefix, after_key.as_deref(), limit)?
+        Ok(self
+            .entries_in(dir, 0, after, None, limit)?
             .into_iter()
-            .map(|(k, v)| {
-                let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
-                Ok((name, decode("entries", &v)?))
-            })
-            .collect()
+            .map(|(_, n, r)| (n, r))
+            .collect())
+    }
+
+    /// Up to `limit` entries `(hash, name, record)` of `dir` with hash in `[from, end)` (`end`
+    /// `None`: to the end) and, if `after` is given, positioned after that name.
+    pub fn entries_in(
+        &self,
+        dir: &str,
+        from: u64,
+        after: Option<&str>,
+        end: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, String, EntryRecord)>, StorageError> {
+        let prefix = entry_prefix(dir);
+        let mut start = hash_position_key(dir, from);
+        if let Some(a) = after {
+            start = start.max(entry_key(dir, a));
+        }
+        let mut out = Vec::new();
+        for (k, v) in self
+            .kv
+            .scan(Space::Entries, &prefix, Some(&start), limit)?
+        {
+            let Some((hash, name)) = split_entry_key(&k, prefix.len()) else {
+                return Err(StorageError::Corrupt {
+                    space: "entries",
+                    detail: "short entry key".into(),
+                });
+            };
+            if end.is_some_and(|e| hash >= e) {
+                break;
+            }
+            out.push((hash, name, decode("entries", &v)?));
+        }
+        Ok(out)
+    }
+
+    /// Entries of `dir` with hash in `[from, end)`, counted up to `cap`.
+    pub fn count_entries_in(
+        &self,
+        dir: &str,
+        from: u64,
+        end: Option<u64>,
+        cap: usize,
+    ) -> Result<usize, StorageError> {
+        let prefix = entry_prefix(dir);
+        let start = hash_position_key(dir, from);
+        let mut n = 0;
+        for (k, _) in self.kv.scan(Space::Entries, &prefix, Some(&start), cap)? {
+            match split_entry_key(&k, prefix.len()) {
+                Some((hash, _)) if end.is_none_or(|e| hash < e) => n += 1,
+                _ => break,
+            }
+        }
+        Ok(n)
     }
 
     /// True if `dir` has at least one entry (committed or pending).

@@ -95,6 +95,7 @@ fn ids_are_unique_and_carry_the_node_id() {
 fn mkdir_entry_stays_pending_until_resolved() {
     let mut t = T::new();
     let Ok(Outcome::Begun { txid, inode }) = t.run(Mutation::MkdirBegin {
+        depth: 0,
         dir: "/".into(),
         name: "d".into(),
         mode: 0o755,
@@ -126,6 +127,7 @@ fn mkdir_entry_stays_pending_until_resolved() {
 fn aborted_mkdir_leaves_nothing() {
     let mut t = T::new();
     let Ok(Outcome::Begun { txid, .. }) = t.run(Mutation::MkdirBegin {
+        depth: 0,
         dir: "/".into(),
         name: "d".into(),
         mode: 0o755,
@@ -149,6 +151,8 @@ fn aborted_mkdir_leaves_nothing() {
 fn dir_object_remove_refuses_non_empty() {
     let mut t = T::new();
     t.run(Mutation::DirObjectCreate {
+        shards: vec![myriad_proto::Shard::ALL],
+        map: None,
         path: "/d".into(),
         ino: 77,
     })
@@ -165,6 +169,8 @@ fn dir_object_remove_refuses_non_empty() {
     // Idempotent create with the same ino; conflict with another.
     assert!(
         t.run(Mutation::DirObjectCreate {
+            shards: vec![myriad_proto::Shard::ALL],
+            map: None,
             path: "/d".into(),
             ino: 77
         })
@@ -172,6 +178,8 @@ fn dir_object_remove_refuses_non_empty() {
     );
     assert_eq!(
         t.run(Mutation::DirObjectCreate {
+            shards: vec![myriad_proto::Shard::ALL],
+            map: None,
             path: "/d".into(),
             ino: 78
         })

@@ -36,7 +36,7 @@ fn stores() -> Vec<(Store, Option<tempfile::TempDir>)> {
 }
 
 #[test]
-fn entries_are_listed_per_directory_in_name_order() {
+fn entries_are_listed_per_directory_in_hash_order() {
     for (s, _d) in stores() {
         let mut b = Batch::new();
         for (dir, name) in [
@@ -63,14 +63,16 @@ fn entries_are_listed_per_directory_in_name_order() {
             .into_iter()
             .map(|e| e.0)
             .collect();
-        assert_eq!(names, ["b", "m", "z"]);
+        let mut want = vec!["b", "m", "z"];
+        want.sort_by_key(|n| myriad_proto::name_hash(n));
+        assert_eq!(names, want);
         let page: Vec<String> = s
-            .entries("/a", Some("b"), 1)
+            .entries("/a", Some(want[0]), 1)
             .unwrap_or_default()
             .into_iter()
             .map(|e| e.0)
             .collect();
-        assert_eq!(page, ["m"]);
+        assert_eq!(page, [want[1]]);
         assert!(s.has_entries("/ab").unwrap_or(false));
         assert!(!s.has_entries("/q").unwrap_or(true));
     }
@@ -158,4 +160,51 @@ fn reopen_checks_node_id_and_keeps_data() {
             .map(|i| i.ino),
         Some(5)
     );
+}
+
+/// A hash range of a directory (a shard) is listed and counted alone; names outside it and
+/// other directories never leak in.
+#[test]
+fn entries_in_a_hash_range() {
+    for (s, _d) in stores() {
+        let mut b = Batch::new();
+        let names: Vec<String> = (0..200).map(|i| format!("n{i}")).collect();
+        for n in &names {
+            let rec = EntryRecord {
+                inode: Some(inode(1)),
+                pending: None,
+            };
+            s.put_entry(&mut b, "/big", n, &rec);
+            s.put_entry(&mut b, "/big2", n, &rec);
+        }
+        s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+        let (lo, hi) = myriad_proto::Shard::ALL.halves();
+        let upper: Vec<String> = s
+            .entries_in("/big", hi.start(), None, hi.end(), 1000)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.1)
+            .collect();
+        let lower = s
+            .entries_in("/big", lo.start(), None, lo.end(), 1000)
+            .unwrap_or_default();
+        let want_upper = names
+            .iter()
+            .filter(|n| hi.contains(myriad_proto::name_hash(n)))
+            .count();
+        assert_eq!(upper.len(), want_upper);
+        assert_eq!(upper.len() + lower.len(), 200);
+        assert!(lower.iter().all(|e| lo.contains(e.0)));
+        assert_eq!(
+            s.count_entries_in("/big", hi.start(), hi.end(), 1000).ok(),
+            Some(want_upper)
+        );
+        assert_eq!(s.count_entries_in("/big", 0, None, 50).ok(), Some(50));
+        // Resuming after a name continues in hash order within the range.
+        let first = &upper[0];
+        let rest = s
+            .entries_in("/big", hi.start(), Some(first), hi.end(), 1000)
+            .unwrap_or_default();
+        assert_eq!(rest.len(), want_upper - 1);
+    }
 }

@@ -1,0 +1,222 @@
+//! Directory listings and batched stats across the shards of split directories
+//! (docs/huge-dirs.md "Listings"). A listing walks the hash space in order; a cursor is the
+//! last name returned, valid however the shards split in between.
+
+use myriad_placement::{Shard, name_hash};
+use myriad_proto::{DirEntry, FileKind, FsError, Inode, Request, Response, validate_path};
+
+use crate::client::{Client, READDIR_PAGE, Route, unexpected};
+
+/// Rounds of re-sending names whose shard moved during a `stat_many`.
+const REGROUP_ROUNDS_MAX: u32 = 8;
+
+/// One page of a walk through the hash range `[.., end)`.
+struct Page {
+    entries: Vec<DirEntry>,
+    /// Where the walk goes on: after this name, or (name `None`) at this hash.
+    resume: Option<(u64, Option<String>)>,
+}
+
+impl Client {
+    /// A page of `path`'s entries after name `after` (from the start if `None`), and the
+    /// cursor for the next page (`None` at the end). Pages follow the hash order of names.
+    pub async fn readdir_page(
+        &self,
+        path: &str,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
+        validate_path(path)?;
+        let mut position = (after.as_deref().map_or(0, name_hash), after);
+        loop {
+            let page = self.list_page(path, position, None, limit).await?;
+            match page.resume {
+                // The shard ended before the page filled: go on into the next shard unless
+                // there is already something to return.
+                Some((hash, None)) if page.entries.is_empty() => position = (hash, None),
+                Some(_) => {
+                    let next = page.entries.last().map(|e| e.name.clone());
+                    return match next {
+                        Some(n) => Ok((page.entries, Some(n))),
+                        None => Err(FsError::Protocol("empty page with more to come".into())),
+                    };
+                }
+                None => return Ok((page.entries, None)),
+            }
+        }
+    }
+
+    /// Every entry of a directory with attributes (readdirplus). A split directory is listed
+    /// from all its shards at once, each in pages of 1,024; results come in hash order.
+    pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        validate_path(path)?;
+        // The first page comes from the home, which says whether the directory is split.
+        let first = self.list_page(path, (0, None), None, READDIR_PAGE).await?;
+        let Some(resume) = first.resume else {
+            return Ok(first.entries);
+        };
+        let leaves = self
+            .shards
+            .get(path)
+            .map_or_else(|| vec![Shard::ALL], |m| m.leaves.clone());
+        // One walk per known shard from where the first page stopped; each follows splits
+        // inside its own range.
+        let mut walks = Vec::new();
+        for leaf in leaves {
+            let end = leaf.end();
+            if end.is_some_and(|e| e <= resume.0) {
+                continue;
+            }
+            let start = if leaf.contains(resume.0) {
+                resume.clone()
+            } else {
+                (leaf.start(), None)
+            };
+            walks.push(self.walk(path, start, end));
+        }
+        let mut out = first.entries;
+        for part in futures::future::try_join_all(walks).await? {
+            out.extend(part);
+        }
+        Ok(out)
+    }
+
+    /// Lists the hash range from `start` to `end` (`None`: the end of the space).
+    async fn walk(
+        &self,
+        path: &str,
+        mut position: (u64, Option<String>),
+        end: Option<u64>,
+    ) -> Result<Vec<DirEntry>, FsError> {
+        let mut out = Vec::new();
+        loop {
+            let page = self.list_page(path, position, end, READDIR_PAGE).await?;
+            out.extend(page.entries);
+            match page.resume {
+                Some(p) => position = p,
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// One `ReadDir` at `position`, sent to the node of the shard holding it; `resume` is
+    /// `None` once the walk reaches `end`.
+    async fn list_page(
+        &self,
+        path: &str,
+        position: (u64, Option<String>),
+        end: Option<u64>,
+        limit: u32,
+    ) -> Result<Page, FsError> {
+        let (from, after) = position;
+        let at = after.as_deref().map_or(from, name_hash).max(from);
+        let req = Request::ReadDir {
+            path: path.to_string(),
+            from,
+            after,
+            limit,
+        };
+        match self.call(Route::Shard(path.to_string(), at), req).await {
+            Ok(Response::DirPage {
+                entries,
+                next,
+                shard_end,
+                map,
+            }) => {
+                if let Some(m) = map {
+                    self.shards.adopt(path, *m, true);
+                }
+                let resume = match (next, shard_end) {
+                    (Some(name), _) => Some((from, Some(name))),
+                    (None, Some(e)) if end.is_none_or(|end| e < end) => Some((e, None)),
+                    (None, _) => None,
+                };
+                Ok(Page { entries, resume })
+            }
+            Ok(other) => Err(unexpected(&other)),
+            Err(FsError::NotFound) => Err(match self.stat(path).await {
+                Ok(i) if i.kind != FileKind::Directory => FsError::NotADirectory,
+                Ok(_) => FsError::NotFound,
+                Err(e) => e,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `StatMany` of `names` (at most `STAT_MANY_MAX`), one request per shard holding some,
+    /// in parallel; names whose shard moved meanwhile are asked again where they went.
+    pub(crate) async fn stat_many_sharded(
+        &self,
+        dir: &str,
+        names: &[String],
+    ) -> Result<Vec<Result<Inode, FsError>>, FsError> {
+        let mut out: Vec<Option<Result<Inode, FsError>>> = vec![None; names.len()];
+        let mut todo: Vec<usize> = (0..names.len()).collect();
+        for _ in 0..REGROUP_ROUNDS_MAX {
+            let mut groups: std::collections::BTreeMap<Shard, Vec<usize>> = Default::default();
+            for &i in &todo {
+                let leaf = self.shards.leaf_for(dir, name_hash(&names[i]));
+                groups.entry(leaf).or_default().push(i);
+            }
+            let sends = groups.into_iter().map(|(leaf, idx)| {
+                let req = Request::StatMany {
+                    dir: dir.to_string(),
+                    names: idx.iter().map(|&i| names[i].clone()).collect(),
+                };
+                async move {
+                    let r = self
+                        .call(Route::Shard(dir.to_string(), leaf.start()), req)
+                        .await;
+                    (idx, r)
+                }
+            });
+            todo.clear();
+            let mut moved = None;
+            for (idx, r) in futures::future::join_all(sends).await {
+                let attrs = match r? {
+                    Response::Attrs(a) if a.len() == idx.len() => a,
+                    other => return Err(unexpected(&other)),
+                };
+                for (i, a) in idx.into_iter().zip(attrs) {
+                    match a {
+                        Err(FsError::WrongShard { map, .. }) => {
+                            moved = Some(map);
+                            todo.push(i);
+                        }
+                        a => out[i] = Some(a),
+                    }
+                }
+            }
+            match moved {
+                None => break,
+                Some(map) => self.learn_shard_map(dir, map.map(|m| *m)).await,
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(FsError::Busy)))
+            .collect())
+    }
+
+    /// Creates directory `path` split into `shards` shards from the start (rounded up to a
+    /// power of two, at most 256): for directories known to become huge.
+    pub async fn mkdir_sharded(&self, path: &str, mode: u32, shards: u32) -> Result<Inode, FsError> {
+        validate_path(path)?;
+        let req = Request::Mkdir {
+            path: path.to_string(),
+            mode,
+            shards,
+        };
+        match self.call(Route::Entry(path.to_string()), req).await {
+            Ok(Response::Attr(i)) => Ok(i),
+            Ok(other) => Err(unexpected(&other)),
+            Err(e) => Err(self.refine(path, e).await),
+        }
+    }
+
+    /// The shard map this client holds for `dir` (`None`: taken as unsplit).
+    #[must_use]
+    pub fn shard_map(&self, dir: &str) -> Option<myriad_placement::ShardMap> {
+        self.shards.get(dir).map(|m| (*m).clone())
+    }
+}

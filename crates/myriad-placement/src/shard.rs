@@ -1,0 +1,363 @@
+//! Shards of huge directories (docs/huge-dirs.md).
+//!
+//! Entry names hash to a 64-bit value (`name_hash`). A shard is a binary prefix of that hash:
+//! `Shard { prefix, depth }` holds the names whose hash starts with the `depth` bits of
+//! `prefix`, i.e. one contiguous range of hash values. An unsplit directory is the single
+//! shard of depth 0. Splitting a shard halves its range: the lower half keeps the shard's
+//! place, the upper half (the "child") goes to another node. Because every shard is a hash
+//! range, a cursor that is a hash position stays valid however the shards split.
+//!
+//! Where shards live: the directory's nodes are the distinct nodes met walking the ring
+//! clockwise from the directory's point (`Ring::dir_nodes`); its first node holds the
+//! directory object as always (the directory's *home*). A shard's *index* is its prefix
+//! with the bits reversed (GIGA+ numbering: the lower half of shard i keeps i, the upper
+//! half is i + 2^depth) and it lives on node `index mod nodes`. So shard 0, which always
+//! keeps the lowest range, stays on the home, and once a directory has as many shards as
+//! nodes every node holds an equal share of the hash space.
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+const DOMAIN_NAME: u64 = 0x4d59_5244_4e41_4d31; // "MYRDNAM1"
+
+/// Deepest split: at most 2^8 = 256 shards per directory.
+pub const SHARD_DEPTH_MAX: u8 = 8;
+
+/// The hash of an entry name that decides its shard and its place in a listing.
+#[must_use]
+pub fn name_hash(name: &str) -> u64 {
+    xxh3_64_with_seed(name.as_bytes(), DOMAIN_NAME)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Shard {
+    /// The first `depth` bits of the hash, right-aligned.
+    pub prefix: u64,
+    pub depth: u8,
+}
+
+impl Shard {
+    /// The whole hash space: an unsplit directory.
+    pub const ALL: Shard = Shard {
+        prefix: 0,
+        depth: 0,
+    };
+
+    /// False for a depth over `SHARD_DEPTH_MAX` or a prefix with bits beyond `depth` (never
+    /// built here; checked on what peers send).
+    #[must_use]
+    pub fn is_valid(&self) -> bool {
+        self.depth <= SHARD_DEPTH_MAX && self.prefix >> self.depth == 0
+    }
+
+    /// First hash value in the shard.
+    #[must_use]
+    pub fn start(&self) -> u64 {
+        if self.depth == 0 {
+            0
+        } else {
+            self.prefix << (64 - u32::from(self.depth))
+        }
+    }
+
+    /// First hash value after the shard (`None`: the shard reaches the end of the space).
+    #[must_use]
+    pub fn end(&self) -> Option<u64> {
+        if self.depth == 0 {
+            return None;
+        }
+        let width = 1u64 << (64 - u32::from(self.depth));
+        self.start().checked_add(width)
+    }
+
+    #[must_use]
+    pub fn contains(&self, hash: u64) -> bool {
+        self.depth == 0 || hash >> (64 - u32::from(self.depth)) == self.prefix
+    }
+
+    /// True if `other` lies inside this shard (or is it).
+    #[must_use]
+    pub fn covers(&self, other: &Shard) -> bool {
+        other.depth >= self.depth
+            && (self.depth == 0
+                || other.prefix >> (other.depth - self.depth) == self.prefix)
+    }
+
+    /// The two halves: (lower, which keeps this shard's place; upper, the child that moves).
+    #[must_use]
+    pub fn halves(&self) -> (Shard, Shard) {
+        let depth = self.depth + 1;
+        (
+            Shard {
+                prefix: self.prefix << 1,
+                depth,
+            },
+            Shard {
+                prefix: (self.prefix << 1) | 1,
+                depth,
+            },
+        )
+    }
+
+    /// GIGA+ index: the prefix bits reversed (the first split bit is the lowest).
+    #[must_use]
+    pub fn index(&self) -> u64 {
+        if self.depth == 0 {
+            0
+        } else {
+            self.prefix.reverse_bits() >> (64 - u32::from(self.depth))
+        }
+    }
+
+    /// Short text for logs and fsck reports: "3/2" = prefix 3 at depth 2.
+    #[must_use]
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.prefix, self.depth)
+    }
+}
+
+/// How a directory is split: its leaf shards in hash order, covering the whole space.
+/// Kept by the directory's home node; clients cache it and learn of splits by redirects.
+/// `version` grows with every change, so the newer of two maps is the one to keep.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMap {
+    pub version: u64,
+    pub leaves: Vec<Shard>,
+}
+
+impl Default for ShardMap {
+    fn default() -> Self {
+        ShardMap::unsplit()
+    }
+}
+
+impl ShardMap {
+    #[must_use]
+    pub fn unsplit() -> ShardMap {
+        ShardMap {
+            version: 0,
+            leaves: vec![Shard::ALL],
+        }
+    }
+
+    /// A directory created with `2^depth` shards (`mkdir --shards`).
+    #[must_use]
+    pub fn presplit(depth: u8) -> ShardMap {
+        let depth = depth.min(SHARD_DEPTH_MAX);
+        ShardMap {
+            version: 1,
+            leaves: (0..1u64 << depth)
+                .map(|prefix| Shard { prefix, depth })
+                .collect(),
+        }
+    }
+
+    #[must_use]
+    pub fn is_split(&self) -> bool {
+        self.leaves.len() > 1
+    }
+
+    /// The leaf holding `hash`.
+    #[must_use]
+    pub fn leaf_for(&self, hash: u64) -> Shard {
+        let i = self.leaves.partition_point(|s| s.start() <= hash);
+        self.leaves
+            .get(i.saturating_sub(1))
+            .copied()
+            .unwrap_or(Shard::ALL)
+    }
+
+    /// Replaces leaf `shard` by its halves. False if `shard` is not a leaf.
+    pub fn split(&mut self, shard: Shard) -> bool {
+        let Some(i) = self.leaves.iter().position(|s| *s == shard) else {
+            return false;
+        };
+        let (lo, hi) = shard.halves();
+        self.leaves[i] = lo;
+        self.leaves.insert(i + 1, hi);
+        self.version += 1;
+        true
+    }
+
+    /// Undoes `split(shard)` (an abandoned split). False if its halves are not both leaves.
+    pub fn unsplit_leaf(&mut self, shard: Shard) -> bool {
+        let (lo, hi) = shard.halves();
+        let Some(i) = self.leaves.iter().position(|s| *s == lo) else {
+            return false;
+        };
+        if self.leaves.get(i + 1) != Some(&hi) {
+            return false;
+        }
+        self.leaves[i] = shard;
+        self.leaves.remove(i + 1);
+        self.version += 1;
+        true
+    }
+
+    /// True if the leaves are sorted, disjoint, valid and cover the whole hash space.
+    #[must_use]
+    pub fn is_well_formed(&self) -> bool {
+        let mut next = Some(0u64);
+        for s in &self.leaves {
+            if !s.is_valid() || Some(s.start()) != next {
+                return false;
+            }
+            next = s.end();
+        }
+        next.is_none() && !self.leaves.is_empty()
+    }
+}
+
+/// Most directories a cache remembers; beyond it, it starts over (maps are re-learned by
+/// one redirect each).
+const CACHE_DIRS_MAX: usize = 65_536;
+
+/// A client's (or server's) cache of the shard maps of the split directories it has met.
+/// A directory not in it is taken as unsplit.
+#[derive(Default)]
+pub struct ShardCache {
+    maps: std::sync::RwLock<std::collections::HashMap<String, std::sync::Arc<ShardMap>>>,
+}
+
+impl ShardCache {
+    /// The cached map of `dir` (`None`: taken as unsplit).
+    #[must_use]
+    pub fn get(&self, dir: &str) -> Option<std::sync::Arc<ShardMap>> {
+        self.maps.read().ok()?.get(dir).cloned()
+    }
+
+    /// The leaf of `dir` that holds `hash`, as far as this cache knows.
+    #[must_use]
+    pub fn leaf_for(&self, dir: &str, hash: u64) -> Shard {
+        self.get(dir).map_or(Shard::ALL, |m| m.leaf_for(hash))
+    }
+
+    /// Keeps `map` for `dir` if it is newer than the one held; `authoritative` (it came from
+    /// the directory's home) replaces whatever is held, since a directory removed and made
+    /// again starts its versions over.
+    pub fn adopt(&self, dir: &str, map: ShardMap, authoritative: bool) {
+        if !map.is_well_formed() {
+            return;
+        }
+        let Ok(mut g) = self.maps.write() else {
+            return;
+        };
+        if !authoritative && g.get(dir).is_some_and(|m| m.version >= map.version) {
+            return;
+        }
+        if !map.is_split() {
+            g.remove(dir);
+            return;
+        }
+        if g.len() >= CACHE_DIRS_MAX {
+            g.clear();
+        }
+        g.insert(dir.to_string(), std::sync::Arc::new(map));
+    }
+
+    pub fn forget(&self, dir: &str) {
+        if let Ok(mut g) = self.maps.write() {
+            g.remove(dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halves_partition_the_range() {
+        let s = Shard {
+            prefix: 0b10,
+            depth: 2,
+        };
+        let (lo, hi) = s.halves();
+        assert_eq!(lo.start(), s.start());
+        assert_eq!(lo.end(), Some(hi.start()));
+        assert_eq!(hi.end(), s.end());
+        assert!(s.covers(&lo) && s.covers(&hi) && !lo.covers(&s));
+        let (a, b) = Shard::ALL.halves();
+        assert_eq!((a.start(), a.end(), b.end()), (0, Some(1 << 63), None));
+        for h in [0u64, 1 << 62, 1 << 63, u64::MAX] {
+            assert!(Shard::ALL.contains(h));
+            assert_eq!(a.contains(h), !b.contains(h));
+        }
+    }
+
+    #[test]
+    fn giga_index_arithmetic() {
+        // The lower half keeps the index, the upper half is index + 2^depth.
+        let mut s = Shard::ALL;
+        for _ in 0..6 {
+            let (lo, hi) = s.halves();
+            assert_eq!(lo.index(), s.index());
+            assert_eq!(hi.index(), s.index() + (1 << s.depth));
+            s = hi;
+        }
+    }
+
+    #[test]
+    fn maps_split_and_route() {
+        let mut m = ShardMap::unsplit();
+        assert!(m.split(Shard::ALL));
+        let (lo, hi) = Shard::ALL.halves();
+        assert!(m.split(hi));
+        assert!(m.is_well_formed());
+        assert_eq!(m.leaves.len(), 3);
+        for h in [0u64, 5, 1 << 63, (1 << 63) | (1 << 62), u64::MAX] {
+            let leaf = m.leaf_for(h);
+            assert!(leaf.contains(h), "{h:x} -> {leaf:?}");
+        }
+        assert!(!m.unsplit_leaf(Shard::ALL), "halves are not both leaves");
+        assert!(m.unsplit_leaf(hi));
+        assert_eq!(m.leaves, vec![lo, hi]);
+        assert_eq!(m.version, 3);
+        let p = ShardMap::presplit(3);
+        assert!(p.is_well_formed());
+        assert_eq!(p.leaves.len(), 8);
+        assert!(!ShardMap {
+            version: 1,
+            leaves: vec![lo]
+        }
+        .is_well_formed());
+    }
+
+    #[test]
+    fn cache_keeps_the_newer_map() {
+        let c = ShardCache::default();
+        assert_eq!(c.leaf_for("/d", u64::MAX), Shard::ALL);
+        let mut m = ShardMap::unsplit();
+        m.split(Shard::ALL);
+        c.adopt("/d", m.clone(), false);
+        assert_eq!(c.leaf_for("/d", u64::MAX), Shard::ALL.halves().1);
+        let mut older = ShardMap::unsplit();
+        older.version = 0;
+        c.adopt("/d", older.clone(), false);
+        assert!(c.get("/d").is_some(), "an older map does not replace a newer one");
+        c.adopt("/d", older, true);
+        assert!(c.get("/d").is_none(), "the home's word is final");
+        c.adopt(
+            "/d",
+            ShardMap {
+                version: 9,
+                leaves: vec![],
+            },
+            true,
+        );
+        assert!(c.get("/d").is_none(), "malformed maps are ignored");
+    }
+
+    #[test]
+    fn names_spread_over_shards() {
+        let m = ShardMap::presplit(2);
+        let mut counts = [0u32; 4];
+        for i in 0..40_000 {
+            let leaf = m.leaf_for(name_hash(&format!("file-{i}")));
+            counts[usize::try_from(leaf.prefix).unwrap_or(0)] += 1;
+        }
+        for c in counts {
+            assert!((9_500..10_500).contains(&c), "{counts:?}");
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! Mutations of the split protocol (docs/huge-dirs.md): each is one atomic batch on one node.
+
+use myriad_proto::{ExportedEntry, FileKind, FsError, Shard, ShardMap};
+use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
+
+use super::{Ctx, Outcome, chunk0_blocks, put_visible, storage_err};
+use crate::intent::{Decision, Intent};
+
+#[derive(Debug)]
+pub enum ShardMutation {
+    /// Node A: start splitting its `shard` of `dir`: writes of the upper half get `Busy`;
+    /// the intent `SplitOut` is written in the same batch.
+    SplitBegin { dir: String, shard: Shard },
+    /// Node A, the decision: the upper half's entries and their chunk-0 blocks go, the shard
+    /// becomes its lower half, the intent records `Commit`.
+    SplitCommit { txid: u64 },
+    /// Node A: the split is abandoned: writes resume; the intent goes.
+    SplitAbort { txid: u64 },
+    /// Node B: stage `entries` in hidden shard `child` (created on the first page).
+    Import {
+        dir: String,
+        ino: u64,
+        txid: u64,
+        child: Shard,
+        entries: Vec<ExportedEntry>,
+    },
+    /// Node B: reveal the staged shard, or drop it with its entries and blocks.
+    Finish {
+        dir: String,
+        txid: u64,
+        child: Shard,
+        reveal: bool,
+    },
+    /// Home: leaf `shard` of `dir` splits, or the split is undone. Idempotent.
+    MapChange {
+        dir: String,
+        ino: u64,
+        shard: Shard,
+        split: bool,
+    },
+    /// Node of shards of a directory made pre-split: hold them, empty. Idempotent.
+    Create {
+        dir: String,
+        ino: u64,
+        shards: Vec<Shard>,
+    },
+}
+
+pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, FsError> {
+    match m {
+        ShardMutation::SplitBegin { dir, shard } => {
+            let mut rec = ctx
+                .store
+                .dir(&dir)
+                .map_err(storage_err)?
+                .ok_or(FsError::NotFound)?;
+            if rec.frozen.is_some() || rec.hidden.is_some() {
+                return Err(FsError::Busy);
+            }
+            let txid = ctx.ids.next(ctx.store, b)?;
+            let local = rec
+                .shards
+                .iter_mut()
+                .find(|s| s.shard == shard)
+                .ok_or(FsError::NotFound)?;
+            if local.splitting.is_some() || local.hidden.is_some() {
+                return Err(FsError::Busy);
+            }
+            local.splitting = Some(txid);
+            let ino = rec.ino;
+            ctx.store.put_dir(b, &dir, &rec);
+            let intent = Intent::SplitOut {
+                dir,
+                shard,
+                ino,
+                decision: Decision::Undecided,
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            Ok(Outcome::SplitBegun { txid, ino })
+        }
+        ShardMutation::SplitCommit { txid } => {
+            let Some(Intent::SplitOut {
+                dir,
+                shard,
+                ino,
+                decision: Decision::Undecided,
+            }) = read_intent(ctx, txid)?
+            else {
+                return Ok(Outcome::Unit); // Already decided (a repeated step).
+            };
+            let mut rec = ctx
+                .store
+                .dir(&dir)
+                .map_err(storage_err)?
+                .ok_or(FsError::NotFound)?;
+            let Some(local) = rec
+                .shards
+                .iter_mut()
+                .find(|s| s.shard == shard && s.splitting == Some(txid))
+            else {
+                return Err(FsError::Io(format!(
+                    "split {txid}: shard {} of {dir} is not splitting",
+                    shard.label()
+                )));
+            };
+            let (lower, upper) = shard.halves();
+            *local = LocalShard::new(lower);
+            ctx.store.put_dir(b, &dir, &rec);
+            drop_range(ctx, b, &dir, upper)?;
+            let intent = Intent::SplitOut {
+                dir,
+                shard,
+                ino,
+                decision: Decision::Commit,
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            Ok(Outcome::Unit)
+        }
+        ShardMutation::SplitAbort { txid } => {
+            if let Some(Intent::SplitOut { dir, shard, .. }) = read_intent(ctx, txid)?
+                && let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)?
+            {
+                for s in &mut rec.shards {
+                    if s.shard == shard && s.splitting == Some(txid) {
+                        s.splitting = None;
+                    }
+                }
+                ctx.store.put_dir(b, &dir, &rec);
+            }
+            ctx.store.delete_intent(b, txid);
+            Ok(Outcome::Unit)
+        }
+        ShardMutation::Import {
+            dir,
+            ino,
+            txid,
+            child,
+            entries,
+        } => {
+            let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
+                Some(r) if r.ino == ino => r,
+                Some(_) => return Err(FsError::AlreadyExists),
+                None => DirRecord {
+                    shards: Vec::new(),
+                    ..DirRecord::new(ino)
+                },
+            };
+            match rec.shards.iter().find(|s| s.shard.covers(&child) || child.covers(&s.shard)) {
+                Some(s) if s.shard == child && s.hidden == Some(txid) => {}
+                Some(_) => {
+                    return Err(FsError::Io(format!(
+                        "split {txid}: {dir} already holds a shard overlapping {}",
+                        child.label()
+                    )));
+                }
+                None => {
+                    rec.shards.push(LocalShard {
+                        hidden: Some(txid),
+                        ..LocalShard::new(child)
+                    });
+                    rec.shards.sort_by_key(|s| s.shard.start());
+                    ctx.store.put_dir(b, &dir, &rec);
+                }
+            }
+            for e in entries {
+                if !child.contains(myriad_proto::name_hash(&e.name)) {
+                    return Err(FsError::InvalidArgument(format!(
+                        "{}: not in shard {}",
+                        e.name,
+                        child.label()
+                    )));
+                }
+                for (block, data) in e.blocks {
+                    ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
+                }
+                let staged = EntryRecord {
+                    inode: None,
+                    pending: Some(Pending {
+                        txid,
+                        after: Some(e.inode),
+                    }),
+                };
+                ctx.store.put_entry(b, &dir, &e.name, &staged);
+            }
+            Ok(Outcome::Unit)
+        }
+        ShardMutation::Finish {
+            dir,
+            txid,
+            child,
+            reveal,
+        } => {
+            let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)? else {
+                return Ok(Outcome::Unit);
+            };
+            let Some(i) = rec
+                .shards
+                .iter()
+                .position(|s| s.shard == child && s.hidden == Some(txid))
+            else {
+                return Ok(Outcome::Unit); // Already finished.
+            };
+            if reveal {
+                rec.shards[i].hidden = None;
+                ctx.store.put_dir(b, &dir, &rec);
+                for (_, name, e) in ctx
+                    .store
+                    .entries_in(&dir, child.start(), None, child.end(), usize::MAX)
+                    .map_err(storage_err)?
+                {
+                    if let Some(inode) = e.pending.filter(|p| p.txid == txid).and_then(|p| p.after)
+                    {
+                        put_visible(ctx.store, b, &dir, &name, &inode);
+                    }
+                }
+            } else {
+                rec.shards.remove(i);
+                if rec.shards.is_empty() && rec.map.is_none() {
+                    ctx.store.delete_dir(b, &dir);
+                } else {
+                    ctx.store.put_dir(b, &dir, &rec);
+                }
+                drop_range(ctx, b, &dir, child)?;
+            }
+            Ok(Outcome::Unit)
+        }
+        ShardMutation::MapChange {
+            dir,
+            ino,
+            shard,
+            split,
+        } => {
+            let mut rec = ctx
+                .store
+                .dir(&dir)
+                .map_err(storage_err)?
+                .filter(|r| r.ino == ino)
+                .ok_or(FsError::NotFound)?;
+            let mut map = rec.map.take().unwrap_or_else(ShardMap::unsplit);
+            let (lower, upper) = shard.halves();
+            let has = |m: &ShardMap, s: &Shard| m.leaves.contains(s);
+            if split && !(has(&map, &lower) && has(&map, &upper)) && !map.split(shard) {
+                return Err(FsError::Io(format!(
+                    "{dir}: shard {} is not a leaf of the map",
+                    shard.label()
+                )));
+            }
+            if !split && has(&map, &lower) && has(&map, &upper) {
+                map.unsplit_leaf(shard);
+            }
+            rec.map = map.is_split().then_some(map);
+            ctx.store.put_dir(b, &dir, &rec);
+            Ok(Outcome::Unit)
+        }
+        ShardMutation::Create { dir, ino, shards } => {
+            let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
+                Some(r) if r.ino == ino => r,
+                Some(_) => return Err(FsError::AlreadyExists),
+                None => DirRecord {
+                    shards: Vec::new(),
+                    ..DirRecord::new(ino)
+                },
+            };
+            for s in shards {
+                if !s.is_valid() {
+                    return Err(FsError::InvalidArgument("bad shard".into()));
+                }
+                if !rec.shards.iter().any(|l| l.shard == s) {
+                    rec.shards.push(LocalShard::new(s));
+                }
+            }
+            rec.shards.sort_by_key(|s| s.shard.start());
+            ctx.store.put_dir(b, &dir, &rec);
+            Ok(Outcome::Unit)
+        }
+    }
+}
+
+fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, FsError> {
+    Ok(ctx
+        .store
+        .intent(txid)
+        .map_err(storage_err)?
+        .and_then(|b| Intent::decode(&b)))
+}
+
+/// Deletes every entry of `dir` in `range` and the chunk-0 blocks of its regular files (a
+/// hard-link name has no blocks here: they live with its inode object).
+fn drop_range(ctx: &Ctx<'_>, b: &mut Batch, dir: &str, range: Shard) -> Result<(), FsError> {
+    let c0 = chunk0_blocks(ctx.layout);
+    for (_, name, e) in ctx
+        .store
+        .entries_in(dir, range.start(), None, range.end(), usize::MAX)
+        .map_err(storage_err)?
+    {
+        ctx.store.delete_entry(b, dir, &name);
+        let inode = e.inode.or_else(|| e.pending.and_then(|p| p.after));
+        if let Some(i) = inode.filter(|i| i.kind == FileKind::File) {
+            ctx.store
+                .trim_blocks(b, i.ino, 0, 0, c0)
+                .map_err(storage_err)?;
+        }
+    }
+    Ok(())
+}

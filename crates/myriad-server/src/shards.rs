@@ -1,0 +1,351 @@
+//! Which node holds an entry once directories split, and the requests that span a split
+//! directory's shards: listing pages, pre-split creation, removal (docs/huge-dirs.md).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use myriad_placement::{NodeId, Shard, ShardMap, name_hash, split_parent};
+use myriad_proto::{DirAction, DirEntry, FsError, Request, Response, limits};
+use myriad_storage::DirRecord;
+
+use crate::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
+use crate::node::{MapState, Node};
+
+/// Attempts of a server-to-server request whose target shard moved under it.
+const SHARD_RETRIES_MAX: u32 = 8;
+
+/// The freeze id of removing split directory `ino`: derived from the inode, so a repeated
+/// removal (recovery of the rmdir) finds its own freeze. Bit 62 is never set in a txid.
+fn removal_freeze_id(ino: u64) -> u64 {
+    ino | (1 << 62)
+}
+
+impl Node {
+    /// Checks this node holds the entry of `path`: a shard of its parent covering the name.
+    pub(crate) fn own_entry(&self, st: &MapState, path: &str) -> Result<(), FsError> {
+        if path == "/" {
+            return self.own_dir(st, "/");
+        }
+        let (dir, name) = split_parent(path);
+        match self.store.dir(dir).map_err(storage_err)? {
+            Some(rec) if rec.shard_for(name_hash(name)).is_some() => Ok(()),
+            Some(rec) => Err(wrong_shard(dir, &rec)),
+            None => self.own_dir(st, dir),
+        }
+    }
+
+    /// Checks this node is the home of directory `dir` (holds its directory object).
+    pub(crate) fn own_dir(&self, st: &MapState, dir: &str) -> Result<(), FsError> {
+        if st.ring.owner_of_dir(dir) == self.me {
+            Ok(())
+        } else {
+            Err(FsError::Redirect(Box::new(st.map.clone())))
+        }
+    }
+
+    /// Checks this node holds some part of directory `dir` (for requests addressed to every
+    /// node of a split directory: freeze, export, finish).
+    pub(crate) fn own_dir_part(&self, st: &MapState, dir: &str) -> Result<(), FsError> {
+        if self.store.dir(dir).map_err(storage_err)?.is_some() {
+            return Ok(());
+        }
+        self.own_dir(st, dir)
+    }
+
+    /// After finding no entry `dir/name` here: if a split took the name's shard away in the
+    /// meantime, the absence means nothing and the sender must ask the shard's new node.
+    pub(crate) fn recheck_shard(&self, dir: &str, name: &str) -> Result<(), FsError> {
+        match self.store.dir(dir).map_err(storage_err)? {
+            Some(rec) if rec.shard_for(name_hash(name)).is_none() => Err(wrong_shard(dir, &rec)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The node holding the entry of `path`: this node if it holds the shard, else as the
+    /// cached shard map of its parent says (unsplit if unknown).
+    pub(crate) fn entry_node(&self, path: &str) -> NodeId {
+        let st = self.state();
+        if path == "/" {
+            return st.ring.owner_of_dir("/");
+        }
+        let (dir, name) = split_parent(path);
+        let hash = name_hash(name);
+        if let Ok(Some(rec)) = self.store.dir(dir)
+            && rec.shard_for(hash).is_some()
+        {
+            return self.me;
+        }
+        st.ring
+            .owner_of_shard(dir, self.shard_maps.leaf_for(dir, hash))
+    }
+
+    /// Sends a request addressed to the entry `path` to the node holding it, learning the
+    /// parent's shard map from the directory's home when a split moved the entry.
+    pub(crate) async fn call_entry(
+        self: &Arc<Self>,
+        path: &str,
+        body: Request,
+    ) -> Result<Response, FsError> {
+        let mut tries = 0;
+        loop {
+            match self.call_node(self.entry_node(path), body.clone()).await {
+                Err(FsError::WrongShard { dir, map }) if tries < SHARD_RETRIES_MAX => {
+                    tries += 1;
+                    self.learn_shard_map(&dir, map.map(|m| *m)).await;
+                    tokio::time::sleep(Duration::from_millis(u64::from(tries))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Adopts `map` (the home's word) or asks the home of `dir` for it.
+    pub(crate) async fn learn_shard_map(self: &Arc<Self>, dir: &str, map: Option<ShardMap>) {
+        let map = match map {
+            Some(m) => Some(m),
+            None => {
+                let home = self.state().ring.owner_of_dir(dir);
+                let req = Request::GetShardMap {
+                    dir: dir.to_string(),
+                };
+                match self.call_node(home, req).await {
+                    Ok(Response::ShardMap(m)) => Some(*m),
+                    _ => None,
+                }
+            }
+        };
+        match map {
+            Some(m) => self.shard_maps.adopt(dir, m, true),
+            None => self.shard_maps.forget(dir),
+        }
+    }
+
+    /// The home's map of `dir` (unsplit when it is not split or does not exist).
+    pub(crate) fn shard_map_of(&self, st: &MapState, dir: &str) -> Result<ShardMap, FsError> {
+        self.own_dir(st, dir)?;
+        Ok(self
+            .store
+            .dir(dir)
+            .map_err(storage_err)?
+            .and_then(|r| r.map)
+            .unwrap_or_default())
+    }
+
+    /// A listing page of directory `path` from the local shard holding the position
+    /// (`from`, or name `after`), cut where that shard ends (docs/huge-dirs.md "Listings").
+    pub(crate) fn readdir_shard(
+        &self,
+        path: &str,
+        from: u64,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Response, FsError> {
+        let rec = self
+            .store
+            .dir(path)
+            .map_err(storage_err)?
+            .ok_or(FsError::NotFound)?;
+        // Being moved here by a directory rename: not listable until revealed.
+        if rec.hidden.is_some() {
+            return Err(FsError::Busy);
+        }
+        let position = after.as_deref().map_or(from, name_hash).max(from);
+        let shard = shard_at(path, &rec, position)?;
+        let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
+        let mut page = self
+            .store
+            .entries_in(path, shard.start().max(from), after.as_deref(), shard.end(), limit)
+            .map_err(storage_err)?;
+        let mut full = page.len() == limit;
+        // A split may have taken the upper part of the shard while we read: keep only what
+        // the shard still holds now; the rest is listed from its new node.
+        let now = self.store.dir(path).map_err(storage_err)?;
+        let end = match now.as_ref().map(|r| shard_at(path, r, position)) {
+            Some(Ok(s)) if s == shard => shard.end(),
+            Some(Ok(s)) => {
+                page.retain(|(h, _, _)| s.contains(*h));
+                full = false;
+                s.end()
+            }
+            _ => return Err(FsError::Busy),
+        };
+        let next = if full {
+            page.last().map(|(_, n, _)| n.clone())
+        } else {
+            None
+        };
+        // Entries being created by a pending operation are not listed yet; entries being
+        // removed or renamed away are listed until the operation commits.
+        let entries = page
+            .into_iter()
+            .filter_map(|(_, name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
+            .collect();
+        Ok(Response::DirPage {
+            entries,
+            next,
+            shard_end: end,
+            map: rec.map.map(Box::new),
+        })
+    }
+
+    /// Home of a new directory: create its directory object split into 2^`depth` shards,
+    /// the shards on other nodes first (each idempotent, so recovery can repeat this).
+    pub(crate) async fn create_dir_object(
+        self: &Arc<Self>,
+        path: &str,
+        ino: u64,
+        depth: u8,
+    ) -> Result<(), FsError> {
+        let st = self.state();
+        let map = (depth > 0).then(|| ShardMap::presplit(depth));
+        let mut mine = vec![Shard::ALL];
+        if let Some(m) = &map {
+            mine.clear();
+            let mut by_node: std::collections::BTreeMap<NodeId, Vec<Shard>> = Default::default();
+            for s in &m.leaves {
+                by_node
+                    .entry(st.ring.owner_of_shard(path, *s))
+                    .or_default()
+                    .push(*s);
+            }
+            for (node, shards) in by_node {
+                if node == self.me {
+                    mine = shards;
+                    continue;
+                }
+                let req = Request::ShardCreate {
+                    dir: path.to_string(),
+                    ino,
+                    shards,
+                };
+                self.call_node(node, req).await?;
+            }
+        }
+        self.applier
+            .run(Mutation::DirObjectCreate {
+                path: path.to_string(),
+                ino,
+                shards: mine,
+                map,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Home of directory `path`: remove its directory object, and if it is split, every
+    /// other node's part: all are frozen and checked empty first, else thawed (`NotEmpty`).
+    pub(crate) async fn remove_dir_object(
+        self: &Arc<Self>,
+        path: &str,
+        ino: u64,
+    ) -> Result<(), FsError> {
+        let rec = self.store.dir(path).map_err(storage_err)?;
+        let Some(map) = rec.as_ref().filter(|r| r.ino == ino).and_then(|r| r.map.clone()) else {
+            return self
+                .applier
+                .run(Mutation::DirObjectRemove {
+                    path: path.to_string(),
+                    ino,
+                })
+                .await
+                .map(|_| ());
+        };
+        let st = self.state();
+        let freeze = removal_freeze_id(ino);
+        let mut nodes: Vec<NodeId> = map
+            .leaves
+            .iter()
+            .map(|s| st.ring.owner_of_shard(path, *s))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let mut frozen = Vec::new();
+        let mut verdict = Ok(());
+        for &node in &nodes {
+            let p = path.to_string();
+            let step = async {
+                self.call_node(node, Request::DirFreeze { path: p.clone(), txid: freeze })
+                    .await?;
+                frozen.push(node);
+                let export = Request::DirExport {
+                    path: p,
+                    txid: freeze,
+                    after: None,
+                };
+                match self.call_node(node, export).await? {
+                    Response::Exported { entries, .. } if entries.is_empty() => Ok(()),
+                    Response::Exported { .. } => Err(FsError::NotEmpty),
+                    _ => Err(FsError::Io("unexpected reply to an export".into())),
+                }
+            };
+            if let Err(e) = step.await {
+                verdict = Err(e);
+                break;
+            }
+        }
+        let action = if verdict.is_ok() {
+            DirAction::Drop { keep_blocks: false }
+        } else {
+            DirAction::Thaw
+        };
+        // The home goes last: while it stands, a repeated removal finds the map again.
+        for &node in nodes.iter().filter(|n| **n != self.me) {
+            if frozen.contains(&node) || verdict.is_ok() {
+                let req = Request::DirFinish {
+                    path: path.to_string(),
+                    txid: freeze,
+                    action,
+                };
+                self.call_node(node, req).await?;
+            }
+        }
+        if frozen.contains(&self.me) {
+            self.applier
+                .run(Mutation::DirFinish {
+                    path: path.to_string(),
+                    txid: freeze,
+                    action,
+                })
+                .await?;
+        }
+        verdict
+    }
+
+    /// Stages a page of a splitting shard's entries at the child's node.
+    pub(crate) async fn shard_import(
+        self: &Arc<Self>,
+        st: &MapState,
+        dir: String,
+        ino: u64,
+        txid: u64,
+        child: Shard,
+        entries: Vec<myriad_proto::ExportedEntry>,
+    ) -> Result<Response, FsError> {
+        if !child.is_valid() || st.ring.owner_of_shard(&dir, child) != self.me {
+            return Err(FsError::InvalidArgument(format!(
+                "shard {} of {dir} does not belong on node {}",
+                child.label(),
+                self.me
+            )));
+        }
+        self.applier
+            .run(Mutation::Shard(ShardMutation::Import {
+                dir,
+                ino,
+                txid,
+                child,
+                entries,
+            }))
+            .await?;
+        Ok(Response::Unit)
+    }
+}
+
+/// The local shard of `dir` holding `hash`, or the redirect to where it is.
+fn shard_at(dir: &str, rec: &DirRecord, hash: u64) -> Result<Shard, FsError> {
+    match rec.shard_for(hash) {
+        Some(s) if s.hidden.is_some() => Err(FsError::Busy),
+        Some(s) => Ok(s.shard),
+        None => Err(wrong_shard(dir, rec)),
+    }
+}

@@ -1,0 +1,312 @@
+//! Online splitting of huge directories (docs/huge-dirs.md "Split protocol").
+//!
+//! A node counts the names it adds to each directory; every `check_every` additions it
+//! counts its shards of that directory exactly (a bounded scan) and splits the ones over the
+//! threshold, one split at a time per directory.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use myriad_placement::Shard;
+use myriad_proto::{ExportedEntry, FileKind, FsError, Request};
+
+use crate::intent::{Decision, Intent};
+use crate::mutation::{Mutation, Outcome, ShardMutation, storage_err};
+use crate::node::Node;
+use crate::twophase::join;
+
+/// Directories whose additions are counted at once; beyond it the counts start over.
+const COUNTED_DIRS_MAX: usize = 100_000;
+/// Entries (and bytes of chunk-0 data) per page of a split's copy.
+const PAGE_ENTRIES_MAX: usize = 1024;
+const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// How long a split waits for pending operations in its moving half before giving up.
+const PENDING_PATIENCE: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+pub(crate) struct SplitState {
+    added: Mutex<HashMap<String, u64>>,
+    running: Mutex<HashSet<String>>,
+}
+
+impl Node {
+    /// Called after a name was added to `dir` here: may start a split check.
+    pub(crate) fn note_added(self: &Arc<Self>, dir: &str) {
+        let threshold = self.config.dir_split_entries;
+        if threshold == 0 || self.state().map.nodes.len() < 2 {
+            return;
+        }
+        let check_every = (threshold / 8).max(1);
+        let due = {
+            let Ok(mut added) = self.splits.added.lock() else {
+                return;
+            };
+            if added.len() >= COUNTED_DIRS_MAX && !added.contains_key(dir) {
+                added.clear();
+            }
+            let n = added.entry(dir.to_string()).or_insert(0);
+            *n += 1;
+            if *n >= check_every {
+                *n = 0;
+                true
+            } else {
+                false
+            }
+        };
+        if !due {
+            return;
+        }
+        let Ok(mut running) = self.splits.running.lock() else {
+            return;
+        };
+        if !running.insert(dir.to_string()) {
+            return;
+        }
+        let node = self.clone();
+        let dir = dir.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = node.split_oversized(&dir).await {
+                tracing::debug!("split check of {dir}: {e}");
+            }
+            if let Ok(mut running) = node.splits.running.lock() {
+                running.remove(&dir);
+            }
+        });
+    }
+
+    /// Splits every shard of `dir` on this node that holds more than the threshold.
+    async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
+        let threshold = usize::try_from(self.config.dir_split_entries).unwrap_or(usize::MAX);
+        loop {
+            let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
+                return Ok(());
+            };
+            let st = self.state();
+            let mut target = None;
+            for s in &rec.shards {
+                if s.splitting.is_some() || s.hidden.is_some() || !st.ring.can_split(dir, s.shard)
+                {
+                    continue;
+                }
+                let n = self
+                    .store
+                    .count_entries_in(dir, s.shard.start(), s.shard.end(), threshold + 1)
+                    .map_err(storage_err)?;
+                if n > threshold {
+                    target = Some(s.shard);
+                    break;
+                }
+            }
+            match target {
+                Some(shard) => self.split(dir, shard).await?,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Splits `shard` of `dir` (held here): its upper half moves to the child's node.
+    pub(crate) async fn split(self: &Arc<Self>, dir: &str, shard: Shard) -> Result<(), FsError> {
+        let begin = Mutation::Shard(ShardMutation::SplitBegin {
+            dir: dir.to_string(),
+            shard,
+        });
+        let Outcome::SplitBegun { txid, ino } = self.applier.run(begin).await? else {
+            return Err(FsError::Io("unexpected outcome".into()));
+        };
+        let _live = self.hold(txid);
+        let started = std::time::Instant::now();
+        let child = shard.halves().1;
+        let moved_dirs = match self.copy_upper_half(dir, ino, txid, shard).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::info!("split of {dir} shard {} abandoned: {e}", shard.label());
+                self.undo_split(dir, ino, txid, shard).await;
+                return Err(e);
+            }
+        };
+        self.applier
+            .run(Mutation::Shard(ShardMutation::SplitCommit { txid }))
+            .await?;
+        // Replicas of moved directories' permissions were subscribed here; their changes
+        // are now made at the child's node, which does not know those subscribers.
+        for name in moved_dirs {
+            self.notify_subscribers(&join(dir, &name), None).await;
+        }
+        self.finish_split(dir, txid, child).await?;
+        tracing::info!(
+            "split {dir} shard {} -> {} + {} (node {}) in {} ms",
+            shard.label(),
+            shard.halves().0.label(),
+            child.label(),
+            self.state().ring.owner_of_shard(dir, child),
+            started.elapsed().as_millis()
+        );
+        Ok(())
+    }
+
+    /// Copies the upper half of a splitting shard to the child's node and records the
+    /// split in the home's map. Everything here is undone by `undo_split`. Returns the names
+    /// of the directories that moved.
+    async fn copy_upper_half(
+        self: &Arc<Self>,
+        dir: &str,
+        ino: u64,
+        txid: u64,
+        shard: Shard,
+    ) -> Result<Vec<String>, FsError> {
+        let mut moved_dirs = Vec::new();
+        let st = self.state();
+        let child = shard.halves().1;
+        let target = st.ring.owner_of_shard(dir, child);
+        let deadline = tokio::time::Instant::now() + PENDING_PATIENCE;
+        let mut after: Option<String> = None;
+        loop {
+            let (entries, next) = match self.export_page(dir, child, after.as_deref()) {
+                Err(FsError::Busy) if tokio::time::Instant::now() < deadline => {
+                    // An operation in flight on a moving name: let it finish first.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                other => other?,
+            };
+            moved_dirs.extend(
+                entries
+                    .iter()
+                    .filter(|e| e.inode.kind == FileKind::Directory)
+                    .map(|e| e.name.clone()),
+            );
+            let req = Request::ShardImport {
+                dir: dir.to_string(),
+                ino,
+                txid,
+                child,
+                entries,
+            };
+            self.call_node(target, req).await?;
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        let home = st.ring.owner_of_dir(dir);
+        let req = Request::ShardMapChange {
+            dir: dir.to_string(),
+            ino,
+            shard,
+            split: true,
+        };
+        self.call_node(home, req).await?;
+        Ok(moved_dirs)
+    }
+
+    /// A page of the entries in `range` with the chunk-0 blocks of its files. `Busy` if an
+    /// entry has a multi-node operation pending (it must finish before the entry moves).
+    fn export_page(
+        &self,
+        dir: &str,
+        range: Shard,
+        after: Option<&str>,
+    ) -> Result<(Vec<ExportedEntry>, Option<String>), FsError> {
+        let cs = self.state().map.chunk_size_bytes;
+        let c0 = cs / myriad_storage::BLOCK_BYTES;
+        let page = self
+            .store
+            .entries_in(dir, range.start(), after, range.end(), PAGE_ENTRIES_MAX)
+            .map_err(storage_err)?;
+        let full = page.len() == PAGE_ENTRIES_MAX;
+        let mut out = Vec::with_capacity(page.len());
+        let mut bytes = 0usize;
+        for (_, name, e) in page {
+            let (Some(inode), None) = (e.inode, e.pending) else {
+                return Err(FsError::Busy);
+            };
+            let blocks = if inode.kind == FileKind::File {
+                self.store.blocks(inode.ino, 0, c0).map_err(storage_err)?
+            } else {
+                Vec::new()
+            };
+            bytes += blocks.iter().map(|b| b.1.len()).sum::<usize>();
+            out.push(ExportedEntry {
+                name: name.clone(),
+                inode,
+                blocks: blocks
+                    .into_iter()
+                    .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
+                    .collect(),
+            });
+            if bytes >= PAGE_BYTES_MAX {
+                return Ok((out, Some(name)));
+            }
+        }
+        let next = if full {
+            out.last().map(|e| e.name.clone())
+        } else {
+            None
+        };
+        Ok((out, next))
+    }
+
+    /// Rolls back an undecided split: the home forgets it, the child's node drops its copy,
+    /// the shard accepts writes again. If a peer cannot be reached the intent stays and
+    /// recovery tries again.
+    pub(crate) async fn undo_split(self: &Arc<Self>, dir: &str, ino: u64, txid: u64, shard: Shard) {
+        let st = self.state();
+        let child = shard.halves().1;
+        let unmap = Request::ShardMapChange {
+            dir: dir.to_string(),
+            ino,
+            shard,
+            split: false,
+        };
+        let drop = Request::ShardFinish {
+            dir: dir.to_string(),
+            txid,
+            child,
+            reveal: false,
+        };
+        let undone = async {
+            self.call_node(st.ring.owner_of_dir(dir), unmap).await?;
+            self.call_node(st.ring.owner_of_shard(dir, child), drop)
+                .await?;
+            self.applier
+                .run(Mutation::Shard(ShardMutation::SplitAbort { txid }))
+                .await
+        };
+        if let Err(e) = undone.await {
+            tracing::warn!("undoing split {txid} of {dir}: {e}; recovery will retry");
+        }
+    }
+
+    /// After the decision: the child becomes visible at its node; the intent goes.
+    async fn finish_split(self: &Arc<Self>, dir: &str, txid: u64, child: Shard) -> Result<(), FsError> {
+        let node = self.state().ring.owner_of_shard(dir, child);
+        let reveal = Request::ShardFinish {
+            dir: dir.to_string(),
+            txid,
+            child,
+            reveal: true,
+        };
+        self.call_node(node, reveal).await?;
+        self.applier.run(Mutation::DeleteIntent { txid }).await?;
+        Ok(())
+    }
+
+    /// Recovery of a `SplitOut` intent no live operation owns.
+    pub(crate) async fn recover_split(self: &Arc<Self>, txid: u64, intent: Intent) -> Result<(), FsError> {
+        let Intent::SplitOut {
+            dir,
+            shard,
+            ino,
+            decision,
+        } = intent
+        else {
+            return Ok(());
+        };
+        if decision == Decision::Commit {
+            return self.finish_split(&dir, txid, shard.halves().1).await;
+        }
+        self.undo_split(&dir, ino, txid, shard).await;
+        Ok(())
+    }
+}
