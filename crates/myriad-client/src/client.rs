@@ -2,10 +2,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use myriad_net::{Pool, PoolConfig};
-use myriad_placement::{ClusterMap, NodeId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent};
+use myriad_placement::{
+    ClusterMap, NodeId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
+};
 use myriad_proto::{
-    Caller, CounterSnapshot, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
-    Response, SetAttr, StatFs, XattrMode, limits, validate_path,
+    Caller, CounterSnapshot, FileKind, FsError, Inode, PeerKind, RenameFlags, Request, Response,
+    SetAttr, StatFs, XattrMode, limits, validate_path,
 };
 
 /// Retries after redirects or `MapTooOld` before giving up (each one means the map changed).
@@ -134,7 +136,9 @@ impl Client {
                 st.ring
                     .owner_of_shard(dir, self.shards.leaf_for(dir, name_hash(name)))
             }
-            Route::Shard(dir, hash) => st.ring.owner_of_shard(dir, self.shards.leaf_for(dir, *hash)),
+            Route::Shard(dir, hash) => st
+                .ring
+                .owner_of_shard(dir, self.shards.leaf_for(dir, *hash)),
             Route::Chunk(ino, c) => st.ring.owner_of_chunk(*ino, *c),
             Route::Node(n) => *n,
         }

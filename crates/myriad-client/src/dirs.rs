@@ -200,7 +200,12 @@ impl Client {
 
     /// Creates directory `path` split into `shards` shards from the start (rounded up to a
     /// power of two, at most 256): for directories known to become huge.
-    pub async fn mkdir_sharded(&self, path: &str, mode: u32, shards: u32) -> Result<Inode, FsError> {
+    pub async fn mkdir_sharded(
+        &self,
+        path: &str,
+        mode: u32,
+        shards: u32,
+    ) -> Result<Inode, FsError> {
         validate_path(path)?;
         let req = Request::Mkdir {
             path: path.to_string(),

@@ -259,8 +259,11 @@ mod tests {
             assert_eq!(nodes[0], ring.owner_of_dir(d));
             assert_eq!(ring.owner_of_shard(d, Shard::ALL), ring.owner_of_dir(d));
             let m = crate::ShardMap::presplit(2);
-            let mut owners: Vec<NodeId> =
-                m.leaves.iter().map(|s| ring.owner_of_shard(d, *s)).collect();
+            let mut owners: Vec<NodeId> = m
+                .leaves
+                .iter()
+                .map(|s| ring.owner_of_shard(d, *s))
+                .collect();
             owners.sort_unstable();
             assert_eq!(owners, vec![1, 2, 3, 4], "{d}");
             // Four nodes: splits spread the directory until it has four shards.
@@ -269,8 +272,15 @@ mod tests {
             assert!(ring.can_split(d, lo) && ring.can_split(d, hi));
             assert!(!ring.can_split(d, lo.halves().0));
         }
-        assert!(!map(1).ring().can_split("/x", Shard::ALL), "one node: never split");
-        assert!(map(3).ring().can_split("/x", Shard::ALL.halves().0.halves().0));
+        assert!(
+            !map(1).ring().can_split("/x", Shard::ALL),
+            "one node: never split"
+        );
+        assert!(
+            map(3)
+                .ring()
+                .can_split("/x", Shard::ALL.halves().0.halves().0)
+        );
     }
 
     proptest! {

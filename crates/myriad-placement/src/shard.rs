@@ -79,8 +79,7 @@ impl Shard {
     #[must_use]
     pub fn covers(&self, other: &Shard) -> bool {
         other.depth >= self.depth
-            && (self.depth == 0
-                || other.prefix >> (other.depth - self.depth) == self.prefix)
+            && (self.depth == 0 || other.prefix >> (other.depth - self.depth) == self.prefix)
     }
 
     /// The two halves: (lower, which keeps this shard's place; upper, the child that moves).
@@ -316,11 +315,13 @@ mod tests {
         let p = ShardMap::presplit(3);
         assert!(p.is_well_formed());
         assert_eq!(p.leaves.len(), 8);
-        assert!(!ShardMap {
-            version: 1,
-            leaves: vec![lo]
-        }
-        .is_well_formed());
+        assert!(
+            !ShardMap {
+                version: 1,
+                leaves: vec![lo]
+            }
+            .is_well_formed()
+        );
     }
 
     #[test]
@@ -334,7 +335,10 @@ mod tests {
         let mut older = ShardMap::unsplit();
         older.version = 0;
         c.adopt("/d", older.clone(), false);
-        assert!(c.get("/d").is_some(), "an older map does not replace a newer one");
+        assert!(
+            c.get("/d").is_some(),
+            "an older map does not replace a newer one"
+        );
         c.adopt("/d", older, true);
         assert!(c.get("/d").is_none(), "the home's word is final");
         c.adopt(

@@ -66,25 +66,25 @@ impl FsError {
     #[must_use]
     pub fn errno(&self) -> i32 {
         match self {
-            FsError::NotFound => 2,                                             // ENOENT
-            FsError::AlreadyExists => 17,                                       // EEXIST
-            FsError::NotADirectory => 20,                                       // ENOTDIR
-            FsError::IsADirectory => 21,                                        // EISDIR
-            FsError::NotEmpty => 39,                                            // ENOTEMPTY
-            FsError::InvalidArgument(_) => 22,                                  // EINVAL
-            FsError::NameTooLong => 36,                                         // ENAMETOOLONG
-            FsError::PermissionDenied => 13,                                    // EACCES
-            FsError::Stale => 116,                                              // ESTALE
+            FsError::NotFound => 2,            // ENOENT
+            FsError::AlreadyExists => 17,      // EEXIST
+            FsError::NotADirectory => 20,      // ENOTDIR
+            FsError::IsADirectory => 21,       // EISDIR
+            FsError::NotEmpty => 39,           // ENOTEMPTY
+            FsError::InvalidArgument(_) => 22, // EINVAL
+            FsError::NameTooLong => 36,        // ENAMETOOLONG
+            FsError::PermissionDenied => 13,   // EACCES
+            FsError::Stale => 116,             // ESTALE
             FsError::Busy
             | FsError::Redirect(_)
             | FsError::MapTooOld(_)
             | FsError::WrongShard { .. } => 11, // EAGAIN
-            FsError::NoSpace => 28,                                             // ENOSPC
-            FsError::TooLarge => 27,                                            // EFBIG
-            FsError::TimedOut(_) => 110,                                        // ETIMEDOUT
-            FsError::NotSupported(_) => 95,                                     // EOPNOTSUPP
-            FsError::NoData => 61,                                              // ENODATA
-            FsError::NotPermitted => 1, // EPERM
+            FsError::NoSpace => 28,            // ENOSPC
+            FsError::TooLarge => 27,           // EFBIG
+            FsError::TimedOut(_) => 110,       // ETIMEDOUT
+            FsError::NotSupported(_) => 95,    // EOPNOTSUPP
+            FsError::NoData => 61,             // ENODATA
+            FsError::NotPermitted => 1,        // EPERM
             FsError::Io(_) | FsError::Unavailable(_) | FsError::Protocol(_) => 5, // EIO
         }
     }

@@ -14,13 +14,13 @@ mod path;
 mod types;
 
 pub use error::FsError;
-/// Shard types are part of the protocol (maps travel in replies and redirects).
-pub use myriad_placement::{Shard, ShardMap, name_hash};
 pub use message::{
     DirAction, ExportedEntry, Hello, HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind,
     RenameFlags, Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr,
     XattrMode,
 };
+/// Shard types are part of the protocol (maps travel in replies and redirects).
+pub use myriad_placement::{Shard, ShardMap, name_hash};
 pub use path::{validate_name, validate_path};
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, ROOT_INO, StatFs, Xattr,

@@ -326,11 +326,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             inode.nlink = inode.nlink.saturating_add(1);
             inode.ctime_ns = now;
             if ctx.store.dir(INODE_DIR).map_err(storage_err)?.is_none() {
-                ctx.store.put_dir(
-                    &mut b,
-                    INODE_DIR,
-                    &DirRecord::new(0),
-                );
+                ctx.store.put_dir(&mut b, INODE_DIR, &DirRecord::new(0));
             }
             put_visible(ctx.store, &mut b, INODE_DIR, &inode_name(inode.ino), &inode);
             put_visible(ctx.store, &mut b, &dir, &name, &link_ref(inode.ino, me));

@@ -15,8 +15,8 @@ use futures::future::BoxFuture;
 use myriad_net::{Handler, Pool};
 use myriad_placement::{ClusterMap, NodeId, Ring, split_parent};
 use myriad_proto::{
-    Caller, CounterSnapshot, FileKind, FsError, Inode, InodeOp, PeerKind, Request,
-    RequestFrame, Response, ResponseFrame, StatFs, limits, validate_path,
+    Caller, CounterSnapshot, FileKind, FsError, Inode, InodeOp, PeerKind, Request, RequestFrame,
+    Response, ResponseFrame, StatFs, limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
@@ -636,7 +636,9 @@ impl Node {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_modify_dir(&caller, &path).await?;
                 let depth = shard_depth(shards)?;
-                let made = self.mkdir(&path, dir.clone(), name, mode, depth, &caller).await;
+                let made = self
+                    .mkdir(&path, dir.clone(), name, mode, depth, &caller)
+                    .await;
                 if made.is_ok() {
                     self.note_added(&dir);
                 }

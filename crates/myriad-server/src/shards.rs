@@ -154,7 +154,13 @@ impl Node {
         let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
         let mut page = self
             .store
-            .entries_in(path, shard.start().max(from), after.as_deref(), shard.end(), limit)
+            .entries_in(
+                path,
+                shard.start().max(from),
+                after.as_deref(),
+                shard.end(),
+                limit,
+            )
             .map_err(storage_err)?;
         let mut full = page.len() == limit;
         // A split may have taken the upper part of the shard while we read: keep only what
@@ -240,7 +246,11 @@ impl Node {
         ino: u64,
     ) -> Result<(), FsError> {
         let rec = self.store.dir(path).map_err(storage_err)?;
-        let Some(map) = rec.as_ref().filter(|r| r.ino == ino).and_then(|r| r.map.clone()) else {
+        let Some(map) = rec
+            .as_ref()
+            .filter(|r| r.ino == ino)
+            .and_then(|r| r.map.clone())
+        else {
             return self
                 .applier
                 .run(Mutation::DirObjectRemove {
@@ -264,8 +274,14 @@ impl Node {
         for &node in &nodes {
             let p = path.to_string();
             let step = async {
-                self.call_node(node, Request::DirFreeze { path: p.clone(), txid: freeze })
-                    .await?;
+                self.call_node(
+                    node,
+                    Request::DirFreeze {
+                        path: p.clone(),
+                        txid: freeze,
+                    },
+                )
+                .await?;
                 frozen.push(node);
                 let export = Request::DirExport {
                     path: p,

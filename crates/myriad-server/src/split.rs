@@ -85,8 +85,7 @@ impl Node {
             let st = self.state();
             let mut target = None;
             for s in &rec.shards {
-                if s.splitting.is_some() || s.hidden.is_some() || !st.ring.can_split(dir, s.shard)
-                {
+                if s.splitting.is_some() || s.hidden.is_some() || !st.ring.can_split(dir, s.shard) {
                     continue;
                 }
                 let n = self
@@ -279,7 +278,12 @@ impl Node {
     }
 
     /// After the decision: the child becomes visible at its node; the intent goes.
-    async fn finish_split(self: &Arc<Self>, dir: &str, txid: u64, child: Shard) -> Result<(), FsError> {
+    async fn finish_split(
+        self: &Arc<Self>,
+        dir: &str,
+        txid: u64,
+        child: Shard,
+    ) -> Result<(), FsError> {
         let node = self.state().ring.owner_of_shard(dir, child);
         let reveal = Request::ShardFinish {
             dir: dir.to_string(),
@@ -293,7 +297,11 @@ impl Node {
     }
 
     /// Recovery of a `SplitOut` intent no live operation owns.
-    pub(crate) async fn recover_split(self: &Arc<Self>, txid: u64, intent: Intent) -> Result<(), FsError> {
+    pub(crate) async fn recover_split(
+        self: &Arc<Self>,
+        txid: u64,
+        intent: Intent,
+    ) -> Result<(), FsError> {
         let Intent::SplitOut {
             dir,
             shard,

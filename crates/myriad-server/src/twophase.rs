@@ -383,7 +383,9 @@ impl Node {
             dir: dir.to_string(),
         };
         let Response::ShardMap(map) = self.call_node(home, req).await? else {
-            return Err(FsError::Protocol("unexpected reply to get_shard_map".into()));
+            return Err(FsError::Protocol(
+                "unexpected reply to get_shard_map".into(),
+            ));
         };
         let st = self.state();
         let mut nodes = vec![home];

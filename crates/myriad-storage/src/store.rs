@@ -9,7 +9,9 @@ use serde::de::DeserializeOwned;
 
 use crate::StorageError;
 use crate::blocks::BLOCK_BYTES;
-use crate::keys::{block_key, entry_key, entry_prefix, hash_position_key, split_entry_key, u64_key};
+use crate::keys::{
+    block_key, entry_key, entry_prefix, hash_position_key, split_entry_key, u64_key,
+};
 use crate::kv::{Batch, Kv, Space};
 use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
 
@@ -207,10 +209,7 @@ impl Store {
             start = start.max(entry_key(dir, a));
         }
         let mut out = Vec::new();
-        for (k, v) in self
-            .kv
-            .scan(Space::Entries, &prefix, Some(&start), limit)?
-        {
+        for (k, v) in self.kv.scan(Space::Entries, &prefix, Some(&start), limit)? {
             let Some((hash, name)) = split_entry_key(&k, prefix.len()) else {
                 return Err(StorageError::Corrupt {
                     space: "entries",

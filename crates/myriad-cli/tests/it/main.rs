@@ -7,6 +7,7 @@ mod crash;
 mod fuse_posix;
 mod fuse_programs;
 mod harness;
+mod hugedirs;
 mod links;
 mod mount;
 mod ops;

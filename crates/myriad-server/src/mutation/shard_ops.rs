@@ -145,7 +145,11 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
                     ..DirRecord::new(ino)
                 },
             };
-            match rec.shards.iter().find(|s| s.shard.covers(&child) || child.covers(&s.shard)) {
+            match rec
+                .shards
+                .iter()
+                .find(|s| s.shard.covers(&child) || child.covers(&s.shard))
+            {
                 Some(s) if s.shard == child && s.hidden == Some(txid) => {}
                 Some(_) => {
                     return Err(FsError::Io(format!(

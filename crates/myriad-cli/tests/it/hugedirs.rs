@@ -1,0 +1,236 @@
+//! Huge directories (docs/huge-dirs.md): online splits under concurrent clients, pre-split
+//! directories, listing cursors across splits, renaming and removing split directories.
+//! Four real server processes with a low split threshold, so splits happen within seconds.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+
+use myriad_client::{Client, FsError, RenameFlags};
+
+use crate::harness::TestCluster;
+
+/// Low enough that a few thousand files split a directory across all four nodes.
+const THRESHOLD: &str = "--dir-split-entries=256";
+
+fn must<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn names(c: &Client, dir: &str) -> Vec<String> {
+    must(c.readdir(dir).await)
+        .into_iter()
+        .map(|e| e.name)
+        .collect()
+}
+
+/// Waits until the directory's shard map (learned through listings) has `leaves` leaves.
+async fn wait_for_leaves(c: &Client, dir: &str, leaves: usize) {
+    for _ in 0..200 {
+        let _ = c.readdir(dir).await;
+        if c.shard_map(dir).is_some_and(|m| m.leaves.len() >= leaves) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{dir} never reached {leaves} shards: {:?}",
+        c.shard_map(dir)
+    );
+}
+
+/// Three writers create (and one of them unlinks some of) 3,000 files in one directory
+/// while a reader lists it over and over; the directory splits to four shards meanwhile.
+/// Every listing has no duplicates and holds every file created before it began and not
+/// removed; at the end the directory holds exactly what it should, spread over 4 nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_under_concurrent_create_readdir_unlink() {
+    let tc = TestCluster::start_with(4, &[THRESHOLD]);
+    let setup = tc.client();
+    must(setup.mkdir("/big", 0o755).await);
+    // Names committed (created and not removed) so far, and names being removed.
+    let present = Arc::new(Mutex::new(BTreeSet::<String>::new()));
+    let removing = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..3 {
+        let (present, removing, c) = (present.clone(), removing.clone(), tc.client());
+        writers.push(tokio::spawn(async move {
+            for i in 0..1000 {
+                let name = format!("w{w}-{i}");
+                must(
+                    c.create(&format!("/big/{name}"), 0o644, true, name.as_bytes())
+                        .await,
+                );
+                must(present.lock()).insert(name.clone());
+                if w == 0 && i % 10 == 9 {
+                    let victim = format!("w0-{}", i - 5);
+                    must(removing.lock()).insert(victim.clone());
+                    must(present.lock()).remove(&victim);
+                    must(c.unlink(&format!("/big/{victim}")).await);
+                }
+            }
+        }));
+    }
+    let reader = {
+        let (present, removing, stop, c) =
+            (present.clone(), removing.clone(), stop.clone(), tc.client());
+        tokio::spawn(async move {
+            let mut listings = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let before: BTreeSet<String> = must(present.lock()).clone();
+                let listed = names(&c, "/big").await;
+                let unique: HashSet<&String> = listed.iter().collect();
+                assert_eq!(unique.len(), listed.len(), "a name listed twice");
+                let gone = must(removing.lock()).clone();
+                for n in before.iter().filter(|n| !gone.contains(*n)) {
+                    assert!(
+                        unique.contains(n),
+                        "{n} existed throughout but was not listed"
+                    );
+                }
+                listings += 1;
+            }
+            listings
+        })
+    };
+    for w in writers {
+        must(w.await);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let listings = must(reader.await);
+    assert!(
+        listings > 2,
+        "the reader listed the directory {listings} times"
+    );
+    let want: BTreeSet<String> = must(present.lock()).clone();
+    assert_eq!(want.len(), 3000 - 100);
+    wait_for_leaves(&setup, "/big", 4).await;
+    let got: BTreeSet<String> = names(&setup, "/big").await.into_iter().collect();
+    assert_eq!(got, want);
+    // Every file is readable by path with its own contents.
+    for n in want.iter().step_by(37) {
+        let (_, data) = must(setup.fetch(&format!("/big/{n}")).await);
+        assert_eq!(data, n.as_bytes());
+    }
+    // Four shards on four distinct nodes.
+    let map = setup
+        .shard_map("/big")
+        .unwrap_or_else(|| panic!("no shard map"));
+    let ring = tc.map.ring();
+    let nodes: HashSet<u32> = map
+        .leaves
+        .iter()
+        .map(|s| ring.owner_of_shard("/big", *s))
+        .collect();
+    assert_eq!(nodes.len(), 4, "{map:?}");
+    // Batched stats find names in every shard.
+    let ask: Vec<String> = want.iter().take(500).cloned().collect();
+    let attrs = must(setup.stat_many("/big", &ask).await);
+    assert!(attrs.iter().all(Result::is_ok));
+}
+
+/// `mkdir --shards 4` spreads a directory from the start; it works like any directory and
+/// goes away with rmdir once empty (and not before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presplit_directory_works_and_is_removed_whole() {
+    let tc = TestCluster::start(4);
+    let c = tc.client();
+    must(c.mkdir_sharded("/p", 0o755, 4).await);
+    for i in 0..200 {
+        must(c.create(&format!("/p/f{i}"), 0o644, true, b"x").await);
+    }
+    let fresh = tc.client();
+    assert_eq!(names(&fresh, "/p").await.len(), 200);
+    let map = fresh.shard_map("/p").unwrap_or_else(|| panic!("not split"));
+    assert_eq!(map.leaves.len(), 4);
+    assert_eq!(c.rmdir("/p").await, Err(FsError::NotEmpty));
+    assert_eq!(
+        names(&c, "/p").await.len(),
+        200,
+        "a refused rmdir keeps everything"
+    );
+    for i in 0..200 {
+        must(c.unlink(&format!("/p/f{i}")).await);
+    }
+    must(c.rmdir("/p").await);
+    assert_eq!(c.stat("/p").await.err(), Some(FsError::NotFound));
+    // The name is free again, for an ordinary directory.
+    must(c.mkdir("/p", 0o755).await);
+    must(c.create("/p/again", 0o644, true, b"y").await);
+    assert_eq!(names(&fresh, "/p").await, vec!["again".to_string()]);
+    // The CLI makes one too.
+    let out = tc.cli(&["mkdir", "--shards", "8", "/cli"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = names(&fresh, "/cli").await;
+    assert_eq!(fresh.shard_map("/cli").map(|m| m.leaves.len()), Some(8));
+}
+
+/// A listing paged with a name cursor goes on correctly after the directory split between
+/// two pages: nothing twice, nothing that existed throughout missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readdir_cursor_stays_valid_across_a_split() {
+    let tc = TestCluster::start_with(4, &[THRESHOLD]);
+    let c = tc.client();
+    must(c.mkdir("/c", 0o755).await);
+    for i in 0..200 {
+        must(c.create(&format!("/c/old{i}"), 0o644, true, b"").await);
+    }
+    let (first, cursor) = must(c.readdir_page("/c", None, 50).await);
+    assert_eq!(first.len(), 50);
+    let mut seen: Vec<String> = first.into_iter().map(|e| e.name).collect();
+    for i in 0..2000 {
+        must(c.create(&format!("/c/new{i}"), 0o644, true, b"").await);
+    }
+    let other = tc.client();
+    wait_for_leaves(&other, "/c", 4).await;
+    let mut cursor = cursor;
+    while let Some(after) = cursor {
+        let (page, next) = must(c.readdir_page("/c", Some(after), 50).await);
+        seen.extend(page.into_iter().map(|e| e.name));
+        cursor = next;
+    }
+    let unique: HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "a name listed twice");
+    for i in 0..200 {
+        assert!(unique.contains(&format!("old{i}")), "old{i} missing");
+    }
+}
+
+/// A split directory renamed (with a subdirectory) keeps every entry under the new name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_directory_renames_whole() {
+    let tc = TestCluster::start_with(4, &[THRESHOLD]);
+    let c = tc.client();
+    must(c.mkdir_p("/r/sub", 0o755).await);
+    must(c.create("/r/sub/deep", 0o644, true, b"deep").await);
+    for i in 0..1500 {
+        must(
+            c.create(&format!("/r/f{i}"), 0o644, true, format!("{i}").as_bytes())
+                .await,
+        );
+    }
+    wait_for_leaves(&c, "/r", 4).await;
+    must(c.rename("/r", "/moved", RenameFlags::default()).await);
+    assert_eq!(c.stat("/r").await.err(), Some(FsError::NotFound));
+    let fresh = tc.client();
+    assert_eq!(names(&fresh, "/moved").await.len(), 1501);
+    for i in (0..1500).step_by(97) {
+        let (_, d) = must(fresh.fetch(&format!("/moved/f{i}")).await);
+        assert_eq!(d, format!("{i}").as_bytes());
+    }
+    let (_, d) = must(fresh.fetch("/moved/sub/deep").await);
+    assert_eq!(d, b"deep");
+    // It keeps growing (and splits again) under its new name.
+    for i in 0..400 {
+        must(
+            fresh
+                .create(&format!("/moved/g{i}"), 0o644, true, b"")
+                .await,
+        );
+    }
+    assert_eq!(names(&c, "/moved").await.len(), 1901);
+}
