@@ -38,6 +38,10 @@ pub enum BenchCmd {
     /// Small-file phases through a FUSE mount with worker processes (create+write, stat,
     /// cold read, cold `ls -l`, unlink) for 4 KiB and 32 KiB files, next to local disk.
     Fuse(crate::bench_fuse::FuseArgs),
+    /// FPFS single shared directory: P clients create, stat, then unlink 200,000 empty files
+    /// in one directory (which splits across the nodes); ops/s per phase, each node's share
+    /// of requests, and the same phases on the local file system.
+    SharedDir(crate::bench_shared_dir::SharedDirArgs),
     /// One worker process of `bench fuse` (internal).
     #[command(hide = true)]
     FuseWorker(crate::bench_fuse::WorkerArgs),
@@ -110,6 +114,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::RenameDir(a) => return rename_dir(a).await,
         BenchCmd::Smallread(a) => return crate::bench_smallread::run(a).await,
         BenchCmd::Fuse(a) => return crate::bench_fuse::run(a).await,
+        BenchCmd::SharedDir(a) => return crate::bench_shared_dir::run(a).await,
         BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),
