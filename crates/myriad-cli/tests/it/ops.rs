@@ -714,6 +714,16 @@ fn benchmarks_run_and_write_results() {
         "2",
     ]);
     run(&["bench", "rename-dir", "--sizes", "50", "--nodes", "2"]);
+    run(&[
+        "bench",
+        "shared-dir",
+        "--files",
+        "3000",
+        "--dir-split-entries",
+        "256",
+        "--clients",
+        "2",
+    ]);
     let all: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out_dir.path().join("bench-all.json")).unwrap_or_default(),
     )
@@ -730,4 +740,15 @@ fn benchmarks_run_and_write_results() {
     let png = std::fs::read(out_dir.path().join("bench-smallread.png")).unwrap_or_default();
     assert!(png.starts_with(b"\x89PNG"), "a PNG plot is written");
     assert!(out_dir.path().join("bench-rename-dir.json").exists());
+    let shared: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.path().join("bench-shared-dir.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    let rows = shared.as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 3, "create, stat, unlink: {shared}");
+    // After the split every node serves stats: four nodes with requests.
+    let stat_nodes = rows[1]["per_node_requests"]
+        .as_array()
+        .map(|a| a.iter().filter(|n| n[1].as_u64() > Some(0)).count());
+    assert_eq!(stat_nodes, Some(4), "{shared}");
 }
