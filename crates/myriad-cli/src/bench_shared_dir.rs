@@ -73,7 +73,9 @@ async fn body(cluster: &LocalCluster, args: &SharedDirArgs) -> anyhow::Result<()
     }
     clients[0].mkdir("/shared", 0o755).await?;
     let local_tmp = match &args.local_dir {
-        Some(d) => tempfile::Builder::new().prefix("myriad-local-").tempdir_in(d)?,
+        Some(d) => tempfile::Builder::new()
+            .prefix("myriad-local-")
+            .tempdir_in(d)?,
         None => tempfile::Builder::new().prefix("myriad-local-").tempdir()?,
     };
     let mut rows = Vec::new();
@@ -93,10 +95,11 @@ async fn body(cluster: &LocalCluster, args: &SharedDirArgs) -> anyhow::Result<()
             busiest_over_mean: if mean > 0.0 { busiest / mean } else { 0.0 },
         });
         if phase == "create" {
-            let shards = clients[0]
-                .readdir("/shared")
-                .await
-                .map(|_| clients[0].shard_map("/shared").map_or(1, |m| m.leaves.len()))?;
+            let shards = clients[0].readdir("/shared").await.map(|_| {
+                clients[0]
+                    .shard_map("/shared")
+                    .map_or(1, |m| m.leaves.len())
+            })?;
             eprintln!("after create: /shared has {shards} shard(s)");
         }
     }
@@ -187,17 +190,19 @@ async fn local_phase(
         let root = root.to_path_buf();
         let phase = phase.to_string();
         let files = args.files;
-        tasks.push(tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            for i in (k..files).step_by(workers as usize) {
-                let path = root.join(format!("f{i:08}"));
-                match phase.as_str() {
-                    "create" => drop(std::fs::File::create(&path)?),
-                    "stat" => drop(std::fs::metadata(&path)?),
-                    _ => std::fs::remove_file(&path)?,
+        tasks.push(tokio::task::spawn_blocking(
+            move || -> std::io::Result<()> {
+                for i in (k..files).step_by(workers as usize) {
+                    let path = root.join(format!("f{i:08}"));
+                    match phase.as_str() {
+                        "create" => drop(std::fs::File::create(&path)?),
+                        "stat" => drop(std::fs::metadata(&path)?),
+                        _ => std::fs::remove_file(&path)?,
+                    }
                 }
-            }
-            Ok(())
-        }));
+                Ok(())
+            },
+        ));
     }
     for t in tasks {
         t.await??;
