@@ -196,7 +196,9 @@ async fn local_phase(
                     let path = root.join(format!("f{i:08}"));
                     match phase.as_str() {
                         "create" => drop(std::fs::File::create(&path)?),
-                        "stat" => drop(std::fs::metadata(&path)?),
+                        "stat" => {
+                            std::fs::metadata(&path)?;
+                        }
                         _ => std::fs::remove_file(&path)?,
                     }
                 }
