@@ -17,6 +17,8 @@ const DOMAIN_CHUNK: u64 = 0x4d59_5244_4348_4b31; // "MYRDCHK1"
 pub struct Ring {
     /// Sorted by point; ties broken by node id so the order is total and deterministic.
     points: Vec<(u64, NodeId)>,
+    /// Distinct nodes on the ring.
+    nodes: usize,
     chunk_size_bytes: u64,
     epoch: u64,
 }
@@ -32,8 +34,12 @@ impl Ring {
             }
         }
         points.sort_unstable();
+        let mut ids: Vec<NodeId> = points.iter().map(|p| p.1).collect();
+        ids.sort_unstable();
+        ids.dedup();
         Ring {
             points,
+            nodes: ids.len(),
             chunk_size_bytes: map.chunk_size_bytes,
             epoch: map.epoch,
         }
@@ -80,7 +86,7 @@ impl Ring {
     /// ring clockwise from the directory's point, its owner first (docs/huge-dirs.md).
     #[must_use]
     pub fn dir_nodes(&self, dir_path: &str) -> Vec<NodeId> {
-        self.distinct_from(hash_dir(dir_path), usize::MAX)
+        self.distinct_from(hash_dir(dir_path), self.nodes)
     }
 
     fn distinct_from(&self, hash: u64, want: usize) -> Vec<NodeId> {
@@ -105,12 +111,17 @@ impl Ring {
     /// `dir_nodes`. Shard 0 (and so an unsplit directory) is on `owner_of_dir`.
     #[must_use]
     pub fn owner_of_shard(&self, dir_path: &str, shard: Shard) -> NodeId {
-        let nodes = self.dir_nodes(dir_path);
-        if nodes.is_empty() {
-            return 0;
+        let n = u64::try_from(self.nodes.max(1)).unwrap_or(1);
+        let k = usize::try_from(shard.index() % n).unwrap_or(0);
+        if k == 0 {
+            // Shard 0 (every unsplit directory): no walk.
+            return self.owner_of_dir(dir_path);
         }
-        let n = u64::try_from(nodes.len()).unwrap_or(1);
-        nodes[usize::try_from(shard.index() % n).unwrap_or(0)]
+        // Walk only as far as the k-th distinct node.
+        self.distinct_from(hash_dir(dir_path), k + 1)
+            .get(k)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// True if splitting `shard` of `dir_path` would put its upper half on another node

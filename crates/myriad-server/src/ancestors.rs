@@ -353,9 +353,18 @@ impl Node {
         for (i, dir) in dirs.iter().enumerate() {
             let owner = self.entry_node(dir);
             if owner == self.me {
-                out[i] = Some(self.lookup(dir).await?);
-                self.replicas.stats.local.fetch_add(1, Ordering::Relaxed);
-                continue;
+                match self.lookup(dir).await {
+                    Ok(inode) => {
+                        out[i] = Some(inode);
+                        self.replicas.stats.local.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    // A split moved the entry away: ask where it went (below).
+                    Err(FsError::WrongShard { dir: parent, map }) => {
+                        self.learn_shard_map(&parent, map.map(|m| *m)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             if !self.replicas.config.enabled {
                 remote.push((i, owner, false));

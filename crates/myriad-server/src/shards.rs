@@ -61,22 +61,17 @@ impl Node {
         }
     }
 
-    /// The node holding the entry of `path`: this node if it holds the shard, else as the
-    /// cached shard map of its parent says (unsplit if unknown).
+    /// The node holding the entry of `path` as far as this node's cache of its parent's shard
+    /// map knows (unsplit if unknown). A stale answer costs a `WrongShard` and a retry:
+    /// `call_entry` learns the map then; local lookups answer `WrongShard` themselves.
     pub(crate) fn entry_node(&self, path: &str) -> NodeId {
         let st = self.state();
         if path == "/" {
             return st.ring.owner_of_dir("/");
         }
         let (dir, name) = split_parent(path);
-        let hash = name_hash(name);
-        if let Ok(Some(rec)) = self.store.dir(dir)
-            && rec.shard_for(hash).is_some()
-        {
-            return self.me;
-        }
         st.ring
-            .owner_of_shard(dir, self.shard_maps.leaf_for(dir, hash))
+            .owner_of_shard(dir, self.shard_maps.leaf_for(dir, name_hash(name)))
     }
 
     /// Sends a request addressed to the entry `path` to the node holding it, learning the
