@@ -9,6 +9,7 @@ mod bench_smallread;
 mod cluster;
 mod demo;
 mod fs_cmds;
+mod fsck;
 mod identity;
 mod mount_cmd;
 mod plot;
@@ -109,6 +110,16 @@ enum Command {
     },
     /// Capacity and usage summed over all nodes.
     Df,
+    /// Check the namespace below PATH (default /) while the cluster runs: every entry where
+    /// placement puts it, shard maps agreeing, no orphan directory objects or data, no
+    /// dangling entries, link counts and sizes right (docs/fsck.md). Read-only unless
+    /// --repair; exits 1 if anything is (still) wrong. Needs root.
+    Fsck {
+        path: Option<String>,
+        /// Fix what can be fixed safely, say what was done, and check again.
+        #[arg(long)]
+        repair: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -163,6 +174,15 @@ fn run_client_command(
             Command::Cluster(c) => cluster::run(c, cluster, timeout).await,
             Command::Demo(a) => demo::run(a).await,
             Command::Bench(b) => bench::run(b).await,
+            Command::Fsck { path, repair } => {
+                let client = fs_cmds::connect(cluster, timeout)?;
+                let root = fs_cmds::normalize(path.as_deref().unwrap_or("/"))?;
+                if fsck::run(&client, &root, repair).await? {
+                    Ok(())
+                } else {
+                    anyhow::bail!("fsck {root}: the namespace is not consistent")
+                }
+            }
             other => {
                 let client = fs_cmds::connect(cluster, timeout)?;
                 fs_cmds::run(other, &client).await

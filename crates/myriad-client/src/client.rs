@@ -619,6 +619,11 @@ impl Client {
     }
 
     /// Raw round trip to one node: the transport floor for benchmarks.
+    /// Sends one request to node `node` as it is (admin tools such as fsck).
+    pub async fn request(&self, node: NodeId, req: Request) -> Result<Response, FsError> {
+        self.call(Route::Node(node), req).await
+    }
+
     pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
         match self.call(Route::Node(node), Request::Echo(payload)).await? {
             Response::Echo(p) => Ok(p),

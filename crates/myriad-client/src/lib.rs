@@ -13,6 +13,8 @@ mod file;
 
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
+/// The protocol, for tools that speak it directly (fsck).
+pub use myriad_proto as proto;
 pub use myriad_placement::{ClusterMap, NodeId};
 pub use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs,

@@ -15,7 +15,7 @@ mod types;
 
 pub use error::FsError;
 pub use message::{
-    DirAction, ExportedEntry, Hello, HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind,
+    DirAction, ExportedEntry, FsckDir, FsckEntry, FsckRepair, Hello, HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind,
     RenameFlags, Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr,
     XattrMode,
 };

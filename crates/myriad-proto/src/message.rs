@@ -210,6 +210,20 @@ pub enum Request {
     GetMap,
     /// Any node: adopt `map` if its epoch is newer.
     InstallMap(Box<ClusterMap>),
+    /// Any node, as root: the directory objects it holds (fsck), after path `after`.
+    FsckDirs { after: Option<String>, limit: u32 },
+    /// Any node, as root: raw entries of its parts of `dir` (all shards, pending ones too).
+    FsckEntries {
+        dir: String,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// Any node, as root: inodes with blocks here (after `after`), each with its first block.
+    FsckBlocks { after: Option<u64>, limit: u32 },
+    /// Any node, as root: the first block of `ino` at or after `block`.
+    FsckBlockFrom { ino: u64, block: u64 },
+    /// Any node, as root: one repair (`myriad fsck --repair`).
+    FsckRepair(FsckRepair),
 
     // ---- server to server ----
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
@@ -356,6 +370,38 @@ pub enum InodeOp {
     },
 }
 
+/// A directory object as fsck sees it on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckDir {
+    pub path: String,
+    pub ino: u64,
+    pub shards: Vec<Shard>,
+    pub map: Option<ShardMap>,
+    /// Frozen, hidden or splitting: an operation is in flight.
+    pub busy: bool,
+}
+
+/// An entry as stored (hard-link names unresolved).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckEntry {
+    pub name: String,
+    pub inode: Option<Inode>,
+    pub pending: bool,
+}
+
+/// What `fsck --repair` may do; each is safe on its own and idempotent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FsckRepair {
+    /// A directory entry without its directory object: create the (empty) object.
+    CreateDirObject { path: String, ino: u64 },
+    /// A directory object without an entry naming it, and empty: remove it.
+    DropEmptyDirObject { path: String, ino: u64 },
+    /// Set a hard-linked inode's link count to the number of names found.
+    SetLinks { ino: u64, nlink: u32 },
+    /// Blocks of an inode no file has, or beyond its size: drop blocks from `from_block`.
+    DropBlocks { ino: u64, from_block: u64 },
+}
+
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExportedEntry {
@@ -416,6 +462,11 @@ impl Request {
             Request::ResetCounters => "reset_counters",
             Request::GetMap => "get_map",
             Request::InstallMap(_) => "install_map",
+            Request::FsckDirs { .. } => "fsck_dirs",
+            Request::FsckEntries { .. } => "fsck_entries",
+            Request::FsckBlocks { .. } => "fsck_blocks",
+            Request::FsckBlockFrom { .. } => "fsck_block_from",
+            Request::FsckRepair(_) => "fsck_repair",
             Request::DirObjectCreate { .. } => "dirobj_create",
             Request::DirObjectRemove { .. } => "dirobj_remove",
             Request::RenamePrepare { .. } => "rename_prepare",
@@ -509,6 +560,11 @@ impl Request {
                 | Request::ResetCounters
                 | Request::GetMap
                 | Request::InstallMap(_)
+                | Request::FsckDirs { .. }
+                | Request::FsckEntries { .. }
+                | Request::FsckBlocks { .. }
+                | Request::FsckBlockFrom { .. }
+                | Request::FsckRepair(_)
         )
     }
 }
@@ -553,6 +609,13 @@ pub enum Response {
     },
     Counters(CounterSnapshot),
     Map(Box<ClusterMap>),
+    FsckDirs(Vec<FsckDir>),
+    FsckEntries {
+        entries: Vec<FsckEntry>,
+        next: Option<String>,
+    },
+    FsckBlocks(Vec<(u64, u64)>),
+    Block(Option<u64>),
 }
 
 impl Response {

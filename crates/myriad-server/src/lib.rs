@@ -11,6 +11,7 @@ mod ancestors;
 mod applier;
 mod config;
 mod counters;
+mod fsck;
 mod intent;
 mod links;
 mod mutation;

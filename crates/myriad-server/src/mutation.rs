@@ -218,6 +218,11 @@ pub enum Mutation {
     },
     /// The split protocol (docs/huge-dirs.md).
     Shard(ShardMutation),
+    /// fsck repair: drop every block of `ino` from `from_block` on.
+    DropBlocks {
+        ino: u64,
+        from_block: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -317,6 +322,18 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
         Mutation::Shard(m) => shard_ops::execute(ctx, &mut b, m)?,
+        Mutation::DropBlocks { ino, from_block } => {
+            ctx.store
+                .trim_blocks(
+                    &mut b,
+                    ino,
+                    from_block.saturating_mul(BLOCK_BYTES),
+                    from_block,
+                    u64::MAX,
+                )
+                .map_err(storage_err)?;
+            Outcome::Unit
+        }
         Mutation::LinkSource { dir, name, me, now } => {
             require_writable(ctx.store, &dir, &name)?;
             let mut inode = visible(ctx.store, &dir, &name)?;

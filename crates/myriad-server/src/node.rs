@@ -718,6 +718,11 @@ impl Node {
                 Ok(Response::Unit)
             }
             Request::GetMap => Ok(Response::Map(Box::new(st.map.clone()))),
+            req @ (Request::FsckDirs { .. }
+            | Request::FsckEntries { .. }
+            | Request::FsckBlocks { .. }
+            | Request::FsckBlockFrom { .. }
+            | Request::FsckRepair(_)) => self.fsck(&caller, req).await,
             Request::InstallMap(map) => {
                 self.install_map(*map)?;
                 Ok(Response::Unit)

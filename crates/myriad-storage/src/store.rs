@@ -373,6 +373,41 @@ impl Store {
         Ok(())
     }
 
+    /// Inode ids that have blocks here, after `after`, with the first block of each (fsck).
+    /// One short scan per inode: it jumps past each inode's blocks.
+    pub fn block_inodes(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, u64)>, StorageError> {
+        let mut out = Vec::new();
+        let mut cursor = after.map(|a| block_key(a, u64::MAX));
+        while out.len() < limit {
+            let page = self.kv.scan(Space::Blocks, b"", cursor.as_deref(), 1)?;
+            let Some((k, _)) = page.first() else { break };
+            let (Some(ino), Some(block)) = (
+                crate::keys::decode_u64_key(k),
+                k.get(8..).and_then(crate::keys::decode_u64_key),
+            ) else {
+                break;
+            };
+            out.push((ino, block));
+            cursor = Some(block_key(ino, u64::MAX));
+        }
+        Ok(out)
+    }
+
+    /// The first block of `ino` at or after `block`, if any (fsck: data beyond the size).
+    pub fn first_block_from(&self, ino: u64, block: u64) -> Result<Option<u64>, StorageError> {
+        let after = block.checked_sub(1).map(|b| block_key(ino, b));
+        let page = self
+            .kv
+            .scan(Space::Blocks, &ino.to_be_bytes(), after.as_deref(), 1)?;
+        Ok(page
+            .first()
+            .and_then(|(k, _)| k.get(8..).and_then(crate::keys::decode_u64_key)))
+    }
+
     /// All blocks of `ino` in `[first_block, end_block)`, for moving chunk 0 with its inode.
     pub fn blocks(
         &self,

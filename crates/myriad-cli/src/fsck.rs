@@ -1,0 +1,524 @@
+//! `myriad fsck [PATH] [--repair]`: an online consistency check of the namespace below PATH
+//! (docs/fsck.md). Read-only unless `--repair`. It reads every node's raw state (directory
+//! objects and their shards, entries, which inodes have blocks) and checks it against
+//! placement and against itself. The cluster keeps serving meanwhile, so anything an
+//! operation in flight could explain is skipped, and a problem is reported only if a second
+//! pass a moment later finds it again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use anyhow::bail;
+use indicatif::{ProgressBar, ProgressStyle};
+use myriad_client::proto::{
+    FsckDir, FsckEntry, FsckRepair, Request, Response, ShardMap, name_hash,
+};
+use myriad_client::{Client, FileKind, FsError, NodeId};
+use myriad_placement::{Ring, parent_of};
+
+/// Where fsck looks for hard-linked inode objects (`myriad-server` `INODE_DIR`).
+const INODE_DIR: &str = "//i";
+const PAGE: u32 = 1024;
+/// Bytes per stored block (`myriad-storage` `BLOCK_BYTES`).
+const BLOCK_BYTES: u64 = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Problem {
+    kind: &'static str,
+    what: String,
+    /// A safe repair and the node that makes it.
+    repair: Option<(NodeId, FsckRepair)>,
+}
+
+#[derive(Default)]
+struct Pass {
+    problems: Vec<Problem>,
+    dirs: usize,
+    split_dirs: usize,
+    shards: usize,
+    entries: u64,
+    in_flight: u64,
+    link_inodes: usize,
+    data_inodes: usize,
+}
+
+/// Runs fsck; `Ok(true)` if the namespace is (now) consistent.
+pub async fn run(client: &Client, root: &str, repair: bool) -> anyhow::Result<bool> {
+    let first = match check(client, root, true).await {
+        Err(e) if e.downcast_ref::<FsError>() == Some(&FsError::PermissionDenied) => {
+            bail!("fsck reads every node's raw state and needs root (uid 0)")
+        }
+        other => other?,
+    };
+    let mut problems = first.problems.clone();
+    if !problems.is_empty() {
+        // Online: keep only what a second look confirms.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let second = check(client, root, false).await?;
+        let again: BTreeSet<(&str, &str)> = second
+            .problems
+            .iter()
+            .map(|p| (p.kind, p.what.as_str()))
+            .collect();
+        problems.retain(|p| again.contains(&(p.kind, p.what.as_str())));
+    }
+    print_summary(root, client, &first, problems.len());
+    for p in &problems {
+        println!("  {}: {}", p.kind, p.what);
+    }
+    if problems.is_empty() {
+        return Ok(true);
+    }
+    if !repair {
+        println!("run with --repair to fix what can be fixed safely");
+        return Ok(false);
+    }
+    let mut left = 0;
+    for p in &problems {
+        match &p.repair {
+            Some((node, r)) => match client.request(*node, Request::FsckRepair(r.clone())).await {
+                Ok(_) => println!("  repaired: {}: {} ({r:?} on node {node})", p.kind, p.what),
+                Err(e) => {
+                    left += 1;
+                    println!("  NOT repaired: {}: {}: {e}", p.kind, p.what);
+                }
+            },
+            None => {
+                left += 1;
+                println!("  not repairable automatically: {}: {}", p.kind, p.what);
+            }
+        }
+    }
+    let after = check(client, root, false).await?;
+    println!(
+        "after repair: {} problem(s) ({left} could not be repaired)",
+        after.problems.len()
+    );
+    Ok(after.problems.is_empty())
+}
+
+fn print_summary(root: &str, client: &Client, p: &Pass, problems: usize) {
+    println!(
+        "fsck {root}: {} nodes, {} directories ({} split into {} shards), {} entries, {} hard-linked inodes, {} inodes with data",
+        client.map().nodes.len(),
+        p.dirs,
+        p.split_dirs,
+        p.shards,
+        p.entries,
+        p.link_inodes,
+        p.data_inodes
+    );
+    if p.in_flight > 0 {
+        println!("skipped {} item(s) with an operation in flight", p.in_flight);
+    }
+    println!(
+        "{}",
+        if problems == 0 {
+            "clean".to_string()
+        } else {
+            format!("{problems} problem(s):")
+        }
+    );
+}
+
+fn problem(kind: &'static str, what: String, repair: Option<(NodeId, FsckRepair)>) -> Problem {
+    Problem { kind, what, repair }
+}
+
+fn under(root: &str, path: &str) -> bool {
+    root == "/" || path == root || path.starts_with(&format!("{root}/"))
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+async fn ask(client: &Client, node: NodeId, req: Request) -> anyhow::Result<Response> {
+    Ok(client.request(node, req).await?)
+}
+
+/// One pass over everything below `root`.
+async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Result<Pass> {
+    let map = client.map();
+    let ring = map.ring();
+    let c0 = map.chunk_size_bytes / BLOCK_BYTES;
+    let full = root == "/";
+    let mut pass = Pass::default();
+
+    // 1. Every directory object on every node.
+    let mut dirs: BTreeMap<String, Vec<(NodeId, FsckDir)>> = BTreeMap::new();
+    for n in &map.nodes {
+        let mut after = None;
+        loop {
+            let req = Request::FsckDirs {
+                after: after.clone(),
+                limit: PAGE,
+            };
+            let Response::FsckDirs(page) = ask(client, n.id, req).await? else {
+                bail!("unexpected reply to fsck_dirs");
+            };
+            let last = (page.len() == PAGE as usize)
+                .then(|| page.last().map(|d| d.path.clone()))
+                .flatten();
+            for d in page {
+                if under(root, &d.path) || (full && d.path == INODE_DIR) {
+                    dirs.entry(d.path.clone()).or_default().push((n.id, d));
+                }
+            }
+            match last {
+                Some(l) => after = Some(l),
+                None => break,
+            }
+        }
+    }
+    let bar = if show_progress {
+        let pb = ProgressBar::new(dirs.len() as u64);
+        if let Ok(s) = ProgressStyle::with_template("{bar:40} {pos}/{len} directories {msg}") {
+            pb.set_style(s);
+        }
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let mut problems = Vec::new();
+    let mut busy_dirs = BTreeSet::new();
+    // What the entries name: directories (path -> ino), link names per inode, files' data.
+    let mut named_dirs: HashMap<String, u64> = HashMap::new();
+    let mut link_names: HashMap<u64, u32> = HashMap::new();
+    // ino -> (node holding chunk 0, size)
+    let mut files: HashMap<u64, (NodeId, u64)> = HashMap::new();
+    let mut entry_counts: HashMap<String, u64> = HashMap::new();
+
+    for (path, parts) in &dirs {
+        bar.inc(1);
+        if parts.iter().any(|(_, d)| d.busy) {
+            busy_dirs.insert(path.clone());
+            pass.in_flight += 1;
+            continue;
+        }
+        if path != INODE_DIR {
+            pass.dirs += 1;
+            shard_checks(&ring, path, parts, &mut pass, &mut problems);
+        }
+        // 2. Entries of every part.
+        let mut seen = BTreeSet::new();
+        for (node, d) in parts {
+            let mut after = None;
+            loop {
+                let req = Request::FsckEntries {
+                    dir: path.clone(),
+                    after: after.clone(),
+                    limit: PAGE,
+                };
+                let Response::FsckEntries { entries, next } = ask(client, *node, req).await? else {
+                    bail!("unexpected reply to fsck_entries");
+                };
+                for e in entries {
+                    *entry_counts.entry(path.clone()).or_default() += 1;
+                    entry_checks(
+                        path, *node, d, e, &mut seen, &mut pass, &mut problems,
+                        &mut named_dirs, &mut link_names, &mut files,
+                    );
+                }
+                match next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+
+    // 3. Directory entries without their object, objects without their entry.
+    for (child, ino) in &named_dirs {
+        if busy_dirs.contains(child) {
+            continue;
+        }
+        let home = ring.owner_of_dir(child);
+        let ok = dirs
+            .get(child)
+            .is_some_and(|parts| parts.iter().any(|(n, d)| *n == home && d.ino == *ino));
+        if !ok {
+            problems.push(problem(
+                "dangling entry",
+                format!("{child} (ino {ino:#x}) has no directory object on node {home}"),
+                Some((
+                    home,
+                    FsckRepair::CreateDirObject {
+                        path: child.clone(),
+                        ino: *ino,
+                    },
+                )),
+            ));
+        }
+    }
+    for (path, parts) in &dirs {
+        if path == "/" || path == INODE_DIR || busy_dirs.contains(path) {
+            continue;
+        }
+        let ino = parts[0].1.ino;
+        let named = if path == root {
+            match client.stat(path).await {
+                Ok(i) => i.kind == FileKind::Directory && i.ino == ino,
+                Err(_) => false,
+            }
+        } else {
+            named_dirs.get(path) == Some(&ino)
+        };
+        let parent_busy = busy_dirs.contains(parent_of(path));
+        if !named && !parent_busy {
+            let empty = entry_counts.get(path).copied().unwrap_or(0) == 0;
+            for (node, d) in parts {
+                problems.push(problem(
+                    "orphan directory object",
+                    format!(
+                        "{path} (ino {:#x}) on node {node}: no entry names it{}",
+                        d.ino,
+                        if empty { "" } else { " (not empty: left alone)" }
+                    ),
+                    empty.then(|| {
+                        (
+                            *node,
+                            FsckRepair::DropEmptyDirObject {
+                                path: path.clone(),
+                                ino: d.ino,
+                            },
+                        )
+                    }),
+                ));
+            }
+        }
+    }
+
+    // 4. Link counts and data: only a check of the whole tree sees every name and block.
+    if full {
+        for (node, d) in dirs.get(INODE_DIR).into_iter().flatten() {
+            let _ = d;
+            let mut after = None;
+            loop {
+                let req = Request::FsckEntries {
+                    dir: INODE_DIR.to_string(),
+                    after: after.clone(),
+                    limit: PAGE,
+                };
+                let Response::FsckEntries { entries, next } = ask(client, *node, req).await? else {
+                    bail!("unexpected reply to fsck_entries");
+                };
+                for e in entries {
+                    let Some(inode) = e.inode.filter(|_| !e.pending) else {
+                        pass.in_flight += 1;
+                        continue;
+                    };
+                    pass.link_inodes += 1;
+                    files.insert(inode.ino, (*node, inode.size));
+                    let names = link_names.get(&inode.ino).copied().unwrap_or(0);
+                    if names != inode.nlink {
+                        problems.push(problem(
+                            "link count",
+                            format!(
+                                "inode {:#x} on node {node}: link count {}, {names} name(s) found",
+                                inode.ino, inode.nlink
+                            ),
+                            Some((
+                                *node,
+                                FsckRepair::SetLinks {
+                                    ino: inode.ino,
+                                    nlink: names,
+                                },
+                            )),
+                        ));
+                    }
+                }
+                match next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+        }
+        for n in &map.nodes {
+            let mut after = None;
+            loop {
+                let req = Request::FsckBlocks {
+                    after,
+                    limit: PAGE,
+                };
+                let Response::FsckBlocks(page) = ask(client, n.id, req).await? else {
+                    bail!("unexpected reply to fsck_blocks");
+                };
+                for &(ino, first) in &page {
+                    pass.data_inodes += 1;
+                    match files.get(&ino) {
+                        None => problems.push(problem(
+                            "orphan data",
+                            format!("inode {ino:#x} has blocks on node {} but no file", n.id),
+                            Some((n.id, FsckRepair::DropBlocks { ino, from_block: 0 })),
+                        )),
+                        Some(&(home, size)) if home == n.id => {
+                            let end = size.div_ceil(BLOCK_BYTES);
+                            if end < c0 {
+                                let req = Request::FsckBlockFrom { ino, block: end };
+                                if let Response::Block(Some(b)) = ask(client, n.id, req).await?
+                                    && b < c0
+                                {
+                                    problems.push(problem(
+                                        "data beyond size",
+                                        format!(
+                                            "inode {ino:#x} (size {size}) has block {b} on node {}",
+                                            n.id
+                                        ),
+                                        None,
+                                    ));
+                                }
+                            }
+                        }
+                        Some(&(home, _)) => {
+                            if first < c0 {
+                                problems.push(problem(
+                                    "misplaced data",
+                                    format!(
+                                        "inode {ino:#x}: chunk-0 block {first} on node {}, its file is on node {home}",
+                                        n.id
+                                    ),
+                                    None,
+                                ));
+                            }
+                        }
+                    }
+                }
+                match page.last() {
+                    Some(&(ino, _)) if page.len() == PAGE as usize => after = Some(ino),
+                    _ => break,
+                }
+            }
+        }
+    }
+    problems.sort_by(|a, b| (a.kind, &a.what).cmp(&(b.kind, &b.what)));
+    problems.dedup_by(|a, b| a.kind == b.kind && a.what == b.what);
+    pass.problems = problems;
+    Ok(pass)
+}
+
+/// The parts of directory `path` agree with its home's shard map and with placement.
+fn shard_checks(
+    ring: &Ring,
+    path: &str,
+    parts: &[(NodeId, FsckDir)],
+    pass: &mut Pass,
+    problems: &mut Vec<Problem>,
+) {
+    let home = ring.owner_of_dir(path);
+    let Some((_, home_part)) = parts.iter().find(|(n, _)| *n == home) else {
+        let on: Vec<String> = parts.iter().map(|(n, _)| n.to_string()).collect();
+        problems.push(problem(
+            "shard without its home",
+            format!("{path}: parts on node(s) {} but none on its home node {home}", on.join(",")),
+            None,
+        ));
+        return;
+    };
+    if parts.iter().any(|(_, d)| d.ino != home_part.ino) {
+        problems.push(problem(
+            "shard inode mismatch",
+            format!("{path}: its parts disagree on the directory's inode"),
+            None,
+        ));
+    }
+    let map = home_part.map.clone().unwrap_or_else(ShardMap::unsplit);
+    if map.is_split() {
+        pass.split_dirs += 1;
+    }
+    pass.shards += map.leaves.len();
+    if !map.is_well_formed() {
+        problems.push(problem(
+            "bad shard map",
+            format!("{path}: the home's map does not cover the hash space: {map:?}"),
+            None,
+        ));
+        return;
+    }
+    let mut held = BTreeSet::new();
+    for (node, d) in parts {
+        for s in &d.shards {
+            held.insert(*s);
+            let owner = ring.owner_of_shard(path, *s);
+            if !map.leaves.contains(s) || owner != *node {
+                problems.push(problem(
+                    "shard maps disagree",
+                    format!(
+                        "{path}: node {node} holds shard {} (map v{} places {} on node {owner})",
+                        s.label(),
+                        map.version,
+                        if map.leaves.contains(s) { "it" } else { "no such leaf" }
+                    ),
+                    None,
+                ));
+            }
+        }
+    }
+    for leaf in &map.leaves {
+        if !held.contains(leaf) {
+            problems.push(problem(
+                "shard missing",
+                format!(
+                    "{path}: shard {} of the map is on no node (should be node {})",
+                    leaf.label(),
+                    ring.owner_of_shard(path, *leaf)
+                ),
+                None,
+            ));
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn entry_checks(
+    path: &str,
+    node: NodeId,
+    part: &FsckDir,
+    e: FsckEntry,
+    seen: &mut BTreeSet<String>,
+    pass: &mut Pass,
+    problems: &mut Vec<Problem>,
+    named_dirs: &mut HashMap<String, u64>,
+    link_names: &mut HashMap<u64, u32>,
+    files: &mut HashMap<u64, (NodeId, u64)>,
+) {
+    if path == INODE_DIR {
+        return; // Inode objects are checked with the link counts.
+    }
+    let Some(inode) = e.inode.filter(|_| !e.pending) else {
+        pass.in_flight += 1;
+        return;
+    };
+    pass.entries += 1;
+    let hash = name_hash(&e.name);
+    if !part.shards.iter().any(|s| s.contains(hash)) {
+        problems.push(problem(
+            "misplaced entry",
+            format!("{}: on node {node}, in no shard it holds", join(path, &e.name)),
+            None,
+        ));
+    }
+    if !seen.insert(e.name.clone()) {
+        problems.push(problem(
+            "duplicate entry",
+            format!("{}: listed by more than one node", join(path, &e.name)),
+            None,
+        ));
+    }
+    match inode.kind {
+        FileKind::Directory => {
+            named_dirs.insert(join(path, &e.name), inode.ino);
+        }
+        FileKind::HardLink => *link_names.entry(inode.ino).or_default() += 1,
+        FileKind::File => {
+            files.insert(inode.ino, (node, inode.size));
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,125 @@
+//! The server side of `myriad fsck`: raw, read-only views of what this node stores, and the
+//! few repairs that are safe on their own. Root only (admin requests).
+
+use std::sync::Arc;
+
+use myriad_proto::{
+    Caller, FsError, FsckDir, FsckEntry, FsckRepair, Request, Response, Shard, limits,
+};
+
+use crate::mutation::{INODE_DIR, Mutation, inode_name, storage_err};
+use crate::node::{Node, now_ns};
+
+impl Node {
+    pub(crate) async fn fsck(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: Request,
+    ) -> Result<Response, FsError> {
+        if caller.uid != 0 {
+            return Err(FsError::PermissionDenied);
+        }
+        let page = |limit: u32| limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
+        match req {
+            Request::FsckDirs { after, limit } => {
+                let dirs = self
+                    .store
+                    .dirs(after.as_deref(), page(limit))
+                    .map_err(storage_err)?;
+                Ok(Response::FsckDirs(
+                    dirs.into_iter()
+                        .map(|(path, r)| FsckDir {
+                            busy: r.frozen.is_some()
+                                || r.hidden.is_some()
+                                || r
+                                    .shards
+                                    .iter()
+                                    .any(|s| s.splitting.is_some() || s.hidden.is_some()),
+                            shards: r.shards.iter().map(|s| s.shard).collect::<Vec<Shard>>(),
+                            path,
+                            ino: r.ino,
+                            map: r.map,
+                        })
+                        .collect(),
+                ))
+            }
+            Request::FsckEntries { dir, after, limit } => {
+                let limit = page(limit);
+                let rows = self
+                    .store
+                    .entries(&dir, after.as_deref(), limit)
+                    .map_err(storage_err)?;
+                let next = (rows.len() == limit)
+                    .then(|| rows.last().map(|r| r.0.clone()))
+                    .flatten();
+                let entries = rows
+                    .into_iter()
+                    .map(|(name, e)| FsckEntry {
+                        name,
+                        pending: e.pending.is_some(),
+                        inode: e.inode.or_else(|| e.pending.and_then(|p| p.after)),
+                    })
+                    .collect();
+                Ok(Response::FsckEntries { entries, next })
+            }
+            Request::FsckBlocks { after, limit } => Ok(Response::FsckBlocks(
+                self.store
+                    .block_inodes(after, page(limit))
+                    .map_err(storage_err)?,
+            )),
+            Request::FsckBlockFrom { ino, block } => Ok(Response::Block(
+                self.store
+                    .first_block_from(ino, block)
+                    .map_err(storage_err)?,
+            )),
+            Request::FsckRepair(r) => self.fsck_repair(r).await,
+            _ => Err(FsError::InvalidArgument("not an fsck request".into())),
+        }
+    }
+
+    async fn fsck_repair(self: &Arc<Self>, r: FsckRepair) -> Result<Response, FsError> {
+        match r {
+            FsckRepair::CreateDirObject { path, ino } => {
+                myriad_proto::validate_path(&path)?;
+                self.own_dir(&self.state(), &path)?;
+                self.applier
+                    .run(Mutation::DirObjectCreate {
+                        path,
+                        ino,
+                        shards: vec![Shard::ALL],
+                        map: None,
+                    })
+                    .await?;
+            }
+            FsckRepair::DropEmptyDirObject { path, ino } => {
+                self.applier
+                    .run(Mutation::DirObjectRemove { path, ino })
+                    .await?;
+            }
+            FsckRepair::SetLinks { ino, nlink } => {
+                let current = self
+                    .store
+                    .entry(INODE_DIR, &inode_name(ino))
+                    .map_err(storage_err)?
+                    .and_then(|e| e.inode)
+                    .ok_or(FsError::NotFound)?;
+                let delta = i64::from(nlink) - i64::from(current.nlink);
+                if delta != 0 {
+                    self.applier
+                        .run(Mutation::AdjustLinks {
+                            ino,
+                            delta,
+                            now: now_ns(),
+                        })
+                        .await?;
+                }
+            }
+            FsckRepair::DropBlocks { ino, from_block } => {
+                self.applier
+                    .run(Mutation::DropBlocks { ino, from_block })
+                    .await?;
+            }
+        }
+        Ok(Response::Unit)
+    }
+}
