@@ -42,6 +42,9 @@ pub enum BenchCmd {
     /// in one directory (which splits across the nodes); ops/s per phase, each node's share
     /// of requests, and the same phases on the local file system.
     SharedDir(crate::bench_shared_dir::SharedDirArgs),
+    /// `ls -l` of a 1,000,000-entry directory (split across the nodes) against local disk:
+    /// entries per second and requests per entry.
+    Ls(crate::bench_ls::LsArgs),
     /// One worker process of `bench fuse` (internal).
     #[command(hide = true)]
     FuseWorker(crate::bench_fuse::WorkerArgs),
@@ -115,6 +118,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Smallread(a) => return crate::bench_smallread::run(a).await,
         BenchCmd::Fuse(a) => return crate::bench_fuse::run(a).await,
         BenchCmd::SharedDir(a) => return crate::bench_shared_dir::run(a).await,
+        BenchCmd::Ls(a) => return crate::bench_ls::run(a).await,
         BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_fuse;
+mod bench_ls;
 mod bench_shared_dir;
 mod bench_smallread;
 mod cluster;

@@ -724,6 +724,7 @@ fn benchmarks_run_and_write_results() {
         "--clients",
         "2",
     ]);
+    run(&["bench", "ls", "--entries", "3000", "--runs", "1"]);
     let all: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out_dir.path().join("bench-all.json")).unwrap_or_default(),
     )
@@ -751,4 +752,13 @@ fn benchmarks_run_and_write_results() {
         .as_array()
         .map(|a| a.iter().filter(|n| n[1].as_u64() > Some(0)).count());
     assert_eq!(stat_nodes, Some(4), "{shared}");
+    let ls: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.path().join("bench-ls.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    assert_eq!(ls["entries"].as_u64(), Some(3000), "{ls}");
+    assert!(
+        ls["requests_per_entry"].as_f64().is_some_and(|r| r <= 0.01),
+        "ls -l costs pages, not stats: {ls}"
+    );
 }
