@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use myriad_client::{Client, FsError, RenameFlags};
 
 use crate::harness::TestCluster;
@@ -233,4 +234,87 @@ async fn split_directory_renames_whole() {
         );
     }
     assert_eq!(names(&c, "/moved").await.len(), 1901);
+}
+
+/// A tree of 10,000 files in 40 directories renamed while readers stat files and list a
+/// directory of it: a file is never under neither name, a listing always holds all 250
+/// entries of a directory, and afterwards fsck is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_of_a_10000_file_tree_under_concurrent_readers() {
+    let tc = TestCluster::start(4);
+    let c = Arc::new(tc.client_with(tc.map.clone(), std::time::Duration::from_secs(30)));
+    for d in 0..40 {
+        must(c.mkdir_p(&format!("/t/d{d}"), 0o755).await);
+    }
+    let files: Vec<String> = (0..10_000).map(|i| format!("d{}/f{i}", i % 40)).collect();
+    let mut s = futures::stream::iter(files.iter().map(|f| {
+        let c = c.clone();
+        let path = format!("/t/{f}");
+        async move { c.create(&path, 0o644, true, b"x").await.map(|_| ()) }
+    }))
+    .buffer_unordered(64);
+    while let Some(r) = s.next().await {
+        must(r);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut readers = Vec::new();
+    for r in 0..3usize {
+        let (c, stop, checks, files) = (c.clone(), stop.clone(), checks.clone(), files.clone());
+        readers.push(tokio::spawn(async move {
+            let mut i = r * 997;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let f = &files[i % files.len()];
+                i += 7919;
+                let old = c.stat(&format!("/t/{f}")).await;
+                let new = c.stat(&format!("/moved/{f}")).await;
+                assert!(old.is_ok() || new.is_ok(), "{f} under neither name: {old:?} {new:?}");
+                checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    }
+    let lister = {
+        let (c, stop) = (c.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut lists = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let a = c.readdir("/t/d7").await.map(|v| v.len());
+                let b = c.readdir("/moved/d7").await.map(|v| v.len());
+                assert!(
+                    a == Ok(250) || b == Ok(250),
+                    "a listing of d7 under either name must be whole: {a:?} {b:?}"
+                );
+                lists += 1;
+            }
+            lists
+        })
+    };
+    while checks.load(std::sync::atomic::Ordering::Relaxed) < 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let t = std::time::Instant::now();
+    must(c.rename("/t", "/moved", RenameFlags::default()).await);
+    let took = t.elapsed();
+    let at_rename = checks.load(std::sync::atomic::Ordering::Relaxed);
+    while checks.load(std::sync::atomic::Ordering::Relaxed) < at_rename + 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        must(r.await);
+    }
+    assert!(must(lister.await) > 0);
+    eprintln!("renamed a 10,000-file tree in {took:?}");
+    let fresh = tc.client();
+    for d in (0..40).step_by(13) {
+        assert_eq!(names(&fresh, &format!("/moved/d{d}")).await.len(), 250);
+    }
+    assert_eq!(fresh.stat("/t").await.err(), Some(FsError::NotFound));
+    let out = tc.cli(&["fsck"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
