@@ -129,8 +129,16 @@ async fn body(cluster: &LocalCluster, args: &LsArgs) -> anyhow::Result<()> {
         r.requests,
         r.entries,
         r.requests_per_entry,
-        if r.requests_per_entry <= 0.01 { "met" } else { "NOT met" },
-        if r.myriad_entries_per_sec >= 100_000.0 { "met" } else { "NOT met" }
+        if r.requests_per_entry <= 0.01 {
+            "met"
+        } else {
+            "NOT met"
+        },
+        if r.myriad_entries_per_sec >= 100_000.0 {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     std::fs::create_dir_all(&args.out_dir)?;
     let json = args.out_dir.join("bench-ls.json");
@@ -148,7 +156,9 @@ fn rounded(v: &[f64]) -> Vec<f64> {
 /// cluster's are warm.
 fn local_ls(args: &LsArgs) -> anyhow::Result<Vec<f64>> {
     let tmp = match &args.local_dir {
-        Some(d) => tempfile::Builder::new().prefix("myriad-local-").tempdir_in(d)?,
+        Some(d) => tempfile::Builder::new()
+            .prefix("myriad-local-")
+            .tempdir_in(d)?,
         None => tempfile::Builder::new().prefix("myriad-local-").tempdir()?,
     };
     for i in 0..args.entries {

@@ -109,7 +109,10 @@ fn print_summary(root: &str, client: &Client, p: &Pass, problems: usize) {
         p.data_inodes
     );
     if p.in_flight > 0 {
-        println!("skipped {} item(s) with an operation in flight", p.in_flight);
+        println!(
+            "skipped {} item(s) with an operation in flight",
+            p.in_flight
+        );
     }
     println!(
         "{}",
@@ -221,8 +224,16 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
                 for e in entries {
                     *entry_counts.entry(path.clone()).or_default() += 1;
                     entry_checks(
-                        path, *node, d, e, &mut seen, &mut pass, &mut problems,
-                        &mut named_dirs, &mut link_names, &mut files,
+                        path,
+                        *node,
+                        d,
+                        e,
+                        &mut seen,
+                        &mut pass,
+                        &mut problems,
+                        &mut named_dirs,
+                        &mut link_names,
+                        &mut files,
                     );
                 }
                 match next {
@@ -279,7 +290,11 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
                     format!(
                         "{path} (ino {:#x}) on node {node}: no entry names it{}",
                         d.ino,
-                        if empty { "" } else { " (not empty: left alone)" }
+                        if empty {
+                            ""
+                        } else {
+                            " (not empty: left alone)"
+                        }
                     ),
                     empty.then(|| {
                         (
@@ -343,10 +358,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
         for n in &map.nodes {
             let mut after = None;
             loop {
-                let req = Request::FsckBlocks {
-                    after,
-                    limit: PAGE,
-                };
+                let req = Request::FsckBlocks { after, limit: PAGE };
                 let Response::FsckBlocks(page) = ask(client, n.id, req).await? else {
                     bail!("unexpected reply to fsck_blocks");
                 };
@@ -416,7 +428,10 @@ fn shard_checks(
         let on: Vec<String> = parts.iter().map(|(n, _)| n.to_string()).collect();
         problems.push(problem(
             "shard without its home",
-            format!("{path}: parts on node(s) {} but none on its home node {home}", on.join(",")),
+            format!(
+                "{path}: parts on node(s) {} but none on its home node {home}",
+                on.join(",")
+            ),
             None,
         ));
         return;
@@ -453,7 +468,11 @@ fn shard_checks(
                         "{path}: node {node} holds shard {} (map v{} places {} on node {owner})",
                         s.label(),
                         map.version,
-                        if map.leaves.contains(s) { "it" } else { "no such leaf" }
+                        if map.leaves.contains(s) {
+                            "it"
+                        } else {
+                            "no such leaf"
+                        }
                     ),
                     None,
                 ));
@@ -500,7 +519,10 @@ fn entry_checks(
     if !part.shards.iter().any(|s| s.contains(hash)) {
         problems.push(problem(
             "misplaced entry",
-            format!("{}: on node {node}, in no shard it holds", join(path, &e.name)),
+            format!(
+                "{}: on node {node}, in no shard it holds",
+                join(path, &e.name)
+            ),
             None,
         ));
     }

@@ -242,6 +242,7 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
             }
         }
     }
+    tc.fsck_until_clean().await;
 }
 
 /// kill -9 of the coordinator or of a node holding part of the subtree during a directory
@@ -315,5 +316,6 @@ async fn kill9_during_directory_rename_leaves_one_complete_tree() {
             assert!(Instant::now() < deadline, "not recovered: {a:?} / {b:?}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        tc.fsck_until_clean().await;
     }
 }

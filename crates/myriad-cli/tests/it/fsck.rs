@@ -192,15 +192,6 @@ async fn kill9_during_splits_loses_nothing_and_fsck_is_clean() {
         }
     }
     // Recovery finishes or undoes interrupted splits within a few passes.
-    let mut last = String::new();
-    for _ in 0..30 {
-        let (ok, out) = fsck(&tc, &[]);
-        if ok {
-            assert!(c.shard_map("/burst").is_some(), "the directory split");
-            return;
-        }
-        last = out;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    panic!("fsck never came clean after the crashes: {last}");
+    tc.fsck_until_clean().await;
+    assert!(c.shard_map("/burst").is_some(), "the directory split");
 }

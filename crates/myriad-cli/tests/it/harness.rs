@@ -131,6 +131,25 @@ impl TestCluster {
         panic!("node {node} did not come back");
     }
 
+    /// Runs `myriad fsck` until it reports the namespace clean (recovery of interrupted
+    /// operations runs every 2 s); panics with its last report after 20 s.
+    pub async fn fsck_until_clean(&self) {
+        let mut last = String::new();
+        for _ in 0..40 {
+            let out = self.cli(&["fsck"]);
+            if out.status.success() {
+                return;
+            }
+            last = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("fsck never came clean: {last}");
+    }
+
     /// Runs the CLI against this cluster.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(BIN)
