@@ -13,9 +13,9 @@ mod file;
 
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
+pub use myriad_placement::{ClusterMap, NodeId};
 /// The protocol, for tools that speak it directly (fsck).
 pub use myriad_proto as proto;
-pub use myriad_placement::{ClusterMap, NodeId};
 pub use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs,
 };

@@ -31,8 +31,7 @@ impl Node {
                         .map(|(path, r)| FsckDir {
                             busy: r.frozen.is_some()
                                 || r.hidden.is_some()
-                                || r
-                                    .shards
+                                || r.shards
                                     .iter()
                                     .any(|s| s.splitting.is_some() || s.hidden.is_some()),
                             shards: r.shards.iter().map(|s| s.shard).collect::<Vec<Shard>>(),

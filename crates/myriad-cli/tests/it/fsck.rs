@@ -152,7 +152,10 @@ async fn kill9_during_splits_loses_nothing_and_fsck_is_clean() {
                     let futs = batch.iter().map(|n| {
                         let c = c.clone();
                         let n = n.clone();
-                        async move { c.create(&format!("/burst/{n}"), 0o644, true, n.as_bytes()).await }
+                        async move {
+                            c.create(&format!("/burst/{n}"), 0o644, true, n.as_bytes())
+                                .await
+                        }
                     });
                     for (n, r) in batch.iter().zip(futures::future::join_all(futs).await) {
                         if r.is_ok() {
@@ -170,7 +173,11 @@ async fn kill9_during_splits_loses_nothing_and_fsck_is_clean() {
         let acked = must(writer.await);
         tc.restart(victim);
         tc.wait_up(&c, victim).await;
-        assert!(acked.len() > 50, "the workload went on: {} acked", acked.len());
+        assert!(
+            acked.len() > 50,
+            "the workload went on: {} acked",
+            acked.len()
+        );
         // Every acknowledged name is there, with its contents, exactly once.
         let mut names = Vec::new();
         for _ in 0..100 {

@@ -268,7 +268,10 @@ async fn rename_of_a_10000_file_tree_under_concurrent_readers() {
                 i += 7919;
                 let old = c.stat(&format!("/t/{f}")).await;
                 let new = c.stat(&format!("/moved/{f}")).await;
-                assert!(old.is_ok() || new.is_ok(), "{f} under neither name: {old:?} {new:?}");
+                assert!(
+                    old.is_ok() || new.is_ok(),
+                    "{f} under neither name: {old:?} {new:?}"
+                );
                 checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }));
