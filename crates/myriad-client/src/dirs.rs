@@ -118,7 +118,7 @@ impl Client {
         };
         match self.call(Route::Shard(path.to_string(), at), req).await {
             Ok(Response::DirPage {
-                entries,
+                mut entries,
                 next,
                 shard_end,
                 map,
@@ -126,7 +126,14 @@ impl Client {
                 if let Some(m) = map {
                     self.shards.adopt(path, *m, true);
                 }
+                // A stale map can make a walk ask a node whose shard reaches past the walk's
+                // range: what lies beyond belongs to the next walk.
+                let before = entries.len();
+                if let Some(end) = end {
+                    entries.retain(|e| name_hash(&e.name) < end);
+                }
                 let resume = match (next, shard_end) {
+                    _ if entries.len() < before => None,
                     (Some(name), _) => Some((from, Some(name))),
                     (None, Some(e)) if end.is_none_or(|end| e < end) => Some((e, None)),
                     (None, _) => None,

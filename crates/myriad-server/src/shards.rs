@@ -181,11 +181,18 @@ impl Node {
             .into_iter()
             .filter_map(|(_, name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
             .collect();
+        // The home always holds the shard at hash 0 and speaks for the directory's map, also
+        // when it is unsplit (a client holding a stale split map then drops it).
+        let is_home = rec.shards.iter().any(|s| s.shard.start() == 0);
+        let map = rec
+            .map
+            .or_else(|| is_home.then(ShardMap::unsplit))
+            .map(Box::new);
         Ok(Response::DirPage {
             entries,
             next,
             shard_end: end,
-            map: rec.map.map(Box::new),
+            map,
         })
     }
 

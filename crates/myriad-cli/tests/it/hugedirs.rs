@@ -159,6 +159,24 @@ async fn presplit_directory_works_and_is_removed_whole() {
     must(c.mkdir("/p", 0o755).await);
     must(c.create("/p/again", 0o644, true, b"y").await);
     assert_eq!(names(&fresh, "/p").await, vec!["again".to_string()]);
+    // A client still holding the map of a split directory that was replaced by an unsplit
+    // one lists the new one correctly, even over several pages.
+    let stale = tc.client();
+    must(c.mkdir_sharded("/q", 0o755, 4).await);
+    let _ = names(&stale, "/q").await;
+    assert_eq!(stale.shard_map("/q").map(|m| m.leaves.len()), Some(4));
+    must(c.rmdir("/q").await);
+    must(c.mkdir("/q", 0o755).await);
+    for i in 0..1500 {
+        must(c.create(&format!("/q/n{i}"), 0o644, true, b"").await);
+    }
+    let listed = names(&stale, "/q").await;
+    let unique: HashSet<&String> = listed.iter().collect();
+    assert_eq!((listed.len(), unique.len()), (1500, 1500));
+    assert!(
+        stale.shard_map("/q").is_none(),
+        "the home said it is unsplit"
+    );
     // The CLI makes one too.
     let out = tc.cli(&["mkdir", "--shards", "8", "/cli"]);
     assert!(
