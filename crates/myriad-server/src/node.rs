@@ -772,7 +772,7 @@ impl Node {
             Request::DirExport { path, txid, after } => {
                 validate_path(&path)?;
                 self.own_dir_part(&st, &path)?;
-                self.dir_export(&path, txid, after, cs)
+                self.dir_export(&path, txid, after)
             }
             Request::DirImport {
                 path,
@@ -941,10 +941,7 @@ impl Node {
         path: &str,
         txid: u64,
         after: Option<String>,
-        chunk_size: u64,
     ) -> Result<Response, FsError> {
-        const PAGE_ENTRIES_MAX: usize = 1024;
-        const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
         let rec = self
             .store
             .dir(path)
@@ -953,43 +950,7 @@ impl Node {
         if rec.frozen != Some(txid) {
             return Err(FsError::Busy);
         }
-        let page = self
-            .store
-            .entries(path, after.as_deref(), PAGE_ENTRIES_MAX)
-            .map_err(storage_err)?;
-        let full = page.len() == PAGE_ENTRIES_MAX;
-        let c0 = chunk_size / myriad_storage::BLOCK_BYTES;
-        let mut entries = Vec::new();
-        let mut bytes = 0usize;
-        let mut next = None;
-        for (name, e) in page {
-            // An operation in flight inside the subtree: the rename must wait for it.
-            let (Some(inode), None) = (e.inode, e.pending) else {
-                return Err(FsError::Busy);
-            };
-            let blocks = if inode.kind == FileKind::File {
-                self.store.blocks(inode.ino, 0, c0).map_err(storage_err)?
-            } else {
-                Vec::new()
-            };
-            bytes += blocks.iter().map(|b| b.1.len()).sum::<usize>();
-            let blocks = blocks
-                .into_iter()
-                .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
-                .collect();
-            entries.push(myriad_proto::ExportedEntry {
-                name: name.clone(),
-                inode,
-                blocks,
-            });
-            if bytes >= PAGE_BYTES_MAX {
-                next = Some(name);
-                break;
-            }
-        }
-        if next.is_none() && full {
-            next = entries.last().map(|e| e.name.clone());
-        }
+        let (entries, next) = self.export_page(path, myriad_proto::Shard::ALL, after.as_deref())?;
         Ok(Response::Exported { entries, next })
     }
 

@@ -199,9 +199,11 @@ impl Node {
         Ok(moved_dirs)
     }
 
-    /// A page of the entries in `range` with the chunk-0 blocks of its files. `Busy` if an
-    /// entry has a multi-node operation pending (it must finish before the entry moves).
-    fn export_page(
+    /// A page of the entries of `dir` in `range` with the chunk-0 blocks of its files, for a
+    /// split or a directory rename. `Busy` if an entry has a multi-node operation pending (it
+    /// must finish before the entry moves). Pages stop after ~2 MiB of data so a reply stays
+    /// within a frame.
+    pub(crate) fn export_page(
         &self,
         dir: &str,
         range: Shard,
