@@ -268,7 +268,9 @@ async fn ls(client: &Client, path: &str, long: bool) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    let entries: Vec<DirEntry> = client.readdir(path).await.map_err(|e| err(path, e))?;
+    let mut entries: Vec<DirEntry> = client.readdir(path).await.map_err(|e| err(path, e))?;
+    // Listings come in hash order (docs/huge-dirs.md); people read names sorted, as ls does.
+    entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     for e in entries {
         writeln!(
             out,
