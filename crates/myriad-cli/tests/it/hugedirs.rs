@@ -339,3 +339,39 @@ async fn rename_of_a_10000_file_tree_under_concurrent_readers() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Through a FUSE mount: a directory that splits while a shell fills it lists every name
+/// once, sorted by `ls`, with attributes.
+#[test]
+fn a_splitting_directory_through_the_mount() {
+    let tc = TestCluster::start_with(4, &[THRESHOLD]);
+    let m = crate::mount::Mount::new(&tc, &[]);
+    let big = m.dir.path().join("big");
+    must(std::fs::create_dir(&big));
+    for i in 0..1500 {
+        must(std::fs::write(big.join(format!("n{i:04}")), b"z"));
+    }
+    let mut listed: Vec<String> = must(std::fs::read_dir(&big))
+        .map(|e| must(e).file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(listed.len(), 1500);
+    listed.sort();
+    listed.dedup();
+    assert_eq!(listed.len(), 1500, "no name twice");
+    let out = must(
+        std::process::Command::new("ls")
+            .arg("-l")
+            .arg(&big)
+            .output(),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().filter(|l| l.starts_with("-rw")).count(), 1500);
+    let rt = must(tokio::runtime::Runtime::new());
+    let c = rt.block_on(async { tc.client() });
+    let _ = rt.block_on(c.readdir("/big"));
+    assert!(
+        c.shard_map("/big").is_some_and(|m| m.leaves.len() == 4),
+        "{:?}",
+        c.shard_map("/big")
+    );
+}
