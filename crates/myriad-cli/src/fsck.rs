@@ -190,6 +190,8 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
 
     let mut problems = Vec::new();
     let mut busy_dirs = BTreeSet::new();
+    // Directories named by an entry with an operation in flight (mkdir, rmdir, rename).
+    let mut pending_dirs = BTreeSet::new();
     // What the entries name: directories (path -> ino), link names per inode, files' data.
     let mut named_dirs: HashMap<String, u64> = HashMap::new();
     let mut link_names: HashMap<u64, u32> = HashMap::new();
@@ -199,14 +201,18 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
 
     for (path, parts) in &dirs {
         bar.inc(1);
-        if parts.iter().any(|(_, d)| d.busy) {
+        let busy = parts.iter().any(|(_, d)| d.busy);
+        if busy {
+            // Its placement is changing: not checked, but its names still count (they keep
+            // their files' data and link counts alive).
             busy_dirs.insert(path.clone());
             pass.in_flight += 1;
-            continue;
         }
         if path != INODE_DIR {
             pass.dirs += 1;
-            shard_checks(&ring, path, parts, &mut pass, &mut problems);
+            if !busy {
+                shard_checks(&ring, path, parts, &mut pass, &mut problems);
+            }
         }
         // 2. Entries of every part.
         let mut seen = BTreeSet::new();
@@ -223,11 +229,19 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
                 };
                 for e in entries {
                     *entry_counts.entry(path.clone()).or_default() += 1;
+                    if e.pending
+                        && e.inode
+                            .as_ref()
+                            .is_some_and(|i| i.kind == FileKind::Directory)
+                    {
+                        pending_dirs.insert(join(path, &e.name));
+                    }
                     entry_checks(
                         path,
                         *node,
                         d,
                         e,
+                        busy,
                         &mut seen,
                         &mut pass,
                         &mut problems,
@@ -247,7 +261,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
 
     // 3. Directory entries without their object, objects without their entry.
     for (child, ino) in &named_dirs {
-        if busy_dirs.contains(child) {
+        if busy_dirs.contains(child) || pending_dirs.contains(child) {
             continue;
         }
         let home = ring.owner_of_dir(child);
@@ -409,6 +423,15 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
             }
         }
     }
+    if pass.in_flight > 0 {
+        // Names may be moving between nodes right now: counts of names and of data are not
+        // trustworthy enough to act on.
+        for p in &mut problems {
+            if matches!(p.kind, "link count" | "orphan data") {
+                p.repair = None;
+            }
+        }
+    }
     problems.sort_by(|a, b| (a.kind, &a.what).cmp(&(b.kind, &b.what)));
     problems.dedup_by(|a, b| a.kind == b.kind && a.what == b.what);
     pass.problems = problems;
@@ -459,6 +482,14 @@ fn shard_checks(
     let mut held = BTreeSet::new();
     for (node, d) in parts {
         for s in &d.shards {
+            if !s.is_valid() {
+                problems.push(problem(
+                    "bad shard",
+                    format!("{path}: node {node} holds an impossible shard {s:?}"),
+                    None,
+                ));
+                continue;
+            }
             held.insert(*s);
             let owner = ring.owner_of_shard(path, *s);
             if !map.leaves.contains(s) || owner != *node {
@@ -500,6 +531,7 @@ fn entry_checks(
     node: NodeId,
     part: &FsckDir,
     e: FsckEntry,
+    busy: bool,
     seen: &mut BTreeSet<String>,
     pass: &mut Pass,
     problems: &mut Vec<Problem>,
@@ -510,13 +542,28 @@ fn entry_checks(
     if path == INODE_DIR {
         return; // Inode objects are checked with the link counts.
     }
-    let Some(inode) = e.inode.filter(|_| !e.pending) else {
+    let Some(inode) = e.inode else {
         pass.in_flight += 1;
         return;
     };
+    // Every name counts for what it keeps alive; only settled ones are checked.
+    match inode.kind {
+        FileKind::Directory => {
+            named_dirs.insert(join(path, &e.name), inode.ino);
+        }
+        FileKind::HardLink if !e.pending => *link_names.entry(inode.ino).or_default() += 1,
+        FileKind::File => {
+            files.insert(inode.ino, (node, inode.size));
+        }
+        _ => {}
+    }
+    if e.pending || busy {
+        pass.in_flight += 1;
+        return;
+    }
     pass.entries += 1;
     let hash = name_hash(&e.name);
-    if !part.shards.iter().any(|s| s.contains(hash)) {
+    if !part.shards.iter().any(|s| s.is_valid() && s.contains(hash)) {
         problems.push(problem(
             "misplaced entry",
             format!(
@@ -532,15 +579,5 @@ fn entry_checks(
             format!("{}: listed by more than one node", join(path, &e.name)),
             None,
         ));
-    }
-    match inode.kind {
-        FileKind::Directory => {
-            named_dirs.insert(join(path, &e.name), inode.ino);
-        }
-        FileKind::HardLink => *link_names.entry(inode.ino).or_default() += 1,
-        FileKind::File => {
-            files.insert(inode.ino, (node, inode.size));
-        }
-        _ => {}
     }
 }

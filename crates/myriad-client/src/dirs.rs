@@ -31,9 +31,9 @@ impl Client {
         loop {
             let page = self.list_page(path, position, None, limit).await?;
             match page.resume {
-                // The shard ended before the page filled: go on into the next shard unless
-                // there is already something to return.
-                Some((hash, None)) if page.entries.is_empty() => position = (hash, None),
+                // Nothing to show yet (the shard ended, or the page held only entries still
+                // being created): go on unless there is already something to return.
+                Some(p) if page.entries.is_empty() => position = p,
                 Some(_) => {
                     let next = page.entries.last().map(|e| e.name.clone());
                     return match next {
@@ -55,6 +55,12 @@ impl Client {
         let Some(resume) = first.resume else {
             return Ok(first.entries);
         };
+        // Where the first walk stopped, as a hash: the leaves before it are done.
+        let reached = resume
+            .1
+            .as_deref()
+            .map_or(resume.0, name_hash)
+            .max(resume.0);
         let leaves = self
             .shards
             .get(path)
@@ -64,10 +70,10 @@ impl Client {
         let mut walks = Vec::new();
         for leaf in leaves {
             let end = leaf.end();
-            if end.is_some_and(|e| e <= resume.0) {
+            if end.is_some_and(|e| e <= reached) {
                 continue;
             }
-            let start = if leaf.contains(resume.0) {
+            let start = if leaf.contains(reached) {
                 resume.clone()
             } else {
                 (leaf.start(), None)

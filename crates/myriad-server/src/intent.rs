@@ -59,6 +59,9 @@ pub enum Intent {
         from_dir: String,
         from_name: String,
         to: String,
+        /// The node holding the destination entry (chosen by the coordinator's shard map at
+        /// the start; recovery must talk to that node, not guess again).
+        dst_node: u32,
         ino: u64,
         decision: Decision,
         /// For a directory: every directory object of the subtree (old -> new path),

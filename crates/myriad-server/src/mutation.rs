@@ -180,6 +180,7 @@ pub enum Mutation {
     RenameSourceBegin {
         from: String,
         to: String,
+        dst_node: u32,
         now: i64,
     },
     /// Coordinator: commit deletes the source entry and its chunk-0 blocks; abort restores it.
@@ -715,6 +716,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                         from_dir,
                         from_name,
                         to,
+                        dst_node,
                         ino,
                         moves,
                         ..
@@ -722,6 +724,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                         from_dir,
                         from_name,
                         to,
+                        dst_node,
                         ino,
                         decision,
                         moves,
@@ -803,7 +806,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             put_visible(ctx.store, &mut b, tdir, tname, &inode);
             Outcome::Renamed(gc, dropped_link)
         }
-        Mutation::RenameSourceBegin { from, to, now } => {
+        Mutation::RenameSourceBegin {
+            from,
+            to,
+            dst_node,
+            now,
+        } => {
             let (fdir, fname) = split_parent(&from);
             require_writable(ctx.store, fdir, fname)?;
             let mut inode = visible(ctx.store, fdir, fname)?;
@@ -824,6 +832,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 from_dir: fdir.to_string(),
                 from_name: fname.to_string(),
                 to,
+                dst_node,
                 ino: inode.ino,
                 decision: Decision::Undecided,
                 moves: Vec::new(),
@@ -845,6 +854,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 from_dir,
                 from_name,
                 to,
+                dst_node,
                 ino,
                 ..
             }) = ctx
@@ -882,6 +892,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                 from_dir,
                 from_name,
                 to,
+                dst_node,
                 ino,
                 decision,
                 moves,

@@ -15,9 +15,10 @@ use crate::node::{MapState, Node};
 const SHARD_RETRIES_MAX: u32 = 8;
 
 /// The freeze id of removing split directory `ino`: derived from the inode, so a repeated
-/// removal (recovery of the rmdir) finds its own freeze. Bit 62 is never set in a txid.
+/// removal (recovery of the rmdir) finds its own freeze. Txids and inode ids are
+/// `node_id << 40 | counter` with node ids below 2^23, so bit 63 is never set in either.
 fn removal_freeze_id(ino: u64) -> u64 {
-    ino | (1 << 62)
+    ino | (1 << 63)
 }
 
 impl Node {
@@ -56,8 +57,18 @@ impl Node {
     /// meantime, the absence means nothing and the sender must ask the shard's new node.
     pub(crate) fn recheck_shard(&self, dir: &str, name: &str) -> Result<(), FsError> {
         match self.store.dir(dir).map_err(storage_err)? {
-            Some(rec) if rec.shard_for(name_hash(name)).is_none() => Err(wrong_shard(dir, &rec)),
-            _ => Ok(()),
+            Some(rec) => match rec.shard_for(name_hash(name)) {
+                None => Err(wrong_shard(dir, &rec)),
+                // Being copied here by a split: the name's fate is not known yet.
+                Some(s) if s.hidden.is_some() => Err(FsError::Busy),
+                Some(_) => Ok(()),
+            },
+            // The part went away (an undone split): ask the home where the name is.
+            None if self.state().ring.owner_of_dir(dir) != self.me => Err(FsError::WrongShard {
+                dir: dir.to_string(),
+                map: None,
+            }),
+            None => Ok(()),
         }
     }
 
@@ -88,6 +99,15 @@ impl Node {
                     tries += 1;
                     self.learn_shard_map(&dir, map.map(|m| *m)).await;
                     tokio::time::sleep(Duration::from_millis(u64::from(tries))).await;
+                }
+                // A node without the directory under the same cluster map: our shard map of
+                // the parent is stale (the directory was removed and made again).
+                Err(FsError::Redirect(m))
+                    if tries < SHARD_RETRIES_MAX && m.epoch <= self.state().map.epoch =>
+                {
+                    tries += 1;
+                    self.learn_shard_map(myriad_placement::parent_of(path), None)
+                        .await;
                 }
                 other => return other,
             }
@@ -164,8 +184,13 @@ impl Node {
         let end = match now.as_ref().map(|r| shard_at(path, r, position)) {
             Some(Ok(s)) if s == shard => shard.end(),
             Some(Ok(s)) => {
+                let before = page.len();
                 page.retain(|(h, _, _)| s.contains(*h));
-                full = false;
+                // Entries dropped: the page reached the new end, so everything below it was
+                // read. Nothing dropped: the page ended inside the shard and goes on there.
+                if page.len() < before {
+                    full = false;
+                }
                 s.end()
             }
             _ => return Err(FsError::Busy),
@@ -206,37 +231,30 @@ impl Node {
     ) -> Result<(), FsError> {
         let st = self.state();
         let map = (depth > 0).then(|| ShardMap::presplit(depth));
-        let mut mine = vec![Shard::ALL];
-        if let Some(m) = &map {
-            mine.clear();
-            let mut by_node: std::collections::BTreeMap<NodeId, Vec<Shard>> = Default::default();
-            for s in &m.leaves {
-                by_node
-                    .entry(st.ring.owner_of_shard(path, *s))
-                    .or_default()
-                    .push(*s);
-            }
-            for (node, shards) in by_node {
-                if node == self.me {
-                    mine = shards;
-                    continue;
-                }
-                let req = Request::ShardCreate {
-                    dir: path.to_string(),
-                    ino,
-                    shards,
-                };
-                self.call_node(node, req).await?;
-            }
+        let mut by_node: std::collections::BTreeMap<NodeId, Vec<Shard>> = Default::default();
+        for s in map.as_ref().map_or(&[Shard::ALL][..], |m| &m.leaves[..]) {
+            by_node
+                .entry(st.ring.owner_of_shard(path, *s))
+                .or_default()
+                .push(*s);
         }
+        // The home first: it holds the map, so an abandoned mkdir's removal finds every part.
         self.applier
             .run(Mutation::DirObjectCreate {
                 path: path.to_string(),
                 ino,
-                shards: mine,
+                shards: by_node.remove(&self.me).unwrap_or_default(),
                 map,
             })
             .await?;
+        for (node, shards) in by_node {
+            let req = Request::ShardCreate {
+                dir: path.to_string(),
+                ino,
+                shards,
+            };
+            self.call_node(node, req).await?;
+        }
         Ok(())
     }
 
@@ -276,14 +294,18 @@ impl Node {
         for &node in &nodes {
             let p = path.to_string();
             let step = async {
-                self.call_node(
-                    node,
-                    Request::DirFreeze {
-                        path: p.clone(),
-                        txid: freeze,
-                    },
-                )
-                .await?;
+                let freeze_req = Request::DirFreeze {
+                    path: p.clone(),
+                    txid: freeze,
+                };
+                match self.call_node(node, freeze_req).await {
+                    Ok(_) => {}
+                    // No part there (dropped by an earlier attempt of this removal).
+                    Err(FsError::Redirect(_) | FsError::NotFound) if node != self.me => {
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                }
                 frozen.push(node);
                 let export = Request::DirExport {
                     path: p,
@@ -308,7 +330,7 @@ impl Node {
         };
         // The home goes last: while it stands, a repeated removal finds the map again.
         for &node in nodes.iter().filter(|n| **n != self.me) {
-            if frozen.contains(&node) || verdict.is_ok() {
+            if frozen.contains(&node) {
                 let req = Request::DirFinish {
                     path: path.to_string(),
                     txid: freeze,

@@ -267,7 +267,11 @@ impl Node {
             reveal: false,
         };
         let undone = async {
-            self.call_node(st.ring.owner_of_dir(dir), unmap).await?;
+            match self.call_node(st.ring.owner_of_dir(dir), unmap).await {
+                // The directory is gone from its home (removed or renamed away): no map to fix.
+                Ok(_) | Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
             self.call_node(st.ring.owner_of_shard(dir, child), drop)
                 .await?;
             self.applier

@@ -213,6 +213,7 @@ impl Node {
         let begin = Mutation::RenameSourceBegin {
             from: from.clone(),
             to: to.clone(),
+            dst_node,
             now: now_ns(),
         };
         let Outcome::RenameBegun {
@@ -322,20 +323,26 @@ impl Node {
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);
         while let Some((old, new, dir_ino)) = queue.pop_front() {
             // A split directory is gathered from every node holding a part of it into one
-            // unsplit object at the new path (it splits again as it grows).
-            let old_nodes = self.dir_nodes_of(&old).await?;
+            // unsplit object at the new path (it splits again as it grows). The home is
+            // frozen before its map is read: no split can add a part after that.
+            let home = self.dir_owner(&old);
             moves.push(DirMove {
                 old: old.clone(),
                 new: new.clone(),
-                old_nodes: old_nodes.clone(),
+                old_nodes: vec![home],
             });
+            let freeze = Request::DirFreeze {
+                path: old.clone(),
+                txid,
+            };
+            self.call_node(home, freeze.clone()).await?;
+            let old_nodes = self.dir_nodes_of(&old).await?;
+            if let Some(m) = moves.last_mut() {
+                m.old_nodes = old_nodes.clone();
+            }
             let new_owner = self.dir_owner(&new);
-            for &node in &old_nodes {
-                let freeze = Request::DirFreeze {
-                    path: old.clone(),
-                    txid,
-                };
-                self.call_node(node, freeze).await?;
+            for &node in old_nodes.iter().filter(|n| **n != home) {
+                self.call_node(node, freeze.clone()).await?;
             }
             for &node in &old_nodes {
                 let mut after = None;
@@ -379,14 +386,7 @@ impl Node {
     /// of its shards (the home's map).
     async fn dir_nodes_of(self: &Arc<Self>, dir: &str) -> Result<Vec<NodeId>, FsError> {
         let home = self.dir_owner(dir);
-        let req = Request::GetShardMap {
-            dir: dir.to_string(),
-        };
-        let Response::ShardMap(map) = self.call_node(home, req).await? else {
-            return Err(FsError::Protocol(
-                "unexpected reply to get_shard_map".into(),
-            ));
-        };
+        let map = self.home_map(dir).await?;
         let st = self.state();
         let mut nodes = vec![home];
         for s in &map.leaves {
@@ -396,6 +396,66 @@ impl Node {
             }
         }
         Ok(nodes)
+    }
+
+    /// The shard map of `dir` as its home has it.
+    async fn home_map(self: &Arc<Self>, dir: &str) -> Result<myriad_placement::ShardMap, FsError> {
+        let req = Request::GetShardMap {
+            dir: dir.to_string(),
+        };
+        match self.call_node(self.dir_owner(dir), req).await? {
+            Response::ShardMap(map) => Ok(*map),
+            _ => Err(FsError::Protocol(
+                "unexpected reply to get_shard_map".into(),
+            )),
+        }
+    }
+
+    /// The subdirectory names of `dir`, from every shard (`None` if `dir` is not there).
+    async fn subdirectories(self: &Arc<Self>, dir: &str) -> Result<Option<Vec<String>>, FsError> {
+        let map = self.home_map(dir).await?;
+        let st = self.state();
+        let mut out = Vec::new();
+        for leaf in &map.leaves {
+            let node = st.ring.owner_of_shard(dir, *leaf);
+            let (mut from, mut after) = (leaf.start(), None::<String>);
+            loop {
+                let req = Request::ReadDir {
+                    path: dir.to_string(),
+                    from,
+                    after: after.clone(),
+                    limit: myriad_proto::limits::READDIR_PAGE_MAX,
+                };
+                let (entries, next, end) = match self.call_node(node, req).await {
+                    Ok(Response::DirPage {
+                        entries,
+                        next,
+                        shard_end,
+                        ..
+                    }) => (entries, next, shard_end),
+                    Err(FsError::NotFound) => return Ok(None),
+                    Ok(_) => return Err(FsError::Protocol("unexpected reply to readdir".into())),
+                    Err(e) => return Err(e),
+                };
+                out.extend(
+                    entries
+                        .into_iter()
+                        .filter(|e| e.inode.kind == FileKind::Directory)
+                        .map(|e| e.name),
+                );
+                match (next, end) {
+                    (Some(n), _) => after = Some(n),
+                    // The tree is frozen, so shards do not split under this walk; a shard
+                    // ending early would mean the map changed: follow it anyway.
+                    (None, Some(e)) if leaf.end().is_none_or(|l| e < l) => {
+                        from = e;
+                        after = None;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(Some(out))
     }
 
     /// After the commit decision: drop the old directory objects (old paths are gone), make
@@ -491,45 +551,17 @@ impl Node {
                 Err(FsError::NotFound) => continue,
                 Err(e) => return Err(e),
             };
-            let mut listed = false;
-            for &node in &old_nodes {
-                let mut after = None;
-                loop {
-                    let req = Request::ReadDir {
-                        path: old.clone(),
-                        from: 0,
-                        after: after.clone(),
-                        limit: myriad_proto::limits::READDIR_PAGE_MAX,
-                    };
-                    let (entries, next) = match self.call_node(node, req).await {
-                        Ok(Response::DirPage { entries, next, .. }) => (entries, next),
-                        // Not a directory, already gone, or a node without a part of it.
-                        Err(FsError::NotFound | FsError::WrongShard { .. }) => break,
-                        Ok(_) => {
-                            return Err(FsError::Protocol("unexpected reply to readdir".into()));
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    listed = true;
-                    for e in entries
-                        .iter()
-                        .filter(|e| e.inode.kind == FileKind::Directory)
-                    {
-                        queue.push_back((join(&old, &e.name), join(&new, &e.name)));
-                    }
-                    match next {
-                        Some(n) => after = Some(n),
-                        None => break,
-                    }
-                }
+            let Some(subdirs) = self.subdirectories(&old).await? else {
+                continue; // not a directory (or already gone)
+            };
+            for name in subdirs {
+                queue.push_back((join(&old, &name), join(&new, &name)));
             }
-            if listed {
-                out.push(DirMove {
-                    old: old.clone(),
-                    new: new.clone(),
-                    old_nodes,
-                });
-            }
+            out.push(DirMove {
+                old: old.clone(),
+                new: new.clone(),
+                old_nodes,
+            });
         }
         Ok(out)
     }
@@ -666,11 +698,11 @@ impl Node {
                 from_dir,
                 from_name,
                 to,
+                dst_node: dst,
                 decision,
                 moves,
                 ..
             } => {
-                let dst = self.entry_node(&to);
                 if decision == Decision::Commit {
                     self.finish_commit(txid, dst, &moves).await?;
                 } else {

@@ -240,6 +240,11 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
                 .map_err(storage_err)?
                 .filter(|r| r.ino == ino)
                 .ok_or(FsError::NotFound)?;
+            // A directory rename read this map when it froze the home: no new shard may
+            // appear behind its back (undoing one is always allowed).
+            if split && rec.frozen.is_some() {
+                return Err(FsError::Busy);
+            }
             let mut map = rec.map.take().unwrap_or_else(ShardMap::unsplit);
             let (lower, upper) = shard.halves();
             let has = |m: &ShardMap, s: &Shard| m.leaves.contains(s);
