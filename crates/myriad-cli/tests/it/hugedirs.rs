@@ -375,3 +375,42 @@ fn a_splitting_directory_through_the_mount() {
         c.shard_map("/big")
     );
 }
+
+/// Servers remember the shard maps of directories they route through (here for permission
+/// checks of a non-root user); a directory removed and made again unsplit must not leave
+/// them sending requests to nodes that no longer hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_directory_is_not_routed_by_its_old_shard_map() {
+    let tc = TestCluster::start_with(4, &[THRESHOLD]);
+    let root = tc.client_as(
+        tc.map.clone(),
+        std::time::Duration::from_secs(10),
+        myriad_client::Caller::root(),
+    );
+    let user = tc.client();
+    must(user.mkdir("/big", 0o755).await);
+    let names_made: Vec<String> = (0..1200).map(|i| format!("d{i}")).collect();
+    for n in &names_made {
+        must(user.mkdir(&format!("/big/{n}"), 0o755).await);
+    }
+    wait_for_leaves(&user, "/big", 4).await;
+    // Every subdirectory's permissions are looked up through /big's shards by the servers.
+    for n in names_made.iter().step_by(50) {
+        must(user.create(&format!("/big/{n}/f"), 0o644, true, b"").await);
+        must(user.unlink(&format!("/big/{n}/f")).await);
+    }
+    for n in &names_made {
+        must(root.rmdir(&format!("/big/{n}")).await);
+    }
+    must(root.rmdir("/big").await);
+    must(user.mkdir("/big", 0o755).await);
+    for n in names_made.iter().step_by(50) {
+        must(user.mkdir(&format!("/big/{n}"), 0o755).await);
+        must(
+            user.create(&format!("/big/{n}/g"), 0o644, true, b"ok")
+                .await,
+        );
+        let (_, d) = must(user.fetch(&format!("/big/{n}/g")).await);
+        assert_eq!(d, b"ok");
+    }
+}
