@@ -287,11 +287,15 @@ pub enum Request {
         txid: u64,
         after: Option<String>,
     },
-    /// Owner of directory `path`: create it hidden (if new) and add staged entries.
+    /// Node of shards `shards` of directory `path` (its home if `shards` is empty or holds
+    /// shard 0): create its part hidden (if new) with these shards and, on the home, `map`;
+    /// add staged entries.
     DirImport {
         path: String,
         txid: u64,
         ino: u64,
+        shards: Vec<Shard>,
+        map: Option<ShardMap>,
         entries: Vec<ExportedEntry>,
     },
     /// Owner of directory `path`: finish its part in directory rename `txid` (idempotent).
@@ -410,15 +414,16 @@ pub struct ExportedEntry {
     pub blocks: Vec<(u64, serde_bytes::ByteBuf)>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DirAction {
     /// New copy: make the directory object and its staged entries visible.
     Reveal,
     /// Old copy after an abort: accept writes again.
     Thaw,
-    /// Remove the object with its entries and, unless `keep_blocks` (the new copy is on the
-    /// same node and shares them), the chunk-0 blocks of its files.
-    Drop { keep_blocks: bool },
+    /// Remove the object with its entries and the chunk-0 blocks of its files, except the
+    /// blocks of files that (same name, same inode) also sit under path `keep_blocks_of` on
+    /// this node: the other copy of a directory rename shares them.
+    Drop { keep_blocks_of: Option<String> },
 }
 
 impl Request {

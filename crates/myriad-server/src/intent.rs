@@ -20,6 +20,9 @@ pub struct DirMove {
     pub new: String,
     /// Nodes holding a part of the old directory (its home, and its shards' nodes if split).
     pub old_nodes: Vec<u32>,
+    /// The directory's shard map (`None`: unsplit); the new path gets the same shards, each
+    /// on the node placement gives it under the new path.
+    pub map: Option<myriad_proto::ShardMap>,
 }
 
 impl DirMove {

@@ -198,6 +198,8 @@ pub enum Mutation {
         path: String,
         txid: u64,
         ino: u64,
+        shards: Vec<Shard>,
+        map: Option<ShardMap>,
         entries: Vec<ExportedEntry>,
     },
     DirFinish {
@@ -927,21 +929,40 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             path,
             txid,
             ino,
+            shards,
+            map,
             entries,
         } => {
-            match ctx.store.dir(&path).map_err(storage_err)? {
-                Some(rec) if rec.hidden == Some(txid) => {}
+            let rec = match ctx.store.dir(&path).map_err(storage_err)? {
+                Some(rec) if rec.hidden == Some(txid) => rec,
                 Some(_) => return Err(FsError::AlreadyExists),
-                None => ctx.store.put_dir(
-                    &mut b,
-                    &path,
-                    &DirRecord {
+                None => {
+                    if shards.iter().any(|s| !s.is_valid())
+                        || map.as_ref().is_some_and(|m| !m.is_well_formed())
+                    {
+                        return Err(FsError::InvalidArgument("bad shards".into()));
+                    }
+                    let rec = DirRecord {
                         hidden: Some(txid),
+                        shards: if shards.is_empty() {
+                            vec![LocalShard::new(Shard::ALL)]
+                        } else {
+                            shards.into_iter().map(LocalShard::new).collect()
+                        },
+                        map,
                         ..DirRecord::new(ino)
-                    },
-                ),
-            }
+                    };
+                    ctx.store.put_dir(&mut b, &path, &rec);
+                    rec
+                }
+            };
             for e in entries {
+                if rec.shard_for(myriad_proto::name_hash(&e.name)).is_none() {
+                    return Err(FsError::InvalidArgument(format!(
+                        "{}: not in a shard of {path} held here",
+                        e.name
+                    )));
+                }
                 for (block, data) in e.blocks {
                     ctx.store
                         .put_block(&mut b, e.inode.ino, block, data.into_vec());
@@ -983,7 +1004,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     rec.frozen = None;
                     ctx.store.put_dir(&mut b, &path, &rec);
                 }
-                DirAction::Drop { keep_blocks }
+                DirAction::Drop { keep_blocks_of }
                     if rec.frozen == Some(txid) || rec.hidden == Some(txid) =>
                 {
                     ctx.store.delete_dir(&mut b, &path);
@@ -991,8 +1012,20 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     for (name, e) in entries {
                         ctx.store.delete_entry(&mut b, &path, &name);
                         let inode = e.inode.or_else(|| e.pending.and_then(|p| p.after));
-                        if let Some(i) = inode.filter(|i| i.kind == FileKind::File && !keep_blocks)
-                        {
+                        let Some(i) = inode.filter(|i| i.kind == FileKind::File) else {
+                            continue;
+                        };
+                        // The other copy of a rename, on this node, shares the blocks.
+                        let shared = match &keep_blocks_of {
+                            Some(other) => ctx
+                                .store
+                                .entry(other, &name)
+                                .map_err(storage_err)?
+                                .and_then(|o| o.inode.or_else(|| o.pending.and_then(|p| p.after)))
+                                .is_some_and(|o| o.ino == i.ino),
+                            None => false,
+                        };
+                        if !shared {
                             ctx.store
                                 .trim_blocks(&mut b, i.ino, 0, 0, c0)
                                 .map_err(storage_err)?;

@@ -778,15 +778,23 @@ impl Node {
                 path,
                 txid,
                 ino,
+                shards,
+                map,
                 entries,
             } => {
                 validate_path(&path)?;
-                self.own_dir(&st, &path)?;
+                match shards.first() {
+                    Some(s) if s.is_valid() && st.ring.owner_of_shard(&path, *s) == self.me => {}
+                    Some(_) => return Err(FsError::Redirect(Box::new(st.map.clone()))),
+                    None => self.own_dir(&st, &path)?,
+                }
                 self.applier
                     .run(Mutation::DirImport {
                         path,
                         txid,
                         ino,
+                        shards,
+                        map,
                         entries,
                     })
                     .await?;
@@ -794,7 +802,8 @@ impl Node {
             }
             Request::DirFinish { path, txid, action } => {
                 validate_path(&path)?;
-                self.own_dir_part(&st, &path)?;
+                // No ownership check: keyed by (path, txid) and idempotent, and a node without
+                // a part of `path` (already dropped, or never made) has nothing to do.
                 self.applier
                     .run(Mutation::DirFinish { path, txid, action })
                     .await?;

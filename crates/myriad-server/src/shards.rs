@@ -324,7 +324,9 @@ impl Node {
             }
         }
         let action = if verdict.is_ok() {
-            DirAction::Drop { keep_blocks: false }
+            DirAction::Drop {
+                keep_blocks_of: None,
+            }
         } else {
             DirAction::Thaw
         };
@@ -334,7 +336,7 @@ impl Node {
                 let req = Request::DirFinish {
                     path: path.to_string(),
                     txid: freeze,
-                    action,
+                    action: action.clone(),
                 };
                 self.call_node(node, req).await?;
             }
@@ -344,7 +346,7 @@ impl Node {
                 .run(Mutation::DirFinish {
                     path: path.to_string(),
                     txid: freeze,
-                    action,
+                    action: action.clone(),
                 })
                 .await?;
         }

@@ -18,6 +18,7 @@ use myriad_proto::{Caller, DirAction, FileKind, FsError, Inode, RenameFlags, Req
 use crate::intent::{Decision, DirMove, Intent};
 use crate::mutation::{Mutation, Outcome};
 use crate::node::{Node, now_ns};
+use myriad_placement::Shard;
 
 /// Removes a txid from the live set when the operation driving it ends, however it ends.
 pub(crate) struct LiveGuard<'a> {
@@ -322,29 +323,51 @@ impl Node {
     ) -> Result<(), FsError> {
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);
         while let Some((old, new, dir_ino)) = queue.pop_front() {
-            // A split directory is gathered from every node holding a part of it into one
-            // unsplit object at the new path (it splits again as it grows). The home is
-            // frozen before its map is read: no split can add a part after that.
+            // The home is frozen before its map is read: no split can add a part after that.
+            // A split directory keeps its shards: each goes to the node placement gives the
+            // same shard under the new path.
             let home = self.dir_owner(&old);
             moves.push(DirMove {
                 old: old.clone(),
                 new: new.clone(),
                 old_nodes: vec![home],
+                map: None,
             });
             let freeze = Request::DirFreeze {
                 path: old.clone(),
                 txid,
             };
             self.call_node(home, freeze.clone()).await?;
-            let old_nodes = self.dir_nodes_of(&old).await?;
-            if let Some(m) = moves.last_mut() {
-                m.old_nodes = old_nodes.clone();
+            let map = self.home_map(&old).await?;
+            let m = DirMove {
+                old: old.clone(),
+                new: new.clone(),
+                old_nodes: self.dir_nodes_of(&old).await?,
+                map: map.is_split().then(|| map.clone()),
+            };
+            if let Some(last) = moves.last_mut() {
+                *last = m.clone();
             }
-            let new_owner = self.dir_owner(&new);
-            for &node in old_nodes.iter().filter(|n| **n != home) {
+            for &node in m.old_nodes.iter().filter(|n| **n != home) {
                 self.call_node(node, freeze.clone()).await?;
             }
-            for &node in &old_nodes {
+            // Every new part exists (hidden, with its shards) before entries arrive.
+            let parts = self.new_parts(&m);
+            for (node, shards) in &parts {
+                let import = Request::DirImport {
+                    path: new.clone(),
+                    txid,
+                    ino: dir_ino,
+                    shards: shards.clone(),
+                    map: (*node == self.dir_owner(&new))
+                        .then(|| m.map.clone())
+                        .flatten(),
+                    entries: Vec::new(),
+                };
+                self.call_node(*node, import).await?;
+            }
+            let st = self.state();
+            for &node in &m.old_nodes {
                 let mut after = None;
                 loop {
                     let req = Request::DirExport {
@@ -356,7 +379,9 @@ impl Node {
                     else {
                         return Err(FsError::Protocol("unexpected reply to dir_export".into()));
                     };
-                    for e in &entries {
+                    let mut by_node: std::collections::BTreeMap<NodeId, Vec<_>> =
+                        Default::default();
+                    for e in entries {
                         if e.inode.kind == FileKind::Directory {
                             queue.push_back((
                                 join(&old, &e.name),
@@ -364,14 +389,24 @@ impl Node {
                                 e.inode.ino,
                             ));
                         }
+                        let leaf = map.leaf_for(myriad_placement::name_hash(&e.name));
+                        by_node
+                            .entry(st.ring.owner_of_shard(&new, leaf))
+                            .or_default()
+                            .push(e);
                     }
-                    let import = Request::DirImport {
-                        path: new.clone(),
-                        txid,
-                        ino: dir_ino,
-                        entries,
-                    };
-                    self.call_node(new_owner, import).await?;
+                    for (to_node, entries) in by_node {
+                        let shards = parts.get(&to_node).cloned().unwrap_or_default();
+                        let import = Request::DirImport {
+                            path: new.clone(),
+                            txid,
+                            ino: dir_ino,
+                            shards,
+                            map: None,
+                            entries,
+                        };
+                        self.call_node(to_node, import).await?;
+                    }
                     match next {
                         Some(n) => after = Some(n),
                         None => break,
@@ -380,6 +415,26 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// The nodes of a moved directory's new path, each with the shards it holds there.
+    fn new_parts(&self, m: &DirMove) -> std::collections::BTreeMap<NodeId, Vec<Shard>> {
+        let st = self.state();
+        let mut parts: std::collections::BTreeMap<NodeId, Vec<Shard>> = Default::default();
+        match &m.map {
+            Some(map) => {
+                for leaf in &map.leaves {
+                    parts
+                        .entry(st.ring.owner_of_shard(&m.new, *leaf))
+                        .or_default()
+                        .push(*leaf);
+                }
+            }
+            None => {
+                parts.insert(st.ring.owner_of_dir(&m.new), vec![Shard::ALL]);
+            }
+        }
+        parts
     }
 
     /// The nodes holding a part of directory `dir`: its home, and if it is split, the nodes
@@ -469,11 +524,12 @@ impl Node {
     ) -> Result<(), FsError> {
         for m in moves {
             for node in m.nodes(self.dir_owner(&m.old)) {
-                let keep_blocks = node == self.dir_owner(&m.new);
                 let req = Request::DirFinish {
                     path: m.old.clone(),
                     txid,
-                    action: DirAction::Drop { keep_blocks },
+                    action: DirAction::Drop {
+                        keep_blocks_of: Some(m.new.clone()),
+                    },
                 };
                 self.call_node(node, req).await?;
             }
@@ -481,12 +537,14 @@ impl Node {
         self.call_node(dst_node, Request::RenameCommit { txid })
             .await?;
         for m in moves {
-            let req = Request::DirFinish {
-                path: m.new.clone(),
-                txid,
-                action: DirAction::Reveal,
-            };
-            self.call_node(self.dir_owner(&m.new), req).await?;
+            for node in self.new_parts(m).into_keys() {
+                let req = Request::DirFinish {
+                    path: m.new.clone(),
+                    txid,
+                    action: DirAction::Reveal,
+                };
+                self.call_node(node, req).await?;
+            }
         }
         self.applier.run(Mutation::DeleteIntent { txid }).await?;
         Ok(())
@@ -516,16 +574,17 @@ impl Node {
         moves: &[DirMove],
     ) -> Result<(), FsError> {
         for m in moves {
-            let new_owner = self.dir_owner(&m.new);
-            let old_nodes = m.nodes(self.dir_owner(&m.old));
-            let keep_blocks = old_nodes.contains(&new_owner);
-            let drop_new = Request::DirFinish {
-                path: m.new.clone(),
-                txid,
-                action: DirAction::Drop { keep_blocks },
-            };
-            self.call_node(new_owner, drop_new).await?;
-            for node in old_nodes {
+            for node in self.new_parts(m).into_keys() {
+                let drop_new = Request::DirFinish {
+                    path: m.new.clone(),
+                    txid,
+                    action: DirAction::Drop {
+                        keep_blocks_of: Some(m.old.clone()),
+                    },
+                };
+                self.call_node(node, drop_new).await?;
+            }
+            for node in m.nodes(self.dir_owner(&m.old)) {
                 let thaw = Request::DirFinish {
                     path: m.old.clone(),
                     txid,
@@ -557,10 +616,12 @@ impl Node {
             for name in subdirs {
                 queue.push_back((join(&old, &name), join(&new, &name)));
             }
+            let map = self.home_map(&old).await?;
             out.push(DirMove {
                 old: old.clone(),
                 new: new.clone(),
                 old_nodes,
+                map: map.is_split().then_some(map),
             });
         }
         Ok(out)

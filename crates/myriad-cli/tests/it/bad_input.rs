@@ -138,7 +138,9 @@ async fn clients_cannot_send_server_requests() {
     let drop_dir = myriad_proto::Request::DirFinish {
         path: "/d".into(),
         txid: 1,
-        action: myriad_proto::DirAction::Drop { keep_blocks: false },
+        action: myriad_proto::DirAction::Drop {
+            keep_blocks_of: None,
+        },
     };
     let r = pool
         .call(

@@ -219,7 +219,8 @@ async fn readdir_cursor_stays_valid_across_a_split() {
     }
 }
 
-/// A split directory renamed (with a subdirectory) keeps every entry under the new name.
+/// A split directory renamed (with a subdirectory) keeps every entry and its shards under
+/// the new name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_directory_renames_whole() {
     let tc = TestCluster::start_with(4, &[THRESHOLD]);
@@ -237,6 +238,26 @@ async fn split_directory_renames_whole() {
     assert_eq!(c.stat("/r").await.err(), Some(FsError::NotFound));
     let fresh = tc.client();
     assert_eq!(names(&fresh, "/moved").await.len(), 1501);
+    // It keeps its shards, each on the node of that shard under the new name.
+    let map = fresh
+        .shard_map("/moved")
+        .unwrap_or_else(|| panic!("arrived unsplit"));
+    assert_eq!(map.leaves.len(), 4);
+    let ring = tc.map.ring();
+    let nodes: HashSet<u32> = map
+        .leaves
+        .iter()
+        .map(|s| ring.owner_of_shard("/moved", *s))
+        .collect();
+    assert_eq!(nodes.len(), 4);
+    // Nothing left behind: no part of /r anywhere, no orphan data, no misplaced entry.
+    let out = tc.cli(&["fsck"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     for i in (0..1500).step_by(97) {
         let (_, d) = must(fresh.fetch(&format!("/moved/f{i}")).await);
         assert_eq!(d, format!("{i}").as_bytes());
