@@ -202,3 +202,82 @@ async fn kill9_during_splits_loses_nothing_and_fsck_is_clean() {
     tc.fsck_until_clean().await;
     assert!(c.shard_map("/burst").is_some(), "the directory split");
 }
+
+/// kill -9 of a node in the middle of renaming a split directory: afterwards the directory
+/// is whole under exactly one of its names, and fsck is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_rename_of_a_split_directory() {
+    let tc = TestCluster::start_with(4, &["--dir-split-entries=200"]);
+    let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(3)));
+    must(c.mkdir("/s", 0o755).await);
+    for i in 0..1500u32 {
+        must(
+            c.create(&format!("/s/f{i}"), 0o644, true, format!("{i}").as_bytes())
+                .await,
+        );
+    }
+    for _ in 0..100 {
+        let _ = c.readdir("/s").await;
+        if c.shard_map("/s").is_some_and(|m| m.leaves.len() == 4) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(c.shard_map("/s").map(|m| m.leaves.len()), Some(4));
+    let ring = tc.map.ring();
+    // The coordinator (the root's node holds the entry "s"), then a node of a shard.
+    let coordinator = ring.owner_of_dir("/");
+    let other = ring
+        .dir_nodes("/s")
+        .into_iter()
+        .find(|n| *n != coordinator)
+        .unwrap_or(coordinator);
+    let victims = [coordinator, other];
+    let mut name = ("/s", "/s2");
+    for (round, victim) in victims.into_iter().enumerate() {
+        let mover = {
+            let c = c.clone();
+            let (from, to) = name;
+            tokio::spawn(async move {
+                c.rename(from, to, myriad_client::RenameFlags::default())
+                    .await
+            })
+        };
+        // Early (before the decision) in the first round, later in the second.
+        tokio::time::sleep(Duration::from_millis(20 + 30 * round as u64)).await;
+        tc.kill9(victim);
+        let result = must(mover.await);
+        tc.restart(victim);
+        tc.wait_up(&c, victim).await;
+        eprintln!("killed node {victim} while renaming {name:?}: {result:?}");
+        // Recovery settles it one way or the other.
+        let mut whole = None;
+        for _ in 0..100 {
+            let a = c.readdir(name.0).await.map(|v| v.len());
+            let b = c.readdir(name.1).await.map(|v| v.len());
+            match (a, b) {
+                (Ok(1500), Err(myriad_client::FsError::NotFound)) => whole = Some(name.0),
+                (Err(myriad_client::FsError::NotFound), Ok(1500)) => whole = Some(name.1),
+                _ => {}
+            }
+            if whole.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let at = whole.unwrap_or_else(|| panic!("never whole under one name: {name:?}"));
+        if result.is_ok() {
+            assert_eq!(at, name.1, "an acknowledged rename was undone");
+        }
+        for i in (0..1500u32).step_by(53) {
+            let (_, d) = must(c.fetch(&format!("{at}/f{i}")).await);
+            assert_eq!(d, format!("{i}").as_bytes());
+        }
+        tc.fsck_until_clean().await;
+        name = if at == "/s" {
+            ("/s", "/s2")
+        } else {
+            ("/s2", "/s")
+        };
+    }
+}
