@@ -342,7 +342,7 @@ impl Node {
             let m = DirMove {
                 old: old.clone(),
                 new: new.clone(),
-                old_nodes: self.dir_nodes_of(&old).await?,
+                old_nodes: self.nodes_of_map(&old, &map),
                 map: map.is_split().then(|| map.clone()),
             };
             if let Some(last) = moves.last_mut() {
@@ -351,21 +351,11 @@ impl Node {
             for &node in m.old_nodes.iter().filter(|n| **n != home) {
                 self.call_node(node, freeze.clone()).await?;
             }
-            // Every new part exists (hidden, with its shards) before entries arrive.
+            // The first import to a part creates it (hidden, with its shards; the new home
+            // also gets the map); parts that receive no entry get an empty one at the end.
             let parts = self.new_parts(&m);
-            for (node, shards) in &parts {
-                let import = Request::DirImport {
-                    path: new.clone(),
-                    txid,
-                    ino: dir_ino,
-                    shards: shards.clone(),
-                    map: (*node == self.dir_owner(&new))
-                        .then(|| m.map.clone())
-                        .flatten(),
-                    entries: Vec::new(),
-                };
-                self.call_node(*node, import).await?;
-            }
+            let new_home = self.dir_owner(&new);
+            let mut made = std::collections::BTreeSet::new();
             let st = self.state();
             for &node in &m.old_nodes {
                 let mut after = None;
@@ -396,22 +386,33 @@ impl Node {
                             .push(e);
                     }
                     for (to_node, entries) in by_node {
-                        let shards = parts.get(&to_node).cloned().unwrap_or_default();
                         let import = Request::DirImport {
                             path: new.clone(),
                             txid,
                             ino: dir_ino,
-                            shards,
-                            map: None,
+                            shards: parts.get(&to_node).cloned().unwrap_or_default(),
+                            map: (to_node == new_home).then(|| m.map.clone()).flatten(),
                             entries,
                         };
                         self.call_node(to_node, import).await?;
+                        made.insert(to_node);
                     }
                     match next {
                         Some(n) => after = Some(n),
                         None => break,
                     }
                 }
+            }
+            for (node, shards) in parts.iter().filter(|(n, _)| !made.contains(*n)) {
+                let import = Request::DirImport {
+                    path: new.clone(),
+                    txid,
+                    ino: dir_ino,
+                    shards: shards.clone(),
+                    map: (*node == new_home).then(|| m.map.clone()).flatten(),
+                    entries: Vec::new(),
+                };
+                self.call_node(*node, import).await?;
             }
         }
         Ok(())
@@ -440,17 +441,21 @@ impl Node {
     /// The nodes holding a part of directory `dir`: its home, and if it is split, the nodes
     /// of its shards (the home's map).
     async fn dir_nodes_of(self: &Arc<Self>, dir: &str) -> Result<Vec<NodeId>, FsError> {
-        let home = self.dir_owner(dir);
         let map = self.home_map(dir).await?;
+        Ok(self.nodes_of_map(dir, &map))
+    }
+
+    /// The home of `dir` and the nodes of the shards of `map`.
+    fn nodes_of_map(&self, dir: &str, map: &myriad_placement::ShardMap) -> Vec<NodeId> {
         let st = self.state();
-        let mut nodes = vec![home];
+        let mut nodes = vec![self.dir_owner(dir)];
         for s in &map.leaves {
             let n = st.ring.owner_of_shard(dir, *s);
             if !nodes.contains(&n) {
                 nodes.push(n);
             }
         }
-        Ok(nodes)
+        nodes
     }
 
     /// The shard map of `dir` as its home has it.
