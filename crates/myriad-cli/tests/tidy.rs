@@ -39,6 +39,10 @@ fn crates_depend_only_in_the_written_direction() {
         ("myriad-placement", &[][..]),
         ("myriad-proto", &["myriad-placement"][..]),
         ("myriad-storage", &["myriad-proto"][..]),
+        (
+            "myriad-membership",
+            &["myriad-placement", "myriad-storage"][..],
+        ),
         ("myriad-net", &["myriad-proto"][..]),
         (
             "myriad-server",

@@ -16,15 +16,21 @@ pub enum Space {
     Intents,
     /// Named node metadata: format version, node id, id allocators.
     Meta,
+    /// `log index (8 BE)` -> a Raft log entry of the cluster-map group (`myriad-membership`).
+    RaftLog,
+    /// Named Raft state of the cluster-map group: vote, committed, purged, state machine.
+    RaftState,
 }
 
 impl Space {
-    pub const ALL: [Space; 5] = [
+    pub const ALL: [Space; 7] = [
         Space::Entries,
         Space::Dirs,
         Space::Blocks,
         Space::Intents,
         Space::Meta,
+        Space::RaftLog,
+        Space::RaftState,
     ];
 
     #[must_use]
@@ -35,6 +41,8 @@ impl Space {
             Space::Blocks => "blocks",
             Space::Intents => "intents",
             Space::Meta => "meta",
+            Space::RaftLog => "raft_log",
+            Space::RaftState => "raft_state",
         }
     }
 }

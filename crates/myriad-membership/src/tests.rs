@@ -1,0 +1,88 @@
+//! openraft's storage conformance suite against the log store and state machine, on the
+//! in-memory engine and on fjall (a real database in a temporary directory).
+
+use std::sync::Arc;
+
+use myriad_storage::{FjallKv, Kv, MemKv};
+use openraft::testing::{StoreBuilder, Suite};
+
+use crate::{LogStore, MapStateMachine, StorageError, TypeConfig};
+
+struct Mem;
+
+impl StoreBuilder<TypeConfig, LogStore, MapStateMachine, ()> for Mem {
+    async fn build(&self) -> Result<((), LogStore, MapStateMachine), StorageError> {
+        let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
+        Ok(((), LogStore::new(kv.clone()), MapStateMachine::new(kv)))
+    }
+}
+
+struct Fjall;
+
+impl StoreBuilder<TypeConfig, LogStore, MapStateMachine, tempfile::TempDir> for Fjall {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, MapStateMachine), StorageError> {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
+        Ok((dir, LogStore::new(kv.clone()), MapStateMachine::new(kv)))
+    }
+}
+
+#[test]
+fn conformance_in_memory() {
+    Suite::test_all(Mem).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn conformance_on_fjall() {
+    Suite::test_all(Fjall).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Vote, log and the applied map survive closing and reopening the database.
+#[test]
+fn everything_survives_a_reopen() {
+    use openraft::storage::{RaftLogStorage, RaftStateMachine};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, Vote};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let map = myriad_placement::ClusterMap::new(7, &["127.0.0.1:1".to_string()]);
+    let log_id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
+    rt.block_on(async {
+        let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
+        let (mut log, mut sm) = (LogStore::new(kv.clone()), MapStateMachine::new(kv));
+        log.save_vote(&Vote::new(1, 1))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let entry = Entry::<TypeConfig> {
+            log_id: log_id(1),
+            payload: EntryPayload::Normal(crate::MapCommand::Install(map.clone())),
+        };
+        let reply = sm
+            .apply(vec![entry])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reply[0].epoch, 7);
+        // An older map never replaces a newer one.
+        let mut older = map.clone();
+        older.epoch = 3;
+        let stale = Entry::<TypeConfig> {
+            log_id: log_id(2),
+            payload: EntryPayload::Normal(crate::MapCommand::Install(older)),
+        };
+        assert_eq!(
+            sm.apply(vec![stale]).await.map(|r| r[0].epoch).ok(),
+            Some(7)
+        );
+    });
+    rt.block_on(async {
+        let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
+        let (mut log, mut sm) = (LogStore::new(kv.clone()), MapStateMachine::new(kv));
+        assert_eq!(log.read_vote().await.ok().flatten(), Some(Vote::new(1, 1)));
+        let (applied, _) = sm.applied_state().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(applied, Some(log_id(2)));
+        assert_eq!(sm.map().ok().flatten(), Some(map));
+        assert!(log.try_get_log_entries(0..10).await.is_ok());
+    });
+}
