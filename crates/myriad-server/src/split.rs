@@ -248,9 +248,10 @@ impl Node {
         Ok((out, next))
     }
 
-    /// Rolls back an undecided split: the home forgets it, the child's node drops its copy,
-    /// the shard accepts writes again. If a peer cannot be reached the intent stays and
-    /// recovery tries again.
+    /// Rolls back a split that did not reach its decision: the home forgets the child, then
+    /// the shard accepts writes again (the intent is kept, decided `Abort`), then the child's
+    /// node drops its copy and the intent goes. Whatever a dead peer stops here, recovery
+    /// repeats; writes wait only for the home, never for the child's node.
     pub(crate) async fn undo_split(self: &Arc<Self>, dir: &str, ino: u64, txid: u64, shard: Shard) {
         let st = self.state();
         let child = shard.halves().1;
@@ -272,11 +273,12 @@ impl Node {
                 Ok(_) | Err(FsError::NotFound) => {}
                 Err(e) => return Err(e),
             }
-            self.call_node(st.ring.owner_of_shard(dir, child), drop)
-                .await?;
             self.applier
                 .run(Mutation::Shard(ShardMutation::SplitAbort { txid }))
-                .await
+                .await?;
+            self.call_node(st.ring.owner_of_shard(dir, child), drop)
+                .await?;
+            self.applier.run(Mutation::DeleteIntent { txid }).await
         };
         if let Err(e) = undone.await {
             tracing::warn!("undoing split {txid} of {dir}: {e}; recovery will retry");

@@ -140,30 +140,35 @@ async fn kill9_during_splits_loses_nothing_and_fsck_is_clean() {
     must(c.mkdir("/burst", 0o755).await);
     let home = tc.map.ring().owner_of_dir("/burst");
     for round in 0..2u32 {
+        // 32 writers, each on its own: a name stuck behind a split waiting for a dead node
+        // holds up only its own writer.
         let writer = {
             let c = c.clone();
             tokio::spawn(async move {
-                let mut acked = Vec::new();
                 let start = std::time::Instant::now();
-                let mut i = 0u32;
-                while start.elapsed() < Duration::from_millis(1500) {
-                    let batch: Vec<String> = (i..i + 32).map(|k| format!("r{round}-{k}")).collect();
-                    i += 32;
-                    let futs = batch.iter().map(|n| {
-                        let c = c.clone();
-                        let n = n.clone();
-                        async move {
-                            c.create(&format!("/burst/{n}"), 0o644, true, n.as_bytes())
+                let workers = (0..32u32).map(|w| {
+                    let c = c.clone();
+                    async move {
+                        let mut acked = Vec::new();
+                        let mut k = 0u32;
+                        while start.elapsed() < Duration::from_millis(1500) {
+                            let n = format!("r{round}-{w}-{k}");
+                            k += 1;
+                            if c.create(&format!("/burst/{n}"), 0o644, true, n.as_bytes())
                                 .await
+                                .is_ok()
+                            {
+                                acked.push(n);
+                            }
                         }
-                    });
-                    for (n, r) in batch.iter().zip(futures::future::join_all(futs).await) {
-                        if r.is_ok() {
-                            acked.push(n.clone());
-                        }
+                        acked
                     }
-                }
-                acked
+                });
+                futures::future::join_all(workers)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<String>>()
             })
         };
         tokio::time::sleep(Duration::from_millis(300 + 300 * u64::from(round))).await;

@@ -14,7 +14,8 @@ pub enum ShardMutation {
     /// Node A, the decision: the upper half's entries and their chunk-0 blocks go, the shard
     /// becomes its lower half, the intent records `Commit`.
     SplitCommit { txid: u64 },
-    /// Node A: the split is abandoned: writes resume; the intent goes.
+    /// Node A: the split is abandoned (the home's map no longer lists the child): writes
+    /// resume; the intent stays, decided `Abort`, until the child's node dropped its copy.
     SplitAbort { txid: u64 },
     /// Node B: stage `entries` in hidden shard `child` (created on the first page).
     Import {
@@ -117,9 +118,13 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             Ok(Outcome::Unit)
         }
         ShardMutation::SplitAbort { txid } => {
-            if let Some(Intent::SplitOut { dir, shard, .. }) = read_intent(ctx, txid)?
-                && let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)?
-            {
+            let Some(Intent::SplitOut {
+                dir, shard, ino, ..
+            }) = read_intent(ctx, txid)?
+            else {
+                return Ok(Outcome::Unit);
+            };
+            if let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)? {
                 for s in &mut rec.shards {
                     if s.shard == shard && s.splitting == Some(txid) {
                         s.splitting = None;
@@ -127,7 +132,13 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
                 }
                 ctx.store.put_dir(b, &dir, &rec);
             }
-            ctx.store.delete_intent(b, txid);
+            let intent = Intent::SplitOut {
+                dir,
+                shard,
+                ino,
+                decision: Decision::Abort,
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
             Ok(Outcome::Unit)
         }
         ShardMutation::Import {
