@@ -7,7 +7,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use myriad_storage::{Batch, Kv, Space};
+use myriad_storage::{Batch, Kv, Pairs, Space};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, RaftLogReader, Vote};
 
@@ -52,19 +52,23 @@ impl LogStore {
             .map_err(|e| store_err(what, false, &e))
     }
 
-    /// Keys of log entries with index in `[from, to)` (`to` `None`: to the end).
-    fn keys_between(&self, from: u64, to: Option<u64>) -> Result<Vec<Vec<u8>>, StorageError> {
+    /// Log rows (key, value) with index at least `from`, in order.
+    fn rows_from(&self, from: u64) -> Result<Pairs, StorageError> {
         let after = from.checked_sub(1).map(u64::to_be_bytes);
-        let rows = self
-            .kv
+        self.kv
             .scan(
                 Space::RaftLog,
                 b"",
                 after.as_ref().map(|a| &a[..]),
                 usize::MAX,
             )
-            .map_err(|e| store_err(What::Logs, true, &e))?;
-        Ok(rows
+            .map_err(|e| store_err(What::Logs, true, &e))
+    }
+
+    /// Keys of log entries with index in `[from, to)` (`to` `None`: to the end).
+    fn keys_between(&self, from: u64, to: Option<u64>) -> Result<Vec<Vec<u8>>, StorageError> {
+        Ok(self
+            .rows_from(from)?
             .into_iter()
             .map(|(k, _)| k)
             .take_while(|k| to.is_none_or(|t| index_of(k).is_some_and(|i| i < t)))
@@ -86,18 +90,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(s) => s.saturating_add(1),
             Bound::Unbounded => 0,
         };
-        let after = start.checked_sub(1).map(u64::to_be_bytes);
-        let rows = self
-            .kv
-            .scan(
-                Space::RaftLog,
-                b"",
-                after.as_ref().map(|a| &a[..]),
-                usize::MAX,
-            )
-            .map_err(|e| store_err(What::Logs, true, &e))?;
         let mut out = Vec::new();
-        for (k, v) in rows {
+        for (k, v) in self.rows_from(start)? {
             let Some(i) = index_of(&k) else { continue };
             if !range.contains(&i) {
                 break;
@@ -113,18 +107,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let purged: Option<LogId<NodeId>> = self.get(What::Logs, PURGED)?.flatten();
-        // The last entry: the log is short (a map change is a handful of entries per day),
-        // but read only keys from the end anyway by scanning after the purged point.
-        let after = purged.map(|p| p.index.to_be_bytes());
-        let rows = self
-            .kv
-            .scan(
-                Space::RaftLog,
-                b"",
-                after.as_ref().map(|a| &a[..]),
-                usize::MAX,
-            )
-            .map_err(|e| store_err(What::Logs, true, &e))?;
+        // The last entry: the log is short (a map change is a handful of entries per day,
+        // and openraft purges behind snapshots), so a scan past the purged point is cheap.
+        let rows = self.rows_from(purged.map_or(0, |p| p.index.saturating_add(1)))?;
         let last = match rows.last() {
             Some((_, v)) => Some(decode::<Entry<TypeConfig>>(What::Logs, v)?.log_id),
             None => purged,

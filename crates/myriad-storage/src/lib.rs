@@ -22,7 +22,7 @@ mod store;
 pub use blocks::BLOCK_BYTES;
 pub use error::StorageError;
 pub use fjall_kv::FjallKv;
-pub use kv::{Batch, Kv, Space};
+pub use kv::{Batch, Kv, Pairs, Space};
 pub use mem_kv::MemKv;
 pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use store::{FORMAT_VERSION, Store};
