@@ -58,7 +58,6 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             if rec.frozen.is_some() || rec.hidden.is_some() {
                 return Err(FsError::Busy);
             }
-            let txid = ctx.ids.next(ctx.store, b)?;
             let local = rec
                 .shards
                 .iter_mut()
@@ -67,16 +66,13 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             if local.splitting.is_some() || local.hidden.is_some() {
                 return Err(FsError::Busy);
             }
+            // The id only after every check: an id range opened in a batch that is then
+            // thrown away would not have its high-water mark persisted.
+            let txid = ctx.ids.next(ctx.store, b)?;
             local.splitting = Some(txid);
             let ino = rec.ino;
             ctx.store.put_dir(b, &dir, &rec);
-            let intent = Intent::SplitOut {
-                dir,
-                shard,
-                ino,
-                decision: Decision::Undecided,
-            };
-            ctx.store.put_intent(b, txid, intent.encode());
+            put_split_intent(ctx, b, txid, dir, shard, ino, Decision::Undecided);
             Ok(Outcome::SplitBegun { txid, ino })
         }
         ShardMutation::SplitCommit { txid } => {
@@ -108,13 +104,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             *local = LocalShard::new(lower);
             ctx.store.put_dir(b, &dir, &rec);
             drop_range(ctx, b, &dir, upper)?;
-            let intent = Intent::SplitOut {
-                dir,
-                shard,
-                ino,
-                decision: Decision::Commit,
-            };
-            ctx.store.put_intent(b, txid, intent.encode());
+            put_split_intent(ctx, b, txid, dir, shard, ino, Decision::Commit);
             Ok(Outcome::Unit)
         }
         ShardMutation::SplitAbort { txid } => {
@@ -132,13 +122,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
                 }
                 ctx.store.put_dir(b, &dir, &rec);
             }
-            let intent = Intent::SplitOut {
-                dir,
-                shard,
-                ino,
-                decision: Decision::Abort,
-            };
-            ctx.store.put_intent(b, txid, intent.encode());
+            put_split_intent(ctx, b, txid, dir, shard, ino, Decision::Abort);
             Ok(Outcome::Unit)
         }
         ShardMutation::Import {
@@ -294,6 +278,24 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             Ok(Outcome::Unit)
         }
     }
+}
+
+fn put_split_intent(
+    ctx: &Ctx<'_>,
+    b: &mut Batch,
+    txid: u64,
+    dir: String,
+    shard: Shard,
+    ino: u64,
+    decision: Decision,
+) {
+    let intent = Intent::SplitOut {
+        dir,
+        shard,
+        ino,
+        decision,
+    };
+    ctx.store.put_intent(b, txid, intent.encode());
 }
 
 fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, FsError> {
