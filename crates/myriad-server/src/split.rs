@@ -42,10 +42,17 @@ impl Node {
             let Ok(mut added) = self.splits.added.lock() else {
                 return;
             };
-            if added.len() >= COUNTED_DIRS_MAX && !added.contains_key(dir) {
-                added.clear();
-            }
-            let n = added.entry(dir.to_string()).or_insert(0);
+            // No allocation on the hot path: the directory's name is copied only the first
+            // time it is counted.
+            let n = match added.get_mut(dir) {
+                Some(n) => n,
+                None => {
+                    if added.len() >= COUNTED_DIRS_MAX {
+                        added.clear();
+                    }
+                    added.entry(dir.to_string()).or_insert(0)
+                }
+            };
             *n += 1;
             if *n >= check_every {
                 *n = 0;

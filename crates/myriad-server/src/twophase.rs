@@ -438,13 +438,6 @@ impl Node {
         parts
     }
 
-    /// The nodes holding a part of directory `dir`: its home, and if it is split, the nodes
-    /// of its shards (the home's map).
-    async fn dir_nodes_of(self: &Arc<Self>, dir: &str) -> Result<Vec<NodeId>, FsError> {
-        let map = self.home_map(dir).await?;
-        Ok(self.nodes_of_map(dir, &map))
-    }
-
     /// The home of `dir` and the nodes of the shards of `map`.
     fn nodes_of_map(&self, dir: &str, map: &myriad_placement::ShardMap) -> Vec<NodeId> {
         let st = self.state();
@@ -472,8 +465,11 @@ impl Node {
     }
 
     /// The subdirectory names of `dir`, from every shard (`None` if `dir` is not there).
-    async fn subdirectories(self: &Arc<Self>, dir: &str) -> Result<Option<Vec<String>>, FsError> {
-        let map = self.home_map(dir).await?;
+    async fn subdirectories(
+        self: &Arc<Self>,
+        dir: &str,
+        map: &myriad_placement::ShardMap,
+    ) -> Result<Option<Vec<String>>, FsError> {
         let st = self.state();
         let mut out = Vec::new();
         for leaf in &map.leaves {
@@ -610,22 +606,18 @@ impl Node {
         let mut out = Vec::new();
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string())]);
         while let Some((old, new)) = queue.pop_front() {
-            let old_nodes = match self.dir_nodes_of(&old).await {
-                Ok(n) => n,
-                Err(FsError::NotFound) => continue,
-                Err(e) => return Err(e),
-            };
-            let Some(subdirs) = self.subdirectories(&old).await? else {
+            // One read of the home's map serves the listing and the move record.
+            let map = self.home_map(&old).await?;
+            let Some(subdirs) = self.subdirectories(&old, &map).await? else {
                 continue; // not a directory (or already gone)
             };
             for name in subdirs {
                 queue.push_back((join(&old, &name), join(&new, &name)));
             }
-            let map = self.home_map(&old).await?;
             out.push(DirMove {
                 old: old.clone(),
                 new: new.clone(),
-                old_nodes,
+                old_nodes: self.nodes_of_map(&old, &map),
                 map: map.is_split().then_some(map),
             });
         }

@@ -62,11 +62,6 @@ impl DirRecord {
     pub fn shard_for(&self, hash: u64) -> Option<&LocalShard> {
         self.shards.iter().find(|s| s.shard.contains(hash))
     }
-
-    #[must_use]
-    pub fn is_split(&self) -> bool {
-        self.shards.first().map(|s| s.shard) != Some(Shard::ALL)
-    }
 }
 
 /// One shard of a directory held by this node.
