@@ -33,6 +33,8 @@ pub enum ClusterCmd {
         root_owner: Option<(u32, u32)>,
         #[command(flatten)]
         replication: crate::server_cmd::ReplicationArgs,
+        #[command(flatten)]
+        layout: LayoutArgs,
     },
     /// Stop the servers of a local cluster (SIGTERM, then SIGKILL after 5 s).
     Down {
@@ -67,11 +69,33 @@ pub struct ClusterState {
     pub server_args: Vec<String>,
 }
 
+/// How data is spread over the servers of a new cluster (docs/replication.md).
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct LayoutArgs {
+    /// Partitions per server (the unit of placement, replication and movement; the total is
+    /// fixed for the cluster's life). More spreads a dead server's load wider.
+    #[arg(long, default_value_t = myriad_client::DEFAULT_PARTITIONS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub partitions_per_node: u32,
+    /// Copies of every file and directory (capped by the number of servers).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub replicas: u32,
+}
+
+impl Default for LayoutArgs {
+    fn default() -> LayoutArgs {
+        LayoutArgs {
+            partitions_per_node: myriad_client::DEFAULT_PARTITIONS_PER_NODE,
+            replicas: 1,
+        }
+    }
+}
+
 /// How to start the nodes of a local cluster.
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
     pub root_owner: (u32, u32),
     pub server_args: Vec<String>,
+    pub layout: LayoutArgs,
 }
 
 /// The identity benchmarks run as: the calling user, or uid/gid 1000 when that is root,
@@ -98,6 +122,7 @@ impl NodeOptions {
         NodeOptions {
             root_owner: (c.uid, c.gid),
             server_args,
+            layout: LayoutArgs::default(),
         }
     }
 
@@ -108,6 +133,7 @@ impl NodeOptions {
         NodeOptions {
             root_owner: (c.uid, c.gid),
             server_args: Vec::new(),
+            layout: LayoutArgs::default(),
         }
     }
 }
@@ -150,7 +176,12 @@ impl LocalCluster {
             addrs.push(l.local_addr()?.to_string());
             listeners.push(l);
         }
-        let map = ClusterMap::new(1, &addrs);
+        let map = ClusterMap::build(
+            1,
+            &addrs,
+            opts.layout.partitions_per_node,
+            opts.layout.replicas,
+        );
         std::fs::write(map_path(dir), map.to_json())?;
         let mut server_args = opts.server_args.clone();
         server_args.push(format!(
@@ -358,8 +389,10 @@ pub async fn run(
             data_dir,
             root_owner,
             replication,
+            layout,
         } => {
             let mut opts = NodeOptions::for_current_user();
+            opts.layout = layout;
             if let Some(o) = root_owner {
                 opts.root_owner = o;
             }

@@ -40,6 +40,8 @@ struct Pass {
     in_flight: u64,
     link_inodes: usize,
     data_inodes: usize,
+    partitions: usize,
+    copies: usize,
 }
 
 /// Runs fsck; `Ok(true)` if the namespace is (now) consistent.
@@ -99,8 +101,10 @@ pub async fn run(client: &Client, root: &str, repair: bool) -> anyhow::Result<bo
 
 fn print_summary(root: &str, client: &Client, p: &Pass, problems: usize) {
     println!(
-        "fsck {root}: {} nodes, {} directories ({} split into {} shards), {} entries, {} hard-linked inodes, {} inodes with data",
+        "fsck {root}: {} nodes, {} partitions ({} copies checked), {} directories ({} split into {} shards), {} entries, {} hard-linked inodes, {} inodes with data",
         client.map().nodes.len(),
+        p.partitions,
+        p.copies,
         p.dirs,
         p.split_dirs,
         p.shards,
@@ -144,6 +148,54 @@ async fn ask(client: &Client, node: NodeId, req: Request) -> anyhow::Result<Resp
     Ok(client.request(node, req).await?)
 }
 
+/// A copy's last applied batch, key count and digest.
+type CopyDigest = (Option<u64>, u64, u64);
+
+/// Every partition has as many copies as the map asks for (capped by the servers), and every
+/// copy holds exactly what its primary holds.
+async fn check_replicas(client: &Client, pass: &mut Pass) {
+    let map = client.map();
+    let want = (map.replication as usize).min(map.nodes.len());
+    for part in &map.partitions {
+        pass.partitions += 1;
+        if part.replicas.len() < want {
+            pass.problems.push(problem(
+                "under-replicated partition",
+                format!(
+                    "partition {}: {} of {want} copies ({:?})",
+                    part.id,
+                    part.replicas.len(),
+                    part.replicas
+                ),
+                None,
+            ));
+        }
+        let mut primary: Option<(NodeId, CopyDigest)> = None;
+        for &server in &part.replicas {
+            pass.copies += 1;
+            match client.replica_digest(server, part.id).await {
+                Err(e) => pass.problems.push(problem(
+                    "unreachable copy",
+                    format!("partition {} on server {server}: {e}", part.id),
+                    None,
+                )),
+                Ok(d) => match &primary {
+                    None => primary = Some((server, d)),
+                    Some((p, pd)) if *pd != d => pass.problems.push(problem(
+                        "copy differs from its primary",
+                        format!(
+                            "partition {}: server {server} has batch {:?} and {} keys, the primary (server {p}) batch {:?} and {} keys",
+                            part.id, d.0, d.1, pd.0, pd.1
+                        ),
+                        None,
+                    )),
+                    Some(_) => {}
+                },
+            }
+        }
+    }
+}
+
 /// One pass over everything below `root`.
 async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Result<Pass> {
     let map = client.map();
@@ -151,10 +203,13 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     let c0 = map.chunk_size_bytes / BLOCK_BYTES;
     let full = root == "/";
     let mut pass = Pass::default();
+    if full {
+        check_replicas(client, &mut pass).await;
+    }
 
     // 1. Every directory object on every node.
     let mut dirs: BTreeMap<String, Vec<(NodeId, FsckDir)>> = BTreeMap::new();
-    for n in &map.nodes {
+    for n in &map.partitions {
         let mut after = None;
         loop {
             let req = Request::FsckDirs {
@@ -369,7 +424,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
                 }
             }
         }
-        for n in &map.nodes {
+        for n in &map.partitions {
             let mut after = None;
             loop {
                 let req = Request::FsckBlocks { after, limit: PAGE };

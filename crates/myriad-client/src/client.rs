@@ -3,11 +3,11 @@ use std::time::Duration;
 
 use myriad_net::{Pool, PoolConfig};
 use myriad_placement::{
-    ClusterMap, NodeId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
+    ClusterMap, NodeId, PartitionId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
 };
 use myriad_proto::{
-    Caller, CounterSnapshot, FileKind, FsError, Inode, PeerKind, RenameFlags, Request, Response,
-    SetAttr, StatFs, XattrMode, limits, validate_path,
+    Caller, CounterSnapshot, Endpoints, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
+    Response, SetAttr, StatFs, XattrMode, limits, validate_path,
 };
 
 /// Retries after redirects or `MapTooOld` before giving up (each one means the map changed).
@@ -44,13 +44,17 @@ struct MapState {
 /// Where a request must go.
 #[derive(Clone, Debug)]
 pub(crate) enum Route {
-    /// The node holding the entry of this path (its parent's directory object).
+    /// The partition holding the entry of this path (its parent's directory object).
     Entry(String),
-    /// The node holding the shard of directory `.0` with name hash `.1`.
+    /// The partition holding the shard of directory `.0` with name hash `.1`.
     Shard(String, u64),
-    /// The node holding chunk `.1` (>= 1) of inode `.0`.
+    /// The partition holding chunk `.1` (>= 1) of inode `.0`.
     Chunk(u64, u64),
-    Node(NodeId),
+    Partition(PartitionId),
+    /// The server itself (counters, map, statfs), not one of its partitions.
+    Server(NodeId),
+    /// The copy of partition `.1` on server `.0` (primary or backup).
+    Copy(NodeId, PartitionId),
 }
 
 tokio::task_local! {
@@ -140,7 +144,35 @@ impl Client {
                 .ring
                 .owner_of_shard(dir, self.shards.leaf_for(dir, *hash)),
             Route::Chunk(ino, c) => st.ring.owner_of_chunk(*ino, *c),
-            Route::Node(n) => *n,
+            Route::Partition(n) | Route::Server(n) => *n,
+            Route::Copy(_, p) => *p,
+        }
+    }
+
+    /// The address and endpoints of a request along `route` under `st`.
+    fn address(st: &MapState, route: &Route, target: u32) -> Result<(String, Endpoints), FsError> {
+        match route {
+            Route::Server(n) => st
+                .map
+                .node(*n)
+                .map(|info| (info.addr.clone(), Endpoints::SERVER))
+                .ok_or_else(|| {
+                    FsError::Unavailable(format!("server {n} is not in the cluster map"))
+                }),
+            Route::Copy(n, p) => st
+                .map
+                .node(*n)
+                .map(|info| (info.addr.clone(), Endpoints::to(*p)))
+                .ok_or_else(|| {
+                    FsError::Unavailable(format!("server {n} is not in the cluster map"))
+                }),
+            _ => st
+                .map
+                .partition_addr(target)
+                .map(|a| (a.to_string(), Endpoints::to(target)))
+                .ok_or_else(|| {
+                    FsError::Unavailable(format!("partition {target} is not in the cluster map"))
+                }),
         }
     }
 
@@ -153,14 +185,12 @@ impl Client {
         loop {
             let st = self.st();
             let node = self.node_for(&st, &route);
-            let addr = st.map.node(node).map(|n| n.addr.clone()).ok_or_else(|| {
-                FsError::Unavailable(format!("node {node} is not in the cluster map"))
-            })?;
+            let (addr, ends) = Self::address(&st, &route, node)?;
             let result = match CALLER.try_with(|c| c.clone()) {
-                Ok(c) => self.pool.call(&addr, st.map.epoch, &c, &req).await,
+                Ok(c) => self.pool.call(&addr, st.map.epoch, ends, &c, &req).await,
                 Err(_) => {
                     self.pool
-                        .call(&addr, st.map.epoch, &self.config.caller, &req)
+                        .call(&addr, st.map.epoch, ends, &self.config.caller, &req)
                         .await
                 }
             };
@@ -206,7 +236,13 @@ impl Client {
                     }
                     let push = Request::InstallMap(Box::new(st.map.clone()));
                     self.pool
-                        .call(&addr, st.map.epoch, &self.config.caller, &push)
+                        .call(
+                            &addr,
+                            st.map.epoch,
+                            Endpoints::SERVER,
+                            &self.config.caller,
+                            &push,
+                        )
                         .await?;
                 }
                 Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
@@ -227,7 +263,7 @@ impl Client {
                 let req = Request::GetShardMap {
                     dir: dir.to_string(),
                 };
-                match Box::pin(self.call(Route::Node(home), req)).await {
+                match Box::pin(self.call(Route::Partition(home), req)).await {
                     Ok(Response::ShardMap(m)) => Some(*m),
                     _ => None,
                 }
@@ -557,11 +593,11 @@ impl Client {
 
     // ---- cluster ----
 
-    /// Capacity and usage summed over every node.
+    /// Capacity and usage summed over every server.
     pub async fn statfs(&self) -> Result<StatFs, FsError> {
         let mut total = StatFs::default();
         for n in self.st().map.nodes.clone() {
-            match self.call(Route::Node(n.id), Request::StatFs).await? {
+            match self.call(Route::Server(n.id), Request::StatFs).await? {
                 Response::StatFs(s) => {
                     total.total_bytes += s.total_bytes;
                     total.free_bytes += s.free_bytes;
@@ -575,7 +611,7 @@ impl Client {
     }
 
     pub async fn counters(&self, node: NodeId) -> Result<CounterSnapshot, FsError> {
-        match self.call(Route::Node(node), Request::GetCounters).await? {
+        match self.call(Route::Server(node), Request::GetCounters).await? {
             Response::Counters(c) => Ok(c),
             other => Err(unexpected(&other)),
         }
@@ -592,13 +628,14 @@ impl Client {
 
     pub async fn reset_counters(&self) -> Result<(), FsError> {
         for n in self.st().map.nodes.clone() {
-            self.call(Route::Node(n.id), Request::ResetCounters).await?;
+            self.call(Route::Server(n.id), Request::ResetCounters)
+                .await?;
         }
         Ok(())
     }
 
     pub async fn get_map(&self, node: NodeId) -> Result<ClusterMap, FsError> {
-        match self.call(Route::Node(node), Request::GetMap).await? {
+        match self.call(Route::Server(node), Request::GetMap).await? {
             Response::Map(m) => Ok(*m),
             other => Err(unexpected(&other)),
         }
@@ -611,27 +648,53 @@ impl Client {
         let install = Request::InstallMap(Box::new(map.clone()));
         for n in &map.nodes {
             self.pool
-                .call(&n.addr, map.epoch, &self.config.caller, &install)
+                .call(
+                    &n.addr,
+                    map.epoch,
+                    Endpoints::SERVER,
+                    &self.config.caller,
+                    &install,
+                )
                 .await?;
         }
         self.adopt(map);
         Ok(())
     }
 
-    /// Raw round trip to one node: the transport floor for benchmarks.
-    /// Sends one request to node `node` as it is (admin tools such as fsck).
-    pub async fn request(&self, node: NodeId, req: Request) -> Result<Response, FsError> {
-        self.call(Route::Node(node), req).await
+    /// Sends one request to partition `pid` as it is (admin tools such as fsck).
+    pub async fn request(&self, pid: PartitionId, req: Request) -> Result<Response, FsError> {
+        self.call(Route::Partition(pid), req).await
     }
 
+    /// The copy of partition `pid` on server `node`: (last applied batch, keys, digest);
+    /// the batch is None while the copy is being filled. Root only (fsck).
+    pub async fn replica_digest(
+        &self,
+        node: NodeId,
+        pid: PartitionId,
+    ) -> Result<(Option<u64>, u64, u64), FsError> {
+        match self
+            .call(Route::Copy(node, pid), Request::FsckReplica)
+            .await?
+        {
+            Response::ReplicaDigest { seq, keys, digest } => Ok((seq, keys, digest)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Raw round trip to server `node`: the transport floor for benchmarks.
     pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
-        match self.call(Route::Node(node), Request::Echo(payload)).await? {
+        match self
+            .call(Route::Server(node), Request::Echo(payload))
+            .await?
+        {
             Response::Echo(p) => Ok(p),
             other => Err(unexpected(&other)),
         }
     }
 
-    /// Which node holds the entry of `path` under the current map.
+    /// Which partition holds the entry of `path` (the ring's answer; `primary_of` in the map
+    /// says which server serves it).
     #[must_use]
     pub fn owner_of_entry(&self, path: &str) -> NodeId {
         self.st().ring.owner_of_entry(path)

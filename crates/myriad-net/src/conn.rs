@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::codec::{decode, encode};
 use myriad_proto::{
-    Caller, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, Request,
+    Caller, Endpoints, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, Request,
     RequestFrameRef, Response, ResponseFrame,
 };
 use tokio::net::TcpStream;
@@ -170,6 +170,7 @@ impl RpcConn {
     pub async fn call(
         &self,
         epoch: u64,
+        ends: Endpoints,
         caller: &Caller,
         body: &Request,
         timeout: Duration,
@@ -184,6 +185,7 @@ impl RpcConn {
         let frame = RequestFrameRef {
             id,
             epoch,
+            ends,
             caller,
             body,
         };

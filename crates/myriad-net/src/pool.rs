@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use myriad_proto::{Caller, FsError, PeerKind, Request, Response};
+use myriad_proto::{Caller, Endpoints, FsError, PeerKind, Request, Response};
 
 use crate::RpcConn;
 
@@ -62,10 +62,11 @@ impl Pool {
         &self,
         addr: &str,
         epoch: u64,
+        ends: Endpoints,
         caller: &Caller,
         body: &Request,
     ) -> Result<Response, FsError> {
-        self.call_with_timeout(addr, epoch, caller, body, self.config.request_timeout)
+        self.call_with_timeout(addr, epoch, ends, caller, body, self.config.request_timeout)
             .await
     }
 
@@ -73,11 +74,12 @@ impl Pool {
         &self,
         addr: &str,
         epoch: u64,
+        ends: Endpoints,
         caller: &Caller,
         body: &Request,
         timeout: Duration,
     ) -> Result<Response, FsError> {
         let conn = self.conn(addr).await?;
-        conn.call(epoch, caller, body, timeout).await
+        conn.call(epoch, ends, caller, body, timeout).await
     }
 }

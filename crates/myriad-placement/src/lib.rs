@@ -1,5 +1,6 @@
 //! Placement: a pure function from a versioned cluster map and a key (a directory path, or an
-//! inode id and chunk index) to the node that holds it.
+//! inode id and chunk index) to the partition that holds it, and from a partition to the
+//! servers holding its copies.
 //!
 //! Clients compute placement locally and never ask a server "where is X" (DESIGN.md principle 2).
 //! Consistent hashing with virtual nodes keeps the load even (busiest node <= 1.15x the mean)
@@ -8,11 +9,15 @@
 //! Must not depend on: any other workspace crate, an async runtime, I/O, clocks or randomness.
 
 mod map;
+pub mod partition;
 mod path;
 mod ring;
 mod shard;
 
-pub use map::{ClusterMap, MapError, NodeId, NodeInfo};
+pub use map::{
+    ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError, NodeId, NodeInfo,
+    PARTITION_ID_MAX, PartitionId, PartitionInfo,
+};
 pub use path::{parent_of, split_parent};
 pub use ring::Ring;
 pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};

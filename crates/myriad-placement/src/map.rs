@@ -1,16 +1,31 @@
-//! The cluster map: which nodes exist, where they listen, and the layout parameters that every
-//! client and server must agree on. It is versioned by `epoch`; a higher epoch always wins.
+//! The cluster map: which servers ("nodes") exist and where they listen, which partitions
+//! exist and which servers hold each one, and the layout parameters that every client and
+//! server must agree on. It is versioned by `epoch`; a higher epoch always wins.
+//!
+//! Keys are placed on partitions by the ring (fixed for the cluster's life); partitions are
+//! placed on servers by their replica lists (which change with membership). The first
+//! replica listed is the partition's primary. docs/replication.md.
 
 use serde::{Deserialize, Serialize};
 
 use crate::ring::Ring;
 
-/// A node's identity in the cluster map. Ids are small positive integers, stable for the node's life.
+/// A server's identity in the cluster map. Ids are small positive integers, stable for the
+/// server's life.
 pub type NodeId = u32;
+/// A partition's identity: the ring maps keys to partitions. 1..=`PARTITION_ID_MAX`; ids
+/// allocated by a partition are `pid << 40 | counter`, so a pid must fit in 24 bits.
+pub type PartitionId = u32;
+pub const PARTITION_ID_MAX: PartitionId = (1 << 24) - 1;
 
-/// Virtual nodes per unit of weight. 256 keeps the busiest of 4 nodes within ~1.1x of the mean
-/// (see the balance test) while a ring of 4 nodes stays at 1,024 points (a 10-step binary search).
-pub const DEFAULT_VNODES_PER_NODE: u32 = 256;
+/// Ring points per partition. 256 keeps the busiest of 4 partitions within ~1.1x of the mean
+/// (see the balance test) while a ring of 32 partitions stays at 8,192 points.
+pub const DEFAULT_VNODES_PER_PARTITION: u32 = 256;
+/// Partitions per server when a cluster is created: enough that a dead server's primaries
+/// spread over all the others and a new server can take a fair share (docs/replication.md).
+pub const DEFAULT_PARTITIONS_PER_NODE: u32 = 8;
+/// Copies of every partition (capped by the number of servers).
+pub const DEFAULT_REPLICATION: u32 = 3;
 /// Default chunk size of big files: the unit of placement for file data beyond chunk 0.
 pub const DEFAULT_CHUNK_SIZE_BYTES: u64 = 4 * 1024 * 1024;
 /// Files up to this size are "inline": their bytes live with the inode and `fetch` returns them.
@@ -25,18 +40,28 @@ pub struct NodeInfo {
     pub id: NodeId,
     /// `host:port` the node listens on.
     pub addr: String,
-    /// Relative capacity; a node of weight 2 gets twice the keys of a node of weight 1.
+    /// Relative capacity; a node of weight 2 gets twice the partitions of a node of weight 1.
     pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    pub id: PartitionId,
+    /// The servers holding a copy, primary first.
+    pub replicas: Vec<NodeId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
     /// Version of this map. Every change increments it; the higher epoch wins.
     pub epoch: u64,
-    pub vnodes_per_node: u32,
+    pub vnodes_per_partition: u32,
     pub chunk_size_bytes: u64,
     pub inline_max_bytes: u64,
+    /// Copies each partition should have (`replicas.len()` is at most this).
+    pub replication: u32,
     pub nodes: Vec<NodeInfo>,
+    pub partitions: Vec<PartitionInfo>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -50,8 +75,18 @@ pub enum MapError {
     BadWeight(NodeId),
     #[error("node id 0 is reserved")]
     ZeroNodeId,
-    #[error("vnodes_per_node must be at least 1 and the ring at most {RING_POINTS_MAX} points")]
+    #[error(
+        "vnodes_per_partition must be at least 1 and the ring at most {RING_POINTS_MAX} points"
+    )]
     BadVnodes,
+    #[error("cluster map has no partitions")]
+    NoPartitions,
+    #[error("partition id {0} is listed twice or outside 1..={PARTITION_ID_MAX}")]
+    BadPartitionId(PartitionId),
+    #[error("partition {0}: its replicas must be 1..=replication distinct servers of the map")]
+    BadReplicas(PartitionId),
+    #[error("replication must be at least 1")]
+    BadReplication,
     #[error(
         "chunk_size_bytes must be a multiple of 65536 and inline_max_bytes at most the chunk size"
     )]
@@ -61,23 +96,40 @@ pub enum MapError {
 }
 
 impl ClusterMap {
-    /// A map of `addrs.len()` equally weighted nodes with ids 1..=N and default layout.
+    /// A map of `addrs.len()` equally weighted servers with ids 1..=N, one partition per
+    /// server (partition i on server i) and one copy of each: the layout of a cluster without
+    /// replication, used by tests that reason about placement.
     #[must_use]
     pub fn new(epoch: u64, addrs: &[String]) -> ClusterMap {
+        ClusterMap::build(epoch, addrs, 1, 1)
+    }
+
+    /// A map of `addrs.len()` equally weighted servers with ids 1..=N, `per_node` partitions
+    /// per server and `replication` copies of each (capped by N), assigned by
+    /// `partition::assign`.
+    #[must_use]
+    pub fn build(epoch: u64, addrs: &[String], per_node: u32, replication: u32) -> ClusterMap {
+        let nodes: Vec<NodeInfo> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| NodeInfo {
+                id: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                addr: a.clone(),
+                weight: 1,
+            })
+            .collect();
+        let count = per_node
+            .max(1)
+            .saturating_mul(u32::try_from(nodes.len()).unwrap_or(u32::MAX));
+        let replication = replication.max(1);
         ClusterMap {
             epoch,
-            vnodes_per_node: DEFAULT_VNODES_PER_NODE,
+            vnodes_per_partition: DEFAULT_VNODES_PER_PARTITION,
             chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
             inline_max_bytes: DEFAULT_INLINE_MAX_BYTES,
-            nodes: addrs
-                .iter()
-                .enumerate()
-                .map(|(i, a)| NodeInfo {
-                    id: u32::try_from(i + 1).unwrap_or(u32::MAX),
-                    addr: a.clone(),
-                    weight: 1,
-                })
-                .collect(),
+            replication,
+            partitions: crate::partition::assign(&nodes, count, replication),
+            nodes,
         }
     }
 
@@ -87,7 +139,6 @@ impl ClusterMap {
             return Err(MapError::Empty);
         }
         let mut seen = std::collections::BTreeSet::new();
-        let mut points: u64 = 0;
         for n in &self.nodes {
             if n.id == 0 {
                 return Err(MapError::ZeroNodeId);
@@ -98,9 +149,31 @@ impl ClusterMap {
             if n.weight == 0 || n.weight > WEIGHT_MAX {
                 return Err(MapError::BadWeight(n.id));
             }
-            points += u64::from(self.vnodes_per_node) * u64::from(n.weight);
         }
-        if self.vnodes_per_node == 0 || points > RING_POINTS_MAX {
+        if self.replication == 0 {
+            return Err(MapError::BadReplication);
+        }
+        if self.partitions.is_empty() {
+            return Err(MapError::NoPartitions);
+        }
+        let mut pids = std::collections::BTreeSet::new();
+        for p in &self.partitions {
+            if p.id == 0 || p.id > PARTITION_ID_MAX || !pids.insert(p.id) {
+                return Err(MapError::BadPartitionId(p.id));
+            }
+            let mut distinct = std::collections::BTreeSet::new();
+            if p.replicas.is_empty()
+                || p.replicas.len() > self.replication as usize
+                || !p
+                    .replicas
+                    .iter()
+                    .all(|r| seen.contains(r) && distinct.insert(*r))
+            {
+                return Err(MapError::BadReplicas(p.id));
+            }
+        }
+        let points = u64::from(self.vnodes_per_partition) * self.partitions.len() as u64;
+        if self.vnodes_per_partition == 0 || points > RING_POINTS_MAX {
             return Err(MapError::BadVnodes);
         }
         if self.chunk_size_bytes == 0
@@ -127,6 +200,35 @@ impl ClusterMap {
     #[must_use]
     pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
         self.nodes.iter().find(|n| n.id == id)
+    }
+
+    #[must_use]
+    pub fn partition(&self, id: PartitionId) -> Option<&PartitionInfo> {
+        self.partitions.iter().find(|p| p.id == id)
+    }
+
+    /// The server serving partition `id`: its first replica.
+    #[must_use]
+    pub fn primary_of(&self, id: PartitionId) -> Option<NodeId> {
+        self.partition(id).and_then(|p| p.replicas.first().copied())
+    }
+
+    /// Where to send a request for partition `id`: its primary's address.
+    #[must_use]
+    pub fn partition_addr(&self, id: PartitionId) -> Option<&str> {
+        self.primary_of(id)
+            .and_then(|n| self.node(n))
+            .map(|n| n.addr.as_str())
+    }
+
+    /// The partitions whose primary is `node`, in id order.
+    #[must_use]
+    pub fn primaries_of(&self, node: NodeId) -> Vec<PartitionId> {
+        self.partitions
+            .iter()
+            .filter(|p| p.replicas.first() == Some(&node))
+            .map(|p| p.id)
+            .collect()
     }
 
     /// Builds the hash ring for this map. Callers cache it per epoch.

@@ -1,4 +1,5 @@
-//! Consistent-hash ring with virtual nodes.
+//! Consistent-hash ring with virtual nodes. Its members are partitions (a "node" here is a
+//! partition id); the cluster map says which servers hold each partition.
 //!
 //! Keys and ring points are xxh3-64 hashes; xxh3 is specified and stable across versions and
 //! platforms, so every client and server computes the same placement forever.
@@ -26,11 +27,13 @@ pub struct Ring {
 impl Ring {
     pub(crate) fn build(map: &ClusterMap) -> Ring {
         let mut points = Vec::new();
-        for node in &map.nodes {
-            let count = map.vnodes_per_node * node.weight;
-            for v in 0..count {
-                let label = format!("myriad-vnode/{}/{}", node.id, v);
-                points.push((xxh3_64(label.as_bytes()), node.id));
+        // The ring places keys on partitions (which never change); the map places partitions
+        // on servers. Labels kept from when ring members were servers: a one-partition-per-
+        // server map places keys exactly as before.
+        for part in &map.partitions {
+            for v in 0..map.vnodes_per_partition {
+                let label = format!("myriad-vnode/{}/{}", part.id, v);
+                points.push((xxh3_64(label.as_bytes()), part.id));
             }
         }
         points.sort_unstable();

@@ -56,6 +56,7 @@ mod tests {
         let f = RequestFrame {
             id: 1,
             epoch: 1,
+            ends: crate::Endpoints::to(3),
             caller: Caller::root(),
             body: Request::AtInode {
                 ino: 9,
@@ -74,6 +75,10 @@ mod tests {
         let f = RequestFrame {
             id: 7,
             epoch: 3,
+            ends: crate::Endpoints {
+                target: 2,
+                source: 9,
+            },
             caller: Caller {
                 uid: 1000,
                 gid: 100,
@@ -108,12 +113,14 @@ mod tests {
         let owned = RequestFrame {
             id: 1,
             epoch: 2,
+            ends: crate::Endpoints::to(4),
             caller: caller.clone(),
             body: body.clone(),
         };
         let borrowed = crate::RequestFrameRef {
             id: 1,
             epoch: 2,
+            ends: crate::Endpoints::to(4),
             caller: &caller,
             body: &body,
         };

@@ -57,6 +57,11 @@ pub enum FsError {
     },
     #[error("no such attribute")]
     NoData,
+    /// A backup cannot apply a replicated batch: it lacks batches its primary counts as
+    /// acknowledged (it lost its disk), or it is receiving a whole copy (`next` None). The
+    /// primary then copies the whole partition to it (docs/replication.md).
+    #[error("replica needs a whole copy (its next batch would be {next:?})")]
+    ReplicaGap { next: Option<u64> },
     #[error("operation not permitted")]
     NotPermitted,
 }
@@ -85,7 +90,10 @@ impl FsError {
             FsError::NotSupported(_) => 95,    // EOPNOTSUPP
             FsError::NoData => 61,             // ENODATA
             FsError::NotPermitted => 1,        // EPERM
-            FsError::Io(_) | FsError::Unavailable(_) | FsError::Protocol(_) => 5, // EIO
+            FsError::Io(_)
+            | FsError::Unavailable(_)
+            | FsError::Protocol(_)
+            | FsError::ReplicaGap { .. } => 5, // EIO
         }
     }
 

@@ -10,7 +10,7 @@ use crate::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, Shard, 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
 pub const MAGIC: u32 = 0x4d59_5244;
 /// Bumped on any incompatible change of a message. Peers must match exactly for now.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -34,11 +34,34 @@ pub struct HelloReply {
     pub refused: Option<String>,
 }
 
+/// Which partition a request is for, and which partition sent it. 0 is "the server itself"
+/// as a target (admin requests) and "not a partition" (a client, a CLI) as a source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoints {
+    pub target: u32,
+    pub source: u32,
+}
+
+impl Endpoints {
+    /// A request from a client (or a server acting as one) to partition `target`.
+    #[must_use]
+    pub fn to(target: u32) -> Endpoints {
+        Endpoints { target, source: 0 }
+    }
+
+    /// A request to the server itself rather than one of its partitions.
+    pub const SERVER: Endpoints = Endpoints {
+        target: 0,
+        source: 0,
+    };
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestFrame {
     pub id: u64,
     /// Epoch of the sender's cluster map, so the receiver can redirect or ask for the newer map.
     pub epoch: u64,
+    pub ends: Endpoints,
     pub caller: Caller,
     pub body: Request,
 }
@@ -49,6 +72,7 @@ pub struct RequestFrame {
 pub struct RequestFrameRef<'a> {
     pub id: u64,
     pub epoch: u64,
+    pub ends: Endpoints,
     pub caller: &'a Caller,
     pub body: &'a Request,
 }
@@ -224,6 +248,9 @@ pub enum Request {
     FsckBlockFrom { ino: u64, block: u64 },
     /// Any node, as root: one repair (`myriad fsck --repair`).
     FsckRepair(FsckRepair),
+    /// A server holding a copy (primary or backup) of the target partition, as root: the
+    /// copy's last applied batch and a digest of its whole contents (`ReplicaDigest`).
+    FsckReplica,
 
     // ---- server to server ----
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
@@ -335,6 +362,40 @@ pub enum Request {
         caller: Caller,
         op: InodeOp,
     },
+    // ---- replication (docs/replication.md); target = the partition, sent by its primary ----
+    /// A backup of the target partition: apply batch `seq` (after every lower one), durably,
+    /// then answer. `acked`: every batch up to it was acknowledged by this backup before (a
+    /// backup that lacks one of them lost its disk: `ReplicaGap`).
+    Replicate {
+        seq: u64,
+        acked: u64,
+        ops: Vec<ReplOp>,
+    },
+    /// A backup of the target partition: the last batch it applied (`Response::Seq`).
+    ReplicaSeq,
+    /// A backup of the target partition: a whole copy begins; drop everything held.
+    ReplicaReset,
+    /// A backup of the target partition: one page of a whole copy.
+    ReplicaCopy { ops: Vec<ReplOp> },
+    /// A backup of the target partition: the copy is complete and reflects every batch up
+    /// to `seq`; batches after it follow.
+    ReplicaCopyDone { seq: u64 },
+    /// A backup of the target partition: one page of its keys in `space` after `after`
+    /// (a primary that restarted behind its backups copies from the most advanced one).
+    ReplicaRead {
+        space: u8,
+        after: Option<serde_bytes::ByteBuf>,
+    },
+}
+
+/// One put (`value` set) or delete of a replicated batch, in a space of the partition's store
+/// (`myriad_storage::Space::code`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplOp {
+    pub space: u8,
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    pub value: Option<serde_bytes::ByteBuf>,
 }
 
 /// A path request without its path, applied to a hard-linked inode at its home. The `ino`
@@ -472,6 +533,7 @@ impl Request {
             Request::FsckBlocks { .. } => "fsck_blocks",
             Request::FsckBlockFrom { .. } => "fsck_block_from",
             Request::FsckRepair(_) => "fsck_repair",
+            Request::FsckReplica => "fsck_replica",
             Request::DirObjectCreate { .. } => "dirobj_create",
             Request::DirObjectRemove { .. } => "dirobj_remove",
             Request::RenamePrepare { .. } => "rename_prepare",
@@ -487,6 +549,12 @@ impl Request {
             Request::Unsubscribe { .. } => "unsubscribe",
             Request::AttrUpdate { .. } => "attr_update",
             Request::InvalidatePrefix { .. } => "invalidate_prefix",
+            Request::Replicate { .. } => "replicate",
+            Request::ReplicaSeq => "replica_seq",
+            Request::ReplicaReset => "replica_reset",
+            Request::ReplicaCopy { .. } => "replica_copy",
+            Request::ReplicaCopyDone { .. } => "replica_copy_done",
+            Request::ReplicaRead { .. } => "replica_read",
         }
     }
 
@@ -553,6 +621,26 @@ impl Request {
                 | Request::PutLinkRef { .. }
                 | Request::AdjustLinks { .. }
                 | Request::AtInode { .. }
+                | Request::Replicate { .. }
+                | Request::ReplicaSeq
+                | Request::ReplicaReset
+                | Request::ReplicaCopy { .. }
+                | Request::ReplicaCopyDone { .. }
+                | Request::ReplicaRead { .. }
+        )
+    }
+
+    /// Requests for the backup copy of a partition rather than its primary.
+    #[must_use]
+    pub fn is_replication(&self) -> bool {
+        matches!(
+            self,
+            Request::Replicate { .. }
+                | Request::ReplicaSeq
+                | Request::ReplicaReset
+                | Request::ReplicaCopy { .. }
+                | Request::ReplicaCopyDone { .. }
+                | Request::ReplicaRead { .. }
         )
     }
 
@@ -570,6 +658,7 @@ impl Request {
                 | Request::FsckBlocks { .. }
                 | Request::FsckBlockFrom { .. }
                 | Request::FsckRepair(_)
+                | Request::FsckReplica
         )
     }
 }
@@ -621,6 +710,17 @@ pub enum Response {
     },
     FsckBlocks(Vec<(u64, u64)>),
     Block(Option<u64>),
+    /// A replica's last applied batch; None while it is receiving a whole copy.
+    Seq(Option<u64>),
+    /// A page of a replica's keys (empty: no more).
+    ReplicaPage(Vec<ReplOp>),
+    ReplicaDigest {
+        /// Last applied batch (None: receiving a whole copy).
+        seq: Option<u64>,
+        keys: u64,
+        /// xxh3 of every (space, key, value) but the sequence number itself.
+        digest: u64,
+    },
 }
 
 impl Response {

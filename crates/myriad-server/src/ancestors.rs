@@ -80,6 +80,19 @@ pub struct ReplicaStats {
     pub invalidation_us: AtomicU64,
 }
 
+impl ReplicaStats {
+    pub fn reset(&self) {
+        for c in [
+            &self.local,
+            &self.remote,
+            &self.invalidations,
+            &self.invalidation_us,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 pub struct Replicas {
     config: ReplicationConfig,
     started: Instant,

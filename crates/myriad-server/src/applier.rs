@@ -6,8 +6,8 @@
 //!                              v
 //!                        syncer thread: one fsync for everything queued, then reply to all
 //! ```
-//! One thread applies every mutation of this node in order, so validations never race. The
-//! syncer drains whatever has queued up while the previous fsync ran and covers it with one
+//! One thread per partition applies every mutation of that partition in order, so
+//! validations never race. The server's one syncer drains whatever has queued up while the previous fsync ran and covers it with one
 //! fsync: concurrent requests share the cost (group commit), and the applier keeps applying
 //! while the disk syncs (pipelining). No reply leaves before the fsync covering its batch.
 //!
@@ -19,12 +19,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use myriad_proto::FsError;
-use myriad_storage::Store;
+use myriad_storage::{Kv, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
+use crate::replication::{Replicator, SEQ_KEY, to_wire};
 
-type Reply = oneshot::Sender<Result<Outcome, FsError>>;
+/// What a mutation's caller gets back: its outcome, and the sequence number of the batch it
+/// committed (or of the last batch before it, if it wrote nothing), which replication waits on.
+pub struct Done {
+    pub outcome: Outcome,
+    pub seq: u64,
+}
+
+pub(crate) type Reply = oneshot::Sender<Result<Done, FsError>>;
 
 struct Job {
     mutation: Mutation,
@@ -43,68 +51,25 @@ pub struct SyncStats {
     pub synced_mutations: AtomicU64,
 }
 
+/// Replies waiting for the fsync that covers their batches, and the partition's change
+/// signal to bump after it.
+struct SyncGroup {
+    replies: Vec<(Reply, Done)>,
+    changed: watch::Sender<u64>,
+}
+
+/// The server's one fsync thread, shared by the appliers of all its partitions (they share
+/// one engine, so one fsync covers them all).
 #[derive(Clone)]
-pub struct Applier {
-    tx: mpsc::UnboundedSender<Job>,
+pub struct Syncer {
+    tx: std::sync::mpsc::Sender<SyncGroup>,
     pub stats: Arc<SyncStats>,
 }
 
-impl Applier {
-    /// Starts the applier and syncer threads. `changed` is bumped after every group commit so
-    /// readers waiting on a pending entry look again.
-    pub fn start(
-        store: Store,
-        ids: IdAlloc,
-        layout: Layout,
-        changed: watch::Sender<u64>,
-    ) -> std::io::Result<Applier> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-        let (stx, srx) = std::sync::mpsc::channel::<Vec<(Reply, Outcome)>>();
+impl Syncer {
+    pub fn start(kv: Arc<dyn Kv>) -> std::io::Result<Syncer> {
+        let (tx, srx) = std::sync::mpsc::channel::<SyncGroup>();
         let stats = Arc::new(SyncStats::default());
-
-        let apply_store = store.clone();
-        std::thread::Builder::new()
-            .name("myriad-applier".into())
-            .spawn(move || {
-                let mut ids = ids;
-                while let Some(first) = rx.blocking_recv() {
-                    let mut jobs = vec![first];
-                    while jobs.len() < ROUND_MAX {
-                        match rx.try_recv() {
-                            Ok(j) => jobs.push(j),
-                            Err(_) => break,
-                        }
-                    }
-                    let mut done = Vec::with_capacity(jobs.len());
-                    let mut must_sync = false;
-                    for job in jobs {
-                        let mut ctx = Ctx {
-                            store: &apply_store,
-                            ids: &mut ids,
-                            layout,
-                        };
-                        match execute(&mut ctx, job.mutation) {
-                            Ok((batch, outcome)) => match apply_store.commit(batch) {
-                                Ok(()) if job.durable => done.push((job.reply, outcome)),
-                                Ok(()) => {
-                                    must_sync = true;
-                                    let _ = job.reply.send(Ok(outcome));
-                                }
-                                Err(e) => {
-                                    let _ = job.reply.send(Err(storage_err(e)));
-                                }
-                            },
-                            Err(e) => {
-                                let _ = job.reply.send(Err(e));
-                            }
-                        }
-                    }
-                    if (!done.is_empty() || must_sync) && stx.send(done).is_err() {
-                        break;
-                    }
-                }
-            })?;
-
         let sync_stats = stats.clone();
         std::thread::Builder::new()
             .name("myriad-syncer".into())
@@ -119,7 +84,7 @@ impl Applier {
                     }
                     let result = match &failed {
                         Some(e) => Err(myriad_storage::StorageError::Engine(e.clone())),
-                        None => store.sync(),
+                        None => kv.sync(),
                     };
                     if let Err(e) = &result
                         && failed.is_none()
@@ -127,22 +92,130 @@ impl Applier {
                         tracing::error!("fsync failed; this node acknowledges no more writes: {e}");
                         failed = Some(e.to_string());
                     }
-                    let count: usize = groups.iter().map(Vec::len).sum();
+                    let count: usize = groups.iter().map(|g| g.replies.len()).sum();
                     sync_stats.syncs.fetch_add(1, Ordering::Relaxed);
                     sync_stats
                         .synced_mutations
                         .fetch_add(count as u64, Ordering::Relaxed);
-                    for (reply, outcome) in groups.into_iter().flatten() {
-                        let _ = reply.send(match &result {
-                            Ok(()) => Ok(outcome),
-                            Err(e) => Err(FsError::Io(format!("fsync failed: {e}"))),
-                        });
+                    let mut signals: Vec<watch::Sender<u64>> = Vec::new();
+                    for group in groups {
+                        for (reply, outcome) in group.replies {
+                            let _ = reply.send(match &result {
+                                Ok(()) => Ok(outcome),
+                                Err(e) => Err(FsError::Io(format!("fsync failed: {e}"))),
+                            });
+                        }
+                        if !signals.iter().any(|s| s.same_channel(&group.changed)) {
+                            signals.push(group.changed);
+                        }
                     }
-                    changed.send_modify(|v| *v = v.wrapping_add(1));
+                    for changed in signals {
+                        changed.send_modify(|v| *v = v.wrapping_add(1));
+                    }
                 }
             })?;
+        Ok(Syncer { tx, stats })
+    }
 
-        Ok(Applier { tx, stats })
+    /// Sends `replies` once everything committed so far is durable, then bumps `changed`.
+    pub(crate) fn after_sync(&self, changed: watch::Sender<u64>, replies: Vec<(Reply, Done)>) {
+        let _ = self.tx.send(SyncGroup { replies, changed });
+    }
+}
+
+#[derive(Clone)]
+pub struct Applier {
+    tx: mpsc::UnboundedSender<Job>,
+    /// Set on a partition with backups: durable replies also wait for their acks.
+    replicator: Option<Arc<Replicator>>,
+}
+
+impl Applier {
+    /// Starts the applier thread of one partition. `changed` is bumped after every group
+    /// commit so readers waiting on a pending entry look again.
+    pub fn start(
+        store: Store,
+        ids: IdAlloc,
+        layout: Layout,
+        changed: watch::Sender<u64>,
+        syncer: &Syncer,
+        start_seq: u64,
+        replicator: Option<Arc<Replicator>>,
+    ) -> std::io::Result<Applier> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+        let stx = syncer.tx.clone();
+        let shipper = replicator.clone().filter(|r| r.has_backups());
+        std::thread::Builder::new()
+            .name("myriad-applier".into())
+            .spawn(move || {
+                let mut ids = ids;
+                let mut seq = start_seq;
+                while let Some(first) = rx.blocking_recv() {
+                    let mut jobs = vec![first];
+                    while jobs.len() < ROUND_MAX {
+                        match rx.try_recv() {
+                            Ok(j) => jobs.push(j),
+                            Err(_) => break,
+                        }
+                    }
+                    let mut done = Vec::with_capacity(jobs.len());
+                    let mut must_sync = false;
+                    for job in jobs {
+                        let mut ctx = Ctx {
+                            store: &store,
+                            ids: &mut ids,
+                            layout,
+                        };
+                        match execute(&mut ctx, job.mutation) {
+                            Ok((mut batch, outcome)) => {
+                                // Every non-empty batch gets the next sequence number,
+                                // written with it; backups apply batches in that order.
+                                let numbered = !batch.is_empty();
+                                let ops = if numbered {
+                                    store.put_meta_u64(&mut batch, SEQ_KEY, seq + 1);
+                                    shipper.as_ref().map(|_| to_wire(&batch))
+                                } else {
+                                    None
+                                };
+                                match store.commit(batch) {
+                                    Ok(()) => {
+                                        if numbered {
+                                            seq += 1;
+                                        }
+                                        if let (Some(r), Some(ops)) = (&shipper, ops) {
+                                            r.ship(seq, ops);
+                                        }
+                                        let done_now = Done { outcome, seq };
+                                        if job.durable {
+                                            done.push((job.reply, done_now));
+                                        } else {
+                                            must_sync = true;
+                                            let _ = job.reply.send(Ok(done_now));
+                                        }
+                                    }
+                                    Err(e) => {
+                                        let _ = job.reply.send(Err(storage_err(e)));
+                                    }
+                                }
+                            }
+                            Err(e) => {
+                                let _ = job.reply.send(Err(e));
+                            }
+                        }
+                    }
+                    if (!done.is_empty() || must_sync)
+                        && stx
+                            .send(SyncGroup {
+                                replies: done,
+                                changed: changed.clone(),
+                            })
+                            .is_err()
+                    {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Applier { tx, replicator })
     }
 
     /// Applies `mutation` and returns once it is durable.
@@ -165,7 +238,12 @@ impl Applier {
                 durable,
             })
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        rx.await
-            .map_err(|_| FsError::Unavailable("server is shutting down".into()))?
+        let done = rx
+            .await
+            .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
+        if durable && let Some(r) = &self.replicator {
+            r.wait(done.seq).await?;
+        }
+        Ok(done.outcome)
     }
 }

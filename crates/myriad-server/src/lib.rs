@@ -1,7 +1,8 @@
 //! The Myriad server: one process is one node and serves both data and metadata (FPFS OSD+).
 //!
 //! ```text
-//! TCP ─> myriad-net serve_connection ─> Node::dispatch ─┬─ reads: Store directly
+//! TCP ─> myriad-net serve_connection ─> Host (host.rs) ─> the target partition's
+//!                                        Node::dispatch ─┬─ reads: Store directly
 //!                                                       ├─ mutations: Applier (one writer, group commit)
 //!                                                       └─ two-node ops: twophase (intents + recovery)
 //! ```
@@ -12,33 +13,34 @@ mod applier;
 mod config;
 mod counters;
 mod fsck;
+mod host;
 mod intent;
 mod links;
 mod mutation;
 mod node;
 mod perm;
 mod popularity;
+mod replication;
 mod shards;
 mod split;
 mod twophase;
 #[cfg(test)]
 mod workload_rng;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use myriad_net::{Pool, PoolConfig, serve_connection};
 use myriad_proto::PeerKind;
-use myriad_storage::{FjallKv, Kv, Store};
+use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 pub use ancestors::ReplicationConfig;
 pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, ServerConfig};
 
-use crate::applier::Applier;
-use crate::mutation::{IdAlloc, Layout, Mutation};
-use crate::node::{MapState, Node, now_ns};
+use crate::applier::Syncer;
+use crate::host::{Host, HostHandle, OpenError};
+use crate::node::MapState;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -77,15 +79,10 @@ pub async fn run(
     };
     let kv: Arc<dyn Kv> =
         Arc::new(FjallKv::open(&config.data_dir.join("store")).map_err(store_err)?);
-    let store = Store::open(kv, config.node_id).map_err(store_err)?;
-    let store_fresh = store.is_fresh();
-    let ids = IdAlloc::load(&store, config.node_id).map_err(store_err)?;
-    let layout = Layout {
-        chunk_size_bytes: config.map.chunk_size_bytes,
-    };
-    let (changed, _) = watch::channel(0u64);
-    let applier = Applier::start(store.clone(), ids, layout, changed.clone())?;
-    let ring = config.map.ring();
+    // The server's own records (partition 0): format version and server id, checked here.
+    let _own = Store::open(Arc::new(PartitionKv::new(kv.clone(), 0)), config.node_id)
+        .map_err(store_err)?;
+    let syncer = Syncer::start(kv.clone())?;
     let pool = Pool::new(PoolConfig {
         me: PeerKind::Server {
             node_id: config.node_id,
@@ -93,73 +90,67 @@ pub async fn run(
         connect_timeout: config.connect_timeout,
         request_timeout: config.request_timeout,
     });
-    let node = Arc::new(Node {
-        me: config.node_id,
-        store,
-        applier,
+    let host = Arc::new(Host {
+        id: config.node_id,
         map: RwLock::new(Arc::new(MapState {
             map: config.map.clone(),
-            ring,
+            ring: config.map.ring(),
         })),
         map_path: config.map_path.clone(),
         data_dir: config.data_dir.clone(),
         pool,
         counters: Default::default(),
-        changed,
         config: config.clone(),
-        live: Mutex::new(HashSet::new()),
-        replicas: ancestors::Replicas::new(config.replication.clone(), !store_fresh),
-        shard_maps: myriad_placement::ShardCache::default(),
-        splits: split::SplitState::default(),
+        syncer,
+        kv: kv.clone(),
+        partitions: RwLock::new(HashMap::new()),
+        backups: RwLock::new(HashMap::new()),
+        reconciling: tokio::sync::Mutex::new(()),
     });
 
-    if node.state().ring.owner_of_dir("/") == node.me {
-        node.applier
-            .run(Mutation::InitRoot {
-                now: now_ns(),
-                uid: config.root_uid,
-                gid: config.root_gid,
-            })
-            .await
-            .map_err(|e| ServerError::Config(e.to_string()))?;
-    }
-
-    let rec = node.clone();
-    let recovery = tokio::spawn(async move {
-        let mut seen = rec.recover(&HashSet::new(), true).await;
+    // Accept connections before opening partitions: a primary that restarted asks its
+    // backups (which may be starting too) how far they got. Requests for partitions not yet
+    // open get `Busy` and are retried.
+    let handle = Arc::new(HostHandle(host.clone()));
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let acceptor = tokio::spawn(async move {
         loop {
-            tokio::time::sleep(rec.config.recovery_interval).await;
-            seen = rec.recover(&seen, false).await;
-        }
-    });
-
-    let keeper = node.clone();
-    let bookkeeping = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(keeper.bookkeeping_interval()).await;
-            keeper.replica_bookkeeping().await;
-        }
-    });
-
-    tracing::info!(node = node.me, addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving");
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
+            match listener.accept().await {
                 Ok((stream, _)) => {
-                    tokio::spawn(serve_connection(stream, node.clone()));
+                    tokio::spawn(serve_connection(stream, handle.clone()));
                 }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
-            },
+            }
         }
+    });
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => {
+            acceptor.abort();
+            host.clear();
+            return Ok(());
+        }
+        opened = host.reconcile() => if let Err(e) = opened {
+            acceptor.abort();
+            host.clear();
+            return Err(match e {
+                OpenError::Store(source) => store_err(source),
+                OpenError::Io(e) => ServerError::Io(e),
+                OpenError::Fs(e) => ServerError::Config(e.to_string()),
+            });
+        },
     }
-    recovery.abort();
-    bookkeeping.abort();
-    tracing::info!(node = node.me, "shutting down");
-    let _ = node.store.sync();
+    tracing::info!(server = host.id, partitions = host.nodes().len(), addr = %addr, "serving");
+    shutdown.await;
+    acceptor.abort();
+    tracing::info!(server = host.id, "shutting down");
+    let _ = host.kv.sync();
+    host.clear();
     Ok(())
 }

@@ -6,24 +6,18 @@
 //! epoch than the node's gets `MapTooOld` so the sender pushes its map.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use futures::future::BoxFuture;
-use myriad_net::{Handler, Pool};
 use myriad_placement::{ClusterMap, NodeId, Ring, split_parent};
 use myriad_proto::{
-    Caller, CounterSnapshot, FileKind, FsError, Inode, InodeOp, PeerKind, Request, RequestFrame,
-    Response, ResponseFrame, StatFs, limits, validate_path,
+    Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
 
 use crate::applier::Applier;
-use crate::config::ServerConfig;
-use crate::counters::Counters;
+use crate::host::Host;
 use crate::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::perm;
 
@@ -32,17 +26,16 @@ pub struct MapState {
     pub ring: Ring,
 }
 
+/// One partition's request handler (docs/replication.md: the rest of the server calls a
+/// partition a node). Runs on the partition's primary.
 pub struct Node {
+    /// The partition id.
     pub(crate) me: NodeId,
+    /// The server: map, pool, counters, configuration, sibling partitions.
+    pub(crate) host: Arc<Host>,
     pub(crate) store: Store,
     pub(crate) applier: Applier,
-    pub(crate) map: RwLock<Arc<MapState>>,
-    pub(crate) map_path: Option<PathBuf>,
-    pub(crate) data_dir: PathBuf,
-    pub(crate) pool: Pool,
-    pub(crate) counters: Counters,
     pub(crate) changed: watch::Sender<u64>,
-    pub(crate) config: ServerConfig,
     /// Txids of multi-node operations being driven right now; recovery leaves them alone.
     pub(crate) live: Mutex<HashSet<u64>>,
     /// Ancestor metadata replicas, popularity, and the subscriptions this node serves.
@@ -52,6 +45,8 @@ pub struct Node {
     pub(crate) shard_maps: myriad_placement::ShardCache,
     /// Counts of names added per directory, and the splits running.
     pub(crate) splits: crate::split::SplitState,
+    /// Background tasks (recovery, replica bookkeeping), ended by `stop`.
+    pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// `mkdir --shards N`: the split depth for N shards (N rounded up to a power of two).
@@ -73,40 +68,42 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-impl Handler for Node {
-    fn identity(&self) -> (u32, u64) {
-        (self.me, self.state().map.epoch)
-    }
-
-    fn handle(
-        self: Arc<Self>,
-        peer: PeerKind,
-        frame: RequestFrame,
-    ) -> BoxFuture<'static, ResponseFrame> {
-        Box::pin(async move {
-            let id = frame.id;
-            let from_server = matches!(peer, PeerKind::Server { .. });
-            if !frame.body.is_admin() {
-                self.counters.count(frame.body.op_name(), from_server);
-            }
-            let from = match peer {
-                PeerKind::Server { node_id } => Some(node_id),
-                PeerKind::Client => None,
-            };
-            let result = self
-                .dispatch(from, frame.epoch, frame.caller, frame.body)
-                .await;
-            ResponseFrame { id, result }
-        })
-    }
-}
-
 impl Node {
-    pub(crate) fn state(&self) -> Arc<MapState> {
-        match self.map.read() {
-            Ok(s) => s.clone(),
-            Err(p) => p.into_inner().clone(),
+    /// Starts recovery of abandoned intents (at once, then every `recovery_interval`) and the
+    /// bookkeeping of ancestor replicas.
+    pub(crate) fn start_tasks(self: &Arc<Self>) {
+        let rec = self.clone();
+        let recovery = tokio::spawn(async move {
+            let mut seen = rec.recover(&HashSet::new(), true).await;
+            loop {
+                tokio::time::sleep(rec.host.config.recovery_interval).await;
+                seen = rec.recover(&seen, false).await;
+            }
+        });
+        let keeper = self.clone();
+        let bookkeeping = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(keeper.bookkeeping_interval()).await;
+                keeper.replica_bookkeeping().await;
+            }
+        });
+        if let Ok(mut t) = self.tasks.lock() {
+            t.push(recovery);
+            t.push(bookkeeping);
         }
+    }
+
+    /// Ends the background tasks; requests in flight finish on their own.
+    pub(crate) fn stop(&self) {
+        if let Ok(mut t) = self.tasks.lock() {
+            for task in t.drain(..) {
+                task.abort();
+            }
+        }
+    }
+
+    pub(crate) fn state(&self) -> Arc<MapState> {
+        self.host.state()
     }
 
     fn own(&self, st: &MapState, owner: NodeId) -> Result<(), FsError> {
@@ -677,56 +674,18 @@ impl Node {
                     Err(e) => Err(e),
                 }
             }
-            Request::StatFs => Ok(Response::StatFs(self.statfs())),
-            Request::GetCounters => {
-                let (client_requests, server_requests) = self.counters.snapshot();
-                Ok(Response::Counters(CounterSnapshot {
-                    node_id: self.me,
-                    epoch: st.map.epoch,
-                    client_requests,
-                    server_requests,
-                    server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
-                    syncs: self.applier.stats.syncs.load(Ordering::Relaxed),
-                    synced_mutations: self.applier.stats.synced_mutations.load(Ordering::Relaxed),
-                    ancestor_checks_local: self.replicas.stats.local.load(Ordering::Relaxed),
-                    ancestor_checks_remote: self.replicas.stats.remote.load(Ordering::Relaxed),
-                    replicas_held: self.replicas.held(),
-                    subscriptions_served: self.replicas.subscriptions_served(),
-                    invalidations_sent: self.replicas.stats.invalidations.load(Ordering::Relaxed),
-                    invalidation_latency_us: self
-                        .replicas
-                        .stats
-                        .invalidation_us
-                        .load(Ordering::Relaxed),
-                }))
+            req @ (Request::StatFs
+            | Request::GetCounters
+            | Request::ResetCounters
+            | Request::GetMap
+            | Request::InstallMap(_)) => {
+                Box::pin(self.host.dispatch_server(from.is_some(), epoch, req)).await
             }
-            Request::ResetCounters => {
-                self.counters.reset();
-                for c in [
-                    &self.replicas.stats.local,
-                    &self.replicas.stats.remote,
-                    &self.replicas.stats.invalidations,
-                    &self.replicas.stats.invalidation_us,
-                ] {
-                    c.store(0, Ordering::Relaxed);
-                }
-                self.applier.stats.syncs.store(0, Ordering::Relaxed);
-                self.applier
-                    .stats
-                    .synced_mutations
-                    .store(0, Ordering::Relaxed);
-                Ok(Response::Unit)
-            }
-            Request::GetMap => Ok(Response::Map(Box::new(st.map.clone()))),
             req @ (Request::FsckDirs { .. }
             | Request::FsckEntries { .. }
             | Request::FsckBlocks { .. }
             | Request::FsckBlockFrom { .. }
             | Request::FsckRepair(_)) => self.fsck(&caller, req).await,
-            Request::InstallMap(map) => {
-                self.install_map(*map)?;
-                Ok(Response::Unit)
-            }
             Request::DirObjectCreate { path, ino, depth } => {
                 validate_path(&path)?;
                 self.own_dir(&st, &path)?;
@@ -837,6 +796,15 @@ impl Node {
                 self.replicas.invalidate_prefix(&prefix);
                 Ok(Response::Unit)
             }
+            Request::Replicate { .. }
+            | Request::ReplicaSeq
+            | Request::ReplicaReset
+            | Request::ReplicaCopy { .. }
+            | Request::ReplicaCopyDone { .. }
+            | Request::ReplicaRead { .. }
+            | Request::FsckReplica => Err(FsError::InvalidArgument(
+                "replication requests go to a backup, not the primary".into(),
+            )),
             Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
             Request::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
         }
@@ -915,7 +883,7 @@ impl Node {
                 return Err(FsError::NotFound);
             }
         }
-        let deadline = tokio::time::Instant::now() + self.config.pending_wait;
+        let deadline = tokio::time::Instant::now() + self.host.config.pending_wait;
         loop {
             // Subscribe before reading again, so a resolution between the read and the wait
             // is not missed.
@@ -963,66 +931,13 @@ impl Node {
         Ok(Response::Exported { entries, next })
     }
 
-    fn statfs(&self) -> StatFs {
-        let (total, free) = disk_space(&self.data_dir);
-        StatFs {
-            total_bytes: total,
-            free_bytes: free,
-            used_bytes: self.store.disk_bytes(),
-            files: 0,
-        }
-    }
-
-    pub(crate) fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
-        map.validate()
-            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
-        if map.node(self.me).is_none() {
-            return Err(FsError::InvalidArgument(format!(
-                "map epoch {} does not list node {}",
-                map.epoch, self.me
-            )));
-        }
-        let mut guard = self
-            .map
-            .write()
-            .map_err(|_| FsError::Io("map lock poisoned".into()))?;
-        if map.epoch <= guard.map.epoch {
-            return Ok(());
-        }
-        if let Some(p) = &self.map_path {
-            let tmp = p.with_extension("tmp");
-            std::fs::write(&tmp, map.to_json())
-                .and_then(|()| std::fs::rename(&tmp, p))
-                .map_err(|e| FsError::Io(e.to_string()))?;
-        }
-        tracing::info!(epoch = map.epoch, "installed newer cluster map");
-        let ring = map.ring();
-        *guard = Arc::new(MapState { map, ring });
-        Ok(())
-    }
-
-    /// Sends `body` to node `node` (or runs it here if that is this node).
+    /// Sends `body` to partition `node` (or runs it here if this server serves it).
     pub(crate) async fn call_node(
         self: &Arc<Self>,
         node: NodeId,
         body: Request,
     ) -> Result<Response, FsError> {
-        let st = self.state();
-        if node == self.me {
-            return Box::pin(self.dispatch(Some(self.me), st.map.epoch, Caller::root(), body))
-                .await;
-        }
-        let addr = st
-            .map
-            .node(node)
-            .map(|n| n.addr.clone())
-            .ok_or_else(|| FsError::Unavailable(format!("node {node} is not in the map")))?;
-        self.counters
-            .sent_to_servers
-            .fetch_add(1, Ordering::Relaxed);
-        self.pool
-            .call(&addr, st.map.epoch, &Caller::root(), &body)
-            .await
+        crate::host::call_partition(&self.host, self.me, node, body).await
     }
 }
 
@@ -1042,7 +957,7 @@ pub(crate) fn split_owned(path: &str) -> (String, String) {
 }
 
 /// (total, free) bytes of the file system holding `dir`.
-fn disk_space(dir: &std::path::Path) -> (u64, u64) {
+pub(crate) fn disk_space(dir: &std::path::Path) -> (u64, u64) {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return (0, 0);

@@ -33,8 +33,8 @@ pub(crate) struct SplitState {
 impl Node {
     /// Called after a name was added to `dir` here: may start a split check.
     pub(crate) fn note_added(self: &Arc<Self>, dir: &str) {
-        let threshold = self.config.dir_split_entries;
-        if threshold == 0 || self.state().map.nodes.len() < 2 {
+        let threshold = self.host.config.dir_split_entries;
+        if threshold == 0 || self.state().map.partitions.len() < 2 {
             return;
         }
         let check_every = (threshold / 8).max(1);
@@ -84,7 +84,7 @@ impl Node {
 
     /// Splits every shard of `dir` on this node that holds more than the threshold.
     async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
-        let threshold = usize::try_from(self.config.dir_split_entries).unwrap_or(usize::MAX);
+        let threshold = usize::try_from(self.host.config.dir_split_entries).unwrap_or(usize::MAX);
         loop {
             let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
                 return Ok(());

@@ -33,6 +33,36 @@ impl Space {
         Space::RaftState,
     ];
 
+    /// The spaces that belong to a partition (and are replicated and copied with it).
+    pub const PARTITION: [Space; 5] = [
+        Space::Entries,
+        Space::Dirs,
+        Space::Blocks,
+        Space::Intents,
+        Space::Meta,
+    ];
+
+    /// A stable one-byte code for the wire (replication).
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            Space::Entries => 1,
+            Space::Dirs => 2,
+            Space::Blocks => 3,
+            Space::Intents => 4,
+            Space::Meta => 5,
+            Space::RaftLog => 6,
+            Space::RaftState => 7,
+        }
+    }
+
+    /// The partition space with wire code `code`; None for an unknown code or a space that
+    /// is not a partition's (a peer may not write the Raft log through replication).
+    #[must_use]
+    pub fn partition_space(code: u8) -> Option<Space> {
+        Space::PARTITION.into_iter().find(|s| s.code() == code)
+    }
+
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {

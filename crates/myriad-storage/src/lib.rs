@@ -16,6 +16,7 @@ mod fjall_kv;
 mod keys;
 mod kv;
 mod mem_kv;
+mod partition_kv;
 mod records;
 mod store;
 
@@ -24,5 +25,6 @@ pub use error::StorageError;
 pub use fjall_kv::FjallKv;
 pub use kv::{Batch, Kv, Pairs, Space};
 pub use mem_kv::MemKv;
+pub use partition_kv::PartitionKv;
 pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use store::{FORMAT_VERSION, Store};

@@ -17,7 +17,8 @@ use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
 
 /// Version of the on-disk layout; stored under `format_version` in `Meta`.
 /// 2: entry keys carry the name hash; directory records carry shards.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: every key carries its partition's id (`PartitionKv`); 0 holds the server's own records.
+pub const FORMAT_VERSION: u32 = 3;
 
 #[derive(Clone)]
 pub struct Store {

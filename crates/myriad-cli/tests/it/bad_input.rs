@@ -132,8 +132,8 @@ async fn clients_cannot_send_server_requests() {
     let owner = tc.map.ring().owner_of_dir("/d");
     let addr = tc
         .map
-        .node(owner)
-        .map(|n| n.addr.clone())
+        .partition_addr(owner)
+        .map(str::to_string)
         .unwrap_or_default();
     let drop_dir = myriad_proto::Request::DirFinish {
         path: "/d".into(),
@@ -146,6 +146,7 @@ async fn clients_cannot_send_server_requests() {
         .call(
             &addr,
             tc.map.epoch,
+            myriad_proto::Endpoints::to(owner),
             &myriad_proto::Caller::root(),
             &drop_dir,
         )

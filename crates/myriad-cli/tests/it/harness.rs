@@ -18,7 +18,15 @@ impl TestCluster {
     }
 
     /// A cluster whose root is owned by the test user (1000:1000), with extra `cluster up` flags.
+    /// One partition per server unless `extra` says otherwise, so tests that reason about
+    /// which server holds a key can read it off the ring (partition i is on server i).
     pub fn start_with(nodes: usize, extra: &[&str]) -> TestCluster {
+        let one_per_node = ["--partitions-per-node", "1"];
+        let layout: &[&str] = if extra.iter().any(|a| a.starts_with("--partitions-per-node")) {
+            &[]
+        } else {
+            &one_per_node
+        };
         let dir = tempfile::Builder::new()
             .prefix("myriad-it-")
             .tempdir()
@@ -34,6 +42,7 @@ impl TestCluster {
                 "--data-dir",
             ])
             .arg(dir.path())
+            .args(layout)
             .args(extra)
             .output()
             .unwrap_or_else(|e| panic!("cannot run myriad: {e}"));
@@ -183,12 +192,12 @@ impl Drop for TestCluster {
     }
 }
 
-/// A directory path whose directory object lives on `node`, with a unique prefix.
+/// A directory path whose directory object is served by server `node`, with a unique prefix.
 pub fn dir_on_node(client: &Client, map: &ClusterMap, node: u32, prefix: &str) -> String {
     let ring = map.ring();
     let _ = client;
     (0..10_000)
         .map(|i| format!("/{prefix}{i}"))
-        .find(|p| ring.owner_of_dir(p) == node)
+        .find(|p| map.primary_of(ring.owner_of_dir(p)) == Some(node))
         .unwrap_or_else(|| panic!("no path for node {node}"))
 }

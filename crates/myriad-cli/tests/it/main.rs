@@ -14,3 +14,4 @@ mod mount;
 mod ops;
 mod permissions;
 mod redirect;
+mod replication;

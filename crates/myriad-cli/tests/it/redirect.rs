@@ -5,26 +5,27 @@ use myriad_client::ClusterMap;
 
 use crate::harness::TestCluster;
 
-/// A newer map with different weights where "/" keeps its owner (so the root stays put; data
-/// movement on map changes is issue 6), plus a directory name whose owner differs between maps.
+/// A newer map where two partitions (neither holding "/", so the root stays put) swap
+/// servers, plus a directory name on one of them: its server differs between the maps.
 fn newer_map(old: &ClusterMap, epoch: u64) -> (ClusterMap, String) {
-    let old_ring = old.ring();
-    for heavy in 0..old.nodes.len() {
-        let mut m = old.clone();
-        m.epoch = epoch;
-        m.nodes[heavy].weight = 3;
-        let ring = m.ring();
-        if ring.owner_of_dir("/") != old_ring.owner_of_dir("/") {
-            continue;
-        }
-        if let Some(name) = (0..5000)
-            .map(|i| format!("/moved{i}"))
-            .find(|p| ring.owner_of_dir(p) != old_ring.owner_of_dir(p))
-        {
-            return (m, name);
-        }
-    }
-    panic!("no suitable map");
+    let ring = old.ring();
+    let root = ring.owner_of_dir("/");
+    let movable: Vec<usize> = (0..old.partitions.len())
+        .filter(|&i| old.partitions[i].id != root)
+        .collect();
+    let (a, b) = (movable[0], movable[1]);
+    let mut m = old.clone();
+    m.epoch = epoch;
+    let ra = m.partitions[a].replicas.clone();
+    m.partitions[a].replicas = m.partitions[b].replicas.clone();
+    m.partitions[b].replicas = ra;
+    let moved = m.partitions[a].id;
+    let name = (0..5000)
+        .map(|i| format!("/moved{i}"))
+        .find(|p| ring.owner_of_dir(p) == moved)
+        .unwrap_or_else(|| panic!("no name on partition {moved}"));
+    assert_ne!(old.primary_of(moved), m.primary_of(moved));
+    (m, name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,7 +45,8 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 
-    // The old client routes /dir/f to the wrong node, gets a redirect with epoch 2, retries.
+    // The old client sends /dir/f to the server that no longer serves its partition, gets a
+    // redirect with epoch 2, retries.
     c_create(&old_client, &format!("{dir}/f")).await;
     assert_eq!(old_client.map().epoch, 2, "client adopted the newer map");
     assert_eq!(
@@ -69,13 +71,15 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
             .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(on_disk.epoch, 2);
 
-    // A client that is ahead (epoch 3) pushes its map to the servers it talks to.
-    let (mut m3, _) = newer_map(&m2, 3);
-    m3.nodes = m2.nodes.clone();
+    // A client that is ahead (epoch 3, same placement) pushes its map to the servers it
+    // talks to.
+    let mut m3 = m2.clone();
+    m3.epoch = 3;
     let ahead = tc.client_with(m3, std::time::Duration::from_secs(10));
     assert!(ahead.stat(&format!("{dir}/f")).await.is_ok());
     let owner = ahead.owner_of_entry(&format!("{dir}/f"));
-    assert_eq!(ahead.counters(owner).await.map(|c| c.epoch).ok(), Some(3));
+    let server = m2.primary_of(owner).unwrap_or_default();
+    assert_eq!(ahead.counters(server).await.map(|c| c.epoch).ok(), Some(3));
 }
 
 async fn c_create(c: &myriad_client::Client, path: &str) {

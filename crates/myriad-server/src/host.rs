@@ -1,0 +1,440 @@
+//! A server process: the partitions it serves, and what they share (the engine and its fsync
+//! thread, the cluster map, the connection pool, the counters).
+//!
+//! ```text
+//! frame { target partition, source partition } ─> Host::handle ─┬─ target 0: server requests
+//!                                                               │   (map, counters, statfs)
+//!                                                               └─ partition p: Node p, if this
+//!                                                                  server is its primary, else
+//!                                                                  Redirect(map)
+//! ```
+//! docs/replication.md: a partition is what the rest of the server calls a node.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures::future::BoxFuture;
+use myriad_net::{Handler, Pool};
+use myriad_placement::{ClusterMap, NodeId, PartitionId};
+use myriad_proto::{
+    Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
+    StatFs,
+};
+use myriad_storage::{Kv, PartitionKv, Store};
+use tokio::sync::watch;
+
+use crate::applier::{Applier, Syncer};
+use crate::config::ServerConfig;
+use crate::counters::Counters;
+use crate::mutation::{IdAlloc, Layout, Mutation};
+use crate::node::{MapState, Node, now_ns};
+use crate::replication::{Backup, Replicator};
+
+pub struct Host {
+    /// This server's id in the map.
+    pub(crate) id: NodeId,
+    pub(crate) map: RwLock<Arc<MapState>>,
+    pub(crate) map_path: Option<PathBuf>,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) pool: Pool,
+    pub(crate) counters: Counters,
+    pub(crate) config: ServerConfig,
+    pub(crate) syncer: Syncer,
+    /// The engine all partitions share (each sees it through a `PartitionKv`).
+    pub(crate) kv: Arc<dyn Kv>,
+    /// The partitions this server serves as primary.
+    pub(crate) partitions: RwLock<HashMap<PartitionId, Arc<Node>>>,
+    /// The partitions this server holds a backup copy of.
+    pub(crate) backups: RwLock<HashMap<PartitionId, Arc<Backup>>>,
+    /// Held while partitions are started or stopped.
+    pub(crate) reconciling: tokio::sync::Mutex<()>,
+}
+
+pub(crate) enum OpenError {
+    Store(myriad_storage::StorageError),
+    Io(std::io::Error),
+    Fs(FsError),
+}
+
+impl Host {
+    pub(crate) fn state(&self) -> Arc<MapState> {
+        match self.map.read() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    pub(crate) fn partition(&self, pid: PartitionId) -> Option<Arc<Node>> {
+        match self.partitions.read() {
+            Ok(p) => p.get(&pid).cloned(),
+            Err(p) => p.into_inner().get(&pid).cloned(),
+        }
+    }
+
+    /// The answer for a request to partition `pid` that this server does not serve: `Busy`
+    /// if the map gives it here (it is still being opened), else `Redirect`.
+    fn not_here(&self, pid: PartitionId) -> FsError {
+        let st = self.state();
+        match st.map.partition(pid) {
+            Some(p) if p.replicas.contains(&self.id) => FsError::Busy,
+            _ => FsError::Redirect(Box::new(st.map.clone())),
+        }
+    }
+
+    pub(crate) fn backup(&self, pid: PartitionId) -> Option<Arc<Backup>> {
+        match self.backups.read() {
+            Ok(p) => p.get(&pid).cloned(),
+            Err(p) => p.into_inner().get(&pid).cloned(),
+        }
+    }
+
+    pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
+        match self.partitions.read() {
+            Ok(p) => p.values().cloned().collect(),
+            Err(p) => p.into_inner().values().cloned().collect(),
+        }
+    }
+
+    /// Stops every partition and drops them (their handlers hold the host; this ends the
+    /// cycle at shutdown).
+    pub(crate) fn clear(&self) {
+        let nodes: Vec<Arc<Node>> = match self.partitions.write() {
+            Ok(mut p) => p.drain().map(|(_, n)| n).collect(),
+            Err(_) => Vec::new(),
+        };
+        for n in nodes {
+            n.stop();
+        }
+    }
+
+    /// Adopts `map` if it is newer (persisting it to the map file first), then starts and
+    /// stops partitions to match it.
+    pub(crate) async fn install_map(self: &Arc<Self>, map: ClusterMap) -> Result<(), FsError> {
+        if self.adopt_map(map)? {
+            self.reconcile().await.map_err(|e| match e {
+                OpenError::Fs(e) => e,
+                OpenError::Store(e) => FsError::Io(e.to_string()),
+                OpenError::Io(e) => FsError::Io(e.to_string()),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// True if `map` was newer and is now the current map.
+    fn adopt_map(&self, map: ClusterMap) -> Result<bool, FsError> {
+        map.validate()
+            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        if map.node(self.id).is_none() {
+            return Err(FsError::InvalidArgument(format!(
+                "map epoch {} does not list server {}",
+                map.epoch, self.id
+            )));
+        }
+        let mut guard = self
+            .map
+            .write()
+            .map_err(|_| FsError::Io("map lock poisoned".into()))?;
+        if map.epoch <= guard.map.epoch {
+            return Ok(false);
+        }
+        if let Some(p) = &self.map_path {
+            let tmp = p.with_extension("tmp");
+            std::fs::write(&tmp, map.to_json())
+                .and_then(|()| std::fs::rename(&tmp, p))
+                .map_err(|e| FsError::Io(e.to_string()))?;
+        }
+        tracing::info!(epoch = map.epoch, "installed newer cluster map");
+        let ring = map.ring();
+        *guard = Arc::new(MapState { map, ring });
+        Ok(true)
+    }
+
+    /// Serves the partitions the current map makes this server the primary of, and stops
+    /// serving the others. Serialized, so two map installs cannot open a partition twice.
+    pub(crate) async fn reconcile(self: &Arc<Self>) -> Result<(), OpenError> {
+        let _one = self.reconciling.lock().await;
+        let st = self.state();
+        let want: HashSet<PartitionId> = st.map.primaries_of(self.id).into_iter().collect();
+        let have: HashSet<PartitionId> = match self.partitions.read() {
+            Ok(p) => p.keys().copied().collect(),
+            Err(p) => p.into_inner().keys().copied().collect(),
+        };
+        for pid in have.difference(&want) {
+            let gone = match self.partitions.write() {
+                Ok(mut p) => p.remove(pid),
+                Err(p) => p.into_inner().remove(pid),
+            };
+            if let Some(node) = gone {
+                tracing::info!(
+                    partition = pid,
+                    epoch = st.map.epoch,
+                    "no longer primary; stopped serving"
+                );
+                node.stop();
+            }
+        }
+        self.reconcile_backups(&st.map)?;
+        let mut started = Vec::new();
+        for &pid in want.difference(&have) {
+            let node = self.open_partition(pid).await?;
+            if let Ok(mut p) = self.partitions.write() {
+                p.insert(pid, node.clone());
+            }
+            started.push(node);
+        }
+        for node in started {
+            if node.state().ring.owner_of_dir("/") == node.me {
+                node.applier
+                    .run(Mutation::InitRoot {
+                        now: now_ns(),
+                        uid: self.config.root_uid,
+                        gid: self.config.root_gid,
+                    })
+                    .await
+                    .map_err(OpenError::Fs)?;
+            }
+            node.start_tasks();
+        }
+        Ok(())
+    }
+
+    /// Opens the backup copies the map gives this server; drops the others.
+    fn reconcile_backups(&self, map: &ClusterMap) -> Result<(), OpenError> {
+        let want: HashSet<PartitionId> = map
+            .partitions
+            .iter()
+            .filter(|p| p.replicas.iter().skip(1).any(|&n| n == self.id))
+            .map(|p| p.id)
+            .collect();
+        let mut backups = self
+            .backups
+            .write()
+            .map_err(|_| OpenError::Fs(FsError::Io("backup table poisoned".into())))?;
+        backups.retain(|pid, _| want.contains(pid));
+        for pid in want {
+            if let std::collections::hash_map::Entry::Vacant(v) = backups.entry(pid) {
+                let b = Backup::open(self.kv.clone(), pid).map_err(OpenError::Store)?;
+                v.insert(Arc::new(b));
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens partition `pid`'s store on this server and starts its applier.
+    async fn open_partition(self: &Arc<Self>, pid: PartitionId) -> Result<Arc<Node>, OpenError> {
+        let store = Store::open(Arc::new(PartitionKv::new(self.kv.clone(), pid)), pid)
+            .map_err(OpenError::Store)?;
+        let fresh = store.is_fresh();
+        let backups: Vec<NodeId> = self
+            .state()
+            .map
+            .partition(pid)
+            .map(|p| p.replicas.iter().skip(1).copied().collect())
+            .unwrap_or_default();
+        crate::replication::catch_up_from_backups(self, pid, &store, &backups)
+            .await
+            .map_err(OpenError::Fs)?;
+        let ids = IdAlloc::load(&store, pid).map_err(OpenError::Store)?;
+        let layout = Layout {
+            chunk_size_bytes: self.config.map.chunk_size_bytes,
+        };
+        let (changed, _) = watch::channel(0u64);
+        let start_seq = store
+            .meta_u64(crate::replication::SEQ_KEY)
+            .map_err(OpenError::Store)?
+            .unwrap_or(0);
+        let replicator = Arc::new(Replicator::start(self, pid, &store, &backups, start_seq));
+        let applier = Applier::start(
+            store.clone(),
+            ids,
+            layout,
+            changed.clone(),
+            &self.syncer,
+            start_seq,
+            Some(replicator),
+        )
+        .map_err(OpenError::Io)?;
+        Ok(Arc::new(Node {
+            me: pid,
+            host: self.clone(),
+            store,
+            applier,
+            changed,
+            live: Mutex::new(HashSet::new()),
+            replicas: crate::ancestors::Replicas::new(self.config.replication.clone(), !fresh),
+            shard_maps: myriad_placement::ShardCache::default(),
+            splits: crate::split::SplitState::default(),
+            tasks: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Requests addressed to the server rather than a partition.
+    pub(crate) async fn dispatch_server(
+        self: &Arc<Self>,
+        from_server: bool,
+        epoch: u64,
+        body: Request,
+    ) -> Result<Response, FsError> {
+        let st = self.state();
+        if !body.is_admin() && epoch > st.map.epoch {
+            return Err(FsError::MapTooOld(st.map.epoch));
+        }
+        match body {
+            Request::Echo(p) => Ok(Response::Echo(p)),
+            Request::StatFs => Ok(Response::StatFs(self.statfs())),
+            Request::GetCounters => Ok(Response::Counters(self.counter_snapshot(&st))),
+            Request::ResetCounters => {
+                self.counters.reset();
+                for n in self.nodes() {
+                    n.replicas.stats.reset();
+                }
+                self.syncer.stats.syncs.store(0, Ordering::Relaxed);
+                self.syncer
+                    .stats
+                    .synced_mutations
+                    .store(0, Ordering::Relaxed);
+                Ok(Response::Unit)
+            }
+            Request::GetMap => Ok(Response::Map(Box::new(st.map.clone()))),
+            Request::InstallMap(map) => {
+                self.install_map(*map).await?;
+                Ok(Response::Unit)
+            }
+            _ if from_server => Err(FsError::InvalidArgument(
+                "request needs a target partition".into(),
+            )),
+            _ => Err(FsError::Redirect(Box::new(st.map.clone()))),
+        }
+    }
+
+    fn counter_snapshot(&self, st: &MapState) -> CounterSnapshot {
+        let (client_requests, server_requests) = self.counters.snapshot();
+        let mut snap = CounterSnapshot {
+            node_id: self.id,
+            epoch: st.map.epoch,
+            client_requests,
+            server_requests,
+            server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
+            syncs: self.syncer.stats.syncs.load(Ordering::Relaxed),
+            synced_mutations: self.syncer.stats.synced_mutations.load(Ordering::Relaxed),
+            ..CounterSnapshot::default()
+        };
+        for n in self.nodes() {
+            let s = &n.replicas.stats;
+            snap.ancestor_checks_local += s.local.load(Ordering::Relaxed);
+            snap.ancestor_checks_remote += s.remote.load(Ordering::Relaxed);
+            snap.replicas_held += n.replicas.held();
+            snap.subscriptions_served += n.replicas.subscriptions_served();
+            snap.invalidations_sent += s.invalidations.load(Ordering::Relaxed);
+            snap.invalidation_latency_us += s.invalidation_us.load(Ordering::Relaxed);
+        }
+        snap
+    }
+
+    fn statfs(&self) -> StatFs {
+        let (total, free) = crate::node::disk_space(&self.data_dir);
+        StatFs {
+            total_bytes: total,
+            free_bytes: free,
+            used_bytes: self.kv.disk_bytes(),
+            files: 0,
+        }
+    }
+}
+
+/// The handle the connection loop holds: the host, plus a way to reach it from partitions.
+pub struct HostHandle(pub(crate) Arc<Host>);
+
+impl Handler for HostHandle {
+    fn identity(&self) -> (u32, u64) {
+        (self.0.id, self.0.state().map.epoch)
+    }
+
+    fn handle(
+        self: Arc<Self>,
+        peer: PeerKind,
+        frame: RequestFrame,
+    ) -> BoxFuture<'static, ResponseFrame> {
+        Box::pin(async move {
+            let host = &self.0;
+            let id = frame.id;
+            let from_server = matches!(peer, PeerKind::Server { .. });
+            if !frame.body.is_admin() {
+                host.counters.count(frame.body.op_name(), from_server);
+            }
+            let result = match frame.ends.target {
+                0 => {
+                    host.dispatch_server(from_server, frame.epoch, frame.body)
+                        .await
+                }
+                pid if matches!(frame.body, Request::FsckReplica) => {
+                    if frame.caller.uid != 0 {
+                        Err(FsError::PermissionDenied)
+                    } else if let Some(node) = host.partition(pid) {
+                        replica_digest(&node.store)
+                    } else if let Some(b) = host.backup(pid) {
+                        replica_digest(b.store())
+                    } else {
+                        Err(FsError::NotFound)
+                    }
+                }
+                pid if frame.body.is_replication() => match host.backup(pid) {
+                    Some(b) if from_server => b.handle(&host.syncer, frame.body).await,
+                    Some(_) => Err(FsError::PermissionDenied),
+                    None => Err(host.not_here(pid)),
+                },
+                pid => match host.partition(pid) {
+                    Some(node) => {
+                        let from = from_server.then_some(frame.ends.source);
+                        node.dispatch(from, frame.epoch, frame.caller, frame.body)
+                            .await
+                    }
+                    None => Err(host.not_here(pid)),
+                },
+            };
+            ResponseFrame { id, result }
+        })
+    }
+}
+
+fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
+    let (seq, keys, digest) = crate::replication::digest(store)?;
+    Ok(Response::ReplicaDigest { seq, keys, digest })
+}
+
+/// Calls partition `pid` wherever it is served; used by partitions (`source` = the caller's
+/// partition) and by the server's own tasks (`source` = 0).
+pub(crate) async fn call_partition(
+    host: &Arc<Host>,
+    source: PartitionId,
+    pid: PartitionId,
+    body: Request,
+) -> Result<Response, FsError> {
+    let st = host.state();
+    if let Some(node) = host.partition(pid) {
+        let from = Some(source);
+        return Box::pin(node.dispatch(from, st.map.epoch, Caller::root(), body)).await;
+    }
+    let addr = st
+        .map
+        .partition_addr(pid)
+        .map(str::to_string)
+        .ok_or_else(|| FsError::Unavailable(format!("partition {pid} is not in the map")))?;
+    host.counters
+        .sent_to_servers
+        .fetch_add(1, Ordering::Relaxed);
+    host.pool
+        .call(
+            &addr,
+            st.map.epoch,
+            myriad_proto::Endpoints {
+                target: pid,
+                source,
+            },
+            &Caller::root(),
+            &body,
+        )
+        .await
+}

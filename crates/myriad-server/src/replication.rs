@@ -1,0 +1,770 @@
+//! Partition replication (docs/replication.md "Write protocol"): the primary's `Replicator`
+//! streams every committed batch, numbered, to each backup; a write is acknowledged once the
+//! primary's fsync and every backup's ack cover its batch. A backup (`Backup`) applies
+//! batches strictly in sequence order and answers only once they are durable.
+//!
+//! ```text
+//! applier thread: commit batch (seq n, written with the batch) ─ship─> one queue per backup
+//! stream task:    up to WINDOW batches in flight ── Replicate{n} ──> backup ── ack ──> acked
+//! Applier::run:   local fsync, then wait until every backup's acked >= n
+//! ```
+//! A stream first checks that the backup holds exactly the primary's state at start (same
+//! seq); if not (the backup missed batches or holds batches the primary lost in a crash,
+//! which were never acknowledged), it copies the whole partition: drop, pages of every
+//! key, then the batches committed since the copy began, replayed in order. Replaying
+//! physical puts and deletes over a copy taken while writes went on yields the primary's
+//! state, because every key a later batch touched ends with that batch's value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use myriad_placement::{NodeId, PartitionId};
+use myriad_proto::{Caller, Endpoints, FsError, ReplOp, Request, Response};
+use myriad_storage::{Batch, Kv, Space, Store};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::applier::{Done, Syncer};
+use crate::host::Host;
+use crate::mutation::{Outcome, storage_err};
+
+/// Meta key of the last batch applied to a partition's store (written with the batch).
+pub(crate) const SEQ_KEY: &str = "repl_seq";
+/// Meta key present while a whole copy is being received: the store is incomplete.
+const COPYING_KEY: &str = "repl_copying";
+/// How often an idle stream checks that its backup still holds what it acknowledged.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// Batches in flight to one backup.
+const WINDOW: usize = 64;
+/// Out-of-order batches a backup holds waiting for a gap to fill.
+const PARKED_MAX: usize = 4096;
+/// Keys per page of a whole copy; blocks are up to 64 KiB, so 48 stay under 4 MiB.
+const COPY_PAGE: usize = 512;
+const COPY_PAGE_BLOCKS: usize = 48;
+
+/// The ops of `batch` in wire form.
+pub(crate) fn to_wire(batch: &Batch) -> Vec<ReplOp> {
+    batch
+        .ops
+        .iter()
+        .map(|(space, key, value)| ReplOp {
+            space: space.code(),
+            key: key.clone(),
+            value: value.clone().map(serde_bytes::ByteBuf::from),
+        })
+        .collect()
+}
+
+/// A batch from the wire; refuses spaces that are not a partition's.
+fn from_wire(ops: Vec<ReplOp>) -> Result<Batch, FsError> {
+    let mut batch = Batch::new();
+    for op in ops {
+        let space = Space::partition_space(op.space).ok_or_else(|| {
+            FsError::Protocol(format!("replicated op in unknown space {}", op.space))
+        })?;
+        batch
+            .ops
+            .push((space, op.key, op.value.map(serde_bytes::ByteBuf::into_vec)));
+    }
+    Ok(batch)
+}
+
+struct Shipped {
+    seq: u64,
+    ops: Arc<Vec<ReplOp>>,
+}
+
+struct Stream {
+    tx: mpsc::UnboundedSender<Shipped>,
+    acked: watch::Receiver<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The primary side of one partition's replication.
+pub(crate) struct Replicator {
+    streams: Vec<Stream>,
+}
+
+impl Drop for Replicator {
+    fn drop(&mut self) {
+        for s in &self.streams {
+            s.task.abort();
+        }
+    }
+}
+
+impl Replicator {
+    /// Streams to `backups`, whose state must first equal this store's at `start_seq` (the
+    /// seq before the partition's applier starts).
+    pub(crate) fn start(
+        host: &Arc<Host>,
+        pid: PartitionId,
+        store: &Store,
+        backups: &[NodeId],
+        start_seq: u64,
+    ) -> Replicator {
+        let streams = backups
+            .iter()
+            .map(|&backup| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let (atx, arx) = watch::channel(0u64);
+                let link = Link {
+                    host: host.clone(),
+                    pid,
+                    backup,
+                };
+                let task = tokio::spawn(run_stream(link, store.clone(), start_seq, rx, atx));
+                Stream {
+                    tx,
+                    acked: arx,
+                    task,
+                }
+            })
+            .collect();
+        Replicator { streams }
+    }
+
+    pub(crate) fn has_backups(&self) -> bool {
+        !self.streams.is_empty()
+    }
+
+    /// Hands batch `seq` to every backup's stream (called by the applier thread, in order).
+    pub(crate) fn ship(&self, seq: u64, ops: Vec<ReplOp>) {
+        let ops = Arc::new(ops);
+        for s in &self.streams {
+            let _ = s.tx.send(Shipped {
+                seq,
+                ops: ops.clone(),
+            });
+        }
+    }
+
+    /// Returns once every backup has acknowledged every batch up to `seq`.
+    pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
+        for s in &self.streams {
+            let mut rx = s.acked.clone();
+            rx.wait_for(|a| *a >= seq)
+                .await
+                .map_err(|_| FsError::Unavailable("partition replication stopped".into()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a stream sends: partition `pid`'s copy on server `backup`.
+struct Link {
+    host: Arc<Host>,
+    pid: PartitionId,
+    backup: NodeId,
+}
+
+impl Link {
+    async fn call(&self, req: &Request) -> Result<Response, FsError> {
+        let st = self.host.state();
+        let addr = st
+            .map
+            .node(self.backup)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| {
+                FsError::Unavailable(format!("server {} is not in the map", self.backup))
+            })?;
+        let ends = Endpoints {
+            target: self.pid,
+            source: self.pid,
+        };
+        let result = self
+            .host
+            .pool
+            .call(&addr, st.map.epoch, ends, &Caller::root(), req)
+            .await;
+        match result {
+            Err(FsError::Redirect(map)) => {
+                // The backup has a newer map: adopt it (it may end this stream).
+                let _ = Box::pin(self.host.install_map(*map)).await;
+                Err(FsError::Busy)
+            }
+            Err(FsError::MapTooOld(_)) => {
+                let push = Request::InstallMap(Box::new(st.map.clone()));
+                let _ = self
+                    .host
+                    .pool
+                    .call(
+                        &addr,
+                        st.map.epoch,
+                        Endpoints::SERVER,
+                        &Caller::root(),
+                        &push,
+                    )
+                    .await;
+                Err(FsError::Busy)
+            }
+            other => other,
+        }
+    }
+
+    /// Sends `req` until the backup acknowledges it.
+    async fn call_until_ok(&self, req: &Request) -> Response {
+        let mut backoff = Duration::from_millis(10);
+        let mut failures = 0u32;
+        loop {
+            match self.call(req).await {
+                Ok(r) => return r,
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!(
+                            partition = self.pid,
+                            backup = self.backup,
+                            "replication to backup failing ({failures} tries): {e}"
+                        );
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+async fn run_stream(
+    link: Link,
+    store: Store,
+    start_seq: u64,
+    mut rx: mpsc::UnboundedReceiver<Shipped>,
+    acked: watch::Sender<u64>,
+) {
+    // 1. The backup must hold exactly our state at start_seq.
+    let mut need_copy = match link.call_until_ok(&Request::ReplicaSeq).await {
+        Response::Seq(Some(s)) if s == start_seq => false,
+        other => {
+            tracing::info!(
+                partition = link.pid,
+                backup = link.backup,
+                "backup at {other:?}, primary at {start_seq}: copying the whole partition"
+            );
+            true
+        }
+    };
+    // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked;
+    // `pending`: every batch above it (sent or queued), kept until acked so that a backup
+    // that lost its disk can be refilled by a copy plus a replay from `water`.
+    let mut pending: BTreeMap<u64, Arc<Vec<ReplOp>>> = BTreeMap::new();
+    let mut done = BTreeSet::new();
+    let mut water = start_seq;
+    let mut sent_upto = start_seq;
+    let mut inflight = FuturesUnordered::new();
+    let mut backoff = Duration::ZERO;
+    let mut open = true;
+    let mut idle = tokio::time::interval(IDLE_CHECK);
+    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if need_copy {
+            inflight = FuturesUnordered::new();
+            done.clear();
+            copy_partition(&link, &store, water).await;
+            sent_upto = water;
+            need_copy = false;
+        }
+        let _ = acked.send_if_modified(|a| {
+            let changed = *a < water;
+            *a = (*a).max(water);
+            changed
+        });
+        // Top up the window with queued batches.
+        while inflight.len() < WINDOW {
+            let Some((&seq, ops)) = pending.range(sent_upto + 1..).next() else {
+                break;
+            };
+            inflight.push(send_batch(&link, seq, water, ops.clone(), backoff));
+            sent_upto = seq;
+        }
+        tokio::select! {
+            item = rx.recv(), if open => match item {
+                Some(item) => {
+                    pending.insert(item.seq, item.ops);
+                }
+                None => open = false,
+            },
+            Some((seq, result)) = inflight.next() => match result {
+                Ok(()) => {
+                    backoff = Duration::ZERO;
+                    done.insert(seq);
+                    while done.remove(&(water + 1)) {
+                        water += 1;
+                        pending.remove(&water);
+                    }
+                }
+                Err(FsError::ReplicaGap { next }) => {
+                    tracing::warn!(
+                        partition = link.pid,
+                        backup = link.backup,
+                        "backup lacks acknowledged batches (its next is {next:?}, acked {water}): copying the whole partition"
+                    );
+                    need_copy = true;
+                }
+                Err(e) => {
+                    backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                    tracing::debug!(partition = link.pid, backup = link.backup, seq, "replicate failed: {e}");
+                    if let Some(ops) = pending.get(&seq) {
+                        inflight.push(send_batch(&link, seq, water, ops.clone(), backoff));
+                    }
+                }
+            },
+            _ = idle.tick(), if inflight.is_empty() => {
+                // Nothing to send: check that the backup still holds what it acknowledged
+                // (a server that came back without its disk is refilled without waiting
+                // for the next write).
+                let asked = tokio::time::timeout(IDLE_CHECK, link.call(&Request::ReplicaSeq)).await;
+                match asked {
+                    Ok(Ok(Response::Seq(Some(s)))) if s >= water => {}
+                    Ok(Ok(Response::Seq(other))) => {
+                        tracing::warn!(
+                            partition = link.pid,
+                            backup = link.backup,
+                            "backup is at {other:?}, below the acknowledged {water}: copying the whole partition"
+                        );
+                        need_copy = true;
+                    }
+                    _ => {}
+                }
+            }
+            else => break,
+        }
+    }
+}
+
+/// One attempt to send batch `seq` (after `delay`).
+async fn send_batch(
+    link: &Link,
+    seq: u64,
+    acked: u64,
+    ops: Arc<Vec<ReplOp>>,
+    delay: Duration,
+) -> (u64, Result<(), FsError>) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let req = Request::Replicate {
+        seq,
+        acked,
+        ops: ops.as_ref().clone(),
+    };
+    (seq, link.call(&req).await.map(|_| ()))
+}
+
+/// Copies every key of the partition to the backup, then marks the copy complete at
+/// `seq`; the stream then replays every batch after `seq`. Any failure starts it over.
+async fn copy_partition(link: &Link, store: &Store, seq: u64) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match try_copy(link, store, seq).await {
+            Ok(keys) => {
+                tracing::info!(
+                    partition = link.pid,
+                    backup = link.backup,
+                    keys,
+                    seq,
+                    "partition copied to backup"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    partition = link.pid,
+                    backup = link.backup,
+                    "copying the partition failed, starting over: {e}"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64, FsError> {
+    link.call(&Request::ReplicaReset).await?;
+    let mut keys = 0u64;
+    for space in Space::PARTITION {
+        let limit = if space == Space::Blocks {
+            COPY_PAGE_BLOCKS
+        } else {
+            COPY_PAGE
+        };
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = store
+                .kv()
+                .scan(space, &[], after.as_deref(), limit)
+                .map_err(storage_err)?;
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            after = Some(last.clone());
+            keys += page.len() as u64;
+            let ops = page
+                .into_iter()
+                .map(|(key, value)| ReplOp {
+                    space: space.code(),
+                    key,
+                    value: Some(serde_bytes::ByteBuf::from(value)),
+                })
+                .collect();
+            link.call(&Request::ReplicaCopy { ops }).await?;
+        }
+    }
+    link.call(&Request::ReplicaCopyDone { seq }).await?;
+    Ok(keys)
+}
+
+/// Before a primary serves: if a backup has applied batches this copy lacks (this server
+/// lost its disk, or crashed before its fsync while the batches reached the backups), copy
+/// the partition back from the most advanced backup. A backup that cannot be reached is
+/// not waited for (docs/replication.md: with the Raft map, only up replicas count).
+pub(crate) async fn catch_up_from_backups(
+    host: &Arc<Host>,
+    pid: PartitionId,
+    store: &Store,
+    backups: &[NodeId],
+) -> Result<(), FsError> {
+    let mine = store.meta_u64(SEQ_KEY).map_err(storage_err)?.unwrap_or(0);
+    let mut best: Option<(NodeId, u64)> = None;
+    for &b in backups {
+        let link = Link {
+            host: host.clone(),
+            pid,
+            backup: b,
+        };
+        // A backup still opening answers Busy: ask again until it answers or the deadline.
+        let asked = tokio::time::timeout(host.config.request_timeout, async {
+            loop {
+                match link.call(&Request::ReplicaSeq).await {
+                    Err(FsError::Busy) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    other => return other,
+                }
+            }
+        })
+        .await;
+        if let Ok(Ok(Response::Seq(Some(s)))) = asked
+            && s > mine
+            && best.is_none_or(|(_, bs)| s > bs)
+        {
+            best = Some((b, s));
+        }
+    }
+    let Some((from, seq)) = best else {
+        return Ok(());
+    };
+    tracing::warn!(
+        partition = pid,
+        from,
+        seq,
+        mine,
+        "a backup is ahead of this primary: copying the partition from it before serving"
+    );
+    let link = Link {
+        host: host.clone(),
+        pid,
+        backup: from,
+    };
+    // Empty this copy, then take every page of the backup's.
+    for space in Space::PARTITION {
+        loop {
+            let page = store
+                .kv()
+                .scan(space, &[], None, COPY_PAGE)
+                .map_err(storage_err)?;
+            if page.is_empty() {
+                break;
+            }
+            let mut b = Batch::new();
+            for (key, _) in page {
+                b.delete(space, key);
+            }
+            store.commit(b).map_err(storage_err)?;
+        }
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let req = Request::ReplicaRead {
+                space: space.code(),
+                after: after.clone().map(serde_bytes::ByteBuf::from),
+            };
+            let Response::ReplicaPage(ops) = link.call(&req).await? else {
+                return Err(FsError::Protocol("unexpected reply to replica_read".into()));
+            };
+            let Some(last) = ops.last() else {
+                break;
+            };
+            after = Some(last.key.clone());
+            store.commit(from_wire(ops)?).map_err(storage_err)?;
+        }
+    }
+    store.sync().map_err(storage_err)?;
+    Ok(())
+}
+
+/// The digest `FsckReplica` reports: every key and value of the partition's copy, in key
+/// order, except the sequence-number bookkeeping.
+pub(crate) fn digest(store: &Store) -> Result<(Option<u64>, u64, u64), FsError> {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut keys = 0u64;
+    for space in Space::PARTITION {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = store
+                .kv()
+                .scan(space, &[], after.as_deref(), COPY_PAGE)
+                .map_err(storage_err)?;
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            after = Some(last.clone());
+            for (k, v) in &page {
+                if space == Space::Meta
+                    && (k.as_slice() == SEQ_KEY.as_bytes()
+                        || k.as_slice() == COPYING_KEY.as_bytes())
+                {
+                    continue;
+                }
+                keys += 1;
+                h.update(&[space.code()]);
+                h.update(&(k.len() as u64).to_be_bytes());
+                h.update(k);
+                h.update(&(v.len() as u64).to_be_bytes());
+                h.update(v);
+            }
+        }
+    }
+    let copying = store.meta_u64(COPYING_KEY).map_err(storage_err)?.is_some();
+    let seq = store.meta_u64(SEQ_KEY).map_err(storage_err)?.unwrap_or(0);
+    Ok(((!copying).then_some(seq), keys, h.digest()))
+}
+
+/// The backup side of one partition on this server.
+pub(crate) struct Backup {
+    pid: PartitionId,
+    store: Store,
+    state: Mutex<BackupState>,
+    changed: watch::Sender<u64>,
+}
+
+struct BackupState {
+    /// The next seq to apply.
+    next: u64,
+    /// True while a whole copy is being received (the store is incomplete).
+    copying: bool,
+    parked: BTreeMap<u64, (Batch, oneshot::Sender<Result<Done, FsError>>)>,
+}
+
+impl Backup {
+    pub(crate) fn open(
+        kv: Arc<dyn Kv>,
+        pid: PartitionId,
+    ) -> Result<Backup, myriad_storage::StorageError> {
+        let store = Store::open(Arc::new(myriad_storage::PartitionKv::new(kv, pid)), pid)?;
+        let next = store.meta_u64(SEQ_KEY)?.unwrap_or(0) + 1;
+        let copying = store.meta_u64(COPYING_KEY)?.is_some();
+        Ok(Backup {
+            pid,
+            store,
+            state: Mutex::new(BackupState {
+                next,
+                copying,
+                parked: BTreeMap::new(),
+            }),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    /// Starts receiving a whole copy: marks the store incomplete and empties it.
+    fn reset(&self) -> Result<(), FsError> {
+        let mut st = self.lock();
+        st.copying = true;
+        st.parked.clear();
+        let mut b = Batch::new();
+        self.store.put_meta_u64(&mut b, COPYING_KEY, 1);
+        self.store.commit(b).map_err(storage_err)?;
+        for space in Space::PARTITION {
+            loop {
+                let page = self
+                    .store
+                    .kv()
+                    .scan(space, &[], None, COPY_PAGE)
+                    .map_err(storage_err)?;
+                let mut b = Batch::new();
+                for (key, _) in page {
+                    if space == Space::Meta && key.as_slice() == COPYING_KEY.as_bytes() {
+                        continue;
+                    }
+                    b.delete(space, key);
+                }
+                if b.is_empty() {
+                    break;
+                }
+                self.store.commit(b).map_err(storage_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BackupState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    pub(crate) async fn handle(&self, syncer: &Syncer, body: Request) -> Result<Response, FsError> {
+        match body {
+            Request::Replicate { seq, acked, ops } => {
+                let batch = from_wire(ops)?;
+                let (tx, rx) = oneshot::channel();
+                {
+                    let mut st = self.lock();
+                    if st.copying {
+                        return Err(FsError::ReplicaGap { next: None });
+                    }
+                    if st.next <= acked {
+                        // The primary counts batches up to `acked` as acknowledged here, but
+                        // this copy does not have them: it lost its disk.
+                        st.parked.clear();
+                        return Err(FsError::ReplicaGap {
+                            next: Some(st.next),
+                        });
+                    }
+                    if seq < st.next {
+                        // A resend of a batch already applied: ack once it is durable.
+                        syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
+                    } else if seq > st.next {
+                        if st.parked.len() >= PARKED_MAX {
+                            return Err(FsError::Busy);
+                        }
+                        st.parked.insert(seq, (batch, tx));
+                    } else {
+                        let mut ready = vec![(seq, batch, tx)];
+                        let mut n = seq + 1;
+                        while let Some((b, t)) = st.parked.remove(&n) {
+                            ready.push((n, b, t));
+                            n += 1;
+                        }
+                        let mut replies = Vec::with_capacity(ready.len());
+                        for (s, b, t) in ready {
+                            if let Err(e) = self.store.commit(b) {
+                                // Nothing after a failed batch may be applied.
+                                tracing::error!(
+                                    partition = self.pid,
+                                    seq = s,
+                                    "replicated batch failed: {e}"
+                                );
+                                let _ = t.send(Err(storage_err(e)));
+                                break;
+                            }
+                            st.next = s + 1;
+                            replies.push((t, Done::unit(s)));
+                        }
+                        syncer.after_sync(self.changed.clone(), replies);
+                    }
+                }
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaSeq => {
+                let st = self.lock();
+                Ok(Response::Seq((!st.copying).then(|| st.next - 1)))
+            }
+            Request::ReplicaReset => {
+                let (tx, rx) = oneshot::channel();
+                self.reset()?;
+                syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaCopy { ops } => {
+                let mut batch = from_wire(ops)?;
+                // The primary's own sequence number is not the copy's: set at the end.
+                batch.ops.retain(|(space, key, _)| {
+                    !(*space == Space::Meta
+                        && (key.as_slice() == SEQ_KEY.as_bytes()
+                            || key.as_slice() == COPYING_KEY.as_bytes()))
+                });
+                let (tx, rx) = oneshot::channel();
+                {
+                    let st = self.lock();
+                    if !st.copying {
+                        return Err(FsError::Protocol(
+                            "replica copy page without a reset".into(),
+                        ));
+                    }
+                    self.store.commit(batch).map_err(storage_err)?;
+                    syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
+                }
+                // Durable before the next page: a crash must not leave holes in a copy.
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaCopyDone { seq } => {
+                let (tx, rx) = oneshot::channel();
+                {
+                    let mut st = self.lock();
+                    if !st.copying {
+                        return Err(FsError::Protocol("replica copy end without a reset".into()));
+                    }
+                    let mut b = Batch::new();
+                    self.store.put_meta_u64(&mut b, SEQ_KEY, seq);
+                    b.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
+                    self.store.commit(b).map_err(storage_err)?;
+                    st.copying = false;
+                    st.next = seq + 1;
+                    syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
+                }
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaRead { space, after } => {
+                let space = Space::partition_space(space)
+                    .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
+                if self.lock().copying {
+                    return Err(FsError::ReplicaGap { next: None });
+                }
+                let limit = if space == Space::Blocks {
+                    COPY_PAGE_BLOCKS
+                } else {
+                    COPY_PAGE
+                };
+                let page = self
+                    .store
+                    .kv()
+                    .scan(space, &[], after.as_deref().map(|a| a.as_slice()), limit)
+                    .map_err(storage_err)?;
+                Ok(Response::ReplicaPage(
+                    page.into_iter()
+                        .map(|(key, value)| ReplOp {
+                            space: space.code(),
+                            key,
+                            value: Some(serde_bytes::ByteBuf::from(value)),
+                        })
+                        .collect(),
+                ))
+            }
+            _ => Err(FsError::InvalidArgument("not a replication request".into())),
+        }
+    }
+}
+
+impl Done {
+    fn unit(seq: u64) -> Done {
+        Done {
+            outcome: Outcome::Unit,
+            seq,
+        }
+    }
+}
