@@ -621,13 +621,7 @@ impl Request {
                 | Request::PutLinkRef { .. }
                 | Request::AdjustLinks { .. }
                 | Request::AtInode { .. }
-                | Request::Replicate { .. }
-                | Request::ReplicaSeq
-                | Request::ReplicaReset
-                | Request::ReplicaCopy { .. }
-                | Request::ReplicaCopyDone { .. }
-                | Request::ReplicaRead { .. }
-        )
+        ) || self.is_replication()
     }
 
     /// Requests for the backup copy of a partition rather than its primary.
