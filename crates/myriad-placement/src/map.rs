@@ -213,6 +213,14 @@ impl ClusterMap {
         self.partition(id).and_then(|p| p.replicas.first().copied())
     }
 
+    /// The servers keeping a backup copy of partition `id` (its replicas but the first).
+    #[must_use]
+    pub fn backups_of(&self, id: PartitionId) -> &[NodeId] {
+        self.partition(id)
+            .and_then(|p| p.replicas.get(1..))
+            .unwrap_or(&[])
+    }
+
     /// Where to send a request for partition `id`: its primary's address.
     #[must_use]
     pub fn partition_addr(&self, id: PartitionId) -> Option<&str> {

@@ -126,7 +126,8 @@ impl Syncer {
 #[derive(Clone)]
 pub struct Applier {
     tx: mpsc::UnboundedSender<Job>,
-    /// Set on a partition with backups: durable replies also wait for their acks.
+    /// Set on a partition with backups (None without): durable replies also wait for their
+    /// acks.
     replicator: Option<Arc<Replicator>>,
 }
 
@@ -144,7 +145,7 @@ impl Applier {
     ) -> std::io::Result<Applier> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let stx = syncer.tx.clone();
-        let shipper = replicator.clone().filter(|r| r.has_backups());
+        let shipper = replicator.clone();
         std::thread::Builder::new()
             .name("myriad-applier".into())
             .spawn(move || {

@@ -22,7 +22,7 @@ use myriad_proto::{
     Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
     StatFs,
 };
-use myriad_storage::{Kv, PartitionKv, Store};
+use myriad_storage::Kv;
 use tokio::sync::watch;
 
 use crate::applier::{Applier, Syncer};
@@ -30,7 +30,7 @@ use crate::config::ServerConfig;
 use crate::counters::Counters;
 use crate::mutation::{IdAlloc, Layout, Mutation};
 use crate::node::{MapState, Node, now_ns};
-use crate::replication::{Backup, Replicator};
+use crate::replication::{Backup, Replicator, partition_store};
 
 pub struct Host {
     /// This server's id in the map.
@@ -52,6 +52,14 @@ pub struct Host {
     pub(crate) reconciling: tokio::sync::Mutex<()>,
 }
 
+/// A read guard even if a writer panicked (the tables stay usable).
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    match lock.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
 pub(crate) enum OpenError {
     Store(myriad_storage::StorageError),
     Io(std::io::Error),
@@ -60,17 +68,11 @@ pub(crate) enum OpenError {
 
 impl Host {
     pub(crate) fn state(&self) -> Arc<MapState> {
-        match self.map.read() {
-            Ok(s) => s.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        read(&self.map).clone()
     }
 
     pub(crate) fn partition(&self, pid: PartitionId) -> Option<Arc<Node>> {
-        match self.partitions.read() {
-            Ok(p) => p.get(&pid).cloned(),
-            Err(p) => p.into_inner().get(&pid).cloned(),
-        }
+        read(&self.partitions).get(&pid).cloned()
     }
 
     /// The answer for a request to partition `pid` that this server does not serve: `Busy`
@@ -84,17 +86,11 @@ impl Host {
     }
 
     pub(crate) fn backup(&self, pid: PartitionId) -> Option<Arc<Backup>> {
-        match self.backups.read() {
-            Ok(p) => p.get(&pid).cloned(),
-            Err(p) => p.into_inner().get(&pid).cloned(),
-        }
+        read(&self.backups).get(&pid).cloned()
     }
 
     pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
-        match self.partitions.read() {
-            Ok(p) => p.values().cloned().collect(),
-            Err(p) => p.into_inner().values().cloned().collect(),
-        }
+        read(&self.partitions).values().cloned().collect()
     }
 
     /// Stops every partition and drops them (their handlers hold the host; this ends the
@@ -157,10 +153,7 @@ impl Host {
         let _one = self.reconciling.lock().await;
         let st = self.state();
         let want: HashSet<PartitionId> = st.map.primaries_of(self.id).into_iter().collect();
-        let have: HashSet<PartitionId> = match self.partitions.read() {
-            Ok(p) => p.keys().copied().collect(),
-            Err(p) => p.into_inner().keys().copied().collect(),
-        };
+        let have: HashSet<PartitionId> = read(&self.partitions).keys().copied().collect();
         for pid in have.difference(&want) {
             let gone = match self.partitions.write() {
                 Ok(mut p) => p.remove(pid),
@@ -205,7 +198,7 @@ impl Host {
         let want: HashSet<PartitionId> = map
             .partitions
             .iter()
-            .filter(|p| p.replicas.iter().skip(1).any(|&n| n == self.id))
+            .filter(|p| map.backups_of(p.id).contains(&self.id))
             .map(|p| p.id)
             .collect();
         let mut backups = self
@@ -224,15 +217,9 @@ impl Host {
 
     /// Opens partition `pid`'s store on this server and starts its applier.
     async fn open_partition(self: &Arc<Self>, pid: PartitionId) -> Result<Arc<Node>, OpenError> {
-        let store = Store::open(Arc::new(PartitionKv::new(self.kv.clone(), pid)), pid)
-            .map_err(OpenError::Store)?;
+        let store = partition_store(self.kv.clone(), pid).map_err(OpenError::Store)?;
         let fresh = store.is_fresh();
-        let backups: Vec<NodeId> = self
-            .state()
-            .map
-            .partition(pid)
-            .map(|p| p.replicas.iter().skip(1).copied().collect())
-            .unwrap_or_default();
+        let backups = self.state().map.backups_of(pid).to_vec();
         crate::replication::catch_up_from_backups(self, pid, &store, &backups)
             .await
             .map_err(OpenError::Fs)?;
@@ -245,7 +232,8 @@ impl Host {
             .meta_u64(crate::replication::SEQ_KEY)
             .map_err(OpenError::Store)?
             .unwrap_or(0);
-        let replicator = Arc::new(Replicator::start(self, pid, &store, &backups, start_seq));
+        let replicator = (!backups.is_empty())
+            .then(|| Arc::new(Replicator::start(self, pid, &store, &backups, start_seq)));
         let applier = Applier::start(
             store.clone(),
             ids,
@@ -253,7 +241,7 @@ impl Host {
             changed.clone(),
             &self.syncer,
             start_seq,
-            Some(replicator),
+            replicator,
         )
         .map_err(OpenError::Io)?;
         Ok(Arc::new(Node {
@@ -344,12 +332,9 @@ impl Host {
     }
 }
 
-/// The handle the connection loop holds: the host, plus a way to reach it from partitions.
-pub struct HostHandle(pub(crate) Arc<Host>);
-
-impl Handler for HostHandle {
+impl Handler for Host {
     fn identity(&self) -> (u32, u64) {
-        (self.0.id, self.0.state().map.epoch)
+        (self.id, self.state().map.epoch)
     }
 
     fn handle(
@@ -358,7 +343,7 @@ impl Handler for HostHandle {
         frame: RequestFrame,
     ) -> BoxFuture<'static, ResponseFrame> {
         Box::pin(async move {
-            let host = &self.0;
+            let host = &self;
             let id = frame.id;
             let from_server = matches!(peer, PeerKind::Server { .. });
             if !frame.body.is_admin() {

@@ -39,7 +39,7 @@ pub use ancestors::ReplicationConfig;
 pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, ServerConfig};
 
 use crate::applier::Syncer;
-use crate::host::{Host, HostHandle, OpenError};
+use crate::host::{Host, OpenError};
 use crate::node::MapState;
 
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +111,7 @@ pub async fn run(
     // Accept connections before opening partitions: a primary that restarted asks its
     // backups (which may be starting too) how far they got. Requests for partitions not yet
     // open get `Busy` and are retried.
-    let handle = Arc::new(HostHandle(host.clone()));
+    let handle = host.clone();
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())

@@ -38,11 +38,21 @@ const COPYING_KEY: &str = "repl_copying";
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// Batches in flight to one backup.
 const WINDOW: usize = 64;
-/// Out-of-order batches a backup holds waiting for a gap to fill.
-const PARKED_MAX: usize = 4096;
+/// How far ahead of the next batch a backup parks out-of-order arrivals: the primary has
+/// at most WINDOW in flight, so anything further is refused (`Busy`) rather than held in
+/// memory (a batch can be 4 MiB).
+const PARK_AHEAD_MAX: u64 = 2 * WINDOW as u64;
 /// Keys per page of a whole copy; blocks are up to 64 KiB, so 48 stay under 4 MiB.
 const COPY_PAGE: usize = 512;
 const COPY_PAGE_BLOCKS: usize = 48;
+
+/// Partition `pid`'s store on this server's engine.
+pub(crate) fn partition_store(
+    kv: Arc<dyn Kv>,
+    pid: PartitionId,
+) -> Result<Store, myriad_storage::StorageError> {
+    Store::open(Arc::new(myriad_storage::PartitionKv::new(kv, pid)), pid)
+}
 
 /// The ops of `batch` in wire form.
 pub(crate) fn to_wire(batch: &Batch) -> Vec<ReplOp> {
@@ -73,7 +83,8 @@ fn from_wire(ops: Vec<ReplOp>) -> Result<Batch, FsError> {
 
 struct Shipped {
     seq: u64,
-    ops: Arc<Vec<ReplOp>>,
+    /// Built once per backup: resends reuse it.
+    req: Arc<Request>,
 }
 
 struct Stream {
@@ -126,17 +137,27 @@ impl Replicator {
         Replicator { streams }
     }
 
-    pub(crate) fn has_backups(&self) -> bool {
-        !self.streams.is_empty()
-    }
-
     /// Hands batch `seq` to every backup's stream (called by the applier thread, in order).
+    /// Each request carries the floor that backup had acknowledged by now (a lower bound of
+    /// the stream's, which is all the backup's check needs); the last backup gets `ops`
+    /// itself, the others a copy.
     pub(crate) fn ship(&self, seq: u64, ops: Vec<ReplOp>) {
-        let ops = Arc::new(ops);
-        for s in &self.streams {
+        let mut ops = Some(ops);
+        let last = self.streams.len().saturating_sub(1);
+        for (i, s) in self.streams.iter().enumerate() {
+            let ops = if i == last {
+                ops.take().unwrap_or_default()
+            } else {
+                ops.clone().unwrap_or_default()
+            };
+            let req = Request::Replicate {
+                seq,
+                acked: *s.acked.borrow(),
+                ops,
+            };
             let _ = s.tx.send(Shipped {
                 seq,
-                ops: ops.clone(),
+                req: Arc::new(req),
             });
         }
     }
@@ -250,7 +271,7 @@ async fn run_stream(
     // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked;
     // `pending`: every batch above it (sent or queued), kept until acked so that a backup
     // that lost its disk can be refilled by a copy plus a replay from `water`.
-    let mut pending: BTreeMap<u64, Arc<Vec<ReplOp>>> = BTreeMap::new();
+    let mut pending: BTreeMap<u64, Arc<Request>> = BTreeMap::new();
     let mut done = BTreeSet::new();
     let mut water = start_seq;
     let mut sent_upto = start_seq;
@@ -274,16 +295,16 @@ async fn run_stream(
         });
         // Top up the window with queued batches.
         while inflight.len() < WINDOW {
-            let Some((&seq, ops)) = pending.range(sent_upto + 1..).next() else {
+            let Some((&seq, req)) = pending.range(sent_upto + 1..).next() else {
                 break;
             };
-            inflight.push(send_batch(&link, seq, water, ops.clone(), backoff));
+            inflight.push(send_batch(&link, seq, req.clone(), backoff));
             sent_upto = seq;
         }
         tokio::select! {
             item = rx.recv(), if open => match item {
                 Some(item) => {
-                    pending.insert(item.seq, item.ops);
+                    pending.insert(item.seq, item.req);
                 }
                 None => open = false,
             },
@@ -307,8 +328,8 @@ async fn run_stream(
                 Err(e) => {
                     backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
                     tracing::debug!(partition = link.pid, backup = link.backup, seq, "replicate failed: {e}");
-                    if let Some(ops) = pending.get(&seq) {
-                        inflight.push(send_batch(&link, seq, water, ops.clone(), backoff));
+                    if let Some(req) = pending.get(&seq) {
+                        inflight.push(send_batch(&link, seq, req.clone(), backoff));
                     }
                 }
             },
@@ -339,18 +360,12 @@ async fn run_stream(
 async fn send_batch(
     link: &Link,
     seq: u64,
-    acked: u64,
-    ops: Arc<Vec<ReplOp>>,
+    req: Arc<Request>,
     delay: Duration,
 ) -> (u64, Result<(), FsError>) {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let req = Request::Replicate {
-        seq,
-        acked,
-        ops: ops.as_ref().clone(),
-    };
     (seq, link.call(&req).await.map(|_| ()))
 }
 
@@ -418,6 +433,28 @@ async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64, FsError> 
     Ok(keys)
 }
 
+/// Deletes every key of `space` in this partition's store but `keep`.
+fn clear_space(store: &Store, space: Space, keep: Option<&[u8]>) -> Result<(), FsError> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = store
+            .kv()
+            .scan(space, &[], after.as_deref(), COPY_PAGE)
+            .map_err(storage_err)?;
+        let Some((last, _)) = page.last() else {
+            return Ok(());
+        };
+        after = Some(last.clone());
+        let mut b = Batch::new();
+        for (key, _) in page {
+            if keep != Some(key.as_slice()) {
+                b.delete(space, key);
+            }
+        }
+        store.commit(b).map_err(storage_err)?;
+    }
+}
+
 /// Before a primary serves: if a backup has applied batches this copy lacks (this server
 /// lost its disk, or crashed before its fsync while the batches reached the backups), copy
 /// the partition back from the most advanced backup. A backup that cannot be reached is
@@ -470,20 +507,7 @@ pub(crate) async fn catch_up_from_backups(
     };
     // Empty this copy, then take every page of the backup's.
     for space in Space::PARTITION {
-        loop {
-            let page = store
-                .kv()
-                .scan(space, &[], None, COPY_PAGE)
-                .map_err(storage_err)?;
-            if page.is_empty() {
-                break;
-            }
-            let mut b = Batch::new();
-            for (key, _) in page {
-                b.delete(space, key);
-            }
-            store.commit(b).map_err(storage_err)?;
-        }
+        clear_space(store, space, None)?;
         let mut after: Option<Vec<u8>> = None;
         loop {
             let req = Request::ReplicaRead {
@@ -562,7 +586,7 @@ impl Backup {
         kv: Arc<dyn Kv>,
         pid: PartitionId,
     ) -> Result<Backup, myriad_storage::StorageError> {
-        let store = Store::open(Arc::new(myriad_storage::PartitionKv::new(kv, pid)), pid)?;
+        let store = partition_store(kv, pid)?;
         let next = store.meta_u64(SEQ_KEY)?.unwrap_or(0) + 1;
         let copying = store.meta_u64(COPYING_KEY)?.is_some();
         Ok(Backup {
@@ -586,24 +610,7 @@ impl Backup {
         self.store.put_meta_u64(&mut b, COPYING_KEY, 1);
         self.store.commit(b).map_err(storage_err)?;
         for space in Space::PARTITION {
-            loop {
-                let page = self
-                    .store
-                    .kv()
-                    .scan(space, &[], None, COPY_PAGE)
-                    .map_err(storage_err)?;
-                let mut b = Batch::new();
-                for (key, _) in page {
-                    if space == Space::Meta && key.as_slice() == COPYING_KEY.as_bytes() {
-                        continue;
-                    }
-                    b.delete(space, key);
-                }
-                if b.is_empty() {
-                    break;
-                }
-                self.store.commit(b).map_err(storage_err)?;
-            }
+            clear_space(&self.store, space, Some(COPYING_KEY.as_bytes()))?;
         }
         Ok(())
     }
@@ -641,7 +648,7 @@ impl Backup {
                         // A resend of a batch already applied: ack once it is durable.
                         syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
                     } else if seq > st.next {
-                        if st.parked.len() >= PARKED_MAX {
+                        if seq - st.next > PARK_AHEAD_MAX {
                             return Err(FsError::Busy);
                         }
                         st.parked.insert(seq, (batch, tx));

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::StorageError;
-use crate::kv::{Batch, Kv, Pairs, Space, prefix_end};
+use crate::kv::{Batch, Kv, Pairs, Space};
 
 pub struct PartitionKv {
     inner: Arc<dyn Kv>,
@@ -27,23 +27,6 @@ impl PartitionKv {
         k.extend_from_slice(&self.prefix);
         k.extend_from_slice(key);
         k
-    }
-
-    /// Every key of this partition in `space`, page by page: `(key without prefix, value)`.
-    /// Used to copy a partition to a new replica.
-    pub fn scan_all(
-        &self,
-        space: Space,
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Pairs, StorageError> {
-        self.scan(space, &[], after, limit)
-    }
-
-    /// The partition prefix's end, for callers that drop a whole partition.
-    #[must_use]
-    pub fn range_end(&self) -> Option<Vec<u8>> {
-        prefix_end(&self.prefix)
     }
 }
 
@@ -107,7 +90,7 @@ mod tests {
         assert_eq!(a.get(Space::Entries, b"/x")?, Some(b"1".to_vec()));
         assert_eq!(b.get(Space::Entries, b"/x")?, Some(b"3".to_vec()));
         assert_eq!(b.get(Space::Entries, b"/y")?, None);
-        let all = a.scan_all(Space::Entries, None, 10)?;
+        let all = a.scan(Space::Entries, &[], None, 10)?;
         assert_eq!(
             all,
             vec![
@@ -119,7 +102,7 @@ mod tests {
             a.scan(Space::Entries, b"/", Some(b"/x"), 10)?,
             vec![(b"/y".to_vec(), b"2".to_vec())]
         );
-        assert_eq!(b.scan_all(Space::Entries, None, 10)?.len(), 1);
+        assert_eq!(b.scan(Space::Entries, &[], None, 10)?.len(), 1);
         // Raw keys carry the big-endian partition id.
         assert_eq!(
             raw.get(Space::Entries, &[0, 0, 0, 2, b'/', b'x'])?,
