@@ -31,6 +31,8 @@ pub struct DemoArgs {
     /// Leave the cluster running afterwards.
     #[arg(long)]
     keep: bool,
+    #[command(flatten)]
+    layout: crate::cluster::LayoutArgs,
 }
 
 pub struct PhaseResult {
@@ -97,12 +99,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.nodes,
         dir.display()
     );
-    let cluster = LocalCluster::up(
-        &dir,
-        args.nodes,
-        &crate::cluster::NodeOptions::for_bench(Vec::new()),
-    )
-    .await?;
+    let mut opts = crate::cluster::NodeOptions::for_bench(Vec::new());
+    opts.layout = args.layout;
+    let cluster = LocalCluster::up(&dir, args.nodes, &opts).await?;
     let result = demo_body(&cluster, &args).await;
     if args.keep {
         if let Some(t) = tmp {
