@@ -127,7 +127,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("MYRIAD_LOG").unwrap_or_else(|_| {
         let default = if matches!(cli.command, Command::Server(_) | Command::Mount(_)) {
-            "info"
+            // openraft narrates every vote and heartbeat, and logs an error per retry to a dead
+            // peer; membership.rs logs what matters (down, up, map changes).
+            "info,openraft=off"
         } else {
             "warn"
         };

@@ -30,7 +30,8 @@ impl ClientConfig {
         ClientConfig {
             map,
             caller,
-            request_timeout: Duration::from_secs(10),
+            // Long enough to ride out a failover (a dead server is marked down after 5 s).
+            request_timeout: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(2),
         }
     }
@@ -182,18 +183,43 @@ impl Client {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         let mut map_retries = 0;
         let mut backoff = Duration::from_millis(1);
+        let mut down_backoff = Duration::from_millis(50);
         loop {
             let st = self.st();
             let node = self.node_for(&st, &route);
-            let (addr, ends) = Self::address(&st, &route, node)?;
-            let result = match CALLER.try_with(|c| c.clone()) {
-                Ok(c) => self.pool.call(&addr, st.map.epoch, ends, &c, &req).await,
-                Err(_) => {
+            let result = match Self::address(&st, &route, node) {
+                Ok((addr, ends)) => {
+                    let caller = CALLER
+                        .try_with(|c| c.clone())
+                        .unwrap_or_else(|_| self.config.caller.clone());
                     self.pool
-                        .call(&addr, st.map.epoch, ends, &self.config.caller, &req)
+                        .call(&addr, st.map.epoch, ends, &caller, &req)
                         .await
+                        .map_err(|e| (e, Some(addr)))
                 }
+                Err(e) => Err((e, None)),
             };
+            let result = match result {
+                Ok(r) => Ok(r),
+                // The partition's server is unreachable or may not serve (no lease, or no
+                // copy is up): a failover gives it a new primary within seconds. Learn the
+                // newer map from any server and try again until the deadline.
+                Err((FsError::Unavailable(why), _))
+                    if !matches!(route, Route::Server(_) | Route::Copy(..))
+                        && tokio::time::Instant::now() + down_backoff < deadline =>
+                {
+                    tracing::debug!(node, "unavailable ({why}); refreshing the map and retrying");
+                    tokio::time::sleep(down_backoff).await;
+                    down_backoff = (down_backoff * 2).min(Duration::from_millis(500));
+                    self.refresh_map(node).await;
+                    continue;
+                }
+                Err((e, None)) => return Err(e),
+                Err((e, Some(_))) => Err(e),
+            };
+            let addr = Self::address(&st, &route, node)
+                .map(|(a, _)| a)
+                .unwrap_or_default();
             match result {
                 Err(FsError::Redirect(map)) => {
                     map_retries += 1;
@@ -250,6 +276,34 @@ impl Client {
                     backoff = (backoff * 2).min(Duration::from_millis(100));
                 }
                 other => return other,
+            }
+        }
+    }
+
+    /// Asks the servers of our map (but `skip`, unreachable) for theirs and adopts the newest.
+    async fn refresh_map(&self, skip: PartitionId) {
+        let st = self.st();
+        let avoid = st.map.primary_of(skip);
+        for n in &st.map.nodes {
+            if Some(n.id) == avoid {
+                continue;
+            }
+            let got = self
+                .pool
+                .call_with_timeout(
+                    &n.addr,
+                    st.map.epoch,
+                    Endpoints::SERVER,
+                    &self.config.caller,
+                    &Request::GetMap,
+                    Duration::from_secs(1),
+                )
+                .await;
+            if let Ok(Response::Map(m)) = got {
+                if m.epoch > st.map.epoch {
+                    self.adopt(*m);
+                }
+                return;
             }
         }
     }

@@ -3,16 +3,18 @@
 //!
 //! This crate holds the durable parts: the Raft log and vote (`log_store.rs`) and the state
 //! machine with its snapshots (`state_machine.rs`), both on a node's own store (`Kv`, the
-//! `RaftLog` and `RaftState` spaces), checked by openraft's storage conformance suite. The
-//! network and the wiring into the server come next.
+//! `RaftLog` and `RaftState` spaces), checked by openraft's storage conformance suite; and
+//! the running group (`group.rs`): openraft over a `Transport` the server supplies.
 //!
-//! Must not depend on: the network, server, client.
+//! Must not depend on: the network crate, server, client (it sees peers only through
+//! `Transport`).
 
 // openraft's `StorageError` (224 bytes) is the error its storage traits require; boxing it
 // in our helpers would only add a conversion at every trait method.
 #![allow(clippy::result_large_err)]
 
 mod codec;
+mod group;
 mod log_store;
 mod state_machine;
 
@@ -21,6 +23,7 @@ use std::io::Cursor;
 use myriad_placement::ClusterMap;
 use serde::{Deserialize, Serialize};
 
+pub use group::{BoxFuture, Group, OnMap, ProposeError, Transport, VOTERS_MAX};
 pub use log_store::LogStore;
 pub use state_machine::MapStateMachine;
 

@@ -35,12 +35,27 @@ struct StoredSnapshot {
 #[derive(Clone)]
 pub struct MapStateMachine {
     kv: Arc<dyn Kv>,
+    on_map: Option<crate::group::OnMap>,
 }
 
 impl MapStateMachine {
     #[must_use]
     pub fn new(kv: Arc<dyn Kv>) -> MapStateMachine {
-        MapStateMachine { kv }
+        MapStateMachine { kv, on_map: None }
+    }
+
+    /// Calls `f` with the map after every apply or snapshot install that changed it (once
+    /// it is durable).
+    #[must_use]
+    pub fn with_on_map(mut self, f: crate::group::OnMap) -> MapStateMachine {
+        self.on_map = Some(f);
+        self
+    }
+
+    fn announce(&self, map: Option<&ClusterMap>) {
+        if let (Some(f), Some(m)) = (&self.on_map, map) {
+            f(m.clone());
+        }
     }
 
     /// The map as last applied (`None` before the first `Install`).
@@ -120,6 +135,7 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
         I::IntoIter: OptionalSend,
     {
         let mut state = self.state()?;
+        let before = state.map.as_ref().map(|m| m.epoch);
         // One reply per entry, blank and membership entries included.
         let mut replies = Vec::new();
         for e in entries {
@@ -142,6 +158,9 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
         let mut b = Batch::new();
         self.put(&mut b, STATE, encode(What::StateMachine, &state)?);
         self.write(b)?;
+        if state.map.as_ref().map(|m| m.epoch) != before {
+            self.announce(state.map.as_ref());
+        }
         Ok(replies)
     }
 
@@ -169,7 +188,9 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
         let mut b = Batch::new();
         self.put(&mut b, STATE, encode(What::StateMachine, &state)?);
         self.put(&mut b, SNAPSHOT, encode(What::StateMachine, &stored)?);
-        self.write(b)
+        self.write(b)?;
+        self.announce(state.map.as_ref());
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {

@@ -16,7 +16,7 @@ mod shard;
 
 pub use map::{
     ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError, NodeId, NodeInfo,
-    PARTITION_ID_MAX, PartitionId, PartitionInfo,
+    NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
 };
 pub use path::{parent_of, split_parent};
 pub use ring::Ring;

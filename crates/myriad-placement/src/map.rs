@@ -42,6 +42,19 @@ pub struct NodeInfo {
     pub addr: String,
     /// Relative capacity; a node of weight 2 gets twice the partitions of a node of weight 1.
     pub weight: u32,
+    /// Up or down, as decided by the Raft leader's failure detector (docs/replication.md).
+    #[serde(default)]
+    pub state: NodeState,
+}
+
+/// A server's state in the map. A down server is never a primary and its copies are not
+/// written; it is kept in the replica lists (last) so that it rejoins as a backup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    #[default]
+    Up,
+    Down,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +129,7 @@ impl ClusterMap {
                 id: u32::try_from(i + 1).unwrap_or(u32::MAX),
                 addr: a.clone(),
                 weight: 1,
+                state: NodeState::Up,
             })
             .collect();
         let count = per_node
@@ -207,18 +221,80 @@ impl ClusterMap {
         self.partitions.iter().find(|p| p.id == id)
     }
 
-    /// The server serving partition `id`: its first replica.
+    /// True unless the map marks server `id` down (or does not list it).
     #[must_use]
-    pub fn primary_of(&self, id: PartitionId) -> Option<NodeId> {
-        self.partition(id).and_then(|p| p.replicas.first().copied())
+    pub fn is_up(&self, id: NodeId) -> bool {
+        self.node(id).is_some_and(|n| n.state == NodeState::Up)
     }
 
-    /// The servers keeping a backup copy of partition `id` (its replicas but the first).
+    /// The server serving partition `id`: its first replica, if that server is up (a
+    /// failover moves a down primary to the end of the list, see `mark_down`).
     #[must_use]
-    pub fn backups_of(&self, id: PartitionId) -> &[NodeId] {
+    pub fn primary_of(&self, id: PartitionId) -> Option<NodeId> {
+        self.partition(id)
+            .and_then(|p| p.replicas.first().copied())
+            .filter(|&n| self.is_up(n))
+    }
+
+    /// The servers keeping a live backup copy of partition `id`: its replicas but the first,
+    /// those that are up. Every write waits for all of them.
+    #[must_use]
+    pub fn backups_of(&self, id: PartitionId) -> Vec<NodeId> {
         self.partition(id)
             .and_then(|p| p.replicas.get(1..))
             .unwrap_or(&[])
+            .iter()
+            .copied()
+            .filter(|&n| self.is_up(n))
+            .collect()
+    }
+
+    /// The next map with server `id` down: epoch + 1, and in every replica list `id` moves
+    /// to the end, so each partition it served is served by its next replica that is up (the
+    /// first backup). `None` if it is not listed or already down.
+    #[must_use]
+    pub fn mark_down(&self, id: NodeId) -> Option<ClusterMap> {
+        if !self.is_up(id) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.epoch += 1;
+        for n in &mut next.nodes {
+            if n.id == id {
+                n.state = NodeState::Down;
+            }
+        }
+        let up: std::collections::BTreeSet<NodeId> = next
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Up)
+            .map(|n| n.id)
+            .collect();
+        for p in &mut next.partitions {
+            // Up servers first, then down ones, each in their previous order: the first
+            // backup that is up becomes the primary, the dead server comes back last.
+            let (live, dead): (Vec<NodeId>, Vec<NodeId>) =
+                p.replicas.iter().partition(|r| up.contains(r));
+            p.replicas = live.into_iter().chain(dead).collect();
+        }
+        Some(next)
+    }
+
+    /// The next map with server `id`, down before, up again: epoch + 1. It stays last in the
+    /// replica lists: it rejoins as a backup, and primaries copy to it what it missed.
+    #[must_use]
+    pub fn mark_up(&self, id: NodeId) -> Option<ClusterMap> {
+        if self.node(id).is_none_or(|n| n.state == NodeState::Up) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.epoch += 1;
+        for n in &mut next.nodes {
+            if n.id == id {
+                n.state = NodeState::Up;
+            }
+        }
+        Some(next)
     }
 
     /// Where to send a request for partition `id`: its primary's address.
@@ -243,5 +319,73 @@ impl ClusterMap {
     #[must_use]
     pub fn ring(&self) -> Ring {
         Ring::build(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn five() -> ClusterMap {
+        let addrs: Vec<String> = (1..=5).map(|i| format!("127.0.0.1:{i}")).collect();
+        ClusterMap::build(1, &addrs, 4, 3)
+    }
+
+    #[test]
+    fn mark_down_promotes_the_next_live_replica_of_every_partition() {
+        let m = five();
+        let down = m.mark_down(2).expect("server 2 is up");
+        assert_eq!(down.epoch, 2);
+        assert!(!down.is_up(2));
+        assert!(down.validate().is_ok());
+        assert!(m.mark_down(9).is_none());
+        assert!(down.mark_down(2).is_none(), "already down");
+        for (before, after) in m.partitions.iter().zip(&down.partitions) {
+            let mut a = after.replicas.clone();
+            let mut b = before.replicas.clone();
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b, "the same copies, reordered");
+            assert_ne!(down.primary_of(after.id), Some(2));
+            assert!(down.primary_of(after.id).is_some());
+            assert!(!down.backups_of(after.id).contains(&2));
+            if before.replicas[0] == 2 {
+                // The first backup takes over.
+                assert_eq!(down.primary_of(after.id), Some(before.replicas[1]));
+                assert_eq!(after.replicas.last(), Some(&2));
+            } else {
+                assert_eq!(down.primary_of(after.id), m.primary_of(before.id));
+            }
+        }
+        // A second failure: a partition whose primary and first backup are both down is
+        // served by its third copy.
+        let second = down.partitions[0].replicas[0];
+        let two = down.mark_down(second).expect("up");
+        for p in &two.partitions {
+            let primary = two.primary_of(p.id).expect("one copy is up");
+            assert!(primary != 2 && primary != second);
+            let live = p.replicas.iter().filter(|&&r| two.is_up(r)).count();
+            assert_eq!(two.backups_of(p.id).len(), live - 1);
+        }
+    }
+
+    #[test]
+    fn a_server_marked_up_again_is_a_backup() {
+        let m = five();
+        let down = m.mark_down(1).expect("up");
+        let up = down.mark_up(1).expect("down");
+        assert_eq!(up.epoch, 3);
+        assert!(up.is_up(1));
+        assert!(up.mark_up(1).is_none());
+        assert!(up.primaries_of(1).is_empty(), "it rejoins as a backup");
+        for p in up.partitions.iter().filter(|p| p.replicas.contains(&1)) {
+            assert!(up.backups_of(p.id).contains(&1));
+        }
+        let json = up.to_json();
+        assert_eq!(ClusterMap::from_json(&json).expect("valid"), up);
+        // A map written before node states existed reads as all up.
+        let old = json.replace(",\n      \"state\": \"up\"", "");
+        assert!(!old.contains("\"state\""));
+        assert_eq!(ClusterMap::from_json(&old).expect("valid"), up);
     }
 }

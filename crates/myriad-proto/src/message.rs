@@ -10,7 +10,7 @@ use crate::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, Shard, 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
 pub const MAGIC: u32 = 0x4d59_5244;
 /// Bumped on any incompatible change of a message. Peers must match exactly for now.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -386,6 +386,27 @@ pub enum Request {
         space: u8,
         after: Option<serde_bytes::ByteBuf>,
     },
+    // ---- membership (docs/replication.md); target = the server itself ----
+    /// A message of the cluster-map Raft group (openraft's request, postcard-encoded; the
+    /// answer is `Response::Raft`).
+    Raft {
+        rpc: RaftRpc,
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+    },
+    /// The Raft leader: "I am alive and at map `epoch`; may I serve?" (`Response::Lease`).
+    /// The sender serves its partitions only while it holds a lease (docs/replication.md).
+    Lease,
+}
+
+/// Which openraft RPC a `Request::Raft` carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RaftRpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    /// A map change forwarded to the leader (payload: the `ClusterMap`).
+    Propose,
 }
 
 /// One put (`value` set) or delete of a replicated batch, in a space of the partition's store
@@ -555,6 +576,8 @@ impl Request {
             Request::ReplicaCopy { .. } => "replica_copy",
             Request::ReplicaCopyDone { .. } => "replica_copy_done",
             Request::ReplicaRead { .. } => "replica_read",
+            Request::Raft { .. } => "raft",
+            Request::Lease => "lease",
         }
     }
 
@@ -621,6 +644,8 @@ impl Request {
                 | Request::PutLinkRef { .. }
                 | Request::AdjustLinks { .. }
                 | Request::AtInode { .. }
+                | Request::Raft { .. }
+                | Request::Lease
         ) || self.is_replication()
     }
 
@@ -653,6 +678,8 @@ impl Request {
                 | Request::FsckBlockFrom { .. }
                 | Request::FsckRepair(_)
                 | Request::FsckReplica
+                | Request::Raft { .. }
+                | Request::Lease
         )
     }
 }
@@ -714,6 +741,14 @@ pub enum Response {
         keys: u64,
         /// xxh3 of every (space, key, value) but the sequence number itself.
         digest: u64,
+    },
+    /// openraft's response, postcard-encoded.
+    Raft(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// `granted`: the sender may serve for the lease period counted from when it sent the
+    /// request. `epoch`: the leader's map epoch (a sender behind it is not granted).
+    Lease {
+        granted: bool,
+        epoch: u64,
     },
 }
 

@@ -16,7 +16,7 @@
 //! may have been read. Acknowledged writes are never lost.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use myriad_proto::FsError;
 use myriad_storage::{Kv, Store};
@@ -126,9 +126,10 @@ impl Syncer {
 #[derive(Clone)]
 pub struct Applier {
     tx: mpsc::UnboundedSender<Job>,
-    /// Set on a partition with backups (None without): durable replies also wait for their
-    /// acks.
-    replicator: Option<Arc<Replicator>>,
+    /// Durable replies also wait for every backup's ack.
+    replicator: Arc<Replicator>,
+    /// Set when the partition is no longer served here: nothing more is committed.
+    retired: Arc<AtomicBool>,
 }
 
 impl Applier {
@@ -141,11 +142,13 @@ impl Applier {
         changed: watch::Sender<u64>,
         syncer: &Syncer,
         start_seq: u64,
-        replicator: Option<Arc<Replicator>>,
+        replicator: Arc<Replicator>,
     ) -> std::io::Result<Applier> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let stx = syncer.tx.clone();
         let shipper = replicator.clone();
+        let retired = Arc::new(AtomicBool::new(false));
+        let stop = retired.clone();
         std::thread::Builder::new()
             .name("myriad-applier".into())
             .spawn(move || {
@@ -162,6 +165,12 @@ impl Applier {
                     let mut done = Vec::with_capacity(jobs.len());
                     let mut must_sync = false;
                     for job in jobs {
+                        if stop.load(Ordering::Acquire) {
+                            let _ = job.reply.send(Err(FsError::Unavailable(
+                                "the partition is no longer served by this server".into(),
+                            )));
+                            continue;
+                        }
                         let mut ctx = Ctx {
                             store: &store,
                             ids: &mut ids,
@@ -171,10 +180,13 @@ impl Applier {
                             Ok((mut batch, outcome)) => {
                                 // Every non-empty batch gets the next sequence number,
                                 // written with it; backups apply batches in that order.
+                                // The replicator's lock is held from numbering to shipping
+                                // so that a backup added meanwhile starts at a batch boundary.
                                 let numbered = !batch.is_empty();
+                                let mut ship = shipper.lock();
                                 let ops = if numbered {
                                     store.put_meta_u64(&mut batch, SEQ_KEY, seq + 1);
-                                    shipper.as_ref().map(|_| to_wire(&batch))
+                                    ship.wants_batches().then(|| to_wire(&batch))
                                 } else {
                                     None
                                 };
@@ -182,10 +194,9 @@ impl Applier {
                                     Ok(()) => {
                                         if numbered {
                                             seq += 1;
+                                            ship.ship(seq, ops);
                                         }
-                                        if let (Some(r), Some(ops)) = (&shipper, ops) {
-                                            r.ship(seq, ops);
-                                        }
+                                        drop(ship);
                                         let done_now = Done { outcome, seq };
                                         if job.durable {
                                             done.push((job.reply, done_now));
@@ -195,6 +206,7 @@ impl Applier {
                                         }
                                     }
                                     Err(e) => {
+                                        drop(ship);
                                         let _ = job.reply.send(Err(storage_err(e)));
                                     }
                                 }
@@ -216,7 +228,37 @@ impl Applier {
                     }
                 }
             })?;
-        Ok(Applier { tx, replicator })
+        Ok(Applier {
+            tx,
+            replicator,
+            retired,
+        })
+    }
+
+    pub(crate) fn replicator(&self) -> &Arc<Replicator> {
+        &self.replicator
+    }
+
+    /// Stops committing: every mutation queued or submitted later fails with `Unavailable`,
+    /// and once this returns nothing more reaches the store (a backup may open it next).
+    /// Writes waiting for backup acks fail too.
+    pub(crate) async fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        // The fence: the thread handles jobs in order, so once this one is answered every
+        // earlier one is done.
+        let (reply, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Job {
+                mutation: Mutation::Barrier,
+                reply,
+                durable: false,
+            })
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        self.replicator.close();
     }
 
     /// Applies `mutation` and returns once it is durable.
@@ -242,8 +284,8 @@ impl Applier {
         let done = rx
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
-        if durable && let Some(r) = &self.replicator {
-            r.wait(done.seq).await?;
+        if durable {
+            self.replicator.wait(done.seq).await?;
         }
         Ok(done.outcome)
     }

@@ -38,7 +38,7 @@ pub struct Host {
     pub(crate) map: RwLock<Arc<MapState>>,
     pub(crate) map_path: Option<PathBuf>,
     pub(crate) data_dir: PathBuf,
-    pub(crate) pool: Pool,
+    pub(crate) pool: Arc<Pool>,
     pub(crate) counters: Counters,
     pub(crate) config: ServerConfig,
     pub(crate) syncer: Syncer,
@@ -50,6 +50,14 @@ pub struct Host {
     pub(crate) backups: RwLock<HashMap<PartitionId, Arc<Backup>>>,
     /// Held while partitions are started or stopped.
     pub(crate) reconciling: tokio::sync::Mutex<()>,
+    /// The cluster-map Raft group (membership.rs).
+    pub(crate) group: myriad_membership::Group,
+    /// Until when this server may serve (granted by the Raft leader).
+    pub(crate) lease: crate::membership::Lease,
+    /// Leader only: when each server last asked for its lease.
+    pub(crate) heard: crate::membership::Heard,
+    /// Membership tasks, ended at shutdown.
+    pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// A read guard even if a writer panicked (the tables stay usable).
@@ -76,12 +84,58 @@ impl Host {
     }
 
     /// The answer for a request to partition `pid` that this server does not serve: `Busy`
-    /// if the map gives it here (it is still being opened), else `Redirect`.
+    /// if the map makes it the primary (it is still being opened), else `Redirect`.
     fn not_here(&self, pid: PartitionId) -> FsError {
         let st = self.state();
-        match st.map.partition(pid) {
-            Some(p) if p.replicas.contains(&self.id) => FsError::Busy,
-            _ => FsError::Redirect(Box::new(st.map.clone())),
+        if st.map.primary_of(pid) == Some(self.id) {
+            FsError::Busy
+        } else {
+            FsError::Redirect(Box::new(st.map.clone()))
+        }
+    }
+
+    /// The partition `pid` if this server may serve it now: it holds a lease and its map
+    /// makes it the primary (a primary demoted by a newer map stops at once, before its
+    /// handler is stopped).
+    fn serving(&self, pid: PartitionId) -> Result<Arc<Node>, FsError> {
+        if let Some(e) = self.lease_error() {
+            return Err(e);
+        }
+        match self.partition(pid) {
+            Some(node) if self.state().map.primary_of(pid) == Some(self.id) => Ok(node),
+            _ => Err(self.not_here(pid)),
+        }
+    }
+
+    /// The backup copy of `pid` if server `sender`, at map `epoch`, may write to it: only
+    /// the primary of the same map (a deposed primary's late batches are refused, so a
+    /// promoted backup's batches cannot collide with them; docs/replication.md).
+    fn backup_for(
+        &self,
+        pid: PartitionId,
+        sender: NodeId,
+        epoch: u64,
+    ) -> Result<Arc<Backup>, FsError> {
+        let st = self.state();
+        if epoch > st.map.epoch {
+            return Err(FsError::MapTooOld(st.map.epoch));
+        }
+        if epoch < st.map.epoch || st.map.primary_of(pid) != Some(sender) {
+            return Err(FsError::Redirect(Box::new(st.map.clone())));
+        }
+        self.backup(pid).ok_or_else(|| self.not_here(pid))
+    }
+
+    /// Adopts `map` if newer and reconciles in the background (for callers that may run
+    /// inside a reconcile).
+    pub(crate) fn adopt_in_background(self: &Arc<Self>, map: ClusterMap) {
+        if let Ok(true) = self.adopt_map(map) {
+            let host = self.clone();
+            tokio::spawn(async move {
+                if let Err(OpenError::Fs(e)) = host.reconcile().await {
+                    tracing::warn!("reconciling partitions with a newer map failed: {e}");
+                }
+            });
         }
     }
 
@@ -94,8 +148,13 @@ impl Host {
     }
 
     /// Stops every partition and drops them (their handlers hold the host; this ends the
-    /// cycle at shutdown).
+    /// cycle at shutdown), and the membership tasks.
     pub(crate) fn clear(&self) {
+        if let Ok(mut t) = self.tasks.lock() {
+            for task in t.drain(..) {
+                task.abort();
+            }
+        }
         let nodes: Vec<Arc<Node>> = match self.partitions.write() {
             Ok(mut p) => p.drain().map(|(_, n)| n).collect(),
             Err(_) => Vec::new(),
@@ -152,7 +211,12 @@ impl Host {
     pub(crate) async fn reconcile(self: &Arc<Self>) -> Result<(), OpenError> {
         let _one = self.reconciling.lock().await;
         let st = self.state();
-        let want: HashSet<PartitionId> = st.map.primaries_of(self.id).into_iter().collect();
+        let want: HashSet<PartitionId> = st
+            .map
+            .primaries_of(self.id)
+            .into_iter()
+            .filter(|&p| st.map.primary_of(p) == Some(self.id))
+            .collect();
         let have: HashSet<PartitionId> = read(&self.partitions).keys().copied().collect();
         for pid in have.difference(&want) {
             let gone = match self.partitions.write() {
@@ -166,6 +230,15 @@ impl Host {
                     "no longer primary; stopped serving"
                 );
                 node.stop();
+                // Nothing more may reach the store before a backup copy opens on it.
+                node.applier.retire().await;
+            }
+        }
+        for pid in have.intersection(&want) {
+            if let Some(node) = self.partition(*pid) {
+                node.applier
+                    .replicator()
+                    .set_backups(&st.map.backups_of(*pid));
             }
         }
         self.reconcile_backups(&st.map)?;
@@ -219,7 +292,7 @@ impl Host {
     async fn open_partition(self: &Arc<Self>, pid: PartitionId) -> Result<Arc<Node>, OpenError> {
         let store = partition_store(self.kv.clone(), pid).map_err(OpenError::Store)?;
         let fresh = store.is_fresh();
-        let backups = self.state().map.backups_of(pid).to_vec();
+        let backups = self.state().map.backups_of(pid);
         crate::replication::catch_up_from_backups(self, pid, &store, &backups)
             .await
             .map_err(OpenError::Fs)?;
@@ -232,8 +305,8 @@ impl Host {
             .meta_u64(crate::replication::SEQ_KEY)
             .map_err(OpenError::Store)?
             .unwrap_or(0);
-        let replicator = (!backups.is_empty())
-            .then(|| Arc::new(Replicator::start(self, pid, &store, &backups, start_seq)));
+        let replicator = Arc::new(Replicator::new(self, pid, &store, start_seq));
+        replicator.set_backups(&backups);
         let applier = Applier::start(
             store.clone(),
             ids,
@@ -261,10 +334,12 @@ impl Host {
     /// Requests addressed to the server rather than a partition.
     pub(crate) async fn dispatch_server(
         self: &Arc<Self>,
-        from_server: bool,
+        peer: &PeerKind,
+        caller: &Caller,
         epoch: u64,
         body: Request,
     ) -> Result<Response, FsError> {
+        let from_server = matches!(peer, PeerKind::Server { .. });
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
             return Err(FsError::MapTooOld(st.map.epoch));
@@ -286,10 +361,41 @@ impl Host {
                 Ok(Response::Unit)
             }
             Request::GetMap => Ok(Response::Map(Box::new(st.map.clone()))),
-            Request::InstallMap(map) => {
-                self.install_map(*map).await?;
+            // From a server: a committed map it holds and we lack.
+            Request::InstallMap(map) if from_server => {
+                map.validate()
+                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+                self.adopt_in_background(*map);
                 Ok(Response::Unit)
             }
+            // From an administrator: a change, committed through the Raft group.
+            Request::InstallMap(map) => {
+                if caller.uid != 0 {
+                    return Err(FsError::PermissionDenied);
+                }
+                map.validate()
+                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+                let epoch = map.epoch;
+                if self.group.map().is_none_or(|m| m.epoch < epoch) {
+                    self.propose_map(*map).await?;
+                }
+                // Answer once this server follows it (it arrives through the group).
+                let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
+                while self.state().map.epoch < epoch && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Ok(Response::Unit)
+            }
+            Request::Raft { rpc, payload } if from_server => self
+                .group
+                .serve(rpc, &payload)
+                .await
+                .map(Response::Raft)
+                .map_err(FsError::Protocol),
+            Request::Lease => match peer {
+                PeerKind::Server { node_id } => Ok(self.grant_lease(*node_id, epoch)),
+                PeerKind::Client => Err(FsError::PermissionDenied),
+            },
             _ if from_server => Err(FsError::InvalidArgument(
                 "request needs a target partition".into(),
             )),
@@ -351,7 +457,7 @@ impl Handler for Host {
             }
             let result = match frame.ends.target {
                 0 => {
-                    host.dispatch_server(from_server, frame.epoch, frame.body)
+                    host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
                         .await
                 }
                 pid if matches!(frame.body, Request::FsckReplica) => {
@@ -365,18 +471,22 @@ impl Handler for Host {
                         Err(FsError::NotFound)
                     }
                 }
-                pid if frame.body.is_replication() => match host.backup(pid) {
-                    Some(b) if from_server => b.handle(&host.syncer, frame.body).await,
-                    Some(_) => Err(FsError::PermissionDenied),
-                    None => Err(host.not_here(pid)),
+                pid if frame.body.is_replication() => match peer {
+                    PeerKind::Server { node_id } => {
+                        match host.backup_for(pid, node_id, frame.epoch) {
+                            Ok(b) => b.handle(&host.syncer, frame.body).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    PeerKind::Client => Err(FsError::PermissionDenied),
                 },
-                pid => match host.partition(pid) {
-                    Some(node) => {
+                pid => match host.serving(pid) {
+                    Ok(node) => {
                         let from = from_server.then_some(frame.ends.source);
                         node.dispatch(from, frame.epoch, frame.caller, frame.body)
                             .await
                     }
-                    None => Err(host.not_here(pid)),
+                    Err(e) => Err(e),
                 },
             };
             ResponseFrame { id, result }

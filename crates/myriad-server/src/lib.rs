@@ -16,6 +16,7 @@ mod fsck;
 mod host;
 mod intent;
 mod links;
+mod membership;
 mod mutation;
 mod node;
 mod perm;
@@ -28,7 +29,7 @@ mod twophase;
 mod workload_rng;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use myriad_net::{Pool, PoolConfig, serve_connection};
 use myriad_proto::PeerKind;
@@ -83,18 +84,40 @@ pub async fn run(
     let _own = Store::open(Arc::new(PartitionKv::new(kv.clone(), 0)), config.node_id)
         .map_err(store_err)?;
     let syncer = Syncer::start(kv.clone())?;
-    let pool = Pool::new(PoolConfig {
+    let pool = Arc::new(Pool::new(PoolConfig {
         me: PeerKind::Server {
             node_id: config.node_id,
         },
         connect_timeout: config.connect_timeout,
         request_timeout: config.request_timeout,
+    }));
+    // The cluster-map Raft group, on the server's own records (partition 0). Every map it
+    // commits reaches the host through `maps` (membership.rs).
+    let (map_tx, maps) = tokio::sync::mpsc::unbounded_channel();
+    let on_map: myriad_membership::OnMap = Arc::new(move |m| {
+        let _ = map_tx.send(m);
     });
+    let group = myriad_membership::Group::start(
+        u64::from(config.node_id),
+        Arc::new(PartitionKv::new(kv.clone(), 0)),
+        Arc::new(membership::PoolTransport { pool: pool.clone() }),
+        on_map,
+    )
+    .await
+    .map_err(ServerError::Config)?;
+    // Start from the newest map known: the map file, or the one the group last applied.
+    let mut map = config.map.clone();
+    if let Some(m) = group.map()
+        && m.epoch > map.epoch
+        && m.node(config.node_id).is_some()
+    {
+        map = m;
+    }
     let host = Arc::new(Host {
         id: config.node_id,
         map: RwLock::new(Arc::new(MapState {
-            map: config.map.clone(),
-            ring: config.map.ring(),
+            ring: map.ring(),
+            map: map.clone(),
         })),
         map_path: config.map_path.clone(),
         data_dir: config.data_dir.clone(),
@@ -106,6 +129,10 @@ pub async fn run(
         partitions: RwLock::new(HashMap::new()),
         backups: RwLock::new(HashMap::new()),
         reconciling: tokio::sync::Mutex::new(()),
+        group: group.clone(),
+        lease: membership::Lease::default(),
+        heard: membership::Heard::default(),
+        tasks: Mutex::new(Vec::new()),
     });
 
     // Accept connections before opening partitions: a primary that restarted asks its
@@ -129,16 +156,29 @@ pub async fn run(
             }
         }
     });
+    let first = map.clone();
+    let boot = group.clone();
+    tokio::spawn(async move {
+        if let Err(e) = boot.bootstrap(&first).await {
+            tracing::error!("cannot initialize the cluster-map Raft group: {e}");
+        }
+    });
+    let tasks = membership::start_tasks(&host, maps);
+    if let Ok(mut t) = host.tasks.lock() {
+        t.extend(tasks);
+    }
     tokio::pin!(shutdown);
     tokio::select! {
         () = &mut shutdown => {
             acceptor.abort();
             host.clear();
+            group.shutdown().await;
             return Ok(());
         }
         opened = host.reconcile() => if let Err(e) = opened {
             acceptor.abort();
             host.clear();
+            group.shutdown().await;
             return Err(match e {
                 OpenError::Store(source) => store_err(source),
                 OpenError::Io(e) => ServerError::Io(e),
@@ -152,5 +192,6 @@ pub async fn run(
     tracing::info!(server = host.id, "shutting down");
     let _ = host.kv.sync();
     host.clear();
+    group.shutdown().await;
     Ok(())
 }

@@ -679,7 +679,13 @@ impl Node {
             | Request::ResetCounters
             | Request::GetMap
             | Request::InstallMap(_)) => {
-                Box::pin(self.host.dispatch_server(from.is_some(), epoch, req)).await
+                // Server requests sent to a partition: the sending server's id is not
+                // needed by any of these.
+                let peer = match from {
+                    Some(_) => myriad_proto::PeerKind::Server { node_id: 0 },
+                    None => myriad_proto::PeerKind::Client,
+                };
+                Box::pin(self.host.dispatch_server(&peer, &caller, epoch, req)).await
             }
             req @ (Request::FsckDirs { .. }
             | Request::FsckEntries { .. }
@@ -804,6 +810,9 @@ impl Node {
             | Request::ReplicaRead { .. }
             | Request::FsckReplica => Err(FsError::InvalidArgument(
                 "replication requests go to a backup, not the primary".into(),
+            )),
+            Request::Raft { .. } | Request::Lease => Err(FsError::InvalidArgument(
+                "membership requests go to a server, not a partition".into(),
             )),
             Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
             Request::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,

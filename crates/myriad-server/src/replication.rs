@@ -93,58 +93,48 @@ struct Stream {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// The primary side of one partition's replication.
+/// The primary side of one partition's replication: one stream per live backup. The set
+/// of backups follows the map (`set_backups`): a backup marked down is dropped (writes stop
+/// waiting for it), one that comes back is added and first brought up to date.
 pub(crate) struct Replicator {
-    streams: Vec<Stream>,
+    host: Arc<Host>,
+    pid: PartitionId,
+    store: Store,
+    inner: Mutex<Streams>,
+    /// Bumped whenever the set of streams changes, so that waiters look again.
+    changed: watch::Sender<u64>,
 }
 
-impl Drop for Replicator {
+pub(crate) struct Streams {
+    streams: BTreeMap<NodeId, Stream>,
+    /// The last batch handed to the streams (a new stream starts there).
+    last_shipped: u64,
+    closed: bool,
+}
+
+impl Drop for Streams {
     fn drop(&mut self) {
-        for s in &self.streams {
+        for s in self.streams.values() {
             s.task.abort();
         }
     }
 }
 
-impl Replicator {
-    /// Streams to `backups`, whose state must first equal this store's at `start_seq` (the
-    /// seq before the partition's applier starts).
-    pub(crate) fn start(
-        host: &Arc<Host>,
-        pid: PartitionId,
-        store: &Store,
-        backups: &[NodeId],
-        start_seq: u64,
-    ) -> Replicator {
-        let streams = backups
-            .iter()
-            .map(|&backup| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                let (atx, arx) = watch::channel(0u64);
-                let link = Link {
-                    host: host.clone(),
-                    pid,
-                    backup,
-                };
-                let task = tokio::spawn(run_stream(link, store.clone(), start_seq, rx, atx));
-                Stream {
-                    tx,
-                    acked: arx,
-                    task,
-                }
-            })
-            .collect();
-        Replicator { streams }
+impl Streams {
+    /// True if a shipped batch has anyone to go to (else it is not even encoded).
+    pub(crate) fn wants_batches(&self) -> bool {
+        !self.streams.is_empty()
     }
 
-    /// Hands batch `seq` to every backup's stream (called by the applier thread, in order).
-    /// Each request carries the floor that backup had acknowledged by now (a lower bound of
-    /// the stream's, which is all the backup's check needs); the last backup gets `ops`
-    /// itself, the others a copy.
-    pub(crate) fn ship(&self, seq: u64, ops: Vec<ReplOp>) {
-        let mut ops = Some(ops);
+    /// Hands batch `seq` to every backup's stream (called by the applier thread, in order,
+    /// with `ops` set when `wants_batches`). Each request carries the floor that backup had
+    /// acknowledged by now (a lower bound of the stream's, which is all the backup's check
+    /// needs); the last backup gets `ops` itself, the others a copy.
+    pub(crate) fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
+        self.last_shipped = seq;
+        let mut ops = ops;
         let last = self.streams.len().saturating_sub(1);
-        for (i, s) in self.streams.iter().enumerate() {
+        for (i, s) in self.streams.values().enumerate() {
             let ops = if i == last {
                 ops.take().unwrap_or_default()
             } else {
@@ -161,16 +151,127 @@ impl Replicator {
             });
         }
     }
+}
 
-    /// Returns once every backup has acknowledged every batch up to `seq`.
-    pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
-        for s in &self.streams {
-            let mut rx = s.acked.clone();
-            rx.wait_for(|a| *a >= seq)
-                .await
-                .map_err(|_| FsError::Unavailable("partition replication stopped".into()))?;
+impl Replicator {
+    /// A replicator whose streams start at `start_seq` (the seq before the partition's
+    /// applier starts); `set_backups` adds them.
+    pub(crate) fn new(
+        host: &Arc<Host>,
+        pid: PartitionId,
+        store: &Store,
+        start_seq: u64,
+    ) -> Replicator {
+        Replicator {
+            host: host.clone(),
+            pid,
+            store: store.clone(),
+            inner: Mutex::new(Streams {
+                streams: BTreeMap::new(),
+                last_shipped: start_seq,
+                closed: false,
+            }),
+            changed: watch::channel(0).0,
         }
-        Ok(())
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Streams to exactly `backups`: drops the others, and starts a stream to each new one,
+    /// which first checks that the backup holds this store's state at the last shipped
+    /// batch (else copies the partition to it).
+    pub(crate) fn set_backups(&self, backups: &[NodeId]) {
+        let mut g = self.lock();
+        if g.closed {
+            return;
+        }
+        let before = g.streams.len();
+        g.streams.retain(|b, s| {
+            let keep = backups.contains(b);
+            if !keep {
+                s.task.abort();
+            }
+            keep
+        });
+        let mut changed = g.streams.len() != before;
+        for &backup in backups {
+            if g.streams.contains_key(&backup) {
+                continue;
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (atx, arx) = watch::channel(0u64);
+            let link = Link {
+                host: self.host.clone(),
+                pid: self.pid,
+                backup,
+            };
+            let start = g.last_shipped;
+            let task = tokio::spawn(run_stream(link, self.store.clone(), start, rx, atx));
+            g.streams.insert(
+                backup,
+                Stream {
+                    tx,
+                    acked: arx,
+                    task,
+                },
+            );
+            changed = true;
+        }
+        if changed {
+            tracing::info!(partition = self.pid, ?backups, "replicating to");
+            self.changed.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    /// Ends every stream; waiting writes fail.
+    pub(crate) fn close(&self) {
+        let mut g = self.lock();
+        g.closed = true;
+        for s in g.streams.values() {
+            s.task.abort();
+        }
+        g.streams.clear();
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Returns once every current backup has acknowledged every batch up to `seq` (a backup
+    /// dropped meanwhile is no longer waited for).
+    pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
+        loop {
+            let mut changed = self.changed.subscribe();
+            let acks: Vec<watch::Receiver<u64>> = {
+                let g = self.lock();
+                if g.closed {
+                    return Err(FsError::Unavailable(
+                        "the partition is no longer served by this server".into(),
+                    ));
+                }
+                g.streams.values().map(|s| s.acked.clone()).collect()
+            };
+            let all = async {
+                for mut rx in acks {
+                    if rx.wait_for(|a| *a >= seq).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            };
+            tokio::select! {
+                ok = all => {
+                    if ok {
+                        return Ok(());
+                    }
+                    // A stream ended: look at the set again (after it changed).
+                    let _ = tokio::time::timeout(Duration::from_millis(50), changed.changed()).await;
+                }
+                _ = changed.changed() => {}
+            }
+        }
     }
 }
 
@@ -202,8 +303,9 @@ impl Link {
             .await;
         match result {
             Err(FsError::Redirect(map)) => {
-                // The backup has a newer map: adopt it (it may end this stream).
-                let _ = Box::pin(self.host.install_map(*map)).await;
+                // The backup has a newer map: adopt it (it may end this stream). Not
+                // awaited: this may run inside the reconcile that would apply it.
+                self.host.adopt_in_background(*map);
                 Err(FsError::Busy)
             }
             Err(FsError::MapTooOld(_)) => {

@@ -1,0 +1,295 @@
+//! This server's part in the cluster-map Raft group (docs/replication.md "Cluster map by
+//! Raft", "Leases"): the transport for Raft messages, following the committed map, the
+//! serving lease, and on the leader the failure detector that marks servers down and up.
+//!
+//! ```text
+//! every server, every RENEW_EVERY:  Lease ──> leader: granted if the leader had a quorum's
+//!                                   ack within QUORUM_FRESH and the sender is up at the
+//!                                   leader's epoch; the sender serves until sent + LEASE
+//! leader, every CHECK_EVERY:        a server silent for DOWN_AFTER -> map.mark_down (its
+//!                                   partitions fail over); a down server heard again -> mark_up
+//! ```
+//! Why no two primaries serve one partition: a server marked down at time D was last heard
+//! at some time L <= D - DOWN_AFTER (by this leader, or this leader was elected after L);
+//! its last lease started before L (the sender's clock) or was granted by an earlier leader
+//! whose quorum ack came after L - QUORUM_FRESH, before this leader's election. Either way
+//! it ended by L + LEASE + QUORUM_FRESH < D, before the new primary exists.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use myriad_membership::{BoxFuture, Transport};
+use myriad_net::Pool;
+use myriad_placement::{ClusterMap, NodeId, NodeState};
+use myriad_proto::{Caller, Endpoints, FsError, RaftRpc, Request, Response};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::host::Host;
+
+/// How long a granted lease lets a server serve, counted from when it asked.
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+/// How often a server asks for its lease.
+const RENEW_EVERY: Duration = Duration::from_millis(500);
+/// The leader grants leases only if a quorum acknowledged it at most this long ago.
+const QUORUM_FRESH: Duration = Duration::from_millis(1500);
+/// A server not heard from for this long is marked down; must be at least LEASE +
+/// QUORUM_FRESH (see the module comment).
+pub(crate) const DOWN_AFTER: Duration = Duration::from_secs(5);
+/// How often the leader looks at who it heard from.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// How long a map change may take to commit.
+pub(crate) const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const _: () = assert!(DOWN_AFTER.as_millis() > LEASE.as_millis() + QUORUM_FRESH.as_millis());
+
+/// Raft messages travel as `Request::Raft` to the peer's server endpoint.
+pub(crate) struct PoolTransport {
+    pub(crate) pool: Arc<Pool>,
+}
+
+impl Transport for PoolTransport {
+    fn call(
+        &self,
+        addr: String,
+        rpc: RaftRpc,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let req = Request::Raft { rpc, payload };
+            let answer = tokio::time::timeout(
+                timeout,
+                pool.call_with_timeout(&addr, 0, Endpoints::SERVER, &Caller::root(), &req, timeout),
+            )
+            .await;
+            match answer {
+                Ok(Ok(Response::Raft(bytes))) => Ok(bytes),
+                Ok(Ok(_)) => Err(format!("{addr}: unexpected answer to a raft message")),
+                Ok(Err(e)) => Err(format!("{addr}: {e}")),
+                Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
+            }
+        })
+    }
+}
+
+/// Until when this server may serve its partitions.
+#[derive(Default)]
+pub(crate) struct Lease {
+    until: Mutex<Option<Instant>>,
+}
+
+impl Lease {
+    pub(crate) fn valid(&self) -> bool {
+        let g = match self.until.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.is_some_and(|u| Instant::now() < u)
+    }
+
+    fn extend(&self, until: Instant) {
+        if let Ok(mut g) = self.until.lock() {
+            *g = Some(g.map_or(until, |u| u.max(until)));
+        }
+    }
+}
+
+/// When the leader last heard from each server (lease requests).
+#[derive(Default)]
+pub(crate) struct Heard {
+    at: Mutex<HashMap<NodeId, Instant>>,
+}
+
+impl Heard {
+    fn note(&self, id: NodeId) {
+        if let Ok(mut g) = self.at.lock() {
+            g.insert(id, Instant::now());
+        }
+    }
+
+    fn last(&self, id: NodeId) -> Option<Instant> {
+        self.at.lock().ok().and_then(|g| g.get(&id).copied())
+    }
+}
+
+impl Host {
+    /// Why this server may not serve partition requests now, if it may not.
+    pub(crate) fn lease_error(&self) -> Option<FsError> {
+        (!self.lease.valid()).then(|| {
+            FsError::Unavailable(format!(
+                "server {} holds no lease from the cluster-map leader (cut off from the majority, or starting)",
+                self.id
+            ))
+        })
+    }
+
+    /// Leader side of `Request::Lease` from server `from` at map `epoch`.
+    pub(crate) fn grant_lease(&self, from: NodeId, epoch: u64) -> Response {
+        self.heard.note(from);
+        let Some(map) = self.group.map() else {
+            return Response::Lease {
+                granted: false,
+                epoch: 0,
+            };
+        };
+        let granted =
+            self.group.leads_with_quorum(QUORUM_FRESH) && epoch >= map.epoch && map.is_up(from);
+        Response::Lease {
+            granted,
+            epoch: map.epoch,
+        }
+    }
+
+    /// Asks the leader for a lease; extends ours if granted.
+    async fn renew_lease(&self) {
+        let sent = Instant::now();
+        let st = self.state();
+        let answer = match self.group.leader() {
+            None => return,
+            Some(l) if l == u64::from(self.id) => self.grant_lease(self.id, st.map.epoch),
+            Some(l) => {
+                let Some(addr) = u32::try_from(l)
+                    .ok()
+                    .and_then(|l| st.map.node(l))
+                    .map(|n| n.addr.clone())
+                else {
+                    return;
+                };
+                match self
+                    .pool
+                    .call_with_timeout(
+                        &addr,
+                        st.map.epoch,
+                        Endpoints::SERVER,
+                        &Caller::root(),
+                        &Request::Lease,
+                        RENEW_EVERY * 2,
+                    )
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::debug!("lease request to leader {l} failed: {e}");
+                        return;
+                    }
+                }
+            }
+        };
+        if let Response::Lease { granted: true, .. } = answer {
+            self.lease.extend(sent + LEASE);
+        }
+    }
+
+    /// A map change through the group; `Unavailable` if it cannot commit.
+    pub(crate) async fn propose_map(&self, map: ClusterMap) -> Result<(), FsError> {
+        let epoch = map.epoch;
+        self.group
+            .propose(map, PROPOSE_TIMEOUT)
+            .await
+            .map_err(|e| {
+                FsError::Unavailable(format!("cluster map change (epoch {epoch}): {e}"))
+            })?;
+        Ok(())
+    }
+
+    /// The leader's periodic work; `since`: when this server became leader.
+    async fn lead(&self, since: Instant) {
+        let Some(map) = self.group.map() else {
+            // A new group: its first map is the one the servers were started with.
+            let first = self.state().map.clone();
+            tracing::info!(epoch = first.epoch, "committing the initial cluster map");
+            if let Err(e) = self.propose_map(first).await {
+                tracing::warn!("{e}");
+            }
+            return;
+        };
+        self.group.add_members(&map).await;
+        let now = Instant::now();
+        let mut nodes: Vec<_> = map.nodes.iter().collect();
+        nodes.sort_by_key(|n| n.id);
+        for n in nodes {
+            let heard = self.heard.last(n.id);
+            let silent_since = heard.map_or(since, |h| h.max(since));
+            let change = match n.state {
+                NodeState::Up if n.id != self.id && now - silent_since > DOWN_AFTER => {
+                    tracing::warn!(
+                        server = n.id,
+                        silent_ms = (now - silent_since).as_millis() as u64,
+                        "server silent: marking it down (its partitions fail over)"
+                    );
+                    map.mark_down(n.id)
+                }
+                NodeState::Down
+                    if heard.is_some_and(|h| h > since && now - h < RENEW_EVERY * 3) =>
+                {
+                    tracing::info!(
+                        server = n.id,
+                        "server is back: marking it up (it rejoins as a backup)"
+                    );
+                    map.mark_up(n.id)
+                }
+                _ => None,
+            };
+            if let Some(next) = change {
+                if let Err(e) = self.propose_map(next).await {
+                    tracing::warn!("{e}");
+                }
+                // One change per round: the next one starts from the map this one made.
+                return;
+            }
+        }
+    }
+}
+
+/// Starts the membership tasks: following committed maps, renewing the lease, and the
+/// leader's duties.
+pub(crate) fn start_tasks(
+    host: &Arc<Host>,
+    mut maps: mpsc::UnboundedReceiver<ClusterMap>,
+) -> Vec<JoinHandle<()>> {
+    let follower = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            while let Some(mut map) = maps.recv().await {
+                while let Ok(newer) = maps.try_recv() {
+                    map = newer;
+                }
+                if let Err(e) = host.install_map(map).await {
+                    tracing::error!("cannot apply the committed cluster map: {e}");
+                }
+            }
+        })
+    };
+    let renewer = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RENEW_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                host.renew_lease().await;
+            }
+        })
+    };
+    let leader = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            let mut since: Option<Instant> = None;
+            let mut tick = tokio::time::interval(CHECK_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if host.group.is_leader() {
+                    let s = *since.get_or_insert_with(Instant::now);
+                    host.lead(s).await;
+                } else {
+                    since = None;
+                }
+            }
+        })
+    };
+    vec![follower, renewer, leader]
+}
