@@ -334,7 +334,7 @@ mod tests {
     #[test]
     fn mark_down_promotes_the_next_live_replica_of_every_partition() {
         let m = five();
-        let down = m.mark_down(2).expect("server 2 is up");
+        let down = m.mark_down(2).unwrap_or_else(|| panic!("server 2 is up"));
         assert_eq!(down.epoch, 2);
         assert!(!down.is_up(2));
         assert!(down.validate().is_ok());
@@ -360,9 +360,11 @@ mod tests {
         // A second failure: a partition whose primary and first backup are both down is
         // served by its third copy.
         let second = down.partitions[0].replicas[0];
-        let two = down.mark_down(second).expect("up");
+        let two = down.mark_down(second).unwrap_or_else(|| panic!("up"));
         for p in &two.partitions {
-            let primary = two.primary_of(p.id).expect("one copy is up");
+            let primary = two
+                .primary_of(p.id)
+                .unwrap_or_else(|| panic!("one copy is up"));
             assert!(primary != 2 && primary != second);
             let live = p.replicas.iter().filter(|&&r| two.is_up(r)).count();
             assert_eq!(two.backups_of(p.id).len(), live - 1);
@@ -372,8 +374,8 @@ mod tests {
     #[test]
     fn a_server_marked_up_again_is_a_backup() {
         let m = five();
-        let down = m.mark_down(1).expect("up");
-        let up = down.mark_up(1).expect("down");
+        let down = m.mark_down(1).unwrap_or_else(|| panic!("up"));
+        let up = down.mark_up(1).unwrap_or_else(|| panic!("down"));
         assert_eq!(up.epoch, 3);
         assert!(up.is_up(1));
         assert!(up.mark_up(1).is_none());
@@ -382,10 +384,16 @@ mod tests {
             assert!(up.backups_of(p.id).contains(&1));
         }
         let json = up.to_json();
-        assert_eq!(ClusterMap::from_json(&json).expect("valid"), up);
+        assert_eq!(
+            ClusterMap::from_json(&json).unwrap_or_else(|e| panic!("{e}")),
+            up
+        );
         // A map written before node states existed reads as all up.
         let old = json.replace(",\n      \"state\": \"up\"", "");
         assert!(!old.contains("\"state\""));
-        assert_eq!(ClusterMap::from_json(&old).expect("valid"), up);
+        assert_eq!(
+            ClusterMap::from_json(&old).unwrap_or_else(|e| panic!("{e}")),
+            up
+        );
     }
 }

@@ -4,6 +4,7 @@
 mod bad_input;
 mod counting;
 mod crash;
+mod failover;
 mod fsck;
 mod fuse_posix;
 mod fuse_programs;

@@ -1,0 +1,188 @@
+//! Failover (docs/replication.md "Failures"): 5 servers, 3 copies of every partition,
+//! several writers creating files while servers are killed with SIGKILL. Every file whose
+//! create was acknowledged must be there afterwards with its exact contents, writes must go
+//! on within seconds of each kill, and servers that come back rejoin as backups and catch
+//! up until fsck finds every copy equal.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use myriad_client::{Client, FsError};
+
+use crate::harness::TestCluster;
+
+/// What the writers did: acknowledged files (path -> contents) and when each was acked.
+#[derive(Default)]
+struct Record {
+    acked: BTreeMap<String, Vec<u8>>,
+    times: Vec<Instant>,
+    failed: Vec<String>,
+}
+
+fn content(w: usize, i: usize) -> Vec<u8> {
+    let len = [200, 3_000, 40_000, 90_000][i % 4];
+    let seed = (w * 7919 + i * 104_729) as u64;
+    (0..len)
+        .map(|k| (seed.wrapping_mul(k as u64 + 1) >> 3) as u8)
+        .collect()
+}
+
+/// Creates files in `/w{w}` until `stop`; a failed create (the client gave up, or the
+/// answer was lost with a dying server and the retry found the name taken) is recorded as
+/// not acknowledged, and the writer goes on with the next name.
+async fn writer(c: Arc<Client>, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Record>>) {
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let path = format!("/w{w}/f{i}");
+        let data = content(w, i);
+        let result = c.create(&path, 0o644, true, &data).await;
+        let mut r = rec.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(_) => {
+                r.acked.insert(path, data);
+                r.times.push(Instant::now());
+            }
+            Err(e) => r.failed.push(format!("{path}: {e}")),
+        }
+        drop(r);
+        i += 1;
+    }
+}
+
+async fn verify(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
+    for (path, want) in files {
+        let got = c
+            .read_all(path)
+            .await
+            .unwrap_or_else(|e| panic!("acknowledged file {path} lost: {e}"));
+        assert!(got == *want, "acknowledged file {path}: contents differ");
+    }
+}
+
+/// Acks recorded after `t`.
+fn acked_after(rec: &Mutex<Record>, t: Instant) -> usize {
+    let r = rec.lock().unwrap_or_else(|p| p.into_inner());
+    r.times.iter().filter(|&&x| x > t).count()
+}
+
+/// The first ack after `t`, as a delay from `t`.
+fn first_ack_after(rec: &Mutex<Record>, t: Instant) -> Option<Duration> {
+    let r = rec.lock().unwrap_or_else(|p| p.into_inner());
+    r.times.iter().filter(|&&x| x > t).min().map(|&x| x - t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_of_two_servers_during_writes_loses_no_acknowledged_file() {
+    let tc = TestCluster::start_with(5, &["--partitions-per-node", "4", "--replicas", "3"]);
+    let admin = tc.client_with(tc.map.clone(), Duration::from_secs(30));
+    let writers = 4;
+    for w in 0..writers {
+        admin
+            .mkdir(&format!("/w{w}"), 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let rec = Arc::new(Mutex::new(Record::default()));
+    let mut jobs = Vec::new();
+    for w in 0..writers {
+        // Each writer its own client (own connections, own view of the map).
+        let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(30)));
+        jobs.push(tokio::spawn(writer(c, w, stop.clone(), rec.clone())));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = acked_after(&rec, Instant::now() - Duration::from_secs(2));
+    assert!(before > 0, "no writes before the kill");
+
+    // 1. kill -9 the primary of the root's partition: every path lookup needs a failover.
+    let root = tc.map.ring().owner_of_dir("/");
+    let first = tc.map.primary_of(root).unwrap_or(1);
+    let t1 = Instant::now();
+    tc.kill9(first);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let resumed = first_ack_after(&rec, t1);
+    assert!(
+        acked_after(&rec, t1 + Duration::from_secs(9)) > 0,
+        "writes did not go on after server {first} was killed (first ack after the kill: {resumed:?})"
+    );
+
+    // 2. A second server, while the first is still down: partitions that had copies on
+    // both keep their third one.
+    let second = (1..=5u32).find(|&s| s != first).unwrap_or(2);
+    let t2 = Instant::now();
+    tc.kill9(second);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(
+        acked_after(&rec, t2 + Duration::from_secs(9)) > 0,
+        "writes did not go on after server {second} was killed too"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for j in jobs {
+        j.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let (acked, failed) = {
+        let r = rec.lock().unwrap_or_else(|p| p.into_inner());
+        (r.acked.clone(), r.failed.clone())
+    };
+    eprintln!(
+        "failover: {} files acknowledged, {} failed, first write {:?} after the first kill",
+        acked.len(),
+        failed.len(),
+        resumed
+    );
+    assert!(
+        failed.len() * 10 <= acked.len(),
+        "too many failed writes: {failed:?}"
+    );
+    let check = tc.client_with(tc.map.clone(), Duration::from_secs(30));
+    verify(&check, &acked).await;
+
+    // 3. Both come back: they rejoin as backups, catch up, and every copy is equal again.
+    tc.restart(first);
+    tc.restart(second);
+    tc.wait_up(&check, first).await;
+    tc.wait_up(&check, second).await;
+    tc.fsck_until_clean().await;
+    verify(&check, &acked).await;
+    let map = check.get_map(first).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        map.is_up(first) && map.is_up(second),
+        "both rejoined: {map:?}"
+    );
+    assert!(map.epoch >= 5, "two downs and two ups: epoch {}", map.epoch);
+}
+
+/// A server alone (its peers gone) cannot serve: it holds no lease, so it cannot go on
+/// writing what a majority may already have failed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_majority_refuses_requests() {
+    let tc = TestCluster::start_with(3, &["--partitions-per-node", "2", "--replicas", "3"]);
+    let c = tc.client_with(tc.map.clone(), Duration::from_secs(3));
+    c.mkdir("/d", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    tc.kill9(2);
+    tc.kill9(3);
+    // Within the lease period, server 1 stops serving.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let Err(err) = c.create("/d/x", 0o644, true, b"x").await else {
+        panic!("a server cut off from the majority must refuse writes");
+    };
+    assert!(
+        matches!(
+            err,
+            FsError::Unavailable(_) | FsError::TimedOut(_) | FsError::Busy
+        ),
+        "{err}"
+    );
+    assert!(c.stat("/d").await.is_err(), "nor serve reads");
+    // The majority returns: service resumes, nothing lost.
+    tc.restart(2);
+    tc.restart(3);
+    let c = tc.client_with(tc.map.clone(), Duration::from_secs(30));
+    c.create("/d/y", 0o644, true, b"y")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.stat("/d").await.is_ok());
+    tc.fsck_until_clean().await;
+}
