@@ -76,8 +76,9 @@ pub struct LayoutArgs {
     /// fixed for the cluster's life). More spreads a dead server's load wider.
     #[arg(long, default_value_t = myriad_client::DEFAULT_PARTITIONS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub partitions_per_node: u32,
-    /// Copies of every file and directory (capped by the number of servers).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    /// Copies of every file and directory (capped by the number of servers). With 3, any
+    /// one server (and often two) can die without losing an acknowledged write or service.
+    #[arg(long, default_value_t = myriad_client::DEFAULT_REPLICATION, value_parser = clap::value_parser!(u32).range(1..=5))]
     pub replicas: u32,
 }
 
@@ -85,7 +86,7 @@ impl Default for LayoutArgs {
     fn default() -> LayoutArgs {
         LayoutArgs {
             partitions_per_node: myriad_client::DEFAULT_PARTITIONS_PER_NODE,
-            replicas: 1,
+            replicas: myriad_client::DEFAULT_REPLICATION,
         }
     }
 }
@@ -241,6 +242,25 @@ impl LocalCluster {
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
             }
+        }
+        // Every server serves once the Raft group has a leader that granted it a lease.
+        loop {
+            let all = client.all_counters().await;
+            let waiting: Vec<u32> = all
+                .iter()
+                .filter(|(_, r)| !r.as_ref().is_ok_and(|c| c.serving))
+                .map(|(id, _)| *id)
+                .collect();
+            if waiting.is_empty() {
+                break;
+            }
+            if start.elapsed() > within {
+                bail!(
+                    "servers {waiting:?} hold no lease from the cluster-map leader (no Raft majority?); see the node logs in {}",
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         // The root directory object is created by its owner at start; wait for it.
         loop {
@@ -440,7 +460,8 @@ pub async fn run(
         }
         ClusterCmd::Status => {
             let client = crate::fs_cmds::connect(cluster, timeout)?;
-            let map = client.map();
+            // The newest map any server has (the map file may be behind a failover).
+            let map = client.newest_map().await;
             println!(
                 "cluster map epoch {}, {} nodes, chunk {} KiB, inline max {} KiB",
                 map.epoch,
@@ -462,9 +483,19 @@ pub async fn run(
                             .iter()
                             .map(|o| format!("{}={}", o.op, o.count))
                             .collect();
+                        let state = match (map.is_up(id), c.serving) {
+                            (true, true) => "up, serving",
+                            (true, false) => "up, no lease",
+                            (false, _) => "marked down",
+                        };
                         println!(
-                            "node {id} {addr} up   epoch {}  fsyncs {} ({} mutations)",
-                            c.epoch, c.syncs, c.synced_mutations
+                            "node {id} {addr} {state}  epoch {}  leader {}  partitions: {} primary, {} backup  fsyncs {} ({} mutations)",
+                            c.epoch,
+                            c.raft_leader,
+                            c.primaries,
+                            c.backups,
+                            c.syncs,
+                            c.synced_mutations
                         );
                         println!(
                             "    client requests: {}",

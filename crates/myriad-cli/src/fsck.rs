@@ -46,6 +46,7 @@ struct Pass {
 
 /// Runs fsck; `Ok(true)` if the namespace is (now) consistent.
 pub async fn run(client: &Client, root: &str, repair: bool) -> anyhow::Result<bool> {
+    client.newest_map().await;
     let first = match check(client, root, true).await {
         Err(e) if e.downcast_ref::<FsError>() == Some(&FsError::PermissionDenied) => {
             bail!("fsck reads every node's raw state and needs root (uid 0)")
@@ -489,7 +490,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     }
     problems.sort_by(|a, b| (a.kind, &a.what).cmp(&(b.kind, &b.what)));
     problems.dedup_by(|a, b| a.kind == b.kind && a.what == b.what);
-    pass.problems = problems;
+    pass.problems.extend(problems);
     Ok(pass)
 }
 

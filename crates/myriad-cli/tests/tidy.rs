@@ -41,7 +41,7 @@ fn crates_depend_only_in_the_written_direction() {
         ("myriad-storage", &["myriad-proto"][..]),
         (
             "myriad-membership",
-            &["myriad-placement", "myriad-storage"][..],
+            &["myriad-placement", "myriad-proto", "myriad-storage"][..],
         ),
         ("myriad-net", &["myriad-proto"][..]),
         (
@@ -50,6 +50,7 @@ fn crates_depend_only_in_the_written_direction() {
                 "myriad-proto",
                 "myriad-placement",
                 "myriad-storage",
+                "myriad-membership",
                 "myriad-net",
             ][..],
         ),

@@ -184,6 +184,7 @@ impl Client {
         let mut map_retries = 0;
         let mut backoff = Duration::from_millis(1);
         let mut down_backoff = Duration::from_millis(50);
+        let mut busy_rounds = 0u32;
         loop {
             let st = self.st();
             let node = self.node_for(&st, &route);
@@ -206,6 +207,7 @@ impl Client {
                 // newer map from any server and try again until the deadline.
                 Err((FsError::Unavailable(why), _))
                     if !matches!(route, Route::Server(_) | Route::Copy(..))
+                        && st.map.partition(node).is_some_and(|p| p.replicas.len() > 1)
                         && tokio::time::Instant::now() + down_backoff < deadline =>
                 {
                     tracing::debug!(node, "unavailable ({why}); refreshing the map and retrying");
@@ -274,10 +276,27 @@ impl Client {
                 Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(100));
+                    busy_rounds += 1;
+                    // A server that keeps saying Busy may have lost its lease and been
+                    // replaced (it answers Busy until it learns the new map): look.
+                    if busy_rounds % 10 == 0 {
+                        self.refresh_map(node).await;
+                    }
                 }
                 other => return other,
             }
         }
+    }
+
+    /// Asks every server of our map for its map, adopts the newest, and returns it (the map
+    /// a tool started with may be behind failovers).
+    pub async fn newest_map(&self) -> ClusterMap {
+        for n in self.map().nodes {
+            if let Ok(m) = self.get_map(n.id).await {
+                self.adopt(m);
+            }
+        }
+        self.map()
     }
 
     /// Asks the servers of our map (but `skip`, unreachable) for theirs and adopts the newest.

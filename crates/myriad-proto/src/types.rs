@@ -120,6 +120,13 @@ pub struct CounterSnapshot {
     /// Change notifications sent to subscribers, and their total latency.
     pub invalidations_sent: u64,
     pub invalidation_latency_us: u64,
+    /// True while the server holds a lease from the Raft leader (it serves only then).
+    pub serving: bool,
+    /// The Raft leader as this server knows it (0: none).
+    pub raft_leader: u32,
+    /// Partitions this server serves as primary and holds backup copies of.
+    pub primaries: u64,
+    pub backups: u64,
 }
 
 impl CounterSnapshot {

@@ -98,12 +98,13 @@ impl Host {
     /// makes it the primary (a primary demoted by a newer map stops at once, before its
     /// handler is stopped).
     fn serving(&self, pid: PartitionId) -> Result<Arc<Node>, FsError> {
-        if let Some(e) = self.lease_error() {
-            return Err(e);
-        }
-        match self.partition(pid) {
-            Some(node) if self.state().map.primary_of(pid) == Some(self.id) => Ok(node),
-            _ => Err(self.not_here(pid)),
+        let node = match self.partition(pid) {
+            Some(node) if self.state().map.primary_of(pid) == Some(self.id) => node,
+            _ => return Err(self.not_here(pid)),
+        };
+        match self.lease_error() {
+            Some(e) => Err(e),
+            None => Ok(node),
         }
     }
 
@@ -413,6 +414,14 @@ impl Host {
             server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
             syncs: self.syncer.stats.syncs.load(Ordering::Relaxed),
             synced_mutations: self.syncer.stats.synced_mutations.load(Ordering::Relaxed),
+            serving: self.lease.valid(),
+            raft_leader: self
+                .group
+                .leader()
+                .and_then(|l| u32::try_from(l).ok())
+                .unwrap_or(0),
+            primaries: read(&self.partitions).len() as u64,
+            backups: read(&self.backups).len() as u64,
             ..CounterSnapshot::default()
         };
         for n in self.nodes() {
@@ -500,36 +509,61 @@ fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
 }
 
 /// Calls partition `pid` wherever it is served; used by partitions (`source` = the caller's
-/// partition) and by the server's own tasks (`source` = 0).
+/// partition) and by the server's own tasks (`source` = 0). A partition that is unavailable
+/// (its server without a lease, or dead and about to fail over) is asked again, under the
+/// newest map, for up to `NESTED_RETRY`: a multi-partition operation left half done costs
+/// its client an in-doubt answer.
 pub(crate) async fn call_partition(
     host: &Arc<Host>,
     source: PartitionId,
     pid: PartitionId,
     body: Request,
 ) -> Result<Response, FsError> {
-    let st = host.state();
-    if let Some(node) = host.partition(pid) {
-        let from = Some(source);
-        return Box::pin(node.dispatch(from, st.map.epoch, Caller::root(), body)).await;
+    let deadline = tokio::time::Instant::now() + NESTED_RETRY;
+    let mut backoff = std::time::Duration::from_millis(20);
+    loop {
+        let st = host.state();
+        if let Some(node) = host.partition(pid)
+            && st.map.primary_of(pid) == Some(host.id)
+        {
+            let from = Some(source);
+            return Box::pin(node.dispatch(from, st.map.epoch, Caller::root(), body)).await;
+        }
+        let result = match st.map.partition_addr(pid) {
+            Some(addr) => {
+                host.counters
+                    .sent_to_servers
+                    .fetch_add(1, Ordering::Relaxed);
+                let ends = myriad_proto::Endpoints {
+                    target: pid,
+                    source,
+                };
+                host.pool
+                    .call(addr, st.map.epoch, ends, &Caller::root(), &body)
+                    .await
+            }
+            None => Err(FsError::Unavailable(format!(
+                "partition {pid} has no copy up"
+            ))),
+        };
+        match result {
+            Err(FsError::Unavailable(_))
+                if failover_possible(&st.map, pid)
+                    && tokio::time::Instant::now() + backoff < deadline =>
+            {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_millis(250));
+            }
+            other => return other,
+        }
     }
-    let addr = st
-        .map
-        .partition_addr(pid)
-        .map(str::to_string)
-        .ok_or_else(|| FsError::Unavailable(format!("partition {pid} is not in the map")))?;
-    host.counters
-        .sent_to_servers
-        .fetch_add(1, Ordering::Relaxed);
-    host.pool
-        .call(
-            &addr,
-            st.map.epoch,
-            myriad_proto::Endpoints {
-                target: pid,
-                source,
-            },
-            &Caller::root(),
-            &body,
-        )
-        .await
 }
+
+/// True if partition `pid` has more than one copy: when its server dies, another one takes
+/// over, so waiting for that is worth it (with one copy, only the server's return helps).
+pub(crate) fn failover_possible(map: &ClusterMap, pid: PartitionId) -> bool {
+    map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
+}
+
+/// How long a server-to-partition call is retried while its target cannot answer.
+const NESTED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);

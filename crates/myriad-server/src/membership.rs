@@ -116,14 +116,17 @@ impl Heard {
 }
 
 impl Host {
-    /// Why this server may not serve partition requests now, if it may not.
+    /// Why this server may not serve partition requests now, if it may not: `Busy` (try
+    /// again: it is starting, or cut off from the Raft majority and about to be replaced).
     pub(crate) fn lease_error(&self) -> Option<FsError> {
-        (!self.lease.valid()).then(|| {
-            FsError::Unavailable(format!(
-                "server {} holds no lease from the cluster-map leader (cut off from the majority, or starting)",
-                self.id
-            ))
-        })
+        if self.lease.valid() {
+            return None;
+        }
+        tracing::debug!(
+            server = self.id,
+            "refusing a request: no lease from the cluster-map leader"
+        );
+        Some(FsError::Busy)
     }
 
     /// Leader side of `Request::Lease` from server `from` at map `epoch`.

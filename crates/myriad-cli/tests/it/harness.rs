@@ -18,15 +18,19 @@ impl TestCluster {
     }
 
     /// A cluster whose root is owned by the test user (1000:1000), with extra `cluster up` flags.
-    /// One partition per server unless `extra` says otherwise, so tests that reason about
-    /// which server holds a key can read it off the ring (partition i is on server i).
+    /// One partition per server and one copy unless `extra` says otherwise, so tests that
+    /// reason about which server holds a key can read it off the ring (partition i is on
+    /// server i).
     pub fn start_with(nodes: usize, extra: &[&str]) -> TestCluster {
-        let one_per_node = ["--partitions-per-node", "1"];
-        let layout: &[&str] = if extra.iter().any(|a| a.starts_with("--partitions-per-node")) {
-            &[]
-        } else {
-            &one_per_node
-        };
+        let mut layout: Vec<&str> = Vec::new();
+        if !extra.iter().any(|a| a.starts_with("--partitions-per-node")) {
+            layout.extend(["--partitions-per-node", "1"]);
+        }
+        // One copy unless asked: these tests kill servers to test two-node protocols, not
+        // failover (failover.rs and replication.rs ask for 3).
+        if !extra.iter().any(|a| a.starts_with("--replicas")) {
+            layout.extend(["--replicas", "1"]);
+        }
         let dir = tempfile::Builder::new()
             .prefix("myriad-it-")
             .tempdir()
@@ -42,7 +46,7 @@ impl TestCluster {
                 "--data-dir",
             ])
             .arg(dir.path())
-            .args(layout)
+            .args(&layout)
             .args(extra)
             .output()
             .unwrap_or_else(|e| panic!("cannot run myriad: {e}"));

@@ -141,7 +141,12 @@ async fn every_copy_gets_every_write_and_fsck_compares_them() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!writer.is_finished(), "a write must wait for every copy");
     let out = tc.cli(&["fsck"]);
-    assert!(!out.status.success(), "fsck must fail with a copy down");
+    assert!(
+        !out.status.success(),
+        "fsck must fail with a copy down: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     tc.restart(v);
     let more = writer.await.unwrap_or_else(|e| panic!("{e}"));
     verify(&c, &more).await;
