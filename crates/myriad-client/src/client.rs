@@ -279,7 +279,7 @@ impl Client {
                     busy_rounds += 1;
                     // A server that keeps saying Busy may have lost its lease and been
                     // replaced (it answers Busy until it learns the new map): look.
-                    if busy_rounds % 10 == 0 {
+                    if busy_rounds.is_multiple_of(10) {
                         self.refresh_map(node).await;
                     }
                 }
