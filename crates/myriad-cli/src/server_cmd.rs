@@ -60,6 +60,11 @@ pub struct ReplicationArgs {
     /// permission change, and how long a replica is trusted without renewal.
     #[arg(long, default_value_t = 10_000)]
     pub lease_ms: u64,
+    /// Seconds a server may stay down before the copies it held are made again on other
+    /// servers (to restore every partition's replica count). Shorter re-replicates sooner
+    /// after a real loss; longer avoids copying whole partitions for a reboot.
+    #[arg(long, default_value_t = myriad_server::DEFAULT_DOWN_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub down_grace_secs: u64,
 }
 
 impl ReplicationArgs {
@@ -73,6 +78,7 @@ impl ReplicationArgs {
             format!("--replica-slots={}", self.replica_slots),
             format!("--lease-ms={}", self.lease_ms),
             format!("--dir-split-entries={}", self.dir_split_entries),
+            format!("--down-grace-secs={}", self.down_grace_secs),
         ]
     }
 
@@ -124,6 +130,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.request_timeout = Duration::from_millis(args.request_timeout_ms);
     config.replication = args.replication.config()?;
     config.dir_split_entries = args.replication.dir_split_entries;
+    config.down_grace = Duration::from_secs(args.replication.down_grace_secs);
     (config.root_uid, config.root_gid) = args.root_owner;
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -18,7 +18,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Raft, ServerState};
+use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -189,37 +189,60 @@ impl Group {
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 
-    /// Leader only: adds every server of `map` that is not a member yet (a learner; promoted
-    /// to voter while there are fewer than `VOTERS_MAX`).
-    pub async fn add_members(&self, map: &ClusterMap) {
+    /// Leader only: makes the group's members the servers of `map`: adds new ones (as
+    /// learners, promoted to voters while there are fewer than `VOTERS_MAX`), removes those
+    /// the map dropped (a learner is promoted first if a voter leaves). One change per call.
+    pub async fn sync_members(&self, map: &ClusterMap, timeout: Duration) {
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let known: BTreeSet<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-        for n in &map.nodes {
-            let id = NodeId::from(n.id);
-            if known.contains(&id) {
-                continue;
-            }
-            tracing::info!(
-                server = n.id,
-                "adding server to the Raft group as a learner"
-            );
-            if let Err(e) = self
-                .raft
-                .add_learner(id, BasicNode::new(&n.addr), true)
-                .await
+        let wanted: BTreeSet<NodeId> = map.nodes.iter().map(|n| NodeId::from(n.id)).collect();
+        let learners: Vec<NodeId> = known
+            .difference(&voters)
+            .copied()
+            .filter(|id| wanted.contains(id))
+            .collect();
+        let change = async {
+            if let Some(n) = map
+                .nodes
+                .iter()
+                .find(|n| !known.contains(&NodeId::from(n.id)))
             {
-                tracing::warn!(server = n.id, "adding a learner failed: {e}");
-                return;
+                tracing::info!(server = n.id, "adding server to the Raft group");
+                self.raft
+                    .add_learner(NodeId::from(n.id), BasicNode::new(&n.addr), true)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            } else if let (true, Some(&l)) = (voters.len() < VOTERS_MAX, learners.first()) {
+                tracing::info!(server = l, "making server a Raft voter");
+                self.raft
+                    .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([l])), true)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            } else if let Some(&gone) = voters.difference(&wanted).next() {
+                tracing::info!(server = gone, "removing server from the Raft voters");
+                self.raft
+                    .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([gone])), false)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            } else if let Some(&gone) = known.difference(&wanted).next() {
+                tracing::info!(server = gone, "removing server from the Raft group");
+                self.raft
+                    .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([gone])), false)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            } else {
+                Ok(())
             }
-            if voters.len() < VOTERS_MAX {
-                let mut v = voters.clone();
-                v.insert(id);
-                if let Err(e) = self.raft.change_membership(v, false).await {
-                    tracing::warn!(server = n.id, "promoting to voter failed: {e}");
-                }
-                return;
-            }
+        };
+        match tokio::time::timeout(timeout, change).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("changing the Raft group's members failed: {e}"),
+            Err(_) => tracing::warn!("changing the Raft group's members took over {timeout:?}"),
         }
     }
 

@@ -11,6 +11,7 @@
 mod map;
 pub mod partition;
 mod path;
+mod rebalance;
 mod ring;
 mod shard;
 
@@ -19,5 +20,6 @@ pub use map::{
     NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
 };
 pub use path::{parent_of, split_parent};
+pub use rebalance::Move;
 pub use ring::Ring;
 pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};

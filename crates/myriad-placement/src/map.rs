@@ -48,13 +48,15 @@ pub struct NodeInfo {
 }
 
 /// A server's state in the map. A down server is never a primary and its copies are not
-/// written; it is kept in the replica lists (last) so that it rejoins as a backup.
+/// written; it is kept in the replica lists (last) so that it rejoins as a backup. A leaving
+/// server (remove-node) serves as usual while its copies move away, and is then dropped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeState {
     #[default]
     Up,
     Down,
+    Leaving,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +64,10 @@ pub struct PartitionInfo {
     pub id: PartitionId,
     /// The servers holding a copy, primary first.
     pub replicas: Vec<NodeId>,
+    /// A copy on its way from one server to another (`to` is listed last); see rebalance.rs.
+    /// (Always written: postcard, the wire and Raft log format, cannot skip fields.)
+    #[serde(default)]
+    pub moving: Option<crate::rebalance::Move>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,8 +182,12 @@ impl ClusterMap {
                 return Err(MapError::BadPartitionId(p.id));
             }
             let mut distinct = std::collections::BTreeSet::new();
+            let extra = usize::from(p.moving.is_some());
             if p.replicas.is_empty()
-                || p.replicas.len() > self.replication as usize
+                || p.replicas.len() > self.replication as usize + extra
+                || p.moving.is_some_and(|m| {
+                    m.from == m.to || !p.replicas.contains(&m.from) || !p.replicas.contains(&m.to)
+                })
                 || !p
                     .replicas
                     .iter()
@@ -221,10 +231,10 @@ impl ClusterMap {
         self.partitions.iter().find(|p| p.id == id)
     }
 
-    /// True unless the map marks server `id` down (or does not list it).
+    /// True if the map lists server `id` and does not mark it down (a leaving server is up).
     #[must_use]
     pub fn is_up(&self, id: NodeId) -> bool {
-        self.node(id).is_some_and(|n| n.state == NodeState::Up)
+        self.node(id).is_some_and(|n| n.state != NodeState::Down)
     }
 
     /// The server serving partition `id`: its first replica, if that server is up (a
@@ -267,10 +277,15 @@ impl ClusterMap {
         let up: std::collections::BTreeSet<NodeId> = next
             .nodes
             .iter()
-            .filter(|n| n.state == NodeState::Up)
+            .filter(|n| n.state != NodeState::Down)
             .map(|n| n.id)
             .collect();
         for p in &mut next.partitions {
+            // A copy being made on it will not finish: drop it.
+            if p.moving.is_some_and(|m| m.to == id) {
+                p.replicas.retain(|&r| r != id);
+                p.moving = None;
+            }
             // Up servers first, then down ones, each in their previous order: the first
             // backup that is up becomes the primary, the dead server comes back last.
             let (live, dead): (Vec<NodeId>, Vec<NodeId>) =
@@ -284,7 +299,7 @@ impl ClusterMap {
     /// replica lists: it rejoins as a backup, and primaries copy to it what it missed.
     #[must_use]
     pub fn mark_up(&self, id: NodeId) -> Option<ClusterMap> {
-        if self.node(id).is_none_or(|n| n.state == NodeState::Up) {
+        if self.node(id).is_none_or(|n| n.state != NodeState::Down) {
             return None;
         }
         let mut next = self.clone();

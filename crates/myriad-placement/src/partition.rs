@@ -89,6 +89,7 @@ pub fn assign(nodes: &[NodeInfo], count: u32, replication: u32) -> Vec<Partition
         out.push(PartitionInfo {
             id: pid as PartitionId,
             replicas,
+            moving: None,
         });
     }
     out

@@ -397,6 +397,9 @@ pub enum Request {
     /// The Raft leader: "I am alive and at map `epoch`; may I serve?" (`Response::Lease`).
     /// The sender serves its partitions only while it holds a lease (docs/replication.md).
     Lease,
+    /// Any server: the last batch of every partition copy it holds (`Response::Seqs`); the
+    /// leader completes a move once the new copy has caught up with its primary.
+    PartitionSeqs,
 }
 
 /// Which openraft RPC a `Request::Raft` carries.
@@ -578,6 +581,7 @@ impl Request {
             Request::ReplicaRead { .. } => "replica_read",
             Request::Raft { .. } => "raft",
             Request::Lease => "lease",
+            Request::PartitionSeqs => "partition_seqs",
         }
     }
 
@@ -646,6 +650,7 @@ impl Request {
                 | Request::AtInode { .. }
                 | Request::Raft { .. }
                 | Request::Lease
+                | Request::PartitionSeqs
         ) || self.is_replication()
     }
 
@@ -680,6 +685,7 @@ impl Request {
                 | Request::FsckReplica
                 | Request::Raft { .. }
                 | Request::Lease
+                | Request::PartitionSeqs
         )
     }
 }
@@ -750,6 +756,9 @@ pub enum Response {
         granted: bool,
         epoch: u64,
     },
+    /// (partition, last applied batch; None while a whole copy is arriving) of every copy a
+    /// server holds, primary or backup.
+    Seqs(Vec<(u32, Option<u64>)>),
 }
 
 impl Response {

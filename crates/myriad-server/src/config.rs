@@ -3,6 +3,11 @@ use std::time::Duration;
 
 use myriad_placement::ClusterMap;
 
+/// A server down this long has its copies replaced (docs/replication.md): long enough for a
+/// restart or a reboot, short enough that a dead disk does not leave partitions on fewer
+/// copies for long.
+pub const DEFAULT_DOWN_GRACE: Duration = Duration::from_secs(60);
+
 /// Default split threshold; why 8,192: docs/huge-dirs.md "Threshold".
 pub const DEFAULT_DIR_SPLIT_ENTRIES: u64 = 8192;
 
@@ -29,6 +34,9 @@ pub struct ServerConfig {
     /// Owner of the root directory when this node creates it (first start of the owner of "/").
     pub root_uid: u32,
     pub root_gid: u32,
+    /// How long a server may stay down before its copies are made again elsewhere (the
+    /// Raft leader's setting is the one that counts).
+    pub down_grace: Duration,
 }
 
 impl ServerConfig {
@@ -47,6 +55,7 @@ impl ServerConfig {
             dir_split_entries: DEFAULT_DIR_SPLIT_ENTRIES,
             root_uid: 0,
             root_gid: 0,
+            down_grace: DEFAULT_DOWN_GRACE,
         }
     }
 }

@@ -280,6 +280,20 @@ impl Host {
             .write()
             .map_err(|_| OpenError::Fs(FsError::Io("backup table poisoned".into())))?;
         backups.retain(|pid, _| want.contains(pid));
+        // Copies the map moved elsewhere: their data goes.
+        for p in &map.partitions {
+            if !p.replicas.contains(&self.id) && self.partition(p.id).is_none() {
+                match crate::replication::drop_copy(self.kv.clone(), p.id) {
+                    Ok(true) => tracing::info!(
+                        partition = p.id,
+                        epoch = map.epoch,
+                        "dropped this server's copy (the map moved it elsewhere)"
+                    ),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(partition = p.id, "dropping a moved copy failed: {e}"),
+                }
+            }
+        }
         for pid in want {
             if let std::collections::hash_map::Entry::Vacant(v) = backups.entry(pid) {
                 let b = Backup::open(self.kv.clone(), pid).map_err(OpenError::Store)?;
@@ -369,15 +383,14 @@ impl Host {
                 self.adopt_in_background(*map);
                 Ok(Response::Unit)
             }
-            // From an administrator: a change, committed through the Raft group.
+            // From an administrator (root): a change, committed through the Raft group. From
+            // anyone else: a map the client learned from another server (it is committed and
+            // on its way here), so only wait for it.
             Request::InstallMap(map) => {
-                if caller.uid != 0 {
-                    return Err(FsError::PermissionDenied);
-                }
                 map.validate()
                     .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
                 let epoch = map.epoch;
-                if self.group.map().is_none_or(|m| m.epoch < epoch) {
+                if caller.uid == 0 && self.group.map().is_none_or(|m| m.epoch < epoch) {
                     self.propose_map(*map).await?;
                 }
                 // Answer once this server follows it (it arrives through the group).
@@ -393,6 +406,7 @@ impl Host {
                 .await
                 .map(Response::Raft)
                 .map_err(FsError::Protocol),
+            Request::PartitionSeqs if from_server => Ok(Response::Seqs(self.partition_seqs())),
             Request::Lease => match peer {
                 PeerKind::Server { node_id } => Ok(self.grant_lease(*node_id, epoch)),
                 PeerKind::Client => Err(FsError::PermissionDenied),
@@ -402,6 +416,20 @@ impl Host {
             )),
             _ => Err(FsError::Redirect(Box::new(st.map.clone()))),
         }
+    }
+
+    /// The last batch of every partition copy held here (`Request::PartitionSeqs`).
+    pub(crate) fn partition_seqs(&self) -> Vec<(PartitionId, Option<u64>)> {
+        let mut out: Vec<(PartitionId, Option<u64>)> = self
+            .nodes()
+            .iter()
+            .map(|n| {
+                let seq = n.store.meta_u64(crate::replication::SEQ_KEY).ok().flatten();
+                (n.me, Some(seq.unwrap_or(0)))
+            })
+            .collect();
+        out.extend(read(&self.backups).iter().map(|(pid, b)| (*pid, b.seq())));
+        out
     }
 
     fn counter_snapshot(&self, st: &MapState) -> CounterSnapshot {

@@ -37,7 +37,7 @@ use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
 use tokio::net::TcpListener;
 
 pub use ancestors::ReplicationConfig;
-pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, ServerConfig};
+pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE, ServerConfig};
 
 use crate::applier::Syncer;
 use crate::host::{Host, OpenError};

@@ -15,13 +15,13 @@
 //! whose quorum ack came after L - QUORUM_FRESH, before this leader's election. Either way
 //! it ended by L + LEASE + QUORUM_FRESH < D, before the new primary exists.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use myriad_membership::{BoxFuture, Transport};
 use myriad_net::Pool;
-use myriad_placement::{ClusterMap, NodeId, NodeState};
+use myriad_placement::{ClusterMap, NodeId, NodeState, PartitionId};
 use myriad_proto::{Caller, Endpoints, FsError, RaftRpc, Request, Response};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -39,6 +39,9 @@ const QUORUM_FRESH: Duration = Duration::from_millis(1500);
 pub(crate) const DOWN_AFTER: Duration = Duration::from_secs(5);
 /// How often the leader looks at who it heard from.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// Moves in progress at once, cluster-wide: each copies a whole partition, and writes to it
+/// wait for the new copy meanwhile, so few at a time keeps the service going.
+const MOVES_MAX: usize = 2;
 /// How long a map change may take to commit.
 pub(crate) const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -97,13 +100,23 @@ impl Lease {
     }
 }
 
-/// When the leader last heard from each server (lease requests).
+/// When the leader last heard from each server (lease requests), and when it first saw each
+/// in the map (a server just added gets DOWN_AFTER to make itself heard).
 #[derive(Default)]
 pub(crate) struct Heard {
     at: Mutex<HashMap<NodeId, Instant>>,
+    listed: Mutex<HashMap<NodeId, Instant>>,
 }
 
 impl Heard {
+    /// When this leader first saw `id` in its map.
+    fn listed_since(&self, id: NodeId) -> Instant {
+        match self.listed.lock() {
+            Ok(mut g) => *g.entry(id).or_insert_with(Instant::now),
+            Err(_) => Instant::now(),
+        }
+    }
+
     fn note(&self, id: NodeId) {
         if let Ok(mut g) = self.at.lock() {
             g.insert(id, Instant::now());
@@ -209,13 +222,14 @@ impl Host {
             }
             return;
         };
-        self.group.add_members(&map).await;
         let now = Instant::now();
         let mut nodes: Vec<_> = map.nodes.iter().collect();
         nodes.sort_by_key(|n| n.id);
         for n in nodes {
             let heard = self.heard.last(n.id);
-            let silent_since = heard.map_or(since, |h| h.max(since));
+            let silent_since = heard
+                .map_or(since, |h| h.max(since))
+                .max(self.heard.listed_since(n.id));
             let change = match n.state {
                 NodeState::Up if n.id != self.id && now - silent_since > DOWN_AFTER => {
                     tracing::warn!(
@@ -244,6 +258,103 @@ impl Host {
                 return;
             }
         }
+        self.group.sync_members(&map, PROPOSE_TIMEOUT).await;
+        // Moves (rebalance.rs): finish those whose new copy caught up, then start more.
+        let done = self.caught_up_moves(&map).await;
+        if let Some(next) = map.complete_moves(&done) {
+            tracing::info!(partitions = ?done, epoch = next.epoch, "moves complete");
+            if let Err(e) = self.propose_map(next).await {
+                tracing::warn!("{e}");
+            }
+            return;
+        }
+        let expired: BTreeSet<NodeId> = map
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Down)
+            .filter(|n| {
+                let silent_since = self.heard.last(n.id).map_or(since, |h| h.max(since));
+                now - silent_since > self.config.down_grace
+            })
+            .map(|n| n.id)
+            .collect();
+        if let Some(next) = map.plan_moves(&expired, MOVES_MAX) {
+            for (pid, m) in next.moves() {
+                if map.partition(pid).is_some_and(|p| p.moving.is_none()) {
+                    tracing::info!(
+                        partition = pid,
+                        from = m.from,
+                        to = m.to,
+                        down_past_grace = expired.contains(&m.from),
+                        "moving a copy"
+                    );
+                }
+            }
+            if let Err(e) = self.propose_map(next).await {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
+    /// The moves of `map` whose new copy holds at least what its primary held just before
+    /// (every later write waits for the new copy too, so it then holds every acknowledged
+    /// write).
+    async fn caught_up_moves(&self, map: &ClusterMap) -> Vec<PartitionId> {
+        let moves = map.moves();
+        if moves.is_empty() {
+            return Vec::new();
+        }
+        let mut seqs: HashMap<NodeId, HashMap<PartitionId, Option<u64>>> = HashMap::new();
+        let mut done = Vec::new();
+        for (pid, m) in moves {
+            let Some(primary) = map.primary_of(pid) else {
+                continue;
+            };
+            // Primary first, then the new copy.
+            let Some(p) = self.seq_on(map, primary, pid, &mut seqs).await.flatten() else {
+                continue;
+            };
+            if let Some(Some(b)) = self.seq_on(map, m.to, pid, &mut seqs).await
+                && b >= p
+            {
+                done.push(pid);
+            }
+        }
+        done
+    }
+
+    /// Partition `pid`'s seq on `server` (asked once per round per server).
+    async fn seq_on(
+        &self,
+        map: &ClusterMap,
+        server: NodeId,
+        pid: PartitionId,
+        cache: &mut HashMap<NodeId, HashMap<PartitionId, Option<u64>>>,
+    ) -> Option<Option<u64>> {
+        if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry(server) {
+            let seqs = if server == self.id {
+                self.partition_seqs()
+            } else {
+                let addr = map.node(server)?.addr.clone();
+                match self
+                    .pool
+                    .call_with_timeout(
+                        &addr,
+                        map.epoch,
+                        Endpoints::SERVER,
+                        &Caller::root(),
+                        &Request::PartitionSeqs,
+                        RENEW_EVERY * 2,
+                    )
+                    .await
+                {
+                    Ok(Response::Seqs(s)) => s,
+                    _ => return None,
+                }
+            };
+            slot.insert(seqs.into_iter().collect());
+        }
+        cache.get(&server)?.get(&pid).copied()
     }
 }
 

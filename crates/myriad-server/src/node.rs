@@ -811,9 +811,11 @@ impl Node {
             | Request::FsckReplica => Err(FsError::InvalidArgument(
                 "replication requests go to a backup, not the primary".into(),
             )),
-            Request::Raft { .. } | Request::Lease => Err(FsError::InvalidArgument(
-                "membership requests go to a server, not a partition".into(),
-            )),
+            Request::Raft { .. } | Request::Lease | Request::PartitionSeqs => {
+                Err(FsError::InvalidArgument(
+                    "membership requests go to a server, not a partition".into(),
+                ))
+            }
             Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
             Request::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
         }

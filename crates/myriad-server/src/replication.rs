@@ -557,6 +557,29 @@ fn clear_space(store: &Store, space: Space, keep: Option<&[u8]>) -> Result<(), F
     }
 }
 
+/// Deletes every key of partition `pid` on this server: a copy the map no longer gives it
+/// (moved away; the servers the map lists hold every acknowledged write). True if there
+/// was anything.
+pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsError> {
+    let pkv = myriad_storage::PartitionKv::new(kv, pid);
+    let mut any = false;
+    for space in Space::PARTITION {
+        loop {
+            let page = pkv.scan(space, &[], None, COPY_PAGE).map_err(storage_err)?;
+            if page.is_empty() {
+                break;
+            }
+            any = true;
+            let mut b = Batch::new();
+            for (key, _) in page {
+                b.delete(space, key);
+            }
+            pkv.commit(b).map_err(storage_err)?;
+        }
+    }
+    Ok(any)
+}
+
 /// Before a primary serves: if a backup has applied batches this copy lacks (this server
 /// lost its disk, or crashed before its fsync while the batches reached the backups), copy
 /// the partition back from the most advanced backup. A backup that cannot be reached is
@@ -719,6 +742,12 @@ impl Backup {
 
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The last batch applied; None while a whole copy is arriving.
+    pub(crate) fn seq(&self) -> Option<u64> {
+        let st = self.lock();
+        (!st.copying).then(|| st.next - 1)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BackupState> {

@@ -34,13 +34,18 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
     let old_client = tc.client();
     let (m2, dir) = newer_map(&tc.map, 2);
 
-    // An admin client installs epoch 2 on every server.
-    let admin = tc.client_with(m2.clone(), std::time::Duration::from_secs(10));
+    // An admin client (root) installs epoch 2: committed through the Raft group, then
+    // followed by every server.
+    let admin = tc.client_as(
+        m2.clone(),
+        std::time::Duration::from_secs(10),
+        myriad_client::Caller::root(),
+    );
     admin
         .install_map(m2.clone())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    admin
+    tc.client_with(m2.clone(), std::time::Duration::from_secs(10))
         .mkdir(&dir, 0o755)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -71,11 +76,15 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
             .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(on_disk.epoch, 2);
 
-    // A client that is ahead (epoch 3, same placement) pushes its map to the servers it
-    // talks to.
+    // An administrator's client that is ahead (epoch 3, same placement) pushes its map to
+    // the servers it talks to (a proposal to the group).
     let mut m3 = m2.clone();
     m3.epoch = 3;
-    let ahead = tc.client_with(m3, std::time::Duration::from_secs(10));
+    let ahead = tc.client_as(
+        m3,
+        std::time::Duration::from_secs(10),
+        myriad_client::Caller::root(),
+    );
     assert!(ahead.stat(&format!("{dir}/f")).await.is_ok());
     let owner = ahead.owner_of_entry(&format!("{dir}/f"));
     let server = m2.primary_of(owner).unwrap_or_default();

@@ -1,0 +1,374 @@
+//! Moving copies of partitions between servers (docs/replication.md "Moves"): pure map
+//! transformations the Raft leader proposes, one step at a time.
+//!
+//! A move of partition p from server `from` to server `to` is two map changes:
+//! 1. `plan_moves`: `to` is appended to p's replicas (a backup: its primary copies the
+//!    partition to it, then every write waits for it too) and `moving = {from, to}`.
+//! 2. `complete_moves`, once `to` has caught up (the leader checked its seq): `from` leaves
+//!    the list; if it was the primary, `to` takes its place.
+//!
+//! Reasons to move, in order: a copy on a server down past the grace period (restore R
+//! copies), a copy on a leaving server (remove-node), and balance (add-node, or after the
+//! first two): a server with more copies than another by more than one gives one up.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::map::{ClusterMap, NodeId, NodeState, PartitionId};
+
+/// A copy of a partition on its way from one server to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub from: NodeId,
+    pub to: NodeId,
+}
+
+/// Copies held by each server that can take more (up, not leaving), in copies per weight.
+fn loads(map: &ClusterMap) -> BTreeMap<NodeId, (u64, u64, u32)> {
+    let mut out: BTreeMap<NodeId, (u64, u64, u32)> = map
+        .nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Up)
+        .map(|n| (n.id, (0, 0, n.weight)))
+        .collect();
+    for p in &map.partitions {
+        for (i, r) in p.replicas.iter().enumerate() {
+            if let Some(l) = out.get_mut(r) {
+                l.0 += 1;
+                if i == 0 {
+                    l.1 += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `a` copies per `wa` against `b` per `wb`.
+fn lighter(a: u64, wa: u32, b: u64, wb: u32) -> std::cmp::Ordering {
+    (u128::from(a) * u128::from(wb)).cmp(&(u128::from(b) * u128::from(wa)))
+}
+
+impl ClusterMap {
+    /// The next map with server `id` leaving (remove-node): it keeps serving while its
+    /// copies move away; once it holds none it is dropped from the map.
+    #[must_use]
+    pub fn mark_leaving(&self, id: NodeId) -> Option<ClusterMap> {
+        let n = self.node(id)?;
+        if n.state == NodeState::Leaving || self.nodes.len() < 2 {
+            return None;
+        }
+        let mut next = self.clone();
+        next.epoch += 1;
+        for n in &mut next.nodes {
+            if n.id == id {
+                n.state = NodeState::Leaving;
+            }
+        }
+        Some(next)
+    }
+
+    /// Partitions with a move in progress.
+    #[must_use]
+    pub fn moves(&self) -> Vec<(PartitionId, Move)> {
+        self.partitions
+            .iter()
+            .filter_map(|p| p.moving.map(|m| (p.id, m)))
+            .collect()
+    }
+
+    /// The next map with up to `max_new` more moves started (at most one per partition, at
+    /// most `max_new` in progress in all), or `None` if nothing needs to move. `expired`:
+    /// servers down past the grace period, whose copies are replaced.
+    #[must_use]
+    pub fn plan_moves(&self, expired: &BTreeSet<NodeId>, max_new: usize) -> Option<ClusterMap> {
+        let in_progress = self.moves().len();
+        let mut budget = max_new.saturating_sub(in_progress);
+        if budget == 0 {
+            return None;
+        }
+        let mut next = self.clone();
+        let mut load = loads(self);
+        let leaving: BTreeSet<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Leaving)
+            .map(|n| n.id)
+            .collect();
+        let mut changed = false;
+        // 1-2: copies that must go.
+        for i in 0..next.partitions.len() {
+            if budget == 0 {
+                break;
+            }
+            let p = &next.partitions[i];
+            if p.moving.is_some() {
+                continue;
+            }
+            let Some(from) = p
+                .replicas
+                .iter()
+                .copied()
+                .find(|r| expired.contains(r) || leaving.contains(r))
+            else {
+                continue;
+            };
+            let Some(to) = load
+                .iter()
+                .filter(|(id, _)| !p.replicas.contains(id))
+                .min_by(|a, b| {
+                    lighter(a.1.0, a.1.2, b.1.0, b.1.2)
+                        .then(lighter(a.1.1, a.1.2, b.1.1, b.1.2))
+                        .then(a.0.cmp(b.0))
+                })
+                .map(|(id, _)| *id)
+            else {
+                continue;
+            };
+            if let Some(l) = load.get_mut(&to) {
+                l.0 += 1;
+            }
+            let p = &mut next.partitions[i];
+            p.replicas.push(to);
+            p.moving = Some(Move { from, to });
+            budget -= 1;
+            changed = true;
+        }
+        // 3: balance, while the fullest server has two copies more than the emptiest (per
+        // weight). A source that also has more primaries than the target gives up a
+        // partition it leads (`to` then leads it), else one it backs up.
+        while budget > 0 {
+            let heavy = load
+                .iter()
+                .max_by(|a, b| lighter(a.1.0, a.1.2, b.1.0, b.1.2).then(b.0.cmp(a.0)));
+            let light = load
+                .iter()
+                .min_by(|a, b| lighter(a.1.0, a.1.2, b.1.0, b.1.2).then(a.0.cmp(b.0)));
+            let (Some((&h, &hl)), Some((&l, &ll))) = (heavy, light) else {
+                break;
+            };
+            // Would moving one copy leave them at least as far apart the other way?
+            if h == l || lighter(hl.0.saturating_sub(1), hl.2, ll.0 + 1, ll.2).is_lt() {
+                break;
+            }
+            let want_primary = lighter(hl.1, hl.2, ll.1 + 1, ll.2).is_gt();
+            let candidates = next.partitions.iter().enumerate().filter(|(_, p)| {
+                p.moving.is_none() && p.replicas.contains(&h) && !p.replicas.contains(&l)
+            });
+            let mut pick = None;
+            for (i, p) in candidates {
+                let leads = p.replicas.first() == Some(&h);
+                if leads == want_primary {
+                    pick = Some(i);
+                    break;
+                }
+                pick.get_or_insert(i);
+            }
+            let Some(i) = pick else {
+                break;
+            };
+            let p = &mut next.partitions[i];
+            let led = p.replicas.first() == Some(&h);
+            p.replicas.push(l);
+            p.moving = Some(Move { from: h, to: l });
+            if let Some(x) = load.get_mut(&h) {
+                x.0 -= 1;
+                if led {
+                    x.1 -= 1;
+                }
+            }
+            if let Some(x) = load.get_mut(&l) {
+                x.0 += 1;
+                if led {
+                    x.1 += 1;
+                }
+            }
+            budget -= 1;
+            changed = true;
+        }
+        changed.then(|| {
+            next.epoch += 1;
+            next
+        })
+    }
+
+    /// The next map with the moves of `pids` complete: `from` leaves each list, and `to`
+    /// takes the first place if `from` had it. Servers leaving that hold no copy any more
+    /// are dropped from the map.
+    #[must_use]
+    pub fn complete_moves(&self, pids: &[PartitionId]) -> Option<ClusterMap> {
+        let mut next = self.clone();
+        let mut changed = false;
+        for p in &mut next.partitions {
+            let Some(m) = p.moving else { continue };
+            if !pids.contains(&p.id) {
+                continue;
+            }
+            let led = p.replicas.first() == Some(&m.from);
+            p.replicas.retain(|&r| r != m.from && r != m.to);
+            if led {
+                p.replicas.insert(0, m.to);
+            } else {
+                p.replicas.push(m.to);
+            }
+            p.moving = None;
+            changed = true;
+        }
+        let held: BTreeSet<NodeId> = next
+            .partitions
+            .iter()
+            .flat_map(|p| p.replicas.iter().copied())
+            .collect();
+        let before = next.nodes.len();
+        next.nodes
+            .retain(|n| n.state != NodeState::Leaving || held.contains(&n.id));
+        changed |= next.nodes.len() != before;
+        changed.then(|| {
+            next.epoch += 1;
+            next
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::map::NodeInfo;
+
+    fn map(n: usize) -> ClusterMap {
+        let addrs: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{i}")).collect();
+        ClusterMap::build(1, &addrs, 8, 3)
+    }
+
+    /// Plans and completes moves until nothing moves; checks every intermediate map.
+    fn settle(mut m: ClusterMap, expired: &BTreeSet<NodeId>) -> ClusterMap {
+        for _ in 0..1000 {
+            let Some(planned) = m.plan_moves(expired, 4) else {
+                return m;
+            };
+            planned
+                .validate()
+                .unwrap_or_else(|e| panic!("planned map invalid: {e}"));
+            let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
+            m = planned
+                .complete_moves(&pids)
+                .unwrap_or_else(|| panic!("moves complete"));
+            m.validate()
+                .unwrap_or_else(|e| panic!("completed map invalid: {e}"));
+        }
+        panic!("moves never settled");
+    }
+
+    fn copies(m: &ClusterMap) -> BTreeMap<NodeId, (usize, usize)> {
+        let mut out: BTreeMap<NodeId, (usize, usize)> = BTreeMap::new();
+        for p in &m.partitions {
+            for (i, r) in p.replicas.iter().enumerate() {
+                let e = out.entry(*r).or_default();
+                e.0 += 1;
+                if i == 0 {
+                    e.1 += 1;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_added_server_gets_its_share_of_copies_and_primaries() {
+        let mut m = map(4);
+        assert!(
+            m.plan_moves(&BTreeSet::new(), 4).is_none(),
+            "balanced already"
+        );
+        m.nodes.push(NodeInfo {
+            id: 5,
+            addr: "127.0.0.1:5".into(),
+            weight: 1,
+            state: NodeState::Up,
+        });
+        let done = settle(m, &BTreeSet::new());
+        let c = copies(&done);
+        // 32 partitions x 3 copies over 5 servers: 19 or 20 each; 32 primaries: 6 or 7.
+        for (id, (all, primaries)) in &c {
+            assert!((19..=20).contains(all), "server {id}: {all} copies ({c:?})");
+            assert!(
+                (5..=7).contains(primaries),
+                "server {id}: {primaries} primaries ({c:?})"
+            );
+        }
+        for p in &done.partitions {
+            let distinct: BTreeSet<_> = p.replicas.iter().collect();
+            assert_eq!(distinct.len(), 3, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn copies_on_a_server_down_past_grace_are_replaced() {
+        let m = map(5).mark_down(3).unwrap_or_else(|| panic!("up"));
+        // Not expired yet: nothing moves off it (balance ignores down servers' copies).
+        let expired = BTreeSet::from([3]);
+        let done = settle(m, &expired);
+        assert_eq!(copies(&done).get(&3), None, "no copy left on server 3");
+        for p in &done.partitions {
+            assert_eq!(p.replicas.len(), 3);
+            assert!(p.replicas.iter().all(|r| done.is_up(*r)));
+        }
+        let c = copies(&done);
+        for (id, (all, _)) in &c {
+            // 40 partitions x 3 copies over the 4 left.
+            assert_eq!(*all, 30, "server {id}: {all} ({c:?})");
+        }
+    }
+
+    #[test]
+    fn a_leaving_server_is_drained_then_dropped() {
+        let m = map(5).mark_leaving(2).unwrap_or_else(|| panic!("up"));
+        assert!(m.mark_leaving(2).is_none());
+        // While moves run, it still serves: the planned map keeps it in every list it was in.
+        let planned = m
+            .plan_moves(&BTreeSet::new(), 2)
+            .unwrap_or_else(|| panic!("moves"));
+        assert_eq!(planned.moves().len(), 2);
+        for (pid, mv) in planned.moves() {
+            assert_eq!(mv.from, 2);
+            let p = planned.partition(pid).unwrap_or_else(|| panic!("p"));
+            assert_eq!(p.replicas.len(), 4);
+            assert_eq!(p.replicas.last(), Some(&mv.to));
+        }
+        let done = settle(m, &BTreeSet::new());
+        assert!(
+            done.node(2).is_none(),
+            "drained server dropped from the map"
+        );
+        assert!(done.partitions.iter().all(|p| !p.replicas.contains(&2)));
+        assert!(done.primaries_of(2).is_empty());
+    }
+
+    #[test]
+    fn completing_a_move_of_a_primary_makes_the_new_copy_primary() {
+        let m = map(3);
+        let mut planned = m.clone();
+        let p = &mut planned.partitions[0];
+        let old = p.replicas.clone();
+        p.moving = Some(Move {
+            from: old[0],
+            to: 9,
+        });
+        p.replicas.push(9);
+        planned.nodes.push(NodeInfo {
+            id: 9,
+            addr: "x:9".into(),
+            weight: 1,
+            state: NodeState::Up,
+        });
+        let pid = planned.partitions[0].id;
+        // Before completion the old primary still leads.
+        assert_eq!(planned.primary_of(pid), Some(old[0]));
+        let done = planned
+            .complete_moves(&[pid])
+            .unwrap_or_else(|| panic!("done"));
+        assert_eq!(done.partitions[0].replicas, vec![9, old[1], old[2]]);
+        assert!(done.partitions[0].moving.is_none());
+    }
+}
