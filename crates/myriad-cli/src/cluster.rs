@@ -48,6 +48,30 @@ pub enum ClusterCmd {
         #[arg(long)]
         node: u32,
     },
+    /// Add a server to a local cluster: start it on a new port and add it to the map (through
+    /// the Raft group); copies of partitions then move to it in the background, a few at a
+    /// time, while clients keep reading and writing. Progress: `myriad cluster status`.
+    AddNode {
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Relative capacity (a server of weight 2 gets twice the copies).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        weight: u32,
+        /// Wait until the moves to it are done.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Remove a server from a local cluster: it keeps serving while its copies move to the
+    /// others, then it leaves the map and is stopped.
+    RemoveNode {
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        node: u32,
+        /// Return once the server is marked leaving, without waiting for its copies to move.
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Nodes, map epoch, and per-node request counters by operation.
     Status,
     /// Reset every node's request counters.
@@ -398,6 +422,139 @@ pub fn down(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A root client of the local cluster in `dir`, following its newest map: local clusters
+/// belong to whoever runs them, so their administration acts as root.
+async fn admin_client(dir: &Path, timeout: Duration) -> anyhow::Result<Client> {
+    let text = std::fs::read_to_string(map_path(dir))
+        .with_context(|| format!("no cluster map in {}", dir.display()))?;
+    let mut cfg = ClientConfig::new(ClusterMap::from_json(&text)?, myriad_client::Caller::root());
+    cfg.request_timeout = timeout;
+    let client = Client::new(cfg)?;
+    client.newest_map().await;
+    Ok(client)
+}
+
+/// One line about the moves in progress.
+fn moves_line(map: &ClusterMap) -> String {
+    let moves = map.moves();
+    if moves.is_empty() {
+        return "no copies moving".into();
+    }
+    let list: Vec<String> = moves
+        .iter()
+        .map(|(p, m)| format!("partition {p}: server {} -> {}", m.from, m.to))
+        .collect();
+    format!("{} copies moving ({})", moves.len(), list.join(", "))
+}
+
+/// Polls the newest map until `done` holds, printing progress when it changes.
+async fn wait_for_map(
+    client: &Client,
+    what: &str,
+    done: impl Fn(&ClusterMap) -> bool,
+) -> ClusterMap {
+    let mut said = String::new();
+    loop {
+        let map = client.newest_map().await;
+        if done(&map) {
+            return map;
+        }
+        let line = moves_line(&map);
+        if line != said {
+            println!("  {what}: epoch {}, {line}", map.epoch);
+            said = line;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn add_node(dir: &Path, weight: u32, wait: bool, timeout: Duration) -> anyhow::Result<()> {
+    let mut st = read_state(dir)?;
+    let client = admin_client(dir, timeout).await?;
+    let map = client.map();
+    let id = map
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .chain(st.nodes.iter().map(|n| n.id))
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a port on 127.0.0.1")?;
+    let addr = listener.local_addr()?.to_string();
+    let mut next = map.clone();
+    next.epoch += 1;
+    next.nodes.push(myriad_client::NodeInfo {
+        id,
+        addr: addr.clone(),
+        weight,
+        state: myriad_client::NodeState::Up,
+    });
+    next.validate()?;
+    // The new server starts from a map that lists it (not committed yet: it serves nothing
+    // until the group has committed it and its leader granted it a lease).
+    std::fs::write(map_path(dir), next.to_json())?;
+    let pid = spawn_node(dir, id, Some(listener), &addr, &st.server_args)?;
+    st.nodes.push(NodeState {
+        id,
+        pid,
+        addr: addr.clone(),
+    });
+    write_state(dir, &st)?;
+    client
+        .install_map(next)
+        .await
+        .context("adding the server to the cluster map")?;
+    println!("node {id} started on {addr} (pid {pid}) and added to the map");
+    if wait {
+        // Balanced: nothing moving and nothing left to move.
+        let none = std::collections::BTreeSet::new();
+        let map = wait_for_map(&client, "rebalancing", |m| {
+            m.moves().is_empty() && m.plan_moves(&none, usize::MAX).is_none()
+        })
+        .await;
+        let held = map
+            .partitions
+            .iter()
+            .filter(|p| p.replicas.contains(&id))
+            .count();
+        println!("node {id} holds {held} copies (epoch {})", map.epoch);
+    } else {
+        println!("copies move to it in the background: see `myriad cluster status`");
+    }
+    Ok(())
+}
+
+async fn remove_node(dir: &Path, id: u32, wait: bool, timeout: Duration) -> anyhow::Result<()> {
+    let mut st = read_state(dir)?;
+    let client = admin_client(dir, timeout).await?;
+    let map = client.map();
+    if map.node(id).is_none() {
+        bail!("node {id} is not in the cluster map (epoch {})", map.epoch);
+    }
+    if let Some(next) = map.mark_leaving(id) {
+        client
+            .install_map(next)
+            .await
+            .context("marking the server leaving")?;
+    }
+    println!("node {id} is leaving: its copies move to the other servers");
+    if !wait {
+        return Ok(());
+    }
+    let map = wait_for_map(&client, "draining", |m| m.node(id).is_none()).await;
+    println!("node {id} left the map (epoch {}); stopping it", map.epoch);
+    if let Some(entry) = st.nodes.iter().find(|n| n.id == id)
+        && pid_is_server(entry.pid)
+    {
+        signal(entry.pid, libc::SIGTERM);
+    }
+    st.nodes.retain(|n| n.id != id);
+    write_state(dir, &st)?;
+    Ok(())
+}
+
 pub async fn run(
     cmd: ClusterCmd,
     cluster: Option<PathBuf>,
@@ -458,6 +615,16 @@ pub async fn run(
             println!("node {node} started (pid {pid})");
             Ok(())
         }
+        ClusterCmd::AddNode {
+            data_dir,
+            weight,
+            wait,
+        } => add_node(&data_dir, weight, wait, timeout).await,
+        ClusterCmd::RemoveNode {
+            data_dir,
+            node,
+            no_wait,
+        } => remove_node(&data_dir, node, !no_wait, timeout).await,
         ClusterCmd::Status => {
             let client = crate::fs_cmds::connect(cluster, timeout)?;
             // The newest map any server has (the map file may be behind a failover).
@@ -468,6 +635,12 @@ pub async fn run(
                 map.nodes.len(),
                 map.chunk_size_bytes / 1024,
                 map.inline_max_bytes / 1024
+            );
+            println!(
+                "{} partitions, {} copies each; {}",
+                map.partitions.len(),
+                map.replication,
+                moves_line(&map)
             );
             for (id, r) in client.all_counters().await {
                 let addr = map.node(id).map(|n| n.addr.clone()).unwrap_or_default();
@@ -483,10 +656,11 @@ pub async fn run(
                             .iter()
                             .map(|o| format!("{}={}", o.op, o.count))
                             .collect();
-                        let state = match (map.is_up(id), c.serving) {
-                            (true, true) => "up, serving",
-                            (true, false) => "up, no lease",
-                            (false, _) => "marked down",
+                        let state = match (map.node(id).map(|n| n.state), c.serving) {
+                            (Some(myriad_client::NodeState::Leaving), _) => "leaving",
+                            (Some(myriad_client::NodeState::Down), _) => "marked down",
+                            (_, true) => "up, serving",
+                            (_, false) => "up, no lease",
                         };
                         println!(
                             "node {id} {addr} {state}  epoch {}  leader {}  partitions: {} primary, {} backup  fsyncs {} ({} mutations)",

@@ -232,8 +232,14 @@ impl Client {
                     }
                     if !self.adopt(*map) {
                         // Same cluster map: our shard map of the directory sent us there.
+                        // Else the server is behind a map change we know of (it catches up
+                        // through the Raft group): try again shortly.
                         match route_dir(&route) {
                             Some(dir) => self.shards.forget(dir),
+                            None if tokio::time::Instant::now() + backoff < deadline => {
+                                tokio::time::sleep(backoff.max(Duration::from_millis(10))).await;
+                                backoff = (backoff * 2).min(Duration::from_millis(100));
+                            }
                             None => {
                                 return Err(FsError::Protocol(format!(
                                     "node {node} redirected but offered no newer map"
@@ -719,19 +725,33 @@ impl Client {
         map.validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
         let install = Request::InstallMap(Box::new(map.clone()));
-        for n in &map.nodes {
-            self.pool
+        // Any server of the current map commits it through the Raft group and answers once
+        // it follows it; the others follow within moments.
+        let current = self.map();
+        let mut last = FsError::Unavailable("the map lists no server that is up".into());
+        for n in current.nodes.iter().filter(|n| current.is_up(n.id)) {
+            match self
+                .pool
                 .call(
                     &n.addr,
-                    map.epoch,
+                    current.epoch,
                     Endpoints::SERVER,
                     &self.config.caller,
                     &install,
                 )
-                .await?;
+                .await
+            {
+                Ok(_) => {
+                    self.adopt(map);
+                    return Ok(());
+                }
+                Err(e @ (FsError::PermissionDenied | FsError::InvalidArgument(_))) => {
+                    return Err(e);
+                }
+                Err(e) => last = e,
+            }
         }
-        self.adopt(map);
-        Ok(())
+        Err(last)
     }
 
     /// Sends one request to partition `pid` as it is (admin tools such as fsck).

@@ -14,7 +14,8 @@ mod file;
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
 pub use myriad_placement::{
-    ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, NodeId, PartitionId,
+    ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Move, NodeId, NodeInfo,
+    NodeState, PartitionId,
 };
 /// The protocol, for tools that speak it directly (fsck).
 pub use myriad_proto as proto;

@@ -97,9 +97,12 @@ impl Host {
     /// The partition `pid` if this server may serve it now: it holds a lease and its map
     /// makes it the primary (a primary demoted by a newer map stops at once, before its
     /// handler is stopped).
-    fn serving(&self, pid: PartitionId) -> Result<Arc<Node>, FsError> {
+    fn serving(&self, pid: PartitionId, epoch: u64) -> Result<Arc<Node>, FsError> {
+        let st = self.state();
         let node = match self.partition(pid) {
-            Some(node) if self.state().map.primary_of(pid) == Some(self.id) => node,
+            Some(node) if st.map.primary_of(pid) == Some(self.id) => node,
+            // The sender knows a newer map: it sends it (or waits for us to follow it).
+            _ if epoch > st.map.epoch => return Err(FsError::MapTooOld(st.map.epoch)),
             _ => return Err(self.not_here(pid)),
         };
         match self.lease_error() {
@@ -517,7 +520,7 @@ impl Handler for Host {
                     }
                     PeerKind::Client => Err(FsError::PermissionDenied),
                 },
-                pid => match host.serving(pid) {
+                pid => match host.serving(pid, frame.epoch) {
                     Ok(node) => {
                         let from = from_server.then_some(frame.ends.source);
                         node.dispatch(from, frame.epoch, frame.caller, frame.body)

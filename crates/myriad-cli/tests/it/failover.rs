@@ -186,3 +186,198 @@ async fn a_server_without_a_majority_refuses_requests() {
     assert!(c.stat("/d").await.is_ok());
     tc.fsck_until_clean().await;
 }
+
+/// Starts `n` writers (own clients) creating files until the returned flag is set.
+fn start_writers(
+    tc: &TestCluster,
+    n: usize,
+    rec: &Arc<Mutex<Record>>,
+) -> (Arc<AtomicBool>, Vec<tokio::task::JoinHandle<()>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let jobs = (0..n)
+        .map(|w| {
+            let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(30)));
+            tokio::spawn(writer(c, w, stop.clone(), rec.clone()))
+        })
+        .collect();
+    (stop, jobs)
+}
+
+async fn stop_writers(stop: Arc<AtomicBool>, jobs: Vec<tokio::task::JoinHandle<()>>) {
+    stop.store(true, Ordering::Relaxed);
+    for j in jobs {
+        j.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Polls the newest map until `done` holds (panics after `within`).
+async fn wait_map(
+    c: &Client,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&myriad_client::ClusterMap) -> bool,
+) -> myriad_client::ClusterMap {
+    let start = Instant::now();
+    loop {
+        let m = c.newest_map().await;
+        if done(&m) {
+            return m;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{what}: not after {within:?}: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Copies per server in `map` (servers holding none are absent).
+fn copies_per_server(map: &myriad_client::ClusterMap) -> BTreeMap<u32, usize> {
+    let mut out = BTreeMap::new();
+    for p in &map.partitions {
+        for r in &p.replicas {
+            *out.entry(*r).or_default() += 1;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_a_dead_server_are_remade_and_a_second_death_is_survived() {
+    let tc = TestCluster::start_with(
+        5,
+        &[
+            "--partitions-per-node",
+            "4",
+            "--replicas",
+            "3",
+            "--down-grace-secs",
+            "2",
+        ],
+    );
+    let admin = tc.client_with(tc.map.clone(), Duration::from_secs(30));
+    for w in 0..3 {
+        admin
+            .mkdir(&format!("/w{w}"), 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let rec = Arc::new(Mutex::new(Record::default()));
+    let (stop, jobs) = start_writers(&tc, 3, &rec);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let first = 3;
+    tc.kill9(first);
+    // Marked down after 5 s, replaced after 2 s more; every partition back at 3 copies on
+    // servers that are up.
+    let map = wait_map(&admin, Duration::from_secs(60), "re-replication", |m| {
+        !m.is_up(first)
+            && m.moves().is_empty()
+            && m.partitions
+                .iter()
+                .all(|p| p.replicas.len() == 3 && p.replicas.iter().all(|r| m.is_up(*r)))
+    })
+    .await;
+    assert!(!copies_per_server(&map).contains_key(&first));
+    tc.fsck_until_clean().await;
+
+    // A second server dies after re-replication: still every partition has copies left.
+    let second = 1;
+    let t2 = Instant::now();
+    tc.kill9(second);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        acked_after(&rec, t2 + Duration::from_secs(7)) > 0,
+        "writes did not go on after the second kill"
+    );
+    stop_writers(stop, jobs).await;
+    let acked = rec.lock().unwrap_or_else(|p| p.into_inner()).acked.clone();
+    eprintln!("re-replication: {} files acknowledged", acked.len());
+    verify(&admin, &acked).await;
+    // And its copies are remade too.
+    wait_map(
+        &admin,
+        Duration::from_secs(60),
+        "second re-replication",
+        |m| {
+            m.moves().is_empty()
+                && m.partitions
+                    .iter()
+                    .all(|p| p.replicas.len() == 3 && p.replicas.iter().all(|r| m.is_up(*r)))
+        },
+    )
+    .await;
+    tc.fsck_until_clean().await;
+    verify(&admin, &acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_node_and_remove_node_under_load_end_balanced_with_three_copies() {
+    let tc = TestCluster::start_with(4, &["--partitions-per-node", "4", "--replicas", "3"]);
+    let admin = tc.client_with(tc.map.clone(), Duration::from_secs(30));
+    for w in 0..3 {
+        admin
+            .mkdir(&format!("/w{w}"), 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let rec = Arc::new(Mutex::new(Record::default()));
+    let (stop, jobs) = start_writers(&tc, 3, &rec);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let data_dir = tc.dir.path().to_string_lossy().into_owned();
+    let out = tc.cli(&["cluster", "add-node", "--data-dir", &data_dir, "--wait"]);
+    assert!(
+        out.status.success(),
+        "add-node: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let map = admin.newest_map().await;
+    let spread = copies_per_server(&map);
+    // 16 partitions x 3 copies over 5 servers: 9 or 10 each.
+    assert_eq!(spread.len(), 5, "{spread:?}");
+    assert!(
+        spread.values().all(|&n| (9..=10).contains(&n)),
+        "{spread:?}"
+    );
+    let t = Instant::now();
+    let out = tc.cli(&[
+        "cluster",
+        "remove-node",
+        "--data-dir",
+        &data_dir,
+        "--node",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "remove-node: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(acked_after(&rec, t) > 0, "writes went on during the moves");
+    stop_writers(stop, jobs).await;
+    let (acked, failed) = {
+        let r = rec.lock().unwrap_or_else(|p| p.into_inner());
+        (r.acked.clone(), r.failed.clone())
+    };
+    eprintln!(
+        "add/remove: {} files acknowledged, {} failed",
+        acked.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "no write may fail while copies move: {failed:?}"
+    );
+    let map = admin.newest_map().await;
+    assert!(map.node(2).is_none(), "server 2 left the map");
+    let spread = copies_per_server(&map);
+    // 48 copies over 4 servers.
+    assert!(spread.values().all(|&n| n == 12), "{spread:?}");
+    verify(&admin, &acked).await;
+    tc.fsck_until_clean().await;
+    let out = tc.cli(&["fsck"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("16 partitions (48 copies checked)"), "{text}");
+}
