@@ -45,6 +45,10 @@ pub enum BenchCmd {
     /// `ls -l` of a 1,000,000-entry directory (split across the nodes) against local disk:
     /// entries per second and requests per entry.
     Ls(crate::bench_ls::LsArgs),
+    /// Failure handling: writers on a 5-server cluster with 3 copies while one server is
+    /// killed with SIGKILL; time to the first write after failover and to full
+    /// re-replication, and the write throughput during recovery relative to before.
+    Failover(crate::bench_failover::FailoverArgs),
     /// One worker process of `bench fuse` (internal).
     #[command(hide = true)]
     FuseWorker(crate::bench_fuse::WorkerArgs),
@@ -119,6 +123,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Fuse(a) => return crate::bench_fuse::run(a).await,
         BenchCmd::SharedDir(a) => return crate::bench_shared_dir::run(a).await,
         BenchCmd::Ls(a) => return crate::bench_ls::run(a).await,
+        BenchCmd::Failover(a) => return crate::bench_failover::run(a).await,
         BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),

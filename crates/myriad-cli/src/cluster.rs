@@ -299,6 +299,23 @@ impl LocalCluster {
     pub fn down(&self) -> anyhow::Result<()> {
         down(&self.dir)
     }
+
+    /// SIGKILL to one server of this cluster (benchmarks of failure handling); returns once
+    /// it is gone.
+    pub fn kill9(&self, node: u32) -> anyhow::Result<()> {
+        let st = read_state(&self.dir)?;
+        let Some(entry) = st.nodes.iter().find(|n| n.id == node) else {
+            bail!("no node {node} in this cluster");
+        };
+        if pid_is_server(entry.pid) {
+            signal(entry.pid, libc::SIGKILL);
+        }
+        let start = Instant::now();
+        while pid_is_server(entry.pid) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
 }
 
 /// Spawns one `myriad server` child, detached from our process group so Ctrl-C of the CLI

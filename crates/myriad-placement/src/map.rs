@@ -142,7 +142,7 @@ impl ClusterMap {
             .max(1)
             .saturating_mul(u32::try_from(nodes.len()).unwrap_or(u32::MAX));
         let replication = replication.max(1);
-        ClusterMap {
+        let mut map = ClusterMap {
             epoch,
             vnodes_per_partition: DEFAULT_VNODES_PER_PARTITION,
             chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
@@ -150,7 +150,22 @@ impl ClusterMap {
             replication,
             partitions: crate::partition::assign(&nodes, count, replication),
             nodes,
+        };
+        // The balancer (rebalance.rs) must find nothing to move in a new cluster: apply
+        // whatever it would move now, before any data exists.
+        let none = std::collections::BTreeSet::new();
+        for _ in 0..count {
+            let Some(planned) = map.plan_moves(&none, usize::MAX) else {
+                break;
+            };
+            let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
+            match planned.complete_moves(&pids) {
+                Some(done) => map = done,
+                None => break,
+            }
         }
+        map.epoch = epoch;
+        map
     }
 
     /// Checks every rule a map must obey before anyone acts on it.
@@ -383,6 +398,25 @@ mod tests {
             assert!(primary != 2 && primary != second);
             let live = p.replicas.iter().filter(|&&r| two.is_up(r)).count();
             assert_eq!(two.backups_of(p.id).len(), live - 1);
+        }
+    }
+
+    #[test]
+    fn a_new_cluster_has_nothing_to_rebalance() {
+        let none = std::collections::BTreeSet::new();
+        for n in 1..=8usize {
+            let addrs: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{i}")).collect();
+            for ppn in [1, 2, 4, 8] {
+                for r in 1..=3 {
+                    let m = ClusterMap::build(1, &addrs, ppn, r);
+                    assert_eq!(m.epoch, 1);
+                    assert!(m.validate().is_ok());
+                    assert!(
+                        m.plan_moves(&none, usize::MAX).is_none(),
+                        "{n} servers, {ppn} per server, {r} copies"
+                    );
+                }
+            }
         }
     }
 

@@ -210,6 +210,17 @@ impl Host {
         Ok(true)
     }
 
+    /// True if the map makes this server the primary of a partition it does not serve yet
+    /// (its opening failed, or a reconcile is under way).
+    pub(crate) fn missing_partitions(&self) -> bool {
+        let st = self.state();
+        let have = read(&self.partitions);
+        st.map
+            .primaries_of(self.id)
+            .iter()
+            .any(|p| st.map.primary_of(*p) == Some(self.id) && !have.contains_key(p))
+    }
+
     /// Serves the partitions the current map makes this server the primary of, and stops
     /// serving the others. Serialized, so two map installs cannot open a partition twice.
     pub(crate) async fn reconcile(self: &Arc<Self>) -> Result<(), OpenError> {
@@ -248,7 +259,16 @@ impl Host {
         self.reconcile_backups(&st.map)?;
         let mut started = Vec::new();
         for &pid in want.difference(&have) {
-            let node = self.open_partition(pid).await?;
+            let node = match self.open_partition(pid).await {
+                Ok(node) => node,
+                // Catching up from the other copies failed (they are changing too): the
+                // partition answers Busy until the next reconcile (membership.rs retries).
+                Err(OpenError::Fs(e)) => {
+                    tracing::warn!(partition = pid, "cannot open the partition yet: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if let Ok(mut p) = self.partitions.write() {
                 p.insert(pid, node.clone());
             }
@@ -256,14 +276,31 @@ impl Host {
         }
         for node in started {
             if node.state().ring.owner_of_dir("/") == node.me {
-                node.applier
-                    .run(Mutation::InitRoot {
-                        now: now_ns(),
-                        uid: self.config.root_uid,
-                        gid: self.config.root_gid,
-                    })
-                    .await
-                    .map_err(OpenError::Fs)?;
+                // Not awaited here: the write waits for the backups, which may be down
+                // until a newer map drops them, and that map needs this reconcile to end.
+                let init = node.clone();
+                let (uid, gid) = (self.config.root_uid, self.config.root_gid);
+                let task = tokio::spawn(async move {
+                    let mut backoff = std::time::Duration::from_millis(20);
+                    loop {
+                        let root = Mutation::InitRoot {
+                            now: now_ns(),
+                            uid,
+                            gid,
+                        };
+                        match init.applier.run(root).await {
+                            Ok(_) => return,
+                            Err(e) => {
+                                tracing::warn!("creating the root directory failed, retrying: {e}");
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+                            }
+                        }
+                    }
+                });
+                if let Ok(mut t) = node.tasks.lock() {
+                    t.push(task);
+                }
             }
             node.start_tasks();
         }

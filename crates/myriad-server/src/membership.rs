@@ -385,6 +385,16 @@ pub(crate) fn start_tasks(
             loop {
                 tick.tick().await;
                 host.renew_lease().await;
+                // A partition whose opening failed is tried again (unless one is under way).
+                if host.missing_partitions()
+                    && let Ok(_idle) = host.reconciling.try_lock()
+                {
+                    drop(_idle);
+                    let h = host.clone();
+                    tokio::spawn(async move {
+                        let _ = h.reconcile().await;
+                    });
+                }
             }
         })
     };

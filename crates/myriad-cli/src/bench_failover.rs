@@ -1,0 +1,247 @@
+//! `myriad bench failover`: writers create small files on a 5-server cluster with 3 copies;
+//! one server is killed with SIGKILL. Reported: the time from the kill to the first write
+//! acknowledged in a partition the dead server led (failover), to every partition having 3
+//! copies on live servers again (re-replication), and the write throughput while that
+//! happens and after, relative to before the kill (measured in the same run).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use myriad_client::{Client, ClientConfig, ClusterMap};
+use serde::Serialize;
+
+use crate::cluster::LocalCluster;
+
+#[derive(Args, Clone)]
+pub struct FailoverArgs {
+    #[arg(long, default_value_t = 5)]
+    nodes: usize,
+    /// Writers, each creating files one after another with its own client.
+    #[arg(long, default_value_t = 8)]
+    writers: usize,
+    /// Bytes per file.
+    #[arg(long, default_value_t = 4096)]
+    size: usize,
+    /// Seconds of writing before the kill (the baseline).
+    #[arg(long, default_value_t = 10)]
+    before_secs: u64,
+    /// Seconds a dead server stays down before its copies are remade (`--down-grace-secs`
+    /// of the servers; short here so the run stays short).
+    #[arg(long, default_value_t = 5)]
+    grace_secs: u64,
+    /// Seconds of writing after re-replication finished.
+    #[arg(long, default_value_t = 5)]
+    after_secs: u64,
+    /// Give up if re-replication takes longer than this.
+    #[arg(long, default_value_t = 300)]
+    limit_secs: u64,
+    #[arg(long, default_value = "bench-results")]
+    out_dir: PathBuf,
+}
+
+#[derive(Serialize)]
+struct FailoverResult {
+    nodes: usize,
+    writers: usize,
+    file_bytes: usize,
+    killed: u32,
+    partitions_led_by_killed: usize,
+    writes_per_sec_before: f64,
+    first_write_anywhere_after_kill_secs: Option<f64>,
+    first_write_to_failed_over_partition_secs: Option<f64>,
+    rereplicated_after_secs: f64,
+    writes_per_sec_during_recovery: f64,
+    during_vs_before: f64,
+    writes_per_sec_after: f64,
+    after_vs_before: f64,
+    failed_writes: usize,
+}
+
+/// Every acknowledged write: when, and whether its partition was led by the killed server.
+#[derive(Default)]
+struct Log {
+    acks: Vec<(Instant, bool)>,
+    failed: usize,
+}
+
+impl Log {
+    fn rate(&self, from: Instant, to: Instant) -> f64 {
+        let n = self
+            .acks
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .count();
+        n as f64 / (to - from).as_secs_f64().max(1e-9)
+    }
+}
+
+pub async fn run(args: FailoverArgs) -> anyhow::Result<()> {
+    let tmp = tempfile::Builder::new().prefix("myriad-bench-").tempdir()?;
+    eprintln!(
+        "bench failover: {}-node local cluster, 3 copies, {} writers of {} B files; kill -9 after {} s, grace {} s",
+        args.nodes, args.writers, args.size, args.before_secs, args.grace_secs
+    );
+    let cluster = LocalCluster::up(
+        tmp.path(),
+        args.nodes,
+        &crate::cluster::NodeOptions::for_bench(vec![format!(
+            "--down-grace-secs={}",
+            args.grace_secs
+        )]),
+    )
+    .await?;
+    let result = body(&cluster, &args).await;
+    cluster.down()?;
+    result
+}
+
+fn client(map: &ClusterMap) -> anyhow::Result<Client> {
+    let mut cfg = ClientConfig::new(map.clone(), crate::cluster::bench_identity());
+    cfg.request_timeout = Duration::from_secs(60);
+    Ok(Client::new(cfg)?)
+}
+
+/// True once every partition has 3 copies (or as many as servers are up), all up, and no
+/// copy lives on `dead`.
+fn whole(map: &ClusterMap, dead: u32) -> bool {
+    let up = map.nodes.iter().filter(|n| map.is_up(n.id)).count();
+    let want = (map.replication as usize).min(up);
+    !map.is_up(dead)
+        && map.moves().is_empty()
+        && map.partitions.iter().all(|p| {
+            p.replicas.len() == want
+                && !p.replicas.contains(&dead)
+                && p.replicas.iter().all(|r| map.is_up(*r))
+        })
+}
+
+async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()> {
+    let map = cluster.map.clone();
+    let admin = client(&map)?;
+    let ring = map.ring();
+    // The victim: the server leading the root's partition (every path lookup needs it).
+    let victim = map.primary_of(ring.owner_of_dir("/")).unwrap_or(1);
+    let led: Vec<u32> = map.primaries_of(victim);
+    for w in 0..args.writers {
+        admin.mkdir(&format!("/fo{w}"), 0o755).await?;
+    }
+    let log = Arc::new(Mutex::new(Log::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut jobs = Vec::new();
+    for w in 0..args.writers {
+        let c = client(&map)?;
+        let (log, stop, led, size) = (log.clone(), stop.clone(), led.clone(), args.size);
+        let ring = ring.clone();
+        jobs.push(tokio::spawn(async move {
+            let data = vec![b'x'; size];
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let path = format!("/fo{w}/f{i}");
+                let on_victim = led.contains(&ring.owner_of_entry(&path));
+                let ok = c.create(&path, 0o644, true, &data).await.is_ok();
+                let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                if ok {
+                    l.acks.push((Instant::now(), on_victim));
+                } else {
+                    l.failed += 1;
+                }
+                i += 1;
+            }
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.before_secs)).await;
+    let kill = Instant::now();
+    cluster.kill9(victim)?;
+    eprintln!("killed server {victim} (it led {} partitions)", led.len());
+    let limit = kill + Duration::from_secs(args.limit_secs);
+    loop {
+        if whole(&admin.newest_map().await, victim) {
+            break;
+        }
+        if Instant::now() > limit {
+            stop.store(true, Ordering::Relaxed);
+            anyhow::bail!("copies not remade within {} s", args.limit_secs);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let healed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.after_secs)).await;
+    let end = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    for j in jobs {
+        let _ = j.await;
+    }
+    let l = log.lock().unwrap_or_else(|p| p.into_inner());
+    let before = l.rate(start + Duration::from_secs(1), kill);
+    let during = l.rate(kill, healed);
+    let after = l.rate(healed, end);
+    let first = |only_victim: bool| {
+        l.acks
+            .iter()
+            .filter(|(t, v)| *t > kill && (!only_victim || *v))
+            .map(|(t, _)| (*t - kill).as_secs_f64())
+            .reduce(f64::min)
+    };
+    let r = FailoverResult {
+        nodes: args.nodes,
+        writers: args.writers,
+        file_bytes: args.size,
+        killed: victim,
+        partitions_led_by_killed: led.len(),
+        writes_per_sec_before: before,
+        first_write_anywhere_after_kill_secs: first(false),
+        first_write_to_failed_over_partition_secs: first(true),
+        rereplicated_after_secs: (healed - kill).as_secs_f64(),
+        writes_per_sec_during_recovery: during,
+        during_vs_before: during / before.max(1e-9),
+        writes_per_sec_after: after,
+        after_vs_before: after / before.max(1e-9),
+        failed_writes: l.failed,
+    };
+    let secs = |v: Option<f64>| v.map_or("never".to_string(), |s| format!("{s:.2} s"));
+    println!(
+        "bench failover ({} servers, 3 copies, {} writers, {} B files)",
+        r.nodes, r.writers, r.file_bytes
+    );
+    println!(
+        "  killed server {} (led {} partitions)",
+        r.killed, r.partitions_led_by_killed
+    );
+    println!(
+        "  writes/s before the kill            {:>10.0}",
+        r.writes_per_sec_before
+    );
+    println!(
+        "  first write after the kill          {:>10}",
+        secs(r.first_write_anywhere_after_kill_secs)
+    );
+    println!(
+        "  first write to a failed-over part.  {:>10}",
+        secs(r.first_write_to_failed_over_partition_secs)
+    );
+    println!(
+        "  all copies remade after             {:>8.2} s  (grace {} s)",
+        r.rereplicated_after_secs, args.grace_secs
+    );
+    println!(
+        "  writes/s during recovery            {:>10.0}  ({:.2}x before)",
+        r.writes_per_sec_during_recovery, r.during_vs_before
+    );
+    println!(
+        "  writes/s after                      {:>10.0}  ({:.2}x before)",
+        r.writes_per_sec_after, r.after_vs_before
+    );
+    println!(
+        "  failed writes                       {:>10}",
+        r.failed_writes
+    );
+    std::fs::create_dir_all(&args.out_dir)?;
+    let json = args.out_dir.join("bench-failover.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&r)?)?;
+    println!("  results: {}", json.display());
+    Ok(())
+}
