@@ -41,8 +41,9 @@ struct Cli {
     /// Cluster map file (written by `cluster up`).
     #[arg(long, global = true, env = "MYRIAD_CLUSTER")]
     cluster: Option<PathBuf>,
-    /// Request timeout in milliseconds: a dead server fails a request after this long.
-    #[arg(long, global = true, default_value_t = 10_000)]
+    /// Request timeout in milliseconds: how long a request waits for an answer, retries
+    /// included (with 3 copies a dead server's partitions fail over within about 8 s).
+    #[arg(long, global = true, default_value_t = 20_000)]
     timeout_ms: u64,
     #[command(subcommand)]
     command: Command,

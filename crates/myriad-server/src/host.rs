@@ -56,6 +56,9 @@ pub struct Host {
     pub(crate) lease: crate::membership::Lease,
     /// Leader only: when each server last asked for its lease.
     pub(crate) heard: crate::membership::Heard,
+    /// Partitions whose copy here a completed move made redundant (dropped by the next
+    /// reconcile).
+    pub(crate) moved_away: Mutex<Vec<PartitionId>>,
     /// Membership tasks, ended at shutdown.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -198,8 +201,25 @@ impl Host {
         if map.epoch <= guard.map.epoch {
             return Ok(false);
         }
+        // Copies this server gave up by a completed move: their data goes (moves only; a
+        // copy dropped from a list any other way is left in place, see reconcile_backups).
+        let moved_away: Vec<PartitionId> = guard
+            .map
+            .partitions
+            .iter()
+            .filter(|p| p.moving.is_some_and(|m| m.from == self.id))
+            .filter(|p| {
+                map.partition(p.id)
+                    .is_some_and(|n| !n.replicas.contains(&self.id))
+            })
+            .map(|p| p.id)
+            .collect();
+        if let Ok(mut q) = self.moved_away.lock() {
+            q.extend(moved_away);
+        }
         if let Some(p) = &self.map_path {
-            let tmp = p.with_extension("tmp");
+            // Servers of a local cluster share one map file: a temporary name of our own.
+            let tmp = p.with_extension(format!("tmp.{}", self.id));
             std::fs::write(&tmp, map.to_json())
                 .and_then(|()| std::fs::rename(&tmp, p))
                 .map_err(|e| FsError::Io(e.to_string()))?;
@@ -320,8 +340,12 @@ impl Host {
             .write()
             .map_err(|_| OpenError::Fs(FsError::Io("backup table poisoned".into())))?;
         backups.retain(|pid, _| want.contains(pid));
-        // Copies the map moved elsewhere: their data goes.
-        for p in &map.partitions {
+        // Copies moved elsewhere: their data goes.
+        let moved: Vec<PartitionId> = match self.moved_away.lock() {
+            Ok(mut q) => q.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for p in map.partitions.iter().filter(|p| moved.contains(&p.id)) {
             if !p.replicas.contains(&self.id) && self.partition(p.id).is_none() {
                 match crate::replication::drop_copy(self.kv.clone(), p.id) {
                     Ok(true) => tracing::info!(

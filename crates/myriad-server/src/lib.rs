@@ -132,6 +132,7 @@ pub async fn run(
         group: group.clone(),
         lease: membership::Lease::default(),
         heard: membership::Heard::default(),
+        moved_away: Mutex::new(Vec::new()),
         tasks: Mutex::new(Vec::new()),
     });
 

@@ -12,6 +12,7 @@ mod harness;
 mod hugedirs;
 mod links;
 mod mount;
+mod netsplit;
 mod ops;
 mod permissions;
 mod redirect;
