@@ -59,6 +59,8 @@ pub struct Host {
     /// Partitions whose copy here a completed move made redundant (dropped by the next
     /// reconcile).
     pub(crate) moved_away: Mutex<Vec<PartitionId>>,
+    /// Partitions handed over by a live primary, not served before the given time.
+    pub(crate) handed_over: Mutex<HashMap<PartitionId, std::time::Instant>>,
     /// Membership tasks, ended at shutdown.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -111,6 +113,20 @@ impl Host {
         match self.lease_error() {
             Some(e) => Err(e),
             None => Ok(node),
+        }
+    }
+
+    /// Holds a request for a partition handed over by a live primary until that one can no
+    /// longer be serving it (see `adopt_map`): the request is only delayed, never refused.
+    async fn wait_for_handover(&self, pid: PartitionId) {
+        let until = match self.handed_over.lock() {
+            Ok(h) => h.get(&pid).copied(),
+            Err(_) => None,
+        };
+        if let Some(t) = until
+            && t > std::time::Instant::now()
+        {
+            tokio::time::sleep_until(t.into()).await;
         }
     }
 
@@ -216,6 +232,28 @@ impl Host {
             .collect();
         if let Ok(mut q) = self.moved_away.lock() {
             q.extend(moved_away);
+        }
+        // Partitions handed to this server by a live primary (a completed move, not a
+        // failover): that server may serve them until it sees this map or its lease ends,
+        // so this one waits out a lease before serving them (no two primaries at once).
+        let until = std::time::Instant::now() + crate::membership::LEASE;
+        let handed: Vec<PartitionId> = map
+            .primaries_of(self.id)
+            .into_iter()
+            .filter(|&p| {
+                guard.map.primary_of(p).is_some_and(|old| {
+                    old != self.id
+                        && map
+                            .node(old)
+                            .is_none_or(|n| n.state != myriad_placement::NodeState::Down)
+                })
+            })
+            .collect();
+        if let Ok(mut h) = self.handed_over.lock() {
+            h.retain(|_, t| *t > std::time::Instant::now());
+            for p in handed {
+                h.insert(p, until);
+            }
         }
         if let Some(p) = &self.map_path {
             // Servers of a local cluster share one map file: a temporary name of our own.
@@ -581,7 +619,10 @@ impl Handler for Host {
                     }
                     PeerKind::Client => Err(FsError::PermissionDenied),
                 },
-                pid => match host.serving(pid, frame.epoch) {
+                pid => match {
+                    host.wait_for_handover(pid).await;
+                    host.serving(pid, frame.epoch)
+                } {
                     Ok(node) => {
                         let from = from_server.then_some(frame.ends.source);
                         node.dispatch(from, frame.epoch, frame.caller, frame.body)

@@ -133,6 +133,7 @@ pub async fn run(
         lease: membership::Lease::default(),
         heard: membership::Heard::default(),
         moved_away: Mutex::new(Vec::new()),
+        handed_over: Mutex::new(HashMap::new()),
         tasks: Mutex::new(Vec::new()),
     });
 
