@@ -619,17 +619,17 @@ impl Handler for Host {
                     }
                     PeerKind::Client => Err(FsError::PermissionDenied),
                 },
-                pid => match {
+                pid => {
                     host.wait_for_handover(pid).await;
-                    host.serving(pid, frame.epoch)
-                } {
-                    Ok(node) => {
-                        let from = from_server.then_some(frame.ends.source);
-                        node.dispatch(from, frame.epoch, frame.caller, frame.body)
-                            .await
+                    match host.serving(pid, frame.epoch) {
+                        Ok(node) => {
+                            let from = from_server.then_some(frame.ends.source);
+                            node.dispatch(from, frame.epoch, frame.caller, frame.body)
+                                .await
+                        }
+                        Err(e) => Err(e),
                     }
-                    Err(e) => Err(e),
-                },
+                }
             };
             ResponseFrame { id, result }
         })
