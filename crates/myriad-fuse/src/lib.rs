@@ -100,7 +100,10 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     let r = session
         .run()
         .map_err(|e| format!("FUSE session ended: {e}"));
-    drop(rt);
+    // Requests still running on the runtime (a kernel FORGET or RELEASE arriving at unmount,
+    // a retry under way) are given a moment, not forever: the mount is gone.
+    tracing::info!("FUSE session ended; stopping");
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
     r
 }
 

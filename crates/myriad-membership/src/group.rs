@@ -209,35 +209,43 @@ impl Group {
                 .find(|n| !known.contains(&NodeId::from(n.id)))
             {
                 tracing::info!(server = n.id, "adding server to the Raft group");
-                self.raft
+                return self
+                    .raft
                     .add_learner(NodeId::from(n.id), BasicNode::new(&n.addr), true)
                     .await
                     .map(|_| ())
-                    .map_err(|e| e.to_string())
-            } else if let (true, Some(&l)) = (voters.len() < VOTERS_MAX, learners.first()) {
-                tracing::info!(server = l, "making server a Raft voter");
-                self.raft
-                    .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([l])), true)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            } else if let Some(&gone) = voters.difference(&wanted).next() {
-                tracing::info!(server = gone, "removing server from the Raft voters");
-                self.raft
-                    .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([gone])), false)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            } else if let Some(&gone) = known.difference(&wanted).next() {
-                tracing::info!(server = gone, "removing server from the Raft group");
-                self.raft
-                    .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([gone])), false)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            } else {
-                Ok(())
+                    .map_err(|e| e.to_string());
             }
+            let (what, id, members) =
+                if let (true, Some(&l)) = (voters.len() < VOTERS_MAX, learners.first()) {
+                    (
+                        "making server a Raft voter",
+                        l,
+                        ChangeMembers::AddVoterIds(BTreeSet::from([l])),
+                    )
+                } else if let Some(&gone) = voters.difference(&wanted).next() {
+                    let ids = BTreeSet::from([gone]);
+                    (
+                        "removing server from the Raft voters",
+                        gone,
+                        ChangeMembers::RemoveVoters(ids),
+                    )
+                } else if let Some(&gone) = known.difference(&wanted).next() {
+                    let ids = BTreeSet::from([gone]);
+                    (
+                        "removing server from the Raft group",
+                        gone,
+                        ChangeMembers::RemoveNodes(ids),
+                    )
+                } else {
+                    return Ok(());
+                };
+            tracing::info!(server = id, "{what}");
+            self.raft
+                .change_membership(members, true)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         };
         match tokio::time::timeout(timeout, change).await {
             Ok(Ok(())) => {}

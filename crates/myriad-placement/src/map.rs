@@ -282,13 +282,7 @@ impl ClusterMap {
         if !self.is_up(id) {
             return None;
         }
-        let mut next = self.clone();
-        next.epoch += 1;
-        for n in &mut next.nodes {
-            if n.id == id {
-                n.state = NodeState::Down;
-            }
-        }
+        let mut next = self.with_state(id, NodeState::Down);
         let up: std::collections::BTreeSet<NodeId> = next
             .nodes
             .iter()
@@ -317,14 +311,19 @@ impl ClusterMap {
         if self.node(id).is_none_or(|n| n.state != NodeState::Down) {
             return None;
         }
+        Some(self.with_state(id, NodeState::Up))
+    }
+
+    /// The next map (epoch + 1) with server `id` in `state`.
+    pub(crate) fn with_state(&self, id: NodeId, state: NodeState) -> ClusterMap {
         let mut next = self.clone();
         next.epoch += 1;
         for n in &mut next.nodes {
             if n.id == id {
-                n.state = NodeState::Up;
+                n.state = state;
             }
         }
-        Some(next)
+        next
     }
 
     /// Where to send a request for partition `id`: its primary's address.

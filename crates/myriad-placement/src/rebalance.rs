@@ -59,14 +59,7 @@ impl ClusterMap {
         if n.state == NodeState::Leaving || self.nodes.len() < 2 {
             return None;
         }
-        let mut next = self.clone();
-        next.epoch += 1;
-        for n in &mut next.nodes {
-            if n.id == id {
-                n.state = NodeState::Leaving;
-            }
-        }
-        Some(next)
+        Some(self.with_state(id, NodeState::Leaving))
     }
 
     /// Partitions with a move in progress.

@@ -82,6 +82,8 @@ impl Transport for PoolTransport {
 #[derive(Default)]
 pub(crate) struct Lease {
     until: Mutex<Option<Instant>>,
+    /// Whether the last renewal round found the lease valid (to log changes once).
+    held: std::sync::atomic::AtomicBool,
 }
 
 impl Lease {
@@ -164,7 +166,10 @@ impl Host {
         let sent = Instant::now();
         let st = self.state();
         let answer = match self.group.leader() {
-            None => return,
+            None => {
+                self.note_lease_change();
+                return;
+            }
             Some(l) if l == u64::from(self.id) => self.grant_lease(self.id, st.map.epoch),
             Some(l) => {
                 let Some(addr) = u32::try_from(l)
@@ -189,6 +194,7 @@ impl Host {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::debug!("lease request to leader {l} failed: {e}");
+                        self.note_lease_change();
                         return;
                     }
                 }
@@ -196,6 +202,24 @@ impl Host {
         };
         if let Response::Lease { granted: true, .. } = answer {
             self.lease.extend(sent + LEASE);
+        }
+        self.note_lease_change();
+    }
+
+    /// Logs when this server starts or stops being allowed to serve.
+    fn note_lease_change(&self) {
+        let now = self.lease.valid();
+        let before = self
+            .lease
+            .held
+            .swap(now, std::sync::atomic::Ordering::Relaxed);
+        if now && !before {
+            tracing::info!(server = self.id, "lease granted: serving");
+        } else if before && !now {
+            tracing::warn!(
+                server = self.id,
+                "lease expired (no grant from a Raft leader with a quorum): not serving"
+            );
         }
     }
 
