@@ -100,10 +100,10 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     let r = session
         .run()
         .map_err(|e| format!("FUSE session ended: {e}"));
-    // Requests still running on the runtime (a kernel FORGET or RELEASE arriving at unmount,
-    // a retry under way) are given a moment, not forever: the mount is gone.
+    // The mount is gone: whatever still runs on the runtime (a request left by the kernel at
+    // unmount, a retry under way) answers no one, so it is not waited for.
     tracing::info!("FUSE session ended; stopping");
-    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    rt.shutdown_background();
     r
 }
 

@@ -118,13 +118,43 @@ impl Mount {
                 return;
             }
             if Instant::now() > deadline {
+                let stuck = threads_of(child.id());
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("mount process did not exit after unmount");
+                panic!("mount process did not exit after unmount; its threads:\n{stuck}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Each thread of process `pid`: name, state, where it waits in the kernel (diagnosis of
+/// a process that does not exit).
+fn threads_of(pid: u32) -> String {
+    let mut out = String::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let p = t.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat
+            .split(") ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or("?");
+        out.push_str(&format!(
+            "  {} {} state {} wchan {}\n{}\n",
+            t.file_name().to_string_lossy(),
+            read("comm").trim(),
+            state,
+            read("wchan"),
+            read("stack")
+        ));
+    }
+    out
 }
 
 impl Drop for Mount {

@@ -101,8 +101,9 @@ impl Hosts {
         std::fs::write(&own_map, map.to_json()).unwrap_or_else(|e| panic!("{e}"));
         let log = std::fs::File::create(self.dir.path().join(format!("node-{k}.log")))
             .unwrap_or_else(|e| panic!("{e}"));
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns(k), BIN, "server", "--data-dir"])
+        let child = self
+            .in_ns(k)
+            .args([BIN, "server", "--data-dir"])
             .arg(self.dir.path().join(format!("node-{k}")))
             .arg("--cluster-map")
             .arg(&own_map)
@@ -132,10 +133,19 @@ impl Hosts {
         }
     }
 
+    /// A command that runs in server `k`'s network namespace only. (`nsenter --net`, not
+    /// `ip netns exec`: that one also gives the process a copy of the mount namespace, which
+    /// would keep every FUSE mount of other tests alive in it after they unmount.)
+    fn in_ns(&self, k: u32) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.ns(k))).arg("--");
+        c
+    }
+
     /// Runs the CLI inside server `k`'s namespace (a client on that side of the cut).
     fn cli_in(&self, k: u32, args: &[&str]) -> std::process::Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns(k), BIN, "--cluster"])
+        self.in_ns(k)
+            .args([BIN, "--cluster"])
             .arg(self.map_file())
             .args(args)
             .output()
