@@ -464,17 +464,33 @@ fn moves_line(map: &ClusterMap) -> String {
     format!("{} copies moving ({})", moves.len(), list.join(", "))
 }
 
-/// Polls the newest map until `done` holds, printing progress when it changes.
+/// How long `--wait` goes on without the map changing before it gives up (a move waits
+/// for a server that is down, say); the cluster keeps trying in the background.
+const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// Polls the newest map until `done` holds, printing progress when it changes; an error
+/// if nothing changes for `STALL_LIMIT`.
 async fn wait_for_map(
     client: &Client,
     what: &str,
     done: impl Fn(&ClusterMap) -> bool,
-) -> ClusterMap {
+) -> anyhow::Result<ClusterMap> {
     let mut said = String::new();
+    let (mut epoch, mut changed) = (0, Instant::now());
     loop {
         let map = client.newest_map().await;
         if done(&map) {
-            return map;
+            return Ok(map);
+        }
+        if map.epoch != epoch {
+            (epoch, changed) = (map.epoch, Instant::now());
+        } else if changed.elapsed() > STALL_LIMIT {
+            bail!(
+                "{what}: no progress for {} s (epoch {}, {}); the cluster keeps trying, see `myriad cluster status`",
+                STALL_LIMIT.as_secs(),
+                map.epoch,
+                moves_line(&map)
+            );
         }
         let line = moves_line(&map);
         if line != said {
@@ -530,7 +546,7 @@ async fn add_node(dir: &Path, weight: u32, wait: bool, timeout: Duration) -> any
         let map = wait_for_map(&client, "rebalancing", |m| {
             m.moves().is_empty() && m.plan_moves(&none, usize::MAX).is_none()
         })
-        .await;
+        .await?;
         let held = map
             .partitions
             .iter()
@@ -550,6 +566,18 @@ async fn remove_node(dir: &Path, id: u32, wait: bool, timeout: Duration) -> anyh
     if map.node(id).is_none() {
         bail!("node {id} is not in the cluster map (epoch {})", map.epoch);
     }
+    // Its copies need somewhere to go: R servers besides it that are up and staying.
+    let staying = map
+        .nodes
+        .iter()
+        .filter(|n| n.id != id && n.state == myriad_client::NodeState::Up)
+        .count();
+    if staying < map.replication as usize {
+        bail!(
+            "cannot remove node {id}: {staying} other servers are up and staying, and every partition needs {} copies (add a server first)",
+            map.replication
+        );
+    }
     if let Some(next) = map.mark_leaving(id) {
         client
             .install_map(next)
@@ -560,7 +588,7 @@ async fn remove_node(dir: &Path, id: u32, wait: bool, timeout: Duration) -> anyh
     if !wait {
         return Ok(());
     }
-    let map = wait_for_map(&client, "draining", |m| m.node(id).is_none()).await;
+    let map = wait_for_map(&client, "draining", |m| m.node(id).is_none()).await?;
     println!("node {id} left the map (epoch {}); stopping it", map.epoch);
     if let Some(entry) = st.nodes.iter().find(|n| n.id == id)
         && pid_is_server(entry.pid)

@@ -205,10 +205,14 @@ impl Host {
         map.validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
         if map.node(self.id).is_none() {
-            return Err(FsError::InvalidArgument(format!(
-                "map epoch {} does not list server {}",
-                map.epoch, self.id
-            )));
+            // Maps are committed by the Raft group: one without this server means it was
+            // removed (remove-node). It then holds and serves nothing, and a restart with
+            // this map file refuses to start with a clear message.
+            tracing::warn!(
+                server = self.id,
+                epoch = map.epoch,
+                "this server is not in the cluster map any more: it serves nothing"
+            );
         }
         let mut guard = self
             .map

@@ -504,30 +504,10 @@ async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64, FsError> 
     link.call(&Request::ReplicaReset).await?;
     let mut keys = 0u64;
     for space in Space::PARTITION {
-        let limit = if space == Space::Blocks {
-            COPY_PAGE_BLOCKS
-        } else {
-            COPY_PAGE
-        };
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = store
-                .kv()
-                .scan(space, &[], after.as_deref(), limit)
-                .map_err(storage_err)?;
-            let Some((last, _)) = page.last() else {
-                break;
-            };
-            after = Some(last.clone());
+        let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
+        while let Some(page) = pages.next_page()? {
             keys += page.len() as u64;
-            let ops = page
-                .into_iter()
-                .map(|(key, value)| ReplOp {
-                    space: space.code(),
-                    key,
-                    value: Some(serde_bytes::ByteBuf::from(value)),
-                })
-                .collect();
+            let ops = to_ops(space, page);
             link.call(&Request::ReplicaCopy { ops }).await?;
         }
     }
@@ -535,26 +515,79 @@ async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64, FsError> 
     Ok(keys)
 }
 
-/// Deletes every key of `space` in this partition's store but `keep`.
-fn clear_space(store: &Store, space: Space, keep: Option<&[u8]>) -> Result<(), FsError> {
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = store
-            .kv()
-            .scan(space, &[], after.as_deref(), COPY_PAGE)
+/// A space of a partition's store read page by page, in key order.
+struct Pages<'a> {
+    kv: &'a dyn Kv,
+    space: Space,
+    limit: usize,
+    after: Option<Vec<u8>>,
+}
+
+impl<'a> Pages<'a> {
+    fn new(kv: &'a dyn Kv, space: Space, limit: usize) -> Pages<'a> {
+        Pages {
+            kv,
+            space,
+            limit,
+            after: None,
+        }
+    }
+
+    /// The next page; `None` once the space is exhausted.
+    fn next_page(&mut self) -> Result<Option<myriad_storage::Pairs>, FsError> {
+        let page = self
+            .kv
+            .scan(self.space, &[], self.after.as_deref(), self.limit)
             .map_err(storage_err)?;
-        let Some((last, _)) = page.last() else {
-            return Ok(());
-        };
-        after = Some(last.clone());
+        Ok(page.last().map(|(k, _)| k.clone()).map(|last| {
+            self.after = Some(last);
+            page
+        }))
+    }
+}
+
+/// Keys per page when a space is copied: blocks are up to 64 KiB each.
+fn page_limit(space: Space) -> usize {
+    if space == Space::Blocks {
+        COPY_PAGE_BLOCKS
+    } else {
+        COPY_PAGE
+    }
+}
+
+/// A page of keys and values as replication ops (puts).
+fn to_ops(space: Space, page: myriad_storage::Pairs) -> Vec<ReplOp> {
+    page.into_iter()
+        .map(|(key, value)| ReplOp {
+            space: space.code(),
+            key,
+            value: Some(serde_bytes::ByteBuf::from(value)),
+        })
+        .collect()
+}
+
+/// The replication bookkeeping of a copy (its seq, the copying marker): not part of what
+/// is copied or compared.
+fn is_bookkeeping(space: Space, key: &[u8]) -> bool {
+    space == Space::Meta && (key == SEQ_KEY.as_bytes() || key == COPYING_KEY.as_bytes())
+}
+
+/// Deletes every key of `space` in `kv` but `keep`; true if there was anything.
+fn clear_space(kv: &dyn Kv, space: Space, keep: Option<&[u8]>) -> Result<bool, FsError> {
+    let mut any = false;
+    // Deleted pages are gone from the next scan, but `keep` is not: page past it.
+    let mut pages = Pages::new(kv, space, COPY_PAGE);
+    while let Some(page) = pages.next_page()? {
         let mut b = Batch::new();
         for (key, _) in page {
             if keep != Some(key.as_slice()) {
+                any = true;
                 b.delete(space, key);
             }
         }
-        store.commit(b).map_err(storage_err)?;
+        kv.commit(b).map_err(storage_err)?;
     }
+    Ok(any)
 }
 
 /// Deletes every key of partition `pid` on this server: a copy the map no longer gives it
@@ -564,18 +597,7 @@ pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsErr
     let pkv = myriad_storage::PartitionKv::new(kv, pid);
     let mut any = false;
     for space in Space::PARTITION {
-        loop {
-            let page = pkv.scan(space, &[], None, COPY_PAGE).map_err(storage_err)?;
-            if page.is_empty() {
-                break;
-            }
-            any = true;
-            let mut b = Batch::new();
-            for (key, _) in page {
-                b.delete(space, key);
-            }
-            pkv.commit(b).map_err(storage_err)?;
-        }
+        any |= clear_space(&pkv, space, None)?;
     }
     Ok(any)
 }
@@ -632,7 +654,7 @@ pub(crate) async fn catch_up_from_backups(
     };
     // Empty this copy, then take every page of the backup's.
     for space in Space::PARTITION {
-        clear_space(store, space, None)?;
+        clear_space(store.kv().as_ref(), space, None)?;
         let mut after: Option<Vec<u8>> = None;
         loop {
             let req = Request::ReplicaRead {
@@ -659,21 +681,10 @@ pub(crate) fn digest(store: &Store) -> Result<(Option<u64>, u64, u64), FsError> 
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut keys = 0u64;
     for space in Space::PARTITION {
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = store
-                .kv()
-                .scan(space, &[], after.as_deref(), COPY_PAGE)
-                .map_err(storage_err)?;
-            let Some((last, _)) = page.last() else {
-                break;
-            };
-            after = Some(last.clone());
+        let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
+        while let Some(page) = pages.next_page()? {
             for (k, v) in &page {
-                if space == Space::Meta
-                    && (k.as_slice() == SEQ_KEY.as_bytes()
-                        || k.as_slice() == COPYING_KEY.as_bytes())
-                {
+                if is_bookkeeping(space, k) {
                     continue;
                 }
                 keys += 1;
@@ -735,7 +746,11 @@ impl Backup {
         self.store.put_meta_u64(&mut b, COPYING_KEY, 1);
         self.store.commit(b).map_err(storage_err)?;
         for space in Space::PARTITION {
-            clear_space(&self.store, space, Some(COPYING_KEY.as_bytes()))?;
+            clear_space(
+                self.store.kv().as_ref(),
+                space,
+                Some(COPYING_KEY.as_bytes()),
+            )?;
         }
         Ok(())
     }
@@ -827,11 +842,9 @@ impl Backup {
             Request::ReplicaCopy { ops } => {
                 let mut batch = from_wire(ops)?;
                 // The primary's own sequence number is not the copy's: set at the end.
-                batch.ops.retain(|(space, key, _)| {
-                    !(*space == Space::Meta
-                        && (key.as_slice() == SEQ_KEY.as_bytes()
-                            || key.as_slice() == COPYING_KEY.as_bytes()))
-                });
+                batch
+                    .ops
+                    .retain(|(space, key, _)| !is_bookkeeping(*space, key));
                 let (tx, rx) = oneshot::channel();
                 {
                     let st = self.lock();
@@ -873,25 +886,17 @@ impl Backup {
                 if self.lock().copying {
                     return Err(FsError::ReplicaGap { next: None });
                 }
-                let limit = if space == Space::Blocks {
-                    COPY_PAGE_BLOCKS
-                } else {
-                    COPY_PAGE
-                };
                 let page = self
                     .store
                     .kv()
-                    .scan(space, &[], after.as_deref().map(|a| a.as_slice()), limit)
+                    .scan(
+                        space,
+                        &[],
+                        after.as_deref().map(|a| a.as_slice()),
+                        page_limit(space),
+                    )
                     .map_err(storage_err)?;
-                Ok(Response::ReplicaPage(
-                    page.into_iter()
-                        .map(|(key, value)| ReplOp {
-                            space: space.code(),
-                            key,
-                            value: Some(serde_bytes::ByteBuf::from(value)),
-                        })
-                        .collect(),
-                ))
+                Ok(Response::ReplicaPage(to_ops(space, page)))
             }
             _ => Err(FsError::InvalidArgument("not a replication request".into())),
         }

@@ -61,6 +61,23 @@ async fn verify(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
     }
 }
 
+/// Kills `server`, waits `wait`, and checks that writes were acknowledged in the last 3 s
+/// of it (after the failover, not just before the kill took effect).
+async fn kill_and_see_writes_go_on(
+    tc: &TestCluster,
+    rec: &Mutex<Record>,
+    server: u32,
+    wait: Duration,
+) {
+    let t = Instant::now();
+    tc.kill9(server);
+    tokio::time::sleep(wait).await;
+    assert!(
+        acked_after(rec, t + wait - Duration::from_secs(3)) > 0,
+        "writes did not go on after server {server} was killed"
+    );
+}
+
 /// Acks recorded after `t`.
 fn acked_after(rec: &Mutex<Record>, t: Instant) -> usize {
     let r = rec.lock().unwrap_or_else(|p| p.into_inner());
@@ -98,13 +115,7 @@ async fn kill9_of_two_servers_during_writes_loses_no_acknowledged_file() {
     // 2. A second server, while the first is still down: partitions that had copies on
     // both keep their third one.
     let second = (1..=5u32).find(|&s| s != first).unwrap_or(2);
-    let t2 = Instant::now();
-    tc.kill9(second);
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    assert!(
-        acked_after(&rec, t2 + Duration::from_secs(9)) > 0,
-        "writes did not go on after server {second} was killed too"
-    );
+    kill_and_see_writes_go_on(&tc, &rec, second, Duration::from_secs(12)).await;
     stop_writers(stop, jobs).await;
     let (acked, failed) = {
         let r = rec.lock().unwrap_or_else(|p| p.into_inner());
@@ -280,14 +291,7 @@ async fn copies_of_a_dead_server_are_remade_and_a_second_death_is_survived() {
     tc.fsck_until_clean().await;
 
     // A second server dies after re-replication: still every partition has copies left.
-    let second = 1;
-    let t2 = Instant::now();
-    tc.kill9(second);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert!(
-        acked_after(&rec, t2 + Duration::from_secs(7)) > 0,
-        "writes did not go on after the second kill"
-    );
+    kill_and_see_writes_go_on(&tc, &rec, 1, Duration::from_secs(10)).await;
     stop_writers(stop, jobs).await;
     let acked = rec.lock().unwrap_or_else(|p| p.into_inner()).acked.clone();
     eprintln!("re-replication: {} files acknowledged", acked.len());
