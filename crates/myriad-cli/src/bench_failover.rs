@@ -98,8 +98,12 @@ pub async fn run(args: FailoverArgs) -> anyhow::Result<()> {
     result
 }
 
-fn client(map: &ClusterMap) -> anyhow::Result<Client> {
-    let mut cfg = ClientConfig::new(map.clone(), crate::cluster::bench_identity());
+fn client(cluster: &LocalCluster, map: &ClusterMap) -> anyhow::Result<Client> {
+    let mut cfg = ClientConfig::new(
+        map.clone(),
+        crate::cluster::bench_identity(),
+        cluster.keys.clone(),
+    );
     cfg.request_timeout = Duration::from_secs(60);
     Ok(Client::new(cfg)?)
 }
@@ -120,7 +124,7 @@ fn whole(map: &ClusterMap, dead: u32) -> bool {
 
 async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()> {
     let map = cluster.map.clone();
-    let admin = client(&map)?;
+    let admin = client(cluster, &map)?;
     let ring = map.ring();
     // The victim: the server leading the root's partition (every path lookup needs it).
     let victim = map.primary_of(ring.owner_of_dir("/")).unwrap_or(1);
@@ -132,7 +136,7 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
     let stop = Arc::new(AtomicBool::new(false));
     let mut jobs = Vec::new();
     for w in 0..args.writers {
-        let c = client(&map)?;
+        let c = client(cluster, &map)?;
         let (log, stop, led, size) = (log.clone(), stop.clone(), led.clone(), args.size);
         let ring = ring.clone();
         jobs.push(tokio::spawn(async move {

@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! D/cluster.json        the cluster map (give it to clients: --cluster or MYRIAD_CLUSTER)
+//! D/cluster.secret      the cluster secret (0600; servers and administrators)
+//! D/client.key          the client key (0600; give it to client machines)
 //! D/cluster-state.json  pids and addresses, for `cluster down` / `start-node`
 //! D/node-<id>/          each node's store;   D/node-<id>.log  its log
 //! ```
@@ -34,7 +36,19 @@ pub enum ClusterCmd {
         #[command(flatten)]
         replication: crate::server_cmd::ReplicationArgs,
         #[command(flatten)]
+        security: crate::server_cmd::SecurityArgs,
+        #[command(flatten)]
         layout: LayoutArgs,
+    },
+    /// Create a new cluster secret (mode 0600) for servers and administrators, and its client
+    /// key for client machines (`cluster up` makes both in its data directory if missing).
+    Init {
+        /// Where to write the secret; refuses to overwrite an existing file.
+        #[arg(long)]
+        secret_file: PathBuf,
+        /// Where to write the client key (default: client.key beside the secret).
+        #[arg(long)]
+        client_key_file: Option<PathBuf>,
     },
     /// Stop the servers of a local cluster (SIGTERM, then SIGKILL after 5 s).
     Down {
@@ -166,6 +180,8 @@ impl NodeOptions {
 pub struct LocalCluster {
     pub dir: PathBuf,
     pub map: ClusterMap,
+    /// The cluster secret: this process administers the cluster it started.
+    pub keys: myriad_client::Keyring,
 }
 
 pub fn map_path(dir: &Path) -> PathBuf {
@@ -208,7 +224,10 @@ impl LocalCluster {
             opts.layout.replicas,
         );
         std::fs::write(map_path(dir), map.to_json())?;
+        let secret = crate::keys::ensure_local(dir)?;
+        let keys = crate::keys::load(&secret)?;
         let mut server_args = opts.server_args.clone();
+        server_args.push(format!("--secret-file={}", secret.display()));
         server_args.push(format!(
             "--root-owner={}:{}",
             opts.root_owner.0, opts.root_owner.1
@@ -229,6 +248,7 @@ impl LocalCluster {
         let cluster = LocalCluster {
             dir: dir.to_path_buf(),
             map,
+            keys,
         };
         cluster.wait_ready(Duration::from_secs(20)).await?;
         Ok(cluster)
@@ -243,7 +263,7 @@ impl LocalCluster {
         timeout: Duration,
         caller: myriad_client::Caller,
     ) -> anyhow::Result<Client> {
-        let mut cfg = ClientConfig::new(self.map.clone(), caller);
+        let mut cfg = ClientConfig::new(self.map.clone(), caller, self.keys.clone());
         cfg.request_timeout = timeout;
         Ok(Client::new(cfg)?)
     }
@@ -444,7 +464,12 @@ pub fn down(dir: &Path) -> anyhow::Result<()> {
 async fn admin_client(dir: &Path, timeout: Duration) -> anyhow::Result<Client> {
     let text = std::fs::read_to_string(map_path(dir))
         .with_context(|| format!("no cluster map in {}", dir.display()))?;
-    let mut cfg = ClientConfig::new(ClusterMap::from_json(&text)?, myriad_client::Caller::root());
+    let keys = crate::keys::load(&dir.join(crate::keys::SECRET_FILE))?;
+    let mut cfg = ClientConfig::new(
+        ClusterMap::from_json(&text)?,
+        myriad_client::Caller::root(),
+        keys,
+    );
     cfg.request_timeout = timeout;
     let client = Client::new(cfg)?;
     client.newest_map().await;
@@ -603,6 +628,7 @@ async fn remove_node(dir: &Path, id: u32, wait: bool, timeout: Duration) -> anyh
 pub async fn run(
     cmd: ClusterCmd,
     cluster: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
     match cmd {
@@ -611,6 +637,7 @@ pub async fn run(
             data_dir,
             root_owner,
             replication,
+            security,
             layout,
         } => {
             let mut opts = NodeOptions::for_current_user();
@@ -619,6 +646,7 @@ pub async fn run(
                 opts.root_owner = o;
             }
             opts.server_args = replication.to_args();
+            opts.server_args.extend(security.to_args());
             let c = LocalCluster::up(&data_dir, nodes, &opts).await?;
             let map = map_path(&data_dir);
             println!(
@@ -637,6 +665,24 @@ pub async fn run(
                 "\nUse it:\n  export MYRIAD_CLUSTER={}\n  myriad ls -l /\n  myriad cluster status\nStop it:\n  myriad cluster down --data-dir {}",
                 map.display(),
                 data_dir.display()
+            );
+            Ok(())
+        }
+        ClusterCmd::Init {
+            secret_file,
+            client_key_file,
+        } => {
+            let client = client_key_file.unwrap_or_else(|| {
+                secret_file
+                    .parent()
+                    .unwrap_or(Path::new("."))
+                    .join(crate::keys::CLIENT_KEY_FILE)
+            });
+            crate::keys::init(&secret_file, &client)?;
+            println!(
+                "cluster secret: {} (servers: --secret-file; keep it on servers and admin hosts)\nclient key:     {} (client machines: --secret-file or MYRIAD_SECRET_FILE)",
+                secret_file.display(),
+                client.display()
             );
             Ok(())
         }
@@ -671,7 +717,7 @@ pub async fn run(
             no_wait,
         } => remove_node(&data_dir, node, !no_wait, timeout).await,
         ClusterCmd::Status => {
-            let client = crate::fs_cmds::connect(cluster, timeout)?;
+            let client = crate::fs_cmds::connect(cluster, secret_file, timeout)?;
             // The newest map any server has (the map file may be behind a failover).
             let map = client.newest_map().await;
             println!(
@@ -740,7 +786,7 @@ pub async fn run(
             Ok(())
         }
         ClusterCmd::ResetCounters => {
-            let client = crate::fs_cmds::connect(cluster, timeout)?;
+            let client = crate::fs_cmds::connect(cluster, secret_file, timeout)?;
             client.reset_counters().await?;
             println!("counters reset on every node");
             Ok(())

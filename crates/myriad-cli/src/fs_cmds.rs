@@ -20,9 +20,14 @@ const COPY_PARALLEL: usize = 32;
 /// Piece size for streaming big files.
 const COPY_PIECE_BYTES: usize = 4 * 1024 * 1024;
 
-pub fn connect(cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<Client> {
+pub fn connect(
+    cluster: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
+    timeout: Duration,
+) -> anyhow::Result<Client> {
     let map = load_map(cluster.as_deref())?;
-    let mut cfg = ClientConfig::new(map, current_caller());
+    let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
+    let mut cfg = ClientConfig::new(map, current_caller(), keys);
     cfg.request_timeout = timeout;
     Ok(Client::new(cfg)?)
 }

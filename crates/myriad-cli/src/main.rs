@@ -13,6 +13,7 @@ mod demo;
 mod fs_cmds;
 mod fsck;
 mod identity;
+mod keys;
 mod mount_cmd;
 mod plot;
 mod server_cmd;
@@ -45,6 +46,10 @@ struct Cli {
     /// included (with 3 copies a dead server's partitions fail over within about 8 s).
     #[arg(long, global = true, default_value_t = 20_000)]
     timeout_ms: u64,
+    /// Key file: the cluster secret or a client key (SECURITY.md). Default: `cluster.secret`,
+    /// else `client.key`, beside the cluster map file.
+    #[arg(long, global = true, env = "MYRIAD_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -143,14 +148,15 @@ fn main() -> ExitCode {
         .init();
 
     let result = match cli.command {
-        Command::Server(args) => server_cmd::run(args),
+        Command::Server(args) => server_cmd::run(args, cli.secret_file),
         Command::Mount(args) => mount_cmd::run(
             args,
             cli.cluster,
+            cli.secret_file,
             std::time::Duration::from_millis(cli.timeout_ms),
         ),
         Command::Umount { mountpoint } => mount_cmd::umount(&mountpoint),
-        other => run_client_command(other, cli.cluster, cli.timeout_ms),
+        other => run_client_command(other, cli.cluster, cli.secret_file, cli.timeout_ms),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -170,17 +176,18 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn run_client_command(
     cmd: Command,
     cluster: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
     timeout_ms: u64,
 ) -> anyhow::Result<()> {
     let rt = runtime()?;
     let timeout = std::time::Duration::from_millis(timeout_ms);
     rt.block_on(async move {
         match cmd {
-            Command::Cluster(c) => cluster::run(c, cluster, timeout).await,
+            Command::Cluster(c) => cluster::run(c, cluster, secret_file, timeout).await,
             Command::Demo(a) => demo::run(a).await,
             Command::Bench(b) => bench::run(b).await,
             Command::Fsck { path, repair } => {
-                let client = fs_cmds::connect(cluster, timeout)?;
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
                 let root = fs_cmds::normalize(path.as_deref().unwrap_or("/"))?;
                 if fsck::run(&client, &root, repair).await? {
                     Ok(())
@@ -189,7 +196,7 @@ fn run_client_command(
                 }
             }
             other => {
-                let client = fs_cmds::connect(cluster, timeout)?;
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
                 fs_cmds::run(other, &client).await
             }
         }

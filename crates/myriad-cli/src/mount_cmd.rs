@@ -85,8 +85,14 @@ fn unescape_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-pub fn run(args: MountArgs, cluster: Option<PathBuf>, timeout: Duration) -> anyhow::Result<()> {
+pub fn run(
+    args: MountArgs,
+    cluster: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let map = crate::fs_cmds::load_map(cluster.as_deref())?;
+    let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
     let meta = std::fs::metadata(&args.mountpoint)
         .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
     if !meta.is_dir() {
@@ -99,10 +105,11 @@ pub fn run(args: MountArgs, cluster: Option<PathBuf>, timeout: Duration) -> anyh
         bail!("{} is already a mount point", args.mountpoint.display());
     }
     if args.daemon {
-        return detach(&args, cluster.as_deref(), timeout);
+        return detach(&args, cluster.as_deref(), secret_file.as_deref(), timeout);
     }
     let cfg = myriad_fuse::MountConfig {
         map,
+        keys,
         mountpoint: args.mountpoint.clone(),
         fs: myriad_fuse::FsConfig {
             entry_ttl: Duration::from_millis(args.entry_ttl_ms),
@@ -121,7 +128,12 @@ pub fn run(args: MountArgs, cluster: Option<PathBuf>, timeout: Duration) -> anyh
 
 /// Starts this same command without --daemon in a new session, and returns once the mount
 /// is live (or fails with the child's log if it never comes up).
-fn detach(args: &MountArgs, cluster: Option<&Path>, timeout: Duration) -> anyhow::Result<()> {
+fn detach(
+    args: &MountArgs,
+    cluster: Option<&Path>,
+    secret_file: Option<&Path>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let log = args
         .log
@@ -131,6 +143,9 @@ fn detach(args: &MountArgs, cluster: Option<&Path>, timeout: Duration) -> anyhow
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     if let Some(c) = cluster {
         cmd.arg("--cluster").arg(c);
+    }
+    if let Some(k) = secret_file {
+        cmd.arg("--secret-file").arg(k);
     }
     cmd.arg("--timeout-ms")
         .arg(timeout.as_millis().to_string())

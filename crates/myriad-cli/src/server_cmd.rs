@@ -31,6 +31,8 @@ pub struct ServerArgs {
     threads: usize,
     #[command(flatten)]
     pub replication: ReplicationArgs,
+    #[command(flatten)]
+    pub security: SecurityArgs,
     /// Owner of the root directory, set when this node creates it (UID:GID).
     #[arg(long, default_value = "0:0", value_parser = parse_owner)]
     root_owner: (u32, u32),
@@ -98,6 +100,76 @@ impl ReplicationArgs {
     }
 }
 
+/// Who may do what, and the limits on every connection (myriad_net::limits has the reason
+/// for each default). `cluster up` passes them on to its nodes.
+#[derive(Args, Clone, Debug)]
+pub struct SecurityArgs {
+    /// Requests of uid 0 from client-key connections run as nobody (65534:65534), as NFS
+    /// root_squash. Connections made with the cluster secret are never squashed.
+    #[arg(long)]
+    pub root_squash: bool,
+    /// Connections one IP address may hold open; more are refused with the reason.
+    #[arg(long, default_value_t = myriad_net::limits::CONNS_PER_ADDR_MAX)]
+    pub max_conns_per_addr: usize,
+    /// Requests one connection may have in flight; more wait in the socket.
+    #[arg(long, default_value_t = myriad_net::limits::IN_FLIGHT_PER_CONN_MAX)]
+    pub max_in_flight_per_conn: usize,
+    /// Seconds a peer has to finish the handshake.
+    #[arg(long, default_value_t = myriad_net::limits::HANDSHAKE_TIMEOUT.as_secs())]
+    pub handshake_timeout_secs: u64,
+    /// Seconds a started frame has to arrive whole (slow-client limit).
+    #[arg(long, default_value_t = myriad_net::limits::FRAME_TIMEOUT.as_secs())]
+    pub frame_timeout_secs: u64,
+    /// Seconds after which a connection with nothing in flight and nothing received closes.
+    #[arg(long, default_value_t = myriad_net::limits::IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout_secs: u64,
+    /// Seconds a peer may leave our replies unread before its connection closes.
+    #[arg(long, default_value_t = myriad_net::limits::WRITE_STALL_TIMEOUT.as_secs())]
+    pub write_stall_timeout_secs: u64,
+}
+
+impl SecurityArgs {
+    /// The flags as they would be given on a command line (to start nodes with them).
+    #[must_use]
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            format!("--max-conns-per-addr={}", self.max_conns_per_addr),
+            format!("--max-in-flight-per-conn={}", self.max_in_flight_per_conn),
+            format!("--handshake-timeout-secs={}", self.handshake_timeout_secs),
+            format!("--frame-timeout-secs={}", self.frame_timeout_secs),
+            format!("--idle-timeout-secs={}", self.idle_timeout_secs),
+            format!(
+                "--write-stall-timeout-secs={}",
+                self.write_stall_timeout_secs
+            ),
+        ];
+        if self.root_squash {
+            v.push("--root-squash".into());
+        }
+        v
+    }
+
+    fn limits(&self) -> anyhow::Result<myriad_net::ServeLimits> {
+        let secs = |n: u64, what: &str| {
+            if n == 0 {
+                bail!("--{what} must be at least 1");
+            }
+            Ok(Duration::from_secs(n))
+        };
+        if self.max_conns_per_addr == 0 || self.max_in_flight_per_conn == 0 {
+            bail!("--max-conns-per-addr and --max-in-flight-per-conn must be at least 1");
+        }
+        Ok(myriad_net::ServeLimits {
+            in_flight_per_conn: self.max_in_flight_per_conn,
+            conns_per_addr: self.max_conns_per_addr,
+            handshake_timeout: secs(self.handshake_timeout_secs, "handshake-timeout-secs")?,
+            frame_timeout: secs(self.frame_timeout_secs, "frame-timeout-secs")?,
+            idle_timeout: secs(self.idle_timeout_secs, "idle-timeout-secs")?,
+            write_stall_timeout: secs(self.write_stall_timeout_secs, "write-stall-timeout-secs")?,
+        })
+    }
+}
+
 pub fn parse_owner(s: &str) -> Result<(u32, u32), String> {
     let (u, g) = s.split_once(':').ok_or("expected UID:GID")?;
     Ok((
@@ -106,7 +178,15 @@ pub fn parse_owner(s: &str) -> Result<(u32, u32), String> {
     ))
 }
 
-pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+/// `secret_file`: the global `--secret-file`, which a server must be given: the cluster
+/// secret (`myriad cluster init`), with more than one `cluster:` line while a secret is
+/// rotated (SECURITY.md).
+pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let Some(secret_file) = secret_file else {
+        bail!(
+            "a server needs --secret-file (or MYRIAD_SECRET_FILE): the cluster secret from `myriad cluster init`"
+        );
+    };
     let text = std::fs::read_to_string(&args.cluster_map)
         .with_context(|| format!("cannot read cluster map {}", args.cluster_map.display()))?;
     let map = ClusterMap::from_json(&text)
@@ -125,7 +205,16 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         .node(node_id)
         .with_context(|| format!("node id {node_id} is not in the cluster map"))?
         .clone();
-    let mut config = ServerConfig::new(node_id, args.data_dir, map);
+    let keys = crate::keys::load(&secret_file)?;
+    if !keys.has_cluster_secret() {
+        bail!(
+            "{} holds no cluster secret (a client key cannot run a server)",
+            secret_file.display()
+        );
+    }
+    let mut config = ServerConfig::new(node_id, args.data_dir, map, keys);
+    config.root_squash = args.security.root_squash;
+    config.limits = args.security.limits()?;
     config.map_path = Some(args.cluster_map);
     config.request_timeout = Duration::from_millis(args.request_timeout_ms);
     config.replication = args.replication.config()?;

@@ -67,6 +67,7 @@ fn crates_depend_only_in_the_written_direction() {
             &[
                 "myriad-client",
                 "myriad-fuse",
+                "myriad-net",
                 "myriad-placement",
                 "myriad-server",
             ][..],

@@ -5,6 +5,7 @@ use myriad_net::{Pool, PoolConfig};
 use myriad_placement::{
     ClusterMap, NodeId, PartitionId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
 };
+use myriad_proto::auth::Keyring;
 use myriad_proto::{
     Caller, CounterSnapshot, Endpoints, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
     Response, SetAttr, StatFs, XattrMode, limits, validate_path,
@@ -19,6 +20,8 @@ pub const READDIR_PAGE: u32 = 1024;
 pub struct ClientConfig {
     pub map: ClusterMap,
     pub caller: Caller,
+    /// The cluster's client key or secret (SECURITY.md): proven to every server.
+    pub keys: Arc<Keyring>,
     /// Deadline of one request; also bounds retries of a busy entry.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
@@ -26,10 +29,11 @@ pub struct ClientConfig {
 
 impl ClientConfig {
     #[must_use]
-    pub fn new(map: ClusterMap, caller: Caller) -> ClientConfig {
+    pub fn new(map: ClusterMap, caller: Caller, keys: Keyring) -> ClientConfig {
         ClientConfig {
             map,
             caller,
+            keys: Arc::new(keys),
             // Long enough to ride out a failover (a dead server is marked down after 5 s).
             request_timeout: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(2),
@@ -81,6 +85,7 @@ impl Client {
         let ring = config.map.ring();
         let pool = Pool::new(PoolConfig {
             me: PeerKind::Client,
+            keys: config.keys.clone(),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
         });

@@ -30,6 +30,8 @@ pub use ops::FsConfig;
 #[derive(Clone, Debug)]
 pub struct MountConfig {
     pub map: ClusterMap,
+    /// The cluster's client key or secret.
+    pub keys: myriad_client::Keyring,
     pub mountpoint: PathBuf,
     pub fs: FsConfig,
     /// A request to a dead or stuck server fails (EIO / ETIMEDOUT) after this long.
@@ -49,7 +51,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         .thread_name("myriad-fuse")
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
-    let mut ccfg = ClientConfig::new(cfg.map.clone(), Caller::root());
+    let mut ccfg = ClientConfig::new(cfg.map.clone(), Caller::root(), cfg.keys.clone());
     ccfg.request_timeout = cfg.request_timeout;
     let client = Client::new(ccfg).map_err(|e| format!("bad cluster map: {e}"))?;
     rt.block_on(client.statfs())

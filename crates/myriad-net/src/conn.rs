@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
+use myriad_proto::auth::Keyring;
 use myriad_proto::codec::{decode, encode};
 use myriad_proto::{
-    Caller, Endpoints, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, Request,
-    RequestFrameRef, Response, ResponseFrame,
+    Caller, Endpoints, FsError, PeerKind, Request, RequestFrameRef, Response, ResponseFrame,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -40,12 +40,20 @@ pub struct RpcConn {
     /// The peer's node id and map epoch from its hello reply.
     pub peer_node_id: u32,
     pub peer_epoch: u64,
+    /// When the last call started: a connection idle for long may have been closed by the
+    /// server's idle timeout just as a call goes out (the pool retries that call once).
+    last_used: Mutex<std::time::Instant>,
 }
 
 impl RpcConn {
-    /// Connects and performs the handshake, all within `timeout`.
-    pub async fn connect(addr: &str, me: PeerKind, timeout: Duration) -> Result<RpcConn, FsError> {
-        match tokio::time::timeout(timeout, Self::connect_inner(addr, me)).await {
+    /// Connects and performs the authenticated handshake with `keys`, all within `timeout`.
+    pub async fn connect(
+        addr: &str,
+        me: PeerKind,
+        keys: &Keyring,
+        timeout: Duration,
+    ) -> Result<RpcConn, FsError> {
+        match tokio::time::timeout(timeout, Self::connect_inner(addr, me, keys)).await {
             Ok(r) => r,
             Err(_) => Err(FsError::Unavailable(format!(
                 "{addr}: connect timed out after {} ms",
@@ -54,7 +62,7 @@ impl RpcConn {
         }
     }
 
-    async fn connect_inner(addr: &str, me: PeerKind) -> Result<RpcConn, FsError> {
+    async fn connect_inner(addr: &str, me: PeerKind, keys: &Keyring) -> Result<RpcConn, FsError> {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
@@ -63,33 +71,8 @@ impl RpcConn {
         let mut reader = FramedRead::new(rd, frame_codec());
         let mut writer = FramedWrite::new(wr, frame_codec());
         writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
-
-        let hello = Hello {
-            magic: MAGIC,
-            version: PROTOCOL_VERSION,
-            peer: me,
-        };
-        let bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;
-        writer
-            .send(Bytes::from(bytes))
-            .await
-            .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
-        let reply: HelloReply = match reader.next().await {
-            Some(Ok(frame)) => {
-                decode(&frame).map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?
-            }
-            Some(Err(e)) => return Err(FsError::Unavailable(format!("{addr}: {e}"))),
-            None => {
-                return Err(FsError::Unavailable(format!(
-                    "{addr}: closed during handshake"
-                )));
-            }
-        };
-        if let Some(why) = reply.refused {
-            return Err(FsError::Protocol(format!(
-                "{addr} refused the connection: {why}"
-            )));
-        }
+        let (peer_node_id, peer_epoch) =
+            crate::handshake::client(addr, &mut reader, &mut writer, me, keys).await?;
 
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(AtomicBool::new(false));
@@ -151,14 +134,24 @@ impl RpcConn {
             pending,
             next_id: AtomicU64::new(1),
             closed,
-            peer_node_id: reply.node_id,
-            peer_epoch: reply.epoch,
+            peer_node_id,
+            peer_epoch,
+            last_used: Mutex::new(std::time::Instant::now()),
         })
     }
 
     #[must_use]
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// How long since the last call started.
+    #[must_use]
+    pub fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
     }
 
     #[must_use]
@@ -180,6 +173,9 @@ impl RpcConn {
                 "{}: connection closed",
                 self.addr
             )));
+        }
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = std::time::Instant::now();
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = RequestFrameRef {

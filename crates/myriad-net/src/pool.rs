@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use myriad_proto::auth::Keyring;
 use myriad_proto::{Caller, Endpoints, FsError, PeerKind, Request, Response};
 
 use crate::RpcConn;
@@ -11,9 +12,14 @@ use crate::RpcConn;
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
     pub me: PeerKind,
+    /// The keys to connect with (the first) and to expect servers to prove.
+    pub keys: Arc<Keyring>,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
 }
+
+/// A connection unused this long may have been closed by its server's idle timeout.
+const STALE_AFTER: Duration = Duration::from_secs(1);
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<RpcConn>>>>;
 
@@ -52,7 +58,13 @@ impl Pool {
             return Ok(c.clone());
         }
         let conn = Arc::new(
-            RpcConn::connect(addr, self.config.me.clone(), self.config.connect_timeout).await?,
+            RpcConn::connect(
+                addr,
+                self.config.me.clone(),
+                &self.config.keys,
+                self.config.connect_timeout,
+            )
+            .await?,
         );
         *guard = Some(conn.clone());
         Ok(conn)
@@ -80,6 +92,16 @@ impl Pool {
         timeout: Duration,
     ) -> Result<Response, FsError> {
         let conn = self.conn(addr).await?;
-        conn.call(epoch, ends, caller, body, timeout).await
+        let stale = conn.idle_for() >= STALE_AFTER;
+        match conn.call(epoch, ends, caller, body, timeout).await {
+            // The server may have closed this idle connection (its idle timeout) as the call
+            // went out: the request was not read, so sending it again on a new connection is
+            // safe. Once only: a second failure is a real one.
+            Err(FsError::Unavailable(_)) if stale => {
+                let conn = self.conn(addr).await?;
+                conn.call(epoch, ends, caller, body, timeout).await
+            }
+            r => r,
+        }
     }
 }

@@ -1,41 +1,104 @@
-//! Server side of a connection: handshake, then read frames, run each request as its own task,
-//! and write replies through one writer task that batches flushes.
+//! Server side of connections: accept (connections per address counted), authenticated
+//! handshake, then read frames, run each request as its own task, and write replies through
+//! one writer task that batches flushes.
 //!
-//! A malformed frame, an oversized frame, or a bad hello closes this connection only, with a
-//! logged reason. Nothing a peer sends can panic the server.
+//! A malformed, oversized or badly tagged frame, a bad hello, a failed proof, a slow or
+//! idle peer, or one that stops reading closes this connection only, with a logged reason.
+//! Nothing a peer sends can panic the server.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
-use myriad_proto::codec::{decode, encode};
-use myriad_proto::{
-    Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind, RequestFrame, ResponseFrame,
-};
-use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc};
+use myriad_proto::auth::{Credential, Keyring};
+use myriad_proto::codec::decode;
+use myriad_proto::{Caller, FsError, RequestFrame, ResponseFrame};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::frame::frame_codec;
+pub use crate::handshake::Peer;
+use crate::limits::ServeLimits;
 
-/// Requests one connection may have in flight; more wait in the socket (backpressure).
-const IN_FLIGHT_PER_CONN_MAX: usize = 1024;
-/// A peer must say hello within this time.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// uid and gid that `root_squash` maps root to (as NFS's default anonuid, "nobody").
+pub const SQUASHED_ID: u32 = 65534;
+
+/// How a server accepts peers.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Keys peers may prove (a server holds the cluster secret).
+    pub keys: Arc<Keyring>,
+    /// Requests of uid 0 from client-key connections run as nobody (65534:65534).
+    pub root_squash: bool,
+    pub limits: ServeLimits,
+}
 
 pub trait Handler: Send + Sync + 'static {
     /// Identity for the hello reply: (node id, map epoch).
     fn identity(&self) -> (u32, u64);
     fn handle(
         self: Arc<Self>,
-        peer: PeerKind,
+        peer: Peer,
         frame: RequestFrame,
     ) -> BoxFuture<'static, ResponseFrame>;
 }
 
-pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
+/// Accepts connections forever, each served by `serve_connection` in its own task.
+pub async fn accept_loop<H: Handler>(listener: TcpListener, handler: Arc<H>, config: ServeConfig) {
+    let config = Arc::new(config);
+    let counts = Arc::new(Mutex::new(HashMap::<IpAddr, usize>::new()));
+    loop {
+        match listener.accept().await {
+            Ok((stream, addr)) => {
+                let ip = addr.ip();
+                let n = counts
+                    .lock()
+                    .map(|mut c| {
+                        let n = c.entry(ip).or_insert(0);
+                        *n += 1;
+                        *n
+                    })
+                    .unwrap_or(0);
+                let busy = (n > config.limits.conns_per_addr).then(|| {
+                    format!(
+                        "too many connections from {ip} (limit {}: --max-conns-per-addr)",
+                        config.limits.conns_per_addr
+                    )
+                });
+                let (handler, config, counts) = (handler.clone(), config.clone(), counts.clone());
+                tokio::spawn(async move {
+                    serve_connection(stream, handler, &config, busy).await;
+                    if let Ok(mut c) = counts.lock()
+                        && let Some(n) = c.get_mut(&ip)
+                    {
+                        *n -= 1;
+                        if *n == 0 {
+                            c.remove(&ip);
+                        }
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serves one connection until it closes. `busy` refuses it (with that reason) after the
+/// hello.
+pub async fn serve_connection<H: Handler>(
+    stream: TcpStream,
+    handler: Arc<H>,
+    config: &ServeConfig,
+    busy: Option<String>,
+) {
     let peer_addr = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -45,82 +108,121 @@ pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
     let mut reader = FramedRead::new(rd, frame_codec());
     let mut writer = FramedWrite::new(wr, frame_codec());
     writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
+    let limits = &config.limits;
 
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.next()).await {
-        Ok(Some(Ok(frame))) => decode::<Hello>(&frame),
-        Ok(Some(Err(e))) => {
-            tracing::warn!(peer = %peer_addr, "closing connection: bad first frame: {e}");
-            return;
-        }
-        Ok(None) => return,
-        Err(_) => {
-            tracing::warn!(peer = %peer_addr, "closing connection: no hello within {HELLO_TIMEOUT:?}");
-            return;
-        }
-    };
-    let (node_id, epoch) = handler.identity();
-    let refused = match &hello {
-        Err(e) => Some(format!("malformed hello: {e}")),
-        Ok(h) if h.magic != MAGIC => Some("not a Myriad peer (bad magic)".to_string()),
-        Ok(h) if h.version != PROTOCOL_VERSION => Some(format!(
-            "protocol version {} not supported (this server speaks {PROTOCOL_VERSION})",
-            h.version
-        )),
-        Ok(_) => None,
-    };
-    let reply = HelloReply {
-        version: PROTOCOL_VERSION,
-        node_id,
-        epoch,
-        refused: refused.clone(),
-    };
-    if let Ok(bytes) = encode(&reply) {
-        let _ = writer.send(Bytes::from(bytes)).await;
-    }
-    let peer = match (refused, hello) {
-        (None, Ok(h)) => h.peer,
-        _ => {
-            tracing::warn!(peer = %peer_addr, "refused connection: {}", why_or(&reply));
+    let peer = match crate::handshake::server(
+        &mut reader,
+        &mut writer,
+        &config.keys,
+        handler.identity(),
+        busy,
+        limits.handshake_timeout,
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(why) => {
+            tracing::warn!(peer = %peer_addr, "refused connection: {why}");
             return;
         }
     };
+    let squash = config.root_squash && peer.credential == Credential::Client;
 
-    let (tx, mut rx) = mpsc::channel::<Bytes>(IN_FLIGHT_PER_CONN_MAX);
+    let (tx, mut rx) = mpsc::channel::<Bytes>(limits.in_flight_per_conn);
+    let (stalled_tx, mut stalled) = oneshot::channel::<String>();
+    let stall = limits.write_stall_timeout;
     let writer_task = tokio::spawn(async move {
-        while let Some(first) = rx.recv().await {
-            if writer.feed(first).await.is_err() {
-                return;
-            }
-            while let Ok(more) = rx.try_recv() {
-                if writer.feed(more).await.is_err() {
-                    return;
+        let why = loop {
+            let Some(first) = rx.recv().await else {
+                break None;
+            };
+            let wrote = tokio::time::timeout(stall, async {
+                writer.feed(first).await?;
+                while let Ok(more) = rx.try_recv() {
+                    writer.feed(more).await?;
+                }
+                SinkExt::<Bytes>::flush(&mut writer).await
+            })
+            .await;
+            match wrote {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => break Some(format!("write failed: {e}")),
+                Err(_) => {
+                    break Some(format!(
+                        "peer stopped reading: replies not taken for {stall:?}"
+                    ));
                 }
             }
-            if SinkExt::<Bytes>::flush(&mut writer).await.is_err() {
-                return;
-            }
+        };
+        if let Some(why) = why {
+            let _ = stalled_tx.send(why);
         }
     });
 
-    let permits = Arc::new(Semaphore::new(IN_FLIGHT_PER_CONN_MAX));
-    loop {
-        let frame = match reader.next().await {
-            Some(Ok(f)) => f,
-            Some(Err(e)) => {
-                tracing::warn!(peer = %peer_addr, "closing connection: {e}");
-                break;
-            }
-            None => break,
+    let permits = Arc::new(Semaphore::new(limits.in_flight_per_conn));
+    // Slow-loris and idle checks look at the connection every `tick`.
+    let tick = (limits.frame_timeout / 4)
+        .min(limits.idle_timeout / 4)
+        .max(Duration::from_millis(50));
+    let mut last_frame = Instant::now();
+    let mut partial_since: Option<Instant> = None;
+    let why: String = loop {
+        let next = tokio::select! {
+            why = &mut stalled => break why.unwrap_or_else(|_| "writer ended".into()),
+            next = tokio::time::timeout(tick, reader.next()) => next,
         };
-        let req = match decode::<RequestFrame>(&frame) {
+        let frame = match next {
+            Ok(Some(Ok(f))) => f,
+            Ok(Some(Err(e))) => break e.to_string(),
+            Ok(None) => break String::new(),
+            Err(_) => {
+                let now = Instant::now();
+                if reader.read_buffer().is_empty() {
+                    partial_since = None;
+                    let in_flight = permits.available_permits() < limits.in_flight_per_conn;
+                    if !in_flight && now - last_frame >= limits.idle_timeout {
+                        tracing::info!(peer = %peer_addr, "closing idle connection");
+                        break String::new();
+                    }
+                } else if let Some(since) = partial_since {
+                    if now - since >= limits.frame_timeout {
+                        break format!(
+                            "slow peer: a frame still incomplete after {:?}",
+                            limits.frame_timeout
+                        );
+                    }
+                } else {
+                    partial_since = Some(now);
+                }
+                continue;
+            }
+        };
+        last_frame = Instant::now();
+        partial_since = (!reader.read_buffer().is_empty()).then_some(last_frame);
+        let mut req = match decode::<RequestFrame>(&frame) {
             Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(peer = %peer_addr, "closing connection: {e}");
-                break;
-            }
+            Err(e) => break e.to_string(),
         };
+        if peer.credential == Credential::Client && req.body.needs_cluster_secret() {
+            let refusal = ResponseFrame {
+                id: req.id,
+                result: Err(FsError::PermissionDenied),
+            };
+            tracing::warn!(peer = %peer_addr, op = req.body.op_name(), "refused: needs the cluster secret");
+            if let Ok(bytes) = myriad_proto::codec::encode(&refusal) {
+                let _ = tx.send(Bytes::from(bytes)).await;
+            }
+            continue;
+        }
+        if squash && req.caller.uid == 0 {
+            req.caller = Caller {
+                uid: SQUASHED_ID,
+                gid: SQUASHED_ID,
+                groups: Vec::new(),
+            };
+        }
         let Ok(permit) = permits.clone().acquire_owned().await else {
-            break;
+            break String::new();
         };
         let h = handler.clone();
         let tx = tx.clone();
@@ -140,12 +242,11 @@ pub async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
             }
             drop(permit);
         });
+    };
+    if !why.is_empty() {
+        tracing::warn!(peer = %peer_addr, "closing connection: {why}");
     }
     drop(tx);
-    // Let in-flight replies drain; the writer ends when every sender is gone.
+    // Let in-flight replies drain; the writer ends when every sender is gone (or stalls).
     let _ = writer_task.await;
-}
-
-fn why_or(reply: &HelloReply) -> &str {
-    reply.refused.as_deref().unwrap_or("?")
 }

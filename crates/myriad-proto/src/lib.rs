@@ -6,6 +6,7 @@
 //! Must not depend on: tokio or any I/O, storage, server, client.
 
 pub mod access;
+pub mod auth;
 pub mod codec;
 mod error;
 pub mod limits;
@@ -15,8 +16,8 @@ mod types;
 
 pub use error::FsError;
 pub use message::{
-    DirAction, Endpoints, ExportedEntry, FsckDir, FsckEntry, FsckRepair, Hello, HelloReply,
-    InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc, RenameFlags, ReplOp, Request,
+    Auth, AuthReply, DirAction, Endpoints, ExportedEntry, FsckDir, FsckEntry, FsckRepair, Hello,
+    HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc, RenameFlags, ReplOp, Request,
     RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr, XattrMode,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).

@@ -5,12 +5,14 @@
 use myriad_placement::ClusterMap;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{KeyId, Nonce, Proof};
 use crate::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, Shard, ShardMap, StatFs};
 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
 pub const MAGIC: u32 = 0x4d59_5244;
 /// Bumped on any incompatible change of a message. Peers must match exactly for now.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// 5: authenticated handshake and tagged frames (issue 7).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -18,11 +20,15 @@ pub enum PeerKind {
     Server { node_id: u32 },
 }
 
+/// First message of a connection (auth.rs has the whole handshake).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     pub magic: u32,
     pub version: u16,
     pub peer: PeerKind,
+    /// Public id of the key the client will prove; None: the client has no key (refused).
+    pub key_id: Option<KeyId>,
+    pub nonce: Nonce,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +37,21 @@ pub struct HelloReply {
     pub node_id: u32,
     pub epoch: u64,
     /// Set when the server refuses the connection; it closes right after.
+    pub refused: Option<String>,
+    pub nonce: Nonce,
+    /// The server's proof that it holds the key the client named (zero when refused).
+    pub proof: Proof,
+}
+
+/// The client's proof, third message of a connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Auth {
+    pub proof: Proof,
+}
+
+/// The server's verdict on `Auth`; after it (when not refused) every frame carries a tag.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthReply {
     pub refused: Option<String>,
 }
 
@@ -666,6 +687,23 @@ impl Request {
                 | Request::ReplicaCopyDone { .. }
                 | Request::ReplicaRead { .. }
         )
+    }
+
+    /// Requests only holders of the cluster secret may send (SECURITY.md): they read or
+    /// change everything regardless of permissions. A client key gets `PermissionDenied`.
+    #[must_use]
+    pub fn needs_cluster_secret(&self) -> bool {
+        matches!(
+            self,
+            Request::ResetCounters
+                | Request::FsckDirs { .. }
+                | Request::FsckEntries { .. }
+                | Request::FsckBlocks { .. }
+                | Request::FsckBlockFrom { .. }
+                | Request::FsckRepair(_)
+                | Request::FsckReplica
+        ) || self.is_server_only()
+            || self.is_replication()
     }
 
     /// Admin requests are not counted as file system traffic.

@@ -1,7 +1,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use myriad_net::ServeLimits;
 use myriad_placement::ClusterMap;
+use myriad_proto::auth::Keyring;
 
 /// A server down this long has its copies replaced (docs/replication.md): long enough for a
 /// restart or a reboot, short enough that a dead disk does not leave partitions on fewer
@@ -37,11 +41,17 @@ pub struct ServerConfig {
     /// How long a server may stay down before its copies are made again elsewhere (the
     /// Raft leader's setting is the one that counts).
     pub down_grace: Duration,
+    /// The cluster secret (and older ones being rotated out): proven to peers, expected of them.
+    pub keys: Arc<Keyring>,
+    /// Requests of uid 0 over client-key connections run as nobody.
+    pub root_squash: bool,
+    /// Limits on every connection (myriad_net::limits).
+    pub limits: ServeLimits,
 }
 
 impl ServerConfig {
     #[must_use]
-    pub fn new(node_id: u32, data_dir: PathBuf, map: ClusterMap) -> ServerConfig {
+    pub fn new(node_id: u32, data_dir: PathBuf, map: ClusterMap, keys: Keyring) -> ServerConfig {
         ServerConfig {
             node_id,
             data_dir,
@@ -56,6 +66,9 @@ impl ServerConfig {
             root_uid: 0,
             root_gid: 0,
             down_grace: DEFAULT_DOWN_GRACE,
+            keys: Arc::new(keys),
+            root_squash: false,
+            limits: ServeLimits::default(),
         }
     }
 }

@@ -16,8 +16,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
-use myriad_net::{Handler, Pool};
+use myriad_net::{Handler, Peer, Pool};
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
+use myriad_proto::auth::Credential;
 use myriad_proto::{
     Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
     StatFs,
@@ -455,12 +456,12 @@ impl Host {
     /// Requests addressed to the server rather than a partition.
     pub(crate) async fn dispatch_server(
         self: &Arc<Self>,
-        peer: &PeerKind,
+        peer: &Peer,
         caller: &Caller,
         epoch: u64,
         body: Request,
     ) -> Result<Response, FsError> {
-        let from_server = matches!(peer, PeerKind::Server { .. });
+        let from_server = matches!(peer.kind, PeerKind::Server { .. });
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
             return Err(FsError::MapTooOld(st.map.epoch));
@@ -496,7 +497,10 @@ impl Host {
                 map.validate()
                     .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
                 let epoch = map.epoch;
-                if caller.uid == 0 && self.group.map().is_none_or(|m| m.epoch < epoch) {
+                // A cluster change needs root with the cluster secret (a client key's root is
+                // no administrator: SECURITY.md).
+                let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
+                if admin && self.group.map().is_none_or(|m| m.epoch < epoch) {
                     self.propose_map(*map).await?;
                 }
                 // Answer once this server follows it (it arrives through the group).
@@ -513,7 +517,7 @@ impl Host {
                 .map(Response::Raft)
                 .map_err(FsError::Protocol),
             Request::PartitionSeqs if from_server => Ok(Response::Seqs(self.partition_seqs())),
-            Request::Lease => match peer {
+            Request::Lease => match &peer.kind {
                 PeerKind::Server { node_id } => Ok(self.grant_lease(*node_id, epoch)),
                 PeerKind::Client => Err(FsError::PermissionDenied),
             },
@@ -588,13 +592,13 @@ impl Handler for Host {
 
     fn handle(
         self: Arc<Self>,
-        peer: PeerKind,
+        peer: Peer,
         frame: RequestFrame,
     ) -> BoxFuture<'static, ResponseFrame> {
         Box::pin(async move {
             let host = &self;
             let id = frame.id;
-            let from_server = matches!(peer, PeerKind::Server { .. });
+            let from_server = matches!(peer.kind, PeerKind::Server { .. });
             if !frame.body.is_admin() {
                 host.counters.count(frame.body.op_name(), from_server);
             }
@@ -614,7 +618,7 @@ impl Handler for Host {
                         Err(FsError::NotFound)
                     }
                 }
-                pid if frame.body.is_replication() => match peer {
+                pid if frame.body.is_replication() => match peer.kind {
                     PeerKind::Server { node_id } => {
                         match host.backup_for(pid, node_id, frame.epoch) {
                             Ok(b) => b.handle(&host.syncer, frame.body).await,

@@ -31,7 +31,7 @@ mod workload_rng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use myriad_net::{Pool, PoolConfig, serve_connection};
+use myriad_net::{Pool, PoolConfig, ServeConfig, accept_loop};
 use myriad_proto::PeerKind;
 use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
 use tokio::net::TcpListener;
@@ -73,6 +73,11 @@ pub async fn run(
             config.node_id
         )));
     }
+    if !config.keys.has_cluster_secret() {
+        return Err(ServerError::Config(
+            "a server needs the cluster secret (a `cluster:` line), not only a client key".into(),
+        ));
+    }
     std::fs::create_dir_all(&config.data_dir)?;
     let store_err = |source| ServerError::Store {
         path: config.data_dir.display().to_string(),
@@ -88,6 +93,7 @@ pub async fn run(
         me: PeerKind::Server {
             node_id: config.node_id,
         },
+        keys: config.keys.clone(),
         connect_timeout: config.connect_timeout,
         request_timeout: config.request_timeout,
     }));
@@ -145,19 +151,12 @@ pub async fn run(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let acceptor = tokio::spawn(async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    tokio::spawn(serve_connection(stream, handle.clone()));
-                }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            }
-        }
-    });
+    let serve = ServeConfig {
+        keys: config.keys.clone(),
+        root_squash: config.root_squash,
+        limits: config.limits.clone(),
+    };
+    let acceptor = tokio::spawn(accept_loop(listener, handle, serve));
     let first = map.clone();
     let boot = group.clone();
     tokio::spawn(async move {

@@ -681,9 +681,17 @@ impl Node {
             | Request::InstallMap(_)) => {
                 // Server requests sent to a partition: the sending server's id is not
                 // needed by any of these.
+                // The connection's credential was checked before dispatch; a client's
+                // request here is never an administrator's (install_map goes to the server).
                 let peer = match from {
-                    Some(_) => myriad_proto::PeerKind::Server { node_id: 0 },
-                    None => myriad_proto::PeerKind::Client,
+                    Some(_) => myriad_net::Peer {
+                        kind: myriad_proto::PeerKind::Server { node_id: 0 },
+                        credential: myriad_proto::auth::Credential::Cluster,
+                    },
+                    None => myriad_net::Peer {
+                        kind: myriad_proto::PeerKind::Client,
+                        credential: myriad_proto::auth::Credential::Client,
+                    },
                 };
                 Box::pin(self.host.dispatch_server(&peer, &caller, epoch, req)).await
             }

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use myriad_client::{Caller, Client, ClientConfig, ClusterMap};
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap, Keyring};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_myriad");
 
@@ -78,8 +78,34 @@ impl TestCluster {
         self.client_as(map, timeout, user)
     }
 
+    /// The cluster secret `cluster up` made (this test administers the cluster).
+    pub fn keys(&self) -> Keyring {
+        self.key_file("cluster.secret")
+    }
+
+    /// The client key `cluster up` made (what a client machine holds).
+    pub fn client_key(&self) -> Keyring {
+        self.key_file("client.key")
+    }
+
+    fn key_file(&self, name: &str) -> Keyring {
+        let text = std::fs::read_to_string(self.dir.path().join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        Keyring::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
     pub fn client_as(&self, map: ClusterMap, timeout: Duration, caller: Caller) -> Client {
-        let mut cfg = ClientConfig::new(map, caller);
+        self.client_with_keys(map, timeout, caller, self.keys())
+    }
+
+    pub fn client_with_keys(
+        &self,
+        map: ClusterMap,
+        timeout: Duration,
+        caller: Caller,
+        keys: Keyring,
+    ) -> Client {
+        let mut cfg = ClientConfig::new(map, caller, keys);
         cfg.request_timeout = timeout;
         cfg.connect_timeout = Duration::from_secs(1);
         Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use myriad_client::{Caller, Client, ClientConfig, ClusterMap};
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap, Keyring};
 
 use crate::harness::BIN;
 
@@ -108,6 +108,8 @@ impl Hosts {
             .arg("--cluster-map")
             .arg(&own_map)
             .args(["--node-id", &k.to_string()])
+            .arg("--secret-file")
+            .arg(self.dir.path().join("cluster.secret"))
             .args(["--listen", &format!("{}:7000", self.addr(k))])
             // No re-replication during the test: healing must bring the minority's copies
             // up to date.
@@ -187,8 +189,8 @@ impl Drop for Hosts {
     }
 }
 
-fn client(map: &ClusterMap, timeout: Duration) -> Client {
-    let mut cfg = ClientConfig::new(map.clone(), Caller::root());
+fn client(map: &ClusterMap, keys: &Keyring, timeout: Duration) -> Client {
+    let mut cfg = ClientConfig::new(map.clone(), Caller::root(), keys.clone());
     cfg.request_timeout = timeout;
     Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -228,10 +230,23 @@ async fn the_minority_side_of_a_partition_refuses_writes_and_healing_loses_nothi
         .collect();
     let map = ClusterMap::build(1, &addrs, 4, 3);
     std::fs::write(h.map_file(), map.to_json()).unwrap_or_else(|e| panic!("{e}"));
+    let secret = h.dir.path().join("cluster.secret");
+    let init = Command::new(BIN)
+        .args(["cluster", "init", "--secret-file"])
+        .arg(&secret)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let keys = Keyring::parse(&std::fs::read_to_string(&secret).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
     for k in 1..=SERVERS {
         h.start(k, &map);
     }
-    let c = client(&map, Duration::from_secs(30));
+    let c = client(&map, &keys, Duration::from_secs(30));
     until("every server serving", Duration::from_secs(30), || {
         all_serving(&c)
     })

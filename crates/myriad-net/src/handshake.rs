@@ -1,0 +1,200 @@
+//! The authenticated handshake (myriad_proto::auth has the protocol and why it is safe).
+//! Both sides run plain frames until it succeeds, then tag every frame.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use myriad_proto::auth::{Credential, Keyring, Nonce, proofs_equal};
+use myriad_proto::codec::{decode, encode};
+use myriad_proto::{
+    Auth, AuthReply, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind,
+};
+use rand::RngCore;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::frame::FrameCodec;
+
+pub(crate) type Reader = FramedRead<OwnedReadHalf, FrameCodec>;
+pub(crate) type Writer = FramedWrite<OwnedWriteHalf, FrameCodec>;
+
+/// Who is at the other end of an accepted connection, as proven by the handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub kind: PeerKind,
+    pub credential: Credential,
+}
+
+fn nonce() -> Nonce {
+    let mut n = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut n);
+    n
+}
+
+async fn send<T: serde::Serialize>(w: &mut Writer, msg: &T) -> std::io::Result<()> {
+    let bytes = encode(msg).map_err(std::io::Error::other)?;
+    w.send(Bytes::from(bytes)).await
+}
+
+async fn recv(r: &mut Reader) -> std::io::Result<Bytes> {
+    match r.next().await {
+        Some(Ok(frame)) => Ok(frame.freeze()),
+        Some(Err(e)) => Err(e),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "closed during the handshake",
+        )),
+    }
+}
+
+/// Client side: proves `keys`' connect key, checks the server's proof, and seals both halves.
+/// Returns the server's (node id, map epoch).
+pub(crate) async fn client(
+    addr: &str,
+    r: &mut Reader,
+    w: &mut Writer,
+    me: PeerKind,
+    keys: &Keyring,
+) -> Result<(u32, u64), FsError> {
+    let io = |e: std::io::Error| FsError::Unavailable(format!("{addr}: {e}"));
+    let key = keys.connect_key();
+    let hello = Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+        peer: me,
+        key_id: key.map(|k| k.id()),
+        nonce: nonce(),
+    };
+    let hello_bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;
+    w.send(Bytes::from(hello_bytes.clone())).await.map_err(io)?;
+    let reply_bytes = recv(r).await.map_err(io)?;
+    let reply: HelloReply =
+        decode(&reply_bytes).map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?;
+    if let Some(why) = reply.refused {
+        return Err(FsError::Protocol(format!(
+            "{addr} refused the connection: {why}"
+        )));
+    }
+    let Some(key) = key else {
+        return Err(FsError::Protocol(format!("{addr}: no key to connect with")));
+    };
+    let expected = key.server_proof(&hello_bytes, &reply.nonce, reply.node_id, reply.epoch);
+    if !proofs_equal(&expected, &reply.proof) {
+        return Err(FsError::Protocol(format!(
+            "{addr} did not prove the cluster key: not a server of this cluster (or a tampered connection)"
+        )));
+    }
+    let auth = Auth {
+        proof: key.client_proof(&hello_bytes, &reply_bytes),
+    };
+    send(w, &auth).await.map_err(io)?;
+    let verdict: AuthReply = decode(&recv(r).await.map_err(io)?)
+        .map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?;
+    if let Some(why) = verdict.refused {
+        return Err(FsError::Protocol(format!(
+            "{addr} refused the connection: {why}"
+        )));
+    }
+    let (c2s, s2c) = key.session(&hello.nonce, &reply.nonce);
+    w.encoder_mut().seal_with(c2s);
+    r.decoder_mut().open_with(s2c);
+    Ok((reply.node_id, reply.epoch))
+}
+
+/// Why a handshake failed, for the server's log (the peer was told the same, if it could be).
+pub(crate) type Refusal = String;
+
+/// Server side, within `limit`: checks the hello and the client's proof, proves the key
+/// itself, and seals both halves. `busy` refuses the connection outright (too many
+/// connections from its address) after reading the hello, so the client learns why.
+pub(crate) async fn server(
+    r: &mut Reader,
+    w: &mut Writer,
+    keys: &Keyring,
+    identity: (u32, u64),
+    busy: Option<String>,
+    limit: Duration,
+) -> Result<Peer, Refusal> {
+    match tokio::time::timeout(limit, server_inner(r, w, keys, identity, busy)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("handshake not done within {limit:?}")),
+    }
+}
+
+async fn server_inner(
+    r: &mut Reader,
+    w: &mut Writer,
+    keys: &Keyring,
+    (node_id, epoch): (u32, u64),
+    busy: Option<String>,
+) -> Result<Peer, Refusal> {
+    let hello_bytes = recv(r).await.map_err(|e| format!("bad first frame: {e}"))?;
+    let hello = decode::<Hello>(&hello_bytes);
+    let key = match &hello {
+        Ok(h) => h.key_id.and_then(|id| keys.find(&id)),
+        Err(_) => None,
+    };
+    let refused = match (&hello, key, busy) {
+        (Err(e), _, _) => Some(format!("malformed hello: {e}")),
+        (Ok(h), _, _) if h.magic != MAGIC => Some("not a Myriad peer (bad magic)".to_string()),
+        (Ok(h), _, _) if h.version != PROTOCOL_VERSION => Some(format!(
+            "protocol version {} not supported (this server speaks {PROTOCOL_VERSION})",
+            h.version
+        )),
+        (_, _, Some(why)) => Some(why),
+        (Ok(h), None, _) if h.key_id.is_none() => Some(
+            "authentication required: this cluster needs its secret or client key (SECURITY.md)"
+                .to_string(),
+        ),
+        (Ok(_), None, _) => Some(
+            "authentication failed: the client's key is not this cluster's (wrong secret)"
+                .to_string(),
+        ),
+        (Ok(h), Some(k), _)
+            if matches!(h.peer, PeerKind::Server { .. }) && k.credential != Credential::Cluster =>
+        {
+            Some("authentication failed: a client key cannot act as a server".to_string())
+        }
+        _ => None,
+    };
+    let nonce_s = nonce();
+    let proof = match (key, refused.is_none()) {
+        (Some(k), true) => k.server_proof(&hello_bytes, &nonce_s, node_id, epoch),
+        _ => [0u8; 32],
+    };
+    let reply = HelloReply {
+        version: PROTOCOL_VERSION,
+        node_id,
+        epoch,
+        refused: refused.clone(),
+        nonce: nonce_s,
+        proof,
+    };
+    let reply_bytes = encode(&reply).map_err(|e| e.to_string())?;
+    let sent = w.send(Bytes::from(reply_bytes.clone())).await;
+    let (Ok(hello), Some(key), None) = (hello, key, refused) else {
+        return Err(reply.refused.unwrap_or_default());
+    };
+    sent.map_err(|e| format!("cannot answer the hello: {e}"))?;
+    let auth_bytes = recv(r).await.map_err(|e| format!("no proof: {e}"))?;
+    let auth = decode::<Auth>(&auth_bytes).map_err(|e| format!("malformed proof: {e}"))?;
+    let good = proofs_equal(&auth.proof, &key.client_proof(&hello_bytes, &reply_bytes));
+    let verdict = AuthReply {
+        refused: (!good).then(|| {
+            "authentication failed: bad proof of the cluster key (wrong secret or a tampered handshake)"
+                .to_string()
+        }),
+    };
+    let _ = send(w, &verdict).await;
+    if let Some(why) = verdict.refused {
+        return Err(why);
+    }
+    let (c2s, s2c) = key.session(&hello.nonce, &nonce_s);
+    r.decoder_mut().open_with(c2s);
+    w.encoder_mut().seal_with(s2c);
+    Ok(Peer {
+        kind: hello.peer,
+        credential: key.credential,
+    })
+}

@@ -1,0 +1,416 @@
+//! Authentication of peers and integrity of frames (SECURITY.md has the threat model).
+//!
+//! Keys. A cluster has a *secret* S (32 random bytes, `myriad cluster init`). From it:
+//! * the cluster key `K_cluster = HMAC(S, "myriad v1 cluster key")`, proven by servers and
+//!   administrators: only its holders may act as a server or send cluster-changing requests;
+//! * the client key `K_client = HMAC(S, "myriad v1 client key")`, handed to client machines
+//!   (`myriad cluster client-key`): it cannot be turned back into S or `K_cluster`, so a
+//!   client machine can never pose as a server.
+//!
+//! Handshake (one key K, chosen by the client, named by its public id `HMAC(K, "key id")[..8]`):
+//! ```text
+//! C -> S  Hello      { magic, version, peer, key_id, nonce_c }
+//! S -> C  HelloReply { node_id, epoch, nonce_s, proof_s = HMAC(K, "server" | hello | nonce_s | node | epoch) }
+//! C -> S  Auth       { proof_c = HMAC(K, "client" | hello | reply) }
+//! S -> C  AuthReply  { refused: None }
+//! ```
+//! Both proofs bind the whole transcript, so neither side's messages can be swapped or
+//! replayed into another connection (the other side's nonce is fresh). Then every frame in
+//! each direction carries `tag = HMAC(K_dir, seq | body)[..16]`, with `K_dir` derived from K
+//! and both nonces and `seq` counted by both ends (never sent): a changed, dropped, replayed
+//! or reordered frame fails its tag and closes the connection. Contents are not encrypted.
+//!
+//! Sans-IO: randomness (nonces, new secrets) comes from the caller.
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+pub const KEY_BYTES: usize = 32;
+pub const KEY_ID_BYTES: usize = 8;
+pub const NONCE_BYTES: usize = 32;
+pub const PROOF_BYTES: usize = 32;
+/// Tag length of a frame: 128 bits, the usual truncation of HMAC-SHA256 (RFC 2104 section 5).
+pub const TAG_BYTES: usize = 16;
+
+pub type Key = [u8; KEY_BYTES];
+pub type KeyId = [u8; KEY_ID_BYTES];
+pub type Nonce = [u8; NONCE_BYTES];
+pub type Proof = [u8; PROOF_BYTES];
+
+/// What a key lets its holder be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Credential {
+    /// Holds the cluster secret: a server, or an administrator on a trusted machine.
+    Cluster,
+    /// Holds only the client key: a client, whose uid may be squashed (`root_squash`).
+    Client,
+}
+
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyFileError {
+    #[error("line {line}: expected `cluster:<64 hex digits>` or `client:<64 hex digits>`")]
+    BadLine { line: usize },
+    #[error("the key file holds no key")]
+    Empty,
+}
+
+/// One key a peer can prove, with the level it grants.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterKey {
+    pub credential: Credential,
+    key: Key,
+}
+
+impl std::fmt::Debug for ClusterKey {
+    // Never print key material (logs, panics in tests).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ClusterKey({:?}, id {})",
+            self.credential,
+            hex(&self.id())
+        )
+    }
+}
+
+impl ClusterKey {
+    #[must_use]
+    pub fn id(&self) -> KeyId {
+        let full = mac(&self.key, &[b"myriad v1 key id"]);
+        let mut id = [0u8; KEY_ID_BYTES];
+        id.copy_from_slice(&full[..KEY_ID_BYTES]);
+        id
+    }
+
+    /// The server's proof (it speaks second, so it also binds its own nonce and identity).
+    #[must_use]
+    pub fn server_proof(&self, hello: &[u8], nonce_s: &Nonce, node_id: u32, epoch: u64) -> Proof {
+        mac(
+            &self.key,
+            &[
+                b"myriad v1 server proof",
+                &len_prefixed(hello),
+                nonce_s,
+                &node_id.to_be_bytes(),
+                &epoch.to_be_bytes(),
+            ],
+        )
+    }
+
+    #[must_use]
+    pub fn client_proof(&self, hello: &[u8], reply: &[u8]) -> Proof {
+        mac(
+            &self.key,
+            &[
+                b"myriad v1 client proof",
+                &len_prefixed(hello),
+                &len_prefixed(reply),
+            ],
+        )
+    }
+
+    /// Frame keys for one connection: (client to server, server to client).
+    #[must_use]
+    pub fn session(&self, nonce_c: &Nonce, nonce_s: &Nonce) -> (FrameMac, FrameMac) {
+        let c2s = mac(&self.key, &[b"myriad v1 c2s", nonce_c, nonce_s]);
+        let s2c = mac(&self.key, &[b"myriad v1 s2c", nonce_c, nonce_s]);
+        (FrameMac::new(&c2s), FrameMac::new(&s2c))
+    }
+}
+
+/// Constant-time comparison of two proofs.
+#[must_use]
+pub fn proofs_equal(a: &Proof, b: &Proof) -> bool {
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+/// The keys one process holds, read from its key file. The first line's key is the one it
+/// connects with; every key it holds is accepted from peers (that is how a secret is
+/// rotated: SECURITY.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keyring {
+    keys: Vec<ClusterKey>,
+}
+
+impl Keyring {
+    /// A keyring from a cluster secret: grants both levels.
+    #[must_use]
+    pub fn from_secret(secret: &Key) -> Keyring {
+        Keyring {
+            keys: derived(secret).to_vec(),
+        }
+    }
+
+    /// Parses a key file: one key a line, `cluster:<hex>` (a cluster secret) or
+    /// `client:<hex>` (a client key); `#` starts a comment.
+    pub fn parse(text: &str) -> Result<Keyring, KeyFileError> {
+        let mut keys = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let bad = KeyFileError::BadLine { line: i + 1 };
+            let (kind, digits) = line.split_once(':').ok_or(bad.clone())?;
+            let key = unhex(digits.trim()).ok_or(bad.clone())?;
+            match kind.trim() {
+                "cluster" => keys.extend(derived(&key)),
+                "client" => keys.push(ClusterKey {
+                    credential: Credential::Client,
+                    key,
+                }),
+                _ => return Err(bad),
+            }
+        }
+        if keys.is_empty() {
+            return Err(KeyFileError::Empty);
+        }
+        Ok(Keyring { keys })
+    }
+
+    /// The key this process connects with (the strongest of its first line).
+    #[must_use]
+    pub fn connect_key(&self) -> Option<&ClusterKey> {
+        self.keys.first()
+    }
+
+    /// The key a peer named in its hello, if this keyring accepts it.
+    #[must_use]
+    pub fn find(&self, id: &KeyId) -> Option<&ClusterKey> {
+        self.keys.iter().find(|k| &k.id() == id)
+    }
+
+    /// Whether this keyring holds a cluster secret (a server needs one).
+    #[must_use]
+    pub fn has_cluster_secret(&self) -> bool {
+        self.keys
+            .iter()
+            .any(|k| k.credential == Credential::Cluster)
+    }
+}
+
+/// The key-file line of a new cluster secret.
+#[must_use]
+pub fn secret_line(secret: &Key) -> String {
+    format!("cluster:{}", hex(secret))
+}
+
+/// The key-file line of the client key of a cluster secret.
+#[must_use]
+pub fn client_key_line(secret: &Key) -> String {
+    format!("client:{}", hex(&derived(secret)[1].key))
+}
+
+fn derived(secret: &Key) -> [ClusterKey; 2] {
+    [
+        ClusterKey {
+            credential: Credential::Cluster,
+            key: mac(secret, &[b"myriad v1 cluster key"]),
+        },
+        ClusterKey {
+            credential: Credential::Client,
+            key: mac(secret, &[b"myriad v1 client key"]),
+        },
+    ]
+}
+
+/// Tags the frames of one direction of a connection, counting them.
+#[derive(Clone)]
+pub struct FrameMac {
+    keyed: HmacSha256,
+    seq: u64,
+}
+
+impl std::fmt::Debug for FrameMac {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FrameMac(seq {})", self.seq)
+    }
+}
+
+impl FrameMac {
+    fn new(key: &Key) -> FrameMac {
+        FrameMac {
+            // Keyed once per connection; each frame clones the keyed state (saves two
+            // compression blocks a frame).
+            keyed: new_mac(key),
+            seq: 0,
+        }
+    }
+
+    /// The tag of the next frame.
+    pub fn seal(&mut self, body: &[u8]) -> [u8; TAG_BYTES] {
+        let mut m = self.keyed.clone();
+        m.update(&self.seq.to_be_bytes());
+        m.update(body);
+        self.seq += 1;
+        let full = m.finalize().into_bytes();
+        let mut tag = [0u8; TAG_BYTES];
+        tag.copy_from_slice(&full[..TAG_BYTES]);
+        tag
+    }
+
+    /// Whether `tag` is the next frame's tag (constant time).
+    pub fn open(&mut self, body: &[u8], tag: &[u8]) -> bool {
+        let mut m = self.keyed.clone();
+        m.update(&self.seq.to_be_bytes());
+        m.update(body);
+        self.seq += 1;
+        m.verify_truncated_left(tag).is_ok() && tag.len() == TAG_BYTES
+    }
+}
+
+fn new_mac(key: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length, so this never fails; the fallback keeps the code free of
+    // panics all the same.
+    HmacSha256::new_from_slice(key).unwrap_or_else(|_| {
+        <HmacSha256 as hmac::digest::KeyInit>::new(&hmac::digest::Key::<HmacSha256>::default())
+    })
+}
+
+fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut m = new_mac(key);
+    for p in parts {
+        m.update(p);
+    }
+    m.finalize().into_bytes().into()
+}
+
+/// A field of variable length in a MAC input: prefixed by its length, so that two different
+/// splits of the same bytes never give the same input.
+fn len_prefixed(b: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(b.len() + 8);
+    v.extend_from_slice(&(b.len() as u64).to_be_bytes());
+    v.extend_from_slice(b);
+    v
+}
+
+#[must_use]
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Key> {
+    if s.len() != KEY_BYTES * 2 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; KEY_BYTES];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Key = [7u8; 32];
+    const OTHER: Key = [8u8; 32];
+
+    fn ring(text: &str) -> Keyring {
+        Keyring::parse(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_secret_file_grants_both_levels_and_a_client_file_only_one() {
+        let server = ring(&secret_line(&S));
+        let client = ring(&client_key_line(&S));
+        assert!(server.has_cluster_secret());
+        assert!(!client.has_cluster_secret());
+        let ck = client.connect_key().unwrap_or_else(|| panic!("no key"));
+        assert_eq!(ck.credential, Credential::Client);
+        // The server recognises the client key as a client key.
+        assert_eq!(
+            server.find(&ck.id()).map(|k| k.credential),
+            Some(Credential::Client)
+        );
+        let sk = server.connect_key().unwrap_or_else(|| panic!("no key"));
+        assert_eq!(sk.credential, Credential::Cluster);
+        // A client keyring does not accept the cluster key, and another cluster knows neither.
+        assert!(client.find(&sk.id()).is_none());
+        let other = ring(&secret_line(&OTHER));
+        assert!(other.find(&sk.id()).is_none() && other.find(&ck.id()).is_none());
+    }
+
+    #[test]
+    fn key_files_parse_strictly() {
+        let two = format!(
+            "# rotated\n{}\n\n{}  # old\n",
+            secret_line(&OTHER),
+            secret_line(&S)
+        );
+        let r = ring(&two);
+        assert_eq!(r.keys.len(), 4);
+        assert!(r.find(&Keyring::from_secret(&S).keys[0].id()).is_some());
+        assert_eq!(Keyring::parse(""), Err(KeyFileError::Empty));
+        assert_eq!(Keyring::parse("# nothing\n"), Err(KeyFileError::Empty));
+        for bad in [
+            "cluster:12",
+            "secret:00",
+            "nocolon",
+            &format!("cluster:{}zz", "0".repeat(62)),
+        ] {
+            assert_eq!(
+                Keyring::parse(bad),
+                Err(KeyFileError::BadLine { line: 1 }),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn proofs_bind_key_and_transcript() {
+        let k = Keyring::from_secret(&S).keys[0].clone();
+        let wrong = Keyring::from_secret(&OTHER).keys[0].clone();
+        let p = k.client_proof(b"hello", b"reply");
+        assert!(proofs_equal(&p, &k.client_proof(b"hello", b"reply")));
+        assert!(!proofs_equal(&p, &wrong.client_proof(b"hello", b"reply")));
+        assert!(!proofs_equal(&p, &k.client_proof(b"hellor", b"eply")));
+        let n = [1u8; 32];
+        assert!(!proofs_equal(
+            &k.server_proof(b"h", &n, 1, 2),
+            &k.server_proof(b"h", &n, 1, 3)
+        ));
+        // A server proof is never a valid client proof (no reflection).
+        assert!(!proofs_equal(
+            &k.server_proof(b"h", &n, 0, 0),
+            &k.client_proof(b"h", &n)
+        ));
+    }
+
+    #[test]
+    fn frame_tags_catch_changes_replays_and_reordering() {
+        let k = Keyring::from_secret(&S).keys[1].clone();
+        let (mut c2s_send, _) = k.session(&[1; 32], &[2; 32]);
+        let (c2s_recv, _) = k.session(&[1; 32], &[2; 32]);
+        let t0 = c2s_send.seal(b"first");
+        let t1 = c2s_send.seal(b"second");
+        // In order: accepted.
+        let mut r = c2s_recv.clone();
+        assert!(r.open(b"first", &t0) && r.open(b"second", &t1));
+        // Reordered, replayed, changed, truncated tag: refused.
+        assert!(!c2s_recv.clone().open(b"second", &t1));
+        let mut r = c2s_recv.clone();
+        assert!(r.open(b"first", &t0) && !r.open(b"first", &t0));
+        assert!(!c2s_recv.clone().open(b"firsT", &t0));
+        assert!(!c2s_recv.clone().open(b"first", &t0[..8]));
+        // The other direction's key does not verify.
+        let (_, mut s2c) = k.session(&[1; 32], &[2; 32]);
+        assert!(!s2c.open(b"first", &t0));
+        // Another connection's nonces give other keys.
+        let (mut other, _) = k.session(&[1; 32], &[3; 32]);
+        assert!(!other.open(b"first", &t0));
+    }
+}
