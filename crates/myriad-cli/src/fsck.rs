@@ -49,7 +49,9 @@ pub async fn run(client: &Client, root: &str, repair: bool) -> anyhow::Result<bo
     client.newest_map().await;
     let first = match check(client, root, true).await {
         Err(e) if e.downcast_ref::<FsError>() == Some(&FsError::PermissionDenied) => {
-            bail!("fsck reads every node's raw state and needs root (uid 0)")
+            bail!(
+                "fsck reads every node's raw state and needs root (uid 0) with the cluster secret"
+            )
         }
         other => other?,
     };
@@ -180,7 +182,18 @@ async fn check_replicas(client: &Client, pass: &mut Pass) {
                     format!("partition {} on server {server}: {e}", part.id),
                     None,
                 )),
-                Ok(d) => match &primary {
+                Ok((d, corrupt)) => {
+                    for (ino, block) in corrupt {
+                        pass.problems.push(problem(
+                            "corrupt block",
+                            format!(
+                                "partition {} on server {server}: block {block} of inode {ino} fails its checksum",
+                                part.id
+                            ),
+                            Some((part.id, FsckRepair::RepairBlock { ino, block })),
+                        ));
+                    }
+                    match &primary {
                     None => primary = Some((server, d)),
                     Some((p, pd)) if *pd != d => pass.problems.push(problem(
                         "copy differs from its primary",
@@ -191,7 +204,8 @@ async fn check_replicas(client: &Client, pass: &mut Pass) {
                         None,
                     )),
                     Some(_) => {}
-                },
+                    }
+                }
             }
         }
     }

@@ -1,6 +1,8 @@
 //! Key files (SECURITY.md): the cluster secret (`cluster:<hex>` lines, servers and
 //! administrators) and the client key derived from it (`client:<hex>`, client machines).
-//! Both are mode 0600 and refused when others can read them.
+//! Both are made mode 0600. A cluster secret that anyone but its owner can read is refused;
+//! a client key may be shared with a group (0640: the users of a client machine) but not
+//! with everyone.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -16,21 +18,23 @@ pub const SECRET_FILE: &str = "cluster.secret";
 /// File name of the client key beside a local cluster's map.
 pub const CLIENT_KEY_FILE: &str = "client.key";
 
-/// Reads a key file, refusing one that others may read.
+/// Reads a key file, refusing one that too many may read.
 pub fn load(path: &Path) -> anyhow::Result<Keyring> {
     let meta = std::fs::metadata(path)
         .with_context(|| format!("cannot read key file {}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read key file {}", path.display()))?;
+    let keys = Keyring::parse(&text).with_context(|| format!("bad key file {}", path.display()))?;
+    let allowed = if keys.has_cluster_secret() { 0o700 } else { 0o750 };
+    if mode & !allowed != 0 {
         bail!(
             "key file {} can be read by others (mode {mode:o}); run `chmod 600 {}`",
             path.display(),
             path.display()
         );
     }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read key file {}", path.display()))?;
-    Keyring::parse(&text).with_context(|| format!("bad key file {}", path.display()))
+    Ok(keys)
 }
 
 /// The key file a client uses: `--secret-file` / MYRIAD_SECRET_FILE, else the cluster secret

@@ -764,18 +764,25 @@ impl Client {
         self.call(Route::Partition(pid), req).await
     }
 
-    /// The copy of partition `pid` on server `node`: (last applied batch, keys, digest);
-    /// the batch is None while the copy is being filled. Root only (fsck).
+    /// The copy of partition `pid` on server `node`: (last applied batch, keys, digest) and
+    /// the blocks that fail their checksum there; the batch is None while the copy is being
+    /// filled. Needs the cluster secret (fsck).
+    #[allow(clippy::type_complexity)]
     pub async fn replica_digest(
         &self,
         node: NodeId,
         pid: PartitionId,
-    ) -> Result<(Option<u64>, u64, u64), FsError> {
+    ) -> Result<((Option<u64>, u64, u64), Vec<(u64, u64)>), FsError> {
         match self
             .call(Route::Copy(node, pid), Request::FsckReplica)
             .await?
         {
-            Response::ReplicaDigest { seq, keys, digest } => Ok((seq, keys, digest)),
+            Response::ReplicaDigest {
+                seq,
+                keys,
+                digest,
+                corrupt,
+            } => Ok(((seq, keys, digest), corrupt)),
             other => Err(unexpected(&other)),
         }
     }

@@ -64,6 +64,9 @@ pub enum FsError {
     ReplicaGap { next: Option<u64> },
     #[error("operation not permitted")]
     NotPermitted,
+    /// Stored data failed its checksum and no intact copy could replace it.
+    #[error("block {block} of inode {ino} is corrupt on disk and no intact copy was found")]
+    Corrupt { ino: u64, block: u64 },
 }
 
 impl FsError {
@@ -91,6 +94,7 @@ impl FsError {
             FsError::NoData => 61,             // ENODATA
             FsError::NotPermitted => 1,        // EPERM
             FsError::Io(_)
+            | FsError::Corrupt { .. }
             | FsError::Unavailable(_)
             | FsError::Protocol(_)
             | FsError::ReplicaGap { .. } => 5, // EIO

@@ -272,6 +272,9 @@ pub enum Request {
     /// A server holding a copy (primary or backup) of the target partition, as root: the
     /// copy's last applied batch and a digest of its whole contents (`ReplicaDigest`).
     FsckReplica,
+    /// Primary to a backup of the same partition: the backup's copy of one block, if intact
+    /// (repairing a block that failed its checksum on the primary).
+    ReplicaBlock { ino: u64, block: u64 },
 
     // ---- server to server ----
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
@@ -510,6 +513,9 @@ pub enum FsckRepair {
     SetLinks { ino: u64, nlink: u32 },
     /// Blocks of an inode no file has, or beyond its size: drop blocks from `from_block`.
     DropBlocks { ino: u64, from_block: u64 },
+    /// A block failing its checksum on some copy: make every copy intact again from one
+    /// that is (sent to the partition's primary).
+    RepairBlock { ino: u64, block: u64 },
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.
@@ -579,6 +585,7 @@ impl Request {
             Request::FsckBlockFrom { .. } => "fsck_block_from",
             Request::FsckRepair(_) => "fsck_repair",
             Request::FsckReplica => "fsck_replica",
+            Request::ReplicaBlock { .. } => "replica_block",
             Request::DirObjectCreate { .. } => "dirobj_create",
             Request::DirObjectRemove { .. } => "dirobj_remove",
             Request::RenamePrepare { .. } => "rename_prepare",
@@ -686,6 +693,7 @@ impl Request {
                 | Request::ReplicaCopy { .. }
                 | Request::ReplicaCopyDone { .. }
                 | Request::ReplicaRead { .. }
+                | Request::ReplicaBlock { .. }
         )
     }
 
@@ -785,7 +793,11 @@ pub enum Response {
         keys: u64,
         /// xxh3 of every (space, key, value) but the sequence number itself.
         digest: u64,
+        /// Blocks of this copy that fail their checksum (ino, block), at most 64.
+        corrupt: Vec<(u64, u64)>,
     },
+    /// A backup's intact copy of a block (None: it has no such block).
+    BlockCopy(Option<serde_bytes::ByteBuf>),
     /// openraft's response, postcard-encoded.
     Raft(#[serde(with = "serde_bytes")] Vec<u8>),
     /// `granted`: the sender may serve for the lease period counted from when it sent the

@@ -118,6 +118,7 @@ impl Node {
                     .run(Mutation::DropBlocks { ino, from_block })
                     .await?;
             }
+            FsckRepair::RepairBlock { ino, block } => self.repair_block(ino, block).await?,
         }
         Ok(Response::Unit)
     }

@@ -644,9 +644,20 @@ impl Handler for Host {
     }
 }
 
+/// Corrupt blocks one copy lists in its fsck digest (the rest are found once these are fixed).
+const CORRUPT_LISTED_MAX: usize = 64;
+
 fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
     let (seq, keys, digest) = crate::replication::digest(store)?;
-    Ok(Response::ReplicaDigest { seq, keys, digest })
+    let corrupt = store
+        .corrupt_blocks(CORRUPT_LISTED_MAX)
+        .map_err(crate::mutation::storage_err)?;
+    Ok(Response::ReplicaDigest {
+        seq,
+        keys,
+        digest,
+        corrupt,
+    })
 }
 
 /// Calls partition `pid` wherever it is served; used by partitions (`source` = the caller's

@@ -21,6 +21,7 @@ mod mutation;
 mod node;
 mod perm;
 mod popularity;
+mod repair;
 mod replication;
 mod shards;
 mod split;

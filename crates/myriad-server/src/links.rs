@@ -111,22 +111,20 @@ impl Node {
                 perm::require(&inode, &caller, perm::READ)?;
                 let n = max_bytes.min(chunk_size).min(limits::IO_BYTES_MAX);
                 let data = self
-                    .store
-                    .read_range(ino, 0, n, inode.size.min(chunk_size))
-                    .map_err(storage_err)?;
+                    .read_range_repairing(ino, 0, n, inode.size.min(chunk_size))
+                    .await?;
                 Ok(Response::Fetched { inode, data })
             }
             InodeOp::Read { offset, len, .. } => {
                 perm::require(&inode, &caller, perm::READ)?;
                 let data = self
-                    .store
-                    .read_range(
+                    .read_range_repairing(
                         ino,
                         offset,
                         len.min(limits::IO_BYTES_MAX),
                         inode.size.min(chunk_size),
                     )
-                    .map_err(storage_err)?;
+                    .await?;
                 Ok(Response::Data {
                     inode: Some(inode),
                     data,

@@ -34,6 +34,11 @@ pub enum InodeChange {
 pub enum Mutation {
     /// Changes nothing; its reply comes after the fsync covering everything applied before.
     Barrier,
+    /// Puts an intact copy of a block that failed its checksum here or on a backup
+    /// (repair.rs). Applied only if the block is still what repair saw: corrupt here, or
+    /// intact and equal to `data` (rewritten so that every copy gets it); a block written
+    /// or deleted meanwhile is left alone.
+    RepairBlock { ino: u64, block: u64, data: Vec<u8> },
     /// First extra name of the regular file at `dir/name`: its inode moves to an inode object
     /// on this node (`me`), with one more link; the entry becomes a reference to it.
     LinkSource {
@@ -306,6 +311,7 @@ impl IdAlloc {
 pub fn storage_err(e: StorageError) -> FsError {
     match e {
         StorageError::NoSpace => FsError::NoSpace,
+        StorageError::Checksum { ino, block } => FsError::Corrupt { ino, block },
         other => FsError::Io(other.to_string()),
     }
 }
@@ -324,6 +330,20 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
+        Mutation::RepairBlock { ino, block, data } => {
+            let now = ctx.store.block_value(ino, block).map_err(storage_err)?;
+            let still = match now.as_deref() {
+                None => false,
+                Some(v) if myriad_storage::block_is_intact(v) => {
+                    v.len() == data.len() + 4 && v.starts_with(&data)
+                }
+                Some(_) => true,
+            };
+            if still {
+                ctx.store.put_block(&mut b, ino, block, data);
+            }
+            Outcome::Unit
+        }
         Mutation::Shard(m) => shard_ops::execute(ctx, &mut b, m)?,
         Mutation::DropBlocks { ino, from_block } => {
             ctx.store

@@ -215,9 +215,8 @@ impl Node {
                 }
                 let data = if inode.kind == FileKind::File {
                     let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
-                    self.store
-                        .read_range(inode.ino, 0, n, inode.size.min(cs))
-                        .map_err(storage_err)?
+                    self.read_range_repairing(inode.ino, 0, n, inode.size.min(cs))
+                        .await?
                 } else {
                     Vec::new()
                 };
@@ -336,9 +335,8 @@ impl Node {
                 perm::require(&inode, &caller, perm::READ)?;
                 let len = len.min(limits::IO_BYTES_MAX);
                 let data = self
-                    .store
-                    .read_range(ino, offset, len, inode.size.min(cs))
-                    .map_err(storage_err)?;
+                    .read_range_repairing(ino, offset, len, inode.size.min(cs))
+                    .await?;
                 Ok(Response::Data {
                     inode: Some(inode),
                     data,
@@ -357,9 +355,8 @@ impl Node {
                 let len = len.min(limits::IO_BYTES_MAX).min(cs.saturating_sub(offset));
                 let start = chunk.saturating_mul(cs).saturating_add(offset);
                 let data = self
-                    .store
-                    .read_range(ino, start, len, start.saturating_add(len))
-                    .map_err(storage_err)?;
+                    .read_range_repairing(ino, start, len, start.saturating_add(len))
+                    .await?;
                 Ok(Response::Data { inode: None, data })
             }
             Request::Readlink { path } => {
@@ -816,6 +813,7 @@ impl Node {
             | Request::ReplicaCopy { .. }
             | Request::ReplicaCopyDone { .. }
             | Request::ReplicaRead { .. }
+            | Request::ReplicaBlock { .. }
             | Request::FsckReplica => Err(FsError::InvalidArgument(
                 "replication requests go to a backup, not the primary".into(),
             )),

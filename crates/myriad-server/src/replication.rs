@@ -23,7 +23,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::{Caller, Endpoints, FsError, ReplOp, Request, Response};
-use myriad_storage::{Batch, Kv, Space, Store};
+use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::applier::{Done, Syncer};
@@ -880,6 +880,14 @@ impl Backup {
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
+            Request::ReplicaBlock { ino, block } => match self.store.block(ino, block) {
+                Ok(d) => Ok(Response::BlockCopy(d.map(serde_bytes::ByteBuf::from))),
+                Err(StorageError::Checksum { .. }) => {
+                    tracing::error!(partition = self.pid, ino, block, "backup copy of a block fails its checksum too");
+                    Err(FsError::Corrupt { ino, block })
+                }
+                Err(e) => Err(storage_err(e)),
+            },
             Request::ReplicaRead { space, after } => {
                 let space = Space::partition_space(space)
                     .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;

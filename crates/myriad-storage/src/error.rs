@@ -11,6 +11,10 @@ pub enum StorageError {
     WrongNode { found: u32, expected: u32 },
     #[error("no space left on device")]
     NoSpace,
+    /// A stored block failed its checksum (blocks.rs): the bytes on disk are not what was
+    /// written. The server repairs it from another copy where it can.
+    #[error("block {block} of inode {ino} failed its checksum (data corrupted on disk)")]
+    Checksum { ino: u64, block: u64 },
 }
 
 impl From<fjall::Error> for StorageError {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::StorageError;
-use crate::blocks::BLOCK_BYTES;
+use crate::blocks::{BLOCK_BYTES, open_block, seal_block};
 use crate::keys::{
     block_key, entry_key, entry_prefix, hash_position_key, split_entry_key, u64_key,
 };
@@ -18,7 +18,8 @@ use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
 /// Version of the on-disk layout; stored under `format_version` in `Meta`.
 /// 2: entry keys carry the name hash; directory records carry shards.
 /// 3: every key carries its partition's id (`PartitionKv`); 0 holds the server's own records.
-pub const FORMAT_VERSION: u32 = 3;
+/// 4: every block value ends with the crc32c of its data (blocks.rs).
+pub const FORMAT_VERSION: u32 = 4;
 
 #[derive(Clone)]
 pub struct Store {
@@ -295,10 +296,7 @@ impl Store {
         let first = offset / BLOCK_BYTES;
         let last = (end - 1) / BLOCK_BYTES;
         if first == last {
-            let block = self
-                .kv
-                .get(Space::Blocks, &block_key(ino, first))?
-                .unwrap_or_default();
+            let block = self.block(ino, first)?.unwrap_or_default();
             let from = usize::try_from(offset - first * BLOCK_BYTES).unwrap_or(usize::MAX);
             // Fast path (every inline file): the block holds the whole range, hand it over.
             if from == 0 && block.len() == len_usize {
@@ -333,17 +331,14 @@ impl Store {
             let value = if in_block == 0 && take == BLOCK_BYTES as usize {
                 piece.to_vec()
             } else {
-                let mut cur = self
-                    .kv
-                    .get(Space::Blocks, &block_key(ino, block))?
-                    .unwrap_or_default();
+                let mut cur = self.block(ino, block)?.unwrap_or_default();
                 if cur.len() < in_block + take {
                     cur.resize(in_block + take, 0);
                 }
                 cur[in_block..in_block + take].copy_from_slice(piece);
                 cur
             };
-            batch.put(Space::Blocks, block_key(ino, block), value);
+            batch.put(Space::Blocks, block_key(ino, block), seal_block(value));
             pos += take;
         }
         Ok(())
@@ -360,18 +355,36 @@ impl Store {
         end_block: u64,
     ) -> Result<(), StorageError> {
         let start_block = (keep_bytes / BLOCK_BYTES).max(first_block);
-        for (block, data) in self.blocks(ino, start_block, end_block)? {
-            let block_start = block * BLOCK_BYTES;
-            if block_start >= keep_bytes {
-                batch.delete(Space::Blocks, block_key(ino, block));
-            } else {
+        // Raw values: a block that goes whole is deleted unread, so a corrupt block never
+        // stops a file from being deleted or truncated below it.
+        let prefix = ino.to_be_bytes();
+        let mut after = start_block.checked_sub(1).map(|b| block_key(ino, b));
+        loop {
+            let page = self.kv.scan(Space::Blocks, &prefix, after.as_deref(), 64)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(());
+            };
+            after = Some(last.clone());
+            for (k, v) in page {
+                let Some(block) = k.get(8..).and_then(crate::keys::decode_u64_key) else {
+                    continue;
+                };
+                if block >= end_block {
+                    return Ok(());
+                }
+                let block_start = block * BLOCK_BYTES;
+                if block_start >= keep_bytes {
+                    batch.delete(Space::Blocks, k);
+                    continue;
+                }
                 let keep = usize::try_from(keep_bytes - block_start).unwrap_or(usize::MAX);
+                let data = open_block(v).ok_or(StorageError::Checksum { ino, block })?;
                 if data.len() > keep {
-                    batch.put(Space::Blocks, block_key(ino, block), data[..keep].to_vec());
+                    let kept = data[..keep].to_vec();
+                    batch.put(Space::Blocks, k, seal_block(kept));
                 }
             }
         }
-        Ok(())
     }
 
     /// Inode ids that have blocks here, after `after`, with the first block of each (fsck).
@@ -440,13 +453,72 @@ impl Store {
             if block >= end_block {
                 break;
             }
-            out.push((block, v));
+            out.push((
+                block,
+                open_block(v).ok_or(StorageError::Checksum { ino, block })?,
+            ));
         }
         Ok(out)
     }
 
     pub fn put_block(&self, batch: &mut Batch, ino: u64, block: u64, data: Vec<u8>) {
-        batch.put(Space::Blocks, block_key(ino, block), data);
+        batch.put(Space::Blocks, block_key(ino, block), seal_block(data));
+    }
+
+    /// One block's data, checked against its checksum (None: a hole).
+    pub fn block(&self, ino: u64, block: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.kv.get(Space::Blocks, &block_key(ino, block))? {
+            None => Ok(None),
+            Some(v) => open_block(v)
+                .map(Some)
+                .ok_or(StorageError::Checksum { ino, block }),
+        }
+    }
+
+    /// The raw stored value of a block, checksum included (repair compares it).
+    pub fn block_value(&self, ino: u64, block: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        self.kv.get(Space::Blocks, &block_key(ino, block))
+    }
+
+    /// Blocks of this store whose checksum fails, at most `limit` (fsck, scrub).
+    pub fn corrupt_blocks(&self, limit: usize) -> Result<Vec<(u64, u64)>, StorageError> {
+        let mut bad = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.kv.scan(Space::Blocks, b"", after.as_deref(), 64)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(bad);
+            };
+            after = Some(last.clone());
+            for (k, v) in &page {
+                if !crate::blocks::block_is_intact(v) {
+                    let ino = crate::keys::decode_u64_key(k).unwrap_or(0);
+                    let block = k.get(8..).and_then(crate::keys::decode_u64_key).unwrap_or(0);
+                    bad.push((ino, block));
+                    if bad.len() >= limit {
+                        return Ok(bad);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fault injection for tests of the checks above: flips one bit of a stored block's data
+    /// behind its checksum, as a failing disk would. Never called by the server.
+    pub fn corrupt_block_for_test(&self, ino: u64, block: u64) -> Result<bool, StorageError> {
+        let key = block_key(ino, block);
+        let Some(mut v) = self.kv.get(Space::Blocks, &key)? else {
+            return Ok(false);
+        };
+        let Some(b) = v.first_mut() else {
+            return Ok(false);
+        };
+        *b ^= 0x01;
+        let mut batch = Batch::new();
+        batch.put(Space::Blocks, key, v);
+        self.kv.commit(batch)?;
+        self.kv.sync()?;
+        Ok(true)
     }
 
     pub fn disk_bytes(&self) -> u64 {

@@ -116,9 +116,15 @@ async fn fsck_is_clean_finds_damage_and_repairs_it() {
 fn fsck_needs_root() {
     let tc = TestCluster::start(2);
     use std::os::unix::process::CommandExt;
+    // A user's own copy of the client key (the cluster's files are root's).
+    let key = tc.dir.path().join("user.key");
+    must(std::fs::copy(tc.dir.path().join("client.key"), &key));
+    must(std::os::unix::fs::chown(&key, Some(1000), Some(1000)));
     let out = std::process::Command::new(crate::harness::BIN)
         .args(["--cluster"])
         .arg(tc.map_file())
+        .arg("--secret-file")
+        .arg(&key)
         .arg("fsck")
         .uid(1000)
         .output();

@@ -1,0 +1,104 @@
+//! Blocks that fail their checksum (myriad-storage blocks.rs): found where they are read (or
+//! by fsck on any copy), reported, and replaced from an intact copy.
+//!
+//! The primary repairs. First a barrier: every batch it applied before is then on every live
+//! backup, so a backup's copy of the block is at least as new as any acknowledged write of
+//! it. Then the intact copy (its own, or the first backup's that is intact) is written with
+//! `Mutation::RepairBlock` as an ordinary replicated batch, so every copy ends up with it. The
+//! mutation checks that the block is still what repair saw, so a write racing the repair
+//! wins.
+
+use myriad_proto::{Caller, Endpoints, FsError, Request, Response};
+use myriad_storage::StorageError;
+
+use crate::mutation::{Mutation, storage_err};
+use crate::node::Node;
+
+/// Blocks one read may repair before giving up (a 4 MiB read spans 64 blocks).
+const REPAIRS_PER_READ_MAX: usize = 64;
+
+impl Node {
+    /// `Store::read_range`, repairing blocks that fail their checksum from another copy.
+    pub(crate) async fn read_range_repairing(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<Vec<u8>, FsError> {
+        for _ in 0..REPAIRS_PER_READ_MAX {
+            match self.store.read_range(ino, offset, len, size) {
+                Err(StorageError::Checksum { ino, block }) => self.repair_block(ino, block).await?,
+                r => return r.map_err(storage_err),
+            }
+        }
+        Err(FsError::Io(format!(
+            "inode {ino}: more than {REPAIRS_PER_READ_MAX} corrupt blocks in one read"
+        )))
+    }
+
+    /// Makes every copy of block `block` of `ino` intact again, from one that is.
+    pub(crate) async fn repair_block(&self, ino: u64, block: u64) -> Result<(), FsError> {
+        self.host.counters.count("block_checksum_failures", true);
+        self.applier.run(Mutation::Barrier).await?;
+        let (data, from) = match self.store.block(ino, block) {
+            Ok(Some(d)) => (d, self.host.id),
+            Ok(None) => return Ok(()),
+            Err(StorageError::Checksum { .. }) => {
+                tracing::error!(
+                    partition = self.me,
+                    ino,
+                    block,
+                    "block failed its checksum here; repairing it from a backup"
+                );
+                self.intact_copy_on_a_backup(ino, block).await?
+            }
+            Err(e) => return Err(storage_err(e)),
+        };
+        self.applier
+            .run(Mutation::RepairBlock { ino, block, data })
+            .await?;
+        self.host.counters.count("blocks_repaired", true);
+        tracing::warn!(
+            partition = self.me,
+            ino,
+            block,
+            from_server = from,
+            "block repaired on every copy"
+        );
+        Ok(())
+    }
+
+    async fn intact_copy_on_a_backup(&self, ino: u64, block: u64) -> Result<(Vec<u8>, u32), FsError> {
+        let st = self.host.state();
+        let ends = Endpoints {
+            target: self.me,
+            source: self.me,
+        };
+        for server in st.map.backups_of(self.me) {
+            let Some(addr) = st.map.node(server).map(|n| n.addr.clone()) else {
+                continue;
+            };
+            let req = Request::ReplicaBlock { ino, block };
+            match self
+                .host
+                .pool
+                .call(&addr, st.map.epoch, ends, &Caller::root(), &req)
+                .await
+            {
+                Ok(Response::BlockCopy(Some(d))) => return Ok((d.into_vec(), server)),
+                Ok(other) => {
+                    tracing::warn!(server, ino, block, "no intact copy on this backup: {other:?}")
+                }
+                Err(e) => tracing::warn!(server, ino, block, "no intact copy on this backup: {e}"),
+            }
+        }
+        tracing::error!(
+            partition = self.me,
+            ino,
+            block,
+            "block is corrupt and no backup has an intact copy"
+        );
+        Err(FsError::Corrupt { ino, block })
+    }
+}
