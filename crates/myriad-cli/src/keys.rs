@@ -26,7 +26,11 @@ pub fn load(path: &Path) -> anyhow::Result<Keyring> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read key file {}", path.display()))?;
     let keys = Keyring::parse(&text).with_context(|| format!("bad key file {}", path.display()))?;
-    let allowed = if keys.has_cluster_secret() { 0o700 } else { 0o750 };
+    let allowed = if keys.has_cluster_secret() {
+        0o700
+    } else {
+        0o750
+    };
     if mode & !allowed != 0 {
         bail!(
             "key file {} can be read by others (mode {mode:o}); run `chmod 600 {}`",

@@ -38,7 +38,11 @@ pub enum Mutation {
     /// (repair.rs). Applied only if the block is still what repair saw: corrupt here, or
     /// intact and equal to `data` (rewritten so that every copy gets it); a block written
     /// or deleted meanwhile is left alone.
-    RepairBlock { ino: u64, block: u64, data: Vec<u8> },
+    RepairBlock {
+        ino: u64,
+        block: u64,
+        data: Vec<u8>,
+    },
     /// First extra name of the regular file at `dir/name`: its inode moves to an inode object
     /// on this node (`me`), with one more link; the entry becomes a reference to it.
     LinkSource {

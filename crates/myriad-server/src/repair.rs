@@ -69,7 +69,11 @@ impl Node {
         Ok(())
     }
 
-    async fn intact_copy_on_a_backup(&self, ino: u64, block: u64) -> Result<(Vec<u8>, u32), FsError> {
+    async fn intact_copy_on_a_backup(
+        &self,
+        ino: u64,
+        block: u64,
+    ) -> Result<(Vec<u8>, u32), FsError> {
         let st = self.host.state();
         let ends = Endpoints {
             target: self.me,
@@ -88,7 +92,12 @@ impl Node {
             {
                 Ok(Response::BlockCopy(Some(d))) => return Ok((d.into_vec(), server)),
                 Ok(other) => {
-                    tracing::warn!(server, ino, block, "no intact copy on this backup: {other:?}")
+                    tracing::warn!(
+                        server,
+                        ino,
+                        block,
+                        "no intact copy on this backup: {other:?}"
+                    )
                 }
                 Err(e) => tracing::warn!(server, ino, block, "no intact copy on this backup: {e}"),
             }

@@ -883,7 +883,12 @@ impl Backup {
             Request::ReplicaBlock { ino, block } => match self.store.block(ino, block) {
                 Ok(d) => Ok(Response::BlockCopy(d.map(serde_bytes::ByteBuf::from))),
                 Err(StorageError::Checksum { .. }) => {
-                    tracing::error!(partition = self.pid, ino, block, "backup copy of a block fails its checksum too");
+                    tracing::error!(
+                        partition = self.pid,
+                        ino,
+                        block,
+                        "backup copy of a block fails its checksum too"
+                    );
                     Err(FsError::Corrupt { ino, block })
                 }
                 Err(e) => Err(storage_err(e)),

@@ -493,7 +493,10 @@ impl Store {
             for (k, v) in &page {
                 if !crate::blocks::block_is_intact(v) {
                     let ino = crate::keys::decode_u64_key(k).unwrap_or(0);
-                    let block = k.get(8..).and_then(crate::keys::decode_u64_key).unwrap_or(0);
+                    let block = k
+                        .get(8..)
+                        .and_then(crate::keys::decode_u64_key)
+                        .unwrap_or(0);
                     bad.push((ino, block));
                     if bad.len() >= limit {
                         return Ok(bad);

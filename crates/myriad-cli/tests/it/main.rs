@@ -10,6 +10,7 @@ mod fuse_posix;
 mod fuse_programs;
 mod harness;
 mod hugedirs;
+mod integrity;
 mod links;
 mod mount;
 mod netsplit;
