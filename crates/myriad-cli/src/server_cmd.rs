@@ -126,6 +126,11 @@ pub struct SecurityArgs {
     /// Seconds a peer may leave our replies unread before its connection closes.
     #[arg(long, default_value_t = myriad_net::limits::WRITE_STALL_TIMEOUT.as_secs())]
     pub write_stall_timeout_secs: u64,
+    /// MiB kept free on the data disk: below it, writes that grow the store get ENOSPC
+    /// (below a quarter of it, every write does) while reads go on, so the storage engine
+    /// itself never runs out of space.
+    #[arg(long, default_value_t = myriad_server::DEFAULT_RESERVE_BYTES >> 20)]
+    pub disk_reserve_mib: u64,
 }
 
 impl SecurityArgs {
@@ -142,6 +147,7 @@ impl SecurityArgs {
                 "--write-stall-timeout-secs={}",
                 self.write_stall_timeout_secs
             ),
+            format!("--disk-reserve-mib={}", self.disk_reserve_mib),
         ];
         if self.root_squash {
             v.push("--root-squash".into());
@@ -215,6 +221,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     let mut config = ServerConfig::new(node_id, args.data_dir, map, keys);
     config.root_squash = args.security.root_squash;
     config.limits = args.security.limits()?;
+    config.disk_reserve_bytes = args.security.disk_reserve_mib.saturating_mul(1 << 20);
     config.map_path = Some(args.cluster_map);
     config.request_timeout = Duration::from_millis(args.request_timeout_ms);
     config.replication = args.replication.config()?;

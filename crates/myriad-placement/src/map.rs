@@ -34,6 +34,12 @@ pub const DEFAULT_INLINE_MAX_BYTES: u64 = 64 * 1024;
 pub const WEIGHT_MAX: u32 = 64;
 /// Upper bound on the ring size: nodes * vnodes * weight.
 pub const RING_POINTS_MAX: u64 = 1 << 22;
+/// Upper bound on a map's epoch. Epochs grow by one per map change (`mark_down`, `mark_up`,
+/// `mark_leaving`, `plan_moves`, `complete_moves`, the CLI's edits), so a real cluster never
+/// comes near it; the bound leaves room so that no increment of a map that passed `validate`
+/// can overflow (a hostile or corrupt map file with epoch `u64::MAX` made `mark_down` panic
+/// in debug builds and wrap to epoch 0, which loses to every older map, in release builds).
+pub const EPOCH_MAX: u64 = u64::MAX / 2;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
@@ -110,6 +116,8 @@ pub enum MapError {
         "chunk_size_bytes must be a multiple of 65536 and inline_max_bytes at most the chunk size"
     )]
     BadLayout,
+    #[error("epoch {0} is above the limit of {EPOCH_MAX}")]
+    BadEpoch(u64),
     #[error("cluster map is not valid JSON: {0}")]
     Parse(String),
 }
@@ -170,6 +178,9 @@ impl ClusterMap {
 
     /// Checks every rule a map must obey before anyone acts on it.
     pub fn validate(&self) -> Result<(), MapError> {
+        if self.epoch > EPOCH_MAX {
+            return Err(MapError::BadEpoch(self.epoch));
+        }
         if self.nodes.is_empty() {
             return Err(MapError::Empty);
         }
@@ -317,7 +328,8 @@ impl ClusterMap {
     /// The next map (epoch + 1) with server `id` in `state`.
     pub(crate) fn with_state(&self, id: NodeId, state: NodeState) -> ClusterMap {
         let mut next = self.clone();
-        next.epoch += 1;
+        // Cannot overflow for a map that passed `validate` (EPOCH_MAX); saturating all the same.
+        next.epoch = next.epoch.saturating_add(1);
         for n in &mut next.nodes {
             if n.id == id {
                 n.state = state;
@@ -443,5 +455,37 @@ mod tests {
             ClusterMap::from_json(&old).unwrap_or_else(|e| panic!("{e}")),
             up
         );
+    }
+
+    /// Found by the cluster_map fuzz target: a map file with epoch u64::MAX passed `validate`
+    /// and then `mark_down` overflowed the epoch.
+    #[test]
+    fn an_epoch_with_no_room_to_grow_is_refused() {
+        let mut m = five();
+        m.epoch = u64::MAX;
+        assert_eq!(m.validate(), Err(MapError::BadEpoch(u64::MAX)));
+        assert_eq!(
+            ClusterMap::from_json(&m.to_json()),
+            Err(MapError::BadEpoch(u64::MAX))
+        );
+        let text = five()
+            .to_json()
+            .replace("\"epoch\": 1,", "\"epoch\": 18446744073709551615,");
+        assert!(text.contains("18446744073709551615"));
+        assert_eq!(
+            ClusterMap::from_json(&text),
+            Err(MapError::BadEpoch(u64::MAX))
+        );
+        m.epoch = EPOCH_MAX + 1;
+        assert_eq!(m.validate(), Err(MapError::BadEpoch(EPOCH_MAX + 1)));
+        // The limit itself is a valid epoch, and every step from it still moves forward.
+        m.epoch = EPOCH_MAX;
+        assert!(m.validate().is_ok());
+        let down = m.mark_down(2).unwrap_or_else(|| panic!("server 2 is up"));
+        assert_eq!(down.epoch, EPOCH_MAX + 1);
+        // Unvalidated maps saturate instead of overflowing.
+        m.epoch = u64::MAX;
+        let down = m.mark_down(2).unwrap_or_else(|| panic!("server 2 is up"));
+        assert_eq!(down.epoch, u64::MAX);
     }
 }

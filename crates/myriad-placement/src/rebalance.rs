@@ -181,7 +181,8 @@ impl ClusterMap {
             changed = true;
         }
         changed.then(|| {
-            next.epoch += 1;
+            // Cannot overflow for a map that passed `validate` (EPOCH_MAX); saturating all the same.
+            next.epoch = next.epoch.saturating_add(1);
             next
         })
     }
@@ -218,7 +219,8 @@ impl ClusterMap {
             .retain(|n| n.state != NodeState::Leaving || held.contains(&n.id));
         changed |= next.nodes.len() != before;
         changed.then(|| {
-            next.epoch += 1;
+            // Cannot overflow for a map that passed `validate` (EPOCH_MAX); saturating all the same.
+            next.epoch = next.epoch.saturating_add(1);
             next
         })
     }

@@ -697,6 +697,39 @@ impl Request {
         )
     }
 
+    /// Client requests that may need more disk: refused with `NoSpace` while the server's
+    /// free space is below its reserve (myriad-server space.rs).
+    #[must_use]
+    pub fn grows_storage(&self) -> bool {
+        matches!(
+            self,
+            Request::Create { .. }
+                | Request::Mkdir { .. }
+                | Request::Symlink { .. }
+                | Request::Rename { .. }
+                | Request::Write { .. }
+                | Request::ExtendSize { .. }
+                | Request::WriteChunk { .. }
+                | Request::Mknod { .. }
+                | Request::SetXattr { .. }
+                | Request::Link { .. }
+        )
+    }
+
+    /// Client requests that write anything at all, frees included: refused too once the
+    /// disk is all but full, so that the storage engine itself never runs out of space.
+    #[must_use]
+    pub fn writes_storage(&self) -> bool {
+        self.grows_storage()
+            || matches!(
+                self,
+                Request::Rmdir { .. }
+                    | Request::Unlink { .. }
+                    | Request::SetAttr { .. }
+                    | Request::Truncate { .. }
+            )
+    }
+
     /// Requests only holders of the cluster secret may send (SECURITY.md): they read or
     /// change everything regardless of permissions. A client key gets `PermissionDenied`.
     #[must_use]

@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub root_squash: bool,
     /// Limits on every connection (myriad_net::limits).
     pub limits: ServeLimits,
+    /// Free space kept on the data disk (space.rs): below it, writes get ENOSPC.
+    pub disk_reserve_bytes: u64,
 }
 
 impl ServerConfig {
@@ -69,6 +71,7 @@ impl ServerConfig {
             keys: Arc::new(keys),
             root_squash: false,
             limits: ServeLimits::default(),
+            disk_reserve_bytes: crate::space::DEFAULT_RESERVE_BYTES,
         }
     }
 }

@@ -64,6 +64,8 @@ pub struct Host {
     pub(crate) handed_over: Mutex<HashMap<PartitionId, std::time::Instant>>,
     /// Membership tasks, ended at shutdown.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Free space of the data disk; refuses writes before the engine runs out (space.rs).
+    pub(crate) space: crate::space::DiskSpace,
 }
 
 /// A read guard even if a writer panicked (the tables stay usable).
@@ -575,7 +577,7 @@ impl Host {
     }
 
     fn statfs(&self) -> StatFs {
-        let (total, free) = crate::node::disk_space(&self.data_dir);
+        let (total, free) = crate::space::disk_space(&self.data_dir).unwrap_or((0, 0));
         StatFs {
             total_bytes: total,
             free_bytes: free,

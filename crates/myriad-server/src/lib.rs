@@ -24,6 +24,7 @@ mod popularity;
 mod repair;
 mod replication;
 mod shards;
+mod space;
 mod split;
 mod twophase;
 #[cfg(test)]
@@ -39,6 +40,7 @@ use tokio::net::TcpListener;
 
 pub use ancestors::ReplicationConfig;
 pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE, ServerConfig};
+pub use space::DEFAULT_RESERVE_BYTES;
 
 use crate::applier::Syncer;
 use crate::host::{Host, OpenError};
@@ -142,6 +144,7 @@ pub async fn run(
         moved_away: Mutex::new(Vec::new()),
         handed_over: Mutex::new(HashMap::new()),
         tasks: Mutex::new(Vec::new()),
+        space: space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
     });
 
     // Accept connections before opening partitions: a primary that restarted asks its

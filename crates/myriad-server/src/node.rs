@@ -124,6 +124,9 @@ impl Node {
         if from.is_none() && body.is_server_only() {
             return Err(FsError::PermissionDenied);
         }
+        if from.is_none() {
+            self.host.space.admit(&body)?;
+        }
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
             return Err(FsError::MapTooOld(st.map.epoch));
@@ -974,22 +977,6 @@ pub(crate) fn split_owned(path: &str) -> (String, String) {
 }
 
 /// (total, free) bytes of the file system holding `dir`.
-pub(crate) fn disk_space(dir: &std::path::Path) -> (u64, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return (0, 0);
-    };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return (0, 0);
-        }
-        let frsize = st.f_frsize as u64;
-        (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize)
-    }
-}
-
 /// Only the `user.` namespace is stored; others are not supported (as on a file system
 /// mounted without ACL or security-label support).
 pub(crate) fn check_xattr_name(name: &str) -> Result<(), FsError> {

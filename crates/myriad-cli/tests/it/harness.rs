@@ -22,6 +22,16 @@ impl TestCluster {
     /// reason about which server holds a key can read it off the ring (partition i is on
     /// server i).
     pub fn start_with(nodes: usize, extra: &[&str]) -> TestCluster {
+        TestCluster::start_prepared(nodes, extra, |_| {})
+    }
+
+    /// `start_with`, after `prepare` has run on the cluster's (empty) directory: e.g. to
+    /// mount a small file system where a node's data will go.
+    pub fn start_prepared(
+        nodes: usize,
+        extra: &[&str],
+        prepare: impl FnOnce(&std::path::Path),
+    ) -> TestCluster {
         let mut layout: Vec<&str> = Vec::new();
         if !extra.iter().any(|a| a.starts_with("--partitions-per-node")) {
             layout.extend(["--partitions-per-node", "1"]);
@@ -35,6 +45,7 @@ impl TestCluster {
             .prefix("myriad-it-")
             .tempdir()
             .unwrap_or_else(|e| panic!("{e}"));
+        prepare(dir.path());
         let out = Command::new(BIN)
             .args([
                 "cluster",

@@ -1,0 +1,95 @@
+//! Free space of a server's data disk, and the rule that keeps the storage engine from ever
+//! running out of it.
+//!
+//! fjall treats a failed write (ENOSPC included) as fatal: the database refuses every later
+//! write until it is reopened (measured with fjall 3.1: SECURITY.md "Full disks"). So the
+//! server refuses first, while the engine still has room for what is already under way:
+//!
+//! ```text
+//! free < reserve       client requests that may grow the store get NoSpace (ENOSPC);
+//!                      deletes, truncates and chmods go on and free space
+//! free < reserve / 4   every client write gets NoSpace
+//! ```
+//! Reads are never refused; server-to-server work (replication, two-node operations already
+//! begun, recovery) is not refused either: it lives in the reserve.
+//!
+//! Free space is read with statvfs at most every `REFRESH`, on demand, so a disk filled from
+//! outside is seen within that time.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use myriad_proto::{FsError, Request};
+
+/// How stale the free-space figure may be.
+const REFRESH: Duration = Duration::from_millis(50);
+
+/// Default reserve: room for the engine's memtables to flush (up to 64 MiB per keyspace),
+/// a compaction's new tables, and the journal of writes under way.
+pub const DEFAULT_RESERVE_BYTES: u64 = 1024 * 1024 * 1024;
+
+pub(crate) struct DiskSpace {
+    dir: PathBuf,
+    reserve_bytes: u64,
+    last: Mutex<(Instant, u64)>,
+}
+
+impl DiskSpace {
+    pub(crate) fn new(dir: PathBuf, reserve_bytes: u64) -> DiskSpace {
+        let free = disk_space(&dir).map_or(u64::MAX, |(_, f)| f);
+        DiskSpace {
+            dir,
+            reserve_bytes,
+            last: Mutex::new((Instant::now(), free)),
+        }
+    }
+
+    /// Free bytes of the data disk (refreshed if older than `REFRESH`).
+    pub(crate) fn free(&self) -> u64 {
+        let Ok(mut last) = self.last.lock() else {
+            return u64::MAX;
+        };
+        if last.0.elapsed() >= REFRESH {
+            // If statvfs fails, keep the last figure rather than refuse or allow blindly.
+            if let Some((_, f)) = disk_space(&self.dir) {
+                last.1 = f;
+            }
+            last.0 = Instant::now();
+        }
+        last.1
+    }
+
+    /// `NoSpace` if the client request `req` may not run with the disk as it is.
+    pub(crate) fn admit(&self, req: &Request) -> Result<(), FsError> {
+        if !req.writes_storage() {
+            return Ok(());
+        }
+        let free = self.free();
+        if free < self.reserve_bytes / 4 || (free < self.reserve_bytes && req.grows_storage()) {
+            tracing::warn!(
+                free_bytes = free,
+                reserve_bytes = self.reserve_bytes,
+                op = req.op_name(),
+                "data disk full: refusing a write"
+            );
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
+    }
+}
+
+/// (total, available to unprivileged writers) bytes of the file system holding `dir`.
+pub(crate) fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        let frsize = st.f_frsize as u64;
+        Some((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+    }
+}
