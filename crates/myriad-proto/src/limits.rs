@@ -2,6 +2,11 @@
 
 /// Longest path in bytes, as Linux PATH_MAX.
 pub const PATH_BYTES_MAX: usize = 4096;
+/// Most components in a path (directory depth). Every request checks search permission on
+/// each ancestor (a lookup per level, possibly on another server) and a directory rename
+/// walks its subtree level by level, so depth is work per request; 1,024 is far beyond any
+/// real tree (PATH_MAX alone would allow 2,048 one-letter levels).
+pub const PATH_DEPTH_MAX: usize = 1024;
 /// Longest single name in bytes, as Linux NAME_MAX.
 pub const NAME_BYTES_MAX: usize = 255;
 /// Largest data payload of one read or write request. Clients split bigger I/O. 4 MiB is one

@@ -2,11 +2,12 @@
 //!
 //! A valid path is absolute and normalized: it starts with '/', has no empty, "." or ".."
 //! components, no trailing '/', no NUL byte, components of 1..=255 bytes, and at most 4096
-//! bytes in all. Normalization is the caller's job (the CLI resolves "a/../b"); the wire only
-//! carries canonical paths so that placement by path hash is unambiguous.
+//! bytes and `PATH_DEPTH_MAX` components in all. Normalization is the caller's job (the CLI
+//! resolves "a/../b"); the wire only carries canonical paths so that placement by path hash
+//! is unambiguous.
 
 use crate::FsError;
-use crate::limits::{NAME_BYTES_MAX, PATH_BYTES_MAX};
+use crate::limits::{NAME_BYTES_MAX, PATH_BYTES_MAX, PATH_DEPTH_MAX};
 
 pub fn validate_path(path: &str) -> Result<(), FsError> {
     if path.len() > PATH_BYTES_MAX {
@@ -25,7 +26,10 @@ pub fn validate_path(path: &str) -> Result<(), FsError> {
             "path must not end with '/': {path:?}"
         )));
     }
-    for name in path[1..].split('/') {
+    for (depth, name) in path[1..].split('/').enumerate() {
+        if depth >= PATH_DEPTH_MAX {
+            return Err(FsError::NameTooLong);
+        }
         validate_name(name)?;
     }
     Ok(())
@@ -55,6 +59,16 @@ pub fn validate_name(name: &str) -> Result<(), FsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_is_bounded() {
+        let deep = |n: usize| "/a".repeat(n);
+        assert_eq!(validate_path(&deep(PATH_DEPTH_MAX)), Ok(()));
+        assert_eq!(
+            validate_path(&deep(PATH_DEPTH_MAX + 1)),
+            Err(FsError::NameTooLong)
+        );
+    }
 
     #[test]
     fn accepts_normal_paths() {
