@@ -734,38 +734,40 @@ impl Request {
     /// change everything regardless of permissions. A client key gets `PermissionDenied`.
     #[must_use]
     pub fn needs_cluster_secret(&self) -> bool {
+        matches!(self, Request::ResetCounters)
+            || self.is_fsck()
+            || self.is_server_only()
+            || self.is_replication()
+    }
+
+    /// fsck's requests: every node's raw state, and its repairs.
+    #[must_use]
+    pub fn is_fsck(&self) -> bool {
         matches!(
             self,
-            Request::ResetCounters
-                | Request::FsckDirs { .. }
+            Request::FsckDirs { .. }
                 | Request::FsckEntries { .. }
                 | Request::FsckBlocks { .. }
                 | Request::FsckBlockFrom { .. }
                 | Request::FsckRepair(_)
                 | Request::FsckReplica
-        ) || self.is_server_only()
-            || self.is_replication()
+        )
     }
 
     /// Admin requests are not counted as file system traffic.
     #[must_use]
     pub fn is_admin(&self) -> bool {
-        matches!(
-            self,
-            Request::GetCounters
-                | Request::ResetCounters
-                | Request::GetMap
-                | Request::InstallMap(_)
-                | Request::FsckDirs { .. }
-                | Request::FsckEntries { .. }
-                | Request::FsckBlocks { .. }
-                | Request::FsckBlockFrom { .. }
-                | Request::FsckRepair(_)
-                | Request::FsckReplica
-                | Request::Raft { .. }
-                | Request::Lease
-                | Request::PartitionSeqs
-        )
+        self.is_fsck()
+            || matches!(
+                self,
+                Request::GetCounters
+                    | Request::ResetCounters
+                    | Request::GetMap
+                    | Request::InstallMap(_)
+                    | Request::Raft { .. }
+                    | Request::Lease
+                    | Request::PartitionSeqs
+            )
     }
 }
 
