@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 use myriad_fuzz::{roundtrip, split_chunks, u64_of};
 use myriad_storage::{
     BLOCK_BYTES, Batch, DirRecord, EntryRecord, Kv, LocalShard, MemKv, PartitionKv, Pending, Space,
-    Store, block_is_intact,
+    Store, block_data,
 };
 
 /// Directory whose records the store cases plant and read back.
@@ -163,9 +163,9 @@ fuzz_target!(|data: &[u8]| {
                     let ino = u64::from_be_bytes(k[..8].try_into().unwrap_or_default());
                     let block = u64::from_be_bytes(k[8..].try_into().unwrap_or_default());
                     assert_eq!(
-                        block_is_intact(&v),
+                        block_data(&v).is_some(),
                         store.block(ino, block).is_ok(),
-                        "block_is_intact and Store::block disagree"
+                        "block_data and Store::block disagree"
                     );
                 }
             }

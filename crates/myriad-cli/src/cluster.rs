@@ -224,8 +224,7 @@ impl LocalCluster {
             opts.layout.replicas,
         );
         std::fs::write(map_path(dir), map.to_json())?;
-        let secret = crate::keys::ensure_local(dir)?;
-        let keys = crate::keys::load(&secret)?;
+        let (secret, keys) = crate::keys::ensure_local(dir)?;
         let mut server_args = opts.server_args.clone();
         server_args.push(format!("--secret-file={}", secret.display()));
         server_args.push(format!(

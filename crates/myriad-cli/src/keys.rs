@@ -75,6 +75,12 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// Creates a new cluster secret at `secret` and its client key at `client` (both 0600).
 pub fn init(secret: &Path, client: &Path) -> anyhow::Result<()> {
+    // Both or neither: a secret written beside an old client key would not match it.
+    for p in [secret, client] {
+        if p.exists() {
+            bail!("{} exists; refusing to overwrite a key file", p.display());
+        }
+    }
     let mut s = [0u8; auth::KEY_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut s);
     write_private(
@@ -93,12 +99,12 @@ pub fn init(secret: &Path, client: &Path) -> anyhow::Result<()> {
     )
 }
 
-/// The local cluster's secret, made on first use.
-pub fn ensure_local(dir: &Path) -> anyhow::Result<PathBuf> {
+/// The local cluster's secret file and keys, made on first use.
+pub fn ensure_local(dir: &Path) -> anyhow::Result<(PathBuf, Keyring)> {
     let secret = dir.join(SECRET_FILE);
     if !secret.exists() {
         init(&secret, &dir.join(CLIENT_KEY_FILE))?;
     }
-    load(&secret)?;
-    Ok(secret)
+    let keys = load(&secret)?;
+    Ok((secret, keys))
 }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -40,9 +41,11 @@ pub struct RpcConn {
     /// The peer's node id and map epoch from its hello reply.
     pub peer_node_id: u32,
     pub peer_epoch: u64,
-    /// When the last call started: a connection idle for long may have been closed by the
-    /// server's idle timeout just as a call goes out (the pool retries that call once).
-    last_used: Mutex<std::time::Instant>,
+    /// When the connection was made, and when the last call started (ms after `born`): a
+    /// connection idle for long may have been closed by the server's idle timeout just as a
+    /// call goes out (the pool retries that call once). An atomic: every call stamps it.
+    born: Instant,
+    last_used_ms: AtomicU64,
 }
 
 impl RpcConn {
@@ -136,7 +139,8 @@ impl RpcConn {
             closed,
             peer_node_id,
             peer_epoch,
-            last_used: Mutex::new(std::time::Instant::now()),
+            born: Instant::now(),
+            last_used_ms: AtomicU64::new(0),
         })
     }
 
@@ -148,10 +152,8 @@ impl RpcConn {
     /// How long since the last call started.
     #[must_use]
     pub fn idle_for(&self) -> Duration {
-        self.last_used
-            .lock()
-            .map(|t| t.elapsed())
-            .unwrap_or_default()
+        let last = Duration::from_millis(self.last_used_ms.load(Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(last)
     }
 
     #[must_use]
@@ -174,9 +176,8 @@ impl RpcConn {
                 self.addr
             )));
         }
-        if let Ok(mut t) = self.last_used.lock() {
-            *t = std::time::Instant::now();
-        }
+        let now_ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_used_ms.fetch_max(now_ms, Ordering::Relaxed);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = RequestFrameRef {
             id,

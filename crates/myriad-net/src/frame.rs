@@ -3,7 +3,7 @@
 //! body. Frames over `FRAME_BYTES_MAX` (tag excluded) are refused on read (the connection is
 //! closed) and never produced on write.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use myriad_proto::auth::{FrameMac, TAG_BYTES};
 use myriad_proto::limits::FRAME_BYTES_MAX;
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
@@ -87,7 +87,7 @@ impl Encoder<Bytes> for FrameCodec {
         dst.reserve(4 + len);
         // Fits: FRAME_BYTES_MAX + TAG_BYTES is far below u32::MAX.
         dst.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-        dst.put(body.chunk());
+        dst.put_slice(&body);
         dst.put_slice(&tag);
         Ok(())
     }

@@ -128,6 +128,31 @@ mod tests {
     }
 
     #[test]
+    fn hard_link_writes_forwarded_between_servers_count_as_disk_writes() {
+        let at = |op| Request::AtInode {
+            ino: 1,
+            caller: Caller::root(),
+            op,
+        };
+        let write = at(crate::InodeOp::Write {
+            ino: 1,
+            offset: 0,
+            data: vec![1],
+        });
+        assert!(write.grows_storage() && write.writes_storage());
+        let trunc = at(crate::InodeOp::Truncate { ino: 1, size: 0 });
+        assert!(!trunc.grows_storage() && trunc.writes_storage());
+        let read = at(crate::InodeOp::Read {
+            ino: 1,
+            offset: 0,
+            len: 1,
+        });
+        assert!(!read.writes_storage());
+        assert!(!Request::Stat { path: "/a".into() }.writes_storage());
+        assert!(Request::Unlink { path: "/a".into() }.writes_storage());
+    }
+
+    #[test]
     fn truncated_input_is_an_error_not_a_panic() {
         let f = ResponseFrame {
             id: 1,

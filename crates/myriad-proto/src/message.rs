@@ -698,7 +698,9 @@ impl Request {
     }
 
     /// Client requests that may need more disk: refused with `NoSpace` while the server's
-    /// free space is below its reserve (myriad-server space.rs).
+    /// free space is below its reserve (myriad-server space.rs). `AtInode` carries a client's
+    /// operation on a hard-linked file to the server holding its inode, which may be another
+    /// server with a fuller disk, so it counts too.
     #[must_use]
     pub fn grows_storage(&self) -> bool {
         matches!(
@@ -713,6 +715,12 @@ impl Request {
                 | Request::Mknod { .. }
                 | Request::SetXattr { .. }
                 | Request::Link { .. }
+                | Request::AtInode {
+                    op: InodeOp::Write { .. }
+                        | InodeOp::ExtendSize { .. }
+                        | InodeOp::SetXattr { .. },
+                    ..
+                }
         )
     }
 
@@ -727,6 +735,10 @@ impl Request {
                     | Request::Unlink { .. }
                     | Request::SetAttr { .. }
                     | Request::Truncate { .. }
+                    | Request::AtInode {
+                        op: InodeOp::Truncate { .. } | InodeOp::SetAttr { .. },
+                        ..
+                    }
             )
     }
 

@@ -338,10 +338,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             let now = ctx.store.block_value(ino, block).map_err(storage_err)?;
             let still = match now.as_deref() {
                 None => false,
-                Some(v) if myriad_storage::block_is_intact(v) => {
-                    v.len() == data.len() + 4 && v.starts_with(&data)
-                }
-                Some(_) => true,
+                Some(v) => myriad_storage::block_data(v).is_none_or(|d| d == data.as_slice()),
             };
             if still {
                 ctx.store.put_block(&mut b, ino, block, data);

@@ -124,7 +124,8 @@ impl Node {
         if from.is_none() && body.is_server_only() {
             return Err(FsError::PermissionDenied);
         }
-        if from.is_none() {
+        // Client requests, and clients' hard-link operations forwarded by another server.
+        if from.is_none() || matches!(body, Request::AtInode { .. }) {
             self.host.space.admit(&body)?;
         }
         let st = self.state();

@@ -22,28 +22,19 @@ pub fn seal_block(mut data: Vec<u8>) -> Vec<u8> {
     data
 }
 
-/// The data of a stored block value, if its checksum holds.
-pub fn open_block(mut value: Vec<u8>) -> Option<Vec<u8>> {
-    let body_len = value.len().checked_sub(CHECKSUM_BYTES)?;
-    let stored = u32::from_le_bytes(value.get(body_len..)?.try_into().ok()?);
-    if crc32c::crc32c(&value[..body_len]) != stored {
-        return None;
-    }
-    value.truncate(body_len);
-    Some(value)
+/// The data of a stored block value (without copying it), if its checksum holds.
+#[must_use]
+pub fn block_data(value: &[u8]) -> Option<&[u8]> {
+    let (data, trailer) = value.split_at_checked(value.len().checked_sub(CHECKSUM_BYTES)?)?;
+    let stored = u32::from_le_bytes(trailer.try_into().ok()?);
+    (crc32c::crc32c(data) == stored).then_some(data)
 }
 
-/// Whether a stored block value's checksum holds (without copying it).
-#[must_use]
-pub fn block_is_intact(value: &[u8]) -> bool {
-    let Some(body_len) = value.len().checked_sub(CHECKSUM_BYTES) else {
-        return false;
-    };
-    value
-        .get(body_len..)
-        .and_then(|t| t.try_into().ok())
-        .map(u32::from_le_bytes)
-        .is_some_and(|stored| crc32c::crc32c(&value[..body_len]) == stored)
+/// The data of a stored block value, if its checksum holds (the value's buffer, truncated).
+pub fn open_block(mut value: Vec<u8>) -> Option<Vec<u8>> {
+    let len = block_data(&value)?.len();
+    value.truncate(len);
+    Some(value)
 }
 
 #[cfg(test)]
@@ -54,13 +45,13 @@ mod tests {
     fn a_sealed_block_opens_and_any_flipped_bit_is_caught() {
         let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
         let sealed = seal_block(data.clone());
-        assert!(block_is_intact(&sealed));
+        assert_eq!(block_data(&sealed), Some(&data[..]));
         assert_eq!(open_block(sealed.clone()), Some(data));
         for i in 0..sealed.len() {
             for bit in 0..8 {
                 let mut bad = sealed.clone();
                 bad[i] ^= 1 << bit;
-                assert!(!block_is_intact(&bad) && open_block(bad).is_none());
+                assert!(block_data(&bad).is_none() && open_block(bad).is_none());
             }
         }
         assert_eq!(open_block(seal_block(Vec::new())), Some(Vec::new()));

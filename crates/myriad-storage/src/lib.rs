@@ -20,7 +20,7 @@ mod partition_kv;
 mod records;
 mod store;
 
-pub use blocks::{BLOCK_BYTES, block_is_intact};
+pub use blocks::{BLOCK_BYTES, block_data};
 pub use error::StorageError;
 pub use fjall_kv::FjallKv;
 pub use kv::{Batch, Kv, Pairs, Space};

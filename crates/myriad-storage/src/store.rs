@@ -491,7 +491,7 @@ impl Store {
             };
             after = Some(last.clone());
             for (k, v) in &page {
-                if !crate::blocks::block_is_intact(v) {
+                if crate::blocks::block_data(v).is_none() {
                     let ino = crate::keys::decode_u64_key(k).unwrap_or(0);
                     let block = k
                         .get(8..)

@@ -99,6 +99,26 @@ fn sealed(mac: &mut FrameMac, body: &[u8]) -> Vec<u8> {
     f
 }
 
+/// Asserts that an error (or a refusal) was given and says `what`.
+#[track_caller]
+fn says<E: std::fmt::Display>(err: Option<E>, what: &str) {
+    let text = err.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        text.contains(what),
+        "expected an error saying {what:?}, got {text:?}"
+    );
+}
+
+/// A connection pool proving the client key, as `me`.
+fn client_key_pool(tc: &TestCluster, me: PeerKind) -> myriad_net::Pool {
+    myriad_net::Pool::new(myriad_net::PoolConfig {
+        me,
+        keys: std::sync::Arc::new(tc.client_key()),
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+    })
+}
+
 fn key(ring: &Keyring) -> ClusterKey {
     ring.connect_key()
         .cloned()
@@ -153,10 +173,7 @@ async fn malformed_frames_close_only_that_connection() {
     ))
     .unwrap_or_else(|e| panic!("{e}"));
     let reply: HelloReply = decode(&read_frame(&mut s)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        reply.refused.as_deref().unwrap_or("").contains("magic"),
-        "{reply:?}"
-    );
+    says(reply.refused, "magic");
     assert!(closed_by_server(&mut s));
 
     // 4. Authenticated, then a well-tagged frame whose body does not decode.
@@ -234,11 +251,7 @@ async fn peers_without_the_cluster_key_are_refused_with_a_logged_reason() {
         myriad_client::Caller::root(),
         wrong,
     );
-    let err = bad.fetch("/secret.txt").await.err().map(|e| e.to_string());
-    assert!(
-        err.as_deref().unwrap_or("").contains("wrong secret"),
-        "{err:?}"
-    );
+    says(bad.fetch("/secret.txt").await.err(), "wrong secret");
     assert!(bad.create("/evil", 0o644, true, b"x").await.is_err());
     assert!(logged(&tc, 1, "the client's key is not this cluster's"));
 
@@ -255,26 +268,12 @@ async fn peers_without_the_cluster_key_are_refused_with_a_logged_reason() {
     ))
     .unwrap_or_else(|e| panic!("{e}"));
     let verdict: AuthReply = decode(&read_frame(&mut s)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        verdict.refused.unwrap_or_default().contains("bad proof"),
-        "a forged proof must be refused"
-    );
+    says(verdict.refused, "bad proof");
     assert!(closed_by_server(&mut s));
 
     // A client key may not pose as a server.
-    let pool = myriad_net::Pool::new(myriad_net::PoolConfig {
-        me: PeerKind::Server { node_id: 1 },
-        keys: std::sync::Arc::new(tc.client_key()),
-        connect_timeout: Duration::from_secs(2),
-        request_timeout: Duration::from_secs(2),
-    });
-    let r = pool.conn(&addr).await.err().map(|e| e.to_string());
-    assert!(
-        r.as_deref()
-            .unwrap_or("")
-            .contains("cannot act as a server"),
-        "{r:?}"
-    );
+    let pool = client_key_pool(&tc, PeerKind::Server { node_id: 1 });
+    says(pool.conn(&addr).await.err(), "cannot act as a server");
 
     // Nothing of the refused peers got in, and the right key still works.
     assert!(c.stat("/evil").await.is_err());
@@ -409,23 +408,10 @@ async fn slow_and_surplus_connections_are_cut_while_others_are_served() {
             }
         }
     }
-    assert!(
-        refusal
-            .as_deref()
-            .unwrap_or("")
-            .contains("too many connections"),
-        "{refusal:?} after {} more connections",
-        held.len()
-    );
+    says(refusal, "too many connections");
     assert!(held.len() >= 4, "refused too early: {}", held.len());
     let extra = tc.client();
-    let err = extra.stat("/busy").await.err().map(|e| e.to_string());
-    assert!(
-        err.as_deref()
-            .unwrap_or("")
-            .contains("too many connections"),
-        "{err:?}"
-    );
+    says(extra.stat("/busy").await.err(), "too many connections");
     // The connections already open keep working, and a slot freed is usable again.
     assert!(c.stat("/busy").await.is_ok());
     held.pop();
@@ -489,12 +475,7 @@ async fn client_keys_cannot_send_server_requests_and_root_is_squashed() {
     );
 
     // Server-to-server requests over a client-key connection are refused, and so is fsck.
-    let pool = myriad_net::Pool::new(myriad_net::PoolConfig {
-        me: PeerKind::Client,
-        keys: std::sync::Arc::new(tc.client_key()),
-        connect_timeout: Duration::from_secs(2),
-        request_timeout: Duration::from_secs(2),
-    });
+    let pool = client_key_pool(&tc, PeerKind::Client);
     let owner = tc.map.ring().owner_of_dir("/d");
     let addr = tc
         .map
