@@ -10,8 +10,10 @@
 //!                      deletes, truncates and chmods go on and free space
 //! free < reserve / 4   every client write gets NoSpace
 //! ```
-//! Reads are never refused; server-to-server work (replication, two-node operations already
-//! begun, recovery) is not refused either: it lives in the reserve.
+//! "Client requests" include a client's operation on a hard-linked file that another server
+//! forwards here (`AtInode`). Reads are never refused; server-to-server work (replication,
+//! two-node operations already begun, recovery) is not refused either: it lives in the
+//! reserve.
 //!
 //! Free space is read with statvfs at most every `REFRESH`, on demand, so a disk filled from
 //! outside is seen within that time.
