@@ -215,9 +215,10 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
+            let since = fs.inodes.stamp();
             let r = fs.client.mkdir(&path, mode & 0o7777).await;
             if let Ok(i) = &r {
-                fs.inodes.add(&path, i);
+                fs.inodes.add(&path, i, since);
             }
             reply_entry(&fs, r, reply);
         });
@@ -259,9 +260,10 @@ impl Filesystem for MyriadFs {
             return reply.error(Errno::EINVAL);
         };
         self.spawn(req, move |fs, _| async move {
+            let since = fs.inodes.stamp();
             let r = fs.client.symlink(&target, &path).await;
             if let Ok(i) = &r {
-                fs.inodes.add(&path, i);
+                fs.inodes.add(&path, i, since);
             }
             reply_entry(&fs, r, reply);
         });
@@ -312,9 +314,10 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
+            let since = fs.inodes.stamp();
             let r = fs.client.link(&from, &to).await;
             if let Ok(i) = &r {
-                fs.inodes.add(&to, i);
+                fs.inodes.add(&to, i, since);
             }
             reply_entry(&fs, r, reply);
         });
@@ -499,11 +502,16 @@ impl Filesystem for MyriadFs {
             dot.ino = ino;
             dot.kind = FileType::Directory;
             let dir = d.path.clone();
+            let since = d.since;
             let inner = fs.clone();
             let r = walk(&fs, &mut d, offset, |next, entry| match entry {
                 Dot(name) => reply.add(ino, next, name, &ttl, &dot, Generation(0)),
                 Named(e) => {
-                    let attr = file_attr_sized(&e.inode, inner.visible_size(&e.inode));
+                    // The page may predate a change this mount made since: the kernel
+                    // must not be handed an older size than it knows (it would drop pages).
+                    let newer = inner.inodes.newer_than(e.inode.ino, since);
+                    let inode = newer.as_ref().unwrap_or(&e.inode);
+                    let attr = file_attr_sized(inode, inner.visible_size(inode));
                     let full = reply.add(
                         INodeNo(e.inode.ino),
                         next,
@@ -514,7 +522,7 @@ impl Filesystem for MyriadFs {
                     );
                     if !full {
                         // The kernel now holds this inode: count the lookup.
-                        inner.inodes.add(&join(&dir, &e.name), &e.inode);
+                        inner.inodes.add(&join(&dir, &e.name), &e.inode, since);
                     }
                     full
                 }

@@ -23,6 +23,10 @@ pub const WRITE_BUFFER_MAX: usize = 4 * 1024 * 1024;
 pub struct OpenFile {
     pub file: FileHandle,
     pub dirty: Option<Dirty>,
+    /// The end of bytes taken from `dirty` and being sent now. Until their reply is in,
+    /// they count as unsent: the size the kernel is told includes them, and anything that
+    /// must see them (a read, an open, a truncate) waits on the handle's io lock.
+    pub sending_end: Option<u64>,
     /// Opened with O_APPEND: the kernel picks write offsets from its cached size, which
     /// another client may have made stale, so buffered appends go to the end of the file as
     /// the servers know it when they are sent.
@@ -47,6 +51,9 @@ pub struct OpenFile {
 /// kernel index this list, so they stay valid however the directory changes meanwhile.
 pub struct DirListing {
     pub path: String,
+    /// `InodeTable::stamp` before the first page was fetched: entries' attributes are no
+    /// newer than this.
+    pub since: u64,
     pub entries: Vec<DirEntry>,
     pub done: bool,
 }
@@ -69,6 +76,7 @@ impl OpenFile {
         OpenFile {
             file,
             dirty: None,
+            sending_end: None,
             append: false,
             unsynced: false,
             error: None,
@@ -146,34 +154,37 @@ impl Handles {
         }
     }
 
-    pub fn has_dirty(&self, ino: u64) -> bool {
+    /// Whether some handle of `ino` holds written bytes the servers have not acknowledged.
+    pub fn has_unsent(&self, ino: u64) -> bool {
         lock(&self.files).values().any(|f| {
             let g = f.lock();
-            g.file.inode.ino == ino && g.dirty.is_some()
+            g.file.inode.ino == ino && (g.dirty.is_some() || g.sending_end.is_some())
         })
     }
 
-    /// Handles of `ino` holding unsent writes.
-    pub fn dirty_of(&self, ino: u64) -> Vec<Arc<Slot>> {
+    /// Every open handle of `ino` (a flush of the inode waits on each one's io lock, so it
+    /// also waits for sends already under way).
+    pub fn of_ino(&self, ino: u64) -> Vec<Arc<Slot>> {
         lock(&self.files)
             .values()
-            .filter(|f| {
-                let g = f.lock();
-                g.file.inode.ino == ino && g.dirty.is_some()
-            })
+            .filter(|f| f.lock().file.inode.ino == ino)
             .cloned()
             .collect()
     }
 
-    /// The end of unsent writes to `ino`, if beyond `size`: attributes given to the kernel
-    /// must not shrink a file below what was written to it.
+    /// The end of unacknowledged writes to `ino`, if beyond `size`: attributes given to
+    /// the kernel must not shrink a file below what was written to it (the kernel would
+    /// drop the pages beyond and cut reads short there).
     pub fn size_with_pending(&self, ino: u64, size: u64) -> u64 {
         lock(&self.files)
             .values()
             .filter_map(|f| {
                 let g = f.lock();
-                let d = g.dirty.as_ref()?;
-                (g.file.inode.ino == ino).then(|| d.offset + d.data.len() as u64)
+                if g.file.inode.ino != ino {
+                    return None;
+                }
+                let dirty = g.dirty.as_ref().map(|d| d.offset + d.data.len() as u64);
+                dirty.max(g.sending_end)
             })
             .fold(size, u64::max)
     }

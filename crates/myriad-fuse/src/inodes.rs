@@ -28,6 +28,13 @@ struct Node {
     /// (mtime changed), and asking the server again would only repeat what its write reply
     /// said. The same staleness bound as the kernel's cache.
     fresh: Option<(Inode, Instant)>,
+    /// `fresh` no longer answers getattr (an unlink or rename changed link count or
+    /// ctime); its size still beats an older listing's (`newer_than`).
+    expired: bool,
+    /// `Tables::clock` at this mount's last acknowledged change of the inode. Attributes
+    /// a server read before then (a stat that crossed our write on the wire) are older
+    /// than what the kernel was told and are not kept (as the kernel's own attr_version).
+    changed_at: u64,
 }
 
 pub struct InodeTable {
@@ -35,6 +42,9 @@ pub struct InodeTable {
 }
 
 struct Tables {
+    /// Counts this mount's acknowledged changes (`observe_own`); `stamp` reads it before a
+    /// request so its answer can be judged against changes made meanwhile.
+    clock: u64,
     nodes: HashMap<u64, Node>,
     /// path -> inode, for changes that name a path only (unlink).
     by_path: HashMap<String, u64>,
@@ -59,11 +69,17 @@ impl InodeTable {
                 seen: None,
                 pages_stale: false,
                 fresh: None,
+                expired: false,
+                changed_at: 0,
             },
         );
         let by_path = HashMap::from([("/".to_string(), ROOT_INO)]);
         InodeTable {
-            inner: Mutex::new(Tables { nodes, by_path }),
+            inner: Mutex::new(Tables {
+                clock: 0,
+                nodes,
+                by_path,
+            }),
         }
     }
 
@@ -81,8 +97,23 @@ impl InodeTable {
             .and_then(|n| n.paths.last().cloned())
     }
 
-    /// The kernel learned `inode` under `path` (one more lookup to be forgotten later).
-    pub fn add(&self, path: &str, inode: &Inode) {
+    /// The clock, to take before a request whose answer carries attributes: pass it to
+    /// `add`, `observe_remote` or `open_check` with that answer.
+    pub fn stamp(&self) -> u64 {
+        self.lock().clock
+    }
+
+    /// Whether this mount changed `ino` (and the servers acknowledged it) after `since`.
+    pub fn changed_since(&self, ino: u64, since: u64) -> bool {
+        self.lock()
+            .nodes
+            .get(&ino)
+            .is_some_and(|n| n.changed_at > since)
+    }
+
+    /// The kernel learned `inode` under `path` (one more lookup to be forgotten later);
+    /// `since`: the stamp taken before the request that brought `inode`.
+    pub fn add(&self, path: &str, inode: &Inode, since: u64) {
         let mut g = self.lock();
         let t = &mut *g;
         let n = t.nodes.entry(inode.ino).or_insert_with(|| Node {
@@ -91,47 +122,73 @@ impl InodeTable {
             seen: None,
             pages_stale: false,
             fresh: None,
+            expired: false,
+            changed_at: 0,
         });
         n.paths.retain(|p| p != path);
         n.paths.push(path.to_string());
         n.lookups += 1;
-        note_remote(n, inode);
+        if n.changed_at <= since {
+            note_remote(n, inode);
+        }
         t.by_path.insert(path.to_string(), inode.ino);
     }
 
     /// Attributes from the reply to this mount's own change (its pages already hold it).
     pub fn observe_own(&self, inode: &Inode) {
-        if let Some(n) = self.lock().nodes.get_mut(&inode.ino) {
+        let mut g = self.lock();
+        g.clock += 1;
+        let clock = g.clock;
+        if let Some(n) = g.nodes.get_mut(&inode.ino) {
             n.seen = Some((inode.size, inode.mtime_ns));
             n.fresh = Some((inode.clone(), Instant::now()));
+            n.expired = false;
+            n.changed_at = clock;
         }
     }
 
-    /// Attributes read from a server (getattr): a difference means another client changed
-    /// the file.
-    pub fn observe_remote(&self, inode: &Inode) {
-        if let Some(n) = self.lock().nodes.get_mut(&inode.ino) {
+    /// Attributes read from a server (getattr) by a request sent at `since`: a
+    /// difference means another client changed the file.
+    pub fn observe_remote(&self, inode: &Inode, since: u64) {
+        if let Some(n) = self.lock().nodes.get_mut(&inode.ino)
+            && n.changed_at <= since
+        {
             note_remote(n, inode);
         }
     }
 
-    /// At open, with fresh attributes: whether the kernel's cached pages must be dropped
-    /// (the file changed since they were cached, noticed now or by an earlier lookup).
-    pub fn open_check(&self, inode: &Inode) -> bool {
+    /// At open, with attributes read at `since`: whether the kernel's cached pages must
+    /// be dropped (the file changed since they were cached, noticed now or by an earlier
+    /// lookup).
+    pub fn open_check(&self, inode: &Inode, since: u64) -> bool {
         match self.lock().nodes.get_mut(&inode.ino) {
             Some(n) => {
-                note_remote(n, inode);
+                if n.changed_at <= since {
+                    note_remote(n, inode);
+                }
                 std::mem::take(&mut n.pages_stale)
             }
             None => false,
         }
     }
 
+    /// Attributes newer than a listing fetched at `since`: the last a server gave after
+    /// this mount's own change, if it changed the inode since.
+    pub fn newer_than(&self, ino: u64, since: u64) -> Option<Inode> {
+        let g = self.lock();
+        let n = g.nodes.get(&ino)?;
+        if n.changed_at <= since {
+            return None;
+        }
+        n.fresh.as_ref().map(|(i, _)| i.clone())
+    }
+
     /// Attributes a server gave less than `ttl` ago.
     pub fn fresh(&self, ino: u64, ttl: Duration) -> Option<Inode> {
         let g = self.lock();
-        let (i, at) = g.nodes.get(&ino)?.fresh.as_ref()?;
-        (at.elapsed() < ttl).then(|| i.clone())
+        let n = g.nodes.get(&ino)?;
+        let (i, at) = n.fresh.as_ref()?;
+        (!n.expired && at.elapsed() < ttl).then(|| i.clone())
     }
 
     /// `path` was unlinked: the inode's cached attributes (link count, ctime) are stale,
@@ -141,7 +198,7 @@ impl InodeTable {
         if let Some(ino) = g.by_path.remove(path)
             && let Some(n) = g.nodes.get_mut(&ino)
         {
-            n.fresh = None;
+            n.expired = true;
             drop_name(n, path);
         }
     }
@@ -174,13 +231,13 @@ impl InodeTable {
         if let Some(old) = t.by_path.remove(to)
             && let Some(n) = t.nodes.get_mut(&old)
         {
-            n.fresh = None;
+            n.expired = true;
             drop_name(n, to);
         }
         for (ino, n) in &mut t.nodes {
             for p in &mut n.paths {
                 let new = if p == from {
-                    n.fresh = None; // ctime changed
+                    n.expired = true; // ctime changed
                     to.to_string()
                 } else if let Some(rest) = p.strip_prefix(&prefix) {
                     join(to, rest)
@@ -209,6 +266,7 @@ fn note_remote(n: &mut Node, inode: &Inode) {
     }
     n.seen = now;
     n.fresh = Some((inode.clone(), Instant::now()));
+    n.expired = false;
 }
 
 /// Removes `path` from a node's names, unless it is the only one left.

@@ -38,6 +38,8 @@ pub struct FsConfig {
 
 struct Prefetched {
     at: Instant,
+    /// `InodeTable::stamp` before the fetch: a change made here since makes it stale.
+    since: u64,
     pid: u32,
     inode: Inode,
     data: Arc<Vec<u8>>,
@@ -113,11 +115,12 @@ impl Inner {
     /// Fresh attributes of `ino`, checking its path still names it.
     pub async fn stat_ino(&self, ino: u64) -> Result<Inode, FsError> {
         let path = self.path(ino)?;
+        let since = self.inodes.stamp();
         let inode = self.client.stat(&path).await?;
         if inode.ino != ino {
             return Err(FsError::NotFound);
         }
-        self.inodes.observe_remote(&inode);
+        self.inodes.observe_remote(&inode, since);
         Ok(self.visible(inode))
     }
 
@@ -131,6 +134,7 @@ impl Inner {
     /// Lookup: one `fetch`, which also brings a small file's contents for the open that
     /// usually follows (a cold read of a small file is then one request in all).
     pub async fn lookup(&self, pid: u32, path: &str) -> Result<Inode, FsError> {
+        let since = self.inodes.stamp();
         let (inode, data) = self
             .client
             .fetch_head(path, self.client.inline_max())
@@ -147,13 +151,14 @@ impl Inner {
                 inode.ino,
                 Prefetched {
                     at: Instant::now(),
+                    since,
                     pid,
                     inode: inode.clone(),
                     data: Arc::new(data),
                 },
             );
         }
-        self.inodes.add(path, &inode);
+        self.inodes.add(path, &inode, since);
         Ok(self.visible(inode))
     }
 
@@ -162,9 +167,16 @@ impl Inner {
         self.prefetch_lock().remove(&ino);
     }
 
-    fn take_prefetched(&self, ino: u64, pid: u32) -> Option<(Inode, Arc<Vec<u8>>)> {
+    /// The contents a lookup by `pid` just brought, unless this mount wrote the file
+    /// since (or holds writes to it not yet acknowledged): a read must see every write
+    /// made before it.
+    fn take_prefetched(&self, ino: u64, pid: u32) -> Option<(Inode, Arc<Vec<u8>>, u64)> {
         let p = self.prefetch_lock().remove(&ino)?;
-        (p.pid == pid && p.at.elapsed() < PREFETCH_FRESH).then_some((p.inode, p.data))
+        let current = p.pid == pid
+            && p.at.elapsed() < PREFETCH_FRESH
+            && !self.inodes.changed_since(ino, p.since)
+            && !self.handles.has_unsent(ino);
+        current.then_some((p.inode, p.data, p.since))
     }
 
     /// Opens a file: fresh attributes (close-to-open), and for a read-only open of a small
@@ -182,17 +194,18 @@ impl Inner {
         // Writes buffered by other handles here are part of what this open must see.
         self.flush_ino(ino).await?;
         let read_only = want == perm::READ;
-        let (inode, contents) = match self.take_prefetched(ino, pid) {
-            Some((i, d)) if read_only => (i, Some(d)),
+        let since = self.inodes.stamp();
+        let (inode, contents, since) = match self.take_prefetched(ino, pid) {
+            Some((i, d, at)) if read_only => (i, Some(d), at),
             _ if read_only => {
                 let (i, d) = self
                     .client
                     .fetch_head(&path, self.client.inline_max())
                     .await?;
                 let whole = d.len() as u64 == i.size;
-                (i, whole.then(|| Arc::new(d)))
+                (i, whole.then(|| Arc::new(d)), since)
             }
-            _ => (self.client.stat(&path).await?, None),
+            _ => (self.client.stat(&path).await?, None, since),
         };
         self.finish_open(
             caller,
@@ -201,6 +214,7 @@ impl Inner {
             append,
             FileHandle { path, inode },
             contents,
+            since,
         )
     }
 
@@ -214,10 +228,10 @@ impl Inner {
         ino: u64,
         want: u32,
     ) -> Option<Result<(u64, bool), FsError>> {
-        if want != perm::READ || self.handles.has_dirty(ino) {
+        if want != perm::READ || self.handles.has_unsent(ino) {
             return None;
         }
-        let (inode, data) = self.take_prefetched(ino, pid)?;
+        let (inode, data, since) = self.take_prefetched(ino, pid)?;
         let path = self.path(ino).ok()?;
         Some(self.finish_open(
             caller,
@@ -226,6 +240,7 @@ impl Inner {
             false,
             FileHandle { path, inode },
             Some(data),
+            since,
         ))
     }
 
@@ -237,8 +252,13 @@ impl Inner {
         append: bool,
         file: FileHandle,
         contents: Option<Arc<Vec<u8>>>,
+        since: u64,
     ) -> Result<(u64, bool), FsError> {
         let read_only = want == perm::READ;
+        // Contents read before a write of this mount was acknowledged, or while one is
+        // unsent, would hide that write from every read of the handle.
+        let contents =
+            contents.filter(|_| !self.inodes.changed_since(ino, since) && !self.handles.has_unsent(ino));
         let inode = &file.inode;
         if inode.ino != ino {
             return Err(FsError::NotFound);
@@ -251,7 +271,7 @@ impl Inner {
         if !perm::allowed(inode, caller, want) {
             return Err(FsError::PermissionDenied);
         }
-        let changed = self.inodes.open_check(inode);
+        let changed = self.inodes.open_check(inode, since);
         if changed {
             // Another client changed the file since this kernel cached it: drop its pages
             // and attributes before the open returns.
@@ -276,8 +296,22 @@ impl Inner {
     async fn send_dirty(&self, slot: &Slot) -> Result<(), FsError> {
         let (file, dirty, append) = {
             let mut g = slot.lock();
-            (g.file.clone(), g.dirty.take(), g.append)
+            let d = g.dirty.take();
+            g.sending_end = d.as_ref().map(|d| d.offset + d.data.len() as u64);
+            (g.file.clone(), d, g.append)
         };
+        let r = self.send(slot, file, dirty, append).await;
+        slot.lock().sending_end = None;
+        r
+    }
+
+    async fn send(
+        &self,
+        slot: &Slot,
+        file: FileHandle,
+        dirty: Option<Dirty>,
+        append: bool,
+    ) -> Result<(), FsError> {
         if let Some(d) = dirty {
             // Appends of this mount to one file go one at a time: each reads the end the
             // servers know and writes there.
@@ -318,7 +352,7 @@ impl Inner {
     /// see them). A failure is kept on the writer's handle and reported to the writer, not
     /// to the operation that happened to trigger the send.
     pub async fn flush_ino(&self, ino: u64) -> Result<(), FsError> {
-        for slot in self.handles.dirty_of(ino) {
+        for slot in self.handles.of_ino(ino) {
             let _io = slot.io.lock().await;
             if let Err(e) = self.send_dirty(&slot).await {
                 slot.lock().error = Some(e);
@@ -415,12 +449,16 @@ impl Inner {
     /// Last close of a handle: unsent writes go out (their error is the close's), and a
     /// file unlinked while open goes away now.
     pub async fn release(&self, fh: u64) -> Result<(), FsError> {
-        let Some(slot) = self.handles.close(fh) else {
+        let Some(slot) = self.handles.file(fh) else {
             return Ok(());
         };
+        // Sent while the handle is still listed: until the servers have the bytes, reads
+        // and opens of the file must find them (and wait for them) here.
         let sent = {
             let _io = slot.io.lock().await;
-            self.make_durable(&slot).await
+            let r = self.make_durable(&slot).await;
+            self.handles.close(fh);
+            r
         };
         let (file, hidden) = {
             let g = slot.lock();
@@ -461,16 +499,22 @@ impl Inner {
     ) -> Result<(Inode, u64), FsError> {
         // Not durable yet: the write or barrier at close makes it so (one fsync wait per
         // new file instead of two). Exclusivity is still decided by the server now.
+        let since = self.inodes.stamp();
         let mut h = self
             .client
             .create_with(path, mode & 0o7777, exclusive, &[], false)
             .await?;
-        if truncate && h.inode.size > 0 {
+        let ino = h.inode.ino;
+        if truncate && (h.inode.size > 0 || self.handles.has_unsent(ino)) {
+            // Writes this mount made before the open are older than its truncation.
+            self.flush_ino(ino).await?;
             h.inode = self.client.truncate(&h, 0).await?;
-            self.drop_prefetched(h.inode.ino);
+            self.drop_prefetched(ino);
+            self.handles.written(&h.inode);
+            self.inodes.observe_own(&h.inode);
         }
         let inode = h.inode.clone();
-        self.inodes.add(path, &inode);
+        self.inodes.add(path, &inode, since);
         let mut f = OpenFile::new(h, None);
         f.append = append;
         f.unsynced = true;
@@ -558,13 +602,14 @@ impl Inner {
 
     pub async fn mknod(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
         let perms = mode & 0o7777;
+        let since = self.inodes.stamp();
         let inode = match mode & libc::S_IFMT {
             libc::S_IFREG | 0 => self.client.create(path, perms, true, &[]).await?.inode,
             libc::S_IFIFO => self.client.mknod(path, FileKind::Fifo, perms).await?,
             libc::S_IFSOCK => self.client.mknod(path, FileKind::Socket, perms).await?,
             _ => return Err(FsError::NotPermitted),
         };
-        self.inodes.add(path, &inode);
+        self.inodes.add(path, &inode, since);
         Ok(inode)
     }
 
@@ -586,6 +631,7 @@ impl Inner {
         let path = self.path(ino)?;
         let mut d = DirListing {
             path,
+            since: self.inodes.stamp(),
             entries: Vec::new(),
             done: false,
         };

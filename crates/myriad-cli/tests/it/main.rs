@@ -6,6 +6,7 @@ mod counting;
 mod crash;
 mod failover;
 mod fsck;
+mod fsx;
 mod full_disk;
 mod fuse_posix;
 mod fuse_programs;
