@@ -71,6 +71,7 @@ fn inode(ino: u64, kind: FileKind, size: u64) -> Inode {
         symlink_target: None,
         xattrs: Vec::new(),
         link_home: None,
+        rdev: 0,
     }
 }
 
@@ -215,6 +216,7 @@ fn requests() -> Seeds {
                     ino: 77,
                     offset: 4096,
                     data: vec![0xab; 64],
+                    opened: true,
                 },
             ),
         ),
@@ -257,6 +259,7 @@ fn requests() -> Seeds {
                         gid: Some(5),
                         atime_ns: None,
                         mtime_ns: Some(-1),
+                        touch: false,
                     },
                 },
             ),

@@ -208,6 +208,8 @@ fn mode_string(i: &Inode) -> String {
         FileKind::Symlink => 'l',
         FileKind::Fifo => 'p',
         FileKind::Socket => 's',
+        FileKind::CharDevice => 'c',
+        FileKind::BlockDevice => 'b',
     };
     let mut s = String::from(t);
     for shift in [6, 3, 0] {
@@ -522,7 +524,10 @@ async fn get(client: &Client, remote: &str, local: &Path) -> anyhow::Result<()> 
                     }
                 }
                 // Metadata-only nodes have no contents to copy.
-                FileKind::Fifo | FileKind::Socket => {}
+                FileKind::Fifo
+                | FileKind::Socket
+                | FileKind::CharDevice
+                | FileKind::BlockDevice => {}
             }
         }
         i += 1;

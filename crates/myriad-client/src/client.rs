@@ -453,6 +453,7 @@ impl Client {
             let handle = crate::FileHandle {
                 path: path.to_string(),
                 inode: inode.clone(),
+                opened: false,
             };
             let rest = self
                 .read(&handle, data.len() as u64, inode.size - data.len() as u64)
@@ -550,8 +551,15 @@ impl Client {
         )
     }
 
-    /// Creates a FIFO or socket node (metadata only).
-    pub async fn mknod(&self, path: &str, kind: FileKind, mode: u32) -> Result<Inode, FsError> {
+    /// Creates a FIFO, socket or (as root) device node: metadata only; `rdev` names the
+    /// device of a `CharDevice` or `BlockDevice` and is 0 otherwise.
+    pub async fn mknod(
+        &self,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Inode, FsError> {
         expect_attr(
             self.entry_op(
                 path,
@@ -559,6 +567,7 @@ impl Client {
                     path: path.to_string(),
                     kind,
                     mode,
+                    rdev,
                 },
             )
             .await?,

@@ -15,6 +15,10 @@ use crate::client::{Client, Route, expect_attr, unexpected};
 pub struct FileHandle {
     pub path: String,
     pub inode: Inode,
+    /// Opened for writing by an open whose access was checked (a create, or a FUSE open):
+    /// its writes and truncates carry `opened`, so the file's owner may go on writing
+    /// through it after the write bit is gone, as through a POSIX descriptor.
+    pub opened: bool,
 }
 
 impl Client {
@@ -59,6 +63,7 @@ impl Client {
         let mut handle = FileHandle {
             path: path.to_string(),
             inode,
+            opened: true,
         };
         if first < data.len() {
             handle.inode = self.write(&handle, first as u64, &data[first..]).await?;
@@ -73,11 +78,10 @@ impl Client {
             FileKind::File => Ok(FileHandle {
                 path: path.to_string(),
                 inode,
+                opened: false,
             }),
             FileKind::Directory => Err(FsError::IsADirectory),
-            FileKind::Symlink | FileKind::Fifo | FileKind::Socket | FileKind::HardLink => {
-                Err(FsError::InvalidArgument("not a regular file".into()))
-            }
+            _ => Err(FsError::InvalidArgument("not a regular file".into())),
         }
     }
 
@@ -189,6 +193,7 @@ impl Client {
                 ino: h.inode.ino,
                 offset: off,
                 data: slice.to_vec(),
+                opened: h.opened,
             };
             inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
         }
@@ -197,10 +202,23 @@ impl Client {
                 path: h.path.clone(),
                 ino: h.inode.ino,
                 size: end,
+                opened: h.opened,
             };
             inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
         }
         Ok(inode)
+    }
+
+    /// Raises the size to at least `size` (never lowers it: a concurrent writer that went
+    /// further keeps its bytes). Durable on return.
+    pub async fn extend_size(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
+        let req = Request::ExtendSize {
+            path: h.path.clone(),
+            ino: h.inode.ino,
+            size,
+            opened: h.opened,
+        };
+        expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)
     }
 
     pub async fn truncate(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
@@ -208,6 +226,7 @@ impl Client {
             path: h.path.clone(),
             ino: h.inode.ino,
             size,
+            opened: h.opened,
         };
         expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)
     }

@@ -17,7 +17,27 @@ pub fn file_type(kind: FileKind) -> FileType {
         FileKind::Symlink => FileType::Symlink,
         FileKind::Fifo => FileType::NamedPipe,
         FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
+}
+
+/// A device number as the kernel sends and expects it in FUSE attributes (its
+/// `new_encode_dev` form: 12 bits of major, 20 of minor) to a `dev_t` (`makedev`), which
+/// is what Myriad stores and shows.
+pub fn dev_from_kernel(rdev: u32) -> u64 {
+    let major = (rdev & 0xfff00) >> 8;
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
+    libc::makedev(major, minor)
+}
+
+/// `dev_from_kernel` reversed (devices beyond 12/20 bits cannot be told to the kernel: 0).
+pub fn dev_to_kernel(dev: u64) -> u32 {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major > 0xfff || minor > 0xf_ffff {
+        return 0;
+    }
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
 pub fn time(ns: i64) -> SystemTime {
@@ -58,7 +78,7 @@ pub fn file_attr_sized(i: &Inode, size: u64) -> FileAttr {
         },
         uid: i.uid,
         gid: i.gid,
-        rdev: 0,
+        rdev: dev_to_kernel(i.rdev),
         flags: 0,
         blksize: BLOCK_SIZE,
     }

@@ -8,10 +8,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags,
+    PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use myriad_client::Client;
 use myriad_proto::{Caller, DirEntry, FsError, Inode, SetAttr};
@@ -152,12 +153,29 @@ impl Filesystem for MyriadFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = SetAttr {
-            mode: mode.map(|m| m & 0o7777),
-            uid,
-            gid,
-            atime_ns: time_ns(atime),
-            mtime_ns: time_ns(mtime),
+        // Both times "now" is the touch POSIX allows every writer (utimensat(UTIME_NOW,
+        // UTIME_NOW), utime(NULL)); the server stamps it with its own clock.
+        let touch = matches!(
+            (atime, mtime),
+            (Some(TimeOrNow::Now), Some(TimeOrNow::Now))
+        );
+        let set = if touch {
+            SetAttr {
+                mode: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                touch: true,
+                ..SetAttr::default()
+            }
+        } else {
+            SetAttr {
+                mode: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                atime_ns: time_ns(atime),
+                mtime_ns: time_ns(mtime),
+                touch: false,
+            }
         };
         self.spawn(req, move |fs, _| async move {
             match fs.setattr(ino.0, fh.map(|f| f.0), size, set).await {
@@ -188,7 +206,7 @@ impl Filesystem for MyriadFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let path = match self.inner.child(parent.0, name) {
@@ -196,7 +214,8 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
-            let r = fs.mknod(&path, mode).await;
+            let r = fs.mknod(&path, mode, crate::attr::dev_from_kernel(rdev)).await;
+            fs.entries_changed(&r, &[parent.0]);
             reply_entry(&fs, r, reply);
         });
     }
@@ -220,6 +239,7 @@ impl Filesystem for MyriadFs {
             if let Ok(i) = &r {
                 fs.inodes.add(&path, i, since);
             }
+            fs.entries_changed(&r, &[parent.0]);
             reply_entry(&fs, r, reply);
         });
     }
@@ -230,7 +250,9 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.unlink(&path).await, reply);
+            let r = fs.unlink(&path).await;
+            fs.entries_changed(&r, &[parent.0]);
+            reply_empty(r, reply);
         });
     }
 
@@ -240,7 +262,9 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.client.rmdir(&path).await, reply);
+            let r = fs.client.rmdir(&path).await;
+            fs.entries_changed(&r, &[parent.0]);
+            reply_empty(r, reply);
         });
     }
 
@@ -265,6 +289,7 @@ impl Filesystem for MyriadFs {
             if let Ok(i) = &r {
                 fs.inodes.add(&path, i, since);
             }
+            fs.entries_changed(&r, &[parent.0]);
             reply_entry(&fs, r, reply);
         });
     }
@@ -293,7 +318,9 @@ impl Filesystem for MyriadFs {
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.rename(&from, &to, no_replace).await, reply);
+            let r = fs.rename(&from, &to, no_replace).await;
+            fs.entries_changed(&r, &[parent.0, newparent.0]);
+            reply_empty(r, reply);
         });
     }
 
@@ -318,7 +345,10 @@ impl Filesystem for MyriadFs {
             let r = fs.client.link(&from, &to).await;
             if let Ok(i) = &r {
                 fs.inodes.add(&to, i, since);
+                // Its link count and ctime changed under every name.
+                fs.inodes.expire(i.ino);
             }
+            fs.entries_changed(&r, &[newparent.0]);
             reply_entry(&fs, r, reply);
         });
     }
@@ -662,6 +692,100 @@ impl Filesystem for MyriadFs {
         });
     }
 
+    fn fallocate(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(req, move |fs, _| async move {
+            reply_empty(fs.fallocate(fh.0, offset, length, mode).await.map(|_| ()), reply);
+        });
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        self.spawn(req, move |fs, _| async move {
+            let r = fs
+                .copy_range((fh_in.0, offset_in), (fh_out.0, offset_out), len)
+                .await;
+            match r {
+                Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn lseek(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return reply.error(Errno::EINVAL);
+        }
+        self.spawn(req, move |fs, _| async move {
+            match fs.seek_data_hole(fh.0, offset, whence).await {
+                Ok(o) => reply.offset(o),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No file-system-specific ioctls (attribute flags, reflinks, fiemap): the answer
+        // every file system gives for an ioctl it does not have.
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: PollNotifier,
+        _events: PollEvents,
+        _flags: PollFlags,
+        reply: ReplyPoll,
+    ) {
+        // A regular file is always ready, as on a local file system.
+        reply.poll(
+            PollEvents::POLLIN | PollEvents::POLLOUT | PollEvents::POLLRDNORM | PollEvents::POLLWRNORM,
+        );
+    }
+
     fn create(
         &self,
         req: &Request,
@@ -680,7 +804,9 @@ impl Filesystem for MyriadFs {
         let truncate = flags & libc::O_TRUNC != 0;
         let append = flags & libc::O_APPEND != 0 && !self.inner.cfg.writeback_cache;
         self.spawn(req, move |fs, _| async move {
-            match fs.create(&path, mode, exclusive, truncate, append).await {
+            let r = fs.create(&path, mode, exclusive, truncate, append).await;
+            fs.entries_changed(&r, &[parent.0]);
+            match r {
                 Ok((i, fh)) => reply.created(
                     &fs.cfg.entry_ttl,
                     &file_attr(&i),

@@ -209,6 +209,15 @@ impl Handles {
         })
     }
 
+    /// Whether a name of `ino` was unlinked while open (renamed away, kept for its
+    /// descriptors): it has one link fewer than the servers count.
+    pub fn is_hidden(&self, ino: u64) -> bool {
+        lock(&self.files).values().any(|f| {
+            let g = f.lock();
+            g.hidden && g.file.inode.ino == ino
+        })
+    }
+
     pub fn is_open(&self, ino: u64) -> bool {
         lock(&self.files)
             .values()

@@ -183,6 +183,14 @@ impl InodeTable {
         n.fresh.as_ref().map(|(i, _)| i.clone())
     }
 
+    /// The inode's cached attributes no longer answer getattr (a directory whose entries
+    /// this mount changed: its times and link count changed on the servers).
+    pub fn expire(&self, ino: u64) {
+        if let Some(n) = self.lock().nodes.get_mut(&ino) {
+            n.expired = true;
+        }
+    }
+
     /// Attributes a server gave less than `ttl` ago.
     pub fn fresh(&self, ino: u64, ttl: Duration) -> Option<Inode> {
         let g = self.lock();
@@ -296,10 +304,10 @@ mod tests {
     #[test]
     fn rename_moves_subtree_and_forget_drops_at_zero() {
         let t = InodeTable::new();
-        t.add("/a", &inode(10));
-        t.add("/a/b", &inode(11));
-        t.add("/ab", &inode(12));
-        t.add("/a/b", &inode(11));
+        t.add("/a", &inode(10), 0);
+        t.add("/a/b", &inode(11), 0);
+        t.add("/ab", &inode(12), 0);
+        t.add("/a/b", &inode(11), 0);
         t.renamed("/a", "/z");
         assert_eq!(t.path(10).as_deref(), Some("/z"));
         assert_eq!(t.path(11).as_deref(), Some("/z/b"));
@@ -320,7 +328,7 @@ mod tests {
     #[test]
     fn fresh_attributes_expire_and_renames_drop_them() {
         let t = InodeTable::new();
-        t.add("/f", &inode(9));
+        t.add("/f", &inode(9), 0);
         assert_eq!(t.fresh(9, Duration::from_secs(60)).map(|i| i.ino), Some(9));
         assert!(t.fresh(9, Duration::ZERO).is_none(), "expired");
         t.renamed("/f", "/g");
@@ -334,8 +342,8 @@ mod tests {
     #[test]
     fn unlink_of_a_known_path_drops_its_cached_attributes() {
         let t = InodeTable::new();
-        t.add("/a", &inode(3));
-        t.add("/b", &inode(3));
+        t.add("/a", &inode(3), 0);
+        t.add("/b", &inode(3), 0);
         t.unlinked("/b");
         assert!(t.fresh(3, Duration::from_secs(60)).is_none());
         assert_eq!(t.path(3).as_deref(), Some("/a"), "the other name is used");
@@ -345,11 +353,11 @@ mod tests {
     #[test]
     fn a_linked_inode_keeps_its_other_names_when_one_goes() {
         let t = InodeTable::new();
-        t.add("/p1", &inode(8));
-        t.add("/d/p2", &inode(8));
-        t.add("/e/p3", &inode(8));
+        t.add("/p1", &inode(8), 0);
+        t.add("/d/p2", &inode(8), 0);
+        t.add("/e/p3", &inode(8), 0);
         assert_eq!(t.path(8).as_deref(), Some("/e/p3"));
-        t.add("/e/q", &inode(9));
+        t.add("/e/q", &inode(9), 0);
         t.renamed("/e/q", "/e/p3"); // another file replaces a name of inode 8
         assert_eq!(t.path(9).as_deref(), Some("/e/p3"));
         assert_eq!(t.path(8).as_deref(), Some("/d/p2"));
@@ -368,17 +376,38 @@ mod tests {
     fn a_remote_change_seen_by_a_lookup_still_drops_pages_at_the_next_open() {
         let t = InodeTable::new();
         let mut i = inode(7);
-        t.add("/f", &i);
-        assert!(!t.open_check(&i));
+        t.add("/f", &i, t.stamp());
+        assert!(!t.open_check(&i, t.stamp()));
         // Same size, new mtime, noticed by a lookup before the open.
         i.mtime_ns = 99;
-        t.add("/f", &i);
-        assert!(t.open_check(&i), "pages from before the change");
-        assert!(!t.open_check(&i), "dropped once");
+        t.add("/f", &i, t.stamp());
+        assert!(t.open_check(&i, t.stamp()), "pages from before the change");
+        assert!(!t.open_check(&i, t.stamp()), "dropped once");
         // This mount's own write does not make its pages stale.
         i.size = 5;
         i.mtime_ns = 100;
         t.observe_own(&i);
-        assert!(!t.open_check(&i));
+        assert!(!t.open_check(&i, t.stamp()));
+    }
+
+    #[test]
+    fn attributes_read_before_an_own_change_are_not_kept() {
+        let t = InodeTable::new();
+        let mut i = inode(5);
+        t.add("/f", &i, t.stamp());
+        let before = t.stamp();
+        // This mount's write is acknowledged while a stat sent earlier is on the wire.
+        i.size = 100;
+        i.mtime_ns = 10;
+        t.observe_own(&i);
+        assert!(t.changed_since(5, before));
+        let mut old = inode(5);
+        old.size = 0;
+        t.observe_remote(&old, before);
+        let fresh = t.fresh(5, Duration::from_secs(60)).map(|i| i.size);
+        assert_eq!(fresh, Some(100), "the older answer is dropped");
+        assert!(!t.open_check(&old, before), "and does not mark pages stale");
+        assert_eq!(t.newer_than(5, before).map(|i| i.size), Some(100));
+        assert!(t.newer_than(5, t.stamp()).is_none());
     }
 }

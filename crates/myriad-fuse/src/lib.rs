@@ -67,6 +67,12 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         MountOption::FSName("myriad".into()),
         MountOption::Subtype("myriad".into()),
         MountOption::NoAtime,
+        // The kernel checks permissions itself, from the attributes it holds, before it
+        // asks: POSIX's exact rules and errors (EPERM vs EACCES, sticky directories, the
+        // touch rule), with the caller's real groups, and also for what never reaches a
+        // file system (opening a FIFO or a device). The servers check again with the same
+        // rules, so a stale attribute can never grant more than the servers allow.
+        MountOption::DefaultPermissions,
     ];
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;

@@ -48,6 +48,7 @@ mod tests {
             symlink_target: None,
             xattrs: Vec::new(),
             link_home: None,
+            rdev: 0,
         };
         let who = |uid, gid, groups: Vec<u32>| Caller { uid, gid, groups };
         assert!(allowed(&i, &who(10, 1, vec![]), READ | WRITE));

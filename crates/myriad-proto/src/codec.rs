@@ -43,6 +43,7 @@ mod tests {
             ino: 9,
             offset: 4,
             data: vec![1, 2],
+            opened: true,
         };
         let op = w.into_inode_op();
         assert_eq!(
@@ -50,7 +51,8 @@ mod tests {
             Some(crate::InodeOp::Write {
                 ino: 9,
                 offset: 4,
-                data: vec![1, 2]
+                data: vec![1, 2],
+                opened: true,
             })
         );
         let f = RequestFrame {
@@ -109,6 +111,7 @@ mod tests {
             ino: 9,
             offset: 3,
             data: vec![1; 1000],
+            opened: false,
         };
         let owned = RequestFrame {
             id: 1,
@@ -138,9 +141,14 @@ mod tests {
             ino: 1,
             offset: 0,
             data: vec![1],
+            opened: false,
         });
         assert!(write.grows_storage() && write.writes_storage());
-        let trunc = at(crate::InodeOp::Truncate { ino: 1, size: 0 });
+        let trunc = at(crate::InodeOp::Truncate {
+            ino: 1,
+            size: 0,
+            opened: false,
+        });
         assert!(!trunc.grows_storage() && trunc.writes_storage());
         let read = at(crate::InodeOp::Read {
             ino: 1,

@@ -67,6 +67,9 @@ pub enum FsError {
     /// Stored data failed its checksum and no intact copy could replace it.
     #[error("block {block} of inode {ino} is corrupt on disk and no intact copy was found")]
     Corrupt { ino: u64, block: u64 },
+    /// A seek for data or a hole at or beyond the end of file (ENXIO).
+    #[error("offset beyond the end of file")]
+    NoSuchOffset,
 }
 
 impl FsError {
@@ -93,6 +96,7 @@ impl FsError {
             FsError::NotSupported(_) => 95,    // EOPNOTSUPP
             FsError::NoData => 61,             // ENODATA
             FsError::NotPermitted => 1,        // EPERM
+            FsError::NoSuchOffset => 6,        // ENXIO
             FsError::Io(_)
             | FsError::Corrupt { .. }
             | FsError::Unavailable(_)

@@ -7,6 +7,9 @@ pub const PATH_BYTES_MAX: usize = 4096;
 /// walks its subtree level by level, so depth is work per request; 1,024 is far beyond any
 /// real tree (PATH_MAX alone would allow 2,048 one-letter levels).
 pub const PATH_DEPTH_MAX: usize = 1024;
+/// Largest file size, as Linux MAX_LFS_FILESIZE (2^63 - 1): every byte offset fits an
+/// `i64` (`off_t`), so no size or offset arithmetic can overflow. Sizes beyond it are EFBIG.
+pub const FILE_BYTES_MAX: u64 = i64::MAX as u64;
 /// Longest single name in bytes, as Linux NAME_MAX.
 pub const NAME_BYTES_MAX: usize = 255;
 /// Largest data payload of one read or write request. Clients split bigger I/O. 4 MiB is one

@@ -12,7 +12,9 @@ use crate::{Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, Shard, 
 pub const MAGIC: u32 = 0x4d59_5244;
 /// Bumped on any incompatible change of a message. Peers must match exactly for now.
 /// 5: authenticated handshake and tagged frames (issue 7).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// 6: devices (`Inode::rdev`), `SetAttr::touch`, `opened` writes, `ChunkTrimFrom`,
+/// `DirTouch` (issue 16).
+pub const PROTOCOL_VERSION: u16 = 6;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -112,6 +114,9 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime_ns: Option<i64>,
     pub mtime_ns: Option<i64>,
+    /// Both times to the server's now (utimensat with UTIME_NOW twice, utime(NULL)): POSIX
+    /// lets anyone who may write the file do this, not only its owner.
+    pub touch: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,12 +197,14 @@ pub enum Request {
         flags: RenameFlags,
     },
     /// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.
+    /// `opened`: through a descriptor whose open checked access (see `InodeOp::Write`).
     Write {
         path: String,
         ino: u64,
         offset: u64,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
+        opened: bool,
     },
     /// Owner of the entry: read from chunk 0; returns the current inode too.
     Read {
@@ -207,9 +214,19 @@ pub enum Request {
         len: u64,
     },
     /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
-    Truncate { path: String, ino: u64, size: u64 },
+    Truncate {
+        path: String,
+        ino: u64,
+        size: u64,
+        opened: bool,
+    },
     /// Owner of the entry: raise the size to at least `size` after chunk writes elsewhere.
-    ExtendSize { path: String, ino: u64, size: u64 },
+    ExtendSize {
+        path: String,
+        ino: u64,
+        size: u64,
+        opened: bool,
+    },
     /// Owner of chunk `chunk` (>= 1) of `ino`.
     WriteChunk {
         ino: u64,
@@ -225,11 +242,13 @@ pub enum Request {
         offset: u64,
         len: u64,
     },
-    /// Owner of the entry: create a metadata-only node (`Fifo` or `Socket`).
+    /// Owner of the entry: create a metadata-only node (`Fifo`, `Socket`, or, as root, a
+    /// `CharDevice` or `BlockDevice` numbered `rdev`).
     Mknod {
         path: String,
         kind: FileKind,
         mode: u32,
+        rdev: u64,
     },
     /// Owner of the entry: set (`value: Some`) or remove (`None`) a `user.` extended attribute.
     SetXattr {
@@ -329,6 +348,19 @@ pub enum Request {
         ino: u64,
         chunk: u64,
         keep_bytes: u64,
+    },
+    /// Any partition: drop every byte of `ino` it holds at or beyond `from_bytes` in chunks
+    /// 1 and up (a truncate or unlink of a file with many chunks: one request per
+    /// partition instead of one per chunk, so a huge sparse file goes in bounded time).
+    ChunkTrimFrom { ino: u64, from_bytes: u64 },
+    /// Owner of the entry of directory `path` (inode `ino`): entries were added or removed
+    /// in it, by the partition holding them, at `now_ns`: set its mtime and ctime, and its
+    /// link count to `nlink` if given.
+    DirTouch {
+        path: String,
+        ino: u64,
+        now_ns: i64,
+        nlink: Option<u32>,
     },
     /// Owner of directory `path`: freeze it for directory rename `txid` (writes get `Busy`).
     DirFreeze { path: String, txid: u64 },
@@ -459,19 +491,25 @@ pub enum InodeOp {
         offset: u64,
         len: u64,
     },
+    /// `opened` (here and below): sent through a descriptor whose open checked access, so
+    /// the file's owner may go on writing without a write bit (a file made by
+    /// open(O_CREAT, 0) is written through its descriptor; POSIX checks access at open).
     Write {
         ino: u64,
         offset: u64,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
+        opened: bool,
     },
     ExtendSize {
         ino: u64,
         size: u64,
+        opened: bool,
     },
     Truncate {
         ino: u64,
         size: u64,
+        opened: bool,
     },
     SetAttr {
         set: SetAttr,
@@ -592,6 +630,8 @@ impl Request {
             Request::RenameCommit { .. } => "rename_commit",
             Request::RenameAbort { .. } => "rename_abort",
             Request::ChunkTrim { .. } => "chunk_trim",
+            Request::ChunkTrimFrom { .. } => "chunk_trim_from",
+            Request::DirTouch { .. } => "dir_touch",
             Request::DirFreeze { .. } => "dir_freeze",
             Request::DirExport { .. } => "dir_export",
             Request::DirImport { .. } => "dir_import",
@@ -636,10 +676,23 @@ impl Request {
                 ino, offset, len, ..
             } => InodeOp::Read { ino, offset, len },
             Request::Write {
-                ino, offset, data, ..
-            } => InodeOp::Write { ino, offset, data },
-            Request::ExtendSize { ino, size, .. } => InodeOp::ExtendSize { ino, size },
-            Request::Truncate { ino, size, .. } => InodeOp::Truncate { ino, size },
+                ino,
+                offset,
+                data,
+                opened,
+                ..
+            } => InodeOp::Write {
+                ino,
+                offset,
+                data,
+                opened,
+            },
+            Request::ExtendSize {
+                ino, size, opened, ..
+            } => InodeOp::ExtendSize { ino, size, opened },
+            Request::Truncate {
+                ino, size, opened, ..
+            } => InodeOp::Truncate { ino, size, opened },
             Request::SetAttr { set, .. } => InodeOp::SetAttr { set },
             Request::SetXattr {
                 name, value, mode, ..
@@ -664,6 +717,8 @@ impl Request {
                 | Request::RenameCommit { .. }
                 | Request::RenameAbort { .. }
                 | Request::ChunkTrim { .. }
+                | Request::ChunkTrimFrom { .. }
+                | Request::DirTouch { .. }
                 | Request::DirFreeze { .. }
                 | Request::DirExport { .. }
                 | Request::DirImport { .. }

@@ -19,6 +19,22 @@ pub enum FileKind {
     /// node `Inode::link_home` (the node that held the file when it got its second name);
     /// servers resolve it, clients never see this kind.
     HardLink,
+    /// Character device: metadata only (`Inode::rdev` names the device; opening it is the
+    /// kernel's business, and mounts are `nodev`).
+    CharDevice,
+    /// Block device: metadata only, as `CharDevice`.
+    BlockDevice,
+}
+
+impl FileKind {
+    /// Kinds that carry no data of their own here: FIFOs, sockets and devices.
+    #[must_use]
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice
+        )
+    }
 }
 
 /// One extended attribute (only the `user.` namespace is stored).
@@ -50,6 +66,8 @@ pub struct Inode {
     pub xattrs: Vec<Xattr>,
     /// For `HardLink` entries: the node holding the inode object.
     pub link_home: Option<u32>,
+    /// The device of a `CharDevice` or `BlockDevice` (Linux `dev_t`); 0 for other kinds.
+    pub rdev: u64,
 }
 
 /// Who is asking. Trusted as sent for now (authentication is a separate issue).

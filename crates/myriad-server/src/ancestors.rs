@@ -501,17 +501,85 @@ impl Node {
         Ok(())
     }
 
-    /// Search on the ancestors and write on the file itself.
+    /// Search on the ancestors and write on the file itself (`opened`: through a
+    /// descriptor whose open checked access: `perm::require_write`).
     pub(crate) async fn may_write_file(
         self: &Arc<Self>,
         caller: &Caller,
         path: &str,
+        opened: bool,
     ) -> Result<(), FsError> {
         if caller.uid == 0 {
             return Ok(());
         }
         self.search(caller, path).await?;
-        perm::require(&self.lookup(path).await?, caller, perm::WRITE)
+        perm::require_write(&self.lookup(path).await?, caller, opened)
+    }
+
+    /// What creating the name `path` needs (`may_modify_dir`), and the parent's attributes
+    /// even for root: a set-group-id parent decides the new inode's group.
+    pub(crate) async fn may_create(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<Option<Inode>, FsError> {
+        if let Some(parent) = self.may_modify_dir(caller, path).await? {
+            return Ok(Some(parent));
+        }
+        if path == "/" {
+            return Ok(None);
+        }
+        Ok(self.resolve_dirs(&[parent_of(path).to_string()]).await?.pop())
+    }
+
+    /// Renaming `from` to `to`, beyond removing `from`: write on the new parent; in a
+    /// sticky new parent, the rule for the entry replaced; and a directory moving to
+    /// another parent needs write permission on itself (its ".." changes), as on Linux.
+    pub(crate) async fn may_rename_to(
+        self: &Arc<Self>,
+        caller: &Caller,
+        from: &str,
+        to: &str,
+    ) -> Result<(), FsError> {
+        let Some(parent) = self.may_modify_dir(caller, to).await? else {
+            return Ok(());
+        };
+        if parent.mode & perm::STICKY != 0
+            && let Some(victim) = self.entry_attrs(to).await?
+        {
+            perm::require_sticky(&parent, &victim, caller)?;
+        }
+        if parent_of(from) != parent_of(to) {
+            let src = self.resolve(self.lookup(from).await?).await?;
+            if src.kind == FileKind::Directory {
+                perm::require(&src, caller, perm::WRITE)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The attributes of the entry `path` wherever it lives (resolved if a hard-link
+    /// name); `None` if there is no such entry.
+    pub(crate) async fn entry_attrs(self: &Arc<Self>, path: &str) -> Result<Option<Inode>, FsError> {
+        let found = if self.entry_node(path) == self.me {
+            self.lookup(path).await
+        } else {
+            let req = Request::GetAttrs {
+                path: path.to_string(),
+                subscribe: false,
+                seq: 0,
+            };
+            match self.call_entry(path, req).await {
+                Ok(Response::AttrLease { inode, .. }) => Ok(inode),
+                Ok(_) => return Err(FsError::Protocol("unexpected reply to get_attrs".into())),
+                Err(e) => Err(e),
+            }
+        };
+        match found {
+            Ok(i) => Ok(Some(self.resolve(i).await?)),
+            Err(FsError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Owner side of GetAttrs / RenewAttrs.
@@ -656,6 +724,7 @@ mod tests {
             symlink_target: None,
             xattrs: Vec::new(),
             link_home: None,
+            rdev: 0,
         }
     }
 

@@ -451,6 +451,7 @@ impl Host {
             replicas: crate::ancestors::Replicas::new(self.config.replication.clone(), !fresh),
             shard_maps: myriad_placement::ShardCache::default(),
             splits: crate::split::SplitState::default(),
+            dir_touches: crate::dirtimes::DirTouches::default(),
             tasks: Mutex::new(Vec::new()),
         }))
     }

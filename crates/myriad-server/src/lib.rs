@@ -12,6 +12,7 @@ mod ancestors;
 mod applier;
 mod config;
 mod counters;
+mod dirtimes;
 mod fsck;
 mod host;
 mod intent;

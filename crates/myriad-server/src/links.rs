@@ -130,8 +130,13 @@ impl Node {
                     data,
                 })
             }
-            InodeOp::Write { offset, data, .. } => {
-                perm::require(&inode, &caller, perm::WRITE)?;
+            InodeOp::Write {
+                offset,
+                data,
+                opened,
+                ..
+            } => {
+                perm::require_write(&inode, &caller, opened)?;
                 self.mutate(Mutation::Write {
                     dir,
                     name,
@@ -142,8 +147,8 @@ impl Node {
                 })
                 .await
             }
-            InodeOp::ExtendSize { size, .. } => {
-                perm::require(&inode, &caller, perm::WRITE)?;
+            InodeOp::ExtendSize { size, opened, .. } => {
+                perm::require_write(&inode, &caller, opened)?;
                 self.mutate(Mutation::ExtendSize {
                     dir,
                     name,
@@ -153,8 +158,8 @@ impl Node {
                 })
                 .await
             }
-            InodeOp::Truncate { size, .. } => {
-                perm::require(&inode, &caller, perm::WRITE)?;
+            InodeOp::Truncate { size, opened, .. } => {
+                perm::require_write(&inode, &caller, opened)?;
                 let m = Mutation::Truncate {
                     dir,
                     name,
@@ -175,7 +180,7 @@ impl Node {
                 }
             }
             InodeOp::SetAttr { set } => {
-                perm::require_setattr(&inode, &caller, &set)?;
+                let set = perm::check_setattr(&inode, &caller, &set)?;
                 self.mutate(Mutation::SetAttr {
                     dir,
                     name,
@@ -247,20 +252,9 @@ impl Node {
         self.search(caller, from).await?;
         self.may_modify_dir(caller, to).await?;
         let src = self.lookup(from).await?;
+        perm::may_link(&self.resolve(src.clone()).await?, caller)?;
         let (home, inode) = match src.kind {
-            FileKind::File => {
-                let (dir, name) = split_owned(from);
-                let m = Mutation::LinkSource {
-                    dir,
-                    name,
-                    me: self.me,
-                    now: now_ns(),
-                };
-                match self.applier.run(m).await? {
-                    Outcome::Inode(i) => (self.me, i),
-                    _ => return Err(FsError::Io("unexpected outcome".into())),
-                }
-            }
+            FileKind::Directory => return Err(FsError::NotPermitted),
             FileKind::HardLink => {
                 let home = src
                     .link_home
@@ -274,8 +268,20 @@ impl Node {
                     other => return Err(FsError::Protocol(format!("unexpected {other:?}"))),
                 }
             }
-            // Directories never; symlinks, FIFOs and sockets are not linkable here yet.
-            _ => return Err(FsError::NotPermitted),
+            // Regular files, symlinks, FIFOs, sockets and devices.
+            _ => {
+                let (dir, name) = split_owned(from);
+                let m = Mutation::LinkSource {
+                    dir,
+                    name,
+                    me: self.me,
+                    now: now_ns(),
+                };
+                match self.applier.run(m).await? {
+                    Outcome::Inode(i) => (self.me, i),
+                    _ => return Err(FsError::Io("unexpected outcome".into())),
+                }
+            }
         };
         let put = Request::PutLinkRef {
             path: to.to_string(),

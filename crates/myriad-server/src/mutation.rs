@@ -97,15 +97,27 @@ pub enum Mutation {
         change: InodeChange,
         now: i64,
     },
-    /// A metadata-only node (FIFO or socket).
+    /// A metadata-only node (FIFO, socket or device; `rdev` numbers a device).
     Mknod {
         dir: String,
         name: String,
         kind: FileKind,
         mode: u32,
+        rdev: u64,
         uid: u32,
         gid: u32,
         now: i64,
+    },
+    /// Entries of directory `dir/name` (inode `ino`) changed on the partition holding them:
+    /// its mtime and ctime become `now`, its link count `nlink` if given. Nothing happens
+    /// if the entry names another inode, or is pending (the directory is being renamed or
+    /// removed: its times matter no more, or come with it).
+    DirTouch {
+        dir: String,
+        name: String,
+        ino: u64,
+        now: i64,
+        nlink: Option<u32>,
     },
     Write {
         dir: String,
@@ -139,6 +151,11 @@ pub enum Mutation {
         ino: u64,
         chunk: u64,
         keep_bytes: u64,
+    },
+    /// Drops every byte of `ino` held here at or beyond `from_bytes`, in chunks >= 1.
+    ChunkTrimFrom {
+        ino: u64,
+        from_bytes: u64,
     },
     MkdirBegin {
         dir: String,
@@ -241,6 +258,8 @@ pub enum Mutation {
 pub enum Outcome {
     Unit,
     Inode(Inode),
+    /// A new inode (a create that did not find the name taken).
+    Created(Inode),
     /// The inode after the change, plus the txid of a chunk GC intent the caller must run.
     InodeGc(Inode, Option<u64>),
     Gc(Option<u64>),
@@ -361,7 +380,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         Mutation::LinkSource { dir, name, me, now } => {
             require_writable(ctx.store, &dir, &name)?;
             let mut inode = visible(ctx.store, &dir, &name)?;
-            if inode.kind != FileKind::File {
+            // Directories never get a second name; everything else may (Linux links
+            // FIFOs, sockets, devices and symlinks too).
+            if matches!(inode.kind, FileKind::Directory | FileKind::HardLink) {
                 return Err(FsError::NotPermitted);
             }
             inode.nlink = inode.nlink.saturating_add(1);
@@ -458,7 +479,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     .map_err(storage_err)?;
             }
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
-            Outcome::Inode(inode)
+            Outcome::Created(inode)
         }
         Mutation::Symlink {
             dir,
@@ -492,20 +513,59 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             name,
             kind,
             mode,
+            rdev,
             uid,
             gid,
             now,
         } => {
-            if !matches!(kind, FileKind::Fifo | FileKind::Socket) {
+            if !kind.is_special() {
                 return Err(FsError::InvalidArgument(
-                    "mknod makes only FIFOs and sockets".into(),
+                    "mknod makes only FIFOs, sockets and devices".into(),
                 ));
             }
             require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, &mut b)?;
-            let inode = new_inode(ino, kind, mode & 0o7777, uid, gid, now);
+            let mut inode = new_inode(ino, kind, mode & 0o7777, uid, gid, now);
+            if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
+                inode.rdev = rdev;
+            }
             put_visible(ctx.store, &mut b, &dir, &name, &inode);
             Outcome::Inode(inode)
+        }
+        Mutation::DirTouch {
+            dir,
+            name,
+            ino,
+            now,
+            nlink,
+        } => {
+            let touch = |i: &mut Inode| {
+                i.mtime_ns = now;
+                i.ctime_ns = i.ctime_ns.max(now);
+                if let Some(n) = nlink {
+                    i.nlink = n;
+                }
+            };
+            if dir == "/" && name.is_empty() {
+                if let Some(mut rec) = ctx.store.dir("/").map_err(storage_err)?
+                    && let Some(mut root) = rec.root_attrs.take()
+                    && root.ino == ino
+                {
+                    touch(&mut root);
+                    rec.root_attrs = Some(root);
+                    ctx.store.put_dir(&mut b, "/", &rec);
+                }
+            } else if let Some(EntryRecord {
+                inode: Some(mut i),
+                pending: None,
+            }) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+                && i.ino == ino
+                && i.kind == FileKind::Directory
+            {
+                touch(&mut i);
+                put_visible(ctx.store, &mut b, &dir, &name, &i);
+            }
+            Outcome::Unit
         }
         Mutation::SetAttr {
             dir,
@@ -564,6 +624,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             size,
             now,
         } => {
+            if size > limits::FILE_BYTES_MAX {
+                return Err(FsError::TooLarge);
+            }
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
             let size = inode.size.max(size);
             modified(&mut inode, size, now);
@@ -577,6 +640,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             size,
             now,
         } => {
+            if size > limits::FILE_BYTES_MAX {
+                return Err(FsError::TooLarge);
+            }
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
             let old = inode.size;
             let mut gc = None;
@@ -613,6 +679,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             let abs = chunk
                 .checked_mul(cs)
                 .and_then(|x| x.checked_add(offset))
+                .filter(|a| a.saturating_add(data.len() as u64) <= limits::FILE_BYTES_MAX)
                 .ok_or(FsError::TooLarge)?;
             ctx.store
                 .write_range(&mut b, ino, abs, &data)
@@ -639,6 +706,14 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     first_block,
                     first_block.saturating_add(c0),
                 )
+                .map_err(storage_err)?;
+            Outcome::Unit
+        }
+        Mutation::ChunkTrimFrom { ino, from_bytes } => {
+            let c0 = chunk0_blocks(ctx.layout);
+            let from = from_bytes.max(ctx.layout.chunk_size_bytes);
+            ctx.store
+                .trim_blocks(&mut b, ino, from, c0, u64::MAX)
                 .map_err(storage_err)?;
             Outcome::Unit
         }
@@ -704,7 +779,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
                 && let Some(p) = rec.pending.filter(|p| p.txid == txid)
             {
+                let before = is_dir(rec.inode.as_ref());
                 let result = if commit { p.after } else { rec.inode };
+                adjust_subdirs(ctx.store, &mut b, &dir, is_dir(result.as_ref()) - before)?;
                 match result {
                     Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
                     None => ctx.store.delete_entry(&mut b, &dir, &name),
@@ -896,6 +973,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             {
                 if commit {
                     ctx.store.delete_entry(&mut b, &from_dir, &from_name);
+                    adjust_subdirs(ctx.store, &mut b, &from_dir, -is_dir(rec.inode.as_ref()))?;
                     if rec.inode.as_ref().is_some_and(|i| i.kind == FileKind::File) {
                         let c0 = chunk0_blocks(ctx.layout);
                         ctx.store
@@ -1011,15 +1089,23 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             match action {
                 DirAction::Reveal if rec.hidden == Some(txid) => {
                     rec.hidden = None;
-                    ctx.store.put_dir(&mut b, &path, &rec);
+                    let mut subdirs = 0;
                     for (name, e) in entries {
-                        if let Some(p) = e.pending.filter(|p| p.txid == txid) {
-                            match p.after {
-                                Some(i) => put_visible(ctx.store, &mut b, &path, &name, &i),
-                                None => ctx.store.delete_entry(&mut b, &path, &name),
+                        let shown = match e.pending.filter(|p| p.txid == txid) {
+                            Some(p) => {
+                                match &p.after {
+                                    Some(i) => put_visible(ctx.store, &mut b, &path, &name, i),
+                                    None => ctx.store.delete_entry(&mut b, &path, &name),
+                                }
+                                p.after
                             }
-                        }
+                            None => e.inode,
+                        };
+                        subdirs += is_dir(shown.as_ref());
                     }
+                    // The copy arrived whole: count its subdirectories afresh.
+                    rec.subdirs = u32::try_from(subdirs.max(0)).unwrap_or(u32::MAX);
+                    ctx.store.put_dir(&mut b, &path, &rec);
                 }
                 DirAction::Thaw if rec.frozen == Some(txid) => {
                     rec.frozen = None;
@@ -1116,6 +1202,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                         gc = drop_file_data(ctx, &mut b, old)?;
                         dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
                     }
+                    let delta = is_dir(p.after.as_ref()) - is_dir(rec.inode.as_ref());
+                    adjust_subdirs(ctx.store, &mut b, &dir, delta)?;
                     match p.after {
                         Some(i) => put_visible(ctx.store, &mut b, &dir, &name, &i),
                         None => ctx.store.delete_entry(&mut b, &dir, &name),
@@ -1176,7 +1264,28 @@ fn new_inode(ino: u64, kind: FileKind, mode: u32, uid: u32, gid: u32, now: i64) 
         symlink_target: None,
         xattrs: Vec::new(),
         link_home: None,
+        rdev: 0,
     }
+}
+
+/// 1 for a directory, 0 for anything else or nothing: a directory's entries count toward
+/// its link count ("..").
+fn is_dir(inode: Option<&Inode>) -> i64 {
+    i64::from(inode.is_some_and(|i| i.kind == FileKind::Directory))
+}
+
+/// Adds `delta` to the subdirectory count of directory object `dir` held here (its link
+/// count is 2 + that), in the batch that adds or removes the entry.
+fn adjust_subdirs(store: &Store, b: &mut Batch, dir: &str, delta: i64) -> Result<(), FsError> {
+    if delta == 0 {
+        return Ok(());
+    }
+    if let Some(mut rec) = store.dir(dir).map_err(storage_err)? {
+        let n = i64::from(rec.subdirs).saturating_add(delta).max(0);
+        rec.subdirs = u32::try_from(n).unwrap_or(u32::MAX);
+        store.put_dir(b, dir, &rec);
+    }
+    Ok(())
 }
 
 /// A content change: new size, and mtime and ctime now.
@@ -1224,11 +1333,20 @@ fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
     if let Some(g) = set.gid {
         inode.gid = g;
     }
+    if (set.uid.is_some() || set.gid.is_some()) && set.mode.is_none() {
+        // A chown takes set-id bits off a regular file (the kernel's FUSE path sends the
+        // cleared mode itself; other clients get the same from here).
+        inode.mode = crate::perm::mode_after_chown(inode.kind, inode.mode);
+    }
     if let Some(a) = set.atime_ns {
         inode.atime_ns = a;
     }
     if let Some(m) = set.mtime_ns {
         inode.mtime_ns = m;
+    }
+    if set.touch {
+        inode.atime_ns = now;
+        inode.mtime_ns = now;
     }
     inode.ctime_ns = now;
 }
@@ -1312,9 +1430,7 @@ fn visible_file(store: &Store, dir: &str, name: &str, ino: u64) -> Result<Inode,
     match inode.kind {
         FileKind::File => Ok(inode),
         FileKind::Directory => Err(FsError::IsADirectory),
-        FileKind::Symlink | FileKind::Fifo | FileKind::Socket | FileKind::HardLink => {
-            Err(FsError::InvalidArgument("not a regular file".into()))
-        }
+        _ => Err(FsError::InvalidArgument("not a regular file".into())),
     }
 }
 

@@ -45,6 +45,8 @@ pub struct Node {
     pub(crate) shard_maps: myriad_placement::ShardCache,
     /// Counts of names added per directory, and the splits running.
     pub(crate) splits: crate::split::SplitState,
+    /// Directory touches in flight, coalesced per directory (`dirtimes.rs`).
+    pub(crate) dir_touches: crate::dirtimes::DirTouches,
     /// Background tasks (recovery, replica bookkeeping), ended by `stop`.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -152,13 +154,16 @@ impl Node {
             }
             Request::PutLinkRef { path, ino, home } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                self.mutate_inode(Mutation::PutLinkRef {
-                    dir,
-                    name,
-                    ino,
-                    home,
-                })
-                .await
+                let r = self
+                    .mutate_inode(Mutation::PutLinkRef {
+                        dir: dir.clone(),
+                        name,
+                        ino,
+                        home,
+                    })
+                    .await?;
+                self.touch_dir(&dir).await;
+                Ok(r)
             }
             Request::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
             Request::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
@@ -367,7 +372,7 @@ impl Node {
                 validate_path(&path)?;
                 self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
-                let inode = self.lookup(&path).await?;
+                let inode = self.resolve(self.lookup(&path).await?).await?;
                 inode
                     .symlink_target
                     .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
@@ -393,14 +398,16 @@ impl Node {
                 durable,
             } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                self.may_modify_dir(&caller, &path).await?;
+                let parent = self.may_create(&caller, &path).await?;
+                let (gid, mode) =
+                    perm::new_owner_group(parent.as_ref(), &caller, FileKind::File, mode);
                 self.note_added(&dir);
                 let m = Mutation::CreateFile {
-                    dir,
+                    dir: dir.clone(),
                     name,
                     mode,
                     uid: caller.uid,
-                    gid: caller.gid,
+                    gid,
                     exclusive,
                     data,
                     now: now_ns(),
@@ -411,6 +418,10 @@ impl Node {
                     self.applier.run_visible(m).await?
                 };
                 match outcome {
+                    Outcome::Created(i) => {
+                        self.touch_dir(&dir).await;
+                        Ok(Response::Attr(i))
+                    }
                     // A non-exclusive create of an existing name opens it: a hard-link name
                     // answers with its inode.
                     Outcome::Inode(i) => Ok(Response::Attr(self.resolve(i).await?)),
@@ -419,7 +430,9 @@ impl Node {
             }
             Request::Symlink { path, target } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                self.may_modify_dir(&caller, &path).await?;
+                let parent = self.may_create(&caller, &path).await?;
+                let (gid, _) =
+                    perm::new_owner_group(parent.as_ref(), &caller, FileKind::Symlink, 0o777);
                 self.note_added(&dir);
                 if target.is_empty()
                     || target.len() > limits::SYMLINK_TARGET_BYTES_MAX
@@ -429,30 +442,48 @@ impl Node {
                         "symlink target must be 1..=4096 bytes without NUL".into(),
                     ));
                 }
-                self.mutate_inode(Mutation::Symlink {
-                    dir,
-                    name,
-                    target,
-                    uid: caller.uid,
-                    gid: caller.gid,
-                    now: now_ns(),
-                })
-                .await
+                let r = self
+                    .mutate_inode(Mutation::Symlink {
+                        dir: dir.clone(),
+                        name,
+                        target,
+                        uid: caller.uid,
+                        gid,
+                        now: now_ns(),
+                    })
+                    .await?;
+                self.touch_dir(&dir).await;
+                Ok(r)
             }
-            Request::Mknod { path, kind, mode } => {
+            Request::Mknod {
+                path,
+                kind,
+                mode,
+                rdev,
+            } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                self.may_modify_dir(&caller, &path).await?;
+                let parent = self.may_create(&caller, &path).await?;
+                // As Linux: only root (CAP_MKNOD) makes device nodes.
+                if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && caller.uid != 0
+                {
+                    return Err(FsError::NotPermitted);
+                }
+                let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, kind, mode);
                 self.note_added(&dir);
-                self.mutate_inode(Mutation::Mknod {
-                    dir,
-                    name,
-                    kind,
-                    mode,
-                    uid: caller.uid,
-                    gid: caller.gid,
-                    now: now_ns(),
-                })
-                .await
+                let r = self
+                    .mutate_inode(Mutation::Mknod {
+                        dir: dir.clone(),
+                        name,
+                        kind,
+                        mode,
+                        rdev,
+                        uid: caller.uid,
+                        gid,
+                        now: now_ns(),
+                    })
+                    .await?;
+                self.touch_dir(&dir).await;
+                Ok(r)
             }
             Request::SetXattr {
                 path,
@@ -493,9 +524,15 @@ impl Node {
             Request::Unlink { path } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_remove(&caller, &path).await?;
-                if let Outcome::InodeGc(removed, gc) =
-                    self.applier.run(Mutation::Unlink { dir, name }).await?
-                {
+                let outcome = self
+                    .applier
+                    .run(Mutation::Unlink {
+                        dir: dir.clone(),
+                        name,
+                    })
+                    .await?;
+                self.touch_dir(&dir).await;
+                if let Outcome::InodeGc(removed, gc) = outcome {
                     if let Some(txid) = gc {
                         self.spawn_gc(txid);
                     }
@@ -509,7 +546,7 @@ impl Node {
                 validate_path(&path)?;
                 self.own_entry(&st, &path)?;
                 self.search(&caller, &path).await?;
-                perm::require_setattr(&self.lookup(&path).await?, &caller, &set)?;
+                let set = perm::check_setattr(&self.lookup(&path).await?, &caller, &set)?;
                 let (dir, name) = attrs_key(&path);
                 let changes_access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
                 let reply = self
@@ -534,9 +571,10 @@ impl Node {
                 ino,
                 offset,
                 data,
+                opened,
             } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                self.may_write_file(&caller, &path).await?;
+                self.may_write_file(&caller, &path, opened).await?;
                 if data.len() as u64 > limits::IO_BYTES_MAX {
                     return Err(FsError::InvalidArgument(
                         "write larger than the I/O limit".into(),
@@ -552,9 +590,14 @@ impl Node {
                 })
                 .await
             }
-            Request::ExtendSize { path, ino, size } => {
+            Request::ExtendSize {
+                path,
+                ino,
+                size,
+                opened,
+            } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                self.may_write_file(&caller, &path).await?;
+                self.may_write_file(&caller, &path, opened).await?;
                 self.mutate_inode(Mutation::ExtendSize {
                     dir,
                     name,
@@ -564,9 +607,14 @@ impl Node {
                 })
                 .await
             }
-            Request::Truncate { path, ino, size } => {
+            Request::Truncate {
+                path,
+                ino,
+                size,
+                opened,
+            } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                self.may_write_file(&caller, &path).await?;
+                self.may_write_file(&caller, &path, opened).await?;
                 match self
                     .applier
                     .run(Mutation::Truncate {
@@ -630,15 +678,50 @@ impl Node {
                     .await?;
                 Ok(Response::Unit)
             }
+            Request::ChunkTrimFrom { ino, from_bytes } => {
+                self.applier
+                    .run(Mutation::ChunkTrimFrom { ino, from_bytes })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            Request::DirTouch {
+                path,
+                ino,
+                now_ns,
+                nlink,
+            } => {
+                validate_path(&path)?;
+                if path == "/" {
+                    self.own(&st, st.ring.owner_of_dir("/"))?;
+                } else {
+                    self.own_entry(&st, &path)?;
+                }
+                let (dir, name) = attrs_key(&path);
+                // Visible is enough: a lost touch costs a stale time, never data, and the
+                // change it reports is already durable on its own partition.
+                self.applier
+                    .run_visible(Mutation::DirTouch {
+                        dir,
+                        name,
+                        ino,
+                        now: now_ns,
+                        nlink,
+                    })
+                    .await?;
+                Ok(Response::Unit)
+            }
             Request::Mkdir { path, mode, shards } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                self.may_modify_dir(&caller, &path).await?;
+                let parent = self.may_create(&caller, &path).await?;
+                let (gid, mode) =
+                    perm::new_owner_group(parent.as_ref(), &caller, FileKind::Directory, mode);
                 let depth = shard_depth(shards)?;
                 let made = self
-                    .mkdir(&path, dir.clone(), name, mode, depth, &caller)
+                    .mkdir(&path, dir.clone(), name, mode, depth, (caller.uid, gid))
                     .await;
                 if made.is_ok() {
                     self.note_added(&dir);
+                    self.touch_dir(&dir).await;
                 }
                 made.map(Response::Attr)
             }
@@ -648,7 +731,9 @@ impl Node {
                 }
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_remove(&caller, &path).await?;
-                self.rmdir(&path, dir, name).await.map(|()| Response::Unit)
+                self.rmdir(&path, dir.clone(), name).await?;
+                self.touch_dir(&dir).await;
+                Ok(Response::Unit)
             }
             Request::Rename { from, to, flags } => {
                 validate_path(&from)?;
@@ -663,9 +748,20 @@ impl Node {
                 }
                 self.own_entry(&st, &from)?;
                 self.may_remove(&caller, &from).await?;
-                self.may_modify_dir(&caller, &to).await?;
+                self.may_rename_to(&caller, &from, &to).await?;
+                let local_target = self.entry_node(&to) == self.me;
+                let (from_dir, to_dir) = (
+                    split_parent(&from).0.to_string(),
+                    split_parent(&to).0.to_string(),
+                );
                 match self.rename(from, to, flags).await {
-                    Ok(()) => Ok(Response::Unit),
+                    Ok(()) => {
+                        self.touch_dir(&from_dir).await;
+                        if local_target && to_dir != from_dir {
+                            self.touch_dir(&to_dir).await;
+                        }
+                        Ok(Response::Unit)
+                    }
                     // A destination in a shard that moved: learn where it is now; the
                     // client's retry goes there.
                     Err(FsError::WrongShard { dir, map }) => {
@@ -836,11 +932,23 @@ impl Node {
         txid: u64,
         commit: bool,
     ) -> Result<Response, FsError> {
-        if let Outcome::Renamed(gc, dropped) = self
+        let target_dir = match self
+            .store
+            .intent(crate::mutation::prepare_key(txid))
+            .map_err(storage_err)?
+            .and_then(|b| crate::intent::Intent::decode(&b))
+        {
+            Some(crate::intent::Intent::RenameIn { dir, .. }) if commit => Some(dir),
+            _ => None,
+        };
+        let outcome = self
             .applier
             .run(Mutation::RenameTargetResolve { txid, commit })
-            .await?
-        {
+            .await?;
+        if let Some(dir) = target_dir {
+            self.touch_dir(&dir).await;
+        }
+        if let Outcome::Renamed(gc, dropped) = outcome {
             if let Some(gc) = gc {
                 self.spawn_gc(gc);
             }

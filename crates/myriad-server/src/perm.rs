@@ -2,11 +2,14 @@
 //! (`allowed`) lives in `myriad_proto::access`, shared with the FUSE mount.
 
 pub use myriad_proto::access::{EXEC, READ, WRITE, allowed};
-use myriad_proto::{Caller, FsError, Inode, SetAttr};
+use myriad_proto::{Caller, FileKind, FsError, Inode, SetAttr};
 
 /// Sticky bit: in such a directory only the owner of an entry, the directory's owner or root
 /// may remove or rename the entry.
 pub const STICKY: u32 = 0o1000;
+pub const SETUID: u32 = 0o4000;
+pub const SETGID: u32 = 0o2000;
+const GROUP_EXEC: u32 = 0o010;
 
 pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), FsError> {
     if allowed(inode, caller, want) {
@@ -16,7 +19,8 @@ pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), FsError>
     }
 }
 
-/// Removing or renaming `victim` out of directory `dir`: the sticky-bit rule.
+/// Removing `victim` from directory `dir`, renaming it away, or renaming another entry
+/// over it: the sticky-bit rule (EPERM, as Linux).
 pub fn require_sticky(dir: &Inode, victim: &Inode, caller: &Caller) -> Result<(), FsError> {
     if dir.mode & STICKY == 0
         || caller.uid == 0
@@ -25,32 +29,123 @@ pub fn require_sticky(dir: &Inode, victim: &Inode, caller: &Caller) -> Result<()
     {
         Ok(())
     } else {
+        Err(FsError::NotPermitted)
+    }
+}
+
+/// Writing or truncating a file: write permission, or, through a descriptor whose open
+/// checked access (`opened`), ownership: POSIX checks access once, at open, so a file made
+/// by open(O_CREAT, 0) is written through that descriptor, and so is one whose owner took
+/// the write bit away after opening it.
+pub fn require_write(inode: &Inode, caller: &Caller, opened: bool) -> Result<(), FsError> {
+    if allowed(inode, caller, WRITE) || (opened && caller.uid == inode.uid) {
+        Ok(())
+    } else {
         Err(FsError::PermissionDenied)
     }
 }
 
-/// Who may change which attribute (chmod, chown, utimens).
-pub fn require_setattr(inode: &Inode, caller: &Caller, set: &SetAttr) -> Result<(), FsError> {
+/// Who may change which attribute (chmod, chown, utimens), with the errors Linux gives:
+/// EPERM for what only the owner (or root) may do, EACCES for a touch without write
+/// permission. Returns the change to apply: a set-group-id bit the caller may not set
+/// (not in the file's group) is dropped, as Linux does silently.
+pub fn check_setattr(inode: &Inode, caller: &Caller, set: &SetAttr) -> Result<SetAttr, FsError> {
+    let mut set = set.clone();
     if caller.uid == 0 {
-        return Ok(());
+        return Ok(set);
     }
     let owner = caller.uid == inode.uid;
-    if set.mode.is_some() && !owner {
-        return Err(FsError::PermissionDenied);
+    let may_write = allowed(inode, caller, WRITE);
+    if let Some(m) = set.mode {
+        let m = m & 0o7777;
+        if !(owner || may_write && only_clears_setid(inode.mode, m)) {
+            return Err(FsError::NotPermitted);
+        }
+        let gid = set.gid.unwrap_or(inode.gid);
+        if owner && m & SETGID != 0 && !caller.in_group(gid) {
+            set.mode = Some(m & !SETGID);
+        }
     }
-    if set.uid.is_some_and(|u| u != inode.uid) {
-        return Err(FsError::PermissionDenied); // only root gives files away
+    // Only root gives a file away; not even to its current owner for anyone else.
+    if set.uid.is_some_and(|u| u != inode.uid || !owner) {
+        return Err(FsError::NotPermitted);
     }
     if let Some(g) = set.gid
-        && g != inode.gid
-        && !(owner && caller.in_group(g))
+        && !(owner && (g == inode.gid || caller.in_group(g)))
     {
-        return Err(FsError::PermissionDenied);
+        return Err(FsError::NotPermitted);
     }
     if (set.atime_ns.is_some() || set.mtime_ns.is_some()) && !owner {
+        return Err(FsError::NotPermitted);
+    }
+    if set.touch && !owner && !may_write {
         return Err(FsError::PermissionDenied);
     }
-    Ok(())
+    Ok(set)
+}
+
+/// Giving `source` another name (Linux `fs.protected_hardlinks`, on by default): its owner
+/// or root may; anyone else only for a regular file without set-user-id (or executable
+/// set-group-id) that they may both read and write.
+pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), FsError> {
+    if caller.uid == 0 || caller.uid == source.uid {
+        return Ok(());
+    }
+    let setid = source.mode & SETUID != 0 || source.mode & (SETGID | GROUP_EXEC) == SETGID | GROUP_EXEC;
+    if source.kind == FileKind::File && !setid && allowed(source, caller, READ | WRITE) {
+        Ok(())
+    } else {
+        Err(FsError::NotPermitted)
+    }
+}
+
+/// `new` is `old` without its set-user-id and/or set-group-id bits, and nothing else: what
+/// the kernel asks on behalf of a non-owner who writes or truncates such a file (its
+/// set-id bits must go, and that writer may not otherwise chmod).
+fn only_clears_setid(old: u32, new: u32) -> bool {
+    let old = old & 0o7777;
+    let cleared = old & !new;
+    new & !old == 0 && cleared != 0 && cleared & !(SETUID | SETGID) == 0
+}
+
+/// The mode a chown leaves on an inode of `kind`: a regular file loses set-user-id, and
+/// set-group-id where it marks group execution (not mandatory locking), as on Linux.
+#[must_use]
+pub fn mode_after_chown(kind: FileKind, mode: u32) -> u32 {
+    if kind != FileKind::File {
+        return mode;
+    }
+    let mut m = mode & !SETUID;
+    if m & (SETGID | GROUP_EXEC) == SETGID | GROUP_EXEC {
+        m &= !SETGID;
+    }
+    m
+}
+
+/// Owner group and mode of a new inode of `kind` made by `caller` in directory `parent`
+/// (BSD group semantics under a set-group-id directory, as Linux): it takes the directory's
+/// group, a new directory inherits the set-group-id bit, and a new file keeps set-group-id
+/// only if its creator is in that group.
+#[must_use]
+pub fn new_owner_group(
+    parent: Option<&Inode>,
+    caller: &Caller,
+    kind: FileKind,
+    mode: u32,
+) -> (u32, u32) {
+    let mut mode = mode & 0o7777;
+    let Some(p) = parent.filter(|p| p.mode & SETGID != 0) else {
+        return (caller.gid, mode);
+    };
+    if kind == FileKind::Directory {
+        mode |= SETGID;
+    } else if mode & (SETGID | GROUP_EXEC) == SETGID | GROUP_EXEC
+        && caller.uid != 0
+        && !caller.in_group(p.gid)
+    {
+        mode &= !SETGID;
+    }
+    (p.gid, mode)
 }
 
 #[cfg(test)]
@@ -74,6 +169,7 @@ mod tests {
             symlink_target: None,
             xattrs: Vec::new(),
             link_home: None,
+            rdev: 0,
         }
     }
 
@@ -111,43 +207,98 @@ mod tests {
         assert!(require_sticky(&tmp, &mine, &caller(10, 10, &[])).is_ok());
         assert_eq!(
             require_sticky(&tmp, &mine, &caller(11, 11, &[])),
-            Err(FsError::PermissionDenied)
+            Err(FsError::NotPermitted),
+            "EPERM, as Linux"
         );
         assert!(require_sticky(&tmp, &mine, &caller(0, 0, &[])).is_ok());
         assert!(require_sticky(&inode(0o777, 0, 0), &mine, &caller(11, 11, &[])).is_ok());
     }
 
+    fn set(f: impl FnOnce(&mut SetAttr)) -> SetAttr {
+        let mut s = SetAttr::default();
+        f(&mut s);
+        s
+    }
+
     #[test]
-    fn setattr_rules() {
+    fn setattr_rules_and_their_errors() {
         let f = inode(0o644, 10, 20);
         let owner = caller(10, 20, &[30]);
         let other = caller(11, 20, &[]);
-        let chmod = SetAttr {
-            mode: Some(0o600),
-            ..SetAttr::default()
-        };
-        assert!(require_setattr(&f, &owner, &chmod).is_ok());
-        assert!(require_setattr(&f, &other, &chmod).is_err());
-        let give = SetAttr {
-            uid: Some(11),
-            ..SetAttr::default()
-        };
-        assert!(require_setattr(&f, &owner, &give).is_err());
-        assert!(require_setattr(&f, &caller(0, 0, &[]), &give).is_ok());
-        let to_member_group = SetAttr {
-            gid: Some(30),
-            ..SetAttr::default()
-        };
-        assert!(require_setattr(&f, &owner, &to_member_group).is_ok());
-        let to_foreign_group = SetAttr {
-            gid: Some(31),
-            ..SetAttr::default()
-        };
-        assert!(require_setattr(&f, &owner, &to_foreign_group).is_err());
-        let touch = SetAttr {
-            mtime_ns: Some(5),
-            ..SetAttr::default()
-        };
-        assert!(require_setattr(&f, &other, &touch).is_err());
+        let root = caller(0, 0, &[]);
+        let eperm = Err(FsError::NotPermitted);
+        let chmod = set(|s| s.mode = Some(0o600));
+        assert!(check_setattr(&f, &owner, &chmod).is_ok());
+        assert_eq!(check_setattr(&f, &other, &chmod), eperm);
+        let give = set(|s| s.uid = Some(11));
+        assert_eq!(check_setattr(&f, &owner, &give), eperm);
+        assert!(check_setattr(&f, &root, &give).is_ok());
+        let to_self = set(|s| s.uid = Some(10));
+        assert!(check_setattr(&f, &owner, &to_self).is_ok());
+        assert_eq!(
+            check_setattr(&f, &other, &to_self),
+            eperm,
+            "a non-owner may not chown even to the current owner"
+        );
+        assert_eq!(
+            check_setattr(&f, &other, &set(|s| s.gid = Some(20))),
+            eperm
+        );
+        assert!(check_setattr(&f, &owner, &set(|s| s.gid = Some(30))).is_ok());
+        assert_eq!(check_setattr(&f, &owner, &set(|s| s.gid = Some(31))), eperm);
+        assert_eq!(
+            check_setattr(&f, &other, &set(|s| s.mtime_ns = Some(5))),
+            eperm
+        );
+        // A touch (both times now): any writer; others EACCES.
+        let touch = set(|s| s.touch = true);
+        let shared = inode(0o666, 10, 20);
+        assert!(check_setattr(&shared, &other, &touch).is_ok());
+        assert_eq!(
+            check_setattr(&f, &other, &touch),
+            Err(FsError::PermissionDenied)
+        );
+        // A writer may clear set-id bits (the kernel asks it on a write) and nothing else.
+        let suid = inode(0o6777, 10, 20);
+        assert!(check_setattr(&suid, &other, &set(|s| s.mode = Some(0o777))).is_ok());
+        assert!(check_setattr(&suid, &other, &set(|s| s.mode = Some(0o2777))).is_ok());
+        assert_eq!(
+            check_setattr(&suid, &other, &set(|s| s.mode = Some(0o6775))),
+            eperm
+        );
+        assert_eq!(
+            check_setattr(&inode(0o6755, 10, 20), &other, &set(|s| s.mode = Some(0o755))),
+            eperm,
+            "not without write permission"
+        );
+        // The owner setting set-group-id on a file of a group it is not in: dropped.
+        let g = check_setattr(&inode(0o644, 10, 40), &owner, &set(|s| s.mode = Some(0o2755)));
+        assert_eq!(g.map(|s| s.mode), Ok(Some(0o755)));
+    }
+
+    #[test]
+    fn writes_through_an_open_descriptor_and_new_inodes() {
+        let ro = inode(0o000, 10, 20);
+        assert!(require_write(&ro, &caller(10, 20, &[]), true).is_ok());
+        assert!(require_write(&ro, &caller(10, 20, &[]), false).is_err());
+        assert!(require_write(&ro, &caller(11, 20, &[]), true).is_err());
+        assert_eq!(mode_after_chown(FileKind::File, 0o6755), 0o755);
+        assert_eq!(mode_after_chown(FileKind::File, 0o2745), 0o2745, "g-x: kept");
+        assert_eq!(mode_after_chown(FileKind::Directory, 0o2755), 0o2755);
+        let sgid_dir = inode(0o2775, 0, 50);
+        let user = caller(10, 20, &[]);
+        assert_eq!(
+            new_owner_group(Some(&sgid_dir), &user, FileKind::Directory, 0o755),
+            (50, 0o2755)
+        );
+        assert_eq!(
+            new_owner_group(Some(&sgid_dir), &user, FileKind::File, 0o2755),
+            (50, 0o755),
+            "not in the group: set-group-id dropped"
+        );
+        assert_eq!(
+            new_owner_group(Some(&inode(0o775, 0, 50)), &user, FileKind::File, 0o644),
+            (20, 0o644)
+        );
     }
 }

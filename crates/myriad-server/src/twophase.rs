@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use myriad_placement::NodeId;
-use myriad_proto::{Caller, DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
+use myriad_proto::{DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
 use crate::intent::{Decision, DirMove, Intent};
 use crate::mutation::{Mutation, Outcome};
@@ -53,15 +53,15 @@ impl Node {
         name: String,
         mode: u32,
         depth: u8,
-        caller: &Caller,
+        owner: (u32, u32),
     ) -> Result<Inode, FsError> {
         let begin = Mutation::MkdirBegin {
             dir: dir.clone(),
             name: name.clone(),
             mode,
             depth,
-            uid: caller.uid,
-            gid: caller.gid,
+            uid: owner.0,
+            gid: owner.1,
             now: now_ns(),
         };
         let Outcome::Begun { txid, inode } = self.applier.run(begin).await? else {
@@ -649,10 +649,27 @@ impl Node {
         else {
             return Ok(());
         };
-        let cs = self.state().map.chunk_size_bytes;
-        if old_size > 0 {
-            let first = (keep_bytes / cs).max(1);
-            let last = (old_size - 1) / cs;
+        let st = self.state();
+        let cs = st.map.chunk_size_bytes;
+        let partitions: Vec<u32> = st.map.partitions.iter().map(|p| p.id).collect();
+        drop(st);
+        let first = (keep_bytes / cs).max(1);
+        let last = old_size.saturating_sub(1) / cs;
+        if old_size > 0 && last >= first && last - first >= partitions.len() as u64 {
+            // More chunks than partitions (a big or huge sparse file): one request per
+            // partition, each dropping whatever it holds of the file past the cut, so the
+            // work follows the data there is, not the size the file claims.
+            for p in partitions {
+                self.call_node(
+                    p,
+                    Request::ChunkTrimFrom {
+                        ino,
+                        from_bytes: keep_bytes,
+                    },
+                )
+                .await?;
+            }
+        } else if old_size > 0 {
             for chunk in first..=last {
                 let keep = keep_bytes.saturating_sub(chunk * cs).min(cs);
                 let owner = self.state().ring.owner_of_chunk(ino, chunk);

@@ -41,6 +41,9 @@ pub struct DirRecord {
     pub shards: Vec<LocalShard>,
     /// On the directory's home once it is split: every leaf, with a version.
     pub map: Option<ShardMap>,
+    /// Visible entries here that are directories, kept in the batch that adds or removes
+    /// one: an unsplit directory's link count is 2 + this.
+    pub subdirs: u32,
 }
 
 impl DirRecord {
@@ -54,7 +57,15 @@ impl DirRecord {
             hidden: None,
             shards: vec![LocalShard::new(Shard::ALL)],
             map: None,
+            subdirs: 0,
         }
+    }
+
+    /// Whether this record holds the whole directory (its home, never split), so that its
+    /// counts are the directory's.
+    #[must_use]
+    pub fn is_whole(&self) -> bool {
+        self.map.is_none() && self.shards.len() == 1 && self.shards[0].shard == Shard::ALL
     }
 
     /// The local shard holding names of hash `hash`, if any.

@@ -19,7 +19,8 @@ use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
 /// 2: entry keys carry the name hash; directory records carry shards.
 /// 3: every key carries its partition's id (`PartitionKv`); 0 holds the server's own records.
 /// 4: every block value ends with the crc32c of its data (blocks.rs).
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: inodes carry `rdev`; directory records count their subdirectories (issue 16).
+pub const FORMAT_VERSION: u32 = 5;
 
 #[derive(Clone)]
 pub struct Store {

@@ -19,6 +19,7 @@ fn inode(ino: u64) -> Inode {
         symlink_target: None,
         xattrs: Vec::new(),
         link_home: None,
+        rdev: 0,
     }
 }
 
