@@ -71,11 +71,7 @@ pub fn file_attr_sized(i: &Inode, size: u64) -> FileAttr {
         crtime: time(i.ctime_ns),
         kind: file_type(i.kind),
         perm: u16::try_from(i.mode & 0o7777).unwrap_or(0),
-        nlink: if i.kind == FileKind::Directory {
-            2
-        } else {
-            i.nlink
-        },
+        nlink: i.nlink,
         uid: i.uid,
         gid: i.gid,
         rdev: dev_to_kernel(i.rdev),

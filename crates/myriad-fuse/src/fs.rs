@@ -155,10 +155,7 @@ impl Filesystem for MyriadFs {
     ) {
         // Both times "now" is the touch POSIX allows every writer (utimensat(UTIME_NOW,
         // UTIME_NOW), utime(NULL)); the server stamps it with its own clock.
-        let touch = matches!(
-            (atime, mtime),
-            (Some(TimeOrNow::Now), Some(TimeOrNow::Now))
-        );
+        let touch = matches!((atime, mtime), (Some(TimeOrNow::Now), Some(TimeOrNow::Now)));
         let set = if touch {
             SetAttr {
                 mode: mode.map(|m| m & 0o7777),
@@ -214,7 +211,9 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
-            let r = fs.mknod(&path, mode, crate::attr::dev_from_kernel(rdev)).await;
+            let r = fs
+                .mknod(&path, mode, crate::attr::dev_from_kernel(rdev))
+                .await;
             fs.entries_changed(&r, &[parent.0]);
             reply_entry(&fs, r, reply);
         });
@@ -703,7 +702,10 @@ impl Filesystem for MyriadFs {
         reply: ReplyEmpty,
     ) {
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.fallocate(fh.0, offset, length, mode).await.map(|_| ()), reply);
+            reply_empty(
+                fs.fallocate(fh.0, offset, length, mode).await.map(|_| ()),
+                reply,
+            );
         });
     }
 
@@ -782,7 +784,10 @@ impl Filesystem for MyriadFs {
     ) {
         // A regular file is always ready, as on a local file system.
         reply.poll(
-            PollEvents::POLLIN | PollEvents::POLLOUT | PollEvents::POLLRDNORM | PollEvents::POLLWRNORM,
+            PollEvents::POLLIN
+                | PollEvents::POLLOUT
+                | PollEvents::POLLRDNORM
+                | PollEvents::POLLWRNORM,
         );
     }
 

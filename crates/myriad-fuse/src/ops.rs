@@ -266,8 +266,8 @@ impl Inner {
         let read_only = want == perm::READ;
         // Contents read before a write of this mount was acknowledged, or while one is
         // unsent, would hide that write from every read of the handle.
-        let contents =
-            contents.filter(|_| !self.inodes.changed_since(ino, since) && !self.handles.has_unsent(ino));
+        let contents = contents
+            .filter(|_| !self.inodes.changed_since(ino, since) && !self.handles.has_unsent(ino));
         let inode = &file.inode;
         if inode.ino != ino {
             return Err(FsError::NotFound);
@@ -507,7 +507,13 @@ impl Inner {
     /// PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE (with or without KEEP_SIZE). Space is not
     /// reserved ahead (a later write can still meet a full disk); zeroed ranges read as
     /// zeros at once. Others: EOPNOTSUPP, as most file systems answer them.
-    pub async fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> Result<Inode, FsError> {
+    pub async fn fallocate(
+        &self,
+        fh: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<Inode, FsError> {
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
@@ -528,7 +534,11 @@ impl Inner {
             return Err(FsError::Stale);
         }
         if mode & (PUNCH | ZERO) != 0 {
-            let zero_end = if mode & KEEP != 0 { end.min(inode.size) } else { end };
+            let zero_end = if mode & KEEP != 0 {
+                end.min(inode.size)
+            } else {
+                end
+            };
             if zero_end > offset {
                 inode = self.write_zeros(&file, offset, zero_end).await?;
             }
@@ -606,7 +616,11 @@ impl Inner {
         if offset >= size {
             return Err(FsError::NoSuchOffset);
         }
-        Ok(if whence == libc::SEEK_DATA { offset } else { size })
+        Ok(if whence == libc::SEEK_DATA {
+            offset
+        } else {
+            size
+        })
     }
 
     /// The size the kernel must see for `inode` (no copy of the inode: readdirplus calls

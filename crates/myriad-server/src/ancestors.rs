@@ -529,7 +529,10 @@ impl Node {
         if path == "/" {
             return Ok(None);
         }
-        Ok(self.resolve_dirs(&[parent_of(path).to_string()]).await?.pop())
+        Ok(self
+            .resolve_dirs(&[parent_of(path).to_string()])
+            .await?
+            .pop())
     }
 
     /// Renaming `from` to `to`, beyond removing `from`: write on the new parent; in a
@@ -560,7 +563,10 @@ impl Node {
 
     /// The attributes of the entry `path` wherever it lives (resolved if a hard-link
     /// name); `None` if there is no such entry.
-    pub(crate) async fn entry_attrs(self: &Arc<Self>, path: &str) -> Result<Option<Inode>, FsError> {
+    pub(crate) async fn entry_attrs(
+        self: &Arc<Self>,
+        path: &str,
+    ) -> Result<Option<Inode>, FsError> {
         let found = if self.entry_node(path) == self.me {
             self.lookup(path).await
         } else {

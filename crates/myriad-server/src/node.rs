@@ -464,8 +464,7 @@ impl Node {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 let parent = self.may_create(&caller, &path).await?;
                 // As Linux: only root (CAP_MKNOD) makes device nodes.
-                if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && caller.uid != 0
-                {
+                if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && caller.uid != 0 {
                     return Err(FsError::NotPermitted);
                 }
                 let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, kind, mode);

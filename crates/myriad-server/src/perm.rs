@@ -91,7 +91,8 @@ pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), FsError> {
     if caller.uid == 0 || caller.uid == source.uid {
         return Ok(());
     }
-    let setid = source.mode & SETUID != 0 || source.mode & (SETGID | GROUP_EXEC) == SETGID | GROUP_EXEC;
+    let setid =
+        source.mode & SETUID != 0 || source.mode & (SETGID | GROUP_EXEC) == SETGID | GROUP_EXEC;
     if source.kind == FileKind::File && !setid && allowed(source, caller, READ | WRITE) {
         Ok(())
     } else {
@@ -240,10 +241,7 @@ mod tests {
             eperm,
             "a non-owner may not chown even to the current owner"
         );
-        assert_eq!(
-            check_setattr(&f, &other, &set(|s| s.gid = Some(20))),
-            eperm
-        );
+        assert_eq!(check_setattr(&f, &other, &set(|s| s.gid = Some(20))), eperm);
         assert!(check_setattr(&f, &owner, &set(|s| s.gid = Some(30))).is_ok());
         assert_eq!(check_setattr(&f, &owner, &set(|s| s.gid = Some(31))), eperm);
         assert_eq!(
@@ -267,12 +265,20 @@ mod tests {
             eperm
         );
         assert_eq!(
-            check_setattr(&inode(0o6755, 10, 20), &other, &set(|s| s.mode = Some(0o755))),
+            check_setattr(
+                &inode(0o6755, 10, 20),
+                &other,
+                &set(|s| s.mode = Some(0o755))
+            ),
             eperm,
             "not without write permission"
         );
         // The owner setting set-group-id on a file of a group it is not in: dropped.
-        let g = check_setattr(&inode(0o644, 10, 40), &owner, &set(|s| s.mode = Some(0o2755)));
+        let g = check_setattr(
+            &inode(0o644, 10, 40),
+            &owner,
+            &set(|s| s.mode = Some(0o2755)),
+        );
         assert_eq!(g.map(|s| s.mode), Ok(Some(0o755)));
     }
 
@@ -283,7 +289,11 @@ mod tests {
         assert!(require_write(&ro, &caller(10, 20, &[]), false).is_err());
         assert!(require_write(&ro, &caller(11, 20, &[]), true).is_err());
         assert_eq!(mode_after_chown(FileKind::File, 0o6755), 0o755);
-        assert_eq!(mode_after_chown(FileKind::File, 0o2745), 0o2745, "g-x: kept");
+        assert_eq!(
+            mode_after_chown(FileKind::File, 0o2745),
+            0o2745,
+            "g-x: kept"
+        );
         assert_eq!(mode_after_chown(FileKind::Directory, 0o2755), 0o2755);
         let sgid_dir = inode(0o2775, 0, 50);
         let user = caller(10, 20, &[]);

@@ -170,7 +170,8 @@ impl Run<'_> {
     fn offset(&mut self, limit: u64) -> u64 {
         let limit = limit.max(1);
         if !self.cfg.hot_offsets.is_empty() && self.rng.chance(15) {
-            let h = self.cfg.hot_offsets[self.rng.below(self.cfg.hot_offsets.len() as u64) as usize];
+            let h =
+                self.cfg.hot_offsets[self.rng.below(self.cfg.hot_offsets.len() as u64) as usize];
             let jitter = self.rng.below(8192);
             let o = (h + jitter).saturating_sub(4096);
             return o.min(limit - 1);
@@ -267,7 +268,9 @@ impl Run<'_> {
         // SAFETY: fd is ours.
         let end = unsafe { libc::lseek(self.fd, 0, libc::SEEK_END) };
         if end < 0 || end as u64 != want {
-            self.fail(&format!("lseek(SEEK_END) {when}: {end:#x}, model {want:#x}"));
+            self.fail(&format!(
+                "lseek(SEEK_END) {when}: {end:#x}, model {want:#x}"
+            ));
         }
     }
 
@@ -349,11 +352,13 @@ impl Run<'_> {
             Op::Write { off, len } => {
                 let data = self.data(len);
                 // SAFETY: data is valid for len bytes.
-                let n = unsafe {
-                    libc::pwrite(self.fd, data.as_ptr().cast(), data.len(), off as i64)
-                };
+                let n =
+                    unsafe { libc::pwrite(self.fd, data.as_ptr().cast(), data.len(), off as i64) };
                 if n < 0 || n as usize != data.len() {
-                    self.fail(&format!("pwrite at {off:#x}+{len:#x}: {n} ({})", last_errno()));
+                    self.fail(&format!(
+                        "pwrite at {off:#x}+{len:#x}: {n} ({})",
+                        last_errno()
+                    ));
                 }
                 self.model_write(off, &data);
             }
@@ -486,7 +491,10 @@ impl Run<'_> {
             // As fsx: a mapped write beyond the end first extends the file.
             // SAFETY: fd is ours.
             if unsafe { libc::ftruncate(self.fd, end as i64) } != 0 {
-                self.fail(&format!("ftruncate {end:#x} before a mapped write: {}", last_errno()));
+                self.fail(&format!(
+                    "ftruncate {end:#x} before a mapped write: {}",
+                    last_errno()
+                ));
             }
             self.model.resize(end as usize, 0);
         }
@@ -532,7 +540,8 @@ pub fn run(cfg: &FsxConfig, files: &[PathBuf]) {
         } else {
             r.pick()
         };
-        r.log.push(format!("{step}: {op:?} (size before {:#x})", r.model.len()));
+        r.log
+            .push(format!("{step}: {op:?} (size before {:#x})", r.model.len()));
         if r.log.len() > 1000 {
             r.log.drain(..500);
         }

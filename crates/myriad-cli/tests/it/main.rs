@@ -4,12 +4,14 @@
 mod bad_input;
 mod counting;
 mod crash;
+mod creds;
 mod failover;
 mod fsck;
 mod fsx;
 mod full_disk;
 mod fuse_posix;
 mod fuse_programs;
+mod fuse_semantics;
 mod harness;
 mod hugedirs;
 mod integrity;

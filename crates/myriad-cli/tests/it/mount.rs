@@ -63,6 +63,11 @@ impl Mount {
         m
     }
 
+    /// What the mount process logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }

@@ -106,8 +106,8 @@ async fn namespace_operations_and_errors() {
     );
     assert_eq!(
         c.chown("/a/f", Some(42), None).await.err(),
-        Some(FsError::PermissionDenied),
-        "only root gives files away"
+        Some(FsError::NotPermitted),
+        "only root gives files away (EPERM)"
     );
     let root = tc.client_as(
         tc.map.clone(),
@@ -121,7 +121,7 @@ async fn namespace_operations_and_errors() {
     assert_eq!((i.uid, i.gid), (42, 43));
     assert_eq!(
         c.utimens("/a/f", Some(1), Some(2)).await.err(),
-        Some(FsError::PermissionDenied),
+        Some(FsError::NotPermitted),
         "not the owner any more"
     );
     let i = root

@@ -161,10 +161,10 @@ async fn posix_rules_are_enforced_by_the_servers() {
         Some(FsError::PermissionDenied),
         "root dir is alice's 0755"
     );
-    // chmod only by the owner; root may do anything.
+    // chmod only by the owner (EPERM, as Linux); root may do anything.
     assert_eq!(
         carol.chmod("/home/alice/public", 0o666).await.err(),
-        Some(FsError::PermissionDenied)
+        Some(FsError::NotPermitted)
     );
     ok(root.chmod("/home/alice/public", 0o666).await);
     ok(carol.write(&h, 0, b"P").await);
@@ -177,20 +177,29 @@ async fn posix_rules_are_enforced_by_the_servers() {
         Some(&b"sec"[..])
     );
 
-    // Sticky directory: everyone may create, only owners may remove.
+    // Sticky directory: everyone may create, only owners may remove, rename away or
+    // rename over an entry (EPERM, as Linux).
     ok(root.mkdir("/tmp", 0o1777).await);
     ok(bob.create("/tmp/bobs", 0o644, true, b"").await);
     ok(carol.create("/tmp/carols", 0o644, true, b"").await);
     assert_eq!(
         carol.unlink("/tmp/bobs").await.err(),
-        Some(FsError::PermissionDenied)
+        Some(FsError::NotPermitted)
     );
     assert_eq!(
         carol
             .rename("/tmp/bobs", "/tmp/mine", RenameFlags::default())
             .await
             .err(),
-        Some(FsError::PermissionDenied)
+        Some(FsError::NotPermitted)
+    );
+    assert_eq!(
+        carol
+            .rename("/tmp/carols", "/tmp/bobs", RenameFlags::default())
+            .await
+            .err(),
+        Some(FsError::NotPermitted),
+        "renaming over another user's entry"
     );
     ok(bob.unlink("/tmp/bobs").await);
     ok(root.unlink("/tmp/carols").await);

@@ -48,7 +48,7 @@ impl T {
             data: data.to_vec(),
             now: 10,
         })? {
-            Outcome::Inode(i) => Ok(i),
+            Outcome::Created(i) | Outcome::Inode(i) => Ok(i),
             o => panic!("unexpected {o:?}"),
         }
     }
@@ -300,4 +300,172 @@ fn chunk_operations_on_absurd_chunk_indexes_are_errors() {
         data: vec![1],
     };
     assert_eq!(t.run(write).err(), Some(FsError::TooLarge));
+}
+
+fn dir_record(t: &T, path: &str) -> DirRecord {
+    t.store
+        .dir(path)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no record for {path}"))
+}
+
+fn entry(t: &T, dir: &str, name: &str) -> Inode {
+    visible(&t.store, dir, name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn subdirectory_counts_follow_mkdir_rmdir_and_touches_set_times_and_links() {
+    let mut t = T::new();
+    let begin = |name: &str| Mutation::MkdirBegin {
+        dir: "/".into(),
+        name: name.into(),
+        mode: 0o755,
+        depth: 0,
+        uid: 0,
+        gid: 0,
+        now: 2,
+    };
+    let resolve = |name: &str, txid, commit| Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: name.into(),
+        txid,
+        commit,
+    };
+    let Ok(Outcome::Begun { txid: a, .. }) = t.run(begin("a")) else {
+        panic!("mkdir a")
+    };
+    assert_eq!(
+        dir_record(&t, "/").subdirs,
+        0,
+        "a pending mkdir is not counted"
+    );
+    t.run(resolve("a", a, true))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let Ok(Outcome::Begun { txid: b, .. }) = t.run(begin("b")) else {
+        panic!("mkdir b")
+    };
+    t.run(resolve("b", b, false))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.create("/", "f", b"").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        dir_record(&t, "/").subdirs,
+        1,
+        "a committed, b undone, f no dir"
+    );
+    let Ok(Outcome::Begun { txid: r, .. }) = t.run(Mutation::RmdirBegin {
+        dir: "/".into(),
+        name: "a".into(),
+    }) else {
+        panic!("rmdir a")
+    };
+    assert_eq!(dir_record(&t, "/").subdirs, 1, "still there while pending");
+    t.run(resolve("a", r, true))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dir_record(&t, "/").subdirs, 0);
+
+    // A touch of the root's attributes, and of a directory entry.
+    let Ok(Outcome::Begun { txid: c, inode }) = t.run(begin("c")) else {
+        panic!("mkdir c")
+    };
+    t.run(resolve("c", c, true))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let touch = |dir: &str, name: &str, ino| Mutation::DirTouch {
+        dir: dir.into(),
+        name: name.into(),
+        ino,
+        now: 50,
+        nlink: Some(7),
+    };
+    t.run(touch("/", "", ROOT_INO))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let root = dir_record(&t, "/")
+        .root_attrs
+        .unwrap_or_else(|| panic!("root attrs"));
+    assert_eq!((root.mtime_ns, root.ctime_ns, root.nlink), (50, 50, 7));
+    t.run(touch("/", "c", inode.ino))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let c_now = entry(&t, "/", "c");
+    assert_eq!((c_now.mtime_ns, c_now.nlink), (50, 7));
+    t.run(touch("/", "c", inode.ino + 1))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        entry(&t, "/", "c"),
+        c_now,
+        "another inode's touch changes nothing"
+    );
+}
+
+#[test]
+fn devices_keep_their_number_and_symlinks_can_get_a_second_name() {
+    let mut t = T::new();
+    let Ok(Outcome::Inode(dev)) = t.run(Mutation::Mknod {
+        dir: "/".into(),
+        name: "null".into(),
+        kind: FileKind::CharDevice,
+        mode: 0o666,
+        rdev: 0x103,
+        uid: 0,
+        gid: 0,
+        now: 2,
+    }) else {
+        panic!("mknod")
+    };
+    assert_eq!((dev.kind, dev.rdev), (FileKind::CharDevice, 0x103));
+    t.run(Mutation::Symlink {
+        dir: "/".into(),
+        name: "s".into(),
+        target: "null".into(),
+        uid: 0,
+        gid: 0,
+        now: 3,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let Ok(Outcome::Inode(linked)) = t.run(Mutation::LinkSource {
+        dir: "/".into(),
+        name: "s".into(),
+        me: 1,
+        now: 4,
+    }) else {
+        panic!("link source")
+    };
+    assert_eq!((linked.kind, linked.nlink), (FileKind::Symlink, 2));
+    assert_eq!(entry(&t, "/", "s").kind, FileKind::HardLink);
+}
+
+#[test]
+fn trimming_from_an_offset_drops_only_chunks_past_the_first() {
+    let mut t = T::new();
+    let cs = 4u64 << 20;
+    for chunk in [1u64, 5, 1_000_000] {
+        t.run(Mutation::WriteChunk {
+            ino: 9,
+            chunk,
+            offset: 0,
+            data: vec![1; 10],
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    t.store
+        .write_range(&mut Batch::new(), 9, 0, &[1; 10])
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::ChunkTrimFrom {
+        ino: 9,
+        from_bytes: 5 * cs + 5,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let read = |t: &T, at: u64| t.store.read_range(9, at, 10, at + 10).unwrap_or_default();
+    assert_eq!(read(&t, cs), vec![1; 10], "chunk 1 is before the cut");
+    assert_eq!(read(&t, 5 * cs), [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]);
+    assert_eq!(read(&t, 1_000_000 * cs), vec![0; 10], "far chunk gone");
+    assert_eq!(
+        t.run(Mutation::Truncate {
+            dir: "/".into(),
+            name: "x".into(),
+            ino: 1,
+            size: u64::MAX,
+            now: 1,
+        })
+        .err(),
+        Some(FsError::TooLarge)
+    );
 }
