@@ -145,7 +145,7 @@ impl Filesystem for MyriadFs {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<std::time::SystemTime>,
+        ctime: Option<std::time::SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<std::time::SystemTime>,
         _chgtime: Option<std::time::SystemTime>,
@@ -174,8 +174,20 @@ impl Filesystem for MyriadFs {
                 touch: false,
             }
         };
+        // The kernel sends a setattr of nothing for chown(f, -1, -1): a change all the
+        // same, whose only effect is ctime (it passes ctime itself only with writeback).
+        let nothing = mode.is_none()
+            && uid.is_none()
+            && gid.is_none()
+            && size.is_none()
+            && atime.is_none()
+            && mtime.is_none();
+        let bump_ctime = ctime.is_some() || nothing;
         self.spawn(req, move |fs, _| async move {
-            match fs.setattr(ino.0, fh.map(|f| f.0), size, set).await {
+            match fs
+                .setattr(ino.0, fh.map(|f| f.0), size, set, bump_ctime)
+                .await
+            {
                 Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
                 Err(e) => reply.error(errno(&e)),
             }

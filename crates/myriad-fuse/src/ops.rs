@@ -139,10 +139,12 @@ impl Inner {
     /// usually follows (a cold read of a small file is then one request in all).
     pub async fn lookup(&self, pid: u32, path: &str) -> Result<Inode, FsError> {
         let since = self.inodes.stamp();
-        let (inode, data) = self
-            .client
-            .fetch_head(path, self.client.inline_max())
-            .await?;
+        let (inode, data) = match self.client.fetch_head(path, self.client.inline_max()).await {
+            // A lookup needs search permission on the directories only: a file the
+            // caller may not read is still found (its contents are not brought).
+            Err(FsError::PermissionDenied) => (self.client.stat(path).await?, Vec::new()),
+            other => other?,
+        };
         if inode.kind == FileKind::File && data.len() as u64 == inode.size {
             let mut g = self.prefetch_lock();
             if g.len() >= PREFETCH_MAX_ENTRIES {
@@ -672,6 +674,7 @@ impl Inner {
         fh: Option<u64>,
         size: Option<u64>,
         set: SetAttr,
+        ctime: bool,
     ) -> Result<Inode, FsError> {
         let path = self.path(ino)?;
         let mut inode = None;
@@ -689,7 +692,8 @@ impl Inner {
             self.handles.written(&i);
             inode = Some(i);
         }
-        if set != SetAttr::default() {
+        // A change of nothing but ctime (chown(f, -1, -1)) still stamps ctime, as POSIX.
+        if set != SetAttr::default() || (ctime && size.is_none()) {
             let i = self.client.setattr(&path, set).await?;
             if i.ino != ino {
                 return Err(FsError::NotFound);

@@ -45,9 +45,12 @@ async fn fetch_of_an_inline_file_is_one_request_to_one_server() {
     }
 }
 
-/// DESIGN.md: creating a small file in a directory touches one server, once the
-/// directory's ancestors are popular there (a cold node first asks their owners for the
-/// permissions it must check; the first creates make them popular and replicated).
+/// DESIGN.md: creating a small file in a directory is one atomic write on one server,
+/// once the directory's ancestors are popular there (a cold node first asks their owners
+/// for the permissions it must check; the first creates make them popular and
+/// replicated). Then that server sends the directory's new times (its mtime and ctime
+/// change, POSIX) to the server holding the directory's own entry: one `dir_touch`, and
+/// nothing else, unless both are the same server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_with_data_is_one_request_to_one_server() {
     let tc = TestCluster::start(4);
@@ -62,8 +65,23 @@ async fn create_with_data_is_one_request_to_one_server() {
     c.create("/c/new", 0o644, true, &[1u8; 4096])
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let counts = per_node(&c).await;
-    let touched: Vec<_> = counts.iter().filter(|(_, cl, sv)| cl + sv > 0).collect();
-    assert_eq!(touched.len(), 1, "{counts:?}");
-    assert_eq!((touched[0].1, touched[0].2), (1, 0), "{counts:?}");
+    let entry = c.owner_of_entry("/c/new");
+    let dir_entry = c.owner_of_entry("/c");
+    for (id, r) in c.all_counters().await {
+        let s = r.unwrap_or_else(|e| panic!("{e}"));
+        let want_client = u64::from(id == entry);
+        let want_touch = u64::from(id == dir_entry && dir_entry != entry);
+        assert_eq!(
+            (s.client_total(), s.server_total()),
+            (want_client, want_touch),
+            "server {id} (entry on {entry}, directory's entry on {dir_entry}): {s:?}"
+        );
+        let touches: u64 = s
+            .server_requests
+            .iter()
+            .filter(|o| o.op == "dir_touch")
+            .map(|o| o.count)
+            .sum();
+        assert_eq!(touches, want_touch, "server {id}: {s:?}");
+    }
 }

@@ -7,7 +7,7 @@
 //! switch closes the file on one mount and opens it on the other).
 //!
 //! Everything is decided by one seed, so a failure names the seed and step that replay it:
-//! `MYRIAD_FSX_SEED=S MYRIAD_FSX_STEPS=N cargo test -p myriad-cli --test it fsx_replay -- --ignored`.
+//! `MYRIAD_FSX_SEED=S MYRIAD_FSX_STEPS=N cargo test -p myriad-cli --test it fsx_long -- --ignored`.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -152,7 +152,15 @@ impl Run<'_> {
     fn open(&mut self) {
         let c = cpath(&self.files[self.mount]);
         // SAFETY: valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o644) };
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                // Close-on-exec: a child another test spawns meanwhile (a server that
+                // lives on) must not inherit it and keep the mount busy at unmount.
+                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
         if fd < 0 {
             self.fail(&format!("open: {}", last_errno()));
         }
@@ -576,7 +584,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// The fixed seed set through a real mount of a 4-node cluster with 3 copies: plain, with
-/// reopen every 50 steps, and across two mounts.
+/// reopen every 50 steps, across two mounts, and over chunk boundaries.
 #[test]
 fn fsx_through_the_mount() {
     use crate::harness::TestCluster;
@@ -594,4 +602,37 @@ fn fsx_through_the_mount() {
     let mut cfg = FsxConfig::new(4, steps);
     cfg.reopen_every = 40;
     run(&cfg, &[a.path("h"), b.path("h")]);
+    // Across chunk boundaries (chunk 0 lives with the inode, chunks 1 and 2 elsewhere).
+    let mut cfg = FsxConfig::new(5, steps / 2);
+    cfg.max_len = 9 << 20;
+    cfg.hot_offsets = vec![4 << 20, 8 << 20, 64 << 10];
+    cfg.reopen_every = 100;
+    run(&cfg, &[a.path("c"), b.path("c")]);
+}
+
+/// The long run (issue 16: at least 1,000,000 steps clean), and the replay of one seed:
+/// `MYRIAD_FSX_SEED=S MYRIAD_FSX_STEPS=N MYRIAD_FSX_REOPEN=K cargo test --release -p
+/// myriad-cli --test it fsx_long -- --ignored --nocapture`. Two mounts; every K steps
+/// (default 1,000) the file is closed and reopened on one of them.
+#[test]
+#[ignore = "long: run by hand (see its doc)"]
+fn fsx_long() {
+    use crate::harness::TestCluster;
+    use crate::mount::Mount;
+    let cl = TestCluster::start_with(4, &["--replicas", "3"]);
+    let a = Mount::new(&cl, &[]);
+    let b = Mount::new(&cl, &[]);
+    let mut cfg = FsxConfig::new(
+        env_u64("MYRIAD_FSX_SEED").unwrap_or(1),
+        env_u64("MYRIAD_FSX_STEPS").unwrap_or(1_000_000),
+    );
+    cfg.reopen_every = env_u64("MYRIAD_FSX_REOPEN").unwrap_or(1000);
+    let started = std::time::Instant::now();
+    run(&cfg, &[a.path("long"), b.path("long")]);
+    eprintln!(
+        "fsx seed {} : {} steps clean in {:.0} s",
+        cfg.seed,
+        cfg.steps,
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -33,7 +33,7 @@ fn create_as(u: &User, p: &Path, mode: u32, data: &[u8]) -> Result<(), i32> {
         unsafe {
             let fd = sys(libc::open(
                 c.as_ptr(),
-                libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC,
                 mode,
             )
             .into())?;
@@ -225,8 +225,13 @@ fn sticky_directories_devices_links_and_permission_errors() {
     let open_fifo = |u: &User| {
         as_user(u, || {
             // SAFETY: valid path; closed below.
-            let fd =
-                sys(unsafe { libc::open(pc.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK) }.into())?;
+            let fd = sys(unsafe {
+                libc::open(
+                    pc.as_ptr(),
+                    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                )
+            }
+            .into())?;
             // SAFETY: our descriptor.
             unsafe { libc::close(fd as i32) };
             Ok::<(), i32>(())
@@ -253,7 +258,11 @@ fn set_id_bits_descriptor_access_unlinked_files_directory_times_and_limits() {
     as_user(&other(), || {
         // SAFETY: valid path and buffer; closed here.
         unsafe {
-            let fd = ok(sys(libc::open(sc.as_ptr(), libc::O_WRONLY).into())) as i32;
+            let fd = ok(sys(libc::open(
+                sc.as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            )
+            .into())) as i32;
             assert_eq!(libc::write(fd, b"new".as_ptr().cast(), 3), 3);
             libc::close(fd);
         }
@@ -282,7 +291,7 @@ fn set_id_bits_descriptor_access_unlinked_files_directory_times_and_limits() {
         unsafe {
             let fd = ok(sys(libc::open(
                 zc.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
                 0,
             )
             .into())) as i32;
@@ -391,7 +400,7 @@ fn set_id_bits_descriptor_access_unlinked_files_directory_times_and_limits() {
     let at = |p: &str, flags| {
         let c = ok(std::ffi::CString::new(p));
         // SAFETY: valid directory descriptor and path.
-        sys(unsafe { libc::openat(rfd, c.as_ptr(), flags, 0o644) }.into())
+        sys(unsafe { libc::openat(rfd, c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) }.into())
     };
     let fd = ok(at(&full, libc::O_CREAT | libc::O_WRONLY));
     // SAFETY: our descriptor.

@@ -18,6 +18,7 @@ mod integrity;
 mod links;
 mod mount;
 mod netsplit;
+mod nsx;
 mod ops;
 mod permissions;
 mod redirect;
