@@ -209,6 +209,32 @@ impl Client {
         Ok(inode)
     }
 
+    /// Copies up to `len` bytes of `src` at `src_off` into `dst` at `dst_off` on the
+    /// servers (the bytes do not pass through this client); returns `dst` after it and the
+    /// bytes copied: fewer at the source's end or past `limits::COPY_BYTES_MAX` (call
+    /// again). `NotSupported` for a hard-linked destination: copy by reading and writing.
+    pub async fn copy_range(
+        &self,
+        (src, src_off): (&FileHandle, u64),
+        (dst, dst_off): (&FileHandle, u64),
+        len: u64,
+    ) -> Result<(Inode, u64), FsError> {
+        let req = Request::CopyRange {
+            src: src.path.clone(),
+            src_ino: src.inode.ino,
+            src_off,
+            dst: dst.path.clone(),
+            dst_ino: dst.inode.ino,
+            dst_off,
+            len,
+            opened: dst.opened,
+        };
+        match self.call(Route::Entry(dst.path.clone()), req).await? {
+            Response::Copied { inode, bytes } => Ok((inode, bytes)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Raises the size to at least `size` (never lowers it: a concurrent writer that went
     /// further keeps its bytes). Durable on return.
     pub async fn extend_size(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {

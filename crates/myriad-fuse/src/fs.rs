@@ -93,7 +93,11 @@ fn time_ns(t: Option<TimeOrNow>) -> Option<i64> {
 impl Filesystem for MyriadFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // readdirplus always: entries carry their inodes, so attributes cost nothing extra.
-        let mut want = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS;
+        // The servers take set-id bits off on writes, truncates and chowns, with Linux's
+        // whole rule (the kernel's own FUSE fallback knows only part of it).
+        let mut want = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_HANDLE_KILLPRIV;
         if self.inner.cfg.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }

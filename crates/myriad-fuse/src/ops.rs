@@ -588,18 +588,31 @@ impl Inner {
             .ok_or(FsError::TooLarge)?;
         self.flush_ino(src.inode.ino).await?;
         self.flush_ino(dst.inode.ino).await?;
-        let data = self
+        let (inode, n) = match self
             .client
-            .read(&src, src_off, len.min(COPY_MAX_BYTES))
-            .await?;
-        if data.is_empty() {
-            return Ok(0);
+            .copy_range((&src, src_off), (&dst, dst_off), len)
+            .await
+        {
+            Err(FsError::NotSupported(_)) => {
+                // A hard-linked destination: through this mount.
+                let data = self
+                    .client
+                    .read(&src, src_off, len.min(COPY_MAX_BYTES))
+                    .await?;
+                if data.is_empty() {
+                    return Ok(0);
+                }
+                let inode = self.client.write(&dst, dst_off, &data).await?;
+                (inode, data.len() as u64)
+            }
+            other => other?,
+        };
+        if n > 0 {
+            self.drop_prefetched(inode.ino);
+            self.handles.written(&inode);
+            self.inodes.observe_own(&inode);
         }
-        let inode = self.client.write(&dst, dst_off, &data).await?;
-        self.drop_prefetched(inode.ino);
-        self.handles.written(&inode);
-        self.inodes.observe_own(&inode);
-        Ok(data.len() as u64)
+        Ok(n)
     }
 
     /// SEEK_DATA / SEEK_HOLE (the kernel asks only these): one extent of data up to the

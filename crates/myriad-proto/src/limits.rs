@@ -10,6 +10,10 @@ pub const PATH_DEPTH_MAX: usize = 1024;
 /// Largest file size, as Linux MAX_LFS_FILESIZE (2^63 - 1): every byte offset fits an
 /// `i64` (`off_t`), so no size or offset arithmetic can overflow. Sizes beyond it are EFBIG.
 pub const FILE_BYTES_MAX: u64 = i64::MAX as u64;
+/// Most bytes one `CopyRange` copies: the serving node holds them in memory between the
+/// read and the write; the caller gets a short count and goes on (copy_file_range allows
+/// it, and `cp` loops).
+pub const COPY_BYTES_MAX: u64 = 16 * 1024 * 1024;
 /// Longest single name in bytes, as Linux NAME_MAX.
 pub const NAME_BYTES_MAX: usize = 255;
 /// Largest data payload of one read or write request. Clients split bigger I/O. 4 MiB is one

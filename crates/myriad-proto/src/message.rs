@@ -213,6 +213,20 @@ pub enum Request {
         offset: u64,
         len: u64,
     },
+    /// Owner of the entry `dst`: copy up to `len` bytes of file `src` (inode `src_ino`) at
+    /// `src_off` into `dst` (inode `dst_ino`) at `dst_off`, server to server: the bytes
+    /// never pass through the client (copy_file_range). Short at the source's end and at
+    /// `limits::COPY_BYTES_MAX`; answers `Copied`. `opened`: as for `Write`.
+    CopyRange {
+        src: String,
+        src_ino: u64,
+        src_off: u64,
+        dst: String,
+        dst_ino: u64,
+        dst_off: u64,
+        len: u64,
+        opened: bool,
+    },
     /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
     Truncate {
         path: String,
@@ -602,6 +616,7 @@ impl Request {
             Request::Write { .. } => "write",
             Request::Read { .. } => "read",
             Request::Truncate { .. } => "truncate",
+            Request::CopyRange { .. } => "copy_range",
             Request::ExtendSize { .. } => "extend_size",
             Request::WriteChunk { .. } => "write_chunk",
             Request::ReadChunk { .. } => "read_chunk",
@@ -765,6 +780,7 @@ impl Request {
                 | Request::Symlink { .. }
                 | Request::Rename { .. }
                 | Request::Write { .. }
+                | Request::CopyRange { .. }
                 | Request::ExtendSize { .. }
                 | Request::WriteChunk { .. }
                 | Request::Mknod { .. }
@@ -902,6 +918,11 @@ pub enum Response {
     BlockCopy(Option<serde_bytes::ByteBuf>),
     /// openraft's response, postcard-encoded.
     Raft(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The destination after a `CopyRange`, and how many bytes were copied.
+    Copied {
+        inode: Inode,
+        bytes: u64,
+    },
     /// `granted`: the sender may serve for the lease period counted from when it sent the
     /// request. `epoch`: the leader's map epoch (a sender behind it is not granted).
     Lease {

@@ -502,18 +502,21 @@ impl Node {
     }
 
     /// Search on the ancestors and write on the file itself (`opened`: through a
-    /// descriptor whose open checked access: `perm::require_write`).
+    /// descriptor whose open checked access: `perm::require_write`). Returns the file's
+    /// attributes, looked up for the check (`None` for root, who needs no check).
     pub(crate) async fn may_write_file(
         self: &Arc<Self>,
         caller: &Caller,
         path: &str,
         opened: bool,
-    ) -> Result<(), FsError> {
+    ) -> Result<Option<Inode>, FsError> {
         if caller.uid == 0 {
-            return Ok(());
+            return Ok(None);
         }
         self.search(caller, path).await?;
-        perm::require_write(&self.lookup(path).await?, caller, opened)
+        let inode = self.lookup(path).await?;
+        perm::require_write(&inode, caller, opened)?;
+        Ok(Some(inode))
     }
 
     /// What creating the name `path` needs (`may_modify_dir`), and the parent's attributes

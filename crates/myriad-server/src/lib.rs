@@ -11,6 +11,7 @@
 mod ancestors;
 mod applier;
 mod config;
+mod copy;
 mod counters;
 mod dirtimes;
 mod fsck;

@@ -137,6 +137,7 @@ impl Node {
                 ..
             } => {
                 perm::require_write(&inode, &caller, opened)?;
+                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
                 self.mutate(Mutation::Write {
                     dir,
                     name,
@@ -149,6 +150,7 @@ impl Node {
             }
             InodeOp::ExtendSize { size, opened, .. } => {
                 perm::require_write(&inode, &caller, opened)?;
+                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
                 self.mutate(Mutation::ExtendSize {
                     dir,
                     name,
@@ -160,6 +162,7 @@ impl Node {
             }
             InodeOp::Truncate { size, opened, .. } => {
                 perm::require_write(&inode, &caller, opened)?;
+                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
                 let m = Mutation::Truncate {
                     dir,
                     name,

@@ -1333,11 +1333,6 @@ fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
     if let Some(g) = set.gid {
         inode.gid = g;
     }
-    if (set.uid.is_some() || set.gid.is_some()) && set.mode.is_none() {
-        // A chown takes set-id bits off a regular file (the kernel's FUSE path sends the
-        // cleared mode itself; other clients get the same from here).
-        inode.mode = crate::perm::mode_after_chown(inode.kind, inode.mode);
-    }
     if let Some(a) = set.atime_ns {
         inode.atime_ns = a;
     }

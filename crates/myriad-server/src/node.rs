@@ -573,12 +573,14 @@ impl Node {
                 opened,
             } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                self.may_write_file(&caller, &path, opened).await?;
+                let target = self.may_write_file(&caller, &path, opened).await?;
                 if data.len() as u64 > limits::IO_BYTES_MAX {
                     return Err(FsError::InvalidArgument(
                         "write larger than the I/O limit".into(),
                     ));
                 }
+                self.kill_setid(&dir, &name, target.as_ref(), &caller)
+                    .await?;
                 self.mutate_inode(Mutation::Write {
                     dir,
                     name,
@@ -596,7 +598,9 @@ impl Node {
                 opened,
             } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                self.may_write_file(&caller, &path, opened).await?;
+                let target = self.may_write_file(&caller, &path, opened).await?;
+                self.kill_setid(&dir, &name, target.as_ref(), &caller)
+                    .await?;
                 self.mutate_inode(Mutation::ExtendSize {
                     dir,
                     name,
@@ -613,7 +617,9 @@ impl Node {
                 opened,
             } => {
                 let (dir, name) = self.file_target(&st, &path)?;
-                self.may_write_file(&caller, &path, opened).await?;
+                let target = self.may_write_file(&caller, &path, opened).await?;
+                self.kill_setid(&dir, &name, target.as_ref(), &caller)
+                    .await?;
                 match self
                     .applier
                     .run(Mutation::Truncate {
@@ -676,6 +682,29 @@ impl Node {
                     })
                     .await?;
                 Ok(Response::Unit)
+            }
+            Request::CopyRange {
+                src,
+                src_ino,
+                src_off,
+                dst,
+                dst_ino,
+                dst_off,
+                len,
+                opened,
+            } => {
+                self.file_target(&st, &dst)?;
+                let spec = crate::copy::CopySpec {
+                    src,
+                    src_ino,
+                    src_off,
+                    dst,
+                    dst_ino,
+                    dst_off,
+                    len,
+                    opened,
+                };
+                self.copy_range(&caller, spec).await
             }
             Request::ChunkTrimFrom { ino, from_bytes } => {
                 self.applier
@@ -973,6 +1002,43 @@ impl Node {
             return Err(FsError::IsADirectory);
         }
         self.entry_target(st, path)
+    }
+
+    /// Takes off `inode`'s set-id bits that a write or truncate by `caller` removes
+    /// (`perm::setid_bits_killed`; the FUSE mount leaves this to the servers), before the
+    /// change itself. `None`: root, who removes nothing.
+    pub(crate) async fn kill_setid(
+        &self,
+        dir: &str,
+        name: &str,
+        inode: Option<&Inode>,
+        caller: &Caller,
+    ) -> Result<(), FsError> {
+        let Some(inode) = inode else {
+            return Ok(());
+        };
+        let kill = perm::setid_bits_killed(inode, caller);
+        if kill == 0 {
+            return Ok(());
+        }
+        let set = myriad_proto::SetAttr {
+            mode: Some(inode.mode & 0o7777 & !kill),
+            ..myriad_proto::SetAttr::default()
+        };
+        self.applier
+            .run(Mutation::SetAttr {
+                dir: dir.to_string(),
+                name: name.to_string(),
+                change: InodeChange::Attr(set),
+                now: now_ns(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Applies a change of a file's contents or size (copy.rs).
+    pub(crate) async fn mutate_file(&self, m: Mutation) -> Result<Response, FsError> {
+        self.mutate_inode(m).await
     }
 
     async fn mutate_inode(&self, m: Mutation) -> Result<Response, FsError> {

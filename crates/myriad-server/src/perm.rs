@@ -51,6 +51,20 @@ pub fn require_write(inode: &Inode, caller: &Caller, opened: bool) -> Result<(),
 /// (not in the file's group) is dropped, as Linux does silently.
 pub fn check_setattr(inode: &Inode, caller: &Caller, set: &SetAttr) -> Result<SetAttr, FsError> {
     let mut set = set.clone();
+    if (set.uid.is_some() || set.gid.is_some()) && set.mode.is_none() {
+        // A chown takes set-id bits off a regular file, whoever makes it (Linux).
+        let m = mode_after_chown(inode, caller);
+        if m != inode.mode & 0o7777 {
+            set.mode = Some(m);
+        }
+    } else if set == SetAttr::default() && caller.uid != 0 {
+        // A change of nothing (chown(f, -1, -1), or the kernel's "remove privileges"
+        // before a write): what a write by this caller takes away, if it may write.
+        let kill = setid_bits_killed(inode, caller);
+        if kill != 0 && (caller.uid == inode.uid || allowed(inode, caller, WRITE)) {
+            set.mode = Some(inode.mode & 0o7777 & !kill);
+        }
+    }
     if caller.uid == 0 {
         return Ok(set);
     }
@@ -109,18 +123,36 @@ fn only_clears_setid(old: u32, new: u32) -> bool {
     new & !old == 0 && cleared != 0 && cleared & !(SETUID | SETGID) == 0
 }
 
-/// The mode a chown leaves on an inode of `kind`: a regular file loses set-user-id, and
-/// set-group-id where it marks group execution (not mandatory locking), as on Linux.
+/// The mode a chown by `caller` leaves: anything but a directory loses set-user-id, and
+/// set-group-id where `setid_bits_killed`'s rule takes it (as Linux, root included).
 #[must_use]
-pub fn mode_after_chown(kind: FileKind, mode: u32) -> u32 {
-    if kind != FileKind::File {
+pub fn mode_after_chown(inode: &Inode, caller: &Caller) -> u32 {
+    let mode = inode.mode & 0o7777;
+    if inode.kind == FileKind::Directory {
         return mode;
     }
-    let mut m = mode & !SETUID;
-    if m & (SETGID | GROUP_EXEC) == SETGID | GROUP_EXEC {
-        m &= !SETGID;
+    mode & !SETUID & !(sgid_killed(inode, caller) * SETGID)
+}
+
+/// Set-id bits a write or truncate by `caller` takes off `inode` (Linux
+/// `setattr_should_drop_suidgid`): none for root (CAP_FSETID) or a non-file; set-user-id
+/// always; set-group-id if it marks group execution, or the caller is not in the group.
+#[must_use]
+pub fn setid_bits_killed(inode: &Inode, caller: &Caller) -> u32 {
+    if caller.uid == 0 || inode.kind != FileKind::File {
+        return 0;
     }
-    m
+    (inode.mode & SETUID) | (sgid_killed(inode, caller) * SETGID)
+}
+
+/// 1 if a change by `caller` drops the set-group-id bit of `inode` (it has it, and group
+/// execution, or a caller outside the group without CAP_FSETID), else 0.
+fn sgid_killed(inode: &Inode, caller: &Caller) -> u32 {
+    let m = inode.mode;
+    u32::from(
+        m & SETGID != 0
+            && (m & GROUP_EXEC != 0 || (caller.uid != 0 && !caller.in_group(inode.gid))),
+    )
 }
 
 /// Owner group and mode of a new inode of `kind` made by `caller` in directory `parent`
@@ -288,13 +320,38 @@ mod tests {
         assert!(require_write(&ro, &caller(10, 20, &[]), true).is_ok());
         assert!(require_write(&ro, &caller(10, 20, &[]), false).is_err());
         assert!(require_write(&ro, &caller(11, 20, &[]), true).is_err());
-        assert_eq!(mode_after_chown(FileKind::File, 0o6755), 0o755);
+        let with = |mode, kind| Inode {
+            kind,
+            ..inode(mode, 10, 20)
+        };
+        let (me, outsider) = (caller(10, 20, &[]), caller(10, 30, &[]));
+        assert_eq!(mode_after_chown(&with(0o6755, FileKind::File), &me), 0o755);
         assert_eq!(
-            mode_after_chown(FileKind::File, 0o2745),
+            mode_after_chown(&with(0o2745, FileKind::File), &me),
             0o2745,
-            "g-x: kept"
+            "g-x, in the group: kept"
         );
-        assert_eq!(mode_after_chown(FileKind::Directory, 0o2755), 0o2755);
+        assert_eq!(
+            mode_after_chown(&with(0o2745, FileKind::File), &outsider),
+            0o745,
+            "g-x, not in the group: dropped"
+        );
+        assert_eq!(
+            mode_after_chown(&with(0o2755, FileKind::Directory), &me),
+            0o2755
+        );
+        assert_eq!(
+            setid_bits_killed(&with(0o6755, FileKind::File), &me),
+            0o6000
+        );
+        assert_eq!(
+            setid_bits_killed(&with(0o6745, FileKind::File), &me),
+            0o4000
+        );
+        assert_eq!(
+            setid_bits_killed(&with(0o6745, FileKind::File), &caller(0, 0, &[])),
+            0
+        );
         let sgid_dir = inode(0o2775, 0, 50);
         let user = caller(10, 20, &[]);
         assert_eq!(

@@ -1,0 +1,182 @@
+//! Server-side copy (copy_file_range): the node holding the destination's entry reads the
+//! source range from wherever it lives (its own store, or the source entry's node and the
+//! chunk owners, server to server) and writes it into the destination's chunks, so the
+//! bytes never pass through the client. Bounded by `limits::COPY_BYTES_MAX` per request
+//! (short count; the caller goes on). A hard-linked destination is `NotSupported`: the
+//! client then copies by reading and writing.
+
+use std::sync::Arc;
+
+use myriad_placement::split_parent;
+use myriad_proto::{Caller, FileKind, FsError, Request, Response, limits, validate_path};
+
+use crate::mutation::Mutation;
+use crate::node::{Node, now_ns};
+use crate::perm;
+
+/// Where a copy reads from and writes to, and how much.
+pub(crate) struct CopySpec {
+    pub src: String,
+    pub src_ino: u64,
+    pub src_off: u64,
+    pub dst: String,
+    pub dst_ino: u64,
+    pub dst_off: u64,
+    pub len: u64,
+    pub opened: bool,
+}
+
+impl Node {
+    pub(crate) async fn copy_range(
+        self: &Arc<Self>,
+        caller: &Caller,
+        c: CopySpec,
+    ) -> Result<Response, FsError> {
+        validate_path(&c.src)?;
+        if self.link_target(&c.dst)?.is_some() {
+            return Err(FsError::NotSupported(
+                "server-side copy into a hard-linked file".into(),
+            ));
+        }
+        let target = self.may_write_file(caller, &c.dst, c.opened).await?;
+        self.search(caller, &c.src).await?;
+        let src = self.entry_attrs(&c.src).await?.ok_or(FsError::NotFound)?;
+        if src.ino != c.src_ino {
+            return Err(FsError::Stale);
+        }
+        match src.kind {
+            FileKind::File => {}
+            FileKind::Directory => return Err(FsError::IsADirectory),
+            _ => return Err(FsError::InvalidArgument("not a regular file".into())),
+        }
+        perm::require(&src, caller, perm::READ)?;
+        let len = c
+            .len
+            .min(limits::COPY_BYTES_MAX)
+            .min(src.size.saturating_sub(c.src_off));
+        c.dst_off
+            .checked_add(len)
+            .filter(|&e| e <= limits::FILE_BYTES_MAX)
+            .ok_or(FsError::TooLarge)?;
+        let dst = self.lookup(&c.dst).await?;
+        if dst.ino != c.dst_ino {
+            return Err(FsError::Stale);
+        }
+        if len == 0 {
+            return Ok(Response::Copied {
+                inode: dst,
+                bytes: 0,
+            });
+        }
+        let data = self.read_source(&c, src.size, len).await?;
+        let (dir, name) = split_parent(&c.dst);
+        self.kill_setid(dir, name, target.as_ref(), caller).await?;
+        let inode = self.write_copy(&c, &data).await?;
+        Ok(Response::Copied {
+            inode,
+            bytes: data.len() as u64,
+        })
+    }
+
+    /// `len` bytes of the source from `src_off` (fewer if it shrank meanwhile).
+    async fn read_source(
+        self: &Arc<Self>,
+        c: &CopySpec,
+        size: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, FsError> {
+        let cs = self.state().map.chunk_size_bytes;
+        let end = c.src_off + len;
+        let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        let mut pos = c.src_off;
+        while pos < end {
+            let chunk = pos / cs;
+            let n = (cs - pos % cs).min(end - pos).min(limits::IO_BYTES_MAX);
+            let req = if chunk == 0 {
+                Request::Read {
+                    path: c.src.clone(),
+                    ino: c.src_ino,
+                    offset: pos,
+                    len: n,
+                }
+            } else {
+                Request::ReadChunk {
+                    ino: c.src_ino,
+                    chunk,
+                    offset: pos % cs,
+                    len: n,
+                }
+            };
+            let reply = if chunk == 0 {
+                self.call_entry(&c.src, req).await?
+            } else {
+                let owner = self.state().ring.owner_of_chunk(c.src_ino, chunk);
+                self.call_node(owner, req).await?
+            };
+            let Response::Data { data, .. } = reply else {
+                return Err(FsError::Protocol("unexpected reply to a read".into()));
+            };
+            let got = data.len() as u64;
+            out.extend_from_slice(&data);
+            pos += got;
+            if got < n && (chunk == 0 || pos >= size) {
+                break; // the end of the file
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `dst_off` of the destination: chunk 0 here, other chunks on their
+    /// owners, then the size. Returns the destination's inode after it.
+    async fn write_copy(
+        self: &Arc<Self>,
+        c: &CopySpec,
+        data: &[u8],
+    ) -> Result<myriad_proto::Inode, FsError> {
+        let cs = self.state().map.chunk_size_bytes;
+        let (dir, name) = split_parent(&c.dst);
+        let end = c.dst_off + data.len() as u64;
+        let mut inode = None;
+        let mut pos = c.dst_off;
+        while pos < end {
+            let chunk = pos / cs;
+            let n = (cs - pos % cs).min(end - pos).min(limits::IO_BYTES_MAX);
+            let piece = &data[usize::try_from(pos - c.dst_off).unwrap_or(0)
+                ..usize::try_from(pos - c.dst_off + n).unwrap_or(0)];
+            if chunk == 0 {
+                let m = Mutation::Write {
+                    dir: dir.to_string(),
+                    name: name.to_string(),
+                    ino: c.dst_ino,
+                    offset: pos,
+                    data: piece.to_vec(),
+                    now: now_ns(),
+                };
+                if let Response::Attr(i) = self.mutate_file(m).await? {
+                    inode = Some(i);
+                }
+            } else {
+                let owner = self.state().ring.owner_of_chunk(c.dst_ino, chunk);
+                let req = Request::WriteChunk {
+                    ino: c.dst_ino,
+                    chunk,
+                    offset: pos % cs,
+                    data: piece.to_vec(),
+                };
+                self.call_node(owner, req).await?;
+            }
+            pos += n;
+        }
+        let m = Mutation::ExtendSize {
+            dir: dir.to_string(),
+            name: name.to_string(),
+            ino: c.dst_ino,
+            size: end,
+            now: now_ns(),
+        };
+        match self.mutate_file(m).await? {
+            Response::Attr(i) => Ok(i),
+            _ => inode.ok_or_else(|| FsError::Io("no inode after a copy".into())),
+        }
+    }
+}
