@@ -48,20 +48,33 @@ pub fn member() -> User {
     }
 }
 
-/// Switches the calling thread (only) to `u`, for good: call on a thread that ends after.
-fn become_user(u: &User) {
+/// One credential syscall on this thread (raw: glibc's wrappers change every thread).
+fn cred(nr: libc::c_long, args: [libc::c_long; 3], what: &str) {
+    // SAFETY: credential syscalls take integers, and setgroups an array its caller keeps
+    // alive for the call.
+    if unsafe { libc::syscall(nr, args[0], args[1], args[2]) } != 0 {
+        panic!("{what}: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Takes `u`'s credentials on this thread only, groups and gid first while the effective
+/// uid is still 0. Real and saved uid stay 0, so `become_root` can return.
+pub fn become_user(u: &User) {
     let groups: Vec<libc::gid_t> = u.groups.clone();
-    // SAFETY: raw system calls on this thread's credentials with valid arguments.
-    let ok = unsafe {
-        libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) == 0
-            && libc::syscall(libc::SYS_setresgid, u.gid, u.gid, u.gid) == 0
-            && libc::syscall(libc::SYS_setresuid, u.uid, u.uid, u.uid) == 0
-    };
-    assert!(
-        ok,
-        "cannot become {u:?}: {}",
-        std::io::Error::last_os_error()
+    let (n, list) = (
+        groups.len() as libc::c_long,
+        groups.as_ptr() as libc::c_long,
     );
+    cred(libc::SYS_setgroups, [n, list, 0], "setgroups");
+    cred(libc::SYS_setresgid, [-1, u.gid.into(), -1], "setresgid");
+    cred(libc::SYS_setresuid, [-1, u.uid.into(), -1], "setresuid");
+}
+
+/// Back to root on this thread: uid first, then gid and groups.
+pub fn become_root() {
+    cred(libc::SYS_setresuid, [-1, 0, -1], "setresuid");
+    cred(libc::SYS_setresgid, [-1, 0, -1], "setresgid");
+    cred(libc::SYS_setgroups, [0, 0, 0], "setgroups");
 }
 
 /// Runs `f` as `u` on a thread of its own.

@@ -14,28 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// splitmix64: small, fast, and the same sequence everywhere.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in 0..n (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use crate::rng::Rng;
 
 #[derive(Clone, Debug)]
 pub struct FsxConfig {
@@ -608,6 +587,10 @@ fn fsx_through_the_mount() {
     cfg.hot_offsets = vec![4 << 20, 8 << 20, 64 << 10];
     cfg.reopen_every = 100;
     run(&cfg, &[a.path("c"), b.path("c")]);
+    for m in [&a, &b] {
+        let log = m.log_text();
+        assert!(!log.contains("Not Implemented"), "mount log: {log}");
+    }
 }
 
 /// The long run (issue 16: at least 1,000,000 steps clean), and the replay of one seed:

@@ -23,3 +23,4 @@ mod ops;
 mod permissions;
 mod redirect;
 mod replication;
+mod rng;
