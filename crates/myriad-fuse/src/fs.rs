@@ -187,9 +187,9 @@ impl Filesystem for MyriadFs {
             && atime.is_none()
             && mtime.is_none();
         let bump_ctime = ctime.is_some() || nothing;
-        self.spawn(req, move |fs, _| async move {
+        self.spawn(req, move |fs, caller| async move {
             match fs
-                .setattr(ino.0, fh.map(|f| f.0), size, set, bump_ctime)
+                .setattr(&caller, ino.0, fh.map(|f| f.0), size, set, bump_ctime)
                 .await
             {
                 Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
@@ -200,11 +200,12 @@ impl Filesystem for MyriadFs {
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         self.spawn(req, move |fs, _| async move {
-            let r = async {
-                let path = fs.path(ino.0)?;
-                fs.client.readlink(&path).await
-            }
-            .await;
+            let r = fs
+                .by_path(ino.0, |path| {
+                    let fs = fs.clone();
+                    async move { fs.client.readlink(&path).await }
+                })
+                .await;
             match r {
                 Ok(t) => reply.data(t.as_bytes()),
                 Err(e) => reply.error(errno(&e)),

@@ -218,6 +218,14 @@ impl Handles {
         })
     }
 
+    /// Whether some handle of `ino` was opened for writing.
+    pub fn has_writable(&self, ino: u64) -> bool {
+        lock(&self.files).values().any(|f| {
+            let g = f.lock();
+            g.file.inode.ino == ino && g.file.opened
+        })
+    }
+
     pub fn is_open(&self, ino: u64) -> bool {
         lock(&self.files)
             .values()

@@ -90,6 +90,15 @@ impl InodeTable {
         }
     }
 
+    /// Every name this mount knows for `ino`, the one seen last first.
+    pub fn paths(&self, ino: u64) -> Vec<String> {
+        self.lock()
+            .nodes
+            .get(&ino)
+            .map(|n| n.paths.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+
     pub fn path(&self, ino: u64) -> Option<String> {
         self.lock()
             .nodes

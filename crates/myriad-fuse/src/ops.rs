@@ -116,14 +116,37 @@ impl Inner {
         Ok(join(&self.path(parent)?, &name_of(name)?))
     }
 
+    /// Runs `f` on the names this mount knows for `ino`, the one seen last first, until
+    /// one answers other than "permission denied" or "not found" (or "not there any
+    /// more": `f` checks the inode). The kernel names an inode, not the path it came by,
+    /// and a hard-linked file's other names may lie where the caller may not search.
+    pub async fn by_path<T, F, Fut>(&self, ino: u64, f: F) -> Result<T, FsError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, FsError>>,
+    {
+        let mut last = Err(FsError::Stale);
+        for path in self.inodes.paths(ino) {
+            match f(path).await {
+                Err(e @ (FsError::PermissionDenied | FsError::NotFound)) => last = Err(e),
+                other => return other,
+            }
+        }
+        last
+    }
+
     /// Fresh attributes of `ino`, checking its path still names it.
     pub async fn stat_ino(&self, ino: u64) -> Result<Inode, FsError> {
-        let path = self.path(ino)?;
         let since = self.inodes.stamp();
-        let inode = self.client.stat(&path).await?;
-        if inode.ino != ino {
-            return Err(FsError::NotFound);
-        }
+        let inode = self
+            .by_path(ino, |path| async move {
+                let inode = self.client.stat(&path).await?;
+                if inode.ino != ino {
+                    return Err(FsError::NotFound);
+                }
+                Ok(inode)
+            })
+            .await?;
         self.inodes.observe_remote(&inode, since);
         Ok(self.visible(inode))
     }
@@ -196,22 +219,34 @@ impl Inner {
         want: u32,
         append: bool,
     ) -> Result<(u64, bool), FsError> {
-        let path = self.path(ino)?;
         // Writes buffered by other handles here are part of what this open must see.
         self.flush_ino(ino).await?;
         let read_only = want == perm::READ;
         let since = self.inodes.stamp();
-        let (inode, contents, since) = match self.take_prefetched(ino, pid) {
-            Some((i, d, at)) if read_only => (i, Some(d), at),
-            _ if read_only => {
-                let (i, d) = self
-                    .client
-                    .fetch_head(&path, self.client.inline_max())
-                    .await?;
-                let whole = d.len() as u64 == i.size;
-                (i, whole.then(|| Arc::new(d)), since)
+        let (path, inode, contents, since) = match self.take_prefetched(ino, pid) {
+            Some((i, d, at)) if read_only => (self.path(ino)?, i, Some(d), at),
+            _ => {
+                self.by_path(ino, |path| async move {
+                    if read_only {
+                        let (i, d) = self
+                            .client
+                            .fetch_head(&path, self.client.inline_max())
+                            .await?;
+                        if i.ino != ino {
+                            return Err(FsError::NotFound);
+                        }
+                        let whole = d.len() as u64 == i.size;
+                        Ok((path, i, whole.then(|| Arc::new(d)), since))
+                    } else {
+                        let i = self.client.stat(&path).await?;
+                        if i.ino != ino {
+                            return Err(FsError::NotFound);
+                        }
+                        Ok((path, i, None, since))
+                    }
+                })
+                .await?
             }
-            _ => (self.client.stat(&path).await?, None, since),
         };
         self.finish_open(
             caller,
@@ -280,6 +315,7 @@ impl Inner {
             _ => return Err(FsError::InvalidArgument("not a regular file".into())),
         }
         if !perm::allowed(inode, caller, want) {
+            tracing::debug!(?inode, ?caller, want, "open refused");
             return Err(FsError::PermissionDenied);
         }
         let changed = self.inodes.open_check(inode, since);
@@ -683,19 +719,33 @@ impl Inner {
 
     pub async fn setattr(
         &self,
+        caller: &Caller,
         ino: u64,
         fh: Option<u64>,
         size: Option<u64>,
         set: SetAttr,
         ctime: bool,
     ) -> Result<Inode, FsError> {
-        let path = self.path(ino)?;
         let mut inode = None;
+        let set = if set == SetAttr::default() && size.is_none() && ctime {
+            self.change_of_nothing(caller, ino).await?
+        } else {
+            set
+        };
         self.flush_ino(ino).await?;
         if let Some(size) = size {
             let file = match fh.and_then(|fh| self.handles.snapshot(fh)) {
                 Some((f, _)) => f,
-                None => self.client.open(&path).await?,
+                None => {
+                    self.by_path(ino, |path| async move {
+                        let f = self.client.open(&path).await?;
+                        if f.inode.ino != ino {
+                            return Err(FsError::NotFound);
+                        }
+                        Ok(f)
+                    })
+                    .await?
+                }
             };
             if file.inode.ino != ino {
                 return Err(FsError::NotFound);
@@ -707,10 +757,18 @@ impl Inner {
         }
         // A change of nothing but ctime (chown(f, -1, -1)) still stamps ctime, as POSIX.
         if set != SetAttr::default() || (ctime && size.is_none()) {
-            let i = self.client.setattr(&path, set).await?;
-            if i.ino != ino {
-                return Err(FsError::NotFound);
-            }
+            let i = self
+                .by_path(ino, |path| {
+                    let set = set.clone();
+                    async move {
+                        let i = self.client.setattr(&path, set).await?;
+                        if i.ino != ino {
+                            return Err(FsError::NotFound);
+                        }
+                        Ok(i)
+                    }
+                })
+                .await?;
             inode = Some(i);
         }
         let inode = match inode {
@@ -719,6 +777,25 @@ impl Inner {
         };
         self.inodes.observe_own(&inode);
         Ok(inode)
+    }
+
+    /// What a setattr that names no attribute means. The kernel sends one before a write
+    /// that must take set-id bits away (the servers do that at the write itself: only
+    /// ctime here), and for chown(f, -1, -1), which takes them away as any chown does:
+    /// then it is a chown to the current owner, which the servers refuse to anyone but
+    /// the owner and root (EPERM, as Linux), and otherwise it stamps ctime.
+    async fn change_of_nothing(&self, caller: &Caller, ino: u64) -> Result<SetAttr, FsError> {
+        if self.handles.has_writable(ino) {
+            return Ok(SetAttr::default());
+        }
+        let inode = self.stat_ino(ino).await?;
+        if perm::mode_after_chown(&inode, caller) == inode.mode & 0o7777 {
+            return Ok(SetAttr::default());
+        }
+        Ok(SetAttr {
+            uid: Some(inode.uid),
+            ..SetAttr::default()
+        })
     }
 
     /// Unlink; a file still open through this mount is renamed to a hidden name instead

@@ -11,6 +11,9 @@ use crate::{Caller, FileKind, Inode};
 pub const READ: u32 = 4;
 pub const WRITE: u32 = 2;
 pub const EXEC: u32 = 1;
+pub const SETUID: u32 = 0o4000;
+pub const SETGID: u32 = 0o2000;
+const GROUP_EXEC: u32 = 0o010;
 
 /// Whether `caller` has all of `want` (a mask of READ | WRITE | EXEC) on `inode`.
 #[must_use]
@@ -26,6 +29,38 @@ pub fn allowed(inode: &Inode, caller: &Caller, want: u32) -> bool {
         inode.mode
     } & 7;
     bits & want == want
+}
+
+/// The mode a chown by `caller` leaves: anything but a directory loses set-user-id, and
+/// set-group-id where `setid_bits_killed`'s rule takes it (as Linux, root included).
+#[must_use]
+pub fn mode_after_chown(inode: &Inode, caller: &Caller) -> u32 {
+    let mode = inode.mode & 0o7777;
+    if inode.kind == FileKind::Directory {
+        return mode;
+    }
+    mode & !SETUID & !(sgid_killed(inode, caller) * SETGID)
+}
+
+/// Set-id bits a write or truncate by `caller` takes off `inode` (Linux
+/// `setattr_should_drop_suidgid`): none for root (CAP_FSETID) or a non-file; set-user-id
+/// always; set-group-id if it marks group execution, or the caller is not in the group.
+#[must_use]
+pub fn setid_bits_killed(inode: &Inode, caller: &Caller) -> u32 {
+    if caller.uid == 0 || inode.kind != FileKind::File {
+        return 0;
+    }
+    (inode.mode & SETUID) | (sgid_killed(inode, caller) * SETGID)
+}
+
+/// 1 if a change by `caller` drops the set-group-id bit of `inode` (it has it, and group
+/// execution, or a caller outside the group without CAP_FSETID), else 0.
+fn sgid_killed(inode: &Inode, caller: &Caller) -> u32 {
+    let m = inode.mode;
+    u32::from(
+        m & SETGID != 0
+            && (m & GROUP_EXEC != 0 || (caller.uid != 0 && !caller.in_group(inode.gid))),
+    )
 }
 
 #[cfg(test)]

@@ -310,6 +310,24 @@ impl Node {
         Ok(Response::Attr(inode))
     }
 
+    /// A hard-link name of inode `link` was renamed: the inode's ctime changes at its home
+    /// (a change of zero links stamps it). A failure leaves the ctime behind, logged.
+    pub(crate) async fn touch_link_home(self: &Arc<Self>, link: &Inode) {
+        let Some(home) = link.link_home else {
+            return;
+        };
+        let req = Request::AdjustLinks {
+            ino: link.ino,
+            delta: 0,
+        };
+        if let Err(e) = self.call_node(home, req).await {
+            tracing::warn!(
+                "rename of a name of ino {}: ctime not updated: {e}",
+                link.ino
+            );
+        }
+    }
+
     /// After a hard-link name was removed: one link fewer at the home.
     pub(crate) async fn drop_link(self: &Arc<Self>, removed: &Inode) {
         let Some(home) = removed.link_home else {

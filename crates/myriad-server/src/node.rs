@@ -782,8 +782,14 @@ impl Node {
                     split_parent(&from).0.to_string(),
                     split_parent(&to).0.to_string(),
                 );
+                let moved = self.lookup(&from).await.ok();
                 match self.rename(from, to, flags).await {
                     Ok(()) => {
+                        if let Some(i) = moved.filter(|i| i.kind == FileKind::HardLink) {
+                            // The name moved, the inode lives at its home: its ctime
+                            // changes there (seen under every name).
+                            self.touch_link_home(&i).await;
+                        }
                         self.touch_dir(&from_dir).await;
                         if local_target && to_dir != from_dir {
                             self.touch_dir(&to_dir).await;

@@ -1,14 +1,14 @@
 //! POSIX permission rules, as pure functions of an inode and the caller. The basic rule
 //! (`allowed`) lives in `myriad_proto::access`, shared with the FUSE mount.
 
-pub use myriad_proto::access::{EXEC, READ, WRITE, allowed};
+pub use myriad_proto::access::{
+    EXEC, READ, SETGID, SETUID, WRITE, allowed, mode_after_chown, setid_bits_killed,
+};
 use myriad_proto::{Caller, FileKind, FsError, Inode, SetAttr};
 
 /// Sticky bit: in such a directory only the owner of an entry, the directory's owner or root
 /// may remove or rename the entry.
 pub const STICKY: u32 = 0o1000;
-pub const SETUID: u32 = 0o4000;
-pub const SETGID: u32 = 0o2000;
 const GROUP_EXEC: u32 = 0o010;
 
 pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), FsError> {
@@ -56,13 +56,6 @@ pub fn check_setattr(inode: &Inode, caller: &Caller, set: &SetAttr) -> Result<Se
         let m = mode_after_chown(inode, caller);
         if m != inode.mode & 0o7777 {
             set.mode = Some(m);
-        }
-    } else if set == SetAttr::default() && caller.uid != 0 {
-        // A change of nothing (chown(f, -1, -1), or the kernel's "remove privileges"
-        // before a write): what a write by this caller takes away, if it may write.
-        let kill = setid_bits_killed(inode, caller);
-        if kill != 0 && (caller.uid == inode.uid || allowed(inode, caller, WRITE)) {
-            set.mode = Some(inode.mode & 0o7777 & !kill);
         }
     }
     if caller.uid == 0 {
@@ -121,38 +114,6 @@ fn only_clears_setid(old: u32, new: u32) -> bool {
     let old = old & 0o7777;
     let cleared = old & !new;
     new & !old == 0 && cleared != 0 && cleared & !(SETUID | SETGID) == 0
-}
-
-/// The mode a chown by `caller` leaves: anything but a directory loses set-user-id, and
-/// set-group-id where `setid_bits_killed`'s rule takes it (as Linux, root included).
-#[must_use]
-pub fn mode_after_chown(inode: &Inode, caller: &Caller) -> u32 {
-    let mode = inode.mode & 0o7777;
-    if inode.kind == FileKind::Directory {
-        return mode;
-    }
-    mode & !SETUID & !(sgid_killed(inode, caller) * SETGID)
-}
-
-/// Set-id bits a write or truncate by `caller` takes off `inode` (Linux
-/// `setattr_should_drop_suidgid`): none for root (CAP_FSETID) or a non-file; set-user-id
-/// always; set-group-id if it marks group execution, or the caller is not in the group.
-#[must_use]
-pub fn setid_bits_killed(inode: &Inode, caller: &Caller) -> u32 {
-    if caller.uid == 0 || inode.kind != FileKind::File {
-        return 0;
-    }
-    (inode.mode & SETUID) | (sgid_killed(inode, caller) * SETGID)
-}
-
-/// 1 if a change by `caller` drops the set-group-id bit of `inode` (it has it, and group
-/// execution, or a caller outside the group without CAP_FSETID), else 0.
-fn sgid_killed(inode: &Inode, caller: &Caller) -> u32 {
-    let m = inode.mode;
-    u32::from(
-        m & SETGID != 0
-            && (m & GROUP_EXEC != 0 || (caller.uid != 0 && !caller.in_group(inode.gid))),
-    )
 }
 
 /// Owner group and mode of a new inode of `kind` made by `caller` in directory `parent`
