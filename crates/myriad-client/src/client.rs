@@ -74,7 +74,14 @@ pub struct Client {
     config: ClientConfig,
     /// Shard maps of the split directories met (docs/huge-dirs.md).
     pub(crate) shards: ShardCache,
+    /// Directories' attributes as the servers sent them back after this client changed
+    /// their entries (`take_parent_attrs`).
+    parents: std::sync::Mutex<std::collections::HashMap<String, Inode>>,
 }
+
+/// Parent attributes kept for `take_parent_attrs` at most: a cache for whoever asks right
+/// after the change, never a growing record.
+const PARENTS_KEPT_MAX: usize = 4096;
 
 impl Client {
     pub fn new(config: ClientConfig) -> Result<Client, FsError> {
@@ -97,6 +104,7 @@ impl Client {
             pool,
             config,
             shards: ShardCache::default(),
+            parents: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -385,8 +393,43 @@ impl Client {
         validate_path(path)?;
         match self.call(Route::Entry(path.to_string()), req).await {
             Err(e) => Err(self.refine(path, e).await),
-            ok => ok,
+            Ok(r) => {
+                self.note_parent(path, &r);
+                Ok(r)
+            }
         }
+    }
+
+    /// Keeps the parent's attributes a change of entries brought back.
+    pub(crate) fn note_parent(&self, path: &str, r: &Response) {
+        if let Response::Changed {
+            parent: Some(p), ..
+        } = r
+        {
+            let mut g = match self.parents.lock() {
+                Ok(g) => g,
+                Err(e) => e.into_inner(),
+            };
+            if g.len() >= PARENTS_KEPT_MAX {
+                g.clear();
+            }
+            let dir = myriad_placement::split_parent(path).0.to_string();
+            // The newest wins: concurrent changes may answer out of order.
+            if g.get(&dir).is_none_or(|old| old.ctime_ns <= p.ctime_ns) {
+                g.insert(dir, p.clone());
+            }
+        }
+    }
+
+    /// The attributes of directory `dir` as the servers sent them back after this
+    /// client's last change of its entries (create, symlink, mknod, mkdir, unlink, rmdir):
+    /// its new times and link count, with no request. Taken once.
+    pub fn take_parent_attrs(&self, dir: &str) -> Option<Inode> {
+        let mut g = match self.parents.lock() {
+            Ok(g) => g,
+            Err(e) => e.into_inner(),
+        };
+        g.remove(dir)
     }
 
     // ---- metadata ----
@@ -826,7 +869,7 @@ impl Client {
 
 pub(crate) fn expect_attr(r: Response) -> Result<Inode, FsError> {
     match r {
-        Response::Attr(i) => Ok(i),
+        Response::Attr(i) | Response::Changed { inode: Some(i), .. } => Ok(i),
         other => Err(unexpected(&other)),
     }
 }

@@ -57,7 +57,10 @@ impl Client {
             durable,
         };
         let inode = match self.call(Route::Entry(path.to_string()), req).await {
-            Ok(r) => expect_attr(r)?,
+            Ok(r) => {
+                self.note_parent(path, &r);
+                expect_attr(r)?
+            }
             Err(e) => return Err(self.refine(path, e).await),
         };
         let mut handle = FileHandle {

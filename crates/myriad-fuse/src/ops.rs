@@ -520,12 +520,23 @@ impl Inner {
         sent
     }
 
-    /// After an operation on entries of directories `parents`: their cached attributes
-    /// are stale (the servers changed their times and link counts).
+    /// After an operation on entries of directories `parents`: the servers changed their
+    /// times and link counts. The attributes they sent back replace the cached ones (the
+    /// kernel asks for them at once, to check the next access); without those, the
+    /// cached ones are no longer answered.
     pub fn entries_changed<T>(&self, r: &Result<T, FsError>, parents: &[u64]) {
-        if r.is_ok() {
-            for &p in parents {
-                self.inodes.expire(p);
+        if r.is_err() {
+            return;
+        }
+        for &p in parents {
+            let fresh = self
+                .inodes
+                .path(p)
+                .and_then(|dir| self.client.take_parent_attrs(&dir))
+                .filter(|i| i.ino == p);
+            match fresh {
+                Some(i) => self.inodes.observe_own(&i),
+                None => self.inodes.expire(p),
             }
         }
     }

@@ -918,6 +918,14 @@ pub enum Response {
     BlockCopy(Option<serde_bytes::ByteBuf>),
     /// openraft's response, postcard-encoded.
     Raft(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// After a change of entries (create, symlink, mknod, mkdir, unlink, rmdir): the new
+    /// inode, if one was made, and the parent directory's attributes after the change (its
+    /// new times and link count) when its partition sent them back, so a client may cache
+    /// them instead of asking again.
+    Changed {
+        inode: Option<Inode>,
+        parent: Option<Inode>,
+    },
     /// The destination after a `CopyRange`, and how many bytes were copied.
     Copied {
         inode: Inode,

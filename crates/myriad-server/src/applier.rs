@@ -39,6 +39,26 @@ struct Job {
     reply: Reply,
     /// false: reply once applied; the fsync still follows at once.
     durable: bool,
+    /// With `durable` false: also told (outcome `Unit`) once the fsync covering the batch
+    /// is done (`run_staged`).
+    synced: Option<Reply>,
+}
+
+/// The durability of a mutation applied by `Applier::run_staged`.
+pub struct Durable {
+    rx: oneshot::Receiver<Result<Done, FsError>>,
+    replicator: Arc<Replicator>,
+}
+
+impl Durable {
+    /// Returns once the mutation is fsynced here and acknowledged by every live backup.
+    pub async fn wait(self) -> Result<(), FsError> {
+        let done = self
+            .rx
+            .await
+            .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
+        self.replicator.wait(done.seq).await
+    }
 }
 
 /// Mutations applied per round before handing to the syncer, so replies are not held back by
@@ -203,6 +223,13 @@ impl Applier {
                                         } else {
                                             must_sync = true;
                                             let _ = job.reply.send(Ok(done_now));
+                                            if let Some(s) = job.synced {
+                                                let unit = Done {
+                                                    outcome: Outcome::Unit,
+                                                    seq,
+                                                };
+                                                done.push((s, unit));
+                                            }
                                         }
                                     }
                                     Err(e) => {
@@ -253,6 +280,7 @@ impl Applier {
                 mutation: Mutation::Barrier,
                 reply,
                 durable: false,
+                synced: None,
             })
             .is_ok()
         {
@@ -272,6 +300,30 @@ impl Applier {
         self.submit(mutation, false).await
     }
 
+    /// Applies `mutation` and returns its outcome once it is visible, with what tells
+    /// when it is durable: work that needs only the change visible overlaps the group
+    /// commit and the backups' acknowledgements. A failed mutation fails here.
+    pub async fn run_staged(&self, mutation: Mutation) -> Result<(Outcome, Durable), FsError> {
+        let (reply, rx) = oneshot::channel();
+        let (synced, synced_rx) = oneshot::channel();
+        self.tx
+            .send(Job {
+                mutation,
+                reply,
+                durable: false,
+                synced: Some(synced),
+            })
+            .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
+        let done = rx
+            .await
+            .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
+        let durable = Durable {
+            rx: synced_rx,
+            replicator: self.replicator.clone(),
+        };
+        Ok((done.outcome, durable))
+    }
+
     async fn submit(&self, mutation: Mutation, durable: bool) -> Result<Outcome, FsError> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -279,6 +331,7 @@ impl Applier {
                 mutation,
                 reply,
                 durable,
+                synced: None,
             })
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
         let done = rx

@@ -21,22 +21,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use myriad_proto::{FsError, Request};
+use myriad_proto::{FsError, Inode, Request, Response};
 
-use crate::mutation::{Mutation, storage_err};
+use crate::mutation::{Mutation, Outcome, storage_err};
 use crate::node::{Node, now_ns};
 
 /// A touch waits at most this long for the partition holding the directory's entry; past
 /// it the request goes on (the times may stay behind for that change).
 const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// One directory's touches on this partition: requests counted as they arrive, and the
-/// count covered by the last touch sent.
+/// One directory's touches on this partition: requests counted as they arrive, the count
+/// covered by the last touch sent, and the directory's attributes that touch returned.
 #[derive(Default)]
 struct TouchSlot {
     send: tokio::sync::Mutex<()>,
     requested: AtomicU64,
     covered: AtomicU64,
+    last: Mutex<Option<Inode>>,
 }
 
 #[derive(Default)]
@@ -44,21 +45,22 @@ pub(crate) struct DirTouches {
     slots: Mutex<HashMap<String, Arc<TouchSlot>>>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
 impl DirTouches {
     fn slot(&self, dir: &str) -> Arc<TouchSlot> {
-        let mut g = match self.slots.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = lock(&self.slots);
         g.entry(dir.to_string()).or_default().clone()
     }
 
     /// Forgets `dir`'s slot if nobody else holds it (bounded memory).
     fn release(&self, dir: &str, slot: &Arc<TouchSlot>) {
-        let mut g = match self.slots.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = lock(&self.slots);
         // The map's reference and ours: nobody waits on it.
         if Arc::strong_count(slot) <= 2 {
             g.remove(dir);
@@ -67,28 +69,65 @@ impl DirTouches {
 }
 
 impl Node {
+    /// Applies `m`, a change of entries in `dir` (here), and returns once `dir`'s times
+    /// are sent and, if `durable`, once the change is on disk everywhere: the touch
+    /// overlaps the group commit and the backups' acknowledgements. `changed` says from
+    /// the outcome whether entries changed at all (a create may find the name taken).
+    pub(crate) async fn run_touching(
+        self: &Arc<Self>,
+        m: Mutation,
+        dir: &str,
+        durable: bool,
+        changed: impl Fn(&Outcome) -> bool,
+    ) -> Result<(Outcome, Option<Inode>), FsError> {
+        let (out, synced) = self.applier.run_staged(m).await?;
+        let touch = async {
+            if changed(&out) {
+                self.touch_dir(dir).await
+            } else {
+                None
+            }
+        };
+        let parent = if durable {
+            let (parent, synced) = tokio::join!(touch, synced.wait());
+            synced?;
+            parent
+        } else {
+            touch.await
+        };
+        Ok((out, parent))
+    }
+
     /// Entries of directory `dir` (its object is here) changed: bring its times and link
-    /// count up to date where its entry lives, before the change is acknowledged.
-    pub(crate) async fn touch_dir(self: &Arc<Self>, dir: &str) {
+    /// count up to date where its entry lives, before the change is acknowledged. Returns
+    /// the directory's attributes after it, when that partition sent them back.
+    pub(crate) async fn touch_dir(self: &Arc<Self>, dir: &str) -> Option<Inode> {
         let slot = self.dir_touches.slot(dir);
         let mine = slot.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        {
+        let attrs = {
             let _sending = slot.send.lock().await;
             if slot.covered.load(Ordering::SeqCst) < mine {
                 // Everything requested so far is covered by what is read now.
                 let upto = slot.requested.load(Ordering::SeqCst);
-                if let Err(e) = self.send_touch(dir).await {
-                    tracing::debug!(dir, "directory times not updated: {e}");
-                }
+                let sent = match self.send_touch(dir).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::debug!(dir, "directory times not updated: {e}");
+                        None
+                    }
+                };
+                *lock(&slot.last) = sent;
                 slot.covered.fetch_max(upto, Ordering::SeqCst);
             }
-        }
+            lock(&slot.last).clone()
+        };
         self.dir_touches.release(dir, &slot);
+        attrs
     }
 
-    async fn send_touch(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
+    async fn send_touch(self: &Arc<Self>, dir: &str) -> Result<Option<Inode>, FsError> {
         let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
-            return Ok(());
+            return Ok(None);
         };
         let nlink = if rec.is_whole() {
             rec.subdirs.saturating_add(2)
@@ -97,7 +136,8 @@ impl Node {
         };
         let now = now_ns();
         if dir == "/" && rec.root_attrs.is_some() {
-            self.applier
+            let out = self
+                .applier
                 .run_visible(Mutation::DirTouch {
                     dir: "/".into(),
                     name: String::new(),
@@ -106,7 +146,10 @@ impl Node {
                     nlink: Some(nlink),
                 })
                 .await?;
-            return Ok(());
+            return Ok(match out {
+                Outcome::Inode(i) => Some(i),
+                _ => None,
+            });
         }
         let req = Request::DirTouch {
             path: dir.to_string(),
@@ -121,7 +164,8 @@ impl Node {
             tokio::time::timeout(TOUCH_TIMEOUT, self.call_entry(dir, req)).await
         };
         match sent {
-            Ok(r) => r.map(|_| ()),
+            Ok(Ok(Response::Attr(i))) => Ok(Some(i)),
+            Ok(r) => r.map(|_| None),
             Err(_) => Err(FsError::TimedOut("directory touch".into())),
         }
     }

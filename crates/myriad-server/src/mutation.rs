@@ -552,8 +552,11 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
                     && root.ino == ino
                 {
                     touch(&mut root);
-                    rec.root_attrs = Some(root);
+                    rec.root_attrs = Some(root.clone());
                     ctx.store.put_dir(&mut b, "/", &rec);
+                    Outcome::Inode(root)
+                } else {
+                    Outcome::Unit
                 }
             } else if let Some(EntryRecord {
                 inode: Some(mut i),
@@ -564,8 +567,10 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
             {
                 touch(&mut i);
                 put_visible(ctx.store, &mut b, &dir, &name, &i);
+                Outcome::Inode(i)
+            } else {
+                Outcome::Unit
             }
-            Outcome::Unit
         }
         Mutation::SetAttr {
             dir,

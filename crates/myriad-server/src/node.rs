@@ -154,16 +154,14 @@ impl Node {
             }
             Request::PutLinkRef { path, ino, home } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
-                let r = self
-                    .mutate_inode(Mutation::PutLinkRef {
-                        dir: dir.clone(),
-                        name,
-                        ino,
-                        home,
-                    })
-                    .await?;
-                self.touch_dir(&dir).await;
-                Ok(r)
+                let m = Mutation::PutLinkRef {
+                    dir: dir.clone(),
+                    name,
+                    ino,
+                    home,
+                };
+                let (out, _) = self.run_touching(m, &dir, true, |_| true).await?;
+                inode_response(out)
             }
             Request::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
             Request::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
@@ -412,19 +410,15 @@ impl Node {
                     data,
                     now: now_ns(),
                 };
-                let outcome = if durable {
-                    self.applier.run(m).await?
-                } else {
-                    self.applier.run_visible(m).await?
-                };
-                match outcome {
-                    Outcome::Created(i) => {
-                        self.touch_dir(&dir).await;
-                        Ok(Response::Attr(i))
-                    }
+                let created = |o: &Outcome| matches!(o, Outcome::Created(_));
+                match self.run_touching(m, &dir, durable, created).await? {
+                    (Outcome::Created(i), parent) => Ok(Response::Changed {
+                        inode: Some(i),
+                        parent,
+                    }),
                     // A non-exclusive create of an existing name opens it: a hard-link name
                     // answers with its inode.
-                    Outcome::Inode(i) => Ok(Response::Attr(self.resolve(i).await?)),
+                    (Outcome::Inode(i), _) => Ok(Response::Attr(self.resolve(i).await?)),
                     _ => Err(FsError::Io("unexpected outcome".into())),
                 }
             }
@@ -442,18 +436,15 @@ impl Node {
                         "symlink target must be 1..=4096 bytes without NUL".into(),
                     ));
                 }
-                let r = self
-                    .mutate_inode(Mutation::Symlink {
-                        dir: dir.clone(),
-                        name,
-                        target,
-                        uid: caller.uid,
-                        gid,
-                        now: now_ns(),
-                    })
-                    .await?;
-                self.touch_dir(&dir).await;
-                Ok(r)
+                let m = Mutation::Symlink {
+                    dir: dir.clone(),
+                    name,
+                    target,
+                    uid: caller.uid,
+                    gid,
+                    now: now_ns(),
+                };
+                changed_response(self.run_touching(m, &dir, true, |_| true).await?)
             }
             Request::Mknod {
                 path,
@@ -469,20 +460,17 @@ impl Node {
                 }
                 let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, kind, mode);
                 self.note_added(&dir);
-                let r = self
-                    .mutate_inode(Mutation::Mknod {
-                        dir: dir.clone(),
-                        name,
-                        kind,
-                        mode,
-                        rdev,
-                        uid: caller.uid,
-                        gid,
-                        now: now_ns(),
-                    })
-                    .await?;
-                self.touch_dir(&dir).await;
-                Ok(r)
+                let m = Mutation::Mknod {
+                    dir: dir.clone(),
+                    name,
+                    kind,
+                    mode,
+                    rdev,
+                    uid: caller.uid,
+                    gid,
+                    now: now_ns(),
+                };
+                changed_response(self.run_touching(m, &dir, true, |_| true).await?)
             }
             Request::SetXattr {
                 path,
@@ -523,14 +511,11 @@ impl Node {
             Request::Unlink { path } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_remove(&caller, &path).await?;
-                let outcome = self
-                    .applier
-                    .run(Mutation::Unlink {
-                        dir: dir.clone(),
-                        name,
-                    })
-                    .await?;
-                self.touch_dir(&dir).await;
+                let m = Mutation::Unlink {
+                    dir: dir.clone(),
+                    name,
+                };
+                let (outcome, parent) = self.run_touching(m, &dir, true, |_| true).await?;
                 if let Outcome::InodeGc(removed, gc) = outcome {
                     if let Some(txid) = gc {
                         self.spawn_gc(txid);
@@ -539,7 +524,10 @@ impl Node {
                         self.drop_link(&removed).await;
                     }
                 }
-                Ok(Response::Unit)
+                Ok(Response::Changed {
+                    inode: None,
+                    parent,
+                })
             }
             Request::SetAttr { path, set } => {
                 validate_path(&path)?;
@@ -727,7 +715,8 @@ impl Node {
                 let (dir, name) = attrs_key(&path);
                 // Visible is enough: a lost touch costs a stale time, never data, and the
                 // change it reports is already durable on its own partition.
-                self.applier
+                match self
+                    .applier
                     .run_visible(Mutation::DirTouch {
                         dir,
                         name,
@@ -735,8 +724,11 @@ impl Node {
                         now: now_ns,
                         nlink,
                     })
-                    .await?;
-                Ok(Response::Unit)
+                    .await?
+                {
+                    Outcome::Inode(i) => Ok(Response::Attr(i)),
+                    _ => Ok(Response::Unit),
+                }
             }
             Request::Mkdir { path, mode, shards } => {
                 let (dir, name) = self.entry_target(&st, &path)?;
@@ -747,11 +739,13 @@ impl Node {
                 let made = self
                     .mkdir(&path, dir.clone(), name, mode, depth, (caller.uid, gid))
                     .await;
-                if made.is_ok() {
-                    self.note_added(&dir);
-                    self.touch_dir(&dir).await;
-                }
-                made.map(Response::Attr)
+                let inode = made?;
+                self.note_added(&dir);
+                let parent = self.touch_dir(&dir).await;
+                Ok(Response::Changed {
+                    inode: Some(inode),
+                    parent,
+                })
             }
             Request::Rmdir { path } => {
                 if path == "/" {
@@ -760,8 +754,11 @@ impl Node {
                 let (dir, name) = self.entry_target(&st, &path)?;
                 self.may_remove(&caller, &path).await?;
                 self.rmdir(&path, dir.clone(), name).await?;
-                self.touch_dir(&dir).await;
-                Ok(Response::Unit)
+                let parent = self.touch_dir(&dir).await;
+                Ok(Response::Changed {
+                    inode: None,
+                    parent,
+                })
             }
             Request::Rename { from, to, flags } => {
                 validate_path(&from)?;
@@ -1138,6 +1135,25 @@ impl Node {
         body: Request,
     ) -> Result<Response, FsError> {
         crate::host::call_partition(&self.host, self.me, node, body).await
+    }
+}
+
+/// The reply of a change of entries that made `out`'s inode, with the parent's attributes.
+fn changed_response((out, parent): (Outcome, Option<Inode>)) -> Result<Response, FsError> {
+    match inode_response(out)? {
+        Response::Attr(i) => Ok(Response::Changed {
+            inode: Some(i),
+            parent,
+        }),
+        other => Ok(other),
+    }
+}
+
+/// The reply of a mutation that yields an inode.
+fn inode_response(out: Outcome) -> Result<Response, FsError> {
+    match out {
+        Outcome::Inode(i) | Outcome::InodeGc(i, _) | Outcome::Created(i) => Ok(Response::Attr(i)),
+        _ => Err(FsError::Io("unexpected outcome".into())),
     }
 }
 
