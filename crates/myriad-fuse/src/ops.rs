@@ -336,6 +336,9 @@ impl Inner {
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
         let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
         self.flush_ino(file.inode.ino).await?;
+        // Taken again after the flush: what it sent changed the size the handle knows,
+        // and a read past chunk 0 ends there (a short read would shrink the kernel's size).
+        let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
         self.client.read(&file, offset, u64::from(size)).await
     }
 

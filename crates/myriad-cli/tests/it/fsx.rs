@@ -514,6 +514,7 @@ pub fn run(cfg: &FsxConfig, files: &[PathBuf]) {
         step: 0,
     };
     r.open();
+    let trace = std::env::var("MYRIAD_FSX_TRACE").as_deref() == Ok("1");
     for step in 1..=cfg.steps {
         r.step = step;
         CURRENT_STEP.store(step, Ordering::Relaxed);
@@ -529,6 +530,10 @@ pub fn run(cfg: &FsxConfig, files: &[PathBuf]) {
         };
         r.log
             .push(format!("{step}: {op:?} (size before {:#x})", r.model.len()));
+        if trace {
+            // A crash (SIGBUS) leaves no log: MYRIAD_FSX_TRACE=1 prints each step first.
+            eprintln!("{}", r.log[r.log.len() - 1]);
+        }
         if r.log.len() > 1000 {
             r.log.drain(..500);
         }
@@ -596,7 +601,8 @@ fn fsx_through_the_mount() {
 /// The long run (issue 16: at least 1,000,000 steps clean), and the replay of one seed:
 /// `MYRIAD_FSX_SEED=S MYRIAD_FSX_STEPS=N MYRIAD_FSX_REOPEN=K cargo test --release -p
 /// myriad-cli --test it fsx_long -- --ignored --nocapture`. Two mounts; every K steps
-/// (default 1,000) the file is closed and reopened on one of them.
+/// (default 1,000) the file is closed and reopened on one of them. MYRIAD_FSX_MAX_LEN
+/// makes files bigger (9437184: over two chunk boundaries).
 #[test]
 #[ignore = "long: run by hand (see its doc)"]
 fn fsx_long() {
@@ -610,6 +616,11 @@ fn fsx_long() {
         env_u64("MYRIAD_FSX_STEPS").unwrap_or(1_000_000),
     );
     cfg.reopen_every = env_u64("MYRIAD_FSX_REOPEN").unwrap_or(1000);
+    if let Some(len) = env_u64("MYRIAD_FSX_MAX_LEN") {
+        // Bigger files: chunk boundaries (4 MiB) get hot offsets too.
+        cfg.max_len = len;
+        cfg.hot_offsets = vec![4 << 20, 8 << 20, 64 << 10];
+    }
     let started = std::time::Instant::now();
     run(&cfg, &[a.path("long"), b.path("long")]);
     eprintln!(
