@@ -226,8 +226,10 @@ impl Client {
             shards,
         };
         match self.call(Route::Entry(path.to_string()), req).await {
-            Ok(Response::Attr(i)) => Ok(i),
-            Ok(other) => Err(unexpected(&other)),
+            Ok(r) => {
+                self.note_parent(path, &r);
+                crate::client::expect_attr(r)
+            }
             Err(e) => Err(self.refine(path, e).await),
         }
     }
