@@ -299,6 +299,7 @@ fn requests() -> Seeds {
                         ino: 99,
                         offset: 1,
                         data: vec![7; 8],
+                        opened: false,
                     },
                 },
             ),
