@@ -11,6 +11,7 @@
 
 mod attr;
 mod caller;
+mod data_ops;
 mod fs;
 mod handles;
 mod inodes;
