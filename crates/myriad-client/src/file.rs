@@ -222,7 +222,7 @@ impl Client {
         (dst, dst_off): (&FileHandle, u64),
         len: u64,
     ) -> Result<(Inode, u64), FsError> {
-        let req = Request::CopyRange {
+        let req = Request::CopyRange(myriad_proto::CopyRange {
             src: src.path.clone(),
             src_ino: src.inode.ino,
             src_off,
@@ -231,7 +231,7 @@ impl Client {
             dst_off,
             len,
             opened: dst.opened,
-        };
+        });
         match self.call(Route::Entry(dst.path.clone()), req).await? {
             Response::Copied { inode, bytes } => Ok((inode, bytes)),
             other => Err(unexpected(&other)),

@@ -16,9 +16,10 @@ mod types;
 
 pub use error::FsError;
 pub use message::{
-    Auth, AuthReply, DirAction, Endpoints, ExportedEntry, FsckDir, FsckEntry, FsckRepair, Hello,
-    HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc, RenameFlags, ReplOp, Request,
-    RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr, XattrMode,
+    Auth, AuthReply, CopyRange, DirAction, Endpoints, ExportedEntry, FsckDir, FsckEntry,
+    FsckRepair, Hello, HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc,
+    RenameFlags, ReplOp, Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr,
+    XattrMode,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{Shard, ShardMap, name_hash};

@@ -217,16 +217,7 @@ pub enum Request {
     /// `src_off` into `dst` (inode `dst_ino`) at `dst_off`, server to server: the bytes
     /// never pass through the client (copy_file_range). Short at the source's end and at
     /// `limits::COPY_BYTES_MAX`; answers `Copied`. `opened`: as for `Write`.
-    CopyRange {
-        src: String,
-        src_ino: u64,
-        src_off: u64,
-        dst: String,
-        dst_ino: u64,
-        dst_off: u64,
-        len: u64,
-        opened: bool,
-    },
+    CopyRange(CopyRange),
     /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
     Truncate {
         path: String,
@@ -492,6 +483,20 @@ pub struct ReplOp {
     pub value: Option<serde_bytes::ByteBuf>,
 }
 
+/// `Request::CopyRange`: copy up to `len` bytes of file `src` (inode `src_ino`) at
+/// `src_off` into `dst` (inode `dst_ino`) at `dst_off`. `opened`: as for `Write`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyRange {
+    pub src: String,
+    pub src_ino: u64,
+    pub src_off: u64,
+    pub dst: String,
+    pub dst_ino: u64,
+    pub dst_off: u64,
+    pub len: u64,
+    pub opened: bool,
+}
+
 /// A path request without its path, applied to a hard-linked inode at its home. The `ino`
 /// of handle operations is the inode the handle was opened on (`Stale` if it differs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -616,7 +621,7 @@ impl Request {
             Request::Write { .. } => "write",
             Request::Read { .. } => "read",
             Request::Truncate { .. } => "truncate",
-            Request::CopyRange { .. } => "copy_range",
+            Request::CopyRange(_) => "copy_range",
             Request::ExtendSize { .. } => "extend_size",
             Request::WriteChunk { .. } => "write_chunk",
             Request::ReadChunk { .. } => "read_chunk",
@@ -780,7 +785,7 @@ impl Request {
                 | Request::Symlink { .. }
                 | Request::Rename { .. }
                 | Request::Write { .. }
-                | Request::CopyRange { .. }
+                | Request::CopyRange(_)
                 | Request::ExtendSize { .. }
                 | Request::WriteChunk { .. }
                 | Request::Mknod { .. }

@@ -8,29 +8,19 @@
 use std::sync::Arc;
 
 use myriad_placement::split_parent;
-use myriad_proto::{Caller, FileKind, FsError, Request, Response, limits, validate_path};
+use myriad_proto::{
+    Caller, CopyRange, FileKind, FsError, Request, Response, limits, validate_path,
+};
 
 use crate::mutation::Mutation;
 use crate::node::{Node, now_ns};
 use crate::perm;
 
-/// Where a copy reads from and writes to, and how much.
-pub(crate) struct CopySpec {
-    pub src: String,
-    pub src_ino: u64,
-    pub src_off: u64,
-    pub dst: String,
-    pub dst_ino: u64,
-    pub dst_off: u64,
-    pub len: u64,
-    pub opened: bool,
-}
-
 impl Node {
     pub(crate) async fn copy_range(
         self: &Arc<Self>,
         caller: &Caller,
-        c: CopySpec,
+        c: CopyRange,
     ) -> Result<Response, FsError> {
         validate_path(&c.src)?;
         if self.link_target(&c.dst)?.is_some() {
@@ -81,7 +71,7 @@ impl Node {
     /// `len` bytes of the source from `src_off` (fewer if it shrank meanwhile).
     async fn read_source(
         self: &Arc<Self>,
-        c: &CopySpec,
+        c: &CopyRange,
         size: u64,
         len: u64,
     ) -> Result<Vec<u8>, FsError> {
@@ -130,7 +120,7 @@ impl Node {
     /// owners, then the size. Returns the destination's inode after it.
     async fn write_copy(
         self: &Arc<Self>,
-        c: &CopySpec,
+        c: &CopyRange,
         data: &[u8],
     ) -> Result<myriad_proto::Inode, FsError> {
         let cs = self.state().map.chunk_size_bytes;

@@ -671,28 +671,9 @@ impl Node {
                     .await?;
                 Ok(Response::Unit)
             }
-            Request::CopyRange {
-                src,
-                src_ino,
-                src_off,
-                dst,
-                dst_ino,
-                dst_off,
-                len,
-                opened,
-            } => {
-                self.file_target(&st, &dst)?;
-                let spec = crate::copy::CopySpec {
-                    src,
-                    src_ino,
-                    src_off,
-                    dst,
-                    dst_ino,
-                    dst_off,
-                    len,
-                    opened,
-                };
-                self.copy_range(&caller, spec).await
+            Request::CopyRange(copy) => {
+                self.file_target(&st, &copy.dst)?;
+                self.copy_range(&caller, copy).await
             }
             Request::ChunkTrimFrom { ino, from_bytes } => {
                 self.applier

@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::rng::Rng;
+use crate::exerciser::Rng;
 
 #[derive(Clone, Debug)]
 pub struct FsxConfig {
@@ -114,12 +114,7 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn fail(&self, what: &str) -> ! {
-        let tail: Vec<&String> = self.log.iter().rev().take(25).collect();
-        let mut s = String::new();
-        for l in tail.iter().rev() {
-            s.push_str(l);
-            s.push('\n');
-        }
+        let s = crate::exerciser::last_lines(&self.log, 25);
         panic!(
             "fsx seed {} step {} (file {}): {what}\nlast operations:\n{s}",
             self.cfg.seed,

@@ -28,7 +28,7 @@ use std::os::unix::io::RawFd;
 use std::path::Path;
 
 use crate::creds::{User, become_root, become_user};
-use crate::rng::Rng;
+use crate::exerciser::Rng;
 
 mod observe;
 mod ops;

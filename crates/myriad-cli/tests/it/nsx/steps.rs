@@ -372,12 +372,7 @@ impl Run<'_> {
     }
 
     pub(super) fn fail(&self, what: &str) -> ! {
-        let tail: Vec<&String> = self.log.iter().rev().take(25).collect();
-        let mut s = String::new();
-        for l in tail.iter().rev() {
-            s.push_str(l);
-            s.push('\n');
-        }
+        let s = crate::exerciser::last_lines(&self.log, 25);
         panic!(
             "nsx seed {} step {}: A (under test) and B (reference) differ\n  {what}\
              last operations:\n{s}replay: MYRIAD_NSX_SEED={} MYRIAD_NSX_STEPS={} cargo test -p \
