@@ -69,6 +69,11 @@ enum Command {
     Bench(bench::BenchCmd),
     /// Mount the cluster as a directory through FUSE (foreground; --daemon to detach).
     /// Unmount with `myriad umount`, `umount`, Ctrl-C or SIGTERM.
+    ///
+    /// POSIX semantics (docs/fuse.md): permissions are checked by the kernel
+    /// (default_permissions) and again by the servers; close-to-open consistency between
+    /// mounts, every earlier write visible within one; the mount is nodev, nosuid and
+    /// noatime; RENAME_EXCHANGE and O_TMPFILE are not supported (EINVAL, EOPNOTSUPP).
     Mount(mount_cmd::MountArgs),
     /// Unmount a Myriad mount.
     Umount { mountpoint: PathBuf },
