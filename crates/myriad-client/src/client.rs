@@ -66,6 +66,10 @@ tokio::task_local! {
     /// The identity of the requests made inside `Client::as_caller` (a FUSE mount acts for
     /// whichever user made each system call).
     static CALLER: Caller;
+    /// Inside `as_caller`: the parent directory's attributes the last change of entries
+    /// made in this task brought back (`take_parent_attrs`), cleared by every other
+    /// change of entries, so nothing older than the task's last change is ever taken.
+    static PARENT: std::cell::RefCell<Option<(String, Inode)>>;
 }
 
 pub struct Client {
@@ -74,14 +78,7 @@ pub struct Client {
     config: ClientConfig,
     /// Shard maps of the split directories met (docs/huge-dirs.md).
     pub(crate) shards: ShardCache,
-    /// Directories' attributes as the servers sent them back after this client changed
-    /// their entries (`take_parent_attrs`).
-    parents: std::sync::Mutex<std::collections::HashMap<String, Inode>>,
 }
-
-/// Parent attributes kept for `take_parent_attrs` at most: a cache for whoever asks right
-/// after the change, never a growing record.
-const PARENTS_KEPT_MAX: usize = 4096;
 
 impl Client {
     pub fn new(config: ClientConfig) -> Result<Client, FsError> {
@@ -104,7 +101,6 @@ impl Client {
             pool,
             config,
             shards: ShardCache::default(),
-            parents: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -127,7 +123,9 @@ impl Client {
 
     /// Runs `fut` with every request it makes carrying `caller` instead of the configured one.
     pub async fn as_caller<F: std::future::Future>(caller: Caller, fut: F) -> F::Output {
-        CALLER.scope(caller, fut).await
+        CALLER
+            .scope(caller, PARENT.scope(std::cell::RefCell::new(None), fut))
+            .await
     }
 
     fn adopt(&self, map: ClusterMap) -> bool {
@@ -400,36 +398,36 @@ impl Client {
         }
     }
 
-    /// Keeps the parent's attributes a change of entries brought back.
+    /// Keeps the parent's attributes a change of entries brought back, for this task
+    /// (`as_caller`); any other answer clears what was kept.
     pub(crate) fn note_parent(&self, path: &str, r: &Response) {
-        if let Response::Changed {
-            parent: Some(p), ..
-        } = r
-        {
-            let mut g = match self.parents.lock() {
-                Ok(g) => g,
-                Err(e) => e.into_inner(),
-            };
-            if g.len() >= PARENTS_KEPT_MAX {
-                g.clear();
-            }
-            let dir = myriad_placement::split_parent(path).0.to_string();
-            // The newest wins: concurrent changes may answer out of order.
-            if g.get(&dir).is_none_or(|old| old.ctime_ns <= p.ctime_ns) {
-                g.insert(dir, p.clone());
-            }
-        }
+        let kept = match r {
+            Response::Changed {
+                parent: Some(p), ..
+            } => Some((
+                myriad_placement::split_parent(path).0.to_string(),
+                p.clone(),
+            )),
+            _ => None,
+        };
+        let _ = PARENT.try_with(|slot| *slot.borrow_mut() = kept);
     }
 
-    /// The attributes of directory `dir` as the servers sent them back after this
-    /// client's last change of its entries (create, symlink, mknod, mkdir, unlink, rmdir):
-    /// its new times and link count, with no request. Taken once.
+    /// Inside `as_caller`: the attributes of directory `dir` as the servers sent them back
+    /// with this task's last change of entries, if that change was in `dir` (create,
+    /// symlink, mknod, mkdir, unlink, rmdir): its new times and link count, with no
+    /// request. Taken once.
     pub fn take_parent_attrs(&self, dir: &str) -> Option<Inode> {
-        let mut g = match self.parents.lock() {
-            Ok(g) => g,
-            Err(e) => e.into_inner(),
-        };
-        g.remove(dir)
+        PARENT
+            .try_with(|slot| {
+                let mut slot = slot.borrow_mut();
+                match slot.take() {
+                    Some((d, attrs)) if d == dir => Some(attrs),
+                    _ => None,
+                }
+            })
+            .ok()
+            .flatten()
     }
 
     // ---- metadata ----
