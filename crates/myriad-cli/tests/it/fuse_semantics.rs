@@ -369,16 +369,19 @@ fn set_id_bits_descriptor_access_unlinked_files_directory_times_and_limits() {
         ok(fs::rename(d.join("sub"), d2.join("sub")));
     });
     assert_eq!((meta(&d).nlink(), meta(&d2).nlink()), (2, 3));
-    // A directory renamed over an empty one (the mount removes the empty one first): one
-    // subdirectory fewer, and the count the kernel is told says so at once.
+    // A directory renamed from below over an empty one (the mount removes the empty one
+    // first, then renames): the count the kernel is told is the final one at once.
     ok(fs::create_dir(d.join("e1")));
+    ok(fs::create_dir(d.join("e1/inner")));
     ok(fs::create_dir(d.join("e2")));
     assert_eq!(meta(&d).nlink(), 4);
     changes("rename a directory over an empty one", &[&d], &mut || {
-        ok(fs::rename(d.join("e1"), d.join("e2")));
+        ok(fs::rename(d.join("e1/inner"), d.join("e2")));
     });
-    assert_eq!(meta(&d).nlink(), 3);
+    assert_eq!(meta(&d).nlink(), 4, "e1 and e2 (was inner)");
+    assert_eq!(meta(&d.join("e1")).nlink(), 2);
     ok(fs::remove_dir(d.join("e2")));
+    ok(fs::remove_dir(d.join("e1")));
     changes("unlink", &[&d], &mut || ok(fs::remove_file(d.join("p"))));
     changes("rmdir", &[&d2], &mut || ok(fs::remove_dir(d2.join("sub"))));
     assert_eq!(meta(&d2).nlink(), 2);
