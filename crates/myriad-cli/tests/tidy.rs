@@ -100,3 +100,201 @@ fn crates_depend_only_in_the_written_direction() {
         );
     }
 }
+
+// ---- Module graph: no import circles, and the server's layers point only downwards ----
+
+/// A module is one `.rs` file under a crate's `src/` (`mod.rs`/`lib.rs`/`main.rs` name their
+/// folder). Its path, e.g. `["partition", "split"]`.
+type ModPath = Vec<String>;
+
+fn modules(src: &std::path::Path) -> BTreeMap<ModPath, PathBuf> {
+    fn walk(dir: &std::path::Path, src: &std::path::Path, out: &mut BTreeMap<ModPath, PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            if path.is_dir() {
+                walk(&path, src, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(src).unwrap_or(&path).with_extension("");
+                let mut parts: ModPath = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+                    parts.pop();
+                }
+                out.insert(parts, path);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(src, src, &mut out);
+    out
+}
+
+/// The longest prefix of `path` that is a module.
+fn resolve(path: &[String], mods: &BTreeMap<ModPath, PathBuf>) -> Option<ModPath> {
+    (1..=path.len())
+        .rev()
+        .map(|n| path[..n].to_vec())
+        .find(|p| mods.contains_key(p))
+}
+
+/// Edges A -> B when A names `crate::b..`, `super::b..` or `self::b..` (also inside
+/// `use crate::{..}` groups), unit-test modules left out.
+fn module_edges(mods: &BTreeMap<ModPath, PathBuf>) -> BTreeMap<ModPath, Vec<ModPath>> {
+    let mut edges = BTreeMap::new();
+    for (module, file) in mods {
+        let mut text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(at) = text.find("#[cfg(test)]\nmod tests") {
+            text.truncate(at);
+        }
+        let is_dir_module = file
+            .file_stem()
+            .is_some_and(|s| s == "mod" || s == "lib" || s == "main");
+        let here: ModPath = if is_dir_module {
+            module.clone()
+        } else {
+            module[..module.len().saturating_sub(1)].to_vec()
+        };
+        let mut targets: Vec<ModPath> = Vec::new();
+        let mut add = |base: &ModPath, rest: &str| {
+            let mut path = base.clone();
+            path.extend(
+                rest.split("::")
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_')),
+            );
+            if let Some(t) = resolve(&path, mods)
+                && &t != module
+                && !t.is_empty()
+            {
+                targets.push(t);
+            }
+        };
+        for (kw, base) in [
+            ("crate::", Vec::new()),
+            ("super::", here[..here.len().saturating_sub(1)].to_vec()),
+            ("self::", here.clone()),
+        ] {
+            for (at, _) in text.match_indices(kw) {
+                let before = text[..at].chars().last();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let rest = &text[at + kw.len()..];
+                if let Some(group) = rest.strip_prefix('{') {
+                    let group = &group[..group.find('}').unwrap_or(group.len())];
+                    for item in group.split(',') {
+                        add(&base, item);
+                    }
+                } else {
+                    let end = rest
+                        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                        .unwrap_or(rest.len());
+                    add(&base, &rest[..end]);
+                }
+            }
+        }
+        targets.sort();
+        targets.dedup();
+        edges.insert(module.clone(), targets);
+    }
+    edges
+}
+
+/// Modules on a circle: those that reach themselves.
+fn circles(edges: &BTreeMap<ModPath, Vec<ModPath>>) -> Vec<ModPath> {
+    let reaches = |from: &ModPath| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo: Vec<&ModPath> = edges.get(from).map(|v| v.iter().collect()).unwrap_or_default();
+        while let Some(m) = todo.pop() {
+            if seen.insert(m.clone()) {
+                todo.extend(edges.get(m).into_iter().flatten());
+            }
+        }
+        seen.contains(from)
+    };
+    edges.keys().filter(|m| reaches(m)).cloned().collect()
+}
+
+fn crate_sources() -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(workspace_root().join("crates"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path().join("src")))
+        .filter(|(_, src)| src.is_dir())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn no_module_imports_in_a_circle() {
+    let mut found = Vec::new();
+    for (krate, src) in crate_sources() {
+        let on_circle = circles(&module_edges(&modules(&src)));
+        if !on_circle.is_empty() {
+            let names: Vec<String> = on_circle.iter().map(|m| m.join("/")).collect();
+            found.push(format!("{krate}: {}", names.join(", ")));
+        }
+    }
+    assert!(found.is_empty(), "modules on import circles:\n{}", found.join("\n"));
+}
+
+/// The server's layers, lowest first (ARCHITECTURE.md, "The server's layers"). A module may
+/// name modules of its own layer (without circles) and of the layers below, never above.
+/// Every top-level module of the server must be listed.
+const SERVER_LAYERS: &[(&str, &[&str])] = &[
+    ("support", &["config", "counters", "space", "clock", "workload_rng"]),
+    ("state", &["state"]),
+    ("commit", &["commit"]),
+    ("replication", &["replication"]),
+    ("partition", &["partition"]),
+    ("membership", &["membership"]),
+    ("process", &["host", "lib"]),
+];
+
+fn server_layer(module: &ModPath) -> usize {
+    let top = module.first().map_or("lib", String::as_str);
+    SERVER_LAYERS
+        .iter()
+        .position(|(_, mods)| mods.contains(&top))
+        .unwrap_or_else(|| panic!("server module {top} is in no layer: add it to SERVER_LAYERS"))
+}
+
+#[test]
+fn server_layers_name_only_layers_below() {
+    let src = workspace_root().join("crates/myriad-server/src");
+    let edges = module_edges(&modules(&src));
+    let mut wrong = Vec::new();
+    for (from, targets) in &edges {
+        for to in targets {
+            if server_layer(to) > server_layer(from) {
+                wrong.push(format!(
+                    "{} ({}) names {} ({})",
+                    from.join("/"),
+                    SERVER_LAYERS[server_layer(from)].0,
+                    to.join("/"),
+                    SERVER_LAYERS[server_layer(to)].0
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "a layer names one above it:\n{}", wrong.join("\n"));
+}
+
+/// The test above must be able to fail: a module naming the layer above it is caught.
+#[test]
+fn the_layer_check_sees_an_upward_import() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(dir.path().join("state")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("lib.rs"), "mod state;\nmod commit;\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("state/mod.rs"), "use crate::commit::Applier;\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("commit.rs"), "use crate::state::{Store, x};\n").unwrap_or_else(|e| panic!("{e}"));
+    let edges = module_edges(&modules(dir.path()));
+    let state = vec!["state".to_string()];
+    let commit = vec!["commit".to_string()];
+    assert_eq!(edges.get(&state), Some(&vec![commit.clone()]));
+    assert_eq!(server_layer(&commit), server_layer(&state) + 1);
+    assert_eq!(circles(&edges), vec![commit, state]);
+}

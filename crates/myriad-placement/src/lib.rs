@@ -9,17 +9,17 @@
 //! Must not depend on: any other workspace crate, an async runtime, I/O, clocks or randomness.
 
 mod map;
+mod members;
 pub mod partition;
 mod path;
 mod rebalance;
 mod ring;
 mod shard;
 
-pub use map::{
-    ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError, NodeId, NodeInfo,
-    NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
+pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
+pub use members::{
+    Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
 };
 pub use path::{parent_of, split_parent};
-pub use rebalance::Move;
 pub use ring::Ring;
 pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};

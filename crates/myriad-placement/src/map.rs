@@ -8,15 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ring::Ring;
-
-/// A server's identity in the cluster map. Ids are small positive integers, stable for the
-/// server's life.
-pub type NodeId = u32;
-/// A partition's identity: the ring maps keys to partitions. 1..=`PARTITION_ID_MAX`; ids
-/// allocated by a partition are `pid << 40 | counter`, so a pid must fit in 24 bits.
-pub type PartitionId = u32;
-pub const PARTITION_ID_MAX: PartitionId = (1 << 24) - 1;
+use crate::members::{NodeId, NodeInfo, NodeState, PartitionId, PartitionInfo, PARTITION_ID_MAX};
 
 /// Ring points per partition. 256 keeps the busiest of 4 partitions within ~1.1x of the mean
 /// (see the balance test) while a ring of 32 partitions stays at 8,192 points.
@@ -40,41 +32,6 @@ pub const RING_POINTS_MAX: u64 = 1 << 22;
 /// can overflow (a hostile or corrupt map file with epoch `u64::MAX` made `mark_down` panic
 /// in debug builds and wrap to epoch 0, which loses to every older map, in release builds).
 pub const EPOCH_MAX: u64 = u64::MAX / 2;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeInfo {
-    pub id: NodeId,
-    /// `host:port` the node listens on.
-    pub addr: String,
-    /// Relative capacity; a node of weight 2 gets twice the partitions of a node of weight 1.
-    pub weight: u32,
-    /// Up or down, as decided by the Raft leader's failure detector (docs/replication.md).
-    #[serde(default)]
-    pub state: NodeState,
-}
-
-/// A server's state in the map. A down server is never a primary and its copies are not
-/// written; it is kept in the replica lists (last) so that it rejoins as a backup. A leaving
-/// server (remove-node) serves as usual while its copies move away, and is then dropped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NodeState {
-    #[default]
-    Up,
-    Down,
-    Leaving,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionInfo {
-    pub id: PartitionId,
-    /// The servers holding a copy, primary first.
-    pub replicas: Vec<NodeId>,
-    /// A copy on its way from one server to another (`to` is listed last); see rebalance.rs.
-    /// (Always written: postcard, the wire and Raft log format, cannot skip fields.)
-    #[serde(default)]
-    pub moving: Option<crate::rebalance::Move>,
-}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -356,11 +313,6 @@ impl ClusterMap {
             .collect()
     }
 
-    /// Builds the hash ring for this map. Callers cache it per epoch.
-    #[must_use]
-    pub fn ring(&self) -> Ring {
-        Ring::build(self)
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use crate::map::{NodeId, NodeInfo, PartitionId, PartitionInfo};
+use crate::members::{NodeId, NodeInfo, PartitionId, PartitionInfo};
 
 #[derive(Default)]
 struct Load {

@@ -13,16 +13,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
 
-use crate::map::{ClusterMap, NodeId, NodeState, PartitionId};
+use crate::map::ClusterMap;
+use crate::members::{Move, NodeId, NodeState, PartitionId};
 
-/// A copy of a partition on its way from one server to another.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Move {
-    pub from: NodeId,
-    pub to: NodeId,
-}
 
 /// Copies held by each server that can take more (up, not leaving), in copies per weight.
 fn loads(map: &ClusterMap) -> BTreeMap<NodeId, (u64, u64, u32)> {
@@ -229,7 +223,7 @@ impl ClusterMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::map::NodeInfo;
+    use crate::members::NodeInfo;
 
     fn map(n: usize) -> ClusterMap {
         let addrs: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{i}")).collect();

@@ -6,7 +6,8 @@
 
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-use crate::map::{ClusterMap, NodeId};
+use crate::map::ClusterMap;
+use crate::members::NodeId;
 use crate::shard::{SHARD_DEPTH_MAX, Shard};
 
 /// Domain separators (as xxh3 seeds, which costs no copy of the key) so that a directory
@@ -22,6 +23,14 @@ pub struct Ring {
     nodes: usize,
     chunk_size_bytes: u64,
     epoch: u64,
+}
+
+impl ClusterMap {
+    /// Builds the hash ring for this map. Callers cache it per epoch.
+    #[must_use]
+    pub fn ring(&self) -> Ring {
+        Ring::build(self)
+    }
 }
 
 impl Ring {

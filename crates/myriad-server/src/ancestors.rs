@@ -31,7 +31,7 @@ use myriad_placement::{NodeId, parent_of};
 use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
 
 use crate::node::Node;
-use crate::perm;
+use crate::state::perm;
 use crate::popularity::WindowedTopK;
 
 /// Replication settings (`--metadata-replication`, `--popularity-k`, ...).

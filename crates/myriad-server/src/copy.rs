@@ -12,9 +12,9 @@ use myriad_proto::{
     Caller, CopyRange, FileKind, FsError, Request, Response, limits, validate_path,
 };
 
-use crate::mutation::Mutation;
+use crate::state::mutation::Mutation;
 use crate::node::{Node, now_ns};
-use crate::perm;
+use crate::state::perm;
 
 impl Node {
     pub(crate) async fn copy_range(

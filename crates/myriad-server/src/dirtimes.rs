@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use myriad_proto::{FsError, Inode, Request, Response};
 
-use crate::mutation::{Mutation, Outcome, storage_err};
+use crate::state::mutation::{Mutation, Outcome, storage_err};
 use crate::node::{Node, now_ns};
 
 /// A touch waits at most this long for the partition holding the directory's entry; past

@@ -7,7 +7,7 @@ use myriad_proto::{
     Caller, FsError, FsckDir, FsckEntry, FsckRepair, Request, Response, Shard, limits,
 };
 
-use crate::mutation::{INODE_DIR, Mutation, inode_name, storage_err};
+use crate::state::mutation::{INODE_DIR, Mutation, inode_name, storage_err};
 use crate::node::{Node, now_ns};
 
 impl Node {

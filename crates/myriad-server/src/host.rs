@@ -26,12 +26,14 @@ use myriad_proto::{
 use myriad_storage::Kv;
 use tokio::sync::watch;
 
-use crate::applier::{Applier, Syncer};
+use crate::commit::{Applier, Syncer};
 use crate::config::ServerConfig;
 use crate::counters::Counters;
-use crate::mutation::{IdAlloc, Layout, Mutation};
-use crate::node::{MapState, Node, now_ns};
-use crate::replication::{Backup, Replicator, partition_store};
+use crate::state::mutation::{IdAlloc, Layout, Mutation};
+use crate::cluster::MapState;
+use crate::node::{Node, now_ns};
+use crate::node::Env;
+use crate::replication::{Backup, Peers, Replicator, partition_store};
 
 pub struct Host {
     /// This server's id in the map.
@@ -64,6 +66,8 @@ pub struct Host {
     pub(crate) handed_over: Mutex<HashMap<PartitionId, std::time::Instant>>,
     /// Membership tasks, ended at shutdown.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// This server itself, for tasks it starts from `&self` (set once, at start).
+    pub(crate) me: std::sync::Weak<Host>,
     /// Free space of the data disk; refuses writes before the engine runs out (space.rs).
     pub(crate) space: crate::space::DiskSpace,
 }
@@ -316,9 +320,7 @@ impl Host {
         }
         for pid in have.intersection(&want) {
             if let Some(node) = self.partition(*pid) {
-                node.applier
-                    .replicator()
-                    .set_backups(&st.map.backups_of(*pid));
+                node.replicator.set_backups(&st.map.backups_of(*pid));
             }
         }
         self.reconcile_backups(&st.map)?;
@@ -417,7 +419,8 @@ impl Host {
         let store = partition_store(self.kv.clone(), pid).map_err(OpenError::Store)?;
         let fresh = store.is_fresh();
         let backups = self.state().map.backups_of(pid);
-        crate::replication::catch_up_from_backups(self, pid, &store, &backups)
+        let peers: Arc<dyn Peers> = self.clone();
+        crate::replication::catch_up_from_backups(&peers, pid, &store, &backups)
             .await
             .map_err(OpenError::Fs)?;
         let ids = IdAlloc::load(&store, pid).map_err(OpenError::Store)?;
@@ -426,10 +429,10 @@ impl Host {
         };
         let (changed, _) = watch::channel(0u64);
         let start_seq = store
-            .meta_u64(crate::replication::SEQ_KEY)
+            .meta_u64(crate::commit::SEQ_KEY)
             .map_err(OpenError::Store)?
             .unwrap_or(0);
-        let replicator = Arc::new(Replicator::new(self, pid, &store, start_seq));
+        let replicator = Arc::new(Replicator::new(self.clone(), pid, &store, start_seq));
         replicator.set_backups(&backups);
         let applier = Applier::start(
             store.clone(),
@@ -438,14 +441,15 @@ impl Host {
             changed.clone(),
             &self.syncer,
             start_seq,
-            replicator,
+            replicator.clone(),
         )
         .map_err(OpenError::Io)?;
         Ok(Arc::new(Node {
             me: pid,
-            host: self.clone(),
+            env: self.clone(),
             store,
             applier,
+            replicator,
             changed,
             live: Mutex::new(HashSet::new()),
             replicas: crate::ancestors::Replicas::new(self.config.replication.clone(), !fresh),
@@ -537,7 +541,7 @@ impl Host {
             .nodes()
             .iter()
             .map(|n| {
-                let seq = n.store.meta_u64(crate::replication::SEQ_KEY).ok().flatten();
+                let seq = n.store.meta_u64(crate::commit::SEQ_KEY).ok().flatten();
                 (n.me, Some(seq.unwrap_or(0)))
             })
             .collect();
@@ -610,6 +614,10 @@ impl Handler for Host {
                     host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
                         .await
                 }
+                _ if is_server_request(&frame.body) => {
+                    host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
+                        .await
+                }
                 pid if matches!(frame.body, Request::FsckReplica) => {
                     if frame.caller.uid != 0 {
                         Err(FsError::PermissionDenied)
@@ -647,6 +655,81 @@ impl Handler for Host {
     }
 }
 
+/// Requests about the server as a whole, answered by it whatever partition they name.
+fn is_server_request(body: &Request) -> bool {
+    matches!(
+        body,
+        Request::StatFs
+            | Request::GetCounters
+            | Request::ResetCounters
+            | Request::GetMap
+            | Request::InstallMap(_)
+    )
+}
+
+impl Peers for Host {
+    fn map(&self) -> Arc<MapState> {
+        self.state()
+    }
+
+    fn send<'a>(
+        &'a self,
+        to: NodeId,
+        epoch: u64,
+        ends: myriad_proto::Endpoints,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        Box::pin(async move {
+            let addr = self
+                .state()
+                .map
+                .node(to)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| FsError::Unavailable(format!("server {to} is not in the map")))?;
+            self.pool
+                .call(&addr, epoch, ends, &Caller::root(), req)
+                .await
+        })
+    }
+
+    fn newer_map(&self, map: ClusterMap) {
+        if let Some(me) = self.me.upgrade() {
+            me.adopt_in_background(map);
+        }
+    }
+
+    fn request_timeout(&self) -> std::time::Duration {
+        self.config.request_timeout
+    }
+}
+
+impl Env for Host {
+    fn server_id(&self) -> NodeId {
+        self.id
+    }
+
+    fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    fn count(&self, what: &'static str) {
+        self.counters.count(what, true);
+    }
+
+    fn admit(&self, req: &Request) -> Result<(), FsError> {
+        self.space.admit(req)
+    }
+
+    fn call_partition(
+        &self,
+        source: PartitionId,
+        pid: PartitionId,
+        body: Request,
+    ) -> BoxFuture<'_, Result<Response, FsError>> {
+        Box::pin(call_partition(self, source, pid, body))
+    }
+}
+
 /// Corrupt blocks one copy lists in its fsck digest (the rest are found once these are fixed).
 const CORRUPT_LISTED_MAX: usize = 64;
 
@@ -654,7 +737,7 @@ fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
     let (seq, keys, digest) = crate::replication::digest(store)?;
     let corrupt = store
         .corrupt_blocks(CORRUPT_LISTED_MAX)
-        .map_err(crate::mutation::storage_err)?;
+        .map_err(crate::state::mutation::storage_err)?;
     Ok(Response::ReplicaDigest {
         seq,
         keys,
@@ -669,7 +752,7 @@ fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
 /// newest map, for up to `NESTED_RETRY`: a multi-partition operation left half done costs
 /// its client an in-doubt answer.
 pub(crate) async fn call_partition(
-    host: &Arc<Host>,
+    host: &Host,
     source: PartitionId,
     pid: PartitionId,
     body: Request,

@@ -9,24 +9,23 @@
 //! Must not depend on: the client, FUSE, the CLI.
 
 mod ancestors;
-mod applier;
+mod cluster;
+mod commit;
 mod config;
 mod copy;
 mod counters;
 mod dirtimes;
 mod fsck;
 mod host;
-mod intent;
 mod links;
 mod membership;
-mod mutation;
 mod node;
-mod perm;
 mod popularity;
 mod repair;
 mod replication;
 mod shards;
 mod space;
+mod state;
 mod split;
 mod twophase;
 #[cfg(test)]
@@ -44,9 +43,9 @@ pub use ancestors::ReplicationConfig;
 pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE, ServerConfig};
 pub use space::DEFAULT_RESERVE_BYTES;
 
-use crate::applier::Syncer;
+use crate::commit::Syncer;
 use crate::host::{Host, OpenError};
-use crate::node::MapState;
+use crate::cluster::MapState;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -124,7 +123,8 @@ pub async fn run(
     {
         map = m;
     }
-    let host = Arc::new(Host {
+    let host = Arc::new_cyclic(|me| Host {
+        me: me.clone(),
         id: config.node_id,
         map: RwLock::new(Arc::new(MapState {
             ring: map.ring(),

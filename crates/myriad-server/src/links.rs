@@ -18,9 +18,9 @@ use myriad_proto::{
     Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
 };
 
-use crate::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
+use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
 use crate::node::{Node, now_ns, split_owned};
-use crate::perm;
+use crate::state::perm;
 
 impl Node {
     /// The inode a client should see for entry inode `i`: itself, or for a hard-link name

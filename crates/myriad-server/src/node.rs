@@ -9,21 +9,38 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use myriad_placement::{ClusterMap, NodeId, Ring, split_parent};
+use myriad_placement::{NodeId, PartitionId, split_parent};
 use myriad_proto::{
     Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
 
-use crate::applier::Applier;
-use crate::host::Host;
-use crate::mutation::{InodeChange, Mutation, Outcome, storage_err};
-use crate::perm;
+use crate::cluster::MapState;
+use crate::commit::Applier;
+use crate::config::ServerConfig;
+use crate::replication::Peers;
+use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
+use crate::state::perm;
 
-pub struct MapState {
-    pub map: ClusterMap,
-    pub ring: Ring,
+/// What a partition needs from the server process that runs it: the map and the other
+/// servers (replication's `Peers`), its configuration, counters, the free-space rule, and
+/// calls to other partitions. The process implements it; a partition never names the process.
+pub(crate) trait Env: Peers {
+    /// The id of the server running this partition.
+    fn server_id(&self) -> NodeId;
+    fn config(&self) -> &ServerConfig;
+    /// Counts one event of kind `what` (server counters).
+    fn count(&self, what: &'static str);
+    /// Refuses a request that would fill the disk (space.rs).
+    fn admit(&self, req: &Request) -> Result<(), FsError>;
+    /// Calls partition `pid` wherever it is served, as partition `source`.
+    fn call_partition(
+        &self,
+        source: PartitionId,
+        pid: PartitionId,
+        body: Request,
+    ) -> futures::future::BoxFuture<'_, Result<Response, FsError>>;
 }
 
 /// One partition's request handler (docs/replication.md: the rest of the server calls a
@@ -31,10 +48,12 @@ pub struct MapState {
 pub struct Node {
     /// The partition id.
     pub(crate) me: NodeId,
-    /// The server: map, pool, counters, configuration, sibling partitions.
-    pub(crate) host: Arc<Host>,
+    /// The server running it: map, peers, counters, configuration, sibling partitions.
+    pub(crate) env: Arc<dyn Env>,
     pub(crate) store: Store,
     pub(crate) applier: Applier,
+    /// The primary's side of replication: its copies follow the map (`set_backups`).
+    pub(crate) replicator: Arc<crate::replication::Replicator>,
     pub(crate) changed: watch::Sender<u64>,
     /// Txids of multi-node operations being driven right now; recovery leaves them alone.
     pub(crate) live: Mutex<HashSet<u64>>,
@@ -78,7 +97,7 @@ impl Node {
         let recovery = tokio::spawn(async move {
             let mut seen = rec.recover(&HashSet::new(), true).await;
             loop {
-                tokio::time::sleep(rec.host.config.recovery_interval).await;
+                tokio::time::sleep(rec.env.config().recovery_interval).await;
                 seen = rec.recover(&seen, false).await;
             }
         });
@@ -105,7 +124,7 @@ impl Node {
     }
 
     pub(crate) fn state(&self) -> Arc<MapState> {
-        self.host.state()
+        self.env.map()
     }
 
     fn own(&self, st: &MapState, owner: NodeId) -> Result<(), FsError> {
@@ -128,7 +147,7 @@ impl Node {
         }
         // Client requests, and clients' hard-link operations forwarded by another server.
         if from.is_none() || matches!(body, Request::AtInode { .. }) {
-            self.host.space.admit(&body)?;
+            self.env.admit(&body)?;
         }
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
@@ -191,7 +210,7 @@ impl Node {
                             Some(rec)
                                 if rec.shard_for(myriad_placement::name_hash(&name)).is_none() =>
                             {
-                                Err(crate::mutation::wrong_shard(&dir, rec))
+                                Err(crate::state::mutation::wrong_shard(&dir, rec))
                             }
                             _ => match self.lookup_in(&dir, &name).await {
                                 Ok(i) => self.resolve(i).await,
@@ -267,7 +286,7 @@ impl Node {
             Request::ShardCreate { dir, ino, shards } => {
                 validate_path(&dir)?;
                 self.applier
-                    .run(Mutation::Shard(crate::mutation::ShardMutation::Create {
+                    .run(Mutation::Shard(crate::state::mutation::ShardMutation::Create {
                         dir,
                         ino,
                         shards,
@@ -293,7 +312,7 @@ impl Node {
             } => {
                 validate_path(&dir)?;
                 self.applier
-                    .run(Mutation::Shard(crate::mutation::ShardMutation::Finish {
+                    .run(Mutation::Shard(crate::state::mutation::ShardMutation::Finish {
                         dir,
                         txid,
                         child,
@@ -314,7 +333,7 @@ impl Node {
                     return Err(FsError::InvalidArgument("bad shard".into()));
                 }
                 self.applier
-                    .run(Mutation::Shard(crate::mutation::ShardMutation::MapChange {
+                    .run(Mutation::Shard(crate::state::mutation::ShardMutation::MapChange {
                         dir,
                         ino,
                         shard,
@@ -788,21 +807,11 @@ impl Node {
             | Request::ResetCounters
             | Request::GetMap
             | Request::InstallMap(_)) => {
-                // Server requests sent to a partition: the sending server's id is not
-                // needed by any of these.
-                // The connection's credential was checked before dispatch; a client's
-                // request here is never an administrator's (install_map goes to the server).
-                let peer = match from {
-                    Some(_) => myriad_net::Peer {
-                        kind: myriad_proto::PeerKind::Server { node_id: 0 },
-                        credential: myriad_proto::auth::Credential::Cluster,
-                    },
-                    None => myriad_net::Peer {
-                        kind: myriad_proto::PeerKind::Client,
-                        credential: myriad_proto::auth::Credential::Client,
-                    },
-                };
-                Box::pin(self.host.dispatch_server(&peer, &caller, epoch, req)).await
+                // The server answers these (Host::handle) before any partition sees them.
+                let _ = req;
+                Err(FsError::InvalidArgument(
+                    "a request for the server, not for a partition".into(),
+                ))
             }
             req @ (Request::FsckDirs { .. }
             | Request::FsckEntries { .. }
@@ -946,11 +955,11 @@ impl Node {
     ) -> Result<Response, FsError> {
         let target_dir = match self
             .store
-            .intent(crate::mutation::prepare_key(txid))
+            .intent(crate::state::mutation::prepare_key(txid))
             .map_err(storage_err)?
-            .and_then(|b| crate::intent::Intent::decode(&b))
+            .and_then(|b| crate::state::intent::Intent::decode(&b))
         {
-            Some(crate::intent::Intent::RenameIn { dir, .. }) if commit => Some(dir),
+            Some(crate::state::intent::Intent::RenameIn { dir, .. }) if commit => Some(dir),
             _ => None,
         };
         let outcome = self
@@ -1061,7 +1070,7 @@ impl Node {
                 return Err(FsError::NotFound);
             }
         }
-        let deadline = tokio::time::Instant::now() + self.host.config.pending_wait;
+        let deadline = tokio::time::Instant::now() + self.env.config().pending_wait;
         loop {
             // Subscribe before reading again, so a resolution between the read and the wait
             // is not missed.
@@ -1115,7 +1124,7 @@ impl Node {
         node: NodeId,
         body: Request,
     ) -> Result<Response, FsError> {
-        crate::host::call_partition(&self.host, self.me, node, body).await
+        self.env.call_partition(self.me, node, body).await
     }
 }
 

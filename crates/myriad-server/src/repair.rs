@@ -8,10 +8,10 @@
 //! mutation checks that the block is still what repair saw, so a write racing the repair
 //! wins.
 
-use myriad_proto::{Caller, Endpoints, FsError, Request, Response};
+use myriad_proto::{Endpoints, FsError, Request, Response};
 use myriad_storage::StorageError;
 
-use crate::mutation::{Mutation, storage_err};
+use crate::state::mutation::{Mutation, storage_err};
 use crate::node::Node;
 
 /// Blocks one read may repair before giving up (a 4 MiB read spans 64 blocks).
@@ -39,10 +39,10 @@ impl Node {
 
     /// Makes every copy of block `block` of `ino` intact again, from one that is.
     pub(crate) async fn repair_block(&self, ino: u64, block: u64) -> Result<(), FsError> {
-        self.host.counters.count("block_checksum_failures", true);
+        self.env.count("block_checksum_failures");
         self.applier.run(Mutation::Barrier).await?;
         let (data, from) = match self.store.block(ino, block) {
-            Ok(Some(d)) => (d, self.host.id),
+            Ok(Some(d)) => (d, self.env.server_id()),
             Ok(None) => return Ok(()),
             Err(StorageError::Checksum { .. }) => {
                 tracing::error!(
@@ -58,7 +58,7 @@ impl Node {
         self.applier
             .run(Mutation::RepairBlock { ino, block, data })
             .await?;
-        self.host.counters.count("blocks_repaired", true);
+        self.env.count("blocks_repaired");
         tracing::warn!(
             partition = self.me,
             ino,
@@ -74,20 +74,16 @@ impl Node {
         ino: u64,
         block: u64,
     ) -> Result<(Vec<u8>, u32), FsError> {
-        let st = self.host.state();
+        let st = self.env.map();
         let ends = Endpoints {
             target: self.me,
             source: self.me,
         };
         for server in st.map.backups_of(self.me) {
-            let Some(addr) = st.map.node(server).map(|n| n.addr.clone()) else {
-                continue;
-            };
             let req = Request::ReplicaBlock { ino, block };
             match self
-                .host
-                .pool
-                .call(&addr, st.map.epoch, ends, &Caller::root(), &req)
+                .env
+                .send(server, st.map.epoch, ends, &req)
                 .await
             {
                 Ok(Response::BlockCopy(Some(d))) => return Ok((d.into_vec(), server)),

@@ -21,17 +21,17 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use myriad_placement::{NodeId, PartitionId};
-use myriad_proto::{Caller, Endpoints, FsError, ReplOp, Request, Response};
+use futures::future::BoxFuture;
+use myriad_placement::{ClusterMap, NodeId, PartitionId};
+use myriad_proto::{Endpoints, FsError, ReplOp, Request, Response};
 use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::applier::{Done, Syncer};
-use crate::host::Host;
-use crate::mutation::{Outcome, storage_err};
+use crate::commit::{Done, SEQ_KEY, Ship, ShipSlot, Syncer};
+use crate::cluster::MapState;
+use crate::state::mutation::{Outcome, storage_err};
 
 /// Meta key of the last batch applied to a partition's store (written with the batch).
-pub(crate) const SEQ_KEY: &str = "repl_seq";
 /// Meta key present while a whole copy is being received: the store is incomplete.
 const COPYING_KEY: &str = "repl_copying";
 /// How often an idle stream checks that its backup still holds what it acknowledged.
@@ -97,7 +97,7 @@ struct Stream {
 /// of backups follows the map (`set_backups`): a backup marked down is dropped (writes stop
 /// waiting for it), one that comes back is added and first brought up to date.
 pub(crate) struct Replicator {
-    host: Arc<Host>,
+    peers: Arc<dyn Peers>,
     pid: PartitionId,
     store: Store,
     inner: Mutex<Streams>,
@@ -153,17 +153,38 @@ impl Streams {
     }
 }
 
+impl ShipSlot for std::sync::MutexGuard<'_, Streams> {
+    fn encode(&self, batch: &Batch) -> Option<Vec<ReplOp>> {
+        self.wants_batches().then(|| to_wire(batch))
+    }
+    fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
+        Streams::ship(self, seq, ops);
+    }
+}
+
+impl Ship for Replicator {
+    fn hold(&self) -> Box<dyn ShipSlot + '_> {
+        Box::new(self.lock())
+    }
+    fn wait(&self, seq: u64) -> futures::future::BoxFuture<'_, Result<(), FsError>> {
+        Box::pin(Replicator::wait(self, seq))
+    }
+    fn close(&self) {
+        Replicator::close(self);
+    }
+}
+
 impl Replicator {
     /// A replicator whose streams start at `start_seq` (the seq before the partition's
     /// applier starts); `set_backups` adds them.
     pub(crate) fn new(
-        host: &Arc<Host>,
+        peers: Arc<dyn Peers>,
         pid: PartitionId,
         store: &Store,
         start_seq: u64,
     ) -> Replicator {
         Replicator {
-            host: host.clone(),
+            peers,
             pid,
             store: store.clone(),
             inner: Mutex::new(Streams {
@@ -206,7 +227,7 @@ impl Replicator {
             let (tx, rx) = mpsc::unbounded_channel();
             let (atx, arx) = watch::channel(0u64);
             let link = Link {
-                host: self.host.clone(),
+                peers: self.peers.clone(),
                 pid: self.pid,
                 backup,
             };
@@ -275,51 +296,56 @@ impl Replicator {
     }
 }
 
+/// How replication reaches the other servers: the server process implements it over its
+/// connection pool, a simulation in memory. Replication never names the process.
+pub(crate) trait Peers: Send + Sync {
+    /// The map this server serves under now.
+    fn map(&self) -> Arc<MapState>;
+    /// Sends `req` to server `to` (its endpoint `ends`), stamped with map `epoch`.
+    fn send<'a>(
+        &'a self,
+        to: NodeId,
+        epoch: u64,
+        ends: Endpoints,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, FsError>>;
+    /// A peer holds a newer map: adopt it without waiting (the caller may be running inside
+    /// the reconcile that would apply it).
+    fn newer_map(&self, map: ClusterMap);
+    /// How long a request may wait for its answer.
+    fn request_timeout(&self) -> Duration;
+}
+
 /// Where a stream sends: partition `pid`'s copy on server `backup`.
 struct Link {
-    host: Arc<Host>,
+    peers: Arc<dyn Peers>,
     pid: PartitionId,
     backup: NodeId,
 }
 
 impl Link {
     async fn call(&self, req: &Request) -> Result<Response, FsError> {
-        let st = self.host.state();
-        let addr = st
-            .map
-            .node(self.backup)
-            .map(|n| n.addr.clone())
-            .ok_or_else(|| {
-                FsError::Unavailable(format!("server {} is not in the map", self.backup))
-            })?;
+        let st = self.peers.map();
         let ends = Endpoints {
             target: self.pid,
             source: self.pid,
         };
         let result = self
-            .host
-            .pool
-            .call(&addr, st.map.epoch, ends, &Caller::root(), req)
+            .peers
+            .send(self.backup, st.map.epoch, ends, req)
             .await;
         match result {
             Err(FsError::Redirect(map)) => {
                 // The backup has a newer map: adopt it (it may end this stream). Not
                 // awaited: this may run inside the reconcile that would apply it.
-                self.host.adopt_in_background(*map);
+                self.peers.newer_map(*map);
                 Err(FsError::Busy)
             }
             Err(FsError::MapTooOld(_)) => {
                 let push = Request::InstallMap(Box::new(st.map.clone()));
                 let _ = self
-                    .host
-                    .pool
-                    .call(
-                        &addr,
-                        st.map.epoch,
-                        Endpoints::SERVER,
-                        &Caller::root(),
-                        &push,
-                    )
+                    .peers
+                    .send(self.backup, st.map.epoch, Endpoints::SERVER, &push)
                     .await;
                 Err(FsError::Busy)
             }
@@ -607,7 +633,7 @@ pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsErr
 /// the partition back from the most advanced backup. A backup that cannot be reached is
 /// not waited for (docs/replication.md: with the Raft map, only up replicas count).
 pub(crate) async fn catch_up_from_backups(
-    host: &Arc<Host>,
+    peers: &Arc<dyn Peers>,
     pid: PartitionId,
     store: &Store,
     backups: &[NodeId],
@@ -616,12 +642,12 @@ pub(crate) async fn catch_up_from_backups(
     let mut best: Option<(NodeId, u64)> = None;
     for &b in backups {
         let link = Link {
-            host: host.clone(),
+            peers: peers.clone(),
             pid,
             backup: b,
         };
         // A backup still opening answers Busy: ask again until it answers or the deadline.
-        let asked = tokio::time::timeout(host.config.request_timeout, async {
+        let asked = tokio::time::timeout(peers.request_timeout(), async {
             loop {
                 match link.call(&Request::ReplicaSeq).await {
                     Err(FsError::Busy) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -648,7 +674,7 @@ pub(crate) async fn catch_up_from_backups(
         "a backup is ahead of this primary: copying the partition from it before serving"
     );
     let link = Link {
-        host: host.clone(),
+        peers: peers.clone(),
         pid,
         backup: from,
     };

@@ -8,8 +8,9 @@ use myriad_placement::{NodeId, Shard, ShardMap, name_hash, split_parent};
 use myriad_proto::{DirAction, DirEntry, FsError, Request, Response, limits};
 use myriad_storage::DirRecord;
 
-use crate::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
-use crate::node::{MapState, Node};
+use crate::state::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
+use crate::cluster::MapState;
+use crate::node::Node;
 
 /// Attempts of a server-to-server request whose target shard moved under it.
 const SHARD_RETRIES_MAX: u32 = 8;

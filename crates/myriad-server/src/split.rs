@@ -11,8 +11,8 @@ use std::time::Duration;
 use myriad_placement::Shard;
 use myriad_proto::{ExportedEntry, FileKind, FsError, Request};
 
-use crate::intent::{Decision, Intent};
-use crate::mutation::{Mutation, Outcome, ShardMutation, storage_err};
+use crate::state::intent::{Decision, Intent};
+use crate::state::mutation::{Mutation, Outcome, ShardMutation, storage_err};
 use crate::node::Node;
 use crate::twophase::join;
 
@@ -33,7 +33,7 @@ pub(crate) struct SplitState {
 impl Node {
     /// Called after a name was added to `dir` here: may start a split check.
     pub(crate) fn note_added(self: &Arc<Self>, dir: &str) {
-        let threshold = self.host.config.dir_split_entries;
+        let threshold = self.env.config().dir_split_entries;
         if threshold == 0 || self.state().map.partitions.len() < 2 {
             return;
         }
@@ -84,7 +84,7 @@ impl Node {
 
     /// Splits every shard of `dir` on this node that holds more than the threshold.
     async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
-        let threshold = usize::try_from(self.host.config.dir_split_entries).unwrap_or(usize::MAX);
+        let threshold = usize::try_from(self.env.config().dir_split_entries).unwrap_or(usize::MAX);
         loop {
             let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
                 return Ok(());

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use myriad_placement::NodeId;
 use myriad_proto::{DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
-use crate::intent::{Decision, DirMove, Intent};
-use crate::mutation::{Mutation, Outcome};
+use crate::state::intent::{Decision, DirMove, Intent};
+use crate::state::mutation::{Mutation, Outcome};
 use crate::node::{Node, now_ns};
 use myriad_placement::Shard;
 
@@ -644,7 +644,7 @@ impl Node {
         }) = self
             .store
             .intent(txid)
-            .map_err(crate::mutation::storage_err)?
+            .map_err(crate::state::mutation::storage_err)?
             .and_then(|b| Intent::decode(&b))
         else {
             return Ok(());

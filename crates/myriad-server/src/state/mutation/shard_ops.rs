@@ -4,7 +4,7 @@ use myriad_proto::{ExportedEntry, FileKind, FsError, Shard, ShardMap};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use super::{Ctx, Outcome, chunk0_blocks, put_visible, storage_err};
-use crate::intent::{Decision, Intent};
+use crate::state::intent::{Decision, Intent};
 
 #[derive(Debug)]
 pub enum ShardMutation {

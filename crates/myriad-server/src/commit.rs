@@ -18,12 +18,57 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use myriad_proto::FsError;
-use myriad_storage::{Kv, Store};
+use futures::future::BoxFuture;
+use myriad_proto::{FsError, ReplOp};
+use myriad_storage::{Batch, Kv, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
-use crate::replication::{Replicator, SEQ_KEY, to_wire};
+use crate::state::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
+
+/// The meta key holding the sequence number of the last batch committed to a partition's
+/// store (written in the batch itself; copies apply batches in this order).
+pub(crate) const SEQ_KEY: &str = "repl_seq";
+
+/// Where numbered batches go once committed: the partition's copies. Commit names only this
+/// trait; replication implements it (the primary's streams), tests may implement it with
+/// no copies.
+pub trait Ship: Send + Sync {
+    /// Holds the shipping order for one batch, from numbering to shipping, so that a copy
+    /// added meanwhile starts at a batch boundary.
+    fn hold(&self) -> Box<dyn ShipSlot + '_>;
+    /// Returns once every current copy has acknowledged every batch up to `seq`.
+    fn wait(&self, seq: u64) -> BoxFuture<'_, Result<(), FsError>>;
+    /// Ends shipping; writes waiting for acknowledgements fail.
+    fn close(&self);
+}
+
+/// One batch's turn to be shipped (`Ship::hold`).
+pub trait ShipSlot {
+    /// The batch as copies get it, if any copy wants batches (else it is not encoded).
+    fn encode(&self, batch: &Batch) -> Option<Vec<ReplOp>>;
+    /// Hands batch `seq` (encoded by `encode`) to every copy, in order.
+    fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>);
+}
+
+/// A partition without copies: nothing to ship, nothing to wait for.
+pub struct NoCopies;
+
+impl Ship for NoCopies {
+    fn hold(&self) -> Box<dyn ShipSlot + '_> {
+        Box::new(NoCopies)
+    }
+    fn wait(&self, _seq: u64) -> BoxFuture<'_, Result<(), FsError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn close(&self) {}
+}
+
+impl ShipSlot for NoCopies {
+    fn encode(&self, _batch: &Batch) -> Option<Vec<ReplOp>> {
+        None
+    }
+    fn ship(&mut self, _seq: u64, _ops: Option<Vec<ReplOp>>) {}
+}
 
 /// What a mutation's caller gets back: its outcome, and the sequence number of the batch it
 /// committed (or of the last batch before it, if it wrote nothing), which replication waits on.
@@ -47,7 +92,7 @@ struct Job {
 /// The durability of a mutation applied by `Applier::run_staged`.
 pub struct Durable {
     rx: oneshot::Receiver<Result<Done, FsError>>,
-    replicator: Arc<Replicator>,
+    copies: Arc<dyn Ship>,
 }
 
 impl Durable {
@@ -57,7 +102,7 @@ impl Durable {
             .rx
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
-        self.replicator.wait(done.seq).await
+        self.copies.wait(done.seq).await
     }
 }
 
@@ -146,8 +191,8 @@ impl Syncer {
 #[derive(Clone)]
 pub struct Applier {
     tx: mpsc::UnboundedSender<Job>,
-    /// Durable replies also wait for every backup's ack.
-    replicator: Arc<Replicator>,
+    /// Durable replies also wait for every copy's ack.
+    copies: Arc<dyn Ship>,
     /// Set when the partition is no longer served here: nothing more is committed.
     retired: Arc<AtomicBool>,
 }
@@ -162,11 +207,11 @@ impl Applier {
         changed: watch::Sender<u64>,
         syncer: &Syncer,
         start_seq: u64,
-        replicator: Arc<Replicator>,
+        copies: Arc<dyn Ship>,
     ) -> std::io::Result<Applier> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let stx = syncer.tx.clone();
-        let shipper = replicator.clone();
+        let shipper = copies.clone();
         let retired = Arc::new(AtomicBool::new(false));
         let stop = retired.clone();
         std::thread::Builder::new()
@@ -200,13 +245,13 @@ impl Applier {
                             Ok((mut batch, outcome)) => {
                                 // Every non-empty batch gets the next sequence number,
                                 // written with it; backups apply batches in that order.
-                                // The replicator's lock is held from numbering to shipping
-                                // so that a backup added meanwhile starts at a batch boundary.
+                                // The shipping order is held from numbering to shipping
+                                // so that a copy added meanwhile starts at a batch boundary.
                                 let numbered = !batch.is_empty();
-                                let mut ship = shipper.lock();
+                                let mut ship = shipper.hold();
                                 let ops = if numbered {
                                     store.put_meta_u64(&mut batch, SEQ_KEY, seq + 1);
-                                    ship.wants_batches().then(|| to_wire(&batch))
+                                    ship.encode(&batch)
                                 } else {
                                     None
                                 };
@@ -257,13 +302,9 @@ impl Applier {
             })?;
         Ok(Applier {
             tx,
-            replicator,
+            copies,
             retired,
         })
-    }
-
-    pub(crate) fn replicator(&self) -> &Arc<Replicator> {
-        &self.replicator
     }
 
     /// Stops committing: every mutation queued or submitted later fails with `Unavailable`,
@@ -286,7 +327,7 @@ impl Applier {
         {
             let _ = rx.await;
         }
-        self.replicator.close();
+        self.copies.close();
     }
 
     /// Applies `mutation` and returns once it is durable.
@@ -319,7 +360,7 @@ impl Applier {
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
         let durable = Durable {
             rx: synced_rx,
-            replicator: self.replicator.clone(),
+            copies: self.copies.clone(),
         };
         Ok((done.outcome, durable))
     }
@@ -338,7 +379,7 @@ impl Applier {
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
         if durable {
-            self.replicator.wait(done.seq).await?;
+            self.copies.wait(done.seq).await?;
         }
         Ok(done.outcome)
     }

@@ -13,7 +13,7 @@ use myriad_storage::{
     BLOCK_BYTES, Batch, DirRecord, EntryRecord, LocalShard, Pending, StorageError, Store,
 };
 
-use crate::intent::{Decision, DirMove, Intent};
+use crate::state::intent::{Decision, DirMove, Intent};
 pub use shard_ops::ShardMutation;
 
 mod shard_ops;

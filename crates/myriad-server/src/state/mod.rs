@@ -1,0 +1,8 @@
+//! The pure part of a partition: executing a mutation on a store (`mutation`, and its
+//! families), the records of two-node operations (`intent`), and the POSIX permission rules
+//! (`perm`). Names only the storage and protocol crates: no tasks, no network, no clock of
+//! its own (times come in with the mutation).
+
+pub(crate) mod intent;
+pub(crate) mod mutation;
+pub(crate) mod perm;
