@@ -119,7 +119,10 @@ fn modules(src: &std::path::Path) -> BTreeMap<ModPath, PathBuf> {
                     .components()
                     .map(|c| c.as_os_str().to_string_lossy().into_owned())
                     .collect();
-                if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+                if matches!(
+                    parts.last().map(String::as_str),
+                    Some("mod" | "lib" | "main")
+                ) {
                     parts.pop();
                 }
                 out.insert(parts, path);
@@ -157,20 +160,19 @@ fn module_edges(mods: &BTreeMap<ModPath, PathBuf>) -> BTreeMap<ModPath, Vec<ModP
             module[..module.len().saturating_sub(1)].to_vec()
         };
         let mut targets: Vec<ModPath> = Vec::new();
-        let mut add = |base: &ModPath, rest: &str| {
-            let mut path = base.clone();
-            path.extend(
-                rest.split("::")
-                    .map(|p| p.trim().to_string())
-                    .filter(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_')),
-            );
-            if let Some(t) = resolve(&path, mods)
-                && &t != module
-                && !t.is_empty()
-            {
-                targets.push(t);
-            }
-        };
+        let mut add =
+            |base: &ModPath, rest: &str| {
+                let mut path = base.clone();
+                path.extend(rest.split("::").map(|p| p.trim().to_string()).filter(|p| {
+                    !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_')
+                }));
+                if let Some(t) = resolve(&path, mods)
+                    && &t != module
+                    && !t.is_empty()
+                {
+                    targets.push(t);
+                }
+            };
         for (kw, base) in [
             ("crate::", Vec::new()),
             ("super::", here[..here.len().saturating_sub(1)].to_vec()),
@@ -206,7 +208,10 @@ fn module_edges(mods: &BTreeMap<ModPath, PathBuf>) -> BTreeMap<ModPath, Vec<ModP
 fn circles(edges: &BTreeMap<ModPath, Vec<ModPath>>) -> Vec<ModPath> {
     let reaches = |from: &ModPath| {
         let mut seen = std::collections::BTreeSet::new();
-        let mut todo: Vec<&ModPath> = edges.get(from).map(|v| v.iter().collect()).unwrap_or_default();
+        let mut todo: Vec<&ModPath> = edges
+            .get(from)
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
         while let Some(m) = todo.pop() {
             if seen.insert(m.clone()) {
                 todo.extend(edges.get(m).into_iter().flatten());
@@ -221,7 +226,12 @@ fn crate_sources() -> Vec<(String, PathBuf)> {
     let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(workspace_root().join("crates"))
         .unwrap_or_else(|e| panic!("{e}"))
         .filter_map(Result::ok)
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path().join("src")))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.path().join("src"),
+            )
+        })
         .filter(|(_, src)| src.is_dir())
         .collect();
     out.sort();
@@ -238,14 +248,21 @@ fn no_module_imports_in_a_circle() {
             found.push(format!("{krate}: {}", names.join(", ")));
         }
     }
-    assert!(found.is_empty(), "modules on import circles:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "modules on import circles:\n{}",
+        found.join("\n")
+    );
 }
 
 /// The server's layers, lowest first (ARCHITECTURE.md, "The server's layers"). A module may
 /// name modules of its own layer (without circles) and of the layers below, never above.
 /// Every top-level module of the server must be listed.
 const SERVER_LAYERS: &[(&str, &[&str])] = &[
-    ("support", &["config", "counters", "space", "clock", "workload_rng"]),
+    (
+        "support",
+        &["cluster", "config", "counters", "space", "workload_rng"],
+    ),
     ("state", &["state"]),
     ("commit", &["commit"]),
     ("replication", &["replication"]),
@@ -280,7 +297,11 @@ fn server_layers_name_only_layers_below() {
             }
         }
     }
-    assert!(wrong.is_empty(), "a layer names one above it:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "a layer names one above it:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The test above must be able to fail: a module naming the layer above it is caught.
@@ -288,9 +309,18 @@ fn server_layers_name_only_layers_below() {
 fn the_layer_check_sees_an_upward_import() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     std::fs::create_dir_all(dir.path().join("state")).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.path().join("lib.rs"), "mod state;\nmod commit;\n").unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.path().join("state/mod.rs"), "use crate::commit::Applier;\n").unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.path().join("commit.rs"), "use crate::state::{Store, x};\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("lib.rs"), "mod state;\nmod commit;\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("state/mod.rs"),
+        "use crate::commit::Applier;\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("commit.rs"),
+        "use crate::state::{Store, x};\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let edges = module_edges(&modules(dir.path()));
     let state = vec!["state".to_string()];
     let commit = vec!["commit".to_string()];

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::members::{NodeId, NodeInfo, NodeState, PartitionId, PartitionInfo, PARTITION_ID_MAX};
+use crate::members::{NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo};
 
 /// Ring points per partition. 256 keeps the busiest of 4 partitions within ~1.1x of the mean
 /// (see the balance test) while a ring of 32 partitions stays at 8,192 points.
@@ -312,7 +312,6 @@ impl ClusterMap {
             .map(|p| p.id)
             .collect()
     }
-
 }
 
 #[cfg(test)]

@@ -46,7 +46,6 @@ pub struct PartitionInfo {
     pub moving: Option<Move>,
 }
 
-
 /// A copy of a partition on its way from one server to another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Move {

@@ -13,10 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-
 use crate::map::ClusterMap;
 use crate::members::{Move, NodeId, NodeState, PartitionId};
-
 
 /// Copies held by each server that can take more (up, not leaving), in copies per weight.
 fn loads(map: &ClusterMap) -> BTreeMap<NodeId, (u64, u64, u32)> {

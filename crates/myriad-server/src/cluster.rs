@@ -7,4 +7,3 @@ pub struct MapState {
     pub map: ClusterMap,
     pub ring: Ring,
 }
-

@@ -50,9 +50,11 @@ pub trait ShipSlot {
     fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>);
 }
 
-/// A partition without copies: nothing to ship, nothing to wait for.
+/// A partition without copies: nothing to ship, nothing to wait for (tests of this layer).
+#[cfg(test)]
 pub struct NoCopies;
 
+#[cfg(test)]
 impl Ship for NoCopies {
     fn hold(&self) -> Box<dyn ShipSlot + '_> {
         Box::new(NoCopies)
@@ -63,6 +65,7 @@ impl Ship for NoCopies {
     fn close(&self) {}
 }
 
+#[cfg(test)]
 impl ShipSlot for NoCopies {
     fn encode(&self, _batch: &Batch) -> Option<Vec<ReplOp>> {
         None
@@ -382,5 +385,199 @@ impl Applier {
             self.copies.wait(done.seq).await?;
         }
         Ok(done.outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use myriad_storage::{MemKv, Pairs, Space, StorageError};
+
+    use super::*;
+
+    /// A store whose fsync fails once `failing` is set (a disk error).
+    struct FlakyDisk {
+        inner: MemKv,
+        failing: AtomicBool,
+        syncs: AtomicU64,
+    }
+
+    impl Kv for FlakyDisk {
+        fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+            self.inner.get(space, key)
+        }
+        fn scan(
+            &self,
+            space: Space,
+            prefix: &[u8],
+            after: Option<&[u8]>,
+            limit: usize,
+        ) -> Result<Pairs, StorageError> {
+            self.inner.scan(space, prefix, after, limit)
+        }
+        fn commit(&self, batch: Batch) -> Result<(), StorageError> {
+            self.inner.commit(batch)
+        }
+        fn sync(&self) -> Result<(), StorageError> {
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StorageError::Engine("injected fsync failure".into()));
+            }
+            self.inner.sync()
+        }
+        fn disk_bytes(&self) -> u64 {
+            0
+        }
+    }
+
+    /// Copies that record what they were shipped, in order.
+    #[derive(Default)]
+    struct Recorder {
+        shipped: Mutex<Vec<u64>>,
+        closed: AtomicBool,
+    }
+
+    struct RecorderSlot<'a>(&'a Recorder);
+
+    impl Ship for Recorder {
+        fn hold(&self) -> Box<dyn ShipSlot + '_> {
+            Box::new(RecorderSlot(self))
+        }
+        fn wait(&self, _seq: u64) -> BoxFuture<'_, Result<(), FsError>> {
+            let closed = self.closed.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if closed {
+                    Err(FsError::Unavailable("closed".into()))
+                } else {
+                    Ok(())
+                }
+            })
+        }
+        fn close(&self) {
+            self.closed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    impl ShipSlot for RecorderSlot<'_> {
+        fn encode(&self, _batch: &Batch) -> Option<Vec<ReplOp>> {
+            Some(Vec::new())
+        }
+        fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
+            assert!(ops.is_some(), "a wanted batch is shipped encoded");
+            if let Ok(mut s) = self.0.shipped.lock() {
+                s.push(seq);
+            }
+        }
+    }
+
+    fn start(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>) -> (Applier, Syncer, Store) {
+        let store = Store::open(kv.clone(), 1).unwrap_or_else(|e| panic!("{e}"));
+        let ids = IdAlloc::load(&store, 1).unwrap_or_else(|e| panic!("{e}"));
+        let syncer = Syncer::start(kv).unwrap_or_else(|e| panic!("{e}"));
+        let layout = Layout {
+            chunk_size_bytes: 4 << 20,
+        };
+        let (changed, _) = watch::channel(0);
+        let applier = Applier::start(store.clone(), ids, layout, changed, &syncer, 0, copies)
+            .unwrap_or_else(|e| panic!("{e}"));
+        (applier, syncer, store)
+    }
+
+    fn create(name: &str) -> Mutation {
+        Mutation::CreateFile {
+            dir: "/".into(),
+            name: name.into(),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            exclusive: true,
+            data: b"x".to_vec(),
+            now: 1,
+        }
+    }
+
+    fn disk() -> Arc<FlakyDisk> {
+        Arc::new(FlakyDisk {
+            inner: MemKv::new(),
+            failing: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+        })
+    }
+
+    #[tokio::test]
+    async fn batches_are_numbered_in_order_shipped_and_durable_before_the_reply() {
+        let kv = disk();
+        let copies = Arc::new(Recorder::default());
+        let (applier, syncer, store) = start(kv.clone(), copies.clone());
+        applier
+            .run(Mutation::InitRoot {
+                now: 1,
+                uid: 0,
+                gid: 0,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..20 {
+            applier
+                .run(create(&format!("d{i}")))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let shipped = copies.shipped.lock().map(|s| s.clone()).unwrap_or_default();
+        assert_eq!(
+            shipped,
+            (1..=21).collect::<Vec<u64>>(),
+            "every batch, in order"
+        );
+        assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(21));
+        // Every durable reply waited for an fsync covering it.
+        assert!(kv.syncs.load(Ordering::SeqCst) >= 1);
+        assert_eq!(syncer.stats.synced_mutations.load(Ordering::SeqCst), 21);
+        // A failed mutation ships nothing and takes no number.
+        assert!(applier.run(create("d0")).await.is_err());
+        assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 21);
+    }
+
+    #[tokio::test]
+    async fn after_a_failed_fsync_no_write_is_acknowledged_again() {
+        let kv = disk();
+        let (applier, _syncer, _store) = start(kv.clone(), Arc::new(NoCopies));
+        let root = Mutation::InitRoot {
+            now: 1,
+            uid: 0,
+            gid: 0,
+        };
+        applier.run(root).await.unwrap_or_else(|e| panic!("{e}"));
+        kv.failing.store(true, Ordering::SeqCst);
+        let failed = applier.run(create("a")).await;
+        assert!(matches!(failed, Err(FsError::Io(_))), "{failed:?}");
+        // The disk recovers, but what the failed fsync covered may be gone: still refused.
+        kv.failing.store(false, Ordering::SeqCst);
+        let later = applier.run(create("b")).await;
+        assert!(matches!(later, Err(FsError::Io(_))), "{later:?}");
+    }
+
+    #[tokio::test]
+    async fn a_retired_applier_commits_nothing_more() {
+        let kv = disk();
+        let copies = Arc::new(Recorder::default());
+        let (applier, _syncer, store) = start(kv, copies.clone());
+        applier
+            .run(Mutation::InitRoot {
+                now: 1,
+                uid: 0,
+                gid: 0,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        applier.retire().await;
+        let after = applier.run(create("late")).await;
+        assert!(matches!(after, Err(FsError::Unavailable(_))), "{after:?}");
+        assert!(
+            copies.closed.load(Ordering::SeqCst),
+            "retiring closes the copies"
+        );
+        assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
     }
 }

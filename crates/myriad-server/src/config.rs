@@ -31,7 +31,7 @@ pub struct ServerConfig {
     /// How often the recovery task looks for abandoned intents.
     pub recovery_interval: Duration,
     /// Ancestor metadata replication (popularity, leases).
-    pub replication: crate::ReplicationConfig,
+    pub replication: ReplicationConfig,
     /// A directory shard holding more entries than this splits (docs/huge-dirs.md); 0 never
     /// splits automatically.
     pub dir_split_entries: u64,
@@ -63,7 +63,7 @@ impl ServerConfig {
             connect_timeout: Duration::from_secs(2),
             pending_wait: Duration::from_secs(5),
             recovery_interval: Duration::from_secs(2),
-            replication: crate::ReplicationConfig::default_on(),
+            replication: ReplicationConfig::default_on(),
             dir_split_entries: DEFAULT_DIR_SPLIT_ENTRIES,
             root_uid: 0,
             root_gid: 0,
@@ -72,6 +72,35 @@ impl ServerConfig {
             root_squash: false,
             limits: ServeLimits::default(),
             disk_reserve_bytes: crate::space::DEFAULT_RESERVE_BYTES,
+        }
+    }
+}
+
+/// Ancestor metadata replication (TyrFS Algorithm 1): settings (`--metadata-replication`, `--popularity-k`, ...).
+#[derive(Clone, Debug)]
+pub struct ReplicationConfig {
+    /// Off: every ancestor check on another node's metadata is a request to that node.
+    pub enabled: bool,
+    /// How many paths count as popular (paper: 20).
+    pub popularity_k: usize,
+    /// Sliding window of the popularity estimate (paper: 60 s).
+    pub window: Duration,
+    /// Most replicas kept before unpopular ones are evicted.
+    pub replica_slots: usize,
+    /// How long a subscription lasts without renewal; bounds how long a dead subscriber can
+    /// delay a permission change.
+    pub lease: Duration,
+}
+
+impl ReplicationConfig {
+    #[must_use]
+    pub fn default_on() -> ReplicationConfig {
+        ReplicationConfig {
+            enabled: true,
+            popularity_k: 20,
+            window: Duration::from_secs(60),
+            replica_slots: 1024,
+            lease: Duration::from_secs(10),
         }
     }
 }

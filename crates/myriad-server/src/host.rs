@@ -4,7 +4,7 @@
 //! ```text
 //! frame { target partition, source partition } ─> Host::handle ─┬─ target 0: server requests
 //!                                                               │   (map, counters, statfs)
-//!                                                               └─ partition p: Node p, if this
+//!                                                               └─ partition p: Partition p, if this
 //!                                                                  server is its primary, else
 //!                                                                  Redirect(map)
 //! ```
@@ -26,14 +26,15 @@ use myriad_proto::{
 use myriad_storage::Kv;
 use tokio::sync::watch;
 
+use crate::cluster::MapState;
 use crate::commit::{Applier, Syncer};
 use crate::config::ServerConfig;
 use crate::counters::Counters;
-use crate::state::mutation::{IdAlloc, Layout, Mutation};
-use crate::cluster::MapState;
-use crate::node::{Node, now_ns};
-use crate::node::Env;
+use crate::membership::Membership;
+use crate::partition::core::{Partition, now_ns};
+use crate::partition::env::Env;
 use crate::replication::{Backup, Peers, Replicator, partition_store};
+use crate::state::mutation::{IdAlloc, Layout, Mutation};
 
 pub struct Host {
     /// This server's id in the map.
@@ -48,17 +49,15 @@ pub struct Host {
     /// The engine all partitions share (each sees it through a `PartitionKv`).
     pub(crate) kv: Arc<dyn Kv>,
     /// The partitions this server serves as primary.
-    pub(crate) partitions: RwLock<HashMap<PartitionId, Arc<Node>>>,
+    pub(crate) partitions: RwLock<HashMap<PartitionId, Arc<Partition>>>,
     /// The partitions this server holds a backup copy of.
     pub(crate) backups: RwLock<HashMap<PartitionId, Arc<Backup>>>,
     /// Held while partitions are started or stopped.
     pub(crate) reconciling: tokio::sync::Mutex<()>,
-    /// The cluster-map Raft group (membership.rs).
-    pub(crate) group: myriad_membership::Group,
-    /// Until when this server may serve (granted by the Raft leader).
-    pub(crate) lease: crate::membership::Lease,
-    /// Leader only: when each server last asked for its lease.
-    pub(crate) heard: crate::membership::Heard,
+    /// Its member of the cluster-map Raft group: the serving lease, the leader's duties.
+    pub(crate) membership: Arc<Membership>,
+    /// The current map, published for membership (which reads, never writes it).
+    pub(crate) map_news: watch::Sender<Arc<MapState>>,
     /// Partitions whose copy here a completed move made redundant (dropped by the next
     /// reconcile).
     pub(crate) moved_away: Mutex<Vec<PartitionId>>,
@@ -91,7 +90,7 @@ impl Host {
         read(&self.map).clone()
     }
 
-    pub(crate) fn partition(&self, pid: PartitionId) -> Option<Arc<Node>> {
+    pub(crate) fn partition(&self, pid: PartitionId) -> Option<Arc<Partition>> {
         read(&self.partitions).get(&pid).cloned()
     }
 
@@ -109,7 +108,7 @@ impl Host {
     /// The partition `pid` if this server may serve it now: it holds a lease and its map
     /// makes it the primary (a primary demoted by a newer map stops at once, before its
     /// handler is stopped).
-    fn serving(&self, pid: PartitionId, epoch: u64) -> Result<Arc<Node>, FsError> {
+    fn serving(&self, pid: PartitionId, epoch: u64) -> Result<Arc<Partition>, FsError> {
         let st = self.state();
         let node = match self.partition(pid) {
             Some(node) if st.map.primary_of(pid) == Some(self.id) => node,
@@ -117,7 +116,7 @@ impl Host {
             _ if epoch > st.map.epoch => return Err(FsError::MapTooOld(st.map.epoch)),
             _ => return Err(self.not_here(pid)),
         };
-        match self.lease_error() {
+        match self.membership.lease_error() {
             Some(e) => Err(e),
             None => Ok(node),
         }
@@ -173,7 +172,7 @@ impl Host {
         read(&self.backups).get(&pid).cloned()
     }
 
-    pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
+    pub(crate) fn nodes(&self) -> Vec<Arc<Partition>> {
         read(&self.partitions).values().cloned().collect()
     }
 
@@ -185,7 +184,7 @@ impl Host {
                 task.abort();
             }
         }
-        let nodes: Vec<Arc<Node>> = match self.partitions.write() {
+        let nodes: Vec<Arc<Partition>> = match self.partitions.write() {
             Ok(mut p) => p.drain().map(|(_, n)| n).collect(),
             Err(_) => Vec::new(),
         };
@@ -276,6 +275,7 @@ impl Host {
         tracing::info!(epoch = map.epoch, "installed newer cluster map");
         let ring = map.ring();
         *guard = Arc::new(MapState { map, ring });
+        self.map_news.send_replace(guard.clone());
         Ok(true)
     }
 
@@ -415,7 +415,10 @@ impl Host {
     }
 
     /// Opens partition `pid`'s store on this server and starts its applier.
-    async fn open_partition(self: &Arc<Self>, pid: PartitionId) -> Result<Arc<Node>, OpenError> {
+    async fn open_partition(
+        self: &Arc<Self>,
+        pid: PartitionId,
+    ) -> Result<Arc<Partition>, OpenError> {
         let store = partition_store(self.kv.clone(), pid).map_err(OpenError::Store)?;
         let fresh = store.is_fresh();
         let backups = self.state().map.backups_of(pid);
@@ -444,7 +447,7 @@ impl Host {
             replicator.clone(),
         )
         .map_err(OpenError::Io)?;
-        Ok(Arc::new(Node {
+        Ok(Arc::new(Partition {
             me: pid,
             env: self.clone(),
             store,
@@ -452,10 +455,13 @@ impl Host {
             replicator,
             changed,
             live: Mutex::new(HashSet::new()),
-            replicas: crate::ancestors::Replicas::new(self.config.replication.clone(), !fresh),
+            replicas: crate::partition::replicas::Replicas::new(
+                self.config.replication.clone(),
+                !fresh,
+            ),
             shard_maps: myriad_placement::ShardCache::default(),
-            splits: crate::split::SplitState::default(),
-            dir_touches: crate::dirtimes::DirTouches::default(),
+            splits: crate::partition::split_state::SplitState::default(),
+            dir_touches: crate::partition::touches::DirTouches::default(),
             tasks: Mutex::new(Vec::new()),
         }))
     }
@@ -507,8 +513,8 @@ impl Host {
                 // A cluster change needs root with the cluster secret (a client key's root is
                 // no administrator: SECURITY.md).
                 let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
-                if admin && self.group.map().is_none_or(|m| m.epoch < epoch) {
-                    self.propose_map(*map).await?;
+                if admin && self.membership.group.map().is_none_or(|m| m.epoch < epoch) {
+                    self.membership.propose_map(*map).await?;
                 }
                 // Answer once this server follows it (it arrives through the group).
                 let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
@@ -518,6 +524,7 @@ impl Host {
                 Ok(Response::Unit)
             }
             Request::Raft { rpc, payload } if from_server => self
+                .membership
                 .group
                 .serve(rpc, &payload)
                 .await
@@ -525,7 +532,7 @@ impl Host {
                 .map_err(FsError::Protocol),
             Request::PartitionSeqs if from_server => Ok(Response::Seqs(self.partition_seqs())),
             Request::Lease => match &peer.kind {
-                PeerKind::Server { node_id } => Ok(self.grant_lease(*node_id, epoch)),
+                PeerKind::Server { node_id } => Ok(self.membership.grant_lease(*node_id, epoch)),
                 PeerKind::Client => Err(FsError::PermissionDenied),
             },
             _ if from_server => Err(FsError::InvalidArgument(
@@ -533,6 +540,49 @@ impl Host {
             )),
             _ => Err(FsError::Redirect(Box::new(st.map.clone()))),
         }
+    }
+
+    /// Starts the server's own tasks: following the maps the group commits (`maps`), and
+    /// opening again a partition whose opening failed.
+    pub(crate) fn start_tasks(
+        self: &Arc<Self>,
+        mut maps: tokio::sync::mpsc::UnboundedReceiver<ClusterMap>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let follower = {
+            let host = self.clone();
+            tokio::spawn(async move {
+                while let Some(mut map) = maps.recv().await {
+                    while let Ok(newer) = maps.try_recv() {
+                        map = newer;
+                    }
+                    if let Err(e) = host.install_map(map).await {
+                        tracing::error!("cannot apply the committed cluster map: {e}");
+                    }
+                }
+            })
+        };
+        let reopener = {
+            let host = self.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(crate::membership::RENEW_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    // A partition whose opening failed is tried again (unless one is under
+                    // way).
+                    if host.missing_partitions()
+                        && let Ok(_idle) = host.reconciling.try_lock()
+                    {
+                        drop(_idle);
+                        let h = host.clone();
+                        tokio::spawn(async move {
+                            let _ = h.reconcile().await;
+                        });
+                    }
+                }
+            })
+        };
+        vec![follower, reopener]
     }
 
     /// The last batch of every partition copy held here (`Request::PartitionSeqs`).
@@ -559,8 +609,9 @@ impl Host {
             server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
             syncs: self.syncer.stats.syncs.load(Ordering::Relaxed),
             synced_mutations: self.syncer.stats.synced_mutations.load(Ordering::Relaxed),
-            serving: self.lease.valid(),
+            serving: self.membership.lease_valid(),
             raft_leader: self
+                .membership
                 .group
                 .leader()
                 .and_then(|l| u32::try_from(l).ok())

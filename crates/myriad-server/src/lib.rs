@@ -2,32 +2,22 @@
 //!
 //! ```text
 //! TCP ─> myriad-net serve_connection ─> Host (host.rs) ─> the target partition's
-//!                                        Node::dispatch ─┬─ reads: Store directly
+//!                                        Partition::dispatch ─┬─ reads: Store directly
 //!                                                       ├─ mutations: Applier (one writer, group commit)
 //!                                                       └─ two-node ops: twophase (intents + recovery)
 //! ```
 //! Must not depend on: the client, FUSE, the CLI.
 
-mod ancestors;
 mod cluster;
 mod commit;
 mod config;
-mod copy;
 mod counters;
-mod dirtimes;
-mod fsck;
 mod host;
-mod links;
 mod membership;
-mod node;
-mod popularity;
-mod repair;
+mod partition;
 mod replication;
-mod shards;
 mod space;
 mod state;
-mod split;
-mod twophase;
 #[cfg(test)]
 mod workload_rng;
 
@@ -39,13 +29,12 @@ use myriad_proto::PeerKind;
 use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
 use tokio::net::TcpListener;
 
-pub use ancestors::ReplicationConfig;
-pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE, ServerConfig};
+pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE, ReplicationConfig, ServerConfig};
 pub use space::DEFAULT_RESERVE_BYTES;
 
+use crate::cluster::MapState;
 use crate::commit::Syncer;
 use crate::host::{Host, OpenError};
-use crate::cluster::MapState;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -123,13 +112,23 @@ pub async fn run(
     {
         map = m;
     }
+    let first_state = Arc::new(MapState {
+        ring: map.ring(),
+        map: map.clone(),
+    });
+    let (map_news, map_view) = tokio::sync::watch::channel(first_state.clone());
+    let membership = Arc::new(membership::Membership::new(
+        config.node_id,
+        group.clone(),
+        pool.clone(),
+        config.down_grace,
+        map_view,
+    ));
     let host = Arc::new_cyclic(|me| Host {
         me: me.clone(),
         id: config.node_id,
-        map: RwLock::new(Arc::new(MapState {
-            ring: map.ring(),
-            map: map.clone(),
-        })),
+        map: RwLock::new(first_state),
+        map_news,
         map_path: config.map_path.clone(),
         data_dir: config.data_dir.clone(),
         pool,
@@ -140,9 +139,7 @@ pub async fn run(
         partitions: RwLock::new(HashMap::new()),
         backups: RwLock::new(HashMap::new()),
         reconciling: tokio::sync::Mutex::new(()),
-        group: group.clone(),
-        lease: membership::Lease::default(),
-        heard: membership::Heard::default(),
+        membership: membership.clone(),
         moved_away: Mutex::new(Vec::new()),
         handed_over: Mutex::new(HashMap::new()),
         tasks: Mutex::new(Vec::new()),
@@ -170,7 +167,8 @@ pub async fn run(
             tracing::error!("cannot initialize the cluster-map Raft group: {e}");
         }
     });
-    let tasks = membership::start_tasks(&host, maps);
+    let mut tasks = membership::start_tasks(&membership);
+    tasks.extend(host.start_tasks(maps));
     if let Ok(mut t) = host.tasks.lock() {
         t.extend(tasks);
     }

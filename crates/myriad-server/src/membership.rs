@@ -23,15 +23,15 @@ use myriad_membership::{BoxFuture, Transport};
 use myriad_net::Pool;
 use myriad_placement::{ClusterMap, NodeId, NodeState, PartitionId};
 use myriad_proto::{Caller, Endpoints, FsError, RaftRpc, Request, Response};
-use tokio::sync::mpsc;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::host::Host;
+use crate::cluster::MapState;
 
 /// How long a granted lease lets a server serve, counted from when it asked.
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 /// How often a server asks for its lease.
-const RENEW_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
 /// The leader grants leases only if a quorum acknowledged it at most this long ago.
 const QUORUM_FRESH: Duration = Duration::from_millis(1500);
 /// A server not heard from for this long is marked down; must be at least LEASE +
@@ -130,7 +130,50 @@ impl Heard {
     }
 }
 
-impl Host {
+/// This server's member of the cluster-map group: its lease, and (on the leader) the
+/// failure detector and the moves. It reads the map the server serves from a watch channel
+/// and reaches other servers (itself included) by requests; it never calls into the server
+/// process. Maps the group commits reach the process on the channel given to the group.
+pub(crate) struct Membership {
+    id: NodeId,
+    pub(crate) group: myriad_membership::Group,
+    pool: Arc<Pool>,
+    lease: Lease,
+    heard: Heard,
+    /// How long a down server keeps its copies before they move elsewhere.
+    down_grace: Duration,
+    /// The map this server serves under (published by the process).
+    map: watch::Receiver<Arc<MapState>>,
+}
+
+impl Membership {
+    pub(crate) fn new(
+        id: NodeId,
+        group: myriad_membership::Group,
+        pool: Arc<Pool>,
+        down_grace: Duration,
+        map: watch::Receiver<Arc<MapState>>,
+    ) -> Membership {
+        Membership {
+            id,
+            group,
+            pool,
+            lease: Lease::default(),
+            heard: Heard::default(),
+            down_grace,
+            map,
+        }
+    }
+
+    fn state(&self) -> Arc<MapState> {
+        self.map.borrow().clone()
+    }
+
+    /// True while this server holds a lease (may serve).
+    pub(crate) fn lease_valid(&self) -> bool {
+        self.lease.valid()
+    }
+
     /// Why this server may not serve partition requests now, if it may not: `Busy` (try
     /// again: it is starting, or cut off from the Raft majority and about to be replaced).
     pub(crate) fn lease_error(&self) -> Option<FsError> {
@@ -298,7 +341,7 @@ impl Host {
             .filter(|n| n.state == NodeState::Down)
             .filter(|n| {
                 let silent_since = self.heard.last(n.id).map_or(since, |h| h.max(since));
-                now - silent_since > self.config.down_grace
+                now - silent_since > self.down_grace
             })
             .map(|n| n.id)
             .collect();
@@ -356,9 +399,9 @@ impl Host {
         cache: &mut HashMap<NodeId, HashMap<PartitionId, Option<u64>>>,
     ) -> Option<Option<u64>> {
         if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry(server) {
-            let seqs = if server == self.id {
-                self.partition_seqs()
-            } else {
+            // This server too is asked by request: membership does not call into the
+            // process that runs it.
+            let seqs = {
                 let addr = map.node(server)?.addr.clone();
                 match self
                     .pool
@@ -382,62 +425,35 @@ impl Host {
     }
 }
 
-/// Starts the membership tasks: following committed maps, renewing the lease, and the
-/// leader's duties.
-pub(crate) fn start_tasks(
-    host: &Arc<Host>,
-    mut maps: mpsc::UnboundedReceiver<ClusterMap>,
-) -> Vec<JoinHandle<()>> {
-    let follower = {
-        let host = host.clone();
-        tokio::spawn(async move {
-            while let Some(mut map) = maps.recv().await {
-                while let Ok(newer) = maps.try_recv() {
-                    map = newer;
-                }
-                if let Err(e) = host.install_map(map).await {
-                    tracing::error!("cannot apply the committed cluster map: {e}");
-                }
-            }
-        })
-    };
+/// Starts the membership tasks: renewing the lease, and the leader's duties.
+pub(crate) fn start_tasks(membership: &Arc<Membership>) -> Vec<JoinHandle<()>> {
     let renewer = {
-        let host = host.clone();
+        let m = membership.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RENEW_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                host.renew_lease().await;
-                // A partition whose opening failed is tried again (unless one is under way).
-                if host.missing_partitions()
-                    && let Ok(_idle) = host.reconciling.try_lock()
-                {
-                    drop(_idle);
-                    let h = host.clone();
-                    tokio::spawn(async move {
-                        let _ = h.reconcile().await;
-                    });
-                }
+                m.renew_lease().await;
             }
         })
     };
     let leader = {
-        let host = host.clone();
+        let m = membership.clone();
         tokio::spawn(async move {
             let mut since: Option<Instant> = None;
             let mut tick = tokio::time::interval(CHECK_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                if host.group.is_leader() {
+                if m.group.is_leader() {
                     let s = *since.get_or_insert_with(Instant::now);
-                    host.lead(s).await;
+                    m.lead(s).await;
                 } else {
                     since = None;
                 }
             }
         })
     };
-    vec![follower, renewer, leader]
+    vec![renewer, leader]
 }

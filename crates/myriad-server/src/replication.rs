@@ -20,15 +20,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use myriad_proto::{Endpoints, FsError, ReplOp, Request, Response};
 use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::commit::{Done, SEQ_KEY, Ship, ShipSlot, Syncer};
 use crate::cluster::MapState;
+use crate::commit::{Done, SEQ_KEY, Ship, ShipSlot, Syncer};
 use crate::state::mutation::{Outcome, storage_err};
 
 /// Meta key of the last batch applied to a partition's store (written with the batch).
@@ -330,10 +330,7 @@ impl Link {
             target: self.pid,
             source: self.pid,
         };
-        let result = self
-            .peers
-            .send(self.backup, st.map.epoch, ends, req)
-            .await;
+        let result = self.peers.send(self.backup, st.map.epoch, ends, req).await;
         match result {
             Err(FsError::Redirect(map)) => {
                 // The backup has a newer map: adopt it (it may end this stream). Not

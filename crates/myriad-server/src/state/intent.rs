@@ -79,7 +79,7 @@ pub enum Intent {
         name: String,
         ino: u64,
     },
-    /// Node of a splitting shard of `dir`: its upper half is being copied to the child's
+    /// Partition of a splitting shard of `dir`: its upper half is being copied to the child's
     /// node (docs/huge-dirs.md). Undecided rolls back; Commit repeats the reveal.
     SplitOut {
         dir: String,

@@ -8,16 +8,16 @@ use crate::state::intent::{Decision, Intent};
 
 #[derive(Debug)]
 pub enum ShardMutation {
-    /// Node A: start splitting its `shard` of `dir`: writes of the upper half get `Busy`;
+    /// Partition A: start splitting its `shard` of `dir`: writes of the upper half get `Busy`;
     /// the intent `SplitOut` is written in the same batch.
     SplitBegin { dir: String, shard: Shard },
-    /// Node A, the decision: the upper half's entries and their chunk-0 blocks go, the shard
+    /// Partition A, the decision: the upper half's entries and their chunk-0 blocks go, the shard
     /// becomes its lower half, the intent records `Commit`.
     SplitCommit { txid: u64 },
-    /// Node A: the split is abandoned (the home's map no longer lists the child): writes
+    /// Partition A: the split is abandoned (the home's map no longer lists the child): writes
     /// resume; the intent stays, decided `Abort`, until the child's node dropped its copy.
     SplitAbort { txid: u64 },
-    /// Node B: stage `entries` in hidden shard `child` (created on the first page).
+    /// Partition B: stage `entries` in hidden shard `child` (created on the first page).
     Import {
         dir: String,
         ino: u64,
@@ -25,7 +25,7 @@ pub enum ShardMutation {
         child: Shard,
         entries: Vec<ExportedEntry>,
     },
-    /// Node B: reveal the staged shard, or drop it with its entries and blocks.
+    /// Partition B: reveal the staged shard, or drop it with its entries and blocks.
     Finish {
         dir: String,
         txid: u64,
@@ -39,7 +39,7 @@ pub enum ShardMutation {
         shard: Shard,
         split: bool,
     },
-    /// Node of shards of a directory made pre-split: hold them, empty. Idempotent.
+    /// Partition of shards of a directory made pre-split: hold them, empty. Idempotent.
     Create {
         dir: String,
         ino: u64,

@@ -15,14 +15,14 @@ use std::sync::Arc;
 use myriad_placement::NodeId;
 use myriad_proto::{DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
+use crate::partition::core::{Partition, now_ns};
 use crate::state::intent::{Decision, DirMove, Intent};
 use crate::state::mutation::{Mutation, Outcome};
-use crate::node::{Node, now_ns};
 use myriad_placement::Shard;
 
 /// Removes a txid from the live set when the operation driving it ends, however it ends.
 pub(crate) struct LiveGuard<'a> {
-    node: &'a Node,
+    node: &'a Partition,
     txid: u64,
 }
 
@@ -34,7 +34,7 @@ impl Drop for LiveGuard<'_> {
     }
 }
 
-impl Node {
+impl Partition {
     pub(crate) fn hold(&self, txid: u64) -> LiveGuard<'_> {
         if let Ok(mut l) = self.live.lock() {
             l.insert(txid);
@@ -42,7 +42,7 @@ impl Node {
         LiveGuard { node: self, txid }
     }
 
-    fn dir_owner(&self, path: &str) -> NodeId {
+    pub(super) fn dir_owner(&self, path: &str) -> NodeId {
         self.state().ring.owner_of_dir(path)
     }
 
@@ -281,7 +281,7 @@ impl Node {
         }
     }
 
-    async fn check_dir_destination(self: &Arc<Self>, to: &str) -> Result<(), FsError> {
+    pub(super) async fn check_dir_destination(self: &Arc<Self>, to: &str) -> Result<(), FsError> {
         let parent = myriad_placement::parent_of(to).to_string();
         match self
             .call_entry(&parent.clone(), Request::Stat { path: parent })
@@ -313,7 +313,7 @@ impl Node {
 
     /// Copies every directory object under `from` to its place under `to`, hidden, freezing
     /// the originals. `moves` lists what was touched, for commit or undo.
-    async fn copy_subtree(
+    pub(super) async fn copy_subtree(
         self: &Arc<Self>,
         txid: u64,
         from: &str,
@@ -419,7 +419,7 @@ impl Node {
     }
 
     /// The nodes of a moved directory's new path, each with the shards it holds there.
-    fn new_parts(&self, m: &DirMove) -> std::collections::BTreeMap<NodeId, Vec<Shard>> {
+    pub(super) fn new_parts(&self, m: &DirMove) -> std::collections::BTreeMap<NodeId, Vec<Shard>> {
         let st = self.state();
         let mut parts: std::collections::BTreeMap<NodeId, Vec<Shard>> = Default::default();
         match &m.map {
@@ -439,7 +439,7 @@ impl Node {
     }
 
     /// The home of `dir` and the nodes of the shards of `map`.
-    fn nodes_of_map(&self, dir: &str, map: &myriad_placement::ShardMap) -> Vec<NodeId> {
+    pub(super) fn nodes_of_map(&self, dir: &str, map: &myriad_placement::ShardMap) -> Vec<NodeId> {
         let st = self.state();
         let mut nodes = vec![self.dir_owner(dir)];
         for s in &map.leaves {
@@ -452,7 +452,10 @@ impl Node {
     }
 
     /// The shard map of `dir` as its home has it.
-    async fn home_map(self: &Arc<Self>, dir: &str) -> Result<myriad_placement::ShardMap, FsError> {
+    pub(super) async fn home_map(
+        self: &Arc<Self>,
+        dir: &str,
+    ) -> Result<myriad_placement::ShardMap, FsError> {
         let req = Request::GetShardMap {
             dir: dir.to_string(),
         };
@@ -465,7 +468,7 @@ impl Node {
     }
 
     /// The subdirectory names of `dir`, from every shard (`None` if `dir` is not there).
-    async fn subdirectories(
+    pub(super) async fn subdirectories(
         self: &Arc<Self>,
         dir: &str,
         map: &myriad_placement::ShardMap,
@@ -517,7 +520,7 @@ impl Node {
     /// After the commit decision: drop the old directory objects (old paths are gone), make
     /// the destination entry visible, then reveal the new objects (readers of new paths wait
     /// until then). Idempotent; recovery repeats it until it succeeds.
-    async fn finish_commit(
+    pub(super) async fn finish_commit(
         self: &Arc<Self>,
         txid: u64,
         dst_node: NodeId,
@@ -553,7 +556,12 @@ impl Node {
 
     /// Undoes a rename that did not reach its decision; leaves the intent for recovery if a
     /// node cannot be reached.
-    async fn abort_rename(self: &Arc<Self>, txid: u64, dst_node: NodeId, moves: &[DirMove]) {
+    pub(super) async fn abort_rename(
+        self: &Arc<Self>,
+        txid: u64,
+        dst_node: NodeId,
+        moves: &[DirMove],
+    ) {
         let decide = Mutation::RenameSourceDecide {
             txid,
             commit: false,
@@ -568,7 +576,7 @@ impl Node {
         }
     }
 
-    async fn undo_moves(
+    pub(super) async fn undo_moves(
         self: &Arc<Self>,
         txid: u64,
         dst_node: NodeId,
@@ -602,7 +610,11 @@ impl Node {
 
     /// The directory objects under `from` (which is intact when a rename did not commit),
     /// paired with their places under `to`.
-    async fn walk_moves(self: &Arc<Self>, from: &str, to: &str) -> Result<Vec<DirMove>, FsError> {
+    pub(super) async fn walk_moves(
+        self: &Arc<Self>,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<DirMove>, FsError> {
         let mut out = Vec::new();
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string())]);
         while let Some((old, new)) = queue.pop_front() {
@@ -721,7 +733,11 @@ impl Node {
         seen
     }
 
-    async fn recover_one(self: &Arc<Self>, txid: u64, intent: Intent) -> Result<(), FsError> {
+    pub(super) async fn recover_one(
+        self: &Arc<Self>,
+        txid: u64,
+        intent: Intent,
+    ) -> Result<(), FsError> {
         let _live = self.hold(txid);
         match intent {
             Intent::Mkdir {

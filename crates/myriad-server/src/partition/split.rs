@@ -4,17 +4,16 @@
 //! counts its shards of that directory exactly (a bounded scan) and splits the ones over the
 //! threshold, one split at a time per directory.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_placement::Shard;
 use myriad_proto::{ExportedEntry, FileKind, FsError, Request};
 
+use crate::partition::core::Partition;
+use crate::partition::twophase::join;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome, ShardMutation, storage_err};
-use crate::node::Node;
-use crate::twophase::join;
 
 /// Directories whose additions are counted at once; beyond it the counts start over.
 const COUNTED_DIRS_MAX: usize = 100_000;
@@ -24,13 +23,7 @@ const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// How long a split waits for pending operations in its moving half before giving up.
 const PENDING_PATIENCE: Duration = Duration::from_secs(2);
 
-#[derive(Default)]
-pub(crate) struct SplitState {
-    added: Mutex<HashMap<String, u64>>,
-    running: Mutex<HashSet<String>>,
-}
-
-impl Node {
+impl Partition {
     /// Called after a name was added to `dir` here: may start a split check.
     pub(crate) fn note_added(self: &Arc<Self>, dir: &str) {
         let threshold = self.env.config().dir_split_entries;
@@ -83,7 +76,7 @@ impl Node {
     }
 
     /// Splits every shard of `dir` on this node that holds more than the threshold.
-    async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
+    pub(super) async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
         let threshold = usize::try_from(self.env.config().dir_split_entries).unwrap_or(usize::MAX);
         loop {
             let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
@@ -154,7 +147,7 @@ impl Node {
     /// Copies the upper half of a splitting shard to the child's node and records the
     /// split in the home's map. Everything here is undone by `undo_split`. Returns the names
     /// of the directories that moved.
-    async fn copy_upper_half(
+    pub(super) async fn copy_upper_half(
         self: &Arc<Self>,
         dir: &str,
         ino: u64,
@@ -293,7 +286,7 @@ impl Node {
     }
 
     /// After the decision: the child becomes visible at its node; the intent goes.
-    async fn finish_split(
+    pub(super) async fn finish_split(
         self: &Arc<Self>,
         dir: &str,
         txid: u64,

@@ -18,11 +18,11 @@ use myriad_proto::{
     Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
 };
 
+use crate::partition::core::{Partition, now_ns, split_owned};
 use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
-use crate::node::{Node, now_ns, split_owned};
 use crate::state::perm;
 
-impl Node {
+impl Partition {
     /// The inode a client should see for entry inode `i`: itself, or for a hard-link name
     /// the inode object at its home.
     pub(crate) async fn resolve(self: &Arc<Self>, i: Inode) -> Result<Inode, FsError> {
@@ -197,7 +197,7 @@ impl Node {
                 value,
                 mode,
             } => {
-                crate::node::check_xattr_name(&xname)?;
+                crate::partition::core::check_xattr_name(&xname)?;
                 perm::require(&inode, &caller, perm::WRITE)?;
                 self.mutate(Mutation::SetAttr {
                     dir,
@@ -214,7 +214,7 @@ impl Node {
         }
     }
 
-    async fn mutate(self: &Arc<Self>, m: Mutation) -> Result<Response, FsError> {
+    pub(super) async fn mutate(self: &Arc<Self>, m: Mutation) -> Result<Response, FsError> {
         match self.applier.run(m).await? {
             Outcome::Inode(i) | Outcome::InodeGc(i, _) => Ok(Response::Attr(i)),
             Outcome::Gc(gc) => {

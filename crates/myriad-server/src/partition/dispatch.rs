@@ -1,95 +1,21 @@
-//! A node: the request handler. Reads are answered directly from the store; mutations go
-//! through the applier; operations that span two nodes live in `twophase.rs`.
-//!
-//! Every request is first checked against placement: a node only serves keys it owns under its
-//! map. A request for a key it does not own gets `Redirect(map)`; a request carrying a newer
-//! epoch than the node's gets `MapTooOld` so the sender pushes its map.
+//! What drives a partition: requests (`dispatch`, one arm per request, each handing the work
+//! to the module of its family) and ticks (`start_tasks`: recovery of abandoned two-node
+//! operations, bookkeeping of ancestor replicas). The top of the partition layer: it names
+//! the partition's modules, none of them names it.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
-use myriad_placement::{NodeId, PartitionId, split_parent};
-use myriad_proto::{
-    Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
+use myriad_placement::{NodeId, split_parent};
+use myriad_proto::{Caller, FileKind, FsError, InodeOp, Request, Response, limits, validate_path};
+
+use crate::partition::core::{
+    Partition, attrs_key, changed_response, check_xattr_name, inode_response, now_ns, shard_depth,
 };
-use myriad_storage::{EntryRecord, Store};
-use tokio::sync::watch;
-
-use crate::cluster::MapState;
-use crate::commit::Applier;
-use crate::config::ServerConfig;
-use crate::replication::Peers;
 use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::state::perm;
 
-/// What a partition needs from the server process that runs it: the map and the other
-/// servers (replication's `Peers`), its configuration, counters, the free-space rule, and
-/// calls to other partitions. The process implements it; a partition never names the process.
-pub(crate) trait Env: Peers {
-    /// The id of the server running this partition.
-    fn server_id(&self) -> NodeId;
-    fn config(&self) -> &ServerConfig;
-    /// Counts one event of kind `what` (server counters).
-    fn count(&self, what: &'static str);
-    /// Refuses a request that would fill the disk (space.rs).
-    fn admit(&self, req: &Request) -> Result<(), FsError>;
-    /// Calls partition `pid` wherever it is served, as partition `source`.
-    fn call_partition(
-        &self,
-        source: PartitionId,
-        pid: PartitionId,
-        body: Request,
-    ) -> futures::future::BoxFuture<'_, Result<Response, FsError>>;
-}
-
-/// One partition's request handler (docs/replication.md: the rest of the server calls a
-/// partition a node). Runs on the partition's primary.
-pub struct Node {
-    /// The partition id.
-    pub(crate) me: NodeId,
-    /// The server running it: map, peers, counters, configuration, sibling partitions.
-    pub(crate) env: Arc<dyn Env>,
-    pub(crate) store: Store,
-    pub(crate) applier: Applier,
-    /// The primary's side of replication: its copies follow the map (`set_backups`).
-    pub(crate) replicator: Arc<crate::replication::Replicator>,
-    pub(crate) changed: watch::Sender<u64>,
-    /// Txids of multi-node operations being driven right now; recovery leaves them alone.
-    pub(crate) live: Mutex<HashSet<u64>>,
-    /// Ancestor metadata replicas, popularity, and the subscriptions this node serves.
-    pub(crate) replicas: crate::ancestors::Replicas,
-    /// Shard maps of split directories whose entries this node addresses (rename
-    /// destinations, link names, ancestors).
-    pub(crate) shard_maps: myriad_placement::ShardCache,
-    /// Counts of names added per directory, and the splits running.
-    pub(crate) splits: crate::split::SplitState,
-    /// Directory touches in flight, coalesced per directory (`dirtimes.rs`).
-    pub(crate) dir_touches: crate::dirtimes::DirTouches,
-    /// Background tasks (recovery, replica bookkeeping), ended by `stop`.
-    pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-/// `mkdir --shards N`: the split depth for N shards (N rounded up to a power of two).
-fn shard_depth(shards: u32) -> Result<u8, FsError> {
-    if shards > 1 << myriad_placement::SHARD_DEPTH_MAX {
-        return Err(FsError::InvalidArgument(format!(
-            "at most {} shards per directory",
-            1u32 << myriad_placement::SHARD_DEPTH_MAX
-        )));
-    }
-    let depth = shards.max(1).next_power_of_two().trailing_zeros();
-    Ok(u8::try_from(depth).unwrap_or(myriad_placement::SHARD_DEPTH_MAX))
-}
-
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-impl Node {
+impl Partition {
     /// Starts recovery of abandoned intents (at once, then every `recovery_interval`) and the
     /// bookkeeping of ancestor replicas.
     pub(crate) fn start_tasks(self: &Arc<Self>) {
@@ -120,18 +46,6 @@ impl Node {
             for task in t.drain(..) {
                 task.abort();
             }
-        }
-    }
-
-    pub(crate) fn state(&self) -> Arc<MapState> {
-        self.env.map()
-    }
-
-    fn own(&self, st: &MapState, owner: NodeId) -> Result<(), FsError> {
-        if owner == self.me {
-            Ok(())
-        } else {
-            Err(FsError::Redirect(Box::new(st.map.clone())))
         }
     }
 
@@ -286,11 +200,9 @@ impl Node {
             Request::ShardCreate { dir, ino, shards } => {
                 validate_path(&dir)?;
                 self.applier
-                    .run(Mutation::Shard(crate::state::mutation::ShardMutation::Create {
-                        dir,
-                        ino,
-                        shards,
-                    }))
+                    .run(Mutation::Shard(
+                        crate::state::mutation::ShardMutation::Create { dir, ino, shards },
+                    ))
                     .await?;
                 Ok(Response::Unit)
             }
@@ -312,12 +224,14 @@ impl Node {
             } => {
                 validate_path(&dir)?;
                 self.applier
-                    .run(Mutation::Shard(crate::state::mutation::ShardMutation::Finish {
-                        dir,
-                        txid,
-                        child,
-                        reveal,
-                    }))
+                    .run(Mutation::Shard(
+                        crate::state::mutation::ShardMutation::Finish {
+                            dir,
+                            txid,
+                            child,
+                            reveal,
+                        },
+                    ))
                     .await?;
                 Ok(Response::Unit)
             }
@@ -333,12 +247,14 @@ impl Node {
                     return Err(FsError::InvalidArgument("bad shard".into()));
                 }
                 self.applier
-                    .run(Mutation::Shard(crate::state::mutation::ShardMutation::MapChange {
-                        dir,
-                        ino,
-                        shard,
-                        split,
-                    }))
+                    .run(Mutation::Shard(
+                        crate::state::mutation::ShardMutation::MapChange {
+                            dir,
+                            ino,
+                            shard,
+                            split,
+                        },
+                    ))
                     .await?;
                 Ok(Response::Unit)
             }
@@ -946,236 +862,5 @@ impl Node {
             Request::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
             Request::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
         }
-    }
-
-    async fn rename_target_resolve(
-        self: &Arc<Self>,
-        txid: u64,
-        commit: bool,
-    ) -> Result<Response, FsError> {
-        let target_dir = match self
-            .store
-            .intent(crate::state::mutation::prepare_key(txid))
-            .map_err(storage_err)?
-            .and_then(|b| crate::state::intent::Intent::decode(&b))
-        {
-            Some(crate::state::intent::Intent::RenameIn { dir, .. }) if commit => Some(dir),
-            _ => None,
-        };
-        let outcome = self
-            .applier
-            .run(Mutation::RenameTargetResolve { txid, commit })
-            .await?;
-        if let Some(dir) = target_dir {
-            self.touch_dir(&dir).await;
-        }
-        if let Outcome::Renamed(gc, dropped) = outcome {
-            if let Some(gc) = gc {
-                self.spawn_gc(gc);
-            }
-            if let Some(old) = dropped {
-                self.drop_link(&old).await;
-            }
-        }
-        Ok(Response::Unit)
-    }
-
-    /// Validates an entry path (not "/") that this node must own; returns (dir, name).
-    fn entry_target(&self, st: &MapState, path: &str) -> Result<(String, String), FsError> {
-        validate_path(path)?;
-        if path == "/" {
-            return Err(FsError::AlreadyExists);
-        }
-        self.own_entry(st, path)?;
-        Ok(split_owned(path))
-    }
-
-    fn file_target(&self, st: &MapState, path: &str) -> Result<(String, String), FsError> {
-        if path == "/" {
-            return Err(FsError::IsADirectory);
-        }
-        self.entry_target(st, path)
-    }
-
-    /// Takes off `inode`'s set-id bits that a write or truncate by `caller` removes
-    /// (`perm::setid_bits_killed`; the FUSE mount leaves this to the servers), before the
-    /// change itself. `None`: root, who removes nothing.
-    pub(crate) async fn kill_setid(
-        &self,
-        dir: &str,
-        name: &str,
-        inode: Option<&Inode>,
-        caller: &Caller,
-    ) -> Result<(), FsError> {
-        let Some(inode) = inode else {
-            return Ok(());
-        };
-        let kill = perm::setid_bits_killed(inode, caller);
-        if kill == 0 {
-            return Ok(());
-        }
-        let set = myriad_proto::SetAttr {
-            mode: Some(inode.mode & 0o7777 & !kill),
-            ..myriad_proto::SetAttr::default()
-        };
-        self.applier
-            .run(Mutation::SetAttr {
-                dir: dir.to_string(),
-                name: name.to_string(),
-                change: InodeChange::Attr(set),
-                now: now_ns(),
-            })
-            .await?;
-        Ok(())
-    }
-
-    /// Applies a change of a file's contents or size (copy.rs).
-    pub(crate) async fn mutate_file(&self, m: Mutation) -> Result<Response, FsError> {
-        self.mutate_inode(m).await
-    }
-
-    async fn mutate_inode(&self, m: Mutation) -> Result<Response, FsError> {
-        match self.applier.run(m).await? {
-            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Ok(Response::Attr(i)),
-            _ => Err(FsError::Io("unexpected outcome".into())),
-        }
-    }
-
-    /// The visible inode at `path`, waiting while a multi-node operation holds the entry.
-    pub(crate) async fn lookup(&self, path: &str) -> Result<Inode, FsError> {
-        if path == "/" {
-            let rec = self
-                .store
-                .dir("/")
-                .map_err(storage_err)?
-                .ok_or(FsError::NotFound)?;
-            return rec.root_attrs.ok_or(FsError::NotFound);
-        }
-        let (dir, name) = split_parent(path);
-        self.lookup_in(dir, name).await
-    }
-
-    pub(crate) async fn lookup_in(&self, dir: &str, name: &str) -> Result<Inode, FsError> {
-        // Fast path: most entries are not pending and need no subscription.
-        match self.store.entry(dir, name).map_err(storage_err)? {
-            Some(EntryRecord {
-                pending: None,
-                inode: Some(i),
-            }) => return Ok(i),
-            Some(EntryRecord {
-                pending: Some(_), ..
-            }) => {}
-            _ => {
-                self.recheck_shard(dir, name)?;
-                return Err(FsError::NotFound);
-            }
-        }
-        let deadline = tokio::time::Instant::now() + self.env.config().pending_wait;
-        loop {
-            // Subscribe before reading again, so a resolution between the read and the wait
-            // is not missed.
-            let mut changed = self.changed.subscribe();
-            match self.store.entry(dir, name).map_err(storage_err)? {
-                Some(EntryRecord {
-                    pending: None,
-                    inode: Some(i),
-                }) => return Ok(i),
-                Some(EntryRecord {
-                    pending: Some(_), ..
-                }) => {
-                    if tokio::time::timeout_at(deadline, changed.changed())
-                        .await
-                        .is_err()
-                    {
-                        return Err(FsError::Busy);
-                    }
-                }
-                _ => {
-                    self.recheck_shard(dir, name)?;
-                    return Err(FsError::NotFound);
-                }
-            }
-        }
-    }
-
-    /// A page of a frozen directory's entries with the chunk-0 blocks of its files, for a
-    /// directory rename. Pages stop after ~2 MiB of data so a reply stays within a frame.
-    fn dir_export(
-        &self,
-        path: &str,
-        txid: u64,
-        after: Option<String>,
-    ) -> Result<Response, FsError> {
-        let rec = self
-            .store
-            .dir(path)
-            .map_err(storage_err)?
-            .ok_or(FsError::NotFound)?;
-        if rec.frozen != Some(txid) {
-            return Err(FsError::Busy);
-        }
-        let (entries, next) = self.export_page(path, myriad_proto::Shard::ALL, after.as_deref())?;
-        Ok(Response::Exported { entries, next })
-    }
-
-    /// Sends `body` to partition `node` (or runs it here if this server serves it).
-    pub(crate) async fn call_node(
-        self: &Arc<Self>,
-        node: NodeId,
-        body: Request,
-    ) -> Result<Response, FsError> {
-        self.env.call_partition(self.me, node, body).await
-    }
-}
-
-/// The reply of a change of entries that made `out`'s inode, with the parent's attributes.
-fn changed_response((out, parent): (Outcome, Option<Inode>)) -> Result<Response, FsError> {
-    match inode_response(out)? {
-        Response::Attr(i) => Ok(Response::Changed {
-            inode: Some(i),
-            parent,
-        }),
-        other => Ok(other),
-    }
-}
-
-/// The reply of a mutation that yields an inode.
-fn inode_response(out: Outcome) -> Result<Response, FsError> {
-    match out {
-        Outcome::Inode(i) | Outcome::InodeGc(i, _) | Outcome::Created(i) => Ok(Response::Attr(i)),
-        _ => Err(FsError::Io("unexpected outcome".into())),
-    }
-}
-
-/// Where the attributes of `path` are kept for `Mutation::SetAttr`: its entry, or for "/"
-/// (which has no entry) the root's directory record, named ("/", "").
-fn attrs_key(path: &str) -> (String, String) {
-    if path == "/" {
-        ("/".to_string(), String::new())
-    } else {
-        split_owned(path)
-    }
-}
-
-pub(crate) fn split_owned(path: &str) -> (String, String) {
-    let (d, n) = split_parent(path);
-    (d.to_string(), n.to_string())
-}
-
-/// (total, free) bytes of the file system holding `dir`.
-/// Only the `user.` namespace is stored; others are not supported (as on a file system
-/// mounted without ACL or security-label support).
-pub(crate) fn check_xattr_name(name: &str) -> Result<(), FsError> {
-    if name.len() > limits::XATTR_NAME_BYTES_MAX {
-        return Err(FsError::NameTooLong);
-    }
-    match name.strip_prefix("user.") {
-        Some(rest) if !rest.is_empty() && !name.contains('\0') => Ok(()),
-        Some(_) => Err(FsError::InvalidArgument(
-            "empty or NUL-containing attribute name".into(),
-        )),
-        None => Err(FsError::NotSupported(format!(
-            "extended attribute namespace of {name:?} (only user.* is stored)"
-        ))),
     }
 }

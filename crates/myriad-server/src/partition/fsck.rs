@@ -7,10 +7,10 @@ use myriad_proto::{
     Caller, FsError, FsckDir, FsckEntry, FsckRepair, Request, Response, Shard, limits,
 };
 
+use crate::partition::core::{Partition, now_ns};
 use crate::state::mutation::{INODE_DIR, Mutation, inode_name, storage_err};
-use crate::node::{Node, now_ns};
 
-impl Node {
+impl Partition {
     pub(crate) async fn fsck(
         self: &Arc<Self>,
         caller: &Caller,
@@ -76,7 +76,7 @@ impl Node {
         }
     }
 
-    async fn fsck_repair(self: &Arc<Self>, r: FsckRepair) -> Result<Response, FsError> {
+    pub(super) async fn fsck_repair(self: &Arc<Self>, r: FsckRepair) -> Result<Response, FsError> {
         match r {
             FsckRepair::CreateDirObject { path, ino } => {
                 myriad_proto::validate_path(&path)?;

@@ -11,13 +11,13 @@
 use myriad_proto::{Endpoints, FsError, Request, Response};
 use myriad_storage::StorageError;
 
+use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, storage_err};
-use crate::node::Node;
 
 /// Blocks one read may repair before giving up (a 4 MiB read spans 64 blocks).
 const REPAIRS_PER_READ_MAX: usize = 64;
 
-impl Node {
+impl Partition {
     /// `Store::read_range`, repairing blocks that fail their checksum from another copy.
     pub(crate) async fn read_range_repairing(
         &self,
@@ -69,7 +69,7 @@ impl Node {
         Ok(())
     }
 
-    async fn intact_copy_on_a_backup(
+    pub(super) async fn intact_copy_on_a_backup(
         &self,
         ino: u64,
         block: u64,
@@ -81,11 +81,7 @@ impl Node {
         };
         for server in st.map.backups_of(self.me) {
             let req = Request::ReplicaBlock { ino, block };
-            match self
-                .env
-                .send(server, st.map.epoch, ends, &req)
-                .await
-            {
+            match self.env.send(server, st.map.epoch, ends, &req).await {
                 Ok(Response::BlockCopy(Some(d))) => return Ok((d.into_vec(), server)),
                 Ok(other) => {
                     tracing::warn!(

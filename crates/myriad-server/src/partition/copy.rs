@@ -12,11 +12,11 @@ use myriad_proto::{
     Caller, CopyRange, FileKind, FsError, Request, Response, limits, validate_path,
 };
 
+use crate::partition::core::{Partition, now_ns};
 use crate::state::mutation::Mutation;
-use crate::node::{Node, now_ns};
 use crate::state::perm;
 
-impl Node {
+impl Partition {
     pub(crate) async fn copy_range(
         self: &Arc<Self>,
         caller: &Caller,
@@ -69,7 +69,7 @@ impl Node {
     }
 
     /// `len` bytes of the source from `src_off` (fewer if it shrank meanwhile).
-    async fn read_source(
+    pub(super) async fn read_source(
         self: &Arc<Self>,
         c: &CopyRange,
         size: u64,
@@ -118,7 +118,7 @@ impl Node {
 
     /// Writes `data` at `dst_off` of the destination: chunk 0 here, other chunks on their
     /// owners, then the size. Returns the destination's inode after it.
-    async fn write_copy(
+    pub(super) async fn write_copy(
         self: &Arc<Self>,
         c: &CopyRange,
         data: &[u8],

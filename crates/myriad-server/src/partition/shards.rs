@@ -8,9 +8,9 @@ use myriad_placement::{NodeId, Shard, ShardMap, name_hash, split_parent};
 use myriad_proto::{DirAction, DirEntry, FsError, Request, Response, limits};
 use myriad_storage::DirRecord;
 
-use crate::state::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
 use crate::cluster::MapState;
-use crate::node::Node;
+use crate::partition::core::Partition;
+use crate::state::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
 
 /// Attempts of a server-to-server request whose target shard moved under it.
 const SHARD_RETRIES_MAX: u32 = 8;
@@ -22,7 +22,7 @@ fn removal_freeze_id(ino: u64) -> u64 {
     ino | (1 << 63)
 }
 
-impl Node {
+impl Partition {
     /// Checks this node holds the entry of `path`: a shard of its parent covering the name.
     pub(crate) fn own_entry(&self, st: &MapState, path: &str) -> Result<(), FsError> {
         if path == "/" {

@@ -16,59 +16,21 @@
 //! touches, not one each. A touch that fails (the other partition unavailable) is logged
 //! and dropped: the change itself is durable already; only the times stay behind.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use myriad_proto::{FsError, Inode, Request, Response};
 
+use crate::partition::core::{Partition, now_ns};
+use crate::partition::touches::lock;
 use crate::state::mutation::{Mutation, Outcome, storage_err};
-use crate::node::{Node, now_ns};
 
 /// A touch waits at most this long for the partition holding the directory's entry; past
 /// it the request goes on (the times may stay behind for that change).
 const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// One directory's touches on this partition: requests counted as they arrive, the count
-/// covered by the last touch sent, and the directory's attributes that touch returned.
-#[derive(Default)]
-struct TouchSlot {
-    send: tokio::sync::Mutex<()>,
-    requested: AtomicU64,
-    covered: AtomicU64,
-    last: Mutex<Option<Inode>>,
-}
-
-#[derive(Default)]
-pub(crate) struct DirTouches {
-    slots: Mutex<HashMap<String, Arc<TouchSlot>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
-impl DirTouches {
-    fn slot(&self, dir: &str) -> Arc<TouchSlot> {
-        let mut g = lock(&self.slots);
-        g.entry(dir.to_string()).or_default().clone()
-    }
-
-    /// Forgets `dir`'s slot if nobody else holds it (bounded memory).
-    fn release(&self, dir: &str, slot: &Arc<TouchSlot>) {
-        let mut g = lock(&self.slots);
-        // The map's reference and ours: nobody waits on it.
-        if Arc::strong_count(slot) <= 2 {
-            g.remove(dir);
-        }
-    }
-}
-
-impl Node {
+impl Partition {
     /// Applies `m`, a change of entries in `dir` (here), and returns once `dir`'s times
     /// are sent and, if `durable`, once the change is on disk everywhere: the touch
     /// overlaps the group commit and the backups' acknowledgements. `changed` says from
@@ -125,7 +87,7 @@ impl Node {
         attrs
     }
 
-    async fn send_touch(self: &Arc<Self>, dir: &str) -> Result<Option<Inode>, FsError> {
+    pub(super) async fn send_touch(self: &Arc<Self>, dir: &str) -> Result<Option<Inode>, FsError> {
         let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
             return Ok(None);
         };

@@ -1,0 +1,371 @@
+//! Ancestor resolution on a partition (TyrFS Algorithm 1): resolving a path's ancestors
+//! for permission checks, from replicas of their metadata kept in `replicas.rs`, and the
+//! subscriptions and bookkeeping that keep those replicas fresh.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use myriad_placement::{NodeId, parent_of};
+use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
+
+use crate::partition::core::Partition;
+use crate::partition::replicas::{Cached, LEASE_MARGIN, ancestors};
+use crate::state::perm;
+
+impl Partition {
+    /// Attributes of directories `dirs` (for permission checks), per Algorithm 1.
+    pub(crate) async fn resolve_dirs(
+        self: &Arc<Self>,
+        dirs: &[String],
+    ) -> Result<Vec<Inode>, FsError> {
+        let mut out: Vec<Option<Inode>> = vec![None; dirs.len()];
+        let mut remote = Vec::new();
+        for (i, dir) in dirs.iter().enumerate() {
+            let owner = self.entry_node(dir);
+            if owner == self.me {
+                match self.lookup(dir).await {
+                    Ok(inode) => {
+                        out[i] = Some(inode);
+                        self.replicas.stats.local.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    // A split moved the entry away: ask where it went (below).
+                    Err(FsError::WrongShard { dir: parent, map }) => {
+                        self.learn_shard_map(&parent, map.map(|m| *m)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if !self.replicas.config.enabled {
+                remote.push((i, owner, false));
+                continue;
+            }
+            match self.replicas.lookup(dir) {
+                Cached::Hit(inode) => {
+                    out[i] = Some(inode);
+                    self.replicas.stats.local.fetch_add(1, Ordering::Relaxed);
+                }
+                Cached::Miss { popular } => remote.push((i, owner, popular)),
+            }
+        }
+        let fetches = remote.iter().map(|&(i, _owner, subscribe)| {
+            let path = dirs[i].clone();
+            async move {
+                let sent = Instant::now();
+                let seq = self.replicas.next_seq();
+                let r = self
+                    .call_entry(
+                        &path,
+                        Request::GetAttrs {
+                            path: path.clone(),
+                            subscribe,
+                            seq,
+                        },
+                    )
+                    .await;
+                (i, path, sent, r)
+            }
+        });
+        for (i, path, sent, r) in futures::future::join_all(fetches).await {
+            self.replicas.stats.remote.fetch_add(1, Ordering::Relaxed);
+            match r? {
+                Response::AttrLease { inode, lease_ms } => {
+                    if lease_ms > 0 {
+                        let valid =
+                            sent + Duration::from_millis(lease_ms).saturating_sub(LEASE_MARGIN);
+                        self.replicas.keep(&path, inode.clone(), valid);
+                    }
+                    out[i] = Some(inode);
+                }
+                _ => return Err(FsError::Protocol("unexpected reply to get_attrs".into())),
+            }
+        }
+        let mut inodes = Vec::with_capacity(dirs.len());
+        for inode in out.into_iter().flatten() {
+            if inode.kind != FileKind::Directory {
+                return Err(FsError::NotADirectory);
+            }
+            inodes.push(inode);
+        }
+        Ok(inodes)
+    }
+
+    /// Search permission on every ancestor of `path`; returns the parent's attributes (None
+    /// for "/" itself). Root skips the checks (it passes them all).
+    pub(crate) async fn search(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<Option<Inode>, FsError> {
+        if caller.uid == 0 || path == "/" {
+            return Ok(None);
+        }
+        let dirs = ancestors(path);
+        let inodes = self.resolve_dirs(&dirs).await?;
+        for i in &inodes {
+            perm::require(i, caller, perm::EXEC)?;
+        }
+        Ok(inodes.last().cloned())
+    }
+
+    /// Search on the ancestors and write on the parent: what creating or removing a name needs.
+    pub(crate) async fn may_modify_dir(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<Option<Inode>, FsError> {
+        let parent = self.search(caller, path).await?;
+        if let Some(p) = &parent {
+            perm::require(p, caller, perm::WRITE | perm::EXEC)?;
+        }
+        Ok(parent)
+    }
+
+    /// Search on the ancestors of `dir` and `want` on `dir` itself (readdir, stat_many).
+    pub(crate) async fn access_dir(
+        self: &Arc<Self>,
+        caller: &Caller,
+        dir: &str,
+        want: u32,
+    ) -> Result<(), FsError> {
+        if caller.uid == 0 {
+            return Ok(());
+        }
+        let mut dirs = ancestors(dir);
+        dirs.push(dir.to_string());
+        let inodes = self.resolve_dirs(&dirs).await?;
+        let Some((last, above)) = inodes.split_last() else {
+            return Ok(());
+        };
+        for i in above {
+            perm::require(i, caller, perm::EXEC)?;
+        }
+        perm::require(last, caller, want)
+    }
+
+    /// Removing or renaming `path` away: write on the parent and the sticky-bit rule.
+    pub(crate) async fn may_remove(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<(), FsError> {
+        if let Some(parent) = self.may_modify_dir(caller, path).await?
+            && parent.mode & perm::STICKY != 0
+        {
+            let target = self.lookup(path).await?;
+            perm::require_sticky(&parent, &self.resolve(target).await?, caller)?;
+        }
+        Ok(())
+    }
+
+    /// Search on the ancestors and write on the file itself (`opened`: through a
+    /// descriptor whose open checked access: `perm::require_write`). Returns the file's
+    /// attributes, looked up for the check (`None` for root, who needs no check).
+    pub(crate) async fn may_write_file(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+        opened: bool,
+    ) -> Result<Option<Inode>, FsError> {
+        if caller.uid == 0 {
+            return Ok(None);
+        }
+        self.search(caller, path).await?;
+        let inode = self.lookup(path).await?;
+        perm::require_write(&inode, caller, opened)?;
+        Ok(Some(inode))
+    }
+
+    /// What creating the name `path` needs (`may_modify_dir`), and the parent's attributes
+    /// even for root: a set-group-id parent decides the new inode's group.
+    pub(crate) async fn may_create(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<Option<Inode>, FsError> {
+        if let Some(parent) = self.may_modify_dir(caller, path).await? {
+            return Ok(Some(parent));
+        }
+        if path == "/" {
+            return Ok(None);
+        }
+        Ok(self
+            .resolve_dirs(&[parent_of(path).to_string()])
+            .await?
+            .pop())
+    }
+
+    /// Renaming `from` to `to`, beyond removing `from`: write on the new parent; in a
+    /// sticky new parent, the rule for the entry replaced; and a directory moving to
+    /// another parent needs write permission on itself (its ".." changes), as on Linux.
+    pub(crate) async fn may_rename_to(
+        self: &Arc<Self>,
+        caller: &Caller,
+        from: &str,
+        to: &str,
+    ) -> Result<(), FsError> {
+        let Some(parent) = self.may_modify_dir(caller, to).await? else {
+            return Ok(());
+        };
+        if parent.mode & perm::STICKY != 0
+            && let Some(victim) = self.entry_attrs(to).await?
+        {
+            perm::require_sticky(&parent, &victim, caller)?;
+        }
+        if parent_of(from) != parent_of(to) {
+            let src = self.resolve(self.lookup(from).await?).await?;
+            if src.kind == FileKind::Directory {
+                perm::require(&src, caller, perm::WRITE)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The attributes of the entry `path` wherever it lives (resolved if a hard-link
+    /// name); `None` if there is no such entry.
+    pub(crate) async fn entry_attrs(
+        self: &Arc<Self>,
+        path: &str,
+    ) -> Result<Option<Inode>, FsError> {
+        let found = if self.entry_node(path) == self.me {
+            self.lookup(path).await
+        } else {
+            let req = Request::GetAttrs {
+                path: path.to_string(),
+                subscribe: false,
+                seq: 0,
+            };
+            match self.call_entry(path, req).await {
+                Ok(Response::AttrLease { inode, .. }) => Ok(inode),
+                Ok(_) => return Err(FsError::Protocol("unexpected reply to get_attrs".into())),
+                Err(e) => Err(e),
+            }
+        };
+        match found {
+            Ok(i) => Ok(Some(self.resolve(i).await?)),
+            Err(FsError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Owner side of GetAttrs / RenewAttrs.
+    pub(crate) async fn serve_attrs(
+        self: &Arc<Self>,
+        path: &str,
+        from: Option<NodeId>,
+        subscribe: bool,
+        seq: u64,
+    ) -> Result<Response, FsError> {
+        let inode = self.lookup(path).await?;
+        let lease_ms = match (subscribe && self.replicas.config.enabled, from) {
+            (true, Some(node)) if inode.kind == FileKind::Directory => {
+                u64::try_from(self.replicas.subscribe(path, node, seq).as_millis()).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        Ok(Response::AttrLease { inode, lease_ms })
+    }
+
+    /// Pushes a change of directory `path` to every subscriber and waits for each ack or its
+    /// lease end, whichever comes first. Called before the change is acknowledged.
+    pub(crate) async fn notify_subscribers(self: &Arc<Self>, path: &str, inode: Option<Inode>) {
+        // Subscriptions made before a restart are forgotten: wait them out.
+        let grace_end = self.replicas.grace_end;
+        if Instant::now() < grace_end {
+            tokio::time::sleep_until(grace_end.into()).await;
+        }
+        let subs = self.replicas.live_subscribers(path);
+        let sends = subs.into_iter().map(|(node, until)| {
+            let inode = inode.clone();
+            let path = path.to_string();
+            async move {
+                let deadline = until.saturating_duration_since(Instant::now());
+                self.notify_one(node, Request::AttrUpdate { path, inode }, deadline)
+                    .await;
+            }
+        });
+        futures::future::join_all(sends).await;
+    }
+
+    /// Sends one change notification and waits for its ack, at most `deadline` (the end of
+    /// the receiver's lease, after which it no longer trusts what the notification changes).
+    pub(super) async fn notify_one(
+        self: &Arc<Self>,
+        node: NodeId,
+        req: Request,
+        deadline: Duration,
+    ) {
+        let started = Instant::now();
+        if tokio::time::timeout(deadline, self.call_node(node, req))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                node,
+                "no acknowledgement of a permission change before the lease ended"
+            );
+        }
+        let stats = &self.replicas.stats;
+        stats.invalidations.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        stats.invalidation_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// Tells every node to drop replicas under `prefix` (a directory was renamed away).
+    pub(crate) async fn broadcast_invalidate(self: &Arc<Self>, prefix: &str) {
+        self.replicas.invalidate_prefix(prefix);
+        let lease = self.replicas.config.lease;
+        let nodes: Vec<NodeId> = self
+            .state()
+            .map
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .filter(|&n| n != self.me)
+            .collect();
+        let sends = nodes.into_iter().map(|node| {
+            let req = Request::InvalidatePrefix {
+                prefix: prefix.to_string(),
+            };
+            async move { self.notify_one(node, req, lease).await }
+        });
+        futures::future::join_all(sends).await;
+    }
+
+    /// One bookkeeping pass: renew popular replicas, evict unpopular ones.
+    pub(crate) async fn replica_bookkeeping(self: &Arc<Self>) {
+        if !self.replicas.config.enabled {
+            return;
+        }
+        let (renew, evicted) = self.replicas.bookkeeping();
+        for (path, seq) in evicted {
+            let _ = self
+                .call_entry(&path.clone(), Request::Unsubscribe { path, seq })
+                .await;
+        }
+        for path in renew {
+            let sent = Instant::now();
+            if let Ok(Response::AttrLease { inode, lease_ms }) = self
+                .call_entry(
+                    &path,
+                    Request::RenewAttrs {
+                        path: path.clone(),
+                        seq: self.replicas.next_seq(),
+                    },
+                )
+                .await
+                && lease_ms > 0
+            {
+                let valid = sent + Duration::from_millis(lease_ms).saturating_sub(LEASE_MARGIN);
+                self.replicas.keep(&path, inode, valid);
+            }
+        }
+    }
+
+    pub(crate) fn bookkeeping_interval(&self) -> Duration {
+        (self.replicas.config.window / crate::partition::popularity::SUB_WINDOWS as u32)
+            .min(self.replicas.config.lease / 4)
+            .max(Duration::from_millis(100))
+    }
+}

@@ -1,0 +1,27 @@
+//! The partition's window on the world: what it needs from the server process that runs it.
+
+use myriad_placement::{NodeId, PartitionId};
+use myriad_proto::{FsError, Request, Response};
+
+use crate::config::ServerConfig;
+use crate::replication::Peers;
+
+/// What a partition needs from the server process that runs it: the map and the other
+/// servers (replication's `Peers`), its configuration, counters, the free-space rule, and
+/// calls to other partitions. The process implements it; a partition never names the process.
+pub(crate) trait Env: Peers {
+    /// The id of the server running this partition.
+    fn server_id(&self) -> NodeId;
+    fn config(&self) -> &ServerConfig;
+    /// Counts one event of kind `what` (server counters).
+    fn count(&self, what: &'static str);
+    /// Refuses a request that would fill the disk (space.rs).
+    fn admit(&self, req: &Request) -> Result<(), FsError>;
+    /// Calls partition `pid` wherever it is served, as partition `source`.
+    fn call_partition(
+        &self,
+        source: PartitionId,
+        pid: PartitionId,
+        body: Request,
+    ) -> futures::future::BoxFuture<'_, Result<Response, FsError>>;
+}

@@ -1,0 +1,26 @@
+//! One partition's state machine (docs/replication.md: the rest of the server once called
+//! a partition a node): driven by requests and ticks (`dispatch`), talking to the world only
+//! through `Env` (the server process implements it), committing through `commit`, shipping
+//! to its copies through `replication`.
+//!
+//! Inside, from the bottom: `env`, and the partition's in-memory parts (`replicas`,
+//! `popularity`, `split_state`, `touches`); `core` (the `Partition` and what every family
+//! uses: ownership checks, lookups, calls to other partitions); the families (`ancestors`,
+//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`); `dispatch`.
+
+pub(crate) mod ancestors;
+pub(crate) mod copy;
+pub(crate) mod core;
+pub(crate) mod dirtimes;
+pub(crate) mod dispatch;
+pub(crate) mod env;
+pub(crate) mod fsck;
+pub(crate) mod links;
+pub(crate) mod popularity;
+pub(crate) mod repair;
+pub(crate) mod replicas;
+pub(crate) mod shards;
+pub(crate) mod split;
+pub(crate) mod split_state;
+pub(crate) mod touches;
+pub(crate) mod twophase;
