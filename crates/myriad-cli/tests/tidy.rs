@@ -151,14 +151,9 @@ fn module_edges(mods: &BTreeMap<ModPath, PathBuf>) -> BTreeMap<ModPath, Vec<ModP
         if let Some(at) = text.find("#[cfg(test)]\nmod tests") {
             text.truncate(at);
         }
-        let is_dir_module = file
-            .file_stem()
-            .is_some_and(|s| s == "mod" || s == "lib" || s == "main");
-        let here: ModPath = if is_dir_module {
-            module.clone()
-        } else {
-            module[..module.len().saturating_sub(1)].to_vec()
-        };
+        // `self::` is the module itself, `super::` its parent (a file `a/b.rs` is module
+        // `a::b` whose parent is `a`, as `a/b/mod.rs` would be).
+        let here: ModPath = module.clone();
         let mut targets: Vec<ModPath> = Vec::new();
         let mut add =
             |base: &ModPath, rest: &str| {
@@ -195,6 +190,22 @@ fn module_edges(mods: &BTreeMap<ModPath, PathBuf>) -> BTreeMap<ModPath, Vec<ModP
                         .unwrap_or(rest.len());
                     add(&base, &rest[..end]);
                 }
+            }
+        }
+        // Paths relative to the module itself: `child::item` names a child module.
+        for child in mods.keys().filter(|c| {
+            c.len() == module.len() + 1 && c.starts_with(module) && !module.is_empty()
+                || module.is_empty() && c.len() == 1
+        }) {
+            let needle = format!("{}::", child[child.len() - 1]);
+            let named = text.match_indices(&needle).any(|(at, _)| {
+                !text[..at]
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            });
+            if named {
+                targets.push(child.clone());
             }
         }
         targets.sort();
@@ -313,9 +324,12 @@ fn the_layer_check_sees_an_upward_import() {
         .unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(
         dir.path().join("state/mod.rs"),
-        "use crate::commit::Applier;\n",
+        "use crate::commit::Applier;\nuse child::Other;\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // A child named by a path relative to its parent is an import too.
+    std::fs::write(dir.path().join("state/child.rs"), "use super::Thing;\n")
+        .unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(
         dir.path().join("commit.rs"),
         "use crate::state::{Store, x};\n",
@@ -324,7 +338,12 @@ fn the_layer_check_sees_an_upward_import() {
     let edges = module_edges(&modules(dir.path()));
     let state = vec!["state".to_string()];
     let commit = vec!["commit".to_string()];
-    assert_eq!(edges.get(&state), Some(&vec![commit.clone()]));
+    let child = vec!["state".to_string(), "child".to_string()];
+    assert_eq!(
+        edges.get(&state),
+        Some(&vec![commit.clone(), child.clone()])
+    );
+    assert_eq!(edges.get(&child), Some(&vec![state.clone()]));
     assert_eq!(server_layer(&commit), server_layer(&state) + 1);
-    assert_eq!(circles(&edges), vec![commit, state]);
+    assert_eq!(circles(&edges), vec![commit, state, child]);
 }

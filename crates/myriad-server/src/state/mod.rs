@@ -3,6 +3,16 @@
 //! (`perm`). Names only the storage and protocol crates: no tasks, no network, no clock of
 //! its own (times come in with the mutation).
 
+mod attrs;
+mod data;
+mod dirs;
+mod files;
+mod ids;
 pub(crate) mod intent;
+mod links;
 pub(crate) mod mutation;
+mod ops;
 pub(crate) mod perm;
+mod records;
+mod renames;
+mod shards;

@@ -3,7 +3,11 @@ use std::sync::Arc;
 use myriad_proto::{FileKind, FsError, RenameFlags};
 use myriad_storage::{MemKv, Store};
 
+use myriad_proto::{Inode, ROOT_INO};
+use myriad_storage::DirRecord;
+
 use super::*;
+use crate::state::records::visible;
 
 struct T {
     store: Store,

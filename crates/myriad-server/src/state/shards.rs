@@ -1,51 +1,11 @@
 //! Mutations of the split protocol (docs/huge-dirs.md): each is one atomic batch on one node.
 
-use myriad_proto::{ExportedEntry, FileKind, FsError, Shard, ShardMap};
+use myriad_proto::{FileKind, FsError, Shard, ShardMap};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
-use super::{Ctx, Outcome, chunk0_blocks, put_visible, storage_err};
 use crate::state::intent::{Decision, Intent};
-
-#[derive(Debug)]
-pub enum ShardMutation {
-    /// Partition A: start splitting its `shard` of `dir`: writes of the upper half get `Busy`;
-    /// the intent `SplitOut` is written in the same batch.
-    SplitBegin { dir: String, shard: Shard },
-    /// Partition A, the decision: the upper half's entries and their chunk-0 blocks go, the shard
-    /// becomes its lower half, the intent records `Commit`.
-    SplitCommit { txid: u64 },
-    /// Partition A: the split is abandoned (the home's map no longer lists the child): writes
-    /// resume; the intent stays, decided `Abort`, until the child's node dropped its copy.
-    SplitAbort { txid: u64 },
-    /// Partition B: stage `entries` in hidden shard `child` (created on the first page).
-    Import {
-        dir: String,
-        ino: u64,
-        txid: u64,
-        child: Shard,
-        entries: Vec<ExportedEntry>,
-    },
-    /// Partition B: reveal the staged shard, or drop it with its entries and blocks.
-    Finish {
-        dir: String,
-        txid: u64,
-        child: Shard,
-        reveal: bool,
-    },
-    /// Home: leaf `shard` of `dir` splits, or the split is undone. Idempotent.
-    MapChange {
-        dir: String,
-        ino: u64,
-        shard: Shard,
-        split: bool,
-    },
-    /// Partition of shards of a directory made pre-split: hold them, empty. Idempotent.
-    Create {
-        dir: String,
-        ino: u64,
-        shards: Vec<Shard>,
-    },
-}
+use crate::state::ops::{Ctx, Outcome, ShardMutation, chunk0_blocks, storage_err};
+use crate::state::records::put_visible;
 
 pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, FsError> {
     match m {

@@ -1,0 +1,80 @@
+//! Mutations of attributes only: `setattr`, and a directory's times and link count (`DirTouch`, docs dirtimes).
+
+use myriad_proto::{FileKind, FsError, Inode};
+use myriad_storage::{Batch, EntryRecord};
+
+use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::records::{apply_change, put_visible, require_writable, visible};
+
+/// Executes one mutation of this family into `b`.
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+    let out = match m {
+        Mutation::SetAttr {
+            dir,
+            name,
+            change,
+            now,
+        } => {
+            if dir == "/" && name.is_empty() {
+                let mut rec = ctx
+                    .store
+                    .dir("/")
+                    .map_err(storage_err)?
+                    .ok_or(FsError::NotFound)?;
+                let mut root = rec.root_attrs.clone().ok_or(FsError::NotFound)?;
+                apply_change(&mut root, change, now)?;
+                rec.root_attrs = Some(root.clone());
+                ctx.store.put_dir(b, "/", &rec);
+                Outcome::Inode(root)
+            } else {
+                require_writable(ctx.store, &dir, &name)?;
+                let mut inode = visible(ctx.store, &dir, &name)?;
+                apply_change(&mut inode, change, now)?;
+                put_visible(ctx.store, b, &dir, &name, &inode);
+                Outcome::Inode(inode)
+            }
+        }
+        Mutation::DirTouch {
+            dir,
+            name,
+            ino,
+            now,
+            nlink,
+        } => {
+            let touch = |i: &mut Inode| {
+                i.mtime_ns = now;
+                i.ctime_ns = i.ctime_ns.max(now);
+                if let Some(n) = nlink {
+                    i.nlink = n;
+                }
+            };
+            if dir == "/" && name.is_empty() {
+                if let Some(mut rec) = ctx.store.dir("/").map_err(storage_err)?
+                    && let Some(mut root) = rec.root_attrs.take()
+                    && root.ino == ino
+                {
+                    touch(&mut root);
+                    rec.root_attrs = Some(root.clone());
+                    ctx.store.put_dir(b, "/", &rec);
+                    Outcome::Inode(root)
+                } else {
+                    Outcome::Unit
+                }
+            } else if let Some(EntryRecord {
+                inode: Some(mut i),
+                pending: None,
+            }) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+                && i.ino == ino
+                && i.kind == FileKind::Directory
+            {
+                touch(&mut i);
+                put_visible(ctx.store, b, &dir, &name, &i);
+                Outcome::Inode(i)
+            } else {
+                Outcome::Unit
+            }
+        }
+        other => return Err(not_routed(&other)),
+    };
+    Ok(out)
+}

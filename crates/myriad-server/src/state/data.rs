@@ -1,0 +1,164 @@
+//! Mutations of a file's contents and size: writes, extensions, truncates, chunks beyond chunk 0, their garbage collection, and block repair.
+
+use myriad_proto::{FsError, limits};
+use myriad_storage::{BLOCK_BYTES, Batch};
+
+use crate::state::intent::Intent;
+use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed, storage_err};
+use crate::state::records::{modified, put_visible, visible_file};
+
+/// Executes one mutation of this family into `b`.
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+    let out = match m {
+        Mutation::Write {
+            dir,
+            name,
+            ino,
+            offset,
+            data,
+            now,
+        } => {
+            let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
+            let end = offset
+                .checked_add(data.len() as u64)
+                .ok_or(FsError::TooLarge)?;
+            if end > ctx.layout.chunk_size_bytes {
+                return Err(FsError::InvalidArgument(
+                    "write crosses the end of chunk 0".into(),
+                ));
+            }
+            ctx.store
+                .write_range(b, ino, offset, &data)
+                .map_err(storage_err)?;
+            let size = inode.size.max(end);
+            modified(&mut inode, size, now);
+            put_visible(ctx.store, b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::ExtendSize {
+            dir,
+            name,
+            ino,
+            size,
+            now,
+        } => {
+            if size > limits::FILE_BYTES_MAX {
+                return Err(FsError::TooLarge);
+            }
+            let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
+            let size = inode.size.max(size);
+            modified(&mut inode, size, now);
+            put_visible(ctx.store, b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::Truncate {
+            dir,
+            name,
+            ino,
+            size,
+            now,
+        } => {
+            if size > limits::FILE_BYTES_MAX {
+                return Err(FsError::TooLarge);
+            }
+            let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
+            let old = inode.size;
+            let mut gc = None;
+            if size < old {
+                let c0 = chunk0_blocks(ctx.layout);
+                ctx.store
+                    .trim_blocks(b, ino, size, 0, c0)
+                    .map_err(storage_err)?;
+                if old > ctx.layout.chunk_size_bytes {
+                    let txid = ctx.ids.next(ctx.store, b)?;
+                    let intent = Intent::ChunkGc {
+                        ino,
+                        keep_bytes: size,
+                        old_size: old,
+                    };
+                    ctx.store.put_intent(b, txid, intent.encode());
+                    gc = Some(txid);
+                }
+            }
+            modified(&mut inode, size, now);
+            put_visible(ctx.store, b, &dir, &name, &inode);
+            Outcome::InodeGc(inode, gc)
+        }
+        Mutation::WriteChunk {
+            ino,
+            chunk,
+            offset,
+            data,
+        } => {
+            let cs = ctx.layout.chunk_size_bytes;
+            if chunk == 0 || offset.saturating_add(data.len() as u64) > cs {
+                return Err(FsError::InvalidArgument("chunk write out of bounds".into()));
+            }
+            let abs = chunk
+                .checked_mul(cs)
+                .and_then(|x| x.checked_add(offset))
+                .filter(|a| a.saturating_add(data.len() as u64) <= limits::FILE_BYTES_MAX)
+                .ok_or(FsError::TooLarge)?;
+            ctx.store
+                .write_range(b, ino, abs, &data)
+                .map_err(storage_err)?;
+            Outcome::Unit
+        }
+        Mutation::ChunkTrim {
+            ino,
+            chunk,
+            keep_bytes,
+        } => {
+            let c0 = chunk0_blocks(ctx.layout);
+            let cs = ctx.layout.chunk_size_bytes;
+            // Chunk indexes come off the wire: no arithmetic here may overflow.
+            let (Some(start), Some(first_block)) = (chunk.checked_mul(cs), chunk.checked_mul(c0))
+            else {
+                return Err(FsError::TooLarge);
+            };
+            ctx.store
+                .trim_blocks(
+                    b,
+                    ino,
+                    start.saturating_add(keep_bytes.min(cs)),
+                    first_block,
+                    first_block.saturating_add(c0),
+                )
+                .map_err(storage_err)?;
+            Outcome::Unit
+        }
+        Mutation::ChunkTrimFrom { ino, from_bytes } => {
+            let c0 = chunk0_blocks(ctx.layout);
+            let from = from_bytes.max(ctx.layout.chunk_size_bytes);
+            ctx.store
+                .trim_blocks(b, ino, from, c0, u64::MAX)
+                .map_err(storage_err)?;
+            Outcome::Unit
+        }
+        Mutation::RepairBlock { ino, block, data } => {
+            let now = ctx.store.block_value(ino, block).map_err(storage_err)?;
+            let still = match now.as_deref() {
+                None => false,
+                Some(v) => myriad_storage::block_data(v).is_none_or(|d| d == data.as_slice()),
+            };
+            if still {
+                ctx.store.put_block(b, ino, block, data);
+            }
+            Outcome::Unit
+        }
+        Mutation::DropBlocks { ino, from_block } => {
+            ctx.store
+                .trim_blocks(
+                    b,
+                    ino,
+                    from_block.saturating_mul(BLOCK_BYTES),
+                    from_block,
+                    u64::MAX,
+                )
+                .map_err(storage_err)?;
+            Outcome::Unit
+        }
+        other => return Err(not_routed(&other)),
+    };
+    Ok(out)
+}

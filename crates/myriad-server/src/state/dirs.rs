@@ -1,0 +1,176 @@
+//! Directory creation and removal (two-partition protocols: the entry side and the directory object side), and the decisions of intents.
+
+use myriad_proto::{FileKind, FsError};
+use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
+
+use crate::state::intent::{Decision, Intent};
+use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::records::{
+    adjust_subdirs, is_dir, new_inode, put_visible, require_free_name, require_writable, visible,
+};
+
+/// Executes one mutation of this family into `b`.
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+    let out = match m {
+        Mutation::MkdirBegin {
+            dir,
+            name,
+            mode,
+            depth,
+            uid,
+            gid,
+            now,
+        } => {
+            require_free_name(ctx.store, &dir, &name)?;
+            let ino = ctx.ids.next(ctx.store, b)?;
+            let txid = ctx.ids.next(ctx.store, b)?;
+            let mut inode = new_inode(ino, FileKind::Directory, mode & 0o7777, uid, gid, now);
+            inode.nlink = 2;
+            let rec = EntryRecord {
+                inode: None,
+                pending: Some(Pending {
+                    txid,
+                    after: Some(inode.clone()),
+                }),
+            };
+            ctx.store.put_entry(b, &dir, &name, &rec);
+            let intent = Intent::Mkdir {
+                dir,
+                name,
+                ino,
+                depth,
+                decision: Decision::Undecided,
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            Outcome::Begun { txid, inode }
+        }
+        Mutation::RmdirBegin { dir, name } => {
+            require_writable(ctx.store, &dir, &name)?;
+            let inode = visible(ctx.store, &dir, &name)?;
+            if inode.kind != FileKind::Directory {
+                return Err(FsError::NotADirectory);
+            }
+            let txid = ctx.ids.next(ctx.store, b)?;
+            let rec = EntryRecord {
+                inode: Some(inode.clone()),
+                pending: Some(Pending { txid, after: None }),
+            };
+            ctx.store.put_entry(b, &dir, &name, &rec);
+            let intent = Intent::Rmdir {
+                dir,
+                name,
+                ino: inode.ino,
+                decision: Decision::Undecided,
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            Outcome::Begun { txid, inode }
+        }
+        Mutation::ResolveEntry {
+            dir,
+            name,
+            txid,
+            commit,
+        } => {
+            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+                && let Some(p) = rec.pending.filter(|p| p.txid == txid)
+            {
+                let before = is_dir(rec.inode.as_ref());
+                let result = if commit { p.after } else { rec.inode };
+                adjust_subdirs(ctx.store, b, &dir, is_dir(result.as_ref()) - before)?;
+                match result {
+                    Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
+                    None => ctx.store.delete_entry(b, &dir, &name),
+                }
+            }
+            ctx.store.delete_intent(b, txid);
+            Outcome::Unit
+        }
+        Mutation::Decide { txid, decision } => {
+            if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
+                let updated = match Intent::decode(&bytes) {
+                    Some(Intent::Mkdir {
+                        dir,
+                        name,
+                        ino,
+                        depth,
+                        ..
+                    }) => Some(Intent::Mkdir {
+                        dir,
+                        name,
+                        ino,
+                        depth,
+                        decision,
+                    }),
+                    Some(Intent::Rmdir { dir, name, ino, .. }) => Some(Intent::Rmdir {
+                        dir,
+                        name,
+                        ino,
+                        decision,
+                    }),
+                    Some(Intent::RenameOut {
+                        from_dir,
+                        from_name,
+                        to,
+                        dst_node,
+                        ino,
+                        moves,
+                        ..
+                    }) => Some(Intent::RenameOut {
+                        from_dir,
+                        from_name,
+                        to,
+                        dst_node,
+                        ino,
+                        decision,
+                        moves,
+                    }),
+                    _ => None,
+                };
+                if let Some(i) = updated {
+                    ctx.store.put_intent(b, txid, i.encode());
+                }
+            }
+            Outcome::Unit
+        }
+        Mutation::DeleteIntent { txid } => {
+            ctx.store.delete_intent(b, txid);
+            Outcome::Unit
+        }
+        Mutation::DirObjectCreate {
+            path,
+            ino,
+            shards,
+            map,
+        } => {
+            match ctx.store.dir(&path).map_err(storage_err)? {
+                Some(rec) if rec.ino == ino => {}
+                Some(_) => return Err(FsError::AlreadyExists),
+                None => ctx.store.put_dir(
+                    b,
+                    &path,
+                    &DirRecord {
+                        shards: shards.into_iter().map(LocalShard::new).collect(),
+                        map,
+                        ..DirRecord::new(ino)
+                    },
+                ),
+            }
+            Outcome::Unit
+        }
+        Mutation::DirObjectRemove { path, ino } => {
+            match ctx.store.dir(&path).map_err(storage_err)? {
+                Some(rec) if rec.ino == ino => {
+                    if ctx.store.has_entries(&path).map_err(storage_err)? {
+                        return Err(FsError::NotEmpty);
+                    }
+                    ctx.store.delete_dir(b, &path);
+                }
+                // Already gone, or a different directory now lives there: nothing of ours to remove.
+                _ => {}
+            }
+            Outcome::Unit
+        }
+        other => return Err(not_routed(&other)),
+    };
+    Ok(out)
+}

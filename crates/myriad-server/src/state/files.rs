@@ -1,0 +1,130 @@
+//! Mutations that make or remove one file system object: the root, files, symlinks, device nodes and FIFOs, unlinks.
+
+use myriad_proto::{FileKind, FsError, ROOT_INO};
+use myriad_storage::{Batch, DirRecord, EntryRecord};
+
+use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::records::{
+    drop_file_data, new_inode, put_visible, require_dir, require_free_name, require_writable,
+    visible,
+};
+
+/// Executes one mutation of this family into `b`.
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+    let out = match m {
+        Mutation::InitRoot { now, uid, gid } => {
+            if ctx.store.dir("/").map_err(storage_err)?.is_none() {
+                let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, uid, gid, now);
+                root.nlink = 2;
+                ctx.store.put_dir(
+                    b,
+                    "/",
+                    &DirRecord {
+                        root_attrs: Some(root),
+                        ..DirRecord::new(ROOT_INO)
+                    },
+                );
+            }
+            Outcome::Unit
+        }
+        Mutation::CreateFile {
+            dir,
+            name,
+            mode,
+            uid,
+            gid,
+            exclusive,
+            data,
+            now,
+        } => {
+            require_dir(ctx.store, &dir, &name)?;
+            if data.len() as u64 > ctx.layout.chunk_size_bytes {
+                return Err(FsError::InvalidArgument(
+                    "initial data larger than one chunk".into(),
+                ));
+            }
+            match ctx.store.entry(&dir, &name).map_err(storage_err)? {
+                Some(EntryRecord {
+                    pending: Some(_), ..
+                }) => return Err(FsError::Busy),
+                Some(EntryRecord {
+                    inode: Some(existing),
+                    ..
+                }) => {
+                    if exclusive {
+                        return Err(FsError::AlreadyExists);
+                    }
+                    if existing.kind == FileKind::Directory {
+                        return Err(FsError::IsADirectory);
+                    }
+                    // Non-exclusive create of an existing file opens it as is.
+                    return Ok(Outcome::Inode(existing));
+                }
+                _ => {}
+            }
+            let ino = ctx.ids.next(ctx.store, b)?;
+            let mut inode = new_inode(ino, FileKind::File, mode & 0o7777, uid, gid, now);
+            inode.size = data.len() as u64;
+            if !data.is_empty() {
+                ctx.store
+                    .write_range(b, ino, 0, &data)
+                    .map_err(storage_err)?;
+            }
+            put_visible(ctx.store, b, &dir, &name, &inode);
+            Outcome::Created(inode)
+        }
+        Mutation::Symlink {
+            dir,
+            name,
+            target,
+            uid,
+            gid,
+            now,
+        } => {
+            require_free_name(ctx.store, &dir, &name)?;
+            let ino = ctx.ids.next(ctx.store, b)?;
+            let mut inode = new_inode(ino, FileKind::Symlink, 0o777, uid, gid, now);
+            inode.size = target.len() as u64;
+            inode.symlink_target = Some(target);
+            put_visible(ctx.store, b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::Mknod {
+            dir,
+            name,
+            kind,
+            mode,
+            rdev,
+            uid,
+            gid,
+            now,
+        } => {
+            if !kind.is_special() {
+                return Err(FsError::InvalidArgument(
+                    "mknod makes only FIFOs, sockets and devices".into(),
+                ));
+            }
+            require_free_name(ctx.store, &dir, &name)?;
+            let ino = ctx.ids.next(ctx.store, b)?;
+            let mut inode = new_inode(ino, kind, mode & 0o7777, uid, gid, now);
+            if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
+                inode.rdev = rdev;
+            }
+            put_visible(ctx.store, b, &dir, &name, &inode);
+            Outcome::Inode(inode)
+        }
+        Mutation::Unlink { dir, name } => {
+            require_writable(ctx.store, &dir, &name)?;
+            let inode = visible(ctx.store, &dir, &name)?;
+            if inode.kind == FileKind::Directory {
+                return Err(FsError::IsADirectory);
+            }
+            ctx.store.delete_entry(b, &dir, &name);
+            let gc = drop_file_data(ctx, b, &inode)?;
+            // The removed inode: a hard-link name tells the node to drop a link at home.
+            Outcome::InodeGc(inode, gc)
+        }
+        other => return Err(not_routed(&other)),
+    };
+    Ok(out)
+}

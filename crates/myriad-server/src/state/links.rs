@@ -1,0 +1,61 @@
+//! Hard links: moving an inode to its home's inode directory, names that refer to it, and its link count.
+
+use myriad_proto::{FileKind, FsError};
+use myriad_storage::{Batch, DirRecord};
+
+use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::records::{
+    INODE_DIR, drop_file_data, inode_name, link_ref, put_visible, require_free_name,
+    require_writable, visible,
+};
+
+/// Executes one mutation of this family into `b`.
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+    let out = match m {
+        Mutation::LinkSource { dir, name, me, now } => {
+            require_writable(ctx.store, &dir, &name)?;
+            let mut inode = visible(ctx.store, &dir, &name)?;
+            // Directories never get a second name; everything else may (Linux links
+            // FIFOs, sockets, devices and symlinks too).
+            if matches!(inode.kind, FileKind::Directory | FileKind::HardLink) {
+                return Err(FsError::NotPermitted);
+            }
+            inode.nlink = inode.nlink.saturating_add(1);
+            inode.ctime_ns = now;
+            if ctx.store.dir(INODE_DIR).map_err(storage_err)?.is_none() {
+                ctx.store.put_dir(b, INODE_DIR, &DirRecord::new(0));
+            }
+            put_visible(ctx.store, b, INODE_DIR, &inode_name(inode.ino), &inode);
+            put_visible(ctx.store, b, &dir, &name, &link_ref(inode.ino, me));
+            Outcome::Inode(inode)
+        }
+        Mutation::PutLinkRef {
+            dir,
+            name,
+            ino,
+            home,
+        } => {
+            require_free_name(ctx.store, &dir, &name)?;
+            let r = link_ref(ino, home);
+            put_visible(ctx.store, b, &dir, &name, &r);
+            Outcome::Inode(r)
+        }
+        Mutation::AdjustLinks { ino, delta, now } => {
+            let name = inode_name(ino);
+            let mut inode = visible(ctx.store, INODE_DIR, &name)?;
+            let n = i64::from(inode.nlink).saturating_add(delta).max(0);
+            inode.nlink = u32::try_from(n).unwrap_or(u32::MAX);
+            inode.ctime_ns = now;
+            if inode.nlink == 0 {
+                ctx.store.delete_entry(b, INODE_DIR, &name);
+                let gc = drop_file_data(ctx, b, &inode)?;
+                Outcome::Gc(gc)
+            } else {
+                put_visible(ctx.store, b, INODE_DIR, &name, &inode);
+                Outcome::Inode(inode)
+            }
+        }
+        other => return Err(not_routed(&other)),
+    };
+    Ok(out)
+}

@@ -1,0 +1,355 @@
+//! What a partition's store can be asked to do: the `Mutation`s (with the split protocol's
+//! `ShardMutation`s), their `Outcome`s, and the context they run in. Data only; the families
+//! beside this module execute them, `mutation.rs` routes each to its family.
+
+use myriad_proto::{
+    DirAction, ExportedEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, Shard, ShardMap,
+    XattrMode,
+};
+use myriad_storage::{BLOCK_BYTES, StorageError, Store};
+
+use crate::state::ids::IdAlloc;
+use crate::state::intent::{Decision, DirMove};
+
+/// A change to one inode's attributes, applied in place.
+#[derive(Debug)]
+pub enum InodeChange {
+    Attr(SetAttr),
+    /// Set (`Some`) or remove (`None`) one extended attribute.
+    Xattr {
+        name: String,
+        value: Option<Vec<u8>>,
+        mode: XattrMode,
+    },
+}
+
+#[derive(Debug)]
+pub enum Mutation {
+    /// Changes nothing; its reply comes after the fsync covering everything applied before.
+    Barrier,
+    /// Puts an intact copy of a block that failed its checksum here or on a backup
+    /// (repair.rs). Applied only if the block is still what repair saw: corrupt here, or
+    /// intact and equal to `data` (rewritten so that every copy gets it); a block written
+    /// or deleted meanwhile is left alone.
+    RepairBlock {
+        ino: u64,
+        block: u64,
+        data: Vec<u8>,
+    },
+    /// First extra name of the regular file at `dir/name`: its inode moves to an inode object
+    /// on this node (`me`), with one more link; the entry becomes a reference to it.
+    LinkSource {
+        dir: String,
+        name: String,
+        me: u32,
+        now: i64,
+    },
+    /// A new name `dir/name` referring to hard-linked inode `ino` on node `home`.
+    PutLinkRef {
+        dir: String,
+        name: String,
+        ino: u64,
+        home: u32,
+    },
+    /// Adds `delta` to the link count of inode object `ino`; at 0 it goes with its data.
+    AdjustLinks {
+        ino: u64,
+        delta: i64,
+        now: i64,
+    },
+    InitRoot {
+        now: i64,
+        uid: u32,
+        gid: u32,
+    },
+    CreateFile {
+        dir: String,
+        name: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        exclusive: bool,
+        data: Vec<u8>,
+        now: i64,
+    },
+    Symlink {
+        dir: String,
+        name: String,
+        target: String,
+        uid: u32,
+        gid: u32,
+        now: i64,
+    },
+    Unlink {
+        dir: String,
+        name: String,
+    },
+    SetAttr {
+        dir: String,
+        name: String,
+        change: InodeChange,
+        now: i64,
+    },
+    /// A metadata-only node (FIFO, socket or device; `rdev` numbers a device).
+    Mknod {
+        dir: String,
+        name: String,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+        now: i64,
+    },
+    /// Entries of directory `dir/name` (inode `ino`) changed on the partition holding them:
+    /// its mtime and ctime become `now`, its link count `nlink` if given. Nothing happens
+    /// if the entry names another inode, or is pending (the directory is being renamed or
+    /// removed: its times matter no more, or come with it).
+    DirTouch {
+        dir: String,
+        name: String,
+        ino: u64,
+        now: i64,
+        nlink: Option<u32>,
+    },
+    Write {
+        dir: String,
+        name: String,
+        ino: u64,
+        offset: u64,
+        data: Vec<u8>,
+        now: i64,
+    },
+    ExtendSize {
+        dir: String,
+        name: String,
+        ino: u64,
+        size: u64,
+        now: i64,
+    },
+    Truncate {
+        dir: String,
+        name: String,
+        ino: u64,
+        size: u64,
+        now: i64,
+    },
+    WriteChunk {
+        ino: u64,
+        chunk: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    ChunkTrim {
+        ino: u64,
+        chunk: u64,
+        keep_bytes: u64,
+    },
+    /// Drops every byte of `ino` held here at or beyond `from_bytes`, in chunks >= 1.
+    ChunkTrimFrom {
+        ino: u64,
+        from_bytes: u64,
+    },
+    MkdirBegin {
+        dir: String,
+        name: String,
+        mode: u32,
+        depth: u8,
+        uid: u32,
+        gid: u32,
+        now: i64,
+    },
+    RmdirBegin {
+        dir: String,
+        name: String,
+    },
+    /// Finish (commit) or undo (abort) the pending state of `dir/name` left by a mkdir/rmdir
+    /// with `txid`, and delete the intent.
+    ResolveEntry {
+        dir: String,
+        name: String,
+        txid: u64,
+        commit: bool,
+    },
+    /// Record a decision in an intent (so recovery follows it).
+    Decide {
+        txid: u64,
+        decision: Decision,
+    },
+    DeleteIntent {
+        txid: u64,
+    },
+    /// `shards`: the shards this (home) node holds; `map`: the map of a pre-split directory.
+    DirObjectCreate {
+        path: String,
+        ino: u64,
+        shards: Vec<Shard>,
+        map: Option<ShardMap>,
+    },
+    DirObjectRemove {
+        path: String,
+        ino: u64,
+    },
+    RenameLocal {
+        from: String,
+        to: String,
+        flags: RenameFlags,
+        now: i64,
+    },
+    RenameSourceBegin {
+        from: String,
+        to: String,
+        dst_node: u32,
+        now: i64,
+    },
+    /// Coordinator: commit deletes the source entry and its chunk-0 blocks; abort restores it.
+    /// `moves` (directory renames) is recorded in the intent with the decision.
+    RenameSourceDecide {
+        txid: u64,
+        commit: bool,
+        moves: Vec<DirMove>,
+    },
+    DirFreeze {
+        path: String,
+        txid: u64,
+    },
+    DirImport {
+        path: String,
+        txid: u64,
+        ino: u64,
+        shards: Vec<Shard>,
+        map: Option<ShardMap>,
+        entries: Vec<ExportedEntry>,
+    },
+    DirFinish {
+        path: String,
+        txid: u64,
+        action: DirAction,
+    },
+    RenamePrepare {
+        txid: u64,
+        coordinator: u32,
+        to: String,
+        inode: Inode,
+        flags: RenameFlags,
+        blocks: Vec<(u64, Vec<u8>)>,
+    },
+    RenameTargetResolve {
+        txid: u64,
+        commit: bool,
+    },
+    /// The split protocol (docs/huge-dirs.md).
+    Shard(ShardMutation),
+    /// fsck repair: drop every block of `ino` from `from_block` on.
+    DropBlocks {
+        ino: u64,
+        from_block: u64,
+    },
+}
+
+#[derive(Debug)]
+pub enum Outcome {
+    Unit,
+    Inode(Inode),
+    /// A new inode (a create that did not find the name taken).
+    Created(Inode),
+    /// The inode after the change, plus the txid of a chunk GC intent the caller must run.
+    InodeGc(Inode, Option<u64>),
+    Gc(Option<u64>),
+    Begun {
+        txid: u64,
+        inode: Inode,
+    },
+    RenameBegun {
+        txid: u64,
+        inode: Inode,
+        blocks: Vec<(u64, Vec<u8>)>,
+    },
+    /// A rename; the txid of the replaced file's chunk GC intent, if any, and the replaced
+    /// entry if it was a hard-link name (the node then drops a link at its home).
+    Renamed(Option<u64>, Option<Inode>),
+    SplitBegun {
+        txid: u64,
+        ino: u64,
+    },
+}
+
+/// Key of a rename's destination-side record. The destination of a rename can be the
+/// coordinator itself (both entries on one node), so its record must not share the
+/// coordinator's intent key. Bit 63 is never set in a txid (node ids < 2^23).
+#[must_use]
+pub fn prepare_key(txid: u64) -> u64 {
+    txid | (1 << 63)
+}
+
+/// Layout parameters the mutations need (from the cluster map).
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub chunk_size_bytes: u64,
+}
+
+#[derive(Debug)]
+pub enum ShardMutation {
+    /// Partition A: start splitting its `shard` of `dir`: writes of the upper half get `Busy`;
+    /// the intent `SplitOut` is written in the same batch.
+    SplitBegin { dir: String, shard: Shard },
+    /// Partition A, the decision: the upper half's entries and their chunk-0 blocks go, the shard
+    /// becomes its lower half, the intent records `Commit`.
+    SplitCommit { txid: u64 },
+    /// Partition A: the split is abandoned (the home's map no longer lists the child): writes
+    /// resume; the intent stays, decided `Abort`, until the child's node dropped its copy.
+    SplitAbort { txid: u64 },
+    /// Partition B: stage `entries` in hidden shard `child` (created on the first page).
+    Import {
+        dir: String,
+        ino: u64,
+        txid: u64,
+        child: Shard,
+        entries: Vec<ExportedEntry>,
+    },
+    /// Partition B: reveal the staged shard, or drop it with its entries and blocks.
+    Finish {
+        dir: String,
+        txid: u64,
+        child: Shard,
+        reveal: bool,
+    },
+    /// Home: leaf `shard` of `dir` splits, or the split is undone. Idempotent.
+    MapChange {
+        dir: String,
+        ino: u64,
+        shard: Shard,
+        split: bool,
+    },
+    /// Partition of shards of a directory made pre-split: hold them, empty. Idempotent.
+    Create {
+        dir: String,
+        ino: u64,
+        shards: Vec<Shard>,
+    },
+}
+
+pub fn storage_err(e: StorageError) -> FsError {
+    match e {
+        StorageError::NoSpace => FsError::NoSpace,
+        StorageError::Checksum { ino, block } => FsError::Corrupt { ino, block },
+        other => FsError::Io(other.to_string()),
+    }
+}
+
+pub(crate) fn chunk0_blocks(layout: Layout) -> u64 {
+    layout.chunk_size_bytes / BLOCK_BYTES
+}
+
+pub struct Ctx<'a> {
+    pub store: &'a Store,
+    pub ids: &'a mut IdAlloc,
+    pub layout: Layout,
+}
+
+/// A mutation handed to a family that does not execute it (a routing bug in `mutation.rs`).
+pub(crate) fn not_routed(m: &Mutation) -> FsError {
+    FsError::Io(format!(
+        "internal: mutation routed to the wrong family: {m:?}"
+    ))
+}

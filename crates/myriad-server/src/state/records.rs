@@ -1,0 +1,290 @@
+//! What the families share: reading and writing entries and inodes in a store with the
+//! checks every mutation makes (names free, directories writable, shards owned), new inodes,
+//! attribute changes, dropping a file's data.
+
+use myriad_proto::{FileKind, FsError, Inode, RenameFlags, SetAttr, Xattr, XattrMode, limits};
+use myriad_storage::{Batch, DirRecord, EntryRecord, Store};
+
+use crate::state::intent::Intent;
+use crate::state::ops::{Ctx, InodeChange, chunk0_blocks, storage_err};
+
+/// Where inode objects of hard-linked files live on their home node: a reserved directory
+/// that no valid path can name ("//" never passes path validation).
+pub const INODE_DIR: &str = "//i";
+
+pub fn inode_name(ino: u64) -> String {
+    format!("{ino:016x}")
+}
+
+/// The entry of a name of a hard-linked file: only the inode id and where it lives.
+pub(crate) fn link_ref(ino: u64, home: u32) -> Inode {
+    Inode {
+        kind: FileKind::HardLink,
+        mode: 0,
+        nlink: 0,
+        link_home: Some(home),
+        ..new_inode(ino, FileKind::HardLink, 0, 0, 0, 0)
+    }
+}
+
+pub(crate) fn new_inode(
+    ino: u64,
+    kind: FileKind,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    now: i64,
+) -> Inode {
+    Inode {
+        ino,
+        kind,
+        mode,
+        uid,
+        gid,
+        size: 0,
+        nlink: 1,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+        symlink_target: None,
+        xattrs: Vec::new(),
+        link_home: None,
+        rdev: 0,
+    }
+}
+
+/// 1 for a directory, 0 for anything else or nothing: a directory's entries count toward
+/// its link count ("..").
+pub(crate) fn is_dir(inode: Option<&Inode>) -> i64 {
+    i64::from(inode.is_some_and(|i| i.kind == FileKind::Directory))
+}
+
+/// Adds `delta` to the subdirectory count of directory object `dir` held here (its link
+/// count is 2 + that), in the batch that adds or removes the entry.
+pub(crate) fn adjust_subdirs(
+    store: &Store,
+    b: &mut Batch,
+    dir: &str,
+    delta: i64,
+) -> Result<(), FsError> {
+    if delta == 0 {
+        return Ok(());
+    }
+    if let Some(mut rec) = store.dir(dir).map_err(storage_err)? {
+        let n = i64::from(rec.subdirs).saturating_add(delta).max(0);
+        rec.subdirs = u32::try_from(n).unwrap_or(u32::MAX);
+        store.put_dir(b, dir, &rec);
+    }
+    Ok(())
+}
+
+/// A content change: new size, and mtime and ctime now.
+pub(crate) fn modified(inode: &mut Inode, size: u64, now: i64) {
+    inode.size = size;
+    inode.mtime_ns = now;
+    inode.ctime_ns = now;
+}
+
+pub(crate) fn apply_change(
+    inode: &mut Inode,
+    change: InodeChange,
+    now: i64,
+) -> Result<(), FsError> {
+    match change {
+        InodeChange::Attr(set) => apply_setattr(inode, &set, now),
+        InodeChange::Xattr { name, value, mode } => {
+            let at = inode.xattrs.iter().position(|x| x.name == name);
+            match (at, mode, value) {
+                (Some(_), XattrMode::Create, Some(_)) => return Err(FsError::AlreadyExists),
+                (None, XattrMode::Replace, _) | (None, _, None) => return Err(FsError::NoData),
+                (Some(i), _, None) => {
+                    inode.xattrs.remove(i);
+                }
+                (Some(i), _, Some(v)) => inode.xattrs[i].value = v,
+                (None, _, Some(v)) => inode.xattrs.push(Xattr { name, value: v }),
+            }
+            let total: usize = inode
+                .xattrs
+                .iter()
+                .map(|x| x.name.len() + x.value.len())
+                .sum();
+            if total > limits::XATTR_TOTAL_BYTES_MAX {
+                return Err(FsError::NoSpace);
+            }
+            inode.ctime_ns = now;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
+    if let Some(m) = set.mode {
+        inode.mode = m & 0o7777;
+    }
+    if let Some(u) = set.uid {
+        inode.uid = u;
+    }
+    if let Some(g) = set.gid {
+        inode.gid = g;
+    }
+    if let Some(a) = set.atime_ns {
+        inode.atime_ns = a;
+    }
+    if let Some(m) = set.mtime_ns {
+        inode.mtime_ns = m;
+    }
+    if set.touch {
+        inode.atime_ns = now;
+        inode.mtime_ns = now;
+    }
+    inode.ctime_ns = now;
+}
+
+pub(crate) fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, inode: &Inode) {
+    store.put_entry(
+        b,
+        dir,
+        name,
+        &EntryRecord {
+            inode: Some(inode.clone()),
+            pending: None,
+        },
+    );
+}
+
+/// The directory object `dir` exists here, holds the shard for `name`, and accepts writes
+/// there (no directory rename is moving it, no split is moving that name).
+pub(crate) fn require_dir(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
+    match store.dir(dir).map_err(storage_err)? {
+        None => Err(FsError::NotFound),
+        Some(rec) => writable_shard(dir, &rec, name),
+    }
+}
+
+/// Like `require_dir`, for mutations of existing entries (a missing directory object is
+/// reported by the entry lookup that follows).
+pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
+    match store.dir(dir).map_err(storage_err)? {
+        None => Ok(()),
+        Some(rec) => writable_shard(dir, &rec, name),
+    }
+}
+
+pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), FsError> {
+    if rec.frozen.is_some() || rec.hidden.is_some() {
+        return Err(FsError::Busy);
+    }
+    let hash = myriad_proto::name_hash(name);
+    match rec.shard_for(hash) {
+        None => Err(wrong_shard(dir, rec)),
+        Some(s) if s.blocks_write(hash) => Err(FsError::Busy),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The answer for a name of `dir` this node holds no shard for.
+pub fn wrong_shard(dir: &str, rec: &DirRecord) -> FsError {
+    FsError::WrongShard {
+        dir: dir.to_string(),
+        map: rec.map.clone().map(Box::new),
+    }
+}
+
+/// The visible inode of `dir/name`; `Busy` while a multi-node operation holds it.
+pub(crate) fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsError> {
+    match store.entry(dir, name).map_err(storage_err)? {
+        Some(EntryRecord {
+            pending: Some(_), ..
+        }) => Err(FsError::Busy),
+        Some(EntryRecord { inode: Some(i), .. }) => Ok(i),
+        _ => Err(FsError::NotFound),
+    }
+}
+
+/// `dir` is a usable directory without an entry `name`.
+pub(crate) fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
+    require_dir(store, dir, name)?;
+    if store.entry(dir, name).map_err(storage_err)?.is_some() {
+        return Err(FsError::AlreadyExists);
+    }
+    Ok(())
+}
+
+pub(crate) fn visible_file(
+    store: &Store,
+    dir: &str,
+    name: &str,
+    ino: u64,
+) -> Result<Inode, FsError> {
+    require_writable(store, dir, name)?;
+    let inode = visible(store, dir, name)?;
+    if inode.ino != ino {
+        return Err(FsError::Stale);
+    }
+    match inode.kind {
+        FileKind::File => Ok(inode),
+        FileKind::Directory => Err(FsError::IsADirectory),
+        _ => Err(FsError::InvalidArgument("not a regular file".into())),
+    }
+}
+
+/// POSIX rename target rules. Returns the inode being replaced, if any.
+pub(crate) fn check_rename_target(
+    store: &Store,
+    dir: &str,
+    name: &str,
+    incoming: &Inode,
+    flags: RenameFlags,
+) -> Result<Option<Inode>, FsError> {
+    match store.entry(dir, name).map_err(storage_err)? {
+        Some(EntryRecord {
+            pending: Some(_), ..
+        }) => Err(FsError::Busy),
+        Some(EntryRecord {
+            inode: Some(old), ..
+        }) => {
+            if flags.no_replace && old.ino != incoming.ino {
+                return Err(FsError::AlreadyExists);
+            }
+            match (
+                incoming.kind == FileKind::Directory,
+                old.kind == FileKind::Directory,
+            ) {
+                (false, true) => Err(FsError::IsADirectory),
+                (true, false) => Err(FsError::NotADirectory),
+                (true, true) if old.ino != incoming.ino => Err(FsError::InvalidArgument(
+                    "renaming a directory over an existing directory is not supported yet".into(),
+                )),
+                _ => Ok(Some(old)),
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Deletes the local chunk-0 blocks of a file going away; if it has chunks on other nodes,
+/// writes a ChunkGc intent and returns its txid for the caller to run.
+pub(crate) fn drop_file_data(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    inode: &Inode,
+) -> Result<Option<u64>, FsError> {
+    if inode.kind != FileKind::File {
+        return Ok(None);
+    }
+    let c0 = chunk0_blocks(ctx.layout);
+    ctx.store
+        .trim_blocks(b, inode.ino, 0, 0, c0)
+        .map_err(storage_err)?;
+    if inode.size > ctx.layout.chunk_size_bytes {
+        let txid = ctx.ids.next(ctx.store, b)?;
+        let intent = Intent::ChunkGc {
+            ino: inode.ino,
+            keep_bytes: 0,
+            old_size: inode.size,
+        };
+        ctx.store.put_intent(b, txid, intent.encode());
+        return Ok(Some(txid));
+    }
+    Ok(None)
+}

@@ -1,0 +1,371 @@
+//! Renames: on one partition, across two (source and target sides), and of whole directories (freeze, export/import, finish).
+
+use myriad_placement::split_parent;
+use myriad_proto::{DirAction, FileKind, FsError, Shard};
+use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
+
+use crate::state::intent::{Decision, Intent};
+use crate::state::ops::{
+    Ctx, Mutation, Outcome, chunk0_blocks, not_routed, prepare_key, storage_err,
+};
+use crate::state::records::{
+    adjust_subdirs, check_rename_target, drop_file_data, is_dir, put_visible, require_dir,
+    require_writable, visible,
+};
+
+/// Executes one mutation of this family into `b`.
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+    let out = match m {
+        Mutation::RenameLocal {
+            from,
+            to,
+            flags,
+            now,
+        } => {
+            let (fdir, fname) = split_parent(&from);
+            let (tdir, tname) = split_parent(&to);
+            require_writable(ctx.store, fdir, fname)?;
+            let mut inode = visible(ctx.store, fdir, fname)?;
+            if inode.kind == FileKind::Directory {
+                // Directories move their whole subtree: the node routes them through
+                // `dir_rename`; getting here means the entry changed kind under us.
+                return Err(FsError::Busy);
+            }
+            require_dir(ctx.store, tdir, tname)?;
+            let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+            let mut gc = None;
+            let mut dropped_link = None;
+            if let Some(old) = replaced {
+                if old.ino == inode.ino {
+                    return Ok(Outcome::Renamed(None, None));
+                }
+                gc = drop_file_data(ctx, b, &old)?;
+                dropped_link = (old.kind == FileKind::HardLink).then_some(old);
+            }
+            inode.ctime_ns = now;
+            ctx.store.delete_entry(b, fdir, fname);
+            put_visible(ctx.store, b, tdir, tname, &inode);
+            Outcome::Renamed(gc, dropped_link)
+        }
+        Mutation::RenameSourceBegin {
+            from,
+            to,
+            dst_node,
+            now,
+        } => {
+            let (fdir, fname) = split_parent(&from);
+            require_writable(ctx.store, fdir, fname)?;
+            let mut inode = visible(ctx.store, fdir, fname)?;
+            let txid = ctx.ids.next(ctx.store, b)?;
+            let blocks = if inode.kind == FileKind::File {
+                ctx.store
+                    .blocks(inode.ino, 0, chunk0_blocks(ctx.layout))
+                    .map_err(storage_err)?
+            } else {
+                Vec::new()
+            };
+            let rec = EntryRecord {
+                inode: Some(inode.clone()),
+                pending: Some(Pending { txid, after: None }),
+            };
+            ctx.store.put_entry(b, fdir, fname, &rec);
+            let intent = Intent::RenameOut {
+                from_dir: fdir.to_string(),
+                from_name: fname.to_string(),
+                to,
+                dst_node,
+                ino: inode.ino,
+                decision: Decision::Undecided,
+                moves: Vec::new(),
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            inode.ctime_ns = now;
+            Outcome::RenameBegun {
+                txid,
+                inode,
+                blocks,
+            }
+        }
+        Mutation::RenameSourceDecide {
+            txid,
+            commit,
+            moves,
+        } => {
+            let Some(Intent::RenameOut {
+                from_dir,
+                from_name,
+                to,
+                dst_node,
+                ino,
+                ..
+            }) = ctx
+                .store
+                .intent(txid)
+                .map_err(storage_err)?
+                .and_then(|b| Intent::decode(&b))
+            else {
+                return Ok(Outcome::Unit);
+            };
+            if let Some(rec) = ctx
+                .store
+                .entry(&from_dir, &from_name)
+                .map_err(storage_err)?
+                && rec.pending.as_ref().is_some_and(|p| p.txid == txid)
+            {
+                if commit {
+                    ctx.store.delete_entry(b, &from_dir, &from_name);
+                    adjust_subdirs(ctx.store, b, &from_dir, -is_dir(rec.inode.as_ref()))?;
+                    if rec.inode.as_ref().is_some_and(|i| i.kind == FileKind::File) {
+                        let c0 = chunk0_blocks(ctx.layout);
+                        ctx.store
+                            .trim_blocks(b, ino, 0, 0, c0)
+                            .map_err(storage_err)?;
+                    }
+                } else if let Some(i) = rec.inode {
+                    put_visible(ctx.store, b, &from_dir, &from_name, &i);
+                }
+            }
+            let decision = if commit {
+                Decision::Commit
+            } else {
+                Decision::Abort
+            };
+            let intent = Intent::RenameOut {
+                from_dir,
+                from_name,
+                to,
+                dst_node,
+                ino,
+                decision,
+                moves,
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            Outcome::Unit
+        }
+        Mutation::RenamePrepare {
+            txid,
+            coordinator,
+            to,
+            inode,
+            flags,
+            blocks,
+        } => {
+            if ctx
+                .store
+                .intent(prepare_key(txid))
+                .map_err(storage_err)?
+                .is_some()
+            {
+                return Ok(Outcome::Unit); // Already prepared (a retried request).
+            }
+            let (tdir, tname) = split_parent(&to);
+            require_dir(ctx.store, tdir, tname)?;
+            let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+            for (block, data) in blocks {
+                ctx.store.put_block(b, inode.ino, block, data);
+            }
+            let rec = EntryRecord {
+                inode: replaced,
+                pending: Some(Pending {
+                    txid,
+                    after: Some(inode.clone()),
+                }),
+            };
+            ctx.store.put_entry(b, tdir, tname, &rec);
+            let intent = Intent::RenameIn {
+                coordinator,
+                dir: tdir.to_string(),
+                name: tname.to_string(),
+                ino: inode.ino,
+            };
+            ctx.store.put_intent(b, prepare_key(txid), intent.encode());
+            Outcome::Unit
+        }
+        Mutation::RenameTargetResolve { txid, commit } => {
+            let Some(Intent::RenameIn { dir, name, ino, .. }) = ctx
+                .store
+                .intent(prepare_key(txid))
+                .map_err(storage_err)?
+                .and_then(|b| Intent::decode(&b))
+            else {
+                return Ok(Outcome::Renamed(None, None)); // Already resolved.
+            };
+            let mut gc = None;
+            let mut dropped_link = None;
+            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+                && let Some(p) = rec.pending.filter(|p| p.txid == txid)
+            {
+                if commit {
+                    if let Some(old) = rec.inode.as_ref().filter(|o| o.ino != ino) {
+                        gc = drop_file_data(ctx, b, old)?;
+                        dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
+                    }
+                    let delta = is_dir(p.after.as_ref()) - is_dir(rec.inode.as_ref());
+                    adjust_subdirs(ctx.store, b, &dir, delta)?;
+                    match p.after {
+                        Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
+                        None => ctx.store.delete_entry(b, &dir, &name),
+                    }
+                } else {
+                    match rec.inode {
+                        Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
+                        None => ctx.store.delete_entry(b, &dir, &name),
+                    }
+                    // Staged chunk-0 blocks came only with a regular file: a hard-link name
+                    // brought none, and its inode's blocks may live on this very node.
+                    if p.after.as_ref().is_some_and(|i| i.kind == FileKind::File) {
+                        let c0 = chunk0_blocks(ctx.layout);
+                        ctx.store
+                            .trim_blocks(b, ino, 0, 0, c0)
+                            .map_err(storage_err)?;
+                    }
+                }
+            }
+            ctx.store.delete_intent(b, prepare_key(txid));
+            Outcome::Renamed(gc, dropped_link)
+        }
+        Mutation::DirFreeze { path, txid } => {
+            let mut rec = ctx
+                .store
+                .dir(&path)
+                .map_err(storage_err)?
+                .ok_or(FsError::NotFound)?;
+            match rec.frozen {
+                Some(t) if t == txid => {}
+                Some(_) => return Err(FsError::Busy),
+                None => {
+                    let splitting = rec
+                        .shards
+                        .iter()
+                        .any(|s| s.splitting.is_some() || s.hidden.is_some());
+                    if rec.hidden.is_some() || splitting {
+                        return Err(FsError::Busy);
+                    }
+                    rec.frozen = Some(txid);
+                    ctx.store.put_dir(b, &path, &rec);
+                }
+            }
+            Outcome::Unit
+        }
+        Mutation::DirImport {
+            path,
+            txid,
+            ino,
+            shards,
+            map,
+            entries,
+        } => {
+            let rec = match ctx.store.dir(&path).map_err(storage_err)? {
+                Some(rec) if rec.hidden == Some(txid) => rec,
+                Some(_) => return Err(FsError::AlreadyExists),
+                None => {
+                    if shards.iter().any(|s| !s.is_valid())
+                        || map.as_ref().is_some_and(|m| !m.is_well_formed())
+                    {
+                        return Err(FsError::InvalidArgument("bad shards".into()));
+                    }
+                    let rec = DirRecord {
+                        hidden: Some(txid),
+                        shards: if shards.is_empty() {
+                            vec![LocalShard::new(Shard::ALL)]
+                        } else {
+                            shards.into_iter().map(LocalShard::new).collect()
+                        },
+                        map,
+                        ..DirRecord::new(ino)
+                    };
+                    ctx.store.put_dir(b, &path, &rec);
+                    rec
+                }
+            };
+            for e in entries {
+                if rec.shard_for(myriad_proto::name_hash(&e.name)).is_none() {
+                    return Err(FsError::InvalidArgument(format!(
+                        "{}: not in a shard of {path} held here",
+                        e.name
+                    )));
+                }
+                for (block, data) in e.blocks {
+                    ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
+                }
+                // Staged: readers of the new name wait until the rename is revealed.
+                let rec = EntryRecord {
+                    inode: None,
+                    pending: Some(Pending {
+                        txid,
+                        after: Some(e.inode),
+                    }),
+                };
+                ctx.store.put_entry(b, &path, &e.name, &rec);
+            }
+            Outcome::Unit
+        }
+        Mutation::DirFinish { path, txid, action } => {
+            let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)? else {
+                return Ok(Outcome::Unit);
+            };
+            let entries = ctx
+                .store
+                .entries(&path, None, usize::MAX)
+                .map_err(storage_err)?;
+            match action {
+                DirAction::Reveal if rec.hidden == Some(txid) => {
+                    rec.hidden = None;
+                    let mut subdirs = 0;
+                    for (name, e) in entries {
+                        let shown = match e.pending.filter(|p| p.txid == txid) {
+                            Some(p) => {
+                                match &p.after {
+                                    Some(i) => put_visible(ctx.store, b, &path, &name, i),
+                                    None => ctx.store.delete_entry(b, &path, &name),
+                                }
+                                p.after
+                            }
+                            None => e.inode,
+                        };
+                        subdirs += is_dir(shown.as_ref());
+                    }
+                    // The copy arrived whole: count its subdirectories afresh.
+                    rec.subdirs = u32::try_from(subdirs.max(0)).unwrap_or(u32::MAX);
+                    ctx.store.put_dir(b, &path, &rec);
+                }
+                DirAction::Thaw if rec.frozen == Some(txid) => {
+                    rec.frozen = None;
+                    ctx.store.put_dir(b, &path, &rec);
+                }
+                DirAction::Drop { keep_blocks_of }
+                    if rec.frozen == Some(txid) || rec.hidden == Some(txid) =>
+                {
+                    ctx.store.delete_dir(b, &path);
+                    let c0 = chunk0_blocks(ctx.layout);
+                    for (name, e) in entries {
+                        ctx.store.delete_entry(b, &path, &name);
+                        let inode = e.inode.or_else(|| e.pending.and_then(|p| p.after));
+                        let Some(i) = inode.filter(|i| i.kind == FileKind::File) else {
+                            continue;
+                        };
+                        // The other copy of a rename, on this node, shares the blocks.
+                        let shared = match &keep_blocks_of {
+                            Some(other) => ctx
+                                .store
+                                .entry(other, &name)
+                                .map_err(storage_err)?
+                                .and_then(|o| o.inode.or_else(|| o.pending.and_then(|p| p.after)))
+                                .is_some_and(|o| o.ino == i.ino),
+                            None => false,
+                        };
+                        if !shared {
+                            ctx.store
+                                .trim_blocks(b, i.ino, 0, 0, c0)
+                                .map_err(storage_err)?;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            Outcome::Unit
+        }
+        other => return Err(not_routed(&other)),
+    };
+    Ok(out)
+}
