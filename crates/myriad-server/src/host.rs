@@ -33,7 +33,10 @@ use crate::counters::Counters;
 use crate::membership::Membership;
 use crate::partition::core::{Partition, now_ns};
 use crate::partition::env::Env;
-use crate::replication::{Backup, Peers, Replicator, partition_store};
+use crate::replication::copy::Backup;
+use crate::replication::peers::Peers;
+use crate::replication::primary::Replicator;
+use crate::replication::wire::{digest, drop_copy, partition_store};
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
 
 pub struct Host {
@@ -394,7 +397,7 @@ impl Host {
         };
         for p in map.partitions.iter().filter(|p| moved.contains(&p.id)) {
             if !p.replicas.contains(&self.id) && self.partition(p.id).is_none() {
-                match crate::replication::drop_copy(self.kv.clone(), p.id) {
+                match drop_copy(self.kv.clone(), p.id) {
                     Ok(true) => tracing::info!(
                         partition = p.id,
                         epoch = map.epoch,
@@ -423,7 +426,7 @@ impl Host {
         let fresh = store.is_fresh();
         let backups = self.state().map.backups_of(pid);
         let peers: Arc<dyn Peers> = self.clone();
-        crate::replication::catch_up_from_backups(&peers, pid, &store, &backups)
+        crate::replication::catchup::catch_up_from_backups(&peers, pid, &store, &backups)
             .await
             .map_err(OpenError::Fs)?;
         let ids = IdAlloc::load(&store, pid).map_err(OpenError::Store)?;
@@ -785,7 +788,7 @@ impl Env for Host {
 const CORRUPT_LISTED_MAX: usize = 64;
 
 fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
-    let (seq, keys, digest) = crate::replication::digest(store)?;
+    let (seq, keys, digest) = digest(store)?;
     let corrupt = store
         .corrupt_blocks(CORRUPT_LISTED_MAX)
         .map_err(crate::state::mutation::storage_err)?;

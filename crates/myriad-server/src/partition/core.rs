@@ -30,7 +30,7 @@ pub struct Partition {
     pub(crate) store: Store,
     pub(crate) applier: Applier,
     /// The primary's side of replication: its copies follow the map (`set_backups`).
-    pub(crate) replicator: Arc<crate::replication::Replicator>,
+    pub(crate) replicator: Arc<crate::replication::primary::Replicator>,
     pub(crate) changed: watch::Sender<u64>,
     /// Txids of multi-node operations being driven right now; recovery leaves them alone.
     pub(crate) live: Mutex<HashSet<u64>>,

@@ -4,7 +4,7 @@ use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::{FsError, Request, Response};
 
 use crate::config::ServerConfig;
-use crate::replication::Peers;
+use crate::replication::peers::Peers;
 
 /// What a partition needs from the server process that runs it: the map and the other
 /// servers (replication's `Peers`), its configuration, counters, the free-space rule, and

@@ -1,0 +1,87 @@
+//! A primary catching up before it serves: copying back from a copy that holds batches it
+//! lacks (it lost its disk, or crashed before its fsync while the batches reached the copies).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use myriad_placement::{NodeId, PartitionId};
+use myriad_proto::{FsError, Request, Response};
+use myriad_storage::{Space, Store};
+
+use crate::commit::SEQ_KEY;
+use crate::replication::peers::{Link, Peers};
+use crate::replication::wire::{clear_space, from_wire};
+use crate::state::mutation::storage_err;
+
+/// Before a primary serves: if a backup has applied batches this copy lacks (this server
+/// lost its disk, or crashed before its fsync while the batches reached the backups), copy
+/// the partition back from the most advanced backup. A backup that cannot be reached is
+/// not waited for (docs/replication.md: with the Raft map, only up replicas count).
+pub(crate) async fn catch_up_from_backups(
+    peers: &Arc<dyn Peers>,
+    pid: PartitionId,
+    store: &Store,
+    backups: &[NodeId],
+) -> Result<(), FsError> {
+    let mine = store.meta_u64(SEQ_KEY).map_err(storage_err)?.unwrap_or(0);
+    let mut best: Option<(NodeId, u64)> = None;
+    for &b in backups {
+        let link = Link {
+            peers: peers.clone(),
+            pid,
+            backup: b,
+        };
+        // A backup still opening answers Busy: ask again until it answers or the deadline.
+        let asked = tokio::time::timeout(peers.request_timeout(), async {
+            loop {
+                match link.call(&Request::ReplicaSeq).await {
+                    Err(FsError::Busy) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    other => return other,
+                }
+            }
+        })
+        .await;
+        if let Ok(Ok(Response::Seq(Some(s)))) = asked
+            && s > mine
+            && best.is_none_or(|(_, bs)| s > bs)
+        {
+            best = Some((b, s));
+        }
+    }
+    let Some((from, seq)) = best else {
+        return Ok(());
+    };
+    tracing::warn!(
+        partition = pid,
+        from,
+        seq,
+        mine,
+        "a backup is ahead of this primary: copying the partition from it before serving"
+    );
+    let link = Link {
+        peers: peers.clone(),
+        pid,
+        backup: from,
+    };
+    // Empty this copy, then take every page of the backup's.
+    for space in Space::PARTITION {
+        clear_space(store.kv().as_ref(), space, None)?;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let req = Request::ReplicaRead {
+                space: space.code(),
+                after: after.clone().map(serde_bytes::ByteBuf::from),
+            };
+            let Response::ReplicaPage(ops) = link.call(&req).await? else {
+                return Err(FsError::Protocol("unexpected reply to replica_read".into()));
+            };
+            let Some(last) = ops.last() else {
+                break;
+            };
+            after = Some(last.key.clone());
+            store.commit(from_wire(ops)?).map_err(storage_err)?;
+        }
+    }
+    store.sync().map_err(storage_err)?;
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! What a copy does: applies batches strictly in sequence order, answers once they are
+//! durable, takes whole copies, and serves its state for checks and repair.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use myriad_placement::PartitionId;
+use myriad_proto::{FsError, Request, Response};
+use myriad_storage::{Batch, Kv, Space, StorageError, Store};
+use tokio::sync::{oneshot, watch};
+
+use crate::commit::{Done, SEQ_KEY, Syncer};
+use crate::replication::wire::{
+    COPYING_KEY, PARK_AHEAD_MAX, clear_space, from_wire, is_bookkeeping, page_limit,
+    partition_store, to_ops,
+};
+use crate::state::mutation::{Outcome, storage_err};
+
+/// The backup side of one partition on this server.
+pub(crate) struct Backup {
+    pid: PartitionId,
+    store: Store,
+    state: Mutex<BackupState>,
+    changed: watch::Sender<u64>,
+}
+
+pub(crate) struct BackupState {
+    /// The next seq to apply.
+    next: u64,
+    /// True while a whole copy is being received (the store is incomplete).
+    copying: bool,
+    parked: BTreeMap<u64, (Batch, oneshot::Sender<Result<Done, FsError>>)>,
+}
+
+impl Backup {
+    pub(crate) fn open(
+        kv: Arc<dyn Kv>,
+        pid: PartitionId,
+    ) -> Result<Backup, myriad_storage::StorageError> {
+        let store = partition_store(kv, pid)?;
+        let next = store.meta_u64(SEQ_KEY)?.unwrap_or(0) + 1;
+        let copying = store.meta_u64(COPYING_KEY)?.is_some();
+        Ok(Backup {
+            pid,
+            store,
+            state: Mutex::new(BackupState {
+                next,
+                copying,
+                parked: BTreeMap::new(),
+            }),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    /// Starts receiving a whole copy: marks the store incomplete and empties it.
+    pub(crate) fn reset(&self) -> Result<(), FsError> {
+        let mut st = self.lock();
+        st.copying = true;
+        st.parked.clear();
+        let mut b = Batch::new();
+        self.store.put_meta_u64(&mut b, COPYING_KEY, 1);
+        self.store.commit(b).map_err(storage_err)?;
+        for space in Space::PARTITION {
+            clear_space(
+                self.store.kv().as_ref(),
+                space,
+                Some(COPYING_KEY.as_bytes()),
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The last batch applied; None while a whole copy is arriving.
+    pub(crate) fn seq(&self) -> Option<u64> {
+        let st = self.lock();
+        (!st.copying).then(|| st.next - 1)
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, BackupState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    pub(crate) async fn handle(&self, syncer: &Syncer, body: Request) -> Result<Response, FsError> {
+        match body {
+            Request::Replicate { seq, acked, ops } => {
+                let batch = from_wire(ops)?;
+                let (tx, rx) = oneshot::channel();
+                {
+                    let mut st = self.lock();
+                    if st.copying {
+                        return Err(FsError::ReplicaGap { next: None });
+                    }
+                    if st.next <= acked {
+                        // The primary counts batches up to `acked` as acknowledged here, but
+                        // this copy does not have them: it lost its disk.
+                        st.parked.clear();
+                        return Err(FsError::ReplicaGap {
+                            next: Some(st.next),
+                        });
+                    }
+                    if seq < st.next {
+                        // A resend of a batch already applied: ack once it is durable.
+                        syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
+                    } else if seq > st.next {
+                        if seq - st.next > PARK_AHEAD_MAX {
+                            return Err(FsError::Busy);
+                        }
+                        st.parked.insert(seq, (batch, tx));
+                    } else {
+                        let mut ready = vec![(seq, batch, tx)];
+                        let mut n = seq + 1;
+                        while let Some((b, t)) = st.parked.remove(&n) {
+                            ready.push((n, b, t));
+                            n += 1;
+                        }
+                        let mut replies = Vec::with_capacity(ready.len());
+                        for (s, b, t) in ready {
+                            if let Err(e) = self.store.commit(b) {
+                                // Nothing after a failed batch may be applied.
+                                tracing::error!(
+                                    partition = self.pid,
+                                    seq = s,
+                                    "replicated batch failed: {e}"
+                                );
+                                let _ = t.send(Err(storage_err(e)));
+                                break;
+                            }
+                            st.next = s + 1;
+                            replies.push((t, Done::unit(s)));
+                        }
+                        syncer.after_sync(self.changed.clone(), replies);
+                    }
+                }
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaSeq => {
+                let st = self.lock();
+                Ok(Response::Seq((!st.copying).then(|| st.next - 1)))
+            }
+            Request::ReplicaReset => {
+                let (tx, rx) = oneshot::channel();
+                self.reset()?;
+                syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaCopy { ops } => {
+                let mut batch = from_wire(ops)?;
+                // The primary's own sequence number is not the copy's: set at the end.
+                batch
+                    .ops
+                    .retain(|(space, key, _)| !is_bookkeeping(*space, key));
+                let (tx, rx) = oneshot::channel();
+                {
+                    let st = self.lock();
+                    if !st.copying {
+                        return Err(FsError::Protocol(
+                            "replica copy page without a reset".into(),
+                        ));
+                    }
+                    self.store.commit(batch).map_err(storage_err)?;
+                    syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
+                }
+                // Durable before the next page: a crash must not leave holes in a copy.
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaCopyDone { seq } => {
+                let (tx, rx) = oneshot::channel();
+                {
+                    let mut st = self.lock();
+                    if !st.copying {
+                        return Err(FsError::Protocol("replica copy end without a reset".into()));
+                    }
+                    let mut b = Batch::new();
+                    self.store.put_meta_u64(&mut b, SEQ_KEY, seq);
+                    b.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
+                    self.store.commit(b).map_err(storage_err)?;
+                    st.copying = false;
+                    st.next = seq + 1;
+                    syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
+                }
+                rx.await
+                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                Ok(Response::Unit)
+            }
+            Request::ReplicaBlock { ino, block } => match self.store.block(ino, block) {
+                Ok(d) => Ok(Response::BlockCopy(d.map(serde_bytes::ByteBuf::from))),
+                Err(StorageError::Checksum { .. }) => {
+                    tracing::error!(
+                        partition = self.pid,
+                        ino,
+                        block,
+                        "backup copy of a block fails its checksum too"
+                    );
+                    Err(FsError::Corrupt { ino, block })
+                }
+                Err(e) => Err(storage_err(e)),
+            },
+            Request::ReplicaRead { space, after } => {
+                let space = Space::partition_space(space)
+                    .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
+                if self.lock().copying {
+                    return Err(FsError::ReplicaGap { next: None });
+                }
+                let page = self
+                    .store
+                    .kv()
+                    .scan(
+                        space,
+                        &[],
+                        after.as_deref().map(|a| a.as_slice()),
+                        page_limit(space),
+                    )
+                    .map_err(storage_err)?;
+                Ok(Response::ReplicaPage(to_ops(space, page)))
+            }
+            _ => Err(FsError::InvalidArgument("not a replication request".into())),
+        }
+    }
+}
+
+impl Done {
+    pub(crate) fn unit(seq: u64) -> Done {
+        Done {
+            outcome: Outcome::Unit,
+            seq,
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! What a primary does (docs/replication.md "Write protocol"): numbers and ships every
+//! committed batch to each copy's stream, waits for their acknowledgements, and brings a
+//! copy that lacks batches up to date with a whole copy.
+//!
+//! ```text
+//! applier thread: commit batch (seq n, written with the batch) ─ship─> one queue per backup
+//! stream task:    up to WINDOW batches in flight ── Replicate{n} ──> backup ── ack ──> acked
+//! Applier::run:   local fsync, then wait until every backup's acked >= n
+//! ```
+//! A stream first checks that the backup holds exactly the primary's state at start (same
+//! seq); if not (the backup missed batches or holds batches the primary lost in a crash,
+//! which were never acknowledged), it copies the whole partition: drop, pages of every
+//! key, then the batches committed since the copy began, replayed in order. Replaying
+//! physical puts and deletes over a copy taken while writes went on yields the primary's
+//! state, because every key a later batch touched ends with that batch's value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use myriad_placement::{NodeId, PartitionId};
+use myriad_proto::{FsError, ReplOp, Request, Response};
+use myriad_storage::{Batch, Space, Store};
+use tokio::sync::{mpsc, watch};
+
+use crate::commit::{Ship, ShipSlot};
+use crate::replication::peers::{Link, Peers};
+use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
+
+/// How often an idle stream checks that its backup still holds what it acknowledged.
+pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+pub(crate) struct Shipped {
+    seq: u64,
+    /// Built once per backup: resends reuse it.
+    req: Arc<Request>,
+}
+
+pub(crate) struct Stream {
+    tx: mpsc::UnboundedSender<Shipped>,
+    acked: watch::Receiver<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The primary side of one partition's replication: one stream per live backup. The set
+/// of backups follows the map (`set_backups`): a backup marked down is dropped (writes stop
+/// waiting for it), one that comes back is added and first brought up to date.
+pub(crate) struct Replicator {
+    peers: Arc<dyn Peers>,
+    pid: PartitionId,
+    store: Store,
+    inner: Mutex<Streams>,
+    /// Bumped whenever the set of streams changes, so that waiters look again.
+    changed: watch::Sender<u64>,
+}
+
+pub(crate) struct Streams {
+    streams: BTreeMap<NodeId, Stream>,
+    /// The last batch handed to the streams (a new stream starts there).
+    last_shipped: u64,
+    closed: bool,
+}
+
+impl Drop for Streams {
+    fn drop(&mut self) {
+        for s in self.streams.values() {
+            s.task.abort();
+        }
+    }
+}
+
+impl Streams {
+    /// True if a shipped batch has anyone to go to (else it is not even encoded).
+    pub(crate) fn wants_batches(&self) -> bool {
+        !self.streams.is_empty()
+    }
+
+    /// Hands batch `seq` to every backup's stream (called by the applier thread, in order,
+    /// with `ops` set when `wants_batches`). Each request carries the floor that backup had
+    /// acknowledged by now (a lower bound of the stream's, which is all the backup's check
+    /// needs); the last backup gets `ops` itself, the others a copy.
+    pub(crate) fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
+        self.last_shipped = seq;
+        let mut ops = ops;
+        let last = self.streams.len().saturating_sub(1);
+        for (i, s) in self.streams.values().enumerate() {
+            let ops = if i == last {
+                ops.take().unwrap_or_default()
+            } else {
+                ops.clone().unwrap_or_default()
+            };
+            let req = Request::Replicate {
+                seq,
+                acked: *s.acked.borrow(),
+                ops,
+            };
+            let _ = s.tx.send(Shipped {
+                seq,
+                req: Arc::new(req),
+            });
+        }
+    }
+}
+
+impl ShipSlot for std::sync::MutexGuard<'_, Streams> {
+    fn encode(&self, batch: &Batch) -> Option<Vec<ReplOp>> {
+        self.wants_batches().then(|| to_wire(batch))
+    }
+    fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
+        Streams::ship(self, seq, ops);
+    }
+}
+
+impl Ship for Replicator {
+    fn hold(&self) -> Box<dyn ShipSlot + '_> {
+        Box::new(self.lock())
+    }
+    fn wait(&self, seq: u64) -> futures::future::BoxFuture<'_, Result<(), FsError>> {
+        Box::pin(Replicator::wait(self, seq))
+    }
+    fn close(&self) {
+        Replicator::close(self);
+    }
+}
+
+impl Replicator {
+    /// A replicator whose streams start at `start_seq` (the seq before the partition's
+    /// applier starts); `set_backups` adds them.
+    pub(crate) fn new(
+        peers: Arc<dyn Peers>,
+        pid: PartitionId,
+        store: &Store,
+        start_seq: u64,
+    ) -> Replicator {
+        Replicator {
+            peers,
+            pid,
+            store: store.clone(),
+            inner: Mutex::new(Streams {
+                streams: BTreeMap::new(),
+                last_shipped: start_seq,
+                closed: false,
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Streams to exactly `backups`: drops the others, and starts a stream to each new one,
+    /// which first checks that the backup holds this store's state at the last shipped
+    /// batch (else copies the partition to it).
+    pub(crate) fn set_backups(&self, backups: &[NodeId]) {
+        let mut g = self.lock();
+        if g.closed {
+            return;
+        }
+        let before = g.streams.len();
+        g.streams.retain(|b, s| {
+            let keep = backups.contains(b);
+            if !keep {
+                s.task.abort();
+            }
+            keep
+        });
+        let mut changed = g.streams.len() != before;
+        for &backup in backups {
+            if g.streams.contains_key(&backup) {
+                continue;
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (atx, arx) = watch::channel(0u64);
+            let link = Link {
+                peers: self.peers.clone(),
+                pid: self.pid,
+                backup,
+            };
+            let start = g.last_shipped;
+            let task = tokio::spawn(run_stream(link, self.store.clone(), start, rx, atx));
+            g.streams.insert(
+                backup,
+                Stream {
+                    tx,
+                    acked: arx,
+                    task,
+                },
+            );
+            changed = true;
+        }
+        if changed {
+            tracing::info!(partition = self.pid, ?backups, "replicating to");
+            self.changed.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    /// Ends every stream; waiting writes fail.
+    pub(crate) fn close(&self) {
+        let mut g = self.lock();
+        g.closed = true;
+        for s in g.streams.values() {
+            s.task.abort();
+        }
+        g.streams.clear();
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Returns once every current backup has acknowledged every batch up to `seq` (a backup
+    /// dropped meanwhile is no longer waited for).
+    pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
+        loop {
+            let mut changed = self.changed.subscribe();
+            let acks: Vec<watch::Receiver<u64>> = {
+                let g = self.lock();
+                if g.closed {
+                    return Err(FsError::Unavailable(
+                        "the partition is no longer served by this server".into(),
+                    ));
+                }
+                g.streams.values().map(|s| s.acked.clone()).collect()
+            };
+            let all = async {
+                for mut rx in acks {
+                    if rx.wait_for(|a| *a >= seq).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            };
+            tokio::select! {
+                ok = all => {
+                    if ok {
+                        return Ok(());
+                    }
+                    // A stream ended: look at the set again (after it changed).
+                    let _ = tokio::time::timeout(Duration::from_millis(50), changed.changed()).await;
+                }
+                _ = changed.changed() => {}
+            }
+        }
+    }
+}
+
+pub(crate) async fn run_stream(
+    link: Link,
+    store: Store,
+    start_seq: u64,
+    mut rx: mpsc::UnboundedReceiver<Shipped>,
+    acked: watch::Sender<u64>,
+) {
+    // 1. The backup must hold exactly our state at start_seq.
+    let mut need_copy = match link.call_until_ok(&Request::ReplicaSeq).await {
+        Response::Seq(Some(s)) if s == start_seq => false,
+        other => {
+            tracing::info!(
+                partition = link.pid,
+                backup = link.backup,
+                "backup at {other:?}, primary at {start_seq}: copying the whole partition"
+            );
+            true
+        }
+    };
+    // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked;
+    // `pending`: every batch above it (sent or queued), kept until acked so that a backup
+    // that lost its disk can be refilled by a copy plus a replay from `water`.
+    let mut pending: BTreeMap<u64, Arc<Request>> = BTreeMap::new();
+    let mut done = BTreeSet::new();
+    let mut water = start_seq;
+    let mut sent_upto = start_seq;
+    let mut inflight = FuturesUnordered::new();
+    let mut backoff = Duration::ZERO;
+    let mut open = true;
+    let mut idle = tokio::time::interval(IDLE_CHECK);
+    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if need_copy {
+            inflight = FuturesUnordered::new();
+            done.clear();
+            copy_partition(&link, &store, water).await;
+            sent_upto = water;
+            need_copy = false;
+        }
+        let _ = acked.send_if_modified(|a| {
+            let changed = *a < water;
+            *a = (*a).max(water);
+            changed
+        });
+        // Top up the window with queued batches.
+        while inflight.len() < WINDOW {
+            let Some((&seq, req)) = pending.range(sent_upto + 1..).next() else {
+                break;
+            };
+            inflight.push(send_batch(&link, seq, req.clone(), backoff));
+            sent_upto = seq;
+        }
+        tokio::select! {
+            item = rx.recv(), if open => match item {
+                Some(item) => {
+                    pending.insert(item.seq, item.req);
+                }
+                None => open = false,
+            },
+            Some((seq, result)) = inflight.next() => match result {
+                Ok(()) => {
+                    backoff = Duration::ZERO;
+                    done.insert(seq);
+                    while done.remove(&(water + 1)) {
+                        water += 1;
+                        pending.remove(&water);
+                    }
+                }
+                Err(FsError::ReplicaGap { next }) => {
+                    tracing::warn!(
+                        partition = link.pid,
+                        backup = link.backup,
+                        "backup lacks acknowledged batches (its next is {next:?}, acked {water}): copying the whole partition"
+                    );
+                    need_copy = true;
+                }
+                Err(e) => {
+                    backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                    tracing::debug!(partition = link.pid, backup = link.backup, seq, "replicate failed: {e}");
+                    if let Some(req) = pending.get(&seq) {
+                        inflight.push(send_batch(&link, seq, req.clone(), backoff));
+                    }
+                }
+            },
+            _ = idle.tick(), if inflight.is_empty() => {
+                // Nothing to send: check that the backup still holds what it acknowledged
+                // (a server that came back without its disk is refilled without waiting
+                // for the next write).
+                let asked = tokio::time::timeout(IDLE_CHECK, link.call(&Request::ReplicaSeq)).await;
+                match asked {
+                    Ok(Ok(Response::Seq(Some(s)))) if s >= water => {}
+                    Ok(Ok(Response::Seq(other))) => {
+                        tracing::warn!(
+                            partition = link.pid,
+                            backup = link.backup,
+                            "backup is at {other:?}, below the acknowledged {water}: copying the whole partition"
+                        );
+                        need_copy = true;
+                    }
+                    _ => {}
+                }
+            }
+            else => break,
+        }
+    }
+}
+
+/// One attempt to send batch `seq` (after `delay`).
+pub(crate) async fn send_batch(
+    link: &Link,
+    seq: u64,
+    req: Arc<Request>,
+    delay: Duration,
+) -> (u64, Result<(), FsError>) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    (seq, link.call(&req).await.map(|_| ()))
+}
+
+/// Copies every key of the partition to the backup, then marks the copy complete at
+/// `seq`; the stream then replays every batch after `seq`. Any failure starts it over.
+pub(crate) async fn copy_partition(link: &Link, store: &Store, seq: u64) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match try_copy(link, store, seq).await {
+            Ok(keys) => {
+                tracing::info!(
+                    partition = link.pid,
+                    backup = link.backup,
+                    keys,
+                    seq,
+                    "partition copied to backup"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    partition = link.pid,
+                    backup = link.backup,
+                    "copying the partition failed, starting over: {e}"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+pub(crate) async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64, FsError> {
+    link.call(&Request::ReplicaReset).await?;
+    let mut keys = 0u64;
+    for space in Space::PARTITION {
+        let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
+        while let Some(page) = pages.next_page()? {
+            keys += page.len() as u64;
+            let ops = to_ops(space, page);
+            link.call(&Request::ReplicaCopy { ops }).await?;
+        }
+    }
+    link.call(&Request::ReplicaCopyDone { seq }).await?;
+    Ok(keys)
+}
