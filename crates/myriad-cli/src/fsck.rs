@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
+use myriad_client::proto::AdminRequest;
 use myriad_client::proto::{
     FsckDir, FsckEntry, FsckRepair, Request, Response, ShardMap, name_hash,
 };
@@ -81,7 +82,13 @@ pub async fn run(client: &Client, root: &str, repair: bool) -> anyhow::Result<bo
     let mut left = 0;
     for p in &problems {
         match &p.repair {
-            Some((node, r)) => match client.request(*node, Request::FsckRepair(r.clone())).await {
+            Some((node, r)) => match client
+                .request(
+                    *node,
+                    myriad_client::proto::Request::Admin(AdminRequest::FsckRepair(r.clone())),
+                )
+                .await
+            {
                 Ok(_) => println!("  repaired: {}: {} ({r:?} on node {node})", p.kind, p.what),
                 Err(e) => {
                     left += 1;
@@ -227,11 +234,13 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     for n in &map.partitions {
         let mut after = None;
         loop {
-            let req = Request::FsckDirs {
+            let req = AdminRequest::FsckDirs {
                 after: after.clone(),
                 limit: PAGE,
             };
-            let Response::FsckDirs(page) = ask(client, n.id, req).await? else {
+            let Response::FsckDirs(page) =
+                ask(client, n.id, myriad_client::proto::Request::Admin(req)).await?
+            else {
                 bail!("unexpected reply to fsck_dirs");
             };
             let last = (page.len() == PAGE as usize)
@@ -289,12 +298,14 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
         for (node, d) in parts {
             let mut after = None;
             loop {
-                let req = Request::FsckEntries {
+                let req = AdminRequest::FsckEntries {
                     dir: path.clone(),
                     after: after.clone(),
                     limit: PAGE,
                 };
-                let Response::FsckEntries { entries, next } = ask(client, *node, req).await? else {
+                let Response::FsckEntries { entries, next } =
+                    ask(client, *node, myriad_client::proto::Request::Admin(req)).await?
+                else {
                     bail!("unexpected reply to fsck_entries");
                 };
                 for e in entries {
@@ -400,12 +411,14 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
             let _ = d;
             let mut after = None;
             loop {
-                let req = Request::FsckEntries {
+                let req = AdminRequest::FsckEntries {
                     dir: INODE_DIR.to_string(),
                     after: after.clone(),
                     limit: PAGE,
                 };
-                let Response::FsckEntries { entries, next } = ask(client, *node, req).await? else {
+                let Response::FsckEntries { entries, next } =
+                    ask(client, *node, myriad_client::proto::Request::Admin(req)).await?
+                else {
                     bail!("unexpected reply to fsck_entries");
                 };
                 for e in entries {
@@ -442,8 +455,10 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
         for n in &map.partitions {
             let mut after = None;
             loop {
-                let req = Request::FsckBlocks { after, limit: PAGE };
-                let Response::FsckBlocks(page) = ask(client, n.id, req).await? else {
+                let req = AdminRequest::FsckBlocks { after, limit: PAGE };
+                let Response::FsckBlocks(page) =
+                    ask(client, n.id, myriad_client::proto::Request::Admin(req)).await?
+                else {
                     bail!("unexpected reply to fsck_blocks");
                 };
                 for &(ino, first) in &page {
@@ -457,8 +472,10 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
                         Some(&(home, size)) if home == n.id => {
                             let end = size.div_ceil(BLOCK_BYTES);
                             if end < c0 {
-                                let req = Request::FsckBlockFrom { ino, block: end };
-                                if let Response::Block(Some(b)) = ask(client, n.id, req).await?
+                                let req = AdminRequest::FsckBlockFrom { ino, block: end };
+                                if let Response::Block(Some(b)) =
+                                    ask(client, n.id, myriad_client::proto::Request::Admin(req))
+                                        .await?
                                     && b < c0
                                 {
                                     problems.push(problem(

@@ -6,6 +6,7 @@ use myriad_placement::{
     ClusterMap, NodeId, PartitionId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
 };
 use myriad_proto::auth::Keyring;
+use myriad_proto::{AdminRequest, ClientRequest, ServerRequest};
 use myriad_proto::{
     Caller, CounterSnapshot, Endpoints, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
     Response, SetAttr, StatFs, XattrMode, limits, validate_path,
@@ -279,14 +280,14 @@ impl Client {
                             "node {node} keeps an old cluster map"
                         )));
                     }
-                    let push = Request::InstallMap(Box::new(st.map.clone()));
+                    let push = ServerRequest::InstallMap(Box::new(st.map.clone()));
                     self.pool
                         .call(
                             &addr,
                             st.map.epoch,
                             Endpoints::SERVER,
                             &self.config.caller,
-                            &push,
+                            &myriad_proto::Request::Server(push),
                         )
                         .await?;
                 }
@@ -331,7 +332,7 @@ impl Client {
                     st.map.epoch,
                     Endpoints::SERVER,
                     &self.config.caller,
-                    &Request::GetMap,
+                    &myriad_proto::Request::Server(ServerRequest::GetMap),
                     Duration::from_secs(1),
                 )
                 .await;
@@ -350,10 +351,14 @@ impl Client {
             Some(m) => Some(m),
             None => {
                 let home = self.st().ring.owner_of_dir(dir);
-                let req = Request::GetShardMap {
+                let req = ClientRequest::GetShardMap {
                     dir: dir.to_string(),
                 };
-                match Box::pin(self.call(Route::Partition(home), req)).await {
+                match Box::pin(
+                    self.call(Route::Partition(home), myriad_proto::Request::Client(req)),
+                )
+                .await
+                {
                     Ok(Response::ShardMap(m)) => Some(*m),
                     _ => None,
                 }
@@ -374,7 +379,10 @@ impl Client {
         let mut p = parent_of(path).to_string();
         while p != "/" {
             match self
-                .call(Route::Entry(p.clone()), Request::Stat { path: p.clone() })
+                .call(
+                    Route::Entry(p.clone()),
+                    myriad_proto::Request::Client(ClientRequest::Stat { path: p.clone() }),
+                )
                 .await
             {
                 Ok(Response::Attr(i)) if i.kind != FileKind::Directory => {
@@ -436,9 +444,9 @@ impl Client {
         expect_attr(
             self.entry_op(
                 path,
-                Request::Stat {
+                myriad_proto::Request::Client(ClientRequest::Stat {
                     path: path.to_string(),
-                },
+                }),
             )
             .await?,
         )
@@ -468,10 +476,10 @@ impl Client {
         match self
             .entry_op(
                 path,
-                Request::Fetch {
+                myriad_proto::Request::Client(ClientRequest::Fetch {
                     path: path.to_string(),
                     max_bytes,
-                },
+                }),
             )
             .await?
         {
@@ -508,11 +516,11 @@ impl Client {
         expect_attr(
             self.entry_op(
                 path,
-                Request::Mkdir {
+                myriad_proto::Request::Client(ClientRequest::Mkdir {
                     path: path.to_string(),
                     mode,
                     shards: 1,
-                },
+                }),
             )
             .await?,
         )
@@ -544,9 +552,9 @@ impl Client {
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
         self.entry_op(
             path,
-            Request::Rmdir {
+            myriad_proto::Request::Client(ClientRequest::Rmdir {
                 path: path.to_string(),
-            },
+            }),
         )
         .await
         .map(|_| ())
@@ -555,9 +563,9 @@ impl Client {
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
         self.entry_op(
             path,
-            Request::Unlink {
+            myriad_proto::Request::Client(ClientRequest::Unlink {
                 path: path.to_string(),
-            },
+            }),
         )
         .await
         .map(|_| ())
@@ -567,10 +575,10 @@ impl Client {
         expect_attr(
             self.entry_op(
                 path,
-                Request::Symlink {
+                myriad_proto::Request::Client(ClientRequest::Symlink {
                     path: path.to_string(),
                     target: target.to_string(),
-                },
+                }),
             )
             .await?,
         )
@@ -583,10 +591,10 @@ impl Client {
         expect_attr(
             self.entry_op(
                 from,
-                Request::Link {
+                myriad_proto::Request::Client(ClientRequest::Link {
                     from: from.to_string(),
                     to: to.to_string(),
-                },
+                }),
             )
             .await?,
         )
@@ -604,12 +612,12 @@ impl Client {
         expect_attr(
             self.entry_op(
                 path,
-                Request::Mknod {
+                myriad_proto::Request::Client(ClientRequest::Mknod {
                     path: path.to_string(),
                     kind,
                     mode,
                     rdev,
-                },
+                }),
             )
             .await?,
         )
@@ -627,12 +635,12 @@ impl Client {
         expect_attr(
             self.entry_op(
                 path,
-                Request::SetXattr {
+                myriad_proto::Request::Client(ClientRequest::SetXattr {
                     path: path.to_string(),
                     name: name.to_string(),
                     value: value.map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
                     mode,
-                },
+                }),
             )
             .await?,
         )
@@ -642,9 +650,9 @@ impl Client {
         match self
             .entry_op(
                 path,
-                Request::Readlink {
+                myriad_proto::Request::Client(ClientRequest::Readlink {
                     path: path.to_string(),
-                },
+                }),
             )
             .await?
         {
@@ -657,10 +665,10 @@ impl Client {
         expect_attr(
             self.entry_op(
                 path,
-                Request::SetAttr {
+                myriad_proto::Request::Client(ClientRequest::SetAttr {
                     path: path.to_string(),
                     set,
-                },
+                }),
             )
             .await?,
         )
@@ -715,11 +723,11 @@ impl Client {
         validate_path(to)?;
         self.entry_op(
             from,
-            Request::Rename {
+            myriad_proto::Request::Client(ClientRequest::Rename {
                 from: from.to_string(),
                 to: to.to_string(),
                 flags,
-            },
+            }),
         )
         .await
         .map(|_| ())
@@ -731,7 +739,13 @@ impl Client {
     pub async fn statfs(&self) -> Result<StatFs, FsError> {
         let mut total = StatFs::default();
         for n in self.st().map.nodes.clone() {
-            match self.call(Route::Server(n.id), Request::StatFs).await? {
+            match self
+                .call(
+                    Route::Server(n.id),
+                    myriad_proto::Request::Server(ServerRequest::StatFs),
+                )
+                .await?
+            {
                 Response::StatFs(s) => {
                     total.total_bytes += s.total_bytes;
                     total.free_bytes += s.free_bytes;
@@ -745,7 +759,13 @@ impl Client {
     }
 
     pub async fn counters(&self, node: NodeId) -> Result<CounterSnapshot, FsError> {
-        match self.call(Route::Server(node), Request::GetCounters).await? {
+        match self
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Server(ServerRequest::GetCounters),
+            )
+            .await?
+        {
             Response::Counters(c) => Ok(c),
             other => Err(unexpected(&other)),
         }
@@ -762,14 +782,23 @@ impl Client {
 
     pub async fn reset_counters(&self) -> Result<(), FsError> {
         for n in self.st().map.nodes.clone() {
-            self.call(Route::Server(n.id), Request::ResetCounters)
-                .await?;
+            self.call(
+                Route::Server(n.id),
+                myriad_proto::Request::Admin(AdminRequest::ResetCounters),
+            )
+            .await?;
         }
         Ok(())
     }
 
     pub async fn get_map(&self, node: NodeId) -> Result<ClusterMap, FsError> {
-        match self.call(Route::Server(node), Request::GetMap).await? {
+        match self
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Server(ServerRequest::GetMap),
+            )
+            .await?
+        {
             Response::Map(m) => Ok(*m),
             other => Err(unexpected(&other)),
         }
@@ -779,7 +808,8 @@ impl Client {
     pub async fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
         map.validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
-        let install = Request::InstallMap(Box::new(map.clone()));
+        let install =
+            myriad_proto::Request::Server(ServerRequest::InstallMap(Box::new(map.clone())));
         // Any server of the current map commits it through the Raft group and answers once
         // it follows it; the others follow within moments.
         let current = self.map();
@@ -824,7 +854,10 @@ impl Client {
         pid: PartitionId,
     ) -> Result<((Option<u64>, u64, u64), Vec<(u64, u64)>), FsError> {
         match self
-            .call(Route::Copy(node, pid), Request::FsckReplica)
+            .call(
+                Route::Copy(node, pid),
+                myriad_proto::Request::Admin(AdminRequest::FsckReplica),
+            )
             .await?
         {
             Response::ReplicaDigest {
@@ -840,7 +873,10 @@ impl Client {
     /// Raw round trip to server `node`: the transport floor for benchmarks.
     pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
         match self
-            .call(Route::Server(node), Request::Echo(payload))
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Client(ClientRequest::Echo(payload)),
+            )
             .await?
         {
             Response::Echo(p) => Ok(p),

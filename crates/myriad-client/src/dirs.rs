@@ -3,9 +3,10 @@
 //! last name returned, valid however the shards split in between.
 
 use myriad_placement::{Shard, name_hash};
-use myriad_proto::{DirEntry, FileKind, FsError, Inode, Request, Response, validate_path};
+use myriad_proto::{DirEntry, FileKind, FsError, Inode, Response, validate_path};
 
 use crate::client::{Client, READDIR_PAGE, Route, unexpected};
+use myriad_proto::ClientRequest;
 
 /// Rounds of re-sending names whose shard moved during a `stat_many`.
 const REGROUP_ROUNDS_MAX: u32 = 8;
@@ -116,13 +117,19 @@ impl Client {
     ) -> Result<Page, FsError> {
         let (from, after) = position;
         let at = after.as_deref().map_or(from, name_hash).max(from);
-        let req = Request::ReadDir {
+        let req = ClientRequest::ReadDir {
             path: path.to_string(),
             from,
             after,
             limit,
         };
-        match self.call(Route::Shard(path.to_string(), at), req).await {
+        match self
+            .call(
+                Route::Shard(path.to_string(), at),
+                myriad_proto::Request::Client(req),
+            )
+            .await
+        {
             Ok(Response::DirPage {
                 mut entries,
                 next,
@@ -172,13 +179,16 @@ impl Client {
                 groups.entry(leaf).or_default().push(i);
             }
             let sends = groups.into_iter().map(|(leaf, idx)| {
-                let req = Request::StatMany {
+                let req = ClientRequest::StatMany {
                     dir: dir.to_string(),
                     names: idx.iter().map(|&i| names[i].clone()).collect(),
                 };
                 async move {
                     let r = self
-                        .call(Route::Shard(dir.to_string(), leaf.start()), req)
+                        .call(
+                            Route::Shard(dir.to_string(), leaf.start()),
+                            myriad_proto::Request::Client(req),
+                        )
                         .await;
                     (idx, r)
                 }
@@ -220,12 +230,18 @@ impl Client {
         shards: u32,
     ) -> Result<Inode, FsError> {
         validate_path(path)?;
-        let req = Request::Mkdir {
+        let req = ClientRequest::Mkdir {
             path: path.to_string(),
             mode,
             shards,
         };
-        match self.call(Route::Entry(path.to_string()), req).await {
+        match self
+            .call(
+                Route::Entry(path.to_string()),
+                myriad_proto::Request::Client(req),
+            )
+            .await
+        {
             Ok(r) => {
                 self.note_parent(path, &r);
                 crate::client::expect_attr(r)

@@ -5,9 +5,10 @@
 //! picks for (ino, k). A write that reaches beyond chunk 0 writes its chunk pieces in parallel,
 //! then raises the size on the inode's node once (`ExtendSize`).
 
-use myriad_proto::{FileKind, FsError, Inode, Request, Response, limits, validate_path};
+use myriad_proto::{FileKind, FsError, Inode, Response, limits, validate_path};
 
 use crate::client::{Client, Route, expect_attr, unexpected};
+use myriad_proto::ClientRequest;
 
 /// An open file: its path and the inode seen at open. Operations check the inode id, so a
 /// handle whose file was replaced or removed gets `Stale` instead of touching another file.
@@ -49,14 +50,20 @@ impl Client {
         let first = data.len().min(
             usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX),
         );
-        let req = Request::Create {
+        let req = ClientRequest::Create {
             path: path.to_string(),
             mode,
             exclusive,
             data: data[..first].to_vec(),
             durable,
         };
-        let inode = match self.call(Route::Entry(path.to_string()), req).await {
+        let inode = match self
+            .call(
+                Route::Entry(path.to_string()),
+                myriad_proto::Request::Client(req),
+            )
+            .await
+        {
             Ok(r) => {
                 self.note_parent(path, &r);
                 expect_attr(r)?
@@ -98,13 +105,19 @@ impl Client {
         // Chunk 0 first: its reply carries the current size.
         if pos < cs && pos < end {
             let n = (end.min(cs) - pos).min(limits::IO_BYTES_MAX);
-            let req = Request::Read {
+            let req = ClientRequest::Read {
                 path: h.path.clone(),
                 ino: h.inode.ino,
                 offset: pos,
                 len: n,
             };
-            match self.call(Route::Entry(h.path.clone()), req).await? {
+            match self
+                .call(
+                    Route::Entry(h.path.clone()),
+                    myriad_proto::Request::Client(req),
+                )
+                .await?
+            {
                 Response::Data { inode, data } => {
                     if let Some(i) = inode {
                         size = i.size;
@@ -129,13 +142,19 @@ impl Client {
             pos += n;
         }
         let futs = pieces.iter().map(|&(chunk, off, n)| async move {
-            let req = Request::ReadChunk {
+            let req = ClientRequest::ReadChunk {
                 ino: h.inode.ino,
                 chunk,
                 offset: off,
                 len: n,
             };
-            match self.call(Route::Chunk(h.inode.ino, chunk), req).await? {
+            match self
+                .call(
+                    Route::Chunk(h.inode.ino, chunk),
+                    myriad_proto::Request::Client(req),
+                )
+                .await?
+            {
                 Response::Data { data, .. } => Ok(data),
                 other => Err(unexpected(&other)),
             }
@@ -178,36 +197,52 @@ impl Client {
             pos += n;
         }
         let futs = others.iter().map(|&(chunk, off, slice)| async move {
-            let req = Request::WriteChunk {
+            let req = ClientRequest::WriteChunk {
                 ino: h.inode.ino,
                 chunk,
                 offset: off,
                 data: slice.to_vec(),
             };
-            self.call(Route::Chunk(h.inode.ino, chunk), req).await
+            self.call(
+                Route::Chunk(h.inode.ino, chunk),
+                myriad_proto::Request::Client(req),
+            )
+            .await
         });
         for r in futures::future::join_all(futs).await {
             r?;
         }
         let mut inode = h.inode.clone();
         for (off, slice) in chunk0 {
-            let req = Request::Write {
+            let req = ClientRequest::Write {
                 path: h.path.clone(),
                 ino: h.inode.ino,
                 offset: off,
                 data: slice.to_vec(),
                 opened: h.opened,
             };
-            inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
+            inode = expect_attr(
+                self.call(
+                    Route::Entry(h.path.clone()),
+                    myriad_proto::Request::Client(req),
+                )
+                .await?,
+            )?;
         }
         if end > cs {
-            let req = Request::ExtendSize {
+            let req = ClientRequest::ExtendSize {
                 path: h.path.clone(),
                 ino: h.inode.ino,
                 size: end,
                 opened: h.opened,
             };
-            inode = expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)?;
+            inode = expect_attr(
+                self.call(
+                    Route::Entry(h.path.clone()),
+                    myriad_proto::Request::Client(req),
+                )
+                .await?,
+            )?;
         }
         Ok(inode)
     }
@@ -222,7 +257,7 @@ impl Client {
         (dst, dst_off): (&FileHandle, u64),
         len: u64,
     ) -> Result<(Inode, u64), FsError> {
-        let req = Request::CopyRange(myriad_proto::CopyRange {
+        let req = ClientRequest::CopyRange(myriad_proto::CopyRange {
             src: src.path.clone(),
             src_ino: src.inode.ino,
             src_off,
@@ -232,7 +267,13 @@ impl Client {
             len,
             opened: dst.opened,
         });
-        match self.call(Route::Entry(dst.path.clone()), req).await? {
+        match self
+            .call(
+                Route::Entry(dst.path.clone()),
+                myriad_proto::Request::Client(req),
+            )
+            .await?
+        {
             Response::Copied { inode, bytes } => Ok((inode, bytes)),
             other => Err(unexpected(&other)),
         }
@@ -241,35 +282,50 @@ impl Client {
     /// Raises the size to at least `size` (never lowers it: a concurrent writer that went
     /// further keeps its bytes). Durable on return.
     pub async fn extend_size(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
-        let req = Request::ExtendSize {
+        let req = ClientRequest::ExtendSize {
             path: h.path.clone(),
             ino: h.inode.ino,
             size,
             opened: h.opened,
         };
-        expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)
+        expect_attr(
+            self.call(
+                Route::Entry(h.path.clone()),
+                myriad_proto::Request::Client(req),
+            )
+            .await?,
+        )
     }
 
     pub async fn truncate(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
-        let req = Request::Truncate {
+        let req = ClientRequest::Truncate {
             path: h.path.clone(),
             ino: h.inode.ino,
             size,
             opened: h.opened,
         };
-        expect_attr(self.call(Route::Entry(h.path.clone()), req).await?)
+        expect_attr(
+            self.call(
+                Route::Entry(h.path.clone()),
+                myriad_proto::Request::Client(req),
+            )
+            .await?,
+        )
     }
 
     /// Returns once everything the file's node applied so far (this file's non-durable
     /// create included) is durable.
     pub async fn sync(&self, h: &FileHandle) -> Result<(), FsError> {
-        let req = Request::Sync {
+        let req = ClientRequest::Sync {
             path: h.path.clone(),
             ino: h.inode.ino,
         };
-        self.call(Route::Entry(h.path.clone()), req)
-            .await
-            .map(|_| ())
+        self.call(
+            Route::Entry(h.path.clone()),
+            myriad_proto::Request::Client(req),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Every acknowledged write is already durable (fsynced by group commit on its node), so

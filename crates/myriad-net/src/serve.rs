@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::{Credential, Keyring};
 use myriad_proto::codec::decode;
-use myriad_proto::{Caller, FsError, RequestFrame, ResponseFrame};
+use myriad_proto::{Caller, ClientFrame, FsError, RequestFrame, ResponseFrame};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -199,21 +199,32 @@ pub async fn serve_connection<H: Handler>(
         };
         last_frame = Instant::now();
         partial_since = (!reader.read_buffer().is_empty()).then_some(last_frame);
-        let mut req = match decode::<RequestFrame>(&frame) {
-            Ok(r) => r,
-            Err(e) => break e.to_string(),
+        // What a connection may send is decided by the type its frames decode to: with a
+        // client key, `ClientFrame` (client and server requests only).
+        let decoded = if peer.credential == Credential::Client {
+            decode::<ClientFrame>(&frame).map(RequestFrame::from)
+        } else {
+            decode::<RequestFrame>(&frame)
         };
-        if peer.credential == Credential::Client && req.body.needs_cluster_secret() {
-            let refusal = ResponseFrame {
-                id: req.id,
-                result: Err(FsError::PermissionDenied),
-            };
-            tracing::warn!(peer = %peer_addr, op = req.body.op_name(), "refused: needs the cluster secret");
-            if let Ok(bytes) = myriad_proto::codec::encode(&refusal) {
-                let _ = tx.send(Bytes::from(bytes)).await;
+        let mut req = match decoded {
+            Ok(r) => r,
+            Err(e) => {
+                // A well-formed request this connection may not send: refused, and the
+                // connection goes on. Anything else ends it.
+                let Ok(other) = decode::<RequestFrame>(&frame) else {
+                    break e.to_string();
+                };
+                let refusal = ResponseFrame {
+                    id: other.id,
+                    result: Err(FsError::PermissionDenied),
+                };
+                tracing::warn!(peer = %peer_addr, op = other.body.op_name(), "refused: needs the cluster secret");
+                if let Ok(bytes) = myriad_proto::codec::encode(&refusal) {
+                    let _ = tx.send(Bytes::from(bytes)).await;
+                }
+                continue;
             }
-            continue;
-        }
+        };
         if squash && req.caller.uid == 0 {
             req.caller = Caller {
                 uid: SQUASHED_ID,

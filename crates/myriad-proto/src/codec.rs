@@ -34,11 +34,13 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{Caller, Request, RequestFrame, Response, ResponseFrame};
+    use crate::{
+        Caller, ClientRequest, PeerRequest, Request, RequestFrame, Response, ResponseFrame,
+    };
 
     #[test]
     fn a_link_request_becomes_a_flat_inode_operation() {
-        let w = Request::Write {
+        let w = ClientRequest::Write {
             path: "/l".into(),
             ino: 9,
             offset: 4,
@@ -60,16 +62,19 @@ mod tests {
             epoch: 1,
             ends: crate::Endpoints::to(3),
             caller: Caller::root(),
-            body: Request::AtInode {
+            body: crate::Request::Peer(PeerRequest::AtInode {
                 ino: 9,
                 caller: Caller::root(),
                 op: op.unwrap_or(crate::InodeOp::Stat),
-            },
+            }),
         };
         let back: RequestFrame =
             decode(&encode(&f).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, f);
-        assert_eq!(Request::Stat { path: "/l".into() }.into_inode_op(), None);
+        assert_eq!(
+            ClientRequest::Stat { path: "/l".into() }.into_inode_op(),
+            None
+        );
     }
 
     #[test]
@@ -86,13 +91,13 @@ mod tests {
                 gid: 100,
                 groups: vec![4, 5],
             },
-            body: Request::Create {
+            body: crate::Request::Client(ClientRequest::Create {
                 path: "/a/b".into(),
                 mode: 0o644,
                 exclusive: true,
                 data: vec![1, 2, 3],
                 durable: true,
-            },
+            }),
         };
         let bytes = encode(&f).unwrap_or_default();
         let back: RequestFrame = decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
@@ -106,13 +111,13 @@ mod tests {
             gid: 6,
             groups: vec![7],
         };
-        let body = Request::Write {
+        let body = Request::Client(ClientRequest::Write {
             path: "/f".into(),
             ino: 9,
             offset: 3,
             data: vec![1; 1000],
             opened: false,
-        };
+        });
         let owned = RequestFrame {
             id: 1,
             epoch: 2,
@@ -132,10 +137,12 @@ mod tests {
 
     #[test]
     fn hard_link_writes_forwarded_between_servers_count_as_disk_writes() {
-        let at = |op| Request::AtInode {
-            ino: 1,
-            caller: Caller::root(),
-            op,
+        let at = |op| {
+            Request::Peer(PeerRequest::AtInode {
+                ino: 1,
+                caller: Caller::root(),
+                op,
+            })
         };
         let write = at(crate::InodeOp::Write {
             ino: 1,
@@ -156,8 +163,53 @@ mod tests {
             len: 1,
         });
         assert!(!read.writes_storage());
-        assert!(!Request::Stat { path: "/a".into() }.writes_storage());
-        assert!(Request::Unlink { path: "/a".into() }.writes_storage());
+        assert!(!Request::from(ClientRequest::Stat { path: "/a".into() }).writes_storage());
+        assert!(Request::from(ClientRequest::Unlink { path: "/a".into() }).writes_storage());
+    }
+
+    /// A connection with a client key decodes `ClientFrame`: a client's and a server request
+    /// come through unchanged, and no peer, replica or administration request can be said
+    /// at all, whatever new variants those enums get.
+    #[test]
+    fn a_client_frame_carries_only_client_and_server_requests() {
+        let frame = |body: Request| RequestFrame {
+            id: 7,
+            epoch: 1,
+            ends: crate::Endpoints::to(3),
+            caller: Caller::root(),
+            body,
+        };
+        let allowed = [
+            Request::Client(ClientRequest::Stat { path: "/a".into() }),
+            Request::Server(crate::ServerRequest::GetMap),
+        ];
+        for body in allowed {
+            let bytes = encode(&frame(body.clone())).unwrap_or_default();
+            let as_client = decode::<crate::ClientFrame>(&bytes).map(RequestFrame::from);
+            assert_eq!(as_client.ok(), Some(frame(body)));
+        }
+        let refused = [
+            Request::Admin(crate::AdminRequest::ResetCounters),
+            Request::Admin(crate::AdminRequest::FsckReplica),
+            Request::Peer(PeerRequest::Lease),
+            Request::Peer(PeerRequest::DirTouch {
+                path: "/a".into(),
+                ino: 2,
+                now_ns: 1,
+                nlink: None,
+            }),
+            Request::Replica(crate::ReplicaRequest::ReplicaSeq),
+            Request::Replica(crate::ReplicaRequest::ReplicaReset),
+        ];
+        for body in refused {
+            let bytes = encode(&frame(body.clone())).unwrap_or_default();
+            assert!(
+                decode::<crate::ClientFrame>(&bytes).is_err(),
+                "{body:?} decoded on a client connection"
+            );
+            // The same bytes are a valid frame for a peer.
+            assert_eq!(decode::<RequestFrame>(&bytes).ok(), Some(frame(body)));
+        }
     }
 
     #[test]

@@ -12,18 +12,22 @@ mod error;
 pub mod limits;
 mod message;
 mod path;
+mod request;
 mod types;
 
 pub use error::FsError;
 pub use message::{
-    Auth, AuthReply, CopyRange, DirAction, Endpoints, ExportedEntry, FsckDir, FsckEntry,
-    FsckRepair, Hello, HelloReply, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc,
-    RenameFlags, ReplOp, Request, RequestFrame, RequestFrameRef, Response, ResponseFrame, SetAttr,
-    XattrMode,
+    Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind,
+    RequestFrame, RequestFrameRef, Response, ResponseFrame,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{Shard, ShardMap, name_hash};
 pub use path::{validate_name, validate_path};
+pub use request::{
+    AdminRequest, ClientRequest, CopyRange, DirAction, ExportedEntry, FromClient, FsckDir,
+    FsckEntry, FsckRepair, InodeOp, PeerRequest, RaftRpc, RenameFlags, ReplOp, ReplicaRequest,
+    Request, ServerRequest, SetAttr, XattrMode,
+};
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, ROOT_INO, StatFs, Xattr,
 };

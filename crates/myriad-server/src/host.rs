@@ -38,6 +38,7 @@ use crate::replication::peers::Peers;
 use crate::replication::primary::Replicator;
 use crate::replication::wire::{digest, drop_copy, partition_store};
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
+use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ServerRequest};
 
 pub struct Host {
     /// This server's id in the map.
@@ -483,10 +484,12 @@ impl Host {
             return Err(FsError::MapTooOld(st.map.epoch));
         }
         match body {
-            Request::Echo(p) => Ok(Response::Echo(p)),
-            Request::StatFs => Ok(Response::StatFs(self.statfs())),
-            Request::GetCounters => Ok(Response::Counters(self.counter_snapshot(&st))),
-            Request::ResetCounters => {
+            Request::Client(ClientRequest::Echo(p)) => Ok(Response::Echo(p)),
+            Request::Server(ServerRequest::StatFs) => Ok(Response::StatFs(self.statfs())),
+            Request::Server(ServerRequest::GetCounters) => {
+                Ok(Response::Counters(self.counter_snapshot(&st)))
+            }
+            Request::Admin(AdminRequest::ResetCounters) => {
                 self.counters.reset();
                 for n in self.nodes() {
                     n.replicas.stats.reset();
@@ -498,9 +501,9 @@ impl Host {
                     .store(0, Ordering::Relaxed);
                 Ok(Response::Unit)
             }
-            Request::GetMap => Ok(Response::Map(Box::new(st.map.clone()))),
+            Request::Server(ServerRequest::GetMap) => Ok(Response::Map(Box::new(st.map.clone()))),
             // From a server: a committed map it holds and we lack.
-            Request::InstallMap(map) if from_server => {
+            Request::Server(ServerRequest::InstallMap(map)) if from_server => {
                 map.validate()
                     .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
                 self.adopt_in_background(*map);
@@ -509,7 +512,7 @@ impl Host {
             // From an administrator (root): a change, committed through the Raft group. From
             // anyone else: a map the client learned from another server (it is committed and
             // on its way here), so only wait for it.
-            Request::InstallMap(map) => {
+            Request::Server(ServerRequest::InstallMap(map)) => {
                 map.validate()
                     .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
                 let epoch = map.epoch;
@@ -526,15 +529,17 @@ impl Host {
                 }
                 Ok(Response::Unit)
             }
-            Request::Raft { rpc, payload } if from_server => self
+            Request::Peer(PeerRequest::Raft { rpc, payload }) if from_server => self
                 .membership
                 .group
                 .serve(rpc, &payload)
                 .await
                 .map(Response::Raft)
                 .map_err(FsError::Protocol),
-            Request::PartitionSeqs if from_server => Ok(Response::Seqs(self.partition_seqs())),
-            Request::Lease => match &peer.kind {
+            Request::Peer(PeerRequest::PartitionSeqs) if from_server => {
+                Ok(Response::Seqs(self.partition_seqs()))
+            }
+            Request::Peer(PeerRequest::Lease) => match &peer.kind {
                 PeerKind::Server { node_id } => Ok(self.membership.grant_lease(*node_id, epoch)),
                 PeerKind::Client => Err(FsError::PermissionDenied),
             },
@@ -588,7 +593,7 @@ impl Host {
         vec![follower, reopener]
     }
 
-    /// The last batch of every partition copy held here (`Request::PartitionSeqs`).
+    /// The last batch of every partition copy held here (`PeerRequest::PartitionSeqs`).
     pub(crate) fn partition_seqs(&self) -> Vec<(PartitionId, Option<u64>)> {
         let mut out: Vec<(PartitionId, Option<u64>)> = self
             .nodes()
@@ -672,7 +677,7 @@ impl Handler for Host {
                     host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
                         .await
                 }
-                pid if matches!(frame.body, Request::FsckReplica) => {
+                pid if matches!(frame.body, Request::Admin(AdminRequest::FsckReplica)) => {
                     if frame.caller.uid != 0 {
                         Err(FsError::PermissionDenied)
                     } else if let Some(node) = host.partition(pid) {
@@ -683,7 +688,7 @@ impl Handler for Host {
                         Err(FsError::NotFound)
                     }
                 }
-                pid if frame.body.is_replication() => match peer.kind {
+                pid if matches!(frame.body, Request::Replica(_)) => match peer.kind {
                     PeerKind::Server { node_id } => {
                         match host.backup_for(pid, node_id, frame.epoch) {
                             Ok(b) => b.handle(&host.syncer, frame.body).await,
@@ -713,11 +718,7 @@ impl Handler for Host {
 fn is_server_request(body: &Request) -> bool {
     matches!(
         body,
-        Request::StatFs
-            | Request::GetCounters
-            | Request::ResetCounters
-            | Request::GetMap
-            | Request::InstallMap(_)
+        Request::Server(_) | Request::Admin(AdminRequest::ResetCounters)
     )
 }
 

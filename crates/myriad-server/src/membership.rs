@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cluster::MapState;
+use myriad_proto::PeerRequest;
 
 /// How long a granted lease lets a server serve, counted from when it asked.
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
@@ -47,7 +48,7 @@ pub(crate) const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 const _: () = assert!(DOWN_AFTER.as_millis() > LEASE.as_millis() + QUORUM_FRESH.as_millis());
 
-/// Raft messages travel as `Request::Raft` to the peer's server endpoint.
+/// Raft messages travel as `PeerRequest::Raft` to the peer's server endpoint.
 pub(crate) struct PoolTransport {
     pub(crate) pool: Arc<Pool>,
 }
@@ -62,10 +63,17 @@ impl Transport for PoolTransport {
     ) -> BoxFuture<Result<Vec<u8>, String>> {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let req = Request::Raft { rpc, payload };
+            let req = PeerRequest::Raft { rpc, payload };
             let answer = tokio::time::timeout(
                 timeout,
-                pool.call_with_timeout(&addr, 0, Endpoints::SERVER, &Caller::root(), &req, timeout),
+                pool.call_with_timeout(
+                    &addr,
+                    0,
+                    Endpoints::SERVER,
+                    &Caller::root(),
+                    &Request::Peer(req),
+                    timeout,
+                ),
             )
             .await;
             match answer {
@@ -187,7 +195,7 @@ impl Membership {
         Some(FsError::Busy)
     }
 
-    /// Leader side of `Request::Lease` from server `from` at map `epoch`.
+    /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`.
     pub(crate) fn grant_lease(&self, from: NodeId, epoch: u64) -> Response {
         self.heard.note(from);
         let Some(map) = self.group.map() else {
@@ -229,7 +237,7 @@ impl Membership {
                         st.map.epoch,
                         Endpoints::SERVER,
                         &Caller::root(),
-                        &Request::Lease,
+                        &Request::Peer(PeerRequest::Lease),
                         RENEW_EVERY * 2,
                     )
                     .await
@@ -410,7 +418,7 @@ impl Membership {
                         map.epoch,
                         Endpoints::SERVER,
                         &Caller::root(),
-                        &Request::PartitionSeqs,
+                        &Request::Peer(PeerRequest::PartitionSeqs),
                         RENEW_EVERY * 2,
                     )
                     .await

@@ -483,14 +483,17 @@ async fn client_keys_cannot_send_server_requests_and_root_is_squashed() {
         .map(str::to_string)
         .unwrap_or_default();
     for req in [
-        myriad_proto::Request::DirFinish {
+        myriad_proto::Request::Peer(myriad_proto::PeerRequest::DirFinish {
             path: "/d".into(),
             txid: 1,
             action: myriad_proto::DirAction::Drop {
                 keep_blocks_of: None,
             },
-        },
-        myriad_proto::Request::FsckReplica,
+        }),
+        myriad_proto::Request::Admin(myriad_proto::AdminRequest::FsckReplica),
+        myriad_proto::Request::Admin(myriad_proto::AdminRequest::ResetCounters),
+        myriad_proto::Request::Peer(myriad_proto::PeerRequest::Lease),
+        myriad_proto::Request::Replica(myriad_proto::ReplicaRequest::ReplicaReset),
     ] {
         let r = pool
             .call(

@@ -7,10 +7,11 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_client::proto::{FsckRepair, Request};
+use myriad_client::proto::FsckRepair;
 use myriad_client::{Caller, Client};
 
 use crate::harness::TestCluster;
+use myriad_proto::AdminRequest;
 
 fn must<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))
@@ -62,10 +63,12 @@ async fn fsck_is_clean_finds_damage_and_repairs_it() {
     must(
         c.request(
             ring.owner_of_dir("/a/b/c"),
-            Request::FsckRepair(FsckRepair::DropEmptyDirObject {
-                path: "/a/b/c".into(),
-                ino: cino,
-            }),
+            myriad_proto::Request::Admin(AdminRequest::FsckRepair(
+                FsckRepair::DropEmptyDirObject {
+                    path: "/a/b/c".into(),
+                    ino: cino,
+                },
+            )),
         )
         .await,
     );
@@ -74,10 +77,10 @@ async fn fsck_is_clean_finds_damage_and_repairs_it() {
         .find(|&n| {
             futures::executor::block_on(c.request(
                 n,
-                Request::FsckRepair(FsckRepair::SetLinks {
+                myriad_proto::Request::Admin(AdminRequest::FsckRepair(FsckRepair::SetLinks {
                     ino: linked.ino,
                     nlink: 5,
-                }),
+                })),
             ))
             .is_ok()
         })
@@ -85,10 +88,10 @@ async fn fsck_is_clean_finds_damage_and_repairs_it() {
     must(
         c.request(
             ring.owner_of_dir("/ghost"),
-            Request::FsckRepair(FsckRepair::CreateDirObject {
+            myriad_proto::Request::Admin(AdminRequest::FsckRepair(FsckRepair::CreateDirObject {
                 path: "/ghost".into(),
                 ino: 0xdead,
-            }),
+            })),
         )
         .await,
     );

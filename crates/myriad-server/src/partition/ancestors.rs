@@ -12,6 +12,7 @@ use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
 use crate::partition::core::Partition;
 use crate::partition::replicas::{Cached, LEASE_MARGIN, ancestors};
 use crate::state::perm;
+use myriad_proto::PeerRequest;
 
 impl Partition {
     /// Attributes of directories `dirs` (for permission checks), per Algorithm 1.
@@ -57,11 +58,11 @@ impl Partition {
                 let r = self
                     .call_entry(
                         &path,
-                        Request::GetAttrs {
+                        Request::Peer(PeerRequest::GetAttrs {
                             path: path.clone(),
                             subscribe,
                             seq,
-                        },
+                        }),
                     )
                     .await;
                 (i, path, sent, r)
@@ -231,12 +232,12 @@ impl Partition {
         let found = if self.entry_node(path) == self.me {
             self.lookup(path).await
         } else {
-            let req = Request::GetAttrs {
+            let req = PeerRequest::GetAttrs {
                 path: path.to_string(),
                 subscribe: false,
                 seq: 0,
             };
-            match self.call_entry(path, req).await {
+            match self.call_entry(path, Request::Peer(req)).await {
                 Ok(Response::AttrLease { inode, .. }) => Ok(inode),
                 Ok(_) => return Err(FsError::Protocol("unexpected reply to get_attrs".into())),
                 Err(e) => Err(e),
@@ -281,8 +282,12 @@ impl Partition {
             let path = path.to_string();
             async move {
                 let deadline = until.saturating_duration_since(Instant::now());
-                self.notify_one(node, Request::AttrUpdate { path, inode }, deadline)
-                    .await;
+                self.notify_one(
+                    node,
+                    Request::Peer(PeerRequest::AttrUpdate { path, inode }),
+                    deadline,
+                )
+                .await;
             }
         });
         futures::future::join_all(sends).await;
@@ -325,10 +330,10 @@ impl Partition {
             .filter(|&n| n != self.me)
             .collect();
         let sends = nodes.into_iter().map(|node| {
-            let req = Request::InvalidatePrefix {
+            let req = PeerRequest::InvalidatePrefix {
                 prefix: prefix.to_string(),
             };
-            async move { self.notify_one(node, req, lease).await }
+            async move { self.notify_one(node, Request::Peer(req), lease).await }
         });
         futures::future::join_all(sends).await;
     }
@@ -341,7 +346,10 @@ impl Partition {
         let (renew, evicted) = self.replicas.bookkeeping();
         for (path, seq) in evicted {
             let _ = self
-                .call_entry(&path.clone(), Request::Unsubscribe { path, seq })
+                .call_entry(
+                    &path.clone(),
+                    Request::Peer(PeerRequest::Unsubscribe { path, seq }),
+                )
                 .await;
         }
         for path in renew {
@@ -349,10 +357,10 @@ impl Partition {
             if let Ok(Response::AttrLease { inode, lease_ms }) = self
                 .call_entry(
                     &path,
-                    Request::RenewAttrs {
+                    Request::Peer(PeerRequest::RenewAttrs {
                         path: path.clone(),
                         seq: self.replicas.next_seq(),
-                    },
+                    }),
                 )
                 .await
                 && lease_ms > 0

@@ -15,6 +15,7 @@ use myriad_proto::{
 use crate::partition::core::{Partition, now_ns};
 use crate::state::mutation::Mutation;
 use crate::state::perm;
+use myriad_proto::ClientRequest;
 
 impl Partition {
     pub(crate) async fn copy_range(
@@ -83,14 +84,14 @@ impl Partition {
             let chunk = pos / cs;
             let n = (cs - pos % cs).min(end - pos).min(limits::IO_BYTES_MAX);
             let req = if chunk == 0 {
-                Request::Read {
+                ClientRequest::Read {
                     path: c.src.clone(),
                     ino: c.src_ino,
                     offset: pos,
                     len: n,
                 }
             } else {
-                Request::ReadChunk {
+                ClientRequest::ReadChunk {
                     ino: c.src_ino,
                     chunk,
                     offset: pos % cs,
@@ -98,10 +99,10 @@ impl Partition {
                 }
             };
             let reply = if chunk == 0 {
-                self.call_entry(&c.src, req).await?
+                self.call_entry(&c.src, Request::Client(req)).await?
             } else {
                 let owner = self.state().ring.owner_of_chunk(c.src_ino, chunk);
-                self.call_node(owner, req).await?
+                self.call_node(owner, Request::Client(req)).await?
             };
             let Response::Data { data, .. } = reply else {
                 return Err(FsError::Protocol("unexpected reply to a read".into()));
@@ -147,13 +148,13 @@ impl Partition {
                 }
             } else {
                 let owner = self.state().ring.owner_of_chunk(c.dst_ino, chunk);
-                let req = Request::WriteChunk {
+                let req = ClientRequest::WriteChunk {
                     ino: c.dst_ino,
                     chunk,
                     offset: pos % cs,
                     data: piece.to_vec(),
                 };
-                self.call_node(owner, req).await?;
+                self.call_node(owner, Request::Client(req)).await?;
             }
             pos += n;
         }

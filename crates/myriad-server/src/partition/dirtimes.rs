@@ -25,6 +25,7 @@ use myriad_proto::{FsError, Inode, Request, Response};
 use crate::partition::core::{Partition, now_ns};
 use crate::partition::touches::lock;
 use crate::state::mutation::{Mutation, Outcome, storage_err};
+use myriad_proto::PeerRequest;
 
 /// A touch waits at most this long for the partition holding the directory's entry; past
 /// it the request goes on (the times may stay behind for that change).
@@ -113,7 +114,7 @@ impl Partition {
                 _ => None,
             });
         }
-        let req = Request::DirTouch {
+        let req = PeerRequest::DirTouch {
             path: dir.to_string(),
             ino: rec.ino,
             now_ns: now,
@@ -121,9 +122,9 @@ impl Partition {
         };
         let sent = if dir == "/" {
             let home = self.state().ring.owner_of_dir("/");
-            tokio::time::timeout(TOUCH_TIMEOUT, self.call_node(home, req)).await
+            tokio::time::timeout(TOUCH_TIMEOUT, self.call_node(home, Request::Peer(req))).await
         } else {
-            tokio::time::timeout(TOUCH_TIMEOUT, self.call_entry(dir, req)).await
+            tokio::time::timeout(TOUCH_TIMEOUT, self.call_entry(dir, Request::Peer(req))).await
         };
         match sent {
             Ok(Ok(Response::Attr(i))) => Ok(Some(i)),

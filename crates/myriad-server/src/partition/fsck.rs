@@ -9,6 +9,7 @@ use myriad_proto::{
 
 use crate::partition::core::{Partition, now_ns};
 use crate::state::mutation::{INODE_DIR, Mutation, inode_name, storage_err};
+use myriad_proto::AdminRequest;
 
 impl Partition {
     pub(crate) async fn fsck(
@@ -21,7 +22,7 @@ impl Partition {
         }
         let page = |limit: u32| limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
         match req {
-            Request::FsckDirs { after, limit } => {
+            Request::Admin(AdminRequest::FsckDirs { after, limit }) => {
                 let dirs = self
                     .store
                     .dirs(after.as_deref(), page(limit))
@@ -42,7 +43,7 @@ impl Partition {
                         .collect(),
                 ))
             }
-            Request::FsckEntries { dir, after, limit } => {
+            Request::Admin(AdminRequest::FsckEntries { dir, after, limit }) => {
                 let limit = page(limit);
                 let rows = self
                     .store
@@ -61,17 +62,17 @@ impl Partition {
                     .collect();
                 Ok(Response::FsckEntries { entries, next })
             }
-            Request::FsckBlocks { after, limit } => Ok(Response::FsckBlocks(
+            Request::Admin(AdminRequest::FsckBlocks { after, limit }) => Ok(Response::FsckBlocks(
                 self.store
                     .block_inodes(after, page(limit))
                     .map_err(storage_err)?,
             )),
-            Request::FsckBlockFrom { ino, block } => Ok(Response::Block(
+            Request::Admin(AdminRequest::FsckBlockFrom { ino, block }) => Ok(Response::Block(
                 self.store
                     .first_block_from(ino, block)
                     .map_err(storage_err)?,
             )),
-            Request::FsckRepair(r) => self.fsck_repair(r).await,
+            Request::Admin(AdminRequest::FsckRepair(r)) => self.fsck_repair(r).await,
             _ => Err(FsError::InvalidArgument("not an fsck request".into())),
         }
     }

@@ -21,6 +21,7 @@ use myriad_proto::{
 use crate::partition::core::{Partition, now_ns, split_owned};
 use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
 use crate::state::perm;
+use myriad_proto::PeerRequest;
 
 impl Partition {
     /// The inode a client should see for entry inode `i`: itself, or for a hard-link name
@@ -32,12 +33,12 @@ impl Partition {
         let home = i
             .link_home
             .ok_or_else(|| FsError::Io("link without a home".into()))?;
-        let req = Request::AtInode {
+        let req = PeerRequest::AtInode {
             ino: i.ino,
             caller: Caller::root(),
             op: InodeOp::Stat,
         };
-        match self.call_node(home, req).await? {
+        match self.call_node(home, Request::Peer(req)).await? {
             Response::Attr(i) => Ok(i),
             other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
         }
@@ -79,8 +80,11 @@ impl Partition {
         op: InodeOp,
     ) -> Result<Response, FsError> {
         self.search(&caller, path).await?;
-        self.call_node(home, Request::AtInode { ino, caller, op })
-            .await
+        self.call_node(
+            home,
+            Request::Peer(PeerRequest::AtInode { ino, caller, op }),
+        )
+        .await
     }
 
     /// At the home: `op` applied to inode object `ino`.
@@ -262,11 +266,11 @@ impl Partition {
                 let home = src
                     .link_home
                     .ok_or_else(|| FsError::Io("link without a home".into()))?;
-                let req = Request::AdjustLinks {
+                let req = PeerRequest::AdjustLinks {
                     ino: src.ino,
                     delta: 1,
                 };
-                match self.call_node(home, req).await? {
+                match self.call_node(home, Request::Peer(req)).await? {
                     Response::Attr(i) => (home, i),
                     other => return Err(FsError::Protocol(format!("unexpected {other:?}"))),
                 }
@@ -286,23 +290,23 @@ impl Partition {
                 }
             }
         };
-        let put = Request::PutLinkRef {
+        let put = PeerRequest::PutLinkRef {
             path: to.to_string(),
             ino: inode.ino,
             home,
         };
-        if let Err(e) = self.call_entry(to, put).await {
+        if let Err(e) = self.call_entry(to, Request::Peer(put)).await {
             if !definitely_not_created(&e) {
                 // The name may exist (a timeout or a lost reply): keep the count one too
                 // high rather than risk one too low, which would free data still named.
                 return Err(e);
             }
             // Take the link back; if even that fails the count stays one too high (no loss).
-            let undo = Request::AdjustLinks {
+            let undo = PeerRequest::AdjustLinks {
                 ino: inode.ino,
                 delta: -1,
             };
-            if let Err(u) = self.call_node(home, undo).await {
+            if let Err(u) = self.call_node(home, Request::Peer(undo)).await {
                 tracing::warn!("link of ino {}: undo failed: {u}", inode.ino);
             }
             return Err(e);
@@ -316,11 +320,11 @@ impl Partition {
         let Some(home) = link.link_home else {
             return;
         };
-        let req = Request::AdjustLinks {
+        let req = PeerRequest::AdjustLinks {
             ino: link.ino,
             delta: 0,
         };
-        if let Err(e) = self.call_node(home, req).await {
+        if let Err(e) = self.call_node(home, Request::Peer(req)).await {
             tracing::warn!(
                 "rename of a name of ino {}: ctime not updated: {e}",
                 link.ino
@@ -333,11 +337,11 @@ impl Partition {
         let Some(home) = removed.link_home else {
             return;
         };
-        let req = Request::AdjustLinks {
+        let req = PeerRequest::AdjustLinks {
             ino: removed.ino,
             delta: -1,
         };
-        if let Err(e) = self.call_node(home, req).await {
+        if let Err(e) = self.call_node(home, Request::Peer(req)).await {
             tracing::warn!(
                 "unlink of a name of ino {}: link count not lowered at node {home}: {e}",
                 removed.ino

@@ -9,6 +9,7 @@
 //! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`); `dispatch`.
 
 pub(crate) mod ancestors;
+pub(crate) mod client_ops;
 pub(crate) mod copy;
 pub(crate) mod core;
 pub(crate) mod dirtimes;
@@ -16,6 +17,7 @@ pub(crate) mod dispatch;
 pub(crate) mod env;
 pub(crate) mod fsck;
 pub(crate) mod links;
+pub(crate) mod peer_ops;
 pub(crate) mod popularity;
 pub(crate) mod repair;
 pub(crate) mod replicas;

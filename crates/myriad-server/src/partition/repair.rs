@@ -13,6 +13,7 @@ use myriad_storage::StorageError;
 
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, storage_err};
+use myriad_proto::ReplicaRequest;
 
 /// Blocks one read may repair before giving up (a 4 MiB read spans 64 blocks).
 const REPAIRS_PER_READ_MAX: usize = 64;
@@ -80,8 +81,12 @@ impl Partition {
             source: self.me,
         };
         for server in st.map.backups_of(self.me) {
-            let req = Request::ReplicaBlock { ino, block };
-            match self.env.send(server, st.map.epoch, ends, &req).await {
+            let req = ReplicaRequest::ReplicaBlock { ino, block };
+            match self
+                .env
+                .send(server, st.map.epoch, ends, &Request::Replica(req))
+                .await
+            {
                 Ok(Response::BlockCopy(Some(d))) => return Ok((d.into_vec(), server)),
                 Ok(other) => {
                     tracing::warn!(

@@ -69,7 +69,7 @@ pub struct Replicas {
     pub(super) state: std::sync::Mutex<State>,
     /// Owner side: path -> subscriber -> (lease end, the subscriber's sequence number).
     pub(super) subscribers: std::sync::Mutex<HashMap<String, Subscribers>>,
-    /// Subscriber side: numbers our subscribe/unsubscribe requests (see `Request::GetAttrs`).
+    /// Subscriber side: numbers our subscribe/unsubscribe requests (see `PeerRequest::GetAttrs`).
     pub(super) seq: AtomicU64,
     pub stats: ReplicaStats,
 }

@@ -11,6 +11,7 @@ use myriad_storage::DirRecord;
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
+use myriad_proto::{ClientRequest, PeerRequest};
 
 /// Attempts of a server-to-server request whose target shard moved under it.
 const SHARD_RETRIES_MAX: u32 = 8;
@@ -121,10 +122,10 @@ impl Partition {
             Some(m) => Some(m),
             None => {
                 let home = self.state().ring.owner_of_dir(dir);
-                let req = Request::GetShardMap {
+                let req = ClientRequest::GetShardMap {
                     dir: dir.to_string(),
                 };
-                match self.call_node(home, req).await {
+                match self.call_node(home, Request::Client(req)).await {
                     Ok(Response::ShardMap(m)) => Some(*m),
                     _ => None,
                 }
@@ -249,12 +250,12 @@ impl Partition {
             })
             .await?;
         for (node, shards) in by_node {
-            let req = Request::ShardCreate {
+            let req = PeerRequest::ShardCreate {
                 dir: path.to_string(),
                 ino,
                 shards,
             };
-            self.call_node(node, req).await?;
+            self.call_node(node, Request::Peer(req)).await?;
         }
         Ok(())
     }
@@ -295,11 +296,11 @@ impl Partition {
         for &node in &nodes {
             let p = path.to_string();
             let step = async {
-                let freeze_req = Request::DirFreeze {
+                let freeze_req = PeerRequest::DirFreeze {
                     path: p.clone(),
                     txid: freeze,
                 };
-                match self.call_node(node, freeze_req).await {
+                match self.call_node(node, Request::Peer(freeze_req)).await {
                     Ok(_) => {}
                     // No part there (dropped by an earlier attempt of this removal).
                     Err(FsError::Redirect(_) | FsError::NotFound) if node != self.me => {
@@ -308,12 +309,12 @@ impl Partition {
                     Err(e) => return Err(e),
                 }
                 frozen.push(node);
-                let export = Request::DirExport {
+                let export = PeerRequest::DirExport {
                     path: p,
                     txid: freeze,
                     after: None,
                 };
-                match self.call_node(node, export).await? {
+                match self.call_node(node, Request::Peer(export)).await? {
                     Response::Exported { entries, .. } if entries.is_empty() => Ok(()),
                     Response::Exported { .. } => Err(FsError::NotEmpty),
                     _ => Err(FsError::Io("unexpected reply to an export".into())),
@@ -334,12 +335,12 @@ impl Partition {
         // The home goes last: while it stands, a repeated removal finds the map again.
         for &node in nodes.iter().filter(|n| **n != self.me) {
             if frozen.contains(&node) {
-                let req = Request::DirFinish {
+                let req = PeerRequest::DirFinish {
                     path: path.to_string(),
                     txid: freeze,
                     action: action.clone(),
                 };
-                self.call_node(node, req).await?;
+                self.call_node(node, Request::Peer(req)).await?;
             }
         }
         if frozen.contains(&self.me) {

@@ -14,6 +14,7 @@ use crate::partition::core::Partition;
 use crate::partition::twophase::join;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome, ShardMutation, storage_err};
+use myriad_proto::PeerRequest;
 
 /// Directories whose additions are counted at once; beyond it the counts start over.
 const COUNTED_DIRS_MAX: usize = 100_000;
@@ -175,27 +176,27 @@ impl Partition {
                     .filter(|e| e.inode.kind == FileKind::Directory)
                     .map(|e| e.name.clone()),
             );
-            let req = Request::ShardImport {
+            let req = PeerRequest::ShardImport {
                 dir: dir.to_string(),
                 ino,
                 txid,
                 child,
                 entries,
             };
-            self.call_node(target, req).await?;
+            self.call_node(target, Request::Peer(req)).await?;
             match next {
                 Some(n) => after = Some(n),
                 None => break,
             }
         }
         let home = st.ring.owner_of_dir(dir);
-        let req = Request::ShardMapChange {
+        let req = PeerRequest::ShardMapChange {
             dir: dir.to_string(),
             ino,
             shard,
             split: true,
         };
-        self.call_node(home, req).await?;
+        self.call_node(home, Request::Peer(req)).await?;
         Ok(moved_dirs)
     }
 
@@ -255,20 +256,23 @@ impl Partition {
     pub(crate) async fn undo_split(self: &Arc<Self>, dir: &str, ino: u64, txid: u64, shard: Shard) {
         let st = self.state();
         let child = shard.halves().1;
-        let unmap = Request::ShardMapChange {
+        let unmap = PeerRequest::ShardMapChange {
             dir: dir.to_string(),
             ino,
             shard,
             split: false,
         };
-        let drop = Request::ShardFinish {
+        let drop = PeerRequest::ShardFinish {
             dir: dir.to_string(),
             txid,
             child,
             reveal: false,
         };
         let undone = async {
-            match self.call_node(st.ring.owner_of_dir(dir), unmap).await {
+            match self
+                .call_node(st.ring.owner_of_dir(dir), Request::Peer(unmap))
+                .await
+            {
                 // The directory is gone from its home (removed or renamed away): no map to fix.
                 Ok(_) | Err(FsError::NotFound) => {}
                 Err(e) => return Err(e),
@@ -276,7 +280,7 @@ impl Partition {
             self.applier
                 .run(Mutation::Shard(ShardMutation::SplitAbort { txid }))
                 .await?;
-            self.call_node(st.ring.owner_of_shard(dir, child), drop)
+            self.call_node(st.ring.owner_of_shard(dir, child), Request::Peer(drop))
                 .await?;
             self.applier.run(Mutation::DeleteIntent { txid }).await
         };
@@ -293,13 +297,13 @@ impl Partition {
         child: Shard,
     ) -> Result<(), FsError> {
         let node = self.state().ring.owner_of_shard(dir, child);
-        let reveal = Request::ShardFinish {
+        let reveal = PeerRequest::ShardFinish {
             dir: dir.to_string(),
             txid,
             child,
             reveal: true,
         };
-        self.call_node(node, reveal).await?;
+        self.call_node(node, Request::Peer(reveal)).await?;
         self.applier.run(Mutation::DeleteIntent { txid }).await?;
         Ok(())
     }

@@ -19,6 +19,7 @@ use crate::partition::core::{Partition, now_ns};
 use crate::state::intent::{Decision, DirMove, Intent};
 use crate::state::mutation::{Mutation, Outcome};
 use myriad_placement::Shard;
+use myriad_proto::{ClientRequest, PeerRequest};
 
 /// Removes a txid from the live set when the operation driving it ends, however it ends.
 pub(crate) struct LiveGuard<'a> {
@@ -72,11 +73,11 @@ impl Partition {
         match self
             .call_node(
                 owner,
-                Request::DirObjectCreate {
+                Request::Peer(PeerRequest::DirObjectCreate {
                     path: path.to_string(),
                     ino: inode.ino,
                     depth,
-                },
+                }),
             )
             .await
         {
@@ -102,10 +103,10 @@ impl Partition {
                 let undo = self
                     .call_node(
                         owner,
-                        Request::DirObjectRemove {
+                        Request::Peer(PeerRequest::DirObjectRemove {
                             path: path.to_string(),
                             ino: inode.ino,
-                        },
+                        }),
                     )
                     .await;
                 if undo.is_ok() {
@@ -144,10 +145,10 @@ impl Partition {
         match self
             .call_node(
                 owner,
-                Request::DirObjectRemove {
+                Request::Peer(PeerRequest::DirObjectRemove {
                     path: path.to_string(),
                     ino: inode.ino,
-                },
+                }),
             )
             .await
         {
@@ -245,7 +246,7 @@ impl Partition {
             .into_iter()
             .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
             .collect();
-        let prepare = Request::RenamePrepare {
+        let prepare = PeerRequest::RenamePrepare {
             txid,
             coordinator: self.me,
             to,
@@ -253,7 +254,7 @@ impl Partition {
             flags,
             blocks,
         };
-        match self.call_node(dst_node, prepare).await {
+        match self.call_node(dst_node, Request::Peer(prepare)).await {
             Ok(_) => {
                 // The decision point: once this batch is durable the rename has happened.
                 let decide = Mutation::RenameSourceDecide {
@@ -284,7 +285,10 @@ impl Partition {
     pub(super) async fn check_dir_destination(self: &Arc<Self>, to: &str) -> Result<(), FsError> {
         let parent = myriad_placement::parent_of(to).to_string();
         match self
-            .call_entry(&parent.clone(), Request::Stat { path: parent })
+            .call_entry(
+                &parent.clone(),
+                Request::Client(ClientRequest::Stat { path: parent }),
+            )
             .await?
         {
             Response::Attr(i) if i.kind == FileKind::Directory => {}
@@ -294,9 +298,9 @@ impl Partition {
         match self
             .call_entry(
                 to,
-                Request::Stat {
+                Request::Client(ClientRequest::Stat {
                     path: to.to_string(),
-                },
+                }),
             )
             .await
         {
@@ -333,11 +337,11 @@ impl Partition {
                 old_nodes: vec![home],
                 map: None,
             });
-            let freeze = Request::DirFreeze {
+            let freeze = PeerRequest::DirFreeze {
                 path: old.clone(),
                 txid,
             };
-            self.call_node(home, freeze.clone()).await?;
+            self.call_node(home, Request::Peer(freeze.clone())).await?;
             let map = self.home_map(&old).await?;
             let m = DirMove {
                 old: old.clone(),
@@ -349,7 +353,7 @@ impl Partition {
                 *last = m.clone();
             }
             for &node in m.old_nodes.iter().filter(|n| **n != home) {
-                self.call_node(node, freeze.clone()).await?;
+                self.call_node(node, Request::Peer(freeze.clone())).await?;
             }
             // The first import to a part creates it (hidden, with its shards; the new home
             // also gets the map); parts that receive no entry get an empty one at the end.
@@ -360,12 +364,13 @@ impl Partition {
             for &node in &m.old_nodes {
                 let mut after = None;
                 loop {
-                    let req = Request::DirExport {
+                    let req = PeerRequest::DirExport {
                         path: old.clone(),
                         txid,
                         after: after.clone(),
                     };
-                    let Response::Exported { entries, next } = self.call_node(node, req).await?
+                    let Response::Exported { entries, next } =
+                        self.call_node(node, Request::Peer(req)).await?
                     else {
                         return Err(FsError::Protocol("unexpected reply to dir_export".into()));
                     };
@@ -386,7 +391,7 @@ impl Partition {
                             .push(e);
                     }
                     for (to_node, entries) in by_node {
-                        let import = Request::DirImport {
+                        let import = PeerRequest::DirImport {
                             path: new.clone(),
                             txid,
                             ino: dir_ino,
@@ -394,7 +399,7 @@ impl Partition {
                             map: (to_node == new_home).then(|| m.map.clone()).flatten(),
                             entries,
                         };
-                        self.call_node(to_node, import).await?;
+                        self.call_node(to_node, Request::Peer(import)).await?;
                         made.insert(to_node);
                     }
                     match next {
@@ -404,7 +409,7 @@ impl Partition {
                 }
             }
             for (node, shards) in parts.iter().filter(|(n, _)| !made.contains(*n)) {
-                let import = Request::DirImport {
+                let import = PeerRequest::DirImport {
                     path: new.clone(),
                     txid,
                     ino: dir_ino,
@@ -412,7 +417,7 @@ impl Partition {
                     map: (*node == new_home).then(|| m.map.clone()).flatten(),
                     entries: Vec::new(),
                 };
-                self.call_node(*node, import).await?;
+                self.call_node(*node, Request::Peer(import)).await?;
             }
         }
         Ok(())
@@ -456,10 +461,13 @@ impl Partition {
         self: &Arc<Self>,
         dir: &str,
     ) -> Result<myriad_placement::ShardMap, FsError> {
-        let req = Request::GetShardMap {
+        let req = ClientRequest::GetShardMap {
             dir: dir.to_string(),
         };
-        match self.call_node(self.dir_owner(dir), req).await? {
+        match self
+            .call_node(self.dir_owner(dir), Request::Client(req))
+            .await?
+        {
             Response::ShardMap(map) => Ok(*map),
             _ => Err(FsError::Protocol(
                 "unexpected reply to get_shard_map".into(),
@@ -479,13 +487,13 @@ impl Partition {
             let node = st.ring.owner_of_shard(dir, *leaf);
             let (mut from, mut after) = (leaf.start(), None::<String>);
             loop {
-                let req = Request::ReadDir {
+                let req = ClientRequest::ReadDir {
                     path: dir.to_string(),
                     from,
                     after: after.clone(),
                     limit: myriad_proto::limits::READDIR_PAGE_MAX,
                 };
-                let (entries, next, end) = match self.call_node(node, req).await {
+                let (entries, next, end) = match self.call_node(node, Request::Client(req)).await {
                     Ok(Response::DirPage {
                         entries,
                         next,
@@ -528,26 +536,26 @@ impl Partition {
     ) -> Result<(), FsError> {
         for m in moves {
             for node in m.nodes(self.dir_owner(&m.old)) {
-                let req = Request::DirFinish {
+                let req = PeerRequest::DirFinish {
                     path: m.old.clone(),
                     txid,
                     action: DirAction::Drop {
                         keep_blocks_of: Some(m.new.clone()),
                     },
                 };
-                self.call_node(node, req).await?;
+                self.call_node(node, Request::Peer(req)).await?;
             }
         }
-        self.call_node(dst_node, Request::RenameCommit { txid })
+        self.call_node(dst_node, Request::Peer(PeerRequest::RenameCommit { txid }))
             .await?;
         for m in moves {
             for node in self.new_parts(m).into_keys() {
-                let req = Request::DirFinish {
+                let req = PeerRequest::DirFinish {
                     path: m.new.clone(),
                     txid,
                     action: DirAction::Reveal,
                 };
-                self.call_node(node, req).await?;
+                self.call_node(node, Request::Peer(req)).await?;
             }
         }
         self.applier.run(Mutation::DeleteIntent { txid }).await?;
@@ -584,25 +592,25 @@ impl Partition {
     ) -> Result<(), FsError> {
         for m in moves {
             for node in self.new_parts(m).into_keys() {
-                let drop_new = Request::DirFinish {
+                let drop_new = PeerRequest::DirFinish {
                     path: m.new.clone(),
                     txid,
                     action: DirAction::Drop {
                         keep_blocks_of: Some(m.old.clone()),
                     },
                 };
-                self.call_node(node, drop_new).await?;
+                self.call_node(node, Request::Peer(drop_new)).await?;
             }
             for node in m.nodes(self.dir_owner(&m.old)) {
-                let thaw = Request::DirFinish {
+                let thaw = PeerRequest::DirFinish {
                     path: m.old.clone(),
                     txid,
                     action: DirAction::Thaw,
                 };
-                self.call_node(node, thaw).await?;
+                self.call_node(node, Request::Peer(thaw)).await?;
             }
         }
-        self.call_node(dst_node, Request::RenameAbort { txid })
+        self.call_node(dst_node, Request::Peer(PeerRequest::RenameAbort { txid }))
             .await?;
         self.applier.run(Mutation::DeleteIntent { txid }).await?;
         Ok(())
@@ -674,10 +682,10 @@ impl Partition {
             for p in partitions {
                 self.call_node(
                     p,
-                    Request::ChunkTrimFrom {
+                    Request::Peer(PeerRequest::ChunkTrimFrom {
                         ino,
                         from_bytes: keep_bytes,
-                    },
+                    }),
                 )
                 .await?;
             }
@@ -687,11 +695,11 @@ impl Partition {
                 let owner = self.state().ring.owner_of_chunk(ino, chunk);
                 self.call_node(
                     owner,
-                    Request::ChunkTrim {
+                    Request::Peer(PeerRequest::ChunkTrim {
                         ino,
                         chunk,
                         keep_bytes: keep,
-                    },
+                    }),
                 )
                 .await?;
             }
@@ -751,11 +759,11 @@ impl Partition {
                 let owner = self.dir_owner(&path);
                 let commit = decision != Decision::Abort;
                 let req = if commit {
-                    Request::DirObjectCreate { path, ino, depth }
+                    PeerRequest::DirObjectCreate { path, ino, depth }
                 } else {
-                    Request::DirObjectRemove { path, ino }
+                    PeerRequest::DirObjectRemove { path, ino }
                 };
-                self.call_node(owner, req).await?;
+                self.call_node(owner, Request::Peer(req)).await?;
                 self.applier
                     .run(Mutation::ResolveEntry {
                         dir,
@@ -769,7 +777,10 @@ impl Partition {
                 let path = join(&dir, &name);
                 let owner = self.dir_owner(&path);
                 let commit = match self
-                    .call_node(owner, Request::DirObjectRemove { path, ino })
+                    .call_node(
+                        owner,
+                        Request::Peer(PeerRequest::DirObjectRemove { path, ino }),
+                    )
                     .await
                 {
                     Ok(_) => true,

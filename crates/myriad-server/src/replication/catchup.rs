@@ -12,6 +12,7 @@ use crate::commit::SEQ_KEY;
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{clear_space, from_wire};
 use crate::state::mutation::storage_err;
+use myriad_proto::ReplicaRequest;
 
 /// Before a primary serves: if a backup has applied batches this copy lacks (this server
 /// lost its disk, or crashed before its fsync while the batches reached the backups), copy
@@ -34,7 +35,10 @@ pub(crate) async fn catch_up_from_backups(
         // A backup still opening answers Busy: ask again until it answers or the deadline.
         let asked = tokio::time::timeout(peers.request_timeout(), async {
             loop {
-                match link.call(&Request::ReplicaSeq).await {
+                match link
+                    .call(&Request::Replica(ReplicaRequest::ReplicaSeq))
+                    .await
+                {
                     Err(FsError::Busy) => tokio::time::sleep(Duration::from_millis(20)).await,
                     other => return other,
                 }
@@ -68,11 +72,11 @@ pub(crate) async fn catch_up_from_backups(
         clear_space(store.kv().as_ref(), space, None)?;
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let req = Request::ReplicaRead {
+            let req = ReplicaRequest::ReplicaRead {
                 space: space.code(),
                 after: after.clone().map(serde_bytes::ByteBuf::from),
             };
-            let Response::ReplicaPage(ops) = link.call(&req).await? else {
+            let Response::ReplicaPage(ops) = link.call(&Request::Replica(req)).await? else {
                 return Err(FsError::Protocol("unexpected reply to replica_read".into()));
             };
             let Some(last) = ops.last() else {

@@ -15,6 +15,7 @@ use crate::replication::wire::{
     partition_store, to_ops,
 };
 use crate::state::mutation::{Outcome, storage_err};
+use myriad_proto::ReplicaRequest;
 
 /// The backup side of one partition on this server.
 pub(crate) struct Backup {
@@ -89,7 +90,7 @@ impl Backup {
 
     pub(crate) async fn handle(&self, syncer: &Syncer, body: Request) -> Result<Response, FsError> {
         match body {
-            Request::Replicate { seq, acked, ops } => {
+            Request::Replica(ReplicaRequest::Replicate { seq, acked, ops }) => {
                 let batch = from_wire(ops)?;
                 let (tx, rx) = oneshot::channel();
                 {
@@ -142,11 +143,11 @@ impl Backup {
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
-            Request::ReplicaSeq => {
+            Request::Replica(ReplicaRequest::ReplicaSeq) => {
                 let st = self.lock();
                 Ok(Response::Seq((!st.copying).then(|| st.next - 1)))
             }
-            Request::ReplicaReset => {
+            Request::Replica(ReplicaRequest::ReplicaReset) => {
                 let (tx, rx) = oneshot::channel();
                 self.reset()?;
                 syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
@@ -154,7 +155,7 @@ impl Backup {
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
-            Request::ReplicaCopy { ops } => {
+            Request::Replica(ReplicaRequest::ReplicaCopy { ops }) => {
                 let mut batch = from_wire(ops)?;
                 // The primary's own sequence number is not the copy's: set at the end.
                 batch
@@ -176,7 +177,7 @@ impl Backup {
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
-            Request::ReplicaCopyDone { seq } => {
+            Request::Replica(ReplicaRequest::ReplicaCopyDone { seq }) => {
                 let (tx, rx) = oneshot::channel();
                 {
                     let mut st = self.lock();
@@ -195,20 +196,22 @@ impl Backup {
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
-            Request::ReplicaBlock { ino, block } => match self.store.block(ino, block) {
-                Ok(d) => Ok(Response::BlockCopy(d.map(serde_bytes::ByteBuf::from))),
-                Err(StorageError::Checksum { .. }) => {
-                    tracing::error!(
-                        partition = self.pid,
-                        ino,
-                        block,
-                        "backup copy of a block fails its checksum too"
-                    );
-                    Err(FsError::Corrupt { ino, block })
+            Request::Replica(ReplicaRequest::ReplicaBlock { ino, block }) => {
+                match self.store.block(ino, block) {
+                    Ok(d) => Ok(Response::BlockCopy(d.map(serde_bytes::ByteBuf::from))),
+                    Err(StorageError::Checksum { .. }) => {
+                        tracing::error!(
+                            partition = self.pid,
+                            ino,
+                            block,
+                            "backup copy of a block fails its checksum too"
+                        );
+                        Err(FsError::Corrupt { ino, block })
+                    }
+                    Err(e) => Err(storage_err(e)),
                 }
-                Err(e) => Err(storage_err(e)),
-            },
-            Request::ReplicaRead { space, after } => {
+            }
+            Request::Replica(ReplicaRequest::ReplicaRead { space, after }) => {
                 let space = Space::partition_space(space)
                     .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
                 if self.lock().copying {

@@ -9,6 +9,7 @@ use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use myriad_proto::{Endpoints, FsError, Request, Response};
 
 use crate::cluster::MapState;
+use myriad_proto::ServerRequest;
 
 /// How replication reaches the other servers: the server process implements it over its
 /// connection pool, a simulation in memory. Replication never names the process.
@@ -53,10 +54,15 @@ impl Link {
                 Err(FsError::Busy)
             }
             Err(FsError::MapTooOld(_)) => {
-                let push = Request::InstallMap(Box::new(st.map.clone()));
+                let push = ServerRequest::InstallMap(Box::new(st.map.clone()));
                 let _ = self
                     .peers
-                    .send(self.backup, st.map.epoch, Endpoints::SERVER, &push)
+                    .send(
+                        self.backup,
+                        st.map.epoch,
+                        Endpoints::SERVER,
+                        &Request::Server(push),
+                    )
                     .await;
                 Err(FsError::Busy)
             }

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, watch};
 use crate::commit::{Ship, ShipSlot};
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
+use myriad_proto::ReplicaRequest;
 
 /// How often an idle stream checks that its backup still holds what it acknowledged.
 pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -91,14 +92,14 @@ impl Streams {
             } else {
                 ops.clone().unwrap_or_default()
             };
-            let req = Request::Replicate {
+            let req = ReplicaRequest::Replicate {
                 seq,
                 acked: *s.acked.borrow(),
                 ops,
             };
             let _ = s.tx.send(Shipped {
                 seq,
-                req: Arc::new(req),
+                req: Arc::new(Request::Replica(req)),
             });
         }
     }
@@ -255,7 +256,10 @@ pub(crate) async fn run_stream(
     acked: watch::Sender<u64>,
 ) {
     // 1. The backup must hold exactly our state at start_seq.
-    let mut need_copy = match link.call_until_ok(&Request::ReplicaSeq).await {
+    let mut need_copy = match link
+        .call_until_ok(&Request::Replica(ReplicaRequest::ReplicaSeq))
+        .await
+    {
         Response::Seq(Some(s)) if s == start_seq => false,
         other => {
             tracing::info!(
@@ -335,7 +339,7 @@ pub(crate) async fn run_stream(
                 // Nothing to send: check that the backup still holds what it acknowledged
                 // (a server that came back without its disk is refilled without waiting
                 // for the next write).
-                let asked = tokio::time::timeout(IDLE_CHECK, link.call(&Request::ReplicaSeq)).await;
+                let asked = tokio::time::timeout(IDLE_CHECK, link.call(&Request::Replica(ReplicaRequest::ReplicaSeq))).await;
                 match asked {
                     Ok(Ok(Response::Seq(Some(s)))) if s >= water => {}
                     Ok(Ok(Response::Seq(other))) => {
@@ -397,16 +401,19 @@ pub(crate) async fn copy_partition(link: &Link, store: &Store, seq: u64) {
 }
 
 pub(crate) async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64, FsError> {
-    link.call(&Request::ReplicaReset).await?;
+    link.call(&Request::Replica(ReplicaRequest::ReplicaReset))
+        .await?;
     let mut keys = 0u64;
     for space in Space::PARTITION {
         let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
         while let Some(page) = pages.next_page()? {
             keys += page.len() as u64;
             let ops = to_ops(space, page);
-            link.call(&Request::ReplicaCopy { ops }).await?;
+            link.call(&Request::Replica(ReplicaRequest::ReplicaCopy { ops }))
+                .await?;
         }
     }
-    link.call(&Request::ReplicaCopyDone { seq }).await?;
+    link.call(&Request::Replica(ReplicaRequest::ReplicaCopyDone { seq }))
+        .await?;
     Ok(keys)
 }

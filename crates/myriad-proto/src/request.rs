@@ -1,0 +1,816 @@
+//! Requests, grouped by who may send them (`Request`'s audiences), and the types they carry.
+
+use myriad_placement::ClusterMap;
+use serde::{Deserialize, Serialize};
+
+use crate::{Caller, FileKind, Inode, Shard, ShardMap};
+
+/// Attribute changes; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+    /// Both times to the server's now (utimensat with UTIME_NOW twice, utime(NULL)): POSIX
+    /// lets anyone who may write the file do this, not only its owner.
+    pub touch: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameFlags {
+    /// Fail with `AlreadyExists` instead of replacing the destination (RENAME_NOREPLACE).
+    pub no_replace: bool,
+}
+
+/// How `SetXattr` treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrMode {
+    #[default]
+    Either,
+    /// Fail with `AlreadyExists` if it exists.
+    Create,
+    /// Fail with `NoData` if it does not exist.
+    Replace,
+}
+
+/// Every request, by audience. What a connection may send is decided by the type its frames
+/// decode to: a connection with a client key decodes `FromClient` (a prefix of this enum:
+/// same variant indices, so the bytes agree), which has no way to say a peer, replica or
+/// administration request; such a frame fails to decode and is refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Client(ClientRequest),
+    Server(ServerRequest),
+    Admin(AdminRequest),
+    Peer(PeerRequest),
+    Replica(ReplicaRequest),
+}
+
+/// What a client-key connection may send: the first two audiences of `Request`, with the
+/// same variant indices (checked by a test).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromClient {
+    Client(ClientRequest),
+    Server(ServerRequest),
+}
+
+impl From<FromClient> for Request {
+    fn from(r: FromClient) -> Request {
+        match r {
+            FromClient::Client(c) => Request::Client(c),
+            FromClient::Server(s) => Request::Server(s),
+        }
+    }
+}
+
+impl From<ClientRequest> for Request {
+    fn from(r: ClientRequest) -> Request {
+        Request::Client(r)
+    }
+}
+
+impl From<ServerRequest> for Request {
+    fn from(r: ServerRequest) -> Request {
+        Request::Server(r)
+    }
+}
+
+impl From<AdminRequest> for Request {
+    fn from(r: AdminRequest) -> Request {
+        Request::Admin(r)
+    }
+}
+
+impl From<PeerRequest> for Request {
+    fn from(r: PeerRequest) -> Request {
+        Request::Peer(r)
+    }
+}
+
+impl From<ReplicaRequest> for Request {
+    fn from(r: ReplicaRequest) -> Request {
+        Request::Replica(r)
+    }
+}
+
+/// File system requests: what any authenticated client may send, to the partition the
+/// comment on each variant names. Paths are absolute and normalized (`validate_path`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientRequest {
+    /// Any node. Measures the transport floor.
+    Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Owner of the entry (the parent directory's node; "/" -> its own node).
+    Stat { path: String },
+    /// Owner of directory `dir`: attributes of many names in one round trip.
+    StatMany { dir: String, names: Vec<String> },
+    /// Owner of the entry: attributes plus the first `max_bytes` of data, in one round trip.
+    Fetch { path: String, max_bytes: u64 },
+    /// Node of the shard of `path` holding position (`from`, or `after` if given): up to
+    /// `limit` entries with attributes, in hash order, from that position to the shard's end
+    /// (docs/huge-dirs.md "Listings").
+    ReadDir {
+        path: String,
+        /// Start at this name hash (inclusive) ...
+        from: u64,
+        /// ... or after this name (its hash must be at least `from`).
+        after: Option<String>,
+        limit: u32,
+    },
+    /// Home of directory `dir`: its shard map (unsplit if it is not split).
+    GetShardMap { dir: String },
+    /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
+    Create {
+        path: String,
+        mode: u32,
+        exclusive: bool,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        /// false: reply once applied (visible to everyone), durable with the node's next
+        /// group commit, which follows at once; a client that promises durability later
+        /// (the FUSE mount, at close) ends with a durable write or `Sync` to the same node.
+        durable: bool,
+    },
+    /// Owner of the entry (the coordinator of the two-node mkdir). `shards` > 1 creates the
+    /// directory split into that many shards (rounded up to a power of two, at most 256).
+    Mkdir {
+        path: String,
+        mode: u32,
+        shards: u32,
+    },
+    /// Owner of the entry (the coordinator of the two-node rmdir).
+    Rmdir { path: String },
+    /// Owner of the entry.
+    Unlink { path: String },
+    /// Owner of the entry.
+    Symlink { path: String, target: String },
+    /// Owner of the entry.
+    Readlink { path: String },
+    /// Owner of the entry.
+    SetAttr { path: String, set: SetAttr },
+    /// Owner of the source entry (the coordinator if the destination lives elsewhere).
+    Rename {
+        from: String,
+        to: String,
+        flags: RenameFlags,
+    },
+    /// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.
+    /// `opened`: through a descriptor whose open checked access (see `InodeOp::Write`).
+    Write {
+        path: String,
+        ino: u64,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        opened: bool,
+    },
+    /// Owner of the entry: read from chunk 0; returns the current inode too.
+    Read {
+        path: String,
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// Owner of the entry `dst`: copy up to `len` bytes of file `src` (inode `src_ino`) at
+    /// `src_off` into `dst` (inode `dst_ino`) at `dst_off`, server to server: the bytes
+    /// never pass through the client (copy_file_range). Short at the source's end and at
+    /// `limits::COPY_BYTES_MAX`; answers `Copied`. `opened`: as for `Write`.
+    CopyRange(CopyRange),
+    /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
+    Truncate {
+        path: String,
+        ino: u64,
+        size: u64,
+        opened: bool,
+    },
+    /// Owner of the entry: raise the size to at least `size` after chunk writes elsewhere.
+    ExtendSize {
+        path: String,
+        ino: u64,
+        size: u64,
+        opened: bool,
+    },
+    /// Owner of chunk `chunk` (>= 1) of `ino`.
+    WriteChunk {
+        ino: u64,
+        chunk: u64,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Owner of chunk `chunk` (>= 1) of `ino`. Missing bytes read as zeros.
+    ReadChunk {
+        ino: u64,
+        chunk: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// Owner of the entry: create a metadata-only node (`Fifo`, `Socket`, or, as root, a
+    /// `CharDevice` or `BlockDevice` numbered `rdev`).
+    Mknod {
+        path: String,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    },
+    /// Owner of the entry: set (`value: Some`) or remove (`None`) a `user.` extended attribute.
+    SetXattr {
+        path: String,
+        name: String,
+        value: Option<serde_bytes::ByteBuf>,
+        mode: XattrMode,
+    },
+    /// Owner of the entry of `from`: give the regular file at `from` the additional name `to`
+    /// (a hard link; `to` must not exist).
+    Link { from: String, to: String },
+    /// Owner of the entry of `path`: returns once everything that node applied before it
+    /// is durable (a barrier after non-durable creates), then checks that `path` still
+    /// names inode `ino` (`Stale` if a crash lost it, `NotFound` if it was removed).
+    Sync { path: String, ino: u64 },
+}
+
+/// Requests about a server as a whole (its map, counters, free space), answered by the server
+/// whatever partition they name; any authenticated client may send them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerRequest {
+    /// Any node: that node's capacity and usage.
+    StatFs,
+    /// Any node: its request counters.
+    GetCounters,
+    /// Any node: its cluster map.
+    GetMap,
+    /// Any node: adopt `map` if its epoch is newer.
+    InstallMap(Box<ClusterMap>),
+}
+
+/// Administration: holders of the cluster secret only (SECURITY.md); they read or change
+/// everything regardless of permissions (fsck, counter resets).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminRequest {
+    /// Any node: reset its request counters.
+    ResetCounters,
+    /// Any node, as root: the directory objects it holds (fsck), after path `after`.
+    FsckDirs { after: Option<String>, limit: u32 },
+    /// Any node, as root: raw entries of its parts of `dir` (all shards, pending ones too).
+    FsckEntries {
+        dir: String,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// Any node, as root: inodes with blocks here (after `after`), each with its first block.
+    FsckBlocks { after: Option<u64>, limit: u32 },
+    /// Any node, as root: the first block of `ino` at or after `block`.
+    FsckBlockFrom { ino: u64, block: u64 },
+    /// Any node, as root: one repair (`myriad fsck --repair`).
+    FsckRepair(FsckRepair),
+    /// A server holding a copy (primary or backup) of the target partition, as root: the
+    /// copy's last applied batch and a digest of its whole contents (`ReplicaDigest`).
+    FsckReplica,
+}
+
+/// Server-to-server requests: two-partition protocols, splits, hard-link bookkeeping, directory
+/// times, ancestor replicas, the cluster-map group. Never accepted from a client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerRequest {
+    // ---- server to server ----
+    /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
+    /// split into 2^`depth` shards (it creates the other shards on their nodes first).
+    DirObjectCreate { path: String, ino: u64, depth: u8 },
+    /// Node of shards `shards` of directory `dir`: hold them (empty; pre-split mkdir).
+    ShardCreate {
+        dir: String,
+        ino: u64,
+        shards: Vec<Shard>,
+    },
+    /// Node of the upper half `child` of a splitting shard: stage these entries, hidden.
+    ShardImport {
+        dir: String,
+        ino: u64,
+        txid: u64,
+        child: Shard,
+        entries: Vec<ExportedEntry>,
+    },
+    /// Node of `child`: make it visible (`reveal`) or drop it with its entries (idempotent).
+    ShardFinish {
+        dir: String,
+        txid: u64,
+        child: Shard,
+        reveal: bool,
+    },
+    /// Home of `dir`: leaf `shard` splits (`split`) or the split was abandoned (idempotent).
+    ShardMapChange {
+        dir: String,
+        ino: u64,
+        shard: Shard,
+        split: bool,
+    },
+    /// Owner of directory `path`: remove its (empty) directory object (idempotent).
+    DirObjectRemove { path: String, ino: u64 },
+    /// Owner of the destination entry: stage `inode` under `to` (invisible until commit) with
+    /// the chunk-0 blocks that move with it.
+    RenamePrepare {
+        txid: u64,
+        coordinator: u32,
+        to: String,
+        inode: Inode,
+        flags: RenameFlags,
+        blocks: Vec<(u64, serde_bytes::ByteBuf)>,
+    },
+    /// Owner of the destination entry: make the staged entry visible (idempotent).
+    RenameCommit { txid: u64 },
+    /// Owner of the destination entry: drop the staged entry (idempotent).
+    RenameAbort { txid: u64 },
+    /// Owner of chunk `chunk`: drop its bytes at and beyond `keep_bytes` (chunk-relative).
+    ChunkTrim {
+        ino: u64,
+        chunk: u64,
+        keep_bytes: u64,
+    },
+    /// Any partition: drop every byte of `ino` it holds at or beyond `from_bytes` in chunks
+    /// 1 and up (a truncate or unlink of a file with many chunks: one request per
+    /// partition instead of one per chunk, so a huge sparse file goes in bounded time).
+    ChunkTrimFrom { ino: u64, from_bytes: u64 },
+    /// Owner of the entry of directory `path` (inode `ino`): entries were added or removed
+    /// in it, by the partition holding them, at `now_ns`: set its mtime and ctime, and its
+    /// link count to `nlink` if given.
+    DirTouch {
+        path: String,
+        ino: u64,
+        now_ns: i64,
+        nlink: Option<u32>,
+    },
+    /// Owner of directory `path`: freeze it for directory rename `txid` (writes get `Busy`).
+    DirFreeze { path: String, txid: u64 },
+    /// Owner of directory `path` (frozen by `txid`): a page of entries with their chunk-0 data.
+    DirExport {
+        path: String,
+        txid: u64,
+        after: Option<String>,
+    },
+    /// Node of shards `shards` of directory `path` (its home if `shards` is empty or holds
+    /// shard 0): create its part hidden (if new) with these shards and, on the home, `map`;
+    /// add staged entries.
+    DirImport {
+        path: String,
+        txid: u64,
+        ino: u64,
+        shards: Vec<Shard>,
+        map: Option<ShardMap>,
+        entries: Vec<ExportedEntry>,
+    },
+    /// Owner of directory `path`: finish its part in directory rename `txid` (idempotent).
+    DirFinish {
+        path: String,
+        txid: u64,
+        action: DirAction,
+    },
+    /// Owner of the entry of directory `path`: its attributes (for permission checks), and if
+    /// `subscribe`, a lease during which every change is pushed to the sender first.
+    /// `seq` orders this subscriber's subscribe/unsubscribe requests (they may be handled
+    /// out of order): an unsubscribe older than the subscription held is ignored.
+    GetAttrs {
+        path: String,
+        subscribe: bool,
+        seq: u64,
+    },
+    /// Like `GetAttrs { subscribe: true }` for a replica already held: extends its lease.
+    RenewAttrs { path: String, seq: u64 },
+    /// Owner of the entry of `path`: stop pushing changes to the sender.
+    Unsubscribe { path: String, seq: u64 },
+    /// To a subscriber: the attributes of `path` changed (`None`: it is gone).
+    AttrUpdate { path: String, inode: Option<Inode> },
+    /// To every node: drop replicas of `prefix` and everything under it (directory rename).
+    InvalidatePrefix { prefix: String },
+    /// Owner of the entry of `path`: create a hard-link name for inode `ino` living on `home`.
+    PutLinkRef { path: String, ino: u64, home: u32 },
+    /// Home of hard-linked inode `ino`: add `delta` to its link count (the object and its
+    /// data go away at 0). Replies with the inode after the change (`Unit` when removed).
+    AdjustLinks { ino: u64, delta: i64 },
+    /// Home of hard-linked inode `ino`: `op` (from a path request whose path names a link
+    /// to it; ancestors already checked by the sender) applied to the inode object, as
+    /// `caller`. A flat operation, not a nested `Request`: a decoder must never recurse on
+    /// what a peer sends.
+    AtInode {
+        ino: u64,
+        caller: Caller,
+        op: InodeOp,
+    },
+    // ---- membership (docs/replication.md); target = the server itself ----
+    /// A message of the cluster-map Raft group (openraft's request, postcard-encoded; the
+    /// answer is `Response::Raft`).
+    Raft {
+        rpc: RaftRpc,
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+    },
+    /// The Raft leader: "I am alive and at map `epoch`; may I serve?" (`Response::Lease`).
+    /// The sender serves its partitions only while it holds a lease (docs/replication.md).
+    Lease,
+    /// Any server: the last batch of every partition copy it holds (`Response::Seqs`); the
+    /// leader completes a move once the new copy has caught up with its primary.
+    PartitionSeqs,
+}
+
+/// Requests for a partition's copy rather than its primary (replication, catch-up, repair).
+/// Never accepted from a client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaRequest {
+    /// Primary to a backup of the same partition: the backup's copy of one block, if intact
+    /// (repairing a block that failed its checksum on the primary).
+    ReplicaBlock { ino: u64, block: u64 },
+    // ---- replication (docs/replication.md); target = the partition, sent by its primary ----
+    /// A backup of the target partition: apply batch `seq` (after every lower one), durably,
+    /// then answer. `acked`: every batch up to it was acknowledged by this backup before (a
+    /// backup that lacks one of them lost its disk: `ReplicaGap`).
+    Replicate {
+        seq: u64,
+        acked: u64,
+        ops: Vec<ReplOp>,
+    },
+    /// A backup of the target partition: the last batch it applied (`Response::Seq`).
+    ReplicaSeq,
+    /// A backup of the target partition: a whole copy begins; drop everything held.
+    ReplicaReset,
+    /// A backup of the target partition: one page of a whole copy.
+    ReplicaCopy { ops: Vec<ReplOp> },
+    /// A backup of the target partition: the copy is complete and reflects every batch up
+    /// to `seq`; batches after it follow.
+    ReplicaCopyDone { seq: u64 },
+    /// A backup of the target partition: one page of its keys in `space` after `after`
+    /// (a primary that restarted behind its backups copies from the most advanced one).
+    ReplicaRead {
+        space: u8,
+        after: Option<serde_bytes::ByteBuf>,
+    },
+}
+
+/// Which openraft RPC a `Request::Raft` carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RaftRpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    /// A map change forwarded to the leader (payload: the `ClusterMap`).
+    Propose,
+}
+
+/// One put (`value` set) or delete of a replicated batch, in a space of the partition's store
+/// (`myriad_storage::Space::code`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplOp {
+    pub space: u8,
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    pub value: Option<serde_bytes::ByteBuf>,
+}
+
+/// `Request::CopyRange`: copy up to `len` bytes of file `src` (inode `src_ino`) at
+/// `src_off` into `dst` (inode `dst_ino`) at `dst_off`. `opened`: as for `Write`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyRange {
+    pub src: String,
+    pub src_ino: u64,
+    pub src_off: u64,
+    pub dst: String,
+    pub dst_ino: u64,
+    pub dst_off: u64,
+    pub len: u64,
+    pub opened: bool,
+}
+
+/// A path request without its path, applied to a hard-linked inode at its home. The `ino`
+/// of handle operations is the inode the handle was opened on (`Stale` if it differs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InodeOp {
+    Stat,
+    Fetch {
+        max_bytes: u64,
+    },
+    Read {
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// `opened` (here and below): sent through a descriptor whose open checked access, so
+    /// the file's owner may go on writing without a write bit (a file made by
+    /// open(O_CREAT, 0) is written through its descriptor; POSIX checks access at open).
+    Write {
+        ino: u64,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        opened: bool,
+    },
+    ExtendSize {
+        ino: u64,
+        size: u64,
+        opened: bool,
+    },
+    Truncate {
+        ino: u64,
+        size: u64,
+        opened: bool,
+    },
+    SetAttr {
+        set: SetAttr,
+    },
+    SetXattr {
+        name: String,
+        value: Option<serde_bytes::ByteBuf>,
+        mode: XattrMode,
+    },
+}
+
+/// A directory object as fsck sees it on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckDir {
+    pub path: String,
+    pub ino: u64,
+    pub shards: Vec<Shard>,
+    pub map: Option<ShardMap>,
+    /// Frozen, hidden or splitting: an operation is in flight.
+    pub busy: bool,
+}
+
+/// An entry as stored (hard-link names unresolved).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckEntry {
+    pub name: String,
+    pub inode: Option<Inode>,
+    pub pending: bool,
+}
+
+/// What `fsck --repair` may do; each is safe on its own and idempotent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FsckRepair {
+    /// A directory entry without its directory object: create the (empty) object.
+    CreateDirObject { path: String, ino: u64 },
+    /// A directory object without an entry naming it, and empty: remove it.
+    DropEmptyDirObject { path: String, ino: u64 },
+    /// Set a hard-linked inode's link count to the number of names found.
+    SetLinks { ino: u64, nlink: u32 },
+    /// Blocks of an inode no file has, or beyond its size: drop blocks from `from_block`.
+    DropBlocks { ino: u64, from_block: u64 },
+    /// A block failing its checksum on some copy: make every copy intact again from one
+    /// that is (sent to the partition's primary).
+    RepairBlock { ino: u64, block: u64 },
+}
+
+/// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedEntry {
+    pub name: String,
+    pub inode: Inode,
+    pub blocks: Vec<(u64, serde_bytes::ByteBuf)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirAction {
+    /// New copy: make the directory object and its staged entries visible.
+    Reveal,
+    /// Old copy after an abort: accept writes again.
+    Thaw,
+    /// Remove the object with its entries and the chunk-0 blocks of its files, except the
+    /// blocks of files that (same name, same inode) also sit under path `keep_blocks_of` on
+    /// this node: the other copy of a directory rename shares them.
+    Drop { keep_blocks_of: Option<String> },
+}
+
+impl ClientRequest {
+    /// The path of a request that, when it names a hard link, is applied at the inode's
+    /// home (reads and changes of the file's contents or attributes; see `into_inode_op`).
+    #[must_use]
+    pub fn link_resolved_path(&self) -> Option<&str> {
+        match self {
+            ClientRequest::Read { path, .. }
+            | ClientRequest::Write { path, .. }
+            | ClientRequest::ExtendSize { path, .. }
+            | ClientRequest::Truncate { path, .. }
+            | ClientRequest::SetAttr { path, .. }
+            | ClientRequest::SetXattr { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The inode operation of a request `link_resolved_path` names (`None` for others).
+    #[must_use]
+    pub fn into_inode_op(self) -> Option<InodeOp> {
+        Some(match self {
+            ClientRequest::Read {
+                ino, offset, len, ..
+            } => InodeOp::Read { ino, offset, len },
+            ClientRequest::Write {
+                ino,
+                offset,
+                data,
+                opened,
+                ..
+            } => InodeOp::Write {
+                ino,
+                offset,
+                data,
+                opened,
+            },
+            ClientRequest::ExtendSize {
+                ino, size, opened, ..
+            } => InodeOp::ExtendSize { ino, size, opened },
+            ClientRequest::Truncate {
+                ino, size, opened, ..
+            } => InodeOp::Truncate { ino, size, opened },
+            ClientRequest::SetAttr { set, .. } => InodeOp::SetAttr { set },
+            ClientRequest::SetXattr {
+                name, value, mode, ..
+            } => InodeOp::SetXattr { name, value, mode },
+            _ => return None,
+        })
+    }
+
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            ClientRequest::Echo(_) => "echo",
+            ClientRequest::Stat { .. } => "stat",
+            ClientRequest::StatMany { .. } => "stat_many",
+            ClientRequest::Fetch { .. } => "fetch",
+            ClientRequest::ReadDir { .. } => "readdir",
+            ClientRequest::GetShardMap { .. } => "get_shard_map",
+            ClientRequest::Create { .. } => "create",
+            ClientRequest::Mkdir { .. } => "mkdir",
+            ClientRequest::Rmdir { .. } => "rmdir",
+            ClientRequest::Unlink { .. } => "unlink",
+            ClientRequest::Symlink { .. } => "symlink",
+            ClientRequest::Readlink { .. } => "readlink",
+            ClientRequest::SetAttr { .. } => "setattr",
+            ClientRequest::Rename { .. } => "rename",
+            ClientRequest::Write { .. } => "write",
+            ClientRequest::Read { .. } => "read",
+            ClientRequest::Truncate { .. } => "truncate",
+            ClientRequest::CopyRange(_) => "copy_range",
+            ClientRequest::ExtendSize { .. } => "extend_size",
+            ClientRequest::WriteChunk { .. } => "write_chunk",
+            ClientRequest::ReadChunk { .. } => "read_chunk",
+            ClientRequest::Mknod { .. } => "mknod",
+            ClientRequest::SetXattr { .. } => "setxattr",
+            ClientRequest::Sync { .. } => "sync",
+            ClientRequest::Link { .. } => "link",
+        }
+    }
+}
+
+impl ServerRequest {
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            ServerRequest::StatFs => "statfs",
+            ServerRequest::GetCounters => "get_counters",
+            ServerRequest::GetMap => "get_map",
+            ServerRequest::InstallMap(_) => "install_map",
+        }
+    }
+}
+
+impl AdminRequest {
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            AdminRequest::ResetCounters => "reset_counters",
+            AdminRequest::FsckDirs { .. } => "fsck_dirs",
+            AdminRequest::FsckEntries { .. } => "fsck_entries",
+            AdminRequest::FsckBlocks { .. } => "fsck_blocks",
+            AdminRequest::FsckBlockFrom { .. } => "fsck_block_from",
+            AdminRequest::FsckRepair(_) => "fsck_repair",
+            AdminRequest::FsckReplica => "fsck_replica",
+        }
+    }
+}
+
+impl PeerRequest {
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            PeerRequest::ShardCreate { .. } => "shard_create",
+            PeerRequest::ShardImport { .. } => "shard_import",
+            PeerRequest::ShardFinish { .. } => "shard_finish",
+            PeerRequest::ShardMapChange { .. } => "shard_map_change",
+            PeerRequest::PutLinkRef { .. } => "put_link_ref",
+            PeerRequest::AdjustLinks { .. } => "adjust_links",
+            PeerRequest::AtInode { .. } => "at_inode",
+            PeerRequest::DirObjectCreate { .. } => "dirobj_create",
+            PeerRequest::DirObjectRemove { .. } => "dirobj_remove",
+            PeerRequest::RenamePrepare { .. } => "rename_prepare",
+            PeerRequest::RenameCommit { .. } => "rename_commit",
+            PeerRequest::RenameAbort { .. } => "rename_abort",
+            PeerRequest::ChunkTrim { .. } => "chunk_trim",
+            PeerRequest::ChunkTrimFrom { .. } => "chunk_trim_from",
+            PeerRequest::DirTouch { .. } => "dir_touch",
+            PeerRequest::DirFreeze { .. } => "dir_freeze",
+            PeerRequest::DirExport { .. } => "dir_export",
+            PeerRequest::DirImport { .. } => "dir_import",
+            PeerRequest::DirFinish { .. } => "dir_finish",
+            PeerRequest::GetAttrs { .. } => "get_attrs",
+            PeerRequest::RenewAttrs { .. } => "renew_attrs",
+            PeerRequest::Unsubscribe { .. } => "unsubscribe",
+            PeerRequest::AttrUpdate { .. } => "attr_update",
+            PeerRequest::InvalidatePrefix { .. } => "invalidate_prefix",
+            PeerRequest::Raft { .. } => "raft",
+            PeerRequest::Lease => "lease",
+            PeerRequest::PartitionSeqs => "partition_seqs",
+        }
+    }
+}
+
+impl ReplicaRequest {
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            ReplicaRequest::ReplicaBlock { .. } => "replica_block",
+            ReplicaRequest::Replicate { .. } => "replicate",
+            ReplicaRequest::ReplicaSeq => "replica_seq",
+            ReplicaRequest::ReplicaReset => "replica_reset",
+            ReplicaRequest::ReplicaCopy { .. } => "replica_copy",
+            ReplicaRequest::ReplicaCopyDone { .. } => "replica_copy_done",
+            ReplicaRequest::ReplicaRead { .. } => "replica_read",
+        }
+    }
+}
+
+impl Request {
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Client(r) => r.op_name(),
+            Request::Server(r) => r.op_name(),
+            Request::Admin(r) => r.op_name(),
+            Request::Peer(r) => r.op_name(),
+            Request::Replica(r) => r.op_name(),
+        }
+    }
+
+    /// Client requests that may need more disk: refused with `NoSpace` while the server's
+    /// free space is below its reserve (myriad-server space.rs). `AtInode` carries a client's
+    /// operation on a hard-linked file to the server holding its inode, which may be another
+    /// server with a fuller disk, so it counts too.
+    #[must_use]
+    pub fn grows_storage(&self) -> bool {
+        matches!(
+            self,
+            Request::Client(
+                ClientRequest::Create { .. }
+                    | ClientRequest::Mkdir { .. }
+                    | ClientRequest::Symlink { .. }
+                    | ClientRequest::Rename { .. }
+                    | ClientRequest::Write { .. }
+                    | ClientRequest::CopyRange(_)
+                    | ClientRequest::ExtendSize { .. }
+                    | ClientRequest::WriteChunk { .. }
+                    | ClientRequest::Mknod { .. }
+                    | ClientRequest::SetXattr { .. }
+                    | ClientRequest::Link { .. }
+            ) | Request::Peer(PeerRequest::AtInode {
+                op: InodeOp::Write { .. } | InodeOp::ExtendSize { .. } | InodeOp::SetXattr { .. },
+                ..
+            })
+        )
+    }
+
+    /// Client requests that write anything at all, frees included: refused too once the
+    /// disk is all but full, so that the storage engine itself never runs out of space.
+    #[must_use]
+    pub fn writes_storage(&self) -> bool {
+        self.grows_storage()
+            || matches!(
+                self,
+                Request::Client(
+                    ClientRequest::Rmdir { .. }
+                        | ClientRequest::Unlink { .. }
+                        | ClientRequest::SetAttr { .. }
+                        | ClientRequest::Truncate { .. }
+                ) | Request::Peer(PeerRequest::AtInode {
+                    op: InodeOp::Truncate { .. } | InodeOp::SetAttr { .. },
+                    ..
+                })
+            )
+    }
+
+    /// Requests that are not file system traffic (not counted as such, and not held to the
+    /// map epoch): the server's own, administration, and the cluster-map group's.
+    #[must_use]
+    pub fn is_admin(&self) -> bool {
+        match self {
+            Request::Server(r) => !matches!(r, ServerRequest::StatFs),
+            Request::Admin(_) => true,
+            Request::Peer(r) => matches!(
+                r,
+                PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs
+            ),
+            Request::Client(_) | Request::Replica(_) => false,
+        }
+    }
+}

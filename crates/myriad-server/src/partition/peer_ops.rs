@@ -1,0 +1,268 @@
+//! A partition's answers to other servers (`PeerRequest`): the partition's side of
+//! two-partition protocols, splits, hard-link bookkeeping, directory times, ancestor replicas.
+
+use std::sync::Arc;
+
+use myriad_placement::NodeId;
+use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
+
+use crate::cluster::MapState;
+use crate::partition::core::{Partition, attrs_key, inode_response};
+use crate::state::mutation::{Mutation, Outcome};
+
+impl Partition {
+    /// Serves one request from another server.
+    pub(super) async fn serve_peer(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        from: Option<NodeId>,
+        _caller: Caller,
+        body: PeerRequest,
+    ) -> Result<Response, FsError> {
+        let cs = st.map.chunk_size_bytes;
+        match body {
+            PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs => {
+                Err(FsError::InvalidArgument(
+                    "membership requests go to a server, not a partition".into(),
+                ))
+            }
+            PeerRequest::PutLinkRef { path, ino, home } => {
+                let (dir, name) = self.entry_target(st, &path)?;
+                let m = Mutation::PutLinkRef {
+                    dir: dir.clone(),
+                    name,
+                    ino,
+                    home,
+                };
+                let (out, _) = self.run_touching(m, &dir, true, |_| true).await?;
+                inode_response(out)
+            }
+            PeerRequest::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
+            PeerRequest::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
+            PeerRequest::ShardCreate { dir, ino, shards } => {
+                validate_path(&dir)?;
+                self.applier
+                    .run(Mutation::Shard(
+                        crate::state::mutation::ShardMutation::Create { dir, ino, shards },
+                    ))
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::ShardImport {
+                dir,
+                ino,
+                txid,
+                child,
+                entries,
+            } => {
+                validate_path(&dir)?;
+                self.shard_import(st, dir, ino, txid, child, entries).await
+            }
+            PeerRequest::ShardFinish {
+                dir,
+                txid,
+                child,
+                reveal,
+            } => {
+                validate_path(&dir)?;
+                self.applier
+                    .run(Mutation::Shard(
+                        crate::state::mutation::ShardMutation::Finish {
+                            dir,
+                            txid,
+                            child,
+                            reveal,
+                        },
+                    ))
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::ShardMapChange {
+                dir,
+                ino,
+                shard,
+                split,
+            } => {
+                validate_path(&dir)?;
+                self.own_dir(st, &dir)?;
+                if !shard.is_valid() {
+                    return Err(FsError::InvalidArgument("bad shard".into()));
+                }
+                self.applier
+                    .run(Mutation::Shard(
+                        crate::state::mutation::ShardMutation::MapChange {
+                            dir,
+                            ino,
+                            shard,
+                            split,
+                        },
+                    ))
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::ChunkTrim {
+                ino,
+                chunk,
+                keep_bytes,
+            } => {
+                self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
+                self.applier
+                    .run(Mutation::ChunkTrim {
+                        ino,
+                        chunk,
+                        keep_bytes,
+                    })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::ChunkTrimFrom { ino, from_bytes } => {
+                self.applier
+                    .run(Mutation::ChunkTrimFrom { ino, from_bytes })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::DirTouch {
+                path,
+                ino,
+                now_ns,
+                nlink,
+            } => {
+                validate_path(&path)?;
+                if path == "/" {
+                    self.own(st, st.ring.owner_of_dir("/"))?;
+                } else {
+                    self.own_entry(st, &path)?;
+                }
+                let (dir, name) = attrs_key(&path);
+                // Visible is enough: a lost touch costs a stale time, never data, and the
+                // change it reports is already durable on its own partition.
+                match self
+                    .applier
+                    .run_visible(Mutation::DirTouch {
+                        dir,
+                        name,
+                        ino,
+                        now: now_ns,
+                        nlink,
+                    })
+                    .await?
+                {
+                    Outcome::Inode(i) => Ok(Response::Attr(i)),
+                    _ => Ok(Response::Unit),
+                }
+            }
+            PeerRequest::DirObjectCreate { path, ino, depth } => {
+                validate_path(&path)?;
+                self.own_dir(st, &path)?;
+                self.create_dir_object(&path, ino, depth.min(myriad_placement::SHARD_DEPTH_MAX))
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::DirObjectRemove { path, ino } => {
+                validate_path(&path)?;
+                self.own_dir(st, &path)?;
+                self.remove_dir_object(&path, ino).await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::RenamePrepare {
+                txid,
+                coordinator,
+                to,
+                inode,
+                flags,
+                blocks,
+            } => {
+                validate_path(&to)?;
+                self.own_entry(st, &to)?;
+                let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
+                self.applier
+                    .run(Mutation::RenamePrepare {
+                        txid,
+                        coordinator,
+                        to,
+                        inode,
+                        flags,
+                        blocks,
+                    })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::DirFreeze { path, txid } => {
+                validate_path(&path)?;
+                self.own_dir_part(st, &path)?;
+                self.applier.run(Mutation::DirFreeze { path, txid }).await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::DirExport { path, txid, after } => {
+                validate_path(&path)?;
+                self.own_dir_part(st, &path)?;
+                self.dir_export(&path, txid, after)
+            }
+            PeerRequest::DirImport {
+                path,
+                txid,
+                ino,
+                shards,
+                map,
+                entries,
+            } => {
+                validate_path(&path)?;
+                match shards.first() {
+                    Some(s) if s.is_valid() && st.ring.owner_of_shard(&path, *s) == self.me => {}
+                    Some(_) => return Err(FsError::Redirect(Box::new(st.map.clone()))),
+                    None => self.own_dir(st, &path)?,
+                }
+                self.applier
+                    .run(Mutation::DirImport {
+                        path,
+                        txid,
+                        ino,
+                        shards,
+                        map,
+                        entries,
+                    })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::DirFinish { path, txid, action } => {
+                validate_path(&path)?;
+                // No ownership check: keyed by (path, txid) and idempotent, and a node without
+                // a part of `path` (already dropped, or never made) has nothing to do.
+                self.applier
+                    .run(Mutation::DirFinish { path, txid, action })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::GetAttrs {
+                path,
+                subscribe,
+                seq,
+            } => {
+                validate_path(&path)?;
+                self.own_entry(st, &path)?;
+                self.serve_attrs(&path, from, subscribe, seq).await
+            }
+            PeerRequest::RenewAttrs { path, seq } => {
+                validate_path(&path)?;
+                self.own_entry(st, &path)?;
+                self.serve_attrs(&path, from, true, seq).await
+            }
+            PeerRequest::Unsubscribe { path, seq } => {
+                if let Some(node) = from {
+                    self.replicas.unsubscribe(&path, node, seq);
+                }
+                Ok(Response::Unit)
+            }
+            PeerRequest::AttrUpdate { path, inode } => {
+                self.replicas.apply_update(&path, inode);
+                Ok(Response::Unit)
+            }
+            PeerRequest::InvalidatePrefix { prefix } => {
+                self.replicas.invalidate_prefix(&prefix);
+                Ok(Response::Unit)
+            }
+            PeerRequest::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
+            PeerRequest::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
+        }
+    }
+}
