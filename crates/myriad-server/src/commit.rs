@@ -126,68 +126,204 @@ struct SyncGroup {
     changed: watch::Sender<u64>,
 }
 
-/// The server's one fsync thread, shared by the appliers of all its partitions (they share
+/// Where the commit loops run: OS threads in the server process (an fsync blocks its
+/// thread), tasks of the current runtime in a simulation (no threads, one deterministic
+/// scheduler; the simulated disk never blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    Threads,
+    /// Not constructed by the server process; the simulation (docs/simulation.md) and the
+    /// tests here run the loops this way.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Tasks,
+}
+
+/// The server's one fsync loop, shared by the appliers of all its partitions (they share
 /// one engine, so one fsync covers them all).
 #[derive(Clone)]
 pub struct Syncer {
-    tx: std::sync::mpsc::Sender<SyncGroup>,
+    tx: mpsc::UnboundedSender<SyncGroup>,
     pub stats: Arc<SyncStats>,
 }
 
+/// The syncer's state: after a failed fsync nothing later can be trusted to be durable (the
+/// failed pages may be gone from the page cache), so every later sync fails too.
+struct SyncLoop {
+    kv: Arc<dyn Kv>,
+    failed: Option<String>,
+    stats: Arc<SyncStats>,
+}
+
+impl SyncLoop {
+    /// One fsync for every group queued, then their replies and change signals.
+    fn round(&mut self, groups: Vec<SyncGroup>) {
+        let result = match &self.failed {
+            Some(e) => Err(myriad_storage::StorageError::Engine(e.clone())),
+            None => self.kv.sync(),
+        };
+        if let Err(e) = &result
+            && self.failed.is_none()
+        {
+            tracing::error!("fsync failed; this node acknowledges no more writes: {e}");
+            self.failed = Some(e.to_string());
+        }
+        let count: usize = groups.iter().map(|g| g.replies.len()).sum();
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .synced_mutations
+            .fetch_add(count as u64, Ordering::Relaxed);
+        let mut signals: Vec<watch::Sender<u64>> = Vec::new();
+        for group in groups {
+            for (reply, outcome) in group.replies {
+                let _ = reply.send(match &result {
+                    Ok(()) => Ok(outcome),
+                    Err(e) => Err(FsError::Io(format!("fsync failed: {e}"))),
+                });
+            }
+            if !signals.iter().any(|s| s.same_channel(&group.changed)) {
+                signals.push(group.changed);
+            }
+        }
+        for changed in signals {
+            changed.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+}
+
+/// The first item and whatever else is queued behind it.
+fn drain<T>(first: T, rx: &mut mpsc::UnboundedReceiver<T>, max: usize) -> Vec<T> {
+    let mut items = vec![first];
+    while items.len() < max {
+        match rx.try_recv() {
+            Ok(more) => items.push(more),
+            Err(_) => break,
+        }
+    }
+    items
+}
+
 impl Syncer {
-    pub fn start(kv: Arc<dyn Kv>) -> std::io::Result<Syncer> {
-        let (tx, srx) = std::sync::mpsc::channel::<SyncGroup>();
+    pub fn start(kv: Arc<dyn Kv>, runner: Runner) -> std::io::Result<Syncer> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<SyncGroup>();
         let stats = Arc::new(SyncStats::default());
-        let sync_stats = stats.clone();
-        std::thread::Builder::new()
-            .name("myriad-syncer".into())
-            .spawn(move || {
-                // After a failed fsync nothing later can be trusted to be durable (the
-                // failed pages may be gone from the page cache): every later sync fails too.
-                let mut failed: Option<String> = None;
-                while let Ok(first) = srx.recv() {
-                    let mut groups = vec![first];
-                    while let Ok(more) = srx.try_recv() {
-                        groups.push(more);
-                    }
-                    let result = match &failed {
-                        Some(e) => Err(myriad_storage::StorageError::Engine(e.clone())),
-                        None => kv.sync(),
-                    };
-                    if let Err(e) = &result
-                        && failed.is_none()
-                    {
-                        tracing::error!("fsync failed; this node acknowledges no more writes: {e}");
-                        failed = Some(e.to_string());
-                    }
-                    let count: usize = groups.iter().map(|g| g.replies.len()).sum();
-                    sync_stats.syncs.fetch_add(1, Ordering::Relaxed);
-                    sync_stats
-                        .synced_mutations
-                        .fetch_add(count as u64, Ordering::Relaxed);
-                    let mut signals: Vec<watch::Sender<u64>> = Vec::new();
-                    for group in groups {
-                        for (reply, outcome) in group.replies {
-                            let _ = reply.send(match &result {
-                                Ok(()) => Ok(outcome),
-                                Err(e) => Err(FsError::Io(format!("fsync failed: {e}"))),
-                            });
+        let mut sync = SyncLoop {
+            kv,
+            failed: None,
+            stats: stats.clone(),
+        };
+        match runner {
+            Runner::Threads => {
+                std::thread::Builder::new()
+                    .name("myriad-syncer".into())
+                    .spawn(move || {
+                        while let Some(first) = rx.blocking_recv() {
+                            sync.round(drain(first, &mut rx, usize::MAX));
                         }
-                        if !signals.iter().any(|s| s.same_channel(&group.changed)) {
-                            signals.push(group.changed);
-                        }
+                    })?;
+            }
+            Runner::Tasks => {
+                tokio::spawn(async move {
+                    while let Some(first) = rx.recv().await {
+                        sync.round(drain(first, &mut rx, usize::MAX));
                     }
-                    for changed in signals {
-                        changed.send_modify(|v| *v = v.wrapping_add(1));
-                    }
-                }
-            })?;
+                });
+            }
+        }
         Ok(Syncer { tx, stats })
     }
 
     /// Sends `replies` once everything committed so far is durable, then bumps `changed`.
     pub(crate) fn after_sync(&self, changed: watch::Sender<u64>, replies: Vec<(Reply, Done)>) {
         let _ = self.tx.send(SyncGroup { replies, changed });
+    }
+}
+
+/// One partition's single writer: applies jobs in order, numbers and ships each non-empty
+/// batch, hands durable replies to the syncer.
+struct ApplyLoop {
+    store: Store,
+    ids: IdAlloc,
+    layout: Layout,
+    /// The last batch committed.
+    seq: u64,
+    copies: Arc<dyn Ship>,
+    retired: Arc<AtomicBool>,
+    changed: watch::Sender<u64>,
+    syncer: mpsc::UnboundedSender<SyncGroup>,
+}
+
+impl ApplyLoop {
+    /// Applies one round of jobs; false once the syncer is gone (the server stops).
+    fn round(&mut self, jobs: Vec<Job>) -> bool {
+        let mut done = Vec::with_capacity(jobs.len());
+        let mut must_sync = false;
+        for job in jobs {
+            if self.retired.load(Ordering::Acquire) {
+                let _ = job.reply.send(Err(FsError::Unavailable(
+                    "the partition is no longer served by this server".into(),
+                )));
+                continue;
+            }
+            let mut ctx = Ctx {
+                store: &self.store,
+                ids: &mut self.ids,
+                layout: self.layout,
+            };
+            let (mut batch, outcome) = match execute(&mut ctx, job.mutation) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = job.reply.send(Err(e));
+                    continue;
+                }
+            };
+            // Every non-empty batch gets the next sequence number, written with it; copies
+            // apply batches in that order. The shipping order is held from numbering to
+            // shipping so that a copy added meanwhile starts at a batch boundary.
+            let numbered = !batch.is_empty();
+            let mut ship = self.copies.hold();
+            let ops = if numbered {
+                self.store.put_meta_u64(&mut batch, SEQ_KEY, self.seq + 1);
+                ship.encode(&batch)
+            } else {
+                None
+            };
+            if let Err(e) = self.store.commit(batch) {
+                drop(ship);
+                let _ = job.reply.send(Err(storage_err(e)));
+                continue;
+            }
+            if numbered {
+                self.seq += 1;
+                ship.ship(self.seq, ops);
+            }
+            drop(ship);
+            let done_now = Done {
+                outcome,
+                seq: self.seq,
+            };
+            if job.durable {
+                done.push((job.reply, done_now));
+            } else {
+                must_sync = true;
+                let _ = job.reply.send(Ok(done_now));
+                if let Some(s) = job.synced {
+                    let unit = Done {
+                        outcome: Outcome::Unit,
+                        seq: self.seq,
+                    };
+                    done.push((s, unit));
+                }
+            }
+        }
+        if done.is_empty() && !must_sync {
+            return true;
+        }
+        self.syncer
+            .send(SyncGroup {
+                replies: done,
+                changed: self.changed.clone(),
+            })
+            .is_ok()
     }
 }
 
@@ -201,8 +337,10 @@ pub struct Applier {
 }
 
 impl Applier {
-    /// Starts the applier thread of one partition. `changed` is bumped after every group
-    /// commit so readers waiting on a pending entry look again.
+    /// Starts the applier of one partition (a thread, or a task under a simulation).
+    /// `changed` is bumped after every group commit so readers waiting on a pending entry
+    /// look again.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         store: Store,
         ids: IdAlloc,
@@ -211,98 +349,42 @@ impl Applier {
         syncer: &Syncer,
         start_seq: u64,
         copies: Arc<dyn Ship>,
+        runner: Runner,
     ) -> std::io::Result<Applier> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-        let stx = syncer.tx.clone();
-        let shipper = copies.clone();
         let retired = Arc::new(AtomicBool::new(false));
-        let stop = retired.clone();
-        std::thread::Builder::new()
-            .name("myriad-applier".into())
-            .spawn(move || {
-                let mut ids = ids;
-                let mut seq = start_seq;
-                while let Some(first) = rx.blocking_recv() {
-                    let mut jobs = vec![first];
-                    while jobs.len() < ROUND_MAX {
-                        match rx.try_recv() {
-                            Ok(j) => jobs.push(j),
-                            Err(_) => break,
-                        }
-                    }
-                    let mut done = Vec::with_capacity(jobs.len());
-                    let mut must_sync = false;
-                    for job in jobs {
-                        if stop.load(Ordering::Acquire) {
-                            let _ = job.reply.send(Err(FsError::Unavailable(
-                                "the partition is no longer served by this server".into(),
-                            )));
-                            continue;
-                        }
-                        let mut ctx = Ctx {
-                            store: &store,
-                            ids: &mut ids,
-                            layout,
-                        };
-                        match execute(&mut ctx, job.mutation) {
-                            Ok((mut batch, outcome)) => {
-                                // Every non-empty batch gets the next sequence number,
-                                // written with it; backups apply batches in that order.
-                                // The shipping order is held from numbering to shipping
-                                // so that a copy added meanwhile starts at a batch boundary.
-                                let numbered = !batch.is_empty();
-                                let mut ship = shipper.hold();
-                                let ops = if numbered {
-                                    store.put_meta_u64(&mut batch, SEQ_KEY, seq + 1);
-                                    ship.encode(&batch)
-                                } else {
-                                    None
-                                };
-                                match store.commit(batch) {
-                                    Ok(()) => {
-                                        if numbered {
-                                            seq += 1;
-                                            ship.ship(seq, ops);
-                                        }
-                                        drop(ship);
-                                        let done_now = Done { outcome, seq };
-                                        if job.durable {
-                                            done.push((job.reply, done_now));
-                                        } else {
-                                            must_sync = true;
-                                            let _ = job.reply.send(Ok(done_now));
-                                            if let Some(s) = job.synced {
-                                                let unit = Done {
-                                                    outcome: Outcome::Unit,
-                                                    seq,
-                                                };
-                                                done.push((s, unit));
-                                            }
-                                        }
-                                    }
-                                    Err(e) => {
-                                        drop(ship);
-                                        let _ = job.reply.send(Err(storage_err(e)));
-                                    }
-                                }
-                            }
-                            Err(e) => {
-                                let _ = job.reply.send(Err(e));
+        let mut apply = ApplyLoop {
+            store,
+            ids,
+            layout,
+            seq: start_seq,
+            copies: copies.clone(),
+            retired: retired.clone(),
+            changed,
+            syncer: syncer.tx.clone(),
+        };
+        match runner {
+            Runner::Threads => {
+                std::thread::Builder::new()
+                    .name("myriad-applier".into())
+                    .spawn(move || {
+                        while let Some(first) = rx.blocking_recv() {
+                            if !apply.round(drain(first, &mut rx, ROUND_MAX)) {
+                                break;
                             }
                         }
+                    })?;
+            }
+            Runner::Tasks => {
+                tokio::spawn(async move {
+                    while let Some(first) = rx.recv().await {
+                        if !apply.round(drain(first, &mut rx, ROUND_MAX)) {
+                            break;
+                        }
                     }
-                    if (!done.is_empty() || must_sync)
-                        && stx
-                            .send(SyncGroup {
-                                replies: done,
-                                changed: changed.clone(),
-                            })
-                            .is_err()
-                    {
-                        break;
-                    }
-                }
-            })?;
+                });
+            }
+        }
         Ok(Applier {
             tx,
             copies,
@@ -472,15 +554,32 @@ mod tests {
     }
 
     fn start(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>) -> (Applier, Syncer, Store) {
+        start_on(kv, copies, Runner::Threads)
+    }
+
+    fn start_on(
+        kv: Arc<dyn Kv>,
+        copies: Arc<dyn Ship>,
+        runner: Runner,
+    ) -> (Applier, Syncer, Store) {
         let store = Store::open(kv.clone(), 1).unwrap_or_else(|e| panic!("{e}"));
         let ids = IdAlloc::load(&store, 1).unwrap_or_else(|e| panic!("{e}"));
-        let syncer = Syncer::start(kv).unwrap_or_else(|e| panic!("{e}"));
+        let syncer = Syncer::start(kv, runner).unwrap_or_else(|e| panic!("{e}"));
         let layout = Layout {
             chunk_size_bytes: 4 << 20,
         };
         let (changed, _) = watch::channel(0);
-        let applier = Applier::start(store.clone(), ids, layout, changed, &syncer, 0, copies)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let applier = Applier::start(
+            store.clone(),
+            ids,
+            layout,
+            changed,
+            &syncer,
+            0,
+            copies,
+            runner,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         (applier, syncer, store)
     }
 
@@ -579,5 +678,41 @@ mod tests {
             "retiring closes the copies"
         );
         assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
+    }
+
+    /// The simulation's mode: the same loops as tasks of a one-thread runtime, no thread
+    /// of their own; a failed fsync is still final.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_loops_run_as_tasks_of_a_one_thread_runtime() {
+        let kv = disk();
+        let copies = Arc::new(Recorder::default());
+        let threads_before = std::fs::read_dir("/proc/self/task").map(|d| d.count()).ok();
+        let (applier, syncer, store) = start_on(kv.clone(), copies.clone(), Runner::Tasks);
+        let threads_after = std::fs::read_dir("/proc/self/task").map(|d| d.count()).ok();
+        assert_eq!(threads_before, threads_after, "no thread started");
+        let root = Mutation::InitRoot {
+            now: 1,
+            uid: 0,
+            gid: 0,
+        };
+        applier.run(root).await.unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..5 {
+            applier
+                .run(create(&format!("f{i}")))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(6));
+        assert_eq!(syncer.stats.synced_mutations.load(Ordering::SeqCst), 6);
+        kv.failing.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            applier.run(create("x")).await,
+            Err(FsError::Io(_))
+        ));
+        kv.failing.store(false, Ordering::SeqCst);
+        assert!(matches!(
+            applier.run(create("y")).await,
+            Err(FsError::Io(_))
+        ));
     }
 }

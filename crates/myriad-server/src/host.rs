@@ -27,7 +27,7 @@ use myriad_storage::Kv;
 use tokio::sync::watch;
 
 use crate::cluster::MapState;
-use crate::commit::{Applier, Syncer};
+use crate::commit::{Applier, Runner, Syncer};
 use crate::config::ServerConfig;
 use crate::counters::Counters;
 use crate::membership::Membership;
@@ -50,6 +50,8 @@ pub struct Host {
     pub(crate) counters: Counters,
     pub(crate) config: ServerConfig,
     pub(crate) syncer: Syncer,
+    /// Where the appliers run (threads here; tasks under a simulation).
+    pub(crate) runner: Runner,
     /// The engine all partitions share (each sees it through a `PartitionKv`).
     pub(crate) kv: Arc<dyn Kv>,
     /// The partitions this server serves as primary.
@@ -66,7 +68,7 @@ pub struct Host {
     /// reconcile).
     pub(crate) moved_away: Mutex<Vec<PartitionId>>,
     /// Partitions handed over by a live primary, not served before the given time.
-    pub(crate) handed_over: Mutex<HashMap<PartitionId, std::time::Instant>>,
+    pub(crate) handed_over: Mutex<HashMap<PartitionId, tokio::time::Instant>>,
     /// Membership tasks, ended at shutdown.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// This server itself, for tasks it starts from `&self` (set once, at start).
@@ -134,9 +136,9 @@ impl Host {
             Err(_) => None,
         };
         if let Some(t) = until
-            && t > std::time::Instant::now()
+            && t > tokio::time::Instant::now()
         {
-            tokio::time::sleep_until(t.into()).await;
+            tokio::time::sleep_until(t).await;
         }
     }
 
@@ -250,7 +252,7 @@ impl Host {
         // Partitions handed to this server by a live primary (a completed move, not a
         // failover): that server may serve them until it sees this map or its lease ends,
         // so this one waits out a lease before serving them (no two primaries at once).
-        let until = std::time::Instant::now() + crate::membership::LEASE;
+        let until = tokio::time::Instant::now() + crate::membership::LEASE;
         let handed: Vec<PartitionId> = map
             .primaries_of(self.id)
             .into_iter()
@@ -264,7 +266,7 @@ impl Host {
             })
             .collect();
         if let Ok(mut h) = self.handed_over.lock() {
-            h.retain(|_, t| *t > std::time::Instant::now());
+            h.retain(|_, t| *t > tokio::time::Instant::now());
             for p in handed {
                 h.insert(p, until);
             }
@@ -449,6 +451,7 @@ impl Host {
             &self.syncer,
             start_seq,
             replicator.clone(),
+            self.runner,
         )
         .map_err(OpenError::Io)?;
         Ok(Arc::new(Partition {
@@ -759,6 +762,10 @@ impl Peers for Host {
 }
 
 impl Env for Host {
+    fn now_ns(&self) -> i64 {
+        now_ns()
+    }
+
     fn server_id(&self) -> NodeId {
         self.id
     }

@@ -33,7 +33,7 @@ pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE, ReplicationConfi
 pub use space::DEFAULT_RESERVE_BYTES;
 
 use crate::cluster::MapState;
-use crate::commit::Syncer;
+use crate::commit::{Runner, Syncer};
 use crate::host::{Host, OpenError};
 
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +81,7 @@ pub async fn run(
     // The server's own records (partition 0): format version and server id, checked here.
     let _own = Store::open(Arc::new(PartitionKv::new(kv.clone(), 0)), config.node_id)
         .map_err(store_err)?;
-    let syncer = Syncer::start(kv.clone())?;
+    let syncer = Syncer::start(kv.clone(), Runner::Threads)?;
     let pool = Arc::new(Pool::new(PoolConfig {
         me: PeerKind::Server {
             node_id: config.node_id,
@@ -135,6 +135,7 @@ pub async fn run(
         counters: Default::default(),
         config: config.clone(),
         syncer,
+        runner: Runner::Threads,
         kv: kv.clone(),
         partitions: RwLock::new(HashMap::new()),
         backups: RwLock::new(HashMap::new()),

@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use myriad_membership::{BoxFuture, Transport};
 use myriad_net::Pool;

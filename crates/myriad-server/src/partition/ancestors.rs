@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use myriad_placement::{NodeId, parent_of};
 use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
@@ -274,7 +276,7 @@ impl Partition {
         // Subscriptions made before a restart are forgotten: wait them out.
         let grace_end = self.replicas.grace_end;
         if Instant::now() < grace_end {
-            tokio::time::sleep_until(grace_end.into()).await;
+            tokio::time::sleep_until(grace_end).await;
         }
         let subs = self.replicas.live_subscribers(path);
         let sends = subs.into_iter().map(|(node, until)| {

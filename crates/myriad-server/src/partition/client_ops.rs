@@ -11,7 +11,7 @@ use myriad_proto::{
 
 use crate::cluster::MapState;
 use crate::partition::core::{
-    Partition, attrs_key, changed_response, check_xattr_name, now_ns, shard_depth,
+    Partition, attrs_key, changed_response, check_xattr_name, shard_depth,
 };
 use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::state::perm;
@@ -216,7 +216,7 @@ impl Partition {
                     gid,
                     exclusive,
                     data,
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 };
                 let created = |o: &Outcome| matches!(o, Outcome::Created(_));
                 match self.run_touching(m, &dir, durable, created).await? {
@@ -250,7 +250,7 @@ impl Partition {
                     target,
                     uid: caller.uid,
                     gid,
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 };
                 changed_response(self.run_touching(m, &dir, true, |_| true).await?)
             }
@@ -276,7 +276,7 @@ impl Partition {
                     rdev,
                     uid: caller.uid,
                     gid,
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 };
                 changed_response(self.run_touching(m, &dir, true, |_| true).await?)
             }
@@ -312,7 +312,7 @@ impl Partition {
                         value: value.map(serde_bytes::ByteBuf::into_vec),
                         mode,
                     },
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 })
                 .await
             }
@@ -349,7 +349,7 @@ impl Partition {
                         dir,
                         name,
                         change: InodeChange::Attr(set),
-                        now: now_ns(),
+                        now: self.env.now_ns(),
                     })
                     .await?;
                 if let Response::Attr(i) = &reply
@@ -383,7 +383,7 @@ impl Partition {
                     ino,
                     offset,
                     data,
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 })
                 .await
             }
@@ -402,7 +402,7 @@ impl Partition {
                     name,
                     ino,
                     size,
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 })
                 .await
             }
@@ -423,7 +423,7 @@ impl Partition {
                         name,
                         ino,
                         size,
-                        now: now_ns(),
+                        now: self.env.now_ns(),
                     })
                     .await?
                 {

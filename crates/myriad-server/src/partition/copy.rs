@@ -12,7 +12,7 @@ use myriad_proto::{
     Caller, CopyRange, FileKind, FsError, Request, Response, limits, validate_path,
 };
 
-use crate::partition::core::{Partition, now_ns};
+use crate::partition::core::Partition;
 use crate::state::mutation::Mutation;
 use crate::state::perm;
 use myriad_proto::ClientRequest;
@@ -141,7 +141,7 @@ impl Partition {
                     ino: c.dst_ino,
                     offset: pos,
                     data: piece.to_vec(),
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 };
                 if let Response::Attr(i) = self.mutate_file(m).await? {
                     inode = Some(i);
@@ -163,7 +163,7 @@ impl Partition {
             name: name.to_string(),
             ino: c.dst_ino,
             size: end,
-            now: now_ns(),
+            now: self.env.now_ns(),
         };
         match self.mutate_file(m).await? {
             Response::Attr(i) => Ok(i),

@@ -162,7 +162,7 @@ impl Partition {
                 dir: dir.to_string(),
                 name: name.to_string(),
                 change: InodeChange::Attr(set),
-                now: now_ns(),
+                now: self.env.now_ns(),
             })
             .await?;
         Ok(())

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use myriad_proto::{FsError, Inode, Request, Response};
 
-use crate::partition::core::{Partition, now_ns};
+use crate::partition::core::Partition;
 use crate::partition::touches::lock;
 use crate::state::mutation::{Mutation, Outcome, storage_err};
 use myriad_proto::PeerRequest;
@@ -97,7 +97,7 @@ impl Partition {
         } else {
             1
         };
-        let now = now_ns();
+        let now = self.env.now_ns();
         if dir == "/" && rec.root_attrs.is_some() {
             let out = self
                 .applier

@@ -10,6 +10,9 @@ use crate::replication::peers::Peers;
 /// servers (replication's `Peers`), its configuration, counters, the free-space rule, and
 /// calls to other partitions. The process implements it; a partition never names the process.
 pub(crate) trait Env: Peers {
+    /// The wall clock, in nanoseconds since the epoch (file times). The process reads the
+    /// system clock; a simulation its own.
+    fn now_ns(&self) -> i64;
     /// The id of the server running this partition.
     fn server_id(&self) -> NodeId;
     fn config(&self) -> &ServerConfig;

@@ -7,7 +7,7 @@ use myriad_proto::{
     Caller, FsError, FsckDir, FsckEntry, FsckRepair, Request, Response, Shard, limits,
 };
 
-use crate::partition::core::{Partition, now_ns};
+use crate::partition::core::Partition;
 use crate::state::mutation::{INODE_DIR, Mutation, inode_name, storage_err};
 use myriad_proto::AdminRequest;
 
@@ -109,7 +109,7 @@ impl Partition {
                         .run(Mutation::AdjustLinks {
                             ino,
                             delta,
-                            now: now_ns(),
+                            now: self.env.now_ns(),
                         })
                         .await?;
                 }

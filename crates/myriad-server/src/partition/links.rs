@@ -18,7 +18,7 @@ use myriad_proto::{
     Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
 };
 
-use crate::partition::core::{Partition, now_ns, split_owned};
+use crate::partition::core::{Partition, split_owned};
 use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
 use crate::state::perm;
 use myriad_proto::PeerRequest;
@@ -98,7 +98,7 @@ impl Partition {
         let name = inode_name(ino);
         let inode = self.lookup_in(INODE_DIR, &name).await?;
         let dir = INODE_DIR.to_string();
-        let now = now_ns();
+        let now = self.env.now_ns();
         // A handle's request names the inode it was opened on: if the name now refers to
         // another inode (replaced meanwhile), it must not touch this one.
         if let InodeOp::Read { ino: want, .. }
@@ -240,7 +240,7 @@ impl Partition {
         self.mutate(Mutation::AdjustLinks {
             ino,
             delta,
-            now: now_ns(),
+            now: self.env.now_ns(),
         })
         .await
     }
@@ -282,7 +282,7 @@ impl Partition {
                     dir,
                     name,
                     me: self.me,
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 };
                 match self.applier.run(m).await? {
                     Outcome::Inode(i) => (self.me, i),

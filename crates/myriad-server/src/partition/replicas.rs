@@ -24,7 +24,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use myriad_placement::{NodeId, parent_of};
 use myriad_proto::Inode;

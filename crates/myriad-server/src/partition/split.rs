@@ -115,7 +115,7 @@ impl Partition {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let _live = self.hold(txid);
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let child = shard.halves().1;
         let moved_dirs = match self.copy_upper_half(dir, ino, txid, shard).await {
             Ok(d) => d,

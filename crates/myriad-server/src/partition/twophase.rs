@@ -15,7 +15,7 @@ use std::sync::Arc;
 use myriad_placement::NodeId;
 use myriad_proto::{DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
-use crate::partition::core::{Partition, now_ns};
+use crate::partition::core::Partition;
 use crate::state::intent::{Decision, DirMove, Intent};
 use crate::state::mutation::{Mutation, Outcome};
 use myriad_placement::Shard;
@@ -63,7 +63,7 @@ impl Partition {
             depth,
             uid: owner.0,
             gid: owner.1,
-            now: now_ns(),
+            now: self.env.now_ns(),
         };
         let Outcome::Begun { txid, inode } = self.applier.run(begin).await? else {
             return Err(FsError::Io("unexpected outcome".into()));
@@ -199,7 +199,7 @@ impl Partition {
                     from,
                     to,
                     flags,
-                    now: now_ns(),
+                    now: self.env.now_ns(),
                 })
                 .await?
             {
@@ -216,7 +216,7 @@ impl Partition {
             from: from.clone(),
             to: to.clone(),
             dst_node,
-            now: now_ns(),
+            now: self.env.now_ns(),
         };
         let Outcome::RenameBegun {
             txid,

@@ -234,7 +234,9 @@ impl Replicator {
                 }
                 true
             };
+            // Biased (fixed order, no random pick): deterministic under the simulation.
             tokio::select! {
+                biased;
                 ok = all => {
                     if ok {
                         return Ok(());
@@ -303,13 +305,11 @@ pub(crate) async fn run_stream(
             inflight.push(send_batch(&link, seq, req.clone(), backoff));
             sent_upto = seq;
         }
+        // Biased (fixed order, no random pick: deterministic under the simulation).
+        // Acknowledgements first: at most WINDOW of them, so new batches are never starved,
+        // while new batches first could starve the acknowledgements under a steady load.
         tokio::select! {
-            item = rx.recv(), if open => match item {
-                Some(item) => {
-                    pending.insert(item.seq, item.req);
-                }
-                None => open = false,
-            },
+            biased;
             Some((seq, result)) = inflight.next() => match result {
                 Ok(()) => {
                     backoff = Duration::ZERO;
@@ -334,6 +334,12 @@ pub(crate) async fn run_stream(
                         inflight.push(send_batch(&link, seq, req.clone(), backoff));
                     }
                 }
+            },
+            item = rx.recv(), if open => match item {
+                Some(item) => {
+                    pending.insert(item.seq, item.req);
+                }
+                None => open = false,
             },
             _ = idle.tick(), if inflight.is_empty() => {
                 // Nothing to send: check that the backup still holds what it acknowledged
