@@ -279,7 +279,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
     ("replication", &["replication"]),
     ("partition", &["partition"]),
     ("membership", &["membership"]),
-    ("process", &["host", "lib"]),
+    ("process", &["embed", "host", "lib"]),
 ];
 
 fn server_layer(module: &ModPath) -> usize {

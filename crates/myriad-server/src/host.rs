@@ -10,7 +10,7 @@
 //! ```
 //! docs/replication.md: a partition is what the rest of the server calls a node.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
@@ -38,7 +38,7 @@ use crate::replication::peers::Peers;
 use crate::replication::primary::Replicator;
 use crate::replication::wire::{digest, drop_copy, partition_store};
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
-use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ServerRequest};
+use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, RaftRpc, ServerRequest};
 
 pub struct Host {
     /// This server's id in the map.
@@ -46,7 +46,8 @@ pub struct Host {
     pub(crate) map: RwLock<Arc<MapState>>,
     pub(crate) map_path: Option<PathBuf>,
     pub(crate) data_dir: PathBuf,
-    pub(crate) pool: Arc<Pool>,
+    /// How it reaches other servers (the connection pool; the simulated network).
+    pub(crate) transport: Arc<dyn Transport>,
     pub(crate) counters: Counters,
     pub(crate) config: ServerConfig,
     pub(crate) syncer: Syncer,
@@ -60,8 +61,9 @@ pub struct Host {
     pub(crate) backups: RwLock<HashMap<PartitionId, Arc<Backup>>>,
     /// Held while partitions are started or stopped.
     pub(crate) reconciling: tokio::sync::Mutex<()>,
-    /// Its member of the cluster-map Raft group: the serving lease, the leader's duties.
-    pub(crate) membership: Arc<Membership>,
+    /// The cluster-map authority as this server sees it: its member of the Raft group (the
+    /// serving lease, proposals), or the simulation's authority.
+    pub(crate) authority: Arc<dyn Authority>,
     /// The current map, published for membership (which reads, never writes it).
     pub(crate) map_news: watch::Sender<Arc<MapState>>,
     /// Partitions whose copy here a completed move made redundant (dropped by the next
@@ -91,7 +93,55 @@ pub(crate) enum OpenError {
     Fs(FsError),
 }
 
+/// What a server is assembled from: the process wires sockets and the Raft group, a
+/// simulation its own network and authority.
+pub(crate) struct HostParts {
+    pub config: ServerConfig,
+    pub kv: Arc<dyn Kv>,
+    pub syncer: Syncer,
+    pub runner: Runner,
+    pub transport: Arc<dyn Transport>,
+    pub authority: Arc<dyn Authority>,
+    /// Holds the first map state; the host publishes every newer one on it.
+    pub map_news: watch::Sender<Arc<MapState>>,
+}
+
 impl Host {
+    pub(crate) fn assemble(parts: HostParts) -> Arc<Host> {
+        let HostParts {
+            config,
+            kv,
+            syncer,
+            runner,
+            transport,
+            authority,
+            map_news,
+        } = parts;
+        let first = map_news.borrow().clone();
+        Arc::new_cyclic(|me| Host {
+            me: me.clone(),
+            id: config.node_id,
+            map: RwLock::new(first),
+            map_news,
+            map_path: config.map_path.clone(),
+            data_dir: config.data_dir.clone(),
+            transport,
+            counters: Counters::default(),
+            syncer,
+            runner,
+            kv,
+            partitions: RwLock::new(HashMap::new()),
+            backups: RwLock::new(HashMap::new()),
+            reconciling: tokio::sync::Mutex::new(()),
+            authority,
+            moved_away: Mutex::new(Vec::new()),
+            handed_over: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Vec::new()),
+            space: crate::space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
+            config,
+        })
+    }
+
     pub(crate) fn state(&self) -> Arc<MapState> {
         read(&self.map).clone()
     }
@@ -122,7 +172,7 @@ impl Host {
             _ if epoch > st.map.epoch => return Err(FsError::MapTooOld(st.map.epoch)),
             _ => return Err(self.not_here(pid)),
         };
-        match self.membership.lease_error() {
+        match self.authority.lease_error() {
             Some(e) => Err(e),
             None => Ok(node),
         }
@@ -178,8 +228,21 @@ impl Host {
         read(&self.backups).get(&pid).cloned()
     }
 
+    /// The partitions served here as primary, in id order.
     pub(crate) fn nodes(&self) -> Vec<Arc<Partition>> {
-        read(&self.partitions).values().cloned().collect()
+        let mut out: Vec<Arc<Partition>> = read(&self.partitions).values().cloned().collect();
+        out.sort_by_key(|p| p.me);
+        out
+    }
+
+    /// The copies kept here as backup, in id order.
+    pub(crate) fn backup_list(&self) -> Vec<(PartitionId, Arc<Backup>)> {
+        let mut out: Vec<(PartitionId, Arc<Backup>)> = read(&self.backups)
+            .iter()
+            .map(|(p, b)| (*p, b.clone()))
+            .collect();
+        out.sort_by_key(|(p, _)| *p);
+        out
     }
 
     /// Stops every partition and drops them (their handlers hold the host; this ends the
@@ -301,13 +364,13 @@ impl Host {
     pub(crate) async fn reconcile(self: &Arc<Self>) -> Result<(), OpenError> {
         let _one = self.reconciling.lock().await;
         let st = self.state();
-        let want: HashSet<PartitionId> = st
+        let want: BTreeSet<PartitionId> = st
             .map
             .primaries_of(self.id)
             .into_iter()
             .filter(|&p| st.map.primary_of(p) == Some(self.id))
             .collect();
-        let have: HashSet<PartitionId> = read(&self.partitions).keys().copied().collect();
+        let have: BTreeSet<PartitionId> = read(&self.partitions).keys().copied().collect();
         for pid in have.difference(&want) {
             let gone = match self.partitions.write() {
                 Ok(mut p) => p.remove(pid),
@@ -382,7 +445,7 @@ impl Host {
 
     /// Opens the backup copies the map gives this server; drops the others.
     fn reconcile_backups(&self, map: &ClusterMap) -> Result<(), OpenError> {
-        let want: HashSet<PartitionId> = map
+        let want: BTreeSet<PartitionId> = map
             .partitions
             .iter()
             .filter(|p| map.backups_of(p.id).contains(&self.id))
@@ -522,8 +585,13 @@ impl Host {
                 // A cluster change needs root with the cluster secret (a client key's root is
                 // no administrator: SECURITY.md).
                 let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
-                if admin && self.membership.group.map().is_none_or(|m| m.epoch < epoch) {
-                    self.membership.propose_map(*map).await?;
+                if admin
+                    && self
+                        .authority
+                        .committed_map()
+                        .is_none_or(|m| m.epoch < epoch)
+                {
+                    self.authority.propose_map(*map).await?;
                 }
                 // Answer once this server follows it (it arrives through the group).
                 let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
@@ -532,18 +600,14 @@ impl Host {
                 }
                 Ok(Response::Unit)
             }
-            Request::Peer(PeerRequest::Raft { rpc, payload }) if from_server => self
-                .membership
-                .group
-                .serve(rpc, &payload)
-                .await
-                .map(Response::Raft)
-                .map_err(FsError::Protocol),
+            Request::Peer(PeerRequest::Raft { rpc, payload }) if from_server => {
+                self.authority.serve_raft(rpc, payload).await
+            }
             Request::Peer(PeerRequest::PartitionSeqs) if from_server => {
                 Ok(Response::Seqs(self.partition_seqs()))
             }
             Request::Peer(PeerRequest::Lease) => match &peer.kind {
-                PeerKind::Server { node_id } => Ok(self.membership.grant_lease(*node_id, epoch)),
+                PeerKind::Server { node_id } => Ok(self.authority.grant_lease(*node_id, epoch)),
                 PeerKind::Client => Err(FsError::PermissionDenied),
             },
             _ if from_server => Err(FsError::InvalidArgument(
@@ -620,10 +684,9 @@ impl Host {
             server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
             syncs: self.syncer.stats.syncs.load(Ordering::Relaxed),
             synced_mutations: self.syncer.stats.synced_mutations.load(Ordering::Relaxed),
-            serving: self.membership.lease_valid(),
+            serving: self.authority.lease_error().is_none(),
             raft_leader: self
-                .membership
-                .group
+                .authority
                 .leader()
                 .and_then(|l| u32::try_from(l).ok())
                 .unwrap_or(0),
@@ -717,6 +780,84 @@ impl Handler for Host {
     }
 }
 
+/// How a server reaches the others: the connection pool in the process, the simulated
+/// network in a simulation (addresses are the map's).
+pub trait Transport: Send + Sync {
+    fn call<'a>(
+        &'a self,
+        addr: &'a str,
+        epoch: u64,
+        ends: myriad_proto::Endpoints,
+        caller: &'a Caller,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, FsError>>;
+}
+
+impl Transport for Pool {
+    fn call<'a>(
+        &'a self,
+        addr: &'a str,
+        epoch: u64,
+        ends: myriad_proto::Endpoints,
+        caller: &'a Caller,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        Box::pin(Pool::call(self, addr, epoch, ends, caller, req))
+    }
+}
+
+/// What a server needs from the cluster-map authority: its member of the Raft group in the
+/// process (`Membership`), the simulation's authority in a simulation.
+pub trait Authority: Send + Sync {
+    /// Why this server may not serve partition requests now (no lease), if it may not.
+    fn lease_error(&self) -> Option<FsError>;
+    /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`.
+    fn grant_lease(&self, from: NodeId, epoch: u64) -> Response;
+    /// A map change, committed through the authority.
+    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>>;
+    /// The newest map the authority committed, if any.
+    fn committed_map(&self) -> Option<ClusterMap>;
+    /// The current leader's server id, if known (0: none).
+    fn leader(&self) -> Option<u64>;
+    /// A Raft message from a peer.
+    fn serve_raft(
+        &self,
+        rpc: RaftRpc,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<Response, FsError>>;
+}
+
+impl Authority for Membership {
+    fn lease_error(&self) -> Option<FsError> {
+        Membership::lease_error(self)
+    }
+    fn grant_lease(&self, from: NodeId, epoch: u64) -> Response {
+        Membership::grant_lease(self, from, epoch)
+    }
+    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
+        Box::pin(Membership::propose_map(self, map))
+    }
+    fn committed_map(&self) -> Option<ClusterMap> {
+        self.group.map()
+    }
+    fn leader(&self) -> Option<u64> {
+        self.group.leader()
+    }
+    fn serve_raft(
+        &self,
+        rpc: RaftRpc,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<Response, FsError>> {
+        Box::pin(async move {
+            self.group
+                .serve(rpc, &payload)
+                .await
+                .map(Response::Raft)
+                .map_err(FsError::Protocol)
+        })
+    }
+}
+
 /// Requests about the server as a whole, answered by it whatever partition they name.
 fn is_server_request(body: &Request) -> bool {
     matches!(
@@ -744,7 +885,7 @@ impl Peers for Host {
                 .node(to)
                 .map(|n| n.addr.clone())
                 .ok_or_else(|| FsError::Unavailable(format!("server {to} is not in the map")))?;
-            self.pool
+            self.transport
                 .call(&addr, epoch, ends, &Caller::root(), req)
                 .await
         })
@@ -838,7 +979,7 @@ pub(crate) async fn call_partition(
                     target: pid,
                     source,
                 };
-                host.pool
+                host.transport
                     .call(addr, st.map.epoch, ends, &Caller::root(), &body)
                     .await
             }

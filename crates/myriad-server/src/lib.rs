@@ -12,6 +12,7 @@ mod cluster;
 mod commit;
 mod config;
 mod counters;
+pub mod embed;
 mod host;
 mod membership;
 mod partition;
@@ -21,8 +22,7 @@ mod state;
 #[cfg(test)]
 mod workload_rng;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use myriad_net::{Pool, PoolConfig, ServeConfig, accept_loop};
 use myriad_proto::PeerKind;
@@ -34,7 +34,7 @@ pub use space::DEFAULT_RESERVE_BYTES;
 
 use crate::cluster::MapState;
 use crate::commit::{Runner, Syncer};
-use crate::host::{Host, OpenError};
+use crate::host::{Host, HostParts, OpenError};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -116,7 +116,7 @@ pub async fn run(
         ring: map.ring(),
         map: map.clone(),
     });
-    let (map_news, map_view) = tokio::sync::watch::channel(first_state.clone());
+    let (map_news, map_view) = tokio::sync::watch::channel(first_state);
     let membership = Arc::new(membership::Membership::new(
         config.node_id,
         group.clone(),
@@ -124,27 +124,14 @@ pub async fn run(
         config.down_grace,
         map_view,
     ));
-    let host = Arc::new_cyclic(|me| Host {
-        me: me.clone(),
-        id: config.node_id,
-        map: RwLock::new(first_state),
-        map_news,
-        map_path: config.map_path.clone(),
-        data_dir: config.data_dir.clone(),
-        pool,
-        counters: Default::default(),
+    let host = Host::assemble(HostParts {
         config: config.clone(),
+        kv: kv.clone(),
         syncer,
         runner: Runner::Threads,
-        kv: kv.clone(),
-        partitions: RwLock::new(HashMap::new()),
-        backups: RwLock::new(HashMap::new()),
-        reconciling: tokio::sync::Mutex::new(()),
-        membership: membership.clone(),
-        moved_away: Mutex::new(Vec::new()),
-        handed_over: Mutex::new(HashMap::new()),
-        tasks: Mutex::new(Vec::new()),
-        space: space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
+        transport: pool.clone(),
+        authority: membership.clone(),
+        map_news,
     });
 
     // Accept connections before opening partitions: a primary that restarted asks its

@@ -179,11 +179,6 @@ impl Membership {
         self.map.borrow().clone()
     }
 
-    /// True while this server holds a lease (may serve).
-    pub(crate) fn lease_valid(&self) -> bool {
-        self.lease.valid()
-    }
-
     /// Why this server may not serve partition requests now, if it may not: `Busy` (try
     /// again: it is starting, or cut off from the Raft majority and about to be replaced).
     pub(crate) fn lease_error(&self) -> Option<FsError> {

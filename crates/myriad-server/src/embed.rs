@@ -1,0 +1,121 @@
+//! A server without sockets or a Raft group, for running several in one process: the
+//! deterministic simulation (`myriad-sim`, docs/simulation.md). It is the same server (the
+//! same partitions, replication, commit and state) assembled from parts the caller supplies:
+//! a disk (`Kv`), a network (`Transport`), the cluster-map authority (`Authority`). Its
+//! commit loops run as tasks of the caller's runtime, not threads.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use myriad_net::{Handler, Peer};
+use myriad_placement::{ClusterMap, NodeId, PartitionId};
+use myriad_proto::auth::Credential;
+use myriad_proto::{PeerKind, RequestFrame, ResponseFrame};
+use myriad_storage::{Kv, Store};
+
+use crate::cluster::MapState;
+use crate::commit::{Runner, Syncer};
+use crate::config::ServerConfig;
+pub use crate::host::{Authority, Transport};
+use crate::host::{Host, HostParts, OpenError};
+
+/// One embedded server.
+pub struct EmbeddedServer {
+    host: Arc<Host>,
+}
+
+/// A copy's state as a digest (`replication::wire::digest`): last batch, keys, digest.
+pub type CopyDigest = (Option<u64>, u64, u64);
+
+impl EmbeddedServer {
+    /// Assembles server `config.node_id` on `kv` and opens what `config.map` gives it (as a
+    /// restarted server does: a primary first catches up from its copies). Call from inside
+    /// the runtime the server is to run on.
+    pub async fn start(
+        config: ServerConfig,
+        kv: Arc<dyn Kv>,
+        transport: Arc<dyn Transport>,
+        authority: Arc<dyn Authority>,
+    ) -> Result<EmbeddedServer, String> {
+        let _own = Store::open(
+            Arc::new(myriad_storage::PartitionKv::new(kv.clone(), 0)),
+            config.node_id,
+        )
+        .map_err(|e| e.to_string())?;
+        let syncer = Syncer::start(kv.clone(), Runner::Tasks).map_err(|e| e.to_string())?;
+        let first = Arc::new(MapState {
+            ring: config.map.ring(),
+            map: config.map.clone(),
+        });
+        let (map_news, _) = tokio::sync::watch::channel(first);
+        let host = Host::assemble(HostParts {
+            config,
+            kv,
+            syncer,
+            runner: Runner::Tasks,
+            transport,
+            authority,
+            map_news,
+        });
+        host.reconcile().await.map_err(|e| match e {
+            OpenError::Store(e) => e.to_string(),
+            OpenError::Io(e) => e.to_string(),
+            OpenError::Fs(e) => e.to_string(),
+        })?;
+        Ok(EmbeddedServer { host })
+    }
+
+    #[must_use]
+    pub fn id(&self) -> NodeId {
+        self.host.id
+    }
+
+    /// Serves one frame as if it came over a connection authenticated with the cluster
+    /// secret, from server `from` (or from a client: `None`).
+    pub fn handle(&self, from: Option<NodeId>, frame: RequestFrame) -> BoxFuture<'static, ResponseFrame> {
+        let kind = match from {
+            Some(node_id) => PeerKind::Server { node_id },
+            None => PeerKind::Client,
+        };
+        let peer = Peer {
+            kind,
+            credential: Credential::Cluster,
+        };
+        self.host.clone().handle(peer, frame)
+    }
+
+    /// Adopts `map` if it is newer, and starts and stops partitions to match it.
+    pub async fn install_map(&self, map: ClusterMap) -> Result<(), String> {
+        self.host.install_map(map).await.map_err(|e| e.to_string())
+    }
+
+    /// The epoch of the map this server serves under.
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.host.state().map.epoch
+    }
+
+    /// Digests of the copies this server holds, as primary or as backup.
+    #[must_use]
+    pub fn digests(&self) -> Vec<(PartitionId, CopyDigest)> {
+        let mut out = Vec::new();
+        for p in self.host.nodes() {
+            if let Ok(d) = crate::replication::wire::digest(&p.store) {
+                out.push((p.me, d));
+            }
+        }
+        for (pid, b) in self.host.backup_list() {
+            if let Ok(d) = crate::replication::wire::digest(b.store()) {
+                out.push((pid, d));
+            }
+        }
+        out.sort_by_key(|(pid, _)| *pid);
+        out
+    }
+
+    /// Stops at once (a crash: what its disk did not sync is the disk's business): its
+    /// partitions stop taking requests and its tasks end.
+    pub fn stop(&self) {
+        self.host.clear();
+    }
+}
