@@ -2,6 +2,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use myriad_net::{Pool, PoolConfig};
+
+use crate::transport::Transport;
 use myriad_placement::{
     ClusterMap, NodeId, PartitionId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
 };
@@ -75,7 +77,7 @@ tokio::task_local! {
 
 pub struct Client {
     state: RwLock<Arc<MapState>>,
-    pool: Pool,
+    transport: Arc<dyn Transport>,
     config: ClientConfig,
     /// Shard maps of the split directories met (docs/huge-dirs.md).
     pub(crate) shards: ShardCache,
@@ -83,23 +85,31 @@ pub struct Client {
 
 impl Client {
     pub fn new(config: ClientConfig) -> Result<Client, FsError> {
-        config
-            .map
-            .validate()
-            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
-        let ring = config.map.ring();
         let pool = Pool::new(PoolConfig {
             me: PeerKind::Client,
             keys: config.keys.clone(),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
         });
+        Client::with_transport(config, Arc::new(pool))
+    }
+
+    /// A client that reaches servers through `transport` (a simulated network, for one).
+    pub fn with_transport(
+        config: ClientConfig,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Client, FsError> {
+        config
+            .map
+            .validate()
+            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        let ring = config.map.ring();
         Ok(Client {
             state: RwLock::new(Arc::new(MapState {
                 map: config.map.clone(),
                 ring,
             })),
-            pool,
+            transport,
             config,
             shards: ShardCache::default(),
         })
@@ -205,8 +215,15 @@ impl Client {
                     let caller = CALLER
                         .try_with(|c| c.clone())
                         .unwrap_or_else(|_| self.config.caller.clone());
-                    self.pool
-                        .call(&addr, st.map.epoch, ends, &caller, &req)
+                    self.transport
+                        .call_with_timeout(
+                            &addr,
+                            st.map.epoch,
+                            ends,
+                            &caller,
+                            &req,
+                            self.config.request_timeout,
+                        )
                         .await
                         .map_err(|e| (e, Some(addr)))
                 }
@@ -281,13 +298,14 @@ impl Client {
                         )));
                     }
                     let push = ServerRequest::InstallMap(Box::new(st.map.clone()));
-                    self.pool
-                        .call(
+                    self.transport
+                        .call_with_timeout(
                             &addr,
                             st.map.epoch,
                             Endpoints::SERVER,
                             &self.config.caller,
                             &myriad_proto::Request::Server(push),
+                            self.config.request_timeout,
                         )
                         .await?;
                 }
@@ -326,7 +344,7 @@ impl Client {
                 continue;
             }
             let got = self
-                .pool
+                .transport
                 .call_with_timeout(
                     &n.addr,
                     st.map.epoch,
@@ -816,13 +834,14 @@ impl Client {
         let mut last = FsError::Unavailable("the map lists no server that is up".into());
         for n in current.nodes.iter().filter(|n| current.is_up(n.id)) {
             match self
-                .pool
-                .call(
+                .transport
+                .call_with_timeout(
                     &n.addr,
                     current.epoch,
                     Endpoints::SERVER,
                     &self.config.caller,
                     &install,
+                    self.config.request_timeout,
                 )
                 .await
             {

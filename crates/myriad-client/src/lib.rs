@@ -10,6 +10,7 @@
 mod client;
 mod dirs;
 mod file;
+mod transport;
 
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
@@ -23,3 +24,4 @@ pub use myriad_proto::auth::Keyring;
 pub use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs,
 };
+pub use transport::Transport;

@@ -72,7 +72,11 @@ impl EmbeddedServer {
 
     /// Serves one frame as if it came over a connection authenticated with the cluster
     /// secret, from server `from` (or from a client: `None`).
-    pub fn handle(&self, from: Option<NodeId>, frame: RequestFrame) -> BoxFuture<'static, ResponseFrame> {
+    pub fn handle(
+        &self,
+        from: Option<NodeId>,
+        frame: RequestFrame,
+    ) -> BoxFuture<'static, ResponseFrame> {
         let kind = match from {
             Some(node_id) => PeerKind::Server { node_id },
             None => PeerKind::Client,
