@@ -63,6 +63,16 @@ fn crates_depend_only_in_the_written_direction() {
             &["myriad-client", "myriad-proto", "myriad-placement"][..],
         ),
         (
+            "myriad-sim",
+            &[
+                "myriad-client",
+                "myriad-placement",
+                "myriad-proto",
+                "myriad-server",
+                "myriad-storage",
+            ][..],
+        ),
+        (
             "myriad-cli",
             &[
                 "myriad-client",

@@ -215,7 +215,7 @@ const CACHE_DIRS_MAX: usize = 65_536;
 /// A directory not in it is taken as unsplit.
 #[derive(Default)]
 pub struct ShardCache {
-    maps: std::sync::RwLock<std::collections::HashMap<String, std::sync::Arc<ShardMap>>>,
+    maps: std::sync::RwLock<std::collections::BTreeMap<String, std::sync::Arc<ShardMap>>>,
 }
 
 impl ShardCache {

@@ -133,9 +133,12 @@ struct SyncGroup {
 pub enum Runner {
     Threads,
     /// Not constructed by the server process; the simulation (docs/simulation.md) and the
-    /// tests here run the loops this way.
+    /// tests here run the loops this way. `fsync`: how long each sync takes on the clock
+    /// (so that writes pile up unsynced, and a crash can lose them).
     #[cfg_attr(not(test), allow(dead_code))]
-    Tasks,
+    Tasks {
+        fsync: std::time::Duration,
+    },
 }
 
 /// The server's one fsync loop, shared by the appliers of all its partitions (they share
@@ -221,9 +224,10 @@ impl Syncer {
                         }
                     })?;
             }
-            Runner::Tasks => {
+            Runner::Tasks { fsync } => {
                 tokio::spawn(async move {
                     while let Some(first) = rx.recv().await {
+                        tokio::time::sleep(fsync).await;
                         sync.round(drain(first, &mut rx, usize::MAX));
                     }
                 });
@@ -375,7 +379,7 @@ impl Applier {
                         }
                     })?;
             }
-            Runner::Tasks => {
+            Runner::Tasks { .. } => {
                 tokio::spawn(async move {
                     while let Some(first) = rx.recv().await {
                         if !apply.round(drain(first, &mut rx, ROUND_MAX)) {
@@ -687,7 +691,13 @@ mod tests {
         let kv = disk();
         let copies = Arc::new(Recorder::default());
         let threads_before = std::fs::read_dir("/proc/self/task").map(|d| d.count()).ok();
-        let (applier, syncer, store) = start_on(kv.clone(), copies.clone(), Runner::Tasks);
+        let (applier, syncer, store) = start_on(
+            kv.clone(),
+            copies.clone(),
+            Runner::Tasks {
+                fsync: std::time::Duration::ZERO,
+            },
+        );
         let threads_after = std::fs::read_dir("/proc/self/task").map(|d| d.count()).ok();
         assert_eq!(threads_before, threads_after, "no thread started");
         let root = Mutation::InitRoot {

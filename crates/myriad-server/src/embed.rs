@@ -18,6 +18,12 @@ use crate::commit::{Runner, Syncer};
 use crate::config::ServerConfig;
 pub use crate::host::{Authority, Transport};
 use crate::host::{Host, HostParts, OpenError};
+/// The lease and failure-detector timing a map authority must keep (membership.rs).
+pub use crate::membership::{DOWN_AFTER, LEASE, RENEW_EVERY};
+
+/// File times of embedded servers start here (2026-01-01T00:00:00Z) and follow the runtime's
+/// clock.
+pub const VIRTUAL_EPOCH_NS: i64 = 1_767_225_600_000_000_000;
 
 /// One embedded server.
 pub struct EmbeddedServer {
@@ -28,21 +34,24 @@ pub struct EmbeddedServer {
 pub type CopyDigest = (Option<u64>, u64, u64);
 
 impl EmbeddedServer {
-    /// Assembles server `config.node_id` on `kv` and opens what `config.map` gives it (as a
-    /// restarted server does: a primary first catches up from its copies). Call from inside
-    /// the runtime the server is to run on.
-    pub async fn start(
+    /// Assembles server `config.node_id` on `kv`; it answers requests at once (partitions
+    /// not open yet answer `Busy`, as a starting process does) and opens its partitions on
+    /// `open`. Call from inside the runtime the server is to run on.
+    /// `fsync`: how long each sync of `kv` takes on the runtime's clock.
+    pub fn new(
         config: ServerConfig,
         kv: Arc<dyn Kv>,
         transport: Arc<dyn Transport>,
         authority: Arc<dyn Authority>,
+        fsync: std::time::Duration,
     ) -> Result<EmbeddedServer, String> {
+        let runner = Runner::Tasks { fsync };
         let _own = Store::open(
             Arc::new(myriad_storage::PartitionKv::new(kv.clone(), 0)),
             config.node_id,
         )
         .map_err(|e| e.to_string())?;
-        let syncer = Syncer::start(kv.clone(), Runner::Tasks).map_err(|e| e.to_string())?;
+        let syncer = Syncer::start(kv.clone(), runner).map_err(|e| e.to_string())?;
         let first = Arc::new(MapState {
             ring: config.map.ring(),
             map: config.map.clone(),
@@ -52,17 +61,26 @@ impl EmbeddedServer {
             config,
             kv,
             syncer,
-            runner: Runner::Tasks,
+            runner,
+            clock: crate::clock::Clock::Virtual {
+                start: tokio::time::Instant::now(),
+                epoch_ns: VIRTUAL_EPOCH_NS,
+            },
             transport,
             authority,
             map_news,
         });
-        host.reconcile().await.map_err(|e| match e {
+        Ok(EmbeddedServer { host })
+    }
+
+    /// Opens what the map gives this server (as a restarted server does: a primary first
+    /// catches up from its copies).
+    pub async fn open(&self) -> Result<(), String> {
+        self.host.reconcile().await.map_err(|e| match e {
             OpenError::Store(e) => e.to_string(),
             OpenError::Io(e) => e.to_string(),
             OpenError::Fs(e) => e.to_string(),
-        })?;
-        Ok(EmbeddedServer { host })
+        })
     }
 
     #[must_use]

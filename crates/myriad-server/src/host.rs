@@ -10,7 +10,7 @@
 //! ```
 //! docs/replication.md: a partition is what the rest of the server calls a node.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
@@ -26,12 +26,13 @@ use myriad_proto::{
 use myriad_storage::Kv;
 use tokio::sync::watch;
 
+use crate::clock::Clock;
 use crate::cluster::MapState;
 use crate::commit::{Applier, Runner, Syncer};
 use crate::config::ServerConfig;
 use crate::counters::Counters;
 use crate::membership::Membership;
-use crate::partition::core::{Partition, now_ns};
+use crate::partition::core::Partition;
 use crate::partition::env::Env;
 use crate::replication::copy::Backup;
 use crate::replication::peers::Peers;
@@ -53,12 +54,14 @@ pub struct Host {
     pub(crate) syncer: Syncer,
     /// Where the appliers run (threads here; tasks under a simulation).
     pub(crate) runner: Runner,
+    /// The wall clock of file times (the system's; a simulation's own).
+    pub(crate) clock: Clock,
     /// The engine all partitions share (each sees it through a `PartitionKv`).
     pub(crate) kv: Arc<dyn Kv>,
     /// The partitions this server serves as primary.
-    pub(crate) partitions: RwLock<HashMap<PartitionId, Arc<Partition>>>,
+    pub(crate) partitions: RwLock<BTreeMap<PartitionId, Arc<Partition>>>,
     /// The partitions this server holds a backup copy of.
-    pub(crate) backups: RwLock<HashMap<PartitionId, Arc<Backup>>>,
+    pub(crate) backups: RwLock<BTreeMap<PartitionId, Arc<Backup>>>,
     /// Held while partitions are started or stopped.
     pub(crate) reconciling: tokio::sync::Mutex<()>,
     /// The cluster-map authority as this server sees it: its member of the Raft group (the
@@ -70,7 +73,7 @@ pub struct Host {
     /// reconcile).
     pub(crate) moved_away: Mutex<Vec<PartitionId>>,
     /// Partitions handed over by a live primary, not served before the given time.
-    pub(crate) handed_over: Mutex<HashMap<PartitionId, tokio::time::Instant>>,
+    pub(crate) handed_over: Mutex<BTreeMap<PartitionId, tokio::time::Instant>>,
     /// Membership tasks, ended at shutdown.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// This server itself, for tasks it starts from `&self` (set once, at start).
@@ -100,6 +103,7 @@ pub(crate) struct HostParts {
     pub kv: Arc<dyn Kv>,
     pub syncer: Syncer,
     pub runner: Runner,
+    pub clock: Clock,
     pub transport: Arc<dyn Transport>,
     pub authority: Arc<dyn Authority>,
     /// Holds the first map state; the host publishes every newer one on it.
@@ -113,6 +117,7 @@ impl Host {
             kv,
             syncer,
             runner,
+            clock,
             transport,
             authority,
             map_news,
@@ -129,13 +134,14 @@ impl Host {
             counters: Counters::default(),
             syncer,
             runner,
+            clock,
             kv,
-            partitions: RwLock::new(HashMap::new()),
-            backups: RwLock::new(HashMap::new()),
+            partitions: RwLock::new(BTreeMap::new()),
+            backups: RwLock::new(BTreeMap::new()),
             reconciling: tokio::sync::Mutex::new(()),
             authority,
             moved_away: Mutex::new(Vec::new()),
-            handed_over: Mutex::new(HashMap::new()),
+            handed_over: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
             space: crate::space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
             config,
@@ -254,7 +260,7 @@ impl Host {
             }
         }
         let nodes: Vec<Arc<Partition>> = match self.partitions.write() {
-            Ok(mut p) => p.drain().map(|(_, n)| n).collect(),
+            Ok(mut p) => std::mem::take(&mut *p).into_values().collect(),
             Err(_) => Vec::new(),
         };
         for n in nodes {
@@ -416,11 +422,12 @@ impl Host {
                 // until a newer map drops them, and that map needs this reconcile to end.
                 let init = node.clone();
                 let (uid, gid) = (self.config.root_uid, self.config.root_gid);
+                let clock = self.clock;
                 let task = tokio::spawn(async move {
                     let mut backoff = std::time::Duration::from_millis(20);
                     loop {
                         let root = Mutation::InitRoot {
-                            now: now_ns(),
+                            now: clock.now_ns(),
                             uid,
                             gid,
                         };
@@ -475,7 +482,7 @@ impl Host {
             }
         }
         for pid in want {
-            if let std::collections::hash_map::Entry::Vacant(v) = backups.entry(pid) {
+            if let std::collections::btree_map::Entry::Vacant(v) = backups.entry(pid) {
                 let b = Backup::open(self.kv.clone(), pid).map_err(OpenError::Store)?;
                 v.insert(Arc::new(b));
             }
@@ -524,7 +531,7 @@ impl Host {
             applier,
             replicator,
             changed,
-            live: Mutex::new(HashSet::new()),
+            live: Mutex::new(BTreeSet::new()),
             replicas: crate::partition::replicas::Replicas::new(
                 self.config.replication.clone(),
                 !fresh,
@@ -904,7 +911,7 @@ impl Peers for Host {
 
 impl Env for Host {
     fn now_ns(&self) -> i64 {
-        now_ns()
+        self.clock.now_ns()
     }
 
     fn server_id(&self) -> NodeId {

@@ -8,6 +8,7 @@
 //! ```
 //! Must not depend on: the client, FUSE, the CLI.
 
+mod clock;
 mod cluster;
 mod commit;
 mod config;
@@ -129,6 +130,7 @@ pub async fn run(
         kv: kv.clone(),
         syncer,
         runner: Runner::Threads,
+        clock: crate::clock::Clock::System,
         transport: pool.clone(),
         authority: membership.clone(),
         map_news,

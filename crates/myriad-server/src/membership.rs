@@ -15,7 +15,7 @@
 //! whose quorum ack came after L - QUORUM_FRESH, before this leader's election. Either way
 //! it ended by L + LEASE + QUORUM_FRESH < D, before the new primary exists.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,14 +32,14 @@ use crate::cluster::MapState;
 use myriad_proto::PeerRequest;
 
 /// How long a granted lease lets a server serve, counted from when it asked.
-pub(crate) const LEASE: Duration = Duration::from_secs(3);
+pub const LEASE: Duration = Duration::from_secs(3);
 /// How often a server asks for its lease.
-pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
+pub const RENEW_EVERY: Duration = Duration::from_millis(500);
 /// The leader grants leases only if a quorum acknowledged it at most this long ago.
 const QUORUM_FRESH: Duration = Duration::from_millis(1500);
 /// A server not heard from for this long is marked down; must be at least LEASE +
 /// QUORUM_FRESH (see the module comment).
-pub(crate) const DOWN_AFTER: Duration = Duration::from_secs(5);
+pub const DOWN_AFTER: Duration = Duration::from_secs(5);
 /// How often the leader looks at who it heard from.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// Moves in progress at once, cluster-wide: each copies a whole partition, and writes to it
@@ -116,8 +116,8 @@ impl Lease {
 /// in the map (a server just added gets DOWN_AFTER to make itself heard).
 #[derive(Default)]
 pub(crate) struct Heard {
-    at: Mutex<HashMap<NodeId, Instant>>,
-    listed: Mutex<HashMap<NodeId, Instant>>,
+    at: Mutex<BTreeMap<NodeId, Instant>>,
+    listed: Mutex<BTreeMap<NodeId, Instant>>,
 }
 
 impl Heard {
@@ -376,7 +376,7 @@ impl Membership {
         if moves.is_empty() {
             return Vec::new();
         }
-        let mut seqs: HashMap<NodeId, HashMap<PartitionId, Option<u64>>> = HashMap::new();
+        let mut seqs: BTreeMap<NodeId, BTreeMap<PartitionId, Option<u64>>> = BTreeMap::new();
         let mut done = Vec::new();
         for (pid, m) in moves {
             let Some(primary) = map.primary_of(pid) else {
@@ -401,9 +401,9 @@ impl Membership {
         map: &ClusterMap,
         server: NodeId,
         pid: PartitionId,
-        cache: &mut HashMap<NodeId, HashMap<PartitionId, Option<u64>>>,
+        cache: &mut BTreeMap<NodeId, BTreeMap<PartitionId, Option<u64>>>,
     ) -> Option<Option<u64>> {
-        if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry(server) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = cache.entry(server) {
             // This server too is asked by request: membership does not call into the
             // process that runs it.
             let seqs = {

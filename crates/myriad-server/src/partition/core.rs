@@ -5,9 +5,8 @@
 //! map. A request for a key it does not own gets `Redirect(map)`; a request carrying a newer
 //! epoch than the node's gets `MapTooOld` so the sender pushes its map.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use myriad_placement::{NodeId, split_parent};
 use myriad_proto::{Caller, FsError, Inode, Request, Response, limits, validate_path};
@@ -33,7 +32,7 @@ pub struct Partition {
     pub(crate) replicator: Arc<crate::replication::primary::Replicator>,
     pub(crate) changed: watch::Sender<u64>,
     /// Txids of multi-node operations being driven right now; recovery leaves them alone.
-    pub(crate) live: Mutex<HashSet<u64>>,
+    pub(crate) live: Mutex<BTreeSet<u64>>,
     /// Ancestor metadata replicas, popularity, and the subscriptions this node serves.
     pub(crate) replicas: crate::partition::replicas::Replicas,
     /// Shard maps of split directories whose entries this node addresses (rename
@@ -57,13 +56,6 @@ pub(super) fn shard_depth(shards: u32) -> Result<u8, FsError> {
     }
     let depth = shards.max(1).next_power_of_two().trailing_zeros();
     Ok(u8::try_from(depth).unwrap_or(myriad_placement::SHARD_DEPTH_MAX))
-}
-
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 impl Partition {

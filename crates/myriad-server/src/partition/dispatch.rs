@@ -3,7 +3,7 @@
 //! operations, bookkeeping of ancestor replicas). The top of the partition layer: it names
 //! the partition's modules, none of them names it.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use myriad_placement::NodeId;
@@ -18,7 +18,7 @@ impl Partition {
     pub(crate) fn start_tasks(self: &Arc<Self>) {
         let rec = self.clone();
         let recovery = tokio::spawn(async move {
-            let mut seen = rec.recover(&HashSet::new(), true).await;
+            let mut seen = rec.recover(&BTreeSet::new(), true).await;
             loop {
                 tokio::time::sleep(rec.env.config().recovery_interval).await;
                 seen = rec.recover(&seen, false).await;

@@ -7,7 +7,7 @@
 //! inserts go to the newest; a query sums the summaries of the sub-windows still inside the
 //! window. Rotation drops the oldest, so popularity fades within one window of going quiet.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Sub-windows per window: the window slides in steps of window / 4.
 pub const SUB_WINDOWS: u64 = 4;
@@ -20,7 +20,7 @@ pub const COUNTERS_PER_K: usize = 8;
 #[derive(Clone, Debug)]
 pub struct SpaceSaving {
     capacity: usize,
-    counters: HashMap<String, Counter>,
+    counters: BTreeMap<String, Counter>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl SpaceSaving {
     pub fn new(capacity: usize) -> SpaceSaving {
         SpaceSaving {
             capacity: capacity.max(1),
-            counters: HashMap::new(),
+            counters: BTreeMap::new(),
         }
     }
 
@@ -90,7 +90,7 @@ pub struct WindowedTopK {
     windows: VecDeque<(u64, SpaceSaving)>,
     /// The top-k keys as computed at the given time (dropped when the window rotates).
     /// The last computed top-k: (when, the keys, the k-th count or 0 if fewer than k keys).
-    cached_top: Option<(u64, std::collections::HashSet<String>, u64)>,
+    cached_top: Option<(u64, std::collections::BTreeSet<String>, u64)>,
 }
 
 impl WindowedTopK {
@@ -138,7 +138,7 @@ impl WindowedTopK {
     #[must_use]
     pub fn top(&mut self, now_ms: u64) -> Vec<(String, u64)> {
         self.rotate(now_ms);
-        let mut sums: HashMap<&String, u64> = HashMap::new();
+        let mut sums: BTreeMap<&String, u64> = BTreeMap::new();
         for (_, ss) in &self.windows {
             for (key, c) in ss.iter() {
                 *sums.entry(key).or_default() += c.count;
@@ -189,7 +189,7 @@ impl WindowedTopK {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use std::collections::BTreeMap;
 
     use super::*;
     use crate::workload_rng::Rng;
@@ -215,7 +215,7 @@ mod tests {
 
     fn check_bounds(stream: &[String], capacity: usize) {
         let mut ss = SpaceSaving::new(capacity);
-        let mut truth: HashMap<&str, u64> = HashMap::new();
+        let mut truth: BTreeMap<&str, u64> = BTreeMap::new();
         for k in stream {
             ss.insert(k);
             *truth.entry(k).or_default() += 1;

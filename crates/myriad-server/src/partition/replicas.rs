@@ -22,7 +22,7 @@
 //! notifying). An owner that restarted has forgotten its subscribers, so it holds permission
 //! changes until one lease after its start. Worst case for a permission change: one lease.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -70,18 +70,18 @@ pub struct Replicas {
     pub(super) grace_end: Instant,
     pub(super) state: std::sync::Mutex<State>,
     /// Owner side: path -> subscriber -> (lease end, the subscriber's sequence number).
-    pub(super) subscribers: std::sync::Mutex<HashMap<String, Subscribers>>,
+    pub(super) subscribers: std::sync::Mutex<BTreeMap<String, Subscribers>>,
     /// Subscriber side: numbers our subscribe/unsubscribe requests (see `PeerRequest::GetAttrs`).
     pub(super) seq: AtomicU64,
     pub stats: ReplicaStats,
 }
 
 /// Subscribers of one path: node -> (lease end, its latest sequence number).
-pub(super) type Subscribers = HashMap<NodeId, (Instant, u64)>;
+pub(super) type Subscribers = BTreeMap<NodeId, (Instant, u64)>;
 
 pub(super) struct State {
     pub(super) topk: WindowedTopK,
-    pub(super) replicas: HashMap<String, Replica>,
+    pub(super) replicas: BTreeMap<String, Replica>,
 }
 
 pub(super) enum Cached {
@@ -98,7 +98,7 @@ impl Replicas {
         Replicas {
             state: std::sync::Mutex::new(State {
                 topk: WindowedTopK::new(config.popularity_k, window_ms),
-                replicas: HashMap::new(),
+                replicas: BTreeMap::new(),
             }),
             grace_end: if restarted {
                 Instant::now() + config.lease
@@ -107,7 +107,7 @@ impl Replicas {
             },
             config,
             started: Instant::now(),
-            subscribers: std::sync::Mutex::new(HashMap::new()),
+            subscribers: std::sync::Mutex::new(BTreeMap::new()),
             seq: AtomicU64::new(1),
             stats: ReplicaStats::default(),
         }
@@ -273,7 +273,7 @@ impl Replicas {
         let Ok(mut st) = self.state.lock() else {
             return (Vec::new(), Vec::new());
         };
-        let top: std::collections::HashSet<String> =
+        let top: std::collections::BTreeSet<String> =
             st.topk.top(now_ms).into_iter().map(|t| t.0).collect();
         let half = self.config.lease / 2;
         st.replicas.retain(|_, r| r.valid_until > now);

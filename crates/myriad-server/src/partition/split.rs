@@ -111,10 +111,15 @@ impl Partition {
             dir: dir.to_string(),
             shard,
         });
-        let Outcome::SplitBegun { txid, ino } = self.applier.run(begin).await? else {
+        let (Outcome::SplitBegun { txid, ino }, _live) = self.begin(begin).await? else {
             return Err(FsError::Io("unexpected outcome".into()));
         };
-        let _live = self.hold(txid);
+        tracing::debug!(
+            partition = self.me,
+            txid,
+            "split of {dir} shard {} begun",
+            shard.label()
+        );
         let started = tokio::time::Instant::now();
         let child = shard.halves().1;
         let moved_dirs = match self.copy_upper_half(dir, ino, txid, shard).await {
@@ -254,6 +259,12 @@ impl Partition {
     /// node drops its copy and the intent goes. Whatever a dead peer stops here, recovery
     /// repeats; writes wait only for the home, never for the child's node.
     pub(crate) async fn undo_split(self: &Arc<Self>, dir: &str, ino: u64, txid: u64, shard: Shard) {
+        tracing::info!(
+            partition = self.me,
+            txid,
+            "undoing split of {dir} shard {}",
+            shard.label()
+        );
         let st = self.state();
         let child = shard.halves().1;
         let unmap = PeerRequest::ShardMapChange {
@@ -323,6 +334,13 @@ impl Partition {
         else {
             return Ok(());
         };
+        tracing::info!(
+            partition = self.me,
+            txid,
+            ?decision,
+            "recovering split of {dir} shard {}",
+            shard.label()
+        );
         if decision == Decision::Commit {
             return self.finish_split(&dir, txid, shard.halves().1).await;
         }

@@ -1,7 +1,7 @@
 //! Directory touches in flight on a partition, coalesced per directory (`dirtimes.rs` sends
 //! them).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -19,7 +19,7 @@ pub(super) struct TouchSlot {
 
 #[derive(Default)]
 pub(crate) struct DirTouches {
-    slots: Mutex<HashMap<String, Arc<TouchSlot>>>,
+    slots: Mutex<BTreeMap<String, Arc<TouchSlot>>>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -35,7 +35,35 @@ impl Drop for LiveGuard<'_> {
     }
 }
 
+/// The txid of an outcome that began a multi-node operation.
+fn begun_txid(out: &Outcome) -> Option<u64> {
+    match out {
+        Outcome::Begun { txid, .. }
+        | Outcome::RenameBegun { txid, .. }
+        | Outcome::SplitBegun { txid, .. } => Some(*txid),
+        _ => None,
+    }
+}
+
 impl Partition {
+    /// Applies the first step of a multi-node operation (a mutation that writes its intent)
+    /// and holds its txid live from the moment the intent is visible, then waits until the
+    /// step is durable. Holding only after the durable wait left a window (long when a copy
+    /// is being caught up) in which recovery saw the intent, took the operation for
+    /// abandoned and undid it while its owner went on: the simulation found a split undone
+    /// under its owner, whose child shard was then revealed and later dropped with the names
+    /// created in it (docs/simulation.md, seed 1016).
+    pub(crate) async fn begin(
+        self: &Arc<Self>,
+        first: Mutation,
+    ) -> Result<(Outcome, LiveGuard<'_>), FsError> {
+        let (out, durable) = self.applier.run_staged(first).await?;
+        let txid = begun_txid(&out).ok_or_else(|| FsError::Io("unexpected outcome".into()))?;
+        let live = self.hold(txid);
+        durable.wait().await?;
+        Ok((out, live))
+    }
+
     pub(crate) fn hold(&self, txid: u64) -> LiveGuard<'_> {
         if let Ok(mut l) = self.live.lock() {
             l.insert(txid);
@@ -65,10 +93,9 @@ impl Partition {
             gid: owner.1,
             now: self.env.now_ns(),
         };
-        let Outcome::Begun { txid, inode } = self.applier.run(begin).await? else {
+        let (Outcome::Begun { txid, inode }, _live) = self.begin(begin).await? else {
             return Err(FsError::Io("unexpected outcome".into()));
         };
-        let _live = self.hold(txid);
         let owner = self.dir_owner(path);
         match self
             .call_node(
@@ -130,9 +157,8 @@ impl Partition {
         dir: String,
         name: String,
     ) -> Result<(), FsError> {
-        let Outcome::Begun { txid, inode } = self
-            .applier
-            .run(Mutation::RmdirBegin {
+        let (Outcome::Begun { txid, inode }, _live) = self
+            .begin(Mutation::RmdirBegin {
                 dir: dir.clone(),
                 name: name.clone(),
             })
@@ -140,7 +166,6 @@ impl Partition {
         else {
             return Err(FsError::Io("unexpected outcome".into()));
         };
-        let _live = self.hold(txid);
         let owner = self.dir_owner(path);
         match self
             .call_node(
@@ -218,15 +243,17 @@ impl Partition {
             dst_node,
             now: self.env.now_ns(),
         };
-        let Outcome::RenameBegun {
-            txid,
-            inode,
-            blocks,
-        } = self.applier.run(begin).await?
+        let (
+            Outcome::RenameBegun {
+                txid,
+                inode,
+                blocks,
+            },
+            _live,
+        ) = self.begin(begin).await?
         else {
             return Err(FsError::Io("unexpected outcome".into()));
         };
-        let _live = self.hold(txid);
         let mut moves = Vec::new();
         if inode.kind == FileKind::Directory {
             // Check the destination before copying a whole subtree towards it.
@@ -713,9 +740,9 @@ impl Partition {
     /// as live is never touched).
     pub(crate) async fn recover(
         self: &Arc<Self>,
-        previous: &std::collections::HashSet<u64>,
+        previous: &std::collections::BTreeSet<u64>,
         all: bool,
-    ) -> std::collections::HashSet<u64> {
+    ) -> std::collections::BTreeSet<u64> {
         let intents = match self.store.intents() {
             Ok(i) => i,
             Err(e) => {
@@ -723,7 +750,7 @@ impl Partition {
                 return previous.clone();
             }
         };
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::BTreeSet::new();
         for (txid, bytes) in intents {
             seen.insert(txid);
             let live = self.live.lock().map(|l| l.contains(&txid)).unwrap_or(true);

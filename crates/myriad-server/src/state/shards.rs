@@ -26,6 +26,12 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             if local.splitting.is_some() || local.hidden.is_some() {
                 return Err(FsError::Busy);
             }
+            // An earlier split of this shard that is still being undone (its home's map
+            // and its child's node not yet cleaned): its remaining steps name the shard, not
+            // the split, and would undo this one (found by the simulation, seed 1031).
+            if split_of_shard_pending(ctx, &dir, shard)? {
+                return Err(FsError::Busy);
+            }
             // The id only after every check: an id range opened in a batch that is then
             // thrown away would not have its high-water mark persisted.
             let txid = ctx.ids.next(ctx.store, b)?;
@@ -36,14 +42,25 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             Ok(Outcome::SplitBegun { txid, ino })
         }
         ShardMutation::SplitCommit { txid } => {
-            let Some(Intent::SplitOut {
-                dir,
-                shard,
-                ino,
-                decision: Decision::Undecided,
-            }) = read_intent(ctx, txid)?
-            else {
-                return Ok(Outcome::Unit); // Already decided (a repeated step).
+            let (dir, shard, ino) = match read_intent(ctx, txid)? {
+                Some(Intent::SplitOut {
+                    dir,
+                    shard,
+                    ino,
+                    decision: Decision::Undecided,
+                }) => (dir, shard, ino),
+                // A repeated step.
+                Some(Intent::SplitOut {
+                    decision: Decision::Commit,
+                    ..
+                }) => return Ok(Outcome::Unit),
+                // Undone (by recovery) or over: the split must not go on to reveal its
+                // child, which would then overlap the shard that stayed whole here.
+                _ => {
+                    return Err(FsError::Io(format!(
+                        "split {txid} was abandoned; it cannot commit"
+                    )));
+                }
             };
             let mut rec = ctx
                 .store
@@ -256,6 +273,21 @@ fn put_split_intent(
         decision,
     };
     ctx.store.put_intent(b, txid, intent.encode());
+}
+
+/// Whether a split of `dir`'s `shard` (or of a shard overlapping it) has an intent here.
+fn split_of_shard_pending(ctx: &Ctx<'_>, dir: &str, shard: Shard) -> Result<bool, FsError> {
+    for (_, bytes) in ctx.store.intents().map_err(storage_err)? {
+        if let Some(Intent::SplitOut {
+            dir: d, shard: s, ..
+        }) = Intent::decode(&bytes)
+            && d == dir
+            && (s.covers(&shard) || shard.covers(&s))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, FsError> {

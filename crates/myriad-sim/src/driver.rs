@@ -1,0 +1,554 @@
+//! One simulated run: start the servers, set up the namespace, run the clients while the
+//! fault injector crashes, restarts and isolates servers and the network loses, delays and
+//! duplicates messages; then heal everything and check that nothing acknowledged was lost
+//! and that every partition's copies converged.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap, FsError, Keyring, NodeState};
+use myriad_placement::NodeId;
+use myriad_server::ServerConfig;
+use myriad_server::embed::{CopyDigest, DOWN_AFTER, EmbeddedServer, LEASE, RENEW_EVERY};
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::authority::{Leases, SimAuthority};
+use crate::disk::SimDisk;
+use crate::history::History;
+use crate::net::{CLIENTS, Endpoint, Net, NetFaults};
+use crate::rng::SimRng;
+use crate::trace::Trace;
+use crate::workload::{BIG, ClientRun, final_reads};
+
+/// A server-to-server request waits this long for its answer (the process default).
+const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the healed cluster gets to converge before the final checks fail.
+const SETTLE_MAX: Duration = Duration::from_secs(120);
+/// How long an fsync takes on the virtual clock: writes committed meanwhile are visible and
+/// not durable, and a crash may lose them.
+const FSYNC: Duration = Duration::from_millis(2);
+/// How often the fault injector draws.
+const FAULT_TICK: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub servers: u32,
+    pub partitions_per_server: u32,
+    pub replicas: u32,
+    pub clients: u32,
+    pub ops_per_client: u32,
+    /// Crashes, isolations, disk errors and a lossy network; off: only delays.
+    pub faults: bool,
+    /// Directory shards split above this many entries (low, so `/big` splits often).
+    pub split_entries: u64,
+    /// A broken disk that forgets synced writes when its server crashes: the checks must
+    /// then fail (the test that they can).
+    pub broken_disk: bool,
+}
+
+impl SimConfig {
+    #[must_use]
+    pub fn new(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            servers: 4,
+            partitions_per_server: 2,
+            replicas: 3,
+            clients: 3,
+            ops_per_client: 100,
+            faults: true,
+            split_entries: 16,
+            broken_disk: false,
+        }
+    }
+
+    /// The command that replays this run.
+    #[must_use]
+    pub fn replay_command(&self) -> String {
+        format!(
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}",
+            self.seed,
+            self.ops_per_client,
+            self.clients,
+            self.servers,
+            self.split_entries,
+            if self.faults { "" } else { " --no-faults" }
+        )
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub seed: u64,
+    pub ops: u64,
+    pub events: u64,
+    pub digest: u64,
+    pub virtual_ms: u64,
+    pub crashes: u32,
+    pub isolations: u32,
+    pub disk_errors: u32,
+    pub map_changes: u32,
+    pub lost_unsynced: u64,
+}
+
+#[derive(Debug)]
+pub struct Failure {
+    pub config: SimConfig,
+    pub what: String,
+    pub tail: Vec<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "simulation seed {} failed: {}",
+            self.config.seed, self.what
+        )?;
+        writeln!(f, "replay: {}", self.config.replay_command())?;
+        writeln!(f, "last events:")?;
+        for line in &self.tail {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs one simulation on a fresh one-thread runtime with a paused (virtual) clock.
+pub fn run(config: &SimConfig) -> Result<Report, Failure> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    // Tokio draws from its own generator in places (which of its notifiers a `watch`
+    // receiver waits on, and so the order waiters wake in); seeded, that replays too.
+    // Only with `--cfg tokio_unstable` (.cargo/config.toml); without it a seed may not
+    // replay exactly (the determinism test says so).
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(
+        &config.seed.to_le_bytes(),
+    ));
+    let rt = builder.build().map_err(|e| Failure {
+        config: config.clone(),
+        what: format!("cannot start a runtime: {e}"),
+        tail: Vec::new(),
+    })?;
+    rt.block_on(async { Sim::new(config.clone()).run().await })
+}
+
+fn keyring() -> Keyring {
+    Keyring::from_secret(&[7u8; 32])
+}
+
+#[derive(Default)]
+struct Faults {
+    /// Crashed servers and when they restart.
+    down: BTreeMap<NodeId, Instant>,
+    /// The isolated server and when the network heals.
+    isolated: Option<(NodeId, Instant)>,
+}
+
+struct Sim {
+    cfg: SimConfig,
+    rng: SimRng,
+    trace: Trace,
+    net: Arc<Net>,
+    leases: Arc<Leases>,
+    /// Index = server id (0 unused).
+    disks: Vec<Arc<SimDisk>>,
+    map: Mutex<ClusterMap>,
+    history: Arc<History>,
+    faults: Mutex<Faults>,
+    report: Mutex<Report>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Sim {
+    fn new(cfg: SimConfig) -> Arc<Sim> {
+        let rng = SimRng::new(cfg.seed);
+        let trace = Trace::new();
+        let net = Net::new(
+            cfg.servers as usize,
+            NetFaults::none(),
+            rng.clone(),
+            trace.clone(),
+        );
+        let addrs: Vec<String> = (1..=cfg.servers).map(|i| format!("sim-{i}")).collect();
+        let map = ClusterMap::build(1, &addrs, cfg.partitions_per_server, cfg.replicas);
+        Arc::new(Sim {
+            disks: (0..=cfg.servers)
+                .map(|_| Arc::new(SimDisk::default()))
+                .collect(),
+            report: Mutex::new(Report {
+                seed: cfg.seed,
+                ..Report::default()
+            }),
+            cfg,
+            rng,
+            trace,
+            net,
+            leases: Arc::new(Leases::default()),
+            map: Mutex::new(map),
+            history: Arc::new(History::default()),
+            faults: Mutex::new(Faults::default()),
+        })
+    }
+
+    fn fail(&self, what: impl Into<String>) -> Failure {
+        Failure {
+            config: self.cfg.clone(),
+            what: what.into(),
+            tail: self.trace.tail(),
+        }
+    }
+
+    fn map(&self) -> ClusterMap {
+        lock(&self.map).clone()
+    }
+
+    fn ids(&self) -> impl Iterator<Item = NodeId> {
+        1..=self.cfg.servers
+    }
+
+    fn client(&self) -> Result<Arc<Client>, Failure> {
+        let endpoint = Endpoint::new(self.net.clone(), CLIENTS, PEER_TIMEOUT);
+        let config = ClientConfig::new(self.map(), Caller::root(), keyring());
+        Client::with_transport(config, Arc::new(endpoint))
+            .map(Arc::new)
+            .map_err(|e| self.fail(format!("cannot make a client: {e}")))
+    }
+
+    /// Starts (or restarts) server `id` on its disk, reachable at once, opening its
+    /// partitions in the background.
+    fn start_server(&self, id: NodeId) -> Result<(), Failure> {
+        let mut config = ServerConfig::new(id, std::env::temp_dir(), self.map(), keyring());
+        config.dir_split_entries = self.cfg.split_entries;
+        config.disk_reserve_bytes = 0;
+        let disk = self.disks[id as usize].handle();
+        let endpoint = Endpoint::new(self.net.clone(), id, PEER_TIMEOUT);
+        let authority = SimAuthority {
+            me: id,
+            leases: self.leases.clone(),
+        };
+        let server = EmbeddedServer::new(
+            config,
+            Arc::new(disk),
+            Arc::new(endpoint),
+            Arc::new(authority),
+            FSYNC,
+        )
+        .map(Arc::new)
+        .map_err(|e| self.fail(format!("server {id} does not start: {e}")))?;
+        self.net.set_server(id, Some(server.clone()));
+        let trace = self.trace.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server.open().await {
+                trace.event(format_args!("server {id} open: {e}"));
+            }
+        });
+        self.trace.event(format_args!("server {id} started"));
+        Ok(())
+    }
+
+    fn crash(&self, id: NodeId) {
+        let server = self.net.server(id);
+        self.net.set_server(id, None);
+        self.leases.revoke(id);
+        if let Some(s) = server {
+            s.stop();
+        }
+        let disk = &self.disks[id as usize];
+        let unsynced = disk.unsynced();
+        let keep = self.rng.with(|r| r.gen_range(0..=unsynced));
+        let lost = disk.crash(keep, self.cfg.broken_disk);
+        let back = self
+            .rng
+            .with(|r| Duration::from_millis(r.gen_range(2_000..12_000)));
+        lock(&self.faults).down.insert(id, Instant::now() + back);
+        let mut rep = lock(&self.report);
+        rep.crashes += 1;
+        rep.lost_unsynced += lost as u64;
+        self.trace.event(format_args!(
+            "crash server {id}: {lost} of {unsynced} unsynced batches lost; back in {back:?}"
+        ));
+    }
+
+    fn commit_map(&self, map: ClusterMap, why: &str) {
+        self.trace
+            .event(format_args!("map epoch {}: {why}", map.epoch));
+        *lock(&self.map) = map;
+        lock(&self.report).map_changes += 1;
+    }
+
+    /// The authority's round (as the Raft leader's): leases for the servers it hears,
+    /// down after `DOWN_AFTER` of silence (their partitions fail over), up when heard again,
+    /// and the newest map to every server that can hear it.
+    async fn authority(self: Arc<Self>) {
+        let mut heard: BTreeMap<NodeId, Instant> =
+            self.ids().map(|i| (i, Instant::now())).collect();
+        loop {
+            tokio::time::sleep(RENEW_EVERY).await;
+            let now = Instant::now();
+            for id in self.ids() {
+                if self.net.server(id).is_some() && self.net.reachable(id, CLIENTS) {
+                    self.leases.grant(id, now + LEASE);
+                    heard.insert(id, now);
+                }
+            }
+            let map = self.map();
+            let mut nodes: Vec<_> = map.nodes.iter().map(|n| (n.id, n.state)).collect();
+            nodes.sort_unstable_by_key(|(id, _)| *id);
+            for (id, state) in nodes {
+                let silent = now - heard.get(&id).copied().unwrap_or(now);
+                let change = match state {
+                    NodeState::Up if silent > DOWN_AFTER => map.mark_down(id).map(|m| (m, "down")),
+                    NodeState::Down if silent < RENEW_EVERY * 2 => {
+                        map.mark_up(id).map(|m| (m, "up"))
+                    }
+                    _ => None,
+                };
+                if let Some((next, what)) = change {
+                    self.commit_map(next, &format!("server {id} {what}"));
+                    break;
+                }
+            }
+            let map = self.map();
+            for id in self.ids() {
+                if let Some(s) = self.net.server(id)
+                    && self.net.reachable(id, CLIENTS)
+                    && s.epoch() < map.epoch
+                {
+                    let m = map.clone();
+                    let trace = self.trace.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = s.install_map(m).await {
+                            trace.event(format_args!("server {id} install map: {e}"));
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Draws a fault every `FAULT_TICK`: at most one server out (crashed or isolated) at a
+    /// time, so every partition keeps a live copy.
+    async fn inject(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(FAULT_TICK).await;
+            let now = Instant::now();
+            let due: Vec<NodeId> = lock(&self.faults)
+                .down
+                .iter()
+                .filter(|(_, t)| **t <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in due {
+                lock(&self.faults).down.remove(&id);
+                if let Err(e) = self.start_server(id) {
+                    self.trace.event(format_args!("{e}"));
+                }
+            }
+            let heal = lock(&self.faults).isolated.is_some_and(|(_, t)| t <= now);
+            if heal {
+                lock(&self.faults).isolated = None;
+                self.net.heal();
+                self.trace.event(format_args!("network healed"));
+            }
+            let out = {
+                let f = lock(&self.faults);
+                f.down.len() + usize::from(f.isolated.is_some())
+            };
+            let (draw, who, how_long) = self.rng.with(|r| {
+                (
+                    r.gen_range(0..1000u32),
+                    r.gen_range(1..=self.cfg.servers),
+                    Duration::from_millis(r.gen_range(1_000..10_000)),
+                )
+            });
+            if out > 0 {
+                continue;
+            }
+            match draw {
+                0..60 => self.crash(who),
+                60..110 => {
+                    self.net.isolate(who);
+                    lock(&self.faults).isolated = Some((who, now + how_long));
+                    lock(&self.report).isolations += 1;
+                    self.trace
+                        .event(format_args!("isolate server {who} for {how_long:?}"));
+                }
+                110..120 => {
+                    // A disk error: the server acknowledges no more writes; its operator
+                    // restarts it a moment later.
+                    self.disks[who as usize].fail_next_sync();
+                    lock(&self.report).disk_errors += 1;
+                    self.trace.event(format_args!("disk error on server {who}"));
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    self.crash(who);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    async fn setup(&self, client: &Client) -> Result<(), Failure> {
+        let mut dirs: Vec<String> = (0..self.cfg.clients).map(|c| format!("/c{c}")).collect();
+        dirs.push(BIG.to_string());
+        for d in dirs {
+            let mut tries = 0;
+            loop {
+                match client.mkdir(&d, 0o755).await {
+                    Ok(_) | Err(FsError::AlreadyExists) => break,
+                    Err(e) if tries < 20 => {
+                        tries += 1;
+                        self.trace.event(format_args!("setup mkdir {d}: {e}"));
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => return Err(self.fail(format!("setup: mkdir {d}: {e}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After the faults: every copy of every partition holds its primary's state.
+    async fn converged(&self) -> Result<(), String> {
+        let map = self.map();
+        let mut by_pid: BTreeMap<u32, Vec<(NodeId, CopyDigest)>> = BTreeMap::new();
+        for id in self.ids() {
+            if let Some(s) = self.net.server(id) {
+                for (pid, d) in s.digests() {
+                    by_pid.entry(pid).or_default().push((id, d));
+                }
+            }
+        }
+        for p in &map.partitions {
+            let copies = by_pid.get(&p.id).cloned().unwrap_or_default();
+            if copies.len() != p.replicas.len() {
+                return Err(format!(
+                    "partition {}: {} copies open, the map lists {:?}",
+                    p.id,
+                    copies.len(),
+                    p.replicas
+                ));
+            }
+            if copies.windows(2).any(|w| w[0].1 != w[1].1) {
+                return Err(format!("partition {}: copies differ: {copies:?}", p.id));
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(self: Arc<Self>) -> Result<Report, Failure> {
+        let started = Instant::now();
+        for id in self.ids() {
+            self.leases.grant(id, Instant::now() + LEASE);
+            self.start_server(id)?;
+        }
+        let authority = tokio::spawn(self.clone().authority());
+        let setup = self.client()?;
+        self.setup(&setup).await?;
+        let injector = if self.cfg.faults {
+            self.net.set_faults(NetFaults {
+                drop_request: 0.002,
+                drop_answer: 0.002,
+                duplicate: 0.002,
+                delay_max: Duration::from_millis(1),
+                delay_tail: Duration::from_millis(50),
+            });
+            Some(tokio::spawn(self.clone().inject()))
+        } else {
+            None
+        };
+        let mut runs = Vec::new();
+        for id in 0..self.cfg.clients {
+            let run = ClientRun {
+                id,
+                clients: self.cfg.clients,
+                client: self.client()?,
+                rng: self.rng.clone(),
+                history: self.history.clone(),
+                trace: self.trace.clone(),
+                ops: self.cfg.ops_per_client,
+            };
+            runs.push(tokio::spawn(run.run()));
+        }
+        // The first violation ends the run at once (the trace's tail then ends with it).
+        let mut pending: futures::stream::FuturesUnordered<_> = runs.into_iter().collect();
+        while let Some(r) = futures::StreamExt::next(&mut pending).await {
+            let verdict = match r {
+                Ok(v) => v,
+                Err(e) => Err(format!("a client task panicked: {e}")),
+            };
+            if let Err(e) = verdict {
+                self.trace.event(format_args!("VIOLATION: {e}"));
+                for p in pending.iter() {
+                    p.abort();
+                }
+                return Err(self.fail(e));
+            }
+        }
+        // Heal: no more faults, every server back.
+        if let Some(i) = injector {
+            i.abort();
+        }
+        self.net.set_faults(NetFaults::none());
+        self.net.heal();
+        let down: Vec<NodeId> = std::mem::take(&mut lock(&self.faults).down)
+            .into_keys()
+            .collect();
+        for id in down {
+            self.start_server(id)?;
+        }
+        self.trace.event(format_args!("healed: checking"));
+        let deadline = Instant::now() + SETTLE_MAX;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let all_up = self.map().nodes.iter().all(|n| n.state == NodeState::Up);
+            let converged = if all_up {
+                self.converged().await
+            } else {
+                Err("servers still down".into())
+            };
+            match converged {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(
+                        self.fail(format!("not converged {SETTLE_MAX:?} after healing: {e}"))
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        let checker = self.client()?;
+        final_reads(&checker, &self.history)
+            .await
+            .map_err(|e| self.fail(e))?;
+        let invoked = Instant::now();
+        let names: Vec<String> = checker
+            .readdir(BIG)
+            .await
+            .map_err(|e| self.fail(format!("final listing: {e}")))?
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        self.history
+            .check_listing(invoked, &names)
+            .map_err(|e| self.fail(format!("final listing: {e}")))?;
+        authority.abort();
+        let (events, digest) = self.trace.digest();
+        let mut rep = lock(&self.report).clone();
+        rep.ops = u64::from(self.cfg.clients) * u64::from(self.cfg.ops_per_client);
+        rep.events = events;
+        rep.digest = digest;
+        rep.virtual_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(rep)
+    }
+}

@@ -1,0 +1,221 @@
+//! What the clients did and saw, and the checks against it.
+//!
+//! Each file has one writer (the client owning its directory), so its versions are totally
+//! ordered: version 0 is "absent", every put or delete takes the next version. A write is
+//! acknowledged when its call returned success, in doubt when it failed or timed out (it
+//! may or may not have happened). The rule every read must keep: it returns the state of a
+//! version at least as new as every write acknowledged before the read began (no
+//! acknowledged write is lost, no read is stale), and one that had been attempted by the
+//! time the read ended (nothing invented). The known relaxation (a write visible for the
+//! moment before its fsync, then lost in a crash) is allowed: it was never acknowledged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use tokio::time::Instant;
+
+struct Version {
+    delete: bool,
+    invoked: Instant,
+    acked: Option<Instant>,
+}
+
+/// One name of the shared directory: when its create and its removal were invoked and
+/// acknowledged.
+#[derive(Clone, Copy, Default)]
+struct Listed {
+    created: Option<Instant>,
+    created_acked: Option<Instant>,
+    removed: Option<Instant>,
+    removed_acked: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Path -> its versions (index = version - 1).
+    files: BTreeMap<String, Vec<Version>>,
+    /// Names created (and maybe removed) in the shared directory.
+    listed: BTreeMap<String, Listed>,
+}
+
+#[derive(Default)]
+pub struct History {
+    state: Mutex<State>,
+}
+
+impl History {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A put (or delete) of `path` begins; its version.
+    pub fn begin(&self, path: &str, delete: bool) -> u64 {
+        let mut s = self.lock();
+        let v = s.files.entry(path.to_string()).or_default();
+        v.push(Version {
+            delete,
+            invoked: Instant::now(),
+            acked: None,
+        });
+        v.len() as u64
+    }
+
+    pub fn ack(&self, path: &str, version: u64) {
+        let mut s = self.lock();
+        if let Some(v) = s
+            .files
+            .get_mut(path)
+            .and_then(|v| v.get_mut(version as usize - 1))
+        {
+            v.acked = Some(Instant::now());
+        }
+    }
+
+    /// Checks a read of `path` invoked at `invoked` that saw `seen` (a version's contents,
+    /// or `None`: absent).
+    pub fn check_read(
+        &self,
+        path: &str,
+        invoked: Instant,
+        seen: Option<u64>,
+    ) -> Result<(), String> {
+        let s = self.lock();
+        let now = Instant::now();
+        let empty = Vec::new();
+        let versions = s.files.get(path).unwrap_or(&empty);
+        let floor = versions
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.acked.is_some_and(|a| a <= invoked))
+            .map(|(i, _)| i as u64 + 1)
+            .max()
+            .unwrap_or(0);
+        let ok = match seen {
+            Some(v) => {
+                v >= floor
+                    && versions
+                        .get(v.wrapping_sub(1) as usize)
+                        .is_some_and(|w| !w.delete && w.invoked <= now)
+            }
+            None => {
+                (floor == 0)
+                    || versions
+                        .iter()
+                        .enumerate()
+                        .any(|(i, w)| i as u64 + 1 >= floor && w.delete && w.invoked <= now)
+            }
+        };
+        if ok {
+            return Ok(());
+        }
+        let acked: Vec<String> = versions
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                format!(
+                    "v{}{}{}",
+                    i + 1,
+                    if w.delete { " delete" } else { "" },
+                    if w.acked.is_some() {
+                        " acked"
+                    } else {
+                        " in doubt"
+                    }
+                )
+            })
+            .collect();
+        Err(format!(
+            "stale or invented read of {path}: saw {seen:?}, but version {floor} was acknowledged before the read began (versions: {})",
+            acked.join(", ")
+        ))
+    }
+
+    /// The newest acknowledged version of every file, and whether it is a delete.
+    pub fn final_floors(&self) -> Vec<(String, u64)> {
+        self.lock()
+            .files
+            .iter()
+            .map(|(p, v)| {
+                let floor = v
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| w.acked.is_some())
+                    .map(|(i, _)| i as u64 + 1)
+                    .max()
+                    .unwrap_or(0);
+                (p.clone(), floor)
+            })
+            .collect()
+    }
+
+    pub fn begin_listed(&self, name: &str) {
+        self.lock()
+            .listed
+            .entry(name.to_string())
+            .or_default()
+            .created = Some(Instant::now());
+    }
+
+    pub fn ack_listed(&self, name: &str) {
+        if let Some(e) = self.lock().listed.get_mut(name) {
+            e.created_acked = Some(Instant::now());
+        }
+    }
+
+    pub fn begin_unlisted(&self, name: &str) {
+        if let Some(e) = self.lock().listed.get_mut(name) {
+            e.removed = Some(Instant::now());
+        }
+    }
+
+    pub fn ack_unlisted(&self, name: &str) {
+        if let Some(e) = self.lock().listed.get_mut(name) {
+            e.removed_acked = Some(Instant::now());
+        }
+    }
+
+    /// Checks a listing of the shared directory invoked at `invoked`: no name twice; no
+    /// name that nobody tried to create, or whose removal was acknowledged before the
+    /// listing began; and every name created (acknowledged) before it began and not being
+    /// removed by the time it ended, exactly once.
+    pub fn check_listing(&self, invoked: Instant, names: &[String]) -> Result<(), String> {
+        let s = self.lock();
+        let now = Instant::now();
+        let mut seen = BTreeSet::new();
+        for n in names {
+            if !seen.insert(n.as_str()) {
+                return Err(format!("listing returned {n} twice"));
+            }
+            match s.listed.get(n) {
+                None => return Err(format!("listing returned {n}, which nobody created")),
+                Some(l) if l.removed_acked.is_some_and(|a| a <= invoked) => {
+                    return Err(format!(
+                        "listing returned {n}, whose removal was acknowledged before it began"
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let missing: Vec<&String> = s
+            .listed
+            .iter()
+            .filter(|(_, l)| l.created_acked.is_some_and(|a| a <= invoked))
+            .filter(|(_, l)| l.removed.is_none_or(|r| r > now))
+            .map(|(n, _)| n)
+            .filter(|n| !seen.contains(n.as_str()))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "listing missed {} acknowledged name(s): {:?} (it returned {} names)",
+                missing.len(),
+                missing.iter().take(5).collect::<Vec<_>>(),
+                names.len()
+            ))
+        }
+    }
+}

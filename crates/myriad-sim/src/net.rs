@@ -1,0 +1,318 @@
+//! The simulated network: every request between servers, and from clients, goes through
+//! here, with a delay drawn per message, and may be dropped (the request, or its answer),
+//! duplicated, or blocked by a partition. A server that is down refuses connections.
+//! Addresses are the map's: `sim-<server id>`.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use myriad_placement::NodeId;
+use myriad_proto::{Caller, Endpoints, FsError, Request, RequestFrame, Response};
+use myriad_server::embed::EmbeddedServer;
+use rand::Rng;
+
+use crate::rng::SimRng;
+use crate::trace::Trace;
+
+/// Probabilities and delays of the network's faults.
+#[derive(Clone, Debug)]
+pub struct NetFaults {
+    /// A request is lost on its way.
+    pub drop_request: f64,
+    /// An answer is lost on its way back (the request was served).
+    pub drop_answer: f64,
+    /// A request is delivered twice (the second answer goes nowhere).
+    pub duplicate: f64,
+    /// Most messages take up to this long.
+    pub delay_max: Duration,
+    /// A few take up to this long (reordering).
+    pub delay_tail: Duration,
+}
+
+impl NetFaults {
+    #[must_use]
+    pub fn none() -> NetFaults {
+        NetFaults {
+            drop_request: 0.0,
+            drop_answer: 0.0,
+            duplicate: 0.0,
+            delay_max: Duration::from_millis(1),
+            delay_tail: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Server id 0 stands for the clients.
+pub const CLIENTS: NodeId = 0;
+
+struct NetState {
+    /// Servers that are up, by id (index); `None`: down.
+    servers: Vec<Option<Arc<EmbeddedServer>>>,
+    /// Incarnation of each server: bumped when it crashes, so what its old tasks send is
+    /// refused (a crashed process sends nothing).
+    incarnations: Vec<u64>,
+    /// Pairs of parties that cannot reach each other (both orders stored).
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    faults: NetFaults,
+}
+
+pub struct Net {
+    state: Mutex<NetState>,
+    rng: SimRng,
+    trace: Trace,
+}
+
+/// What happens to one message.
+struct Fate {
+    there: Duration,
+    back: Duration,
+    drop_request: bool,
+    drop_answer: bool,
+    duplicate: bool,
+}
+
+impl Net {
+    #[must_use]
+    pub fn new(servers: usize, faults: NetFaults, rng: SimRng, trace: Trace) -> Arc<Net> {
+        Arc::new(Net {
+            state: Mutex::new(NetState {
+                servers: vec![None; servers + 1],
+                incarnations: vec![0; servers + 1],
+                blocked: BTreeSet::new(),
+                faults,
+            }),
+            rng,
+            trace,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, NetState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Server `id` is up (`Some`) or has crashed (`None`: its incarnation ends).
+    pub fn set_server(&self, id: NodeId, server: Option<Arc<EmbeddedServer>>) {
+        let mut s = self.lock();
+        if server.is_none()
+            && let Some(i) = s.incarnations.get_mut(id as usize)
+        {
+            *i += 1;
+        }
+        if let Some(slot) = s.servers.get_mut(id as usize) {
+            *slot = server;
+        }
+    }
+
+    fn incarnation(&self, id: NodeId) -> u64 {
+        self.lock()
+            .incarnations
+            .get(id as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    #[must_use]
+    pub fn server(&self, id: NodeId) -> Option<Arc<EmbeddedServer>> {
+        self.lock().servers.get(id as usize).cloned().flatten()
+    }
+
+    pub fn set_faults(&self, faults: NetFaults) {
+        self.lock().faults = faults;
+    }
+
+    /// Cuts `id` off from every other party (servers and clients) until `heal`.
+    pub fn isolate(&self, id: NodeId) {
+        let mut s = self.lock();
+        let n = s.servers.len() as NodeId;
+        for other in 0..n {
+            if other != id {
+                s.blocked.insert((id, other));
+                s.blocked.insert((other, id));
+            }
+        }
+    }
+
+    pub fn heal(&self) {
+        self.lock().blocked.clear();
+    }
+
+    #[must_use]
+    pub fn reachable(&self, a: NodeId, b: NodeId) -> bool {
+        !self.lock().blocked.contains(&(a, b))
+    }
+
+    fn fate(&self) -> Fate {
+        let faults = self.lock().faults.clone();
+        self.rng.with(|r| {
+            let delay = |r: &mut rand::rngs::StdRng| {
+                let cap = if r.gen_bool(0.02) {
+                    faults.delay_tail
+                } else {
+                    faults.delay_max
+                };
+                // Whole milliseconds: the timer's resolution. (A sleep of a fraction of a
+                // millisecond is rounded against the real instant the runtime started, which
+                // differs from run to run: replays would diverge.)
+                Duration::from_millis(r.gen_range(0..=u64::try_from(cap.as_millis()).unwrap_or(1)))
+            };
+            Fate {
+                there: delay(r),
+                back: delay(r),
+                drop_request: r.gen_bool(faults.drop_request),
+                drop_answer: r.gen_bool(faults.drop_answer),
+                duplicate: r.gen_bool(faults.duplicate),
+            }
+        })
+    }
+
+    /// One request from party `from` to the server at `addr`, answered within `timeout`.
+    async fn call(
+        self: Arc<Self>,
+        from: NodeId,
+        incarnation: u64,
+        addr: &str,
+        frame: RequestFrame,
+        timeout: Duration,
+    ) -> Result<Response, FsError> {
+        let to: NodeId = addr
+            .strip_prefix("sim-")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| FsError::Unavailable(format!("{addr}: no such address")))?;
+        let fate = self.fate();
+        let op = frame.body.op_name();
+        self.trace.event(format_args!(
+            "send {from}->{to} {op} p{}",
+            frame.ends.target
+        ));
+        let lost = async {
+            tokio::time::sleep(timeout).await;
+            Err(FsError::TimedOut(format!(
+                "{addr}: no answer within {timeout:?}"
+            )))
+        };
+        if self.incarnation(from) != incarnation {
+            return Err(FsError::Unavailable("the sender crashed".into()));
+        }
+        tokio::time::sleep(fate.there).await;
+        if self.incarnation(from) != incarnation {
+            return Err(FsError::Unavailable("the sender crashed".into()));
+        }
+        if !self.reachable(from, to) || fate.drop_request {
+            self.trace.event(format_args!("lost {from}->{to} {op}"));
+            return lost.await;
+        }
+        let Some(server) = self.server(to) else {
+            return Err(FsError::Unavailable(format!("{addr}: connection refused")));
+        };
+        let from_server = (from != CLIENTS).then_some(from);
+        if fate.duplicate {
+            let again = server.handle(from_server, frame.clone());
+            self.trace.event(format_args!("dup {from}->{to} {op}"));
+            tokio::spawn(again);
+        }
+        self.trace.event(format_args!("deliver {from}->{to} {op}"));
+        let answer = tokio::time::timeout(timeout, server.handle(from_server, frame))
+            .await
+            .map(|a| a.result);
+        let Ok(answer) = answer else {
+            self.trace
+                .event(format_args!("answer {to}->{from} {op}: timeout"));
+            return Err(FsError::TimedOut(format!(
+                "{addr}: no answer within {timeout:?}"
+            )));
+        };
+        self.trace.event(format_args!(
+            "answer {to}->{from} {op}: {}",
+            match &answer {
+                Ok(_) => "ok".to_string(),
+                Err(e) => format!("{e:?}"),
+            }
+            .chars()
+            .take(80)
+            .collect::<String>()
+        ));
+        tokio::time::sleep(fate.back).await;
+        if !self.reachable(to, from) || fate.drop_answer {
+            self.trace
+                .event(format_args!("lost answer {to}->{from} {op}"));
+            return lost.await;
+        }
+        answer
+    }
+}
+
+/// One party's end of the network: a server incarnation's, or the clients'.
+pub struct Endpoint {
+    net: Arc<Net>,
+    me: NodeId,
+    incarnation: u64,
+    timeout: Duration,
+}
+
+impl Endpoint {
+    #[must_use]
+    pub fn new(net: Arc<Net>, me: NodeId, timeout: Duration) -> Endpoint {
+        let incarnation = net.incarnation(me);
+        Endpoint {
+            net,
+            me,
+            incarnation,
+            timeout,
+        }
+    }
+
+    fn send<'a>(
+        &'a self,
+        addr: &'a str,
+        epoch: u64,
+        ends: Endpoints,
+        caller: &'a Caller,
+        req: &'a Request,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        let frame = RequestFrame {
+            id: 0,
+            epoch,
+            ends,
+            caller: caller.clone(),
+            body: req.clone(),
+        };
+        Box::pin(
+            self.net
+                .clone()
+                .call(self.me, self.incarnation, addr, frame, timeout),
+        )
+    }
+}
+
+impl myriad_server::embed::Transport for Endpoint {
+    fn call<'a>(
+        &'a self,
+        addr: &'a str,
+        epoch: u64,
+        ends: Endpoints,
+        caller: &'a Caller,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        self.send(addr, epoch, ends, caller, req, self.timeout)
+    }
+}
+
+impl myriad_client::Transport for Endpoint {
+    fn call_with_timeout<'a>(
+        &'a self,
+        addr: &'a str,
+        epoch: u64,
+        ends: Endpoints,
+        caller: &'a Caller,
+        req: &'a Request,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        self.send(addr, epoch, ends, caller, req, timeout)
+    }
+}
