@@ -282,14 +282,24 @@ fn no_module_imports_in_a_circle() {
 const SERVER_LAYERS: &[(&str, &[&str])] = &[
     (
         "support",
-        &["cluster", "config", "counters", "space", "workload_rng"],
+        &[
+            "clock",
+            "cluster",
+            "config",
+            "counters",
+            "space",
+            "workload_rng",
+        ],
     ),
     ("state", &["state"]),
     ("commit", &["commit"]),
     ("replication", &["replication"]),
     ("partition", &["partition"]),
     ("membership", &["membership"]),
-    ("process", &["embed", "host", "lib"]),
+    (
+        "process",
+        &["embed", "host", "host_env", "host_serve", "lib", "seams"],
+    ),
 ];
 
 fn server_layer(module: &ModPath) -> usize {

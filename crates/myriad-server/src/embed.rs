@@ -16,10 +16,10 @@ use myriad_storage::{Kv, Store};
 use crate::cluster::MapState;
 use crate::commit::{Runner, Syncer};
 use crate::config::ServerConfig;
-pub use crate::host::{Authority, Transport};
 use crate::host::{Host, HostParts, OpenError};
 /// The lease and failure-detector timing a map authority must keep (membership.rs).
 pub use crate::membership::{DOWN_AFTER, LEASE, RENEW_EVERY};
+pub use crate::seams::{Authority, Transport};
 
 /// File times of embedded servers start here (2026-01-01T00:00:00Z) and follow the runtime's
 /// clock.

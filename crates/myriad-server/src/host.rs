@@ -12,17 +12,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 
-use futures::future::BoxFuture;
-use myriad_net::{Handler, Peer, Pool};
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
-use myriad_proto::auth::Credential;
-use myriad_proto::{
-    Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
-    StatFs,
-};
+use myriad_proto::FsError;
 use myriad_storage::Kv;
 use tokio::sync::watch;
 
@@ -31,15 +24,13 @@ use crate::cluster::MapState;
 use crate::commit::{Applier, Runner, Syncer};
 use crate::config::ServerConfig;
 use crate::counters::Counters;
-use crate::membership::Membership;
 use crate::partition::core::Partition;
-use crate::partition::env::Env;
 use crate::replication::copy::Backup;
 use crate::replication::peers::Peers;
 use crate::replication::primary::Replicator;
-use crate::replication::wire::{digest, drop_copy, partition_store};
+use crate::replication::wire::{drop_copy, partition_store};
+use crate::seams::{Authority, Transport};
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
-use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, RaftRpc, ServerRequest};
 
 pub struct Host {
     /// This server's id in the map.
@@ -83,7 +74,7 @@ pub struct Host {
 }
 
 /// A read guard even if a writer panicked (the tables stay usable).
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+pub(crate) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     match lock.read() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -170,7 +161,7 @@ impl Host {
     /// The partition `pid` if this server may serve it now: it holds a lease and its map
     /// makes it the primary (a primary demoted by a newer map stops at once, before its
     /// handler is stopped).
-    fn serving(&self, pid: PartitionId, epoch: u64) -> Result<Arc<Partition>, FsError> {
+    pub(crate) fn serving(&self, pid: PartitionId, epoch: u64) -> Result<Arc<Partition>, FsError> {
         let st = self.state();
         let node = match self.partition(pid) {
             Some(node) if st.map.primary_of(pid) == Some(self.id) => node,
@@ -186,7 +177,7 @@ impl Host {
 
     /// Holds a request for a partition handed over by a live primary until that one can no
     /// longer be serving it (see `adopt_map`): the request is only delayed, never refused.
-    async fn wait_for_handover(&self, pid: PartitionId) {
+    pub(crate) async fn wait_for_handover(&self, pid: PartitionId) {
         let until = match self.handed_over.lock() {
             Ok(h) => h.get(&pid).copied(),
             Err(_) => None,
@@ -201,7 +192,7 @@ impl Host {
     /// The backup copy of `pid` if server `sender`, at map `epoch`, may write to it: only
     /// the primary of the same map (a deposed primary's late batches are refused, so a
     /// promoted backup's batches cannot collide with them; docs/replication.md).
-    fn backup_for(
+    pub(crate) fn backup_for(
         &self,
         pid: PartitionId,
         sender: NodeId,
@@ -543,87 +534,6 @@ impl Host {
         }))
     }
 
-    /// Requests addressed to the server rather than a partition.
-    pub(crate) async fn dispatch_server(
-        self: &Arc<Self>,
-        peer: &Peer,
-        caller: &Caller,
-        epoch: u64,
-        body: Request,
-    ) -> Result<Response, FsError> {
-        let from_server = matches!(peer.kind, PeerKind::Server { .. });
-        let st = self.state();
-        if !body.is_admin() && epoch > st.map.epoch {
-            return Err(FsError::MapTooOld(st.map.epoch));
-        }
-        match body {
-            Request::Client(ClientRequest::Echo(p)) => Ok(Response::Echo(p)),
-            Request::Server(ServerRequest::StatFs) => Ok(Response::StatFs(self.statfs())),
-            Request::Server(ServerRequest::GetCounters) => {
-                Ok(Response::Counters(self.counter_snapshot(&st)))
-            }
-            Request::Admin(AdminRequest::ResetCounters) => {
-                self.counters.reset();
-                for n in self.nodes() {
-                    n.replicas.stats.reset();
-                }
-                self.syncer.stats.syncs.store(0, Ordering::Relaxed);
-                self.syncer
-                    .stats
-                    .synced_mutations
-                    .store(0, Ordering::Relaxed);
-                Ok(Response::Unit)
-            }
-            Request::Server(ServerRequest::GetMap) => Ok(Response::Map(Box::new(st.map.clone()))),
-            // From a server: a committed map it holds and we lack.
-            Request::Server(ServerRequest::InstallMap(map)) if from_server => {
-                map.validate()
-                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
-                self.adopt_in_background(*map);
-                Ok(Response::Unit)
-            }
-            // From an administrator (root): a change, committed through the Raft group. From
-            // anyone else: a map the client learned from another server (it is committed and
-            // on its way here), so only wait for it.
-            Request::Server(ServerRequest::InstallMap(map)) => {
-                map.validate()
-                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
-                let epoch = map.epoch;
-                // A cluster change needs root with the cluster secret (a client key's root is
-                // no administrator: SECURITY.md).
-                let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
-                if admin
-                    && self
-                        .authority
-                        .committed_map()
-                        .is_none_or(|m| m.epoch < epoch)
-                {
-                    self.authority.propose_map(*map).await?;
-                }
-                // Answer once this server follows it (it arrives through the group).
-                let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
-                while self.state().map.epoch < epoch && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-                Ok(Response::Unit)
-            }
-            Request::Peer(PeerRequest::Raft { rpc, payload }) if from_server => {
-                self.authority.serve_raft(rpc, payload).await
-            }
-            Request::Peer(PeerRequest::PartitionSeqs) if from_server => {
-                Ok(Response::Seqs(self.partition_seqs()))
-            }
-            Request::Peer(PeerRequest::Lease) => match &peer.kind {
-                PeerKind::Server { node_id } => Ok(self.authority.grant_lease(*node_id, epoch)),
-                PeerKind::Client => Err(FsError::PermissionDenied),
-            },
-            _ if from_server => Err(FsError::InvalidArgument(
-                "request needs a target partition".into(),
-            )),
-            _ => Err(FsError::Redirect(Box::new(st.map.clone()))),
-        }
-    }
-
     /// Starts the server's own tasks: following the maps the group commits (`maps`), and
     /// opening again a partition whose opening failed.
     pub(crate) fn start_tasks(
@@ -666,352 +576,4 @@ impl Host {
         };
         vec![follower, reopener]
     }
-
-    /// The last batch of every partition copy held here (`PeerRequest::PartitionSeqs`).
-    pub(crate) fn partition_seqs(&self) -> Vec<(PartitionId, Option<u64>)> {
-        let mut out: Vec<(PartitionId, Option<u64>)> = self
-            .nodes()
-            .iter()
-            .map(|n| {
-                let seq = n.store.meta_u64(crate::commit::SEQ_KEY).ok().flatten();
-                (n.me, Some(seq.unwrap_or(0)))
-            })
-            .collect();
-        out.extend(read(&self.backups).iter().map(|(pid, b)| (*pid, b.seq())));
-        out
-    }
-
-    fn counter_snapshot(&self, st: &MapState) -> CounterSnapshot {
-        let (client_requests, server_requests) = self.counters.snapshot();
-        let mut snap = CounterSnapshot {
-            node_id: self.id,
-            epoch: st.map.epoch,
-            client_requests,
-            server_requests,
-            server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
-            syncs: self.syncer.stats.syncs.load(Ordering::Relaxed),
-            synced_mutations: self.syncer.stats.synced_mutations.load(Ordering::Relaxed),
-            serving: self.authority.lease_error().is_none(),
-            raft_leader: self
-                .authority
-                .leader()
-                .and_then(|l| u32::try_from(l).ok())
-                .unwrap_or(0),
-            primaries: read(&self.partitions).len() as u64,
-            backups: read(&self.backups).len() as u64,
-            ..CounterSnapshot::default()
-        };
-        for n in self.nodes() {
-            let s = &n.replicas.stats;
-            snap.ancestor_checks_local += s.local.load(Ordering::Relaxed);
-            snap.ancestor_checks_remote += s.remote.load(Ordering::Relaxed);
-            snap.replicas_held += n.replicas.held();
-            snap.subscriptions_served += n.replicas.subscriptions_served();
-            snap.invalidations_sent += s.invalidations.load(Ordering::Relaxed);
-            snap.invalidation_latency_us += s.invalidation_us.load(Ordering::Relaxed);
-        }
-        snap
-    }
-
-    fn statfs(&self) -> StatFs {
-        let (total, free) = crate::space::disk_space(&self.data_dir).unwrap_or((0, 0));
-        StatFs {
-            total_bytes: total,
-            free_bytes: free,
-            used_bytes: self.kv.disk_bytes(),
-            files: 0,
-        }
-    }
 }
-
-impl Handler for Host {
-    fn identity(&self) -> (u32, u64) {
-        (self.id, self.state().map.epoch)
-    }
-
-    fn handle(
-        self: Arc<Self>,
-        peer: Peer,
-        frame: RequestFrame,
-    ) -> BoxFuture<'static, ResponseFrame> {
-        Box::pin(async move {
-            let host = &self;
-            let id = frame.id;
-            let from_server = matches!(peer.kind, PeerKind::Server { .. });
-            if !frame.body.is_admin() {
-                host.counters.count(frame.body.op_name(), from_server);
-            }
-            let result = match frame.ends.target {
-                0 => {
-                    host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
-                        .await
-                }
-                _ if is_server_request(&frame.body) => {
-                    host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
-                        .await
-                }
-                pid if matches!(frame.body, Request::Admin(AdminRequest::FsckReplica)) => {
-                    if frame.caller.uid != 0 {
-                        Err(FsError::PermissionDenied)
-                    } else if let Some(node) = host.partition(pid) {
-                        replica_digest(&node.store)
-                    } else if let Some(b) = host.backup(pid) {
-                        replica_digest(b.store())
-                    } else {
-                        Err(FsError::NotFound)
-                    }
-                }
-                pid if matches!(frame.body, Request::Replica(_)) => match peer.kind {
-                    PeerKind::Server { node_id } => {
-                        match host.backup_for(pid, node_id, frame.epoch) {
-                            Ok(b) => b.handle(&host.syncer, frame.body).await,
-                            Err(e) => Err(e),
-                        }
-                    }
-                    PeerKind::Client => Err(FsError::PermissionDenied),
-                },
-                pid => {
-                    host.wait_for_handover(pid).await;
-                    match host.serving(pid, frame.epoch) {
-                        Ok(node) => {
-                            let from = from_server.then_some(frame.ends.source);
-                            node.dispatch(from, frame.epoch, frame.caller, frame.body)
-                                .await
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-            };
-            ResponseFrame { id, result }
-        })
-    }
-}
-
-/// How a server reaches the others: the connection pool in the process, the simulated
-/// network in a simulation (addresses are the map's).
-pub trait Transport: Send + Sync {
-    fn call<'a>(
-        &'a self,
-        addr: &'a str,
-        epoch: u64,
-        ends: myriad_proto::Endpoints,
-        caller: &'a Caller,
-        req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>>;
-}
-
-impl Transport for Pool {
-    fn call<'a>(
-        &'a self,
-        addr: &'a str,
-        epoch: u64,
-        ends: myriad_proto::Endpoints,
-        caller: &'a Caller,
-        req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        Box::pin(Pool::call(self, addr, epoch, ends, caller, req))
-    }
-}
-
-/// What a server needs from the cluster-map authority: its member of the Raft group in the
-/// process (`Membership`), the simulation's authority in a simulation.
-pub trait Authority: Send + Sync {
-    /// Why this server may not serve partition requests now (no lease), if it may not.
-    fn lease_error(&self) -> Option<FsError>;
-    /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`.
-    fn grant_lease(&self, from: NodeId, epoch: u64) -> Response;
-    /// A map change, committed through the authority.
-    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>>;
-    /// The newest map the authority committed, if any.
-    fn committed_map(&self) -> Option<ClusterMap>;
-    /// The current leader's server id, if known (0: none).
-    fn leader(&self) -> Option<u64>;
-    /// A Raft message from a peer.
-    fn serve_raft(
-        &self,
-        rpc: RaftRpc,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<Response, FsError>>;
-}
-
-impl Authority for Membership {
-    fn lease_error(&self) -> Option<FsError> {
-        Membership::lease_error(self)
-    }
-    fn grant_lease(&self, from: NodeId, epoch: u64) -> Response {
-        Membership::grant_lease(self, from, epoch)
-    }
-    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
-        Box::pin(Membership::propose_map(self, map))
-    }
-    fn committed_map(&self) -> Option<ClusterMap> {
-        self.group.map()
-    }
-    fn leader(&self) -> Option<u64> {
-        self.group.leader()
-    }
-    fn serve_raft(
-        &self,
-        rpc: RaftRpc,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<Response, FsError>> {
-        Box::pin(async move {
-            self.group
-                .serve(rpc, &payload)
-                .await
-                .map(Response::Raft)
-                .map_err(FsError::Protocol)
-        })
-    }
-}
-
-/// Requests about the server as a whole, answered by it whatever partition they name.
-fn is_server_request(body: &Request) -> bool {
-    matches!(
-        body,
-        Request::Server(_) | Request::Admin(AdminRequest::ResetCounters)
-    )
-}
-
-impl Peers for Host {
-    fn map(&self) -> Arc<MapState> {
-        self.state()
-    }
-
-    fn send<'a>(
-        &'a self,
-        to: NodeId,
-        epoch: u64,
-        ends: myriad_proto::Endpoints,
-        req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        Box::pin(async move {
-            let addr = self
-                .state()
-                .map
-                .node(to)
-                .map(|n| n.addr.clone())
-                .ok_or_else(|| FsError::Unavailable(format!("server {to} is not in the map")))?;
-            self.transport
-                .call(&addr, epoch, ends, &Caller::root(), req)
-                .await
-        })
-    }
-
-    fn newer_map(&self, map: ClusterMap) {
-        if let Some(me) = self.me.upgrade() {
-            me.adopt_in_background(map);
-        }
-    }
-
-    fn request_timeout(&self) -> std::time::Duration {
-        self.config.request_timeout
-    }
-}
-
-impl Env for Host {
-    fn now_ns(&self) -> i64 {
-        self.clock.now_ns()
-    }
-
-    fn server_id(&self) -> NodeId {
-        self.id
-    }
-
-    fn config(&self) -> &ServerConfig {
-        &self.config
-    }
-
-    fn count(&self, what: &'static str) {
-        self.counters.count(what, true);
-    }
-
-    fn admit(&self, req: &Request) -> Result<(), FsError> {
-        self.space.admit(req)
-    }
-
-    fn call_partition(
-        &self,
-        source: PartitionId,
-        pid: PartitionId,
-        body: Request,
-    ) -> BoxFuture<'_, Result<Response, FsError>> {
-        Box::pin(call_partition(self, source, pid, body))
-    }
-}
-
-/// Corrupt blocks one copy lists in its fsck digest (the rest are found once these are fixed).
-const CORRUPT_LISTED_MAX: usize = 64;
-
-fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
-    let (seq, keys, digest) = digest(store)?;
-    let corrupt = store
-        .corrupt_blocks(CORRUPT_LISTED_MAX)
-        .map_err(crate::state::mutation::storage_err)?;
-    Ok(Response::ReplicaDigest {
-        seq,
-        keys,
-        digest,
-        corrupt,
-    })
-}
-
-/// Calls partition `pid` wherever it is served; used by partitions (`source` = the caller's
-/// partition) and by the server's own tasks (`source` = 0). A partition that is unavailable
-/// (its server without a lease, or dead and about to fail over) is asked again, under the
-/// newest map, for up to `NESTED_RETRY`: a multi-partition operation left half done costs
-/// its client an in-doubt answer.
-pub(crate) async fn call_partition(
-    host: &Host,
-    source: PartitionId,
-    pid: PartitionId,
-    body: Request,
-) -> Result<Response, FsError> {
-    let deadline = tokio::time::Instant::now() + NESTED_RETRY;
-    let mut backoff = std::time::Duration::from_millis(20);
-    loop {
-        let st = host.state();
-        if let Some(node) = host.partition(pid)
-            && st.map.primary_of(pid) == Some(host.id)
-        {
-            let from = Some(source);
-            return Box::pin(node.dispatch(from, st.map.epoch, Caller::root(), body)).await;
-        }
-        let result = match st.map.partition_addr(pid) {
-            Some(addr) => {
-                host.counters
-                    .sent_to_servers
-                    .fetch_add(1, Ordering::Relaxed);
-                let ends = myriad_proto::Endpoints {
-                    target: pid,
-                    source,
-                };
-                host.transport
-                    .call(addr, st.map.epoch, ends, &Caller::root(), &body)
-                    .await
-            }
-            None => Err(FsError::Unavailable(format!(
-                "partition {pid} has no copy up"
-            ))),
-        };
-        match result {
-            Err(FsError::Unavailable(_))
-                if failover_possible(&st.map, pid)
-                    && tokio::time::Instant::now() + backoff < deadline =>
-            {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(std::time::Duration::from_millis(250));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// True if partition `pid` has more than one copy: when its server dies, another one takes
-/// over, so waiting for that is worth it (with one copy, only the server's return helps).
-pub(crate) fn failover_possible(map: &ClusterMap, pid: PartitionId) -> bool {
-    map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
-}
-
-/// How long a server-to-partition call is retried while its target cannot answer.
-const NESTED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);

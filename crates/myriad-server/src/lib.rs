@@ -15,9 +15,12 @@ mod config;
 mod counters;
 pub mod embed;
 mod host;
+mod host_env;
+mod host_serve;
 mod membership;
 mod partition;
 mod replication;
+mod seams;
 mod space;
 mod state;
 #[cfg(test)]

@@ -1,0 +1,154 @@
+//! The server as its partitions and replication see it: `Env` and `Peers` implemented by the
+//! process, and calls from one partition to another wherever it is served.
+
+//! A server process: the partitions it serves, and what they share (the engine and its fsync
+//! thread, the cluster map, the connection pool, the counters).
+//!
+//! ```text
+//! frame { target partition, source partition } ─> Host::handle ─┬─ target 0: server requests
+//!                                                               │   (map, counters, statfs)
+//!                                                               └─ partition p: Partition p, if this
+//!                                                                  server is its primary, else
+//!                                                                  Redirect(map)
+//! ```
+//! docs/replication.md: a partition is what the rest of the server calls a node.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::future::BoxFuture;
+use myriad_placement::{ClusterMap, NodeId, PartitionId};
+use myriad_proto::{Caller, FsError, Request, Response};
+
+use crate::cluster::MapState;
+use crate::config::ServerConfig;
+use crate::host::Host;
+use crate::partition::env::Env;
+use crate::replication::peers::Peers;
+
+impl Peers for Host {
+    fn map(&self) -> Arc<MapState> {
+        self.state()
+    }
+
+    fn send<'a>(
+        &'a self,
+        to: NodeId,
+        epoch: u64,
+        ends: myriad_proto::Endpoints,
+        req: &'a Request,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        Box::pin(async move {
+            let addr = self
+                .state()
+                .map
+                .node(to)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| FsError::Unavailable(format!("server {to} is not in the map")))?;
+            self.transport
+                .call(&addr, epoch, ends, &Caller::root(), req)
+                .await
+        })
+    }
+
+    fn newer_map(&self, map: ClusterMap) {
+        if let Some(me) = self.me.upgrade() {
+            me.adopt_in_background(map);
+        }
+    }
+
+    fn request_timeout(&self) -> std::time::Duration {
+        self.config.request_timeout
+    }
+}
+
+impl Env for Host {
+    fn now_ns(&self) -> i64 {
+        self.clock.now_ns()
+    }
+
+    fn server_id(&self) -> NodeId {
+        self.id
+    }
+
+    fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    fn count(&self, what: &'static str) {
+        self.counters.count(what, true);
+    }
+
+    fn admit(&self, req: &Request) -> Result<(), FsError> {
+        self.space.admit(req)
+    }
+
+    fn call_partition(
+        &self,
+        source: PartitionId,
+        pid: PartitionId,
+        body: Request,
+    ) -> BoxFuture<'_, Result<Response, FsError>> {
+        Box::pin(call_partition(self, source, pid, body))
+    }
+}
+
+/// Calls partition `pid` wherever it is served; used by partitions (`source` = the caller's
+/// partition) and by the server's own tasks (`source` = 0). A partition that is unavailable
+/// (its server without a lease, or dead and about to fail over) is asked again, under the
+/// newest map, for up to `NESTED_RETRY`: a multi-partition operation left half done costs
+/// its client an in-doubt answer.
+pub(crate) async fn call_partition(
+    host: &Host,
+    source: PartitionId,
+    pid: PartitionId,
+    body: Request,
+) -> Result<Response, FsError> {
+    let deadline = tokio::time::Instant::now() + NESTED_RETRY;
+    let mut backoff = std::time::Duration::from_millis(20);
+    loop {
+        let st = host.state();
+        if let Some(node) = host.partition(pid)
+            && st.map.primary_of(pid) == Some(host.id)
+        {
+            let from = Some(source);
+            return Box::pin(node.dispatch(from, st.map.epoch, Caller::root(), body)).await;
+        }
+        let result = match st.map.partition_addr(pid) {
+            Some(addr) => {
+                host.counters
+                    .sent_to_servers
+                    .fetch_add(1, Ordering::Relaxed);
+                let ends = myriad_proto::Endpoints {
+                    target: pid,
+                    source,
+                };
+                host.transport
+                    .call(addr, st.map.epoch, ends, &Caller::root(), &body)
+                    .await
+            }
+            None => Err(FsError::Unavailable(format!(
+                "partition {pid} has no copy up"
+            ))),
+        };
+        match result {
+            Err(FsError::Unavailable(_))
+                if failover_possible(&st.map, pid)
+                    && tokio::time::Instant::now() + backoff < deadline =>
+            {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_millis(250));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// True if partition `pid` has more than one copy: when its server dies, another one takes
+/// over, so waiting for that is worth it (with one copy, only the server's return helps).
+pub(crate) fn failover_possible(map: &ClusterMap, pid: PartitionId) -> bool {
+    map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
+}
+
+/// How long a server-to-partition call is retried while its target cannot answer.
+const NESTED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);

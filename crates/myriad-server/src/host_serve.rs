@@ -1,0 +1,257 @@
+//! A server's answers to frames (`Handler`): routing each to the server itself (maps,
+//! counters, statfs, the Raft group, leases), to a partition it serves, or to a copy it keeps.
+
+//! A server process: the partitions it serves, and what they share (the engine and its fsync
+//! thread, the cluster map, the connection pool, the counters).
+//!
+//! ```text
+//! frame { target partition, source partition } ─> Host::handle ─┬─ target 0: server requests
+//!                                                               │   (map, counters, statfs)
+//!                                                               └─ partition p: Partition p, if this
+//!                                                                  server is its primary, else
+//!                                                                  Redirect(map)
+//! ```
+//! docs/replication.md: a partition is what the rest of the server calls a node.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::future::BoxFuture;
+use myriad_net::{Handler, Peer};
+use myriad_placement::PartitionId;
+use myriad_proto::auth::Credential;
+use myriad_proto::{
+    Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
+    StatFs,
+};
+
+use crate::cluster::MapState;
+use crate::host::{Host, read};
+use crate::replication::wire::digest;
+use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ServerRequest};
+
+impl Host {
+    /// Requests addressed to the server rather than a partition.
+    pub(crate) async fn dispatch_server(
+        self: &Arc<Self>,
+        peer: &Peer,
+        caller: &Caller,
+        epoch: u64,
+        body: Request,
+    ) -> Result<Response, FsError> {
+        let from_server = matches!(peer.kind, PeerKind::Server { .. });
+        let st = self.state();
+        if !body.is_admin() && epoch > st.map.epoch {
+            return Err(FsError::MapTooOld(st.map.epoch));
+        }
+        match body {
+            Request::Client(ClientRequest::Echo(p)) => Ok(Response::Echo(p)),
+            Request::Server(ServerRequest::StatFs) => Ok(Response::StatFs(self.statfs())),
+            Request::Server(ServerRequest::GetCounters) => {
+                Ok(Response::Counters(self.counter_snapshot(&st)))
+            }
+            Request::Admin(AdminRequest::ResetCounters) => {
+                self.counters.reset();
+                for n in self.nodes() {
+                    n.replicas.stats.reset();
+                }
+                self.syncer.stats.syncs.store(0, Ordering::Relaxed);
+                self.syncer
+                    .stats
+                    .synced_mutations
+                    .store(0, Ordering::Relaxed);
+                Ok(Response::Unit)
+            }
+            Request::Server(ServerRequest::GetMap) => Ok(Response::Map(Box::new(st.map.clone()))),
+            // From a server: a committed map it holds and we lack.
+            Request::Server(ServerRequest::InstallMap(map)) if from_server => {
+                map.validate()
+                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+                self.adopt_in_background(*map);
+                Ok(Response::Unit)
+            }
+            // From an administrator (root): a change, committed through the Raft group. From
+            // anyone else: a map the client learned from another server (it is committed and
+            // on its way here), so only wait for it.
+            Request::Server(ServerRequest::InstallMap(map)) => {
+                map.validate()
+                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+                let epoch = map.epoch;
+                // A cluster change needs root with the cluster secret (a client key's root is
+                // no administrator: SECURITY.md).
+                let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
+                if admin
+                    && self
+                        .authority
+                        .committed_map()
+                        .is_none_or(|m| m.epoch < epoch)
+                {
+                    self.authority.propose_map(*map).await?;
+                }
+                // Answer once this server follows it (it arrives through the group).
+                let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
+                while self.state().map.epoch < epoch && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Ok(Response::Unit)
+            }
+            Request::Peer(PeerRequest::Raft { rpc, payload }) if from_server => {
+                self.authority.serve_raft(rpc, payload).await
+            }
+            Request::Peer(PeerRequest::PartitionSeqs) if from_server => {
+                Ok(Response::Seqs(self.partition_seqs()))
+            }
+            Request::Peer(PeerRequest::Lease) => match &peer.kind {
+                PeerKind::Server { node_id } => Ok(self.authority.grant_lease(*node_id, epoch)),
+                PeerKind::Client => Err(FsError::PermissionDenied),
+            },
+            _ if from_server => Err(FsError::InvalidArgument(
+                "request needs a target partition".into(),
+            )),
+            _ => Err(FsError::Redirect(Box::new(st.map.clone()))),
+        }
+    }
+
+    /// The last batch of every partition copy held here (`PeerRequest::PartitionSeqs`).
+    pub(crate) fn partition_seqs(&self) -> Vec<(PartitionId, Option<u64>)> {
+        let mut out: Vec<(PartitionId, Option<u64>)> = self
+            .nodes()
+            .iter()
+            .map(|n| {
+                let seq = n.store.meta_u64(crate::commit::SEQ_KEY).ok().flatten();
+                (n.me, Some(seq.unwrap_or(0)))
+            })
+            .collect();
+        out.extend(read(&self.backups).iter().map(|(pid, b)| (*pid, b.seq())));
+        out
+    }
+
+    fn counter_snapshot(&self, st: &MapState) -> CounterSnapshot {
+        let (client_requests, server_requests) = self.counters.snapshot();
+        let mut snap = CounterSnapshot {
+            node_id: self.id,
+            epoch: st.map.epoch,
+            client_requests,
+            server_requests,
+            server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
+            syncs: self.syncer.stats.syncs.load(Ordering::Relaxed),
+            synced_mutations: self.syncer.stats.synced_mutations.load(Ordering::Relaxed),
+            serving: self.authority.lease_error().is_none(),
+            raft_leader: self
+                .authority
+                .leader()
+                .and_then(|l| u32::try_from(l).ok())
+                .unwrap_or(0),
+            primaries: read(&self.partitions).len() as u64,
+            backups: read(&self.backups).len() as u64,
+            ..CounterSnapshot::default()
+        };
+        for n in self.nodes() {
+            let s = &n.replicas.stats;
+            snap.ancestor_checks_local += s.local.load(Ordering::Relaxed);
+            snap.ancestor_checks_remote += s.remote.load(Ordering::Relaxed);
+            snap.replicas_held += n.replicas.held();
+            snap.subscriptions_served += n.replicas.subscriptions_served();
+            snap.invalidations_sent += s.invalidations.load(Ordering::Relaxed);
+            snap.invalidation_latency_us += s.invalidation_us.load(Ordering::Relaxed);
+        }
+        snap
+    }
+
+    fn statfs(&self) -> StatFs {
+        let (total, free) = crate::space::disk_space(&self.data_dir).unwrap_or((0, 0));
+        StatFs {
+            total_bytes: total,
+            free_bytes: free,
+            used_bytes: self.kv.disk_bytes(),
+            files: 0,
+        }
+    }
+}
+
+impl Handler for Host {
+    fn identity(&self) -> (u32, u64) {
+        (self.id, self.state().map.epoch)
+    }
+
+    fn handle(
+        self: Arc<Self>,
+        peer: Peer,
+        frame: RequestFrame,
+    ) -> BoxFuture<'static, ResponseFrame> {
+        Box::pin(async move {
+            let host = &self;
+            let id = frame.id;
+            let from_server = matches!(peer.kind, PeerKind::Server { .. });
+            if !frame.body.is_admin() {
+                host.counters.count(frame.body.op_name(), from_server);
+            }
+            let result = match frame.ends.target {
+                0 => {
+                    host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
+                        .await
+                }
+                _ if is_server_request(&frame.body) => {
+                    host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
+                        .await
+                }
+                pid if matches!(frame.body, Request::Admin(AdminRequest::FsckReplica)) => {
+                    if frame.caller.uid != 0 {
+                        Err(FsError::PermissionDenied)
+                    } else if let Some(node) = host.partition(pid) {
+                        replica_digest(&node.store)
+                    } else if let Some(b) = host.backup(pid) {
+                        replica_digest(b.store())
+                    } else {
+                        Err(FsError::NotFound)
+                    }
+                }
+                pid if matches!(frame.body, Request::Replica(_)) => match peer.kind {
+                    PeerKind::Server { node_id } => {
+                        match host.backup_for(pid, node_id, frame.epoch) {
+                            Ok(b) => b.handle(&host.syncer, frame.body).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    PeerKind::Client => Err(FsError::PermissionDenied),
+                },
+                pid => {
+                    host.wait_for_handover(pid).await;
+                    match host.serving(pid, frame.epoch) {
+                        Ok(node) => {
+                            let from = from_server.then_some(frame.ends.source);
+                            node.dispatch(from, frame.epoch, frame.caller, frame.body)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            ResponseFrame { id, result }
+        })
+    }
+}
+
+/// Requests about the server as a whole, answered by it whatever partition they name.
+fn is_server_request(body: &Request) -> bool {
+    matches!(
+        body,
+        Request::Server(_) | Request::Admin(AdminRequest::ResetCounters)
+    )
+}
+
+/// Corrupt blocks one copy lists in its fsck digest (the rest are found once these are fixed).
+const CORRUPT_LISTED_MAX: usize = 64;
+
+fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
+    let (seq, keys, digest) = digest(store)?;
+    let corrupt = store
+        .corrupt_blocks(CORRUPT_LISTED_MAX)
+        .map_err(crate::state::mutation::storage_err)?;
+    Ok(Response::ReplicaDigest {
+        seq,
+        keys,
+        digest,
+        corrupt,
+    })
+}
