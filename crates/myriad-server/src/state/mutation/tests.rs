@@ -496,7 +496,10 @@ fn a_split_undone_by_recovery_cannot_commit() {
     assert_eq!(rec.shards.len(), 1);
     assert_eq!(rec.shards[0].shard, shard, "the shard stays whole");
     assert!(rec.shards[0].splitting.is_none(), "and takes writes again");
-    // A decided split commits once; repeating the step changes nothing.
+    // Once the undone split's intent is gone: a decided split commits once, and repeating
+    // the step changes nothing.
+    t.run(Mutation::DeleteIntent { txid })
+        .unwrap_or_else(|e| panic!("{e}"));
     let Ok(Outcome::SplitBegun { txid, .. }) = t.run(Mutation::Shard(ShardMutation::SplitBegin {
         dir: "/".into(),
         shard,
