@@ -21,6 +21,7 @@ use myriad_proto::{
     Hello, HelloReply, Inode, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc, RenameFlags,
     ReplOp, Request, RequestFrame, Response, ResponseFrame, SetAttr, StatFs, Xattr, XattrMode,
 };
+use myriad_proto::{ClientRequest, PeerRequest, ReplicaRequest, ServerRequest};
 use myriad_storage::{Batch, DirRecord, EntryRecord, Kv, LocalShard, MemKv, Pending, Space, Store};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::storage::RaftStateMachine;
@@ -116,13 +117,13 @@ fn small_map() -> ClusterMap {
     ClusterMap::build(4, &addrs(2), 1, 2)
 }
 
-fn request(id: u64, ends: Endpoints, body: Request) -> Vec<u8> {
+fn request(id: u64, ends: Endpoints, body: impl Into<Request>) -> Vec<u8> {
     enc(&RequestFrame {
         id,
         epoch: 3,
         ends,
         caller: caller(),
-        body,
+        body: body.into(),
     })
 }
 
@@ -138,7 +139,7 @@ fn requests() -> Seeds {
             request(
                 1,
                 to,
-                Request::Create {
+                ClientRequest::Create {
                     path: "/home/ada/notes.txt".into(),
                     mode: 0o644,
                     exclusive: true,
@@ -152,7 +153,7 @@ fn requests() -> Seeds {
             request(
                 2,
                 to,
-                Request::Fetch {
+                ClientRequest::Fetch {
                     path: "/home/ada/notes.txt".into(),
                     max_bytes: 65_536,
                 },
@@ -163,7 +164,7 @@ fn requests() -> Seeds {
             request(
                 3,
                 to,
-                Request::ReadDir {
+                ClientRequest::ReadDir {
                     path: "/home/ada".into(),
                     from: 1 << 62,
                     after: Some("notes.txt".into()),
@@ -176,7 +177,7 @@ fn requests() -> Seeds {
             request(
                 4,
                 to,
-                Request::Rename {
+                ClientRequest::Rename {
                     from: "/a/old".into(),
                     to: "/b/new".into(),
                     flags: RenameFlags { no_replace: true },
@@ -188,7 +189,7 @@ fn requests() -> Seeds {
             request(
                 5,
                 to,
-                Request::Mkdir {
+                ClientRequest::Mkdir {
                     path: "/big".into(),
                     mode: 0o755,
                     shards: 16,
@@ -200,7 +201,7 @@ fn requests() -> Seeds {
             request(
                 6,
                 to,
-                Request::StatMany {
+                ClientRequest::StatMany {
                     dir: "/d".into(),
                     names: vec!["a".into(), "b".into(), "ünï".into()],
                 },
@@ -211,7 +212,7 @@ fn requests() -> Seeds {
             request(
                 7,
                 to,
-                Request::Write {
+                ClientRequest::Write {
                     path: "/f".into(),
                     ino: 77,
                     offset: 4096,
@@ -225,7 +226,7 @@ fn requests() -> Seeds {
             request(
                 8,
                 to,
-                Request::WriteChunk {
+                ClientRequest::WriteChunk {
                     ino: 77,
                     chunk: 2,
                     offset: 0,
@@ -238,7 +239,7 @@ fn requests() -> Seeds {
             request(
                 9,
                 to,
-                Request::SetXattr {
+                ClientRequest::SetXattr {
                     path: "/f".into(),
                     name: "user.k".into(),
                     value: Some(serde_bytes::ByteBuf::from(b"v".to_vec())),
@@ -251,7 +252,7 @@ fn requests() -> Seeds {
             request(
                 10,
                 to,
-                Request::SetAttr {
+                ClientRequest::SetAttr {
                     path: "/f".into(),
                     set: SetAttr {
                         mode: Some(0o600),
@@ -269,7 +270,7 @@ fn requests() -> Seeds {
             request(
                 11,
                 Endpoints::SERVER,
-                Request::InstallMap(Box::new(small_map())),
+                ServerRequest::InstallMap(Box::new(small_map())),
             ),
         ),
         (
@@ -277,7 +278,7 @@ fn requests() -> Seeds {
             request(
                 12,
                 peer,
-                Request::RenamePrepare {
+                PeerRequest::RenamePrepare {
                     txid: (5 << 40) | 3,
                     coordinator: 2,
                     to: "/b/new".into(),
@@ -292,7 +293,7 @@ fn requests() -> Seeds {
             request(
                 13,
                 peer,
-                Request::AtInode {
+                PeerRequest::AtInode {
                     ino: 99,
                     caller: caller(),
                     op: InodeOp::Write {
@@ -309,7 +310,7 @@ fn requests() -> Seeds {
             request(
                 14,
                 peer,
-                Request::Replicate {
+                ReplicaRequest::Replicate {
                     seq: 42,
                     acked: 41,
                     ops: vec![
@@ -332,7 +333,7 @@ fn requests() -> Seeds {
             request(
                 15,
                 peer,
-                Request::DirImport {
+                PeerRequest::DirImport {
                     path: "/moved".into(),
                     txid: 8,
                     ino: 1234,
@@ -354,7 +355,7 @@ fn requests() -> Seeds {
             request(
                 16,
                 peer,
-                Request::DirFinish {
+                PeerRequest::DirFinish {
                     path: "/moved".into(),
                     txid: 8,
                     action: DirAction::Drop {
@@ -368,13 +369,13 @@ fn requests() -> Seeds {
             request(
                 17,
                 Endpoints::SERVER,
-                Request::Raft {
+                PeerRequest::Raft {
                     rpc: RaftRpc::Vote,
                     payload: enc(&VoteRequest::<NodeId>::new(Vote::new(3, 1), None)),
                 },
             ),
         ),
-        ("statfs", request(18, Endpoints::SERVER, Request::StatFs)),
+        ("statfs", request(18, Endpoints::SERVER, ServerRequest::StatFs)),
     ]
 }
 
