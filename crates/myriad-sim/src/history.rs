@@ -16,6 +16,8 @@ use tokio::time::Instant;
 
 struct Version {
     delete: bool,
+    /// What a read of this version returns (a file's contents, "dir" for a directory).
+    token: String,
     invoked: Instant,
     acked: Option<Instant>,
 }
@@ -51,16 +53,33 @@ impl History {
         }
     }
 
-    /// A put (or delete) of `path` begins; its version.
-    pub fn begin(&self, path: &str, delete: bool) -> u64 {
+    /// The next version `path` will get.
+    pub fn next_version(&self, path: &str) -> u64 {
+        self.lock()
+            .files
+            .get(path)
+            .map_or(1, |v| v.len() as u64 + 1)
+    }
+
+    /// A put of `token` (or a delete: `None`) at `path` begins; its version.
+    pub fn begin(&self, path: &str, token: Option<String>) -> u64 {
         let mut s = self.lock();
         let v = s.files.entry(path.to_string()).or_default();
         v.push(Version {
-            delete,
+            delete: token.is_none(),
+            token: token.unwrap_or_default(),
             invoked: Instant::now(),
             acked: None,
         });
         v.len() as u64
+    }
+
+    /// The token of `path`'s last version if that version is an acknowledged put (what a
+    /// rename of it moves), else `None`.
+    pub fn settled_token(&self, path: &str) -> Option<String> {
+        let s = self.lock();
+        let last = s.files.get(path)?.last()?;
+        (!last.delete && last.acked.is_some()).then(|| last.token.clone())
     }
 
     pub fn ack(&self, path: &str, version: u64) {
@@ -80,7 +99,7 @@ impl History {
         &self,
         path: &str,
         invoked: Instant,
-        seen: Option<u64>,
+        seen: Option<&str>,
     ) -> Result<(), String> {
         let s = self.lock();
         let now = Instant::now();
@@ -94,12 +113,9 @@ impl History {
             .max()
             .unwrap_or(0);
         let ok = match seen {
-            Some(v) => {
-                v >= floor
-                    && versions
-                        .get(v.wrapping_sub(1) as usize)
-                        .is_some_and(|w| !w.delete && w.invoked <= now)
-            }
+            Some(t) => versions.iter().enumerate().any(|(i, w)| {
+                i as u64 + 1 >= floor && !w.delete && w.token == t && w.invoked <= now
+            }),
             None => {
                 (floor == 0)
                     || versions

@@ -27,14 +27,14 @@ pub fn contents(path: &str, version: u64) -> Vec<u8> {
     format!("{path}@v{version:08}").into_bytes()
 }
 
-/// The version in `data`, if it is `path`'s.
-fn version_of(path: &str, data: &[u8]) -> Result<u64, String> {
-    let text = String::from_utf8_lossy(data);
-    text.strip_prefix(path)
-        .and_then(|rest| rest.strip_prefix("@v"))
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("read of {path} returned bytes that are not its own: {text:?}"))
+/// The token a read of a file returns: its contents (which name the path and version they
+/// were written as, so a read that returns another file's bytes, or a rename's, is checked).
+fn token_of(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
 }
+
+/// What a read of a directory returns.
+const DIR: &str = "dir";
 
 pub struct ClientRun {
     pub id: u32,
@@ -54,6 +54,10 @@ impl ClientRun {
         format!("/c{client}/f{k}")
     }
 
+    fn dir(&self, client: u32, k: u32) -> String {
+        format!("/c{client}/d{k}")
+    }
+
     pub async fn run(self) -> Verdict {
         let mut created = 0u32;
         for _ in 0..self.ops {
@@ -66,10 +70,18 @@ impl ClientRun {
                 )
             });
             tokio::time::sleep(think).await;
+            let j = (k + 1 + other) % FILES;
             match op {
-                0..35 => self.put(&self.path(self.id, k)).await,
-                35..45 => self.delete(&self.path(self.id, k)).await,
-                45..70 => self.read(&self.path(other, k)).await?,
+                0..27 => self.put(&self.path(self.id, k)).await,
+                27..33 => self.delete(&self.path(self.id, k)).await,
+                33..38 => {
+                    self.rename(&self.path(self.id, k), &self.path(self.id, j))
+                        .await
+                }
+                38..42 => self.mkdir(&self.dir(self.id, k)).await,
+                42..45 => self.rmdir(&self.dir(self.id, k)).await,
+                45..62 => self.read(&self.path(other, k)).await?,
+                62..70 => self.stat_dir(&self.dir(other, k)).await?,
                 70..85 => {
                     created += 1;
                     self.create_shared(&format!("{BIG}/c{}-{created}", self.id))
@@ -86,8 +98,9 @@ impl ClientRun {
     }
 
     async fn put(&self, path: &str) {
-        let v = self.history.begin(path, false);
+        let v = self.history.next_version(path);
         let data = contents(path, v);
+        self.history.begin(path, Some(token_of(&data)));
         // Create (or open) and write: a file that exists keeps its inode.
         let result = async {
             let h = self.client.create(path, 0o644, false, &data).await?;
@@ -105,7 +118,7 @@ impl ClientRun {
     }
 
     async fn delete(&self, path: &str) {
-        let v = self.history.begin(path, true);
+        let v = self.history.begin(path, None);
         match self.client.unlink(path).await {
             Ok(()) | Err(FsError::NotFound) => self.history.ack(path, v),
             Err(e) => self.trace.event(format_args!(
@@ -120,7 +133,7 @@ impl ClientRun {
     async fn read(&self, path: &str) -> Verdict {
         let invoked = Instant::now();
         let seen = match self.client.fetch(path).await {
-            Ok((_, data)) => Some(version_of(path, &data)?),
+            Ok((_, data)) => Some(token_of(&data)),
             Err(FsError::NotFound) => None,
             // Unavailable past the client's deadline: no observation.
             Err(e) => {
@@ -131,7 +144,83 @@ impl ClientRun {
         };
         self.trace
             .event(format_args!("c{} read {path}: {seen:?}", self.id));
-        self.history.check_read(path, invoked, seen)
+        self.history.check_read(path, invoked, seen.as_deref())
+    }
+
+    /// Moves `from` (an acknowledged file) over `to`: `to` then holds `from`'s contents,
+    /// `from` is gone; both at once, or neither.
+    async fn rename(&self, from: &str, to: &str) {
+        // A rename onto itself changes nothing (POSIX); the model below is for two names.
+        if from == to {
+            return;
+        }
+        let Some(token) = self.history.settled_token(from) else {
+            return;
+        };
+        let vt = self.history.begin(to, Some(token));
+        let vf = self.history.begin(from, None);
+        match self
+            .client
+            .rename(from, to, myriad_client::RenameFlags::default())
+            .await
+        {
+            Ok(()) => {
+                self.history.ack(to, vt);
+                self.history.ack(from, vf);
+            }
+            Err(e) => self.trace.event(format_args!(
+                "c{} rename {from} -> {to}: in doubt ({e})",
+                self.id
+            )),
+        }
+        self.trace
+            .event(format_args!("c{} rename {from} -> {to} done", self.id));
+    }
+
+    async fn mkdir(&self, path: &str) {
+        let v = self.history.begin(path, Some(DIR.to_string()));
+        match self.client.mkdir(path, 0o755).await {
+            Ok(_) | Err(FsError::AlreadyExists) => self.history.ack(path, v),
+            Err(e) => self
+                .trace
+                .event(format_args!("c{} mkdir {path}: in doubt ({e})", self.id)),
+        }
+        self.trace
+            .event(format_args!("c{} mkdir {path} done", self.id));
+    }
+
+    async fn rmdir(&self, path: &str) {
+        let v = self.history.begin(path, None);
+        match self.client.rmdir(path).await {
+            Ok(()) | Err(FsError::NotFound) => self.history.ack(path, v),
+            Err(e) => self
+                .trace
+                .event(format_args!("c{} rmdir {path}: in doubt ({e})", self.id)),
+        }
+        self.trace
+            .event(format_args!("c{} rmdir {path} done", self.id));
+    }
+
+    async fn stat_dir(&self, path: &str) -> Verdict {
+        let invoked = Instant::now();
+        let seen = match self.client.stat(path).await {
+            Ok(i) if i.kind == myriad_client::FileKind::Directory => Some(DIR.to_string()),
+            Ok(i) => {
+                return Err(format!(
+                    "{path} is a {:?}, never made but as a directory",
+                    i.kind
+                ));
+            }
+            Err(FsError::NotFound) => None,
+            Err(e) => {
+                self.trace
+                    .event(format_args!("c{} stat {path}: {e}", self.id));
+                return Ok(());
+            }
+        };
+        self.trace
+            .event(format_args!("c{} stat {path}: {seen:?}", self.id));
+        self.history.check_read(path, invoked, seen.as_deref())
     }
 
     async fn create_shared(&self, path: &str) {
@@ -187,12 +276,21 @@ impl ClientRun {
 pub async fn final_reads(client: &Client, history: &History) -> Verdict {
     for (path, _) in history.final_floors() {
         let invoked = Instant::now();
-        let seen = match client.fetch(&path).await {
-            Ok((_, data)) => Some(version_of(&path, &data)?),
-            Err(FsError::NotFound) => None,
-            Err(e) => return Err(format!("final read of {path} failed: {e}")),
+        let is_dir = path.rsplit('/').next().is_some_and(|n| n.starts_with('d'));
+        let seen = if is_dir {
+            match client.stat(&path).await {
+                Ok(_) => Some(DIR.to_string()),
+                Err(FsError::NotFound) => None,
+                Err(e) => return Err(format!("final stat of {path} failed: {e}")),
+            }
+        } else {
+            match client.fetch(&path).await {
+                Ok((_, data)) => Some(token_of(&data)),
+                Err(FsError::NotFound) => None,
+                Err(e) => return Err(format!("final read of {path} failed: {e}")),
+            }
         };
-        history.check_read(&path, invoked, seen)?;
+        history.check_read(&path, invoked, seen.as_deref())?;
     }
     Ok(())
 }

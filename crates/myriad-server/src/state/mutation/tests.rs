@@ -543,3 +543,41 @@ fn a_shard_does_not_split_again_while_an_earlier_split_is_being_undone() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(t.run(begin()), Ok(Outcome::SplitBegun { .. })));
 }
+
+/// Found by the simulation (seed 3001): a name held by a mkdir not yet decided is `Busy`
+/// for a new mkdir, create or symlink, not `AlreadyExists` (that mkdir may be undone and
+/// leave the name free); once it is decided, the answer is the name's.
+#[test]
+fn a_name_held_by_an_undecided_mkdir_is_busy_not_taken() {
+    let mut t = T::new();
+    let mkdir = || Mutation::MkdirBegin {
+        depth: 0,
+        dir: "/".into(),
+        name: "d".into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        now: 1,
+    };
+    let Ok(Outcome::Begun { txid, .. }) = t.run(mkdir()) else {
+        panic!("mkdir begin failed")
+    };
+    assert!(matches!(t.run(mkdir()), Err(FsError::Busy)));
+    let symlink = Mutation::Symlink {
+        dir: "/".into(),
+        name: "d".into(),
+        target: "x".into(),
+        uid: 0,
+        gid: 0,
+        now: 1,
+    };
+    assert!(matches!(t.run(symlink), Err(FsError::Busy)));
+    t.run(Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: "d".into(),
+        txid,
+        commit: false,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(t.run(mkdir()), Ok(Outcome::Begun { .. })));
+}
