@@ -16,7 +16,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 6: devices (`Inode::rdev`), `SetAttr::touch`, `opened` writes, `ChunkTrimFrom`,
 /// `DirTouch` (issue 16).
 /// 7: requests grouped by audience (`Request::{Client, Server, Admin, Peer, Replica}`).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// 8: `Response::ReplicaState` (a copy's batch number with the chain of its batches).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -179,8 +180,12 @@ pub enum Response {
     },
     FsckBlocks(Vec<(u64, u64)>),
     Block(Option<u64>),
-    /// A replica's last applied batch; None while it is receiving a whole copy.
-    Seq(Option<u64>),
+    /// A copy's last applied batch (`None` while it is receiving a whole copy) and the hash
+    /// chain of its batches up to it (equal numbers over different histories differ here).
+    ReplicaState {
+        seq: Option<u64>,
+        chain: u64,
+    },
     /// A page of a replica's keys (empty: no more).
     ReplicaPage(Vec<ReplOp>),
     ReplicaDigest {

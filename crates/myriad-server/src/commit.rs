@@ -28,6 +28,31 @@ use crate::state::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, s
 /// The meta key holding the sequence number of the last batch committed to a partition's
 /// store (written in the batch itself; copies apply batches in this order).
 pub(crate) const SEQ_KEY: &str = "repl_seq";
+/// The meta key holding the hash chain of the batches up to `SEQ_KEY` (written in each batch,
+/// so copies hold the same value): two copies at one batch number over different histories
+/// (a deposed primary's own batches) differ here, and the primary's stream copies the whole
+/// partition to such a copy. Found by the simulation (seed 3059).
+pub(crate) const CHAIN_KEY: &str = "repl_chain";
+
+/// The chain after `batch`: a hash of the previous chain and every operation of the batch.
+fn chain_next(prev: u64, batch: &Batch) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&prev.to_le_bytes());
+    for (space, key, value) in &batch.ops {
+        h.update(&[space.code()]);
+        h.update(&(key.len() as u64).to_le_bytes());
+        h.update(key);
+        match value {
+            Some(v) => {
+                h.update(&[1]);
+                h.update(&(v.len() as u64).to_le_bytes());
+                h.update(v);
+            }
+            None => h.update(&[0]),
+        }
+    }
+    h.digest()
+}
 
 /// Where numbered batches go once committed: the partition's copies. Commit names only this
 /// trait; replication implements it (the primary's streams), tests may implement it with
@@ -248,8 +273,9 @@ struct ApplyLoop {
     store: Store,
     ids: IdAlloc,
     layout: Layout,
-    /// The last batch committed.
+    /// The last batch committed, and the chain up to it.
     seq: u64,
+    chain: u64,
     copies: Arc<dyn Ship>,
     retired: Arc<AtomicBool>,
     changed: watch::Sender<u64>,
@@ -285,8 +311,11 @@ impl ApplyLoop {
             // shipping so that a copy added meanwhile starts at a batch boundary.
             let numbered = !batch.is_empty();
             let mut ship = self.copies.hold();
+            let mut chain = self.chain;
             let ops = if numbered {
                 self.store.put_meta_u64(&mut batch, SEQ_KEY, self.seq + 1);
+                chain = chain_next(self.chain, &batch);
+                self.store.put_meta_u64(&mut batch, CHAIN_KEY, chain);
                 ship.encode(&batch)
             } else {
                 None
@@ -298,6 +327,7 @@ impl ApplyLoop {
             }
             if numbered {
                 self.seq += 1;
+                self.chain = chain;
                 ship.ship(self.seq, ops);
             }
             drop(ship);
@@ -357,11 +387,13 @@ impl Applier {
     ) -> std::io::Result<Applier> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let retired = Arc::new(AtomicBool::new(false));
+        let start_chain = store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
         let mut apply = ApplyLoop {
             store,
             ids,
             layout,
             seq: start_seq,
+            chain: start_chain,
             copies: copies.clone(),
             retired: retired.clone(),
             changed,
@@ -724,5 +756,40 @@ mod tests {
             applier.run(create("y")).await,
             Err(FsError::Io(_))
         ));
+    }
+
+    /// Copies at one batch number over different histories carry different chains (the
+    /// stream's start check and a primary's catch-up tell them apart); the same history
+    /// gives the same chain.
+    #[tokio::test]
+    async fn the_batch_chain_tells_histories_of_equal_length_apart() {
+        let chain_after = |names: &'static [&'static str]| async move {
+            let (applier, _syncer, store) = start(disk(), Arc::new(NoCopies));
+            applier
+                .run(Mutation::InitRoot {
+                    now: 1,
+                    uid: 0,
+                    gid: 0,
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            for n in names {
+                applier
+                    .run(create(n))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            (
+                store.meta_u64(SEQ_KEY).ok().flatten(),
+                store.meta_u64(CHAIN_KEY).ok().flatten(),
+            )
+        };
+        let a = chain_after(&["x", "y"]).await;
+        let b = chain_after(&["x", "z"]).await;
+        let again = chain_after(&["x", "y"]).await;
+        assert_eq!(a.0, Some(3));
+        assert_eq!(a.0, b.0, "equal batch numbers");
+        assert_ne!(a.1, b.1, "different histories, different chains");
+        assert_eq!(a, again, "the same history, the same chain");
     }
 }

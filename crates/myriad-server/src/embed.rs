@@ -135,6 +135,18 @@ impl EmbeddedServer {
         out
     }
 
+    /// The keys (space code, key, hash of the value) of this server's copy of `pid`, for
+    /// finding what copies disagree on. Empty if it holds none.
+    #[must_use]
+    pub fn copy_keys(&self, pid: PartitionId) -> Vec<(u8, Vec<u8>, u64)> {
+        let store = match (self.host.partition(pid), self.host.backup(pid)) {
+            (Some(p), _) => p.store.clone(),
+            (None, Some(b)) => b.store().clone(),
+            (None, None) => return Vec::new(),
+        };
+        crate::replication::wire::key_hashes(&store).unwrap_or_default()
+    }
+
     /// Stops at once (a crash: what its disk did not sync is the disk's business): its
     /// partitions stop taking requests and its tasks end.
     pub fn stop(&self) {

@@ -22,6 +22,9 @@ use crate::rng::SimRng;
 use crate::trace::Trace;
 use crate::workload::{BIG, ClientRun, final_reads};
 
+/// A copy's keys (space code, key) and the hashes of their values.
+type KeyHashes = BTreeMap<(u8, Vec<u8>), u64>;
+
 /// A server-to-server request waits this long for its answer (the process default).
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the healed cluster gets to converge before the final checks fail.
@@ -440,10 +443,62 @@ impl Sim {
                 ));
             }
             if copies.windows(2).any(|w| w[0].1 != w[1].1) {
-                return Err(format!("partition {}: copies differ: {copies:?}", p.id));
+                return Err(format!(
+                    "partition {}: copies differ: {copies:?}; {}",
+                    p.id,
+                    self.copy_difference(p.id, &copies)
+                ));
             }
         }
         Ok(())
+    }
+
+    /// What the copies of `pid` disagree on (keys one has and another lacks, or holds with
+    /// another value).
+    fn copy_difference(&self, pid: u32, copies: &[(NodeId, CopyDigest)]) -> String {
+        let sets: Vec<(NodeId, KeyHashes)> = copies
+            .iter()
+            .filter_map(|(id, _)| self.net.server(*id).map(|s| (*id, s)))
+            .map(|(id, s)| {
+                let keys = s
+                    .copy_keys(pid)
+                    .into_iter()
+                    .map(|(sp, k, h)| ((sp, k), h))
+                    .collect();
+                (id, keys)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (a, ka) in &sets {
+            for (b, kb) in &sets {
+                if a >= b {
+                    continue;
+                }
+                for (k, h) in ka {
+                    if kb.get(k) != Some(h) {
+                        out.push(format!(
+                            "space {} key {:?}: on {a}, {} on {b}",
+                            k.0,
+                            String::from_utf8_lossy(&k.1),
+                            if kb.contains_key(k) {
+                                "other value"
+                            } else {
+                                "absent"
+                            }
+                        ));
+                    }
+                }
+                for k in kb.keys().filter(|k| !ka.contains_key(*k)) {
+                    out.push(format!(
+                        "space {} key {:?}: on {b}, absent on {a}",
+                        k.0,
+                        String::from_utf8_lossy(&k.1)
+                    ));
+                }
+            }
+        }
+        out.truncate(8);
+        out.join("; ")
     }
 
     async fn run(self: Arc<Self>) -> Result<Report, Failure> {

@@ -43,21 +43,15 @@ fn the_ci_seed_set_keeps_every_invariant() {
 /// 3001: a mkdir that failed and was being undone held its name; the client's retry got
 ///       `AlreadyExists` for a directory that never came to be. Fix: a name held by an
 ///       operation under way is `Busy`.
+/// 3059: one copy of a partition held an rmdir's intent the primary and the other copy did
+///       not, at the same batch number (a history of its own from when it was primary); the
+///       stream compared batch numbers only and never repaired it. Fix: batches carry a hash
+///       chain, compared at stream start and by a primary catching up.
 #[test]
 fn regression_seeds_pass() {
-    for seed in [1008, 1016, 1031, 3001] {
+    for seed in [1008, 1016, 1031, 3001, 3059] {
         check(&busy(seed));
     }
-}
-
-/// Open (found last, not fixed yet): after crashes and isolations, one copy of a partition
-/// holds a key the primary and the other copy lack, at the same batch number, and the
-/// stream's start check (which compares batch numbers only) never repairs it.
-/// `cargo test -p myriad-sim --test seeds -- --ignored` shows it.
-#[test]
-#[ignore = "open bug: copies diverge at an equal batch number (docs/simulation.md)"]
-fn open_seed_3059_copies_converge() {
-    check(&busy(3059));
 }
 
 #[test]

@@ -8,7 +8,7 @@ use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::{FsError, Request, Response};
 use myriad_storage::{Space, Store};
 
-use crate::commit::SEQ_KEY;
+use crate::commit::{CHAIN_KEY, SEQ_KEY};
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{clear_space, from_wire};
 use crate::state::mutation::storage_err;
@@ -25,6 +25,7 @@ pub(crate) async fn catch_up_from_backups(
     backups: &[NodeId],
 ) -> Result<(), FsError> {
     let mine = store.meta_u64(SEQ_KEY).map_err(storage_err)?.unwrap_or(0);
+    let my_chain = store.meta_u64(CHAIN_KEY).map_err(storage_err)?.unwrap_or(0);
     let mut best: Option<(NodeId, u64)> = None;
     for &b in backups {
         let link = Link {
@@ -45,8 +46,15 @@ pub(crate) async fn catch_up_from_backups(
             }
         })
         .await;
-        if let Ok(Ok(Response::Seq(Some(s)))) = asked
-            && s > mine
+        // A backup ahead, or at our number over another history: a primary acknowledges a
+        // batch only once every copy has it, so batches that only this copy holds (it was
+        // deposed, or crashed before shipping them) were never acknowledged, and the
+        // backups' history is the one to keep.
+        if let Ok(Ok(Response::ReplicaState {
+            seq: Some(s),
+            chain,
+        })) = asked
+            && (s > mine || (s == mine && chain != my_chain))
             && best.is_none_or(|(_, bs)| s > bs)
         {
             best = Some((b, s));

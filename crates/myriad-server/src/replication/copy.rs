@@ -9,7 +9,7 @@ use myriad_proto::{FsError, Request, Response};
 use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{oneshot, watch};
 
-use crate::commit::{Done, SEQ_KEY, Syncer};
+use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, Syncer};
 use crate::replication::wire::{
     COPYING_KEY, PARK_AHEAD_MAX, clear_space, from_wire, is_bookkeeping, page_limit,
     partition_store, to_ops,
@@ -145,7 +145,15 @@ impl Backup {
             }
             Request::Replica(ReplicaRequest::ReplicaSeq) => {
                 let st = self.lock();
-                Ok(Response::Seq((!st.copying).then(|| st.next - 1)))
+                let chain = self
+                    .store
+                    .meta_u64(CHAIN_KEY)
+                    .map_err(storage_err)?
+                    .unwrap_or(0);
+                Ok(Response::ReplicaState {
+                    seq: (!st.copying).then(|| st.next - 1),
+                    chain,
+                })
             }
             Request::Replica(ReplicaRequest::ReplicaReset) => {
                 let (tx, rx) = oneshot::channel();

@@ -25,7 +25,7 @@ use myriad_proto::{FsError, ReplOp, Request, Response};
 use myriad_storage::{Batch, Space, Store};
 use tokio::sync::{mpsc, watch};
 
-use crate::commit::{Ship, ShipSlot};
+use crate::commit::{CHAIN_KEY, Ship, ShipSlot};
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
 use myriad_proto::ReplicaRequest;
@@ -184,7 +184,16 @@ impl Replicator {
                 backup,
             };
             let start = g.last_shipped;
-            let task = tokio::spawn(run_stream(link, self.store.clone(), start, rx, atx));
+            // Under the shipping lock the store holds exactly the batches up to `start`, so
+            // its chain is the chain at `start`.
+            let chain = self.store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
+            let task = tokio::spawn(run_stream(
+                link,
+                self.store.clone(),
+                (start, chain),
+                rx,
+                atx,
+            ));
             g.streams.insert(
                 backup,
                 Stream {
@@ -253,16 +262,21 @@ impl Replicator {
 pub(crate) async fn run_stream(
     link: Link,
     store: Store,
-    start_seq: u64,
+    (start_seq, start_chain): (u64, u64),
     mut rx: mpsc::UnboundedReceiver<Shipped>,
     acked: watch::Sender<u64>,
 ) {
-    // 1. The backup must hold exactly our state at start_seq.
+    // 1. The backup must hold exactly our state at start_seq: the same batch number over
+    // the same history (a deposed primary's own batches give an equal number, not an equal
+    // chain).
     let mut need_copy = match link
         .call_until_ok(&Request::Replica(ReplicaRequest::ReplicaSeq))
         .await
     {
-        Response::Seq(Some(s)) if s == start_seq => false,
+        Response::ReplicaState {
+            seq: Some(s),
+            chain,
+        } if s == start_seq && chain == start_chain => false,
         other => {
             tracing::info!(
                 partition = link.pid,
@@ -347,8 +361,8 @@ pub(crate) async fn run_stream(
                 // for the next write).
                 let asked = tokio::time::timeout(IDLE_CHECK, link.call(&Request::Replica(ReplicaRequest::ReplicaSeq))).await;
                 match asked {
-                    Ok(Ok(Response::Seq(Some(s)))) if s >= water => {}
-                    Ok(Ok(Response::Seq(other))) => {
+                    Ok(Ok(Response::ReplicaState { seq: Some(s), .. })) if s >= water => {}
+                    Ok(Ok(Response::ReplicaState { seq: other, .. })) => {
                         tracing::warn!(
                             partition = link.pid,
                             backup = link.backup,

@@ -152,6 +152,23 @@ pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsErr
 
 /// The digest `FsckReplica` reports: every key and value of the partition's copy, in key
 /// order, except the sequence-number bookkeeping.
+/// Every key of a partition's store but the bookkeeping, with a hash of its value (for
+/// finding what two copies disagree on).
+pub(crate) fn key_hashes(store: &Store) -> Result<Vec<(u8, Vec<u8>, u64)>, FsError> {
+    let mut out = Vec::new();
+    for space in Space::PARTITION {
+        let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
+        while let Some(page) = pages.next_page()? {
+            for (k, v) in page {
+                if !is_bookkeeping(space, &k) {
+                    out.push((space.code(), k, xxhash_rust::xxh3::xxh3_64(&v)));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 pub(crate) fn digest(store: &Store) -> Result<(Option<u64>, u64, u64), FsError> {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut keys = 0u64;
