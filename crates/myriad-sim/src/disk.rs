@@ -4,13 +4,9 @@
 //! are atomic), and ends the incarnation that wrote them: its handle fails from then on, so
 //! tasks of a crashed server left running cannot touch the restarted one's disk.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use myriad_storage::{Batch, Kv, Pairs, Space, StorageError, prefix_end};
-
-type Table = BTreeMap<(Space, Vec<u8>), Vec<u8>>;
+use myriad_storage::{Batch, Kv, Pairs, Space, StorageError, Table, scan_table};
 
 #[derive(Default)]
 struct State {
@@ -117,21 +113,13 @@ impl Kv for DiskHandle {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Pairs, StorageError> {
-        let s = self.live()?;
-        let start = match after {
-            Some(a) if a >= prefix => Bound::Excluded((space, a.to_vec())),
-            _ => Bound::Included((space, prefix.to_vec())),
-        };
-        let end = match prefix_end(prefix) {
-            Some(e) => Bound::Excluded((space, e)),
-            None => Bound::Unbounded,
-        };
-        Ok(s.visible
-            .range((start, end))
-            .filter(|((sp, _), _)| *sp == space)
-            .take(limit)
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect())
+        Ok(scan_table(
+            &self.live()?.visible,
+            space,
+            prefix,
+            after,
+            limit,
+        ))
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StorageError> {

@@ -24,7 +24,7 @@ pub use blocks::{BLOCK_BYTES, block_data};
 pub use error::StorageError;
 pub use fjall_kv::FjallKv;
 pub use kv::{Batch, Kv, Pairs, Space, prefix_end};
-pub use mem_kv::MemKv;
+pub use mem_kv::{MemKv, Table, scan_table};
 pub use partition_kv::PartitionKv;
 pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use store::{FORMAT_VERSION, Store};

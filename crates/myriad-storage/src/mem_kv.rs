@@ -7,7 +7,33 @@ use std::sync::Mutex;
 use crate::StorageError;
 use crate::kv::{Batch, Kv, Pairs, Space, prefix_end};
 
-type Table = BTreeMap<(Space, Vec<u8>), Vec<u8>>;
+/// A whole engine's keys in memory, by space.
+pub type Table = BTreeMap<(Space, Vec<u8>), Vec<u8>>;
+
+/// `Kv::scan` over a `Table` (also used by the simulation's disk).
+#[must_use]
+pub fn scan_table(
+    table: &Table,
+    space: Space,
+    prefix: &[u8],
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Pairs {
+    let start = match after {
+        Some(a) if a >= prefix => Bound::Excluded((space, a.to_vec())),
+        _ => Bound::Included((space, prefix.to_vec())),
+    };
+    let end = match prefix_end(prefix) {
+        Some(e) => Bound::Excluded((space, e)),
+        None => Bound::Unbounded,
+    };
+    table
+        .range((start, end))
+        .filter(|((s, _), _)| *s == space)
+        .take(limit)
+        .map(|((_, k), v)| (k.clone(), v.clone()))
+        .collect()
+}
 
 #[derive(Default)]
 pub struct MemKv {
@@ -40,20 +66,7 @@ impl Kv for MemKv {
         limit: usize,
     ) -> Result<Pairs, StorageError> {
         let data = self.lock()?;
-        let start = match after {
-            Some(a) if a >= prefix => Bound::Excluded((space, a.to_vec())),
-            _ => Bound::Included((space, prefix.to_vec())),
-        };
-        let end = match prefix_end(prefix) {
-            Some(e) => Bound::Excluded((space, e)),
-            None => Bound::Unbounded,
-        };
-        Ok(data
-            .range((start, end))
-            .filter(|((s, _), _)| *s == space)
-            .take(limit)
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect())
+        Ok(scan_table(&data, space, prefix, after, limit))
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StorageError> {
