@@ -150,6 +150,9 @@ struct Faults {
     down: BTreeMap<NodeId, Instant>,
     /// The isolated server and when the network heals.
     isolated: Option<(NodeId, Instant)>,
+    /// Servers whose disk failed an fsync and that have not been restarted since (their
+    /// operator restarts them; at the end, the healing does).
+    sick: std::collections::BTreeSet<NodeId>,
 }
 
 struct Sim {
@@ -391,9 +394,11 @@ impl Sim {
                     // A disk error: the server acknowledges no more writes; its operator
                     // restarts it a moment later.
                     self.disks[who as usize].fail_next_sync();
+                    lock(&self.faults).sick.insert(who);
                     lock(&self.report).disk_errors += 1;
                     self.trace.event(format_args!("disk error on server {who}"));
                     tokio::time::sleep(Duration::from_secs(2)).await;
+                    lock(&self.faults).sick.remove(&who);
                     self.crash(who);
                 }
                 _ => {}
@@ -556,6 +561,15 @@ impl Sim {
         }
         self.net.set_faults(NetFaults::none());
         self.net.heal();
+        // A server whose disk failed acknowledges no writes until it restarts.
+        let sick: Vec<NodeId> = std::mem::take(&mut lock(&self.faults).sick)
+            .into_iter()
+            .collect();
+        for id in sick {
+            if self.net.server(id).is_some() {
+                self.crash(id);
+            }
+        }
         let down: Vec<NodeId> = std::mem::take(&mut lock(&self.faults).down)
             .into_keys()
             .collect();
