@@ -8,7 +8,8 @@
 //! Applier::run:   local fsync, then wait until every backup's acked >= n
 //! ```
 //! A stream first checks that the backup holds exactly the primary's state at start (same
-//! seq); if not (the backup missed batches or holds batches the primary lost in a crash,
+//! seq and same chain of batches, `commit::CHAIN_KEY`); if not (the backup missed batches
+//! or holds batches the primary lost in a crash,
 //! which were never acknowledged), it copies the whole partition: drop, pages of every
 //! key, then the batches committed since the copy began, replayed in order. Replaying
 //! physical puts and deletes over a copy taken while writes went on yields the primary's
