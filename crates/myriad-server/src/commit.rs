@@ -134,6 +134,11 @@ impl Durable {
     }
 }
 
+/// Mutations queued for one partition's writer before submitters wait for room: a flood
+/// of requests is held back (each waits in its task) instead of growing the queue without
+/// bound.
+const JOBS_QUEUED_MAX: usize = 4096;
+
 /// Mutations applied per round before handing to the syncer, so replies are not held back by
 /// an endless stream of new work.
 const ROUND_MAX: usize = 512;
@@ -218,13 +223,13 @@ impl SyncLoop {
     }
 }
 
-/// The first item and whatever else is queued behind it.
-fn drain<T>(first: T, rx: &mut mpsc::UnboundedReceiver<T>, max: usize) -> Vec<T> {
+/// The first item and whatever else is queued behind it (`next`: a non-blocking receive).
+fn drain<T>(first: T, mut next: impl FnMut() -> Option<T>, max: usize) -> Vec<T> {
     let mut items = vec![first];
     while items.len() < max {
-        match rx.try_recv() {
-            Ok(more) => items.push(more),
-            Err(_) => break,
+        match next() {
+            Some(more) => items.push(more),
+            None => break,
         }
     }
     items
@@ -245,7 +250,7 @@ impl Syncer {
                     .name("myriad-syncer".into())
                     .spawn(move || {
                         while let Some(first) = rx.blocking_recv() {
-                            sync.round(drain(first, &mut rx, usize::MAX));
+                            sync.round(drain(first, || rx.try_recv().ok(), usize::MAX));
                         }
                     })?;
             }
@@ -253,7 +258,7 @@ impl Syncer {
                 tokio::spawn(async move {
                     while let Some(first) = rx.recv().await {
                         tokio::time::sleep(fsync).await;
-                        sync.round(drain(first, &mut rx, usize::MAX));
+                        sync.round(drain(first, || rx.try_recv().ok(), usize::MAX));
                     }
                 });
             }
@@ -363,7 +368,7 @@ impl ApplyLoop {
 
 #[derive(Clone)]
 pub struct Applier {
-    tx: mpsc::UnboundedSender<Job>,
+    tx: mpsc::Sender<Job>,
     /// Durable replies also wait for every copy's ack.
     copies: Arc<dyn Ship>,
     /// Set when the partition is no longer served here: nothing more is committed.
@@ -385,7 +390,7 @@ impl Applier {
         copies: Arc<dyn Ship>,
         runner: Runner,
     ) -> std::io::Result<Applier> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+        let (tx, mut rx) = mpsc::channel::<Job>(JOBS_QUEUED_MAX);
         let retired = Arc::new(AtomicBool::new(false));
         let start_chain = store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
         let mut apply = ApplyLoop {
@@ -405,7 +410,7 @@ impl Applier {
                     .name("myriad-applier".into())
                     .spawn(move || {
                         while let Some(first) = rx.blocking_recv() {
-                            if !apply.round(drain(first, &mut rx, ROUND_MAX)) {
+                            if !apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX)) {
                                 break;
                             }
                         }
@@ -414,7 +419,7 @@ impl Applier {
             Runner::Tasks { .. } => {
                 tokio::spawn(async move {
                     while let Some(first) = rx.recv().await {
-                        if !apply.round(drain(first, &mut rx, ROUND_MAX)) {
+                        if !apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX)) {
                             break;
                         }
                     }
@@ -444,6 +449,7 @@ impl Applier {
                 durable: false,
                 synced: None,
             })
+            .await
             .is_ok()
         {
             let _ = rx.await;
@@ -475,6 +481,7 @@ impl Applier {
                 durable: false,
                 synced: Some(synced),
             })
+            .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
         let done = rx
             .await
@@ -495,6 +502,7 @@ impl Applier {
                 durable,
                 synced: None,
             })
+            .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
         let done = rx
             .await
