@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use myriad_net::{Pool, PoolConfig};
 
-use crate::transport::Transport;
+use myriad_net::Transport;
 use myriad_placement::{
     ClusterMap, NodeId, PartitionId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
 };

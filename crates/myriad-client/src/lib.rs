@@ -10,10 +10,10 @@
 mod client;
 mod dirs;
 mod file;
-mod transport;
 
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
+pub use myriad_net::Transport;
 pub use myriad_placement::{
     ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Move, NodeId, NodeInfo,
     NodeState, PartitionId,
@@ -24,4 +24,3 @@ pub use myriad_proto::auth::Keyring;
 pub use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs,
 };
-pub use transport::Transport;

@@ -16,6 +16,7 @@ mod handshake;
 pub mod limits;
 mod pool;
 mod serve;
+mod transport;
 
 pub use conn::RpcConn;
 pub use frame::{FrameCodec, frame_codec};
@@ -23,3 +24,4 @@ pub use handshake::Peer;
 pub use limits::ServeLimits;
 pub use pool::{Pool, PoolConfig};
 pub use serve::{Handler, SQUASHED_ID, ServeConfig, accept_loop, serve_connection};
+pub use transport::Transport;

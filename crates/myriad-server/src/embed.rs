@@ -19,7 +19,8 @@ use crate::config::ServerConfig;
 use crate::host::{Host, HostParts, OpenError};
 /// The lease and failure-detector timing a map authority must keep (membership.rs).
 pub use crate::membership::{DOWN_AFTER, LEASE, RENEW_EVERY};
-pub use crate::seams::{Authority, Transport};
+pub use crate::seams::Authority;
+pub use myriad_net::Transport;
 
 /// File times of embedded servers start here (2026-01-01T00:00:00Z) and follow the runtime's
 /// clock.

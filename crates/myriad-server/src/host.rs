@@ -29,8 +29,9 @@ use crate::replication::copy::Backup;
 use crate::replication::peers::Peers;
 use crate::replication::primary::Replicator;
 use crate::replication::wire::{drop_copy, partition_store};
-use crate::seams::{Authority, Transport};
+use crate::seams::Authority;
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
+use myriad_net::Transport;
 
 pub struct Host {
     /// This server's id in the map.

@@ -1,18 +1,6 @@
 //! The server as its partitions and replication see it: `Env` and `Peers` implemented by the
 //! process, and calls from one partition to another wherever it is served.
 
-//! A server process: the partitions it serves, and what they share (the engine and its fsync
-//! thread, the cluster map, the connection pool, the counters).
-//!
-//! ```text
-//! frame { target partition, source partition } ─> Host::handle ─┬─ target 0: server requests
-//!                                                               │   (map, counters, statfs)
-//!                                                               └─ partition p: Partition p, if this
-//!                                                                  server is its primary, else
-//!                                                                  Redirect(map)
-//! ```
-//! docs/replication.md: a partition is what the rest of the server calls a node.
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -46,7 +34,14 @@ impl Peers for Host {
                 .map(|n| n.addr.clone())
                 .ok_or_else(|| FsError::Unavailable(format!("server {to} is not in the map")))?;
             self.transport
-                .call(&addr, epoch, ends, &Caller::root(), req)
+                .call_with_timeout(
+                    &addr,
+                    epoch,
+                    ends,
+                    &Caller::root(),
+                    req,
+                    self.config.request_timeout,
+                )
                 .await
         })
     }
@@ -124,7 +119,14 @@ pub(crate) async fn call_partition(
                     source,
                 };
                 host.transport
-                    .call(addr, st.map.epoch, ends, &Caller::root(), &body)
+                    .call_with_timeout(
+                        addr,
+                        st.map.epoch,
+                        ends,
+                        &Caller::root(),
+                        &body,
+                        host.config.request_timeout,
+                    )
                     .await
             }
             None => Err(FsError::Unavailable(format!(

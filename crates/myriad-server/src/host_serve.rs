@@ -1,18 +1,6 @@
 //! A server's answers to frames (`Handler`): routing each to the server itself (maps,
 //! counters, statfs, the Raft group, leases), to a partition it serves, or to a copy it keeps.
 
-//! A server process: the partitions it serves, and what they share (the engine and its fsync
-//! thread, the cluster map, the connection pool, the counters).
-//!
-//! ```text
-//! frame { target partition, source partition } ─> Host::handle ─┬─ target 0: server requests
-//!                                                               │   (map, counters, statfs)
-//!                                                               └─ partition p: Partition p, if this
-//!                                                                  server is its primary, else
-//!                                                                  Redirect(map)
-//! ```
-//! docs/replication.md: a partition is what the rest of the server calls a node.
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 

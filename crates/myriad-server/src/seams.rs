@@ -1,52 +1,13 @@
-//! What a server needs from outside the process core, as traits: the network
-//! (`Transport`: the connection pool, or a simulated network) and the cluster-map authority
-//! (`Authority`: this server's member of the Raft group, or a simulation's authority).
-
-//! A server process: the partitions it serves, and what they share (the engine and its fsync
-//! thread, the cluster map, the connection pool, the counters).
-//!
-//! ```text
-//! frame { target partition, source partition } ─> Host::handle ─┬─ target 0: server requests
-//!                                                               │   (map, counters, statfs)
-//!                                                               └─ partition p: Partition p, if this
-//!                                                                  server is its primary, else
-//!                                                                  Redirect(map)
-//! ```
-//! docs/replication.md: a partition is what the rest of the server calls a node.
+//! What a server needs from outside the process core: the network (`myriad_net::Transport`:
+//! the connection pool, or a simulated network) and the cluster-map authority (`Authority`:
+//! this server's member of the Raft group, or a simulation's authority).
 
 use futures::future::BoxFuture;
-use myriad_net::Pool;
 use myriad_placement::{ClusterMap, NodeId};
-use myriad_proto::{Caller, FsError, Request, Response};
+use myriad_proto::{FsError, Response};
 
 use crate::membership::Membership;
 use myriad_proto::RaftRpc;
-
-/// How a server reaches the others: the connection pool in the process, the simulated
-/// network in a simulation (addresses are the map's).
-pub trait Transport: Send + Sync {
-    fn call<'a>(
-        &'a self,
-        addr: &'a str,
-        epoch: u64,
-        ends: myriad_proto::Endpoints,
-        caller: &'a Caller,
-        req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>>;
-}
-
-impl Transport for Pool {
-    fn call<'a>(
-        &'a self,
-        addr: &'a str,
-        epoch: u64,
-        ends: myriad_proto::Endpoints,
-        caller: &'a Caller,
-        req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        Box::pin(Pool::call(self, addr, epoch, ends, caller, req))
-    }
-}
 
 /// What a server needs from the cluster-map authority: its member of the Raft group in the
 /// process (`Membership`), the simulation's authority in a simulation.
@@ -59,7 +20,7 @@ pub trait Authority: Send + Sync {
     fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>>;
     /// The newest map the authority committed, if any.
     fn committed_map(&self) -> Option<ClusterMap>;
-    /// The current leader's server id, if known (0: none).
+    /// The current leader's server id, if known.
     fn leader(&self) -> Option<u64>;
     /// A Raft message from a peer.
     fn serve_raft(

@@ -25,8 +25,6 @@ use crate::workload::{BIG, ClientRun, final_reads};
 /// A copy's keys (space code, key) and the hashes of their values.
 type KeyHashes = BTreeMap<(u8, Vec<u8>), u64>;
 
-/// A server-to-server request waits this long for its answer (the process default).
-const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the healed cluster gets to converge before the final checks fail.
 const SETTLE_MAX: Duration = Duration::from_secs(120);
 /// How long an fsync takes on the virtual clock: writes committed meanwhile are visible and
@@ -224,7 +222,7 @@ impl Sim {
     }
 
     fn client(&self) -> Result<Arc<Client>, Failure> {
-        let endpoint = Endpoint::new(self.net.clone(), CLIENTS, PEER_TIMEOUT);
+        let endpoint = Endpoint::new(self.net.clone(), CLIENTS);
         let config = ClientConfig::new(self.map(), Caller::root(), keyring());
         Client::with_transport(config, Arc::new(endpoint))
             .map(Arc::new)
@@ -238,7 +236,7 @@ impl Sim {
         config.dir_split_entries = self.cfg.split_entries;
         config.disk_reserve_bytes = 0;
         let disk = self.disks[id as usize].handle();
-        let endpoint = Endpoint::new(self.net.clone(), id, PEER_TIMEOUT);
+        let endpoint = Endpoint::new(self.net.clone(), id);
         let authority = SimAuthority {
             me: id,
             leases: self.leases.clone(),

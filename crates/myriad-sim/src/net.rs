@@ -246,27 +246,28 @@ impl Net {
     }
 }
 
-/// One party's end of the network: a server incarnation's, or the clients'.
+/// One party's end of the network: a server incarnation's, or the clients'. Servers and
+/// clients reach servers through the same trait (`myriad_net::Transport`).
 pub struct Endpoint {
     net: Arc<Net>,
     me: NodeId,
     incarnation: u64,
-    timeout: Duration,
 }
 
 impl Endpoint {
     #[must_use]
-    pub fn new(net: Arc<Net>, me: NodeId, timeout: Duration) -> Endpoint {
+    pub fn new(net: Arc<Net>, me: NodeId) -> Endpoint {
         let incarnation = net.incarnation(me);
         Endpoint {
             net,
             me,
             incarnation,
-            timeout,
         }
     }
+}
 
-    fn send<'a>(
+impl myriad_client::Transport for Endpoint {
+    fn call_with_timeout<'a>(
         &'a self,
         addr: &'a str,
         epoch: u64,
@@ -287,32 +288,5 @@ impl Endpoint {
                 .clone()
                 .call(self.me, self.incarnation, addr, frame, timeout),
         )
-    }
-}
-
-impl myriad_server::embed::Transport for Endpoint {
-    fn call<'a>(
-        &'a self,
-        addr: &'a str,
-        epoch: u64,
-        ends: Endpoints,
-        caller: &'a Caller,
-        req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        self.send(addr, epoch, ends, caller, req, self.timeout)
-    }
-}
-
-impl myriad_client::Transport for Endpoint {
-    fn call_with_timeout<'a>(
-        &'a self,
-        addr: &'a str,
-        epoch: u64,
-        ends: Endpoints,
-        caller: &'a Caller,
-        req: &'a Request,
-        timeout: Duration,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        self.send(addr, epoch, ends, caller, req, timeout)
     }
 }

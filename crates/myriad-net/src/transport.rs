@@ -1,11 +1,12 @@
-//! How a client reaches servers: the connection pool (`myriad-net`), or a simulated network
-//! (the deterministic simulation runs the real client against real servers in one process).
+//! How a client or a server reaches servers: the connection pool, or a simulated network
+//! (the deterministic simulation runs real clients and servers in one process).
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use myriad_net::Pool;
 use myriad_proto::{Caller, Endpoints, FsError, Request, Response};
+
+use crate::pool::Pool;
 
 pub trait Transport: Send + Sync {
     /// Sends `req` to the server at `addr` (an address of the map) and waits for its answer,
