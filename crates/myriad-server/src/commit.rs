@@ -627,6 +627,15 @@ mod tests {
         (applier, syncer, store)
     }
 
+    async fn init_root(applier: &Applier) {
+        let root = Mutation::InitRoot {
+            now: 1,
+            uid: 0,
+            gid: 0,
+        };
+        applier.run(root).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
     fn create(name: &str) -> Mutation {
         Mutation::CreateFile {
             dir: "/".into(),
@@ -653,14 +662,7 @@ mod tests {
         let kv = disk();
         let copies = Arc::new(Recorder::default());
         let (applier, syncer, store) = start(kv.clone(), copies.clone());
-        applier
-            .run(Mutation::InitRoot {
-                now: 1,
-                uid: 0,
-                gid: 0,
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        init_root(&applier).await;
         for i in 0..20 {
             applier
                 .run(create(&format!("d{i}")))
@@ -686,12 +688,7 @@ mod tests {
     async fn after_a_failed_fsync_no_write_is_acknowledged_again() {
         let kv = disk();
         let (applier, _syncer, _store) = start(kv.clone(), Arc::new(NoCopies));
-        let root = Mutation::InitRoot {
-            now: 1,
-            uid: 0,
-            gid: 0,
-        };
-        applier.run(root).await.unwrap_or_else(|e| panic!("{e}"));
+        init_root(&applier).await;
         kv.failing.store(true, Ordering::SeqCst);
         let failed = applier.run(create("a")).await;
         assert!(matches!(failed, Err(FsError::Io(_))), "{failed:?}");
@@ -706,14 +703,7 @@ mod tests {
         let kv = disk();
         let copies = Arc::new(Recorder::default());
         let (applier, _syncer, store) = start(kv, copies.clone());
-        applier
-            .run(Mutation::InitRoot {
-                now: 1,
-                uid: 0,
-                gid: 0,
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        init_root(&applier).await;
         applier.retire().await;
         let after = applier.run(create("late")).await;
         assert!(matches!(after, Err(FsError::Unavailable(_))), "{after:?}");
@@ -740,12 +730,7 @@ mod tests {
         );
         let threads_after = std::fs::read_dir("/proc/self/task").map(|d| d.count()).ok();
         assert_eq!(threads_before, threads_after, "no thread started");
-        let root = Mutation::InitRoot {
-            now: 1,
-            uid: 0,
-            gid: 0,
-        };
-        applier.run(root).await.unwrap_or_else(|e| panic!("{e}"));
+        init_root(&applier).await;
         for i in 0..5 {
             applier
                 .run(create(&format!("f{i}")))
@@ -773,14 +758,7 @@ mod tests {
     async fn the_batch_chain_tells_histories_of_equal_length_apart() {
         let chain_after = |names: &'static [&'static str]| async move {
             let (applier, _syncer, store) = start(disk(), Arc::new(NoCopies));
-            applier
-                .run(Mutation::InitRoot {
-                    now: 1,
-                    uid: 0,
-                    gid: 0,
-                })
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            init_root(&applier).await;
             for n in names {
                 applier
                     .run(create(n))

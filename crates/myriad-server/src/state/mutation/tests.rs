@@ -98,15 +98,7 @@ fn ids_are_unique_and_carry_the_node_id() {
 #[test]
 fn mkdir_entry_stays_pending_until_resolved() {
     let mut t = T::new();
-    let Ok(Outcome::Begun { txid, inode }) = t.run(Mutation::MkdirBegin {
-        depth: 0,
-        dir: "/".into(),
-        name: "d".into(),
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-        now: 1,
-    }) else {
+    let Ok(Outcome::Begun { txid, inode }) = t.run(mkdir_begin("d")) else {
         panic!("mkdir begin failed")
     };
     assert!(t.store.intent(txid).ok().flatten().is_some());
@@ -130,15 +122,7 @@ fn mkdir_entry_stays_pending_until_resolved() {
 #[test]
 fn aborted_mkdir_leaves_nothing() {
     let mut t = T::new();
-    let Ok(Outcome::Begun { txid, .. }) = t.run(Mutation::MkdirBegin {
-        depth: 0,
-        dir: "/".into(),
-        name: "d".into(),
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-        now: 1,
-    }) else {
+    let Ok(Outcome::Begun { txid, .. }) = t.run(mkdir_begin("d")) else {
         panic!("mkdir begin failed")
     };
     t.run(Mutation::ResolveEntry {
@@ -304,6 +288,19 @@ fn chunk_operations_on_absurd_chunk_indexes_are_errors() {
         data: vec![1],
     };
     assert_eq!(t.run(write).err(), Some(FsError::TooLarge));
+}
+
+/// The first step of `mkdir /<name>` (mode 755, by root).
+fn mkdir_begin(name: &str) -> Mutation {
+    Mutation::MkdirBegin {
+        depth: 0,
+        dir: "/".into(),
+        name: name.into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        now: 1,
+    }
 }
 
 fn dir_record(t: &T, path: &str) -> DirRecord {
@@ -550,15 +547,7 @@ fn a_shard_does_not_split_again_while_an_earlier_split_is_being_undone() {
 #[test]
 fn a_name_held_by_an_undecided_mkdir_is_busy_not_taken() {
     let mut t = T::new();
-    let mkdir = || Mutation::MkdirBegin {
-        depth: 0,
-        dir: "/".into(),
-        name: "d".into(),
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-        now: 1,
-    };
+    let mkdir = || mkdir_begin("d");
     let Ok(Outcome::Begun { txid, .. }) = t.run(mkdir()) else {
         panic!("mkdir begin failed")
     };
