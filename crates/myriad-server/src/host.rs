@@ -36,7 +36,8 @@ use myriad_net::Transport;
 pub struct Host {
     /// This server's id in the map.
     pub(crate) id: NodeId,
-    pub(crate) map: RwLock<Arc<MapState>>,
+    /// The map this server serves under; membership reads it through a receiver.
+    pub(crate) map: watch::Sender<Arc<MapState>>,
     pub(crate) map_path: Option<PathBuf>,
     pub(crate) data_dir: PathBuf,
     /// How it reaches other servers (the connection pool; the simulated network).
@@ -59,8 +60,6 @@ pub struct Host {
     /// The cluster-map authority as this server sees it: its member of the Raft group (the
     /// serving lease, proposals), or the simulation's authority.
     pub(crate) authority: Arc<dyn Authority>,
-    /// The current map, published for membership (which reads, never writes it).
-    pub(crate) map_news: watch::Sender<Arc<MapState>>,
     /// Partitions whose copy here a completed move made redundant (dropped by the next
     /// reconcile).
     pub(crate) moved_away: Mutex<Vec<PartitionId>>,
@@ -114,12 +113,10 @@ impl Host {
             authority,
             map_news,
         } = parts;
-        let first = map_news.borrow().clone();
         Arc::new_cyclic(|me| Host {
             me: me.clone(),
             id: config.node_id,
-            map: RwLock::new(first),
-            map_news,
+            map: map_news,
             map_path: config.map_path.clone(),
             data_dir: config.data_dir.clone(),
             transport,
@@ -141,7 +138,7 @@ impl Host {
     }
 
     pub(crate) fn state(&self) -> Arc<MapState> {
-        read(&self.map).clone()
+        self.map.borrow().clone()
     }
 
     pub(crate) fn partition(&self, pid: PartitionId) -> Option<Arc<Partition>> {
@@ -287,10 +284,17 @@ impl Host {
                 "this server is not in the cluster map any more: it serves nothing"
             );
         }
-        let mut guard = self
-            .map
-            .write()
-            .map_err(|_| FsError::Io("map lock poisoned".into()))?;
+        // The whole adoption under the map's own lock: two adoptions never interleave.
+        let mut result = Ok(false);
+        self.map.send_if_modified(|current| {
+            result = self.adopt_over(current, map);
+            matches!(result, Ok(true))
+        });
+        result
+    }
+
+    /// `adopt_map` with the current map locked (`guard`): must not read `self.map`.
+    fn adopt_over(&self, guard: &mut Arc<MapState>, map: ClusterMap) -> Result<bool, FsError> {
         if map.epoch <= guard.map.epoch {
             return Ok(false);
         }
@@ -342,7 +346,6 @@ impl Host {
         tracing::info!(epoch = map.epoch, "installed newer cluster map");
         let ring = map.ring();
         *guard = Arc::new(MapState { map, ring });
-        self.map_news.send_replace(guard.clone());
         Ok(true)
     }
 
