@@ -88,3 +88,11 @@ fn the_checks_catch_a_disk_that_loses_acknowledged_writes() {
         "ten runs on a disk that loses writes and no check failed"
     );
 }
+
+/// Open (found last, not fixed yet): a listing of the splitting directory misses three names
+/// acknowledged before it began. `cargo test -p myriad-sim --test seeds -- --ignored`.
+#[test]
+#[ignore = "open bug: a listing misses acknowledged names (docs/simulation.md, seed 9107)"]
+fn open_seed_9107_listing_sees_every_name() {
+    check(&busy(9107));
+}

@@ -130,9 +130,34 @@ impl Partition {
                 return Err(e);
             }
         };
-        self.applier
+        if let Err(e) = self
+            .applier
             .run(Mutation::Shard(ShardMutation::SplitCommit { txid }))
-            .await?;
+            .await
+        {
+            // Undone by recovery meanwhile (its intent gone or decided Abort): what
+            // copy_upper_half did after that undo (the child's copy, the home's map) is undone
+            // the same way. Otherwise (the disk failed, the decision may stand) recovery
+            // decides from the intent.
+            let abandoned = !matches!(
+                self.store
+                    .intent(txid)
+                    .map_err(storage_err)?
+                    .and_then(|b| Intent::decode(&b)),
+                Some(Intent::SplitOut {
+                    decision: Decision::Commit | Decision::Undecided,
+                    ..
+                })
+            );
+            if abandoned {
+                tracing::info!(
+                    "split of {dir} shard {} was undone meanwhile: {e}",
+                    shard.label()
+                );
+                self.undo_split(dir, ino, txid, shard).await;
+            }
+            return Err(e);
+        }
         // Replicas of moved directories' permissions were subscribed here; their changes
         // are now made at the child's node, which does not know those subscribers.
         for name in moved_dirs {
