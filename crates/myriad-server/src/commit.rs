@@ -433,6 +433,12 @@ impl Applier {
         })
     }
 
+    /// Refuses from now on: every mutation not yet applied fails with `Unavailable` (without
+    /// the fence of `retire`, for callers that cannot wait).
+    pub(crate) fn refuse(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
     /// Stops committing: every mutation queued or submitted later fails with `Unavailable`,
     /// and once this returns nothing more reaches the store (a backup may open it next).
     /// Writes waiting for backup acks fail too.

@@ -87,6 +87,16 @@ pub(crate) enum OpenError {
     Fs(FsError),
 }
 
+impl OpenError {
+    pub(crate) fn into_fs(self) -> FsError {
+        match self {
+            OpenError::Fs(e) => e,
+            OpenError::Store(e) => FsError::Io(e.to_string()),
+            OpenError::Io(e) => FsError::Io(e.to_string()),
+        }
+    }
+}
+
 /// What a server is assembled from: the process wires sockets and the Raft group, a
 /// simulation its own network and authority.
 pub(crate) struct HostParts {
@@ -162,7 +172,14 @@ impl Host {
     pub(crate) fn serving(&self, pid: PartitionId, epoch: u64) -> Result<Arc<Partition>, FsError> {
         let st = self.state();
         let node = match self.partition(pid) {
-            Some(node) if st.map.primary_of(pid) == Some(self.id) => node,
+            // Only within an unbroken run as primary up to this map (else it is being
+            // opened again: `not_here` answers Busy).
+            Some(node)
+                if st.map.primary_of(pid) == Some(self.id)
+                    && node.primary_through() == st.map.epoch =>
+            {
+                node
+            }
             // The sender knows a newer map: it sends it (or waits for us to follow it).
             _ if epoch > st.map.epoch => return Err(FsError::MapTooOld(st.map.epoch)),
             _ => return Err(self.not_here(pid)),
@@ -261,11 +278,7 @@ impl Host {
     /// stops partitions to match it.
     pub(crate) async fn install_map(self: &Arc<Self>, map: ClusterMap) -> Result<(), FsError> {
         if self.adopt_map(map)? {
-            self.reconcile().await.map_err(|e| match e {
-                OpenError::Fs(e) => e,
-                OpenError::Store(e) => FsError::Io(e.to_string()),
-                OpenError::Io(e) => FsError::Io(e.to_string()),
-            })?;
+            self.reconcile().await.map_err(OpenError::into_fs)?;
         }
         Ok(())
     }
@@ -336,6 +349,22 @@ impl Host {
                 h.insert(p, until);
             }
         }
+        // Primary terms (docs/replication.md): a partition served here stays served only
+        // through a map that directly follows the last one it was served under and keeps
+        // this server its primary. Otherwise another server may have been primary in
+        // between, so this copy may lack acknowledged batches: it stops at once, and the
+        // reconcile that follows opens it again (catching up) if it is still ours.
+        let old_epoch = guard.map.epoch;
+        for node in read(&self.partitions).values() {
+            if node.primary_through() == old_epoch
+                && map.epoch == old_epoch + 1
+                && map.primary_of(node.me) == Some(self.id)
+            {
+                node.extend_primary_through(map.epoch);
+            } else {
+                node.depose();
+            }
+        }
         if let Some(p) = &self.map_path {
             // Servers of a local cluster share one map file: a temporary name of our own.
             let tmp = p.with_extension(format!("tmp.{}", self.id));
@@ -343,7 +372,11 @@ impl Host {
                 .and_then(|()| std::fs::rename(&tmp, p))
                 .map_err(|e| FsError::Io(e.to_string()))?;
         }
-        tracing::info!(epoch = map.epoch, "installed newer cluster map");
+        tracing::info!(
+            server = self.id,
+            epoch = map.epoch,
+            "installed newer cluster map"
+        );
         let ring = map.ring();
         *guard = Arc::new(MapState { map, ring });
         Ok(true)
@@ -354,63 +387,100 @@ impl Host {
     pub(crate) fn missing_partitions(&self) -> bool {
         let st = self.state();
         let have = read(&self.partitions);
-        st.map
-            .primaries_of(self.id)
-            .iter()
-            .any(|p| st.map.primary_of(*p) == Some(self.id) && !have.contains_key(p))
+        st.map.primaries_of(self.id).iter().any(|p| {
+            have.get(p)
+                .is_none_or(|node| node.primary_through() != st.map.epoch)
+        })
     }
 
     /// Serves the partitions the current map makes this server the primary of, and stops
-    /// serving the others. Serialized, so two map installs cannot open a partition twice.
+    /// serving the others (and those whose run as primary broke: `adopt_over`). Serialized,
+    /// so two map installs cannot open a partition twice. A partition opened while a newer
+    /// map arrived is not kept: it caught up under a map that is no longer current, so the
+    /// round starts over under the new one.
     pub(crate) async fn reconcile(self: &Arc<Self>) -> Result<(), OpenError> {
         let _one = self.reconciling.lock().await;
-        let st = self.state();
-        let want: BTreeSet<PartitionId> = st
-            .map
-            .primaries_of(self.id)
-            .into_iter()
-            .filter(|&p| st.map.primary_of(p) == Some(self.id))
-            .collect();
-        let have: BTreeSet<PartitionId> = read(&self.partitions).keys().copied().collect();
-        for pid in have.difference(&want) {
-            let gone = match self.partitions.write() {
-                Ok(mut p) => p.remove(pid),
-                Err(p) => p.into_inner().remove(pid),
-            };
-            if let Some(node) = gone {
-                tracing::info!(
-                    partition = pid,
-                    epoch = st.map.epoch,
-                    "no longer primary; stopped serving"
-                );
-                node.stop();
-                // Nothing more may reach the store before a backup copy opens on it.
-                node.applier.retire().await;
-            }
-        }
-        for pid in have.intersection(&want) {
-            if let Some(node) = self.partition(*pid) {
-                node.replicator.set_backups(&st.map.backups_of(*pid));
-            }
-        }
-        self.reconcile_backups(&st.map)?;
-        let mut started = Vec::new();
-        for &pid in want.difference(&have) {
-            let node = match self.open_partition(pid).await {
-                Ok(node) => node,
-                // Catching up from the other copies failed (they are changing too): the
-                // partition answers Busy until the next reconcile (membership.rs retries).
-                Err(OpenError::Fs(e)) => {
-                    tracing::warn!(partition = pid, "cannot open the partition yet: {e}");
-                    continue;
+        loop {
+            let st = self.state();
+            let epoch = st.map.epoch;
+            let want: BTreeSet<PartitionId> = st.map.primaries_of(self.id).into_iter().collect();
+            let stale: Vec<PartitionId> = read(&self.partitions)
+                .values()
+                .filter(|n| !want.contains(&n.me) || n.primary_through() != epoch)
+                .map(|n| n.me)
+                .collect();
+            for pid in stale {
+                let gone = match self.partitions.write() {
+                    Ok(mut p) => p.remove(&pid),
+                    Err(p) => p.into_inner().remove(&pid),
+                };
+                if let Some(node) = gone {
+                    tracing::info!(
+                        server = self.id,
+                        partition = pid,
+                        epoch,
+                        primary_through = node.primary_through(),
+                        "stopped serving (no longer primary, or not without a break)"
+                    );
+                    node.depose();
+                    // Nothing more may reach the store before a backup copy (or this
+                    // partition opened anew) opens on it.
+                    node.applier.retire().await;
                 }
-                Err(e) => return Err(e),
-            };
-            if let Ok(mut p) = self.partitions.write() {
-                p.insert(pid, node.clone());
             }
-            started.push(node);
+            let have: BTreeSet<PartitionId> = read(&self.partitions).keys().copied().collect();
+            for pid in &have {
+                if let Some(node) = self.partition(*pid) {
+                    node.replicator.set_backups(&st.map.backups_of(*pid));
+                }
+            }
+            self.reconcile_backups(&st.map)?;
+            // Opened side by side: a copy that does not answer costs one request timeout,
+            // not one per partition.
+            let opening: Vec<PartitionId> = want.difference(&have).copied().collect();
+            let opened = futures::future::join_all(opening.iter().map(|&pid| {
+                tracing::debug!(
+                    server = self.id,
+                    partition = pid,
+                    epoch,
+                    "opening partition"
+                );
+                self.open_partition(pid, epoch)
+            }))
+            .await;
+            if self.state().map.epoch != epoch {
+                for node in opened.into_iter().flatten() {
+                    node.depose();
+                    node.applier.retire().await;
+                }
+                continue;
+            }
+            let mut started = Vec::new();
+            for (pid, result) in opening.into_iter().zip(opened) {
+                let node = match result {
+                    Ok(node) => node,
+                    // Catching up from the other copies failed (they are changing too):
+                    // the partition answers Busy until the next reconcile (the reopener
+                    // task retries).
+                    Err(OpenError::Fs(e)) => {
+                        tracing::warn!(partition = pid, "cannot open the partition yet: {e}");
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if let Ok(mut p) = self.partitions.write() {
+                    p.insert(pid, node.clone());
+                }
+                started.push(node);
+            }
+            self.start_opened(started);
+            return Ok(());
         }
+    }
+
+    /// Starts the tasks of partitions just opened (and creates the root directory where it
+    /// lives, once).
+    fn start_opened(self: &Arc<Self>, started: Vec<Arc<Partition>>) {
         for node in started {
             if node.state().ring.owner_of_dir("/") == node.me {
                 // Not awaited here: the write waits for the backups, which may be down
@@ -442,7 +512,6 @@ impl Host {
             }
             node.start_tasks();
         }
-        Ok(())
     }
 
     /// Opens the backup copies the map gives this server; drops the others.
@@ -485,10 +554,12 @@ impl Host {
         Ok(())
     }
 
-    /// Opens partition `pid`'s store on this server and starts its applier.
+    /// Opens partition `pid` as its primary under the map of `epoch`: catches up from its
+    /// copies first.
     async fn open_partition(
         self: &Arc<Self>,
         pid: PartitionId,
+        epoch: u64,
     ) -> Result<Arc<Partition>, OpenError> {
         let store = partition_store(self.kv.clone(), pid).map_err(OpenError::Store)?;
         let fresh = store.is_fresh();
@@ -535,6 +606,7 @@ impl Host {
             splits: crate::partition::split_state::SplitState::default(),
             dir_touches: crate::partition::touches::DirTouches::default(),
             tasks: Mutex::new(Vec::new()),
+            primary_through: std::sync::atomic::AtomicU64::new(epoch),
         }))
     }
 
@@ -547,11 +619,23 @@ impl Host {
         let follower = {
             let host = self.clone();
             tokio::spawn(async move {
-                while let Some(mut map) = maps.recv().await {
-                    while let Ok(newer) = maps.try_recv() {
-                        map = newer;
+                while let Some(map) = maps.recv().await {
+                    // Every committed map adopted in order (a partition keeps serving only
+                    // through maps that directly follow each other: `adopt_over`), then one
+                    // reconcile for all that queued up.
+                    let mut newer = host.adopt_map(map);
+                    while let Ok(next) = maps.try_recv() {
+                        newer = match (newer, host.adopt_map(next)) {
+                            (Err(e), _) | (_, Err(e)) => Err(e),
+                            (Ok(a), Ok(b)) => Ok(a || b),
+                        };
                     }
-                    if let Err(e) = host.install_map(map).await {
+                    let done = match newer {
+                        Ok(true) => host.reconcile().await.map_err(OpenError::into_fs),
+                        Ok(false) => Ok(()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = done {
                         tracing::error!("cannot apply the committed cluster map: {e}");
                     }
                 }
@@ -581,3 +665,6 @@ impl Host {
         vec![follower, reopener]
     }
 }
+
+#[cfg(test)]
+mod tests;

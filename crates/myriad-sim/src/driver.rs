@@ -285,8 +285,16 @@ impl Sim {
     }
 
     fn commit_map(&self, map: ClusterMap, why: &str) {
-        self.trace
-            .event(format_args!("map epoch {}: {why}", map.epoch));
+        let copies: Vec<String> = map
+            .partitions
+            .iter()
+            .map(|p| format!("p{}={:?}", p.id, p.replicas))
+            .collect();
+        self.trace.event(format_args!(
+            "map epoch {}: {why}; copies {}",
+            map.epoch,
+            copies.join(" ")
+        ));
         *lock(&self.map) = map;
         lock(&self.report).map_changes += 1;
     }

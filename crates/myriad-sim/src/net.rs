@@ -185,8 +185,15 @@ impl Net {
             .ok_or_else(|| FsError::Unavailable(format!("{addr}: no such address")))?;
         let fate = self.fate();
         let op = frame.body.op_name();
+        // Batch numbers make a copy's history readable in the trace.
+        let seq = match &frame.body {
+            myriad_proto::Request::Replica(myriad_proto::ReplicaRequest::Replicate {
+                seq, ..
+            }) => format!(" #{seq}"),
+            _ => String::new(),
+        };
         self.trace.event(format_args!(
-            "send {from}->{to} {op} p{}",
+            "send {from}->{to} {op} p{}{seq}",
             frame.ends.target
         ));
         let lost = async {
@@ -229,6 +236,7 @@ impl Net {
         self.trace.event(format_args!(
             "answer {to}->{from} {op}: {}",
             match &answer {
+                Ok(Response::ReplicaState { seq, chain }) => format!("at {seq:?} chain {chain:x}"),
                 Ok(_) => "ok".to_string(),
                 Err(e) => format!("{e:?}"),
             }

@@ -6,6 +6,7 @@
 //! epoch than the node's gets `MapTooOld` so the sender pushes its map.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use myriad_placement::{NodeId, split_parent};
@@ -44,6 +45,12 @@ pub struct Partition {
     pub(crate) dir_touches: crate::partition::touches::DirTouches,
     /// Background tasks (recovery, replica bookkeeping), ended by `stop`.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The last map epoch through which this server has been the partition's primary
+    /// without a break, as far as it knows: the epoch it was opened (and caught up) under,
+    /// carried forward by the process through each directly following map that keeps it
+    /// primary. The partition serves only while this is the server's current epoch
+    /// (docs/replication.md, "Primary terms").
+    pub(crate) primary_through: AtomicU64,
 }
 
 /// `mkdir --shards N`: the split depth for N shards (N rounded up to a power of two).
@@ -61,6 +68,26 @@ pub(super) fn shard_depth(shards: u32) -> Result<u8, FsError> {
 impl Partition {
     pub(crate) fn state(&self) -> Arc<MapState> {
         self.env.map()
+    }
+
+    /// The last epoch of this partition's unbroken run as primary (see `primary_through`).
+    pub(crate) fn primary_through(&self) -> u64 {
+        self.primary_through.load(Ordering::Acquire)
+    }
+
+    /// Carries the run forward to `epoch` (a map directly following the last one that
+    /// keeps this server primary).
+    pub(crate) fn extend_primary_through(&self, epoch: u64) {
+        self.primary_through.store(epoch, Ordering::Release);
+    }
+
+    /// This server's run as primary is broken (a map deposed it, or maps it did not see
+    /// may have): at once, nothing more is committed, shipped or started here; the process
+    /// then retires it and, if it is the primary again, opens it anew (catching up).
+    pub(crate) fn depose(&self) {
+        self.stop();
+        self.applier.refuse();
+        self.replicator.close();
     }
 
     pub(super) fn own(&self, st: &MapState, owner: NodeId) -> Result<(), FsError> {

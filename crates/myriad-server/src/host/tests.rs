@@ -1,0 +1,222 @@
+//! The process layer through its seams: a real host on an in-memory disk, its peers behind
+//! a `Transport` that answers nothing (they are down) or is held (a peer that answers late),
+//! and an authority that always grants the lease. Primary terms (docs/replication.md): a
+//! partition serves only through maps that directly follow each other and keep this server
+//! its primary (simulation seed 9107).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use myriad_proto::{Caller, Endpoints, RaftRpc, Request, Response};
+use myriad_storage::MemKv;
+use tokio::sync::Notify;
+
+use super::*;
+use crate::commit::{Runner, Syncer};
+use crate::embed::VIRTUAL_EPOCH_NS;
+
+/// Peers that do not answer; while `held`, a call waits until `release` (a backup that
+/// answers late, so that a map can change while a partition opens).
+#[derive(Default)]
+struct Silent {
+    held: AtomicBool,
+    release: Notify,
+}
+
+impl Transport for Silent {
+    fn call_with_timeout<'a>(
+        &'a self,
+        addr: &'a str,
+        _epoch: u64,
+        _ends: Endpoints,
+        _caller: &'a Caller,
+        _req: &'a Request,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<myriad_proto::Response, FsError>> {
+        Box::pin(async move {
+            if self.held.load(Ordering::SeqCst) {
+                self.release.notified().await;
+            }
+            Err(FsError::Unavailable(format!("{addr}: down")))
+        })
+    }
+}
+
+struct AlwaysLeased;
+
+impl Authority for AlwaysLeased {
+    fn lease_error(&self) -> Option<FsError> {
+        None
+    }
+    fn grant_lease(&self, _from: NodeId, _epoch: u64) -> Response {
+        Response::Lease {
+            granted: false,
+            epoch: 0,
+        }
+    }
+    fn propose_map(&self, _map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
+        Box::pin(async { Err(FsError::Unavailable("not here".into())) })
+    }
+    fn committed_map(&self) -> Option<ClusterMap> {
+        None
+    }
+    fn leader(&self) -> Option<u64> {
+        None
+    }
+    fn serve_raft(&self, _rpc: RaftRpc, _p: Vec<u8>) -> BoxFuture<'_, Result<Response, FsError>> {
+        Box::pin(async { Err(FsError::Protocol("no group".into())) })
+    }
+}
+
+/// Server 1 of a two-server map (two copies of each partition), on a fresh disk.
+fn host(transport: Arc<Silent>) -> Arc<Host> {
+    let addrs = vec!["sim-1".to_string(), "sim-2".to_string()];
+    let map = ClusterMap::build(1, &addrs, 2, 2);
+    let keys = myriad_proto::auth::Keyring::from_secret(&[7u8; 32]);
+    let config = ServerConfig::new(1, std::env::temp_dir(), map.clone(), keys);
+    let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
+    let runner = Runner::Tasks {
+        fsync: Duration::ZERO,
+    };
+    let syncer = Syncer::start(kv.clone(), runner).unwrap_or_else(|e| panic!("syncer: {e}"));
+    let (map_news, _) = watch::channel(Arc::new(MapState {
+        ring: map.ring(),
+        map,
+    }));
+    Host::assemble(HostParts {
+        config,
+        kv,
+        syncer,
+        runner,
+        clock: crate::clock::Clock::Virtual {
+            start: tokio::time::Instant::now(),
+            epoch_ns: VIRTUAL_EPOCH_NS,
+        },
+        transport,
+        authority: Arc::new(AlwaysLeased),
+        map_news,
+    })
+}
+
+fn map(h: &Host) -> ClusterMap {
+    h.state().map.clone()
+}
+
+async fn reconcile(h: &Arc<Host>) {
+    if let Err(e) = h.reconcile().await {
+        panic!("reconcile: {}", e.into_fs());
+    }
+}
+
+/// The partitions server 1 is primary of, with what serves them now.
+fn served(h: &Host) -> Vec<(PartitionId, Arc<Partition>)> {
+    let st = h.state();
+    st.map
+        .primaries_of(h.id)
+        .into_iter()
+        .map(|p| match h.serving(p, st.map.epoch) {
+            Ok(node) => (p, node),
+            Err(e) => panic!("partition {p} not served at epoch {}: {e}", st.map.epoch),
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_directly_following_map_keeps_the_partitions_served() {
+    let h = host(Arc::new(Silent::default()));
+    reconcile(&h).await;
+    let before = served(&h);
+    assert!(!before.is_empty());
+    // Epoch 2: server 2 down; server 1 keeps its partitions (and takes the others).
+    let next = map(&h)
+        .mark_down(2)
+        .unwrap_or_else(|| panic!("server 2 is up"));
+    assert_eq!(next.epoch, 2);
+    h.install_map(next)
+        .await
+        .unwrap_or_else(|e| panic!("install: {e}"));
+    let after = served(&h);
+    for (pid, node) in &before {
+        let (_, now) = after
+            .iter()
+            .find(|(p, _)| p == pid)
+            .unwrap_or_else(|| panic!("partition {pid} no longer served"));
+        assert!(Arc::ptr_eq(node, now), "partition {pid} was reopened");
+        assert_eq!(now.primary_through(), 2);
+    }
+    assert!(
+        after.len() > before.len(),
+        "server 2's partitions came over"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_map_that_skips_epochs_reopens_the_partitions() {
+    let h = host(Arc::new(Silent::default()));
+    reconcile(&h).await;
+    let before = served(&h);
+    // Epoch 3 without epoch 2: in between, server 2 may have been primary of any of them.
+    let m2 = map(&h).mark_down(2).unwrap_or_else(|| panic!("up"));
+    let m3 = m2.mark_up(2).unwrap_or_else(|| panic!("down"));
+    assert_eq!(m3.epoch, 3);
+    assert!(
+        h.adopt_map(m3.clone())
+            .unwrap_or_else(|e| panic!("adopt: {e}"))
+    );
+    // Deposed at once, before any reconcile: no request served, nothing committed.
+    for (pid, node) in &before {
+        assert!(
+            matches!(h.serving(*pid, 3), Err(FsError::Busy)),
+            "partition {pid} served across a gap"
+        );
+        let refused = node
+            .applier
+            .run(Mutation::InitRoot {
+                now: 1,
+                uid: 0,
+                gid: 0,
+            })
+            .await;
+        assert!(
+            matches!(refused, Err(FsError::Unavailable(_))),
+            "a deposed partition committed: {refused:?}"
+        );
+    }
+    reconcile(&h).await;
+    let after = served(&h);
+    assert_eq!(after.len(), m3.primaries_of(1).len());
+    for (pid, node) in &after {
+        assert_eq!(node.primary_through(), 3);
+        if let Some((_, old)) = before.iter().find(|(p, _)| p == pid) {
+            assert!(!Arc::ptr_eq(old, node), "partition {pid} was not reopened");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partition_opened_while_the_map_changed_is_opened_again() {
+    let silent = Arc::new(Silent::default());
+    let h = host(silent.clone());
+    // Opening asks the backup (held): the map moves on meanwhile (server 2 down).
+    silent.held.store(true, Ordering::SeqCst);
+    let opening = {
+        let h = h.clone();
+        tokio::spawn(async move { h.reconcile().await.map_err(OpenError::into_fs) })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let m2 = map(&h).mark_down(2).unwrap_or_else(|| panic!("up"));
+    assert!(h.adopt_map(m2).unwrap_or_else(|e| panic!("{e}")));
+    silent.held.store(false, Ordering::SeqCst);
+    silent.release.notify_waiters();
+    match opening.await {
+        Ok(Ok(())) => {}
+        other => panic!("reconcile: {other:?}"),
+    }
+    // Opened (and caught up) under epoch 1, kept only if opened again under epoch 2.
+    let now = served(&h);
+    assert_eq!(now.len(), 4, "every partition is server 1's at epoch 2");
+    for (_, node) in now {
+        assert_eq!(node.primary_through(), 2);
+    }
+}
