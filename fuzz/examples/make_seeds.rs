@@ -312,6 +312,8 @@ fn requests() -> Seeds {
                 peer,
                 ReplicaRequest::Replicate {
                     seq: 42,
+                    prev_chain: 0x1234_5678_9abc_def0,
+                    chain: 0x0fed_cba9_8765_4321,
                     acked: 41,
                     ops: vec![
                         ReplOp {

@@ -17,7 +17,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `DirTouch` (issue 16).
 /// 7: requests grouped by audience (`Request::{Client, Server, Admin, Peer, Replica}`).
 /// 8: `Response::ReplicaState` (a copy's batch number with the chain of its batches).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// 9: `Replicate` and `ReplicaCopyDone` carry the batch chain (copies check it).
+pub const PROTOCOL_VERSION: u16 = 9;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -422,9 +422,15 @@ pub enum ReplicaRequest {
     // ---- replication (docs/replication.md); target = the partition, sent by its primary ----
     /// A backup of the target partition: apply batch `seq` (after every lower one), durably,
     /// then answer. `acked`: every batch up to it was acknowledged by this backup before (a
-    /// backup that lacks one of them lost its disk: `ReplicaGap`).
+    /// backup that lacks one of them lost its disk: `ReplicaGap`). `prev_chain` and `chain`:
+    /// the partition's batch chain before and after this batch; the backup applies it only
+    /// on top of `prev_chain` and acknowledges a resend only if it applied the same batch
+    /// (`ReplicaGap` otherwise: the primary copies the whole partition), so batches of
+    /// another history (a deposed primary's, a crashed incarnation's) never mix in.
     Replicate {
         seq: u64,
+        prev_chain: u64,
+        chain: u64,
         acked: u64,
         ops: Vec<ReplOp>,
     },
@@ -435,8 +441,8 @@ pub enum ReplicaRequest {
     /// A backup of the target partition: one page of a whole copy.
     ReplicaCopy { ops: Vec<ReplOp> },
     /// A backup of the target partition: the copy is complete and reflects every batch up
-    /// to `seq`; batches after it follow.
-    ReplicaCopyDone { seq: u64 },
+    /// to `seq`, whose chain is `chain`; batches after it follow.
+    ReplicaCopyDone { seq: u64, chain: u64 },
     /// A backup of the target partition: one page of its keys in `space` after `after`
     /// (a primary that restarted behind its backups copies from the most advanced one).
     ReplicaRead {

@@ -67,12 +67,21 @@ pub trait Ship: Send + Sync {
     fn close(&self);
 }
 
+/// Where a batch sits in its partition's history: its number, and the batch chain before
+/// and after it (`CHAIN_KEY`). Copies apply a batch only on top of `prev_chain`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Numbered {
+    pub seq: u64,
+    pub prev_chain: u64,
+    pub chain: u64,
+}
+
 /// One batch's turn to be shipped (`Ship::hold`).
 pub trait ShipSlot {
     /// The batch as copies get it, if any copy wants batches (else it is not encoded).
     fn encode(&self, batch: &Batch) -> Option<Vec<ReplOp>>;
-    /// Hands batch `seq` (encoded by `encode`) to every copy, in order.
-    fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>);
+    /// Hands batch `at` (encoded by `encode`) to every copy, in order.
+    fn ship(&mut self, at: Numbered, ops: Option<Vec<ReplOp>>);
 }
 
 /// A partition without copies: nothing to ship, nothing to wait for (tests of this layer).
@@ -95,7 +104,7 @@ impl ShipSlot for NoCopies {
     fn encode(&self, _batch: &Batch) -> Option<Vec<ReplOp>> {
         None
     }
-    fn ship(&mut self, _seq: u64, _ops: Option<Vec<ReplOp>>) {}
+    fn ship(&mut self, _at: Numbered, _ops: Option<Vec<ReplOp>>) {}
 }
 
 /// What a mutation's caller gets back: its outcome, and the sequence number of the batch it
@@ -331,9 +340,14 @@ impl ApplyLoop {
                 continue;
             }
             if numbered {
-                self.seq += 1;
+                let at = Numbered {
+                    seq: self.seq + 1,
+                    prev_chain: self.chain,
+                    chain,
+                };
+                self.seq = at.seq;
                 self.chain = chain;
-                ship.ship(self.seq, ops);
+                ship.ship(at, ops);
             }
             drop(ship);
             let done_now = Done {
@@ -595,10 +609,10 @@ mod tests {
         fn encode(&self, _batch: &Batch) -> Option<Vec<ReplOp>> {
             Some(Vec::new())
         }
-        fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
+        fn ship(&mut self, at: Numbered, ops: Option<Vec<ReplOp>>) {
             assert!(ops.is_some(), "a wanted batch is shipped encoded");
             if let Ok(mut s) = self.0.shipped.lock() {
-                s.push(seq);
+                s.push(at.seq);
             }
         }
     }

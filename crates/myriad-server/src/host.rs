@@ -607,6 +607,7 @@ impl Host {
             dir_touches: crate::partition::touches::DirTouches::default(),
             tasks: Mutex::new(Vec::new()),
             primary_through: std::sync::atomic::AtomicU64::new(epoch),
+            deposed: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 

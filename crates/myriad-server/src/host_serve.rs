@@ -206,6 +206,17 @@ impl Handler for Host {
                 pid => {
                     host.wait_for_handover(pid).await;
                     match host.serving(pid, frame.epoch) {
+                        // A partition's request from a server that is not its primary under
+                        // this map (a deposed primary's task): refused with the map, which
+                        // deposes it there.
+                        Ok(_)
+                            if frame.ends.source != 0
+                                && frame.epoch <= host.state().map.epoch
+                                && matches!(peer.kind, PeerKind::Server { node_id }
+                                    if host.state().map.primary_of(frame.ends.source) != Some(node_id)) =>
+                        {
+                            Err(FsError::Redirect(Box::new(host.state().map.clone())))
+                        }
                         Ok(node) => {
                             let from = from_server.then_some(frame.ends.source);
                             node.dispatch(from, frame.epoch, frame.caller, frame.body)

@@ -20,7 +20,7 @@ use crate::history::History;
 use crate::net::{CLIENTS, Endpoint, Net, NetFaults};
 use crate::rng::SimRng;
 use crate::trace::Trace;
-use crate::workload::{BIG, ClientRun, final_reads};
+use crate::workload::{BIG, CHUNK_BYTES, ClientRun, SIDES, final_reads};
 
 /// A copy's keys (space code, key) and the hashes of their values.
 type KeyHashes = BTreeMap<(u8, Vec<u8>), u64>;
@@ -185,7 +185,10 @@ impl Sim {
             trace.clone(),
         );
         let addrs: Vec<String> = (1..=cfg.servers).map(|i| format!("sim-{i}")).collect();
-        let map = ClusterMap::build(1, &addrs, cfg.partitions_per_server, cfg.replicas);
+        let mut map = ClusterMap::build(1, &addrs, cfg.partitions_per_server, cfg.replicas);
+        // Small chunks: the workload's two-chunk files reach a second partition.
+        map.chunk_size_bytes = CHUNK_BYTES;
+        map.inline_max_bytes = map.inline_max_bytes.min(CHUNK_BYTES);
         Arc::new(Sim {
             disks: (0..=cfg.servers)
                 .map(|_| Arc::new(SimDisk::default()))
@@ -413,7 +416,9 @@ impl Sim {
     }
 
     async fn setup(&self, client: &Client) -> Result<(), Failure> {
-        let mut dirs: Vec<String> = (0..self.cfg.clients).map(|c| format!("/c{c}")).collect();
+        let mut dirs: Vec<String> = (0..self.cfg.clients)
+            .flat_map(|c| SIDES.iter().map(move |side| format!("/{side}{c}")))
+            .collect();
         dirs.push(BIG.to_string());
         for d in dirs {
             let mut tries = 0;
@@ -552,7 +557,8 @@ impl Sim {
             let verdict = match r {
                 Ok(v) => v,
                 Err(e) => Err(format!("a client task panicked: {e}")),
-            };
+            }
+            .and_then(|()| self.net.violation().map_or(Ok(()), Err));
             if let Err(e) = verdict {
                 self.trace.event(format_args!("VIOLATION: {e}"));
                 for p in pending.iter() {
@@ -601,6 +607,9 @@ impl Sim {
                 }
                 Err(_) => {}
             }
+        }
+        if let Some(e) = self.net.violation() {
+            return Err(self.fail(e));
         }
         let checker = self.client()?;
         final_reads(&checker, &self.history)

@@ -77,9 +77,18 @@ impl History {
     /// The token of `path`'s last version if that version is an acknowledged put (what a
     /// rename of it moves), else `None`.
     pub fn settled_token(&self, path: &str) -> Option<String> {
+        self.settled(path).flatten()
+    }
+
+    /// `path`'s state if its last version is acknowledged (or it has none): `Some(token)`
+    /// for a put, `None` for a delete or nothing; `None` (outer) while it is in doubt.
+    pub fn settled(&self, path: &str) -> Option<Option<String>> {
         let s = self.lock();
-        let last = s.files.get(path)?.last()?;
-        (!last.delete && last.acked.is_some()).then(|| last.token.clone())
+        let Some(last) = s.files.get(path).and_then(|v| v.last()) else {
+            return Some(None);
+        };
+        last.acked?;
+        Some((!last.delete).then(|| last.token.clone()))
     }
 
     pub fn ack(&self, path: &str, version: u64) {

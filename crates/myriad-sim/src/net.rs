@@ -3,7 +3,7 @@
 //! duplicated, or blocked by a partition. A server that is down refuses connections.
 //! Addresses are the map's: `sim-<server id>`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -56,6 +56,10 @@ struct NetState {
     /// Pairs of parties that cannot reach each other (both orders stored).
     blocked: BTreeSet<(NodeId, NodeId)>,
     faults: NetFaults,
+    /// Invariant 4: the one server whose batches backups accepted, per (partition, epoch).
+    writers: BTreeMap<(u32, u64), NodeId>,
+    /// The first breach of invariant 4, if any.
+    violation: Option<String>,
 }
 
 pub struct Net {
@@ -82,6 +86,8 @@ impl Net {
                 incarnations: vec![0; servers + 1],
                 blocked: BTreeSet::new(),
                 faults,
+                writers: BTreeMap::new(),
+                violation: None,
             }),
             rng,
             trace,
@@ -137,6 +143,28 @@ impl Net {
         }
     }
 
+    /// Invariant 4 (docs/simulation.md): a backup accepted batch `seq` of partition `pid`
+    /// from server `from` at map `epoch`; no other server may have had batches accepted
+    /// for that partition at that epoch (two primaries).
+    fn accepted(&self, pid: u32, epoch: u64, from: NodeId, seq: u64) {
+        let mut s = self.lock();
+        let first = *s.writers.entry((pid, epoch)).or_insert(from);
+        if first != from && s.violation.is_none() {
+            let what = format!(
+                "two primaries: backups accepted batches of partition {pid} at epoch {epoch} from server {first} and from server {from} (batch {seq})"
+            );
+            drop(s);
+            self.trace.event(format_args!("VIOLATION: {what}"));
+            self.lock().violation = Some(what);
+        }
+    }
+
+    /// The first breach of invariant 4 seen so far.
+    #[must_use]
+    pub fn violation(&self) -> Option<String> {
+        self.lock().violation.clone()
+    }
+
     pub fn heal(&self) {
         self.lock().blocked.clear();
     }
@@ -186,12 +214,14 @@ impl Net {
         let fate = self.fate();
         let op = frame.body.op_name();
         // Batch numbers make a copy's history readable in the trace.
-        let seq = match &frame.body {
+        let batch = match &frame.body {
             myriad_proto::Request::Replica(myriad_proto::ReplicaRequest::Replicate {
                 seq, ..
-            }) => format!(" #{seq}"),
-            _ => String::new(),
+            }) => Some(*seq),
+            _ => None,
         };
+        let seq = batch.map(|n| format!(" #{n}")).unwrap_or_default();
+        let (pid, epoch) = (frame.ends.target, frame.epoch);
         self.trace.event(format_args!(
             "send {from}->{to} {op} p{}{seq}",
             frame.ends.target
@@ -244,6 +274,9 @@ impl Net {
             .take(80)
             .collect::<String>()
         ));
+        if let (Some(n), Ok(_)) = (batch, &answer) {
+            self.accepted(pid, epoch, from, n);
+        }
         tokio::time::sleep(fate.back).await;
         if !self.reachable(to, from) || fate.drop_answer {
             self.trace
@@ -296,5 +329,23 @@ impl myriad_client::Transport for Endpoint {
                 .clone()
                 .call(self.me, self.incarnation, addr, frame, timeout),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_of_one_partition_and_epoch_from_two_servers_are_a_violation() {
+        let net = Net::new(3, NetFaults::none(), SimRng::new(1), Trace::new());
+        net.accepted(4, 7, 1, 10);
+        net.accepted(4, 7, 1, 11);
+        net.accepted(4, 8, 2, 12);
+        net.accepted(5, 7, 3, 1);
+        assert_eq!(net.violation(), None, "one writer per (partition, epoch)");
+        net.accepted(4, 7, 2, 12);
+        let v = net.violation().unwrap_or_default();
+        assert!(v.contains("partition 4 at epoch 7"), "{v}");
     }
 }

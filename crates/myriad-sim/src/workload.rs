@@ -1,8 +1,9 @@
 //! The clients: real `myriad_client::Client`s over the simulated network, each the only
-//! writer of the files in its own directory (`/c<N>/f<k>`: puts, deletes) and one of the
-//! creators in the shared directory `/big` (which splits under them); any client reads any
-//! file and lists `/big`. Every outcome goes to the history, every read and listing is
-//! checked against it at once.
+//! writer of the files in its own two directories (`/c<N>/f<k>` and `/x<N>/f<k>`: puts,
+//! two-chunk puts, deletes, renames within one directory and across the two) and of its
+//! subdirectories (`/c<N>/d<k>`), and one of the creators in the shared directory `/big`
+//! (which splits under them); any client reads any file and lists `/big`. Every outcome
+//! goes to the history, every read and listing is checked against it at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,21 @@ use crate::trace::Trace;
 pub const FILES: u32 = 6;
 /// The shared directory that splits.
 pub const BIG: &str = "/big";
+/// Each client's two directories of files, `/c<N>` and `/x<N>`: usually on two
+/// partitions, so a rename between them is a two-partition rename.
+pub const SIDES: [&str; 2] = ["c", "x"];
+/// The simulation's chunk size (the smallest a map allows): a file's bytes past it live
+/// on the partition of its chunk 1, apart from its entry.
+pub const CHUNK_BYTES: u64 = 65_536;
+/// Where a two-chunk put writes its second piece (in chunk 1).
+pub const PIECE_OFFSET: u64 = CHUNK_BYTES + 100;
+
+/// The history's name for the second piece of `path` (a register of its own: a small put
+/// leaves it as it was, a two-chunk put writes it, a delete removes it, a rename moves it).
+#[must_use]
+pub fn piece(path: &str) -> String {
+    format!("{path}#chunk1")
+}
 
 /// The bytes of `path` at `version`: the path is in them, so a read that returns another
 /// file's bytes is caught too.
@@ -27,10 +43,23 @@ pub fn contents(path: &str, version: u64) -> Vec<u8> {
     format!("{path}@v{version:08}").into_bytes()
 }
 
-/// The token a read of a file returns: its contents (which name the path and version they
-/// were written as, so a read that returns another file's bytes, or a rename's, is checked).
+/// The token a read of a file returns: its contents up to the first zero byte (they name
+/// the path and version they were written as, so a read that returns another file's
+/// bytes, or a rename's, is checked).
 fn token_of(data: &[u8]) -> String {
-    String::from_utf8_lossy(data).into_owned()
+    let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+    String::from_utf8_lossy(&data[..end]).into_owned()
+}
+
+/// What a read of a whole file says of its two registers: its first piece, and its second
+/// (`None`: the file ends before it; `Some("")`: zeros there, i.e. the chunk read found
+/// nothing, as a read of a file replaced since its attributes were fetched does).
+fn pieces(data: &[u8]) -> (String, Option<String>) {
+    let second = usize::try_from(PIECE_OFFSET)
+        .ok()
+        .and_then(|o| data.get(o..))
+        .map(token_of);
+    (token_of(data), second)
 }
 
 /// What a read of a directory returns.
@@ -50,8 +79,8 @@ pub struct ClientRun {
 pub type Verdict = Result<(), String>;
 
 impl ClientRun {
-    fn path(&self, client: u32, k: u32) -> String {
-        format!("/c{client}/f{k}")
+    fn path(&self, client: u32, side: usize, k: u32) -> String {
+        format!("/{}{client}/f{k}", SIDES[side % SIDES.len()])
     }
 
     fn dir(&self, client: u32, k: u32) -> String {
@@ -61,26 +90,27 @@ impl ClientRun {
     pub async fn run(self) -> Verdict {
         let mut created = 0u32;
         for _ in 0..self.ops {
-            let (think, op, k, other) = self.rng.with(|r| {
+            let (think, op, k, other, side, side2) = self.rng.with(|r| {
                 (
                     Duration::from_millis(r.gen_range(0..20)),
                     r.gen_range(0..100u32),
                     r.gen_range(0..FILES),
                     r.gen_range(0..self.clients),
+                    r.gen_range(0..SIDES.len()),
+                    r.gen_range(0..SIDES.len()),
                 )
             });
             tokio::time::sleep(think).await;
             let j = (k + 1 + other) % FILES;
+            let mine = self.path(self.id, side, k);
             match op {
-                0..27 => self.put(&self.path(self.id, k)).await,
-                27..33 => self.delete(&self.path(self.id, k)).await,
-                33..38 => {
-                    self.rename(&self.path(self.id, k), &self.path(self.id, j))
-                        .await
-                }
+                0..20 => self.put(&mine, false).await,
+                20..27 => self.put(&mine, true).await,
+                27..33 => self.delete(&mine).await,
+                33..38 => self.rename(&mine, &self.path(self.id, side2, j)).await,
                 38..42 => self.mkdir(&self.dir(self.id, k)).await,
                 42..45 => self.rmdir(&self.dir(self.id, k)).await,
-                45..62 => self.read(&self.path(other, k)).await?,
+                45..62 => self.read(&self.path(other, side, k)).await?,
                 62..70 => self.stat_dir(&self.dir(other, k)).await?,
                 70..85 => {
                     created += 1;
@@ -97,30 +127,47 @@ impl ClientRun {
         Ok(())
     }
 
-    async fn put(&self, path: &str) {
+    /// Writes the next version of `path` at offset 0 (a file that exists keeps its inode)
+    /// and, if `two_chunks`, again past its first chunk.
+    async fn put(&self, path: &str, two_chunks: bool) {
         let v = self.history.next_version(path);
         let data = contents(path, v);
-        self.history.begin(path, Some(token_of(&data)));
-        // Create (or open) and write: a file that exists keeps its inode.
+        let token = token_of(&data);
+        self.history.begin(path, Some(token.clone()));
+        let vp = two_chunks.then(|| self.history.begin(&piece(path), Some(token)));
         let result = async {
             let h = self.client.create(path, 0o644, false, &data).await?;
-            self.client.write(&h, 0, &data).await
+            self.client.write(&h, 0, &data).await?;
+            if two_chunks {
+                self.client.write(&h, PIECE_OFFSET, &data).await?;
+            }
+            Ok::<(), FsError>(())
         }
         .await;
         match result {
-            Ok(_) => self.history.ack(path, v),
+            Ok(()) => {
+                self.history.ack(path, v);
+                if let Some(vp) = vp {
+                    self.history.ack(&piece(path), vp);
+                }
+            }
             Err(e) => self
                 .trace
                 .event(format_args!("c{} put {path} v{v}: in doubt ({e})", self.id)),
         }
+        let what = if two_chunks { "put2" } else { "put" };
         self.trace
-            .event(format_args!("c{} put {path} v{v} done", self.id));
+            .event(format_args!("c{} {what} {path} v{v} done", self.id));
     }
 
     async fn delete(&self, path: &str) {
         let v = self.history.begin(path, None);
+        let vp = self.history.begin(&piece(path), None);
         match self.client.unlink(path).await {
-            Ok(()) | Err(FsError::NotFound) => self.history.ack(path, v),
+            Ok(()) | Err(FsError::NotFound) => {
+                self.history.ack(path, v);
+                self.history.ack(&piece(path), vp);
+            }
             Err(e) => self.trace.event(format_args!(
                 "c{} delete {path} v{v}: in doubt ({e})",
                 self.id
@@ -132,9 +179,12 @@ impl ClientRun {
 
     async fn read(&self, path: &str) -> Verdict {
         let invoked = Instant::now();
-        let seen = match self.client.fetch(path).await {
-            Ok((_, data)) => Some(token_of(&data)),
-            Err(FsError::NotFound) => None,
+        let (first, second) = match self.client.fetch(path).await {
+            Ok((_, data)) => {
+                let (first, second) = pieces(&data);
+                (Some(first), second)
+            }
+            Err(FsError::NotFound) => (None, None),
             // Unavailable past the client's deadline: no observation.
             Err(e) => {
                 self.trace
@@ -142,23 +192,37 @@ impl ClientRun {
                 return Ok(());
             }
         };
-        self.trace
-            .event(format_args!("c{} read {path}: {seen:?}", self.id));
-        self.history.check_read(path, invoked, seen.as_deref())
+        self.trace.event(format_args!(
+            "c{} read {path}: {first:?} / {second:?}",
+            self.id
+        ));
+        self.history.check_read(path, invoked, first.as_deref())?;
+        match second.as_deref() {
+            // The chunk read may have reached an inode replaced since the fetch (its
+            // chunks dropped): no observation. The final reads, with nothing running,
+            // count it as absent.
+            Some("") => Ok(()),
+            seen => self.history.check_read(&piece(path), invoked, seen),
+        }
     }
 
-    /// Moves `from` (an acknowledged file) over `to`: `to` then holds `from`'s contents,
-    /// `from` is gone; both at once, or neither.
+    /// Moves `from` (an acknowledged file) over `to`: `to` then holds `from`'s contents
+    /// (both pieces), `from` is gone; all at once, or nothing.
     async fn rename(&self, from: &str, to: &str) {
         // A rename onto itself changes nothing (POSIX); the model below is for two names.
         if from == to {
             return;
         }
-        let Some(token) = self.history.settled_token(from) else {
+        let (Some(token), Some(second)) = (
+            self.history.settled_token(from),
+            self.history.settled(&piece(from)),
+        ) else {
             return;
         };
         let vt = self.history.begin(to, Some(token));
+        let vtp = self.history.begin(&piece(to), second);
         let vf = self.history.begin(from, None);
+        let vfp = self.history.begin(&piece(from), None);
         match self
             .client
             .rename(from, to, myriad_client::RenameFlags::default())
@@ -166,7 +230,9 @@ impl ClientRun {
         {
             Ok(()) => {
                 self.history.ack(to, vt);
+                self.history.ack(&piece(to), vtp);
                 self.history.ack(from, vf);
+                self.history.ack(&piece(from), vfp);
             }
             Err(e) => self.trace.event(format_args!(
                 "c{} rename {from} -> {to}: in doubt ({e})",
@@ -272,25 +338,33 @@ impl ClientRun {
     }
 }
 
-/// After the run: every file reads at least its last acknowledged version.
+/// After the run: every file reads at least its last acknowledged version, both pieces.
 pub async fn final_reads(client: &Client, history: &History) -> Verdict {
     for (path, _) in history.final_floors() {
+        if path.ends_with("#chunk1") {
+            continue;
+        }
         let invoked = Instant::now();
         let is_dir = path.rsplit('/').next().is_some_and(|n| n.starts_with('d'));
-        let seen = if is_dir {
-            match client.stat(&path).await {
+        if is_dir {
+            let seen = match client.stat(&path).await {
                 Ok(_) => Some(DIR.to_string()),
                 Err(FsError::NotFound) => None,
                 Err(e) => return Err(format!("final stat of {path} failed: {e}")),
+            };
+            history.check_read(&path, invoked, seen.as_deref())?;
+            continue;
+        }
+        let (first, second) = match client.fetch(&path).await {
+            Ok((_, data)) => {
+                let (first, second) = pieces(&data);
+                (Some(first), second.filter(|s| !s.is_empty()))
             }
-        } else {
-            match client.fetch(&path).await {
-                Ok((_, data)) => Some(token_of(&data)),
-                Err(FsError::NotFound) => None,
-                Err(e) => return Err(format!("final read of {path} failed: {e}")),
-            }
+            Err(FsError::NotFound) => (None, None),
+            Err(e) => return Err(format!("final read of {path} failed: {e}")),
         };
-        history.check_read(&path, invoked, seen.as_deref())?;
+        history.check_read(&path, invoked, first.as_deref())?;
+        history.check_read(&piece(&path), invoked, second.as_deref())?;
     }
     Ok(())
 }

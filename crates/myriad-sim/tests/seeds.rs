@@ -49,9 +49,22 @@ fn the_ci_seed_set_keeps_every_invariant() {
 ///       chain, compared at stream start and by a primary catching up.
 /// 5052: the simulation's own: a disk error just before the end left its server running
 ///       with a syncer that refuses every write; the healing now restarts it.
+/// 9107: a restarted server opened its partitions under its old map while newer maps came,
+///       kept one running while another server was its primary, then became the primary
+///       again and served (and reset its backups to) its stale copy: a listing missed three
+///       acknowledged names. Fix: primary terms (a partition serves only through maps that
+///       directly follow each other and keep it primary).
+/// 9005: a backup had parked a deposed primary's batches; the new primary's next batch let
+///       them in and its own were acknowledged as resends: an acknowledged write lost. Fix:
+///       batches carry their chain; a copy applies and acknowledges only batches of its
+///       own history.
+/// 9027: a deposed primary's split task undid a split that recovery had undone and a new
+///       primary had redone: `/big` answered `WrongShard` for good. Fix: a deposed
+///       partition calls no other partition; a partition's request from a server that is
+///       not its primary is refused.
 #[test]
 fn regression_seeds_pass() {
-    for seed in [1008, 1016, 1031, 3001, 3059, 5052] {
+    for seed in [1008, 1016, 1031, 3001, 3059, 5052, 9005, 9027, 9107] {
         check(&busy(seed));
     }
 }
@@ -87,12 +100,4 @@ fn the_checks_catch_a_disk_that_loses_acknowledged_writes() {
         caught,
         "ten runs on a disk that loses writes and no check failed"
     );
-}
-
-/// Open (found last, not fixed yet): a listing of the splitting directory misses three names
-/// acknowledged before it began. `cargo test -p myriad-sim --test seeds -- --ignored`.
-#[test]
-#[ignore = "open bug: a listing misses acknowledged names (docs/simulation.md, seed 9107)"]
-fn open_seed_9107_listing_sees_every_name() {
-    check(&busy(9107));
 }

@@ -220,3 +220,65 @@ async fn a_partition_opened_while_the_map_changed_is_opened_again() {
         assert_eq!(node.primary_through(), 2);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_partition_request_from_a_server_not_its_primary_is_refused() {
+    let h = host(Arc::new(Silent::default()));
+    let m2 = map(&h).mark_down(2).unwrap_or_else(|| panic!("up"));
+    h.install_map(m2.clone())
+        .await
+        .unwrap_or_else(|e| panic!("install: {e}"));
+    let target = h.state().ring.owner_of_dir("/");
+    let source = m2
+        .partitions
+        .iter()
+        .map(|p| p.id)
+        .find(|&p| p != target)
+        .unwrap_or_else(|| panic!("one partition only"));
+    let ask = |node_id: NodeId| {
+        let frame = myriad_proto::RequestFrame {
+            id: 1,
+            epoch: m2.epoch,
+            ends: Endpoints { target, source },
+            caller: Caller::root(),
+            body: Request::Client(myriad_proto::ClientRequest::Stat { path: "/".into() }),
+        };
+        let peer = myriad_net::Peer {
+            kind: myriad_proto::PeerKind::Server { node_id },
+            credential: myriad_proto::auth::Credential::Cluster,
+        };
+        myriad_net::Handler::handle(h.clone(), peer, frame)
+    };
+    // Server 2 is not the primary of `source` (server 1 is): a deposed primary's task.
+    let refused = ask(2).await.result;
+    assert!(
+        matches!(refused, Err(FsError::Redirect(_))),
+        "a request for a partition its sender does not serve: {refused:?}"
+    );
+    let served = ask(1).await.result;
+    assert!(
+        !matches!(served, Err(FsError::Redirect(_))),
+        "the primary's own request: {served:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deposed_partition_calls_no_other_partition() {
+    let h = host(Arc::new(Silent::default()));
+    reconcile(&h).await;
+    let (pid, node) = served(&h)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("nothing served"));
+    let m3 = map(&h)
+        .mark_down(2)
+        .and_then(|m| m.mark_up(2))
+        .unwrap_or_else(|| panic!("maps"));
+    assert!(h.adopt_map(m3).unwrap_or_else(|e| panic!("{e}")));
+    let body = Request::Client(myriad_proto::ClientRequest::Stat { path: "/".into() });
+    let call = node.call_node(pid, body).await;
+    assert!(
+        matches!(call, Err(FsError::Unavailable(_))),
+        "a deposed partition's call went out: {call:?}"
+    );
+}

@@ -6,7 +6,7 @@
 //! epoch than the node's gets `MapTooOld` so the sender pushes its map.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use myriad_placement::{NodeId, split_parent};
@@ -51,6 +51,8 @@ pub struct Partition {
     /// primary. The partition serves only while this is the server's current epoch
     /// (docs/replication.md, "Primary terms").
     pub(crate) primary_through: AtomicU64,
+    /// Set by `depose`: nothing more is done for this partition here.
+    pub(crate) deposed: AtomicBool,
 }
 
 /// `mkdir --shards N`: the split depth for N shards (N rounded up to a power of two).
@@ -85,6 +87,7 @@ impl Partition {
     /// may have): at once, nothing more is committed, shipped or started here; the process
     /// then retires it and, if it is the primary again, opens it anew (catching up).
     pub(crate) fn depose(&self) {
+        self.deposed.store(true, Ordering::Release);
         self.stop();
         self.applier.refuse();
         self.replicator.close();
@@ -277,12 +280,26 @@ impl Partition {
     }
 
     /// Sends `body` to partition `node` (or runs it here if this server serves it).
+    /// Refused once this partition is deposed: a task it started (a split, a rename, its
+    /// undo) must not act on other partitions for it after its run as primary ended (the
+    /// partition opened anew, or the new primary, drives the operation from its intent).
     pub(crate) async fn call_node(
         self: &Arc<Self>,
         node: NodeId,
         body: Request,
     ) -> Result<Response, FsError> {
+        self.not_deposed()?;
         self.env.call_partition(self.me, node, body).await
+    }
+
+    /// `Unavailable` once `depose` ran.
+    pub(crate) fn not_deposed(&self) -> Result<(), FsError> {
+        if self.deposed.load(Ordering::Acquire) {
+            return Err(FsError::Unavailable(
+                "the partition is no longer served by this server".into(),
+            ));
+        }
+        Ok(())
     }
 }
 

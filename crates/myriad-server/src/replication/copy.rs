@@ -11,7 +11,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, Syncer};
 use crate::replication::wire::{
-    COPYING_KEY, PARK_AHEAD_MAX, clear_space, from_wire, is_bookkeeping, page_limit,
+    COPYING_KEY, PARK_AHEAD_MAX, WINDOW, clear_space, from_wire, is_bookkeeping, page_limit,
     partition_store, to_ops,
 };
 use crate::state::mutation::{Outcome, storage_err};
@@ -28,9 +28,38 @@ pub(crate) struct Backup {
 pub(crate) struct BackupState {
     /// The next seq to apply.
     next: u64,
+    /// The batch chain after the last batch applied (`CHAIN_KEY`).
+    chain: u64,
     /// True while a whole copy is being received (the store is incomplete).
     copying: bool,
-    parked: BTreeMap<u64, (Batch, oneshot::Sender<Result<Done, FsError>>)>,
+    /// Batches that arrived ahead of `next`, applied once it reaches them if they continue
+    /// this copy's chain.
+    parked: BTreeMap<u64, Parked>,
+    /// The chain after each of the last `RECENT_KEPT` batches applied: a resend is
+    /// acknowledged only if it is the batch applied under its number.
+    applied: BTreeMap<u64, u64>,
+}
+
+pub(crate) struct Parked {
+    batch: Batch,
+    prev_chain: u64,
+    chain: u64,
+    reply: oneshot::Sender<Result<Done, FsError>>,
+}
+
+/// Chains of applied batches remembered for resends: a primary resends only batches within
+/// its window, and batches wait in the parking lot at most `PARK_AHEAD_MAX` ahead.
+const RECENT_KEPT: usize = PARK_AHEAD_MAX as usize + WINDOW;
+
+impl BackupState {
+    fn applied_one(&mut self, seq: u64, chain: u64) {
+        self.next = seq + 1;
+        self.chain = chain;
+        self.applied.insert(seq, chain);
+        while self.applied.len() > RECENT_KEPT {
+            self.applied.pop_first();
+        }
+    }
 }
 
 impl Backup {
@@ -39,15 +68,18 @@ impl Backup {
         pid: PartitionId,
     ) -> Result<Backup, myriad_storage::StorageError> {
         let store = partition_store(kv, pid)?;
-        let next = store.meta_u64(SEQ_KEY)?.unwrap_or(0) + 1;
+        let last = store.meta_u64(SEQ_KEY)?.unwrap_or(0);
+        let chain = store.meta_u64(CHAIN_KEY)?.unwrap_or(0);
         let copying = store.meta_u64(COPYING_KEY)?.is_some();
         Ok(Backup {
             pid,
             store,
             state: Mutex::new(BackupState {
-                next,
+                next: last + 1,
+                chain,
                 copying,
                 parked: BTreeMap::new(),
+                applied: BTreeMap::from([(last, chain)]),
             }),
             changed: watch::channel(0).0,
         })
@@ -58,6 +90,7 @@ impl Backup {
         let mut st = self.lock();
         st.copying = true;
         st.parked.clear();
+        st.applied.clear();
         let mut b = Batch::new();
         self.store.put_meta_u64(&mut b, COPYING_KEY, 1);
         self.store.commit(b).map_err(storage_err)?;
@@ -88,57 +121,96 @@ impl Backup {
         }
     }
 
+    /// Batch `seq` from the primary: applied (with the parked batches that follow it) if it
+    /// is the next and continues this copy's chain, parked if ahead, acknowledged again if
+    /// it is the batch applied under its number. Any other case means this copy holds
+    /// another history (or lost batches): `ReplicaGap`, and the primary copies the whole
+    /// partition. Its answer goes to `batch.reply` once durable.
+    fn receive(&self, syncer: &Syncer, seq: u64, acked: u64, batch: Parked) -> Result<(), FsError> {
+        let mut st = self.lock();
+        if st.copying {
+            return Err(FsError::ReplicaGap { next: None });
+        }
+        let gap = FsError::ReplicaGap {
+            next: Some(st.next),
+        };
+        if st.next <= acked {
+            // The primary counts batches up to `acked` as acknowledged here, but this copy
+            // does not have them: it lost its disk.
+            st.parked.clear();
+            return Err(gap);
+        }
+        if seq < st.next {
+            // A resend of a batch applied: acknowledged once durable, if it is the same.
+            if st.applied.get(&seq) != Some(&batch.chain) {
+                return Err(gap);
+            }
+            syncer.after_sync(self.changed.clone(), vec![(batch.reply, Done::unit(seq))]);
+            return Ok(());
+        }
+        if seq > st.next {
+            if seq - st.next > PARK_AHEAD_MAX {
+                return Err(FsError::Busy);
+            }
+            // A batch parked under this number before (a resend, or another history's)
+            // gives way; its sender hears `backup replaced` and sends again if it still
+            // should.
+            st.parked.insert(seq, batch);
+            return Ok(());
+        }
+        if batch.prev_chain != st.chain {
+            return Err(gap);
+        }
+        let mut ready = vec![(seq, batch)];
+        let mut chain = ready[0].1.chain;
+        let mut n = seq + 1;
+        while let Some(p) = st.parked.remove(&n) {
+            if p.prev_chain != chain {
+                // Parked by a stream of another history: dropped (its sender hears
+                // `backup replaced`), and so is everything parked after it.
+                st.parked.clear();
+                break;
+            }
+            chain = p.chain;
+            ready.push((n, p));
+            n += 1;
+        }
+        let mut replies = Vec::with_capacity(ready.len());
+        for (s, p) in ready {
+            if let Err(e) = self.store.commit(p.batch) {
+                // Nothing after a failed batch may be applied.
+                tracing::error!(
+                    partition = self.pid,
+                    seq = s,
+                    "replicated batch failed: {e}"
+                );
+                let _ = p.reply.send(Err(storage_err(e)));
+                break;
+            }
+            st.applied_one(s, p.chain);
+            replies.push((p.reply, Done::unit(s)));
+        }
+        syncer.after_sync(self.changed.clone(), replies);
+        Ok(())
+    }
+
     pub(crate) async fn handle(&self, syncer: &Syncer, body: Request) -> Result<Response, FsError> {
         match body {
-            Request::Replica(ReplicaRequest::Replicate { seq, acked, ops }) => {
-                let batch = from_wire(ops)?;
-                let (tx, rx) = oneshot::channel();
-                {
-                    let mut st = self.lock();
-                    if st.copying {
-                        return Err(FsError::ReplicaGap { next: None });
-                    }
-                    if st.next <= acked {
-                        // The primary counts batches up to `acked` as acknowledged here, but
-                        // this copy does not have them: it lost its disk.
-                        st.parked.clear();
-                        return Err(FsError::ReplicaGap {
-                            next: Some(st.next),
-                        });
-                    }
-                    if seq < st.next {
-                        // A resend of a batch already applied: ack once it is durable.
-                        syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
-                    } else if seq > st.next {
-                        if seq - st.next > PARK_AHEAD_MAX {
-                            return Err(FsError::Busy);
-                        }
-                        st.parked.insert(seq, (batch, tx));
-                    } else {
-                        let mut ready = vec![(seq, batch, tx)];
-                        let mut n = seq + 1;
-                        while let Some((b, t)) = st.parked.remove(&n) {
-                            ready.push((n, b, t));
-                            n += 1;
-                        }
-                        let mut replies = Vec::with_capacity(ready.len());
-                        for (s, b, t) in ready {
-                            if let Err(e) = self.store.commit(b) {
-                                // Nothing after a failed batch may be applied.
-                                tracing::error!(
-                                    partition = self.pid,
-                                    seq = s,
-                                    "replicated batch failed: {e}"
-                                );
-                                let _ = t.send(Err(storage_err(e)));
-                                break;
-                            }
-                            st.next = s + 1;
-                            replies.push((t, Done::unit(s)));
-                        }
-                        syncer.after_sync(self.changed.clone(), replies);
-                    }
-                }
+            Request::Replica(ReplicaRequest::Replicate {
+                seq,
+                prev_chain,
+                chain,
+                acked,
+                ops,
+            }) => {
+                let (reply, rx) = oneshot::channel();
+                let batch = Parked {
+                    batch: from_wire(ops)?,
+                    prev_chain,
+                    chain,
+                    reply,
+                };
+                self.receive(syncer, seq, acked, batch)?;
                 rx.await
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
@@ -185,7 +257,7 @@ impl Backup {
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
-            Request::Replica(ReplicaRequest::ReplicaCopyDone { seq }) => {
+            Request::Replica(ReplicaRequest::ReplicaCopyDone { seq, chain }) => {
                 let (tx, rx) = oneshot::channel();
                 {
                     let mut st = self.lock();
@@ -194,10 +266,12 @@ impl Backup {
                     }
                     let mut b = Batch::new();
                     self.store.put_meta_u64(&mut b, SEQ_KEY, seq);
+                    self.store.put_meta_u64(&mut b, CHAIN_KEY, chain);
                     b.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
                     self.store.commit(b).map_err(storage_err)?;
                     st.copying = false;
-                    st.next = seq + 1;
+                    st.applied.clear();
+                    st.applied_one(seq, chain);
                     syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
                 }
                 rx.await
@@ -250,3 +324,6 @@ impl Done {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

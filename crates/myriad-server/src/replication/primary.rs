@@ -26,7 +26,7 @@ use myriad_proto::{FsError, ReplOp, Request, Response};
 use myriad_storage::{Batch, Space, Store};
 use tokio::sync::{mpsc, watch};
 
-use crate::commit::{CHAIN_KEY, Ship, ShipSlot};
+use crate::commit::{CHAIN_KEY, Numbered, Ship, ShipSlot};
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
 use myriad_proto::ReplicaRequest;
@@ -35,7 +35,7 @@ use myriad_proto::ReplicaRequest;
 pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 pub(crate) struct Shipped {
-    seq: u64,
+    at: Numbered,
     /// Built once per backup: resends reuse it.
     req: Arc<Request>,
 }
@@ -83,8 +83,8 @@ impl Streams {
     /// with `ops` set when `wants_batches`). Each request carries the floor that backup had
     /// acknowledged by now (a lower bound of the stream's, which is all the backup's check
     /// needs); the last backup gets `ops` itself, the others a copy.
-    pub(crate) fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
-        self.last_shipped = seq;
+    pub(crate) fn ship(&mut self, at: Numbered, ops: Option<Vec<ReplOp>>) {
+        self.last_shipped = at.seq;
         let mut ops = ops;
         let last = self.streams.len().saturating_sub(1);
         for (i, s) in self.streams.values().enumerate() {
@@ -94,12 +94,14 @@ impl Streams {
                 ops.clone().unwrap_or_default()
             };
             let req = ReplicaRequest::Replicate {
-                seq,
+                seq: at.seq,
+                prev_chain: at.prev_chain,
+                chain: at.chain,
                 acked: *s.acked.borrow(),
                 ops,
             };
             let _ = s.tx.send(Shipped {
-                seq,
+                at,
                 req: Arc::new(Request::Replica(req)),
             });
         }
@@ -110,8 +112,8 @@ impl ShipSlot for std::sync::MutexGuard<'_, Streams> {
     fn encode(&self, batch: &Batch) -> Option<Vec<ReplOp>> {
         self.wants_batches().then(|| to_wire(batch))
     }
-    fn ship(&mut self, seq: u64, ops: Option<Vec<ReplOp>>) {
-        Streams::ship(self, seq, ops);
+    fn ship(&mut self, at: Numbered, ops: Option<Vec<ReplOp>>) {
+        Streams::ship(self, at, ops);
     }
 }
 
@@ -287,12 +289,14 @@ pub(crate) async fn run_stream(
             true
         }
     };
-    // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked;
-    // `pending`: every batch above it (sent or queued), kept until acked so that a backup
-    // that lost its disk can be refilled by a copy plus a replay from `water`.
-    let mut pending: BTreeMap<u64, Arc<Request>> = BTreeMap::new();
+    // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked,
+    // `water_chain` the chain after it; `pending`: every batch above it (sent or queued),
+    // with its chain, kept until acked so that a backup that lost its disk (or holds
+    // another history) can be refilled by a copy plus a replay from `water`.
+    let mut pending: BTreeMap<u64, (Arc<Request>, u64)> = BTreeMap::new();
     let mut done = BTreeSet::new();
     let mut water = start_seq;
+    let mut water_chain = start_chain;
     let mut sent_upto = start_seq;
     let mut inflight = FuturesUnordered::new();
     let mut backoff = Duration::ZERO;
@@ -303,7 +307,7 @@ pub(crate) async fn run_stream(
         if need_copy {
             inflight = FuturesUnordered::new();
             done.clear();
-            copy_partition(&link, &store, water).await;
+            copy_partition(&link, &store, (water, water_chain)).await;
             sent_upto = water;
             need_copy = false;
         }
@@ -314,7 +318,7 @@ pub(crate) async fn run_stream(
         });
         // Top up the window with queued batches.
         while inflight.len() < WINDOW {
-            let Some((&seq, req)) = pending.range(sent_upto + 1..).next() else {
+            let Some((&seq, (req, _))) = pending.range(sent_upto + 1..).next() else {
                 break;
             };
             inflight.push(send_batch(&link, seq, req.clone(), backoff));
@@ -331,7 +335,9 @@ pub(crate) async fn run_stream(
                     done.insert(seq);
                     while done.remove(&(water + 1)) {
                         water += 1;
-                        pending.remove(&water);
+                        if let Some((_, chain)) = pending.remove(&water) {
+                            water_chain = chain;
+                        }
                     }
                 }
                 Err(FsError::ReplicaGap { next }) => {
@@ -345,14 +351,14 @@ pub(crate) async fn run_stream(
                 Err(e) => {
                     backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
                     tracing::debug!(partition = link.pid, backup = link.backup, seq, "replicate failed: {e}");
-                    if let Some(req) = pending.get(&seq) {
+                    if let Some((req, _)) = pending.get(&seq) {
                         inflight.push(send_batch(&link, seq, req.clone(), backoff));
                     }
                 }
             },
             item = rx.recv(), if open => match item {
                 Some(item) => {
-                    pending.insert(item.seq, item.req);
+                    pending.insert(item.at.seq, (item.req, item.at.chain));
                 }
                 None => open = false,
             },
@@ -393,11 +399,12 @@ pub(crate) async fn send_batch(
 }
 
 /// Copies every key of the partition to the backup, then marks the copy complete at
-/// `seq`; the stream then replays every batch after `seq`. Any failure starts it over.
-pub(crate) async fn copy_partition(link: &Link, store: &Store, seq: u64) {
+/// `seq` with its chain; the stream then replays every batch after `seq`. Any failure
+/// starts it over.
+pub(crate) async fn copy_partition(link: &Link, store: &Store, (seq, chain): (u64, u64)) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match try_copy(link, store, seq).await {
+        match try_copy(link, store, (seq, chain)).await {
             Ok(keys) => {
                 tracing::info!(
                     partition = link.pid,
@@ -421,7 +428,11 @@ pub(crate) async fn copy_partition(link: &Link, store: &Store, seq: u64) {
     }
 }
 
-pub(crate) async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64, FsError> {
+pub(crate) async fn try_copy(
+    link: &Link,
+    store: &Store,
+    (seq, chain): (u64, u64),
+) -> Result<u64, FsError> {
     link.call(&Request::Replica(ReplicaRequest::ReplicaReset))
         .await?;
     let mut keys = 0u64;
@@ -434,7 +445,10 @@ pub(crate) async fn try_copy(link: &Link, store: &Store, seq: u64) -> Result<u64
                 .await?;
         }
     }
-    link.call(&Request::Replica(ReplicaRequest::ReplicaCopyDone { seq }))
-        .await?;
+    link.call(&Request::Replica(ReplicaRequest::ReplicaCopyDone {
+        seq,
+        chain,
+    }))
+    .await?;
     Ok(keys)
 }
