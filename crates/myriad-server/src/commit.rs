@@ -184,8 +184,25 @@ pub enum Runner {
 /// one engine, so one fsync covers them all).
 #[derive(Clone)]
 pub struct Syncer {
-    tx: mpsc::UnboundedSender<SyncGroup>,
+    tx: mpsc::Sender<SyncGroup>,
     pub stats: Arc<SyncStats>,
+    /// Set once an fsync failed (the process then stops: `lib.rs`, `embed.rs`).
+    failed: watch::Receiver<Option<String>>,
+}
+
+/// Groups of replies waiting for an fsync, across the server. A writer (an applier, a
+/// copy) takes a place before it commits, so a disk that stalls holds writers back
+/// instead of letting the queue grow.
+pub(crate) const SYNC_GROUPS_QUEUED_MAX: usize = 1024;
+
+/// A place in the syncer's queue, taken before committing (`Syncer::slot`).
+pub(crate) struct SyncSlot(mpsc::OwnedPermit<SyncGroup>);
+
+impl SyncSlot {
+    /// Sends `replies` once everything committed so far is durable, then bumps `changed`.
+    pub(crate) fn after_sync(self, changed: watch::Sender<u64>, replies: Vec<(Reply, Done)>) {
+        self.0.send(SyncGroup { replies, changed });
+    }
 }
 
 /// The syncer's state: after a failed fsync nothing later can be trusted to be durable (the
@@ -193,6 +210,8 @@ pub struct Syncer {
 struct SyncLoop {
     kv: Arc<dyn Kv>,
     failed: Option<String>,
+    /// Tells the process the disk failed.
+    failure: watch::Sender<Option<String>>,
     stats: Arc<SyncStats>,
 }
 
@@ -206,8 +225,9 @@ impl SyncLoop {
         if let Err(e) = &result
             && self.failed.is_none()
         {
-            tracing::error!("fsync failed; this node acknowledges no more writes: {e}");
+            tracing::error!("fsync failed; this server acknowledges no more writes: {e}");
             self.failed = Some(e.to_string());
+            self.failure.send_replace(Some(e.to_string()));
         }
         let count: usize = groups.iter().map(|g| g.replies.len()).sum();
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
@@ -246,11 +266,13 @@ fn drain<T>(first: T, mut next: impl FnMut() -> Option<T>, max: usize) -> Vec<T>
 
 impl Syncer {
     pub fn start(kv: Arc<dyn Kv>, runner: Runner) -> std::io::Result<Syncer> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<SyncGroup>();
+        let (tx, mut rx) = mpsc::channel::<SyncGroup>(SYNC_GROUPS_QUEUED_MAX);
         let stats = Arc::new(SyncStats::default());
+        let (failure, failed) = watch::channel(None);
         let mut sync = SyncLoop {
             kv,
             failed: None,
+            failure,
             stats: stats.clone(),
         };
         match runner {
@@ -272,12 +294,32 @@ impl Syncer {
                 });
             }
         }
-        Ok(Syncer { tx, stats })
+        Ok(Syncer { tx, stats, failed })
     }
 
-    /// Sends `replies` once everything committed so far is durable, then bumps `changed`.
-    pub(crate) fn after_sync(&self, changed: watch::Sender<u64>, replies: Vec<(Reply, Done)>) {
-        let _ = self.tx.send(SyncGroup { replies, changed });
+    /// A place in the queue of the next fsync: waits while `SYNC_GROUPS_QUEUED_MAX` groups
+    /// wait for one. Fails once the server stops.
+    pub(crate) async fn slot(&self) -> Result<SyncSlot, FsError> {
+        self.tx
+            .clone()
+            .reserve_owned()
+            .await
+            .map(SyncSlot)
+            .map_err(|_| FsError::Unavailable("the server is stopping".into()))
+    }
+
+    /// Resolves with the error once an fsync has failed (never, while the disk is well).
+    pub(crate) async fn failure(&self) -> String {
+        let mut rx = self.failed.clone();
+        loop {
+            if let Some(e) = rx.borrow_and_update().clone() {
+                return e;
+            }
+            if rx.changed().await.is_err() {
+                // The syncer is gone (the server stops): nothing more will fail.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 }
 
@@ -293,12 +335,11 @@ struct ApplyLoop {
     copies: Arc<dyn Ship>,
     retired: Arc<AtomicBool>,
     changed: watch::Sender<u64>,
-    syncer: mpsc::UnboundedSender<SyncGroup>,
 }
 
 impl ApplyLoop {
-    /// Applies one round of jobs; false once the syncer is gone (the server stops).
-    fn round(&mut self, jobs: Vec<Job>) -> bool {
+    /// Applies one round of jobs; its durable replies take `slot` in the syncer's queue.
+    fn round(&mut self, jobs: Vec<Job>, slot: SyncSlot) {
         let mut done = Vec::with_capacity(jobs.len());
         let mut must_sync = false;
         for job in jobs {
@@ -369,14 +410,9 @@ impl ApplyLoop {
             }
         }
         if done.is_empty() && !must_sync {
-            return true;
+            return;
         }
-        self.syncer
-            .send(SyncGroup {
-                replies: done,
-                changed: self.changed.clone(),
-            })
-            .is_ok()
+        slot.after_sync(self.changed.clone(), done);
     }
 }
 
@@ -416,26 +452,30 @@ impl Applier {
             copies: copies.clone(),
             retired: retired.clone(),
             changed,
-            syncer: syncer.tx.clone(),
         };
+        // Each round first takes its place in the syncer's queue (waiting while the disk is
+        // behind), then applies whatever queued up meanwhile.
+        let syncer = syncer.clone();
         match runner {
             Runner::Threads => {
                 std::thread::Builder::new()
                     .name("myriad-applier".into())
                     .spawn(move || {
                         while let Some(first) = rx.blocking_recv() {
-                            if !apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX)) {
+                            let Ok(slot) = futures::executor::block_on(syncer.slot()) else {
                                 break;
-                            }
+                            };
+                            apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX), slot);
                         }
                     })?;
             }
             Runner::Tasks { .. } => {
                 tokio::spawn(async move {
                     while let Some(first) = rx.recv().await {
-                        if !apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX)) {
+                        let Ok(slot) = syncer.slot().await else {
                             break;
-                        }
+                        };
+                        apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX), slot);
                     }
                 });
             }
@@ -537,6 +577,7 @@ impl Applier {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use myriad_storage::{MemKv, Pairs, Space, StorageError};
 
@@ -707,11 +748,24 @@ mod tests {
     #[tokio::test]
     async fn after_a_failed_fsync_no_write_is_acknowledged_again() {
         let kv = disk();
-        let (applier, _syncer, _store) = start(kv.clone(), Arc::new(NoCopies));
+        let (applier, syncer, _store) = start(kv.clone(), Arc::new(NoCopies));
         init_root(&applier).await;
+        let watch = syncer.clone();
+        let told = tokio::spawn(async move { watch.failure().await });
+        tokio::task::yield_now().await;
+        assert!(
+            !told.is_finished(),
+            "a failure reported while the disk is well"
+        );
         kv.failing.store(true, Ordering::SeqCst);
         let failed = applier.run(create("a")).await;
         assert!(matches!(failed, Err(FsError::Io(_))), "{failed:?}");
+        // The process hears of it (and stops: lib.rs, embed.rs).
+        let e = tokio::time::timeout(Duration::from_secs(5), told)
+            .await
+            .unwrap_or_else(|_| panic!("the failure was not reported"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(e.contains("injected fsync failure"), "{e}");
         // The disk recovers, but what the failed fsync covered may be gone: still refused.
         kv.failing.store(false, Ordering::SeqCst);
         let later = applier.run(create("b")).await;

@@ -29,6 +29,7 @@ pub const VIRTUAL_EPOCH_NS: i64 = 1_767_225_600_000_000_000;
 /// One embedded server.
 pub struct EmbeddedServer {
     host: Arc<Host>,
+    stopped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A copy's state as a digest (`replication::wire::digest`): last batch, keys, digest.
@@ -58,6 +59,7 @@ impl EmbeddedServer {
             map: config.map.clone(),
         });
         let (map_news, _) = tokio::sync::watch::channel(first);
+        let failure = syncer.clone();
         let host = Host::assemble(HostParts {
             config,
             kv,
@@ -71,7 +73,26 @@ impl EmbeddedServer {
             authority,
             map_news,
         });
-        Ok(EmbeddedServer { host })
+        // As the process does (`run`): a failed fsync stops the server.
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let weak = Arc::downgrade(&host);
+        let flag = stopped.clone();
+        tokio::spawn(async move {
+            let e = failure.failure().await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Some(host) = weak.upgrade() {
+                tracing::error!(server = host.id, "stopping: the disk failed an fsync: {e}");
+                host.clear();
+            }
+        });
+        Ok(EmbeddedServer { host, stopped })
+    }
+
+    /// True once the server stopped itself (its disk failed an fsync): as a process that
+    /// exited, it answers nothing more.
+    #[must_use]
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Opens what the map gives this server (as a restarted server does: a primary first

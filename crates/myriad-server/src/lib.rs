@@ -52,6 +52,13 @@ pub enum ServerError {
     },
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// An fsync failed: what it covered may be lost, and nothing written since can be
+    /// trusted to be durable, so the server stops (its partitions fail over to their copies)
+    /// rather than go on without acknowledging writes.
+    #[error(
+        "the disk failed an fsync ({0}); this server stopped so that its partitions fail over to their copies. Check the disk (dmesg, free space), then start the server again: it catches up from its copies"
+    )]
+    DiskFailed(String),
 }
 
 /// Runs a node on `listener` until `shutdown` completes.
@@ -185,8 +192,17 @@ pub async fn run(
         },
     }
     tracing::info!(server = host.id, partitions = host.nodes().len(), addr = %addr, "serving");
-    shutdown.await;
+    let disk_failed = tokio::select! {
+        () = shutdown => None,
+        e = host.syncer.failure() => Some(e),
+    };
     acceptor.abort();
+    if let Some(e) = disk_failed {
+        tracing::error!(server = host.id, "stopping: the disk failed an fsync: {e}");
+        host.clear();
+        group.shutdown().await;
+        return Err(ServerError::DiskFailed(e));
+    }
     tracing::info!(server = host.id, "shutting down");
     let _ = host.kv.sync();
     host.clear();

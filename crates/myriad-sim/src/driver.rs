@@ -312,7 +312,7 @@ impl Sim {
             tokio::time::sleep(RENEW_EVERY).await;
             let now = Instant::now();
             for id in self.ids() {
-                if self.net.server(id).is_some() && self.net.reachable(id, CLIENTS) {
+                if self.net.running(id).is_some() && self.net.reachable(id, CLIENTS) {
                     self.leases.grant(id, now + LEASE);
                     heard.insert(id, now);
                 }
@@ -400,8 +400,8 @@ impl Sim {
                         .event(format_args!("isolate server {who} for {how_long:?}"));
                 }
                 110..120 => {
-                    // A disk error: the server acknowledges no more writes; its operator
-                    // restarts it a moment later.
+                    // A disk error: the server stops at its next fsync (as the process
+                    // exits); its operator restarts it a moment later.
                     self.disks[who as usize].fail_next_sync();
                     lock(&self.faults).sick.insert(who);
                     lock(&self.report).disk_errors += 1;

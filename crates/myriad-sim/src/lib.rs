@@ -16,3 +16,6 @@ mod trace;
 mod workload;
 
 pub use driver::{Failure, Report, SimConfig, run};
+
+#[cfg(test)]
+mod tests;

@@ -122,9 +122,17 @@ impl Net {
             .unwrap_or(0)
     }
 
+    /// Server `id` unless it crashed (it may have stopped by itself: `running`).
     #[must_use]
     pub fn server(&self, id: NodeId) -> Option<Arc<EmbeddedServer>> {
         self.lock().servers.get(id as usize).cloned().flatten()
+    }
+
+    /// Server `id` if it runs: not crashed, and not stopped by itself after its disk failed
+    /// (as a process that exited, it answers nothing).
+    #[must_use]
+    pub fn running(&self, id: NodeId) -> Option<Arc<EmbeddedServer>> {
+        self.server(id).filter(|s| !s.stopped())
     }
 
     pub fn set_faults(&self, faults: NetFaults) {
@@ -243,7 +251,7 @@ impl Net {
             self.trace.event(format_args!("lost {from}->{to} {op}"));
             return lost.await;
         }
-        let Some(server) = self.server(to) else {
+        let Some(server) = self.running(to) else {
             return Err(FsError::Unavailable(format!("{addr}: connection refused")));
         };
         let from_server = (from != CLIENTS).then_some(from);

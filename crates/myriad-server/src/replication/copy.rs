@@ -9,7 +9,7 @@ use myriad_proto::{FsError, Request, Response};
 use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{oneshot, watch};
 
-use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, Syncer};
+use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, SyncSlot, Syncer};
 use crate::replication::wire::{
     COPYING_KEY, PARK_AHEAD_MAX, WINDOW, clear_space, from_wire, is_bookkeeping, page_limit,
     partition_store, to_ops,
@@ -126,7 +126,7 @@ impl Backup {
     /// it is the batch applied under its number. Any other case means this copy holds
     /// another history (or lost batches): `ReplicaGap`, and the primary copies the whole
     /// partition. Its answer goes to `batch.reply` once durable.
-    fn receive(&self, syncer: &Syncer, seq: u64, acked: u64, batch: Parked) -> Result<(), FsError> {
+    fn receive(&self, slot: SyncSlot, seq: u64, acked: u64, batch: Parked) -> Result<(), FsError> {
         let mut st = self.lock();
         if st.copying {
             return Err(FsError::ReplicaGap { next: None });
@@ -145,7 +145,7 @@ impl Backup {
             if st.applied.get(&seq) != Some(&batch.chain) {
                 return Err(gap);
             }
-            syncer.after_sync(self.changed.clone(), vec![(batch.reply, Done::unit(seq))]);
+            slot.after_sync(self.changed.clone(), vec![(batch.reply, Done::unit(seq))]);
             return Ok(());
         }
         if seq > st.next {
@@ -190,7 +190,7 @@ impl Backup {
             st.applied_one(s, p.chain);
             replies.push((p.reply, Done::unit(s)));
         }
-        syncer.after_sync(self.changed.clone(), replies);
+        slot.after_sync(self.changed.clone(), replies);
         Ok(())
     }
 
@@ -210,7 +210,7 @@ impl Backup {
                     chain,
                     reply,
                 };
-                self.receive(syncer, seq, acked, batch)?;
+                self.receive(syncer.slot().await?, seq, acked, batch)?;
                 rx.await
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
@@ -229,8 +229,9 @@ impl Backup {
             }
             Request::Replica(ReplicaRequest::ReplicaReset) => {
                 let (tx, rx) = oneshot::channel();
+                let slot = syncer.slot().await?;
                 self.reset()?;
-                syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
+                slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
                 rx.await
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
@@ -242,6 +243,7 @@ impl Backup {
                     .ops
                     .retain(|(space, key, _)| !is_bookkeeping(*space, key));
                 let (tx, rx) = oneshot::channel();
+                let slot = syncer.slot().await?;
                 {
                     let st = self.lock();
                     if !st.copying {
@@ -250,7 +252,7 @@ impl Backup {
                         ));
                     }
                     self.store.commit(batch).map_err(storage_err)?;
-                    syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
+                    slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
                 }
                 // Durable before the next page: a crash must not leave holes in a copy.
                 rx.await
@@ -259,6 +261,7 @@ impl Backup {
             }
             Request::Replica(ReplicaRequest::ReplicaCopyDone { seq, chain }) => {
                 let (tx, rx) = oneshot::channel();
+                let slot = syncer.slot().await?;
                 {
                     let mut st = self.lock();
                     if !st.copying {
@@ -272,7 +275,7 @@ impl Backup {
                     st.copying = false;
                     st.applied.clear();
                     st.applied_one(seq, chain);
-                    syncer.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
+                    slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
                 }
                 rx.await
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
