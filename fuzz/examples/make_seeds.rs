@@ -377,7 +377,10 @@ fn requests() -> Seeds {
                 },
             ),
         ),
-        ("statfs", request(18, Endpoints::SERVER, ServerRequest::StatFs)),
+        (
+            "statfs",
+            request(18, Endpoints::SERVER, ServerRequest::StatFs),
+        ),
     ]
 }
 

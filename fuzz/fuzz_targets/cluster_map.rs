@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 
 use libfuzzer_sys::fuzz_target;
 use myriad_fuzz::u64_of;
-use myriad_placement::{ClusterMap, SHARD_DEPTH_MAX, Shard, ShardMap, partition};
+use myriad_placement::{
+    ClusterMap, NodeId, PartitionId, SHARD_DEPTH_MAX, Shard, ShardMap, partition,
+};
 
 /// Rings bigger than this are not built here: `validate` bounds a ring at `RING_POINTS_MAX`
 /// (4 Mi) points, which only costs time (seconds per input under the sanitizer), not new
@@ -82,10 +84,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(next.epoch > map.epoch, "a changed map keeps its epoch");
         }
     }
-    let expired: BTreeSet<u32> = map.nodes.iter().take(1).map(|n| n.id).collect();
+    let expired: BTreeSet<NodeId> = map.nodes.iter().take(1).map(|n| n.id).collect();
     for exp in [BTreeSet::new(), expired] {
         if let Some(planned) = map.plan_moves(&exp, 4) {
-            let pids: Vec<u32> = planned.moves().iter().map(|(p, _)| *p).collect();
+            let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
             let _ = planned.complete_moves(&pids);
         }
     }

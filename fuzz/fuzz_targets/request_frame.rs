@@ -7,8 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use myriad_fuzz::roundtrip;
-use myriad_proto::codec::encode;
 use myriad_proto::codec::decode;
+use myriad_proto::codec::encode;
 use myriad_proto::{ClientFrame, Request, RequestFrame, RequestFrameRef};
 
 fuzz_target!(|data: &[u8]| {

@@ -270,7 +270,7 @@ async fn run_phase(
     args: &BenchArgs,
     data: &Arc<Vec<u8>>,
 ) -> anyhow::Result<f64> {
-    let nodes: Vec<u32> = client.map().nodes.iter().map(|n| n.id).collect();
+    let nodes: Vec<myriad_client::NodeId> = client.map().nodes.iter().map(|n| n.id).collect();
     let t = Instant::now();
     let mut s = futures::stream::iter((0..args.ops).map(|i| {
         let c = client.clone();

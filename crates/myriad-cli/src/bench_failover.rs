@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use myriad_client::{Client, ClientConfig, ClusterMap};
+use myriad_client::{Client, ClientConfig, ClusterMap, NodeId, PartitionId};
 use serde::Serialize;
 
 use crate::cluster::LocalCluster;
@@ -47,7 +47,7 @@ struct FailoverResult {
     nodes: usize,
     writers: usize,
     file_bytes: usize,
-    killed: u32,
+    killed: NodeId,
     partitions_led_by_killed: usize,
     writes_per_sec_before: f64,
     first_write_anywhere_after_kill_secs: Option<f64>,
@@ -110,7 +110,7 @@ fn client(cluster: &LocalCluster, map: &ClusterMap) -> anyhow::Result<Client> {
 
 /// True once every partition has 3 copies (or as many as servers are up), all up, and no
 /// copy lives on `dead`.
-fn whole(map: &ClusterMap, dead: u32) -> bool {
+fn whole(map: &ClusterMap, dead: NodeId) -> bool {
     let up = map.nodes.iter().filter(|n| map.is_up(n.id)).count();
     let want = (map.replication as usize).min(up);
     !map.is_up(dead)
@@ -127,8 +127,8 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
     let admin = client(cluster, &map)?;
     let ring = map.ring();
     // The victim: the server leading the root's partition (every path lookup needs it).
-    let victim = map.primary_of(ring.owner_of_dir("/")).unwrap_or(1);
-    let led: Vec<u32> = map.primaries_of(victim);
+    let victim = map.primary_of(ring.owner_of_dir("/")).unwrap_or(NodeId(1));
+    let led: Vec<PartitionId> = map.primaries_of(victim);
     for w in 0..args.writers {
         admin.mkdir(&format!("/fo{w}"), 0o755).await?;
     }

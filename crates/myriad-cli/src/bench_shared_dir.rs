@@ -43,7 +43,7 @@ struct Row {
     myriad_ops_per_sec: f64,
     local_ops_per_sec: f64,
     /// Client requests per node during the phase.
-    per_node_requests: Vec<(u32, u64)>,
+    per_node_requests: Vec<(myriad_client::NodeId, u64)>,
     busiest_over_mean: f64,
 }
 
@@ -212,7 +212,7 @@ async fn local_phase(
     Ok(t.elapsed().as_secs_f64())
 }
 
-async fn per_node_requests(client: &Client) -> anyhow::Result<Vec<(u32, u64)>> {
+async fn per_node_requests(client: &Client) -> anyhow::Result<Vec<(myriad_client::NodeId, u64)>> {
     let mut out = Vec::new();
     for (node, r) in client.all_counters().await {
         out.push((node, r?.client_total()));

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use myriad_client::{Client, ClientConfig, ClusterMap};
+use myriad_client::{Client, ClientConfig, ClusterMap, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::identity::current_caller;
@@ -94,7 +94,7 @@ pub enum ClusterCmd {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NodeState {
-    pub id: u32,
+    pub id: NodeId,
     pub pid: u32,
     pub addr: String,
 }
@@ -289,7 +289,7 @@ impl LocalCluster {
         // Every server serves once the Raft group has a leader that granted it a lease.
         loop {
             let all = client.all_counters().await;
-            let waiting: Vec<u32> = all
+            let waiting: Vec<NodeId> = all
                 .iter()
                 .filter(|(_, r)| !r.as_ref().is_ok_and(|c| c.serving))
                 .map(|(id, _)| *id)
@@ -321,7 +321,7 @@ impl LocalCluster {
 
     /// SIGKILL to one server of this cluster (benchmarks of failure handling); returns once
     /// it is gone.
-    pub fn kill9(&self, node: u32) -> anyhow::Result<()> {
+    pub fn kill9(&self, node: NodeId) -> anyhow::Result<()> {
         let st = read_state(&self.dir)?;
         let Some(entry) = st.nodes.iter().find(|n| n.id == node) else {
             bail!("no node {node} in this cluster");
@@ -341,7 +341,7 @@ impl LocalCluster {
 /// does not reach it, logging to `node-<id>.log`.
 fn spawn_node(
     dir: &Path,
-    id: u32,
+    id: NodeId,
     listener: Option<std::net::TcpListener>,
     addr: &str,
     server_args: &[String],
@@ -535,8 +535,7 @@ async fn add_node(dir: &Path, weight: u32, wait: bool, timeout: Duration) -> any
         .map(|n| n.id)
         .chain(st.nodes.iter().map(|n| n.id))
         .max()
-        .unwrap_or(0)
-        + 1;
+        .map_or(NodeId(1), |n| NodeId(n.0 + 1));
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a port on 127.0.0.1")?;
     let addr = listener.local_addr()?.to_string();
@@ -583,7 +582,7 @@ async fn add_node(dir: &Path, weight: u32, wait: bool, timeout: Duration) -> any
     Ok(())
 }
 
-async fn remove_node(dir: &Path, id: u32, wait: bool, timeout: Duration) -> anyhow::Result<()> {
+async fn remove_node(dir: &Path, id: NodeId, wait: bool, timeout: Duration) -> anyhow::Result<()> {
     let mut st = read_state(dir)?;
     let client = admin_client(dir, timeout).await?;
     let map = client.map();
@@ -691,6 +690,7 @@ pub async fn run(
             Ok(())
         }
         ClusterCmd::StartNode { data_dir, node } => {
+            let node = NodeId(node);
             let mut st = read_state(&data_dir)?;
             let server_args = st.server_args.clone();
             let Some(entry) = st.nodes.iter_mut().find(|n| n.id == node) else {
@@ -714,7 +714,7 @@ pub async fn run(
             data_dir,
             node,
             no_wait,
-        } => remove_node(&data_dir, node, !no_wait, timeout).await,
+        } => remove_node(&data_dir, NodeId(node), !no_wait, timeout).await,
         ClusterCmd::Status => {
             let client = crate::fs_cmds::connect(cluster, secret_file, timeout)?;
             // The newest map any server has (the map file may be behind a failover).

@@ -14,7 +14,7 @@ use myriad_client::proto::AdminRequest;
 use myriad_client::proto::{
     FsckDir, FsckEntry, FsckRepair, Request, Response, ShardMap, name_hash,
 };
-use myriad_client::{Client, FileKind, FsError, NodeId};
+use myriad_client::{Client, FileKind, FsError, NodeId, PartitionId};
 use myriad_placement::{Ring, parent_of};
 
 /// Where fsck looks for hard-linked inode objects (`myriad-server` `INODE_DIR`).
@@ -28,7 +28,7 @@ struct Problem {
     kind: &'static str,
     what: String,
     /// A safe repair and the node that makes it.
-    repair: Option<(NodeId, FsckRepair)>,
+    repair: Option<(PartitionId, FsckRepair)>,
 }
 
 #[derive(Default)]
@@ -138,7 +138,7 @@ fn print_summary(root: &str, client: &Client, p: &Pass, problems: usize) {
     );
 }
 
-fn problem(kind: &'static str, what: String, repair: Option<(NodeId, FsckRepair)>) -> Problem {
+fn problem(kind: &'static str, what: String, repair: Option<(PartitionId, FsckRepair)>) -> Problem {
     Problem { kind, what, repair }
 }
 
@@ -154,7 +154,7 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-async fn ask(client: &Client, node: NodeId, req: Request) -> anyhow::Result<Response> {
+async fn ask(client: &Client, node: PartitionId, req: Request) -> anyhow::Result<Response> {
     Ok(client.request(node, req).await?)
 }
 
@@ -230,7 +230,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     }
 
     // 1. Every directory object on every node.
-    let mut dirs: BTreeMap<String, Vec<(NodeId, FsckDir)>> = BTreeMap::new();
+    let mut dirs: BTreeMap<String, Vec<(PartitionId, FsckDir)>> = BTreeMap::new();
     for n in &map.partitions {
         let mut after = None;
         loop {
@@ -275,7 +275,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     let mut named_dirs: HashMap<String, u64> = HashMap::new();
     let mut link_names: HashMap<u64, u32> = HashMap::new();
     // ino -> (node holding chunk 0, size)
-    let mut files: HashMap<u64, (NodeId, u64)> = HashMap::new();
+    let mut files: HashMap<u64, (PartitionId, u64)> = HashMap::new();
     let mut entry_counts: HashMap<String, u64> = HashMap::new();
 
     for (path, parts) in &dirs {
@@ -529,7 +529,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
 fn shard_checks(
     ring: &Ring,
     path: &str,
-    parts: &[(NodeId, FsckDir)],
+    parts: &[(PartitionId, FsckDir)],
     pass: &mut Pass,
     problems: &mut Vec<Problem>,
 ) {
@@ -615,7 +615,7 @@ fn shard_checks(
 #[allow(clippy::too_many_arguments)]
 fn entry_checks(
     path: &str,
-    node: NodeId,
+    node: PartitionId,
     part: &FsckDir,
     e: FsckEntry,
     busy: bool,
@@ -624,7 +624,7 @@ fn entry_checks(
     problems: &mut Vec<Problem>,
     named_dirs: &mut HashMap<String, u64>,
     link_names: &mut HashMap<u64, u32>,
-    files: &mut HashMap<u64, (NodeId, u64)>,
+    files: &mut HashMap<u64, (PartitionId, u64)>,
 ) {
     if path == INODE_DIR {
         return; // Inode objects are checked with the link counts.

@@ -198,7 +198,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     let map = ClusterMap::from_json(&text)
         .with_context(|| format!("bad cluster map {}", args.cluster_map.display()))?;
     let node_id = match (args.node_id, &args.listen) {
-        (Some(id), _) => id,
+        (Some(id), _) => myriad_placement::NodeId(id),
         (None, Some(l)) => map
             .nodes
             .iter()

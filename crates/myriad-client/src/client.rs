@@ -155,7 +155,8 @@ impl Client {
         true
     }
 
-    fn node_for(&self, st: &MapState, route: &Route) -> NodeId {
+    /// The partition a request along `route` is for (`SERVER` for the server itself).
+    fn partition_for(&self, st: &MapState, route: &Route) -> PartitionId {
         match route {
             Route::Entry(p) if p == "/" => st.ring.owner_of_dir(p),
             Route::Entry(p) => {
@@ -167,13 +168,17 @@ impl Client {
                 .ring
                 .owner_of_shard(dir, self.shards.leaf_for(dir, *hash)),
             Route::Chunk(ino, c) => st.ring.owner_of_chunk(*ino, *c),
-            Route::Partition(n) | Route::Server(n) => *n,
-            Route::Copy(_, p) => *p,
+            Route::Partition(p) | Route::Copy(_, p) => *p,
+            Route::Server(_) => PartitionId::SERVER,
         }
     }
 
     /// The address and endpoints of a request along `route` under `st`.
-    fn address(st: &MapState, route: &Route, target: u32) -> Result<(String, Endpoints), FsError> {
+    fn address(
+        st: &MapState,
+        route: &Route,
+        target: PartitionId,
+    ) -> Result<(String, Endpoints), FsError> {
         match route {
             Route::Server(n) => st
                 .map
@@ -209,8 +214,8 @@ impl Client {
         let mut busy_rounds = 0u32;
         loop {
             let st = self.st();
-            let node = self.node_for(&st, &route);
-            let result = match Self::address(&st, &route, node) {
+            let pid = self.partition_for(&st, &route);
+            let result = match Self::address(&st, &route, pid) {
                 Ok((addr, ends)) => {
                     let caller = CALLER
                         .try_with(|c| c.clone())
@@ -236,19 +241,19 @@ impl Client {
                 // newer map from any server and try again until the deadline.
                 Err((FsError::Unavailable(why), _))
                     if !matches!(route, Route::Server(_) | Route::Copy(..))
-                        && st.map.partition(node).is_some_and(|p| p.replicas.len() > 1)
+                        && st.map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
                         && tokio::time::Instant::now() + down_backoff < deadline =>
                 {
-                    tracing::debug!(node, "unavailable ({why}); refreshing the map and retrying");
+                    tracing::debug!(partition = %pid, "unavailable ({why}); refreshing the map and retrying");
                     tokio::time::sleep(down_backoff).await;
                     down_backoff = (down_backoff * 2).min(Duration::from_millis(500));
-                    self.refresh_map(node).await;
+                    self.refresh_map(pid).await;
                     continue;
                 }
                 Err((e, None)) => return Err(e),
                 Err((e, Some(_))) => Err(e),
             };
-            let addr = Self::address(&st, &route, node)
+            let addr = Self::address(&st, &route, pid)
                 .map(|(a, _)| a)
                 .unwrap_or_default();
             match result {
@@ -256,7 +261,7 @@ impl Client {
                     map_retries += 1;
                     if map_retries > MAP_RETRIES_MAX {
                         return Err(FsError::Protocol(format!(
-                            "node {node} redirected but offered no newer map"
+                            "partition {pid} redirected but offered no newer map"
                         )));
                     }
                     if !self.adopt(*map) {
@@ -271,7 +276,7 @@ impl Client {
                             }
                             None => {
                                 return Err(FsError::Protocol(format!(
-                                    "node {node} redirected but offered no newer map"
+                                    "partition {pid} redirected but offered no newer map"
                                 )));
                             }
                         }
@@ -294,7 +299,7 @@ impl Client {
                     map_retries += 1;
                     if map_retries > MAP_RETRIES_MAX {
                         return Err(FsError::Protocol(format!(
-                            "node {node} keeps an old cluster map"
+                            "partition {pid} keeps an old cluster map"
                         )));
                     }
                     let push = ServerRequest::InstallMap(Box::new(st.map.clone()));
@@ -316,7 +321,7 @@ impl Client {
                     // A server that keeps saying Busy may have lost its lease and been
                     // replaced (it answers Busy until it learns the new map): look.
                     if busy_rounds.is_multiple_of(10) {
-                        self.refresh_map(node).await;
+                        self.refresh_map(pid).await;
                     }
                 }
                 other => return other,
@@ -906,7 +911,7 @@ impl Client {
     /// Which partition holds the entry of `path` (the ring's answer; `primary_of` in the map
     /// says which server serves it).
     #[must_use]
-    pub fn owner_of_entry(&self, path: &str) -> NodeId {
+    pub fn owner_of_entry(&self, path: &str) -> PartitionId {
         self.st().ring.owner_of_entry(path)
     }
 

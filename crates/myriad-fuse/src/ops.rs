@@ -57,6 +57,22 @@ pub struct Inner {
     append_locks: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// True if a send that failed with `e` may succeed when tried again (nothing about the
+/// request was refused).
+fn worth_retrying(e: &FsError) -> bool {
+    matches!(
+        e,
+        FsError::Unavailable(_)
+            | FsError::TimedOut(_)
+            | FsError::Busy
+            | FsError::Io(_)
+            | FsError::Protocol(_)
+            | FsError::Redirect(_)
+            | FsError::MapTooOld(_)
+            | FsError::WrongShard { .. }
+    )
+}
+
 fn name_of(name: &std::ffi::OsStr) -> Result<String, FsError> {
     let s = name
         .to_str()
@@ -339,7 +355,12 @@ impl Inner {
         self.client.read(&file, offset, u64::from(size)).await
     }
 
-    /// Sends what `slot` holds unsent. Callers hold its io lock.
+    /// Sends what `slot` holds unsent. Callers hold its io lock. If the send fails in a way
+    /// a retry may cure (the servers unreachable, a failover, a timeout), the bytes stay
+    /// buffered: the next flush, fsync or close sends them again (rewriting the same bytes
+    /// at the same offset is harmless if the first attempt did land). Only a final refusal
+    /// (no space, no permission, the file gone), or an append whose fate is unknown (sent
+    /// twice it would land twice), drops them; the error then goes to the writer.
     async fn send_dirty(&self, slot: &Slot) -> Result<(), FsError> {
         let (file, dirty, append) = {
             let mut g = slot.lock();
@@ -347,8 +368,21 @@ impl Inner {
             g.sending_end = d.as_ref().map(|d| d.offset + d.data.len() as u64);
             (g.file.clone(), d, g.append)
         };
-        let r = self.send(slot, file, dirty, append).await;
-        slot.lock().sending_end = None;
+        let r = self.send(slot, file.clone(), dirty.as_ref(), append).await;
+        let mut g = slot.lock();
+        g.sending_end = None;
+        if let Err(e) = &r {
+            let kept = !append && worth_retrying(e);
+            tracing::warn!(
+                path = %file.path,
+                kept,
+                "sending buffered writes failed: {e}"
+            );
+            // Nothing else fills the buffer while the io lock is held.
+            if kept && g.dirty.is_none() {
+                g.dirty = dirty;
+            }
+        }
         r
     }
 
@@ -356,7 +390,7 @@ impl Inner {
         &self,
         slot: &Slot,
         file: FileHandle,
-        dirty: Option<Dirty>,
+        dirty: Option<&Dirty>,
         append: bool,
     ) -> Result<(), FsError> {
         if let Some(d) = dirty {
@@ -396,13 +430,21 @@ impl Inner {
     }
 
     /// Sends every write buffered by this mount for `ino` (before an operation that must
-    /// see them). A failure is kept on the writer's handle and reported to the writer, not
-    /// to the operation that happened to trigger the send.
+    /// see them). If a send fails, the operation fails too: acting on the servers' state
+    /// without bytes a writer was told were written would read, copy or truncate the wrong
+    /// data (the fsx exerciser caught a mapped read returning the bytes from before a
+    /// write). Bytes a retry may still deliver stay buffered (`send_dirty`); bytes dropped
+    /// for good leave their error on the writer's handle as well, for its next write,
+    /// fsync or close.
     pub async fn flush_ino(&self, ino: u64) -> Result<(), FsError> {
         for slot in self.handles.of_ino(ino) {
             let _io = slot.io.lock().await;
             if let Err(e) = self.send_dirty(&slot).await {
-                slot.lock().error = Some(e);
+                let mut g = slot.lock();
+                if g.dirty.is_none() {
+                    g.error = Some(e.clone());
+                }
+                return Err(e);
             }
         }
         Ok(())
@@ -819,3 +861,6 @@ impl Inner {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

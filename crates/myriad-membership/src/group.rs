@@ -126,7 +126,7 @@ impl Group {
     /// matters: a second initialize could depose the first leader (openraft notes).
     pub async fn bootstrap(&self, map: &ClusterMap) -> Result<(), String> {
         let lowest = map.nodes.iter().map(|n| n.id).min();
-        if lowest != Some(u32::try_from(self.id).unwrap_or(0)) {
+        if lowest.map(u64::from) != Some(self.id) {
             return Ok(());
         }
         if self
@@ -208,7 +208,7 @@ impl Group {
                 .iter()
                 .find(|n| !known.contains(&NodeId::from(n.id)))
             {
-                tracing::info!(server = n.id, "adding server to the Raft group");
+                tracing::info!(server = %n.id, "adding server to the Raft group");
                 return self
                     .raft
                     .add_learner(NodeId::from(n.id), BasicNode::new(&n.addr), true)

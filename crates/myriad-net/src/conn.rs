@@ -39,7 +39,7 @@ pub struct RpcConn {
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
     /// The peer's node id and map epoch from its hello reply.
-    pub peer_node_id: u32,
+    pub peer_node_id: myriad_proto::NodeId,
     pub peer_epoch: u64,
     /// When the connection was made, and when the last call started (ms after `born`): a
     /// connection idle for long may have been closed by the server's idle timeout just as a

@@ -56,7 +56,7 @@ pub(crate) async fn client(
     w: &mut Writer,
     me: PeerKind,
     keys: &Keyring,
-) -> Result<(u32, u64), FsError> {
+) -> Result<(myriad_proto::NodeId, u64), FsError> {
     let io = |e: std::io::Error| FsError::Unavailable(format!("{addr}: {e}"));
     let key = keys.connect_key();
     let hello = Hello {
@@ -112,7 +112,7 @@ pub(crate) async fn server(
     r: &mut Reader,
     w: &mut Writer,
     keys: &Keyring,
-    identity: (u32, u64),
+    identity: (myriad_proto::NodeId, u64),
     busy: Option<String>,
     limit: Duration,
 ) -> Result<Peer, Refusal> {
@@ -126,7 +126,7 @@ async fn server_inner(
     r: &mut Reader,
     w: &mut Writer,
     keys: &Keyring,
-    (node_id, epoch): (u32, u64),
+    (node_id, epoch): (myriad_proto::NodeId, u64),
     busy: Option<String>,
 ) -> Result<Peer, Refusal> {
     let hello_bytes = recv(r).await.map_err(|e| format!("bad first frame: {e}"))?;

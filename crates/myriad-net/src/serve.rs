@@ -40,7 +40,7 @@ pub struct ServeConfig {
 
 pub trait Handler: Send + Sync + 'static {
     /// Identity for the hello reply: (node id, map epoch).
-    fn identity(&self) -> (u32, u64);
+    fn identity(&self) -> (myriad_proto::NodeId, u64);
     fn handle(
         self: Arc<Self>,
         peer: Peer,

@@ -97,7 +97,7 @@ impl ClusterMap {
             .iter()
             .enumerate()
             .map(|(i, a)| NodeInfo {
-                id: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                id: NodeId(u32::try_from(i + 1).unwrap_or(u32::MAX)),
                 addr: a.clone(),
                 weight: 1,
                 state: NodeState::Up,
@@ -143,7 +143,7 @@ impl ClusterMap {
         }
         let mut seen = std::collections::BTreeSet::new();
         for n in &self.nodes {
-            if n.id == 0 {
+            if n.id == NodeId(0) {
                 return Err(MapError::ZeroNodeId);
             }
             if !seen.insert(n.id) {
@@ -161,7 +161,7 @@ impl ClusterMap {
         }
         let mut pids = std::collections::BTreeSet::new();
         for p in &self.partitions {
-            if p.id == 0 || p.id > PARTITION_ID_MAX || !pids.insert(p.id) {
+            if p.id == PartitionId::SERVER || p.id > PARTITION_ID_MAX || !pids.insert(p.id) {
                 return Err(MapError::BadPartitionId(p.id));
             }
             let mut distinct = std::collections::BTreeSet::new();
@@ -318,6 +318,9 @@ impl ClusterMap {
 mod tests {
     use super::*;
 
+    const S1: NodeId = NodeId(1);
+    const S2: NodeId = NodeId(2);
+
     fn five() -> ClusterMap {
         let addrs: Vec<String> = (1..=5).map(|i| format!("127.0.0.1:{i}")).collect();
         ClusterMap::build(1, &addrs, 4, 3)
@@ -326,25 +329,25 @@ mod tests {
     #[test]
     fn mark_down_promotes_the_next_live_replica_of_every_partition() {
         let m = five();
-        let down = m.mark_down(2).unwrap_or_else(|| panic!("server 2 is up"));
+        let down = m.mark_down(S2).unwrap_or_else(|| panic!("server 2 is up"));
         assert_eq!(down.epoch, 2);
-        assert!(!down.is_up(2));
+        assert!(!down.is_up(S2));
         assert!(down.validate().is_ok());
-        assert!(m.mark_down(9).is_none());
-        assert!(down.mark_down(2).is_none(), "already down");
+        assert!(m.mark_down(NodeId(9)).is_none());
+        assert!(down.mark_down(S2).is_none(), "already down");
         for (before, after) in m.partitions.iter().zip(&down.partitions) {
             let mut a = after.replicas.clone();
             let mut b = before.replicas.clone();
             a.sort_unstable();
             b.sort_unstable();
             assert_eq!(a, b, "the same copies, reordered");
-            assert_ne!(down.primary_of(after.id), Some(2));
+            assert_ne!(down.primary_of(after.id), Some(S2));
             assert!(down.primary_of(after.id).is_some());
-            assert!(!down.backups_of(after.id).contains(&2));
-            if before.replicas[0] == 2 {
+            assert!(!down.backups_of(after.id).contains(&S2));
+            if before.replicas[0] == S2 {
                 // The first backup takes over.
                 assert_eq!(down.primary_of(after.id), Some(before.replicas[1]));
-                assert_eq!(after.replicas.last(), Some(&2));
+                assert_eq!(after.replicas.last(), Some(&S2));
             } else {
                 assert_eq!(down.primary_of(after.id), m.primary_of(before.id));
             }
@@ -357,7 +360,7 @@ mod tests {
             let primary = two
                 .primary_of(p.id)
                 .unwrap_or_else(|| panic!("one copy is up"));
-            assert!(primary != 2 && primary != second);
+            assert!(primary != S2 && primary != second);
             let live = p.replicas.iter().filter(|&&r| two.is_up(r)).count();
             assert_eq!(two.backups_of(p.id).len(), live - 1);
         }
@@ -385,14 +388,14 @@ mod tests {
     #[test]
     fn a_server_marked_up_again_is_a_backup() {
         let m = five();
-        let down = m.mark_down(1).unwrap_or_else(|| panic!("up"));
-        let up = down.mark_up(1).unwrap_or_else(|| panic!("down"));
+        let down = m.mark_down(S1).unwrap_or_else(|| panic!("up"));
+        let up = down.mark_up(S1).unwrap_or_else(|| panic!("down"));
         assert_eq!(up.epoch, 3);
-        assert!(up.is_up(1));
-        assert!(up.mark_up(1).is_none());
-        assert!(up.primaries_of(1).is_empty(), "it rejoins as a backup");
-        for p in up.partitions.iter().filter(|p| p.replicas.contains(&1)) {
-            assert!(up.backups_of(p.id).contains(&1));
+        assert!(up.is_up(S1));
+        assert!(up.mark_up(S1).is_none());
+        assert!(up.primaries_of(S1).is_empty(), "it rejoins as a backup");
+        for p in up.partitions.iter().filter(|p| p.replicas.contains(&S1)) {
+            assert!(up.backups_of(p.id).contains(&S1));
         }
         let json = up.to_json();
         assert_eq!(
@@ -432,11 +435,11 @@ mod tests {
         // The limit itself is a valid epoch, and every step from it still moves forward.
         m.epoch = EPOCH_MAX;
         assert!(m.validate().is_ok());
-        let down = m.mark_down(2).unwrap_or_else(|| panic!("server 2 is up"));
+        let down = m.mark_down(S2).unwrap_or_else(|| panic!("server 2 is up"));
         assert_eq!(down.epoch, EPOCH_MAX + 1);
         // Unvalidated maps saturate instead of overflowing.
         m.epoch = u64::MAX;
-        let down = m.mark_down(2).unwrap_or_else(|| panic!("server 2 is up"));
+        let down = m.mark_down(S2).unwrap_or_else(|| panic!("server 2 is up"));
         assert_eq!(down.epoch, u64::MAX);
     }
 }

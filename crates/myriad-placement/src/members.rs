@@ -4,12 +4,64 @@
 use serde::{Deserialize, Serialize};
 
 /// A server's identity in the cluster map. Ids are small positive integers, stable for the
-/// server's life.
-pub type NodeId = u32;
+/// server's life. (A type of its own: a partition id is not a server id, though both are
+/// small integers; on the wire and in the map file it is the bare number.)
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(pub u32);
+
 /// A partition's identity: the ring maps keys to partitions. 1..=`PARTITION_ID_MAX`; ids
-/// allocated by a partition are `pid << 40 | counter`, so a pid must fit in 24 bits.
-pub type PartitionId = u32;
-pub const PARTITION_ID_MAX: PartitionId = (1 << 24) - 1;
+/// allocated by a partition are `pid << 40 | counter`, so a pid must fit in 24 bits. 0
+/// stands for "the server itself" where a request names a partition (`Endpoints`).
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PartitionId(pub u32);
+
+pub const PARTITION_ID_MAX: PartitionId = PartitionId((1 << 24) - 1);
+
+impl NodeId {
+    /// As an index into a table of servers (ids are small).
+    #[must_use]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl PartitionId {
+    /// Not a partition: the server itself (requests to it), or no partition (a client).
+    pub const SERVER: PartitionId = PartitionId(0);
+
+    /// The high bits of every id (inode, transaction) this partition allocates.
+    #[must_use]
+    pub fn id_base(self) -> u64 {
+        u64::from(self.0) << 40
+    }
+}
+
+// Both print as the bare number: logs, traces and maps read as they did.
+macro_rules! bare_number {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+bare_number!(NodeId);
+bare_number!(PartitionId);
+
+/// The Raft group names its members by the server ids, widened.
+impl From<NodeId> for u64 {
+    fn from(n: NodeId) -> u64 {
+        u64::from(n.0)
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {

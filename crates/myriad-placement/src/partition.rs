@@ -87,7 +87,7 @@ pub fn assign(nodes: &[NodeInfo], count: u32, replication: u32) -> Vec<Partition
             *load.replicas.entry(*n).or_default() += 1;
         }
         out.push(PartitionInfo {
-            id: pid as PartitionId,
+            id: PartitionId(pid),
             replicas,
             moving: None,
         });
@@ -109,7 +109,7 @@ mod tests {
         let m = ClusterMap::new(1, &addrs(4));
         assert!(m.validate().is_ok());
         for p in &m.partitions {
-            assert_eq!(p.replicas, vec![p.id]);
+            assert_eq!(p.replicas, vec![NodeId(p.id.0)]);
         }
     }
 
@@ -148,7 +148,7 @@ mod tests {
         let mut nodes = ClusterMap::new(1, &addrs(3)).nodes;
         nodes[2].weight = 2;
         let parts = assign(&nodes, 16, 1);
-        let on3 = parts.iter().filter(|p| p.replicas[0] == 3).count();
+        let on3 = parts.iter().filter(|p| p.replicas[0] == NodeId(3)).count();
         assert_eq!(on3, 8, "weight 2 gets half of 16 with weights 1,1,2");
     }
 }

@@ -269,7 +269,7 @@ mod tests {
             "balanced already"
         );
         m.nodes.push(NodeInfo {
-            id: 5,
+            id: NodeId(5),
             addr: "127.0.0.1:5".into(),
             weight: 1,
             state: NodeState::Up,
@@ -292,11 +292,15 @@ mod tests {
 
     #[test]
     fn copies_on_a_server_down_past_grace_are_replaced() {
-        let m = map(5).mark_down(3).unwrap_or_else(|| panic!("up"));
+        let m = map(5).mark_down(NodeId(3)).unwrap_or_else(|| panic!("up"));
         // Not expired yet: nothing moves off it (balance ignores down servers' copies).
-        let expired = BTreeSet::from([3]);
+        let expired = BTreeSet::from([NodeId(3)]);
         let done = settle(m, &expired);
-        assert_eq!(copies(&done).get(&3), None, "no copy left on server 3");
+        assert_eq!(
+            copies(&done).get(&NodeId(3)),
+            None,
+            "no copy left on server 3"
+        );
         for p in &done.partitions {
             assert_eq!(p.replicas.len(), 3);
             assert!(p.replicas.iter().all(|r| done.is_up(*r)));
@@ -310,26 +314,32 @@ mod tests {
 
     #[test]
     fn a_leaving_server_is_drained_then_dropped() {
-        let m = map(5).mark_leaving(2).unwrap_or_else(|| panic!("up"));
-        assert!(m.mark_leaving(2).is_none());
+        let m = map(5)
+            .mark_leaving(NodeId(2))
+            .unwrap_or_else(|| panic!("up"));
+        assert!(m.mark_leaving(NodeId(2)).is_none());
         // While moves run, it still serves: the planned map keeps it in every list it was in.
         let planned = m
             .plan_moves(&BTreeSet::new(), 2)
             .unwrap_or_else(|| panic!("moves"));
         assert_eq!(planned.moves().len(), 2);
         for (pid, mv) in planned.moves() {
-            assert_eq!(mv.from, 2);
+            assert_eq!(mv.from, NodeId(2));
             let p = planned.partition(pid).unwrap_or_else(|| panic!("p"));
             assert_eq!(p.replicas.len(), 4);
             assert_eq!(p.replicas.last(), Some(&mv.to));
         }
         let done = settle(m, &BTreeSet::new());
         assert!(
-            done.node(2).is_none(),
+            done.node(NodeId(2)).is_none(),
             "drained server dropped from the map"
         );
-        assert!(done.partitions.iter().all(|p| !p.replicas.contains(&2)));
-        assert!(done.primaries_of(2).is_empty());
+        assert!(
+            done.partitions
+                .iter()
+                .all(|p| !p.replicas.contains(&NodeId(2)))
+        );
+        assert!(done.primaries_of(NodeId(2)).is_empty());
     }
 
     #[test]
@@ -340,11 +350,11 @@ mod tests {
         let old = p.replicas.clone();
         p.moving = Some(Move {
             from: old[0],
-            to: 9,
+            to: NodeId(9),
         });
-        p.replicas.push(9);
+        p.replicas.push(NodeId(9));
         planned.nodes.push(NodeInfo {
-            id: 9,
+            id: NodeId(9),
             addr: "x:9".into(),
             weight: 1,
             state: NodeState::Up,
@@ -355,7 +365,7 @@ mod tests {
         let done = planned
             .complete_moves(&[pid])
             .unwrap_or_else(|| panic!("done"));
-        assert_eq!(done.partitions[0].replicas, vec![9, old[1], old[2]]);
+        assert_eq!(done.partitions[0].replicas, vec![NodeId(9), old[1], old[2]]);
         assert!(done.partitions[0].moving.is_none());
     }
 }

@@ -7,7 +7,7 @@
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::map::ClusterMap;
-use crate::members::NodeId;
+use crate::members::PartitionId;
 use crate::shard::{SHARD_DEPTH_MAX, Shard};
 
 /// Domain separators (as xxh3 seeds, which costs no copy of the key) so that a directory
@@ -18,7 +18,7 @@ const DOMAIN_CHUNK: u64 = 0x4d59_5244_4348_4b31; // "MYRDCHK1"
 #[derive(Clone, Debug)]
 pub struct Ring {
     /// Sorted by point; ties broken by node id so the order is total and deterministic.
-    points: Vec<(u64, NodeId)>,
+    points: Vec<(u64, PartitionId)>,
     /// Distinct nodes on the ring.
     nodes: usize,
     chunk_size_bytes: u64,
@@ -46,7 +46,7 @@ impl Ring {
             }
         }
         points.sort_unstable();
-        let mut ids: Vec<NodeId> = points.iter().map(|p| p.1).collect();
+        let mut ids: Vec<PartitionId> = points.iter().map(|p| p.1).collect();
         ids.sort_unstable();
         ids.dedup();
         Ring {
@@ -62,9 +62,9 @@ impl Ring {
         self.epoch
     }
 
-    fn owner_of_hash(&self, hash: u64) -> NodeId {
+    fn owner_of_hash(&self, hash: u64) -> PartitionId {
         if self.points.is_empty() {
-            return 0;
+            return PartitionId::SERVER;
         }
         let i = self.points.partition_point(|&(p, _)| p < hash);
         let i = if i == self.points.len() { 0 } else { i };
@@ -73,14 +73,14 @@ impl Ring {
 
     /// The node holding the directory object (entries with embedded inodes) of `dir_path`.
     #[must_use]
-    pub fn owner_of_dir(&self, dir_path: &str) -> NodeId {
+    pub fn owner_of_dir(&self, dir_path: &str) -> PartitionId {
         self.owner_of_hash(hash_dir(dir_path))
     }
 
     /// The node holding the entry (and so the inode and chunk 0) of `path`: its parent's owner.
     /// The root has no parent; its attributes live in its own directory object.
     #[must_use]
-    pub fn owner_of_entry(&self, path: &str) -> NodeId {
+    pub fn owner_of_entry(&self, path: &str) -> PartitionId {
         if path == "/" {
             return self.owner_of_dir("/");
         }
@@ -90,19 +90,19 @@ impl Ring {
     /// The node holding chunk `chunk_index` (>= 1) of inode `ino`. Chunk 0 lives with the inode,
     /// so callers route it by `owner_of_entry` instead.
     #[must_use]
-    pub fn owner_of_chunk(&self, ino: u64, chunk_index: u64) -> NodeId {
+    pub fn owner_of_chunk(&self, ino: u64, chunk_index: u64) -> PartitionId {
         self.owner_of_hash(hash_chunk(ino, chunk_index))
     }
 
     /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the
     /// ring clockwise from the directory's point, its owner first (docs/huge-dirs.md).
     #[must_use]
-    pub fn dir_nodes(&self, dir_path: &str) -> Vec<NodeId> {
+    pub fn dir_nodes(&self, dir_path: &str) -> Vec<PartitionId> {
         self.distinct_from(hash_dir(dir_path), self.nodes)
     }
 
-    fn distinct_from(&self, hash: u64, want: usize) -> Vec<NodeId> {
-        let mut out: Vec<NodeId> = Vec::new();
+    fn distinct_from(&self, hash: u64, want: usize) -> Vec<PartitionId> {
+        let mut out: Vec<PartitionId> = Vec::new();
         if self.points.is_empty() {
             return out;
         }
@@ -122,7 +122,7 @@ impl Ring {
     /// The node holding shard `shard` of directory `dir_path`: node `index mod n` of
     /// `dir_nodes`. Shard 0 (and so an unsplit directory) is on `owner_of_dir`.
     #[must_use]
-    pub fn owner_of_shard(&self, dir_path: &str, shard: Shard) -> NodeId {
+    pub fn owner_of_shard(&self, dir_path: &str, shard: Shard) -> PartitionId {
         let n = u64::try_from(self.nodes.max(1)).unwrap_or(1);
         let k = usize::try_from(shard.index() % n).unwrap_or(0);
         if k == 0 {
@@ -133,7 +133,7 @@ impl Ring {
         self.distinct_from(hash_dir(dir_path), k + 1)
             .get(k)
             .copied()
-            .unwrap_or(0)
+            .unwrap_or(PartitionId::SERVER)
     }
 
     /// True if splitting `shard` of `dir_path` would put its upper half on another node
@@ -170,7 +170,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::MapError;
+    use crate::{MapError, NodeId};
 
     fn map(n: usize) -> ClusterMap {
         let addrs: Vec<String> = (0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect();
@@ -195,7 +195,7 @@ mod tests {
     fn four_nodes_100k_dirs_busiest_at_most_1_15_mean() {
         let ring = map(4).ring();
         let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-        let mut counts: HashMap<NodeId, u64> = HashMap::new();
+        let mut counts: HashMap<PartitionId, u64> = HashMap::new();
         let total = 100_000u64;
         for _ in 0..total {
             *counts
@@ -215,7 +215,7 @@ mod tests {
     #[test]
     fn chunks_spread_evenly() {
         let ring = map(4).ring();
-        let mut counts: HashMap<NodeId, u64> = HashMap::new();
+        let mut counts: HashMap<PartitionId, u64> = HashMap::new();
         for ino in 0..10_000u64 {
             for c in 1..11 {
                 *counts.entry(ring.owner_of_chunk(ino, c)).or_default() += 1;
@@ -246,7 +246,7 @@ mod tests {
             let (a, b) = (before.owner_of_dir(&p), after.owner_of_dir(&p));
             if a != b {
                 moved += 1;
-                assert_eq!(b, 5, "keys only move to the new node");
+                assert_eq!(b, PartitionId(5), "keys only move to the new node");
             }
         }
         let share = f64::from(moved) / f64::from(n);
@@ -257,11 +257,11 @@ mod tests {
     fn map_validation() {
         let mut m = map(3);
         assert!(m.validate().is_ok());
-        m.nodes[1].id = 1;
-        assert_eq!(m.validate(), Err(MapError::DuplicateNode(1)));
+        m.nodes[1].id = NodeId(1);
+        assert_eq!(m.validate(), Err(MapError::DuplicateNode(NodeId(1))));
         let mut m = map(1);
         m.nodes[0].weight = 0;
-        assert_eq!(m.validate(), Err(MapError::BadWeight(1)));
+        assert_eq!(m.validate(), Err(MapError::BadWeight(NodeId(1))));
         let mut m = map(1);
         m.chunk_size_bytes = 1000;
         assert_eq!(m.validate(), Err(MapError::BadLayout));
@@ -282,13 +282,13 @@ mod tests {
             assert_eq!(nodes[0], ring.owner_of_dir(d));
             assert_eq!(ring.owner_of_shard(d, Shard::ALL), ring.owner_of_dir(d));
             let m = crate::ShardMap::presplit(2);
-            let mut owners: Vec<NodeId> = m
+            let mut owners: Vec<PartitionId> = m
                 .leaves
                 .iter()
                 .map(|s| ring.owner_of_shard(d, *s))
                 .collect();
             owners.sort_unstable();
-            assert_eq!(owners, vec![1, 2, 3, 4], "{d}");
+            assert_eq!(owners, [1, 2, 3, 4].map(PartitionId).to_vec(), "{d}");
             // Four nodes: splits spread the directory until it has four shards.
             assert!(ring.can_split(d, Shard::ALL));
             let (lo, hi) = Shard::ALL.halves();
@@ -314,7 +314,7 @@ mod tests {
             let r2 = map(4).ring();
             prop_assert_eq!(r1.owner_of_dir(&path), r2.owner_of_dir(&path));
             prop_assert_eq!(r1.owner_of_chunk(ino, c), r2.owner_of_chunk(ino, c));
-            prop_assert!((1..=4).contains(&r1.owner_of_dir(&path)));
+            prop_assert!((1..=4).contains(&r1.owner_of_dir(&path).0));
         }
     }
 }

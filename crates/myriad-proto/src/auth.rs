@@ -88,14 +88,20 @@ impl ClusterKey {
 
     /// The server's proof (it speaks second, so it also binds its own nonce and identity).
     #[must_use]
-    pub fn server_proof(&self, hello: &[u8], nonce_s: &Nonce, node_id: u32, epoch: u64) -> Proof {
+    pub fn server_proof(
+        &self,
+        hello: &[u8],
+        nonce_s: &Nonce,
+        node_id: myriad_placement::NodeId,
+        epoch: u64,
+    ) -> Proof {
         mac(
             &self.key,
             &[
                 b"myriad v1 server proof",
                 &len_prefixed(hello),
                 nonce_s,
-                &node_id.to_be_bytes(),
+                &node_id.0.to_be_bytes(),
                 &epoch.to_be_bytes(),
             ],
         )
@@ -315,6 +321,7 @@ fn unhex(s: &str) -> Option<Key> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use myriad_placement::NodeId;
 
     const S: Key = [7u8; 32];
     const OTHER: Key = [8u8; 32];
@@ -380,12 +387,12 @@ mod tests {
         assert!(!proofs_equal(&p, &k.client_proof(b"hellor", b"eply")));
         let n = [1u8; 32];
         assert!(!proofs_equal(
-            &k.server_proof(b"h", &n, 1, 2),
-            &k.server_proof(b"h", &n, 1, 3)
+            &k.server_proof(b"h", &n, NodeId(1), 2),
+            &k.server_proof(b"h", &n, NodeId(1), 3)
         ));
         // A server proof is never a valid client proof (no reflection).
         assert!(!proofs_equal(
-            &k.server_proof(b"h", &n, 0, 0),
+            &k.server_proof(b"h", &n, NodeId(0), 0),
             &k.client_proof(b"h", &n)
         ));
     }

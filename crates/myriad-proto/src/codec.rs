@@ -37,6 +37,7 @@ mod tests {
     use crate::{
         Caller, ClientRequest, PeerRequest, Request, RequestFrame, Response, ResponseFrame,
     };
+    use myriad_placement::PartitionId;
 
     #[test]
     fn a_link_request_becomes_a_flat_inode_operation() {
@@ -60,7 +61,7 @@ mod tests {
         let f = RequestFrame {
             id: 1,
             epoch: 1,
-            ends: crate::Endpoints::to(3),
+            ends: crate::Endpoints::to(PartitionId(3)),
             caller: Caller::root(),
             body: crate::Request::Peer(PeerRequest::AtInode {
                 ino: 9,
@@ -83,8 +84,8 @@ mod tests {
             id: 7,
             epoch: 3,
             ends: crate::Endpoints {
-                target: 2,
-                source: 9,
+                target: PartitionId(2),
+                source: PartitionId(9),
             },
             caller: Caller {
                 uid: 1000,
@@ -121,14 +122,14 @@ mod tests {
         let owned = RequestFrame {
             id: 1,
             epoch: 2,
-            ends: crate::Endpoints::to(4),
+            ends: crate::Endpoints::to(PartitionId(4)),
             caller: caller.clone(),
             body: body.clone(),
         };
         let borrowed = crate::RequestFrameRef {
             id: 1,
             epoch: 2,
-            ends: crate::Endpoints::to(4),
+            ends: crate::Endpoints::to(PartitionId(4)),
             caller: &caller,
             body: &body,
         };
@@ -175,7 +176,7 @@ mod tests {
         let frame = |body: Request| RequestFrame {
             id: 7,
             epoch: 1,
-            ends: crate::Endpoints::to(3),
+            ends: crate::Endpoints::to(PartitionId(3)),
             caller: Caller::root(),
             body,
         };

@@ -21,7 +21,7 @@ pub use message::{
     RequestFrame, RequestFrameRef, Response, ResponseFrame,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
-pub use myriad_placement::{Shard, ShardMap, name_hash};
+pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash};
 pub use path::{validate_name, validate_path};
 pub use request::{
     AdminRequest, ClientRequest, CopyRange, DirAction, ExportedEntry, FromClient, FsckDir,

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{KeyId, Nonce, Proof};
 use crate::request::{ExportedEntry, FromClient, FsckDir, FsckEntry, ReplOp, Request};
+use myriad_placement::{NodeId, PartitionId};
+
 use crate::{Caller, CounterSnapshot, DirEntry, FsError, Inode, ShardMap, StatFs};
 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
@@ -23,7 +25,7 @@ pub const PROTOCOL_VERSION: u16 = 9;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
     Client,
-    Server { node_id: u32 },
+    Server { node_id: NodeId },
 }
 
 /// First message of a connection (auth.rs has the whole handshake).
@@ -40,7 +42,7 @@ pub struct Hello {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HelloReply {
     pub version: u16,
-    pub node_id: u32,
+    pub node_id: NodeId,
     pub epoch: u64,
     /// Set when the server refuses the connection; it closes right after.
     pub refused: Option<String>,
@@ -65,21 +67,24 @@ pub struct AuthReply {
 /// as a target (admin requests) and "not a partition" (a client, a CLI) as a source.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoints {
-    pub target: u32,
-    pub source: u32,
+    pub target: PartitionId,
+    pub source: PartitionId,
 }
 
 impl Endpoints {
     /// A request from a client (or a server acting as one) to partition `target`.
     #[must_use]
-    pub fn to(target: u32) -> Endpoints {
-        Endpoints { target, source: 0 }
+    pub fn to(target: PartitionId) -> Endpoints {
+        Endpoints {
+            target,
+            source: PartitionId::SERVER,
+        }
     }
 
     /// A request to the server itself rather than one of its partitions.
     pub const SERVER: Endpoints = Endpoints {
-        target: 0,
-        source: 0,
+        target: PartitionId::SERVER,
+        source: PartitionId::SERVER,
     };
 }
 
@@ -223,7 +228,7 @@ pub enum Response {
     },
     /// (partition, last applied batch; None while a whole copy is arriving) of every copy a
     /// server holds, primary or backup.
-    Seqs(Vec<(u32, Option<u64>)>),
+    Seqs(Vec<(PartitionId, Option<u64>)>),
 }
 
 impl Response {

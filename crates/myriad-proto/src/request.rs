@@ -1,6 +1,6 @@
 //! Requests, grouped by who may send them (`Request`'s audiences), and the types they carry.
 
-use myriad_placement::ClusterMap;
+use myriad_placement::{ClusterMap, PartitionId};
 use serde::{Deserialize, Serialize};
 
 use crate::{Caller, FileKind, Inode, Shard, ShardMap};
@@ -311,7 +311,7 @@ pub enum PeerRequest {
     /// the chunk-0 blocks that move with it.
     RenamePrepare {
         txid: u64,
-        coordinator: u32,
+        coordinator: PartitionId,
         to: String,
         inode: Inode,
         flags: RenameFlags,
@@ -383,7 +383,11 @@ pub enum PeerRequest {
     /// To every node: drop replicas of `prefix` and everything under it (directory rename).
     InvalidatePrefix { prefix: String },
     /// Owner of the entry of `path`: create a hard-link name for inode `ino` living on `home`.
-    PutLinkRef { path: String, ino: u64, home: u32 },
+    PutLinkRef {
+        path: String,
+        ino: u64,
+        home: PartitionId,
+    },
     /// Home of hard-linked inode `ino`: add `delta` to its link count (the object and its
     /// data go away at 0). Replies with the inode after the change (`Unit` when removed).
     AdjustLinks { ino: u64, delta: i64 },

@@ -65,7 +65,7 @@ pub struct Inode {
     /// `limits::XATTR_TOTAL_BYTES_MAX`), so `getxattr` costs no extra lookup.
     pub xattrs: Vec<Xattr>,
     /// For `HardLink` entries: the node holding the inode object.
-    pub link_home: Option<u32>,
+    pub link_home: Option<myriad_placement::PartitionId>,
     /// The device of a `CharDevice` or `BlockDevice` (Linux `dev_t`); 0 for other kinds.
     pub rdev: u64,
 }
@@ -118,7 +118,7 @@ pub struct OpCount {
 /// A server's request counters since start or the last reset.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CounterSnapshot {
-    pub node_id: u32,
+    pub node_id: myriad_placement::NodeId,
     pub epoch: u64,
     /// Requests received from clients, by operation.
     pub client_requests: Vec<OpCount>,
@@ -141,7 +141,7 @@ pub struct CounterSnapshot {
     /// True while the server holds a lease from the Raft leader (it serves only then).
     pub serving: bool,
     /// The Raft leader as this server knows it (0: none).
-    pub raft_leader: u32,
+    pub raft_leader: myriad_placement::NodeId,
     /// Partitions this server serves as primary and holds backup copies of.
     pub primaries: u64,
     pub backups: u64,

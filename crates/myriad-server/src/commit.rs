@@ -668,7 +668,8 @@ mod tests {
         runner: Runner,
     ) -> (Applier, Syncer, Store) {
         let store = Store::open(kv.clone(), 1).unwrap_or_else(|e| panic!("{e}"));
-        let ids = IdAlloc::load(&store, 1).unwrap_or_else(|e| panic!("{e}"));
+        let ids =
+            IdAlloc::load(&store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
         let syncer = Syncer::start(kv, runner).unwrap_or_else(|e| panic!("{e}"));
         let layout = Layout {
             chunk_size_bytes: 4 << 20,

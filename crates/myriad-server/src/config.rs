@@ -4,7 +4,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use myriad_net::ServeLimits;
-use myriad_placement::ClusterMap;
+use myriad_placement::{ClusterMap, NodeId};
 use myriad_proto::auth::Keyring;
 
 /// A server down this long has its copies replaced (docs/replication.md): long enough for a
@@ -18,7 +18,7 @@ pub const DEFAULT_DIR_SPLIT_ENTRIES: u64 = 8192;
 /// Everything a node needs, validated by the binary before `run` is called.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    pub node_id: u32,
+    pub node_id: NodeId,
     pub data_dir: PathBuf,
     pub map: ClusterMap,
     /// Where to persist a newer map received from a peer or client (the `--cluster-map` file).
@@ -53,7 +53,7 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     #[must_use]
-    pub fn new(node_id: u32, data_dir: PathBuf, map: ClusterMap, keys: Keyring) -> ServerConfig {
+    pub fn new(node_id: NodeId, data_dir: PathBuf, map: ClusterMap, keys: Keyring) -> ServerConfig {
         ServerConfig {
             node_id,
             data_dir,

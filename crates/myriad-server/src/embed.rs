@@ -50,7 +50,7 @@ impl EmbeddedServer {
         let runner = Runner::Tasks { fsync };
         let _own = Store::open(
             Arc::new(myriad_storage::PartitionKv::new(kv.clone(), 0)),
-            config.node_id,
+            config.node_id.0,
         )
         .map_err(|e| e.to_string())?;
         let syncer = Syncer::start(kv.clone(), runner).map_err(|e| e.to_string())?;
@@ -81,7 +81,7 @@ impl EmbeddedServer {
             let e = failure.failure().await;
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
             if let Some(host) = weak.upgrade() {
-                tracing::error!(server = host.id, "stopping: the disk failed an fsync: {e}");
+                tracing::error!(server = %host.id, "stopping: the disk failed an fsync: {e}");
                 host.clear();
             }
         });

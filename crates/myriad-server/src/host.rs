@@ -292,7 +292,7 @@ impl Host {
             // removed (remove-node). It then holds and serves nothing, and a restart with
             // this map file refuses to start with a clear message.
             tracing::warn!(
-                server = self.id,
+                server = %self.id,
                 epoch = map.epoch,
                 "this server is not in the cluster map any more: it serves nothing"
             );
@@ -373,7 +373,7 @@ impl Host {
                 .map_err(|e| FsError::Io(e.to_string()))?;
         }
         tracing::info!(
-            server = self.id,
+            server = %self.id,
             epoch = map.epoch,
             "installed newer cluster map"
         );
@@ -416,8 +416,8 @@ impl Host {
                 };
                 if let Some(node) = gone {
                     tracing::info!(
-                        server = self.id,
-                        partition = pid,
+                        server = %self.id,
+                        partition = %pid,
                         epoch,
                         primary_through = node.primary_through(),
                         "stopped serving (no longer primary, or not without a break)"
@@ -440,8 +440,8 @@ impl Host {
             let opening: Vec<PartitionId> = want.difference(&have).copied().collect();
             let opened = futures::future::join_all(opening.iter().map(|&pid| {
                 tracing::debug!(
-                    server = self.id,
-                    partition = pid,
+                    server = %self.id,
+                    partition = %pid,
                     epoch,
                     "opening partition"
                 );
@@ -463,7 +463,7 @@ impl Host {
                     // the partition answers Busy until the next reconcile (the reopener
                     // task retries).
                     Err(OpenError::Fs(e)) => {
-                        tracing::warn!(partition = pid, "cannot open the partition yet: {e}");
+                        tracing::warn!(partition = %pid, "cannot open the partition yet: {e}");
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -536,12 +536,14 @@ impl Host {
             if !p.replicas.contains(&self.id) && self.partition(p.id).is_none() {
                 match drop_copy(self.kv.clone(), p.id) {
                     Ok(true) => tracing::info!(
-                        partition = p.id,
+                        partition = %p.id,
                         epoch = map.epoch,
                         "dropped this server's copy (the map moved it elsewhere)"
                     ),
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(partition = p.id, "dropping a moved copy failed: {e}"),
+                    Err(e) => {
+                        tracing::warn!(partition = %p.id, "dropping a moved copy failed: {e}")
+                    }
                 }
             }
         }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use futures::future::BoxFuture;
 use myriad_net::{Handler, Peer};
-use myriad_placement::PartitionId;
+use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::auth::Credential;
 use myriad_proto::{
     Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
@@ -129,7 +129,7 @@ impl Host {
                 .authority
                 .leader()
                 .and_then(|l| u32::try_from(l).ok())
-                .unwrap_or(0),
+                .map_or(NodeId(0), NodeId),
             primaries: read(&self.partitions).len() as u64,
             backups: read(&self.backups).len() as u64,
             ..CounterSnapshot::default()
@@ -158,7 +158,7 @@ impl Host {
 }
 
 impl Handler for Host {
-    fn identity(&self) -> (u32, u64) {
+    fn identity(&self) -> (NodeId, u64) {
         (self.id, self.state().map.epoch)
     }
 
@@ -175,7 +175,7 @@ impl Handler for Host {
                 host.counters.count(frame.body.op_name(), from_server);
             }
             let result = match frame.ends.target {
-                0 => {
+                PartitionId::SERVER => {
                     host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
                         .await
                 }
@@ -210,7 +210,7 @@ impl Handler for Host {
                         // this map (a deposed primary's task): refused with the map, which
                         // deposes it there.
                         Ok(_)
-                            if frame.ends.source != 0
+                            if frame.ends.source != PartitionId::SERVER
                                 && frame.epoch <= host.state().map.epoch
                                 && matches!(peer.kind, PeerKind::Server { node_id }
                                     if host.state().map.primary_of(frame.ends.source) != Some(node_id)) =>

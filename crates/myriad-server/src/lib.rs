@@ -90,7 +90,7 @@ pub async fn run(
     let kv: Arc<dyn Kv> =
         Arc::new(FjallKv::open(&config.data_dir.join("store")).map_err(store_err)?);
     // The server's own records (partition 0): format version and server id, checked here.
-    let _own = Store::open(Arc::new(PartitionKv::new(kv.clone(), 0)), config.node_id)
+    let _own = Store::open(Arc::new(PartitionKv::new(kv.clone(), 0)), config.node_id.0)
         .map_err(store_err)?;
     let syncer = Syncer::start(kv.clone(), Runner::Threads)?;
     let pool = Arc::new(Pool::new(PoolConfig {
@@ -191,19 +191,19 @@ pub async fn run(
             });
         },
     }
-    tracing::info!(server = host.id, partitions = host.nodes().len(), addr = %addr, "serving");
+    tracing::info!(server = %host.id, partitions = host.nodes().len(), addr = %addr, "serving");
     let disk_failed = tokio::select! {
         () = shutdown => None,
         e = host.syncer.failure() => Some(e),
     };
     acceptor.abort();
     if let Some(e) = disk_failed {
-        tracing::error!(server = host.id, "stopping: the disk failed an fsync: {e}");
+        tracing::error!(server = %host.id, "stopping: the disk failed an fsync: {e}");
         host.clear();
         group.shutdown().await;
         return Err(ServerError::DiskFailed(e));
     }
-    tracing::info!(server = host.id, "shutting down");
+    tracing::info!(server = %host.id, "shutting down");
     let _ = host.kv.sync();
     host.clear();
     group.shutdown().await;

@@ -186,7 +186,7 @@ impl Membership {
             return None;
         }
         tracing::debug!(
-            server = self.id,
+            server = %self.id,
             "refusing a request: no lease from the cluster-map leader"
         );
         Some(FsError::Busy)
@@ -222,7 +222,7 @@ impl Membership {
             Some(l) => {
                 let Some(addr) = u32::try_from(l)
                     .ok()
-                    .and_then(|l| st.map.node(l))
+                    .and_then(|l| st.map.node(NodeId(l)))
                     .map(|n| n.addr.clone())
                 else {
                     return;
@@ -262,10 +262,10 @@ impl Membership {
             .held
             .swap(now, std::sync::atomic::Ordering::Relaxed);
         if now && !before {
-            tracing::info!(server = self.id, "lease granted: serving");
+            tracing::info!(server = %self.id, "lease granted: serving");
         } else if before && !now {
             tracing::warn!(
-                server = self.id,
+                server = %self.id,
                 "lease expired (no grant from a Raft leader with a quorum): not serving"
             );
         }
@@ -305,7 +305,7 @@ impl Membership {
             let change = match n.state {
                 NodeState::Up if n.id != self.id && now - silent_since > DOWN_AFTER => {
                     tracing::warn!(
-                        server = n.id,
+                        server = %n.id,
                         silent_ms = (now - silent_since).as_millis() as u64,
                         "server silent: marking it down (its partitions fail over)"
                     );
@@ -315,7 +315,7 @@ impl Membership {
                     if heard.is_some_and(|h| h > since && now - h < RENEW_EVERY * 3) =>
                 {
                     tracing::info!(
-                        server = n.id,
+                        server = %n.id,
                         "server is back: marking it up (it rejoins as a backup)"
                     );
                     map.mark_up(n.id)
@@ -354,9 +354,9 @@ impl Membership {
             for (pid, m) in next.moves() {
                 if map.partition(pid).is_some_and(|p| p.moving.is_none()) {
                     tracing::info!(
-                        partition = pid,
-                        from = m.from,
-                        to = m.to,
+                        partition = %pid,
+                        from = %m.from,
+                        to = %m.to,
                         down_past_grace = expired.contains(&m.from),
                         "moving a copy"
                     );

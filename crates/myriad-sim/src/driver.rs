@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use myriad_client::{Caller, Client, ClientConfig, ClusterMap, FsError, Keyring, NodeState};
-use myriad_placement::NodeId;
+use myriad_placement::{NodeId, PartitionId};
 use myriad_server::ServerConfig;
 use myriad_server::embed::{CopyDigest, DOWN_AFTER, EmbeddedServer, LEASE, RENEW_EVERY};
 use rand::Rng;
@@ -221,7 +221,7 @@ impl Sim {
     }
 
     fn ids(&self) -> impl Iterator<Item = NodeId> {
-        1..=self.cfg.servers
+        (1..=self.cfg.servers).map(NodeId)
     }
 
     fn client(&self) -> Result<Arc<Client>, Failure> {
@@ -238,7 +238,7 @@ impl Sim {
         let mut config = ServerConfig::new(id, std::env::temp_dir(), self.map(), keyring());
         config.dir_split_entries = self.cfg.split_entries;
         config.disk_reserve_bytes = 0;
-        let disk = self.disks[id as usize].handle();
+        let disk = self.disks[id.index()].handle();
         let endpoint = Endpoint::new(self.net.clone(), id);
         let authority = SimAuthority {
             me: id,
@@ -271,7 +271,7 @@ impl Sim {
         if let Some(s) = server {
             s.stop();
         }
-        let disk = &self.disks[id as usize];
+        let disk = &self.disks[id.index()];
         let unsynced = disk.unsynced();
         let keep = self.rng.with(|r| r.gen_range(0..=unsynced));
         let lost = disk.crash(keep, self.cfg.broken_disk);
@@ -383,7 +383,7 @@ impl Sim {
             let (draw, who, how_long) = self.rng.with(|r| {
                 (
                     r.gen_range(0..1000u32),
-                    r.gen_range(1..=self.cfg.servers),
+                    NodeId(r.gen_range(1..=self.cfg.servers)),
                     Duration::from_millis(r.gen_range(1_000..10_000)),
                 )
             });
@@ -402,7 +402,7 @@ impl Sim {
                 110..120 => {
                     // A disk error: the server stops at its next fsync (as the process
                     // exits); its operator restarts it a moment later.
-                    self.disks[who as usize].fail_next_sync();
+                    self.disks[who.index()].fail_next_sync();
                     lock(&self.faults).sick.insert(who);
                     lock(&self.report).disk_errors += 1;
                     self.trace.event(format_args!("disk error on server {who}"));
@@ -440,7 +440,7 @@ impl Sim {
     /// After the faults: every copy of every partition holds its primary's state.
     async fn converged(&self) -> Result<(), String> {
         let map = self.map();
-        let mut by_pid: BTreeMap<u32, Vec<(NodeId, CopyDigest)>> = BTreeMap::new();
+        let mut by_pid: BTreeMap<PartitionId, Vec<(NodeId, CopyDigest)>> = BTreeMap::new();
         for id in self.ids() {
             if let Some(s) = self.net.server(id) {
                 for (pid, d) in s.digests() {
@@ -471,7 +471,7 @@ impl Sim {
 
     /// What the copies of `pid` disagree on (keys one has and another lacks, or holds with
     /// another value).
-    fn copy_difference(&self, pid: u32, copies: &[(NodeId, CopyDigest)]) -> String {
+    fn copy_difference(&self, pid: PartitionId, copies: &[(NodeId, CopyDigest)]) -> String {
         let sets: Vec<(NodeId, KeyHashes)> = copies
             .iter()
             .filter_map(|(id, _)| self.net.server(*id).map(|s| (*id, s)))

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use myriad_placement::NodeId;
+use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::{Caller, Endpoints, FsError, Request, RequestFrame, Response};
 use myriad_server::embed::EmbeddedServer;
 use rand::Rng;
@@ -45,7 +45,7 @@ impl NetFaults {
 }
 
 /// Server id 0 stands for the clients.
-pub const CLIENTS: NodeId = 0;
+pub const CLIENTS: NodeId = NodeId(0);
 
 struct NetState {
     /// Servers that are up, by id (index); `None`: down.
@@ -57,7 +57,7 @@ struct NetState {
     blocked: BTreeSet<(NodeId, NodeId)>,
     faults: NetFaults,
     /// Invariant 4: the one server whose batches backups accepted, per (partition, epoch).
-    writers: BTreeMap<(u32, u64), NodeId>,
+    writers: BTreeMap<(PartitionId, u64), NodeId>,
     /// The first breach of invariant 4, if any.
     violation: Option<String>,
 }
@@ -105,11 +105,11 @@ impl Net {
     pub fn set_server(&self, id: NodeId, server: Option<Arc<EmbeddedServer>>) {
         let mut s = self.lock();
         if server.is_none()
-            && let Some(i) = s.incarnations.get_mut(id as usize)
+            && let Some(i) = s.incarnations.get_mut(id.index())
         {
             *i += 1;
         }
-        if let Some(slot) = s.servers.get_mut(id as usize) {
+        if let Some(slot) = s.servers.get_mut(id.index()) {
             *slot = server;
         }
     }
@@ -117,7 +117,7 @@ impl Net {
     fn incarnation(&self, id: NodeId) -> u64 {
         self.lock()
             .incarnations
-            .get(id as usize)
+            .get(id.index())
             .copied()
             .unwrap_or(0)
     }
@@ -125,7 +125,7 @@ impl Net {
     /// Server `id` unless it crashed (it may have stopped by itself: `running`).
     #[must_use]
     pub fn server(&self, id: NodeId) -> Option<Arc<EmbeddedServer>> {
-        self.lock().servers.get(id as usize).cloned().flatten()
+        self.lock().servers.get(id.index()).cloned().flatten()
     }
 
     /// Server `id` if it runs: not crashed, and not stopped by itself after its disk failed
@@ -142,8 +142,8 @@ impl Net {
     /// Cuts `id` off from every other party (servers and clients) until `heal`.
     pub fn isolate(&self, id: NodeId) {
         let mut s = self.lock();
-        let n = s.servers.len() as NodeId;
-        for other in 0..n {
+        let n = u32::try_from(s.servers.len()).unwrap_or(u32::MAX);
+        for other in (0..n).map(NodeId) {
             if other != id {
                 s.blocked.insert((id, other));
                 s.blocked.insert((other, id));
@@ -154,7 +154,7 @@ impl Net {
     /// Invariant 4 (docs/simulation.md): a backup accepted batch `seq` of partition `pid`
     /// from server `from` at map `epoch`; no other server may have had batches accepted
     /// for that partition at that epoch (two primaries).
-    fn accepted(&self, pid: u32, epoch: u64, from: NodeId, seq: u64) {
+    fn accepted(&self, pid: PartitionId, epoch: u64, from: NodeId, seq: u64) {
         let mut s = self.lock();
         let first = *s.writers.entry((pid, epoch)).or_insert(from);
         if first != from && s.violation.is_none() {
@@ -218,6 +218,7 @@ impl Net {
         let to: NodeId = addr
             .strip_prefix("sim-")
             .and_then(|n| n.parse().ok())
+            .map(NodeId)
             .ok_or_else(|| FsError::Unavailable(format!("{addr}: no such address")))?;
         let fate = self.fate();
         let op = frame.body.op_name();
@@ -347,12 +348,12 @@ mod tests {
     #[test]
     fn batches_of_one_partition_and_epoch_from_two_servers_are_a_violation() {
         let net = Net::new(3, NetFaults::none(), SimRng::new(1), Trace::new());
-        net.accepted(4, 7, 1, 10);
-        net.accepted(4, 7, 1, 11);
-        net.accepted(4, 8, 2, 12);
-        net.accepted(5, 7, 3, 1);
+        net.accepted(PartitionId(4), 7, NodeId(1), 10);
+        net.accepted(PartitionId(4), 7, NodeId(1), 11);
+        net.accepted(PartitionId(4), 8, NodeId(2), 12);
+        net.accepted(PartitionId(5), 7, NodeId(3), 1);
         assert_eq!(net.violation(), None, "one writer per (partition, epoch)");
-        net.accepted(4, 7, 2, 12);
+        net.accepted(PartitionId(4), 7, NodeId(2), 12);
         let v = net.violation().unwrap_or_default();
         assert!(v.contains("partition 4 at epoch 7"), "{v}");
     }

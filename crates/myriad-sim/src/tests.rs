@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_client::{Caller, Client, ClientConfig, ClusterMap, Keyring};
+use myriad_placement::NodeId;
 use myriad_server::ServerConfig;
 use myriad_server::embed::EmbeddedServer;
 
@@ -12,6 +13,8 @@ use crate::disk::SimDisk;
 use crate::net::{CLIENTS, Endpoint, Net, NetFaults};
 use crate::rng::SimRng;
 use crate::trace::Trace;
+
+const S1: NodeId = NodeId(1);
 
 /// A server whose disk fails an fsync stops (as the process exits): it answers nothing
 /// more, so its lease lapses and its partitions fail over.
@@ -22,18 +25,18 @@ async fn a_server_whose_disk_fails_an_fsync_stops() {
     let net = Net::new(1, NetFaults::none(), SimRng::new(1), Trace::new());
     let disk = Arc::new(SimDisk::default());
     let leases = Arc::new(Leases::default());
-    leases.grant(1, tokio::time::Instant::now() + Duration::from_secs(3600));
-    let config = ServerConfig::new(1, std::env::temp_dir(), map.clone(), keys.clone());
+    leases.grant(S1, tokio::time::Instant::now() + Duration::from_secs(3600));
+    let config = ServerConfig::new(S1, std::env::temp_dir(), map.clone(), keys.clone());
     let server = EmbeddedServer::new(
         config,
         Arc::new(disk.handle()),
-        Arc::new(Endpoint::new(net.clone(), 1)),
-        Arc::new(SimAuthority { me: 1, leases }),
+        Arc::new(Endpoint::new(net.clone(), S1)),
+        Arc::new(SimAuthority { me: S1, leases }),
         Duration::from_millis(1),
     )
     .map(Arc::new)
     .unwrap_or_else(|e| panic!("server: {e}"));
-    net.set_server(1, Some(server.clone()));
+    net.set_server(S1, Some(server.clone()));
     server.open().await.unwrap_or_else(|e| panic!("open: {e}"));
     let client = Client::with_transport(
         ClientConfig::new(map, Caller::root(), keys),
@@ -52,5 +55,5 @@ async fn a_server_whose_disk_fails_an_fsync_stops() {
     );
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(server.stopped(), "the server goes on after a failed fsync");
-    assert!(net.running(1).is_none(), "a stopped server still answers");
+    assert!(net.running(S1).is_none(), "a stopped server still answers");
 }

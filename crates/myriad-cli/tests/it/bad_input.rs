@@ -3,6 +3,7 @@
 //! their connection, slow and surplus connections are cut, clients cannot send server
 //! requests, and root is squashed for client keys when asked.
 
+use myriad_client::NodeId;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -272,7 +273,7 @@ async fn peers_without_the_cluster_key_are_refused_with_a_logged_reason() {
     assert!(closed_by_server(&mut s));
 
     // A client key may not pose as a server.
-    let pool = client_key_pool(&tc, PeerKind::Server { node_id: 1 });
+    let pool = client_key_pool(&tc, PeerKind::Server { node_id: NodeId(1) });
     says(pool.conn(&addr).await.err(), "cannot act as a server");
 
     // Nothing of the refused peers got in, and the right key still works.

@@ -1,8 +1,9 @@
 //! Round trips counted by the servers themselves.
 
-use crate::harness::TestCluster;
+use crate::harness::{TestCluster, server_of};
+use myriad_client::NodeId;
 
-async fn per_node(c: &myriad_client::Client) -> Vec<(u32, u64, u64)> {
+async fn per_node(c: &myriad_client::Client) -> Vec<(NodeId, u64, u64)> {
     c.all_counters()
         .await
         .into_iter()
@@ -41,7 +42,10 @@ async fn fetch_of_an_inline_file_is_one_request_to_one_server() {
             (1, 0),
             "one client request, no server-to-server: {counts:?}"
         );
-        assert_eq!(touched[0].0, c.owner_of_entry("/p/q/r/file"));
+        assert_eq!(
+            touched[0].0,
+            server_of(&c.map(), c.owner_of_entry("/p/q/r/file"))
+        );
     }
 }
 
@@ -65,8 +69,8 @@ async fn create_with_data_is_one_request_to_one_server() {
     c.create("/c/new", 0o644, true, &[1u8; 4096])
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let entry = c.owner_of_entry("/c/new");
-    let dir_entry = c.owner_of_entry("/c");
+    let entry = server_of(&c.map(), c.owner_of_entry("/c/new"));
+    let dir_entry = server_of(&c.map(), c.owner_of_entry("/c"));
     for (id, r) in c.all_counters().await {
         let s = r.unwrap_or_else(|e| panic!("{e}"));
         let want_client = u64::from(id == entry);

@@ -1,13 +1,14 @@
 //! kill -9 of nodes under load: acknowledged files survive, dead nodes fail fast, and
 //! interrupted two-node operations leave no dangling entry and no visible orphan.
 
+use myriad_client::NodeId;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use myriad_client::{FileKind, FsError, RenameFlags};
 
-use crate::harness::{TestCluster, dir_on_node};
+use crate::harness::{TestCluster, dir_on_node, server_of};
 
 fn content(i: u64) -> Vec<u8> {
     let len = 1000 + (i * 7919 % 60_000) as usize;
@@ -57,10 +58,10 @@ async fn kill9_during_writes_loses_no_acknowledged_file() {
         })
     };
     tokio::time::sleep(Duration::from_millis(400)).await;
-    tc.kill9(victim);
+    tc.kill9(NodeId(victim));
 
     // A request to the dead node fails with a clear error, fast, and does not hang.
-    let dead_dir = dir_on_node(&c, &tc.map, victim, "w");
+    let dead_dir = dir_on_node(&c, &tc.map, NodeId(victim), "w");
     let t = Instant::now();
     let r = c.stat(&format!("{dead_dir}/x")).await;
     assert!(
@@ -79,8 +80,8 @@ async fn kill9_during_writes_loses_no_acknowledged_file() {
         "workload kept going on the live nodes: {} acked",
         acked.len()
     );
-    tc.restart(victim);
-    tc.wait_up(&c, victim).await;
+    tc.restart(NodeId(victim));
+    tc.wait_up(&c, NodeId(victim)).await;
     let mut bad = Vec::new();
     for (path, crc) in &acked {
         match c.fetch(path).await {
@@ -104,9 +105,9 @@ async fn kill9_during_writes_loses_no_acknowledged_file() {
 async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
     let tc = TestCluster::start(4);
     let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(3)));
-    let src = dir_on_node(&c, &tc.map, 1, "src");
-    let dst = dir_on_node(&c, &tc.map, 3, "dst");
-    let parent = dir_on_node(&c, &tc.map, 1, "par");
+    let src = dir_on_node(&c, &tc.map, NodeId(1), "src");
+    let dst = dir_on_node(&c, &tc.map, NodeId(3), "dst");
+    let parent = dir_on_node(&c, &tc.map, NodeId(1), "par");
     for d in [&src, &dst, &parent] {
         c.mkdir(d, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
     }
@@ -169,7 +170,7 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
         while done.load(std::sync::atomic::Ordering::Relaxed) < files / 4 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        tc.kill9(victim);
+        tc.kill9(NodeId(victim));
         let (mkdirs, renames) = work.await.unwrap_or_default();
         let failed_mkdirs = mkdirs.iter().filter(|m| !m.1).count();
         let failed_renames = renames.iter().filter(|r| !r.1).count();
@@ -182,8 +183,8 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
             failed_mkdirs + failed_renames > 0,
             "the kill must interrupt operations, or this test proves nothing"
         );
-        tc.restart(victim);
-        tc.wait_up(&c, victim).await;
+        tc.restart(NodeId(victim));
+        tc.wait_up(&c, NodeId(victim)).await;
 
         let deadline = Instant::now() + Duration::from_secs(30);
         for (d, acked) in &mkdirs {
@@ -262,8 +263,8 @@ async fn kill9_during_directory_rename_leaves_one_complete_tree() {
         }
         dirs.push(d);
     }
-    let coordinator = c.owner_of_entry("/t");
-    for victim in [coordinator, (coordinator % 4) + 1] {
+    let coordinator = server_of(&c.map(), c.owner_of_entry("/t"));
+    for victim in [coordinator, NodeId(coordinator.0 % 4 + 1)] {
         let (from, to) = if c.stat("/t").await.is_ok() {
             ("/t", "/u")
         } else {

@@ -4,6 +4,7 @@
 //! on within seconds of each kill, and servers that come back rejoin as backups and catch
 //! up until fsck finds every copy equal.
 
+use myriad_client::NodeId;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -66,7 +67,7 @@ async fn verify(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
 async fn kill_and_see_writes_go_on(
     tc: &TestCluster,
     rec: &Mutex<Record>,
-    server: u32,
+    server: NodeId,
     wait: Duration,
 ) {
     let t = Instant::now();
@@ -102,7 +103,7 @@ async fn kill9_of_two_servers_during_writes_loses_no_acknowledged_file() {
 
     // 1. kill -9 the primary of the root's partition: every path lookup needs a failover.
     let root = tc.map.ring().owner_of_dir("/");
-    let first = tc.map.primary_of(root).unwrap_or(1);
+    let first = tc.map.primary_of(root).unwrap_or(NodeId(1));
     let t1 = Instant::now();
     tc.kill9(first);
     tokio::time::sleep(Duration::from_secs(12)).await;
@@ -114,7 +115,10 @@ async fn kill9_of_two_servers_during_writes_loses_no_acknowledged_file() {
 
     // 2. A second server, while the first is still down: partitions that had copies on
     // both keep their third one.
-    let second = (1..=5u32).find(|&s| s != first).unwrap_or(2);
+    let second = (1..=5u32)
+        .map(NodeId)
+        .find(|&s| s != first)
+        .unwrap_or(NodeId(2));
     kill_and_see_writes_go_on(&tc, &rec, second, Duration::from_secs(12)).await;
     stop_writers(stop, jobs).await;
     let (acked, failed) = {
@@ -156,8 +160,8 @@ async fn a_server_without_a_majority_refuses_requests() {
     let tc = TestCluster::start_with(3, &["--partitions-per-node", "2", "--replicas", "3"]);
     let c = tc.client_with(tc.map.clone(), Duration::from_secs(3));
     c.mkdir("/d", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
-    tc.kill9(2);
-    tc.kill9(3);
+    tc.kill9(NodeId(2));
+    tc.kill9(NodeId(3));
     // Within the lease period, server 1 stops serving.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let Err(err) = c.create("/d/x", 0o644, true, b"x").await else {
@@ -172,8 +176,8 @@ async fn a_server_without_a_majority_refuses_requests() {
     );
     assert!(c.stat("/d").await.is_err(), "nor serve reads");
     // The majority returns: service resumes, nothing lost.
-    tc.restart(2);
-    tc.restart(3);
+    tc.restart(NodeId(2));
+    tc.restart(NodeId(3));
     let c = tc.client_with(tc.map.clone(), Duration::from_secs(30));
     c.create("/d/y", 0o644, true, b"y")
         .await
@@ -245,7 +249,7 @@ async fn wait_map(
 }
 
 /// Copies per server in `map` (servers holding none are absent).
-fn copies_per_server(map: &myriad_client::ClusterMap) -> BTreeMap<u32, usize> {
+fn copies_per_server(map: &myriad_client::ClusterMap) -> BTreeMap<NodeId, usize> {
     let mut out = BTreeMap::new();
     for p in &map.partitions {
         for r in &p.replicas {
@@ -275,7 +279,7 @@ async fn copies_of_a_dead_server_are_remade_and_a_second_death_is_survived() {
         jobs,
     } = start_writers(&tc, 3).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let first = 3;
+    let first = NodeId(3);
     tc.kill9(first);
     // Marked down after 5 s, replaced after 2 s more; every partition back at 3 copies on
     // servers that are up.
@@ -291,7 +295,7 @@ async fn copies_of_a_dead_server_are_remade_and_a_second_death_is_survived() {
     tc.fsck_until_clean().await;
 
     // A second server dies after re-replication: still every partition has copies left.
-    kill_and_see_writes_go_on(&tc, &rec, 1, Duration::from_secs(10)).await;
+    kill_and_see_writes_go_on(&tc, &rec, NodeId(1), Duration::from_secs(10)).await;
     stop_writers(stop, jobs).await;
     let acked = rec.lock().unwrap_or_else(|p| p.into_inner()).acked.clone();
     eprintln!("re-replication: {} files acknowledged", acked.len());
@@ -374,7 +378,7 @@ async fn add_node_and_remove_node_under_load_end_balanced_with_three_copies() {
         "writes failed while copies moved: {failed:?}"
     );
     let map = admin.newest_map().await;
-    assert!(map.node(2).is_none(), "server 2 left the map");
+    assert!(map.node(NodeId(2)).is_none(), "server 2 left the map");
     let spread = copies_per_server(&map);
     // 48 copies over 4 servers.
     assert!(spread.values().all(|&n| n == 12), "{spread:?}");

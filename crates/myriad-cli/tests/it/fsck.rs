@@ -3,6 +3,7 @@
 //! splits: kill -9 of a node in the middle of splits under a burst of creates, then fsck
 //! clean and every acknowledged entry present exactly once.
 
+use myriad_client::{NodeId, PartitionId};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use myriad_client::proto::FsckRepair;
 use myriad_client::{Caller, Client};
 
-use crate::harness::TestCluster;
+use crate::harness::{TestCluster, server_of};
 use myriad_proto::AdminRequest;
 
 fn must<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
@@ -76,7 +77,7 @@ async fn fsck_is_clean_finds_damage_and_repairs_it() {
     let home = (1..=4u32)
         .find(|&n| {
             futures::executor::block_on(c.request(
-                n,
+                PartitionId(n),
                 myriad_proto::Request::Admin(AdminRequest::FsckRepair(FsckRepair::SetLinks {
                     ino: linked.ino,
                     nlink: 5,
@@ -182,7 +183,12 @@ async fn kill9_during_splits_loses_nothing_and_fsck_is_clean() {
         };
         tokio::time::sleep(Duration::from_millis(300 + 300 * u64::from(round))).await;
         // Round 0 kills the directory's home (it splits first), round 1 another node.
-        let victim = if round == 0 { home } else { home % 4 + 1 };
+        let home = server_of(&tc.map, home);
+        let victim = if round == 0 {
+            home
+        } else {
+            NodeId(home.0 % 4 + 1)
+        };
         tc.kill9(victim);
         let acked = must(writer.await);
         tc.restart(victim);
@@ -246,7 +252,7 @@ async fn kill9_during_rename_of_a_split_directory() {
         .into_iter()
         .find(|n| *n != coordinator)
         .unwrap_or(coordinator);
-    let victims = [coordinator, other];
+    let victims = [coordinator, other].map(|p| server_of(&tc.map, p));
     let mut name = ("/s", "/s2");
     for (round, victim) in victims.into_iter().enumerate() {
         let mover = {

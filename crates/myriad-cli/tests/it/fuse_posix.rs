@@ -1,6 +1,7 @@
 //! POSIX behaviour of the mount, per operation, including the error cases, checked with
 //! system calls (std and libc) against a real mount of a 4-node cluster.
 
+use myriad_client::NodeId;
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -429,7 +430,7 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     let m = Mount::new(&cl, &["--timeout-ms", "2000"]);
     let client = cl.client();
     // A directory whose entries live on node 2.
-    let dir = crate::harness::dir_on_node(&client, &cl.map, 2, "on2");
+    let dir = crate::harness::dir_on_node(&client, &cl.map, NodeId(2), "on2");
     ok(fs::create_dir(m.path(&dir)));
     let names: Vec<String> = (0..3).map(|i| format!("{dir}/f{i}")).collect();
     for n in &names {
@@ -440,7 +441,7 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
         drop(ok(fs::File::create(m.path(&format!("{dir}/empty{i}")))));
     }
     // A stopped (not dead) server: ETIMEDOUT after the request timeout, not a hang.
-    let pid = cl.pid(2);
+    let pid = cl.pid(NodeId(2));
     // SAFETY: signalling a server process this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     // The signal is asynchronous: wait until every thread of the server has stopped.
@@ -465,7 +466,7 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(e, libc::ETIMEDOUT, "a stopped server");
     assert!(waited < Duration::from_secs(6), "took {waited:?}");
-    cl.kill9(2);
+    cl.kill9(NodeId(2));
     // Past the kernel's caches: a new name on node 2.
     let fresh = format!("{dir}/fresh");
     let t = Instant::now();
@@ -479,9 +480,9 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
         "took {:?}",
         t.elapsed()
     );
-    cl.restart(2);
+    cl.restart(NodeId(2));
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    rt.block_on(cl.wait_up(&client, 2));
+    rt.block_on(cl.wait_up(&client, NodeId(2)));
     for n in &names {
         assert_eq!(ok(fs::read(m.path(n))), n.as_bytes(), "acked file lost");
     }

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use myriad_client::{Caller, Client, ClientConfig, ClusterMap, Keyring};
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap, Keyring, NodeId};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_myriad");
 
@@ -122,7 +122,7 @@ impl TestCluster {
         Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    pub fn pid(&self, node: u32) -> i32 {
+    pub fn pid(&self, node: NodeId) -> i32 {
         let text =
             std::fs::read_to_string(self.dir.path().join("cluster-state.json")).unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
@@ -135,7 +135,7 @@ impl TestCluster {
     }
 
     /// kill -9 of one node's process.
-    pub fn kill9(&self, node: u32) {
+    pub fn kill9(&self, node: NodeId) {
         let pid = self.pid(node);
         // SAFETY: signalling a server process this test started.
         unsafe {
@@ -151,7 +151,7 @@ impl TestCluster {
         }
     }
 
-    pub fn restart(&self, node: u32) {
+    pub fn restart(&self, node: NodeId) {
         let out = Command::new(BIN)
             .args([
                 "cluster",
@@ -171,7 +171,7 @@ impl TestCluster {
     }
 
     /// Waits until `node` answers an echo.
-    pub async fn wait_up(&self, client: &Client, node: u32) {
+    pub async fn wait_up(&self, client: &Client, node: NodeId) {
         for _ in 0..200 {
             if client.echo(node, vec![]).await.is_ok() {
                 return;
@@ -233,8 +233,14 @@ impl Drop for TestCluster {
     }
 }
 
+/// The server serving partition `p` (the primary).
+pub fn server_of(map: &ClusterMap, p: myriad_client::PartitionId) -> NodeId {
+    map.primary_of(p)
+        .unwrap_or_else(|| panic!("partition {p} has no primary"))
+}
+
 /// A directory path whose directory object is served by server `node`, with a unique prefix.
-pub fn dir_on_node(client: &Client, map: &ClusterMap, node: u32, prefix: &str) -> String {
+pub fn dir_on_node(client: &Client, map: &ClusterMap, node: NodeId, prefix: &str) -> String {
     let ring = map.ring();
     let _ = client;
     (0..10_000)

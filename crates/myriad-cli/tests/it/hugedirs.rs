@@ -118,7 +118,7 @@ async fn split_under_concurrent_create_readdir_unlink() {
         .shard_map("/big")
         .unwrap_or_else(|| panic!("no shard map"));
     let ring = tc.map.ring();
-    let nodes: HashSet<u32> = map
+    let nodes: HashSet<myriad_client::PartitionId> = map
         .leaves
         .iter()
         .map(|s| ring.owner_of_shard("/big", *s))
@@ -244,7 +244,7 @@ async fn split_directory_renames_whole() {
         .unwrap_or_else(|| panic!("arrived unsplit"));
     assert_eq!(map.leaves.len(), 4);
     let ring = tc.map.ring();
-    let nodes: HashSet<u32> = map
+    let nodes: HashSet<myriad_client::PartitionId> = map
         .leaves
         .iter()
         .map(|s| ring.owner_of_shard("/moved", *s))

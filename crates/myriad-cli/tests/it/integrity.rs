@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_client::Client;
+use myriad_client::{Client, NodeId, PartitionId};
 use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
 
 use crate::harness::TestCluster;
@@ -20,8 +20,8 @@ fn data(len: usize) -> Vec<u8> {
 async fn corrupt_offline(
     tc: &TestCluster,
     c: &Client,
-    server: u32,
-    pid: u32,
+    server: NodeId,
+    pid: PartitionId,
     ino: u64,
     block: u64,
 ) {
@@ -41,8 +41,8 @@ async fn corrupt_offline(
             FjallKv::open(&tc.dir.path().join(format!("node-{server}/store")))
                 .unwrap_or_else(|e| panic!("{e}")),
         );
-        let store =
-            Store::open(Arc::new(PartitionKv::new(kv, pid)), pid).unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::open(Arc::new(PartitionKv::new(kv, pid.0)), pid.0)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             store
                 .corrupt_block_for_test(ino, block)
@@ -66,7 +66,7 @@ async fn corrupt_offline(
 }
 
 /// The servers holding the entries of `dir`: (partition, primary, a backup).
-async fn holders(c: &Client, dir: &str) -> (u32, u32, u32) {
+async fn holders(c: &Client, dir: &str) -> (PartitionId, NodeId, NodeId) {
     c.newest_map().await;
     let map = c.map();
     let pid = map.ring().owner_of_dir(dir);
@@ -78,7 +78,7 @@ async fn holders(c: &Client, dir: &str) -> (u32, u32, u32) {
     (pid, replicas[0], replicas[1])
 }
 
-fn log_of(tc: &TestCluster, node: u32) -> String {
+fn log_of(tc: &TestCluster, node: NodeId) -> String {
     std::fs::read_to_string(tc.dir.path().join(format!("node-{node}.log"))).unwrap_or_default()
 }
 
@@ -156,7 +156,7 @@ async fn with_one_copy_a_corrupt_block_is_an_error_not_wrong_data() {
         .unwrap_or_else(|e| panic!("{e}"));
     let ino = c.stat("/d/f").await.unwrap_or_else(|e| panic!("{e}")).ino;
     let pid = c.map().ring().owner_of_dir("/d");
-    corrupt_offline(&tc, &c, 1, pid, ino, 0).await;
+    corrupt_offline(&tc, &c, NodeId(1), pid, ino, 0).await;
     let r = c.fetch("/d/f").await;
     assert_eq!(
         r.err(),

@@ -1,5 +1,6 @@
 //! Hard links through the native client, across servers, and under kill -9.
 
+use myriad_client::NodeId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ async fn links_across_servers_share_one_inode_until_the_last_name_goes() {
     let c = tc.client();
     // One directory per node, so names live on four different servers.
     let dirs: Vec<String> = (1..=4)
-        .map(|n| dir_on_node(&c, &tc.map, n, &format!("n{n}")))
+        .map(|n| dir_on_node(&c, &tc.map, NodeId(n), &format!("n{n}")))
         .collect();
     for d in &dirs {
         c.mkdir(d, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
@@ -75,7 +76,7 @@ async fn kill9_during_links_leaves_no_name_without_its_inode() {
     let tc = TestCluster::start(4);
     let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(3)));
     let dirs: Vec<String> = (1..=4)
-        .map(|n| dir_on_node(&c, &tc.map, n, &format!("k{n}")))
+        .map(|n| dir_on_node(&c, &tc.map, NodeId(n), &format!("k{n}")))
         .collect();
     for d in &dirs {
         c.mkdir(d, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
@@ -110,10 +111,10 @@ async fn kill9_during_links_leaves_no_name_without_its_inode() {
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
-    tc.kill9(3);
+    tc.kill9(NodeId(3));
     worker.await.unwrap_or_else(|e| panic!("{e}"));
-    tc.restart(3);
-    tc.wait_up(&c, 3).await;
+    tc.restart(NodeId(3));
+    tc.wait_up(&c, NodeId(3)).await;
     // Every name present resolves to a file whose contents are intact, and each inode's
     // link count is at least the number of names found (one too high is the allowed
     // crash outcome; too low would lose data).

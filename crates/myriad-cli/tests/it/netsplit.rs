@@ -5,6 +5,7 @@
 //! rejoins as backups and every copy is equal again, with every acknowledged file there
 //! once and nothing the minority was asked to write.
 
+use myriad_client::NodeId;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -312,7 +313,7 @@ async fn the_minority_side_of_a_partition_refuses_writes_and_healing_loses_nothi
     );
     let m = c.newest_map().await;
     assert!(
-        !m.is_up(4) && !m.is_up(5),
+        !m.is_up(NodeId(4)) && !m.is_up(NodeId(5)),
         "the majority marked the minority down"
     );
 
@@ -321,7 +322,7 @@ async fn the_minority_side_of_a_partition_refuses_writes_and_healing_loses_nothi
     let healed = Instant::now();
     until("the minority back up", Duration::from_secs(60), || async {
         let m = c.newest_map().await;
-        (m.is_up(4) && m.is_up(5)).then_some(())
+        (m.is_up(NodeId(4)) && m.is_up(NodeId(5))).then_some(())
     })
     .await;
     until("every server serving", Duration::from_secs(60), || {

@@ -1,5 +1,6 @@
 //! Every operation with its error cases, against 4 real nodes.
 
+use myriad_client::NodeId;
 use myriad_client::{FileKind, FsError, RenameFlags};
 
 use crate::harness::{TestCluster, dir_on_node};
@@ -229,8 +230,8 @@ async fn file_data_inline_chunked_sparse_and_truncated() {
 async fn rename_within_and_across_nodes() {
     let tc = TestCluster::start(4);
     let c = tc.client();
-    let d1 = dir_on_node(&c, &tc.map, 1, "r");
-    let d2 = dir_on_node(&c, &tc.map, 2, "s");
+    let d1 = dir_on_node(&c, &tc.map, NodeId(1), "r");
+    let d2 = dir_on_node(&c, &tc.map, NodeId(2), "s");
     c.mkdir(&d1, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
     c.mkdir(&d2, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use myriad_client::{Caller, Client, ClusterMap, FsError, RenameFlags};
 
-use crate::harness::TestCluster;
+use crate::harness::{TestCluster, server_of};
 
 fn ok<T>(r: Result<T, FsError>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))
@@ -237,7 +237,7 @@ async fn warm_fetch_is_one_request_and_no_server_requests() {
     let (client, server) = totals(&c).await;
     assert_eq!(client, n, "one client request per file");
     assert_eq!(server, 0, "no server-to-server request per file");
-    let owner = c.owner_of_entry(&paths[0]);
+    let owner = server_of(&c.map(), c.owner_of_entry(&paths[0]));
     let snap = c.counters(owner).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(snap.ancestor_checks_remote, 0);
     assert!(snap.replicas_held >= 3, "{snap:?}");
@@ -285,7 +285,7 @@ fn one_dir_per_node(map: &ClusterMap) -> Vec<String> {
         .map(|n| {
             (0..1000)
                 .map(|i| format!("/shared/s{i}"))
-                .find(|d| ring.owner_of_dir(d) == n.id)
+                .find(|d| map.primary_of(ring.owner_of_dir(d)) == Some(n.id))
                 .unwrap_or_else(|| panic!("no dir for node {}", n.id))
         })
         .collect()
@@ -402,6 +402,7 @@ async fn silent_subscriber_delays_chmod_by_at_most_the_lease() {
         .map(|d| (d.clone(), tc.map.ring().owner_of_dir(d)))
         .find(|(_, n)| *n != owner)
         .unwrap_or_else(|| panic!("no subscriber"));
+    let victim = server_of(&tc.map, victim);
     // The victim must hold a live subscription when it goes silent (renewals keep it alive).
     let mut subscribed = false;
     for _ in 0..50 {

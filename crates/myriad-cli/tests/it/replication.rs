@@ -3,6 +3,7 @@
 //! that lost its disk is refilled by whole copies (as a backup from its primaries, as a
 //! primary from its most advanced backup), and fsck compares every copy with its primary.
 
+use myriad_client::NodeId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -29,13 +30,17 @@ fn content(tag: &str, i: usize) -> Vec<u8> {
 
 /// A server that is not the primary of the root directory's partition: with a fixed map a
 /// dead primary makes its partitions unavailable, and every path check reads the root.
-fn victim(map: &ClusterMap) -> u32 {
+fn victim(map: &ClusterMap) -> NodeId {
     let root = map.primary_of(map.ring().owner_of_dir("/"));
-    (1..=5).rev().find(|&s| Some(s) != root).unwrap_or(5)
+    (1..=5)
+        .rev()
+        .map(NodeId)
+        .find(|&s| Some(s) != root)
+        .unwrap_or(NodeId(5))
 }
 
 /// A directory whose partition has `server` as a backup but not as primary.
-fn dir_backed_by(map: &ClusterMap, server: u32, prefix: &str) -> String {
+fn dir_backed_by(map: &ClusterMap, server: NodeId, prefix: &str) -> String {
     let ring = map.ring();
     (0..10_000)
         .map(|i| format!("/{prefix}{i}"))
@@ -49,7 +54,7 @@ fn dir_backed_by(map: &ClusterMap, server: u32, prefix: &str) -> String {
 }
 
 /// A directory whose partition's primary is `server`.
-fn dir_served_by(map: &ClusterMap, server: u32, prefix: &str) -> String {
+fn dir_served_by(map: &ClusterMap, server: NodeId, prefix: &str) -> String {
     let ring = map.ring();
     (0..10_000)
         .map(|i| format!("/{prefix}{i}"))

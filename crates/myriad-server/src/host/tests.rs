@@ -74,7 +74,7 @@ fn host(transport: Arc<Silent>) -> Arc<Host> {
     let addrs = vec!["sim-1".to_string(), "sim-2".to_string()];
     let map = ClusterMap::build(1, &addrs, 2, 2);
     let keys = myriad_proto::auth::Keyring::from_secret(&[7u8; 32]);
-    let config = ServerConfig::new(1, std::env::temp_dir(), map.clone(), keys);
+    let config = ServerConfig::new(NodeId(1), std::env::temp_dir(), map.clone(), keys);
     let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
     let runner = Runner::Tasks {
         fsync: Duration::ZERO,
@@ -130,7 +130,7 @@ async fn a_directly_following_map_keeps_the_partitions_served() {
     assert!(!before.is_empty());
     // Epoch 2: server 2 down; server 1 keeps its partitions (and takes the others).
     let next = map(&h)
-        .mark_down(2)
+        .mark_down(NodeId(2))
         .unwrap_or_else(|| panic!("server 2 is up"));
     assert_eq!(next.epoch, 2);
     h.install_map(next)
@@ -157,8 +157,8 @@ async fn a_map_that_skips_epochs_reopens_the_partitions() {
     reconcile(&h).await;
     let before = served(&h);
     // Epoch 3 without epoch 2: in between, server 2 may have been primary of any of them.
-    let m2 = map(&h).mark_down(2).unwrap_or_else(|| panic!("up"));
-    let m3 = m2.mark_up(2).unwrap_or_else(|| panic!("down"));
+    let m2 = map(&h).mark_down(NodeId(2)).unwrap_or_else(|| panic!("up"));
+    let m3 = m2.mark_up(NodeId(2)).unwrap_or_else(|| panic!("down"));
     assert_eq!(m3.epoch, 3);
     assert!(
         h.adopt_map(m3.clone())
@@ -185,7 +185,7 @@ async fn a_map_that_skips_epochs_reopens_the_partitions() {
     }
     reconcile(&h).await;
     let after = served(&h);
-    assert_eq!(after.len(), m3.primaries_of(1).len());
+    assert_eq!(after.len(), m3.primaries_of(NodeId(1)).len());
     for (pid, node) in &after {
         assert_eq!(node.primary_through(), 3);
         if let Some((_, old)) = before.iter().find(|(p, _)| p == pid) {
@@ -205,7 +205,7 @@ async fn a_partition_opened_while_the_map_changed_is_opened_again() {
         tokio::spawn(async move { h.reconcile().await.map_err(OpenError::into_fs) })
     };
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let m2 = map(&h).mark_down(2).unwrap_or_else(|| panic!("up"));
+    let m2 = map(&h).mark_down(NodeId(2)).unwrap_or_else(|| panic!("up"));
     assert!(h.adopt_map(m2).unwrap_or_else(|e| panic!("{e}")));
     silent.held.store(false, Ordering::SeqCst);
     silent.release.notify_waiters();
@@ -224,7 +224,7 @@ async fn a_partition_opened_while_the_map_changed_is_opened_again() {
 #[tokio::test(start_paused = true)]
 async fn a_partition_request_from_a_server_not_its_primary_is_refused() {
     let h = host(Arc::new(Silent::default()));
-    let m2 = map(&h).mark_down(2).unwrap_or_else(|| panic!("up"));
+    let m2 = map(&h).mark_down(NodeId(2)).unwrap_or_else(|| panic!("up"));
     h.install_map(m2.clone())
         .await
         .unwrap_or_else(|e| panic!("install: {e}"));
@@ -250,12 +250,12 @@ async fn a_partition_request_from_a_server_not_its_primary_is_refused() {
         myriad_net::Handler::handle(h.clone(), peer, frame)
     };
     // Server 2 is not the primary of `source` (server 1 is): a deposed primary's task.
-    let refused = ask(2).await.result;
+    let refused = ask(NodeId(2)).await.result;
     assert!(
         matches!(refused, Err(FsError::Redirect(_))),
         "a request for a partition its sender does not serve: {refused:?}"
     );
-    let served = ask(1).await.result;
+    let served = ask(NodeId(1)).await.result;
     assert!(
         !matches!(served, Err(FsError::Redirect(_))),
         "the primary's own request: {served:?}"
@@ -271,8 +271,8 @@ async fn a_deposed_partition_calls_no_other_partition() {
         .next()
         .unwrap_or_else(|| panic!("nothing served"));
     let m3 = map(&h)
-        .mark_down(2)
-        .and_then(|m| m.mark_up(2))
+        .mark_down(NodeId(2))
+        .and_then(|m| m.mark_up(NodeId(2)))
         .unwrap_or_else(|| panic!("maps"));
     assert!(h.adopt_map(m3).unwrap_or_else(|e| panic!("{e}")));
     let body = Request::Client(myriad_proto::ClientRequest::Stat { path: "/".into() });

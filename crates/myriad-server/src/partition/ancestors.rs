@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use myriad_placement::{NodeId, parent_of};
+use myriad_placement::{PartitionId, parent_of};
 use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
 
 use crate::partition::core::Partition;
@@ -256,7 +256,7 @@ impl Partition {
     pub(crate) async fn serve_attrs(
         self: &Arc<Self>,
         path: &str,
-        from: Option<NodeId>,
+        from: Option<PartitionId>,
         subscribe: bool,
         seq: u64,
     ) -> Result<Response, FsError> {
@@ -299,7 +299,7 @@ impl Partition {
     /// the receiver's lease, after which it no longer trusts what the notification changes).
     pub(super) async fn notify_one(
         self: &Arc<Self>,
-        node: NodeId,
+        node: PartitionId,
         req: Request,
         deadline: Duration,
     ) {
@@ -309,7 +309,7 @@ impl Partition {
             .is_err()
         {
             tracing::warn!(
-                node,
+                node = %node,
                 "no acknowledgement of a permission change before the lease ended"
             );
         }
@@ -319,17 +319,20 @@ impl Partition {
         stats.invalidation_us.fetch_add(us, Ordering::Relaxed);
     }
 
-    /// Tells every node to drop replicas under `prefix` (a directory was renamed away).
+    /// Tells every partition to drop replicas under `prefix` (a directory was renamed away).
+    /// (Every partition keeps replicas of its own: before partition ids were a type of their
+    /// own, this went to the partitions numbered like the servers, 1..=servers, so most
+    /// partitions kept replicas of a renamed directory until their lease ran out.)
     pub(crate) async fn broadcast_invalidate(self: &Arc<Self>, prefix: &str) {
         self.replicas.invalidate_prefix(prefix);
         let lease = self.replicas.config.lease;
-        let nodes: Vec<NodeId> = self
+        let nodes: Vec<PartitionId> = self
             .state()
             .map
-            .nodes
+            .partitions
             .iter()
-            .map(|n| n.id)
-            .filter(|&n| n != self.me)
+            .map(|p| p.id)
+            .filter(|&p| p != self.me)
             .collect();
         let sends = nodes.into_iter().map(|node| {
             let req = PeerRequest::InvalidatePrefix {

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use myriad_placement::{NodeId, split_parent};
+use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::{Caller, FsError, Inode, Request, Response, limits, validate_path};
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
@@ -24,7 +24,7 @@ use crate::state::perm;
 /// partition a node). Runs on the partition's primary.
 pub struct Partition {
     /// The partition id.
-    pub(crate) me: NodeId,
+    pub(crate) me: PartitionId,
     /// The server running it: map, peers, counters, configuration, sibling partitions.
     pub(crate) env: Arc<dyn Env>,
     pub(crate) store: Store,
@@ -93,7 +93,7 @@ impl Partition {
         self.replicator.close();
     }
 
-    pub(super) fn own(&self, st: &MapState, owner: NodeId) -> Result<(), FsError> {
+    pub(super) fn own(&self, st: &MapState, owner: PartitionId) -> Result<(), FsError> {
         if owner == self.me {
             Ok(())
         } else {
@@ -285,7 +285,7 @@ impl Partition {
     /// partition opened anew, or the new primary, drives the operation from its intent).
     pub(crate) async fn call_node(
         self: &Arc<Self>,
-        node: NodeId,
+        node: PartitionId,
         body: Request,
     ) -> Result<Response, FsError> {
         self.not_deposed()?;

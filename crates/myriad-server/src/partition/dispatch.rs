@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use myriad_placement::NodeId;
+use myriad_placement::PartitionId;
 use myriad_proto::{Caller, FsError, Request, Response};
 
 use crate::partition::core::Partition;
@@ -48,7 +48,7 @@ impl Partition {
 
     pub(crate) async fn dispatch(
         self: &Arc<Self>,
-        from: Option<NodeId>,
+        from: Option<PartitionId>,
         epoch: u64,
         caller: Caller,
         body: Request,

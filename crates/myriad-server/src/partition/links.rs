@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use myriad_placement::split_parent;
+use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::{
     Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
 };
@@ -47,7 +47,7 @@ impl Partition {
     /// If `path` (owned here) names a hard link, the home and inode id to send `req` to.
     /// A link name in the middle of a multi-node operation answers `Busy` (the client
     /// retries) rather than being taken for a regular file.
-    pub(crate) fn link_target(&self, path: &str) -> Result<Option<(u32, u64)>, FsError> {
+    pub(crate) fn link_target(&self, path: &str) -> Result<Option<(PartitionId, u64)>, FsError> {
         if path == "/" || validate_path(path).is_err() {
             return Ok(None);
         }
@@ -75,7 +75,7 @@ impl Partition {
         self: &Arc<Self>,
         caller: Caller,
         path: &str,
-        home: u32,
+        home: PartitionId,
         ino: u64,
         op: InodeOp,
     ) -> Result<Response, FsError> {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use myriad_placement::NodeId;
+use myriad_placement::PartitionId;
 use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
@@ -15,7 +15,7 @@ impl Partition {
     pub(super) async fn serve_peer(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        from: Option<NodeId>,
+        from: Option<PartitionId>,
         _caller: Caller,
         body: PeerRequest,
     ) -> Result<Response, FsError> {

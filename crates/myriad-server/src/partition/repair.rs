@@ -8,7 +8,7 @@
 //! mutation checks that the block is still what repair saw, so a write racing the repair
 //! wins.
 
-use myriad_proto::{Endpoints, FsError, Request, Response};
+use myriad_proto::{Endpoints, FsError, NodeId, Request, Response};
 use myriad_storage::StorageError;
 
 use crate::partition::core::Partition;
@@ -47,7 +47,7 @@ impl Partition {
             Ok(None) => return Ok(()),
             Err(StorageError::Checksum { .. }) => {
                 tracing::error!(
-                    partition = self.me,
+                    partition = %self.me,
                     ino,
                     block,
                     "block failed its checksum here; repairing it from a backup"
@@ -61,10 +61,10 @@ impl Partition {
             .await?;
         self.env.count("blocks_repaired");
         tracing::warn!(
-            partition = self.me,
+            partition = %self.me,
             ino,
             block,
-            from_server = from,
+            from_server = %from,
             "block repaired on every copy"
         );
         Ok(())
@@ -74,7 +74,7 @@ impl Partition {
         &self,
         ino: u64,
         block: u64,
-    ) -> Result<(Vec<u8>, u32), FsError> {
+    ) -> Result<(Vec<u8>, NodeId), FsError> {
         let st = self.env.map();
         let ends = Endpoints {
             target: self.me,
@@ -90,17 +90,19 @@ impl Partition {
                 Ok(Response::BlockCopy(Some(d))) => return Ok((d.into_vec(), server)),
                 Ok(other) => {
                     tracing::warn!(
-                        server,
+                        server = %server,
                         ino,
                         block,
                         "no intact copy on this backup: {other:?}"
                     )
                 }
-                Err(e) => tracing::warn!(server, ino, block, "no intact copy on this backup: {e}"),
+                Err(e) => {
+                    tracing::warn!(server = %server, ino, block, "no intact copy on this backup: {e}")
+                }
             }
         }
         tracing::error!(
-            partition = self.me,
+            partition = %self.me,
             ino,
             block,
             "block is corrupt and no backup has an intact copy"

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use myriad_placement::{NodeId, parent_of};
+use myriad_placement::{PartitionId, parent_of};
 use myriad_proto::Inode;
 
 use crate::config::ReplicationConfig;
@@ -77,7 +77,7 @@ pub struct Replicas {
 }
 
 /// Subscribers of one path: node -> (lease end, its latest sequence number).
-pub(super) type Subscribers = BTreeMap<NodeId, (Instant, u64)>;
+pub(super) type Subscribers = BTreeMap<PartitionId, (Instant, u64)>;
 
 pub(super) struct State {
     pub(super) topk: WindowedTopK,
@@ -210,7 +210,7 @@ impl Replicas {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub fn subscribe(&self, path: &str, node: NodeId, seq: u64) -> Duration {
+    pub fn subscribe(&self, path: &str, node: PartitionId, seq: u64) -> Duration {
         if let Ok(mut subs) = self.subscribers.lock() {
             let entry = subs.entry(path.to_string()).or_default();
             let until = Instant::now() + self.config.lease;
@@ -224,7 +224,7 @@ impl Replicas {
         self.config.lease
     }
 
-    pub fn unsubscribe(&self, path: &str, node: NodeId, seq: u64) {
+    pub fn unsubscribe(&self, path: &str, node: PartitionId, seq: u64) {
         if let Ok(mut subs) = self.subscribers.lock()
             && let Some(s) = subs.get_mut(path)
         {
@@ -239,7 +239,7 @@ impl Replicas {
     }
 
     /// Subscribers of `path` whose lease has not ended, with their lease end.
-    pub(super) fn live_subscribers(&self, path: &str) -> Vec<(NodeId, Instant)> {
+    pub(super) fn live_subscribers(&self, path: &str) -> Vec<(PartitionId, Instant)> {
         let now = Instant::now();
         let Ok(mut subs) = self.subscribers.lock() else {
             return Vec::new();
@@ -394,14 +394,14 @@ mod tests {
     #[test]
     fn an_unsubscribe_older_than_the_subscription_is_ignored() {
         let r = Replicas::new(ReplicationConfig::default_on(), false);
-        r.subscribe("/d", 7, 10);
-        r.unsubscribe("/d", 7, 9); // decided before the subscribe, handled after it
+        r.subscribe("/d", PartitionId(7), 10);
+        r.unsubscribe("/d", PartitionId(7), 9); // decided before the subscribe, handled after it
         assert_eq!(r.live_subscribers("/d").len(), 1);
-        r.unsubscribe("/d", 7, 11);
+        r.unsubscribe("/d", PartitionId(7), 11);
         assert!(r.live_subscribers("/d").is_empty());
-        r.subscribe("/d", 7, 12);
-        r.subscribe("/d", 7, 5); // a stale renew does not lower the sequence
-        r.unsubscribe("/d", 7, 11);
+        r.subscribe("/d", PartitionId(7), 12);
+        r.subscribe("/d", PartitionId(7), 5); // a stale renew does not lower the sequence
+        r.unsubscribe("/d", PartitionId(7), 11);
         assert_eq!(r.live_subscribers("/d").len(), 1);
     }
 

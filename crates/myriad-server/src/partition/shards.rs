@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_placement::{NodeId, Shard, ShardMap, name_hash, split_parent};
+use myriad_placement::{PartitionId, Shard, ShardMap, name_hash, split_parent};
 use myriad_proto::{DirAction, DirEntry, FsError, Request, Response, limits};
 use myriad_storage::DirRecord;
 
@@ -77,7 +77,7 @@ impl Partition {
     /// The node holding the entry of `path` as far as this node's cache of its parent's shard
     /// map knows (unsplit if unknown). A stale answer costs a `WrongShard` and a retry:
     /// `call_entry` learns the map then; local lookups answer `WrongShard` themselves.
-    pub(crate) fn entry_node(&self, path: &str) -> NodeId {
+    pub(crate) fn entry_node(&self, path: &str) -> PartitionId {
         let st = self.state();
         if path == "/" {
             return st.ring.owner_of_dir("/");
@@ -233,7 +233,7 @@ impl Partition {
     ) -> Result<(), FsError> {
         let st = self.state();
         let map = (depth > 0).then(|| ShardMap::presplit(depth));
-        let mut by_node: std::collections::BTreeMap<NodeId, Vec<Shard>> = Default::default();
+        let mut by_node: std::collections::BTreeMap<PartitionId, Vec<Shard>> = Default::default();
         for s in map.as_ref().map_or(&[Shard::ALL][..], |m| &m.leaves[..]) {
             by_node
                 .entry(st.ring.owner_of_shard(path, *s))
@@ -284,7 +284,7 @@ impl Partition {
         };
         let st = self.state();
         let freeze = removal_freeze_id(ino);
-        let mut nodes: Vec<NodeId> = map
+        let mut nodes: Vec<PartitionId> = map
             .leaves
             .iter()
             .map(|s| st.ring.owner_of_shard(path, *s))

@@ -115,7 +115,7 @@ impl Partition {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         tracing::debug!(
-            partition = self.me,
+            partition = %self.me,
             txid,
             "split of {dir} shard {} begun",
             shard.label()
@@ -285,7 +285,7 @@ impl Partition {
     /// repeats; writes wait only for the home, never for the child's node.
     pub(crate) async fn undo_split(self: &Arc<Self>, dir: &str, ino: u64, txid: u64, shard: Shard) {
         tracing::info!(
-            partition = self.me,
+            partition = %self.me,
             txid,
             "undoing split of {dir} shard {}",
             shard.label()
@@ -360,7 +360,7 @@ impl Partition {
             return Ok(());
         };
         tracing::info!(
-            partition = self.me,
+            partition = %self.me,
             txid,
             ?decision,
             "recovering split of {dir} shard {}",

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use myriad_placement::NodeId;
+use myriad_placement::PartitionId;
 use myriad_proto::{DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
 use crate::partition::core::Partition;
@@ -71,7 +71,7 @@ impl Partition {
         LiveGuard { node: self, txid }
     }
 
-    pub(super) fn dir_owner(&self, path: &str) -> NodeId {
+    pub(super) fn dir_owner(&self, path: &str) -> PartitionId {
         self.state().ring.owner_of_dir(path)
     }
 
@@ -401,7 +401,7 @@ impl Partition {
                     else {
                         return Err(FsError::Protocol("unexpected reply to dir_export".into()));
                     };
-                    let mut by_node: std::collections::BTreeMap<NodeId, Vec<_>> =
+                    let mut by_node: std::collections::BTreeMap<PartitionId, Vec<_>> =
                         Default::default();
                     for e in entries {
                         if e.inode.kind == FileKind::Directory {
@@ -451,9 +451,12 @@ impl Partition {
     }
 
     /// The nodes of a moved directory's new path, each with the shards it holds there.
-    pub(super) fn new_parts(&self, m: &DirMove) -> std::collections::BTreeMap<NodeId, Vec<Shard>> {
+    pub(super) fn new_parts(
+        &self,
+        m: &DirMove,
+    ) -> std::collections::BTreeMap<PartitionId, Vec<Shard>> {
         let st = self.state();
-        let mut parts: std::collections::BTreeMap<NodeId, Vec<Shard>> = Default::default();
+        let mut parts: std::collections::BTreeMap<PartitionId, Vec<Shard>> = Default::default();
         match &m.map {
             Some(map) => {
                 for leaf in &map.leaves {
@@ -471,7 +474,11 @@ impl Partition {
     }
 
     /// The home of `dir` and the nodes of the shards of `map`.
-    pub(super) fn nodes_of_map(&self, dir: &str, map: &myriad_placement::ShardMap) -> Vec<NodeId> {
+    pub(super) fn nodes_of_map(
+        &self,
+        dir: &str,
+        map: &myriad_placement::ShardMap,
+    ) -> Vec<PartitionId> {
         let st = self.state();
         let mut nodes = vec![self.dir_owner(dir)];
         for s in &map.leaves {
@@ -558,7 +565,7 @@ impl Partition {
     pub(super) async fn finish_commit(
         self: &Arc<Self>,
         txid: u64,
-        dst_node: NodeId,
+        dst_node: PartitionId,
         moves: &[DirMove],
     ) -> Result<(), FsError> {
         for m in moves {
@@ -594,7 +601,7 @@ impl Partition {
     pub(super) async fn abort_rename(
         self: &Arc<Self>,
         txid: u64,
-        dst_node: NodeId,
+        dst_node: PartitionId,
         moves: &[DirMove],
     ) {
         let decide = Mutation::RenameSourceDecide {
@@ -614,7 +621,7 @@ impl Partition {
     pub(super) async fn undo_moves(
         self: &Arc<Self>,
         txid: u64,
-        dst_node: NodeId,
+        dst_node: PartitionId,
         moves: &[DirMove],
     ) -> Result<(), FsError> {
         for m in moves {
@@ -698,7 +705,7 @@ impl Partition {
         };
         let st = self.state();
         let cs = st.map.chunk_size_bytes;
-        let partitions: Vec<u32> = st.map.partitions.iter().map(|p| p.id).collect();
+        let partitions: Vec<PartitionId> = st.map.partitions.iter().map(|p| p.id).collect();
         drop(st);
         let first = (keep_bytes / cs).max(1);
         let last = old_size.saturating_sub(1) / cs;

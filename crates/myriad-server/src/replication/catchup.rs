@@ -64,8 +64,8 @@ pub(crate) async fn catch_up_from_backups(
         return Ok(());
     };
     tracing::warn!(
-        partition = pid,
-        from,
+        partition = %pid,
+        from = %from,
         seq,
         mine,
         "a backup is ahead of this primary: copying the partition from it before serving"

@@ -180,7 +180,7 @@ impl Backup {
             if let Err(e) = self.store.commit(p.batch) {
                 // Nothing after a failed batch may be applied.
                 tracing::error!(
-                    partition = self.pid,
+                    partition = %self.pid,
                     seq = s,
                     "replicated batch failed: {e}"
                 );
@@ -286,7 +286,7 @@ impl Backup {
                     Ok(d) => Ok(Response::BlockCopy(d.map(serde_bytes::ByteBuf::from))),
                     Err(StorageError::Checksum { .. }) => {
                         tracing::error!(
-                            partition = self.pid,
+                            partition = %self.pid,
                             ino,
                             block,
                             "backup copy of a block fails its checksum too"

@@ -81,8 +81,8 @@ impl Link {
                     failures += 1;
                     if failures == 1 || failures.is_power_of_two() {
                         tracing::warn!(
-                            partition = self.pid,
-                            backup = self.backup,
+                            partition = %self.pid,
+                            backup = %self.backup,
                             "replication to backup failing ({failures} tries): {e}"
                         );
                     }

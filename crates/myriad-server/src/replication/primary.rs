@@ -208,7 +208,7 @@ impl Replicator {
             changed = true;
         }
         if changed {
-            tracing::info!(partition = self.pid, ?backups, "replicating to");
+            tracing::info!(partition = %self.pid, ?backups, "replicating to");
             self.changed.send_modify(|v| *v = v.wrapping_add(1));
         }
     }
@@ -282,8 +282,8 @@ pub(crate) async fn run_stream(
         } if s == start_seq && chain == start_chain => false,
         other => {
             tracing::info!(
-                partition = link.pid,
-                backup = link.backup,
+                partition = %link.pid,
+                backup = %link.backup,
                 "backup at {other:?}, primary at {start_seq}: copying the whole partition"
             );
             true
@@ -342,15 +342,15 @@ pub(crate) async fn run_stream(
                 }
                 Err(FsError::ReplicaGap { next }) => {
                     tracing::warn!(
-                        partition = link.pid,
-                        backup = link.backup,
+                        partition = %link.pid,
+                        backup = %link.backup,
                         "backup lacks acknowledged batches (its next is {next:?}, acked {water}): copying the whole partition"
                     );
                     need_copy = true;
                 }
                 Err(e) => {
                     backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
-                    tracing::debug!(partition = link.pid, backup = link.backup, seq, "replicate failed: {e}");
+                    tracing::debug!(partition = %link.pid, backup = %link.backup, seq, "replicate failed: {e}");
                     if let Some((req, _)) = pending.get(&seq) {
                         inflight.push(send_batch(&link, seq, req.clone(), backoff));
                     }
@@ -371,8 +371,8 @@ pub(crate) async fn run_stream(
                     Ok(Ok(Response::ReplicaState { seq: Some(s), .. })) if s >= water => {}
                     Ok(Ok(Response::ReplicaState { seq: other, .. })) => {
                         tracing::warn!(
-                            partition = link.pid,
-                            backup = link.backup,
+                            partition = %link.pid,
+                            backup = %link.backup,
                             "backup is at {other:?}, below the acknowledged {water}: copying the whole partition"
                         );
                         need_copy = true;
@@ -407,8 +407,8 @@ pub(crate) async fn copy_partition(link: &Link, store: &Store, (seq, chain): (u6
         match try_copy(link, store, (seq, chain)).await {
             Ok(keys) => {
                 tracing::info!(
-                    partition = link.pid,
-                    backup = link.backup,
+                    partition = %link.pid,
+                    backup = %link.backup,
                     keys,
                     seq,
                     "partition copied to backup"
@@ -417,8 +417,8 @@ pub(crate) async fn copy_partition(link: &Link, store: &Store, (seq, chain): (u6
             }
             Err(e) => {
                 tracing::warn!(
-                    partition = link.pid,
-                    backup = link.backup,
+                    partition = %link.pid,
+                    backup = %link.backup,
                     "copying the partition failed, starting over: {e}"
                 );
                 tokio::time::sleep(backoff).await;

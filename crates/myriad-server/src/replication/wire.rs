@@ -33,7 +33,7 @@ pub(crate) fn partition_store(
     kv: Arc<dyn Kv>,
     pid: PartitionId,
 ) -> Result<Store, myriad_storage::StorageError> {
-    Store::open(Arc::new(myriad_storage::PartitionKv::new(kv, pid)), pid)
+    Store::open(Arc::new(myriad_storage::PartitionKv::new(kv, pid.0)), pid.0)
 }
 
 /// The ops of `batch` in wire form.
@@ -142,7 +142,7 @@ pub(crate) fn clear_space(kv: &dyn Kv, space: Space, keep: Option<&[u8]>) -> Res
 /// (moved away; the servers the map lists hold every acknowledged write). True if there
 /// was anything.
 pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsError> {
-    let pkv = myriad_storage::PartitionKv::new(kv, pid);
+    let pkv = myriad_storage::PartitionKv::new(kv, pid.0);
     let mut any = false;
     for space in Space::PARTITION {
         any |= clear_space(&pkv, space, None)?;

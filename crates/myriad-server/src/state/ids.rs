@@ -1,12 +1,13 @@
 //! Cluster-unique ids for inodes and transactions, allocated by a partition.
 
-use myriad_proto::FsError;
+use myriad_proto::{FsError, PartitionId};
 use myriad_storage::{Batch, StorageError, Store};
 
-/// Allocates cluster-unique ids (`node_id << 40 | counter`) for inodes and transactions. The
-/// high-water mark is persisted a range at a time, in the same batch as the first id used.
+/// Allocates cluster-unique ids (`partition << 40 | counter`) for inodes and transactions.
+/// The high-water mark is persisted a range at a time, in the same batch as the first id
+/// used.
 pub struct IdAlloc {
-    node_id: u32,
+    pid: PartitionId,
     next: u64,
     limit: u64,
 }
@@ -16,10 +17,10 @@ const ID_COUNTER_MAX: u64 = (1 << 40) - 1;
 const HWM_KEY: &str = "id_hwm";
 
 impl IdAlloc {
-    pub fn load(store: &Store, node_id: u32) -> Result<IdAlloc, StorageError> {
+    pub fn load(store: &Store, pid: PartitionId) -> Result<IdAlloc, StorageError> {
         let hwm = store.meta_u64(HWM_KEY)?.unwrap_or(2);
         Ok(IdAlloc {
-            node_id,
+            pid,
             next: hwm,
             limit: hwm,
         })
@@ -33,7 +34,7 @@ impl IdAlloc {
         if self.next > ID_COUNTER_MAX {
             return Err(FsError::NoSpace);
         }
-        let id = (u64::from(self.node_id) << 40) | self.next;
+        let id = self.pid.id_base() | self.next;
         self.next += 1;
         Ok(id)
     }

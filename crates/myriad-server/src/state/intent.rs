@@ -3,7 +3,7 @@
 //! periodically) the recovery task finishes or undoes every intent no live operation owns.
 //! See ARCHITECTURE.md "Two-node operations".
 
-use myriad_proto::codec;
+use myriad_proto::{PartitionId, codec};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,8 +18,9 @@ pub enum Decision {
 pub struct DirMove {
     pub old: String,
     pub new: String,
-    /// Nodes holding a part of the old directory (its home, and its shards' nodes if split).
-    pub old_nodes: Vec<u32>,
+    /// Partitions holding a part of the old directory (its home, and its shards' partitions
+    /// if split).
+    pub old_nodes: Vec<PartitionId>,
     /// The directory's shard map (`None`: unsplit); the new path gets the same shards, each
     /// on the node placement gives it under the new path.
     pub map: Option<myriad_proto::ShardMap>,
@@ -28,7 +29,7 @@ pub struct DirMove {
 impl DirMove {
     /// `old_nodes`, or the home if the list is empty.
     #[must_use]
-    pub fn nodes(&self, home: u32) -> Vec<u32> {
+    pub fn nodes(&self, home: PartitionId) -> Vec<PartitionId> {
         if self.old_nodes.is_empty() {
             vec![home]
         } else {
@@ -64,7 +65,7 @@ pub enum Intent {
         to: String,
         /// The node holding the destination entry (chosen by the coordinator's shard map at
         /// the start; recovery must talk to that node, not guess again).
-        dst_node: u32,
+        dst_node: PartitionId,
         ino: u64,
         decision: Decision,
         /// For a directory: every directory object of the subtree (old -> new path),
@@ -74,7 +75,7 @@ pub enum Intent {
     /// Destination side of a cross-node rename: `dir/name` holds a staged entry for `ino`
     /// until the coordinator commits or aborts.
     RenameIn {
-        coordinator: u32,
+        coordinator: PartitionId,
         dir: String,
         name: String,
         ino: u64,

@@ -3,8 +3,8 @@
 //! beside this module execute them, `mutation.rs` routes each to its family.
 
 use myriad_proto::{
-    DirAction, ExportedEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, Shard, ShardMap,
-    XattrMode,
+    DirAction, ExportedEntry, FileKind, FsError, Inode, PartitionId, RenameFlags, SetAttr, Shard,
+    ShardMap, XattrMode,
 };
 use myriad_storage::{BLOCK_BYTES, StorageError, Store};
 
@@ -41,7 +41,7 @@ pub enum Mutation {
     LinkSource {
         dir: String,
         name: String,
-        me: u32,
+        me: PartitionId,
         now: i64,
     },
     /// A new name `dir/name` referring to hard-linked inode `ino` on node `home`.
@@ -49,7 +49,7 @@ pub enum Mutation {
         dir: String,
         name: String,
         ino: u64,
-        home: u32,
+        home: PartitionId,
     },
     /// Adds `delta` to the link count of inode object `ino`; at 0 it goes with its data.
     AdjustLinks {
@@ -199,7 +199,7 @@ pub enum Mutation {
     RenameSourceBegin {
         from: String,
         to: String,
-        dst_node: u32,
+        dst_node: PartitionId,
         now: i64,
     },
     /// Coordinator: commit deletes the source entry and its chunk-0 blocks; abort restores it.
@@ -228,7 +228,7 @@ pub enum Mutation {
     },
     RenamePrepare {
         txid: u64,
-        coordinator: u32,
+        coordinator: PartitionId,
         to: String,
         inode: Inode,
         flags: RenameFlags,

@@ -2,7 +2,9 @@
 //! checks every mutation makes (names free, directories writable, shards owned), new inodes,
 //! attribute changes, dropping a file's data.
 
-use myriad_proto::{FileKind, FsError, Inode, RenameFlags, SetAttr, Xattr, XattrMode, limits};
+use myriad_proto::{
+    FileKind, FsError, Inode, PartitionId, RenameFlags, SetAttr, Xattr, XattrMode, limits,
+};
 use myriad_storage::{Batch, DirRecord, EntryRecord, Store};
 
 use crate::state::intent::Intent;
@@ -17,7 +19,7 @@ pub fn inode_name(ino: u64) -> String {
 }
 
 /// The entry of a name of a hard-linked file: only the inode id and where it lives.
-pub(crate) fn link_ref(ino: u64, home: u32) -> Inode {
+pub(crate) fn link_ref(ino: u64, home: PartitionId) -> Inode {
     Inode {
         kind: FileKind::HardLink,
         mode: 0,

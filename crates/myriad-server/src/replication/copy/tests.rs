@@ -21,7 +21,7 @@ fn backup() -> (Backup, Syncer) {
         },
     )
     .unwrap_or_else(|e| panic!("syncer: {e}"));
-    let b = Backup::open(kv, 3).unwrap_or_else(|e| panic!("open: {e}"));
+    let b = Backup::open(kv, myriad_proto::PartitionId(3)).unwrap_or_else(|e| panic!("open: {e}"));
     (b, syncer)
 }
 

@@ -17,7 +17,8 @@ struct T {
 impl T {
     fn new() -> T {
         let store = Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"));
-        let ids = IdAlloc::load(&store, 1).unwrap_or_else(|e| panic!("{e}"));
+        let ids =
+            IdAlloc::load(&store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
         let mut t = T { store, ids };
         t.run(Mutation::InitRoot {
             now: 1,
@@ -89,7 +90,8 @@ fn ids_are_unique_and_carry_the_node_id() {
     assert_ne!(a, b);
     assert_eq!(a >> 40, 1);
     // A reload continues after the persisted high-water mark: no reuse.
-    let mut ids = IdAlloc::load(&t.store, 1).unwrap_or_else(|e| panic!("{e}"));
+    let mut ids =
+        IdAlloc::load(&t.store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
     let mut batch = myriad_storage::Batch::new();
     let c = ids.next(&t.store, &mut batch).unwrap_or(0);
     assert!(c > b);
@@ -424,7 +426,7 @@ fn devices_keep_their_number_and_symlinks_can_get_a_second_name() {
     let Ok(Outcome::Inode(linked)) = t.run(Mutation::LinkSource {
         dir: "/".into(),
         name: "s".into(),
-        me: 1,
+        me: myriad_proto::PartitionId(1),
         now: 4,
     }) else {
         panic!("link source")
