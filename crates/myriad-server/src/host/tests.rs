@@ -282,3 +282,82 @@ async fn a_deposed_partition_calls_no_other_partition() {
         "a deposed partition's call went out: {call:?}"
     );
 }
+
+/// Recovery acts only on intents still there once it holds them (simulation seed 20090):
+/// a mkdir listed by recovery, then completed and undone before recovery reached it, must
+/// not be rolled forward (its directory object would come back as an orphan).
+#[tokio::test(start_paused = true)]
+async fn recovery_leaves_alone_an_intent_its_operation_ended_after_the_listing() {
+    let h = host(Arc::new(Silent::default()));
+    let m2 = map(&h).mark_down(NodeId(2)).unwrap_or_else(|| panic!("up"));
+    h.install_map(m2)
+        .await
+        .unwrap_or_else(|e| panic!("install: {e}"));
+    let ring = h.state().ring.clone();
+    let home = h
+        .partition(ring.owner_of_entry("/x"))
+        .unwrap_or_else(|| panic!("the root's partition is served here"));
+    // The root directory comes from a task started with the partition.
+    for _ in 0..100 {
+        if home.store.dir("/").ok().flatten().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let begun = home
+        .applier
+        .run(Mutation::MkdirBegin {
+            dir: "/".into(),
+            name: "x".into(),
+            mode: 0o755,
+            depth: 0,
+            uid: 0,
+            gid: 0,
+            now: 1,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("mkdir begins: {e}"));
+    let crate::state::mutation::Outcome::Begun { txid, .. } = begun else {
+        panic!("not begun");
+    };
+    let listed: Vec<u64> = home
+        .store
+        .intents()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    assert!(listed.contains(&txid));
+    // The operation ends (undone) before recovery gets to it.
+    for m in [
+        Mutation::Decide {
+            txid,
+            decision: crate::state::intent::Decision::Abort,
+        },
+        Mutation::ResolveEntry {
+            dir: "/".into(),
+            name: "x".into(),
+            txid,
+            commit: false,
+        },
+    ] {
+        home.applier
+            .run(m)
+            .await
+            .unwrap_or_else(|e| panic!("ending the mkdir: {e}"));
+    }
+    home.recover_listed(&listed, &std::collections::BTreeSet::new(), true)
+        .await;
+    let object = h
+        .partition(ring.owner_of_dir("/x"))
+        .and_then(|p| p.store.dir("/x").ok().flatten());
+    assert!(object.is_none(), "recovery made the directory object again");
+    assert!(
+        home.store
+            .entry("/", "x")
+            .ok()
+            .flatten()
+            .is_none_or(|e| e.inode.is_none()),
+        "recovery revealed the entry"
+    );
+}
