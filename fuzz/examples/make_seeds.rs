@@ -98,9 +98,14 @@ fn maps() -> Vec<(&'static str, ClusterMap)> {
     let five = ClusterMap::build(7, &addrs(5), 4, 3);
     let mut weighted = ClusterMap::build(2, &addrs(2), 2, 2);
     weighted.nodes[1].weight = 2;
-    let down = five.mark_down(2).unwrap_or_else(|| five.clone());
-    let leaving = five.mark_leaving(3).unwrap_or_else(|| five.clone());
-    let expired: BTreeSet<u32> = [2].into_iter().collect();
+    let down = five
+        .mark_down(myriad_placement::NodeId(2))
+        .unwrap_or_else(|| five.clone());
+    let leaving = five
+        .mark_leaving(myriad_placement::NodeId(3))
+        .unwrap_or_else(|| five.clone());
+    let expired: BTreeSet<myriad_placement::NodeId> =
+        [myriad_placement::NodeId(2)].into_iter().collect();
     let moving = down.plan_moves(&expired, 4).unwrap_or_else(|| down.clone());
     vec![
         ("one-node", ClusterMap::new(1, &addrs(1))),
@@ -128,10 +133,10 @@ fn request(id: u64, ends: Endpoints, body: impl Into<Request>) -> Vec<u8> {
 }
 
 fn requests() -> Seeds {
-    let to = Endpoints::to(2);
+    let to = Endpoints::to(myriad_placement::PartitionId(2));
     let peer = Endpoints {
-        target: 5,
-        source: 2,
+        target: myriad_placement::PartitionId(5),
+        source: myriad_placement::PartitionId(2),
     };
     vec![
         (
@@ -280,7 +285,7 @@ fn requests() -> Seeds {
                 peer,
                 PeerRequest::RenamePrepare {
                     txid: (5 << 40) | 3,
-                    coordinator: 2,
+                    coordinator: myriad_placement::PartitionId(2),
                     to: "/b/new".into(),
                     inode: rich_inode(),
                     flags: RenameFlags::default(),
@@ -469,7 +474,13 @@ fn responses() -> Seeds {
         ),
         (
             "seqs",
-            response(12, Ok(Response::Seqs(vec![(1, Some(5)), (2, None)]))),
+            response(
+                12,
+                Ok(Response::Seqs(vec![
+                    (myriad_placement::PartitionId(1), Some(5)),
+                    (myriad_placement::PartitionId(2), None),
+                ])),
+            ),
         ),
         (
             "replica-page",
@@ -496,7 +507,7 @@ fn responses() -> Seeds {
         ),
         (
             "replica-gap",
-            response(15, Err(FsError::ReplicaGap { next: Some(17) })),
+            response(15, Ok(Response::ReplicaGap { next: Some(17) })),
         ),
     ]
 }
@@ -511,7 +522,7 @@ fn hellos() -> Seeds {
     };
     let reply = |refused: Option<String>| HelloReply {
         version: PROTOCOL_VERSION,
-        node_id: 2,
+        node_id: myriad_placement::NodeId(2),
         epoch: 7,
         nonce: [0x22; 32],
         proof: if refused.is_some() {
@@ -529,7 +540,9 @@ fn hellos() -> Seeds {
         (
             "server",
             enc(&hello(
-                PeerKind::Server { node_id: 3 },
+                PeerKind::Server {
+                    node_id: myriad_placement::NodeId(3),
+                },
                 MAGIC,
                 Some(*b"clusterk"),
             )),
@@ -897,7 +910,7 @@ fn cluster_maps() -> Seeds {
         .map(|(n, m)| (n, m.to_json().into_bytes()))
         .collect();
     let mut dup = ClusterMap::build(1, &addrs(2), 1, 1);
-    dup.nodes[1].id = 1;
+    dup.nodes[1].id = myriad_placement::NodeId(1);
     seeds.push(("invalid-duplicate-node", dup.to_json().into_bytes()));
     seeds.push(("not-json", b"epoch: 1\nnodes: []\n".to_vec()));
     // Found by the fuzzer: an epoch with no room to grow passed `validate`, and `mark_down`

@@ -207,6 +207,18 @@ impl Client {
     /// Sends `req` to the node `route` names under the current map, following redirects,
     /// pushing our map to nodes that are behind, and retrying `Busy` until the deadline.
     pub(crate) async fn call(&self, route: Route, req: Request) -> Result<Response, FsError> {
+        // Routing signals are the client library's business, never its callers' (they see
+        // errnos and the three "try again" errors: `FsError::kind`).
+        self.route(route, req).await.map_err(|e| {
+            if e.is_routing() {
+                FsError::Unavailable(format!("the cluster's routing did not settle: {e}"))
+            } else {
+                e
+            }
+        })
+    }
+
+    async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         let mut map_retries = 0;
         let mut backoff = Duration::from_millis(1);
@@ -281,6 +293,18 @@ impl Client {
                             }
                         }
                     }
+                }
+                // Asking the directory's home for its shard map is what `WrongShard` leads
+                // to: a home answering that with `WrongShard` again is retried as `Busy`,
+                // not followed (that would recurse without end).
+                Err(FsError::WrongShard { .. })
+                    if matches!(req, Request::Client(ClientRequest::GetShardMap { .. })) =>
+                {
+                    if tokio::time::Instant::now() + backoff >= deadline {
+                        return Err(FsError::Busy);
+                    }
+                    tokio::time::sleep(backoff.max(Duration::from_millis(10))).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
                 }
                 Err(FsError::WrongShard { dir, map }) => {
                     // A split moved the name, or our map of the directory is stale. Retried
@@ -947,3 +971,6 @@ fn route_dir(route: &Route) -> Option<&str> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests;

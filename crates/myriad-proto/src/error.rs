@@ -57,11 +57,6 @@ pub enum FsError {
     },
     #[error("no such attribute")]
     NoData,
-    /// A backup cannot apply a replicated batch: it lacks batches its primary counts as
-    /// acknowledged (it lost its disk), or it is receiving a whole copy (`next` None). The
-    /// primary then copies the whole partition to it (docs/replication.md).
-    #[error("replica needs a whole copy (its next batch would be {next:?})")]
-    ReplicaGap { next: Option<u64> },
     #[error("operation not permitted")]
     NotPermitted,
     /// Stored data failed its checksum and no intact copy could replace it.
@@ -72,7 +67,64 @@ pub enum FsError {
     NoSuchOffset,
 }
 
+/// The families of `FsError` (ARCHITECTURE.md, "Errors"). Replication's own answers (a copy
+/// that needs a whole copy) are not errors at all but responses (`Response::ReplicaGap`), and
+/// a server's internal faults reach clients as `Io` (EIO) with their message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// About the file system or the request: the user gets it, as an errno.
+    Posix,
+    /// Try again, later or elsewhere: `Busy`, `Unavailable`, `TimedOut` (these reach the
+    /// client library's callers once its retries are spent) and the routing signals
+    /// `Redirect`, `MapTooOld`, `WrongShard` (these never do: the client library follows
+    /// them or turns them into one of the others).
+    Retry,
+    /// The two ends do not understand each other (a malformed or unexpected message).
+    Protocol,
+}
+
 impl FsError {
+    /// Which family this error belongs to. Exhaustive: a new variant must say.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            FsError::NotFound
+            | FsError::AlreadyExists
+            | FsError::NotADirectory
+            | FsError::IsADirectory
+            | FsError::NotEmpty
+            | FsError::InvalidArgument(_)
+            | FsError::NameTooLong
+            | FsError::PermissionDenied
+            | FsError::Stale
+            | FsError::NoSpace
+            | FsError::TooLarge
+            | FsError::Io(_)
+            | FsError::NotSupported(_)
+            | FsError::NoData
+            | FsError::NotPermitted
+            | FsError::Corrupt { .. }
+            | FsError::NoSuchOffset => ErrorKind::Posix,
+            FsError::Busy
+            | FsError::Unavailable(_)
+            | FsError::TimedOut(_)
+            | FsError::Redirect(_)
+            | FsError::MapTooOld(_)
+            | FsError::WrongShard { .. } => ErrorKind::Retry,
+            FsError::Protocol(_) => ErrorKind::Protocol,
+        }
+    }
+
+    /// A routing signal (`Redirect`, `MapTooOld`, `WrongShard`): the client library acts on
+    /// it and never returns it.
+    #[must_use]
+    pub fn is_routing(&self) -> bool {
+        matches!(
+            self,
+            FsError::Redirect(_) | FsError::MapTooOld(_) | FsError::WrongShard { .. }
+        )
+    }
+
     /// The Linux errno for this error.
     #[must_use]
     pub fn errno(&self) -> i32 {
@@ -100,8 +152,7 @@ impl FsError {
             FsError::Io(_)
             | FsError::Corrupt { .. }
             | FsError::Unavailable(_)
-            | FsError::Protocol(_)
-            | FsError::ReplicaGap { .. } => 5, // EIO
+            | FsError::Protocol(_) => 5, // EIO
         }
     }
 
@@ -112,5 +163,58 @@ impl FsError {
             self,
             FsError::Busy | FsError::Unavailable(_) | FsError::TimedOut(_)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every() -> Vec<FsError> {
+        vec![
+            FsError::NotFound,
+            FsError::AlreadyExists,
+            FsError::NotADirectory,
+            FsError::IsADirectory,
+            FsError::NotEmpty,
+            FsError::InvalidArgument(String::new()),
+            FsError::NameTooLong,
+            FsError::PermissionDenied,
+            FsError::Stale,
+            FsError::Busy,
+            FsError::NoSpace,
+            FsError::TooLarge,
+            FsError::Io(String::new()),
+            FsError::Unavailable(String::new()),
+            FsError::TimedOut(String::new()),
+            FsError::Protocol(String::new()),
+            FsError::Redirect(Box::new(ClusterMap::new(1, &["a:1".to_string()]))),
+            FsError::MapTooOld(1),
+            FsError::NotSupported(String::new()),
+            FsError::WrongShard {
+                dir: "/".into(),
+                map: None,
+            },
+            FsError::NoData,
+            FsError::NotPermitted,
+            FsError::Corrupt { ino: 1, block: 0 },
+            FsError::NoSuchOffset,
+        ]
+    }
+
+    #[test]
+    fn the_families_are_what_clients_retry_and_what_they_report() {
+        for e in every() {
+            let retry = e.is_transient() || e.is_routing();
+            assert_eq!(e.kind() == ErrorKind::Retry, retry, "{e:?}");
+            assert!(e.errno() > 0, "{e:?}");
+            if e.kind() == ErrorKind::Posix {
+                assert!(!e.is_transient(), "{e:?}");
+            }
+        }
+        // Routing signals and `Busy` all say "try again" to a program that gets one.
+        for e in every().into_iter().filter(FsError::is_routing) {
+            assert_eq!(e.errno(), 11, "{e:?}");
+        }
     }
 }

@@ -15,7 +15,7 @@ mod path;
 mod request;
 mod types;
 
-pub use error::FsError;
+pub use error::{ErrorKind, FsError};
 pub use message::{
     Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind,
     RequestFrame, RequestFrameRef, Response, ResponseFrame,

@@ -194,6 +194,14 @@ pub enum Response {
     },
     /// A page of a replica's keys (empty: no more).
     ReplicaPage(Vec<ReplOp>),
+    /// A backup cannot apply a replicated batch: it lacks batches its primary counts as
+    /// acknowledged (it lost its disk), holds another history, or is receiving a whole copy
+    /// (`next` None). The primary then copies the whole partition to it
+    /// (docs/replication.md). An answer of the replication protocol, not an error: no
+    /// client ever sees it.
+    ReplicaGap {
+        next: Option<u64>,
+    },
     ReplicaDigest {
         /// Last applied batch (None: receiving a whole copy).
         seq: Option<u64>,

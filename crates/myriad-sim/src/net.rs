@@ -283,7 +283,7 @@ impl Net {
             .take(80)
             .collect::<String>()
         ));
-        if let (Some(n), Ok(_)) = (batch, &answer) {
+        if let (Some(n), Ok(Response::Unit)) = (batch, &answer) {
             self.accepted(pid, epoch, from, n);
         }
         tokio::time::sleep(fate.back).await;

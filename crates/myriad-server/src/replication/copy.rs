@@ -40,6 +40,17 @@ pub(crate) struct BackupState {
     applied: BTreeMap<u64, u64>,
 }
 
+/// What became of a batch sent to this copy (`receive`).
+enum Received {
+    /// Applied, parked, or acknowledged again: its answer comes once durable.
+    Queued,
+    /// This copy cannot take it (`Response::ReplicaGap`): another history, lost batches, or
+    /// a whole copy arriving (`None`).
+    Gap(Option<u64>),
+    /// Not now (too far ahead of what this copy has).
+    Refused(FsError),
+}
+
 pub(crate) struct Parked {
     batch: Batch,
     prev_chain: u64,
@@ -124,42 +135,40 @@ impl Backup {
     /// Batch `seq` from the primary: applied (with the parked batches that follow it) if it
     /// is the next and continues this copy's chain, parked if ahead, acknowledged again if
     /// it is the batch applied under its number. Any other case means this copy holds
-    /// another history (or lost batches): `ReplicaGap`, and the primary copies the whole
+    /// another history (or lost batches): a gap, and the primary copies the whole
     /// partition. Its answer goes to `batch.reply` once durable.
-    fn receive(&self, slot: SyncSlot, seq: u64, acked: u64, batch: Parked) -> Result<(), FsError> {
+    fn receive(&self, slot: SyncSlot, seq: u64, acked: u64, batch: Parked) -> Received {
         let mut st = self.lock();
         if st.copying {
-            return Err(FsError::ReplicaGap { next: None });
+            return Received::Gap(None);
         }
-        let gap = FsError::ReplicaGap {
-            next: Some(st.next),
-        };
+        let gap = Received::Gap(Some(st.next));
         if st.next <= acked {
             // The primary counts batches up to `acked` as acknowledged here, but this copy
             // does not have them: it lost its disk.
             st.parked.clear();
-            return Err(gap);
+            return gap;
         }
         if seq < st.next {
             // A resend of a batch applied: acknowledged once durable, if it is the same.
             if st.applied.get(&seq) != Some(&batch.chain) {
-                return Err(gap);
+                return gap;
             }
             slot.after_sync(self.changed.clone(), vec![(batch.reply, Done::unit(seq))]);
-            return Ok(());
+            return Received::Queued;
         }
         if seq > st.next {
             if seq - st.next > PARK_AHEAD_MAX {
-                return Err(FsError::Busy);
+                return Received::Refused(FsError::Busy);
             }
             // A batch parked under this number before (a resend, or another history's)
             // gives way; its sender hears `backup replaced` and sends again if it still
             // should.
             st.parked.insert(seq, batch);
-            return Ok(());
+            return Received::Queued;
         }
         if batch.prev_chain != st.chain {
-            return Err(gap);
+            return gap;
         }
         let mut ready = vec![(seq, batch)];
         let mut chain = ready[0].1.chain;
@@ -191,7 +200,7 @@ impl Backup {
             replies.push((p.reply, Done::unit(s)));
         }
         slot.after_sync(self.changed.clone(), replies);
-        Ok(())
+        Received::Queued
     }
 
     pub(crate) async fn handle(&self, syncer: &Syncer, body: Request) -> Result<Response, FsError> {
@@ -210,7 +219,11 @@ impl Backup {
                     chain,
                     reply,
                 };
-                self.receive(syncer.slot().await?, seq, acked, batch)?;
+                match self.receive(syncer.slot().await?, seq, acked, batch) {
+                    Received::Queued => {}
+                    Received::Gap(next) => return Ok(Response::ReplicaGap { next }),
+                    Received::Refused(e) => return Err(e),
+                }
                 rx.await
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
@@ -300,7 +313,7 @@ impl Backup {
                 let space = Space::partition_space(space)
                     .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
                 if self.lock().copying {
-                    return Err(FsError::ReplicaGap { next: None });
+                    return Ok(Response::ReplicaGap { next: None });
                 }
                 let page = self
                     .store

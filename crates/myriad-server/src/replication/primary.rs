@@ -329,8 +329,9 @@ pub(crate) async fn run_stream(
         // while new batches first could starve the acknowledgements under a steady load.
         tokio::select! {
             biased;
+            // `Ok(None)`: applied; `Ok(Some(next))`: the backup cannot take it (a gap).
             Some((seq, result)) = inflight.next() => match result {
-                Ok(()) => {
+                Ok(None) => {
                     backoff = Duration::ZERO;
                     done.insert(seq);
                     while done.remove(&(water + 1)) {
@@ -340,7 +341,7 @@ pub(crate) async fn run_stream(
                         }
                     }
                 }
-                Err(FsError::ReplicaGap { next }) => {
+                Ok(Some(next)) => {
                     tracing::warn!(
                         partition = %link.pid,
                         backup = %link.backup,
@@ -391,11 +392,16 @@ pub(crate) async fn send_batch(
     seq: u64,
     req: Arc<Request>,
     delay: Duration,
-) -> (u64, Result<(), FsError>) {
+) -> (u64, Result<Option<Option<u64>>, FsError>) {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    (seq, link.call(&req).await.map(|_| ()))
+    let answer = match link.call(&req).await {
+        Ok(Response::ReplicaGap { next }) => Ok(Some(next)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(e),
+    };
+    (seq, answer)
 }
 
 /// Copies every key of the partition to the backup, then marks the copy complete at

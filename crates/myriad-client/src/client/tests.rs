@@ -1,0 +1,74 @@
+//! The client's request loop against servers that keep sending it elsewhere (a transport
+//! that answers as a confused cluster would): routing signals never reach the caller.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use futures::future::BoxFuture;
+use myriad_placement::ClusterMap;
+use myriad_proto::auth::Keyring;
+use myriad_proto::{Caller, Endpoints, ErrorKind, Request};
+
+use super::*;
+
+/// Answers every request with `answer` (and a map push with a redirect), counting them.
+struct Confused {
+    answer: FsError,
+    calls: AtomicU32,
+}
+
+impl Transport for Confused {
+    fn call_with_timeout<'a>(
+        &'a self,
+        _addr: &'a str,
+        _epoch: u64,
+        _ends: Endpoints,
+        _caller: &'a Caller,
+        req: &'a Request,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let answer = match req {
+            Request::Server(ServerRequest::InstallMap(m)) => FsError::Redirect(m.clone()),
+            _ => self.answer.clone(),
+        };
+        Box::pin(async move { Err(answer) })
+    }
+}
+
+fn client(answer: FsError) -> (Client, Arc<Confused>) {
+    let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
+    let mut config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
+    config.request_timeout = Duration::from_millis(300);
+    let t = Arc::new(Confused {
+        answer,
+        calls: AtomicU32::new(0),
+    });
+    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
+    (c, t)
+}
+
+#[tokio::test(start_paused = true)]
+async fn routing_signals_never_reach_the_caller() {
+    let same_map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
+    for answer in [
+        FsError::Redirect(Box::new(same_map)),
+        FsError::MapTooOld(7),
+        FsError::WrongShard {
+            dir: "/".into(),
+            map: None,
+        },
+    ] {
+        let (c, t) = client(answer.clone());
+        let got = c.stat("/x").await;
+        let Err(e) = got else {
+            panic!("{answer:?}: a stat answered by a confused cluster succeeded");
+        };
+        assert!(!e.is_routing(), "{answer:?} reached the caller as {e:?}");
+        assert_ne!(e.kind(), ErrorKind::Posix, "{answer:?} became {e:?}");
+        assert!(
+            t.calls.load(Ordering::SeqCst) < 200,
+            "{answer:?}: {} requests for one stat",
+            t.calls.load(Ordering::SeqCst)
+        );
+    }
+}
