@@ -295,40 +295,25 @@ impl Membership {
             return;
         };
         let now = Instant::now();
-        let mut nodes: Vec<_> = map.nodes.iter().collect();
-        nodes.sort_by_key(|n| n.id);
-        for n in nodes {
-            let heard = self.heard.last(n.id);
-            let silent_since = heard
-                .map_or(since, |h| h.max(since))
-                .max(self.heard.listed_since(n.id));
-            let change = match n.state {
-                NodeState::Up if n.id != self.id && now - silent_since > DOWN_AFTER => {
-                    tracing::warn!(
-                        server = %n.id,
-                        silent_ms = (now - silent_since).as_millis() as u64,
-                        "server silent: marking it down (its partitions fail over)"
-                    );
-                    map.mark_down(n.id)
-                }
-                NodeState::Down
-                    if heard.is_some_and(|h| h > since && now - h < RENEW_EVERY * 3) =>
-                {
-                    tracing::info!(
-                        server = %n.id,
-                        "server is back: marking it up (it rejoins as a backup)"
-                    );
-                    map.mark_up(n.id)
-                }
-                _ => None,
-            };
-            if let Some(next) = change {
-                if let Err(e) = self.propose_map(next).await {
-                    tracing::warn!("{e}");
-                }
-                // One change per round: the next one starts from the map this one made.
-                return;
+        let heard = |id| self.heard.last(id);
+        let listed = |id| self.heard.listed_since(id);
+        if let Some((next, change)) = detect(&map, self.id, (since, now), heard, listed) {
+            match change {
+                Change::Down { server, silent } => tracing::warn!(
+                    server = %server,
+                    silent_ms = silent.as_millis() as u64,
+                    "server silent: marking it down (its partitions fail over)"
+                ),
+                Change::Up { server } => tracing::info!(
+                    server = %server,
+                    "server is back: marking it up (it rejoins as a backup)"
+                ),
             }
+            if let Err(e) = self.propose_map(next).await {
+                tracing::warn!("{e}");
+            }
+            // One change per round: the next one starts from the map this one made.
+            return;
         }
         self.group.sync_members(&map, PROPOSE_TIMEOUT).await;
         // Moves (rebalance.rs): finish those whose new copy caught up, then start more.
@@ -340,16 +325,9 @@ impl Membership {
             }
             return;
         }
-        let expired: BTreeSet<NodeId> = map
-            .nodes
-            .iter()
-            .filter(|n| n.state == NodeState::Down)
-            .filter(|n| {
-                let silent_since = self.heard.last(n.id).map_or(since, |h| h.max(since));
-                now - silent_since > self.down_grace
-            })
-            .map(|n| n.id)
-            .collect();
+        let expired = past_grace(&map, (since, now), self.down_grace, |id| {
+            self.heard.last(id)
+        });
         if let Some(next) = map.plan_moves(&expired, MOVES_MAX) {
             for (pid, m) in next.moves() {
                 if map.partition(pid).is_some_and(|p| p.moving.is_none()) {
@@ -431,6 +409,72 @@ impl Membership {
 }
 
 /// Starts the membership tasks: renewing the lease, and the leader's duties.
+/// A change of a server's state the leader's failure detector decided.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    Down { server: NodeId, silent: Duration },
+    Up { server: NodeId },
+}
+
+/// The failure detector, one round (pure: times and what was heard come in). `since`: when
+/// this leader began leading (nobody is judged on silence from before); `heard(id)`: when
+/// the leader last heard server `id`'s lease request; `listed(id)`: when it first saw `id`
+/// in its map (a server just added gets `DOWN_AFTER` to make itself heard). At most one
+/// change a round, in server order: a server up but silent for `DOWN_AFTER` goes down (never
+/// the leader itself); a server down that asked for a lease within the last three renewal
+/// periods, after this leader began, comes back up.
+pub(crate) fn detect(
+    map: &ClusterMap,
+    me: NodeId,
+    (since, now): (Instant, Instant),
+    heard: impl Fn(NodeId) -> Option<Instant>,
+    listed: impl Fn(NodeId) -> Instant,
+) -> Option<(ClusterMap, Change)> {
+    let mut nodes: Vec<_> = map.nodes.iter().collect();
+    nodes.sort_by_key(|n| n.id);
+    for n in nodes {
+        let last = heard(n.id);
+        let silent_since = last.map_or(since, |h| h.max(since)).max(listed(n.id));
+        match n.state {
+            NodeState::Up if n.id != me && now - silent_since > DOWN_AFTER => {
+                let next = map.mark_down(n.id)?;
+                let silent = now - silent_since;
+                return Some((
+                    next,
+                    Change::Down {
+                        server: n.id,
+                        silent,
+                    },
+                ));
+            }
+            NodeState::Down if last.is_some_and(|h| h > since && now - h < RENEW_EVERY * 3) => {
+                let next = map.mark_up(n.id)?;
+                return Some((next, Change::Up { server: n.id }));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The servers down for longer than `grace` (their copies are then made elsewhere).
+pub(crate) fn past_grace(
+    map: &ClusterMap,
+    (since, now): (Instant, Instant),
+    grace: Duration,
+    heard: impl Fn(NodeId) -> Option<Instant>,
+) -> BTreeSet<NodeId> {
+    map.nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Down)
+        .filter(|n| {
+            let silent_since = heard(n.id).map_or(since, |h| h.max(since));
+            now - silent_since > grace
+        })
+        .map(|n| n.id)
+        .collect()
+}
+
 pub(crate) fn start_tasks(membership: &Arc<Membership>) -> Vec<JoinHandle<()>> {
     let renewer = {
         let m = membership.clone();
@@ -462,3 +506,6 @@ pub(crate) fn start_tasks(membership: &Arc<Membership>) -> Vec<JoinHandle<()>> {
     };
     vec![renewer, leader]
 }
+
+#[cfg(test)]
+mod tests;

@@ -289,37 +289,8 @@ async fn a_deposed_partition_calls_no_other_partition() {
 #[tokio::test(start_paused = true)]
 async fn recovery_leaves_alone_an_intent_its_operation_ended_after_the_listing() {
     let h = host(Arc::new(Silent::default()));
-    let m2 = map(&h).mark_down(NodeId(2)).unwrap_or_else(|| panic!("up"));
-    h.install_map(m2)
-        .await
-        .unwrap_or_else(|e| panic!("install: {e}"));
-    let ring = h.state().ring.clone();
-    let home = h
-        .partition(ring.owner_of_entry("/x"))
-        .unwrap_or_else(|| panic!("the root's partition is served here"));
-    // The root directory comes from a task started with the partition.
-    for _ in 0..100 {
-        if home.store.dir("/").ok().flatten().is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let begun = home
-        .applier
-        .run(Mutation::MkdirBegin {
-            dir: "/".into(),
-            name: "x".into(),
-            mode: 0o755,
-            depth: 0,
-            uid: 0,
-            gid: 0,
-            now: 1,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("mkdir begins: {e}"));
-    let crate::state::mutation::Outcome::Begun { txid, .. } = begun else {
-        panic!("not begun");
-    };
+    let home = root_home(&h).await;
+    let txid = mkdir_begun(&home).await;
     let listed: Vec<u64> = home
         .store
         .intents()
@@ -348,16 +319,90 @@ async fn recovery_leaves_alone_an_intent_its_operation_ended_after_the_listing()
     }
     home.recover_listed(&listed, &std::collections::BTreeSet::new(), true)
         .await;
-    let object = h
-        .partition(ring.owner_of_dir("/x"))
-        .and_then(|p| p.store.dir("/x").ok().flatten());
-    assert!(object.is_none(), "recovery made the directory object again");
-    assert!(
-        home.store
-            .entry("/", "x")
-            .ok()
-            .flatten()
-            .is_none_or(|e| e.inode.is_none()),
-        "recovery revealed the entry"
-    );
+    assert!(!object(&h), "recovery made the directory object again");
+    assert!(!visible(&home), "recovery revealed the entry");
+}
+
+/// The partition serving the root's entries, once its root directory exists.
+async fn root_home(h: &Arc<Host>) -> Arc<Partition> {
+    let m2 = map(h).mark_down(NodeId(2)).unwrap_or_else(|| panic!("up"));
+    h.install_map(m2)
+        .await
+        .unwrap_or_else(|e| panic!("install: {e}"));
+    let home = h
+        .partition(h.state().ring.owner_of_entry("/x"))
+        .unwrap_or_else(|| panic!("the root's partition is served here"));
+    for _ in 0..100 {
+        if home.store.dir("/").ok().flatten().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    home
+}
+
+async fn mkdir_begun(home: &Partition) -> u64 {
+    match home
+        .applier
+        .run(Mutation::MkdirBegin {
+            dir: "/".into(),
+            name: "x".into(),
+            mode: 0o755,
+            depth: 0,
+            uid: 0,
+            gid: 0,
+            now: 1,
+        })
+        .await
+    {
+        Ok(crate::state::mutation::Outcome::Begun { txid, .. }) => txid,
+        other => panic!("mkdir begins: {:?}", other.err()),
+    }
+}
+
+fn visible(home: &Partition) -> bool {
+    home.store
+        .entry("/", "x")
+        .ok()
+        .flatten()
+        .is_some_and(|e| e.inode.is_some() && e.pending.is_none())
+}
+
+fn object(h: &Host) -> bool {
+    h.partition(h.state().ring.owner_of_dir("/x"))
+        .and_then(|p| p.store.dir("/x").ok().flatten())
+        .is_some()
+}
+
+/// A mkdir whose coordinator stopped after its intent (the client got no answer) is rolled
+/// forward: the directory exists, entry and object, and the intent is gone.
+#[tokio::test(start_paused = true)]
+async fn recovery_rolls_an_undecided_mkdir_forward() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let txid = mkdir_begun(&home).await;
+    assert!(!visible(&home) && !object(&h));
+    home.recover(&std::collections::BTreeSet::new(), true).await;
+    assert!(visible(&home), "the entry is not revealed");
+    assert!(object(&h), "the directory object was not made");
+    assert!(home.store.intent(txid).ok().flatten().is_none());
+}
+
+/// A mkdir decided aborted (the client was told it failed) is undone: no entry, no object.
+#[tokio::test(start_paused = true)]
+async fn recovery_undoes_an_aborted_mkdir() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let txid = mkdir_begun(&home).await;
+    home.applier
+        .run(Mutation::Decide {
+            txid,
+            decision: crate::state::intent::Decision::Abort,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    home.recover(&std::collections::BTreeSet::new(), true).await;
+    assert!(!visible(&home) && !object(&h));
+    assert!(home.store.entry("/", "x").ok().flatten().is_none());
+    assert!(home.store.intent(txid).ok().flatten().is_none());
 }

@@ -33,6 +33,13 @@ use myriad_proto::ReplicaRequest;
 
 /// How often an idle stream checks that its backup still holds what it acknowledged.
 pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// Batches a stream keeps unacknowledged (to resend, or to replay after a whole copy);
+/// past it the stream takes no more from its queue.
+pub(crate) const STREAM_PENDING_MAX: usize = 4096;
+/// Batches waiting in a stream's queue. A backup so far behind that its queue fills is
+/// not queued for without end: its stream is replaced by a fresh one, which brings it
+/// level with a whole copy (writes waiting for its acknowledgement wait for that copy).
+pub(crate) const STREAM_QUEUE_MAX: usize = 1024;
 
 pub(crate) struct Shipped {
     at: Numbered,
@@ -41,24 +48,55 @@ pub(crate) struct Shipped {
 }
 
 pub(crate) struct Stream {
-    tx: mpsc::UnboundedSender<Shipped>,
+    tx: mpsc::Sender<Shipped>,
     acked: watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What starting a stream needs: the partition, its store, the way to its copies, and the
+/// signal that the set of streams changed.
+struct StreamCtx {
+    peers: Arc<dyn Peers>,
+    pid: PartitionId,
+    store: Store,
+    changed: watch::Sender<u64>,
+}
+
+impl StreamCtx {
+    /// A stream to `backup` starting at batch `start` (whose chain is `chain`): it first
+    /// checks that the backup holds exactly that state, else copies the partition to it.
+    fn start(&self, backup: NodeId, (start, chain): (u64, u64)) -> Stream {
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE_MAX);
+        let (atx, arx) = watch::channel(0u64);
+        let link = Link {
+            peers: self.peers.clone(),
+            pid: self.pid,
+            backup,
+        };
+        let task = tokio::spawn(run_stream(
+            link,
+            self.store.clone(),
+            (start, chain),
+            rx,
+            atx,
+        ));
+        Stream {
+            tx,
+            acked: arx,
+            task,
+        }
+    }
 }
 
 /// The primary side of one partition's replication: one stream per live backup. The set
 /// of backups follows the map (`set_backups`): a backup marked down is dropped (writes stop
 /// waiting for it), one that comes back is added and first brought up to date.
 pub(crate) struct Replicator {
-    peers: Arc<dyn Peers>,
-    pid: PartitionId,
-    store: Store,
     inner: Mutex<Streams>,
-    /// Bumped whenever the set of streams changes, so that waiters look again.
-    changed: watch::Sender<u64>,
 }
 
 pub(crate) struct Streams {
+    ctx: StreamCtx,
     streams: BTreeMap<NodeId, Stream>,
     /// The last batch handed to the streams (a new stream starts there).
     last_shipped: u64,
@@ -87,7 +125,8 @@ impl Streams {
         self.last_shipped = at.seq;
         let mut ops = ops;
         let last = self.streams.len().saturating_sub(1);
-        for (i, s) in self.streams.values().enumerate() {
+        let mut behind = Vec::new();
+        for (i, (&backup, s)) in self.streams.iter().enumerate() {
             let ops = if i == last {
                 ops.take().unwrap_or_default()
             } else {
@@ -100,10 +139,30 @@ impl Streams {
                 acked: *s.acked.borrow(),
                 ops,
             };
-            let _ = s.tx.send(Shipped {
+            let shipped = Shipped {
                 at,
                 req: Arc::new(Request::Replica(req)),
-            });
+            };
+            if let Err(mpsc::error::TrySendError::Full(_)) = s.tx.try_send(shipped) {
+                behind.push(backup);
+            }
+        }
+        // Under the shipping lock the store holds exactly the batches up to `at`: a fresh
+        // stream starts there.
+        let restarted = !behind.is_empty();
+        for backup in behind {
+            tracing::warn!(
+                partition = %self.ctx.pid,
+                backup = %backup,
+                "backup {STREAM_QUEUE_MAX} batches behind: starting its stream over (a whole copy)"
+            );
+            let fresh = self.ctx.start(backup, (at.seq, at.chain));
+            if let Some(old) = self.streams.insert(backup, fresh) {
+                old.task.abort();
+            }
+        }
+        if restarted {
+            self.ctx.changed.send_modify(|v| *v = v.wrapping_add(1));
         }
     }
 }
@@ -139,15 +198,17 @@ impl Replicator {
         start_seq: u64,
     ) -> Replicator {
         Replicator {
-            peers,
-            pid,
-            store: store.clone(),
             inner: Mutex::new(Streams {
+                ctx: StreamCtx {
+                    peers,
+                    pid,
+                    store: store.clone(),
+                    changed: watch::channel(0).0,
+                },
                 streams: BTreeMap::new(),
                 last_shipped: start_seq,
                 closed: false,
             }),
-            changed: watch::channel(0).0,
         }
     }
 
@@ -179,37 +240,17 @@ impl Replicator {
             if g.streams.contains_key(&backup) {
                 continue;
             }
-            let (tx, rx) = mpsc::unbounded_channel();
-            let (atx, arx) = watch::channel(0u64);
-            let link = Link {
-                peers: self.peers.clone(),
-                pid: self.pid,
-                backup,
-            };
             let start = g.last_shipped;
             // Under the shipping lock the store holds exactly the batches up to `start`, so
             // its chain is the chain at `start`.
-            let chain = self.store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
-            let task = tokio::spawn(run_stream(
-                link,
-                self.store.clone(),
-                (start, chain),
-                rx,
-                atx,
-            ));
-            g.streams.insert(
-                backup,
-                Stream {
-                    tx,
-                    acked: arx,
-                    task,
-                },
-            );
+            let chain = g.ctx.store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
+            let stream = g.ctx.start(backup, (start, chain));
+            g.streams.insert(backup, stream);
             changed = true;
         }
         if changed {
-            tracing::info!(partition = %self.pid, ?backups, "replicating to");
-            self.changed.send_modify(|v| *v = v.wrapping_add(1));
+            tracing::info!(partition = %g.ctx.pid, ?backups, "replicating to");
+            g.ctx.changed.send_modify(|v| *v = v.wrapping_add(1));
         }
     }
 
@@ -221,22 +262,24 @@ impl Replicator {
             s.task.abort();
         }
         g.streams.clear();
-        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+        g.ctx.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
     /// Returns once every current backup has acknowledged every batch up to `seq` (a backup
     /// dropped meanwhile is no longer waited for).
     pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
         loop {
-            let mut changed = self.changed.subscribe();
-            let acks: Vec<watch::Receiver<u64>> = {
+            let (mut changed, acks): (watch::Receiver<u64>, Vec<watch::Receiver<u64>>) = {
                 let g = self.lock();
                 if g.closed {
                     return Err(FsError::Unavailable(
                         "the partition is no longer served by this server".into(),
                     ));
                 }
-                g.streams.values().map(|s| s.acked.clone()).collect()
+                (
+                    g.ctx.changed.subscribe(),
+                    g.streams.values().map(|s| s.acked.clone()).collect(),
+                )
             };
             let all = async {
                 for mut rx in acks {
@@ -266,7 +309,7 @@ pub(crate) async fn run_stream(
     link: Link,
     store: Store,
     (start_seq, start_chain): (u64, u64),
-    mut rx: mpsc::UnboundedReceiver<Shipped>,
+    mut rx: mpsc::Receiver<Shipped>,
     acked: watch::Sender<u64>,
 ) {
     // 1. The backup must hold exactly our state at start_seq: the same batch number over
@@ -357,7 +400,9 @@ pub(crate) async fn run_stream(
                     }
                 }
             },
-            item = rx.recv(), if open => match item {
+            // At most STREAM_PENDING_MAX unacknowledged: past it the queue fills, and the
+            // primary starts this stream over.
+            item = rx.recv(), if open && pending.len() < STREAM_PENDING_MAX => match item {
                 Some(item) => {
                     pending.insert(item.at.seq, (item.req, item.at.chain));
                 }
@@ -458,3 +503,6 @@ pub(crate) async fn try_copy(
     .await?;
     Ok(keys)
 }
+
+#[cfg(test)]
+mod tests;

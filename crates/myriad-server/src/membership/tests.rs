@@ -1,0 +1,125 @@
+//! The leader's failure detector and the grace before copies move, as pure decisions over
+//! what the leader heard and when (membership events: down, up, past grace).
+
+use std::collections::BTreeMap;
+
+use super::*;
+
+const S: [NodeId; 4] = [NodeId(1), NodeId(2), NodeId(3), NodeId(4)];
+
+fn four() -> ClusterMap {
+    let addrs: Vec<String> = (1..=4).map(|i| format!("s{i}:1")).collect();
+    ClusterMap::build(1, &addrs, 2, 3)
+}
+
+/// `now` is `since` + `secs`; every server was heard at the given offsets (seconds after
+/// `since`), listed in the map since `since`.
+fn round(
+    map: &ClusterMap,
+    me: NodeId,
+    heard_at: &[(NodeId, f64)],
+    secs: f64,
+) -> Option<(ClusterMap, Change)> {
+    let since = Instant::now();
+    let at: BTreeMap<NodeId, Instant> = heard_at
+        .iter()
+        .map(|&(n, t)| (n, since + Duration::from_secs_f64(t)))
+        .collect();
+    detect(
+        map,
+        me,
+        (since, since + Duration::from_secs_f64(secs)),
+        |id| at.get(&id).copied(),
+        |_| since,
+    )
+}
+
+#[test]
+fn a_silent_server_goes_down_after_down_after_and_never_the_leader() {
+    let m = four();
+    let all_recent: Vec<_> = S.iter().map(|&n| (n, 5.0)).collect();
+    assert_eq!(round(&m, S[0], &all_recent, 6.0), None, "everyone heard");
+    // Server 3 last heard at 0.5 s; at 5.4 s it is not silent long enough yet.
+    let mut heard = all_recent.clone();
+    heard[2] = (S[2], 0.5);
+    assert_eq!(round(&m, S[0], &heard, 5.4), None);
+    let Some((next, change)) = round(&m, S[0], &heard, 5.6) else {
+        panic!("server 3 silent for 5.1 s stays up");
+    };
+    assert!(matches!(change, Change::Down { server, .. } if server == S[2]));
+    assert!(!next.is_up(S[2]));
+    assert_eq!(next.epoch, m.epoch + 1);
+    // The leader itself, silent to itself, is never marked down.
+    let mut heard = all_recent;
+    heard[0] = (S[0], 0.0);
+    assert_eq!(round(&m, S[0], &heard, 9.0), None);
+}
+
+#[test]
+fn one_change_a_round_in_server_order() {
+    let m = four();
+    // Servers 2 and 4 both silent: only 2 this round.
+    let heard = [(S[0], 9.0), (S[2], 9.0)];
+    let Some((next, change)) = round(&m, S[0], &heard, 10.0) else {
+        panic!("nobody marked down");
+    };
+    assert!(matches!(change, Change::Down { server, .. } if server == S[1]));
+    assert!(next.is_up(S[3]), "one change per round");
+    // The next round starts from that map and takes server 4.
+    let Some((_, change)) = round(&next, S[0], &heard, 10.0) else {
+        panic!("server 4 left up");
+    };
+    assert!(matches!(change, Change::Down { server, .. } if server == S[3]));
+}
+
+#[test]
+fn a_down_server_that_asks_again_comes_back_up() {
+    let m = four()
+        .mark_down(S[1])
+        .unwrap_or_else(|| panic!("server 2 is up"));
+    let others = [(S[0], 10.0), (S[2], 10.0), (S[3], 10.0)];
+    // Heard long ago (more than three renewal periods): stays down.
+    let mut heard = others.to_vec();
+    heard.push((S[1], 5.0));
+    assert_eq!(round(&m, S[0], &heard, 10.0), None);
+    // Heard just now: up again, as a backup (last in its lists).
+    heard[3] = (S[1], 9.9);
+    let Some((next, change)) = round(&m, S[0], &heard, 10.0) else {
+        panic!("the server that asked again stays down");
+    };
+    assert_eq!(change, Change::Up { server: S[1] });
+    assert!(next.is_up(S[1]));
+    assert!(next.primaries_of(S[1]).is_empty());
+}
+
+#[test]
+fn a_just_added_server_gets_down_after_to_make_itself_heard() {
+    let m = four();
+    let since = Instant::now();
+    let added_at = since + Duration::from_secs(20);
+    let heard = |id: NodeId| (id != S[3]).then_some(since + Duration::from_secs(24));
+    let listed = |id: NodeId| if id == S[3] { added_at } else { since };
+    let now = since + Duration::from_secs(24);
+    assert_eq!(detect(&m, S[0], (since, now), heard, listed), None);
+    let later = since + Duration::from_secs(26);
+    let heard_later = |id: NodeId| (id != S[3]).then_some(later);
+    let Some((_, change)) = detect(&m, S[0], (since, later), heard_later, listed) else {
+        panic!("a server silent 6 s after it was added stays up");
+    };
+    assert!(matches!(change, Change::Down { server, .. } if server == S[3]));
+}
+
+#[test]
+fn copies_move_off_a_server_only_after_its_grace() {
+    let m = four()
+        .mark_down(S[2])
+        .unwrap_or_else(|| panic!("server 3 is up"));
+    let since = Instant::now();
+    let heard = |id: NodeId| (id == S[2]).then_some(since + Duration::from_secs(1));
+    let grace = Duration::from_secs(60);
+    let at = |secs| (since, since + Duration::from_secs(secs));
+    assert!(past_grace(&m, at(30), grace, heard).is_empty());
+    assert_eq!(past_grace(&m, at(62), grace, heard), BTreeSet::from([S[2]]));
+    // An up server is never past grace, however long ago it was heard.
+    assert!(past_grace(&four(), at(600), grace, |_| None).is_empty());
+}

@@ -1,0 +1,215 @@
+//! A primary's side through its seams: a real applier shipping to a real `Replicator`, whose
+//! streams reach a real `Backup` through a `Peers` that calls it in memory (or, to test a
+//! backup that stops answering, one that keeps requests waiting).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use myriad_placement::ClusterMap;
+use myriad_storage::{Kv, MemKv};
+use tokio::sync::Notify;
+
+use super::*;
+use crate::cluster::MapState;
+use crate::commit::{Applier, Runner, Syncer};
+use crate::replication::copy::Backup;
+use crate::replication::wire::{digest, partition_store};
+use crate::state::mutation::{IdAlloc, Layout, Mutation};
+
+const PID: PartitionId = PartitionId(1);
+
+type CopyState = (Option<u64>, u64, u64);
+const BACKUP: NodeId = NodeId(2);
+
+/// Server 2 holding a backup of partition 1, reached in memory; while `stalled`, no
+/// `Replicate` is answered (a backup that stopped taking batches).
+struct InMemory {
+    backup: Arc<Backup>,
+    syncer: Syncer,
+    map: Arc<MapState>,
+    stalled: AtomicBool,
+    never: Notify,
+    seq_asked: AtomicU32,
+}
+
+impl Peers for InMemory {
+    fn map(&self) -> Arc<MapState> {
+        self.map.clone()
+    }
+    fn send<'a>(
+        &'a self,
+        _to: NodeId,
+        _epoch: u64,
+        _ends: myriad_proto::Endpoints,
+        req: &'a Request,
+    ) -> futures::future::BoxFuture<'a, Result<Response, FsError>> {
+        Box::pin(async move {
+            if matches!(req, Request::Replica(ReplicaRequest::ReplicaSeq)) {
+                self.seq_asked.fetch_add(1, Ordering::SeqCst);
+            }
+            if self.stalled.load(Ordering::SeqCst)
+                && matches!(req, Request::Replica(ReplicaRequest::Replicate { .. }))
+            {
+                self.never.notified().await;
+            }
+            self.backup.handle(&self.syncer, req.clone()).await
+        })
+    }
+    fn newer_map(&self, _map: ClusterMap) {}
+    fn request_timeout(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+}
+
+struct Primary {
+    applier: Applier,
+    store: Store,
+    replicator: Arc<Replicator>,
+    peers: Arc<InMemory>,
+}
+
+/// A primary of partition 1 on its own disk with one backup (on another disk), whose store
+/// first gets `seed` files written directly (so that the backup starts behind).
+async fn primary(seed: usize) -> Primary {
+    let runner = Runner::Tasks {
+        fsync: Duration::ZERO,
+    };
+    let backup_kv: Arc<dyn Kv> = Arc::new(MemKv::new());
+    let backup_syncer = Syncer::start(backup_kv.clone(), runner).unwrap_or_else(|e| panic!("{e}"));
+    let backup = Arc::new(Backup::open(backup_kv, PID).unwrap_or_else(|e| panic!("{e}")));
+    let map = ClusterMap::build(1, &["p:1".to_string(), "b:1".to_string()], 1, 2);
+    let peers = Arc::new(InMemory {
+        backup,
+        syncer: backup_syncer,
+        map: Arc::new(MapState {
+            ring: map.ring(),
+            map,
+        }),
+        stalled: AtomicBool::new(false),
+        never: Notify::new(),
+        seq_asked: AtomicU32::new(0),
+    });
+    let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
+    let store = partition_store(kv.clone(), PID).unwrap_or_else(|e| panic!("{e}"));
+    let syncer = Syncer::start(kv, runner).unwrap_or_else(|e| panic!("{e}"));
+    let dyn_peers: Arc<dyn Peers> = peers.clone();
+    let replicator = Arc::new(Replicator::new(dyn_peers, PID, &store, 0));
+    let applier = Applier::start(
+        store.clone(),
+        IdAlloc::load(&store, PID).unwrap_or_else(|e| panic!("{e}")),
+        Layout {
+            chunk_size_bytes: 4 << 20,
+        },
+        watch::channel(0).0,
+        &syncer,
+        0,
+        replicator.clone(),
+        runner,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let p = Primary {
+        applier,
+        store,
+        replicator,
+        peers,
+    };
+    p.write(Mutation::InitRoot {
+        now: 1,
+        uid: 0,
+        gid: 0,
+    })
+    .await;
+    for i in 0..seed {
+        p.write(create(&format!("seed{i}"))).await;
+    }
+    p
+}
+
+fn create(name: &str) -> Mutation {
+    Mutation::CreateFile {
+        dir: "/".into(),
+        name: name.into(),
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        exclusive: true,
+        data: name.as_bytes().to_vec(),
+        now: 1,
+    }
+}
+
+impl Primary {
+    async fn write(&self, m: Mutation) {
+        self.applier
+            .run(m)
+            .await
+            .unwrap_or_else(|e| panic!("write: {e}"));
+    }
+
+    /// (the primary's copy, the backup's copy), each as (last batch, keys, digest).
+    fn digests(&self) -> (CopyState, CopyState) {
+        let mine = digest(&self.store).unwrap_or_else(|e| panic!("{e}"));
+        let theirs = digest(self.peers.backup.store()).unwrap_or_else(|e| panic!("{e}"));
+        (mine, theirs)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_is_acknowledged_once_the_backup_has_it() {
+    let p = primary(0).await;
+    p.replicator.set_backups(&[BACKUP]);
+    for i in 0..20 {
+        p.write(create(&format!("f{i}"))).await;
+        // Acknowledged: the backup holds every batch up to it, no later.
+        let (mine, theirs) = p.digests();
+        assert_eq!(mine, theirs, "after write {i}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backup_behind_is_brought_level_with_a_whole_copy() {
+    // The primary wrote 30 files before it had a backup.
+    let p = primary(30).await;
+    p.replicator.set_backups(&[BACKUP]);
+    p.write(create("after")).await;
+    let (mine, theirs) = p.digests();
+    assert_eq!(mine, theirs);
+    assert_eq!(theirs.0, mine.0, "the copy is at the primary's batch");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backup_that_stops_taking_batches_does_not_make_the_queue_grow() {
+    let p = primary(0).await;
+    p.replicator.set_backups(&[BACKUP]);
+    p.write(create("level")).await;
+    let asked_before = p.peers.seq_asked.load(Ordering::SeqCst);
+    p.peers.stalled.store(true, Ordering::SeqCst);
+    // Batches shipped without waiting for them (as visible-only writes are): the stream
+    // holds at most STREAM_PENDING_MAX + STREAM_QUEUE_MAX, then starts over.
+    let n = STREAM_PENDING_MAX + STREAM_QUEUE_MAX + 10;
+    let base = p
+        .store
+        .meta_u64(crate::commit::SEQ_KEY)
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    for i in 0..n as u64 {
+        let mut slot = p.replicator.hold();
+        slot.ship(
+            Numbered {
+                seq: base + 1 + i,
+                prev_chain: i,
+                chain: i + 1,
+            },
+            Some(Vec::new()),
+        );
+        drop(slot);
+        if i % 512 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        p.peers.seq_asked.load(Ordering::SeqCst) > asked_before,
+        "the stream of a backup that fell {n} batches behind was not started over"
+    );
+}
