@@ -283,6 +283,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
     (
         "support",
         &[
+            "backoff",
             "clock",
             "cluster",
             "config",

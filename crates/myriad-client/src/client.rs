@@ -18,6 +18,23 @@ use myriad_proto::{
 const MAP_RETRIES_MAX: u32 = 5;
 /// Page size for readdir: large pages make `ls -l` of N entries cost N / 1024 requests.
 pub const READDIR_PAGE: u32 = 1024;
+/// Waits between tries of a request answered `Busy` (or `WrongShard`): short at first (a
+/// pending entry usually resolves within a round trip), doubling to this cap.
+const BUSY_BACKOFF_FIRST: Duration = Duration::from_millis(1);
+const BUSY_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// At least this long before asking a server that redirected without a newer map again (it
+/// is behind a map change it will learn through the Raft group).
+const REDIRECT_WAIT_MIN: Duration = Duration::from_millis(10);
+/// Waits between tries of a partition that is unavailable (its server dead, a failover
+/// under way, typically seconds): doubling to the cap, within the request's deadline.
+const DOWN_BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const DOWN_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// How long one server may take to tell its map when looking for a newer one.
+const MAP_ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// `ClientConfig` defaults: a request's whole budget (retries included; long enough to ride
+/// out a failover) and the time to connect to one server.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -38,8 +55,8 @@ impl ClientConfig {
             caller,
             keys: Arc::new(keys),
             // Long enough to ride out a failover (a dead server is marked down after 5 s).
-            request_timeout: Duration::from_secs(20),
-            connect_timeout: Duration::from_secs(2),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
@@ -221,8 +238,8 @@ impl Client {
     async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         let mut map_retries = 0;
-        let mut backoff = Duration::from_millis(1);
-        let mut down_backoff = Duration::from_millis(50);
+        let mut backoff = BUSY_BACKOFF_FIRST;
+        let mut down_backoff = DOWN_BACKOFF_FIRST;
         let mut busy_rounds = 0u32;
         loop {
             let st = self.st();
@@ -258,7 +275,7 @@ impl Client {
                 {
                     tracing::debug!(partition = %pid, "unavailable ({why}); refreshing the map and retrying");
                     tokio::time::sleep(down_backoff).await;
-                    down_backoff = (down_backoff * 2).min(Duration::from_millis(500));
+                    down_backoff = (down_backoff * 2).min(DOWN_BACKOFF_MAX);
                     self.refresh_map(pid).await;
                     continue;
                 }
@@ -283,8 +300,8 @@ impl Client {
                         match route_dir(&route) {
                             Some(dir) => self.shards.forget(dir),
                             None if tokio::time::Instant::now() + backoff < deadline => {
-                                tokio::time::sleep(backoff.max(Duration::from_millis(10))).await;
-                                backoff = (backoff * 2).min(Duration::from_millis(100));
+                                tokio::time::sleep(backoff.max(REDIRECT_WAIT_MIN)).await;
+                                backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
                             }
                             None => {
                                 return Err(FsError::Protocol(format!(
@@ -303,8 +320,8 @@ impl Client {
                     if tokio::time::Instant::now() + backoff >= deadline {
                         return Err(FsError::Busy);
                     }
-                    tokio::time::sleep(backoff.max(Duration::from_millis(10))).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                    tokio::time::sleep(backoff.max(REDIRECT_WAIT_MIN)).await;
+                    backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
                 }
                 Err(FsError::WrongShard { dir, map }) => {
                     // A split moved the name, or our map of the directory is stale. Retried
@@ -315,7 +332,7 @@ impl Client {
                     }
                     if map_retries > 0 {
                         tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_millis(100));
+                        backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
                     }
                     map_retries = 1;
                 }
@@ -340,7 +357,7 @@ impl Client {
                 }
                 Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                    backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
                     busy_rounds += 1;
                     // A server that keeps saying Busy may have lost its lease and been
                     // replaced (it answers Busy until it learns the new map): look.
@@ -380,7 +397,7 @@ impl Client {
                     Endpoints::SERVER,
                     &self.config.caller,
                     &myriad_proto::Request::Server(ServerRequest::GetMap),
-                    Duration::from_secs(1),
+                    MAP_ASK_TIMEOUT,
                 )
                 .await;
             if let Ok(Response::Map(m)) = got {

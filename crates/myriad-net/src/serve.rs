@@ -27,6 +27,10 @@ use crate::limits::ServeLimits;
 
 /// uid and gid that `root_squash` maps root to (as NFS's default anonuid, "nobody").
 pub const SQUASHED_ID: u32 = 65534;
+/// After a failed accept (out of file descriptors, say): a pause before the next.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+/// The finest granularity of a connection's slow-loris and idle checks.
+const CHECK_TICK_MIN: Duration = Duration::from_millis(50);
 
 /// How a server accepts peers.
 #[derive(Clone, Debug)]
@@ -85,7 +89,7 @@ pub async fn accept_loop<H: Handler>(listener: TcpListener, handler: Arc<H>, con
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(ACCEPT_RETRY).await;
             }
         }
     }
@@ -163,7 +167,7 @@ pub async fn serve_connection<H: Handler>(
     // Slow-loris and idle checks look at the connection every `tick`.
     let tick = (limits.frame_timeout / 4)
         .min(limits.idle_timeout / 4)
-        .max(Duration::from_millis(50));
+        .max(CHECK_TICK_MIN);
     let mut last_frame = Instant::now();
     let mut partial_since: Option<Instant> = None;
     let why: String = loop {

@@ -489,7 +489,7 @@ impl Host {
                 let (uid, gid) = (self.config.root_uid, self.config.root_gid);
                 let clock = self.clock;
                 let task = tokio::spawn(async move {
-                    let mut backoff = std::time::Duration::from_millis(20);
+                    let mut backoff = crate::backoff::ROOT_INIT;
                     loop {
                         let root = Mutation::InitRoot {
                             now: clock.now_ns(),
@@ -500,8 +500,7 @@ impl Host {
                             Ok(_) => return,
                             Err(e) => {
                                 tracing::warn!("creating the root directory failed, retrying: {e}");
-                                tokio::time::sleep(backoff).await;
-                                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+                                backoff.wait().await;
                             }
                         }
                     }

@@ -100,7 +100,7 @@ pub(crate) async fn call_partition(
     body: Request,
 ) -> Result<Response, FsError> {
     let deadline = tokio::time::Instant::now() + NESTED_RETRY;
-    let mut backoff = std::time::Duration::from_millis(20);
+    let mut backoff = crate::backoff::NESTED_CALL;
     loop {
         let st = host.state();
         if let Some(node) = host.partition(pid)
@@ -136,10 +136,9 @@ pub(crate) async fn call_partition(
         match result {
             Err(FsError::Unavailable(_))
                 if failover_possible(&st.map, pid)
-                    && tokio::time::Instant::now() + backoff < deadline =>
+                    && tokio::time::Instant::now() + backoff.peek() < deadline =>
             {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(std::time::Duration::from_millis(250));
+                backoff.wait().await;
             }
             other => return other,
         }

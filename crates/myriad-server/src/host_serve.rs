@@ -79,7 +79,7 @@ impl Host {
                 // Answer once this server follows it (it arrives through the group).
                 let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
                 while self.state().map.epoch < epoch && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    tokio::time::sleep(crate::backoff::MAP_FOLLOW_POLL).await;
                 }
                 Ok(Response::Unit)
             }

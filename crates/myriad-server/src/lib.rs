@@ -8,6 +8,7 @@
 //! ```
 //! Must not depend on: the client, FUSE, the CLI.
 
+mod backoff;
 mod clock;
 mod cluster;
 mod commit;
@@ -102,7 +103,11 @@ pub async fn run(
         request_timeout: config.request_timeout,
     }));
     // The cluster-map Raft group, on the server's own records (partition 0). Every map it
-    // commits reaches the host through `maps` (membership.rs).
+    // commits reaches the host through `maps` (membership.rs). The one unbounded queue of
+    // the server, on purpose: the host adopts every committed map in order (a partition
+    // keeps serving only through maps that directly follow each other, host.rs), so none
+    // may be dropped, and the group's state machine, which sends them, must not wait for
+    // the host; map changes are rare (a few per failure or move), so it stays short.
     let (map_tx, maps) = tokio::sync::mpsc::unbounded_channel();
     let on_map: myriad_membership::OnMap = Arc::new(move |m| {
         let _ = map_tx.send(m);

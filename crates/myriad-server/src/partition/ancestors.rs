@@ -379,6 +379,6 @@ impl Partition {
     pub(crate) fn bookkeeping_interval(&self) -> Duration {
         (self.replicas.config.window / crate::partition::popularity::SUB_WINDOWS as u32)
             .min(self.replicas.config.lease / 4)
-            .max(Duration::from_millis(100))
+            .max(crate::backoff::BOOKKEEPING_MIN)
     }
 }

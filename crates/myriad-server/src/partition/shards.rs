@@ -14,6 +14,8 @@ use crate::state::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
 use myriad_proto::{ClientRequest, PeerRequest};
 
 /// Attempts of a server-to-server request whose target shard moved under it.
+/// The wait before the n-th retry of a request that met a moved shard is n times this.
+const SHARD_RETRY_STEP: Duration = Duration::from_millis(1);
 const SHARD_RETRIES_MAX: u32 = 8;
 
 /// The freeze id of removing split directory `ino`: derived from the inode, so a repeated
@@ -100,7 +102,8 @@ impl Partition {
                 Err(FsError::WrongShard { dir, map }) if tries < SHARD_RETRIES_MAX => {
                     tries += 1;
                     self.learn_shard_map(&dir, map.map(|m| *m)).await;
-                    tokio::time::sleep(Duration::from_millis(u64::from(tries))).await;
+                    // A millisecond more each time: a split's last steps take a moment.
+                    tokio::time::sleep(SHARD_RETRY_STEP * tries).await;
                 }
                 // A node without the directory under the same cluster map: our shard map of
                 // the parent is stale (the directory was removed and made again).

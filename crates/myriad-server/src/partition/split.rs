@@ -195,7 +195,7 @@ impl Partition {
             let (entries, next) = match self.export_page(dir, child, after.as_deref()) {
                 Err(FsError::Busy) if tokio::time::Instant::now() < deadline => {
                     // An operation in flight on a moving name: let it finish first.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(crate::backoff::BUSY_ENTRY_RETRY).await;
                     continue;
                 }
                 other => other?,

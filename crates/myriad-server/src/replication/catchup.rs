@@ -2,7 +2,6 @@
 //! lacks (it lost its disk, or crashed before its fsync while the batches reached the copies).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::{FsError, Request, Response};
@@ -40,7 +39,9 @@ pub(crate) async fn catch_up_from_backups(
                     .call(&Request::Replica(ReplicaRequest::ReplicaSeq))
                     .await
                 {
-                    Err(FsError::Busy) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    Err(FsError::Busy) => {
+                        tokio::time::sleep(crate::backoff::BUSY_COPY_RETRY).await;
+                    }
                     other => return other,
                 }
             }

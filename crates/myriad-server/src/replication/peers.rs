@@ -72,7 +72,7 @@ impl Link {
 
     /// Sends `req` until the backup acknowledges it.
     pub(crate) async fn call_until_ok(&self, req: &Request) -> Response {
-        let mut backoff = Duration::from_millis(10);
+        let mut backoff = crate::backoff::UNTIL_OK;
         let mut failures = 0u32;
         loop {
             match self.call(req).await {
@@ -86,8 +86,7 @@ impl Link {
                             "replication to backup failing ({failures} tries): {e}"
                         );
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    backoff.wait().await;
                 }
             }
         }

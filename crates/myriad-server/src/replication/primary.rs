@@ -297,7 +297,7 @@ impl Replicator {
                         return Ok(());
                     }
                     // A stream ended: look at the set again (after it changed).
-                    let _ = tokio::time::timeout(Duration::from_millis(50), changed.changed()).await;
+                    let _ = tokio::time::timeout(crate::backoff::STREAMS_RECHECK, changed.changed()).await;
                 }
                 _ = changed.changed() => {}
             }
@@ -342,6 +342,8 @@ pub(crate) async fn run_stream(
     let mut water_chain = start_chain;
     let mut sent_upto = start_seq;
     let mut inflight = FuturesUnordered::new();
+    // The delay before a send: none while the backup answers, growing while it fails.
+    let mut retry = crate::backoff::REPLICATE;
     let mut backoff = Duration::ZERO;
     let mut open = true;
     let mut idle = tokio::time::interval(IDLE_CHECK);
@@ -375,6 +377,7 @@ pub(crate) async fn run_stream(
             // `Ok(None)`: applied; `Ok(Some(next))`: the backup cannot take it (a gap).
             Some((seq, result)) = inflight.next() => match result {
                 Ok(None) => {
+                    retry = crate::backoff::REPLICATE;
                     backoff = Duration::ZERO;
                     done.insert(seq);
                     while done.remove(&(water + 1)) {
@@ -393,7 +396,7 @@ pub(crate) async fn run_stream(
                     need_copy = true;
                 }
                 Err(e) => {
-                    backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                    backoff = retry.step();
                     tracing::debug!(partition = %link.pid, backup = %link.backup, seq, "replicate failed: {e}");
                     if let Some((req, _)) = pending.get(&seq) {
                         inflight.push(send_batch(&link, seq, req.clone(), backoff));
@@ -453,7 +456,7 @@ pub(crate) async fn send_batch(
 /// `seq` with its chain; the stream then replays every batch after `seq`. Any failure
 /// starts it over.
 pub(crate) async fn copy_partition(link: &Link, store: &Store, (seq, chain): (u64, u64)) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = crate::backoff::WHOLE_COPY;
     loop {
         match try_copy(link, store, (seq, chain)).await {
             Ok(keys) => {
@@ -472,8 +475,7 @@ pub(crate) async fn copy_partition(link: &Link, store: &Store, (seq, chain): (u6
                     backup = %link.backup,
                     "copying the partition failed, starting over: {e}"
                 );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff.wait().await;
             }
         }
     }
