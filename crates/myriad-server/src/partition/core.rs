@@ -80,7 +80,8 @@ impl Partition {
     /// Carries the run forward to `epoch` (a map directly following the last one that
     /// keeps this server primary).
     pub(crate) fn extend_primary_through(&self, epoch: u64) {
-        self.primary_through.store(epoch, Ordering::Release);
+        let was = self.primary_through.swap(epoch, Ordering::AcqRel);
+        debug_assert_eq!(was + 1, epoch, "a run as primary extended across a gap");
     }
 
     /// This server's run as primary is broken (a map deposed it, or maps it did not see

@@ -64,6 +64,18 @@ const RECENT_KEPT: usize = PARK_AHEAD_MAX as usize + WINDOW;
 
 impl BackupState {
     fn applied_one(&mut self, seq: u64, chain: u64) {
+        // Strictly in order: a copy never skips a batch nor applies one twice.
+        debug_assert_eq!(seq, self.next, "batch {seq} applied out of order");
+        self.record(seq, chain);
+    }
+
+    /// A whole copy ends at batch `seq` with chain `chain`: what this copy holds now.
+    fn copied_at(&mut self, seq: u64, chain: u64) {
+        self.applied.clear();
+        self.record(seq, chain);
+    }
+
+    fn record(&mut self, seq: u64, chain: u64) {
         self.next = seq + 1;
         self.chain = chain;
         self.applied.insert(seq, chain);
@@ -286,8 +298,7 @@ impl Backup {
                     b.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
                     self.store.commit(b).map_err(storage_err)?;
                     st.copying = false;
-                    st.applied.clear();
-                    st.applied_one(seq, chain);
+                    st.copied_at(seq, chain);
                     slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
                 }
                 rx.await

@@ -122,6 +122,13 @@ impl Streams {
     /// acknowledged by now (a lower bound of the stream's, which is all the backup's check
     /// needs); the last backup gets `ops` itself, the others a copy.
     pub(crate) fn ship(&mut self, at: Numbered, ops: Option<Vec<ReplOp>>) {
+        // Batches reach the streams in order, none skipped: a stream replays from its
+        // last acknowledged batch and a gap here would be a batch no copy ever gets.
+        debug_assert_eq!(
+            at.seq,
+            self.last_shipped + 1,
+            "batches shipped out of order"
+        );
         self.last_shipped = at.seq;
         let mut ops = ops;
         let last = self.streams.len().saturating_sub(1);
@@ -380,6 +387,7 @@ pub(crate) async fn run_stream(
                     retry = crate::backoff::REPLICATE;
                     backoff = Duration::ZERO;
                     done.insert(seq);
+                    debug_assert!(water <= sent_upto, "acknowledged past what was sent");
                     while done.remove(&(water + 1)) {
                         water += 1;
                         if let Some((_, chain)) = pending.remove(&water) {
