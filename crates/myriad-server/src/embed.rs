@@ -133,6 +133,14 @@ impl EmbeddedServer {
         self.host.install_map(map).await.map_err(|e| e.to_string())
     }
 
+    /// The last batch of every partition copy this server holds, primary or backup (None: a
+    /// whole copy is arriving): a map authority completes a move once the new copy holds
+    /// what its primary held.
+    #[must_use]
+    pub fn partition_seqs(&self) -> Vec<(PartitionId, Option<u64>)> {
+        self.host.partition_seqs()
+    }
+
     /// The epoch of the map this server serves under.
     #[must_use]
     pub fn epoch(&self) -> u64 {

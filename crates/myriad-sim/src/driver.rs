@@ -32,6 +32,8 @@ const SETTLE_MAX: Duration = Duration::from_secs(120);
 const FSYNC: Duration = Duration::from_millis(2);
 /// How often the fault injector draws.
 const FAULT_TICK: Duration = Duration::from_secs(1);
+/// Copies moving at once (as the leader's `MOVES_MAX`).
+const MOVES_AT_ONCE: usize = 2;
 
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -48,6 +50,10 @@ pub struct SimConfig {
     /// A broken disk that forgets synced writes when its server crashes: the checks must
     /// then fail (the test that they can).
     pub broken_disk: bool,
+    /// Servers join and leave while the clients work: one more server is added (its copies
+    /// move to it) and servers are removed (their copies move away), as the Raft leader
+    /// does it (`plan_moves`, `complete_moves`).
+    pub moves: bool,
 }
 
 impl SimConfig {
@@ -63,6 +69,7 @@ impl SimConfig {
             faults: true,
             split_entries: 16,
             broken_disk: false,
+            moves: false,
         }
     }
 
@@ -70,13 +77,14 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
             self.servers,
             self.split_entries,
-            if self.faults { "" } else { " --no-faults" }
+            if self.faults { "" } else { " --no-faults" },
+            if self.moves { " --moves" } else { "" }
         )
     }
 }
@@ -93,6 +101,8 @@ pub struct Report {
     pub disk_errors: u32,
     pub map_changes: u32,
     pub lost_unsynced: u64,
+    /// Copies moved (with `moves`): added server filled, removed server drained.
+    pub moves_completed: u32,
 }
 
 #[derive(Debug)]
@@ -151,6 +161,10 @@ struct Faults {
     /// Servers whose disk failed an fsync and that have not been restarted since (their
     /// operator restarts them; at the end, the healing does).
     sick: std::collections::BTreeSet<NodeId>,
+    /// Servers removed from the cluster (stopped for good once their copies moved away).
+    removed: std::collections::BTreeSet<NodeId>,
+    /// The spare server (moves): added to the map and started.
+    added: bool,
 }
 
 struct Sim {
@@ -178,8 +192,10 @@ impl Sim {
     fn new(cfg: SimConfig) -> Arc<Sim> {
         let rng = SimRng::new(cfg.seed);
         let trace = Trace::new();
+        // With moves, one slot more: the server added while the clients work.
+        let slots = cfg.servers + u32::from(cfg.moves);
         let net = Net::new(
-            cfg.servers as usize,
+            slots as usize,
             NetFaults::none(),
             rng.clone(),
             trace.clone(),
@@ -190,9 +206,7 @@ impl Sim {
         map.chunk_size_bytes = CHUNK_BYTES;
         map.inline_max_bytes = map.inline_max_bytes.min(CHUNK_BYTES);
         Arc::new(Sim {
-            disks: (0..=cfg.servers)
-                .map(|_| Arc::new(SimDisk::default()))
-                .collect(),
+            disks: (0..=slots).map(|_| Arc::new(SimDisk::default())).collect(),
             report: Mutex::new(Report {
                 seed: cfg.seed,
                 ..Report::default()
@@ -220,8 +234,10 @@ impl Sim {
         lock(&self.map).clone()
     }
 
+    /// Every server slot (the spare too, with moves; those not running are skipped by
+    /// whoever looks at them).
     fn ids(&self) -> impl Iterator<Item = NodeId> {
-        (1..=self.cfg.servers).map(NodeId)
+        (1..=self.cfg.servers + u32::from(self.cfg.moves)).map(NodeId)
     }
 
     fn client(&self) -> Result<Arc<Client>, Failure> {
@@ -334,6 +350,9 @@ impl Sim {
                     break;
                 }
             }
+            if self.cfg.moves && self.map().epoch == map.epoch {
+                self.move_step(&map);
+            }
             let map = self.map();
             for id in self.ids() {
                 if let Some(s) = self.net.server(id)
@@ -352,6 +371,97 @@ impl Sim {
         }
     }
 
+    /// Moves, one step a round (as the Raft leader's, membership.rs): complete the moves
+    /// whose new copy holds what its primary held, else plan more (to balance an added
+    /// server, or to drain a leaving one); a leaving server that holds nothing any more is
+    /// dropped from the map and stopped for good.
+    fn move_step(&self, map: &ClusterMap) {
+        let done: Vec<PartitionId> = map
+            .moves()
+            .into_iter()
+            .filter(|(pid, m)| {
+                let seq_on = |id: NodeId| {
+                    self.net.running(id).and_then(|s| {
+                        s.partition_seqs()
+                            .into_iter()
+                            .find(|(p, _)| p == pid)
+                            .and_then(|(_, seq)| seq)
+                    })
+                };
+                let primary = map.primary_of(*pid).and_then(seq_on);
+                primary.is_some_and(|p| seq_on(m.to).is_some_and(|t| t >= p))
+            })
+            .map(|(pid, _)| pid)
+            .collect();
+        if let Some(next) = map.complete_moves(&done) {
+            lock(&self.report).moves_completed += u32::try_from(done.len()).unwrap_or(u32::MAX);
+            self.commit_map(next, &format!("moves complete: {done:?}"));
+        } else if let Some(next) = map.plan_moves(&std::collections::BTreeSet::new(), MOVES_AT_ONCE)
+        {
+            let what: Vec<String> = next
+                .moves()
+                .iter()
+                .map(|(p, m)| format!("p{p} {}->{}", m.from, m.to))
+                .collect();
+            self.commit_map(next, &format!("moving {}", what.join(", ")));
+        }
+        let gone: Vec<NodeId> = lock(&self.faults)
+            .removed
+            .iter()
+            .copied()
+            .filter(|&id| self.map().node(id).is_none() && self.net.server(id).is_some())
+            .collect();
+        for id in gone {
+            self.trace
+                .event(format_args!("server {id} left the map: stopped for good"));
+            if let Some(s) = self.net.server(id) {
+                s.stop();
+            }
+            self.net.set_server(id, None);
+            self.leases.revoke(id);
+        }
+    }
+
+    /// A server removed from the cluster and out of its map: never started again.
+    fn gone(&self, id: NodeId) -> bool {
+        lock(&self.faults).removed.contains(&id) && self.map().node(id).is_none()
+    }
+
+    /// Adds the spare server to the map and starts it (its copies then move to it).
+    fn add_server(&self) -> Result<(), Failure> {
+        let id = NodeId(self.cfg.servers + 1);
+        let mut next = self.map();
+        next.epoch += 1;
+        next.nodes.push(myriad_placement::NodeInfo {
+            id,
+            addr: format!("sim-{id}"),
+            weight: 1,
+            state: NodeState::Up,
+        });
+        self.commit_map(next, &format!("server {id} added"));
+        lock(&self.faults).added = true;
+        self.start_server(id)
+    }
+
+    /// Marks server `who` leaving (its copies move away, then it leaves the map), if enough
+    /// others stay up for every partition's copies.
+    fn remove_server(&self, who: NodeId) {
+        let map = self.map();
+        let staying = map
+            .nodes
+            .iter()
+            .filter(|n| n.id != who && n.state == NodeState::Up)
+            .count();
+        let leaving = map.nodes.iter().any(|n| n.state == NodeState::Leaving);
+        if leaving || staying < map.replication as usize || !map.moves().is_empty() {
+            return;
+        }
+        if let Some(next) = map.mark_leaving(who) {
+            lock(&self.faults).removed.insert(who);
+            self.commit_map(next, &format!("server {who} leaving"));
+        }
+    }
+
     /// Draws a fault every `FAULT_TICK`: at most one server out (crashed or isolated) at a
     /// time, so every partition keeps a live copy.
     async fn inject(self: Arc<Self>) {
@@ -366,6 +476,9 @@ impl Sim {
                 .collect();
             for id in due {
                 lock(&self.faults).down.remove(&id);
+                if self.gone(id) {
+                    continue;
+                }
                 if let Err(e) = self.start_server(id) {
                     self.trace.event(format_args!("{e}"));
                 }
@@ -410,6 +523,12 @@ impl Sim {
                     lock(&self.faults).sick.remove(&who);
                     self.crash(who);
                 }
+                120..135 if self.cfg.moves && !lock(&self.faults).added => {
+                    if let Err(e) = self.add_server() {
+                        self.trace.event(format_args!("{e}"));
+                    }
+                }
+                135..150 if self.cfg.moves => self.remove_server(who),
                 _ => {}
             }
         }
@@ -586,7 +705,9 @@ impl Sim {
             .into_keys()
             .collect();
         for id in down {
-            self.start_server(id)?;
+            if !self.gone(id) {
+                self.start_server(id)?;
+            }
         }
         self.trace.event(format_args!("healed: checking"));
         let deadline = Instant::now() + SETTLE_MAX;

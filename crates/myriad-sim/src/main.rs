@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -17,6 +17,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --servers N   servers (default 4; 3 copies of each partition)
   --split N     directory shards split above N entries (default 16)
   --no-faults   only delays: no crashes, isolations, disk errors or lost messages
+  --moves       servers join and leave while the clients work (copies move)
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -43,6 +44,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             }
             "--split" => cfg.split_entries = value("--split")?,
             "--no-faults" => cfg.faults = false,
+            "--moves" => cfg.moves = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }
@@ -73,7 +75,7 @@ fn main() -> ExitCode {
         let wall = std::time::Instant::now();
         match run(&c) {
             Ok(r) => println!(
-                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, map changes {}, unsynced batches lost {}",
+                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, map changes {}, unsynced batches lost {}, copies moved {}",
                 r.ops,
                 r.events,
                 r.digest,
@@ -83,7 +85,8 @@ fn main() -> ExitCode {
                 r.isolations,
                 r.disk_errors,
                 r.map_changes,
-                r.lost_unsynced
+                r.lost_unsynced,
+                r.moves_completed
             ),
             Err(f) => {
                 eprintln!("{f}");

@@ -32,6 +32,21 @@ fn the_ci_seed_set_keeps_every_invariant() {
     assert!(ops >= 50_000, "{ops} operations");
 }
 
+/// Servers joining and leaving while the clients work (copies move to an added server and
+/// away from a removed one, with the usual faults).
+#[test]
+fn seeds_with_moves_keep_every_invariant() {
+    let mut moved = 0;
+    for seed in 80..86 {
+        moved += check(&SimConfig {
+            moves: true,
+            ..busy(seed)
+        })
+        .moves_completed;
+    }
+    assert!(moved >= 6, "only {moved} copies moved in six runs");
+}
+
 /// Seeds that found bugs (each fixed, with a unit test beside the fix):
 /// 1016: recovery undid a split whose owner was still waiting for its first step to be
 ///       durable; the owner revealed the child anyway, and names created in it were later
