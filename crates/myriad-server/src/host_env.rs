@@ -78,13 +78,14 @@ impl Env for Host {
         self.space.admit(req)
     }
 
-    fn call_partition(
-        &self,
+    fn call_partition<'a>(
+        &'a self,
         source: PartitionId,
         pid: PartitionId,
         body: Request,
-    ) -> BoxFuture<'_, Result<Response, FsError>> {
-        Box::pin(call_partition(self, source, pid, body))
+        still_serving: &'a (dyn Fn() -> bool + Send + Sync),
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        Box::pin(call_partition(self, source, pid, body, still_serving))
     }
 }
 
@@ -98,10 +99,16 @@ pub(crate) async fn call_partition(
     source: PartitionId,
     pid: PartitionId,
     body: Request,
+    still_serving: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<Response, FsError> {
     let deadline = tokio::time::Instant::now() + NESTED_RETRY;
     let mut backoff = crate::backoff::NESTED_CALL;
     loop {
+        if !still_serving() {
+            return Err(FsError::Unavailable(format!(
+                "partition {source} is no longer served by this server"
+            )));
+        }
         let st = host.state();
         if let Some(node) = host.partition(pid)
             && st.map.primary_of(pid) == Some(host.id)

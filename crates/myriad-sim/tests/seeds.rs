@@ -93,6 +93,13 @@ fn regression_seeds_pass() {
         split_entries: 8,
         ..SimConfig::new(20090)
     });
+    // 80090: a deposed coordinator's task resent a rename's prepare after the rename was
+    // aborted; the staged entry stayed pending for good. Fix: calls check before every
+    // attempt that their partition is still served; aborts leave a tombstone.
+    check(&SimConfig {
+        moves: true,
+        ..busy(80090)
+    });
 }
 
 #[test]

@@ -118,7 +118,11 @@ impl Partition {
         };
         let outcome = self
             .applier
-            .run(Mutation::RenameTargetResolve { txid, commit })
+            .run(Mutation::RenameTargetResolve {
+                txid,
+                commit,
+                now: self.env.now_ns(),
+            })
             .await?;
         if let Some(dir) = target_dir {
             self.touch_dir(&dir).await;
@@ -243,12 +247,19 @@ impl Partition {
                     inode: Some(i),
                 }) => return Ok(i),
                 Some(EntryRecord {
-                    pending: Some(_), ..
+                    pending: Some(p), ..
                 }) => {
                     if tokio::time::timeout_at(deadline, changed.changed())
                         .await
                         .is_err()
                     {
+                        tracing::debug!(
+                            partition = %self.me,
+                            dir,
+                            name,
+                            txid = p.txid,
+                            "entry still pending after the wait: Busy"
+                        );
                         return Err(FsError::Busy);
                     }
                 }
@@ -290,7 +301,10 @@ impl Partition {
         body: Request,
     ) -> Result<Response, FsError> {
         self.not_deposed()?;
-        self.env.call_partition(self.me, node, body).await
+        let still_serving = || !self.deposed.load(Ordering::Acquire);
+        self.env
+            .call_partition(self.me, node, body, &still_serving)
+            .await
     }
 
     /// `Unavailable` once `depose` ran.

@@ -20,11 +20,15 @@ pub(crate) trait Env: Peers {
     fn count(&self, what: &'static str);
     /// Refuses a request that would fill the disk (space.rs).
     fn admit(&self, req: &Request) -> Result<(), FsError>;
-    /// Calls partition `pid` wherever it is served, as partition `source`.
-    fn call_partition(
-        &self,
+    /// Calls partition `pid` wherever it is served, as partition `source`, asking again
+    /// while it is unavailable (a failover) and `still_serving` says the caller may still
+    /// act for `source` (checked before every attempt: a deposed partition's task must not
+    /// resend a step that the partition's next primary has undone meanwhile).
+    fn call_partition<'a>(
+        &'a self,
         source: PartitionId,
         pid: PartitionId,
         body: Request,
-    ) -> futures::future::BoxFuture<'_, Result<Response, FsError>>;
+        still_serving: &'a (dyn Fn() -> bool + Send + Sync),
+    ) -> futures::future::BoxFuture<'a, Result<Response, FsError>>;
 }

@@ -896,12 +896,22 @@ impl Partition {
                 }
             }
             Intent::RenameIn { .. } => {} // The coordinator drives it.
+            Intent::RenameAborted { at_ns } => {
+                let kept = self.env.now_ns().saturating_sub(at_ns);
+                if kept > i64::try_from(ABORTED_KEPT.as_nanos()).unwrap_or(i64::MAX) {
+                    self.applier.run(Mutation::DeleteIntent { txid }).await?;
+                }
+            }
             Intent::ChunkGc { .. } => self.run_gc(txid).await?,
             split @ Intent::SplitOut { .. } => self.recover_split(txid, split).await?,
         }
         Ok(())
     }
 }
+
+/// How long the destination of an aborted rename refuses a late prepare for it: far longer
+/// than a request may take (its timeout), retries included.
+pub(crate) const ABORTED_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
 
 pub(crate) fn join(dir: &str, name: &str) -> String {
     if dir == "/" {

@@ -95,6 +95,11 @@ pub enum Intent {
         keep_bytes: u64,
         old_size: u64,
     },
+    /// Destination side of a cross-node rename that was aborted here (at `at_ns`): a
+    /// prepare for it that arrives late (sent before the abort, or resent by a task of a
+    /// coordinator deposed meanwhile) is refused instead of staging an entry nobody will
+    /// ever resolve (simulation seed 80090). Dropped by recovery after `ABORTED_KEPT`.
+    RenameAborted { at_ns: i64 },
 }
 
 impl Intent {

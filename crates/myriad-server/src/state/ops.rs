@@ -235,6 +235,8 @@ pub enum Mutation {
         blocks: Vec<(u64, Vec<u8>)>,
     },
     RenameTargetResolve {
+        /// When (file times' clock): an abort leaves a tombstone with it.
+        now: i64,
         txid: u64,
         commit: bool,
     },

@@ -150,13 +150,17 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             flags,
             blocks,
         } => {
-            if ctx
+            match ctx
                 .store
                 .intent(prepare_key(txid))
                 .map_err(storage_err)?
-                .is_some()
+                .and_then(|b| Intent::decode(&b))
             {
-                return Ok(Outcome::Unit); // Already prepared (a retried request).
+                Some(Intent::RenameAborted { .. }) => {
+                    return Err(FsError::Stale); // Aborted here already: too late.
+                }
+                Some(_) => return Ok(Outcome::Unit), // Already prepared (a retried request).
+                None => {}
             }
             let (tdir, tname) = split_parent(&to);
             require_dir(ctx.store, tdir, tname)?;
@@ -181,14 +185,22 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             ctx.store.put_intent(b, prepare_key(txid), intent.encode());
             Outcome::Unit
         }
-        Mutation::RenameTargetResolve { txid, commit } => {
+        Mutation::RenameTargetResolve { txid, commit, now } => {
+            // An abort leaves a tombstone, even of a prepare that never arrived.
+            let tombstone = |b: &mut Batch| {
+                if !commit {
+                    let t = Intent::RenameAborted { at_ns: now };
+                    ctx.store.put_intent(b, prepare_key(txid), t.encode());
+                }
+            };
             let Some(Intent::RenameIn { dir, name, ino, .. }) = ctx
                 .store
                 .intent(prepare_key(txid))
                 .map_err(storage_err)?
                 .and_then(|b| Intent::decode(&b))
             else {
-                return Ok(Outcome::Renamed(None, None)); // Already resolved.
+                tombstone(b);
+                return Ok(Outcome::Renamed(None, None)); // Already resolved (or never came).
             };
             let mut gc = None;
             let mut dropped_link = None;
@@ -222,6 +234,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 }
             }
             ctx.store.delete_intent(b, prepare_key(txid));
+            tombstone(b);
             Outcome::Renamed(gc, dropped_link)
         }
         Mutation::DirFreeze { path, txid } => {

@@ -572,3 +572,54 @@ fn a_name_held_by_an_undecided_mkdir_is_busy_not_taken() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(t.run(mkdir()), Ok(Outcome::Begun { .. })));
 }
+
+/// Simulation seed 80090: a rename's prepare that reaches its destination after the rename
+/// was aborted there (resent by a deposed coordinator's task) must not stage an entry that
+/// nobody will ever resolve: the abort leaves a tombstone that refuses it.
+#[test]
+fn a_prepare_arriving_after_its_abort_is_refused() {
+    let mut t = T::new();
+    let inode = Inode {
+        ino: 77,
+        kind: FileKind::File,
+        ..t.create("/", "src", b"x").unwrap_or_else(|e| panic!("{e}"))
+    };
+    let prepare = |txid| Mutation::RenamePrepare {
+        txid,
+        coordinator: myriad_proto::PartitionId(2),
+        to: "/dst".into(),
+        inode: inode.clone(),
+        flags: RenameFlags::default(),
+        blocks: Vec::new(),
+    };
+    // The abort arrives first (the prepare never came, or was lost): a tombstone.
+    t.run(Mutation::RenameTargetResolve {
+        txid: 9,
+        commit: false,
+        now: 5,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(t.run(prepare(9)), Err(FsError::Stale)));
+    assert!(t.store.entry("/", "dst").ok().flatten().is_none());
+    // Prepared, then aborted: the same.
+    t.run(prepare(10)).unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::RenameTargetResolve {
+        txid: 10,
+        commit: false,
+        now: 6,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(t.store.entry("/", "dst").ok().flatten().is_none());
+    assert!(matches!(t.run(prepare(10)), Err(FsError::Stale)));
+    assert!(t.store.entry("/", "dst").ok().flatten().is_none());
+    // A committed rename leaves none: the name is the renamed file's now.
+    t.run(prepare(11)).unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::RenameTargetResolve {
+        txid: 11,
+        commit: true,
+        now: 7,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(entry(&t, "/", "dst").ino, 77);
+    assert!(t.store.intent(prepare_key(11)).ok().flatten().is_none());
+}
