@@ -186,11 +186,14 @@ pub enum Response {
     },
     FsckBlocks(Vec<(u64, u64)>),
     Block(Option<u64>),
-    /// A copy's last applied batch (`None` while it is receiving a whole copy) and the hash
-    /// chain of its batches up to it (equal numbers over different histories differ here).
+    /// A copy's last applied batch (`None` while it is receiving a whole copy), the hash
+    /// chain of its batches up to it (equal numbers over different histories differ here),
+    /// and the term of its last batch: the map epoch its primary was opened under. Copies
+    /// are ordered by (term, batch), newest term first, as Raft orders logs.
     ReplicaState {
         seq: Option<u64>,
         chain: u64,
+        term: u64,
     },
     /// A page of a replica's keys (empty: no more).
     ReplicaPage(Vec<ReplOp>),

@@ -33,6 +33,13 @@ pub(crate) const SEQ_KEY: &str = "repl_seq";
 /// (a deposed primary's own batches) differ here, and the primary's stream copies the whole
 /// partition to such a copy. Found by the simulation (seed 3059).
 pub(crate) const CHAIN_KEY: &str = "repl_chain";
+/// The meta key holding the term of the last batch: the map epoch under which the primary
+/// that committed it was opened (written in each batch, so copies hold it too). Of two
+/// copies, the one whose last batch has the newer term holds every acknowledged batch
+/// (each primary caught up before it wrote), whatever their batch numbers: a copy that was
+/// down while a newer primary wrote may hold more batches of an older history
+/// (simulation seed 60151).
+pub(crate) const TERM_KEY: &str = "repl_term";
 
 /// The chain after `batch`: a hash of the previous chain and every operation of the batch.
 fn chain_next(prev: u64, batch: &Batch) -> u64 {
@@ -332,6 +339,8 @@ struct ApplyLoop {
     /// The last batch committed, and the chain up to it.
     seq: u64,
     chain: u64,
+    /// Written in every batch (`TERM_KEY`).
+    term: u64,
     copies: Arc<dyn Ship>,
     retired: Arc<AtomicBool>,
     changed: watch::Sender<u64>,
@@ -369,6 +378,7 @@ impl ApplyLoop {
             let mut chain = self.chain;
             let ops = if numbered {
                 self.store.put_meta_u64(&mut batch, SEQ_KEY, self.seq + 1);
+                self.store.put_meta_u64(&mut batch, TERM_KEY, self.term);
                 chain = chain_next(self.chain, &batch);
                 self.store.put_meta_u64(&mut batch, CHAIN_KEY, chain);
                 ship.encode(&batch)
@@ -428,7 +438,8 @@ pub struct Applier {
 impl Applier {
     /// Starts the applier of one partition (a thread, or a task under a simulation).
     /// `changed` is bumped after every group commit so readers waiting on a pending entry
-    /// look again.
+    /// look again. `(start_seq, term)`: the last batch in the store, and the term every
+    /// batch committed from now carries (`TERM_KEY`).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         store: Store,
@@ -436,7 +447,7 @@ impl Applier {
         layout: Layout,
         changed: watch::Sender<u64>,
         syncer: &Syncer,
-        start_seq: u64,
+        (start_seq, term): (u64, u64),
         copies: Arc<dyn Ship>,
         runner: Runner,
     ) -> std::io::Result<Applier> {
@@ -449,6 +460,7 @@ impl Applier {
             layout,
             seq: start_seq,
             chain: start_chain,
+            term,
             copies: copies.clone(),
             retired: retired.clone(),
             changed,
@@ -706,7 +718,7 @@ mod tests {
             layout,
             changed,
             &syncer,
-            0,
+            (0, 1),
             copies,
             runner,
         )

@@ -586,7 +586,7 @@ impl Host {
             layout,
             changed.clone(),
             &self.syncer,
-            start_seq,
+            (start_seq, epoch),
             replicator.clone(),
             self.runner,
         )

@@ -275,7 +275,9 @@ impl Net {
         self.trace.event(format_args!(
             "answer {to}->{from} {op}: {}",
             match &answer {
-                Ok(Response::ReplicaState { seq, chain }) => format!("at {seq:?} chain {chain:x}"),
+                Ok(Response::ReplicaState { seq, chain, term }) => {
+                    format!("at {seq:?} term {term} chain {chain:x}")
+                }
                 Ok(_) => "ok".to_string(),
                 Err(e) => format!("{e:?}"),
             }

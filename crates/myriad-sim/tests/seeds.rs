@@ -93,6 +93,13 @@ fn regression_seeds_pass() {
         split_entries: 8,
         ..SimConfig::new(20090)
     });
+    // 60151: a primary caught up from a copy with more batches of an older term and lost
+    // an acknowledged write. Fix: copies are ordered by (term, batch).
+    check(&SimConfig {
+        servers: 3,
+        ops_per_client: 600,
+        ..busy(60151)
+    });
     // 80090: a deposed coordinator's task resent a rename's prepare after the rename was
     // aborted; the staged entry stayed pending for good. Fix: calls check before every
     // attempt that their partition is still served; aborts leave a tombstone.

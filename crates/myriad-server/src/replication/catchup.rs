@@ -7,7 +7,7 @@ use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::{FsError, Request, Response};
 use myriad_storage::{Space, Store};
 
-use crate::commit::{CHAIN_KEY, SEQ_KEY};
+use crate::commit::{SEQ_KEY, TERM_KEY};
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{clear_space, from_wire};
 use crate::state::mutation::storage_err;
@@ -24,8 +24,8 @@ pub(crate) async fn catch_up_from_backups(
     backups: &[NodeId],
 ) -> Result<(), FsError> {
     let mine = store.meta_u64(SEQ_KEY).map_err(storage_err)?.unwrap_or(0);
-    let my_chain = store.meta_u64(CHAIN_KEY).map_err(storage_err)?.unwrap_or(0);
-    let mut best: Option<(NodeId, u64)> = None;
+    let my_term = store.meta_u64(TERM_KEY).map_err(storage_err)?.unwrap_or(0);
+    let mut best: Option<(NodeId, (u64, u64))> = None;
     for &b in backups {
         let link = Link {
             peers: peers.clone(),
@@ -47,29 +47,32 @@ pub(crate) async fn catch_up_from_backups(
             }
         })
         .await;
-        // A backup ahead, or at our number over another history: a primary acknowledges a
-        // batch only once every copy has it, so batches that only this copy holds (it was
-        // deposed, or crashed before shipping them) were never acknowledged, and the
-        // backups' history is the one to keep.
+        // A backup whose history is newer: its last batch has a newer term (a primary
+        // opened under a later map wrote it, after catching up itself), or the same term
+        // and more batches (ones this copy lost in a crash before its fsync; never
+        // acknowledged, harmless to take). More batches of an older term say nothing: a
+        // copy that was down while a newer primary wrote keeps its old tail (seed 60151:
+        // taking it lost an acknowledged write).
         if let Ok(Ok(Response::ReplicaState {
-            seq: Some(s),
-            chain,
+            seq: Some(s), term, ..
         })) = asked
-            && (s > mine || (s == mine && chain != my_chain))
-            && best.is_none_or(|(_, bs)| s > bs)
+            && (term, s) > (my_term, mine)
+            && best.is_none_or(|(_, newest)| (term, s) > newest)
         {
-            best = Some((b, s));
+            best = Some((b, (term, s)));
         }
     }
-    let Some((from, seq)) = best else {
+    let Some((from, (term, seq))) = best else {
         return Ok(());
     };
     tracing::warn!(
         partition = %pid,
         from = %from,
         seq,
+        term,
         mine,
-        "a backup is ahead of this primary: copying the partition from it before serving"
+        my_term,
+        "a backup holds a newer history than this primary: copying the partition from it before serving"
     );
     let link = Link {
         peers: peers.clone(),
@@ -98,3 +101,6 @@ pub(crate) async fn catch_up_from_backups(
     store.sync().map_err(storage_err)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@ use myriad_proto::{FsError, Request, Response};
 use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{oneshot, watch};
 
-use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, SyncSlot, Syncer};
+use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, SyncSlot, Syncer, TERM_KEY};
 use crate::replication::wire::{
     COPYING_KEY, PARK_AHEAD_MAX, WINDOW, clear_space, from_wire, is_bookkeeping, page_limit,
     partition_store, to_ops,
@@ -247,9 +247,15 @@ impl Backup {
                     .meta_u64(CHAIN_KEY)
                     .map_err(storage_err)?
                     .unwrap_or(0);
+                let term = self
+                    .store
+                    .meta_u64(TERM_KEY)
+                    .map_err(storage_err)?
+                    .unwrap_or(0);
                 Ok(Response::ReplicaState {
                     seq: (!st.copying).then(|| st.next - 1),
                     chain,
+                    term,
                 })
             }
             Request::Replica(ReplicaRequest::ReplicaReset) => {

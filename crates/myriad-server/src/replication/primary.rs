@@ -329,6 +329,7 @@ pub(crate) async fn run_stream(
         Response::ReplicaState {
             seq: Some(s),
             chain,
+            ..
         } if s == start_seq && chain == start_chain => false,
         other => {
             tracing::info!(

@@ -101,7 +101,7 @@ async fn primary(seed: usize) -> Primary {
         },
         watch::channel(0).0,
         &syncer,
-        0,
+        (0, 1),
         replicator.clone(),
         runner,
     )
