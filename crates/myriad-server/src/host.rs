@@ -269,8 +269,10 @@ impl Host {
             Ok(mut p) => std::mem::take(&mut *p).into_values().collect(),
             Err(_) => Vec::new(),
         };
+        // Deposed, not only stopped: their replication streams end too (a stopped server's
+        // streams must not go on sending).
         for n in nodes {
-            n.stop();
+            n.depose();
         }
     }
 
