@@ -11,7 +11,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, SyncSlot, Syncer, TERM_KEY};
 use crate::replication::wire::{
-    COPYING_KEY, PARK_AHEAD_MAX, WINDOW, clear_space, from_wire, is_bookkeeping, page_limit,
+    COPYING_KEY, PARK_AHEAD_MAX, WINDOW, empty_marked, from_wire, is_bookkeeping, page_limit,
     partition_store, to_ops,
 };
 use crate::state::mutation::{Outcome, storage_err};
@@ -114,16 +114,7 @@ impl Backup {
         st.copying = true;
         st.parked.clear();
         st.applied.clear();
-        let mut b = Batch::new();
-        self.store.put_meta_u64(&mut b, COPYING_KEY, 1);
-        self.store.commit(b).map_err(storage_err)?;
-        for space in Space::PARTITION {
-            clear_space(
-                self.store.kv().as_ref(),
-                space,
-                Some(COPYING_KEY.as_bytes()),
-            )?;
-        }
+        empty_marked(&self.store)?;
         Ok(())
     }
 

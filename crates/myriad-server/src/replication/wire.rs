@@ -138,15 +138,32 @@ pub(crate) fn clear_space(kv: &dyn Kv, space: Space, keep: Option<&[u8]>) -> Res
     Ok(any)
 }
 
+/// Marks `store` incomplete (`COPYING_KEY`, committed first) and deletes every other key of
+/// its partition. The marker comes first so that a crash part-way (losing any suffix of the
+/// page commits) leaves a copy that says it is incomplete, never one that keeps its seq and
+/// chain over part of its keys (sim seed 110007: a dropped copy cut short by a crash kept
+/// `repl_seq`, was given back the partition later, and its primary found it up to date).
+pub(crate) fn empty_marked(store: &Store) -> Result<bool, FsError> {
+    let mut b = Batch::new();
+    store.put_meta_u64(&mut b, COPYING_KEY, 1);
+    store.commit(b).map_err(storage_err)?;
+    let mut any = false;
+    for space in Space::PARTITION {
+        any |= clear_space(store.kv().as_ref(), space, Some(COPYING_KEY.as_bytes()))?;
+    }
+    Ok(any)
+}
+
 /// Deletes every key of partition `pid` on this server: a copy the map no longer gives it
 /// (moved away; the servers the map lists hold every acknowledged write). True if there
 /// was anything.
 pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsError> {
-    let pkv = myriad_storage::PartitionKv::new(kv, pid.0);
-    let mut any = false;
-    for space in Space::PARTITION {
-        any |= clear_space(&pkv, space, None)?;
-    }
+    let store = partition_store(kv, pid).map_err(storage_err)?;
+    let any = empty_marked(&store)?;
+    // Empty now: the marker goes last.
+    let mut b = Batch::new();
+    b.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
+    store.commit(b).map_err(storage_err)?;
     Ok(any)
 }
 

@@ -124,3 +124,101 @@ async fn a_next_batch_on_another_chain_asks_for_a_whole_copy() {
         .unwrap_or_else(|e| panic!("batch 2 after the copy: {e}"));
     assert_eq!(held(&b), Some(2));
 }
+
+/// A disk that takes `left` more commits and then fails every one (a crash: what came
+/// after is lost).
+struct CrashAfter {
+    inner: MemKv,
+    left: std::sync::atomic::AtomicUsize,
+}
+
+impl Kv for CrashAfter {
+    fn get(
+        &self,
+        space: Space,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, myriad_storage::StorageError> {
+        self.inner.get(space, key)
+    }
+    fn scan(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<myriad_storage::Pairs, myriad_storage::StorageError> {
+        self.inner.scan(space, prefix, after, limit)
+    }
+    fn commit(&self, batch: Batch) -> Result<(), myriad_storage::StorageError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self
+            .left
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_err()
+        {
+            return Err(myriad_storage::StorageError::Engine("crashed".into()));
+        }
+        self.inner.commit(batch)
+    }
+    fn sync(&self) -> Result<(), myriad_storage::StorageError> {
+        Ok(())
+    }
+    fn disk_bytes(&self) -> u64 {
+        0
+    }
+}
+
+/// Dropping a moved-away copy cut short anywhere leaves a copy that is whole (its seq and
+/// every key), empty, or marked incomplete: never its seq over part of its keys (sim seed
+/// 110007: such a copy was given the partition back and its primary found it up to date).
+#[test]
+fn a_drop_cut_short_leaves_no_seq_over_missing_keys() {
+    let pid = myriad_proto::PartitionId(3);
+    // A store just opened holds its format keys only.
+    let fresh = partition_store(Arc::new(MemKv::new()), pid)
+        .and_then(|s| {
+            Ok(crate::replication::wire::digest(&s)
+                .map(|d| d.1)
+                .unwrap_or(u64::MAX))
+        })
+        .unwrap_or_else(|e| panic!("fresh: {e}"));
+    for crash_at in 0..8 {
+        let disk = Arc::new(CrashAfter {
+            inner: MemKv::new(),
+            left: std::sync::atomic::AtomicUsize::new(usize::MAX),
+        });
+        let kv: Arc<dyn Kv> = disk.clone();
+        let store = partition_store(kv.clone(), pid).unwrap_or_else(|e| panic!("store: {e}"));
+        let mut b = Batch::new();
+        store.put_meta_u64(&mut b, SEQ_KEY, 40);
+        for space in [Space::Entries, Space::Dirs, Space::Blocks] {
+            for i in 0..3u8 {
+                b.put(space, vec![b'k', i], vec![i]);
+            }
+        }
+        store.commit(b).unwrap_or_else(|e| panic!("fill: {e}"));
+        let keys = || {
+            crate::replication::wire::digest(&store)
+                .map(|d| d.1)
+                .unwrap_or(u64::MAX)
+        };
+        let full = keys();
+        disk.left
+            .store(crash_at, std::sync::atomic::Ordering::SeqCst);
+        let outcome = crate::replication::wire::drop_copy(kv.clone(), pid);
+        // Restarted: the disk takes commits again.
+        disk.left
+            .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        let reopened = Backup::open(kv, pid).unwrap_or_else(|e| panic!("reopen: {e}"));
+        match reopened.seq() {
+            None => {}
+            Some(40) => assert_eq!(keys(), full, "crash after {crash_at} commits"),
+            Some(0) => assert_eq!(keys(), fresh, "crash after {crash_at} commits"),
+            Some(s) => panic!("crash after {crash_at} commits: seq {s}"),
+        }
+        if crash_at == 7 {
+            assert!(matches!(outcome, Ok(true)), "the whole drop: {outcome:?}");
+            assert_eq!((reopened.seq(), keys()), (Some(0), fresh));
+        }
+    }
+}
