@@ -176,11 +176,7 @@ fn a_drop_cut_short_leaves_no_seq_over_missing_keys() {
     let pid = myriad_proto::PartitionId(3);
     // A store just opened holds its format keys only.
     let fresh = partition_store(Arc::new(MemKv::new()), pid)
-        .and_then(|s| {
-            Ok(crate::replication::wire::digest(&s)
-                .map(|d| d.1)
-                .unwrap_or(u64::MAX))
-        })
+        .map(|s| crate::replication::wire::digest(&s).map_or(u64::MAX, |d| d.1))
         .unwrap_or_else(|e| panic!("fresh: {e}"));
     for crash_at in 0..8 {
         let disk = Arc::new(CrashAfter {
