@@ -14,6 +14,7 @@ use bytes::{Bytes, BytesMut};
 use myriad_fuzz::{block_on, fixed_frame_mac, join_chunks};
 use myriad_membership::{MapCommand, MapStateMachine, NodeId, TypeConfig};
 use myriad_placement::{ClusterMap, Shard, ShardMap};
+use myriad_proto::InodeId;
 use myriad_proto::auth::{Keyring, client_key_line, secret_line};
 use myriad_proto::codec::encode;
 use myriad_proto::{
@@ -55,7 +56,7 @@ fn addrs(n: u16) -> Vec<String> {
 
 fn inode(ino: u64, kind: FileKind, size: u64) -> Inode {
     Inode {
-        ino,
+        ino: InodeId(ino),
         kind,
         mode: if kind == FileKind::Directory {
             0o755
@@ -219,7 +220,7 @@ fn requests() -> Seeds {
                 to,
                 ClientRequest::Write {
                     path: "/f".into(),
-                    ino: 77,
+                    ino: InodeId(77),
                     offset: 4096,
                     data: vec![0xab; 64],
                     opened: true,
@@ -232,7 +233,7 @@ fn requests() -> Seeds {
                 8,
                 to,
                 ClientRequest::WriteChunk {
-                    ino: 77,
+                    ino: InodeId(77),
                     chunk: 2,
                     offset: 0,
                     data: vec![1, 2, 3, 4],
@@ -299,10 +300,10 @@ fn requests() -> Seeds {
                 13,
                 peer,
                 PeerRequest::AtInode {
-                    ino: 99,
+                    ino: InodeId(99),
                     caller: caller(),
                     op: InodeOp::Write {
-                        ino: 99,
+                        ino: InodeId(99),
                         offset: 1,
                         data: vec![7; 8],
                         opened: false,
@@ -343,7 +344,7 @@ fn requests() -> Seeds {
                 PeerRequest::DirImport {
                     path: "/moved".into(),
                     txid: 8,
-                    ino: 1234,
+                    ino: InodeId(1234),
                     shards: vec![Shard {
                         prefix: 1,
                         depth: 1,
@@ -660,7 +661,7 @@ fn storage() -> Seeds {
     let kv: Arc<dyn Kv> = mem.clone();
     let store = Store::open(kv.clone(), 1).unwrap_or_else(|e| panic!("store: {e}"));
     let mut b = Batch::new();
-    let mut split = DirRecord::new(1 << 40 | 2);
+    let mut split = DirRecord::new(InodeId(1 << 40 | 2));
     split.shards = vec![
         LocalShard::new(Shard {
             prefix: 0,
@@ -676,7 +677,7 @@ fn storage() -> Seeds {
         },
     ];
     split.map = Some(ShardMap::presplit(1));
-    let mut root = DirRecord::new(1);
+    let mut root = DirRecord::new(InodeId(1));
     root.root_attrs = Some(inode(1, FileKind::Directory, 0));
     store.put_dir(&mut b, "/d", &split);
     store.put_dir(&mut b, "/", &root);
@@ -694,8 +695,8 @@ fn storage() -> Seeds {
     store.put_entry(&mut b, "/d", "notes.txt", &file);
     store.put_entry(&mut b, "/d", "sub", &pending);
     store.put_intent(&mut b, 5 << 40 | 1, b"opaque intent".to_vec());
-    store.put_block(&mut b, 77, 0, b"hello".to_vec());
-    store.put_block(&mut b, 77, 3, vec![9; 32]);
+    store.put_block(&mut b, InodeId(77), 0, b"hello".to_vec());
+    store.put_block(&mut b, InodeId(77), 3, vec![9; 32]);
     store.commit(b).unwrap_or_else(|e| panic!("commit: {e}"));
 
     let raw = |space: Space, key: &[u8]| -> Vec<u8> {

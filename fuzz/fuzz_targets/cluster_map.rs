@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         for chunk in 1..4 {
-            let _ = ring.owner_of_chunk(seed, chunk);
+            let _ = ring.owner_of_chunk(myriad_placement::InodeId(seed), chunk);
         }
         let _ = (ring.epoch(), ring.chunk_size_bytes());
     }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use myriad_fuzz::{roundtrip, split_chunks, u64_of};
+use myriad_proto::InodeId;
 use myriad_storage::{
     BLOCK_BYTES, Batch, DirRecord, EntryRecord, Kv, LocalShard, MemKv, PartitionKv, Pending, Space,
     Store, block_data,
@@ -164,7 +165,7 @@ fuzz_target!(|data: &[u8]| {
                     let block = u64::from_be_bytes(k[8..].try_into().unwrap_or_default());
                     assert_eq!(
                         block_data(&v).is_some(),
-                        store.block(ino, block).is_ok(),
+                        store.block(InodeId(ino), block).is_ok(),
                         "block_data and Store::block disagree"
                     );
                 }
@@ -175,15 +176,15 @@ fuzz_target!(|data: &[u8]| {
             let block = params.get(8..).map(u64_of).unwrap_or(0);
             let _ = store.intents();
             let _ = store.block_inodes(None, 16);
-            let _ = store.block_inodes(Some(ino), 16);
-            let _ = store.first_block_from(ino, block);
-            let _ = store.blocks(ino, block, block.saturating_add(8));
+            let _ = store.block_inodes(Some(InodeId(ino)), 16);
+            let _ = store.first_block_from(InodeId(ino), block);
+            let _ = store.blocks(InodeId(ino), block, block.saturating_add(8));
             let offset = block;
             let len = params.get(16..).map(u64_of).unwrap_or(0) % READ_BYTES_MAX;
             let size = offset.saturating_add(len);
-            let _ = store.read_range(ino, offset, len, size);
+            let _ = store.read_range(InodeId(ino), offset, len, size);
             let mut b = Batch::new();
-            let _ = store.trim_blocks(&mut b, ino, offset, 0, 8);
+            let _ = store.trim_blocks(&mut b, InodeId(ino), offset, 0, 8);
         }
         // ---- meta: raw format version / node id values; blocks written and read back ----
         _ => {
@@ -205,9 +206,13 @@ fuzz_target!(|data: &[u8]| {
             let offset = params.get(8..).map(u64_of).unwrap_or(0) % (8 * BLOCK_BYTES);
             let payload = c.get(3).copied().unwrap_or_default();
             let mut b = Batch::new();
-            if store.write_range(&mut b, ino, offset, payload).is_ok() && store.commit(b).is_ok() {
+            if store
+                .write_range(&mut b, InodeId(ino), offset, payload)
+                .is_ok()
+                && store.commit(b).is_ok()
+            {
                 let end = offset + payload.len() as u64;
-                match store.read_range(ino, offset, payload.len() as u64, end) {
+                match store.read_range(InodeId(ino), offset, payload.len() as u64, end) {
                     Ok(back) => assert_eq!(back, payload, "blocks read back differently"),
                     Err(e) => panic!("reading back written blocks failed: {e}"),
                 }

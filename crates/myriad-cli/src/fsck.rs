@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
+use myriad_client::InodeId;
 use myriad_client::proto::AdminRequest;
 use myriad_client::proto::{
     FsckDir, FsckEntry, FsckRepair, Request, Response, ShardMap, name_hash,
@@ -272,10 +273,10 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     // Directories named by an entry with an operation in flight (mkdir, rmdir, rename).
     let mut pending_dirs = BTreeSet::new();
     // What the entries name: directories (path -> ino), link names per inode, files' data.
-    let mut named_dirs: HashMap<String, u64> = HashMap::new();
-    let mut link_names: HashMap<u64, u32> = HashMap::new();
+    let mut named_dirs: HashMap<String, InodeId> = HashMap::new();
+    let mut link_names: HashMap<InodeId, u32> = HashMap::new();
     // ino -> (node holding chunk 0, size)
-    let mut files: HashMap<u64, (PartitionId, u64)> = HashMap::new();
+    let mut files: HashMap<InodeId, (PartitionId, u64)> = HashMap::new();
     let mut entry_counts: HashMap<String, u64> = HashMap::new();
 
     for (path, parts) in &dirs {
@@ -622,9 +623,9 @@ fn entry_checks(
     seen: &mut BTreeSet<String>,
     pass: &mut Pass,
     problems: &mut Vec<Problem>,
-    named_dirs: &mut HashMap<String, u64>,
-    link_names: &mut HashMap<u64, u32>,
-    files: &mut HashMap<u64, (PartitionId, u64)>,
+    named_dirs: &mut HashMap<String, InodeId>,
+    link_names: &mut HashMap<InodeId, u32>,
+    files: &mut HashMap<InodeId, (PartitionId, u64)>,
 ) {
     if path == INODE_DIR {
         return; // Inode objects are checked with the link counts.

@@ -7,6 +7,7 @@ use myriad_net::Transport;
 use myriad_placement::{
     ClusterMap, NodeId, PartitionId, Ring, ShardCache, ShardMap, name_hash, parent_of, split_parent,
 };
+use myriad_proto::InodeId;
 use myriad_proto::auth::Keyring;
 use myriad_proto::{AdminRequest, ClientRequest, ServerRequest};
 use myriad_proto::{
@@ -74,7 +75,7 @@ pub(crate) enum Route {
     /// The partition holding the shard of directory `.0` with name hash `.1`.
     Shard(String, u64),
     /// The partition holding chunk `.1` (>= 1) of inode `.0`.
-    Chunk(u64, u64),
+    Chunk(InodeId, u64),
     Partition(PartitionId),
     /// The server itself (counters, map, statfs), not one of its partitions.
     Server(NodeId),
@@ -917,7 +918,7 @@ impl Client {
         &self,
         node: NodeId,
         pid: PartitionId,
-    ) -> Result<((Option<u64>, u64, u64), Vec<(u64, u64)>), FsError> {
+    ) -> Result<((Option<u64>, u64, u64), Vec<(InodeId, u64)>), FsError> {
         match self
             .call(
                 Route::Copy(node, pid),

@@ -22,5 +22,6 @@ pub use myriad_placement::{
 pub use myriad_proto as proto;
 pub use myriad_proto::auth::Keyring;
 pub use myriad_proto::{
-    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, RenameFlags, SetAttr, StatFs,
+    Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, InodeId, RenameFlags, SetAttr,
+    StatFs,
 };

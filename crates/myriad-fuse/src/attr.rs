@@ -62,7 +62,7 @@ pub fn file_attr(i: &Inode) -> FileAttr {
 /// `file_attr` with another size (bytes this mount wrote but has not sent yet).
 pub fn file_attr_sized(i: &Inode, size: u64) -> FileAttr {
     FileAttr {
-        ino: INodeNo(i.ino),
+        ino: INodeNo(i.ino.0),
         size,
         blocks: size.div_ceil(512),
         atime: time(i.atime_ns),

@@ -15,7 +15,7 @@ use fuser::{
     ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use myriad_client::Client;
-use myriad_proto::{Caller, DirEntry, FsError, Inode, SetAttr};
+use myriad_proto::{Caller, DirEntry, FsError, Inode, InodeId, SetAttr};
 
 use crate::attr::{errno, file_attr, file_attr_sized, file_type, nanos};
 use crate::handles::DirListing;
@@ -48,6 +48,11 @@ impl MyriadFs {
         self.rt
             .spawn(Client::as_caller(caller.clone(), f(inner, caller)));
     }
+}
+
+/// The Myriad inode a kernel inode number names: they are the same number (inodes.rs).
+fn id(ino: INodeNo) -> InodeId {
+    InodeId(ino.0)
 }
 
 fn reply_entry(inner: &Inner, r: Result<Inode, FsError>, reply: ReplyEntry) {
@@ -123,16 +128,16 @@ impl Filesystem for MyriadFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inner.inodes.forget(ino.0, nlookup);
+        self.inner.inodes.forget(id(ino), nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let ttl = self.inner.cfg.attr_ttl;
-        if let Some(i) = self.inner.inodes.fresh(ino.0, ttl) {
+        if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
             return reply.attr(&ttl, &file_attr(&self.inner.visible(i)));
         }
         self.spawn(req, move |fs, _| async move {
-            match fs.stat_ino(ino.0).await {
+            match fs.stat_ino(id(ino)).await {
                 Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -189,7 +194,7 @@ impl Filesystem for MyriadFs {
         let bump_ctime = ctime.is_some() || nothing;
         self.spawn(req, move |fs, caller| async move {
             match fs
-                .setattr(&caller, ino.0, fh.map(|f| f.0), size, set, bump_ctime)
+                .setattr(&caller, id(ino), fh.map(|f| f.0), size, set, bump_ctime)
                 .await
             {
                 Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
@@ -201,7 +206,7 @@ impl Filesystem for MyriadFs {
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         self.spawn(req, move |fs, _| async move {
             let r = fs
-                .by_path(ino.0, |path| {
+                .by_path(id(ino), |path| {
                     let fs = fs.clone();
                     async move { fs.client.readlink(&path).await }
                 })
@@ -350,7 +355,7 @@ impl Filesystem for MyriadFs {
     ) {
         let paths = self
             .inner
-            .path(ino.0)
+            .path(id(ino))
             .and_then(|f| Ok((f, self.inner.child(newparent.0, newname)?)));
         let (from, to) = match paths {
             Ok(p) => p,
@@ -391,11 +396,11 @@ impl Filesystem for MyriadFs {
             Err(e) => reply.error(errno(&e)),
         };
         let caller = self.caller(req);
-        if let Some(r) = self.inner.open_prefetched(&caller, pid, ino.0, want) {
+        if let Some(r) = self.inner.open_prefetched(&caller, pid, id(ino), want) {
             return reply_open(r, reply);
         }
         self.spawn(req, move |fs, caller| async move {
-            reply_open(fs.open(&caller, pid, ino.0, want, append).await, reply);
+            reply_open(fs.open(&caller, pid, id(ino), want, append).await, reply);
         });
     }
 
@@ -498,7 +503,7 @@ impl Filesystem for MyriadFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.spawn(req, move |fs, _| async move {
-            match fs.opendir(ino.0).await {
+            match fs.opendir(id(ino)).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -520,7 +525,12 @@ impl Filesystem for MyriadFs {
             let mut d = d.lock().await;
             let r = walk(&fs, &mut d, offset, |next, entry| match entry {
                 Dot(name) => reply.add(ino, next, FileType::Directory, name),
-                Named(e) => reply.add(INodeNo(e.inode.ino), next, file_type(e.inode.kind), &e.name),
+                Named(e) => reply.add(
+                    INodeNo(e.inode.ino.0),
+                    next,
+                    file_type(e.inode.kind),
+                    &e.name,
+                ),
             })
             .await;
             match r {
@@ -559,7 +569,7 @@ impl Filesystem for MyriadFs {
                     let inode = newer.as_ref().unwrap_or(&e.inode);
                     let attr = file_attr_sized(inode, inner.visible_size(inode));
                     let full = reply.add(
-                        INodeNo(e.inode.ino),
+                        INodeNo(e.inode.ino.0),
                         next,
                         &e.name,
                         &ttl,
@@ -646,7 +656,10 @@ impl Filesystem for MyriadFs {
         };
         let value = value.to_vec();
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.set_xattr(ino.0, &name, Some(&value), flags).await, reply);
+            reply_empty(
+                fs.set_xattr(id(ino), &name, Some(&value), flags).await,
+                reply,
+            );
         });
     }
 
@@ -663,7 +676,7 @@ impl Filesystem for MyriadFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         self.spawn(req, move |fs, caller| async move {
-            match fs.get_xattr(&caller, ino.0, &name).await {
+            match fs.get_xattr(&caller, id(ino), &name).await {
                 Ok(v) => reply_xattr(&v, size, reply),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -675,7 +688,7 @@ impl Filesystem for MyriadFs {
             return reply.error(Errno::ENOSYS);
         }
         self.spawn(req, move |fs, caller| async move {
-            match fs.list_xattr(&caller, ino.0).await {
+            match fs.list_xattr(&caller, id(ino)).await {
                 Ok(v) => reply_xattr(&v, size, reply),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -690,14 +703,14 @@ impl Filesystem for MyriadFs {
             return reply.error(Errno::EINVAL);
         };
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.set_xattr(ino.0, &name, None, 0).await, reply);
+            reply_empty(fs.set_xattr(id(ino), &name, None, 0).await, reply);
         });
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let want = u32::try_from(mask.bits()).unwrap_or(0) & 7;
         self.spawn(req, move |fs, caller| async move {
-            let r = fs.stat_ino(ino.0).await.and_then(|i| {
+            let r = fs.stat_ino(id(ino)).await.and_then(|i| {
                 if perm::allowed(&i, &caller, want) {
                     Ok(())
                 } else {

@@ -8,6 +8,7 @@ use myriad_client::FileHandle;
 use myriad_proto::DirEntry;
 
 use crate::inodes::join;
+use myriad_proto::InodeId;
 
 /// Bytes written through a handle and not yet sent: one contiguous run. Sent when the run
 /// would break (a write elsewhere), grows past `WRITE_BUFFER_MAX`, or at flush (every
@@ -145,7 +146,7 @@ impl Handles {
     }
 
     /// Drops cached whole-file contents of every handle of `ino` (a write was buffered).
-    pub fn drop_contents(&self, ino: u64) {
+    pub fn drop_contents(&self, ino: InodeId) {
         for f in lock(&self.files).values() {
             let mut g = f.lock();
             if g.file.inode.ino == ino {
@@ -155,7 +156,7 @@ impl Handles {
     }
 
     /// Whether some handle of `ino` holds written bytes the servers have not acknowledged.
-    pub fn has_unsent(&self, ino: u64) -> bool {
+    pub fn has_unsent(&self, ino: InodeId) -> bool {
         lock(&self.files).values().any(|f| {
             let g = f.lock();
             g.file.inode.ino == ino && (g.dirty.is_some() || g.sending_end.is_some())
@@ -164,7 +165,7 @@ impl Handles {
 
     /// Every open handle of `ino` (a flush of the inode waits on each one's io lock, so it
     /// also waits for sends already under way).
-    pub fn of_ino(&self, ino: u64) -> Vec<Arc<Slot>> {
+    pub fn of_ino(&self, ino: InodeId) -> Vec<Arc<Slot>> {
         lock(&self.files)
             .values()
             .filter(|f| f.lock().file.inode.ino == ino)
@@ -175,7 +176,7 @@ impl Handles {
     /// The end of unacknowledged writes to `ino`, if beyond `size`: attributes given to
     /// the kernel must not shrink a file below what was written to it (the kernel would
     /// drop the pages beyond and cut reads short there).
-    pub fn size_with_pending(&self, ino: u64, size: u64) -> u64 {
+    pub fn size_with_pending(&self, ino: InodeId, size: u64) -> u64 {
         lock(&self.files)
             .values()
             .filter_map(|f| {
@@ -202,7 +203,7 @@ impl Handles {
     }
 
     /// The inode id of a file open under `path`, if any.
-    pub fn open_at(&self, path: &str) -> Option<u64> {
+    pub fn open_at(&self, path: &str) -> Option<InodeId> {
         lock(&self.files).values().find_map(|f| {
             let g = f.lock();
             (g.file.path == path).then_some(g.file.inode.ino)
@@ -211,7 +212,7 @@ impl Handles {
 
     /// Whether a name of `ino` was unlinked while open (renamed away, kept for its
     /// descriptors): it has one link fewer than the servers count.
-    pub fn is_hidden(&self, ino: u64) -> bool {
+    pub fn is_hidden(&self, ino: InodeId) -> bool {
         lock(&self.files).values().any(|f| {
             let g = f.lock();
             g.hidden && g.file.inode.ino == ino
@@ -219,14 +220,14 @@ impl Handles {
     }
 
     /// Whether some handle of `ino` was opened for writing.
-    pub fn has_writable(&self, ino: u64) -> bool {
+    pub fn has_writable(&self, ino: InodeId) -> bool {
         lock(&self.files).values().any(|f| {
             let g = f.lock();
             g.file.inode.ino == ino && g.file.opened
         })
     }
 
-    pub fn is_open(&self, ino: u64) -> bool {
+    pub fn is_open(&self, ino: InodeId) -> bool {
         lock(&self.files)
             .values()
             .any(|f| f.lock().file.inode.ino == ino)

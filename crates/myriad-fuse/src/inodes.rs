@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use myriad_proto::{Inode, ROOT_INO};
+use myriad_proto::{Inode, InodeId, ROOT_INO};
 
 struct Node {
     /// Names this mount knows for the inode (several for a hard-linked file); the last is
@@ -45,9 +45,9 @@ struct Tables {
     /// Counts this mount's acknowledged changes (`observe_own`); `stamp` reads it before a
     /// request so its answer can be judged against changes made meanwhile.
     clock: u64,
-    nodes: HashMap<u64, Node>,
+    nodes: HashMap<InodeId, Node>,
     /// path -> inode, for changes that name a path only (unlink).
-    by_path: HashMap<String, u64>,
+    by_path: HashMap<String, InodeId>,
 }
 
 pub fn join(dir: &str, name: &str) -> String {
@@ -91,7 +91,7 @@ impl InodeTable {
     }
 
     /// Every name this mount knows for `ino`, the one seen last first.
-    pub fn paths(&self, ino: u64) -> Vec<String> {
+    pub fn paths(&self, ino: InodeId) -> Vec<String> {
         self.lock()
             .nodes
             .get(&ino)
@@ -99,7 +99,7 @@ impl InodeTable {
             .unwrap_or_default()
     }
 
-    pub fn path(&self, ino: u64) -> Option<String> {
+    pub fn path(&self, ino: InodeId) -> Option<String> {
         self.lock()
             .nodes
             .get(&ino)
@@ -113,7 +113,7 @@ impl InodeTable {
     }
 
     /// Whether this mount changed `ino` (and the servers acknowledged it) after `since`.
-    pub fn changed_since(&self, ino: u64, since: u64) -> bool {
+    pub fn changed_since(&self, ino: InodeId, since: u64) -> bool {
         self.lock()
             .nodes
             .get(&ino)
@@ -183,7 +183,7 @@ impl InodeTable {
 
     /// Attributes newer than a listing fetched at `since`: the last a server gave after
     /// this mount's own change, if it changed the inode since.
-    pub fn newer_than(&self, ino: u64, since: u64) -> Option<Inode> {
+    pub fn newer_than(&self, ino: InodeId, since: u64) -> Option<Inode> {
         let g = self.lock();
         let n = g.nodes.get(&ino)?;
         if n.changed_at <= since {
@@ -194,14 +194,14 @@ impl InodeTable {
 
     /// The inode's cached attributes no longer answer getattr (a directory whose entries
     /// this mount changed: its times and link count changed on the servers).
-    pub fn expire(&self, ino: u64) {
+    pub fn expire(&self, ino: InodeId) {
         if let Some(n) = self.lock().nodes.get_mut(&ino) {
             n.expired = true;
         }
     }
 
     /// Attributes a server gave less than `ttl` ago.
-    pub fn fresh(&self, ino: u64, ttl: Duration) -> Option<Inode> {
+    pub fn fresh(&self, ino: InodeId, ttl: Duration) -> Option<Inode> {
         let g = self.lock();
         let n = g.nodes.get(&ino)?;
         let (i, at) = n.fresh.as_ref()?;
@@ -220,7 +220,7 @@ impl InodeTable {
         }
     }
 
-    pub fn forget(&self, ino: u64, count: u64) {
+    pub fn forget(&self, ino: InodeId, count: u64) {
         if ino == ROOT_INO {
             return;
         }
@@ -303,7 +303,7 @@ impl Default for InodeTable {
 mod tests {
     use super::*;
 
-    fn inode(ino: u64) -> Inode {
+    fn inode(ino: InodeId) -> Inode {
         Inode {
             ino,
             ..crate::ops::placeholder()
@@ -313,68 +313,83 @@ mod tests {
     #[test]
     fn rename_moves_subtree_and_forget_drops_at_zero() {
         let t = InodeTable::new();
-        t.add("/a", &inode(10), 0);
-        t.add("/a/b", &inode(11), 0);
-        t.add("/ab", &inode(12), 0);
-        t.add("/a/b", &inode(11), 0);
+        t.add("/a", &inode(InodeId(10)), 0);
+        t.add("/a/b", &inode(InodeId(11)), 0);
+        t.add("/ab", &inode(InodeId(12)), 0);
+        t.add("/a/b", &inode(InodeId(11)), 0);
         t.renamed("/a", "/z");
-        assert_eq!(t.path(10).as_deref(), Some("/z"));
-        assert_eq!(t.path(11).as_deref(), Some("/z/b"));
+        assert_eq!(t.path(InodeId(10)).as_deref(), Some("/z"));
+        assert_eq!(t.path(InodeId(11)).as_deref(), Some("/z/b"));
         assert_eq!(
-            t.path(12).as_deref(),
+            t.path(InodeId(12)).as_deref(),
             Some("/ab"),
             "a sibling with the same prefix stays"
         );
-        t.forget(11, 1);
-        assert_eq!(t.path(11).as_deref(), Some("/z/b"), "one lookup left");
-        t.forget(11, 1);
-        assert_eq!(t.path(11), None);
-        t.forget(1, 100);
-        assert_eq!(t.path(1).as_deref(), Some("/"), "root is never forgotten");
+        t.forget(InodeId(11), 1);
+        assert_eq!(
+            t.path(InodeId(11)).as_deref(),
+            Some("/z/b"),
+            "one lookup left"
+        );
+        t.forget(InodeId(11), 1);
+        assert_eq!(t.path(InodeId(11)), None);
+        t.forget(InodeId(1), 100);
+        assert_eq!(
+            t.path(InodeId(1)).as_deref(),
+            Some("/"),
+            "root is never forgotten"
+        );
         assert_eq!(t.len(), 3);
     }
 
     #[test]
     fn fresh_attributes_expire_and_renames_drop_them() {
         let t = InodeTable::new();
-        t.add("/f", &inode(9), 0);
-        assert_eq!(t.fresh(9, Duration::from_secs(60)).map(|i| i.ino), Some(9));
-        assert!(t.fresh(9, Duration::ZERO).is_none(), "expired");
+        t.add("/f", &inode(InodeId(9)), 0);
+        assert_eq!(
+            t.fresh(InodeId(9), Duration::from_secs(60)).map(|i| i.ino),
+            Some(InodeId(9))
+        );
+        assert!(t.fresh(InodeId(9), Duration::ZERO).is_none(), "expired");
         t.renamed("/f", "/g");
         assert!(
-            t.fresh(9, Duration::from_secs(60)).is_none(),
+            t.fresh(InodeId(9), Duration::from_secs(60)).is_none(),
             "ctime changed"
         );
-        assert!(t.fresh(12345, Duration::from_secs(60)).is_none());
+        assert!(t.fresh(InodeId(12345), Duration::from_secs(60)).is_none());
     }
 
     #[test]
     fn unlink_of_a_known_path_drops_its_cached_attributes() {
         let t = InodeTable::new();
-        t.add("/a", &inode(3), 0);
-        t.add("/b", &inode(3), 0);
+        t.add("/a", &inode(InodeId(3)), 0);
+        t.add("/b", &inode(InodeId(3)), 0);
         t.unlinked("/b");
-        assert!(t.fresh(3, Duration::from_secs(60)).is_none());
-        assert_eq!(t.path(3).as_deref(), Some("/a"), "the other name is used");
+        assert!(t.fresh(InodeId(3), Duration::from_secs(60)).is_none());
+        assert_eq!(
+            t.path(InodeId(3)).as_deref(),
+            Some("/a"),
+            "the other name is used"
+        );
         t.unlinked("/zzz");
     }
 
     #[test]
     fn a_linked_inode_keeps_its_other_names_when_one_goes() {
         let t = InodeTable::new();
-        t.add("/p1", &inode(8), 0);
-        t.add("/d/p2", &inode(8), 0);
-        t.add("/e/p3", &inode(8), 0);
-        assert_eq!(t.path(8).as_deref(), Some("/e/p3"));
-        t.add("/e/q", &inode(9), 0);
+        t.add("/p1", &inode(InodeId(8)), 0);
+        t.add("/d/p2", &inode(InodeId(8)), 0);
+        t.add("/e/p3", &inode(InodeId(8)), 0);
+        assert_eq!(t.path(InodeId(8)).as_deref(), Some("/e/p3"));
+        t.add("/e/q", &inode(InodeId(9)), 0);
         t.renamed("/e/q", "/e/p3"); // another file replaces a name of inode 8
-        assert_eq!(t.path(9).as_deref(), Some("/e/p3"));
-        assert_eq!(t.path(8).as_deref(), Some("/d/p2"));
+        assert_eq!(t.path(InodeId(9)).as_deref(), Some("/e/p3"));
+        assert_eq!(t.path(InodeId(8)).as_deref(), Some("/d/p2"));
         t.unlinked("/d/p2");
-        assert_eq!(t.path(8).as_deref(), Some("/p1"));
+        assert_eq!(t.path(InodeId(8)).as_deref(), Some("/p1"));
         t.unlinked("/p1");
         assert_eq!(
-            t.path(8).as_deref(),
+            t.path(InodeId(8)).as_deref(),
             Some("/p1"),
             "the last name stays for open handles"
         );
@@ -384,7 +399,7 @@ mod tests {
     #[test]
     fn a_remote_change_seen_by_a_lookup_still_drops_pages_at_the_next_open() {
         let t = InodeTable::new();
-        let mut i = inode(7);
+        let mut i = inode(InodeId(7));
         t.add("/f", &i, t.stamp());
         assert!(!t.open_check(&i, t.stamp()));
         // Same size, new mtime, noticed by a lookup before the open.
@@ -402,21 +417,21 @@ mod tests {
     #[test]
     fn attributes_read_before_an_own_change_are_not_kept() {
         let t = InodeTable::new();
-        let mut i = inode(5);
+        let mut i = inode(InodeId(5));
         t.add("/f", &i, t.stamp());
         let before = t.stamp();
         // This mount's write is acknowledged while a stat sent earlier is on the wire.
         i.size = 100;
         i.mtime_ns = 10;
         t.observe_own(&i);
-        assert!(t.changed_since(5, before));
-        let mut old = inode(5);
+        assert!(t.changed_since(InodeId(5), before));
+        let mut old = inode(InodeId(5));
         old.size = 0;
         t.observe_remote(&old, before);
-        let fresh = t.fresh(5, Duration::from_secs(60)).map(|i| i.size);
+        let fresh = t.fresh(InodeId(5), Duration::from_secs(60)).map(|i| i.size);
         assert_eq!(fresh, Some(100), "the older answer is dropped");
         assert!(!t.open_check(&old, before), "and does not mark pages stale");
-        assert_eq!(t.newer_than(5, before).map(|i| i.size), Some(100));
-        assert!(t.newer_than(5, t.stamp()).is_none());
+        assert_eq!(t.newer_than(InodeId(5), before).map(|i| i.size), Some(100));
+        assert!(t.newer_than(InodeId(5), t.stamp()).is_none());
     }
 }

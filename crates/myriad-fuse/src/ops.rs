@@ -13,6 +13,7 @@ use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, Xattr
 use crate::caller::Callers;
 use crate::handles::{DirListing, Dirty, Handles, OpenFile, Slot, WRITE_BUFFER_MAX};
 use crate::inodes::{InodeTable, join};
+use myriad_proto::InodeId;
 use myriad_proto::access as perm;
 
 /// A lookup's prefetched contents count for an open only if they are this fresh and the same
@@ -52,9 +53,9 @@ pub struct Inner {
     pub handles: Handles,
     pub callers: Callers,
     pub notifier: OnceLock<Notifier>,
-    prefetch: Mutex<HashMap<u64, Prefetched>>,
+    prefetch: Mutex<HashMap<InodeId, Prefetched>>,
     hidden_seq: AtomicU64,
-    append_locks: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    append_locks: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// True if a send that failed with `e` may succeed when tried again (nothing about the
@@ -85,7 +86,7 @@ fn name_of(name: &std::ffi::OsStr) -> Result<String, FsError> {
 /// negative lookup); the kernel uses only their inode number and type.
 pub fn placeholder() -> Inode {
     Inode {
-        ino: 0,
+        ino: InodeId(0),
         kind: FileKind::File,
         mode: 0,
         uid: 0,
@@ -121,19 +122,19 @@ impl Inner {
         }
     }
 
-    pub fn path(&self, ino: u64) -> Result<String, FsError> {
+    pub fn path(&self, ino: InodeId) -> Result<String, FsError> {
         self.inodes.path(ino).ok_or(FsError::Stale)
     }
 
     pub fn child(&self, parent: u64, name: &std::ffi::OsStr) -> Result<String, FsError> {
-        Ok(join(&self.path(parent)?, &name_of(name)?))
+        Ok(join(&self.path(InodeId(parent))?, &name_of(name)?))
     }
 
     /// Runs `f` on the names this mount knows for `ino`, the one seen last first, until
     /// one answers other than "permission denied" or "not found" (or "not there any
     /// more": `f` checks the inode). The kernel names an inode, not the path it came by,
     /// and a hard-linked file's other names may lie where the caller may not search.
-    pub async fn by_path<T, F, Fut>(&self, ino: u64, f: F) -> Result<T, FsError>
+    pub async fn by_path<T, F, Fut>(&self, ino: InodeId, f: F) -> Result<T, FsError>
     where
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = Result<T, FsError>>,
@@ -149,7 +150,7 @@ impl Inner {
     }
 
     /// Fresh attributes of `ino`, checking its path still names it.
-    pub async fn stat_ino(&self, ino: u64) -> Result<Inode, FsError> {
+    pub async fn stat_ino(&self, ino: InodeId) -> Result<Inode, FsError> {
         let since = self.inodes.stamp();
         let inode = self
             .by_path(ino, |path| async move {
@@ -164,7 +165,7 @@ impl Inner {
         Ok(self.visible(inode))
     }
 
-    fn prefetch_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Prefetched>> {
+    fn prefetch_lock(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, Prefetched>> {
         match self.prefetch.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -205,14 +206,14 @@ impl Inner {
     }
 
     /// A change through this mount makes prefetched contents of `ino` stale.
-    pub(crate) fn drop_prefetched(&self, ino: u64) {
+    pub(crate) fn drop_prefetched(&self, ino: InodeId) {
         self.prefetch_lock().remove(&ino);
     }
 
     /// The contents a lookup by `pid` just brought, unless this mount wrote the file
     /// since (or holds writes to it not yet acknowledged): a read must see every write
     /// made before it.
-    fn take_prefetched(&self, ino: u64, pid: u32) -> Option<(Inode, Arc<Vec<u8>>, u64)> {
+    fn take_prefetched(&self, ino: InodeId, pid: u32) -> Option<(Inode, Arc<Vec<u8>>, u64)> {
         let p = self.prefetch_lock().remove(&ino)?;
         let current = p.pid == pid
             && p.at.elapsed() < PREFETCH_FRESH
@@ -228,7 +229,7 @@ impl Inner {
         &self,
         caller: &Caller,
         pid: u32,
-        ino: u64,
+        ino: InodeId,
         want: u32,
         append: bool,
     ) -> Result<(u64, bool), FsError> {
@@ -282,7 +283,7 @@ impl Inner {
         &self,
         caller: &Caller,
         pid: u32,
-        ino: u64,
+        ino: InodeId,
         want: u32,
     ) -> Option<Result<(u64, bool), FsError>> {
         if want != perm::READ || self.handles.has_unsent(ino) {
@@ -307,7 +308,7 @@ impl Inner {
     fn finish_open(
         &self,
         caller: &Caller,
-        ino: u64,
+        ino: InodeId,
         want: u32,
         append: bool,
         file: FileHandle,
@@ -336,7 +337,7 @@ impl Inner {
             // Another client changed the file since this kernel cached it: drop its pages
             // and attributes before the open returns.
             if let Some(n) = self.notifier.get() {
-                let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
+                let _ = n.inval_inode(fuser::INodeNo(ino.0), 0, 0);
             }
         }
         let mut f = OpenFile::new(file, if read_only { contents } else { None });
@@ -422,7 +423,7 @@ impl Inner {
             if append && offset != d.offset {
                 // The kernel cached the bytes where it thought the end was.
                 if let Some(n) = self.notifier.get() {
-                    let _ = n.inval_inode(fuser::INodeNo(file.inode.ino), 0, 0);
+                    let _ = n.inval_inode(fuser::INodeNo(file.inode.ino.0), 0, 0);
                 }
             }
         }
@@ -436,7 +437,7 @@ impl Inner {
     /// write). Bytes a retry may still deliver stay buffered (`send_dirty`); bytes dropped
     /// for good leave their error on the writer's handle as well, for its next write,
     /// fsync or close.
-    pub async fn flush_ino(&self, ino: u64) -> Result<(), FsError> {
+    pub async fn flush_ino(&self, ino: InodeId) -> Result<(), FsError> {
         for slot in self.handles.of_ino(ino) {
             let _io = slot.io.lock().await;
             if let Err(e) = self.send_dirty(&slot).await {
@@ -450,7 +451,7 @@ impl Inner {
         Ok(())
     }
 
-    fn append_lock(&self, ino: u64) -> Arc<tokio::sync::Mutex<()>> {
+    fn append_lock(&self, ino: InodeId) -> Arc<tokio::sync::Mutex<()>> {
         let mut g = match self.append_locks.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -573,12 +574,12 @@ impl Inner {
         for &p in parents {
             let fresh = self
                 .inodes
-                .path(p)
+                .path(InodeId(p))
                 .and_then(|dir| self.client.take_parent_attrs(&dir))
-                .filter(|i| i.ino == p);
+                .filter(|i| i.ino == InodeId(p));
             match fresh {
                 Some(i) => self.inodes.observe_own(&i),
-                None => self.inodes.expire(p),
+                None => self.inodes.expire(InodeId(p)),
             }
         }
     }
@@ -640,7 +641,7 @@ impl Inner {
     pub async fn setattr(
         &self,
         caller: &Caller,
-        ino: u64,
+        ino: InodeId,
         fh: Option<u64>,
         size: Option<u64>,
         set: SetAttr,
@@ -704,7 +705,7 @@ impl Inner {
     /// ctime here), and for chown(f, -1, -1), which takes them away as any chown does:
     /// then it is a chown to the current owner, which the servers refuse to anyone but
     /// the owner and root (EPERM, as Linux), and otherwise it stamps ctime.
-    async fn change_of_nothing(&self, caller: &Caller, ino: u64) -> Result<SetAttr, FsError> {
+    async fn change_of_nothing(&self, caller: &Caller, ino: InodeId) -> Result<SetAttr, FsError> {
         if self.handles.has_writable(ino) {
             return Ok(SetAttr::default());
         }
@@ -797,7 +798,7 @@ impl Inner {
         Ok(())
     }
 
-    pub async fn opendir(&self, ino: u64) -> Result<u64, FsError> {
+    pub async fn opendir(&self, ino: InodeId) -> Result<u64, FsError> {
         let path = self.path(ino)?;
         let mut d = DirListing {
             path,
@@ -813,7 +814,7 @@ impl Inner {
     pub async fn get_xattr(
         &self,
         caller: &Caller,
-        ino: u64,
+        ino: InodeId,
         name: &str,
     ) -> Result<Vec<u8>, FsError> {
         let inode = self.stat_ino(ino).await?;
@@ -828,7 +829,7 @@ impl Inner {
             .ok_or(FsError::NoData)
     }
 
-    pub async fn list_xattr(&self, caller: &Caller, ino: u64) -> Result<Vec<u8>, FsError> {
+    pub async fn list_xattr(&self, caller: &Caller, ino: InodeId) -> Result<Vec<u8>, FsError> {
         let inode = self.stat_ino(ino).await?;
         if !perm::allowed(&inode, caller, perm::READ) {
             return Err(FsError::PermissionDenied);
@@ -843,7 +844,7 @@ impl Inner {
 
     pub async fn set_xattr(
         &self,
-        ino: u64,
+        ino: InodeId,
         name: &str,
         value: Option<&[u8]>,
         flags: i32,

@@ -18,7 +18,7 @@ mod shard;
 
 pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
 pub use members::{
-    Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
+    InodeId, Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
 };
 pub use path::{parent_of, split_parent};
 pub use ring::Ring;

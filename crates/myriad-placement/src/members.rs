@@ -19,6 +19,14 @@ pub struct PartitionId(pub u32);
 
 pub const PARTITION_ID_MAX: PartitionId = PartitionId((1 << 24) - 1);
 
+/// An inode's identity: the root's is 1 (`myriad_proto::ROOT_INO`), others
+/// `partition << 40 | counter`, unique across the cluster without coordination. A type of its
+/// own (on the wire and on disk the bare number): an inode id is not a transaction id, a
+/// block number or an offset, though all are `u64`s.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct InodeId(pub u64);
+
 impl NodeId {
     /// As an index into a table of servers (ids are small).
     #[must_use]
@@ -55,6 +63,15 @@ macro_rules! bare_number {
 }
 bare_number!(NodeId);
 bare_number!(PartitionId);
+bare_number!(InodeId);
+
+/// Inode ids are `node << 40 | counter`: tools and logs show them in hex, where the two
+/// parts read apart.
+impl std::fmt::LowerHex for InodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::LowerHex::fmt(&self.0, f)
+    }
+}
 
 /// The Raft group names its members by the server ids, widened.
 impl From<NodeId> for u64 {

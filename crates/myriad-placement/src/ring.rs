@@ -7,7 +7,7 @@
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::map::ClusterMap;
-use crate::members::PartitionId;
+use crate::members::{InodeId, PartitionId};
 use crate::shard::{SHARD_DEPTH_MAX, Shard};
 
 /// Domain separators (as xxh3 seeds, which costs no copy of the key) so that a directory
@@ -90,8 +90,8 @@ impl Ring {
     /// The node holding chunk `chunk_index` (>= 1) of inode `ino`. Chunk 0 lives with the inode,
     /// so callers route it by `owner_of_entry` instead.
     #[must_use]
-    pub fn owner_of_chunk(&self, ino: u64, chunk_index: u64) -> PartitionId {
-        self.owner_of_hash(hash_chunk(ino, chunk_index))
+    pub fn owner_of_chunk(&self, ino: InodeId, chunk_index: u64) -> PartitionId {
+        self.owner_of_hash(hash_chunk(ino.0, chunk_index))
     }
 
     /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the
@@ -218,7 +218,9 @@ mod tests {
         let mut counts: HashMap<PartitionId, u64> = HashMap::new();
         for ino in 0..10_000u64 {
             for c in 1..11 {
-                *counts.entry(ring.owner_of_chunk(ino, c)).or_default() += 1;
+                *counts
+                    .entry(ring.owner_of_chunk(InodeId(ino), c))
+                    .or_default() += 1;
             }
         }
         let mean = 100_000.0 / 4.0;
@@ -313,7 +315,7 @@ mod tests {
             let r1 = map(4).ring();
             let r2 = map(4).ring();
             prop_assert_eq!(r1.owner_of_dir(&path), r2.owner_of_dir(&path));
-            prop_assert_eq!(r1.owner_of_chunk(ino, c), r2.owner_of_chunk(ino, c));
+            prop_assert_eq!(r1.owner_of_chunk(InodeId(ino), c), r2.owner_of_chunk(InodeId(ino), c));
             prop_assert!((1..=4).contains(&r1.owner_of_dir(&path).0));
         }
     }

@@ -66,11 +66,12 @@ fn sgid_killed(inode: &Inode, caller: &Caller) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::InodeId;
 
     #[test]
     fn owner_group_other_and_root() {
         let i = Inode {
-            ino: 5,
+            ino: InodeId(5),
             mode: 0o640,
             uid: 10,
             gid: 20,

@@ -34,6 +34,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::InodeId;
     use crate::{
         Caller, ClientRequest, PeerRequest, Request, RequestFrame, Response, ResponseFrame,
     };
@@ -43,7 +44,7 @@ mod tests {
     fn a_link_request_becomes_a_flat_inode_operation() {
         let w = ClientRequest::Write {
             path: "/l".into(),
-            ino: 9,
+            ino: InodeId(9),
             offset: 4,
             data: vec![1, 2],
             opened: true,
@@ -52,7 +53,7 @@ mod tests {
         assert_eq!(
             op,
             Some(crate::InodeOp::Write {
-                ino: 9,
+                ino: InodeId(9),
                 offset: 4,
                 data: vec![1, 2],
                 opened: true,
@@ -64,7 +65,7 @@ mod tests {
             ends: crate::Endpoints::to(PartitionId(3)),
             caller: Caller::root(),
             body: crate::Request::Peer(PeerRequest::AtInode {
-                ino: 9,
+                ino: InodeId(9),
                 caller: Caller::root(),
                 op: op.unwrap_or(crate::InodeOp::Stat),
             }),
@@ -114,7 +115,7 @@ mod tests {
         };
         let body = Request::Client(ClientRequest::Write {
             path: "/f".into(),
-            ino: 9,
+            ino: InodeId(9),
             offset: 3,
             data: vec![1; 1000],
             opened: false,
@@ -140,26 +141,26 @@ mod tests {
     fn hard_link_writes_forwarded_between_servers_count_as_disk_writes() {
         let at = |op| {
             Request::Peer(PeerRequest::AtInode {
-                ino: 1,
+                ino: InodeId(1),
                 caller: Caller::root(),
                 op,
             })
         };
         let write = at(crate::InodeOp::Write {
-            ino: 1,
+            ino: InodeId(1),
             offset: 0,
             data: vec![1],
             opened: false,
         });
         assert!(write.grows_storage() && write.writes_storage());
         let trunc = at(crate::InodeOp::Truncate {
-            ino: 1,
+            ino: InodeId(1),
             size: 0,
             opened: false,
         });
         assert!(!trunc.grows_storage() && trunc.writes_storage());
         let read = at(crate::InodeOp::Read {
-            ino: 1,
+            ino: InodeId(1),
             offset: 0,
             len: 1,
         });
@@ -195,7 +196,7 @@ mod tests {
             Request::Peer(PeerRequest::Lease),
             Request::Peer(PeerRequest::DirTouch {
                 path: "/a".into(),
-                ino: 2,
+                ino: InodeId(2),
                 now_ns: 1,
                 nlink: None,
             }),

@@ -2,6 +2,8 @@
 //! to one errno (`errno()`); the CLI prints `Display`, FUSE returns the errno.
 
 use myriad_placement::{ClusterMap, ShardMap};
+
+use crate::InodeId;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -61,7 +63,7 @@ pub enum FsError {
     NotPermitted,
     /// Stored data failed its checksum and no intact copy could replace it.
     #[error("block {block} of inode {ino} is corrupt on disk and no intact copy was found")]
-    Corrupt { ino: u64, block: u64 },
+    Corrupt { ino: InodeId, block: u64 },
     /// A seek for data or a hole at or beyond the end of file (ENXIO).
     #[error("offset beyond the end of file")]
     NoSuchOffset,
@@ -197,7 +199,10 @@ mod tests {
             },
             FsError::NoData,
             FsError::NotPermitted,
-            FsError::Corrupt { ino: 1, block: 0 },
+            FsError::Corrupt {
+                ino: InodeId(1),
+                block: 0,
+            },
             FsError::NoSuchOffset,
         ]
     }

@@ -29,5 +29,5 @@ pub use request::{
     Request, ServerRequest, SetAttr, XattrMode,
 };
 pub use types::{
-    Caller, CounterSnapshot, DirEntry, FileKind, Inode, OpCount, ROOT_INO, StatFs, Xattr,
+    Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, StatFs, Xattr,
 };

@@ -9,7 +9,7 @@ use crate::auth::{KeyId, Nonce, Proof};
 use crate::request::{ExportedEntry, FromClient, FsckDir, FsckEntry, ReplOp, Request};
 use myriad_placement::{NodeId, PartitionId};
 
-use crate::{Caller, CounterSnapshot, DirEntry, FsError, Inode, ShardMap, StatFs};
+use crate::{Caller, CounterSnapshot, DirEntry, FsError, Inode, InodeId, ShardMap, StatFs};
 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
 pub const MAGIC: u32 = 0x4d59_5244;
@@ -184,7 +184,7 @@ pub enum Response {
         entries: Vec<FsckEntry>,
         next: Option<String>,
     },
-    FsckBlocks(Vec<(u64, u64)>),
+    FsckBlocks(Vec<(InodeId, u64)>),
     Block(Option<u64>),
     /// A copy's last applied batch (`None` while it is receiving a whole copy), the hash
     /// chain of its batches up to it (equal numbers over different histories differ here),
@@ -212,7 +212,7 @@ pub enum Response {
         /// xxh3 of every (space, key, value) but the sequence number itself.
         digest: u64,
         /// Blocks of this copy that fail their checksum (ino, block), at most 64.
-        corrupt: Vec<(u64, u64)>,
+        corrupt: Vec<(InodeId, u64)>,
     },
     /// A backup's intact copy of a block (None: it has no such block).
     BlockCopy(Option<serde_bytes::ByteBuf>),

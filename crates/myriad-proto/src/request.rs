@@ -3,7 +3,7 @@
 use myriad_placement::{ClusterMap, PartitionId};
 use serde::{Deserialize, Serialize};
 
-use crate::{Caller, FileKind, Inode, Shard, ShardMap};
+use crate::{Caller, FileKind, Inode, InodeId, Shard, ShardMap};
 
 /// Attribute changes; `None` leaves a field as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,7 +159,7 @@ pub enum ClientRequest {
     /// `opened`: through a descriptor whose open checked access (see `InodeOp::Write`).
     Write {
         path: String,
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
@@ -168,7 +168,7 @@ pub enum ClientRequest {
     /// Owner of the entry: read from chunk 0; returns the current inode too.
     Read {
         path: String,
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         len: u64,
     },
@@ -180,20 +180,20 @@ pub enum ClientRequest {
     /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
     Truncate {
         path: String,
-        ino: u64,
+        ino: InodeId,
         size: u64,
         opened: bool,
     },
     /// Owner of the entry: raise the size to at least `size` after chunk writes elsewhere.
     ExtendSize {
         path: String,
-        ino: u64,
+        ino: InodeId,
         size: u64,
         opened: bool,
     },
     /// Owner of chunk `chunk` (>= 1) of `ino`.
     WriteChunk {
-        ino: u64,
+        ino: InodeId,
         chunk: u64,
         offset: u64,
         #[serde(with = "serde_bytes")]
@@ -201,7 +201,7 @@ pub enum ClientRequest {
     },
     /// Owner of chunk `chunk` (>= 1) of `ino`. Missing bytes read as zeros.
     ReadChunk {
-        ino: u64,
+        ino: InodeId,
         chunk: u64,
         offset: u64,
         len: u64,
@@ -227,7 +227,7 @@ pub enum ClientRequest {
     /// Owner of the entry of `path`: returns once everything that node applied before it
     /// is durable (a barrier after non-durable creates), then checks that `path` still
     /// names inode `ino` (`Stale` if a crash lost it, `NotFound` if it was removed).
-    Sync { path: String, ino: u64 },
+    Sync { path: String, ino: InodeId },
 }
 
 /// Requests about a server as a whole (its map, counters, free space), answered by the server
@@ -259,9 +259,9 @@ pub enum AdminRequest {
         limit: u32,
     },
     /// Any node, as root: inodes with blocks here (after `after`), each with its first block.
-    FsckBlocks { after: Option<u64>, limit: u32 },
+    FsckBlocks { after: Option<InodeId>, limit: u32 },
     /// Any node, as root: the first block of `ino` at or after `block`.
-    FsckBlockFrom { ino: u64, block: u64 },
+    FsckBlockFrom { ino: InodeId, block: u64 },
     /// Any node, as root: one repair (`myriad fsck --repair`).
     FsckRepair(FsckRepair),
     /// A server holding a copy (primary or backup) of the target partition, as root: the
@@ -276,17 +276,21 @@ pub enum PeerRequest {
     // ---- server to server ----
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
     /// split into 2^`depth` shards (it creates the other shards on their nodes first).
-    DirObjectCreate { path: String, ino: u64, depth: u8 },
+    DirObjectCreate {
+        path: String,
+        ino: InodeId,
+        depth: u8,
+    },
     /// Node of shards `shards` of directory `dir`: hold them (empty; pre-split mkdir).
     ShardCreate {
         dir: String,
-        ino: u64,
+        ino: InodeId,
         shards: Vec<Shard>,
     },
     /// Node of the upper half `child` of a splitting shard: stage these entries, hidden.
     ShardImport {
         dir: String,
-        ino: u64,
+        ino: InodeId,
         txid: u64,
         child: Shard,
         entries: Vec<ExportedEntry>,
@@ -301,12 +305,12 @@ pub enum PeerRequest {
     /// Home of `dir`: leaf `shard` splits (`split`) or the split was abandoned (idempotent).
     ShardMapChange {
         dir: String,
-        ino: u64,
+        ino: InodeId,
         shard: Shard,
         split: bool,
     },
     /// Owner of directory `path`: remove its (empty) directory object (idempotent).
-    DirObjectRemove { path: String, ino: u64 },
+    DirObjectRemove { path: String, ino: InodeId },
     /// Owner of the destination entry: stage `inode` under `to` (invisible until commit) with
     /// the chunk-0 blocks that move with it.
     RenamePrepare {
@@ -323,20 +327,20 @@ pub enum PeerRequest {
     RenameAbort { txid: u64 },
     /// Owner of chunk `chunk`: drop its bytes at and beyond `keep_bytes` (chunk-relative).
     ChunkTrim {
-        ino: u64,
+        ino: InodeId,
         chunk: u64,
         keep_bytes: u64,
     },
     /// Any partition: drop every byte of `ino` it holds at or beyond `from_bytes` in chunks
     /// 1 and up (a truncate or unlink of a file with many chunks: one request per
     /// partition instead of one per chunk, so a huge sparse file goes in bounded time).
-    ChunkTrimFrom { ino: u64, from_bytes: u64 },
+    ChunkTrimFrom { ino: InodeId, from_bytes: u64 },
     /// Owner of the entry of directory `path` (inode `ino`): entries were added or removed
     /// in it, by the partition holding them, at `now_ns`: set its mtime and ctime, and its
     /// link count to `nlink` if given.
     DirTouch {
         path: String,
-        ino: u64,
+        ino: InodeId,
         now_ns: i64,
         nlink: Option<u32>,
     },
@@ -354,7 +358,7 @@ pub enum PeerRequest {
     DirImport {
         path: String,
         txid: u64,
-        ino: u64,
+        ino: InodeId,
         shards: Vec<Shard>,
         map: Option<ShardMap>,
         entries: Vec<ExportedEntry>,
@@ -385,18 +389,18 @@ pub enum PeerRequest {
     /// Owner of the entry of `path`: create a hard-link name for inode `ino` living on `home`.
     PutLinkRef {
         path: String,
-        ino: u64,
+        ino: InodeId,
         home: PartitionId,
     },
     /// Home of hard-linked inode `ino`: add `delta` to its link count (the object and its
     /// data go away at 0). Replies with the inode after the change (`Unit` when removed).
-    AdjustLinks { ino: u64, delta: i64 },
+    AdjustLinks { ino: InodeId, delta: i64 },
     /// Home of hard-linked inode `ino`: `op` (from a path request whose path names a link
     /// to it; ancestors already checked by the sender) applied to the inode object, as
     /// `caller`. A flat operation, not a nested `Request`: a decoder must never recurse on
     /// what a peer sends.
     AtInode {
-        ino: u64,
+        ino: InodeId,
         caller: Caller,
         op: InodeOp,
     },
@@ -422,7 +426,7 @@ pub enum PeerRequest {
 pub enum ReplicaRequest {
     /// Primary to a backup of the same partition: the backup's copy of one block, if intact
     /// (repairing a block that failed its checksum on the primary).
-    ReplicaBlock { ino: u64, block: u64 },
+    ReplicaBlock { ino: InodeId, block: u64 },
     // ---- replication (docs/replication.md); target = the partition, sent by its primary ----
     /// A backup of the target partition: apply batch `seq` (after every lower one), durably,
     /// then answer. `acked`: every batch up to it was acknowledged by this backup before (a
@@ -480,10 +484,10 @@ pub struct ReplOp {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CopyRange {
     pub src: String,
-    pub src_ino: u64,
+    pub src_ino: InodeId,
     pub src_off: u64,
     pub dst: String,
-    pub dst_ino: u64,
+    pub dst_ino: InodeId,
     pub dst_off: u64,
     pub len: u64,
     pub opened: bool,
@@ -498,7 +502,7 @@ pub enum InodeOp {
         max_bytes: u64,
     },
     Read {
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         len: u64,
     },
@@ -506,19 +510,19 @@ pub enum InodeOp {
     /// the file's owner may go on writing without a write bit (a file made by
     /// open(O_CREAT, 0) is written through its descriptor; POSIX checks access at open).
     Write {
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
         opened: bool,
     },
     ExtendSize {
-        ino: u64,
+        ino: InodeId,
         size: u64,
         opened: bool,
     },
     Truncate {
-        ino: u64,
+        ino: InodeId,
         size: u64,
         opened: bool,
     },
@@ -536,7 +540,7 @@ pub enum InodeOp {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsckDir {
     pub path: String,
-    pub ino: u64,
+    pub ino: InodeId,
     pub shards: Vec<Shard>,
     pub map: Option<ShardMap>,
     /// Frozen, hidden or splitting: an operation is in flight.
@@ -555,16 +559,16 @@ pub struct FsckEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FsckRepair {
     /// A directory entry without its directory object: create the (empty) object.
-    CreateDirObject { path: String, ino: u64 },
+    CreateDirObject { path: String, ino: InodeId },
     /// A directory object without an entry naming it, and empty: remove it.
-    DropEmptyDirObject { path: String, ino: u64 },
+    DropEmptyDirObject { path: String, ino: InodeId },
     /// Set a hard-linked inode's link count to the number of names found.
-    SetLinks { ino: u64, nlink: u32 },
+    SetLinks { ino: InodeId, nlink: u32 },
     /// Blocks of an inode no file has, or beyond its size: drop blocks from `from_block`.
-    DropBlocks { ino: u64, from_block: u64 },
+    DropBlocks { ino: InodeId, from_block: u64 },
     /// A block failing its checksum on some copy: make every copy intact again from one
     /// that is (sent to the partition's primary).
-    RepairBlock { ino: u64, block: u64 },
+    RepairBlock { ino: InodeId, block: u64 },
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.

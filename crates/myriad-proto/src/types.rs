@@ -2,9 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Inode id of the root directory. Other ids are `node_id << 40 | counter`, so they are unique
-/// across the cluster without coordination.
-pub const ROOT_INO: u64 = 1;
+pub use myriad_placement::InodeId;
+
+/// Inode id of the root directory.
+pub const ROOT_INO: InodeId = InodeId(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileKind {
@@ -49,7 +50,7 @@ pub struct Xattr {
 /// since the Unix epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inode {
-    pub ino: u64,
+    pub ino: InodeId,
     pub kind: FileKind,
     /// Permission bits only (0o7777); the kind is in `kind`.
     pub mode: u32,

@@ -1,3 +1,4 @@
+use myriad_proto::InodeId;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StorageError {
@@ -14,7 +15,7 @@ pub enum StorageError {
     /// A stored block failed its checksum (blocks.rs): the bytes on disk are not what was
     /// written. The server repairs it from another copy where it can.
     #[error("block {block} of inode {ino} failed its checksum (data corrupted on disk)")]
-    Checksum { ino: u64, block: u64 },
+    Checksum { ino: InodeId, block: u64 },
 }
 
 impl From<fjall::Error> for StorageError {

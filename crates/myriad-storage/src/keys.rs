@@ -3,6 +3,7 @@
 //! hash orders a directory's entries by hash, so a shard of a huge directory (a hash range,
 //! docs/huge-dirs.md) is one contiguous key range and a listing cursor is a hash position.
 
+use myriad_proto::InodeId;
 use myriad_proto::name_hash;
 
 /// Bytes of the name hash between the directory prefix and the name.
@@ -44,9 +45,9 @@ pub fn split_entry_key(key: &[u8], prefix_len: usize) -> Option<(u64, String)> {
 }
 
 #[must_use]
-pub fn block_key(ino: u64, block: u64) -> Vec<u8> {
+pub fn block_key(ino: InodeId, block: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(16);
-    k.extend_from_slice(&ino.to_be_bytes());
+    k.extend_from_slice(&ino.0.to_be_bytes());
     k.extend_from_slice(&block.to_be_bytes());
     k
 }

@@ -1,6 +1,7 @@
 //! Records stored as values. Encoded with postcard behind a one-byte record version, so the
 //! on-disk format can evolve (a new version byte plus a migration in `Store`).
 
+use myriad_proto::InodeId;
 use myriad_proto::{Inode, Shard, ShardMap};
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +30,7 @@ pub struct Pending {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirRecord {
     /// Inode id of the directory (matches the entry in its parent).
-    pub ino: u64,
+    pub ino: InodeId,
     /// The root's own attributes (it has no parent entry); `None` for every other directory.
     pub root_attrs: Option<Inode>,
     /// A directory rename (txid) is copying this object away: reads go on, writes get `Busy`.
@@ -49,7 +50,7 @@ pub struct DirRecord {
 impl DirRecord {
     /// The record of a new, unsplit directory.
     #[must_use]
-    pub fn new(ino: u64) -> DirRecord {
+    pub fn new(ino: InodeId) -> DirRecord {
         DirRecord {
             ino,
             root_attrs: None,

@@ -14,6 +14,7 @@ use crate::keys::{
 };
 use crate::kv::{Batch, Kv, Space};
 use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
+use myriad_proto::InodeId;
 
 /// Version of the on-disk layout; stored under `format_version` in `Meta`.
 /// 2: entry keys carry the name hash; directory records carry shards.
@@ -283,7 +284,7 @@ impl Store {
     /// Reads `len` bytes at `offset` of inode `ino`, clipped to `size`; holes read as zeros.
     pub fn read_range(
         &self,
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         len: u64,
         size: u64,
@@ -318,7 +319,7 @@ impl Store {
     pub fn write_range(
         &self,
         batch: &mut Batch,
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         data: &[u8],
     ) -> Result<(), StorageError> {
@@ -350,7 +351,7 @@ impl Store {
     pub fn trim_blocks(
         &self,
         batch: &mut Batch,
-        ino: u64,
+        ino: InodeId,
         keep_bytes: u64,
         first_block: u64,
         end_block: u64,
@@ -358,7 +359,7 @@ impl Store {
         let start_block = (keep_bytes / BLOCK_BYTES).max(first_block);
         // Raw values: a block that goes whole is deleted unread, so a corrupt block never
         // stops a file from being deleted or truncated below it.
-        let prefix = ino.to_be_bytes();
+        let prefix = ino.0.to_be_bytes();
         let mut after = start_block.checked_sub(1).map(|b| block_key(ino, b));
         loop {
             let page = self.kv.scan(Space::Blocks, &prefix, after.as_deref(), 64)?;
@@ -392,16 +393,16 @@ impl Store {
     /// One short scan per inode: it jumps past each inode's blocks.
     pub fn block_inodes(
         &self,
-        after: Option<u64>,
+        after: Option<InodeId>,
         limit: usize,
-    ) -> Result<Vec<(u64, u64)>, StorageError> {
+    ) -> Result<Vec<(InodeId, u64)>, StorageError> {
         let mut out = Vec::new();
         let mut cursor = after.map(|a| block_key(a, u64::MAX));
         while out.len() < limit {
             let page = self.kv.scan(Space::Blocks, b"", cursor.as_deref(), 1)?;
             let Some((k, _)) = page.first() else { break };
             let (Some(ino), Some(block)) = (
-                crate::keys::decode_u64_key(k),
+                crate::keys::decode_u64_key(k).map(InodeId),
                 k.get(8..).and_then(crate::keys::decode_u64_key),
             ) else {
                 break;
@@ -413,11 +414,11 @@ impl Store {
     }
 
     /// The first block of `ino` at or after `block`, if any (fsck: data beyond the size).
-    pub fn first_block_from(&self, ino: u64, block: u64) -> Result<Option<u64>, StorageError> {
+    pub fn first_block_from(&self, ino: InodeId, block: u64) -> Result<Option<u64>, StorageError> {
         let after = block.checked_sub(1).map(|b| block_key(ino, b));
         let page = self
             .kv
-            .scan(Space::Blocks, &ino.to_be_bytes(), after.as_deref(), 1)?;
+            .scan(Space::Blocks, &ino.0.to_be_bytes(), after.as_deref(), 1)?;
         Ok(page
             .first()
             .and_then(|(k, _)| k.get(8..).and_then(crate::keys::decode_u64_key)))
@@ -426,11 +427,11 @@ impl Store {
     /// All blocks of `ino` in `[first_block, end_block)`, for moving chunk 0 with its inode.
     pub fn blocks(
         &self,
-        ino: u64,
+        ino: InodeId,
         first_block: u64,
         end_block: u64,
     ) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
-        let prefix = ino.to_be_bytes();
+        let prefix = ino.0.to_be_bytes();
         let after = if first_block == 0 {
             None
         } else {
@@ -462,12 +463,12 @@ impl Store {
         Ok(out)
     }
 
-    pub fn put_block(&self, batch: &mut Batch, ino: u64, block: u64, data: Vec<u8>) {
+    pub fn put_block(&self, batch: &mut Batch, ino: InodeId, block: u64, data: Vec<u8>) {
         batch.put(Space::Blocks, block_key(ino, block), seal_block(data));
     }
 
     /// One block's data, checked against its checksum (None: a hole).
-    pub fn block(&self, ino: u64, block: u64) -> Result<Option<Vec<u8>>, StorageError> {
+    pub fn block(&self, ino: InodeId, block: u64) -> Result<Option<Vec<u8>>, StorageError> {
         match self.kv.get(Space::Blocks, &block_key(ino, block))? {
             None => Ok(None),
             Some(v) => open_block(v)
@@ -477,12 +478,12 @@ impl Store {
     }
 
     /// The raw stored value of a block, checksum included (repair compares it).
-    pub fn block_value(&self, ino: u64, block: u64) -> Result<Option<Vec<u8>>, StorageError> {
+    pub fn block_value(&self, ino: InodeId, block: u64) -> Result<Option<Vec<u8>>, StorageError> {
         self.kv.get(Space::Blocks, &block_key(ino, block))
     }
 
     /// Blocks of this store whose checksum fails, at most `limit` (fsck, scrub).
-    pub fn corrupt_blocks(&self, limit: usize) -> Result<Vec<(u64, u64)>, StorageError> {
+    pub fn corrupt_blocks(&self, limit: usize) -> Result<Vec<(InodeId, u64)>, StorageError> {
         let mut bad = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
@@ -493,7 +494,7 @@ impl Store {
             after = Some(last.clone());
             for (k, v) in &page {
                 if crate::blocks::block_data(v).is_none() {
-                    let ino = crate::keys::decode_u64_key(k).unwrap_or(0);
+                    let ino = InodeId(crate::keys::decode_u64_key(k).unwrap_or(0));
                     let block = k
                         .get(8..)
                         .and_then(crate::keys::decode_u64_key)
@@ -509,7 +510,7 @@ impl Store {
 
     /// Fault injection for tests of the checks above: flips one bit of a stored block's data
     /// behind its checksum, as a failing disk would. Never called by the server.
-    pub fn corrupt_block_for_test(&self, ino: u64, block: u64) -> Result<bool, StorageError> {
+    pub fn corrupt_block_for_test(&self, ino: InodeId, block: u64) -> Result<bool, StorageError> {
         let key = block_key(ino, block);
         let Some(mut v) = self.kv.get(Space::Blocks, &key)? else {
             return Ok(false);

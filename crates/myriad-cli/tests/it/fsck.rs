@@ -12,6 +12,7 @@ use myriad_client::proto::FsckRepair;
 use myriad_client::{Caller, Client};
 
 use crate::harness::{TestCluster, server_of};
+use myriad_client::InodeId;
 use myriad_proto::AdminRequest;
 
 fn must<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
@@ -91,7 +92,7 @@ async fn fsck_is_clean_finds_damage_and_repairs_it() {
             ring.owner_of_dir("/ghost"),
             myriad_proto::Request::Admin(AdminRequest::FsckRepair(FsckRepair::CreateDirObject {
                 path: "/ghost".into(),
-                ino: 0xdead,
+                ino: InodeId(0xdead),
             })),
         )
         .await,

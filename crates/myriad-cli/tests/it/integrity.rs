@@ -9,6 +9,7 @@ use myriad_client::{Client, NodeId, PartitionId};
 use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
 
 use crate::harness::TestCluster;
+use myriad_client::InodeId;
 
 fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 % 251) as u8).collect()
@@ -45,13 +46,13 @@ async fn corrupt_offline(
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             store
-                .corrupt_block_for_test(ino, block)
+                .corrupt_block_for_test(InodeId(ino), block)
                 .unwrap_or_else(|e| panic!("{e}")),
             "no block {block} of inode {ino} in partition {pid} on server {server}"
         );
         assert!(
             matches!(
-                store.block(ino, block),
+                store.block(InodeId(ino), block),
                 Err(myriad_storage::StorageError::Checksum { .. })
             ),
             "the flipped bit must fail the checksum"
@@ -96,7 +97,7 @@ async fn a_flipped_bit_is_detected_on_read_and_repaired_from_a_replica() {
 
     // 1. The primary's copy of block 1 goes bad: the read still returns the right bytes,
     //    and the server says what it found and fixed.
-    corrupt_offline(&tc, &c, primary, pid, ino, 1).await;
+    corrupt_offline(&tc, &c, primary, pid, ino.0, 1).await;
     let (pid2, primary2, _) = holders(&c, "/d").await;
     assert_eq!(
         (pid2, primary2),
@@ -124,7 +125,7 @@ async fn a_flipped_bit_is_detected_on_read_and_repaired_from_a_replica() {
     tc.fsck_until_clean().await;
 
     // 2. A backup's copy goes bad (reads never touch it): fsck finds it, --repair fixes it.
-    corrupt_offline(&tc, &c, backup, pid, ino, 2).await;
+    corrupt_offline(&tc, &c, backup, pid, ino.0, 2).await;
     let out = tc.cli(&["fsck"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -156,7 +157,7 @@ async fn with_one_copy_a_corrupt_block_is_an_error_not_wrong_data() {
         .unwrap_or_else(|e| panic!("{e}"));
     let ino = c.stat("/d/f").await.unwrap_or_else(|e| panic!("{e}")).ino;
     let pid = c.map().ring().owner_of_dir("/d");
-    corrupt_offline(&tc, &c, NodeId(1), pid, ino, 0).await;
+    corrupt_offline(&tc, &c, NodeId(1), pid, ino.0, 0).await;
     let r = c.fetch("/d/f").await;
     assert_eq!(
         r.err(),

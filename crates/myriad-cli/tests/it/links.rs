@@ -129,7 +129,7 @@ async fn kill9_during_links_leaves_no_name_without_its_inode() {
                 .unwrap_or_else(|er| panic!("{p}: {er}"));
             assert!(data.starts_with(b"file "), "{p}: {data:?}");
             let slot = names_per_ino
-                .entry(e.inode.ino)
+                .entry(e.inode.ino.0)
                 .or_insert((0, e.inode.nlink));
             slot.0 += 1;
         }

@@ -40,7 +40,7 @@ impl Transport for Servers {
                         w.push((*offset, data.clone()));
                     }
                     Ok(Response::Attr(Inode {
-                        ino: INO,
+                        ino: InodeId(INO),
                         size: offset + data.len() as u64,
                         ..placeholder()
                     }))
@@ -68,7 +68,7 @@ fn mount_with_open_file(servers: Arc<Servers>) -> (Inner, u64) {
     let file = FileHandle {
         path: "/f".into(),
         inode: Inode {
-            ino: INO,
+            ino: InodeId(INO),
             ..placeholder()
         },
         opened: true,
@@ -85,22 +85,22 @@ async fn buffered_writes_a_failed_send_may_still_deliver_stay_buffered() {
         .write(fh, 0, b"abc".to_vec())
         .await
         .unwrap_or_else(|e| panic!("write: {e}"));
-    assert!(inner.handles.has_unsent(INO));
+    assert!(inner.handles.has_unsent(InodeId(INO)));
     // A reader's flush meets an unreachable server: the reader fails, the bytes stay.
     *servers.fail.lock().unwrap_or_else(|p| p.into_inner()) =
         Some(FsError::Unavailable("down".into()));
-    let r = inner.flush_ino(INO).await;
+    let r = inner.flush_ino(InodeId(INO)).await;
     assert!(
         matches!(r, Err(FsError::Unavailable(_))),
         "a flush that sent nothing succeeded: {r:?}"
     );
     assert!(
-        inner.handles.has_unsent(INO),
+        inner.handles.has_unsent(InodeId(INO)),
         "the unsent bytes were dropped"
     );
     // The next flush delivers them, and the writer's close reports no error.
     inner
-        .flush_ino(INO)
+        .flush_ino(InodeId(INO))
         .await
         .unwrap_or_else(|e| panic!("flush: {e}"));
     assert_eq!(
@@ -122,8 +122,8 @@ async fn buffered_writes_refused_for_good_are_the_writers_error() {
         .await
         .unwrap_or_else(|e| panic!("write: {e}"));
     *servers.fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(FsError::NoSpace);
-    assert_eq!(inner.flush_ino(INO).await, Err(FsError::NoSpace));
-    assert!(!inner.handles.has_unsent(INO));
+    assert_eq!(inner.flush_ino(InodeId(INO)).await, Err(FsError::NoSpace));
+    assert!(!inner.handles.has_unsent(InodeId(INO)));
     // The writer hears it at its next call.
     assert_eq!(inner.flush(fh).await, Err(FsError::NoSpace));
 }

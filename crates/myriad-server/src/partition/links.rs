@@ -21,6 +21,7 @@ use myriad_proto::{
 use crate::partition::core::{Partition, split_owned};
 use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
 use crate::state::perm;
+use myriad_proto::InodeId;
 use myriad_proto::PeerRequest;
 
 impl Partition {
@@ -47,7 +48,10 @@ impl Partition {
     /// If `path` (owned here) names a hard link, the home and inode id to send `req` to.
     /// A link name in the middle of a multi-node operation answers `Busy` (the client
     /// retries) rather than being taken for a regular file.
-    pub(crate) fn link_target(&self, path: &str) -> Result<Option<(PartitionId, u64)>, FsError> {
+    pub(crate) fn link_target(
+        &self,
+        path: &str,
+    ) -> Result<Option<(PartitionId, InodeId)>, FsError> {
         if path == "/" || validate_path(path).is_err() {
             return Ok(None);
         }
@@ -76,7 +80,7 @@ impl Partition {
         caller: Caller,
         path: &str,
         home: PartitionId,
-        ino: u64,
+        ino: InodeId,
         op: InodeOp,
     ) -> Result<Response, FsError> {
         self.search(&caller, path).await?;
@@ -90,7 +94,7 @@ impl Partition {
     /// At the home: `op` applied to inode object `ino`.
     pub(crate) async fn at_inode(
         self: &Arc<Self>,
-        ino: u64,
+        ino: InodeId,
         caller: Caller,
         op: InodeOp,
         chunk_size: u64,
@@ -234,7 +238,7 @@ impl Partition {
     /// Home side of AdjustLinks.
     pub(crate) async fn adjust_links(
         self: &Arc<Self>,
-        ino: u64,
+        ino: InodeId,
         delta: i64,
     ) -> Result<Response, FsError> {
         self.mutate(Mutation::AdjustLinks {

@@ -13,6 +13,7 @@ use myriad_storage::StorageError;
 
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, storage_err};
+use myriad_proto::InodeId;
 use myriad_proto::ReplicaRequest;
 
 /// Blocks one read may repair before giving up (a 4 MiB read spans 64 blocks).
@@ -22,7 +23,7 @@ impl Partition {
     /// `Store::read_range`, repairing blocks that fail their checksum from another copy.
     pub(crate) async fn read_range_repairing(
         &self,
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         len: u64,
         size: u64,
@@ -39,7 +40,7 @@ impl Partition {
     }
 
     /// Makes every copy of block `block` of `ino` intact again, from one that is.
-    pub(crate) async fn repair_block(&self, ino: u64, block: u64) -> Result<(), FsError> {
+    pub(crate) async fn repair_block(&self, ino: InodeId, block: u64) -> Result<(), FsError> {
         self.env.count("block_checksum_failures");
         self.applier.run(Mutation::Barrier).await?;
         let (data, from) = match self.store.block(ino, block) {
@@ -48,7 +49,7 @@ impl Partition {
             Err(StorageError::Checksum { .. }) => {
                 tracing::error!(
                     partition = %self.me,
-                    ino,
+                    ino = %ino,
                     block,
                     "block failed its checksum here; repairing it from a backup"
                 );
@@ -62,7 +63,7 @@ impl Partition {
         self.env.count("blocks_repaired");
         tracing::warn!(
             partition = %self.me,
-            ino,
+            ino = %ino,
             block,
             from_server = %from,
             "block repaired on every copy"
@@ -72,7 +73,7 @@ impl Partition {
 
     pub(super) async fn intact_copy_on_a_backup(
         &self,
-        ino: u64,
+        ino: InodeId,
         block: u64,
     ) -> Result<(Vec<u8>, NodeId), FsError> {
         let st = self.env.map();
@@ -91,19 +92,19 @@ impl Partition {
                 Ok(other) => {
                     tracing::warn!(
                         server = %server,
-                        ino,
+                        ino = %ino,
                         block,
                         "no intact copy on this backup: {other:?}"
                     )
                 }
                 Err(e) => {
-                    tracing::warn!(server = %server, ino, block, "no intact copy on this backup: {e}")
+                    tracing::warn!(server = %server, ino = %ino, block, "no intact copy on this backup: {e}")
                 }
             }
         }
         tracing::error!(
             partition = %self.me,
-            ino,
+            ino = %ino,
             block,
             "block is corrupt and no backup has an intact copy"
         );

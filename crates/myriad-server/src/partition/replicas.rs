@@ -330,6 +330,7 @@ pub fn ancestors(path: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use myriad_proto::FileKind;
+    use myriad_proto::InodeId;
 
     #[test]
     fn ancestors_of_paths() {
@@ -340,7 +341,7 @@ mod tests {
 
     fn dir(mode: u32) -> Inode {
         Inode {
-            ino: 5,
+            ino: InodeId(5),
             kind: FileKind::Directory,
             mode,
             uid: 0,

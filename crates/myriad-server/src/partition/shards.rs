@@ -11,6 +11,7 @@ use myriad_storage::DirRecord;
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
+use myriad_proto::InodeId;
 use myriad_proto::{ClientRequest, PeerRequest};
 
 /// Attempts of a server-to-server request whose target shard moved under it.
@@ -21,8 +22,8 @@ const SHARD_RETRIES_MAX: u32 = 8;
 /// The freeze id of removing split directory `ino`: derived from the inode, so a repeated
 /// removal (recovery of the rmdir) finds its own freeze. Txids and inode ids are
 /// `node_id << 40 | counter` with node ids below 2^23, so bit 63 is never set in either.
-fn removal_freeze_id(ino: u64) -> u64 {
-    ino | (1 << 63)
+fn removal_freeze_id(ino: InodeId) -> u64 {
+    ino.0 | (1 << 63)
 }
 
 impl Partition {
@@ -231,7 +232,7 @@ impl Partition {
     pub(crate) async fn create_dir_object(
         self: &Arc<Self>,
         path: &str,
-        ino: u64,
+        ino: InodeId,
         depth: u8,
     ) -> Result<(), FsError> {
         let st = self.state();
@@ -268,7 +269,7 @@ impl Partition {
     pub(crate) async fn remove_dir_object(
         self: &Arc<Self>,
         path: &str,
-        ino: u64,
+        ino: InodeId,
     ) -> Result<(), FsError> {
         let rec = self.store.dir(path).map_err(storage_err)?;
         let Some(map) = rec
@@ -363,7 +364,7 @@ impl Partition {
         self: &Arc<Self>,
         st: &MapState,
         dir: String,
-        ino: u64,
+        ino: InodeId,
         txid: u64,
         child: Shard,
         entries: Vec<myriad_proto::ExportedEntry>,

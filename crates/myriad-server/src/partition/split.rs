@@ -14,6 +14,7 @@ use crate::partition::core::Partition;
 use crate::partition::twophase::join;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome, ShardMutation, storage_err};
+use myriad_proto::InodeId;
 use myriad_proto::PeerRequest;
 
 /// Directories whose additions are counted at once; beyond it the counts start over.
@@ -181,7 +182,7 @@ impl Partition {
     pub(super) async fn copy_upper_half(
         self: &Arc<Self>,
         dir: &str,
-        ino: u64,
+        ino: InodeId,
         txid: u64,
         shard: Shard,
     ) -> Result<Vec<String>, FsError> {
@@ -283,7 +284,13 @@ impl Partition {
     /// the shard accepts writes again (the intent is kept, decided `Abort`), then the child's
     /// node drops its copy and the intent goes. Whatever a dead peer stops here, recovery
     /// repeats; writes wait only for the home, never for the child's node.
-    pub(crate) async fn undo_split(self: &Arc<Self>, dir: &str, ino: u64, txid: u64, shard: Shard) {
+    pub(crate) async fn undo_split(
+        self: &Arc<Self>,
+        dir: &str,
+        ino: InodeId,
+        txid: u64,
+        shard: Shard,
+    ) {
         tracing::info!(
             partition = %self.me,
             txid,

@@ -19,6 +19,7 @@ use crate::partition::core::Partition;
 use crate::state::intent::{Decision, DirMove, Intent};
 use crate::state::mutation::{Mutation, Outcome};
 use myriad_placement::Shard;
+use myriad_proto::InodeId;
 use myriad_proto::{ClientRequest, PeerRequest};
 
 /// Removes a txid from the live set when the operation driving it ends, however it ends.
@@ -354,7 +355,7 @@ impl Partition {
         txid: u64,
         from: &str,
         to: &str,
-        ino: u64,
+        ino: InodeId,
         moves: &mut Vec<DirMove>,
     ) -> Result<(), FsError> {
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);

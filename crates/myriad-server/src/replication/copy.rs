@@ -308,7 +308,7 @@ impl Backup {
                     Err(StorageError::Checksum { .. }) => {
                         tracing::error!(
                             partition = %self.pid,
-                            ino,
+                            ino = %ino,
                             block,
                             "backup copy of a block fails its checksum too"
                         );

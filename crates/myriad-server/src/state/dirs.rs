@@ -8,6 +8,7 @@ use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
 use crate::state::records::{
     adjust_subdirs, is_dir, new_inode, put_visible, require_free_name, require_writable, visible,
 };
+use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
 pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
@@ -24,7 +25,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, b)?;
             let txid = ctx.ids.next(ctx.store, b)?;
-            let mut inode = new_inode(ino, FileKind::Directory, mode & 0o7777, uid, gid, now);
+            let mut inode = new_inode(
+                InodeId(ino),
+                FileKind::Directory,
+                mode & 0o7777,
+                uid,
+                gid,
+                now,
+            );
             inode.nlink = 2;
             let rec = EntryRecord {
                 inode: None,
@@ -37,7 +45,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             let intent = Intent::Mkdir {
                 dir,
                 name,
-                ino,
+                ino: InodeId(ino),
                 depth,
                 decision: Decision::Undecided,
             };

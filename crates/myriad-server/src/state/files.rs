@@ -8,6 +8,7 @@ use crate::state::records::{
     drop_file_data, new_inode, put_visible, require_dir, require_free_name, require_writable,
     visible,
 };
+use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
 pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
@@ -63,11 +64,11 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 _ => {}
             }
             let ino = ctx.ids.next(ctx.store, b)?;
-            let mut inode = new_inode(ino, FileKind::File, mode & 0o7777, uid, gid, now);
+            let mut inode = new_inode(InodeId(ino), FileKind::File, mode & 0o7777, uid, gid, now);
             inode.size = data.len() as u64;
             if !data.is_empty() {
                 ctx.store
-                    .write_range(b, ino, 0, &data)
+                    .write_range(b, InodeId(ino), 0, &data)
                     .map_err(storage_err)?;
             }
             put_visible(ctx.store, b, &dir, &name, &inode);
@@ -83,7 +84,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         } => {
             require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, b)?;
-            let mut inode = new_inode(ino, FileKind::Symlink, 0o777, uid, gid, now);
+            let mut inode = new_inode(InodeId(ino), FileKind::Symlink, 0o777, uid, gid, now);
             inode.size = target.len() as u64;
             inode.symlink_target = Some(target);
             put_visible(ctx.store, b, &dir, &name, &inode);
@@ -106,7 +107,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, b)?;
-            let mut inode = new_inode(ino, kind, mode & 0o7777, uid, gid, now);
+            let mut inode = new_inode(InodeId(ino), kind, mode & 0o7777, uid, gid, now);
             if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
                 inode.rdev = rdev;
             }

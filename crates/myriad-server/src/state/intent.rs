@@ -3,6 +3,7 @@
 //! periodically) the recovery task finishes or undoes every intent no live operation owns.
 //! See ARCHITECTURE.md "Two-node operations".
 
+use myriad_proto::InodeId;
 use myriad_proto::{PartitionId, codec};
 use serde::{Deserialize, Serialize};
 
@@ -45,7 +46,7 @@ pub enum Intent {
     Mkdir {
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
         /// Pre-split into 2^depth shards.
         depth: u8,
         decision: Decision,
@@ -54,7 +55,7 @@ pub enum Intent {
     Rmdir {
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
         decision: Decision,
     },
     /// Coordinator (source side) of a cross-node rename of `from_dir/from_name` to `to`.
@@ -66,7 +67,7 @@ pub enum Intent {
         /// The node holding the destination entry (chosen by the coordinator's shard map at
         /// the start; recovery must talk to that node, not guess again).
         dst_node: PartitionId,
-        ino: u64,
+        ino: InodeId,
         decision: Decision,
         /// For a directory: every directory object of the subtree (old -> new path),
         /// recorded with the commit decision.
@@ -78,20 +79,20 @@ pub enum Intent {
         coordinator: PartitionId,
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
     },
     /// Partition of a splitting shard of `dir`: its upper half is being copied to the child's
     /// node (docs/huge-dirs.md). Undecided rolls back; Commit repeats the reveal.
     SplitOut {
         dir: String,
         shard: myriad_proto::Shard,
-        ino: u64,
+        ino: InodeId,
         decision: Decision,
     },
     /// Chunks >= 1 of `ino` hold bytes at or beyond `keep_bytes` (up to `old_size`) that must be
     /// dropped on their owners (after unlink, replace, or truncate down).
     ChunkGc {
-        ino: u64,
+        ino: InodeId,
         keep_bytes: u64,
         old_size: u64,
     },

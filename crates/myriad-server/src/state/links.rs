@@ -8,6 +8,7 @@ use crate::state::records::{
     INODE_DIR, drop_file_data, inode_name, link_ref, put_visible, require_free_name,
     require_writable, visible,
 };
+use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
 pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
@@ -23,7 +24,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             inode.nlink = inode.nlink.saturating_add(1);
             inode.ctime_ns = now;
             if ctx.store.dir(INODE_DIR).map_err(storage_err)?.is_none() {
-                ctx.store.put_dir(b, INODE_DIR, &DirRecord::new(0));
+                ctx.store.put_dir(b, INODE_DIR, &DirRecord::new(InodeId(0)));
             }
             put_visible(ctx.store, b, INODE_DIR, &inode_name(inode.ino), &inode);
             put_visible(ctx.store, b, &dir, &name, &link_ref(inode.ino, me));

@@ -10,6 +10,7 @@ use myriad_storage::{BLOCK_BYTES, StorageError, Store};
 
 use crate::state::ids::IdAlloc;
 use crate::state::intent::{Decision, DirMove};
+use myriad_proto::InodeId;
 
 /// A change to one inode's attributes, applied in place.
 #[derive(Debug)]
@@ -32,7 +33,7 @@ pub enum Mutation {
     /// intact and equal to `data` (rewritten so that every copy gets it); a block written
     /// or deleted meanwhile is left alone.
     RepairBlock {
-        ino: u64,
+        ino: InodeId,
         block: u64,
         data: Vec<u8>,
     },
@@ -48,12 +49,12 @@ pub enum Mutation {
     PutLinkRef {
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
         home: PartitionId,
     },
     /// Adds `delta` to the link count of inode object `ino`; at 0 it goes with its data.
     AdjustLinks {
-        ino: u64,
+        ino: InodeId,
         delta: i64,
         now: i64,
     },
@@ -108,14 +109,14 @@ pub enum Mutation {
     DirTouch {
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
         now: i64,
         nlink: Option<u32>,
     },
     Write {
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
         offset: u64,
         data: Vec<u8>,
         now: i64,
@@ -123,31 +124,31 @@ pub enum Mutation {
     ExtendSize {
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
         size: u64,
         now: i64,
     },
     Truncate {
         dir: String,
         name: String,
-        ino: u64,
+        ino: InodeId,
         size: u64,
         now: i64,
     },
     WriteChunk {
-        ino: u64,
+        ino: InodeId,
         chunk: u64,
         offset: u64,
         data: Vec<u8>,
     },
     ChunkTrim {
-        ino: u64,
+        ino: InodeId,
         chunk: u64,
         keep_bytes: u64,
     },
     /// Drops every byte of `ino` held here at or beyond `from_bytes`, in chunks >= 1.
     ChunkTrimFrom {
-        ino: u64,
+        ino: InodeId,
         from_bytes: u64,
     },
     MkdirBegin {
@@ -182,13 +183,13 @@ pub enum Mutation {
     /// `shards`: the shards this (home) node holds; `map`: the map of a pre-split directory.
     DirObjectCreate {
         path: String,
-        ino: u64,
+        ino: InodeId,
         shards: Vec<Shard>,
         map: Option<ShardMap>,
     },
     DirObjectRemove {
         path: String,
-        ino: u64,
+        ino: InodeId,
     },
     RenameLocal {
         from: String,
@@ -216,7 +217,7 @@ pub enum Mutation {
     DirImport {
         path: String,
         txid: u64,
-        ino: u64,
+        ino: InodeId,
         shards: Vec<Shard>,
         map: Option<ShardMap>,
         entries: Vec<ExportedEntry>,
@@ -244,7 +245,7 @@ pub enum Mutation {
     Shard(ShardMutation),
     /// fsck repair: drop every block of `ino` from `from_block` on.
     DropBlocks {
-        ino: u64,
+        ino: InodeId,
         from_block: u64,
     },
 }
@@ -272,7 +273,7 @@ pub enum Outcome {
     Renamed(Option<u64>, Option<Inode>),
     SplitBegun {
         txid: u64,
-        ino: u64,
+        ino: InodeId,
     },
 }
 
@@ -304,7 +305,7 @@ pub enum ShardMutation {
     /// Partition B: stage `entries` in hidden shard `child` (created on the first page).
     Import {
         dir: String,
-        ino: u64,
+        ino: InodeId,
         txid: u64,
         child: Shard,
         entries: Vec<ExportedEntry>,
@@ -319,14 +320,14 @@ pub enum ShardMutation {
     /// Home: leaf `shard` of `dir` splits, or the split is undone. Idempotent.
     MapChange {
         dir: String,
-        ino: u64,
+        ino: InodeId,
         shard: Shard,
         split: bool,
     },
     /// Partition of shards of a directory made pre-split: hold them, empty. Idempotent.
     Create {
         dir: String,
-        ino: u64,
+        ino: InodeId,
         shards: Vec<Shard>,
     },
 }

@@ -147,10 +147,11 @@ mod tests {
     use myriad_proto::FileKind;
 
     use super::*;
+    use myriad_proto::InodeId;
 
     fn inode(mode: u32, uid: u32, gid: u32) -> Inode {
         Inode {
-            ino: 9,
+            ino: InodeId(9),
             kind: FileKind::Directory,
             mode,
             uid,

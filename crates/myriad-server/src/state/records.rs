@@ -9,17 +9,18 @@ use myriad_storage::{Batch, DirRecord, EntryRecord, Store};
 
 use crate::state::intent::Intent;
 use crate::state::ops::{Ctx, InodeChange, chunk0_blocks, storage_err};
+use myriad_proto::InodeId;
 
 /// Where inode objects of hard-linked files live on their home node: a reserved directory
 /// that no valid path can name ("//" never passes path validation).
 pub const INODE_DIR: &str = "//i";
 
-pub fn inode_name(ino: u64) -> String {
+pub fn inode_name(ino: InodeId) -> String {
     format!("{ino:016x}")
 }
 
 /// The entry of a name of a hard-linked file: only the inode id and where it lives.
-pub(crate) fn link_ref(ino: u64, home: PartitionId) -> Inode {
+pub(crate) fn link_ref(ino: InodeId, home: PartitionId) -> Inode {
     Inode {
         kind: FileKind::HardLink,
         mode: 0,
@@ -30,7 +31,7 @@ pub(crate) fn link_ref(ino: u64, home: PartitionId) -> Inode {
 }
 
 pub(crate) fn new_inode(
-    ino: u64,
+    ino: InodeId,
     kind: FileKind,
     mode: u32,
     uid: u32,
@@ -223,7 +224,7 @@ pub(crate) fn visible_file(
     store: &Store,
     dir: &str,
     name: &str,
-    ino: u64,
+    ino: InodeId,
 ) -> Result<Inode, FsError> {
     require_writable(store, dir, name)?;
     let inode = visible(store, dir, name)?;

@@ -6,6 +6,7 @@ use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 use crate::state::intent::{Decision, Intent};
 use crate::state::ops::{Ctx, Outcome, ShardMutation, chunk0_blocks, storage_err};
 use crate::state::records::put_visible;
+use myriad_proto::InodeId;
 
 pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, FsError> {
     match m {
@@ -263,7 +264,7 @@ fn put_split_intent(
     txid: u64,
     dir: String,
     shard: Shard,
-    ino: u64,
+    ino: InodeId,
     decision: Decision,
 ) {
     let intent = Intent::SplitOut {

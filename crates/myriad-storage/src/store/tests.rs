@@ -3,10 +3,11 @@ use std::sync::Arc;
 use myriad_proto::{FileKind, Inode};
 
 use crate::{BLOCK_BYTES, Batch, EntryRecord, FjallKv, Kv, MemKv, Store};
+use myriad_proto::InodeId;
 
 fn inode(ino: u64) -> Inode {
     Inode {
-        ino,
+        ino: InodeId(ino),
         kind: FileKind::File,
         mode: 0o644,
         uid: 1,
@@ -85,29 +86,33 @@ fn block_writes_and_reads_at_any_offset_with_holes() {
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let offset = 3 * BLOCK_BYTES + 1000;
         let mut b = Batch::new();
-        s.write_range(&mut b, 9, offset, &data)
+        s.write_range(&mut b, InodeId(9), offset, &data)
             .unwrap_or_else(|e| panic!("{e}"));
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
         let size = offset + data.len() as u64;
         let back = s
-            .read_range(9, offset, data.len() as u64, size)
+            .read_range(InodeId(9), offset, data.len() as u64, size)
             .unwrap_or_default();
         assert_eq!(back, data);
         // The hole before the data reads as zeros.
-        let hole = s.read_range(9, 0, offset, size).unwrap_or_default();
+        let hole = s
+            .read_range(InodeId(9), 0, offset, size)
+            .unwrap_or_default();
         assert_eq!(hole.len() as u64, offset);
         assert!(hole.iter().all(|&x| x == 0));
         // Overwrite a small piece in the middle (read-modify-write of one block).
         let mut b = Batch::new();
-        s.write_range(&mut b, 9, offset + 10, b"hello")
+        s.write_range(&mut b, InodeId(9), offset + 10, b"hello")
             .unwrap_or_else(|e| panic!("{e}"));
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
-        let back = s.read_range(9, offset + 8, 9, size).unwrap_or_default();
+        let back = s
+            .read_range(InodeId(9), offset + 8, 9, size)
+            .unwrap_or_default();
         assert_eq!(&back[2..7], b"hello");
         assert_eq!(back[0], data[8]);
         // Reads clip at size.
         assert_eq!(
-            s.read_range(9, size - 3, 100, size)
+            s.read_range(InodeId(9), size - 3, 100, size)
                 .unwrap_or_default()
                 .len(),
             3
@@ -115,10 +120,10 @@ fn block_writes_and_reads_at_any_offset_with_holes() {
         // Trim keeps exactly keep_bytes.
         let keep = offset + 70_000;
         let mut b = Batch::new();
-        s.trim_blocks(&mut b, 9, keep, 0, u64::MAX)
+        s.trim_blocks(&mut b, InodeId(9), keep, 0, u64::MAX)
             .unwrap_or_else(|e| panic!("{e}"));
         s.commit(b).unwrap_or_else(|e| panic!("{e}"));
-        let after = s.read_range(9, 0, size, size).unwrap_or_default();
+        let after = s.read_range(InodeId(9), 0, size, size).unwrap_or_default();
         assert!(
             after[usize::try_from(keep).unwrap_or(0)..]
                 .iter()
@@ -159,7 +164,7 @@ fn reopen_checks_node_id_and_keeps_data() {
             .flatten()
             .and_then(|e| e.inode)
             .map(|i| i.ino),
-        Some(5)
+        Some(InodeId(5))
     );
 }
 

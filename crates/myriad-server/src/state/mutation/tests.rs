@@ -8,6 +8,7 @@ use myriad_storage::DirRecord;
 
 use super::*;
 use crate::state::records::visible;
+use myriad_proto::InodeId;
 
 struct T {
     store: Store,
@@ -88,13 +89,13 @@ fn ids_are_unique_and_carry_the_node_id() {
         .unwrap_or_else(|e| panic!("{e}"))
         .ino;
     assert_ne!(a, b);
-    assert_eq!(a >> 40, 1);
+    assert_eq!(a.0 >> 40, 1);
     // A reload continues after the persisted high-water mark: no reuse.
     let mut ids =
         IdAlloc::load(&t.store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
     let mut batch = myriad_storage::Batch::new();
     let c = ids.next(&t.store, &mut batch).unwrap_or(0);
-    assert!(c > b);
+    assert!(c > b.0);
 }
 
 #[test]
@@ -144,14 +145,14 @@ fn dir_object_remove_refuses_non_empty() {
         shards: vec![myriad_proto::Shard::ALL],
         map: None,
         path: "/d".into(),
-        ino: 77,
+        ino: InodeId(77),
     })
     .unwrap_or_else(|e| panic!("{e}"));
     t.create("/d", "f", b"x").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         t.run(Mutation::DirObjectRemove {
             path: "/d".into(),
-            ino: 77
+            ino: InodeId(77)
         })
         .err(),
         Some(FsError::NotEmpty)
@@ -162,7 +163,7 @@ fn dir_object_remove_refuses_non_empty() {
             shards: vec![myriad_proto::Shard::ALL],
             map: None,
             path: "/d".into(),
-            ino: 77
+            ino: InodeId(77)
         })
         .is_ok()
     );
@@ -171,7 +172,7 @@ fn dir_object_remove_refuses_non_empty() {
             shards: vec![myriad_proto::Shard::ALL],
             map: None,
             path: "/d".into(),
-            ino: 78
+            ino: InodeId(78)
         })
         .err(),
         Some(FsError::AlreadyExists)
@@ -263,7 +264,7 @@ fn writes_extend_size_and_truncate_drops_bytes() {
         t.run(Mutation::Write {
             dir: "/".into(),
             name: "f".into(),
-            ino: 999,
+            ino: InodeId(999),
             offset: 0,
             data: vec![1],
             now: 5
@@ -278,13 +279,13 @@ fn chunk_operations_on_absurd_chunk_indexes_are_errors() {
     let mut t = T::new();
     let huge = u64::MAX / 2;
     let trim = Mutation::ChunkTrim {
-        ino: 1,
+        ino: InodeId(1),
         chunk: huge,
         keep_bytes: u64::MAX,
     };
     assert_eq!(t.run(trim).err(), Some(FsError::TooLarge));
     let write = Mutation::WriteChunk {
-        ino: 1,
+        ino: InodeId(1),
         chunk: huge,
         offset: 0,
         data: vec![1],
@@ -389,7 +390,7 @@ fn subdirectory_counts_follow_mkdir_rmdir_and_touches_set_times_and_links() {
         .unwrap_or_else(|e| panic!("{e}"));
     let c_now = entry(&t, "/", "c");
     assert_eq!((c_now.mtime_ns, c_now.nlink), (50, 7));
-    t.run(touch("/", "c", inode.ino + 1))
+    t.run(touch("/", "c", InodeId(inode.ino.0 + 1)))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         entry(&t, "/", "c"),
@@ -441,7 +442,7 @@ fn trimming_from_an_offset_drops_only_chunks_past_the_first() {
     let cs = 4u64 << 20;
     for chunk in [1u64, 5, 1_000_000] {
         t.run(Mutation::WriteChunk {
-            ino: 9,
+            ino: InodeId(9),
             chunk,
             offset: 0,
             data: vec![1; 10],
@@ -449,14 +450,18 @@ fn trimming_from_an_offset_drops_only_chunks_past_the_first() {
         .unwrap_or_else(|e| panic!("{e}"));
     }
     t.store
-        .write_range(&mut Batch::new(), 9, 0, &[1; 10])
+        .write_range(&mut Batch::new(), InodeId(9), 0, &[1; 10])
         .unwrap_or_else(|e| panic!("{e}"));
     t.run(Mutation::ChunkTrimFrom {
-        ino: 9,
+        ino: InodeId(9),
         from_bytes: 5 * cs + 5,
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    let read = |t: &T, at: u64| t.store.read_range(9, at, 10, at + 10).unwrap_or_default();
+    let read = |t: &T, at: u64| {
+        t.store
+            .read_range(InodeId(9), at, 10, at + 10)
+            .unwrap_or_default()
+    };
     assert_eq!(read(&t, cs), vec![1; 10], "chunk 1 is before the cut");
     assert_eq!(read(&t, 5 * cs), [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]);
     assert_eq!(read(&t, 1_000_000 * cs), vec![0; 10], "far chunk gone");
@@ -464,7 +469,7 @@ fn trimming_from_an_offset_drops_only_chunks_past_the_first() {
         t.run(Mutation::Truncate {
             dir: "/".into(),
             name: "x".into(),
-            ino: 1,
+            ino: InodeId(1),
             size: u64::MAX,
             now: 1,
         })
@@ -580,7 +585,7 @@ fn a_name_held_by_an_undecided_mkdir_is_busy_not_taken() {
 fn a_prepare_arriving_after_its_abort_is_refused() {
     let mut t = T::new();
     let inode = Inode {
-        ino: 77,
+        ino: InodeId(77),
         kind: FileKind::File,
         ..t.create("/", "src", b"x").unwrap_or_else(|e| panic!("{e}"))
     };
@@ -620,6 +625,6 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         now: 7,
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(entry(&t, "/", "dst").ino, 77);
+    assert_eq!(entry(&t, "/", "dst").ino, InodeId(77));
     assert!(t.store.intent(prepare_key(11)).ok().flatten().is_none());
 }
