@@ -289,6 +289,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "config",
             "counters",
             "space",
+            "test_disk",
             "workload_rng",
         ],
     ),

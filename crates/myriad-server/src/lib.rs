@@ -25,6 +25,8 @@ mod seams;
 mod space;
 mod state;
 #[cfg(test)]
+mod test_disk;
+#[cfg(test)]
 mod workload_rng;
 
 use std::sync::Arc;

@@ -219,7 +219,17 @@ impl Drop for TestCluster {
                 let log =
                     std::fs::read_to_string(self.dir.path().join(format!("node-{}.log", n.id)))
                         .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                // A panic's message comes before its backtrace, which fills any tail.
+                let lines: Vec<&str> = log.lines().collect();
+                for (i, l) in lines.iter().enumerate() {
+                    if l.contains("panicked at") {
+                        eprintln!("---- node {} panicked ----", n.id);
+                        for m in lines.iter().skip(i).take(3) {
+                            eprintln!("{m}");
+                        }
+                    }
+                }
+                let tail: Vec<&str> = lines.iter().rev().take(40).copied().collect();
                 eprintln!("---- node {} log (last {} lines) ----", n.id, tail.len());
                 for l in tail.iter().rev() {
                     eprintln!("{l}");
@@ -230,6 +240,20 @@ impl Drop for TestCluster {
             .args(["cluster", "down", "--data-dir"])
             .arg(self.dir.path())
             .output();
+        // A server task that panicked (an invariant's assertion, a bug) fails the test even
+        // when the cluster hid it (tokio catches a task's panic; the server goes on).
+        if !std::thread::panicking() {
+            for n in &self.map.nodes {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join(format!("node-{}.log", n.id)))
+                        .unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                if let Some(i) = lines.iter().position(|l| l.contains("panicked at")) {
+                    let said: Vec<&str> = lines.iter().skip(i).take(3).copied().collect();
+                    panic!("server {} panicked:\n{}", n.id, said.join("\n"));
+                }
+            }
+        }
     }
 }
 

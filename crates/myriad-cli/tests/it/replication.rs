@@ -199,7 +199,7 @@ async fn servers_that_restart_or_lose_their_disk_catch_up() {
     let log =
         std::fs::read_to_string(tc.dir.path().join(format!("node-{v}.log"))).unwrap_or_default();
     assert!(
-        log.contains("a backup is ahead of this primary"),
+        log.contains("a backup holds a newer history than this primary"),
         "server {v} should have copied its partitions back"
     );
 }

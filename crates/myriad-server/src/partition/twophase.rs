@@ -47,6 +47,26 @@ fn begun_txid(out: &Outcome) -> Option<u64> {
 }
 
 impl Partition {
+    /// Finishes (`commit`) or undoes the pending entry `dir/name` of a mkdir or rmdir
+    /// `txid`, and deletes its intent.
+    async fn resolve_entry(
+        &self,
+        dir: String,
+        name: String,
+        txid: u64,
+        commit: bool,
+    ) -> Result<(), FsError> {
+        self.applier
+            .run(Mutation::ResolveEntry {
+                dir,
+                name,
+                txid,
+                commit,
+            })
+            .await?;
+        Ok(())
+    }
+
     /// Applies the first step of a multi-node operation (a mutation that writes its intent)
     /// and holds its txid live from the moment the intent is visible, then waits until the
     /// step is durable. Holding only after the durable wait left a window (long when a copy
@@ -110,14 +130,7 @@ impl Partition {
             .await
         {
             Ok(_) => {
-                self.applier
-                    .run(Mutation::ResolveEntry {
-                        dir,
-                        name,
-                        txid,
-                        commit: true,
-                    })
-                    .await?;
+                self.resolve_entry(dir, name, txid, true).await?;
                 Ok(inode)
             }
             Err(e) => {
@@ -143,14 +156,7 @@ impl Partition {
                     )
                     .await;
                 if undo.is_ok() {
-                    self.applier
-                        .run(Mutation::ResolveEntry {
-                            dir,
-                            name,
-                            txid,
-                            commit: false,
-                        })
-                        .await?;
+                    self.resolve_entry(dir, name, txid, false).await?;
                 }
                 Err(e)
             }
@@ -184,27 +190,13 @@ impl Partition {
             .await
         {
             Ok(_) => {
-                self.applier
-                    .run(Mutation::ResolveEntry {
-                        dir,
-                        name,
-                        txid,
-                        commit: true,
-                    })
-                    .await?;
+                self.resolve_entry(dir, name, txid, true).await?;
                 // Replicas of the removed directory's permissions must go before we answer.
                 self.notify_subscribers(path, None).await;
                 Ok(())
             }
             Err(FsError::NotEmpty) => {
-                self.applier
-                    .run(Mutation::ResolveEntry {
-                        dir,
-                        name,
-                        txid,
-                        commit: false,
-                    })
-                    .await?;
+                self.resolve_entry(dir, name, txid, false).await?;
                 Err(FsError::NotEmpty)
             }
             // Unknown outcome: recovery asks the owner again and follows its answer.
@@ -839,14 +831,7 @@ impl Partition {
                     PeerRequest::DirObjectRemove { path, ino }
                 };
                 self.call_node(owner, Request::Peer(req)).await?;
-                self.applier
-                    .run(Mutation::ResolveEntry {
-                        dir,
-                        name,
-                        txid,
-                        commit,
-                    })
-                    .await?;
+                self.resolve_entry(dir, name, txid, commit).await?;
             }
             Intent::Rmdir { dir, name, ino, .. } => {
                 let path = join(&dir, &name);
@@ -862,14 +847,7 @@ impl Partition {
                     Err(FsError::NotEmpty) => false,
                     Err(e) => return Err(e),
                 };
-                self.applier
-                    .run(Mutation::ResolveEntry {
-                        dir,
-                        name,
-                        txid,
-                        commit,
-                    })
-                    .await?;
+                self.resolve_entry(dir, name, txid, commit).await?;
             }
             Intent::RenameOut {
                 from_dir,

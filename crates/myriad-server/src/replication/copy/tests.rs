@@ -125,49 +125,6 @@ async fn a_next_batch_on_another_chain_asks_for_a_whole_copy() {
     assert_eq!(held(&b), Some(2));
 }
 
-/// A disk that takes `left` more commits and then fails every one (a crash: what came
-/// after is lost).
-struct CrashAfter {
-    inner: MemKv,
-    left: std::sync::atomic::AtomicUsize,
-}
-
-impl Kv for CrashAfter {
-    fn get(
-        &self,
-        space: Space,
-        key: &[u8],
-    ) -> Result<Option<Vec<u8>>, myriad_storage::StorageError> {
-        self.inner.get(space, key)
-    }
-    fn scan(
-        &self,
-        space: Space,
-        prefix: &[u8],
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<myriad_storage::Pairs, myriad_storage::StorageError> {
-        self.inner.scan(space, prefix, after, limit)
-    }
-    fn commit(&self, batch: Batch) -> Result<(), myriad_storage::StorageError> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self
-            .left
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_err()
-        {
-            return Err(myriad_storage::StorageError::Engine("crashed".into()));
-        }
-        self.inner.commit(batch)
-    }
-    fn sync(&self) -> Result<(), myriad_storage::StorageError> {
-        Ok(())
-    }
-    fn disk_bytes(&self) -> u64 {
-        0
-    }
-}
-
 /// Dropping a moved-away copy cut short anywhere leaves a copy that is whole (its seq and
 /// every key), empty, or marked incomplete: never its seq over part of its keys (sim seed
 /// 110007: such a copy was given the partition back and its primary found it up to date).
@@ -179,10 +136,7 @@ fn a_drop_cut_short_leaves_no_seq_over_missing_keys() {
         .map(|s| crate::replication::wire::digest(&s).map_or(u64::MAX, |d| d.1))
         .unwrap_or_else(|e| panic!("fresh: {e}"));
     for crash_at in 0..8 {
-        let disk = Arc::new(CrashAfter {
-            inner: MemKv::new(),
-            left: std::sync::atomic::AtomicUsize::new(usize::MAX),
-        });
+        let disk = Arc::new(crate::test_disk::FaultyDisk::new());
         let kv: Arc<dyn Kv> = disk.clone();
         let store = partition_store(kv.clone(), pid).unwrap_or_else(|e| panic!("store: {e}"));
         let mut b = Batch::new();
@@ -199,12 +153,9 @@ fn a_drop_cut_short_leaves_no_seq_over_missing_keys() {
                 .unwrap_or(u64::MAX)
         };
         let full = keys();
-        disk.left
-            .store(crash_at, std::sync::atomic::Ordering::SeqCst);
+        disk.crash_after(crash_at);
         let outcome = crate::replication::wire::drop_copy(kv.clone(), pid);
-        // Restarted: the disk takes commits again.
-        disk.left
-            .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        disk.restart();
         let reopened = Backup::open(kv, pid).unwrap_or_else(|e| panic!("reopen: {e}"));
         match reopened.seq() {
             None => {}

@@ -1,0 +1,262 @@
+//! The single writer, group commit and the ship seam through a disk that fails on demand.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::*;
+use crate::test_disk::FaultyDisk;
+
+/// Copies that record what they were shipped, in order.
+#[derive(Default)]
+struct Recorder {
+    shipped: Mutex<Vec<u64>>,
+    closed: AtomicBool,
+}
+
+struct RecorderSlot<'a>(&'a Recorder);
+
+impl Ship for Recorder {
+    fn hold(&self) -> Box<dyn ShipSlot + '_> {
+        Box::new(RecorderSlot(self))
+    }
+    fn wait(&self, _seq: u64) -> BoxFuture<'_, Result<(), FsError>> {
+        let closed = self.closed.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if closed {
+                Err(FsError::Unavailable("closed".into()))
+            } else {
+                Ok(())
+            }
+        })
+    }
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl ShipSlot for RecorderSlot<'_> {
+    fn encode(&self, _batch: &Batch) -> Option<Vec<ReplOp>> {
+        Some(Vec::new())
+    }
+    fn ship(&mut self, at: Numbered, ops: Option<Vec<ReplOp>>) {
+        assert!(ops.is_some(), "a wanted batch is shipped encoded");
+        if let Ok(mut s) = self.0.shipped.lock() {
+            s.push(at.seq);
+        }
+    }
+}
+
+/// Held by every test here that starts the loops as threads, and by the one that
+/// counts them.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Threads of this process running an applier or a syncer loop.
+fn loop_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.starts_with("myriad-"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Threads stay for the rest of the test that starts them: it holds `SERIAL` (the
+/// returned guard) until it ends.
+async fn start(
+    kv: Arc<dyn Kv>,
+    copies: Arc<dyn Ship>,
+) -> (Applier, Syncer, Store, tokio::sync::MutexGuard<'static, ()>) {
+    let serial = SERIAL.lock().await;
+    let (a, s, st) = start_on(kv, copies, Runner::Threads);
+    (a, s, st, serial)
+}
+
+fn start_on(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>, runner: Runner) -> (Applier, Syncer, Store) {
+    let store = Store::open(kv.clone(), 1).unwrap_or_else(|e| panic!("{e}"));
+    let ids = IdAlloc::load(&store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
+    let syncer = Syncer::start(kv, runner).unwrap_or_else(|e| panic!("{e}"));
+    let layout = Layout {
+        chunk_size_bytes: 4 << 20,
+    };
+    let (changed, _) = watch::channel(0);
+    let applier = Applier::start(
+        store.clone(),
+        ids,
+        layout,
+        changed,
+        &syncer,
+        (0, 1),
+        copies,
+        runner,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (applier, syncer, store)
+}
+
+async fn init_root(applier: &Applier) {
+    let root = Mutation::InitRoot {
+        now: 1,
+        uid: 0,
+        gid: 0,
+    };
+    applier.run(root).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn create(name: &str) -> Mutation {
+    Mutation::CreateFile {
+        dir: "/".into(),
+        name: name.into(),
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        exclusive: true,
+        data: b"x".to_vec(),
+        now: 1,
+    }
+}
+
+fn disk() -> Arc<FaultyDisk> {
+    Arc::new(FaultyDisk::new())
+}
+
+#[tokio::test]
+async fn batches_are_numbered_in_order_shipped_and_durable_before_the_reply() {
+    let kv = disk();
+    let copies = Arc::new(Recorder::default());
+    let (applier, syncer, store, _serial) = start(kv.clone(), copies.clone()).await;
+    init_root(&applier).await;
+    for i in 0..20 {
+        applier
+            .run(create(&format!("d{i}")))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let shipped = copies.shipped.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(
+        shipped,
+        (1..=21).collect::<Vec<u64>>(),
+        "every batch, in order"
+    );
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(21));
+    // Every durable reply waited for an fsync covering it.
+    assert!(kv.syncs.load(Ordering::SeqCst) >= 1);
+    assert_eq!(syncer.stats.synced_mutations.load(Ordering::SeqCst), 21);
+    // A failed mutation ships nothing and takes no number.
+    assert!(applier.run(create("d0")).await.is_err());
+    assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 21);
+}
+
+#[tokio::test]
+async fn after_a_failed_fsync_no_write_is_acknowledged_again() {
+    let kv = disk();
+    let (applier, syncer, _store, _serial) = start(kv.clone(), Arc::new(NoCopies)).await;
+    init_root(&applier).await;
+    let watch = syncer.clone();
+    let told = tokio::spawn(async move { watch.failure().await });
+    tokio::task::yield_now().await;
+    assert!(
+        !told.is_finished(),
+        "a failure reported while the disk is well"
+    );
+    kv.failing.store(true, Ordering::SeqCst);
+    let failed = applier.run(create("a")).await;
+    assert!(matches!(failed, Err(FsError::Io(_))), "{failed:?}");
+    // The process hears of it (and stops: lib.rs, embed.rs).
+    let e = tokio::time::timeout(Duration::from_secs(5), told)
+        .await
+        .unwrap_or_else(|_| panic!("the failure was not reported"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(e.contains("injected fsync failure"), "{e}");
+    // The disk recovers, but what the failed fsync covered may be gone: still refused.
+    kv.failing.store(false, Ordering::SeqCst);
+    let later = applier.run(create("b")).await;
+    assert!(matches!(later, Err(FsError::Io(_))), "{later:?}");
+}
+
+#[tokio::test]
+async fn a_retired_applier_commits_nothing_more() {
+    let kv = disk();
+    let copies = Arc::new(Recorder::default());
+    let (applier, _syncer, store, _serial) = start(kv, copies.clone()).await;
+    init_root(&applier).await;
+    applier.retire().await;
+    let after = applier.run(create("late")).await;
+    assert!(matches!(after, Err(FsError::Unavailable(_))), "{after:?}");
+    assert!(
+        copies.closed.load(Ordering::SeqCst),
+        "retiring closes the copies"
+    );
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
+}
+
+/// The simulation's mode: the same loops as tasks of a one-thread runtime, no thread
+/// of their own; a failed fsync is still final.
+#[tokio::test(flavor = "current_thread")]
+async fn the_loops_run_as_tasks_of_a_one_thread_runtime() {
+    let kv = disk();
+    let copies = Arc::new(Recorder::default());
+    // Only this module's tests start the loops' threads: counted while none of them runs.
+    let _alone = SERIAL.lock().await;
+    let threads_before = loop_threads();
+    let (applier, syncer, store) = start_on(
+        kv.clone(),
+        copies.clone(),
+        Runner::Tasks {
+            fsync: std::time::Duration::ZERO,
+        },
+    );
+    let threads_after = loop_threads();
+    // Threads of a test that just ended may still be leaving, none may come.
+    assert!(threads_after <= threads_before, "no thread started");
+    init_root(&applier).await;
+    for i in 0..5 {
+        applier
+            .run(create(&format!("f{i}")))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(6));
+    assert_eq!(syncer.stats.synced_mutations.load(Ordering::SeqCst), 6);
+    kv.failing.store(true, Ordering::SeqCst);
+    assert!(matches!(
+        applier.run(create("x")).await,
+        Err(FsError::Io(_))
+    ));
+    kv.failing.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        applier.run(create("y")).await,
+        Err(FsError::Io(_))
+    ));
+}
+
+/// Copies at one batch number over different histories carry different chains (the
+/// stream's start check and a primary's catch-up tell them apart); the same history
+/// gives the same chain.
+#[tokio::test]
+async fn the_batch_chain_tells_histories_of_equal_length_apart() {
+    let chain_after = |names: &'static [&'static str]| async move {
+        let (applier, _syncer, store, _serial) = start(disk(), Arc::new(NoCopies)).await;
+        init_root(&applier).await;
+        for n in names {
+            applier
+                .run(create(n))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        (
+            store.meta_u64(SEQ_KEY).ok().flatten(),
+            store.meta_u64(CHAIN_KEY).ok().flatten(),
+        )
+    };
+    let a = chain_after(&["x", "y"]).await;
+    let b = chain_after(&["x", "z"]).await;
+    let again = chain_after(&["x", "y"]).await;
+    assert_eq!(a.0, Some(3));
+    assert_eq!(a.0, b.0, "equal batch numbers");
+    assert_ne!(a.1, b.1, "different histories, different chains");
+    assert_eq!(a, again, "the same history, the same chain");
+}
