@@ -104,6 +104,8 @@ struct Result_ {
     ratio_to_rpc: f64,
     client_rpcs_per_op: f64,
     server_rpcs_per_op: f64,
+    /// Server-to-server requests per operation, by kind (what `server_rpcs_per_op` is made of).
+    server_rpcs_by_kind: std::collections::BTreeMap<String, f64>,
     fsyncs: u64,
 }
 
@@ -188,13 +190,17 @@ async fn body(
             created = true;
         }
         let (c, s) = rpc_totals(&client).await?;
-        let fsyncs: u64 = client
+        let snaps: Vec<_> = client
             .all_counters()
             .await
             .into_iter()
             .filter_map(|(_, r)| r.ok())
-            .map(|c| c.syncs)
-            .sum();
+            .collect();
+        let fsyncs: u64 = snaps.iter().map(|c| c.syncs).sum();
+        let mut by_kind = std::collections::BTreeMap::<String, f64>::new();
+        for c in snaps.iter().flat_map(|s| &s.server_requests) {
+            *by_kind.entry(c.op.clone()).or_default() += c.count as f64 / args.ops as f64;
+        }
         let rate = args.ops as f64 / secs;
         if phase == "rpc" {
             rpc_rate = f64::max(rpc_rate, rate);
@@ -211,6 +217,7 @@ async fn body(
             ratio_to_rpc: if rpc_rate > 0.0 { rate / rpc_rate } else { 0.0 },
             client_rpcs_per_op: c as f64 / args.ops as f64,
             server_rpcs_per_op: s as f64 / args.ops as f64,
+            server_rpcs_by_kind: by_kind,
             fsyncs,
         });
     }
@@ -233,6 +240,15 @@ async fn body(
             r.server_rpcs_per_op,
             r.fsyncs
         );
+    }
+    for r in results.iter().filter(|r| r.server_rpcs_per_op >= 0.01) {
+        let kinds: Vec<String> = r
+            .server_rpcs_by_kind
+            .iter()
+            .filter(|(_, n)| **n >= 0.01)
+            .map(|(k, n)| format!("{k} {n:.2}"))
+            .collect();
+        println!("{}: server requests per op: {}", r.name, kinds.join(", "));
     }
     let report = Report {
         bench: name.to_string(),
