@@ -93,6 +93,9 @@ pub struct BenchArgs {
     /// Where the cluster keeps its data (default: a temporary directory).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// The directory the files go under.
+    #[arg(skip = String::from("/bench"))]
+    root: String,
 }
 
 #[derive(Serialize)]
@@ -118,14 +121,48 @@ struct Report {
     results: Vec<Result_>,
 }
 
-pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
-    let (name, args, phases): (&str, BenchArgs, &[&str]) = match cmd {
-        BenchCmd::RenameDir(a) => return rename_dir(a).await,
-        BenchCmd::Smallread(a) => return crate::bench_smallread::run(a).await,
-        BenchCmd::Fuse(a) => return crate::bench_fuse::run(a).await,
-        BenchCmd::SharedDir(a) => return crate::bench_shared_dir::run(a).await,
-        BenchCmd::Ls(a) => return crate::bench_ls::run(a).await,
-        BenchCmd::Failover(a) => return crate::bench_failover::run(a).await,
+/// An existing cluster to benchmark (`--cluster`), with its key file and request timeout.
+pub struct Target {
+    pub cluster: Option<PathBuf>,
+    pub secret_file: Option<PathBuf>,
+    pub timeout: std::time::Duration,
+}
+
+pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
+    let own_cluster_only = |what: &str| {
+        if let Some(c) = &target.cluster {
+            eprintln!(
+                "bench {what} starts a cluster of its own (it sets the servers' options or kills \
+                 them): {} (--cluster / MYRIAD_CLUSTER) is not used",
+                c.display()
+            );
+        }
+    };
+    let (name, mut args, phases): (&str, BenchArgs, &[&str]) = match cmd {
+        BenchCmd::RenameDir(a) => {
+            own_cluster_only("rename-dir");
+            return rename_dir(a).await;
+        }
+        BenchCmd::Smallread(a) => {
+            own_cluster_only("smallread");
+            return crate::bench_smallread::run(a).await;
+        }
+        BenchCmd::Fuse(a) => {
+            own_cluster_only("fuse");
+            return crate::bench_fuse::run(a).await;
+        }
+        BenchCmd::SharedDir(a) => {
+            own_cluster_only("shared-dir");
+            return crate::bench_shared_dir::run(a).await;
+        }
+        BenchCmd::Ls(a) => {
+            own_cluster_only("ls");
+            return crate::bench_ls::run(a).await;
+        }
+        BenchCmd::Failover(a) => {
+            own_cluster_only("failover");
+            return crate::bench_failover::run(a).await;
+        }
         BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),
@@ -133,6 +170,30 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Fetch(a) => ("fetch", a, &["rpc", "fetch", "rpc"]),
         BenchCmd::All(a) => ("all", a, &["rpc", "create", "stat", "fetch", "rpc"]),
     };
+    if target.cluster.is_some() {
+        // An existing cluster: its own servers and options; this run's files go to a
+        // directory of their own, left in place (the run prints it).
+        let client = crate::fs_cmds::connect(
+            target.cluster.clone(),
+            target.secret_file.clone(),
+            target.timeout,
+        )?;
+        args.nodes = client.map().nodes.len();
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        args.root = format!("/bench-{stamp}-{}", std::process::id());
+        eprintln!(
+            "bench {name}: existing {}-node cluster, {} in flight, {} B files, {} ops per phase, files in {}",
+            args.nodes, args.inflight, args.size, args.ops, args.root
+        );
+        let result = body(Arc::new(client), name, &args, phases).await;
+        eprintln!(
+            "bench files left in {} (remove with `myriad rm -r {}`)",
+            args.root, args.root
+        );
+        return result;
+    }
     let (_tmp, dir) = match &args.data_dir {
         Some(d) => (None, d.clone()),
         None => {
@@ -151,23 +212,28 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         &crate::cluster::NodeOptions::for_bench(Vec::new()),
     )
     .await?;
-    let result = body(&cluster, name, &args, phases).await;
+    let client = cluster.client_as(
+        std::time::Duration::from_secs(30),
+        crate::cluster::bench_identity(),
+    );
+    let result = match client {
+        Ok(c) => body(Arc::new(c), name, &args, phases).await,
+        Err(e) => Err(e),
+    };
     cluster.down()?;
     result
 }
 
 async fn body(
-    cluster: &LocalCluster,
+    client: Arc<Client>,
     name: &str,
     args: &BenchArgs,
     phases: &[&str],
 ) -> anyhow::Result<()> {
-    let client = Arc::new(cluster.client_as(
-        std::time::Duration::from_secs(30),
-        crate::cluster::bench_identity(),
-    )?);
     for d in 0..args.dirs {
-        client.mkdir_p(&format!("/bench/d{d:03}"), 0o755).await?;
+        client
+            .mkdir_p(&format!("{}/d{d:03}", args.root), 0o755)
+            .await?;
     }
     let data = Arc::new(file_content(1, args.size));
     let mut created = false;
@@ -276,7 +342,7 @@ async fn body(
 }
 
 fn bench_path(args: &BenchArgs, i: u64) -> String {
-    format!("/bench/d{:03}/f{i:07}", i % args.dirs)
+    format!("{}/d{:03}/f{i:07}", args.root, i % args.dirs)
 }
 
 /// Runs `args.ops` operations of one kind with `args.inflight` in flight; returns seconds.

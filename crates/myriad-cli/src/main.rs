@@ -64,7 +64,9 @@ enum Command {
     /// Bring up a 4-node local cluster, write 20,000 small files, read them back with fetch,
     /// verify every byte, and print throughput and requests per file.
     Demo(demo::DemoArgs),
-    /// Benchmarks against a local cluster, each with its baseline measured in the same run.
+    /// Benchmarks, each with its baseline measured in the same run. rpc, create, stat, fetch
+    /// and all run against the cluster named by --cluster (or MYRIAD_CLUSTER) if given, else
+    /// on a local cluster they start; the others always start their own.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
     /// Mount the cluster as a directory through FUSE (foreground; --daemon to detach).
@@ -190,7 +192,14 @@ fn run_client_command(
         match cmd {
             Command::Cluster(c) => cluster::run(c, cluster, secret_file, timeout).await,
             Command::Demo(a) => demo::run(a).await,
-            Command::Bench(b) => bench::run(b).await,
+            Command::Bench(b) => {
+                let target = bench::Target {
+                    cluster,
+                    secret_file,
+                    timeout,
+                };
+                bench::run(b, target).await
+            }
             Command::Fsck { path, repair } => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;
                 let root = fs_cmds::normalize(path.as_deref().unwrap_or("/"))?;

@@ -763,3 +763,50 @@ fn benchmarks_run_and_write_results() {
         "ls -l costs pages, not stats: {ls}"
     );
 }
+
+/// `bench` with `--cluster` measures that cluster (its files land there, its size is
+/// reported) instead of starting one of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_against_an_existing_cluster() {
+    let tc = TestCluster::start(3);
+    let out_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = tc.cli(&[
+        "bench",
+        "create",
+        "--ops",
+        "120",
+        "--dirs",
+        "2",
+        "--out-dir",
+        out_dir.path().to_str().unwrap_or_default(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.path().join("bench-create.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    assert_eq!(report["nodes"].as_u64(), Some(3), "{report}");
+    let c = tc.client();
+    let roots: Vec<String> = c
+        .readdir("/")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n.starts_with("bench-"))
+        .collect();
+    assert_eq!(roots.len(), 1, "one run directory: {roots:?}");
+    let mut files = 0;
+    for d in ["d000", "d001"] {
+        files += c
+            .readdir(&format!("/{}/{d}", roots[0]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .len();
+    }
+    assert_eq!(files, 120, "every create landed in the given cluster");
+}
