@@ -20,7 +20,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 7: requests grouped by audience (`Request::{Client, Server, Admin, Peer, Replica}`).
 /// 8: `Response::ReplicaState` (a copy's batch number with the chain of its batches).
 /// 9: `Replicate` and `ReplicaCopyDone` carry the batch chain (copies check it).
-pub const PROTOCOL_VERSION: u16 = 9;
+/// 10: `ReplicaState` carries the term; replication bundles (`ReplicaRequest::Bundle`).
+pub const PROTOCOL_VERSION: u16 = 10;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -240,6 +241,8 @@ pub enum Response {
     /// (partition, last applied batch; None while a whole copy is arriving) of every copy a
     /// server holds, primary or backup.
     Seqs(Vec<(PartitionId, Option<u64>)>),
+    /// The answers to a `ReplicaRequest::Bundle`, one per item, in its order.
+    Bundle(Vec<Result<Response, FsError>>),
 }
 
 impl Response {

@@ -457,6 +457,18 @@ pub enum ReplicaRequest {
         space: u8,
         after: Option<serde_bytes::ByteBuf>,
     },
+    /// Sent to a server (target `PartitionId::SERVER`) by another: requests for several of
+    /// its copies in one frame (docs/write-path.md). Each item is handled as if it came
+    /// alone, in order; the answer is `Response::Bundle`, one answer per item. Items are
+    /// never bundles themselves.
+    Bundle(Vec<BundleItem>),
+}
+
+/// One request of a `ReplicaRequest::Bundle`: for the copy of `partition`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleItem {
+    pub partition: PartitionId,
+    pub request: ReplicaRequest,
 }
 
 /// Which openraft RPC a `Request::Raft` carries.
@@ -750,6 +762,7 @@ impl ReplicaRequest {
             ReplicaRequest::ReplicaCopy { .. } => "replica_copy",
             ReplicaRequest::ReplicaCopyDone { .. } => "replica_copy_done",
             ReplicaRequest::ReplicaRead { .. } => "replica_read",
+            ReplicaRequest::Bundle(_) => "replica_bundle",
         }
     }
 }

@@ -127,6 +127,8 @@ pub struct CounterSnapshot {
     pub server_requests: Vec<OpCount>,
     /// Requests this server sent to other servers.
     pub server_requests_sent: u64,
+    /// Replicated batches this server's copies received, alone or in bundles.
+    pub batches_received: u64,
     /// Group commits (fsyncs) and the mutations they covered.
     pub syncs: u64,
     pub synced_mutations: u64,

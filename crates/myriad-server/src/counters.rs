@@ -11,6 +11,8 @@ pub struct Counters {
     client: Mutex<BTreeMap<&'static str, u64>>,
     server: Mutex<BTreeMap<&'static str, u64>>,
     pub sent_to_servers: AtomicU64,
+    /// Replicated batches received by this server's copies (bundled or not).
+    pub batches_received: AtomicU64,
 }
 
 impl Counters {
@@ -48,5 +50,6 @@ impl Counters {
             }
         }
         self.sent_to_servers.store(0, Ordering::Relaxed);
+        self.batches_received.store(0, Ordering::Relaxed);
     }
 }

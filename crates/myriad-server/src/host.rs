@@ -71,6 +71,8 @@ pub struct Host {
     pub(crate) me: std::sync::Weak<Host>,
     /// Free space of the data disk; refuses writes before the engine runs out (space.rs).
     pub(crate) space: crate::space::DiskSpace,
+    /// Batches to one peer share frames (replication/bundle.rs).
+    pub(crate) bundler: crate::replication::bundle::Bundler,
 }
 
 /// A read guard even if a writer panicked (the tables stay usable).
@@ -143,6 +145,7 @@ impl Host {
             handed_over: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
             space: crate::space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
+            bundler: crate::replication::bundle::Bundler::default(),
             config,
         })
     }

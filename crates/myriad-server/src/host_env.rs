@@ -55,6 +55,10 @@ impl Peers for Host {
     fn request_timeout(&self) -> std::time::Duration {
         self.config.request_timeout
     }
+
+    fn bundler(&self) -> &crate::replication::bundle::Bundler {
+        &self.bundler
+    }
 }
 
 impl Env for Host {

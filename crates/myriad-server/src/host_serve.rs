@@ -16,7 +16,7 @@ use myriad_proto::{
 use crate::cluster::MapState;
 use crate::host::{Host, read};
 use crate::replication::wire::digest;
-use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ServerRequest};
+use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ReplicaRequest, ServerRequest};
 
 impl Host {
     /// Requests addressed to the server rather than a partition.
@@ -122,6 +122,7 @@ impl Host {
             client_requests,
             server_requests,
             server_requests_sent: self.counters.sent_to_servers.load(Ordering::Relaxed),
+            batches_received: self.counters.batches_received.load(Ordering::Relaxed),
             syncs: self.syncer.stats.syncs.load(Ordering::Relaxed),
             synced_mutations: self.syncer.stats.synced_mutations.load(Ordering::Relaxed),
             serving: self.authority.lease_error().is_none(),
@@ -174,7 +175,29 @@ impl Handler for Host {
             if !frame.body.is_admin() {
                 host.counters.count(frame.body.op_name(), from_server);
             }
+            let batches = match &frame.body {
+                Request::Replica(ReplicaRequest::Replicate { .. }) => 1,
+                Request::Replica(ReplicaRequest::Bundle(items)) => items.len() as u64,
+                _ => 0,
+            };
+            host.counters
+                .batches_received
+                .fetch_add(batches, Ordering::Relaxed);
             let result = match frame.ends.target {
+                _ if matches!(frame.body, Request::Replica(ReplicaRequest::Bundle(_))) => {
+                    match (peer.kind, frame.body) {
+                        (
+                            PeerKind::Server { node_id },
+                            Request::Replica(ReplicaRequest::Bundle(items)),
+                        ) => Ok(
+                            crate::replication::bundle::receive(items, &host.syncer, |pid| {
+                                host.backup_for(pid, node_id, frame.epoch)
+                            })
+                            .await,
+                        ),
+                        _ => Err(FsError::PermissionDenied),
+                    }
+                }
                 PartitionId::SERVER => {
                     host.dispatch_server(&peer, &frame.caller, frame.epoch, frame.body)
                         .await

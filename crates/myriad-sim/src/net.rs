@@ -222,15 +222,18 @@ impl Net {
             .ok_or_else(|| FsError::Unavailable(format!("{addr}: no such address")))?;
         let fate = self.fate();
         let op = frame.body.op_name();
-        // Batch numbers make a copy's history readable in the trace.
-        let batch = match &frame.body {
-            myriad_proto::Request::Replica(myriad_proto::ReplicaRequest::Replicate {
-                seq, ..
-            }) => Some(*seq),
-            _ => None,
-        };
-        let seq = batch.map(|n| format!(" #{n}")).unwrap_or_default();
-        let (pid, epoch) = (frame.ends.target, frame.epoch);
+        // Batch numbers make a copy's history readable in the trace; (partition, batch) of
+        // every batch the request carries (one, or a bundle's), for invariant 4.
+        let batches = carried_batches(&frame);
+        let seq: String = batches
+            .iter()
+            .flatten()
+            .map(|(p, n)| match batches.len() {
+                1 => format!(" #{n}"),
+                _ => format!(" p{p}#{n}"),
+            })
+            .collect();
+        let epoch = frame.epoch;
         self.trace.event(format_args!(
             "send {from}->{to} {op} p{}{seq}",
             frame.ends.target
@@ -285,8 +288,18 @@ impl Net {
             .take(80)
             .collect::<String>()
         ));
-        if let (Some(n), Ok(Response::Unit)) = (batch, &answer) {
-            self.accepted(pid, epoch, from, n);
+        let answers: Vec<bool> = match &answer {
+            Ok(Response::Bundle(each)) => each
+                .iter()
+                .map(|a| matches!(a, Ok(Response::Unit)))
+                .collect(),
+            Ok(Response::Unit) => vec![true],
+            _ => Vec::new(),
+        };
+        for (batch, ok) in batches.iter().zip(answers) {
+            if let (Some((p, n)), true) = (batch, ok) {
+                self.accepted(*p, epoch, from, *n);
+            }
         }
         tokio::time::sleep(fate.back).await;
         if !self.reachable(to, from) || fate.drop_answer {
@@ -340,6 +353,25 @@ impl myriad_client::Transport for Endpoint {
                 .clone()
                 .call(self.me, self.incarnation, addr, frame, timeout),
         )
+    }
+}
+
+/// (partition, batch) of every replicated batch `frame` carries: its own, or each of a
+/// bundle's items (None for an item that is not a batch), in the order of the answers.
+fn carried_batches(frame: &RequestFrame) -> Vec<Option<(PartitionId, u64)>> {
+    use myriad_proto::{ReplicaRequest, Request};
+    match &frame.body {
+        Request::Replica(ReplicaRequest::Replicate { seq, .. }) => {
+            vec![Some((frame.ends.target, *seq))]
+        }
+        Request::Replica(ReplicaRequest::Bundle(items)) => items
+            .iter()
+            .map(|i| match &i.request {
+                ReplicaRequest::Replicate { seq, .. } => Some((i.partition, *seq)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

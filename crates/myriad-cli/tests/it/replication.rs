@@ -85,14 +85,13 @@ async fn verify(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
     }
 }
 
+/// Replicated batches the copies received (alone or in bundles).
 async fn replicate_count(c: &Client) -> u64 {
     c.all_counters()
         .await
         .into_iter()
         .filter_map(|(_, r)| r.ok())
-        .flat_map(|s| s.server_requests)
-        .filter(|o| o.op == "replicate")
-        .map(|o| o.count)
+        .map(|s| s.batches_received)
         .sum()
 }
 

@@ -9,7 +9,8 @@ use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use myriad_proto::{Endpoints, FsError, Request, Response};
 
 use crate::cluster::MapState;
-use myriad_proto::ServerRequest;
+use crate::replication::bundle::Bundler;
+use myriad_proto::{ReplicaRequest, ServerRequest};
 
 /// How replication reaches the other servers: the server process implements it over its
 /// connection pool, a simulation in memory. Replication never names the process.
@@ -29,6 +30,17 @@ pub(crate) trait Peers: Send + Sync {
     fn newer_map(&self, map: ClusterMap);
     /// How long a request may wait for its answer.
     fn request_timeout(&self) -> Duration;
+    /// The server's one bundler (batches to a peer share frames).
+    fn bundler(&self) -> &Bundler;
+}
+
+/// Sends server `to` our map (it answered that its map is newer than the request's...
+/// older: `MapTooOld`); the answer does not matter, the caller tries again.
+pub(crate) async fn push_map(peers: &dyn Peers, to: NodeId, map: &ClusterMap) {
+    let push = ServerRequest::InstallMap(Box::new(map.clone()));
+    let _ = peers
+        .send(to, map.epoch, Endpoints::SERVER, &Request::Server(push))
+        .await;
 }
 
 /// Where a stream sends: partition `pid`'s copy on server `backup`.
@@ -46,24 +58,39 @@ impl Link {
             source: self.pid,
         };
         let result = self.peers.send(self.backup, st.map.epoch, ends, req).await;
+        self.map_news(&st, result).await
+    }
+
+    /// Like `call`, but a batch (`Replicate`) travels in a bundle with other batches for
+    /// the same server (`bundle.rs`).
+    pub(crate) async fn call_bundled(&self, req: &Request) -> Result<Response, FsError> {
+        let Request::Replica(r @ ReplicaRequest::Replicate { .. }) = req else {
+            return self.call(req).await;
+        };
+        let st = self.peers.map();
+        let result = self
+            .peers
+            .bundler()
+            .call(&self.peers, self.backup, self.pid, r.clone())
+            .await;
+        self.map_news(&st, result).await
+    }
+
+    /// A backup with a newer map: adopt it (it may end this stream), not awaited: this may
+    /// run inside the reconcile that would apply it. A backup with an older one: push ours.
+    /// Either way the caller tries again (`Busy`).
+    async fn map_news(
+        &self,
+        st: &MapState,
+        result: Result<Response, FsError>,
+    ) -> Result<Response, FsError> {
         match result {
             Err(FsError::Redirect(map)) => {
-                // The backup has a newer map: adopt it (it may end this stream). Not
-                // awaited: this may run inside the reconcile that would apply it.
                 self.peers.newer_map(*map);
                 Err(FsError::Busy)
             }
             Err(FsError::MapTooOld(_)) => {
-                let push = ServerRequest::InstallMap(Box::new(st.map.clone()));
-                let _ = self
-                    .peers
-                    .send(
-                        self.backup,
-                        st.map.epoch,
-                        Endpoints::SERVER,
-                        &Request::Server(push),
-                    )
-                    .await;
+                push_map(self.peers.as_ref(), self.backup, &st.map).await;
                 Err(FsError::Busy)
             }
             other => other,

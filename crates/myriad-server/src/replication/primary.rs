@@ -453,7 +453,7 @@ pub(crate) async fn send_batch(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let answer = match link.call(&req).await {
+    let answer = match link.call_bundled(&req).await {
         Ok(Response::ReplicaGap { next }) => Ok(Some(next)),
         Ok(_) => Ok(None),
         Err(e) => Err(e),

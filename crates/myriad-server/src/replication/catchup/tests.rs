@@ -21,6 +21,7 @@ const PID: PartitionId = PartitionId(1);
 struct Copies {
     backups: BTreeMap<NodeId, (Arc<Backup>, Syncer)>,
     map: Arc<MapState>,
+    bundler: crate::replication::bundle::Bundler,
 }
 
 impl Peers for Copies {
@@ -45,6 +46,9 @@ impl Peers for Copies {
     fn newer_map(&self, _map: ClusterMap) {}
     fn request_timeout(&self) -> Duration {
         Duration::from_secs(1)
+    }
+    fn bundler(&self) -> &crate::replication::bundle::Bundler {
+        &self.bundler
     }
 }
 
@@ -91,6 +95,7 @@ async fn catch_up(mine: (u64, u64), two: (u64, u64), three: (u64, u64)) -> Store
             ring: map.ring(),
             map,
         }),
+        bundler: crate::replication::bundle::Bundler::default(),
     });
     let store =
         partition_store(history("one", mine.0, mine.1), PID).unwrap_or_else(|e| panic!("{e}"));

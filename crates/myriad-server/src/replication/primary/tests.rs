@@ -29,6 +29,7 @@ struct InMemory {
     stalled: AtomicBool,
     never: Notify,
     seq_asked: AtomicU32,
+    bundler: crate::replication::bundle::Bundler,
 }
 
 impl Peers for InMemory {
@@ -47,9 +48,21 @@ impl Peers for InMemory {
                 self.seq_asked.fetch_add(1, Ordering::SeqCst);
             }
             if self.stalled.load(Ordering::SeqCst)
-                && matches!(req, Request::Replica(ReplicaRequest::Replicate { .. }))
+                && matches!(
+                    req,
+                    Request::Replica(ReplicaRequest::Replicate { .. } | ReplicaRequest::Bundle(_))
+                )
             {
                 self.never.notified().await;
+            }
+            if let Request::Replica(ReplicaRequest::Bundle(items)) = req {
+                let backup = self.backup.clone();
+                return Ok(crate::replication::bundle::receive(
+                    items.clone(),
+                    &self.syncer,
+                    |_| Ok(backup.clone()),
+                )
+                .await);
             }
             self.backup.handle(&self.syncer, req.clone()).await
         })
@@ -57,6 +70,9 @@ impl Peers for InMemory {
     fn newer_map(&self, _map: ClusterMap) {}
     fn request_timeout(&self) -> Duration {
         Duration::from_secs(5)
+    }
+    fn bundler(&self) -> &crate::replication::bundle::Bundler {
+        &self.bundler
     }
 }
 
@@ -87,6 +103,7 @@ async fn primary(seed: usize) -> Primary {
         stalled: AtomicBool::new(false),
         never: Notify::new(),
         seq_asked: AtomicU32::new(0),
+        bundler: crate::replication::bundle::Bundler::default(),
     });
     let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
     let store = partition_store(kv.clone(), PID).unwrap_or_else(|e| panic!("{e}"));
