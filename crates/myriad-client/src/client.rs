@@ -9,7 +9,7 @@ use myriad_placement::{
 };
 use myriad_proto::InodeId;
 use myriad_proto::auth::Keyring;
-use myriad_proto::{AdminRequest, ClientRequest, ServerRequest};
+use myriad_proto::{AdminRequest, ClientRequest, OnceId, ServerRequest};
 use myriad_proto::{
     Caller, CounterSnapshot, Endpoints, FileKind, FsError, Inode, PeerKind, RenameFlags, Request,
     Response, SetAttr, StatFs, XattrMode, limits, validate_path,
@@ -46,6 +46,9 @@ pub struct ClientConfig {
     /// Deadline of one request; also bounds retries of a busy entry.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
+    /// This client's id in the outcomes servers keep of changes (`OnceId::client`):
+    /// random, so that two clients never share one (a simulation sets its own).
+    pub id: u64,
 }
 
 impl ClientConfig {
@@ -58,6 +61,7 @@ impl ClientConfig {
             // Long enough to ride out a failover (a dead server is marked down after 5 s).
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            id: rand::random::<u64>().max(1),
         }
     }
 }
@@ -99,6 +103,31 @@ pub struct Client {
     config: ClientConfig,
     /// Shard maps of the split directories met (docs/huge-dirs.md).
     pub(crate) shards: ShardCache,
+    /// Numbers of this client's changes (`OnceId`): the next one, and those still waiting
+    /// for an answer.
+    changes: std::sync::Mutex<Changes>,
+}
+
+#[derive(Default)]
+struct Changes {
+    next: u64,
+    waiting: std::collections::BTreeSet<u64>,
+}
+
+/// A change's place among those waiting (`Client::once`), given up when its call ends.
+struct Waiting<'a> {
+    client: &'a Client,
+    seq: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut g = match self.client.changes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.waiting.remove(&self.seq);
+    }
 }
 
 impl Client {
@@ -130,6 +159,10 @@ impl Client {
             transport,
             config,
             shards: ShardCache::default(),
+            changes: std::sync::Mutex::new(Changes {
+                next: 1,
+                waiting: std::collections::BTreeSet::new(),
+            }),
         })
     }
 
@@ -225,6 +258,18 @@ impl Client {
     /// Sends `req` to the node `route` names under the current map, following redirects,
     /// pushing our map to nodes that are behind, and retrying `Busy` until the deadline.
     pub(crate) async fn call(&self, route: Route, req: Request) -> Result<Response, FsError> {
+        // A change gets its number once; every retry below sends that same number.
+        let (req, _waiting) = match req {
+            Request::Client(c) if c.is_change() => {
+                let (id, waiting) = self.once();
+                let once = ClientRequest::Once {
+                    id,
+                    request: Box::new(c),
+                };
+                (Request::Client(once), Some(waiting))
+            }
+            other => (other, None),
+        };
         // Routing signals are the client library's business, never its callers' (they see
         // errnos and the three "try again" errors: `FsError::kind`).
         self.route(route, req).await.map_err(|e| {
@@ -234,6 +279,24 @@ impl Client {
                 e
             }
         })
+    }
+
+    /// The id of a new change, which waits (holding `low` down) until its guard drops.
+    fn once(&self) -> (OnceId, Waiting<'_>) {
+        let mut g = match self.changes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let seq = g.next;
+        g.next += 1;
+        g.waiting.insert(seq);
+        let low = g.waiting.first().copied().unwrap_or(seq);
+        let id = OnceId {
+            client: self.config.id,
+            seq,
+            low,
+        };
+        (id, Waiting { client: self, seq })
     }
 
     async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {

@@ -25,7 +25,7 @@ pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash};
 pub use path::{validate_name, validate_path};
 pub use request::{
     AdminRequest, BundleItem, ClientRequest, CopyRange, DirAction, ExportedEntry, FromClient,
-    FsckDir, FsckEntry, FsckRepair, InodeOp, PeerRequest, RaftRpc, RenameFlags, ReplOp,
+    FsckDir, FsckEntry, FsckRepair, InodeOp, OnceId, PeerRequest, RaftRpc, RenameFlags, ReplOp,
     ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
 };
 pub use types::{

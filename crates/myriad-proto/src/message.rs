@@ -21,7 +21,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 8: `Response::ReplicaState` (a copy's batch number with the chain of its batches).
 /// 9: `Replicate` and `ReplicaCopyDone` carry the batch chain (copies check it).
 /// 10: `ReplicaState` carries the term; replication bundles (`ReplicaRequest::Bundle`).
-pub const PROTOCOL_VERSION: u16 = 10;
+/// 11: `ClientRequest::Once` (a change with its client id and sequence number).
+pub const PROTOCOL_VERSION: u16 = 11;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -228,6 +228,23 @@ pub enum ClientRequest {
     /// is durable (a barrier after non-durable creates), then checks that `path` still
     /// names inode `ino` (`Stale` if a crash lost it, `NotFound` if it was removed).
     Sync { path: String, ino: InodeId },
+    /// Where `request` goes: a change (`is_change`) with the id that makes it happen once
+    /// (docs/write-path.md, "Exactly once"). A retry of it, after a timeout or a failover,
+    /// answers the first outcome instead of applying it again.
+    Once {
+        id: OnceId,
+        request: Box<ClientRequest>,
+    },
+}
+
+/// A change's identity: the client that sends it (random per client), its number among
+/// that client's changes, and the lowest number the client still waits for (outcomes below
+/// it may be forgotten).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OnceId {
+    pub client: u64,
+    pub seq: u64,
+    pub low: u64,
 }
 
 /// Requests about a server as a whole (its map, counters, free space), answered by the server
@@ -681,7 +698,32 @@ impl ClientRequest {
             ClientRequest::SetXattr { .. } => "setxattr",
             ClientRequest::Sync { .. } => "sync",
             ClientRequest::Link { .. } => "link",
+            ClientRequest::Once { request, .. } => request.op_name(),
         }
+    }
+
+    /// Requests that change the file system: sent as `Once`, so that a retry of one that
+    /// went through answers its first outcome.
+    #[must_use]
+    pub fn is_change(&self) -> bool {
+        matches!(
+            self,
+            ClientRequest::Create { .. }
+                | ClientRequest::Mkdir { .. }
+                | ClientRequest::Rmdir { .. }
+                | ClientRequest::Unlink { .. }
+                | ClientRequest::Symlink { .. }
+                | ClientRequest::SetAttr { .. }
+                | ClientRequest::Rename { .. }
+                | ClientRequest::Write { .. }
+                | ClientRequest::CopyRange(_)
+                | ClientRequest::Truncate { .. }
+                | ClientRequest::ExtendSize { .. }
+                | ClientRequest::WriteChunk { .. }
+                | ClientRequest::Mknod { .. }
+                | ClientRequest::SetXattr { .. }
+                | ClientRequest::Link { .. }
+        )
     }
 }
 

@@ -125,6 +125,8 @@ pub(crate) type Reply = oneshot::Sender<Result<Done, FsError>>;
 
 struct Job {
     mutation: Mutation,
+    /// The client's change this mutation completes, whose outcome goes into its batch.
+    once: Option<once::OnceJob>,
     reply: Reply,
     /// false: reply once applied; the fsync still follows at once.
     durable: bool,
@@ -370,6 +372,19 @@ impl ApplyLoop {
                     continue;
                 }
             };
+            // The change's outcome, in the change's own batch.
+            let mut recorded = None;
+            if let Some(o) = job.once
+                && let Some(answer) = (o.answer)(&outcome)
+            {
+                if let Err(e) =
+                    crate::state::once::record(&self.store, &mut batch, o.id, o.at_ns, answer)
+                {
+                    let _ = job.reply.send(Err(e));
+                    continue;
+                }
+                recorded = Some(o.recorded);
+            }
             // Every non-empty batch gets the next sequence number, written with it; copies
             // apply batches in that order. The shipping order is held from numbering to
             // shipping so that a copy added meanwhile starts at a batch boundary.
@@ -389,6 +404,9 @@ impl ApplyLoop {
                 drop(ship);
                 let _ = job.reply.send(Err(storage_err(e)));
                 continue;
+            }
+            if let Some(r) = recorded {
+                r.store(true, Ordering::Release);
             }
             if numbered {
                 let at = Numbered {
@@ -517,6 +535,7 @@ impl Applier {
             .tx
             .send(Job {
                 mutation: Mutation::Barrier,
+                once: None,
                 reply,
                 durable: false,
                 synced: None,
@@ -548,6 +567,7 @@ impl Applier {
         let (synced, synced_rx) = oneshot::channel();
         self.tx
             .send(Job {
+                once: once::job_for(&mutation),
                 mutation,
                 reply,
                 durable: false,
@@ -569,6 +589,7 @@ impl Applier {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job {
+                once: once::job_for(&mutation),
                 mutation,
                 reply,
                 durable,
@@ -585,6 +606,8 @@ impl Applier {
         Ok(done.outcome)
     }
 }
+
+pub mod once;
 
 #[cfg(test)]
 mod tests;

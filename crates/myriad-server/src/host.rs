@@ -611,6 +611,7 @@ impl Host {
             shard_maps: myriad_placement::ShardCache::default(),
             splits: crate::partition::split_state::SplitState::default(),
             dir_touches: crate::partition::touches::DirTouches::default(),
+            changes: crate::partition::changes::ChangesInFlight::default(),
             tasks: Mutex::new(Vec::new()),
             primary_through: std::sync::atomic::AtomicU64::new(epoch),
             deposed: std::sync::atomic::AtomicBool::new(false),

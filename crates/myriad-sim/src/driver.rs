@@ -179,6 +179,9 @@ struct Sim {
     history: Arc<History>,
     faults: Mutex<Faults>,
     report: Mutex<Report>,
+    /// Clients made so far: each gets the next number as its id (`ClientConfig::id`), so
+    /// a seed runs the same every time.
+    clients_made: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -219,6 +222,7 @@ impl Sim {
             map: Mutex::new(map),
             history: Arc::new(History::default()),
             faults: Mutex::new(Faults::default()),
+            clients_made: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -242,7 +246,10 @@ impl Sim {
 
     fn client(&self) -> Result<Arc<Client>, Failure> {
         let endpoint = Endpoint::new(self.net.clone(), CLIENTS);
-        let config = ClientConfig::new(self.map(), Caller::root(), keyring());
+        let mut config = ClientConfig::new(self.map(), Caller::root(), keyring());
+        config.id = 1 + self
+            .clients_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Client::with_transport(config, Arc::new(endpoint))
             .map(Arc::new)
             .map_err(|e| self.fail(format!("cannot make a client: {e}")))

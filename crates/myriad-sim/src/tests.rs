@@ -38,11 +38,10 @@ async fn a_server_whose_disk_fails_an_fsync_stops() {
     .unwrap_or_else(|e| panic!("server: {e}"));
     net.set_server(S1, Some(server.clone()));
     server.open().await.unwrap_or_else(|e| panic!("open: {e}"));
-    let client = Client::with_transport(
-        ClientConfig::new(map, Caller::root(), keys),
-        Arc::new(Endpoint::new(net.clone(), CLIENTS)),
-    )
-    .unwrap_or_else(|e| panic!("client: {e}"));
+    let mut config = ClientConfig::new(map, Caller::root(), keys);
+    config.id = 1;
+    let client = Client::with_transport(config, Arc::new(Endpoint::new(net.clone(), CLIENTS)))
+        .unwrap_or_else(|e| panic!("client: {e}"));
     client
         .mkdir("/a", 0o755)
         .await

@@ -89,6 +89,9 @@ impl ClientRun {
 
     pub async fn run(self) -> Verdict {
         let mut created = 0u32;
+        // This client's names in `BIG` whose create it saw succeed and whose removal it has
+        // not tried: a removal of one that finds nothing broke exactly-once.
+        let mut live = std::collections::BTreeSet::new();
         for _ in 0..self.ops {
             let (think, op, k, other, side, side2) = self.rng.with(|r| {
                 (
@@ -114,12 +117,15 @@ impl ClientRun {
                 62..70 => self.stat_dir(&self.dir(other, k)).await?,
                 70..85 => {
                     created += 1;
-                    self.create_shared(&format!("{BIG}/c{}-{created}", self.id))
-                        .await;
+                    let path = format!("{BIG}/c{}-{created}", self.id);
+                    if self.create_shared(&path).await? {
+                        live.insert(created);
+                    }
                 }
                 85..90 if created > 0 => {
                     let n = self.rng.with(|r| r.gen_range(1..=created));
-                    self.remove_shared(&format!("{BIG}/c{}-{n}", self.id)).await;
+                    let path = format!("{BIG}/c{}-{n}", self.id);
+                    self.remove_shared(&path, live.remove(&n)).await?;
                 }
                 _ => self.list().await?,
             }
@@ -293,31 +299,57 @@ impl ClientRun {
         self.history.check_read(path, invoked, seen.as_deref())
     }
 
-    async fn create_shared(&self, path: &str) {
+    /// Creates `path`, a name never used before: true if the create succeeded. Retries of
+    /// a create that went through answer its first outcome (docs/write-path.md, "Exactly
+    /// once"), so `AlreadyExists` is a violation.
+    async fn create_shared(&self, path: &str) -> Result<bool, String> {
         let name = path.rsplit('/').next().unwrap_or(path).to_string();
         self.history.begin_listed(&name);
-        match self.client.create(path, 0o644, true, b"x").await {
-            // Exists: a retry of our own create that had gone through.
-            Ok(_) | Err(FsError::AlreadyExists) => self.history.ack_listed(&name),
-            Err(e) => self
-                .trace
-                .event(format_args!("c{} create {path}: in doubt ({e})", self.id)),
-        }
+        let made = match self.client.create(path, 0o644, true, b"x").await {
+            Ok(_) => {
+                self.history.ack_listed(&name);
+                true
+            }
+            Err(FsError::AlreadyExists) => {
+                return Err(format!(
+                    "c{} create {path}: AlreadyExists for a name never made before (a retry \
+                     of the create did not answer its first outcome)",
+                    self.id
+                ));
+            }
+            Err(e) => {
+                self.trace
+                    .event(format_args!("c{} create {path}: in doubt ({e})", self.id));
+                false
+            }
+        };
         self.trace
             .event(format_args!("c{} create {path} done", self.id));
+        Ok(made)
     }
 
-    async fn remove_shared(&self, path: &str) {
+    /// Removes `path`; `live`: its create succeeded and no removal was tried since, so
+    /// `NotFound` is a violation (a retry of this removal must answer its first outcome).
+    async fn remove_shared(&self, path: &str, live: bool) -> Verdict {
         let name = path.rsplit('/').next().unwrap_or(path).to_string();
         self.history.begin_unlisted(&name);
         match self.client.unlink(path).await {
-            Ok(()) | Err(FsError::NotFound) => self.history.ack_unlisted(&name),
+            Ok(()) => self.history.ack_unlisted(&name),
+            Err(FsError::NotFound) if live => {
+                return Err(format!(
+                    "c{} remove {path}: NotFound for a name made and not removed since (a \
+                     retry of the removal did not answer its first outcome)",
+                    self.id
+                ));
+            }
+            Err(FsError::NotFound) => self.history.ack_unlisted(&name),
             Err(e) => self
                 .trace
                 .event(format_args!("c{} remove {path}: in doubt ({e})", self.id)),
         }
         self.trace
             .event(format_args!("c{} remove {path} done", self.id));
+        Ok(())
     }
 
     async fn list(&self) -> Verdict {

@@ -20,6 +20,10 @@ struct Record {
     acked: BTreeMap<String, Vec<u8>>,
     times: Vec<Instant>,
     failed: Vec<String>,
+    /// Retries that did not answer their first outcome (docs/write-path.md, "Exactly
+    /// once"): a create of a fresh name answered `AlreadyExists`, or an unlink of a file
+    /// made and not removed since answered `NotFound`.
+    not_once: Vec<String>,
 }
 
 fn content(w: usize, i: usize) -> Vec<u8> {
@@ -30,24 +34,41 @@ fn content(w: usize, i: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Creates files in `/w{w}` until `stop`; a failed create (the client gave up, or the
-/// answer was lost with a dying server and the retry found the name taken) is recorded as
-/// not acknowledged, and the writer goes on with the next name.
+/// Creates files in `/w{w}` until `stop`, and removes every fourth one again; a failed
+/// create or removal (the client gave up) is recorded as such, and the writer goes on with
+/// the next name. A retry across a failover answers its first outcome, so a create of a
+/// fresh name never finds it taken, nor a removal its file gone.
 async fn writer(c: Arc<Client>, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Record>>) {
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         let path = format!("/w{w}/f{i}");
         let data = content(w, i);
         let result = c.create(&path, 0o644, true, &data).await;
-        let mut r = rec.lock().unwrap_or_else(|p| p.into_inner());
-        match result {
-            Ok(_) => {
-                r.acked.insert(path, data);
-                r.times.push(Instant::now());
+        let made = result.is_ok();
+        {
+            let mut r = rec.lock().unwrap_or_else(|p| p.into_inner());
+            match result {
+                Ok(_) => {
+                    r.acked.insert(path.clone(), data);
+                    r.times.push(Instant::now());
+                }
+                Err(FsError::AlreadyExists) => {
+                    r.not_once.push(format!("create {path}: AlreadyExists"));
+                }
+                Err(e) => r.failed.push(format!("{path}: {e}")),
             }
-            Err(e) => r.failed.push(format!("{path}: {e}")),
         }
-        drop(r);
+        if made && i % 4 == 3 {
+            let result = c.unlink(&path).await;
+            let mut r = rec.lock().unwrap_or_else(|p| p.into_inner());
+            // Removed, or in doubt: not checked afterwards either way.
+            r.acked.remove(&path);
+            match result {
+                Ok(()) => {}
+                Err(FsError::NotFound) => r.not_once.push(format!("unlink {path}: NotFound")),
+                Err(e) => r.failed.push(format!("unlink {path}: {e}")),
+            }
+        }
         i += 1;
     }
 }
@@ -121,9 +142,9 @@ async fn kill9_of_two_servers_during_writes_loses_no_acknowledged_file() {
         .unwrap_or(NodeId(2));
     kill_and_see_writes_go_on(&tc, &rec, second, Duration::from_secs(12)).await;
     stop_writers(stop, jobs).await;
-    let (acked, failed) = {
+    let (acked, failed, not_once) = {
         let r = rec.lock().unwrap_or_else(|p| p.into_inner());
-        (r.acked.clone(), r.failed.clone())
+        (r.acked.clone(), r.failed.clone(), r.not_once.clone())
     };
     eprintln!(
         "failover: {} files acknowledged, {} failed, first write {:?} after the first kill",
@@ -134,6 +155,10 @@ async fn kill9_of_two_servers_during_writes_loses_no_acknowledged_file() {
     assert!(
         failed.len() * 10 <= acked.len(),
         "too many failed writes: {failed:?}"
+    );
+    assert!(
+        not_once.is_empty(),
+        "retries that did not answer their first outcome: {not_once:?}"
     );
     let check = tc.client_with(tc.map.clone(), Duration::from_secs(30));
     verify(&check, &acked).await;
@@ -297,8 +322,15 @@ async fn copies_of_a_dead_server_are_remade_and_a_second_death_is_survived() {
     // A second server dies after re-replication: still every partition has copies left.
     kill_and_see_writes_go_on(&tc, &rec, NodeId(1), Duration::from_secs(10)).await;
     stop_writers(stop, jobs).await;
-    let acked = rec.lock().unwrap_or_else(|p| p.into_inner()).acked.clone();
+    let (acked, not_once) = {
+        let r = rec.lock().unwrap_or_else(|p| p.into_inner());
+        (r.acked.clone(), r.not_once.clone())
+    };
     eprintln!("re-replication: {} files acknowledged", acked.len());
+    assert!(
+        not_once.is_empty(),
+        "retries without their first outcome: {not_once:?}"
+    );
     verify(&admin, &acked).await;
     // And its copies are remade too.
     wait_map(
@@ -361,9 +393,9 @@ async fn add_node_and_remove_node_under_load_end_balanced_with_three_copies() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(acked_after(&rec, t) > 0, "writes went on during the moves");
     stop_writers(stop, jobs).await;
-    let (acked, failed) = {
+    let (acked, failed, not_once) = {
         let r = rec.lock().unwrap_or_else(|p| p.into_inner());
-        (r.acked.clone(), r.failed.clone())
+        (r.acked.clone(), r.failed.clone(), r.not_once.clone())
     };
     eprintln!(
         "add/remove: {} files acknowledged, {} failed",
@@ -371,11 +403,11 @@ async fn add_node_and_remove_node_under_load_end_balanced_with_three_copies() {
         failed.len()
     );
     // A write whose answer was lost when its partition changed hands mid-write is retried
-    // on the new primary and finds its own file (docs/replication.md "Not yet": no
-    // duplicate-request cache); nothing else may fail, and only a few.
+    // on the new primary, which has its outcome (copied with the partition): it answers
+    // that, and nothing fails.
     assert!(
-        failed.iter().all(|f| f.ends_with("file exists")) && failed.len() * 50 <= acked.len(),
-        "writes failed while copies moved: {failed:?}"
+        failed.is_empty() && not_once.is_empty(),
+        "writes failed while copies moved: {failed:?} {not_once:?}"
     );
     let map = admin.newest_map().await;
     assert!(map.node(NodeId(2)).is_none(), "server 2 left the map");

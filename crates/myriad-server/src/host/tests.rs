@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use myriad_proto::{Caller, Endpoints, RaftRpc, Request, Response};
+use myriad_proto::{Caller, ClientRequest, Endpoints, RaftRpc, Request, Response};
 use myriad_storage::MemKv;
 use tokio::sync::Notify;
 
@@ -405,4 +405,95 @@ async fn recovery_undoes_an_aborted_mkdir() {
     assert!(!visible(&home) && !object(&h));
     assert!(home.store.entry("/", "x").ok().flatten().is_none());
     assert!(home.store.intent(txid).ok().flatten().is_none());
+}
+
+/// A client's change sent once, as its first try or as a retry with the same id.
+async fn send_once(
+    home: &Arc<Partition>,
+    seq: u64,
+    request: ClientRequest,
+) -> Result<Response, FsError> {
+    let id = myriad_proto::OnceId {
+        client: 77,
+        seq,
+        low: seq,
+    };
+    let once = ClientRequest::Once {
+        id,
+        request: Box::new(request),
+    };
+    let epoch = home.state().map.epoch;
+    home.dispatch(None, epoch, Caller::root(), Request::Client(once))
+        .await
+}
+
+fn create(path: &str) -> ClientRequest {
+    ClientRequest::Create {
+        path: path.into(),
+        mode: 0o644,
+        exclusive: true,
+        data: b"first".to_vec(),
+        durable: true,
+    }
+}
+
+/// Docs/write-path.md, "Exactly once": a retried create answers its first outcome (not
+/// `AlreadyExists`), a retried unlink too (not `NotFound`), and the same request under a
+/// new number runs again.
+#[tokio::test(start_paused = true)]
+async fn a_retried_change_answers_its_first_outcome() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let first = send_once(&home, 1, create("/x")).await;
+    let Ok(Response::Changed {
+        inode: Some(made), ..
+    }) = &first
+    else {
+        panic!("create: {first:?}");
+    };
+    let again = send_once(&home, 1, create("/x")).await;
+    match &again {
+        Ok(Response::Changed { inode: Some(i), .. }) => assert_eq!(i.ino, made.ino),
+        other => panic!("a retried create: {other:?}"),
+    }
+    // A new change (a new number) is a new create: the name is taken.
+    let new = send_once(&home, 2, create("/x")).await;
+    assert_eq!(new, Err(FsError::AlreadyExists));
+    let unlink = || ClientRequest::Unlink { path: "/x".into() };
+    assert!(send_once(&home, 3, unlink()).await.is_ok());
+    assert!(
+        send_once(&home, 3, unlink()).await.is_ok(),
+        "a retried unlink"
+    );
+    assert_eq!(send_once(&home, 4, unlink()).await, Err(FsError::NotFound));
+    // Only changes are sent once.
+    let stat = ClientRequest::Stat { path: "/".into() };
+    assert!(matches!(
+        send_once(&home, 5, stat).await,
+        Err(FsError::InvalidArgument(_))
+    ));
+}
+
+/// A change made of several mutations (a mkdir: intent, directory object, decision)
+/// records its answer once done; its retry gets it.
+#[tokio::test(start_paused = true)]
+async fn a_retried_mkdir_answers_its_first_outcome() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let mkdir = || ClientRequest::Mkdir {
+        path: "/x".into(),
+        mode: 0o755,
+        shards: 1,
+    };
+    let first = send_once(&home, 1, mkdir()).await;
+    assert!(
+        matches!(first, Ok(Response::Changed { inode: Some(_), .. })),
+        "{first:?}"
+    );
+    assert!(visible(&home) && object(&h));
+    assert_eq!(send_once(&home, 1, mkdir()).await, first);
+    assert_eq!(
+        send_once(&home, 2, mkdir()).await,
+        Err(FsError::AlreadyExists)
+    );
 }

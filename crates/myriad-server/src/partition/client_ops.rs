@@ -27,6 +27,10 @@ impl Partition {
         let cs = st.map.chunk_size_bytes;
         match body {
             ClientRequest::Echo(p) => Ok(Response::Echo(p)),
+            // Unwrapped by `dispatch` when it comes from a client.
+            ClientRequest::Once { .. } => Err(FsError::InvalidArgument(
+                "a change sent once comes from its client".into(),
+            )),
             ClientRequest::Link { from, to } => {
                 validate_path(&from)?;
                 self.own_entry(st, &from)?;

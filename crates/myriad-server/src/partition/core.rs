@@ -43,6 +43,8 @@ pub struct Partition {
     pub(crate) splits: crate::partition::split_state::SplitState,
     /// Directory touches in flight, coalesced per directory (`dirtimes.rs`).
     pub(crate) dir_touches: crate::partition::touches::DirTouches,
+    /// Clients' changes running here (`once.rs`): a retry waits for its first try.
+    pub(crate) changes: crate::partition::changes::ChangesInFlight,
     /// Background tasks (recovery, replica bookkeeping), ended by `stop`.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The last map epoch through which this server has been the partition's primary

@@ -7,10 +7,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{Caller, FsError, Request, Response};
+use myriad_proto::{Caller, ClientRequest, FsError, Request, Response};
 
+use crate::commit::once::outside;
 use crate::partition::core::Partition;
 use myriad_proto::{AdminRequest, PeerRequest};
+
+/// How often outcomes of changes too old for a retry are forgotten (`once.rs`).
+const FORGET_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Partition {
     /// Starts recovery of abandoned intents (at once, then every `recovery_interval`) and the
@@ -31,9 +35,17 @@ impl Partition {
                 keeper.replica_bookkeeping().await;
             }
         });
+        let forgetter = self.clone();
+        let forgetting = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(FORGET_INTERVAL).await;
+                forgetter.forget_outcomes().await;
+            }
+        });
         if let Ok(mut t) = self.tasks.lock() {
             t.push(recovery);
             t.push(bookkeeping);
+            t.push(forgetting);
         }
     }
 
@@ -47,6 +59,25 @@ impl Partition {
     }
 
     pub(crate) async fn dispatch(
+        self: &Arc<Self>,
+        from: Option<PartitionId>,
+        epoch: u64,
+        caller: Caller,
+        body: Request,
+    ) -> Result<Response, FsError> {
+        match (from, body) {
+            (None, Request::Client(ClientRequest::Once { id, request })) => {
+                self.serve_once(epoch, caller, id, *request).await
+            }
+            (None, body) => self.dispatch_request(None, epoch, caller, body).await,
+            // Possibly in the task of a client's change on another partition of this
+            // server: none of this work completes that change.
+            (from, body) => outside(self.dispatch_request(from, epoch, caller, body)).await,
+        }
+    }
+
+    /// One request (a change sent once is unwrapped by `serve_once` first).
+    pub(crate) async fn dispatch_request(
         self: &Arc<Self>,
         from: Option<PartitionId>,
         epoch: u64,

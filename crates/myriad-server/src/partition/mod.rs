@@ -4,11 +4,12 @@
 //! to its copies through `replication`.
 //!
 //! Inside, from the bottom: `env`, and the partition's in-memory parts (`replicas`,
-//! `popularity`, `split_state`, `touches`); `core` (the `Partition` and what every family
+//! `popularity`, `split_state`, `touches`, `changes`); `core` (the `Partition` and what every family
 //! uses: ownership checks, lookups, calls to other partitions); the families (`ancestors`,
-//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`); `dispatch`.
+//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`); `dispatch`.
 
 pub(crate) mod ancestors;
+pub(crate) mod changes;
 pub(crate) mod client_ops;
 pub(crate) mod copy;
 pub(crate) mod core;
@@ -17,6 +18,7 @@ pub(crate) mod dispatch;
 pub(crate) mod env;
 pub(crate) mod fsck;
 pub(crate) mod links;
+pub(crate) mod once;
 pub(crate) mod peer_ops;
 pub(crate) mod popularity;
 pub(crate) mod repair;

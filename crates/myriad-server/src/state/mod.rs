@@ -11,6 +11,7 @@ mod ids;
 pub(crate) mod intent;
 mod links;
 pub(crate) mod mutation;
+pub(crate) mod once;
 mod ops;
 pub(crate) mod perm;
 mod records;

@@ -14,13 +14,16 @@ pub use crate::state::ops::{
     Ctx, InodeChange, Layout, Mutation, Outcome, ShardMutation, prepare_key, storage_err,
 };
 pub use crate::state::records::{INODE_DIR, inode_name, wrong_shard};
-use crate::state::{attrs, data, dirs, files, links, renames, shards};
+use crate::state::{attrs, data, dirs, files, links, once, renames, shards};
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.
 pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
+        m @ (Mutation::RecordOnce { .. } | Mutation::ForgetOnces { .. }) => {
+            once::execute(ctx, &mut b, m)?
+        }
         Mutation::Shard(m) => shards::execute(ctx, &mut b, m)?,
         m @ (Mutation::InitRoot { .. }
         | Mutation::CreateFile { .. }

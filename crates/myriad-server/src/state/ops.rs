@@ -3,8 +3,8 @@
 //! beside this module execute them, `mutation.rs` routes each to its family.
 
 use myriad_proto::{
-    DirAction, ExportedEntry, FileKind, FsError, Inode, PartitionId, RenameFlags, SetAttr, Shard,
-    ShardMap, XattrMode,
+    DirAction, ExportedEntry, FileKind, FsError, Inode, OnceId, PartitionId, RenameFlags, Response,
+    SetAttr, Shard, ShardMap, XattrMode,
 };
 use myriad_storage::{BLOCK_BYTES, StorageError, Store};
 
@@ -28,6 +28,18 @@ pub enum InodeChange {
 pub enum Mutation {
     /// Changes nothing; its reply comes after the fsync covering everything applied before.
     Barrier,
+    /// Records `answer` as the outcome of change `id` (`state/once.rs`): for a change whose
+    /// work spans mutations or partitions, recorded once it is done.
+    RecordOnce {
+        id: OnceId,
+        at_ns: i64,
+        answer: Response,
+    },
+    /// Forgets outcomes recorded before `before_ns`, and the oldest beyond `keep_max`.
+    ForgetOnces {
+        before_ns: i64,
+        keep_max: usize,
+    },
     /// Puts an intact copy of a block that failed its checksum here or on a backup
     /// (repair.rs). Applied only if the block is still what repair saw: corrupt here, or
     /// intact and equal to `data` (rewritten so that every copy gets it); a block written

@@ -1,0 +1,63 @@
+//! The change a request task applies exactly once (docs/write-path.md, "Exactly once"):
+//! the partition sets it for the task (`scope`), and the applier records the change's
+//! answer in the batch of the mutation that completes it, so the change and its recorded
+//! outcome become durable and reach the copies together.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use myriad_proto::{OnceId, Response};
+
+use crate::state::mutation::{Mutation, Outcome};
+
+/// What the partition tells the applier of the change its task is applying.
+pub struct OnceSlot {
+    pub id: OnceId,
+    pub at_ns: i64,
+    /// Whether a mutation is the one that completes the change (its outcome is recorded).
+    pub completes: fn(&Mutation) -> bool,
+    /// The change's answer, from that mutation's outcome (`None`: nothing worth
+    /// recording, a retry may simply run again).
+    pub answer: fn(&Outcome) -> Option<Response>,
+    /// Set once the applier committed the outcome.
+    pub recorded: Arc<AtomicBool>,
+}
+
+tokio::task_local! {
+    static ONCE: Option<OnceSlot>;
+}
+
+/// Runs `fut` (a request's task) applying change `slot.id`.
+pub async fn scope<F: std::future::Future>(slot: OnceSlot, fut: F) -> F::Output {
+    ONCE.scope(Some(slot), fut).await
+}
+
+/// Runs `fut` outside any change: work another partition asked for, run in the asking
+/// task (a partition of the same server), completes none of that task's changes.
+pub async fn outside<F: std::future::Future>(fut: F) -> F::Output {
+    ONCE.scope(None, fut).await
+}
+
+/// What a job carries of its task's change: set when the job's mutation completes it.
+pub(crate) struct OnceJob {
+    pub(crate) id: OnceId,
+    pub(crate) at_ns: i64,
+    pub(crate) answer: fn(&Outcome) -> Option<Response>,
+    pub(crate) recorded: Arc<AtomicBool>,
+}
+
+/// The change `m` completes, if the task submitting it applies one and `m` is the
+/// mutation that completes it (and it is not recorded yet).
+pub(crate) fn job_for(m: &Mutation) -> Option<OnceJob> {
+    ONCE.try_with(|s| {
+        let s = s.as_ref()?;
+        ((s.completes)(m) && !s.recorded.load(Ordering::Acquire)).then(|| OnceJob {
+            id: s.id,
+            at_ns: s.at_ns,
+            answer: s.answer,
+            recorded: s.recorded.clone(),
+        })
+    })
+    .ok()
+    .flatten()
+}

@@ -1,0 +1,161 @@
+//! Changes applied exactly once (docs/write-path.md, "Exactly once"). A client sends each
+//! change as `ClientRequest::Once` with its `OnceId`; every retry carries the same id. The
+//! partition answers a change whose outcome it recorded with that outcome, without
+//! applying it again, so a create retried after a timeout or a failover does not fail with
+//! `AlreadyExists`, nor an unlink with `NotFound`.
+//!
+//! The outcome is recorded in the batch of the mutation that completes the change when
+//! one mutation does (a create, an unlink, a write: `completes`/`answer` below), so the
+//! change and its outcome are applied, replicated and made durable together. A change whose
+//! work spans partitions (mkdir, rmdir, a rename between partitions, a link, a copy)
+//! records its answer in a batch of its own once the work is done: a crash between the two
+//! leaves the change without its outcome, and its retry runs again as before.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use myriad_proto::{Caller, ClientRequest, FsError, OnceId, Request, Response};
+
+use crate::commit::once::{OnceSlot, scope};
+use crate::partition::core::Partition;
+use crate::state::mutation::{Mutation, Outcome};
+
+/// Outcomes older than this are forgotten: a retry comes within a client's request
+/// deadline (20 s by default), failovers included.
+pub(crate) const OUTCOME_AGE_MAX_NS: i64 = 10 * 60 * 1_000_000_000;
+/// At most this many outcomes per partition (the oldest go first).
+pub(crate) const OUTCOMES_MAX: usize = 200_000;
+
+impl Partition {
+    /// Serves change `request` sent once as `id` by a client.
+    pub(super) async fn serve_once(
+        self: &Arc<Self>,
+        epoch: u64,
+        caller: Caller,
+        id: OnceId,
+        request: ClientRequest,
+    ) -> Result<Response, FsError> {
+        if !request.is_change() {
+            return Err(FsError::InvalidArgument(format!(
+                "only changes are sent once, not {}",
+                request.op_name()
+            )));
+        }
+        if epoch > self.state().map.epoch {
+            return Err(FsError::MapTooOld(self.state().map.epoch));
+        }
+        let _running = self.changes.run((id.client, id.seq)).await;
+        if let Some(answer) = crate::state::once::recorded(&self.store, id.client, id.seq)? {
+            // Answered before: the answer leaves only once what it reports is durable here
+            // and on every copy (the first try may have failed before that).
+            self.applier.run(Mutation::Barrier).await?;
+            return Ok(answer);
+        }
+        let (completes, answer) = recording(&request);
+        let recorded = Arc::new(AtomicBool::new(false));
+        let slot = OnceSlot {
+            id,
+            at_ns: self.env.now_ns(),
+            completes,
+            answer,
+            recorded: recorded.clone(),
+        };
+        let body = Request::Client(request);
+        let result = scope(slot, self.dispatch_request(None, epoch, caller, body)).await;
+        if let Ok(answer) = &result
+            && !recorded.load(Ordering::Acquire)
+        {
+            let record = Mutation::RecordOnce {
+                id,
+                at_ns: self.env.now_ns(),
+                answer: answer.clone(),
+            };
+            if let Err(e) = self.applier.run(record).await {
+                // The change is done; only a retry of it would not find its outcome.
+                tracing::warn!(partition = %self.me, "outcome of a change not recorded: {e}");
+            }
+        }
+        result
+    }
+
+    /// Forgets outcomes too old for any retry, and the oldest beyond `OUTCOMES_MAX`.
+    pub(crate) async fn forget_outcomes(&self) {
+        let forget = Mutation::ForgetOnces {
+            before_ns: self.env.now_ns().saturating_sub(OUTCOME_AGE_MAX_NS),
+            keep_max: OUTCOMES_MAX,
+        };
+        if let Err(e) = self.applier.run(forget).await {
+            tracing::debug!(partition = %self.me, "old outcomes not forgotten: {e}");
+        }
+    }
+}
+
+fn never(_: &Mutation) -> bool {
+    false
+}
+
+fn nothing(_: &Outcome) -> Option<Response> {
+    None
+}
+
+/// The changed entry's new attributes (the parent's are not kept: the client fetches them).
+fn changed_entry(o: &Outcome) -> Option<Response> {
+    match o {
+        Outcome::Created(i) | Outcome::Inode(i) => Some(Response::Changed {
+            inode: Some(i.clone()),
+            parent: None,
+        }),
+        _ => None,
+    }
+}
+
+/// A create records only a new file: opening an existing name may simply run again.
+fn created(o: &Outcome) -> Option<Response> {
+    match o {
+        Outcome::Created(_) => changed_entry(o),
+        _ => None,
+    }
+}
+
+fn removed(_: &Outcome) -> Option<Response> {
+    Some(Response::Changed {
+        inode: None,
+        parent: None,
+    })
+}
+
+fn attrs(o: &Outcome) -> Option<Response> {
+    match o {
+        Outcome::Inode(i) | Outcome::InodeGc(i, _) => Some(Response::Attr(i.clone())),
+        _ => None,
+    }
+}
+
+fn unit(_: &Outcome) -> Option<Response> {
+    Some(Response::Unit)
+}
+
+/// For a change made by one mutation here: which mutation completes it, and its answer
+/// from that mutation's outcome (what `client_ops.rs` answers). Other changes record their
+/// answer once done (`never`, `nothing`).
+type Recording = (fn(&Mutation) -> bool, fn(&Outcome) -> Option<Response>);
+
+fn recording(request: &ClientRequest) -> Recording {
+    match request {
+        ClientRequest::Create { .. } => (|m| matches!(m, Mutation::CreateFile { .. }), created),
+        ClientRequest::Symlink { .. } => (|m| matches!(m, Mutation::Symlink { .. }), changed_entry),
+        ClientRequest::Mknod { .. } => (|m| matches!(m, Mutation::Mknod { .. }), changed_entry),
+        ClientRequest::Unlink { .. } => (|m| matches!(m, Mutation::Unlink { .. }), removed),
+        ClientRequest::SetAttr { .. } | ClientRequest::SetXattr { .. } => {
+            (|m| matches!(m, Mutation::SetAttr { .. }), attrs)
+        }
+        ClientRequest::Write { .. } => (|m| matches!(m, Mutation::Write { .. }), attrs),
+        ClientRequest::ExtendSize { .. } => (|m| matches!(m, Mutation::ExtendSize { .. }), attrs),
+        ClientRequest::Truncate { .. } => (|m| matches!(m, Mutation::Truncate { .. }), attrs),
+        ClientRequest::WriteChunk { .. } => (|m| matches!(m, Mutation::WriteChunk { .. }), unit),
+        // A rename within the partition is one mutation; between partitions it is not,
+        // and records its answer once done.
+        ClientRequest::Rename { .. } => (|m| matches!(m, Mutation::RenameLocal { .. }), unit),
+        _ => (never, nothing),
+    }
+}

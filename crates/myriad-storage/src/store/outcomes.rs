@@ -1,0 +1,116 @@
+//! The outcomes of clients' changes (docs/write-path.md, "Exactly once"): under
+//! `once/<client 8 BE><seq 8 BE>` in the partition's `Meta` space, so that they are
+//! replicated and copied with the partition, in the batch of the change itself. Values are
+//! opaque here (the server encodes the answer and when it was recorded).
+
+use crate::StorageError;
+use crate::kv::{Batch, Space};
+use crate::store::Store;
+
+const ONCE_PREFIX: &[u8] = b"once/";
+
+fn client_prefix(client: u64) -> Vec<u8> {
+    let mut k = ONCE_PREFIX.to_vec();
+    k.extend_from_slice(&client.to_be_bytes());
+    k
+}
+
+fn once_key(client: u64, seq: u64) -> Vec<u8> {
+    let mut k = client_prefix(client);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// (client, seq) of a key under `ONCE_PREFIX`.
+fn split_once_key(key: &[u8]) -> Option<(u64, u64)> {
+    let rest = key.strip_prefix(ONCE_PREFIX)?;
+    let client = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+    let seq = u64::from_be_bytes(rest.get(8..16)?.try_into().ok()?);
+    Some((client, seq))
+}
+
+impl Store {
+    /// The outcome recorded for change `seq` of `client`, if any.
+    pub fn outcome(&self, client: u64, seq: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        self.kv().get(Space::Meta, &once_key(client, seq))
+    }
+
+    pub fn put_outcome(&self, batch: &mut Batch, client: u64, seq: u64, value: Vec<u8>) {
+        batch.put(Space::Meta, once_key(client, seq), value);
+    }
+
+    pub fn delete_outcome(&self, batch: &mut Batch, client: u64, seq: u64) {
+        batch.delete(Space::Meta, once_key(client, seq));
+    }
+
+    /// Numbers below `low` of `client`'s recorded outcomes (at most `limit`).
+    pub fn outcomes_below(
+        &self,
+        client: u64,
+        low: u64,
+        limit: usize,
+    ) -> Result<Vec<u64>, StorageError> {
+        let pairs = self
+            .kv()
+            .scan(Space::Meta, &client_prefix(client), None, limit)?;
+        Ok(pairs
+            .iter()
+            .filter_map(|(k, _)| split_once_key(k))
+            .map(|(_, seq)| seq)
+            .take_while(|&seq| seq < low)
+            .collect())
+    }
+
+    /// Every recorded outcome: (client, seq, value), in key order, up to `limit`, after
+    /// `after` if given.
+    pub fn outcomes(
+        &self,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, u64, Vec<u8>)>, StorageError> {
+        let after = after.map(|(c, s)| once_key(c, s));
+        let pairs = self
+            .kv()
+            .scan(Space::Meta, ONCE_PREFIX, after.as_deref(), limit)?;
+        Ok(pairs
+            .into_iter()
+            .filter_map(|(k, v)| split_once_key(&k).map(|(c, s)| (c, s, v)))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::MemKv;
+
+    #[test]
+    fn outcomes_are_kept_per_client_in_order() {
+        let store = Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        for (client, seq) in [(7, 1), (7, 2), (7, 5), (8, 1), (u64::MAX, 3)] {
+            store.put_outcome(&mut b, client, seq, vec![seq as u8]);
+        }
+        store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.outcome(7, 2).ok().flatten(), Some(vec![2]));
+        assert_eq!(store.outcome(7, 3).ok().flatten(), None);
+        assert_eq!(store.outcomes_below(7, 5, 16).ok(), Some(vec![1, 2]));
+        assert_eq!(store.outcomes_below(8, 5, 16).ok(), Some(vec![1]));
+        assert_eq!(store.outcomes_below(9, 5, 16).ok(), Some(vec![]));
+        let all = store.outcomes(None, 100).unwrap_or_else(|e| panic!("{e}"));
+        let keys: Vec<(u64, u64)> = all.iter().map(|(c, s, _)| (*c, *s)).collect();
+        assert_eq!(keys, vec![(7, 1), (7, 2), (7, 5), (8, 1), (u64::MAX, 3)]);
+        let rest = store
+            .outcomes(Some((7, 5)), 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(rest.len(), 2);
+        // Other meta records are not outcomes.
+        assert_eq!(store.meta_u64("format_version").ok().flatten(), Some(5));
+        let mut b = Batch::new();
+        store.delete_outcome(&mut b, 7, 1);
+        store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.outcomes_below(7, 5, 16).ok(), Some(vec![2]));
+    }
+}
