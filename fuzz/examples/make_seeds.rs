@@ -155,6 +155,23 @@ fn requests() -> Seeds {
             ),
         ),
         (
+            "create-once",
+            request(
+                1,
+                to,
+                ClientRequest::Once {
+                    id: myriad_proto::OnceId {
+                        client: 0x5eed_0f_c11e47,
+                        seq: 42,
+                        low: 40,
+                    },
+                    request: Box::new(ClientRequest::Unlink {
+                        path: "/home/ada/old.txt".into(),
+                    }),
+                },
+            ),
+        ),
+        (
             "fetch",
             request(
                 2,
