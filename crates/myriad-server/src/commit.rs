@@ -337,6 +337,8 @@ impl Syncer {
 struct ApplyLoop {
     store: Store,
     ids: IdAlloc,
+    /// The outcomes of clients' changes held here (`state/once.rs`).
+    outcomes: crate::state::once::Outcomes,
     layout: Layout,
     /// The last batch committed, and the chain up to it.
     seq: u64,
@@ -363,6 +365,7 @@ impl ApplyLoop {
             let mut ctx = Ctx {
                 store: &self.store,
                 ids: &mut self.ids,
+                outcomes: &mut self.outcomes,
                 layout: self.layout,
             };
             let (mut batch, outcome) = match execute(&mut ctx, job.mutation) {
@@ -377,9 +380,14 @@ impl ApplyLoop {
             if let Some(o) = job.once
                 && let Some(answer) = (o.answer)(&outcome)
             {
-                if let Err(e) =
-                    crate::state::once::record(&self.store, &mut batch, o.id, o.at_ns, answer)
-                {
+                if let Err(e) = crate::state::once::record(
+                    &self.store,
+                    &mut self.outcomes,
+                    &mut batch,
+                    o.id,
+                    o.at_ns,
+                    answer,
+                ) {
                     let _ = job.reply.send(Err(e));
                     continue;
                 }
@@ -402,6 +410,7 @@ impl ApplyLoop {
             };
             if let Err(e) = self.store.commit(batch) {
                 drop(ship);
+                self.outcomes.reload();
                 let _ = job.reply.send(Err(storage_err(e)));
                 continue;
             }
@@ -475,6 +484,7 @@ impl Applier {
         let mut apply = ApplyLoop {
             store,
             ids,
+            outcomes: crate::state::once::Outcomes::default(),
             layout,
             seq: start_seq,
             chain: start_chain,

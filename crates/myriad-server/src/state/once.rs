@@ -9,17 +9,67 @@
 //! lowest change it still waits for (`OnceId::low`); `ForgetOnces` forgets outcomes older
 //! than an age, and the oldest beyond a count, for clients that went away.
 
+use std::collections::BTreeMap;
+
 use myriad_proto::{FsError, OnceId, Response, codec};
 use myriad_storage::{Batch, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
 
-/// Outcomes below `low` looked at (and forgotten) per recording: a client's older ones are
-/// gone after a few of its changes.
-const FORGET_PER_RECORD: usize = 16;
-/// Outcomes read per page while forgetting by age.
+/// Outcomes read per page while loading `Outcomes`.
 const SCAN_PAGE: usize = 4096;
+
+/// The outcomes a partition holds, by client: seq -> when recorded. Kept by the applier
+/// (the store's only writer) and loaded from the store on first use, so that forgetting
+/// never scans the store: forgotten records linger in the engine as tombstones, and
+/// scanning a client's records over them cost more than the creates themselves (measured:
+/// 2,000 creates/s instead of 3,600, the time in the memtable's skiplist).
+#[derive(Default)]
+pub struct Outcomes {
+    loaded: bool,
+    by_client: BTreeMap<u64, BTreeMap<u64, i64>>,
+}
+
+impl Outcomes {
+    fn load(&mut self, store: &Store) -> Result<(), FsError> {
+        if self.loaded {
+            return Ok(());
+        }
+        self.by_client.clear();
+        let mut after = None;
+        loop {
+            let page = store.outcomes(after, SCAN_PAGE).map_err(storage_err)?;
+            let Some(&(c, s, _)) = page.last() else {
+                break;
+            };
+            after = Some((c, s));
+            for (client, seq, value) in page {
+                // One that does not decode is forgotten first (as the oldest).
+                let at_ns = codec::decode::<Recorded>(&value).map_or(i64::MIN, |r| r.at_ns);
+                self.by_client.entry(client).or_default().insert(seq, at_ns);
+            }
+        }
+        self.loaded = true;
+        Ok(())
+    }
+
+    /// What this holds may differ from the store (a batch that failed to commit): loaded
+    /// again on next use.
+    pub fn reload(&mut self) {
+        self.loaded = false;
+    }
+
+    fn forget(&mut self, store: &Store, b: &mut Batch, client: u64, seq: u64) {
+        store.delete_outcome(b, client, seq);
+        if let Some(mine) = self.by_client.get_mut(&client) {
+            mine.remove(&seq);
+            if mine.is_empty() {
+                self.by_client.remove(&client);
+            }
+        }
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 struct Recorded {
@@ -31,6 +81,7 @@ struct Recorded {
 /// outcomes below `id.low` (it has their answers).
 pub fn record(
     store: &Store,
+    outcomes: &mut Outcomes,
     batch: &mut Batch,
     id: OnceId,
     at_ns: i64,
@@ -38,13 +89,25 @@ pub fn record(
 ) -> Result<(), FsError> {
     let value = codec::encode(&Recorded { at_ns, answer })
         .map_err(|e| FsError::Io(format!("encoding an outcome: {e}")))?;
-    for seq in store
-        .outcomes_below(id.client, id.low.min(id.seq), FORGET_PER_RECORD)
-        .map_err(storage_err)?
-    {
-        store.delete_outcome(batch, id.client, seq);
+    outcomes.load(store)?;
+    let answered: Vec<u64> = outcomes
+        .by_client
+        .get(&id.client)
+        .map(|mine| {
+            mine.range(..id.low.min(id.seq))
+                .map(|(&seq, _)| seq)
+                .collect()
+        })
+        .unwrap_or_default();
+    for seq in answered {
+        outcomes.forget(store, batch, id.client, seq);
     }
     store.put_outcome(batch, id.client, id.seq, value);
+    outcomes
+        .by_client
+        .entry(id.client)
+        .or_default()
+        .insert(id.seq, at_ns);
     Ok(())
 }
 
@@ -61,14 +124,14 @@ pub fn recorded(store: &Store, client: u64, seq: u64) -> Result<Option<Response>
 pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
     match m {
         Mutation::RecordOnce { id, at_ns, answer } => {
-            record(ctx.store, b, id, at_ns, answer)?;
+            record(ctx.store, ctx.outcomes, b, id, at_ns, answer)?;
             Ok(Outcome::Unit)
         }
         Mutation::ForgetOnces {
             before_ns,
             keep_max,
         } => {
-            forget(ctx.store, b, before_ns, keep_max)?;
+            forget(ctx.store, ctx.outcomes, b, before_ns, keep_max)?;
             Ok(Outcome::Unit)
         }
         m => Err(not_routed(&m)),
@@ -77,27 +140,24 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
 
 /// Forgets outcomes recorded before `before_ns` (and any that do not decode), then the
 /// oldest of the rest beyond `keep_max`.
-fn forget(store: &Store, b: &mut Batch, before_ns: i64, keep_max: usize) -> Result<(), FsError> {
-    let mut kept: Vec<(i64, u64, u64)> = Vec::new();
-    let mut after = None;
-    loop {
-        let page = store.outcomes(after, SCAN_PAGE).map_err(storage_err)?;
-        let Some(&(c, s, _)) = page.last() else {
-            break;
-        };
-        after = Some((c, s));
-        for (client, seq, value) in page {
-            match codec::decode::<Recorded>(&value) {
-                Ok(r) if r.at_ns >= before_ns => kept.push((r.at_ns, client, seq)),
-                _ => store.delete_outcome(b, client, seq),
-            }
-        }
-    }
-    if kept.len() > keep_max {
-        kept.sort_unstable();
-        for &(_, client, seq) in &kept[..kept.len() - keep_max] {
-            store.delete_outcome(b, client, seq);
-        }
+fn forget(
+    store: &Store,
+    outcomes: &mut Outcomes,
+    b: &mut Batch,
+    before_ns: i64,
+    keep_max: usize,
+) -> Result<(), FsError> {
+    outcomes.load(store)?;
+    let mut all: Vec<(i64, u64, u64)> = outcomes
+        .by_client
+        .iter()
+        .flat_map(|(&client, mine)| mine.iter().map(move |(&seq, &at)| (at, client, seq)))
+        .collect();
+    all.sort_unstable();
+    let old = all.partition_point(|&(at, _, _)| at < before_ns);
+    let over = all.len().saturating_sub(keep_max);
+    for &(_, client, seq) in &all[..old.max(over)] {
+        outcomes.forget(store, b, client, seq);
     }
     Ok(())
 }

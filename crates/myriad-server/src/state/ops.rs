@@ -359,6 +359,8 @@ pub(crate) fn chunk0_blocks(layout: Layout) -> u64 {
 pub struct Ctx<'a> {
     pub store: &'a Store,
     pub ids: &'a mut IdAlloc,
+    /// The outcomes of clients' changes held here (`once.rs`).
+    pub outcomes: &'a mut crate::state::once::Outcomes,
     pub layout: Layout,
 }
 

@@ -13,6 +13,7 @@ use myriad_proto::InodeId;
 struct T {
     store: Store,
     ids: IdAlloc,
+    outcomes: crate::state::once::Outcomes,
 }
 
 impl T {
@@ -20,7 +21,11 @@ impl T {
         let store = Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"));
         let ids =
             IdAlloc::load(&store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
-        let mut t = T { store, ids };
+        let mut t = T {
+            store,
+            ids,
+            outcomes: crate::state::once::Outcomes::default(),
+        };
         t.run(Mutation::InitRoot {
             now: 1,
             uid: 0,
@@ -34,6 +39,7 @@ impl T {
         let mut ctx = Ctx {
             store: &self.store,
             ids: &mut self.ids,
+            outcomes: &mut self.outcomes,
             layout: Layout {
                 chunk_size_bytes: 4 << 20,
             },
