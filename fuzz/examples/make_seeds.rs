@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use myriad_fuzz::{block_on, fixed_frame_mac, join_chunks};
+use myriad_fuzz::{block_on, fixed_frame_seal, join_chunks};
 use myriad_membership::{MapCommand, MapStateMachine, NodeId, TypeConfig};
 use myriad_placement::{ClusterMap, Shard, ShardMap};
 use myriad_proto::InodeId;
@@ -607,7 +607,7 @@ fn hellos() -> Seeds {
     ]
 }
 
-/// A real client proof (of the fixed key of `fixed_frame_mac`).
+/// A real client proof (of the fixed key of `fixed_frame_seal`).
 fn client_proof() -> [u8; 32] {
     let ring = Keyring::from_secret(&[7; 32]);
     let key = ring
@@ -616,10 +616,10 @@ fn client_proof() -> [u8; 32] {
     key.client_proof(b"hello", b"reply")
 }
 
-/// `bodies` as the tagged frames of a connection after the handshake (`fixed_frame_mac`).
+/// `bodies` as the tagged frames of a connection after the handshake (`fixed_frame_seal`).
 fn sealed(bodies: &[&[u8]]) -> Vec<u8> {
     let mut codec = myriad_net::frame_codec();
-    codec.seal_with(fixed_frame_mac());
+    codec.seal_with(fixed_frame_seal());
     let mut out = BytesMut::new();
     for b in bodies {
         codec

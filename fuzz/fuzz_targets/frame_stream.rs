@@ -6,8 +6,8 @@
 //! frame as a request and as a response. Properties: no panic; the frames re-encoded with
 //! the same codec split back into the same frames; every decoded message round-trips.
 //!
-//! Tagged (after the handshake; the reader has `open_with` a `FrameMac` of a fixed key,
-//! `myriad_fuzz::fixed_frame_mac`): the input gives frames or an error, never a panic, and
+//! Tagged (after the handshake; the reader has `open_with` a `FrameSeal` of a fixed key,
+//! `myriad_fuzz::fixed_frame_seal`): the input gives frames or an error, never a panic, and
 //! the frames it accepts, sealed again, are the bytes it started with. Then a few frames (the
 //! plain frames of the input, the whole input, an empty one) are sealed (`seal_with`) and
 //! must decode back to themselves; if the input's last byte is non-zero, it is XORed into
@@ -17,7 +17,7 @@
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use myriad_fuzz::{fixed_frame_mac, roundtrip};
+use myriad_fuzz::{fixed_frame_seal, roundtrip};
 use myriad_proto::auth::TAG_BYTES;
 use myriad_proto::limits::FRAME_BYTES_MAX;
 use myriad_proto::{Hello, RequestFrame, ResponseFrame};
@@ -49,13 +49,13 @@ fn write_all(codec: &mut myriad_net::FrameCodec, frames: &[Bytes]) -> BytesMut {
 
 fn sealing() -> myriad_net::FrameCodec {
     let mut c = myriad_net::frame_codec();
-    c.seal_with(fixed_frame_mac());
+    c.seal_with(fixed_frame_seal());
     c
 }
 
 fn opening() -> myriad_net::FrameCodec {
     let mut c = myriad_net::frame_codec();
-    c.open_with(fixed_frame_mac());
+    c.open_with(fixed_frame_seal());
     c
 }
 

@@ -7,13 +7,13 @@ use std::fmt::Debug;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use myriad_proto::auth::{FrameMac, Keyring};
+use myriad_proto::auth::{FrameSeal, Keyring};
 use myriad_proto::codec::{decode, encode};
 
-/// The frame MAC of the tagged-frame fuzzing (fuzz_targets/frame_stream.rs) and its seeds:
+/// The frame sealer of the sealed-frame fuzzing (fuzz_targets/frame_stream.rs) and its seeds:
 /// the client-to-server direction of a session of a fixed key and fixed nonces, at seq 0.
 #[must_use]
-pub fn fixed_frame_mac() -> FrameMac {
+pub fn fixed_frame_seal() -> FrameSeal {
     let ring = Keyring::from_secret(&[7; 32]);
     let Some(key) = ring.connect_key() else {
         panic!("a keyring from a secret has a key to connect with");

@@ -1,10 +1,10 @@
 //! Frames: a 4-byte big-endian length, the body, and, once a connection is authenticated,
-//! a 16-byte tag (myriad_proto::auth) that the reader checks before anything decodes the
-//! body. Frames over `FRAME_BYTES_MAX` (tag excluded) are refused on read (the connection is
+//! the body encrypted and followed by a 16-byte tag (AES-256-GCM, myriad_proto::auth) that
+//! the reader checks, and decrypts with, before anything decodes the body. Frames over `FRAME_BYTES_MAX` (tag excluded) are refused on read (the connection is
 //! closed) and never produced on write.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use myriad_proto::auth::{FrameMac, TAG_BYTES};
+use myriad_proto::auth::{FrameSeal, TAG_BYTES};
 use myriad_proto::limits::FRAME_BYTES_MAX;
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
@@ -16,10 +16,10 @@ pub const WRITE_BATCH_BYTES: usize = 256 * 1024;
 #[derive(Debug)]
 pub struct FrameCodec {
     inner: LengthDelimitedCodec,
-    /// Tags frames written (set on the writing half after the handshake).
-    seal: Option<FrameMac>,
-    /// Checks frames read (set on the reading half after the handshake).
-    open: Option<FrameMac>,
+    /// Seals frames written (set on the writing half after the handshake).
+    seal: Option<FrameSeal>,
+    /// Opens frames read (set on the reading half after the handshake).
+    open: Option<FrameSeal>,
 }
 
 /// A frame codec with no tags yet (the handshake runs plain).
@@ -36,14 +36,14 @@ pub fn frame_codec() -> FrameCodec {
 }
 
 impl FrameCodec {
-    /// From now on, every frame written carries a tag.
-    pub fn seal_with(&mut self, mac: FrameMac) {
-        self.seal = Some(mac);
+    /// From now on, every frame written is sealed.
+    pub fn seal_with(&mut self, seal: FrameSeal) {
+        self.seal = Some(seal);
     }
 
-    /// From now on, every frame read must carry a good tag.
-    pub fn open_with(&mut self, mac: FrameMac) {
-        self.open = Some(mac);
+    /// From now on, every frame read must open (a good tag) under `open`.
+    pub fn open_with(&mut self, open: FrameSeal) {
+        self.open = Some(open);
     }
 }
 
@@ -55,7 +55,7 @@ impl Decoder for FrameCodec {
         let Some(mut frame) = self.inner.decode(src)? else {
             return Ok(None);
         };
-        let Some(mac) = self.open.as_mut() else {
+        let Some(open) = self.open.as_mut() else {
             if frame.len() > FRAME_BYTES_MAX {
                 return Err(too_big(frame.len()));
             }
@@ -64,10 +64,10 @@ impl Decoder for FrameCodec {
         if frame.len() < TAG_BYTES {
             return Err(bad_tag());
         }
-        let tag = frame.split_off(frame.len() - TAG_BYTES);
-        if !mac.open(&frame, &tag) {
+        let Some(len) = open.open_in_place(&mut frame) else {
             return Err(bad_tag());
-        }
+        };
+        frame.truncate(len);
         Ok(Some(frame))
     }
 }
@@ -79,15 +79,16 @@ impl Encoder<Bytes> for FrameCodec {
         if body.len() > FRAME_BYTES_MAX {
             return Err(too_big(body.len()));
         }
-        let Some(mac) = self.seal.as_mut() else {
+        let Some(seal) = self.seal.as_mut() else {
             return self.inner.encode(body, dst);
         };
-        let tag = mac.seal(&body);
         let len = body.len() + TAG_BYTES;
         dst.reserve(4 + len);
         // Fits: FRAME_BYTES_MAX + TAG_BYTES is far below u32::MAX.
         dst.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+        let start = dst.len();
         dst.put_slice(&body);
+        let tag = seal.seal_in_place(&mut dst[start..]);
         dst.put_slice(&tag);
         Ok(())
     }
@@ -151,6 +152,33 @@ mod tests {
             let mut r = r.clone_fresh();
             assert!(r.decode(&mut bad).is_err(), "flip at {i} not caught");
         }
+    }
+
+    #[test]
+    fn sealed_frames_do_not_show_their_contents() {
+        let (mut w, mut r) = pair();
+        let secret = b"the contents of a file nobody else may read".repeat(4);
+        let mut wire = BytesMut::new();
+        for _ in 0..2 {
+            w.encode(Bytes::from(secret.clone()), &mut wire)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let shown = |needle: &[u8]| wire.windows(needle.len()).any(|win| win == needle);
+        assert!(!shown(&secret[..8]), "plain bytes on the wire");
+        // The same body twice is sealed differently (the frame number is the nonce).
+        let one = secret.len() + TAG_BYTES + 4;
+        assert_ne!(wire[4..one], wire[one + 4..]);
+        for _ in 0..2 {
+            let got = r.decode(&mut wire).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(got.as_deref(), Some(&secret[..]));
+        }
+        // Before the handshake (no seal), bytes go as they are: the check above can fail.
+        let mut plain = frame_codec();
+        let mut wire = BytesMut::new();
+        plain
+            .encode(Bytes::from(secret.clone()), &mut wire)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(wire.windows(8).any(|win| win == &secret[..8]));
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //! ```
 //! Both proofs bind the whole transcript, so neither side's messages can be swapped or
 //! replayed into another connection (the other side's nonce is fresh). Then every frame in
-//! each direction carries `tag = HMAC(K_dir, seq | body)[..16]`, with `K_dir` derived from K
-//! and both nonces and `seq` counted by both ends (never sent): a changed, dropped, replayed
-//! or reordered frame fails its tag and closes the connection. Contents are not encrypted.
+//! each direction is sealed with AES-256-GCM under `K_dir = HMAC(K, "c2s"|"s2c" | nonce_c |
+//! nonce_s)` (a fresh key per connection and direction), the 96-bit GCM nonce being the
+//! frame's number `seq`, counted by both ends and never sent: contents are encrypted, and a
+//! changed, dropped, replayed or reordered frame fails its 16-byte tag and closes the
+//! connection. A nonce never repeats under one key (one counter per direction, 2^64 frames).
 //!
 //! Sans-IO: randomness (nonces, new secrets) comes from the caller.
 
@@ -32,7 +34,7 @@ pub const KEY_BYTES: usize = 32;
 pub const KEY_ID_BYTES: usize = 8;
 pub const NONCE_BYTES: usize = 32;
 pub const PROOF_BYTES: usize = 32;
-/// Tag length of a frame: 128 bits, the usual truncation of HMAC-SHA256 (RFC 2104 section 5).
+/// Tag length of a sealed frame: AES-GCM's full 128-bit tag.
 pub const TAG_BYTES: usize = 16;
 
 pub type Key = [u8; KEY_BYTES];
@@ -121,10 +123,10 @@ impl ClusterKey {
 
     /// Frame keys for one connection: (client to server, server to client).
     #[must_use]
-    pub fn session(&self, nonce_c: &Nonce, nonce_s: &Nonce) -> (FrameMac, FrameMac) {
-        let c2s = mac(&self.key, &[b"myriad v1 c2s", nonce_c, nonce_s]);
-        let s2c = mac(&self.key, &[b"myriad v1 s2c", nonce_c, nonce_s]);
-        (FrameMac::new(&c2s), FrameMac::new(&s2c))
+    pub fn session(&self, nonce_c: &Nonce, nonce_s: &Nonce) -> (FrameSeal, FrameSeal) {
+        let c2s = mac(&self.key, &[b"myriad v2 c2s", nonce_c, nonce_s]);
+        let s2c = mac(&self.key, &[b"myriad v2 s2c", nonce_c, nonce_s]);
+        (FrameSeal::new(&c2s), FrameSeal::new(&s2c))
     }
 }
 
@@ -227,49 +229,78 @@ fn derived(secret: &Key) -> [ClusterKey; 2] {
     ]
 }
 
-/// Tags the frames of one direction of a connection, counting them.
+/// Seals (encrypts and tags) or opens the frames of one direction of a connection,
+/// counting them: frame `seq` uses GCM nonce `seq`.
 #[derive(Clone)]
-pub struct FrameMac {
-    keyed: HmacSha256,
+pub struct FrameSeal {
+    key: ring::aead::LessSafeKey,
     seq: u64,
 }
 
-impl std::fmt::Debug for FrameMac {
+impl std::fmt::Debug for FrameSeal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FrameMac(seq {})", self.seq)
+        write!(f, "FrameSeal(seq {})", self.seq)
     }
 }
 
-impl FrameMac {
-    fn new(key: &Key) -> FrameMac {
-        FrameMac {
-            // Keyed once per connection; each frame clones the keyed state (saves two
-            // compression blocks a frame).
-            keyed: new_mac(key),
+impl FrameSeal {
+    fn new(key: &Key) -> FrameSeal {
+        // A 32-byte key is what AES-256 takes, so this never fails.
+        let unbound = ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, key)
+            .unwrap_or_else(|_| unreachable_key());
+        FrameSeal {
+            key: ring::aead::LessSafeKey::new(unbound),
             seq: 0,
         }
     }
 
-    /// The tag of the next frame.
-    pub fn seal(&mut self, body: &[u8]) -> [u8; TAG_BYTES] {
-        let mut m = self.keyed.clone();
-        m.update(&self.seq.to_be_bytes());
-        m.update(body);
+    /// The nonce of the next frame, and the count moved on.
+    fn next_nonce(&mut self) -> ring::aead::Nonce {
+        let mut n = [0u8; ring::aead::NONCE_LEN];
+        n[4..].copy_from_slice(&self.seq.to_be_bytes());
         self.seq += 1;
-        let full = m.finalize().into_bytes();
-        let mut tag = [0u8; TAG_BYTES];
-        tag.copy_from_slice(&full[..TAG_BYTES]);
-        tag
+        ring::aead::Nonce::assume_unique_for_key(n)
     }
 
-    /// Whether `tag` is the next frame's tag (constant time).
-    pub fn open(&mut self, body: &[u8], tag: &[u8]) -> bool {
-        let mut m = self.keyed.clone();
-        m.update(&self.seq.to_be_bytes());
-        m.update(body);
-        self.seq += 1;
-        m.verify_truncated_left(tag).is_ok() && tag.len() == TAG_BYTES
+    /// Encrypts the next frame's `body` in place and returns its tag.
+    pub fn seal_in_place(&mut self, body: &mut [u8]) -> [u8; TAG_BYTES] {
+        let nonce = self.next_nonce();
+        let mut out = [0u8; TAG_BYTES];
+        // Sealing fails only past GCM's per-message limit (64 GiB), far above a frame.
+        if let Ok(tag) = self
+            .key
+            .seal_in_place_separate_tag(nonce, ring::aead::Aad::empty(), body)
+        {
+            out.copy_from_slice(tag.as_ref());
+        }
+        out
     }
+
+    /// The next frame on the wire: `body` encrypted, then its tag.
+    #[must_use]
+    pub fn seal(&mut self, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(body.len() + TAG_BYTES);
+        out.extend_from_slice(body);
+        let tag = self.seal_in_place(&mut out);
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    /// Opens the next frame (`sealed`: ciphertext then tag) in place: the length of its
+    /// body, decrypted at the start of `sealed`, or `None` if it fails its tag.
+    pub fn open_in_place(&mut self, sealed: &mut [u8]) -> Option<usize> {
+        let nonce = self.next_nonce();
+        self.key
+            .open_in_place(nonce, ring::aead::Aad::empty(), sealed)
+            .ok()
+            .map(|body| body.len())
+    }
+}
+
+#[cold]
+fn unreachable_key() -> ring::aead::UnboundKey {
+    // `ring` refuses only keys of the wrong length; ours are 32 bytes by type.
+    panic!("AES-256-GCM refused a 32-byte key")
 }
 
 fn new_mac(key: &[u8]) -> HmacSha256 {
