@@ -428,27 +428,43 @@ mod tests {
         ));
     }
 
+    /// Opens `sealed` (ciphertext then tag) as the next frame of `r`: its body, if good.
+    fn open(r: &mut FrameSeal, sealed: &[u8]) -> Option<Vec<u8>> {
+        let mut buf = sealed.to_vec();
+        let n = r.open_in_place(&mut buf)?;
+        buf.truncate(n);
+        Some(buf)
+    }
+
     #[test]
-    fn frame_tags_catch_changes_replays_and_reordering() {
+    fn sealed_frames_catch_changes_replays_and_reordering() {
         let k = Keyring::from_secret(&S).keys[1].clone();
         let (mut c2s_send, _) = k.session(&[1; 32], &[2; 32]);
         let (c2s_recv, _) = k.session(&[1; 32], &[2; 32]);
-        let t0 = c2s_send.seal(b"first");
-        let t1 = c2s_send.seal(b"second");
+        let f0 = c2s_send.seal(b"first");
+        let f1 = c2s_send.seal(b"second");
+        assert_eq!(f0.len(), 5 + TAG_BYTES);
+        assert!(
+            !f0.windows(5).any(|w| w == b"first"),
+            "sealed, not encrypted"
+        );
         // In order: accepted.
         let mut r = c2s_recv.clone();
-        assert!(r.open(b"first", &t0) && r.open(b"second", &t1));
-        // Reordered, replayed, changed, truncated tag: refused.
-        assert!(!c2s_recv.clone().open(b"second", &t1));
+        assert_eq!(open(&mut r, &f0).as_deref(), Some(&b"first"[..]));
+        assert_eq!(open(&mut r, &f1).as_deref(), Some(&b"second"[..]));
+        // Reordered, replayed, changed, truncated: refused.
+        assert_eq!(open(&mut c2s_recv.clone(), &f1), None);
         let mut r = c2s_recv.clone();
-        assert!(r.open(b"first", &t0) && !r.open(b"first", &t0));
-        assert!(!c2s_recv.clone().open(b"firsT", &t0));
-        assert!(!c2s_recv.clone().open(b"first", &t0[..8]));
-        // The other direction's key does not verify.
+        assert!(open(&mut r, &f0).is_some() && open(&mut r, &f0).is_none());
+        let mut changed = f0.clone();
+        changed[2] ^= 0x20;
+        assert_eq!(open(&mut c2s_recv.clone(), &changed), None);
+        assert_eq!(open(&mut c2s_recv.clone(), &f0[..8]), None);
+        // The other direction's key does not open it.
         let (_, mut s2c) = k.session(&[1; 32], &[2; 32]);
-        assert!(!s2c.open(b"first", &t0));
+        assert_eq!(open(&mut s2c, &f0), None);
         // Another connection's nonces give other keys.
         let (mut other, _) = k.session(&[1; 32], &[3; 32]);
-        assert!(!other.open(b"first", &t0));
+        assert_eq!(open(&mut other, &f0), None);
     }
 }
