@@ -254,6 +254,25 @@ fn requests() -> Seeds {
                     chunk: 2,
                     offset: 0,
                     data: vec![1, 2, 3, 4],
+                    cap: Some(
+                        myriad_proto::auth::Keyring::from_secret(&[7; 32])
+                            .capability_key()
+                            .map(|k| k.grant(InodeId(77), true, 1 << 62))
+                            .unwrap_or_else(|| panic!("a secret's keyring makes capabilities")),
+                    ),
+                },
+            ),
+        ),
+        (
+            "grant",
+            request(
+                8,
+                to,
+                ClientRequest::Grant {
+                    path: "/data/big.bin".into(),
+                    ino: InodeId(77),
+                    write: false,
+                    opened: true,
                 },
             ),
         ),

@@ -103,6 +103,8 @@ pub struct Client {
     config: ClientConfig,
     /// Shard maps of the split directories met (docs/huge-dirs.md).
     pub(crate) shards: ShardCache,
+    /// Capabilities for the chunks of files read or written (`file.rs`).
+    pub(crate) caps: crate::caps::Caps,
     /// Numbers of this client's changes (`OnceId`): the next one, and those still waiting
     /// for an answer.
     changes: std::sync::Mutex<Changes>,
@@ -159,6 +161,7 @@ impl Client {
             transport,
             config,
             shards: ShardCache::default(),
+            caps: crate::caps::Caps::default(),
             changes: std::sync::Mutex::new(Changes {
                 next: 1,
                 waiting: std::collections::BTreeSet::new(),

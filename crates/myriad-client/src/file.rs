@@ -9,6 +9,7 @@ use myriad_proto::{FileKind, FsError, Inode, Response, limits, validate_path};
 
 use crate::client::{Client, Route, expect_attr, unexpected};
 use myriad_proto::ClientRequest;
+use myriad_proto::auth::Capability;
 
 /// An open file: its path and the inode seen at open. Operations check the inode id, so a
 /// handle whose file was replaced or removed gets `Stale` instead of touching another file.
@@ -142,19 +143,16 @@ impl Client {
             pos += n;
         }
         let futs = pieces.iter().map(|&(chunk, off, n)| async move {
-            let req = ClientRequest::ReadChunk {
-                ino: h.inode.ino,
-                chunk,
-                offset: off,
-                len: n,
-            };
-            match self
-                .call(
-                    Route::Chunk(h.inode.ino, chunk),
-                    myriad_proto::Request::Client(req),
-                )
-                .await?
-            {
+            let answer = self
+                .chunk_call(h, chunk, false, |cap| ClientRequest::ReadChunk {
+                    ino: h.inode.ino,
+                    chunk,
+                    offset: off,
+                    len: n,
+                    cap: Some(cap),
+                })
+                .await?;
+            match answer {
                 Response::Data { data, .. } => Ok(data),
                 other => Err(unexpected(&other)),
             }
@@ -196,18 +194,14 @@ impl Client {
             }
             pos += n;
         }
-        let futs = others.iter().map(|&(chunk, off, slice)| async move {
-            let req = ClientRequest::WriteChunk {
+        let futs = others.iter().map(|&(chunk, off, slice)| {
+            self.chunk_call(h, chunk, true, move |cap| ClientRequest::WriteChunk {
                 ino: h.inode.ino,
                 chunk,
                 offset: off,
                 data: slice.to_vec(),
-            };
-            self.call(
-                Route::Chunk(h.inode.ino, chunk),
-                myriad_proto::Request::Client(req),
-            )
-            .await
+                cap: Some(cap),
+            })
         });
         for r in futures::future::join_all(futs).await {
             r?;
@@ -245,6 +239,60 @@ impl Client {
             )?;
         }
         Ok(inode)
+    }
+
+    /// Sends the request `make` builds for chunk `chunk` (>= 1) of `h`, with a capability
+    /// to read (or `write`) its chunks; a refusal (the capability expired, or the servers'
+    /// clocks ran ahead) gets a fresh capability and one more try.
+    async fn chunk_call(
+        &self,
+        h: &FileHandle,
+        chunk: u64,
+        write: bool,
+        make: impl Fn(Capability) -> ClientRequest,
+    ) -> Result<Response, FsError> {
+        let route = || Route::Chunk(h.inode.ino, chunk);
+        let cap = self.capability(h, write).await?;
+        match self
+            .call(route(), myriad_proto::Request::Client(make(cap)))
+            .await
+        {
+            Err(FsError::PermissionDenied) => {
+                self.caps.forget(h.inode.ino, write);
+                let cap = self.capability(h, write).await?;
+                self.call(route(), myriad_proto::Request::Client(make(cap)))
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// A capability for the chunks of `h` (from the cache while good, else granted by the
+    /// server of its entry after an access check).
+    async fn capability(&self, h: &FileHandle, write: bool) -> Result<Capability, FsError> {
+        if let Some(cap) = self.caps.get(h.inode.ino, write) {
+            return Ok(cap);
+        }
+        let req = ClientRequest::Grant {
+            path: h.path.clone(),
+            ino: h.inode.ino,
+            write,
+            opened: h.opened,
+        };
+        match self
+            .call(
+                Route::Entry(h.path.clone()),
+                myriad_proto::Request::Client(req),
+            )
+            .await?
+        {
+            Response::Granted { cap, valid_ms } => {
+                self.caps
+                    .put(cap, std::time::Duration::from_millis(valid_ms));
+                Ok(cap)
+            }
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Copies up to `len` bytes of `src` at `src_off` into `dst` at `dst_off` on the

@@ -7,6 +7,7 @@
 //!
 //! Must not depend on: the server, storage, FUSE, the CLI.
 
+mod caps;
 mod client;
 mod dirs;
 mod file;

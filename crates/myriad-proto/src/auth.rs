@@ -202,6 +202,77 @@ impl Keyring {
             .iter()
             .any(|k| k.credential == Credential::Cluster)
     }
+
+    /// The key servers seal chunk capabilities with (`Capability`): derived from the
+    /// cluster key, so a holder of only the client key can neither make nor change one.
+    #[must_use]
+    pub fn capability_key(&self) -> Option<CapabilityKey> {
+        self.keys
+            .iter()
+            .find(|k| k.credential == Credential::Cluster)
+            .map(|k| CapabilityKey(mac(&k.key, &[b"myriad v1 capability key"])))
+    }
+}
+
+/// The servers' key for chunk capabilities.
+#[derive(Clone)]
+pub struct CapabilityKey(Key);
+
+impl std::fmt::Debug for CapabilityKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CapabilityKey(..)")
+    }
+}
+
+/// A short-lived grant, made by the server of a file's entry after it checked the
+/// caller's access, to read (or also write) the chunks past the first of inode `ino`
+/// until `expires_ns` (servers' clocks). Chunk servers refuse a client's chunk request
+/// without a good one (docs/write-path.md, part 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capability {
+    pub ino: crate::InodeId,
+    pub write: bool,
+    pub expires_ns: i64,
+    pub tag: [u8; TAG_BYTES],
+}
+
+impl CapabilityKey {
+    fn tag(&self, ino: crate::InodeId, write: bool, expires_ns: i64) -> [u8; TAG_BYTES] {
+        let full = mac(
+            &self.0,
+            &[
+                b"myriad v1 capability",
+                &ino.0.to_be_bytes(),
+                &[u8::from(write)],
+                &expires_ns.to_be_bytes(),
+            ],
+        );
+        let mut tag = [0u8; TAG_BYTES];
+        tag.copy_from_slice(&full[..TAG_BYTES]);
+        tag
+    }
+
+    #[must_use]
+    pub fn grant(&self, ino: crate::InodeId, write: bool, expires_ns: i64) -> Capability {
+        Capability {
+            ino,
+            write,
+            expires_ns,
+            tag: self.tag(ino, write, expires_ns),
+        }
+    }
+
+    /// Whether `cap` is one of ours, for `ino`, granting `write` if asked, and not expired
+    /// at `now_ns`.
+    #[must_use]
+    pub fn admits(&self, cap: &Capability, ino: crate::InodeId, write: bool, now_ns: i64) -> bool {
+        let expected = self.tag(cap.ino, cap.write, cap.expires_ns);
+        let mut diff = 0u8;
+        for (a, b) in expected.iter().zip(cap.tag.iter()) {
+            diff |= a ^ b;
+        }
+        diff == 0 && cap.ino == ino && (cap.write || !write) && now_ns < cap.expires_ns
+    }
 }
 
 /// The key-file line of a new cluster secret.

@@ -22,7 +22,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 9: `Replicate` and `ReplicaCopyDone` carry the batch chain (copies check it).
 /// 10: `ReplicaState` carries the term; replication bundles (`ReplicaRequest::Bundle`).
 /// 11: `ClientRequest::Once` (a change with its client id and sequence number).
-pub const PROTOCOL_VERSION: u16 = 11;
+/// 12: chunk capabilities (`ClientRequest::Grant`, `cap` on chunk requests); frames sealed
+/// with AES-256-GCM.
+pub const PROTOCOL_VERSION: u16 = 12;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -169,6 +171,12 @@ pub enum Response {
         data: Vec<u8>,
     },
     Link(String),
+    /// A capability for a file's chunks, and how long it is good for (`valid_ms`, so that
+    /// a client need not trust its clock to agree with the servers').
+    Granted {
+        cap: crate::auth::Capability,
+        valid_ms: u64,
+    },
     StatFs(StatFs),
     /// Attributes with the lease granted (0: not subscribed).
     AttrLease {

@@ -3,6 +3,7 @@
 use myriad_placement::{ClusterMap, PartitionId};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::Capability;
 use crate::{Caller, FileKind, Inode, InodeId, Shard, ShardMap};
 
 /// Attribute changes; `None` leaves a field as it is.
@@ -192,19 +193,23 @@ pub enum ClientRequest {
         opened: bool,
     },
     /// Owner of chunk `chunk` (>= 1) of `ino`.
+    /// From a client, `cap` must grant writing `ino` (`Grant`); servers send none.
     WriteChunk {
         ino: InodeId,
         chunk: u64,
         offset: u64,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
+        cap: Option<Capability>,
     },
-    /// Owner of chunk `chunk` (>= 1) of `ino`. Missing bytes read as zeros.
+    /// Owner of chunk `chunk` (>= 1) of `ino`. Missing bytes read as zeros. From a client,
+    /// `cap` must grant reading `ino` (`Grant`); servers send none.
     ReadChunk {
         ino: InodeId,
         chunk: u64,
         offset: u64,
         len: u64,
+        cap: Option<Capability>,
     },
     /// Owner of the entry: create a metadata-only node (`Fifo`, `Socket`, or, as root, a
     /// `CharDevice` or `BlockDevice` numbered `rdev`).
@@ -228,6 +233,15 @@ pub enum ClientRequest {
     /// is durable (a barrier after non-durable creates), then checks that `path` still
     /// names inode `ino` (`Stale` if a crash lost it, `NotFound` if it was removed).
     Sync { path: String, ino: InodeId },
+    /// Owner of the entry: after checking that the caller may read (`write`: also write)
+    /// file `path`, inode `ino`, a capability for its chunks past the first (`Granted`).
+    /// `opened`: as for `Write`.
+    Grant {
+        path: String,
+        ino: InodeId,
+        write: bool,
+        opened: bool,
+    },
     /// Where `request` goes: a change (`is_change`) with the id that makes it happen once
     /// (docs/write-path.md, "Exactly once"). A retry of it, after a timeout or a failover,
     /// answers the first outcome instead of applying it again.
@@ -699,6 +713,7 @@ impl ClientRequest {
             ClientRequest::Sync { .. } => "sync",
             ClientRequest::Link { .. } => "link",
             ClientRequest::Once { request, .. } => request.op_name(),
+            ClientRequest::Grant { .. } => "grant",
         }
     }
 

@@ -39,13 +39,17 @@ impl EmbeddedServer {
     /// Assembles server `config.node_id` on `kv`; it answers requests at once (partitions
     /// not open yet answer `Busy`, as a starting process does) and opens its partitions on
     /// `open`. Call from inside the runtime the server is to run on.
-    /// `fsync`: how long each sync of `kv` takes on the runtime's clock.
+    /// `fsync`: how long each sync of `kv` takes on the runtime's clock. `clock_start`:
+    /// the runtime instant at which the cluster's wall clock read `VIRTUAL_EPOCH_NS` (the
+    /// same for every server of a run, restarts included: servers' clocks agree, as NTP
+    /// keeps them, and capabilities and outcome ages compare times across servers).
     pub fn new(
         config: ServerConfig,
         kv: Arc<dyn Kv>,
         transport: Arc<dyn Transport>,
         authority: Arc<dyn Authority>,
         fsync: std::time::Duration,
+        clock_start: tokio::time::Instant,
     ) -> Result<EmbeddedServer, String> {
         let runner = Runner::Tasks { fsync };
         let _own = Store::open(
@@ -66,7 +70,7 @@ impl EmbeddedServer {
             syncer,
             runner,
             clock: crate::clock::Clock::Virtual {
-                start: tokio::time::Instant::now(),
+                start: clock_start,
                 epoch_ns: VIRTUAL_EPOCH_NS,
             },
             transport,

@@ -182,6 +182,8 @@ struct Sim {
     /// Clients made so far: each gets the next number as its id (`ClientConfig::id`), so
     /// a seed runs the same every time.
     clients_made: std::sync::atomic::AtomicU64,
+    /// When the servers' shared wall clock started (`EmbeddedServer::new`).
+    clock_start: tokio::time::Instant,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -223,6 +225,7 @@ impl Sim {
             history: Arc::new(History::default()),
             faults: Mutex::new(Faults::default()),
             clients_made: std::sync::atomic::AtomicU64::new(0),
+            clock_start: tokio::time::Instant::now(),
         })
     }
 
@@ -273,6 +276,7 @@ impl Sim {
             Arc::new(endpoint),
             Arc::new(authority),
             FSYNC,
+            self.clock_start,
         )
         .map(Arc::new)
         .map_err(|e| self.fail(format!("server {id} does not start: {e}")))?;

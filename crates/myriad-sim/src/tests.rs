@@ -33,6 +33,7 @@ async fn a_server_whose_disk_fails_an_fsync_stops() {
         Arc::new(Endpoint::new(net.clone(), S1)),
         Arc::new(SimAuthority { me: S1, leases }),
         Duration::from_millis(1),
+        tokio::time::Instant::now(),
     )
     .map(Arc::new)
     .unwrap_or_else(|e| panic!("server: {e}"));

@@ -506,3 +506,113 @@ async fn directory_rename_by_a_user_keeps_permissions_consistent() {
         Some(FsError::PermissionDenied)
     );
 }
+
+/// Chunk capabilities (docs/write-path.md, part 5): the chunks past the first of a file
+/// live apart from its entry, addressed by inode id. A user without access gets no
+/// capability, and the chunk's server refuses that user's requests without one, with a
+/// forged one, and with a read capability used to write; the owner reads and writes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_are_served_only_with_a_capability() {
+    use myriad_client::proto::auth::Capability;
+    use myriad_client::proto::{ClientRequest, Request, Response};
+
+    let tc = TestCluster::start(3);
+    let root = tc.client();
+    ok(root.mkdir("/p", 0o777).await);
+    let alice = as_user(&tc, user(1000, 1000, &[]));
+    let mallory = as_user(&tc, user(2000, 2000, &[]));
+    let cs = tc.map.chunk_size_bytes;
+    let size = usize::try_from(cs).unwrap_or(0) + 5000;
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let h = ok(alice.create("/p/private", 0o600, true, &data).await);
+    let ino = h.inode.ino;
+    assert_eq!(
+        ok(alice.read_all("/p/private").await),
+        data,
+        "the owner reads it all"
+    );
+
+    // Through the client library: no access, no bytes (chunk 0 is refused at the entry).
+    assert_eq!(
+        mallory.read_all("/p/private").await.err(),
+        Some(FsError::PermissionDenied)
+    );
+    // No capability granted.
+    let grant = |write| ClientRequest::Grant {
+        path: "/p/private".into(),
+        ino,
+        write,
+        opened: false,
+    };
+    let entry = tc.map.ring().owner_of_entry("/p/private");
+    for write in [false, true] {
+        let r = mallory.request(entry, Request::Client(grant(write))).await;
+        assert_eq!(
+            r.err(),
+            Some(FsError::PermissionDenied),
+            "granted: write {write}"
+        );
+    }
+    // Straight to the server of chunk 1: without a capability, with a forged one, with
+    // the owner's read capability used to write.
+    let chunk_of = tc.map.ring().owner_of_chunk(ino, 1);
+    let read = |cap| ClientRequest::ReadChunk {
+        ino,
+        chunk: 1,
+        offset: 0,
+        len: 100,
+        cap,
+    };
+    let write = |cap| ClientRequest::WriteChunk {
+        ino,
+        chunk: 1,
+        offset: 0,
+        data: b"overwritten".to_vec(),
+        cap,
+    };
+    let forged = Capability {
+        ino,
+        write: true,
+        expires_ns: i64::MAX,
+        tag: [7; 16],
+    };
+    let Ok(Response::Granted { cap: alices, .. }) =
+        alice.request(entry, Request::Client(grant(false))).await
+    else {
+        panic!("the owner is granted reading");
+    };
+    assert!(!alices.write);
+    for (what, req) in [
+        ("read, no capability", read(None)),
+        ("write, no capability", write(None)),
+        ("read, forged", read(Some(forged))),
+        ("write, forged", write(Some(forged))),
+        ("write with a read capability", write(Some(alices))),
+        (
+            "read of another inode",
+            ClientRequest::ReadChunk {
+                ino: myriad_client::InodeId(ino.0 + 1),
+                chunk: 1,
+                offset: 0,
+                len: 100,
+                cap: Some(alices),
+            },
+        ),
+    ] {
+        let r = mallory.request(chunk_of, Request::Client(req)).await;
+        assert_eq!(r.err(), Some(FsError::PermissionDenied), "{what}");
+    }
+    // The read capability reads (whoever holds it: it is a bearer token, for 2 minutes).
+    match mallory
+        .request(chunk_of, Request::Client(read(Some(alices))))
+        .await
+    {
+        Ok(Response::Data { data: got, .. }) => assert_eq!(got, data[size - 5000..size - 4900]),
+        other => panic!("a good capability was refused: {other:?}"),
+    }
+    // Nothing was overwritten; the owner writes past chunk 0 (granted on the way).
+    assert_eq!(ok(alice.read_all("/p/private").await), data);
+    ok(alice.write(&h, cs + 10, b"mine").await);
+    let after = ok(alice.read_all("/p/private").await);
+    assert_eq!(&after[size - 4990..size - 4986], b"mine");
+}

@@ -27,6 +27,16 @@ impl Partition {
         let cs = st.map.chunk_size_bytes;
         match body {
             ClientRequest::Echo(p) => Ok(Response::Echo(p)),
+            ClientRequest::Grant {
+                path,
+                ino,
+                write,
+                opened,
+            } => {
+                validate_path(&path)?;
+                self.own_entry(st, &path)?;
+                self.grant(&caller, &path, ino, write, opened).await
+            }
             // Unwrapped by `dispatch` when it comes from a client.
             ClientRequest::Once { .. } => Err(FsError::InvalidArgument(
                 "a change sent once comes from its client".into(),
@@ -166,6 +176,7 @@ impl Partition {
                 chunk,
                 offset,
                 len,
+                ..
             } => {
                 if chunk == 0 {
                     return Err(FsError::InvalidArgument("chunk 0 is read with Read".into()));
@@ -451,6 +462,7 @@ impl Partition {
                 chunk,
                 offset,
                 data,
+                ..
             } => {
                 if chunk == 0 {
                     return Err(FsError::InvalidArgument(

@@ -91,11 +91,13 @@ impl Partition {
                     len: n,
                 }
             } else {
+                // From this server: chunk servers need no capability.
                 ClientRequest::ReadChunk {
                     ino: c.src_ino,
                     chunk,
                     offset: pos % cs,
                     len: n,
+                    cap: None,
                 }
             };
             let reply = if chunk == 0 {
@@ -153,6 +155,7 @@ impl Partition {
                     chunk,
                     offset: pos % cs,
                     data: piece.to_vec(),
+                    cap: None,
                 };
                 self.call_node(owner, Request::Client(req)).await?;
             }

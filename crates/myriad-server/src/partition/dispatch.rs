@@ -93,6 +93,12 @@ impl Partition {
         if from.is_none() || matches!(body, Request::Peer(PeerRequest::AtInode { .. })) {
             self.env.admit(&body)?;
         }
+        // A client's chunk request carries its capability (grants.rs).
+        if from.is_none()
+            && let Request::Client(c) = &body
+        {
+            self.check_capability(c)?;
+        }
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
             return Err(FsError::MapTooOld(st.map.epoch));

@@ -6,7 +6,7 @@
 //! Inside, from the bottom: `env`, and the partition's in-memory parts (`replicas`,
 //! `popularity`, `split_state`, `touches`, `changes`); `core` (the `Partition` and what every family
 //! uses: ownership checks, lookups, calls to other partitions); the families (`ancestors`,
-//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`); `dispatch`.
+//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`); `dispatch`.
 
 pub(crate) mod ancestors;
 pub(crate) mod changes;
@@ -17,6 +17,7 @@ pub(crate) mod dirtimes;
 pub(crate) mod dispatch;
 pub(crate) mod env;
 pub(crate) mod fsck;
+pub(crate) mod grants;
 pub(crate) mod links;
 pub(crate) mod once;
 pub(crate) mod peer_ops;

@@ -1,0 +1,79 @@
+//! Chunk capabilities (docs/write-path.md, part 5). A file's chunks past the first live on
+//! other partitions, addressed by inode id, away from the entry that holds its permissions.
+//! So the partition of the entry checks a client's access once and grants a short-lived
+//! capability (sealed with a key derived from the cluster key, which clients do not hold);
+//! the partitions of the chunks serve a client's chunk request only with a good one.
+//! Requests from servers (copies, trims, repairs) need none.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use myriad_proto::{Caller, ClientRequest, FileKind, FsError, InodeId, Response};
+
+use crate::partition::core::Partition;
+use crate::state::perm;
+
+/// How long a capability is good for. A change of permissions reaches chunks already
+/// granted within this time.
+pub(crate) const CAPABILITY_TTL: Duration = Duration::from_secs(120);
+
+impl Partition {
+    /// A capability to read (`write`: also write) the chunks of file `path`, inode `ino`,
+    /// if `caller` may.
+    pub(super) async fn grant(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+        ino: InodeId,
+        write: bool,
+        opened: bool,
+    ) -> Result<Response, FsError> {
+        self.search(caller, path).await?;
+        let inode = self.resolve(self.lookup(path).await?).await?;
+        if inode.kind == FileKind::Directory {
+            return Err(FsError::IsADirectory);
+        }
+        if inode.ino != ino {
+            return Err(FsError::Stale);
+        }
+        if write {
+            perm::require_write(&inode, caller, opened)?;
+        } else {
+            perm::require(&inode, caller, perm::READ)?;
+        }
+        let key = self
+            .env
+            .config()
+            .keys
+            .capability_key()
+            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))?;
+        let ttl_ns = i64::try_from(CAPABILITY_TTL.as_nanos()).unwrap_or(i64::MAX);
+        let cap = key.grant(ino, write, self.env.now_ns().saturating_add(ttl_ns));
+        Ok(Response::Granted {
+            cap,
+            valid_ms: u64::try_from(CAPABILITY_TTL.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// `PermissionDenied` for a client's chunk request without a good capability.
+    pub(super) fn check_capability(&self, req: &ClientRequest) -> Result<(), FsError> {
+        let (ino, write, cap) = match req {
+            ClientRequest::ReadChunk { ino, cap, .. } => (*ino, false, cap),
+            ClientRequest::WriteChunk { ino, cap, .. } => (*ino, true, cap),
+            _ => return Ok(()),
+        };
+        let key = self
+            .env
+            .config()
+            .keys
+            .capability_key()
+            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))?;
+        match cap {
+            Some(cap) if key.admits(cap, ino, write, self.env.now_ns()) => Ok(()),
+            _ => {
+                tracing::debug!(partition = %self.me, %ino, write, "chunk request refused: no good capability");
+                Err(FsError::PermissionDenied)
+            }
+        }
+    }
+}
