@@ -119,6 +119,9 @@ struct Report {
     inflight: usize,
     file_size_bytes: usize,
     results: Vec<Result_>,
+    /// Cluster map changes during the run: with no server stopped, each one is a false
+    /// failover (a server marked down under load).
+    map_changes: u64,
 }
 
 /// An existing cluster to benchmark (`--cluster`), with its key file and request timeout.
@@ -236,6 +239,7 @@ async fn body(
             .await?;
     }
     let data = Arc::new(file_content(1, args.size));
+    let epoch_before = client.newest_map().await.epoch;
     let mut created = false;
     let mut results: Vec<Result_> = Vec::new();
     let mut rpc_rate = 0.0;
@@ -316,12 +320,15 @@ async fn body(
             .collect();
         println!("{}: server requests per op: {}", r.name, kinds.join(", "));
     }
+    let map_changes = client.newest_map().await.epoch.saturating_sub(epoch_before);
+    println!("cluster map changes during the run (false failovers): {map_changes}");
     let report = Report {
         bench: name.to_string(),
         nodes: args.nodes,
         inflight: args.inflight,
         file_size_bytes: args.size,
         results,
+        map_changes,
     };
     std::fs::create_dir_all(&args.out_dir)?;
     let json = args.out_dir.join(format!("bench-{name}.json"));

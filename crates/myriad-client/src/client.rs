@@ -29,7 +29,7 @@ const REDIRECT_WAIT_MIN: Duration = Duration::from_millis(10);
 /// Waits between tries of a partition that is unavailable (its server dead, a failover
 /// under way, typically seconds): doubling to the cap, within the request's deadline.
 const DOWN_BACKOFF_FIRST: Duration = Duration::from_millis(50);
-const DOWN_BACKOFF_MAX: Duration = Duration::from_millis(500);
+const DOWN_BACKOFF_MAX: Duration = Duration::from_millis(200);
 /// How long one server may take to tell its map when looking for a newer one.
 const MAP_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// `ClientConfig` defaults: a request's whole budget (retries included; long enough to ride

@@ -31,17 +31,20 @@ use tokio::task::JoinHandle;
 use crate::cluster::MapState;
 use myriad_proto::PeerRequest;
 
-/// How long a granted lease lets a server serve, counted from when it asked.
-pub const LEASE: Duration = Duration::from_secs(3);
+/// How long a granted lease lets a server serve, counted from when it asked. With
+/// `DOWN_AFTER`, what a failover takes (docs/write-path.md, part 6: the first write after a
+/// kill -9 within 3 s); six renewals fit in it, so a server slowed by load keeps it.
+pub const LEASE: Duration = Duration::from_millis(1500);
 /// How often a server asks for its lease.
-pub const RENEW_EVERY: Duration = Duration::from_millis(500);
-/// The leader grants leases only if a quorum acknowledged it at most this long ago.
-const QUORUM_FRESH: Duration = Duration::from_millis(1500);
+pub const RENEW_EVERY: Duration = Duration::from_millis(250);
+/// The leader grants leases only if a quorum acknowledged it at most this long ago (Raft
+/// heartbeats go every 150 ms).
+const QUORUM_FRESH: Duration = Duration::from_millis(700);
 /// A server not heard from for this long is marked down; must be at least LEASE +
 /// QUORUM_FRESH (see the module comment).
-pub const DOWN_AFTER: Duration = Duration::from_secs(5);
+pub const DOWN_AFTER: Duration = Duration::from_millis(2300);
 /// How often the leader looks at who it heard from.
-const CHECK_EVERY: Duration = Duration::from_millis(500);
+const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// Moves in progress at once, cluster-wide: each copies a whole partition, and writes to it
 /// wait for the new copy meanwhile, so few at a time keeps the service going.
 const MOVES_MAX: usize = 2;

@@ -39,18 +39,20 @@ fn a_silent_server_goes_down_after_down_after_and_never_the_leader() {
     let m = four();
     let all_recent: Vec<_> = S.iter().map(|&n| (n, 5.0)).collect();
     assert_eq!(round(&m, S[0], &all_recent, 6.0), None, "everyone heard");
-    // Server 3 last heard at 0.5 s; at 5.4 s it is not silent long enough yet.
+    // Server 3 last heard at 0.5 s; just before DOWN_AFTER later it is not silent long
+    // enough yet, just after it is.
     let mut heard = all_recent.clone();
     heard[2] = (S[2], 0.5);
-    assert_eq!(round(&m, S[0], &heard, 5.4), None);
-    let Some((next, change)) = round(&m, S[0], &heard, 5.6) else {
-        panic!("server 3 silent for 5.1 s stays up");
+    let down_at = 0.5 + DOWN_AFTER.as_secs_f64();
+    assert_eq!(round(&m, S[0], &heard, down_at - 0.1), None);
+    let Some((next, change)) = round(&m, S[0], &heard, down_at + 0.1) else {
+        panic!("server 3 silent for DOWN_AFTER stays up");
     };
     assert!(matches!(change, Change::Down { server, .. } if server == S[2]));
     assert!(!next.is_up(S[2]));
     assert_eq!(next.epoch, m.epoch + 1);
     // The leader itself, silent to itself, is never marked down.
-    let mut heard = all_recent;
+    let mut heard: Vec<_> = S.iter().map(|&n| (n, 8.5)).collect();
     heard[0] = (S[0], 0.0);
     assert_eq!(round(&m, S[0], &heard, 9.0), None);
 }
@@ -99,12 +101,12 @@ fn a_just_added_server_gets_down_after_to_make_itself_heard() {
     let added_at = since + Duration::from_secs(20);
     let heard = |id: NodeId| (id != S[3]).then_some(since + Duration::from_secs(24));
     let listed = |id: NodeId| if id == S[3] { added_at } else { since };
-    let now = since + Duration::from_secs(24);
+    let now = added_at + DOWN_AFTER - Duration::from_millis(200);
     assert_eq!(detect(&m, S[0], (since, now), heard, listed), None);
-    let later = since + Duration::from_secs(26);
+    let later = added_at + DOWN_AFTER + Duration::from_millis(200);
     let heard_later = |id: NodeId| (id != S[3]).then_some(later);
     let Some((_, change)) = detect(&m, S[0], (since, later), heard_later, listed) else {
-        panic!("a server silent 6 s after it was added stays up");
+        panic!("a server silent DOWN_AFTER after it was added stays up");
     };
     assert!(matches!(change, Change::Down { server, .. } if server == S[3]));
 }
