@@ -420,3 +420,93 @@ async fn add_node_and_remove_node_under_load_end_balanced_with_three_copies() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("16 partitions (48 copies checked)"), "{text}");
 }
+
+/// Docs/write-path.md part 3: a backup that was away while 10,000 files were written gets
+/// them from its primaries' logs of recent batches, not by whole copies of its partitions,
+/// and every copy ends equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_backup_catches_up_from_the_log_without_a_whole_copy() {
+    use futures::StreamExt;
+
+    let tc = TestCluster::start_with(5, &["--partitions-per-node", "4", "--replicas", "3"]);
+    let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(30)));
+    let ring = tc.map.ring();
+    // A server that is not the primary of the root's partition, and a directory whose
+    // partition it backs without leading it.
+    let root = tc.map.primary_of(ring.owner_of_dir("/"));
+    let away = (1..=5u32)
+        .rev()
+        .map(NodeId)
+        .find(|&s| Some(s) != root)
+        .unwrap_or(NodeId(5));
+    let dir = (0..10_000)
+        .map(|i| format!("/logged{i}"))
+        .find(|d| {
+            tc.map
+                .partition(ring.owner_of_dir(d))
+                .is_some_and(|p| p.replicas[0] != away && p.replicas.contains(&away))
+        })
+        .unwrap_or_else(|| panic!("no directory backed by {away}"));
+    c.mkdir(&dir, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    tc.kill9(away);
+    wait_map(&c, Duration::from_secs(20), "the server marked down", |m| {
+        !m.is_up(away)
+    })
+    .await;
+    const FILES: usize = 10_000;
+    let written = futures::stream::iter(0..FILES)
+        .map(|i| {
+            let c = c.clone();
+            let path = format!("{dir}/f{i}");
+            async move { c.create(&path, 0o644, true, path.as_bytes()).await }
+        })
+        .buffer_unordered(32)
+        .filter(|r| futures::future::ready(r.is_ok()))
+        .count()
+        .await;
+    assert_eq!(
+        written, FILES,
+        "every create succeeded while the server was away"
+    );
+    tc.restart(away);
+    tc.wait_up(&c, away).await;
+    wait_map(&c, Duration::from_secs(20), "the server marked up", |m| {
+        m.is_up(away)
+    })
+    .await;
+    tc.fsck_until_clean().await;
+    let counters = c
+        .counters(away)
+        .await
+        .unwrap_or_else(|e| panic!("counters of {away}: {e}"));
+    let resets = counters
+        .server_requests
+        .iter()
+        .filter(|o| o.op == "replica_reset")
+        .map(|o| o.count)
+        .sum::<u64>();
+    assert_eq!(
+        resets, 0,
+        "a partition was copied whole to the returning server"
+    );
+    assert!(
+        counters.batches_received >= FILES as u64,
+        "the returning server received {} batches",
+        counters.batches_received
+    );
+    let primary = tc
+        .map
+        .primary_of(ring.owner_of_dir(&dir))
+        .unwrap_or(NodeId(1));
+    let log = std::fs::read_to_string(tc.dir.path().join(format!("node-{primary}.log")))
+        .unwrap_or_default();
+    assert!(
+        log.contains("catching it up from the log"),
+        "server {primary} did not catch server {away} up from its log"
+    );
+    for i in [0, FILES / 2, FILES - 1] {
+        let path = format!("{dir}/f{i}");
+        let got = c.read_all(&path).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got, path.as_bytes());
+    }
+}

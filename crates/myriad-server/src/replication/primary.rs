@@ -8,9 +8,11 @@
 //! Applier::run:   local fsync, then wait until every backup's acked >= n
 //! ```
 //! A stream first checks that the backup holds exactly the primary's state at start (same
-//! seq and same chain of batches, `commit::CHAIN_KEY`); if not (the backup missed batches
-//! or holds batches the primary lost in a crash,
-//! which were never acknowledged), it copies the whole partition: drop, pages of every
+//! seq and same chain of batches, `commit::CHAIN_KEY`). If the backup is behind on the same
+//! history and the primary's log of recent batches (`log.rs`) reaches back to it, the stream
+//! sends it the batches it missed from the log. Else (the backup missed more, or holds
+//! batches the primary lost in a crash, which were never acknowledged) it copies the whole
+//! partition: drop, pages of every
 //! key, then the batches committed since the copy began, replayed in order. Replaying
 //! physical puts and deletes over a copy taken while writes went on yields the primary's
 //! state, because every key a later batch touched ends with that batch's value.
@@ -27,6 +29,7 @@ use myriad_storage::{Batch, Space, Store};
 use tokio::sync::{mpsc, watch};
 
 use crate::commit::{CHAIN_KEY, Numbered, Ship, ShipSlot};
+use crate::replication::log::RecentBatches;
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
 use myriad_proto::ReplicaRequest;
@@ -60,6 +63,8 @@ struct StreamCtx {
     pid: PartitionId,
     store: Store,
     changed: watch::Sender<u64>,
+    /// The partition's recent batches, to catch a backup up without a whole copy.
+    log: Arc<Mutex<RecentBatches>>,
 }
 
 impl StreamCtx {
@@ -75,7 +80,7 @@ impl StreamCtx {
         };
         let task = tokio::spawn(run_stream(
             link,
-            self.store.clone(),
+            (self.store.clone(), self.log.clone()),
             (start, chain),
             rx,
             atx,
@@ -112,9 +117,10 @@ impl Drop for Streams {
 }
 
 impl Streams {
-    /// True if a shipped batch has anyone to go to (else it is not even encoded).
+    /// True if shipped batches are encoded: always, since the log keeps them for a backup
+    /// that comes back (even while no backup is up).
     pub(crate) fn wants_batches(&self) -> bool {
-        !self.streams.is_empty()
+        true
     }
 
     /// Hands batch `seq` to every backup's stream (called by the applier thread, in order,
@@ -130,21 +136,16 @@ impl Streams {
             "batches shipped out of order"
         );
         self.last_shipped = at.seq;
-        let mut ops = ops;
-        let last = self.streams.len().saturating_sub(1);
+        let ops = Arc::new(ops.unwrap_or_default());
+        lock(&self.ctx.log).push(at, ops.clone());
         let mut behind = Vec::new();
-        for (i, (&backup, s)) in self.streams.iter().enumerate() {
-            let ops = if i == last {
-                ops.take().unwrap_or_default()
-            } else {
-                ops.clone().unwrap_or_default()
-            };
+        for (&backup, s) in &self.streams {
             let req = ReplicaRequest::Replicate {
                 seq: at.seq,
                 prev_chain: at.prev_chain,
                 chain: at.chain,
                 acked: *s.acked.borrow(),
-                ops,
+                ops: (*ops).clone(),
             };
             let shipped = Shipped {
                 at,
@@ -211,6 +212,7 @@ impl Replicator {
                     pid,
                     store: store.clone(),
                     changed: watch::channel(0).0,
+                    log: Arc::new(Mutex::new(RecentBatches::default())),
                 },
                 streams: BTreeMap::new(),
                 last_shipped: start_seq,
@@ -312,34 +314,20 @@ impl Replicator {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
 pub(crate) async fn run_stream(
     link: Link,
-    store: Store,
+    (store, log): (Store, Arc<Mutex<RecentBatches>>),
     (start_seq, start_chain): (u64, u64),
     mut rx: mpsc::Receiver<Shipped>,
     acked: watch::Sender<u64>,
 ) {
-    // 1. The backup must hold exactly our state at start_seq: the same batch number over
-    // the same history (a deposed primary's own batches give an equal number, not an equal
-    // chain).
-    let mut need_copy = match link
-        .call_until_ok(&Request::Replica(ReplicaRequest::ReplicaSeq))
-        .await
-    {
-        Response::ReplicaState {
-            seq: Some(s),
-            chain,
-            ..
-        } if s == start_seq && chain == start_chain => false,
-        other => {
-            tracing::info!(
-                partition = %link.pid,
-                backup = %link.backup,
-                "backup at {other:?}, primary at {start_seq}: copying the whole partition"
-            );
-            true
-        }
-    };
     // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked,
     // `water_chain` the chain after it; `pending`: every batch above it (sent or queued),
     // with its chain, kept until acked so that a backup that lost its disk (or holds
@@ -349,6 +337,53 @@ pub(crate) async fn run_stream(
     let mut water = start_seq;
     let mut water_chain = start_chain;
     let mut sent_upto = start_seq;
+    // 1. The backup must hold exactly our state at start_seq: the same batch number over
+    // the same history (a deposed primary's own batches give an equal number, not an equal
+    // chain), or an earlier state of it that the log reaches back to.
+    let mut need_copy = match link
+        .call_until_ok(&Request::Replica(ReplicaRequest::ReplicaSeq))
+        .await
+    {
+        Response::ReplicaState {
+            seq: Some(s),
+            chain,
+            ..
+        } if s == start_seq && chain == start_chain => false,
+        Response::ReplicaState {
+            seq: Some(s),
+            chain,
+            ..
+        } if let Some(tail) = lock(&log).after(s, chain, start_seq) => {
+            tracing::info!(
+                partition = %link.pid,
+                backup = %link.backup,
+                batches = tail.len(),
+                "backup at {s}, primary at {start_seq}: catching it up from the log"
+            );
+            for (at, ops) in tail {
+                let req = ReplicaRequest::Replicate {
+                    seq: at.seq,
+                    prev_chain: at.prev_chain,
+                    chain: at.chain,
+                    acked: s,
+                    ops: (*ops).clone(),
+                };
+                pending.insert(at.seq, (Arc::new(Request::Replica(req)), at.chain));
+            }
+            water = s;
+            water_chain = chain;
+            sent_upto = s;
+            false
+        }
+        other => {
+            tracing::info!(
+                partition = %link.pid,
+                backup = %link.backup,
+                "backup at {other:?}, primary at {start_seq}: copying the whole partition"
+            );
+            true
+        }
+    };
     let mut inflight = FuturesUnordered::new();
     // The delay before a send: none while the backup answers, growing while it fails.
     let mut retry = crate::backoff::REPLICATE;
