@@ -5,7 +5,12 @@ use myriad_proto::InodeId;
 use myriad_proto::{Inode, Shard, ShardMap};
 use serde::{Deserialize, Serialize};
 
-pub const RECORD_VERSION: u8 = 1;
+/// Records written before issue 18: the version byte, then the body.
+pub const RECORD_VERSION_PLAIN: u8 = 1;
+/// Records written now: the version byte, the body, then the crc32c of the body (little
+/// endian), so that a damaged record is found when read instead of decoding to something
+/// else (docs/write-path.md, part 3).
+pub const RECORD_VERSION: u8 = 2;
 
 /// A directory entry with its embedded inode.
 ///

@@ -13,7 +13,7 @@ use crate::keys::{
     block_key, entry_key, entry_prefix, hash_position_key, split_entry_key, u64_key,
 };
 use crate::kv::{Batch, Kv, Space};
-use crate::records::{DirRecord, EntryRecord, RECORD_VERSION};
+use crate::records::{DirRecord, EntryRecord, RECORD_VERSION, RECORD_VERSION_PLAIN};
 use myriad_proto::InodeId;
 
 /// Version of the on-disk layout; stored under `format_version` in `Meta`.
@@ -35,6 +35,7 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing our own plain structs into a Vec cannot fail.
     if let Ok(body) = postcard_encode(value) {
         out.extend_from_slice(&body);
+        out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
     }
     out
 }
@@ -44,22 +45,23 @@ fn postcard_encode<T: Serialize>(value: &T) -> Result<Vec<u8>, myriad_proto::cod
 }
 
 fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, StorageError> {
-    match bytes.split_first() {
-        Some((&RECORD_VERSION, body)) => {
-            myriad_proto::codec::decode(body).map_err(|e| StorageError::Corrupt {
-                space,
-                detail: e.to_string(),
-            })
+    let corrupt = |detail: String| StorageError::Corrupt { space, detail };
+    let body = match bytes.split_first() {
+        Some((&RECORD_VERSION, rest)) => {
+            let Some(split) = rest.len().checked_sub(4) else {
+                return Err(corrupt("record shorter than its checksum".into()));
+            };
+            let (body, crc) = rest.split_at(split);
+            if crc32c::crc32c(body).to_le_bytes() != crc {
+                return Err(corrupt("record failed its checksum (damaged on disk)".into()));
+            }
+            body
         }
-        Some((v, _)) => Err(StorageError::Corrupt {
-            space,
-            detail: format!("unknown record version {v}"),
-        }),
-        None => Err(StorageError::Corrupt {
-            space,
-            detail: "empty record".into(),
-        }),
-    }
+        Some((&RECORD_VERSION_PLAIN, body)) => body,
+        Some((v, _)) => return Err(corrupt(format!("unknown record version {v}"))),
+        None => return Err(corrupt("empty record".into())),
+    };
+    myriad_proto::codec::decode(body).map_err(|e| corrupt(e.to_string()))
 }
 
 impl Store {
