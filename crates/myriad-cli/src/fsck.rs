@@ -18,6 +18,15 @@ use myriad_client::proto::{
 use myriad_client::{Client, FileKind, FsError, NodeId, PartitionId};
 use myriad_placement::{Ring, parent_of};
 
+/// Problems of the copies themselves (not of the namespace they hold).
+const COPY_PROBLEMS: [&str; 5] = [
+    "corrupt record",
+    "corrupt block",
+    "copy differs from its primary",
+    "unreachable copy",
+    "under-replicated partition",
+];
+
 /// Where fsck looks for hard-linked inode objects (`myriad-server` `INODE_DIR`).
 const INODE_DIR: &str = "//i";
 const PAGE: u32 = 1024;
@@ -68,6 +77,16 @@ pub async fn run(client: &Client, root: &str, repair: bool) -> anyhow::Result<bo
             .map(|p| (p.kind, p.what.as_str()))
             .collect();
         problems.retain(|p| again.contains(&(p.kind, p.what.as_str())));
+    }
+    // A damaged record hides what it holds from the walk: its file's blocks would look
+    // orphaned, its directory object unnamed. Only the copies' problems count until the
+    // records are repaired (then the next pass checks the namespace again).
+    let damaged = problems.iter().any(|p| p.kind == "corrupt record");
+    if damaged {
+        problems.retain(|p| COPY_PROBLEMS.contains(&p.kind));
+        println!(
+            "damaged metadata records found: the namespace checks wait until they are repaired"
+        );
     }
     print_summary(root, client, &first, problems.len());
     for p in &problems {
@@ -190,7 +209,18 @@ async fn check_replicas(client: &Client, pass: &mut Pass) {
                     format!("partition {} on server {server}: {e}", part.id),
                     None,
                 )),
-                Ok((d, corrupt)) => {
+                Ok((d, corrupt, corrupt_records)) => {
+                    for (space, key) in corrupt_records {
+                        pass.problems.push(problem(
+                            "corrupt record",
+                            format!(
+                                "partition {} on server {server}: a metadata record (space {space}, key {}) fails its checksum",
+                                part.id,
+                                String::from_utf8_lossy(&key).replace('\0', "/")
+                            ),
+                            Some((part.id, FsckRepair::RepairRecord { space, key })),
+                        ));
+                    }
                     for (ino, block) in corrupt {
                         pass.problems.push(problem(
                             "corrupt block",

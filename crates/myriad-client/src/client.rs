@@ -976,15 +976,22 @@ impl Client {
         self.call(Route::Partition(pid), req).await
     }
 
-    /// The copy of partition `pid` on server `node`: (last applied batch, keys, digest) and
-    /// the blocks that fail their checksum there; the batch is None while the copy is being
-    /// filled. Needs the cluster secret (fsck).
+    /// The copy of partition `pid` on server `node`: (last applied batch, keys, digest),
+    /// the blocks and the metadata records (space code, key) that fail their checksum there;
+    /// the batch is None while the copy is being filled. Needs the cluster secret (fsck).
     #[allow(clippy::type_complexity)]
     pub async fn replica_digest(
         &self,
         node: NodeId,
         pid: PartitionId,
-    ) -> Result<((Option<u64>, u64, u64), Vec<(InodeId, u64)>), FsError> {
+    ) -> Result<
+        (
+            (Option<u64>, u64, u64),
+            Vec<(InodeId, u64)>,
+            Vec<(u8, Vec<u8>)>,
+        ),
+        FsError,
+    > {
         match self
             .call(
                 Route::Copy(node, pid),
@@ -997,7 +1004,15 @@ impl Client {
                 keys,
                 digest,
                 corrupt,
-            } => Ok(((seq, keys, digest), corrupt)),
+                corrupt_records,
+            } => Ok((
+                (seq, keys, digest),
+                corrupt,
+                corrupt_records
+                    .into_iter()
+                    .map(|(s, k)| (s, k.into_vec()))
+                    .collect(),
+            )),
             other => Err(unexpected(&other)),
         }
     }

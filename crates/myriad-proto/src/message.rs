@@ -24,7 +24,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 11: `ClientRequest::Once` (a change with its client id and sequence number).
 /// 12: chunk capabilities (`ClientRequest::Grant`, `cap` on chunk requests); frames sealed
 /// with AES-256-GCM.
-pub const PROTOCOL_VERSION: u16 = 12;
+/// 13: metadata records checked and repaired (`ReplicaRecord`, `RepairRecord`).
+pub const PROTOCOL_VERSION: u16 = 13;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -223,9 +224,14 @@ pub enum Response {
         digest: u64,
         /// Blocks of this copy that fail their checksum (ino, block), at most 64.
         corrupt: Vec<(InodeId, u64)>,
+        /// Metadata records of this copy that fail their checksum (space code, key), at
+        /// most 64.
+        corrupt_records: Vec<(u8, serde_bytes::ByteBuf)>,
     },
     /// A backup's intact copy of a block (None: it has no such block).
     BlockCopy(Option<serde_bytes::ByteBuf>),
+    /// A backup's intact copy of a metadata record (None: none, or damaged there too).
+    RecordCopy(Option<serde_bytes::ByteBuf>),
     /// openraft's response, postcard-encoded.
     Raft(#[serde(with = "serde_bytes")] Vec<u8>),
     /// After a change of entries (create, symlink, mknod, mkdir, unlink, rmdir): the new

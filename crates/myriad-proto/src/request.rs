@@ -458,6 +458,13 @@ pub enum ReplicaRequest {
     /// Primary to a backup of the same partition: the backup's copy of one block, if intact
     /// (repairing a block that failed its checksum on the primary).
     ReplicaBlock { ino: InodeId, block: u64 },
+    /// Primary to a backup: the backup's stored bytes of a metadata record (space code,
+    /// key), if intact (repairing a record that failed its checksum).
+    ReplicaRecord {
+        space: u8,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
     // ---- replication (docs/replication.md); target = the partition, sent by its primary ----
     /// A backup of the target partition: apply batch `seq` (after every lower one), durably,
     /// then answer. `acked`: every batch up to it was acknowledged by this backup before (a
@@ -612,6 +619,13 @@ pub enum FsckRepair {
     /// A block failing its checksum on some copy: make every copy intact again from one
     /// that is (sent to the partition's primary).
     RepairBlock { ino: InodeId, block: u64 },
+    /// A metadata record failing its checksum on some copy: every copy intact again from
+    /// one that is (sent to the partition's primary).
+    RepairRecord {
+        space: u8,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.
@@ -813,6 +827,7 @@ impl ReplicaRequest {
     pub fn op_name(&self) -> &'static str {
         match self {
             ReplicaRequest::ReplicaBlock { .. } => "replica_block",
+            ReplicaRequest::ReplicaRecord { .. } => "replica_record",
             ReplicaRequest::Replicate { .. } => "replicate",
             ReplicaRequest::ReplicaSeq => "replica_seq",
             ReplicaRequest::ReplicaReset => "replica_reset",

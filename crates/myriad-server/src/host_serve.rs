@@ -270,10 +270,17 @@ fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
     let corrupt = store
         .corrupt_blocks(CORRUPT_LISTED_MAX)
         .map_err(crate::state::mutation::storage_err)?;
+    let corrupt_records = store
+        .corrupt_records(CORRUPT_LISTED_MAX)
+        .map_err(crate::state::mutation::storage_err)?
+        .into_iter()
+        .map(|(space, key)| (space.code(), serde_bytes::ByteBuf::from(key)))
+        .collect();
     Ok(Response::ReplicaDigest {
         seq,
         keys,
         digest,
         corrupt,
+        corrupt_records,
     })
 }

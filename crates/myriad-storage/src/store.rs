@@ -53,7 +53,9 @@ fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, S
             };
             let (body, crc) = rest.split_at(split);
             if crc32c::crc32c(body).to_le_bytes() != crc {
-                return Err(corrupt("record failed its checksum (damaged on disk)".into()));
+                return Err(corrupt(
+                    "record failed its checksum (damaged on disk)".into(),
+                ));
             }
             body
         }
@@ -228,6 +230,37 @@ impl Store {
             out.push((hash, name, decode("entries", &v)?));
         }
         Ok(out)
+    }
+
+    /// For fsck: up to `limit` stored entries of `dir` after `after`, those that fail their
+    /// checksum left out (fsck lists them from `corrupt_records`), and the name of the last
+    /// one looked at if `limit` were looked at (where the next page starts).
+    #[allow(clippy::type_complexity)]
+    pub fn intact_entries(
+        &self,
+        dir: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<(String, EntryRecord)>, Option<String>), StorageError> {
+        let prefix = entry_prefix(dir);
+        let mut start = hash_position_key(dir, 0);
+        if let Some(a) = after {
+            start = start.max(entry_key(dir, a));
+        }
+        let page = self.kv.scan(Space::Entries, &prefix, Some(&start), limit)?;
+        let full = page.len() == limit;
+        let mut out = Vec::new();
+        let mut last = None;
+        for (k, v) in page {
+            let Some((_, name)) = split_entry_key(&k, prefix.len()) else {
+                continue;
+            };
+            if let Ok(rec) = decode("entries", &v) {
+                out.push((name.clone(), rec));
+            }
+            last = Some(name);
+        }
+        Ok((out, last.filter(|_| full)))
     }
 
     /// Entries of `dir` with hash in `[from, end)`, counted up to `cap`.
@@ -549,7 +582,10 @@ fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) {
     out[dst_start..dst_start + src.len()].copy_from_slice(src);
 }
 
+mod damage;
 mod outcomes;
+
+pub use damage::{RECORD_SPACES, record_intact};
 
 #[cfg(test)]
 mod tests;

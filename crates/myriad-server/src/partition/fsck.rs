@@ -45,13 +45,11 @@ impl Partition {
             }
             Request::Admin(AdminRequest::FsckEntries { dir, after, limit }) => {
                 let limit = page(limit);
-                let rows = self
+                // Damaged entries are left out here; the copy's digest lists them.
+                let (rows, next) = self
                     .store
-                    .entries(&dir, after.as_deref(), limit)
+                    .intact_entries(&dir, after.as_deref(), limit)
                     .map_err(storage_err)?;
-                let next = (rows.len() == limit)
-                    .then(|| rows.last().map(|r| r.0.clone()))
-                    .flatten();
                 let entries = rows
                     .into_iter()
                     .map(|(name, e)| FsckEntry {
@@ -120,6 +118,11 @@ impl Partition {
                     .await?;
             }
             FsckRepair::RepairBlock { ino, block } => self.repair_block(ino, block).await?,
+            FsckRepair::RepairRecord { space, key } => {
+                let space = myriad_storage::Space::partition_space(space)
+                    .ok_or_else(|| FsError::InvalidArgument(format!("no space {space}")))?;
+                self.repair_record(space, key).await?;
+            }
         }
         Ok(Response::Unit)
     }

@@ -9,7 +9,7 @@
 //! wins.
 
 use myriad_proto::{Endpoints, FsError, NodeId, Request, Response};
-use myriad_storage::StorageError;
+use myriad_storage::{Space, StorageError};
 
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, storage_err};
@@ -109,5 +109,76 @@ impl Partition {
             "block is corrupt and no backup has an intact copy"
         );
         Err(FsError::Corrupt { ino, block })
+    }
+
+    /// Makes every copy of the metadata record at (`space`, `key`) intact again, from one
+    /// that is (as `repair_block`: a barrier, then an intact copy, here or on a backup,
+    /// written as an ordinary replicated batch).
+    pub(crate) async fn repair_record(&self, space: Space, key: Vec<u8>) -> Result<(), FsError> {
+        self.env.count("record_checksum_failures");
+        self.applier.run(Mutation::Barrier).await?;
+        let here = self.store.raw_record(space, &key).map_err(storage_err)?;
+        let (value, from) = match here {
+            None => return Ok(()),
+            Some(v) if myriad_storage::record_intact(&v) => (v, self.env.server_id()),
+            Some(_) => {
+                tracing::error!(
+                    partition = %self.me,
+                    space = space.name(),
+                    "record failed its checksum here; repairing it from a backup"
+                );
+                self.intact_record_on_a_backup(space, &key).await?
+            }
+        };
+        self.applier
+            .run(Mutation::RepairRecord { space, key, value })
+            .await?;
+        self.env.count("records_repaired");
+        tracing::warn!(
+            partition = %self.me,
+            space = space.name(),
+            from_server = %from,
+            "record repaired on every copy"
+        );
+        Ok(())
+    }
+
+    async fn intact_record_on_a_backup(
+        &self,
+        space: Space,
+        key: &[u8],
+    ) -> Result<(Vec<u8>, NodeId), FsError> {
+        let st = self.env.map();
+        let ends = Endpoints {
+            target: self.me,
+            source: self.me,
+        };
+        for server in st.map.backups_of(self.me) {
+            let req = ReplicaRequest::ReplicaRecord {
+                space: space.code(),
+                key: key.to_vec(),
+            };
+            match self
+                .env
+                .send(server, st.map.epoch, ends, &Request::Replica(req))
+                .await
+            {
+                Ok(Response::RecordCopy(Some(v))) => return Ok((v.into_vec(), server)),
+                other => tracing::warn!(
+                    server = %server,
+                    space = space.name(),
+                    "no intact copy of the record on this backup: {other:?}"
+                ),
+            }
+        }
+        tracing::error!(
+            partition = %self.me,
+            space = space.name(),
+            "record is damaged and no backup has an intact copy"
+        );
+        Err(FsError::Io(format!(
+            "a {} record is damaged on every copy",
+            space.name()
+        )))
     }
 }

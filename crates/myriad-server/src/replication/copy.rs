@@ -302,6 +302,15 @@ impl Backup {
                     .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
+            Request::Replica(ReplicaRequest::ReplicaRecord { space, key }) => {
+                let space = Space::partition_space(space)
+                    .ok_or_else(|| FsError::InvalidArgument(format!("no space {space}")))?;
+                let raw = self.store.raw_record(space, &key).map_err(storage_err)?;
+                Ok(Response::RecordCopy(
+                    raw.filter(|v| myriad_storage::record_intact(v))
+                        .map(serde_bytes::ByteBuf::from),
+                ))
+            }
             Request::Replica(ReplicaRequest::ReplicaBlock { ino, block }) => {
                 match self.store.block(ino, block) {
                     Ok(d) => Ok(Response::BlockCopy(d.map(serde_bytes::ByteBuf::from))),

@@ -146,6 +146,16 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Unit
         }
+        Mutation::RepairRecord { space, key, value } => {
+            let now = ctx.store.raw_record(space, &key).map_err(storage_err)?;
+            let still = now
+                .as_deref()
+                .is_some_and(|v| v == value.as_slice() || !myriad_storage::record_intact(v));
+            if still {
+                ctx.store.put_raw_record(b, space, key, value);
+            }
+            Outcome::Unit
+        }
         Mutation::DropBlocks { ino, from_block } => {
             ctx.store
                 .trim_blocks(

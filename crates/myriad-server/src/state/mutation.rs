@@ -37,6 +37,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::ChunkTrim { .. }
         | Mutation::ChunkTrimFrom { .. }
         | Mutation::RepairBlock { .. }
+        | Mutation::RepairRecord { .. }
         | Mutation::DropBlocks { .. }) => data::execute(ctx, &mut b, m)?,
         m @ (Mutation::SetAttr { .. } | Mutation::DirTouch { .. }) => {
             attrs::execute(ctx, &mut b, m)?

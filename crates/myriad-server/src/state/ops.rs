@@ -49,6 +49,14 @@ pub enum Mutation {
         block: u64,
         data: Vec<u8>,
     },
+    /// Puts an intact copy (`value`, stored bytes) of a metadata record that failed its
+    /// checksum here or on a backup (repair.rs). Applied only if the record is still what
+    /// repair saw: damaged here, or equal to `value` (rewritten so every copy gets it).
+    RepairRecord {
+        space: myriad_storage::Space,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
     /// First extra name of the regular file at `dir/name`: its inode moves to an inode object
     /// on this node (`me`), with one more link; the entry becomes a reference to it.
     LinkSource {
