@@ -56,7 +56,7 @@ impl Peers for Host {
         self.config.request_timeout
     }
 
-    fn bundler(&self) -> &crate::replication::bundle::Bundler {
+    fn bundler(&self) -> &dyn crate::replication::peers::Bundles {
         &self.bundler
     }
 }

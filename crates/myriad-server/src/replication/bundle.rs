@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::commit::Syncer;
 use crate::replication::copy::Backup;
-use crate::replication::peers::Peers;
+use crate::replication::peers::{Bundles, Peers};
 
 /// At most this many batches in one bundle.
 pub(crate) const BUNDLE_ITEMS_MAX: usize = 256;
@@ -49,7 +49,7 @@ pub(crate) struct Bundler {
 impl Bundler {
     /// Sends `request` for partition `partition`'s copy on server `to` in a bundle, and
     /// returns its own answer.
-    pub(crate) async fn call(
+    pub(crate) async fn send_in_bundle(
         &self,
         peers: &Arc<dyn Peers>,
         to: NodeId,
@@ -86,6 +86,18 @@ impl Bundler {
         tokio::spawn(run_sender(Arc::downgrade(peers), to, rx));
         g.insert(to, tx.clone());
         tx
+    }
+}
+
+impl Bundles for Bundler {
+    fn call<'a>(
+        &'a self,
+        peers: &'a Arc<dyn Peers>,
+        to: NodeId,
+        partition: PartitionId,
+        request: ReplicaRequest,
+    ) -> futures::future::BoxFuture<'a, Result<Response, FsError>> {
+        Box::pin(self.send_in_bundle(peers, to, partition, request))
     }
 }
 

@@ -9,7 +9,6 @@ use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use myriad_proto::{Endpoints, FsError, Request, Response};
 
 use crate::cluster::MapState;
-use crate::replication::bundle::Bundler;
 use myriad_proto::{ReplicaRequest, ServerRequest};
 
 /// How replication reaches the other servers: the server process implements it over its
@@ -31,7 +30,19 @@ pub(crate) trait Peers: Send + Sync {
     /// How long a request may wait for its answer.
     fn request_timeout(&self) -> Duration;
     /// The server's one bundler (batches to a peer share frames).
-    fn bundler(&self) -> &Bundler;
+    fn bundler(&self) -> &dyn Bundles;
+}
+
+/// Sends a copy's request to server `to` in a bundle with others (`bundle.rs` implements
+/// it: a trait here, so that this module names nothing above it).
+pub(crate) trait Bundles: Send + Sync {
+    fn call<'a>(
+        &'a self,
+        peers: &'a Arc<dyn Peers>,
+        to: NodeId,
+        partition: PartitionId,
+        request: ReplicaRequest,
+    ) -> BoxFuture<'a, Result<Response, FsError>>;
 }
 
 /// Sends server `to` our map (it answered that its map is newer than the request's...

@@ -13,6 +13,7 @@ mod links;
 pub(crate) mod mutation;
 pub(crate) mod once;
 mod ops;
+mod outcome_index;
 pub(crate) mod perm;
 mod records;
 mod renames;

@@ -368,7 +368,7 @@ pub struct Ctx<'a> {
     pub store: &'a Store,
     pub ids: &'a mut IdAlloc,
     /// The outcomes of clients' changes held here (`once.rs`).
-    pub outcomes: &'a mut crate::state::once::Outcomes,
+    pub outcomes: &'a mut crate::state::outcome_index::Outcomes,
     pub layout: Layout,
 }
 

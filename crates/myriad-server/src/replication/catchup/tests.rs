@@ -47,7 +47,7 @@ impl Peers for Copies {
     fn request_timeout(&self) -> Duration {
         Duration::from_secs(1)
     }
-    fn bundler(&self) -> &crate::replication::bundle::Bundler {
+    fn bundler(&self) -> &dyn crate::replication::peers::Bundles {
         &self.bundler
     }
 }

@@ -71,7 +71,7 @@ impl Peers for InMemory {
     fn request_timeout(&self) -> Duration {
         Duration::from_secs(5)
     }
-    fn bundler(&self) -> &crate::replication::bundle::Bundler {
+    fn bundler(&self) -> &dyn crate::replication::peers::Bundles {
         &self.bundler
     }
 }
