@@ -27,4 +27,5 @@ pub use kv::{Batch, Kv, Pairs, Space, prefix_end};
 pub use mem_kv::{MemKv, Table, scan_table};
 pub use partition_kv::PartitionKv;
 pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
-pub use store::{FORMAT_VERSION, RECORD_SPACES, Store, record_intact};
+pub use store::damage::{RECORD_SPACES, record_intact};
+pub use store::{FORMAT_VERSION, Store};

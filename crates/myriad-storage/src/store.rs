@@ -582,10 +582,8 @@ fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) {
     out[dst_start..dst_start + src.len()].copy_from_slice(src);
 }
 
-mod damage;
+pub(crate) mod damage;
 mod outcomes;
-
-pub use damage::{RECORD_SPACES, record_intact};
 
 #[cfg(test)]
 mod tests;
