@@ -296,7 +296,7 @@ async fn warm(c: &Client, dirs: &[String]) {
         for _ in 0..30 {
             c.fetch(&format!("{d}/f"))
                 .await
-                .unwrap_or_else(|e| panic!("{e}"));
+                .unwrap_or_else(|e| panic!("fetch {d}/f: {e}"));
         }
     }
 }

@@ -41,18 +41,21 @@ impl Partition {
         } else {
             perm::require(&inode, caller, perm::READ)?;
         }
-        let key = self
-            .env
-            .config()
-            .keys
-            .capability_key()
-            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))?;
+        let key = self.capability_key()?;
         let ttl_ns = i64::try_from(CAPABILITY_TTL.as_nanos()).unwrap_or(i64::MAX);
         let cap = key.grant(ino, write, self.env.now_ns().saturating_add(ttl_ns));
         Ok(Response::Granted {
             cap,
             valid_ms: u64::try_from(CAPABILITY_TTL.as_millis()).unwrap_or(u64::MAX),
         })
+    }
+
+    fn capability_key(&self) -> Result<myriad_proto::auth::CapabilityKey, FsError> {
+        self.env
+            .config()
+            .keys
+            .capability_key()
+            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))
     }
 
     /// `PermissionDenied` for a client's chunk request without a good capability.
@@ -62,12 +65,7 @@ impl Partition {
             ClientRequest::WriteChunk { ino, cap, .. } => (*ino, true, cap),
             _ => return Ok(()),
         };
-        let key = self
-            .env
-            .config()
-            .keys
-            .capability_key()
-            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))?;
+        let key = self.capability_key()?;
         match cap {
             Some(cap) if key.admits(cap, ino, write, self.env.now_ns()) => Ok(()),
             _ => {
