@@ -34,8 +34,14 @@ impl Transport for Servers {
             if let Some(e) = self.fail.lock().map(|mut f| f.take()).ok().flatten() {
                 return Err(e);
             }
+            // Changes come sent once (their retries carry the same id).
+            let req = match req {
+                Request::Client(ClientRequest::Once { request, .. }) => request.as_ref(),
+                Request::Client(c) => c,
+                other => return Err(FsError::NotSupported(format!("{other:?}"))),
+            };
             match req {
-                Request::Client(ClientRequest::Write { offset, data, .. }) => {
+                ClientRequest::Write { offset, data, .. } => {
                     if let Ok(mut w) = self.writes.lock() {
                         w.push((*offset, data.clone()));
                     }
