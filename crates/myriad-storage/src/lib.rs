@@ -23,6 +23,8 @@ mod store;
 pub use blocks::{BLOCK_BYTES, block_data};
 pub use error::StorageError;
 pub use fjall_kv::FjallKv;
+/// Where the entry `dir/name` is stored in `Space::Entries` (repairing a damaged record).
+pub use keys::entry_key;
 pub use kv::{Batch, Kv, Pairs, Space, prefix_end};
 pub use mem_kv::{MemKv, Table, scan_table};
 pub use partition_kv::PartitionKv;

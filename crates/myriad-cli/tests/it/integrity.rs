@@ -221,9 +221,9 @@ async fn corrupt_entry_offline(
 }
 
 /// Docs/write-path.md part 3: a flipped bit in a metadata record (an entry) is found, not
-/// read as another entry: on the primary the read fails with an error; fsck reports the
-/// damaged record on whichever copy it is, and `fsck --repair` makes every copy intact from
-/// one that is.
+/// read as another entry. On a backup, fsck reports the damaged record and `fsck --repair`
+/// makes every copy intact from one that is; on the primary, the read that meets it repairs
+/// it from a backup first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_bit_in_a_metadata_record_is_found_and_repaired_from_a_copy() {
     let tc = TestCluster::start_with(3, &["--replicas", "3"]);
@@ -241,12 +241,20 @@ async fn a_flipped_bit_in_a_metadata_record_is_found_and_repaired_from_a_copy() 
             primary,
             "same primary after the restart"
         );
-        let read = c.fetch("/d/f").await;
         if on_primary {
-            assert!(read.is_err(), "a damaged entry was read: {read:?}");
-        } else {
+            // The primary reads it: repaired from a backup on the spot, as blocks are.
+            let read = c.fetch("/d/f").await;
             assert_eq!(read.map(|x| x.1).ok(), Some(body.clone()));
+            assert!(
+                log_of(&tc, primary).contains("record failed its checksum here"),
+                "not reported"
+            );
+            assert!(log_of(&tc, primary).contains("record repaired on every copy"));
+            tc.fsck_until_clean().await;
+            continue;
         }
+        // A backup's damaged copy is never read: fsck finds it.
+        assert_eq!(c.fetch("/d/f").await.map(|x| x.1).ok(), Some(body.clone()));
         let out = tc.cli(&["fsck"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(

@@ -223,9 +223,23 @@ impl Partition {
         self.lookup_in(dir, name).await
     }
 
+    /// The stored entry `dir/name`; one that fails its checksum is first made intact on
+    /// every copy from one that is (repair.rs), as blocks are when read.
+    async fn entry_repairing(&self, dir: &str, name: &str) -> Result<Option<EntryRecord>, FsError> {
+        match self.store.entry(dir, name) {
+            Err(myriad_storage::StorageError::Corrupt { .. }) => {
+                let key = myriad_storage::entry_key(dir, name);
+                self.repair_record(myriad_storage::Space::Entries, key)
+                    .await?;
+                self.store.entry(dir, name).map_err(storage_err)
+            }
+            r => r.map_err(storage_err),
+        }
+    }
+
     pub(crate) async fn lookup_in(&self, dir: &str, name: &str) -> Result<Inode, FsError> {
         // Fast path: most entries are not pending and need no subscription.
-        match self.store.entry(dir, name).map_err(storage_err)? {
+        match self.entry_repairing(dir, name).await? {
             Some(EntryRecord {
                 pending: None,
                 inode: Some(i),
