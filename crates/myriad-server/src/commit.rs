@@ -375,23 +375,23 @@ impl ApplyLoop {
                     continue;
                 }
             };
-            // The change's outcome, in the change's own batch.
-            let mut recorded = None;
-            if let Some(o) = job.once
-                && let Some(answer) = (o.answer)(&outcome)
-            {
-                if let Err(e) = crate::state::once::record(
-                    &self.store,
-                    &mut self.outcomes,
-                    &mut batch,
-                    o.id,
-                    o.at_ns,
-                    answer,
-                ) {
+            // The change's outcome, in the change's own batch (if it has one worth keeping).
+            let mut settled = None;
+            if let Some(o) = job.once {
+                if let Some(answer) = (o.answer)(&outcome)
+                    && let Err(e) = crate::state::once::record(
+                        &self.store,
+                        &mut self.outcomes,
+                        &mut batch,
+                        o.id,
+                        o.at_ns,
+                        answer,
+                    )
+                {
                     let _ = job.reply.send(Err(e));
                     continue;
                 }
-                recorded = Some(o.recorded);
+                settled = Some(o.settled);
             }
             // Every non-empty batch gets the next sequence number, written with it; copies
             // apply batches in that order. The shipping order is held from numbering to
@@ -414,8 +414,8 @@ impl ApplyLoop {
                 let _ = job.reply.send(Err(storage_err(e)));
                 continue;
             }
-            if let Some(r) = recorded {
-                r.store(true, Ordering::Release);
+            if let Some(s) = settled {
+                s.store(true, Ordering::Release);
             }
             if numbered {
                 let at = Numbered {

@@ -19,8 +19,10 @@ pub struct OnceSlot {
     /// The change's answer, from that mutation's outcome (`None`: nothing worth
     /// recording, a retry may simply run again).
     pub answer: fn(&Outcome) -> Option<Response>,
-    /// Set once the applier committed the outcome.
-    pub recorded: Arc<AtomicBool>,
+    /// Set once the mutation that completes the change committed: with its answer
+    /// recorded in the same batch, or with nothing worth recording. Either way the change
+    /// needs no record of its own afterwards.
+    pub settled: Arc<AtomicBool>,
 }
 
 tokio::task_local! {
@@ -43,19 +45,19 @@ pub(crate) struct OnceJob {
     pub(crate) id: OnceId,
     pub(crate) at_ns: i64,
     pub(crate) answer: fn(&Outcome) -> Option<Response>,
-    pub(crate) recorded: Arc<AtomicBool>,
+    pub(crate) settled: Arc<AtomicBool>,
 }
 
 /// The change `m` completes, if the task submitting it applies one and `m` is the
-/// mutation that completes it (and it is not recorded yet).
+/// mutation that completes it (and it is not settled yet).
 pub(crate) fn job_for(m: &Mutation) -> Option<OnceJob> {
     ONCE.try_with(|s| {
         let s = s.as_ref()?;
-        ((s.completes)(m) && !s.recorded.load(Ordering::Acquire)).then(|| OnceJob {
+        ((s.completes)(m) && !s.settled.load(Ordering::Acquire)).then(|| OnceJob {
             id: s.id,
             at_ns: s.at_ns,
             answer: s.answer,
-            recorded: s.recorded.clone(),
+            settled: s.settled.clone(),
         })
     })
     .ok()

@@ -497,3 +497,38 @@ async fn a_retried_mkdir_answers_its_first_outcome() {
         Err(FsError::AlreadyExists)
     );
 }
+
+/// A change whose completing mutation has nothing worth recording (a create that opens an
+/// existing name: running it again gives the same answer) costs no batch of its own.
+#[tokio::test(start_paused = true)]
+async fn an_open_of_an_existing_name_records_nothing() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    assert!(send_once(&home, 1, create("/x")).await.is_ok());
+    let seq = || {
+        home.store
+            .meta_u64(crate::commit::SEQ_KEY)
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    };
+    let before = seq();
+    let open = ClientRequest::Create {
+        path: "/x".into(),
+        mode: 0o644,
+        exclusive: false,
+        data: Vec::new(),
+        durable: true,
+    };
+    assert!(matches!(
+        send_once(&home, 2, open).await,
+        Ok(Response::Attr(_))
+    ));
+    assert_eq!(seq(), before, "the open committed a batch");
+    assert_eq!(
+        crate::state::once::recorded(&home.store, 77, 2)
+            .ok()
+            .flatten(),
+        None
+    );
+}

@@ -52,18 +52,18 @@ impl Partition {
             return Ok(answer);
         }
         let (completes, answer) = recording(&request);
-        let recorded = Arc::new(AtomicBool::new(false));
+        let settled = Arc::new(AtomicBool::new(false));
         let slot = OnceSlot {
             id,
             at_ns: self.env.now_ns(),
             completes,
             answer,
-            recorded: recorded.clone(),
+            settled: settled.clone(),
         };
         let body = Request::Client(request);
         let result = scope(slot, self.dispatch_request(None, epoch, caller, body)).await;
         if let Ok(answer) = &result
-            && !recorded.load(Ordering::Acquire)
+            && !settled.load(Ordering::Acquire)
         {
             let record = Mutation::RecordOnce {
                 id,
