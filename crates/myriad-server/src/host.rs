@@ -436,7 +436,10 @@ impl Host {
             let have: BTreeSet<PartitionId> = read(&self.partitions).keys().copied().collect();
             for pid in &have {
                 if let Some(node) = self.partition(*pid) {
-                    node.replicator.set_backups(&st.map.backups_of(*pid));
+                    node.replicator.set_backups(
+                        &st.map.backups_of(*pid),
+                        crate::host_env::failover_possible(&st.map, *pid),
+                    );
                 }
             }
             self.reconcile_backups(&st.map)?;
@@ -584,7 +587,10 @@ impl Host {
             .map_err(OpenError::Store)?
             .unwrap_or(0);
         let replicator = Arc::new(Replicator::new(self.clone(), pid, &store, start_seq));
-        replicator.set_backups(&backups);
+        replicator.set_backups(
+            &backups,
+            crate::host_env::failover_possible(&self.state().map, pid),
+        );
         let applier = Applier::start(
             store.clone(),
             ids,

@@ -106,6 +106,9 @@ pub(crate) struct Streams {
     /// The last batch handed to the streams (a new stream starts there).
     last_shipped: u64,
     closed: bool,
+    /// Whether the map lists other copies of the partition (up or down): only then is
+    /// there anyone for the log to catch up.
+    keep_log: bool,
 }
 
 impl Drop for Streams {
@@ -117,10 +120,10 @@ impl Drop for Streams {
 }
 
 impl Streams {
-    /// True if shipped batches are encoded: always, since the log keeps them for a backup
-    /// that comes back (even while no backup is up).
+    /// True if shipped batches are encoded: for the streams, and for the log while the
+    /// partition has other copies (even while none of them is up).
     pub(crate) fn wants_batches(&self) -> bool {
-        true
+        self.keep_log || !self.streams.is_empty()
     }
 
     /// Hands batch `seq` to every backup's stream (called by the applier thread, in order,
@@ -137,7 +140,9 @@ impl Streams {
         );
         self.last_shipped = at.seq;
         let ops = Arc::new(ops.unwrap_or_default());
-        lock(&self.ctx.log).push(at, ops.clone());
+        if self.keep_log {
+            lock(&self.ctx.log).push(at, ops.clone());
+        }
         let mut behind = Vec::new();
         for (&backup, s) in &self.streams {
             let req = ReplicaRequest::Replicate {
@@ -217,6 +222,7 @@ impl Replicator {
                 streams: BTreeMap::new(),
                 last_shipped: start_seq,
                 closed: false,
+                keep_log: false,
             }),
         }
     }
@@ -228,14 +234,19 @@ impl Replicator {
         }
     }
 
-    /// Streams to exactly `backups`: drops the others, and starts a stream to each new one,
-    /// which first checks that the backup holds this store's state at the last shipped
-    /// batch (else copies the partition to it).
-    pub(crate) fn set_backups(&self, backups: &[NodeId]) {
+    /// Streams to exactly `backups` (the live ones): drops the others, and starts a stream
+    /// to each new one, which first checks that the backup holds this store's state at the
+    /// last shipped batch (else copies the partition to it). `keep_log`: the map lists other
+    /// copies of the partition, live or not (a partition with one copy keeps no log).
+    pub(crate) fn set_backups(&self, backups: &[NodeId], keep_log: bool) {
         let mut g = self.lock();
         if g.closed {
             return;
         }
+        if g.keep_log && !keep_log {
+            *lock(&g.ctx.log) = RecentBatches::default();
+        }
+        g.keep_log = keep_log;
         let before = g.streams.len();
         g.streams.retain(|b, s| {
             let keep = backups.contains(b);

@@ -173,7 +173,7 @@ impl Primary {
 #[tokio::test(start_paused = true)]
 async fn a_write_is_acknowledged_once_the_backup_has_it() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP]);
+    p.replicator.set_backups(&[BACKUP], true);
     for i in 0..20 {
         p.write(create(&format!("f{i}"))).await;
         // Acknowledged: the backup holds every batch up to it, no later.
@@ -186,7 +186,7 @@ async fn a_write_is_acknowledged_once_the_backup_has_it() {
 async fn a_backup_behind_is_brought_level_with_a_whole_copy() {
     // The primary wrote 30 files before it had a backup.
     let p = primary(30).await;
-    p.replicator.set_backups(&[BACKUP]);
+    p.replicator.set_backups(&[BACKUP], true);
     p.write(create("after")).await;
     let (mine, theirs) = p.digests();
     assert_eq!(mine, theirs);
@@ -196,7 +196,7 @@ async fn a_backup_behind_is_brought_level_with_a_whole_copy() {
 #[tokio::test(start_paused = true)]
 async fn a_backup_that_stops_taking_batches_does_not_make_the_queue_grow() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP]);
+    p.replicator.set_backups(&[BACKUP], true);
     p.write(create("level")).await;
     let asked_before = p.peers.seq_asked.load(Ordering::SeqCst);
     p.peers.stalled.store(true, Ordering::SeqCst);
