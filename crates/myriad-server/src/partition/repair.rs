@@ -71,44 +71,48 @@ impl Partition {
         Ok(())
     }
 
-    pub(super) async fn intact_copy_on_a_backup(
+    async fn intact_copy_on_a_backup(
         &self,
         ino: InodeId,
         block: u64,
     ) -> Result<(Vec<u8>, NodeId), FsError> {
+        let req = ReplicaRequest::ReplicaBlock { ino, block };
+        self.intact_on_a_backup(req, &format!("block {block} of inode {ino}"))
+            .await
+            .ok_or(FsError::Corrupt { ino, block })
+    }
+
+    /// The first intact copy a backup answers `req` (`ReplicaBlock`, `ReplicaRecord`)
+    /// with, and which backup; `None` (logged) if none has one.
+    async fn intact_on_a_backup(
+        &self,
+        req: ReplicaRequest,
+        what: &str,
+    ) -> Option<(Vec<u8>, NodeId)> {
         let st = self.env.map();
         let ends = Endpoints {
             target: self.me,
             source: self.me,
         };
+        let req = Request::Replica(req);
         for server in st.map.backups_of(self.me) {
-            let req = ReplicaRequest::ReplicaBlock { ino, block };
-            match self
-                .env
-                .send(server, st.map.epoch, ends, &Request::Replica(req))
-                .await
-            {
-                Ok(Response::BlockCopy(Some(d))) => return Ok((d.into_vec(), server)),
+            match self.env.send(server, st.map.epoch, ends, &req).await {
+                Ok(Response::BlockCopy(Some(d)) | Response::RecordCopy(Some(d))) => {
+                    return Some((d.into_vec(), server));
+                }
                 Ok(other) => {
-                    tracing::warn!(
-                        server = %server,
-                        ino = %ino,
-                        block,
-                        "no intact copy on this backup: {other:?}"
-                    )
+                    tracing::warn!(server = %server, "no intact copy of {what} on this backup: {other:?}");
                 }
                 Err(e) => {
-                    tracing::warn!(server = %server, ino = %ino, block, "no intact copy on this backup: {e}")
+                    tracing::warn!(server = %server, "no intact copy of {what} on this backup: {e}");
                 }
             }
         }
         tracing::error!(
             partition = %self.me,
-            ino = %ino,
-            block,
-            "block is corrupt and no backup has an intact copy"
+            "{what} is damaged and no backup has an intact copy"
         );
-        Err(FsError::Corrupt { ino, block })
+        None
     }
 
     /// Makes every copy of the metadata record at (`space`, `key`) intact again, from one
@@ -127,7 +131,14 @@ impl Partition {
                     space = space.name(),
                     "record failed its checksum here; repairing it from a backup"
                 );
-                self.intact_record_on_a_backup(space, &key).await?
+                let req = ReplicaRequest::ReplicaRecord {
+                    space: space.code(),
+                    key: key.clone(),
+                };
+                let what = format!("a {} record", space.name());
+                self.intact_on_a_backup(req, &what)
+                    .await
+                    .ok_or_else(|| FsError::Io(format!("{what} is damaged on every copy")))?
             }
         };
         self.applier
@@ -141,44 +152,5 @@ impl Partition {
             "record repaired on every copy"
         );
         Ok(())
-    }
-
-    async fn intact_record_on_a_backup(
-        &self,
-        space: Space,
-        key: &[u8],
-    ) -> Result<(Vec<u8>, NodeId), FsError> {
-        let st = self.env.map();
-        let ends = Endpoints {
-            target: self.me,
-            source: self.me,
-        };
-        for server in st.map.backups_of(self.me) {
-            let req = ReplicaRequest::ReplicaRecord {
-                space: space.code(),
-                key: key.to_vec(),
-            };
-            match self
-                .env
-                .send(server, st.map.epoch, ends, &Request::Replica(req))
-                .await
-            {
-                Ok(Response::RecordCopy(Some(v))) => return Ok((v.into_vec(), server)),
-                other => tracing::warn!(
-                    server = %server,
-                    space = space.name(),
-                    "no intact copy of the record on this backup: {other:?}"
-                ),
-            }
-        }
-        tracing::error!(
-            partition = %self.me,
-            space = space.name(),
-            "record is damaged and no backup has an intact copy"
-        );
-        Err(FsError::Io(format!(
-            "a {} record is damaged on every copy",
-            space.name()
-        )))
     }
 }
