@@ -15,16 +15,13 @@ fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 % 251) as u8).collect()
 }
 
-/// Stops every server, flips a bit of block `block` of `ino` in partition `pid`'s copy on
-/// server `server` (through the storage engine, behind the block's checksum), and starts
-/// them all again.
-async fn corrupt_offline(
+/// Stops every server, runs `damage` on partition `pid`'s store on server `server` (through
+/// the storage engine, behind the checksums), and starts them all again.
+async fn offline(
     tc: &TestCluster,
     c: &Client,
-    server: NodeId,
-    pid: PartitionId,
-    ino: u64,
-    block: u64,
+    (server, pid): (NodeId, PartitionId),
+    damage: impl FnOnce(&Store),
 ) {
     let down = tc.cli(&[
         "cluster",
@@ -44,6 +41,26 @@ async fn corrupt_offline(
         );
         let store = Store::open(Arc::new(PartitionKv::new(kv, pid.0)), pid.0)
             .unwrap_or_else(|e| panic!("{e}"));
+        damage(&store);
+    }
+    for n in &tc.map.nodes {
+        tc.restart(n.id);
+    }
+    for n in &tc.map.nodes {
+        tc.wait_up(c, n.id).await;
+    }
+}
+
+/// Flips a bit of block `block` of `ino` in partition `pid`'s copy on server `server`.
+async fn corrupt_offline(
+    tc: &TestCluster,
+    c: &Client,
+    server: NodeId,
+    pid: PartitionId,
+    ino: u64,
+    block: u64,
+) {
+    offline(tc, c, (server, pid), |store| {
         assert!(
             store
                 .corrupt_block_for_test(InodeId(ino), block)
@@ -57,13 +74,8 @@ async fn corrupt_offline(
             ),
             "the flipped bit must fail the checksum"
         );
-    }
-    for n in &tc.map.nodes {
-        tc.restart(n.id);
-    }
-    for n in &tc.map.nodes {
-        tc.wait_up(c, n.id).await;
-    }
+    })
+    .await;
 }
 
 /// The servers holding the entries of `dir`: (partition, primary, a backup).
@@ -169,8 +181,8 @@ async fn with_one_copy_a_corrupt_block_is_an_error_not_wrong_data() {
     tc.fsck_until_clean().await;
 }
 
-/// Stops every server, flips a bit in the entry record of `dir/name` in partition `pid`'s
-/// copy on `server` (behind the record's checksum), and starts them all again.
+/// Flips a bit in the entry record of `dir/name` in partition `pid`'s copy on `server`
+/// (behind the record's checksum).
 async fn corrupt_entry_offline(
     tc: &TestCluster,
     c: &Client,
@@ -178,30 +190,8 @@ async fn corrupt_entry_offline(
     pid: PartitionId,
     (dir, name): (&str, &str),
 ) {
-    let down = tc.cli(&[
-        "cluster",
-        "down",
-        "--data-dir",
-        &tc.dir.path().display().to_string(),
-    ]);
-    assert!(down.status.success());
-    {
-        let kv: Arc<dyn Kv> = Arc::new(
-            FjallKv::open(&tc.dir.path().join(format!("node-{server}/store")))
-                .unwrap_or_else(|e| panic!("{e}")),
-        );
-        let store = Store::open(Arc::new(PartitionKv::new(kv, pid.0)), pid.0)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mut prefix = dir.as_bytes().to_vec();
-        prefix.push(0);
-        let key = store
-            .kv()
-            .scan(myriad_storage::Space::Entries, &prefix, None, 1000)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .into_iter()
-            .map(|(k, _)| k)
-            .find(|k| k.ends_with(name.as_bytes()))
-            .unwrap_or_else(|| panic!("no entry {dir}/{name} in partition {pid} on {server}"));
+    offline(tc, c, (server, pid), |store| {
+        let key = myriad_storage::entry_key(dir, name);
         assert!(
             store
                 .corrupt_record_for_test(myriad_storage::Space::Entries, &key)
@@ -211,13 +201,8 @@ async fn corrupt_entry_offline(
             store.entry(dir, name).is_err(),
             "the flipped bit must fail the record's checksum"
         );
-    }
-    for n in &tc.map.nodes {
-        tc.restart(n.id);
-    }
-    for n in &tc.map.nodes {
-        tc.wait_up(c, n.id).await;
-    }
+    })
+    .await;
 }
 
 /// Docs/write-path.md part 3: a flipped bit in a metadata record (an entry) is found, not

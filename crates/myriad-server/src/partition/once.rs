@@ -41,8 +41,9 @@ impl Partition {
                 request.op_name()
             )));
         }
-        if epoch > self.state().map.epoch {
-            return Err(FsError::MapTooOld(self.state().map.epoch));
+        let ours = self.state().map.epoch;
+        if epoch > ours {
+            return Err(FsError::MapTooOld(ours));
         }
         let _running = self.changes.run((id.client, id.seq)).await;
         if let Some(answer) = crate::state::once::recorded(&self.store, id.client, id.seq)? {
