@@ -438,7 +438,7 @@ impl Host {
                 if let Some(node) = self.partition(*pid) {
                     node.replicator.set_backups(
                         &st.map.backups_of(*pid),
-                        crate::host_env::failover_possible(&st.map, *pid),
+                        crate::cluster::failover_possible(&st.map, *pid),
                     );
                 }
             }
@@ -589,7 +589,7 @@ impl Host {
         let replicator = Arc::new(Replicator::new(self.clone(), pid, &store, start_seq));
         replicator.set_backups(
             &backups,
-            crate::host_env::failover_possible(&self.state().map, pid),
+            crate::cluster::failover_possible(&self.state().map, pid),
         );
         let applier = Applier::start(
             store.clone(),

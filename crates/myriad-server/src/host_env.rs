@@ -146,7 +146,7 @@ pub(crate) async fn call_partition(
         };
         match result {
             Err(FsError::Unavailable(_))
-                if failover_possible(&st.map, pid)
+                if crate::cluster::failover_possible(&st.map, pid)
                     && tokio::time::Instant::now() + backoff.peek() < deadline =>
             {
                 backoff.wait().await;
@@ -154,12 +154,6 @@ pub(crate) async fn call_partition(
             other => return other,
         }
     }
-}
-
-/// True if partition `pid` has more than one copy: when its server dies, another one takes
-/// over, so waiting for that is worth it (with one copy, only the server's return helps).
-pub(crate) fn failover_possible(map: &ClusterMap, pid: PartitionId) -> bool {
-    map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
 }
 
 /// How long a server-to-partition call is retried while its target cannot answer.
