@@ -47,6 +47,10 @@ pub(crate) const REPLICATE: Backoff =
 /// A whole copy to a backup that failed midway: started over.
 pub(crate) const WHOLE_COPY: Backoff =
     Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+/// A permission-change notification that was not acknowledged: sent again until the
+/// subscriber's lease ends (`Partition::notify_one`).
+pub(crate) const NOTIFY: Backoff =
+    Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
 /// A replication request that must get through (`Link::call_until_ok`).
 pub(crate) const UNTIL_OK: Backoff =
     Backoff::new(Duration::from_millis(10), Duration::from_secs(1));

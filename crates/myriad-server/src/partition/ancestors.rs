@@ -17,19 +17,30 @@ use crate::state::perm;
 use myriad_proto::PeerRequest;
 
 impl Partition {
-    /// Attributes of directories `dirs` (for permission checks), per Algorithm 1.
+    /// Attributes of directories `dirs` (for permission checks), per Algorithm 1; the first
+    /// error in path order.
     pub(crate) async fn resolve_dirs(
         self: &Arc<Self>,
         dirs: &[String],
     ) -> Result<Vec<Inode>, FsError> {
-        let mut out: Vec<Option<Inode>> = vec![None; dirs.len()];
+        self.resolve_each(dirs).await.into_iter().collect()
+    }
+
+    /// Attributes of each of directories `dirs`, or why it could not be had: a walk down a
+    /// path stops at the first component that fails it (a denied directory above an
+    /// unreachable one gives EACCES, as on a local file system), so callers check in order.
+    pub(crate) async fn resolve_each(
+        self: &Arc<Self>,
+        dirs: &[String],
+    ) -> Vec<Result<Inode, FsError>> {
+        let mut out: Vec<Option<Result<Inode, FsError>>> = vec![None; dirs.len()];
         let mut remote = Vec::new();
         for (i, dir) in dirs.iter().enumerate() {
             let owner = self.entry_node(dir);
             if owner == self.me {
                 match self.lookup(dir).await {
                     Ok(inode) => {
-                        out[i] = Some(inode);
+                        out[i] = Some(Ok(inode));
                         self.replicas.stats.local.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
@@ -37,7 +48,10 @@ impl Partition {
                     Err(FsError::WrongShard { dir: parent, map }) => {
                         self.learn_shard_map(&parent, map.map(|m| *m)).await;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        out[i] = Some(Err(e));
+                        continue;
+                    }
                 }
             }
             if !self.replicas.config.enabled {
@@ -46,7 +60,7 @@ impl Partition {
             }
             match self.replicas.lookup(dir) {
                 Cached::Hit(inode) => {
-                    out[i] = Some(inode);
+                    out[i] = Some(Ok(inode));
                     self.replicas.stats.local.fetch_add(1, Ordering::Relaxed);
                 }
                 Cached::Miss { popular } => remote.push((i, owner, popular)),
@@ -56,6 +70,7 @@ impl Partition {
             let path = dirs[i].clone();
             async move {
                 let sent = Instant::now();
+                let mark = self.replicas.mark();
                 let seq = self.replicas.next_seq();
                 let r = self
                     .call_entry(
@@ -67,31 +82,31 @@ impl Partition {
                         }),
                     )
                     .await;
-                (i, path, sent, r)
+                (i, path, sent, mark, r)
             }
         });
-        for (i, path, sent, r) in futures::future::join_all(fetches).await {
+        for (i, path, sent, mark, r) in futures::future::join_all(fetches).await {
             self.replicas.stats.remote.fetch_add(1, Ordering::Relaxed);
-            match r? {
-                Response::AttrLease { inode, lease_ms } => {
+            out[i] = Some(match r {
+                Ok(Response::AttrLease { inode, lease_ms }) => {
                     if lease_ms > 0 {
                         let valid =
                             sent + Duration::from_millis(lease_ms).saturating_sub(LEASE_MARGIN);
-                        self.replicas.keep(&path, inode.clone(), valid);
+                        self.replicas.keep(&path, inode.clone(), valid, mark);
                     }
-                    out[i] = Some(inode);
+                    Ok(inode)
                 }
-                _ => return Err(FsError::Protocol("unexpected reply to get_attrs".into())),
-            }
+                Ok(_) => Err(FsError::Protocol("unexpected reply to get_attrs".into())),
+                Err(e) => Err(e),
+            });
         }
-        let mut inodes = Vec::with_capacity(dirs.len());
-        for inode in out.into_iter().flatten() {
-            if inode.kind != FileKind::Directory {
-                return Err(FsError::NotADirectory);
-            }
-            inodes.push(inode);
-        }
-        Ok(inodes)
+        out.into_iter()
+            .map(|r| match r {
+                Some(Ok(inode)) if inode.kind != FileKind::Directory => Err(FsError::NotADirectory),
+                Some(r) => r,
+                None => Err(FsError::Protocol("an ancestor left unresolved".into())),
+            })
+            .collect()
     }
 
     /// Search permission on every ancestor of `path`; returns the parent's attributes (None
@@ -104,12 +119,13 @@ impl Partition {
         if caller.uid == 0 || path == "/" {
             return Ok(None);
         }
-        let dirs = ancestors(path);
-        let inodes = self.resolve_dirs(&dirs).await?;
-        for i in &inodes {
-            perm::require(i, caller, perm::EXEC)?;
+        let mut last = None;
+        for r in self.resolve_each(&ancestors(path)).await {
+            let inode = r?;
+            perm::require(&inode, caller, perm::EXEC)?;
+            last = Some(inode);
         }
-        Ok(inodes.last().cloned())
+        Ok(last)
     }
 
     /// Search on the ancestors and write on the parent: what creating or removing a name needs.
@@ -137,14 +153,12 @@ impl Partition {
         }
         let mut dirs = ancestors(dir);
         dirs.push(dir.to_string());
-        let inodes = self.resolve_dirs(&dirs).await?;
-        let Some((last, above)) = inodes.split_last() else {
-            return Ok(());
-        };
-        for i in above {
-            perm::require(i, caller, perm::EXEC)?;
+        let n = dirs.len();
+        for (k, r) in self.resolve_each(&dirs).await.into_iter().enumerate() {
+            let inode = r?;
+            perm::require(&inode, caller, if k + 1 == n { want } else { perm::EXEC })?;
         }
-        perm::require(last, caller, want)
+        Ok(())
     }
 
     /// Removing or renaming `path` away: write on the parent and the sticky-bit rule.
@@ -260,14 +274,28 @@ impl Partition {
         subscribe: bool,
         seq: u64,
     ) -> Result<Response, FsError> {
-        let inode = self.lookup(path).await?;
-        let lease_ms = match (subscribe && self.replicas.config.enabled, from) {
-            (true, Some(node)) if inode.kind == FileKind::Directory => {
-                u64::try_from(self.replicas.subscribe(path, node, seq).as_millis()).unwrap_or(0)
+        // Subscribe first, then read: a change committed before the read is in the answer,
+        // and one committed after it finds the subscription and is pushed (a read before
+        // subscribing could miss both: the old attributes under a fresh lease).
+        let subscribed = match (subscribe && self.replicas.config.enabled, from) {
+            (true, Some(node)) => Some((node, self.replicas.subscribe(path, node, seq))),
+            _ => None,
+        };
+        let found = self.lookup(path).await;
+        let lease_ms = match (&found, subscribed) {
+            (Ok(inode), Some((_, lease))) if inode.kind == FileKind::Directory => {
+                u64::try_from(lease.as_millis()).unwrap_or(0)
+            }
+            (_, Some((node, _))) => {
+                self.replicas.withdraw(path, node, seq);
+                0
             }
             _ => 0,
         };
-        Ok(Response::AttrLease { inode, lease_ms })
+        Ok(Response::AttrLease {
+            inode: found?,
+            lease_ms,
+        })
     }
 
     /// Pushes a change of directory `path` to every subscriber and waits for each ack or its
@@ -295,8 +323,13 @@ impl Partition {
         futures::future::join_all(sends).await;
     }
 
-    /// Sends one change notification and waits for its ack, at most `deadline` (the end of
-    /// the receiver's lease, after which it no longer trusts what the notification changes).
+    /// Sends one change notification until it is acknowledged, at most `deadline` (the end
+    /// of the receiver's lease, after which it no longer trusts what the notification
+    /// changes). An error is no acknowledgement: a subscriber whose server is briefly without
+    /// its serving lease (a Raft leader paused), or a connection that broke, still holds its
+    /// replica, so the notification is sent again. (Counting an error as an ack let a chmod
+    /// return while a subscriber kept denying access for a lease.) Notifications are
+    /// idempotent: the receiver never rolls a replica back.
     pub(super) async fn notify_one(
         self: &Arc<Self>,
         node: PartitionId,
@@ -304,14 +337,24 @@ impl Partition {
         deadline: Duration,
     ) {
         let started = Instant::now();
-        if tokio::time::timeout(deadline, self.call_node(node, req))
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                node = %node,
-                "no acknowledgement of a permission change before the lease ended"
-            );
+        let end = started + deadline;
+        let mut backoff = crate::backoff::NOTIFY;
+        loop {
+            match tokio::time::timeout_at(end, self.call_node(node, req.clone())).await {
+                Ok(Ok(_)) => break,
+                Ok(Err(e)) if Instant::now() + backoff.peek() < end => {
+                    tracing::debug!(node = %node, "permission change not acknowledged ({e}); again");
+                    backoff.wait().await;
+                }
+                Ok(Err(_)) | Err(_) => {
+                    tracing::warn!(
+                        node = %node,
+                        "no acknowledgement of a permission change before the lease ended"
+                    );
+                    tokio::time::sleep_until(end).await;
+                    break;
+                }
+            }
         }
         let stats = &self.replicas.stats;
         stats.invalidations.fetch_add(1, Ordering::Relaxed);
@@ -359,6 +402,7 @@ impl Partition {
         }
         for path in renew {
             let sent = Instant::now();
+            let mark = self.replicas.mark();
             if let Ok(Response::AttrLease { inode, lease_ms }) = self
                 .call_entry(
                     &path,
@@ -371,7 +415,7 @@ impl Partition {
                 && lease_ms > 0
             {
                 let valid = sent + Duration::from_millis(lease_ms).saturating_sub(LEASE_MARGIN);
-                self.replicas.keep(&path, inode, valid);
+                self.replicas.keep(&path, inode, valid, mark);
             }
         }
     }

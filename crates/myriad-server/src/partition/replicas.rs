@@ -9,10 +9,13 @@
 //!                own store if this node owns dir's entry      -> local
 //!                replica with an unexpired lease              -> local
 //!                else GetAttrs(dir, subscribe = dir in top-k) -> remote; keep it if subscribed
-//! owner side:    GetAttrs(subscribe) records (subscriber, lease end); a chmod/chown of dir
-//!                pushes AttrUpdate to every unexpired subscriber and waits for each ack or
-//!                its lease end before replying; rmdir pushes "gone"; a directory rename
+//! owner side:    GetAttrs(subscribe) records (subscriber, lease end), then reads; a
+//!                chmod/chown of dir commits, then pushes AttrUpdate to every unexpired
+//!                subscriber and waits for each ack (an error is none: sent again) or its
+//!                lease end before replying; rmdir pushes "gone"; a directory rename
 //!                broadcasts InvalidatePrefix.
+//! subscriber:    an answer is kept as a replica only if no update or invalidation of its
+//!                path arrived while it was on its way (`keep`).
 //! bookkeeping:   every sub-window: mark replicas that left the top-k, evict marked ones
 //!                when over `replica_slots`, renew leases of popular ones past half-life.
 //! ```
@@ -82,7 +85,17 @@ pub(super) type Subscribers = BTreeMap<PartitionId, (Instant, u64)>;
 pub(super) struct State {
     pub(super) topk: WindowedTopK,
     pub(super) replicas: BTreeMap<String, Replica>,
+    /// Numbers every update or invalidation this node received (see `Replicas::keep`).
+    pub(super) updates: u64,
+    /// Path -> (number of its latest update, when it came), for one lease.
+    pub(super) recent: BTreeMap<String, (u64, Instant)>,
+    /// Number of the latest prefix invalidation (renames are rare: one for all paths).
+    pub(super) last_prefix: u64,
 }
+
+/// What a subscriber had received when it sent a fetch or renewal (`Replicas::mark`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Mark(u64);
 
 pub(super) enum Cached {
     Hit(Inode),
@@ -99,6 +112,9 @@ impl Replicas {
             state: std::sync::Mutex::new(State {
                 topk: WindowedTopK::new(config.popularity_k, window_ms),
                 replicas: BTreeMap::new(),
+                updates: 0,
+                recent: BTreeMap::new(),
+                last_prefix: 0,
             }),
             grace_end: if restarted {
                 Instant::now() + config.lease
@@ -136,8 +152,23 @@ impl Replicas {
         Cached::Miss { popular }
     }
 
-    pub(super) fn keep(&self, path: &str, inode: Inode, valid_until: Instant) {
+    /// Taken before sending a fetch or renewal whose answer may become a replica.
+    pub(super) fn mark(&self) -> Mark {
+        Mark(self.state.lock().map(|s| s.updates).unwrap_or(u64::MAX))
+    }
+
+    /// Keeps the answer to a fetch or renewal sent at `mark` as a replica, unless an update
+    /// or invalidation of `path` arrived since: the owner may have pushed it while the
+    /// answer, read before the change, was on its way (the update found no replica to
+    /// change, or the answer would undo it), and nothing would correct the replica before
+    /// its lease ended. Not kept, the answer serves only the request that asked.
+    pub(super) fn keep(&self, path: &str, inode: Inode, valid_until: Instant, mark: Mark) {
         if let Ok(mut st) = self.state.lock() {
+            let changed_since =
+                st.last_prefix > mark.0 || st.recent.get(path).is_some_and(|&(n, _)| n > mark.0);
+            if changed_since {
+                return;
+            }
             if st.replicas.len() >= self.config.replica_slots && !st.replicas.contains_key(path) {
                 let victim = st
                     .replicas
@@ -169,6 +200,9 @@ impl Replicas {
 
     pub fn apply_update(&self, path: &str, inode: Option<Inode>) {
         if let Ok(mut st) = self.state.lock() {
+            st.updates += 1;
+            let n = st.updates;
+            st.recent.insert(path.to_string(), (n, Instant::now()));
             match inode {
                 Some(i) => {
                     // Updates can arrive out of order (each request runs as its own task, and
@@ -189,6 +223,8 @@ impl Replicas {
     pub fn invalidate_prefix(&self, prefix: &str) {
         let under = format!("{prefix}/");
         if let Ok(mut st) = self.state.lock() {
+            st.updates += 1;
+            st.last_prefix = st.updates;
             st.replicas
                 .retain(|p, _| p != prefix && !p.starts_with(&under));
         }
@@ -238,6 +274,12 @@ impl Replicas {
         }
     }
 
+    /// Takes back the subscription `seq` made (the path is no directory, or gone), unless a
+    /// newer request of the same node decided since.
+    pub fn withdraw(&self, path: &str, node: PartitionId, seq: u64) {
+        self.unsubscribe(path, node, seq.saturating_add(1));
+    }
+
     /// Subscribers of `path` whose lease has not ended, with their lease end.
     pub(super) fn live_subscribers(&self, path: &str) -> Vec<(PartitionId, Instant)> {
         let now = Instant::now();
@@ -277,6 +319,10 @@ impl Replicas {
             st.topk.top(now_ms).into_iter().map(|t| t.0).collect();
         let half = self.config.lease / 2;
         st.replicas.retain(|_, r| r.valid_until > now);
+        // An answer sent before an update more than a lease ago is past its lease anyway.
+        let lease = self.config.lease;
+        st.recent
+            .retain(|_, (_, at)| now.saturating_duration_since(*at) < lease);
         let mut renew = Vec::new();
         for (path, r) in st.replicas.iter_mut() {
             r.popular = top.contains(path);
@@ -374,11 +420,11 @@ mod tests {
         let _ = r.lookup("/cold");
         assert!(matches!(r.lookup("/hot1"), Cached::Miss { popular: true }));
         assert!(matches!(r.lookup("/cold"), Cached::Miss { popular: false }));
-        r.keep("/hot1", dir(0o755), far);
-        r.keep("/hot2", dir(0o755), far);
+        r.keep("/hot1", dir(0o755), far, r.mark());
+        r.keep("/hot2", dir(0o755), far, r.mark());
         assert!(matches!(r.lookup("/hot1"), Cached::Hit(_)));
         // Full of popular replicas: a third is not kept.
-        r.keep("/other", dir(0o755), far);
+        r.keep("/other", dir(0o755), far, r.mark());
         assert_eq!(r.held(), 2);
         assert!(matches!(r.lookup("/other"), Cached::Miss { .. }));
         // Updates replace, "gone" removes, prefixes invalidate.
@@ -415,20 +461,69 @@ mod tests {
             ctime_ns: ctime,
             ..dir(0)
         };
-        r.keep("/d", at(0o755, 10), far);
+        r.keep("/d", at(0o755, 10), far, r.mark());
         r.apply_update("/d", Some(at(0o700, 30)));
         r.apply_update("/d", Some(at(0o711, 20))); // older, arrives late
         assert!(matches!(r.lookup("/d"), Cached::Hit(i) if i.mode == 0o700));
-        r.keep("/d", at(0o755, 25), far); // a renewal answered before the newest update
+        r.keep("/d", at(0o755, 25), far, r.mark()); // a renewal answered before the newest update
         assert!(matches!(r.lookup("/d"), Cached::Hit(i) if i.mode == 0o700));
-        r.keep("/d", at(0o755, 40), far);
+        r.keep("/d", at(0o755, 40), far, r.mark());
         assert!(matches!(r.lookup("/d"), Cached::Hit(i) if i.mode == 0o755));
+    }
+
+    /// The race behind a flaky permissions test: the owner reads the old mode for a fetch,
+    /// a chmod commits and pushes its update, the update reaches the subscriber before the
+    /// fetch's answer (and finds no replica to change). The late answer must not become a
+    /// replica: it would deny access for a whole lease after the change returned.
+    #[test]
+    fn an_answer_sent_before_an_update_does_not_become_a_replica() {
+        let r = Replicas::new(ReplicationConfig::default_on(), false);
+        let far = Instant::now() + Duration::from_secs(60);
+        let at = |mode, ctime| Inode {
+            mode,
+            ctime_ns: ctime,
+            ..dir(0)
+        };
+        let fetch = r.mark();
+        r.apply_update("/d", Some(at(0o755, 30)));
+        r.keep("/d", at(0o700, 20), far, fetch);
+        assert!(matches!(r.lookup("/d"), Cached::Miss { .. }));
+        // Other paths' updates do not stop it; a later fetch is kept.
+        let fetch = r.mark();
+        r.apply_update("/e", Some(at(0o755, 40)));
+        r.keep("/d", at(0o755, 30), far, fetch);
+        assert!(matches!(r.lookup("/d"), Cached::Hit(i) if i.mode == 0o755));
+        // "Gone" and prefix invalidations too.
+        let fetch = r.mark();
+        r.apply_update("/g", None);
+        r.keep("/g", at(0o755, 10), far, fetch);
+        assert!(matches!(r.lookup("/g"), Cached::Miss { .. }));
+        let fetch = r.mark();
+        r.invalidate_prefix("/x");
+        r.keep("/h", at(0o755, 10), far, fetch);
+        assert!(matches!(r.lookup("/h"), Cached::Miss { .. }));
+    }
+
+    #[test]
+    fn a_subscription_withdrawn_goes_unless_a_newer_one_came() {
+        let r = Replicas::new(ReplicationConfig::default_on(), false);
+        r.subscribe("/f", PartitionId(3), 10);
+        r.withdraw("/f", PartitionId(3), 10);
+        assert!(r.live_subscribers("/f").is_empty());
+        r.subscribe("/f", PartitionId(3), 12);
+        r.withdraw("/f", PartitionId(3), 11);
+        assert_eq!(r.live_subscribers("/f").len(), 1);
     }
 
     #[test]
     fn expired_replicas_are_not_trusted_and_are_evicted() {
         let r = Replicas::new(ReplicationConfig::default_on(), false);
-        r.keep("/a", dir(0o755), Instant::now() - Duration::from_millis(1));
+        r.keep(
+            "/a",
+            dir(0o755),
+            Instant::now() - Duration::from_millis(1),
+            r.mark(),
+        );
         assert!(matches!(r.lookup("/a"), Cached::Miss { .. }));
         let (renew, evicted) = r.bookkeeping();
         assert!(
