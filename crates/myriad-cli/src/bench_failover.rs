@@ -38,12 +38,27 @@ pub struct FailoverArgs {
     /// Give up if re-replication takes longer than this.
     #[arg(long, default_value_t = 300)]
     limit_secs: u64,
+    /// Which server to kill.
+    #[arg(long, value_enum, default_value_t = Victim::Root)]
+    kill: Victim,
     #[arg(long, default_value = "bench-results")]
     out_dir: PathBuf,
 }
 
+/// The server `bench failover` kills.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Victim {
+    /// The primary of the root directory's partition (every path lookup needs it).
+    Root,
+    /// The leader of the cluster-map Raft group, which grants every server its serving
+    /// lease: the others must elect a new one before their leases run out.
+    Leader,
+}
+
 #[derive(Serialize)]
 struct FailoverResult {
+    victim: Victim,
     nodes: usize,
     writers: usize,
     file_bytes: usize,
@@ -126,8 +141,15 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
     let map = cluster.map.clone();
     let admin = client(cluster, &map)?;
     let ring = map.ring();
-    // The victim: the server leading the root's partition (every path lookup needs it).
-    let victim = map.primary_of(ring.owner_of_dir("/")).unwrap_or(NodeId(1));
+    let victim = match args.kill {
+        Victim::Root => map.primary_of(ring.owner_of_dir("/")).unwrap_or(NodeId(1)),
+        Victim::Leader => admin
+            .all_counters()
+            .await
+            .into_iter()
+            .find_map(|(_, c)| c.ok().map(|c| c.raft_leader))
+            .ok_or_else(|| anyhow::anyhow!("no server answered with its Raft leader"))?,
+    };
     let led: Vec<PartitionId> = map.primaries_of(victim);
     for w in 0..args.writers {
         admin.mkdir(&format!("/fo{w}"), 0o755).await?;
@@ -191,6 +213,7 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
             .reduce(f64::min)
     };
     let r = FailoverResult {
+        victim: args.kill,
         nodes: args.nodes,
         writers: args.writers,
         file_bytes: args.size,
@@ -212,8 +235,8 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
         r.nodes, r.writers, r.file_bytes
     );
     println!(
-        "  killed server {} (led {} partitions)",
-        r.killed, r.partitions_led_by_killed
+        "  killed server {} ({:?}; led {} partitions)",
+        r.killed, r.victim, r.partitions_led_by_killed
     );
     println!(
         "  writes/s before the kill            {:>10.0}",

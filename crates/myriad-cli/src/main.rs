@@ -43,7 +43,7 @@ struct Cli {
     #[arg(long, global = true, env = "MYRIAD_CLUSTER")]
     cluster: Option<PathBuf>,
     /// Request timeout in milliseconds: how long a request waits for an answer, retries
-    /// included (with 3 copies a dead server's partitions fail over within about 8 s).
+    /// included (with 3 copies a dead server's partitions fail over within about 3 s, 6-8 s if it led the cluster-map Raft group).
     #[arg(long, global = true, default_value_t = 20_000)]
     timeout_ms: u64,
     /// Key file: the cluster secret or a client key (SECURITY.md). Default: `cluster.secret`,
