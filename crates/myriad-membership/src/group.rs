@@ -26,11 +26,21 @@ use crate::{LogStore, MapCommand, MapStateMachine, NodeId, TypeConfig};
 
 /// At most this many voters; further servers follow the group as learners.
 pub const VOTERS_MAX: usize = 5;
-/// Leader heartbeats and election timeouts. Elections are slow enough that a loaded
-/// two-core test machine does not depose healthy leaders.
+/// Leader heartbeats and election timeouts. A follower that heard the leader stands for
+/// election after `LEADER_LEASE` + 300..600 ms of silence (0.9-1.2 s): the election is
+/// part of the failover when the leader itself dies (docs/write-path.md, part 6). A
+/// healthy leader deposed by a loaded machine costs no failover: the new leader hears the
+/// live servers' lease requests within a renewal period.
 const HEARTBEAT_MS: u64 = 150;
-const ELECTION_MIN_MS: u64 = 1000;
-const ELECTION_MAX_MS: u64 = 2000;
+const ELECTION_MIN_MS: u64 = 300;
+const ELECTION_MAX_MS: u64 = 600;
+/// openraft's leader lease (its `election_timeout_max`): a voter that heard a leader within
+/// this refuses to vote for anyone else. So when a new leader is elected, every server of
+/// its electing majority had not heard the old leader for this long, and the old leader got
+/// no quorum acknowledgement after `election - LEADER_LEASE` (any quorum of it includes one
+/// of them, and acknowledgements are timed when sent): the membership layer credits this
+/// to the old leader's lease grants (`myriad_server::membership::detect`).
+pub const LEADER_LEASE: Duration = Duration::from_millis(ELECTION_MAX_MS);
 /// A new server waits this long for an existing leader to contact it before it bootstraps
 /// a group (only the lowest id does; see `bootstrap`).
 const BOOTSTRAP_WAIT: Duration = Duration::from_millis(750);

@@ -23,7 +23,7 @@ use std::io::Cursor;
 use myriad_placement::ClusterMap;
 use serde::{Deserialize, Serialize};
 
-pub use group::{BoxFuture, Group, OnMap, ProposeError, Transport, VOTERS_MAX};
+pub use group::{BoxFuture, Group, LEADER_LEASE, OnMap, ProposeError, Transport, VOTERS_MAX};
 pub use log_store::LogStore;
 pub use state_machine::MapStateMachine;
 

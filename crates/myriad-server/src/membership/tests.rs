@@ -111,6 +111,59 @@ fn a_just_added_server_gets_down_after_to_make_itself_heard() {
     assert!(matches!(change, Change::Down { server, .. } if server == S[3]));
 }
 
+/// A new leader credits the old one's silence: a server it never heard (the old leader,
+/// dead) goes down `DOWN_AFTER - LEADER_LEASE` after the election, not `DOWN_AFTER`; one it
+/// heard, or one added after the election, still gets `DOWN_AFTER` from then.
+#[test]
+fn a_new_leader_credits_the_old_leaders_silence() {
+    let m = four();
+    let since = Instant::now() + Duration::from_secs(10);
+    let credit = myriad_membership::LEADER_LEASE;
+    assert!(credit < DOWN_AFTER);
+    let live = since + DOWN_AFTER;
+    // Server 2 never heard by this leader; 3 and 4 heard just now.
+    let heard = |id: NodeId| (id == S[2] || id == S[3]).then_some(live);
+    let listed = |_| since;
+    let due = since + DOWN_AFTER - credit;
+    let before = due - Duration::from_millis(100);
+    assert_eq!(detect(&m, S[0], (since, before), heard, listed), None);
+    let Some((_, change)) = detect(
+        &m,
+        S[0],
+        (since, due + Duration::from_millis(100)),
+        heard,
+        listed,
+    ) else {
+        panic!("the old leader, never heard, is not marked down after the credit");
+    };
+    assert!(matches!(change, Change::Down { server, .. } if server == S[1]));
+    // Heard by this leader just after its election: DOWN_AFTER from then, no credit.
+    let heard_once = |id: NodeId| Some(if id == S[1] { since } else { live });
+    assert_eq!(
+        detect(
+            &m,
+            S[0],
+            (since, due + Duration::from_millis(100)),
+            heard_once,
+            listed
+        ),
+        None
+    );
+    // Added to the map after the election: DOWN_AFTER from its listing.
+    let added = since + Duration::from_millis(500);
+    let listed_late = |id: NodeId| if id == S[1] { added } else { since };
+    assert_eq!(
+        detect(
+            &m,
+            S[0],
+            (since, added + DOWN_AFTER - Duration::from_millis(100)),
+            heard,
+            listed_late
+        ),
+        None
+    );
+}
+
 #[test]
 fn copies_move_off_a_server_only_after_its_grace() {
     let m = four()
