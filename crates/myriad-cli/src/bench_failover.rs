@@ -68,17 +68,22 @@ struct FailoverResult {
     first_write_anywhere_after_kill_secs: Option<f64>,
     first_write_to_failed_over_partition_secs: Option<f64>,
     rereplicated_after_secs: f64,
+    /// From the kill to every copy remade: the failover's stall included.
     writes_per_sec_during_recovery: f64,
     during_vs_before: f64,
+    /// From the first copy move to every copy remade (re-replication proper).
+    writes_per_sec_while_copies_move: Option<f64>,
+    moving_vs_before: Option<f64>,
     writes_per_sec_after: f64,
     after_vs_before: f64,
     failed_writes: usize,
 }
 
-/// Every acknowledged write: when, and whether its partition was led by the killed server.
+/// Every acknowledged write: when it was sent, when acknowledged, and whether its partition
+/// was led by the killed server.
 #[derive(Default)]
 struct Log {
-    acks: Vec<(Instant, bool)>,
+    acks: Vec<(Instant, Instant, bool)>,
     failed: usize,
 }
 
@@ -87,7 +92,7 @@ impl Log {
         let n = self
             .acks
             .iter()
-            .filter(|(t, _)| *t >= from && *t < to)
+            .filter(|(_, t, _)| *t >= from && *t < to)
             .count();
         n as f64 / (to - from).as_secs_f64().max(1e-9)
     }
@@ -137,6 +142,29 @@ fn whole(map: &ClusterMap, dead: NodeId) -> bool {
         })
 }
 
+/// What keeps `map` from being `whole`, for the error when it never gets there.
+fn not_whole(map: &ClusterMap, dead: NodeId) -> String {
+    let up = map.nodes.iter().filter(|n| map.is_up(n.id)).count();
+    let want = (map.replication as usize).min(up);
+    let mut why = Vec::new();
+    if map.is_up(dead) {
+        why.push(format!("server {dead} still up"));
+    }
+    for (pid, m) in map.moves() {
+        why.push(format!("partition {pid} moving {} -> {}", m.from, m.to));
+    }
+    for p in &map.partitions {
+        let down: Vec<_> = p.replicas.iter().filter(|r| !map.is_up(**r)).collect();
+        if p.replicas.len() != want || !down.is_empty() {
+            why.push(format!(
+                "partition {} copies {:?} (want {want}, down {down:?})",
+                p.id, p.replicas
+            ));
+        }
+    }
+    why.join("; ")
+}
+
 async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()> {
     let map = cluster.map.clone();
     let admin = client(cluster, &map)?;
@@ -167,10 +195,11 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
             while !stop.load(Ordering::Relaxed) {
                 let path = format!("/fo{w}/f{i}");
                 let on_victim = led.contains(&ring.owner_of_entry(&path));
+                let sent = Instant::now();
                 let ok = c.create(&path, 0o644, true, &data).await.is_ok();
                 let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
                 if ok {
-                    l.acks.push((Instant::now(), on_victim));
+                    l.acks.push((sent, Instant::now(), on_victim));
                 } else {
                     l.failed += 1;
                 }
@@ -184,13 +213,25 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
     cluster.kill9(victim)?;
     eprintln!("killed server {victim} (it led {} partitions)", led.len());
     let limit = kill + Duration::from_secs(args.limit_secs);
+    // When the first copy move began (the dead server's grace over): re-replication proper,
+    // after the failover's stall.
+    let mut moving_since: Option<Instant> = None;
     loop {
-        if whole(&admin.newest_map().await, victim) {
+        let newest = admin.newest_map().await;
+        if moving_since.is_none() && !newest.moves().is_empty() {
+            moving_since = Some(Instant::now());
+        }
+        if whole(&newest, victim) {
             break;
         }
         if Instant::now() > limit {
             stop.store(true, Ordering::Relaxed);
-            anyhow::bail!("copies not remade within {} s", args.limit_secs);
+            anyhow::bail!(
+                "copies not remade within {} s; map epoch {}: {}",
+                args.limit_secs,
+                newest.epoch,
+                not_whole(&newest, victim)
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -204,12 +245,15 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
     let l = log.lock().unwrap_or_else(|p| p.into_inner());
     let before = l.rate(start + Duration::from_secs(1), kill);
     let during = l.rate(kill, healed);
+    let moving = moving_since.map(|m| l.rate(m, healed));
     let after = l.rate(healed, end);
+    // Writes sent after the kill: one the dead server acknowledged just before it died may
+    // be noted after the kill instant.
     let first = |only_victim: bool| {
         l.acks
             .iter()
-            .filter(|(t, v)| *t > kill && (!only_victim || *v))
-            .map(|(t, _)| (*t - kill).as_secs_f64())
+            .filter(|(sent, _, v)| *sent > kill && (!only_victim || *v))
+            .map(|(_, t, _)| (*t - kill).as_secs_f64())
             .reduce(f64::min)
     };
     let r = FailoverResult {
@@ -225,6 +269,8 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
         rereplicated_after_secs: (healed - kill).as_secs_f64(),
         writes_per_sec_during_recovery: during,
         during_vs_before: during / before.max(1e-9),
+        writes_per_sec_while_copies_move: moving,
+        moving_vs_before: moving.map(|m| m / before.max(1e-9)),
         writes_per_sec_after: after,
         after_vs_before: after / before.max(1e-9),
         failed_writes: l.failed,
@@ -255,9 +301,15 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
         r.rereplicated_after_secs, args.grace_secs
     );
     println!(
-        "  writes/s during recovery            {:>10.0}  ({:.2}x before)",
+        "  writes/s kill to copies remade      {:>10.0}  ({:.2}x before)",
         r.writes_per_sec_during_recovery, r.during_vs_before
     );
+    match (r.writes_per_sec_while_copies_move, r.moving_vs_before) {
+        (Some(w), Some(x)) => {
+            println!("  writes/s while copies move          {w:>10.0}  ({x:.2}x before)")
+        }
+        _ => println!("  writes/s while copies move                no move seen"),
+    }
     println!(
         "  writes/s after                      {:>10.0}  ({:.2}x before)",
         r.writes_per_sec_after, r.after_vs_before

@@ -65,6 +65,10 @@ struct StreamCtx {
     changed: watch::Sender<u64>,
     /// The partition's recent batches, to catch a backup up without a whole copy.
     log: Arc<Mutex<RecentBatches>>,
+    /// The runtime streams run on: `ship` starts a stream over from the applier, which is
+    /// an OS thread in the server process (`tokio::spawn` there panicked and took the
+    /// partition's applier down with it).
+    runtime: tokio::runtime::Handle,
 }
 
 impl StreamCtx {
@@ -78,7 +82,7 @@ impl StreamCtx {
             pid: self.pid,
             backup,
         };
-        let task = tokio::spawn(run_stream(
+        let task = self.runtime.spawn(run_stream(
             link,
             (self.store.clone(), self.log.clone()),
             (start, chain),
@@ -109,6 +113,8 @@ pub(crate) struct Streams {
     /// Whether the map lists other copies of the partition (up or down): only then is
     /// there anyone for the log to catch up.
     keep_log: bool,
+    /// Streams started over because their backup fell STREAM_QUEUE_MAX behind.
+    restarts: u64,
 }
 
 impl Drop for Streams {
@@ -164,6 +170,7 @@ impl Streams {
         // stream starts there.
         let restarted = !behind.is_empty();
         for backup in behind {
+            self.restarts += 1;
             tracing::warn!(
                 partition = %self.ctx.pid,
                 backup = %backup,
@@ -203,7 +210,7 @@ impl Ship for Replicator {
 
 impl Replicator {
     /// A replicator whose streams start at `start_seq` (the seq before the partition's
-    /// applier starts); `set_backups` adds them.
+    /// applier starts); `set_backups` adds them. Called on the runtime its streams run on.
     pub(crate) fn new(
         peers: Arc<dyn Peers>,
         pid: PartitionId,
@@ -218,11 +225,13 @@ impl Replicator {
                     store: store.clone(),
                     changed: watch::channel(0).0,
                     log: Arc::new(Mutex::new(RecentBatches::default())),
+                    runtime: tokio::runtime::Handle::current(),
                 },
                 streams: BTreeMap::new(),
                 last_shipped: start_seq,
                 closed: false,
                 keep_log: false,
+                restarts: 0,
             }),
         }
     }
@@ -272,6 +281,12 @@ impl Replicator {
             tracing::info!(partition = %g.ctx.pid, ?backups, "replicating to");
             g.ctx.changed.send_modify(|v| *v = v.wrapping_add(1));
         }
+    }
+
+    /// How many streams started over (a backup STREAM_QUEUE_MAX batches behind).
+    #[cfg(test)]
+    pub(crate) fn restarts(&self) -> u64 {
+        self.lock().restarts
     }
 
     /// Ends every stream; waiting writes fail.
@@ -348,6 +363,10 @@ pub(crate) async fn run_stream(
     let mut water = start_seq;
     let mut water_chain = start_chain;
     let mut sent_upto = start_seq;
+    // Unacknowledged batches past which the stream takes no more from its queue: a catch-up
+    // from the log adds its tail (else a tail longer than STREAM_PENDING_MAX stops the
+    // stream taking batches, its queue fills and it starts over, again and again).
+    let mut pending_max = STREAM_PENDING_MAX;
     // 1. The backup must hold exactly our state at start_seq: the same batch number over
     // the same history (a deposed primary's own batches give an equal number, not an equal
     // chain), or an earlier state of it that the log reaches back to.
@@ -381,6 +400,7 @@ pub(crate) async fn run_stream(
                 };
                 pending.insert(at.seq, (Arc::new(Request::Replica(req)), at.chain));
             }
+            pending_max = STREAM_PENDING_MAX + pending.len();
             water = s;
             water_chain = chain;
             sent_upto = s;
@@ -458,9 +478,9 @@ pub(crate) async fn run_stream(
                     }
                 }
             },
-            // At most STREAM_PENDING_MAX unacknowledged: past it the queue fills, and the
+            // At most `pending_max` unacknowledged: past it the queue fills, and the
             // primary starts this stream over.
-            item = rx.recv(), if open && pending.len() < STREAM_PENDING_MAX => match item {
+            item = rx.recv(), if open && pending.len() < pending_max => match item {
                 Some(item) => {
                     pending.insert(item.at.seq, (item.req, item.at.chain));
                 }

@@ -209,24 +209,114 @@ async fn a_backup_that_stops_taking_batches_does_not_make_the_queue_grow() {
         .ok()
         .flatten()
         .unwrap_or(0);
-    for i in 0..n as u64 {
-        let mut slot = p.replicator.hold();
-        slot.ship(
-            Numbered {
-                seq: base + 1 + i,
-                prev_chain: i,
-                chain: i + 1,
-            },
-            Some(Vec::new()),
-        );
-        drop(slot);
-        if i % 512 == 0 {
+    // From an OS thread, as the server's applier ships (starting a stream over from there
+    // once panicked: no runtime on that thread), a chunk at a time so the stream runs.
+    for chunk in (0..n as u64).collect::<Vec<_>>().chunks(512) {
+        let (replicator, chunk) = (p.replicator.clone(), chunk.to_vec());
+        let shipper = std::thread::spawn(move || {
+            for i in chunk {
+                let mut slot = replicator.hold();
+                slot.ship(
+                    Numbered {
+                        seq: base + 1 + i,
+                        prev_chain: i,
+                        chain: i + 1,
+                    },
+                    Some(Vec::new()),
+                );
+            }
+        });
+        while !shipper.is_finished() {
             tokio::task::yield_now().await;
         }
+        assert!(
+            shipper.join().is_ok(),
+            "shipping from the applier's thread panicked"
+        );
     }
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(
-        p.peers.seq_asked.load(Ordering::SeqCst) > asked_before,
+        p.peers.seq_asked.load(Ordering::SeqCst) > asked_before && p.replicator.restarts() > 0,
         "the stream of a backup that fell {n} batches behind was not started over"
+    );
+}
+
+/// A backup away for more batches than a stream keeps unacknowledged (STREAM_PENDING_MAX)
+/// catches up from the log in one stream while new batches keep coming. (Before, the tail
+/// filled the stream's pending set, new batches filled its queue, and the stream started
+/// over, again, from the applier's thread.)
+#[tokio::test(start_paused = true)]
+async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
+    let p = primary(0).await;
+    p.replicator.set_backups(&[BACKUP], true);
+    p.write(create("level")).await;
+    let (mine, theirs) = p.digests();
+    assert_eq!(mine, theirs);
+    let base = theirs.0.unwrap_or(0);
+    let mut chain = p
+        .store
+        .meta_u64(crate::commit::CHAIN_KEY)
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let mut seq = base;
+    let mut ship = |replicator: &Replicator| {
+        let mut slot = replicator.hold();
+        seq += 1;
+        slot.ship(
+            Numbered {
+                seq,
+                prev_chain: chain,
+                chain: chain.wrapping_mul(31).wrapping_add(seq),
+            },
+            Some(Vec::new()),
+        );
+        chain = chain.wrapping_mul(31).wrapping_add(seq);
+    };
+    // Away (the map lists it, down): the log keeps what it misses.
+    p.replicator.set_backups(&[], true);
+    let away = STREAM_PENDING_MAX + 900;
+    for _ in 0..away {
+        ship(&p.replicator);
+    }
+    // Back, but slow to answer: more than a stream's queue holds is shipped while the
+    // tail is still unacknowledged.
+    p.peers.stalled.store(true, Ordering::SeqCst);
+    p.replicator.set_backups(&[BACKUP], true);
+    for i in 0..STREAM_QUEUE_MAX + 500 {
+        ship(&p.replicator);
+        if i % 64 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    p.peers.stalled.store(false, Ordering::SeqCst);
+    p.peers.never.notify_waiters();
+    let last = seq;
+    // (The batches carry no ops, so the backup's store does not number them: ask it.)
+    let backup_at = || async {
+        match p
+            .peers
+            .backup
+            .handle(
+                &p.peers.syncer,
+                Request::Replica(ReplicaRequest::ReplicaSeq),
+            )
+            .await
+        {
+            Ok(Response::ReplicaState { seq, .. }) => seq,
+            other => panic!("replica_seq: {other:?}"),
+        }
+    };
+    for _ in 0..10_000 {
+        if backup_at().await == Some(last) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(backup_at().await, Some(last), "the backup caught up");
+    assert_eq!(
+        p.replicator.restarts(),
+        0,
+        "one stream did it: none started over"
     );
 }
