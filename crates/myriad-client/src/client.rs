@@ -308,6 +308,7 @@ impl Client {
         let mut backoff = BUSY_BACKOFF_FIRST;
         let mut down_backoff = DOWN_BACKOFF_FIRST;
         let mut busy_rounds = 0u32;
+        let mut refreshed_for_no_copy = false;
         loop {
             let st = self.st();
             let pid = self.partition_for(&st, &route);
@@ -345,6 +346,22 @@ impl Client {
                     down_backoff = (down_backoff * 2).min(DOWN_BACKOFF_MAX);
                     self.refresh_map(pid).await;
                     continue;
+                }
+                // No copy of the partition is up in our map. A server that was down and is
+                // back is up in a newer map we have not seen (nothing else would tell us:
+                // no request reaches a server): ask for it once. (Without this a client
+                // that saw a single-copy partition's server marked down failed every
+                // request to it for good.)
+                Err((FsError::Unavailable(_), None)) if !refreshed_for_no_copy => {
+                    refreshed_for_no_copy = true;
+                    let before = st.map.epoch;
+                    self.refresh_map(pid).await;
+                    if self.st().map.epoch > before {
+                        continue;
+                    }
+                    return Err(FsError::Unavailable(format!(
+                        "no copy of partition {pid} is up (cluster map epoch {before})"
+                    )));
                 }
                 Err((e, None)) => return Err(e),
                 Err((e, Some(_))) => Err(e),
