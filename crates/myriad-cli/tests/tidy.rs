@@ -288,6 +288,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "cluster",
             "config",
             "counters",
+            "locks",
             "space",
             "test_disk",
             "workload_rng",

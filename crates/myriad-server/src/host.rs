@@ -24,6 +24,7 @@ use crate::cluster::MapState;
 use crate::commit::{Applier, Runner, Syncer};
 use crate::config::ServerConfig;
 use crate::counters::Counters;
+use crate::locks::read;
 use crate::partition::core::Partition;
 use crate::replication::copy::Backup;
 use crate::replication::peers::Peers;
@@ -73,14 +74,6 @@ pub struct Host {
     pub(crate) space: crate::space::DiskSpace,
     /// Batches to one peer share frames (replication/bundle.rs).
     pub(crate) bundler: crate::replication::bundle::Bundler,
-}
-
-/// A read guard even if a writer panicked (the tables stay usable).
-pub(crate) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    match lock.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }
 
 pub(crate) enum OpenError {

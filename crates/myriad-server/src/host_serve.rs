@@ -14,7 +14,8 @@ use myriad_proto::{
 };
 
 use crate::cluster::MapState;
-use crate::host::{Host, read};
+use crate::host::Host;
+use crate::locks::read;
 use crate::replication::wire::digest;
 use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ReplicaRequest, ServerRequest};
 

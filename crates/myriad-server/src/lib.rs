@@ -18,6 +18,7 @@ pub mod embed;
 mod host;
 mod host_env;
 mod host_serve;
+mod locks;
 mod membership;
 mod partition;
 mod replication;

@@ -105,10 +105,7 @@ pub(crate) struct Lease {
 
 impl Lease {
     pub(crate) fn valid(&self) -> bool {
-        let g = match self.until.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let g = crate::locks::lock(&self.until);
         g.is_some_and(|u| Instant::now() < u)
     }
 

@@ -21,7 +21,7 @@ pub(crate) struct Running<'a> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        crate::partition::touches::lock(&self.changes.running).remove(&self.key);
+        crate::locks::lock(&self.changes.running).remove(&self.key);
     }
 }
 
@@ -30,7 +30,7 @@ impl ChangesInFlight {
     pub(crate) async fn run(&self, key: (u64, u64)) -> Running<'_> {
         loop {
             let waiting = {
-                let mut g = crate::partition::touches::lock(&self.running);
+                let mut g = crate::locks::lock(&self.running);
                 match g.get(&key) {
                     Some(rx) => rx.clone(),
                     None => {

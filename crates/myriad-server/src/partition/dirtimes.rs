@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use myriad_proto::{FsError, Inode, Request, Response};
 
+use crate::locks::lock;
 use crate::partition::core::Partition;
-use crate::partition::touches::lock;
 use crate::state::mutation::{Mutation, Outcome, storage_err};
 use myriad_proto::PeerRequest;
 

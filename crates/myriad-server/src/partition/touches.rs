@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use myriad_proto::Inode;
 
+use crate::locks::lock;
+
 /// One directory's touches on this partition: requests counted as they arrive, the count
 /// covered by the last touch sent, and the directory's attributes that touch returned.
 #[derive(Default)]
@@ -20,13 +22,6 @@ pub(super) struct TouchSlot {
 #[derive(Default)]
 pub(crate) struct DirTouches {
     slots: Mutex<BTreeMap<String, Arc<TouchSlot>>>,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }
 
 impl DirTouches {

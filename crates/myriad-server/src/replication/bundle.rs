@@ -74,10 +74,7 @@ impl Bundler {
     }
 
     fn queue(&self, peers: &Arc<dyn Peers>, to: NodeId) -> mpsc::Sender<Item> {
-        let mut g = match self.queues.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = crate::locks::lock(&self.queues);
         if let Some(q) = g.get(&to).filter(|q| !q.is_closed()) {
             return q.clone();
         }

@@ -129,10 +129,7 @@ impl Backup {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, BackupState> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::locks::lock(&self.state)
     }
 
     /// Batch `seq` from the primary: applied (with the parked batches that follow it) if it

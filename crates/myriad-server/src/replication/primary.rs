@@ -29,6 +29,7 @@ use myriad_storage::{Batch, Space, Store};
 use tokio::sync::{mpsc, watch};
 
 use crate::commit::{CHAIN_KEY, Numbered, Ship, ShipSlot};
+use crate::locks::lock;
 use crate::replication::log::RecentBatches;
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
@@ -237,10 +238,7 @@ impl Replicator {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        lock(&self.inner)
     }
 
     /// Streams to exactly `backups` (the live ones): drops the others, and starts a stream
@@ -337,13 +335,6 @@ impl Replicator {
                 _ = changed.changed() => {}
             }
         }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 
