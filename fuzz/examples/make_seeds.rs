@@ -357,7 +357,7 @@ fn requests() -> Seeds {
                     prev_chain: 0x1234_5678_9abc_def0,
                     chain: 0x0fed_cba9_8765_4321,
                     acked: 41,
-                    ops: vec![
+                    ops: std::sync::Arc::new(vec![
                         ReplOp {
                             space: 1,
                             key: b"/d\0\x01\x02\x03\x04\x05\x06\x07\x08f".to_vec(),
@@ -368,7 +368,7 @@ fn requests() -> Seeds {
                             key: vec![0; 16],
                             value: None,
                         },
-                    ],
+                    ]),
                 },
             ),
         ),

@@ -478,7 +478,9 @@ pub enum ReplicaRequest {
         prev_chain: u64,
         chain: u64,
         acked: u64,
-        ops: Vec<ReplOp>,
+        /// Shared by the requests of every copy, the primary's log and resends (serialized
+        /// as the list itself).
+        ops: std::sync::Arc<Vec<ReplOp>>,
     },
     /// A backup of the target partition: the last batch it applied (`Response::Seq`).
     ReplicaSeq,

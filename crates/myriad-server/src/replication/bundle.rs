@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::commit::Syncer;
 use crate::replication::copy::Backup;
 use crate::replication::peers::{Bundles, Peers};
+use crate::replication::wire::ops_bytes;
 
 /// At most this many batches in one bundle.
 pub(crate) const BUNDLE_ITEMS_MAX: usize = 256;
@@ -101,10 +102,8 @@ impl Bundles for Bundler {
 /// The bytes a request's operations carry (what `BUNDLE_BYTES_MAX` counts).
 fn request_bytes(request: &ReplicaRequest) -> usize {
     match request {
-        ReplicaRequest::Replicate { ops, .. } | ReplicaRequest::ReplicaCopy { ops } => ops
-            .iter()
-            .map(|o| o.key.len() + o.value.as_ref().map_or(0, |v| v.len()))
-            .sum(),
+        ReplicaRequest::Replicate { ops, .. } => ops_bytes(ops),
+        ReplicaRequest::ReplicaCopy { ops } => ops_bytes(ops),
         _ => 0,
     }
 }

@@ -214,7 +214,7 @@ impl Backup {
             }) => {
                 let (reply, rx) = oneshot::channel();
                 let batch = Parked {
-                    batch: from_wire(ops)?,
+                    batch: from_wire(Arc::unwrap_or_clone(ops))?,
                     prev_chain,
                     chain,
                     reply,

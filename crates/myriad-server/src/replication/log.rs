@@ -11,6 +11,7 @@ use myriad_proto::ReplOp;
 use tokio::time::Instant;
 
 use crate::commit::Numbered;
+use crate::replication::wire::ops_bytes;
 
 /// Bytes of batches (keys and values) a partition's log keeps at most.
 pub(crate) const LOG_BYTES_MAX: usize = 32 << 20;
@@ -33,10 +34,9 @@ pub(crate) struct RecentBatches {
     bytes: usize,
 }
 
-fn ops_bytes(ops: &[ReplOp]) -> usize {
-    ops.iter()
-        .map(|o| 16 + o.key.len() + o.value.as_ref().map_or(0, |v| v.len()))
-        .sum()
+/// What an entry costs: its keys and values, and 16 bytes of bookkeeping per operation.
+fn entry_bytes(ops: &[ReplOp]) -> usize {
+    ops_bytes(ops) + 16 * ops.len()
 }
 
 impl RecentBatches {
@@ -46,7 +46,7 @@ impl RecentBatches {
             self.entries.clear();
             self.bytes = 0;
         }
-        let bytes = ops_bytes(&ops);
+        let bytes = entry_bytes(&ops);
         let now = Instant::now();
         self.entries.push_back(Entry {
             at,

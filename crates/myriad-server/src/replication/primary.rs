@@ -157,7 +157,7 @@ impl Streams {
                 prev_chain: at.prev_chain,
                 chain: at.chain,
                 acked: *s.acked.borrow(),
-                ops: (*ops).clone(),
+                ops: ops.clone(),
             };
             let shipped = Shipped {
                 at,
@@ -387,7 +387,7 @@ pub(crate) async fn run_stream(
                     prev_chain: at.prev_chain,
                     chain: at.chain,
                     acked: s,
-                    ops: (*ops).clone(),
+                    ops,
                 };
                 pending.insert(at.seq, (Arc::new(Request::Replica(req)), at.chain));
             }

@@ -50,6 +50,13 @@ pub(crate) fn to_wire(batch: &Batch) -> Vec<ReplOp> {
 }
 
 /// A batch from the wire; refuses spaces that are not a partition's.
+/// The bytes of keys and values `ops` carry.
+pub(crate) fn ops_bytes(ops: &[ReplOp]) -> usize {
+    ops.iter()
+        .map(|o| o.key.len() + o.value.as_ref().map_or(0, |v| v.len()))
+        .sum()
+}
+
 pub(crate) fn from_wire(ops: Vec<ReplOp>) -> Result<Batch, FsError> {
     let mut batch = Batch::new();
     for op in ops {

@@ -19,11 +19,11 @@ fn replicate_acked(seq: u64, acked: u64, value: u8) -> ReplicaRequest {
         prev_chain: seq - 1,
         chain: seq,
         acked,
-        ops: vec![ReplOp {
+        ops: std::sync::Arc::new(vec![ReplOp {
             space: Space::Entries.code(),
             key: b"k".to_vec(),
             value: Some(serde_bytes::ByteBuf::from(vec![value])),
-        }],
+        }]),
     }
 }
 

@@ -34,11 +34,11 @@ fn batch(history: u64, seq: u64) -> Request {
         prev_chain: chain(seq - 1),
         chain: chain(seq),
         acked: 0,
-        ops: vec![ReplOp {
+        ops: std::sync::Arc::new(vec![ReplOp {
             space: Space::Entries.code(),
             key: b"k".to_vec(),
             value: Some(serde_bytes::ByteBuf::from(history.to_be_bytes().to_vec())),
-        }],
+        }]),
     })
 }
 
