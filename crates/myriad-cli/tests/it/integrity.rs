@@ -91,6 +91,29 @@ async fn holders(c: &Client, dir: &str) -> (PartitionId, NodeId, NodeId) {
     (pid, replicas[0], replicas[1])
 }
 
+/// `myriad fsck`, which must fail on `damage`: its report (stdout).
+fn fsck_fails(tc: &TestCluster, damage: &str) -> String {
+    let out = tc.cli(&["fsck"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        !out.status.success(),
+        "fsck must fail on {damage}:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// `myriad fsck --repair`, which must succeed.
+fn fsck_repairs(tc: &TestCluster) {
+    let fix = tc.cli(&["fsck", "--repair"]);
+    assert!(
+        fix.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&fix.stdout),
+        String::from_utf8_lossy(&fix.stderr)
+    );
+}
+
 fn log_of(tc: &TestCluster, node: NodeId) -> String {
     std::fs::read_to_string(tc.dir.path().join(format!("node-{node}.log"))).unwrap_or_default()
 }
@@ -138,23 +161,12 @@ async fn a_flipped_bit_is_detected_on_read_and_repaired_from_a_replica() {
 
     // 2. A backup's copy goes bad (reads never touch it): fsck finds it, --repair fixes it.
     corrupt_offline(&tc, &c, backup, pid, ino.0, 2).await;
-    let out = tc.cli(&["fsck"]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        !out.status.success(),
-        "fsck must fail on a corrupt copy:\n{text}"
-    );
+    let text = fsck_fails(&tc, "a corrupt copy");
     assert!(
         text.contains("corrupt block") && text.contains(&format!("block 2 of inode {ino}")),
         "{text}"
     );
-    let fix = tc.cli(&["fsck", "--repair"]);
-    assert!(
-        fix.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&fix.stdout),
-        String::from_utf8_lossy(&fix.stderr)
-    );
+    fsck_repairs(&tc);
     tc.fsck_until_clean().await;
     assert_eq!(c.fetch("/d/f").await.map(|x| x.1).ok(), Some(body));
 }
@@ -240,24 +252,12 @@ async fn a_flipped_bit_in_a_metadata_record_is_found_and_repaired_from_a_copy() 
         }
         // A backup's damaged copy is never read: fsck finds it.
         assert_eq!(c.fetch("/d/f").await.map(|x| x.1).ok(), Some(body.clone()));
-        let out = tc.cli(&["fsck"]);
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            !out.status.success(),
-            "fsck must fail on a damaged record:\n{text}"
-        );
+        let text = fsck_fails(&tc, "a damaged record");
         assert!(
             text.contains("corrupt record") && text.contains(&format!("on server {server}")),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
+            "{text}"
         );
-        let fix = tc.cli(&["fsck", "--repair"]);
-        assert!(
-            fix.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&fix.stdout),
-            String::from_utf8_lossy(&fix.stderr)
-        );
+        fsck_repairs(&tc);
         tc.fsck_until_clean().await;
         assert_eq!(c.fetch("/d/f").await.map(|x| x.1).ok(), Some(body.clone()));
         assert!(log_of(&tc, primary).contains("record repaired on every copy"));

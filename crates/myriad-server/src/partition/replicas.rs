@@ -404,6 +404,15 @@ mod tests {
         }
     }
 
+    /// A directory with `mode` whose attributes last changed at `ctime`.
+    fn at(mode: u32, ctime: i64) -> Inode {
+        Inode {
+            mode,
+            ctime_ns: ctime,
+            ..dir(0)
+        }
+    }
+
     #[test]
     fn popular_paths_are_kept_and_replica_slots_bound_the_store() {
         let cfg = ReplicationConfig {
@@ -456,11 +465,6 @@ mod tests {
     fn late_updates_never_roll_a_replica_back() {
         let r = Replicas::new(ReplicationConfig::default_on(), false);
         let far = Instant::now() + Duration::from_secs(60);
-        let at = |mode, ctime| Inode {
-            mode,
-            ctime_ns: ctime,
-            ..dir(0)
-        };
         r.keep("/d", at(0o755, 10), far, r.mark());
         r.apply_update("/d", Some(at(0o700, 30)));
         r.apply_update("/d", Some(at(0o711, 20))); // older, arrives late
@@ -479,11 +483,6 @@ mod tests {
     fn an_answer_sent_before_an_update_does_not_become_a_replica() {
         let r = Replicas::new(ReplicationConfig::default_on(), false);
         let far = Instant::now() + Duration::from_secs(60);
-        let at = |mode, ctime| Inode {
-            mode,
-            ctime_ns: ctime,
-            ..dir(0)
-        };
         let fetch = r.mark();
         r.apply_update("/d", Some(at(0o755, 30)));
         r.keep("/d", at(0o700, 20), far, fetch);
