@@ -134,11 +134,16 @@ impl Filesystem for MyriadFs {
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let ttl = self.inner.cfg.attr_ttl;
         if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
-            return reply.attr(&ttl, &file_attr(&self.inner.visible(i)));
+            let i = self.inner.visible(i);
+            tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from the cache");
+            return reply.attr(&ttl, &file_attr(&i));
         }
         self.spawn(req, move |fs, _| async move {
             match fs.stat_ino(id(ino)).await {
-                Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
+                Ok(i) => {
+                    tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from a server");
+                    reply.attr(&fs.cfg.attr_ttl, &file_attr(&i))
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -419,11 +424,16 @@ impl Filesystem for MyriadFs {
         if let Some((_, Some(c))) = self.inner.handles.snapshot(fh.0) {
             let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
             let end = start.saturating_add(size as usize).min(c.len());
+            tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, size, got = end - start, "read from the open's contents");
             return reply.data(&c[start..end]);
         }
+        tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, size, uid = req.uid(), pid = req.pid(), "read asked");
         self.spawn(req, move |fs, _| async move {
             match fs.read(fh.0, offset, size).await {
-                Ok(d) => reply.data(&d),
+                Ok(d) => {
+                    tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, got = d.len(), "read answered");
+                    reply.data(&d)
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -443,6 +453,7 @@ impl Filesystem for MyriadFs {
     ) {
         let data = data.to_vec();
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, len = n, uid = req.uid(), pid = req.pid(), "write asked");
         self.spawn(req, move |fs, _| async move {
             match fs.write(fh.0, offset, data).await {
                 Ok(()) => reply.written(n),
@@ -838,8 +849,10 @@ impl Filesystem for MyriadFs {
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
         let append = flags & libc::O_APPEND != 0 && !self.inner.cfg.writeback_cache;
-        self.spawn(req, move |fs, _| async move {
-            let r = fs.create(&path, mode, exclusive, truncate, append).await;
+        self.spawn(req, move |fs, caller| async move {
+            let r = fs
+                .create(&caller, &path, mode, exclusive, truncate, append)
+                .await;
             fs.entries_changed(&r, &[parent.0]);
             match r {
                 Ok((i, fh)) => reply.created(

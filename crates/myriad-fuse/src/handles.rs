@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use myriad_client::FileHandle;
-use myriad_proto::DirEntry;
+use myriad_proto::{Caller, DirEntry};
 
 use crate::inodes::join;
 use myriad_proto::InodeId;
@@ -23,6 +23,12 @@ pub const WRITE_BUFFER_MAX: usize = 4 * 1024 * 1024;
 
 pub struct OpenFile {
     pub file: FileHandle,
+    /// Who opened it: every byte written through the handle goes to the servers as this
+    /// caller, whoever's request happens to send it (another process's open or read of the
+    /// file flushes the buffer too, and the kernel writes mapped pages back with the
+    /// credentials of whatever task runs the writeback). POSIX checks access at open: a
+    /// descriptor keeps the access it was opened with.
+    pub opener: Caller,
     pub dirty: Option<Dirty>,
     /// The end of bytes taken from `dirty` and being sent now. Until their reply is in,
     /// they count as unsent: the size the kernel is told includes them, and anything that
@@ -73,9 +79,10 @@ impl Slot {
 }
 
 impl OpenFile {
-    pub fn new(file: FileHandle, contents: Option<Arc<Vec<u8>>>) -> OpenFile {
+    pub fn new(file: FileHandle, opener: Caller, contents: Option<Arc<Vec<u8>>>) -> OpenFile {
         OpenFile {
             file,
+            opener,
             dirty: None,
             sending_end: None,
             append: false,

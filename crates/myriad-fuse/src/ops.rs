@@ -340,7 +340,11 @@ impl Inner {
                 let _ = n.inval_inode(fuser::INodeNo(ino.0), 0, 0);
             }
         }
-        let mut f = OpenFile::new(file, if read_only { contents } else { None });
+        let mut f = OpenFile::new(
+            file,
+            caller.clone(),
+            if read_only { contents } else { None },
+        );
         f.append = append;
         let fh = self.handles.open(f);
         Ok((fh, !changed))
@@ -363,13 +367,18 @@ impl Inner {
     /// (no space, no permission, the file gone), or an append whose fate is unknown (sent
     /// twice it would land twice), drops them; the error then goes to the writer.
     async fn send_dirty(&self, slot: &Slot) -> Result<(), FsError> {
-        let (file, dirty, append) = {
+        let (file, dirty, append, opener) = {
             let mut g = slot.lock();
             let d = g.dirty.take();
             g.sending_end = d.as_ref().map(|d| d.offset + d.data.len() as u64);
-            (g.file.clone(), d, g.append)
+            (g.file.clone(), d, g.append, g.opener.clone())
         };
-        let r = self.send(slot, file.clone(), dirty.as_ref(), append).await;
+        let uid = opener.uid;
+        let r = Client::as_caller(
+            opener,
+            self.send(slot, file.clone(), dirty.as_ref(), append),
+        )
+        .await;
         let mut g = slot.lock();
         g.sending_end = None;
         if let Err(e) = &r {
@@ -377,6 +386,7 @@ impl Inner {
             tracing::warn!(
                 path = %file.path,
                 kept,
+                uid,
                 "sending buffered writes failed: {e}"
             );
             // Nothing else fills the buffer while the io lock is held.
@@ -416,6 +426,7 @@ impl Inner {
                 d.offset
             };
             let inode = self.client.write(&file, offset, &d.data).await?;
+            tracing::trace!(target: "myriad_fuse::io", ino = inode.ino.0, offset, len = d.data.len(), size = inode.size, "buffered write sent");
             self.drop_prefetched(inode.ino);
             slot.lock().unsynced = false;
             self.handles.written(&inode);
@@ -607,6 +618,7 @@ impl Inner {
 
     pub async fn create(
         &self,
+        caller: &Caller,
         path: &str,
         mode: u32,
         exclusive: bool,
@@ -631,7 +643,7 @@ impl Inner {
         }
         let inode = h.inode.clone();
         self.inodes.add(path, &inode, since);
-        let mut f = OpenFile::new(h, None);
+        let mut f = OpenFile::new(h, caller.clone(), None);
         f.append = append;
         f.unsynced = true;
         let fh = self.handles.open(f);
@@ -672,6 +684,7 @@ impl Inner {
                 return Err(FsError::NotFound);
             }
             let i = self.client.truncate(&file, size).await?;
+            tracing::trace!(target: "myriad_fuse::io", ino = i.ino.0, size, "truncated");
             self.drop_prefetched(i.ino);
             self.handles.written(&i);
             inode = Some(i);

@@ -283,6 +283,39 @@ fn set_id_bits_descriptor_access_unlinked_files_directory_times_and_limits() {
     ok(chown_as(&owner(), &s, u32::MAX, 1000));
     assert_eq!(meta(&s).mode() & 0o7777, 0o777, "cleared by the chown");
 
+    // Bytes root wrote and the mount still buffers are sent as root, also when another
+    // user's open of the file is what sends them (fsx lost such bytes under load: sent as
+    // another identity, refused, dropped).
+    let r = shared.join("roots");
+    let rc = cpath(&r);
+    // SAFETY: valid path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            rc.as_ptr(),
+            libc::O_CREAT | libc::O_RDWR | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    assert!(fd >= 0, "open: {}", std::io::Error::last_os_error());
+    // SAFETY: our descriptor and a valid buffer.
+    assert_eq!(
+        unsafe { libc::write(fd, b"root's bytes".as_ptr().cast(), 12) },
+        12
+    );
+    let seen = as_user(&other(), || fs::read(&r).map_err(|e| e.to_string()));
+    assert_eq!(
+        seen.as_deref(),
+        Ok(&b"root's bytes"[..]),
+        "another user's read of a file root is writing"
+    );
+    // SAFETY: our descriptor.
+    assert_eq!(
+        unsafe { libc::close(fd) },
+        0,
+        "root's close reports no error"
+    );
+    assert_eq!(ok(fs::read(&r)), b"root's bytes");
+
     // A descriptor from open(O_CREAT|O_RDWR, 0) writes and truncates: its access decides.
     let z = shared.join("mode0");
     let zc = cpath(&z);

@@ -23,6 +23,11 @@ pub fn is_mounted(p: &Path) -> bool {
 
 impl Mount {
     pub fn new(cluster: &TestCluster, extra: &[&str]) -> Mount {
+        Mount::with_env(cluster, extra, &[])
+    }
+
+    /// A mount whose process gets `env` too (e.g. `MYRIAD_LOG` to trace it).
+    pub fn with_env(cluster: &TestCluster, extra: &[&str], env: &[(&str, &str)]) -> Mount {
         let dir = tempfile::Builder::new()
             .prefix("myriad-mnt-")
             .tempdir()
@@ -39,6 +44,7 @@ impl Mount {
             .arg("mount")
             .arg(dir.path())
             .args(extra.iter().skip_while(|a| **a != "--").skip(1))
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()

@@ -18,6 +18,8 @@ const INO: u64 = 5;
 struct Servers {
     fail: Mutex<Option<FsError>>,
     writes: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// The uid each write came as.
+    write_uids: Mutex<Vec<u32>>,
 }
 
 impl Transport for Servers {
@@ -26,7 +28,7 @@ impl Transport for Servers {
         _addr: &'a str,
         _epoch: u64,
         _ends: Endpoints,
-        _caller: &'a Caller,
+        caller: &'a Caller,
         req: &'a Request,
         _timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<Response, FsError>> + Send + 'a>> {
@@ -45,6 +47,9 @@ impl Transport for Servers {
                     if let Ok(mut w) = self.writes.lock() {
                         w.push((*offset, data.clone()));
                     }
+                    if let Ok(mut w) = self.write_uids.lock() {
+                        w.push(caller.uid);
+                    }
                     Ok(Response::Attr(Inode {
                         ino: InodeId(INO),
                         size: offset + data.len() as u64,
@@ -58,6 +63,10 @@ impl Transport for Servers {
 }
 
 fn mount_with_open_file(servers: Arc<Servers>) -> (Inner, u64) {
+    mount_with_file_opened_by(servers, Caller::root())
+}
+
+fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Inner, u64) {
     let map = ClusterMap::build(1, &["s1".to_string()], 1, 1);
     let config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[1u8; 32]));
     let client = Client::with_transport(config, servers).unwrap_or_else(|e| panic!("client: {e}"));
@@ -79,7 +88,7 @@ fn mount_with_open_file(servers: Arc<Servers>) -> (Inner, u64) {
         },
         opened: true,
     };
-    let fh = inner.handles.open(OpenFile::new(file, None));
+    let fh = inner.handles.open(OpenFile::new(file, opener, None));
     (inner, fh)
 }
 
@@ -132,4 +141,35 @@ async fn buffered_writes_refused_for_good_are_the_writers_error() {
     assert!(!inner.handles.has_unsent(InodeId(INO)));
     // The writer hears it at its next call.
     assert_eq!(inner.flush(fh).await, Err(FsError::NoSpace));
+}
+
+#[tokio::test]
+async fn buffered_writes_go_out_as_the_opener_whoever_flushes_them() {
+    // Found by fsx under full-suite load: bytes buffered by root's descriptor were sent by
+    // a request of another identity, refused (EACCES) and dropped for good.
+    let servers = Arc::new(Servers::default());
+    let owner = Caller {
+        uid: 1000,
+        gid: 1000,
+        groups: Vec::new(),
+    };
+    let other = Caller {
+        uid: 1001,
+        gid: 1001,
+        groups: Vec::new(),
+    };
+    let (inner, fh) = mount_with_file_opened_by(servers.clone(), owner);
+    // A write the kernel sends with another task's credentials (mapped pages written back).
+    Client::as_caller(other.clone(), inner.write(fh, 0, b"abc".to_vec()))
+        .await
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    // Another user's read of the file sends the buffer.
+    Client::as_caller(other, inner.flush_ino(InodeId(INO)))
+        .await
+        .unwrap_or_else(|e| panic!("flush: {e}"));
+    assert_eq!(
+        *servers.write_uids.lock().unwrap_or_else(|p| p.into_inner()),
+        vec![1000],
+        "the buffered bytes went out as someone other than the file's opener"
+    );
 }
