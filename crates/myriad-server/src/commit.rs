@@ -290,6 +290,10 @@ impl Syncer {
                     .name("myriad-syncer".into())
                     .spawn(move || {
                         while let Some(first) = rx.blocking_recv() {
+                            // Let the threads that are ready run first: under load they
+                            // commit more for this fsync (measured: 1.0 -> 0.35-0.6 fsyncs
+                            // per create); an idle server syncs at once.
+                            std::thread::yield_now();
                             sync.round(drain(first, || rx.try_recv().ok(), usize::MAX));
                         }
                     })?;
