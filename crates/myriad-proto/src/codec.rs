@@ -206,6 +206,14 @@ mod tests {
                 now_ns: 1,
                 nlink: None,
             }),
+            Request::Peer(PeerRequest::DirTouches {
+                touches: vec![crate::DirTouchItem {
+                    path: "/a".into(),
+                    ino: InodeId(2),
+                    now_ns: 1,
+                    nlink: Some(2),
+                }],
+            }),
             Request::Replica(crate::ReplicaRequest::ReplicaSeq),
             Request::Replica(crate::ReplicaRequest::ReplicaReset),
         ];

@@ -24,9 +24,9 @@ pub use message::{
 pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash};
 pub use path::{validate_name, validate_path};
 pub use request::{
-    AdminRequest, BundleItem, ClientRequest, CopyRange, DirAction, ExportedEntry, FromClient,
-    FsckDir, FsckEntry, FsckRepair, InodeOp, OnceId, PeerRequest, RaftRpc, RenameFlags, ReplOp,
-    ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
+    AdminRequest, BundleItem, ClientRequest, CopyRange, DirAction, DirTouchItem, ExportedEntry,
+    FromClient, FsckDir, FsckEntry, FsckRepair, InodeOp, OnceId, PeerRequest, RaftRpc, RenameFlags,
+    ReplOp, ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
 };
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, StatFs, Xattr,

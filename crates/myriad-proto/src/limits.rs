@@ -26,6 +26,10 @@ pub const FRAME_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const READDIR_PAGE_MAX: u32 = 4096;
 /// Most names in one batched stat.
 pub const STAT_MANY_MAX: usize = 4096;
+/// Directory touches in one `PeerRequest::DirTouches`: a busy server's touches of one
+/// target share a request, and a request stays small (each item is a path and a few
+/// numbers).
+pub const DIR_TOUCHES_MAX: usize = 512;
 /// Longest symlink target, as Linux PATH_MAX.
 pub const SYMLINK_TARGET_BYTES_MAX: usize = 4096;
 /// Most supplementary groups carried per request (Linux NGROUPS_MAX is 65536; NFS AUTH_SYS is 16).

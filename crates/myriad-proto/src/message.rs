@@ -25,7 +25,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 12: chunk capabilities (`ClientRequest::Grant`, `cap` on chunk requests); frames sealed
 /// with AES-256-GCM.
 /// 13: metadata records checked and repaired (`ReplicaRecord`, `RepairRecord`).
-pub const PROTOCOL_VERSION: u16 = 13;
+/// 14: directory touches sent together (`PeerRequest::DirTouches`).
+pub const PROTOCOL_VERSION: u16 = 14;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -449,6 +449,22 @@ pub enum PeerRequest {
     /// Any server: the last batch of every partition copy it holds (`Response::Seqs`); the
     /// leader completes a move once the new copy has caught up with its primary.
     PartitionSeqs,
+    /// Owner of the entries of every directory named: `DirTouch` for each, applied in one
+    /// batch (a server sends the touches of all its partitions for one target together,
+    /// at most `limits::DIR_TOUCHES_MAX`). Answered with `Response::Attrs`, one result per
+    /// touch in order: the directory's attributes after it, `NotFound` if the entry names
+    /// another inode or none (nothing changed), or the routing error of that path alone.
+    DirTouches { touches: Vec<DirTouchItem> },
+}
+
+/// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields
+/// mean what they mean in `DirTouch`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirTouchItem {
+    pub path: String,
+    pub ino: InodeId,
+    pub now_ns: i64,
+    pub nlink: Option<u32>,
 }
 
 /// Requests for a partition's copy rather than its primary (replication, catch-up, repair).
@@ -819,6 +835,7 @@ impl PeerRequest {
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",
             PeerRequest::PartitionSeqs => "partition_seqs",
+            PeerRequest::DirTouches { .. } => "dir_touches",
         }
     }
 }

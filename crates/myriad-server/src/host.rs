@@ -74,6 +74,8 @@ pub struct Host {
     pub(crate) space: crate::space::DiskSpace,
     /// Batches to one peer share frames (replication/bundle.rs).
     pub(crate) bundler: crate::replication::bundle::Bundler,
+    /// Directory touches of all partitions here, sent together per target partition.
+    pub(crate) touch_sender: Arc<crate::partition::touch_sender::TouchSender>,
 }
 
 pub(crate) enum OpenError {
@@ -139,6 +141,7 @@ impl Host {
             tasks: Mutex::new(Vec::new()),
             space: crate::space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
             bundler: crate::replication::bundle::Bundler::default(),
+            touch_sender: Arc::default(),
             config,
         })
     }
@@ -610,6 +613,7 @@ impl Host {
             shard_maps: myriad_placement::ShardCache::default(),
             splits: crate::partition::split_state::SplitState::default(),
             dir_touches: crate::partition::touches::DirTouches::default(),
+            touch_sender: self.touch_sender.clone(),
             changes: crate::partition::changes::ChangesInFlight::default(),
             tasks: Mutex::new(Vec::new()),
             primary_through: std::sync::atomic::AtomicU64::new(epoch),

@@ -53,7 +53,7 @@ async fn fetch_of_an_inline_file_is_one_request_to_one_server() {
 /// once the directory's ancestors are popular there (a cold node first asks their owners
 /// for the permissions it must check; the first creates make them popular and
 /// replicated). Then that server sends the directory's new times (its mtime and ctime
-/// change, POSIX) to the server holding the directory's own entry: one `dir_touch`, and
+/// change, POSIX) to the server holding the directory's own entry: one `dir_touches`, and
 /// nothing else, unless both are the same server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_with_data_is_one_request_to_one_server() {
@@ -83,9 +83,70 @@ async fn create_with_data_is_one_request_to_one_server() {
         let touches: u64 = s
             .server_requests
             .iter()
-            .filter(|o| o.op == "dir_touch")
+            .filter(|o| o.op == "dir_touches")
             .map(|o| o.count)
             .sum();
         assert_eq!(touches, want_touch, "server {id}: {s:?}");
     }
+}
+
+/// Creates in many directories whose entries live on one partition: every directory's
+/// times move, and the touches share requests (`DirTouches`) instead of one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touches_of_many_directories_share_requests() {
+    use futures::StreamExt;
+    let tc = TestCluster::start(4);
+    let c = std::sync::Arc::new(tc.client());
+    const DIRS: usize = 32;
+    const FILES: usize = 640;
+    c.mkdir("/t", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    for d in 0..DIRS {
+        c.mkdir(&format!("/t/d{d}"), 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Warm: the ancestors become popular where the files go.
+        c.create(&format!("/t/d{d}/warm"), 0o644, true, b"w")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    c.reset_counters().await.unwrap_or_else(|e| panic!("{e}"));
+    let mut s = futures::stream::iter((0..FILES).map(|i| {
+        let c = c.clone();
+        async move {
+            c.create(&format!("/t/d{}/f{i}", i % DIRS), 0o644, true, &[7u8; 512])
+                .await
+        }
+    }))
+    .buffer_unordered(64);
+    while let Some(r) = s.next().await {
+        r.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut touch_requests = 0;
+    for (_, r) in c.all_counters().await {
+        let s = r.unwrap_or_else(|e| panic!("{e}"));
+        touch_requests += s
+            .server_requests
+            .iter()
+            .filter(|o| o.op == "dir_touches" || o.op == "dir_touch")
+            .map(|o| o.count)
+            .sum::<u64>();
+    }
+    for d in 0..DIRS {
+        let i = c
+            .stat(&format!("/t/d{d}"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            i.mtime_ns >= before && i.ctime_ns >= before,
+            "/t/d{d}: times not moved by its creates: {i:?}"
+        );
+        assert_eq!(i.nlink, 2, "/t/d{d}");
+    }
+    assert!(
+        touch_requests < (FILES / 2) as u64,
+        "{touch_requests} touch requests for {FILES} creates: touches are not shared"
+    );
 }

@@ -43,6 +43,9 @@ pub struct Partition {
     pub(crate) splits: crate::partition::split_state::SplitState,
     /// Directory touches in flight, coalesced per directory (`dirtimes.rs`).
     pub(crate) dir_touches: crate::partition::touches::DirTouches,
+    /// The server's directory touches to other partitions, sent together (one for all
+    /// partitions of the server).
+    pub(crate) touch_sender: Arc<crate::partition::touch_sender::TouchSender>,
     /// Clients' changes running here (`once.rs`): a retry waits for its first try.
     pub(crate) changes: crate::partition::changes::ChangesInFlight,
     /// Background tasks (recovery, replica bookkeeping), ended by `stop`.

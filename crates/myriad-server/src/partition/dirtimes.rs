@@ -18,18 +18,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use myriad_proto::{FsError, Inode, Request, Response};
+use myriad_proto::{DirTouchItem, FsError, Inode, Request, Response};
 
 use crate::locks::lock;
 use crate::partition::core::Partition;
+use crate::partition::touch_sender::TOUCH_TIMEOUT;
 use crate::state::mutation::{Mutation, Outcome, storage_err};
 use myriad_proto::PeerRequest;
-
-/// A touch waits at most this long for the partition holding the directory's entry; past
-/// it the request goes on (the times may stay behind for that change).
-const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Partition {
     /// Applies `m`, a change of entries in `dir` (here), and returns once `dir`'s times
@@ -114,22 +110,37 @@ impl Partition {
                 _ => None,
             });
         }
-        let req = PeerRequest::DirTouch {
+        let item = DirTouchItem {
             path: dir.to_string(),
             ino: rec.ino,
             now_ns: now,
             nlink: Some(nlink),
         };
-        let sent = if dir == "/" {
-            let home = self.state().ring.owner_of_dir("/");
-            tokio::time::timeout(TOUCH_TIMEOUT, self.call_node(home, Request::Peer(req))).await
-        } else {
-            tokio::time::timeout(TOUCH_TIMEOUT, self.call_entry(dir, Request::Peer(req))).await
-        };
-        match sent {
-            Ok(Ok(Response::Attr(i))) => Ok(Some(i)),
-            Ok(r) => r.map(|_| None),
-            Err(_) => Err(FsError::TimedOut("directory touch".into())),
+        self.not_deposed()?;
+        let target = self.entry_node(dir);
+        match self
+            .touch_sender
+            .touch(&self.env, self.me, target, item.clone())
+            .await
+        {
+            // The entry moved with a split, or our map of the parent's shards is stale: alone,
+            // as `call_entry` sends it (it learns the shard map).
+            Err(FsError::WrongShard { .. } | FsError::Redirect(_)) if dir != "/" => {
+                let req = PeerRequest::DirTouch {
+                    path: item.path,
+                    ino: item.ino,
+                    now_ns: item.now_ns,
+                    nlink: item.nlink,
+                };
+                match tokio::time::timeout(TOUCH_TIMEOUT, self.call_entry(dir, Request::Peer(req)))
+                    .await
+                {
+                    Ok(Ok(Response::Attr(i))) => Ok(Some(i)),
+                    Ok(r) => r.map(|_| None),
+                    Err(_) => Err(FsError::TimedOut("directory touch".into())),
+                }
+            }
+            other => other,
         }
     }
 }

@@ -27,5 +27,6 @@ pub(crate) mod replicas;
 pub(crate) mod shards;
 pub(crate) mod split;
 pub(crate) mod split_state;
+pub(crate) mod touch_sender;
 pub(crate) mod touches;
 pub(crate) mod twophase;

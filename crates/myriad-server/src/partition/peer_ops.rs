@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
+use myriad_proto::{Caller, FsError, Inode, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, inode_response};
-use crate::state::mutation::{Mutation, Outcome};
+use crate::state::mutation::{DirTouchOne, Mutation, Outcome};
 
 impl Partition {
     /// Serves one request from another server.
@@ -151,6 +151,7 @@ impl Partition {
                     _ => Ok(Response::Unit),
                 }
             }
+            PeerRequest::DirTouches { touches } => self.serve_dir_touches(st, touches).await,
             PeerRequest::DirObjectCreate { path, ino, depth } => {
                 validate_path(&path)?;
                 self.own_dir(st, &path)?;
@@ -264,5 +265,71 @@ impl Partition {
             PeerRequest::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
             PeerRequest::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
         }
+    }
+}
+
+impl Partition {
+    /// `DirTouches`: every touch of a path this partition holds, in one batch; the others
+    /// answer their own routing error (the sender sends those alone, learning the shard).
+    async fn serve_dir_touches(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        touches: Vec<myriad_proto::DirTouchItem>,
+    ) -> Result<Response, FsError> {
+        if touches.len() > myriad_proto::limits::DIR_TOUCHES_MAX {
+            return Err(FsError::InvalidArgument(format!(
+                "at most {} directory touches per request",
+                myriad_proto::limits::DIR_TOUCHES_MAX
+            )));
+        }
+        let mut results: Vec<Result<Inode, FsError>> = Vec::with_capacity(touches.len());
+        let mut mine = Vec::new();
+        for t in touches {
+            let owned = validate_path(&t.path).and_then(|()| {
+                if t.path == "/" {
+                    self.own(st, st.ring.owner_of_dir("/"))
+                } else {
+                    self.own_entry(st, &t.path)
+                }
+            });
+            match owned {
+                Ok(()) => {
+                    let (dir, name) = attrs_key(&t.path);
+                    mine.push((
+                        results.len(),
+                        DirTouchOne {
+                            dir,
+                            name,
+                            ino: t.ino,
+                            now: t.now_ns,
+                            nlink: t.nlink,
+                        },
+                    ));
+                    results.push(Err(FsError::NotFound));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if mine.is_empty() {
+            return Ok(Response::Attrs(results));
+        }
+        let (at, batch): (Vec<usize>, Vec<DirTouchOne>) = mine.into_iter().unzip();
+        // Visible is enough, as for one touch (`DirTouch`).
+        let touched = match self
+            .applier
+            .run_visible(Mutation::DirTouches(batch))
+            .await?
+        {
+            Outcome::Touched(t) => t,
+            _ => {
+                return Err(FsError::Io(
+                    "unexpected outcome of directory touches".into(),
+                ));
+            }
+        };
+        for (i, inode) in at.into_iter().zip(touched) {
+            results[i] = inode.ok_or(FsError::NotFound);
+        }
+        Ok(Response::Attrs(results))
     }
 }

@@ -3,7 +3,7 @@
 use myriad_proto::{FileKind, FsError, Inode};
 use myriad_storage::{Batch, EntryRecord};
 
-use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::ops::{Ctx, DirTouchOne, Mutation, Outcome, not_routed, storage_err};
 use crate::state::records::{apply_change, put_visible, require_writable, visible};
 
 /// Executes one mutation of this family into `b`.
@@ -40,41 +40,71 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             ino,
             now,
             nlink,
-        } => {
-            let touch = |i: &mut Inode| {
-                i.mtime_ns = now;
-                i.ctime_ns = i.ctime_ns.max(now);
-                if let Some(n) = nlink {
-                    i.nlink = n;
-                }
-            };
-            if dir == "/" && name.is_empty() {
-                if let Some(mut rec) = ctx.store.dir("/").map_err(storage_err)?
-                    && let Some(mut root) = rec.root_attrs.take()
-                    && root.ino == ino
-                {
-                    touch(&mut root);
-                    rec.root_attrs = Some(root.clone());
-                    ctx.store.put_dir(b, "/", &rec);
-                    Outcome::Inode(root)
-                } else {
-                    Outcome::Unit
-                }
-            } else if let Some(EntryRecord {
-                inode: Some(mut i),
-                pending: None,
-            }) = ctx.store.entry(&dir, &name).map_err(storage_err)?
-                && i.ino == ino
-                && i.kind == FileKind::Directory
-            {
-                touch(&mut i);
-                put_visible(ctx.store, b, &dir, &name, &i);
-                Outcome::Inode(i)
-            } else {
-                Outcome::Unit
+        } => match touch(
+            ctx,
+            b,
+            DirTouchOne {
+                dir,
+                name,
+                ino,
+                now,
+                nlink,
+            },
+        )? {
+            Some(i) => Outcome::Inode(i),
+            None => Outcome::Unit,
+        },
+        Mutation::DirTouches(touches) => {
+            let mut out = Vec::with_capacity(touches.len());
+            for t in touches {
+                out.push(touch(ctx, b, t)?);
             }
+            Outcome::Touched(out)
         }
         other => return Err(not_routed(&other)),
     };
     Ok(out)
+}
+
+/// A directory's times and link count (`DirTouch`): its attributes after, or `None` if the
+/// entry names another inode, none, or is pending (nothing changes).
+fn touch(ctx: &mut Ctx<'_>, b: &mut Batch, t: DirTouchOne) -> Result<Option<Inode>, FsError> {
+    let DirTouchOne {
+        dir,
+        name,
+        ino,
+        now,
+        nlink,
+    } = t;
+    let touch = |i: &mut Inode| {
+        i.mtime_ns = now;
+        i.ctime_ns = i.ctime_ns.max(now);
+        if let Some(n) = nlink {
+            i.nlink = n;
+        }
+    };
+    if dir == "/" && name.is_empty() {
+        if let Some(mut rec) = ctx.store.dir("/").map_err(storage_err)?
+            && let Some(mut root) = rec.root_attrs.take()
+            && root.ino == ino
+        {
+            touch(&mut root);
+            rec.root_attrs = Some(root.clone());
+            ctx.store.put_dir(b, "/", &rec);
+            return Ok(Some(root));
+        }
+        return Ok(None);
+    }
+    if let Some(EntryRecord {
+        inode: Some(mut i),
+        pending: None,
+    }) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+        && i.ino == ino
+        && i.kind == FileKind::Directory
+    {
+        touch(&mut i);
+        put_visible(ctx.store, b, &dir, &name, &i);
+        return Ok(Some(i));
+    }
+    Ok(None)
 }

@@ -11,7 +11,8 @@ use myriad_storage::Batch;
 
 pub use crate::state::ids::IdAlloc;
 pub use crate::state::ops::{
-    Ctx, InodeChange, Layout, Mutation, Outcome, ShardMutation, prepare_key, storage_err,
+    Ctx, DirTouchOne, InodeChange, Layout, Mutation, Outcome, ShardMutation, prepare_key,
+    storage_err,
 };
 pub use crate::state::records::{INODE_DIR, inode_name, wrong_shard};
 use crate::state::{attrs, data, dirs, files, links, once, renames, shards};
@@ -39,7 +40,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::RepairBlock { .. }
         | Mutation::RepairRecord { .. }
         | Mutation::DropBlocks { .. }) => data::execute(ctx, &mut b, m)?,
-        m @ (Mutation::SetAttr { .. } | Mutation::DirTouch { .. }) => {
+        m @ (Mutation::SetAttr { .. } | Mutation::DirTouch { .. } | Mutation::DirTouches(_)) => {
             attrs::execute(ctx, &mut b, m)?
         }
         m @ (Mutation::MkdirBegin { .. }

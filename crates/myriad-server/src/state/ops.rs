@@ -24,6 +24,16 @@ pub enum InodeChange {
     },
 }
 
+/// One directory's touch in `Mutation::DirTouches` (the fields of `Mutation::DirTouch`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirTouchOne {
+    pub dir: String,
+    pub name: String,
+    pub ino: InodeId,
+    pub now: i64,
+    pub nlink: Option<u32>,
+}
+
 #[derive(Debug)]
 pub enum Mutation {
     /// Changes nothing; its reply comes after the fsync covering everything applied before.
@@ -133,6 +143,9 @@ pub enum Mutation {
         now: i64,
         nlink: Option<u32>,
     },
+    /// Several `DirTouch`es in one batch (`PeerRequest::DirTouches`), each as alone and in
+    /// order: a directory named twice ends with its last touch.
+    DirTouches(Vec<DirTouchOne>),
     Write {
         dir: String,
         name: String,
@@ -273,6 +286,9 @@ pub enum Mutation {
 #[derive(Debug)]
 pub enum Outcome {
     Unit,
+    /// One result per touch of `Mutation::DirTouches`: the directory's attributes after
+    /// it, `None` where nothing changed.
+    Touched(Vec<Option<Inode>>),
     Inode(Inode),
     /// A new inode (a create that did not find the name taken).
     Created(Inode),

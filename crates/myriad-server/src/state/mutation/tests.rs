@@ -406,6 +406,54 @@ fn subdirectory_counts_follow_mkdir_rmdir_and_touches_set_times_and_links() {
 }
 
 #[test]
+fn touches_in_one_batch_are_each_applied_as_alone_and_the_last_of_a_directory_wins() {
+    let mut t = T::new();
+    let mut dirs = Vec::new();
+    for name in ["p", "q"] {
+        let Ok(Outcome::Begun { txid, inode }) = t.run(mkdir_begin(name)) else {
+            panic!("mkdir {name}")
+        };
+        t.run(Mutation::ResolveEntry {
+            dir: "/".into(),
+            name: name.into(),
+            txid,
+            commit: true,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        dirs.push(inode);
+    }
+    let one = |name: &str, ino, now, nlink| crate::state::mutation::DirTouchOne {
+        dir: "/".into(),
+        name: name.into(),
+        ino,
+        now,
+        nlink: Some(nlink),
+    };
+    let (p, q) = (dirs[0].ino, dirs[1].ino);
+    let Ok(Outcome::Touched(out)) = t.run(Mutation::DirTouches(vec![
+        one("p", p, 60, 3),
+        one("q", InodeId(q.0 + 1), 61, 9),
+        one("q", q, 62, 4),
+        one("p", p, 63, 5),
+        one("absent", p, 64, 6),
+    ])) else {
+        panic!("touches")
+    };
+    let got: Vec<Option<(i64, u32)>> = out
+        .iter()
+        .map(|i| i.as_ref().map(|i| (i.mtime_ns, i.nlink)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![Some((60, 3)), None, Some((62, 4)), Some((63, 5)), None],
+        "each touch answers as if alone; another inode or no entry changes nothing"
+    );
+    let (p_now, q_now) = (entry(&t, "/", "p"), entry(&t, "/", "q"));
+    assert_eq!((p_now.mtime_ns, p_now.ctime_ns, p_now.nlink), (63, 63, 5));
+    assert_eq!((q_now.mtime_ns, q_now.nlink), (62, 4));
+}
+
+#[test]
 fn devices_keep_their_number_and_symlinks_can_get_a_second_name() {
     let mut t = T::new();
     let Ok(Outcome::Inode(dev)) = t.run(Mutation::Mknod {
