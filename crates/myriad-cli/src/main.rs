@@ -137,7 +137,20 @@ enum Command {
     },
 }
 
+/// No transparent huge pages for this process (and the servers it starts, which inherit
+/// it). mimalloc returns freed memory in small pieces and touches fresh memory all the
+/// time (memtables filling and flushing); under THP every first touch zeroes a whole 2 MiB
+/// page: 12-16% of all CPU in a create profile, gone without THP (page faults then cost
+/// under 5%). Same sitting, 5 runs of `bench all` each: create 4,502 -> 4,618/s, fetch
+/// 44.6k -> 54.6k/s (medians). mimalloc's own switch (`allow_thp`) does this same prctl,
+/// but only when set before its first allocation, i.e. from the environment.
+fn no_transparent_huge_pages() {
+    // SAFETY: prctl with integer arguments; it changes only this process's THP policy.
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 fn main() -> ExitCode {
+    no_transparent_huge_pages();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("MYRIAD_LOG").unwrap_or_else(|_| {
         let default = if matches!(cli.command, Command::Server(_) | Command::Mount(_)) {
