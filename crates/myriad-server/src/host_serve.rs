@@ -101,12 +101,20 @@ impl Host {
         }
     }
 
-    /// The last batch of every partition copy held here (`PeerRequest::PartitionSeqs`).
+    /// The last batch of every partition copy held here (`PeerRequest::PartitionSeqs`). A
+    /// primary with a copy still joining (not waited for by writes) reports none: a move
+    /// completes once its new copy reaches the batch its primary reports, which then
+    /// covers every write acknowledged without that copy (docs/write-path.md, part 3).
     pub(crate) fn partition_seqs(&self) -> Vec<(PartitionId, Option<u64>)> {
         let mut out: Vec<(PartitionId, Option<u64>)> = self
             .nodes()
             .iter()
             .map(|n| {
+                // Members first, then the batch: a write acknowledged while a copy was
+                // joining was committed before it became a member, so at or below this.
+                if !n.replicator.all_members() {
+                    return (n.me, None);
+                }
                 let seq = n.store.meta_u64(crate::commit::SEQ_KEY).ok().flatten();
                 (n.me, Some(seq.unwrap_or(0)))
             })

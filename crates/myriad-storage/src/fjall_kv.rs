@@ -22,8 +22,11 @@ impl FjallKv {
     pub fn open(dir: &Path) -> Result<FjallKv, StorageError> {
         let db = Database::builder(dir)
             .cache_size(CACHE_BYTES)
-            // Two background workers: the machine has 2 cores and runs several nodes.
-            .worker_threads(2)
+            // One background worker (flushes and compactions in turn). With two, fjall 3.1's
+            // worker 0 hands every compaction request back to the pool for worker 1 and
+            // takes it again at once while worker 1 is busy: a spin that took 23% of all
+            // CPU while copies were being remade (perf: `worker_tick` and `flume` send).
+            .worker_threads(1)
             // Batches stay in the journal's buffer until `sync` (the group commit) writes and
             // fsyncs them: one write syscall per group instead of one per mutation. Nothing
             // is acknowledged before `sync`, so durability of acknowledged writes is unchanged.

@@ -54,6 +54,10 @@ pub(crate) struct Shipped {
 pub(crate) struct Stream {
     tx: mpsc::Sender<Shipped>,
     acked: watch::Receiver<u64>,
+    /// False while the backup is being brought level (a whole copy, a log tail, a backlog
+    /// longer than a window): writes do not wait for a joining copy (docs/write-path.md,
+    /// part 3, "Joining copies").
+    member: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -78,6 +82,9 @@ impl StreamCtx {
     fn start(&self, backup: NodeId, (start, chain): (u64, u64)) -> Stream {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE_MAX);
         let (atx, arx) = watch::channel(0u64);
+        // A member until its first check finds the backup behind: a write made meanwhile
+        // waits for it (and stops waiting if it turns out to be joining).
+        let (mtx, mrx) = watch::channel(true);
         let link = Link {
             peers: self.peers.clone(),
             pid: self.pid,
@@ -88,11 +95,18 @@ impl StreamCtx {
             (self.store.clone(), self.log.clone()),
             (start, chain),
             rx,
-            atx,
+            (
+                atx,
+                Membership {
+                    member: mtx,
+                    changed: self.changed.clone(),
+                },
+            ),
         ));
         Stream {
             tx,
             acked: arx,
+            member: mrx,
             task,
         }
     }
@@ -298,8 +312,14 @@ impl Replicator {
         g.ctx.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// Returns once every current backup has acknowledged every batch up to `seq` (a backup
-    /// dropped meanwhile is no longer waited for).
+    /// Whether every stream is a member (none is bringing its backup level): only then
+    /// does the partition report its batch for a move's completion (`PartitionSeqs`).
+    pub(crate) fn all_members(&self) -> bool {
+        self.lock().streams.values().all(|s| *s.member.borrow())
+    }
+
+    /// Returns once every current member backup has acknowledged every batch up to `seq`
+    /// (a backup dropped meanwhile, or found to be joining, is no longer waited for).
     pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
         loop {
             let (mut changed, acks): (watch::Receiver<u64>, Vec<watch::Receiver<u64>>) = {
@@ -311,7 +331,11 @@ impl Replicator {
                 }
                 (
                     g.ctx.changed.subscribe(),
-                    g.streams.values().map(|s| s.acked.clone()).collect(),
+                    g.streams
+                        .values()
+                        .filter(|s| *s.member.borrow())
+                        .map(|s| s.acked.clone())
+                        .collect(),
                 )
             };
             let all = async {
@@ -338,12 +362,44 @@ impl Replicator {
     }
 }
 
+/// A stream's standing: member (writes wait for its backup) or joining; a change is
+/// signalled on `changed`, so that waiting writes look at the set of members again.
+pub(crate) struct Membership {
+    member: watch::Sender<bool>,
+    changed: watch::Sender<u64>,
+}
+
+impl Membership {
+    fn set(&self, member: bool, link: &Link) {
+        if self
+            .member
+            .send_if_modified(|m| std::mem::replace(m, member) != member)
+        {
+            tracing::info!(
+                partition = %link.pid,
+                backup = %link.backup,
+                "{}",
+                if member {
+                    "backup caught up: writes wait for it again"
+                } else {
+                    "backup joining: writes do not wait for it until it is level"
+                }
+            );
+            self.changed.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    fn is_member(&self) -> bool {
+        *self.member.borrow()
+    }
+}
+
 pub(crate) async fn run_stream(
     link: Link,
     (store, log): (Store, Arc<Mutex<RecentBatches>>),
     (start_seq, start_chain): (u64, u64),
     mut rx: mpsc::Receiver<Shipped>,
-    acked: watch::Sender<u64>,
+    (acked, standing): (watch::Sender<u64>, Membership),
 ) {
     // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked,
     // `water_chain` the chain after it; `pending`: every batch above it (sent or queued),
@@ -406,7 +462,12 @@ pub(crate) async fn run_stream(
             true
         }
     };
+    if need_copy || !pending.is_empty() {
+        standing.set(false, &link);
+    }
     let mut inflight = FuturesUnordered::new();
+    let mut copying: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>> =
+        None;
     // The delay before a send: none while the backup answers, growing while it fails.
     let mut retry = crate::backoff::REPLICATE;
     let mut backoff = Duration::ZERO;
@@ -414,11 +475,18 @@ pub(crate) async fn run_stream(
     let mut idle = tokio::time::interval(IDLE_CHECK);
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if need_copy {
+        if need_copy && copying.is_none() {
             inflight = FuturesUnordered::new();
             done.clear();
-            copy_partition(&link, &store, (water, water_chain)).await;
-            sent_upto = water;
+            // Copied while the stream keeps taking batches (kept in `pending` and replayed
+            // once the copy is in): writes no longer wait for this backup, so they come
+            // at full speed, and a queue that filled meanwhile would start the stream
+            // over, copy and all.
+            copying = Some(Box::pin(copy_partition(
+                &link,
+                &store,
+                (water, water_chain),
+            )));
             need_copy = false;
         }
         let _ = acked.send_if_modified(|a| {
@@ -426,8 +494,13 @@ pub(crate) async fn run_stream(
             *a = (*a).max(water);
             changed
         });
+        // Level again once every batch it lacks fits in one window: from then on writes
+        // wait for it, and its acknowledgements come within a round trip.
+        if !standing.is_member() && copying.is_none() && pending.len() + rx.len() <= WINDOW {
+            standing.set(true, &link);
+        }
         // Top up the window with queued batches.
-        while inflight.len() < WINDOW {
+        while copying.is_none() && inflight.len() < WINDOW {
             let Some((&seq, (req, _))) = pending.range(sent_upto + 1..).next() else {
                 break;
             };
@@ -439,6 +512,14 @@ pub(crate) async fn run_stream(
         // while new batches first could starve the acknowledgements under a steady load.
         tokio::select! {
             biased;
+            () = async {
+                if let Some(c) = copying.as_mut() {
+                    c.await;
+                }
+            }, if copying.is_some() => {
+                copying = None;
+                sent_upto = water;
+            }
             // `Ok(None)`: applied; `Ok(Some(next))`: the backup cannot take it (a gap).
             Some((seq, result)) = inflight.next() => match result {
                 Ok(None) => {
@@ -460,6 +541,7 @@ pub(crate) async fn run_stream(
                         "backup lacks acknowledged batches (its next is {next:?}, acked {water}): copying the whole partition"
                     );
                     need_copy = true;
+                    standing.set(false, &link);
                 }
                 Err(e) => {
                     backoff = retry.step();
@@ -477,7 +559,7 @@ pub(crate) async fn run_stream(
                 }
                 None => open = false,
             },
-            _ = idle.tick(), if inflight.is_empty() => {
+            _ = idle.tick(), if inflight.is_empty() && copying.is_none() => {
                 // Nothing to send: check that the backup still holds what it acknowledged
                 // (a server that came back without its disk is refilled without waiting
                 // for the next write).
@@ -491,6 +573,7 @@ pub(crate) async fn run_stream(
                             "backup is at {other:?}, below the acknowledged {water}: copying the whole partition"
                         );
                         need_copy = true;
+                        standing.set(false, &link);
                     }
                     _ => {}
                 }

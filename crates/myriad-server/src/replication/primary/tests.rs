@@ -27,6 +27,8 @@ struct InMemory {
     syncer: Syncer,
     map: Arc<MapState>,
     stalled: AtomicBool,
+    /// While set, a whole copy's first request waits (a copy that takes long).
+    copy_stalled: AtomicBool,
     never: Notify,
     seq_asked: AtomicU32,
     bundler: crate::replication::bundle::Bundler,
@@ -52,6 +54,11 @@ impl Peers for InMemory {
                     req,
                     Request::Replica(ReplicaRequest::Replicate { .. } | ReplicaRequest::Bundle(_))
                 )
+            {
+                self.never.notified().await;
+            }
+            if self.copy_stalled.load(Ordering::SeqCst)
+                && matches!(req, Request::Replica(ReplicaRequest::ReplicaReset))
             {
                 self.never.notified().await;
             }
@@ -101,6 +108,7 @@ async fn primary(seed: usize) -> Primary {
             map,
         }),
         stalled: AtomicBool::new(false),
+        copy_stalled: AtomicBool::new(false),
         never: Notify::new(),
         seq_asked: AtomicU32::new(0),
         bundler: crate::replication::bundle::Bundler::default(),
@@ -182,15 +190,55 @@ async fn a_write_is_acknowledged_once_the_backup_has_it() {
     }
 }
 
+impl Primary {
+    /// Waits (virtual time) until every backup is a member again.
+    async fn level(&self) {
+        for _ in 0..10_000 {
+            if self.replicator.all_members() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("a backup never became a member");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_backup_behind_is_brought_level_with_a_whole_copy() {
     // The primary wrote 30 files before it had a backup.
     let p = primary(30).await;
     p.replicator.set_backups(&[BACKUP], true);
+    p.write(create("during")).await;
+    p.level().await;
+    // A member again: this write waits for it, and so it holds everything.
     p.write(create("after")).await;
     let (mine, theirs) = p.digests();
     assert_eq!(mine, theirs);
     assert_eq!(theirs.0, mine.0, "the copy is at the primary's batch");
+}
+
+/// docs/write-path.md, part 3, "Joining copies": writes do not wait while a backup that
+/// lacks the partition is filled; once level, it is waited for again.
+#[tokio::test(start_paused = true)]
+async fn writes_do_not_wait_for_a_joining_copy() {
+    let p = primary(30).await;
+    p.peers.copy_stalled.store(true, Ordering::SeqCst);
+    p.replicator.set_backups(&[BACKUP], true);
+    for i in 0..50 {
+        tokio::time::timeout(Duration::from_secs(5), p.write(create(&format!("j{i}"))))
+            .await
+            .unwrap_or_else(|_| panic!("write {i} waited for a copy still being filled"));
+    }
+    assert!(
+        !p.replicator.all_members(),
+        "a backup being filled counts as a member"
+    );
+    p.peers.copy_stalled.store(false, Ordering::SeqCst);
+    p.peers.never.notify_waiters();
+    p.level().await;
+    p.write(create("level")).await;
+    let (mine, theirs) = p.digests();
+    assert_eq!(mine, theirs, "the joined copy holds every write");
 }
 
 #[tokio::test(start_paused = true)]
