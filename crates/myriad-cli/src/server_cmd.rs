@@ -67,6 +67,13 @@ pub struct ReplicationArgs {
     /// after a real loss; longer avoids copying whole partitions for a reboot.
     #[arg(long, default_value_t = myriad_server::DEFAULT_DOWN_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub down_grace_secs: u64,
+    /// Seconds between anti-entropy rounds: each primary compares every partition it leads
+    /// with its copies (sums of key buckets, at one batch) and rewrites on every copy the
+    /// keys that differ, so damage on a copy that no read meets is repaired by itself. A
+    /// round reads the whole partition on every copy. 0: never (`myriad fsck --repair`
+    /// still does it on demand).
+    #[arg(long, default_value_t = myriad_server::DEFAULT_ANTI_ENTROPY_INTERVAL.as_secs())]
+    pub anti_entropy_secs: u64,
 }
 
 impl ReplicationArgs {
@@ -81,6 +88,7 @@ impl ReplicationArgs {
             format!("--lease-ms={}", self.lease_ms),
             format!("--dir-split-entries={}", self.dir_split_entries),
             format!("--down-grace-secs={}", self.down_grace_secs),
+            format!("--anti-entropy-secs={}", self.anti_entropy_secs),
         ]
     }
 
@@ -227,6 +235,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     config.replication = args.replication.config()?;
     config.dir_split_entries = args.replication.dir_split_entries;
     config.down_grace = Duration::from_secs(args.replication.down_grace_secs);
+    config.anti_entropy_interval = Duration::from_secs(args.replication.anti_entropy_secs);
     (config.root_uid, config.root_gid) = args.root_owner;
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -25,7 +25,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 12: chunk capabilities (`ClientRequest::Grant`, `cap` on chunk requests); frames sealed
 /// with AES-256-GCM.
 /// 13: metadata records checked and repaired (`ReplicaRecord`, `RepairRecord`).
-/// 14: directory touches sent together (`PeerRequest::DirTouches`).
+/// 14: directory touches sent together (`PeerRequest::DirTouches`); anti-entropy
+/// (`ReplicaSums`, `ReplicaBucket`).
 pub const PROTOCOL_VERSION: u16 = 14;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,6 +260,10 @@ pub enum Response {
     Seqs(Vec<(PartitionId, Option<u64>)>),
     /// The answers to a `ReplicaRequest::Bundle`, one per item, in its order.
     Bundle(Vec<Result<Response, FsError>>),
+    /// A copy's bucket sums (`ReplicaRequest::ReplicaSums`).
+    Sums(Vec<u64>),
+    /// The keys of one bucket with a hash of each value (`ReplicaRequest::ReplicaBucket`).
+    BucketKeys(Vec<(serde_bytes::ByteBuf, u64)>),
 }
 
 impl Response {

@@ -518,6 +518,13 @@ pub enum ReplicaRequest {
     /// alone, in order; the answer is `Response::Bundle`, one answer per item. Items are
     /// never bundles themselves.
     Bundle(Vec<BundleItem>),
+    /// A backup of the target partition, from its primary's anti-entropy: the sums of its
+    /// keys in buckets (`Response::Sums`), if it has applied exactly batch `at` and no
+    /// other before and after reading them (`Busy` otherwise).
+    ReplicaSums { at: u64 },
+    /// A backup of the target partition: the keys of one bucket of `space`, each with a
+    /// hash of its value (`Response::BucketKeys`), if it is at batch `at` (else `Busy`).
+    ReplicaBucket { at: u64, space: u8, bucket: u32 },
 }
 
 /// One request of a `ReplicaRequest::Bundle`: for the copy of `partition`.
@@ -853,6 +860,8 @@ impl ReplicaRequest {
             ReplicaRequest::ReplicaCopy { .. } => "replica_copy",
             ReplicaRequest::ReplicaCopyDone { .. } => "replica_copy_done",
             ReplicaRequest::ReplicaRead { .. } => "replica_read",
+            ReplicaRequest::ReplicaSums { .. } => "replica_sums",
+            ReplicaRequest::ReplicaBucket { .. } => "replica_bucket",
             ReplicaRequest::Bundle(_) => "replica_bundle",
         }
     }

@@ -49,7 +49,14 @@ pub struct ServerConfig {
     pub limits: ServeLimits,
     /// Free space kept on the data disk (space.rs): below it, writes get ENOSPC.
     pub disk_reserve_bytes: u64,
+    /// How often a primary compares each partition with its copies and repairs what
+    /// differs (partition/anti_entropy.rs); zero: never.
+    pub anti_entropy_interval: Duration,
 }
+
+/// Anti-entropy every ten minutes: a round reads the whole partition on every copy, so it
+/// is rare; fsck checks on demand.
+pub const DEFAULT_ANTI_ENTROPY_INTERVAL: Duration = Duration::from_secs(600);
 
 impl ServerConfig {
     #[must_use]
@@ -72,6 +79,7 @@ impl ServerConfig {
             root_squash: false,
             limits: ServeLimits::default(),
             disk_reserve_bytes: crate::space::DEFAULT_RESERVE_BYTES,
+            anti_entropy_interval: DEFAULT_ANTI_ENTROPY_INTERVAL,
         }
     }
 }

@@ -37,7 +37,10 @@ use myriad_proto::PeerKind;
 use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
 use tokio::net::TcpListener;
 
-pub use config::{DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE, ReplicationConfig, ServerConfig};
+pub use config::{
+    DEFAULT_ANTI_ENTROPY_INTERVAL, DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE,
+    ReplicationConfig, ServerConfig,
+};
 pub use space::DEFAULT_RESERVE_BYTES;
 
 use crate::cluster::MapState;

@@ -30,6 +30,8 @@ const SETTLE_MAX: Duration = Duration::from_secs(120);
 /// How long an fsync takes on the virtual clock: writes committed meanwhile are visible and
 /// not durable, and a crash may lose them.
 const FSYNC: Duration = Duration::from_millis(2);
+/// How often every primary runs an anti-entropy round in a simulation (virtual time).
+const ANTI_ENTROPY_EVERY: Duration = Duration::from_secs(3);
 /// How often the fault injector draws.
 const FAULT_TICK: Duration = Duration::from_secs(1);
 /// Copies moving at once (as the leader's `MOVES_MAX`).
@@ -264,6 +266,9 @@ impl Sim {
         let mut config = ServerConfig::new(id, std::env::temp_dir(), self.map(), keyring());
         config.dir_split_entries = self.cfg.split_entries;
         config.disk_reserve_bytes = 0;
+        // Anti-entropy rounds often, so that they run among the faults (a round must never
+        // change what a client sees).
+        config.anti_entropy_interval = ANTI_ENTROPY_EVERY;
         let disk = self.disks[id.index()].handle();
         let endpoint = Endpoint::new(self.net.clone(), id);
         let authority = SimAuthority {

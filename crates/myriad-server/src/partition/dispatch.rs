@@ -42,10 +42,35 @@ impl Partition {
                 forgetter.forget_outcomes().await;
             }
         });
+        let checker = self.clone();
+        let interval = self.env.config().anti_entropy_interval;
+        let entropy = tokio::spawn(async move {
+            if interval.is_zero() {
+                return;
+            }
+            loop {
+                tokio::time::sleep(interval).await;
+                match checker.anti_entropy().await {
+                    Ok(r) if r.repaired > 0 => tracing::warn!(
+                        partition = %checker.me,
+                        keys = r.repaired,
+                        "anti-entropy repaired copies"
+                    ),
+                    Ok(r) => tracing::debug!(
+                        partition = %checker.me,
+                        compared = r.compared,
+                        busy = r.busy,
+                        "anti-entropy round: copies equal"
+                    ),
+                    Err(e) => tracing::debug!(partition = %checker.me, "anti-entropy round: {e}"),
+                }
+            }
+        });
         if let Ok(mut t) = self.tasks.lock() {
             t.push(recovery);
             t.push(bookkeeping);
             t.push(forgetting);
+            t.push(entropy);
         }
     }
 

@@ -9,6 +9,7 @@
 //! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`); `dispatch`.
 
 pub(crate) mod ancestors;
+pub(crate) mod anti_entropy;
 pub(crate) mod changes;
 pub(crate) mod client_ops;
 pub(crate) mod copy;

@@ -10,6 +10,7 @@ use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{oneshot, watch};
 
 use crate::commit::{CHAIN_KEY, Done, SEQ_KEY, SyncSlot, Syncer, TERM_KEY};
+use crate::replication::entropy;
 use crate::replication::wire::{
     COPYING_KEY, PARK_AHEAD_MAX, WINDOW, empty_marked, from_wire, is_bookkeeping, page_limit,
     partition_store, to_ops,
@@ -341,7 +342,39 @@ impl Backup {
                     .map_err(storage_err)?;
                 Ok(Response::ReplicaPage(to_ops(space, page)))
             }
+            Request::Replica(ReplicaRequest::ReplicaSums { at }) => {
+                self.at_batch(at)?;
+                let sums = entropy::bucket_sums(&self.store).await?;
+                self.at_batch(at)?;
+                Ok(Response::Sums(sums))
+            }
+            Request::Replica(ReplicaRequest::ReplicaBucket { at, space, bucket }) => {
+                let space = Space::partition_space(space)
+                    .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
+                let bucket = usize::try_from(bucket)
+                    .ok()
+                    .filter(|&b| b < entropy::BUCKETS_PER_SPACE)
+                    .ok_or_else(|| FsError::InvalidArgument(format!("no bucket {bucket}")))?;
+                self.at_batch(at)?;
+                let keys = entropy::bucket_keys(&self.store, space, bucket).await?;
+                self.at_batch(at)?;
+                Ok(Response::BucketKeys(
+                    keys.into_iter()
+                        .map(|(k, h)| (serde_bytes::ByteBuf::from(k), h))
+                        .collect(),
+                ))
+            }
             _ => Err(FsError::InvalidArgument("not a replication request".into())),
+        }
+    }
+
+    /// `Busy` unless this copy has applied exactly batch `at` (anti-entropy compares two
+    /// copies at one batch only).
+    fn at_batch(&self, at: u64) -> Result<(), FsError> {
+        if self.seq() == Some(at) {
+            Ok(())
+        } else {
+            Err(FsError::Busy)
         }
     }
 }

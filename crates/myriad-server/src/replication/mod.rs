@@ -8,6 +8,7 @@
 pub(crate) mod bundle;
 pub(crate) mod catchup;
 pub(crate) mod copy;
+pub(crate) mod entropy;
 pub(crate) mod log;
 pub(crate) mod peers;
 pub(crate) mod primary;

@@ -1,7 +1,7 @@
 //! Mutations of a file's contents and size: writes, extensions, truncates, chunks beyond chunk 0, their garbage collection, and block repair.
 
 use myriad_proto::{FsError, limits};
-use myriad_storage::{BLOCK_BYTES, Batch};
+use myriad_storage::{BLOCK_BYTES, Batch, Space};
 
 use crate::state::intent::Intent;
 use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed, storage_err};
@@ -156,6 +156,23 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Unit
         }
+        Mutation::Resync { keys } => {
+            let mut written = 0u64;
+            for (space, key) in keys {
+                match ctx.store.raw_record(space, &key).map_err(storage_err)? {
+                    Some(v) if intact(space, &v) => {
+                        ctx.store.put_raw_record(b, space, key, v);
+                        written += 1;
+                    }
+                    Some(_) => {}
+                    None => {
+                        b.delete(space, key);
+                        written += 1;
+                    }
+                }
+            }
+            Outcome::Resynced(written)
+        }
         Mutation::DropBlocks { ino, from_block } => {
             ctx.store
                 .trim_blocks(
@@ -171,4 +188,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         other => return Err(not_routed(&other)),
     };
     Ok(out)
+}
+
+/// Whether a stored value passes its checksum, where its space has one (blocks, entry and
+/// directory records).
+fn intact(space: Space, value: &[u8]) -> bool {
+    match space {
+        Space::Blocks => myriad_storage::block_data(value).is_some(),
+        s if myriad_storage::RECORD_SPACES.contains(&s) => myriad_storage::record_intact(value),
+        _ => true,
+    }
 }

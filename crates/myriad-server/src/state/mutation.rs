@@ -39,6 +39,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::ChunkTrimFrom { .. }
         | Mutation::RepairBlock { .. }
         | Mutation::RepairRecord { .. }
+        | Mutation::Resync { .. }
         | Mutation::DropBlocks { .. }) => data::execute(ctx, &mut b, m)?,
         m @ (Mutation::SetAttr { .. } | Mutation::DirTouch { .. } | Mutation::DirTouches(_)) => {
             attrs::execute(ctx, &mut b, m)?

@@ -67,6 +67,14 @@ pub enum Mutation {
         key: Vec<u8>,
         value: Vec<u8>,
     },
+    /// Anti-entropy (partition/anti_entropy.rs): each key is written again with the value
+    /// this copy holds, or deleted where it holds none, as an ordinary replicated batch,
+    /// so every copy ends with this copy's value. A value here that fails its checksum (a
+    /// block, an entry or directory record) is left alone: the read that meets it repairs
+    /// it from an intact copy. Outcome: `Resynced(keys written or deleted)`.
+    Resync {
+        keys: Vec<(myriad_storage::Space, Vec<u8>)>,
+    },
     /// First extra name of the regular file at `dir/name`: its inode moves to an inode object
     /// on this node (`me`), with one more link; the entry becomes a reference to it.
     LinkSource {
@@ -286,6 +294,8 @@ pub enum Mutation {
 #[derive(Debug)]
 pub enum Outcome {
     Unit,
+    /// Keys rewritten by `Mutation::Resync`.
+    Resynced(u64),
     /// One result per touch of `Mutation::DirTouches`: the directory's attributes after
     /// it, `None` where nothing changed.
     Touched(Vec<Option<Inode>>),
