@@ -151,6 +151,17 @@ impl EmbeddedServer {
         self.host.state().map.epoch
     }
 
+    /// How many times this server counted `what` (`Env::count`, the server counters).
+    #[must_use]
+    pub fn counted(&self, what: &str) -> u64 {
+        let (_, from_servers) = self.host.counters.snapshot();
+        from_servers
+            .iter()
+            .filter(|o| o.op == what)
+            .map(|o| o.count)
+            .sum()
+    }
+
     /// Digests of the copies this server holds, as primary or as backup.
     #[must_use]
     pub fn digests(&self) -> Vec<(PartitionId, CopyDigest)> {
