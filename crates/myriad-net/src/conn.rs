@@ -85,6 +85,9 @@ impl RpcConn {
         let w_pending = pending.clone();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
+                // As the server's writer: a yield lets ready tasks queue more requests
+                // for this write.
+                tokio::task::yield_now().await;
                 if writer.feed(first).await.is_err() {
                     break;
                 }
