@@ -38,6 +38,10 @@ pub enum BenchCmd {
     /// Small-file phases through a FUSE mount with worker processes (create+write, stat,
     /// cold read, cold `ls -l`, unlink) for 4 KiB and 32 KiB files, next to local disk.
     Fuse(crate::bench_fuse::FuseArgs),
+    /// What a user does with a source tree, through a mount and on local disk in the same
+    /// run: one `tar -x` of about 10,000 files (generated in the shape of a source tree, or
+    /// --tarball), `find | xargs stat`, `du -s`, `rm -rf`; seconds, ratios and targets.
+    Untar(crate::bench_untar::UntarArgs),
     /// FPFS single shared directory: P clients create, stat, then unlink 200,000 empty files
     /// in one directory (which splits across the nodes); ops/s per phase, each node's share
     /// of requests, and the same phases on the local file system.
@@ -153,6 +157,10 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         BenchCmd::Fuse(a) => {
             own_cluster_only("fuse");
             return crate::bench_fuse::run(a).await;
+        }
+        BenchCmd::Untar(a) => {
+            own_cluster_only("untar");
+            return crate::bench_untar::run(a).await;
         }
         BenchCmd::SharedDir(a) => {
             own_cluster_only("shared-dir");

@@ -188,13 +188,13 @@ fn fill_ls_dir(dir: &Path, n: u64, size: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-struct MountProc {
+pub(crate) struct MountProc {
     child: Child,
     at: PathBuf,
 }
 
 impl MountProc {
-    fn start(map: &Path, at: &Path, extra: &[String]) -> anyhow::Result<MountProc> {
+    pub(crate) fn start(map: &Path, at: &Path, extra: &[String]) -> anyhow::Result<MountProc> {
         let child = Command::new(std::env::current_exe()?)
             .arg("--cluster")
             .arg(map)
@@ -217,7 +217,7 @@ impl MountProc {
         })
     }
 
-    fn stop(mut self) -> anyhow::Result<()> {
+    pub(crate) fn stop(mut self) -> anyhow::Result<()> {
         myriad_fuse::unmount(&self.at).map_err(anyhow::Error::msg)?;
         self.child.wait()?;
         Ok(())

@@ -1,0 +1,244 @@
+//! `myriad bench untar`: what a user does with a source tree, through a real mount and on
+//! local disk in the same run: one `tar -x` of about 10,000 files, `find | xargs stat`,
+//! `du -s`, `rm -rf` (issue 19, item 5). The tarball is generated deterministically in the
+//! shape of a source tree (nested directories, mostly small files, a few big ones), or taken
+//! from `--tarball`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+
+use crate::bench_fuse::MountProc;
+use crate::cluster::{LocalCluster, NodeOptions};
+use crate::workload::Rng;
+
+#[derive(Args, Clone)]
+pub struct UntarArgs {
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Files in the generated tarball (ignored with --tarball).
+    #[arg(long, default_value_t = 10_000)]
+    files: u64,
+    /// A tarball to unpack instead of the generated one (any format `tar -x` reads).
+    #[arg(long)]
+    tarball: Option<PathBuf>,
+    /// Where the local-disk baseline runs (default: the system temp dir).
+    #[arg(long)]
+    local_dir: Option<PathBuf>,
+    #[arg(long, default_value = "bench-results")]
+    out_dir: PathBuf,
+    /// Extra `myriad mount` flag (repeatable); the defaults are measured without any.
+    #[arg(long = "mount-arg", allow_hyphen_values = true)]
+    mount_args: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Phase {
+    phase: &'static str,
+    myriad_s: f64,
+    local_s: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    files: u64,
+    phases: Vec<Phase>,
+}
+
+/// The phases, each a shell command on the unpacked tree, with its target (at most this
+/// many times local disk's time).
+const PHASES: [(&str, f64); 4] = [("untar", 4.0), ("stat", 2.0), ("du", 2.0), ("rm", 4.0)];
+
+/// Writes a source-tree-shaped tree of `files` files under `root`: directories nested up to
+/// four deep with 5-40 entries each, sizes mostly under 8 KiB (70%), some to 64 KiB (25%),
+/// a few to 512 KiB (5%), contents from a seeded generator. Returns the bytes written.
+fn generate_tree(root: &Path, files: u64) -> anyhow::Result<u64> {
+    let mut rng = Rng::new(0x5eed_7a2b);
+    let mut dirs = vec![root.to_path_buf()];
+    let mut bytes = 0u64;
+    let mut made = 0u64;
+    let exts = ["c", "h", "rs", "py", "txt", "md", "json", "S"];
+    while made < files {
+        // A directory: a new one under a random existing one (depth bounded), or reuse.
+        let parent = dirs[usize::try_from(rng.below(dirs.len() as u64)).unwrap_or(0)].clone();
+        let depth = parent
+            .strip_prefix(root)
+            .map_or(0, |p| p.components().count());
+        let dir = if depth < 4 && rng.below(3) > 0 {
+            let d = parent.join(format!("mod{}", dirs.len()));
+            fs::create_dir_all(&d)?;
+            dirs.push(d.clone());
+            d
+        } else {
+            parent
+        };
+        for _ in 0..(5 + rng.below(36)) {
+            if made >= files {
+                break;
+            }
+            let size = match rng.below(100) {
+                0..=69 => 100 + rng.below(8 * 1024),
+                70..=94 => 8 * 1024 + rng.below(56 * 1024),
+                _ => 64 * 1024 + rng.below(448 * 1024),
+            };
+            let ext = exts[usize::try_from(rng.below(exts.len() as u64)).unwrap_or(0)];
+            let data: Vec<u8> = (0..size)
+                .map(|i| b' ' + ((rng.next_u64() ^ i) % 94) as u8)
+                .collect();
+            fs::write(dir.join(format!("file{made}.{ext}")), &data)?;
+            bytes += size;
+            made += 1;
+        }
+    }
+    Ok(bytes)
+}
+
+/// Runs `script` with `sh -c` in `dir`; its wall time.
+fn timed(dir: &Path, script: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .with_context(|| format!("running {script}"))?;
+    let secs = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!(
+            "`{script}` in {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(secs)
+}
+
+/// The four phases in `dir` (empty at first); seconds each.
+fn phases(dir: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
+    let tar = tarball.display();
+    Ok(vec![
+        timed(dir, &format!("tar -xf '{tar}' -C tree"))?,
+        timed(dir, "find tree -print0 | xargs -0 stat > /dev/null")?,
+        timed(dir, "du -s tree > /dev/null")?,
+        timed(dir, "rm -rf tree")?,
+    ])
+}
+
+pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
+    for tool in ["tar", "find", "xargs", "stat", "du", "rm"] {
+        if Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}"))
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            bail!("bench untar needs `{tool}` on the PATH");
+        }
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("myriad-bench-untar-")
+        .tempdir()?;
+    let local_root = tempfile::Builder::new()
+        .prefix("myriad-bench-untar-local-")
+        .tempdir_in(a.local_dir.clone().unwrap_or_else(std::env::temp_dir))?;
+    let (tarball, files) = match &a.tarball {
+        Some(t) => {
+            let listed = Command::new("tar").arg("-tf").arg(t).output()?;
+            if !listed.status.success() {
+                bail!(
+                    "cannot list {}: {}",
+                    t.display(),
+                    String::from_utf8_lossy(&listed.stderr)
+                );
+            }
+            (
+                t.clone(),
+                listed
+                    .stdout
+                    .split(|&b| b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .count() as u64,
+            )
+        }
+        None => {
+            let src = tmp.path().join("src");
+            fs::create_dir(&src)?;
+            let bytes = generate_tree(&src, a.files)?;
+            let t = tmp.path().join("tree.tar");
+            timed(&src, &format!("tar -cf '{}' .", t.display()))?;
+            eprintln!(
+                "bench untar: generated {} files, {:.1} MiB",
+                a.files,
+                bytes as f64 / f64::from(1 << 20)
+            );
+            (t, a.files)
+        }
+    };
+    eprintln!(
+        "bench untar: {files} entries, {}-node cluster, 3 copies",
+        a.nodes
+    );
+    let cluster = LocalCluster::up(
+        &tmp.path().join("cluster"),
+        a.nodes,
+        &NodeOptions::for_bench(Vec::new()),
+    )
+    .await?;
+    let map = crate::cluster::map_path(&cluster.dir);
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt)?;
+    let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        let m = MountProc::start(&map, &mnt, &a.mount_args)?;
+        let r = fs::create_dir(mnt.join("tree"))
+            .context("mkdir on the mount")
+            .and_then(|()| phases(&mnt, &tarball));
+        m.stop()?;
+        let mine = r?;
+        fs::create_dir(local_root.path().join("tree"))?;
+        let local = phases(local_root.path(), &tarball)?;
+        Ok((mine, local))
+    })();
+    let _ = cluster.down();
+    let (mine, local) = result?;
+
+    println!(
+        "\n{:>6} | {:>10} {:>10} | {:>7} | {:>8}",
+        "phase", "myriad s", "local s", "ratio", "target"
+    );
+    let mut rows = Vec::new();
+    for (i, (phase, target)) in PHASES.iter().enumerate() {
+        let ratio = mine[i] / local[i].max(1e-9);
+        println!(
+            "{phase:>6} | {:>10.2} {:>10.2} | {ratio:>7.1} | {:>8}",
+            mine[i],
+            local[i],
+            if ratio <= *target {
+                format!("{target}x met")
+            } else {
+                format!("{target}x NOT")
+            }
+        );
+        rows.push(Phase {
+            phase,
+            myriad_s: mine[i],
+            local_s: local[i],
+        });
+    }
+    fs::create_dir_all(&a.out_dir)?;
+    let out = a.out_dir.join("bench-untar.json");
+    fs::write(
+        &out,
+        serde_json::to_string_pretty(&Report {
+            files,
+            phases: rows,
+        })?,
+    )?;
+    println!("results: {}", out.display());
+    Ok(())
+}
