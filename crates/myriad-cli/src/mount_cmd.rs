@@ -29,6 +29,13 @@ pub struct MountArgs {
     /// two attributes of every file). user.* attributes are then unavailable.
     #[arg(long)]
     pub no_xattr: bool,
+    /// Every change durable on all copies before it is answered, and `close` waiting for
+    /// a file's bytes to be durable (the behaviour before issue 19). By default changes are
+    /// answered once applied on their primary (the servers make them durable within about
+    /// a millisecond) and `fsync`, `fdatasync`, `fsyncdir` and unmount wait for durability
+    /// and report EIO for a change a failover may have lost (docs/fuse.md "Durability").
+    #[arg(long)]
+    pub sync_close: bool,
     /// Threads reading FUSE requests from the kernel.
     #[arg(long, default_value_t = 4)]
     pub fuse_threads: usize,
@@ -117,6 +124,7 @@ pub fn run(
             negative_ttl: Duration::from_millis(args.negative_ttl_ms),
             writeback_cache: args.writeback_cache,
             xattrs: !args.no_xattr,
+            sync_close: args.sync_close,
         },
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
@@ -164,6 +172,9 @@ fn detach(
     }
     if args.no_xattr {
         cmd.arg("--no-xattr");
+    }
+    if args.sync_close {
+        cmd.arg("--sync-close");
     }
     if args.allow_other {
         cmd.arg("--allow-other");

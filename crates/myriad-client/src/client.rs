@@ -49,6 +49,10 @@ pub struct ClientConfig {
     /// This client's id in the outcomes servers keep of changes (`OnceId::client`):
     /// random, so that two clients never share one (a simulation sets its own).
     pub id: u64,
+    /// Changes are answered once durable on every copy (true, the default), or once
+    /// applied on their primary, durable at the next `sync_changes` (a mount: durability
+    /// at fsync, docs/fuse.md "Durability").
+    pub durable_changes: bool,
 }
 
 impl ClientConfig {
@@ -62,6 +66,7 @@ impl ClientConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             id: rand::random::<u64>().max(1),
+            durable_changes: true,
         }
     }
 }
@@ -108,6 +113,20 @@ pub struct Client {
     /// Numbers of this client's changes (`OnceId`): the next one, and those still waiting
     /// for an answer.
     changes: std::sync::Mutex<Changes>,
+    /// Partitions holding changes of this client answered once applied and not yet known
+    /// durable (`durable_changes` off).
+    unsynced: std::sync::Mutex<std::collections::BTreeMap<PartitionId, Unsynced>>,
+}
+
+/// A partition's changes answered once applied, since its last sync.
+#[derive(Clone, Copy, Debug)]
+struct Unsynced {
+    /// The primary incarnation that answered them.
+    incarnation: u64,
+    /// Another incarnation answered some earlier ones: those may be lost.
+    lost: bool,
+    /// Bumped by every change: a sync forgets the partition only if none came meanwhile.
+    generation: u64,
 }
 
 #[derive(Default)]
@@ -166,6 +185,7 @@ impl Client {
                 next: 1,
                 waiting: std::collections::BTreeSet::new(),
             }),
+            unsynced: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         })
     }
 
@@ -268,6 +288,7 @@ impl Client {
                 let once = ClientRequest::Once {
                     id,
                     request: Box::new(c),
+                    visible: !self.config.durable_changes,
                 };
                 (Request::Client(once), Some(waiting))
             }
@@ -282,6 +303,86 @@ impl Client {
                 e
             }
         })
+    }
+
+    /// A change answered once applied by incarnation `incarnation` of partition `pid`'s
+    /// primary: durable at the next `sync_changes`.
+    fn applied(&self, pid: PartitionId, incarnation: u64) {
+        let mut g = match self.unsynced.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let u = g.entry(pid).or_insert(Unsynced {
+            incarnation,
+            lost: false,
+            generation: 0,
+        });
+        if u.incarnation != incarnation {
+            // The earlier changes were answered by a primary that is gone: unknown fate.
+            u.lost = true;
+            u.incarnation = incarnation;
+        }
+        u.generation += 1;
+    }
+
+    /// Makes every change this client had answered once applied durable on every copy
+    /// (a barrier on each partition holding some), or reports that some may be lost: `Io`
+    /// if a partition's primary changed since it answered them (reported once). Other
+    /// errors (unreachable servers) leave the changes to the next call.
+    pub async fn sync_changes(&self) -> Result<(), FsError> {
+        let todo: Vec<(PartitionId, Unsynced)> = match self.unsynced.lock() {
+            Ok(g) => g.iter().map(|(p, u)| (*p, *u)).collect(),
+            Err(p) => p.into_inner().iter().map(|(p, u)| (*p, *u)).collect(),
+        };
+        let mut first_err = None;
+        for (pid, u) in todo {
+            let result = if u.lost {
+                Err(FsError::Io(format!(
+                    "changes answered by an earlier primary of partition {pid} may be lost (a failover or restart before they were synced)"
+                )))
+            } else {
+                let req = ClientRequest::SyncPartition {
+                    incarnation: u.incarnation,
+                };
+                self.call(Route::Partition(pid), Request::Client(req))
+                    .await
+                    .map(|_| ())
+            };
+            let forget = match &result {
+                Ok(()) | Err(FsError::Io(_)) => true,
+                Err(_) => false,
+            };
+            if forget {
+                let mut g = match self.unsynced.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                match g.get_mut(&pid) {
+                    Some(now) if now.generation == u.generation => {
+                        g.remove(&pid);
+                    }
+                    // Changes came meanwhile (after the barrier, or not): keep them, but
+                    // the loss is reported now.
+                    Some(now) => now.lost &= !u.lost,
+                    None => {}
+                }
+            }
+            if let Err(e) = result
+                && first_err.is_none()
+            {
+                first_err = Some(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Whether some change answered once applied is not yet known durable.
+    #[must_use]
+    pub fn has_unsynced_changes(&self) -> bool {
+        match self.unsynced.lock() {
+            Ok(g) => !g.is_empty(),
+            Err(p) => !p.into_inner().is_empty(),
+        }
     }
 
     /// The id of a new change, which waits (holding `low` down) until its guard drops.
@@ -448,6 +549,13 @@ impl Client {
                     if busy_rounds.is_multiple_of(10) {
                         self.refresh_map(pid).await;
                     }
+                }
+                Ok(Response::Applied {
+                    answer,
+                    incarnation,
+                }) => {
+                    self.applied(pid, incarnation);
+                    return Ok(*answer);
                 }
                 other => return other,
             }

@@ -54,6 +54,8 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         .map_err(|e| format!("cannot start runtime: {e}"))?;
     let mut ccfg = ClientConfig::new(cfg.map.clone(), Caller::root(), cfg.keys.clone());
     ccfg.request_timeout = cfg.request_timeout;
+    // Durability at fsync unless asked otherwise (docs/fuse.md "Durability").
+    ccfg.durable_changes = cfg.fs.sync_close;
     let client = Client::new(ccfg).map_err(|e| format!("bad cluster map: {e}"))?;
     rt.block_on(client.statfs())
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;

@@ -35,6 +35,9 @@ pub struct FsConfig {
     /// kernel stops asking, which spares `ls -l` two round trips per entry (it queries
     /// security.selinux and the POSIX ACL of every file).
     pub xattrs: bool,
+    /// Changes durable before they are answered, and close waiting for durability (off:
+    /// durability at fsync, docs/fuse.md "Durability"). The client is made to match.
+    pub sync_close: bool,
 }
 
 struct Prefetched {
@@ -473,26 +476,41 @@ impl Inner {
         g.entry(ino).or_default().clone()
     }
 
-    /// fsync: every write of this mount to the file is durable, not only this handle's.
+    /// fsync: every write of this mount to the file is durable, not only this handle's;
+    /// without `sync_close`, every change this mount had answered once applied too (the
+    /// mount does not track which partitions hold which file's changes: a barrier on each
+    /// partition with unsynced changes, a few dozen at most).
     pub async fn fsync(&self, fh: u64) -> Result<(), FsError> {
         if let Some((file, _)) = self.handles.snapshot(fh) {
             self.flush_ino(file.inode.ino).await?;
         }
-        self.flush(fh).await
+        self.flush(fh).await?;
+        self.sync_changes().await
+    }
+
+    /// fsyncdir, syncfs-like callers and unmount: every change of this mount durable.
+    pub async fn sync_changes(&self) -> Result<(), FsError> {
+        if self.cfg.sync_close {
+            return Ok(());
+        }
+        self.client.sync_changes().await
     }
 
     /// Whether a flush of `fh` has nothing to do (answered on the FUSE thread).
     pub fn flush_is_noop(&self, fh: u64) -> bool {
+        let sync_close = self.cfg.sync_close;
         self.handles.file(fh).is_none_or(|s| {
             let g = s.lock();
-            g.dirty.is_none() && !g.unsynced
+            g.dirty.is_none() && !(sync_close && g.unsynced)
         })
     }
 
     /// Closes `fh` at once if its release has nothing to send or remove.
     pub fn release_if_trivial(&self, fh: u64) -> bool {
-        self.handles
-            .close_if(fh, |f| f.dirty.is_none() && !f.unsynced && !f.hidden)
+        let sync_close = self.cfg.sync_close;
+        self.handles.close_if(fh, |f| {
+            f.dirty.is_none() && !(sync_close && f.unsynced) && !f.hidden
+        })
     }
 
     /// flush (every close) and fsync: the handle's writes are durable when this returns.
@@ -504,13 +522,18 @@ impl Inner {
         self.make_durable(&slot).await
     }
 
-    /// Sends buffered writes, then, if the file's create was not durable and no write has
-    /// covered it since, a barrier to its node. Callers hold the io lock.
+    /// Sends buffered writes; with `sync_close`, then, if the file's create was not
+    /// durable and no write has covered it since, a barrier to its node. (Without it the
+    /// bytes are applied, durable within a moment, and `fsync` vouches for them.) Callers
+    /// hold the io lock.
     async fn make_durable(&self, slot: &Slot) -> Result<(), FsError> {
         if let Some(e) = slot.lock().error.take() {
             return Err(e);
         }
         self.send_dirty(slot).await?;
+        if !self.cfg.sync_close {
+            return Ok(());
+        }
         let (unsynced, file) = {
             let g = slot.lock();
             (g.unsynced, g.file.clone())

@@ -26,7 +26,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// with AES-256-GCM.
 /// 13: metadata records checked and repaired (`ReplicaRecord`, `RepairRecord`).
 /// 14: directory touches sent together (`PeerRequest::DirTouches`); anti-entropy
-/// (`ReplicaSums`, `ReplicaBucket`).
+/// (`ReplicaSums`, `ReplicaBucket`); changes answered once applied (`Once::visible`,
+/// `Response::Applied`, `SyncPartition`).
 pub const PROTOCOL_VERSION: u16 = 14;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,6 +261,13 @@ pub enum Response {
     Seqs(Vec<(PartitionId, Option<u64>)>),
     /// The answers to a `ReplicaRequest::Bundle`, one per item, in its order.
     Bundle(Vec<Result<Response, FsError>>),
+    /// A change sent with `visible` (`ClientRequest::Once`), answered once applied: its
+    /// answer, and the incarnation of the primary that applied it (what `SyncPartition`
+    /// checks).
+    Applied {
+        answer: Box<Response>,
+        incarnation: u64,
+    },
     /// A copy's bucket sums (`ReplicaRequest::ReplicaSums`).
     Sums(Vec<u64>),
     /// The keys of one bucket with a hash of each value (`ReplicaRequest::ReplicaBucket`).

@@ -248,7 +248,16 @@ pub enum ClientRequest {
     Once {
         id: OnceId,
         request: Box<ClientRequest>,
+        /// Answer once the change is applied on the primary (visible to all), not once it
+        /// is durable on every copy: the answer is then `Response::Applied`, and
+        /// `SyncPartition` later makes it durable (a mount's changes, docs/fuse.md
+        /// "Durability"). Changes spanning partitions are durable whatever this says.
+        visible: bool,
     },
+    /// The partition targeted: returns once everything it applied before is durable on
+    /// every copy, if its primary is still incarnation `incarnation` (the one that answered
+    /// the changes being synced, `Response::Applied`); else `Io`: those changes may be lost.
+    SyncPartition { incarnation: u64 },
 }
 
 /// A change's identity: the client that sends it (random per client), its number among
@@ -750,6 +759,7 @@ impl ClientRequest {
             ClientRequest::Mknod { .. } => "mknod",
             ClientRequest::SetXattr { .. } => "setxattr",
             ClientRequest::Sync { .. } => "sync",
+            ClientRequest::SyncPartition { .. } => "sync_partition",
             ClientRequest::Link { .. } => "link",
             ClientRequest::Once { request, .. } => request.op_name(),
             ClientRequest::Grant { .. } => "grant",

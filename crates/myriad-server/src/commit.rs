@@ -601,9 +601,13 @@ impl Applier {
 
     async fn submit(&self, mutation: Mutation, durable: bool) -> Result<Outcome, FsError> {
         let (reply, rx) = oneshot::channel();
+        let once = once::job_for(&mutation);
+        // A change the client wants answered once applied: its completing mutation is
+        // made durable all the same (the fsync follows at once), just not waited for.
+        let durable = durable && !once.as_ref().is_some_and(|o| o.visible);
         self.tx
             .send(Job {
-                once: once::job_for(&mutation),
+                once,
                 mutation,
                 reply,
                 durable,

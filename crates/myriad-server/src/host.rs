@@ -617,6 +617,12 @@ impl Host {
             changes: crate::partition::changes::ChangesInFlight::default(),
             tasks: Mutex::new(Vec::new()),
             primary_through: std::sync::atomic::AtomicU64::new(epoch),
+            incarnation: crate::partition::core::incarnation(
+                self.id,
+                pid,
+                epoch,
+                self.clock.now_ns(),
+            ),
             deposed: std::sync::atomic::AtomicBool::new(false),
         }))
     }

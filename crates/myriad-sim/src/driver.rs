@@ -250,8 +250,14 @@ impl Sim {
     }
 
     fn client(&self) -> Result<Arc<Client>, Failure> {
+        self.client_with(false)
+    }
+
+    /// A client; `visible`: its changes are answered once applied (durable at its syncs).
+    fn client_with(&self, visible: bool) -> Result<Arc<Client>, Failure> {
         let endpoint = Endpoint::new(self.net.clone(), CLIENTS);
         let mut config = ClientConfig::new(self.map(), Caller::root(), keyring());
+        config.durable_changes = !visible;
         config.id = 1 + self
             .clients_made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -689,14 +695,19 @@ impl Sim {
         };
         let mut runs = Vec::new();
         for id in 0..self.cfg.clients {
+            // Every other client works as a mount does (docs/fuse.md "Durability"): its
+            // changes answered once applied, acknowledged only by its next good sync.
+            let visible = id % 2 == 1;
             let run = ClientRun {
                 id,
                 clients: self.cfg.clients,
-                client: self.client()?,
+                client: self.client_with(visible)?,
                 rng: self.rng.clone(),
                 history: self.history.clone(),
                 trace: self.trace.clone(),
                 ops: self.cfg.ops_per_client,
+                visible,
+                deferred: std::sync::Mutex::new(Vec::new()),
             };
             runs.push(tokio::spawn(run.run()));
         }

@@ -73,7 +73,24 @@ pub struct ClientRun {
     pub history: Arc<History>,
     pub trace: Trace,
     pub ops: u32,
+    /// The client's changes are answered once applied (`ClientConfig::durable_changes`
+    /// off, as a mount's): they count as acknowledged only once a sync vouched for them.
+    pub visible: bool,
+    /// With `visible`: what the next good sync acknowledges.
+    pub deferred: std::sync::Mutex<Vec<Deferred>>,
 }
+
+/// An acknowledgement held until a sync vouches for the change.
+pub enum Deferred {
+    Version(String, u64),
+    Listed(String),
+    Unlisted(String),
+    /// A create in the shared directory (its number): only then is it live.
+    Made(u32),
+}
+
+/// A visible client syncs every this many operations.
+const SYNC_EVERY_OPS: u32 = 4;
 
 /// What one client run ended with: the first violation it saw, if any.
 pub type Verdict = Result<(), String>;
@@ -87,12 +104,100 @@ impl ClientRun {
         format!("/c{client}/d{k}")
     }
 
+    /// Records an acknowledgement, or holds it until the next good sync.
+    fn defer_or(&self, d: Deferred) -> Option<Deferred> {
+        if !self.visible {
+            return Some(d);
+        }
+        self.deferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(d);
+        None
+    }
+
+    fn ack(&self, path: &str, v: u64) {
+        if self
+            .defer_or(Deferred::Version(path.to_string(), v))
+            .is_some()
+        {
+            self.history.ack(path, v);
+        }
+    }
+
+    fn ack_listed(&self, name: &str) {
+        if self.defer_or(Deferred::Listed(name.to_string())).is_some() {
+            self.history.ack_listed(name);
+        }
+    }
+
+    fn ack_unlisted(&self, name: &str) {
+        if self
+            .defer_or(Deferred::Unlisted(name.to_string()))
+            .is_some()
+        {
+            self.history.ack_unlisted(name);
+        }
+    }
+
+    /// A visible client's sync: a good one acknowledges what it held; `Io` (a primary
+    /// changed since it answered) leaves those changes in doubt for good; other errors keep
+    /// them for the next sync.
+    async fn sync(&self, live: &mut std::collections::BTreeSet<u32>) {
+        if !self.visible {
+            return;
+        }
+        let held: Vec<Deferred> = std::mem::take(
+            &mut *self
+                .deferred
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        match self.client.sync_changes().await {
+            Ok(()) => {
+                for d in held {
+                    match d {
+                        Deferred::Version(p, v) => self.history.ack(&p, v),
+                        Deferred::Listed(n) => self.history.ack_listed(&n),
+                        Deferred::Unlisted(n) => self.history.ack_unlisted(&n),
+                        Deferred::Made(n) => {
+                            live.insert(n);
+                        }
+                    }
+                }
+                self.trace.event(format_args!("c{} sync: ok", self.id));
+            }
+            Err(FsError::Io(e)) => {
+                self.trace.event(format_args!(
+                    "c{} sync: {} changes in doubt ({e})",
+                    self.id,
+                    held.len()
+                ));
+            }
+            Err(e) => {
+                self.trace
+                    .event(format_args!("c{} sync: {e}; retried later", self.id));
+                let mut g = self
+                    .deferred
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let newer = std::mem::take(&mut *g);
+                *g = held;
+                g.extend(newer);
+            }
+        }
+    }
+
     pub async fn run(self) -> Verdict {
         let mut created = 0u32;
-        // This client's names in `BIG` whose create it saw succeed and whose removal it has
-        // not tried: a removal of one that finds nothing broke exactly-once.
+        // This client's names in `BIG` whose create it saw succeed (a visible client: and
+        // a sync vouch for) and whose removal it has not tried: a removal of one that finds
+        // nothing broke exactly-once.
         let mut live = std::collections::BTreeSet::new();
-        for _ in 0..self.ops {
+        for op_no in 0..self.ops {
+            if op_no % SYNC_EVERY_OPS == SYNC_EVERY_OPS - 1 {
+                self.sync(&mut live).await;
+            }
             let (think, op, k, other, side, side2) = self.rng.with(|r| {
                 (
                     Duration::from_millis(r.gen_range(0..20)),
@@ -118,18 +223,26 @@ impl ClientRun {
                 70..85 => {
                     created += 1;
                     let path = format!("{BIG}/c{}-{created}", self.id);
-                    if self.create_shared(&path).await? {
-                        live.insert(created);
+                    if self.create_shared(&path).await?
+                        && let Some(Deferred::Made(n)) = self.defer_or(Deferred::Made(created))
+                    {
+                        live.insert(n);
                     }
                 }
                 85..90 if created > 0 => {
                     let n = self.rng.with(|r| r.gen_range(1..=created));
                     let path = format!("{BIG}/c{}-{n}", self.id);
+                    // A create not yet vouched for is not live once its removal is tried.
+                    self.deferred
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .retain(|d| !matches!(d, Deferred::Made(m) if *m == n));
                     self.remove_shared(&path, live.remove(&n)).await?;
                 }
                 _ => self.list().await?,
             }
         }
+        self.sync(&mut live).await;
         Ok(())
     }
 
@@ -152,9 +265,9 @@ impl ClientRun {
         .await;
         match result {
             Ok(()) => {
-                self.history.ack(path, v);
+                self.ack(path, v);
                 if let Some(vp) = vp {
-                    self.history.ack(&piece(path), vp);
+                    self.ack(&piece(path), vp);
                 }
             }
             Err(e) => self
@@ -171,8 +284,8 @@ impl ClientRun {
         let vp = self.history.begin(&piece(path), None);
         match self.client.unlink(path).await {
             Ok(()) | Err(FsError::NotFound) => {
-                self.history.ack(path, v);
-                self.history.ack(&piece(path), vp);
+                self.ack(path, v);
+                self.ack(&piece(path), vp);
             }
             Err(e) => self.trace.event(format_args!(
                 "c{} delete {path} v{v}: in doubt ({e})",
@@ -239,10 +352,10 @@ impl ClientRun {
             .await
         {
             Ok(()) => {
-                self.history.ack(to, vt);
-                self.history.ack(&piece(to), vtp);
-                self.history.ack(from, vf);
-                self.history.ack(&piece(from), vfp);
+                self.ack(to, vt);
+                self.ack(&piece(to), vtp);
+                self.ack(from, vf);
+                self.ack(&piece(from), vfp);
             }
             Err(e) => self.trace.event(format_args!(
                 "c{} rename {from} -> {to}: in doubt ({e})",
@@ -256,7 +369,7 @@ impl ClientRun {
     async fn mkdir(&self, path: &str) {
         let v = self.history.begin(path, Some(DIR.to_string()));
         match self.client.mkdir(path, 0o755).await {
-            Ok(_) | Err(FsError::AlreadyExists) => self.history.ack(path, v),
+            Ok(_) | Err(FsError::AlreadyExists) => self.ack(path, v),
             Err(e) => self
                 .trace
                 .event(format_args!("c{} mkdir {path}: in doubt ({e})", self.id)),
@@ -268,7 +381,7 @@ impl ClientRun {
     async fn rmdir(&self, path: &str) {
         let v = self.history.begin(path, None);
         match self.client.rmdir(path).await {
-            Ok(()) | Err(FsError::NotFound) => self.history.ack(path, v),
+            Ok(()) | Err(FsError::NotFound) => self.ack(path, v),
             Err(e) => self
                 .trace
                 .event(format_args!("c{} rmdir {path}: in doubt ({e})", self.id)),
@@ -307,7 +420,7 @@ impl ClientRun {
         self.history.begin_listed(&name);
         let made = match self.client.create(path, 0o644, true, b"x").await {
             Ok(_) => {
-                self.history.ack_listed(&name);
+                self.ack_listed(&name);
                 true
             }
             Err(FsError::AlreadyExists) => {
@@ -334,7 +447,7 @@ impl ClientRun {
         let name = path.rsplit('/').next().unwrap_or(path).to_string();
         self.history.begin_unlisted(&name);
         match self.client.unlink(path).await {
-            Ok(()) => self.history.ack_unlisted(&name),
+            Ok(()) => self.ack_unlisted(&name),
             Err(FsError::NotFound) if live => {
                 return Err(format!(
                     "c{} remove {path}: NotFound for a name made and not removed since (a \
@@ -342,7 +455,7 @@ impl ClientRun {
                     self.id
                 ));
             }
-            Err(FsError::NotFound) => self.history.ack_unlisted(&name),
+            Err(FsError::NotFound) => self.ack_unlisted(&name),
             Err(e) => self
                 .trace
                 .event(format_args!("c{} remove {path}: in doubt ({e})", self.id)),

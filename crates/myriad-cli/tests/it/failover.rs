@@ -510,3 +510,48 @@ async fn a_returning_backup_catches_up_from_the_log_without_a_whole_copy() {
         assert_eq!(got, path.as_bytes());
     }
 }
+
+/// docs/fuse.md "Durability": changes answered once applied are vouched for by a sync only
+/// while their partition keeps the primary that answered them. After a kill -9 and a
+/// failover the sync reports that they may be lost (once); what a sync confirmed before
+/// the kill is all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_after_a_failover_reports_changes_the_old_primary_answered() {
+    let tc = TestCluster::start_with(4, &["--replicas", "3"]);
+    let mut cfg =
+        myriad_client::ClientConfig::new(tc.map.clone(), myriad_client::Caller::root(), tc.keys());
+    cfg.request_timeout = Duration::from_secs(20);
+    cfg.durable_changes = false;
+    let c = Client::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+    c.mkdir("/s", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..20 {
+        c.create(&format!("/s/a{i}"), 0o644, true, b"synced")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert!(c.has_unsynced_changes(), "creates answered once applied");
+    c.sync_changes()
+        .await
+        .unwrap_or_else(|e| panic!("sync: {e}"));
+    assert!(!c.has_unsynced_changes());
+    for i in 0..20 {
+        c.create(&format!("/s/b{i}"), 0o644, true, b"later")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let victim = crate::harness::server_of(&c.map(), c.owner_of_entry("/s/b0"));
+    tc.kill9(victim);
+    let r = c.sync_changes().await;
+    assert!(
+        matches!(r, Err(FsError::Io(_))),
+        "a sync after the primary that answered the changes died: {r:?}"
+    );
+    assert_eq!(c.sync_changes().await, Ok(()), "a loss is reported once");
+    for i in 0..20 {
+        let (_, data) = c
+            .fetch(&format!("/s/a{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("/s/a{i}: {e}"));
+        assert_eq!(data, b"synced", "/s/a{i}");
+    }
+}

@@ -78,6 +78,7 @@ fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Inner, u
             negative_ttl: Duration::ZERO,
             writeback_cache: false,
             xattrs: false,
+            sync_close: false,
         },
     );
     let file = FileHandle {

@@ -23,6 +23,9 @@ pub struct OnceSlot {
     /// recorded in the same batch, or with nothing worth recording. Either way the change
     /// needs no record of its own afterwards.
     pub settled: Arc<AtomicBool>,
+    /// The client asked for an answer once applied (`ClientRequest::Once::visible`): the
+    /// completing mutation is answered without waiting for its fsync and copies.
+    pub visible: bool,
 }
 
 tokio::task_local! {
@@ -46,6 +49,18 @@ pub(crate) struct OnceJob {
     pub(crate) at_ns: i64,
     pub(crate) answer: fn(&Outcome) -> Option<Response>,
     pub(crate) settled: Arc<AtomicBool>,
+    pub(crate) visible: bool,
+}
+
+/// Whether the task's change asked for an answer once applied and `m` completes it: then
+/// nothing waits for `m`'s durability (multi-partition changes, whose other mutations are
+/// not the completing one, stay durable: their intents must be on disk for recovery).
+pub fn visible_completion(m: &Mutation) -> bool {
+    ONCE.try_with(|s| {
+        s.as_ref()
+            .is_some_and(|s| s.visible && (s.completes)(m) && !s.settled.load(Ordering::Acquire))
+    })
+    .unwrap_or(false)
 }
 
 /// The change `m` completes, if the task submitting it applies one and `m` is the
@@ -58,6 +73,7 @@ pub(crate) fn job_for(m: &Mutation) -> Option<OnceJob> {
             at_ns: s.at_ns,
             answer: s.answer,
             settled: s.settled.clone(),
+            visible: s.visible,
         })
     })
     .ok()

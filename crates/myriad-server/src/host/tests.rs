@@ -413,6 +413,16 @@ async fn send_once(
     seq: u64,
     request: ClientRequest,
 ) -> Result<Response, FsError> {
+    send_once_as(home, seq, request, false).await
+}
+
+/// `send_once`, answered once applied if `visible`.
+async fn send_once_as(
+    home: &Arc<Partition>,
+    seq: u64,
+    request: ClientRequest,
+    visible: bool,
+) -> Result<Response, FsError> {
     let id = myriad_proto::OnceId {
         client: 77,
         seq,
@@ -421,6 +431,7 @@ async fn send_once(
     let once = ClientRequest::Once {
         id,
         request: Box::new(request),
+        visible,
     };
     let epoch = home.state().map.epoch;
     home.dispatch(None, epoch, Caller::root(), Request::Client(once))
@@ -530,5 +541,59 @@ async fn an_open_of_an_existing_name_records_nothing() {
             .ok()
             .flatten(),
         None
+    );
+}
+
+/// docs/fuse.md "Durability": a change sent `visible` is answered once applied, naming
+/// the primary's incarnation; a barrier with that incarnation succeeds, with another (the
+/// primary changed since) it reports that the changes may be lost. A change spanning
+/// partitions is answered durable, as before.
+#[tokio::test(start_paused = true)]
+async fn a_change_answered_once_applied_names_its_incarnation_and_a_sync_checks_it() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let answer = send_once_as(&home, 1, create("/v"), true).await;
+    let Ok(Response::Applied {
+        answer,
+        incarnation,
+    }) = answer
+    else {
+        panic!("a visible create: {answer:?}");
+    };
+    assert!(
+        matches!(*answer, Response::Changed { inode: Some(_), .. }),
+        "{answer:?}"
+    );
+    assert_eq!(incarnation, home.incarnation);
+    assert!(home.store.entry("/", "v").ok().flatten().is_some());
+    let sync = |incarnation| {
+        let home = home.clone();
+        async move {
+            let epoch = home.state().map.epoch;
+            let req = Request::Client(ClientRequest::SyncPartition { incarnation });
+            home.dispatch(None, epoch, Caller::root(), req).await
+        }
+    };
+    assert_eq!(sync(incarnation).await, Ok(Response::Unit));
+    assert!(
+        matches!(sync(incarnation ^ 1).await, Err(FsError::Io(_))),
+        "a barrier for another incarnation's changes must not vouch for them"
+    );
+    // A retry of the change (same number) answers its recorded outcome, durable.
+    let again = send_once_as(&home, 1, create("/v"), true).await;
+    assert!(
+        matches!(again, Ok(Response::Changed { inode: Some(_), .. })),
+        "{again:?}"
+    );
+    // Not every change is answered early: one that spans partitions is durable.
+    let mkdir = ClientRequest::Mkdir {
+        path: "/dir".into(),
+        mode: 0o755,
+        shards: 0,
+    };
+    let made = send_once_as(&home, 2, mkdir, true).await;
+    assert!(
+        !matches!(made, Ok(Response::Applied { .. })),
+        "a mkdir answered before its intent was durable: {made:?}"
     );
 }

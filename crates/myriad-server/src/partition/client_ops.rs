@@ -199,6 +199,16 @@ impl Partition {
                     .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
                     .map(Response::Link)
             }
+            ClientRequest::SyncPartition { incarnation } => {
+                if incarnation != self.incarnation {
+                    return Err(FsError::Io(format!(
+                        "partition {}: its primary changed (a failover or restart) since it answered changes now being synced: they may be lost",
+                        self.me
+                    )));
+                }
+                self.applier.run(Mutation::Barrier).await?;
+                Ok(Response::Unit)
+            }
             ClientRequest::Sync { path, ino } => {
                 validate_path(&path)?;
                 self.own_entry(st, &path)?;

@@ -58,6 +58,26 @@ pub struct Partition {
     pub(crate) primary_through: AtomicU64,
     /// Set by `depose`: nothing more is done for this partition here.
     pub(crate) deposed: AtomicBool,
+    /// This opening of the partition as primary, as changes answered once applied name
+    /// it (`Response::Applied`): a barrier for them (`SyncPartition`) vouches for them
+    /// only if no other primary opened since.
+    pub(crate) incarnation: u64,
+}
+
+/// A number for one opening of partition `pid` as primary on server `server`: never the
+/// same for two openings (the time differs; the epoch too after a failover).
+pub(crate) fn incarnation(
+    server: myriad_placement::NodeId,
+    pid: myriad_placement::PartitionId,
+    epoch: u64,
+    now_ns: i64,
+) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&server.0.to_le_bytes());
+    h.update(&pid.0.to_le_bytes());
+    h.update(&epoch.to_le_bytes());
+    h.update(&now_ns.to_le_bytes());
+    h.digest()
 }
 
 /// `mkdir --shards N`: the split depth for N shards (N rounded up to a power of two).

@@ -39,6 +39,8 @@ impl Partition {
         durable: bool,
         changed: impl Fn(&Outcome) -> bool,
     ) -> Result<(Outcome, Option<Inode>), FsError> {
+        // A change answered once applied waits for its touch, not its durability.
+        let durable = durable && !crate::commit::once::visible_completion(&m);
         let (out, synced) = self.applier.run_staged(m).await?;
         let touch = async {
             if changed(&out) {

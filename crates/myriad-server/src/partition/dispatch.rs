@@ -91,9 +91,14 @@ impl Partition {
         body: Request,
     ) -> Result<Response, FsError> {
         match (from, body) {
-            (None, Request::Client(ClientRequest::Once { id, request })) => {
-                self.serve_once(epoch, caller, id, *request).await
-            }
+            (
+                None,
+                Request::Client(ClientRequest::Once {
+                    id,
+                    request,
+                    visible,
+                }),
+            ) => self.serve_once(epoch, caller, id, *request, visible).await,
             (None, body) => self.dispatch_request(None, epoch, caller, body).await,
             // Possibly in the task of a client's change on another partition of this
             // server: none of this work completes that change.

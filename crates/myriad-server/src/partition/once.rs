@@ -34,6 +34,7 @@ impl Partition {
         caller: Caller,
         id: OnceId,
         request: ClientRequest,
+        visible: bool,
     ) -> Result<Response, FsError> {
         if !request.is_change() {
             return Err(FsError::InvalidArgument(format!(
@@ -60,9 +61,18 @@ impl Partition {
             completes,
             answer,
             settled: settled.clone(),
+            visible,
         };
         let body = Request::Client(request);
         let result = scope(slot, self.dispatch_request(None, epoch, caller, body)).await;
+        // Answered once applied (its completing mutation did not wait for durability): the
+        // client syncs it later, with this incarnation. Otherwise it is durable already.
+        if visible && settled.load(Ordering::Acquire) {
+            return result.map(|answer| Response::Applied {
+                answer: Box::new(answer),
+                incarnation: self.incarnation,
+            });
+        }
         if let Ok(answer) = &result
             && !settled.load(Ordering::Acquire)
         {
