@@ -36,15 +36,23 @@ pub struct FuseArgs {
     /// Entries in the directory listed by the `ls -l` phase.
     #[arg(long, default_value_t = 10_000)]
     ls_entries: u64,
+    #[command(flatten)]
+    mounted: MountedBenchArgs,
+}
+
+/// What every benchmark through a mount takes: where its baseline runs, where results go,
+/// extra mount flags.
+#[derive(Args, Clone)]
+pub struct MountedBenchArgs {
     /// Where the local-disk baseline runs (default: the system temp dir).
     #[arg(long)]
-    local_dir: Option<PathBuf>,
+    pub local_dir: Option<PathBuf>,
     #[arg(long, default_value = "bench-results")]
-    out_dir: PathBuf,
+    pub out_dir: PathBuf,
     /// Extra `myriad mount` flag for the mounts (repeatable), e.g.
     /// `--mount-arg=--attr-ttl-ms=10000`; the defaults are measured without any.
     #[arg(long = "mount-arg", allow_hyphen_values = true)]
-    mount_args: Vec<String>,
+    pub mount_args: Vec<String>,
 }
 
 /// One worker process's share of a phase (hidden subcommand).
@@ -224,6 +232,24 @@ impl MountProc {
     }
 }
 
+/// A benchmark's local cluster of `nodes` servers under `dir` (`cluster/`), its map file,
+/// and an empty mount point (`mnt/`).
+pub(crate) async fn cluster_and_mountpoint(
+    dir: &Path,
+    nodes: usize,
+) -> anyhow::Result<(LocalCluster, PathBuf, PathBuf)> {
+    let cluster = LocalCluster::up(
+        &dir.join("cluster"),
+        nodes,
+        &NodeOptions::for_bench(Vec::new()),
+    )
+    .await?;
+    let map = crate::cluster::map_path(&cluster.dir);
+    let mnt = dir.join("mnt");
+    fs::create_dir(&mnt)?;
+    Ok((cluster, map, mnt))
+}
+
 /// Drops the local page cache (root only) so local "cold" phases are cold too.
 fn drop_local_caches() -> bool {
     // SAFETY: sync has no preconditions.
@@ -239,18 +265,15 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new()
         .prefix("myriad-bench-fuse-")
         .tempdir()?;
-    let cluster = LocalCluster::up(
-        &tmp.path().join("cluster"),
-        a.nodes,
-        &NodeOptions::for_bench(Vec::new()),
-    )
-    .await?;
-    let map = crate::cluster::map_path(&cluster.dir);
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt)?;
+    let (cluster, map, mnt) = cluster_and_mountpoint(tmp.path(), a.nodes).await?;
     let local_root = tempfile::Builder::new()
         .prefix("myriad-bench-fuse-local-")
-        .tempdir_in(a.local_dir.clone().unwrap_or_else(std::env::temp_dir))?;
+        .tempdir_in(
+            a.mounted
+                .local_dir
+                .clone()
+                .unwrap_or_else(std::env::temp_dir),
+        )?;
     eprintln!(
         "bench fuse: {} files per phase, {} workers, sizes {:?}, ls of {} entries, {}-node cluster",
         a.files, a.workers, a.sizes, a.ls_entries, a.nodes
@@ -279,8 +302,8 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
         );
     }
     println!("(ls: entries/s of one `ls -l`; read and ls run on a fresh mount: cold kernel cache)");
-    fs::create_dir_all(&a.out_dir)?;
-    let out = a.out_dir.join("bench-fuse.json");
+    fs::create_dir_all(&a.mounted.out_dir)?;
+    let out = a.mounted.out_dir.join("bench-fuse.json");
     fs::write(&out, serde_json::to_string_pretty(&rows)?)?;
     println!("results: {}", out.display());
     Ok(())
@@ -291,7 +314,7 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
     for &size in &a.sizes {
         let name = format!("s{size}");
         // Myriad, through the mount.
-        let mut m = MountProc::start(map, mnt, &a.mount_args)?;
+        let mut m = MountProc::start(map, mnt, &a.mounted.mount_args)?;
         let root = mnt.join(&name);
         prepare_dirs(&root, a)?;
         fill_ls_dir(&root.join("ls"), a.ls_entries, size)?;
@@ -300,7 +323,7 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
             if phase == "read" || phase == "ls" {
                 // Cold: a fresh mount has nothing cached in the kernel.
                 m.stop()?;
-                m = MountProc::start(map, mnt, &a.mount_args)?;
+                m = MountProc::start(map, mnt, &a.mounted.mount_args)?;
             }
             let v = if phase == "ls" {
                 run_ls(&root.join("ls"), a.ls_entries)?

@@ -14,7 +14,6 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::bench_fuse::MountProc;
-use crate::cluster::{LocalCluster, NodeOptions};
 use crate::workload::Rng;
 
 #[derive(Args, Clone)]
@@ -27,14 +26,8 @@ pub struct UntarArgs {
     /// A tarball to unpack instead of the generated one (any format `tar -x` reads).
     #[arg(long)]
     tarball: Option<PathBuf>,
-    /// Where the local-disk baseline runs (default: the system temp dir).
-    #[arg(long)]
-    local_dir: Option<PathBuf>,
-    #[arg(long, default_value = "bench-results")]
-    out_dir: PathBuf,
-    /// Extra `myriad mount` flag (repeatable); the defaults are measured without any.
-    #[arg(long = "mount-arg", allow_hyphen_values = true)]
-    mount_args: Vec<String>,
+    #[command(flatten)]
+    mounted: crate::bench_fuse::MountedBenchArgs,
 }
 
 #[derive(Serialize)]
@@ -147,7 +140,12 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
         .tempdir()?;
     let local_root = tempfile::Builder::new()
         .prefix("myriad-bench-untar-local-")
-        .tempdir_in(a.local_dir.clone().unwrap_or_else(std::env::temp_dir))?;
+        .tempdir_in(
+            a.mounted
+                .local_dir
+                .clone()
+                .unwrap_or_else(std::env::temp_dir),
+        )?;
     let (tarball, files) = match &a.tarball {
         Some(t) => {
             let listed = Command::new("tar").arg("-tf").arg(t).output()?;
@@ -185,17 +183,10 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
         "bench untar: {files} entries, {}-node cluster, 3 copies",
         a.nodes
     );
-    let cluster = LocalCluster::up(
-        &tmp.path().join("cluster"),
-        a.nodes,
-        &NodeOptions::for_bench(Vec::new()),
-    )
-    .await?;
-    let map = crate::cluster::map_path(&cluster.dir);
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt)?;
+    let (cluster, map, mnt) =
+        crate::bench_fuse::cluster_and_mountpoint(tmp.path(), a.nodes).await?;
     let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-        let m = MountProc::start(&map, &mnt, &a.mount_args)?;
+        let m = MountProc::start(&map, &mnt, &a.mounted.mount_args)?;
         let r = fs::create_dir(mnt.join("tree"))
             .context("mkdir on the mount")
             .and_then(|()| phases(&mnt, &tarball));
@@ -231,8 +222,8 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
             local_s: local[i],
         });
     }
-    fs::create_dir_all(&a.out_dir)?;
-    let out = a.out_dir.join("bench-untar.json");
+    fs::create_dir_all(&a.mounted.out_dir)?;
+    let out = a.mounted.out_dir.join("bench-untar.json");
     fs::write(
         &out,
         serde_json::to_string_pretty(&Report {
