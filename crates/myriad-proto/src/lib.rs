@@ -17,16 +17,16 @@ mod types;
 
 pub use error::{ErrorKind, FsError};
 pub use message::{
-    Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind,
-    RequestFrame, RequestFrameRef, Response, ResponseFrame,
+    Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, LeaseGrant, MAGIC,
+    PROTOCOL_VERSION, PeerKind, RequestFrame, RequestFrameRef, Response, ResponseFrame,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash};
 pub use path::{validate_name, validate_path};
 pub use request::{
     AdminRequest, BundleItem, ClientRequest, CopyRange, DirAction, DirTouchItem, ExportedEntry,
-    FromClient, FsckDir, FsckEntry, FsckRepair, InodeOp, OnceId, PeerRequest, RaftRpc, RenameFlags,
-    ReplOp, ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
+    FromClient, FsckDir, FsckEntry, FsckRepair, InodeOp, LeaseKey, OnceId, PeerRequest, RaftRpc,
+    RenameFlags, ReplOp, ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
 };
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, StatFs, Xattr,

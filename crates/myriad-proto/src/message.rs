@@ -28,7 +28,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 14: directory touches sent together (`PeerRequest::DirTouches`); anti-entropy
 /// (`ReplicaSums`, `ReplicaBucket`); changes answered once applied (`Once::visible`,
 /// `Response::Applied`, `SyncPartition`).
-pub const PROTOCOL_VERSION: u16 = 14;
+/// 15: directory leases (`ClientRequest::Leased`, `LeasePoll`, `LeaseRenew`).
+pub const PROTOCOL_VERSION: u16 = 15;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -268,6 +269,19 @@ pub enum Response {
         answer: Box<Response>,
         incarnation: u64,
     },
+    /// A read's answer, with the lease it asked for (`ClientRequest::Leased`) if granted:
+    /// good for `valid_ms` from when the request was sent. Not granted while a change
+    /// of the directory by another client is under way.
+    /// `answer` may be an error: a name that does not exist is leased too (a negative
+    /// entry).
+    Leased {
+        answer: Result<Box<Response>, FsError>,
+        lease: Option<LeaseGrant>,
+    },
+    /// The leases a server wants back (`ServerRequest::LeasePoll`).
+    Recalls(Vec<crate::request::LeaseKey>),
+    /// Per key of a `LeaseRenew`, whether it was renewed.
+    Renewed(Vec<bool>),
     /// A copy's bucket sums (`ReplicaRequest::ReplicaSums`).
     Sums(Vec<u64>),
     /// The keys of one bucket with a hash of each value (`ReplicaRequest::ReplicaBucket`).
@@ -284,7 +298,19 @@ impl Response {
             | Response::Fetched { data: d, .. }
             | Response::Data { data: d, .. } => d.len() + HEADERS,
             Response::DirPage { entries, .. } => entries.len() * 96 + HEADERS,
+            Response::Leased {
+                answer: Ok(answer), ..
+            }
+            | Response::Applied { answer, .. } => answer.size_hint() + HEADERS,
             _ => HEADERS,
         }
     }
+}
+
+/// A directory lease granted with a read (`Response::Leased`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    pub key: crate::request::LeaseKey,
+    /// Good for this long from when the read was sent, by the client's clock.
+    pub valid_ms: u64,
 }

@@ -258,6 +258,20 @@ pub enum ClientRequest {
     /// every copy, if its primary is still incarnation `incarnation` (the one that answered
     /// the changes being synced, `Response::Applied`); else `Io`: those changes may be lost.
     SyncPartition { incarnation: u64 },
+    /// Where `request` goes (a `Fetch`, `Stat`, `StatMany` or `ReadDir`): the read, and a
+    /// lease on the part of the directory it reads that this partition holds, for client
+    /// `holder` (docs/fuse.md "Directory leases"). The answer is `Response::Leased`.
+    Leased {
+        holder: u64,
+        request: Box<ClientRequest>,
+    },
+}
+
+/// What a directory lease covers: the entries of `dir` that partition `partition` holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LeaseKey {
+    pub partition: PartitionId,
+    pub dir: String,
 }
 
 /// A change's identity: the client that sends it (random per client), its number among
@@ -282,6 +296,20 @@ pub enum ServerRequest {
     GetMap,
     /// Any node: adopt `map` if its epoch is newer.
     InstallMap(Box<ClusterMap>),
+    /// Any node: `released` are leases of client `holder` it was asked to give back and
+    /// has (its caches of them dropped); then, the leases the server wants back from
+    /// `holder` (`Response::Recalls`), as soon as there are any or after at most
+    /// `wait_ms` (an empty list). A client keeps one such call waiting at every server
+    /// it holds leases from.
+    LeasePoll {
+        holder: u64,
+        released: Vec<LeaseKey>,
+        wait_ms: u64,
+    },
+    /// Any node: extends `holder`'s leases `keys` by a lease period counted from when
+    /// this was sent (`Response::Renewed`: per key, whether it was renewed; a lease being
+    /// recalled, or lost with a restart or a failover, is not).
+    LeaseRenew { holder: u64, keys: Vec<LeaseKey> },
 }
 
 /// Administration: holders of the cluster secret only (SECURITY.md); they read or change
@@ -760,6 +788,7 @@ impl ClientRequest {
             ClientRequest::SetXattr { .. } => "setxattr",
             ClientRequest::Sync { .. } => "sync",
             ClientRequest::SyncPartition { .. } => "sync_partition",
+            ClientRequest::Leased { request, .. } => request.op_name(),
             ClientRequest::Link { .. } => "link",
             ClientRequest::Once { request, .. } => request.op_name(),
             ClientRequest::Grant { .. } => "grant",
@@ -800,6 +829,8 @@ impl ServerRequest {
             ServerRequest::GetCounters => "get_counters",
             ServerRequest::GetMap => "get_map",
             ServerRequest::InstallMap(_) => "install_map",
+            ServerRequest::LeasePoll { .. } => "lease_poll",
+            ServerRequest::LeaseRenew { .. } => "lease_renew",
         }
     }
 }
@@ -941,7 +972,12 @@ impl Request {
     #[must_use]
     pub fn is_admin(&self) -> bool {
         match self {
-            Request::Server(r) => !matches!(r, ServerRequest::StatFs),
+            Request::Server(r) => !matches!(
+                r,
+                ServerRequest::StatFs
+                    | ServerRequest::LeasePoll { .. }
+                    | ServerRequest::LeaseRenew { .. }
+            ),
             Request::Admin(_) => true,
             Request::Peer(r) => matches!(
                 r,

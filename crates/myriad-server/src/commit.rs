@@ -460,6 +460,8 @@ impl ApplyLoop {
 #[derive(Clone)]
 pub struct Applier {
     tx: mpsc::Sender<Job>,
+    /// The gate every mutation passes (directory leases); none in unit tests.
+    leases: Option<Arc<leases::LeaseTable>>,
     /// Durable replies also wait for every copy's ack.
     copies: Arc<dyn Ship>,
     /// Set when the partition is no longer served here: nothing more is committed.
@@ -526,9 +528,30 @@ impl Applier {
         }
         Ok(Applier {
             tx,
+            leases: None,
             copies,
             retired,
         })
+    }
+
+    /// The applier with `table` as the gate of every mutation (directory leases).
+    #[must_use]
+    pub fn with_leases(mut self, table: Arc<leases::LeaseTable>) -> Applier {
+        self.leases = Some(table);
+        self
+    }
+
+    /// The partition's directory leases.
+    pub fn leases(&self) -> Option<&Arc<leases::LeaseTable>> {
+        self.leases.as_ref()
+    }
+
+    /// Recalls the directory leases `mutation` breaks (not its own client's) and waits
+    /// for them: held until the mutation is applied.
+    async fn gate(&self, mutation: &Mutation) -> Option<leases::ChangeGuard> {
+        let table = self.leases.as_ref()?;
+        let changed = crate::state::changed_dirs::changed_dirs(mutation);
+        Some(table.before(changed, once::task_client()).await)
     }
 
     /// Refuses from now on: every mutation not yet applied fails with `Unavailable` (without
@@ -577,6 +600,7 @@ impl Applier {
     /// when it is durable: work that needs only the change visible overlaps the group
     /// commit and the backups' acknowledgements. A failed mutation fails here.
     pub async fn run_staged(&self, mutation: Mutation) -> Result<(Outcome, Durable), FsError> {
+        let _gate = self.gate(&mutation).await;
         let (reply, rx) = oneshot::channel();
         let (synced, synced_rx) = oneshot::channel();
         self.tx
@@ -600,6 +624,7 @@ impl Applier {
     }
 
     async fn submit(&self, mutation: Mutation, durable: bool) -> Result<Outcome, FsError> {
+        let gate = self.gate(&mutation).await;
         let (reply, rx) = oneshot::channel();
         let once = once::job_for(&mutation);
         // A change the client wants answered once applied: its completing mutation is
@@ -618,6 +643,7 @@ impl Applier {
         let done = rx
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
+        drop(gate);
         if durable {
             self.copies.wait(done.seq).await?;
         }
@@ -625,6 +651,7 @@ impl Applier {
     }
 }
 
+pub mod leases;
 pub mod once;
 
 #[cfg(test)]

@@ -76,6 +76,8 @@ pub struct Host {
     pub(crate) bundler: crate::replication::bundle::Bundler,
     /// Directory touches of all partitions here, sent together per target partition.
     pub(crate) touch_sender: Arc<crate::partition::touch_sender::TouchSender>,
+    /// Directory-lease recalls on their way to clients (recalls.rs).
+    pub(crate) recalls: Arc<crate::recalls::Recalls>,
 }
 
 pub(crate) enum OpenError {
@@ -142,6 +144,7 @@ impl Host {
             space: crate::space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
             bundler: crate::replication::bundle::Bundler::default(),
             touch_sender: Arc::default(),
+            recalls: Arc::default(),
             config,
         })
     }
@@ -597,7 +600,11 @@ impl Host {
             replicator.clone(),
             self.runner,
         )
-        .map_err(OpenError::Io)?;
+        .map_err(OpenError::Io)?
+        .with_leases(Arc::new(crate::commit::leases::LeaseTable::new(
+            pid,
+            self.recalls.clone(),
+        )));
         Ok(Arc::new(Partition {
             me: pid,
             env: self.clone(),

@@ -19,6 +19,9 @@ use crate::locks::read;
 use crate::replication::wire::digest;
 use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ReplicaRequest, ServerRequest};
 
+/// The longest a `LeasePoll` waits: well inside a client's request timeout.
+const LEASE_POLL_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Host {
     /// Requests addressed to the server rather than a partition.
     pub(crate) async fn dispatch_server(
@@ -52,6 +55,30 @@ impl Host {
                 Ok(Response::Unit)
             }
             Request::Server(ServerRequest::GetMap) => Ok(Response::Map(Box::new(st.map.clone()))),
+            Request::Server(ServerRequest::LeasePoll {
+                holder,
+                released,
+                wait_ms,
+            }) => {
+                for key in &released {
+                    if let Some(t) = self.partition(key.partition).and_then(|p| p.leases()) {
+                        t.release(&key.dir, holder);
+                    }
+                }
+                let wait = std::time::Duration::from_millis(wait_ms).min(LEASE_POLL_MAX);
+                Ok(Response::Recalls(self.recalls.poll(holder, wait).await))
+            }
+            Request::Server(ServerRequest::LeaseRenew { holder, keys }) => {
+                let renewed = keys
+                    .iter()
+                    .map(|k| {
+                        self.partition(k.partition)
+                            .and_then(|p| p.leases())
+                            .is_some_and(|t| t.renew(&k.dir, holder))
+                    })
+                    .collect();
+                Ok(Response::Renewed(renewed))
+            }
             // From a server: a committed map it holds and we lack.
             Request::Server(ServerRequest::InstallMap(map)) if from_server => {
                 map.validate()

@@ -21,6 +21,7 @@ mod host_serve;
 mod locks;
 mod membership;
 mod partition;
+mod recalls;
 mod replication;
 mod seams;
 mod space;

@@ -79,3 +79,11 @@ pub(crate) fn job_for(m: &Mutation) -> Option<OnceJob> {
     .ok()
     .flatten()
 }
+
+/// The client whose change the current task applies (`None` outside any change: a
+/// server's own work, or a request not sent once).
+pub fn task_client() -> Option<u64> {
+    ONCE.try_with(|s| s.as_ref().map(|s| s.id.client))
+        .ok()
+        .flatten()
+}

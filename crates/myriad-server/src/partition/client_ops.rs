@@ -38,9 +38,11 @@ impl Partition {
                 self.grant(&caller, &path, ino, write, opened).await
             }
             // Unwrapped by `dispatch` when it comes from a client.
-            ClientRequest::Once { .. } => Err(FsError::InvalidArgument(
-                "a change sent once comes from its client".into(),
-            )),
+            ClientRequest::Once { .. } | ClientRequest::Leased { .. } => {
+                Err(FsError::InvalidArgument(
+                    "a change sent once or a leased read comes from its client".into(),
+                ))
+            }
             ClientRequest::Link { from, to } => {
                 validate_path(&from)?;
                 self.own_entry(st, &from)?;

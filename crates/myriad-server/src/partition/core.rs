@@ -93,6 +93,11 @@ pub(super) fn shard_depth(shards: u32) -> Result<u8, FsError> {
 }
 
 impl Partition {
+    /// The partition's directory leases.
+    pub(crate) fn leases(&self) -> Option<Arc<crate::commit::leases::LeaseTable>> {
+        self.applier.leases().cloned()
+    }
+
     pub(crate) fn state(&self) -> Arc<MapState> {
         self.env.map()
     }

@@ -99,11 +99,54 @@ impl Partition {
                     visible,
                 }),
             ) => self.serve_once(epoch, caller, id, *request, visible).await,
+            (None, Request::Client(ClientRequest::Leased { holder, request })) => {
+                self.serve_leased(epoch, caller, holder, *request).await
+            }
             (None, body) => self.dispatch_request(None, epoch, caller, body).await,
             // Possibly in the task of a client's change on another partition of this
             // server: none of this work completes that change.
             (from, body) => outside(self.dispatch_request(from, epoch, caller, body)).await,
         }
+    }
+
+    /// A read with a lease on the directory it reads (docs/fuse.md "Directory leases"):
+    /// granted before the read runs, so a change applied after the read's answer was
+    /// made recalls it first.
+    async fn serve_leased(
+        self: &Arc<Self>,
+        epoch: u64,
+        caller: Caller,
+        holder: u64,
+        request: ClientRequest,
+    ) -> Result<Response, FsError> {
+        let dir = match &request {
+            ClientRequest::Fetch { path, .. } | ClientRequest::Stat { path } => {
+                (path != "/").then(|| myriad_placement::parent_of(path).to_string())
+            }
+            ClientRequest::StatMany { dir, .. } => Some(dir.clone()),
+            ClientRequest::ReadDir { path, .. } => Some(path.clone()),
+            _ => {
+                return Err(FsError::InvalidArgument(
+                    "only reads (fetch, stat, stat_many, readdir) come with a lease".into(),
+                ));
+            }
+        };
+        let lease = dir
+            .as_deref()
+            .and_then(|d| self.leases().and_then(|t| t.grant(d, holder)));
+        let answer = self
+            .dispatch_request(None, epoch, caller, Request::Client(request))
+            .await
+            .map(Box::new);
+        // A negative entry is leased; other errors carry none.
+        let lease = match &answer {
+            Ok(_) | Err(FsError::NotFound) => lease.map(|key| myriad_proto::LeaseGrant {
+                key,
+                valid_ms: crate::commit::leases::LEASE_PERIOD.as_millis() as u64,
+            }),
+            Err(_) => None,
+        };
+        Ok(Response::Leased { answer, lease })
     }
 
     /// One request (a change sent once is unwrapped by `serve_once` first).

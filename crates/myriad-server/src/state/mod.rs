@@ -4,6 +4,7 @@
 //! its own (times come in with the mutation).
 
 mod attrs;
+pub(crate) mod changed_dirs;
 mod data;
 mod dirs;
 mod files;

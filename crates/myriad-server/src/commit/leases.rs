@@ -1,0 +1,246 @@
+//! Directory leases of one partition (docs/fuse.md "Directory leases"): who may cache the
+//! entries of which directory, and the gate every mutation passes before it is applied.
+//!
+//! Invariant: a mutation that changes entries of directory D is applied only once every
+//! lease on D held by a client other than the one making the change was given back or has
+//! expired; and no lease on D is granted or renewed from the moment such a mutation
+//! reaches the gate until it is applied. So a client holding a valid lease never caches
+//! an entry older than a change another client was told is done.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use myriad_placement::PartitionId;
+use myriad_proto::LeaseKey;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::recalls::Recalls;
+use crate::state::changed_dirs::ChangedDirs;
+
+/// How long a lease lasts from its grant or renewal. At most `DOWN_AFTER - LEASE` (0.8 s):
+/// then every lease an old primary granted has ended before a new primary of its
+/// partition serves, and a failover needs no grace period (docs/fuse.md).
+pub const LEASE_PERIOD: Duration = Duration::from_millis(800);
+/// After a lease on a directory was recalled, none is granted on it for this long: two
+/// clients changing one directory work without leases instead of recalling each other's
+/// at every change.
+const CONTENDED_FOR: Duration = Duration::from_secs(2);
+/// Expired leases are swept out every this many grants.
+const SWEEP_EVERY: u64 = 4096;
+
+pub struct LeaseTable {
+    me: PartitionId,
+    recalls: Arc<Recalls>,
+    inner: Mutex<Inner>,
+    /// Woken by every release.
+    released: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    dirs: HashMap<String, DirLeases>,
+    /// Mutations at the gate that may change any directory (`ChangedDirs::All`).
+    all_pending: usize,
+    grants: u64,
+}
+
+#[derive(Default)]
+struct DirLeases {
+    /// Holder -> when its lease ends.
+    holders: HashMap<u64, Instant>,
+    /// Mutations of this directory past the gate and not yet applied.
+    pending: usize,
+    last_recall: Option<Instant>,
+}
+
+impl DirLeases {
+    fn idle(&self) -> bool {
+        self.holders.is_empty() && self.pending == 0 && self.last_recall.is_none()
+    }
+}
+
+/// Held while a mutation that passed the gate is applied.
+pub struct ChangeGuard {
+    table: Arc<LeaseTable>,
+    changed: ChangedDirs,
+}
+
+impl Drop for ChangeGuard {
+    fn drop(&mut self) {
+        let Ok(mut inner) = self.table.inner.lock() else {
+            return;
+        };
+        match &self.changed {
+            ChangedDirs::None => {}
+            ChangedDirs::All => inner.all_pending -= 1,
+            ChangedDirs::Dirs(dirs) => {
+                for d in dirs {
+                    if let Some(l) = inner.dirs.get_mut(d) {
+                        l.pending -= 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl LeaseTable {
+    #[must_use]
+    pub fn new(me: PartitionId, recalls: Arc<Recalls>) -> LeaseTable {
+        LeaseTable {
+            me,
+            recalls,
+            inner: Mutex::new(Inner::default()),
+            released: Notify::new(),
+        }
+    }
+
+    fn key(&self, dir: &str) -> LeaseKey {
+        LeaseKey {
+            partition: self.me,
+            dir: dir.to_string(),
+        }
+    }
+
+    /// A lease on `dir` for `holder`, unless a change of it is under way or it was
+    /// contended lately. Recorded before the read it comes with runs.
+    pub fn grant(&self, dir: &str, holder: u64) -> Option<LeaseKey> {
+        let mut inner = self.inner.lock().ok()?;
+        let now = Instant::now();
+        inner.grants += 1;
+        if inner.grants.is_multiple_of(SWEEP_EVERY) {
+            inner.dirs.retain(|_, l| {
+                l.holders.retain(|_, end| *end > now);
+                if l.last_recall.is_some_and(|t| now - t > CONTENDED_FOR) {
+                    l.last_recall = None;
+                }
+                !l.idle()
+            });
+        }
+        if inner.all_pending > 0 {
+            return None;
+        }
+        let l = inner.dirs.entry(dir.to_string()).or_default();
+        if l.pending > 0 || l.last_recall.is_some_and(|t| now - t < CONTENDED_FOR) {
+            return None;
+        }
+        l.holders.insert(holder, now + LEASE_PERIOD);
+        Some(self.key(dir))
+    }
+
+    /// Extends `holder`'s lease on `dir` by a lease period, if it still holds one and no
+    /// change of the directory is under way.
+    pub fn renew(&self, dir: &str, holder: u64) -> bool {
+        let Ok(mut inner) = self.inner.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let all_pending = inner.all_pending;
+        let Some(l) = inner.dirs.get_mut(dir) else {
+            return false;
+        };
+        match l.holders.get_mut(&holder) {
+            Some(end) if *end > now && l.pending == 0 && all_pending == 0 => {
+                *end = now + LEASE_PERIOD;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `holder` gave its lease on `dir` back (it no longer caches the directory).
+    pub fn release(&self, dir: &str, holder: u64) {
+        if let Ok(mut inner) = self.inner.lock()
+            && let Some(l) = inner.dirs.get_mut(dir)
+        {
+            l.holders.remove(&holder);
+        }
+        self.released.notify_waiters();
+    }
+
+    /// The gate: recalls the leases a mutation changing `changed` breaks (every holder's
+    /// but `requester`'s) and returns once each was given back or expired. New grants of
+    /// those directories wait until the guard is dropped (after the mutation applied).
+    pub async fn before(
+        self: &Arc<Self>,
+        changed: ChangedDirs,
+        requester: Option<u64>,
+    ) -> ChangeGuard {
+        let mut waiting: Vec<(String, u64)> = Vec::new();
+        if let Ok(mut inner) = self.inner.lock() {
+            let now = Instant::now();
+            let mut recall = |dir: &String, l: &mut DirLeases| {
+                for (h, end) in &l.holders {
+                    if Some(*h) != requester && *end > now {
+                        waiting.push((dir.clone(), *h));
+                        l.last_recall = Some(now);
+                    }
+                }
+            };
+            match &changed {
+                ChangedDirs::None => {}
+                ChangedDirs::All => {
+                    inner.all_pending += 1;
+                    for (d, l) in &mut inner.dirs {
+                        recall(d, l);
+                    }
+                }
+                ChangedDirs::Dirs(dirs) => {
+                    for d in dirs {
+                        let l = inner.dirs.entry(d.clone()).or_default();
+                        l.pending += 1;
+                        if !l.holders.is_empty() {
+                            recall(d, l);
+                        }
+                    }
+                }
+            }
+        }
+        for (dir, holder) in &waiting {
+            self.recalls.push(*holder, self.key(dir));
+        }
+        while !waiting.is_empty() {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let next_end = {
+                let Ok(mut inner) = self.inner.lock() else {
+                    break;
+                };
+                let now = Instant::now();
+                let mut next_end: Option<Instant> = None;
+                waiting.retain(|(dir, holder)| {
+                    let Some(l) = inner.dirs.get_mut(dir) else {
+                        return false;
+                    };
+                    match l.holders.get(holder) {
+                        Some(end) if *end > now => {
+                            next_end = Some(next_end.map_or(*end, |n| n.min(*end)));
+                            true
+                        }
+                        Some(_) => {
+                            l.holders.remove(holder);
+                            false
+                        }
+                        None => false,
+                    }
+                });
+                next_end
+            };
+            let Some(end) = next_end else { break };
+            tokio::select! {
+                () = &mut released => {}
+                () = tokio::time::sleep_until(end) => {}
+            }
+        }
+        ChangeGuard {
+            table: self.clone(),
+            changed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+use super::*;
+
+fn table() -> (Arc<LeaseTable>, Arc<Recalls>) {
+    let recalls = Arc::new(Recalls::default());
+    (
+        Arc::new(LeaseTable::new(PartitionId(1), recalls.clone())),
+        recalls,
+    )
+}
+
+fn dirs(d: &str) -> ChangedDirs {
+    ChangedDirs::Dirs(vec![d.to_string()])
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
+    let (t, recalls) = table();
+    // Holder 7 polls, so it can be told.
+    let poll = {
+        let r = recalls.clone();
+        tokio::spawn(async move { r.poll(7, Duration::from_secs(5)).await })
+    };
+    tokio::task::yield_now().await;
+    assert!(t.grant("/d", 7).is_some());
+    assert!(t.grant("/d", 8).is_some());
+    // Holder 8's own change does not wait for its own lease, but for 7's.
+    let started = Instant::now();
+    let change = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            let g = t.before(dirs("/d"), Some(8)).await;
+            (Instant::now(), g)
+        })
+    };
+    let recalled = poll.await.unwrap();
+    assert_eq!(
+        recalled,
+        vec![t.key("/d")],
+        "holder 7 is asked to give /d back"
+    );
+    // Nothing granted on /d while the change is under way.
+    assert!(t.grant("/d", 9).is_none());
+    assert!(!t.renew("/d", 8), "no renewal while a change is under way");
+    tokio::time::advance(Duration::from_millis(100)).await;
+    t.release("/d", 7);
+    let (passed_at, guard) = change.await.unwrap();
+    assert!(passed_at - started < LEASE_PERIOD, "released, not expired");
+    assert!(t.grant("/d", 9).is_none(), "still under way until applied");
+    drop(guard);
+    // Contended lately: no grants for a while, then again.
+    assert!(t.grant("/d", 9).is_none());
+    tokio::time::advance(CONTENDED_FOR).await;
+    assert!(t.grant("/d", 9).is_some());
+    // Other directories were never held back.
+    assert!(t.grant("/e", 7).is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_that_does_not_answer_is_waited_out_and_nothing_else_waits() {
+    let (t, _recalls) = table();
+    assert!(t.grant("/d", 7).is_some());
+    tokio::time::advance(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let g = t.before(dirs("/d"), None).await;
+    let waited = started.elapsed();
+    assert!(waited >= LEASE_PERIOD - Duration::from_millis(300));
+    assert!(waited <= LEASE_PERIOD);
+    drop(g);
+    // No holders: no wait at all.
+    let started = Instant::now();
+    drop(t.before(dirs("/other"), None).await);
+    drop(t.before(ChangedDirs::None, None).await);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    // An expired lease is not renewed.
+    assert!(t.grant("/x", 3).is_some());
+    tokio::time::advance(LEASE_PERIOD).await;
+    assert!(!t.renew("/x", 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_of_everything_recalls_every_lease_and_holds_every_grant() {
+    let (t, _recalls) = table();
+    assert!(t.grant("/a", 1).is_some());
+    assert!(t.grant("/b", 2).is_some());
+    let change = {
+        let t = t.clone();
+        tokio::spawn(async move { t.before(ChangedDirs::All, None).await })
+    };
+    tokio::task::yield_now().await;
+    assert!(t.grant("/c", 3).is_none());
+    t.release("/a", 1);
+    tokio::task::yield_now().await;
+    assert!(!change.is_finished(), "still waiting for /b");
+    t.release("/b", 2);
+    let g = change.await.unwrap();
+    drop(g);
+    assert!(t.grant("/c", 3).is_some());
+    assert!(t.renew("/c", 3));
+}

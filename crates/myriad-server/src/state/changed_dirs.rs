@@ -1,0 +1,131 @@
+//! Which directories' entries a mutation may change: what a partition recalls directory
+//! leases on before applying it (docs/fuse.md "Directory leases"). Pure.
+
+use myriad_placement::parent_of;
+
+use crate::state::ops::{Mutation, ShardMutation};
+
+/// The entries a mutation may change.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ChangedDirs {
+    /// No entry (data past the first chunk, bookkeeping of outcomes and intents).
+    None,
+    /// Entries of these directories (held by this partition).
+    Dirs(Vec<String>),
+    /// Entries this mutation cannot name without reading the store (the steps of
+    /// two-partition protocols that name only their intent, repairs): every lease of
+    /// the partition is recalled. Rare.
+    All,
+}
+
+/// What `m` may change.
+#[must_use]
+pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
+    let one = |d: &str| ChangedDirs::Dirs(vec![d.to_string()]);
+    match m {
+        Mutation::Barrier
+        | Mutation::RecordOnce { .. }
+        | Mutation::ForgetOnces { .. }
+        | Mutation::Decide { .. }
+        | Mutation::DeleteIntent { .. }
+        // Data past chunk 0 is not covered by leases (close-to-open checks it). Repaired
+        // blocks are what the intact copies held, so what any reader saw.
+        | Mutation::WriteChunk { .. }
+        | Mutation::ChunkTrim { .. }
+        | Mutation::ChunkTrimFrom { .. }
+        | Mutation::DropBlocks { .. }
+        | Mutation::RepairBlock { .. }
+        // Hard-linked inodes (in `//i`) are never cached under a lease: a client does
+        // not keep a name whose file has more than one link.
+        | Mutation::AdjustLinks { .. } => ChangedDirs::None,
+        Mutation::CreateFile { dir, .. }
+        | Mutation::Symlink { dir, .. }
+        | Mutation::Mknod { dir, .. }
+        | Mutation::Unlink { dir, .. }
+        | Mutation::SetAttr { dir, .. }
+        | Mutation::DirTouch { dir, .. }
+        | Mutation::Write { dir, .. }
+        | Mutation::ExtendSize { dir, .. }
+        | Mutation::Truncate { dir, .. }
+        | Mutation::MkdirBegin { dir, .. }
+        | Mutation::RmdirBegin { dir, .. }
+        | Mutation::ResolveEntry { dir, .. }
+        | Mutation::LinkSource { dir, .. }
+        | Mutation::PutLinkRef { dir, .. } => one(dir),
+        Mutation::DirTouches(touches) => {
+            let mut dirs: Vec<String> = touches.iter().map(|t| t.dir.clone()).collect();
+            dirs.sort();
+            dirs.dedup();
+            ChangedDirs::Dirs(dirs)
+        }
+        Mutation::RenameLocal { from, to, .. } | Mutation::RenameSourceBegin { from, to, .. } => {
+            let mut dirs = vec![parent_of(from).to_string(), parent_of(to).to_string()];
+            dirs.dedup();
+            ChangedDirs::Dirs(dirs)
+        }
+        Mutation::RenamePrepare { to, .. } => one(parent_of(to)),
+        Mutation::DirObjectCreate { path, .. }
+        | Mutation::DirObjectRemove { path, .. }
+        | Mutation::DirFreeze { path, .. }
+        | Mutation::DirImport { path, .. }
+        | Mutation::DirFinish { path, .. } => one(path),
+        Mutation::Shard(
+            ShardMutation::SplitBegin { dir, .. }
+            | ShardMutation::Import { dir, .. }
+            | ShardMutation::Finish { dir, .. }
+            | ShardMutation::MapChange { dir, .. }
+            | ShardMutation::Create { dir, .. },
+        ) => one(dir),
+        Mutation::InitRoot { .. }
+        | Mutation::RenameSourceDecide { .. }
+        | Mutation::RenameTargetResolve { .. }
+        | Mutation::Shard(ShardMutation::SplitCommit { .. } | ShardMutation::SplitAbort { .. })
+        | Mutation::RepairRecord { .. }
+        | Mutation::Resync { .. } => ChangedDirs::All,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use myriad_proto::{InodeId, RenameFlags};
+
+    #[test]
+    fn entry_changes_name_their_directories_and_intent_steps_everything() {
+        let unlink = Mutation::Unlink {
+            dir: "/a".into(),
+            name: "f".into(),
+        };
+        assert_eq!(changed_dirs(&unlink), ChangedDirs::Dirs(vec!["/a".into()]));
+        let rename = Mutation::RenameLocal {
+            from: "/a/x".into(),
+            to: "/b/y".into(),
+            flags: RenameFlags::default(),
+            now: 0,
+        };
+        assert_eq!(
+            changed_dirs(&rename),
+            ChangedDirs::Dirs(vec!["/a".into(), "/b".into()])
+        );
+        let within = Mutation::RenameLocal {
+            from: "/a/x".into(),
+            to: "/a/y".into(),
+            flags: RenameFlags::default(),
+            now: 0,
+        };
+        assert_eq!(changed_dirs(&within), ChangedDirs::Dirs(vec!["/a".into()]));
+        let decide = Mutation::RenameSourceDecide {
+            txid: 1,
+            commit: true,
+            moves: Vec::new(),
+        };
+        assert_eq!(changed_dirs(&decide), ChangedDirs::All);
+        let chunk = Mutation::WriteChunk {
+            ino: InodeId(9),
+            chunk: 1,
+            offset: 0,
+            data: vec![1],
+        };
+        assert_eq!(changed_dirs(&chunk), ChangedDirs::None);
+    }
+}
