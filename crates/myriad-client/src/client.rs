@@ -53,6 +53,9 @@ pub struct ClientConfig {
     /// applied on their primary, durable at the next `sync_changes` (a mount: durability
     /// at fsync, docs/fuse.md "Durability").
     pub durable_changes: bool,
+    /// Keep names and attributes under directory leases, answering from them while the
+    /// servers have not recalled them (docs/fuse.md "Directory leases"). Off by default.
+    pub leases: bool,
 }
 
 impl ClientConfig {
@@ -67,6 +70,7 @@ impl ClientConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             id: rand::random::<u64>().max(1),
             durable_changes: true,
+            leases: false,
         }
     }
 }
@@ -116,6 +120,8 @@ pub struct Client {
     /// Partitions holding changes of this client answered once applied and not yet known
     /// durable (`durable_changes` off).
     unsynced: std::sync::Mutex<std::collections::BTreeMap<PartitionId, Unsynced>>,
+    /// Directory leases and what they cover (`config.leases`).
+    pub(crate) leases: Arc<crate::leases::Leases>,
 }
 
 /// A partition's changes answered once applied, since its last sync.
@@ -178,7 +184,6 @@ impl Client {
                 ring,
             })),
             transport,
-            config,
             shards: ShardCache::default(),
             caps: crate::caps::Caps::default(),
             changes: std::sync::Mutex::new(Changes {
@@ -186,6 +191,8 @@ impl Client {
                 waiting: std::collections::BTreeSet::new(),
             }),
             unsynced: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+            leases: Arc::new(crate::leases::Leases::new(config.id)),
+            config,
         })
     }
 
@@ -282,6 +289,18 @@ impl Client {
     /// pushing our map to nodes that are behind, and retrying `Busy` until the deadline.
     pub(crate) async fn call(&self, route: Route, req: Request) -> Result<Response, FsError> {
         // A change gets its number once; every retry below sends that same number.
+        let (paths, subtree) = match &req {
+            Request::Client(c) if self.config.leases => crate::leases::changed_paths(c),
+            _ => (Vec::new(), false),
+        };
+        let paths: Vec<String> = paths.into_iter().map(str::to_string).collect();
+        let forget = |paths: &[String]| {
+            if !paths.is_empty() {
+                let p: Vec<&str> = paths.iter().map(String::as_str).collect();
+                self.leases.forget_change(&p, subtree);
+            }
+        };
+        forget(&paths);
         let (req, _waiting) = match req {
             Request::Client(c) if c.is_change() => {
                 let (id, waiting) = self.once();
@@ -296,13 +315,15 @@ impl Client {
         };
         // Routing signals are the client library's business, never its callers' (they see
         // errnos and the three "try again" errors: `FsError::kind`).
-        self.route(route, req).await.map_err(|e| {
+        let answer = self.route(route, req).await.map_err(|e| {
             if e.is_routing() {
                 FsError::Unavailable(format!("the cluster's routing did not settle: {e}"))
             } else {
                 e
             }
-        })
+        });
+        forget(&paths);
+        answer
     }
 
     /// A change answered once applied by incarnation `incarnation` of partition `pid`'s
@@ -697,15 +718,110 @@ impl Client {
     // ---- metadata ----
 
     pub async fn stat(&self, path: &str) -> Result<Inode, FsError> {
+        let req = ClientRequest::Stat {
+            path: path.to_string(),
+        };
+        if self.config.leases {
+            return match self.leased_entry(path, req, 0).await? {
+                Response::Fetched { inode, .. } => Ok(inode),
+                other => expect_attr(other),
+            };
+        }
         expect_attr(
-            self.entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::Stat {
-                    path: path.to_string(),
-                }),
-            )
-            .await?,
+            self.entry_op(path, myriad_proto::Request::Client(req))
+                .await?,
         )
+    }
+
+    /// Sets the function told of names dropped from the lease cache by a recall (a
+    /// mount invalidates the kernel's copies there).
+    pub fn set_recall_hook(&self, hook: crate::leases::RecallHook) {
+        self.leases.set_hook(hook);
+    }
+
+    /// When the lease covering `dir` ends (`None`: not held), by this client's clock.
+    #[must_use]
+    pub fn lease_until(&self, dir: &str) -> Option<tokio::time::Instant> {
+        if !self.config.leases {
+            return None;
+        }
+        self.leases.holds(dir)
+    }
+
+    /// A read of `path`'s entry (`Stat`, or `Fetch` of `asked` bytes) answered from the
+    /// lease cache when it covers it, else sent with a lease asked for, the answer kept
+    /// under it (docs/fuse.md "Directory leases").
+    async fn leased_entry(
+        &self,
+        path: &str,
+        read: ClientRequest,
+        asked: u64,
+    ) -> Result<Response, FsError> {
+        use crate::leases::Cached;
+        validate_path(path)?;
+        let (dir, name) = split_parent(path);
+        match self.leases.get(dir, name) {
+            Some(Cached::Missing) if path != "/" => return Err(FsError::NotFound),
+            Some(Cached::Found {
+                inode,
+                data,
+                asked: had,
+            }) if had >= asked
+                || (inode.kind == FileKind::File && data.len() as u64 >= inode.size) =>
+            {
+                let mut data = data;
+                data.truncate(usize::try_from(asked).unwrap_or(usize::MAX));
+                return Ok(Response::Fetched { inode, data });
+            }
+            _ => {}
+        }
+        let generation = (tokio::time::Instant::now(), self.leases.generation(dir));
+        let req = myriad_proto::Request::Client(ClientRequest::Leased {
+            holder: self.leases.holder,
+            request: Box::new(read),
+        });
+        let (answer, lease) = match self.call(Route::Entry(path.to_string()), req).await {
+            Ok(Response::Leased { answer, lease }) => (answer, lease),
+            Ok(other) => return Err(unexpected(&other)),
+            Err(e) => return Err(self.refine(path, e).await),
+        };
+        let (cached, result) = match answer {
+            Ok(r) => {
+                let cached = match &*r {
+                    Response::Attr(inode) => Some(Cached::Found {
+                        inode: inode.clone(),
+                        data: Vec::new(),
+                        asked: 0,
+                    }),
+                    Response::Fetched { inode, data } => Some(Cached::Found {
+                        inode: inode.clone(),
+                        data: data.clone(),
+                        asked,
+                    }),
+                    _ => None,
+                };
+                self.note_parent(path, &r);
+                (cached, Ok(*r))
+            }
+            Err(e) => {
+                let e = self.refine(path, e).await;
+                ((e == FsError::NotFound).then_some(Cached::Missing), Err(e))
+            }
+        };
+        if let (Some(grant), Some(cached)) = (lease, cached)
+            && let Some(addr) = self.st().map.partition_addr(grant.key.partition)
+            && let Some(start) =
+                self.leases
+                    .put(dir, name, cached, &grant, generation, addr.to_string())
+        {
+            tokio::spawn(self.leases.clone().poll(
+                self.transport.clone(),
+                start,
+                self.config.caller.clone(),
+                self.config.request_timeout,
+            ));
+        }
+        result
     }
 
     /// Attributes of many names in one directory, in one round trip per 4096 names.
@@ -729,16 +845,17 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
-        match self
-            .entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::Fetch {
-                    path: path.to_string(),
-                    max_bytes,
-                }),
-            )
-            .await?
-        {
+        let req = ClientRequest::Fetch {
+            path: path.to_string(),
+            max_bytes,
+        };
+        let answer = if self.config.leases {
+            self.leased_entry(path, req, max_bytes).await?
+        } else {
+            self.entry_op(path, myriad_proto::Request::Client(req))
+                .await?
+        };
+        match answer {
             Response::Fetched { inode, data } => Ok((inode, data)),
             other => Err(unexpected(&other)),
         }

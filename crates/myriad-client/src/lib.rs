@@ -11,9 +11,11 @@ mod caps;
 mod client;
 mod dirs;
 mod file;
+mod leases;
 
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
+pub use leases::RecallHook;
 pub use myriad_net::Transport;
 pub use myriad_placement::{
     ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Move, NodeId, NodeInfo,

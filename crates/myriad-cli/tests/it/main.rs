@@ -16,6 +16,7 @@ mod fuse_semantics;
 mod harness;
 mod hugedirs;
 mod integrity;
+mod leases;
 mod links;
 mod mount;
 mod netsplit;

@@ -134,18 +134,20 @@ impl Partition {
         let lease = dir
             .as_deref()
             .and_then(|d| self.leases().and_then(|t| t.grant(d, holder)));
-        let answer = self
+        let answer = match self
             .dispatch_request(None, epoch, caller, Request::Client(request))
             .await
-            .map(Box::new);
-        // A negative entry is leased; other errors carry none.
-        let lease = match &answer {
-            Ok(_) | Err(FsError::NotFound) => lease.map(|key| myriad_proto::LeaseGrant {
-                key,
-                valid_ms: crate::commit::leases::LEASE_PERIOD.as_millis() as u64,
-            }),
-            Err(_) => None,
+        {
+            Ok(r) => Ok(Box::new(r)),
+            // A negative entry is leased too; every other error goes back as it is (the
+            // client's routing acts on redirects and wrong shards).
+            Err(FsError::NotFound) => Err(FsError::NotFound),
+            Err(e) => return Err(e),
         };
+        let lease = lease.map(|key| myriad_proto::LeaseGrant {
+            key,
+            valid_ms: crate::commit::leases::LEASE_PERIOD.as_millis() as u64,
+        });
         Ok(Response::Leased { answer, lease })
     }
 

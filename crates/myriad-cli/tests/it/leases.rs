@@ -1,0 +1,137 @@
+//! Directory leases (docs/fuse.md "Directory leases"): a client answers names and
+//! attributes from its cache while it holds a lease, and another client's change recalls
+//! the lease before it is applied.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::TestCluster;
+use myriad_client::proto::{ClientRequest, Request, Response};
+use myriad_client::{Caller, Client, ClientConfig, FsError};
+
+fn client(tc: &TestCluster, leases: bool) -> Client {
+    let mut cfg = ClientConfig::new(tc.map.clone(), Caller::root(), tc.keys());
+    cfg.request_timeout = Duration::from_secs(10);
+    cfg.leases = leases;
+    Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn ok<T>(r: Result<T, FsError>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Client requests the servers received, lease polls and renewals aside.
+async fn reads_received(c: &Client) -> u64 {
+    c.all_counters()
+        .await
+        .into_iter()
+        .map(|(_, r)| {
+            r.unwrap_or_else(|e| panic!("{e}"))
+                .client_requests
+                .iter()
+                .filter(|o| o.op != "lease_poll" && o.op != "lease_renew")
+                .map(|o| o.count)
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_name_is_answered_locally_until_another_client_changes_it() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let (a, b) = (client(&tc, true), client(&tc, false));
+    ok(b.mkdir("/d", 0o755).await);
+    ok(b.create("/d/f", 0o644, true, b"one").await);
+
+    // A reads a name and a missing one: both kept under A's lease on /d.
+    let (_, data) = ok(a.fetch_head("/d/f", 4096).await);
+    assert_eq!(data, b"one");
+    assert_eq!(a.stat("/d/gone").await, Err(FsError::NotFound));
+    assert!(a.lease_until("/d").is_some(), "a lease on /d was granted");
+    let before = reads_received(&a).await;
+    for _ in 0..3 {
+        assert_eq!(ok(a.stat("/d/f").await).size, 3);
+        assert_eq!(ok(a.fetch_head("/d/f", 4096).await).1, b"one");
+        assert_eq!(a.stat("/d/gone").await, Err(FsError::NotFound));
+    }
+    assert_eq!(
+        reads_received(&a).await,
+        before,
+        "answered from the lease: no request reached a server"
+    );
+
+    // B changes both: A's lease is recalled before each change applies, and A sees the
+    // changes at once.
+    let t = Instant::now();
+    ok(b.create("/d/gone", 0o644, true, b"new").await);
+    assert!(
+        t.elapsed() < Duration::from_millis(600),
+        "A gave its lease back when asked, B did not wait it out: {:?}",
+        t.elapsed()
+    );
+    ok(b.chmod("/d/f", 0o600).await);
+    assert_eq!(ok(a.fetch_head("/d/gone", 4096).await).1, b"new");
+    assert_eq!(ok(a.stat("/d/f").await).mode & 0o777, 0o600);
+    ok(b.unlink("/d/gone").await);
+    assert_eq!(a.stat("/d/gone").await, Err(FsError::NotFound));
+
+    // A's own changes never wait for its own lease, and what it changed is not answered
+    // from the cache.
+    let (_, _) = ok(a.fetch_head("/d/f", 4096).await);
+    let t = Instant::now();
+    ok(a.chmod("/d/f", 0o640).await);
+    assert!(
+        t.elapsed() < Duration::from_millis(700),
+        "a client's change does not recall its own lease: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(ok(a.stat("/d/f").await).mode & 0o777, 0o640);
+}
+
+/// A holder that never answers recalls (here: one with no poll at all) holds a change
+/// back for at most the lease period (0.8 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_lease_holder_holds_changes_back_at_most_a_lease_period() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let b = client(&tc, false);
+    ok(b.mkdir("/d", 0o755).await);
+    ok(b.create("/d/f", 0o644, true, b"x").await);
+    let pid = b.owner_of_entry("/d/f");
+    let leased = Request::Client(ClientRequest::Leased {
+        holder: 0x5eed,
+        request: Box::new(ClientRequest::Stat {
+            path: "/d/f".into(),
+        }),
+    });
+    match ok(b.request(pid, leased).await) {
+        Response::Leased {
+            answer: Ok(_),
+            lease: Some(_),
+        } => {}
+        other => panic!("expected a granted lease: {other:?}"),
+    }
+    let t = Instant::now();
+    ok(b.chmod("/d/f", 0o600).await);
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300),
+        "the change waited for the silent holder's lease: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "and no longer than about its period: {waited:?}"
+    );
+    // The directory was contended: no lease for a while, the read is still answered.
+    let again = Request::Client(ClientRequest::Leased {
+        holder: 0x5eed,
+        request: Box::new(ClientRequest::Stat {
+            path: "/d/f".into(),
+        }),
+    });
+    match ok(b.request(pid, again).await) {
+        Response::Leased {
+            answer: Ok(r),
+            lease: None,
+        } => assert!(matches!(*r, Response::Attr(ref i) if i.mode & 0o777 == 0o600)),
+        other => panic!("expected an answer without a lease: {other:?}"),
+    }
+}

@@ -1,0 +1,89 @@
+use super::*;
+use myriad_proto::InodeId;
+
+fn grant(dir: &str) -> LeaseGrant {
+    LeaseGrant {
+        key: LeaseKey {
+            partition: PartitionId(2),
+            dir: dir.into(),
+        },
+        valid_ms: 800,
+    }
+}
+
+fn file(nlink: u32) -> Cached {
+    let inode = Inode {
+        ino: InodeId(5),
+        kind: FileKind::File,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        nlink,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        symlink_target: None,
+        xattrs: Vec::new(),
+        link_home: None,
+        rdev: 0,
+    };
+    Cached::Found {
+        inode,
+        data: Vec::new(),
+        asked: 0,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
+    let l = Leases::new(1);
+    let seen = (Instant::now(), l.generation("/d"));
+    assert_eq!(
+        l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into()),
+        Some("s1".into()),
+        "the first lease from a server starts its poll"
+    );
+    assert!(l.put("/d", "g", Cached::Missing, &grant("/d"), seen, "s1".into()).is_none());
+    assert!(l.get("/d", "f").is_some() && l.get("/d", "g").is_some());
+    assert!(l.get("/d", "h").is_none(), "a name never read is not known missing");
+    // Hard-linked files are never kept.
+    assert!(l.put("/d", "h", file(2), &grant("/d"), seen, "s1".into()).is_none());
+    assert!(l.get("/d", "h").is_none());
+    // An answer that crossed one of this client's changes on the wire is not kept.
+    l.forget_change(&["/d/f"], false);
+    assert!(l.get("/d", "f").is_none());
+    l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
+    assert!(l.get("/d", "f").is_none(), "sent before the change: not kept");
+    // A recall drops the lease's names and tells which.
+    let seen = (Instant::now(), l.generation("/d"));
+    l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
+    let dropped = l.drop_keys(&[grant("/d").key]);
+    assert_eq!(dropped.len(), 1);
+    let mut names = dropped[0].1.clone();
+    names.sort();
+    assert_eq!(names, vec!["f".to_string(), "g".to_string()]);
+    assert!(l.get("/d", "f").is_none());
+    // Past its period (as this client counts it), a lease covers nothing.
+    let seen = (Instant::now(), l.generation("/d"));
+    l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
+    tokio::time::advance(Duration::from_millis(721)).await;
+    assert!(l.get("/d", "f").is_none());
+    assert!(l.stop_polling_if_idle("s1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_directory_moved_or_removed_by_this_client_takes_its_subtree_along() {
+    let l = Leases::new(1);
+    for dir in ["/a", "/a/b", "/ab"] {
+        let seen = (Instant::now(), l.generation(dir));
+        l.put(dir, "x", Cached::Missing, &grant(dir), seen, "s".into());
+    }
+    l.forget_change(&["/a", "/z"], true);
+    assert!(l.get("/a", "x").is_none());
+    assert!(l.get("/a/b", "x").is_none());
+    assert!(l.get("/ab", "x").is_some(), "a sibling with a longer name stays");
+    // A lost poll drops what came through that server.
+    assert_eq!(l.drop_addr("s").len(), 1);
+    assert!(l.get("/ab", "x").is_none());
+}
