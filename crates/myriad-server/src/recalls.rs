@@ -107,7 +107,10 @@ mod tests {
         let started = Instant::now();
         assert!(r.push(7, key("/a")));
         assert!(r.push(7, key("/a")), "a repeated recall is queued once");
-        assert_eq!(poller.await.unwrap(), vec![key("/a")]);
+        assert_eq!(
+            poller.await.unwrap_or_else(|e| panic!("{e}")),
+            vec![key("/a")]
+        );
         assert!(started.elapsed() < Duration::from_secs(1));
         // Queued while no poll waits, taken by the next at once.
         assert!(r.push(7, key("/b")));

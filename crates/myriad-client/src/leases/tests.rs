@@ -44,17 +44,29 @@ async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
         Some("s1".into()),
         "the first lease from a server starts its poll"
     );
-    assert!(l.put("/d", "g", Cached::Missing, &grant("/d"), seen, "s1".into()).is_none());
+    assert!(
+        l.put("/d", "g", Cached::Missing, &grant("/d"), seen, "s1".into())
+            .is_none()
+    );
     assert!(l.get("/d", "f").is_some() && l.get("/d", "g").is_some());
-    assert!(l.get("/d", "h").is_none(), "a name never read is not known missing");
+    assert!(
+        l.get("/d", "h").is_none(),
+        "a name never read is not known missing"
+    );
     // Hard-linked files are never kept.
-    assert!(l.put("/d", "h", file(2), &grant("/d"), seen, "s1".into()).is_none());
+    assert!(
+        l.put("/d", "h", file(2), &grant("/d"), seen, "s1".into())
+            .is_none()
+    );
     assert!(l.get("/d", "h").is_none());
     // An answer that crossed one of this client's changes on the wire is not kept.
     l.forget_change(&["/d/f"], false);
     assert!(l.get("/d", "f").is_none());
     l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
-    assert!(l.get("/d", "f").is_none(), "sent before the change: not kept");
+    assert!(
+        l.get("/d", "f").is_none(),
+        "sent before the change: not kept"
+    );
     // A recall drops the lease's names and tells which.
     let seen = (Instant::now(), l.generation("/d"));
     l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
@@ -82,7 +94,10 @@ async fn a_directory_moved_or_removed_by_this_client_takes_its_subtree_along() {
     l.forget_change(&["/a", "/z"], true);
     assert!(l.get("/a", "x").is_none());
     assert!(l.get("/a/b", "x").is_none());
-    assert!(l.get("/ab", "x").is_some(), "a sibling with a longer name stays");
+    assert!(
+        l.get("/ab", "x").is_some(),
+        "a sibling with a longer name stays"
+    );
     // A lost poll drops what came through that server.
     assert_eq!(l.drop_addr("s").len(), 1);
     assert!(l.get("/ab", "x").is_none());

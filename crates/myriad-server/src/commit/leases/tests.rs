@@ -32,7 +32,7 @@ async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
             (Instant::now(), g)
         })
     };
-    let recalled = poll.await.unwrap();
+    let recalled = poll.await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         recalled,
         vec![t.key("/d")],
@@ -43,7 +43,7 @@ async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
     assert!(!t.renew("/d", 8), "no renewal while a change is under way");
     tokio::time::advance(Duration::from_millis(100)).await;
     t.release("/d", 7);
-    let (passed_at, guard) = change.await.unwrap();
+    let (passed_at, guard) = change.await.unwrap_or_else(|e| panic!("{e}"));
     assert!(passed_at - started < LEASE_PERIOD, "released, not expired");
     assert!(t.grant("/d", 9).is_none(), "still under way until applied");
     drop(guard);
@@ -92,7 +92,7 @@ async fn a_change_of_everything_recalls_every_lease_and_holds_every_grant() {
     tokio::task::yield_now().await;
     assert!(!change.is_finished(), "still waiting for /b");
     t.release("/b", 2);
-    let g = change.await.unwrap();
+    let g = change.await.unwrap_or_else(|e| panic!("{e}"));
     drop(g);
     assert!(t.grant("/c", 3).is_some());
     assert!(t.renew("/c", 3));
