@@ -36,6 +36,13 @@ pub struct MountArgs {
     /// and report EIO for a change a failover may have lost (docs/fuse.md "Durability").
     #[arg(long)]
     pub sync_close: bool,
+    /// EXPERIMENTAL, off by default: keep the names, attributes and missing names of
+    /// directories this mount reads under leases the servers recall before anyone else
+    /// changes them, and answer lookups and stats from them without asking (docs/fuse.md
+    /// "Directory leases"). A stale read with leases is still open (simulation seed
+    /// 2355 with --leases): do not use it on shared data yet.
+    #[arg(long)]
+    pub leases: bool,
     /// Threads reading FUSE requests from the kernel.
     #[arg(long, default_value_t = 4)]
     pub fuse_threads: usize,
@@ -125,6 +132,7 @@ pub fn run(
             writeback_cache: args.writeback_cache,
             xattrs: !args.no_xattr,
             sync_close: args.sync_close,
+            leases: args.leases,
         },
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
@@ -175,6 +183,9 @@ fn detach(
     }
     if args.sync_close {
         cmd.arg("--sync-close");
+    }
+    if args.leases {
+        cmd.arg("--leases");
     }
     if args.allow_other {
         cmd.arg("--allow-other");

@@ -757,10 +757,13 @@ impl Client {
         read: ClientRequest,
         asked: u64,
     ) -> Result<Response, FsError> {
-        use crate::leases::Cached;
+        use crate::leases::{Cached, Entry};
         validate_path(path)?;
         let (dir, name) = split_parent(path);
-        match self.leases.get(dir, name) {
+        let caller = CALLER
+            .try_with(|c| c.clone())
+            .unwrap_or_else(|_| self.config.caller.clone());
+        match self.leases.get(dir, name, &caller) {
             Some(Cached::Missing) if path != "/" => return Err(FsError::NotFound),
             Some(Cached::Found {
                 inode,
@@ -810,9 +813,14 @@ impl Client {
         };
         if let (Some(grant), Some(cached)) = (lease, cached)
             && let Some(addr) = self.st().map.partition_addr(grant.key.partition)
-            && let Some(start) =
-                self.leases
-                    .put(dir, name, cached, &grant, generation, addr.to_string())
+            && let Some(start) = self.leases.put(
+                dir,
+                name,
+                Entry { caller, cached },
+                &grant,
+                generation,
+                addr.to_string(),
+            )
         {
             tokio::spawn(self.leases.clone().poll(
                 self.transport.clone(),

@@ -36,7 +36,15 @@ const TRUST_DEN: u32 = 10;
 /// here).
 pub type RecallHook = Arc<dyn Fn(&str, &[String]) + Send + Sync>;
 
-/// A name's cached answer.
+/// A name's cached answer, as the servers gave it to one caller (their permission checks
+/// differ by caller: another caller's read is sent).
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) caller: Caller,
+    pub(crate) cached: Cached,
+}
+
+/// What the servers answered for a name.
 #[derive(Clone, Debug)]
 pub(crate) enum Cached {
     /// Attributes and the first bytes, as a fetch of `asked` bytes returned them.
@@ -52,7 +60,7 @@ struct Part {
     partition: PartitionId,
     until: Instant,
     addr: String,
-    names: HashMap<String, Cached>,
+    names: HashMap<String, Entry>,
 }
 
 #[derive(Default)]
@@ -106,15 +114,17 @@ impl Leases {
         self.gens[stripe(dir)].fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The cached answer for `dir/name`, if a valid lease covers it.
-    pub(crate) fn get(&self, dir: &str, name: &str) -> Option<Cached> {
+    /// The cached answer for `dir/name` as `caller` got it, if a valid lease covers it.
+    pub(crate) fn get(&self, dir: &str, name: &str, caller: &Caller) -> Option<Cached> {
         let now = Instant::now();
         let g = self.lock();
         g.dirs
             .get(dir)?
             .iter()
             .filter(|p| p.until > now)
-            .find_map(|p| p.names.get(name).cloned())
+            .find_map(|p| p.names.get(name))
+            .filter(|e| e.caller == *caller)
+            .map(|e| e.cached.clone())
     }
 
     /// Whether `dir` is covered by a valid lease at all (its names' absence is known only
@@ -137,7 +147,7 @@ impl Leases {
         &self,
         dir: &str,
         name: &str,
-        cached: Cached,
+        cached: Entry,
         grant: &LeaseGrant,
         (sent, seen): (Instant, u64),
         addr: String,
@@ -146,7 +156,7 @@ impl Leases {
             return None;
         }
         // A file with several names may change through another directory: not kept.
-        if let Cached::Found { inode, .. } = &cached
+        if let Cached::Found { inode, .. } = &cached.cached
             && inode.kind != FileKind::Directory
             && inode.nlink > 1
         {

@@ -99,6 +99,11 @@ impl InodeTable {
             .unwrap_or_default()
     }
 
+    /// The inode this mount last saw at `path`.
+    pub fn ino_of(&self, path: &str) -> Option<InodeId> {
+        self.lock().by_path.get(path).copied()
+    }
+
     pub fn path(&self, ino: InodeId) -> Option<String> {
         self.lock()
             .nodes

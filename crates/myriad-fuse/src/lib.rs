@@ -16,6 +16,7 @@ mod fs;
 mod handles;
 mod inodes;
 mod ops;
+mod recall;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,6 +57,8 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     ccfg.request_timeout = cfg.request_timeout;
     // Durability at fsync unless asked otherwise (docs/fuse.md "Durability").
     ccfg.durable_changes = cfg.fs.sync_close;
+    // Names and attributes under directory leases (docs/fuse.md "Directory leases").
+    ccfg.leases = cfg.fs.leases;
     let client = Client::new(ccfg).map_err(|e| format!("bad cluster map: {e}"))?;
     rt.block_on(client.statfs())
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;
@@ -87,6 +90,9 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     let mut session = Session::new(fs, &cfg.mountpoint, &options)
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
     let _ = inner.notifier.set(session.notifier());
+    if cfg.fs.leases {
+        recall::install(&inner);
+    }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();
     rt.spawn(async move {

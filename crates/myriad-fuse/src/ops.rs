@@ -38,6 +38,9 @@ pub struct FsConfig {
     /// Changes durable before they are answered, and close waiting for durability (off:
     /// durability at fsync, docs/fuse.md "Durability"). The client is made to match.
     pub sync_close: bool,
+    /// Names and attributes kept under directory leases (docs/fuse.md "Directory
+    /// leases").
+    pub leases: bool,
 }
 
 struct Prefetched {

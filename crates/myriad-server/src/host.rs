@@ -78,6 +78,9 @@ pub struct Host {
     pub(crate) touch_sender: Arc<crate::partition::touch_sender::TouchSender>,
     /// Directory-lease recalls on their way to clients (recalls.rs).
     pub(crate) recalls: Arc<crate::recalls::Recalls>,
+    /// Each partition's directory leases, kept across the partition's reopenings here (a
+    /// reopened partition still owes the leases it granted a recall).
+    pub(crate) lease_tables: Mutex<BTreeMap<PartitionId, Arc<crate::commit::leases::LeaseTable>>>,
 }
 
 pub(crate) enum OpenError {
@@ -145,6 +148,7 @@ impl Host {
             bundler: crate::replication::bundle::Bundler::default(),
             touch_sender: Arc::default(),
             recalls: Arc::default(),
+            lease_tables: Mutex::new(BTreeMap::new()),
             config,
         })
     }
@@ -190,6 +194,22 @@ impl Host {
             Some(e) => Err(e),
             None => Ok(node),
         }
+    }
+
+    /// The directory leases of partition `pid` here (made on its first opening).
+    fn lease_table(&self, pid: PartitionId) -> Arc<crate::commit::leases::LeaseTable> {
+        let mut g = match self.lease_tables.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.entry(pid)
+            .or_insert_with(|| {
+                Arc::new(crate::commit::leases::LeaseTable::new(
+                    pid,
+                    self.recalls.clone(),
+                ))
+            })
+            .clone()
     }
 
     /// Holds a request for a partition handed over by a live primary until that one can no
@@ -333,8 +353,12 @@ impl Host {
         }
         // Partitions handed to this server by a live primary (a completed move, not a
         // failover): that server may serve them until it sees this map or its lease ends,
-        // so this one waits out a lease before serving them (no two primaries at once).
-        let until = tokio::time::Instant::now() + crate::membership::LEASE;
+        // so this one waits out a lease before serving them (no two primaries at once),
+        // and then the directory leases that one granted until its end (docs/fuse.md
+        // "Directory leases": a lease lives in its primary's memory only).
+        let until = tokio::time::Instant::now()
+            + crate::membership::LEASE
+            + crate::commit::leases::LEASE_PERIOD;
         let handed: Vec<PartitionId> = map
             .primaries_of(self.id)
             .into_iter()
@@ -601,10 +625,7 @@ impl Host {
             self.runner,
         )
         .map_err(OpenError::Io)?
-        .with_leases(Arc::new(crate::commit::leases::LeaseTable::new(
-            pid,
-            self.recalls.clone(),
-        )));
+        .with_leases(self.lease_table(pid));
         Ok(Arc::new(Partition {
             me: pid,
             env: self.clone(),

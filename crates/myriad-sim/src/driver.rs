@@ -56,6 +56,9 @@ pub struct SimConfig {
     /// move to it) and servers are removed (their copies move away), as the Raft leader
     /// does it (`plan_moves`, `complete_moves`).
     pub moves: bool,
+    /// Two clients of three read through directory leases (docs/fuse.md "Directory
+    /// leases"). Off by default while seed 2355 (a stale read with leases) is open.
+    pub leases: bool,
 }
 
 impl SimConfig {
@@ -72,6 +75,7 @@ impl SimConfig {
             split_entries: 16,
             broken_disk: false,
             moves: false,
+            leases: false,
         }
     }
 
@@ -79,14 +83,15 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
             self.servers,
             self.split_entries,
             if self.faults { "" } else { " --no-faults" },
-            if self.moves { " --moves" } else { "" }
+            if self.moves { " --moves" } else { "" },
+            if self.leases { " --leases" } else { "" }
         )
     }
 }
@@ -250,14 +255,16 @@ impl Sim {
     }
 
     fn client(&self) -> Result<Arc<Client>, Failure> {
-        self.client_with(false)
+        self.client_with(false, false)
     }
 
-    /// A client; `visible`: its changes are answered once applied (durable at its syncs).
-    fn client_with(&self, visible: bool) -> Result<Arc<Client>, Failure> {
+    /// A client; `visible`: its changes are answered once applied (durable at its syncs);
+    /// `leases`: it answers reads from directory leases.
+    fn client_with(&self, visible: bool, leases: bool) -> Result<Arc<Client>, Failure> {
         let endpoint = Endpoint::new(self.net.clone(), CLIENTS);
         let mut config = ClientConfig::new(self.map(), Caller::root(), keyring());
         config.durable_changes = !visible;
+        config.leases = leases;
         config.id = 1 + self
             .clients_made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -698,10 +705,13 @@ impl Sim {
             // Every other client works as a mount does (docs/fuse.md "Durability"): its
             // changes answered once applied, acknowledged only by its next good sync.
             let visible = id % 2 == 1;
+            // And two clients of three read through directory leases (docs/fuse.md
+            // "Directory leases"): a read answered from a lease must be as fresh as any.
+            let leases = self.cfg.leases && id % 3 != 2;
             let run = ClientRun {
                 id,
                 clients: self.cfg.clients,
-                client: self.client_with(visible)?,
+                client: self.client_with(visible, leases)?,
                 rng: self.rng.clone(),
                 history: self.history.clone(),
                 trace: self.trace.clone(),

@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -18,6 +18,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --split N     directory shards split above N entries (default 16)
   --no-faults   only delays: no crashes, isolations, disk errors or lost messages
   --moves       servers join and leave while the clients work (copies move)
+  --leases      two clients of three read through directory leases
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -45,6 +46,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             "--split" => cfg.split_entries = value("--split")?,
             "--no-faults" => cfg.faults = false,
             "--moves" => cfg.moves = true,
+            "--leases" => cfg.leases = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }

@@ -11,7 +11,18 @@ fn grant(dir: &str) -> LeaseGrant {
     }
 }
 
-fn file(nlink: u32) -> Cached {
+fn me() -> Caller {
+    Caller::root()
+}
+
+fn missing() -> Entry {
+    Entry {
+        caller: me(),
+        cached: Cached::Missing,
+    }
+}
+
+fn file(nlink: u32) -> Entry {
     let inode = Inode {
         ino: InodeId(5),
         kind: FileKind::File,
@@ -28,10 +39,13 @@ fn file(nlink: u32) -> Cached {
         link_home: None,
         rdev: 0,
     };
-    Cached::Found {
-        inode,
-        data: Vec::new(),
-        asked: 0,
+    Entry {
+        caller: me(),
+        cached: Cached::Found {
+            inode,
+            data: Vec::new(),
+            asked: 0,
+        },
     }
 }
 
@@ -45,12 +59,12 @@ async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
         "the first lease from a server starts its poll"
     );
     assert!(
-        l.put("/d", "g", Cached::Missing, &grant("/d"), seen, "s1".into())
+        l.put("/d", "g", missing(), &grant("/d"), seen, "s1".into())
             .is_none()
     );
-    assert!(l.get("/d", "f").is_some() && l.get("/d", "g").is_some());
+    assert!(l.get("/d", "f", &me()).is_some() && l.get("/d", "g", &me()).is_some());
     assert!(
-        l.get("/d", "h").is_none(),
+        l.get("/d", "h", &me()).is_none(),
         "a name never read is not known missing"
     );
     // Hard-linked files are never kept.
@@ -58,13 +72,13 @@ async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
         l.put("/d", "h", file(2), &grant("/d"), seen, "s1".into())
             .is_none()
     );
-    assert!(l.get("/d", "h").is_none());
+    assert!(l.get("/d", "h", &me()).is_none());
     // An answer that crossed one of this client's changes on the wire is not kept.
     l.forget_change(&["/d/f"], false);
-    assert!(l.get("/d", "f").is_none());
+    assert!(l.get("/d", "f", &me()).is_none());
     l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
     assert!(
-        l.get("/d", "f").is_none(),
+        l.get("/d", "f", &me()).is_none(),
         "sent before the change: not kept"
     );
     // A recall drops the lease's names and tells which.
@@ -75,12 +89,12 @@ async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
     let mut names = dropped[0].1.clone();
     names.sort();
     assert_eq!(names, vec!["f".to_string(), "g".to_string()]);
-    assert!(l.get("/d", "f").is_none());
+    assert!(l.get("/d", "f", &me()).is_none());
     // Past its period (as this client counts it), a lease covers nothing.
     let seen = (Instant::now(), l.generation("/d"));
     l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
     tokio::time::advance(Duration::from_millis(721)).await;
-    assert!(l.get("/d", "f").is_none());
+    assert!(l.get("/d", "f", &me()).is_none());
     assert!(l.stop_polling_if_idle("s1"));
 }
 
@@ -89,16 +103,16 @@ async fn a_directory_moved_or_removed_by_this_client_takes_its_subtree_along() {
     let l = Leases::new(1);
     for dir in ["/a", "/a/b", "/ab"] {
         let seen = (Instant::now(), l.generation(dir));
-        l.put(dir, "x", Cached::Missing, &grant(dir), seen, "s".into());
+        l.put(dir, "x", missing(), &grant(dir), seen, "s".into());
     }
     l.forget_change(&["/a", "/z"], true);
-    assert!(l.get("/a", "x").is_none());
-    assert!(l.get("/a/b", "x").is_none());
+    assert!(l.get("/a", "x", &me()).is_none());
+    assert!(l.get("/a/b", "x", &me()).is_none());
     assert!(
-        l.get("/ab", "x").is_some(),
+        l.get("/ab", "x", &me()).is_some(),
         "a sibling with a longer name stays"
     );
     // A lost poll drops what came through that server.
     assert_eq!(l.drop_addr("s").len(), 1);
-    assert!(l.get("/ab", "x").is_none());
+    assert!(l.get("/ab", "x", &me()).is_none());
 }

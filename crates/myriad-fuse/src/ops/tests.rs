@@ -79,6 +79,7 @@ fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Inner, u
             writeback_cache: false,
             xattrs: false,
             sync_close: false,
+            leases: false,
         },
     );
     let file = FileHandle {
