@@ -289,6 +289,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "config",
             "counters",
             "locks",
+            "recalls",
             "space",
             "test_disk",
             "workload_rng",
