@@ -87,6 +87,14 @@ async fn a_leased_name_is_answered_locally_until_another_client_changes_it() {
     assert_eq!(ok(a.stat("/d/f").await).mode & 0o777, 0o640);
 }
 
+/// A stat with a lease for a holder that never polls.
+fn leased_stat(path: &str) -> Request {
+    Request::Client(ClientRequest::Leased {
+        holder: 0x5eed,
+        request: Box::new(ClientRequest::Stat { path: path.into() }),
+    })
+}
+
 /// A holder that never answers recalls (here: one with no poll at all) holds a change
 /// back for at most the lease period (0.8 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,13 +104,7 @@ async fn a_silent_lease_holder_holds_changes_back_at_most_a_lease_period() {
     ok(b.mkdir("/d", 0o755).await);
     ok(b.create("/d/f", 0o644, true, b"x").await);
     let pid = b.owner_of_entry("/d/f");
-    let leased = Request::Client(ClientRequest::Leased {
-        holder: 0x5eed,
-        request: Box::new(ClientRequest::Stat {
-            path: "/d/f".into(),
-        }),
-    });
-    match ok(b.request(pid, leased).await) {
+    match ok(b.request(pid, leased_stat("/d/f")).await) {
         Response::Leased {
             answer: Ok(_),
             lease: Some(_),
@@ -121,13 +123,7 @@ async fn a_silent_lease_holder_holds_changes_back_at_most_a_lease_period() {
         "and no longer than about its period: {waited:?}"
     );
     // The directory was contended: no lease for a while, the read is still answered.
-    let again = Request::Client(ClientRequest::Leased {
-        holder: 0x5eed,
-        request: Box::new(ClientRequest::Stat {
-            path: "/d/f".into(),
-        }),
-    });
-    match ok(b.request(pid, again).await) {
+    match ok(b.request(pid, leased_stat("/d/f")).await) {
         Response::Leased {
             answer: Ok(r),
             lease: None,
