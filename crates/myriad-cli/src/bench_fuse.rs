@@ -232,6 +232,16 @@ impl MountProc {
     }
 }
 
+impl MountedBenchArgs {
+    /// The local-disk side's directory (under `--local-dir`, or the temporary directory),
+    /// removed when dropped.
+    pub(crate) fn local_root(&self, prefix: &str) -> std::io::Result<tempfile::TempDir> {
+        tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(self.local_dir.clone().unwrap_or_else(std::env::temp_dir))
+    }
+}
+
 /// A benchmark's local cluster of `nodes` servers under `dir` (`cluster/`), its map file,
 /// and an empty mount point (`mnt/`).
 pub(crate) async fn cluster_and_mountpoint(
@@ -266,14 +276,7 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
         .prefix("myriad-bench-fuse-")
         .tempdir()?;
     let (cluster, map, mnt) = cluster_and_mountpoint(tmp.path(), a.nodes).await?;
-    let local_root = tempfile::Builder::new()
-        .prefix("myriad-bench-fuse-local-")
-        .tempdir_in(
-            a.mounted
-                .local_dir
-                .clone()
-                .unwrap_or_else(std::env::temp_dir),
-        )?;
+    let local_root = a.mounted.local_root("myriad-bench-fuse-local-")?;
     eprintln!(
         "bench fuse: {} files per phase, {} workers, sizes {:?}, ls of {} entries, {}-node cluster",
         a.files, a.workers, a.sizes, a.ls_entries, a.nodes

@@ -138,14 +138,7 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new()
         .prefix("myriad-bench-untar-")
         .tempdir()?;
-    let local_root = tempfile::Builder::new()
-        .prefix("myriad-bench-untar-local-")
-        .tempdir_in(
-            a.mounted
-                .local_dir
-                .clone()
-                .unwrap_or_else(std::env::temp_dir),
-        )?;
+    let local_root = a.mounted.local_root("myriad-bench-untar-local-")?;
     let (tarball, files) = match &a.tarball {
         Some(t) => {
             let listed = Command::new("tar").arg("-tf").arg(t).output()?;

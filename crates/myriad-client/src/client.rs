@@ -293,14 +293,13 @@ impl Client {
             Request::Client(c) if self.config.leases => crate::leases::changed_paths(c),
             _ => (Vec::new(), false),
         };
-        let paths: Vec<String> = paths.into_iter().map(str::to_string).collect();
-        let forget = |paths: &[String]| {
+        // What this client changes is not answered from its leases, before or after.
+        let forget = || {
             if !paths.is_empty() {
-                let p: Vec<&str> = paths.iter().map(String::as_str).collect();
-                self.leases.forget_change(&p, subtree);
+                self.leases.forget_change(&paths, subtree);
             }
         };
-        forget(&paths);
+        forget();
         let (req, _waiting) = match req {
             Request::Client(c) if c.is_change() => {
                 let (id, waiting) = self.once();
@@ -322,7 +321,7 @@ impl Client {
                 e
             }
         });
-        forget(&paths);
+        forget();
         answer
     }
 

@@ -332,9 +332,9 @@ mod tests;
 
 /// The entries a change of this client touches (its paths), and whether it may move or
 /// remove a directory (then everything cached beneath the first path goes too).
-pub(crate) fn changed_paths(req: &myriad_proto::ClientRequest) -> (Vec<&str>, bool) {
+pub(crate) fn changed_paths(req: &myriad_proto::ClientRequest) -> (Vec<String>, bool) {
     use myriad_proto::ClientRequest as C;
-    match req {
+    let (paths, subtree): (Vec<&str>, bool) = match req {
         C::Create { path, .. }
         | C::Mkdir { path, .. }
         | C::Unlink { path }
@@ -350,16 +350,17 @@ pub(crate) fn changed_paths(req: &myriad_proto::ClientRequest) -> (Vec<&str>, bo
         C::Link { from, to } => (vec![from.as_str(), to.as_str()], false),
         C::CopyRange(c) => (vec![c.dst.as_str()], false),
         _ => (Vec::new(), false),
-    }
+    };
+    (paths.into_iter().map(str::to_string).collect(), subtree)
 }
 
 impl Leases {
     /// Forgets what a change of this client is about to make stale (and makes answers on
     /// their way for those directories unkept): each changed name, its directory's own
     /// entry (times, link count), and with `subtree` everything below the first path.
-    pub(crate) fn forget_change(&self, paths: &[&str], subtree: bool) {
+    pub(crate) fn forget_change(&self, paths: &[String], subtree: bool) {
         for p in paths {
-            if *p == "/" {
+            if p == "/" {
                 continue;
             }
             let (dir, name) = myriad_placement::split_parent(p);

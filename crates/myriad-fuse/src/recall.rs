@@ -80,11 +80,17 @@ pub(crate) fn install(inner: &Arc<Inner>) {
                 .map(|t| t.send((invals, done)).is_ok())
                 .unwrap_or(false);
             if sent {
-                // A worker thread of the mount's runtime: let the runtime move other
-                // tasks off it while this waits.
-                tokio::task::block_in_place(|| {
+                let wait = || {
                     let _ = wait.recv_timeout(WAIT);
-                });
+                };
+                // On a worker of the mount's (multi-thread) runtime: let it move other
+                // tasks off this thread while this waits. Elsewhere, just wait.
+                match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                        tokio::task::block_in_place(wait);
+                    }
+                    _ => wait(),
+                }
             }
         }));
 }

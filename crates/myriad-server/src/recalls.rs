@@ -17,6 +17,8 @@ use tokio::time::Instant;
 /// A holder whose last poll ended longer ago than this has no poller: nothing is queued
 /// for it (and it is forgotten).
 const POLLER_GONE_AFTER: Duration = Duration::from_secs(30);
+/// Past this many holders, a new one first sweeps out those without a poller.
+const HOLDERS_SWEEP_AT: usize = 1024;
 /// Recalls kept per holder: beyond, the oldest go (their leases expire instead).
 const QUEUED_MAX: usize = 4096;
 
@@ -65,6 +67,11 @@ impl Recalls {
                 let Ok(mut all) = self.holders.lock() else {
                     return Vec::new();
                 };
+                if !all.contains_key(&holder) && all.len() >= HOLDERS_SWEEP_AT {
+                    // Holder ids come from clients: forget those whose poller is gone.
+                    let now = Instant::now();
+                    all.retain(|_, h| h.idle_since.is_none_or(|t| now - t <= POLLER_GONE_AFTER));
+                }
                 let h = all.entry(holder).or_insert_with(|| Holder {
                     queued: Vec::new(),
                     wake: Arc::new(Notify::new()),

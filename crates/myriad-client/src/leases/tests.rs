@@ -74,7 +74,7 @@ async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
     );
     assert!(l.get("/d", "h", &me()).is_none());
     // An answer that crossed one of this client's changes on the wire is not kept.
-    l.forget_change(&["/d/f"], false);
+    l.forget_change(&["/d/f".to_string()], false);
     assert!(l.get("/d", "f", &me()).is_none());
     l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
     assert!(
@@ -105,7 +105,7 @@ async fn a_directory_moved_or_removed_by_this_client_takes_its_subtree_along() {
         let seen = (Instant::now(), l.generation(dir));
         l.put(dir, "x", missing(), &grant(dir), seen, "s".into());
     }
-    l.forget_change(&["/a", "/z"], true);
+    l.forget_change(&["/a".to_string(), "/z".to_string()], true);
     assert!(l.get("/a", "x", &me()).is_none());
     assert!(l.get("/a/b", "x", &me()).is_none());
     assert!(

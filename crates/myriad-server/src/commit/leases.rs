@@ -76,9 +76,19 @@ impl Drop for ChangeGuard {
             ChangedDirs::None => {}
             ChangedDirs::All => inner.all_pending -= 1,
             ChangedDirs::Dirs(dirs) => {
+                let now = Instant::now();
                 for d in dirs {
                     if let Some(l) = inner.dirs.get_mut(d) {
                         l.pending -= 1;
+                        // Every directory a change passes gets an entry: it goes once
+                        // nothing is held on it (the map stays as small as the leases).
+                        if l.last_recall.is_some_and(|t| now - t >= CONTENDED_FOR) {
+                            l.last_recall = None;
+                        }
+                        l.holders.retain(|_, end| *end > now);
+                        if l.idle() {
+                            inner.dirs.remove(d);
+                        }
                     }
                 }
             }
@@ -239,6 +249,13 @@ impl LeaseTable {
             table: self.clone(),
             changed,
         }
+    }
+}
+
+#[cfg(test)]
+impl LeaseTable {
+    fn dirs_kept(&self) -> usize {
+        self.inner.lock().map(|i| i.dirs.len()).unwrap_or(0)
     }
 }
 

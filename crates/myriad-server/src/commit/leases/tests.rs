@@ -97,3 +97,19 @@ async fn a_change_of_everything_recalls_every_lease_and_holds_every_grant() {
     assert!(t.grant("/c", 3).is_some());
     assert!(t.renew("/c", 3));
 }
+
+#[tokio::test(start_paused = true)]
+async fn changes_of_directories_nobody_holds_leave_nothing_behind() {
+    let (t, _recalls) = table();
+    for i in 0..100 {
+        drop(t.before(dirs(&format!("/d{i}")), None).await);
+    }
+    assert_eq!(
+        t.dirs_kept(),
+        0,
+        "no lease held: nothing kept per directory"
+    );
+    assert!(t.grant("/held", 1).is_some());
+    drop(t.before(dirs("/held"), Some(1)).await);
+    assert_eq!(t.dirs_kept(), 1, "a held lease is kept");
+}
