@@ -773,6 +773,7 @@ impl Client {
             {
                 let mut data = data;
                 data.truncate(usize::try_from(asked).unwrap_or(usize::MAX));
+                tracing::trace!(client = self.config.id, path, "answered from a lease");
                 return Ok(Response::Fetched { inode, data });
             }
             _ => {}

@@ -168,6 +168,7 @@ impl Leases {
         if self.generation(dir) != seen || until <= Instant::now() {
             return None;
         }
+        tracing::trace!(holder = self.holder, dir, name, partition = %grant.key.partition, "kept under a lease");
         g.puts += 1;
         if g.puts.is_multiple_of(4096) {
             let now = Instant::now();

@@ -718,6 +718,7 @@ impl Sim {
                 ops: self.cfg.ops_per_client,
                 visible,
                 deferred: std::sync::Mutex::new(Vec::new()),
+                leases,
             };
             runs.push(tokio::spawn(run.run()));
         }

@@ -78,6 +78,9 @@ pub struct ClientRun {
     pub visible: bool,
     /// With `visible`: what the next good sync acknowledges.
     pub deferred: std::sync::Mutex<Vec<Deferred>>,
+    /// The client reads through directory leases: every read and directory stat is
+    /// done twice, so that the second is usually answered from the lease.
+    pub leases: bool,
 }
 
 /// An acknowledgement held until a sync vouches for the change.
@@ -218,8 +221,20 @@ impl ClientRun {
                 33..38 => self.rename(&mine, &self.path(self.id, side2, j)).await,
                 38..42 => self.mkdir(&self.dir(self.id, k)).await,
                 42..45 => self.rmdir(&self.dir(self.id, k)).await,
-                45..62 => self.read(&self.path(other, side, k)).await?,
-                62..70 => self.stat_dir(&self.dir(other, k)).await?,
+                45..62 => {
+                    let path = self.path(other, side, k);
+                    self.read(&path).await?;
+                    if self.leases {
+                        self.read(&path).await?;
+                    }
+                }
+                62..70 => {
+                    let dir = self.dir(other, k);
+                    self.stat_dir(&dir).await?;
+                    if self.leases {
+                        self.stat_dir(&dir).await?;
+                    }
+                }
                 70..85 => {
                     created += 1;
                     let path = format!("{BIG}/c{}-{created}", self.id);
