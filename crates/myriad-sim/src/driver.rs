@@ -57,7 +57,8 @@ pub struct SimConfig {
     /// does it (`plan_moves`, `complete_moves`).
     pub moves: bool,
     /// Two clients of three read through directory leases (docs/fuse.md "Directory
-    /// leases"). Off by default while seed 2355 (a stale read with leases) is open.
+    /// leases"), each read done twice (the second mostly answered from the lease). Off by
+    /// default: `--leases`, and the CI set `seeds_with_leases_keep_every_invariant`.
     pub leases: bool,
 }
 

@@ -80,7 +80,19 @@ impl Partition {
     ) -> Result<(Outcome, LiveGuard<'_>), FsError> {
         let (out, durable) = self.applier.run_staged(first).await?;
         let txid = begun_txid(&out).ok_or_else(|| FsError::Io("unexpected outcome".into()))?;
-        let live = self.hold(txid);
+        // Recovery's pass at start-up takes every intent it lists, and it may list this one
+        // between its apply and this claim: then recovery drives it (to its undo) and this
+        // operation must not go on with it, or both act on one intent (simulation seed
+        // 2355 with --leases at 4ee1112: recovery aborted a rename's target while its
+        // coordinator committed it; the client was told "done", the source was gone and
+        // the target still held the old file). The client retries `Busy`.
+        let Some(live) = self.try_hold(txid) else {
+            tracing::info!(
+                txid,
+                "an intent just begun was taken by recovery: the operation steps back"
+            );
+            return Err(FsError::Busy);
+        };
         durable.wait().await?;
         Ok((out, live))
     }
