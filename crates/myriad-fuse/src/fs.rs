@@ -55,14 +55,12 @@ fn id(ino: INodeNo) -> InodeId {
     InodeId(ino.0)
 }
 
-fn reply_entry(inner: &Inner, r: Result<Inode, FsError>, reply: ReplyEntry) {
+fn reply_entry(inner: &Inner, path: &str, r: Result<Inode, FsError>, reply: ReplyEntry) {
     match r {
-        Ok(i) => reply.entry_with_ttls(
-            &inner.cfg.entry_ttl,
-            &inner.cfg.attr_ttl,
-            &file_attr(&i),
-            Generation(0),
-        ),
+        Ok(i) => {
+            let (entry, attr) = inner.ttls(path);
+            reply.entry_with_ttls(&entry, &attr, &file_attr(&i), Generation(0));
+        }
         Err(FsError::NotFound) if !inner.cfg.negative_ttl.is_zero() => {
             // A zero inode with a TTL: the kernel caches "no such file".
             let mut attr = file_attr(&crate::ops::placeholder());
@@ -132,7 +130,7 @@ impl Filesystem for MyriadFs {
         let pid = req.pid();
         self.spawn(req, move |fs, _| async move {
             let r = fs.lookup(pid, &path).await;
-            reply_entry(&fs, r, reply);
+            reply_entry(&fs, &path, r, reply);
         });
     }
 
@@ -141,7 +139,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let ttl = self.inner.cfg.attr_ttl;
+        let ttl = self.inner.ttls_of(id(ino)).1;
         if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
             let i = self.inner.visible(i);
             tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from the cache");
@@ -151,7 +149,7 @@ impl Filesystem for MyriadFs {
             match fs.stat_ino(id(ino)).await {
                 Ok(i) => {
                     tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from a server");
-                    reply.attr(&fs.cfg.attr_ttl, &file_attr(&i))
+                    reply.attr(&fs.ttls_of(id(ino)).1, &file_attr(&i))
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -211,7 +209,7 @@ impl Filesystem for MyriadFs {
                 .setattr(&caller, id(ino), fh.map(|f| f.0), size, set, bump_ctime)
                 .await
             {
-                Ok(i) => reply.attr(&fs.cfg.attr_ttl, &file_attr(&i)),
+                Ok(i) => reply.attr(&fs.ttls_of(id(ino)).1, &file_attr(&i)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -251,7 +249,7 @@ impl Filesystem for MyriadFs {
                 .mknod(&path, mode, crate::attr::dev_from_kernel(rdev))
                 .await;
             fs.entries_changed(&r, &[parent.0]);
-            reply_entry(&fs, r, reply);
+            reply_entry(&fs, &path, r, reply);
         });
     }
 
@@ -275,7 +273,7 @@ impl Filesystem for MyriadFs {
                 fs.inodes.add(&path, i, since);
             }
             fs.entries_changed(&r, &[parent.0]);
-            reply_entry(&fs, r, reply);
+            reply_entry(&fs, &path, r, reply);
         });
     }
 
@@ -325,7 +323,7 @@ impl Filesystem for MyriadFs {
                 fs.inodes.add(&path, i, since);
             }
             fs.entries_changed(&r, &[parent.0]);
-            reply_entry(&fs, r, reply);
+            reply_entry(&fs, &path, r, reply);
         });
     }
 
@@ -384,7 +382,7 @@ impl Filesystem for MyriadFs {
                 fs.inodes.expire(i.ino);
             }
             fs.entries_changed(&r, &[newparent.0]);
-            reply_entry(&fs, r, reply);
+            reply_entry(&fs, &to, r, reply);
         });
     }
 
@@ -573,7 +571,8 @@ impl Filesystem for MyriadFs {
                 return reply.error(Errno::EBADF);
             };
             let mut d = d.lock().await;
-            let ttl = fs.cfg.entry_ttl;
+            // Names of this directory: as long as its lease (with leases).
+            let ttl = fs.children_ttls(&d.path).0;
             let mut dot = file_attr(&crate::ops::placeholder());
             dot.ino = ino;
             dot.kind = FileType::Directory;
@@ -868,7 +867,7 @@ impl Filesystem for MyriadFs {
             fs.entries_changed(&r, &[parent.0]);
             match r {
                 Ok((i, fh)) => reply.created(
-                    &fs.cfg.entry_ttl,
+                    &fs.ttls(&path).0,
                     &file_attr(&i),
                     Generation(0),
                     FileHandle(fh),

@@ -624,6 +624,42 @@ impl Inner {
     /// Attributes as the kernel must see them: with this mount's unsent writes, and
     /// without the hidden name of a file unlinked while open (its last name gone, fstat
     /// says nlink 0).
+    /// How long the kernel may keep the name `path` and its attributes (entry, attr):
+    /// the configured TTLs; with leases, no longer than the lease on its directory lasts,
+    /// and not at all without one, so that another client's change is seen at once (a
+    /// recall invalidates what the kernel was given under the lease). The root has no
+    /// directory to lease: the configured TTLs.
+    pub fn ttls(&self, path: &str) -> (Duration, Duration) {
+        if path == "/" {
+            return (self.cfg.entry_ttl, self.cfg.attr_ttl);
+        }
+        self.children_ttls(myriad_placement::parent_of(path))
+    }
+
+    /// `ttls` of every name in directory `dir`.
+    pub fn children_ttls(&self, dir: &str) -> (Duration, Duration) {
+        let (entry, attr) = (self.cfg.entry_ttl, self.cfg.attr_ttl);
+        if !self.cfg.leases {
+            return (entry, attr);
+        }
+        let left = self
+            .client
+            .lease_until(dir)
+            .map_or(Duration::ZERO, |until| {
+                until.saturating_duration_since(tokio::time::Instant::now())
+            });
+        (entry.min(left), attr.min(left))
+    }
+
+    /// `ttls` of the name this mount last saw `ino` under.
+    pub fn ttls_of(&self, ino: InodeId) -> (Duration, Duration) {
+        match self.inodes.path(ino) {
+            Some(p) => self.ttls(&p),
+            None if self.cfg.leases => (Duration::ZERO, Duration::ZERO),
+            None => (self.cfg.entry_ttl, self.cfg.attr_ttl),
+        }
+    }
+
     pub fn visible(&self, mut inode: Inode) -> Inode {
         inode.size = self.visible_size(&inode);
         if inode.kind == FileKind::File && self.handles.is_hidden(inode.ino) {
