@@ -36,11 +36,12 @@ pub struct MountArgs {
     /// and report EIO for a change a failover may have lost (docs/fuse.md "Durability").
     #[arg(long)]
     pub sync_close: bool,
-    /// EXPERIMENTAL, off by default: keep the names, attributes and missing names of
+    /// Experimental, off by default: keep the names, attributes and missing names of
     /// directories this mount reads under leases the servers recall before anyone else
-    /// changes them, and answer lookups and stats from them without asking (docs/fuse.md
-    /// "Directory leases"). A stale read with leases is still open (simulation seed
-    /// 2355 with --leases): do not use it on shared data yet.
+    /// changes them, answer lookups and stats from them without asking, and let the
+    /// kernel keep them only while the lease lasts, so that other clients' changes are
+    /// seen at once (docs/fuse.md "Directory leases"). No faster yet: leases are not
+    /// renewed while used.
     #[arg(long)]
     pub leases: bool,
     /// Threads reading FUSE requests from the kernel.
