@@ -89,6 +89,8 @@ pub(crate) enum Route {
     Shard(String, u64),
     /// The partition holding chunk `.1` (>= 1) of inode `.0`.
     Chunk(InodeId, u64),
+    /// The partition keeping the file locks of inode `.0`.
+    Locks(InodeId),
     Partition(PartitionId),
     /// The server itself (counters, map, statfs), not one of its partitions.
     Server(NodeId),
@@ -109,7 +111,7 @@ tokio::task_local! {
 pub struct Client {
     state: RwLock<Arc<MapState>>,
     transport: Arc<dyn Transport>,
-    config: ClientConfig,
+    pub(crate) config: ClientConfig,
     /// Shard maps of the split directories met (docs/huge-dirs.md).
     pub(crate) shards: ShardCache,
     /// Capabilities for the chunks of files read or written (`file.rs`).
@@ -122,6 +124,8 @@ pub struct Client {
     unsynced: std::sync::Mutex<std::collections::BTreeMap<PartitionId, Unsynced>>,
     /// Directory leases and what they cover (`config.leases`).
     pub(crate) leases: Arc<crate::leases::Leases>,
+    /// The file locks this client holds (`file_locks.rs`).
+    pub(crate) held_locks: crate::held_locks::HeldLocks,
 }
 
 /// A partition's changes answered once applied, since its last sync.
@@ -192,8 +196,14 @@ impl Client {
             }),
             unsynced: std::sync::Mutex::new(std::collections::BTreeMap::new()),
             leases: Arc::new(crate::leases::Leases::new(config.id)),
+            held_locks: crate::held_locks::HeldLocks::default(),
             config,
         })
+    }
+
+    /// The partition keeping the file locks of `ino` under the current map.
+    pub(crate) fn locks_partition(&self, ino: InodeId) -> PartitionId {
+        self.st().ring.owner_of_locks(ino)
     }
 
     fn st(&self) -> Arc<MapState> {
@@ -249,6 +259,7 @@ impl Client {
                 .ring
                 .owner_of_shard(dir, self.shards.leaf_for(dir, *hash)),
             Route::Chunk(ino, c) => st.ring.owner_of_chunk(*ino, *c),
+            Route::Locks(ino) => st.ring.owner_of_locks(*ino),
             Route::Partition(p) | Route::Copy(_, p) => *p,
             Route::Server(_) => PartitionId::SERVER,
         }

@@ -11,6 +11,8 @@ mod caps;
 mod client;
 mod dirs;
 mod file;
+mod file_locks;
+mod held_locks;
 mod leases;
 
 pub use client::{Client, ClientConfig};

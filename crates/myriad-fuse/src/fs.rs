@@ -11,8 +11,8 @@ use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags,
     PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek,
+    ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use myriad_client::Client;
 use myriad_proto::{Caller, DirEntry, FsError, Inode, InodeId, SetAttr};
@@ -101,6 +101,8 @@ impl Filesystem for MyriadFs {
         if let Err(e) = self.rt.block_on(self.inner.sync_changes()) {
             tracing::error!("at unmount, some changes could not be confirmed durable: {e}");
         }
+        // Others need not wait for this mount's locks to expire.
+        self.rt.block_on(self.inner.client.release_all_locks());
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -109,7 +111,10 @@ impl Filesystem for MyriadFs {
         // whole rule (the kernel's own FUSE fallback knows only part of it).
         let mut want = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_HANDLE_KILLPRIV;
+            | InitFlags::FUSE_HANDLE_KILLPRIV
+            // fcntl and flock locks go to the servers, so mounts see each other's.
+            | InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS;
         if self.inner.cfg.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -472,16 +477,21 @@ impl Filesystem for MyriadFs {
     fn flush(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every close: buffered writes become durable before close returns (close-to-open).
-        if self.inner.flush_is_noop(fh.0) {
+        // Every close: the closing process's POSIX locks on the file go (the kernel leaves
+        // that to us), and buffered writes become durable before close returns.
+        let locks = self.inner.holds_locks(id(ino), lock_owner.0);
+        if !locks && self.inner.flush_is_noop(fh.0) {
             return reply.ok();
         }
         self.spawn(req, move |fs, _| async move {
+            if locks {
+                fs.release_locks(id(ino), lock_owner.0).await;
+            }
             reply_empty(fs.flush(fh.0).await, reply);
         });
     }
@@ -489,18 +499,72 @@ impl Filesystem for MyriadFs {
     fn release(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // The last close of a file with a flock: the flock goes.
+        if let Some(owner) = lock_owner
+            && self.inner.holds_locks(id(ino), owner.0)
+        {
+            let inner = self.inner.clone();
+            self.rt.spawn(async move {
+                inner.release_locks(id(ino), owner.0).await;
+            });
+        }
         if self.inner.release_if_trivial(fh.0) {
             return reply.ok();
         }
         self.spawn(req, move |fs, _| async move {
             reply_empty(fs.release(fh.0).await, reply);
+        });
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.spawn(req, move |fs, _| async move {
+            match fs.getlk(id(ino), lock_owner.0, start, end, typ).await {
+                Ok((start, end, typ, pid)) => reply.locked(start, end, typ, pid),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let tid = req.pid();
+        self.spawn(req, move |fs, _| async move {
+            match fs
+                .setlk(id(ino), lock_owner.0, start, end, typ, pid, sleep, tid)
+                .await
+            {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
         });
     }
 

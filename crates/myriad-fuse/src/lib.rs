@@ -15,6 +15,7 @@ mod data_ops;
 mod fs;
 mod handles;
 mod inodes;
+mod lock_ops;
 mod ops;
 mod recall;
 
@@ -90,6 +91,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     let mut session = Session::new(fs, &cfg.mountpoint, &options)
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
     let _ = inner.notifier.set(session.notifier());
+    lock_ops::start_renewal(&inner, rt.handle());
     if cfg.fs.leases {
         recall::install(&inner);
     }

@@ -94,6 +94,14 @@ impl Ring {
         self.owner_of_hash(hash_chunk(ino.0, chunk_index))
     }
 
+    /// The partition whose primary keeps the file locks of inode `ino` (docs/fuse.md "File
+    /// locks between mounts"): a point of its own (no data chunk has index `u64::MAX`), so
+    /// renames and links never move them.
+    #[must_use]
+    pub fn owner_of_locks(&self, ino: InodeId) -> PartitionId {
+        self.owner_of_hash(hash_chunk(ino.0, u64::MAX))
+    }
+
     /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the
     /// ring clockwise from the directory's point, its owner first (docs/huge-dirs.md).
     #[must_use]

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod codec;
 mod error;
 pub mod limits;
+pub mod locks;
 mod message;
 mod path;
 mod request;

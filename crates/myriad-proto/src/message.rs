@@ -29,7 +29,7 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// (`ReplicaSums`, `ReplicaBucket`); changes answered once applied (`Once::visible`,
 /// `Response::Applied`, `SyncPartition`).
 /// 15: directory leases (`ClientRequest::Leased`, `LeasePoll`, `LeaseRenew`).
-pub const PROTOCOL_VERSION: u16 = 15;
+pub const PROTOCOL_VERSION: u16 = 16;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -282,6 +282,8 @@ pub enum Response {
     Recalls(Vec<crate::request::LeaseKey>),
     /// Per key of a `LeaseRenew`, whether it was renewed.
     Renewed(Vec<bool>),
+    /// The answer to `ClientRequest::Lock`.
+    Lock(crate::locks::LockAnswer),
     /// A copy's bucket sums (`ReplicaRequest::ReplicaSums`).
     Sums(Vec<u64>),
     /// The keys of one bucket with a hash of each value (`ReplicaRequest::ReplicaBucket`).

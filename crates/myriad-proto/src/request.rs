@@ -265,6 +265,9 @@ pub enum ClientRequest {
         holder: u64,
         request: Box<ClientRequest>,
     },
+    /// The primary of `Ring::owner_of_locks(ino)`: a file lock request (docs/fuse.md "File
+    /// locks between mounts"); the answer is `Response::Lock`.
+    Lock(crate::locks::LockRequest),
 }
 
 /// What a directory lease covers: the entries of `dir` that partition `partition` holds.
@@ -792,6 +795,7 @@ impl ClientRequest {
             ClientRequest::Link { .. } => "link",
             ClientRequest::Once { request, .. } => request.op_name(),
             ClientRequest::Grant { .. } => "grant",
+            ClientRequest::Lock(_) => "lock",
         }
     }
 

@@ -626,6 +626,10 @@ impl Host {
         )
         .map_err(OpenError::Io)?
         .with_leases(self.lease_table(pid));
+        let incarnation =
+            crate::partition::core::incarnation(self.id, pid, epoch, self.clock.now_ns());
+        let locks_before =
+            crate::state::lock_marks::granted_before(&store).map_err(OpenError::Store)?;
         Ok(Arc::new(Partition {
             me: pid,
             env: self.clone(),
@@ -645,12 +649,13 @@ impl Host {
             changes: crate::partition::changes::ChangesInFlight::default(),
             tasks: Mutex::new(Vec::new()),
             primary_through: std::sync::atomic::AtomicU64::new(epoch),
-            incarnation: crate::partition::core::incarnation(
-                self.id,
-                pid,
-                epoch,
-                self.clock.now_ns(),
+            incarnation,
+            file_locks: crate::partition::lock_table::LockTable::new(
+                incarnation,
+                locks_before,
+                tokio::time::Instant::now(),
             ),
+            lock_marked: tokio::sync::Mutex::new(false),
             deposed: std::sync::atomic::AtomicBool::new(false),
         }))
     }

@@ -7,6 +7,7 @@ mod crash;
 mod creds;
 mod exerciser;
 mod failover;
+mod file_locks;
 mod fsck;
 mod fsx;
 mod full_disk;

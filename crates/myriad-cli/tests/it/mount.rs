@@ -96,6 +96,19 @@ impl Mount {
         }
     }
 
+    /// kill -9 of the mount process (a crashed client machine), then a lazy unmount of
+    /// what it leaves behind.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel.trim_start_matches('/'))
     }

@@ -27,6 +27,7 @@ impl Partition {
         let cs = st.map.chunk_size_bytes;
         match body {
             ClientRequest::Echo(p) => Ok(Response::Echo(p)),
+            ClientRequest::Lock(req) => self.serve_lock(st, req).await,
             ClientRequest::Grant {
                 path,
                 ino,

@@ -62,6 +62,10 @@ pub struct Partition {
     /// it (`Response::Applied`): a barrier for them (`SyncPartition`) vouches for them
     /// only if no other primary opened since.
     pub(crate) incarnation: u64,
+    /// The file locks this primary keeps (`lock_table.rs`), for this term only.
+    pub(crate) file_locks: crate::partition::lock_table::LockTable,
+    /// Whether this term's marker that it grants file locks is written (`file_locks.rs`).
+    pub(crate) lock_marked: tokio::sync::Mutex<bool>,
 }
 
 /// A number for one opening of partition `pid` as primary on server `server`: never the

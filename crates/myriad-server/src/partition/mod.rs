@@ -4,9 +4,10 @@
 //! to its copies through `replication`.
 //!
 //! Inside, from the bottom: `env`, and the partition's in-memory parts (`replicas`,
-//! `popularity`, `split_state`, `touches`, `changes`); `core` (the `Partition` and what every family
+//! `popularity`, `split_state`, `touches`, `changes`, `lock_table`); `core` (the `Partition` and what every family
 //! uses: ownership checks, lookups, calls to other partitions); the families (`ancestors`,
-//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`); `dispatch`.
+//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`,
+//! `file_locks`); `dispatch`.
 
 pub(crate) mod ancestors;
 pub(crate) mod anti_entropy;
@@ -17,9 +18,11 @@ pub(crate) mod core;
 pub(crate) mod dirtimes;
 pub(crate) mod dispatch;
 pub(crate) mod env;
+pub(crate) mod file_locks;
 pub(crate) mod fsck;
 pub(crate) mod grants;
 pub(crate) mod links;
+pub(crate) mod lock_table;
 pub(crate) mod once;
 pub(crate) mod peer_ops;
 pub(crate) mod popularity;

@@ -24,6 +24,7 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
     let one = |d: &str| ChangedDirs::Dirs(vec![d.to_string()]);
     match m {
         Mutation::Barrier
+        | Mutation::MarkFileLocks { .. }
         | Mutation::RecordOnce { .. }
         | Mutation::ForgetOnces { .. }
         | Mutation::Decide { .. }

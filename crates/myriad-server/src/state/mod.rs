@@ -11,6 +11,7 @@ mod files;
 mod ids;
 pub(crate) mod intent;
 mod links;
+pub(crate) mod lock_marks;
 pub(crate) mod mutation;
 pub(crate) mod once;
 mod ops;

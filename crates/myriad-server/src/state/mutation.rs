@@ -4,7 +4,7 @@
 //!
 //! Pure over `Store` (no clock, no network): timestamps come in the mutation. The types are
 //! in `ops.rs`; each family of mutations executes in its own module (`files`, `data`,
-//! `attrs`, `dirs`, `renames`, `links`, `shards`); this module routes.
+//! `attrs`, `dirs`, `renames`, `links`, `shards`, `lock_marks`); this module routes.
 
 use myriad_proto::FsError;
 use myriad_storage::Batch;
@@ -15,13 +15,14 @@ pub use crate::state::ops::{
     storage_err,
 };
 pub use crate::state::records::{INODE_DIR, inode_name, wrong_shard};
-use crate::state::{attrs, data, dirs, files, links, once, renames, shards};
+use crate::state::{attrs, data, dirs, files, links, lock_marks, once, renames, shards};
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.
 pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
+        m @ Mutation::MarkFileLocks { .. } => lock_marks::execute(ctx, &mut b, m)?,
         m @ (Mutation::RecordOnce { .. } | Mutation::ForgetOnces { .. }) => {
             once::execute(ctx, &mut b, m)?
         }

@@ -45,6 +45,10 @@ pub enum Mutation {
         at_ns: i64,
         answer: Response,
     },
+    /// Records that primary term `term` grants file locks (`lock_marks.rs`).
+    MarkFileLocks {
+        term: u64,
+    },
     /// Forgets outcomes recorded before `before_ns`, and the oldest beyond `keep_max`.
     ForgetOnces {
         before_ns: i64,
