@@ -62,6 +62,7 @@ impl Client {
         let owner = self.lock_owner(owner);
         let wait = wait.min(self.config.request_timeout / 2);
         let pid_part = self.locks_partition(ino);
+        let sent = tokio::time::Instant::now();
         let answer = self
             .lock_call(
                 Route::Locks(ino),
@@ -85,7 +86,8 @@ impl Client {
                 write: kind == LockKind::Write,
                 pid,
             };
-            self.held_locks.record(pid_part, table, ino, &lock, kind);
+            self.held_locks
+                .record(pid_part, table, ino, &lock, kind, sent);
         }
         Ok(answer)
     }
@@ -155,11 +157,14 @@ impl Client {
             .with(|parts| parts.iter().map(|(p, l)| (*p, l.table)).collect());
         let mut lost = Vec::new();
         for (pid, table) in parts {
+            let sent = tokio::time::Instant::now();
             let answer = self
                 .lock_call(Route::Partition(pid), LockRequest::Renew { holder })
                 .await;
             match answer {
-                Ok(LockAnswer::Done { table: now, known }) if now == table && known => {}
+                Ok(LockAnswer::Done { table: now, known }) if now == table && known => {
+                    self.held_locks.renewed(pid, table, sent);
+                }
                 Ok(a) => lost.extend(self.reclaim(pid, a.table()).await),
                 Err(e) => tracing::debug!(partition = %pid, "file lock renewal failed: {e}"),
             }
@@ -169,6 +174,7 @@ impl Client {
 
     /// Asks the new table `table` of partition `pid` for every lock held there.
     async fn reclaim(&self, pid: PartitionId, table: u64) -> Vec<(InodeId, HeldLock)> {
+        let sent = tokio::time::Instant::now();
         let held: Vec<(InodeId, HeldLock)> = self.held_locks.with(|parts| {
             let Some(part) = parts.get_mut(&pid) else {
                 return Vec::new();
@@ -180,6 +186,7 @@ impl Client {
                 .collect()
         });
         let mut lost = Vec::new();
+        let mut all = true;
         for (ino, h) in held {
             let kind = if h.write {
                 LockKind::Write
@@ -206,12 +213,13 @@ impl Client {
                         "a file lock was lost after a server failover (taken by another client before it could be reclaimed): {other:?}"
                     );
                     self.held_locks
-                        .record(pid, table, ino, &h, LockKind::Unlock);
+                        .record(pid, table, ino, &h, LockKind::Unlock, sent);
                     lost.push((ino, h));
                 }
                 // Not reached now: the next renewal tries again.
                 Err(e) => {
                     tracing::warn!(ino = ino.0, "file lock reclaim failed, will retry: {e}");
+                    all = false;
                     self.held_locks.with(|parts| {
                         if let Some(p) = parts.get_mut(&pid) {
                             p.table = 0;
@@ -220,7 +228,23 @@ impl Client {
                 }
             }
         }
+        if all {
+            self.held_locks.renewed(pid, table, sent);
+        }
         lost
+    }
+
+    /// Until when this client surely still holds its locks on `ino` (`None`: it holds
+    /// none): a lock lease from the last request the server answered about them.
+    #[must_use]
+    pub fn lock_valid_until(&self, ino: InodeId) -> Option<tokio::time::Instant> {
+        let pid = self.locks_partition(ino);
+        self.held_locks.with(|parts| {
+            parts
+                .get(&pid)
+                .filter(|p| p.inodes.contains_key(&ino))
+                .and_then(|p| p.valid_until)
+        })
     }
 
     /// Drops every lock this client holds (unmount).

@@ -6,13 +6,25 @@ use std::sync::Mutex;
 
 use myriad_placement::PartitionId;
 use myriad_proto::InodeId;
-use myriad_proto::locks::{HeldLock, InodeLocks, LockKind};
+use myriad_proto::locks::{HeldLock, InodeLocks, LOCK_LEASE, LockKind};
+use tokio::time::Instant;
 
 /// The locks this client holds on one partition, and the table that granted them.
 #[derive(Default)]
 pub(crate) struct PartLocks {
     pub(crate) table: u64,
     pub(crate) inodes: HashMap<InodeId, InodeLocks>,
+    /// Until when the locks are surely still held at the server: a lock lease from the
+    /// sending of the last request that table `table` answered for this holder (the
+    /// server counts from its arrival, later). Past it, another client may have them.
+    pub(crate) valid_until: Option<Instant>,
+}
+
+impl PartLocks {
+    pub(crate) fn extend(&mut self, sent: Instant) {
+        let until = sent + LOCK_LEASE;
+        self.valid_until = Some(self.valid_until.map_or(until, |u| u.max(until)));
+    }
 }
 
 #[derive(Default)]
@@ -29,7 +41,7 @@ impl HeldLocks {
         f(&mut g)
     }
 
-    /// Records a granted `set`.
+    /// Records a granted `set`, sent at `sent`.
     pub(crate) fn record(
         &self,
         pid: PartitionId,
@@ -37,11 +49,15 @@ impl HeldLocks {
         ino: InodeId,
         lock: &HeldLock,
         kind: LockKind,
+        sent: Instant,
     ) {
         self.with(|parts| {
             let part = parts.entry(pid).or_default();
             if part.table == 0 {
                 part.table = table;
+            }
+            if part.table == table {
+                part.extend(sent);
             }
             let locks = part.inodes.entry(ino).or_default();
             locks.set(lock.owner, lock.start, lock.end, kind, lock.pid);
@@ -50,6 +66,17 @@ impl HeldLocks {
             }
             if part.inodes.is_empty() {
                 parts.remove(&pid);
+            }
+        });
+    }
+
+    /// Table `table` of partition `pid` answered a renewal or reclaim sent at `sent`.
+    pub(crate) fn renewed(&self, pid: PartitionId, table: u64, sent: Instant) {
+        self.with(|parts| {
+            if let Some(p) = parts.get_mut(&pid)
+                && p.table == table
+            {
+                p.extend(sent);
             }
         });
     }

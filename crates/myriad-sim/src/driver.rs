@@ -60,6 +60,10 @@ pub struct SimConfig {
     /// leases"), each read done twice (the second mostly answered from the lease). Off by
     /// default: `--leases`, and the CI set `seeds_with_leases_keep_every_invariant`.
     pub leases: bool,
+    /// Every client also takes, renews and gives back write locks on three shared inodes
+    /// (docs/fuse.md "File locks between mounts"); two holding one at once is a
+    /// violation. Off by default: `--locks`, and the CI set with locks.
+    pub locks: bool,
 }
 
 impl SimConfig {
@@ -77,6 +81,7 @@ impl SimConfig {
             broken_disk: false,
             moves: false,
             leases: false,
+            locks: false,
         }
     }
 
@@ -84,7 +89,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -92,7 +97,8 @@ impl SimConfig {
             self.split_entries,
             if self.faults { "" } else { " --no-faults" },
             if self.moves { " --moves" } else { "" },
-            if self.leases { " --leases" } else { "" }
+            if self.leases { " --leases" } else { "" },
+            if self.locks { " --locks" } else { "" }
         )
     }
 }
@@ -185,6 +191,7 @@ struct Sim {
     disks: Vec<Arc<SimDisk>>,
     map: Mutex<ClusterMap>,
     history: Arc<History>,
+    lock_check: Arc<crate::lock_check::LockCheck>,
     faults: Mutex<Faults>,
     report: Mutex<Report>,
     /// Clients made so far: each gets the next number as its id (`ClientConfig::id`), so
@@ -231,6 +238,7 @@ impl Sim {
             leases: Arc::new(Leases::default()),
             map: Mutex::new(map),
             history: Arc::new(History::default()),
+            lock_check: Arc::default(),
             faults: Mutex::new(Faults::default()),
             clients_made: std::sync::atomic::AtomicU64::new(0),
             clock_start: tokio::time::Instant::now(),
@@ -720,6 +728,7 @@ impl Sim {
                 visible,
                 deferred: std::sync::Mutex::new(Vec::new()),
                 leases,
+                locks: self.cfg.locks.then(|| self.lock_check.clone()),
             };
             runs.push(tokio::spawn(run.run()));
         }

@@ -10,6 +10,7 @@ mod authority;
 mod disk;
 mod driver;
 mod history;
+mod lock_check;
 mod net;
 mod rng;
 mod trace;

@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--locks]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -19,6 +19,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --no-faults   only delays: no crashes, isolations, disk errors or lost messages
   --moves       servers join and leave while the clients work (copies move)
   --leases      two clients of three read through directory leases
+  --locks       clients also take and give back file locks on shared inodes
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -47,6 +48,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             "--no-faults" => cfg.faults = false,
             "--moves" => cfg.moves = true,
             "--leases" => cfg.leases = true,
+            "--locks" => cfg.locks = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }

@@ -8,11 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_client::{Client, FsError};
+use myriad_client::proto::locks::{LOCK_RENEW_EVERY, LockAnswer, LockKind};
+use myriad_client::{Client, FsError, InodeId};
 use rand::Rng;
 use tokio::time::Instant;
 
 use crate::history::History;
+use crate::lock_check::{LOCKED, LockCheck};
 use crate::rng::SimRng;
 use crate::trace::Trace;
 
@@ -81,6 +83,52 @@ pub struct ClientRun {
     /// The client reads through directory leases: every read and directory stat is
     /// done twice, so that the second is usually answered from the lease.
     pub leases: bool,
+    /// Also take and give back file locks, checked here (`--locks`).
+    pub locks: Option<Arc<LockCheck>>,
+}
+
+/// The lock owner the simulated clients lock as.
+const OWNER: u64 = 1;
+
+/// A client's background renewal (as a mount's): every grant it keeps is checked, except
+/// those being given back.
+async fn renew_forever(
+    client: Arc<Client>,
+    me: u32,
+    check: Arc<LockCheck>,
+    releasing: Arc<std::sync::Mutex<std::collections::BTreeSet<InodeId>>>,
+    trace: Trace,
+) -> Verdict {
+    loop {
+        tokio::time::sleep(LOCK_RENEW_EVERY).await;
+        if !client.holds_any_lock() {
+            continue;
+        }
+        let lost = client.renew_locks().await;
+        if !lost.is_empty() {
+            trace.event(format_args!("c{me} renewer: lost {lost:?}"));
+        }
+        for ino in LOCKED {
+            let skip = releasing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(&ino);
+            if !skip
+                && client.holds_locks(ino, OWNER)
+                && let Some(until) = client.lock_valid_until(ino)
+            {
+                check.believe(me, ino, until, Instant::now())?;
+            }
+        }
+    }
+}
+
+/// A client's file lock in the lock steps.
+enum Holding {
+    None,
+    Held(InodeId),
+    /// Its unlock failed: tried again, never believed held again.
+    Releasing(InodeId),
 }
 
 /// An acknowledgement held until a sync vouches for the change.
@@ -192,14 +240,63 @@ impl ClientRun {
     }
 
     pub async fn run(self) -> Verdict {
-        let mut created = 0u32;
         // This client's names in `BIG` whose create it saw succeed (a visible client: and
         // a sync vouch for) and whose removal it has not tried: a removal of one that finds
         // nothing broke exactly-once.
         let mut live = std::collections::BTreeSet::new();
+        let mut holding = Holding::None;
+        // As a mount does: renew every LOCK_RENEW_EVERY, checked like any other grant.
+        let releasing: Arc<std::sync::Mutex<std::collections::BTreeSet<InodeId>>> = Arc::default();
+        let renewer = self.locks.clone().map(|check| {
+            tokio::spawn(renew_forever(
+                self.client.clone(),
+                self.id,
+                check,
+                releasing.clone(),
+                self.trace.clone(),
+            ))
+        });
+        let verdict = self.ops_loop(&mut live, &mut holding, &releasing).await;
+        if let Some(r) = renewer {
+            let violation = if r.is_finished() {
+                r.await
+                    .unwrap_or_else(|e| Err(format!("renewer panicked: {e}")))
+            } else {
+                r.abort();
+                Ok(())
+            };
+            verdict.clone()?;
+            violation?;
+        }
+        verdict
+    }
+
+    async fn ops_loop(
+        &self,
+        live: &mut std::collections::BTreeSet<u32>,
+        holding: &mut Holding,
+        releasing: &std::sync::Mutex<std::collections::BTreeSet<InodeId>>,
+    ) -> Verdict {
+        let mut created = 0u32;
         for op_no in 0..self.ops {
             if op_no % SYNC_EVERY_OPS == SYNC_EVERY_OPS - 1 {
-                self.sync(&mut live).await;
+                self.sync(live).await;
+            }
+            if let Some(check) = &self.locks {
+                // Drawn only with locks on: runs without them keep their seeds' draws.
+                let (lock_step, which, wait) = self.rng.with(|r| {
+                    (
+                        r.gen_range(0..100u32),
+                        r.gen_range(0..LOCKED.len()),
+                        r.gen_range(0..300u64),
+                    )
+                });
+                if lock_step < 25 {
+                    let now = std::mem::replace(holding, Holding::None);
+                    *holding = self
+                        .lock_step(check, now, LOCKED[which], lock_step, wait, releasing)
+                        .await?;
+                }
             }
             let (think, op, k, other, side, side2) = self.rng.with(|r| {
                 (
@@ -257,8 +354,86 @@ impl ClientRun {
                 _ => self.list().await?,
             }
         }
-        self.sync(&mut live).await;
+        self.sync(live).await;
         Ok(())
+    }
+
+    /// One step with file locks: take one (waiting up to `wait_ms`), renew the one held, or
+    /// give it back; every grant and renewal is checked against the other clients'.
+    async fn lock_step(
+        &self,
+        check: &LockCheck,
+        holding: Holding,
+        want: InodeId,
+        draw: u32,
+        wait_ms: u64,
+        releasing: &std::sync::Mutex<std::collections::BTreeSet<InodeId>>,
+    ) -> Result<Holding, String> {
+        let me = self.id;
+        let set = |ino, kind, wait| {
+            self.client.set_lock(
+                ino,
+                OWNER,
+                0,
+                u64::MAX,
+                kind,
+                me,
+                Duration::from_millis(wait),
+            )
+        };
+        let believe = |ino| match self.client.lock_valid_until(ino) {
+            Some(until) => check.believe(me, ino, until, Instant::now()),
+            None => Ok(()),
+        };
+        Ok(match holding {
+            Holding::None => match set(want, LockKind::Write, wait_ms).await {
+                Ok(LockAnswer::Done { .. }) => {
+                    self.trace.event(format_args!("c{me} locked {:#x}", want.0));
+                    believe(want)?;
+                    Holding::Held(want)
+                }
+                other => {
+                    self.trace
+                        .event(format_args!("c{me} lock {:#x}: {other:?}", want.0));
+                    Holding::None
+                }
+            },
+            Holding::Held(ino) if draw.is_multiple_of(2) => {
+                let lost = self.client.renew_locks().await;
+                if !lost.is_empty() {
+                    self.trace.event(format_args!("c{me} lost {lost:?}"));
+                }
+                if self.client.holds_locks(ino, OWNER) {
+                    believe(ino)?;
+                    Holding::Held(ino)
+                } else {
+                    Holding::None
+                }
+            }
+            Holding::Held(ino) | Holding::Releasing(ino) => {
+                releasing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(ino);
+                check.release(me, ino);
+                match set(ino, LockKind::Unlock, 0).await {
+                    Ok(LockAnswer::Done { .. }) => {
+                        self.trace
+                            .event(format_args!("c{me} unlocked {:#x}", ino.0));
+                        releasing
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .remove(&ino);
+                        Holding::None
+                    }
+                    other => {
+                        self.trace
+                            .event(format_args!("c{me} unlock {:#x}: {other:?}", ino.0));
+                        Holding::Releasing(ino)
+                    }
+                }
+            }
+        })
     }
 
     /// Writes the next version of `path` at offset 0 (a file that exists keeps its inode)
