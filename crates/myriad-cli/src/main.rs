@@ -76,7 +76,8 @@ enum Command {
     /// POSIX semantics (docs/fuse.md): permissions are checked by the kernel
     /// (default_permissions) and again by the servers; close-to-open consistency between
     /// mounts, every earlier write visible within one; the mount is nodev, nosuid and
-    /// noatime; RENAME_EXCHANGE and O_TMPFILE are not supported (EINVAL, EOPNOTSUPP).
+    /// noatime; fcntl and flock locks exclude across mounts; RENAME_EXCHANGE of
+    /// directories and O_TMPFILE are not supported (EINVAL, EOPNOTSUPP).
     Mount(mount_cmd::MountArgs),
     /// Unmount a Myriad mount.
     Umount { mountpoint: PathBuf },

@@ -350,13 +350,16 @@ impl Filesystem for MyriadFs {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
-        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
-            // Not supported (documented in docs/fuse.md); programs fall back to plain rename.
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            // Overlay file systems' business; not supported (documented in docs/fuse.md).
             return reply.error(Errno::EINVAL);
         }
-        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let flags = myriad_proto::RenameFlags {
+            no_replace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        };
         self.spawn(req, move |fs, _| async move {
-            let r = fs.rename(&from, &to, no_replace).await;
+            let r = fs.rename(&from, &to, flags).await;
             fs.entries_changed(&r, &[parent.0, newparent.0]);
             reply_empty(r, reply);
         });

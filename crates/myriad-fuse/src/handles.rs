@@ -254,6 +254,18 @@ impl Handles {
         }
     }
 
+    /// Two names swapped (RENAME_EXCHANGE; never directories).
+    pub fn exchanged(&self, a: &str, b: &str) {
+        for f in lock(&self.files).values() {
+            let mut g = f.lock();
+            if g.file.path == a {
+                g.file.path = b.to_string();
+            } else if g.file.path == b {
+                g.file.path = a.to_string();
+            }
+        }
+    }
+
     pub fn open_dir(&self, d: DirListing) -> u64 {
         let id = self.id();
         lock(&self.dirs).insert(id, Arc::new(tokio::sync::Mutex::new(d)));

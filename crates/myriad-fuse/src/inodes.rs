@@ -275,6 +275,35 @@ impl InodeTable {
         }
     }
 
+    /// Two names swapped (RENAME_EXCHANGE; never directories): each inode takes the
+    /// other's name, and both ctimes changed.
+    pub fn exchanged(&self, a: &str, b: &str) {
+        let mut g = self.lock();
+        let t = &mut *g;
+        let (ia, ib) = (t.by_path.get(a).copied(), t.by_path.get(b).copied());
+        if ia == ib {
+            // Two names of one file: nothing moves but its ctime.
+            if let Some(n) = ia.and_then(|i| t.nodes.get_mut(&i)) {
+                n.expired = true;
+            }
+            return;
+        }
+        t.by_path.remove(a);
+        t.by_path.remove(b);
+        for (ino, old, new) in [(ia, a, b), (ib, b, a)] {
+            let Some(ino) = ino else { continue };
+            if let Some(n) = t.nodes.get_mut(&ino) {
+                n.expired = true;
+                for p in &mut n.paths {
+                    if p == old {
+                        *p = new.to_string();
+                    }
+                }
+            }
+            t.by_path.insert(new.to_string(), ino);
+        }
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().nodes.len()

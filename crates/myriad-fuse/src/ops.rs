@@ -802,7 +802,14 @@ impl Inner {
             let seq = self.hidden_seq.fetch_add(1, Ordering::Relaxed);
             let hidden = join(dir, &format!(".myriad-unlinked-{ino:x}-{seq}"));
             self.client
-                .rename(path, &hidden, RenameFlags { no_replace: true })
+                .rename(
+                    path,
+                    &hidden,
+                    RenameFlags {
+                        no_replace: true,
+                        exchange: false,
+                    },
+                )
                 .await?;
             self.handles.renamed(path, &hidden, true);
             self.inodes.renamed(path, &hidden);
@@ -813,13 +820,18 @@ impl Inner {
         Ok(())
     }
 
-    pub async fn rename(&self, from: &str, to: &str, no_replace: bool) -> Result<(), FsError> {
-        let flags = RenameFlags { no_replace };
+    pub async fn rename(&self, from: &str, to: &str, flags: RenameFlags) -> Result<(), FsError> {
+        if flags.exchange {
+            self.client.rename(from, to, flags).await?;
+            self.handles.exchanged(from, to);
+            self.inodes.exchanged(from, to);
+            return Ok(());
+        }
         match self.client.rename(from, to, flags).await {
             // Replacing an existing (empty) directory: the servers move directories only to
             // free names, so remove the empty target first. Not atomic: a crash between the
             // two steps leaves the source in place and the target gone.
-            Err(FsError::InvalidArgument(_)) if !no_replace => {
+            Err(FsError::InvalidArgument(_)) if !flags.no_replace => {
                 let (src, dst) = (self.client.stat(from).await?, self.client.stat(to).await?);
                 if src.kind != FileKind::Directory || dst.kind != FileKind::Directory {
                     return Err(FsError::InvalidArgument("cannot rename over that".into()));

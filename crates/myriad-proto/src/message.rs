@@ -282,6 +282,12 @@ pub enum Response {
     Recalls(Vec<crate::request::LeaseKey>),
     /// Per key of a `LeaseRenew`, whether it was renewed.
     Renewed(Vec<bool>),
+    /// A destination's answer to an exchanging `RenamePrepare`: the entry it gives the
+    /// source in return, with its chunk-0 blocks.
+    Exchanged {
+        inode: Inode,
+        blocks: Vec<(u64, serde_bytes::ByteBuf)>,
+    },
     /// The answer to `ClientRequest::Lock`.
     Lock(crate::locks::LockAnswer),
     /// A copy's bucket sums (`ReplicaRequest::ReplicaSums`).

@@ -23,6 +23,8 @@ pub struct SetAttr {
 pub struct RenameFlags {
     /// Fail with `AlreadyExists` instead of replacing the destination (RENAME_NOREPLACE).
     pub no_replace: bool,
+    /// Swap the two names, both of which must exist (RENAME_EXCHANGE; not directories).
+    pub exchange: bool,
 }
 
 /// How `SetXattr` treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).

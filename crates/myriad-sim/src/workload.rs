@@ -315,6 +315,10 @@ impl ClientRun {
                 0..20 => self.put(&mine, false).await,
                 20..27 => self.put(&mine, true).await,
                 27..33 => self.delete(&mine).await,
+                // A third of them swap the two names instead (RENAME_EXCHANGE).
+                33..38 if other % 3 == 0 => {
+                    self.exchange(&mine, &self.path(self.id, side2, j)).await;
+                }
                 33..38 => self.rename(&mine, &self.path(self.id, side2, j)).await,
                 38..42 => self.mkdir(&self.dir(self.id, k)).await,
                 42..45 => self.rmdir(&self.dir(self.id, k)).await,
@@ -554,6 +558,44 @@ impl ClientRun {
         }
         self.trace
             .event(format_args!("c{} rename {from} -> {to} done", self.id));
+    }
+
+    /// Swaps two of this client's files (RENAME_EXCHANGE), if both are known to exist:
+    /// each name then reads as the other file did, both pieces included.
+    async fn exchange(&self, a: &str, b: &str) {
+        if a == b {
+            return;
+        }
+        let (Some(ta), Some(pa), Some(tb), Some(pb)) = (
+            self.history.settled_token(a),
+            self.history.settled(&piece(a)),
+            self.history.settled_token(b),
+            self.history.settled(&piece(b)),
+        ) else {
+            return;
+        };
+        let va = self.history.begin(a, Some(tb));
+        let vpa = self.history.begin(&piece(a), pb);
+        let vb = self.history.begin(b, Some(ta));
+        let vpb = self.history.begin(&piece(b), pa);
+        let flags = myriad_client::RenameFlags {
+            exchange: true,
+            ..Default::default()
+        };
+        match self.client.rename(a, b, flags).await {
+            Ok(()) => {
+                self.ack(a, va);
+                self.ack(&piece(a), vpa);
+                self.ack(b, vb);
+                self.ack(&piece(b), vpb);
+            }
+            Err(e) => self.trace.event(format_args!(
+                "c{} exchange {a} <-> {b}: in doubt ({e})",
+                self.id
+            )),
+        }
+        self.trace
+            .event(format_args!("c{} exchange {a} <-> {b} done", self.id));
     }
 
     async fn mkdir(&self, path: &str) {

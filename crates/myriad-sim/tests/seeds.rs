@@ -125,13 +125,20 @@ fn seeds_with_locks_keep_every_invariant() {
 ///       primary had redone: `/big` answered `WrongShard` for good. Fix: a deposed
 ///       partition calls no other partition; a partition's request from a server that is
 ///       not its primary is refused.
+/// 3049 (found with exchanges in the workload): an exchange between two partitions
+///       committed on a primary that was then cut off before it answered; the client's
+///       retry on the new primary found no recorded outcome and swapped the names back,
+///       answering "done". Fix: a rename between partitions records its outcome in the
+///       batch of its decision.
 /// 20090 (5 servers, 8 clients): recovery rolled forward a mkdir that had completed and been
 ///       undone by an rmdir since recovery listed it, leaving an orphan directory object
 ///       that made the next mkdir of the name fail. Fix: recovery claims an intent, then
 ///       reads it again.
 #[test]
 fn regression_seeds_pass() {
-    for seed in [1008, 1016, 1031, 3001, 3059, 5052, 9005, 9027, 9107, 9941] {
+    for seed in [
+        1008, 1016, 1031, 3001, 3049, 3059, 5052, 9005, 9027, 9107, 9941,
+    ] {
         check(&busy(seed));
     }
     check(&SimConfig {

@@ -483,6 +483,19 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     cl.restart(NodeId(2));
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(cl.wait_up(&client, NodeId(2)));
+    // Answering is not serving yet: its partitions open after it is up (seconds on a
+    // loaded machine, longer than the mount's 2 s timeout). The mount must work once
+    // they do.
+    rt.block_on(async {
+        let t = Instant::now();
+        while client.stat(&names[0]).await.is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "node 2 never served again"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
     for n in &names {
         assert_eq!(ok(fs::read(m.path(n))), n.as_bytes(), "acked file lost");
     }

@@ -5,6 +5,7 @@ mod bad_input;
 mod counting;
 mod crash;
 mod creds;
+mod exchange;
 mod exerciser;
 mod failover;
 mod file_locks;

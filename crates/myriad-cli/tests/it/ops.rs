@@ -289,7 +289,10 @@ async fn rename_within_and_across_nodes() {
     c.create(&format!("{d2}/x"), 0o644, true, b"old")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let no_replace = RenameFlags { no_replace: true };
+    let no_replace = RenameFlags {
+        no_replace: true,
+        ..RenameFlags::default()
+    };
     assert_eq!(
         c.rename(&format!("{d1}/x"), &format!("{d2}/x"), no_replace)
             .await

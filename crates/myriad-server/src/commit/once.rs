@@ -57,10 +57,20 @@ pub(crate) struct OnceJob {
 /// not the completing one, stay durable: their intents must be on disk for recovery).
 pub fn visible_completion(m: &Mutation) -> bool {
     ONCE.try_with(|s| {
-        s.as_ref()
-            .is_some_and(|s| s.visible && (s.completes)(m) && !s.settled.load(Ordering::Acquire))
+        s.as_ref().is_some_and(|s| {
+            s.visible
+                && may_answer_visible(m)
+                && (s.completes)(m)
+                && !s.settled.load(Ordering::Acquire)
+        })
     })
     .unwrap_or(false)
+}
+
+/// Whether a completing mutation may be answered before it is durable: not the decision
+/// of a change spanning partitions (a rename's), which the other partitions act on.
+fn may_answer_visible(m: &Mutation) -> bool {
+    !matches!(m, Mutation::RenameSourceDecide { .. })
 }
 
 /// The change `m` completes, if the task submitting it applies one and `m` is the
@@ -73,7 +83,7 @@ pub(crate) fn job_for(m: &Mutation) -> Option<OnceJob> {
             at_ns: s.at_ns,
             answer: s.answer,
             settled: s.settled.clone(),
-            visible: s.visible,
+            visible: s.visible && may_answer_visible(m),
         })
     })
     .ok()

@@ -147,7 +147,10 @@ impl Partition {
             .map_err(storage_err)?
             .and_then(|b| crate::state::intent::Intent::decode(&b))
         {
-            Some(crate::state::intent::Intent::RenameIn { dir, .. }) if commit => Some(dir),
+            Some(
+                crate::state::intent::Intent::RenameIn { dir, .. }
+                | crate::state::intent::Intent::ExchangeIn { dir, .. },
+            ) if commit => Some(dir),
             _ => None,
         };
         let outcome = self

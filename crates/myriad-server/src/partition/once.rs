@@ -7,9 +7,10 @@
 //! The outcome is recorded in the batch of the mutation that completes the change when
 //! one mutation does (a create, an unlink, a write: `completes`/`answer` below), so the
 //! change and its outcome are applied, replicated and made durable together. A change whose
-//! work spans partitions (mkdir, rmdir, a rename between partitions, a link, a copy)
-//! records its answer in a batch of its own once the work is done: a crash between the two
-//! leaves the change without its outcome, and its retry runs again as before.
+//! work spans partitions (mkdir, rmdir, a link, a copy) records its answer in a batch of its
+//! own once the work is done: a crash between the two leaves the change without its
+//! outcome, and its retry runs again as before. A rename between partitions records it
+//! with its decision (an exchange must never run twice: it would swap back).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -164,9 +165,19 @@ fn recording(request: &ClientRequest) -> Recording {
         ClientRequest::ExtendSize { .. } => (|m| matches!(m, Mutation::ExtendSize { .. }), attrs),
         ClientRequest::Truncate { .. } => (|m| matches!(m, Mutation::Truncate { .. }), attrs),
         ClientRequest::WriteChunk { .. } => (|m| matches!(m, Mutation::WriteChunk { .. }), unit),
-        // A rename within the partition is one mutation; between partitions it is not,
-        // and records its answer once done.
-        ClientRequest::Rename { .. } => (|m| matches!(m, Mutation::RenameLocal { .. }), unit),
+        // A rename within the partition is one mutation; between partitions, its answer
+        // goes with its decision (which stays durable before anyone acts on it), so a
+        // retry after a failover finds it: an exchange run twice would swap back.
+        ClientRequest::Rename { .. } => (
+            |m| {
+                matches!(
+                    m,
+                    Mutation::RenameLocal { .. }
+                        | Mutation::RenameSourceDecide { commit: true, .. }
+                )
+            },
+            unit,
+        ),
         _ => (never, nothing),
     }
 }

@@ -176,7 +176,8 @@ impl Partition {
                 validate_path(&to)?;
                 self.own_entry(st, &to)?;
                 let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
-                self.applier
+                let outcome = self
+                    .applier
                     .run(Mutation::RenamePrepare {
                         txid,
                         coordinator,
@@ -186,7 +187,16 @@ impl Partition {
                         blocks,
                     })
                     .await?;
-                Ok(Response::Unit)
+                Ok(match outcome {
+                    Outcome::Exchanged(inode, blocks) => Response::Exchanged {
+                        inode,
+                        blocks: blocks
+                            .into_iter()
+                            .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
+                            .collect(),
+                    },
+                    _ => Response::Unit,
+                })
             }
             PeerRequest::DirFreeze { path, txid } => {
                 validate_path(&path)?;

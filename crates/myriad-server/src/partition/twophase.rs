@@ -223,6 +223,11 @@ impl Partition {
         flags: RenameFlags,
     ) -> Result<(), FsError> {
         let src = self.lookup(&from).await?;
+        if flags.exchange && src.kind == FileKind::Directory {
+            return Err(FsError::InvalidArgument(
+                "exchanging directories (RENAME_EXCHANGE) is not supported".into(),
+            ));
+        }
         if from == to {
             return Ok(());
         }
@@ -292,12 +297,28 @@ impl Partition {
             blocks,
         };
         match self.call_node(dst_node, Request::Peer(prepare)).await {
-            Ok(_) => {
+            Ok(answer) => {
+                // An exchange brings the destination's entry back to the source's name.
+                let incoming = match answer {
+                    Response::Exchanged { mut inode, blocks } if flags.exchange => {
+                        inode.ctime_ns = self.env.now_ns();
+                        let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec()));
+                        Some((inode, blocks.collect()))
+                    }
+                    _ if flags.exchange => {
+                        self.abort_rename(txid, dst_node, &moves).await;
+                        return Err(FsError::Protocol(
+                            "the destination did not answer the exchange with its entry".into(),
+                        ));
+                    }
+                    _ => None,
+                };
                 // The decision point: once this batch is durable the rename has happened.
                 let decide = Mutation::RenameSourceDecide {
                     txid,
                     commit: true,
                     moves: moves.clone(),
+                    incoming,
                 };
                 self.applier.run(decide).await?;
                 if let Err(e) = self.finish_commit(txid, dst_node, &moves).await {
@@ -618,6 +639,7 @@ impl Partition {
             txid,
             commit: false,
             moves: Vec::new(),
+            incoming: None,
         };
         if let Err(e) = self.applier.run(decide).await {
             tracing::warn!(txid, "rename abort deferred to recovery: {e}");
@@ -878,6 +900,7 @@ impl Partition {
                             txid,
                             commit: false,
                             moves: Vec::new(),
+                            incoming: None,
                         };
                         self.applier.run(decide).await?;
                     }
@@ -886,7 +909,7 @@ impl Partition {
                     self.undo_moves(txid, dst, &walked).await?;
                 }
             }
-            Intent::RenameIn { .. } => {} // The coordinator drives it.
+            Intent::RenameIn { .. } | Intent::ExchangeIn { .. } => {} // The coordinator drives it.
             Intent::RenameAborted { at_ns } => {
                 let kept = self.env.now_ns().saturating_sub(at_ns);
                 if kept > i64::try_from(ABORTED_KEPT.as_nanos()).unwrap_or(i64::MAX) {

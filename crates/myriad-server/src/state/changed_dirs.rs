@@ -119,6 +119,7 @@ mod tests {
             txid: 1,
             commit: true,
             moves: Vec::new(),
+            incoming: None,
         };
         assert_eq!(changed_dirs(&decide), ChangedDirs::All);
         let chunk = Mutation::WriteChunk {

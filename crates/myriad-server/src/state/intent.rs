@@ -101,6 +101,15 @@ pub enum Intent {
     /// coordinator deposed meanwhile) is refused instead of staging an entry nobody will
     /// ever resolve (simulation seed 80090). Dropped by recovery after `ABORTED_KEPT`.
     RenameAborted { at_ns: i64 },
+    /// Destination of an exchange (`RenameFlags::exchange`): as `RenameIn`, but the entry
+    /// it replaces goes to the source instead of away (appended: stored intents keep
+    /// their encoding).
+    ExchangeIn {
+        coordinator: PartitionId,
+        dir: String,
+        name: String,
+        ino: InodeId,
+    },
 }
 
 impl Intent {

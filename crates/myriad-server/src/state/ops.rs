@@ -12,6 +12,9 @@ use crate::state::ids::IdAlloc;
 use crate::state::intent::{Decision, DirMove};
 use myriad_proto::InodeId;
 
+/// Chunk-0 blocks travelling with an entry: (block number, bytes).
+pub type Blocks = Vec<(u64, Vec<u8>)>;
+
 /// A change to one inode's attributes, applied in place.
 #[derive(Debug)]
 pub enum InodeChange {
@@ -254,6 +257,9 @@ pub enum Mutation {
         txid: u64,
         commit: bool,
         moves: Vec<DirMove>,
+        /// An exchange's commit: the entry that takes the source's name (the
+        /// destination's, with its chunk-0 blocks).
+        incoming: Option<(Inode, Blocks)>,
     },
     DirFreeze {
         path: String,
@@ -321,6 +327,8 @@ pub enum Outcome {
     /// A rename; the txid of the replaced file's chunk GC intent, if any, and the replaced
     /// entry if it was a hard-link name (the node then drops a link at its home).
     Renamed(Option<u64>, Option<Inode>),
+    /// An exchanging prepare: the destination's entry and its chunk-0 blocks.
+    Exchanged(Inode, Blocks),
     SplitBegun {
         txid: u64,
         ino: InodeId,

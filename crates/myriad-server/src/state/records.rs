@@ -272,6 +272,32 @@ pub(crate) fn check_rename_target(
     }
 }
 
+/// The entry an exchange (`RenameFlags::exchange`) swaps with `incoming`: it must exist
+/// and be idle, and neither may be a directory (they would move subtrees).
+pub(crate) fn check_exchange_target(
+    store: &Store,
+    dir: &str,
+    name: &str,
+    incoming: &Inode,
+) -> Result<Inode, FsError> {
+    match store.entry(dir, name).map_err(storage_err)? {
+        Some(EntryRecord {
+            pending: Some(_), ..
+        }) => Err(FsError::Busy),
+        Some(EntryRecord {
+            inode: Some(other), ..
+        }) => {
+            if other.kind == FileKind::Directory || incoming.kind == FileKind::Directory {
+                return Err(FsError::InvalidArgument(
+                    "exchanging directories (RENAME_EXCHANGE) is not supported".into(),
+                ));
+            }
+            Ok(other)
+        }
+        _ => Err(FsError::NotFound),
+    }
+}
+
 /// Deletes the local chunk-0 blocks of a file going away; if it has chunks on other nodes,
 /// writes a ChunkGc intent and returns its txid for the caller to run.
 pub(crate) fn drop_file_data(

@@ -1,7 +1,7 @@
 //! Renames: on one partition, across two (source and target sides), and of whole directories (freeze, export/import, finish).
 
 use myriad_placement::split_parent;
-use myriad_proto::{DirAction, FileKind, FsError, Shard};
+use myriad_proto::{DirAction, FileKind, FsError, Inode, Shard};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
@@ -9,8 +9,8 @@ use crate::state::ops::{
     Ctx, Mutation, Outcome, chunk0_blocks, not_routed, prepare_key, storage_err,
 };
 use crate::state::records::{
-    adjust_subdirs, check_rename_target, drop_file_data, is_dir, put_visible, require_dir,
-    require_writable, visible,
+    adjust_subdirs, check_exchange_target, check_rename_target, drop_file_data, is_dir,
+    put_visible, require_dir, require_writable, visible,
 };
 
 /// Executes one mutation of this family into `b`.
@@ -32,6 +32,16 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 return Err(FsError::Busy);
             }
             require_dir(ctx.store, tdir, tname)?;
+            if flags.exchange {
+                let mut other = check_exchange_target(ctx.store, tdir, tname, &inode)?;
+                if other.ino != inode.ino {
+                    inode.ctime_ns = now;
+                    other.ctime_ns = now;
+                    put_visible(ctx.store, b, tdir, tname, &inode);
+                    put_visible(ctx.store, b, fdir, fname, &other);
+                }
+                return Ok(Outcome::Renamed(None, None));
+            }
             let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
             let mut gc = None;
             let mut dropped_link = None;
@@ -90,6 +100,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             txid,
             commit,
             moves,
+            incoming,
         } => {
             let Some(Intent::RenameOut {
                 from_dir,
@@ -121,6 +132,13 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                             .trim_blocks(b, ino, 0, 0, c0)
                             .map_err(storage_err)?;
                     }
+                    // An exchange: the destination's entry takes the source's name.
+                    if let Some((other, blocks)) = incoming {
+                        for (block, data) in blocks {
+                            ctx.store.put_block(b, other.ino, block, data);
+                        }
+                        put_visible(ctx.store, b, &from_dir, &from_name, &other);
+                    }
                 } else if let Some(i) = rec.inode {
                     put_visible(ctx.store, b, &from_dir, &from_name, &i);
                 }
@@ -150,6 +168,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             flags,
             blocks,
         } => {
+            let (tdir, tname) = split_parent(&to);
             match ctx
                 .store
                 .intent(prepare_key(txid))
@@ -159,11 +178,44 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 Some(Intent::RenameAborted { .. }) => {
                     return Err(FsError::Stale); // Aborted here already: too late.
                 }
-                Some(_) => return Ok(Outcome::Unit), // Already prepared (a retried request).
+                // Already prepared (a retried request): the same answer.
+                Some(Intent::ExchangeIn { .. }) => {
+                    let other = ctx
+                        .store
+                        .entry(tdir, tname)
+                        .map_err(storage_err)?
+                        .and_then(|r| r.inode)
+                        .ok_or_else(|| FsError::Io("exchange staged without its entry".into()))?;
+                    let blocks = chunk0_of(ctx, &other)?;
+                    return Ok(Outcome::Exchanged(other, blocks));
+                }
+                Some(_) => return Ok(Outcome::Unit),
                 None => {}
             }
-            let (tdir, tname) = split_parent(&to);
             require_dir(ctx.store, tdir, tname)?;
+            if flags.exchange {
+                let other = check_exchange_target(ctx.store, tdir, tname, &inode)?;
+                let given = chunk0_of(ctx, &other)?;
+                for (block, data) in blocks {
+                    ctx.store.put_block(b, inode.ino, block, data);
+                }
+                let rec = EntryRecord {
+                    inode: Some(other.clone()),
+                    pending: Some(Pending {
+                        txid,
+                        after: Some(inode.clone()),
+                    }),
+                };
+                ctx.store.put_entry(b, tdir, tname, &rec);
+                let intent = Intent::ExchangeIn {
+                    coordinator,
+                    dir: tdir.to_string(),
+                    name: tname.to_string(),
+                    ino: inode.ino,
+                };
+                ctx.store.put_intent(b, prepare_key(txid), intent.encode());
+                return Ok(Outcome::Exchanged(other, given));
+            }
             let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
             for (block, data) in blocks {
                 ctx.store.put_block(b, inode.ino, block, data);
@@ -193,14 +245,18 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                     ctx.store.put_intent(b, prepare_key(txid), t.encode());
                 }
             };
-            let Some(Intent::RenameIn { dir, name, ino, .. }) = ctx
+            let (dir, name, ino, exchange) = match ctx
                 .store
                 .intent(prepare_key(txid))
                 .map_err(storage_err)?
                 .and_then(|b| Intent::decode(&b))
-            else {
-                tombstone(b);
-                return Ok(Outcome::Renamed(None, None)); // Already resolved (or never came).
+            {
+                Some(Intent::RenameIn { dir, name, ino, .. }) => (dir, name, ino, false),
+                Some(Intent::ExchangeIn { dir, name, ino, .. }) => (dir, name, ino, true),
+                _ => {
+                    tombstone(b);
+                    return Ok(Outcome::Renamed(None, None)); // Already resolved (or never came).
+                }
             };
             let mut gc = None;
             let mut dropped_link = None;
@@ -208,9 +264,22 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 && let Some(p) = rec.pending.filter(|p| p.txid == txid)
             {
                 if commit {
-                    if let Some(old) = rec.inode.as_ref().filter(|o| o.ino != ino) {
-                        gc = drop_file_data(ctx, b, old)?;
-                        dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
+                    match rec.inode.as_ref().filter(|o| o.ino != ino) {
+                        // Exchanged: the entry lives on under the source's name, which
+                        // has its chunk-0 blocks now.
+                        Some(old) if exchange && old.kind == FileKind::File => {
+                            let c0 = chunk0_blocks(ctx.layout);
+                            ctx.store
+                                .trim_blocks(b, old.ino, 0, 0, c0)
+                                .map_err(storage_err)?;
+                        }
+                        Some(_) if exchange => {}
+                        Some(old) => {
+                            gc = drop_file_data(ctx, b, old)?;
+                            dropped_link =
+                                Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
+                        }
+                        None => {}
                     }
                     let delta = is_dir(p.after.as_ref()) - is_dir(rec.inode.as_ref());
                     adjust_subdirs(ctx.store, b, &dir, delta)?;
@@ -381,4 +450,15 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         other => return Err(not_routed(&other)),
     };
     Ok(out)
+}
+
+/// The chunk-0 blocks an entry carries with it when it moves (a regular file's; other
+/// kinds have none here).
+fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, FsError> {
+    if inode.kind != FileKind::File {
+        return Ok(Vec::new());
+    }
+    ctx.store
+        .blocks(inode.ino, 0, chunk0_blocks(ctx.layout))
+        .map_err(storage_err)
 }

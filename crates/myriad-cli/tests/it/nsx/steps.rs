@@ -149,11 +149,15 @@ impl Run<'_> {
                     0
                 };
                 let flags = self.rng.pick(&[0, 0, 0, libc::RENAME_NOREPLACE, exchange]);
-                Op::Rename {
-                    from: self.name_path(),
-                    to: self.name_path(),
-                    flags,
-                }
+                let (from, to) = (self.name_path(), self.name_path());
+                let is_dir = |o: &Obs| o.is_ok_and(|s| s.fmt == libc::S_IFDIR);
+                let dirs = is_dir(&self.observe(&from)[0]) || is_dir(&self.observe(&to)[0]);
+                let flags = if flags == exchange && dirs && !self.cfg.exchange_dirs {
+                    0
+                } else {
+                    flags
+                };
+                Op::Rename { from, to, flags }
             }
             47..=53 => Op::Unlink {
                 path: self.name_path(),

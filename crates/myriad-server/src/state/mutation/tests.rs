@@ -217,7 +217,10 @@ fn local_rename_replaces_files_but_not_directories() {
         "replaced data dropped"
     );
     t.create("/", "c", b"").unwrap_or_else(|e| panic!("{e}"));
-    let no_replace = RenameFlags { no_replace: true };
+    let no_replace = RenameFlags {
+        no_replace: true,
+        ..RenameFlags::default()
+    };
     assert_eq!(
         t.run(Mutation::RenameLocal {
             from: "/c".into(),
@@ -228,6 +231,48 @@ fn local_rename_replaces_files_but_not_directories() {
         .err(),
         Some(FsError::AlreadyExists)
     );
+}
+
+#[test]
+fn an_exchange_swaps_two_names_and_refuses_a_missing_one() {
+    let mut t = T::new();
+    let a = t.create("/", "a", b"aaa").unwrap_or_else(|e| panic!("{e}"));
+    let b = t
+        .create("/", "b", b"bbbbb")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let exchange = RenameFlags {
+        exchange: true,
+        ..RenameFlags::default()
+    };
+    let swap = |from: &str, to: &str| Mutation::RenameLocal {
+        from: from.into(),
+        to: to.into(),
+        flags: exchange,
+        now: 9,
+    };
+    t.run(swap("/a", "/b")).unwrap_or_else(|e| panic!("{e}"));
+    let at = |t: &T, name: &str| {
+        t.store
+            .entry("/", name)
+            .ok()
+            .flatten()
+            .and_then(|r| r.inode)
+            .unwrap_or_else(|| panic!("{name} missing"))
+    };
+    let (now_a, now_b) = (at(&t, "a"), at(&t, "b"));
+    assert_eq!((now_a.ino, now_b.ino), (b.ino, a.ino), "the names swapped");
+    assert_eq!(
+        (now_a.ctime_ns, now_b.ctime_ns),
+        (9, 9),
+        "both ctimes changed"
+    );
+    assert_eq!(
+        t.store.read_range(a.ino, 0, 3, 10).unwrap_or_default(),
+        b"aaa",
+        "the data stays with its inode"
+    );
+    // Both names must exist.
+    assert_eq!(t.run(swap("/a", "/zz")).err(), Some(FsError::NotFound));
 }
 
 #[test]
