@@ -29,6 +29,13 @@ const COPY_PROBLEMS: [&str; 5] = [
 
 /// Where fsck looks for hard-linked inode objects (`myriad-server` `INODE_DIR`).
 const INODE_DIR: &str = "//i";
+/// Where files unlinked while open wait with their data (`myriad-server` `ORPHAN_DIR`).
+const ORPHAN_DIR: &str = "//o";
+
+/// The reserved directories, which no path names: not part of the namespace's checks.
+fn reserved(path: &str) -> bool {
+    path == INODE_DIR || path == ORPHAN_DIR
+}
 const PAGE: u32 = 1024;
 /// Bytes per stored block (`myriad-storage` `BLOCK_BYTES`).
 const BLOCK_BYTES: u64 = 64 * 1024;
@@ -318,7 +325,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
             busy_dirs.insert(path.clone());
             pass.in_flight += 1;
         }
-        if path != INODE_DIR {
+        if !reserved(path) {
             pass.dirs += 1;
             if !busy {
                 shard_checks(&ring, path, parts, &mut pass, &mut problems);
@@ -395,7 +402,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
         }
     }
     for (path, parts) in &dirs {
-        if path == "/" || path == INODE_DIR || busy_dirs.contains(path) {
+        if path == "/" || reserved(path) || busy_dirs.contains(path) {
             continue;
         }
         let ino = parts[0].1.ino;
@@ -659,6 +666,13 @@ fn entry_checks(
 ) {
     if path == INODE_DIR {
         return; // Inode objects are checked with the link counts.
+    }
+    if path == ORPHAN_DIR {
+        // Files unlinked while open: their data is theirs until the partition drops them.
+        if let Some(inode) = e.inode {
+            files.insert(inode.ino, (node, inode.size));
+        }
+        return;
     }
     let Some(inode) = e.inode else {
         pass.in_flight += 1;

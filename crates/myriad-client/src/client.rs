@@ -201,6 +201,12 @@ impl Client {
         })
     }
 
+    /// The partition holding the entry `path` under the current map.
+    pub(crate) fn entry_partition(&self, path: &str) -> PartitionId {
+        let st = self.st();
+        self.partition_for(&st, &Route::Entry(path.to_string()))
+    }
+
     /// The partition keeping the file locks of `ino` under the current map.
     pub(crate) fn locks_partition(&self, ino: InodeId) -> PartitionId {
         self.st().ring.owner_of_locks(ino)

@@ -5,7 +5,9 @@
 //! picks for (ino, k). A write that reaches beyond chunk 0 writes its chunk pieces in parallel,
 //! then raises the size on the inode's node once (`ExtendSize`).
 
-use myriad_proto::{FileKind, FsError, Inode, Response, limits, validate_path};
+use myriad_proto::{
+    FileKind, FsError, Inode, InodeId, PartitionId, Request, Response, limits, validate_path,
+};
 
 use crate::client::{Client, Route, expect_attr, unexpected};
 use myriad_proto::ClientRequest;
@@ -93,6 +95,25 @@ impl Client {
             }),
             FileKind::Directory => Err(FsError::IsADirectory),
             _ => Err(FsError::InvalidArgument("not a regular file".into())),
+        }
+    }
+
+    /// The current attributes of the open file `h`, by its inode: also when another
+    /// client removed its last name meanwhile (an orphan, `nlink` 0; docs/fuse.md "Open
+    /// files unlinked elsewhere").
+    pub async fn stat_open(&self, h: &FileHandle) -> Result<Inode, FsError> {
+        let req = ClientRequest::Read {
+            path: h.path.clone(),
+            ino: h.inode.ino,
+            offset: 0,
+            len: 0,
+        };
+        match self
+            .call(Route::Entry(h.path.clone()), Request::Client(req))
+            .await?
+        {
+            Response::Data { inode: Some(i), .. } => Ok(i),
+            other => Err(unexpected(&other)),
         }
     }
 
@@ -384,5 +405,37 @@ impl Client {
             return Err(FsError::Stale);
         }
         Ok(())
+    }
+}
+
+impl Client {
+    /// Tells the partitions holding these files' names that this client still has them
+    /// open (`(path, inode)`; one request per partition), so that if another client
+    /// removes a last name, the file's data stays readable here until this client stops
+    /// saying so (docs/fuse.md "Open files unlinked elsewhere"). Call it every
+    /// `limits::KEEP_OPEN_EVERY` while files are open.
+    pub async fn keep_open(&self, files: &[(String, InodeId)]) -> Result<(), FsError> {
+        let mut by_part: std::collections::BTreeMap<PartitionId, Vec<InodeId>> =
+            std::collections::BTreeMap::new();
+        for (path, ino) in files {
+            by_part
+                .entry(self.entry_partition(path))
+                .or_default()
+                .push(*ino);
+        }
+        let mut first_err = None;
+        for (pid, inos) in by_part {
+            for chunk in inos.chunks(myriad_proto::limits::KEEP_OPEN_MAX) {
+                let req = ClientRequest::KeepOpen {
+                    inos: chunk.to_vec(),
+                };
+                if let Err(e) = self.call(Route::Partition(pid), Request::Client(req)).await
+                    && first_err.is_none()
+                {
+                    first_err = Some(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 }

@@ -143,7 +143,7 @@ impl Filesystem for MyriadFs {
         self.inner.inodes.forget(id(ino), nlookup);
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let ttl = self.inner.ttls_of(id(ino)).1;
         if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
             let i = self.inner.visible(i);
@@ -151,7 +151,13 @@ impl Filesystem for MyriadFs {
             return reply.attr(&ttl, &file_attr(&i));
         }
         self.spawn(req, move |fs, _| async move {
-            match fs.stat_ino(id(ino)).await {
+            let found = match fs.stat_ino(id(ino)).await {
+                // An open file another client unlinked: by its inode (fstat, and the
+                // kernel's size check before a read).
+                Err(FsError::Stale) if let Some(fh) = fh => fs.stat_open(fh.0).await,
+                other => other,
+            };
+            match found {
                 Ok(i) => {
                     tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from a server");
                     reply.attr(&fs.ttls_of(id(ino)).1, &file_attr(&i))

@@ -240,6 +240,19 @@ impl Handles {
             .any(|f| f.lock().file.inode.ino == ino)
     }
 
+    /// Every open file once: (its path, its inode).
+    pub fn open_files(&self) -> Vec<(String, InodeId)> {
+        let mut seen = std::collections::HashSet::new();
+        lock(&self.files)
+            .values()
+            .filter_map(|f| {
+                let g = f.lock();
+                seen.insert(g.file.inode.ino)
+                    .then(|| (g.file.path.clone(), g.file.inode.ino))
+            })
+            .collect()
+    }
+
     /// Paths of open files follow renames made through this mount.
     pub fn renamed(&self, from: &str, to: &str, hidden: bool) {
         let prefix = format!("{from}/");

@@ -92,6 +92,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
     let _ = inner.notifier.set(session.notifier());
     lock_ops::start_renewal(&inner, rt.handle());
+    lock_ops::start_keeping_open(&inner, rt.handle());
     if cfg.fs.leases {
         recall::install(&inner);
     }

@@ -1,6 +1,7 @@
-//! `fcntl` and `flock` locks through the mount (docs/fuse.md "File locks between mounts"):
-//! the kernel hands every lock call here (FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS) and the
-//! client library asks the partition keeping the inode's locks.
+//! What the mount keeps alive at the servers for others to respect: `fcntl` and `flock`
+//! locks (docs/fuse.md "File locks between mounts": the kernel hands every lock call here,
+//! FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS, and the client library asks the partition
+//! keeping the inode's locks), and the files it has open (`start_keeping_open`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,6 +127,29 @@ pub fn start_renewal(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
             };
             if inner.client.holds_any_lock() {
                 inner.client.renew_locks().await;
+            }
+        }
+    });
+}
+
+/// Tells the servers which files this mount has open, every `KEEP_OPEN_EVERY`, so that a
+/// file another client unlinks stays readable here until it is closed (docs/fuse.md
+/// "Open files unlinked elsewhere").
+pub fn start_keeping_open(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
+    let inner = Arc::downgrade(inner);
+    rt.spawn(async move {
+        let mut tick = tokio::time::interval(myriad_proto::limits::KEEP_OPEN_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let open = inner.handles.open_files();
+            if !open.is_empty()
+                && let Err(e) = inner.client.keep_open(&open).await
+            {
+                tracing::warn!("could not tell the servers which files are open: {e}");
             }
         }
     });

@@ -145,14 +145,25 @@ impl Inner {
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = Result<T, FsError>>,
     {
+        // No name of this mount's still names the inode (another client removed or
+        // replaced it): ESTALE, on which the kernel looks the path up again and finds
+        // what it names now (an open or stat of a name cached before the change).
         let mut last = Err(FsError::Stale);
         for path in self.inodes.paths(ino) {
             match f(path).await {
-                Err(e @ (FsError::PermissionDenied | FsError::NotFound)) => last = Err(e),
+                Err(e @ FsError::PermissionDenied) => last = Err(e),
+                Err(FsError::NotFound) => {}
                 other => return other,
             }
         }
         last
+    }
+
+    /// Attributes of the file open as `fh`, by inode (it may have no name left).
+    pub async fn stat_open(&self, fh: u64) -> Result<Inode, FsError> {
+        let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
+        let inode = self.client.stat_open(&file).await?;
+        Ok(self.visible(inode))
     }
 
     /// Fresh attributes of `ino`, checking its path still names it.

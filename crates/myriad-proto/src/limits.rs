@@ -42,3 +42,12 @@ pub const XATTR_NAME_BYTES_MAX: usize = 255;
 /// Largest extended attribute value, and all of one inode's names and values together: they
 /// live inside the inode, which every stat and readdir carries, so they must stay small.
 pub const XATTR_TOTAL_BYTES_MAX: usize = 64 * 1024;
+/// How long a file whose last name went is kept with its data (an orphan) after its
+/// unlink, and after each `KeepOpen` naming it: clients that have it open keep it
+/// (docs/fuse.md "Open files unlinked elsewhere").
+pub const ORPHAN_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often a client with open files tells their partitions (`KeepOpen`): well inside
+/// `ORPHAN_HOLD`, so an open file is never dropped for want of a keep.
+pub const KEEP_OPEN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most inodes in one `KeepOpen`.
+pub const KEEP_OPEN_MAX: usize = 65_536;

@@ -270,6 +270,10 @@ pub enum ClientRequest {
     /// The primary of `Ring::owner_of_locks(ino)`: a file lock request (docs/fuse.md "File
     /// locks between mounts"); the answer is `Response::Lock`.
     Lock(crate::locks::LockRequest),
+    /// The partition that held the names of `inos`: this client still has those files
+    /// open, so their data stays (as orphans) for `limits::ORPHAN_HOLD` more if another
+    /// client removes their last name (docs/fuse.md "Open files unlinked elsewhere").
+    KeepOpen { inos: Vec<InodeId> },
 }
 
 /// What a directory lease covers: the entries of `dir` that partition `partition` holds.
@@ -798,6 +802,7 @@ impl ClientRequest {
             ClientRequest::Once { request, .. } => request.op_name(),
             ClientRequest::Grant { .. } => "grant",
             ClientRequest::Lock(_) => "lock",
+            ClientRequest::KeepOpen { .. } => "keep_open",
         }
     }
 

@@ -656,6 +656,7 @@ impl Host {
                 tokio::time::Instant::now(),
             ),
             lock_marked: tokio::sync::Mutex::new(false),
+            open_files: crate::partition::open_files::OpenFiles::new(tokio::time::Instant::now()),
             deposed: std::sync::atomic::AtomicBool::new(false),
         }))
     }

@@ -24,6 +24,7 @@ mod mount;
 mod netsplit;
 mod nsx;
 mod ops;
+mod orphans;
 mod permissions;
 mod redirect;
 mod replication;

@@ -28,6 +28,7 @@ impl Partition {
         match body {
             ClientRequest::Echo(p) => Ok(Response::Echo(p)),
             ClientRequest::Lock(req) => self.serve_lock(st, req).await,
+            ClientRequest::KeepOpen { inos } => self.keep_open(&inos),
             ClientRequest::Grant {
                 path,
                 ino,
@@ -156,14 +157,27 @@ impl Partition {
             } => {
                 validate_path(&path)?;
                 self.own_entry(st, &path)?;
-                self.search(&caller, &path).await?;
-                let inode = self.lookup(&path).await?;
-                if inode.kind == FileKind::Directory {
-                    return Err(FsError::IsADirectory);
-                }
-                if inode.ino != ino {
-                    return Err(FsError::Stale);
-                }
+                let found = self.lookup(&path).await;
+                // The file's last name went while this client had it open (another
+                // client's unlink or rename over it): read the orphan.
+                let orphan = match &found {
+                    Ok(i) if i.ino == ino => None,
+                    _ => self.orphan(ino)?,
+                };
+                let inode = match orphan {
+                    Some(o) => o,
+                    None => {
+                        self.search(&caller, &path).await?;
+                        let inode = found?;
+                        if inode.kind == FileKind::Directory {
+                            return Err(FsError::IsADirectory);
+                        }
+                        if inode.ino != ino {
+                            return Err(FsError::Stale);
+                        }
+                        inode
+                    }
+                };
                 perm::require(&inode, &caller, perm::READ)?;
                 let len = len.min(limits::IO_BYTES_MAX);
                 let data = self
@@ -350,6 +364,7 @@ impl Partition {
                 let m = Mutation::Unlink {
                     dir: dir.clone(),
                     name,
+                    now: self.env.now_ns(),
                 };
                 let (outcome, parent) = self.run_touching(m, &dir, true, |_| true).await?;
                 if let Outcome::InodeGc(removed, gc) = outcome {

@@ -66,6 +66,8 @@ pub struct Partition {
     pub(crate) file_locks: crate::partition::lock_table::LockTable,
     /// Whether this term's marker that it grants file locks is written (`file_locks.rs`).
     pub(crate) lock_marked: tokio::sync::Mutex<bool>,
+    /// Files clients keep open, for the orphans of unlinked ones (`orphans.rs`).
+    pub(crate) open_files: crate::partition::open_files::OpenFiles,
 }
 
 /// A number for one opening of partition `pid` as primary on server `server`: never the

@@ -66,7 +66,19 @@ impl Partition {
                 }
             }
         });
+        let sweeper = self.clone();
+        let orphans = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(crate::partition::orphans::SWEEP_EVERY).await;
+                match sweeper.sweep_orphans().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(partition = %sweeper.me, n, "orphans dropped"),
+                    Err(e) => tracing::debug!(partition = %sweeper.me, "orphan sweep: {e}"),
+                }
+            }
+        });
         if let Ok(mut t) = self.tasks.lock() {
+            t.push(orphans);
             t.push(recovery);
             t.push(bookkeeping);
             t.push(forgetting);

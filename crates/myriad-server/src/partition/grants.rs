@@ -28,14 +28,28 @@ impl Partition {
         write: bool,
         opened: bool,
     ) -> Result<Response, FsError> {
-        self.search(caller, path).await?;
-        let inode = self.resolve(self.lookup(path).await?).await?;
-        if inode.kind == FileKind::Directory {
-            return Err(FsError::IsADirectory);
-        }
-        if inode.ino != ino {
-            return Err(FsError::Stale);
-        }
+        let found = self.lookup(path).await;
+        let orphan = match &found {
+            Ok(i) if i.ino == ino || i.kind == FileKind::HardLink => None,
+            // Unlinked elsewhere while open here: its chunks stay readable (not
+            // writable: nobody can see what would be written).
+            _ if !write => self.orphan(ino)?,
+            _ => None,
+        };
+        let inode = match orphan {
+            Some(o) => o,
+            None => {
+                self.search(caller, path).await?;
+                let inode = self.resolve(found?).await?;
+                if inode.kind == FileKind::Directory {
+                    return Err(FsError::IsADirectory);
+                }
+                if inode.ino != ino {
+                    return Err(FsError::Stale);
+                }
+                inode
+            }
+        };
         if write {
             perm::require_write(&inode, caller, opened)?;
         } else {

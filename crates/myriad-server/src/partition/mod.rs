@@ -4,10 +4,10 @@
 //! to its copies through `replication`.
 //!
 //! Inside, from the bottom: `env`, and the partition's in-memory parts (`replicas`,
-//! `popularity`, `split_state`, `touches`, `changes`, `lock_table`); `core` (the `Partition` and what every family
+//! `popularity`, `split_state`, `touches`, `changes`, `lock_table`, `open_files`); `core` (the `Partition` and what every family
 //! uses: ownership checks, lookups, calls to other partitions); the families (`ancestors`,
 //! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`,
-//! `file_locks`); `dispatch`.
+//! `file_locks`, `orphans`); `dispatch`.
 
 pub(crate) mod ancestors;
 pub(crate) mod anti_entropy;
@@ -24,6 +24,8 @@ pub(crate) mod grants;
 pub(crate) mod links;
 pub(crate) mod lock_table;
 pub(crate) mod once;
+pub(crate) mod open_files;
+pub(crate) mod orphans;
 pub(crate) mod peer_ops;
 pub(crate) mod popularity;
 pub(crate) mod repair;

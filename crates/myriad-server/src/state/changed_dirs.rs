@@ -25,6 +25,8 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
     match m {
         Mutation::Barrier
         | Mutation::MarkFileLocks { .. }
+        // Orphans have no name anyone can read or lease.
+        | Mutation::DropOrphans { .. }
         | Mutation::RecordOnce { .. }
         | Mutation::ForgetOnces { .. }
         | Mutation::Decide { .. }
@@ -96,6 +98,7 @@ mod tests {
         let unlink = Mutation::Unlink {
             dir: "/a".into(),
             name: "f".into(),
+            now: 0,
         };
         assert_eq!(changed_dirs(&unlink), ChangedDirs::Dirs(vec!["/a".into()]));
         let rename = Mutation::RenameLocal {

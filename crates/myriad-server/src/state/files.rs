@@ -5,8 +5,8 @@ use myriad_storage::{Batch, DirRecord, EntryRecord};
 
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
 use crate::state::records::{
-    drop_file_data, new_inode, put_visible, require_dir, require_free_name, require_writable,
-    visible,
+    drop_file_data, drop_orphan, new_inode, put_visible, require_dir, require_free_name,
+    require_writable, visible,
 };
 use myriad_proto::InodeId;
 
@@ -114,16 +114,23 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             put_visible(ctx.store, b, &dir, &name, &inode);
             Outcome::Inode(inode)
         }
-        Mutation::Unlink { dir, name } => {
+        Mutation::Unlink { dir, name, now } => {
             require_writable(ctx.store, &dir, &name)?;
             let inode = visible(ctx.store, &dir, &name)?;
             if inode.kind == FileKind::Directory {
                 return Err(FsError::IsADirectory);
             }
             ctx.store.delete_entry(b, &dir, &name);
-            let gc = drop_file_data(ctx, b, &inode)?;
+            let gc = drop_file_data(ctx, b, &inode, now)?;
             // The removed inode: a hard-link name tells the node to drop a link at home.
             Outcome::InodeGc(inode, gc)
+        }
+        Mutation::DropOrphans { inos } => {
+            let mut gcs = Vec::new();
+            for ino in inos {
+                gcs.extend(drop_orphan(ctx, b, ino)?);
+            }
+            Outcome::Gcs(gcs)
         }
         other => return Err(not_routed(&other)),
     };

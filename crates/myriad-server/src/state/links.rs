@@ -49,7 +49,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             inode.ctime_ns = now;
             if inode.nlink == 0 {
                 ctx.store.delete_entry(b, INODE_DIR, &name);
-                let gc = drop_file_data(ctx, b, &inode)?;
+                let gc = drop_file_data(ctx, b, &inode, now)?;
                 Outcome::Gc(gc)
             } else {
                 put_visible(ctx.store, b, INODE_DIR, &name, &inode);

@@ -14,7 +14,7 @@ pub use crate::state::ops::{
     Ctx, DirTouchOne, InodeChange, Layout, Mutation, Outcome, ShardMutation, prepare_key,
     storage_err,
 };
-pub use crate::state::records::{INODE_DIR, inode_name, wrong_shard};
+pub use crate::state::records::{INODE_DIR, ORPHAN_DIR, inode_name, wrong_shard};
 use crate::state::{attrs, data, dirs, files, links, lock_marks, once, renames, shards};
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.
@@ -31,7 +31,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::CreateFile { .. }
         | Mutation::Symlink { .. }
         | Mutation::Mknod { .. }
-        | Mutation::Unlink { .. }) => files::execute(ctx, &mut b, m)?,
+        | Mutation::Unlink { .. }
+        | Mutation::DropOrphans { .. }) => files::execute(ctx, &mut b, m)?,
         m @ (Mutation::Write { .. }
         | Mutation::ExtendSize { .. }
         | Mutation::Truncate { .. }

@@ -129,6 +129,13 @@ pub enum Mutation {
     Unlink {
         dir: String,
         name: String,
+        now: i64,
+    },
+    /// Removes the orphans `inos` (files whose last name went while some client may
+    /// still have them open: `records::drop_file_data`) with their data. Outcome:
+    /// `Gcs` (chunk GC intents to run).
+    DropOrphans {
+        inos: Vec<InodeId>,
     },
     SetAttr {
         dir: String,
@@ -315,6 +322,8 @@ pub enum Outcome {
     /// The inode after the change, plus the txid of a chunk GC intent the caller must run.
     InodeGc(Inode, Option<u64>),
     Gc(Option<u64>),
+    /// Chunk GC intents to run (`DropOrphans`).
+    Gcs(Vec<u64>),
     Begun {
         txid: u64,
         inode: Inode,

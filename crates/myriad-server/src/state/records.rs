@@ -15,6 +15,10 @@ use myriad_proto::InodeId;
 /// that no valid path can name ("//" never passes path validation).
 pub const INODE_DIR: &str = "//i";
 
+/// Where files whose last name went wait, with their data, until no client has them open
+/// (docs/fuse.md "Open files unlinked elsewhere"): another reserved directory.
+pub const ORPHAN_DIR: &str = "//o";
+
 pub fn inode_name(ino: InodeId) -> String {
     format!("{ino:016x}")
 }
@@ -300,14 +304,49 @@ pub(crate) fn check_exchange_target(
 
 /// Deletes the local chunk-0 blocks of a file going away; if it has chunks on other nodes,
 /// writes a ChunkGc intent and returns its txid for the caller to run.
+/// A regular file's last name is gone (`now`): its inode becomes an orphan in
+/// `ORPHAN_DIR` with all its data, readable by inode by clients that still have it open,
+/// until the partition drops it (`drop_orphan`) once nobody keeps it open. Other kinds
+/// have no data to keep. Never a chunk GC here: `Ok(None)`.
 pub(crate) fn drop_file_data(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
     inode: &Inode,
+    now: i64,
 ) -> Result<Option<u64>, FsError> {
     if inode.kind != FileKind::File {
         return Ok(None);
     }
+    if ctx.store.dir(ORPHAN_DIR).map_err(storage_err)?.is_none() {
+        ctx.store
+            .put_dir(b, ORPHAN_DIR, &myriad_storage::DirRecord::new(InodeId(0)));
+    }
+    let orphan = Inode {
+        nlink: 0,
+        ctime_ns: now,
+        ..inode.clone()
+    };
+    put_visible(ctx.store, b, ORPHAN_DIR, &inode_name(inode.ino), &orphan);
+    Ok(None)
+}
+
+/// Deletes orphan `ino` and its data: its chunk-0 blocks here, and a chunk GC intent
+/// (returned) for chunks on other partitions.
+pub(crate) fn drop_orphan(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    ino: InodeId,
+) -> Result<Option<u64>, FsError> {
+    let name = inode_name(ino);
+    let Some(inode) = ctx
+        .store
+        .entry(ORPHAN_DIR, &name)
+        .map_err(storage_err)?
+        .and_then(|r| r.inode)
+    else {
+        return Ok(None);
+    };
+    ctx.store.delete_entry(b, ORPHAN_DIR, &name);
     let c0 = chunk0_blocks(ctx.layout);
     ctx.store
         .trim_blocks(b, inode.ino, 0, 0, c0)

@@ -49,7 +49,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 if old.ino == inode.ino {
                     return Ok(Outcome::Renamed(None, None));
                 }
-                gc = drop_file_data(ctx, b, &old)?;
+                gc = drop_file_data(ctx, b, &old, now)?;
                 dropped_link = (old.kind == FileKind::HardLink).then_some(old);
             }
             inode.ctime_ns = now;
@@ -275,7 +275,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                         }
                         Some(_) if exchange => {}
                         Some(old) => {
-                            gc = drop_file_data(ctx, b, old)?;
+                            gc = drop_file_data(ctx, b, old, now)?;
                             dropped_link =
                                 Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
                         }

@@ -208,13 +208,37 @@ fn local_rename_replaces_files_but_not_directories() {
         .and_then(|r| r.inode)
         .unwrap_or_else(|| panic!("b missing"));
     assert_eq!(now_b.size, 3);
+    // The replaced file waits as an orphan with its data (a client may have it open),
+    // until the partition drops it.
+    let orphan = t
+        .store
+        .entry(ORPHAN_DIR, &inode_name(b.ino))
+        .ok()
+        .flatten()
+        .and_then(|r| r.inode)
+        .unwrap_or_else(|| panic!("no orphan"));
+    assert_eq!((orphan.nlink, orphan.ctime_ns, orphan.size), (0, 3, 4));
+    assert_eq!(
+        t.store.read_range(b.ino, 0, 4, 10).unwrap_or_default(),
+        b"bbbb",
+        "an orphan keeps its data"
+    );
+    t.run(Mutation::DropOrphans { inos: vec![b.ino] })
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         t.store
             .read_range(b.ino, 0, 10, 10)
             .unwrap_or_default()
             .iter()
             .all(|&x| x == 0),
-        "replaced data dropped"
+        "a dropped orphan's data is gone"
+    );
+    assert!(
+        t.store
+            .entry(ORPHAN_DIR, &inode_name(b.ino))
+            .ok()
+            .flatten()
+            .is_none()
     );
     t.create("/", "c", b"").unwrap_or_else(|e| panic!("{e}"));
     let no_replace = RenameFlags {

@@ -1,0 +1,96 @@
+//! Files whose last name went while a client may still have them open (docs/fuse.md
+//! "Open files unlinked elsewhere"): an unlink or a rename over a regular file leaves its
+//! inode and data in `ORPHAN_DIR` (`state/records.rs`); reads and read grants by inode
+//! find them there; clients with open files tell the partition every
+//! `KEEP_OPEN_EVERY` (`KeepOpen`); an orphan is dropped once `ORPHAN_HOLD` passed since
+//! its unlink and since the last keep naming it.
+//!
+//! Keeps live in the primary's memory: a new primary sweeps nothing for `ORPHAN_HOLD`
+//! after it opens, so every client with a file open has kept it by then.
+
+use std::sync::Arc;
+
+use myriad_proto::limits::{KEEP_OPEN_MAX, ORPHAN_HOLD};
+use myriad_proto::{FsError, Inode, InodeId, Response};
+use tokio::time::Instant;
+
+use crate::locks::lock;
+use crate::partition::core::Partition;
+use crate::state::mutation::{Mutation, ORPHAN_DIR, Outcome, inode_name, storage_err};
+
+/// How often the partition looks for orphans to drop.
+pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// Orphans looked at per sweep batch.
+const SWEEP_BATCH: usize = 1024;
+
+impl Partition {
+    /// Orphan `ino` on this partition, if there is one.
+    pub(crate) fn orphan(&self, ino: InodeId) -> Result<Option<Inode>, FsError> {
+        Ok(self
+            .store
+            .entry(ORPHAN_DIR, &inode_name(ino))
+            .map_err(storage_err)?
+            .and_then(|r| r.inode))
+    }
+
+    pub(super) fn keep_open(&self, inos: &[InodeId]) -> Result<Response, FsError> {
+        if inos.len() > KEEP_OPEN_MAX {
+            return Err(FsError::InvalidArgument(format!(
+                "at most {KEEP_OPEN_MAX} open files per keep"
+            )));
+        }
+        let until = Instant::now() + ORPHAN_HOLD;
+        let mut g = lock(&self.open_files.kept);
+        for ino in inos {
+            g.insert(*ino, until);
+        }
+        Ok(Response::Unit)
+    }
+
+    /// Drops the orphans nobody keeps open any more (a round of the sweeper task).
+    pub(crate) async fn sweep_orphans(self: &Arc<Self>) -> Result<usize, FsError> {
+        let now = Instant::now();
+        if now < self.open_files.opened + ORPHAN_HOLD {
+            return Ok(0);
+        }
+        lock(&self.open_files.kept).retain(|_, until| *until > now);
+        let hold_ns = i64::try_from(ORPHAN_HOLD.as_nanos()).unwrap_or(i64::MAX);
+        let before_ns = self.env.now_ns().saturating_sub(hold_ns);
+        let mut dropped = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .entries(ORPHAN_DIR, after.as_deref(), SWEEP_BATCH)
+                .map_err(storage_err)?;
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            after = Some(last.clone());
+            let done: Vec<InodeId> = {
+                let kept = lock(&self.open_files.kept);
+                page.iter()
+                    .filter_map(|(_, r)| r.inode.as_ref())
+                    .filter(|i| i.ctime_ns < before_ns && !kept.contains_key(&i.ino))
+                    .map(|i| i.ino)
+                    .collect()
+            };
+            if !done.is_empty() {
+                dropped += done.len();
+                if let Outcome::Gcs(gcs) = self
+                    .applier
+                    .run(Mutation::DropOrphans { inos: done })
+                    .await?
+                {
+                    for txid in gcs {
+                        self.spawn_gc(txid);
+                    }
+                }
+            }
+            if page.len() < SWEEP_BATCH {
+                break;
+            }
+        }
+        Ok(dropped)
+    }
+}
