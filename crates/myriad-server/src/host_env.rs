@@ -82,6 +82,10 @@ impl Env for Host {
         self.space.admit(req)
     }
 
+    fn serves(&self, pid: PartitionId) -> bool {
+        self.serving(pid, 0).is_ok()
+    }
+
     fn call_partition<'a>(
         &'a self,
         source: PartitionId,

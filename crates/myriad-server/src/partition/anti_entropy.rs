@@ -41,6 +41,9 @@ impl Partition {
     /// One anti-entropy round over every backup the map gives this partition.
     pub(crate) async fn anti_entropy(&self) -> Result<EntropyRound, FsError> {
         let mut round = EntropyRound::default();
+        if !self.env.serves(self.me) {
+            return Ok(round);
+        }
         self.applier.run(Mutation::Barrier).await?;
         let at = self.last_batch()?;
         let mine = bucket_sums(&self.store).await?;
@@ -79,10 +82,18 @@ impl Partition {
                 let theirs: Vec<(Vec<u8>, u64)> =
                     theirs.into_iter().map(|(k, h)| (k.into_vec(), h)).collect();
                 let here = bucket_keys(&self.store, space, bucket).await?;
+                // A batch committed here since `at` (a sweep, a client's change) makes
+                // this copy's keys newer than the backup's answer: not a divergence.
+                // The round ends without repairing anything; the next one compares again.
+                if self.last_batch()? != at {
+                    round.busy += 1;
+                    return Ok(round);
+                }
                 for k in differing(&here, &theirs) {
                     tracing::warn!(
                         partition = %self.me,
                         backup = %server,
+                        at,
                         space = space.name(),
                         "anti-entropy: a key differs between copies; rewriting it on every copy"
                     );

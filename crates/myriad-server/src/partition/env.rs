@@ -20,6 +20,11 @@ pub(crate) trait Env: Peers {
     fn count(&self, what: &'static str);
     /// Refuses a request that would fill the disk (space.rs).
     fn admit(&self, req: &Request) -> Result<(), FsError>;
+    /// Whether this server serves partition `pid` as its primary now (the map says so,
+    /// its run as primary is unbroken, its serving lease is valid): background work that
+    /// commits (a sweep) checks it first, as requests are checked on arrival, so that a
+    /// primary cut off from the others adds no batch of its own.
+    fn serves(&self, pid: PartitionId) -> bool;
     /// Calls partition `pid` wherever it is served, as partition `source`, asking again
     /// while it is unavailable (a failover) and `still_serving` says the caller may still
     /// act for `source` (checked before every attempt: a deposed partition's task must not

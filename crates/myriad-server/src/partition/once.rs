@@ -92,6 +92,9 @@ impl Partition {
 
     /// Forgets outcomes too old for any retry, and the oldest beyond `OUTCOMES_MAX`.
     pub(crate) async fn forget_outcomes(&self) {
+        if !self.env.serves(self.me) {
+            return;
+        }
         let forget = Mutation::ForgetOnces {
             before_ns: self.env.now_ns().saturating_sub(OUTCOME_AGE_MAX_NS),
             keep_max: OUTCOMES_MAX,

@@ -76,6 +76,9 @@ impl Partition {
                     .collect()
             };
             if !done.is_empty() {
+                if !self.env.serves(self.me) {
+                    return Ok(dropped);
+                }
                 dropped += done.len();
                 if let Outcome::Gcs(gcs) = self
                     .applier

@@ -193,49 +193,48 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 None => {}
             }
             require_dir(ctx.store, tdir, tname)?;
-            if flags.exchange {
+            // An exchange swaps with the entry there (and hands it back); a rename
+            // replaces it, if any.
+            let (replaced, given) = if flags.exchange {
                 let other = check_exchange_target(ctx.store, tdir, tname, &inode)?;
                 let given = chunk0_of(ctx, &other)?;
-                for (block, data) in blocks {
-                    ctx.store.put_block(b, inode.ino, block, data);
-                }
-                let rec = EntryRecord {
-                    inode: Some(other.clone()),
-                    pending: Some(Pending {
-                        txid,
-                        after: Some(inode.clone()),
-                    }),
-                };
-                ctx.store.put_entry(b, tdir, tname, &rec);
-                let intent = Intent::ExchangeIn {
-                    coordinator,
-                    dir: tdir.to_string(),
-                    name: tname.to_string(),
-                    ino: inode.ino,
-                };
-                ctx.store.put_intent(b, prepare_key(txid), intent.encode());
-                return Ok(Outcome::Exchanged(other, given));
-            }
-            let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+                (Some(other), Some(given))
+            } else {
+                let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+                (replaced, None)
+            };
             for (block, data) in blocks {
                 ctx.store.put_block(b, inode.ino, block, data);
             }
             let rec = EntryRecord {
-                inode: replaced,
+                inode: replaced.clone(),
                 pending: Some(Pending {
                     txid,
                     after: Some(inode.clone()),
                 }),
             };
             ctx.store.put_entry(b, tdir, tname, &rec);
-            let intent = Intent::RenameIn {
-                coordinator,
-                dir: tdir.to_string(),
-                name: tname.to_string(),
-                ino: inode.ino,
+            let (dir, name, ino) = (tdir.to_string(), tname.to_string(), inode.ino);
+            let intent = if flags.exchange {
+                Intent::ExchangeIn {
+                    coordinator,
+                    dir,
+                    name,
+                    ino,
+                }
+            } else {
+                Intent::RenameIn {
+                    coordinator,
+                    dir,
+                    name,
+                    ino,
+                }
             };
             ctx.store.put_intent(b, prepare_key(txid), intent.encode());
-            Outcome::Unit
+            match (replaced, given) {
+                (Some(other), Some(given)) => Outcome::Exchanged(other, given),
+                _ => Outcome::Unit,
+            }
         }
         Mutation::RenameTargetResolve { txid, commit, now } => {
             // An abort leaves a tombstone, even of a prepare that never arrived.
