@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use myriad_placement::PartitionId;
-use myriad_proto::locks::{HeldLock, LockAnswer, LockKind, LockOwner, LockRequest};
+use myriad_proto::locks::{HeldLock, LockAnswer, LockKind, LockOwner, LockRequest, SetLock};
 use myriad_proto::{ClientRequest, FsError, InodeId, Request, Response};
 
 use crate::client::{Client, Route};
@@ -63,31 +63,22 @@ impl Client {
         let wait = wait.min(self.config.request_timeout / 2);
         let pid_part = self.locks_partition(ino);
         let sent = tokio::time::Instant::now();
+        let set = SetLock {
+            ino,
+            owner,
+            start,
+            end,
+            kind,
+            pid,
+            reclaim: false,
+        };
+        let wait_ms = wait.as_millis() as u64;
         let answer = self
-            .lock_call(
-                Route::Locks(ino),
-                LockRequest::Set {
-                    ino,
-                    owner,
-                    start,
-                    end,
-                    kind,
-                    pid,
-                    wait_ms: wait.as_millis() as u64,
-                    reclaim: false,
-                },
-            )
+            .lock_call(Route::Locks(ino), LockRequest::Set { set, wait_ms })
             .await?;
         if let LockAnswer::Done { table, .. } = answer {
-            let lock = HeldLock {
-                owner,
-                start,
-                end,
-                write: kind == LockKind::Write,
-                pid,
-            };
             self.held_locks
-                .record(pid_part, table, ino, &lock, kind, sent);
+                .record(pid_part, table, ino, &set.held(), kind, sent);
         }
         Ok(answer)
     }
@@ -193,16 +184,16 @@ impl Client {
             } else {
                 LockKind::Read
             };
-            let req = LockRequest::Set {
+            let set = SetLock {
                 ino,
                 owner: h.owner,
                 start: h.start,
                 end: h.end,
                 kind,
                 pid: h.pid,
-                wait_ms: 0,
                 reclaim: true,
             };
+            let req = LockRequest::Set { set, wait_ms: 0 };
             match self.lock_call(Route::Locks(ino), req).await {
                 Ok(LockAnswer::Done { .. }) => {}
                 Ok(other) => {

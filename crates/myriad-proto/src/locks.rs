@@ -40,22 +40,40 @@ pub struct HeldLock {
     pub pid: u32,
 }
 
+/// Lock (`kind` Read or Write) or unlock `start..=end` of `ino` for `owner`, as process
+/// `pid`. `reclaim`: a lock the holder had from an earlier primary (accepted during the
+/// grace after a failover).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetLock {
+    pub ino: InodeId,
+    pub owner: LockOwner,
+    pub start: u64,
+    pub end: u64,
+    pub kind: LockKind,
+    pub pid: u32,
+    pub reclaim: bool,
+}
+
+impl SetLock {
+    /// The lock this grants (`kind` Read or Write).
+    #[must_use]
+    pub fn held(&self) -> HeldLock {
+        HeldLock {
+            owner: self.owner,
+            start: self.start,
+            end: self.end,
+            write: self.kind == LockKind::Write,
+            pid: self.pid,
+        }
+    }
+}
+
 /// `ClientRequest::Lock`: to the primary of `Ring::owner_of_locks(ino)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockRequest {
-    /// Lock or unlock `start..=end` of `ino` for `owner`. `wait_ms` > 0: wait up to that
-    /// long for a conflict to clear. `reclaim`: a lock the holder had from an earlier
-    /// primary (accepted during the grace after a failover).
-    Set {
-        ino: InodeId,
-        owner: LockOwner,
-        start: u64,
-        end: u64,
-        kind: LockKind,
-        pid: u32,
-        wait_ms: u64,
-        reclaim: bool,
-    },
+    /// Lock or unlock a range (`SetLock`). `wait_ms` > 0: wait up to that long for a
+    /// conflict to clear.
+    Set { set: SetLock, wait_ms: u64 },
     /// F_GETLK: the first lock of another owner that a `kind` lock of `start..=end` would
     /// conflict with.
     Test {

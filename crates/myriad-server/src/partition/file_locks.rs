@@ -11,7 +11,6 @@ use tokio::time::Instant;
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::partition::lock_table::SetLock;
 use crate::state::mutation::Mutation;
 
 /// A blocking request waits at most this long per try (the client asks again), so that a
@@ -29,29 +28,11 @@ impl Partition {
     ) -> Result<Response, FsError> {
         let table = &self.file_locks;
         let answer = match req {
-            LockRequest::Set {
-                ino,
-                owner,
-                start,
-                end,
-                kind,
-                pid,
-                wait_ms,
-                reclaim,
-            } => {
-                self.own(st, st.ring.owner_of_locks(ino))?;
-                if kind != LockKind::Unlock {
+            LockRequest::Set { set, wait_ms } => {
+                self.own(st, st.ring.owner_of_locks(set.ino))?;
+                if set.kind != LockKind::Unlock {
                     self.mark_file_locks().await?;
                 }
-                let set = SetLock {
-                    ino,
-                    owner,
-                    start,
-                    end,
-                    kind,
-                    pid,
-                    reclaim,
-                };
                 let deadline = Instant::now() + Duration::from_millis(wait_ms).min(WAIT_MAX);
                 loop {
                     let released = table.released();

@@ -10,7 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use myriad_proto::locks::{HeldLock, InodeLocks, LOCK_LEASE, LockAnswer, LockKind, LockOwner};
+use myriad_proto::locks::{
+    HeldLock, InodeLocks, LOCK_LEASE, LockAnswer, LockKind, LockOwner, SetLock,
+};
 use myriad_proto::{FsError, InodeId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -42,17 +44,6 @@ pub(crate) struct LockTable {
     inner: Mutex<Inner>,
     /// Woken whenever a lock goes away (waiters try again).
     released: Notify,
-}
-
-/// What a `set` asks.
-pub(crate) struct SetLock {
-    pub(crate) ino: InodeId,
-    pub(crate) owner: LockOwner,
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) kind: LockKind,
-    pub(crate) pid: u32,
-    pub(crate) reclaim: bool,
 }
 
 impl LockTable {
