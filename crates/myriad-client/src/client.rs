@@ -99,6 +99,9 @@ pub(crate) enum Route {
 }
 
 tokio::task_local! {
+    /// Inside `Client::in_known_directory`: the parent of every path is known to be a
+    /// directory, so a `NotFound` needs no refining (`refine`).
+    static PARENT_IS_DIR: ();
     /// The identity of the requests made inside `Client::as_caller` (a FUSE mount acts for
     /// whichever user made each system call).
     static CALLER: Caller;
@@ -227,6 +230,14 @@ impl Client {
     #[must_use]
     pub fn caller(&self) -> &Caller {
         &self.config.caller
+    }
+
+    /// Runs `fut` knowing that the parents of the paths it names are directories (a FUSE
+    /// lookup: the kernel looks names up only in directories), so that a name not found
+    /// costs no requests to tell ENOENT from ENOTDIR (one per missing name: every
+    /// `open(O_CREAT)` and `mkdir` looks its name up first).
+    pub async fn in_known_directory<F: std::future::Future>(fut: F) -> F::Output {
+        PARENT_IS_DIR.scope((), fut).await
     }
 
     /// Runs `fut` with every request it makes carrying `caller` instead of the configured one.
@@ -666,7 +677,7 @@ impl Client {
     /// Turns a `NotFound` into `NotADirectory` when an ancestor is not a directory, as POSIX
     /// requires. Costs extra requests only on the error path.
     pub(crate) async fn refine(&self, path: &str, err: FsError) -> FsError {
-        if err != FsError::NotFound {
+        if err != FsError::NotFound || PARENT_IS_DIR.try_with(|()| ()).is_ok() {
             return err;
         }
         let mut p = parent_of(path).to_string();
