@@ -111,6 +111,10 @@ impl Client {
     /// Whether lock `owner` of this client holds any lock on `ino` (a close releases them).
     #[must_use]
     pub fn holds_locks(&self, ino: InodeId, owner: u64) -> bool {
+        // Every close asks: no ring lookup when nothing is held at all.
+        if !self.holds_any_lock() {
+            return false;
+        }
         let owner = self.lock_owner(owner);
         let pid = self.locks_partition(ino);
         self.held_locks.with(|parts| {

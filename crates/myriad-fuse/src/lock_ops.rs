@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::Errno;
+use myriad_client::proto::limits::KEEP_OPEN_EVERY;
 use myriad_client::proto::locks::{LOCK_RENEW_EVERY, LockAnswer, LockKind};
 use myriad_proto::InodeId;
 
@@ -113,21 +114,31 @@ impl Inner {
     }
 }
 
-/// Keeps the mount's file locks alive and reclaims them after a failover, for as long as
-/// the runtime runs.
-pub fn start_renewal(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
+/// Runs `work` every `period` for as long as the mount lives.
+fn every<F, Fut>(inner: &Arc<Inner>, rt: &tokio::runtime::Handle, period: Duration, work: F)
+where
+    F: Fn(Arc<Inner>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let inner = Arc::downgrade(inner);
     rt.spawn(async move {
-        let mut tick = tokio::time::interval(LOCK_RENEW_EVERY);
+        let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let Some(inner) = inner.upgrade() else {
                 return;
             };
-            if inner.client.holds_any_lock() {
-                inner.client.renew_locks().await;
-            }
+            work(inner).await;
+        }
+    });
+}
+
+/// Keeps the mount's file locks alive and reclaims them after a failover.
+pub fn start_renewal(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
+    every(inner, rt, LOCK_RENEW_EVERY, |inner| async move {
+        if inner.client.holds_any_lock() {
+            inner.client.renew_locks().await;
         }
     });
 }
@@ -136,21 +147,12 @@ pub fn start_renewal(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
 /// file another client unlinks stays readable here until it is closed (docs/fuse.md
 /// "Open files unlinked elsewhere").
 pub fn start_keeping_open(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
-    let inner = Arc::downgrade(inner);
-    rt.spawn(async move {
-        let mut tick = tokio::time::interval(myriad_proto::limits::KEEP_OPEN_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(inner) = inner.upgrade() else {
-                return;
-            };
-            let open = inner.handles.open_files();
-            if !open.is_empty()
-                && let Err(e) = inner.client.keep_open(&open).await
-            {
-                tracing::warn!("could not tell the servers which files are open: {e}");
-            }
+    every(inner, rt, KEEP_OPEN_EVERY, |inner| async move {
+        let open = inner.handles.open_files();
+        if !open.is_empty()
+            && let Err(e) = inner.client.keep_open(&open).await
+        {
+            tracing::warn!("could not tell the servers which files are open: {e}");
         }
     });
 }

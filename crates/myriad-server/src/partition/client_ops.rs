@@ -157,27 +157,7 @@ impl Partition {
             } => {
                 validate_path(&path)?;
                 self.own_entry(st, &path)?;
-                let found = self.lookup(&path).await;
-                // The file's last name went while this client had it open (another
-                // client's unlink or rename over it): read the orphan.
-                let orphan = match &found {
-                    Ok(i) if i.ino == ino => None,
-                    _ => self.orphan(ino)?,
-                };
-                let inode = match orphan {
-                    Some(o) => o,
-                    None => {
-                        self.search(&caller, &path).await?;
-                        let inode = found?;
-                        if inode.kind == FileKind::Directory {
-                            return Err(FsError::IsADirectory);
-                        }
-                        if inode.ino != ino {
-                            return Err(FsError::Stale);
-                        }
-                        inode
-                    }
-                };
+                let inode = self.open_file(&caller, &path, ino, true).await?;
                 perm::require(&inode, &caller, perm::READ)?;
                 let len = len.min(limits::IO_BYTES_MAX);
                 let data = self

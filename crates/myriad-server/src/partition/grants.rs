@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_proto::{Caller, ClientRequest, FileKind, FsError, InodeId, Response};
+use myriad_proto::{Caller, ClientRequest, FsError, InodeId, Response};
 
 use crate::partition::core::Partition;
 use crate::state::perm;
@@ -28,28 +28,9 @@ impl Partition {
         write: bool,
         opened: bool,
     ) -> Result<Response, FsError> {
-        let found = self.lookup(path).await;
-        let orphan = match &found {
-            Ok(i) if i.ino == ino || i.kind == FileKind::HardLink => None,
-            // Unlinked elsewhere while open here: its chunks stay readable (not
-            // writable: nobody can see what would be written).
-            _ if !write => self.orphan(ino)?,
-            _ => None,
-        };
-        let inode = match orphan {
-            Some(o) => o,
-            None => {
-                self.search(caller, path).await?;
-                let inode = self.resolve(found?).await?;
-                if inode.kind == FileKind::Directory {
-                    return Err(FsError::IsADirectory);
-                }
-                if inode.ino != ino {
-                    return Err(FsError::Stale);
-                }
-                inode
-            }
-        };
+        // An orphan's chunks stay readable, not writable: nobody could see what would be
+        // written.
+        let inode = self.open_file(caller, path, ino, !write).await?;
         if write {
             perm::require_write(&inode, caller, opened)?;
         } else {

@@ -82,22 +82,22 @@ impl LockTable {
         self.expire(&mut g, now);
         seen(&mut g, req.owner.holder, now);
         let table = self.id;
-        let locks = g.inodes.entry(req.ino).or_default();
-        if let Some(by) = locks.conflict(req.owner, req.start, req.end, req.kind) {
+        let current = g.inodes.get(&req.ino);
+        if let Some(by) = current.and_then(|l| l.conflict(req.owner, req.start, req.end, req.kind))
+        {
             return Ok(LockAnswer::Blocked { table, by });
         }
-        let before = locks.len();
+        // A set splits at most one lock in two.
         if req.kind != LockKind::Unlock && g.count + 2 > LOCKS_MAX {
             return Ok(LockAnswer::TooMany { table });
         }
-        let locks = g.inodes.entry(req.ino).or_default();
+        let mut locks = g.inodes.remove(&req.ino).unwrap_or_default();
+        let before = locks.len();
         locks.set(req.owner, req.start, req.end, req.kind, req.pid);
-        let after = locks.len();
-        let empty = locks.is_empty();
         let still_holds = locks.iter().any(|h| h.owner.holder == req.owner.holder);
-        g.count = g.count + after - before;
-        if empty {
-            g.inodes.remove(&req.ino);
+        g.count = g.count + locks.len() - before;
+        if !locks.is_empty() {
+            g.inodes.insert(req.ino, locks);
         }
         let holder = g.holders.entry(req.owner.holder).or_default();
         if still_holds {

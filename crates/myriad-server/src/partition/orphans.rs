@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use myriad_proto::limits::{KEEP_OPEN_MAX, ORPHAN_HOLD};
-use myriad_proto::{FsError, Inode, InodeId, Response};
+use myriad_proto::{Caller, FileKind, FsError, Inode, InodeId, Response};
 use tokio::time::Instant;
 
 use crate::locks::lock;
@@ -20,6 +20,9 @@ use crate::state::mutation::{Mutation, ORPHAN_DIR, Outcome, inode_name, storage_
 
 /// How often the partition looks for orphans to drop.
 pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// Open files a partition keeps track of at most (keeps beyond are `Busy`: memory stays
+/// bounded whatever clients send).
+const KEPT_MAX: usize = 1 << 20;
 /// Orphans looked at per sweep batch.
 const SWEEP_BATCH: usize = 1024;
 
@@ -33,14 +36,51 @@ impl Partition {
             .and_then(|r| r.inode))
     }
 
+    /// The regular file `ino` that a client opened as `path`: what `path` names (the
+    /// caller may search its way there, it is not a directory, a hard-link name is
+    /// resolved, `Stale` if it names another inode now), or, with `orphans`, the orphan
+    /// `ino` left when another client removed or replaced that name.
+    pub(crate) async fn open_file(
+        self: &Arc<Self>,
+        caller: &Caller,
+        path: &str,
+        ino: InodeId,
+        orphans: bool,
+    ) -> Result<Inode, FsError> {
+        let found = self.lookup(path).await;
+        let named = matches!(&found, Ok(i) if i.ino == ino);
+        if !named
+            && orphans
+            && let Some(o) = self.orphan(ino)?
+        {
+            return Ok(o);
+        }
+        self.search(caller, path).await?;
+        let inode = self.resolve(found?).await?;
+        if inode.kind == FileKind::Directory {
+            return Err(FsError::IsADirectory);
+        }
+        if inode.ino != ino {
+            return Err(FsError::Stale);
+        }
+        Ok(inode)
+    }
+
     pub(super) fn keep_open(&self, inos: &[InodeId]) -> Result<Response, FsError> {
         if inos.len() > KEEP_OPEN_MAX {
             return Err(FsError::InvalidArgument(format!(
                 "at most {KEEP_OPEN_MAX} open files per keep"
             )));
         }
-        let until = Instant::now() + ORPHAN_HOLD;
+        let now = Instant::now();
+        let until = now + ORPHAN_HOLD;
         let mut g = lock(&self.open_files.kept);
+        if g.len() + inos.len() > KEPT_MAX {
+            g.retain(|_, u| *u > now);
+            if g.len() + inos.len() > KEPT_MAX {
+                return Err(FsError::Busy);
+            }
+        }
         for ino in inos {
             g.insert(*ino, until);
         }
