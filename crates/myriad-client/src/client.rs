@@ -775,6 +775,26 @@ impl Client {
         self.leases.holds(dir)
     }
 
+    /// `dir`'s lease mark, read before a request about one of its names (`None`: no
+    /// leases).
+    #[must_use]
+    pub fn lease_mark(&self, dir: &str) -> Option<crate::LeaseMark> {
+        self.config.leases.then(|| self.leases.mark(dir))
+    }
+
+    /// Whether what this client answered about `path` since `mark` is still covered by
+    /// a lease on its directory: then it stays true until the lease is dropped, and the
+    /// recall hook is told of the directory (a mount lets the kernel keep it that long).
+    #[must_use]
+    pub fn lease_covers(&self, path: &str, mark: Option<crate::LeaseMark>) -> bool {
+        let Some(mark) = mark else { return false };
+        if path == "/" {
+            return false;
+        }
+        let (dir, name) = split_parent(path);
+        self.leases.covers(dir, name, mark)
+    }
+
     /// A read of `path`'s entry (`Stat`, or `Fetch` of `asked` bytes) answered from the
     /// lease cache when it covers it, else sent with a lease asked for, the answer kept
     /// under it (docs/fuse.md "Directory leases").
@@ -852,9 +872,14 @@ impl Client {
         {
             tokio::spawn(self.leases.clone().poll(
                 self.transport.clone(),
-                start,
+                start.clone(),
                 self.config.caller.clone(),
                 self.config.request_timeout,
+            ));
+            tokio::spawn(self.leases.clone().renew(
+                self.transport.clone(),
+                start,
+                self.config.caller.clone(),
             ));
         }
         result

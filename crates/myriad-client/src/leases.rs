@@ -8,25 +8,17 @@
 //! directory while it was on its way (a generation per directory, striped), so an answer
 //! that crossed a recall or one of this client's changes on the wire is never kept.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use myriad_net::Transport;
-use myriad_proto::{
-    Caller, Endpoints, FileKind, Inode, LeaseGrant, LeaseKey, PartitionId, Request, Response,
-    ServerRequest,
-};
+use myriad_proto::{Caller, FileKind, Inode, LeaseGrant, LeaseKey, PartitionId};
 use tokio::time::Instant;
 
 /// Generation stripes: a directory's generation is shared with the others of its stripe
 /// (a false share only costs a cached answer).
 const STRIPES: usize = 1024;
-/// How long a poll waits at its server for a recall.
-const POLL_WAIT: Duration = Duration::from_secs(4);
-/// After a failed poll: the pause before the next.
-const POLL_RETRY: Duration = Duration::from_millis(200);
 /// A lease is trusted for this share of its period (clock rates differ a little).
 const TRUST_NUM: u32 = 9;
 const TRUST_DEN: u32 = 10;
@@ -58,7 +50,12 @@ pub(crate) enum Cached {
 
 struct Part {
     partition: PartitionId,
+    /// The trusted end, by this client's clock.
     until: Instant,
+    /// The lease's period as granted (a renewal extends by as much).
+    period: Duration,
+    /// Last answered from or added to: an idle lease is let go, not renewed.
+    used: Instant,
     addr: String,
     names: HashMap<String, Entry>,
 }
@@ -66,16 +63,30 @@ struct Part {
 #[derive(Default)]
 struct Inner {
     dirs: HashMap<String, Vec<Part>>,
-    /// Servers a poll runs at.
-    polling: HashSet<String>,
+    /// Servers whose poll and renewals run, by the run's number (a run ends when it finds
+    /// another number: at most one run per server).
+    polling: HashMap<String, u64>,
+    runs: u64,
     puts: u64,
 }
 
 pub(crate) struct Leases {
     pub(crate) holder: u64,
     inner: Mutex<Inner>,
+    /// Bumped by every drop and by this client's own changes: an answer is kept only if
+    /// its directory's did not move while it was on the wire.
     gens: Box<[AtomicU64]>,
+    /// Bumped by drops only (recalls, lost polls, failed renewals, idleness): what a
+    /// mount checks before it lets the kernel keep an answer past the moment.
+    drops: Box<[AtomicU64]>,
     hook: RwLock<Option<RecallHook>>,
+}
+
+/// A directory's drop count, read before a request about one of its names is sent
+/// (`Leases::covers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseMark {
+    drops: u64,
 }
 
 fn stripe(dir: &str) -> usize {
@@ -88,6 +99,7 @@ impl Leases {
             holder,
             inner: Mutex::new(Inner::default()),
             gens: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            drops: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             hook: RwLock::new(None),
         }
     }
@@ -114,17 +126,44 @@ impl Leases {
         self.gens[stripe(dir)].fetch_add(1, Ordering::AcqRel);
     }
 
+    /// `dir`'s drop count now: read before a request about one of its names is sent.
+    pub(crate) fn mark(&self, dir: &str) -> LeaseMark {
+        LeaseMark {
+            drops: self.drops[stripe(dir)].load(Ordering::Acquire),
+        }
+    }
+
+    /// Whether what this client answered about `dir/name` since `mark` was read is
+    /// still covered by a lease: the name is kept under a valid lease, and no lease on
+    /// `dir` was dropped since (so no other client's change of `dir` was applied since
+    /// the answer was made). A mount lets the kernel keep such an answer until the
+    /// lease is dropped.
+    pub(crate) fn covers(&self, dir: &str, name: &str, mark: LeaseMark) -> bool {
+        let g = self.lock();
+        // Read under the lock: a drop bumps it under the lock.
+        if self.mark(dir) != mark {
+            return false;
+        }
+        let now = Instant::now();
+        g.dirs.get(dir).is_some_and(|parts| {
+            parts
+                .iter()
+                .any(|p| p.until > now && p.names.contains_key(name))
+        })
+    }
+
     /// The cached answer for `dir/name` as `caller` got it, if a valid lease covers it.
     pub(crate) fn get(&self, dir: &str, name: &str, caller: &Caller) -> Option<Cached> {
         let now = Instant::now();
-        let g = self.lock();
-        g.dirs
-            .get(dir)?
-            .iter()
+        let mut g = self.lock();
+        let part = g
+            .dirs
+            .get_mut(dir)?
+            .iter_mut()
             .filter(|p| p.until > now)
-            .find_map(|p| p.names.get(name))
-            .filter(|e| e.caller == *caller)
-            .map(|e| e.cached.clone())
+            .find(|p| p.names.get(name).is_some_and(|e| e.caller == *caller))?;
+        part.used = now;
+        part.names.get(name).map(|e| e.cached.clone())
     }
 
     /// Whether `dir` is covered by a valid lease at all (its names' absence is known only
@@ -141,8 +180,8 @@ impl Leases {
     }
 
     /// Keeps `cached` for `dir/name` under `grant`, if `dir`'s generation is still `gen`
-    /// (read before the request was sent at `sent`). Returns the address a poll must
-    /// start at, if none runs there yet.
+    /// (read before the request was sent at `sent`). Returns the server whose poll and
+    /// renewals must start (none runs there yet), with the run's number.
     pub(crate) fn put(
         &self,
         dir: &str,
@@ -151,7 +190,7 @@ impl Leases {
         grant: &LeaseGrant,
         (sent, seen): (Instant, u64),
         addr: String,
-    ) -> Option<String> {
+    ) -> Option<(String, u64)> {
         if grant.key.dir != dir {
             return None;
         }
@@ -162,10 +201,12 @@ impl Leases {
         {
             return None;
         }
-        let until = sent + Duration::from_millis(grant.valid_ms) * TRUST_NUM / TRUST_DEN;
+        let period = Duration::from_millis(grant.valid_ms);
+        let until = sent + period * TRUST_NUM / TRUST_DEN;
         let mut g = self.lock();
+        let now = Instant::now();
         // Checked under the lock: a drop takes the lock before it bumps.
-        if self.generation(dir) != seen || until <= Instant::now() {
+        if self.generation(dir) != seen || until <= now {
             return None;
         }
         tracing::trace!(holder = self.holder, dir, name, partition = %grant.key.partition, "kept under a lease");
@@ -183,10 +224,11 @@ impl Leases {
             .find(|p| p.partition == grant.key.partition)
         {
             Some(p) if p.addr == addr => {
-                if p.until <= Instant::now() {
+                if p.until <= now {
                     p.names.clear();
                 }
                 p.until = p.until.max(until);
+                p.used = now;
                 p.names.insert(name.to_string(), cached);
             }
             _ => {
@@ -194,12 +236,20 @@ impl Leases {
                 parts.push(Part {
                     partition: grant.key.partition,
                     until,
+                    period,
+                    used: now,
                     addr: addr.clone(),
                     names: HashMap::from([(name.to_string(), cached)]),
                 });
             }
         }
-        g.polling.insert(addr.clone()).then_some(addr)
+        if g.polling.contains_key(&addr) {
+            return None;
+        }
+        g.runs += 1;
+        let run = g.runs;
+        g.polling.insert(addr.clone(), run);
+        Some((addr, run))
     }
 
     /// This client changes `dir/name`: what it cached of the name goes, and answers on
@@ -221,6 +271,7 @@ impl Leases {
         let mut out = Vec::new();
         for k in keys {
             self.bump(&k.dir);
+            self.drops[stripe(&k.dir)].fetch_add(1, Ordering::AcqRel);
             if let Some(parts) = g.dirs.get_mut(&k.dir) {
                 let mut names = Vec::new();
                 parts.retain_mut(|p| {
@@ -239,94 +290,9 @@ impl Leases {
         }
         out
     }
-
-    /// Drops every lease granted through `addr` (its poll failed: recalls may be lost).
-    fn drop_addr(&self, addr: &str) -> Vec<(String, Vec<String>)> {
-        let keys: Vec<LeaseKey> = {
-            let g = self.lock();
-            g.dirs
-                .iter()
-                .flat_map(|(dir, parts)| {
-                    parts.iter().filter(|p| p.addr == addr).map(|p| LeaseKey {
-                        partition: p.partition,
-                        dir: dir.clone(),
-                    })
-                })
-                .collect()
-        };
-        self.drop_keys(&keys)
-    }
-
-    /// Stops the poll at `addr` if no lease from there is held (true: stopped).
-    fn stop_polling_if_idle(&self, addr: &str) -> bool {
-        let now = Instant::now();
-        let mut g = self.lock();
-        let held = g
-            .dirs
-            .values()
-            .flatten()
-            .any(|p| p.addr == addr && p.until > now);
-        if !held {
-            g.polling.remove(addr);
-        }
-        !held
-    }
-
-    fn tell(&self, dropped: &[(String, Vec<String>)]) {
-        let hook = self.hook.read().ok().and_then(|h| h.clone());
-        if let Some(hook) = hook {
-            for (dir, names) in dropped {
-                hook(dir, names);
-            }
-        }
-    }
-
-    /// The poll at server `addr`: takes recalls, drops what they cover, tells the hook,
-    /// and gives the leases back with the next poll. Ends when no lease from `addr` is
-    /// held any more.
-    pub(crate) async fn poll(
-        self: Arc<Self>,
-        transport: Arc<dyn Transport>,
-        addr: String,
-        caller: Caller,
-        timeout: Duration,
-    ) {
-        let mut released: Vec<LeaseKey> = Vec::new();
-        loop {
-            if released.is_empty() && self.stop_polling_if_idle(&addr) {
-                return;
-            }
-            let req = Request::Server(ServerRequest::LeasePoll {
-                holder: self.holder,
-                released: std::mem::take(&mut released),
-                wait_ms: POLL_WAIT.as_millis() as u64,
-            });
-            let answer = transport
-                .call_with_timeout(
-                    &addr,
-                    0,
-                    Endpoints::SERVER,
-                    &caller,
-                    &req,
-                    timeout.max(POLL_WAIT * 2),
-                )
-                .await;
-            match answer {
-                Ok(Response::Recalls(keys)) => {
-                    let dropped = self.drop_keys(&keys);
-                    self.tell(&dropped);
-                    released = keys;
-                }
-                other => {
-                    tracing::debug!(server = %addr, "lease poll failed, leases dropped: {other:?}");
-                    let dropped = self.drop_addr(&addr);
-                    self.tell(&dropped);
-                    tokio::time::sleep(POLL_RETRY).await;
-                }
-            }
-        }
-    }
 }
+
+mod upkeep;
 
 #[cfg(test)]
 mod tests;

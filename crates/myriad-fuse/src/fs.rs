@@ -62,13 +62,17 @@ fn reply_entry(inner: &Inner, path: &str, r: Result<Inode, FsError>, reply: Repl
             reply.entry_with_ttls(&entry, &attr, &file_attr(&i), Generation(0));
         }
         Err(FsError::NotFound) if !inner.cfg.negative_ttl.is_zero() => {
-            // A zero inode with a TTL: the kernel caches "no such file".
-            let mut attr = file_attr(&crate::ops::placeholder());
-            attr.ino = INodeNo(0);
-            reply.entry(&inner.cfg.negative_ttl, &attr, Generation(0));
+            reply_negative(&inner.cfg.negative_ttl, reply);
         }
         Err(e) => reply.error(errno(&e)),
     }
+}
+
+/// "No such file", kept by the kernel for `ttl`: a zero inode with a TTL.
+fn reply_negative(ttl: &std::time::Duration, reply: ReplyEntry) {
+    let mut attr = file_attr(&crate::ops::placeholder());
+    attr.ino = INodeNo(0);
+    reply.entry(ttl, &attr, Generation(0));
 }
 
 fn reply_empty(r: Result<(), FsError>, reply: ReplyEmpty) {
@@ -134,8 +138,17 @@ impl Filesystem for MyriadFs {
         };
         let pid = req.pid();
         self.spawn(req, move |fs, _| async move {
+            let mark = fs.client.lease_mark(myriad_placement::parent_of(&path));
             let r = fs.lookup(pid, &path).await;
-            reply_entry(&fs, &path, r, reply);
+            match fs.leased_ttl(&path, mark) {
+                // Names and missing names a lease covers: kept by the kernel until it goes.
+                Some(ttl) => match r {
+                    Ok(i) => reply.entry(&ttl, &file_attr(&i), Generation(0)),
+                    Err(FsError::NotFound) => reply_negative(&ttl, reply),
+                    Err(e) => reply.error(errno(&e)),
+                },
+                None => reply_entry(&fs, &path, r, reply),
+            }
         });
     }
 
@@ -151,16 +164,24 @@ impl Filesystem for MyriadFs {
             return reply.attr(&ttl, &file_attr(&i));
         }
         self.spawn(req, move |fs, _| async move {
-            let found = match fs.stat_ino(id(ino)).await {
+            let path = fs.inodes.path(id(ino));
+            let mark = path
+                .as_deref()
+                .and_then(|p| fs.client.lease_mark(myriad_placement::parent_of(p)));
+            let (found, by_name) = match fs.stat_ino(id(ino)).await {
                 // An open file another client unlinked: by its inode (fstat, and the
                 // kernel's size check before a read).
-                Err(FsError::Stale) if let Some(fh) = fh => fs.stat_open(fh.0).await,
-                other => other,
+                Err(FsError::Stale) if let Some(fh) = fh => (fs.stat_open(fh.0).await, false),
+                other => (other, true),
             };
             match found {
                 Ok(i) => {
                     tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from a server");
-                    reply.attr(&fs.ttls_of(id(ino)).1, &file_attr(&i))
+                    let leased = path
+                        .filter(|_| by_name)
+                        .and_then(|p| fs.leased_ttl(&p, mark));
+                    let ttl = leased.unwrap_or_else(|| fs.ttls_of(id(ino)).1);
+                    reply.attr(&ttl, &file_attr(&i))
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -306,6 +327,7 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
+            crate::recall::forget_subtree(&fs, &path);
             let r = fs.client.rmdir(&path).await;
             fs.entries_changed(&r, &[parent.0]);
             reply_empty(r, reply);
@@ -365,6 +387,9 @@ impl Filesystem for MyriadFs {
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
         self.spawn(req, move |fs, _| async move {
+            // Either may be a directory whose names the kernel keeps under leases.
+            crate::recall::forget_subtree(&fs, &from);
+            crate::recall::forget_subtree(&fs, &to);
             let r = fs.rename(&from, &to, flags).await;
             fs.entries_changed(&r, &[parent.0, newparent.0]);
             reply_empty(r, reply);
@@ -671,6 +696,10 @@ impl Filesystem for MyriadFs {
                     if !full {
                         // The kernel now holds this inode: count the lookup.
                         inner.inodes.add(&join(&dir, &e.name), &e.inode, since);
+                        if inner.cfg.leases && !ttl.is_zero() {
+                            // Dropped from the kernel with the directory's lease.
+                            inner.kernel_names.note(&dir, &e.name);
+                        }
                     }
                     full
                 }

@@ -15,6 +15,7 @@ mod data_ops;
 mod fs;
 mod handles;
 mod inodes;
+mod kernel_names;
 mod lock_ops;
 mod ops;
 mod recall;

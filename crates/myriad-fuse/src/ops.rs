@@ -59,10 +59,17 @@ pub struct Inner {
     pub handles: Handles,
     pub callers: Callers,
     pub notifier: OnceLock<Notifier>,
+    /// Names the kernel keeps under leases (invalidated when they are dropped).
+    pub(crate) kernel_names: crate::kernel_names::KernelNames,
     prefetch: Mutex<HashMap<InodeId, Prefetched>>,
     hidden_seq: AtomicU64,
     append_locks: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+/// How long the kernel keeps a name, its absence or its attributes while a lease covers
+/// them: they are invalidated when the lease is dropped, so this only bounds what a lost
+/// invalidation could cost.
+pub const LEASED_TTL: Duration = Duration::from_secs(60);
 
 /// True if a send that failed with `e` may succeed when tried again (nothing about the
 /// request was refused).
@@ -122,6 +129,7 @@ impl Inner {
             handles: Handles::default(),
             callers: Callers::default(),
             notifier: OnceLock::new(),
+            kernel_names: crate::kernel_names::KernelNames::default(),
             prefetch: Mutex::new(HashMap::new()),
             hidden_seq: AtomicU64::new(0),
             append_locks: Mutex::new(HashMap::new()),
@@ -645,7 +653,32 @@ impl Inner {
         if path == "/" {
             return (self.cfg.entry_ttl, self.cfg.attr_ttl);
         }
-        self.children_ttls(myriad_placement::parent_of(path))
+        let (dir, name) = myriad_placement::split_parent(path);
+        let ttls = self.children_ttls(dir);
+        if self.cfg.leases && !ttls.0.is_zero() {
+            // Dropped from the kernel with the lease (before its short TTL ends).
+            self.kernel_names.note(dir, name);
+        }
+        ttls
+    }
+
+    /// How long the kernel may keep what this mount read about `path` after `mark` (its
+    /// directory's lease mark, read before the request): while a lease covers the answer
+    /// and nothing dropped it since, until the lease is dropped (the name is noted here,
+    /// and a drop invalidates it in the kernel: `kernel_names.rs`), which renewals put
+    /// off for as long as the directory is used. `None`: not covered (`ttls` then).
+    pub fn leased_ttl(
+        &self,
+        path: &str,
+        mark: Option<myriad_client::LeaseMark>,
+    ) -> Option<Duration> {
+        if !self.client.lease_covers(path, mark) {
+            return None;
+        }
+        let (dir, name) = myriad_placement::split_parent(path);
+        self.kernel_names.note(dir, name);
+        // Again once noted: a drop in between may have taken the notes without this one.
+        self.client.lease_covers(path, mark).then_some(LEASED_TTL)
     }
 
     /// `ttls` of every name in directory `dir`.

@@ -1,96 +1,76 @@
-//! A recalled directory lease, in the mount (docs/fuse.md "Directory leases"): the names
-//! it covered are dropped from the mount's own attribute cache and from the kernel's
-//! (FUSE invalidation notifications) before the lease is given back, so the change that
-//! recalled it is seen at once here.
+//! A dropped directory lease, in the mount (docs/fuse.md "Directory leases"): the names
+//! it covered, and every name of the directory the kernel was let keep
+//! (`kernel_names.rs`), are dropped from the mount's own attribute cache and from the
+//! kernel's (FUSE invalidation notifications) before the lease is given back, so the
+//! change that recalled it is seen at once here. The same when this mount moves or
+//! removes a directory: the kernel keeps the moved names under the new path, where no
+//! lease of this mount covers them.
 //!
-//! The kernel takes a directory's lock to drop one of its entries, and a request of this
-//! mount may hold that lock while it waits for the servers, so notifications are sent by
-//! a thread of their own and the lease waits for them a bounded time (`WAIT`): past it,
-//! the lease is given back anyway and the kernel's copy lasts at most its TTL.
+//! A recall waits for the kernel at most `WAIT`: a request of this mount may hold the
+//! directory's lock the kernel needs; past it, the lease is given back anyway and the
+//! kernel drops its copy once that request ends.
 
-use std::ffi::OsStr;
-use std::sync::mpsc;
+use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fuser::INodeNo;
 
 use crate::inodes::join;
+use crate::kernel_names::Inval;
 use crate::ops::Inner;
 
 /// How long a recall waits for the kernel to drop its copies.
 const WAIT: Duration = Duration::from_millis(200);
 
-/// One kernel notification.
-enum Inval {
-    Entry(INodeNo, String),
-    Attrs(INodeNo),
+/// The notifications that drop `names` of `dir` from the kernel (and from the mount's
+/// attribute cache).
+fn invals(fs: &Inner, dir: &str, names: impl IntoIterator<Item = String>) -> Vec<Inval> {
+    let parent = fs.inodes.ino_of(dir);
+    let mut out = Vec::new();
+    for name in names {
+        if let Some(ino) = fs.inodes.ino_of(&join(dir, &name)) {
+            fs.inodes.expire(ino);
+            out.push(Inval::Attrs(INodeNo(ino.0)));
+        }
+        if let Some(p) = parent {
+            out.push(Inval::Entry(INodeNo(p.0), name));
+        }
+    }
+    out
 }
 
-/// Sets the client's recall hook for this mount.
+/// Sets the client's recall hook for this mount and starts its notification thread.
 pub(crate) fn install(inner: &Arc<Inner>) {
-    let (tx, rx) = mpsc::channel::<(Vec<Inval>, mpsc::Sender<()>)>();
-    let notifier_of = Arc::downgrade(inner);
-    let spawned = std::thread::Builder::new()
-        .name("myriad-inval".into())
-        .spawn(move || {
-            while let Ok((invals, done)) = rx.recv() {
-                let Some(fs) = notifier_of.upgrade() else {
-                    return;
-                };
-                if let Some(n) = fs.notifier.get() {
-                    for i in invals {
-                        // ENOENT (the kernel had no such entry) is the common answer.
-                        let _ = match i {
-                            Inval::Entry(parent, name) => n.inval_entry(parent, OsStr::new(&name)),
-                            Inval::Attrs(ino) => n.inval_inode(ino, -1, 0),
-                        };
-                    }
-                }
-                let _ = done.send(());
-            }
-        });
-    if let Err(e) = spawned {
+    let Some(notifier) = inner.notifier.get() else {
+        return;
+    };
+    if let Err(e) = inner.kernel_names.start(notifier.clone()) {
         tracing::warn!("no invalidation thread ({e}): directory leases stay off");
         return;
     }
     let fs: Weak<Inner> = Arc::downgrade(inner);
-    let tx = std::sync::Mutex::new(tx);
     inner
         .client
         .set_recall_hook(Arc::new(move |dir: &str, names: &[String]| {
             let Some(fs) = fs.upgrade() else { return };
-            let parent = fs.inodes.ino_of(dir);
-            let mut invals = Vec::new();
-            for name in names {
-                if let Some(p) = parent {
-                    invals.push(Inval::Entry(INodeNo(p.0), name.clone()));
-                }
-                if let Some(ino) = fs.inodes.ino_of(&join(dir, name)) {
-                    fs.inodes.expire(ino);
-                    invals.push(Inval::Attrs(INodeNo(ino.0)));
-                }
-            }
-            if invals.is_empty() {
-                return;
-            }
-            let (done, wait) = mpsc::channel();
-            let sent = tx
-                .lock()
-                .map(|t| t.send((invals, done)).is_ok())
-                .unwrap_or(false);
-            if sent {
-                let wait = || {
-                    let _ = wait.recv_timeout(WAIT);
-                };
-                // On a worker of the mount's (multi-thread) runtime: let it move other
-                // tasks off this thread while this waits. Elsewhere, just wait.
-                match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                        tokio::task::block_in_place(wait);
-                    }
-                    _ => wait(),
-                }
-            }
+            let mut all: HashSet<String> = names.iter().cloned().collect();
+            all.extend(fs.kernel_names.take(dir));
+            let invals = invals(&fs, dir, all);
+            fs.kernel_names.send(invals, Some(WAIT));
         }));
+}
+
+/// This mount is about to move or remove directory `top` (or a name that may be one):
+/// the kernel is to forget what it was let keep beneath it. Not waited for (the kernel
+/// holds locks for the change itself).
+pub(crate) fn forget_subtree(fs: &Inner, top: &str) {
+    if !fs.cfg.leases {
+        return;
+    }
+    let mut out = Vec::new();
+    for (dir, names) in fs.kernel_names.take_subtree(top) {
+        out.extend(invals(fs, &dir, names));
+    }
+    fs.kernel_names.send(out, None);
 }

@@ -72,7 +72,11 @@ impl Host {
                 let renewed = keys
                     .iter()
                     .map(|k| {
-                        self.partition(k.partition)
+                        // Only while this server serves the partition: past its serving
+                        // lease a new primary may open, counting on every client lease
+                        // of the old one to end within one lease period.
+                        self.serving(k.partition, 0)
+                            .ok()
                             .and_then(|p| p.leases())
                             .is_some_and(|t| t.renew(&k.dir, holder))
                     })

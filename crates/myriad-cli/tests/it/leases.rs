@@ -19,6 +19,19 @@ fn ok<T>(r: Result<T, FsError>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Client requests the servers received by kind, lease polls and renewals aside.
+async fn received_by_op(c: &Client) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (_, r) in c.all_counters().await {
+        for o in r.unwrap_or_else(|e| panic!("{e}")).client_requests {
+            if o.op != "lease_poll" && o.op != "lease_renew" {
+                *out.entry(o.op.to_string()).or_insert(0) += o.count;
+            }
+        }
+    }
+    out
+}
+
 /// Client requests the servers received, lease polls and renewals aside.
 async fn reads_received(c: &Client) -> u64 {
     c.all_counters()
@@ -174,4 +187,82 @@ fn two_mounts_with_leases_see_each_others_changes_at_once() {
     assert_eq!(std::fs::read(b.path("d/moved")).ok(), Some(b"new".to_vec()));
     io(std::fs::remove_file(a.path("d/f")));
     assert!(!b.path("d/f").exists(), "unlink seen at once");
+}
+
+/// With `--leases` the kernel keeps names, missing names and attributes for as long as
+/// their lease lasts, which renewals make as long as the directory is used: past the
+/// lease period nothing reaches a server. Every way a lease ends takes the kernel's
+/// copies back: a recall (another mount's change), idleness (a lease let go, so a later
+/// change recalls nothing), and this mount moving the directory (the kernel keeps the
+/// names under the new path). Each check fails if the kernel kept its copy.
+#[test]
+fn a_mount_keeps_leased_names_past_the_period_and_drops_them_with_the_lease() {
+    use crate::mount::Mount;
+    use std::os::unix::fs::PermissionsExt;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let a = Mount::new(&tc, &["--", "--leases"]);
+    let b = Mount::new(&tc, &["--", "--leases"]);
+    let counters = client(&tc, false);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
+    let mode = |p: std::path::PathBuf| {
+        std::fs::metadata(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let chmod = |p: std::path::PathBuf, m: u32| {
+        io(std::fs::set_permissions(
+            p,
+            std::fs::Permissions::from_mode(m),
+        ))
+    };
+    io(std::fs::create_dir_all(a.path("d/sub")));
+    io(std::fs::write(a.path("d/f"), b"one"));
+    io(std::fs::write(a.path("d/sub/x"), b"x"));
+    // Past the time a directory is held contended after a recall (the multi-step mkdir
+    // recalls its own client's leases too).
+    std::thread::sleep(Duration::from_millis(2200));
+
+    // B caches a name and a missing one, and keeps using them for twice the period.
+    assert_eq!(mode(b.path("d/f")), 0o644);
+    assert!(!b.path("d/missing").exists());
+    let start = Instant::now();
+    let before = rt.block_on(reads_received(&counters));
+    let ops_before = rt.block_on(received_by_op(&counters));
+    while start.elapsed() < Duration::from_millis(1600) {
+        assert_eq!(mode(b.path("d/f")), 0o644);
+        assert!(!b.path("d/missing").exists());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = rt.block_on(reads_received(&counters));
+    assert!(
+        after - before <= 4,
+        "answered by B's kernel past the lease period: {} server requests ({:?} then {:?})",
+        after - before,
+        ops_before,
+        rt.block_on(received_by_op(&counters))
+    );
+    // A recall takes them back at once.
+    chmod(a.path("d/f"), 0o600);
+    assert_eq!(mode(b.path("d/f")), 0o600, "chmod seen at once");
+    io(std::fs::write(a.path("d/missing"), b"here"));
+    assert!(b.path("d/missing").exists(), "create seen at once");
+
+    // Idle: the lease is let go and the kernel's copy with it. (Cached again once the
+    // directory is no longer held contended after the recalls.)
+    std::thread::sleep(Duration::from_millis(2200));
+    assert_eq!(mode(b.path("d/f")), 0o600);
+    std::thread::sleep(Duration::from_secs(7));
+    chmod(a.path("d/f"), 0o640);
+    assert_eq!(mode(b.path("d/f")), 0o640, "seen after an idle lease went");
+
+    // B moves a directory whose names its kernel keeps: they are dropped, so a change
+    // under the new path is seen at once.
+    assert_eq!(mode(b.path("d/sub/x")), 0o644);
+    io(std::fs::rename(b.path("d/sub"), b.path("d/sub2")));
+    assert_eq!(mode(b.path("d/sub2/x")), 0o644);
+    chmod(a.path("d/sub2/x"), 0o600);
+    assert_eq!(mode(b.path("d/sub2/x")), 0o600, "seen under the new path");
 }

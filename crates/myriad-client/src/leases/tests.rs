@@ -55,7 +55,7 @@ async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
     let seen = (Instant::now(), l.generation("/d"));
     assert_eq!(
         l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into()),
-        Some("s1".into()),
+        Some(("s1".into(), 1)),
         "the first lease from a server starts its poll"
     );
     assert!(
@@ -95,7 +95,7 @@ async fn names_are_kept_while_the_lease_lasts_and_not_past_a_drop() {
     l.put("/d", "f", file(1), &grant("/d"), seen, "s1".into());
     tokio::time::advance(Duration::from_millis(721)).await;
     assert!(l.get("/d", "f", &me()).is_none());
-    assert!(l.stop_polling_if_idle("s1"));
+    assert!(!l.run_goes_on("s1", 1), "nothing held: the run ends");
 }
 
 #[tokio::test(start_paused = true)]
@@ -115,4 +115,68 @@ async fn a_directory_moved_or_removed_by_this_client_takes_its_subtree_along() {
     // A lost poll drops what came through that server.
     assert_eq!(l.drop_addr("s").len(), 1);
     assert!(l.get("/ab", "x", &me()).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_stays_covered_until_its_lease_is_dropped() {
+    let l = Leases::new(1);
+    let mark = l.mark("/d");
+    let seen = (Instant::now(), l.generation("/d"));
+    l.put("/d", "f", file(1), &grant("/d"), seen, "s".into());
+    assert!(l.covers("/d", "f", mark));
+    assert!(!l.covers("/d", "g", mark), "a name not kept is not covered");
+    // This client's own change forgets the name but drops no lease.
+    l.forget_change(&["/d/f".to_string()], false);
+    assert!(!l.covers("/d", "f", mark));
+    let seen = (Instant::now(), l.generation("/d"));
+    l.put("/d", "f", file(1), &grant("/d"), seen, "s".into());
+    assert!(l.covers("/d", "f", mark), "own changes keep the mark");
+    // A drop (a recall) ends the cover of everything asked before it, even once a new
+    // lease holds the name again.
+    l.drop_keys(&[grant("/d").key]);
+    let seen = (Instant::now(), l.generation("/d"));
+    l.put("/d", "f", file(1), &grant("/d"), seen, "s".into());
+    assert!(!l.covers("/d", "f", mark));
+    assert!(l.covers("/d", "f", l.mark("/d")));
+    tokio::time::advance(Duration::from_millis(721)).await;
+    assert!(!l.covers("/d", "f", l.mark("/d")), "past its trusted end");
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_in_use_are_renewed_idle_ones_let_go_and_ending_ones_dropped() {
+    use super::upkeep::{IDLE_AFTER, RENEW_EVERY};
+    let l = Leases::new(1);
+    for dir in ["/used", "/idle"] {
+        let seen = (Instant::now(), l.generation(dir));
+        l.put(dir, "x", missing(), &grant(dir), seen, "s".into());
+    }
+    // Renewed by the server each round, "/used" answered from each round: it lasts.
+    let mut now_idle = Vec::new();
+    let rounds = (IDLE_AFTER.as_millis() / RENEW_EVERY.as_millis()) as usize + 2;
+    for _ in 0..rounds {
+        tokio::time::advance(RENEW_EVERY).await;
+        assert!(l.get("/used", "x", &me()).is_some());
+        let round = l.round("s");
+        l.drop_keys(&round.let_go);
+        now_idle.extend(round.let_go.iter().map(|k| k.dir.clone()));
+        let oks = vec![true; round.renew.len()];
+        assert!(l.extend(&round.renew, &oks, Instant::now()).is_empty());
+        assert!(l.ending("s").is_empty(), "a renewed lease is not ending");
+    }
+    assert_eq!(
+        now_idle,
+        vec!["/idle".to_string()],
+        "only the idle one went"
+    );
+    assert!(l.get("/idle", "x", &me()).is_none());
+    // A refused renewal is returned for dropping; with no renewal a lease is ending
+    // `DROP_AHEAD` before its trusted end.
+    let round = l.round("s");
+    assert_eq!(
+        l.extend(&round.renew, &[false], Instant::now()),
+        round.renew
+    );
+    assert!(l.ending("s").is_empty());
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(l.ending("s").len(), 1);
 }

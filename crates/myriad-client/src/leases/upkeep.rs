@@ -1,0 +1,246 @@
+//! Keeping leases (docs/fuse.md "Directory leases"): per server, a poll that takes its
+//! recalls, and renewals of the leases in use. A lease is dropped (its names forgotten,
+//! the hook told) when recalled, when its poll or renewal fails, when it went unused for
+//! `IDLE_AFTER`, and in any case `DROP_AHEAD` before its trusted end: a mount lets the
+//! kernel keep names for as long as their lease lasts, and the hook's invalidations need
+//! that moment to reach the kernel before the servers stop counting on the lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use myriad_net::Transport;
+use myriad_proto::{Caller, Endpoints, LeaseKey, Request, Response, ServerRequest};
+use tokio::time::Instant;
+
+use super::{Leases, TRUST_DEN, TRUST_NUM};
+
+/// How long a poll waits at its server for a recall.
+const POLL_WAIT: Duration = Duration::from_secs(4);
+/// After a failed poll: the pause before the next.
+const POLL_RETRY: Duration = Duration::from_millis(200);
+/// Leases in use are renewed this often: a quarter of the 0.8 s period, so one lost
+/// renewal costs nothing.
+pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(200);
+/// A lease nothing was answered from for this long is let go instead of renewed (a
+/// directory the kernel answers for itself is looked up again after this).
+pub(crate) const IDLE_AFTER: Duration = Duration::from_secs(5);
+/// Dropped this long before its trusted end when no renewal extended it.
+const DROP_AHEAD: Duration = Duration::from_millis(300);
+/// At most this many leases renewed per server and round (the most recently used).
+const RENEW_MAX: usize = 4096;
+
+/// One server's leases, as `upkeep` sees them in a round.
+#[derive(Default)]
+pub(super) struct Round {
+    pub(super) renew: Vec<LeaseKey>,
+    pub(super) let_go: Vec<LeaseKey>,
+}
+
+impl Leases {
+    /// Drops every lease granted through `addr` (its poll failed: recalls may be lost).
+    pub(super) fn drop_addr(&self, addr: &str) -> Vec<(String, Vec<String>)> {
+        let keys: Vec<LeaseKey> = {
+            let g = self.lock();
+            g.dirs
+                .iter()
+                .flat_map(|(dir, parts)| {
+                    parts.iter().filter(|p| p.addr == addr).map(|p| LeaseKey {
+                        partition: p.partition,
+                        dir: dir.clone(),
+                    })
+                })
+                .collect()
+        };
+        self.drop_keys(&keys)
+    }
+
+    /// Whether run `run` at `addr` is to go on: it is still the run there and a lease from
+    /// `addr` is held. When none is, the run ends (and a later lease starts another).
+    pub(super) fn run_goes_on(&self, addr: &str, run: u64) -> bool {
+        let now = Instant::now();
+        let mut g = self.lock();
+        if g.polling.get(addr) != Some(&run) {
+            return false;
+        }
+        let held = g
+            .dirs
+            .values()
+            .flatten()
+            .any(|p| p.addr == addr && p.until > now);
+        if !held {
+            g.polling.remove(addr);
+        }
+        held
+    }
+
+    pub(super) fn tell(&self, dropped: &[(String, Vec<String>)]) {
+        let hook = self.hook.read().ok().and_then(|h| h.clone());
+        if let Some(hook) = hook {
+            for (dir, names) in dropped {
+                hook(dir, names);
+            }
+        }
+    }
+
+    fn drop_and_tell(&self, keys: &[LeaseKey]) {
+        if !keys.is_empty() {
+            let dropped = self.drop_keys(keys);
+            self.tell(&dropped);
+        }
+    }
+
+    /// The poll at server `addr`: takes recalls, drops what they cover, tells the hook,
+    /// and gives the leases back with the next poll. Ends with its run.
+    pub(crate) async fn poll(
+        self: Arc<Self>,
+        transport: Arc<dyn Transport>,
+        (addr, run): (String, u64),
+        caller: Caller,
+        timeout: Duration,
+    ) {
+        let mut released: Vec<LeaseKey> = Vec::new();
+        loop {
+            if released.is_empty() && !self.run_goes_on(&addr, run) {
+                return;
+            }
+            let req = Request::Server(ServerRequest::LeasePoll {
+                holder: self.holder,
+                released: std::mem::take(&mut released),
+                wait_ms: POLL_WAIT.as_millis() as u64,
+            });
+            let answer = transport
+                .call_with_timeout(
+                    &addr,
+                    0,
+                    Endpoints::SERVER,
+                    &caller,
+                    &req,
+                    timeout.max(POLL_WAIT * 2),
+                )
+                .await;
+            match answer {
+                Ok(Response::Recalls(keys)) => {
+                    self.drop_and_tell(&keys);
+                    released = keys;
+                }
+                other => {
+                    tracing::debug!(server = %addr, "lease poll failed, leases dropped: {other:?}");
+                    let dropped = self.drop_addr(&addr);
+                    self.tell(&dropped);
+                    tokio::time::sleep(POLL_RETRY).await;
+                }
+            }
+        }
+    }
+
+    /// Renewals at server `addr`, every `RENEW_EVERY` while its run goes on.
+    pub(crate) async fn renew(
+        self: Arc<Self>,
+        transport: Arc<dyn Transport>,
+        (addr, run): (String, u64),
+        caller: Caller,
+    ) {
+        loop {
+            tokio::time::sleep(RENEW_EVERY).await;
+            if !self.run_goes_on(&addr, run) {
+                return;
+            }
+            let round = self.round(&addr);
+            self.drop_and_tell(&round.let_go);
+            if !round.renew.is_empty() {
+                let sent = Instant::now();
+                let req = Request::Server(ServerRequest::LeaseRenew {
+                    holder: self.holder,
+                    keys: round.renew.clone(),
+                });
+                // An answer later than a renewal period is no use: the next round asks again.
+                let answer = transport
+                    .call_with_timeout(&addr, 0, Endpoints::SERVER, &caller, &req, RENEW_EVERY)
+                    .await;
+                let refused = match answer {
+                    Ok(Response::Renewed(oks)) if oks.len() == round.renew.len() => {
+                        self.extend(&round.renew, &oks, sent)
+                    }
+                    other => {
+                        tracing::debug!(server = %addr, "lease renewal failed, leases dropped: {other:?}");
+                        round.renew
+                    }
+                };
+                self.drop_and_tell(&refused);
+            }
+            let ending = self.ending(&addr);
+            self.drop_and_tell(&ending);
+        }
+    }
+
+    /// Which of `addr`'s held leases to renew this round and which to let go (idle, or
+    /// beyond `RENEW_MAX`).
+    pub(super) fn round(&self, addr: &str) -> Round {
+        let now = Instant::now();
+        let g = self.lock();
+        let mut held: Vec<(Instant, LeaseKey)> = g
+            .dirs
+            .iter()
+            .flat_map(|(dir, parts)| {
+                parts
+                    .iter()
+                    .filter(|p| p.addr == addr && p.until > now)
+                    .map(|p| {
+                        let key = LeaseKey {
+                            partition: p.partition,
+                            dir: dir.clone(),
+                        };
+                        (p.used, key)
+                    })
+            })
+            .collect();
+        held.sort_by_key(|(used, _)| std::cmp::Reverse(*used));
+        let mut round = Round::default();
+        for (i, (used, key)) in held.into_iter().enumerate() {
+            if i < RENEW_MAX && now.saturating_duration_since(used) < IDLE_AFTER {
+                round.renew.push(key);
+            } else {
+                round.let_go.push(key);
+            }
+        }
+        round
+    }
+
+    /// Extends the leases the server renewed (from `sent`); returns the refused ones.
+    pub(super) fn extend(&self, keys: &[LeaseKey], oks: &[bool], sent: Instant) -> Vec<LeaseKey> {
+        let mut g = self.lock();
+        let mut refused = Vec::new();
+        for (k, ok) in keys.iter().zip(oks) {
+            if !ok {
+                refused.push(k.clone());
+                continue;
+            }
+            if let Some(p) = g
+                .dirs
+                .get_mut(&k.dir)
+                .and_then(|parts| parts.iter_mut().find(|p| p.partition == k.partition))
+            {
+                p.until = p.until.max(sent + p.period * TRUST_NUM / TRUST_DEN);
+            }
+        }
+        refused
+    }
+
+    /// `addr`'s leases within `DROP_AHEAD` of their trusted end (no renewal came).
+    pub(super) fn ending(&self, addr: &str) -> Vec<LeaseKey> {
+        let soon = Instant::now() + DROP_AHEAD;
+        let g = self.lock();
+        g.dirs
+            .iter()
+            .flat_map(|(dir, parts)| {
+                parts
+                    .iter()
+                    .filter(|p| p.addr == addr && p.until <= soon)
+                    .map(|p| LeaseKey {
+                        partition: p.partition,
+                        dir: dir.clone(),
+                    })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,166 @@
+//! The names this mount let the kernel keep under directory leases, and the thread that
+//! takes them back from the kernel (docs/fuse.md "Directory leases").
+//!
+//! With leases the kernel keeps a name (or its absence) and its attributes for as long as
+//! the lease on its directory lasts, which renewals make as long as it is used. So every
+//! such name is noted here before the kernel is told, and invalidated when the lease is
+//! dropped (a recall, a failed renewal, idleness) or when this mount moves or removes the
+//! directory (the kernel then holds the names under another path). The kernel takes a
+//! directory's lock to drop one of its entries, and a request of this mount may hold that
+//! lock while it waits for the servers, so notifications go through a thread of their own
+//! and a caller waits for them a bounded time at most. The kernel orders them after any
+//! reply it is still waiting for in that directory (both need the lock), so a reply in
+//! flight cannot outlive the notification that was meant to drop it.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use fuser::{INodeNo, Notifier};
+
+/// One kernel notification.
+pub(crate) enum Inval {
+    Entry(INodeNo, String),
+    Attrs(INodeNo),
+}
+
+type Batch = (Vec<Inval>, Option<mpsc::Sender<()>>);
+
+#[derive(Default)]
+pub(crate) struct KernelNames {
+    names: Mutex<HashMap<String, HashSet<String>>>,
+    queue: OnceLock<Mutex<mpsc::Sender<Batch>>>,
+}
+
+impl KernelNames {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+        match self.names.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// `dir/name` is about to be given to the kernel to keep.
+    pub(crate) fn note(&self, dir: &str, name: &str) {
+        self.names()
+            .entry(dir.to_string())
+            .or_default()
+            .insert(name.to_string());
+    }
+
+    /// The names of `dir` the kernel may keep (forgotten here).
+    pub(crate) fn take(&self, dir: &str) -> Vec<String> {
+        self.names()
+            .remove(dir)
+            .map(|s| s.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The names the kernel may keep in `top` and every directory below it, by directory.
+    pub(crate) fn take_subtree(&self, top: &str) -> Vec<(String, Vec<String>)> {
+        let below = if top == "/" {
+            "/".to_string()
+        } else {
+            format!("{top}/")
+        };
+        let mut g = self.names();
+        let dirs: Vec<String> = g
+            .keys()
+            .filter(|d| *d == top || d.starts_with(&below))
+            .cloned()
+            .collect();
+        dirs.into_iter()
+            .filter_map(|d| g.remove(&d).map(|s| (d, s.into_iter().collect())))
+            .collect()
+    }
+
+    /// Starts the notification thread.
+    pub(crate) fn start(&self, notifier: Notifier) -> std::io::Result<()> {
+        let (tx, rx) = mpsc::channel::<Batch>();
+        std::thread::Builder::new()
+            .name("myriad-inval".into())
+            .spawn(move || {
+                while let Ok((invals, done)) = rx.recv() {
+                    for i in invals {
+                        let r = match &i {
+                            Inval::Entry(parent, name) => {
+                                notifier.inval_entry(*parent, OsStr::new(name))
+                            }
+                            Inval::Attrs(ino) => notifier.inval_inode(*ino, -1, 0),
+                        };
+                        // ENOENT (the kernel had no such entry) is the common answer.
+                        if let Err(e) = r
+                            && e.raw_os_error() != Some(libc::ENOENT)
+                        {
+                            tracing::warn!("the kernel refused an invalidation: {e}");
+                        }
+                    }
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                }
+            })?;
+        let _ = self.queue.set(Mutex::new(tx));
+        Ok(())
+    }
+
+    /// Sends `invals` to the kernel; with `wait`, returns once they were sent or after
+    /// that long.
+    pub(crate) fn send(&self, invals: Vec<Inval>, wait: Option<Duration>) {
+        if invals.is_empty() {
+            return;
+        }
+        let Some(queue) = self.queue.get() else {
+            return;
+        };
+        let (done, finished) = mpsc::channel();
+        let sent = queue
+            .lock()
+            .map(|t| t.send((invals, wait.is_some().then_some(done))).is_ok())
+            .unwrap_or(false);
+        if let (true, Some(wait)) = (sent, wait) {
+            let wait = || {
+                let _ = finished.recv_timeout(wait);
+            };
+            // On a worker of the mount's (multi-thread) runtime: let it move other tasks
+            // off this thread while this waits. Elsewhere, just wait.
+            match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                    tokio::task::block_in_place(wait);
+                }
+                _ => wait(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_taken_by_directory_and_by_subtree() {
+        let k = KernelNames::default();
+        k.note("/a", "x");
+        k.note("/a", "y");
+        k.note("/a/b", "z");
+        k.note("/ab", "w");
+        let mut a = k.take("/a");
+        a.sort();
+        assert_eq!(a, vec!["x".to_string(), "y".to_string()]);
+        assert!(k.take("/a").is_empty(), "taken once");
+        k.note("/a", "x");
+        let mut sub = k.take_subtree("/a");
+        sub.sort();
+        assert_eq!(
+            sub,
+            vec![
+                ("/a".to_string(), vec!["x".to_string()]),
+                ("/a/b".to_string(), vec!["z".to_string()])
+            ]
+        );
+        assert_eq!(k.take("/ab"), vec!["w".to_string()], "a sibling stays");
+    }
+}
