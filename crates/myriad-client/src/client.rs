@@ -328,6 +328,15 @@ impl Client {
             }
         };
         forget();
+        // A change of one name whose answer is the name's new attributes: kept under
+        // the directory's lease if it lasted through the change (`Leases::put_own`).
+        let own = match (&req, paths.as_slice()) {
+            (Request::Client(c), [path]) if !subtree && answers_attributes(c) => {
+                let dir = split_parent(path).0;
+                Some((path.clone(), self.leases.before_own_change(dir)))
+            }
+            _ => None,
+        };
         let (req, _waiting) = match req {
             Request::Client(c) if c.is_change() => {
                 let (id, waiting) = self.once();
@@ -350,6 +359,26 @@ impl Client {
             }
         });
         forget();
+        if let (
+            Some((path, own)),
+            Ok(Response::Attr(i) | Response::Changed { inode: Some(i), .. }),
+        ) = (own, &answer)
+        {
+            let caller = CALLER
+                .try_with(|c| c.clone())
+                .unwrap_or_else(|_| self.config.caller.clone());
+            let entry = crate::leases::Entry {
+                caller,
+                cached: crate::leases::Cached::Found {
+                    inode: i.clone(),
+                    data: Vec::new(),
+                    asked: 0,
+                },
+            };
+            let partition = self.entry_partition(&path);
+            self.leases
+                .put_own(split_parent(&path), partition, entry, own);
+        }
         answer
     }
 
@@ -773,6 +802,21 @@ impl Client {
             return None;
         }
         self.leases.holds(dir)
+    }
+
+    /// `path`'s attributes as a lease keeps them for `caller`, with no request (`None`:
+    /// not kept; ask with `stat`). For a mount's answer to the kernel without a thread
+    /// switch.
+    #[must_use]
+    pub fn cached_attr(&self, path: &str, caller: &Caller) -> Option<Inode> {
+        if !self.config.leases || path == "/" {
+            return None;
+        }
+        let (dir, name) = split_parent(path);
+        match self.leases.get(dir, name, caller)? {
+            crate::leases::Cached::Found { inode, .. } => Some(inode),
+            crate::leases::Cached::Missing => None,
+        }
     }
 
     /// `dir`'s lease mark, read before a request about one of its names (`None`: no
@@ -1349,6 +1393,21 @@ impl Client {
     pub fn inline_max(&self) -> u64 {
         self.st().map.inline_max_bytes
     }
+}
+
+/// Whether `c` changes one name and is answered with its new attributes (so the answer
+/// may be kept under a lease).
+fn answers_attributes(c: &ClientRequest) -> bool {
+    matches!(
+        c,
+        ClientRequest::Create { .. }
+            | ClientRequest::Write { .. }
+            | ClientRequest::SetAttr { .. }
+            | ClientRequest::Truncate { .. }
+            | ClientRequest::ExtendSize { .. }
+            | ClientRequest::Symlink { .. }
+            | ClientRequest::Mknod { .. }
+    )
 }
 
 pub(crate) fn expect_attr(r: Response) -> Result<Inode, FsError> {

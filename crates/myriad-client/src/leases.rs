@@ -23,10 +23,20 @@ const STRIPES: usize = 1024;
 const TRUST_NUM: u32 = 9;
 const TRUST_DEN: u32 = 10;
 
-/// Told of every directory whose cached names were dropped (a recall or a lost poll):
-/// `(dir, names)`. Runs before the lease is given back (a mount drops the kernel's copies
-/// here).
-pub type RecallHook = Arc<dyn Fn(&str, &[String]) + Send + Sync>;
+/// Why a lease was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dropped {
+    /// Something may have changed: a recall, a lost poll (recalls may be lost with it), a
+    /// refused renewal (a change is under way, or the server lost the lease).
+    Changed,
+    /// It ended with nothing known to have changed: let go while idle, or not renewed in
+    /// time. What was told of it for no longer than its trusted end has expired by now.
+    Ended,
+}
+
+/// Told of every directory whose cached names were dropped: `(dir, names, why)`. Runs
+/// before the lease is given back (a mount drops the kernel's copies here).
+pub type RecallHook = Arc<dyn Fn(&str, &[String], Dropped) + Send + Sync>;
 
 /// A name's cached answer, as the servers gave it to one caller (their permission checks
 /// differ by caller: another caller's read is sent).
@@ -67,7 +77,6 @@ struct Inner {
     /// another number: at most one run per server).
     polling: HashMap<String, u64>,
     runs: u64,
-    puts: u64,
 }
 
 pub(crate) struct Leases {
@@ -80,6 +89,13 @@ pub(crate) struct Leases {
     /// mount checks before it lets the kernel keep an answer past the moment.
     drops: Box<[AtomicU64]>,
     hook: RwLock<Option<RecallHook>>,
+}
+
+/// What `put_own` needs to know of the moment before this client's own change was sent.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OwnChange {
+    mark: LeaseMark,
+    held: bool,
 }
 
 /// A directory's drop count, read before a request about one of its names is sent
@@ -152,6 +168,74 @@ impl Leases {
         })
     }
 
+    /// Taken before this client sends a change of a name in `dir` (`put_own`).
+    pub(crate) fn before_own_change(&self, dir: &str) -> OwnChange {
+        let g = self.lock();
+        let now = Instant::now();
+        OwnChange {
+            mark: self.mark(dir),
+            held: g
+                .dirs
+                .get(dir)
+                .is_some_and(|parts| parts.iter().any(|p| p.until > now)),
+        }
+    }
+
+    /// Keeps what this client's own change of `dir/name` left (`inode`, as the servers
+    /// answered it), under the lease of `partition` (the one holding the name), if that
+    /// lease was held from before the change was sent until now with no drop between: a
+    /// change by anyone else since would have recalled it. The kernel may then keep a
+    /// name this mount just made (a stat after a create costs nothing).
+    pub(crate) fn put_own(
+        &self,
+        (dir, name): (&str, &str),
+        partition: PartitionId,
+        entry: Entry,
+        own: OwnChange,
+    ) {
+        if !own.held {
+            tracing::trace!(
+                holder = self.holder,
+                dir,
+                name,
+                "own change not kept: no lease held before it"
+            );
+            return;
+        }
+        if let Cached::Found { inode, .. } = &entry.cached
+            && inode.kind != FileKind::Directory
+            && inode.nlink > 1
+        {
+            return;
+        }
+        let mut g = self.lock();
+        if self.mark(dir) != own.mark {
+            tracing::trace!(
+                holder = self.holder,
+                dir,
+                name,
+                "own change not kept: a lease was dropped meanwhile"
+            );
+            return;
+        }
+        let now = Instant::now();
+        match g
+            .dirs
+            .get_mut(dir)
+            .and_then(|parts| parts.iter_mut().find(|p| p.partition == partition))
+            .filter(|p| p.until > now)
+        {
+            Some(p) => {
+                p.used = now;
+                p.names.insert(name.to_string(), entry);
+                tracing::trace!(holder = self.holder, dir, name, "own change kept");
+            }
+            None => {
+                tracing::trace!(holder = self.holder, dir, name, %partition, "own change not kept: no lease of its partition");
+            }
+        }
+    }
+
     /// The cached answer for `dir/name` as `caller` got it, if a valid lease covers it.
     pub(crate) fn get(&self, dir: &str, name: &str, caller: &Caller) -> Option<Cached> {
         let now = Instant::now();
@@ -210,38 +294,28 @@ impl Leases {
             return None;
         }
         tracing::trace!(holder = self.holder, dir, name, partition = %grant.key.partition, "kept under a lease");
-        g.puts += 1;
-        if g.puts.is_multiple_of(4096) {
-            let now = Instant::now();
-            g.dirs.retain(|_, parts| {
-                parts.retain(|p| p.until > now);
-                !parts.is_empty()
-            });
-        }
         let parts = g.dirs.entry(dir.to_string()).or_default();
+        // A lease of this part that ended, or came from another server (a failover), is
+        // left to its upkeep to drop and tell of (the kernel may keep its names): until
+        // then nothing new is kept for the part.
         match parts
             .iter_mut()
             .find(|p| p.partition == grant.key.partition)
         {
-            Some(p) if p.addr == addr => {
-                if p.until <= now {
-                    p.names.clear();
-                }
+            Some(p) if p.addr != addr || p.until <= now => return None,
+            Some(p) => {
                 p.until = p.until.max(until);
                 p.used = now;
                 p.names.insert(name.to_string(), cached);
             }
-            _ => {
-                parts.retain(|p| p.partition != grant.key.partition);
-                parts.push(Part {
-                    partition: grant.key.partition,
-                    until,
-                    period,
-                    used: now,
-                    addr: addr.clone(),
-                    names: HashMap::from([(name.to_string(), cached)]),
-                });
-            }
+            None => parts.push(Part {
+                partition: grant.key.partition,
+                until,
+                period,
+                used: now,
+                addr: addr.clone(),
+                names: HashMap::from([(name.to_string(), cached)]),
+            }),
         }
         if g.polling.contains_key(&addr) {
             return None;

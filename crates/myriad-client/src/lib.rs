@@ -17,7 +17,7 @@ mod leases;
 
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
-pub use leases::{LeaseMark, RecallHook};
+pub use leases::{Dropped, LeaseMark, RecallHook};
 pub use myriad_net::Transport;
 pub use myriad_placement::{
     ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Move, NodeId, NodeInfo,

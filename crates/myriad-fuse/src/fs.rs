@@ -140,7 +140,8 @@ impl Filesystem for MyriadFs {
         self.spawn(req, move |fs, _| async move {
             let mark = fs.client.lease_mark(myriad_placement::parent_of(&path));
             let r = fs.lookup(pid, &path).await;
-            match fs.leased_ttl(&path, mark) {
+            let is_dir = matches!(&r, Ok(i) if i.kind == myriad_client::FileKind::Directory);
+            match fs.leased_ttl(&path, mark, is_dir) {
                 // Names and missing names a lease covers: kept by the kernel until it goes.
                 Some(ttl) => match r {
                     Ok(i) => reply.entry(&ttl, &file_attr(&i), Generation(0)),
@@ -158,7 +159,28 @@ impl Filesystem for MyriadFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let ttl = self.inner.ttls_of(id(ino)).1;
-        if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
+        if self.inner.cfg.leases
+            && let Some(path) = self.inner.inodes.path(id(ino))
+        {
+            // Kept under a lease: answered on this thread, for as long as the lease lasts.
+            let mark = self
+                .inner
+                .client
+                .lease_mark(myriad_placement::parent_of(&path));
+            if let Some(i) = self.inner.client.cached_attr(&path, &self.caller(req))
+                && i.ino == id(ino)
+                && let Some(ttl) =
+                    self.inner
+                        .leased_ttl(&path, mark, i.kind == myriad_client::FileKind::Directory)
+            {
+                return reply.attr(&ttl, &file_attr(&self.inner.visible(i)));
+            }
+        }
+        // With leases the client's cache answers (no server request while a lease covers
+        // the name), checked so that the kernel may keep the answer for long.
+        if !self.inner.cfg.leases
+            && let Some(i) = self.inner.inodes.fresh(id(ino), ttl)
+        {
             let i = self.inner.visible(i);
             tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from the cache");
             return reply.attr(&ttl, &file_attr(&i));
@@ -179,7 +201,7 @@ impl Filesystem for MyriadFs {
                     tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from a server");
                     let leased = path
                         .filter(|_| by_name)
-                        .and_then(|p| fs.leased_ttl(&p, mark));
+                        .and_then(|p| fs.leased_ttl(&p, mark, i.kind == myriad_client::FileKind::Directory));
                     let ttl = leased.unwrap_or_else(|| fs.ttls_of(id(ino)).1);
                     reply.attr(&ttl, &file_attr(&i))
                 }
@@ -698,7 +720,11 @@ impl Filesystem for MyriadFs {
                         inner.inodes.add(&join(&dir, &e.name), &e.inode, since);
                         if inner.cfg.leases && !ttl.is_zero() {
                             // Dropped from the kernel with the directory's lease.
-                            inner.kernel_names.note(&dir, &e.name);
+                            inner.kernel_names.note(
+                                &dir,
+                                &e.name,
+                                crate::kernel_names::Kept::Short,
+                            );
                         }
                     }
                     full
@@ -963,13 +989,17 @@ impl Filesystem for MyriadFs {
         let truncate = flags & libc::O_TRUNC != 0;
         let append = flags & libc::O_APPEND != 0 && !self.inner.cfg.writeback_cache;
         self.spawn(req, move |fs, caller| async move {
+            let mark = fs.client.lease_mark(myriad_placement::parent_of(&path));
             let r = fs
                 .create(&caller, &path, mode, exclusive, truncate, append)
                 .await;
             fs.entries_changed(&r, &[parent.0]);
+            let ttl = fs
+                .leased_ttl(&path, mark, false)
+                .unwrap_or_else(|| fs.ttls(&path).0);
             match r {
                 Ok((i, fh)) => reply.created(
-                    &fs.ttls(&path).0,
+                    &ttl,
                     &file_attr(&i),
                     Generation(0),
                     FileHandle(fh),

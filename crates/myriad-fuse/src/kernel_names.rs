@@ -12,7 +12,7 @@
 //! reply it is still waiting for in that directory (both need the lock), so a reply in
 //! flight cannot outlive the notification that was meant to drop it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
@@ -28,14 +28,24 @@ pub(crate) enum Inval {
 
 type Batch = (Vec<Inval>, Option<mpsc::Sender<()>>);
 
+/// How long the kernel was told it may keep a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// Until the lease is dropped (a file, a symlink, a missing name).
+    Long,
+    /// No longer than the lease lasted when told (a directory, whose entry the kernel
+    /// drops with everything below it: not worth dropping when nothing changed).
+    Short,
+}
+
 #[derive(Default)]
 pub(crate) struct KernelNames {
-    names: Mutex<HashMap<String, HashSet<String>>>,
+    names: Mutex<HashMap<String, HashMap<String, Kept>>>,
     queue: OnceLock<Mutex<mpsc::Sender<Batch>>>,
 }
 
 impl KernelNames {
-    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Kept>>> {
         match self.names.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -43,18 +53,29 @@ impl KernelNames {
     }
 
     /// `dir/name` is about to be given to the kernel to keep.
-    pub(crate) fn note(&self, dir: &str, name: &str) {
-        self.names()
+    pub(crate) fn note(&self, dir: &str, name: &str, kept: Kept) {
+        let mut g = self.names();
+        let k = g
             .entry(dir.to_string())
             .or_default()
-            .insert(name.to_string());
+            .entry(name.to_string())
+            .or_insert(kept);
+        if kept == Kept::Long {
+            *k = Kept::Long;
+        }
     }
 
-    /// The names of `dir` the kernel may keep (forgotten here).
-    pub(crate) fn take(&self, dir: &str) -> Vec<String> {
+    /// The names of `dir` the kernel may keep (all forgotten here): every one, or with
+    /// `long_only` those it may keep past their lease's trusted end.
+    pub(crate) fn take(&self, dir: &str, long_only: bool) -> Vec<String> {
         self.names()
             .remove(dir)
-            .map(|s| s.into_iter().collect())
+            .map(|s| {
+                s.into_iter()
+                    .filter(|(_, k)| !long_only || *k == Kept::Long)
+                    .map(|(n, _)| n)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -72,7 +93,7 @@ impl KernelNames {
             .cloned()
             .collect();
         dirs.into_iter()
-            .filter_map(|d| g.remove(&d).map(|s| (d, s.into_iter().collect())))
+            .filter_map(|d| g.remove(&d).map(|s| (d, s.into_keys().collect())))
             .collect()
     }
 
@@ -143,15 +164,20 @@ mod tests {
     #[test]
     fn names_are_taken_by_directory_and_by_subtree() {
         let k = KernelNames::default();
-        k.note("/a", "x");
-        k.note("/a", "y");
-        k.note("/a/b", "z");
-        k.note("/ab", "w");
-        let mut a = k.take("/a");
+        k.note("/a", "x", Kept::Long);
+        k.note("/a", "y", Kept::Short);
+        k.note("/a/b", "z", Kept::Short);
+        k.note("/ab", "w", Kept::Long);
+        let mut a = k.take("/a", false);
         a.sort();
         assert_eq!(a, vec!["x".to_string(), "y".to_string()]);
-        assert!(k.take("/a").is_empty(), "taken once");
-        k.note("/a", "x");
+        assert!(k.take("/a", false).is_empty(), "taken once");
+        k.note("/a", "x", Kept::Short);
+        k.note("/a", "x", Kept::Long);
+        k.note("/a", "y", Kept::Short);
+        assert_eq!(k.take("/a", true), vec!["x".to_string()], "long wins");
+        assert!(k.take("/a", false).is_empty(), "the short ones went too");
+        k.note("/a", "x", Kept::Long);
         let mut sub = k.take_subtree("/a");
         sub.sort();
         assert_eq!(
@@ -161,6 +187,10 @@ mod tests {
                 ("/a/b".to_string(), vec!["z".to_string()])
             ]
         );
-        assert_eq!(k.take("/ab"), vec!["w".to_string()], "a sibling stays");
+        assert_eq!(
+            k.take("/ab", true),
+            vec!["w".to_string()],
+            "a sibling stays"
+        );
     }
 }

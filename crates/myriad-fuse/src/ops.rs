@@ -657,7 +657,8 @@ impl Inner {
         let ttls = self.children_ttls(dir);
         if self.cfg.leases && !ttls.0.is_zero() {
             // Dropped from the kernel with the lease (before its short TTL ends).
-            self.kernel_names.note(dir, name);
+            self.kernel_names
+                .note(dir, name, crate::kernel_names::Kept::Short);
         }
         ttls
     }
@@ -671,12 +672,16 @@ impl Inner {
         &self,
         path: &str,
         mark: Option<myriad_client::LeaseMark>,
+        is_dir: bool,
     ) -> Option<Duration> {
-        if !self.client.lease_covers(path, mark) {
+        // A directory's entry is told for no longer than its lease lasts now (`ttls`):
+        // dropping it later would drop the kernel's whole subtree below it.
+        if is_dir || !self.client.lease_covers(path, mark) {
             return None;
         }
         let (dir, name) = myriad_placement::split_parent(path);
-        self.kernel_names.note(dir, name);
+        self.kernel_names
+            .note(dir, name, crate::kernel_names::Kept::Long);
         // Again once noted: a drop in between may have taken the notes without this one.
         self.client.lease_covers(path, mark).then_some(LEASED_TTL)
     }

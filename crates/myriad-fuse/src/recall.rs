@@ -17,6 +17,8 @@ use std::time::Duration;
 use fuser::INodeNo;
 
 use crate::inodes::join;
+use myriad_client::Dropped;
+
 use crate::kernel_names::Inval;
 use crate::ops::Inner;
 
@@ -50,15 +52,25 @@ pub(crate) fn install(inner: &Arc<Inner>) {
         return;
     }
     let fs: Weak<Inner> = Arc::downgrade(inner);
-    inner
-        .client
-        .set_recall_hook(Arc::new(move |dir: &str, names: &[String]| {
+    inner.client.set_recall_hook(Arc::new(
+        move |dir: &str, names: &[String], why: Dropped| {
             let Some(fs) = fs.upgrade() else { return };
-            let mut all: HashSet<String> = names.iter().cloned().collect();
-            all.extend(fs.kernel_names.take(dir));
-            let invals = invals(&fs, dir, all);
+            let gone = match why {
+                // Every name the kernel or this mount may hold.
+                Dropped::Changed => {
+                    let mut all: HashSet<String> = names.iter().cloned().collect();
+                    all.extend(fs.kernel_names.take(dir, false));
+                    all
+                }
+                // Only what the kernel may keep past the lease's end: names told with the
+                // lease's time left (directories) have expired by now, and dropping a
+                // directory's entry would drop the kernel's whole subtree below it.
+                Dropped::Ended => fs.kernel_names.take(dir, true).into_iter().collect(),
+            };
+            let invals = invals(&fs, dir, gone);
             fs.kernel_names.send(invals, Some(WAIT));
-        }));
+        },
+    ));
 }
 
 /// This mount is about to move or remove directory `top` (or a name that may be one):

@@ -205,6 +205,7 @@ mod tests {
                 ino: InodeId(2),
                 now_ns: 1,
                 nlink: None,
+                client: None,
             }),
             Request::Peer(PeerRequest::DirTouches {
                 touches: vec![crate::DirTouchItem {
@@ -212,6 +213,7 @@ mod tests {
                     ino: InodeId(2),
                     now_ns: 1,
                     nlink: Some(2),
+                    client: Some(7),
                 }],
             }),
             Request::Replica(crate::ReplicaRequest::ReplicaSeq),

@@ -29,7 +29,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// (`ReplicaSums`, `ReplicaBucket`); changes answered once applied (`Once::visible`,
 /// `Response::Applied`, `SyncPartition`).
 /// 15: directory leases (`ClientRequest::Leased`, `LeasePoll`, `LeaseRenew`).
-pub const PROTOCOL_VERSION: u16 = 16;
+/// 16: file locks between clients (`ClientRequest::Lock`), `KeepOpen`, exchanges.
+/// 17: directory touches name the client whose change they report (`DirTouch::client`).
+pub const PROTOCOL_VERSION: u16 = 17;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

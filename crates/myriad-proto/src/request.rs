@@ -414,12 +414,14 @@ pub enum PeerRequest {
     ChunkTrimFrom { ino: InodeId, from_bytes: u64 },
     /// Owner of the entry of directory `path` (inode `ino`): entries were added or removed
     /// in it, by the partition holding them, at `now_ns`: set its mtime and ctime, and its
-    /// link count to `nlink` if given.
+    /// link count to `nlink` if given. `client`: the client whose change this reports
+    /// (its own lease on the directory holding the entry is not recalled for it).
     DirTouch {
         path: String,
         ino: InodeId,
         now_ns: i64,
         nlink: Option<u32>,
+        client: Option<u64>,
     },
     /// Owner of directory `path`: freeze it for directory rename `txid` (writes get `Busy`).
     DirFreeze { path: String, txid: u64 },
@@ -511,6 +513,7 @@ pub struct DirTouchItem {
     pub ino: InodeId,
     pub now_ns: i64,
     pub nlink: Option<u32>,
+    pub client: Option<u64>,
 }
 
 /// Requests for a partition's copy rather than its primary (replication, catch-up, repair).

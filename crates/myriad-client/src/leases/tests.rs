@@ -180,3 +180,38 @@ async fn leases_in_use_are_renewed_idle_ones_let_go_and_ending_ones_dropped() {
     tokio::time::advance(Duration::from_millis(500)).await;
     assert_eq!(l.ending("s").len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_own_change_is_kept_only_under_a_lease_held_through_it() {
+    let l = Leases::new(1);
+    let part = grant("/d").key.partition;
+    // No lease before the change: not kept (another client's change since the answer
+    // would have recalled nothing).
+    let own = l.before_own_change("/d");
+    let seen = (Instant::now(), l.generation("/d"));
+    l.put("/d", "other", missing(), &grant("/d"), seen, "s".into());
+    l.put_own(("/d", "f"), part, file(1), own);
+    assert!(l.get("/d", "f", &me()).is_none());
+    // Held through the change: kept, under the partition holding the name only.
+    let own = l.before_own_change("/d");
+    l.forget_change(&["/d/f".to_string()], false);
+    l.put_own(("/d", "f"), PartitionId(9), file(1), own);
+    assert!(
+        l.get("/d", "f", &me()).is_none(),
+        "no lease of that partition"
+    );
+    l.put_own(("/d", "f"), part, file(1), own);
+    assert!(l.get("/d", "f", &me()).is_some());
+    // A drop during the change: not kept, even under a lease granted since.
+    let own = l.before_own_change("/d");
+    l.forget_change(&["/d/g".to_string()], false);
+    l.drop_keys(&[grant("/d").key]);
+    let seen = (Instant::now(), l.generation("/d"));
+    l.put("/d", "other", missing(), &grant("/d"), seen, "s".into());
+    l.put_own(("/d", "g"), part, file(1), own);
+    assert!(l.get("/d", "g", &me()).is_none());
+    // Hard-linked files never.
+    let own = l.before_own_change("/d");
+    l.put_own(("/d", "h"), part, file(2), own);
+    assert!(l.get("/d", "h", &me()).is_none());
+}

@@ -12,7 +12,7 @@ use myriad_net::Transport;
 use myriad_proto::{Caller, Endpoints, LeaseKey, Request, Response, ServerRequest};
 use tokio::time::Instant;
 
-use super::{Leases, TRUST_DEN, TRUST_NUM};
+use super::{Dropped, Leases, TRUST_DEN, TRUST_NUM};
 
 /// How long a poll waits at its server for a recall.
 const POLL_WAIT: Duration = Duration::from_secs(4);
@@ -73,19 +73,20 @@ impl Leases {
         held
     }
 
-    pub(super) fn tell(&self, dropped: &[(String, Vec<String>)]) {
+    pub(super) fn tell(&self, dropped: &[(String, Vec<String>)], why: Dropped) {
         let hook = self.hook.read().ok().and_then(|h| h.clone());
         if let Some(hook) = hook {
             for (dir, names) in dropped {
-                hook(dir, names);
+                hook(dir, names, why);
             }
         }
     }
 
-    fn drop_and_tell(&self, keys: &[LeaseKey]) {
+    fn drop_and_tell(&self, keys: &[LeaseKey], why: Dropped, what: &str) {
         if !keys.is_empty() {
+            tracing::debug!(holder = self.holder, ?keys, "leases dropped: {what}");
             let dropped = self.drop_keys(keys);
-            self.tell(&dropped);
+            self.tell(&dropped, why);
         }
     }
 
@@ -120,13 +121,13 @@ impl Leases {
                 .await;
             match answer {
                 Ok(Response::Recalls(keys)) => {
-                    self.drop_and_tell(&keys);
+                    self.drop_and_tell(&keys, Dropped::Changed, "recalled");
                     released = keys;
                 }
                 other => {
                     tracing::debug!(server = %addr, "lease poll failed, leases dropped: {other:?}");
                     let dropped = self.drop_addr(&addr);
-                    self.tell(&dropped);
+                    self.tell(&dropped, Dropped::Changed);
                     tokio::time::sleep(POLL_RETRY).await;
                 }
             }
@@ -146,7 +147,7 @@ impl Leases {
                 return;
             }
             let round = self.round(&addr);
-            self.drop_and_tell(&round.let_go);
+            self.drop_and_tell(&round.let_go, Dropped::Ended, "idle");
             if !round.renew.is_empty() {
                 let sent = Instant::now();
                 let req = Request::Server(ServerRequest::LeaseRenew {
@@ -166,10 +167,10 @@ impl Leases {
                         round.renew
                     }
                 };
-                self.drop_and_tell(&refused);
+                self.drop_and_tell(&refused, Dropped::Changed, "renewal refused");
             }
             let ending = self.ending(&addr);
-            self.drop_and_tell(&ending);
+            self.drop_and_tell(&ending, Dropped::Ended, "ending");
         }
     }
 

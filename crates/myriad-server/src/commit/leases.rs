@@ -30,6 +30,53 @@ const CONTENDED_FOR: Duration = Duration::from_secs(2);
 /// Expired leases are swept out every this many grants.
 const SWEEP_EVERY: u64 = 4096;
 
+tokio::task_local! {
+    static EXEMPT: Exempt;
+}
+
+/// Per directory, the client whose change a mutation reports when it is not the task's
+/// own (`once::task_client`): a directory touch sent by the partition that applied a
+/// client's create reports that client's change, and its lease on the touched directory
+/// is not recalled for it (else a client creating in a directory would recall its own
+/// lease on the parent at every create). A directory touched for several clients in one
+/// batch exempts none.
+#[derive(Clone, Debug, Default)]
+pub struct Exempt {
+    dirs: HashMap<String, u64>,
+}
+
+impl Exempt {
+    #[must_use]
+    pub fn of(touches: impl IntoIterator<Item = (String, Option<u64>)>) -> Exempt {
+        let mut dirs: HashMap<String, Option<u64>> = HashMap::new();
+        for (dir, client) in touches {
+            dirs.entry(dir)
+                .and_modify(|c| {
+                    if *c != client {
+                        *c = None;
+                    }
+                })
+                .or_insert(client);
+        }
+        Exempt {
+            dirs: dirs
+                .into_iter()
+                .filter_map(|(d, c)| c.map(|c| (d, c)))
+                .collect(),
+        }
+    }
+
+    /// Runs `fut` (which applies the mutation) with these exemptions.
+    pub async fn scope<F: std::future::Future>(self, fut: F) -> F::Output {
+        EXEMPT.scope(self, fut).await
+    }
+
+    /// The client exempt from recalls of `dir` in this task, if any.
+    fn client_of(dir: &str) -> Option<u64> {
+        EXEMPT.try_with(|e| e.dirs.get(dir).copied()).ok().flatten()
+    }
+}
+
 pub struct LeaseTable {
     me: PartitionId,
     recalls: Arc<Recalls>,
@@ -50,14 +97,21 @@ struct Inner {
 struct DirLeases {
     /// Holder -> when its lease ends.
     holders: HashMap<u64, Instant>,
-    /// Mutations of this directory past the gate and not yet applied.
-    pending: usize,
+    /// Mutations of this directory past the gate and not yet applied, by the client whose
+    /// change each is (`None`: unknown). Only that client's lease may be granted or
+    /// renewed meanwhile: its own change does not recall it.
+    pending: HashMap<Option<u64>, usize>,
     last_recall: Option<Instant>,
 }
 
 impl DirLeases {
     fn idle(&self) -> bool {
-        self.holders.is_empty() && self.pending == 0 && self.last_recall.is_none()
+        self.holders.is_empty() && self.pending.is_empty() && self.last_recall.is_none()
+    }
+
+    /// Whether a change of the directory by a client other than `holder` is under way.
+    fn changing_for(&self, holder: u64) -> bool {
+        self.pending.keys().any(|r| *r != Some(holder))
     }
 }
 
@@ -65,6 +119,8 @@ impl DirLeases {
 pub struct ChangeGuard {
     table: Arc<LeaseTable>,
     changed: ChangedDirs,
+    /// Per directory of `changed`, the client whose change it is.
+    requesters: Vec<Option<u64>>,
 }
 
 impl Drop for ChangeGuard {
@@ -77,9 +133,14 @@ impl Drop for ChangeGuard {
             ChangedDirs::All => inner.all_pending -= 1,
             ChangedDirs::Dirs(dirs) => {
                 let now = Instant::now();
-                for d in dirs {
+                for (d, r) in dirs.iter().zip(&self.requesters) {
                     if let Some(l) = inner.dirs.get_mut(d) {
-                        l.pending -= 1;
+                        if let Some(n) = l.pending.get_mut(r) {
+                            *n -= 1;
+                            if *n == 0 {
+                                l.pending.remove(r);
+                            }
+                        }
                         // Every directory a change passes gets an entry: it goes once
                         // nothing is held on it (the map stays as small as the leases).
                         if l.last_recall.is_some_and(|t| now - t >= CONTENDED_FOR) {
@@ -133,7 +194,7 @@ impl LeaseTable {
             return None;
         }
         let l = inner.dirs.entry(dir.to_string()).or_default();
-        if l.pending > 0 || l.last_recall.is_some_and(|t| now - t < CONTENDED_FOR) {
+        if l.changing_for(holder) || l.last_recall.is_some_and(|t| now - t < CONTENDED_FOR) {
             return None;
         }
         l.holders.insert(holder, now + LEASE_PERIOD);
@@ -151,8 +212,9 @@ impl LeaseTable {
         let Some(l) = inner.dirs.get_mut(dir) else {
             return false;
         };
+        let changing = all_pending > 0 || l.changing_for(holder);
         match l.holders.get_mut(&holder) {
-            Some(end) if *end > now && l.pending == 0 && all_pending == 0 => {
+            Some(end) if *end > now && !changing => {
                 *end = now + LEASE_PERIOD;
                 true
             }
@@ -171,17 +233,24 @@ impl LeaseTable {
     }
 
     /// The gate: recalls the leases a mutation changing `changed` breaks (every holder's
-    /// but `requester`'s) and returns once each was given back or expired. New grants of
-    /// those directories wait until the guard is dropped (after the mutation applied).
+    /// but `requester`'s, or per directory the client `Exempt` names) and returns once
+    /// each was given back or expired. New grants and renewals of those directories, but
+    /// to that client, wait until the guard is dropped (after the mutation applied).
     pub async fn before(
         self: &Arc<Self>,
         changed: ChangedDirs,
         requester: Option<u64>,
     ) -> ChangeGuard {
         let mut waiting: Vec<(String, u64)> = Vec::new();
+        let requester_of = |dir: &str| requester.or_else(|| Exempt::client_of(dir));
+        let requesters: Vec<Option<u64>> = match &changed {
+            ChangedDirs::Dirs(dirs) => dirs.iter().map(|d| requester_of(d)).collect(),
+            _ => Vec::new(),
+        };
         if let Ok(mut inner) = self.inner.lock() {
             let now = Instant::now();
             let mut recall = |dir: &String, l: &mut DirLeases| {
+                let requester = requester_of(dir);
                 for (h, end) in &l.holders {
                     if Some(*h) != requester && *end > now {
                         waiting.push((dir.clone(), *h));
@@ -198,9 +267,9 @@ impl LeaseTable {
                     }
                 }
                 ChangedDirs::Dirs(dirs) => {
-                    for d in dirs {
+                    for (d, r) in dirs.iter().zip(&requesters) {
                         let l = inner.dirs.entry(d.clone()).or_default();
-                        l.pending += 1;
+                        *l.pending.entry(*r).or_default() += 1;
                         if !l.holders.is_empty() {
                             recall(d, l);
                         }
@@ -248,6 +317,7 @@ impl LeaseTable {
         ChangeGuard {
             table: self.clone(),
             changed,
+            requesters,
         }
     }
 }

@@ -117,6 +117,7 @@ impl Partition {
             ino: rec.ino,
             now_ns: now,
             nlink: Some(nlink),
+            client: crate::commit::once::task_client(),
         };
         self.not_deposed()?;
         let target = self.entry_node(dir);
@@ -133,6 +134,7 @@ impl Partition {
                     ino: item.ino,
                     now_ns: item.now_ns,
                     nlink: item.nlink,
+                    client: item.client,
                 };
                 match tokio::time::timeout(TOUCH_TIMEOUT, self.call_entry(dir, Request::Peer(req)))
                     .await

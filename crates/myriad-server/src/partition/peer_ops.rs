@@ -126,6 +126,7 @@ impl Partition {
                 ino,
                 now_ns,
                 nlink,
+                client,
             } => {
                 validate_path(&path)?;
                 if path == "/" {
@@ -134,19 +135,17 @@ impl Partition {
                     self.own_entry(st, &path)?;
                 }
                 let (dir, name) = attrs_key(&path);
+                let exempt = crate::commit::leases::Exempt::of([(dir.clone(), client)]);
                 // Visible is enough: a lost touch costs a stale time, never data, and the
                 // change it reports is already durable on its own partition.
-                match self
-                    .applier
-                    .run_visible(Mutation::DirTouch {
-                        dir,
-                        name,
-                        ino,
-                        now: now_ns,
-                        nlink,
-                    })
-                    .await?
-                {
+                let touch = self.applier.run_visible(Mutation::DirTouch {
+                    dir,
+                    name,
+                    ino,
+                    now: now_ns,
+                    nlink,
+                });
+                match exempt.scope(touch).await? {
                     Outcome::Inode(i) => Ok(Response::Attr(i)),
                     _ => Ok(Response::Unit),
                 }
@@ -294,6 +293,7 @@ impl Partition {
         }
         let mut results: Vec<Result<Inode, FsError>> = Vec::with_capacity(touches.len());
         let mut mine = Vec::new();
+        let mut clients: Vec<(String, Option<u64>)> = Vec::new();
         for t in touches {
             let owned = validate_path(&t.path).and_then(|()| {
                 if t.path == "/" {
@@ -305,6 +305,7 @@ impl Partition {
             match owned {
                 Ok(()) => {
                     let (dir, name) = attrs_key(&t.path);
+                    clients.push((dir.clone(), t.client));
                     mine.push((
                         results.len(),
                         DirTouchOne {
@@ -325,9 +326,9 @@ impl Partition {
         }
         let (at, batch): (Vec<usize>, Vec<DirTouchOne>) = mine.into_iter().unzip();
         // Visible is enough, as for one touch (`DirTouch`).
-        let touched = match self
-            .applier
-            .run_visible(Mutation::DirTouches(batch))
+        let touch = self.applier.run_visible(Mutation::DirTouches(batch));
+        let touched = match crate::commit::leases::Exempt::of(clients)
+            .scope(touch)
             .await?
         {
             Outcome::Touched(t) => t,

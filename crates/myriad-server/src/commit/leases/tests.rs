@@ -40,7 +40,7 @@ async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
     );
     // Nothing granted on /d while the change is under way.
     assert!(t.grant("/d", 9).is_none());
-    assert!(!t.renew("/d", 8), "no renewal while a change is under way");
+    assert!(!t.renew("/d", 7), "no renewal while a change is under way");
     tokio::time::advance(Duration::from_millis(100)).await;
     t.release("/d", 7);
     let (passed_at, guard) = change.await.unwrap_or_else(|e| panic!("{e}"));
@@ -112,4 +112,44 @@ async fn changes_of_directories_nobody_holds_leave_nothing_behind() {
     assert!(t.grant("/held", 1).is_some());
     drop(t.before(dirs("/held"), Some(1)).await);
     assert_eq!(t.dirs_kept(), 1, "a held lease is kept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_touch_reporting_a_clients_change_does_not_recall_that_clients_lease() {
+    let (t, _recalls) = table();
+    assert!(t.grant("/p", 7).is_some());
+    // A touch of /p for client 7's change, sent by another partition (no task client):
+    // 7 keeps its lease, and /p is not held contended.
+    let started = Instant::now();
+    let guard = Exempt::of([("/p".to_string(), Some(7))])
+        .scope(t.before(dirs("/p"), None))
+        .await;
+    assert_eq!(Instant::now(), started, "nothing waited for");
+    drop(guard);
+    assert!(t.renew("/p", 7));
+    assert!(t.grant("/p", 8).is_some(), "not contended");
+    // A batch touching /p for two clients exempts neither: 7's lease is waited out.
+    let guard = Exempt::of([("/p".to_string(), Some(7)), ("/p".to_string(), Some(8))])
+        .scope(t.before(dirs("/p"), None))
+        .await;
+    assert!(
+        Instant::now() - started >= LEASE_PERIOD / 2,
+        "waited for the holders"
+    );
+    drop(guard);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_keeps_renewing_its_lease_while_its_own_changes_are_under_way() {
+    let (t, _recalls) = table();
+    assert!(t.grant("/d", 7).is_some());
+    let own = t.before(dirs("/d"), Some(7)).await;
+    assert!(
+        t.renew("/d", 7),
+        "its own change does not stop its renewals"
+    );
+    assert!(t.grant("/d", 7).is_some());
+    assert!(t.grant("/d", 8).is_none(), "but nobody else's grants");
+    drop(own);
+    assert!(t.grant("/d", 8).is_some());
 }
