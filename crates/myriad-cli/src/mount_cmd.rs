@@ -36,14 +36,18 @@ pub struct MountArgs {
     /// and report EIO for a change a failover may have lost (docs/fuse.md "Durability").
     #[arg(long)]
     pub sync_close: bool,
-    /// Experimental, off by default: keep the names, attributes and missing names of
-    /// directories this mount reads under leases the servers recall before anyone else
-    /// changes them, answer lookups and stats from them without asking, and let the
-    /// kernel keep them only while the lease lasts, so that other clients' changes are
-    /// seen at once (docs/fuse.md "Directory leases"). No faster yet: leases are not
-    /// renewed while used.
-    #[arg(long)]
+    /// Directory leases (the default; kept for scripts that name it): this mount keeps
+    /// the names, attributes and missing names of directories it reads under leases the
+    /// servers recall before anyone else changes them, answers lookups and stats from them
+    /// without asking, and lets the kernel keep them until the lease is dropped, so that
+    /// repeated stats and opens cost no request and other clients' changes are still seen
+    /// at once (docs/fuse.md "Directory leases").
+    #[arg(long, overrides_with = "no_leases")]
     pub leases: bool,
+    /// No directory leases: names and attributes are kept for the TTLs above and asked
+    /// again after (another client's change may be seen that much later).
+    #[arg(long)]
+    pub no_leases: bool,
     /// Threads reading FUSE requests from the kernel.
     #[arg(long, default_value_t = 4)]
     pub fuse_threads: usize,
@@ -133,7 +137,7 @@ pub fn run(
             writeback_cache: args.writeback_cache,
             xattrs: !args.no_xattr,
             sync_close: args.sync_close,
-            leases: args.leases,
+            leases: !args.no_leases,
         },
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
@@ -185,8 +189,8 @@ fn detach(
     if args.sync_close {
         cmd.arg("--sync-close");
     }
-    if args.leases {
-        cmd.arg("--leases");
+    if args.no_leases {
+        cmd.arg("--no-leases");
     }
     if args.allow_other {
         cmd.arg("--allow-other");

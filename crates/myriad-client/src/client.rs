@@ -903,17 +903,42 @@ impl Client {
                 ((e == FsError::NotFound).then_some(Cached::Missing), Err(e))
             }
         };
-        if let (Some(grant), Some(cached)) = (lease, cached)
-            && let Some(addr) = self.st().map.partition_addr(grant.key.partition)
-            && let Some(start) = self.leases.put(
+        if let (Some(grant), Some(cached)) = (lease, cached) {
+            self.keep_leased(
                 dir,
-                name,
-                Entry { caller, cached },
+                [(name.to_string(), Entry { caller, cached })],
                 &grant,
                 generation,
-                addr.to_string(),
-            )
-        {
+            );
+        }
+        result
+    }
+
+    /// Keeps answers about names of `dir` under `grant` (`Leases::put`, `generation` read
+    /// before the request was sent), starting the lease's poll and renewals at its server
+    /// if none run there yet.
+    pub(crate) fn keep_leased(
+        &self,
+        dir: &str,
+        answers: impl IntoIterator<Item = (String, crate::leases::Entry)>,
+        grant: &myriad_proto::LeaseGrant,
+        generation: (tokio::time::Instant, u64),
+    ) {
+        let Some(addr) = self
+            .st()
+            .map
+            .partition_addr(grant.key.partition)
+            .map(str::to_string)
+        else {
+            return;
+        };
+        for (name, entry) in answers {
+            let Some(start) = self
+                .leases
+                .put(dir, &name, entry, grant, generation, addr.clone())
+            else {
+                continue;
+            };
             tokio::spawn(self.leases.clone().poll(
                 self.transport.clone(),
                 start.clone(),
@@ -926,7 +951,13 @@ impl Client {
                 self.config.caller.clone(),
             ));
         }
-        result
+    }
+
+    /// The caller this task acts for (`as_caller`), else the client's own.
+    pub(crate) fn task_caller(&self) -> Caller {
+        CALLER
+            .try_with(|c| c.clone())
+            .unwrap_or_else(|_| self.config.caller.clone())
     }
 
     /// Attributes of many names in one directory, in one round trip per 4096 names.

@@ -106,6 +106,44 @@ impl Client {
         }
     }
 
+    /// A `ReadDir` sent with a lease on the directory asked for: the entries are kept
+    /// under it, as lookups' answers are (docs/fuse.md "Directory leases"), so that a
+    /// listing followed by stats (`ls -l`, `find | xargs stat`, `du`) asks nobody again.
+    async fn leased_page(
+        &self,
+        path: &str,
+        route: Route,
+        req: ClientRequest,
+    ) -> Result<Response, FsError> {
+        let generation = (tokio::time::Instant::now(), self.leases.generation(path));
+        let req = myriad_proto::Request::Client(ClientRequest::Leased {
+            holder: self.leases.holder,
+            request: Box::new(req),
+        });
+        let (answer, lease) = match self.call(route, req).await? {
+            Response::Leased { answer, lease } => (answer, lease),
+            other => return Err(unexpected(&other)),
+        };
+        let page = *answer?;
+        if let (Some(grant), Response::DirPage { entries, .. }) = (lease, &page) {
+            let caller = self.task_caller();
+            let answers = entries.iter().map(|e| {
+                let cached = crate::leases::Cached::Found {
+                    inode: e.inode.clone(),
+                    data: Vec::new(),
+                    asked: 0,
+                };
+                let entry = crate::leases::Entry {
+                    caller: caller.clone(),
+                    cached,
+                };
+                (e.name.clone(), entry)
+            });
+            self.keep_leased(path, answers, &grant, generation);
+        }
+        Ok(page)
+    }
+
     /// One `ReadDir` at `position`, sent to the node of the shard holding it; `resume` is
     /// `None` once the walk reaches `end`.
     async fn list_page(
@@ -123,13 +161,13 @@ impl Client {
             after,
             limit,
         };
-        match self
-            .call(
-                Route::Shard(path.to_string(), at),
-                myriad_proto::Request::Client(req),
-            )
-            .await
-        {
+        let route = Route::Shard(path.to_string(), at);
+        let answer = if self.config.leases {
+            self.leased_page(path, route, req).await
+        } else {
+            self.call(route, myriad_proto::Request::Client(req)).await
+        };
+        match answer {
             Ok(Response::DirPage {
                 mut entries,
                 next,

@@ -176,11 +176,9 @@ impl Filesystem for MyriadFs {
                 return reply.attr(&ttl, &file_attr(&self.inner.visible(i)));
             }
         }
-        // With leases the client's cache answers (no server request while a lease covers
-        // the name), checked so that the kernel may keep the answer for long.
-        if !self.inner.cfg.leases
-            && let Some(i) = self.inner.inodes.fresh(id(ino), ttl)
-        {
+        // Attributes this mount saw within the TTL (the lease's time left with leases):
+        // a directory's after this mount's own change in it, above all.
+        if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
             let i = self.inner.visible(i);
             tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from the cache");
             return reply.attr(&ttl, &file_attr(&i));
@@ -698,6 +696,7 @@ impl Filesystem for MyriadFs {
             dot.kind = FileType::Directory;
             let dir = d.path.clone();
             let since = d.since;
+            let mark = d.mark;
             let inner = fs.clone();
             let r = walk(&fs, &mut d, offset, |next, entry| match entry {
                 Dot(name) => reply.add(ino, next, name, &ttl, &dot, Generation(0)),
@@ -707,18 +706,25 @@ impl Filesystem for MyriadFs {
                     let newer = inner.inodes.newer_than(e.inode.ino, since);
                     let inode = newer.as_ref().unwrap_or(&e.inode);
                     let attr = file_attr_sized(inode, inner.visible_size(inode));
+                    let path = join(&dir, &e.name);
+                    // Covered by the listing's lease (files): until the lease goes.
+                    let leased = inner.leased_ttl(
+                        &path,
+                        mark,
+                        inode.kind == myriad_client::FileKind::Directory,
+                    );
                     let full = reply.add(
                         INodeNo(e.inode.ino.0),
                         next,
                         &e.name,
-                        &ttl,
+                        leased.as_ref().unwrap_or(&ttl),
                         &attr,
                         Generation(0),
                     );
                     if !full {
                         // The kernel now holds this inode: count the lookup.
-                        inner.inodes.add(&join(&dir, &e.name), &e.inode, since);
-                        if inner.cfg.leases && !ttl.is_zero() {
+                        inner.inodes.add(&path, &e.inode, since);
+                        if leased.is_none() && inner.cfg.leases && !ttl.is_zero() {
                             // Dropped from the kernel with the directory's lease.
                             inner.kernel_names.note(
                                 &dir,

@@ -938,6 +938,7 @@ impl Inner {
     pub async fn opendir(&self, ino: InodeId) -> Result<u64, FsError> {
         let path = self.path(ino)?;
         let mut d = DirListing {
+            mark: self.client.lease_mark(&path),
             path,
             since: self.inodes.stamp(),
             entries: Vec::new(),

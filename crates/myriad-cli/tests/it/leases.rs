@@ -266,3 +266,32 @@ fn a_mount_keeps_leased_names_past_the_period_and_drops_them_with_the_lease() {
     chmod(a.path("d/sub2/x"), 0o600);
     assert_eq!(mode(b.path("d/sub2/x")), 0o600, "seen under the new path");
 }
+
+/// A listing comes with a lease: its entries answer the stats that follow (`ls -l`,
+/// `find | xargs stat`) with no request, until another client's change recalls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_listing_answers_the_stats_that_follow() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let (a, b) = (client(&tc, true), client(&tc, false));
+    ok(b.mkdir("/l", 0o755).await);
+    for i in 0..20 {
+        ok(b.create(&format!("/l/f{i}"), 0o644, true, b"x").await);
+    }
+    let listed = ok(a.readdir("/l").await);
+    assert_eq!(listed.len(), 20);
+    let before = reads_received(&a).await;
+    for i in 0..20 {
+        assert_eq!(ok(a.stat(&format!("/l/f{i}")).await).size, 1);
+    }
+    assert_eq!(
+        reads_received(&a).await,
+        before,
+        "answered from the listing's lease"
+    );
+    ok(b.chmod("/l/f3", 0o600).await);
+    assert_eq!(
+        ok(a.stat("/l/f3").await).mode & 0o777,
+        0o600,
+        "seen at once"
+    );
+}
