@@ -904,23 +904,20 @@ impl Client {
             }
         };
         if let (Some(grant), Some(cached)) = (lease, cached) {
-            self.keep_leased(
-                dir,
-                [(name.to_string(), Entry { caller, cached })],
-                &grant,
-                generation,
-            );
+            let answers = vec![(name.to_string(), Entry { caller, cached })];
+            self.keep_leased(dir, answers, None, &grant, generation);
         }
         result
     }
 
-    /// Keeps answers about names of `dir` under `grant` (`Leases::put`, `generation` read
-    /// before the request was sent), starting the lease's poll and renewals at its server
-    /// if none run there yet.
+    /// Keeps answers about names of `dir` under `grant` (`Leases::put_many`, `generation`
+    /// read before the request was sent; `complete`: they are a whole listing by that
+    /// caller), starting the lease's poll and renewals at its server if none run there.
     pub(crate) fn keep_leased(
         &self,
         dir: &str,
-        answers: impl IntoIterator<Item = (String, crate::leases::Entry)>,
+        answers: Vec<(String, crate::leases::Entry)>,
+        complete: Option<Caller>,
         grant: &myriad_proto::LeaseGrant,
         generation: (tokio::time::Instant, u64),
     ) {
@@ -932,13 +929,10 @@ impl Client {
         else {
             return;
         };
-        for (name, entry) in answers {
-            let Some(start) = self
-                .leases
-                .put(dir, &name, entry, grant, generation, addr.clone())
-            else {
-                continue;
-            };
+        if let Some(start) = self
+            .leases
+            .put_many(dir, answers, complete, grant, generation, addr)
+        {
             tokio::spawn(self.leases.clone().poll(
                 self.transport.clone(),
                 start.clone(),

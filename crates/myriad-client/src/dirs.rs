@@ -115,6 +115,14 @@ impl Client {
         route: Route,
         req: ClientRequest,
     ) -> Result<Response, FsError> {
+        let whole_from_start = matches!(
+            &req,
+            ClientRequest::ReadDir {
+                from: 0,
+                after: None,
+                ..
+            }
+        );
         let generation = (tokio::time::Instant::now(), self.leases.generation(path));
         let req = myriad_proto::Request::Client(ClientRequest::Leased {
             holder: self.leases.holder,
@@ -125,8 +133,22 @@ impl Client {
             other => return Err(unexpected(&other)),
         };
         let page = *answer?;
-        if let (Some(grant), Response::DirPage { entries, .. }) = (lease, &page) {
+        if let (
+            Some(grant),
+            Response::DirPage {
+                entries,
+                next,
+                shard_end,
+                hidden,
+                ..
+            },
+        ) = (lease, &page)
+        {
             let caller = self.task_caller();
+            // The whole directory in one page, nothing left out: a name not in it is
+            // missing.
+            let whole = whole_from_start && next.is_none() && shard_end.is_none() && !hidden;
+            let complete = whole.then(|| caller.clone());
             let answers = entries.iter().map(|e| {
                 let cached = crate::leases::Cached::Found {
                     inode: e.inode.clone(),
@@ -139,7 +161,7 @@ impl Client {
                 };
                 (e.name.clone(), entry)
             });
-            self.keep_leased(path, answers, &grant, generation);
+            self.keep_leased(path, answers.collect(), complete, &grant, generation);
         }
         Ok(page)
     }
@@ -173,6 +195,7 @@ impl Client {
                 next,
                 shard_end,
                 map,
+                ..
             }) => {
                 if let Some(m) = map {
                     self.shards.adopt(path, *m, true);

@@ -8,7 +8,7 @@
 //! directory while it was on its way (a generation per directory, striped), so an answer
 //! that crossed a recall or one of this client's changes on the wire is never kept.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -68,6 +68,11 @@ struct Part {
     used: Instant,
     addr: String,
     names: HashMap<String, Entry>,
+    /// Set when `names` is every name of this part (a whole listing came with the lease),
+    /// for the caller who listed it: a name not in `names` nor in `changing` is missing.
+    complete: Option<Caller>,
+    /// Names this client is changing, whose state it does not know until answered.
+    changing: HashSet<String>,
 }
 
 #[derive(Default)]
@@ -103,6 +108,13 @@ pub(crate) struct OwnChange {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseMark {
     drops: u64,
+}
+
+impl Part {
+    /// Whether this part, listed whole, shows `name` missing.
+    fn knows_missing(&self, name: &str) -> bool {
+        self.complete.is_some() && !self.names.contains_key(name) && !self.changing.contains(name)
+    }
 }
 
 fn stripe(dir: &str) -> usize {
@@ -162,9 +174,11 @@ impl Leases {
         }
         let now = Instant::now();
         g.dirs.get(dir).is_some_and(|parts| {
-            parts
-                .iter()
-                .any(|p| p.until > now && p.names.contains_key(name))
+            parts.iter().any(|p| {
+                p.until > now
+                    && (p.names.contains_key(name)
+                        || (p.complete.is_some() && p.knows_missing(name)))
+            })
         })
     }
 
@@ -227,6 +241,7 @@ impl Leases {
         {
             Some(p) => {
                 p.used = now;
+                p.changing.remove(name);
                 p.names.insert(name.to_string(), entry);
                 tracing::trace!(holder = self.holder, dir, name, "own change kept");
             }
@@ -240,14 +255,21 @@ impl Leases {
     pub(crate) fn get(&self, dir: &str, name: &str, caller: &Caller) -> Option<Cached> {
         let now = Instant::now();
         let mut g = self.lock();
-        let part = g
-            .dirs
-            .get_mut(dir)?
+        let parts = g.dirs.get_mut(dir)?;
+        if let Some(part) = parts
             .iter_mut()
             .filter(|p| p.until > now)
-            .find(|p| p.names.get(name).is_some_and(|e| e.caller == *caller))?;
+            .find(|p| p.names.get(name).is_some_and(|e| e.caller == *caller))
+        {
+            part.used = now;
+            return part.names.get(name).map(|e| e.cached.clone());
+        }
+        // Not among the names of a whole listing: missing.
+        let part = parts.iter_mut().find(|p| {
+            p.until > now && p.complete.as_ref() == Some(caller) && p.knows_missing(name)
+        })?;
         part.used = now;
-        part.names.get(name).map(|e| e.cached.clone())
+        Some(Cached::Missing)
     }
 
     /// Whether `dir` is covered by a valid lease at all (its names' absence is known only
@@ -263,6 +285,7 @@ impl Leases {
             .min()
     }
 
+    #[cfg(test)]
     /// Keeps `cached` for `dir/name` under `grant`, if `dir`'s generation is still `gen`
     /// (read before the request was sent at `sent`). Returns the server whose poll and
     /// renewals must start (none runs there yet), with the run's number.
@@ -272,17 +295,32 @@ impl Leases {
         name: &str,
         cached: Entry,
         grant: &LeaseGrant,
+        sent: (Instant, u64),
+        addr: String,
+    ) -> Option<(String, u64)> {
+        self.put_many(
+            dir,
+            vec![(name.to_string(), cached)],
+            None,
+            grant,
+            sent,
+            addr,
+        )
+    }
+
+    /// `put` of many names of `dir` at once; with `complete` (the caller whose listing it
+    /// was), they are every name the lease's part of `dir` holds, so a name not among
+    /// them is missing (for that caller) until this client changes it.
+    pub(crate) fn put_many(
+        &self,
+        dir: &str,
+        answers: Vec<(String, Entry)>,
+        complete: Option<Caller>,
+        grant: &LeaseGrant,
         (sent, seen): (Instant, u64),
         addr: String,
     ) -> Option<(String, u64)> {
         if grant.key.dir != dir {
-            return None;
-        }
-        // A file with several names may change through another directory: not kept.
-        if let Cached::Found { inode, .. } = &cached.cached
-            && inode.kind != FileKind::Directory
-            && inode.nlink > 1
-        {
             return None;
         }
         let period = Duration::from_millis(grant.valid_ms);
@@ -293,29 +331,52 @@ impl Leases {
         if self.generation(dir) != seen || until <= now {
             return None;
         }
-        tracing::trace!(holder = self.holder, dir, name, partition = %grant.key.partition, "kept under a lease");
+        tracing::trace!(holder = self.holder, dir, names = answers.len(), partition = %grant.key.partition, "kept under a lease");
         let parts = g.dirs.entry(dir.to_string()).or_default();
         // A lease of this part that ended, or came from another server (a failover), is
         // left to its upkeep to drop and tell of (the kernel may keep its names): until
         // then nothing new is kept for the part.
-        match parts
-            .iter_mut()
-            .find(|p| p.partition == grant.key.partition)
+        let part = match parts
+            .iter()
+            .position(|p| p.partition == grant.key.partition)
         {
-            Some(p) if p.addr != addr || p.until <= now => return None,
-            Some(p) => {
+            Some(i) if parts[i].addr != addr || parts[i].until <= now => return None,
+            Some(i) => {
+                let p = &mut parts[i];
                 p.until = p.until.max(until);
                 p.used = now;
-                p.names.insert(name.to_string(), cached);
+                p
             }
-            None => parts.push(Part {
-                partition: grant.key.partition,
-                until,
-                period,
-                used: now,
-                addr: addr.clone(),
-                names: HashMap::from([(name.to_string(), cached)]),
-            }),
+            None => {
+                parts.push(Part {
+                    partition: grant.key.partition,
+                    until,
+                    period,
+                    used: now,
+                    addr: addr.clone(),
+                    names: HashMap::new(),
+                    complete: None,
+                    changing: HashSet::new(),
+                });
+                parts.last_mut()?
+            }
+        };
+        let mut whole = complete.is_some();
+        for (name, cached) in answers {
+            // A file with several names may change through another directory: not kept.
+            if let Cached::Found { inode, .. } = &cached.cached
+                && inode.kind != FileKind::Directory
+                && inode.nlink > 1
+            {
+                whole = false;
+                continue;
+            }
+            part.changing.remove(&name);
+            part.names.insert(name, cached);
+        }
+        if whole {
+            part.complete = complete;
+            part.changing.clear();
         }
         if g.polling.contains_key(&addr) {
             return None;
@@ -335,6 +396,9 @@ impl Leases {
         if let Some(parts) = g.dirs.get_mut(dir) {
             for p in parts {
                 p.names.remove(name);
+                if p.complete.is_some() {
+                    p.changing.insert(name.to_string());
+                }
             }
         }
     }

@@ -30,7 +30,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `Response::Applied`, `SyncPartition`).
 /// 15: directory leases (`ClientRequest::Leased`, `LeasePoll`, `LeaseRenew`).
 /// 16: file locks between clients (`ClientRequest::Lock`), `KeepOpen`, exchanges.
-/// 17: directory touches name the client whose change they report (`DirTouch::client`).
+/// 17: directory touches name the client whose change they report (`DirTouch::client`);
+/// `DirPage::hidden`.
 pub const PROTOCOL_VERSION: u16 = 17;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +169,9 @@ pub enum Response {
         /// The serving shard ends before this hash (`None`: at the end of the hash space);
         /// a listing continues there once `next` is `None`.
         shard_end: Option<u64>,
+        /// Entries still being created (by a change spanning partitions) were left out: a
+        /// name missing from this page may exist for a client already told so.
+        hidden: bool,
         /// The directory's map, from its home once it is split.
         map: Option<Box<ShardMap>>,
     },

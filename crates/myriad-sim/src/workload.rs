@@ -324,6 +324,14 @@ impl ClientRun {
                 42..45 => self.rmdir(&self.dir(self.id, k)).await,
                 45..62 => {
                     let path = self.path(other, side, k);
+                    if self.leases && k % 2 == 0 {
+                        // A whole listing first: the name, or its absence, may then be
+                        // answered from it (docs/fuse.md "Directory leases").
+                        let _ = self
+                            .client
+                            .readdir(myriad_placement::parent_of(&path))
+                            .await;
+                    }
                     self.read(&path).await?;
                     if self.leases {
                         self.read(&path).await?;

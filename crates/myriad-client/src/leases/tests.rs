@@ -215,3 +215,57 @@ async fn an_own_change_is_kept_only_under_a_lease_held_through_it() {
     l.put_own(("/d", "h"), part, file(2), own);
     assert!(l.get("/d", "h", &me()).is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_listing_shows_every_other_name_missing_until_this_client_changes_it() {
+    let l = Leases::new(1);
+    let mark = l.mark("/d");
+    let seen = (Instant::now(), l.generation("/d"));
+    let listing = vec![("a".to_string(), file(1)), ("b".to_string(), file(1))];
+    l.put_many("/d", listing, Some(me()), &grant("/d"), seen, "s".into());
+    assert!(matches!(
+        l.get("/d", "a", &me()),
+        Some(Cached::Found { .. })
+    ));
+    assert!(matches!(l.get("/d", "zz", &me()), Some(Cached::Missing)));
+    assert!(l.covers("/d", "zz", mark), "a missing name is covered");
+    let other = Caller {
+        uid: 7,
+        gid: 7,
+        groups: Vec::new(),
+    };
+    assert!(l.get("/d", "zz", &other).is_none(), "for the lister only");
+    // A name this client is changing is unknown until its answer is kept.
+    let own = l.before_own_change("/d");
+    l.forget_change(&["/d/new".to_string()], false);
+    assert!(l.get("/d", "new", &me()).is_none());
+    assert!(!l.covers("/d", "new", mark));
+    l.put_own(("/d", "new"), grant("/d").key.partition, file(1), own);
+    assert!(matches!(
+        l.get("/d", "new", &me()),
+        Some(Cached::Found { .. })
+    ));
+    l.forget_change(&["/d/a".to_string()], false);
+    assert!(
+        l.get("/d", "a", &me()).is_none(),
+        "changed, not answered: unknown"
+    );
+    // A listing that is not whole (or a file with links in it) shows nothing missing.
+    let seen = (Instant::now(), l.generation("/e"));
+    l.put_many(
+        "/e",
+        vec![("a".to_string(), file(1))],
+        None,
+        &grant("/e"),
+        seen,
+        "s".into(),
+    );
+    assert!(l.get("/e", "zz", &me()).is_none());
+    let seen = (Instant::now(), l.generation("/f"));
+    let linked = vec![("a".to_string(), file(2))];
+    l.put_many("/f", linked, Some(me()), &grant("/f"), seen, "s".into());
+    assert!(l.get("/f", "a", &me()).is_none() && l.get("/f", "zz", &me()).is_none());
+    // A drop ends it.
+    l.drop_keys(&[grant("/d").key]);
+    assert!(l.get("/d", "zz", &me()).is_none());
+}

@@ -128,6 +128,7 @@ impl Partition {
                         mut entries,
                         next,
                         shard_end,
+                        hidden,
                         map,
                     } => {
                         for e in &mut entries {
@@ -139,6 +140,7 @@ impl Partition {
                             entries,
                             next,
                             shard_end,
+                            hidden,
                             map,
                         })
                     }

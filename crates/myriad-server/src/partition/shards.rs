@@ -208,6 +208,7 @@ impl Partition {
         };
         // Entries being created by a pending operation are not listed yet; entries being
         // removed or renamed away are listed until the operation commits.
+        let hidden = page.iter().any(|(_, _, rec)| rec.inode.is_none());
         let entries = page
             .into_iter()
             .filter_map(|(_, name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
@@ -223,6 +224,7 @@ impl Partition {
             entries,
             next,
             shard_end: end,
+            hidden,
             map,
         })
     }
