@@ -22,7 +22,7 @@ use myriad_proto::access as perm;
 const PREFETCH_FRESH: Duration = Duration::from_millis(200);
 const PREFETCH_MAX_ENTRIES: usize = 4096;
 /// Readdir page: the server's maximum useful page (N / 1024 requests for N entries).
-const READDIR_PAGE: u32 = 1024;
+pub(crate) const READDIR_PAGE: u32 = 1024;
 
 #[derive(Clone, Debug)]
 pub struct FsConfig {
