@@ -19,6 +19,20 @@ fn ok<T>(r: Result<T, FsError>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))
 }
 
+fn io(r: std::io::Result<()>) {
+    r.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A file's permission bits, through a mount.
+fn mode(p: std::path::PathBuf) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(&p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
 /// Client requests the servers received by kind, lease polls and renewals aside.
 async fn received_by_op(c: &Client) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
@@ -156,14 +170,6 @@ fn two_mounts_with_leases_see_each_others_changes_at_once() {
     let tc = TestCluster::start_with(3, &["--replicas", "2"]);
     let a = Mount::new(&tc, &["--", "--leases"]);
     let b = Mount::new(&tc, &["--", "--leases"]);
-    let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
-    let mode = |p: std::path::PathBuf| {
-        std::fs::metadata(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .permissions()
-            .mode()
-            & 0o777
-    };
     io(std::fs::create_dir(a.path("d")));
     io(std::fs::write(a.path("d/f"), b"one"));
     // B reads a name and a missing one: both cached (by B and its kernel).
@@ -204,14 +210,6 @@ fn a_mount_keeps_leased_names_past_the_period_and_drops_them_with_the_lease() {
     let b = Mount::new(&tc, &["--", "--leases"]);
     let counters = client(&tc, false);
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
-    let mode = |p: std::path::PathBuf| {
-        std::fs::metadata(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .permissions()
-            .mode()
-            & 0o777
-    };
     let chmod = |p: std::path::PathBuf, m: u32| {
         io(std::fs::set_permissions(
             p,
