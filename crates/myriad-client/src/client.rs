@@ -364,17 +364,8 @@ impl Client {
             Ok(Response::Attr(i) | Response::Changed { inode: Some(i), .. }),
         ) = (own, &answer)
         {
-            let caller = CALLER
-                .try_with(|c| c.clone())
-                .unwrap_or_else(|_| self.config.caller.clone());
-            let entry = crate::leases::Entry {
-                caller,
-                cached: crate::leases::Cached::Found {
-                    inode: i.clone(),
-                    data: Vec::new(),
-                    asked: 0,
-                },
-            };
+            let caller = self.task_caller();
+            let entry = crate::leases::Entry::attrs(caller, i.clone());
             let partition = self.entry_partition(&path);
             self.leases
                 .put_own(split_parent(&path), partition, entry, own);
@@ -492,9 +483,7 @@ impl Client {
             let pid = self.partition_for(&st, &route);
             let result = match Self::address(&st, &route, pid) {
                 Ok((addr, ends)) => {
-                    let caller = CALLER
-                        .try_with(|c| c.clone())
-                        .unwrap_or_else(|_| self.config.caller.clone());
+                    let caller = self.task_caller();
                     self.transport
                         .call_with_timeout(
                             &addr,
@@ -851,9 +840,7 @@ impl Client {
         use crate::leases::{Cached, Entry};
         validate_path(path)?;
         let (dir, name) = split_parent(path);
-        let caller = CALLER
-            .try_with(|c| c.clone())
-            .unwrap_or_else(|_| self.config.caller.clone());
+        let caller = self.task_caller();
         match self.leases.get(dir, name, &caller) {
             Some(Cached::Missing) if path != "/" => return Err(FsError::NotFound),
             Some(Cached::Found {

@@ -149,19 +149,14 @@ impl Client {
             // missing.
             let whole = whole_from_start && next.is_none() && shard_end.is_none() && !hidden;
             let complete = whole.then(|| caller.clone());
-            let answers = entries.iter().map(|e| {
-                let cached = crate::leases::Cached::Found {
-                    inode: e.inode.clone(),
-                    data: Vec::new(),
-                    asked: 0,
-                };
-                let entry = crate::leases::Entry {
-                    caller: caller.clone(),
-                    cached,
-                };
-                (e.name.clone(), entry)
-            });
-            self.keep_leased(path, answers.collect(), complete, &grant, generation);
+            let answers = entries
+                .iter()
+                .map(|e| {
+                    let entry = crate::leases::Entry::attrs(caller.clone(), e.inode.clone());
+                    (e.name.clone(), entry)
+                })
+                .collect();
+            self.keep_leased(path, answers, complete, &grant, generation);
         }
         Ok(page)
     }

@@ -46,6 +46,27 @@ pub(crate) struct Entry {
     pub(crate) cached: Cached,
 }
 
+impl Entry {
+    /// Attributes alone (an answer to a change, or a listing's entry).
+    pub(crate) fn attrs(caller: Caller, inode: Inode) -> Entry {
+        Entry {
+            caller,
+            cached: Cached::Found {
+                inode,
+                data: Vec::new(),
+                asked: 0,
+            },
+        }
+    }
+
+    /// Whether it may be kept: a file with several names may change through another
+    /// directory, whose lease this one's holders do not hold.
+    fn keepable(&self) -> bool {
+        !matches!(&self.cached, Cached::Found { inode, .. }
+            if inode.kind != FileKind::Directory && inode.nlink > 1)
+    }
+}
+
 /// What the servers answered for a name.
 #[derive(Clone, Debug)]
 pub(crate) enum Cached {
@@ -174,11 +195,9 @@ impl Leases {
         }
         let now = Instant::now();
         g.dirs.get(dir).is_some_and(|parts| {
-            parts.iter().any(|p| {
-                p.until > now
-                    && (p.names.contains_key(name)
-                        || (p.complete.is_some() && p.knows_missing(name)))
-            })
+            parts
+                .iter()
+                .any(|p| p.until > now && (p.names.contains_key(name) || p.knows_missing(name)))
         })
     }
 
@@ -216,10 +235,7 @@ impl Leases {
             );
             return;
         }
-        if let Cached::Found { inode, .. } = &entry.cached
-            && inode.kind != FileKind::Directory
-            && inode.nlink > 1
-        {
+        if !entry.keepable() {
             return;
         }
         let mut g = self.lock();
@@ -363,11 +379,7 @@ impl Leases {
         };
         let mut whole = complete.is_some();
         for (name, cached) in answers {
-            // A file with several names may change through another directory: not kept.
-            if let Cached::Found { inode, .. } = &cached.cached
-                && inode.kind != FileKind::Directory
-                && inode.nlink > 1
-            {
+            if !cached.keepable() {
                 whole = false;
                 continue;
             }

@@ -301,17 +301,7 @@ impl Filesystem for MyriadFs {
                 .mknod(&path, mode, crate::attr::dev_from_kernel(rdev))
                 .await;
             fs.entries_changed(&r, &[parent.0]);
-            let made = r.is_ok();
             reply_entry(&fs, &path, r, reply);
-            if made && fs.cfg.leases {
-                // A new directory is usually filled next (tar, cp -r, git checkout): its
-                // listing under a lease, whole while it is empty, answers the lookups of
-                // the names about to be created without a request each.
-                let _ = fs
-                    .client
-                    .readdir_page(&path, None, crate::ops::READDIR_PAGE)
-                    .await;
-            }
         });
     }
 
@@ -396,17 +386,7 @@ impl Filesystem for MyriadFs {
                 fs.inodes.add(&path, i, since);
             }
             fs.entries_changed(&r, &[parent.0]);
-            let made = r.is_ok();
             reply_entry(&fs, &path, r, reply);
-            if made && fs.cfg.leases {
-                // A new directory is usually filled next (tar, cp -r, git checkout): its
-                // listing under a lease, whole while it is empty, answers the lookups of
-                // the names about to be created without a request each.
-                let _ = fs
-                    .client
-                    .readdir_page(&path, None, crate::ops::READDIR_PAGE)
-                    .await;
-            }
         });
     }
 
