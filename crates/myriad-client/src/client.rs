@@ -109,6 +109,8 @@ tokio::task_local! {
     /// made in this task brought back (`take_parent_attrs`), cleared by every other
     /// change of entries, so nothing older than the task's last change is ever taken.
     static PARENT: std::cell::RefCell<Option<(String, Inode)>>;
+    /// Inside `Client::to_write_in`: listings ask for exclusive leases.
+    static EXCLUSIVE: ();
 }
 
 pub struct Client {
@@ -238,6 +240,17 @@ impl Client {
     /// `open(O_CREAT)` and `mkdir` looks its name up first).
     pub async fn in_known_directory<F: std::future::Future>(fut: F) -> F::Output {
         PARENT_IS_DIR.scope((), fut).await
+    }
+
+    /// Runs `fut` (a listing of a directory about to be filled: a mount lists each one
+    /// it makes) asking for exclusive leases, under which this client's changes of the
+    /// directory are answered at once and sent behind (docs/fuse.md "Write-behind").
+    pub async fn to_write_in<F: std::future::Future>(fut: F) -> F::Output {
+        EXCLUSIVE.scope((), fut).await
+    }
+
+    pub(crate) fn wants_exclusive() -> bool {
+        EXCLUSIVE.try_with(|()| ()).is_ok()
     }
 
     /// Runs `fut` with every request it makes carrying `caller` instead of the configured one.
@@ -861,6 +874,7 @@ impl Client {
         let req = myriad_proto::Request::Client(ClientRequest::Leased {
             holder: self.leases.holder,
             request: Box::new(read),
+            exclusive: false,
         });
         let (answer, lease) = match self.call(Route::Entry(path.to_string()), req).await {
             Ok(Response::Leased { answer, lease }) => (answer, lease),

@@ -127,6 +127,7 @@ impl Client {
         let req = myriad_proto::Request::Client(ClientRequest::Leased {
             holder: self.leases.holder,
             request: Box::new(req),
+            exclusive: Client::wants_exclusive() && whole_from_start,
         });
         let (answer, lease) = match self.call(route, req).await? {
             Response::Leased { answer, lease } => (answer, lease),

@@ -59,6 +59,7 @@ impl Client {
             exclusive,
             data: data[..first].to_vec(),
             durable,
+            ino: None,
         };
         let inode = match self
             .call(

@@ -6,7 +6,7 @@
 //! execute a file only if someone may; everyone else gets the owner, group or other bits,
 //! the first class that matches (not the union).
 
-use crate::{Caller, FileKind, Inode};
+use crate::{Caller, FileKind, FsError, Inode, SetAttr};
 
 pub const READ: u32 = 4;
 pub const WRITE: u32 = 2;
@@ -61,6 +61,111 @@ fn sgid_killed(inode: &Inode, caller: &Caller) -> u32 {
         m & SETGID != 0
             && (m & GROUP_EXEC != 0 || (caller.uid != 0 && !caller.in_group(inode.gid))),
     )
+}
+
+/// Who may change which attribute (chmod, chown, utimens), with the errors Linux gives:
+/// EPERM for what only the owner (or root) may do, EACCES for a touch without write
+/// permission. Returns the change to apply: a set-group-id bit the caller may not set
+/// (not in the file's group) is dropped, as Linux does silently.
+pub fn check_setattr(inode: &Inode, caller: &Caller, set: &SetAttr) -> Result<SetAttr, FsError> {
+    let mut set = set.clone();
+    if (set.uid.is_some() || set.gid.is_some()) && set.mode.is_none() {
+        // A chown takes set-id bits off a regular file, whoever makes it (Linux).
+        let m = mode_after_chown(inode, caller);
+        if m != inode.mode & 0o7777 {
+            set.mode = Some(m);
+        }
+    }
+    if caller.uid == 0 {
+        return Ok(set);
+    }
+    let owner = caller.uid == inode.uid;
+    let may_write = allowed(inode, caller, WRITE);
+    if let Some(m) = set.mode {
+        let m = m & 0o7777;
+        if !(owner || may_write && only_clears_setid(inode.mode, m)) {
+            return Err(FsError::NotPermitted);
+        }
+        let gid = set.gid.unwrap_or(inode.gid);
+        if owner && m & SETGID != 0 && !caller.in_group(gid) {
+            set.mode = Some(m & !SETGID);
+        }
+    }
+    // Only root gives a file away; not even to its current owner for anyone else.
+    if set.uid.is_some_and(|u| u != inode.uid || !owner) {
+        return Err(FsError::NotPermitted);
+    }
+    if let Some(g) = set.gid
+        && !(owner && (g == inode.gid || caller.in_group(g)))
+    {
+        return Err(FsError::NotPermitted);
+    }
+    if (set.atime_ns.is_some() || set.mtime_ns.is_some()) && !owner {
+        return Err(FsError::NotPermitted);
+    }
+    if set.touch && !owner && !may_write {
+        return Err(FsError::PermissionDenied);
+    }
+    Ok(set)
+}
+
+/// `new` is `old` without its set-user-id and/or set-group-id bits, and nothing else: what
+/// the kernel asks on behalf of a non-owner who writes or truncates such a file (its
+/// set-id bits must go, and that writer may not otherwise chmod).
+fn only_clears_setid(old: u32, new: u32) -> bool {
+    let old = old & 0o7777;
+    let cleared = old & !new;
+    new & !old == 0 && cleared != 0 && cleared & !(SETUID | SETGID) == 0
+}
+
+/// Owner group and mode of a new inode of `kind` made by `caller` in directory `parent`
+/// (BSD group semantics under a set-group-id directory, as Linux): it takes the directory's
+/// group, a new directory inherits the set-group-id bit, and a new file keeps set-group-id
+/// only if its creator is in that group.
+#[must_use]
+pub fn new_owner_group(
+    parent: Option<&Inode>,
+    caller: &Caller,
+    kind: FileKind,
+    mode: u32,
+) -> (u32, u32) {
+    let mut mode = mode & 0o7777;
+    let Some(p) = parent.filter(|p| p.mode & SETGID != 0) else {
+        return (caller.gid, mode);
+    };
+    if kind == FileKind::Directory {
+        mode |= SETGID;
+    } else if mode & (SETGID | GROUP_EXEC) == SETGID | GROUP_EXEC
+        && caller.uid != 0
+        && !caller.in_group(p.gid)
+    {
+        mode &= !SETGID;
+    }
+    (p.gid, mode)
+}
+
+/// Applies a checked `set` (`check_setattr`) to `inode` at time `now`.
+pub fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
+    if let Some(m) = set.mode {
+        inode.mode = m & 0o7777;
+    }
+    if let Some(u) = set.uid {
+        inode.uid = u;
+    }
+    if let Some(g) = set.gid {
+        inode.gid = g;
+    }
+    if let Some(a) = set.atime_ns {
+        inode.atime_ns = a;
+    }
+    if let Some(m) = set.mtime_ns {
+        inode.mtime_ns = m;
+    }
+    if set.touch {
+        inode.atime_ns = now;
+        inode.mtime_ns = now;
+    }
+    inode.ctime_ns = now;
 }
 
 #[cfg(test)]

@@ -105,6 +105,7 @@ mod tests {
                 exclusive: true,
                 data: vec![1, 2, 3],
                 durable: true,
+                ino: Some(crate::InodeId(7 << 40 | 9)),
             }),
         };
         let bytes = encode(&f).unwrap_or_default();

@@ -51,3 +51,8 @@ pub const ORPHAN_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 pub const KEEP_OPEN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// Most inodes in one `KeepOpen`.
 pub const KEEP_OPEN_MAX: usize = 65_536;
+
+/// Most changes in one `ClientRequest::Batch` (a write-behind journal's batch).
+pub const BATCH_MAX: usize = 256;
+/// Most inode numbers one `ClientRequest::ReserveIds` reserves.
+pub const RESERVE_IDS_MAX: u32 = 65_536;

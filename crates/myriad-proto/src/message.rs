@@ -32,7 +32,7 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 16: file locks between clients (`ClientRequest::Lock`), `KeepOpen`, exchanges.
 /// 17: directory touches name the client whose change they report (`DirTouch::client`);
 /// `DirPage::hidden`.
-pub const PROTOCOL_VERSION: u16 = 17;
+pub const PROTOCOL_VERSION: u16 = 18;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -284,6 +284,12 @@ pub enum Response {
         answer: Result<Box<Response>, FsError>,
         lease: Option<LeaseGrant>,
     },
+    /// Inode numbers reserved for the client (`ClientRequest::ReserveIds`): `count`
+    /// numbers from `first` on.
+    Ids {
+        first: InodeId,
+        count: u32,
+    },
     /// The leases a server wants back (`ServerRequest::LeasePoll`).
     Recalls(Vec<crate::request::LeaseKey>),
     /// Per key of a `LeaseRenew`, whether it was renewed.
@@ -327,4 +333,7 @@ pub struct LeaseGrant {
     pub key: crate::request::LeaseKey,
     /// Good for this long from when the read was sent, by the client's clock.
     pub valid_ms: u64,
+    /// An exclusive lease: the directory's attributes as the grant found them (the
+    /// holder may create names there: docs/fuse.md "Write-behind").
+    pub exclusive: Option<Inode>,
 }

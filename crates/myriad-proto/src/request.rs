@@ -134,6 +134,10 @@ pub enum ClientRequest {
         /// group commit, which follows at once; a client that promises durability later
         /// (the FUSE mount, at close) ends with a durable write or `Sync` to the same node.
         durable: bool,
+        /// The new file's inode number, from a range this partition reserved for the
+        /// sending client (`ReserveIds`); `None`: the partition picks one. A number not
+        /// in the client's reservations, or used already, is refused (`InvalidArgument`).
+        ino: Option<InodeId>,
     },
     /// Owner of the entry (the coordinator of the two-node mkdir). `shards` > 1 creates the
     /// directory split into that many shards (rounded up to a power of two, at most 256).
@@ -266,7 +270,28 @@ pub enum ClientRequest {
     Leased {
         holder: u64,
         request: Box<ClientRequest>,
+        /// Asks for an exclusive lease (docs/fuse.md "Write-behind"): granted only if no
+        /// other client holds one on the part and `holder` may create names there.
+        exclusive: bool,
     },
+    /// Where `request` goes (a read: `Stat`, `Fetch`, `StatMany`, `ReadDir`, `Read`,
+    /// `Readlink`, `Grant`): the read, made by client `holder`, so that it does not
+    /// recall `holder`'s own exclusive lease on the directory (every other reader's read
+    /// does: docs/fuse.md "Write-behind"). Answered as the read alone.
+    ReadAs {
+        holder: u64,
+        request: Box<ClientRequest>,
+    },
+    /// The partition of every change in it: changes sent once (`Once`), applied in order,
+    /// each as if sent alone (one failing does not stop the next); answered by
+    /// `Response::Bundle`, one answer per change. A mount's write-behind journal is sent
+    /// this way (at most `limits::BATCH_MAX` changes).
+    Batch(Vec<ClientRequest>),
+    /// The partition targeted, sent once: reserves `count` (at most
+    /// `limits::RESERVE_IDS_MAX`) inode numbers for the sending client's creates there
+    /// (`Create::ino`); answered by `Response::Ids`. A client holds at most two ranges
+    /// per partition: a third replaces the older.
+    ReserveIds { count: u32 },
     /// The primary of `Ring::owner_of_locks(ino)`: a file lock request (docs/fuse.md "File
     /// locks between mounts"); the answer is `Response::Lock`.
     Lock(crate::locks::LockRequest),
@@ -800,7 +825,11 @@ impl ClientRequest {
             ClientRequest::SetXattr { .. } => "setxattr",
             ClientRequest::Sync { .. } => "sync",
             ClientRequest::SyncPartition { .. } => "sync_partition",
-            ClientRequest::Leased { request, .. } => request.op_name(),
+            ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. } => {
+                request.op_name()
+            }
+            ClientRequest::Batch(_) => "batch",
+            ClientRequest::ReserveIds { .. } => "reserve_ids",
             ClientRequest::Link { .. } => "link",
             ClientRequest::Once { request, .. } => request.op_name(),
             ClientRequest::Grant { .. } => "grant",
@@ -830,7 +859,27 @@ impl ClientRequest {
                 | ClientRequest::Mknod { .. }
                 | ClientRequest::SetXattr { .. }
                 | ClientRequest::Link { .. }
+                | ClientRequest::ReserveIds { .. }
         )
+    }
+
+    /// Reads of names in a directory that another client's exclusive lease on it must
+    /// give way to, with that directory (docs/fuse.md "Write-behind").
+    #[must_use]
+    pub fn read_dir(&self) -> Option<&str> {
+        match self {
+            ClientRequest::Stat { path }
+            | ClientRequest::Fetch { path, .. }
+            | ClientRequest::Readlink { path }
+            | ClientRequest::Read { path, .. }
+            | ClientRequest::Grant { path, .. } => (path != "/").then(|| match path.rfind('/') {
+                Some(0) | None => "/",
+                Some(i) => &path[..i],
+            }),
+            ClientRequest::StatMany { dir, .. } => Some(dir),
+            ClientRequest::ReadDir { path, .. } => Some(path),
+            _ => None,
+        }
     }
 }
 

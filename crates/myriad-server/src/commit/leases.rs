@@ -6,6 +6,13 @@
 //! expired; and no lease on D is granted or renewed from the moment such a mutation
 //! reaches the gate until it is applied. So a client holding a valid lease never caches
 //! an entry older than a change another client was told is done.
+//!
+//! Exclusive leases (docs/fuse.md "Write-behind"), invariant (E): a read of D by any
+//! client but an exclusive holder of D is served only once that exclusive lease was given
+//! back or has expired (`before_read`, the read gate), and an exclusive lease is granted
+//! only while no other client holds a lease on D. So nobody else reads D while a holder
+//! answers its own changes of D locally: what it answered reaches the servers (its journal
+//! is sent) before it gives the lease back.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -88,6 +95,9 @@ pub struct LeaseTable {
 #[derive(Default)]
 struct Inner {
     dirs: HashMap<String, DirLeases>,
+    /// Exclusive leases granted and not yet seen given back or expired: while none is,
+    /// reads pass the read gate without looking.
+    exclusive: usize,
     /// Mutations at the gate that may change any directory (`ChangedDirs::All`).
     all_pending: usize,
     grants: u64,
@@ -97,6 +107,8 @@ struct Inner {
 struct DirLeases {
     /// Holder -> when its lease ends.
     holders: HashMap<u64, Instant>,
+    /// The holder whose lease is exclusive, if one is (it is then the only holder).
+    exclusive: Option<u64>,
     /// Mutations of this directory past the gate and not yet applied, by the client whose
     /// change each is (`None`: unknown). Only that client's lease may be granted or
     /// renewed meanwhile: its own change does not recall it.
@@ -107,6 +119,18 @@ struct DirLeases {
 impl DirLeases {
     fn idle(&self) -> bool {
         self.holders.is_empty() && self.pending.is_empty() && self.last_recall.is_none()
+    }
+
+    /// Forgets expired holders (and an exclusive lease among them: `ended` counts it).
+    fn sweep(&mut self, now: Instant, ended: &mut usize) {
+        self.holders.retain(|_, end| *end > now);
+        if self
+            .exclusive
+            .is_some_and(|h| !self.holders.contains_key(&h))
+        {
+            self.exclusive = None;
+            *ended += 1;
+        }
     }
 
     /// Whether a change of the directory by a client other than `holder` is under way.
@@ -146,8 +170,11 @@ impl Drop for ChangeGuard {
                         if l.last_recall.is_some_and(|t| now - t >= CONTENDED_FOR) {
                             l.last_recall = None;
                         }
-                        l.holders.retain(|_, end| *end > now);
-                        if l.idle() {
+                        let mut ended = 0;
+                        l.sweep(now, &mut ended);
+                        let idle = l.idle();
+                        inner.exclusive -= ended;
+                        if idle {
                             inner.dirs.remove(d);
                         }
                     }
@@ -176,29 +203,101 @@ impl LeaseTable {
     }
 
     /// A lease on `dir` for `holder`, unless a change of it is under way or it was
-    /// contended lately. Recorded before the read it comes with runs.
-    pub fn grant(&self, dir: &str, holder: u64) -> Option<LeaseKey> {
+    /// contended lately: exclusive (the `bool`) if `exclusive` is asked and no other
+    /// client holds one. Recorded before the read it comes with runs. A shared grant to
+    /// a holder of an exclusive lease leaves it exclusive.
+    pub fn grant(&self, dir: &str, holder: u64, exclusive: bool) -> Option<(LeaseKey, bool)> {
         let mut inner = self.inner.lock().ok()?;
         let now = Instant::now();
         inner.grants += 1;
         if inner.grants.is_multiple_of(SWEEP_EVERY) {
+            let mut ended = 0;
             inner.dirs.retain(|_, l| {
-                l.holders.retain(|_, end| *end > now);
+                l.sweep(now, &mut ended);
                 if l.last_recall.is_some_and(|t| now - t > CONTENDED_FOR) {
                     l.last_recall = None;
                 }
                 !l.idle()
             });
+            inner.exclusive -= ended;
         }
         if inner.all_pending > 0 {
             return None;
         }
+        let mut ended = 0;
         let l = inner.dirs.entry(dir.to_string()).or_default();
-        if l.changing_for(holder) || l.last_recall.is_some_and(|t| now - t < CONTENDED_FOR) {
-            return None;
+        l.sweep(now, &mut ended);
+        let mut newly = 0;
+        let granted = if l.changing_for(holder)
+            || l.last_recall.is_some_and(|t| now - t < CONTENDED_FOR)
+            || l.exclusive.is_some_and(|h| h != holder)
+        {
+            None
+        } else {
+            let alone = l.holders.keys().all(|h| *h == holder);
+            l.holders.insert(holder, now + LEASE_PERIOD);
+            if exclusive && alone && l.exclusive.is_none() {
+                l.exclusive = Some(holder);
+                newly = 1;
+            }
+            Some((self.key(dir), l.exclusive == Some(holder)))
+        };
+        inner.exclusive = inner.exclusive + newly - ended;
+        granted
+    }
+
+    /// An exclusive grant the read it came with found the holder may not use (it may not
+    /// create names in the directory): made shared.
+    pub fn share(&self, dir: &str, holder: u64) {
+        if let Ok(mut inner) = self.inner.lock()
+            && let Some(l) = inner.dirs.get_mut(dir)
+            && l.exclusive == Some(holder)
+        {
+            l.exclusive = None;
+            inner.exclusive -= 1;
         }
-        l.holders.insert(holder, now + LEASE_PERIOD);
-        Some(self.key(dir))
+    }
+
+    /// The read gate: before a read of `dir` by `reader` (`None`: a client that did not
+    /// say who it is), recalls another client's exclusive lease on it and returns once it
+    /// was given back or expired. Renewals and grants to that holder wait meanwhile.
+    pub async fn before_read(self: &Arc<Self>, dir: &str, reader: Option<u64>) {
+        let holder = {
+            let Ok(mut inner) = self.inner.lock() else {
+                return;
+            };
+            if inner.exclusive == 0 {
+                return;
+            }
+            let now = Instant::now();
+            let mut ended = 0;
+            let Some(l) = inner.dirs.get_mut(dir) else {
+                return;
+            };
+            l.sweep(now, &mut ended);
+            let holder = l.exclusive.filter(|h| Some(*h) != reader);
+            if holder.is_some() {
+                // Counted as a change by the reader: the holder's renewals are refused.
+                *l.pending.entry(reader).or_default() += 1;
+            }
+            inner.exclusive -= ended;
+            holder
+        };
+        let Some(holder) = holder else { return };
+        tracing::debug!(partition = %self.me, dir, holder, ?reader, "read recalls an exclusive lease");
+        self.recalls.push(holder, self.key(dir));
+        let mut waiting = vec![(dir.to_string(), holder)];
+        self.wait_released(&mut waiting).await;
+        if let Ok(mut inner) = self.inner.lock()
+            && let Some(l) = inner.dirs.get_mut(dir)
+        {
+            if let Some(n) = l.pending.get_mut(&reader) {
+                *n -= 1;
+                if *n == 0 {
+                    l.pending.remove(&reader);
+                }
+            }
+        }
     }
 
     /// Extends `holder`'s lease on `dir` by a lease period, if it still holds one and no
@@ -228,6 +327,10 @@ impl LeaseTable {
             && let Some(l) = inner.dirs.get_mut(dir)
         {
             l.holders.remove(&holder);
+            if l.exclusive == Some(holder) {
+                l.exclusive = None;
+                inner.exclusive -= 1;
+            }
         }
         self.released.notify_waiters();
     }
@@ -280,6 +383,16 @@ impl LeaseTable {
         for (dir, holder) in &waiting {
             self.recalls.push(*holder, self.key(dir));
         }
+        self.wait_released(&mut waiting).await;
+        ChangeGuard {
+            table: self.clone(),
+            changed,
+            requesters,
+        }
+    }
+
+    /// Waits until each of `waiting`'s (directory, holder) leases was given back or expired.
+    async fn wait_released(&self, waiting: &mut Vec<(String, u64)>) {
         while !waiting.is_empty() {
             let released = self.released.notified();
             tokio::pin!(released);
@@ -290,6 +403,7 @@ impl LeaseTable {
                 };
                 let now = Instant::now();
                 let mut next_end: Option<Instant> = None;
+                let mut ended = 0;
                 waiting.retain(|(dir, holder)| {
                     let Some(l) = inner.dirs.get_mut(dir) else {
                         return false;
@@ -301,11 +415,16 @@ impl LeaseTable {
                         }
                         Some(_) => {
                             l.holders.remove(holder);
+                            if l.exclusive == Some(*holder) {
+                                l.exclusive = None;
+                                ended += 1;
+                            }
                             false
                         }
                         None => false,
                     }
                 });
+                inner.exclusive -= ended;
                 next_end
             };
             let Some(end) = next_end else { break };
@@ -313,11 +432,6 @@ impl LeaseTable {
                 () = &mut released => {}
                 () = tokio::time::sleep_until(end) => {}
             }
-        }
-        ChangeGuard {
-            table: self.clone(),
-            changed,
-            requesters,
         }
     }
 }

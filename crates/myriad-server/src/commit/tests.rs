@@ -116,6 +116,7 @@ fn create(name: &str) -> Mutation {
         exclusive: true,
         data: b"x".to_vec(),
         now: 1,
+        ino: None,
     }
 }
 

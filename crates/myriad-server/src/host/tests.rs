@@ -445,6 +445,7 @@ fn create(path: &str) -> ClientRequest {
         exclusive: true,
         data: b"first".to_vec(),
         durable: true,
+        ino: None,
     }
 }
 
@@ -530,6 +531,7 @@ async fn an_open_of_an_existing_name_records_nothing() {
         exclusive: false,
         data: Vec::new(),
         durable: true,
+        ino: None,
     };
     assert!(matches!(
         send_once(&home, 2, open).await,

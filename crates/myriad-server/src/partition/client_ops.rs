@@ -40,10 +40,29 @@ impl Partition {
                 self.grant(&caller, &path, ino, write, opened).await
             }
             // Unwrapped by `dispatch` when it comes from a client.
-            ClientRequest::Once { .. } | ClientRequest::Leased { .. } => {
-                Err(FsError::InvalidArgument(
-                    "a change sent once or a leased read comes from its client".into(),
-                ))
+            ClientRequest::Once { .. }
+            | ClientRequest::Leased { .. }
+            | ClientRequest::ReadAs { .. }
+            | ClientRequest::Batch(_) => Err(FsError::InvalidArgument(
+                "a change sent once, a batch or a leased read comes from its client".into(),
+            )),
+            ClientRequest::ReserveIds { count } => {
+                let client = crate::commit::once::task_client().ok_or_else(|| {
+                    FsError::InvalidArgument(
+                        "inode numbers are reserved by a change sent once".into(),
+                    )
+                })?;
+                match self
+                    .applier
+                    .run(Mutation::ReserveIds { client, count })
+                    .await?
+                {
+                    Outcome::Ids(first, count) => Ok(Response::Ids {
+                        first: myriad_proto::InodeId(first),
+                        count,
+                    }),
+                    _ => Err(FsError::Io("unexpected outcome".into())),
+                }
             }
             ClientRequest::Link { from, to } => {
                 validate_path(&from)?;
@@ -226,8 +245,22 @@ impl Partition {
                 exclusive,
                 data,
                 durable,
+                ino,
             } => {
                 let (dir, name) = self.entry_target(st, &path)?;
+                // A reserved number is the sending client's own: only a change sent once
+                // says which client that is.
+                let ino = match ino {
+                    Some(i) => Some((
+                        crate::commit::once::task_client().ok_or_else(|| {
+                            FsError::InvalidArgument(
+                                "a create with a reserved inode number is sent once".into(),
+                            )
+                        })?,
+                        i,
+                    )),
+                    None => None,
+                };
                 let parent = self.may_create(&caller, &path).await?;
                 let (gid, mode) =
                     perm::new_owner_group(parent.as_ref(), &caller, FileKind::File, mode);
@@ -241,6 +274,7 @@ impl Partition {
                     exclusive,
                     data,
                     now: self.env.now_ns(),
+                    ino,
                 };
                 let created = |o: &Outcome| matches!(o, Outcome::Created(_));
                 match self.run_touching(m, &dir, durable, created).await? {

@@ -111,10 +111,40 @@ impl Partition {
                     visible,
                 }),
             ) => self.serve_once(epoch, caller, id, *request, visible).await,
-            (None, Request::Client(ClientRequest::Leased { holder, request })) => {
-                self.serve_leased(epoch, caller, holder, *request).await
+            (
+                None,
+                Request::Client(ClientRequest::Leased {
+                    holder,
+                    request,
+                    exclusive,
+                }),
+            ) => {
+                self.serve_leased(epoch, caller, (holder, exclusive), *request)
+                    .await
             }
-            (None, body) => self.dispatch_request(None, epoch, caller, body).await,
+            (None, Request::Client(ClientRequest::ReadAs { holder, request })) => {
+                if let Some(dir) = request.read_dir()
+                    && let Some(t) = self.leases()
+                {
+                    t.before_read(dir, Some(holder)).await;
+                }
+                self.dispatch_request(None, epoch, caller, Request::Client(*request))
+                    .await
+            }
+            (None, Request::Client(ClientRequest::Batch(ops))) => {
+                self.serve_batch(epoch, caller, ops).await
+            }
+            (None, body) => {
+                // A read by a client that did not say who it is: it gives way to any
+                // exclusive lease on the directory it reads.
+                if let Request::Client(c) = &body
+                    && let Some(dir) = c.read_dir()
+                    && let Some(t) = self.leases()
+                {
+                    t.before_read(dir, None).await;
+                }
+                self.dispatch_request(None, epoch, caller, body).await
+            }
             // Possibly in the task of a client's change on another partition of this
             // server: none of this work completes that change.
             (from, body) => outside(self.dispatch_request(from, epoch, caller, body)).await,
@@ -128,7 +158,7 @@ impl Partition {
         self: &Arc<Self>,
         epoch: u64,
         caller: Caller,
-        holder: u64,
+        (holder, exclusive): (u64, bool),
         request: ClientRequest,
     ) -> Result<Response, FsError> {
         let dir = match &request {
@@ -143,9 +173,27 @@ impl Partition {
                 ));
             }
         };
+        let table = self.leases();
+        if let (Some(d), Some(t)) = (&dir, &table) {
+            t.before_read(d, Some(holder)).await;
+        }
         let lease = dir
             .as_deref()
-            .and_then(|d| self.leases().and_then(|t| t.grant(d, holder)));
+            .and_then(|d| table.as_ref().and_then(|t| t.grant(d, holder, exclusive)));
+        // An exclusive lease is for writing: the holder must be allowed to create names
+        // there, and learns the directory's attributes (docs/fuse.md "Write-behind").
+        let mut dir_attrs = None;
+        if let (Some((_, true)), Some(d), Some(t)) = (&lease, &dir, &table) {
+            let probe = if d == "/" {
+                "/x".to_string()
+            } else {
+                format!("{d}/x")
+            };
+            match self.may_create(&caller, &probe).await {
+                Ok(Some(attrs)) => dir_attrs = Some(attrs),
+                _ => t.share(d, holder),
+            }
+        }
         let answer = match self
             .dispatch_request(None, epoch, caller, Request::Client(request))
             .await
@@ -156,11 +204,47 @@ impl Partition {
             Err(FsError::NotFound) => Err(FsError::NotFound),
             Err(e) => return Err(e),
         };
-        let lease = lease.map(|key| myriad_proto::LeaseGrant {
+        let lease = lease.map(|(key, _)| myriad_proto::LeaseGrant {
             key,
             valid_ms: crate::commit::leases::LEASE_PERIOD.as_millis() as u64,
+            exclusive: dir_attrs,
         });
         Ok(Response::Leased { answer, lease })
+    }
+
+    /// A batch of changes sent once (a write-behind journal's), applied in order, each
+    /// as if sent alone.
+    async fn serve_batch(
+        self: &Arc<Self>,
+        epoch: u64,
+        caller: Caller,
+        ops: Vec<ClientRequest>,
+    ) -> Result<Response, FsError> {
+        if ops.len() > myriad_proto::limits::BATCH_MAX {
+            return Err(FsError::InvalidArgument(format!(
+                "at most {} changes per batch",
+                myriad_proto::limits::BATCH_MAX
+            )));
+        }
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            let r = match op {
+                ClientRequest::Once {
+                    id,
+                    request,
+                    visible,
+                } => {
+                    self.serve_once(epoch, caller.clone(), id, *request, visible)
+                        .await
+                }
+                other => Err(FsError::InvalidArgument(format!(
+                    "a batch holds changes sent once, not {}",
+                    other.op_name()
+                ))),
+            };
+            out.push(r);
+        }
+        Ok(Response::Bundle(out))
     }
 
     /// One request (a change sent once is unwrapped by `serve_once` first).

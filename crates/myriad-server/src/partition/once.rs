@@ -146,6 +146,16 @@ fn attrs(o: &Outcome) -> Option<Response> {
     }
 }
 
+fn ids(o: &Outcome) -> Option<Response> {
+    match o {
+        Outcome::Ids(first, count) => Some(Response::Ids {
+            first: myriad_proto::InodeId(*first),
+            count: *count,
+        }),
+        _ => None,
+    }
+}
+
 fn unit(_: &Outcome) -> Option<Response> {
     Some(Response::Unit)
 }
@@ -168,6 +178,7 @@ fn recording(request: &ClientRequest) -> Recording {
         ClientRequest::ExtendSize { .. } => (|m| matches!(m, Mutation::ExtendSize { .. }), attrs),
         ClientRequest::Truncate { .. } => (|m| matches!(m, Mutation::Truncate { .. }), attrs),
         ClientRequest::WriteChunk { .. } => (|m| matches!(m, Mutation::WriteChunk { .. }), unit),
+        ClientRequest::ReserveIds { .. } => (|m| matches!(m, Mutation::ReserveIds { .. }), ids),
         // A rename within the partition is one mutation; between partitions, its answer
         // goes with its decision (which stays durable before anyone acts on it), so a
         // retry after a failover finds it: an exchange run twice would swap back.

@@ -24,6 +24,7 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
     let one = |d: &str| ChangedDirs::Dirs(vec![d.to_string()]);
     match m {
         Mutation::Barrier
+        | Mutation::ReserveIds { .. }
         | Mutation::MarkFileLocks { .. }
         // Orphans have no name anyone can read or lease.
         | Mutation::DropOrphans { .. }

@@ -37,6 +37,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             exclusive,
             data,
             now,
+            ino: reserved,
         } => {
             require_dir(ctx.store, &dir, &name)?;
             if data.len() as u64 > ctx.layout.chunk_size_bytes {
@@ -63,7 +64,13 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 }
                 _ => {}
             }
-            let ino = ctx.ids.next(ctx.store, b)?;
+            let ino = match reserved {
+                Some((client, ino)) => {
+                    ctx.ids.use_reserved(ctx.store, b, client, ino.0)?;
+                    ino.0
+                }
+                None => ctx.ids.next(ctx.store, b)?,
+            };
             let mut inode = new_inode(InodeId(ino), FileKind::File, mode & 0o7777, uid, gid, now);
             inode.size = data.len() as u64;
             if !data.is_empty() {

@@ -22,6 +22,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
+        Mutation::ReserveIds { client, count } => {
+            Outcome::Ids(ctx.ids.reserve(ctx.store, &mut b, client, count)?, count)
+        }
         m @ Mutation::MarkFileLocks { .. } => lock_marks::execute(ctx, &mut b, m)?,
         m @ (Mutation::RecordOnce { .. } | Mutation::ForgetOnces { .. }) => {
             once::execute(ctx, &mut b, m)?

@@ -117,6 +117,13 @@ pub enum Mutation {
         exclusive: bool,
         data: Vec<u8>,
         now: i64,
+        /// The inode number, reserved by this client (`IdAlloc::use_reserved`).
+        ino: Option<(u64, InodeId)>,
+    },
+    /// Reserves `count` inode numbers for `client` (`IdAlloc::reserve`).
+    ReserveIds {
+        client: u64,
+        count: u32,
     },
     Symlink {
         dir: String,
@@ -311,6 +318,8 @@ pub enum Mutation {
 #[derive(Debug)]
 pub enum Outcome {
     Unit,
+    /// The first of the ids reserved (`ReserveIds`), and how many.
+    Ids(u64, u32),
     /// Keys rewritten by `Mutation::Resync`.
     Resynced(u64),
     /// One result per touch of `Mutation::DirTouches`: the directory's attributes after

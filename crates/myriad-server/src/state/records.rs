@@ -2,14 +2,13 @@
 //! checks every mutation makes (names free, directories writable, shards owned), new inodes,
 //! attribute changes, dropping a file's data.
 
-use myriad_proto::{
-    FileKind, FsError, Inode, PartitionId, RenameFlags, SetAttr, Xattr, XattrMode, limits,
-};
+use myriad_proto::{FileKind, FsError, Inode, PartitionId, RenameFlags, Xattr, XattrMode, limits};
 use myriad_storage::{Batch, DirRecord, EntryRecord, Store};
 
 use crate::state::intent::Intent;
 use crate::state::ops::{Ctx, InodeChange, chunk0_blocks, storage_err};
 use myriad_proto::InodeId;
+use myriad_proto::access::apply_setattr;
 
 /// Where inode objects of hard-linked files live on their home node: a reserved directory
 /// that no valid path can name ("//" never passes path validation).
@@ -122,29 +121,6 @@ pub(crate) fn apply_change(
         }
     }
     Ok(())
-}
-
-pub(crate) fn apply_setattr(inode: &mut Inode, set: &SetAttr, now: i64) {
-    if let Some(m) = set.mode {
-        inode.mode = m & 0o7777;
-    }
-    if let Some(u) = set.uid {
-        inode.uid = u;
-    }
-    if let Some(g) = set.gid {
-        inode.gid = g;
-    }
-    if let Some(a) = set.atime_ns {
-        inode.atime_ns = a;
-    }
-    if let Some(m) = set.mtime_ns {
-        inode.mtime_ns = m;
-    }
-    if set.touch {
-        inode.atime_ns = now;
-        inode.mtime_ns = now;
-    }
-    inode.ctime_ns = now;
 }
 
 pub(crate) fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, inode: &Inode) {

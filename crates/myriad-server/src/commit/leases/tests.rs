@@ -21,8 +21,8 @@ async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
         tokio::spawn(async move { r.poll(7, Duration::from_secs(5)).await })
     };
     tokio::task::yield_now().await;
-    assert!(t.grant("/d", 7).is_some());
-    assert!(t.grant("/d", 8).is_some());
+    assert!(t.grant("/d", 7, false).is_some());
+    assert!(t.grant("/d", 8, false).is_some());
     // Holder 8's own change does not wait for its own lease, but for 7's.
     let started = Instant::now();
     let change = {
@@ -39,26 +39,29 @@ async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
         "holder 7 is asked to give /d back"
     );
     // Nothing granted on /d while the change is under way.
-    assert!(t.grant("/d", 9).is_none());
+    assert!(t.grant("/d", 9, false).is_none());
     assert!(!t.renew("/d", 7), "no renewal while a change is under way");
     tokio::time::advance(Duration::from_millis(100)).await;
     t.release("/d", 7);
     let (passed_at, guard) = change.await.unwrap_or_else(|e| panic!("{e}"));
     assert!(passed_at - started < LEASE_PERIOD, "released, not expired");
-    assert!(t.grant("/d", 9).is_none(), "still under way until applied");
+    assert!(
+        t.grant("/d", 9, false).is_none(),
+        "still under way until applied"
+    );
     drop(guard);
     // Contended lately: no grants for a while, then again.
-    assert!(t.grant("/d", 9).is_none());
+    assert!(t.grant("/d", 9, false).is_none());
     tokio::time::advance(CONTENDED_FOR).await;
-    assert!(t.grant("/d", 9).is_some());
+    assert!(t.grant("/d", 9, false).is_some());
     // Other directories were never held back.
-    assert!(t.grant("/e", 7).is_some());
+    assert!(t.grant("/e", 7, false).is_some());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_holder_that_does_not_answer_is_waited_out_and_nothing_else_waits() {
     let (t, _recalls) = table();
-    assert!(t.grant("/d", 7).is_some());
+    assert!(t.grant("/d", 7, false).is_some());
     tokio::time::advance(Duration::from_millis(300)).await;
     let started = Instant::now();
     let g = t.before(dirs("/d"), None).await;
@@ -72,7 +75,7 @@ async fn a_holder_that_does_not_answer_is_waited_out_and_nothing_else_waits() {
     drop(t.before(ChangedDirs::None, None).await);
     assert_eq!(started.elapsed(), Duration::ZERO);
     // An expired lease is not renewed.
-    assert!(t.grant("/x", 3).is_some());
+    assert!(t.grant("/x", 3, false).is_some());
     tokio::time::advance(LEASE_PERIOD).await;
     assert!(!t.renew("/x", 3));
 }
@@ -80,21 +83,21 @@ async fn a_holder_that_does_not_answer_is_waited_out_and_nothing_else_waits() {
 #[tokio::test(start_paused = true)]
 async fn a_change_of_everything_recalls_every_lease_and_holds_every_grant() {
     let (t, _recalls) = table();
-    assert!(t.grant("/a", 1).is_some());
-    assert!(t.grant("/b", 2).is_some());
+    assert!(t.grant("/a", 1, false).is_some());
+    assert!(t.grant("/b", 2, false).is_some());
     let change = {
         let t = t.clone();
         tokio::spawn(async move { t.before(ChangedDirs::All, None).await })
     };
     tokio::task::yield_now().await;
-    assert!(t.grant("/c", 3).is_none());
+    assert!(t.grant("/c", 3, false).is_none());
     t.release("/a", 1);
     tokio::task::yield_now().await;
     assert!(!change.is_finished(), "still waiting for /b");
     t.release("/b", 2);
     let g = change.await.unwrap_or_else(|e| panic!("{e}"));
     drop(g);
-    assert!(t.grant("/c", 3).is_some());
+    assert!(t.grant("/c", 3, false).is_some());
     assert!(t.renew("/c", 3));
 }
 
@@ -109,7 +112,7 @@ async fn changes_of_directories_nobody_holds_leave_nothing_behind() {
         0,
         "no lease held: nothing kept per directory"
     );
-    assert!(t.grant("/held", 1).is_some());
+    assert!(t.grant("/held", 1, false).is_some());
     drop(t.before(dirs("/held"), Some(1)).await);
     assert_eq!(t.dirs_kept(), 1, "a held lease is kept");
 }
@@ -117,7 +120,7 @@ async fn changes_of_directories_nobody_holds_leave_nothing_behind() {
 #[tokio::test(start_paused = true)]
 async fn a_touch_reporting_a_clients_change_does_not_recall_that_clients_lease() {
     let (t, _recalls) = table();
-    assert!(t.grant("/p", 7).is_some());
+    assert!(t.grant("/p", 7, false).is_some());
     // A touch of /p for client 7's change, sent by another partition (no task client):
     // 7 keeps its lease, and /p is not held contended.
     let started = Instant::now();
@@ -127,7 +130,7 @@ async fn a_touch_reporting_a_clients_change_does_not_recall_that_clients_lease()
     assert_eq!(Instant::now(), started, "nothing waited for");
     drop(guard);
     assert!(t.renew("/p", 7));
-    assert!(t.grant("/p", 8).is_some(), "not contended");
+    assert!(t.grant("/p", 8, false).is_some(), "not contended");
     // A batch touching /p for two clients exempts neither: 7's lease is waited out.
     let guard = Exempt::of([("/p".to_string(), Some(7)), ("/p".to_string(), Some(8))])
         .scope(t.before(dirs("/p"), None))
@@ -142,14 +145,77 @@ async fn a_touch_reporting_a_clients_change_does_not_recall_that_clients_lease()
 #[tokio::test(start_paused = true)]
 async fn a_client_keeps_renewing_its_lease_while_its_own_changes_are_under_way() {
     let (t, _recalls) = table();
-    assert!(t.grant("/d", 7).is_some());
+    assert!(t.grant("/d", 7, false).is_some());
     let own = t.before(dirs("/d"), Some(7)).await;
     assert!(
         t.renew("/d", 7),
         "its own change does not stop its renewals"
     );
-    assert!(t.grant("/d", 7).is_some());
-    assert!(t.grant("/d", 8).is_none(), "but nobody else's grants");
+    assert!(t.grant("/d", 7, false).is_some());
+    assert!(
+        t.grant("/d", 8, false).is_none(),
+        "but nobody else's grants"
+    );
     drop(own);
-    assert!(t.grant("/d", 8).is_some());
+    assert!(t.grant("/d", 8, false).is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_lease_is_granted_alone_and_any_other_readers_read_recalls_it() {
+    let (t, recalls) = table();
+    // Shared holders exist: no exclusive grant, though the lease is granted.
+    assert_eq!(t.grant("/s", 1, false).map(|g| g.1), Some(false));
+    assert_eq!(t.grant("/s", 2, true).map(|g| g.1), Some(false));
+    // Alone: exclusive, and it stays so for its holder's later (shared) grants.
+    assert_eq!(t.grant("/d", 7, true).map(|g| g.1), Some(true));
+    assert_eq!(t.grant("/d", 7, false).map(|g| g.1), Some(true));
+    // Nobody else is granted anything on it.
+    assert!(t.grant("/d", 8, false).is_none());
+    // The holder's own reads pass at once.
+    let started = Instant::now();
+    t.before_read("/d", Some(7)).await;
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    // Another reader's read (named or not) recalls it and waits for the release.
+    let poll = {
+        let r = recalls.clone();
+        tokio::spawn(async move { r.poll(7, Duration::from_secs(5)).await })
+    };
+    let read = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            t.before_read("/d", Some(8)).await;
+            Instant::now()
+        })
+    };
+    let recalled = poll.await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(recalled, vec![t.key("/d")]);
+    assert!(!t.renew("/d", 7), "no renewal of a lease being recalled");
+    tokio::time::advance(Duration::from_millis(50)).await;
+    assert!(!read.is_finished(), "the read waits for the holder");
+    t.release("/d", 7);
+    let passed = read.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(passed - started < LEASE_PERIOD, "released, not expired");
+    // A reader's recall does not make the directory contended: the reader gets a
+    // shared lease, and the old holder too, but neither an exclusive one.
+    assert_eq!(t.grant("/d", 8, false).map(|g| g.1), Some(false));
+    assert_eq!(t.grant("/d", 7, true).map(|g| g.1), Some(false));
+    // An unnamed reader waits out a silent holder, for at most a period.
+    assert_eq!(t.grant("/q", 5, true).map(|g| g.1), Some(true));
+    let started = Instant::now();
+    t.before_read("/q", None).await;
+    assert!(started.elapsed() <= LEASE_PERIOD);
+    assert!(started.elapsed() >= LEASE_PERIOD - Duration::from_millis(1));
+    assert_eq!(t.grant("/q", 6, true).map(|g| g.1), Some(true), "expired: free");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_lease_made_shared_lets_others_read_at_once() {
+    let (t, _recalls) = table();
+    assert_eq!(t.grant("/d", 7, true).map(|g| g.1), Some(true));
+    t.share("/d", 7);
+    let started = Instant::now();
+    t.before_read("/d", Some(8)).await;
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    // A change by another client still recalls it, as any lease.
+    assert!(t.grant("/d", 8, false).is_some());
 }

@@ -159,6 +159,7 @@ fn create(name: &str) -> Mutation {
         exclusive: true,
         data: name.as_bytes().to_vec(),
         now: 1,
+        ino: None,
     }
 }
 
