@@ -48,6 +48,15 @@ pub struct MountArgs {
     /// again after (another client's change may be seen that much later).
     #[arg(long)]
     pub no_leases: bool,
+    /// No write-behind: every create, write, setattr and unlink waits for its server's
+    /// answer. By default, inside a directory this mount holds alone (an exclusive lease:
+    /// nobody else has read or changed it since), those are answered at once and sent
+    /// behind in batches, in order; anyone else's access to the directory first gets
+    /// everything sent, `fsync` waits for it, and an error found when a change is applied
+    /// is returned by the next `fsync` or `close` of the file (docs/fuse.md
+    /// "Write-behind"). Off with --sync-close or --no-leases too.
+    #[arg(long)]
+    pub no_write_behind: bool,
     /// Threads reading FUSE requests from the kernel.
     #[arg(long, default_value_t = 4)]
     pub fuse_threads: usize,
@@ -138,6 +147,7 @@ pub fn run(
             xattrs: !args.no_xattr,
             sync_close: args.sync_close,
             leases: !args.no_leases,
+            write_behind: !args.no_write_behind && !args.no_leases && !args.sync_close,
         },
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
@@ -191,6 +201,9 @@ fn detach(
     }
     if args.no_leases {
         cmd.arg("--no-leases");
+    }
+    if args.no_write_behind {
+        cmd.arg("--no-write-behind");
     }
     if args.allow_other {
         cmd.arg("--allow-other");

@@ -151,7 +151,7 @@ struct Changes {
 }
 
 /// A change's place among those waiting (`Client::once`), given up when its call ends.
-struct Waiting<'a> {
+pub(crate) struct Waiting<'a> {
     client: &'a Client,
     seq: u64,
 }
@@ -334,6 +334,21 @@ impl Client {
             Request::Client(c) if self.config.leases => crate::leases::changed_paths(c),
             _ => (Vec::new(), false),
         };
+        if self.leases.journal.busy()
+            && let Request::Client(c) = &req
+        {
+            self.drain_before(c, &paths, subtree).await;
+        }
+        // This client's reads name it: they pass its own exclusive leases.
+        let req = match req {
+            Request::Client(c) if self.config.leases && c.read_dir().is_some() => {
+                Request::Client(ClientRequest::ReadAs {
+                    holder: self.leases.holder,
+                    request: Box::new(c),
+                })
+            }
+            other => other,
+        };
         // What this client changes is not answered from its leases, before or after.
         let forget = || {
             if !paths.is_empty() {
@@ -353,10 +368,14 @@ impl Client {
         let (req, _waiting) = match req {
             Request::Client(c) if c.is_change() => {
                 let (id, waiting) = self.once();
+                // Reserved inode numbers are used behind the client's back: they must
+                // outlive a failover.
+                let visible =
+                    !self.config.durable_changes && !matches!(c, ClientRequest::ReserveIds { .. });
                 let once = ClientRequest::Once {
                     id,
                     request: Box::new(c),
-                    visible: !self.config.durable_changes,
+                    visible,
                 };
                 (Request::Client(once), Some(waiting))
             }
@@ -386,9 +405,40 @@ impl Client {
         answer
     }
 
+    /// Before a request about names of a directory part with changes answered behind:
+    /// those are sent and answered first, so the servers see this client's changes in
+    /// the order it made them (docs/fuse.md "Write-behind").
+    async fn drain_before(&self, c: &ClientRequest, paths: &[String], subtree: bool) {
+        let inner = match c {
+            ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. } => {
+                request
+            }
+            other => other,
+        };
+        let mut dirs: Vec<&str> = paths.iter().map(|p| split_parent(p).0).collect();
+        if let Some(d) = inner.read_dir() {
+            dirs.push(d);
+        }
+        // A stat of a directory reads its times, which its changes move.
+        if let ClientRequest::Stat { path } | ClientRequest::Fetch { path, .. } = inner {
+            dirs.push(path);
+        }
+        let below: Vec<String> = if subtree {
+            paths.iter().map(|p| format!("{p}/")).collect()
+        } else {
+            Vec::new()
+        };
+        let which = |k: &myriad_proto::LeaseKey| {
+            dirs.contains(&k.dir.as_str())
+                || below.iter().any(|b| k.dir.starts_with(b.as_str()))
+                || (subtree && paths.contains(&k.dir))
+        };
+        self.leases.journal.drain(&which, None).await;
+    }
+
     /// A change answered once applied by incarnation `incarnation` of partition `pid`'s
     /// primary: durable at the next `sync_changes`.
-    fn applied(&self, pid: PartitionId, incarnation: u64) {
+    pub(crate) fn applied(&self, pid: PartitionId, incarnation: u64) {
         let mut g = match self.unsynced.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -411,6 +461,8 @@ impl Client {
     /// if a partition's primary changed since it answered them (reported once). Other
     /// errors (unreachable servers) leave the changes to the next call.
     pub async fn sync_changes(&self) -> Result<(), FsError> {
+        self.leases.journal.drain(&|_| true, None).await;
+        let loose = self.leases.journal.take_loose_error();
         let todo: Vec<(PartitionId, Unsynced)> = match self.unsynced.lock() {
             Ok(g) => g.iter().map(|(p, u)| (*p, *u)).collect(),
             Err(p) => p.into_inner().iter().map(|(p, u)| (*p, *u)).collect(),
@@ -454,7 +506,10 @@ impl Client {
                 first_err = Some(e);
             }
         }
-        first_err.map_or(Ok(()), Err)
+        match (loose, first_err) {
+            (Some(e), _) | (None, Some(e)) => Err(e),
+            (None, None) => Ok(()),
+        }
     }
 
     /// Whether some change answered once applied is not yet known durable.
@@ -467,7 +522,7 @@ impl Client {
     }
 
     /// The id of a new change, which waits (holding `low` down) until its guard drops.
-    fn once(&self) -> (OnceId, Waiting<'_>) {
+    pub(crate) fn once(&self) -> (OnceId, Waiting<'_>) {
         let mut g = match self.changes.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -484,7 +539,7 @@ impl Client {
         (id, Waiting { client: self, seq })
     }
 
-    async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
+    pub(crate) async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         let mut map_retries = 0;
         let mut backoff = BUSY_BACKOFF_FIRST;
@@ -930,6 +985,11 @@ impl Client {
         else {
             return;
         };
+        if grant.exclusive.is_some() && self.leases.journal.enabled() {
+            // Numbers for the creates about to be answered behind.
+            let (_, started) = self.leases.journal.peek_ids(grant.key.partition);
+            self.leases.journal.start(started);
+        }
         if let Some(start) = self
             .leases
             .put_many(dir, answers, complete, grant, generation, addr)
@@ -1065,6 +1125,9 @@ impl Client {
     }
 
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
+        if let Some(r) = self.unlink_behind(path) {
+            return r;
+        }
         self.entry_op(
             path,
             myriad_proto::Request::Client(ClientRequest::Unlink {
@@ -1166,6 +1229,9 @@ impl Client {
     }
 
     pub async fn setattr(&self, path: &str, set: SetAttr) -> Result<Inode, FsError> {
+        if let Some(r) = self.setattr_behind(path, &set) {
+            return r;
+        }
         expect_attr(
             self.entry_op(
                 path,

@@ -50,6 +50,12 @@ impl Client {
         durable: bool,
     ) -> Result<FileHandle, FsError> {
         validate_path(path)?;
+        if !durable
+            && data.is_empty()
+            && let Some(r) = self.create_behind(path, mode, exclusive)
+        {
+            return r;
+        }
         let first = data.len().min(
             usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX),
         );
@@ -196,6 +202,9 @@ impl Client {
 
     /// Writes `data` at `offset`; returns the inode after the write. Durable on return.
     pub async fn write(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<Inode, FsError> {
+        if let Some(r) = self.write_behind(h, offset, data) {
+            return r;
+        }
         let cs = self.chunk_size();
         let end = offset
             .checked_add(data.len() as u64)

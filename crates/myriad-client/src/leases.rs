@@ -94,6 +94,9 @@ struct Part {
     complete: Option<Caller>,
     /// Names this client is changing, whose state it does not know until answered.
     changing: HashSet<String>,
+    /// An exclusive lease: the directory's attributes as its grant found them (this
+    /// client may answer its own changes here and send them behind: `Leases::behind`).
+    exclusive: Option<Inode>,
 }
 
 #[derive(Default)]
@@ -115,6 +118,9 @@ pub(crate) struct Leases {
     /// mount checks before it lets the kernel keep an answer past the moment.
     drops: Box<[AtomicU64]>,
     hook: RwLock<Option<RecallHook>>,
+    /// Changes answered behind under exclusive leases, waiting to be sent: a recalled
+    /// lease goes back once its part's are (`upkeep.rs`).
+    pub(crate) journal: crate::behind::Journal,
 }
 
 /// What `put_own` needs to know of the moment before this client's own change was sent.
@@ -150,6 +156,7 @@ impl Leases {
             gens: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             drops: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             hook: RwLock::new(None),
+            journal: crate::behind::Journal::default(),
         }
     }
 
@@ -347,7 +354,7 @@ impl Leases {
         if self.generation(dir) != seen || until <= now {
             return None;
         }
-        tracing::trace!(holder = self.holder, dir, names = answers.len(), partition = %grant.key.partition, "kept under a lease");
+        tracing::trace!(holder = self.holder, dir, names = answers.len(), partition = %grant.key.partition, exclusive = grant.exclusive.is_some(), "kept under a lease");
         let parts = g.dirs.entry(dir.to_string()).or_default();
         // A lease of this part that ended, or came from another server (a failover), is
         // left to its upkeep to drop and tell of (the kernel may keep its names): until
@@ -373,10 +380,16 @@ impl Leases {
                     names: HashMap::new(),
                     complete: None,
                     changing: HashSet::new(),
+                    exclusive: None,
                 });
                 parts.last_mut()?
             }
         };
+        // The server never makes an exclusive lease shared without a recall (which drops
+        // the part): a grant without the attributes leaves it as it was.
+        if grant.exclusive.is_some() {
+            part.exclusive.clone_from(&grant.exclusive);
+        }
         let mut whole = complete.is_some();
         for (name, cached) in answers {
             if !cached.keepable() {
@@ -443,6 +456,102 @@ impl Leases {
 }
 
 mod upkeep;
+
+/// An exclusive lease is answered behind only while this much of it is left: a change
+/// answered now reaches the journal, and the journal its server, before the lease ends.
+const BEHIND_MARGIN: Duration = Duration::from_millis(150);
+
+/// A part of a directory held exclusively, as `Leases::behind` lends it.
+pub(crate) struct Held<'a> {
+    part: &'a mut Part,
+    caller: &'a Caller,
+}
+
+impl Held<'_> {
+    /// The directory's attributes as the exclusive grant found them.
+    pub(crate) fn dir_attrs(&self) -> Option<&Inode> {
+        self.part.exclusive.as_ref()
+    }
+
+    /// What the lease knows of `name`: `Some(Some(attrs))` it exists, `Some(None)` it
+    /// does not, `None` unknown (not kept, or being changed by a request on its way).
+    pub(crate) fn lookup(&self, name: &str) -> Option<Option<Inode>> {
+        if self.part.changing.contains(name) {
+            return None;
+        }
+        match self.part.names.get(name).map(|e| &e.cached) {
+            Some(Cached::Found { inode, .. }) => Some(Some(inode.clone())),
+            Some(Cached::Missing) => Some(None),
+            None if self.part.knows_missing(name) => Some(None),
+            None => None,
+        }
+    }
+
+    /// Records what a change answered behind left of `name`: its attributes, or that it
+    /// is gone.
+    pub(crate) fn set(&mut self, name: &str, inode: Option<Inode>) {
+        self.part.changing.remove(name);
+        match inode {
+            Some(i) => {
+                self.part
+                    .names
+                    .insert(name.to_string(), Entry::attrs(self.caller.clone(), i));
+            }
+            None if self.part.complete.is_some() => {
+                self.part.names.remove(name);
+            }
+            None => {
+                self.part.names.insert(
+                    name.to_string(),
+                    Entry {
+                        caller: self.caller.clone(),
+                        cached: Cached::Missing,
+                    },
+                );
+            }
+        }
+    }
+}
+
+impl Leases {
+    /// Runs `f` on the part of `dir` that `partition` holds, if this client holds it
+    /// exclusively with at least `BEHIND_MARGIN` left, under the lock that drops leases:
+    /// so a change `f` answers and journals is either journaled before a recall drops the
+    /// lease (and the recall sends it before giving the lease back) or not answered.
+    /// Answers on their way for `dir` are not kept once `f` answered something.
+    pub(crate) fn behind<R>(
+        &self,
+        dir: &str,
+        partition: PartitionId,
+        caller: &Caller,
+        f: impl FnOnce(Held<'_>) -> Option<R>,
+    ) -> Option<R> {
+        let mut g = self.lock();
+        let now = Instant::now();
+        // Only for the caller whose listing the part is (the servers checked that caller
+        // may create there when they granted it).
+        let part = g.dirs.get_mut(dir)?.iter_mut().find(|p| {
+            p.partition == partition
+                && p.exclusive.is_some()
+                && p.complete.as_ref() == Some(caller)
+                && p.until > now + BEHIND_MARGIN
+        })?;
+        part.used = now;
+        let r = f(Held { part, caller })?;
+        self.bump(dir);
+        Some(r)
+    }
+
+    /// Whether this client holds `dir`'s part in `partition` exclusively now.
+    pub(crate) fn holds_exclusive(&self, dir: &str, partition: PartitionId) -> bool {
+        let now = Instant::now();
+        self.lock().dirs.get(dir).is_some_and(|parts| {
+            parts
+                .iter()
+                .any(|p| p.partition == partition && p.exclusive.is_some() && p.until > now)
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@
 //!
 //! Must not depend on: the server, storage, FUSE, the CLI.
 
+mod behind;
 mod caps;
 mod client;
 mod dirs;
@@ -14,7 +15,9 @@ mod file;
 mod file_locks;
 mod held_locks;
 mod leases;
+mod write_behind;
 
+pub use behind::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
 pub use leases::{Dropped, LeaseMark, RecallHook};

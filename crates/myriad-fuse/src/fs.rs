@@ -325,17 +325,21 @@ impl Filesystem for MyriadFs {
                 fs.inodes.add(&path, i, since);
             }
             fs.entries_changed(&r, &[parent.0]);
-            let made = r.is_ok();
-            reply_entry(&fs, &path, r, reply);
-            if made && fs.cfg.leases {
+            if r.is_ok() && fs.cfg.leases {
                 // A new directory is usually filled next (tar, cp -r, git checkout): its
                 // listing under a lease, whole while it is empty, answers the lookups of
-                // the names about to be created without a request each.
-                let _ = fs
-                    .client
-                    .readdir_page(&path, None, crate::ops::READDIR_PAGE)
-                    .await;
+                // the names about to be created without a request each; asked exclusive,
+                // so that what this mount creates there is answered at once and sent
+                // behind (docs/fuse.md "Write-behind"). Before the reply: the creates
+                // follow at once, and a listing crossing one of them is not kept.
+                let _ = myriad_client::Client::to_write_in(fs.client.readdir_page(
+                    &path,
+                    None,
+                    crate::ops::READDIR_PAGE,
+                ))
+                .await;
             }
+            reply_entry(&fs, &path, r, reply);
         });
     }
 

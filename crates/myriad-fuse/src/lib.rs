@@ -97,6 +97,18 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     if cfg.fs.leases {
         recall::install(&inner);
     }
+    if cfg.fs.write_behind && cfg.fs.leases && !cfg.fs.sync_close {
+        // The client's senders of changes answered behind run on the mount's runtime.
+        let weak = Arc::downgrade(&inner);
+        let handle = rt.handle().clone();
+        inner
+            .client
+            .set_behind_spawner(Arc::new(move |task: myriad_client::BehindTask| {
+                if let Some(inner) = weak.upgrade() {
+                    handle.spawn(async move { inner.client.run_behind(task).await });
+                }
+            }));
+    }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();
     rt.spawn(async move {

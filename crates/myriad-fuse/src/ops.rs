@@ -41,6 +41,10 @@ pub struct FsConfig {
     /// Names and attributes kept under directory leases (docs/fuse.md "Directory
     /// leases").
     pub leases: bool,
+    /// Creates, writes, setattrs and unlinks inside a directory this mount holds alone
+    /// answered at once and sent behind (docs/fuse.md "Write-behind"); needs `leases` and
+    /// not `sync_close`.
+    pub write_behind: bool,
 }
 
 struct Prefetched {
@@ -504,11 +508,17 @@ impl Inner {
     /// mount does not track which partitions hold which file's changes: a barrier on each
     /// partition with unsynced changes, a few dozen at most).
     pub async fn fsync(&self, fh: u64) -> Result<(), FsError> {
-        if let Some((file, _)) = self.handles.snapshot(fh) {
-            self.flush_ino(file.inode.ino).await?;
+        let ino = self.handles.snapshot(fh).map(|(f, _)| f.inode.ino);
+        if let Some(ino) = ino {
+            self.flush_ino(ino).await?;
         }
         self.flush(fh).await?;
-        self.sync_changes().await
+        let synced = self.sync_changes().await;
+        // A change of this file answered behind and refused when applied.
+        if let Some(e) = ino.and_then(|i| self.client.take_behind_error(i)) {
+            return Err(e);
+        }
+        synced
     }
 
     /// fsyncdir, syncfs-like callers and unmount: every change of this mount durable.
@@ -524,7 +534,9 @@ impl Inner {
         let sync_close = self.cfg.sync_close;
         self.handles.file(fh).is_none_or(|s| {
             let g = s.lock();
-            g.dirty.is_none() && !(sync_close && g.unsynced)
+            g.dirty.is_none()
+                && !(sync_close && g.unsynced)
+                && !self.client.has_behind_error(g.file.inode.ino)
         })
     }
 
@@ -554,6 +566,10 @@ impl Inner {
             return Err(e);
         }
         self.send_dirty(slot).await?;
+        let ino = slot.lock().file.inode.ino;
+        if let Some(e) = self.client.take_behind_error(ino) {
+            return Err(e);
+        }
         if !self.cfg.sync_close {
             return Ok(());
         }

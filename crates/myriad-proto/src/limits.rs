@@ -55,4 +55,4 @@ pub const KEEP_OPEN_MAX: usize = 65_536;
 /// Most changes in one `ClientRequest::Batch` (a write-behind journal's batch).
 pub const BATCH_MAX: usize = 256;
 /// Most inode numbers one `ClientRequest::ReserveIds` reserves.
-pub const RESERVE_IDS_MAX: u32 = 65_536;
+pub const RESERVE_IDS_MAX: u32 = 4096;

@@ -284,8 +284,10 @@ pub enum ClientRequest {
     },
     /// The partition of every change in it: changes sent once (`Once`), applied in order,
     /// each as if sent alone (one failing does not stop the next); answered by
-    /// `Response::Bundle`, one answer per change. A mount's write-behind journal is sent
-    /// this way (at most `limits::BATCH_MAX` changes).
+    /// `Response::Bundle`, one answer per change. One answered `Busy` or with a routing
+    /// error stops the batch: the changes after it are answered `Busy`, untried, and the
+    /// client sends them again in order. A mount's write-behind journal is sent this way
+    /// (at most `limits::BATCH_MAX` changes).
     Batch(Vec<ClientRequest>),
     /// The partition targeted, sent once: reserves `count` (at most
     /// `limits::RESERVE_IDS_MAX`) inode numbers for the sending client's creates there

@@ -11,11 +11,11 @@ use myriad_client::FsError;
 
 use crate::harness::TestCluster;
 
-const DISK_MIB: u64 = 256;
-const NODES: u32 = 3;
+pub(crate) const DISK_MIB: u64 = 256;
+pub(crate) const NODES: u32 = 3;
 
 /// Unmounts the tmpfs file systems when the test ends (after the cluster stopped).
-struct Disks(Vec<PathBuf>);
+pub(crate) struct Disks(pub(crate) Vec<PathBuf>);
 
 impl Drop for Disks {
     fn drop(&mut self) {
@@ -25,7 +25,7 @@ impl Drop for Disks {
     }
 }
 
-fn statvfs(dir: &Path) -> (u64, u64) {
+pub(crate) fn statvfs(dir: &Path) -> (u64, u64) {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap_or_default();
     // SAFETY: valid path, zeroed out-parameter.
@@ -43,7 +43,7 @@ fn statvfs(dir: &Path) -> (u64, u64) {
 }
 
 /// Adds a filler file so that `dir`'s disk has `leave` bytes free (none if 0).
-fn fill(dir: &Path, name: &str, leave: u64) {
+pub(crate) fn fill(dir: &Path, name: &str, leave: u64) {
     use std::os::fd::AsRawFd;
     let (_, free) = statvfs(dir);
     let len = free.saturating_sub(leave);

@@ -119,6 +119,7 @@ fn leased_stat(path: &str) -> Request {
     Request::Client(ClientRequest::Leased {
         holder: 0x5eed,
         request: Box::new(ClientRequest::Stat { path: path.into() }),
+        exclusive: false,
     })
 }
 

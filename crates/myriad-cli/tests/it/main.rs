@@ -28,3 +28,4 @@ mod orphans;
 mod permissions;
 mod redirect;
 mod replication;
+mod write_behind;

@@ -8,6 +8,7 @@ fn grant(dir: &str) -> LeaseGrant {
             dir: dir.into(),
         },
         valid_ms: 800,
+        exclusive: None,
     }
 }
 

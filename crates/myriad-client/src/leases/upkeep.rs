@@ -14,6 +14,8 @@ use tokio::time::Instant;
 
 use super::{Dropped, Leases, TRUST_DEN, TRUST_NUM};
 
+/// How long a recall waits for the changes answered behind under it to be sent.
+const RECALL_DRAIN_MAX: Duration = Duration::from_secs(1);
 /// How long a poll waits at its server for a recall.
 const POLL_WAIT: Duration = Duration::from_secs(4);
 /// After a failed poll: the pause before the next.
@@ -122,6 +124,12 @@ impl Leases {
             match answer {
                 Ok(Response::Recalls(keys)) => {
                     self.drop_and_tell(&keys, Dropped::Changed, "recalled");
+                    // Changes answered behind under them go first: the reader or changer
+                    // waiting at the server must find them (docs/fuse.md "Write-behind").
+                    // Past the lease period the server has stopped waiting anyway.
+                    self.journal
+                        .drain(&|k| keys.contains(k), Some(RECALL_DRAIN_MAX))
+                        .await;
                     released = keys;
                 }
                 other => {

@@ -80,6 +80,7 @@ fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Inner, u
             xattrs: false,
             sync_close: false,
             leases: false,
+            write_behind: false,
         },
     );
     let file = FileHandle {

@@ -84,6 +84,15 @@ impl Exempt {
     }
 }
 
+/// A lease granted (`LeaseTable::grant`).
+#[derive(Clone, Debug)]
+pub struct Granted {
+    pub key: LeaseKey,
+    pub exclusive: bool,
+    /// With an exclusive lease: the directory's attributes, once known (`set_attrs`).
+    pub attrs: Option<myriad_proto::Inode>,
+}
+
 pub struct LeaseTable {
     me: PartitionId,
     recalls: Arc<Recalls>,
@@ -107,8 +116,11 @@ struct Inner {
 struct DirLeases {
     /// Holder -> when its lease ends.
     holders: HashMap<u64, Instant>,
-    /// The holder whose lease is exclusive, if one is (it is then the only holder).
+    /// The holder whose lease is exclusive, if one is (it is then the only holder), and
+    /// the directory's attributes its grant found (`set_attrs`), told with every grant
+    /// to it.
     exclusive: Option<u64>,
+    exclusive_attrs: Option<myriad_proto::Inode>,
     /// Mutations of this directory past the gate and not yet applied, by the client whose
     /// change each is (`None`: unknown). Only that client's lease may be granted or
     /// renewed meanwhile: its own change does not recall it.
@@ -203,10 +215,10 @@ impl LeaseTable {
     }
 
     /// A lease on `dir` for `holder`, unless a change of it is under way or it was
-    /// contended lately: exclusive (the `bool`) if `exclusive` is asked and no other
-    /// client holds one. Recorded before the read it comes with runs. A shared grant to
-    /// a holder of an exclusive lease leaves it exclusive.
-    pub fn grant(&self, dir: &str, holder: u64, exclusive: bool) -> Option<(LeaseKey, bool)> {
+    /// contended lately: exclusive if `exclusive` is asked and no other client holds one.
+    /// Recorded before the read it comes with runs. A shared grant to a holder of an
+    /// exclusive lease leaves it exclusive (and tells the attributes kept with it).
+    pub fn grant(&self, dir: &str, holder: u64, exclusive: bool) -> Option<Granted> {
         let mut inner = self.inner.lock().ok()?;
         let now = Instant::now();
         inner.grants += 1;
@@ -238,12 +250,33 @@ impl LeaseTable {
             l.holders.insert(holder, now + LEASE_PERIOD);
             if exclusive && alone && l.exclusive.is_none() {
                 l.exclusive = Some(holder);
+                l.exclusive_attrs = None;
                 newly = 1;
             }
-            Some((self.key(dir), l.exclusive == Some(holder)))
+            let mine = l.exclusive == Some(holder);
+            Some(Granted {
+                key: self.key(dir),
+                exclusive: mine,
+                attrs: if mine {
+                    l.exclusive_attrs.clone()
+                } else {
+                    None
+                },
+            })
         };
         inner.exclusive = inner.exclusive + newly - ended;
         granted
+    }
+
+    /// The directory's attributes an exclusive grant to `holder` found (told with its
+    /// later grants).
+    pub fn set_attrs(&self, dir: &str, holder: u64, attrs: myriad_proto::Inode) {
+        if let Ok(mut inner) = self.inner.lock()
+            && let Some(l) = inner.dirs.get_mut(dir)
+            && l.exclusive == Some(holder)
+        {
+            l.exclusive_attrs = Some(attrs);
+        }
     }
 
     /// An exclusive grant the read it came with found the holder may not use (it may not
@@ -290,12 +323,11 @@ impl LeaseTable {
         self.wait_released(&mut waiting).await;
         if let Ok(mut inner) = self.inner.lock()
             && let Some(l) = inner.dirs.get_mut(dir)
+            && let Some(n) = l.pending.get_mut(&reader)
         {
-            if let Some(n) = l.pending.get_mut(&reader) {
-                *n -= 1;
-                if *n == 0 {
-                    l.pending.remove(&reader);
-                }
+            *n -= 1;
+            if *n == 0 {
+                l.pending.remove(&reader);
             }
         }
     }

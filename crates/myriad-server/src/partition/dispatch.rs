@@ -182,15 +182,21 @@ impl Partition {
             .and_then(|d| table.as_ref().and_then(|t| t.grant(d, holder, exclusive)));
         // An exclusive lease is for writing: the holder must be allowed to create names
         // there, and learns the directory's attributes (docs/fuse.md "Write-behind").
-        let mut dir_attrs = None;
-        if let (Some((_, true)), Some(d), Some(t)) = (&lease, &dir, &table) {
+        let mut dir_attrs = lease.as_ref().and_then(|g| g.attrs.clone());
+        if let (true, Some(g), Some(d), Some(t)) = (exclusive, &lease, &dir, &table)
+            && g.exclusive
+            && dir_attrs.is_none()
+        {
             let probe = if d == "/" {
                 "/x".to_string()
             } else {
                 format!("{d}/x")
             };
             match self.may_create(&caller, &probe).await {
-                Ok(Some(attrs)) => dir_attrs = Some(attrs),
+                Ok(Some(attrs)) => {
+                    t.set_attrs(d, holder, attrs.clone());
+                    dir_attrs = Some(attrs);
+                }
                 _ => t.share(d, holder),
             }
         }
@@ -204,8 +210,8 @@ impl Partition {
             Err(FsError::NotFound) => Err(FsError::NotFound),
             Err(e) => return Err(e),
         };
-        let lease = lease.map(|(key, _)| myriad_proto::LeaseGrant {
-            key,
+        let lease = lease.map(|g| myriad_proto::LeaseGrant {
+            key: g.key,
             valid_ms: crate::commit::leases::LEASE_PERIOD.as_millis() as u64,
             exclusive: dir_attrs,
         });
@@ -213,7 +219,8 @@ impl Partition {
     }
 
     /// A batch of changes sent once (a write-behind journal's), applied in order, each
-    /// as if sent alone.
+    /// as if sent alone; one answered busy or routed elsewhere stops it (the rest are
+    /// answered busy, untried).
     async fn serve_batch(
         self: &Arc<Self>,
         epoch: u64,
@@ -227,7 +234,15 @@ impl Partition {
             )));
         }
         let mut out = Vec::with_capacity(ops.len());
+        let mut stopped = false;
         for op in ops {
+            // A change that must be tried again (busy, or routed elsewhere now) stops the
+            // batch: the ones after it may depend on it, and the client sends them again
+            // in order.
+            if stopped {
+                out.push(Err(FsError::Busy));
+                continue;
+            }
             let r = match op {
                 ClientRequest::Once {
                     id,
@@ -242,6 +257,7 @@ impl Partition {
                     other.op_name()
                 ))),
             };
+            stopped = matches!(&r, Err(e) if *e == FsError::Busy || e.is_routing());
             out.push(r);
         }
         Ok(Response::Bundle(out))

@@ -13,8 +13,8 @@ pub struct IdAlloc {
     next: u64,
     limit: u64,
     /// Per client, its reserved ranges (`reserve`) as the store holds them, read on first
-    /// use: [next unused, end) each, at most two, in ids.
-    reserved: HashMap<u64, [(u64, u64); 2]>,
+    /// use: at most two.
+    reserved: HashMap<u64, [Reserved; 2]>,
 }
 
 const ID_RANGE: u64 = 1 << 16;
@@ -46,8 +46,9 @@ impl IdAlloc {
     }
 
     /// Reserves `count` ids for `client`'s creates (docs/fuse.md "Write-behind"): they are
-    /// never handed out otherwise, and `use_reserved` lets each be used once. The range
-    /// replaces the client's older one if it holds two. Returns the first id.
+    /// never handed out otherwise, and `use_reserved` lets each be used once, in any order
+    /// (a client's journals of several directories reach the partition in any order). The
+    /// range replaces the client's older one if it holds two. Returns the first id.
     pub(crate) fn reserve(
         &mut self,
         store: &Store,
@@ -74,16 +75,22 @@ impl IdAlloc {
         let base = self.pid.id_base();
         let ranges = self.ranges(store, client)?;
         // The older range (lower ids) goes.
-        let slot = usize::from(ranges[0].1 > ranges[1].1);
-        ranges[slot] = (base | first, base | end);
-        let (n, e) = ranges[slot];
-        store.put_meta_u64(batch, &resv_key(client, slot, "next"), n);
-        store.put_meta_u64(batch, &resv_key(client, slot, "end"), e);
+        let slot = usize::from(ranges[0].end > ranges[1].end);
+        ranges[slot] = Reserved {
+            start: base | first,
+            end: base | end,
+            used: vec![0; words(u64::from(count))],
+        };
+        store.put_meta_u64(batch, &resv_key(client, slot, "start"), base | first);
+        store.put_meta_u64(batch, &resv_key(client, slot, "end"), base | end);
+        for w in 0..words(u64::from(count)) {
+            store.put_meta_u64(batch, &resv_key(client, slot, &format!("used{w}")), 0);
+        }
         Ok(base | first)
     }
 
-    /// `client` uses reserved id `ino` for a create: it must lie in one of its ranges at
-    /// or past that range's next unused id, which then moves past it.
+    /// `client` uses reserved id `ino` for a create: it must lie in one of its ranges,
+    /// unused.
     pub(crate) fn use_reserved(
         &mut self,
         store: &Store,
@@ -92,33 +99,63 @@ impl IdAlloc {
         ino: u64,
     ) -> Result<(), FsError> {
         let ranges = self.ranges(store, client)?;
-        let Some(slot) = ranges.iter().position(|(n, e)| *n <= ino && ino < *e) else {
+        let free = |r: &Reserved| {
+            r.start <= ino && ino < r.end && {
+                let k = ino - r.start;
+                r.used[(k / 64) as usize] & (1 << (k % 64)) == 0
+            }
+        };
+        let Some(slot) = ranges.iter().position(free) else {
             return Err(FsError::InvalidArgument(format!(
                 "inode number {ino:#x} is not one reserved for this client, or was used"
             )));
         };
-        ranges[slot].0 = ino + 1;
-        store.put_meta_u64(batch, &resv_key(client, slot, "next"), ino + 1);
+        let r = &mut ranges[slot];
+        let k = ino - r.start;
+        let w = (k / 64) as usize;
+        r.used[w] |= 1 << (k % 64);
+        store.put_meta_u64(
+            batch,
+            &resv_key(client, slot, &format!("used{w}")),
+            r.used[w],
+        );
         Ok(())
     }
 
-    fn ranges(&mut self, store: &Store, client: u64) -> Result<&mut [(u64, u64); 2], FsError> {
-        if !self.reserved.contains_key(&client) {
-            let mut r = [(0, 0); 2];
+    fn ranges(&mut self, store: &Store, client: u64) -> Result<&mut [Reserved; 2], FsError> {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.reserved.entry(client) {
+            let get = |slot, what: &str| {
+                store
+                    .meta_u64(&resv_key(client, slot, what))
+                    .map(Option::unwrap_or_default)
+                    .map_err(|e| FsError::Io(e.to_string()))
+            };
+            let mut r: [Reserved; 2] = Default::default();
             for (slot, range) in r.iter_mut().enumerate() {
-                let get = |what| {
-                    store
-                        .meta_u64(&resv_key(client, slot, what))
-                        .map_err(|e| FsError::Io(e.to_string()))
-                };
-                *range = (get("next")?.unwrap_or(0), get("end")?.unwrap_or(0));
+                range.start = get(slot, "start")?;
+                range.end = get(slot, "end")?;
+                range.used = (0..words(range.end.saturating_sub(range.start)))
+                    .map(|w| get(slot, &format!("used{w}")))
+                    .collect::<Result<_, _>>()?;
             }
-            self.reserved.insert(client, r);
+            v.insert(r);
         }
         self.reserved
             .get_mut(&client)
             .ok_or_else(|| FsError::Io("reservations not loaded".into()))
     }
+}
+
+/// A range of ids reserved for a client: [start, end), and which were used (a bit each).
+#[derive(Clone, Debug, Default)]
+struct Reserved {
+    start: u64,
+    end: u64,
+    used: Vec<u64>,
+}
+
+fn words(count: u64) -> usize {
+    usize::try_from(count.div_ceil(64)).unwrap_or(0)
 }
 
 fn resv_key(client: u64, slot: usize, what: &str) -> String {

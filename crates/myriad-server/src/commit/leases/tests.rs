@@ -164,11 +164,11 @@ async fn a_client_keeps_renewing_its_lease_while_its_own_changes_are_under_way()
 async fn an_exclusive_lease_is_granted_alone_and_any_other_readers_read_recalls_it() {
     let (t, recalls) = table();
     // Shared holders exist: no exclusive grant, though the lease is granted.
-    assert_eq!(t.grant("/s", 1, false).map(|g| g.1), Some(false));
-    assert_eq!(t.grant("/s", 2, true).map(|g| g.1), Some(false));
+    assert_eq!(t.grant("/s", 1, false).map(|g| g.exclusive), Some(false));
+    assert_eq!(t.grant("/s", 2, true).map(|g| g.exclusive), Some(false));
     // Alone: exclusive, and it stays so for its holder's later (shared) grants.
-    assert_eq!(t.grant("/d", 7, true).map(|g| g.1), Some(true));
-    assert_eq!(t.grant("/d", 7, false).map(|g| g.1), Some(true));
+    assert_eq!(t.grant("/d", 7, true).map(|g| g.exclusive), Some(true));
+    assert_eq!(t.grant("/d", 7, false).map(|g| g.exclusive), Some(true));
     // Nobody else is granted anything on it.
     assert!(t.grant("/d", 8, false).is_none());
     // The holder's own reads pass at once.
@@ -197,21 +197,25 @@ async fn an_exclusive_lease_is_granted_alone_and_any_other_readers_read_recalls_
     assert!(passed - started < LEASE_PERIOD, "released, not expired");
     // A reader's recall does not make the directory contended: the reader gets a
     // shared lease, and the old holder too, but neither an exclusive one.
-    assert_eq!(t.grant("/d", 8, false).map(|g| g.1), Some(false));
-    assert_eq!(t.grant("/d", 7, true).map(|g| g.1), Some(false));
+    assert_eq!(t.grant("/d", 8, false).map(|g| g.exclusive), Some(false));
+    assert_eq!(t.grant("/d", 7, true).map(|g| g.exclusive), Some(false));
     // An unnamed reader waits out a silent holder, for at most a period.
-    assert_eq!(t.grant("/q", 5, true).map(|g| g.1), Some(true));
+    assert_eq!(t.grant("/q", 5, true).map(|g| g.exclusive), Some(true));
     let started = Instant::now();
     t.before_read("/q", None).await;
     assert!(started.elapsed() <= LEASE_PERIOD);
     assert!(started.elapsed() >= LEASE_PERIOD - Duration::from_millis(1));
-    assert_eq!(t.grant("/q", 6, true).map(|g| g.1), Some(true), "expired: free");
+    assert_eq!(
+        t.grant("/q", 6, true).map(|g| g.exclusive),
+        Some(true),
+        "expired: free"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_exclusive_lease_made_shared_lets_others_read_at_once() {
     let (t, _recalls) = table();
-    assert_eq!(t.grant("/d", 7, true).map(|g| g.1), Some(true));
+    assert_eq!(t.grant("/d", 7, true).map(|g| g.exclusive), Some(true));
     t.share("/d", 7);
     let started = Instant::now();
     t.before_read("/d", Some(8)).await;

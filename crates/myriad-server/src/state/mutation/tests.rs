@@ -785,28 +785,61 @@ fn reserved_inode_numbers_are_used_once_by_their_client_only() {
     let a = t.reserve(1, 4);
     assert_eq!(a >> 40, 1, "numbers of this partition");
     // Never handed out otherwise.
-    let other = t.create("/", "plain", b"").unwrap_or_else(|e| panic!("{e}"));
+    let other = t
+        .create("/", "plain", b"")
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(!(a..a + 4).contains(&other.ino.0));
-    // Used in order, skipping allowed; another client's, a used or a past one refused.
-    let i = t.create_as(1, "f1", a + 1).unwrap_or_else(|e| panic!("{e}"));
+    // Used in any order, each once; another client's, a used or an unreserved one refused.
+    let i = t
+        .create_as(1, "f1", a + 1)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(i.ino, InodeId(a + 1));
-    assert!(matches!(t.create_as(2, "f2", a + 2), Err(FsError::InvalidArgument(_))));
-    assert!(matches!(t.create_as(1, "f2", a + 1), Err(FsError::InvalidArgument(_))));
-    assert!(matches!(t.create_as(1, "f2", a), Err(FsError::InvalidArgument(_))));
-    assert!(matches!(t.create_as(1, "f2", a + 4), Err(FsError::InvalidArgument(_))));
+    assert!(matches!(
+        t.create_as(2, "f2", a + 2),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        t.create_as(1, "f2", a + 1),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        t.create_as(1, "f2", a + 4),
+        Err(FsError::InvalidArgument(_))
+    ));
+    t.create_as(1, "f0", a).unwrap_or_else(|e| panic!("{e}"));
     // A name taken uses no number.
-    assert!(matches!(t.create_as(1, "f1", a + 2), Err(FsError::AlreadyExists)));
-    t.create_as(1, "f2", a + 2).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(
+        t.create_as(1, "f1", a + 2),
+        Err(FsError::AlreadyExists)
+    ));
+    t.create_as(1, "f2", a + 2)
+        .unwrap_or_else(|e| panic!("{e}"));
     // Two ranges at once; a third replaces the older.
     let b = t.reserve(1, 2);
     t.create_as(1, "g1", b).unwrap_or_else(|e| panic!("{e}"));
-    t.create_as(1, "f3", a + 3).unwrap_or_else(|e| panic!("{e}"));
     let c = t.reserve(1, 2);
-    t.create_as(1, "g2", b + 1).unwrap_or_else(|e| panic!("{e}"));
+    t.create_as(1, "g2", b + 1)
+        .unwrap_or_else(|e| panic!("{e}"));
     // The reservations are in the store: a new primary loading it agrees.
     t.ids = IdAlloc::load(&t.store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(t.create_as(1, "g3", b + 1), Err(FsError::InvalidArgument(_))));
-    t.create_as(1, "h1", c + 1).unwrap_or_else(|e| panic!("{e}"));
-    let fresh = t.create("/", "plain2", b"").unwrap_or_else(|e| panic!("{e}"));
-    assert!(fresh.ino.0 >= c + 2, "nothing reserved is handed out after a reload");
+    assert!(matches!(
+        t.create_as(1, "g3", b + 1),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(
+        matches!(
+            t.create_as(1, "g3", a + 3),
+            Err(FsError::InvalidArgument(_))
+        ),
+        "the older range was replaced, its unused numbers with it"
+    );
+    t.create_as(1, "h1", c + 1)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let fresh = t
+        .create("/", "plain2", b"")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        fresh.ino.0 >= c + 2,
+        "nothing reserved is handed out after a reload"
+    );
 }

@@ -1,0 +1,192 @@
+//! Write-behind (docs/fuse.md "Write-behind"): inside a directory a mount holds alone,
+//! creates, writes, setattrs and unlinks are answered at once and sent in batches; anyone
+//! else's access first gets them sent; `fsync` makes them durable; a change refused when
+//! applied is reported by the next `fsync` or `close`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use crate::harness::{TestCluster, dir_on_node};
+use crate::mount::Mount;
+use myriad_client::{Client, FsError};
+
+fn io<T>(r: std::io::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Client requests the servers received by kind, lease polls and renewals aside.
+async fn received_by_op(c: &Client) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (_, r) in c.all_counters().await {
+        for o in r.unwrap_or_else(|e| panic!("{e}")).client_requests {
+            if o.op != "lease_poll" && o.op != "lease_renew" {
+                *out.entry(o.op.to_string()).or_insert(0) += o.count;
+            }
+        }
+    }
+    out
+}
+
+fn count(ops: &BTreeMap<String, u64>, op: &str) -> u64 {
+    ops.get(op).copied().unwrap_or(0)
+}
+
+/// What mount A does inside a directory it made is answered behind (batches, not one
+/// create per file), and mount B sees all of it at once: names, bytes, modes, a rename
+/// of a file made behind, removals, the listing.
+#[test]
+fn another_mount_sees_changes_answered_behind_at_once() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    let counters = tc.client();
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    io(std::fs::create_dir(a.path("d")));
+    let before = rt.block_on(received_by_op(&counters));
+    for i in 0..40 {
+        io(std::fs::write(
+            a.path(&format!("d/f{i}")),
+            format!("file {i}").repeat(i + 1),
+        ));
+    }
+    io(std::fs::set_permissions(
+        a.path("d/f3"),
+        std::fs::Permissions::from_mode(0o600),
+    ));
+    io(std::fs::remove_file(a.path("d/f5")));
+    io(std::fs::remove_file(a.path("d/f6")));
+    // A rename is sent at once, after the journal (its file was made behind).
+    io(std::fs::rename(a.path("d/f7"), a.path("d/seven")));
+    let after = rt.block_on(received_by_op(&counters));
+    let creates = count(&after, "create") - count(&before, "create");
+    let batches = count(&after, "batch") - count(&before, "batch");
+    assert!(
+        batches > 0 && creates < 10,
+        "answered behind: {creates} creates and {batches} batches sent ({before:?} then {after:?})"
+    );
+    // B, at once.
+    let mut names: Vec<String> = io(std::fs::read_dir(b.path("d")))
+        .map(|e| io(e).file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (0..40)
+        .filter(|i| ![5, 6, 7].contains(i))
+        .map(|i| format!("f{i}"))
+        .chain(["seven".to_string()])
+        .collect();
+    want.sort();
+    assert_eq!(names, want, "B lists what A made");
+    for i in (0..40).filter(|i| ![5, 6, 7].contains(i)) {
+        assert_eq!(
+            io(std::fs::read_to_string(b.path(&format!("d/f{i}")))),
+            format!("file {i}").repeat(i + 1),
+            "f{i} read whole by B"
+        );
+    }
+    assert_eq!(
+        io(std::fs::read_to_string(b.path("d/seven"))),
+        "file 7".repeat(8)
+    );
+    let mode = io(std::fs::metadata(b.path("d/f3"))).permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "chmod made behind seen by B");
+    assert!(!b.path("d/f5").exists(), "unlink made behind seen by B");
+    // And back: B's change recalled A's lease; A sees it at once.
+    io(std::fs::write(b.path("d/from-b"), b"b"));
+    assert_eq!(io(std::fs::read(a.path("d/from-b"))), b"b");
+}
+
+/// Changes answered behind and vouched for by `fsync` survive a kill -9 of the server
+/// that was their partition's primary.
+#[test]
+fn changes_fsynced_behind_survive_a_kill9_of_their_primary() {
+    let tc = TestCluster::start_with(3, &["--partitions-per-node", "2", "--replicas", "3"]);
+    let a = Mount::new(&tc, &[]);
+    let c = tc.client();
+    let victim = myriad_client::NodeId(2);
+    let dir = dir_on_node(&c, &tc.map, victim, "wb");
+    let rel = dir.trim_start_matches('/').to_string();
+    io(std::fs::create_dir(a.path(&rel)));
+    for i in 0..30 {
+        io(std::fs::write(
+            a.path(&format!("{rel}/f{i}")),
+            format!("data {i}").repeat(50),
+        ));
+    }
+    // One fsync vouches for every change of the mount.
+    let f = io(std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.path(&format!("{rel}/f0"))));
+    io(f.sync_all());
+    drop(f);
+    tc.kill9(victim);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let reader = tc.client_with(tc.map.clone(), Duration::from_secs(30));
+    for i in 0..30 {
+        let (_, got) = rt
+            .block_on(reader.fetch(&format!("{dir}/f{i}")))
+            .unwrap_or_else(|e| panic!("f{i} after the kill: {e}"));
+        assert_eq!(got, format!("data {i}").repeat(50).into_bytes(), "f{i}");
+    }
+}
+
+/// A change answered behind that its server refuses when the batch is applied (here: no
+/// space left, which a lease does not cover) is returned by the next `fsync` of the
+/// file, not dropped; the file is not there.
+#[test]
+fn a_change_refused_when_applied_is_returned_by_the_next_fsync() {
+    use crate::full_disk::{DISK_MIB, Disks, NODES, fill, statvfs};
+    use std::process::Command;
+    let mut disks = Disks(Vec::new());
+    let tc = TestCluster::start_prepared(
+        NODES as usize,
+        &["--replicas", "3", "--disk-reserve-mib", "16"],
+        |dir| {
+            for n in 1..=NODES {
+                let d = dir.join(format!("node-{n}"));
+                io(std::fs::create_dir_all(&d));
+                let out = io(Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", &format!("size={DISK_MIB}m"), "tmpfs"])
+                    .arg(&d)
+                    .output());
+                assert!(out.status.success(), "needs root to mount a tmpfs");
+                disks.0.push(d);
+            }
+        },
+    );
+    let a = Mount::new(&tc, &[]);
+    io(std::fs::create_dir(a.path("d")));
+    io(std::fs::write(a.path("d/before"), b"fits"));
+    for d in &disks.0 {
+        fill(d, "filler", 0);
+        assert!(statvfs(d).1 < 1 << 20, "{} is not full", d.display());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Answered at once (the lease says the name is free)...
+    let mut f = io(std::fs::File::create(a.path("d/late")));
+    io(f.write_all(b"no room"));
+    // ... refused when applied, and reported here.
+    let synced = f.sync_all();
+    assert_eq!(
+        synced.as_ref().map_err(std::io::Error::raw_os_error).err(),
+        Some(Some(libc::ENOSPC)),
+        "fsync reports the refused create: {synced:?}"
+    );
+    drop(f);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let c = tc.client();
+    assert_eq!(
+        rt.block_on(c.stat("/d/late")).err(),
+        Some(FsError::NotFound),
+        "the refused create is not there"
+    );
+    assert_eq!(
+        rt.block_on(c.fetch("/d/before")).map(|(_, d)| d).ok(),
+        Some(b"fits".to_vec())
+    );
+    assert!(
+        a.log_text().contains("refused when applied"),
+        "logged by the mount"
+    );
+}

@@ -1,0 +1,430 @@
+//! Write-behind journals (docs/fuse.md "Write-behind"): the changes this client answered
+//! itself under an exclusive lease, per directory part, waiting to be sent in order; the
+//! inode numbers reserved for its creates; and the errors of changes a server refused
+//! after they were answered, kept until an `fsync` or `close` reports them.
+//!
+//! Invariant: a part's changes reach its partition in the order they were answered, one
+//! batch in flight at a time, each change exactly once (its `OnceId`); a part with changes
+//! queued or in flight always has a sender running (`Task::Send`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use myriad_proto::{Caller, ClientRequest, FsError, InodeId, LeaseKey, PartitionId, limits};
+use tokio::sync::Notify;
+
+/// Most changes, and bytes, one part's journal holds: past them a change is sent at once
+/// (after the journal: back-pressure).
+pub(crate) const JOURNAL_OPS_MAX: usize = 4096;
+pub(crate) const JOURNAL_BYTES_MAX: usize = 16 << 20;
+/// Most bytes of writes in one batch (a frame holds 8 MiB).
+const BATCH_BYTES_MAX: usize = 4 << 20;
+/// Inode numbers reserved at a time, and how few left start the next reservation. A
+/// partition keeps two ranges per client: the third replaces the first, by then used but
+/// for creates still waiting in a journal while 3,840 later ones were answered (refused
+/// then, and reported: docs/fuse.md "Write-behind").
+pub(crate) const RESERVE: u32 = limits::RESERVE_IDS_MAX;
+const RESERVE_LOW: u64 = 256;
+
+/// Work the client needs run on a task of its own (`Client::set_behind_spawner`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BehindTask {
+    /// Send the journal of this part until it is empty.
+    Send(LeaseKey),
+    /// Reserve inode numbers in this partition.
+    Reserve(PartitionId),
+}
+
+/// Runs a `BehindTask` (a mount spawns `Client::run_behind` on its runtime).
+pub type BehindSpawner = Arc<dyn Fn(BehindTask) + Send + Sync>;
+
+/// A change answered behind.
+#[derive(Clone, Debug)]
+pub(crate) struct Op {
+    pub(crate) caller: Caller,
+    pub(crate) path: String,
+    /// The file it is about, for its error.
+    pub(crate) ino: Option<InodeId>,
+    pub(crate) request: ClientRequest,
+}
+
+impl Op {
+    fn bytes(&self) -> usize {
+        match &self.request {
+            ClientRequest::Write { data, .. } | ClientRequest::Create { data, .. } => {
+                data.len() + 128
+            }
+            _ => 128,
+        }
+    }
+}
+
+#[derive(Default)]
+struct PartJournal {
+    ops: VecDeque<Op>,
+    bytes: usize,
+    /// Changes taken by the sender and not yet answered.
+    in_flight: usize,
+    /// A sender runs for this part.
+    sending: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    parts: HashMap<LeaseKey, PartJournal>,
+    /// Errors of changes answered before a server refused them, by file.
+    errors: HashMap<InodeId, FsError>,
+    /// Such errors of changes about no file that is still there (an unlink).
+    loose: Option<FsError>,
+    /// Reserved inode numbers per partition: [next, end) ranges, oldest first.
+    ids: HashMap<PartitionId, VecDeque<(u64, u64)>>,
+    reserving: std::collections::HashSet<PartitionId>,
+}
+
+#[derive(Default)]
+pub(crate) struct Journal {
+    inner: Mutex<Inner>,
+    /// Woken whenever a batch was answered.
+    progress: Notify,
+    /// Changes queued or in flight, every part.
+    pending: AtomicUsize,
+    spawner: RwLock<Option<BehindSpawner>>,
+    /// Callers waiting in `drain`: senders do not linger meanwhile.
+    draining: AtomicUsize,
+}
+
+struct Draining<'a>(&'a AtomicUsize);
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long a sender waits for changes to gather before it takes a batch.
+const LINGER: Duration = Duration::from_millis(2);
+
+/// One change doing what `first` then `then` (of the same file, by the same caller) do,
+/// if there is a simple one: a create or write followed by a write just past its end
+/// (one create or write with both's bytes), and setattrs whose combination means the
+/// same (no owner change after a mode change, which would take set-id bits off; no touch
+/// mixed with explicit times).
+fn fold(first: &ClientRequest, then: &ClientRequest) -> Option<ClientRequest> {
+    use ClientRequest as C;
+    match (first, then) {
+        (
+            C::Create {
+                path,
+                mode,
+                exclusive,
+                data,
+                durable,
+                ino,
+            },
+            C::Write {
+                offset, data: more, ..
+            },
+        ) if *offset == data.len() as u64
+            && data.len() + more.len() <= limits::IO_BYTES_MAX as usize =>
+        {
+            let mut data = data.clone();
+            data.extend_from_slice(more);
+            Some(C::Create {
+                path: path.clone(),
+                mode: *mode,
+                exclusive: *exclusive,
+                data,
+                durable: *durable,
+                ino: *ino,
+            })
+        }
+        (
+            C::Write {
+                path,
+                ino,
+                offset,
+                data,
+                opened,
+            },
+            C::Write {
+                offset: next,
+                data: more,
+                opened: opened2,
+                ..
+            },
+        ) if *next == offset + data.len() as u64
+            && opened == opened2
+            && data.len() + more.len() <= limits::IO_BYTES_MAX as usize =>
+        {
+            let mut data = data.clone();
+            data.extend_from_slice(more);
+            Some(C::Write {
+                path: path.clone(),
+                ino: *ino,
+                offset: *offset,
+                data,
+                opened: *opened,
+            })
+        }
+        (C::SetAttr { path, set: a }, C::SetAttr { set: b, .. }) => {
+            let owner_after_mode = a.mode.is_some() && (b.uid.is_some() || b.gid.is_some());
+            let times = |s: &myriad_proto::SetAttr| s.atime_ns.is_some() || s.mtime_ns.is_some();
+            let mixed_times = (a.touch && times(b)) || (b.touch && times(a));
+            if owner_after_mode || mixed_times {
+                return None;
+            }
+            Some(C::SetAttr {
+                path: path.clone(),
+                set: myriad_proto::SetAttr {
+                    mode: b.mode.or(a.mode),
+                    uid: b.uid.or(a.uid),
+                    gid: b.gid.or(a.gid),
+                    atime_ns: b.atime_ns.or(a.atime_ns),
+                    mtime_ns: b.mtime_ns.or(a.mtime_ns),
+                    touch: a.touch || b.touch,
+                },
+            })
+        }
+        _ => None,
+    }
+}
+
+/// What `Journal::push` needs started.
+pub(crate) struct Started(Vec<BehindTask>);
+
+impl Journal {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    pub(crate) fn set_spawner(&self, s: BehindSpawner) {
+        if let Ok(mut g) = self.spawner.write() {
+            *g = Some(s);
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.spawner.read().is_ok_and(|g| g.is_some())
+    }
+
+    pub(crate) fn start(&self, started: Started) {
+        let spawner = self.spawner.read().ok().and_then(|g| g.clone());
+        if let Some(s) = spawner {
+            for t in started.0 {
+                s(t);
+            }
+        }
+    }
+
+    /// Whether `key`'s journal has room for one more change of `bytes`.
+    pub(crate) fn has_room(&self, key: &LeaseKey, bytes: usize) -> bool {
+        let g = self.lock();
+        g.parts
+            .get(key)
+            .is_none_or(|p| p.ops.len() < JOURNAL_OPS_MAX && p.bytes + bytes <= JOURNAL_BYTES_MAX)
+    }
+
+    /// How many inode numbers are reserved in `partition`, and the next reservation to
+    /// start when few are.
+    pub(crate) fn peek_ids(&self, partition: PartitionId) -> (u64, Started) {
+        let mut g = self.lock();
+        let ranges = g.ids.entry(partition).or_default();
+        let left: u64 = ranges.iter().map(|(n, e)| e - n).sum();
+        let mut started = Vec::new();
+        if left < RESERVE_LOW && ranges.len() < 2 && g.reserving.insert(partition) {
+            started.push(BehindTask::Reserve(partition));
+        }
+        (left, Started(started))
+    }
+
+    /// An inode number reserved in `partition`, if one is left (and the next reservation
+    /// to start when few are).
+    pub(crate) fn take_id(&self, partition: PartitionId) -> (Option<InodeId>, Started) {
+        let mut g = self.lock();
+        let ranges = g.ids.entry(partition).or_default();
+        while ranges.front().is_some_and(|(n, e)| n >= e) {
+            ranges.pop_front();
+        }
+        let id = ranges.front_mut().map(|(n, _)| {
+            *n += 1;
+            InodeId(*n - 1)
+        });
+        let left: u64 = ranges.iter().map(|(n, e)| e - n).sum();
+        let mut started = Vec::new();
+        if left < RESERVE_LOW && ranges.len() < 2 && g.reserving.insert(partition) {
+            started.push(BehindTask::Reserve(partition));
+        }
+        (id, Started(started))
+    }
+
+    /// Numbers reserved for this client in `partition` (`None`: the reservation failed).
+    pub(crate) fn reserved(&self, partition: PartitionId, range: Option<(u64, u32)>) {
+        let mut g = self.lock();
+        g.reserving.remove(&partition);
+        if let Some((first, count)) = range {
+            g.ids
+                .entry(partition)
+                .or_default()
+                .push_back((first, first + u64::from(count)));
+        }
+    }
+
+    /// Appends an answered change to `key`'s journal (called under the leases' lock:
+    /// `Leases::behind`), folded into the last one queued when one change does what the
+    /// two did (`fold`); returns the sender to start if none runs.
+    pub(crate) fn push(&self, key: &LeaseKey, op: Op) -> Started {
+        let mut g = self.lock();
+        let part = g.parts.entry(key.clone()).or_default();
+        if let Some(last) = part.ops.back_mut()
+            && last.caller == op.caller
+            && last.path == op.path
+            && last.ino == op.ino
+            && let Some(folded) = fold(&last.request, &op.request)
+        {
+            part.bytes += op.bytes();
+            last.request = folded;
+            return Started(Vec::new());
+        }
+        part.bytes += op.bytes();
+        part.ops.push_back(op);
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        if part.sending {
+            return Started(Vec::new());
+        }
+        part.sending = true;
+        Started(vec![BehindTask::Send(key.clone())])
+    }
+
+    /// The next batch of `key`'s journal (changes of one caller, in order), marked in
+    /// flight; `None` when the journal is empty (its sender ends).
+    pub(crate) fn take_batch(&self, key: &LeaseKey) -> Option<(Caller, Vec<Op>)> {
+        let mut g = self.lock();
+        let part = g.parts.get_mut(key)?;
+        let Some(first) = part.ops.front() else {
+            part.sending = false;
+            if part.in_flight == 0 {
+                g.parts.remove(key);
+            }
+            return None;
+        };
+        let caller = first.caller.clone();
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while let Some(op) = part.ops.front() {
+            if op.caller != caller
+                || batch.len() >= limits::BATCH_MAX
+                || (!batch.is_empty() && bytes + op.bytes() > BATCH_BYTES_MAX)
+            {
+                break;
+            }
+            bytes += op.bytes();
+            if let Some(op) = part.ops.pop_front() {
+                batch.push(op);
+            }
+        }
+        part.bytes -= bytes;
+        part.in_flight = batch.len();
+        Some((caller, batch))
+    }
+
+    /// `n` changes of `key`'s batch in flight were answered (or given up with an error).
+    pub(crate) fn done(&self, key: &LeaseKey, n: usize) {
+        {
+            let mut g = self.lock();
+            if let Some(part) = g.parts.get_mut(key) {
+                part.in_flight -= n.min(part.in_flight);
+            }
+        }
+        self.pending.fetch_sub(n, Ordering::AcqRel);
+        self.progress.notify_waiters();
+    }
+
+    /// A change answered behind was refused when applied: kept for the next `fsync` or
+    /// `close` of its file (or of any file), and logged.
+    pub(crate) fn failed(&self, op: &Op, e: FsError) {
+        tracing::warn!(
+            path = %op.path,
+            op = op.request.op_name(),
+            "a change answered behind was refused when applied: {e} (reported by the next fsync or close)"
+        );
+        let mut g = self.lock();
+        match op.ino {
+            Some(ino) if !matches!(op.request, ClientRequest::Unlink { .. }) => {
+                g.errors.entry(ino).or_insert(e);
+            }
+            _ => {
+                g.loose.get_or_insert(e);
+            }
+        }
+    }
+
+    /// The error kept for `ino`, taken (reported once).
+    pub(crate) fn take_error(&self, ino: InodeId) -> Option<FsError> {
+        self.lock().errors.remove(&ino)
+    }
+
+    pub(crate) fn has_error(&self, ino: InodeId) -> bool {
+        self.lock().errors.contains_key(&ino)
+    }
+
+    /// The error of a change about no file that is still there (an unlink), taken.
+    pub(crate) fn take_loose_error(&self) -> Option<FsError> {
+        self.lock().loose.take()
+    }
+
+    /// Whether any change is queued or in flight.
+    pub(crate) fn busy(&self) -> bool {
+        self.pending.load(Ordering::Acquire) > 0
+    }
+
+    fn any_pending(&self, which: &(dyn Fn(&LeaseKey) -> bool + Sync)) -> bool {
+        self.lock()
+            .parts
+            .iter()
+            .any(|(k, p)| which(k) && (!p.ops.is_empty() || p.in_flight > 0))
+    }
+
+    /// Waits a moment before a sender takes its next batch, for changes to gather (one
+    /// batch for a file's create, write and setattrs, or for many files), unless someone
+    /// waits for the journals to be sent.
+    pub(crate) async fn linger(&self) {
+        if self.draining.load(Ordering::Acquire) == 0 {
+            tokio::time::sleep(LINGER).await;
+        }
+    }
+
+    /// Returns once the journals `which` selects are sent and answered, or `wait` passed.
+    pub(crate) async fn drain(
+        &self,
+        which: &(dyn Fn(&LeaseKey) -> bool + Sync),
+        wait: Option<Duration>,
+    ) {
+        if !self.busy() {
+            return;
+        }
+        self.draining.fetch_add(1, Ordering::AcqRel);
+        let _draining = Draining(&self.draining);
+        let until = wait.map(|w| tokio::time::Instant::now() + w);
+        loop {
+            let progressed = self.progress.notified();
+            tokio::pin!(progressed);
+            progressed.as_mut().enable();
+            if !self.busy() || !self.any_pending(which) {
+                return;
+            }
+            match until {
+                Some(u) => {
+                    if tokio::time::timeout_at(u, progressed).await.is_err() {
+                        return;
+                    }
+                }
+                None => progressed.await,
+            }
+        }
+    }
+}

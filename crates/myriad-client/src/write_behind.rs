@@ -1,0 +1,418 @@
+//! Write-behind, the client's calls (docs/fuse.md "Write-behind"): creates, writes into
+//! chunk 0, setattrs and unlinks answered at once under an exclusive lease, from what the
+//! lease covers and by the servers' own rules (`myriad_proto::access`), then sent in
+//! order by a sender per directory part (`behind.rs` keeps the journals).
+//!
+//! Every answer here is one the servers would give at that moment: the lease is
+//! exclusive (nobody else has read or changed the directory part since it was granted),
+//! the name's state is known from it, and the checks are theirs. What can still differ
+//! is what the lease does not cover (a full disk, the directory made unwritable by a
+//! change to its own entry elsewhere): reported by the next `fsync` or `close`.
+
+use std::time::Duration;
+
+use myriad_placement::split_parent;
+use myriad_proto::access::{EXEC, WRITE, allowed, apply_setattr, check_setattr, new_owner_group};
+use myriad_proto::{
+    ClientRequest, FileKind, FsError, Inode, InodeId, LeaseKey, PartitionId, Request, Response,
+    SetAttr,
+};
+
+use crate::behind::{BehindSpawner, BehindTask, Op, RESERVE};
+use crate::client::{Client, Route};
+use crate::file::FileHandle;
+
+/// A batch the servers cannot take is tried again after this, up to `GIVE_UP_AFTER`.
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Client {
+    /// Turns write-behind on: `spawn` runs the client's background work (a sender per
+    /// directory part, inode number reservations) by calling `run_behind` on a task.
+    /// Needs leases (`ClientConfig::leases`) and changes answered once applied.
+    pub fn set_behind_spawner(&self, spawn: BehindSpawner) {
+        if self.config.leases && !self.config.durable_changes {
+            self.leases.journal.set_spawner(spawn);
+        }
+    }
+
+    /// Runs one piece of background work (`set_behind_spawner`).
+    pub async fn run_behind(&self, task: BehindTask) {
+        match task {
+            BehindTask::Send(key) => self.send_behind(&key).await,
+            BehindTask::Reserve(partition) => self.reserve_ids(partition).await,
+        }
+    }
+
+    /// The error a change answered behind met when applied, for file `ino`: reported
+    /// (taken) by its next `fsync` or `close`.
+    pub fn take_behind_error(&self, ino: InodeId) -> Option<FsError> {
+        self.leases.journal.take_error(ino)
+    }
+
+    #[must_use]
+    pub fn has_behind_error(&self, ino: InodeId) -> bool {
+        self.leases.journal.has_error(ino)
+    }
+
+    /// Sends every journal and waits for the answers.
+    pub async fn drain_behind(&self) {
+        self.leases.journal.drain(&|_| true, None).await;
+    }
+
+    /// Runs `f` on `path`'s directory part if it is held exclusively and write-behind is
+    /// on; `f` answers the change (or refuses it as the servers would), and gives the
+    /// change to journal. The change's sender is started.
+    fn behind<R>(
+        &self,
+        path: &str,
+        bytes: usize,
+        f: impl FnOnce(&mut crate::leases::Held<'_>, &str) -> Option<(Result<R, FsError>, Option<Op>)>,
+    ) -> Option<Result<R, FsError>> {
+        let journal = &self.leases.journal;
+        if !journal.enabled() || path == "/" {
+            return None;
+        }
+        let (dir, name) = split_parent(path);
+        let partition = self.entry_partition(path);
+        let key = LeaseKey {
+            partition,
+            dir: dir.to_string(),
+        };
+        if !journal.has_room(&key, bytes) {
+            return None;
+        }
+        let caller = self.task_caller();
+        let (result, started) = self.leases.behind(dir, partition, &caller, |mut held| {
+            let (result, op) = f(&mut held, name)?;
+            let started = op.map(|op| journal.push(&key, op));
+            Some((result, started))
+        })?;
+        if let Some(s) = started {
+            journal.start(s);
+        }
+        Some(result)
+    }
+
+    /// A create answered behind: a new file under a reserved inode number, if the lease
+    /// shows the name free (an existing name is left to the servers unless `exclusive`).
+    pub(crate) fn create_behind(
+        &self,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+    ) -> Option<Result<FileHandle, FsError>> {
+        let partition = self.entry_partition(path);
+        if !self.leases.journal.enabled() {
+            return None;
+        }
+        if !self.leases.holds_exclusive(split_parent(path).0, partition) {
+            tracing::trace!(path, "create not behind: no exclusive lease");
+            return None;
+        }
+        let (ino, started) = self.leases.journal.take_id(partition);
+        self.leases.journal.start(started);
+        let Some(ino) = ino else {
+            tracing::trace!(path, %partition, "create not behind: no inode number reserved yet");
+            return None;
+        };
+        let caller = self.task_caller();
+        let r = self.behind(path, 0, |held, name| {
+            let dir = held.dir_attrs()?.clone();
+            if !allowed(&dir, &caller, WRITE | EXEC) {
+                return None;
+            }
+            let Some(known) = held.lookup(name) else {
+                tracing::trace!(path, "create not behind: the name's state is not known");
+                return None;
+            };
+            match known {
+                Some(_) if exclusive => return Some((Err(FsError::AlreadyExists), None)),
+                Some(_) => return None,
+                None => {}
+            }
+            let (gid, mode) = new_owner_group(Some(&dir), &caller, FileKind::File, mode);
+            let now = now_ns();
+            let inode = Inode {
+                ino,
+                kind: FileKind::File,
+                mode,
+                uid: caller.uid,
+                gid,
+                size: 0,
+                nlink: 1,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                symlink_target: None,
+                xattrs: Vec::new(),
+                link_home: None,
+                rdev: 0,
+            };
+            held.set(name, Some(inode.clone()));
+            let op = Op {
+                caller: caller.clone(),
+                path: path.to_string(),
+                ino: Some(ino),
+                request: ClientRequest::Create {
+                    path: path.to_string(),
+                    mode,
+                    exclusive: true,
+                    data: Vec::new(),
+                    durable: false,
+                    ino: Some(ino),
+                },
+            };
+            Some((Ok(inode), Some(op)))
+        });
+        // An unused reserved number costs nothing.
+        r.map(|r| {
+            r.map(|inode| FileHandle {
+                path: path.to_string(),
+                inode,
+                opened: true,
+            })
+        })
+    }
+
+    /// A write into chunk 0 of a file the lease covers (one link), answered behind.
+    pub(crate) fn write_behind(
+        &self,
+        h: &FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Option<Result<Inode, FsError>> {
+        let end = offset.checked_add(data.len() as u64)?;
+        if end > self.chunk_size() || data.len() as u64 > myriad_proto::limits::IO_BYTES_MAX {
+            return None;
+        }
+        let caller = self.task_caller();
+        self.behind(&h.path, data.len(), |held, name| {
+            let inode = held.lookup(name)??;
+            if inode.ino != h.inode.ino || inode.kind != FileKind::File || inode.nlink != 1 {
+                return None;
+            }
+            // The servers' check (`require_write`): write permission, or ownership through
+            // a descriptor whose open checked access.
+            if !(allowed(&inode, &caller, WRITE) || (h.opened && caller.uid == inode.uid)) {
+                return Some((Err(FsError::PermissionDenied), None));
+            }
+            let mut after = inode.clone();
+            after.size = after.size.max(end);
+            let now = now_ns();
+            after.mtime_ns = now;
+            after.ctime_ns = now;
+            after.mode &= !myriad_proto::access::setid_bits_killed(&inode, &caller);
+            held.set(name, Some(after.clone()));
+            let op = Op {
+                caller: caller.clone(),
+                path: h.path.clone(),
+                ino: Some(inode.ino),
+                request: ClientRequest::Write {
+                    path: h.path.clone(),
+                    ino: inode.ino,
+                    offset,
+                    data: data.to_vec(),
+                    opened: h.opened,
+                },
+            };
+            Some((Ok(after), Some(op)))
+        })
+    }
+
+    /// A setattr (no size) of a file the lease covers (one link), answered behind.
+    pub(crate) fn setattr_behind(
+        &self,
+        path: &str,
+        set: &SetAttr,
+    ) -> Option<Result<Inode, FsError>> {
+        let caller = self.task_caller();
+        self.behind(path, 0, |held, name| {
+            let inode = held.lookup(name)??;
+            if inode.kind != FileKind::File || inode.nlink != 1 {
+                return None;
+            }
+            let checked = match check_setattr(&inode, &caller, set) {
+                Ok(c) => c,
+                Err(e) => return Some((Err(e), None)),
+            };
+            let mut after = inode.clone();
+            apply_setattr(&mut after, &checked, now_ns());
+            held.set(name, Some(after.clone()));
+            let op = Op {
+                caller: caller.clone(),
+                path: path.to_string(),
+                ino: Some(inode.ino),
+                request: ClientRequest::SetAttr {
+                    path: path.to_string(),
+                    set: set.clone(),
+                },
+            };
+            Some((Ok(after), Some(op)))
+        })
+    }
+
+    /// An unlink of a file the lease covers (one link), answered behind.
+    pub(crate) fn unlink_behind(&self, path: &str) -> Option<Result<(), FsError>> {
+        let caller = self.task_caller();
+        self.behind(path, 0, |held, name| {
+            let dir = held.dir_attrs()?.clone();
+            if !allowed(&dir, &caller, WRITE | EXEC) {
+                return None;
+            }
+            let inode = match held.lookup(name)? {
+                Some(i) => i,
+                None => return Some((Err(FsError::NotFound), None)),
+            };
+            if inode.kind == FileKind::Directory || inode.nlink != 1 {
+                return None;
+            }
+            // The sticky-bit rule (the servers' `require_sticky`).
+            if dir.mode & 0o1000 != 0
+                && caller.uid != 0
+                && caller.uid != inode.uid
+                && caller.uid != dir.uid
+            {
+                return Some((Err(FsError::NotPermitted), None));
+            }
+            held.set(name, None);
+            let op = Op {
+                caller: caller.clone(),
+                path: path.to_string(),
+                ino: Some(inode.ino),
+                request: ClientRequest::Unlink {
+                    path: path.to_string(),
+                },
+            };
+            Some((Ok(()), Some(op)))
+        })
+    }
+
+    /// Reserves inode numbers in `partition` for creates behind (durable before use: a
+    /// failover must not forget them).
+    async fn reserve_ids(&self, partition: PartitionId) {
+        let req = ClientRequest::ReserveIds { count: RESERVE };
+        let r = self
+            .call(Route::Partition(partition), Request::Client(req))
+            .await;
+        let range = match r {
+            Ok(Response::Ids { first, count }) => Some((first.0, count)),
+            other => {
+                tracing::debug!(%partition, "inode numbers not reserved: {other:?}");
+                None
+            }
+        };
+        self.leases.journal.reserved(partition, range);
+    }
+
+    /// The sender of `key`'s journal: batches in order, one in flight, until it is empty.
+    async fn send_behind(&self, key: &LeaseKey) {
+        let journal = &self.leases.journal;
+        loop {
+            journal.linger().await;
+            let Some((caller, ops)) = journal.take_batch(key) else {
+                return;
+            };
+            let n = ops.len();
+            let answers = Client::as_caller(caller, self.send_batch(key, &ops)).await;
+            let mut again = Vec::new();
+            for (op, answer) in ops.into_iter().zip(answers) {
+                match answer {
+                    Ok(()) => {}
+                    Err(e) if e == FsError::Busy || e.is_routing() || !again.is_empty() => {
+                        again.push(op);
+                    }
+                    Err(e) => journal.failed(&op, e),
+                }
+            }
+            if again.is_empty() {
+                journal.done(key, n);
+                continue;
+            }
+            // Tried again in order, each routed on its own (the directory may have been
+            // split, or the partition moved), before the rest of the journal.
+            let retried = again.len();
+            journal.done(key, n - retried);
+            for op in again {
+                let r = Client::as_caller(op.caller.clone(), self.send_one(&op)).await;
+                if let Err(e) = r {
+                    journal.failed(&op, e);
+                }
+                journal.done(key, 1);
+            }
+        }
+    }
+
+    /// One batch of `key`'s journal; an answer per change (`Ok` once applied). A batch
+    /// the servers cannot take is sent again (its changes are applied once whatever
+    /// happens: each has its `OnceId`) until `GIVE_UP_AFTER`.
+    async fn send_batch(&self, key: &LeaseKey, ops: &[Op]) -> Vec<Result<(), FsError>> {
+        let mut waiting = Vec::with_capacity(ops.len());
+        let mut reqs = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (id, w) = self.once();
+            waiting.push(w);
+            reqs.push(ClientRequest::Once {
+                id,
+                request: Box::new(op.request.clone()),
+                visible: true,
+            });
+        }
+        let started = tokio::time::Instant::now();
+        loop {
+            let r = self
+                .route(
+                    Route::Partition(key.partition),
+                    Request::Client(ClientRequest::Batch(reqs.clone())),
+                )
+                .await;
+            match r {
+                Ok(Response::Bundle(answers)) if answers.len() == ops.len() => {
+                    return answers
+                        .into_iter()
+                        .map(|a| match a {
+                            Ok(Response::Applied { incarnation, .. }) => {
+                                self.applied(key.partition, incarnation);
+                                Ok(())
+                            }
+                            Ok(_) => Ok(()),
+                            Err(e) => Err(e),
+                        })
+                        .collect();
+                }
+                Ok(other) => {
+                    let e = crate::client::unexpected(&other);
+                    return ops.iter().map(|_| Err(e.clone())).collect();
+                }
+                Err(e)
+                    if started.elapsed() < GIVE_UP_AFTER
+                        && (e.is_transient() || e.is_routing()) =>
+                {
+                    tracing::debug!(partition = %key.partition, "a batch of changes behind not taken, again shortly: {e}");
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+                Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
+            }
+        }
+    }
+
+    /// One change of a journal on its own, routed by its path.
+    async fn send_one(&self, op: &Op) -> Result<(), FsError> {
+        let (id, _waiting) = self.once();
+        let req = ClientRequest::Once {
+            id,
+            request: Box::new(op.request.clone()),
+            visible: true,
+        };
+        self.route(Route::Entry(op.path.clone()), Request::Client(req))
+            .await
+            .map(|_| ())
+    }
+}
