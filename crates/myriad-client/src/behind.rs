@@ -61,12 +61,14 @@ impl Op {
     }
 }
 
+/// One directory part's journal.
 #[derive(Default)]
-struct PartJournal {
+pub(crate) struct PartJournal {
     ops: VecDeque<Op>,
     bytes: usize,
-    /// Changes taken by the sender and not yet answered.
+    /// Changes taken by the sender and not yet answered, and their paths.
     in_flight: usize,
+    flight: Vec<String>,
     /// A sender runs for this part.
     sending: bool,
 }
@@ -193,6 +195,20 @@ fn fold(first: &ClientRequest, then: &ClientRequest) -> Option<ClientRequest> {
 
 /// What `Journal::push` needs started.
 pub(crate) struct Started(Vec<BehindTask>);
+
+impl PartJournal {
+    /// Whether a change of `path` is queued or in flight here.
+    pub(crate) fn touches(&self, path: &str) -> bool {
+        self.ops.iter().any(|o| o.path == path) || self.flight.iter().any(|p| p == path)
+    }
+
+    fn pending(&self) -> bool {
+        !self.ops.is_empty() || self.in_flight > 0
+    }
+}
+
+/// Which journals a `Journal::drain` waits for.
+pub(crate) type Which<'a> = &'a (dyn Fn(&LeaseKey, &PartJournal) -> bool + Sync);
 
 impl Journal {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -329,6 +345,7 @@ impl Journal {
         }
         part.bytes -= bytes;
         part.in_flight = batch.len();
+        part.flight = batch.iter().map(|o| o.path.clone()).collect();
         Some((caller, batch))
     }
 
@@ -338,6 +355,9 @@ impl Journal {
             let mut g = self.lock();
             if let Some(part) = g.parts.get_mut(key) {
                 part.in_flight -= n.min(part.in_flight);
+                if part.in_flight == 0 {
+                    part.flight.clear();
+                }
             }
         }
         self.pending.fetch_sub(n, Ordering::AcqRel);
@@ -377,16 +397,26 @@ impl Journal {
         self.lock().loose.take()
     }
 
+    /// Any error kept, taken.
+    pub(crate) fn take_any_error(&self) -> Option<FsError> {
+        let mut g = self.lock();
+        if let Some(e) = g.loose.take() {
+            return Some(e);
+        }
+        let ino = *g.errors.keys().next()?;
+        g.errors.remove(&ino)
+    }
+
     /// Whether any change is queued or in flight.
     pub(crate) fn busy(&self) -> bool {
         self.pending.load(Ordering::Acquire) > 0
     }
 
-    fn any_pending(&self, which: &(dyn Fn(&LeaseKey) -> bool + Sync)) -> bool {
+    fn any_pending(&self, which: Which<'_>) -> bool {
         self.lock()
             .parts
             .iter()
-            .any(|(k, p)| which(k) && (!p.ops.is_empty() || p.in_flight > 0))
+            .any(|(k, p)| p.pending() && which(k, p))
     }
 
     /// Waits a moment before a sender takes its next batch, for changes to gather (one
@@ -399,11 +429,7 @@ impl Journal {
     }
 
     /// Returns once the journals `which` selects are sent and answered, or `wait` passed.
-    pub(crate) async fn drain(
-        &self,
-        which: &(dyn Fn(&LeaseKey) -> bool + Sync),
-        wait: Option<Duration>,
-    ) {
+    pub(crate) async fn drain(&self, which: Which<'_>, wait: Option<Duration>) {
         if !self.busy() {
             return;
         }

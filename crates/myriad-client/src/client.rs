@@ -415,25 +415,44 @@ impl Client {
             }
             other => other,
         };
-        let mut dirs: Vec<&str> = paths.iter().map(|p| split_parent(p).0).collect();
-        if let Some(d) = inner.read_dir() {
-            dirs.push(d);
-        }
-        // A stat of a directory reads its times, which its changes move.
-        if let ClientRequest::Stat { path } | ClientRequest::Fetch { path, .. } = inner {
-            dirs.push(path);
-        }
+        // A change: after every change journaled in its directories (and below a moved
+        // or removed one).
+        let changed: Vec<&str> = paths.iter().map(|p| split_parent(p).0).collect();
         let below: Vec<String> = if subtree {
             paths.iter().map(|p| format!("{p}/")).collect()
         } else {
             Vec::new()
         };
-        let which = |k: &myriad_proto::LeaseKey| {
-            dirs.contains(&k.dir.as_str())
-                || below.iter().any(|b| k.dir.starts_with(b.as_str()))
-                || (subtree && paths.contains(&k.dir))
+        // A listing: after its directory's journal, and its subdirectories' (their
+        // times). A read of one name: after the changes of that name, and of its own
+        // names if it is a directory (its times).
+        let listed = match inner {
+            ClientRequest::ReadDir { path, .. } => Some(path.as_str()),
+            ClientRequest::StatMany { dir, .. } => Some(dir.as_str()),
+            _ => None,
         };
-        self.leases.journal.drain(&which, None).await;
+        let named = match inner {
+            ClientRequest::Stat { path }
+            | ClientRequest::Fetch { path, .. }
+            | ClientRequest::Readlink { path }
+            | ClientRequest::Read { path, .. }
+            | ClientRequest::Grant { path, .. } => Some(path.as_str()),
+            _ => None,
+        };
+        let which = |k: &myriad_proto::LeaseKey, part: &crate::behind::PartJournal| {
+            let d = k.dir.as_str();
+            changed.contains(&d)
+                || below.iter().any(|b| d.starts_with(b.as_str()))
+                || (subtree && paths.iter().any(|p| p == d))
+                || listed.is_some_and(|l| d == l || (d != "/" && split_parent(d).0 == l))
+                || named.is_some_and(|n| d == n || part.touches(n))
+        };
+        // As long as a request may wait: past it this request meets the same server
+        // (the journal is retried meanwhile).
+        self.leases
+            .journal
+            .drain(&which, Some(self.config.request_timeout))
+            .await;
     }
 
     /// A change answered once applied by incarnation `incarnation` of partition `pid`'s
@@ -461,8 +480,17 @@ impl Client {
     /// if a partition's primary changed since it answered them (reported once). Other
     /// errors (unreachable servers) leave the changes to the next call.
     pub async fn sync_changes(&self) -> Result<(), FsError> {
-        self.leases.journal.drain(&|_| true, None).await;
-        let loose = self.leases.journal.take_loose_error();
+        let journal = &self.leases.journal;
+        journal
+            .drain(&|_, _| true, Some(self.config.request_timeout))
+            .await;
+        if journal.busy() {
+            // Their servers do not take them (they are retried meanwhile).
+            return Err(FsError::TimedOut(
+                "changes answered behind are not yet taken by their servers".into(),
+            ));
+        }
+        let loose = journal.take_loose_error();
         let todo: Vec<(PartitionId, Unsynced)> = match self.unsynced.lock() {
             Ok(g) => g.iter().map(|(p, u)| (*p, *u)).collect(),
             Err(p) => p.into_inner().iter().map(|(p, u)| (*p, *u)).collect(),

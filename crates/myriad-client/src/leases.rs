@@ -524,7 +524,7 @@ impl Leases {
         dir: &str,
         partition: PartitionId,
         caller: &Caller,
-        f: impl FnOnce(Held<'_>) -> Option<R>,
+        f: impl FnOnce(Held<'_>) -> Option<(R, Option<i64>)>,
     ) -> Option<R> {
         let mut g = self.lock();
         let now = Instant::now();
@@ -537,7 +537,28 @@ impl Leases {
                 && p.until > now + BEHIND_MARGIN
         })?;
         part.used = now;
-        let r = f(Held { part, caller })?;
+        let (r, touched) = f(Held { part, caller })?;
+        // A change of the directory's names moves its times (as the servers' touch of its
+        // entry will): what is kept of its entry says so.
+        if let Some(at) = touched
+            && dir != "/"
+        {
+            let (up, name) = myriad_placement::split_parent(dir);
+            // Answers on their way about the directory's entry hold the old times.
+            self.bump(up);
+            if let Some(parts) = g.dirs.get_mut(up) {
+                for p in parts {
+                    if let Some(Entry {
+                        cached: Cached::Found { inode, .. },
+                        ..
+                    }) = p.names.get_mut(name)
+                    {
+                        inode.mtime_ns = at;
+                        inode.ctime_ns = at;
+                    }
+                }
+            }
+        }
         self.bump(dir);
         Some(r)
     }

@@ -22,9 +22,9 @@ use crate::behind::{BehindSpawner, BehindTask, Op, RESERVE};
 use crate::client::{Client, Route};
 use crate::file::FileHandle;
 
-/// A batch the servers cannot take is tried again after this, up to `GIVE_UP_AFTER`.
+/// A batch the servers cannot take now (unreachable, busy, moving) is tried again after
+/// this, for as long as it takes.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
-const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
 
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -57,6 +57,11 @@ impl Client {
         self.leases.journal.take_error(ino)
     }
 
+    /// Any error kept for a change answered behind, taken (a `syncfs` reports one).
+    pub fn take_any_behind_error(&self) -> Option<FsError> {
+        self.leases.journal.take_any_error()
+    }
+
     #[must_use]
     pub fn has_behind_error(&self, ino: InodeId) -> bool {
         self.leases.journal.has_error(ino)
@@ -64,7 +69,7 @@ impl Client {
 
     /// Sends every journal and waits for the answers.
     pub async fn drain_behind(&self) {
-        self.leases.journal.drain(&|_| true, None).await;
+        self.leases.journal.drain(&|_, _| true, None).await;
     }
 
     /// Runs `f` on `path`'s directory part if it is held exclusively and write-behind is
@@ -92,8 +97,18 @@ impl Client {
         let caller = self.task_caller();
         let (result, started) = self.leases.behind(dir, partition, &caller, |mut held| {
             let (result, op) = f(&mut held, name)?;
+            // A create or an unlink moves the directory's times.
+            let touched = op
+                .as_ref()
+                .filter(|op| {
+                    matches!(
+                        op.request,
+                        ClientRequest::Create { .. } | ClientRequest::Unlink { .. }
+                    )
+                })
+                .map(|_| now_ns());
             let started = op.map(|op| journal.push(&key, op));
-            Some((result, started))
+            Some(((result, started), touched))
         })?;
         if let Some(s) = started {
             journal.start(s);
@@ -157,6 +172,7 @@ impl Client {
                 rdev: 0,
             };
             held.set(name, Some(inode.clone()));
+            tracing::trace!(path, ino = ino.0, "create answered behind");
             let op = Op {
                 caller: caller.clone(),
                 path: path.to_string(),
@@ -351,8 +367,8 @@ impl Client {
     }
 
     /// One batch of `key`'s journal; an answer per change (`Ok` once applied). A batch
-    /// the servers cannot take is sent again (its changes are applied once whatever
-    /// happens: each has its `OnceId`) until `GIVE_UP_AFTER`.
+    /// the servers cannot take now is sent again until they do (its changes are applied
+    /// once whatever happens: each has its `OnceId`).
     async fn send_batch(&self, key: &LeaseKey, ops: &[Op]) -> Vec<Result<(), FsError>> {
         let mut waiting = Vec::with_capacity(ops.len());
         let mut reqs = Vec::with_capacity(ops.len());
@@ -365,7 +381,7 @@ impl Client {
                 visible: true,
             });
         }
-        let started = tokio::time::Instant::now();
+        let mut started = tokio::time::Instant::now();
         loop {
             let r = self
                 .route(
@@ -391,11 +407,15 @@ impl Client {
                     let e = crate::client::unexpected(&other);
                     return ops.iter().map(|_| Err(e.clone())).collect();
                 }
-                Err(e)
-                    if started.elapsed() < GIVE_UP_AFTER
-                        && (e.is_transient() || e.is_routing()) =>
-                {
-                    tracing::debug!(partition = %key.partition, "a batch of changes behind not taken, again shortly: {e}");
+                // Answered changes are never given up for a server that may come back
+                // (or be replaced by a failover): a stopped server resumes, a dead one's
+                // partition gets a new primary, and the batch goes there (each change
+                // once). Meanwhile whoever waits for the journal is told it timed out.
+                Err(e) if e.is_transient() || e.is_routing() => {
+                    if started.elapsed() > self.config.request_timeout {
+                        tracing::warn!(partition = %key.partition, "changes answered behind still not taken by their server, trying on: {e}");
+                        started = tokio::time::Instant::now();
+                    }
                     tokio::time::sleep(RETRY_EVERY).await;
                 }
                 Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),

@@ -650,6 +650,7 @@ impl Inner {
                 .path(InodeId(p))
                 .and_then(|dir| self.client.take_parent_attrs(&dir))
                 .filter(|i| i.ino == InodeId(p));
+            tracing::trace!(target: "myriad_fuse::io", parent = p, told = fresh.is_some(), "entries changed");
             match fresh {
                 Some(i) => self.inodes.observe_own(&i),
                 None => self.inodes.expire(InodeId(p)),

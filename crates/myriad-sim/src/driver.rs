@@ -60,6 +60,11 @@ pub struct SimConfig {
     /// leases"), each read done twice (the second mostly answered from the lease). Off by
     /// default: `--leases`, and the CI set `seeds_with_leases_keep_every_invariant`.
     pub leases: bool,
+    /// The leased clients whose changes are answered once applied also write behind
+    /// (docs/fuse.md "Write-behind"): they list directories asking exclusive leases and
+    /// their creates, writes and unlinks there are answered at once and sent in batches.
+    /// Implies `leases`. Off by default: `--behind`, and the CI set with write-behind.
+    pub behind: bool,
     /// Every client also takes, renews and gives back write locks on three shared inodes
     /// (docs/fuse.md "File locks between mounts"); two holding one at once is a
     /// violation. Off by default: `--locks`, and the CI set with locks.
@@ -81,6 +86,7 @@ impl SimConfig {
             broken_disk: false,
             moves: false,
             leases: false,
+            behind: false,
             locks: false,
         }
     }
@@ -89,7 +95,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -98,6 +104,7 @@ impl SimConfig {
             if self.faults { "" } else { " --no-faults" },
             if self.moves { " --moves" } else { "" },
             if self.leases { " --leases" } else { "" },
+            if self.behind { " --behind" } else { "" },
             if self.locks { " --locks" } else { "" }
         )
     }
@@ -716,11 +723,22 @@ impl Sim {
             let visible = id % 2 == 1;
             // And two clients of three read through directory leases (docs/fuse.md
             // "Directory leases"): a read answered from a lease must be as fresh as any.
-            let leases = self.cfg.leases && id % 3 != 2;
+            let leases = (self.cfg.leases || self.cfg.behind) && id % 3 != 2;
+            let behind = self.cfg.behind && leases && visible;
+            let client = self.client_with(visible, leases)?;
+            if behind {
+                let weak = Arc::downgrade(&client);
+                client.set_behind_spawner(Arc::new(move |task| {
+                    if let Some(c) = weak.upgrade() {
+                        tokio::spawn(async move { c.run_behind(task).await });
+                    }
+                }));
+            }
             let run = ClientRun {
                 id,
                 clients: self.cfg.clients,
-                client: self.client_with(visible, leases)?,
+                client,
+                behind,
                 rng: self.rng.clone(),
                 history: self.history.clone(),
                 trace: self.trace.clone(),

@@ -48,6 +48,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             "--no-faults" => cfg.faults = false,
             "--moves" => cfg.moves = true,
             "--leases" => cfg.leases = true,
+            "--behind" => cfg.behind = true,
             "--locks" => cfg.locks = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),

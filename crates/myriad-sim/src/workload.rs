@@ -83,6 +83,9 @@ pub struct ClientRun {
     /// The client reads through directory leases: every read and directory stat is
     /// done twice, so that the second is usually answered from the lease.
     pub leases: bool,
+    /// The client writes behind (`SimConfig::behind`): it lists the directories it puts
+    /// files in asking exclusive leases, and creates without data, then writes.
+    pub behind: bool,
     /// Also take and give back file locks, checked here (`--locks`).
     pub locks: Option<Arc<LockCheck>>,
 }
@@ -204,7 +207,18 @@ impl ClientRun {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        match self.client.sync_changes().await {
+        let synced = match self.client.sync_changes().await {
+            // A change answered behind and refused when applied: what it covered is in
+            // doubt (the mount reports it to the file's next fsync or close).
+            Ok(()) => match self.client.take_any_behind_error() {
+                Some(e) => Err(FsError::Io(format!(
+                    "a change sent behind was refused: {e}"
+                ))),
+                None => Ok(()),
+            },
+            Err(e) => Err(e),
+        };
+        match synced {
             Ok(()) => {
                 for d in held {
                     match d {
@@ -457,7 +471,19 @@ impl ClientRun {
         self.history.begin(path, Some(token.clone()));
         let vp = two_chunks.then(|| self.history.begin(&piece(path), Some(token)));
         let result = async {
-            let h = self.client.create(path, 0o644, false, &data).await?;
+            let h = if self.behind {
+                if self.rng.with(|r| r.gen_range(0..2u32)) == 0 {
+                    // A whole listing with an exclusive lease: the changes that follow
+                    // may be answered behind.
+                    let dir = myriad_placement::parent_of(path).to_string();
+                    let _ = Client::to_write_in(self.client.readdir(&dir)).await;
+                }
+                self.client
+                    .create_with(path, 0o644, false, &[], false)
+                    .await?
+            } else {
+                self.client.create(path, 0o644, false, &data).await?
+            };
             self.client.write(&h, 0, &data).await?;
             if two_chunks {
                 self.client.write(&h, PIECE_OFFSET, &data).await?;

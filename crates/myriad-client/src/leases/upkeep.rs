@@ -128,7 +128,7 @@ impl Leases {
                     // waiting at the server must find them (docs/fuse.md "Write-behind").
                     // Past the lease period the server has stopped waiting anyway.
                     self.journal
-                        .drain(&|k| keys.contains(k), Some(RECALL_DRAIN_MAX))
+                        .drain(&|k, _| keys.contains(k), Some(RECALL_DRAIN_MAX))
                         .await;
                     released = keys;
                 }
