@@ -465,6 +465,10 @@ impl ClientRun {
     /// Writes the next version of `path` at offset 0 (a file that exists keeps its inode)
     /// and, if `two_chunks`, again past its first chunk.
     async fn put(&self, path: &str, two_chunks: bool) {
+        // Written behind, a new file is made empty and then written (as through a mount:
+        // open(O_CREAT), write); the two may reach the servers in two batches, and a
+        // reader between them sees the empty file.
+        let empty = self.behind.then(|| self.history.begin(path, Some(String::new())));
         let v = self.history.next_version(path);
         let data = contents(path, v);
         let token = token_of(&data);
@@ -493,6 +497,9 @@ impl ClientRun {
         .await;
         match result {
             Ok(()) => {
+                if let Some(ve) = empty {
+                    self.ack(path, ve);
+                }
                 self.ack(path, v);
                 if let Some(vp) = vp {
                     self.ack(&piece(path), vp);
