@@ -7,7 +7,7 @@
 //! batch in flight at a time, each change exactly once (its `OnceId`); a part with changes
 //! queued or in flight always has a sender running (`Task::Send`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -75,14 +75,14 @@ pub(crate) struct PartJournal {
 
 #[derive(Default)]
 struct Inner {
-    parts: HashMap<LeaseKey, PartJournal>,
+    parts: BTreeMap<LeaseKey, PartJournal>,
     /// Errors of changes answered before a server refused them, by file.
-    errors: HashMap<InodeId, FsError>,
+    errors: BTreeMap<InodeId, FsError>,
     /// Such errors of changes about no file that is still there (an unlink).
     loose: Option<FsError>,
     /// Reserved inode numbers per partition: [next, end) ranges, oldest first.
-    ids: HashMap<PartitionId, VecDeque<(u64, u64)>>,
-    reserving: std::collections::HashSet<PartitionId>,
+    ids: BTreeMap<PartitionId, VecDeque<(u64, u64)>>,
+    reserving: std::collections::BTreeSet<PartitionId>,
 }
 
 #[derive(Default)]

@@ -8,7 +8,7 @@
 //! directory while it was on its way (a generation per directory, striped), so an answer
 //! that crossed a recall or one of this client's changes on the wire is never kept.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -88,12 +88,12 @@ struct Part {
     /// Last answered from or added to: an idle lease is let go, not renewed.
     used: Instant,
     addr: String,
-    names: HashMap<String, Entry>,
+    names: BTreeMap<String, Entry>,
     /// Set when `names` is every name of this part (a whole listing came with the lease),
     /// for the caller who listed it: a name not in `names` nor in `changing` is missing.
     complete: Option<Caller>,
     /// Names this client is changing, whose state it does not know until answered.
-    changing: HashSet<String>,
+    changing: BTreeSet<String>,
     /// An exclusive lease: the directory's attributes as its grant found them (this
     /// client may answer its own changes here and send them behind: `Leases::behind`).
     exclusive: Option<Inode>,
@@ -101,10 +101,10 @@ struct Part {
 
 #[derive(Default)]
 struct Inner {
-    dirs: HashMap<String, Vec<Part>>,
+    dirs: BTreeMap<String, Vec<Part>>,
     /// Servers whose poll and renewals run, by the run's number (a run ends when it finds
     /// another number: at most one run per server).
-    polling: HashMap<String, u64>,
+    polling: BTreeMap<String, u64>,
     runs: u64,
 }
 
@@ -377,9 +377,9 @@ impl Leases {
                     period,
                     used: now,
                     addr: addr.clone(),
-                    names: HashMap::new(),
+                    names: BTreeMap::new(),
                     complete: None,
-                    changing: HashSet::new(),
+                    changing: BTreeSet::new(),
                     exclusive: None,
                 });
                 parts.last_mut()?
@@ -439,7 +439,7 @@ impl Leases {
                 let mut names = Vec::new();
                 parts.retain_mut(|p| {
                     if p.partition == k.partition {
-                        names.extend(p.names.drain().map(|(n, _)| n));
+                        names.extend(std::mem::take(&mut p.names).into_keys());
                         false
                     } else {
                         true

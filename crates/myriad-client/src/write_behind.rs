@@ -154,23 +154,7 @@ impl Client {
                 None => {}
             }
             let (gid, mode) = new_owner_group(Some(&dir), &caller, FileKind::File, mode);
-            let now = now_ns();
-            let inode = Inode {
-                ino,
-                kind: FileKind::File,
-                mode,
-                uid: caller.uid,
-                gid,
-                size: 0,
-                nlink: 1,
-                atime_ns: now,
-                mtime_ns: now,
-                ctime_ns: now,
-                symlink_target: None,
-                xattrs: Vec::new(),
-                link_home: None,
-                rdev: 0,
-            };
+            let inode = Inode::new(ino, FileKind::File, mode, (caller.uid, gid), now_ns());
             held.set(name, Some(inode.clone()));
             tracing::trace!(path, ino = ino.0, "create answered behind");
             let op = Op {

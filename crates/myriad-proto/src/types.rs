@@ -71,6 +71,29 @@ pub struct Inode {
     pub rdev: u64,
 }
 
+impl Inode {
+    /// A new inode of `kind` made at `now`: empty, one link, all three times `now`.
+    #[must_use]
+    pub fn new(ino: InodeId, kind: FileKind, mode: u32, (uid, gid): (u32, u32), now: i64) -> Inode {
+        Inode {
+            ino,
+            kind,
+            mode,
+            uid,
+            gid,
+            size: 0,
+            nlink: 1,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            symlink_target: None,
+            xattrs: Vec::new(),
+            link_home: None,
+            rdev: 0,
+        }
+    }
+}
+
 /// Who is asking. Trusted as sent for now (authentication is a separate issue).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Caller {

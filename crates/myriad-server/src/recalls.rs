@@ -6,7 +6,7 @@
 //! recalls (a holder without a poll is waited out: its leases expire), which bounds what
 //! this keeps.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ const QUEUED_MAX: usize = 4096;
 
 #[derive(Default)]
 pub(crate) struct Recalls {
-    holders: Mutex<HashMap<u64, Holder>>,
+    holders: Mutex<BTreeMap<u64, Holder>>,
 }
 
 struct Holder {

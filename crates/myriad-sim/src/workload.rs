@@ -468,7 +468,9 @@ impl ClientRun {
         // Written behind, a new file is made empty and then written (as through a mount:
         // open(O_CREAT), write); the two may reach the servers in two batches, and a
         // reader between them sees the empty file.
-        let empty = self.behind.then(|| self.history.begin(path, Some(String::new())));
+        let empty = self
+            .behind
+            .then(|| self.history.begin(path, Some(String::new())));
         let v = self.history.next_version(path);
         let data = contents(path, v);
         let token = token_of(&data);

@@ -11,8 +11,8 @@ use myriad_client::FsError;
 
 use crate::harness::TestCluster;
 
-pub(crate) const DISK_MIB: u64 = 256;
-pub(crate) const NODES: u32 = 3;
+const DISK_MIB: u64 = 256;
+const NODES: u32 = 3;
 
 /// Unmounts the tmpfs file systems when the test ends (after the cluster stopped).
 pub(crate) struct Disks(pub(crate) Vec<PathBuf>);
@@ -58,12 +58,9 @@ pub(crate) fn fill(dir: &Path, name: &str, leave: u64) {
     }
 }
 
-fn data(i: usize) -> Vec<u8> {
-    format!("file {i} ").repeat(6000).into_bytes()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_data_disk_gives_enospc_keeps_reads_and_recovers() {
+/// A cluster of `NODES` servers, each on a `DISK_MIB` tmpfs of its own (reserve 16 MiB).
+/// Needs root. The disks go when the returned `Disks` is dropped (after the cluster).
+pub(crate) fn cluster_on_small_disks() -> (TestCluster, Disks) {
     let mut disks = Disks(Vec::new());
     let tc = TestCluster::start_prepared(
         NODES as usize,
@@ -86,6 +83,16 @@ async fn a_full_data_disk_gives_enospc_keeps_reads_and_recovers() {
             }
         },
     );
+    (tc, disks)
+}
+
+fn data(i: usize) -> Vec<u8> {
+    format!("file {i} ").repeat(6000).into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_data_disk_gives_enospc_keeps_reads_and_recovers() {
+    let (tc, disks) = cluster_on_small_disks();
     let c = tc.client_with(tc.map.clone(), Duration::from_secs(10));
     c.mkdir("/d", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
     for i in 0..20 {

@@ -136,25 +136,8 @@ fn changes_fsynced_behind_survive_a_kill9_of_their_primary() {
 /// file, not dropped; the file is not there.
 #[test]
 fn a_change_refused_when_applied_is_returned_by_the_next_fsync() {
-    use crate::full_disk::{DISK_MIB, Disks, NODES, fill, statvfs};
-    use std::process::Command;
-    let mut disks = Disks(Vec::new());
-    let tc = TestCluster::start_prepared(
-        NODES as usize,
-        &["--replicas", "3", "--disk-reserve-mib", "16"],
-        |dir| {
-            for n in 1..=NODES {
-                let d = dir.join(format!("node-{n}"));
-                io(std::fs::create_dir_all(&d));
-                let out = io(Command::new("mount")
-                    .args(["-t", "tmpfs", "-o", &format!("size={DISK_MIB}m"), "tmpfs"])
-                    .arg(&d)
-                    .output());
-                assert!(out.status.success(), "needs root to mount a tmpfs");
-                disks.0.push(d);
-            }
-        },
-    );
+    use crate::full_disk::{cluster_on_small_disks, fill, statvfs};
+    let (tc, disks) = cluster_on_small_disks();
     let a = Mount::new(&tc, &[]);
     io(std::fs::create_dir(a.path("d")));
     io(std::fs::write(a.path("d/before"), b"fits"));

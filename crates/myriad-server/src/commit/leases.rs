@@ -14,7 +14,7 @@
 //! answers its own changes of D locally: what it answered reaches the servers (its journal
 //! is sent) before it gives the lease back.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,13 +49,13 @@ tokio::task_local! {
 /// batch exempts none.
 #[derive(Clone, Debug, Default)]
 pub struct Exempt {
-    dirs: HashMap<String, u64>,
+    dirs: BTreeMap<String, u64>,
 }
 
 impl Exempt {
     #[must_use]
     pub fn of(touches: impl IntoIterator<Item = (String, Option<u64>)>) -> Exempt {
-        let mut dirs: HashMap<String, Option<u64>> = HashMap::new();
+        let mut dirs: BTreeMap<String, Option<u64>> = BTreeMap::new();
         for (dir, client) in touches {
             dirs.entry(dir)
                 .and_modify(|c| {
@@ -103,7 +103,7 @@ pub struct LeaseTable {
 
 #[derive(Default)]
 struct Inner {
-    dirs: HashMap<String, DirLeases>,
+    dirs: BTreeMap<String, DirLeases>,
     /// Exclusive leases granted and not yet seen given back or expired: while none is,
     /// reads pass the read gate without looking.
     exclusive: usize,
@@ -115,7 +115,7 @@ struct Inner {
 #[derive(Default)]
 struct DirLeases {
     /// Holder -> when its lease ends.
-    holders: HashMap<u64, Instant>,
+    holders: BTreeMap<u64, Instant>,
     /// The holder whose lease is exclusive, if one is (it is then the only holder), and
     /// the directory's attributes its grant found (`set_attrs`), told with every grant
     /// to it.
@@ -124,7 +124,7 @@ struct DirLeases {
     /// Mutations of this directory past the gate and not yet applied, by the client whose
     /// change each is (`None`: unknown). Only that client's lease may be granted or
     /// renewed meanwhile: its own change does not recall it.
-    pending: HashMap<Option<u64>, usize>,
+    pending: BTreeMap<Option<u64>, usize>,
     last_recall: Option<Instant>,
 }
 

@@ -132,7 +132,7 @@ impl Partition {
                     .await
             }
             (None, Request::Client(ClientRequest::Batch(ops))) => {
-                self.serve_batch(epoch, caller, ops).await
+                self.batched(self.serve_batch(epoch, caller, ops)).await
             }
             (None, body) => {
                 // A read by a client that did not say who it is: it gives way to any

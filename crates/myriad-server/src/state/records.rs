@@ -41,22 +41,7 @@ pub(crate) fn new_inode(
     gid: u32,
     now: i64,
 ) -> Inode {
-    Inode {
-        ino,
-        kind,
-        mode,
-        uid,
-        gid,
-        size: 0,
-        nlink: 1,
-        atime_ns: now,
-        mtime_ns: now,
-        ctime_ns: now,
-        symlink_target: None,
-        xattrs: Vec::new(),
-        link_home: None,
-        rdev: 0,
-    }
+    Inode::new(ino, kind, mode, (uid, gid), now)
 }
 
 /// 1 for a directory, 0 for anything else or nothing: a directory's entries count toward
