@@ -83,6 +83,8 @@ struct Inner {
     /// Reserved inode numbers per partition: [next, end) ranges, oldest first.
     ids: BTreeMap<PartitionId, VecDeque<(u64, u64)>>,
     reserving: std::collections::BTreeSet<PartitionId>,
+    /// Directories claimed lately (`Client::claim_for_change`), and when.
+    claimed: BTreeMap<String, tokio::time::Instant>,
 }
 
 #[derive(Default)]
@@ -104,6 +106,9 @@ impl Drop for Draining<'_> {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// A directory is claimed (`Client::claim_for_change`) at most this often.
+const CLAIM_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a sender waits for changes to gather before it takes a batch.
 const LINGER: Duration = Duration::from_millis(2);
@@ -278,6 +283,24 @@ impl Journal {
         (id, Started(started))
     }
 
+    /// Whether `dir` may be claimed now (`Client::claim_for_change`): not within
+    /// `CLAIM_EVERY` of the last claim.
+    pub(crate) fn claim(&self, dir: &str) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut g = self.lock();
+        if g.claimed.len() > 4096 {
+            g.claimed
+                .retain(|_, at| now.duration_since(*at) < CLAIM_EVERY);
+        }
+        match g.claimed.get(dir) {
+            Some(at) if now.duration_since(*at) < CLAIM_EVERY => false,
+            _ => {
+                g.claimed.insert(dir.to_string(), now);
+                true
+            }
+        }
+    }
+
     /// Numbers reserved for this client in `partition` (`None`: the reservation failed).
     pub(crate) fn reserved(&self, partition: PartitionId, range: Option<(u64, u32)>) {
         let mut g = self.lock();
@@ -428,10 +451,11 @@ impl Journal {
         }
     }
 
-    /// Returns once the journals `which` selects are sent and answered, or `wait` passed.
-    pub(crate) async fn drain(&self, which: Which<'_>, wait: Option<Duration>) {
+    /// Returns once the journals `which` selects are sent and answered (true), or `wait`
+    /// passed (false).
+    pub(crate) async fn drain(&self, which: Which<'_>, wait: Option<Duration>) -> bool {
         if !self.busy() {
-            return;
+            return true;
         }
         self.draining.fetch_add(1, Ordering::AcqRel);
         let _draining = Draining(&self.draining);
@@ -441,12 +465,12 @@ impl Journal {
             tokio::pin!(progressed);
             progressed.as_mut().enable();
             if !self.busy() || !self.any_pending(which) {
-                return;
+                return true;
             }
             match until {
                 Some(u) => {
                     if tokio::time::timeout_at(u, progressed).await.is_err() {
-                        return;
+                        return false;
                     }
                 }
                 None => progressed.await,

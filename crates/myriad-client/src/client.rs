@@ -337,7 +337,7 @@ impl Client {
         if self.leases.journal.busy()
             && let Request::Client(c) = &req
         {
-            self.drain_before(c, &paths, subtree).await;
+            self.drain_before(c, &paths, subtree).await?;
         }
         // This client's reads name it: they pass its own exclusive leases.
         let req = match req {
@@ -408,7 +408,12 @@ impl Client {
     /// Before a request about names of a directory part with changes answered behind:
     /// those are sent and answered first, so the servers see this client's changes in
     /// the order it made them (docs/fuse.md "Write-behind").
-    async fn drain_before(&self, c: &ClientRequest, paths: &[String], subtree: bool) {
+    async fn drain_before(
+        &self,
+        c: &ClientRequest,
+        paths: &[String],
+        subtree: bool,
+    ) -> Result<(), FsError> {
         let inner = match c {
             ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. } => {
                 request
@@ -447,12 +452,22 @@ impl Client {
                 || listed.is_some_and(|l| d == l || (d != "/" && split_parent(d).0 == l))
                 || named.is_some_and(|n| d == n || part.touches(n))
         };
-        // As long as a request may wait: past it this request meets the same server
-        // (the journal is retried meanwhile).
-        self.leases
+        // As long as a request may wait. Past it the request fails: sent anyway, a change
+        // would overtake the journal's (an unlink retried later would remove a newer
+        // file), a read would miss what this client was told is done. The journal is
+        // retried meanwhile.
+        if self
+            .leases
             .journal
             .drain(&which, Some(self.config.request_timeout))
-            .await;
+            .await
+        {
+            Ok(())
+        } else {
+            Err(FsError::TimedOut(
+                "this mount's earlier changes there are not yet taken by their server".into(),
+            ))
+        }
     }
 
     /// A change answered once applied by incarnation `incarnation` of partition `pid`'s
@@ -481,10 +496,10 @@ impl Client {
     /// errors (unreachable servers) leave the changes to the next call.
     pub async fn sync_changes(&self) -> Result<(), FsError> {
         let journal = &self.leases.journal;
-        journal
+        let sent = journal
             .drain(&|_, _| true, Some(self.config.request_timeout))
             .await;
-        if journal.busy() {
+        if !sent || journal.busy() {
             // Their servers do not take them (they are retried meanwhile).
             return Err(FsError::TimedOut(
                 "changes answered behind are not yet taken by their servers".into(),
@@ -1036,6 +1051,14 @@ impl Client {
         }
     }
 
+    /// Gives every directory lease back (a mount going away: others need not wait for
+    /// them to expire).
+    pub async fn release_leases(&self) {
+        self.leases
+            .release_all(&self.transport, &self.config.caller)
+            .await;
+    }
+
     /// The caller this task acts for (`as_caller`), else the client's own.
     pub(crate) fn task_caller(&self) -> Caller {
         CALLER
@@ -1154,6 +1177,11 @@ impl Client {
 
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
         if let Some(r) = self.unlink_behind(path) {
+            return r;
+        }
+        if self.claim_for_change(path).await
+            && let Some(r) = self.unlink_behind(path)
+        {
             return r;
         }
         self.entry_op(

@@ -50,11 +50,15 @@ impl Client {
         durable: bool,
     ) -> Result<FileHandle, FsError> {
         validate_path(path)?;
-        if !durable
-            && data.is_empty()
-            && let Some(r) = self.create_behind(path, mode, exclusive)
-        {
-            return r;
+        if !durable && data.is_empty() {
+            if let Some(r) = self.create_behind(path, mode, exclusive) {
+                return r;
+            }
+            if self.claim_for_change(path).await
+                && let Some(r) = self.create_behind(path, mode, exclusive)
+            {
+                return r;
+            }
         }
         let first = data.len().min(
             usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX),

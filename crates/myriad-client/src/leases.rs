@@ -144,6 +144,27 @@ impl Part {
     }
 }
 
+/// A directory's times as kept already, when newer than an answer's (the answer left
+/// before a change this client answered behind moved them: `Leases::behind`).
+fn keep_newer_times(kept: Option<&Entry>, new: &mut Entry) {
+    if let (
+        Some(Entry {
+            cached: Cached::Found { inode: old, .. },
+            ..
+        }),
+        Entry {
+            cached: Cached::Found { inode, .. },
+            ..
+        },
+    ) = (kept, new)
+        && old.ino == inode.ino
+        && inode.kind == FileKind::Directory
+    {
+        inode.mtime_ns = inode.mtime_ns.max(old.mtime_ns);
+        inode.ctime_ns = inode.ctime_ns.max(old.ctime_ns);
+    }
+}
+
 fn stripe(dir: &str) -> usize {
     (myriad_proto::name_hash(dir) % STRIPES as u64) as usize
 }
@@ -391,12 +412,13 @@ impl Leases {
             part.exclusive.clone_from(&grant.exclusive);
         }
         let mut whole = complete.is_some();
-        for (name, cached) in answers {
+        for (name, mut cached) in answers {
             if !cached.keepable() {
                 whole = false;
                 continue;
             }
             part.changing.remove(&name);
+            keep_newer_times(part.names.get(&name), &mut cached);
             part.names.insert(name, cached);
         }
         if whole {
@@ -544,8 +566,8 @@ impl Leases {
             && dir != "/"
         {
             let (up, name) = myriad_placement::split_parent(dir);
-            // Answers on their way about the directory's entry hold the old times.
-            self.bump(up);
+            // (Answers on their way about the directory's entry may hold the old times:
+            // `put_many` never takes a directory's times back.)
             if let Some(parts) = g.dirs.get_mut(up) {
                 for p in parts {
                     if let Some(Entry {
@@ -561,6 +583,25 @@ impl Leases {
         }
         self.bump(dir);
         Some(r)
+    }
+
+    /// Whether changes of `caller` in `dir`'s part in `partition` are answered behind now
+    /// (`behind` would lend the part).
+    pub(crate) fn answers_behind(
+        &self,
+        dir: &str,
+        partition: PartitionId,
+        caller: &Caller,
+    ) -> bool {
+        let now = Instant::now();
+        self.lock().dirs.get(dir).is_some_and(|parts| {
+            parts.iter().any(|p| {
+                p.partition == partition
+                    && p.exclusive.is_some()
+                    && p.complete.as_ref() == Some(caller)
+                    && p.until > now + BEHIND_MARGIN
+            })
+        })
     }
 
     /// Whether this client holds `dir`'s part in `partition` exclusively now.

@@ -67,11 +67,6 @@ impl Client {
         self.leases.journal.has_error(ino)
     }
 
-    /// Sends every journal and waits for the answers.
-    pub async fn drain_behind(&self) {
-        self.leases.journal.drain(&|_, _| true, None).await;
-    }
-
     /// Runs `f` on `path`'s directory part if it is held exclusively and write-behind is
     /// on; `f` answers the change (or refuses it as the servers would), and gives the
     /// change to journal. The change's sender is started.
@@ -180,6 +175,32 @@ impl Client {
                 opened: true,
             })
         })
+    }
+
+    /// Before a create or unlink that could not be answered behind for want of an
+    /// exclusive lease listed by this caller on its directory (one made by someone else,
+    /// by another user, or by an earlier mount): asks for one, listing the directory (at
+    /// most every few seconds per directory), so that this change and those that follow
+    /// are answered behind. Returns whether it was asked.
+    pub(crate) async fn claim_for_change(&self, path: &str) -> bool {
+        let journal = &self.leases.journal;
+        if !journal.enabled() || path == "/" {
+            return false;
+        }
+        let dir = split_parent(path).0;
+        let caller = self.task_caller();
+        if self
+            .leases
+            .answers_behind(dir, self.entry_partition(path), &caller)
+            || !journal.claim(dir)
+        {
+            return false;
+        }
+        let list = self.readdir_page(dir, None, crate::client::READDIR_PAGE);
+        if let Err(e) = Client::to_write_in(list).await {
+            tracing::debug!(dir, "directory not claimed: {e}");
+        }
+        true
     }
 
     /// A write into chunk 0 of a file the lease covers (one link), answered behind.

@@ -105,8 +105,9 @@ impl Filesystem for MyriadFs {
         if let Err(e) = self.rt.block_on(self.inner.sync_changes()) {
             tracing::error!("at unmount, some changes could not be confirmed durable: {e}");
         }
-        // Others need not wait for this mount's locks to expire.
+        // Others need not wait for this mount's locks and leases to expire.
         self.rt.block_on(self.inner.client.release_all_locks());
+        self.rt.block_on(self.inner.client.release_leases());
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {

@@ -5,6 +5,7 @@
 //! kernel keep names for as long as their lease lasts, and the hook's invalidations need
 //! that moment to reach the kernel before the servers stop counting on the lease.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,7 +128,8 @@ impl Leases {
                     // Changes answered behind under them go first: the reader or changer
                     // waiting at the server must find them (docs/fuse.md "Write-behind").
                     // Past the lease period the server has stopped waiting anyway.
-                    self.journal
+                    let _sent = self
+                        .journal
                         .drain(&|k, _| keys.contains(k), Some(RECALL_DRAIN_MAX))
                         .await;
                     released = keys;
@@ -139,6 +141,37 @@ impl Leases {
                     tokio::time::sleep(POLL_RETRY).await;
                 }
             }
+        }
+    }
+
+    /// Gives every lease back (a mount going away): dropped here, told to the hook, and
+    /// released at each server at once, so that nobody else's read or change waits for
+    /// them to expire.
+    pub(crate) async fn release_all(&self, transport: &Arc<dyn Transport>, caller: &Caller) {
+        let by_addr: BTreeMap<String, Vec<LeaseKey>> = {
+            let g = self.lock();
+            let mut m: BTreeMap<String, Vec<LeaseKey>> = BTreeMap::new();
+            for (dir, parts) in &g.dirs {
+                for p in parts {
+                    m.entry(p.addr.clone()).or_default().push(LeaseKey {
+                        partition: p.partition,
+                        dir: dir.clone(),
+                    });
+                }
+            }
+            m
+        };
+        for (addr, keys) in by_addr {
+            // Not told to the hook: the mount is going, and the kernel's copies with it.
+            self.drop_keys(&keys);
+            let req = Request::Server(ServerRequest::LeasePoll {
+                holder: self.holder,
+                released: keys,
+                wait_ms: 0,
+            });
+            let _ = transport
+                .call_with_timeout(&addr, 0, Endpoints::SERVER, caller, &req, RENEW_EVERY)
+                .await;
         }
     }
 

@@ -30,6 +30,9 @@ use myriad_proto::PeerRequest;
 tokio::task_local! {
     /// Inside `Partition::batched`: the directories whose touch waits for the batch's end.
     static BATCH_TOUCHES: std::sync::Mutex<std::collections::BTreeSet<String>>;
+    /// The client a touch reports the change of, when it is not the task's own change
+    /// (`once::task_client`): a batch's touches, sent after its changes.
+    static TOUCH_FOR: Option<u64>;
 }
 
 impl Partition {
@@ -39,7 +42,11 @@ impl Partition {
     /// is a write-behind journal's, under an exclusive lease: docs/fuse.md
     /// "Write-behind"); a crash before the touch leaves the times behind, as any crash
     /// between a change and its touch does.
-    pub(crate) async fn batched<F: std::future::Future>(self: &Arc<Self>, fut: F) -> F::Output {
+    pub(crate) async fn batched<F: std::future::Future>(
+        self: &Arc<Self>,
+        client: Option<u64>,
+        fut: F,
+    ) -> F::Output {
         let (out, dirs) = BATCH_TOUCHES
             .scope(
                 std::sync::Mutex::new(std::collections::BTreeSet::new()),
@@ -52,9 +59,14 @@ impl Partition {
                 },
             )
             .await;
-        for dir in dirs {
-            self.touch_dir(&dir).await;
-        }
+        // Reported as that client's change: its own lease on the parent stays.
+        TOUCH_FOR
+            .scope(client, async {
+                for dir in dirs {
+                    self.touch_dir(&dir).await;
+                }
+            })
+            .await;
         out
     }
 
@@ -152,7 +164,11 @@ impl Partition {
             ino: rec.ino,
             now_ns: now,
             nlink: Some(nlink),
-            client: crate::commit::once::task_client(),
+            client: TOUCH_FOR
+                .try_with(|c| *c)
+                .ok()
+                .flatten()
+                .or_else(crate::commit::once::task_client),
         };
         self.not_deposed()?;
         let target = self.entry_node(dir);

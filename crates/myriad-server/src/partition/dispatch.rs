@@ -127,12 +127,19 @@ impl Partition {
                     && let Some(t) = self.leases()
                 {
                     t.before_read(dir, Some(holder)).await;
+                    // The wait may have outlasted this server's turn (a move, a failover).
+                    self.not_deposed()?;
                 }
                 self.dispatch_request(None, epoch, caller, Request::Client(*request))
                     .await
             }
             (None, Request::Client(ClientRequest::Batch(ops))) => {
-                self.batched(self.serve_batch(epoch, caller, ops)).await
+                let client = ops.iter().find_map(|op| match op {
+                    ClientRequest::Once { id, .. } => Some(id.client),
+                    _ => None,
+                });
+                self.batched(client, self.serve_batch(epoch, caller, ops))
+                    .await
             }
             (None, body) => {
                 // A read by a client that did not say who it is: it gives way to any
@@ -142,6 +149,7 @@ impl Partition {
                     && let Some(t) = self.leases()
                 {
                     t.before_read(dir, None).await;
+                    self.not_deposed()?;
                 }
                 self.dispatch_request(None, epoch, caller, body).await
             }
@@ -176,6 +184,7 @@ impl Partition {
         let table = self.leases();
         if let (Some(d), Some(t)) = (&dir, &table) {
             t.before_read(d, Some(holder)).await;
+            self.not_deposed()?;
         }
         let lease = dir
             .as_deref()
@@ -183,9 +192,10 @@ impl Partition {
         // An exclusive lease is for writing: the holder must be allowed to create names
         // there, and learns the directory's attributes (docs/fuse.md "Write-behind").
         let mut dir_attrs = lease.as_ref().and_then(|g| g.attrs.clone());
+        // Asked again: checked again (the caller may be another, the directory's own
+        // entry may have changed since: its mode and owner live on its parent's partition).
         if let (true, Some(g), Some(d), Some(t)) = (exclusive, &lease, &dir, &table)
             && g.exclusive
-            && dir_attrs.is_none()
         {
             let probe = if d == "/" {
                 "/x".to_string()
