@@ -118,10 +118,7 @@ impl Partition {
                     request,
                     exclusive,
                 }),
-            ) => {
-                self.serve_leased(epoch, caller, (holder, exclusive), *request)
-                    .await
-            }
+            ) => Box::pin(self.serve_leased(epoch, caller, (holder, exclusive), *request)).await,
             (None, Request::Client(ClientRequest::ReadAs { holder, request })) => {
                 if let Some(dir) = request.read_dir()
                     && let Some(t) = self.leases()
@@ -138,8 +135,9 @@ impl Partition {
                     ClientRequest::Once { id, .. } => Some(id.client),
                     _ => None,
                 });
-                self.batched(client, self.serve_batch(epoch, caller, ops))
-                    .await
+                // Boxed: a batch's future holds a change's, and every request's future
+                // would otherwise be as large as both (debug builds overflowed the stack).
+                Box::pin(self.batched(client, self.serve_batch(epoch, caller, ops))).await
             }
             (None, body) => {
                 // A read by a client that did not say who it is: it gives way to any
@@ -258,10 +256,7 @@ impl Partition {
                     id,
                     request,
                     visible,
-                } => {
-                    self.serve_once(epoch, caller.clone(), id, *request, visible)
-                        .await
-                }
+                } => Box::pin(self.serve_once(epoch, caller.clone(), id, *request, visible)).await,
                 other => Err(FsError::InvalidArgument(format!(
                     "a batch holds changes sent once, not {}",
                     other.op_name()
