@@ -48,6 +48,32 @@ impl MyriadFs {
         self.rt
             .spawn(Client::as_caller(caller.clone(), f(inner, caller)));
     }
+
+    /// `spawn` for a change the mount may answer itself (a create, write, setattr or
+    /// unlink answered behind, a close with nothing to send): first polled here, on the
+    /// FUSE thread, so that such an answer costs no task switch (two thread wake-ups a
+    /// request, the cost that dominated them on two cores). One that must wait goes to
+    /// the runtime, which polls it again at once and registers there what it waits for
+    /// (the first poll's waker wakes nothing).
+    fn spawn_here<F, Fut>(&self, req: &Request, f: F)
+    where
+        F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let caller = self.caller(req);
+        let inner = self.inner.clone();
+        let mut op = Box::pin(Client::as_caller(caller.clone(), f(inner, caller)));
+        let _runtime = self.rt.enter();
+        let waker = std::task::Waker::noop();
+        if op
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(waker))
+            .is_ready()
+        {
+            return;
+        }
+        self.rt.spawn(op);
+    }
 }
 
 /// The Myriad inode a kernel inode number names: they are the same number (inodes.rs).
@@ -257,7 +283,7 @@ impl Filesystem for MyriadFs {
             && atime.is_none()
             && mtime.is_none();
         let bump_ctime = ctime.is_some() || nothing;
-        self.spawn(req, move |fs, caller| async move {
+        self.spawn_here(req, move |fs, caller| async move {
             match fs
                 .setattr(&caller, id(ino), fh.map(|f| f.0), size, set, bump_ctime)
                 .await
@@ -349,7 +375,7 @@ impl Filesystem for MyriadFs {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             let r = fs.unlink(&path).await;
             fs.entries_changed(&r, &[parent.0]);
             reply_empty(r, reply);
@@ -535,7 +561,7 @@ impl Filesystem for MyriadFs {
         let data = data.to_vec();
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, len = n, uid = req.uid(), pid = req.pid(), "write asked");
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             match fs.write(fh.0, offset, data).await {
                 Ok(()) => reply.written(n),
                 Err(e) => reply.error(errno(&e)),
@@ -557,7 +583,7 @@ impl Filesystem for MyriadFs {
         if !locks && self.inner.flush_is_noop(fh.0) {
             return reply.ok();
         }
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             if locks {
                 fs.release_locks(id(ino), lock_owner.0).await;
             }
@@ -587,7 +613,7 @@ impl Filesystem for MyriadFs {
         if self.inner.release_if_trivial(fh.0) {
             return reply.ok();
         }
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             reply_empty(fs.release(fh.0).await, reply);
         });
     }
@@ -1009,7 +1035,7 @@ impl Filesystem for MyriadFs {
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
         let append = flags & libc::O_APPEND != 0 && !self.inner.cfg.writeback_cache;
-        self.spawn(req, move |fs, caller| async move {
+        self.spawn_here(req, move |fs, caller| async move {
             let mark = fs.client.lease_mark(myriad_placement::parent_of(&path));
             let r = fs
                 .create(&caller, &path, mode, exclusive, truncate, append)
