@@ -37,16 +37,23 @@ impl MyriadFs {
         self.inner.callers.caller(req.pid(), req.uid(), req.gid())
     }
 
+    /// `f`'s operation, as the request's caller.
+    fn op<F, Fut>(&self, req: &Request, f: F) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let caller = self.caller(req);
+        Client::as_caller(caller.clone(), f(self.inner.clone(), caller))
+    }
+
     /// Runs `f` on the runtime as the request's caller.
     fn spawn<F, Fut>(&self, req: &Request, f: F)
     where
         F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let caller = self.caller(req);
-        let inner = self.inner.clone();
-        self.rt
-            .spawn(Client::as_caller(caller.clone(), f(inner, caller)));
+        self.rt.spawn(self.op(req, f));
     }
 
     /// `spawn` for a change the mount may answer itself (a create, write, setattr or
@@ -60,9 +67,7 @@ impl MyriadFs {
         F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let caller = self.caller(req);
-        let inner = self.inner.clone();
-        let mut op = Box::pin(Client::as_caller(caller.clone(), f(inner, caller)));
+        let mut op = Box::pin(self.op(req, f));
         let _runtime = self.rt.enter();
         let waker = std::task::Waker::noop();
         if op
