@@ -43,6 +43,8 @@ pub type BehindSpawner = Arc<dyn Fn(BehindTask) + Send + Sync>;
 /// A change answered behind.
 #[derive(Clone, Debug)]
 pub(crate) struct Op {
+    /// When it was answered (its servers apply it as made then: `Batch::times`).
+    pub(crate) at_ns: i64,
     pub(crate) caller: Caller,
     pub(crate) path: String,
     /// The file it is about, for its error.
@@ -327,6 +329,7 @@ impl Journal {
         {
             part.bytes += op.bytes();
             last.request = folded;
+            last.at_ns = last.at_ns.max(op.at_ns);
             return Started(Vec::new());
         }
         part.bytes += op.bytes();

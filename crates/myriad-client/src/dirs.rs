@@ -28,6 +28,9 @@ impl Client {
         limit: u32,
     ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
         validate_path(path)?;
+        if let Some(page) = self.leased_listing(path, after.as_deref(), limit) {
+            return Ok(page);
+        }
         let mut position = (after.as_deref().map_or(0, name_hash), after);
         loop {
             let page = self.list_page(path, position, None, limit).await?;
@@ -45,6 +48,45 @@ impl Client {
                 None => return Ok((page.entries, None)),
             }
         }
+    }
+
+    /// A page of `path`'s entries from what a lease covers, when it covers the whole
+    /// directory as this caller listed it (`Leases::listing`): in the servers' order
+    /// (name hash, then name), after `after`, at most `limit`, with the next cursor.
+    fn leased_listing(
+        &self,
+        path: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Option<(Vec<DirEntry>, Option<String>)> {
+        // A listing asking for an exclusive lease must reach the server.
+        if !self.config.leases || Client::wants_exclusive() {
+            return None;
+        }
+        let mut names = self.leases.listing(path, &self.task_caller())?;
+        names.sort_by_cached_key(|(n, _)| (name_hash(n), n.clone()));
+        let from = after.map_or(0, |a| {
+            let key = (name_hash(a), a);
+            names.partition_point(|(n, _)| (name_hash(n), n.as_str()) <= key)
+        });
+        let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
+        let page: Vec<DirEntry> = names[from..]
+            .iter()
+            .take(limit)
+            .map(|(name, inode)| DirEntry {
+                name: name.clone(),
+                inode: inode.clone(),
+            })
+            .collect();
+        let more = names.len() > from + page.len();
+        let next = more.then(|| page.last().map(|e| e.name.clone())).flatten();
+        tracing::trace!(
+            client = self.config.id,
+            path,
+            entries = page.len(),
+            "listed from a lease"
+        );
+        Some((page, next))
     }
 
     /// Every entry of a directory with attributes (readdirplus). A split directory is listed

@@ -316,6 +316,33 @@ impl Leases {
         Some(Cached::Missing)
     }
 
+    /// Every name of `dir` with its attributes, when a valid lease covers the whole
+    /// directory listed by `caller` (a whole listing kept, nothing of it being changed by
+    /// a request on its way): a listing answered with no request (`readdir_page`).
+    pub(crate) fn listing(&self, dir: &str, caller: &Caller) -> Option<Vec<(String, Inode)>> {
+        let now = Instant::now();
+        let mut g = self.lock();
+        let parts = g.dirs.get_mut(dir)?;
+        // A complete part is the whole (unsplit) directory: the only one.
+        let [part] = parts.as_mut_slice() else {
+            return None;
+        };
+        if part.until <= now || part.complete.as_ref() != Some(caller) || !part.changing.is_empty()
+        {
+            return None;
+        }
+        part.used = now;
+        Some(
+            part.names
+                .iter()
+                .filter_map(|(n, e)| match &e.cached {
+                    Cached::Found { inode, .. } => Some((n.clone(), inode.clone())),
+                    Cached::Missing => None,
+                })
+                .collect(),
+        )
+    }
+
     /// Whether `dir` is covered by a valid lease at all (its names' absence is known only
     /// through `get`).
     pub(crate) fn holds(&self, dir: &str) -> Option<Instant> {

@@ -74,7 +74,11 @@ impl Client {
         &self,
         path: &str,
         bytes: usize,
-        f: impl FnOnce(&mut crate::leases::Held<'_>, &str) -> Option<(Result<R, FsError>, Option<Op>)>,
+        f: impl FnOnce(
+            &mut crate::leases::Held<'_>,
+            &str,
+            i64,
+        ) -> Option<(Result<R, FsError>, Option<Op>)>,
     ) -> Option<Result<R, FsError>> {
         let journal = &self.leases.journal;
         if !journal.enabled() || path == "/" {
@@ -90,8 +94,10 @@ impl Client {
             return None;
         }
         let caller = self.task_caller();
+        // One time for the answer, the directory's times and the servers' (`Batch::times`).
+        let at = now_ns();
         let (result, started) = self.leases.behind(dir, partition, &caller, |mut held| {
-            let (result, op) = f(&mut held, name)?;
+            let (result, op) = f(&mut held, name, at)?;
             // A create or an unlink moves the directory's times.
             let touched = op
                 .as_ref()
@@ -101,8 +107,11 @@ impl Client {
                         ClientRequest::Create { .. } | ClientRequest::Unlink { .. }
                     )
                 })
-                .map(|_| now_ns());
-            let started = op.map(|op| journal.push(&key, op));
+                .map(|_| at);
+            let started = op.map(|mut op| {
+                op.at_ns = at;
+                journal.push(&key, op)
+            });
             Some(((result, started), touched))
         })?;
         if let Some(s) = started {
@@ -134,7 +143,7 @@ impl Client {
             return None;
         };
         let caller = self.task_caller();
-        let r = self.behind(path, 0, |held, name| {
+        let r = self.behind(path, 0, |held, name, at| {
             let dir = held.dir_attrs()?.clone();
             if !allowed(&dir, &caller, WRITE | EXEC) {
                 return None;
@@ -149,10 +158,11 @@ impl Client {
                 None => {}
             }
             let (gid, mode) = new_owner_group(Some(&dir), &caller, FileKind::File, mode);
-            let inode = Inode::new(ino, FileKind::File, mode, (caller.uid, gid), now_ns());
+            let inode = Inode::new(ino, FileKind::File, mode, (caller.uid, gid), at);
             held.set(name, Some(inode.clone()));
             tracing::trace!(path, ino = ino.0, "create answered behind");
             let op = Op {
+                at_ns: 0,
                 caller: caller.clone(),
                 path: path.to_string(),
                 ino: Some(ino),
@@ -215,7 +225,7 @@ impl Client {
             return None;
         }
         let caller = self.task_caller();
-        self.behind(&h.path, data.len(), |held, name| {
+        self.behind(&h.path, data.len(), |held, name, at| {
             let inode = held.lookup(name)??;
             if inode.ino != h.inode.ino || inode.kind != FileKind::File || inode.nlink != 1 {
                 return None;
@@ -227,12 +237,12 @@ impl Client {
             }
             let mut after = inode.clone();
             after.size = after.size.max(end);
-            let now = now_ns();
-            after.mtime_ns = now;
-            after.ctime_ns = now;
+            after.mtime_ns = at;
+            after.ctime_ns = at;
             after.mode &= !myriad_proto::access::setid_bits_killed(&inode, &caller);
             held.set(name, Some(after.clone()));
             let op = Op {
+                at_ns: 0,
                 caller: caller.clone(),
                 path: h.path.clone(),
                 ino: Some(inode.ino),
@@ -255,7 +265,7 @@ impl Client {
         set: &SetAttr,
     ) -> Option<Result<Inode, FsError>> {
         let caller = self.task_caller();
-        self.behind(path, 0, |held, name| {
+        self.behind(path, 0, |held, name, at| {
             let inode = held.lookup(name)??;
             if inode.kind != FileKind::File || inode.nlink != 1 {
                 return None;
@@ -265,9 +275,10 @@ impl Client {
                 Err(e) => return Some((Err(e), None)),
             };
             let mut after = inode.clone();
-            apply_setattr(&mut after, &checked, now_ns());
+            apply_setattr(&mut after, &checked, at);
             held.set(name, Some(after.clone()));
             let op = Op {
+                at_ns: 0,
                 caller: caller.clone(),
                 path: path.to_string(),
                 ino: Some(inode.ino),
@@ -283,7 +294,7 @@ impl Client {
     /// An unlink of a file the lease covers (one link), answered behind.
     pub(crate) fn unlink_behind(&self, path: &str) -> Option<Result<(), FsError>> {
         let caller = self.task_caller();
-        self.behind(path, 0, |held, name| {
+        self.behind(path, 0, |held, name, _at| {
             let dir = held.dir_attrs()?.clone();
             if !allowed(&dir, &caller, WRITE | EXEC) {
                 return None;
@@ -305,6 +316,7 @@ impl Client {
             }
             held.set(name, None);
             let op = Op {
+                at_ns: 0,
                 caller: caller.clone(),
                 path: path.to_string(),
                 ino: Some(inode.ino),
@@ -391,7 +403,10 @@ impl Client {
             let r = self
                 .route(
                     Route::Partition(key.partition),
-                    Request::Client(ClientRequest::Batch(reqs.clone())),
+                    Request::Client(ClientRequest::Batch {
+                        ops: reqs.clone(),
+                        times: ops.iter().map(|o| o.at_ns).collect(),
+                    }),
                 )
                 .await;
             match r {

@@ -287,8 +287,14 @@ pub enum ClientRequest {
     /// `Response::Bundle`, one answer per change. One answered `Busy` or with a routing
     /// error stops the batch: the changes after it are answered `Busy`, untried, and the
     /// client sends them again in order. A mount's write-behind journal is sent this way
-    /// (at most `limits::BATCH_MAX` changes).
-    Batch(Vec<ClientRequest>),
+    /// (at most `limits::BATCH_MAX` changes). `times`: per change, when the client
+    /// answered it (ns since the epoch); the partition applies it as made then (its new
+    /// times, its directory's), so that what the client answered and what the servers
+    /// keep agree (a time further than a minute from the server's clock is not taken).
+    Batch {
+        ops: Vec<ClientRequest>,
+        times: Vec<i64>,
+    },
     /// The partition targeted, sent once: reserves `count` (at most
     /// `limits::RESERVE_IDS_MAX`) inode numbers for the sending client's creates there
     /// (`Create::ino`); answered by `Response::Ids`. A client holds at most two ranges
@@ -830,7 +836,7 @@ impl ClientRequest {
             ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. } => {
                 request.op_name()
             }
-            ClientRequest::Batch(_) => "batch",
+            ClientRequest::Batch { .. } => "batch",
             ClientRequest::ReserveIds { .. } => "reserve_ids",
             ClientRequest::Link { .. } => "link",
             ClientRequest::Once { request, .. } => request.op_name(),

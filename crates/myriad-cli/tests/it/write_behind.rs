@@ -66,11 +66,19 @@ fn another_mount_sees_changes_answered_behind_at_once() {
         batches > 0 && creates < 10,
         "answered behind: {creates} creates and {batches} batches sent ({before:?} then {after:?})"
     );
+    // A's own listing (answered from its lease, the whole directory it listed when it
+    // made it, with its changes since) and B's (from the servers) agree.
+    let listed = |m: &Mount| {
+        let mut names: Vec<String> = io(std::fs::read_dir(m.path("d")))
+            .map(|e| io(e).file_name().to_string_lossy().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    let mine = listed(&a);
     // B, at once.
-    let mut names: Vec<String> = io(std::fs::read_dir(b.path("d")))
-        .map(|e| io(e).file_name().to_string_lossy().to_string())
-        .collect();
-    names.sort();
+    let names = listed(&b);
+    assert_eq!(mine, names, "A's listing from its lease is the servers'");
     let mut want: Vec<String> = (0..40)
         .filter(|i| ![5, 6, 7].contains(i))
         .map(|i| format!("f{i}"))

@@ -43,7 +43,7 @@ impl Partition {
             ClientRequest::Once { .. }
             | ClientRequest::Leased { .. }
             | ClientRequest::ReadAs { .. }
-            | ClientRequest::Batch(_) => Err(FsError::InvalidArgument(
+            | ClientRequest::Batch { .. } => Err(FsError::InvalidArgument(
                 "a change sent once, a batch or a leased read comes from its client".into(),
             )),
             ClientRequest::ReserveIds { count } => {
@@ -273,7 +273,7 @@ impl Partition {
                     gid,
                     exclusive,
                     data,
-                    now: self.env.now_ns(),
+                    now: self.change_time(),
                     ino,
                 };
                 let created = |o: &Outcome| matches!(o, Outcome::Created(_));
@@ -308,7 +308,7 @@ impl Partition {
                     target,
                     uid: caller.uid,
                     gid,
-                    now: self.env.now_ns(),
+                    now: self.change_time(),
                 };
                 changed_response(self.run_touching(m, &dir, true, |_| true).await?)
             }
@@ -334,7 +334,7 @@ impl Partition {
                     rdev,
                     uid: caller.uid,
                     gid,
-                    now: self.env.now_ns(),
+                    now: self.change_time(),
                 };
                 changed_response(self.run_touching(m, &dir, true, |_| true).await?)
             }
@@ -370,7 +370,7 @@ impl Partition {
                         value: value.map(serde_bytes::ByteBuf::into_vec),
                         mode,
                     },
-                    now: self.env.now_ns(),
+                    now: self.change_time(),
                 })
                 .await
             }
@@ -380,7 +380,7 @@ impl Partition {
                 let m = Mutation::Unlink {
                     dir: dir.clone(),
                     name,
-                    now: self.env.now_ns(),
+                    now: self.change_time(),
                 };
                 let (outcome, parent) = self.run_touching(m, &dir, true, |_| true).await?;
                 if let Outcome::InodeGc(removed, gc) = outcome {
@@ -408,7 +408,7 @@ impl Partition {
                         dir,
                         name,
                         change: InodeChange::Attr(set),
-                        now: self.env.now_ns(),
+                        now: self.change_time(),
                     })
                     .await?;
                 if let Response::Attr(i) = &reply
@@ -442,7 +442,7 @@ impl Partition {
                     ino,
                     offset,
                     data,
-                    now: self.env.now_ns(),
+                    now: self.change_time(),
                 })
                 .await
             }
@@ -461,7 +461,7 @@ impl Partition {
                     name,
                     ino,
                     size,
-                    now: self.env.now_ns(),
+                    now: self.change_time(),
                 })
                 .await
             }
@@ -482,7 +482,7 @@ impl Partition {
                         name,
                         ino,
                         size,
-                        now: self.env.now_ns(),
+                        now: self.change_time(),
                     })
                     .await?
                 {

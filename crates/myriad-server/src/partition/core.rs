@@ -160,7 +160,7 @@ impl Partition {
             .run(Mutation::RenameTargetResolve {
                 txid,
                 commit,
-                now: self.env.now_ns(),
+                now: self.change_time(),
             })
             .await?;
         if let Some(dir) = target_dir {
@@ -228,7 +228,7 @@ impl Partition {
                 dir: dir.to_string(),
                 name: name.to_string(),
                 change: InodeChange::Attr(set),
-                now: self.env.now_ns(),
+                now: self.change_time(),
             })
             .await?;
         Ok(())

@@ -33,9 +33,30 @@ tokio::task_local! {
     /// The client a touch reports the change of, when it is not the task's own change
     /// (`once::task_client`): a batch's touches, sent after its changes.
     static TOUCH_FOR: Option<u64>;
+    /// When the change this task applies was made, if its client said (`Batch::times`).
+    static CHANGE_TIME: i64;
 }
 
+/// A client's time for its change is taken within this of the server's clock.
+const CLIENT_TIME_SLACK_NS: i64 = 60 * 1_000_000_000;
+
 impl Partition {
+    /// The time a change applied now is made at: its client's (`at`), for a change
+    /// answered behind (`ClientRequest::Batch::times`), else this server's clock.
+    pub(crate) fn change_time(&self) -> i64 {
+        let now = self.env.now_ns();
+        CHANGE_TIME
+            .try_with(|t| *t)
+            .ok()
+            .filter(|t| t.abs_diff(now) <= CLIENT_TIME_SLACK_NS.unsigned_abs())
+            .unwrap_or(now)
+    }
+
+    /// Runs `fut` as a change made at `at` (`change_time`).
+    pub(crate) async fn made_at<F: std::future::Future>(at: i64, fut: F) -> F::Output {
+        CHANGE_TIME.scope(at, fut).await
+    }
+
     /// Runs `fut` (the changes of one `ClientRequest::Batch`) touching each directory they
     /// change once, after the last of them, instead of after each: a batch of creates in
     /// one directory costs one touch. Nobody else sees the directory meanwhile (a batch
@@ -44,7 +65,7 @@ impl Partition {
     /// between a change and its touch does.
     pub(crate) async fn batched<F: std::future::Future>(
         self: &Arc<Self>,
-        client: Option<u64>,
+        (client, last): (Option<u64>, Option<i64>),
         fut: F,
     ) -> F::Output {
         let (out, dirs) = BATCH_TOUCHES
@@ -60,13 +81,16 @@ impl Partition {
             )
             .await;
         // Reported as that client's change: its own lease on the parent stays.
-        TOUCH_FOR
-            .scope(client, async {
-                for dir in dirs {
-                    self.touch_dir(&dir).await;
-                }
-            })
-            .await;
+        let touches = TOUCH_FOR.scope(client, async {
+            for dir in dirs {
+                self.touch_dir(&dir).await;
+            }
+        });
+        match last {
+            // At the time of the batch's last change, as its client answered it.
+            Some(at) => Partition::made_at(at, touches).await,
+            None => touches.await,
+        }
         out
     }
 
@@ -142,7 +166,7 @@ impl Partition {
         } else {
             1
         };
-        let now = self.env.now_ns();
+        let now = self.change_time();
         if dir == "/" && rec.root_attrs.is_some() {
             let out = self
                 .applier

@@ -130,14 +130,16 @@ impl Partition {
                 self.dispatch_request(None, epoch, caller, Request::Client(*request))
                     .await
             }
-            (None, Request::Client(ClientRequest::Batch(ops))) => {
+            (None, Request::Client(ClientRequest::Batch { ops, times })) => {
                 let client = ops.iter().find_map(|op| match op {
                     ClientRequest::Once { id, .. } => Some(id.client),
                     _ => None,
                 });
+                let last = times.iter().copied().max();
                 // Boxed: a batch's future holds a change's, and every request's future
                 // would otherwise be as large as both (debug builds overflowed the stack).
-                Box::pin(self.batched(client, self.serve_batch(epoch, caller, ops))).await
+                Box::pin(self.batched((client, last), self.serve_batch(epoch, caller, ops, times)))
+                    .await
             }
             (None, body) => {
                 // A read by a client that did not say who it is: it gives way to any
@@ -234,6 +236,7 @@ impl Partition {
         epoch: u64,
         caller: Caller,
         ops: Vec<ClientRequest>,
+        times: Vec<i64>,
     ) -> Result<Response, FsError> {
         if ops.len() > myriad_proto::limits::BATCH_MAX {
             return Err(FsError::InvalidArgument(format!(
@@ -243,7 +246,7 @@ impl Partition {
         }
         let mut out = Vec::with_capacity(ops.len());
         let mut stopped = false;
-        for op in ops {
+        for (i, op) in ops.into_iter().enumerate() {
             // A change that must be tried again (busy, or routed elsewhere now) stops the
             // batch: the ones after it may depend on it, and the client sends them again
             // in order.
@@ -256,7 +259,13 @@ impl Partition {
                     id,
                     request,
                     visible,
-                } => Box::pin(self.serve_once(epoch, caller.clone(), id, *request, visible)).await,
+                } => {
+                    let once = self.serve_once(epoch, caller.clone(), id, *request, visible);
+                    match times.get(i) {
+                        Some(at) => Box::pin(Partition::made_at(*at, once)).await,
+                        None => Box::pin(once).await,
+                    }
+                }
                 other => Err(FsError::InvalidArgument(format!(
                     "a batch holds changes sent once, not {}",
                     other.op_name()
