@@ -53,6 +53,25 @@ pub(crate) struct Op {
 }
 
 impl Op {
+    /// A change of one name answered behind (`at_ns` is set when it is journaled).
+    pub(crate) fn new(caller: &Caller, ino: Option<InodeId>, request: ClientRequest) -> Op {
+        let path = match &request {
+            ClientRequest::Create { path, .. }
+            | ClientRequest::Write { path, .. }
+            | ClientRequest::SetAttr { path, .. }
+            | ClientRequest::Unlink { path } => path.clone(),
+            // Only those four are answered behind.
+            _ => String::new(),
+        };
+        Op {
+            at_ns: 0,
+            caller: caller.clone(),
+            path,
+            ino,
+            request,
+        }
+    }
+
     fn bytes(&self) -> usize {
         match &self.request {
             ClientRequest::Write { data, .. } | ClientRequest::Create { data, .. } => {
@@ -115,88 +134,73 @@ const CLAIM_EVERY: Duration = Duration::from_secs(5);
 /// How long a sender waits for changes to gather before it takes a batch.
 const LINGER: Duration = Duration::from_millis(2);
 
-/// One change doing what `first` then `then` (of the same file, by the same caller) do,
-/// if there is a simple one: a create or write followed by a write just past its end
-/// (one create or write with both's bytes), and setattrs whose combination means the
-/// same (no owner change after a mode change, which would take set-id bits off; no touch
-/// mixed with explicit times).
-fn fold(first: &ClientRequest, then: &ClientRequest) -> Option<ClientRequest> {
+/// Makes `first` do what `first` then `then` (of the same file, by the same caller) do,
+/// if one change can: a create or write followed by a write just past its end (its bytes
+/// appended), and setattrs whose combination means the same (no owner change after a
+/// mode change, which would take set-id bits off; no touch mixed with explicit times).
+/// Returns whether it did.
+fn fold(first: &mut ClientRequest, then: &ClientRequest) -> bool {
     use ClientRequest as C;
+    let room =
+        |data: &Vec<u8>, more: &Vec<u8>| data.len() + more.len() <= limits::IO_BYTES_MAX as usize;
     match (first, then) {
         (
-            C::Create {
-                path,
-                mode,
-                exclusive,
-                data,
-                durable,
-                ino,
-            },
+            C::Create { data, .. },
             C::Write {
                 offset, data: more, ..
             },
-        ) if *offset == data.len() as u64
-            && data.len() + more.len() <= limits::IO_BYTES_MAX as usize =>
-        {
-            let mut data = data.clone();
+        ) if *offset == data.len() as u64 && room(data, more) => {
             data.extend_from_slice(more);
-            Some(C::Create {
-                path: path.clone(),
-                mode: *mode,
-                exclusive: *exclusive,
-                data,
-                durable: *durable,
-                ino: *ino,
-            })
+            true
         }
         (
             C::Write {
-                path,
-                ino,
                 offset,
                 data,
                 opened,
+                ..
             },
             C::Write {
                 offset: next,
                 data: more,
-                opened: opened2,
+                opened: opened_then,
                 ..
             },
-        ) if *next == offset + data.len() as u64
-            && opened == opened2
-            && data.len() + more.len() <= limits::IO_BYTES_MAX as usize =>
-        {
-            let mut data = data.clone();
+        ) if *next == *offset + data.len() as u64 && opened == opened_then && room(data, more) => {
             data.extend_from_slice(more);
-            Some(C::Write {
-                path: path.clone(),
-                ino: *ino,
-                offset: *offset,
-                data,
-                opened: *opened,
-            })
+            true
         }
-        (C::SetAttr { path, set: a }, C::SetAttr { set: b, .. }) => {
+        (C::SetAttr { set: a, .. }, C::SetAttr { set: b, .. }) => {
             let owner_after_mode = a.mode.is_some() && (b.uid.is_some() || b.gid.is_some());
             let times = |s: &myriad_proto::SetAttr| s.atime_ns.is_some() || s.mtime_ns.is_some();
             let mixed_times = (a.touch && times(b)) || (b.touch && times(a));
             if owner_after_mode || mixed_times {
-                return None;
+                return false;
             }
-            Some(C::SetAttr {
-                path: path.clone(),
-                set: myriad_proto::SetAttr {
-                    mode: b.mode.or(a.mode),
-                    uid: b.uid.or(a.uid),
-                    gid: b.gid.or(a.gid),
-                    atime_ns: b.atime_ns.or(a.atime_ns),
-                    mtime_ns: b.mtime_ns.or(a.mtime_ns),
-                    touch: a.touch || b.touch,
-                },
-            })
+            *a = myriad_proto::SetAttr {
+                mode: b.mode.or(a.mode),
+                uid: b.uid.or(a.uid),
+                gid: b.gid.or(a.gid),
+                atime_ns: b.atime_ns.or(a.atime_ns),
+                mtime_ns: b.mtime_ns.or(a.mtime_ns),
+                touch: a.touch || b.touch,
+            };
+            true
         }
-        _ => None,
+        _ => false,
+    }
+}
+
+/// The reservation of inode numbers in `partition` to start, if few are left there and
+/// none is under way (at most two ranges held: a partition keeps two per client).
+fn refill(g: &mut Inner, partition: PartitionId) -> Started {
+    let ranges = g.ids.entry(partition).or_default();
+    let left: u64 = ranges.iter().map(|(n, e)| e - n).sum();
+    let low = left < RESERVE_LOW && ranges.len() < 2;
+    if low && g.reserving.insert(partition) {
+        Started(vec![BehindTask::Reserve(partition)])
+    } else {
+        Started(Vec::new())
     }
 }
 
@@ -252,17 +256,10 @@ impl Journal {
             .is_none_or(|p| p.ops.len() < JOURNAL_OPS_MAX && p.bytes + bytes <= JOURNAL_BYTES_MAX)
     }
 
-    /// How many inode numbers are reserved in `partition`, and the next reservation to
-    /// start when few are.
-    pub(crate) fn peek_ids(&self, partition: PartitionId) -> (u64, Started) {
-        let mut g = self.lock();
-        let ranges = g.ids.entry(partition).or_default();
-        let left: u64 = ranges.iter().map(|(n, e)| e - n).sum();
-        let mut started = Vec::new();
-        if left < RESERVE_LOW && ranges.len() < 2 && g.reserving.insert(partition) {
-            started.push(BehindTask::Reserve(partition));
-        }
-        (left, Started(started))
+    /// The next reservation of inode numbers in `partition` to start, when few are left
+    /// (an exclusive lease there was just granted: creates are about to come).
+    pub(crate) fn refill_ids(&self, partition: PartitionId) -> Started {
+        refill(&mut self.lock(), partition)
     }
 
     /// An inode number reserved in `partition`, if one is left (and the next reservation
@@ -277,12 +274,7 @@ impl Journal {
             *n += 1;
             InodeId(*n - 1)
         });
-        let left: u64 = ranges.iter().map(|(n, e)| e - n).sum();
-        let mut started = Vec::new();
-        if left < RESERVE_LOW && ranges.len() < 2 && g.reserving.insert(partition) {
-            started.push(BehindTask::Reserve(partition));
-        }
-        (id, Started(started))
+        (id, refill(&mut g, partition))
     }
 
     /// Whether `dir` may be claimed now (`Client::claim_for_change`): not within
@@ -325,10 +317,9 @@ impl Journal {
             && last.caller == op.caller
             && last.path == op.path
             && last.ino == op.ino
-            && let Some(folded) = fold(&last.request, &op.request)
+            && fold(&mut last.request, &op.request)
         {
             part.bytes += op.bytes();
-            last.request = folded;
             last.at_ns = last.at_ns.max(op.at_ns);
             return Started(Vec::new());
         }

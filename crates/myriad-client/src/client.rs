@@ -431,18 +431,10 @@ impl Client {
         // A listing: after its directory's journal, and its subdirectories' (their
         // times). A read of one name: after the changes of that name, and of its own
         // names if it is a directory (its times).
-        let listed = match inner {
-            ClientRequest::ReadDir { path, .. } => Some(path.as_str()),
-            ClientRequest::StatMany { dir, .. } => Some(dir.as_str()),
-            _ => None,
-        };
-        let named = match inner {
-            ClientRequest::Stat { path }
-            | ClientRequest::Fetch { path, .. }
-            | ClientRequest::Readlink { path }
-            | ClientRequest::Read { path, .. }
-            | ClientRequest::Grant { path, .. } => Some(path.as_str()),
-            _ => None,
+        let (listed, named) = match inner.read_of() {
+            Some(myriad_proto::ReadOf::Listing(d)) => (Some(d), None),
+            Some(myriad_proto::ReadOf::Name(n)) => (None, Some(n)),
+            None => (None, None),
         };
         let which = |k: &myriad_proto::LeaseKey, part: &crate::behind::PartJournal| {
             let d = k.dir.as_str();
@@ -499,7 +491,7 @@ impl Client {
         let sent = journal
             .drain(&|_, _| true, Some(self.config.request_timeout))
             .await;
-        if !sent || journal.busy() {
+        if !sent {
             // Their servers do not take them (they are retried meanwhile).
             return Err(FsError::TimedOut(
                 "changes answered behind are not yet taken by their servers".into(),
@@ -1030,7 +1022,7 @@ impl Client {
         };
         if grant.exclusive.is_some() && self.leases.journal.enabled() {
             // Numbers for the creates about to be answered behind.
-            let (_, started) = self.leases.journal.peek_ids(grant.key.partition);
+            let started = self.leases.journal.refill_ids(grant.key.partition);
             self.leases.journal.start(started);
         }
         if let Some(start) = self

@@ -138,6 +138,16 @@ pub struct LeaseMark {
 }
 
 impl Part {
+    /// Whether `caller`'s changes here may be answered behind now (`Leases::behind`): the
+    /// part of `partition`, held exclusively, listed whole by `caller` (the servers
+    /// checked that caller may create there when they granted it), `BEHIND_MARGIN` left.
+    fn answers_behind(&self, partition: PartitionId, caller: &Caller, now: Instant) -> bool {
+        self.partition == partition
+            && self.exclusive.is_some()
+            && self.complete.as_ref() == Some(caller)
+            && self.until > now + BEHIND_MARGIN
+    }
+
     /// Whether this part, listed whole, shows `name` missing.
     fn knows_missing(&self, name: &str) -> bool {
         self.complete.is_some() && !self.names.contains_key(name) && !self.changing.contains(name)
@@ -577,14 +587,11 @@ impl Leases {
     ) -> Option<R> {
         let mut g = self.lock();
         let now = Instant::now();
-        // Only for the caller whose listing the part is (the servers checked that caller
-        // may create there when they granted it).
-        let part = g.dirs.get_mut(dir)?.iter_mut().find(|p| {
-            p.partition == partition
-                && p.exclusive.is_some()
-                && p.complete.as_ref() == Some(caller)
-                && p.until > now + BEHIND_MARGIN
-        })?;
+        let part = g
+            .dirs
+            .get_mut(dir)?
+            .iter_mut()
+            .find(|p| p.answers_behind(partition, caller, now))?;
         part.used = now;
         let (r, touched) = f(Held { part, caller })?;
         // A change of the directory's names moves its times (as the servers' touch of its
@@ -622,22 +629,9 @@ impl Leases {
     ) -> bool {
         let now = Instant::now();
         self.lock().dirs.get(dir).is_some_and(|parts| {
-            parts.iter().any(|p| {
-                p.partition == partition
-                    && p.exclusive.is_some()
-                    && p.complete.as_ref() == Some(caller)
-                    && p.until > now + BEHIND_MARGIN
-            })
-        })
-    }
-
-    /// Whether this client holds `dir`'s part in `partition` exclusively now.
-    pub(crate) fn holds_exclusive(&self, dir: &str, partition: PartitionId) -> bool {
-        let now = Instant::now();
-        self.lock().dirs.get(dir).is_some_and(|parts| {
             parts
                 .iter()
-                .any(|p| p.partition == partition && p.exclusive.is_some() && p.until > now)
+                .any(|p| p.answers_behind(partition, caller, now))
         })
     }
 }

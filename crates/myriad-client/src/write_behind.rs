@@ -12,7 +12,10 @@
 use std::time::Duration;
 
 use myriad_placement::split_parent;
-use myriad_proto::access::{EXEC, WRITE, allowed, apply_setattr, check_setattr, new_owner_group};
+use myriad_proto::access::{
+    EXEC, WRITE, allowed, apply_setattr, check_setattr, new_owner_group, require_sticky,
+    require_write,
+};
 use myriad_proto::{
     ClientRequest, FileKind, FsError, Inode, InodeId, LeaseKey, PartitionId, Request, Response,
     SetAttr,
@@ -132,8 +135,16 @@ impl Client {
         if !self.leases.journal.enabled() {
             return None;
         }
-        if !self.leases.holds_exclusive(split_parent(path).0, partition) {
-            tracing::trace!(path, "create not behind: no exclusive lease");
+        let caller = self.task_caller();
+        // Checked before an inode number is taken (`behind` checks again, under the lock).
+        if !self
+            .leases
+            .answers_behind(split_parent(path).0, partition, &caller)
+        {
+            tracing::trace!(
+                path,
+                "create not behind: no exclusive lease listed by this caller"
+            );
             return None;
         }
         let (ino, started) = self.leases.journal.take_id(partition);
@@ -142,7 +153,6 @@ impl Client {
             tracing::trace!(path, %partition, "create not behind: no inode number reserved yet");
             return None;
         };
-        let caller = self.task_caller();
         let r = self.behind(path, 0, |held, name, at| {
             let dir = held.dir_attrs()?.clone();
             if !allowed(&dir, &caller, WRITE | EXEC) {
@@ -161,12 +171,10 @@ impl Client {
             let inode = Inode::new(ino, FileKind::File, mode, (caller.uid, gid), at);
             held.set(name, Some(inode.clone()));
             tracing::trace!(path, ino = ino.0, "create answered behind");
-            let op = Op {
-                at_ns: 0,
-                caller: caller.clone(),
-                path: path.to_string(),
-                ino: Some(ino),
-                request: ClientRequest::Create {
+            let op = Op::new(
+                &caller,
+                Some(ino),
+                ClientRequest::Create {
                     path: path.to_string(),
                     mode,
                     exclusive: true,
@@ -174,7 +182,7 @@ impl Client {
                     durable: false,
                     ino: Some(ino),
                 },
-            };
+            );
             Some((Ok(inode), Some(op)))
         });
         // An unused reserved number costs nothing.
@@ -230,10 +238,8 @@ impl Client {
             if inode.ino != h.inode.ino || inode.kind != FileKind::File || inode.nlink != 1 {
                 return None;
             }
-            // The servers' check (`require_write`): write permission, or ownership through
-            // a descriptor whose open checked access.
-            if !(allowed(&inode, &caller, WRITE) || (h.opened && caller.uid == inode.uid)) {
-                return Some((Err(FsError::PermissionDenied), None));
+            if let Err(e) = require_write(&inode, &caller, h.opened) {
+                return Some((Err(e), None));
             }
             let mut after = inode.clone();
             after.size = after.size.max(end);
@@ -241,19 +247,17 @@ impl Client {
             after.ctime_ns = at;
             after.mode &= !myriad_proto::access::setid_bits_killed(&inode, &caller);
             held.set(name, Some(after.clone()));
-            let op = Op {
-                at_ns: 0,
-                caller: caller.clone(),
-                path: h.path.clone(),
-                ino: Some(inode.ino),
-                request: ClientRequest::Write {
+            let op = Op::new(
+                &caller,
+                Some(inode.ino),
+                ClientRequest::Write {
                     path: h.path.clone(),
                     ino: inode.ino,
                     offset,
                     data: data.to_vec(),
                     opened: h.opened,
                 },
-            };
+            );
             Some((Ok(after), Some(op)))
         })
     }
@@ -277,16 +281,14 @@ impl Client {
             let mut after = inode.clone();
             apply_setattr(&mut after, &checked, at);
             held.set(name, Some(after.clone()));
-            let op = Op {
-                at_ns: 0,
-                caller: caller.clone(),
-                path: path.to_string(),
-                ino: Some(inode.ino),
-                request: ClientRequest::SetAttr {
+            let op = Op::new(
+                &caller,
+                Some(inode.ino),
+                ClientRequest::SetAttr {
                     path: path.to_string(),
                     set: set.clone(),
                 },
-            };
+            );
             Some((Ok(after), Some(op)))
         })
     }
@@ -306,24 +308,17 @@ impl Client {
             if inode.kind == FileKind::Directory || inode.nlink != 1 {
                 return None;
             }
-            // The sticky-bit rule (the servers' `require_sticky`).
-            if dir.mode & 0o1000 != 0
-                && caller.uid != 0
-                && caller.uid != inode.uid
-                && caller.uid != dir.uid
-            {
-                return Some((Err(FsError::NotPermitted), None));
+            if let Err(e) = require_sticky(&dir, &inode, &caller) {
+                return Some((Err(e), None));
             }
             held.set(name, None);
-            let op = Op {
-                at_ns: 0,
-                caller: caller.clone(),
-                path: path.to_string(),
-                ino: Some(inode.ino),
-                request: ClientRequest::Unlink {
+            let op = Op::new(
+                &caller,
+                Some(inode.ino),
+                ClientRequest::Unlink {
                     path: path.to_string(),
                 },
-            };
+            );
             Some((Ok(()), Some(op)))
         })
     }

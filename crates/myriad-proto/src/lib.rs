@@ -27,7 +27,7 @@ pub use path::{validate_name, validate_path};
 pub use request::{
     AdminRequest, BundleItem, ClientRequest, CopyRange, DirAction, DirTouchItem, ExportedEntry,
     FromClient, FsckDir, FsckEntry, FsckRepair, InodeOp, LeaseKey, OnceId, PeerRequest, RaftRpc,
-    RenameFlags, ReplOp, ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
+    ReadOf, RenameFlags, ReplOp, ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
 };
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, StatFs, Xattr,

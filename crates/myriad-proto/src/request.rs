@@ -309,6 +309,15 @@ pub enum ClientRequest {
     KeepOpen { inos: Vec<InodeId> },
 }
 
+/// What a read reads (`ClientRequest::read_of`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOf<'a> {
+    /// One name (its entry, attributes or bytes).
+    Name(&'a str),
+    /// A directory's names.
+    Listing(&'a str),
+}
+
 /// What a directory lease covers: the entries of `dir` that partition `partition` holds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LeaseKey {
@@ -871,22 +880,32 @@ impl ClientRequest {
         )
     }
 
-    /// Reads of names in a directory that another client's exclusive lease on it must
-    /// give way to, with that directory (docs/fuse.md "Write-behind").
+    /// What a read reads (docs/fuse.md "Write-behind": the reads another client's
+    /// exclusive lease gives way to, and the reads a client's own journal must be sent
+    /// before): one name, or a directory's names.
     #[must_use]
-    pub fn read_dir(&self) -> Option<&str> {
+    pub fn read_of(&self) -> Option<ReadOf<'_>> {
         match self {
             ClientRequest::Stat { path }
             | ClientRequest::Fetch { path, .. }
             | ClientRequest::Readlink { path }
             | ClientRequest::Read { path, .. }
-            | ClientRequest::Grant { path, .. } => (path != "/").then(|| match path.rfind('/') {
+            | ClientRequest::Grant { path, .. } => Some(ReadOf::Name(path)),
+            ClientRequest::StatMany { dir, .. } => Some(ReadOf::Listing(dir)),
+            ClientRequest::ReadDir { path, .. } => Some(ReadOf::Listing(path)),
+            _ => None,
+        }
+    }
+
+    /// The directory whose entries a read reads (`read_of`; none for "/" itself).
+    #[must_use]
+    pub fn read_dir(&self) -> Option<&str> {
+        match self.read_of()? {
+            ReadOf::Name(path) => (path != "/").then(|| match path.rfind('/') {
                 Some(0) | None => "/",
                 Some(i) => &path[..i],
             }),
-            ClientRequest::StatMany { dir, .. } => Some(dir),
-            ClientRequest::ReadDir { path, .. } => Some(path),
-            _ => None,
+            ReadOf::Listing(dir) => Some(dir),
         }
     }
 }

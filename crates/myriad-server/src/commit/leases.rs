@@ -317,19 +317,16 @@ impl LeaseTable {
             holder
         };
         let Some(holder) = holder else { return };
+        // Counted until the read goes on, or is dropped while it waits.
+        let _reading = ChangeGuard {
+            table: self.clone(),
+            changed: ChangedDirs::Dirs(vec![dir.to_string()]),
+            requesters: vec![reader],
+        };
         tracing::debug!(partition = %self.me, dir, holder, ?reader, "read recalls an exclusive lease");
         self.recalls.push(holder, self.key(dir));
         let mut waiting = vec![(dir.to_string(), holder)];
         self.wait_released(&mut waiting).await;
-        if let Ok(mut inner) = self.inner.lock()
-            && let Some(l) = inner.dirs.get_mut(dir)
-            && let Some(n) = l.pending.get_mut(&reader)
-        {
-            *n -= 1;
-            if *n == 0 {
-                l.pending.remove(&reader);
-            }
-        }
     }
 
     /// Extends `holder`'s lease on `dir` by a lease period, if it still holds one and no

@@ -120,6 +120,12 @@ impl Partition {
                 }),
             ) => Box::pin(self.serve_leased(epoch, caller, (holder, exclusive), *request)).await,
             (None, Request::Client(ClientRequest::ReadAs { holder, request })) => {
+                if request.read_of().is_none() {
+                    return Err(FsError::InvalidArgument(format!(
+                        "only reads are made as a client, not {}",
+                        request.op_name()
+                    )));
+                }
                 if let Some(dir) = request.read_dir()
                     && let Some(t) = self.leases()
                 {
@@ -131,10 +137,20 @@ impl Partition {
                     .await
             }
             (None, Request::Client(ClientRequest::Batch { ops, times })) => {
-                let client = ops.iter().find_map(|op| match op {
-                    ClientRequest::Once { id, .. } => Some(id.client),
-                    _ => None,
-                });
+                // One client's journal: its touches report that client's changes.
+                let clients: std::collections::BTreeSet<u64> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        ClientRequest::Once { id, .. } => Some(id.client),
+                        _ => None,
+                    })
+                    .collect();
+                if clients.len() > 1 {
+                    return Err(FsError::InvalidArgument(
+                        "a batch holds one client's changes".into(),
+                    ));
+                }
+                let client = clients.first().copied();
                 let last = times.iter().copied().max();
                 // Boxed: a batch's future holds a change's, and every request's future
                 // would otherwise be as large as both (debug builds overflowed the stack).

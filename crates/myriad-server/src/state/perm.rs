@@ -2,43 +2,15 @@
 //! (`allowed`) lives in `myriad_proto::access`, shared with the FUSE mount.
 
 pub use myriad_proto::access::{
-    EXEC, READ, SETGID, SETUID, WRITE, allowed, check_setattr, new_owner_group, setid_bits_killed,
+    EXEC, READ, SETGID, SETUID, STICKY, WRITE, allowed, check_setattr, new_owner_group,
+    require_sticky, require_write, setid_bits_killed,
 };
-use myriad_proto::{Caller, FileKind, FsError, Inode};
 
-/// Sticky bit: in such a directory only the owner of an entry, the directory's owner or root
-/// may remove or rename the entry.
-pub const STICKY: u32 = 0o1000;
 const GROUP_EXEC: u32 = 0o010;
+use myriad_proto::{Caller, FileKind, FsError, Inode};
 
 pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), FsError> {
     if allowed(inode, caller, want) {
-        Ok(())
-    } else {
-        Err(FsError::PermissionDenied)
-    }
-}
-
-/// Removing `victim` from directory `dir`, renaming it away, or renaming another entry
-/// over it: the sticky-bit rule (EPERM, as Linux).
-pub fn require_sticky(dir: &Inode, victim: &Inode, caller: &Caller) -> Result<(), FsError> {
-    if dir.mode & STICKY == 0
-        || caller.uid == 0
-        || caller.uid == victim.uid
-        || caller.uid == dir.uid
-    {
-        Ok(())
-    } else {
-        Err(FsError::NotPermitted)
-    }
-}
-
-/// Writing or truncating a file: write permission, or, through a descriptor whose open
-/// checked access (`opened`), ownership: POSIX checks access once, at open, so a file made
-/// by open(O_CREAT, 0) is written through that descriptor, and so is one whose owner took
-/// the write bit away after opening it.
-pub fn require_write(inode: &Inode, caller: &Caller, opened: bool) -> Result<(), FsError> {
-    if allowed(inode, caller, WRITE) || (opened && caller.uid == inode.uid) {
         Ok(())
     } else {
         Err(FsError::PermissionDenied)

@@ -223,3 +223,18 @@ async fn an_exclusive_lease_made_shared_lets_others_read_at_once() {
     // A change by another client still recalls it, as any lease.
     assert!(t.grant("/d", 8, false).is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_read_dropped_while_it_waits_for_an_exclusive_lease_holds_nothing_back() {
+    let (t, _recalls) = table();
+    assert_eq!(t.grant("/d", 7, true).map(|g| g.exclusive), Some(true));
+    let read = {
+        let t = t.clone();
+        tokio::spawn(async move { t.before_read("/d", Some(8)).await })
+    };
+    tokio::time::advance(Duration::from_millis(50)).await;
+    assert!(!t.renew("/d", 7), "held back while the read waits");
+    read.abort();
+    let _ = read.await;
+    assert!(t.renew("/d", 7), "renewed again once the read is gone");
+}
