@@ -20,10 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
 use myriad_proto::{FsError, ReplOp};
-use myriad_storage::{Batch, Kv, Store};
+use myriad_placement::PartitionId;
+use myriad_storage::{Batch, Kv, PartitionKv, StagedKv, StorageError, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::state::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
+use crate::state::mutation::{IdAlloc, Layout, Mutation, Outcome};
 
 /// The meta key holding the sequence number of the last batch committed to a partition's
 /// store (written in the batch itself; copies apply batches in this order).
@@ -114,6 +115,23 @@ impl ShipSlot for NoCopies {
     fn ship(&mut self, _at: Numbered, _ops: Option<Vec<ReplOp>>) {}
 }
 
+/// A partition's store as its applier writes it: through a stage (`StagedKv`), so that
+/// the changes of one round reach the engine as one batch (`rounds.rs`).
+#[derive(Clone)]
+pub struct StagedStore {
+    pub store: Store,
+    pub staged: Arc<StagedKv>,
+}
+
+impl StagedStore {
+    /// Partition `pid`'s store on the server's engine `kv`, with a stage.
+    pub fn open(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<StagedStore, StorageError> {
+        let staged = Arc::new(StagedKv::new(Arc::new(PartitionKv::new(kv, pid.0))));
+        let store = Store::open(staged.clone(), pid.0)?;
+        Ok(StagedStore { store, staged })
+    }
+}
+
 /// What a mutation's caller gets back: its outcome, and the sequence number of the batch it
 /// committed (or of the last batch before it, if it wrote nothing), which replication waits on.
 pub struct Done {
@@ -157,10 +175,6 @@ impl Durable {
 /// bound.
 const JOBS_QUEUED_MAX: usize = 4096;
 
-/// Mutations applied per round before handing to the syncer, so replies are not held back by
-/// an endless stream of new work.
-const ROUND_MAX: usize = 512;
-
 #[derive(Default)]
 pub struct SyncStats {
     pub syncs: AtomicU64,
@@ -172,6 +186,8 @@ pub struct SyncStats {
 struct SyncGroup {
     replies: Vec<(Reply, Done)>,
     changed: watch::Sender<u64>,
+    /// A writer could not commit what it had answered as applied: the disk is failing.
+    failed: Option<String>,
 }
 
 /// Where the commit loops run: OS threads in the server process (an fsync blocks its
@@ -210,7 +226,22 @@ pub(crate) struct SyncSlot(mpsc::OwnedPermit<SyncGroup>);
 impl SyncSlot {
     /// Sends `replies` once everything committed so far is durable, then bumps `changed`.
     pub(crate) fn after_sync(self, changed: watch::Sender<u64>, replies: Vec<(Reply, Done)>) {
-        self.0.send(SyncGroup { replies, changed });
+        self.0.send(SyncGroup {
+            replies,
+            changed,
+            failed: None,
+        });
+    }
+
+    /// Reports that changes answered as applied could not be committed: this server fails
+    /// as after a failed fsync (nothing later can be trusted to be durable).
+    pub(crate) fn fail(self, error: String) {
+        let (changed, _) = watch::channel(0);
+        self.0.send(SyncGroup {
+            replies: Vec::new(),
+            changed,
+            failed: Some(error),
+        });
     }
 }
 
@@ -227,6 +258,12 @@ struct SyncLoop {
 impl SyncLoop {
     /// One fsync for every group queued, then their replies and change signals.
     fn round(&mut self, groups: Vec<SyncGroup>) {
+        if self.failed.is_none()
+            && let Some(e) = groups.iter().find_map(|g| g.failed.clone())
+        {
+            self.failed = Some(e.clone());
+            self.failure.send_replace(Some(e));
+        }
         let result = match &self.failed {
             Some(e) => Err(myriad_storage::StorageError::Engine(e.clone())),
             None => self.kv.sync(),
@@ -336,130 +373,11 @@ impl Syncer {
     }
 }
 
-/// One partition's single writer: applies jobs in order, numbers and ships each non-empty
-/// batch, hands durable replies to the syncer.
-struct ApplyLoop {
-    store: Store,
-    ids: IdAlloc,
-    /// The outcomes of clients' changes held here (`state/once.rs`).
-    outcomes: crate::state::once::Outcomes,
-    layout: Layout,
-    /// The last batch committed, and the chain up to it.
-    seq: u64,
-    chain: u64,
-    /// Written in every batch (`TERM_KEY`).
-    term: u64,
-    copies: Arc<dyn Ship>,
-    retired: Arc<AtomicBool>,
-    changed: watch::Sender<u64>,
-}
-
-impl ApplyLoop {
-    /// Applies one round of jobs; its durable replies take `slot` in the syncer's queue.
-    fn round(&mut self, jobs: Vec<Job>, slot: SyncSlot) {
-        let mut done = Vec::with_capacity(jobs.len());
-        let mut must_sync = false;
-        for job in jobs {
-            if self.retired.load(Ordering::Acquire) {
-                let _ = job.reply.send(Err(FsError::Unavailable(
-                    "the partition is no longer served by this server".into(),
-                )));
-                continue;
-            }
-            let mut ctx = Ctx {
-                store: &self.store,
-                ids: &mut self.ids,
-                outcomes: &mut self.outcomes,
-                layout: self.layout,
-            };
-            let (mut batch, outcome) = match execute(&mut ctx, job.mutation) {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = job.reply.send(Err(e));
-                    continue;
-                }
-            };
-            // The change's outcome, in the change's own batch (if it has one worth keeping).
-            let mut settled = None;
-            if let Some(o) = job.once {
-                if let Some(answer) = (o.answer)(&outcome)
-                    && let Err(e) = crate::state::once::record(
-                        &self.store,
-                        &mut self.outcomes,
-                        &mut batch,
-                        o.id,
-                        o.at_ns,
-                        answer,
-                    )
-                {
-                    let _ = job.reply.send(Err(e));
-                    continue;
-                }
-                settled = Some(o.settled);
-            }
-            // Every non-empty batch gets the next sequence number, written with it; copies
-            // apply batches in that order. The shipping order is held from numbering to
-            // shipping so that a copy added meanwhile starts at a batch boundary.
-            let numbered = !batch.is_empty();
-            let mut ship = self.copies.hold();
-            let mut chain = self.chain;
-            let ops = if numbered {
-                self.store.put_meta_u64(&mut batch, SEQ_KEY, self.seq + 1);
-                self.store.put_meta_u64(&mut batch, TERM_KEY, self.term);
-                chain = chain_next(self.chain, &batch);
-                self.store.put_meta_u64(&mut batch, CHAIN_KEY, chain);
-                ship.encode(&batch)
-            } else {
-                None
-            };
-            if let Err(e) = self.store.commit(batch) {
-                drop(ship);
-                self.outcomes.reload();
-                let _ = job.reply.send(Err(storage_err(e)));
-                continue;
-            }
-            if let Some(s) = settled {
-                s.store(true, Ordering::Release);
-            }
-            if numbered {
-                let at = Numbered {
-                    seq: self.seq + 1,
-                    prev_chain: self.chain,
-                    chain,
-                };
-                self.seq = at.seq;
-                self.chain = chain;
-                ship.ship(at, ops);
-            }
-            drop(ship);
-            let done_now = Done {
-                outcome,
-                seq: self.seq,
-            };
-            if job.durable {
-                done.push((job.reply, done_now));
-            } else {
-                must_sync = true;
-                let _ = job.reply.send(Ok(done_now));
-                if let Some(s) = job.synced {
-                    let unit = Done {
-                        outcome: Outcome::Unit,
-                        seq: self.seq,
-                    };
-                    done.push((s, unit));
-                }
-            }
-        }
-        if done.is_empty() && !must_sync {
-            return;
-        }
-        slot.after_sync(self.changed.clone(), done);
-    }
-}
-
 #[derive(Clone)]
 pub struct Applier {
     tx: mpsc::Sender<Job>,
+    /// Batches being served: rounds stay open for their next change (`rounds.rs`).
+    holds: Arc<rounds::Holds>,
     /// The gate every mutation passes (directory leases); none in unit tests.
     leases: Option<Arc<leases::LeaseTable>>,
     /// Durable replies also wait for every copy's ack.
@@ -475,7 +393,7 @@ impl Applier {
     /// batch committed from now carries (`TERM_KEY`).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
-        store: Store,
+        store: StagedStore,
         ids: IdAlloc,
         layout: Layout,
         changed: watch::Sender<u64>,
@@ -484,11 +402,13 @@ impl Applier {
         copies: Arc<dyn Ship>,
         runner: Runner,
     ) -> std::io::Result<Applier> {
-        let (tx, mut rx) = mpsc::channel::<Job>(JOBS_QUEUED_MAX);
+        let (tx, rx) = mpsc::channel::<Job>(JOBS_QUEUED_MAX);
         let retired = Arc::new(AtomicBool::new(false));
-        let start_chain = store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
-        let mut apply = ApplyLoop {
-            store,
+        let holds = Arc::new(rounds::Holds::default());
+        let start_chain = store.store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
+        let apply = rounds::ApplyLoop {
+            store: store.store,
+            staged: store.staged,
             ids,
             outcomes: crate::state::once::Outcomes::default(),
             layout,
@@ -498,36 +418,27 @@ impl Applier {
             copies: copies.clone(),
             retired: retired.clone(),
             changed,
+            holds: holds.clone(),
         };
-        // Each round first takes its place in the syncer's queue (waiting while the disk is
-        // behind), then applies whatever queued up meanwhile.
         let syncer = syncer.clone();
         match runner {
             Runner::Threads => {
+                // Its own single-threaded runtime: the loop waits for jobs (and, in a
+                // round held open, for a timer), and blocks its thread on the store.
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()?;
                 std::thread::Builder::new()
                     .name("myriad-applier".into())
-                    .spawn(move || {
-                        while let Some(first) = rx.blocking_recv() {
-                            let Ok(slot) = futures::executor::block_on(syncer.slot()) else {
-                                break;
-                            };
-                            apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX), slot);
-                        }
-                    })?;
+                    .spawn(move || rt.block_on(apply.run(rx, syncer)))?;
             }
             Runner::Tasks { .. } => {
-                tokio::spawn(async move {
-                    while let Some(first) = rx.recv().await {
-                        let Ok(slot) = syncer.slot().await else {
-                            break;
-                        };
-                        apply.round(drain(first, || rx.try_recv().ok(), ROUND_MAX), slot);
-                    }
-                });
+                tokio::spawn(apply.run(rx, syncer));
             }
         }
         Ok(Applier {
             tx,
+            holds,
             leases: None,
             copies,
             retired,
@@ -539,6 +450,13 @@ impl Applier {
     pub fn with_leases(mut self, table: Arc<leases::LeaseTable>) -> Applier {
         self.leases = Some(table);
         self
+    }
+
+    /// While the returned guard lives, the partition's rounds stay open (within bounds)
+    /// for the next change of the batch being served, so its changes share one store
+    /// batch, one replicated batch and one fsync per copy.
+    pub fn hold(&self) -> Hold {
+        Hold::new(&self.holds)
     }
 
     /// The partition's directory leases.
@@ -653,6 +571,9 @@ impl Applier {
 
 pub mod leases;
 pub mod once;
+mod rounds;
+
+pub use rounds::Hold;
 
 #[cfg(test)]
 mod tests;

@@ -29,7 +29,7 @@ use crate::partition::core::Partition;
 use crate::replication::copy::Backup;
 use crate::replication::peers::Peers;
 use crate::replication::primary::Replicator;
-use crate::replication::wire::{drop_copy, partition_store};
+use crate::replication::wire::drop_copy;
 use crate::seams::Authority;
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
 use myriad_net::Transport;
@@ -593,7 +593,9 @@ impl Host {
         pid: PartitionId,
         epoch: u64,
     ) -> Result<Arc<Partition>, OpenError> {
-        let store = partition_store(self.kv.clone(), pid).map_err(OpenError::Store)?;
+        let staged =
+            crate::commit::StagedStore::open(self.kv.clone(), pid).map_err(OpenError::Store)?;
+        let store = staged.store.clone();
         let fresh = store.is_fresh();
         let backups = self.state().map.backups_of(pid);
         let peers: Arc<dyn Peers> = self.clone();
@@ -615,7 +617,7 @@ impl Host {
             crate::cluster::failover_possible(&self.state().map, pid),
         );
         let applier = Applier::start(
-            store.clone(),
+            staged,
             ids,
             layout,
             changed.clone(),

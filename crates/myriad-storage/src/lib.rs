@@ -18,6 +18,7 @@ mod kv;
 mod mem_kv;
 mod partition_kv;
 mod records;
+mod staged_kv;
 mod store;
 
 pub use blocks::{BLOCK_BYTES, block_data};
@@ -29,5 +30,6 @@ pub use kv::{Batch, Kv, Pairs, Space, prefix_end};
 pub use mem_kv::{MemKv, Table, scan_table};
 pub use partition_kv::PartitionKv;
 pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
+pub use staged_kv::StagedKv;
 pub use store::damage::{RECORD_SPACES, record_intact};
 pub use store::{FORMAT_VERSION, Store};

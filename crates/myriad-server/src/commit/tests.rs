@@ -76,7 +76,9 @@ async fn start(
 }
 
 fn start_on(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>, runner: Runner) -> (Applier, Syncer, Store) {
-    let store = Store::open(kv.clone(), 1).unwrap_or_else(|e| panic!("{e}"));
+    let staged = StagedStore::open(kv.clone(), myriad_proto::PartitionId(1))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = staged.store.clone();
     let ids = IdAlloc::load(&store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
     let syncer = Syncer::start(kv, runner).unwrap_or_else(|e| panic!("{e}"));
     let layout = Layout {
@@ -84,7 +86,7 @@ fn start_on(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>, runner: Runner) -> (Applier,
     };
     let (changed, _) = watch::channel(0);
     let applier = Applier::start(
-        store.clone(),
+        staged,
         ids,
         layout,
         changed,
@@ -260,4 +262,119 @@ async fn the_batch_chain_tells_histories_of_equal_length_apart() {
     assert_eq!(a.0, b.0, "equal batch numbers");
     assert_ne!(a.1, b.1, "different histories, different chains");
     assert_eq!(a, again, "the same history, the same chain");
+}
+
+/// A batch being served (`hold`) keeps its partition's round open: its changes, applied
+/// one by one and each visible at once, reach the store and the copies as one batch.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
+    let kv = disk();
+    let copies = Arc::new(Recorder::default());
+    let (applier, syncer, store) = start_on(
+        kv.clone(),
+        copies.clone(),
+        Runner::Tasks {
+            fsync: Duration::ZERO,
+        },
+    );
+    init_root(&applier).await;
+    let shipped = || copies.shipped.lock().map(|s| s.len()).unwrap_or(0);
+    assert_eq!(shipped(), 1);
+    let hold = applier.hold();
+    for i in 0..20 {
+        let name = format!("f{i}");
+        applier
+            .run_visible(create(&name))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            store.entry("/", &name).ok().flatten().is_some(),
+            "a change answered as applied is read at once"
+        );
+    }
+    assert_eq!(shipped(), 1, "nothing committed while the batch is served");
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
+    // Somebody waiting for durability ends the round at once, held or not.
+    let before = tokio::time::Instant::now();
+    applier
+        .run(create("durable"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        before.elapsed() < Duration::from_millis(1),
+        "a durable change waited for a held round: {:?}",
+        before.elapsed()
+    );
+    assert_eq!(shipped(), 2, "the batch's 20 changes and the durable one: one batch");
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
+    // Held again: the round commits when the hold ends, without anyone waiting.
+    applier
+        .run_visible(create("g"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    drop(hold);
+    tokio::time::timeout(Duration::from_millis(100), async {
+        while shipped() < 3 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("a round stayed open after its hold ended"));
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(3));
+    assert!(syncer.stats.syncs.load(Ordering::SeqCst) >= 3, "each round is fsynced");
+}
+
+/// A round held by a batch that stalls commits after `ROUND_IDLE_MAX`: a hold never
+/// keeps changes out of the store for long.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_stalled_batch_does_not_keep_its_round_open() {
+    let kv = disk();
+    let copies = Arc::new(Recorder::default());
+    let (applier, _syncer, store) = start_on(
+        kv,
+        copies.clone(),
+        Runner::Tasks {
+            fsync: Duration::ZERO,
+        },
+    );
+    init_root(&applier).await;
+    let _hold = applier.hold();
+    applier
+        .run_visible(create("a"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
+    assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 2);
+}
+
+/// A round's batch the engine refuses after its changes were answered as applied: the
+/// server fails as after a failed fsync (it would otherwise go on without them).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_round_the_engine_refuses_fails_the_server() {
+    let kv = disk();
+    let (applier, syncer, _store) = start_on(
+        kv.clone(),
+        Arc::new(NoCopies),
+        Runner::Tasks {
+            fsync: Duration::ZERO,
+        },
+    );
+    init_root(&applier).await;
+    let hold = applier.hold();
+    applier
+        .run_visible(create("a"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    kv.crash_after(0);
+    drop(hold);
+    let e = tokio::time::timeout(Duration::from_secs(5), syncer.failure())
+        .await
+        .unwrap_or_else(|_| panic!("the failure was not reported"));
+    assert!(e.contains("commit lost"), "{e}");
+    kv.restart();
+    assert!(matches!(
+        applier.run(create("b")).await,
+        Err(FsError::Io(_))
+    ));
 }

@@ -107,7 +107,14 @@ impl Partition {
     ) -> Result<(Outcome, Option<Inode>), FsError> {
         // A change answered once applied waits for its touch, not its durability.
         let durable = durable && !crate::commit::once::visible_completion(&m);
-        let (out, synced) = self.applier.run_staged(m).await?;
+        // Only a durable change waits for the fsync (a round nobody waits on stays open
+        // for the batch it is part of: `commit/rounds.rs`).
+        let (out, synced) = if durable {
+            let (out, synced) = self.applier.run_staged(m).await?;
+            (out, Some(synced))
+        } else {
+            (self.applier.run_visible(m).await?, None)
+        };
         // In a batch the directory is touched once, after its last change (`batched`).
         let deferred = changed(&out)
             && BATCH_TOUCHES
@@ -120,7 +127,7 @@ impl Partition {
                 None
             }
         };
-        let parent = if durable {
+        let parent = if let Some(synced) = synced {
             let (parent, synced) = tokio::join!(touch, synced.wait());
             synced?;
             parent

@@ -152,6 +152,8 @@ impl Partition {
                 }
                 let client = clients.first().copied();
                 let last = times.iter().copied().max();
+                // Its changes come to the applier one by one: they share its rounds.
+                let _hold = self.applier.hold();
                 // Boxed: a batch's future holds a change's, and every request's future
                 // would otherwise be as large as both (debug builds overflowed the stack).
                 Box::pin(self.batched((client, last), self.serve_batch(epoch, caller, ops, times)))

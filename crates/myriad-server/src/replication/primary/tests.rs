@@ -12,7 +12,7 @@ use super::*;
 use crate::cluster::MapState;
 use crate::commit::{Applier, Runner, Syncer};
 use crate::replication::copy::Backup;
-use crate::replication::wire::{digest, partition_store};
+use crate::replication::wire::digest;
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
 
 const PID: PartitionId = PartitionId(1);
@@ -114,12 +114,14 @@ async fn primary(seed: usize) -> Primary {
         bundler: crate::replication::bundle::Bundler::default(),
     });
     let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
-    let store = partition_store(kv.clone(), PID).unwrap_or_else(|e| panic!("{e}"));
+    let staged =
+        crate::commit::StagedStore::open(kv.clone(), PID).unwrap_or_else(|e| panic!("{e}"));
+    let store = staged.store.clone();
     let syncer = Syncer::start(kv, runner).unwrap_or_else(|e| panic!("{e}"));
     let dyn_peers: Arc<dyn Peers> = peers.clone();
     let replicator = Arc::new(Replicator::new(dyn_peers, PID, &store, 0));
     let applier = Applier::start(
-        store.clone(),
+        staged,
         IdAlloc::load(&store, PID).unwrap_or_else(|e| panic!("{e}")),
         Layout {
             chunk_size_bytes: 4 << 20,

@@ -1,0 +1,274 @@
+//! One partition's single writer, round by round (docs/write-path.md, "Rounds").
+//!
+//! A round applies the jobs queued for the partition, one after the other, each into the
+//! store's stage (`StagedKv`: visible to every reader at once), then commits the stage as
+//! one batch: numbered, shipped to the copies and fsynced once for the whole round. A
+//! client's journal batch arrives one change at a time (each applied before the next is
+//! checked), so while such a batch is being served (`Hold`) and nobody waits for the
+//! round's durability, the round stays open for its next change, within bounds (time,
+//! jobs, bytes): a batch of 100 creates becomes one or two store batches and replication
+//! messages, not 100.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use myriad_proto::FsError;
+use myriad_storage::{StagedKv, Store};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::{
+    CHAIN_KEY, Done, Job, Numbered, Reply, SEQ_KEY, Ship, SyncSlot, Syncer, TERM_KEY, chain_next,
+    drain,
+};
+use crate::state::mutation::{Ctx, IdAlloc, Layout, Outcome, execute, storage_err};
+
+/// Jobs applied per round before its batch is committed, so replies are not held back by
+/// an endless stream of new work.
+const ROUND_MAX: usize = 512;
+/// A round held open for a batch in progress commits after this long at most...
+const ROUND_HOLD_MAX: Duration = Duration::from_millis(5);
+/// ...or once no job came for this long.
+const ROUND_IDLE_MAX: Duration = Duration::from_millis(1);
+/// A stage past this many bytes is committed at once: a batch (this plus one job's
+/// largest write, 4 MiB) stays inside one replication frame.
+const STAGE_BYTES_MAX: usize = 1 << 20;
+
+/// Batches being served on a partition (`Applier::hold`).
+#[derive(Default)]
+pub(crate) struct Holds {
+    count: AtomicUsize,
+    released: Notify,
+}
+
+/// While alive, the partition's rounds stay open for the next change of a batch.
+pub struct Hold(Arc<Holds>);
+
+impl Hold {
+    pub(crate) fn new(holds: &Arc<Holds>) -> Hold {
+        holds.count.fetch_add(1, Ordering::AcqRel);
+        Hold(holds.clone())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+        self.0.released.notify_one();
+    }
+}
+
+/// What one round owes: replies waiting for its batch, replies waiting for the fsync.
+#[derive(Default)]
+struct Round {
+    /// Answered once the batch holding their change is committed (then durable).
+    unflushed: Vec<(Reply, Outcome)>,
+    /// Answered after the fsync that covers the round.
+    done: Vec<(Reply, Done)>,
+    /// Something was answered as applied: the fsync follows at once all the same.
+    must_sync: bool,
+    /// Somebody waits for this round's durability: it is not held open.
+    waited_on: bool,
+    /// The stage could not be committed: changes answered as applied are lost.
+    failed: Option<String>,
+}
+
+/// One partition's single writer: applies jobs in order into the stage, numbers and ships
+/// each round's batch, hands durable replies to the syncer.
+pub(super) struct ApplyLoop {
+    pub(super) store: Store,
+    pub(super) staged: Arc<StagedKv>,
+    pub(super) ids: IdAlloc,
+    /// The outcomes of clients' changes held here (`state/once.rs`).
+    pub(super) outcomes: crate::state::once::Outcomes,
+    pub(super) layout: Layout,
+    /// The last batch committed, and the chain up to it.
+    pub(super) seq: u64,
+    pub(super) chain: u64,
+    /// Written in every batch (`TERM_KEY`).
+    pub(super) term: u64,
+    pub(super) copies: Arc<dyn Ship>,
+    pub(super) retired: Arc<AtomicBool>,
+    pub(super) changed: watch::Sender<u64>,
+    pub(super) holds: Arc<Holds>,
+}
+
+impl ApplyLoop {
+    /// Rounds until the partition's queue closes. Each round first takes its place in the
+    /// syncer's queue (waiting while the disk is behind), then applies whatever queued up
+    /// meanwhile, and what comes while it is held open.
+    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Job>, syncer: Syncer) {
+        while let Some(first) = rx.recv().await {
+            let Ok(slot) = syncer.slot().await else {
+                break;
+            };
+            let started = tokio::time::Instant::now();
+            let mut round = Round::default();
+            let mut jobs = drain(first, || rx.try_recv().ok(), ROUND_MAX);
+            let mut count = 0;
+            loop {
+                count += jobs.len();
+                for job in jobs {
+                    self.apply(job, &mut round);
+                }
+                jobs = Vec::new();
+                let released = self.holds.released.notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+                let left = ROUND_HOLD_MAX.saturating_sub(started.elapsed());
+                if round.waited_on
+                    || count >= ROUND_MAX
+                    || left.is_zero()
+                    || self.holds.count.load(Ordering::Acquire) == 0
+                {
+                    break;
+                }
+                tokio::select! {
+                    next = rx.recv() => match next {
+                        Some(job) => jobs = drain(job, || rx.try_recv().ok(), ROUND_MAX - count),
+                        None => break,
+                    },
+                    () = &mut released => {}
+                    () = tokio::time::sleep(left.min(ROUND_IDLE_MAX)) => break,
+                }
+            }
+            self.end(round, slot);
+        }
+        // The queue closed: whatever was staged still goes to the store.
+        let mut round = Round::default();
+        self.flush(&mut round);
+    }
+
+    /// Applies one job into the stage and answers it (or queues its answer).
+    fn apply(&mut self, job: Job, round: &mut Round) {
+        if self.retired.load(Ordering::Acquire) {
+            // What was applied before reaches the store first: once `retire` is answered,
+            // nothing more does.
+            self.flush(round);
+            let _ = job.reply.send(Err(FsError::Unavailable(
+                "the partition is no longer served by this server".into(),
+            )));
+            return;
+        }
+        let mut ctx = Ctx {
+            store: &self.store,
+            ids: &mut self.ids,
+            outcomes: &mut self.outcomes,
+            layout: self.layout,
+        };
+        let (mut batch, outcome) = match execute(&mut ctx, job.mutation) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = job.reply.send(Err(e));
+                return;
+            }
+        };
+        // The change's outcome, in the change's own batch (if it has one worth keeping).
+        let mut settled = None;
+        if let Some(o) = job.once {
+            if let Some(answer) = (o.answer)(&outcome)
+                && let Err(e) = crate::state::once::record(
+                    &self.store,
+                    &mut self.outcomes,
+                    &mut batch,
+                    o.id,
+                    o.at_ns,
+                    answer,
+                )
+            {
+                let _ = job.reply.send(Err(e));
+                return;
+            }
+            settled = Some(o.settled);
+        }
+        if !batch.is_empty()
+            && let Err(e) = self.staged.stage(batch)
+        {
+            self.outcomes.reload();
+            let _ = job.reply.send(Err(storage_err(e)));
+            return;
+        }
+        if let Some(s) = settled {
+            s.store(true, Ordering::Release);
+        }
+        if job.durable {
+            round.waited_on = true;
+            round.unflushed.push((job.reply, outcome));
+        } else {
+            round.must_sync = true;
+            // The batch this change goes in, if the round staged anything so far.
+            let seq = self.seq + u64::from(self.staged.is_staged());
+            let _ = job.reply.send(Ok(Done { outcome, seq }));
+            if let Some(s) = job.synced {
+                round.waited_on = true;
+                round.unflushed.push((s, Outcome::Unit));
+            }
+        }
+        if self.staged.staged_bytes() >= STAGE_BYTES_MAX {
+            self.flush(round);
+        }
+    }
+
+    /// Commits the stage as the partition's next batch (numbered, chained, shipped in
+    /// order); the replies waiting for it move on to wait for the fsync.
+    fn flush(&mut self, round: &mut Round) {
+        if self.staged.is_staged() {
+            // The shipping order is held from numbering to shipping so that a copy added
+            // meanwhile starts at a batch boundary.
+            let mut ship = self.copies.hold();
+            let (seq, prev_chain, term) = (self.seq + 1, self.chain, self.term);
+            let store = &self.store;
+            let committed = self.staged.commit_stage(|batch| {
+                store.put_meta_u64(batch, SEQ_KEY, seq);
+                store.put_meta_u64(batch, TERM_KEY, term);
+                let chain = chain_next(prev_chain, batch);
+                store.put_meta_u64(batch, CHAIN_KEY, chain);
+                (chain, ship.encode(batch))
+            });
+            match committed {
+                Ok((chain, ops)) => {
+                    self.seq = seq;
+                    self.chain = chain;
+                    ship.ship(
+                        Numbered {
+                            seq,
+                            prev_chain,
+                            chain,
+                        },
+                        ops,
+                    );
+                }
+                Err(e) => {
+                    drop(ship);
+                    self.outcomes.reload();
+                    tracing::error!(
+                        "a batch of changes could not be committed; this server acknowledges no more writes: {e}"
+                    );
+                    round.failed = Some(e.to_string());
+                    let e = storage_err(e);
+                    for (reply, _) in round.unflushed.drain(..) {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                    return;
+                }
+            }
+        }
+        let seq = self.seq;
+        round
+            .done
+            .extend(round.unflushed.drain(..).map(|(reply, outcome)| (reply, Done { outcome, seq })));
+    }
+
+    /// Commits the round's stage and hands its replies to the syncer (`slot`).
+    fn end(&mut self, mut round: Round, slot: SyncSlot) {
+        self.flush(&mut round);
+        if let Some(e) = round.failed {
+            slot.fail(e);
+            return;
+        }
+        if round.done.is_empty() && !round.must_sync {
+            return;
+        }
+        slot.after_sync(self.changed.clone(), round.done);
+    }
+}
