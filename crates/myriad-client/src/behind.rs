@@ -118,6 +118,8 @@ pub(crate) struct Journal {
     spawner: RwLock<Option<BehindSpawner>>,
     /// Callers waiting in `drain`: senders do not linger meanwhile.
     draining: AtomicUsize,
+    /// Woken when a caller starts waiting in `drain`: lingering senders send at once.
+    drain_started: Notify,
 }
 
 struct Draining<'a>(&'a AtomicUsize);
@@ -131,8 +133,12 @@ impl Drop for Draining<'_> {
 /// A directory is claimed (`Client::claim_for_change`) at most this often.
 const CLAIM_EVERY: Duration = Duration::from_secs(5);
 
-/// How long a sender waits for changes to gather before it takes a batch.
-const LINGER: Duration = Duration::from_millis(2);
+/// How long a sender waits for changes to gather before it takes a batch, unless
+/// somebody waits for the journal (`drain`). Longer batches cost the servers less per
+/// change (one round, one replicated batch, one directory touch per batch): 2 ms made
+/// batches of 4.5 creates, 10 ms of 15, and server CPU per create fell from 380 to 220 us
+/// (`docs/fuse.md` "Write-behind").
+const LINGER: Duration = Duration::from_millis(10);
 
 /// Makes `first` do what `first` then `then` (of the same file, by the same caller) do,
 /// if one change can: a create or write followed by a write just past its end (its bytes
@@ -440,8 +446,11 @@ impl Journal {
     /// batch for a file's create, write and setattrs, or for many files), unless someone
     /// waits for the journals to be sent.
     pub(crate) async fn linger(&self) {
+        let started = self.drain_started.notified();
+        tokio::pin!(started);
+        started.as_mut().enable();
         if self.draining.load(Ordering::Acquire) == 0 {
-            tokio::time::sleep(LINGER).await;
+            let _ = tokio::time::timeout(LINGER, started).await;
         }
     }
 
@@ -452,6 +461,7 @@ impl Journal {
             return true;
         }
         self.draining.fetch_add(1, Ordering::AcqRel);
+        self.drain_started.notify_waiters();
         let _draining = Draining(&self.draining);
         let until = wait.map(|w| tokio::time::Instant::now() + w);
         loop {

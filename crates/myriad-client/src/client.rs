@@ -1095,6 +1095,35 @@ impl Client {
         }
     }
 
+    /// What a lookup needs: the entry's attributes, with up to `max_bytes` of its contents
+    /// when they come at no cost. A name a lease holds is answered from it even without
+    /// its contents (a listing keeps attributes only): the contents are asked for by
+    /// whoever reads them (an open for reading fetches them then), so this costs no more
+    /// requests than `fetch_head`, and a lookup before an unlink or a stat none at all.
+    pub async fn lookup_head(
+        &self,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<(Inode, Vec<u8>), FsError> {
+        if self.config.leases && path != "/" {
+            let (dir, name) = split_parent(path);
+            match self.leases.get(dir, name, &self.task_caller()) {
+                Some(crate::leases::Cached::Missing) => return Err(FsError::NotFound),
+                Some(crate::leases::Cached::Found {
+                    inode, mut data, ..
+                }) => {
+                    if (data.len() as u64) < inode.size.min(max_bytes) {
+                        data.clear();
+                    }
+                    data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+                    return Ok((inode, data));
+                }
+                None => {}
+            }
+        }
+        self.fetch_head(path, max_bytes).await
+    }
+
     /// Attributes and contents of a file in one round trip to one node when it fits in chunk
     /// 0 (every inline file does); bigger files continue with chunk reads.
     pub async fn fetch(&self, path: &str) -> Result<(Inode, Vec<u8>), FsError> {

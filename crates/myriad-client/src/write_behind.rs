@@ -214,7 +214,9 @@ impl Client {
         {
             return false;
         }
-        let list = self.readdir_page(dir, None, crate::client::READDIR_PAGE);
+        // As many names as a page may hold: only a directory listed whole in one page
+        // is answered behind.
+        let list = self.readdir_page(dir, None, myriad_proto::limits::READDIR_PAGE_MAX);
         if let Err(e) = Client::to_write_in(list).await {
             tracing::debug!(dir, "directory not claimed: {e}");
         }

@@ -205,7 +205,7 @@ impl Inner {
     /// usually follows (a cold read of a small file is then one request in all).
     pub async fn lookup(&self, pid: u32, path: &str) -> Result<Inode, FsError> {
         let since = self.inodes.stamp();
-        let head = self.client.fetch_head(path, self.client.inline_max());
+        let head = self.client.lookup_head(path, self.client.inline_max());
         let (inode, data) = match Client::in_known_directory(head).await {
             // A lookup needs search permission on the directories only: a file the
             // caller may not read is still found (its contents are not brought).

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
-use myriad_proto::{FsError, ReplOp};
 use myriad_placement::PartitionId;
+use myriad_proto::{FsError, ReplOp};
 use myriad_storage::{Batch, Kv, PartitionKv, StagedKv, StorageError, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 

@@ -239,12 +239,18 @@ mod tests {
         kv.stage(b).unwrap_or_else(|e| panic!("{e}"));
 
         assert_eq!(
-            kv.get(Space::Entries, b"a2").unwrap_or_else(|e| panic!("{e}")),
+            kv.get(Space::Entries, b"a2")
+                .unwrap_or_else(|e| panic!("{e}")),
             Some(b"new".to_vec())
         );
-        assert_eq!(kv.get(Space::Entries, b"a3").unwrap_or_else(|e| panic!("{e}")), None);
         assert_eq!(
-            raw.get(Space::Entries, b"a2").unwrap_or_else(|e| panic!("{e}")),
+            kv.get(Space::Entries, b"a3")
+                .unwrap_or_else(|e| panic!("{e}")),
+            None
+        );
+        assert_eq!(
+            raw.get(Space::Entries, b"a2")
+                .unwrap_or_else(|e| panic!("{e}")),
             Some(b"old".to_vec()),
             "nothing reaches the engine before the stage is committed"
         );
@@ -273,14 +279,24 @@ mod tests {
                 names
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(names, [b"a2".to_vec(), b"a25".to_vec(), b"a3".to_vec(), b"a5".to_vec()], "each key once, in order");
+        assert_eq!(
+            names,
+            [
+                b"a2".to_vec(),
+                b"a25".to_vec(),
+                b"a3".to_vec(),
+                b"a5".to_vec()
+            ],
+            "each key once, in order"
+        );
         assert!(!kv.is_staged());
         let all = raw
             .scan(Space::Entries, b"a", None, 100)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(keys(&all), ["a1=old", "a2=new", "a25=added", "a4=old"]);
         assert_eq!(
-            raw.get(Space::Meta, b"seq").unwrap_or_else(|e| panic!("{e}")),
+            raw.get(Space::Meta, b"seq")
+                .unwrap_or_else(|e| panic!("{e}")),
             Some(b"1".to_vec())
         );
     }

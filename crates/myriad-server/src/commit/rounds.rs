@@ -254,9 +254,12 @@ impl ApplyLoop {
             }
         }
         let seq = self.seq;
-        round
-            .done
-            .extend(round.unflushed.drain(..).map(|(reply, outcome)| (reply, Done { outcome, seq })));
+        round.done.extend(
+            round
+                .unflushed
+                .drain(..)
+                .map(|(reply, outcome)| (reply, Done { outcome, seq })),
+        );
     }
 
     /// Commits the round's stage and hands its replies to the syncer (`slot`).

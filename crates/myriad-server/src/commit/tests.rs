@@ -305,7 +305,11 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
         "a durable change waited for a held round: {:?}",
         before.elapsed()
     );
-    assert_eq!(shipped(), 2, "the batch's 20 changes and the durable one: one batch");
+    assert_eq!(
+        shipped(),
+        2,
+        "the batch's 20 changes and the durable one: one batch"
+    );
     assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
     // Held again: the round commits when the hold ends, without anyone waiting.
     applier
@@ -321,7 +325,10 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
     .await
     .unwrap_or_else(|_| panic!("a round stayed open after its hold ended"));
     assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(3));
-    assert!(syncer.stats.syncs.load(Ordering::SeqCst) >= 3, "each round is fsynced");
+    assert!(
+        syncer.stats.syncs.load(Ordering::SeqCst) >= 3,
+        "each round is fsynced"
+    );
 }
 
 /// A round held by a batch that stalls commits after `ROUND_IDLE_MAX`: a hold never
