@@ -181,3 +181,41 @@ fn a_change_refused_when_applied_is_returned_by_the_next_fsync() {
         "logged by the mount"
     );
 }
+
+/// A fresh mount removing the files of a directory it did not make (1,500 names: more
+/// than one listing page of the kernel's) claims the directory with one whole listing:
+/// the lookups are answered from it and the unlinks behind, in batches; everyone sees
+/// the directory empty after.
+#[test]
+fn a_fresh_mount_claims_a_directory_it_empties() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let c = tc.client();
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    const FILES: usize = 1500;
+    rt.block_on(async {
+        c.mkdir("/big", 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..FILES {
+            c.create(&format!("/big/f{i:05}"), 0o644, true, b"x")
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+    let a = Mount::new(&tc, &[]);
+    let before = rt.block_on(received_by_op(&c));
+    for i in 0..FILES {
+        io(std::fs::remove_file(a.path(&format!("big/f{i:05}"))));
+    }
+    let after = rt.block_on(received_by_op(&c));
+    let sent = |op: &str| count(&after, op) - count(&before, op);
+    assert!(
+        sent("unlink") < 10 && sent("fetch") + sent("stat") < 10 && sent("batch") > 0,
+        "claimed and emptied behind: {before:?} then {after:?}"
+    );
+    let left = rt
+        .block_on(c.readdir("/big"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(left.is_empty(), "{} names left", left.len());
+    assert_eq!(io(std::fs::read_dir(a.path("big"))).count(), 0);
+}
