@@ -17,11 +17,10 @@ use myriad_proto::FsError;
 use myriad_storage::{StagedKv, Store};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::{
-    CHAIN_KEY, Done, Job, Numbered, Reply, SEQ_KEY, Ship, SyncSlot, Syncer, TERM_KEY, chain_next,
-    drain,
-};
-use crate::state::mutation::{Ctx, IdAlloc, Layout, Outcome, execute, storage_err};
+use super::once;
+use super::ship::{CHAIN_KEY, Numbered, SEQ_KEY, Ship, TERM_KEY, chain_next};
+use super::sync::{Done, Reply, SyncSlot, Syncer, drain};
+use crate::state::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
 
 /// Jobs applied per round before its batch is committed, so replies are not held back by
 /// an endless stream of new work.
@@ -33,6 +32,19 @@ const ROUND_IDLE_MAX: Duration = Duration::from_millis(1);
 /// A stage past this many bytes is committed at once: a batch (this plus one job's
 /// largest write, 4 MiB) stays inside one replication frame.
 const STAGE_BYTES_MAX: usize = 1 << 20;
+
+/// One mutation for a partition's writer, and where its answers go.
+pub(super) struct Job {
+    pub(super) mutation: Mutation,
+    /// The client's change this mutation completes, whose outcome goes into its batch.
+    pub(super) once: Option<once::OnceJob>,
+    pub(super) reply: Reply,
+    /// false: reply once applied; the fsync still follows at once.
+    pub(super) durable: bool,
+    /// With `durable` false: also told (outcome `Unit`) once the fsync covering the batch
+    /// is done (`run_staged`).
+    pub(super) synced: Option<Reply>,
+}
 
 /// Batches being served on a partition (`Applier::hold`).
 #[derive(Default)]

@@ -3,6 +3,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use myriad_proto::ReplOp;
+use myriad_storage::Batch;
+
 use super::*;
 use crate::test_disk::FaultyDisk;
 
