@@ -46,6 +46,9 @@ pub use sync::{Done, Runner, Syncer};
 pub struct StagedStore {
     pub store: Store,
     pub staged: Arc<StagedKv>,
+    /// The same store without the stage: exactly the batches up to its `SEQ_KEY`, for
+    /// whoever compares copies at a batch number (anti-entropy, fsck digests).
+    pub committed: Store,
 }
 
 impl StagedStore {
@@ -53,7 +56,12 @@ impl StagedStore {
     pub fn open(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<StagedStore, StorageError> {
         let staged = Arc::new(StagedKv::new(Arc::new(PartitionKv::new(kv, pid.0))));
         let store = Store::open(staged.clone(), pid.0)?;
-        Ok(StagedStore { store, staged })
+        let committed = Store::open(staged.committed(), pid.0)?;
+        Ok(StagedStore {
+            store,
+            staged,
+            committed,
+        })
     }
 }
 

@@ -167,7 +167,7 @@ impl EmbeddedServer {
     pub fn digests(&self) -> Vec<(PartitionId, CopyDigest)> {
         let mut out = Vec::new();
         for p in self.host.nodes() {
-            if let Ok(d) = crate::replication::wire::digest(&p.store) {
+            if let Ok(d) = crate::replication::wire::digest(&p.committed) {
                 out.push((p.me, d));
             }
         }
@@ -185,7 +185,7 @@ impl EmbeddedServer {
     #[must_use]
     pub fn copy_keys(&self, pid: PartitionId) -> Vec<(u8, Vec<u8>, u64)> {
         let store = match (self.host.partition(pid), self.host.backup(pid)) {
-            (Some(p), _) => p.store.clone(),
+            (Some(p), _) => p.committed.clone(),
             (None, Some(b)) => b.store().clone(),
             (None, None) => return Vec::new(),
         };

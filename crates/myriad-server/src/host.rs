@@ -596,6 +596,7 @@ impl Host {
         let staged =
             crate::commit::StagedStore::open(self.kv.clone(), pid).map_err(OpenError::Store)?;
         let store = staged.store.clone();
+        let committed = staged.committed.clone();
         let fresh = store.is_fresh();
         let backups = self.state().map.backups_of(pid);
         let peers: Arc<dyn Peers> = self.clone();
@@ -611,7 +612,9 @@ impl Host {
             .meta_u64(crate::commit::SEQ_KEY)
             .map_err(OpenError::Store)?
             .unwrap_or(0);
-        let replicator = Arc::new(Replicator::new(self.clone(), pid, &store, start_seq));
+        // Copies are made from what is committed (numbered), never from the applier's stage:
+        // a staged change is in no batch yet, and may never be (a deposed partition drops it).
+        let replicator = Arc::new(Replicator::new(self.clone(), pid, &committed, start_seq));
         replicator.set_backups(
             &backups,
             crate::cluster::failover_possible(&self.state().map, pid),
@@ -636,6 +639,7 @@ impl Host {
             me: pid,
             env: self.clone(),
             store,
+            committed,
             applier,
             replicator,
             changed,

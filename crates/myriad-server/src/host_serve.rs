@@ -250,7 +250,7 @@ impl Handler for Host {
                     if frame.caller.uid != 0 {
                         Err(FsError::PermissionDenied)
                     } else if let Some(node) = host.partition(pid) {
-                        replica_digest(&node.store)
+                        replica_digest(&node.committed)
                     } else if let Some(b) = host.backup(pid) {
                         replica_digest(b.store())
                     } else {

@@ -90,6 +90,12 @@ impl StagedKv {
         Ok(out)
     }
 
+    /// The engine underneath: what is committed, without the stage.
+    #[must_use]
+    pub fn committed(&self) -> Arc<dyn Kv> {
+        self.inner.clone()
+    }
+
     /// Drops the stage (its writer gave up on it).
     pub fn discard(&self) {
         if let Ok(mut s) = self.write() {

@@ -154,12 +154,9 @@ impl ApplyLoop {
     /// Applies one job into the stage and answers it (or queues its answer).
     fn apply(&mut self, job: Job, round: &mut Round) {
         if self.retired.load(Ordering::Acquire) {
-            // What was applied before reaches the store first: once `retire` is answered,
-            // nothing more does.
+            // Deposed: nothing more is committed here, not even what is staged (`flush`).
             self.flush(round);
-            let _ = job.reply.send(Err(FsError::Unavailable(
-                "the partition is no longer served by this server".into(),
-            )));
+            let _ = job.reply.send(Err(no_longer_served()));
             return;
         }
         let mut ctx = Ctx {
@@ -224,6 +221,22 @@ impl ApplyLoop {
     /// Commits the stage as the partition's next batch (numbered, chained, shipped in
     /// order); the replies waiting for it move on to wait for the fsync.
     fn flush(&mut self, round: &mut Round) {
+        if self.retired.load(Ordering::Acquire) {
+            // The partition was deposed (`Partition::depose`): from that moment nothing more
+            // is committed or shipped here, so the stage is dropped, as a crash would drop
+            // it. Changes answered as applied from it are reported lost by their clients'
+            // syncs (the partition's next primary has another incarnation); those waiting
+            // for durability fail. Committed after the depose, it would be a batch of this
+            // store that no copy ever saw.
+            if self.staged.is_staged() {
+                self.staged.discard();
+                self.outcomes.reload();
+            }
+            for (reply, _) in round.unflushed.drain(..) {
+                let _ = reply.send(Err(no_longer_served()));
+            }
+            return;
+        }
         if self.staged.is_staged() {
             // The shipping order is held from numbering to shipping so that a copy added
             // meanwhile starts at a batch boundary.
@@ -286,4 +299,8 @@ impl ApplyLoop {
         }
         slot.after_sync(self.changed.clone(), round.done);
     }
+}
+
+fn no_longer_served() -> FsError {
+    FsError::Unavailable("the partition is no longer served by this server".into())
 }

@@ -389,3 +389,33 @@ async fn a_round_the_engine_refuses_fails_the_server() {
         Err(FsError::Io(_))
     ));
 }
+
+/// A deposed partition commits nothing more, not even changes staged before the depose
+/// (they are dropped as a crash would drop them; their clients' syncs report them).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_deposed_partition_drops_its_stage() {
+    let kv = disk();
+    let copies = Arc::new(Recorder::default());
+    let (applier, _syncer, store) = start_on(
+        kv,
+        copies.clone(),
+        Runner::Tasks {
+            fsync: Duration::ZERO,
+        },
+    );
+    init_root(&applier).await;
+    let hold = applier.hold();
+    applier
+        .run_visible(create("staged"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    applier.refuse();
+    drop(hold);
+    applier.retire().await;
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
+    assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 1);
+    assert!(
+        store.entry("/", "staged").ok().flatten().is_none(),
+        "a staged change outlived the depose"
+    );
+}

@@ -46,7 +46,10 @@ impl Partition {
         }
         self.applier.run(Mutation::Barrier).await?;
         let at = self.last_batch()?;
-        let mine = bucket_sums(&self.store).await?;
+        // The committed store: what batches up to `at` hold, not what the applier has
+        // staged for the next (a held round's staged key, counted here and not on the
+        // copy, would look like a diverged copy).
+        let mine = bucket_sums(&self.committed).await?;
         if self.last_batch()? != at {
             return Ok(round);
         }
@@ -81,7 +84,7 @@ impl Partition {
                 };
                 let theirs: Vec<(Vec<u8>, u64)> =
                     theirs.into_iter().map(|(k, h)| (k.into_vec(), h)).collect();
-                let here = bucket_keys(&self.store, space, bucket).await?;
+                let here = bucket_keys(&self.committed, space, bucket).await?;
                 // A batch committed here since `at` (a sweep, a client's change) makes
                 // this copy's keys newer than the backup's answer: not a divergence.
                 // The round ends without repairing anything; the next one compares again.
@@ -120,7 +123,7 @@ impl Partition {
     /// The last batch committed to this partition's store.
     fn last_batch(&self) -> Result<u64, FsError> {
         Ok(self
-            .store
+            .committed
             .meta_u64(crate::commit::SEQ_KEY)
             .map_err(storage_err)?
             .unwrap_or(0))

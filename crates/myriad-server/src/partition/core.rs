@@ -28,6 +28,9 @@ pub struct Partition {
     /// The server running it: map, peers, counters, configuration, sibling partitions.
     pub(crate) env: Arc<dyn Env>,
     pub(crate) store: Store,
+    /// The store without the applier's stage (`commit/rounds.rs`): what batches up to its
+    /// last number hold, for comparing copies at a batch (anti-entropy, fsck digests).
+    pub(crate) committed: Store,
     pub(crate) applier: Applier,
     /// The primary's side of replication: its copies follow the map (`set_backups`).
     pub(crate) replicator: Arc<crate::replication::primary::Replicator>,
