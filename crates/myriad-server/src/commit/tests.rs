@@ -112,6 +112,20 @@ async fn init_root(applier: &Applier) {
     applier.run(root).await.unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// The loops as tasks (the simulation's mode, with paused time in these tests), the root
+/// made.
+async fn rooted_tasks(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>) -> (Applier, Syncer, Store) {
+    let (applier, syncer, store) = start_on(
+        kv,
+        copies,
+        Runner::Tasks {
+            fsync: Duration::ZERO,
+        },
+    );
+    init_root(&applier).await;
+    (applier, syncer, store)
+}
+
 fn create(name: &str) -> Mutation {
     Mutation::CreateFile {
         dir: "/".into(),
@@ -274,14 +288,7 @@ async fn the_batch_chain_tells_histories_of_equal_length_apart() {
 async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
     let kv = disk();
     let copies = Arc::new(Recorder::default());
-    let (applier, syncer, store) = start_on(
-        kv.clone(),
-        copies.clone(),
-        Runner::Tasks {
-            fsync: Duration::ZERO,
-        },
-    );
-    init_root(&applier).await;
+    let (applier, syncer, store) = rooted_tasks(kv.clone(), copies.clone()).await;
     let shipped = || copies.shipped.lock().map(|s| s.len()).unwrap_or(0);
     assert_eq!(shipped(), 1);
     let hold = applier.hold();
@@ -341,14 +348,7 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
 async fn a_stalled_batch_does_not_keep_its_round_open() {
     let kv = disk();
     let copies = Arc::new(Recorder::default());
-    let (applier, _syncer, store) = start_on(
-        kv,
-        copies.clone(),
-        Runner::Tasks {
-            fsync: Duration::ZERO,
-        },
-    );
-    init_root(&applier).await;
+    let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
     let _hold = applier.hold();
     applier
         .run_visible(create("a"))
@@ -364,14 +364,7 @@ async fn a_stalled_batch_does_not_keep_its_round_open() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_round_the_engine_refuses_fails_the_server() {
     let kv = disk();
-    let (applier, syncer, _store) = start_on(
-        kv.clone(),
-        Arc::new(NoCopies),
-        Runner::Tasks {
-            fsync: Duration::ZERO,
-        },
-    );
-    init_root(&applier).await;
+    let (applier, syncer, _store) = rooted_tasks(kv.clone(), Arc::new(NoCopies)).await;
     let hold = applier.hold();
     applier
         .run_visible(create("a"))
@@ -396,14 +389,7 @@ async fn a_round_the_engine_refuses_fails_the_server() {
 async fn a_deposed_partition_drops_its_stage() {
     let kv = disk();
     let copies = Arc::new(Recorder::default());
-    let (applier, _syncer, store) = start_on(
-        kv,
-        copies.clone(),
-        Runner::Tasks {
-            fsync: Duration::ZERO,
-        },
-    );
-    init_root(&applier).await;
+    let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
     let hold = applier.hold();
     applier
         .run_visible(create("staged"))
