@@ -9,7 +9,7 @@ use myriad_storage::{Space, Store};
 
 use crate::commit::{SEQ_KEY, TERM_KEY};
 use crate::replication::peers::{Link, Peers};
-use crate::replication::wire::{clear_space, from_wire};
+use crate::replication::wire::{COPYING_KEY, empty_marked, from_wire};
 use crate::state::mutation::storage_err;
 use myriad_proto::ReplicaRequest;
 
@@ -23,8 +23,18 @@ pub(crate) async fn catch_up_from_backups(
     store: &Store,
     backups: &[NodeId],
 ) -> Result<(), FsError> {
-    let mine = store.meta_u64(SEQ_KEY).map_err(storage_err)?.unwrap_or(0);
-    let my_term = store.meta_u64(TERM_KEY).map_err(storage_err)?.unwrap_or(0);
+    // A store still marked incomplete (a copy into it was cut short: a catch-up that
+    // failed part-way, a backup promoted mid-copy) holds no history at all, whatever its
+    // numbers say: any copy's is newer, and without one it must not be served.
+    let incomplete = store.meta_u64(COPYING_KEY).map_err(storage_err)?.is_some();
+    let (mine, my_term) = if incomplete {
+        (0, 0)
+    } else {
+        (
+            store.meta_u64(SEQ_KEY).map_err(storage_err)?.unwrap_or(0),
+            store.meta_u64(TERM_KEY).map_err(storage_err)?.unwrap_or(0),
+        )
+    };
     let mut best: Option<(NodeId, (u64, u64))> = None;
     for &b in backups {
         let link = Link {
@@ -63,6 +73,11 @@ pub(crate) async fn catch_up_from_backups(
         }
     }
     let Some((from, (term, seq))) = best else {
+        if incomplete {
+            return Err(FsError::Unavailable(format!(
+                "partition {pid}: this copy is incomplete (a copy into it was cut short) and no other copy can give it whole"
+            )));
+        }
         return Ok(());
     };
     tracing::warn!(
@@ -79,9 +94,14 @@ pub(crate) async fn catch_up_from_backups(
         pid,
         backup: from,
     };
-    // Empty this copy, then take every page of the backup's.
+    // Mark this copy incomplete and empty it, take every page of the backup's, then drop
+    // the mark: cut short anywhere (an error, a crash whose pages another partition's fsync
+    // made durable), the store says it is incomplete instead of passing for the history
+    // its old numbers name (simulation seed 80083, with batches served concurrently: a
+    // catch-up that failed part-way left the other copy's entries under this copy's
+    // batch number, and the next open served them).
+    empty_marked(store)?;
     for space in Space::PARTITION {
-        clear_space(store.kv().as_ref(), space, None)?;
         let mut after: Option<Vec<u8>> = None;
         loop {
             let req = ReplicaRequest::ReplicaRead {
@@ -95,9 +115,20 @@ pub(crate) async fn catch_up_from_backups(
                 break;
             };
             after = Some(last.key.clone());
-            store.commit(from_wire(ops)?).map_err(storage_err)?;
+            let mut batch = from_wire(ops)?;
+            // The source's own mark (it answers a gap while it is being copied, but a
+            // page read just before could carry it) is not this copy's business.
+            batch.ops.retain(|(space, key, _)| {
+                !(*space == Space::Meta && key == COPYING_KEY.as_bytes())
+            });
+            store.commit(batch).map_err(storage_err)?;
         }
     }
+    // Whole now: the mark goes last, after the pages are durable.
+    store.sync().map_err(storage_err)?;
+    let mut done = myriad_storage::Batch::new();
+    done.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
+    store.commit(done).map_err(storage_err)?;
     store.sync().map_err(storage_err)?;
     Ok(())
 }

@@ -78,11 +78,28 @@ fn holds(store: &Store, who: &str) -> bool {
 /// The primary at (`mine`), its copies on servers 2 and 3 at the given histories; returns
 /// the primary's store after catching up.
 async fn catch_up(mine: (u64, u64), two: (u64, u64), three: (u64, u64)) -> Store {
+    let store =
+        partition_store(history("one", mine.0, mine.1), PID).unwrap_or_else(|e| panic!("{e}"));
+    catch_up_into(
+        &store,
+        &[(NodeId(2), "two", two), (NodeId(3), "three", three)],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("catch-up: {e}"));
+    store
+}
+
+/// `store` catching up from copies on the given servers (`who`: the entry naming each
+/// copy's history).
+async fn catch_up_into(
+    store: &Store,
+    copies: &[(NodeId, &str, (u64, u64))],
+) -> Result<(), FsError> {
     let runner = Runner::Tasks {
         fsync: Duration::ZERO,
     };
     let mut backups = BTreeMap::new();
-    for (id, who, (term, seq)) in [(NodeId(2), "two", two), (NodeId(3), "three", three)] {
+    for &(id, who, (term, seq)) in copies {
         let kv = history(who, term, seq);
         let syncer = Syncer::start(kv.clone(), runner).unwrap_or_else(|e| panic!("{e}"));
         let b = Arc::new(Backup::open(kv, PID).unwrap_or_else(|e| panic!("{e}")));
@@ -97,12 +114,8 @@ async fn catch_up(mine: (u64, u64), two: (u64, u64), three: (u64, u64)) -> Store
         }),
         bundler: crate::replication::bundle::Bundler::default(),
     });
-    let store =
-        partition_store(history("one", mine.0, mine.1), PID).unwrap_or_else(|e| panic!("{e}"));
-    catch_up_from_backups(&peers, PID, &store, &[NodeId(2), NodeId(3)])
-        .await
-        .unwrap_or_else(|e| panic!("catch-up: {e}"));
-    store
+    let ids: Vec<NodeId> = copies.iter().map(|c| c.0).collect();
+    catch_up_from_backups(&peers, PID, store, &ids).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -133,4 +146,35 @@ async fn the_same_term_with_more_batches_is_taken_and_an_equal_history_kept() {
     assert!(holds(&store, "two"));
     let store = catch_up((10, 393), (10, 393), (10, 393)).await;
     assert!(holds(&store, "one"), "nothing newer: this copy stays");
+}
+
+/// A copy into this store that was cut short left it marked incomplete: whatever its
+/// numbers say it holds no history, so it takes a copy's even when that one looks older,
+/// and without any copy it is not served (simulation seed 80083).
+#[tokio::test(start_paused = true)]
+async fn a_store_marked_incomplete_is_copied_whole_or_not_served() {
+    let marked = || {
+        let store =
+            partition_store(history("half", 10, 500), PID).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        store.put_meta_u64(&mut b, COPYING_KEY, 1);
+        store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+        store
+    };
+    let store = marked();
+    catch_up_into(&store, &[(NodeId(2), "two", (10, 393))])
+        .await
+        .unwrap_or_else(|e| panic!("catch-up: {e}"));
+    assert!(holds(&store, "two") && !holds(&store, "half"));
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(393));
+    assert_eq!(
+        store.meta_u64(COPYING_KEY).ok().flatten(),
+        None,
+        "whole again: the mark is gone"
+    );
+    let alone = marked();
+    assert!(
+        catch_up_into(&alone, &[]).await.is_err(),
+        "an incomplete copy with nobody to copy from was served"
+    );
 }
