@@ -103,6 +103,21 @@ fn seeds_with_write_behind_keep_every_invariant() {
             ..busy(seed)
         });
     }
+    // Found while building rounds (docs/write-path.md "Rounds"): 130055 (a stale read) and
+    // 150167 (a diverged copy) when jobs of unrelated requests shared a batch; 80083 (a
+    // diverged copy after a catch-up cut short) with a batch's changes served together.
+    for seed in [80083, 130055] {
+        check(&SimConfig {
+            behind: true,
+            moves: true,
+            ops_per_client: 300,
+            ..busy(seed)
+        });
+    }
+    check(&SimConfig {
+        moves: true,
+        ..SimConfig::new(150167)
+    });
 }
 
 /// Every client also takes, renews and gives back write locks on three shared inodes

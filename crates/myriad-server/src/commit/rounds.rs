@@ -1,8 +1,10 @@
 //! One partition's single writer, round by round (docs/write-path.md, "Rounds").
 //!
 //! A round applies the jobs queued for the partition, one after the other, each into the
-//! store's stage (`StagedKv`: visible to every reader at once), then commits the stage as
-//! one batch: numbered, shipped to the copies and fsynced once for the whole round. A
+//! store's stage (`StagedKv`: visible to every reader at once), and commits the stage as
+//! a numbered batch shipped to the copies; the round's replies share one fsync. Jobs of
+//! unrelated requests get a batch each; the changes of a client's batch being served
+//! share one. A
 //! client's journal batch arrives one change at a time (each applied before the next is
 //! checked), so while such a batch is being served (`Hold`) and nobody waits for the
 //! round's durability, the round stays open for its next change, within bounds (time,
@@ -213,7 +215,13 @@ impl ApplyLoop {
                 round.unflushed.push((s, Outcome::Unit));
             }
         }
-        if self.staged.staged_bytes() >= STAGE_BYTES_MAX {
+        // Changes share a batch only while a client's batch holds the round: jobs of
+        // unrelated requests that merely queued together are committed one batch each,
+        // as before rounds (with them in one batch, simulation seeds 130055 and 150167
+        // ended with a stale read and a diverged copy; not understood yet, so not done).
+        if self.holds.count.load(Ordering::Acquire) == 0
+            || self.staged.staged_bytes() >= STAGE_BYTES_MAX
+        {
             self.flush(round);
         }
     }
