@@ -1,15 +1,18 @@
 //! The single writer and the group commit.
 //!
 //! ```text
-//! request tasks ──Job──> applier thread: validate + commit batch (visible, not yet durable)
+//! request tasks ──Job──> applier thread: validate + stage + commit batch (visible, not yet durable)
 //!                              │ (reply, outcome) pairs
 //!                              v
 //!                        syncer thread: one fsync for everything queued, then reply to all
 //! ```
 //! One thread per partition applies every mutation of that partition in order, so
-//! validations never race. The server's one syncer drains whatever has queued up while the previous fsync ran and covers it with one
-//! fsync: concurrent requests share the cost (group commit), and the applier keeps applying
-//! while the disk syncs (pipelining). No reply leaves before the fsync covering its batch.
+//! validations never race (`commit/rounds.rs`: each job is a store batch, the changes of
+//! a client's batch being served share one). The server's one syncer drains whatever has
+//! queued up while the previous fsync ran and covers it with one fsync
+//! (`commit/sync.rs`): concurrent requests share the cost (group commit), and the applier
+//! keeps applying while the disk syncs (pipelining). No durable reply leaves before the
+//! fsync covering its batch.
 //!
 //! Known relaxation: a batch is visible to readers on this node between commit and fsync
 //! (typically < 1 ms). A crash in that window loses a write that was never acknowledged but
@@ -31,7 +34,6 @@ mod rounds;
 mod ship;
 mod sync;
 
-pub use rounds::Hold;
 use rounds::Job;
 #[cfg(test)]
 pub use ship::NoCopies;
@@ -133,6 +135,7 @@ impl Applier {
             retired: retired.clone(),
             changed,
             holds: holds.clone(),
+            staged_for: None,
         };
         let syncer = syncer.clone();
         match runner {
@@ -166,11 +169,11 @@ impl Applier {
         self
     }
 
-    /// While the returned guard lives, the partition's rounds stay open (within bounds)
-    /// for the next change of the batch being served, so its changes share one store
-    /// batch, one replicated batch and one fsync per copy.
-    pub fn hold(&self) -> Hold {
-        Hold::new(&self.holds)
+    /// Serves one client's batch (`fut`): its changes share a store batch, a replicated
+    /// batch and an fsync per copy, and the partition's rounds stay open (within bounds)
+    /// for its next change meanwhile (`commit/rounds.rs`).
+    pub async fn holding<F: std::future::Future>(&self, fut: F) -> F::Output {
+        self.holds.holding(fut).await
     }
 
     /// The partition's directory leases.
@@ -208,6 +211,7 @@ impl Applier {
                 reply,
                 durable: false,
                 synced: None,
+                batch: None,
             })
             .await
             .is_ok()
@@ -242,6 +246,7 @@ impl Applier {
                 reply,
                 durable: false,
                 synced: Some(synced),
+                batch: rounds::serving(),
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
@@ -269,6 +274,7 @@ impl Applier {
                 reply,
                 durable,
                 synced: None,
+                batch: rounds::serving(),
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;

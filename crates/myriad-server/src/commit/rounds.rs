@@ -2,17 +2,16 @@
 //!
 //! A round applies the jobs queued for the partition, one after the other, each into the
 //! store's stage (`StagedKv`: visible to every reader at once), and commits the stage as
-//! a numbered batch shipped to the copies; the round's replies share one fsync. Jobs of
-//! unrelated requests get a batch each; the changes of a client's batch being served
-//! share one. A
-//! client's journal batch arrives one change at a time (each applied before the next is
-//! checked), so while such a batch is being served (`Hold`) and nobody waits for the
-//! round's durability, the round stays open for its next change, within bounds (time,
-//! jobs, bytes): a batch of 100 creates becomes one or two store batches and replication
+//! numbered batches shipped to the copies; the round's replies share one fsync. Each job
+//! is a batch of its own, except the changes of one client's journal batch being served
+//! (`Applier::holding`), which share one: they arrive one at a time (each applied before
+//! the next is checked), so while such a batch is served and nobody waits for the round's
+//! durability, the round stays open for its next change, within bounds (time, jobs,
+//! bytes): a batch of 100 creates becomes one or two store batches and replication
 //! messages, not 100.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use myriad_proto::FsError;
@@ -46,20 +45,46 @@ pub(super) struct Job {
     /// With `durable` false: also told (outcome `Unit`) once the fsync covering the batch
     /// is done (`run_staged`).
     pub(super) synced: Option<Reply>,
+    /// The client's batch whose serving submitted it (`serving`), if any.
+    pub(super) batch: Option<u64>,
 }
 
-/// Batches being served on a partition (`Applier::hold`).
+tokio::task_local! {
+    /// The client's batch the current task serves (`Applier::holding`).
+    static SERVING: u64;
+}
+
+/// Numbers the batches served, so that jobs of different ones never share a store batch.
+static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);
+
+/// The client's batch the current task serves, if any: its jobs share a store batch.
+pub(super) fn serving() -> Option<u64> {
+    SERVING.try_with(|b| *b).ok()
+}
+
+/// Batches being served on a partition (`Applier::holding`).
 #[derive(Default)]
 pub(crate) struct Holds {
     count: AtomicUsize,
     released: Notify,
 }
 
+impl Holds {
+    /// Runs `fut` (the serving of one client's batch) with its jobs tagged as one batch,
+    /// keeping the partition's rounds open for them meanwhile.
+    pub(super) async fn holding<F: std::future::Future>(self: &Arc<Self>, fut: F) -> F::Output {
+        let _hold = Hold::new(self);
+        SERVING
+            .scope(NEXT_BATCH.fetch_add(1, Ordering::Relaxed), fut)
+            .await
+    }
+}
+
 /// While alive, the partition's rounds stay open for the next change of a batch.
-pub struct Hold(Arc<Holds>);
+struct Hold(Arc<Holds>);
 
 impl Hold {
-    pub(crate) fn new(holds: &Arc<Holds>) -> Hold {
+    fn new(holds: &Arc<Holds>) -> Hold {
         holds.count.fetch_add(1, Ordering::AcqRel);
         Hold(holds.clone())
     }
@@ -105,6 +130,8 @@ pub(super) struct ApplyLoop {
     pub(super) retired: Arc<AtomicBool>,
     pub(super) changed: watch::Sender<u64>,
     pub(super) holds: Arc<Holds>,
+    /// The client's batch whose changes the stage holds (`None`: nothing staged).
+    pub(super) staged_for: Option<u64>,
 }
 
 impl ApplyLoop {
@@ -148,9 +175,6 @@ impl ApplyLoop {
             }
             self.end(round, slot);
         }
-        // The queue closed: whatever was staged still goes to the store.
-        let mut round = Round::default();
-        self.flush(&mut round);
     }
 
     /// Applies one job into the stage and answers it (or queues its answer).
@@ -160,6 +184,12 @@ impl ApplyLoop {
             self.flush(round);
             let _ = job.reply.send(Err(no_longer_served()));
             return;
+        }
+        // A store batch holds the changes of one client's batch, or one job: never jobs of
+        // unrelated requests that merely queued together (sharing one made simulation seeds
+        // 130055 and 150167 end with a stale read and a diverged copy; not understood yet).
+        if job.batch.is_none() || job.batch != self.staged_for {
+            self.flush(round);
         }
         let mut ctx = Ctx {
             store: &self.store,
@@ -192,12 +222,13 @@ impl ApplyLoop {
             }
             settled = Some(o.settled);
         }
-        if !batch.is_empty()
-            && let Err(e) = self.staged.stage(batch)
-        {
-            self.outcomes.reload();
-            let _ = job.reply.send(Err(storage_err(e)));
-            return;
+        if !batch.is_empty() {
+            if let Err(e) = self.staged.stage(batch) {
+                self.outcomes.reload();
+                let _ = job.reply.send(Err(storage_err(e)));
+                return;
+            }
+            self.staged_for = job.batch;
         }
         if let Some(s) = settled {
             s.store(true, Ordering::Release);
@@ -215,13 +246,7 @@ impl ApplyLoop {
                 round.unflushed.push((s, Outcome::Unit));
             }
         }
-        // Changes share a batch only while a client's batch holds the round: jobs of
-        // unrelated requests that merely queued together are committed one batch each,
-        // as before rounds (with them in one batch, simulation seeds 130055 and 150167
-        // ended with a stale read and a diverged copy; not understood yet, so not done).
-        if self.holds.count.load(Ordering::Acquire) == 0
-            || self.staged.staged_bytes() >= STAGE_BYTES_MAX
-        {
+        if job.batch.is_none() || self.staged.staged_bytes() >= STAGE_BYTES_MAX {
             self.flush(round);
         }
     }
@@ -229,6 +254,7 @@ impl ApplyLoop {
     /// Commits the stage as the partition's next batch (numbered, chained, shipped in
     /// order); the replies waiting for it move on to wait for the fsync.
     fn flush(&mut self, round: &mut Round) {
+        self.staged_for = None;
         if self.retired.load(Ordering::Acquire) {
             // The partition was deposed (`Partition::depose`): from that moment nothing more
             // is committed or shipped here, so the stage is dropped, as a crash would drop

@@ -282,7 +282,7 @@ async fn the_batch_chain_tells_histories_of_equal_length_apart() {
     assert_eq!(a, again, "the same history, the same chain");
 }
 
-/// A batch being served (`hold`) keeps its partition's round open: its changes, applied
+/// A batch being served (`holding`) keeps its partition's round open: its changes, applied
 /// one by one and each visible at once, reach the store and the copies as one batch.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
@@ -291,43 +291,49 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
     let (applier, syncer, store) = rooted_tasks(kv.clone(), copies.clone()).await;
     let shipped = || copies.shipped.lock().map(|s| s.len()).unwrap_or(0);
     assert_eq!(shipped(), 1);
-    let hold = applier.hold();
-    for i in 0..20 {
-        let name = format!("f{i}");
-        applier
-            .run_visible(create(&name))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            store.entry("/", &name).ok().flatten().is_some(),
-            "a change answered as applied is read at once"
-        );
-    }
-    assert_eq!(shipped(), 1, "nothing committed while the batch is served");
-    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
-    // Somebody waiting for durability ends the round at once, held or not.
-    let before = tokio::time::Instant::now();
     applier
-        .run(create("durable"))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        before.elapsed() < Duration::from_millis(1),
-        "a durable change waited for a held round: {:?}",
-        before.elapsed()
-    );
+        .holding(async {
+            for i in 0..20 {
+                let name = format!("f{i}");
+                applier
+                    .run_visible(create(&name))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(
+                    store.entry("/", &name).ok().flatten().is_some(),
+                    "a change answered as applied is read at once"
+                );
+            }
+            assert_eq!(shipped(), 1, "nothing committed while the batch is served");
+            assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
+            // Somebody waiting for durability ends the round at once, held or not.
+            let before = tokio::time::Instant::now();
+            applier
+                .run(create("durable"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                before.elapsed() < Duration::from_millis(1),
+                "a durable change waited for a held round: {:?}",
+                before.elapsed()
+            );
+        })
+        .await;
     assert_eq!(
         shipped(),
         2,
         "the batch's 20 changes and the durable one: one batch"
     );
     assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
-    // Held again: the round commits when the hold ends, without anyone waiting.
+    // Another batch: its round commits when its serving ends, without anyone waiting.
     applier
-        .run_visible(create("g"))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    drop(hold);
+        .holding(async {
+            applier
+                .run_visible(create("g"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        })
+        .await;
     tokio::time::timeout(Duration::from_millis(100), async {
         while shipped() < 3 {
             tokio::task::yield_now().await;
@@ -342,6 +348,38 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
     );
 }
 
+/// A job of an unrelated request that comes while a batch is being served shares no store
+/// batch with it: what the batch staged is committed first, the job alone after.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_unrelated_job_gets_a_batch_of_its_own_during_a_held_round() {
+    let kv = disk();
+    let copies = Arc::new(Recorder::default());
+    let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
+    let shipped = || copies.shipped.lock().map(|s| s.len()).unwrap_or(0);
+    let other = applier.clone();
+    applier
+        .holding(async {
+            applier
+                .run_visible(create("a"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            // Another request's task: not part of this batch.
+            tokio::spawn(async move { other.run_visible(create("b")).await })
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(shipped(), 3, "the batch's change, then the other job alone");
+            applier
+                .run_visible(create("c"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(shipped(), 4);
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(4));
+}
+
 /// A round held by a batch that stalls commits after `ROUND_IDLE_MAX`: a hold never
 /// keeps changes out of the store for long.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -349,14 +387,17 @@ async fn a_stalled_batch_does_not_keep_its_round_open() {
     let kv = disk();
     let copies = Arc::new(Recorder::default());
     let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
-    let _hold = applier.hold();
     applier
-        .run_visible(create("a"))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
-    assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 2);
+        .holding(async {
+            applier
+                .run_visible(create("a"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
+            assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 2);
+        })
+        .await;
 }
 
 /// A round's batch the engine refuses after its changes were answered as applied: the
@@ -365,13 +406,15 @@ async fn a_stalled_batch_does_not_keep_its_round_open() {
 async fn a_round_the_engine_refuses_fails_the_server() {
     let kv = disk();
     let (applier, syncer, _store) = rooted_tasks(kv.clone(), Arc::new(NoCopies)).await;
-    let hold = applier.hold();
     applier
-        .run_visible(create("a"))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    kv.crash_after(0);
-    drop(hold);
+        .holding(async {
+            applier
+                .run_visible(create("a"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            kv.crash_after(0);
+        })
+        .await;
     let e = tokio::time::timeout(Duration::from_secs(5), syncer.failure())
         .await
         .unwrap_or_else(|_| panic!("the failure was not reported"));
@@ -390,13 +433,15 @@ async fn a_deposed_partition_drops_its_stage() {
     let kv = disk();
     let copies = Arc::new(Recorder::default());
     let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
-    let hold = applier.hold();
     applier
-        .run_visible(create("staged"))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    applier.refuse();
-    drop(hold);
+        .holding(async {
+            applier
+                .run_visible(create("staged"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            applier.refuse();
+        })
+        .await;
     applier.retire().await;
     assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
     assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 1);

@@ -152,12 +152,13 @@ impl Partition {
                 }
                 let client = clients.first().copied();
                 let last = times.iter().copied().max();
-                // Its changes come to the applier one by one: they share its rounds.
-                let _hold = self.applier.hold();
+                // Its changes come to the applier one by one: they share a store batch.
                 // Boxed: a batch's future holds a change's, and every request's future
                 // would otherwise be as large as both (debug builds overflowed the stack).
-                Box::pin(self.batched((client, last), self.serve_batch(epoch, caller, ops, times)))
-                    .await
+                Box::pin(self.applier.holding(
+                    self.batched((client, last), self.serve_batch(epoch, caller, ops, times)),
+                ))
+                .await
             }
             (None, body) => {
                 // A read by a client that did not say who it is: it gives way to any

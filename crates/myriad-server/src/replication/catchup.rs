@@ -115,17 +115,23 @@ pub(crate) async fn catch_up_from_backups(
                 break;
             };
             after = Some(last.key.clone());
-            let mut batch = from_wire(ops)?;
-            // The source's own mark (it answers a gap while it is being copied, but a
-            // page read just before could carry it) is not this copy's business.
-            batch.ops.retain(|(space, key, _)| {
-                !(*space == Space::Meta && key == COPYING_KEY.as_bytes())
-            });
+            let batch = from_wire(ops)?;
+            // A source marked incomplete itself (a copy into it began while it was read)
+            // holds no history either: this catch-up fails, and this store stays marked.
+            if batch
+                .ops
+                .iter()
+                .any(|(space, key, _)| *space == Space::Meta && key == COPYING_KEY.as_bytes())
+            {
+                return Err(FsError::Unavailable(format!(
+                    "partition {pid}: the copy on server {from} became incomplete while it was copied"
+                )));
+            }
             store.commit(batch).map_err(storage_err)?;
         }
     }
-    // Whole now: the mark goes last, after the pages are durable.
-    store.sync().map_err(storage_err)?;
+    // Whole now: the mark goes last (a crash keeps a prefix of the commits, so the mark
+    // gone means every page is there), then one fsync.
     let mut done = myriad_storage::Batch::new();
     done.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
     store.commit(done).map_err(storage_err)?;
