@@ -170,10 +170,12 @@ impl TestCluster {
         );
     }
 
-    /// Waits until `node` answers an echo.
+    /// Waits until `node` answers an echo and the cluster map `client` learns from the
+    /// servers counts it up again (until then a partition whose only copies are on it has
+    /// "no copy up", which a request right after a restart would meet).
     pub async fn wait_up(&self, client: &Client, node: NodeId) {
         for _ in 0..200 {
-            if client.echo(node, vec![]).await.is_ok() {
+            if client.echo(node, vec![]).await.is_ok() && client.newest_map().await.is_up(node) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
