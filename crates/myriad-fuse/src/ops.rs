@@ -894,20 +894,8 @@ impl Inner {
             self.inodes.exchanged(from, to);
             return Ok(());
         }
-        match self.client.rename(from, to, flags).await {
-            // Replacing an existing (empty) directory: the servers move directories only to
-            // free names, so remove the empty target first. Not atomic: a crash between the
-            // two steps leaves the source in place and the target gone.
-            Err(FsError::InvalidArgument(_)) if !flags.no_replace => {
-                let (src, dst) = (self.client.stat(from).await?, self.client.stat(to).await?);
-                if src.kind != FileKind::Directory || dst.kind != FileKind::Directory {
-                    return Err(FsError::InvalidArgument("cannot rename over that".into()));
-                }
-                self.client.rmdir(to).await?;
-                self.client.rename(from, to, flags).await?;
-            }
-            other => other?,
-        }
+        // A directory over an empty one is one atomic step on the servers too.
+        self.client.rename(from, to, flags).await?;
         self.handles.renamed(from, to, false);
         self.inodes.renamed(from, to);
         Ok(())

@@ -439,6 +439,9 @@ pub enum PeerRequest {
         inode: Inode,
         flags: RenameFlags,
         blocks: Vec<(u64, serde_bytes::ByteBuf)>,
+        /// A directory moving over an existing (empty) one: that directory's inode, as the
+        /// coordinator found it (the entry must still hold it, else `Busy`).
+        replaces: Option<InodeId>,
     },
     /// Owner of the destination entry: make the staged entry visible (idempotent).
     RenameCommit { txid: u64 },
@@ -483,6 +486,10 @@ pub enum PeerRequest {
         shards: Vec<Shard>,
         map: Option<ShardMap>,
         entries: Vec<ExportedEntry>,
+        /// The moved directory's root replaces the empty directory `replaces` at `path`:
+        /// the owner takes its object over (refused unless it is still that directory,
+        /// whole and empty) and restores it if the rename aborts.
+        replaces: Option<InodeId>,
     },
     /// Owner of directory `path`: finish its part in directory rename `txid` (idempotent).
     DirFinish {

@@ -402,8 +402,8 @@ fn set_id_bits_descriptor_access_unlinked_files_directory_times_and_limits() {
         ok(fs::rename(d.join("sub"), d2.join("sub")));
     });
     assert_eq!((meta(&d).nlink(), meta(&d2).nlink()), (2, 3));
-    // A directory renamed from below over an empty one (the mount removes the empty one
-    // first, then renames): the count the kernel is told is the final one at once.
+    // A directory renamed from below over an empty one (one step on the servers): the
+    // count the kernel is told is the final one at once.
     ok(fs::create_dir(d.join("e1")));
     ok(fs::create_dir(d.join("e1/inner")));
     ok(fs::create_dir(d.join("e2")));

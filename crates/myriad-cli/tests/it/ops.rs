@@ -512,16 +512,24 @@ async fn directory_rename_moves_the_subtree() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 
-    // Errors first: into itself, onto an existing directory, missing source.
+    // Errors first: into itself, onto a directory that is not empty, missing source.
     assert!(matches!(
         c.rename("/proj", "/proj/src/x", RenameFlags::default())
             .await,
         Err(FsError::InvalidArgument(_))
     ));
-    assert!(matches!(
-        c.rename("/proj", "/archive", RenameFlags::default()).await,
-        Err(FsError::InvalidArgument(_))
-    ));
+    c.create("/archive/keep", 0o644, true, b"")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.rename("/proj", "/archive", RenameFlags::default())
+            .await
+            .err(),
+        Some(FsError::NotEmpty)
+    );
+    c.unlink("/archive/keep")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         c.rename("/nothing", "/x", RenameFlags::default())
             .await
@@ -584,6 +592,133 @@ async fn directory_rename_moves_the_subtree() {
         Some(&b"n"[..])
     );
     assert_eq!(c.readdir("/archive").await.map(|v| v.len()).ok(), Some(0));
+}
+
+/// A directory renamed over an empty one replaces it in one step: a reader of the target
+/// always finds a directory there (the empty one, then the moved one, never nothing), the
+/// moved subtree arrives whole, and every refusal leaves both directories as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_replaces_an_empty_one_in_one_step() {
+    let tc = TestCluster::start(4);
+    let c = std::sync::Arc::new(tc.client());
+    for d in ["/p1/src/sub", "/p2/dst", "/p2/full", "/p2/other"] {
+        c.mkdir_p(d, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    for i in 0..60 {
+        let path = format!("/p1/src/{}f{i}", if i % 2 == 0 { "sub/" } else { "" });
+        c.create(&path, 0o644, true, path.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    c.create("/p2/full/keep", 0o644, true, b"k")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.create("/p2/file", 0o644, true, b"f")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stat = |p: &'static str| {
+        let c = c.clone();
+        async move { c.stat(p).await.unwrap_or_else(|e| panic!("{p}: {e}")) }
+    };
+    let src = stat("/p1/src").await;
+    let (p1, p2) = (stat("/p1").await, stat("/p2").await);
+
+    // Refusals: a directory that is not empty, NOREPLACE, a file either way, an ancestor.
+    let rename = |from: &'static str, to: &'static str, no_replace: bool| {
+        let c = c.clone();
+        async move {
+            let flags = RenameFlags {
+                no_replace,
+                ..RenameFlags::default()
+            };
+            c.rename(from, to, flags).await.err()
+        }
+    };
+    assert_eq!(
+        rename("/p1/src", "/p2/full", false).await,
+        Some(FsError::NotEmpty)
+    );
+    assert_eq!(
+        rename("/p1/src", "/p2/dst", true).await,
+        Some(FsError::AlreadyExists)
+    );
+    assert_eq!(
+        rename("/p1/src", "/p2/file", false).await,
+        Some(FsError::NotADirectory)
+    );
+    assert_eq!(
+        rename("/p2/file", "/p2/dst", false).await,
+        Some(FsError::IsADirectory)
+    );
+    assert_eq!(
+        rename("/p1/src/sub", "/p1", false).await,
+        Some(FsError::NotEmpty)
+    );
+    assert_eq!(
+        stat("/p1/src").await.ino,
+        src.ino,
+        "refusals leave the source"
+    );
+    assert_eq!(c.readdir("/p2/full").await.map(|v| v.len()).ok(), Some(1));
+    assert_eq!(c.readdir("/p2/dst").await.map(|v| v.len()).ok(), Some(0));
+
+    // A reader of the target meanwhile: always a directory, empty or holding the moved tree.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (c, stop) = (c.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut seen = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match c.stat("/p2/dst").await {
+                    Ok(i) if i.kind == FileKind::Directory && i.ino == src.ino => seen.1 += 1,
+                    Ok(i) if i.kind == FileKind::Directory => seen.0 += 1,
+                    other => panic!("/p2/dst during the rename: {other:?}"),
+                }
+            }
+            seen
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    rename("/p1/src", "/p2/dst", false)
+        .await
+        .map_or(Ok(()), Err)
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (before, after) = reader.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        before > 0 && after > 0,
+        "the reader saw both: {before} / {after}"
+    );
+
+    assert_eq!(c.stat("/p1/src").await.err(), Some(FsError::NotFound));
+    let dst = stat("/p2/dst").await;
+    assert_eq!(
+        (dst.ino, dst.nlink),
+        (src.ino, 3),
+        "the moved directory, with sub"
+    );
+    for i in 0..60 {
+        let rel = format!("{}f{i}", if i % 2 == 0 { "sub/" } else { "" });
+        let data = c.fetch(&format!("/p2/dst/{rel}")).await.map(|x| x.1).ok();
+        assert_eq!(data.as_deref(), Some(format!("/p1/src/{rel}").as_bytes()));
+    }
+    // The parents' link counts: /p1 lost a subdirectory, /p2 swapped one for another.
+    assert_eq!(stat("/p1").await.nlink, p1.nlink - 1);
+    assert_eq!(stat("/p2").await.nlink, p2.nlink);
+    // The moved directory works as any other, and is replaced as any other.
+    c.create("/p2/dst/new", 0o644, true, b"n")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.mkdir("/p1/empty", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rename("/p2/dst", "/p1/empty", false).await, None);
+    assert_eq!(
+        c.fetch("/p1/empty/new").await.map(|x| x.1).ok().as_deref(),
+        Some(&b"n"[..])
+    );
+    assert_eq!(c.readdir("/p2").await.map(|v| v.len()).ok(), Some(3));
 }
 
 /// Readers running while a directory is renamed always find each file under exactly one of

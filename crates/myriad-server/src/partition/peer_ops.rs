@@ -171,6 +171,7 @@ impl Partition {
                 inode,
                 flags,
                 blocks,
+                replaces,
             } => {
                 validate_path(&to)?;
                 self.own_entry(st, &to)?;
@@ -184,6 +185,7 @@ impl Partition {
                         inode,
                         flags,
                         blocks,
+                        replaces,
                     })
                     .await?;
                 Ok(match outcome {
@@ -215,6 +217,7 @@ impl Partition {
                 shards,
                 map,
                 entries,
+                replaces,
             } => {
                 validate_path(&path)?;
                 match shards.first() {
@@ -230,6 +233,7 @@ impl Partition {
                         shards,
                         map,
                         entries,
+                        replaces,
                     })
                     .await?;
                 Ok(Response::Unit)

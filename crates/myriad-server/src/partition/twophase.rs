@@ -270,14 +270,18 @@ impl Partition {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let mut moves = Vec::new();
+        let mut replaces = None;
         if inode.kind == FileKind::Directory {
             // Check the destination before copying a whole subtree towards it.
-            if let Err(e) = self.check_dir_destination(&to).await {
-                self.abort_rename(txid, dst_node, &moves).await;
-                return Err(e);
+            match self.check_dir_destination(&to, flags).await {
+                Ok(r) => replaces = r,
+                Err(e) => {
+                    self.abort_rename(txid, dst_node, &moves).await;
+                    return Err(e);
+                }
             }
             if let Err(e) = self
-                .copy_subtree(txid, &from, &to, inode.ino, &mut moves)
+                .copy_subtree(txid, &from, &to, inode.ino, replaces, &mut moves)
                 .await
             {
                 self.abort_rename(txid, dst_node, &moves).await;
@@ -291,10 +295,11 @@ impl Partition {
         let prepare = PeerRequest::RenamePrepare {
             txid,
             coordinator: self.me,
-            to,
+            to: to.clone(),
             inode,
             flags,
             blocks,
+            replaces,
         };
         match self.call_node(dst_node, Request::Peer(prepare)).await {
             Ok(answer) => {
@@ -331,6 +336,10 @@ impl Partition {
                     // Replicated permissions of the old paths must go before we answer.
                     self.broadcast_invalidate(&from).await;
                 }
+                if replaces.is_some() {
+                    // And those of the directory the moved one replaced.
+                    self.broadcast_invalidate(&to).await;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -340,7 +349,14 @@ impl Partition {
         }
     }
 
-    pub(super) async fn check_dir_destination(self: &Arc<Self>, to: &str) -> Result<(), FsError> {
+    /// Checks where a directory is to move: `to`'s parent must be a directory and `to`
+    /// free, or an existing directory that the move will replace if it is empty (returned:
+    /// its inode; emptiness is checked when its object is taken over, in `copy_subtree`).
+    pub(super) async fn check_dir_destination(
+        self: &Arc<Self>,
+        to: &str,
+        flags: RenameFlags,
+    ) -> Result<Option<InodeId>, FsError> {
         let parent = myriad_placement::parent_of(to).to_string();
         match self
             .call_entry(
@@ -362,12 +378,9 @@ impl Partition {
             )
             .await
         {
-            Err(FsError::NotFound) => Ok(()),
-            Ok(Response::Attr(i)) if i.kind == FileKind::Directory => {
-                Err(FsError::InvalidArgument(
-                    "renaming a directory over an existing directory is not supported yet".into(),
-                ))
-            }
+            Err(FsError::NotFound) => Ok(None),
+            Ok(Response::Attr(_)) if flags.no_replace => Err(FsError::AlreadyExists),
+            Ok(Response::Attr(i)) if i.kind == FileKind::Directory => Ok(Some(i.ino)),
             Ok(_) => Err(FsError::NotADirectory),
             Err(e) => Err(e),
         }
@@ -381,6 +394,7 @@ impl Partition {
         from: &str,
         to: &str,
         ino: InodeId,
+        replaces: Option<InodeId>,
         moves: &mut Vec<DirMove>,
     ) -> Result<(), FsError> {
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);
@@ -456,6 +470,7 @@ impl Partition {
                             shards: parts.get(&to_node).cloned().unwrap_or_default(),
                             map: (to_node == new_home).then(|| m.map.clone()).flatten(),
                             entries,
+                            replaces: replaces.filter(|_| new == to),
                         };
                         self.call_node(to_node, Request::Peer(import)).await?;
                         made.insert(to_node);
@@ -474,6 +489,7 @@ impl Partition {
                     shards: shards.clone(),
                     map: (*node == new_home).then(|| m.map.clone()).flatten(),
                     entries: Vec::new(),
+                    replaces: replaces.filter(|_| new == to),
                 };
                 self.call_node(*node, Request::Peer(import)).await?;
             }
@@ -909,7 +925,8 @@ impl Partition {
                     self.undo_moves(txid, dst, &walked).await?;
                 }
             }
-            Intent::RenameIn { .. } | Intent::ExchangeIn { .. } => {} // The coordinator drives it.
+            // The coordinator drives these.
+            Intent::RenameIn { .. } | Intent::ExchangeIn { .. } | Intent::DirReplaced { .. } => {}
             Intent::RenameAborted { at_ns } => {
                 let kept = self.env.now_ns().saturating_sub(at_ns);
                 if kept > i64::try_from(ABORTED_KEPT.as_nanos()).unwrap_or(i64::MAX) {

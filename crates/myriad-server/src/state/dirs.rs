@@ -167,6 +167,8 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         }
         Mutation::DirObjectRemove { path, ino } => {
             match ctx.store.dir(&path).map_err(storage_err)? {
+                // A rename's copy is taking this directory's place: it decides first.
+                Some(rec) if rec.hidden.is_some() && rec.ino != ino => return Err(FsError::Busy),
                 Some(rec) if rec.ino == ino => {
                     if ctx.store.has_entries(&path).map_err(storage_err)? {
                         return Err(FsError::NotEmpty);

@@ -110,6 +110,11 @@ pub enum Intent {
         name: String,
         ino: InodeId,
     },
+    /// Owner of directory object `path`: a directory rename's copy took over the empty
+    /// directory `ino` that lived there (stored under `replace_key(txid)`). Revealing the
+    /// copy forgets it; dropping the copy puts `ino`'s empty object back. The coordinator
+    /// drives both (appended: stored intents keep their encoding).
+    DirReplaced { path: String, ino: InodeId },
 }
 
 impl Intent {

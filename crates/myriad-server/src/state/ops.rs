@@ -286,6 +286,7 @@ pub enum Mutation {
         shards: Vec<Shard>,
         map: Option<ShardMap>,
         entries: Vec<ExportedEntry>,
+        replaces: Option<InodeId>,
     },
     DirFinish {
         path: String,
@@ -299,6 +300,7 @@ pub enum Mutation {
         inode: Inode,
         flags: RenameFlags,
         blocks: Vec<(u64, Vec<u8>)>,
+        replaces: Option<InodeId>,
     },
     RenameTargetResolve {
         /// When (file times' clock): an abort leaves a tombstone with it.
@@ -359,6 +361,15 @@ pub enum Outcome {
 #[must_use]
 pub fn prepare_key(txid: u64) -> u64 {
     txid | (1 << 63)
+}
+
+/// Where the owner of a directory object that a rename's copy took over keeps what it
+/// replaced (`Intent::DirReplaced`), apart from the coordinator's and the destination
+/// entry's records of the same rename, which may live on the same node. Ids are
+/// `partition << 40 | counter` with partitions far below 2^22, so bit 62 is free.
+#[must_use]
+pub fn replace_key(txid: u64) -> u64 {
+    txid | (1 << 62)
 }
 
 /// Layout parameters the mutations need (from the cluster map).

@@ -210,6 +210,7 @@ pub(crate) fn check_rename_target(
     name: &str,
     incoming: &Inode,
     flags: RenameFlags,
+    replaces: Option<InodeId>,
 ) -> Result<Option<Inode>, FsError> {
     match store.entry(dir, name).map_err(storage_err)? {
         Some(EntryRecord {
@@ -227,9 +228,11 @@ pub(crate) fn check_rename_target(
             ) {
                 (false, true) => Err(FsError::IsADirectory),
                 (true, false) => Err(FsError::NotADirectory),
-                (true, true) if old.ino != incoming.ino => Err(FsError::InvalidArgument(
-                    "renaming a directory over an existing directory is not supported yet".into(),
-                )),
+                // A directory replaces only the (empty) directory its coordinator found
+                // there and whose object it took over; another one came meanwhile.
+                (true, true) if old.ino != incoming.ino && replaces != Some(old.ino) => {
+                    Err(FsError::Busy)
+                }
                 _ => Ok(Some(old)),
             }
         }

@@ -6,7 +6,7 @@ use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
 use crate::state::ops::{
-    Ctx, Mutation, Outcome, chunk0_blocks, not_routed, prepare_key, storage_err,
+    Ctx, Mutation, Outcome, chunk0_blocks, not_routed, prepare_key, replace_key, storage_err,
 };
 use crate::state::records::{
     adjust_subdirs, check_exchange_target, check_rename_target, drop_file_data, is_dir,
@@ -42,7 +42,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 }
                 return Ok(Outcome::Renamed(None, None));
             }
-            let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+            let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags, None)?;
             let mut gc = None;
             let mut dropped_link = None;
             if let Some(old) = replaced {
@@ -167,6 +167,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             inode,
             flags,
             blocks,
+            replaces,
         } => {
             let (tdir, tname) = split_parent(&to);
             match ctx
@@ -200,7 +201,8 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 let given = chunk0_of(ctx, &other)?;
                 (Some(other), Some(given))
             } else {
-                let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags)?;
+                let replaced =
+                    check_rename_target(ctx.store, tdir, tname, &inode, flags, replaces)?;
                 (replaced, None)
             };
             for (block, data) in blocks {
@@ -335,26 +337,26 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             shards,
             map,
             entries,
+            replaces,
         } => {
             let rec = match ctx.store.dir(&path).map_err(storage_err)? {
                 Some(rec) if rec.hidden == Some(txid) => rec,
-                Some(_) => return Err(FsError::AlreadyExists),
-                None => {
-                    if shards.iter().any(|s| !s.is_valid())
-                        || map.as_ref().is_some_and(|m| !m.is_well_formed())
-                    {
-                        return Err(FsError::InvalidArgument("bad shards".into()));
-                    }
-                    let rec = DirRecord {
-                        hidden: Some(txid),
-                        shards: if shards.is_empty() {
-                            vec![LocalShard::new(Shard::ALL)]
-                        } else {
-                            shards.into_iter().map(LocalShard::new).collect()
-                        },
-                        map,
-                        ..DirRecord::new(ino)
+                Some(old) => {
+                    let Some(expected) = replaces else {
+                        return Err(FsError::AlreadyExists);
                     };
+                    take_over(ctx, &path, &old, expected)?;
+                    let rec = hidden_copy(txid, ino, shards, map)?;
+                    ctx.store.put_dir(b, &path, &rec);
+                    let kept = Intent::DirReplaced {
+                        path: path.clone(),
+                        ino: old.ino,
+                    };
+                    ctx.store.put_intent(b, replace_key(txid), kept.encode());
+                    rec
+                }
+                None => {
+                    let rec = hidden_copy(txid, ino, shards, map)?;
                     ctx.store.put_dir(b, &path, &rec);
                     rec
                 }
@@ -392,6 +394,8 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             match action {
                 DirAction::Reveal if rec.hidden == Some(txid) => {
                     rec.hidden = None;
+                    // The directory this copy replaced, if any, is gone for good.
+                    ctx.store.delete_intent(b, replace_key(txid));
                     let mut subdirs = 0;
                     for (name, e) in entries {
                         let shown = match e.pending.filter(|p| p.txid == txid) {
@@ -441,6 +445,18 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                                 .map_err(storage_err)?;
                         }
                     }
+                    // A copy that took over an empty directory gives its place back.
+                    if rec.hidden == Some(txid)
+                        && let Some(Intent::DirReplaced { path: p, ino }) = ctx
+                            .store
+                            .intent(replace_key(txid))
+                            .map_err(storage_err)?
+                            .and_then(|b| Intent::decode(&b))
+                        && p == path
+                    {
+                        ctx.store.put_dir(b, &path, &DirRecord::new(ino));
+                        ctx.store.delete_intent(b, replace_key(txid));
+                    }
                 }
                 _ => {}
             }
@@ -449,6 +465,54 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         other => return Err(not_routed(&other)),
     };
     Ok(out)
+}
+
+/// The record of a directory rename's copy of a directory object, hidden until revealed.
+fn hidden_copy(
+    txid: u64,
+    ino: myriad_proto::InodeId,
+    shards: Vec<Shard>,
+    map: Option<myriad_proto::ShardMap>,
+) -> Result<DirRecord, FsError> {
+    if shards.iter().any(|s| !s.is_valid()) || map.as_ref().is_some_and(|m| !m.is_well_formed()) {
+        return Err(FsError::InvalidArgument("bad shards".into()));
+    }
+    Ok(DirRecord {
+        hidden: Some(txid),
+        shards: if shards.is_empty() {
+            vec![LocalShard::new(Shard::ALL)]
+        } else {
+            shards.into_iter().map(LocalShard::new).collect()
+        },
+        map,
+        ..DirRecord::new(ino)
+    })
+}
+
+/// Whether a rename's copy may take over directory object `old` at `path`, the empty
+/// directory `expected` its coordinator found there: checked in the batch that takes it,
+/// so no entry can arrive between the check and the take-over (creates into a hidden
+/// object wait or get `Busy`).
+fn take_over(
+    ctx: &Ctx<'_>,
+    path: &str,
+    old: &DirRecord,
+    expected: myriad_proto::InodeId,
+) -> Result<(), FsError> {
+    // Another directory lives there now, or another rename is moving it or into it.
+    if old.ino != expected || old.frozen.is_some() || old.hidden.is_some() {
+        return Err(FsError::Busy);
+    }
+    // Its entries may live on other servers' shards; none can be checked from here.
+    if !old.is_whole() {
+        return Err(FsError::NotSupported(
+            "renaming over a directory that was split into shards (remove it first)".into(),
+        ));
+    }
+    if ctx.store.has_entries(path).map_err(storage_err)? {
+        return Err(FsError::NotEmpty);
+    }
+    Ok(())
 }
 
 /// The chunk-0 blocks an entry carries with it when it moves (a regular file's; other

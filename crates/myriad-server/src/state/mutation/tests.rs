@@ -7,6 +7,7 @@ use myriad_proto::{Inode, ROOT_INO};
 use myriad_storage::DirRecord;
 
 use super::*;
+use crate::state::ops::replace_key;
 use crate::state::records::visible;
 use myriad_proto::InodeId;
 
@@ -720,6 +721,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         inode: inode.clone(),
         flags: RenameFlags::default(),
         blocks: Vec::new(),
+        replaces: None,
     };
     // The abort arrives first (the prepare never came, or was lost): a tombstone.
     t.run(Mutation::RenameTargetResolve {
@@ -841,5 +843,111 @@ fn reserved_inode_numbers_are_used_once_by_their_client_only() {
     assert!(
         fresh.ino.0 >= c + 2,
         "nothing reserved is handed out after a reload"
+    );
+}
+
+/// A directory rename's copy takes over an empty directory's object only if it is still
+/// the one its coordinator found, whole and empty; dropping the copy gives the place back,
+/// revealing it forgets what it replaced.
+#[test]
+fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
+    let mut t = T::new();
+    for (path, ino) in [("/d", 77), ("/full", 78)] {
+        t.run(Mutation::DirObjectCreate {
+            shards: vec![myriad_proto::Shard::ALL],
+            map: None,
+            path: path.into(),
+            ino: InodeId(ino),
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    t.create("/full", "f", b"x")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let moved = t
+        .create("/", "src-file", b"moved")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let import = |path: &str, txid: u64, replaces: Option<u64>| Mutation::DirImport {
+        path: path.into(),
+        txid,
+        ino: InodeId(88),
+        shards: Vec::new(),
+        map: None,
+        entries: vec![myriad_proto::ExportedEntry {
+            name: "g".into(),
+            inode: moved.clone(),
+            blocks: Vec::new(),
+        }],
+        replaces: replaces.map(InodeId),
+    };
+    let finish = |txid: u64, action: myriad_proto::DirAction| Mutation::DirFinish {
+        path: "/d".into(),
+        txid,
+        action,
+    };
+    let drop = || myriad_proto::DirAction::Drop {
+        keep_blocks_of: None,
+    };
+    assert_eq!(
+        t.run(import("/d", 9, None)).err(),
+        Some(FsError::AlreadyExists),
+        "an existing directory is never taken unasked"
+    );
+    assert_eq!(
+        t.run(import("/d", 9, Some(76))).err(),
+        Some(FsError::Busy),
+        "another directory than the coordinator found"
+    );
+    assert_eq!(
+        t.run(import("/full", 9, Some(78))).err(),
+        Some(FsError::NotEmpty)
+    );
+    assert_eq!(
+        dir_record(&t, "/full").hidden,
+        None,
+        "a refusal changes nothing"
+    );
+
+    t.run(import("/d", 9, Some(77)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rec = dir_record(&t, "/d");
+    assert_eq!((rec.ino, rec.hidden), (InodeId(88), Some(9)));
+    assert_eq!(
+        t.run(import("/d", 10, Some(77))).err(),
+        Some(FsError::Busy),
+        "one rename at a time takes a place"
+    );
+    assert_eq!(
+        t.run(Mutation::DirObjectRemove {
+            path: "/d".into(),
+            ino: InodeId(77)
+        })
+        .err(),
+        Some(FsError::Busy),
+        "an rmdir of the replaced directory waits for the rename"
+    );
+    // Aborted: the empty directory is back, the copy's entries are gone.
+    t.run(finish(9, drop())).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dir_record(&t, "/d"), DirRecord::new(InodeId(77)));
+    assert!(!t.store.has_entries("/d").unwrap_or(true));
+    assert_eq!(t.store.intent(replace_key(9)).ok().flatten(), None);
+    // A dropped place is not restored twice (a retried drop is idempotent).
+    t.run(finish(9, drop())).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dir_record(&t, "/d"), DirRecord::new(InodeId(77)));
+
+    // Committed: the copy stays, revealed, and nothing remembers the old one.
+    t.run(import("/d", 11, Some(77)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(t.store.intent(replace_key(11)).ok().flatten().is_some());
+    t.run(finish(11, myriad_proto::DirAction::Reveal))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rec = dir_record(&t, "/d");
+    assert_eq!((rec.ino, rec.hidden), (InodeId(88), None));
+    assert_eq!(entry(&t, "/d", "g").ino, moved.ino);
+    assert_eq!(t.store.intent(replace_key(11)).ok().flatten(), None);
+    t.run(finish(11, drop())).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        dir_record(&t, "/d").ino,
+        InodeId(88),
+        "a late drop finds no copy"
     );
 }
