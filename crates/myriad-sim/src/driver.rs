@@ -69,6 +69,11 @@ pub struct SimConfig {
     /// (docs/fuse.md "File locks between mounts"); two holding one at once is a
     /// violation. Off by default: `--locks`, and the CI set with locks.
     pub locks: bool,
+    /// Every client also moves a small directory tree of its own back and forth over an
+    /// empty directory (ARCHITECTURE.md "Directory rename") while any client reads it:
+    /// the target is a directory throughout, the file inside is under exactly one name.
+    /// Off by default: `--dir-moves`, and the CI set with directory moves.
+    pub dir_moves: bool,
 }
 
 impl SimConfig {
@@ -88,6 +93,7 @@ impl SimConfig {
             leases: false,
             behind: false,
             locks: false,
+            dir_moves: false,
         }
     }
 
@@ -95,7 +101,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -105,7 +111,8 @@ impl SimConfig {
             if self.moves { " --moves" } else { "" },
             if self.leases { " --leases" } else { "" },
             if self.behind { " --behind" } else { "" },
-            if self.locks { " --locks" } else { "" }
+            if self.locks { " --locks" } else { "" },
+            if self.dir_moves { " --dir-moves" } else { "" }
         )
     }
 }
@@ -747,6 +754,7 @@ impl Sim {
                 deferred: std::sync::Mutex::new(Vec::new()),
                 leases,
                 locks: self.cfg.locks.then(|| self.lock_check.clone()),
+                dir_moves: self.cfg.dir_moves,
             };
             runs.push(tokio::spawn(run.run()));
         }

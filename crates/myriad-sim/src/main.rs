@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--locks]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--locks] [--dir-moves]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -20,6 +20,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --moves       servers join and leave while the clients work (copies move)
   --leases      two clients of three read through directory leases
   --locks       clients also take and give back file locks on shared inodes
+  --dir-moves   clients also move a directory tree back and forth over an empty directory
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -50,6 +51,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             "--leases" => cfg.leases = true,
             "--behind" => cfg.behind = true,
             "--locks" => cfg.locks = true,
+            "--dir-moves" => cfg.dir_moves = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }

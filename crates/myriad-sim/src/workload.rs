@@ -88,6 +88,8 @@ pub struct ClientRun {
     pub behind: bool,
     /// Also take and give back file locks, checked here (`--locks`).
     pub locks: Option<Arc<LockCheck>>,
+    /// Also move a directory tree over an empty directory and read others' (`--dir-moves`).
+    pub dir_moves: bool,
 }
 
 /// The lock owner the simulated clients lock as.
@@ -310,6 +312,17 @@ impl ClientRun {
                     *holding = self
                         .lock_step(check, now, LOCKED[which], lock_step, wait, releasing)
                         .await?;
+                }
+            }
+            if self.dir_moves {
+                // Drawn only with directory moves on: other runs keep their seeds' draws.
+                let (step, whose) = self
+                    .rng
+                    .with(|r| (r.gen_range(0..100u32), r.gen_range(0..self.clients)));
+                match step {
+                    0..15 => self.move_step().await,
+                    15..30 => self.read_moved(whose).await?,
+                    _ => {}
                 }
             }
             let (think, op, k, other, side, side2) = self.rng.with(|r| {
@@ -639,6 +652,79 @@ impl ClientRun {
         }
         self.trace
             .event(format_args!("c{} exchange {a} <-> {b} done", self.id));
+    }
+
+    /// The two directories a client moves its tree between (`--dir-moves`): the one
+    /// holding file `f0` is moved over the other, empty one.
+    fn moving(client: u32) -> [String; 2] {
+        [format!("/c{client}/da"), format!("/c{client}/db")]
+    }
+
+    /// One step of `--dir-moves`: move the tree (the directory whose `f0` is known to
+    /// exist) over the other directory, emptied and made first; with no tree known (a
+    /// move in doubt), write a new one.
+    async fn move_step(&self) {
+        let [a, b] = Self::moving(self.id);
+        let known = |d: &str| self.history.settled_token(&format!("{d}/f0")).is_some();
+        let (from, to) = if known(&a) {
+            (a, b)
+        } else if known(&b) {
+            (b, a)
+        } else {
+            self.mkdir(&a).await;
+            if self.history.settled(&a) == Some(Some(DIR.to_string())) {
+                self.put(&format!("{a}/f0"), false).await;
+            }
+            return;
+        };
+        let (file, target) = (format!("{from}/f0"), format!("{to}/f0"));
+        // The target must be empty: its file of an earlier tree goes (a move in doubt may
+        // have left one there), and it must exist.
+        self.delete(&target).await;
+        self.mkdir(&to).await;
+        let (Some(Some(token)), Some(second), Some(None), Some(Some(_)), Some(Some(_))) = (
+            self.history.settled(&file),
+            self.history.settled(&piece(&file)),
+            self.history.settled(&target),
+            self.history.settled(&to),
+            self.history.settled(&from),
+        ) else {
+            return;
+        };
+        // The target stays a directory throughout: no version of it begins.
+        let vt = self.history.begin(&target, Some(token));
+        let vtp = self.history.begin(&piece(&target), second);
+        let vf = self.history.begin(&file, None);
+        let vfp = self.history.begin(&piece(&file), None);
+        let vd = self.history.begin(&from, None);
+        match self
+            .client
+            .rename(&from, &to, myriad_client::RenameFlags::default())
+            .await
+        {
+            Ok(()) => {
+                self.ack(&target, vt);
+                self.ack(&piece(&target), vtp);
+                self.ack(&file, vf);
+                self.ack(&piece(&file), vfp);
+                self.ack(&from, vd);
+            }
+            Err(e) => self.trace.event(format_args!(
+                "c{} move {from} over {to}: in doubt ({e})",
+                self.id
+            )),
+        }
+        self.trace
+            .event(format_args!("c{} move {from} over {to} done", self.id));
+    }
+
+    /// Reads `client`'s moving tree: both directories and the file in each.
+    async fn read_moved(&self, client: u32) -> Verdict {
+        for d in Self::moving(client) {
+            self.stat_dir(&d).await?;
+            self.read(&format!("{d}/f0")).await?;
+        }
+        Ok(())
     }
 
     async fn mkdir(&self, path: &str) {

@@ -98,6 +98,7 @@ impl Partition {
                         backup = %server,
                         at,
                         space = space.name(),
+                        key = %String::from_utf8_lossy(&k).escape_debug(),
                         "anti-entropy: a key differs between copies; rewriting it on every copy"
                     );
                     keys.insert((space, k));

@@ -331,6 +331,19 @@ impl Partition {
                         txid,
                         "rename committed; finishing deferred to recovery: {e}"
                     );
+                    // A moved directory's old objects stay readable until they are dropped:
+                    // answering now would let a reader see the old tree after the rename
+                    // was acknowledged (simulation seed 1671 with --dir-moves, a lost
+                    // DirFinish). Try once more (a message may have been lost), else the
+                    // outcome is reported unknown, as a timeout is; recovery finishes it.
+                    if !moves.is_empty()
+                        && let Err(e) = self.finish_commit(txid, dst_node, &moves).await
+                    {
+                        return Err(FsError::TimedOut(format!(
+                            "the directory rename is decided but its old directories are \
+                             not all removed yet ({e}); recovery finishes it"
+                        )));
+                    }
                 }
                 if !moves.is_empty() {
                     // Replicated permissions of the old paths must go before we answer.
