@@ -17,6 +17,40 @@ fn content(i: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Makes `root/d<d>/f<i>` for `dirs` directories of 60 files each (`content(i)`).
+async fn make_tree(c: &myriad_client::Client, root: &str, dirs: u32) {
+    for d in 0..dirs {
+        let p = format!("{root}/d{d}");
+        c.mkdir_p(&p, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..60 {
+            c.create(&format!("{p}/f{i}"), 0o644, true, &content(i))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
+/// Whether every file `make_tree` made reads whole under `root` now; false if one is not
+/// readable yet (a transient error before `deadline`); panics on anything else.
+async fn tree_complete(
+    c: &myriad_client::Client,
+    root: &str,
+    dirs: u32,
+    deadline: Instant,
+) -> bool {
+    let mut complete = true;
+    for d in 0..dirs {
+        for i in 0..60u64 {
+            match c.fetch(&format!("{root}/d{d}/f{i}")).await {
+                Ok((_, data)) => assert_eq!(data, content(i)),
+                Err(e) if e.is_transient() && Instant::now() < deadline => complete = false,
+                Err(e) => panic!("{root}/d{d}/f{i}: {e}"),
+            }
+        }
+    }
+    complete
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_writes_loses_no_acknowledged_file() {
     let tc = TestCluster::start(4);
@@ -259,17 +293,7 @@ async fn kill9_during_mkdir_and_rename_leaves_no_dangling_entry_or_orphan() {
 async fn kill9_during_directory_rename_leaves_one_complete_tree() {
     let tc = TestCluster::start(4);
     let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(3)));
-    let mut dirs = Vec::new();
-    for d in 0..12 {
-        let p = format!("/t/d{d}");
-        c.mkdir_p(&p, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
-        for i in 0..60 {
-            c.create(&format!("{p}/f{i}"), 0o644, true, &content(i))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        dirs.push(d);
-    }
+    make_tree(&c, "/t", 12).await;
     let coordinator = server_of(&c.map(), c.owner_of_entry("/t"));
     for victim in [coordinator, NodeId(coordinator.0 % 4 + 1)] {
         let (from, to) = if c.stat("/t").await.is_ok() {
@@ -300,18 +324,7 @@ async fn kill9_during_directory_rename_leaves_one_complete_tree() {
                     assert!(b.is_ok(), "acknowledged rename undone");
                 }
                 let root = if a.is_ok() { from } else { to };
-                let mut complete = true;
-                for d in &dirs {
-                    for i in 0..60u64 {
-                        match c.fetch(&format!("{root}/d{d}/f{i}")).await {
-                            Ok((_, data)) => assert_eq!(data, content(i)),
-                            Err(e) if e.is_transient() && Instant::now() < deadline => {
-                                complete = false
-                            }
-                            Err(e) => panic!("{root}/d{d}/f{i}: {e}"),
-                        }
-                    }
-                }
+                let complete = tree_complete(&c, root, 12, deadline).await;
                 let other = if root == from { to } else { from };
                 assert_eq!(
                     c.stat(&format!("{other}/d0")).await.err(),
@@ -336,15 +349,7 @@ async fn kill9_during_directory_rename_leaves_one_complete_tree() {
 async fn kill9_during_a_rename_over_an_empty_directory_keeps_one_of_them() {
     let tc = TestCluster::start(4);
     let c = Arc::new(tc.client_with(tc.map.clone(), Duration::from_secs(3)));
-    for d in 0..8 {
-        let p = format!("/t/d{d}");
-        c.mkdir_p(&p, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
-        for i in 0..60 {
-            c.create(&format!("{p}/f{i}"), 0o644, true, &content(i))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-    }
+    make_tree(&c, "/t", 8).await;
     let coordinator = server_of(&c.map(), c.owner_of_entry("/t"));
     // A target whose object (which holds the entries under it) another node serves.
     let e: &'static str = ["/e0", "/e1", "/e2", "/e3", "/e4", "/e5", "/e6", "/e7"]
@@ -407,17 +412,7 @@ async fn kill9_during_a_rename_over_an_empty_directory_keeps_one_of_them() {
                 }
                 (x, y) => panic!("{from} / {to}: {x:?} / {y:?}"),
             };
-            let mut complete = true;
-            for d in 0..8 {
-                for i in 0..60u64 {
-                    match c.fetch(&format!("{at}/d{d}/f{i}")).await {
-                        Ok((_, data)) => assert_eq!(data, content(i)),
-                        Err(e) if e.is_transient() && Instant::now() < deadline => complete = false,
-                        Err(e) => panic!("{at}/d{d}/f{i}: {e}"),
-                    }
-                }
-            }
-            if complete {
+            if tree_complete(&c, at, 8, deadline).await {
                 tree = at;
                 break;
             }
