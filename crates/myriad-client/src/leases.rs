@@ -471,6 +471,18 @@ impl Leases {
         Some((addr, run))
     }
 
+    /// This client changed directory `dir`'s own attributes (its mode or owner) to
+    /// `inode`'s: exclusive parts of it answer changes behind by these from now on (the
+    /// servers keep them with the lease too, `DirAttrsChanged`).
+    pub(crate) fn refresh_exclusive(&self, dir: &str, inode: &Inode) {
+        let mut g = self.lock();
+        for p in g.dirs.get_mut(dir).into_iter().flatten() {
+            if p.exclusive.is_some() {
+                p.exclusive = Some(inode.clone());
+            }
+        }
+    }
+
     /// This client changes `dir/name`: what it cached of the name goes, and answers on
     /// their way for `dir` are not kept. Called before the change is sent and once it
     /// is answered.

@@ -514,6 +514,14 @@ pub enum PeerRequest {
     AttrUpdate { path: String, inode: Option<Inode> },
     /// To every node: drop replicas of `prefix` and everything under it (directory rename).
     InvalidatePrefix { prefix: String },
+    /// Home of directory `path`: its mode or owner changed to `inode`'s (by client `by`,
+    /// if one said so). An exclusive lease on it carries the attributes its grant found:
+    /// they are refreshed, and any other client's exclusive lease is recalled first.
+    DirAttrsChanged {
+        path: String,
+        inode: Inode,
+        by: Option<u64>,
+    },
     /// Owner of the entry of `path`: create a hard-link name for inode `ino` living on `home`.
     PutLinkRef {
         path: String,
@@ -977,6 +985,7 @@ impl PeerRequest {
             PeerRequest::Unsubscribe { .. } => "unsubscribe",
             PeerRequest::AttrUpdate { .. } => "attr_update",
             PeerRequest::InvalidatePrefix { .. } => "invalidate_prefix",
+            PeerRequest::DirAttrsChanged { .. } => "dir_attrs_changed",
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",
             PeerRequest::PartitionSeqs => "partition_seqs",

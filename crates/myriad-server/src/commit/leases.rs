@@ -279,6 +279,17 @@ impl LeaseTable {
         }
     }
 
+    /// The directory's attributes changed (its mode or owner, on its parent's partition):
+    /// an exclusive lease's kept attributes become these.
+    pub fn refresh_attrs(&self, dir: &str, attrs: myriad_proto::Inode) {
+        if let Ok(mut inner) = self.inner.lock()
+            && let Some(l) = inner.dirs.get_mut(dir)
+            && l.exclusive.is_some()
+        {
+            l.exclusive_attrs = Some(attrs);
+        }
+    }
+
     /// An exclusive grant the read it came with found the holder may not use (it may not
     /// create names in the directory): made shared.
     pub fn share(&self, dir: &str, holder: u64) {

@@ -323,6 +323,36 @@ impl Partition {
         futures::future::join_all(sends).await;
     }
 
+    /// After a change of directory `path`'s mode or owner to `inode`'s: tells its home,
+    /// where an exclusive lease carries the attributes its grant found (the holder answers
+    /// creates behind by them: the permission checks, a new file's group). Bounded by the
+    /// lease period (an unreachable home's holder has lost its lease by then).
+    pub(crate) async fn tell_dir_home(self: &Arc<Self>, path: &str, inode: &Inode) {
+        let by = crate::commit::once::task_client();
+        let home = self.dir_owner(path);
+        if home == self.me {
+            self.dir_attrs_changed(path, inode.clone(), by).await;
+            return;
+        }
+        let req = Request::Peer(PeerRequest::DirAttrsChanged {
+            path: path.to_string(),
+            inode: inode.clone(),
+            by,
+        });
+        self.notify_one(home, req, crate::commit::leases::LEASE_PERIOD)
+            .await;
+    }
+
+    /// `DirAttrsChanged` at the directory's home: the exclusive lease's attributes are
+    /// refreshed (later grants tell the new ones), and another client's exclusive lease
+    /// is recalled (the changer's own client refreshes its copy from the change's answer).
+    pub(crate) async fn dir_attrs_changed(&self, path: &str, inode: Inode, by: Option<u64>) {
+        if let Some(t) = self.leases() {
+            t.refresh_attrs(path, inode);
+            t.before_read(path, by).await;
+        }
+    }
+
     /// Sends one change notification until it is acknowledged, at most `deadline` (the end
     /// of the receiver's lease, after which it no longer trusts what the notification
     /// changes). An error is no acknowledgement: a subscriber whose server is briefly without

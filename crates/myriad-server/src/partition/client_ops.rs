@@ -415,8 +415,13 @@ impl Partition {
                     && i.kind == FileKind::Directory
                     && changes_access
                 {
-                    // Acknowledged only once every replica has the new permissions.
-                    self.notify_subscribers(&path, Some(i.clone())).await;
+                    // Acknowledged only once every replica has the new permissions, and
+                    // no client writes behind in the directory by its old ones.
+                    futures::future::join(
+                        self.notify_subscribers(&path, Some(i.clone())),
+                        self.tell_dir_home(&path, i),
+                    )
+                    .await;
                 }
                 Ok(reply)
             }

@@ -271,6 +271,11 @@ impl Partition {
                 self.replicas.apply_update(&path, inode);
                 Ok(Response::Unit)
             }
+            PeerRequest::DirAttrsChanged { path, inode, by } => {
+                validate_path(&path)?;
+                self.dir_attrs_changed(&path, inode, by).await;
+                Ok(Response::Unit)
+            }
             PeerRequest::InvalidatePrefix { prefix } => {
                 self.replicas.invalidate_prefix(&prefix);
                 Ok(Response::Unit)
