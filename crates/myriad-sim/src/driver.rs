@@ -158,6 +158,33 @@ impl std::fmt::Display for Failure {
 
 /// Runs one simulation on a fresh one-thread runtime with a paused (virtual) clock.
 pub fn run(config: &SimConfig) -> Result<Report, Failure> {
+    // On a thread of its own with a roomy stack: the whole cluster's futures are polled on
+    // it, and a debug build's futures are large (a grown client loop once overflowed the
+    // 2 MiB of a test thread).
+    let config = config.clone();
+    let failed = config.clone();
+    std::thread::Builder::new()
+        .name(format!("sim-{}", config.seed))
+        .stack_size(SIM_STACK_BYTES)
+        .spawn(move || run_here(&config))
+        .map_err(|e| e.to_string())
+        .and_then(|t| {
+            t.join()
+                .map_err(|_| "the simulation thread panicked".to_string())
+        })
+        .unwrap_or_else(|what| {
+            Err(Failure {
+                config: failed,
+                what,
+                tail: Vec::new(),
+            })
+        })
+}
+
+/// The simulation thread's stack.
+const SIM_STACK_BYTES: usize = 64 << 20;
+
+fn run_here(config: &SimConfig) -> Result<Report, Failure> {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_time().start_paused(true);
     // Tokio draws from its own generator in places (which of its notifiers a `watch`

@@ -320,8 +320,10 @@ impl ClientRun {
                     .rng
                     .with(|r| (r.gen_range(0..100u32), r.gen_range(0..self.clients)));
                 match step {
-                    0..15 => self.move_step().await,
-                    15..30 => self.read_moved(whose).await?,
+                    // Boxed: this loop's future is every client task's, kept small
+                    // (inline, the regression seeds overflowed a debug build's stack).
+                    0..15 => Box::pin(self.move_step()).await,
+                    15..30 => Box::pin(self.read_moved(whose)).await?,
                     _ => {}
                 }
             }

@@ -417,10 +417,11 @@ impl Partition {
                 {
                     // Acknowledged only once every replica has the new permissions, and
                     // no client writes behind in the directory by its old ones.
-                    futures::future::join(
+                    // Boxed: this match is every client request's future, kept small.
+                    Box::pin(futures::future::join(
                         self.notify_subscribers(&path, Some(i.clone())),
                         self.tell_dir_home(&path, i),
-                    )
+                    ))
                     .await;
                 }
                 Ok(reply)

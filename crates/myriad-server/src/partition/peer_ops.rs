@@ -273,7 +273,8 @@ impl Partition {
             }
             PeerRequest::DirAttrsChanged { path, inode, by } => {
                 validate_path(&path)?;
-                self.dir_attrs_changed(&path, inode, by).await;
+                // Boxed: this match is every peer request's future, kept small.
+                Box::pin(self.dir_attrs_changed(&path, inode, by)).await;
                 Ok(Response::Unit)
             }
             PeerRequest::InvalidatePrefix { prefix } => {

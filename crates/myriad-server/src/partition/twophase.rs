@@ -326,23 +326,31 @@ impl Partition {
                     incoming,
                 };
                 self.applier.run(decide).await?;
-                if let Err(e) = self.finish_commit(txid, dst_node, &moves).await {
-                    tracing::warn!(
-                        txid,
-                        "rename committed; finishing deferred to recovery: {e}"
-                    );
-                    // A moved directory's old objects stay readable until they are dropped:
-                    // answering now would let a reader see the old tree after the rename
-                    // was acknowledged (simulation seed 1671 with --dir-moves, a lost
-                    // DirFinish). Try once more (a message may have been lost), else the
-                    // outcome is reported unknown, as a timeout is; recovery finishes it.
-                    if !moves.is_empty()
-                        && let Err(e) = self.finish_commit(txid, dst_node, &moves).await
-                    {
-                        return Err(FsError::TimedOut(format!(
-                            "the directory rename is decided but its old directories are \
-                             not all removed yet ({e}); recovery finishes it"
-                        )));
+                // A moved directory's old objects stay readable until they are dropped:
+                // answering before would let a reader see the old tree after the rename
+                // was acknowledged (simulation seed 1671 with --dir-moves, a lost
+                // DirFinish). So a directory's finishing is tried twice (a message may have
+                // been lost), else the outcome is reported unknown, as a timeout is;
+                // recovery finishes it. (One call site: the future stays small.)
+                let tries = if moves.is_empty() { 1 } else { 2 };
+                for attempt in 1..=tries {
+                    match Box::pin(self.finish_commit(txid, dst_node, &moves)).await {
+                        Ok(()) => break,
+                        Err(e) if attempt < tries => {
+                            tracing::warn!(txid, "rename committed; finishing again: {e}");
+                        }
+                        Err(e) if moves.is_empty() => {
+                            tracing::warn!(
+                                txid,
+                                "rename committed; finishing deferred to recovery: {e}"
+                            );
+                        }
+                        Err(e) => {
+                            return Err(FsError::TimedOut(format!(
+                                "the directory rename is decided but its old directories are \
+                                 not all removed yet ({e}); recovery finishes it"
+                            )));
+                        }
                     }
                 }
                 if !moves.is_empty() {
