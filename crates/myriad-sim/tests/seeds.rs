@@ -148,15 +148,22 @@ fn seeds_with_locks_keep_every_invariant() {
 /// every client reads it (ARCHITECTURE.md "Directory rename"): the target is a directory
 /// throughout, the moved file under exactly one name. Seed 1671 found a coordinator that
 /// acknowledged a rename whose old directory object it had failed to drop (a lost
-/// DirFinish): the old tree stayed readable after the acknowledgement.
+/// DirFinish): the old tree stayed readable after the acknowledgement. Seeds 5007 and 116
+/// (with write-behind) found a mkdir of a moved directory's old name answered
+/// `AlreadyExists` while its old object lingered, frozen, before its rename finished.
 #[test]
 fn seeds_with_directory_moves_keep_every_invariant() {
-    for seed in (1..=12).chain([1671]) {
+    for seed in (1..=12).chain([1671, 5007]) {
         check(&SimConfig {
             dir_moves: true,
             ..SimConfig::new(seed)
         });
     }
+    check(&SimConfig {
+        dir_moves: true,
+        behind: true,
+        ..SimConfig::new(116)
+    });
     check(&SimConfig {
         dir_moves: true,
         moves: true,

@@ -152,6 +152,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         } => {
             match ctx.store.dir(&path).map_err(storage_err)? {
                 Some(rec) if rec.ino == ino => {}
+                // The object of a directory renamed away (frozen, dropped once its rename
+                // finishes) or of one moving in: the name is free or about to be taken,
+                // not taken by this object (simulation seeds 116 with --behind and 5007,
+                // --dir-moves: a mkdir of a moved directory's old name answered
+                // `AlreadyExists` for a name that did not exist).
+                Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => {
+                    return Err(FsError::Busy);
+                }
                 Some(_) => return Err(FsError::AlreadyExists),
                 None => ctx.store.put_dir(
                     b,

@@ -951,3 +951,45 @@ fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
         "a late drop finds no copy"
     );
 }
+
+/// The object of a directory renamed away lingers, frozen, until its rename finishes: a
+/// mkdir of the old name meanwhile is told to try again, not that the name is taken
+/// (simulation seeds 116 with --behind and 5007, --dir-moves).
+#[test]
+fn a_mkdir_over_a_moved_directory_s_lingering_object_is_busy_not_taken() {
+    let mut t = T::new();
+    t.run(Mutation::DirObjectCreate {
+        shards: vec![myriad_proto::Shard::ALL],
+        map: None,
+        path: "/d".into(),
+        ino: InodeId(77),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::DirFreeze {
+        path: "/d".into(),
+        txid: 9,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let create = |ino| Mutation::DirObjectCreate {
+        shards: vec![myriad_proto::Shard::ALL],
+        map: None,
+        path: "/d".into(),
+        ino: InodeId(ino),
+    };
+    assert_eq!(t.run(create(88)).err(), Some(FsError::Busy));
+    t.run(Mutation::DirFinish {
+        path: "/d".into(),
+        txid: 9,
+        action: myriad_proto::DirAction::Drop {
+            keep_blocks_of: None,
+        },
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    t.run(create(88)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dir_record(&t, "/d").ino, InodeId(88));
+    assert_eq!(
+        t.run(create(99)).err(),
+        Some(FsError::AlreadyExists),
+        "a live directory's object is taken"
+    );
+}
