@@ -149,13 +149,8 @@ fn aborted_mkdir_leaves_nothing() {
 #[test]
 fn dir_object_remove_refuses_non_empty() {
     let mut t = T::new();
-    t.run(Mutation::DirObjectCreate {
-        shards: vec![myriad_proto::Shard::ALL],
-        map: None,
-        path: "/d".into(),
-        ino: InodeId(77),
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    t.run(dir_object("/d", 77))
+        .unwrap_or_else(|e| panic!("{e}"));
     t.create("/d", "f", b"x").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         t.run(Mutation::DirObjectRemove {
@@ -166,23 +161,9 @@ fn dir_object_remove_refuses_non_empty() {
         Some(FsError::NotEmpty)
     );
     // Idempotent create with the same ino; conflict with another.
-    assert!(
-        t.run(Mutation::DirObjectCreate {
-            shards: vec![myriad_proto::Shard::ALL],
-            map: None,
-            path: "/d".into(),
-            ino: InodeId(77)
-        })
-        .is_ok()
-    );
+    assert!(t.run(dir_object("/d", 77)).is_ok());
     assert_eq!(
-        t.run(Mutation::DirObjectCreate {
-            shards: vec![myriad_proto::Shard::ALL],
-            map: None,
-            path: "/d".into(),
-            ino: InodeId(78)
-        })
-        .err(),
+        t.run(dir_object("/d", 78)).err(),
         Some(FsError::AlreadyExists)
     );
 }
@@ -380,6 +361,16 @@ fn mkdir_begin(name: &str) -> Mutation {
         uid: 0,
         gid: 0,
         now: 1,
+    }
+}
+
+/// The mutation that makes directory object `path` (unsplit) with inode `ino`.
+fn dir_object(path: &str, ino: u64) -> Mutation {
+    Mutation::DirObjectCreate {
+        shards: vec![myriad_proto::Shard::ALL],
+        map: None,
+        path: path.into(),
+        ino: InodeId(ino),
     }
 }
 
@@ -853,13 +844,8 @@ fn reserved_inode_numbers_are_used_once_by_their_client_only() {
 fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
     let mut t = T::new();
     for (path, ino) in [("/d", 77), ("/full", 78)] {
-        t.run(Mutation::DirObjectCreate {
-            shards: vec![myriad_proto::Shard::ALL],
-            map: None,
-            path: path.into(),
-            ino: InodeId(ino),
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
+        t.run(dir_object(path, ino))
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     t.create("/full", "f", b"x")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -958,24 +944,14 @@ fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
 #[test]
 fn a_mkdir_over_a_moved_directory_s_lingering_object_is_busy_not_taken() {
     let mut t = T::new();
-    t.run(Mutation::DirObjectCreate {
-        shards: vec![myriad_proto::Shard::ALL],
-        map: None,
-        path: "/d".into(),
-        ino: InodeId(77),
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    t.run(dir_object("/d", 77))
+        .unwrap_or_else(|e| panic!("{e}"));
     t.run(Mutation::DirFreeze {
         path: "/d".into(),
         txid: 9,
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    let create = |ino| Mutation::DirObjectCreate {
-        shards: vec![myriad_proto::Shard::ALL],
-        map: None,
-        path: "/d".into(),
-        ino: InodeId(ino),
-    };
+    let create = |ino| dir_object("/d", ino);
     assert_eq!(t.run(create(88)).err(), Some(FsError::Busy));
     t.run(Mutation::DirFinish {
         path: "/d".into(),
