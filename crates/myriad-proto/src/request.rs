@@ -625,12 +625,19 @@ pub enum ReplicaRequest {
     /// never bundles themselves.
     Bundle(Vec<BundleItem>),
     /// A backup of the target partition, from its primary's anti-entropy: the sums of its
-    /// keys in buckets (`Response::Sums`), if it has applied exactly batch `at` and no
-    /// other before and after reading them (`Busy` otherwise).
-    ReplicaSums { at: u64 },
+    /// keys in buckets (`Response::Sums`), if it has applied exactly batch `at` of the
+    /// history whose chain after it is `chain`, and no other before and after reading
+    /// them (`Busy` otherwise: a copy of another history is the stream's to replace).
+    ReplicaSums { at: u64, chain: u64 },
     /// A backup of the target partition: the keys of one bucket of `space`, each with a
-    /// hash of its value (`Response::BucketKeys`), if it is at batch `at` (else `Busy`).
-    ReplicaBucket { at: u64, space: u8, bucket: u32 },
+    /// hash of its value (`Response::BucketKeys`), if it is at batch `at` of chain `chain`
+    /// (else `Busy`).
+    ReplicaBucket {
+        at: u64,
+        chain: u64,
+        space: u8,
+        bucket: u32,
+    },
 }
 
 /// One request of a `ReplicaRequest::Bundle`: for the copy of `partition`.

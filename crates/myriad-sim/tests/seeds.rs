@@ -151,9 +151,11 @@ fn seeds_with_locks_keep_every_invariant() {
 /// DirFinish): the old tree stayed readable after the acknowledgement. Seeds 5007 and 116
 /// (with write-behind) found a mkdir of a moved directory's old name answered
 /// `AlreadyExists` while its old object lingered, frozen, before its rename finished.
+/// Seeds 2491 and 5694 found anti-entropy comparing (and "repairing") a copy of another
+/// history at the same batch number, which the stream was about to replace whole.
 #[test]
 fn seeds_with_directory_moves_keep_every_invariant() {
-    for seed in (1..=12).chain([1671, 5007]) {
+    for seed in (1..=12).chain([1671, 2491, 5007, 5694]) {
         check(&SimConfig {
             dir_moves: true,
             ..SimConfig::new(seed)

@@ -46,6 +46,11 @@ impl Partition {
         }
         self.applier.run(Mutation::Barrier).await?;
         let at = self.last_batch()?;
+        let chain = self
+            .committed
+            .meta_u64(crate::commit::CHAIN_KEY)
+            .map_err(storage_err)?
+            .unwrap_or(0);
         // The committed store: what batches up to `at` hold, not what the applier has
         // staged for the next (a held round's staged key, counted here and not on the
         // copy, would look like a diverged copy).
@@ -60,7 +65,7 @@ impl Partition {
         };
         let mut keys: BTreeSet<(Space, Vec<u8>)> = BTreeSet::new();
         for server in st.map.backups_of(self.me) {
-            let asked = Request::Replica(ReplicaRequest::ReplicaSums { at });
+            let asked = Request::Replica(ReplicaRequest::ReplicaSums { at, chain });
             let theirs = match self.env.send(server, st.map.epoch, ends, &asked).await {
                 Ok(Response::Sums(s)) if s.len() == mine.len() => s,
                 _ => {
@@ -74,6 +79,7 @@ impl Partition {
                 let bucket = i % BUCKETS_PER_SPACE;
                 let asked = Request::Replica(ReplicaRequest::ReplicaBucket {
                     at,
+                    chain,
                     space: space.code(),
                     bucket: u32::try_from(bucket).unwrap_or(u32::MAX),
                 });

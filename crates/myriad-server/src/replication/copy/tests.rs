@@ -169,3 +169,40 @@ fn a_drop_cut_short_leaves_no_seq_over_missing_keys() {
         }
     }
 }
+
+/// Anti-entropy compares a copy only at the primary's batch of the primary's history: a
+/// copy at the same batch number of another history (the stream is about to replace it
+/// whole) answers `Busy`, not sums to "repair" it by (simulation seeds 2491 and 5694).
+#[tokio::test]
+async fn anti_entropy_compares_only_one_batch_of_one_history() {
+    let (b, syncer) = backup();
+    for seq in 1..=2 {
+        b.handle(&syncer, batch(1, seq))
+            .await
+            .unwrap_or_else(|e| panic!("batch {seq}: {e}"));
+    }
+    let sums = |at: u64, chain: u64| Request::Replica(ReplicaRequest::ReplicaSums { at, chain });
+    assert!(
+        matches!(
+            b.handle(&syncer, sums(2, 1002)).await,
+            Ok(Response::Sums(_))
+        ),
+        "this history's batch 2"
+    );
+    assert_eq!(
+        b.handle(&syncer, sums(2, 2002)).await.err(),
+        Some(FsError::Busy),
+        "another history's batch 2"
+    );
+    assert_eq!(
+        b.handle(&syncer, sums(1, 1001)).await.err(),
+        Some(FsError::Busy)
+    );
+    let bucket = Request::Replica(ReplicaRequest::ReplicaBucket {
+        at: 2,
+        chain: 2002,
+        space: Space::Entries.code(),
+        bucket: 0,
+    });
+    assert_eq!(b.handle(&syncer, bucket).await.err(), Some(FsError::Busy));
+}
