@@ -888,16 +888,15 @@ impl Inner {
     }
 
     pub async fn rename(&self, from: &str, to: &str, flags: RenameFlags) -> Result<(), FsError> {
+        // One step on the servers, a directory over an empty one included.
+        self.client.rename(from, to, flags).await?;
         if flags.exchange {
-            self.client.rename(from, to, flags).await?;
             self.handles.exchanged(from, to);
             self.inodes.exchanged(from, to);
-            return Ok(());
+        } else {
+            self.handles.renamed(from, to, false);
+            self.inodes.renamed(from, to);
         }
-        // A directory over an empty one is one atomic step on the servers too.
-        self.client.rename(from, to, flags).await?;
-        self.handles.renamed(from, to, false);
-        self.inodes.renamed(from, to);
         Ok(())
     }
 

@@ -126,6 +126,14 @@ async fn rooted_tasks(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>) -> (Applier, Synce
     (applier, syncer, store)
 }
 
+/// Creates `/name` through `applier`, answered once applied (not yet durable).
+async fn applied(applier: &Applier, name: &str) {
+    applier
+        .run_visible(create(name))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
 fn create(name: &str) -> Mutation {
     Mutation::CreateFile {
         dir: "/".into(),
@@ -295,10 +303,7 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
         .holding(async {
             for i in 0..20 {
                 let name = format!("f{i}");
-                applier
-                    .run_visible(create(&name))
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
+                applied(&applier, &name).await;
                 assert!(
                     store.entry("/", &name).ok().flatten().is_some(),
                     "a change answered as applied is read at once"
@@ -328,10 +333,7 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
     // Another batch: its round commits when its serving ends, without anyone waiting.
     applier
         .holding(async {
-            applier
-                .run_visible(create("g"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            applied(&applier, "g").await;
         })
         .await;
     tokio::time::timeout(Duration::from_millis(100), async {
@@ -359,20 +361,14 @@ async fn an_unrelated_job_gets_a_batch_of_its_own_during_a_held_round() {
     let other = applier.clone();
     applier
         .holding(async {
-            applier
-                .run_visible(create("a"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            applied(&applier, "a").await;
             // Another request's task: not part of this batch.
             tokio::spawn(async move { other.run_visible(create("b")).await })
                 .await
                 .unwrap_or_else(|e| panic!("{e}"))
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(shipped(), 3, "the batch's change, then the other job alone");
-            applier
-                .run_visible(create("c"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            applied(&applier, "c").await;
         })
         .await;
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -389,10 +385,7 @@ async fn a_stalled_batch_does_not_keep_its_round_open() {
     let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
     applier
         .holding(async {
-            applier
-                .run_visible(create("a"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            applied(&applier, "a").await;
             tokio::time::sleep(Duration::from_millis(20)).await;
             assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
             assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 2);
@@ -408,10 +401,7 @@ async fn a_round_the_engine_refuses_fails_the_server() {
     let (applier, syncer, _store) = rooted_tasks(kv.clone(), Arc::new(NoCopies)).await;
     applier
         .holding(async {
-            applier
-                .run_visible(create("a"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            applied(&applier, "a").await;
             kv.crash_after(0);
         })
         .await;
@@ -435,10 +425,7 @@ async fn a_deposed_partition_drops_its_stage() {
     let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
     applier
         .holding(async {
-            applier
-                .run_visible(create("staged"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            applied(&applier, "staged").await;
             applier.refuse();
         })
         .await;

@@ -333,25 +333,23 @@ impl Partition {
                 // been lost), else the outcome is reported unknown, as a timeout is;
                 // recovery finishes it. (One call site: the future stays small.)
                 let tries = if moves.is_empty() { 1 } else { 2 };
-                for attempt in 1..=tries {
-                    match Box::pin(self.finish_commit(txid, dst_node, &moves)).await {
+                let mut finished = Ok(());
+                for _ in 0..tries {
+                    finished = Box::pin(self.finish_commit(txid, dst_node, &moves)).await;
+                    match &finished {
                         Ok(()) => break,
-                        Err(e) if attempt < tries => {
-                            tracing::warn!(txid, "rename committed; finishing again: {e}");
-                        }
-                        Err(e) if moves.is_empty() => {
-                            tracing::warn!(
-                                txid,
-                                "rename committed; finishing deferred to recovery: {e}"
-                            );
-                        }
-                        Err(e) => {
-                            return Err(FsError::TimedOut(format!(
-                                "the directory rename is decided but its old directories are \
-                                 not all removed yet ({e}); recovery finishes it"
-                            )));
-                        }
+                        Err(e) => tracing::warn!(txid, "rename committed, not finished: {e}"),
                     }
+                }
+                // Unfinished, a directory's rename is reported unknown; a file's is done
+                // (readers of its staged destination wait until recovery finishes it).
+                if let Err(e) = finished
+                    && !moves.is_empty()
+                {
+                    return Err(FsError::TimedOut(format!(
+                        "the directory rename is decided but its old directories are not \
+                         all removed yet ({e}); recovery finishes it"
+                    )));
                 }
                 if !moves.is_empty() {
                     // Replicated permissions of the old paths must go before we answer.

@@ -41,6 +41,13 @@ pub(crate) struct BackupState {
     applied: BTreeMap<u64, u64>,
 }
 
+impl BackupState {
+    /// The last batch applied; None while a whole copy is arriving.
+    fn seq(&self) -> Option<u64> {
+        (!self.copying).then(|| self.next - 1)
+    }
+}
+
 /// What became of a batch sent to this copy (`receive`).
 enum Received {
     /// Applied, parked, or acknowledged again: its answer comes once durable.
@@ -125,8 +132,7 @@ impl Backup {
 
     /// The last batch applied; None while a whole copy is arriving.
     pub(crate) fn seq(&self) -> Option<u64> {
-        let st = self.lock();
-        (!st.copying).then(|| st.next - 1)
+        self.lock().seq()
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, BackupState> {
@@ -242,7 +248,7 @@ impl Backup {
                     .map_err(storage_err)?
                     .unwrap_or(0);
                 Ok(Response::ReplicaState {
-                    seq: (!st.copying).then(|| st.next - 1),
+                    seq: st.seq(),
                     chain,
                     term,
                 })
@@ -380,7 +386,7 @@ impl Backup {
     /// "repaired".)
     fn at_batch(&self, at: u64, chain: u64) -> Result<(), FsError> {
         let st = self.lock();
-        if !st.copying && st.next.checked_sub(1) == Some(at) && st.chain == chain {
+        if st.seq() == Some(at) && st.chain == chain {
             Ok(())
         } else {
             Err(FsError::Busy)
