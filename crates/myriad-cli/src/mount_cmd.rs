@@ -20,8 +20,11 @@ pub struct MountArgs {
     /// created by another client is visible at once).
     #[arg(long, default_value_t = 0)]
     pub negative_ttl_ms: u64,
-    /// Let the kernel buffer writes and send them later (faster small writes; data reaches
-    /// the servers at close, fsync or memory pressure instead of at each write).
+    /// Let the kernel buffer writes and send them later (data reaches the servers at close,
+    /// fsync or memory pressure). Only for a mount that is the only client of the files it
+    /// touches: the kernel then keeps its own size and times of every file it knows and
+    /// ignores the servers', so a file another mount or client changes keeps its old size
+    /// here (docs/fuse.md, "The kernel's writeback cache"). Off by default.
     #[arg(long)]
     pub writeback_cache: bool,
     /// Turn extended attributes off: every xattr call fails with EOPNOTSUPP without asking

@@ -152,6 +152,12 @@ impl Filesystem for MyriadFs {
             | InitFlags::FUSE_POSIX_LOCKS
             | InitFlags::FUSE_FLOCK_LOCKS;
         if self.inner.cfg.writeback_cache {
+            // The kernel then keeps its own size and times of every regular file and takes
+            // none from the servers (docs/fuse.md, "The kernel's writeback cache").
+            tracing::warn!(
+                "--writeback-cache: files other mounts or clients change may show their old \
+                 size here; use it only for a mount that is its files' only client"
+            );
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
         let have = config.capabilities();
