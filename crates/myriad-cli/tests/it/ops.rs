@@ -634,26 +634,19 @@ async fn a_directory_replaces_an_empty_one_in_one_step() {
             c.rename(from, to, flags).await.err()
         }
     };
-    assert_eq!(
-        rename("/p1/src", "/p2/full", false).await,
-        Some(FsError::NotEmpty)
-    );
-    assert_eq!(
-        rename("/p1/src", "/p2/dst", true).await,
-        Some(FsError::AlreadyExists)
-    );
-    assert_eq!(
-        rename("/p1/src", "/p2/file", false).await,
-        Some(FsError::NotADirectory)
-    );
-    assert_eq!(
-        rename("/p2/file", "/p2/dst", false).await,
-        Some(FsError::IsADirectory)
-    );
-    assert_eq!(
-        rename("/p1/src/sub", "/p1", false).await,
-        Some(FsError::NotEmpty)
-    );
+    for (from, to, no_replace, refused) in [
+        ("/p1/src", "/p2/full", false, FsError::NotEmpty),
+        ("/p1/src", "/p2/dst", true, FsError::AlreadyExists),
+        ("/p1/src", "/p2/file", false, FsError::NotADirectory),
+        ("/p2/file", "/p2/dst", false, FsError::IsADirectory),
+        ("/p1/src/sub", "/p1", false, FsError::NotEmpty),
+    ] {
+        assert_eq!(
+            rename(from, to, no_replace).await,
+            Some(refused),
+            "{from} -> {to}"
+        );
+    }
     assert_eq!(
         stat("/p1/src").await.ino,
         src.ino,

@@ -270,24 +270,26 @@ impl Partition {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let mut moves = Vec::new();
-        let mut replaces = None;
-        if inode.kind == FileKind::Directory {
+        // The empty directory a directory moves over, if any.
+        let replaces = if inode.kind == FileKind::Directory {
             // Check the destination before copying a whole subtree towards it.
-            match self.check_dir_destination(&to, flags).await {
-                Ok(r) => replaces = r,
+            let copied = match self.check_dir_destination(&to, flags).await {
+                Ok(replaces) => self
+                    .copy_subtree(txid, &from, &to, inode.ino, replaces, &mut moves)
+                    .await
+                    .map(|()| replaces),
+                Err(e) => Err(e),
+            };
+            match copied {
+                Ok(replaces) => replaces,
                 Err(e) => {
                     self.abort_rename(txid, dst_node, &moves).await;
                     return Err(e);
                 }
             }
-            if let Err(e) = self
-                .copy_subtree(txid, &from, &to, inode.ino, replaces, &mut moves)
-                .await
-            {
-                self.abort_rename(txid, dst_node, &moves).await;
-                return Err(e);
-            }
-        }
+        } else {
+            None
+        };
         let blocks = blocks
             .into_iter()
             .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))

@@ -341,21 +341,18 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         } => {
             let rec = match ctx.store.dir(&path).map_err(storage_err)? {
                 Some(rec) if rec.hidden == Some(txid) => rec,
-                Some(old) => {
-                    let Some(expected) = replaces else {
-                        return Err(FsError::AlreadyExists);
-                    };
-                    take_over(ctx, &path, &old, expected)?;
-                    let rec = hidden_copy(txid, ino, shards, map)?;
-                    ctx.store.put_dir(b, &path, &rec);
-                    let kept = Intent::DirReplaced {
-                        path: path.clone(),
-                        ino: old.ino,
-                    };
-                    ctx.store.put_intent(b, replace_key(txid), kept.encode());
-                    rec
-                }
-                None => {
+                found => {
+                    if let Some(old) = found {
+                        let Some(expected) = replaces else {
+                            return Err(FsError::AlreadyExists);
+                        };
+                        take_over(ctx, &path, &old, expected)?;
+                        let kept = Intent::DirReplaced {
+                            path: path.clone(),
+                            ino: old.ino,
+                        };
+                        ctx.store.put_intent(b, replace_key(txid), kept.encode());
+                    }
                     let rec = hidden_copy(txid, ino, shards, map)?;
                     ctx.store.put_dir(b, &path, &rec);
                     rec
