@@ -67,6 +67,11 @@ pub enum FsError {
     /// A seek for data or a hole at or beyond the end of file (ENXIO).
     #[error("offset beyond the end of file")]
     NoSuchOffset,
+    /// A change inside a tree frozen for its metadata index (EROFS; docs/metadata-index.md).
+    #[error(
+        "read-only: the tree is frozen for its metadata index (`myriad index drop` it to change it)"
+    )]
+    ReadOnly,
 }
 
 /// The families of `FsError` (ARCHITECTURE.md, "Errors"). Replication's own answers (a copy
@@ -106,7 +111,8 @@ impl FsError {
             | FsError::NoData
             | FsError::NotPermitted
             | FsError::Corrupt { .. }
-            | FsError::NoSuchOffset => ErrorKind::Posix,
+            | FsError::NoSuchOffset
+            | FsError::ReadOnly => ErrorKind::Posix,
             FsError::Busy
             | FsError::Unavailable(_)
             | FsError::TimedOut(_)
@@ -151,6 +157,7 @@ impl FsError {
             FsError::NoData => 61,             // ENODATA
             FsError::NotPermitted => 1,        // EPERM
             FsError::NoSuchOffset => 6,        // ENXIO
+            FsError::ReadOnly => 30,           // EROFS
             FsError::Io(_)
             | FsError::Corrupt { .. }
             | FsError::Unavailable(_)
@@ -204,6 +211,7 @@ mod tests {
                 block: 0,
             },
             FsError::NoSuchOffset,
+            FsError::ReadOnly,
         ]
     }
 

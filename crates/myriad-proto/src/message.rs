@@ -32,7 +32,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 16: file locks between clients (`ClientRequest::Lock`), `KeepOpen`, exchanges.
 /// 17: directory touches name the client whose change they report (`DirTouch::client`);
 /// `DirPage::hidden`.
-pub const PROTOCOL_VERSION: u16 = 18;
+/// 18: exclusive directory leases, reserved inode numbers (`ReserveIds`), `Batch`.
+/// 19: `FsError::ReadOnly` (EROFS, frozen trees: docs/metadata-index.md).
+pub const PROTOCOL_VERSION: u16 = 19;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -7,10 +7,13 @@ use serde::{Deserialize, Serialize};
 
 /// Records written before issue 18: the version byte, then the body.
 pub const RECORD_VERSION_PLAIN: u8 = 1;
-/// Records written now: the version byte, the body, then the crc32c of the body (little
-/// endian), so that a damaged record is found when read instead of decoding to something
-/// else (docs/write-path.md, part 3).
-pub const RECORD_VERSION: u8 = 2;
+/// Records written from issue 18 to issue 19: the version byte, the body, then the crc32c
+/// of the body (little endian), so that a damaged record is found when read instead of
+/// decoding to something else (docs/write-path.md, part 3). Their directory records have
+/// no `read_only` (decoded as `DirRecordV2`).
+pub const RECORD_VERSION_CHECKED_V2: u8 = 2;
+/// Records written now: as version 2; directory records carry `read_only`.
+pub const RECORD_VERSION: u8 = 3;
 
 /// A directory entry with its embedded inode.
 ///
@@ -50,6 +53,46 @@ pub struct DirRecord {
     /// Visible entries here that are directories, kept in the batch that adds or removes
     /// one: an unsplit directory's link count is 2 + this.
     pub subdirs: u32,
+    /// The directory is inside a tree frozen for its metadata index: every change of its
+    /// entries is refused with `ReadOnly` (docs/metadata-index.md).
+    pub read_only: Option<ReadOnly>,
+}
+
+/// The mark of a directory object inside a frozen tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadOnly {
+    /// The inode of the frozen tree's root.
+    pub root: InodeId,
+    /// The version of the tree's index the freeze is for.
+    pub version: u64,
+}
+
+/// A directory record as record version 2 stored it (before `read_only`): decoded and
+/// converted when read, so stores written before it open unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DirRecordV2 {
+    pub ino: InodeId,
+    pub root_attrs: Option<Inode>,
+    pub frozen: Option<u64>,
+    pub hidden: Option<u64>,
+    pub shards: Vec<LocalShard>,
+    pub map: Option<ShardMap>,
+    pub subdirs: u32,
+}
+
+impl From<DirRecordV2> for DirRecord {
+    fn from(v: DirRecordV2) -> DirRecord {
+        DirRecord {
+            ino: v.ino,
+            root_attrs: v.root_attrs,
+            frozen: v.frozen,
+            hidden: v.hidden,
+            shards: v.shards,
+            map: v.map,
+            subdirs: v.subdirs,
+            read_only: None,
+        }
+    }
 }
 
 impl DirRecord {
@@ -64,6 +107,7 @@ impl DirRecord {
             shards: vec![LocalShard::new(Shard::ALL)],
             map: None,
             subdirs: 0,
+            read_only: None,
         }
     }
 

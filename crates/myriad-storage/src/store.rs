@@ -13,7 +13,10 @@ use crate::keys::{
     block_key, entry_key, entry_prefix, hash_position_key, split_entry_key, u64_key,
 };
 use crate::kv::{Batch, Kv, Space};
-use crate::records::{DirRecord, EntryRecord, RECORD_VERSION, RECORD_VERSION_PLAIN};
+use crate::records::{
+    DirRecord, DirRecordV2, EntryRecord, RECORD_VERSION, RECORD_VERSION_CHECKED_V2,
+    RECORD_VERSION_PLAIN,
+};
 use myriad_proto::InodeId;
 
 /// Version of the on-disk layout; stored under `format_version` in `Meta`.
@@ -45,9 +48,33 @@ fn postcard_encode<T: Serialize>(value: &T) -> Result<Vec<u8>, myriad_proto::cod
 }
 
 fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, StorageError> {
+    let (_, body) = checked_body(space, bytes)?;
+    myriad_proto::codec::decode(body).map_err(|e| StorageError::Corrupt {
+        space,
+        detail: e.to_string(),
+    })
+}
+
+/// A directory record of any record version (version 2 had no `read_only`).
+fn decode_dir(bytes: &[u8]) -> Result<DirRecord, StorageError> {
+    let space = "dirs";
+    let corrupt = |e: myriad_proto::codec::DecodeError| StorageError::Corrupt {
+        space,
+        detail: e.to_string(),
+    };
+    match checked_body(space, bytes)? {
+        (RECORD_VERSION, body) => myriad_proto::codec::decode(body).map_err(corrupt),
+        (_, body) => myriad_proto::codec::decode::<DirRecordV2>(body)
+            .map(DirRecord::from)
+            .map_err(corrupt),
+    }
+}
+
+/// A stored record's version and body, its checksum checked.
+fn checked_body<'a>(space: &'static str, bytes: &'a [u8]) -> Result<(u8, &'a [u8]), StorageError> {
     let corrupt = |detail: String| StorageError::Corrupt { space, detail };
-    let body = match bytes.split_first() {
-        Some((&RECORD_VERSION, rest)) => {
+    match bytes.split_first() {
+        Some((&v @ (RECORD_VERSION | RECORD_VERSION_CHECKED_V2), rest)) => {
             let Some(split) = rest.len().checked_sub(4) else {
                 return Err(corrupt("record shorter than its checksum".into()));
             };
@@ -57,13 +84,12 @@ fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, S
                     "record failed its checksum (damaged on disk)".into(),
                 ));
             }
-            body
+            Ok((v, body))
         }
-        Some((&RECORD_VERSION_PLAIN, body)) => body,
-        Some((v, _)) => return Err(corrupt(format!("unknown record version {v}"))),
-        None => return Err(corrupt("empty record".into())),
-    };
-    myriad_proto::codec::decode(body).map_err(|e| corrupt(e.to_string()))
+        Some((&RECORD_VERSION_PLAIN, body)) => Ok((RECORD_VERSION_PLAIN, body)),
+        Some((v, _)) => Err(corrupt(format!("unknown record version {v}"))),
+        None => Err(corrupt("empty record".into())),
+    }
 }
 
 impl Store {
@@ -140,7 +166,7 @@ impl Store {
     pub fn dir(&self, path: &str) -> Result<Option<DirRecord>, StorageError> {
         self.kv
             .get(Space::Dirs, path.as_bytes())?
-            .map(|v| decode("dirs", &v))
+            .map(|v| decode_dir(&v))
             .transpose()
     }
 
@@ -161,12 +187,7 @@ impl Store {
         self.kv
             .scan(Space::Dirs, b"", after.map(str::as_bytes), limit)?
             .into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    String::from_utf8_lossy(&k).into_owned(),
-                    decode("dirs", &v)?,
-                ))
-            })
+            .map(|(k, v)| Ok((String::from_utf8_lossy(&k).into_owned(), decode_dir(&v)?)))
             .collect()
     }
 

@@ -139,6 +139,10 @@ pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(
 }
 
 pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), FsError> {
+    // Before `Busy`: a frozen tree stays read-only however long a client would retry.
+    if rec.read_only.is_some() {
+        return Err(FsError::ReadOnly);
+    }
     if rec.frozen.is_some() || rec.hidden.is_some() {
         return Err(FsError::Busy);
     }

@@ -1,9 +1,9 @@
-//! Metadata records that fail their checksum (record version 2, `store.rs`): listed for
+//! Metadata records that fail their checksum (record versions 2 and 3, `store.rs`): listed for
 //! fsck, read raw for repair from an intact copy, and damaged on purpose by tests.
 
 use crate::StorageError;
 use crate::kv::{Batch, Space};
-use crate::records::{RECORD_VERSION, RECORD_VERSION_PLAIN};
+use crate::records::{RECORD_VERSION, RECORD_VERSION_CHECKED_V2, RECORD_VERSION_PLAIN};
 use crate::store::Store;
 
 /// The spaces whose values are checksummed records.
@@ -12,12 +12,12 @@ pub const RECORD_SPACES: [Space; 2] = [Space::Entries, Space::Dirs];
 /// Records read per page while looking for damaged ones.
 const PAGE: usize = 4096;
 
-/// Whether a stored record is intact: a version-2 record whose checksum holds, or a
+/// Whether a stored record is intact: a version-2 or -3 record whose checksum holds, or a
 /// version-1 record (which has none to check).
 #[must_use]
 pub fn record_intact(bytes: &[u8]) -> bool {
     match bytes.split_first() {
-        Some((&RECORD_VERSION, rest)) => {
+        Some((&(RECORD_VERSION | RECORD_VERSION_CHECKED_V2), rest)) => {
             rest.len() >= 4 && {
                 let (body, crc) = rest.split_at(rest.len() - 4);
                 crc32c::crc32c(body).to_le_bytes() == crc

@@ -255,3 +255,70 @@ fn a_damaged_record_fails_its_checksum() {
     s.commit(b).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.entry("/d", "f").ok().flatten(), Some(rec));
 }
+
+#[test]
+fn directory_records_of_record_version_2_read_as_not_read_only() {
+    use crate::records::{DirRecordV2, RECORD_VERSION_CHECKED_V2, RECORD_VERSION_PLAIN, ReadOnly};
+    let (s, _dir) = stores().remove(0);
+    let old = DirRecordV2 {
+        ino: InodeId(9),
+        root_attrs: None,
+        frozen: Some(4),
+        hidden: None,
+        shards: crate::DirRecord::new(InodeId(9)).shards,
+        map: None,
+        subdirs: 3,
+    };
+    let body = myriad_proto::codec::encode(&old).unwrap_or_else(|e| panic!("{e}"));
+    let mut v2 = vec![RECORD_VERSION_CHECKED_V2];
+    v2.extend_from_slice(&body);
+    v2.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    let mut v1 = vec![RECORD_VERSION_PLAIN];
+    v1.extend_from_slice(&body);
+    for (path, bytes) in [("/old2", v2), ("/old1", v1)] {
+        let mut b = Batch::new();
+        b.put(crate::Space::Dirs, path.as_bytes().to_vec(), bytes);
+        s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+        let rec = s.dir(path).unwrap_or_else(|e| panic!("{e}"));
+        let rec = rec.unwrap_or_else(|| panic!("{path} missing"));
+        assert_eq!(rec.ino, InodeId(9), "{path}");
+        assert_eq!(rec.frozen, Some(4), "{path}");
+        assert_eq!(rec.subdirs, 3, "{path}");
+        assert_eq!(rec.read_only, None, "{path}");
+        assert!(crate::store::damage::record_intact(
+            &s.kv()
+                .get(crate::Space::Dirs, path.as_bytes())
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        ));
+    }
+    // Written now (version 3), the mark is kept; a listing decodes both versions.
+    let marked = crate::DirRecord {
+        read_only: Some(ReadOnly {
+            root: InodeId(2),
+            version: 7,
+        }),
+        ..crate::DirRecord::new(InodeId(11))
+    };
+    let mut b = Batch::new();
+    s.put_dir(&mut b, "/new", &marked);
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.dir("/new").ok().flatten(), Some(marked));
+    let raw = s
+        .kv()
+        .get(crate::Space::Dirs, b"/new")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    assert_eq!(raw.first(), Some(&crate::records::RECORD_VERSION));
+    let listed = s.dirs(None, 10).unwrap_or_else(|e| panic!("{e}"));
+    let marks: Vec<_> = listed
+        .iter()
+        .map(|(p, r)| (p.as_str(), r.read_only.map(|m| m.version)))
+        .collect();
+    assert_eq!(
+        marks,
+        vec![("/new", Some(7)), ("/old1", None), ("/old2", None)]
+    );
+}

@@ -969,3 +969,61 @@ fn a_mkdir_over_a_moved_directory_s_lingering_object_is_busy_not_taken() {
         "a live directory's object is taken"
     );
 }
+
+#[test]
+fn a_read_only_directory_refuses_every_change_of_its_entries_before_anything_else() {
+    let mut t = T::new();
+    t.run(dir_object("/t", 70))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.create("/t", "f", b"kept")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mark = |t: &T, frozen: Option<u64>| {
+        let rec = DirRecord {
+            read_only: Some(myriad_storage::ReadOnly {
+                root: InodeId(70),
+                version: 1,
+            }),
+            frozen,
+            ..dir_record(t, "/t")
+        };
+        let mut b = myriad_storage::Batch::new();
+        t.store.put_dir(&mut b, "/t", &rec);
+        t.store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    };
+    mark(&t, None);
+    assert_eq!(t.create("/t", "g", b"").err(), Some(FsError::ReadOnly));
+    assert_eq!(
+        t.run(Mutation::Unlink {
+            dir: "/t".into(),
+            name: "f".into(),
+            now: 20,
+        })
+        .err(),
+        Some(FsError::ReadOnly)
+    );
+    let mkdir = Mutation::MkdirBegin {
+        depth: 1,
+        dir: "/t".into(),
+        name: "sub".into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        now: 1,
+    };
+    assert_eq!(t.run(mkdir).err(), Some(FsError::ReadOnly));
+    // A rename's freeze on top (a client would retry `Busy`): still read-only.
+    mark(&t, Some(5));
+    assert_eq!(t.create("/t", "g", b"").err(), Some(FsError::ReadOnly));
+    assert_eq!(FsError::ReadOnly.errno(), libc::EROFS);
+    // Unmarked, the directory takes changes again, and nothing was lost meanwhile.
+    let mut b = myriad_storage::Batch::new();
+    let rec = DirRecord {
+        read_only: None,
+        frozen: None,
+        ..dir_record(&t, "/t")
+    };
+    t.store.put_dir(&mut b, "/t", &rec);
+    t.store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    t.create("/t", "g", b"").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(entry(&t, "/t", "f").size, 4);
+}
