@@ -274,6 +274,14 @@ impl Partition {
         ino: InodeId,
     ) -> Result<(), FsError> {
         let rec = self.store.dir(path).map_err(storage_err)?;
+        // A frozen tree's root (a split one's shards carry the mark too, but are frozen
+        // for the removal before anything checks them).
+        if rec
+            .as_ref()
+            .is_some_and(|r| r.ino == ino && r.read_only.is_some())
+        {
+            return Err(FsError::ReadOnly);
+        }
         let Some(map) = rec
             .as_ref()
             .filter(|r| r.ino == ino)

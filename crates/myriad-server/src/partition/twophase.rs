@@ -207,9 +207,10 @@ impl Partition {
                 self.notify_subscribers(path, None).await;
                 Ok(())
             }
-            Err(FsError::NotEmpty) => {
+            // Refused (not empty, or the root of a frozen tree): the entry stays.
+            Err(e @ (FsError::NotEmpty | FsError::ReadOnly)) => {
                 self.resolve_entry(dir, name, txid, false).await?;
-                Err(FsError::NotEmpty)
+                Err(e)
             }
             // Unknown outcome: recovery asks the owner again and follows its answer.
             Err(e) => Err(e),
@@ -915,7 +916,7 @@ impl Partition {
                     .await
                 {
                     Ok(_) => true,
-                    Err(FsError::NotEmpty) => false,
+                    Err(FsError::NotEmpty | FsError::ReadOnly) => false,
                     Err(e) => return Err(e),
                 };
                 self.resolve_entry(dir, name, txid, commit).await?;

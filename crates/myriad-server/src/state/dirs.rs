@@ -178,6 +178,9 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 // A rename's copy is taking this directory's place: it decides first.
                 Some(rec) if rec.hidden.is_some() && rec.ino != ino => return Err(FsError::Busy),
                 Some(rec) if rec.ino == ino => {
+                    if rec.read_only.is_some() {
+                        return Err(FsError::ReadOnly);
+                    }
                     if ctx.store.has_entries(&path).map_err(storage_err)? {
                         return Err(FsError::NotEmpty);
                     }

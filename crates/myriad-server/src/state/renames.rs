@@ -316,6 +316,9 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             match rec.frozen {
                 Some(t) if t == txid => {}
                 Some(_) => return Err(FsError::Busy),
+                // A frozen tree's directories do not move (nor any above them): its index
+                // and registry name it by path (docs/metadata-index.md).
+                None if rec.read_only.is_some() => return Err(FsError::ReadOnly),
                 None => {
                     let splitting = rec
                         .shards
@@ -499,6 +502,9 @@ fn take_over(
     // Another directory lives there now, or another rename is moving it or into it.
     if old.ino != expected || old.frozen.is_some() || old.hidden.is_some() {
         return Err(FsError::Busy);
+    }
+    if old.read_only.is_some() {
+        return Err(FsError::ReadOnly);
     }
     // Its entries may live on other servers' shards; none can be checked from here.
     if !old.is_whole() {

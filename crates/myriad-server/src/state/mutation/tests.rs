@@ -971,7 +971,7 @@ fn a_mkdir_over_a_moved_directory_s_lingering_object_is_busy_not_taken() {
 }
 
 #[test]
-fn a_read_only_directory_refuses_every_change_of_its_entries_before_anything_else() {
+fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else() {
     let mut t = T::new();
     t.run(dir_object("/t", 70))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -1011,6 +1011,47 @@ fn a_read_only_directory_refuses_every_change_of_its_entries_before_anything_els
         now: 1,
     };
     assert_eq!(t.run(mkdir).err(), Some(FsError::ReadOnly));
+    // Nor does it move (a rename of it or above it), get removed, or get taken over by a
+    // moved directory (were it empty).
+    assert_eq!(
+        t.run(Mutation::DirFreeze {
+            path: "/t".into(),
+            txid: 5,
+        })
+        .err(),
+        Some(FsError::ReadOnly)
+    );
+    t.run(dir_object("/e", 71))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mark_e = DirRecord {
+        read_only: Some(myriad_storage::ReadOnly {
+            root: InodeId(71),
+            version: 1,
+        }),
+        ..dir_record(&t, "/e")
+    };
+    let mut b = myriad_storage::Batch::new();
+    t.store.put_dir(&mut b, "/e", &mark_e);
+    t.store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        t.run(Mutation::DirObjectRemove {
+            path: "/e".into(),
+            ino: InodeId(71),
+        })
+        .err(),
+        Some(FsError::ReadOnly)
+    );
+    let take_over = Mutation::DirImport {
+        path: "/e".into(),
+        txid: 9,
+        ino: InodeId(88),
+        shards: Vec::new(),
+        map: None,
+        entries: Vec::new(),
+        replaces: Some(InodeId(71)),
+    };
+    assert_eq!(t.run(take_over).err(), Some(FsError::ReadOnly));
+    assert_eq!(dir_record(&t, "/e"), mark_e, "refusals change nothing");
     // A rename's freeze on top (a client would retry `Busy`): still read-only.
     mark(&t, Some(5));
     assert_eq!(t.create("/t", "g", b"").err(), Some(FsError::ReadOnly));
