@@ -12,6 +12,8 @@ use myriad_client::{
     Client, ClientConfig, ClusterMap, DirEntry, FileKind, FsError, Inode, RenameFlags,
 };
 
+use myriad_placement::join;
+
 use crate::Command;
 use crate::identity::current_caller;
 
@@ -60,14 +62,6 @@ pub fn normalize(path: &str) -> anyhow::Result<String> {
         }
     }
     Ok(format!("/{}", parts.join("/")))
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
 }
 
 fn err(path: &str, e: FsError) -> anyhow::Error {

@@ -16,7 +16,7 @@ use myriad_client::proto::{
     FsckDir, FsckEntry, FsckRepair, Request, Response, ShardMap, name_hash,
 };
 use myriad_client::{Client, FileKind, FsError, NodeId, PartitionId};
-use myriad_placement::{Ring, parent_of};
+use myriad_placement::{Ring, join, parent_of};
 
 /// Problems of the copies themselves (not of the namespace they hold).
 const COPY_PROBLEMS: [&str; 5] = [
@@ -171,14 +171,6 @@ fn problem(kind: &'static str, what: String, repair: Option<(PartitionId, FsckRe
 
 fn under(root: &str, path: &str) -> bool {
     root == "/" || path == root || path.starts_with(&format!("{root}/"))
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
 }
 
 async fn ask(client: &Client, node: PartitionId, req: Request) -> anyhow::Result<Response> {

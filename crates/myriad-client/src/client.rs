@@ -217,6 +217,11 @@ impl Client {
         self.st().ring.owner_of_locks(ino)
     }
 
+    /// The home partition of directory `path` under the current map.
+    pub(crate) fn dir_home(&self, path: &str) -> PartitionId {
+        self.st().ring.owner_of_dir(path)
+    }
+
     fn st(&self) -> Arc<MapState> {
         match self.state.read() {
             Ok(s) => s.clone(),

@@ -13,6 +13,7 @@ mod client;
 mod dirs;
 mod file;
 mod file_locks;
+mod frozen;
 mod held_locks;
 mod leases;
 mod write_behind;

@@ -19,8 +19,8 @@ use myriad_proto::{Caller, DirEntry, FsError, Inode, InodeId, SetAttr};
 
 use crate::attr::{errno, file_attr, file_attr_sized, file_type, nanos};
 use crate::handles::DirListing;
-use crate::inodes::join;
 use crate::ops::{Inner, now_ns};
+use myriad_placement::join;
 use myriad_proto::access as perm;
 
 /// Largest write the kernel sends in one request (it needs `max_pages`): 1 MiB keeps a big

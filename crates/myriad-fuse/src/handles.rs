@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use myriad_client::FileHandle;
 use myriad_proto::{Caller, DirEntry};
 
-use crate::inodes::join;
+use myriad_placement::join;
 use myriad_proto::InodeId;
 
 /// Bytes written through a handle and not yet sent: one contiguous run. Sent when the run

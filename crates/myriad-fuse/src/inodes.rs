@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use myriad_placement::join;
 use myriad_proto::{Inode, InodeId, ROOT_INO};
 
 struct Node {
@@ -48,14 +49,6 @@ struct Tables {
     nodes: HashMap<InodeId, Node>,
     /// path -> inode, for changes that name a path only (unlink).
     by_path: HashMap<String, InodeId>,
-}
-
-pub fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
 }
 
 impl InodeTable {

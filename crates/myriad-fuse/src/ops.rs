@@ -12,7 +12,8 @@ use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, Xattr
 
 use crate::caller::Callers;
 use crate::handles::{DirListing, Dirty, Handles, OpenFile, Slot, WRITE_BUFFER_MAX};
-use crate::inodes::{InodeTable, join};
+use crate::inodes::InodeTable;
+use myriad_placement::join;
 use myriad_proto::InodeId;
 use myriad_proto::access as perm;
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use fuser::INodeNo;
 
-use crate::inodes::join;
 use myriad_client::Dropped;
+use myriad_placement::join;
 
 use crate::kernel_names::Inval;
 use crate::ops::Inner;

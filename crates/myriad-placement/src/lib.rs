@@ -20,6 +20,6 @@ pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapE
 pub use members::{
     InodeId, Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
 };
-pub use path::{parent_of, split_parent};
+pub use path::{join, parent_of, split_parent};
 pub use ring::Ring;
 pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};

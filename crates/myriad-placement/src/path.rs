@@ -17,6 +17,16 @@ pub fn split_parent(path: &str) -> (&str, &str) {
     }
 }
 
+/// The path of name `name` in directory `dir`.
+#[must_use]
+pub fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -28,5 +38,8 @@ mod tests {
         assert_eq!(split_parent("/a/b"), ("/a", "b"));
         assert_eq!(split_parent("/a/b/c.txt"), ("/a/b", "c.txt"));
         assert_eq!(parent_of("/x/y"), "/x");
+        assert_eq!(join("/", "a"), "/a");
+        assert_eq!(join("/a/b", "c"), "/a/b/c");
+        assert_eq!(split_parent(&join("/a", "b")), ("/a", "b"));
     }
 }

@@ -30,5 +30,6 @@ pub use request::{
     ReadOf, RenameFlags, ReplOp, ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
 };
 pub use types::{
-    Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, StatFs, Xattr,
+    Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, ReadOnlyMark,
+    StatFs, Xattr,
 };

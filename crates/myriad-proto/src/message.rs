@@ -33,7 +33,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 17: directory touches name the client whose change they report (`DirTouch::client`);
 /// `DirPage::hidden`.
 /// 18: exclusive directory leases, reserved inode numbers (`ReserveIds`), `Batch`.
-/// 19: `FsError::ReadOnly` (EROFS, frozen trees: docs/metadata-index.md).
+/// 19: frozen trees (docs/metadata-index.md): `FsError::ReadOnly` (EROFS),
+/// `ClientRequest::MarkReadOnly`, `PeerRequest::DirMarkReadOnly`.
 pub const PROTOCOL_VERSION: u16 = 19;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -307,6 +307,13 @@ pub enum ClientRequest {
     /// open, so their data stays (as orphans) for `limits::ORPHAN_HOLD` more if another
     /// client removes their last name (docs/fuse.md "Open files unlinked elsewhere").
     KeepOpen { inos: Vec<InodeId> },
+    /// Home of directory `path` (root only): mark every part of its directory object as
+    /// inside the frozen tree `mark` (changes of its entries are then refused with
+    /// `ReadOnly`), or, with `None`, unmark it. Idempotent (docs/metadata-index.md).
+    MarkReadOnly {
+        path: String,
+        mark: Option<crate::ReadOnlyMark>,
+    },
 }
 
 /// What a read reads (`ClientRequest::read_of`).
@@ -393,6 +400,12 @@ pub enum AdminRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerRequest {
     // ---- server to server ----
+    /// A node holding part of split directory `path`, from its home: mark (or unmark)
+    /// that part (`ClientRequest::MarkReadOnly`).
+    DirMarkReadOnly {
+        path: String,
+        mark: Option<crate::ReadOnlyMark>,
+    },
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
     /// split into 2^`depth` shards (it creates the other shards on their nodes first).
     DirObjectCreate {
@@ -874,6 +887,7 @@ impl ClientRequest {
             ClientRequest::Grant { .. } => "grant",
             ClientRequest::Lock(_) => "lock",
             ClientRequest::KeepOpen { .. } => "keep_open",
+            ClientRequest::MarkReadOnly { .. } => "mark_read_only",
         }
     }
 
@@ -992,6 +1006,7 @@ impl PeerRequest {
             PeerRequest::Unsubscribe { .. } => "unsubscribe",
             PeerRequest::AttrUpdate { .. } => "attr_update",
             PeerRequest::InvalidatePrefix { .. } => "invalidate_prefix",
+            PeerRequest::DirMarkReadOnly { .. } => "dir_mark_read_only",
             PeerRequest::DirAttrsChanged { .. } => "dir_attrs_changed",
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",

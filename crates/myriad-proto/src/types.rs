@@ -46,6 +46,16 @@ pub struct Xattr {
     pub value: Vec<u8>,
 }
 
+/// The mark of a directory object inside a tree frozen for its metadata index
+/// (docs/metadata-index.md): every change of its entries is refused with `ReadOnly`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadOnlyMark {
+    /// The inode of the frozen tree's root.
+    pub root: InodeId,
+    /// The version of the tree's index the freeze is for.
+    pub version: u64,
+}
+
 /// An inode, embedded in its directory entry (FPFS embedded i-nodes). Times are nanoseconds
 /// since the Unix epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

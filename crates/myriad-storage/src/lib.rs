@@ -29,7 +29,7 @@ pub use keys::entry_key;
 pub use kv::{Batch, Kv, Pairs, Space, prefix_end};
 pub use mem_kv::{MemKv, Table, scan_table};
 pub use partition_kv::PartitionKv;
-pub use records::{DirRecord, EntryRecord, LocalShard, Pending, ReadOnly};
+pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use staged_kv::StagedKv;
 pub use store::damage::{RECORD_SPACES, record_intact};
 pub use store::{FORMAT_VERSION, Store};

@@ -2,7 +2,7 @@
 //! on-disk format can evolve (a new version byte plus a migration in `Store`).
 
 use myriad_proto::InodeId;
-use myriad_proto::{Inode, Shard, ShardMap};
+use myriad_proto::{Inode, ReadOnlyMark, Shard, ShardMap};
 use serde::{Deserialize, Serialize};
 
 /// Records written before issue 18: the version byte, then the body.
@@ -55,16 +55,7 @@ pub struct DirRecord {
     pub subdirs: u32,
     /// The directory is inside a tree frozen for its metadata index: every change of its
     /// entries is refused with `ReadOnly` (docs/metadata-index.md).
-    pub read_only: Option<ReadOnly>,
-}
-
-/// The mark of a directory object inside a frozen tree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReadOnly {
-    /// The inode of the frozen tree's root.
-    pub root: InodeId,
-    /// The version of the tree's index the freeze is for.
-    pub version: u64,
+    pub read_only: Option<ReadOnlyMark>,
 }
 
 /// A directory record as record version 2 stored it (before `read_only`): decoded and
@@ -116,6 +107,18 @@ impl DirRecord {
     #[must_use]
     pub fn is_whole(&self) -> bool {
         self.map.is_none() && self.shards.len() == 1 && self.shards[0].shard == Shard::ALL
+    }
+
+    /// Whether this part is on its way somewhere: a rename is copying it away or here, or
+    /// one of its shards is splitting or being made by a split.
+    #[must_use]
+    pub fn is_moving(&self) -> bool {
+        self.frozen.is_some()
+            || self.hidden.is_some()
+            || self
+                .shards
+                .iter()
+                .any(|s| s.splitting.is_some() || s.hidden.is_some())
     }
 
     /// The local shard holding names of hash `hash`, if any.

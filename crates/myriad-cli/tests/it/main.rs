@@ -9,6 +9,7 @@ mod exchange;
 mod exerciser;
 mod failover;
 mod file_locks;
+mod frozen;
 mod fsck;
 mod fsx;
 mod full_disk;

@@ -29,6 +29,16 @@ impl Partition {
             ClientRequest::Echo(p) => Ok(Response::Echo(p)),
             ClientRequest::Lock(req) => self.serve_lock(st, req).await,
             ClientRequest::KeepOpen { inos } => self.keep_open(&inos),
+            ClientRequest::MarkReadOnly { path, mark } => {
+                validate_path(&path)?;
+                self.own_dir(st, &path)?;
+                // Freezing a tree is an administrator's act, as fsck is.
+                if caller.uid != 0 {
+                    return Err(FsError::PermissionDenied);
+                }
+                self.mark_read_only(&path, mark).await?;
+                Ok(Response::Unit)
+            }
             ClientRequest::Grant {
                 path,
                 ino,

@@ -216,13 +216,11 @@ impl Partition {
         if let (true, Some(g), Some(d), Some(t)) = (exclusive, &lease, &dir, &table)
             && g.exclusive
         {
-            let probe = if d == "/" {
-                "/x".to_string()
-            } else {
-                format!("{d}/x")
-            };
+            let probe = myriad_placement::join(d, "x");
+            // A frozen directory takes no changes: none may be answered behind either.
+            let frozen = self.require_not_frozen(d).is_err();
             match self.may_create(&caller, &probe).await {
-                Ok(Some(attrs)) => {
+                Ok(Some(attrs)) if !frozen => {
                     t.set_attrs(d, holder, attrs.clone());
                     dir_attrs = Some(attrs);
                 }

@@ -30,11 +30,7 @@ impl Partition {
                 Ok(Response::FsckDirs(
                     dirs.into_iter()
                         .map(|(path, r)| FsckDir {
-                            busy: r.frozen.is_some()
-                                || r.hidden.is_some()
-                                || r.shards
-                                    .iter()
-                                    .any(|s| s.splitting.is_some() || s.hidden.is_some()),
+                            busy: r.is_moving(),
                             shards: r.shards.iter().map(|s| s.shard).collect::<Vec<Shard>>(),
                             path,
                             ino: r.ino,

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use myriad_placement::parent_of;
 use myriad_proto::{Caller, ClientRequest, FsError, InodeId, Response};
 
 use crate::partition::core::Partition;
@@ -32,6 +33,8 @@ impl Partition {
         // written.
         let inode = self.open_file(caller, path, ino, !write).await?;
         if write {
+            // Chunks past the first are written by inode, past every directory's gate.
+            self.require_not_frozen(parent_of(path))?;
             perm::require_write(&inode, caller, opened)?;
         } else {
             perm::require(&inode, caller, perm::READ)?;

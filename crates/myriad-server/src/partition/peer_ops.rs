@@ -277,6 +277,12 @@ impl Partition {
                 Box::pin(self.dir_attrs_changed(&path, inode, by)).await;
                 Ok(Response::Unit)
             }
+            PeerRequest::DirMarkReadOnly { path, mark } => {
+                validate_path(&path)?;
+                self.own_dir_part(st, &path)?;
+                self.mark_part(&path, mark).await?;
+                Ok(Response::Unit)
+            }
             PeerRequest::InvalidatePrefix { prefix } => {
                 self.replicas.invalidate_prefix(&prefix);
                 Ok(Response::Unit)

@@ -266,6 +266,19 @@ impl Partition {
         Ok(())
     }
 
+    /// The partitions holding the shards of split directory `path` by `map`, once each.
+    pub(crate) fn part_nodes(&self, path: &str, map: &ShardMap) -> Vec<PartitionId> {
+        let st = self.state();
+        let mut nodes: Vec<PartitionId> = map
+            .leaves
+            .iter()
+            .map(|s| st.ring.owner_of_shard(path, *s))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
     /// Home of directory `path`: remove its directory object, and if it is split, every
     /// other node's part: all are frozen and checked empty first, else thawed (`NotEmpty`).
     pub(crate) async fn remove_dir_object(
@@ -274,8 +287,7 @@ impl Partition {
         ino: InodeId,
     ) -> Result<(), FsError> {
         let rec = self.store.dir(path).map_err(storage_err)?;
-        // A frozen tree's root (a split one's shards carry the mark too, but are frozen
-        // for the removal before anything checks them).
+        // A frozen tree's root: refused before any part is frozen for the removal.
         if rec
             .as_ref()
             .is_some_and(|r| r.ino == ino && r.read_only.is_some())
@@ -296,15 +308,8 @@ impl Partition {
                 .await
                 .map(|_| ());
         };
-        let st = self.state();
         let freeze = removal_freeze_id(ino);
-        let mut nodes: Vec<PartitionId> = map
-            .leaves
-            .iter()
-            .map(|s| st.ring.owner_of_shard(path, *s))
-            .collect();
-        nodes.sort_unstable();
-        nodes.dedup();
+        let nodes = self.part_nodes(path, &map);
         let mut frozen = Vec::new();
         let mut verdict = Ok(());
         for &node in &nodes {

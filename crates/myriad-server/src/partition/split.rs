@@ -11,9 +11,9 @@ use myriad_placement::Shard;
 use myriad_proto::{ExportedEntry, FileKind, FsError, Request};
 
 use crate::partition::core::Partition;
-use crate::partition::twophase::join;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome, ShardMutation, storage_err};
+use myriad_placement::join;
 use myriad_proto::InodeId;
 use myriad_proto::PeerRequest;
 

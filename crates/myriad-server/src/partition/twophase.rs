@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use myriad_placement::PartitionId;
+use myriad_placement::{PartitionId, join};
 use myriad_proto::{DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
 use crate::partition::core::Partition;
@@ -965,11 +965,3 @@ impl Partition {
 /// How long the destination of an aborted rename refuses a late prepare for it: far longer
 /// than a request may take (its timeout), retries included.
 pub(crate) const ABORTED_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
-
-pub(crate) fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
-}

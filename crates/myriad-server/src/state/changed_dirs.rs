@@ -70,6 +70,7 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         Mutation::RenamePrepare { to, .. } => one(parent_of(to)),
         Mutation::DirObjectCreate { path, .. }
         | Mutation::DirObjectRemove { path, .. }
+        | Mutation::MarkReadOnly { path, .. }
         | Mutation::DirFreeze { path, .. }
         | Mutation::DirImport { path, .. }
         | Mutation::DirFinish { path, .. } => one(path),

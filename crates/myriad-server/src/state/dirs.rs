@@ -191,6 +191,23 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Unit
         }
+        Mutation::MarkReadOnly { path, mark } => {
+            let mut rec = ctx
+                .store
+                .dir(&path)
+                .map_err(storage_err)?
+                .ok_or(FsError::NotFound)?;
+            // A part on its way elsewhere (a rename's copy, a split) would lose the mark or
+            // miss it: the caller marks again once it has settled.
+            if rec.is_moving() {
+                return Err(FsError::Busy);
+            }
+            if rec.read_only != mark {
+                rec.read_only = mark;
+                ctx.store.put_dir(b, &path, &rec);
+            }
+            Outcome::Unit
+        }
         other => return Err(not_routed(&other)),
     };
     Ok(out)

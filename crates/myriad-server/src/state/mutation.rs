@@ -55,7 +55,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::Decide { .. }
         | Mutation::DeleteIntent { .. }
         | Mutation::DirObjectCreate { .. }
-        | Mutation::DirObjectRemove { .. }) => dirs::execute(ctx, &mut b, m)?,
+        | Mutation::DirObjectRemove { .. }
+        | Mutation::MarkReadOnly { .. }) => dirs::execute(ctx, &mut b, m)?,
         m @ (Mutation::RenameLocal { .. }
         | Mutation::RenameSourceBegin { .. }
         | Mutation::RenameSourceDecide { .. }

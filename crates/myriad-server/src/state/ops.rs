@@ -253,6 +253,12 @@ pub enum Mutation {
         path: String,
         ino: InodeId,
     },
+    /// Marks this node's part of directory object `path` as inside a frozen tree, or
+    /// unmarks it (`None`). `Busy` while the part is moving or splitting.
+    MarkReadOnly {
+        path: String,
+        mark: Option<myriad_proto::ReadOnlyMark>,
+    },
     RenameLocal {
         from: String,
         to: String,

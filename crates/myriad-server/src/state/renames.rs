@@ -320,11 +320,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 // and registry name it by path (docs/metadata-index.md).
                 None if rec.read_only.is_some() => return Err(FsError::ReadOnly),
                 None => {
-                    let splitting = rec
-                        .shards
-                        .iter()
-                        .any(|s| s.splitting.is_some() || s.hidden.is_some());
-                    if rec.hidden.is_some() || splitting {
+                    if rec.is_moving() {
                         return Err(FsError::Busy);
                     }
                     rec.frozen = Some(txid);

@@ -258,7 +258,8 @@ fn a_damaged_record_fails_its_checksum() {
 
 #[test]
 fn directory_records_of_record_version_2_read_as_not_read_only() {
-    use crate::records::{DirRecordV2, RECORD_VERSION_CHECKED_V2, RECORD_VERSION_PLAIN, ReadOnly};
+    use crate::records::{DirRecordV2, RECORD_VERSION_CHECKED_V2, RECORD_VERSION_PLAIN};
+    use myriad_proto::ReadOnlyMark;
     let (s, _dir) = stores().remove(0);
     let old = DirRecordV2 {
         ino: InodeId(9),
@@ -295,7 +296,7 @@ fn directory_records_of_record_version_2_read_as_not_read_only() {
     }
     // Written now (version 3), the mark is kept; a listing decodes both versions.
     let marked = crate::DirRecord {
-        read_only: Some(ReadOnly {
+        read_only: Some(ReadOnlyMark {
             root: InodeId(2),
             version: 7,
         }),

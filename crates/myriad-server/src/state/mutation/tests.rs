@@ -979,7 +979,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         .unwrap_or_else(|e| panic!("{e}"));
     let mark = |t: &T, frozen: Option<u64>| {
         let rec = DirRecord {
-            read_only: Some(myriad_storage::ReadOnly {
+            read_only: Some(myriad_proto::ReadOnlyMark {
                 root: InodeId(70),
                 version: 1,
             }),
@@ -1024,7 +1024,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
     t.run(dir_object("/e", 71))
         .unwrap_or_else(|e| panic!("{e}"));
     let mark_e = DirRecord {
-        read_only: Some(myriad_storage::ReadOnly {
+        read_only: Some(myriad_proto::ReadOnlyMark {
             root: InodeId(71),
             version: 1,
         }),
@@ -1067,4 +1067,43 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
     t.store.commit(b).unwrap_or_else(|e| panic!("{e}"));
     t.create("/t", "g", b"").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(entry(&t, "/t", "f").size, 4);
+}
+
+/// A part is marked and unmarked in place, but not while a rename or split moves it (it
+/// would carry the mark away or miss it): the home marks it again once it has settled.
+#[test]
+fn a_mark_is_set_and_taken_only_on_a_settled_part() {
+    let mut t = T::new();
+    t.run(dir_object("/m", 60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mark = |m: Option<u64>| Mutation::MarkReadOnly {
+        path: "/m".into(),
+        mark: m.map(|version| myriad_proto::ReadOnlyMark {
+            root: InodeId(60),
+            version,
+        }),
+    };
+    t.run(mark(Some(3))).unwrap_or_else(|e| panic!("{e}"));
+    t.run(mark(Some(3)))
+        .unwrap_or_else(|e| panic!("again: {e}"));
+    assert_eq!(dir_record(&t, "/m").read_only.map(|m| m.version), Some(3));
+    assert_eq!(t.create("/m", "f", b"").err(), Some(FsError::ReadOnly));
+    t.run(mark(None)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dir_record(&t, "/m").read_only, None);
+    t.create("/m", "f", b"").unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::DirFreeze {
+        path: "/m".into(),
+        txid: 4,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.run(mark(Some(3))).err(), Some(FsError::Busy));
+    assert_eq!(dir_record(&t, "/m").read_only, None);
+    assert_eq!(
+        t.run(Mutation::MarkReadOnly {
+            path: "/nowhere".into(),
+            mark: None
+        })
+        .err(),
+        Some(FsError::NotFound)
+    );
 }

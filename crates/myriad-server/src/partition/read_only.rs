@@ -1,0 +1,85 @@
+//! Frozen trees (docs/metadata-index.md): marking a directory object, every part of a
+//! split one included, as inside a tree whose entries may not change. The refusals
+//! themselves are the state layer's (`writable_shard`, `DirFreeze`, `DirObjectRemove`).
+
+use std::sync::Arc;
+
+use myriad_proto::{FsError, PartitionId, PeerRequest, ReadOnlyMark, Request};
+
+use crate::partition::core::Partition;
+use crate::state::mutation::{Mutation, storage_err};
+
+/// How often the home marks its parts again when a split changed them meanwhile.
+const MARK_ROUNDS: usize = 8;
+
+impl Partition {
+    /// Home of directory `path`: marks (or with `None` unmarks) its own record and every
+    /// other part of it, until the shard map it started from is still the map after the
+    /// last part (a split that finished meanwhile made parts this pass did not know).
+    /// Once the home is marked no name can be created in any part, so no new split
+    /// starts; one under way answers `Busy` until it ends.
+    pub(crate) async fn mark_read_only(
+        self: &Arc<Self>,
+        path: &str,
+        mark: Option<ReadOnlyMark>,
+    ) -> Result<(), FsError> {
+        for _ in 0..MARK_ROUNDS {
+            let version = |p: &Self| -> Result<Option<u64>, FsError> {
+                let rec = p.store.dir(path).map_err(storage_err)?;
+                Ok(rec.and_then(|r| r.map).map(|m| m.version))
+            };
+            let before = version(self)?;
+            self.mark_part(path, mark).await?;
+            for node in self.other_parts(path)? {
+                let req = PeerRequest::DirMarkReadOnly {
+                    path: path.to_string(),
+                    mark,
+                };
+                self.call_node(node, Request::Peer(req)).await?;
+            }
+            if version(self)? == before {
+                return Ok(());
+            }
+        }
+        Err(FsError::Busy)
+    }
+
+    /// `ReadOnly` if this node's part of directory `dir` is in a frozen tree.
+    pub(crate) fn require_not_frozen(&self, dir: &str) -> Result<(), FsError> {
+        match self.store.dir(dir).map_err(storage_err)? {
+            Some(rec) if rec.read_only.is_some() => Err(FsError::ReadOnly),
+            _ => Ok(()),
+        }
+    }
+
+    /// This node's part of directory `path`, marked or unmarked (durable).
+    pub(crate) async fn mark_part(
+        &self,
+        path: &str,
+        mark: Option<ReadOnlyMark>,
+    ) -> Result<(), FsError> {
+        self.applier
+            .run(Mutation::MarkReadOnly {
+                path: path.to_string(),
+                mark,
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// The partitions other than this one holding shards of split directory `path` (none
+    /// for an unsplit one), by its home's map.
+    fn other_parts(&self, path: &str) -> Result<Vec<PartitionId>, FsError> {
+        let Some(map) = self
+            .store
+            .dir(path)
+            .map_err(storage_err)?
+            .and_then(|r| r.map)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut nodes = self.part_nodes(path, &map);
+        nodes.retain(|n| *n != self.me);
+        Ok(nodes)
+    }
+}
