@@ -825,7 +825,7 @@ impl Client {
         FsError::NotFound
     }
 
-    async fn entry_op(&self, path: &str, req: Request) -> Result<Response, FsError> {
+    pub(crate) async fn entry_op(&self, path: &str, req: Request) -> Result<Response, FsError> {
         validate_path(path)?;
         match self.call(Route::Entry(path.to_string()), req).await {
             Err(e) => Err(self.refine(path, e).await),

@@ -1,9 +1,10 @@
 //! Freezing a tree for its metadata index and thawing it (docs/metadata-index.md): every
 //! directory object of the tree marked, top down, so the walk misses none.
 
-use myriad_proto::{ClientRequest, FileKind, FsError, ReadOnlyMark, Request, validate_path};
+use myriad_placement::split_parent;
+use myriad_proto::{ClientRequest, FileKind, FsError, Inode, ReadOnlyMark, Request, validate_path};
 
-use crate::client::Client;
+use crate::client::{Client, expect_attr};
 
 impl Client {
     /// Marks directory `path`'s object (every part of a split one) as inside frozen tree
@@ -19,6 +20,25 @@ impl Client {
             mark,
         });
         self.request(self.dir_home(path), req).await.map(|_| ())
+    }
+
+    /// `path`'s attributes for an open that will write it: `ReadOnly` if it is in a frozen
+    /// tree. Answered from the lease with no request where this caller holds the
+    /// directory exclusively (a frozen directory is never held so: the mark recalls
+    /// exclusive leases and no new one is granted); otherwise asked.
+    pub async fn stat_to_write(&self, path: &str) -> Result<Inode, FsError> {
+        let dir = split_parent(path).0;
+        if path != "/"
+            && self
+                .leases
+                .answers_behind(dir, self.entry_partition(path), &self.task_caller())
+        {
+            return self.stat(path).await;
+        }
+        let req = ClientRequest::OpenWrite {
+            path: path.to_string(),
+        };
+        expect_attr(self.entry_op(path, Request::Client(req)).await?)
     }
 
     /// Freezes the tree under directory `root` as `mark`: each directory is marked before
@@ -43,17 +63,29 @@ impl Client {
 
     /// Thaws the frozen tree under `root`: its directories (still final while frozen) are
     /// unmarked deepest first, so none can move away marked while its parent is thawed.
+    /// A directory gone meanwhile held no mark (a marked one cannot be removed): a tree
+    /// frozen only in part (a freeze that failed part-way) thaws too. Returns how many
+    /// directories it unmarked.
     pub async fn thaw_tree(&self, root: &str) -> Result<usize, FsError> {
         let mut dirs = vec![root.to_string()];
         let mut next = 0;
         while let Some(dir) = dirs.get(next).cloned() {
             next += 1;
-            dirs.extend(self.subdirs(&dir).await?);
+            match self.subdirs(&dir).await {
+                Ok(below) => dirs.extend(below),
+                Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
         }
+        let mut thawed = 0;
         for dir in dirs.iter().rev() {
-            self.mark_read_only(dir, None).await?;
+            match self.mark_read_only(dir, None).await {
+                Ok(()) => thawed += 1,
+                Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
         }
-        Ok(dirs.len())
+        Ok(thawed)
     }
 
     /// The paths of directory `dir`'s subdirectories.

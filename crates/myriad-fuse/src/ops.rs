@@ -283,7 +283,8 @@ impl Inner {
                         let whole = d.len() as u64 == i.size;
                         Ok((path, i, whole.then(|| Arc::new(d)), since))
                     } else {
-                        let i = self.client.stat(&path).await?;
+                        // EROFS here, at open, in a frozen tree.
+                        let i = self.client.stat_to_write(&path).await?;
                         if i.ino != ino {
                             return Err(FsError::NotFound);
                         }

@@ -34,7 +34,7 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `DirPage::hidden`.
 /// 18: exclusive directory leases, reserved inode numbers (`ReserveIds`), `Batch`.
 /// 19: frozen trees (docs/metadata-index.md): `FsError::ReadOnly` (EROFS),
-/// `ClientRequest::MarkReadOnly`, `PeerRequest::DirMarkReadOnly`.
+/// `ClientRequest::MarkReadOnly`, `PeerRequest::DirMarkReadOnly`, `ClientRequest::OpenWrite`.
 pub const PROTOCOL_VERSION: u16 = 19;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -106,6 +106,9 @@ pub enum ClientRequest {
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Owner of the entry (the parent directory's node; "/" -> its own node).
     Stat { path: String },
+    /// Owner of the entry: `path`'s attributes for an open that will write it, as `Stat`,
+    /// but `ReadOnly` in a frozen tree (so the open fails, not a later write).
+    OpenWrite { path: String },
     /// Owner of directory `dir`: attributes of many names in one round trip.
     StatMany { dir: String, names: Vec<String> },
     /// Owner of the entry: attributes plus the first `max_bytes` of data, in one round trip.
@@ -854,6 +857,7 @@ impl ClientRequest {
         match self {
             ClientRequest::Echo(_) => "echo",
             ClientRequest::Stat { .. } => "stat",
+            ClientRequest::OpenWrite { .. } => "open_write",
             ClientRequest::StatMany { .. } => "stat_many",
             ClientRequest::Fetch { .. } => "fetch",
             ClientRequest::ReadDir { .. } => "readdir",
@@ -923,6 +927,7 @@ impl ClientRequest {
     pub fn read_of(&self) -> Option<ReadOf<'_>> {
         match self {
             ClientRequest::Stat { path }
+            | ClientRequest::OpenWrite { path }
             | ClientRequest::Fetch { path, .. }
             | ClientRequest::Readlink { path }
             | ClientRequest::Read { path, .. }

@@ -74,6 +74,11 @@ pub struct SimConfig {
     /// the target is a directory throughout, the file inside is under exactly one name.
     /// Off by default: `--dir-moves`, and the CI set with directory moves.
     pub dir_moves: bool,
+    /// Every client also freezes a small tree of its own and thaws it again
+    /// (docs/metadata-index.md) while it writes into it and any client reads it: no
+    /// change is acknowledged while it is known frozen, none refused once it is known
+    /// thawed, and a refused one is never seen. Off by default: `--freeze`, and its CI set.
+    pub freeze: bool,
 }
 
 impl SimConfig {
@@ -94,6 +99,7 @@ impl SimConfig {
             behind: false,
             locks: false,
             dir_moves: false,
+            freeze: false,
         }
     }
 
@@ -101,7 +107,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -112,7 +118,8 @@ impl SimConfig {
             if self.leases { " --leases" } else { "" },
             if self.behind { " --behind" } else { "" },
             if self.locks { " --locks" } else { "" },
-            if self.dir_moves { " --dir-moves" } else { "" }
+            if self.dir_moves { " --dir-moves" } else { "" },
+            if self.freeze { " --freeze" } else { "" }
         )
     }
 }
@@ -782,6 +789,10 @@ impl Sim {
                 leases,
                 locks: self.cfg.locks.then(|| self.lock_check.clone()),
                 dir_moves: self.cfg.dir_moves,
+                freeze: self
+                    .cfg
+                    .freeze
+                    .then(|| std::sync::Mutex::new(crate::workload::Frozen::No)),
             };
             runs.push(tokio::spawn(run.run()));
         }

@@ -102,6 +102,17 @@ impl History {
         }
     }
 
+    /// `path`'s last version `version` was refused (it never happened, and no later one
+    /// began: one writer per file): forgotten, so no read may see it.
+    pub fn refuse(&self, path: &str, version: u64) {
+        let mut s = self.lock();
+        if let Some(v) = s.files.get_mut(path)
+            && v.len() as u64 == version
+        {
+            v.pop();
+        }
+    }
+
     /// Checks a read of `path` invoked at `invoked` that saw `seen` (a version's contents,
     /// or `None`: absent).
     pub fn check_read(

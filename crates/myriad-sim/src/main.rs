@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--locks] [--dir-moves]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -19,8 +19,10 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --no-faults   only delays: no crashes, isolations, disk errors or lost messages
   --moves       servers join and leave while the clients work (copies move)
   --leases      two clients of three read through directory leases
+  --behind      leased clients write behind, under exclusive leases
   --locks       clients also take and give back file locks on shared inodes
   --dir-moves   clients also move a directory tree back and forth over an empty directory
+  --freeze      clients also freeze a tree of their own, write into it and thaw it
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -52,6 +54,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             "--behind" => cfg.behind = true,
             "--locks" => cfg.locks = true,
             "--dir-moves" => cfg.dir_moves = true,
+            "--freeze" => cfg.freeze = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }

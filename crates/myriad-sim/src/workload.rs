@@ -90,6 +90,20 @@ pub struct ClientRun {
     pub locks: Option<Arc<LockCheck>>,
     /// Also move a directory tree over an empty directory and read others' (`--dir-moves`).
     pub dir_moves: bool,
+    /// Also freeze a tree of its own, write into it and thaw it (`--freeze`): what this
+    /// client knows of its tree's state.
+    pub freeze: Option<std::sync::Mutex<Frozen>>,
+}
+
+/// What a client knows of its frozen tree (`--freeze`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frozen {
+    /// Thawed (or never frozen), acknowledged.
+    No,
+    /// Frozen, acknowledged.
+    Yes,
+    /// A freeze or thaw under way or in doubt.
+    Unknown,
 }
 
 /// The lock owner the simulated clients lock as.
@@ -324,6 +338,22 @@ impl ClientRun {
                     // (inline, the regression seeds overflowed a debug build's stack).
                     0..15 => Box::pin(self.move_step()).await,
                     15..30 => Box::pin(self.read_moved(whose)).await?,
+                    _ => {}
+                }
+            }
+            if self.freeze.is_some() {
+                // Drawn only with freezing on: other runs keep their seeds' draws.
+                let (step, whose, deep) = self.rng.with(|r| {
+                    (
+                        r.gen_range(0..100u32),
+                        r.gen_range(0..self.clients),
+                        r.gen_range(0..2u32) == 0,
+                    )
+                });
+                match step {
+                    0..8 => Box::pin(self.freeze_step()).await,
+                    8..25 => Box::pin(self.put_frozen(deep)).await?,
+                    25..35 => self.read(&Self::frozen_file(whose, deep)).await?,
                     _ => {}
                 }
             }
@@ -718,6 +748,106 @@ impl ClientRun {
         }
         self.trace
             .event(format_args!("c{} move {from} over {to} done", self.id));
+    }
+
+    /// The root of a client's tree for `--freeze` (its name starts with `d`: a directory
+    /// to the final reads).
+    fn frozen_root(client: u32) -> String {
+        format!("/c{client}/dfz")
+    }
+
+    /// A file of a client's frozen tree: in its root, or in the subdirectory below it.
+    fn frozen_file(client: u32, deep: bool) -> String {
+        let root = Self::frozen_root(client);
+        if deep {
+            format!("{root}/ds/g")
+        } else {
+            format!("{root}/f")
+        }
+    }
+
+    fn frozen(&self) -> Frozen {
+        self.freeze.as_ref().map_or(Frozen::No, |f| {
+            *f.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        })
+    }
+
+    fn set_frozen(&self, now: Frozen) {
+        if let Some(f) = &self.freeze {
+            *f.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+        }
+    }
+
+    /// One step of `--freeze`: freeze the client's tree (made first) if it is known
+    /// thawed, else thaw it.
+    async fn freeze_step(&self) {
+        let root = Self::frozen_root(self.id);
+        let was = self.frozen();
+        self.set_frozen(Frozen::Unknown);
+        let done = if was == Frozen::No {
+            self.mkdir(&root).await;
+            self.mkdir(&format!("{root}/ds")).await;
+            let frozen = async {
+                let mark = myriad_client::proto::ReadOnlyMark {
+                    root: self.client.stat(&root).await?.ino,
+                    version: 1,
+                };
+                self.client.freeze_tree(&root, mark).await
+            };
+            frozen.await.map(|_| Frozen::Yes)
+        } else {
+            self.client.thaw_tree(&root).await.map(|_| Frozen::No)
+        };
+        match done {
+            Ok(now) => self.set_frozen(now),
+            Err(e) => self.trace.event(format_args!(
+                "c{} freeze step on {root} (was {was:?}): in doubt ({e})",
+                self.id
+            )),
+        }
+        self.trace.event(format_args!(
+            "c{} freeze step on {root} done: {:?}",
+            self.id,
+            self.frozen()
+        ));
+    }
+
+    /// A write into the client's own frozen tree: refused while it is known frozen,
+    /// taken once it is known thawed; a refused write is never seen. (Only this client
+    /// freezes and thaws its tree, one step at a time: the state holds for the call.)
+    async fn put_frozen(&self, deep: bool) -> Verdict {
+        let path = Self::frozen_file(self.id, deep);
+        let state = self.frozen();
+        let v = self.history.next_version(&path);
+        let data = contents(&path, v);
+        self.history.begin(&path, Some(token_of(&data)));
+        let result = async {
+            let h = self.client.create(&path, 0o644, false, &data).await?;
+            self.client.write(&h, 0, &data).await.map(drop)
+        }
+        .await;
+        self.trace.event(format_args!(
+            "c{} put {path} v{v} ({state:?}): {result:?}",
+            self.id
+        ));
+        match result {
+            Ok(()) if state == Frozen::Yes => {
+                return Err(format!(
+                    "c{} put {path} v{v} acknowledged in a tree known frozen",
+                    self.id
+                ));
+            }
+            Ok(()) => self.ack(&path, v),
+            Err(FsError::ReadOnly) if state == Frozen::No => {
+                return Err(format!(
+                    "c{} put {path} v{v} refused as read-only in a tree known thawed",
+                    self.id
+                ));
+            }
+            Err(FsError::ReadOnly) => self.history.refuse(&path, v),
+            Err(_) => {}
+        }
+        Ok(())
     }
 
     /// Reads `client`'s moving tree: both directories and the file in each.

@@ -173,6 +173,30 @@ fn seeds_with_directory_moves_keep_every_invariant() {
     });
 }
 
+/// Every client also freezes a small tree of its own and thaws it again while it writes
+/// into it and every client reads it (docs/metadata-index.md): no write is acknowledged
+/// while the tree is known frozen, none refused once it is known thawed, and a refused one
+/// is never read. With faults, with copies moving, with write-behind.
+#[test]
+fn seeds_with_frozen_trees_keep_every_invariant() {
+    for seed in 1..=10 {
+        check(&SimConfig {
+            freeze: true,
+            ..SimConfig::new(seed)
+        });
+    }
+    check(&SimConfig {
+        freeze: true,
+        behind: true,
+        ..SimConfig::new(11)
+    });
+    check(&SimConfig {
+        freeze: true,
+        moves: true,
+        ..busy(2130)
+    });
+}
+
 /// Seeds that found bugs (each fixed, with a unit test beside the fix):
 /// 1016: recovery undid a split whose owner was still waiting for its first step to be
 ///       durable; the owner revealed the child anyway, and names created in it were later

@@ -86,6 +86,15 @@ impl Partition {
                 let i = self.lookup(&path).await?;
                 Ok(Response::Attr(self.resolve(i).await?))
             }
+            ClientRequest::OpenWrite { path } => {
+                validate_path(&path)?;
+                self.own_entry(st, &path)?;
+                self.search(&caller, &path).await?;
+                let i = self.lookup(&path).await?;
+                // The file itself first: a missing one is NotFound wherever it would be.
+                self.require_not_frozen(myriad_placement::parent_of(&path))?;
+                Ok(Response::Attr(self.resolve(i).await?))
+            }
             ClientRequest::StatMany { dir, names } => {
                 validate_path(&dir)?;
                 if names.len() > limits::STAT_MANY_MAX {
