@@ -4,7 +4,7 @@ use myriad_proto::{FileKind, FsError, Inode};
 use myriad_storage::{Batch, EntryRecord};
 
 use crate::state::ops::{Ctx, DirTouchOne, Mutation, Outcome, not_routed, storage_err};
-use crate::state::records::{apply_change, put_visible, require_writable, visible};
+use crate::state::records::{apply_change, dir_here, put_visible, require_writable, visible};
 
 /// Executes one mutation of this family into `b`.
 pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
@@ -16,11 +16,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             now,
         } => {
             if dir == "/" && name.is_empty() {
-                let mut rec = ctx
-                    .store
-                    .dir("/")
-                    .map_err(storage_err)?
-                    .ok_or(FsError::NotFound)?;
+                let mut rec = dir_here(ctx.store, "/")?;
                 let mut root = rec.root_attrs.clone().ok_or(FsError::NotFound)?;
                 apply_change(&mut root, change, now)?;
                 rec.root_attrs = Some(root.clone());

@@ -6,7 +6,8 @@ use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 use crate::state::intent::{Decision, Intent};
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
 use crate::state::records::{
-    adjust_subdirs, is_dir, new_inode, put_visible, require_free_name, require_writable, visible,
+    adjust_subdirs, dir_here, is_dir, new_inode, put_visible, require_free_name, require_writable,
+    visible,
 };
 use myriad_proto::InodeId;
 
@@ -192,11 +193,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             Outcome::Unit
         }
         Mutation::MarkReadOnly { path, mark } => {
-            let mut rec = ctx
-                .store
-                .dir(&path)
-                .map_err(storage_err)?
-                .ok_or(FsError::NotFound)?;
+            let mut rec = dir_here(ctx.store, &path)?;
             // A part on its way elsewhere (a rename's copy, a split) would lose the mark or
             // miss it: the caller marks again once it has settled.
             if rec.is_moving() {

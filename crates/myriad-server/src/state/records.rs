@@ -138,6 +138,14 @@ pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(
     }
 }
 
+/// This node's record of directory object `path`: `NotFound` if it holds none.
+pub(crate) fn dir_here(store: &Store, path: &str) -> Result<DirRecord, FsError> {
+    store
+        .dir(path)
+        .map_err(storage_err)?
+        .ok_or(FsError::NotFound)
+}
+
 pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), FsError> {
     // Before `Busy`: a frozen tree stays read-only however long a client would retry.
     if rec.read_only.is_some() {

@@ -9,7 +9,7 @@ use crate::state::ops::{
     Ctx, Mutation, Outcome, chunk0_blocks, not_routed, prepare_key, replace_key, storage_err,
 };
 use crate::state::records::{
-    adjust_subdirs, check_exchange_target, check_rename_target, drop_file_data, is_dir,
+    adjust_subdirs, check_exchange_target, check_rename_target, dir_here, drop_file_data, is_dir,
     put_visible, require_dir, require_writable, visible,
 };
 
@@ -308,11 +308,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             Outcome::Renamed(gc, dropped_link)
         }
         Mutation::DirFreeze { path, txid } => {
-            let mut rec = ctx
-                .store
-                .dir(&path)
-                .map_err(storage_err)?
-                .ok_or(FsError::NotFound)?;
+            let mut rec = dir_here(ctx.store, &path)?;
             match rec.frozen {
                 Some(t) if t == txid => {}
                 Some(_) => return Err(FsError::Busy),

@@ -5,17 +5,13 @@ use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
 use crate::state::ops::{Ctx, Outcome, ShardMutation, chunk0_blocks, storage_err};
-use crate::state::records::put_visible;
+use crate::state::records::{dir_here, put_visible};
 use myriad_proto::InodeId;
 
 pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, FsError> {
     match m {
         ShardMutation::SplitBegin { dir, shard } => {
-            let mut rec = ctx
-                .store
-                .dir(&dir)
-                .map_err(storage_err)?
-                .ok_or(FsError::NotFound)?;
+            let mut rec = dir_here(ctx.store, &dir)?;
             if rec.frozen.is_some() || rec.hidden.is_some() {
                 return Err(FsError::Busy);
             }
@@ -63,11 +59,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
                     )));
                 }
             };
-            let mut rec = ctx
-                .store
-                .dir(&dir)
-                .map_err(storage_err)?
-                .ok_or(FsError::NotFound)?;
+            let mut rec = dir_here(ctx.store, &dir)?;
             let Some(local) = rec
                 .shards
                 .iter_mut()
