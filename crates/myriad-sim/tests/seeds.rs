@@ -152,10 +152,14 @@ fn seeds_with_locks_keep_every_invariant() {
 /// (with write-behind) found a mkdir of a moved directory's old name answered
 /// `AlreadyExists` while its old object lingered, frozen, before its rename finished.
 /// Seeds 2491 and 5694 found anti-entropy comparing (and "repairing") a copy of another
-/// history at the same batch number, which the stream was about to replace whole.
+/// history at the same batch number, which the stream was about to replace whole. Seeds
+/// 71001 and 72033 (with --freeze --moves) found the retry of a directory rename whose
+/// coordinator died after the decision answered "ok" from the recorded outcome while
+/// recovery had not yet dropped the old directory objects: the file was read under its
+/// old name after the acknowledgement.
 #[test]
 fn seeds_with_directory_moves_keep_every_invariant() {
-    for seed in (1..=12).chain([1671, 2491, 5007, 5694]) {
+    for seed in (1..=12).chain([1671, 2491, 5007, 5694, 71001]) {
         check(&SimConfig {
             dir_moves: true,
             ..SimConfig::new(seed)
@@ -194,6 +198,12 @@ fn seeds_with_frozen_trees_keep_every_invariant() {
         freeze: true,
         moves: true,
         ..busy(2130)
+    });
+    check(&SimConfig {
+        freeze: true,
+        dir_moves: true,
+        moves: true,
+        ..SimConfig::new(72033)
     });
 }
 

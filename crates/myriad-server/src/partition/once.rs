@@ -19,7 +19,8 @@ use myriad_proto::{Caller, ClientRequest, FsError, OnceId, Request, Response};
 
 use crate::commit::once::{OnceSlot, scope};
 use crate::partition::core::Partition;
-use crate::state::mutation::{Mutation, Outcome};
+use crate::state::intent::{Decision, Intent};
+use crate::state::mutation::{Mutation, Outcome, storage_err};
 
 /// Outcomes older than this are forgotten: a retry comes within a client's request
 /// deadline (20 s by default), failovers included.
@@ -49,6 +50,17 @@ impl Partition {
         }
         let _running = self.changes.run((id.client, id.seq)).await;
         if let Some(answer) = crate::state::once::recorded(&self.store, id.client, id.seq)? {
+            // A directory rename's outcome is recorded with its decision, but its old
+            // directory objects stay readable until they are dropped: its first try would
+            // not have answered before that, nor does a retry (simulation seeds 71001 and
+            // 72033 with --dir-moves: the coordinator died after the decision, the retry
+            // found "ok" recorded, and the moved file was read under its old name while
+            // recovery was still dropping the old objects). The client retries `Busy`.
+            if let ClientRequest::Rename { from, .. } = &request
+                && self.directory_rename_unfinished(from)?
+            {
+                return Err(FsError::Busy);
+            }
             // Answered before: the answer leaves only once what it reports is durable here
             // and on every copy (the first try may have failed before that).
             self.applier.run(Mutation::Barrier).await?;
@@ -193,5 +205,27 @@ fn recording(request: &ClientRequest) -> Recording {
             unit,
         ),
         _ => (never, nothing),
+    }
+}
+
+impl Partition {
+    /// Whether a committed rename of directory `from` coordinated here still has old
+    /// directory objects to drop (its intent is deleted once it is finished).
+    fn directory_rename_unfinished(&self, from: &str) -> Result<bool, FsError> {
+        for (_, bytes) in self.store.intents().map_err(storage_err)? {
+            if let Some(Intent::RenameOut {
+                from_dir,
+                from_name,
+                decision: Decision::Commit,
+                moves,
+                ..
+            }) = Intent::decode(&bytes)
+                && !moves.is_empty()
+                && myriad_placement::join(&from_dir, &from_name) == from
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
