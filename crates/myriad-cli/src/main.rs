@@ -14,6 +14,7 @@ mod demo;
 mod fs_cmds;
 mod fsck;
 mod identity;
+mod index_cmd;
 mod keys;
 mod mount_cmd;
 mod plot;
@@ -127,6 +128,10 @@ enum Command {
     },
     /// Capacity and usage summed over all nodes.
     Df,
+    /// Metadata indexes of read-only trees (docs/metadata-index.md): a shared software
+    /// tree frozen and indexed once is answered by every mount with no server requests.
+    #[command(subcommand)]
+    Index(index_cmd::IndexCmd),
     /// Check the namespace below PATH (default /) while the cluster runs: every entry where
     /// placement puts it, shard maps agreeing, no orphan directory objects or data, no
     /// dangling entries, link counts and sizes right (docs/fsck.md). Read-only unless
@@ -223,6 +228,10 @@ fn run_client_command(
                 } else {
                     anyhow::bail!("fsck {root}: the namespace is not consistent")
                 }
+            }
+            Command::Index(c) => {
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                index_cmd::run(c, &client).await
             }
             other => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;

@@ -60,6 +60,16 @@ pub struct MountArgs {
     /// "Write-behind"). Off with --sync-close or --no-leases too.
     #[arg(long)]
     pub no_write_behind: bool,
+    /// Do not answer from metadata indexes. By default, below a tree frozen and indexed
+    /// with `myriad index build`, this mount loads the tree's index once and answers
+    /// lookups, stats, listings, readlinks and reads of small files from it with no
+    /// server request (docs/metadata-index.md). Off with --no-leases too.
+    #[arg(long)]
+    pub no_index: bool,
+    /// Where loaded indexes are kept on local disk, so the next mount reads them from
+    /// there. Default: $XDG_CACHE_HOME/myriad/index, else ~/.cache/myriad/index.
+    #[arg(long, value_name = "DIR")]
+    pub index_cache_dir: Option<PathBuf>,
     /// Threads reading FUSE requests from the kernel.
     #[arg(long, default_value_t = 4)]
     pub fuse_threads: usize,
@@ -155,9 +165,20 @@ pub fn run(
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
         allow_other: args.allow_other,
+        indexes: !args.no_index && !args.no_leases,
+        index_cache_dir: args.index_cache_dir.clone().or_else(default_index_cache),
     };
     let shown = args.mountpoint.display().to_string();
     myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}")).map_err(anyhow::Error::msg)
+}
+
+/// `$XDG_CACHE_HOME/myriad/index`, else `~/.cache/myriad/index` (`None`: neither known).
+fn default_index_cache() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("myriad").join("index"))
 }
 
 /// Starts this same command without --daemon in a new session, and returns once the mount
@@ -207,6 +228,12 @@ fn detach(
     }
     if args.no_write_behind {
         cmd.arg("--no-write-behind");
+    }
+    if args.no_index {
+        cmd.arg("--no-index");
+    }
+    if let Some(d) = &args.index_cache_dir {
+        cmd.arg("--index-cache-dir").arg(d);
     }
     if args.allow_other {
         cmd.arg("--allow-other");

@@ -56,6 +56,11 @@ pub struct ClientConfig {
     /// Keep names and attributes under directory leases, answering from them while the
     /// servers have not recalled them (docs/fuse.md "Directory leases"). Off by default.
     pub leases: bool,
+    /// Answer from the metadata indexes of frozen trees (docs/metadata-index.md); only
+    /// with `leases`. Off by default.
+    pub indexes: bool,
+    /// Where loaded indexes are kept on local disk for the next client (`None`: not).
+    pub index_cache_dir: Option<std::path::PathBuf>,
 }
 
 impl ClientConfig {
@@ -71,6 +76,8 @@ impl ClientConfig {
             id: rand::random::<u64>().max(1),
             durable_changes: true,
             leases: false,
+            indexes: false,
+            index_cache_dir: None,
         }
     }
 }
@@ -131,6 +138,8 @@ pub struct Client {
     pub(crate) leases: Arc<crate::leases::Leases>,
     /// The file locks this client holds (`file_locks.rs`).
     pub(crate) held_locks: crate::held_locks::HeldLocks,
+    /// The metadata indexes met (`index.rs`).
+    pub(crate) indexes: Arc<crate::index::Indexes>,
 }
 
 /// A partition's changes answered once applied, since its last sync.
@@ -202,6 +211,7 @@ impl Client {
             unsynced: std::sync::Mutex::new(std::collections::BTreeMap::new()),
             leases: Arc::new(crate::leases::Leases::new(config.id)),
             held_locks: crate::held_locks::HeldLocks::default(),
+            indexes: Arc::default(),
             config,
         })
     }
@@ -871,6 +881,14 @@ impl Client {
     // ---- metadata ----
 
     pub async fn stat(&self, path: &str) -> Result<Inode, FsError> {
+        if let Some(r) = self.indexed(path).await {
+            return r.map(|i| i.inode);
+        }
+        self.stat_servers(path).await
+    }
+
+    /// `stat` as the servers (or a lease) answer it, no index.
+    pub(crate) async fn stat_servers(&self, path: &str) -> Result<Inode, FsError> {
         let req = ClientRequest::Stat {
             path: path.to_string(),
         };
@@ -889,7 +907,19 @@ impl Client {
     /// Sets the function told of names dropped from the lease cache by a recall (a
     /// mount invalidates the kernel's copies there).
     pub fn set_recall_hook(&self, hook: crate::leases::RecallHook) {
-        self.leases.set_hook(hook);
+        // The registry's lease covers every loaded index: what the kernel was told from
+        // them goes with it.
+        let indexes = Arc::downgrade(&self.indexes);
+        self.leases.set_hook(Arc::new(move |dir, names, why| {
+            hook(dir, names, why);
+            if dir == myriad_proto::tree_index::INDEX_DIR
+                && let Some(indexes) = indexes.upgrade()
+            {
+                for d in indexes.loaded_dirs() {
+                    hook(&d, &[], crate::Dropped::Changed);
+                }
+            }
+        }));
     }
 
     /// When the lease covering `dir` ends (`None`: not held), by this client's clock.
@@ -898,7 +928,9 @@ impl Client {
         if !self.config.leases {
             return None;
         }
-        self.leases.holds(dir)
+        self.leases
+            .holds(dir)
+            .or_else(|| self.index_lease_until(dir))
     }
 
     /// `path`'s attributes as a lease keeps them for `caller`, with no request (`None`:
@@ -908,6 +940,9 @@ impl Client {
     pub fn cached_attr(&self, path: &str, caller: &Caller) -> Option<Inode> {
         if !self.config.leases || path == "/" {
             return None;
+        }
+        if let Some(r) = self.indexed_now(path, caller) {
+            return r.ok().map(|i| i.inode);
         }
         let (dir, name) = split_parent(path);
         match self.leases.get(dir, name, caller)? {
@@ -931,6 +966,9 @@ impl Client {
         let Some(mark) = mark else { return false };
         if path == "/" {
             return false;
+        }
+        if self.index_covers(path) {
+            return true;
         }
         let (dir, name) = split_parent(path);
         self.leases.covers(dir, name, mark)
@@ -1084,6 +1122,24 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
+        if let Some(r) = self.indexed(path).await {
+            let i = r?;
+            if !i.readable {
+                return Err(FsError::PermissionDenied);
+            }
+            let mut data = i.contents.unwrap_or_default();
+            data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+            return Ok((i.inode, data));
+        }
+        self.fetch_head_servers(path, max_bytes).await
+    }
+
+    /// `fetch_head` as the servers (or a lease) answer it, no index.
+    pub(crate) async fn fetch_head_servers(
+        &self,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<(Inode, Vec<u8>), FsError> {
         let req = ClientRequest::Fetch {
             path: path.to_string(),
             max_bytes,
@@ -1110,6 +1166,12 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
+        if let Some(r) = self.indexed(path).await {
+            let i = r?;
+            let mut data = i.contents.filter(|_| i.readable).unwrap_or_default();
+            data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+            return Ok((i.inode, data));
+        }
         if self.config.leases && path != "/" {
             let (dir, name) = split_parent(path);
             match self.leases.get(dir, name, &self.task_caller()) {
@@ -1296,6 +1358,12 @@ impl Client {
     }
 
     pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
+        if let Some(r) = self.indexed(path).await {
+            // Not a link: the servers say how it is refused.
+            if let Some(t) = r?.inode.symlink_target {
+                return Ok(t);
+            }
+        }
         match self
             .entry_op(
                 path,

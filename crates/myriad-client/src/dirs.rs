@@ -28,6 +28,9 @@ impl Client {
         limit: u32,
     ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
         validate_path(path)?;
+        if let Some(all) = self.indexed_listing(path).await {
+            return Ok(page_of(all, after.as_deref(), limit));
+        }
         if let Some(page) = self.leased_listing(path, after.as_deref(), limit) {
             return Ok(page);
         }
@@ -65,34 +68,27 @@ impl Client {
         }
         let mut names = self.leases.listing(path, &self.task_caller())?;
         names.sort_by_cached_key(|(n, _)| (name_hash(n), n.clone()));
-        let from = after.map_or(0, |a| {
-            let key = (name_hash(a), a);
-            names.partition_point(|(n, _)| (name_hash(n), n.as_str()) <= key)
-        });
-        let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
-        let page: Vec<DirEntry> = names[from..]
-            .iter()
-            .take(limit)
-            .map(|(name, inode)| DirEntry {
-                name: name.clone(),
-                inode: inode.clone(),
-            })
+        let all = names
+            .into_iter()
+            .map(|(name, inode)| DirEntry { name, inode })
             .collect();
-        let more = names.len() > from + page.len();
-        let next = more.then(|| page.last().map(|e| e.name.clone())).flatten();
+        let page = page_of(all, after, limit);
         tracing::trace!(
             client = self.config.id,
             path,
-            entries = page.len(),
+            entries = page.0.len(),
             "listed from a lease"
         );
-        Some((page, next))
+        Some(page)
     }
 
     /// Every entry of a directory with attributes (readdirplus). A split directory is listed
     /// from all its shards at once, each in pages of 1,024; results come in hash order.
     pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
         validate_path(path)?;
+        if let Some(all) = self.indexed_listing(path).await {
+            return Ok(all);
+        }
         // The first page comes from the home, which says whether the directory is split.
         let first = self.list_page(path, (0, None), None, READDIR_PAGE).await?;
         let Some(resume) = first.resume else {
@@ -354,4 +350,23 @@ impl Client {
     pub fn shard_map(&self, dir: &str) -> Option<myriad_placement::ShardMap> {
         self.shards.get(dir).map(|m| (*m).clone())
     }
+}
+
+/// The page of a whole listing `all` (in the servers' order: name hash, then name) after
+/// `after`, at most `limit` entries, with the cursor of the next page.
+fn page_of(
+    mut all: Vec<DirEntry>,
+    after: Option<&str>,
+    limit: u32,
+) -> (Vec<DirEntry>, Option<String>) {
+    let from = after.map_or(0, |a| {
+        let key = (name_hash(a), a);
+        all.partition_point(|e| (name_hash(&e.name), e.name.as_str()) <= key)
+    });
+    let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
+    let rest = all.split_off(from.min(all.len()));
+    let more = rest.len() > limit;
+    let page: Vec<DirEntry> = rest.into_iter().take(limit).collect();
+    let next = more.then(|| page.last().map(|e| e.name.clone())).flatten();
+    (page, next)
 }

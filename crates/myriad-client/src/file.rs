@@ -113,6 +113,11 @@ impl Client {
     /// client removed its last name meanwhile (an orphan, `nlink` 0; docs/fuse.md "Open
     /// files unlinked elsewhere").
     pub async fn stat_open(&self, h: &FileHandle) -> Result<Inode, FsError> {
+        if let Some(Ok(i)) = self.indexed(&h.path).await
+            && i.inode.ino == h.inode.ino
+        {
+            return Ok(i.inode);
+        }
         let req = ClientRequest::Read {
             path: h.path.clone(),
             ino: h.inode.ino,
@@ -130,6 +135,28 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset`. Short only at end of file.
     pub async fn read(&self, h: &FileHandle, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        if let Some(Ok(i)) = self.indexed(&h.path).await
+            && i.inode.ino == h.inode.ino
+            && let Some(data) = i.contents
+        {
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            let end = usize::try_from(offset.saturating_add(len))
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            return Ok(data[start..end].to_vec());
+        }
+        self.read_servers(h, offset, len).await
+    }
+
+    /// `read` from the servers, no index.
+    pub(crate) async fn read_servers(
+        &self,
+        h: &FileHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, FsError> {
         let cs = self.chunk_size();
         let mut size = h.inode.size;
         let mut out = Vec::new();

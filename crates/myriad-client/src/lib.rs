@@ -15,12 +15,14 @@ mod file;
 mod file_locks;
 mod frozen;
 mod held_locks;
+mod index;
 mod leases;
 mod write_behind;
 
 pub use behind::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
+pub use index::{BuildOptions, BuildReport, IndexStats};
 pub use leases::{Dropped, LeaseMark, RecallHook};
 pub use myriad_net::Transport;
 pub use myriad_placement::{

@@ -44,6 +44,11 @@ pub struct MountConfig {
     pub fuse_threads: usize,
     /// Let users other than the one who mounted use the mount (root mounts always do).
     pub allow_other: bool,
+    /// Answer from the metadata indexes of frozen trees (docs/metadata-index.md); needs
+    /// leases.
+    pub indexes: bool,
+    /// Where loaded indexes are kept on local disk.
+    pub index_cache_dir: Option<std::path::PathBuf>,
 }
 
 /// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
@@ -61,6 +66,8 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     ccfg.durable_changes = cfg.fs.sync_close;
     // Names and attributes under directory leases (docs/fuse.md "Directory leases").
     ccfg.leases = cfg.fs.leases;
+    ccfg.indexes = cfg.indexes && cfg.fs.leases;
+    ccfg.index_cache_dir = cfg.index_cache_dir.clone();
     let client = Client::new(ccfg).map_err(|e| format!("bad cluster map: {e}"))?;
     rt.block_on(client.statfs())
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;

@@ -14,6 +14,7 @@ pub mod locks;
 mod message;
 mod path;
 mod request;
+pub mod tree_index;
 mod types;
 
 pub use error::{ErrorKind, FsError};

@@ -18,6 +18,7 @@ mod fuse_programs;
 mod fuse_semantics;
 mod harness;
 mod hugedirs;
+mod index;
 mod integrity;
 mod leases;
 mod links;

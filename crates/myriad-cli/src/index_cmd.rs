@@ -1,0 +1,110 @@
+//! `myriad index build|drop|status`: metadata indexes of frozen trees
+//! (docs/metadata-index.md).
+
+use clap::Subcommand;
+use myriad_client::proto::tree_index::{DEFAULT_INLINE_BYTES, DEFAULT_MAX_BYTES};
+use myriad_client::{BuildOptions, Client};
+
+use crate::fs_cmds::normalize;
+
+#[derive(Subcommand)]
+pub enum IndexCmd {
+    /// Freeze the tree under PATH (every change inside it then fails with EROFS) and write
+    /// its metadata index: every name, attributes, symlink targets, listings, and the
+    /// contents of small files everyone may read. Mounts then answer lookups, stats,
+    /// listings and failed opens below PATH from it with no server request. To change the
+    /// tree: drop, change, build again. Root only.
+    Build {
+        path: String,
+        /// Keep the contents of public files up to this many bytes in the index.
+        #[arg(long, default_value_t = DEFAULT_INLINE_BYTES)]
+        inline_bytes: u64,
+        /// Refuse to write an index bigger than this (bytes, after compression).
+        #[arg(long, default_value_t = DEFAULT_MAX_BYTES)]
+        max_bytes: u64,
+    },
+    /// Stop every client using the index of PATH, then make the tree writable again and
+    /// remove the index. Also thaws a tree a failed build left frozen. Root only.
+    Drop { path: String },
+    /// List every index: tree, version, directories, names, size, when built.
+    Status {
+        /// One JSON object per index, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
+    match cmd {
+        IndexCmd::Build {
+            path,
+            inline_bytes,
+            max_bytes,
+        } => {
+            let root = normalize(&path)?;
+            let started = std::time::Instant::now();
+            let opts = BuildOptions {
+                inline_bytes,
+                max_bytes,
+            };
+            let r = client
+                .build_index(&root, opts)
+                .await
+                .map_err(|e| anyhow::anyhow!("index build {root}: {e}"))?;
+            println!(
+                "indexed {root}: version {}, {} directories frozen, {} listed in the index, {} names, {} files inline, {} bytes ({}/{}), {:.2} s",
+                r.tree.version,
+                r.frozen_dirs,
+                r.indexed_dirs,
+                r.tree.entries,
+                r.inline_files,
+                r.tree.bytes,
+                myriad_client::proto::tree_index::INDEX_DIR,
+                r.tree.file,
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        IndexCmd::Drop { path } => {
+            let root = normalize(&path)?;
+            let thawed = client
+                .drop_index(&root)
+                .await
+                .map_err(|e| anyhow::anyhow!("index drop {root}: {e}"))?;
+            println!("dropped the index of {root}: {thawed} directories writable again");
+            Ok(())
+        }
+        IndexCmd::Status { json } => {
+            let reg = client
+                .index_registry()
+                .await
+                .map_err(|e| anyhow::anyhow!("index status: {e}"))?;
+            if json {
+                for t in &reg.trees {
+                    let v = serde_json::json!({
+                        "root": t.root, "version": t.version, "kind": "manual",
+                        "dirs": t.dirs, "entries": t.entries, "bytes": t.bytes,
+                        "file": t.file, "built_ns": t.built_ns,
+                    });
+                    println!("{v}");
+                }
+                return Ok(());
+            }
+            if reg.trees.is_empty() {
+                println!("no indexes (`myriad index build PATH` makes one)");
+                return Ok(());
+            }
+            println!(
+                "{:<40} {:>14} {:>7} {:>9} {:>11}  KIND",
+                "TREE", "VERSION", "DIRS", "NAMES", "BYTES"
+            );
+            for t in &reg.trees {
+                println!(
+                    "{:<40} {:>14} {:>7} {:>9} {:>11}  manual",
+                    t.root, t.version, t.dirs, t.entries, t.bytes
+                );
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! Answering from the metadata indexes of frozen trees (docs/metadata-index.md): the
+//! registry, kept under a lease on its directory; each index loaded on first use (from
+//! the local cache directory when its copy there matches, else from the cluster); and
+//! the answers, given with no request while the registry's lease holds (invariant I1:
+//! `index drop` rewrites the registry, which recalls that lease from every client before
+//! the tree can change again).
+//!
+//! Only with leases (`ClientConfig::leases` and `indexes`): without a lease nothing would
+//! tell a client that an index was dropped.
+
+mod build;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use myriad_placement::{join, split_parent};
+use myriad_proto::tree_index::{
+    Answer, INDEX_DIR, IndexView, IndexedEntry, REGISTRY_NAME, REGISTRY_PATH, RegisteredTree,
+    Registry, TreeIndex,
+};
+use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Request, Response};
+use tokio::time::Instant;
+
+pub use build::{BuildOptions, BuildReport};
+
+use crate::client::{Client, unexpected};
+
+/// After a failed read of the registry (or one no lease covers), no new try for this long:
+/// an unreachable registry costs one request per period, not one per operation.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The most a registry may take.
+const REGISTRY_BYTES_MAX: u64 = 4 << 20;
+
+/// A loaded index.
+pub(crate) struct Loaded {
+    pub(crate) tree: RegisteredTree,
+    pub(crate) view: IndexView,
+}
+
+/// The registry as last read.
+struct Known {
+    registry: Registry,
+    /// The lease mark of `INDEX_DIR` before it was read.
+    mark: Option<crate::LeaseMark>,
+    /// When to read it again if no lease covers it.
+    retry_at: Instant,
+}
+
+/// What this client knows of indexes, and what they saved.
+#[derive(Default)]
+pub(crate) struct Indexes {
+    known: Mutex<Option<Arc<Known>>>,
+    loaded: Mutex<HashMap<String, Arc<Loaded>>>,
+    /// One read of the registry or load of an index at a time.
+    loading: tokio::sync::Mutex<()>,
+    /// Index files that failed to load, and when to try again.
+    failed: Mutex<HashMap<String, Instant>>,
+    pub(crate) hits: AtomicU64,
+    pub(crate) loads: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Counts of what the indexes saved this client (`Client::index_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Answers given from an index.
+    pub hits: u64,
+    /// Indexes loaded (from the cluster or the local cache).
+    pub loads: u64,
+}
+
+impl Indexes {
+    /// The directories of every loaded index (absolute paths), for the kernel's copies
+    /// to be dropped with the registry's lease.
+    pub(crate) fn loaded_dirs(&self) -> Vec<String> {
+        let loaded = lock(&self.loaded);
+        let mut out = Vec::new();
+        for l in loaded.values() {
+            for d in &l.view.index.dirs {
+                out.push(if d.rel.is_empty() {
+                    l.tree.root.clone()
+                } else {
+                    join(&l.tree.root, &d.rel)
+                });
+            }
+        }
+        out
+    }
+}
+
+impl Client {
+    fn indexes_on(&self) -> bool {
+        self.config.leases && self.config.indexes
+    }
+
+    /// What the indexes saved so far.
+    #[must_use]
+    pub fn index_stats(&self) -> IndexStats {
+        IndexStats {
+            hits: self.indexes.hits.load(Ordering::Relaxed),
+            loads: self.indexes.loads.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The registry, if what this client read of it is still true: its lease held with
+    /// no drop since (or, when no index exists, for `RETRY_AFTER`). Marks the lease used,
+    /// so renewals keep it while indexes answer.
+    fn current_registry(&self) -> Option<Arc<Known>> {
+        let known = lock(&self.indexes.known).clone()?;
+        let leased = known.mark.is_some_and(|m| {
+            self.leases.mark(INDEX_DIR) == m
+                && self
+                    .leases
+                    .get(INDEX_DIR, REGISTRY_NAME, &self.config.caller)
+                    .is_some()
+        });
+        // Read with no lease (none granted, or the read failed): an empty registry is
+        // trusted until the next try (a new index is then found that much later; a
+        // dropped one is never used: nothing is).
+        let empty_fresh = known.mark.is_none()
+            && known.registry.trees.is_empty()
+            && Instant::now() < known.retry_at;
+        (leased || empty_fresh).then_some(known)
+    }
+
+    /// The loaded index of the tree `path` is in, with no request.
+    fn index_now(&self, path: &str) -> Option<Arc<Loaded>> {
+        let known = self.current_registry()?;
+        self.loaded(known.registry.tree_of(path)?)
+    }
+
+    /// `index_now`, reading the registry or loading the index first where needed. With
+    /// no index to answer it costs two lock-free checks and one mutex; a registry read no
+    /// lease covered, or an index that failed to load, is tried again after
+    /// `RETRY_AFTER` only.
+    async fn index_for(&self, path: &str) -> Option<Arc<Loaded>> {
+        if !self.indexes_on() {
+            return None;
+        }
+        let known = match self.current_registry() {
+            Some(k) => k,
+            None => {
+                if self.registry_throttled() {
+                    return None;
+                }
+                let _one = self.indexes.loading.lock().await;
+                match self.current_registry() {
+                    Some(k) => k,
+                    None if self.registry_throttled() => return None,
+                    None => self.read_registry().await,
+                }
+            }
+        };
+        let tree = known.registry.tree_of(path)?;
+        if let Some(l) = self.loaded(tree) {
+            return Some(l);
+        }
+        let failed_lately = |i: &Indexes| {
+            lock(&i.failed)
+                .get(&tree.file)
+                .is_some_and(|at| Instant::now() < *at)
+        };
+        if failed_lately(&self.indexes) {
+            return None;
+        }
+        let _one = self.indexes.loading.lock().await;
+        if let Some(l) = self.loaded(tree) {
+            return Some(l);
+        }
+        if failed_lately(&self.indexes) {
+            return None;
+        }
+        match self.load_index(tree).await {
+            Ok(view) => {
+                let l = Arc::new(Loaded {
+                    tree: tree.clone(),
+                    view,
+                });
+                let mut loaded = lock(&self.indexes.loaded);
+                loaded.retain(|_, old| known.registry.trees.contains(&old.tree));
+                loaded.insert(l.tree.file.clone(), l.clone());
+                self.indexes.loads.fetch_add(1, Ordering::Relaxed);
+                Some(l)
+            }
+            Err(e) => {
+                tracing::warn!(root = tree.root, file = tree.file, "index not loaded: {e}");
+                lock(&self.indexes.failed).insert(tree.file.clone(), Instant::now() + RETRY_AFTER);
+                None
+            }
+        }
+    }
+
+    /// `tree`'s index if loaded.
+    fn loaded(&self, tree: &RegisteredTree) -> Option<Arc<Loaded>> {
+        lock(&self.indexes.loaded)
+            .get(&tree.file)
+            .filter(|l| l.tree == *tree)
+            .cloned()
+    }
+
+    /// Whether the last read of the registry had no lease and is too recent to try again.
+    fn registry_throttled(&self) -> bool {
+        lock(&self.indexes.known)
+            .as_ref()
+            .is_some_and(|k| k.mark.is_none() && Instant::now() < k.retry_at)
+    }
+
+    /// Reads the registry under a lease on its directory (as this client's own caller).
+    async fn read_registry(&self) -> Arc<Known> {
+        let mark = self.leases.mark(INDEX_DIR);
+        let read = Client::as_caller(
+            self.config.caller.clone(),
+            self.fetch_head_servers(REGISTRY_PATH, REGISTRY_BYTES_MAX),
+        )
+        .await;
+        let registry = match read {
+            Ok((_, bytes)) => Registry::decode(&bytes).map_err(|e| {
+                tracing::warn!("index registry unreadable: {e}");
+            }),
+            Err(FsError::NotFound) => Ok(Registry::default()),
+            Err(e) => {
+                tracing::debug!("index registry not read: {e}");
+                Err(())
+            }
+        };
+        let leased = self.leases.covers(INDEX_DIR, REGISTRY_NAME, mark);
+        let known = Arc::new(Known {
+            registry: registry.clone().unwrap_or_default(),
+            mark: (registry.is_ok() && leased).then_some(mark),
+            retry_at: Instant::now() + RETRY_AFTER,
+        });
+        *lock(&self.indexes.known) = Some(known.clone());
+        known
+    }
+
+    /// Loads `tree`'s index: from the local cache when its copy there is this build's,
+    /// else from the cluster (kept in the cache then).
+    async fn load_index(&self, tree: &RegisteredTree) -> Result<IndexView, FsError> {
+        let cached = self.cache_file(tree);
+        if let Some(file) = &cached
+            && let Ok(bytes) = std::fs::read(file)
+            && matches(tree, &bytes)
+        {
+            return view_of(tree, &bytes);
+        }
+        let path = join(INDEX_DIR, &tree.file);
+        let bytes =
+            Client::as_caller(self.config.caller.clone(), self.read_unleased(&path)).await?;
+        if !matches(tree, &bytes) {
+            return Err(FsError::Protocol(format!(
+                "index {path}: not the build the registry names"
+            )));
+        }
+        let view = view_of(tree, &bytes)?;
+        if let Some(file) = cached {
+            keep_in_cache(&file, &bytes);
+        }
+        Ok(view)
+    }
+
+    fn cache_file(&self, tree: &RegisteredTree) -> Option<PathBuf> {
+        self.config
+            .index_cache_dir
+            .as_ref()
+            .map(|d| d.join(&tree.file))
+    }
+
+    /// A whole file, read with no lease (an index is read once and kept here).
+    async fn read_unleased(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        let max_bytes = self.chunk_size().min(myriad_proto::limits::IO_BYTES_MAX);
+        let req = Request::Client(ClientRequest::Fetch {
+            path: path.to_string(),
+            max_bytes,
+        });
+        let (inode, mut data) = match self.entry_op(path, req).await? {
+            Response::Fetched { inode, data } => (inode, data),
+            other => return Err(unexpected(&other)),
+        };
+        if (data.len() as u64) < inode.size {
+            let handle = crate::FileHandle {
+                path: path.to_string(),
+                inode: inode.clone(),
+                opened: false,
+            };
+            let from = data.len() as u64;
+            data.extend(self.read_servers(&handle, from, inode.size - from).await?);
+        }
+        Ok(data)
+    }
+
+    /// The attributes of `l`'s root as the calling task's caller reaches them (the
+    /// root's own entry is outside the tree), from the lease on its parent when held;
+    /// `None` if that caller cannot reach it.
+    fn root_attrs_now(&self, l: &Loaded, caller: &Caller) -> Option<Inode> {
+        let (dir, name) = split_parent(&l.tree.root);
+        match self.leases.get(dir, name, caller)? {
+            crate::leases::Cached::Found { inode, .. } => Some(inode),
+            crate::leases::Cached::Missing => None,
+        }
+    }
+
+    async fn root_attrs(&self, l: &Loaded) -> Option<Inode> {
+        let caller = self.task_caller();
+        if let Some(i) = self.root_attrs_now(l, &caller) {
+            return Some(i);
+        }
+        self.stat_servers(&l.tree.root).await.ok()
+    }
+
+    /// What the index says of `path` for the calling task's caller: `None` to ask the
+    /// servers; `Some(Err(NotFound))` for a name it knows is missing.
+    pub(crate) async fn indexed(&self, path: &str) -> Option<Result<Indexed, FsError>> {
+        let l = self.index_for(path).await?;
+        let root = self.root_attrs(&l).await?;
+        self.answer(&l, path, &self.task_caller(), &root)
+    }
+
+    /// `indexed` with no request: only from what is loaded and leased now.
+    pub(crate) fn indexed_now(
+        &self,
+        path: &str,
+        caller: &Caller,
+    ) -> Option<Result<Indexed, FsError>> {
+        if !self.indexes_on() {
+            return None;
+        }
+        let l = self.index_now(path)?;
+        let root = self.root_attrs_now(&l, caller)?;
+        self.answer(&l, path, caller, &root)
+    }
+
+    fn answer(
+        &self,
+        l: &Loaded,
+        path: &str,
+        caller: &Caller,
+        root: &Inode,
+    ) -> Option<Result<Indexed, FsError>> {
+        let r = match l.view.lookup(path, caller, root) {
+            Answer::Found(entry, inode) => Ok(Indexed {
+                inode: inode.clone(),
+                contents: IndexView::contents(entry, caller).map(<[u8]>::to_vec),
+                readable: inode.kind != FileKind::File
+                    || myriad_proto::access::allowed(inode, caller, myriad_proto::access::READ),
+            }),
+            Answer::Missing => Err(FsError::NotFound),
+            Answer::Ask => return None,
+        };
+        self.indexes.hits.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(client = self.config.id, path, "answered from an index");
+        Some(r)
+    }
+
+    /// Directory `path`'s whole listing from an index, in the servers' order (name hash,
+    /// then name), for the calling task's caller.
+    pub(crate) async fn indexed_listing(&self, path: &str) -> Option<Vec<myriad_proto::DirEntry>> {
+        if Client::wants_exclusive() {
+            return None;
+        }
+        let l = self.index_for(path).await?;
+        let root = self.root_attrs(&l).await?;
+        let entries = l.view.listing(path, &self.task_caller(), &root)?;
+        self.indexes.hits.fetch_add(1, Ordering::Relaxed);
+        Some(in_server_order(entries))
+    }
+
+    /// Whether an index answers for `path` now, whoever asks (a mount lets the kernel
+    /// keep such names until the registry's lease is dropped).
+    pub(crate) fn index_covers(&self, path: &str) -> bool {
+        self.indexes_on() && self.index_now(path).is_some_and(|l| l.view.knows(path))
+    }
+
+    /// When the registry's lease ends, if an index covers directory `dir`.
+    pub(crate) fn index_lease_until(&self, dir: &str) -> Option<Instant> {
+        if !self.indexes_on() || !self.index_now(dir).is_some_and(|l| l.view.has_dir(dir)) {
+            return None;
+        }
+        self.leases.holds(INDEX_DIR)
+    }
+}
+
+/// An index's answer about one name.
+pub(crate) struct Indexed {
+    pub(crate) inode: Inode,
+    /// Its whole contents, if kept and the caller may read them.
+    pub(crate) contents: Option<Vec<u8>>,
+    /// Whether the caller may read it (a fetch of a file it may not is `PermissionDenied`).
+    pub(crate) readable: bool,
+}
+
+fn in_server_order(entries: &[IndexedEntry]) -> Vec<myriad_proto::DirEntry> {
+    let mut out: Vec<myriad_proto::DirEntry> = entries
+        .iter()
+        .filter_map(|e| {
+            Some(myriad_proto::DirEntry {
+                name: e.name.clone(),
+                inode: e.inode.clone()?,
+            })
+        })
+        .collect();
+    out.sort_by_cached_key(|e| (myriad_placement::name_hash(&e.name), e.name.clone()));
+    out
+}
+
+/// Whether `bytes` are the index file `tree` names (size and checksum).
+fn matches(tree: &RegisteredTree, bytes: &[u8]) -> bool {
+    bytes.len() as u64 == tree.bytes && crc32c_of(bytes) == tree.crc
+}
+
+pub(crate) fn crc32c_of(bytes: &[u8]) -> u32 {
+    myriad_proto::tree_index::file_crc(bytes)
+}
+
+fn view_of(tree: &RegisteredTree, bytes: &[u8]) -> Result<IndexView, FsError> {
+    let index = TreeIndex::decode(bytes)?;
+    if (index.root.as_str(), index.root_ino, index.version)
+        != (tree.root.as_str(), tree.root_ino, tree.version)
+    {
+        return Err(FsError::Protocol(format!(
+            "index {}: built for {} version {}, registered for {} version {}",
+            tree.file, index.root, index.version, tree.root, tree.version
+        )));
+    }
+    Ok(IndexView::new(index))
+}
+
+/// Keeps a copy of an index file on local disk (written whole, then renamed into place);
+/// a failure only costs the next client a load from the cluster.
+fn keep_in_cache(file: &std::path::Path, bytes: &[u8]) {
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, file)
+    };
+    if let Err(e) = write() {
+        tracing::debug!(file = %file.display(), "index not cached on disk: {e}");
+    }
+}

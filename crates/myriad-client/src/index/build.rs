@@ -1,0 +1,299 @@
+//! `myriad index build`, `drop` and `status` (docs/metadata-index.md): freeze a tree,
+//! write its index and register it; unregister (which recalls every client's registry
+//! lease before it applies), then thaw.
+
+use futures::StreamExt;
+use myriad_placement::{join, parent_of};
+use myriad_proto::tree_index::{
+    self, INDEX_DIR, IndexedDir, IndexedEntry, REGISTRY_PATH, RegisteredTree, Registry, TreeIndex,
+    public,
+};
+use myriad_proto::{DirEntry, FileKind, FsError, Inode, ReadOnlyMark, RenameFlags};
+
+use crate::client::Client;
+
+/// Contents fetched at once while building.
+const FETCH_PARALLEL: usize = 64;
+/// Tries of the registry's read-change-rename when another build changed it meanwhile.
+const REGISTRY_TRIES: u32 = 8;
+
+#[derive(Clone, Copy, Debug)]
+pub struct BuildOptions {
+    /// Contents kept for public files up to this size.
+    pub inline_bytes: u64,
+    /// The most the index file may take.
+    pub max_bytes: u64,
+}
+
+impl Default for BuildOptions {
+    fn default() -> BuildOptions {
+        BuildOptions {
+            inline_bytes: tree_index::DEFAULT_INLINE_BYTES,
+            max_bytes: tree_index::DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+/// What a build made.
+#[derive(Clone, Debug)]
+pub struct BuildReport {
+    pub tree: RegisteredTree,
+    /// Directories frozen, and those whose listing is in the index (public ones).
+    pub frozen_dirs: usize,
+    pub indexed_dirs: usize,
+    /// Files whose contents are in the index.
+    pub inline_files: usize,
+}
+
+impl Client {
+    /// Freezes the tree under `root`, writes its index and registers it. Root only. A
+    /// failure thaws what it froze.
+    pub async fn build_index(
+        &self,
+        root: &str,
+        opts: BuildOptions,
+    ) -> Result<BuildReport, FsError> {
+        myriad_proto::validate_path(root)?;
+        if root == "/" || tree_index::below("/.myriad", root).is_some() {
+            return Err(FsError::InvalidArgument(format!(
+                "{root} cannot be indexed (the root and /.myriad hold the indexes themselves)"
+            )));
+        }
+        let registry = self.index_registry().await?;
+        if let Some(t) = registry.trees.iter().find(|t| {
+            tree_index::below(&t.root, root).is_some() || tree_index::below(root, &t.root).is_some()
+        }) {
+            return Err(FsError::InvalidArgument(format!(
+                "{root}: {} is indexed already (version {}); `myriad index drop {}` first",
+                t.root, t.version, t.root
+            )));
+        }
+        let root_attrs = self.stat(root).await?;
+        if root_attrs.kind != FileKind::Directory {
+            return Err(FsError::NotADirectory);
+        }
+        self.require_public_path(root).await?;
+        let version = u64::try_from(now_ns() / 1_000_000).unwrap_or(1).max(1);
+        let mark = ReadOnlyMark {
+            root: root_attrs.ino,
+            version,
+        };
+        let built = async {
+            let dirs = self.freeze_tree(root, mark).await?;
+            let frozen_dirs = dirs.len();
+            let (index, inline_files) = self.gather(root, &root_attrs, mark, opts).await?;
+            let bytes = index.encode();
+            if bytes.len() as u64 > opts.max_bytes {
+                return Err(FsError::InvalidArgument(format!(
+                    "the index of {root} takes {} bytes, more than --max-bytes {}",
+                    bytes.len(),
+                    opts.max_bytes
+                )));
+            }
+            let tree = RegisteredTree {
+                root: root.to_string(),
+                root_ino: root_attrs.ino,
+                version,
+                file: tree_index::index_file_name(root_attrs.ino, version),
+                bytes: bytes.len() as u64,
+                crc: tree_index::file_crc(&bytes),
+                dirs: index.dirs.len() as u64,
+                entries: index.entry_count(),
+                built_ns: index.built_ns,
+            };
+            self.mkdir_p(INDEX_DIR, 0o755).await?;
+            let path = join(INDEX_DIR, &tree.file);
+            self.create(&path, 0o444, true, &bytes).await?;
+            let t = tree.clone();
+            self.change_registry(move |reg| {
+                reg.trees.retain(|x| x.root != t.root);
+                reg.trees.push(t.clone());
+            })
+            .await?;
+            Ok(BuildReport {
+                indexed_dirs: index.dirs.len(),
+                tree,
+                frozen_dirs,
+                inline_files,
+            })
+        };
+        match built.await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                if let Err(t) = self.thaw_tree(root).await {
+                    tracing::warn!(root, "build failed ({e}); thawing failed too: {t}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Unregisters the index of `root` (every client stops answering from it before the
+    /// registry changes: the change recalls their leases on it), then thaws the tree and
+    /// removes the index file. Also thaws a tree a failed build left frozen. Returns the
+    /// directories thawed.
+    pub async fn drop_index(&self, root: &str) -> Result<usize, FsError> {
+        myriad_proto::validate_path(root)?;
+        let registry = self.index_registry().await?;
+        let gone = registry.trees.iter().find(|t| t.root == root).cloned();
+        if gone.is_some() {
+            let r = root.to_string();
+            self.change_registry(move |reg| reg.trees.retain(|t| t.root != r))
+                .await?;
+        }
+        let thawed = self.thaw_tree(root).await?;
+        if let Some(t) = gone {
+            match self.unlink(&join(INDEX_DIR, &t.file)).await {
+                Ok(()) | Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(thawed)
+    }
+
+    /// The registry of indexes as the cluster holds it now (empty if none was built).
+    pub async fn index_registry(&self) -> Result<Registry, FsError> {
+        match self.fetch(REGISTRY_PATH).await {
+            Ok((_, bytes)) => Registry::decode(&bytes),
+            Err(FsError::NotFound) => Ok(Registry::default()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Read, change, write to a new name and rename over the registry (one atomic change
+    /// of its directory, which recalls every lease on it first); tried again if another
+    /// change landed in between.
+    async fn change_registry(&self, change: impl Fn(&mut Registry)) -> Result<(), FsError> {
+        for _ in 0..REGISTRY_TRIES {
+            let mut reg = self.index_registry().await?;
+            let before = reg.clone();
+            change(&mut reg);
+            let tmp = format!("{REGISTRY_PATH}.{:x}", rand::random::<u64>());
+            self.create(&tmp, 0o444, true, &reg.encode()).await?;
+            // Another change meanwhile would be lost by the rename: look again first.
+            if self.index_registry().await? != before {
+                let _ = self.unlink(&tmp).await;
+                continue;
+            }
+            self.rename(&tmp, REGISTRY_PATH, RenameFlags::default())
+                .await?;
+            return Ok(());
+        }
+        Err(FsError::Busy)
+    }
+
+    /// Refuses a tree whose index everyone could read but not everyone could reach:
+    /// every directory above it must be searchable by all (invariant I2).
+    async fn require_public_path(&self, root: &str) -> Result<(), FsError> {
+        let mut dir = parent_of(root).to_string();
+        loop {
+            let attrs = self.stat(&dir).await?;
+            if attrs.mode & 0o001 == 0 {
+                return Err(FsError::InvalidArgument(format!(
+                    "{dir} (mode {:o}) is not searchable by everyone, and an index is readable by everyone: index a tree every user can reach",
+                    attrs.mode
+                )));
+            }
+            if dir == "/" {
+                return Ok(());
+            }
+            dir = parent_of(&dir).to_string();
+        }
+    }
+
+    /// The index of the frozen tree under `root`: every public listing, top down, with
+    /// the contents of public small files.
+    async fn gather(
+        &self,
+        root: &str,
+        root_attrs: &Inode,
+        mark: ReadOnlyMark,
+        opts: BuildOptions,
+    ) -> Result<(TreeIndex, usize), FsError> {
+        let mut dirs = Vec::new();
+        let mut inline_files = 0;
+        let mut todo = Vec::new();
+        if public::listable(root_attrs) {
+            todo.push(String::new());
+        }
+        while let Some(rel) = todo.pop() {
+            let path = if rel.is_empty() {
+                root.to_string()
+            } else {
+                join(root, &rel)
+            };
+            let mut listing = self.readdir(&path).await?;
+            listing.sort_by(|a, b| a.name.cmp(&b.name));
+            for e in &listing {
+                if public::attributes(&e.inode) && public::listable(&e.inode) {
+                    todo.push(join_rel(&rel, &e.name));
+                }
+            }
+            let entries = self.entries_of(&path, listing, opts.inline_bytes).await?;
+            inline_files += entries.iter().filter(|e| e.contents.is_some()).count();
+            dirs.push(IndexedDir { rel, entries });
+        }
+        dirs.sort_by(|a, b| a.rel.cmp(&b.rel));
+        let index = TreeIndex {
+            root: root.to_string(),
+            root_ino: mark.root,
+            version: mark.version,
+            built_ns: now_ns(),
+            inline_limit: opts.inline_bytes,
+            dirs,
+        };
+        Ok((index, inline_files))
+    }
+
+    /// A listing's entries as the index keeps them, public small files with contents.
+    async fn entries_of(
+        &self,
+        dir: &str,
+        listing: Vec<DirEntry>,
+        inline_bytes: u64,
+    ) -> Result<Vec<IndexedEntry>, FsError> {
+        let fetches = listing.into_iter().map(|e| async move {
+            let public_attrs = public::attributes(&e.inode);
+            let contents = if public::contents(&e.inode, inline_bytes) && e.inode.size > 0 {
+                let (inode, data) = self.fetch_head(&join(dir, &e.name), inline_bytes).await?;
+                // Frozen: nothing can have changed it since the listing.
+                if inode != e.inode || data.len() as u64 != inode.size {
+                    return Err(FsError::Protocol(format!(
+                        "{dir}/{} changed while frozen",
+                        e.name
+                    )));
+                }
+                Some(serde_bytes::ByteBuf::from(data))
+            } else if public::contents(&e.inode, inline_bytes) {
+                Some(serde_bytes::ByteBuf::new())
+            } else {
+                None
+            };
+            Ok(IndexedEntry {
+                name: e.name,
+                inode: public_attrs.then_some(e.inode),
+                contents,
+            })
+        });
+        futures::stream::iter(fetches)
+            .buffered(FETCH_PARALLEL)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect()
+    }
+}
+
+fn join_rel(rel: &str, name: &str) -> String {
+    if rel.is_empty() {
+        name.to_string()
+    } else {
+        format!("{rel}/{name}")
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
