@@ -355,3 +355,47 @@ async fn a_dropped_index_is_not_used_once_the_drop_returns() {
     assert_eq!(ok(reader.fetch("/sw/f").await, "fetch").1, b"two");
     assert!(reader.index_stats().hits > hits);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_answers_an_indexed_tree_and_sees_it_change_once_dropped() {
+    let tc = TestCluster::start(3);
+    let root = plain(&tc, Caller::root());
+    ok(root.mkdir_p("/sw/lib/pkg", 0o755).await, "mkdir");
+    for i in 0..50 {
+        let path = format!("/sw/lib/pkg/m{i}.py");
+        ok(root.create(&path, 0o644, true, format!("x = {i}\n").as_bytes()).await, &path);
+    }
+    ok(root.create("/sw/lib/pkg/__init__.py", 0o644, true, b"").await, "create");
+    ok(root.symlink("lib/pkg", "/sw/pkg").await, "symlink");
+    ok(root.build_index("/sw", BuildOptions::default()).await, "build");
+    let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cache_dir = cache.path().display().to_string();
+    let m = crate::mount::Mount::new(&tc, &["--", "--index-cache-dir", &cache_dir]);
+    let dir = m.path("");
+    // First use loads the index.
+    assert_eq!(crate::mount::sh(&dir, "cat sw/lib/pkg/m0.py"), "x = 0\n");
+    let before = metadata_requests(&root).await;
+    let script = "ls -lR sw > /dev/null && cat sw/lib/pkg/*.py | wc -l && \
+        (stat sw/lib/pkg/nope.py 2>&1 || true) | grep -c 'No such file' && \
+        PYTHONDONTWRITEBYTECODE=1 python3 -c \"import sys; sys.path.insert(0, 'sw/pkg/..'); \
+        sys.path.insert(0, 'sw/nowhere'); import pkg.m7, pkg.m9; print(pkg.m7.x + pkg.m9.x)\"";
+    assert_eq!(crate::mount::sh(&dir, script), "50\n1\n16\n");
+    let after = metadata_requests(&root).await;
+    // The mount's root ("/") and the tree's root ("/sw") live outside the index; their
+    // attributes may be asked a few times.
+    let asked = total(&after) - total(&before);
+    assert!(
+        asked <= 4,
+        "{asked} requests for a listing, 50 reads, a missing name and an import: before {before:?}, after {after:?}"
+    );
+
+    // Dropped by another client, then changed: the mount sees the change at once.
+    ok(root.drop_index("/sw").await, "drop");
+    ok(root.unlink("/sw/lib/pkg/m0.py").await, "unlink");
+    ok(root.create("/sw/lib/pkg/m0.py", 0o644, true, b"x = 100\n").await, "create");
+    ok(root.create("/sw/lib/pkg/new.py", 0o644, true, b"y = 1\n").await, "create");
+    assert_eq!(
+        crate::mount::sh(&dir, "cat sw/lib/pkg/m0.py sw/lib/pkg/new.py; ls sw/lib/pkg | wc -l"),
+        "x = 100\ny = 1\n52\n"
+    );
+}
