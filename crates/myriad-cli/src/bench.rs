@@ -42,6 +42,11 @@ pub enum BenchCmd {
     /// run: one `tar -x` of about 10,000 files (generated in the shape of a source tree, or
     /// --tarball), `find | xargs stat`, `du -s`, `rm -rf`; seconds, ratios and targets.
     Untar(crate::bench_untar::UntarArgs),
+    /// MetaFS's metadata storm: K mounts each start J Python processes importing a large
+    /// package from a Python installation copied into Myriad, all at once, cold and warm,
+    /// with no index and with the tree indexed (`myriad index build`), against local disk;
+    /// wall times and the metadata requests reaching the servers.
+    Storm(crate::bench_storm::StormArgs),
     /// FPFS single shared directory: P clients create, stat, then unlink 200,000 empty files
     /// in one directory (which splits across the nodes); ops/s per phase, each node's share
     /// of requests, and the same phases on the local file system.
@@ -161,6 +166,10 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         BenchCmd::Untar(a) => {
             own_cluster_only("untar");
             return crate::bench_untar::run(a).await;
+        }
+        BenchCmd::Storm(a) => {
+            own_cluster_only("storm");
+            return crate::bench_storm::run(a).await;
         }
         BenchCmd::SharedDir(a) => {
             own_cluster_only("shared-dir");

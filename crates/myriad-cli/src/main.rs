@@ -8,6 +8,7 @@ mod bench_fuse;
 mod bench_ls;
 mod bench_shared_dir;
 mod bench_smallread;
+mod bench_storm;
 mod bench_untar;
 mod cluster;
 mod demo;

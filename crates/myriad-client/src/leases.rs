@@ -346,8 +346,11 @@ impl Leases {
             part.names
                 .iter()
                 .filter_map(|(n, e)| match &e.cached {
-                    Cached::Found { inode, .. } => Some((n.clone(), inode.clone())),
-                    Cached::Missing => None,
+                    // "" is the root's own attributes, kept under the lease on "/".
+                    Cached::Found { inode, .. } if !n.is_empty() => {
+                        Some((n.clone(), inode.clone()))
+                    }
+                    _ => None,
                 })
                 .collect(),
         )
@@ -608,9 +611,8 @@ impl Leases {
         let (r, touched) = f(Held { part, caller })?;
         // A change of the directory's names moves its times (as the servers' touch of its
         // entry will): what is kept of its entry says so.
-        if let Some(at) = touched
-            && dir != "/"
-        {
+        // (The root's own entry is ("/", ""), kept under the lease on "/" itself.)
+        if let Some(at) = touched {
             let (up, name) = myriad_placement::split_parent(dir);
             // (Answers on their way about the directory's entry may hold the old times:
             // `put_many` never takes a directory's times back.)

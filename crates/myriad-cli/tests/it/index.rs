@@ -363,11 +363,22 @@ async fn a_mount_answers_an_indexed_tree_and_sees_it_change_once_dropped() {
     ok(root.mkdir_p("/sw/lib/pkg", 0o755).await, "mkdir");
     for i in 0..50 {
         let path = format!("/sw/lib/pkg/m{i}.py");
-        ok(root.create(&path, 0o644, true, format!("x = {i}\n").as_bytes()).await, &path);
+        ok(
+            root.create(&path, 0o644, true, format!("x = {i}\n").as_bytes())
+                .await,
+            &path,
+        );
     }
-    ok(root.create("/sw/lib/pkg/__init__.py", 0o644, true, b"").await, "create");
+    ok(
+        root.create("/sw/lib/pkg/__init__.py", 0o644, true, b"")
+            .await,
+        "create",
+    );
     ok(root.symlink("lib/pkg", "/sw/pkg").await, "symlink");
-    ok(root.build_index("/sw", BuildOptions::default()).await, "build");
+    ok(
+        root.build_index("/sw", BuildOptions::default()).await,
+        "build",
+    );
     let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let cache_dir = cache.path().display().to_string();
     let m = crate::mount::Mount::new(&tc, &["--", "--index-cache-dir", &cache_dir]);
@@ -392,10 +403,21 @@ async fn a_mount_answers_an_indexed_tree_and_sees_it_change_once_dropped() {
     // Dropped by another client, then changed: the mount sees the change at once.
     ok(root.drop_index("/sw").await, "drop");
     ok(root.unlink("/sw/lib/pkg/m0.py").await, "unlink");
-    ok(root.create("/sw/lib/pkg/m0.py", 0o644, true, b"x = 100\n").await, "create");
-    ok(root.create("/sw/lib/pkg/new.py", 0o644, true, b"y = 1\n").await, "create");
+    ok(
+        root.create("/sw/lib/pkg/m0.py", 0o644, true, b"x = 100\n")
+            .await,
+        "create",
+    );
+    ok(
+        root.create("/sw/lib/pkg/new.py", 0o644, true, b"y = 1\n")
+            .await,
+        "create",
+    );
     assert_eq!(
-        crate::mount::sh(&dir, "cat sw/lib/pkg/m0.py sw/lib/pkg/new.py; ls sw/lib/pkg | wc -l"),
+        crate::mount::sh(
+            &dir,
+            "cat sw/lib/pkg/m0.py sw/lib/pkg/new.py; ls sw/lib/pkg | wc -l"
+        ),
         "x = 100\ny = 1\n52\n"
     );
 }

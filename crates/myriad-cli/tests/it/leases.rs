@@ -294,3 +294,31 @@ async fn a_leased_listing_answers_the_stats_that_follow() {
         "seen at once"
     );
 }
+
+/// The root's own attributes are kept under the lease on "/" (its record is the entry
+/// ("/", "")): answered with no request, and recalled by every change of "/" by another
+/// client (its mode, a name added, a directory made in it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_roots_attributes_are_leased_and_recalled_by_changes_of_the_root() {
+    let tc = TestCluster::start(3);
+    let (a, b) = (client(&tc, true), client(&tc, false));
+    let first = ok(a.stat("/").await);
+    let before = reads_received(&b).await;
+    assert_eq!(ok(a.stat("/").await), first);
+    assert_eq!(
+        reads_received(&b).await - before,
+        0,
+        "answered from the lease"
+    );
+    let mode = first.mode ^ 0o001;
+    ok(b.chmod("/", mode).await);
+    assert_eq!(ok(a.stat("/").await).mode, mode);
+    let nlink = ok(a.stat("/").await).nlink;
+    ok(b.mkdir("/d", 0o755).await);
+    let after = ok(a.stat("/").await);
+    assert_eq!(after.nlink, nlink + 1);
+    let mtime = after.mtime_ns;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    ok(b.create("/f", 0o644, true, b"").await);
+    assert!(ok(a.stat("/").await).mtime_ns > mtime);
+}

@@ -189,8 +189,10 @@ impl Partition {
         request: ClientRequest,
     ) -> Result<Response, FsError> {
         let dir = match &request {
+            // The root's attributes are the entry ("/", "") of "/" itself (`attrs_key`):
+            // changed only by changes of "/", which recall its leases.
             ClientRequest::Fetch { path, .. } | ClientRequest::Stat { path } => {
-                (path != "/").then(|| myriad_placement::parent_of(path).to_string())
+                Some(myriad_placement::parent_of(path).to_string())
             }
             ClientRequest::StatMany { dir, .. } => Some(dir.clone()),
             ClientRequest::ReadDir { path, .. } => Some(path.clone()),

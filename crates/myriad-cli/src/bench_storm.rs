@@ -1,0 +1,407 @@
+//! `myriad bench storm` (issue 20, MetaFS): K mounts of one cluster, each running J
+//! Python processes that start from a Python installation copied into Myriad (the
+//! standard library plus `sympy` and `mpmath` when installed) and import a large package,
+//! all at once: the metadata storm of many jobs starting the same program. Cold (fresh
+//! mounts, page cache dropped) and warm; with no index and with the tree indexed
+//! (`myriad index build`); the same from local disk in the same run. Reports wall times
+//! and the metadata requests reaching the servers (their counters).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+
+use crate::bench_fuse::MountProc;
+
+#[derive(Args, Clone)]
+pub struct StormArgs {
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Mount processes of the one cluster.
+    #[arg(long, default_value_t = 4)]
+    mounts: usize,
+    /// Python processes per mount, all started at once.
+    #[arg(long, default_value_t = 4)]
+    procs: usize,
+    /// What each process imports (default: sympy when installed, else a set of standard
+    /// modules).
+    #[arg(long)]
+    import: Option<String>,
+    #[command(flatten)]
+    mounted: crate::bench_fuse::MountedBenchArgs,
+}
+
+#[derive(Serialize)]
+struct Mode {
+    mode: String,
+    wall_s: f64,
+    local_wall_s: f64,
+    server_metadata_requests: u64,
+    server_data_requests: u64,
+    /// The metadata requests by kind.
+    metadata_by_op: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    files: u64,
+    mounts: usize,
+    procs_per_mount: usize,
+    import: String,
+    index_bytes: u64,
+    modes: Vec<Mode>,
+}
+
+/// What the standard library's copy leaves out: installed packages (added back one by
+/// one) and its own test suites (thousands of files no program imports).
+const STDLIB_SKIP: [&str; 3] = ["site-packages", "test", "idlelib"];
+/// Packages copied beside the standard library when installed.
+const PACKAGES: [&str; 2] = ["sympy", "mpmath"];
+const FALLBACK_IMPORT: &str = "json, email.mime.text, http.client, asyncio, decimal, xml.dom.minidom, unittest, argparse, logging.handlers, sqlite3";
+
+/// The Python to run: its real executable, version directory name (`python3.11`),
+/// standard library and package directories.
+struct Python {
+    exe: PathBuf,
+    version_dir: String,
+    stdlib: PathBuf,
+    purelib: PathBuf,
+}
+
+fn python() -> anyhow::Result<Python> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, sysconfig; p = sysconfig.get_paths(); \
+             print(sys.executable); print('python%d.%d' % sys.version_info[:2]); \
+             print(p['stdlib']); print(p['purelib'])",
+        ])
+        .output()
+        .context("bench storm needs python3 on the PATH")?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    if !out.status.success() || lines.len() < 4 {
+        bail!("python3 did not say where it lives: {text}");
+    }
+    Ok(Python {
+        exe: PathBuf::from(lines[0]),
+        version_dir: lines[1].to_string(),
+        stdlib: PathBuf::from(lines[2]),
+        purelib: PathBuf::from(lines[3]),
+    })
+}
+
+fn sh(dir: &Path, script: &str) -> anyhow::Result<String> {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .with_context(|| format!("running {script}"))?;
+    if !out.status.success() {
+        bail!(
+            "`{script}` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Builds the installation under `home` (a `PYTHONHOME`): `lib/pythonX.Y` with the
+/// standard library and the packages, compiled (so that no run writes byte code).
+/// Returns the files and what to import.
+fn stage(py: &Python, home: &Path, import: Option<&str>) -> anyhow::Result<(u64, String)> {
+    let lib = home.join("lib").join(&py.version_dir);
+    fs::create_dir_all(&lib)?;
+    let skip: Vec<String> = STDLIB_SKIP
+        .iter()
+        .map(|s| format!("--exclude=./{s}"))
+        .collect();
+    sh(
+        &py.stdlib,
+        &format!(
+            "tar -cf - {} . | tar -xf - -C '{}'",
+            skip.join(" "),
+            lib.display()
+        ),
+    )?;
+    let site = lib.join("site-packages");
+    fs::create_dir_all(&site)?;
+    let mut found = Vec::new();
+    for p in PACKAGES {
+        if py.purelib.join(p).is_dir() {
+            sh(&py.purelib, &format!("cp -a {p} '{}'", site.display()))?;
+            found.push(p);
+        }
+    }
+    let import = match import {
+        Some(i) => i.to_string(),
+        None if found.contains(&"sympy") => "sympy".into(),
+        None => FALLBACK_IMPORT.into(),
+    };
+    sh(
+        home,
+        &format!(
+            "'{}' -m compileall -q -j 0 '{}' > /dev/null 2>&1 || true",
+            py.exe.display(),
+            lib.display()
+        ),
+    )?;
+    let files = sh(home, "find . -type f | wc -l")?
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    Ok((files, import))
+}
+
+/// Starts `procs` Python processes per home, all at once, each importing `import`;
+/// the wall time until the last ends.
+fn storm(py: &Python, homes: &[PathBuf], procs: usize, import: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let mut children = Vec::new();
+    for home in homes {
+        for _ in 0..procs {
+            let child = Command::new(&py.exe)
+                .args(["-s", "-c", &format!("import {import}")])
+                .env("PYTHONHOME", home)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env_remove("PYTHONPATH")
+                .env_remove("PYTHONSTARTUP")
+                .current_dir(home)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting python")?;
+            children.push(child);
+        }
+    }
+    for c in children {
+        let out = c.wait_with_output()?;
+        if !out.status.success() {
+            bail!("python failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+type ByOp = std::collections::BTreeMap<String, u64>;
+
+/// Metadata requests by kind and data requests the servers received so far (lease
+/// upkeep and the benchmark's own counter reads aside).
+async fn requests(client: &myriad_client::Client) -> anyhow::Result<(ByOp, u64)> {
+    let (mut meta, mut data) = (ByOp::new(), 0);
+    for (id, r) in client.all_counters().await {
+        let snap = r.with_context(|| format!("counters of server {id}"))?;
+        for o in snap.client_requests {
+            match o.op.as_ref() {
+                "lease_poll" | "lease_renew" | "get_counters" | "get_map" | "statfs" | "echo" => {}
+                "read" | "read_chunk" => data += o.count,
+                op => *meta.entry(op.to_string()).or_insert(0) += o.count,
+            }
+        }
+    }
+    Ok((meta, data))
+}
+
+/// `after - before`, by kind, without the kinds that did not change.
+fn since(before: &ByOp, after: &ByOp) -> ByOp {
+    after
+        .iter()
+        .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+fn drop_caches() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+struct Mounts {
+    procs: Vec<MountProc>,
+    points: Vec<PathBuf>,
+}
+
+impl Mounts {
+    /// `k` fresh mounts, each with an empty index cache of its own (a cold start loads the
+    /// index from the cluster).
+    fn start(
+        map: &Path,
+        root: &Path,
+        k: usize,
+        extra: &[String],
+        run: usize,
+    ) -> anyhow::Result<Mounts> {
+        let mut m = Mounts {
+            procs: Vec::new(),
+            points: Vec::new(),
+        };
+        for i in 0..k {
+            let at = root.join(format!("mnt{i}"));
+            fs::create_dir_all(&at)?;
+            let cache = root.join(format!("index-cache-{run}-{i}"));
+            let mut args = extra.to_vec();
+            args.push(format!("--index-cache-dir={}", cache.display()));
+            m.procs.push(MountProc::start(map, &at, &args)?);
+            m.points.push(at);
+        }
+        Ok(m)
+    }
+
+    fn stop(self) -> anyhow::Result<()> {
+        for p in self.procs {
+            p.stop()?;
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(a: StormArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.mounts > 0 && a.procs > 0,
+        "--mounts and --procs must be > 0"
+    );
+    let py = python()?;
+    let tmp = tempfile::Builder::new()
+        .prefix("myriad-bench-storm-")
+        .tempdir()?;
+    let local_root = a.mounted.local_root("myriad-bench-storm-local-")?;
+    let local_home = local_root.path().join("py");
+    let (files, import) = stage(&py, &local_home, a.import.as_deref())?;
+    eprintln!(
+        "bench storm: {files} files ({} standard library and {:?} where installed), `import {import}`, {} mounts x {} processes, {}-node cluster",
+        py.version_dir, PACKAGES, a.mounts, a.procs, a.nodes
+    );
+    let (cluster, map, _mnt) =
+        crate::bench_fuse::cluster_and_mountpoint(tmp.path(), a.nodes).await?;
+    let client = cluster.client_as(Duration::from_secs(60), crate::identity::current_caller())?;
+    let result = modes(&a, &py, &map, tmp.path(), &local_home, &import, &client).await;
+    let _ = cluster.down();
+    let (modes, index_bytes) = result?;
+
+    println!(
+        "\n{:>16} | {:>8} {:>8} | {:>6} | {:>10} {:>9}",
+        "mode", "myriad s", "local s", "ratio", "meta reqs", "data reqs"
+    );
+    for m in &modes {
+        println!(
+            "{:>16} | {:>8.2} {:>8.2} | {:>6.2} | {:>10} {:>9}",
+            m.mode,
+            m.wall_s,
+            m.local_wall_s,
+            m.wall_s / m.local_wall_s.max(1e-9),
+            m.server_metadata_requests,
+            m.server_data_requests
+        );
+    }
+    let none = modes.iter().find(|m| m.mode == "no-index-cold");
+    let manual = modes.iter().find(|m| m.mode == "manual-cold");
+    if let (Some(n), Some(m)) = (none, manual) {
+        let share = m.server_metadata_requests as f64 / (n.server_metadata_requests.max(1)) as f64;
+        println!(
+            "manual index, cold: metadata requests {:.2}% of the run without (target 1%: {}), wall {:.2}x local (target 1x: {})",
+            share * 100.0,
+            if share <= 0.01 { "met" } else { "NOT met" },
+            m.wall_s / m.local_wall_s.max(1e-9),
+            if m.wall_s <= m.local_wall_s {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+    }
+    fs::create_dir_all(&a.mounted.out_dir)?;
+    let out = a.mounted.out_dir.join("bench-storm.json");
+    fs::write(
+        &out,
+        serde_json::to_string_pretty(&Report {
+            files,
+            mounts: a.mounts,
+            procs_per_mount: a.procs,
+            import,
+            index_bytes,
+            modes,
+        })?,
+    )?;
+    println!("results: {}", out.display());
+    Ok(())
+}
+
+/// Every mode, each cold then warm, with the local run of the same temperature.
+async fn modes(
+    a: &StormArgs,
+    py: &Python,
+    map: &Path,
+    work: &Path,
+    local_home: &Path,
+    import: &str,
+    client: &myriad_client::Client,
+) -> anyhow::Result<(Vec<Mode>, u64)> {
+    // The local baselines, cold and warm (the same for every mode).
+    let locals: Vec<PathBuf> = vec![local_home.to_path_buf(); a.mounts];
+    drop_caches();
+    let local_cold = storm(py, &locals, a.procs, import)?;
+    let local_warm = storm(py, &locals, a.procs, import)?;
+    eprintln!("  local: cold {local_cold:.2} s, warm {local_warm:.2} s");
+
+    // The installation, copied in through one mount.
+    let copy = Mounts::start(map, work, 1, &a.mounted.mount_args, 0)?;
+    let t = Instant::now();
+    let copied = sh(
+        &copy.points[0],
+        &format!("cp -a '{}' py && sync", local_home.display()),
+    );
+    copy.stop()?;
+    copied?;
+    eprintln!("  copied into Myriad in {:.1} s", t.elapsed().as_secs_f64());
+
+    let mut out = Vec::new();
+    let mut index_bytes = 0;
+    for (run, mode) in ["no-index", "manual"].into_iter().enumerate() {
+        if mode == "manual" {
+            let r = client
+                .build_index("/py", myriad_client::BuildOptions::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("index build /py: {e}"))?;
+            index_bytes = r.tree.bytes;
+            eprintln!(
+                "  index: {} names, {} bytes, {} files inline",
+                r.tree.entries, r.tree.bytes, r.inline_files
+            );
+        }
+        drop_caches();
+        let mounts = Mounts::start(map, work, a.mounts, &a.mounted.mount_args, run + 1)?;
+        let homes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("py")).collect();
+        let r = async {
+            for (temp, local) in [("cold", local_cold), ("warm", local_warm)] {
+                let before = requests(client).await?;
+                let wall = storm(py, &homes, a.procs, import)?;
+                let after = requests(client).await?;
+                let by_op = since(&before.0, &after.0);
+                let m = Mode {
+                    mode: format!("{mode}-{temp}"),
+                    wall_s: wall,
+                    local_wall_s: local,
+                    server_metadata_requests: by_op.values().sum(),
+                    server_data_requests: after.1 - before.1,
+                    metadata_by_op: by_op,
+                };
+                eprintln!(
+                    "  {}: {wall:.2} s, {} metadata ({:?}) and {} data requests",
+                    m.mode, m.server_metadata_requests, m.metadata_by_op, m.server_data_requests
+                );
+                out.push(m);
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        mounts.stop()?;
+        r?;
+    }
+    Ok((out, index_bytes))
+}
