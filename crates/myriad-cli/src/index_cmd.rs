@@ -46,6 +46,7 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
             let opts = BuildOptions {
                 inline_bytes,
                 max_bytes,
+                version: None,
             };
             let r = client
                 .build_index(&root, opts)

@@ -912,7 +912,8 @@ impl Client {
         let indexes = Arc::downgrade(&self.indexes);
         self.leases.set_hook(Arc::new(move |dir, names, why| {
             hook(dir, names, why);
-            if dir == myriad_proto::tree_index::INDEX_DIR
+            if (dir == myriad_proto::tree_index::TREES_DIR
+                || dir == myriad_proto::tree_index::INDEX_DIR)
                 && let Some(indexes) = indexes.upgrade()
             {
                 for d in indexes.loaded_dirs() {

@@ -89,6 +89,11 @@ impl Client {
         if let Some(all) = self.indexed_listing(path).await {
             return Ok(all);
         }
+        self.readdir_servers(path).await
+    }
+
+    /// `readdir` as the servers (or a lease) answer it, no index.
+    pub(crate) async fn readdir_servers(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
         // The first page comes from the home, which says whether the directory is split.
         let first = self.list_page(path, (0, None), None, READDIR_PAGE).await?;
         let Some(resume) = first.resume else {
@@ -249,7 +254,7 @@ impl Client {
                 Ok(Page { entries, resume })
             }
             Ok(other) => Err(unexpected(&other)),
-            Err(FsError::NotFound) => Err(match self.stat(path).await {
+            Err(FsError::NotFound) => Err(match self.stat_servers(path).await {
                 Ok(i) if i.kind != FileKind::Directory => FsError::NotADirectory,
                 Ok(_) => FsError::NotFound,
                 Err(e) => e,

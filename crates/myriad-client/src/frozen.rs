@@ -90,8 +90,9 @@ impl Client {
 
     /// The paths of directory `dir`'s subdirectories.
     async fn subdirs(&self, dir: &str) -> Result<Vec<String>, FsError> {
+        // From the servers: a tree being frozen or thawed is never answered from an index.
         Ok(self
-            .readdir(dir)
+            .readdir_servers(dir)
             .await?
             .into_iter()
             .filter(|e| e.inode.kind == FileKind::Directory)

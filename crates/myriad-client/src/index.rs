@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use myriad_placement::{join, split_parent};
 use myriad_proto::tree_index::{
-    Answer, INDEX_DIR, IndexView, IndexedEntry, REGISTRY_NAME, REGISTRY_PATH, RegisteredTree,
-    Registry, TreeIndex,
+    Answer, INDEX_DIR, IndexView, IndexedEntry, REGISTRY_TREES_MAX, RegisteredTree, Registry,
+    TREES_DIR, TREES_NAME, TreeIndex,
 };
 use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Request, Response};
 use tokio::time::Instant;
@@ -31,8 +31,8 @@ use crate::client::{Client, unexpected};
 /// After a failed read of the registry (or one no lease covers), no new try for this long:
 /// an unreachable registry costs one request per period, not one per operation.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
-/// The most a registry may take.
-const REGISTRY_BYTES_MAX: u64 = 4 << 20;
+/// The most a registry entry may take.
+const ENTRY_BYTES_MAX: u64 = 64 << 10;
 
 /// A loaded index.
 pub(crate) struct Loaded {
@@ -43,10 +43,19 @@ pub(crate) struct Loaded {
 /// The registry as last read.
 struct Known {
     registry: Registry,
-    /// The lease mark of `INDEX_DIR` before it was read.
-    mark: Option<crate::LeaseMark>,
+    /// The lease it was read under, if any.
+    mark: Option<Held>,
     /// When to read it again if no lease covers it.
     retry_at: Instant,
+}
+
+/// The lease a registry read was kept under, and the lease mark read before it.
+#[derive(Clone, Copy)]
+enum Held {
+    /// `TREES_DIR` does not exist: its absence, kept under the lease on `INDEX_DIR`.
+    Missing(crate::LeaseMark),
+    /// `TREES_DIR`'s whole listing and its entries, under the lease on it.
+    Listed(crate::LeaseMark),
 }
 
 /// What this client knows of indexes, and what they saved.
@@ -111,18 +120,32 @@ impl Client {
         }
     }
 
+    /// Forgets what this client read of the registry (after its own change of it, which
+    /// recalls no lease of its own): read again before the next answer from an index.
+    pub(crate) fn forget_registry(&self) {
+        *lock(&self.indexes.known) = None;
+    }
+
     /// The registry, if what this client read of it is still true: its lease held with
     /// no drop since (or, when no index exists, for `RETRY_AFTER`). Marks the lease used,
     /// so renewals keep it while indexes answer.
     fn current_registry(&self) -> Option<Arc<Known>> {
         let known = lock(&self.indexes.known).clone()?;
-        let leased = known.mark.is_some_and(|m| {
-            self.leases.mark(INDEX_DIR) == m
-                && self
-                    .leases
-                    .get(INDEX_DIR, REGISTRY_NAME, &self.config.caller)
-                    .is_some()
-        });
+        let me = &self.config.caller;
+        let leased = match known.mark {
+            Some(Held::Missing(m)) => {
+                self.leases.mark(INDEX_DIR) == m
+                    && self.leases.get(INDEX_DIR, TREES_NAME, me).is_some()
+            }
+            Some(Held::Listed(m)) => {
+                self.leases.mark(TREES_DIR) == m
+                    && match known.registry.trees.first() {
+                        Some(t) => self.leases.get(TREES_DIR, &t.file, me).is_some(),
+                        None => self.leases.listing(TREES_DIR, me).is_some(),
+                    }
+            }
+            None => false,
+        };
         // Read with no lease (none granted, or the read failed): an empty registry is
         // trusted until the next try (a new index is then found that much later; a
         // dropped one is never used: nothing is).
@@ -214,32 +237,63 @@ impl Client {
             .is_some_and(|k| k.mark.is_none() && Instant::now() < k.retry_at)
     }
 
-    /// Reads the registry under a lease on its directory (as this client's own caller).
+    /// Reads the registry (as this client's own caller), under the lease on its
+    /// directory, or on `INDEX_DIR` when it does not exist.
     async fn read_registry(&self) -> Arc<Known> {
-        let mark = self.leases.mark(INDEX_DIR);
-        let read = Client::as_caller(
-            self.config.caller.clone(),
-            self.fetch_head_servers(REGISTRY_PATH, REGISTRY_BYTES_MAX),
-        )
-        .await;
-        let registry = match read {
-            Ok((_, bytes)) => Registry::decode(&bytes).map_err(|e| {
-                tracing::warn!("index registry unreadable: {e}");
-            }),
-            Err(FsError::NotFound) => Ok(Registry::default()),
+        let marks = (self.leases.mark(INDEX_DIR), self.leases.mark(TREES_DIR));
+        let read = Client::as_caller(self.config.caller.clone(), self.registry_entries()).await;
+        let me = &self.config.caller;
+        let (registry, mark) = match read {
+            Ok(Some(reg)) => {
+                let leased = self.leases.mark(TREES_DIR) == marks.1
+                    && self.leases.listing(TREES_DIR, me).is_some();
+                (reg, leased.then_some(Held::Listed(marks.1)))
+            }
+            Ok(None) => {
+                let leased = self.leases.covers(INDEX_DIR, TREES_NAME, marks.0);
+                (
+                    Registry::default(),
+                    leased.then_some(Held::Missing(marks.0)),
+                )
+            }
             Err(e) => {
                 tracing::debug!("index registry not read: {e}");
-                Err(())
+                (Registry::default(), None)
             }
         };
-        let leased = self.leases.covers(INDEX_DIR, REGISTRY_NAME, mark);
         let known = Arc::new(Known {
-            registry: registry.clone().unwrap_or_default(),
-            mark: (registry.is_ok() && leased).then_some(mark),
+            registry,
+            mark,
             retry_at: Instant::now() + RETRY_AFTER,
         });
         *lock(&self.indexes.known) = Some(known.clone());
         known
+    }
+
+    /// Every entry of the registry (`None`: its directory does not exist), read from the
+    /// servers or a lease, never from an index. An entry unreadable or gone meanwhile is
+    /// left out.
+    pub(crate) async fn registry_entries(&self) -> Result<Option<Registry>, FsError> {
+        let listing = match self.readdir_servers(TREES_DIR).await {
+            Ok(l) => l,
+            Err(FsError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut reg = Registry::default();
+        for e in listing.into_iter().take(REGISTRY_TREES_MAX) {
+            let path = join(TREES_DIR, &e.name);
+            match self.fetch_head_servers(&path, ENTRY_BYTES_MAX).await {
+                Ok((_, bytes)) => match RegisteredTree::decode(&e.name, &bytes) {
+                    Ok(t) => reg.trees.push(t),
+                    Err(err) => tracing::warn!(path, "index registry entry left out: {err}"),
+                },
+                Err(FsError::NotFound) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        reg.trees
+            .sort_by(|a, b| a.root.cmp(&b.root).then(a.version.cmp(&b.version)));
+        Ok(Some(reg))
     }
 
     /// Loads `tree`'s index: from the local cache when its copy there is this build's,
@@ -384,7 +438,8 @@ impl Client {
         if !self.indexes_on() || !self.index_now(dir).is_some_and(|l| l.view.has_dir(dir)) {
             return None;
         }
-        self.leases.holds(INDEX_DIR)
+        // (No index is loaded while the registry's directory is missing.)
+        self.leases.holds(TREES_DIR)
     }
 }
 

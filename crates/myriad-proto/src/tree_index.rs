@@ -15,18 +15,22 @@ use serde::{Deserialize, Serialize};
 use crate::access::{EXEC, READ, allowed};
 use crate::{Caller, FileKind, FsError, Inode, InodeId};
 
-/// Where indexes and their registry live.
+/// Where index files live.
 pub const INDEX_DIR: &str = "/.myriad/index";
-/// The registry's name in `INDEX_DIR`.
-pub const REGISTRY_NAME: &str = "registry";
-pub const REGISTRY_PATH: &str = "/.myriad/index/registry";
+/// The registry: one small file per index, named as its index file, holding its
+/// `RegisteredTree`. Each build and drop is one create or unlink of its own name, so
+/// concurrent ones never undo each other, and each recalls every client's lease on this
+/// directory before it applies.
+pub const TREES_DIR: &str = "/.myriad/index/trees";
+/// `TREES_DIR`'s name in `INDEX_DIR`.
+pub const TREES_NAME: &str = "trees";
 /// Defaults of `myriad index build`: contents kept for public files up to this size, and
 /// the most an index may take (encoded).
 pub const DEFAULT_INLINE_BYTES: u64 = 16 * 1024;
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 /// The most an index may claim to decode to: a damaged or hostile file takes no more.
 pub const DECODED_MAX: usize = 1 << 30;
-/// The registry is small: this many trees at most.
+/// The registry is small: this many trees at most are read.
 pub const REGISTRY_TREES_MAX: usize = 4096;
 
 const INDEX_MAGIC: [u8; 8] = *b"MYRIDX\x00\x01";
@@ -67,7 +71,7 @@ pub struct IndexedEntry {
     pub contents: Option<serde_bytes::ByteBuf>,
 }
 
-/// Every index of the cluster (`REGISTRY_PATH`).
+/// Every index of the cluster (the entries of `TREES_DIR`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registry {
     pub trees: Vec<RegisteredTree>,
@@ -198,7 +202,7 @@ impl TreeIndex {
     }
 }
 
-impl Registry {
+impl RegisteredTree {
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         seal(
@@ -207,14 +211,19 @@ impl Registry {
         )
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Registry, FsError> {
-        let body = unseal(REGISTRY_MAGIC, "index registry", bytes)?;
-        let reg: Registry = postcard::from_bytes(body)
-            .map_err(|e| FsError::Protocol(format!("index registry: {e}")))?;
-        if reg.trees.len() > REGISTRY_TREES_MAX {
-            return Err(FsError::Protocol("index registry: too many trees".into()));
+    /// Decodes a registry entry and checks it names its own file.
+    pub fn decode(name: &str, bytes: &[u8]) -> Result<RegisteredTree, FsError> {
+        let body = unseal(REGISTRY_MAGIC, "index registry entry", bytes)?;
+        let t: RegisteredTree = postcard::from_bytes(body)
+            .map_err(|e| FsError::Protocol(format!("index registry entry {name}: {e}")))?;
+        if t.file != name || t.file != index_file_name(t.root_ino, t.version) {
+            return Err(FsError::Protocol(format!(
+                "index registry entry {name} names {}",
+                t.file
+            )));
         }
-        Ok(reg)
+        crate::validate_path(&t.root)?;
+        Ok(t)
     }
 }
 

@@ -79,6 +79,11 @@ pub struct SimConfig {
     /// change is acknowledged while it is known frozen, none refused once it is known
     /// thawed, and a refused one is never seen. Off by default: `--freeze`, and its CI set.
     pub freeze: bool,
+    /// With `freeze`: the trees are frozen by building their metadata index and thawed by
+    /// dropping it, and the leased clients answer from indexes
+    /// (docs/metadata-index.md): a read answered from an index must be as fresh as any.
+    /// Off by default: `--indexes` (implies `--freeze` and `--leases`).
+    pub indexes: bool,
 }
 
 impl SimConfig {
@@ -100,6 +105,7 @@ impl SimConfig {
             locks: false,
             dir_moves: false,
             freeze: false,
+            indexes: false,
         }
     }
 
@@ -107,7 +113,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -119,7 +125,8 @@ impl SimConfig {
             if self.behind { " --behind" } else { "" },
             if self.locks { " --locks" } else { "" },
             if self.dir_moves { " --dir-moves" } else { "" },
-            if self.freeze { " --freeze" } else { "" }
+            if self.freeze { " --freeze" } else { "" },
+            if self.indexes { " --indexes" } else { "" }
         )
     }
 }
@@ -322,6 +329,7 @@ impl Sim {
         let mut config = ClientConfig::new(self.map(), Caller::root(), keyring());
         config.durable_changes = !visible;
         config.leases = leases;
+        config.indexes = leases && self.cfg.indexes;
         config.id = 1 + self
             .clients_made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -764,7 +772,7 @@ impl Sim {
             let visible = id % 2 == 1;
             // And two clients of three read through directory leases (docs/fuse.md
             // "Directory leases"): a read answered from a lease must be as fresh as any.
-            let leases = (self.cfg.leases || self.cfg.behind) && id % 3 != 2;
+            let leases = (self.cfg.leases || self.cfg.behind || self.cfg.indexes) && id % 3 != 2;
             let behind = self.cfg.behind && leases && visible;
             let client = self.client_with(visible, leases)?;
             if behind {
@@ -789,10 +797,9 @@ impl Sim {
                 leases,
                 locks: self.cfg.locks.then(|| self.lock_check.clone()),
                 dir_moves: self.cfg.dir_moves,
-                freeze: self
-                    .cfg
-                    .freeze
+                freeze: (self.cfg.freeze || self.cfg.indexes)
                     .then(|| std::sync::Mutex::new(crate::workload::Frozen::No)),
+                indexes: self.cfg.indexes,
             };
             runs.push(tokio::spawn(run.run()));
         }

@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -23,6 +23,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --locks       clients also take and give back file locks on shared inodes
   --dir-moves   clients also move a directory tree back and forth over an empty directory
   --freeze      clients also freeze a tree of their own, write into it and thaw it
+  --indexes     ... by building and dropping its metadata index; leased clients read from indexes
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -55,6 +56,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             "--locks" => cfg.locks = true,
             "--dir-moves" => cfg.dir_moves = true,
             "--freeze" => cfg.freeze = true,
+            "--indexes" => cfg.indexes = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }

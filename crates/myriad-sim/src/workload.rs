@@ -93,6 +93,8 @@ pub struct ClientRun {
     /// Also freeze a tree of its own, write into it and thaw it (`--freeze`): what this
     /// client knows of its tree's state.
     pub freeze: Option<std::sync::Mutex<Frozen>>,
+    /// Freeze by building the tree's metadata index, thaw by dropping it (`--indexes`).
+    pub indexes: bool,
 }
 
 /// What a client knows of its frozen tree (`--freeze`).
@@ -354,6 +356,12 @@ impl ClientRun {
                     0..8 => Box::pin(self.freeze_step()).await,
                     8..25 => Box::pin(self.put_frozen(deep)).await?,
                     25..35 => self.read(&Self::frozen_file(whose, deep)).await?,
+                    // With indexes, more reads, each twice: the second is answered from
+                    // the index more often (the first may load it).
+                    35..60 if self.indexes => {
+                        self.read(&Self::frozen_file(whose, deep)).await?;
+                        self.read(&Self::frozen_file(whose, !deep)).await?;
+                    }
                     _ => {}
                 }
             }
@@ -788,13 +796,23 @@ impl ClientRun {
             self.mkdir(&root).await;
             self.mkdir(&format!("{root}/ds")).await;
             let frozen = async {
+                if self.indexes {
+                    let opts = myriad_client::BuildOptions {
+                        // Versions that repeat with the seed, new for every build.
+                        version: Some(self.rng.with(|r| r.gen_range(1..u64::MAX / 2))),
+                        ..myriad_client::BuildOptions::default()
+                    };
+                    return self.client.build_index(&root, opts).await.map(drop);
+                }
                 let mark = myriad_client::proto::ReadOnlyMark {
                     root: self.client.stat(&root).await?.ino,
                     version: 1,
                 };
-                self.client.freeze_tree(&root, mark).await
+                self.client.freeze_tree(&root, mark).await.map(drop)
             };
-            frozen.await.map(|_| Frozen::Yes)
+            frozen.await.map(|()| Frozen::Yes)
+        } else if self.indexes {
+            self.client.drop_index(&root).await.map(|_| Frozen::No)
         } else {
             self.client.thaw_tree(&root).await.map(|_| Frozen::No)
         };

@@ -400,8 +400,30 @@ async fn a_mount_answers_an_indexed_tree_and_sees_it_change_once_dropped() {
         "{asked} requests for a listing, 50 reads, a missing name and an import: before {before:?}, after {after:?}"
     );
 
+    // What the kernel was let keep (attributes, a missing name) goes with the index.
+    assert_eq!(
+        crate::mount::sh(
+            &dir,
+            "stat -c %s sw/lib/pkg/m1.py; stat sw/lib/pkg/late.py 2>&1 | grep -c 'No such'"
+        ),
+        "6\n1\n"
+    );
     // Dropped by another client, then changed: the mount sees the change at once.
     ok(root.drop_index("/sw").await, "drop");
+    ok(root.unlink("/sw/lib/pkg/m1.py").await, "unlink");
+    ok(
+        root.create("/sw/lib/pkg/m1.py", 0o644, true, b"x = 1000\n")
+            .await,
+        "create",
+    );
+    ok(
+        root.create("/sw/lib/pkg/late.py", 0o644, true, b"").await,
+        "create",
+    );
+    assert_eq!(
+        crate::mount::sh(&dir, "stat -c %s sw/lib/pkg/m1.py sw/lib/pkg/late.py"),
+        "9\n0\n"
+    );
     ok(root.unlink("/sw/lib/pkg/m0.py").await, "unlink");
     ok(
         root.create("/sw/lib/pkg/m0.py", 0o644, true, b"x = 100\n")
@@ -418,6 +440,6 @@ async fn a_mount_answers_an_indexed_tree_and_sees_it_change_once_dropped() {
             &dir,
             "cat sw/lib/pkg/m0.py sw/lib/pkg/new.py; ls sw/lib/pkg | wc -l"
         ),
-        "x = 100\ny = 1\n52\n"
+        "x = 100\ny = 1\n53\n"
     );
 }

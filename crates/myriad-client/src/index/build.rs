@@ -5,17 +5,15 @@
 use futures::StreamExt;
 use myriad_placement::{join, parent_of};
 use myriad_proto::tree_index::{
-    self, INDEX_DIR, IndexedDir, IndexedEntry, REGISTRY_PATH, RegisteredTree, Registry, TreeIndex,
+    self, INDEX_DIR, IndexedDir, IndexedEntry, RegisteredTree, Registry, TREES_DIR, TreeIndex,
     public,
 };
-use myriad_proto::{DirEntry, FileKind, FsError, Inode, ReadOnlyMark, RenameFlags};
+use myriad_proto::{DirEntry, FileKind, FsError, Inode, ReadOnlyMark};
 
 use crate::client::Client;
 
 /// Contents fetched at once while building.
 const FETCH_PARALLEL: usize = 64;
-/// Tries of the registry's read-change-rename when another build changed it meanwhile.
-const REGISTRY_TRIES: u32 = 8;
 
 #[derive(Clone, Copy, Debug)]
 pub struct BuildOptions {
@@ -23,6 +21,9 @@ pub struct BuildOptions {
     pub inline_bytes: u64,
     /// The most the index file may take.
     pub max_bytes: u64,
+    /// The build's version (`None`: the time in milliseconds; a simulation, whose runs
+    /// must repeat, gives its own).
+    pub version: Option<u64>,
 }
 
 impl Default for BuildOptions {
@@ -30,6 +31,7 @@ impl Default for BuildOptions {
         BuildOptions {
             inline_bytes: tree_index::DEFAULT_INLINE_BYTES,
             max_bytes: tree_index::DEFAULT_MAX_BYTES,
+            version: None,
         }
     }
 }
@@ -68,12 +70,15 @@ impl Client {
                 t.root, t.version, t.root
             )));
         }
-        let root_attrs = self.stat(root).await?;
+        let root_attrs = self.stat_servers(root).await?;
         if root_attrs.kind != FileKind::Directory {
             return Err(FsError::NotADirectory);
         }
         self.require_public_path(root).await?;
-        let version = u64::try_from(now_ns() / 1_000_000).unwrap_or(1).max(1);
+        let version = opts
+            .version
+            .unwrap_or_else(|| u64::try_from(now_ns() / 1_000_000).unwrap_or(1))
+            .max(1);
         let mark = ReadOnlyMark {
             root: root_attrs.ino,
             version,
@@ -104,12 +109,13 @@ impl Client {
             self.mkdir_p(INDEX_DIR, 0o755).await?;
             let path = join(INDEX_DIR, &tree.file);
             self.create(&path, 0o444, true, &bytes).await?;
-            let t = tree.clone();
-            self.change_registry(move |reg| {
-                reg.trees.retain(|x| x.root != t.root);
-                reg.trees.push(t.clone());
-            })
-            .await?;
+            // Registered last, in one create: clients may use it from here on.
+            self.mkdir_p(TREES_DIR, 0o755).await?;
+            let registered = self
+                .create(&join(TREES_DIR, &tree.file), 0o444, true, &tree.encode())
+                .await;
+            self.forget_registry();
+            registered?;
             Ok(BuildReport {
                 indexed_dirs: index.dirs.len(),
                 tree,
@@ -120,8 +126,26 @@ impl Client {
         match built.await {
             Ok(r) => Ok(r),
             Err(e) => {
-                if let Err(t) = self.thaw_tree(root).await {
-                    tracing::warn!(root, "build failed ({e}); thawing failed too: {t}");
+                // The registry may list this build already (a change whose answer was
+                // lost): it is unlisted, which recalls every client's registry lease,
+                // before the tree is thawed (I1); if that fails too, the tree stays
+                // frozen for `myriad index drop`.
+                let file = tree_index::index_file_name(root_attrs.ino, version);
+                let unlisted = match self.unlink(&join(TREES_DIR, &file)).await {
+                    Ok(()) | Err(FsError::NotFound) => Ok(()),
+                    Err(u) => Err(u),
+                };
+                self.forget_registry();
+                match unlisted {
+                    Ok(()) => {
+                        if let Err(t) = self.thaw_tree(root).await {
+                            tracing::warn!(root, "build failed ({e}); thawing failed too: {t}");
+                        }
+                    }
+                    Err(u) => tracing::warn!(
+                        root,
+                        "build failed ({e}) and the registry could not be checked ({u}): left frozen; `myriad index drop {root}` thaws it"
+                    ),
                 }
                 Err(e)
             }
@@ -135,14 +159,25 @@ impl Client {
     pub async fn drop_index(&self, root: &str) -> Result<usize, FsError> {
         myriad_proto::validate_path(root)?;
         let registry = self.index_registry().await?;
-        let gone = registry.trees.iter().find(|t| t.root == root).cloned();
-        if gone.is_some() {
-            let r = root.to_string();
-            self.change_registry(move |reg| reg.trees.retain(|t| t.root != r))
-                .await?;
+        let gone: Vec<RegisteredTree> = registry
+            .trees
+            .into_iter()
+            .filter(|t| t.root == root)
+            .collect();
+        // Unregistered first (each unlink recalls every client's lease on the registry
+        // before it applies), thawed only then (I1).
+        for t in &gone {
+            let unlisted = self.unlink(&join(TREES_DIR, &t.file)).await;
+            // This client's own change recalls no lease of its own: what it read of the
+            // registry goes now.
+            self.forget_registry();
+            match unlisted {
+                Ok(()) | Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
         }
         let thawed = self.thaw_tree(root).await?;
-        if let Some(t) = gone {
+        for t in &gone {
             match self.unlink(&join(INDEX_DIR, &t.file)).await {
                 Ok(()) | Err(FsError::NotFound) => {}
                 Err(e) => return Err(e),
@@ -153,33 +188,7 @@ impl Client {
 
     /// The registry of indexes as the cluster holds it now (empty if none was built).
     pub async fn index_registry(&self) -> Result<Registry, FsError> {
-        match self.fetch(REGISTRY_PATH).await {
-            Ok((_, bytes)) => Registry::decode(&bytes),
-            Err(FsError::NotFound) => Ok(Registry::default()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Read, change, write to a new name and rename over the registry (one atomic change
-    /// of its directory, which recalls every lease on it first); tried again if another
-    /// change landed in between.
-    async fn change_registry(&self, change: impl Fn(&mut Registry)) -> Result<(), FsError> {
-        for _ in 0..REGISTRY_TRIES {
-            let mut reg = self.index_registry().await?;
-            let before = reg.clone();
-            change(&mut reg);
-            let tmp = format!("{REGISTRY_PATH}.{:x}", rand::random::<u64>());
-            self.create(&tmp, 0o444, true, &reg.encode()).await?;
-            // Another change meanwhile would be lost by the rename: look again first.
-            if self.index_registry().await? != before {
-                let _ = self.unlink(&tmp).await;
-                continue;
-            }
-            self.rename(&tmp, REGISTRY_PATH, RenameFlags::default())
-                .await?;
-            return Ok(());
-        }
-        Err(FsError::Busy)
+        Ok(self.registry_entries().await?.unwrap_or_default())
     }
 
     /// Refuses a tree whose index everyone could read but not everyone could reach:
@@ -187,7 +196,7 @@ impl Client {
     async fn require_public_path(&self, root: &str) -> Result<(), FsError> {
         let mut dir = parent_of(root).to_string();
         loop {
-            let attrs = self.stat(&dir).await?;
+            let attrs = self.stat_servers(&dir).await?;
             if attrs.mode & 0o001 == 0 {
                 return Err(FsError::InvalidArgument(format!(
                     "{dir} (mode {:o}) is not searchable by everyone, and an index is readable by everyone: index a tree every user can reach",
@@ -222,7 +231,7 @@ impl Client {
             } else {
                 join(root, &rel)
             };
-            let mut listing = self.readdir(&path).await?;
+            let mut listing = self.readdir_servers(&path).await?;
             listing.sort_by(|a, b| a.name.cmp(&b.name));
             for e in &listing {
                 if public::attributes(&e.inode) && public::listable(&e.inode) {
@@ -238,7 +247,7 @@ impl Client {
             root: root.to_string(),
             root_ino: mark.root,
             version: mark.version,
-            built_ns: now_ns(),
+            built_ns: if opts.version.is_some() { 0 } else { now_ns() },
             inline_limit: opts.inline_bytes,
             dirs,
         };
@@ -255,7 +264,9 @@ impl Client {
         let fetches = listing.into_iter().map(|e| async move {
             let public_attrs = public::attributes(&e.inode);
             let contents = if public::contents(&e.inode, inline_bytes) && e.inode.size > 0 {
-                let (inode, data) = self.fetch_head(&join(dir, &e.name), inline_bytes).await?;
+                let (inode, data) = self
+                    .fetch_head_servers(&join(dir, &e.name), inline_bytes)
+                    .await?;
                 // Frozen: nothing can have changed it since the listing.
                 if inode != e.inode || data.len() as u64 != inode.size {
                     return Err(FsError::Protocol(format!(

@@ -71,24 +71,30 @@ fn an_index_and_a_registry_survive_encoding_and_damage_is_refused() {
     unordered.dirs[1].entries.reverse();
     assert!(TreeIndex::decode(&unordered.encode()).is_err());
 
-    let reg = Registry {
-        trees: vec![RegisteredTree {
-            root: "/sw".into(),
-            root_ino: InodeId(10),
-            version: 5,
-            file: index_file_name(InodeId(10), 5),
-            bytes: bytes.len() as u64,
-            crc: 1,
-            dirs: 2,
-            entries: 4,
-            built_ns: 1,
-        }],
+    let tree = RegisteredTree {
+        root: "/sw".into(),
+        root_ino: InodeId(10),
+        version: 5,
+        file: index_file_name(InodeId(10), 5),
+        bytes: bytes.len() as u64,
+        crc: 1,
+        dirs: 2,
+        entries: 4,
+        built_ns: 1,
     };
-    assert_eq!(Registry::decode(&reg.encode()), Ok(reg.clone()));
-    assert!(
-        Registry::decode(&bytes).is_err(),
-        "an index is not a registry"
+    assert_eq!(
+        RegisteredTree::decode("10.5", &tree.encode()),
+        Ok(tree.clone())
     );
+    assert!(
+        RegisteredTree::decode("10.6", &tree.encode()).is_err(),
+        "an entry under another name"
+    );
+    assert!(
+        RegisteredTree::decode("10.5", &bytes).is_err(),
+        "an index is not a registry entry"
+    );
+    let reg = Registry { trees: vec![tree] };
     assert_eq!(reg.tree_of("/sw/a/f").map(|t| t.version), Some(5));
     assert_eq!(reg.tree_of("/sw").map(|t| t.version), Some(5));
     assert!(reg.tree_of("/swx/a").is_none());
