@@ -66,7 +66,7 @@ impl Client {
             tree_index::below(&t.root, root).is_some() || tree_index::below(root, &t.root).is_some()
         }) {
             return Err(FsError::InvalidArgument(format!(
-                "{root}: {} is indexed already (version {}); `myriad index drop {}` first",
+                "{} is indexed already (version {}); `myriad index drop {}` first",
                 t.root, t.version, t.root
             )));
         }
