@@ -16,6 +16,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::bench_fuse::MountProc;
+use crate::bench_untar::sh;
 
 #[derive(Args, Clone)]
 pub struct StormArgs {
@@ -93,22 +94,6 @@ fn python() -> anyhow::Result<Python> {
         stdlib: PathBuf::from(lines[2]),
         purelib: PathBuf::from(lines[3]),
     })
-}
-
-fn sh(dir: &Path, script: &str) -> anyhow::Result<String> {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .output()
-        .with_context(|| format!("running {script}"))?;
-    if !out.status.success() {
-        bail!(
-            "`{script}` failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
 /// Builds the installation under `home` (a `PYTHONHOME`): `lib/pythonX.Y` with the

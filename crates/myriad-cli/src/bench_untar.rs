@@ -92,16 +92,14 @@ fn generate_tree(root: &Path, files: u64) -> anyhow::Result<u64> {
     Ok(bytes)
 }
 
-/// Runs `script` with `sh -c` in `dir`; its wall time.
-fn timed(dir: &Path, script: &str) -> anyhow::Result<f64> {
-    let t = Instant::now();
+/// Runs `script` with `sh -c` in `dir`; its standard output.
+pub(crate) fn sh(dir: &Path, script: &str) -> anyhow::Result<String> {
     let out = Command::new("sh")
         .arg("-c")
         .arg(script)
         .current_dir(dir)
         .output()
         .with_context(|| format!("running {script}"))?;
-    let secs = t.elapsed().as_secs_f64();
     if !out.status.success() {
         bail!(
             "`{script}` in {} failed: {}",
@@ -109,7 +107,14 @@ fn timed(dir: &Path, script: &str) -> anyhow::Result<f64> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(secs)
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Runs `script` with `sh -c` in `dir`; its wall time.
+fn timed(dir: &Path, script: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    sh(dir, script)?;
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// The four phases in `dir` (empty at first); seconds each.

@@ -956,7 +956,11 @@ impl Client {
     /// leases).
     #[must_use]
     pub fn lease_mark(&self, dir: &str) -> Option<crate::LeaseMark> {
-        self.config.leases.then(|| self.leases.mark(dir))
+        self.config.leases.then(|| {
+            let mut mark = self.leases.mark(dir);
+            mark.index_epoch = self.index_epoch();
+            mark
+        })
     }
 
     /// Whether what this client answered about `path` since `mark` is still covered by
@@ -968,7 +972,9 @@ impl Client {
         if path == "/" {
             return false;
         }
-        if self.index_covers(path) {
+        // Only if the registry read then is the one read now: an answer sent before an
+        // index of a tree being frozen was registered may predate the freeze.
+        if mark.index_epoch == self.index_epoch() && self.index_covers(path) {
             return true;
         }
         let (dir, name) = split_parent(path);

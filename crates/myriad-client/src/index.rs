@@ -68,6 +68,8 @@ pub(crate) struct Indexes {
     /// Index files that failed to load, and when to try again.
     failed: Mutex<HashMap<String, Instant>>,
     pub(crate) hits: AtomicU64,
+    /// Bumped by every read (or forgetting) of the registry (`LeaseMark::index_epoch`).
+    epoch: AtomicU64,
     pub(crate) loads: AtomicU64,
 }
 
@@ -124,6 +126,12 @@ impl Client {
     /// recalls no lease of its own): read again before the next answer from an index.
     pub(crate) fn forget_registry(&self) {
         *lock(&self.indexes.known) = None;
+        self.indexes.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The registry reads so far (`LeaseMark::index_epoch`).
+    pub(crate) fn index_epoch(&self) -> u64 {
+        self.indexes.epoch.load(Ordering::Acquire)
     }
 
     /// The registry, if what this client read of it is still true: its lease held with
@@ -267,6 +275,7 @@ impl Client {
             retry_at: Instant::now() + RETRY_AFTER,
         });
         *lock(&self.indexes.known) = Some(known.clone());
+        self.indexes.epoch.fetch_add(1, Ordering::AcqRel);
         known
     }
 

@@ -135,6 +135,9 @@ pub(crate) struct OwnChange {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseMark {
     drops: u64,
+    /// What the client had read of the index registry then (`Indexes::epoch`; 0 from
+    /// `Leases::mark`).
+    pub(crate) index_epoch: u64,
 }
 
 impl Part {
@@ -217,6 +220,7 @@ impl Leases {
     pub(crate) fn mark(&self, dir: &str) -> LeaseMark {
         LeaseMark {
             drops: self.drops[stripe(dir)].load(Ordering::Acquire),
+            index_epoch: 0,
         }
     }
 
@@ -228,7 +232,7 @@ impl Leases {
     pub(crate) fn covers(&self, dir: &str, name: &str, mark: LeaseMark) -> bool {
         let g = self.lock();
         // Read under the lock: a drop bumps it under the lock.
-        if self.mark(dir) != mark {
+        if self.mark(dir).drops != mark.drops {
             return false;
         }
         let now = Instant::now();

@@ -139,6 +139,14 @@ impl Filesystem for MyriadFs {
         // Others need not wait for this mount's locks and leases to expire.
         self.rt.block_on(self.inner.client.release_all_locks());
         self.rt.block_on(self.inner.client.release_leases());
+        let used = self.inner.client.index_stats();
+        if used.loads > 0 {
+            tracing::info!(
+                answers = used.hits,
+                loads = used.loads,
+                "metadata indexes answered this mount's requests"
+            );
+        }
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {

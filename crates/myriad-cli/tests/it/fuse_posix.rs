@@ -433,8 +433,13 @@ fn dead_server_gives_an_error_in_time_and_the_mount_recovers() {
     let dir = crate::harness::dir_on_node(&client, &cl.map, NodeId(2), "on2");
     ok(fs::create_dir(m.path(&dir)));
     let names: Vec<String> = (0..3).map(|i| format!("{dir}/f{i}")).collect();
+    // Acknowledged as a local disk acknowledges: by fsync (docs/fuse.md "Durability").
+    // Without it the writes may still be on their way (answered behind) when the server
+    // stops, and are lost with it when it is killed (the full suite once saw that).
     for n in &names {
-        ok(fs::write(m.path(n), n.as_bytes()));
+        let mut f = ok(fs::File::create(m.path(n)));
+        ok(std::io::Write::write_all(&mut f, n.as_bytes()));
+        ok(f.sync_all());
     }
     // Empty files: their create is acknowledged before its fsync; close waits for it.
     for i in 0..3 {
