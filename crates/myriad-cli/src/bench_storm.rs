@@ -32,6 +32,9 @@ pub struct StormArgs {
     /// modules).
     #[arg(long)]
     import: Option<String>,
+    /// The index's inline limit (`myriad index build --inline-bytes`).
+    #[arg(long, default_value_t = myriad_client::proto::tree_index::DEFAULT_INLINE_BYTES)]
+    inline_bytes: u64,
     #[command(flatten)]
     mounted: crate::bench_fuse::MountedBenchArgs,
 }
@@ -184,7 +187,8 @@ async fn requests(client: &myriad_client::Client) -> anyhow::Result<(ByOp, u64)>
         for o in snap.client_requests {
             match o.op.as_ref() {
                 "lease_poll" | "lease_renew" | "get_counters" | "get_map" | "statfs" | "echo" => {}
-                "read" | "read_chunk" => data += o.count,
+                // A chunk's capability is asked to read its data.
+                "read" | "read_chunk" | "grant" => data += o.count,
                 op => *meta.entry(op.to_string()).or_insert(0) += o.count,
             }
         }
@@ -350,7 +354,13 @@ async fn modes(
     for (run, mode) in ["no-index", "manual"].into_iter().enumerate() {
         if mode == "manual" {
             let r = client
-                .build_index("/py", myriad_client::BuildOptions::default())
+                .build_index(
+                    "/py",
+                    myriad_client::BuildOptions {
+                        inline_bytes: a.inline_bytes,
+                        ..myriad_client::BuildOptions::default()
+                    },
+                )
                 .await
                 .map_err(|e| anyhow::anyhow!("index build /py: {e}"))?;
             index_bytes = r.tree.bytes;
