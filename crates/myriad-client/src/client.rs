@@ -139,7 +139,7 @@ pub struct Client {
     /// The file locks this client holds (`file_locks.rs`).
     pub(crate) held_locks: crate::held_locks::HeldLocks,
     /// The metadata indexes met (`index.rs`).
-    pub(crate) indexes: Arc<crate::index::Indexes>,
+    pub(crate) indexes: Arc<crate::indexes::Indexes>,
 }
 
 /// A partition's changes answered once applied, since its last sync.

@@ -10,10 +10,9 @@
 
 mod build;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_placement::{join, split_parent};
@@ -24,89 +23,17 @@ use myriad_proto::tree_index::{
 use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Request, Response};
 use tokio::time::Instant;
 
+pub use crate::indexes::IndexStats;
 pub use build::{BuildOptions, BuildReport};
 
 use crate::client::{Client, unexpected};
+use crate::indexes::{Held, Indexes, Known, Loaded, lock};
 
 /// After a failed read of the registry (or one no lease covers), no new try for this long:
 /// an unreachable registry costs one request per period, not one per operation.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The most a registry entry may take.
 const ENTRY_BYTES_MAX: u64 = 64 << 10;
-
-/// A loaded index.
-pub(crate) struct Loaded {
-    pub(crate) tree: RegisteredTree,
-    pub(crate) view: IndexView,
-}
-
-/// The registry as last read.
-struct Known {
-    registry: Registry,
-    /// The lease it was read under, if any.
-    mark: Option<Held>,
-    /// When to read it again if no lease covers it.
-    retry_at: Instant,
-}
-
-/// The lease a registry read was kept under, and the lease mark read before it.
-#[derive(Clone, Copy)]
-enum Held {
-    /// `TREES_DIR` does not exist: its absence, kept under the lease on `INDEX_DIR`.
-    Missing(crate::LeaseMark),
-    /// `TREES_DIR`'s whole listing and its entries, under the lease on it.
-    Listed(crate::LeaseMark),
-}
-
-/// What this client knows of indexes, and what they saved.
-#[derive(Default)]
-pub(crate) struct Indexes {
-    known: Mutex<Option<Arc<Known>>>,
-    loaded: Mutex<HashMap<String, Arc<Loaded>>>,
-    /// One read of the registry or load of an index at a time.
-    loading: tokio::sync::Mutex<()>,
-    /// Index files that failed to load, and when to try again.
-    failed: Mutex<HashMap<String, Instant>>,
-    pub(crate) hits: AtomicU64,
-    /// Bumped by every read (or forgetting) of the registry (`LeaseMark::index_epoch`).
-    epoch: AtomicU64,
-    pub(crate) loads: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
-/// Counts of what the indexes saved this client (`Client::index_stats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IndexStats {
-    /// Answers given from an index.
-    pub hits: u64,
-    /// Indexes loaded (from the cluster or the local cache).
-    pub loads: u64,
-}
-
-impl Indexes {
-    /// The directories of every loaded index (absolute paths), for the kernel's copies
-    /// to be dropped with the registry's lease.
-    pub(crate) fn loaded_dirs(&self) -> Vec<String> {
-        let loaded = lock(&self.loaded);
-        let mut out = Vec::new();
-        for l in loaded.values() {
-            for d in &l.view.index.dirs {
-                out.push(if d.rel.is_empty() {
-                    l.tree.root.clone()
-                } else {
-                    join(&l.tree.root, &d.rel)
-                });
-            }
-        }
-        out
-    }
-}
 
 impl Client {
     fn indexes_on(&self) -> bool {

@@ -16,6 +16,7 @@ mod file_locks;
 mod frozen;
 mod held_locks;
 mod index;
+mod indexes;
 mod leases;
 mod write_behind;
 
