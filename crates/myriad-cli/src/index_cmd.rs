@@ -26,6 +26,14 @@ pub enum IndexCmd {
     /// Stop every client using the index of PATH, then make the tree writable again and
     /// remove the index. Also thaws a tree a failed build left frozen. Root only.
     Drop { path: String },
+    /// Directories the servers saw read at least --min-reads times in their popularity
+    /// window and not changed for --quiet-secs: the candidates for automatic indexes.
+    Candidates {
+        #[arg(long, default_value_t = 100)]
+        min_reads: u64,
+        #[arg(long, default_value_t = 60)]
+        quiet_secs: u64,
+    },
     /// List every index: tree, version, directories, names, size, when built.
     Status {
         /// One JSON object per index, one per line.
@@ -73,6 +81,26 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("index drop {root}: {e}"))?;
             println!("dropped the index of {root}: {thawed} directories writable again");
+            Ok(())
+        }
+        IndexCmd::Candidates {
+            min_reads,
+            quiet_secs,
+        } => {
+            let found = client
+                .index_candidates(min_reads, std::time::Duration::from_secs(quiet_secs))
+                .await
+                .map_err(|e| anyhow::anyhow!("index candidates: {e}"))?;
+            if found.is_empty() {
+                println!("no directory read {min_reads} times and quiet for {quiet_secs} s");
+            }
+            for (dir, reads, since) in found {
+                let quiet = since.map_or_else(
+                    || "no change seen".to_string(),
+                    |ms| format!("last change {:.0} s ago", ms as f64 / 1000.0),
+                );
+                println!("{reads:>10}  {dir}  ({quiet})");
+            }
             Ok(())
         }
         IndexCmd::Status { json } => {

@@ -11,8 +11,8 @@
 mod build;
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use myriad_placement::{join, split_parent};

@@ -35,7 +35,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 18: exclusive directory leases, reserved inode numbers (`ReserveIds`), `Batch`.
 /// 19: frozen trees (docs/metadata-index.md): `FsError::ReadOnly` (EROFS),
 /// `ClientRequest::MarkReadOnly`, `PeerRequest::DirMarkReadOnly`, `ClientRequest::OpenWrite`.
-pub const PROTOCOL_VERSION: u16 = 19;
+/// 20: `ClientRequest::IndexCandidates`; the root's attributes come with a lease.
+pub const PROTOCOL_VERSION: u16 = 20;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -309,6 +310,10 @@ pub enum Response {
     Sums(Vec<u64>),
     /// The keys of one bucket with a hash of each value (`ReplicaRequest::ReplicaBucket`).
     BucketKeys(Vec<(serde_bytes::ByteBuf, u64)>),
+    /// Directories read far more than changed (`ClientRequest::IndexCandidates`): path,
+    /// reads in the window, milliseconds since its last change (`None`: none seen since
+    /// the partition opened).
+    IndexCandidates(Vec<(String, u64, Option<u64>)>),
 }
 
 impl Response {

@@ -317,6 +317,10 @@ pub enum ClientRequest {
         path: String,
         mark: Option<crate::ReadOnlyMark>,
     },
+    /// Any partition: the directories it homes that were read at least `min_reads` times
+    /// in its popularity window and not changed for `quiet_ms` (the candidates for an
+    /// automatic metadata index, docs/metadata-index.md); `Response::IndexCandidates`.
+    IndexCandidates { min_reads: u64, quiet_ms: u64 },
 }
 
 /// What a read reads (`ClientRequest::read_of`).
@@ -858,6 +862,7 @@ impl ClientRequest {
             ClientRequest::Echo(_) => "echo",
             ClientRequest::Stat { .. } => "stat",
             ClientRequest::OpenWrite { .. } => "open_write",
+            ClientRequest::IndexCandidates { .. } => "index_candidates",
             ClientRequest::StatMany { .. } => "stat_many",
             ClientRequest::Fetch { .. } => "fetch",
             ClientRequest::ReadDir { .. } => "readdir",

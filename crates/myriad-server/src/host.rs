@@ -648,6 +648,9 @@ impl Host {
                 self.config.replication.clone(),
                 !fresh,
             ),
+            read_mostly: crate::partition::read_mostly::ReadMostly::new(
+                self.config.replication.window,
+            ),
             shard_maps: myriad_placement::ShardCache::default(),
             splits: crate::partition::split_state::SplitState::default(),
             dir_touches: crate::partition::touches::DirTouches::default(),

@@ -443,3 +443,50 @@ async fn a_mount_answers_an_indexed_tree_and_sees_it_change_once_dropped() {
         "x = 100\ny = 1\n53\n"
     );
 }
+
+/// The servers count reads and know changes per directory: they name the directories
+/// read far more than changed (the candidates for automatic indexes), and not one just
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_name_the_directories_read_far_more_than_changed() {
+    let tc = TestCluster::start(3);
+    let root = plain(&tc, Caller::root());
+    for d in ["/hot", "/warm"] {
+        ok(root.mkdir(d, 0o755).await, "mkdir");
+        ok(
+            root.create(&format!("{d}/f"), 0o644, true, b"x").await,
+            "create",
+        );
+    }
+    // Both quiet from here on for a while; then /warm changes.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for _ in 0..150 {
+        ok(root.stat("/hot/f").await, "stat");
+        ok(root.stat("/warm/f").await, "stat");
+    }
+    ok(root.create("/warm/g", 0o644, true, b"").await, "create");
+    let quiet = ok(
+        root.index_candidates(100, Duration::from_secs(1)).await,
+        "candidates",
+    );
+    let dirs: Vec<&str> = quiet.iter().map(|(d, _, _)| d.as_str()).collect();
+    assert!(dirs.contains(&"/hot"), "{quiet:?}");
+    assert!(!dirs.contains(&"/warm"), "just changed: {quiet:?}");
+    assert!(quiet.iter().all(|(_, reads, _)| *reads >= 100));
+    let any = ok(
+        root.index_candidates(100, Duration::ZERO).await,
+        "candidates",
+    );
+    assert!(
+        any.iter()
+            .any(|(d, n, since)| d == "/warm" && *n >= 150 && since.is_some()),
+        "{any:?}"
+    );
+    assert!(
+        ok(
+            root.index_candidates(1_000_000, Duration::ZERO).await,
+            "candidates"
+        )
+        .is_empty()
+    );
+}

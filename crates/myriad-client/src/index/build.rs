@@ -186,6 +186,35 @@ impl Client {
         Ok(thawed)
     }
 
+    /// The directories read at least `min_reads` times in their servers' popularity
+    /// window and not changed for `quiet`, from every partition: path, reads, time since
+    /// the last change (`None`: none seen), most read first. The candidates for automatic
+    /// indexes (docs/metadata-index.md).
+    pub async fn index_candidates(
+        &self,
+        min_reads: u64,
+        quiet: std::time::Duration,
+    ) -> Result<Vec<(String, u64, Option<u64>)>, FsError> {
+        let req = myriad_proto::ClientRequest::IndexCandidates {
+            min_reads,
+            quiet_ms: u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX),
+        };
+        let map = self.map();
+        let asks = map
+            .partitions
+            .iter()
+            .map(|p| self.request(p.id, myriad_proto::Request::Client(req.clone())));
+        let mut out = Vec::new();
+        for answer in futures::future::join_all(asks).await {
+            match answer? {
+                myriad_proto::Response::IndexCandidates(c) => out.extend(c),
+                other => return Err(crate::client::unexpected(&other)),
+            }
+        }
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(out)
+    }
+
     /// The registry of indexes as the cluster holds it now (empty if none was built).
     pub async fn index_registry(&self) -> Result<Registry, FsError> {
         Ok(self.registry_entries().await?.unwrap_or_default())

@@ -110,6 +110,40 @@ struct Inner {
     /// Mutations at the gate that may change any directory (`ChangedDirs::All`).
     all_pending: usize,
     grants: u64,
+    /// When directories last changed here.
+    changes: ChangeLog,
+}
+
+/// The most directories whose last change is kept: past it, every directory counts as
+/// changed at that moment (never quieter than it was).
+const CHANGE_LOG_MAX: usize = 4096;
+
+/// When each directory last changed (for the candidates of automatic metadata indexes,
+/// docs/metadata-index.md): bounded, and conservative past its bound.
+#[derive(Default)]
+struct ChangeLog {
+    at: std::collections::HashMap<String, Instant>,
+    /// Every directory changed at this moment or later.
+    floor: Option<Instant>,
+}
+
+impl ChangeLog {
+    fn note(&mut self, dir: &str, now: Instant) {
+        if self.at.len() >= CHANGE_LOG_MAX && !self.at.contains_key(dir) {
+            self.at.clear();
+            self.floor = Some(now);
+        }
+        self.at.insert(dir.to_string(), now);
+    }
+
+    fn all(&mut self, now: Instant) {
+        self.at.clear();
+        self.floor = Some(now);
+    }
+
+    fn last(&self, dir: &str) -> Option<Instant> {
+        self.at.get(dir).copied().max(self.floor)
+    }
 }
 
 #[derive(Default)]
@@ -404,6 +438,7 @@ impl LeaseTable {
             match &changed {
                 ChangedDirs::None => {}
                 ChangedDirs::All => {
+                    inner.changes.all(now);
                     inner.all_pending += 1;
                     for (d, l) in &mut inner.dirs {
                         recall(d, l);
@@ -411,6 +446,7 @@ impl LeaseTable {
                 }
                 ChangedDirs::Dirs(dirs) => {
                     for (d, r) in dirs.iter().zip(&requesters) {
+                        inner.changes.note(d, now);
                         let l = inner.dirs.entry(d.clone()).or_default();
                         *l.pending.entry(*r).or_default() += 1;
                         if !l.holders.is_empty() {
@@ -429,6 +465,12 @@ impl LeaseTable {
             changed,
             requesters,
         }
+    }
+
+    /// When `dir` last changed here, as far as this table knows (`None`: not since it
+    /// was made).
+    pub fn last_change(&self, dir: &str) -> Option<Instant> {
+        self.inner.lock().ok().and_then(|i| i.changes.last(dir))
     }
 
     /// Waits until each of `waiting`'s (directory, holder) leases was given back or expired.

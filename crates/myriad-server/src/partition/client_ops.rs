@@ -185,6 +185,20 @@ impl Partition {
                     other => Ok(other),
                 }
             }
+            ClientRequest::IndexCandidates {
+                min_reads,
+                quiet_ms,
+            } => {
+                // Without leases no gate sees the changes: no directory is known quiet.
+                let Some(table) = self.leases() else {
+                    return Ok(Response::IndexCandidates(Vec::new()));
+                };
+                Ok(Response::IndexCandidates(self.read_mostly.candidates(
+                    min_reads,
+                    std::time::Duration::from_millis(quiet_ms),
+                    |dir| table.last_change(dir),
+                )))
+            }
             ClientRequest::GetShardMap { dir } => {
                 validate_path(&dir)?;
                 Ok(Response::ShardMap(Box::new(self.shard_map_of(st, &dir)?)))

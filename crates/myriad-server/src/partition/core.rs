@@ -39,6 +39,8 @@ pub struct Partition {
     pub(crate) live: Mutex<BTreeSet<u64>>,
     /// Ancestor metadata replicas, popularity, and the subscriptions this node serves.
     pub(crate) replicas: crate::partition::replicas::Replicas,
+    /// Directories read far more than changed (`read_mostly.rs`).
+    pub(crate) read_mostly: crate::partition::read_mostly::ReadMostly,
     /// Shard maps of split directories whose entries this node addresses (rename
     /// destinations, link names, ancestors).
     pub(crate) shard_maps: myriad_placement::ShardCache,

@@ -337,6 +337,12 @@ impl Partition {
                 .ok_or_else(|| FsError::Io("not an inode operation".into()))?;
             return self.forward_to_home(caller, &path, home, ino, op).await;
         }
+        // Reads of a directory's names or listing, for finding read-mostly trees.
+        if let Request::Client(r) = &body
+            && let Some(dir) = r.read_dir()
+        {
+            self.read_mostly.read(dir);
+        }
         match body {
             Request::Client(r) => self.serve_client(&st, caller, r).await,
             Request::Peer(r) => self.serve_peer(&st, from, caller, r).await,

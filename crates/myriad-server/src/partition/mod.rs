@@ -28,6 +28,7 @@ pub(crate) mod open_files;
 pub(crate) mod orphans;
 pub(crate) mod peer_ops;
 pub(crate) mod popularity;
+pub(crate) mod read_mostly;
 pub(crate) mod read_only;
 pub(crate) mod repair;
 pub(crate) mod replicas;
