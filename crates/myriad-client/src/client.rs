@@ -1124,6 +1124,9 @@ impl Client {
 
     /// Attributes of any node plus, for a regular file, its first `max_bytes` bytes: always
     /// exactly one request (a FUSE lookup or open of a small file is served by this).
+    /// Answered from a metadata index with no request: then the contents come only if
+    /// the index holds them (a file bigger than its inline limit, or not readable by
+    /// everyone, comes with none: its reader reads them, as `fetch` does).
     pub async fn fetch_head(
         &self,
         path: &str,

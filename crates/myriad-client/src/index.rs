@@ -32,6 +32,10 @@ use crate::indexes::{Held, Indexes, Known, Loaded, lock};
 /// After a failed read of the registry (or one no lease covers), no new try for this long:
 /// an unreachable registry costs one request per period, not one per operation.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// And no two reads closer than this even when each got a lease: a lease mark moved by
+/// a drop of an unrelated directory sharing its stripe would otherwise cost a read per
+/// operation (no index answers meanwhile).
+const REREAD_AFTER: Duration = Duration::from_millis(100);
 /// The most a registry entry may take.
 const ENTRY_BYTES_MAX: u64 = 64 << 10;
 
@@ -167,14 +171,16 @@ impl Client {
 
     /// Whether the last read of the registry had no lease and is too recent to try again.
     fn registry_throttled(&self) -> bool {
-        lock(&self.indexes.known)
-            .as_ref()
-            .is_some_and(|k| k.mark.is_none() && Instant::now() < k.retry_at)
+        let now = Instant::now();
+        lock(&self.indexes.known).as_ref().is_some_and(|k| {
+            (k.mark.is_none() && now < k.retry_at) || now < k.read_at + REREAD_AFTER
+        })
     }
 
     /// Reads the registry (as this client's own caller), under the lease on its
     /// directory, or on `INDEX_DIR` when it does not exist.
     async fn read_registry(&self) -> Arc<Known> {
+        let epoch = self.index_epoch();
         let marks = (self.leases.mark(INDEX_DIR), self.leases.mark(TREES_DIR));
         let read = Client::as_caller(self.config.caller.clone(), self.registry_entries()).await;
         let me = &self.config.caller;
@@ -196,10 +202,15 @@ impl Client {
                 (Registry::default(), None)
             }
         };
+        // This client's own change of the registry meanwhile (`forget_registry`, which
+        // recalls none of its own leases): what was read may predate it.
+        let mark = mark.filter(|_| self.index_epoch() == epoch);
+        let now = Instant::now();
         let known = Arc::new(Known {
             registry,
             mark,
-            retry_at: Instant::now() + RETRY_AFTER,
+            retry_at: now + RETRY_AFTER,
+            read_at: now,
         });
         *lock(&self.indexes.known) = Some(known.clone());
         self.indexes.epoch.fetch_add(1, Ordering::AcqRel);
@@ -404,11 +415,7 @@ fn in_server_order(entries: &[IndexedEntry]) -> Vec<myriad_proto::DirEntry> {
 
 /// Whether `bytes` are the index file `tree` names (size and checksum).
 fn matches(tree: &RegisteredTree, bytes: &[u8]) -> bool {
-    bytes.len() as u64 == tree.bytes && crc32c_of(bytes) == tree.crc
-}
-
-pub(crate) fn crc32c_of(bytes: &[u8]) -> u32 {
-    myriad_proto::tree_index::file_crc(bytes)
+    bytes.len() as u64 == tree.bytes && myriad_proto::tree_index::file_digest(bytes) == tree.sha256
 }
 
 fn view_of(tree: &RegisteredTree, bytes: &[u8]) -> Result<IndexView, FsError> {

@@ -23,6 +23,8 @@ pub(crate) struct Known {
     pub(crate) mark: Option<Held>,
     /// When to read it again if no lease covers it.
     pub(crate) retry_at: Instant,
+    /// When it was read.
+    pub(crate) read_at: Instant,
 }
 
 /// The lease a registry read was kept under, and the lease mark read before it.

@@ -84,9 +84,10 @@ pub struct RegisteredTree {
     pub version: u64,
     /// The index file's name in `INDEX_DIR`.
     pub file: String,
-    /// Its size and checksum (a copy cached on a client's disk must match both).
+    /// Its size and SHA-256 (a copy cached on a client's disk must match both: the
+    /// registry, in the cluster, vouches for a local file anyone might have written).
     pub bytes: u64,
-    pub crc: u32,
+    pub sha256: [u8; 32],
     pub dirs: u64,
     pub entries: u64,
     pub built_ns: i64,
@@ -122,10 +123,11 @@ pub fn below<'p>(root: &str, path: &'p str) -> Option<&'p str> {
     }
 }
 
-/// The checksum a registry keeps of an index file (the whole file).
+/// The digest a registry keeps of an index file (the whole file).
 #[must_use]
-pub fn file_crc(bytes: &[u8]) -> u32 {
-    crc32c::crc32c(bytes)
+pub fn file_digest(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
 }
 
 fn seal(magic: [u8; 8], body: &[u8]) -> Vec<u8> {

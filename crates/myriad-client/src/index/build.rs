@@ -56,6 +56,13 @@ impl Client {
         opts: BuildOptions,
     ) -> Result<BuildReport, FsError> {
         myriad_proto::validate_path(root)?;
+        let most = self.chunk_size().min(myriad_proto::limits::IO_BYTES_MAX);
+        if opts.inline_bytes > most {
+            return Err(FsError::InvalidArgument(format!(
+                "--inline-bytes {} is more than a chunk ({most} bytes)",
+                opts.inline_bytes
+            )));
+        }
         if root == "/" || tree_index::below("/.myriad", root).is_some() {
             return Err(FsError::InvalidArgument(format!(
                 "{root} cannot be indexed (the root and /.myriad hold the indexes themselves)"
@@ -101,7 +108,7 @@ impl Client {
                 version,
                 file: tree_index::index_file_name(root_attrs.ino, version),
                 bytes: bytes.len() as u64,
-                crc: tree_index::file_crc(&bytes),
+                sha256: tree_index::file_digest(&bytes),
                 dirs: index.dirs.len() as u64,
                 entries: index.entry_count(),
                 built_ns: index.built_ns,

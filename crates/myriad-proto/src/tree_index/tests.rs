@@ -77,7 +77,7 @@ fn an_index_and_a_registry_survive_encoding_and_damage_is_refused() {
         version: 5,
         file: index_file_name(InodeId(10), 5),
         bytes: bytes.len() as u64,
-        crc: 1,
+        sha256: file_digest(&bytes),
         dirs: 2,
         entries: 4,
         built_ns: 1,
