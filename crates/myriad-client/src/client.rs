@@ -881,7 +881,7 @@ impl Client {
     // ---- metadata ----
 
     pub async fn stat(&self, path: &str) -> Result<Inode, FsError> {
-        if let Some(r) = self.indexed(path).await {
+        if let Some(r) = self.indexed(path, false).await {
             return r.map(|i| i.inode);
         }
         self.stat_servers(path).await
@@ -1132,7 +1132,7 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
-        if let Some(r) = self.indexed(path).await {
+        if let Some(r) = self.indexed(path, true).await {
             let i = r?;
             if !i.readable {
                 return Err(FsError::PermissionDenied);
@@ -1176,9 +1176,10 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
-        if let Some(r) = self.indexed(path).await {
+        if let Some(r) = self.indexed(path, true).await {
             let i = r?;
-            let mut data = i.contents.filter(|_| i.readable).unwrap_or_default();
+            // (Contents come only for a caller who may read them.)
+            let mut data = i.contents.unwrap_or_default();
             data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
             return Ok((i.inode, data));
         }
@@ -1198,7 +1199,8 @@ impl Client {
                 None => {}
             }
         }
-        self.fetch_head(path, max_bytes).await
+        // The index was asked above.
+        self.fetch_head_servers(path, max_bytes).await
     }
 
     /// Attributes and contents of a file in one round trip to one node when it fits in chunk
@@ -1368,7 +1370,7 @@ impl Client {
     }
 
     pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
-        if let Some(r) = self.indexed(path).await {
+        if let Some(r) = self.indexed(path, false).await {
             // Not a link: the servers say how it is refused.
             if let Some(t) = r?.inode.symlink_target {
                 return Ok(t);

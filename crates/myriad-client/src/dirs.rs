@@ -28,8 +28,8 @@ impl Client {
         limit: u32,
     ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
         validate_path(path)?;
-        if let Some(all) = self.indexed_listing(path).await {
-            return Ok(page_of(all, after.as_deref(), limit));
+        if let Some(page) = self.indexed_page(path, after.as_deref(), limit).await {
+            return Ok(page);
         }
         if let Some(page) = self.leased_listing(path, after.as_deref(), limit) {
             return Ok(page);
@@ -86,8 +86,8 @@ impl Client {
     /// from all its shards at once, each in pages of 1,024; results come in hash order.
     pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
         validate_path(path)?;
-        if let Some(all) = self.indexed_listing(path).await {
-            return Ok(all);
+        if let Some(all) = self.indexed_page(path, None, u32::MAX).await {
+            return Ok(all.0);
         }
         self.readdir_servers(path).await
     }
@@ -364,14 +364,37 @@ fn page_of(
     after: Option<&str>,
     limit: u32,
 ) -> (Vec<DirEntry>, Option<String>) {
-    let from = after.map_or(0, |a| {
-        let key = (name_hash(a), a);
-        all.partition_point(|e| (name_hash(&e.name), e.name.as_str()) <= key)
-    });
-    let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
-    let rest = all.split_off(from.min(all.len()));
-    let more = rest.len() > limit;
-    let page: Vec<DirEntry> = rest.into_iter().take(limit).collect();
+    let (from, to) = page_bounds(all.len(), |i| &all[i].name, after, limit);
+    let more = to < all.len();
+    all.truncate(to);
+    let page = all.split_off(from);
     let next = more.then(|| page.last().map(|e| e.name.clone())).flatten();
     (page, next)
+}
+
+/// The positions `from..to` of the page after `after` (at most `limit` entries) in a
+/// listing of `len` names in the servers' order, `name_at(i)` the `i`-th.
+pub(crate) fn page_bounds<'a>(
+    len: usize,
+    name_at: impl Fn(usize) -> &'a str,
+    after: Option<&str>,
+    limit: u32,
+) -> (usize, usize) {
+    let from = after.map_or(0, |a| {
+        let key = (name_hash(a), a);
+        // The first position past `after`.
+        let (mut lo, mut hi) = (0, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let n = name_at(mid);
+            if (name_hash(n), n) <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    });
+    let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
+    (from, from.saturating_add(limit).min(len))
 }

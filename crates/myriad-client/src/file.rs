@@ -113,7 +113,7 @@ impl Client {
     /// client removed its last name meanwhile (an orphan, `nlink` 0; docs/fuse.md "Open
     /// files unlinked elsewhere").
     pub async fn stat_open(&self, h: &FileHandle) -> Result<Inode, FsError> {
-        if let Some(Ok(i)) = self.indexed(&h.path).await
+        if let Some(Ok(i)) = self.indexed(&h.path, false).await
             && i.inode.ino == h.inode.ino
         {
             return Ok(i.inode);
@@ -135,7 +135,7 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset`. Short only at end of file.
     pub async fn read(&self, h: &FileHandle, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
-        if let Some(Ok(i)) = self.indexed(&h.path).await
+        if let Some(Ok(i)) = self.indexed(&h.path, true).await
             && i.inode.ino == h.inode.ino
             && let Some(data) = i.contents
         {

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use myriad_placement::{join, split_parent};
 use myriad_proto::tree_index::{
-    Answer, INDEX_DIR, IndexView, IndexedEntry, REGISTRY_TREES_MAX, RegisteredTree, Registry,
-    TREES_DIR, TREES_NAME, TreeIndex,
+    Answer, INDEX_DIR, IndexView, REGISTRY_TREES_MAX, RegisteredTree, Registry, TREES_DIR,
+    TREES_NAME, TreeIndex,
 };
 use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Request, Response};
 use tokio::time::Instant;
@@ -319,10 +319,15 @@ impl Client {
 
     /// What the index says of `path` for the calling task's caller: `None` to ask the
     /// servers; `Some(Err(NotFound))` for a name it knows is missing.
-    pub(crate) async fn indexed(&self, path: &str) -> Option<Result<Indexed, FsError>> {
+    /// `contents`: the file's contents are wanted (else not copied).
+    pub(crate) async fn indexed(
+        &self,
+        path: &str,
+        contents: bool,
+    ) -> Option<Result<Indexed, FsError>> {
         let l = self.index_for(path).await?;
         let root = self.root_attrs(&l).await?;
-        self.answer(&l, path, &self.task_caller(), &root)
+        self.answer(&l, path, &self.task_caller(), &root, contents)
     }
 
     /// `indexed` with no request: only from what is loaded and leased now.
@@ -336,7 +341,7 @@ impl Client {
         }
         let l = self.index_now(path)?;
         let root = self.root_attrs_now(&l, caller)?;
-        self.answer(&l, path, caller, &root)
+        self.answer(&l, path, caller, &root, false)
     }
 
     fn answer(
@@ -345,11 +350,14 @@ impl Client {
         path: &str,
         caller: &Caller,
         root: &Inode,
+        contents: bool,
     ) -> Option<Result<Indexed, FsError>> {
         let r = match l.view.lookup(path, caller, root) {
             Answer::Found(entry, inode) => Ok(Indexed {
                 inode: inode.clone(),
-                contents: IndexView::contents(entry, caller).map(<[u8]>::to_vec),
+                contents: contents
+                    .then(|| IndexView::contents(entry, caller).map(<[u8]>::to_vec))
+                    .flatten(),
                 readable: inode.kind != FileKind::File
                     || myriad_proto::access::allowed(inode, caller, myriad_proto::access::READ),
             }),
@@ -361,17 +369,38 @@ impl Client {
         Some(r)
     }
 
-    /// Directory `path`'s whole listing from an index, in the servers' order (name hash,
-    /// then name), for the calling task's caller.
-    pub(crate) async fn indexed_listing(&self, path: &str) -> Option<Vec<myriad_proto::DirEntry>> {
+    /// A page of directory `path`'s listing from an index, in the servers' order (name
+    /// hash, then name), after `after` and at most `limit` entries, with the cursor of the
+    /// next page, for the calling task's caller.
+    pub(crate) async fn indexed_page(
+        &self,
+        path: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Option<(Vec<myriad_proto::DirEntry>, Option<String>)> {
         if Client::wants_exclusive() {
             return None;
         }
         let l = self.index_for(path).await?;
         let root = self.root_attrs(&l).await?;
-        let entries = l.view.listing(path, &self.task_caller(), &root)?;
+        let listing = l.view.listing(path, &self.task_caller(), &root)?;
+        let (from, to) =
+            crate::dirs::page_bounds(listing.len(), |i| &listing.get(i).name, after, limit);
+        // A whole listing has every entry's attributes (`IndexView::listing`).
+        let page: Vec<myriad_proto::DirEntry> = (from..to)
+            .filter_map(|i| {
+                let e = listing.get(i);
+                Some(myriad_proto::DirEntry {
+                    name: e.name.clone(),
+                    inode: e.inode.clone()?,
+                })
+            })
+            .collect();
+        let next = (to < listing.len())
+            .then(|| page.last().map(|e| e.name.clone()))
+            .flatten();
         self.indexes.hits.fetch_add(1, Ordering::Relaxed);
-        Some(in_server_order(entries))
+        Some((page, next))
     }
 
     /// Whether an index answers for `path` now, whoever asks (a mount lets the kernel
@@ -393,24 +422,10 @@ impl Client {
 /// An index's answer about one name.
 pub(crate) struct Indexed {
     pub(crate) inode: Inode,
-    /// Its whole contents, if kept and the caller may read them.
+    /// Its whole contents, if asked for, kept, and the caller may read them.
     pub(crate) contents: Option<Vec<u8>>,
     /// Whether the caller may read it (a fetch of a file it may not is `PermissionDenied`).
     pub(crate) readable: bool,
-}
-
-fn in_server_order(entries: &[IndexedEntry]) -> Vec<myriad_proto::DirEntry> {
-    let mut out: Vec<myriad_proto::DirEntry> = entries
-        .iter()
-        .filter_map(|e| {
-            Some(myriad_proto::DirEntry {
-                name: e.name.clone(),
-                inode: e.inode.clone()?,
-            })
-        })
-        .collect();
-    out.sort_by_cached_key(|e| (myriad_placement::name_hash(&e.name), e.name.clone()));
-    out
 }
 
 /// Whether `bytes` are the index file `tree` names (size and checksum).

@@ -245,6 +245,34 @@ pub enum Answer<'a> {
 pub struct IndexView {
     pub index: TreeIndex,
     dirs: HashMap<String, usize>,
+    /// Per directory, its entries' positions in the servers' listing order (name hash,
+    /// then name): computed once, so a page of a listing costs a binary search.
+    order: Vec<Vec<u32>>,
+}
+
+/// A directory's whole listing, in the servers' order.
+#[derive(Clone, Copy, Debug)]
+pub struct Listing<'a> {
+    entries: &'a [IndexedEntry],
+    order: &'a [u32],
+}
+
+impl<'a> Listing<'a> {
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The `i`-th entry in the servers' order.
+    #[must_use]
+    pub fn get(&self, i: usize) -> &'a IndexedEntry {
+        &self.entries[self.order[i] as usize]
+    }
 }
 
 impl IndexView {
@@ -256,7 +284,21 @@ impl IndexView {
             .enumerate()
             .map(|(i, d)| (d.rel.clone(), i))
             .collect();
-        IndexView { index, dirs }
+        let order = index
+            .dirs
+            .iter()
+            .map(|d| {
+                let mut o: Vec<u32> = (0..d.entries.len())
+                    .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+                    .collect();
+                o.sort_by_cached_key(|&i| {
+                    let name = &d.entries[i as usize].name;
+                    (crate::name_hash(name), name.clone())
+                });
+                o
+            })
+            .collect();
+        IndexView { index, dirs, order }
     }
 
     fn dir(&self, rel: &str) -> Option<&IndexedDir> {
@@ -348,9 +390,10 @@ impl IndexView {
         path: &str,
         caller: &Caller,
         root: &'a Inode,
-    ) -> Option<&'a [IndexedEntry]> {
+    ) -> Option<Listing<'a>> {
         let rel = below(&self.index.root, path)?;
         let dir = self.resolve_dir(rel, caller, root)?;
+        let order = &self.order[*self.dirs.get(rel)?];
         let attrs = if rel.is_empty() {
             root
         } else {
@@ -360,7 +403,10 @@ impl IndexView {
             }
         };
         let whole = dir.entries.iter().all(|e| e.inode.is_some());
-        (whole && allowed(attrs, caller, READ)).then_some(dir.entries.as_slice())
+        (whole && allowed(attrs, caller, READ)).then_some(Listing {
+            entries: &dir.entries,
+            order,
+        })
     }
 
     /// The contents of regular file `entry` for `caller`, if the index holds them and

@@ -133,7 +133,13 @@ impl ChangeLog {
             self.at.clear();
             self.floor = Some(now);
         }
-        self.at.insert(dir.to_string(), now);
+        // Every mutation passes here: no new key for a directory already known.
+        match self.at.get_mut(dir) {
+            Some(at) => *at = now,
+            None => {
+                self.at.insert(dir.to_string(), now);
+            }
+        }
     }
 
     fn all(&mut self, now: Instant) {
