@@ -3,5 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
+# The fuzz crate has its own lock file, which CI builds --locked: a dependency added to the
+# workspace must reach it too (cargo update --workspace --manifest-path fuzz/Cargo.toml).
+if ! cargo metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml >/dev/null; then
+    echo "test: fuzz/Cargo.lock is out of date; run 'cargo update --workspace --manifest-path fuzz/Cargo.toml' and commit it" >&2
+    exit 1
+fi
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
