@@ -22,6 +22,11 @@ pub enum IndexCmd {
         /// Refuse to write an index bigger than this (bytes, after compression).
         #[arg(long, default_value_t = DEFAULT_MAX_BYTES)]
         max_bytes: u64,
+        /// Build an automatic index instead: the tree is not frozen, and its first change
+        /// unregisters the index (clients fall back to the servers until it is built
+        /// again). Mounts build these by themselves for trees read far more than changed.
+        #[arg(long)]
+        auto: bool,
     },
     /// Stop every client using the index of PATH, then make the tree writable again and
     /// remove the index. Also thaws a tree a failed build left frozen. Root only.
@@ -48,6 +53,7 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
             path,
             inline_bytes,
             max_bytes,
+            auto,
         } => {
             let root = normalize(&path)?;
             let started = std::time::Instant::now();
@@ -55,15 +61,21 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
                 inline_bytes,
                 max_bytes,
                 version: None,
+                auto,
             };
             let r = client
                 .build_index(&root, opts)
                 .await
                 .map_err(|e| anyhow::anyhow!("index build {root}: {e}"))?;
             println!(
-                "indexed {root}: version {}, {} directories frozen, {} listed in the index, {} names, {} files inline, {} bytes ({}/{}), {:.2} s",
+                "indexed {root}: version {}, {} directories {}, {} listed in the index, {} names, {} files inline, {} bytes ({}/{}), {:.2} s",
                 r.tree.version,
                 r.frozen_dirs,
+                if auto {
+                    "marked (automatic: the first change unregisters it)"
+                } else {
+                    "frozen"
+                },
                 r.indexed_dirs,
                 r.tree.entries,
                 r.inline_files,
@@ -111,7 +123,7 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
             if json {
                 for t in &reg.trees {
                     let v = serde_json::json!({
-                        "root": t.root, "version": t.version, "kind": "manual",
+                        "root": t.root, "version": t.version, "kind": kind(t),
                         "dirs": t.dirs, "entries": t.entries, "bytes": t.bytes,
                         "file": t.file, "built_ns": t.built_ns,
                     });
@@ -129,11 +141,21 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
             );
             for t in &reg.trees {
                 println!(
-                    "{:<40} {:>14} {:>7} {:>9} {:>11}  manual",
-                    t.root, t.version, t.dirs, t.entries, t.bytes
+                    "{:<40} {:>14} {:>7} {:>9} {:>11}  {}",
+                    t.root,
+                    t.version,
+                    t.dirs,
+                    t.entries,
+                    t.bytes,
+                    kind(t)
                 );
             }
             Ok(())
         }
     }
+}
+
+/// "manual" (frozen by `index build`) or "auto" (unregistered by its tree's first change).
+fn kind(t: &myriad_client::proto::tree_index::RegisteredTree) -> &'static str {
+    if t.auto { "auto" } else { "manual" }
 }

@@ -70,6 +70,22 @@ pub struct MountArgs {
     /// there. Default: $XDG_CACHE_HOME/myriad/index, else ~/.cache/myriad/index.
     #[arg(long, value_name = "DIR")]
     pub index_cache_dir: Option<PathBuf>,
+    /// How often this mount asks the servers for trees read far more than changed, and
+    /// builds an automatic index of each (as `myriad index build --auto`: the tree stays
+    /// writable, its first change unregisters the index). One mount builds each tree
+    /// (the first to claim it). 0 turns automatic indexing off; so do --no-index and
+    /// --no-leases.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub auto_index_every: u64,
+    /// A directory is hot once the servers saw it read this often in the last minute
+    /// (listings and lookups by any client; a mount with leases reads a directory about
+    /// once per lease).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub auto_index_min_reads: u64,
+    /// A hot directory is quiet once unchanged this long; a tree is indexed when its hot
+    /// directories are all quiet.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub auto_index_quiet_secs: u64,
     /// Threads reading FUSE requests from the kernel.
     #[arg(long, default_value_t = 4)]
     pub fuse_threads: usize,
@@ -167,6 +183,16 @@ pub fn run(
         allow_other: args.allow_other,
         indexes: !args.no_index && !args.no_leases,
         index_cache_dir: args.index_cache_dir.clone().or_else(default_index_cache),
+        auto_index: (!args.no_index && !args.no_leases && args.auto_index_every > 0).then(|| {
+            myriad_fuse::AutoIndexing {
+                every: Duration::from_secs(args.auto_index_every),
+                policy: myriad_client::AutoIndexPolicy {
+                    min_reads: args.auto_index_min_reads,
+                    quiet: Duration::from_secs(args.auto_index_quiet_secs),
+                    ..myriad_client::AutoIndexPolicy::default()
+                },
+            }
+        }),
     };
     let shown = args.mountpoint.display().to_string();
     myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}")).map_err(anyhow::Error::msg)
@@ -235,6 +261,12 @@ fn detach(
     if let Some(d) = &args.index_cache_dir {
         cmd.arg("--index-cache-dir").arg(d);
     }
+    cmd.arg("--auto-index-every")
+        .arg(args.auto_index_every.to_string())
+        .arg("--auto-index-min-reads")
+        .arg(args.auto_index_min_reads.to_string())
+        .arg("--auto-index-quiet-secs")
+        .arg(args.auto_index_quiet_secs.to_string());
     if args.allow_other {
         cmd.arg("--allow-other");
     }

@@ -14,10 +14,22 @@ impl Client {
         path: &str,
         mark: Option<ReadOnlyMark>,
     ) -> Result<(), FsError> {
+        self.mark_dir(path, mark, false).await
+    }
+
+    /// `mark_read_only`, or with `auto` the mark of an automatic index (not frozen: the
+    /// first change unregisters the index).
+    pub async fn mark_dir(
+        &self,
+        path: &str,
+        mark: Option<ReadOnlyMark>,
+        auto: bool,
+    ) -> Result<(), FsError> {
         validate_path(path)?;
         let req = Request::Client(ClientRequest::MarkReadOnly {
             path: path.to_string(),
             mark,
+            auto,
         });
         self.request(self.dir_home(path), req).await.map(|_| ())
     }
@@ -51,11 +63,23 @@ impl Client {
         root: &str,
         mark: ReadOnlyMark,
     ) -> Result<Vec<String>, FsError> {
+        self.mark_tree(root, mark, false).await
+    }
+
+    /// `freeze_tree`, or with `auto` marking the tree for an automatic index: each
+    /// directory marked before it is listed, so a change after the listing unregisters
+    /// the index.
+    pub async fn mark_tree(
+        &self,
+        root: &str,
+        mark: ReadOnlyMark,
+        auto: bool,
+    ) -> Result<Vec<String>, FsError> {
         let mut dirs = vec![root.to_string()];
         let mut next = 0;
         while let Some(dir) = dirs.get(next).cloned() {
             next += 1;
-            self.mark_read_only(&dir, Some(mark)).await?;
+            self.mark_dir(&dir, Some(mark), auto).await?;
             dirs.extend(self.subdirs(&dir).await?);
         }
         Ok(dirs)
@@ -67,6 +91,11 @@ impl Client {
     /// frozen only in part (a freeze that failed part-way) thaws too. Returns how many
     /// directories it unmarked.
     pub async fn thaw_tree(&self, root: &str) -> Result<usize, FsError> {
+        self.unmark_tree(root, false).await
+    }
+
+    /// `thaw_tree`, or with `auto` clearing an automatic index's marks.
+    pub async fn unmark_tree(&self, root: &str, auto: bool) -> Result<usize, FsError> {
         let mut dirs = vec![root.to_string()];
         let mut next = 0;
         while let Some(dir) = dirs.get(next).cloned() {
@@ -79,7 +108,7 @@ impl Client {
         }
         let mut thawed = 0;
         for dir in dirs.iter().rev() {
-            match self.mark_read_only(dir, None).await {
+            match self.mark_dir(dir, None, auto).await {
                 Ok(()) => thawed += 1,
                 Err(FsError::NotFound) => {}
                 Err(e) => return Err(e),

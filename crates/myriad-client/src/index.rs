@@ -8,6 +8,8 @@
 //! Only with leases (`ClientConfig::leases` and `indexes`): without a lease nothing would
 //! tell a client that an index was dropped.
 
+mod auto;
+mod auto_policy;
 mod build;
 
 use std::path::PathBuf;
@@ -17,13 +19,14 @@ use std::time::Duration;
 
 use myriad_placement::{join, split_parent};
 use myriad_proto::tree_index::{
-    Answer, INDEX_DIR, IndexView, REGISTRY_TREES_MAX, RegisteredTree, Registry, TREES_DIR,
-    TREES_NAME, TreeIndex,
+    Answer, INDEX_DIR, IndexView, PENDING_PREFIX, REGISTRY_TREES_MAX, RegisteredTree, Registry,
+    TREES_DIR, TREES_NAME, TreeIndex,
 };
 use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Request, Response};
 use tokio::time::Instant;
 
 pub use crate::indexes::IndexStats;
+pub use auto_policy::{AutoIndexPolicy, AutoIndexer, Hot, choose_roots};
 pub use build::{BuildOptions, BuildReport};
 
 use crate::client::{Client, unexpected};
@@ -228,6 +231,10 @@ impl Client {
         };
         let mut reg = Registry::default();
         for e in listing.into_iter().take(REGISTRY_TREES_MAX) {
+            // An automatic build under way: not usable until renamed to its own name.
+            if e.name.starts_with(PENDING_PREFIX) {
+                continue;
+            }
             let path = join(TREES_DIR, &e.name);
             match self.fetch_head_servers(&path, ENTRY_BYTES_MAX).await {
                 Ok((_, bytes)) => match RegisteredTree::decode(&e.name, &bytes) {

@@ -23,7 +23,9 @@ mod write_behind;
 pub use behind::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
-pub use index::{BuildOptions, BuildReport, IndexStats};
+pub use index::{
+    AutoIndexPolicy, AutoIndexer, BuildOptions, BuildReport, Hot, IndexStats, choose_roots,
+};
 pub use leases::{Dropped, LeaseMark, RecallHook};
 pub use myriad_net::Transport;
 pub use myriad_placement::{

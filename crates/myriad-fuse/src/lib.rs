@@ -10,6 +10,7 @@
 //! server or storage crates.
 
 mod attr;
+mod auto_index;
 mod caller;
 mod data_ops;
 mod fs;
@@ -29,6 +30,7 @@ use myriad_client::{Client, ClientConfig};
 use myriad_placement::ClusterMap;
 use myriad_proto::Caller;
 
+pub use auto_index::AutoIndexing;
 pub use ops::FsConfig;
 
 #[derive(Clone, Debug)]
@@ -49,6 +51,8 @@ pub struct MountConfig {
     pub indexes: bool,
     /// Where loaded indexes are kept on local disk.
     pub index_cache_dir: Option<std::path::PathBuf>,
+    /// Build automatic indexes of trees read far more than changed (`None`: never).
+    pub auto_index: Option<AutoIndexing>,
 }
 
 /// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
@@ -103,6 +107,15 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     lock_ops::start_keeping_open(&inner, rt.handle());
     if cfg.fs.leases {
         recall::install(&inner);
+    }
+    if let Some(auto) = cfg.auto_index {
+        auto_index::start(
+            rt.handle(),
+            cfg.map.clone(),
+            cfg.keys.clone(),
+            cfg.request_timeout,
+            auto,
+        )?;
     }
     if cfg.fs.write_behind && cfg.fs.leases && !cfg.fs.sync_close {
         // The client's senders of changes answered behind run on the mount's runtime.

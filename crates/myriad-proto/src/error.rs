@@ -72,6 +72,15 @@ pub enum FsError {
         "read-only: the tree is frozen for its metadata index (`myriad index drop` it to change it)"
     )]
     ReadOnly,
+    /// Internal to a server: a change met directory `dir`, which is in the tree of the
+    /// automatic index `mark` (docs/metadata-index.md "Automatic indexes"). The server's
+    /// applier unregisters that index, clears the mark and applies the change again, so
+    /// no client is meant to see this; one that does retries.
+    #[error("{dir} is in an automatic metadata index being unregistered; try again")]
+    AutoIndexed {
+        dir: String,
+        mark: crate::ReadOnlyMark,
+    },
 }
 
 /// The families of `FsError` (ARCHITECTURE.md, "Errors"). Replication's own answers (a copy
@@ -114,6 +123,7 @@ impl FsError {
             | FsError::NoSuchOffset
             | FsError::ReadOnly => ErrorKind::Posix,
             FsError::Busy
+            | FsError::AutoIndexed { .. }
             | FsError::Unavailable(_)
             | FsError::TimedOut(_)
             | FsError::Redirect(_)
@@ -147,6 +157,7 @@ impl FsError {
             FsError::PermissionDenied => 13,   // EACCES
             FsError::Stale => 116,             // ESTALE
             FsError::Busy
+            | FsError::AutoIndexed { .. }
             | FsError::Redirect(_)
             | FsError::MapTooOld(_)
             | FsError::WrongShard { .. } => 11, // EAGAIN
@@ -170,7 +181,10 @@ impl FsError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            FsError::Busy | FsError::Unavailable(_) | FsError::TimedOut(_)
+            FsError::Busy
+                | FsError::AutoIndexed { .. }
+                | FsError::Unavailable(_)
+                | FsError::TimedOut(_)
         )
     }
 }
@@ -212,6 +226,13 @@ mod tests {
             },
             FsError::NoSuchOffset,
             FsError::ReadOnly,
+            FsError::AutoIndexed {
+                dir: "/a".into(),
+                mark: crate::ReadOnlyMark {
+                    root: InodeId(2),
+                    version: 1,
+                },
+            },
         ]
     }
 

@@ -36,7 +36,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 19: frozen trees (docs/metadata-index.md): `FsError::ReadOnly` (EROFS),
 /// `ClientRequest::MarkReadOnly`, `PeerRequest::DirMarkReadOnly`, `ClientRequest::OpenWrite`.
 /// 20: `ClientRequest::IndexCandidates`; the root's attributes come with a lease.
-pub const PROTOCOL_VERSION: u16 = 20;
+/// 21: automatic indexes: `auto` on `MarkReadOnly` and `DirMarkReadOnly`,
+/// `PeerRequest::UnregisterIndex`, `FsError::AutoIndexed`.
+pub const PROTOCOL_VERSION: u16 = 21;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

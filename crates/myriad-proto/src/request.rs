@@ -313,9 +313,12 @@ pub enum ClientRequest {
     /// Home of directory `path` (root only): mark every part of its directory object as
     /// inside the frozen tree `mark` (changes of its entries are then refused with
     /// `ReadOnly`), or, with `None`, unmark it. Idempotent (docs/metadata-index.md).
+    /// With `auto`, the mark of an automatic index instead: changes are not refused, the
+    /// first one unregisters the index (`PeerRequest::UnregisterIndex`) before it applies.
     MarkReadOnly {
         path: String,
         mark: Option<crate::ReadOnlyMark>,
+        auto: bool,
     },
     /// Any partition: the directories it homes that were read at least `min_reads` times
     /// in its popularity window and not changed for `quiet_ms` (the candidates for an
@@ -412,7 +415,14 @@ pub enum PeerRequest {
     DirMarkReadOnly {
         path: String,
         mark: Option<crate::ReadOnlyMark>,
+        auto: bool,
     },
+    /// The node holding registry entry `name` in `tree_index::TREES_DIR` (an automatic
+    /// index's, `pending.<file>` or `<file>`), from a node about to change a directory of
+    /// its tree: unlink it if it is there, through the change gate, so every client's
+    /// registry lease is recalled before. The sender asks for the pending entry first,
+    /// then the live one (docs/metadata-index.md "Automatic indexes").
+    UnregisterIndex { name: String },
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
     /// split into 2^`depth` shards (it creates the other shards on their nodes first).
     DirObjectCreate {
@@ -1017,6 +1027,7 @@ impl PeerRequest {
             PeerRequest::AttrUpdate { .. } => "attr_update",
             PeerRequest::InvalidatePrefix { .. } => "invalidate_prefix",
             PeerRequest::DirMarkReadOnly { .. } => "dir_mark_read_only",
+            PeerRequest::UnregisterIndex { .. } => "unregister_index",
             PeerRequest::DirAttrsChanged { .. } => "dir_attrs_changed",
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",

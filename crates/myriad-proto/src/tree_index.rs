@@ -34,7 +34,15 @@ pub const DECODED_MAX: usize = 1 << 30;
 pub const REGISTRY_TREES_MAX: usize = 4096;
 
 const INDEX_MAGIC: [u8; 8] = *b"MYRIDX\x00\x01";
-const REGISTRY_MAGIC: [u8; 8] = *b"MYRREG\x00\x01";
+/// Registry entries written now (with `RegisteredTree::auto`).
+const REGISTRY_MAGIC: [u8; 8] = *b"MYRREG\x00\x02";
+/// Registry entries written before automatic indexes (`RegisteredTreeV1`).
+const REGISTRY_MAGIC_V1: [u8; 8] = *b"MYRREG\x00\x01";
+/// A registry entry named so is an automatic index's build under way (not yet usable):
+/// `pending.<file>`, made live by renaming it to `<file>` (docs/metadata-index.md).
+pub const PENDING_PREFIX: &str = "pending.";
+/// Claims of automatic builds: `<root inode>` made exclusively by the builder.
+pub const CLAIMS_DIR: &str = "/.myriad/index/claims";
 /// Magic, then the crc32c of everything after it.
 const HEADER_BYTES: usize = 12;
 
@@ -91,6 +99,39 @@ pub struct RegisteredTree {
     pub dirs: u64,
     pub entries: u64,
     pub built_ns: i64,
+    /// An automatic index: the tree is not frozen, its first change unregisters it.
+    pub auto: bool,
+}
+
+/// A registry entry as written before automatic indexes (always manual).
+#[derive(Deserialize)]
+struct RegisteredTreeV1 {
+    root: String,
+    root_ino: InodeId,
+    version: u64,
+    file: String,
+    bytes: u64,
+    sha256: [u8; 32],
+    dirs: u64,
+    entries: u64,
+    built_ns: i64,
+}
+
+impl From<RegisteredTreeV1> for RegisteredTree {
+    fn from(v: RegisteredTreeV1) -> RegisteredTree {
+        RegisteredTree {
+            root: v.root,
+            root_ino: v.root_ino,
+            version: v.version,
+            file: v.file,
+            bytes: v.bytes,
+            sha256: v.sha256,
+            dirs: v.dirs,
+            entries: v.entries,
+            built_ns: v.built_ns,
+            auto: false,
+        }
+    }
 }
 
 impl Registry {
@@ -215,9 +256,17 @@ impl RegisteredTree {
 
     /// Decodes a registry entry and checks it names its own file.
     pub fn decode(name: &str, bytes: &[u8]) -> Result<RegisteredTree, FsError> {
-        let body = unseal(REGISTRY_MAGIC, "index registry entry", bytes)?;
-        let t: RegisteredTree = postcard::from_bytes(body)
-            .map_err(|e| FsError::Protocol(format!("index registry entry {name}: {e}")))?;
+        let bad =
+            |e: postcard::Error| FsError::Protocol(format!("index registry entry {name}: {e}"));
+        let t: RegisteredTree = if bytes.starts_with(&REGISTRY_MAGIC_V1) {
+            let body = unseal(REGISTRY_MAGIC_V1, "index registry entry", bytes)?;
+            postcard::from_bytes::<RegisteredTreeV1>(body)
+                .map_err(bad)?
+                .into()
+        } else {
+            let body = unseal(REGISTRY_MAGIC, "index registry entry", bytes)?;
+            postcard::from_bytes(body).map_err(bad)?
+        };
         if t.file != name || t.file != index_file_name(t.root_ino, t.version) {
             return Err(FsError::Protocol(format!(
                 "index registry entry {name} names {}",

@@ -21,8 +21,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::future::BoxFuture;
 use myriad_placement::PartitionId;
-use myriad_proto::FsError;
+use myriad_proto::{FsError, ReadOnlyMark};
 use myriad_storage::{Kv, PartitionKv, StagedKv, StorageError, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -84,6 +85,16 @@ impl Durable {
     }
 }
 
+/// What a partition's applier does when a change meets the mark of an automatic index
+/// (`FsError::AutoIndexed`): unregister that index (docs/metadata-index.md "Automatic
+/// indexes"). The server implements it by asking the partition of the registry entry.
+pub trait AutoIndexes: Send + Sync {
+    /// Unregisters automatic index `mark` (its pending entry, then its live one); every
+    /// client's lease on the registry is recalled before that applies. `Ok` also when
+    /// it was unregistered already.
+    fn unregister(&self, mark: ReadOnlyMark) -> BoxFuture<'_, Result<(), FsError>>;
+}
+
 /// Mutations queued for one partition's writer before submitters wait for room: a flood
 /// of requests is held back (each waits in its task) instead of growing the queue without
 /// bound.
@@ -100,7 +111,15 @@ pub struct Applier {
     copies: Arc<dyn Ship>,
     /// Set when the partition is no longer served here: nothing more is committed.
     retired: Arc<AtomicBool>,
+    /// Unregisters automatic indexes whose trees a change meets; none in unit tests.
+    auto_indexes: Option<Arc<dyn AutoIndexes>>,
+    /// The automatic indexes this applier unregistered lately: a change meeting one of
+    /// them again (another directory of its tree) only clears its mark.
+    unregistered: Arc<std::sync::Mutex<std::collections::VecDeque<ReadOnlyMark>>>,
 }
+
+/// How many unregistered automatic indexes an applier remembers.
+const UNREGISTERED_KEPT: usize = 64;
 
 impl Applier {
     /// Starts the applier of one partition (a thread, or a task under a simulation).
@@ -159,7 +178,65 @@ impl Applier {
             leases: None,
             copies,
             retired,
+            auto_indexes: None,
+            unregistered: Arc::default(),
         })
+    }
+
+    /// The applier with `hook` unregistering the automatic indexes changes meet.
+    #[must_use]
+    pub fn with_auto_indexes(mut self, hook: Arc<dyn AutoIndexes>) -> Applier {
+        self.auto_indexes = Some(hook);
+        self
+    }
+
+    /// A change met directory `dir` in the tree of automatic index `mark`: the index is
+    /// unregistered (every client stops answering from it), then `dir`'s mark cleared.
+    /// The change itself is not applied: it answers `Busy`, and its sender (a client or
+    /// a two-partition protocol, which retry `Busy` anyway) sends it again, once. `Ok`
+    /// when the mark is gone (the caller may go on).
+    pub async fn unregister_auto_index(
+        &self,
+        dir: &str,
+        mark: ReadOnlyMark,
+    ) -> Result<(), FsError> {
+        let Some(hook) = &self.auto_indexes else {
+            return Err(FsError::Unavailable(
+                "this server cannot unregister automatic indexes".into(),
+            ));
+        };
+        let known = |u: &Self| u.unregistered.lock().is_ok_and(|l| l.contains(&mark));
+        if !known(self) {
+            hook.unregister(mark).await?;
+            if let Ok(mut l) = self.unregistered.lock() {
+                if l.len() >= UNREGISTERED_KEPT {
+                    l.pop_front();
+                }
+                l.push_back(mark);
+            }
+        }
+        Box::pin(self.submit(
+            Mutation::ClearAutoIndex {
+                path: dir.to_string(),
+                mark,
+            },
+            true,
+        ))
+        .await
+        .map(|_| ())
+    }
+
+    /// What a change that met an automatic index answers (`unregister_auto_index`).
+    async fn met_auto_index(&self, e: FsError) -> FsError {
+        match e {
+            FsError::AutoIndexed { dir, mark } => {
+                match self.unregister_auto_index(&dir, mark).await {
+                    Ok(()) => FsError::Busy,
+                    Err(e) => e,
+                }
+            }
+            other => other,
+        }
     }
 
     /// The applier with `table` as the gate of every mutation (directory leases).
@@ -236,7 +313,7 @@ impl Applier {
     /// when it is durable: work that needs only the change visible overlaps the group
     /// commit and the backups' acknowledgements. A failed mutation fails here.
     pub async fn run_staged(&self, mutation: Mutation) -> Result<(Outcome, Durable), FsError> {
-        let _gate = self.gate(&mutation).await;
+        let gate = self.gate(&mutation).await;
         let (reply, rx) = oneshot::channel();
         let (synced, synced_rx) = oneshot::channel();
         self.tx
@@ -250,9 +327,14 @@ impl Applier {
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        let done = rx
-            .await
-            .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
+        let done = match rx.await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
+                drop(gate);
+                return Err(self.met_auto_index(e).await);
+            }
+            Err(_) => return Err(FsError::Unavailable("server is shutting down".into())),
+        };
         let durable = Durable {
             rx: synced_rx,
             copies: self.copies.clone(),
@@ -278,9 +360,14 @@ impl Applier {
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        let done = rx
-            .await
-            .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
+        let done = match rx.await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
+                drop(gate);
+                return Err(self.met_auto_index(e).await);
+            }
+            Err(_) => return Err(FsError::Unavailable("server is shutting down".into())),
+        };
         drop(gate);
         if durable {
             self.copies.wait(done.seq).await?;

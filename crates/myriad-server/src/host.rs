@@ -630,7 +630,11 @@ impl Host {
             self.runner,
         )
         .map_err(OpenError::Io)?
-        .with_leases(self.lease_table(pid));
+        .with_leases(self.lease_table(pid))
+        .with_auto_indexes(Arc::new(crate::host_env::AutoIndexHook {
+            host: self.me.clone(),
+            source: pid,
+        }));
         let incarnation =
             crate::partition::core::incarnation(self.id, pid, epoch, self.clock.now_ns());
         let locks_before =

@@ -162,3 +162,51 @@ pub(crate) async fn call_partition(
 
 /// How long a server-to-partition call is retried while its target cannot answer.
 const NESTED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How a partition's applier unregisters automatic indexes: by asking the partition of
+/// each registry entry, wherever it is served (`PeerRequest::UnregisterIndex`).
+pub(crate) struct AutoIndexHook {
+    pub(crate) host: std::sync::Weak<Host>,
+    /// The partition whose changes met the index.
+    pub(crate) source: PartitionId,
+}
+
+impl crate::commit::AutoIndexes for AutoIndexHook {
+    fn unregister(&self, mark: myriad_proto::ReadOnlyMark) -> BoxFuture<'_, Result<(), FsError>> {
+        Box::pin(async move {
+            let Some(host) = self.host.upgrade() else {
+                return Err(FsError::Unavailable("server is shutting down".into()));
+            };
+            let file = myriad_proto::tree_index::index_file_name(mark.root, mark.version);
+            // The pending entry first: a build's rename of it to the live name is then
+            // either before (the live entry is unlinked next) or refused (NotFound).
+            let pending = format!("{}{file}", myriad_proto::tree_index::PENDING_PREFIX);
+            for name in [pending, file] {
+                unregister_entry(&host, self.source, name).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Asks the partition holding registry entry `name` to unlink it, following the
+/// registry's shard map if it was ever split.
+async fn unregister_entry(host: &Host, source: PartitionId, name: String) -> Result<(), FsError> {
+    use myriad_proto::tree_index::TREES_DIR;
+    let hash = myriad_proto::name_hash(&name);
+    let mut shards: Option<myriad_proto::ShardMap> = None;
+    for _ in 0..4 {
+        let st = host.state();
+        let pid = match &shards {
+            None => st.ring.owner_of_dir(TREES_DIR),
+            Some(m) => st.ring.owner_of_shard(TREES_DIR, m.leaf_for(hash)),
+        };
+        let req = Request::Peer(myriad_proto::PeerRequest::UnregisterIndex { name: name.clone() });
+        match call_partition(host, source, pid, req, &|| true).await {
+            Ok(_) => return Ok(()),
+            Err(FsError::WrongShard { map: Some(m), .. }) => shards = Some(*m),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(FsError::Busy)
+}

@@ -12,8 +12,12 @@ pub const RECORD_VERSION_PLAIN: u8 = 1;
 /// decoding to something else (docs/write-path.md, part 3). Their directory records have
 /// no `read_only` (decoded as `DirRecordV2`).
 pub const RECORD_VERSION_CHECKED_V2: u8 = 2;
-/// Records written now: as version 2; directory records carry `read_only`.
-pub const RECORD_VERSION: u8 = 3;
+/// Records written in issue 20 before automatic indexes: as version 2; directory records
+/// carry `read_only` (decoded as `DirRecordV3`).
+pub const RECORD_VERSION_V3: u8 = 3;
+/// Records written now: as version 2; directory records carry `read_only` and
+/// `auto_index`.
+pub const RECORD_VERSION: u8 = 4;
 
 /// A directory entry with its embedded inode.
 ///
@@ -56,6 +60,39 @@ pub struct DirRecord {
     /// The directory is inside a tree frozen for its metadata index: every change of its
     /// entries is refused with `ReadOnly` (docs/metadata-index.md).
     pub read_only: Option<ReadOnlyMark>,
+    /// The directory is inside the tree of an automatic index: the first change of its
+    /// entries unregisters that index before it applies, then clears this mark
+    /// (docs/metadata-index.md "Automatic indexes").
+    pub auto_index: Option<ReadOnlyMark>,
+}
+
+/// A directory record as record version 3 stored it (before `auto_index`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DirRecordV3 {
+    pub ino: InodeId,
+    pub root_attrs: Option<Inode>,
+    pub frozen: Option<u64>,
+    pub hidden: Option<u64>,
+    pub shards: Vec<LocalShard>,
+    pub map: Option<ShardMap>,
+    pub subdirs: u32,
+    pub read_only: Option<ReadOnlyMark>,
+}
+
+impl From<DirRecordV3> for DirRecord {
+    fn from(v: DirRecordV3) -> DirRecord {
+        DirRecord {
+            ino: v.ino,
+            root_attrs: v.root_attrs,
+            frozen: v.frozen,
+            hidden: v.hidden,
+            shards: v.shards,
+            map: v.map,
+            subdirs: v.subdirs,
+            read_only: v.read_only,
+            auto_index: None,
+        }
+    }
 }
 
 /// A directory record as record version 2 stored it (before `read_only`): decoded and
@@ -82,6 +119,7 @@ impl From<DirRecordV2> for DirRecord {
             map: v.map,
             subdirs: v.subdirs,
             read_only: None,
+            auto_index: None,
         }
     }
 }
@@ -99,6 +137,7 @@ impl DirRecord {
             map: None,
             subdirs: 0,
             read_only: None,
+            auto_index: None,
         }
     }
 

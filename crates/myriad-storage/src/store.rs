@@ -14,8 +14,8 @@ use crate::keys::{
 };
 use crate::kv::{Batch, Kv, Space};
 use crate::records::{
-    DirRecord, DirRecordV2, EntryRecord, RECORD_VERSION, RECORD_VERSION_CHECKED_V2,
-    RECORD_VERSION_PLAIN,
+    DirRecord, DirRecordV2, DirRecordV3, EntryRecord, RECORD_VERSION, RECORD_VERSION_CHECKED_V2,
+    RECORD_VERSION_PLAIN, RECORD_VERSION_V3,
 };
 use myriad_proto::InodeId;
 
@@ -55,7 +55,8 @@ fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, S
     })
 }
 
-/// A directory record of any record version (version 2 had no `read_only`).
+/// A directory record of any record version (version 2 had no `read_only`, version 3 no
+/// `auto_index`).
 fn decode_dir(bytes: &[u8]) -> Result<DirRecord, StorageError> {
     let space = "dirs";
     let corrupt = |e: myriad_proto::codec::DecodeError| StorageError::Corrupt {
@@ -64,6 +65,9 @@ fn decode_dir(bytes: &[u8]) -> Result<DirRecord, StorageError> {
     };
     match checked_body(space, bytes)? {
         (RECORD_VERSION, body) => myriad_proto::codec::decode(body).map_err(corrupt),
+        (RECORD_VERSION_V3, body) => myriad_proto::codec::decode::<DirRecordV3>(body)
+            .map(DirRecord::from)
+            .map_err(corrupt),
         (_, body) => myriad_proto::codec::decode::<DirRecordV2>(body)
             .map(DirRecord::from)
             .map_err(corrupt),
@@ -74,7 +78,7 @@ fn decode_dir(bytes: &[u8]) -> Result<DirRecord, StorageError> {
 fn checked_body<'a>(space: &'static str, bytes: &'a [u8]) -> Result<(u8, &'a [u8]), StorageError> {
     let corrupt = |detail: String| StorageError::Corrupt { space, detail };
     match bytes.split_first() {
-        Some((&v @ (RECORD_VERSION | RECORD_VERSION_CHECKED_V2), rest)) => {
+        Some((&v @ (RECORD_VERSION | RECORD_VERSION_V3 | RECORD_VERSION_CHECKED_V2), rest)) => {
             let Some(split) = rest.len().checked_sub(4) else {
                 return Err(corrupt("record shorter than its checksum".into()));
             };

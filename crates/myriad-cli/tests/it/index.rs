@@ -12,11 +12,11 @@ use myriad_client::{BuildOptions, Caller, Client, ClientConfig, FsError};
 
 use crate::harness::TestCluster;
 
-fn ok<T>(r: Result<T, FsError>, what: &str) -> T {
+pub(crate) fn ok<T>(r: Result<T, FsError>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
-fn caller(uid: u32) -> Caller {
+pub(crate) fn caller(uid: u32) -> Caller {
     Caller {
         uid,
         gid: uid,
@@ -24,12 +24,12 @@ fn caller(uid: u32) -> Caller {
     }
 }
 
-fn plain(tc: &TestCluster, who: Caller) -> Client {
+pub(crate) fn plain(tc: &TestCluster, who: Caller) -> Client {
     tc.client_as(tc.map.clone(), Duration::from_secs(10), who)
 }
 
 /// A client answering from indexes (they need leases), keeping them in `cache`.
-fn indexed(tc: &TestCluster, who: Caller, cache: &std::path::Path) -> Client {
+pub(crate) fn indexed(tc: &TestCluster, who: Caller, cache: &std::path::Path) -> Client {
     let mut cfg = ClientConfig::new(tc.map.clone(), who, tc.keys());
     cfg.request_timeout = Duration::from_secs(10);
     cfg.leases = true;
@@ -40,7 +40,7 @@ fn indexed(tc: &TestCluster, who: Caller, cache: &std::path::Path) -> Client {
 
 /// Requests about names and contents the servers received (all but lease upkeep and
 /// the counters' own), by kind.
-async fn metadata_requests(c: &Client) -> BTreeMap<String, u64> {
+pub(crate) async fn metadata_requests(c: &Client) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for (_, r) in c.all_counters().await {
         for o in ok(r, "counters").client_requests {
@@ -60,7 +60,7 @@ async fn metadata_requests(c: &Client) -> BTreeMap<String, u64> {
     out
 }
 
-fn total(m: &BTreeMap<String, u64>) -> u64 {
+pub(crate) fn total(m: &BTreeMap<String, u64>) -> u64 {
     m.values().sum()
 }
 

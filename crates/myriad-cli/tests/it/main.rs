@@ -1,6 +1,7 @@
 //! Integration tests: real `myriad server` processes on 127.0.0.1, started through
 //! `myriad cluster up`, driven with the native client over real sockets.
 
+mod auto_index;
 mod bad_input;
 mod counting;
 mod crash;

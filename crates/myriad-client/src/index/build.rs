@@ -24,6 +24,9 @@ pub struct BuildOptions {
     /// The build's version (`None`: the time in milliseconds; a simulation, whose runs
     /// must repeat, gives its own).
     pub version: Option<u64>,
+    /// An automatic index: the tree is marked, not frozen, and its first change
+    /// unregisters the index (`index/auto.rs`).
+    pub auto: bool,
 }
 
 impl Default for BuildOptions {
@@ -32,6 +35,7 @@ impl Default for BuildOptions {
             inline_bytes: tree_index::DEFAULT_INLINE_BYTES,
             max_bytes: tree_index::DEFAULT_MAX_BYTES,
             version: None,
+            auto: false,
         }
     }
 }
@@ -40,7 +44,8 @@ impl Default for BuildOptions {
 #[derive(Clone, Debug)]
 pub struct BuildReport {
     pub tree: RegisteredTree,
-    /// Directories frozen, and those whose listing is in the index (public ones).
+    /// Directories frozen (or marked, for an automatic index), and those whose listing
+    /// is in the index (public ones).
     pub frozen_dirs: usize,
     pub indexed_dirs: usize,
     /// Files whose contents are in the index.
@@ -90,45 +95,27 @@ impl Client {
             root: root_attrs.ino,
             version,
         };
+        if opts.auto {
+            return self.build_auto_index(root, &root_attrs, mark, opts).await;
+        }
         let built = async {
             let dirs = self.freeze_tree(root, mark).await?;
-            let frozen_dirs = dirs.len();
-            let (index, inline_files) = self.gather(root, &root_attrs, mark, opts).await?;
-            let bytes = index.encode();
-            if bytes.len() as u64 > opts.max_bytes {
-                return Err(FsError::InvalidArgument(format!(
-                    "the index of {root} takes {} bytes, more than --max-bytes {}",
-                    bytes.len(),
-                    opts.max_bytes
-                )));
-            }
-            let tree = RegisteredTree {
-                root: root.to_string(),
-                root_ino: root_attrs.ino,
-                version,
-                file: tree_index::index_file_name(root_attrs.ino, version),
-                bytes: bytes.len() as u64,
-                sha256: tree_index::file_digest(&bytes),
-                dirs: index.dirs.len() as u64,
-                entries: index.entry_count(),
-                built_ns: index.built_ns,
-            };
-            self.mkdir_p(INDEX_DIR, 0o755).await?;
-            let path = join(INDEX_DIR, &tree.file);
-            self.create(&path, 0o444, true, &bytes).await?;
+            let (mut report, bytes) = self.make_index(root, &root_attrs, mark, opts).await?;
+            report.frozen_dirs = dirs.len();
+            self.write_index_file(&report.tree, &bytes).await?;
             // Registered last, in one create: clients may use it from here on.
             self.mkdir_p(TREES_DIR, 0o755).await?;
             let registered = self
-                .create(&join(TREES_DIR, &tree.file), 0o444, true, &tree.encode())
+                .create(
+                    &join(TREES_DIR, &report.tree.file),
+                    0o444,
+                    true,
+                    &report.tree.encode(),
+                )
                 .await;
             self.forget_registry();
             registered?;
-            Ok(BuildReport {
-                indexed_dirs: index.dirs.len(),
-                tree,
-                frozen_dirs,
-                inline_files,
-            })
+            Ok(report)
         };
         match built.await {
             Ok(r) => Ok(r),
@@ -171,6 +158,8 @@ impl Client {
             .into_iter()
             .filter(|t| t.root == root)
             .collect();
+        // An automatic index's tree was never frozen: its marks are cleared instead.
+        let auto = gone.iter().any(|t| t.auto);
         // Unregistered first (each unlink recalls every client's lease on the registry
         // before it applies), thawed only then (I1).
         for t in &gone {
@@ -183,7 +172,7 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        let thawed = self.thaw_tree(root).await?;
+        let thawed = self.unmark_tree(root, auto).await?;
         for t in &gone {
             match self.unlink(&join(INDEX_DIR, &t.file)).await {
                 Ok(()) | Err(FsError::NotFound) => {}
@@ -246,7 +235,58 @@ impl Client {
         }
     }
 
-    /// The index of the frozen tree under `root`: every public listing, top down, with
+    /// The index of the tree under `root`, marked as `mark`, encoded and checked against
+    /// `--max-bytes`, with its registry entry (`frozen_dirs` left 0 for the caller).
+    pub(super) async fn make_index(
+        &self,
+        root: &str,
+        root_attrs: &Inode,
+        mark: ReadOnlyMark,
+        opts: BuildOptions,
+    ) -> Result<(BuildReport, Vec<u8>), FsError> {
+        let (index, inline_files) = self.gather(root, root_attrs, mark, opts).await?;
+        let bytes = index.encode();
+        if bytes.len() as u64 > opts.max_bytes {
+            return Err(FsError::InvalidArgument(format!(
+                "the index of {root} takes {} bytes, more than --max-bytes {}",
+                bytes.len(),
+                opts.max_bytes
+            )));
+        }
+        let tree = RegisteredTree {
+            root: root.to_string(),
+            root_ino: mark.root,
+            version: mark.version,
+            file: tree_index::index_file_name(mark.root, mark.version),
+            bytes: bytes.len() as u64,
+            sha256: tree_index::file_digest(&bytes),
+            dirs: index.dirs.len() as u64,
+            entries: index.entry_count(),
+            built_ns: index.built_ns,
+            auto: opts.auto,
+        };
+        let report = BuildReport {
+            indexed_dirs: index.dirs.len(),
+            tree,
+            frozen_dirs: 0,
+            inline_files,
+        };
+        Ok((report, bytes))
+    }
+
+    /// Writes the index file of `tree` into `INDEX_DIR` (made by the first build).
+    pub(super) async fn write_index_file(
+        &self,
+        tree: &RegisteredTree,
+        bytes: &[u8],
+    ) -> Result<(), FsError> {
+        self.mkdir_p(INDEX_DIR, 0o755).await?;
+        self.create(&join(INDEX_DIR, &tree.file), 0o444, true, bytes)
+            .await
+            .map(drop)
+    }
+
+    /// The index of the marked tree under `root`: every public listing, top down, with
     /// the contents of public small files.
     async fn gather(
         &self,
@@ -303,12 +343,10 @@ impl Client {
                 let (inode, data) = self
                     .fetch_head_servers(&join(dir, &e.name), inline_bytes)
                     .await?;
-                // Frozen: nothing can have changed it since the listing.
+                // Frozen: nothing can have changed it since the listing. Marked for an
+                // automatic index: a change unregistered the build (try again later).
                 if inode != e.inode || data.len() as u64 != inode.size {
-                    return Err(FsError::Protocol(format!(
-                        "{dir}/{} changed while frozen",
-                        e.name
-                    )));
+                    return Err(FsError::Busy);
                 }
                 Some(serde_bytes::ByteBuf::from(data))
             } else if public::contents(&e.inode, inline_bytes) {
@@ -339,7 +377,7 @@ fn join_rel(rel: &str, name: &str) -> String {
     }
 }
 
-fn now_ns() -> i64 {
+pub(super) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))

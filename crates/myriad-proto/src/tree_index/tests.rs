@@ -81,11 +81,33 @@ fn an_index_and_a_registry_survive_encoding_and_damage_is_refused() {
         dirs: 2,
         entries: 4,
         built_ns: 1,
+        auto: true,
     };
     assert_eq!(
         RegisteredTree::decode("10.5", &tree.encode()),
         Ok(tree.clone())
     );
+    // An entry written before automatic indexes reads as a manual index.
+    let v1 = (
+        &tree.root,
+        tree.root_ino,
+        tree.version,
+        &tree.file,
+        tree.bytes,
+        tree.sha256,
+        tree.dirs,
+        tree.entries,
+        tree.built_ns,
+    );
+    let old = super::seal(
+        super::REGISTRY_MAGIC_V1,
+        &postcard::to_stdvec(&v1).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let manual = RegisteredTree {
+        auto: false,
+        ..tree.clone()
+    };
+    assert_eq!(RegisteredTree::decode("10.5", &old), Ok(manual));
     assert!(
         RegisteredTree::decode("10.6", &tree.encode()).is_err(),
         "an entry under another name"

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use myriad_placement::split_parent;
 use myriad_proto::{
-    Caller, ClientRequest, FileKind, FsError, InodeOp, PeerRequest, Request, Response, limits,
-    validate_path,
+    Caller, ClientRequest, FileKind, FsError, Inode, InodeOp, PeerRequest, Request, Response,
+    limits, validate_path,
 };
 
 use crate::cluster::MapState;
@@ -29,14 +29,14 @@ impl Partition {
             ClientRequest::Echo(p) => Ok(Response::Echo(p)),
             ClientRequest::Lock(req) => self.serve_lock(st, req).await,
             ClientRequest::KeepOpen { inos } => self.keep_open(&inos),
-            ClientRequest::MarkReadOnly { path, mark } => {
+            ClientRequest::MarkReadOnly { path, mark, auto } => {
                 validate_path(&path)?;
                 self.own_dir(st, &path)?;
                 // Freezing a tree is an administrator's act, as fsck is.
                 if caller.uid != 0 {
                     return Err(FsError::PermissionDenied);
                 }
-                self.mark_read_only(&path, mark).await?;
+                self.mark_read_only(&path, mark, auto).await?;
                 Ok(Response::Unit)
             }
             ClientRequest::Grant {
@@ -410,20 +410,7 @@ impl Partition {
             ClientRequest::Unlink { path } => {
                 let (dir, name) = self.entry_target(st, &path)?;
                 self.may_remove(&caller, &path).await?;
-                let m = Mutation::Unlink {
-                    dir: dir.clone(),
-                    name,
-                    now: self.change_time(),
-                };
-                let (outcome, parent) = self.run_touching(m, &dir, true, |_| true).await?;
-                if let Outcome::InodeGc(removed, gc) = outcome {
-                    if let Some(txid) = gc {
-                        self.spawn_gc(txid);
-                    }
-                    if removed.kind == FileKind::HardLink {
-                        self.drop_link(&removed).await;
-                    }
-                }
+                let parent = self.unlink_entry(dir, name).await?;
                 Ok(Response::Changed {
                     inode: None,
                     parent,
@@ -640,5 +627,31 @@ impl Partition {
                 }
             }
         }
+    }
+}
+
+impl Partition {
+    /// Removes the name `dir/name` (not a directory) and what only it kept; returns the
+    /// parent's attributes after.
+    pub(crate) async fn unlink_entry(
+        self: &Arc<Self>,
+        dir: String,
+        name: String,
+    ) -> Result<Option<Inode>, FsError> {
+        let m = Mutation::Unlink {
+            dir: dir.clone(),
+            name,
+            now: self.change_time(),
+        };
+        let (outcome, parent) = self.run_touching(m, &dir, true, |_| true).await?;
+        if let Outcome::InodeGc(removed, gc) = outcome {
+            if let Some(txid) = gc {
+                self.spawn_gc(txid);
+            }
+            if removed.kind == FileKind::HardLink {
+                self.drop_link(&removed).await;
+            }
+        }
+        Ok(parent)
     }
 }

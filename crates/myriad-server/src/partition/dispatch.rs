@@ -219,8 +219,9 @@ impl Partition {
             && g.exclusive
         {
             let probe = myriad_placement::join(d, "x");
-            // A frozen directory takes no changes: none may be answered behind either.
-            let frozen = self.require_not_frozen(d).is_err();
+            // A frozen directory takes no changes: none may be answered behind either; nor
+            // in an automatic index's tree, whose first change must reach this server.
+            let frozen = self.indexed_here(d).unwrap_or(true);
             match self.may_create(&caller, &probe).await {
                 Ok(Some(attrs)) if !frozen => {
                     t.set_attrs(d, holder, attrs.clone());

@@ -34,7 +34,7 @@ impl Partition {
         let inode = self.open_file(caller, path, ino, !write).await?;
         if write {
             // Chunks past the first are written by inode, past every directory's gate.
-            self.require_not_frozen(parent_of(path))?;
+            self.before_change_in(parent_of(path)).await?;
             perm::require_write(&inode, caller, opened)?;
         } else {
             perm::require(&inode, caller, perm::READ)?;

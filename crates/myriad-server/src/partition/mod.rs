@@ -11,6 +11,7 @@
 
 pub(crate) mod ancestors;
 pub(crate) mod anti_entropy;
+pub(crate) mod auto_index;
 pub(crate) mod changes;
 pub(crate) mod client_ops;
 pub(crate) mod copy;

@@ -277,10 +277,14 @@ impl Partition {
                 Box::pin(self.dir_attrs_changed(&path, inode, by)).await;
                 Ok(Response::Unit)
             }
-            PeerRequest::DirMarkReadOnly { path, mark } => {
+            PeerRequest::DirMarkReadOnly { path, mark, auto } => {
                 validate_path(&path)?;
                 self.own_dir_part(st, &path)?;
-                self.mark_part(&path, mark).await?;
+                self.mark_part(&path, mark, auto).await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::UnregisterIndex { name } => {
+                Box::pin(self.unregister_index(st, &name)).await?;
                 Ok(Response::Unit)
             }
             PeerRequest::InvalidatePrefix { prefix } => {

@@ -22,6 +22,7 @@ impl Partition {
         self: &Arc<Self>,
         path: &str,
         mark: Option<ReadOnlyMark>,
+        auto: bool,
     ) -> Result<(), FsError> {
         for _ in 0..MARK_ROUNDS {
             let version = |p: &Self| -> Result<Option<u64>, FsError> {
@@ -29,11 +30,12 @@ impl Partition {
                 Ok(rec.and_then(|r| r.map).map(|m| m.version))
             };
             let before = version(self)?;
-            self.mark_part(path, mark).await?;
+            self.mark_part(path, mark, auto).await?;
             for node in self.other_parts(path)? {
                 let req = PeerRequest::DirMarkReadOnly {
                     path: path.to_string(),
                     mark,
+                    auto,
                 };
                 self.call_node(node, Request::Peer(req)).await?;
             }
@@ -52,16 +54,44 @@ impl Partition {
         }
     }
 
+    /// Whether this node's part of `dir` is in a tree with an index, frozen or automatic:
+    /// no change there may be answered behind (no exclusive lease).
+    pub(crate) fn indexed_here(&self, dir: &str) -> Result<bool, FsError> {
+        Ok(self
+            .store
+            .dir(dir)
+            .map_err(storage_err)?
+            .is_some_and(|r| r.read_only.is_some() || r.auto_index.is_some()))
+    }
+
+    /// Before a change that passes no directory's gate (a write capability for chunks
+    /// past the first): `ReadOnly` in a frozen tree, and an automatic index of `dir`'s
+    /// tree unregistered first.
+    pub(crate) async fn before_change_in(&self, dir: &str) -> Result<(), FsError> {
+        let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
+            return Ok(());
+        };
+        if rec.read_only.is_some() {
+            return Err(FsError::ReadOnly);
+        }
+        match rec.auto_index {
+            Some(mark) => self.applier.unregister_auto_index(dir, mark).await,
+            None => Ok(()),
+        }
+    }
+
     /// This node's part of directory `path`, marked or unmarked (durable).
     pub(crate) async fn mark_part(
         &self,
         path: &str,
         mark: Option<ReadOnlyMark>,
+        auto: bool,
     ) -> Result<(), FsError> {
         self.applier
             .run(Mutation::MarkReadOnly {
                 path: path.to_string(),
                 mark,
+                auto,
             })
             .await
             .map(|_| ())

@@ -41,7 +41,10 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         | Mutation::RepairBlock { .. }
         // Hard-linked inodes (in `//i`) are never cached under a lease: a client does
         // not keep a name whose file has more than one link.
-        | Mutation::AdjustLinks { .. } => ChangedDirs::None,
+        | Mutation::AdjustLinks { .. }
+        // Clearing an automatic index's mark changes no entry (its unregistration, on
+        // the registry's partition, recalled what had to be).
+        | Mutation::ClearAutoIndex { .. } => ChangedDirs::None,
         Mutation::CreateFile { dir, .. }
         | Mutation::Symlink { dir, .. }
         | Mutation::Mknod { dir, .. }

@@ -6,8 +6,8 @@ use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 use crate::state::intent::{Decision, Intent};
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
 use crate::state::records::{
-    adjust_subdirs, dir_here, is_dir, new_inode, put_visible, require_free_name, require_writable,
-    visible,
+    adjust_subdirs, dir_here, is_dir, new_inode, not_auto_indexed, put_visible, require_free_name,
+    require_writable, visible,
 };
 use myriad_proto::InodeId;
 
@@ -182,6 +182,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                     if rec.read_only.is_some() {
                         return Err(FsError::ReadOnly);
                     }
+                    not_auto_indexed(&path, &rec)?;
                     if ctx.store.has_entries(&path).map_err(storage_err)? {
                         return Err(FsError::NotEmpty);
                     }
@@ -192,15 +193,29 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Unit
         }
-        Mutation::MarkReadOnly { path, mark } => {
+        Mutation::MarkReadOnly { path, mark, auto } => {
             let mut rec = dir_here(ctx.store, &path)?;
             // A part on its way elsewhere (a rename's copy, a split) would lose the mark or
             // miss it: the caller marks again once it has settled.
             if rec.is_moving() {
                 return Err(FsError::Busy);
             }
-            if rec.read_only != mark {
-                rec.read_only = mark;
+            let field = if auto {
+                &mut rec.auto_index
+            } else {
+                &mut rec.read_only
+            };
+            if *field != mark {
+                *field = mark;
+                ctx.store.put_dir(b, &path, &rec);
+            }
+            Outcome::Unit
+        }
+        Mutation::ClearAutoIndex { path, mark } => {
+            if let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)?
+                && rec.auto_index == Some(mark)
+            {
+                rec.auto_index = None;
                 ctx.store.put_dir(b, &path, &rec);
             }
             Outcome::Unit

@@ -56,7 +56,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::DeleteIntent { .. }
         | Mutation::DirObjectCreate { .. }
         | Mutation::DirObjectRemove { .. }
-        | Mutation::MarkReadOnly { .. }) => dirs::execute(ctx, &mut b, m)?,
+        | Mutation::MarkReadOnly { .. }
+        | Mutation::ClearAutoIndex { .. }) => dirs::execute(ctx, &mut b, m)?,
         m @ (Mutation::RenameLocal { .. }
         | Mutation::RenameSourceBegin { .. }
         | Mutation::RenameSourceDecide { .. }

@@ -254,10 +254,18 @@ pub enum Mutation {
         ino: InodeId,
     },
     /// Marks this node's part of directory object `path` as inside a frozen tree, or
-    /// unmarks it (`None`). `Busy` while the part is moving or splitting.
+    /// unmarks it (`None`); with `auto`, as inside the tree of an automatic index
+    /// (`DirRecord::auto_index`). `Busy` while the part is moving or splitting.
     MarkReadOnly {
         path: String,
         mark: Option<myriad_proto::ReadOnlyMark>,
+        auto: bool,
+    },
+    /// Clears this node's part of `path` of automatic index `mark`, once that index is
+    /// unregistered (a newer build's mark stays).
+    ClearAutoIndex {
+        path: String,
+        mark: myriad_proto::ReadOnlyMark,
     },
     RenameLocal {
         from: String,

@@ -151,6 +151,7 @@ pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(
     if rec.read_only.is_some() {
         return Err(FsError::ReadOnly);
     }
+    not_auto_indexed(dir, rec)?;
     if rec.frozen.is_some() || rec.hidden.is_some() {
         return Err(FsError::Busy);
     }
@@ -159,6 +160,18 @@ pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(
         None => Err(wrong_shard(dir, rec)),
         Some(s) if s.blocks_write(hash) => Err(FsError::Busy),
         Some(_) => Ok(()),
+    }
+}
+
+/// `AutoIndexed` if `dir` is in the tree of an automatic index: the applier unregisters
+/// it before any change there applies (docs/metadata-index.md "Automatic indexes").
+pub(crate) fn not_auto_indexed(dir: &str, rec: &DirRecord) -> Result<(), FsError> {
+    match rec.auto_index {
+        Some(mark) => Err(FsError::AutoIndexed {
+            dir: dir.to_string(),
+            mark,
+        }),
+        None => Ok(()),
     }
 }
 

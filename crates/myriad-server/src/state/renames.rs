@@ -10,7 +10,7 @@ use crate::state::ops::{
 };
 use crate::state::records::{
     adjust_subdirs, check_exchange_target, check_rename_target, dir_here, drop_file_data, is_dir,
-    put_visible, require_dir, require_writable, visible,
+    not_auto_indexed, put_visible, require_dir, require_writable, visible,
 };
 
 /// Executes one mutation of this family into `b`.
@@ -315,6 +315,8 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 // A frozen tree's directories do not move (nor any above them): its index
                 // and registry name it by path (docs/metadata-index.md).
                 None if rec.read_only.is_some() => return Err(FsError::ReadOnly),
+                // A moved tree's index would name paths that are gone.
+                None if rec.auto_index.is_some() => not_auto_indexed(&path, &rec)?,
                 None => {
                     if rec.is_moving() {
                         return Err(FsError::Busy);
@@ -498,6 +500,7 @@ fn take_over(
     if old.read_only.is_some() {
         return Err(FsError::ReadOnly);
     }
+    not_auto_indexed(path, old)?;
     // Its entries may live on other servers' shards; none can be checked from here.
     if !old.is_whole() {
         return Err(FsError::NotSupported(

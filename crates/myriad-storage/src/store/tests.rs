@@ -294,7 +294,7 @@ fn directory_records_of_record_version_2_read_as_not_read_only() {
                 .unwrap_or_default()
         ));
     }
-    // Written now (version 3), the mark is kept; a listing decodes both versions.
+    // Written now (the current version), the mark is kept; a listing decodes both versions.
     let marked = crate::DirRecord {
         read_only: Some(ReadOnlyMark {
             root: InodeId(2),
@@ -322,4 +322,47 @@ fn directory_records_of_record_version_2_read_as_not_read_only() {
         marks,
         vec![("/new", Some(7)), ("/old1", None), ("/old2", None)]
     );
+}
+
+#[test]
+fn directory_records_of_record_version_3_keep_their_freeze_and_have_no_automatic_index() {
+    use crate::records::{DirRecordV3, RECORD_VERSION_V3};
+    use myriad_proto::ReadOnlyMark;
+    let (s, _dir) = stores().remove(0);
+    let mark = ReadOnlyMark {
+        root: InodeId(2),
+        version: 5,
+    };
+    let old = DirRecordV3 {
+        ino: InodeId(9),
+        root_attrs: None,
+        frozen: None,
+        hidden: None,
+        shards: crate::DirRecord::new(InodeId(9)).shards,
+        map: None,
+        subdirs: 1,
+        read_only: Some(mark),
+    };
+    let body = myriad_proto::codec::encode(&old).unwrap_or_else(|e| panic!("{e}"));
+    let mut v3 = vec![RECORD_VERSION_V3];
+    v3.extend_from_slice(&body);
+    v3.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    let mut b = Batch::new();
+    b.put(crate::Space::Dirs, b"/old3".to_vec(), v3);
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    let rec = s.dir("/old3").ok().flatten();
+    let rec = rec.unwrap_or_else(|| panic!("/old3 missing"));
+    assert_eq!(
+        (rec.read_only, rec.auto_index, rec.subdirs),
+        (Some(mark), None, 1)
+    );
+    // Written now, an automatic index's mark is kept.
+    let auto = crate::DirRecord {
+        auto_index: Some(mark),
+        ..crate::DirRecord::new(InodeId(12))
+    };
+    let mut b = Batch::new();
+    s.put_dir(&mut b, "/auto", &auto);
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.dir("/auto").ok().flatten(), Some(auto));
 }

@@ -1082,6 +1082,7 @@ fn a_mark_is_set_and_taken_only_on_a_settled_part() {
             root: InodeId(60),
             version,
         }),
+        auto: false,
     };
     t.run(mark(Some(3))).unwrap_or_else(|e| panic!("{e}"));
     t.run(mark(Some(3)))
@@ -1101,9 +1102,80 @@ fn a_mark_is_set_and_taken_only_on_a_settled_part() {
     assert_eq!(
         t.run(Mutation::MarkReadOnly {
             path: "/nowhere".into(),
-            mark: None
+            mark: None,
+            auto: false,
         })
         .err(),
         Some(FsError::NotFound)
+    );
+}
+
+/// A directory in an automatic index's tree is not frozen: every change of it (entries,
+/// a move, its removal) answers `AutoIndexed` (the applier unregisters the index, clears
+/// the mark, and the change is sent again), and the mark is cleared only for its own
+/// index (a newer build's mark stays).
+#[test]
+fn an_automatic_index_mark_stops_each_change_until_cleared() {
+    let mut t = T::new();
+    t.run(dir_object("/a", 80))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.create("/a", "f", b"x").unwrap_or_else(|e| panic!("{e}"));
+    let v = |version| myriad_proto::ReadOnlyMark {
+        root: InodeId(80),
+        version,
+    };
+    t.run(Mutation::MarkReadOnly {
+        path: "/a".into(),
+        mark: Some(v(1)),
+        auto: true,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let met = Some(FsError::AutoIndexed {
+        dir: "/a".into(),
+        mark: v(1),
+    });
+    assert_eq!(dir_record(&t, "/a").read_only, None, "not frozen");
+    assert_eq!(t.create("/a", "g", b"").err(), met);
+    let unlink = || Mutation::Unlink {
+        dir: "/a".into(),
+        name: "f".into(),
+        now: 20,
+    };
+    assert_eq!(t.run(unlink()).err(), met);
+    let freeze = || Mutation::DirFreeze {
+        path: "/a".into(),
+        txid: 5,
+    };
+    assert_eq!(t.run(freeze()).err(), met);
+    assert_eq!(
+        t.run(Mutation::DirObjectRemove {
+            path: "/a".into(),
+            ino: InodeId(80),
+        })
+        .err(),
+        met
+    );
+    // Another build's mark is not cleared by this one's clearing.
+    t.run(Mutation::ClearAutoIndex {
+        path: "/a".into(),
+        mark: v(2),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.create("/a", "g", b"").err(), met);
+    t.run(Mutation::ClearAutoIndex {
+        path: "/a".into(),
+        mark: v(1),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dir_record(&t, "/a").auto_index, None);
+    t.create("/a", "g", b"").unwrap_or_else(|e| panic!("{e}"));
+    t.run(unlink()).unwrap_or_else(|e| panic!("{e}"));
+    t.run(freeze()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        crate::state::changed_dirs::changed_dirs(&Mutation::ClearAutoIndex {
+            path: "/a".into(),
+            mark: v(1),
+        }),
+        crate::state::changed_dirs::ChangedDirs::None
     );
 }

@@ -1,0 +1,176 @@
+//! Automatic indexes (issue 20, docs/metadata-index.md "Automatic indexes"): the tree
+//! stays writable, and its first change unregisters the index (every client stops
+//! answering from it first), so the next read anywhere sees the change.
+
+use std::time::{Duration, Instant};
+
+use myriad_client::{BuildOptions, Caller};
+
+use crate::harness::TestCluster;
+use crate::index::{caller, indexed, metadata_requests, ok, plain, total};
+
+/// /sw/lib/pkg with `n` small modules.
+async fn package(c: &myriad_client::Client, n: usize) {
+    ok(c.mkdir_p("/sw/lib/pkg", 0o755).await, "mkdir");
+    for i in 0..n {
+        let path = format!("/sw/lib/pkg/m{i}.py");
+        let body = format!("x = {i}\n");
+        ok(c.create(&path, 0o644, true, body.as_bytes()).await, &path);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automatic_index_is_dropped_by_every_holder_at_its_trees_first_change() {
+    let tc = TestCluster::start(3);
+    let root = plain(&tc, Caller::root());
+    package(&root, 20).await;
+    ok(root.mkdir("/sw/share", 0o755).await, "mkdir");
+    let opts = BuildOptions {
+        auto: true,
+        ..BuildOptions::default()
+    };
+    let built = ok(root.build_index("/sw", opts).await, "build");
+    assert!(built.tree.auto);
+    assert_eq!(built.frozen_dirs, 4, "every directory marked");
+    let registry = ok(root.index_registry().await, "registry");
+    assert_eq!(registry.trees, vec![built.tree.clone()]);
+
+    let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let reader = indexed(&tc, caller(1000), cache.path());
+    assert_eq!(
+        ok(reader.fetch("/sw/lib/pkg/m1.py").await, "fetch").1,
+        b"x = 1\n"
+    );
+    let before = metadata_requests(&root).await;
+    for i in 0..20 {
+        ok(reader.stat(&format!("/sw/lib/pkg/m{i}.py")).await, "stat");
+    }
+    assert!(matches!(
+        reader.stat("/sw/lib/pkg/none.py").await,
+        Err(myriad_client::FsError::NotFound)
+    ));
+    let asked = total(&metadata_requests(&root).await) - total(&before);
+    assert!(
+        asked <= 2,
+        "{asked} requests for 21 stats answered from the index"
+    );
+    let hits = reader.index_stats().hits;
+    assert!(hits >= 21, "{hits}");
+
+    // Not frozen: the change applies (after the servers unregistered the index).
+    ok(root.unlink("/sw/lib/pkg/m1.py").await, "unlink");
+    ok(
+        root.create("/sw/lib/pkg/m1.py", 0o644, true, b"x = 1000\n")
+            .await,
+        "create",
+    );
+    assert!(
+        ok(root.index_registry().await, "registry").trees.is_empty(),
+        "the change unregistered the index"
+    );
+    assert_eq!(
+        ok(reader.fetch("/sw/lib/pkg/m1.py").await, "fetch").1,
+        b"x = 1000\n"
+    );
+    assert_eq!(
+        reader.index_stats().hits,
+        hits,
+        "no answer from the old index"
+    );
+    // Other directories of the tree change freely too (their marks go at their first
+    // change); the tree can be indexed again, and that index is used.
+    ok(
+        root.create("/sw/share/new", 0o644, true, b"n").await,
+        "create",
+    );
+    ok(
+        root.rename("/sw/share", "/sw/shared", Default::default())
+            .await,
+        "rename",
+    );
+    let again = ok(root.build_index("/sw", opts).await, "build again");
+    assert!(again.tree.version > built.tree.version);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader.index_stats().loads < 2 {
+        assert!(Instant::now() < deadline, "the new index never loaded");
+        assert_eq!(ok(reader.fetch("/sw/shared/new").await, "fetch").1, b"n");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        ok(reader.fetch("/sw/lib/pkg/m1.py").await, "fetch").1,
+        b"x = 1000\n"
+    );
+    // The index files of builds no longer registered are swept by the next build.
+    let files: Vec<String> = ok(root.readdir("/.myriad/index").await, "readdir")
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n.contains('.'))
+        .collect();
+    assert_eq!(files, vec![again.tree.file.clone()]);
+}
+
+/// Two mounts build an automatic index by themselves once a tree is read far more than
+/// changed; a change through one is seen by the other's next read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_index_a_read_mostly_tree_by_themselves_and_see_its_change() {
+    let tc = TestCluster::start(3);
+    let root = plain(&tc, Caller::root());
+    package(&root, 30).await;
+    let auto = [
+        "--",
+        "--auto-index-every",
+        "1",
+        "--auto-index-min-reads",
+        "20",
+        "--auto-index-quiet-secs",
+        "1",
+    ];
+    let a = crate::mount::Mount::new(&tc, &auto);
+    let b = crate::mount::Mount::new(&tc, &auto);
+    let (da, db) = (a.path(""), b.path(""));
+    // Read hard by a client without leases (each read reaches the servers: a stat of a
+    // name is a read of its directory), quiet after.
+    let reader = plain(&tc, caller(1000));
+    for i in 0..30 {
+        for path in ["/sw/lib", "/sw/lib/pkg", &format!("/sw/lib/pkg/m{i}.py")] {
+            ok(reader.stat(path).await, path);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let tree = loop {
+        let reg = ok(root.index_registry().await, "registry");
+        if let Some(t) = reg.trees.into_iter().next() {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "no mount indexed /sw");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(tree.auto && tree.root == "/sw", "{tree:?}");
+    assert_eq!(crate::mount::sh(&db, "cat sw/lib/pkg/m1.py"), "x = 1\n");
+    let before = metadata_requests(&root).await;
+    assert_eq!(
+        crate::mount::sh(&db, "cat sw/lib/pkg/m*.py | wc -l; ls sw/lib/pkg | wc -l"),
+        "30\n30\n"
+    );
+    let asked = total(&metadata_requests(&root).await) - total(&before);
+    assert!(asked <= 4, "{asked} requests for 30 reads and a listing");
+
+    crate::mount::sh(
+        &da,
+        "echo 'x = 1000' > sw/lib/pkg/m1.py; echo new > sw/lib/pkg/late.py",
+    );
+    assert_eq!(
+        crate::mount::sh(
+            &db,
+            "cat sw/lib/pkg/m1.py sw/lib/pkg/late.py; ls sw/lib/pkg | wc -l"
+        ),
+        "x = 1000\nnew\n31\n"
+    );
+    // The change unregistered the index (the tree, quiet again, may be indexed anew by
+    // then: a new version, built after the change).
+    let now = ok(root.index_registry().await, "registry").trees;
+    assert!(
+        now.iter().all(|t| t.version > tree.version),
+        "{now:?} after {tree:?}"
+    );
+}
