@@ -289,11 +289,13 @@ pub async fn run(a: StormArgs) -> anyhow::Result<()> {
         );
     }
     let none = modes.iter().find(|m| m.mode == "no-index-cold");
-    let manual = modes.iter().find(|m| m.mode == "manual-cold");
-    if let (Some(n), Some(m)) = (none, manual) {
+    for (name, with) in [("manual", "manual-cold"), ("automatic", "auto-cold")] {
+        let (Some(n), Some(m)) = (none, modes.iter().find(|m| m.mode == with)) else {
+            continue;
+        };
         let share = m.server_metadata_requests as f64 / (n.server_metadata_requests.max(1)) as f64;
         println!(
-            "manual index, cold: metadata requests {:.2}% of the run without (target 1%: {}), wall {:.2}x local (target 1x: {})",
+            "{name} index, cold: metadata requests {:.2}% of the run without (target 1%: {}), wall {:.2}x local (target 1x: {})",
             share * 100.0,
             if share <= 0.01 { "met" } else { "NOT met" },
             m.wall_s / m.local_wall_s.max(1e-9),
@@ -351,6 +353,9 @@ async fn modes(
 
     let mut out = Vec::new();
     let mut index_bytes = 0;
+    // No automatic index in the first two modes: each measures what it names.
+    let mut fixed = a.mounted.mount_args.clone();
+    fixed.push("--auto-index-every=0".into());
     for (run, mode) in ["no-index", "manual"].into_iter().enumerate() {
         if mode == "manual" {
             let r = client
@@ -370,33 +375,122 @@ async fn modes(
             );
         }
         drop_caches();
-        let mounts = Mounts::start(map, work, a.mounts, &a.mounted.mount_args, run + 1)?;
+        let mounts = Mounts::start(map, work, a.mounts, &fixed, run + 1)?;
         let homes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("py")).collect();
-        let r = async {
-            for (temp, local) in [("cold", local_cold), ("warm", local_warm)] {
-                let before = requests(client).await?;
-                let wall = storm(py, &homes, a.procs, import)?;
-                let after = requests(client).await?;
-                let by_op = since(&before.0, &after.0);
-                let m = Mode {
-                    mode: format!("{mode}-{temp}"),
-                    wall_s: wall,
-                    local_wall_s: local,
-                    server_metadata_requests: by_op.values().sum(),
-                    server_data_requests: after.1 - before.1,
-                    metadata_by_op: by_op,
-                };
-                eprintln!(
-                    "  {}: {wall:.2} s, {} metadata ({:?}) and {} data requests",
-                    m.mode, m.server_metadata_requests, m.metadata_by_op, m.server_data_requests
-                );
-                out.push(m);
-            }
-            anyhow::Ok(())
-        }
-        .await;
+        let temps = [("cold", local_cold), ("warm", local_warm)];
+        let r = measure(py, &homes, a.procs, import, client, mode, &temps, &mut out).await;
         mounts.stop()?;
         r?;
     }
+    client
+        .drop_index("/py")
+        .await
+        .map_err(|e| anyhow::anyhow!("index drop /py: {e}"))?;
+    automatic(
+        a,
+        py,
+        map,
+        work,
+        import,
+        client,
+        (local_cold, local_warm),
+        &mut out,
+    )
+    .await?;
     Ok((out, index_bytes))
+}
+
+/// The automatic mode: mounts as users get them (automatic indexing on, its defaults).
+/// A first cold run heats the servers' counters; once the mounts have indexed the tree
+/// by themselves, fresh mounts run cold and warm again.
+#[allow(clippy::too_many_arguments)]
+async fn automatic(
+    a: &StormArgs,
+    py: &Python,
+    map: &Path,
+    work: &Path,
+    import: &str,
+    client: &myriad_client::Client,
+    (local_cold, local_warm): (f64, f64),
+    out: &mut Vec<Mode>,
+) -> anyhow::Result<()> {
+    drop_caches();
+    let mounts = Mounts::start(map, work, a.mounts, &a.mounted.mount_args, 3)?;
+    let homes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("py")).collect();
+    let first = [("first", local_cold)];
+    let r = async {
+        measure(py, &homes, a.procs, import, client, "auto", &first, out).await?;
+        let t = Instant::now();
+        loop {
+            let reg = client
+                .index_registry()
+                .await
+                .map_err(|e| anyhow::anyhow!("index registry: {e}"))?;
+            if !reg.trees.is_empty() {
+                let names: u64 = reg.trees.iter().map(|t| t.entries).sum();
+                let roots: Vec<&str> = reg.trees.iter().map(|t| t.root.as_str()).collect();
+                eprintln!(
+                    "  automatic indexes after {:.0} s: {roots:?}, {names} names",
+                    t.elapsed().as_secs_f64()
+                );
+                return anyhow::Ok(());
+            }
+            if t.elapsed() > AUTO_WAIT {
+                let hot = client.index_candidates(1, Duration::ZERO).await;
+                bail!(
+                    "no automatic index within {} s; the servers' hot directories: {hot:?}",
+                    AUTO_WAIT.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    .await;
+    mounts.stop()?;
+    r?;
+    drop_caches();
+    let mounts = Mounts::start(map, work, a.mounts, &a.mounted.mount_args, 4)?;
+    let homes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("py")).collect();
+    let temps = [("cold", local_cold), ("warm", local_warm)];
+    let r = measure(py, &homes, a.procs, import, client, "auto", &temps, out).await;
+    mounts.stop()?;
+    r
+}
+
+/// How long the automatic mode waits for the mounts to index the tree (their defaults:
+/// a tree quiet for 30 s, asked every 10 s).
+const AUTO_WAIT: Duration = Duration::from_secs(120);
+
+/// One storm per temperature on `homes`, with the servers' requests counted around it.
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    py: &Python,
+    homes: &[PathBuf],
+    procs: usize,
+    import: &str,
+    client: &myriad_client::Client,
+    mode: &str,
+    temps: &[(&str, f64)],
+    out: &mut Vec<Mode>,
+) -> anyhow::Result<()> {
+    for (temp, local) in temps {
+        let before = requests(client).await?;
+        let wall = storm(py, homes, procs, import)?;
+        let after = requests(client).await?;
+        let by_op = since(&before.0, &after.0);
+        let m = Mode {
+            mode: format!("{mode}-{temp}"),
+            wall_s: wall,
+            local_wall_s: *local,
+            server_metadata_requests: by_op.values().sum(),
+            server_data_requests: after.1 - before.1,
+            metadata_by_op: by_op,
+        };
+        eprintln!(
+            "  {}: {wall:.2} s, {} metadata ({:?}) and {} data requests",
+            m.mode, m.server_metadata_requests, m.metadata_by_op, m.server_data_requests
+        );
+        out.push(m);
+    }
+    Ok(())
 }

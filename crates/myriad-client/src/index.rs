@@ -8,9 +8,9 @@
 //! Only with leases (`ClientConfig::leases` and `indexes`): without a lease nothing would
 //! tell a client that an index was dropped.
 
-mod auto;
 mod auto_policy;
 mod build;
+mod register;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -84,6 +84,11 @@ pub struct SimConfig {
     /// (docs/metadata-index.md): a read answered from an index must be as fresh as any.
     /// Off by default: `--indexes` (implies `--freeze` and `--leases`).
     pub indexes: bool,
+    /// With `indexes`: the indexes are automatic ones (docs/metadata-index.md "Automatic
+    /// indexes"): the trees are never frozen, every write into them is taken, and a read
+    /// answered from an index must still be as fresh as any (the write unregistered it
+    /// first). Off by default: `--auto-indexes` (implies `--indexes`).
+    pub auto_indexes: bool,
 }
 
 impl SimConfig {
@@ -106,6 +111,7 @@ impl SimConfig {
             dir_moves: false,
             freeze: false,
             indexes: false,
+            auto_indexes: false,
         }
     }
 
@@ -113,7 +119,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -126,7 +132,12 @@ impl SimConfig {
             if self.locks { " --locks" } else { "" },
             if self.dir_moves { " --dir-moves" } else { "" },
             if self.freeze { " --freeze" } else { "" },
-            if self.indexes { " --indexes" } else { "" }
+            if self.indexes { " --indexes" } else { "" },
+            if self.auto_indexes {
+                " --auto-indexes"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -800,6 +811,7 @@ impl Sim {
                 freeze: (self.cfg.freeze || self.cfg.indexes)
                     .then(|| std::sync::Mutex::new(crate::workload::Frozen::No)),
                 indexes: self.cfg.indexes,
+                auto_indexes: self.cfg.auto_indexes,
             };
             runs.push(tokio::spawn(run.run()));
         }

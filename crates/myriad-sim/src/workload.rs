@@ -95,6 +95,8 @@ pub struct ClientRun {
     pub freeze: Option<std::sync::Mutex<Frozen>>,
     /// Freeze by building the tree's metadata index, thaw by dropping it (`--indexes`).
     pub indexes: bool,
+    /// ...automatic indexes instead: nothing frozen, every write taken (`--auto-indexes`).
+    pub auto_indexes: bool,
 }
 
 /// What a client knows of its frozen tree (`--freeze`).
@@ -289,6 +291,14 @@ impl ClientRun {
             ))
         });
         let verdict = self.ops_loop(&mut live, &mut holding, &releasing).await;
+        if self.indexes {
+            // What the indexes answered: a run whose reads never met one tested nothing.
+            let s = self.client.index_stats();
+            self.trace.event(format_args!(
+                "c{} index answers {} loads {}",
+                self.id, s.hits, s.loads
+            ));
+        }
         if let Some(r) = renewer {
             let violation = if r.is_finished() {
                 r.await
@@ -800,6 +810,7 @@ impl ClientRun {
                     let opts = myriad_client::BuildOptions {
                         // Versions that repeat with the seed, new for every build.
                         version: Some(self.rng.with(|r| r.gen_range(1..u64::MAX / 2))),
+                        auto: self.auto_indexes,
                         ..myriad_client::BuildOptions::default()
                     };
                     return self.client.build_index(&root, opts).await.map(drop);
@@ -849,6 +860,14 @@ impl ClientRun {
             self.id
         ));
         match result {
+            // An automatic index freezes nothing: its tree takes every write.
+            Ok(()) if self.auto_indexes => self.ack(&path, v),
+            Err(FsError::ReadOnly) if self.auto_indexes => {
+                return Err(format!(
+                    "c{} put {path} v{v} refused as read-only under an automatic index",
+                    self.id
+                ));
+            }
             Ok(()) if state == Frozen::Yes => {
                 return Err(format!(
                     "c{} put {path} v{v} acknowledged in a tree known frozen",

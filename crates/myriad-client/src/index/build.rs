@@ -96,54 +96,14 @@ impl Client {
             version,
         };
         if opts.auto {
-            return self.build_auto_index(root, &root_attrs, mark, opts).await;
-        }
-        let built = async {
-            let dirs = self.freeze_tree(root, mark).await?;
-            let (mut report, bytes) = self.make_index(root, &root_attrs, mark, opts).await?;
-            report.frozen_dirs = dirs.len();
-            self.write_index_file(&report.tree, &bytes).await?;
-            // Registered last, in one create: clients may use it from here on.
-            self.mkdir_p(TREES_DIR, 0o755).await?;
-            let registered = self
-                .create(
-                    &join(TREES_DIR, &report.tree.file),
-                    0o444,
-                    true,
-                    &report.tree.encode(),
-                )
-                .await;
-            self.forget_registry();
-            registered?;
-            Ok(report)
-        };
-        match built.await {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                // The registry may list this build already (a change whose answer was
-                // lost): it is unlisted, which recalls every client's registry lease,
-                // before the tree is thawed (I1); if that fails too, the tree stays
-                // frozen for `myriad index drop`.
-                let file = tree_index::index_file_name(root_attrs.ino, version);
-                let unlisted = match self.unlink(&join(TREES_DIR, &file)).await {
-                    Ok(()) | Err(FsError::NotFound) => Ok(()),
-                    Err(u) => Err(u),
-                };
-                self.forget_registry();
-                match unlisted {
-                    Ok(()) => {
-                        if let Err(t) = self.thaw_tree(root).await {
-                            tracing::warn!(root, "build failed ({e}); thawing failed too: {t}");
-                        }
-                    }
-                    Err(u) => tracing::warn!(
-                        root,
-                        "build failed ({e}) and the registry could not be checked ({u}): left frozen; `myriad index drop {root}` thaws it"
-                    ),
-                }
-                Err(e)
+            let claim = self.claim_auto_build(mark.root).await?;
+            let built = self.build_registered(root, &root_attrs, mark, opts).await;
+            if let Err(e) = self.unlink(&claim).await {
+                tracing::warn!(claim, "automatic index claim left behind: {e}");
             }
+            return built;
         }
+        self.build_registered(root, &root_attrs, mark, opts).await
     }
 
     /// Unregisters the index of `root` (every client stops answering from it before the
@@ -172,6 +132,7 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
+        self.unlist_pending(root).await?;
         let thawed = self.unmark_tree(root, auto).await?;
         for t in &gone {
             match self.unlink(&join(INDEX_DIR, &t.file)).await {
@@ -180,6 +141,28 @@ impl Client {
             }
         }
         Ok(thawed)
+    }
+
+    /// Unlinks what failed builds of `root` left pending in the registry (clients never
+    /// use a pending entry; a build in flight then fails its rename).
+    async fn unlist_pending(&self, root: &str) -> Result<(), FsError> {
+        let Ok(attrs) = self.stat_servers(root).await else {
+            return Ok(());
+        };
+        let listing = match self.readdir_servers(TREES_DIR).await {
+            Ok(l) => l,
+            Err(FsError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mine = format!("{}{}.", tree_index::PENDING_PREFIX, attrs.ino.0);
+        for e in listing.into_iter().filter(|e| e.name.starts_with(&mine)) {
+            match self.unlink(&join(TREES_DIR, &e.name)).await {
+                Ok(()) | Err(FsError::NotFound) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        self.forget_registry();
+        Ok(())
     }
 
     /// The directories read at least `min_reads` times in their servers' popularity

@@ -1,8 +1,10 @@
-//! Automatic indexes, the builder's side (docs/metadata-index.md "Automatic indexes"):
-//! the tree is marked, not frozen; the build registers itself *pending* before it marks
-//! anything and makes the entry live with one rename after its walk, so a change at any
-//! moment either kills the pending entry (the rename then fails and the build is
-//! abandoned) or unlinks the live one (every client stops answering from it first).
+//! Registering a build (docs/metadata-index.md "The registry"): the build registers
+//! itself *pending* before it marks anything and makes the entry live with one rename
+//! after its walk. For an automatic index (the tree marked, not frozen) a change at any
+//! moment either removes the pending entry (the rename then fails and the build is
+//! abandoned) or unlinks the live one (every client stops answering from it first). For
+//! both kinds, a failed build removes the pending entry before the live one, so a rename
+//! still in flight can never land after the failure was handled.
 
 use myriad_placement::join;
 use myriad_proto::tree_index::{self, CLAIMS_DIR, INDEX_DIR, PENDING_PREFIX, TREES_DIR};
@@ -15,24 +17,9 @@ use crate::index::build::{BuildOptions, BuildReport};
 const CLAIM_STALE_NS: i64 = 60_000_000_000;
 
 impl Client {
-    /// Builds and registers an automatic index of `root` (`build_index` with `auto`):
-    /// `Busy` if another client is building it, or if the tree changed during the walk.
-    pub(super) async fn build_auto_index(
-        &self,
-        root: &str,
-        root_attrs: &Inode,
-        mark: ReadOnlyMark,
-        opts: BuildOptions,
-    ) -> Result<BuildReport, FsError> {
-        let claim = self.claim_auto_build(mark.root).await?;
-        let built = self.build_claimed(root, root_attrs, mark, opts).await;
-        if let Err(e) = self.unlink(&claim).await {
-            tracing::warn!(claim, "automatic index claim left behind: {e}");
-        }
-        built
-    }
-
-    async fn build_claimed(
+    /// Marks the tree (frozen, or for an automatic index), writes its index and
+    /// registers it. An automatic build answers `Busy` if the tree changed during it.
+    pub(super) async fn build_registered(
         &self,
         root: &str,
         root_attrs: &Inode,
@@ -47,20 +34,21 @@ impl Client {
         self.create(&pending, 0o444, true, b"").await?;
         self.forget_registry();
         let built = async {
-            let dirs = self.mark_tree(root, mark, true).await?;
+            let dirs = self.mark_tree(root, mark, opts.auto).await?;
             let (mut report, bytes) = self.make_index(root, root_attrs, mark, opts).await?;
             report.frozen_dirs = dirs.len();
             self.write_index_file(&report.tree, &bytes).await?;
             let h = self.open(&pending).await?;
             self.write(&h, 0, &report.tree.encode()).await?;
-            // Live in one step, if no change removed the pending entry meanwhile.
+            // Live in one step (clients may use it from here on), if no change removed
+            // the pending entry meanwhile.
             let flags = RenameFlags {
                 no_replace: true,
                 exchange: false,
             };
             match self.rename(&pending, &live, flags).await {
                 Ok(()) => Ok(report),
-                Err(FsError::NotFound) => Err(FsError::Busy),
+                Err(FsError::NotFound) if opts.auto => Err(FsError::Busy),
                 Err(e) => Err(e),
             }
         }
@@ -68,18 +56,20 @@ impl Client {
         self.forget_registry();
         match built {
             Ok(report) => {
-                self.sweep_index_files(mark.root, mark.version).await;
+                if opts.auto {
+                    self.sweep_index_files(mark.root, mark.version).await;
+                }
                 Ok(report)
             }
             Err(e) => {
-                self.abandon_auto_build(root, &pending, &file).await;
+                self.abandon_build(root, &file, opts.auto, &e).await;
                 Err(e)
             }
         }
     }
 
     /// Takes the claim of the automatic build of the tree whose root is `ino`.
-    async fn claim_auto_build(&self, ino: InodeId) -> Result<String, FsError> {
+    pub(super) async fn claim_auto_build(&self, ino: InodeId) -> Result<String, FsError> {
         let claim = join(CLAIMS_DIR, &ino.0.to_string());
         self.mkdir_p(CLAIMS_DIR, 0o755).await?;
         for _ in 0..2 {
@@ -101,19 +91,37 @@ impl Client {
         Err(FsError::Busy)
     }
 
-    /// Undoes what a failed automatic build made: its pending entry (the live one was
-    /// never made: the rename is the last step), its index file, its marks.
-    async fn abandon_auto_build(&self, root: &str, pending: &str, file: &str) {
-        for path in [pending.to_string(), join(INDEX_DIR, file)] {
+    /// Undoes what a failed build made. Its registry entries go first, pending then live
+    /// (a rename whose answer was lost may have made the live one; one still in flight
+    /// finds no pending entry any more), each unlink recalling every client's registry
+    /// lease before it applies; only then are the marks taken off (I1). If the registry
+    /// cannot be cleaned, the marks stay: a frozen tree for `myriad index drop`, an
+    /// automatic index's marks to unregister it at the first change.
+    async fn abandon_build(&self, root: &str, file: &str, auto: bool, why: &FsError) {
+        let pending = join(TREES_DIR, &format!("{PENDING_PREFIX}{file}"));
+        let mut unlisted = Ok(());
+        for path in [pending, join(TREES_DIR, file)] {
             match self.unlink(&path).await {
                 Ok(()) | Err(FsError::NotFound) => {}
-                Err(e) => tracing::warn!(path, "abandoned automatic index left behind: {e}"),
+                Err(e) => unlisted = Err(e),
             }
         }
         self.forget_registry();
-        // A mark left behind only costs its directory's next change a check.
-        if let Err(e) = self.unmark_tree(root, true).await {
-            tracing::debug!(root, "marks of an abandoned automatic index left: {e}");
+        if let Err(u) = unlisted {
+            tracing::warn!(
+                root,
+                "build failed ({why}) and the registry could not be cleaned ({u}): marks left; `myriad index drop {root}` removes them"
+            );
+            return;
+        }
+        if let Err(e) = self.unlink(&join(INDEX_DIR, file)).await {
+            tracing::debug!(root, "index file of a failed build left: {e}");
+        }
+        if let Err(t) = self.unmark_tree(root, auto).await {
+            tracing::warn!(
+                root,
+                "build failed ({why}); taking its marks off failed too: {t}"
+            );
         }
     }
 
