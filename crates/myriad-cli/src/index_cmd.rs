@@ -39,7 +39,8 @@ pub enum IndexCmd {
         #[arg(long, default_value_t = 60)]
         quiet_secs: u64,
     },
-    /// List every index: tree, version, directories, names, size, when built.
+    /// List every index: tree, version, directories, names, size, answers given from it
+    /// (as mounts report them every 30 s), manual or automatic.
     Status {
         /// One JSON object per index, one per line.
         #[arg(long)]
@@ -61,6 +62,7 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
                 inline_bytes,
                 max_bytes,
                 version: None,
+                max_dirs: None,
                 auto,
             };
             let r = client
@@ -120,12 +122,19 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
                 .index_registry()
                 .await
                 .map_err(|e| anyhow::anyhow!("index status: {e}"))?;
+            let hits = client
+                .index_hit_counts()
+                .await
+                .map_err(|e| anyhow::anyhow!("index status: hit counts: {e}"))?;
+            let hits_of = |t: &myriad_client::proto::tree_index::RegisteredTree| {
+                hits.get(&t.file).copied().unwrap_or(0)
+            };
             if json {
                 for t in &reg.trees {
                     let v = serde_json::json!({
                         "root": t.root, "version": t.version, "kind": kind(t),
                         "dirs": t.dirs, "entries": t.entries, "bytes": t.bytes,
-                        "file": t.file, "built_ns": t.built_ns,
+                        "file": t.file, "built_ns": t.built_ns, "hits": hits_of(t),
                     });
                     println!("{v}");
                 }
@@ -136,20 +145,24 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
                 return Ok(());
             }
             println!(
-                "{:<40} {:>14} {:>7} {:>9} {:>11}  KIND",
-                "TREE", "VERSION", "DIRS", "NAMES", "BYTES"
+                "{:<40} {:>14} {:>7} {:>9} {:>11} {:>11}  KIND",
+                "TREE", "VERSION", "DIRS", "NAMES", "BYTES", "HITS"
             );
             for t in &reg.trees {
                 println!(
-                    "{:<40} {:>14} {:>7} {:>9} {:>11}  {}",
+                    "{:<40} {:>14} {:>7} {:>9} {:>11} {:>11}  {}",
                     t.root,
                     t.version,
                     t.dirs,
                     t.entries,
                     t.bytes,
+                    hits_of(t),
                     kind(t)
                 );
             }
+            println!(
+                "(hits: answers mounts gave from each index, as they report them every 30 s)"
+            );
             Ok(())
         }
     }

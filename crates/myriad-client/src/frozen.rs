@@ -75,10 +75,27 @@ impl Client {
         mark: ReadOnlyMark,
         auto: bool,
     ) -> Result<Vec<String>, FsError> {
+        self.mark_tree_within(root, mark, auto, usize::MAX).await
+    }
+
+    /// `mark_tree`, refusing (`InvalidArgument`) a tree of more than `most` directories
+    /// once it has found them (what it marked stays marked, as for any failure).
+    pub async fn mark_tree_within(
+        &self,
+        root: &str,
+        mark: ReadOnlyMark,
+        auto: bool,
+        most: usize,
+    ) -> Result<Vec<String>, FsError> {
         let mut dirs = vec![root.to_string()];
         let mut next = 0;
         while let Some(dir) = dirs.get(next).cloned() {
             next += 1;
+            if next > most {
+                return Err(FsError::InvalidArgument(format!(
+                    "{root} has more than {most} directories"
+                )));
+            }
             self.mark_dir(&dir, Some(mark), auto).await?;
             dirs.extend(self.subdirs(&dir).await?);
         }

@@ -10,11 +10,12 @@
 
 mod auto_policy;
 mod build;
+mod hits;
 mod register;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use myriad_placement::{join, split_parent};
@@ -54,6 +55,20 @@ impl Client {
             hits: self.indexes.hits.load(Ordering::Relaxed),
             loads: self.indexes.loads.load(Ordering::Relaxed),
         }
+    }
+
+    /// The answers this client gave from each index so far, by index file.
+    #[must_use]
+    pub fn index_hits(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut out: std::collections::BTreeMap<String, u64> = lock(&self.indexes.retired_hits)
+            .iter()
+            .map(|(f, n)| (f.clone(), *n))
+            .collect();
+        for (file, l) in lock(&self.indexes.loaded).iter() {
+            *out.entry(file.clone()).or_insert(0) += l.hits.load(Ordering::Relaxed);
+        }
+        out.retain(|_, n| *n > 0);
+        out
     }
 
     /// Forgets what this client read of the registry (after its own change of it, which
@@ -149,9 +164,19 @@ impl Client {
                 let l = Arc::new(Loaded {
                     tree: tree.clone(),
                     view,
+                    hits: AtomicU64::new(0),
                 });
                 let mut loaded = lock(&self.indexes.loaded);
-                loaded.retain(|_, old| known.registry.trees.contains(&old.tree));
+                let mut retired = lock(&self.indexes.retired_hits);
+                loaded.retain(|file, old| {
+                    let keep = known.registry.trees.contains(&old.tree);
+                    if !keep {
+                        *retired.entry(file.clone()).or_insert(0) +=
+                            old.hits.load(Ordering::Relaxed);
+                    }
+                    keep
+                });
+                drop(retired);
                 loaded.insert(l.tree.file.clone(), l.clone());
                 self.indexes.loads.fetch_add(1, Ordering::Relaxed);
                 Some(l)
@@ -372,6 +397,7 @@ impl Client {
             Answer::Ask => return None,
         };
         self.indexes.hits.fetch_add(1, Ordering::Relaxed);
+        l.hits.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(client = self.config.id, path, "answered from an index");
         Some(r)
     }
@@ -407,6 +433,7 @@ impl Client {
             .then(|| page.last().map(|e| e.name.clone()))
             .flatten();
         self.indexes.hits.fetch_add(1, Ordering::Relaxed);
+        l.hits.fetch_add(1, Ordering::Relaxed);
         Some((page, next))
     }
 

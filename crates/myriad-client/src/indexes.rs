@@ -14,6 +14,8 @@ use tokio::time::Instant;
 pub(crate) struct Loaded {
     pub(crate) tree: RegisteredTree,
     pub(crate) view: IndexView,
+    /// Answers given from it.
+    pub(crate) hits: AtomicU64,
 }
 
 /// The registry as last read.
@@ -46,6 +48,8 @@ pub(crate) struct Indexes {
     /// Index files that failed to load, and when to try again.
     pub(crate) failed: Mutex<HashMap<String, Instant>>,
     pub(crate) hits: AtomicU64,
+    /// Answers given from indexes no longer loaded, by index file.
+    pub(crate) retired_hits: Mutex<HashMap<String, u64>>,
     /// Bumped by every read (or forgetting) of the registry (`LeaseMark::index_epoch`).
     pub(crate) epoch: AtomicU64,
     pub(crate) loads: AtomicU64,

@@ -108,13 +108,13 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     if cfg.fs.leases {
         recall::install(&inner);
     }
-    if let Some(auto) = cfg.auto_index {
+    if cfg.indexes && cfg.fs.leases {
         auto_index::start(
+            &inner,
             rt.handle(),
-            cfg.map.clone(),
-            cfg.keys.clone(),
+            (cfg.map.clone(), cfg.keys.clone()),
             cfg.request_timeout,
-            auto,
+            cfg.auto_index,
         )?;
     }
     if cfg.fs.write_behind && cfg.fs.leases && !cfg.fs.sync_close {

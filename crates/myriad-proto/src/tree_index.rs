@@ -41,6 +41,8 @@ const REGISTRY_MAGIC_V1: [u8; 8] = *b"MYRREG\x00\x01";
 /// A registry entry named so is an automatic index's build under way (not yet usable):
 /// `pending.<file>`, made live by renaming it to `<file>` (docs/metadata-index.md).
 pub const PENDING_PREFIX: &str = "pending.";
+/// Hit counts: one file per reporting mount, lines `<index file> <answers>`.
+pub const HITS_DIR: &str = "/.myriad/index/hits";
 /// Claims of automatic builds: `<root inode>` made exclusively by the builder.
 pub const CLAIMS_DIR: &str = "/.myriad/index/claims";
 /// Magic, then the crc32c of everything after it.

@@ -263,7 +263,12 @@ impl Applier {
     async fn gate(&self, mutation: &Mutation) -> Option<leases::ChangeGuard> {
         let table = self.leases.as_ref()?;
         let changed = crate::state::changed_dirs::changed_dirs(mutation);
-        Some(table.before(changed, once::task_client()).await)
+        let noted = !matches!(mutation, Mutation::MarkReadOnly { .. });
+        Some(
+            table
+                .before_noted(changed, once::task_client(), noted)
+                .await,
+        )
     }
 
     /// Refuses from now on: every mutation not yet applied fails with `Unavailable` (without

@@ -56,6 +56,13 @@ async fn an_automatic_index_is_dropped_by_every_holder_at_its_trees_first_change
     );
     let hits = reader.index_stats().hits;
     assert!(hits >= 21, "{hits}");
+    // Per index, as mounts report them for `myriad index status`.
+    let mine = reader.index_hits();
+    assert_eq!(mine.get(&built.tree.file), Some(&hits), "{mine:?}");
+    ok(root.report_index_hits(7, &mine).await, "report");
+    ok(root.report_index_hits(8, &mine).await, "report");
+    let all = ok(root.index_hit_counts().await, "hit counts");
+    assert_eq!(all.get(&built.tree.file), Some(&(2 * hits)), "{all:?}");
 
     // Not frozen: the change applies (after the servers unregistered the index).
     ok(root.unlink("/sw/lib/pkg/m1.py").await, "unlink");

@@ -26,6 +26,9 @@ pub struct AutoIndexPolicy {
     pub retry: Duration,
     /// The most an automatic index may take.
     pub max_bytes: u64,
+    /// The most directories an automatic index may hold: a tree found bigger while it is
+    /// marked is left (its walk stops there).
+    pub max_dirs: usize,
 }
 
 impl Default for AutoIndexPolicy {
@@ -35,6 +38,7 @@ impl Default for AutoIndexPolicy {
             quiet: Duration::from_secs(30),
             retry: Duration::from_secs(300),
             max_bytes: 64 << 20,
+            max_dirs: 20_000,
         }
     }
 }
@@ -43,40 +47,62 @@ impl Default for AutoIndexPolicy {
 /// since its last change (`None`: none seen).
 pub type Hot = (String, u64, Option<u64>);
 
-/// The roots of the trees worth an automatic index: every hot, quiet directory whose
-/// parent is not one (or is "/", which is never indexed), with no hot directory below it
-/// that changed lately and no overlap with an indexed tree. Sorted.
+/// The roots of the trees worth an automatic index, from every directory the servers
+/// track (`tracked`: read at least once in their window, with the time since its last
+/// change): a *hot* directory (at least `min_reads` reads) that is quiet (no change for
+/// `quiet`), climbed up through its parents while they are tracked and quiet too (a
+/// tree's upper directories are read about once per client: not hot, but one index for
+/// the whole tree beats one per hot corner), below "/" (never indexed) and outside
+/// `/.myriad`; then only the topmost of them, with no tracked directory below that
+/// changed lately, inside no indexed tree and holding no manual one (an automatic index
+/// below one is replaced: `auto_index_round` drops it first). Sorted.
 #[must_use]
-pub fn choose_roots(hot: &[Hot], quiet: Duration, registry: &Registry) -> Vec<String> {
+pub fn choose_roots(
+    tracked: &[Hot],
+    min_reads: u64,
+    quiet: Duration,
+    registry: &Registry,
+) -> Vec<String> {
     let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
     let is_quiet = |since: Option<u64>| since.is_none_or(|ms| ms >= quiet_ms);
-    let quiet_dirs: std::collections::HashSet<&str> = hot
+    let calm: std::collections::HashSet<&str> = tracked
         .iter()
         .filter(|(_, _, since)| is_quiet(*since))
         .map(|(d, _, _)| d.as_str())
         .collect();
-    let changing: Vec<&str> = hot
+    let changing: Vec<&str> = tracked
         .iter()
         .filter(|(_, _, since)| !is_quiet(*since))
         .map(|(d, _, _)| d.as_str())
         .collect();
-    let mut roots: Vec<String> = quiet_dirs
+    let climbed: std::collections::BTreeSet<&str> = tracked
         .iter()
-        .filter(|d| **d != "/" && tree_index::below("/.myriad", d).is_none())
+        .filter(|(d, reads, since)| *reads >= min_reads && is_quiet(*since) && d != "/")
+        .map(|(d, _, _)| {
+            let mut root = d.as_str();
+            while parent_of(root) != "/" && calm.contains(parent_of(root)) {
+                root = parent_of(root);
+            }
+            root
+        })
+        .collect();
+    climbed
+        .iter()
+        .filter(|d| tree_index::below("/.myriad", d).is_none())
         .filter(|d| {
-            let parent = parent_of(d);
-            parent == "/" || !quiet_dirs.contains(parent)
+            !climbed
+                .iter()
+                .any(|other| other != *d && tree_index::below(other, d).is_some())
         })
         .filter(|d| !changing.iter().any(|c| tree_index::below(d, c).is_some()))
         .filter(|d| {
             !registry.trees.iter().any(|t| {
-                tree_index::below(&t.root, d).is_some() || tree_index::below(d, &t.root).is_some()
+                tree_index::below(&t.root, d).is_some()
+                    || (!t.auto && tree_index::below(d, &t.root).is_some())
             })
         })
         .map(|d| (*d).to_string())
-        .collect();
-    roots.sort();
-    roots
+        .collect()
 }
 
 /// What a mount remembers between rounds: when it last tried each tree.
@@ -96,10 +122,10 @@ impl Client {
         policy: &AutoIndexPolicy,
         state: &mut AutoIndexer,
     ) -> Result<Vec<(String, Result<BuildReport, FsError>)>, FsError> {
-        let hot = self
-            .index_candidates(policy.min_reads, Duration::ZERO)
-            .await?;
-        if hot.is_empty() {
+        // Every directory the servers track, hot or not: a tree's upper directories
+        // are read about once per client.
+        let tracked = self.index_candidates(1, Duration::ZERO).await?;
+        if !tracked.iter().any(|(_, reads, _)| *reads >= policy.min_reads) {
             return Ok(Vec::new());
         }
         let registry = self.index_registry().await?;
@@ -108,13 +134,23 @@ impl Client {
             .tried
             .retain(|_, at| now.duration_since(*at) < policy.retry);
         let mut out = Vec::new();
-        for root in choose_roots(&hot, policy.quiet, &registry) {
+        for root in choose_roots(&tracked, policy.min_reads, policy.quiet, &registry) {
             if state.tried.contains_key(&root) {
                 continue;
             }
             state.tried.insert(root.clone(), now);
+            // Automatic indexes of parts of the tree (built while the rest was not quiet
+            // yet) give way to one of the whole.
+            for t in registry.trees.iter().filter(|t| t.auto) {
+                if tree_index::below(&root, &t.root).is_some()
+                    && let Err(e) = self.drop_index(&t.root).await
+                {
+                    tracing::debug!(root = t.root, "automatic index not replaced: {e}");
+                }
+            }
             let opts = BuildOptions {
                 max_bytes: policy.max_bytes,
+                max_dirs: Some(policy.max_dirs),
                 auto: true,
                 ..BuildOptions::default()
             };
@@ -131,27 +167,33 @@ mod tests {
     use myriad_proto::InodeId;
     use myriad_proto::tree_index::RegisteredTree;
 
-    fn hot(d: &str, since: Option<u64>) -> Hot {
-        (d.to_string(), 100, since)
+    fn dir(d: &str, reads: u64, since: Option<u64>) -> Hot {
+        (d.to_string(), reads, since)
     }
 
     #[test]
-    fn trees_are_the_topmost_quiet_hot_directories_without_a_changing_one_below() {
+    fn trees_are_the_topmost_quiet_read_directories_above_hot_ones() {
         let q = Duration::from_secs(30);
         let dirs = [
-            hot("/", None),
-            hot("/sw", Some(60_000)),
-            hot("/sw/lib", None),
-            hot("/sw/lib/py", None),
-            hot("/data", None),
-            hot("/data/run", Some(1_000)),
-            hot("/.myriad", None),
-            hot("/.myriad/index", None),
-            hot("/home/a/proj", None),
-            hot("/home/a/proj/src", None),
+            dir("/", 50, None),
+            // A tree read once per client at the top, hot below.
+            dir("/sw", 2, Some(60_000)),
+            dir("/sw/lib", 3, None),
+            dir("/sw/lib/py", 40, None),
+            dir("/sw/lib/py/enc", 30, None),
+            // Hot, but something below it changes.
+            dir("/data", 30, None),
+            dir("/data/run", 1, Some(1_000)),
+            dir("/.myriad", 30, None),
+            dir("/.myriad/index", 30, None),
+            // Its parent is not tracked: the climb stops.
+            dir("/home/a/proj", 20, None),
+            dir("/home/a/proj/src", 20, None),
+            // Read, not hot: no tree of its own.
+            dir("/tmp", 2, None),
         ];
         let none = Registry::default();
-        assert_eq!(choose_roots(&dirs, q, &none), ["/home/a/proj", "/sw"]);
+        assert_eq!(choose_roots(&dirs, 16, q, &none), ["/home/a/proj", "/sw"]);
         // A tree already indexed (or inside one, or holding one) is left alone.
         let tree = RegisteredTree {
             root: "/sw/lib".into(),
@@ -165,10 +207,22 @@ mod tests {
             built_ns: 0,
             auto: false,
         };
-        let some = Registry { trees: vec![tree] };
-        assert_eq!(choose_roots(&dirs, q, &some), ["/home/a/proj"]);
-        // A change seen lately makes a directory, and the trees above it, not quiet.
+        let some = Registry {
+            trees: vec![tree.clone()],
+        };
+        assert_eq!(choose_roots(&dirs, 16, q, &some), ["/home/a/proj"]);
+        // An automatic index of a part gives way to one of the whole.
+        let part = Registry {
+            trees: vec![RegisteredTree { auto: true, ..tree }],
+        };
+        assert_eq!(choose_roots(&dirs, 16, q, &part), ["/home/a/proj", "/sw"]);
+        // A change seen lately stops the climb, and keeps the trees above it out.
         let q = Duration::from_secs(120);
-        assert_eq!(choose_roots(&dirs, q, &none), ["/home/a/proj", "/sw/lib"]);
+        assert_eq!(
+            choose_roots(&dirs, 16, q, &none),
+            ["/home/a/proj", "/sw/lib"]
+        );
+        // Nothing hot enough: nothing.
+        assert!(choose_roots(&dirs, 100, q, &none).is_empty());
     }
 }

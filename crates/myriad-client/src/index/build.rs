@@ -24,6 +24,9 @@ pub struct BuildOptions {
     /// The build's version (`None`: the time in milliseconds; a simulation, whose runs
     /// must repeat, gives its own).
     pub version: Option<u64>,
+    /// Refuse a tree with more directories than this (found while it is marked: the
+    /// walk stops there). Automatic builds set it.
+    pub max_dirs: Option<usize>,
     /// An automatic index: the tree is marked, not frozen, and its first change
     /// unregisters the index (`index/auto.rs`).
     pub auto: bool,
@@ -35,6 +38,7 @@ impl Default for BuildOptions {
             inline_bytes: tree_index::DEFAULT_INLINE_BYTES,
             max_bytes: tree_index::DEFAULT_MAX_BYTES,
             version: None,
+            max_dirs: None,
             auto: false,
         }
     }

@@ -34,7 +34,8 @@ impl Client {
         self.create(&pending, 0o444, true, b"").await?;
         self.forget_registry();
         let built = async {
-            let dirs = self.mark_tree(root, mark, opts.auto).await?;
+            let most = opts.max_dirs.unwrap_or(usize::MAX);
+            let dirs = self.mark_tree_within(root, mark, opts.auto, most).await?;
             let (mut report, bytes) = self.make_index(root, root_attrs, mark, opts).await?;
             report.frozen_dirs = dirs.len();
             self.write_index_file(&report.tree, &bytes).await?;

@@ -419,10 +419,24 @@ impl LeaseTable {
     /// but `requester`'s, or per directory the client `Exempt` names) and returns once
     /// each was given back or expired. New grants and renewals of those directories, but
     /// to that client, wait until the guard is dropped (after the mutation applied).
+    #[cfg(test)]
     pub async fn before(
         self: &Arc<Self>,
         changed: ChangedDirs,
         requester: Option<u64>,
+    ) -> ChangeGuard {
+        self.before_noted(changed, requester, true).await
+    }
+
+    /// `before`; with `noted` false the change is not noted for `last_change` (the marks
+    /// of indexed trees: they recall leases, so that every journal is drained first, but
+    /// change no entry, so a tree just marked or thawed stays quiet for automatic
+    /// indexes).
+    pub async fn before_noted(
+        self: &Arc<Self>,
+        changed: ChangedDirs,
+        requester: Option<u64>,
+        noted: bool,
     ) -> ChangeGuard {
         let mut waiting: Vec<(String, u64)> = Vec::new();
         let requester_of = |dir: &str| requester.or_else(|| Exempt::client_of(dir));
@@ -452,7 +466,9 @@ impl LeaseTable {
                 }
                 ChangedDirs::Dirs(dirs) => {
                     for (d, r) in dirs.iter().zip(&requesters) {
-                        inner.changes.note(d, now);
+                        if noted {
+                            inner.changes.note(d, now);
+                        }
                         let l = inner.dirs.entry(d.clone()).or_default();
                         *l.pending.entry(*r).or_default() += 1;
                         if !l.holders.is_empty() {
