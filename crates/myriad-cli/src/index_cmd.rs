@@ -160,9 +160,7 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
                     kind(t)
                 );
             }
-            println!(
-                "(hits: answers mounts gave from each index, as they report them every 30 s)"
-            );
+            println!("(hits: answers mounts gave from each index, as they report them every 30 s)");
             Ok(())
         }
     }

@@ -47,7 +47,7 @@ pub(crate) fn start(
 
 async fn index_rounds(builder: Arc<Client>, auto: AutoIndexing) {
     let mut state = AutoIndexer::default();
-    let mut tick = tokio::time::interval(auto.every);
+    let mut tick = after_one(auto.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -81,7 +81,7 @@ async fn report_hits(inner: Weak<Inner>, writer: Arc<Client>) {
         .map_or(0, |d| d.as_nanos() as u64);
     let id = (u64::from(std::process::id()) << 40) ^ started;
     let mut sent = std::collections::BTreeMap::new();
-    let mut tick = tokio::time::interval(HITS_EVERY);
+    let mut tick = after_one(HITS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -98,4 +98,9 @@ async fn report_hits(inner: Weak<Inner>, writer: Arc<Client>) {
             Err(e) => tracing::debug!("index hit counts not written: {e}"),
         }
     }
+}
+
+/// Ticks every `period`, the first one period from now (a fresh mount has read nothing).
+fn after_one(period: Duration) -> tokio::time::Interval {
+    tokio::time::interval_at(tokio::time::Instant::now() + period, period)
 }

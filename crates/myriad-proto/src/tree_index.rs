@@ -43,7 +43,7 @@ const REGISTRY_MAGIC_V1: [u8; 8] = *b"MYRREG\x00\x01";
 pub const PENDING_PREFIX: &str = "pending.";
 /// Hit counts: one file per reporting mount, lines `<index file> <answers>`.
 pub const HITS_DIR: &str = "/.myriad/index/hits";
-/// Claims of automatic builds: `<root inode>` made exclusively by the builder.
+/// Claims of automatic builds: `auto`, made exclusively by the builder (one at a time).
 pub const CLAIMS_DIR: &str = "/.myriad/index/claims";
 /// Magic, then the crc32c of everything after it.
 const HEADER_BYTES: usize = 12;

@@ -63,6 +63,17 @@ async fn an_automatic_index_is_dropped_by_every_holder_at_its_trees_first_change
     ok(root.report_index_hits(8, &mine).await, "report");
     let all = ok(root.index_hit_counts().await, "hit counts");
     assert_eq!(all.get(&built.tree.file), Some(&(2 * hits)), "{all:?}");
+    // A report replaces the reporter's last one.
+    let more = [(built.tree.file.clone(), hits + 1000)]
+        .into_iter()
+        .collect();
+    ok(root.report_index_hits(8, &more).await, "report");
+    let all = ok(root.index_hit_counts().await, "hit counts");
+    assert_eq!(
+        all.get(&built.tree.file),
+        Some(&(2 * hits + 1000)),
+        "{all:?}"
+    );
 
     // Not frozen: the change applies (after the servers unregistered the index).
     ok(root.unlink("/sw/lib/pkg/m1.py").await, "unlink");
@@ -180,4 +191,33 @@ async fn mounts_index_a_read_mostly_tree_by_themselves_and_see_its_change() {
         now.iter().all(|t| t.version > tree.version),
         "{now:?} after {tree:?}"
     );
+}
+
+/// A mount started after an automatic index was built answers from it as from a manual
+/// one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_mount_answers_from_an_automatic_index() {
+    let tc = TestCluster::start(3);
+    let root = plain(&tc, Caller::root());
+    package(&root, 30).await;
+    let opts = BuildOptions {
+        auto: true,
+        ..BuildOptions::default()
+    };
+    ok(root.build_index("/sw", opts).await, "build");
+    let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cache_dir = cache.path().display().to_string();
+    let m = crate::mount::Mount::new(&tc, &["--", "--index-cache-dir", &cache_dir]);
+    let dir = m.path("");
+    assert_eq!(crate::mount::sh(&dir, "cat sw/lib/pkg/m0.py"), "x = 0\n");
+    let before = metadata_requests(&root).await;
+    assert_eq!(
+        crate::mount::sh(
+            &dir,
+            "cat sw/lib/pkg/m*.py | wc -l; ls -l sw/lib/pkg | wc -l"
+        ),
+        "30\n31\n"
+    );
+    let asked = total(&metadata_requests(&root).await) - total(&before);
+    assert!(asked <= 4, "{asked} requests for 30 reads and a listing");
 }

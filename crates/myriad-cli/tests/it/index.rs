@@ -46,6 +46,7 @@ pub(crate) async fn metadata_requests(c: &Client) -> BTreeMap<String, u64> {
         for o in ok(r, "counters").client_requests {
             if ![
                 "lease_poll",
+                "index_candidates",
                 "lease_renew",
                 "get_counters",
                 "get_map",

@@ -125,7 +125,10 @@ impl Client {
         // Every directory the servers track, hot or not: a tree's upper directories
         // are read about once per client.
         let tracked = self.index_candidates(1, Duration::ZERO).await?;
-        if !tracked.iter().any(|(_, reads, _)| *reads >= policy.min_reads) {
+        if !tracked
+            .iter()
+            .any(|(_, reads, _)| *reads >= policy.min_reads)
+        {
             return Ok(Vec::new());
         }
         let registry = self.index_registry().await?;

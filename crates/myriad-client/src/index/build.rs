@@ -77,6 +77,21 @@ impl Client {
                 "{root} cannot be indexed (the root and /.myriad hold the indexes themselves)"
             )));
         }
+        if opts.auto {
+            // One automatic build at a time in the cluster, its checks made under the
+            // claim: two mounts never index one tree, or two trees one inside the other.
+            let claim = self.claim_auto_build().await?;
+            let built = self.build_checked(root, opts).await;
+            if let Err(e) = self.unlink(&claim).await {
+                tracing::warn!(claim, "automatic index claim left behind: {e}");
+            }
+            return built;
+        }
+        self.build_checked(root, opts).await
+    }
+
+    /// `build_index` past its argument checks.
+    async fn build_checked(&self, root: &str, opts: BuildOptions) -> Result<BuildReport, FsError> {
         let registry = self.index_registry().await?;
         if let Some(t) = registry.trees.iter().find(|t| {
             tree_index::below(&t.root, root).is_some() || tree_index::below(root, &t.root).is_some()
@@ -99,14 +114,6 @@ impl Client {
             root: root_attrs.ino,
             version,
         };
-        if opts.auto {
-            let claim = self.claim_auto_build(mark.root).await?;
-            let built = self.build_registered(root, &root_attrs, mark, opts).await;
-            if let Err(e) = self.unlink(&claim).await {
-                tracing::warn!(claim, "automatic index claim left behind: {e}");
-            }
-            return built;
-        }
         self.build_registered(root, &root_attrs, mark, opts).await
     }
 

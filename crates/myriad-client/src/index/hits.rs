@@ -26,9 +26,10 @@ impl Client {
         self.mkdir_p(INDEX_DIR, 0o755).await?;
         self.mkdir_p(HITS_DIR, 0o755).await?;
         let path = join(HITS_DIR, &format!("{id:016x}"));
-        self.create(&path, 0o644, false, text.as_bytes())
-            .await
-            .map(drop)
+        // A create of an existing file opens it as it is: rewritten in place.
+        let h = self.create(&path, 0o644, false, b"").await?;
+        self.write(&h, 0, text.as_bytes()).await?;
+        self.truncate(&h, text.len() as u64).await.map(drop)
     }
 
     /// Answers given from each index file by every client that reported them.

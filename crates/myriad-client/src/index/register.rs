@@ -13,8 +13,9 @@ use myriad_proto::{FsError, Inode, InodeId, ReadOnlyMark, RenameFlags};
 use crate::client::Client;
 use crate::index::build::{BuildOptions, BuildReport};
 
-/// A claim older than this is a builder that died: it is broken.
-const CLAIM_STALE_NS: i64 = 60_000_000_000;
+/// A claim older than this is a builder that died: it is broken (longer than any build
+/// of `AutoIndexPolicy::max_dirs` directories takes).
+const CLAIM_STALE_NS: i64 = 600_000_000_000;
 
 impl Client {
     /// Marks the tree (frozen, or for an automatic index), writes its index and
@@ -69,9 +70,9 @@ impl Client {
         }
     }
 
-    /// Takes the claim of the automatic build of the tree whose root is `ino`.
-    pub(super) async fn claim_auto_build(&self, ino: InodeId) -> Result<String, FsError> {
-        let claim = join(CLAIMS_DIR, &ino.0.to_string());
+    /// Takes the claim of automatic builds (one at a time in the cluster).
+    pub(super) async fn claim_auto_build(&self) -> Result<String, FsError> {
+        let claim = join(CLAIMS_DIR, "auto");
         self.mkdir_p(CLAIMS_DIR, 0o755).await?;
         for _ in 0..2 {
             match self.create(&claim, 0o444, true, b"").await {
