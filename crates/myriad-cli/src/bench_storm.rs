@@ -424,6 +424,8 @@ async fn automatic(
     let first = [("first", local_cold)];
     let r = async {
         measure(py, &homes, a.procs, import, client, "auto", &first, out).await?;
+        // What the servers tracked, and any anti-entropy repairs (which make every
+        // directory of a partition count as changed): for working on the policy.
         if std::env::var_os("MYRIAD_STORM_DEBUG").is_some() {
             let tracked = client.index_candidates(1, Duration::ZERO).await;
             if let Ok(t) = tracked {
@@ -434,6 +436,20 @@ async fn automatic(
                 top.sort();
                 eprintln!("  tracked after the first run: {top:?}");
             }
+            let mut ae = std::collections::BTreeMap::new();
+            for (_, r) in client.all_counters().await {
+                if let Ok(s) = r {
+                    for o in s.server_requests.iter().chain(&s.client_requests) {
+                        if o.op.contains("anti")
+                            || o.op.contains("resync")
+                            || o.op.contains("repair")
+                        {
+                            *ae.entry(o.op.to_string()).or_insert(0u64) += o.count;
+                        }
+                    }
+                }
+            }
+            eprintln!("  anti-entropy and repairs so far: {ae:?}");
         }
         let t = Instant::now();
         loop {

@@ -89,10 +89,14 @@ impl Durable {
 /// (`FsError::AutoIndexed`): unregister that index (docs/metadata-index.md "Automatic
 /// indexes"). The server implements it by asking the partition of the registry entry.
 pub trait AutoIndexes: Send + Sync {
-    /// Unregisters automatic index `mark` (its pending entry, then its live one); every
-    /// client's lease on the registry is recalled before that applies. `Ok` also when
-    /// it was unregistered already.
-    fn unregister(&self, mark: ReadOnlyMark) -> BoxFuture<'_, Result<(), FsError>>;
+    /// Unregisters automatic index `mark` (its pending entry, then its live one) for
+    /// partition `source`, whose change met it; every client's lease on the registry is
+    /// recalled before that applies. `Ok` also when it was unregistered already.
+    fn unregister(
+        &self,
+        source: PartitionId,
+        mark: ReadOnlyMark,
+    ) -> BoxFuture<'_, Result<(), FsError>>;
 }
 
 /// Mutations queued for one partition's writer before submitters wait for room: a flood
@@ -111,8 +115,9 @@ pub struct Applier {
     copies: Arc<dyn Ship>,
     /// Set when the partition is no longer served here: nothing more is committed.
     retired: Arc<AtomicBool>,
-    /// Unregisters automatic indexes whose trees a change meets; none in unit tests.
-    auto_indexes: Option<Arc<dyn AutoIndexes>>,
+    /// Unregisters automatic indexes whose trees a change meets (for this partition);
+    /// none in unit tests.
+    auto_indexes: Option<(Arc<dyn AutoIndexes>, PartitionId)>,
     /// The automatic indexes this applier unregistered lately: a change meeting one of
     /// them again (another directory of its tree) only clears its mark.
     unregistered: Arc<std::sync::Mutex<std::collections::VecDeque<ReadOnlyMark>>>,
@@ -183,10 +188,11 @@ impl Applier {
         })
     }
 
-    /// The applier with `hook` unregistering the automatic indexes changes meet.
+    /// The applier of partition `pid` with `hook` unregistering the automatic indexes
+    /// changes meet.
     #[must_use]
-    pub fn with_auto_indexes(mut self, hook: Arc<dyn AutoIndexes>) -> Applier {
-        self.auto_indexes = Some(hook);
+    pub fn with_auto_indexes(mut self, hook: Arc<dyn AutoIndexes>, pid: PartitionId) -> Applier {
+        self.auto_indexes = Some((hook, pid));
         self
     }
 
@@ -200,14 +206,14 @@ impl Applier {
         dir: &str,
         mark: ReadOnlyMark,
     ) -> Result<(), FsError> {
-        let Some(hook) = &self.auto_indexes else {
+        let Some((hook, pid)) = &self.auto_indexes else {
             return Err(FsError::Unavailable(
                 "this server cannot unregister automatic indexes".into(),
             ));
         };
         let known = |u: &Self| u.unregistered.lock().is_ok_and(|l| l.contains(&mark));
         if !known(self) {
-            hook.unregister(mark).await?;
+            hook.unregister(*pid, mark).await?;
             if let Ok(mut l) = self.unregistered.lock() {
                 if l.len() >= UNREGISTERED_KEPT {
                     l.pop_front();

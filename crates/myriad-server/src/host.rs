@@ -631,10 +631,7 @@ impl Host {
         )
         .map_err(OpenError::Io)?
         .with_leases(self.lease_table(pid))
-        .with_auto_indexes(Arc::new(crate::host_env::AutoIndexHook {
-            host: self.me.clone(),
-            source: pid,
-        }));
+        .with_auto_indexes(self.clone(), pid);
         let incarnation =
             crate::partition::core::incarnation(self.id, pid, epoch, self.clock.now_ns());
         let locks_before =

@@ -165,24 +165,19 @@ const NESTED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How a partition's applier unregisters automatic indexes: by asking the partition of
 /// each registry entry, wherever it is served (`PeerRequest::UnregisterIndex`).
-pub(crate) struct AutoIndexHook {
-    pub(crate) host: std::sync::Weak<Host>,
-    /// The partition whose changes met the index.
-    pub(crate) source: PartitionId,
-}
-
-impl crate::commit::AutoIndexes for AutoIndexHook {
-    fn unregister(&self, mark: myriad_proto::ReadOnlyMark) -> BoxFuture<'_, Result<(), FsError>> {
+impl crate::commit::AutoIndexes for Host {
+    fn unregister(
+        &self,
+        source: PartitionId,
+        mark: myriad_proto::ReadOnlyMark,
+    ) -> BoxFuture<'_, Result<(), FsError>> {
         Box::pin(async move {
-            let Some(host) = self.host.upgrade() else {
-                return Err(FsError::Unavailable("server is shutting down".into()));
-            };
             let file = myriad_proto::tree_index::index_file_name(mark.root, mark.version);
             // The pending entry first: a build's rename of it to the live name is then
             // either before (the live entry is unlinked next) or refused (NotFound).
             let pending = format!("{}{file}", myriad_proto::tree_index::PENDING_PREFIX);
             for name in [pending, file] {
-                unregister_entry(&host, self.source, name).await?;
+                unregister_entry(self, source, name).await?;
             }
             Ok(())
         })
