@@ -232,6 +232,22 @@ impl Applier {
         .map(|_| ())
     }
 
+    /// The applier's answer to a job, once it applied: the gate is held until then (a
+    /// failure lets it go first: unregistering an automatic index must not wait on it).
+    async fn answered(
+        &self,
+        rx: oneshot::Receiver<Result<Done, FsError>>,
+        gate: Option<leases::ChangeGuard>,
+    ) -> Result<Done, FsError> {
+        let answer = rx.await;
+        drop(gate);
+        match answer {
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(e)) => Err(self.met_auto_index(e).await),
+            Err(_) => Err(FsError::Unavailable("server is shutting down".into())),
+        }
+    }
+
     /// What a change that met an automatic index answers (`unregister_auto_index`).
     async fn met_auto_index(&self, e: FsError) -> FsError {
         match e {
@@ -338,14 +354,7 @@ impl Applier {
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        let done = match rx.await {
-            Ok(Ok(done)) => done,
-            Ok(Err(e)) => {
-                drop(gate);
-                return Err(self.met_auto_index(e).await);
-            }
-            Err(_) => return Err(FsError::Unavailable("server is shutting down".into())),
-        };
+        let done = self.answered(rx, gate).await?;
         let durable = Durable {
             rx: synced_rx,
             copies: self.copies.clone(),
@@ -371,15 +380,7 @@ impl Applier {
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        let done = match rx.await {
-            Ok(Ok(done)) => done,
-            Ok(Err(e)) => {
-                drop(gate);
-                return Err(self.met_auto_index(e).await);
-            }
-            Err(_) => return Err(FsError::Unavailable("server is shutting down".into())),
-        };
-        drop(gate);
+        let done = self.answered(rx, gate).await?;
         if durable {
             self.copies.wait(done.seq).await?;
         }
