@@ -415,7 +415,7 @@ async fn automatic(
     (local_cold, local_warm): (f64, f64),
     out: &mut Vec<Mode>,
 ) -> anyhow::Result<()> {
-    // Automatic indexing at its intended setting (off by default for now).
+    // Automatic indexing as mounts have it by default (every 10 s).
     let mut args = a.mounted.mount_args.clone();
     args.push("--auto-index-every=10".into());
     drop_caches();

@@ -1241,16 +1241,31 @@ impl Client {
         )
     }
 
-    /// Creates `path` and any missing ancestors; existing directories are fine.
+    /// Creates `path` and any missing ancestors; existing directories are fine. Each
+    /// directory is looked up before it is made: a mkdir of an existing name is still a
+    /// change attempt at its parent, which recalls every other client's lease there (for
+    /// "/", every client's way to every path) for nothing.
     pub async fn mkdir_p(&self, path: &str, mode: u32) -> Result<(), FsError> {
         validate_path(path)?;
         if path == "/" {
             return Ok(());
         }
+        match self.stat(path).await {
+            Ok(i) if i.kind == FileKind::Directory => return Ok(()),
+            Ok(_) => return Err(FsError::NotADirectory),
+            Err(FsError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
         let mut cur = String::new();
         for name in path[1..].split('/') {
             cur.push('/');
             cur.push_str(name);
+            match self.stat(&cur).await {
+                Ok(i) if i.kind == FileKind::Directory => continue,
+                Ok(_) => return Err(FsError::NotADirectory),
+                Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
             match self.mkdir(&cur, mode).await {
                 Ok(_) => {}
                 Err(FsError::AlreadyExists) => {

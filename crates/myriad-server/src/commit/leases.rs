@@ -428,9 +428,12 @@ impl LeaseTable {
         self.before_noted(changed, requester, true).await
     }
 
-    /// `before`; with `noted` false the change is not noted for `last_change` (the marks
-    /// of indexed trees: they recall leases, so that every journal is drained first, but
-    /// change no entry, so a tree just marked or thawed stays quiet for automatic
+    /// `before`; with `noted` false a mark, not a change of entries (the marks of indexed
+    /// trees): only exclusive leases are recalled (their journals of changes answered
+    /// behind must reach the servers before the mark), shared ones stay (nothing they
+    /// hold changes: recalling them would leave every client of a tree just indexed
+    /// without leases for a while, asking the servers for every name), and it is not
+    /// noted for `last_change` (a tree just marked or thawed stays quiet for automatic
     /// indexes).
     pub async fn before_noted(
         self: &Arc<Self>,
@@ -449,6 +452,9 @@ impl LeaseTable {
             let mut recall = |dir: &String, l: &mut DirLeases| {
                 let requester = requester_of(dir);
                 for (h, end) in &l.holders {
+                    if !noted && l.exclusive != Some(*h) {
+                        continue;
+                    }
                     if Some(*h) != requester && *end > now {
                         waiting.push((dir.clone(), *h));
                         l.last_recall = Some(now);

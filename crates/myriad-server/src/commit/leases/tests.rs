@@ -238,3 +238,33 @@ async fn a_read_dropped_while_it_waits_for_an_exclusive_lease_holds_nothing_back
     let _ = read.await;
     assert!(t.renew("/d", 7), "renewed again once the read is gone");
 }
+
+/// A mark of an indexed tree changes no entry: shared holders keep their leases (and
+/// later grants are not held back), an exclusive holder gives its lease back first (its
+/// journal reaches the servers before the mark), and the mark is not a change for
+/// `last_change`.
+#[tokio::test(start_paused = true)]
+async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
+    let (t, _recalls) = table();
+    assert!(t.grant("/shared", 7, false).is_some());
+    assert!(t.grant("/shared", 8, false).is_some());
+    let started = Instant::now();
+    drop(t.before_noted(dirs("/shared"), None, false).await);
+    assert_eq!(started.elapsed(), Duration::ZERO, "no shared lease recalled");
+    assert!(t.renew("/shared", 7), "still held");
+    assert!(t.grant("/shared", 9, false).is_some(), "nor contended");
+    assert_eq!(t.last_change("/shared"), None);
+    let g = t.grant("/mine", 7, true);
+    assert!(g.is_some_and(|g| g.exclusive));
+    let started = Instant::now();
+    drop(t.before_noted(dirs("/mine"), None, false).await);
+    assert!(started.elapsed() > Duration::ZERO, "the exclusive lease was waited for");
+    assert_eq!(t.last_change("/mine"), None);
+    // A change of entries recalls shared leases and is noted (the ones above expired
+    // while the exclusive lease was waited out).
+    assert!(t.grant("/shared", 10, false).is_some());
+    let started = Instant::now();
+    drop(t.before(dirs("/shared"), None).await);
+    assert!(started.elapsed() > Duration::ZERO);
+    assert!(t.last_change("/shared").is_some());
+}
