@@ -250,7 +250,11 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     assert!(t.grant("/shared", 8, false).is_some());
     let started = Instant::now();
     drop(t.before_noted(dirs("/shared"), None, false).await);
-    assert_eq!(started.elapsed(), Duration::ZERO, "no shared lease recalled");
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no shared lease recalled"
+    );
     assert!(t.renew("/shared", 7), "still held");
     assert!(t.grant("/shared", 9, false).is_some(), "nor contended");
     assert_eq!(t.last_change("/shared"), None);
@@ -258,7 +262,10 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     assert!(g.is_some_and(|g| g.exclusive));
     let started = Instant::now();
     drop(t.before_noted(dirs("/mine"), None, false).await);
-    assert!(started.elapsed() > Duration::ZERO, "the exclusive lease was waited for");
+    assert!(
+        started.elapsed() > Duration::ZERO,
+        "the exclusive lease was waited for"
+    );
     assert_eq!(t.last_change("/mine"), None);
     // A change of entries recalls shared leases and is noted (the ones above expired
     // while the exclusive lease was waited out).
