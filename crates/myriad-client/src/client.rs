@@ -1257,14 +1257,18 @@ impl Client {
             Err(e) => return Err(e),
         }
         let mut cur = String::new();
+        // Below the first missing directory every one is missing: no lookup needed.
+        let mut missing = false;
         for name in path[1..].split('/') {
             cur.push('/');
             cur.push_str(name);
-            match self.stat(&cur).await {
-                Ok(i) if i.kind == FileKind::Directory => continue,
-                Ok(_) => return Err(FsError::NotADirectory),
-                Err(FsError::NotFound) => {}
-                Err(e) => return Err(e),
+            if !missing {
+                match self.stat(&cur).await {
+                    Ok(i) if i.kind == FileKind::Directory => continue,
+                    Ok(_) => return Err(FsError::NotADirectory),
+                    Err(FsError::NotFound) => missing = true,
+                    Err(e) => return Err(e),
+                }
             }
             match self.mkdir(&cur, mode).await {
                 Ok(_) => {}

@@ -211,8 +211,8 @@ impl Applier {
                 "this server cannot unregister automatic indexes".into(),
             ));
         };
-        let known = |u: &Self| u.unregistered.lock().is_ok_and(|l| l.contains(&mark));
-        if !known(self) {
+        let known = self.unregistered.lock().is_ok_and(|l| l.contains(&mark));
+        if !known {
             hook.unregister(*pid, mark).await?;
             if let Ok(mut l) = self.unregistered.lock() {
                 if l.len() >= UNREGISTERED_KEPT {
@@ -285,12 +285,7 @@ impl Applier {
     async fn gate(&self, mutation: &Mutation) -> Option<leases::ChangeGuard> {
         let table = self.leases.as_ref()?;
         let changed = crate::state::changed_dirs::changed_dirs(mutation);
-        let noted = !matches!(mutation, Mutation::MarkReadOnly { .. });
-        Some(
-            table
-                .before_noted(changed, once::task_client(), noted)
-                .await,
-        )
+        Some(table.before(changed, once::task_client()).await)
     }
 
     /// Refuses from now on: every mutation not yet applied fails with `Unavailable` (without

@@ -32,7 +32,7 @@ impl Client {
         let live = join(TREES_DIR, &file);
         self.mkdir_p(TREES_DIR, 0o755).await?;
         // Before any mark: from the first mark on, a change removes it.
-        self.create(&pending, 0o444, true, b"").await?;
+        let handle = self.create(&pending, 0o444, true, b"").await?;
         self.forget_registry();
         let built = async {
             let most = opts.max_dirs.unwrap_or(usize::MAX);
@@ -40,8 +40,8 @@ impl Client {
             let (mut report, bytes) = self.make_index(root, root_attrs, mark, opts).await?;
             report.frozen_dirs = dirs.len();
             self.write_index_file(&report.tree, &bytes).await?;
-            let h = self.open(&pending).await?;
-            self.write(&h, 0, &report.tree.encode()).await?;
+            // By the handle: if a change unlinked the entry meanwhile, the rename fails.
+            self.write(&handle, 0, &report.tree.encode()).await?;
             // Live in one step (clients may use it from here on), if no change removed
             // the pending entry meanwhile.
             let flags = RenameFlags {

@@ -207,7 +207,7 @@ impl Drop for ChangeGuard {
         match &self.changed {
             ChangedDirs::None => {}
             ChangedDirs::All => inner.all_pending -= 1,
-            ChangedDirs::Dirs(dirs) => {
+            ChangedDirs::Dirs(dirs) | ChangedDirs::Marks(dirs) => {
                 let now = Instant::now();
                 for (d, r) in dirs.iter().zip(&self.requesters) {
                     if let Some(l) = inner.dirs.get_mut(d) {
@@ -419,40 +419,25 @@ impl LeaseTable {
     /// but `requester`'s, or per directory the client `Exempt` names) and returns once
     /// each was given back or expired. New grants and renewals of those directories, but
     /// to that client, wait until the guard is dropped (after the mutation applied).
-    #[cfg(test)]
+    /// Marks (`ChangedDirs::Marks`) recall only exclusive leases (recalling shared ones
+    /// left every client of a tree just indexed without leases for a while, asking the
+    /// servers for every name) and are not changes for `last_change`.
     pub async fn before(
         self: &Arc<Self>,
         changed: ChangedDirs,
         requester: Option<u64>,
     ) -> ChangeGuard {
-        self.before_noted(changed, requester, true).await
-    }
-
-    /// `before`; with `noted` false a mark, not a change of entries (the marks of indexed
-    /// trees): only exclusive leases are recalled (their journals of changes answered
-    /// behind must reach the servers before the mark), shared ones stay (nothing they
-    /// hold changes: recalling them would leave every client of a tree just indexed
-    /// without leases for a while, asking the servers for every name), and it is not
-    /// noted for `last_change` (a tree just marked or thawed stays quiet for automatic
-    /// indexes).
-    pub async fn before_noted(
-        self: &Arc<Self>,
-        changed: ChangedDirs,
-        requester: Option<u64>,
-        noted: bool,
-    ) -> ChangeGuard {
         let mut waiting: Vec<(String, u64)> = Vec::new();
         let requester_of = |dir: &str| requester.or_else(|| Exempt::client_of(dir));
-        let requesters: Vec<Option<u64>> = match &changed {
-            ChangedDirs::Dirs(dirs) => dirs.iter().map(|d| requester_of(d)).collect(),
-            _ => Vec::new(),
-        };
+        let requesters: Vec<Option<u64>> =
+            changed.named().iter().map(|d| requester_of(d)).collect();
+        let marks = matches!(changed, ChangedDirs::Marks(_));
         if let Ok(mut inner) = self.inner.lock() {
             let now = Instant::now();
             let mut recall = |dir: &String, l: &mut DirLeases| {
                 let requester = requester_of(dir);
                 for (h, end) in &l.holders {
-                    if !noted && l.exclusive != Some(*h) {
+                    if marks && l.exclusive != Some(*h) {
                         continue;
                     }
                     if Some(*h) != requester && *end > now {
@@ -470,9 +455,9 @@ impl LeaseTable {
                         recall(d, l);
                     }
                 }
-                ChangedDirs::Dirs(dirs) => {
+                ChangedDirs::Dirs(dirs) | ChangedDirs::Marks(dirs) => {
                     for (d, r) in dirs.iter().zip(&requesters) {
-                        if noted {
+                        if !marks {
                             inner.changes.note(d, now);
                         }
                         let l = inner.dirs.entry(d.clone()).or_default();

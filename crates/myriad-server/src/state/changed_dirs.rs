@@ -12,10 +12,26 @@ pub enum ChangedDirs {
     None,
     /// Entries of these directories (held by this partition).
     Dirs(Vec<String>),
+    /// No entry, but the mark of these directories (held by this partition) as inside
+    /// an indexed tree (docs/metadata-index.md): what is answered behind under an
+    /// exclusive lease must reach the servers first; shared leases hold nothing the mark
+    /// changes, and a mark leaves a tree quiet for automatic indexes.
+    Marks(Vec<String>),
     /// Entries this mutation cannot name without reading the store (the steps of
     /// two-partition protocols that name only their intent, repairs): every lease of
     /// the partition is recalled. Rare.
     All,
+}
+
+impl ChangedDirs {
+    /// The directories named (`Dirs` or `Marks`).
+    #[must_use]
+    pub fn named(&self) -> &[String] {
+        match self {
+            ChangedDirs::Dirs(d) | ChangedDirs::Marks(d) => d,
+            ChangedDirs::None | ChangedDirs::All => &[],
+        }
+    }
 }
 
 /// What `m` may change.
@@ -71,9 +87,9 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
             ChangedDirs::Dirs(dirs)
         }
         Mutation::RenamePrepare { to, .. } => one(parent_of(to)),
+        Mutation::MarkReadOnly { path, .. } => ChangedDirs::Marks(vec![path.clone()]),
         Mutation::DirObjectCreate { path, .. }
         | Mutation::DirObjectRemove { path, .. }
-        | Mutation::MarkReadOnly { path, .. }
         | Mutation::DirFreeze { path, .. }
         | Mutation::DirImport { path, .. }
         | Mutation::DirFinish { path, .. } => one(path),
@@ -137,5 +153,13 @@ mod tests {
             data: vec![1],
         };
         assert_eq!(changed_dirs(&chunk), ChangedDirs::None);
+        // A mark of an indexed tree changes no entry: a mark, named as such.
+        let mark = Mutation::MarkReadOnly {
+            path: "/sw".into(),
+            mark: None,
+            auto: true,
+        };
+        assert_eq!(changed_dirs(&mark), ChangedDirs::Marks(vec!["/sw".into()]));
+        assert_eq!(changed_dirs(&mark).named(), ["/sw".to_string()]);
     }
 }

@@ -12,6 +12,10 @@ fn dirs(d: &str) -> ChangedDirs {
     ChangedDirs::Dirs(vec![d.to_string()])
 }
 
+fn marks(d: &str) -> ChangedDirs {
+    ChangedDirs::Marks(vec![d.to_string()])
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
     let (t, recalls) = table();
@@ -249,7 +253,7 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     assert!(t.grant("/shared", 7, false).is_some());
     assert!(t.grant("/shared", 8, false).is_some());
     let started = Instant::now();
-    drop(t.before_noted(dirs("/shared"), None, false).await);
+    drop(t.before(marks("/shared"), None).await);
     assert_eq!(
         started.elapsed(),
         Duration::ZERO,
@@ -261,7 +265,7 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     let g = t.grant("/mine", 7, true);
     assert!(g.is_some_and(|g| g.exclusive));
     let started = Instant::now();
-    drop(t.before_noted(dirs("/mine"), None, false).await);
+    drop(t.before(marks("/mine"), None).await);
     assert!(
         started.elapsed() > Duration::ZERO,
         "the exclusive lease was waited for"
