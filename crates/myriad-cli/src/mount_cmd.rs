@@ -73,8 +73,9 @@ pub struct MountArgs {
     /// Automatic indexes: every SECS seconds this mount asks the servers for trees read
     /// far more than changed and builds an automatic index of each (as `myriad index
     /// build --auto`: the tree stays writable, its first change unregisters the index;
-    /// one build at a time in the cluster). 0 turns it off; so do --no-index and
-    /// --no-leases.
+    /// one build at a time in the cluster). Asked every SECS while this mount sends reads
+    /// to the servers itself, else every sixth time. 0 turns it off; so do --no-index
+    /// and --no-leases.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     pub auto_index_every: u64,
     /// A directory is hot once the servers saw it read this often in the last minute

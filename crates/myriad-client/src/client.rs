@@ -394,7 +394,13 @@ impl Client {
                 };
                 (Request::Client(once), Some(waiting))
             }
-            other => (other, None),
+            other => {
+                if matches!(other, Request::Client(_)) {
+                    let sent = &self.indexes.server_reads;
+                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                (other, None)
+            }
         };
         // Routing signals are the client library's business, never its callers' (they see
         // errnos and the three "try again" errors: `FsError::kind`).

@@ -57,6 +57,13 @@ impl Client {
         }
     }
 
+    /// The reads (requests that change nothing) this client sent to the servers so far:
+    /// a mount asks for automatic indexes only while it sends reads itself.
+    #[must_use]
+    pub fn server_reads(&self) -> u64 {
+        self.indexes.server_reads.load(Ordering::Relaxed)
+    }
+
     /// The answers this client gave from each index so far, by index file.
     #[must_use]
     pub fn index_hits(&self) -> std::collections::BTreeMap<String, u64> {

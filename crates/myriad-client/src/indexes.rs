@@ -53,6 +53,9 @@ pub(crate) struct Indexes {
     /// Bumped by every read (or forgetting) of the registry (`LeaseMark::index_epoch`).
     pub(crate) epoch: AtomicU64,
     pub(crate) loads: AtomicU64,
+    /// Requests of this client that were not changes (reads, whether of metadata or
+    /// data), sent to the servers: whether it has anything for automatic indexing.
+    pub(crate) server_reads: AtomicU64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

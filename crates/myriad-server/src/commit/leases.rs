@@ -30,9 +30,11 @@ use crate::state::changed_dirs::ChangedDirs;
 /// then every lease an old primary granted has ended before a new primary of its
 /// partition serves, and a failover needs no grace period (docs/fuse.md).
 pub const LEASE_PERIOD: Duration = Duration::from_millis(800);
-/// After a lease on a directory was recalled, none is granted on it for this long: two
-/// clients changing one directory work without leases instead of recalling each other's
-/// at every change.
+/// A directory whose leases two changes recalled within this long is contended: none is
+/// granted on it for this long after the second (two clients changing one directory
+/// work without leases instead of recalling each other's at every change). One change
+/// alone does not make it contended: its readers lease it again at once (a registry
+/// entry added, a file created in a shared directory).
 const CONTENDED_FOR: Duration = Duration::from_secs(2);
 /// Expired leases are swept out every this many grants.
 const SWEEP_EVERY: u64 = 4096;
@@ -165,12 +167,48 @@ struct DirLeases {
     /// change each is (`None`: unknown). Only that client's lease may be granted or
     /// renewed meanwhile: its own change does not recall it.
     pending: BTreeMap<Option<u64>, usize>,
-    last_recall: Option<Instant>,
+    recalled: Recalled,
+}
+
+/// The recalls of one directory's leases, as far as contention goes (`CONTENDED_FOR`).
+#[derive(Default)]
+struct Recalled {
+    /// The last change that recalled a lease here, within `CONTENDED_FOR`.
+    last: Option<Instant>,
+    /// No grant until then: two changes recalled leases here within `CONTENDED_FOR`.
+    contended_until: Option<Instant>,
+}
+
+impl Recalled {
+    fn note(&mut self, now: Instant) {
+        if self.last.is_some_and(|t| now - t < CONTENDED_FOR) {
+            self.contended_until = Some(now + CONTENDED_FOR);
+        }
+        self.last = Some(now);
+    }
+
+    fn contended(&self, now: Instant) -> bool {
+        self.contended_until.is_some_and(|t| now < t)
+    }
+
+    /// Forgets what no longer counts.
+    fn expire(&mut self, now: Instant) {
+        if self.last.is_some_and(|t| now - t >= CONTENDED_FOR) {
+            self.last = None;
+        }
+        if self.contended_until.is_some_and(|t| now >= t) {
+            self.contended_until = None;
+        }
+    }
+
+    fn quiet(&self) -> bool {
+        self.last.is_none() && self.contended_until.is_none()
+    }
 }
 
 impl DirLeases {
     fn idle(&self) -> bool {
-        self.holders.is_empty() && self.pending.is_empty() && self.last_recall.is_none()
+        self.holders.is_empty() && self.pending.is_empty() && self.recalled.quiet()
     }
 
     /// Forgets expired holders (and an exclusive lease among them: `ended` counts it).
@@ -219,9 +257,7 @@ impl Drop for ChangeGuard {
                         }
                         // Every directory a change passes gets an entry: it goes once
                         // nothing is held on it (the map stays as small as the leases).
-                        if l.last_recall.is_some_and(|t| now - t >= CONTENDED_FOR) {
-                            l.last_recall = None;
-                        }
+                        l.recalled.expire(now);
                         let mut ended = 0;
                         l.sweep(now, &mut ended);
                         let idle = l.idle();
@@ -266,9 +302,7 @@ impl LeaseTable {
             let mut ended = 0;
             inner.dirs.retain(|_, l| {
                 l.sweep(now, &mut ended);
-                if l.last_recall.is_some_and(|t| now - t > CONTENDED_FOR) {
-                    l.last_recall = None;
-                }
+                l.recalled.expire(now);
                 !l.idle()
             });
             inner.exclusive -= ended;
@@ -281,7 +315,7 @@ impl LeaseTable {
         l.sweep(now, &mut ended);
         let mut newly = 0;
         let granted = if l.changing_for(holder)
-            || l.last_recall.is_some_and(|t| now - t < CONTENDED_FOR)
+            || l.recalled.contended(now)
             || l.exclusive.is_some_and(|h| h != holder)
         {
             None
@@ -436,14 +470,18 @@ impl LeaseTable {
             let now = Instant::now();
             let mut recall = |dir: &String, l: &mut DirLeases| {
                 let requester = requester_of(dir);
+                let mut any = false;
                 for (h, end) in &l.holders {
                     if marks && l.exclusive != Some(*h) {
                         continue;
                     }
                     if Some(*h) != requester && *end > now {
                         waiting.push((dir.clone(), *h));
-                        l.last_recall = Some(now);
+                        any = true;
                     }
+                }
+                if any {
+                    l.recalled.note(now);
                 }
             };
             match &changed {

@@ -54,12 +54,51 @@ async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
         "still under way until applied"
     );
     drop(guard);
-    // Contended lately: no grants for a while, then again.
-    assert!(t.grant("/d", 9, false).is_none());
-    tokio::time::advance(CONTENDED_FOR).await;
+    // One change alone does not make /d contended: granted again at once.
     assert!(t.grant("/d", 9, false).is_some());
     // Other directories were never held back.
     assert!(t.grant("/e", 7, false).is_some());
+}
+
+/// A change by `changer` of `dir` that recalls `holder`'s lease, given back at once.
+async fn change_recalling(t: &Arc<LeaseTable>, dir: &str, changer: u64, holder: u64) {
+    let change = {
+        let t = t.clone();
+        let dir = dir.to_string();
+        tokio::spawn(async move { drop(t.before(dirs(&dir), Some(changer)).await) })
+    };
+    tokio::task::yield_now().await;
+    t.release(dir, holder);
+    change.await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_changes_recalling_leases_within_the_window_make_a_directory_contended() {
+    let (t, _recalls) = table();
+    assert!(t.grant("/d", 7, false).is_some());
+    change_recalling(&t, "/d", 8, 7).await;
+    tokio::time::advance(CONTENDED_FOR / 2).await;
+    assert!(t.grant("/d", 7, false).is_some(), "one recall: not contended");
+    change_recalling(&t, "/d", 8, 7).await;
+    assert!(t.grant("/d", 7, false).is_none(), "two within the window");
+    assert!(t.grant("/d", 8, false).is_none(), "for every client");
+    tokio::time::advance(CONTENDED_FOR - Duration::from_millis(1)).await;
+    assert!(t.grant("/d", 7, false).is_none(), "for the whole period");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(t.grant("/d", 7, false).is_some(), "then leased again");
+    // Changes that recall nothing (no holder but the changer) never make it contended.
+    assert!(t.grant("/q", 8, false).is_some());
+    for _ in 0..3 {
+        drop(t.before(dirs("/q"), Some(8)).await);
+    }
+    assert!(t.grant("/q", 9, false).is_some());
+    // Two recalls further apart than the window do not either.
+    assert!(t.grant("/r", 7, false).is_some());
+    change_recalling(&t, "/r", 8, 7).await;
+    tokio::time::advance(CONTENDED_FOR).await;
+    assert!(t.grant("/r", 7, false).is_some());
+    change_recalling(&t, "/r", 8, 7).await;
+    assert!(t.grant("/r", 7, false).is_some(), "apart: not contended");
 }
 
 #[tokio::test(start_paused = true)]
