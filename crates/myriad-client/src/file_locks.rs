@@ -160,7 +160,24 @@ impl Client {
                 Ok(LockAnswer::Done { table: now, known }) if now == table && known => {
                     self.held_locks.renewed(pid, table, sent);
                 }
-                Ok(a) => lost.extend(self.reclaim(pid, a.table()).await),
+                // A new table (a new primary): reclaim, unless the locks had lapsed
+                // before this renewal was sent (someone else may hold them by now).
+                Ok(a) => {
+                    let lapsed = self.held_locks.take_lapsed(pid, sent);
+                    if lapsed.is_empty() {
+                        lost.extend(self.reclaim(pid, a.table()).await);
+                    } else {
+                        for (ino, h) in &lapsed {
+                            tracing::error!(
+                                ino = ino.0,
+                                start = h.start,
+                                end = h.end,
+                                "a file lock was lost: not renewed for a whole lock lease, and the server that kept it changed meanwhile"
+                            );
+                        }
+                        lost.extend(lapsed);
+                    }
+                }
                 Err(e) => tracing::debug!(partition = %pid, "file lock renewal failed: {e}"),
             }
         }

@@ -70,6 +70,27 @@ impl HeldLocks {
         });
     }
 
+    /// Forgets partition `pid`'s locks if their lease had lapsed by `now` (no request a
+    /// table answered for a whole lock lease), and returns them: another client may
+    /// have taken them meanwhile (a primary in between that never heard of them granted
+    /// them after its grace), so they must not be reclaimed from a new primary.
+    pub(crate) fn take_lapsed(&self, pid: PartitionId, now: Instant) -> Vec<(InodeId, HeldLock)> {
+        self.with(|parts| {
+            let lapsed = parts
+                .get(&pid)
+                .is_some_and(|p| p.valid_until.is_none_or(|u| u <= now));
+            if !lapsed {
+                return Vec::new();
+            }
+            parts.remove(&pid).map_or_else(Vec::new, |p| {
+                p.inodes
+                    .iter()
+                    .flat_map(|(ino, l)| l.iter().map(|h| (*ino, *h)))
+                    .collect()
+            })
+        })
+    }
+
     /// Table `table` of partition `pid` answered a renewal or reclaim sent at `sent`.
     pub(crate) fn renewed(&self, pid: PartitionId, table: u64, sent: Instant) {
         self.with(|parts| {

@@ -46,3 +46,22 @@ fn the_record_follows_grants_and_forgets_emptied_partitions() {
     );
     held.with(|parts| assert!(parts.is_empty(), "an emptied partition is forgotten"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn locks_whose_lease_lapsed_are_taken_out_and_others_stay() {
+    let held = HeldLocks::default();
+    let now = Instant::now();
+    let (pid, other) = (PartitionId(4), PartitionId(5));
+    held.record(pid, 77, InodeId(9), &lock(1, 0, 9), LockKind::Write, now);
+    held.record(other, 78, InodeId(8), &lock(1, 0, 9), LockKind::Write, now);
+    // Still valid: nothing taken.
+    assert!(held.take_lapsed(pid, now + LOCK_LEASE / 2).is_empty());
+    held.renewed(other, 78, now + LOCK_LEASE / 2);
+    // Lapsed: taken out, and forgotten.
+    let taken = held.take_lapsed(pid, now + LOCK_LEASE);
+    assert_eq!(taken, vec![(InodeId(9), lock(1, 0, 9))]);
+    held.with(|parts| assert!(!parts.contains_key(&pid)));
+    // The renewed partition keeps its locks.
+    assert!(held.take_lapsed(other, now + LOCK_LEASE).is_empty());
+    held.with(|parts| assert!(parts.contains_key(&other)));
+}

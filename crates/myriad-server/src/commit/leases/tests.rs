@@ -78,7 +78,10 @@ async fn two_changes_recalling_leases_within_the_window_make_a_directory_contend
     assert!(t.grant("/d", 7, false).is_some());
     change_recalling(&t, "/d", 8, 7).await;
     tokio::time::advance(CONTENDED_FOR / 2).await;
-    assert!(t.grant("/d", 7, false).is_some(), "one recall: not contended");
+    assert!(
+        t.grant("/d", 7, false).is_some(),
+        "one recall: not contended"
+    );
     change_recalling(&t, "/d", 8, 7).await;
     assert!(t.grant("/d", 7, false).is_none(), "two within the window");
     assert!(t.grant("/d", 8, false).is_none(), "for every client");
