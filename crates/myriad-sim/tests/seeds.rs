@@ -329,6 +329,15 @@ fn regression_seeds_pass() {
         split_entries: 8,
         ..SimConfig::new(20090)
     });
+    // 172 with directory moves and moves: a write acknowledged on its primary's disk
+    // alone (one copy down, the other still joining) was lost when the primary was cut
+    // off and the joining copy was promoted. Fix: with no member copy, a write waits for
+    // a joining one (`Replicator::wait`).
+    check(&SimConfig {
+        dir_moves: true,
+        moves: true,
+        ..SimConfig::new(172)
+    });
     // 60151: a primary caught up from a copy with more batches of an older term and lost
     // an acknowledged write. Fix: copies are ordered by (term, batch).
     check(&SimConfig {

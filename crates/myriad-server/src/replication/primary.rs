@@ -320,23 +320,28 @@ impl Replicator {
 
     /// Returns once every current member backup has acknowledged every batch up to `seq`
     /// (a backup dropped meanwhile, or found to be joining, is no longer waited for).
+    /// With no member but a joining copy, once some joining copy has: a write is never
+    /// acknowledged on the primary's disk alone while another live copy exists (else the
+    /// primary's loss, with the joining copy then promoted, lost it: simulation seed 172).
     pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
         loop {
-            let (mut changed, acks): (watch::Receiver<u64>, Vec<watch::Receiver<u64>>) = {
+            let (mut changed, acks, any_of) = {
                 let g = self.lock();
                 if g.closed {
                     return Err(FsError::Unavailable(
                         "the partition is no longer served by this server".into(),
                     ));
                 }
-                (
-                    g.ctx.changed.subscribe(),
-                    g.streams
-                        .values()
-                        .filter(|s| *s.member.borrow())
-                        .map(|s| s.acked.clone())
-                        .collect(),
-                )
+                let (members, joining): (Vec<&Stream>, Vec<&Stream>) =
+                    g.streams.values().partition(|s| *s.member.borrow());
+                let acks: Vec<watch::Receiver<u64>> =
+                    members.iter().map(|s| s.acked.clone()).collect();
+                let any_of: Vec<watch::Receiver<u64>> = if acks.is_empty() {
+                    joining.iter().map(|s| s.acked.clone()).collect()
+                } else {
+                    Vec::new()
+                };
+                (g.ctx.changed.subscribe(), acks, any_of)
             };
             let all = async {
                 for mut rx in acks {
@@ -344,7 +349,15 @@ impl Replicator {
                         return false;
                     }
                 }
-                true
+                if any_of.is_empty() {
+                    return true;
+                }
+                // The first joining copy to hold it (in a fixed order: deterministic).
+                let one = any_of.into_iter().map(|mut rx| {
+                    Box::pin(async move { rx.wait_for(|a| *a >= seq).await.is_ok() })
+                });
+                let (ok, _, _) = futures::future::select_all(one).await;
+                ok
             };
             // Biased (fixed order, no random pick): deterministic under the simulation.
             tokio::select! {
