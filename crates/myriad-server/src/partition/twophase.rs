@@ -308,6 +308,17 @@ impl Partition {
             Ok(answer) => {
                 // An exchange brings the destination's entry back to the source's name.
                 let incoming = match answer {
+                    // The entry coming here is one an unresolved exchange is taking away
+                    // from here: not before that one is resolved (`leaving_here`).
+                    Response::Exchanged { inode, .. }
+                        if flags.exchange
+                            && inode.kind == FileKind::File
+                            && crate::state::mutation::leaving_here(&self.store, inode.ino)
+                                .unwrap_or(true) =>
+                    {
+                        self.abort_rename(txid, dst_node, &moves).await;
+                        return Err(FsError::Busy);
+                    }
                     Response::Exchanged { mut inode, blocks } if flags.exchange => {
                         inode.ctime_ns = self.env.now_ns();
                         let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec()));

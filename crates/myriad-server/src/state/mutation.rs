@@ -15,6 +15,7 @@ pub use crate::state::ops::{
     storage_err,
 };
 pub use crate::state::records::{INODE_DIR, ORPHAN_DIR, inode_name, wrong_shard};
+pub(crate) use crate::state::renames::leaving_here;
 use crate::state::{attrs, data, dirs, files, links, lock_marks, once, renames, shards};
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.

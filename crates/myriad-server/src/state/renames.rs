@@ -194,6 +194,9 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 None => {}
             }
             require_dir(ctx.store, tdir, tname)?;
+            if inode.kind == FileKind::File && leaving_here(ctx.store, inode.ino)? {
+                return Err(FsError::Busy);
+            }
             // An exchange swaps with the entry there (and hands it back); a rename
             // replaces it, if any.
             let (replaced, given) = if flags.exchange {
@@ -515,6 +518,27 @@ fn take_over(
 
 /// The chunk-0 blocks an entry carries with it when it moves (a regular file's; other
 /// kinds have none here).
+/// Whether file `ino` is the entry an unresolved exchange into this partition is taking
+/// away (an `ExchangeIn` whose staged entry still holds it): its commit drops `ino`'s
+/// chunk-0 blocks here, so `ino` must not come back here with its blocks until then
+/// (simulation seed 5211: an exchange's lost commit, resolved by recovery after a second
+/// exchange had brought the file back, dropped the file's first chunk).
+pub(crate) fn leaving_here(
+    store: &myriad_storage::Store,
+    ino: myriad_proto::InodeId,
+) -> Result<bool, FsError> {
+    for (_, bytes) in store.intents().map_err(storage_err)? {
+        if let Some(Intent::ExchangeIn { dir, name, .. }) = Intent::decode(&bytes)
+            && let Some(rec) = store.entry(&dir, &name).map_err(storage_err)?
+            && rec.pending.is_some()
+            && rec.inode.is_some_and(|i| i.ino == ino)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, FsError> {
     if inode.kind != FileKind::File {
         return Ok(Vec::new());

@@ -772,6 +772,61 @@ impl T {
     }
 }
 
+/// Simulation seed 5211: an exchange into this partition whose commit is not resolved yet
+/// will drop the chunk-0 blocks of the file it takes away from here; that file may not
+/// come back here (with its blocks) before, or its commit drops them.
+#[test]
+fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolves() {
+    let mut t = T::new();
+    let leaving = t
+        .create("/", "a", b"mine")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let incoming = Inode {
+        ino: InodeId(77),
+        kind: FileKind::File,
+        ..leaving.clone()
+    };
+    let exchange = RenameFlags {
+        exchange: true,
+        ..RenameFlags::default()
+    };
+    // The exchange's prepare: /a is staged to become 77, its file `leaving` goes away.
+    t.run(Mutation::RenamePrepare {
+        txid: 20,
+        coordinator: myriad_proto::PartitionId(2),
+        to: "/a".into(),
+        inode: incoming,
+        flags: exchange,
+        blocks: Vec::new(),
+        replaces: None,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Unresolved: `leaving` coming back (to another name) is refused, for now.
+    let back = |txid| Mutation::RenamePrepare {
+        txid,
+        coordinator: myriad_proto::PartitionId(2),
+        to: "/b".into(),
+        inode: leaving.clone(),
+        flags: RenameFlags::default(),
+        blocks: vec![(0, b"again".to_vec())],
+        replaces: None,
+    };
+    assert!(matches!(t.run(back(21)), Err(FsError::Busy)));
+    // Resolved: it comes back, and keeps the blocks it came with.
+    t.run(Mutation::RenameTargetResolve {
+        txid: 20,
+        commit: true,
+        now: 5,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    t.run(back(22)).unwrap_or_else(|e| panic!("{e}"));
+    let blocks = t
+        .store
+        .blocks(leaving.ino, 0, 1)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(blocks, vec![(0, b"again".to_vec())]);
+}
+
 #[test]
 fn reserved_inode_numbers_are_used_once_by_their_client_only() {
     let mut t = T::new();
