@@ -14,6 +14,7 @@ mod cluster;
 mod demo;
 mod fs_cmds;
 mod fsck;
+mod fsstats_cmd;
 mod identity;
 mod index_cmd;
 mod keys;
@@ -129,6 +130,10 @@ enum Command {
     },
     /// Capacity and usage summed over all nodes.
     Df,
+    /// Powers-of-two histograms of file size, capacity used, directory size, file age,
+    /// symlinks and hard links of any directory (local or a mount), as the Panasas
+    /// fsstats tool prints them (--json, --plot FILE.png, --recommend a fast-tier size).
+    Fsstats(fsstats_cmd::FsstatsArgs),
     /// Metadata indexes of read-only trees (docs/metadata-index.md): a shared software
     /// tree frozen and indexed once is answered by every mount with no server requests.
     #[command(subcommand)]
@@ -184,6 +189,7 @@ fn main() -> ExitCode {
             std::time::Duration::from_millis(cli.timeout_ms),
         ),
         Command::Umount { mountpoint } => mount_cmd::umount(&mountpoint),
+        Command::Fsstats(args) => fsstats_cmd::run(&args),
         other => run_client_command(other, cli.cluster, cli.secret_file, cli.timeout_ms),
     };
     match result {

@@ -9,6 +9,7 @@ pub mod access;
 pub mod auth;
 pub mod codec;
 mod error;
+pub mod fsstats;
 pub mod limits;
 pub mod locks;
 mod message;

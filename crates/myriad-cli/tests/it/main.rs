@@ -12,6 +12,7 @@ mod failover;
 mod file_locks;
 mod frozen;
 mod fsck;
+mod fsstats;
 mod fsx;
 mod full_disk;
 mod fuse_posix;

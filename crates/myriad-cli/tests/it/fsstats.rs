@@ -1,0 +1,143 @@
+//! `myriad fsstats` (issue 21): its histograms of a generated tree match counts computed
+//! here independently (plain loops over what the test wrote, not the histogram code).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::harness::BIN;
+
+/// fsstats' bucket of `v`: [0, edge), then [edge * 2^(i-1), edge * 2^i).
+fn bucket(v: u64, edge: u64) -> usize {
+    let mut b = 0;
+    let mut upper = edge;
+    while v >= upper {
+        b += 1;
+        upper *= 2;
+    }
+    b
+}
+
+fn json_of(path: &Path) -> serde_json::Value {
+    let out = std::process::Command::new(BIN)
+        .args(["fsstats", "--json", "--threads", "3"])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn counts(v: &serde_json::Value) -> Vec<u64> {
+    let mut c: Vec<u64> = v["counts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no counts in {v}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap_or(u64::MAX))
+        .collect();
+    while c.last() == Some(&0) {
+        c.pop();
+    }
+    c
+}
+
+#[test]
+fn fsstats_counts_a_generated_tree_as_computed_independently() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = dir.path().join("tree");
+    let mut sizes = Vec::new();
+    let mut entries_per_dir = vec![0u64];
+    // 7 directories below the root, files of sizes spread over 0 B .. 300 KiB.
+    let mut state = 12345u64;
+    let mut rand = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        state >> 33
+    };
+    std::fs::create_dir(&root).unwrap_or_else(|e| panic!("{e}"));
+    entries_per_dir[0] = 7;
+    for d in 0..7 {
+        let sub = root.join(format!("d{d}"));
+        std::fs::create_dir(&sub).unwrap_or_else(|e| panic!("{e}"));
+        let n = rand() % 40;
+        entries_per_dir.push(n);
+        for f in 0..n {
+            let size = match rand() % 4 {
+                0 => rand() % 2048,
+                1 => rand() % 65_536,
+                2 => 16_384,
+                _ => rand() % 300_000,
+            };
+            std::fs::write(sub.join(format!("f{f}")), vec![7u8; size as usize])
+                .unwrap_or_else(|e| panic!("{e}"));
+            sizes.push(size);
+        }
+    }
+    // A symlink and a file with a second name (counted once, as a file with 2 links).
+    std::os::unix::fs::symlink("d0/f0-target", root.join("link")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(root.join("linked"), b"12345").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::hard_link(root.join("linked"), root.join("d0/second-name"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    sizes.push(5);
+    entries_per_dir[0] += 2; // link, linked
+    entries_per_dir[1] += 1; // second-name
+
+    let v = json_of(&root);
+    let mut want = Vec::new();
+    for s in &sizes {
+        let b = bucket(*s, 2048);
+        if want.len() <= b {
+            want.resize(b + 1, 0);
+        }
+        want[b] += 1;
+    }
+    assert_eq!(counts(&v["size"]), want, "file size histogram");
+    assert_eq!(v["size"]["count"].as_u64(), Some(sizes.len() as u64));
+    assert_eq!(
+        v["size"]["sum"].as_u64(),
+        Some(sizes.iter().sum::<u64>()),
+        "total user data"
+    );
+    let mut want_dirs = Vec::new();
+    for e in &entries_per_dir {
+        let b = bucket(*e, 1);
+        if want_dirs.len() <= b {
+            want_dirs.resize(b + 1, 0);
+        }
+        want_dirs[b] += 1;
+    }
+    assert_eq!(counts(&v["dir_entries"]), want_dirs, "directory sizes");
+    assert_eq!(v["symlinks"]["count"].as_u64(), Some(1));
+    assert_eq!(
+        v["symlinks"]["sum"].as_u64(),
+        Some("d0/f0-target".len() as u64)
+    );
+    assert_eq!(v["hard_links"]["count"].as_u64(), Some(1));
+    assert_eq!(v["hard_links"]["max"].as_u64(), Some(2));
+    // Capacity: what the file system says each file takes (st_blocks).
+    let mut capacity = 0u64;
+    for e in walk(&root) {
+        let m = std::fs::symlink_metadata(&e).unwrap_or_else(|e| panic!("{e}"));
+        if m.is_file() && !e.ends_with("second-name") {
+            capacity += m.blocks() * 512;
+        }
+    }
+    assert_eq!(v["capacity"]["sum"].as_u64(), Some(capacity));
+    assert_eq!(v["errors"].as_u64(), Some(0));
+}
+
+fn walk(p: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(p).unwrap_or_else(|e| panic!("{e}")) {
+        let path = e.unwrap_or_else(|e| panic!("{e}")).path();
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
+}
