@@ -440,16 +440,34 @@ impl Client {
         }
     }
 
-    /// One change of a journal on its own, routed by its path.
+    /// One change of a journal on its own, routed by its path; like a batch, never given
+    /// up for a server that may come back (simulation seed 7071: an unlink whose answer
+    /// was lost timed out here and was dropped, though the application had been told it
+    /// was done; the next `fsync` reported the timeout once and the one after said all
+    /// was durable, with the name still there).
     async fn send_one(&self, op: &Op) -> Result<(), FsError> {
         let (id, _waiting) = self.once();
-        let req = ClientRequest::Once {
+        let req = Request::Client(ClientRequest::Once {
             id,
             request: Box::new(op.request.clone()),
             visible: true,
-        };
-        self.route(Route::Entry(op.path.clone()), Request::Client(req))
-            .await
-            .map(|_| ())
+        });
+        let mut started = tokio::time::Instant::now();
+        loop {
+            match self.route(Route::Entry(op.path.clone()), req.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_transient() || e.is_routing() => {
+                    if started.elapsed() > self.config.request_timeout {
+                        tracing::warn!(
+                            path = op.path,
+                            "a change answered behind still not taken by its server, trying on: {e}"
+                        );
+                        started = tokio::time::Instant::now();
+                    }
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
