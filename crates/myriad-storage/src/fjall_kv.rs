@@ -52,7 +52,7 @@ fn options(space: Space) -> KeyspaceCreateOptions {
         // File data: most of it is already compressed or incompressible, and a cold read of
         // a small file would pay decompression on every cache miss. Reads of blocks are
         // nearly always of blocks that exist, so last-level bloom filters are skipped.
-        Space::Blocks => opts
+        Space::Blocks | Space::Fragments => opts
             .data_block_compression_policy(CompressionPolicy::disabled())
             .expect_point_read_hits(true),
         _ => opts,

@@ -20,10 +20,13 @@ pub enum Space {
     RaftLog,
     /// Named Raft state of the cluster-map group: vote, committed, purged, state machine.
     RaftState,
+    /// `ino (8 BE) chunk (8 BE) index (1)` -> an erasure-coded fragment kept on this
+    /// server (`fragments.rs`; the server's own records, never a partition's).
+    Fragments,
 }
 
 impl Space {
-    pub const ALL: [Space; 7] = [
+    pub const ALL: [Space; 8] = [
         Space::Entries,
         Space::Dirs,
         Space::Blocks,
@@ -31,6 +34,7 @@ impl Space {
         Space::Meta,
         Space::RaftLog,
         Space::RaftState,
+        Space::Fragments,
     ];
 
     /// The spaces that belong to a partition (and are replicated and copied with it).
@@ -53,6 +57,7 @@ impl Space {
             Space::Meta => 5,
             Space::RaftLog => 6,
             Space::RaftState => 7,
+            Space::Fragments => 8,
         }
     }
 
@@ -73,6 +78,7 @@ impl Space {
             Space::Meta => "meta",
             Space::RaftLog => "raft_log",
             Space::RaftState => "raft_state",
+            Space::Fragments => "fragments",
         }
     }
 }

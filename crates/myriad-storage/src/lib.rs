@@ -13,6 +13,7 @@
 mod blocks;
 mod error;
 mod fjall_kv;
+mod fragments;
 mod keys;
 mod kv;
 mod mem_kv;
@@ -24,6 +25,7 @@ mod store;
 pub use blocks::{BLOCK_BYTES, block_data};
 pub use error::StorageError;
 pub use fjall_kv::FjallKv;
+pub use fragments::{Fragment, FragmentId, FragmentStore};
 /// Where the entry `dir/name` is stored in `Space::Entries` (repairing a damaged record).
 pub use keys::entry_key;
 pub use kv::{Batch, Kv, Pairs, Space, prefix_end};
