@@ -302,7 +302,15 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
     ("membership", &["membership"]),
     (
         "process",
-        &["embed", "host", "host_env", "host_serve", "lib", "seams"],
+        &[
+            "embed",
+            "host",
+            "host_env",
+            "host_fragments",
+            "host_serve",
+            "lib",
+            "seams",
+        ],
     ),
 ];
 

@@ -331,7 +331,11 @@ impl Client {
 
     /// A capability for the chunks of `h` (from the cache while good, else granted by the
     /// server of its entry after an access check).
-    async fn capability(&self, h: &FileHandle, write: bool) -> Result<Capability, FsError> {
+    pub(crate) async fn capability(
+        &self,
+        h: &FileHandle,
+        write: bool,
+    ) -> Result<Capability, FsError> {
         if let Some(cap) = self.caps.get(h.inode.ino, write) {
             return Ok(cap);
         }

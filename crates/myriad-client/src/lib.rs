@@ -13,6 +13,7 @@ mod client;
 mod dirs;
 mod file;
 mod file_locks;
+mod fragments;
 mod frozen;
 mod held_locks;
 mod index;
@@ -23,6 +24,7 @@ mod write_behind;
 pub use behind::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
+pub use fragments::FragmentAt;
 pub use index::{
     AutoIndexPolicy, AutoIndexer, BuildOptions, BuildReport, Hot, IndexStats, choose_roots,
 };

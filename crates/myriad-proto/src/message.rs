@@ -38,7 +38,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 20: `ClientRequest::IndexCandidates`; the root's attributes come with a lease.
 /// 21: automatic indexes: `auto` on `MarkReadOnly` and `DirMarkReadOnly`,
 /// `PeerRequest::UnregisterIndex`, `FsError::AutoIndexed`.
-pub const PROTOCOL_VERSION: u16 = 21;
+/// 22: erasure-coded fragments (docs/redundancy.md): `ServerRequest::ReadFragment`,
+/// `PeerRequest::PutFragments`, `PeerRequest::DropFragments`.
+pub const PROTOCOL_VERSION: u16 = 22;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -378,6 +378,20 @@ pub enum ServerRequest {
     /// this was sent (`Response::Renewed`: per key, whether it was renewed; a lease being
     /// recalled, or lost with a restart or a failover, is not).
     LeaseRenew { holder: u64, keys: Vec<LeaseKey> },
+    /// Any node: bytes `offset .. offset + len` of fragment `index` of chunk `chunk` of
+    /// file `ino`, written for layout generation `generation` (docs/redundancy.md), with a
+    /// capability to read the file. `Response::Data`; `NotFound` if this server holds no
+    /// such fragment, `Stale` if it holds another generation's, `Io` if it fails its
+    /// checksum (the reader rebuilds it from the others).
+    ReadFragment {
+        ino: InodeId,
+        chunk: u64,
+        index: u8,
+        generation: u32,
+        offset: u32,
+        len: u32,
+        cap: Capability,
+    },
 }
 
 /// Administration: holders of the cluster secret only (SECURITY.md); they read or change
@@ -423,6 +437,17 @@ pub enum PeerRequest {
     /// registry lease is recalled before. The sender asks for the pending entry first,
     /// then the live one (docs/metadata-index.md "Automatic indexes").
     UnregisterIndex { name: String },
+    /// A server (the partition of a file coding it), to a server keeping fragments: keep
+    /// these fragments of chunk `chunk` of `ino` for layout generation `generation`
+    /// (docs/redundancy.md); answered once they are durable here.
+    PutFragments {
+        ino: InodeId,
+        chunk: u64,
+        generation: u32,
+        fragments: Vec<(u8, serde_bytes::ByteBuf)>,
+    },
+    /// A server, to a server keeping fragments: drop every fragment of `ino` here.
+    DropFragments { ino: InodeId },
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
     /// split into 2^`depth` shards (it creates the other shards on their nodes first).
     DirObjectCreate {
@@ -977,6 +1002,7 @@ impl ServerRequest {
             ServerRequest::InstallMap(_) => "install_map",
             ServerRequest::LeasePoll { .. } => "lease_poll",
             ServerRequest::LeaseRenew { .. } => "lease_renew",
+            ServerRequest::ReadFragment { .. } => "read_fragment",
         }
     }
 }
@@ -1028,6 +1054,8 @@ impl PeerRequest {
             PeerRequest::InvalidatePrefix { .. } => "invalidate_prefix",
             PeerRequest::DirMarkReadOnly { .. } => "dir_mark_read_only",
             PeerRequest::UnregisterIndex { .. } => "unregister_index",
+            PeerRequest::PutFragments { .. } => "put_fragments",
+            PeerRequest::DropFragments { .. } => "drop_fragments",
             PeerRequest::DirAttrsChanged { .. } => "dir_attrs_changed",
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",
@@ -1090,10 +1118,14 @@ impl Request {
                     | ClientRequest::Mknod { .. }
                     | ClientRequest::SetXattr { .. }
                     | ClientRequest::Link { .. }
-            ) | Request::Peer(PeerRequest::AtInode {
-                op: InodeOp::Write { .. } | InodeOp::ExtendSize { .. } | InodeOp::SetXattr { .. },
-                ..
-            })
+            ) | Request::Peer(
+                PeerRequest::AtInode {
+                    op: InodeOp::Write { .. }
+                        | InodeOp::ExtendSize { .. }
+                        | InodeOp::SetXattr { .. },
+                    ..
+                } | PeerRequest::PutFragments { .. }
+            )
         )
     }
 
@@ -1126,6 +1158,7 @@ impl Request {
                 ServerRequest::StatFs
                     | ServerRequest::LeasePoll { .. }
                     | ServerRequest::LeaseRenew { .. }
+                    | ServerRequest::ReadFragment { .. }
             ),
             Request::Admin(_) => true,
             Request::Peer(r) => matches!(

@@ -118,6 +118,30 @@ impl Host {
             Request::Peer(PeerRequest::Raft { rpc, payload }) if from_server => {
                 self.authority.serve_raft(rpc, payload).await
             }
+            Request::Server(ServerRequest::ReadFragment {
+                ino,
+                chunk,
+                index,
+                generation,
+                offset,
+                len,
+                cap,
+            }) => self.read_fragment(&crate::host_fragments::FragmentRead {
+                id: myriad_storage::FragmentId { ino, chunk, index },
+                generation,
+                offset,
+                len,
+                cap,
+            }),
+            Request::Peer(PeerRequest::PutFragments {
+                ino,
+                chunk,
+                generation,
+                fragments,
+            }) if from_server => self.put_fragments(ino, chunk, generation, fragments).await,
+            Request::Peer(PeerRequest::DropFragments { ino }) if from_server => {
+                self.drop_fragments(ino)
+            }
             Request::Peer(PeerRequest::PartitionSeqs) if from_server => {
                 Ok(Response::Seqs(self.partition_seqs()))
             }

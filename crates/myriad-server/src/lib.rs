@@ -17,6 +17,7 @@ mod counters;
 pub mod embed;
 mod host;
 mod host_env;
+mod host_fragments;
 mod host_serve;
 mod locks;
 mod membership;

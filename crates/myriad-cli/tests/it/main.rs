@@ -6,6 +6,7 @@ mod bad_input;
 mod counting;
 mod crash;
 mod creds;
+mod erasure;
 mod exchange;
 mod exerciser;
 mod failover;

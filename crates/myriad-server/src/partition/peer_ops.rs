@@ -26,6 +26,9 @@ impl Partition {
                     "membership requests go to a server, not a partition".into(),
                 ))
             }
+            PeerRequest::PutFragments { .. } | PeerRequest::DropFragments { .. } => Err(
+                FsError::InvalidArgument("fragments are kept by a server, not a partition".into()),
+            ),
             PeerRequest::PutLinkRef { path, ino, home } => {
                 let (dir, name) = self.entry_target(st, &path)?;
                 let m = Mutation::PutLinkRef {
