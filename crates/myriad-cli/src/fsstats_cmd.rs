@@ -14,8 +14,10 @@ use myriad_client::proto::fsstats::{FileFacts, FsStats, Histogram};
 
 #[derive(clap::Args)]
 pub struct FsstatsArgs {
-    /// The directory to walk (a local one or a Myriad mount). Symbolic links are not
-    /// followed; a file with several names counts once (by its device and inode).
+    /// The directory to walk: a local one or a Myriad mount, or `myriad:/PATH` for a
+    /// Myriad path read with the native client (no mount; capacity is then the bytes
+    /// the copies take). Symbolic links are not followed; a file with several names
+    /// counts once (by its device and inode).
     pub path: PathBuf,
     /// Print JSON (every histogram with its buckets) instead of tables.
     #[arg(long)]
@@ -24,7 +26,7 @@ pub struct FsstatsArgs {
     /// size into this PNG (the seed's Fig. 5).
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
-    /// Walker threads.
+    /// Walker threads (directories listed at once with `myriad:` paths).
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
     /// Also print the fast-tier size that holds all metadata and every file below
@@ -41,9 +43,35 @@ pub struct FsstatsArgs {
 /// and the store's overhead; Myriad's entries are ~150-250 bytes on disk).
 const PER_ENTRY_BYTES: u64 = 512;
 
+/// The prefix of a Myriad path read with the native client.
+const MYRIAD_PREFIX: &str = "myriad:";
+
+/// Whether `path` names a Myriad path (`myriad:/PATH`) rather than a local one.
+pub fn is_myriad_path(path: &Path) -> bool {
+    path.to_str().is_some_and(|p| p.starts_with(MYRIAD_PREFIX))
+}
+
 pub fn run(a: &FsstatsArgs) -> anyhow::Result<()> {
     let stats = walk(&a.path, a.threads.max(1))
         .with_context(|| format!("fsstats of {}", a.path.display()))?;
+    report(a, &stats)
+}
+
+/// `fsstats myriad:/PATH`: the walk through the native client.
+pub async fn run_native(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow::Result<()> {
+    let path = a
+        .path
+        .to_str()
+        .and_then(|p| p.strip_prefix(MYRIAD_PREFIX))
+        .unwrap_or("/");
+    let root = crate::fs_cmds::normalize(path)?;
+    let stats = walk_native(client, &root, a.threads.max(1))
+        .await
+        .with_context(|| format!("fsstats of {MYRIAD_PREFIX}{root}"))?;
+    report(a, &stats)
+}
+
+fn report(a: &FsstatsArgs, stats: &FsStats) -> anyhow::Result<()> {
     if a.json {
         let mut v = serde_json::to_value(&stats)?;
         if a.recommend {
@@ -54,7 +82,7 @@ pub fn run(a: &FsstatsArgs) -> anyhow::Result<()> {
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", tables(&a.path, &stats));
+        print!("{}", tables(&a.path, stats));
         if a.recommend {
             let bytes = stats.fast_tier_bytes(a.small_bytes, a.copies, PER_ENTRY_BYTES);
             println!(
@@ -67,7 +95,7 @@ pub fn run(a: &FsstatsArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(png) = &a.plot {
-        std::fs::write(png, plot(&stats)?).with_context(|| format!("writing {}", png.display()))?;
+        std::fs::write(png, plot(stats)?).with_context(|| format!("writing {}", png.display()))?;
     }
     Ok(())
 }
@@ -236,6 +264,86 @@ fn add(
     } else {
         stats.add_other(name_len);
     }
+}
+
+/// Walks Myriad path `root` with the native client, `parallel` listings at a time. The
+/// capacity of a file is what its copies take (size times the copies the map keeps).
+pub async fn walk_native(
+    client: &myriad_client::Client,
+    root: &str,
+    parallel: usize,
+) -> anyhow::Result<FsStats> {
+    use futures::StreamExt;
+    use myriad_client::FileKind;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let map = client.map();
+    let copies = u64::from(map.replication.max(1)).min(map.nodes.len().max(1) as u64);
+    let mut stats = FsStats::default();
+    let mut seen = HashSet::new();
+    let age = |ns: i64| now.saturating_sub(u64::try_from(ns / 1_000_000_000).unwrap_or(0));
+    let mut add = |stats: &mut FsStats, name: &str, i: &myriad_client::Inode| match i.kind {
+        FileKind::Symlink => {
+            let n = i.symlink_target.as_ref().map_or(0, String::len) as u64;
+            stats.add_symlink(name.len(), n);
+        }
+        FileKind::File | FileKind::HardLink => {
+            if i.nlink > 1 && !seen.insert(i.ino) {
+                stats.name_len.add(name.len() as u64);
+                return;
+            }
+            stats.add_file(
+                name.len(),
+                FileFacts {
+                    size: i.size,
+                    capacity: i.size.saturating_mul(copies),
+                    nlink: u64::from(i.nlink),
+                    mtime_age_secs: age(i.mtime_ns),
+                    ctime_age_secs: age(i.ctime_ns),
+                },
+            );
+        }
+        _ => stats.add_other(name.len()),
+    };
+    let top = client.stat(root).await?;
+    if top.kind != FileKind::Directory {
+        add(&mut stats, myriad_placement::split_parent(root).1, &top);
+        return Ok(stats);
+    }
+    let mut frontier = vec![root.to_string()];
+    while !frontier.is_empty() {
+        let batch: Vec<String> = frontier.drain(..frontier.len().min(parallel * 8)).collect();
+        let listed: Vec<(
+            String,
+            Result<Vec<myriad_client::DirEntry>, myriad_client::FsError>,
+        )> = futures::stream::iter(batch)
+            .map(|d| async move {
+                let r = client.readdir(&d).await;
+                (d, r)
+            })
+            .buffer_unordered(parallel)
+            .collect()
+            .await;
+        for (dir, r) in listed {
+            let Ok(entries) = r else {
+                stats.errors += 1;
+                continue;
+            };
+            stats.add_dir(
+                myriad_placement::split_parent(&dir).1.len(),
+                entries.len() as u64,
+            );
+            for e in entries {
+                if e.inode.kind == FileKind::Directory {
+                    frontier.push(myriad_placement::join(&dir, &e.name));
+                } else {
+                    add(&mut stats, &e.name, &e.inode);
+                }
+            }
+        }
+    }
+    Ok(stats)
 }
 
 /// Bytes as fsstats prints them (base-2 units).

@@ -189,7 +189,9 @@ fn main() -> ExitCode {
             std::time::Duration::from_millis(cli.timeout_ms),
         ),
         Command::Umount { mountpoint } => mount_cmd::umount(&mountpoint),
-        Command::Fsstats(args) => fsstats_cmd::run(&args),
+        Command::Fsstats(args) if !fsstats_cmd::is_myriad_path(&args.path) => {
+            fsstats_cmd::run(&args)
+        }
         other => run_client_command(other, cli.cluster, cli.secret_file, cli.timeout_ms),
     };
     match result {
@@ -239,6 +241,10 @@ fn run_client_command(
             Command::Index(c) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;
                 index_cmd::run(c, &client).await
+            }
+            Command::Fsstats(a) => {
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                fsstats_cmd::run_native(&a, &client).await
             }
             other => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;

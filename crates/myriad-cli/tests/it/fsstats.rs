@@ -141,3 +141,57 @@ fn walk(p: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `fsstats myriad:/PATH` walks a Myriad tree with the native client (no mount): the same
+/// counts as computed here from what the test wrote, capacity as the copies take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsstats_walks_a_myriad_path_with_the_native_client() {
+    use myriad_client::Caller;
+    let tc = crate::harness::TestCluster::start_with(3, &["--replicas", "3"]);
+    let c = crate::index::plain(&tc, Caller::root());
+    crate::index::ok(c.mkdir("/t", 0o755).await, "mkdir");
+    let mut sizes = Vec::new();
+    for d in 0..3 {
+        let dir = format!("/t/d{d}");
+        crate::index::ok(c.mkdir(&dir, 0o755).await, "mkdir");
+        for f in 0..(4 + d * 3) {
+            let size = [10usize, 3000, 16_384, 70_000][f % 4];
+            let path = format!("{dir}/f{f}");
+            crate::index::ok(
+                c.create(&path, 0o644, true, &vec![1u8; size]).await,
+                "create",
+            );
+            sizes.push(size as u64);
+        }
+    }
+    crate::index::ok(c.symlink("d0/f0", "/t/ln").await, "symlink");
+    let out = tc.cli(&["fsstats", "--json", "myriad:/t"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let mut want = Vec::new();
+    for s in &sizes {
+        let b = bucket(*s, 2048);
+        if want.len() <= b {
+            want.resize(b + 1, 0);
+        }
+        want[b] += 1;
+    }
+    assert_eq!(counts(&v["size"]), want);
+    let total: u64 = sizes.iter().sum();
+    assert_eq!(v["size"]["sum"].as_u64(), Some(total));
+    assert_eq!(
+        v["capacity"]["sum"].as_u64(),
+        Some(total * 3),
+        "three copies"
+    );
+    // /t (3 dirs + a symlink) and d0..d2 (4, 7, 10 files).
+    assert_eq!(v["dir_entries"]["count"].as_u64(), Some(4));
+    assert_eq!(v["dir_entries"]["sum"].as_u64(), Some(4 + 4 + 7 + 10));
+    assert_eq!(v["symlinks"]["count"].as_u64(), Some(1));
+    assert_eq!(v["errors"].as_u64(), Some(0));
+}
