@@ -73,7 +73,7 @@ pub async fn run_native(a: &FsstatsArgs, client: &myriad_client::Client) -> anyh
 
 fn report(a: &FsstatsArgs, stats: &FsStats) -> anyhow::Result<()> {
     if a.json {
-        let mut v = serde_json::to_value(&stats)?;
+        let mut v = serde_json::to_value(stats)?;
         if a.recommend {
             v["recommended_fast_tier_bytes"] =
                 serde_json::json!(
