@@ -17,6 +17,19 @@ fn bucket(v: u64, edge: u64) -> usize {
     b
 }
 
+/// How many of `values` fall in each bucket.
+fn bucket_counts(values: &[u64], edge: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for v in values {
+        let b = bucket(*v, edge);
+        if out.len() <= b {
+            out.resize(b + 1, 0);
+        }
+        out[b] += 1;
+    }
+    out
+}
+
 fn json_of(path: &Path) -> serde_json::Value {
     let out = std::process::Command::new(BIN)
         .args(["fsstats", "--json", "--threads", "3"])
@@ -87,14 +100,7 @@ fn fsstats_counts_a_generated_tree_as_computed_independently() {
     entries_per_dir[1] += 1; // second-name
 
     let v = json_of(&root);
-    let mut want = Vec::new();
-    for s in &sizes {
-        let b = bucket(*s, 2048);
-        if want.len() <= b {
-            want.resize(b + 1, 0);
-        }
-        want[b] += 1;
-    }
+    let want = bucket_counts(&sizes, 2048);
     assert_eq!(counts(&v["size"]), want, "file size histogram");
     assert_eq!(v["size"]["count"].as_u64(), Some(sizes.len() as u64));
     assert_eq!(
@@ -102,14 +108,7 @@ fn fsstats_counts_a_generated_tree_as_computed_independently() {
         Some(sizes.iter().sum::<u64>()),
         "total user data"
     );
-    let mut want_dirs = Vec::new();
-    for e in &entries_per_dir {
-        let b = bucket(*e, 1);
-        if want_dirs.len() <= b {
-            want_dirs.resize(b + 1, 0);
-        }
-        want_dirs[b] += 1;
-    }
+    let want_dirs = bucket_counts(&entries_per_dir, 1);
     assert_eq!(counts(&v["dir_entries"]), want_dirs, "directory sizes");
     assert_eq!(v["symlinks"]["count"].as_u64(), Some(1));
     assert_eq!(
@@ -173,14 +172,7 @@ async fn fsstats_walks_a_myriad_path_with_the_native_client() {
     );
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
-    let mut want = Vec::new();
-    for s in &sizes {
-        let b = bucket(*s, 2048);
-        if want.len() <= b {
-            want.resize(b + 1, 0);
-        }
-        want[b] += 1;
-    }
+    let want = bucket_counts(&sizes, 2048);
     assert_eq!(counts(&v["size"]), want);
     let total: u64 = sizes.iter().sum();
     assert_eq!(v["size"]["sum"].as_u64(), Some(total));
