@@ -273,76 +273,46 @@ pub async fn walk_native(
     root: &str,
     parallel: usize,
 ) -> anyhow::Result<FsStats> {
-    use futures::StreamExt;
+    use crate::tree_walk::Visit;
     use myriad_client::FileKind;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let map = client.map();
-    let copies = u64::from(map.replication.max(1)).min(map.nodes.len().max(1) as u64);
+    let copies = crate::tree_walk::copies(client);
     let mut stats = FsStats::default();
     let mut seen = HashSet::new();
     let age = |ns: i64| now.saturating_sub(u64::try_from(ns / 1_000_000_000).unwrap_or(0));
-    let mut add = |stats: &mut FsStats, name: &str, i: &myriad_client::Inode| match i.kind {
-        FileKind::Symlink => {
-            let n = i.symlink_target.as_ref().map_or(0, String::len) as u64;
-            stats.add_symlink(name.len(), n);
-        }
-        FileKind::File | FileKind::HardLink => {
-            if i.nlink > 1 && !seen.insert(i.ino) {
-                stats.name_len.add(name.len() as u64);
-                return;
+    crate::tree_walk::walk(client, root, parallel, |v| match v {
+        Visit::Dir(dir, entries) => stats.add_dir(
+            myriad_placement::split_parent(dir).1.len(),
+            entries.len() as u64,
+        ),
+        Visit::Unreadable(..) => stats.errors += 1,
+        Visit::Other(_, name, i) => match i.kind {
+            FileKind::Symlink => {
+                let n = i.symlink_target.as_ref().map_or(0, String::len) as u64;
+                stats.add_symlink(name.len(), n);
             }
-            stats.add_file(
-                name.len(),
-                FileFacts {
-                    size: i.size,
-                    capacity: i.size.saturating_mul(copies),
-                    nlink: u64::from(i.nlink),
-                    mtime_age_secs: age(i.mtime_ns),
-                    ctime_age_secs: age(i.ctime_ns),
-                },
-            );
-        }
-        _ => stats.add_other(name.len()),
-    };
-    let top = client.stat(root).await?;
-    if top.kind != FileKind::Directory {
-        add(&mut stats, myriad_placement::split_parent(root).1, &top);
-        return Ok(stats);
-    }
-    let mut frontier = vec![root.to_string()];
-    while !frontier.is_empty() {
-        let batch: Vec<String> = frontier.drain(..frontier.len().min(parallel * 8)).collect();
-        let listed: Vec<(
-            String,
-            Result<Vec<myriad_client::DirEntry>, myriad_client::FsError>,
-        )> = futures::stream::iter(batch)
-            .map(|d| async move {
-                let r = client.readdir(&d).await;
-                (d, r)
-            })
-            .buffer_unordered(parallel)
-            .collect()
-            .await;
-        for (dir, r) in listed {
-            let Ok(entries) = r else {
-                stats.errors += 1;
-                continue;
-            };
-            stats.add_dir(
-                myriad_placement::split_parent(&dir).1.len(),
-                entries.len() as u64,
-            );
-            for e in entries {
-                if e.inode.kind == FileKind::Directory {
-                    frontier.push(myriad_placement::join(&dir, &e.name));
-                } else {
-                    add(&mut stats, &e.name, &e.inode);
+            FileKind::File | FileKind::HardLink => {
+                if i.nlink > 1 && !seen.insert(i.ino) {
+                    stats.name_len.add(name.len() as u64);
+                    return;
                 }
+                stats.add_file(
+                    name.len(),
+                    FileFacts {
+                        size: i.size,
+                        capacity: i.size.saturating_mul(copies),
+                        nlink: u64::from(i.nlink),
+                        mtime_age_secs: age(i.mtime_ns),
+                        ctime_age_secs: age(i.ctime_ns),
+                    },
+                );
             }
-        }
-    }
+            _ => stats.add_other(name.len()),
+        },
+    })
+    .await?;
     Ok(stats)
 }
 

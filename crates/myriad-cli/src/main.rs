@@ -12,6 +12,7 @@ mod bench_storm;
 mod bench_untar;
 mod cluster;
 mod demo;
+mod du_cmd;
 mod fs_cmds;
 mod fsck;
 mod fsstats_cmd;
@@ -21,6 +22,7 @@ mod keys;
 mod mount_cmd;
 mod plot;
 mod server_cmd;
+mod tree_walk;
 mod workload;
 
 use std::path::PathBuf;
@@ -130,6 +132,9 @@ enum Command {
     },
     /// Capacity and usage summed over all nodes.
     Df,
+    /// Bytes a file or a tree holds (logical); with --raw, what storing them takes on the
+    /// servers: every copy of the data with its checksums, and the metadata.
+    Du(du_cmd::DuArgs),
     /// Powers-of-two histograms of file size, capacity used, directory size, file age,
     /// symlinks and hard links of any directory (local or a mount), as the Panasas
     /// fsstats tool prints them (--json, --plot FILE.png, --recommend a fast-tier size).
@@ -241,6 +246,10 @@ fn run_client_command(
             Command::Index(c) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;
                 index_cmd::run(c, &client).await
+            }
+            Command::Du(a) => {
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                du_cmd::run(&a, &client).await
             }
             Command::Fsstats(a) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;

@@ -1,5 +1,6 @@
-//! `myriad fsstats` (issue 21): its histograms of a generated tree match counts computed
-//! here independently (plain loops over what the test wrote, not the histogram code).
+//! `myriad fsstats` and `myriad du` (issue 21): fsstats' histograms of a generated tree
+//! match counts computed here independently (plain loops over what the test wrote, not
+//! the histogram code); du's bytes match what the test wrote.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -186,4 +187,39 @@ async fn fsstats_walks_a_myriad_path_with_the_native_client() {
     assert_eq!(v["dir_entries"]["sum"].as_u64(), Some(4 + 4 + 7 + 10));
     assert_eq!(v["symlinks"]["count"].as_u64(), Some(1));
     assert_eq!(v["errors"].as_u64(), Some(0));
+}
+
+/// `myriad du --raw`: logical bytes as written, raw data as every copy of every block with
+/// its checksum, a file with two names counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn du_counts_logical_and_raw_bytes_of_a_tree() {
+    use myriad_client::Caller;
+    let tc = crate::harness::TestCluster::start_with(3, &["--replicas", "2"]);
+    let c = crate::index::plain(&tc, Caller::root());
+    crate::index::ok(c.mkdir("/u", 0o755).await, "mkdir");
+    crate::index::ok(c.mkdir("/u/d", 0o755).await, "mkdir");
+    let sizes = [0u64, 1, 65_536, 65_537, 200_000];
+    for (n, size) in sizes.iter().enumerate() {
+        let path = format!("/u/d/f{n}");
+        let data = vec![9u8; *size as usize];
+        crate::index::ok(c.create(&path, 0o644, true, &data).await, "create");
+    }
+    crate::index::ok(c.link("/u/d/f4", "/u/second").await, "link");
+    let out = tc.cli(&["du", "--json", "/u"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["files"].as_u64(), Some(5), "two names, one file");
+    assert_eq!(v["dirs"].as_u64(), Some(2));
+    assert_eq!(v["copies"].as_u64(), Some(2));
+    assert_eq!(v["logical_bytes"].as_u64(), Some(sizes.iter().sum()));
+    let raw: u64 = sizes.iter().map(|s| 2 * (s + 4 * s.div_ceil(65_536))).sum();
+    assert_eq!(v["raw_data_bytes"].as_u64(), Some(raw));
+    let meta = v["raw_metadata_bytes"].as_u64().unwrap_or(0);
+    assert!(meta > 0 && meta < 2 * 8 * 512, "{meta}");
+    assert_eq!(v["raw_bytes"].as_u64(), Some(raw + meta));
 }
