@@ -8,6 +8,7 @@
 //!
 //! Must not depend on: any other workspace crate, an async runtime, I/O, clocks or randomness.
 
+mod fragments;
 mod map;
 mod members;
 pub mod partition;
@@ -16,6 +17,7 @@ mod rebalance;
 mod ring;
 mod shard;
 
+pub use fragments::{fragment_servers, fragment_slot};
 pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
 pub use members::{
     InodeId, Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
