@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn files_spread_evenly_over_the_servers() {
         let all = nodes(16);
-        let mut held = vec![0u32; 17];
+        let mut held = [0u32; 17];
         for ino in 0..20_000u64 {
             for n in fragment_servers(InodeId(ino), 6, &all).unwrap_or_default() {
                 held[n.0 as usize] += 1;
