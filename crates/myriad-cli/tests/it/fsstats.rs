@@ -32,11 +32,17 @@ fn bucket_counts(values: &[u64], edge: u64) -> Vec<u64> {
 }
 
 fn json_of(path: &Path) -> serde_json::Value {
-    let out = std::process::Command::new(BIN)
-        .args(["fsstats", "--json", "--threads", "3"])
-        .arg(path)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    json_out(
+        &std::process::Command::new(BIN)
+            .args(["fsstats", "--json", "--threads", "3"])
+            .arg(path)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}")),
+    )
+}
+
+/// The JSON a successful command printed.
+fn json_out(out: &std::process::Output) -> serde_json::Value {
     assert!(
         out.status.success(),
         "{}",
@@ -165,14 +171,7 @@ async fn fsstats_walks_a_myriad_path_with_the_native_client() {
         }
     }
     crate::index::ok(c.symlink("d0/f0", "/t/ln").await, "symlink");
-    let out = tc.cli(&["fsstats", "--json", "myriad:/t"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v = json_out(&tc.cli(&["fsstats", "--json", "myriad:/t"]));
     let want = bucket_counts(&sizes, 2048);
     assert_eq!(counts(&v["size"]), want);
     let total: u64 = sizes.iter().sum();
@@ -205,14 +204,7 @@ async fn du_counts_logical_and_raw_bytes_of_a_tree() {
         crate::index::ok(c.create(&path, 0o644, true, &data).await, "create");
     }
     crate::index::ok(c.link("/u/d/f4", "/u/second").await, "link");
-    let out = tc.cli(&["du", "--json", "/u"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v = json_out(&tc.cli(&["du", "--json", "/u"]));
     assert_eq!(v["files"].as_u64(), Some(5), "two names, one file");
     assert_eq!(v["dirs"].as_u64(), Some(2));
     assert_eq!(v["copies"].as_u64(), Some(2));
