@@ -58,6 +58,10 @@ pub enum BenchCmd {
     /// killed with SIGKILL; time to the first write after failover and to full
     /// re-replication, and the write throughput during recovery relative to before.
     Failover(crate::bench_failover::FailoverArgs),
+    /// Panasas Fig. 1 and 2: files from 0 to 1 MiB in 4 KiB steps and a few large ones;
+    /// the raw bytes stored for each (copies, checksums, metadata: `du --raw`) against the
+    /// same file's blocks on local disk; JSON and a PNG of raw bytes per byte.
+    Capacity(crate::bench_capacity::CapacityArgs),
     /// One worker process of `bench fuse` (internal).
     #[command(hide = true)]
     FuseWorker(crate::bench_fuse::WorkerArgs),
@@ -182,6 +186,10 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         BenchCmd::Failover(a) => {
             own_cluster_only("failover");
             return crate::bench_failover::run(a).await;
+        }
+        BenchCmd::Capacity(a) => {
+            own_cluster_only("capacity");
+            return crate::bench_capacity::run(a).await;
         }
         BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),

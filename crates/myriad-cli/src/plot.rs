@@ -128,12 +128,27 @@ pub fn line_chart_png(
         let y = ymax * f64::from(t) / 5.0;
         let (_, py) = to_px(xmin, y);
         cv.line((LEFT as i64, py), ((W - RIGHT) as i64, py), grey, 1);
-        cv.text(8, py - 4, &format!("{y:>9.0}"), black);
+        let label = if ymax < 20.0 {
+            format!("{y:>9.1}")
+        } else {
+            format!("{y:>9.0}")
+        };
+        cv.text(8, py - 4, &label, black);
     }
-    // x ticks at the data points.
+    // x ticks at the data points; with many points, at the powers of two between them.
     let mut ticks = xs.clone();
     ticks.sort_by(f64::total_cmp);
     ticks.dedup();
+    if ticks.len() > 16 {
+        let (lo, hi) = (xmin.max(1.0).log2().ceil(), xmax.max(1.0).log2().floor());
+        let step = ((hi - lo) / 12.0).ceil().max(1.0);
+        let mut e = lo;
+        ticks.clear();
+        while e <= hi {
+            ticks.push(e.exp2());
+            e += step;
+        }
+    }
     for x in ticks {
         let (px, _) = to_px(x, 0.0);
         cv.line((px, TOP as i64), (px, (H - BOTTOM) as i64), grey, 1);
