@@ -38,3 +38,48 @@ async fn fragment_reads_need_a_capability_and_name_what_is_kept() {
         "a capability is for its own file only"
     );
 }
+
+/// `myriad bench capacity` runs end to end on a small set and reports, per file, raw bytes
+/// of at least every copy of its data (and no more than copies, checksums and an entry).
+#[test]
+fn bench_capacity_reports_raw_bytes_per_file() {
+    let out_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args([
+            "bench",
+            "capacity",
+            "--nodes",
+            "4",
+            "--max-kib",
+            "8",
+            "--large-mib",
+            "1",
+            "--out-dir",
+        ])
+        .arg(out_dir.path())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json =
+        std::fs::read(out_dir.path().join("bench-capacity.json")).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap_or_else(|e| panic!("{e}"));
+    let copies = v["copies"].as_u64().unwrap_or(0);
+    assert_eq!(copies, 3);
+    let rows = v["rows"].as_array().cloned().unwrap_or_default();
+    let sizes: Vec<u64> = rows.iter().filter_map(|r| r["size"].as_u64()).collect();
+    assert_eq!(sizes, vec![0, 4096, 8192, 1 << 20]);
+    for r in &rows {
+        let (size, raw) = (
+            r["size"].as_u64().unwrap_or(0),
+            r["raw_bytes"].as_u64().unwrap_or(0),
+        );
+        let blocks = size.div_ceil(65_536);
+        assert!(raw >= copies * (size + 4 * blocks), "{r}");
+        assert!(raw <= copies * (size + 4 * blocks + 1024), "{r}");
+    }
+    assert!(out_dir.path().join("bench-capacity.png").exists());
+}
