@@ -184,15 +184,20 @@ pub async fn run(cmd: Command, client: &Client) -> anyhow::Result<()> {
     }
 }
 
-fn human(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+/// Bytes in base-2 units (whole bytes below 1 KiB).
+pub(crate) fn human(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = b as f64;
     let mut i = 0;
     while v >= 1024.0 && i < units.len() - 1 {
         v /= 1024.0;
         i += 1;
     }
-    format!("{v:.1} {}", units[i])
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[i])
+    }
 }
 
 fn mode_string(i: &Inode) -> String {

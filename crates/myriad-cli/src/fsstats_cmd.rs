@@ -16,7 +16,7 @@ use myriad_client::proto::fsstats::{FileFacts, FsStats, Histogram};
 pub struct FsstatsArgs {
     /// The directory to walk: a local one or a Myriad mount, or `myriad:/PATH` for a
     /// Myriad path read with the native client (no mount; capacity is then the bytes
-    /// the copies take). Symbolic links are not followed; a file with several names
+    /// the copies take, as `myriad du --raw` counts them). Symbolic links are not followed; a file with several names
     /// counts once (by its device and inode).
     pub path: PathBuf,
     /// Print JSON (every histogram with its buckets) instead of tables.
@@ -39,9 +39,10 @@ pub struct FsstatsArgs {
     pub copies: u64,
 }
 
-/// What each name costs the fast tier besides its data (an entry with its inode, its keys
-/// and the store's overhead; Myriad's entries are ~150-250 bytes on disk).
-const PER_ENTRY_BYTES: u64 = 512;
+/// What each name costs the fast tier besides its data: `du --raw` counts an entry as
+/// 77 bytes plus its directory's path and its name; this leaves room for deep paths and
+/// the storage engine's own overheads (an upper estimate, as the recommendation is).
+const PER_ENTRY_BYTES: u64 = 256;
 
 /// The prefix of a Myriad path read with the native client.
 const MYRIAD_PREFIX: &str = "myriad:";
@@ -267,7 +268,8 @@ fn add(
 }
 
 /// Walks Myriad path `root` with the native client, `parallel` listings at a time. The
-/// capacity of a file is what its copies take (size times the copies the map keeps).
+/// capacity of a file is what its data takes, as `du --raw` counts it: every copy of
+/// every block with its checksum.
 pub async fn walk_native(
     client: &myriad_client::Client,
     root: &str,
@@ -302,7 +304,7 @@ pub async fn walk_native(
                     name.len(),
                     FileFacts {
                         size: i.size,
-                        capacity: i.size.saturating_mul(copies),
+                        capacity: crate::du_cmd::raw_data_bytes(i.size, copies),
                         nlink: u64::from(i.nlink),
                         mtime_age_secs: age(i.mtime_ns),
                         ctime_age_secs: age(i.ctime_ns),
@@ -316,20 +318,9 @@ pub async fn walk_native(
     Ok(stats)
 }
 
-/// Bytes as fsstats prints them (base-2 units).
+/// Bytes in base-2 units (sums beyond 16 EiB shown as that).
 fn human(b: u128) -> String {
-    const UNITS: [&str; 7] = ["B", "KB", "MB", "GB", "TB", "PB", "EB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
+    crate::fs_cmds::human(u64::try_from(b).unwrap_or(u64::MAX))
 }
 
 /// Edges of a bucket in the metric's unit.
@@ -532,7 +523,7 @@ mod tests {
     #[test]
     fn human_sizes_use_base_two_units() {
         assert_eq!(human(1000), "1000 B");
-        assert_eq!(human(2048), "2.00 KB");
-        assert_eq!(human(3 << 20), "3.00 MB");
+        assert_eq!(human(2048), "2.0 KiB");
+        assert_eq!(human(3 << 20), "3.0 MiB");
     }
 }
