@@ -121,9 +121,7 @@ pub async fn run(a: &DuArgs, client: &Client) -> anyhow::Result<()> {
     let u = usage(client, &root, a.parallel).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&u)?);
-        return Ok(());
-    }
-    if a.raw {
+    } else if a.raw {
         let ratio = if u.logical_bytes > 0 {
             u.raw_bytes as f64 / u.logical_bytes as f64
         } else {
@@ -144,6 +142,7 @@ pub async fn run(a: &DuArgs, client: &Client) -> anyhow::Result<()> {
     } else {
         println!("{}\t{}", u.logical_bytes, u.path);
     }
+    // As du: what could not be read is an error, after what could was printed.
     if u.unreadable > 0 {
         anyhow::bail!("{} directories could not be listed", u.unreadable);
     }

@@ -5,7 +5,7 @@
 //! (`myriad_storage::FragmentStore`): the code is their redundancy.
 
 use myriad_proto::auth::Capability;
-use myriad_proto::{FsError, InodeId, PeerRequest, Request, Response};
+use myriad_proto::{FsError, InodeId, Response};
 use myriad_storage::{Fragment, FragmentId, FragmentStore, StorageError};
 
 use crate::host::Host;
@@ -31,7 +31,8 @@ impl Host {
         FragmentStore::new(self.kv.clone())
     }
 
-    /// Keeps `fragments` of chunk `chunk` of `ino`, durable before it answers.
+    /// Keeps `fragments` of chunk `chunk` of `ino`, durable before it answers (a full
+    /// disk refused it before: `dispatch_server` admits it as partitions admit writes).
     pub(crate) async fn put_fragments(
         &self,
         ino: InodeId,
@@ -39,12 +40,6 @@ impl Host {
         generation: u32,
         fragments: Vec<(u8, serde_bytes::ByteBuf)>,
     ) -> Result<Response, FsError> {
-        self.space.admit(&Request::Peer(PeerRequest::PutFragments {
-            ino,
-            chunk,
-            generation,
-            fragments: Vec::new(),
-        }))?;
         let store = self.fragment_store();
         for (index, data) in fragments {
             let id = FragmentId { ino, chunk, index };

@@ -36,6 +36,8 @@ impl Host {
         if !body.is_admin() && epoch > st.map.epoch {
             return Err(FsError::MapTooOld(st.map.epoch));
         }
+        // The free-space rule partitions apply to their writes (fragments kept here).
+        self.space.admit(&body)?;
         match body {
             Request::Client(ClientRequest::Echo(p)) => Ok(Response::Echo(p)),
             Request::Server(ServerRequest::StatFs) => Ok(Response::StatFs(self.statfs())),
