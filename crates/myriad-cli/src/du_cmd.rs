@@ -52,6 +52,20 @@ pub struct Usage {
     /// Entries and directory objects, estimated from their sizes (see the constants).
     pub raw_metadata_bytes: u64,
     pub raw_bytes: u64,
+    /// Chunks kept erasure coded (their fragments counted with their parity).
+    pub coded_chunks: u64,
+}
+
+/// Bytes a fragment stores besides its data: its generation and checksum (myriad-storage).
+const FRAGMENT_OVERHEAD_BYTES: u64 = 4 + 4;
+/// A coded chunk's record in its partition (every copy), rounded up.
+const CODED_RECORD_BYTES: u64 = 16 + 96;
+
+/// The raw bytes of a coded chunk: every fragment, parity included, with its framing, and
+/// its record in every copy of its partition.
+#[must_use]
+pub fn coded_raw_bytes(c: &myriad_client::CodedChunk, copies: u64) -> u64 {
+    c.raw_bytes() + c.params.total() as u64 * FRAGMENT_OVERHEAD_BYTES + CODED_RECORD_BYTES * copies
 }
 
 /// The raw bytes of a file's data: each 64 KiB block with its checksum, in every copy.
@@ -79,6 +93,8 @@ pub async fn usage(client: &Client, root: &str, parallel: usize) -> anyhow::Resu
     };
     let mut seen = HashSet::new();
     let mut meta = 0u64;
+    let chunk_bytes = client.chunk_size();
+    let mut large = Vec::new();
     walk(client, root, parallel, |v| match v {
         Visit::Dir(dir, entries) => {
             u.dirs += 1;
@@ -103,7 +119,13 @@ pub async fn usage(client: &Client, root: &str, parallel: usize) -> anyhow::Resu
                     }
                     u.files += 1;
                     u.logical_bytes += i.size;
-                    u.raw_data_bytes += raw_data_bytes(i.size, copies);
+                    if i.size > chunk_bytes {
+                        // Chunks past the first may be coded: asked below.
+                        large.push(myriad_placement::join(dir, name));
+                        u.raw_data_bytes += raw_data_bytes(chunk_bytes, copies);
+                    } else {
+                        u.raw_data_bytes += raw_data_bytes(i.size, copies);
+                    }
                 }
                 FileKind::Symlink => u.symlinks += 1,
                 _ => u.other += 1,
@@ -111,6 +133,20 @@ pub async fn usage(client: &Client, root: &str, parallel: usize) -> anyhow::Resu
         }
     })
     .await?;
+    for path in large {
+        let h = client.open(&path).await?;
+        let size = h.inode.size;
+        for (chunk, code) in client.chunk_codes(&h, parallel).await? {
+            let bytes = size.saturating_sub(chunk * chunk_bytes).min(chunk_bytes);
+            u.raw_data_bytes += match code {
+                Some(c) => {
+                    u.coded_chunks += 1;
+                    coded_raw_bytes(&c, copies)
+                }
+                None => raw_data_bytes(bytes, copies),
+            };
+        }
+    }
     u.raw_metadata_bytes = meta * copies;
     u.raw_bytes = u.raw_data_bytes + u.raw_metadata_bytes;
     Ok(u)
@@ -136,8 +172,8 @@ pub async fn run(a: &DuArgs, client: &Client) -> anyhow::Result<()> {
             u.logical_bytes, u.raw_data_bytes, u.raw_metadata_bytes, u.path
         );
         println!(
-            "{} files, {} directories, {} symlinks; {} copies of everything",
-            u.files, u.dirs, u.symlinks, u.copies
+            "{} files, {} directories, {} symlinks; {} copies of everything but {} erasure-coded chunks",
+            u.files, u.dirs, u.symlinks, u.copies, u.coded_chunks
         );
     } else {
         println!("{}\t{}", u.logical_bytes, u.path);

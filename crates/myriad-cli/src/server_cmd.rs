@@ -74,6 +74,20 @@ pub struct ReplicationArgs {
     /// still does it on demand).
     #[arg(long, default_value_t = myriad_server::DEFAULT_ANTI_ENTROPY_INTERVAL.as_secs())]
     pub anti_entropy_secs: u64,
+    /// Erasure-code large files (docs/redundancy.md): chunks past the first (4 MiB) of
+    /// files larger than --ec-min-bytes are kept as k data + m parity fragments on k+m
+    /// servers (m = copies - 1, k = servers - m, 2..=8) once nobody wrote them for
+    /// --ec-settle-ms, instead of full copies: 1.5x raw bytes at 4+2 instead of 3x. Needs
+    /// at least copies + 1 servers up. `--ec=false` keeps every chunk in full copies.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub ec: bool,
+    /// Files reaching past this many bytes have their chunks past the first coded.
+    #[arg(long, default_value_t = 64 << 10)]
+    pub ec_min_bytes: u64,
+    /// A chunk not written for this long is coded (writes to a coded chunk decode it
+    /// back into copies first, so a file still being written should not be coded).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub ec_settle_ms: u64,
 }
 
 impl ReplicationArgs {
@@ -89,6 +103,9 @@ impl ReplicationArgs {
             format!("--dir-split-entries={}", self.dir_split_entries),
             format!("--down-grace-secs={}", self.down_grace_secs),
             format!("--anti-entropy-secs={}", self.anti_entropy_secs),
+            format!("--ec={}", self.ec),
+            format!("--ec-min-bytes={}", self.ec_min_bytes),
+            format!("--ec-settle-ms={}", self.ec_settle_ms),
         ]
     }
 
@@ -236,6 +253,10 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     config.dir_split_entries = args.replication.dir_split_entries;
     config.down_grace = Duration::from_secs(args.replication.down_grace_secs);
     config.anti_entropy_interval = Duration::from_secs(args.replication.anti_entropy_secs);
+    config.coding.enabled = args.replication.ec;
+    config.coding.min_bytes = args.replication.ec_min_bytes;
+    config.coding.settle = Duration::from_millis(args.replication.ec_settle_ms);
+    config.coding.interval = config.coding.settle.min(Duration::from_secs(2));
     (config.root_uid, config.root_gid) = args.root_owner;
 
     let rt = tokio::runtime::Builder::new_multi_thread()

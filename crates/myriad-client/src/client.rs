@@ -140,6 +140,8 @@ pub struct Client {
     pub(crate) held_locks: crate::held_locks::HeldLocks,
     /// The metadata indexes met (`index.rs`).
     pub(crate) indexes: Arc<crate::indexes::Indexes>,
+    /// Reads of coded chunks that had to decode (a fragment failed): `fragments.rs`.
+    pub(crate) degraded_reads: std::sync::atomic::AtomicU64,
 }
 
 /// A partition's changes answered once applied, since its last sync.
@@ -212,6 +214,7 @@ impl Client {
             leases: Arc::new(crate::leases::Leases::new(config.id)),
             held_locks: crate::held_locks::HeldLocks::default(),
             indexes: Arc::default(),
+            degraded_reads: std::sync::atomic::AtomicU64::new(0),
             config,
         })
     }
@@ -1672,7 +1675,7 @@ impl Client {
         self.st().ring.owner_of_entry(path)
     }
 
-    pub(crate) fn chunk_size(&self) -> u64 {
+    pub fn chunk_size(&self) -> u64 {
         self.st().map.chunk_size_bytes
     }
 

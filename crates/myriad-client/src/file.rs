@@ -25,6 +25,10 @@ pub struct FileHandle {
     pub opened: bool,
 }
 
+/// Times a read of a coded chunk asks its partition again after its fragments changed
+/// under it (the chunk was uncoded for a write, or coded again).
+const CODED_READ_TRIES: u32 = 3;
+
 impl Client {
     /// Creates a file with `data` as its contents. Up to one chunk, this is one atomic request
     /// to one node (the inode, its entry and its bytes are written together).
@@ -201,7 +205,26 @@ impl Client {
             pieces.push((chunk, in_chunk, n));
             pos += n;
         }
-        let futs = pieces.iter().map(|&(chunk, off, n)| async move {
+        let futs = pieces
+            .iter()
+            .map(|&(chunk, off, n)| self.read_chunk(h, chunk, off, n));
+        for r in futures::future::join_all(futs).await {
+            out.extend_from_slice(&r?);
+        }
+        Ok(out)
+    }
+
+    /// Bytes `off .. off + n` of chunk `chunk` (>= 1) of `h`: from its partition, or from
+    /// the fragments' servers when it is coded (asked again if it was uncoded meanwhile).
+    async fn read_chunk(
+        &self,
+        h: &FileHandle,
+        chunk: u64,
+        off: u64,
+        n: u64,
+    ) -> Result<Vec<u8>, FsError> {
+        let mut tries = 0;
+        loop {
             let answer = self
                 .chunk_call(h, chunk, false, |cap| ClientRequest::ReadChunk {
                     ino: h.inode.ino,
@@ -212,14 +235,16 @@ impl Client {
                 })
                 .await?;
             match answer {
-                Response::Data { data, .. } => Ok(data),
-                other => Err(unexpected(&other)),
+                Response::Data { data, .. } => return Ok(data),
+                Response::Coded(coded) => match self.read_coded(h, chunk, &coded, off, n).await {
+                    Err(FsError::Stale | FsError::NotFound) if tries < CODED_READ_TRIES => {
+                        tries += 1;
+                    }
+                    other => return other,
+                },
+                other => return Err(unexpected(&other)),
             }
-        });
-        for r in futures::future::join_all(futs).await {
-            out.extend_from_slice(&r?);
         }
-        Ok(out)
     }
 
     /// Reads a whole file.
@@ -306,7 +331,7 @@ impl Client {
     /// Sends the request `make` builds for chunk `chunk` (>= 1) of `h`, with a capability
     /// to read (or `write`) its chunks; a refusal (the capability expired, or the servers'
     /// clocks ran ahead) gets a fresh capability and one more try.
-    async fn chunk_call(
+    pub(crate) async fn chunk_call(
         &self,
         h: &FileHandle,
         chunk: u64,

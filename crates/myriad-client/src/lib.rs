@@ -37,6 +37,7 @@ pub use myriad_placement::{
 /// The protocol, for tools that speak it directly (fsck).
 pub use myriad_proto as proto;
 pub use myriad_proto::auth::Keyring;
+pub use myriad_proto::ec_layout::CodedChunk;
 pub use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, InodeId, RenameFlags, SetAttr,
     StatFs,

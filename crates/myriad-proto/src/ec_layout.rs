@@ -1,89 +1,108 @@
-//! The layout of an erasure-coded file (docs/redundancy.md): which of its chunks are coded,
-//! with which code, on which servers, for which generation. Kept by the partition of the
-//! file's inode and handed to readers with their capability; every change of it (chunks
-//! coded, a chunk uncoded for a write, a server replaced by repair) bumps the generation,
-//! which every fragment carries, so a fragment of another generation is never read.
+//! How one erasure-coded chunk is kept (docs/redundancy.md): the record that replaces the
+//! chunk's blocks on its partition once the chunk is coded. It says which code, how many
+//! bytes the chunk held, which server keeps each fragment, and the generation every one of
+//! those fragments carries (a fragment of another generation is never read). It lives
+//! where the chunk lived, so it is replicated, moved and read exactly as the chunk was, and
+//! the chunk's partition, which orders every write to the chunk, is the one place that
+//! codes, uncodes and repairs it.
 
 use myriad_placement::{NodeId, fragment_slot};
 use serde::{Deserialize, Serialize};
 
-use crate::erasure::EcParams;
+use crate::erasure::{EcParams, Erasure, ErasureError, ReedSolomon};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EcLayout {
+pub struct CodedChunk {
+    /// Carried by every fragment; a new one for every coding of the chunk.
     pub generation: u32,
     pub params: EcParams,
-    /// The chunk size the file was coded with (the map's, then).
-    pub chunk_bytes: u64,
-    /// The servers holding the fragments, `params.total()` of them
-    /// (`myriad_placement::fragment_servers`).
+    /// Bytes of the chunk (its last block's end): fragments are cut from this many.
+    pub data_bytes: u64,
+    /// The server keeping fragment i, `params.total()` of them (data first, then parity).
     pub servers: Vec<NodeId>,
-    /// The coded chunks, as sorted, disjoint, non-adjacent half-open ranges. Chunk 0 is
-    /// never coded (it stays with the inode).
-    pub coded: Vec<(u64, u64)>,
 }
 
-impl EcLayout {
-    /// Whether chunk `chunk` is coded (else it is kept in copies by its partition).
+/// One piece of a read of a coded chunk: bytes `offset .. offset + len` of fragment
+/// `index`, which land at `at` in the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragmentPiece {
+    pub index: usize,
+    pub offset: usize,
+    pub len: usize,
+    pub at: usize,
+}
+
+impl CodedChunk {
+    /// The servers for the fragments of chunk `chunk` out of the file's server set
+    /// `set` (`myriad_placement::fragment_servers`), rotated by the chunk number so that
+    /// parity is spread over the set.
     #[must_use]
-    pub fn is_coded(&self, chunk: u64) -> bool {
-        let i = self.coded.partition_point(|r| r.1 <= chunk);
-        self.coded.get(i).is_some_and(|r| r.0 <= chunk)
+    pub fn rotated(chunk: u64, set: &[NodeId]) -> Vec<NodeId> {
+        (0..set.len())
+            .map(|i| set[fragment_slot(chunk, i, set.len())])
+            .collect()
     }
 
-    /// The server holding fragment `index` of chunk `chunk`.
+    /// Bytes of each fragment.
     #[must_use]
-    pub fn server_of(&self, chunk: u64, index: usize) -> Option<NodeId> {
-        self.servers
-            .get(fragment_slot(chunk, index, self.servers.len()))
-            .copied()
+    pub fn fragment_bytes(&self) -> usize {
+        self.params
+            .fragment_bytes(usize::try_from(self.data_bytes).unwrap_or(usize::MAX))
     }
 
-    /// Chunks `from..to` coded as well (chunk 0 never is).
-    pub fn add_coded(&mut self, from: u64, to: u64) {
-        let from = from.max(1);
-        if from >= to {
-            return;
-        }
-        self.coded.push((from, to));
-        self.normalize();
-    }
-
-    /// Chunk `chunk` no longer coded (a write to it).
-    pub fn remove_coded(&mut self, chunk: u64) {
-        let mut out = Vec::with_capacity(self.coded.len() + 1);
-        for &(a, b) in &self.coded {
-            if chunk < a || chunk >= b {
-                out.push((a, b));
-                continue;
-            }
-            if a < chunk {
-                out.push((a, chunk));
-            }
-            if chunk + 1 < b {
-                out.push((chunk + 1, b));
-            }
-        }
-        self.coded = out;
-    }
-
-    /// How many chunks are coded.
+    /// Raw bytes the fragments take.
     #[must_use]
-    pub fn coded_chunks(&self) -> u64 {
-        self.coded.iter().map(|(a, b)| b - a).sum()
+    pub fn raw_bytes(&self) -> u64 {
+        (self.fragment_bytes() * self.params.total()) as u64
     }
 
-    fn normalize(&mut self) {
-        self.coded.sort_unstable();
-        let mut out: Vec<(u64, u64)> = Vec::with_capacity(self.coded.len());
-        for &(a, b) in &self.coded {
-            match out.last_mut() {
-                Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                _ => out.push((a, b)),
-            }
+    /// The data fragment pieces that hold bytes `offset .. offset + len` of the chunk
+    /// (clipped to the chunk): a healthy read asks only these (the code is systematic).
+    #[must_use]
+    pub fn pieces(&self, offset: u64, len: u64) -> Vec<FragmentPiece> {
+        let end = offset.saturating_add(len).min(self.data_bytes);
+        let f = self.fragment_bytes() as u64;
+        let mut out = Vec::new();
+        let mut pos = offset;
+        while pos < end && f > 0 {
+            let index = pos / f;
+            let in_frag = pos % f;
+            let take = (f - in_frag).min(end - pos);
+            out.push(FragmentPiece {
+                index: usize::try_from(index).unwrap_or(usize::MAX),
+                offset: usize::try_from(in_frag).unwrap_or(usize::MAX),
+                len: usize::try_from(take).unwrap_or(usize::MAX),
+                at: usize::try_from(pos - offset).unwrap_or(usize::MAX),
+            });
+            pos += take;
         }
-        self.coded = out;
+        out
     }
+
+    /// The codec this chunk was coded with.
+    pub fn codec(&self) -> Result<ReedSolomon, ErasureError> {
+        ReedSolomon::new(self.params)
+    }
+
+    /// The whole chunk from whole fragments by index (at least k of them).
+    pub fn decode(&self, fragments: &[Option<Vec<u8>>]) -> Result<Vec<u8>, ErasureError> {
+        let len = usize::try_from(self.data_bytes).unwrap_or(usize::MAX);
+        self.codec()?.decode(len, fragments)
+    }
+}
+
+/// Bytes `offset .. offset + len` of a chunk's bytes `whole`, zeros past its end (a chunk
+/// read answers as many bytes as asked, holes and the tail as zeros).
+#[must_use]
+pub fn window(whole: &[u8], offset: u64, len: u64) -> Vec<u8> {
+    let len = usize::try_from(len).unwrap_or(0);
+    let mut out = vec![0u8; len];
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(whole.len());
+    let end = start.saturating_add(len).min(whole.len());
+    out[..end - start].copy_from_slice(&whole[start..end]);
+    out
 }
 
 #[cfg(test)]
@@ -92,56 +111,46 @@ mod tests {
 
     use super::*;
 
-    fn layout() -> EcLayout {
-        EcLayout {
+    fn coded(data_bytes: u64) -> CodedChunk {
+        CodedChunk {
             generation: 1,
             params: EcParams { k: 4, m: 2 },
-            chunk_bytes: 4 << 20,
+            data_bytes,
             servers: (1..=6).map(NodeId).collect(),
-            coded: Vec::new(),
         }
     }
 
     #[test]
-    fn chunk_zero_is_never_coded_and_fragments_rotate() {
-        let mut l = layout();
-        l.add_coded(0, 10);
-        assert!(!l.is_coded(0));
-        assert!(l.is_coded(1) && l.is_coded(9) && !l.is_coded(10));
-        assert_eq!(l.coded_chunks(), 9);
-        assert_eq!(l.server_of(1, 0), Some(NodeId(2)));
-        assert_eq!(l.server_of(5, 1), Some(NodeId(1)), "wraps around");
+    fn fragments_rotate_with_the_chunk() {
+        let set: Vec<NodeId> = (1..=6).map(NodeId).collect();
+        assert_eq!(CodedChunk::rotated(0, &set), set);
+        let r = CodedChunk::rotated(5, &set);
+        assert_eq!(r[0], NodeId(6));
+        assert_eq!(r[1], NodeId(1), "wraps around");
     }
 
     proptest! {
-        /// The coded set behaves as a set of chunk numbers: adds and removes in any order
-        /// give the same answers as a plain set, and the ranges stay sorted, disjoint and
-        /// non-adjacent.
+        /// The pieces of any read put every byte of the chunk in place: reading them out of
+        /// the data fragments gives the chunk's bytes at that range, and no piece asks a
+        /// parity fragment.
         #[test]
-        fn coded_ranges_are_a_set_of_chunks(
-            ops in proptest::collection::vec((any::<bool>(), 0u64..60, 0u64..20), 0..40),
+        fn pieces_cover_exactly_the_range(
+            data_bytes in 1u64..300_000,
+            offset in 0u64..320_000,
+            len in 0u64..320_000,
         ) {
-            let mut l = layout();
-            let mut set = std::collections::BTreeSet::new();
-            for (add, a, len) in ops {
-                if add {
-                    l.add_coded(a, a + len);
-                    for c in a.max(1)..a + len {
-                        set.insert(c);
-                    }
-                } else {
-                    l.remove_coded(a);
-                    set.remove(&a);
-                }
+            let c = coded(data_bytes);
+            let chunk: Vec<u8> = (0..data_bytes).map(|i| (i * 31 % 251) as u8).collect();
+            let frags = c.codec().unwrap_or_else(|e| panic!("{e}")).encode(&chunk)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let end = offset.saturating_add(len).min(data_bytes);
+            let want = if offset < end { &chunk[offset as usize..end as usize] } else { &[][..] };
+            let mut got = vec![0u8; want.len()];
+            for p in c.pieces(offset, len) {
+                prop_assert!(p.index < 4);
+                got[p.at..p.at + p.len].copy_from_slice(&frags[p.index][p.offset..p.offset + p.len]);
             }
-            for c in 0..90 {
-                prop_assert_eq!(l.is_coded(c), set.contains(&c), "chunk {}", c);
-            }
-            prop_assert_eq!(l.coded_chunks(), set.len() as u64);
-            for w in l.coded.windows(2) {
-                prop_assert!(w[0].1 < w[1].0, "{:?}", l.coded);
-            }
-            prop_assert!(l.coded.iter().all(|(a, b)| a < b));
+            prop_assert_eq!(&got[..], want);
         }
     }
 }

@@ -40,7 +40,10 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `PeerRequest::UnregisterIndex`, `FsError::AutoIndexed`.
 /// 22: erasure-coded fragments (docs/redundancy.md): `ServerRequest::ReadFragment`,
 /// `PeerRequest::PutFragments`, `PeerRequest::DropFragments`.
-pub const PROTOCOL_VERSION: u16 = 22;
+/// 23: coded chunks: `Response::Coded` (a chunk read meeting a coded chunk),
+/// `DropFragments` per chunk and generation, `FsckRepair::RepairFragments`,
+/// `AdminRequest::FsckCoded`, `AdminRequest::FsckFragments`.
+pub const PROTOCOL_VERSION: u16 = 23;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -190,6 +193,14 @@ pub enum Response {
         data: Vec<u8>,
     },
     Link(String),
+    /// A chunk read (`ReadChunk`) met an erasure-coded chunk: its record, from which the
+    /// reader asks the fragments' servers (docs/redundancy.md).
+    Coded(Box<crate::ec_layout::CodedChunk>),
+    /// Coded chunks of a partition (`AdminRequest::FsckCoded`): (inode, chunk, record).
+    CodedChunks(Vec<(InodeId, u64, crate::ec_layout::CodedChunk)>),
+    /// Fragments kept by a server (`AdminRequest::FsckFragments`): (inode, chunk, index,
+    /// generation), the generation `None` where the fragment fails its checksum.
+    Fragments(Vec<(InodeId, u64, u8, Option<u32>)>),
     /// A capability for a file's chunks, and how long it is good for (`valid_ms`, so that
     /// a client need not trust its clock to agree with the servers').
     Granted {

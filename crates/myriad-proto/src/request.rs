@@ -414,6 +414,18 @@ pub enum AdminRequest {
     FsckBlockFrom { ino: InodeId, block: u64 },
     /// Any node, as root: one repair (`myriad fsck --repair`).
     FsckRepair(FsckRepair),
+    /// The target partition's primary, as root: its coded chunks after (`after`), at most
+    /// `limit` (`Response::CodedChunks`).
+    FsckCoded {
+        after: Option<(InodeId, u64)>,
+        limit: u32,
+    },
+    /// Any node, as root: the fragments it keeps after `after` (inode, chunk, index), at
+    /// most `limit`, each with its generation if its checksum holds (`Response::Fragments`).
+    FsckFragments {
+        after: Option<(InodeId, u64, u8)>,
+        limit: u32,
+    },
     /// A server holding a copy (primary or backup) of the target partition, as root: the
     /// copy's last applied batch and a digest of its whole contents (`ReplicaDigest`).
     FsckReplica,
@@ -446,8 +458,14 @@ pub enum PeerRequest {
         generation: u32,
         fragments: Vec<(u8, serde_bytes::ByteBuf)>,
     },
-    /// A server, to a server keeping fragments: drop every fragment of `ino` here.
-    DropFragments { ino: InodeId },
+    /// A server (the partition of the chunk), to a server keeping fragments: drop the
+    /// fragments of chunk `chunk` of `ino` written for generation `generation` here (a
+    /// fragment of another generation is a newer coding's and stays).
+    DropFragments {
+        ino: InodeId,
+        chunk: u64,
+        generation: u32,
+    },
     /// Owner of directory `path`: create its directory object (idempotent for the same `ino`),
     /// split into 2^`depth` shards (it creates the other shards on their nodes first).
     DirObjectCreate {
@@ -812,6 +830,9 @@ pub enum FsckRepair {
     /// A block failing its checksum on some copy: make every copy intact again from one
     /// that is (sent to the partition's primary).
     RepairBlock { ino: InodeId, block: u64 },
+    /// A coded chunk with a fragment missing, of another generation or failing its
+    /// checksum: rebuild its fragments from the others (sent to the chunk's primary).
+    RepairFragments { ino: InodeId, chunk: u64 },
     /// A metadata record failing its checksum on some copy: every copy intact again from
     /// one that is (sent to the partition's primary).
     RepairRecord {
@@ -1019,6 +1040,8 @@ impl AdminRequest {
             AdminRequest::FsckBlockFrom { .. } => "fsck_block_from",
             AdminRequest::FsckRepair(_) => "fsck_repair",
             AdminRequest::FsckReplica => "fsck_replica",
+            AdminRequest::FsckCoded { .. } => "fsck_coded",
+            AdminRequest::FsckFragments { .. } => "fsck_fragments",
         }
     }
 }

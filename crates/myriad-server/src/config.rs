@@ -52,6 +52,35 @@ pub struct ServerConfig {
     /// How often a primary compares each partition with its copies and repairs what
     /// differs (partition/anti_entropy.rs); zero: never.
     pub anti_entropy_interval: Duration,
+    /// Erasure coding of large files' chunks (docs/redundancy.md).
+    pub coding: CodingConfig,
+}
+
+/// When chunks are erasure coded (docs/redundancy.md, `--ec-*`).
+#[derive(Clone, Debug)]
+pub struct CodingConfig {
+    /// Off: every chunk stays in full copies.
+    pub enabled: bool,
+    /// A chunk is coded once the file reaches past this many bytes with it (chunk 0, with
+    /// the inode, never is).
+    pub min_bytes: u64,
+    /// A chunk not written for this long is settled and may be coded.
+    pub settle: Duration,
+    /// How often a primary looks for settled chunks and for fragments to rebuild.
+    pub interval: Duration,
+}
+
+impl CodingConfig {
+    /// Files past 64 KiB, chunks settled 10 s, looked for every 2 s.
+    #[must_use]
+    pub fn default_on() -> CodingConfig {
+        CodingConfig {
+            enabled: true,
+            min_bytes: 64 << 10,
+            settle: Duration::from_secs(10),
+            interval: Duration::from_secs(2),
+        }
+    }
 }
 
 /// Anti-entropy every ten minutes: a round reads the whole partition on every copy, so it
@@ -80,6 +109,7 @@ impl ServerConfig {
             limits: ServeLimits::default(),
             disk_reserve_bytes: crate::space::DEFAULT_RESERVE_BYTES,
             anti_entropy_interval: DEFAULT_ANTI_ENTROPY_INTERVAL,
+            coding: CodingConfig::default_on(),
         }
     }
 }

@@ -90,9 +90,32 @@ impl Host {
         })
     }
 
-    /// Drops every fragment of `ino` kept here.
-    pub(crate) fn drop_fragments(&self, ino: InodeId) -> Result<Response, FsError> {
-        self.fragment_store().drop_file(ino).map_err(storage)?;
+    /// Drops the fragments of chunk `chunk` of `ino` of generation `generation` kept here.
+    pub(crate) fn drop_fragments(
+        &self,
+        ino: InodeId,
+        chunk: u64,
+        generation: u32,
+    ) -> Result<Response, FsError> {
+        self.fragment_store()
+            .drop_chunk(ino, chunk, generation)
+            .map_err(storage)?;
         Ok(Response::Unit)
+    }
+
+    /// The fragments kept here after `after` (fsck), each with its generation if intact.
+    pub(crate) fn list_fragments(
+        &self,
+        after: Option<(InodeId, u64, u8)>,
+        limit: u32,
+    ) -> Result<Response, FsError> {
+        let after = after.map(|(ino, chunk, index)| FragmentId { ino, chunk, index });
+        let limit = usize::try_from(limit.clamp(1, 4096)).unwrap_or(4096);
+        let list = self.fragment_store().list(after, limit).map_err(storage)?;
+        Ok(Response::Fragments(
+            list.into_iter()
+                .map(|(id, generation)| (id.ino, id.chunk, id.index, generation))
+                .collect(),
+        ))
     }
 }

@@ -141,8 +141,16 @@ impl Host {
                 generation,
                 fragments,
             }) if from_server => self.put_fragments(ino, chunk, generation, fragments).await,
-            Request::Peer(PeerRequest::DropFragments { ino }) if from_server => {
-                self.drop_fragments(ino)
+            Request::Peer(PeerRequest::DropFragments {
+                ino,
+                chunk,
+                generation,
+            }) if from_server => self.drop_fragments(ino, chunk, generation),
+            Request::Admin(AdminRequest::FsckFragments { after, limit }) => {
+                if caller.uid != 0 {
+                    return Err(FsError::PermissionDenied);
+                }
+                self.list_fragments(after, limit)
             }
             Request::Peer(PeerRequest::PartitionSeqs) if from_server => {
                 Ok(Response::Seqs(self.partition_seqs()))
@@ -324,7 +332,8 @@ impl Handler for Host {
 fn is_server_request(body: &Request) -> bool {
     matches!(
         body,
-        Request::Server(_) | Request::Admin(AdminRequest::ResetCounters)
+        Request::Server(_)
+            | Request::Admin(AdminRequest::ResetCounters | AdminRequest::FsckFragments { .. })
     )
 }
 

@@ -137,6 +137,44 @@ impl FragmentStore {
         }
     }
 
+    /// Drops the fragments of chunk `chunk` of `ino` written for generation `generation`
+    /// (one failing its checksum too: it is no generation's any more); returns how many.
+    pub fn drop_chunk(
+        &self,
+        ino: InodeId,
+        chunk: u64,
+        generation: u32,
+    ) -> Result<usize, StorageError> {
+        let mut prefix = ino.0.to_be_bytes().to_vec();
+        prefix.extend_from_slice(&chunk.to_be_bytes());
+        let mut b = Batch::new();
+        for (k, v) in self.kv.scan(Space::Fragments, &prefix, None, 256)? {
+            if open(v).is_none_or(|f| f.generation == generation) {
+                b.delete(Space::Fragments, k);
+            }
+        }
+        let dropped = b.ops.len();
+        self.kv.commit(b)?;
+        Ok(dropped)
+    }
+
+    /// Fault injection for tests: flips one byte of a stored fragment behind its checksum,
+    /// as a failing disk would. Never called by the server.
+    pub fn corrupt_for_test(&self, id: FragmentId) -> Result<bool, StorageError> {
+        let Some(mut v) = self.kv.get(Space::Fragments, &id.key())? else {
+            return Ok(false);
+        };
+        let Some(b) = v.get_mut(4) else {
+            return Ok(false);
+        };
+        *b ^= 0x01;
+        let mut batch = Batch::new();
+        batch.put(Space::Fragments, id.key().to_vec(), v);
+        self.kv.commit(batch)?;
+        self.kv.sync()?;
+        Ok(true)
+    }
+
     /// Drops one fragment.
     pub fn drop_one(&self, id: FragmentId) -> Result<(), StorageError> {
         let mut b = Batch::new();

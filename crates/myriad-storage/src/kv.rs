@@ -23,10 +23,13 @@ pub enum Space {
     /// `ino (8 BE) chunk (8 BE) index (1)` -> an erasure-coded fragment kept on this
     /// server (`fragments.rs`; the server's own records, never a partition's).
     Fragments,
+    /// `ino (8 BE) chunk (8 BE)` -> the record of an erasure-coded chunk
+    /// (`myriad_proto::ec_layout::CodedChunk`), which replaced the chunk's blocks.
+    Coded,
 }
 
 impl Space {
-    pub const ALL: [Space; 8] = [
+    pub const ALL: [Space; 9] = [
         Space::Entries,
         Space::Dirs,
         Space::Blocks,
@@ -35,15 +38,17 @@ impl Space {
         Space::RaftLog,
         Space::RaftState,
         Space::Fragments,
+        Space::Coded,
     ];
 
     /// The spaces that belong to a partition (and are replicated and copied with it).
-    pub const PARTITION: [Space; 5] = [
+    pub const PARTITION: [Space; 6] = [
         Space::Entries,
         Space::Dirs,
         Space::Blocks,
         Space::Intents,
         Space::Meta,
+        Space::Coded,
     ];
 
     /// A stable one-byte code for the wire (replication).
@@ -58,6 +63,7 @@ impl Space {
             Space::RaftLog => 6,
             Space::RaftState => 7,
             Space::Fragments => 8,
+            Space::Coded => 9,
         }
     }
 
@@ -79,6 +85,7 @@ impl Space {
             Space::RaftLog => "raft_log",
             Space::RaftState => "raft_state",
             Space::Fragments => "fragments",
+            Space::Coded => "coded",
         }
     }
 }

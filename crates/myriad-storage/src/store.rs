@@ -607,6 +607,7 @@ fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) {
     out[dst_start..dst_start + src.len()].copy_from_slice(src);
 }
 
+mod coded;
 pub(crate) mod damage;
 mod outcomes;
 

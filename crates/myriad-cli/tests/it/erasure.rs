@@ -1,5 +1,7 @@
 //! Erasure-coded large files (issue 21, docs/redundancy.md).
 
+use myriad_client::NodeId;
+
 /// Fragments (issue 21, docs/redundancy.md) are read only with a capability for their
 /// file: a forged one is refused, a good one for a fragment the server does not keep
 /// gets `NotFound`, not bytes.
@@ -82,4 +84,113 @@ fn bench_capacity_reports_raw_bytes_per_file() {
         assert!(raw <= copies * (size + 4 * blocks + 1024), "{r}");
     }
     assert!(out_dir.path().join("bench-capacity.png").exists());
+}
+
+/// Deterministic bytes that do not repeat within a chunk.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// `myriad du --raw --json PATH` of a cluster, as JSON.
+fn du(tc: &crate::harness::TestCluster, path: &str) -> serde_json::Value {
+    let out = tc.cli(&["du", "--raw", "--json", path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until every chunk past the first of `path` is coded; returns its `du`.
+async fn coded(tc: &crate::harness::TestCluster, path: &str, chunks: u64) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..240 {
+        last = du(tc, path);
+        if last["coded_chunks"].as_u64() == Some(chunks) {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    panic!("{path} never had {chunks} chunks coded: {last}");
+}
+
+/// Issue 21's done-when: on 6 servers (4+2) a 256 MiB file is erasure coded once settled
+/// and then takes at most 1.55 times its bytes; it reads back identical with any two
+/// servers killed (the reads decode); a 4 KiB file keeps its full copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_file_is_coded_and_reads_back_with_two_servers_killed() {
+    use myriad_client::Caller;
+    let tc = crate::harness::TestCluster::start_with(
+        6,
+        &[
+            "--replicas",
+            "3",
+            "--partitions-per-node",
+            "2",
+            "--ec-settle-ms",
+            "300",
+        ],
+    );
+    let c = crate::index::plain(&tc, Caller::root());
+    let big = pattern(256 << 20, 21);
+    crate::index::ok(c.create("/big", 0o644, true, b"").await, "create");
+    let h = crate::index::ok(c.open("/big").await, "open");
+    for (i, piece) in big.chunks(16 << 20).enumerate() {
+        crate::index::ok(c.write(&h, (i as u64) << 24, piece).await, "write");
+    }
+    let small = pattern(4096, 7);
+    crate::index::ok(c.create("/small", 0o644, true, &small).await, "small");
+
+    let u = coded(&tc, "/big", 63).await;
+    let (logical, raw) = (
+        u["logical_bytes"].as_u64().unwrap_or(0),
+        u["raw_data_bytes"].as_u64().unwrap_or(u64::MAX),
+    );
+    assert_eq!(logical, 256 << 20);
+    let ratio = raw as f64 / logical as f64;
+    eprintln!("256 MiB coded 4+2: raw/logical {ratio:.3}");
+    assert!(ratio <= 1.55, "raw/logical {ratio:.3}: {u}");
+    let s = du(&tc, "/small");
+    assert_eq!(s["coded_chunks"].as_u64(), Some(0));
+    assert_eq!(s["raw_data_bytes"].as_u64(), Some(3 * (4096 + 4)), "{s}");
+
+    // Read back whole before anything fails: the data fragments only.
+    let fresh = crate::index::plain(&tc, Caller::root());
+    let h = crate::index::ok(fresh.open("/big").await, "open");
+    let back = crate::index::ok(fresh.read(&h, 0, 256 << 20).await, "read");
+    assert!(back == big, "coded file read back different");
+    assert_eq!(fresh.degraded_reads(), 0);
+
+    for pair in [[1u32, 2], [5, 6]] {
+        // Two servers down at once, then up again before the next two.
+        for n in pair {
+            tc.kill9(NodeId(n));
+        }
+        let reader = crate::index::plain(&tc, Caller::root());
+        let h = crate::index::ok(reader.open("/big").await, "open with two servers down");
+        let back = crate::index::ok(reader.read(&h, 0, 256 << 20).await, "degraded read");
+        assert!(
+            back == big,
+            "read back different with servers {pair:?} down"
+        );
+        assert!(reader.degraded_reads() > 0, "no read had to decode");
+        let s = crate::index::ok(reader.read_all("/small").await, "small");
+        assert_eq!(s, small);
+        for n in pair {
+            tc.restart(NodeId(n));
+        }
+        for n in pair {
+            tc.wait_up(&reader, NodeId(n)).await;
+        }
+    }
 }

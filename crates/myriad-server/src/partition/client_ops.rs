@@ -233,11 +233,19 @@ impl Partition {
                     return Err(FsError::InvalidArgument("chunk 0 is read with Read".into()));
                 }
                 self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
+                let coded = || self.store.coded(ino, chunk).map_err(storage_err);
+                if let Some(c) = coded()? {
+                    return Ok(Response::Coded(Box::new(c)));
+                }
                 let len = len.min(limits::IO_BYTES_MAX).min(cs.saturating_sub(offset));
                 let start = chunk.saturating_mul(cs).saturating_add(offset);
                 let data = self
                     .read_range_repairing(ino, start, len, start.saturating_add(len))
                     .await?;
+                // Coded while it was read (its blocks may be gone): the record instead.
+                if let Some(c) = coded()? {
+                    return Ok(Response::Coded(Box::new(c)));
+                }
                 Ok(Response::Data { inode: None, data })
             }
             ClientRequest::Readlink { path } => {
@@ -540,7 +548,12 @@ impl Partition {
                     ));
                 }
                 self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
-                self.applier
+                if let Some(c) = self.store.coded(ino, chunk).map_err(storage_err)? {
+                    self.uncode(ino, chunk, &c).await?;
+                }
+                self.note_chunk_written(ino, chunk);
+                let out = self
+                    .applier
                     .run(Mutation::WriteChunk {
                         ino,
                         chunk,
@@ -548,6 +561,11 @@ impl Partition {
                         data,
                     })
                     .await?;
+                if matches!(out, Outcome::Coded(_)) {
+                    // Coded between the look above and the write: the write is asked
+                    // again, and uncodes it then.
+                    return Err(FsError::Busy);
+                }
                 Ok(Response::Unit)
             }
             ClientRequest::CopyRange(copy) => {

@@ -106,8 +106,13 @@ impl Partition {
                 let owner = self.state().ring.owner_of_chunk(c.src_ino, chunk);
                 self.call_node(owner, Request::Client(req)).await?
             };
-            let Response::Data { data, .. } = reply else {
-                return Err(FsError::Protocol("unexpected reply to a read".into()));
+            let data = match reply {
+                Response::Data { data, .. } => data,
+                Response::Coded(coded) => {
+                    let whole = self.decode_chunk(c.src_ino, chunk, &coded).await?;
+                    myriad_proto::ec_layout::window(&whole, pos % cs, n)
+                }
+                _ => return Err(FsError::Protocol("unexpected reply to a read".into())),
             };
             let got = data.len() as u64;
             out.extend_from_slice(&data);

@@ -77,7 +77,19 @@ impl Partition {
                 }
             }
         });
+        let coder = self.clone();
+        let coding = tokio::spawn(async move {
+            let interval = coder.env.config().coding.interval;
+            if !coder.env.config().coding.enabled || interval.is_zero() {
+                return;
+            }
+            loop {
+                tokio::time::sleep(interval).await;
+                coder.coding_round().await;
+            }
+        });
         if let Ok(mut t) = self.tasks.lock() {
+            t.push(coding);
             t.push(orphans);
             t.push(recovery);
             t.push(bookkeeping);

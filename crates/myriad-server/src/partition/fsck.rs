@@ -67,6 +67,11 @@ impl Partition {
                     .map_err(storage_err)?,
             )),
             Request::Admin(AdminRequest::FsckRepair(r)) => self.fsck_repair(r).await,
+            Request::Admin(AdminRequest::FsckCoded { after, limit }) => Ok(Response::CodedChunks(
+                self.store
+                    .coded_chunks(after, page(limit))
+                    .map_err(storage_err)?,
+            )),
             _ => Err(FsError::InvalidArgument("not an fsck request".into())),
         }
     }
@@ -109,9 +114,13 @@ impl Partition {
                 }
             }
             FsckRepair::DropBlocks { ino, from_block } => {
-                self.applier
-                    .run(Mutation::DropBlocks { ino, from_block })
+                let cs = self.state().map.chunk_size_bytes.max(1);
+                let inside = from_block.saturating_mul(myriad_storage::BLOCK_BYTES) / cs;
+                self.cut(ino, inside, || Mutation::DropBlocks { ino, from_block })
                     .await?;
+            }
+            FsckRepair::RepairFragments { ino, chunk } => {
+                self.rebuild_fragments(ino, chunk, &[]).await?;
             }
             FsckRepair::RepairBlock { ino, block } => self.repair_block(ino, block).await?,
             FsckRepair::RepairRecord { space, key } => {

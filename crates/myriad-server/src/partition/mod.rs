@@ -7,13 +7,14 @@
 //! `popularity`, `split_state`, `touches`, `changes`, `lock_table`, `open_files`); `core` (the `Partition` and what every family
 //! uses: ownership checks, lookups, calls to other partitions); the families (`ancestors`,
 //! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`,
-//! `file_locks`, `orphans`); `dispatch`.
+//! `file_locks`, `orphans`, `coding`: erasure coding of settled chunks, docs/redundancy.md); `dispatch`.
 
 pub(crate) mod ancestors;
 pub(crate) mod anti_entropy;
 pub(crate) mod auto_index;
 pub(crate) mod changes;
 pub(crate) mod client_ops;
+pub(crate) mod coding;
 pub(crate) mod copy;
 pub(crate) mod core;
 pub(crate) mod dirtimes;

@@ -172,6 +172,11 @@ fn unit(_: &Outcome) -> Option<Response> {
     Some(Response::Unit)
 }
 
+/// A chunk write that met a coded chunk wrote nothing: no answer to record.
+fn written(o: &Outcome) -> Option<Response> {
+    matches!(o, Outcome::Unit).then_some(Response::Unit)
+}
+
 /// For a change made by one mutation here: which mutation completes it, and its answer
 /// from that mutation's outcome (what `client_ops.rs` answers). Other changes record their
 /// answer once done (`never`, `nothing`).
@@ -189,7 +194,7 @@ fn recording(request: &ClientRequest) -> Recording {
         ClientRequest::Write { .. } => (|m| matches!(m, Mutation::Write { .. }), attrs),
         ClientRequest::ExtendSize { .. } => (|m| matches!(m, Mutation::ExtendSize { .. }), attrs),
         ClientRequest::Truncate { .. } => (|m| matches!(m, Mutation::Truncate { .. }), attrs),
-        ClientRequest::WriteChunk { .. } => (|m| matches!(m, Mutation::WriteChunk { .. }), unit),
+        ClientRequest::WriteChunk { .. } => (|m| matches!(m, Mutation::WriteChunk { .. }), written),
         ClientRequest::ReserveIds { .. } => (|m| matches!(m, Mutation::ReserveIds { .. }), ids),
         // A rename within the partition is one mutation; between partitions, its answer
         // goes with its decision (which stays durable before anyone acts on it), so a

@@ -109,18 +109,17 @@ impl Partition {
                 keep_bytes,
             } => {
                 self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
-                self.applier
-                    .run(Mutation::ChunkTrim {
-                        ino,
-                        chunk,
-                        keep_bytes,
-                    })
-                    .await?;
+                self.cut(ino, chunk, || Mutation::ChunkTrim {
+                    ino,
+                    chunk,
+                    keep_bytes,
+                })
+                .await?;
                 Ok(Response::Unit)
             }
             PeerRequest::ChunkTrimFrom { ino, from_bytes } => {
-                self.applier
-                    .run(Mutation::ChunkTrimFrom { ino, from_bytes })
+                let inside = from_bytes / st.map.chunk_size_bytes.max(1);
+                self.cut(ino, inside, || Mutation::ChunkTrimFrom { ino, from_bytes })
                     .await?;
                 Ok(Response::Unit)
             }

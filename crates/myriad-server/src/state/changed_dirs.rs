@@ -55,6 +55,10 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         | Mutation::ChunkTrimFrom { .. }
         | Mutation::DropBlocks { .. }
         | Mutation::RepairBlock { .. }
+        // Coding a chunk changes where its bytes are, never what they are.
+        | Mutation::CodeChunk { .. }
+        | Mutation::UncodeChunk { .. }
+        | Mutation::RecodeChunk { .. }
         // Hard-linked inodes (in `//i`) are never cached under a lease: a client does
         // not keep a name whose file has more than one link.
         | Mutation::AdjustLinks { .. }

@@ -3,6 +3,7 @@
 use myriad_proto::{FsError, limits};
 use myriad_storage::{BLOCK_BYTES, Batch, Space};
 
+use crate::state::coded;
 use crate::state::intent::Intent;
 use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed, storage_err};
 use crate::state::records::{modified, put_visible, visible_file};
@@ -99,6 +100,9 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 .and_then(|x| x.checked_add(offset))
                 .filter(|a| a.saturating_add(data.len() as u64) <= limits::FILE_BYTES_MAX)
                 .ok_or(FsError::TooLarge)?;
+            if let Some(c) = ctx.store.coded(ino, chunk).map_err(storage_err)? {
+                return Ok(Outcome::Coded(Box::new(c)));
+            }
             ctx.store
                 .write_range(b, ino, abs, &data)
                 .map_err(storage_err)?;
@@ -111,6 +115,16 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         } => {
             let c0 = chunk0_blocks(ctx.layout);
             let cs = ctx.layout.chunk_size_bytes;
+            if let Some(c) = ctx.store.coded(ino, chunk).map_err(storage_err)? {
+                if keep_bytes == 0 {
+                    ctx.store.delete_coded(b, ino, chunk);
+                    return Ok(Outcome::DroppedCoded(vec![(chunk, c)]));
+                }
+                if keep_bytes < c.data_bytes {
+                    return Ok(Outcome::Coded(Box::new(c)));
+                }
+                return Ok(Outcome::Unit);
+            }
             // Chunk indexes come off the wire: no arithmetic here may overflow.
             let (Some(start), Some(first_block)) = (chunk.checked_mul(cs), chunk.checked_mul(c0))
             else {
@@ -130,10 +144,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         Mutation::ChunkTrimFrom { ino, from_bytes } => {
             let c0 = chunk0_blocks(ctx.layout);
             let from = from_bytes.max(ctx.layout.chunk_size_bytes);
+            let dropped = match coded::cut_coded(ctx, b, ino, from)? {
+                Ok(d) => d,
+                Err(c) => return Ok(Outcome::Coded(c)),
+            };
             ctx.store
                 .trim_blocks(b, ino, from, c0, u64::MAX)
                 .map_err(storage_err)?;
-            Outcome::Unit
+            Outcome::DroppedCoded(dropped)
         }
         Mutation::RepairBlock { ino, block, data } => {
             let now = ctx.store.block_value(ino, block).map_err(storage_err)?;
@@ -174,6 +192,11 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             Outcome::Resynced(written)
         }
         Mutation::DropBlocks { ino, from_block } => {
+            let from = from_block.saturating_mul(BLOCK_BYTES);
+            let dropped = match coded::cut_coded(ctx, b, ino, from)? {
+                Ok(d) => d,
+                Err(c) => return Ok(Outcome::Coded(c)),
+            };
             ctx.store
                 .trim_blocks(
                     b,
@@ -183,7 +206,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                     u64::MAX,
                 )
                 .map_err(storage_err)?;
-            Outcome::Unit
+            Outcome::DroppedCoded(dropped)
         }
         other => return Err(not_routed(&other)),
     };

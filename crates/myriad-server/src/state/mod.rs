@@ -5,6 +5,7 @@
 
 mod attrs;
 pub(crate) mod changed_dirs;
+mod coded;
 mod data;
 mod dirs;
 mod files;

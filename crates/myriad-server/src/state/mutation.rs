@@ -16,7 +16,7 @@ pub use crate::state::ops::{
 };
 pub use crate::state::records::{INODE_DIR, ORPHAN_DIR, inode_name, wrong_shard};
 pub(crate) use crate::state::renames::leaving_here;
-use crate::state::{attrs, data, dirs, files, links, lock_marks, once, renames, shards};
+use crate::state::{attrs, coded, data, dirs, files, links, lock_marks, once, renames, shards};
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.
 pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
@@ -47,6 +47,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::RepairRecord { .. }
         | Mutation::Resync { .. }
         | Mutation::DropBlocks { .. }) => data::execute(ctx, &mut b, m)?,
+        m @ (Mutation::CodeChunk { .. }
+        | Mutation::UncodeChunk { .. }
+        | Mutation::RecodeChunk { .. }) => coded::execute(ctx, &mut b, m)?,
         m @ (Mutation::SetAttr { .. } | Mutation::DirTouch { .. } | Mutation::DirTouches(_)) => {
             attrs::execute(ctx, &mut b, m)?
         }

@@ -2,6 +2,7 @@
 //! `ShardMutation`s), their `Outcome`s, and the context they run in. Data only; the families
 //! beside this module execute them, `mutation.rs` routes each to its family.
 
+use myriad_proto::ec_layout::CodedChunk;
 use myriad_proto::{
     DirAction, ExportedEntry, FileKind, FsError, Inode, OnceId, PartitionId, RenameFlags, Response,
     SetAttr, Shard, ShardMap, XattrMode,
@@ -329,6 +330,31 @@ pub enum Mutation {
         ino: InodeId,
         from_block: u64,
     },
+    /// Chunk `chunk` of `ino` is coded (docs/redundancy.md): its blocks give way to
+    /// `coded`, if they still hold exactly the bytes coded (`crc` of them, and nothing
+    /// past them in the chunk). `Outcome::Switched` says whether they did.
+    CodeChunk {
+        ino: InodeId,
+        chunk: u64,
+        coded: CodedChunk,
+        crc: u32,
+    },
+    /// A coded chunk's bytes back in blocks (a write or a cut into it), if it is still
+    /// coded at `generation`.
+    UncodeChunk {
+        ino: InodeId,
+        chunk: u64,
+        generation: u32,
+        data: Vec<u8>,
+    },
+    /// A coded chunk's record after fragments were rebuilt (on other servers), if it is
+    /// still `was`.
+    RecodeChunk {
+        ino: InodeId,
+        chunk: u64,
+        was: CodedChunk,
+        now: CodedChunk,
+    },
 }
 
 #[derive(Debug)]
@@ -367,6 +393,12 @@ pub enum Outcome {
         txid: u64,
         ino: InodeId,
     },
+    /// The chunk a write or a cut is for is coded: nothing was done; uncode it first.
+    Coded(Box<CodedChunk>),
+    /// Whether a `CodeChunk` or `RecodeChunk` took effect.
+    Switched(bool),
+    /// Coded chunks a cut dropped: their fragments are dropped next.
+    DroppedCoded(Vec<(u64, CodedChunk)>),
 }
 
 /// Key of a rename's destination-side record. The destination of a rename can be the

@@ -7,7 +7,7 @@ use crate::records::{RECORD_VERSION, RECORD_VERSION_CHECKED_V2, RECORD_VERSION_P
 use crate::store::Store;
 
 /// The spaces whose values are checksummed records.
-pub const RECORD_SPACES: [Space; 2] = [Space::Entries, Space::Dirs];
+pub const RECORD_SPACES: [Space; 3] = [Space::Entries, Space::Dirs, Space::Coded];
 
 /// Records read per page while looking for damaged ones.
 const PAGE: usize = 4096;

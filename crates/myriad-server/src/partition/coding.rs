@@ -1,0 +1,558 @@
+//! Erasure coding of settled chunks, run by the chunk's own partition (docs/redundancy.md):
+//! the primary codes chunks nobody wrote for a while into fragments on other servers and
+//! switches the chunk to its coded record in one checked mutation; a write or a cut into
+//! a coded chunk first puts its bytes back in blocks (`uncode`); fragments of a server
+//! gone past its grace, or missing or damaged anywhere, are rebuilt from the others.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use myriad_placement::{NodeId, NodeState, fragment_servers};
+use myriad_proto::ec_layout::CodedChunk;
+use myriad_proto::erasure::{EcParams, Erasure};
+use myriad_proto::{Endpoints, FsError, InodeId, PeerRequest, Request, Response, ServerRequest};
+use myriad_storage::BLOCK_BYTES;
+use tokio::time::Instant;
+
+use crate::partition::core::Partition;
+use crate::state::mutation::{Mutation, Outcome, storage_err};
+
+/// Chunks coded per round at most (each is a chunk read, k+m fragment writes and a batch).
+const CODED_PER_ROUND: usize = 8;
+/// Chunks the walk over blocks looks at per round (after the partition opens).
+const WALKED_PER_ROUND: usize = 256;
+/// Coded records checked per page when rebuilding fragments of a lost server.
+const RECORDS_PER_PAGE: usize = 256;
+/// How long a capability a server makes for its own fragment reads is good for.
+const OWN_READ_CAP: Duration = Duration::from_secs(60);
+
+/// What the primary knows of chunks to code and servers lost.
+pub(crate) struct CodingState {
+    /// Chunks written here or found in blocks, and when last written (or found).
+    written: Mutex<HashMap<(InodeId, u64), Instant>>,
+    /// The walk over chunks kept in blocks: where it is, `None` once it is done.
+    walk: Mutex<Option<Option<(InodeId, u64)>>>,
+    /// Servers seen down (or gone from the map), since when.
+    down_since: Mutex<HashMap<NodeId, Instant>>,
+    /// Every server seen in a map: one no longer there was removed, its fragments lost.
+    seen: Mutex<std::collections::BTreeSet<NodeId>>,
+}
+
+impl CodingState {
+    pub(crate) fn new() -> CodingState {
+        CodingState {
+            written: Mutex::new(HashMap::new()),
+            walk: Mutex::new(Some(None)),
+            down_since: Mutex::new(HashMap::new()),
+            seen: Mutex::new(std::collections::BTreeSet::new()),
+        }
+    }
+}
+
+/// A generation for a new coding of a chunk: never 0, and different for each coding
+/// with overwhelming likelihood (a fragment of another coding is then never taken).
+fn new_generation(ino: InodeId, chunk: u64, server: NodeId, now_ns: i64) -> u32 {
+    let mut key = [0u8; 28];
+    key[..8].copy_from_slice(&ino.0.to_be_bytes());
+    key[8..16].copy_from_slice(&chunk.to_be_bytes());
+    key[16..20].copy_from_slice(&server.0.to_be_bytes());
+    key[20..].copy_from_slice(&now_ns.to_be_bytes());
+    (xxhash_rust::xxh3::xxh3_64(&key) as u32) | 1
+}
+
+impl Partition {
+    /// A write landed on chunk `chunk` of `ino`: it is not settled before the settle time.
+    pub(crate) fn note_chunk_written(&self, ino: InodeId, chunk: u64) {
+        if let Ok(mut w) = self.coding.written.lock() {
+            w.insert((ino, chunk), Instant::now());
+        }
+    }
+
+    /// The code this cluster uses now, over the servers up: `None` if it is too small.
+    fn cluster_code(&self) -> Option<(EcParams, Vec<NodeId>)> {
+        let st = self.state();
+        let up: Vec<NodeId> = st
+            .map
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Up)
+            .map(|n| n.id)
+            .collect();
+        let copies = usize::try_from(st.map.replication).unwrap_or(1);
+        EcParams::for_cluster(up.len(), copies).map(|p| (p, up))
+    }
+
+    /// One round: walk, code settled chunks, rebuild fragments of servers lost.
+    pub(crate) async fn coding_round(self: &Arc<Self>) {
+        let cfg = self.env.config().coding.clone();
+        if !cfg.enabled || !self.env.serves(self.me) {
+            return;
+        }
+        if let Err(e) = self.walk_blocks() {
+            tracing::debug!(partition = %self.me, "coding walk: {e}");
+        }
+        if let Some((params, up)) = self.cluster_code() {
+            let settled: Vec<(InodeId, u64)> = match self.coding.written.lock() {
+                Ok(w) => w
+                    .iter()
+                    .filter(|(_, t)| t.elapsed() >= cfg.settle)
+                    .map(|(k, _)| *k)
+                    .take(CODED_PER_ROUND)
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            for (ino, chunk) in settled {
+                let done = match self
+                    .code_chunk(ino, chunk, params, &up, cfg.min_bytes)
+                    .await
+                {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!(partition = %self.me, %ino, chunk, "chunk not coded yet: {e}");
+                        false
+                    }
+                };
+                if let Ok(mut w) = self.coding.written.lock() {
+                    if done {
+                        w.remove(&(ino, chunk));
+                    } else {
+                        // Tried again after another settle time.
+                        w.insert((ino, chunk), Instant::now());
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.rebuild_lost().await {
+            tracing::debug!(partition = %self.me, "fragment rebuild: {e}");
+        }
+    }
+
+    /// Adds the chunks kept in blocks here (a partition opened with data written before)
+    /// to those to code, a page per round.
+    fn walk_blocks(&self) -> Result<(), FsError> {
+        let Ok(mut walk) = self.coding.walk.lock() else {
+            return Ok(());
+        };
+        let Some(mut at) = *walk else {
+            return Ok(());
+        };
+        let chunk_blocks = self.state().map.chunk_size_bytes / BLOCK_BYTES;
+        let now = Instant::now();
+        for _ in 0..WALKED_PER_ROUND {
+            match self
+                .store
+                .next_chunk_with_blocks(at, chunk_blocks)
+                .map_err(storage_err)?
+            {
+                Some(next) => {
+                    if let Ok(mut w) = self.coding.written.lock() {
+                        w.entry(next).or_insert(now);
+                    }
+                    at = Some(next);
+                }
+                None => {
+                    *walk = None;
+                    return Ok(());
+                }
+            }
+        }
+        *walk = Some(at);
+        Ok(())
+    }
+
+    /// Codes chunk `chunk` of `ino` if it is still kept in blocks here and large enough:
+    /// fragments durable on their servers first, then the switch, which takes effect only
+    /// if the chunk still holds the bytes coded.
+    async fn code_chunk(
+        self: &Arc<Self>,
+        ino: InodeId,
+        chunk: u64,
+        params: EcParams,
+        up: &[NodeId],
+        min_bytes: u64,
+    ) -> Result<(), FsError> {
+        let cs = self.state().map.chunk_size_bytes;
+        let c0 = cs / BLOCK_BYTES;
+        let start = chunk.saturating_mul(cs);
+        let first = chunk.saturating_mul(c0);
+        if self.store.coded(ino, chunk).map_err(storage_err)?.is_some() {
+            return Ok(());
+        }
+        let blocks = match self.store.blocks(ino, first, first.saturating_add(c0)) {
+            Ok(b) => b,
+            // A damaged block: repaired from a copy by a read, coded in a later round.
+            Err(myriad_storage::StorageError::Checksum { ino, block }) => {
+                self.repair_block(ino, block).await?;
+                return Err(FsError::Busy);
+            }
+            Err(e) => return Err(storage_err(e)),
+        };
+        let Some((last, tail)) = blocks.last() else {
+            return Ok(()); // nothing kept here any more
+        };
+        let extent = last * BLOCK_BYTES + tail.len() as u64 - start;
+        if start + extent <= min_bytes {
+            return Ok(());
+        }
+        let data = self
+            .store
+            .read_range(ino, start, extent, start + extent)
+            .map_err(storage_err)?;
+        drop(blocks);
+        let set = fragment_servers(ino, params.total(), up)
+            .ok_or_else(|| FsError::Unavailable("too few servers up to code".into()))?;
+        let coded = CodedChunk {
+            generation: new_generation(ino, chunk, self.env.server_id(), self.env.now_ns()),
+            params,
+            data_bytes: extent,
+            servers: CodedChunk::rotated(chunk, &set),
+        };
+        let crc = crc32c::crc32c(&data);
+        let fragments = coded
+            .codec()
+            .and_then(|c| c.encode(&data))
+            .map_err(|e| FsError::Io(format!("coding chunk {chunk} of {ino}: {e}")))?;
+        drop(data);
+        let puts = fragments.into_iter().enumerate().map(|(i, f)| {
+            let to = coded.servers[i];
+            self.put_fragment(to, ino, chunk, coded.generation, i, f)
+        });
+        let results = futures::future::join_all(puts).await;
+        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+            self.drop_fragments_later(ino, chunk, coded.clone());
+            return Err(e);
+        }
+        let switched = self
+            .applier
+            .run(Mutation::CodeChunk {
+                ino,
+                chunk,
+                coded: coded.clone(),
+                crc,
+            })
+            .await?;
+        if matches!(switched, Outcome::Switched(true)) {
+            self.env.count("chunks_coded");
+            Ok(())
+        } else {
+            // Written meanwhile (it is settled again later) or coded already.
+            self.drop_fragments_later(ino, chunk, coded);
+            Ok(())
+        }
+    }
+
+    async fn put_fragment(
+        &self,
+        to: NodeId,
+        ino: InodeId,
+        chunk: u64,
+        generation: u32,
+        index: usize,
+        bytes: Vec<u8>,
+    ) -> Result<(), FsError> {
+        let req = Request::Peer(PeerRequest::PutFragments {
+            ino,
+            chunk,
+            generation,
+            fragments: vec![(
+                u8::try_from(index).unwrap_or(u8::MAX),
+                serde_bytes::ByteBuf::from(bytes),
+            )],
+        });
+        let epoch = self.env.map().map.epoch;
+        self.env.send(to, epoch, Endpoints::SERVER, &req).await?;
+        Ok(())
+    }
+
+    /// Drops the fragments of `coded` on their servers, in the background and best
+    /// effort (a server down keeps its fragment; fsck lists what no record names).
+    pub(crate) fn drop_fragments_later(
+        self: &Arc<Self>,
+        ino: InodeId,
+        chunk: u64,
+        coded: CodedChunk,
+    ) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let epoch = me.env.map().map.epoch;
+            let req = Request::Peer(PeerRequest::DropFragments {
+                ino,
+                chunk,
+                generation: coded.generation,
+            });
+            let mut servers = coded.servers.clone();
+            servers.sort_unstable();
+            servers.dedup();
+            for to in servers {
+                if let Err(e) = me.env.send(to, epoch, Endpoints::SERVER, &req).await {
+                    tracing::debug!(%ino, chunk, server = %to, "fragments not dropped: {e}");
+                }
+            }
+        });
+    }
+
+    /// Whole fragment `index` of a coded chunk from its server.
+    async fn fragment(
+        &self,
+        ino: InodeId,
+        chunk: u64,
+        coded: &CodedChunk,
+        index: usize,
+    ) -> Result<Vec<u8>, FsError> {
+        let key = self
+            .env
+            .config()
+            .keys
+            .capability_key()
+            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))?;
+        let expires = self
+            .env
+            .now_ns()
+            .saturating_add(i64::try_from(OWN_READ_CAP.as_nanos()).unwrap_or(i64::MAX));
+        let req = Request::Server(ServerRequest::ReadFragment {
+            ino,
+            chunk,
+            index: u8::try_from(index).unwrap_or(u8::MAX),
+            generation: coded.generation,
+            offset: 0,
+            len: u32::MAX,
+            cap: key.grant(ino, false, expires),
+        });
+        let to = *coded.servers.get(index).ok_or(FsError::NotFound)?;
+        let epoch = self.env.map().map.epoch;
+        match self.env.send(to, epoch, Endpoints::SERVER, &req).await? {
+            Response::Data { data, .. } if data.len() == coded.fragment_bytes() => Ok(data),
+            Response::Data { data, .. } => Err(FsError::Io(format!(
+                "fragment {index} of chunk {chunk} of {ino} on server {to}: {} bytes, not {}",
+                data.len(),
+                coded.fragment_bytes()
+            ))),
+            _ => Err(FsError::Protocol(
+                "unexpected reply to a fragment read".into(),
+            )),
+        }
+    }
+
+    /// Every fragment of a coded chunk that can be read intact, by index: the data ones
+    /// first, the parity ones only if a data one failed, or all of them if `all`.
+    async fn gather(
+        &self,
+        ino: InodeId,
+        chunk: u64,
+        coded: &CodedChunk,
+        all: bool,
+    ) -> Vec<Option<Vec<u8>>> {
+        let k = usize::from(coded.params.k);
+        let total = coded.params.total();
+        let first = if all { 0..total } else { 0..k };
+        let reads = first.map(|i| self.fragment(ino, chunk, coded, i));
+        let mut got: Vec<Option<Vec<u8>>> = futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .map(Result::ok)
+            .collect();
+        got.resize(total, None);
+        if !all && got.iter().take(k).any(Option::is_none) {
+            let parity = (k..total).map(|i| self.fragment(ino, chunk, coded, i));
+            for (j, r) in futures::future::join_all(parity)
+                .await
+                .into_iter()
+                .enumerate()
+            {
+                got[k + j] = r.ok();
+            }
+        }
+        got
+    }
+
+    /// The bytes of a coded chunk, from any k of its fragments.
+    pub(crate) async fn decode_chunk(
+        &self,
+        ino: InodeId,
+        chunk: u64,
+        coded: &CodedChunk,
+    ) -> Result<Vec<u8>, FsError> {
+        let got = self.gather(ino, chunk, coded, false).await;
+        coded
+            .decode(&got)
+            .map_err(|e| FsError::Unavailable(format!("chunk {chunk} of {ino}: {e}")))
+    }
+
+    /// Puts a coded chunk's bytes back in blocks (a write or a cut into it is next), then
+    /// drops its fragments.
+    pub(crate) async fn uncode(
+        self: &Arc<Self>,
+        ino: InodeId,
+        chunk: u64,
+        coded: &CodedChunk,
+    ) -> Result<(), FsError> {
+        let data = self.decode_chunk(ino, chunk, coded).await?;
+        self.applier
+            .run(Mutation::UncodeChunk {
+                ino,
+                chunk,
+                generation: coded.generation,
+                data,
+            })
+            .await?;
+        self.env.count("chunks_uncoded");
+        self.note_chunk_written(ino, chunk);
+        self.drop_fragments_later(ino, chunk, coded.clone());
+        Ok(())
+    }
+
+    /// Runs a cut (`ChunkTrim`, `ChunkTrimFrom`, `DropBlocks`) of `ino` that falls inside
+    /// chunk `inside`: that chunk, if coded, is uncoded first; the fragments of coded
+    /// chunks the cut drops go after it.
+    pub(crate) async fn cut(
+        self: &Arc<Self>,
+        ino: InodeId,
+        inside: u64,
+        m: impl Fn() -> Mutation,
+    ) -> Result<(), FsError> {
+        loop {
+            match self.applier.run(m()).await? {
+                Outcome::Coded(c) => self.uncode(ino, inside, &c).await?,
+                Outcome::DroppedCoded(dropped) => {
+                    for (chunk, c) in dropped {
+                        self.drop_fragments_later(ino, chunk, c);
+                    }
+                    return Ok(());
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Rebuilds chunk `chunk`'s fragments that are missing, of another generation or
+    /// damaged, or on servers in `lost`, onto their server or a replacement; returns
+    /// whether anything was rebuilt.
+    pub(crate) async fn rebuild_fragments(
+        self: &Arc<Self>,
+        ino: InodeId,
+        chunk: u64,
+        lost: &[NodeId],
+    ) -> Result<bool, FsError> {
+        let Some(was) = self.store.coded(ino, chunk).map_err(storage_err)? else {
+            return Ok(false);
+        };
+        let got = self.gather(ino, chunk, &was, true).await;
+        let bad: Vec<usize> = (0..was.params.total())
+            .filter(|&i| got[i].is_none() || lost.contains(&was.servers[i]))
+            .collect();
+        if bad.is_empty() {
+            return Ok(false);
+        }
+        let data = was
+            .decode(&got)
+            .map_err(|e| FsError::Unavailable(format!("chunk {chunk} of {ino}: {e}")))?;
+        let fragments = was
+            .codec()
+            .and_then(|c| c.encode(&data))
+            .map_err(|e| FsError::Io(e.to_string()))?;
+        let mut now = was.clone();
+        let up: Vec<NodeId> = self.cluster_code().map(|(_, up)| up).unwrap_or_default();
+        for &i in &bad {
+            if lost.contains(&was.servers[i]) {
+                // A replacement: a server up that holds none of this chunk's fragments.
+                let taken: Vec<NodeId> = now.servers.clone();
+                let free: Vec<NodeId> = up.iter().copied().filter(|n| !taken.contains(n)).collect();
+                let Some(to) = fragment_servers(ino, 1, &free).and_then(|v| v.first().copied())
+                else {
+                    return Err(FsError::Unavailable(
+                        "no server free to take a lost fragment".into(),
+                    ));
+                };
+                now.servers[i] = to;
+            }
+            self.put_fragment(
+                now.servers[i],
+                ino,
+                chunk,
+                was.generation,
+                i,
+                fragments[i].clone(),
+            )
+            .await?;
+        }
+        if now != was {
+            let switched = self
+                .applier
+                .run(Mutation::RecodeChunk {
+                    ino,
+                    chunk,
+                    was: was.clone(),
+                    now,
+                })
+                .await?;
+            if !matches!(switched, Outcome::Switched(true)) {
+                return Err(FsError::Busy);
+            }
+        }
+        self.env.count("fragments_rebuilt");
+        tracing::warn!(partition = %self.me, %ino, chunk, fragments = ?bad, "fragments rebuilt");
+        Ok(true)
+    }
+
+    /// Servers down (or gone from the map) for longer than the down grace: their
+    /// fragments are rebuilt elsewhere, as copies of partitions are then.
+    fn lost_servers(&self) -> Vec<NodeId> {
+        let st = self.state();
+        let grace = self.env.config().down_grace;
+        let Ok(mut down) = self.coding.down_since.lock() else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let up: Vec<NodeId> = st
+            .map
+            .nodes
+            .iter()
+            .filter(|n| n.state != NodeState::Down)
+            .map(|n| n.id)
+            .collect();
+        down.retain(|n, _| !up.contains(n));
+        for n in st.map.nodes.iter().filter(|n| n.state == NodeState::Down) {
+            down.entry(n.id).or_insert(now);
+        }
+        let mut lost: Vec<NodeId> = down
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= grace)
+            .map(|(n, _)| *n)
+            .collect();
+        if let Ok(mut seen) = self.coding.seen.lock() {
+            seen.extend(st.map.nodes.iter().map(|n| n.id));
+            lost.extend(
+                seen.iter()
+                    .filter(|s| !st.map.nodes.iter().any(|n| n.id == **s)),
+            );
+        }
+        lost
+    }
+
+    /// Rebuilds the fragments this partition's coded chunks had on lost servers (down past
+    /// the grace, or no longer in the map).
+    async fn rebuild_lost(self: &Arc<Self>) -> Result<(), FsError> {
+        let lost = self.lost_servers();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .coded_chunks(after, RECORDS_PER_PAGE)
+                .map_err(storage_err)?;
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = Some((last.0, last.1));
+            for (ino, chunk, c) in page {
+                if c.servers.iter().any(|s| lost.contains(s)) {
+                    self.rebuild_fragments(ino, chunk, &lost).await?;
+                }
+            }
+        }
+    }
+}
