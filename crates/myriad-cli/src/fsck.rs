@@ -19,9 +19,10 @@ use myriad_client::{Client, FileKind, FsError, NodeId, PartitionId};
 use myriad_placement::{Ring, join, parent_of};
 
 /// Problems of the copies themselves (not of the namespace they hold).
-const COPY_PROBLEMS: [&str; 5] = [
+const COPY_PROBLEMS: [&str; 6] = [
     "corrupt record",
     "corrupt block",
+    "bad fragment",
     "copy differs from its primary",
     "unreachable copy",
     "under-replicated partition",
@@ -248,6 +249,105 @@ async fn check_replicas(client: &Client, pass: &mut Pass) {
     }
 }
 
+/// A fragment as a server lists it: (inode, chunk, index) -> generation, `None` when it
+/// fails its checksum.
+type Fragments = HashMap<(InodeId, u64, u8), Option<u32>>;
+
+/// Every coded chunk has each of its fragments, of its generation and intact, on the
+/// server its record names; fragments no record names are listed (docs/redundancy.md).
+async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()> {
+    let map = client.map();
+    let mut held: HashMap<NodeId, Fragments> = HashMap::new();
+    for n in &map.nodes {
+        let mut kept = Fragments::new();
+        let mut after = None;
+        loop {
+            let req = Request::Admin(AdminRequest::FsckFragments { after, limit: PAGE });
+            let page = match client.server_request(n.id, req).await {
+                Ok(Response::Fragments(page)) => page,
+                Ok(_) => bail!("unexpected reply to fsck_fragments"),
+                // An unreachable server is reported with its copies; its fragments are
+                // rebuilt elsewhere once it stays down past the grace.
+                Err(_) => break,
+            };
+            for &(ino, chunk, index, generation) in &page {
+                kept.insert((ino, chunk, index), generation);
+            }
+            match page.last() {
+                Some(&(ino, chunk, index, _)) if page.len() == PAGE as usize => {
+                    after = Some((ino, chunk, index));
+                }
+                _ => break,
+            }
+        }
+        held.insert(n.id, kept);
+    }
+    let mut named = BTreeSet::new();
+    for part in &map.partitions {
+        let mut after = None;
+        loop {
+            let req = Request::Admin(AdminRequest::FsckCoded { after, limit: PAGE });
+            let Response::CodedChunks(page) = ask(client, part.id, req).await? else {
+                bail!("unexpected reply to fsck_coded");
+            };
+            for (ino, chunk, coded) in &page {
+                let mut bad = Vec::new();
+                for (i, server) in coded.servers.iter().enumerate() {
+                    let index = u8::try_from(i).unwrap_or(u8::MAX);
+                    named.insert((*server, *ino, *chunk, index));
+                    let Some(kept) = held.get(server) else {
+                        continue; // unreachable now
+                    };
+                    match kept.get(&(*ino, *chunk, index)) {
+                        Some(Some(g)) if *g == coded.generation => {}
+                        Some(Some(_)) => {
+                            bad.push(format!("{i} on server {server}: another generation"))
+                        }
+                        Some(None) => {
+                            bad.push(format!("{i} on server {server}: fails its checksum"))
+                        }
+                        None => bad.push(format!("{i} on server {server}: missing")),
+                    }
+                }
+                if !bad.is_empty() {
+                    pass.problems.push(problem(
+                        "bad fragment",
+                        format!(
+                            "chunk {chunk} of inode {ino:#x}: fragment {}",
+                            bad.join(", fragment ")
+                        ),
+                        Some((
+                            part.id,
+                            FsckRepair::RepairFragments {
+                                ino: *ino,
+                                chunk: *chunk,
+                            },
+                        )),
+                    ));
+                }
+            }
+            match page.last() {
+                Some((ino, chunk, _)) if page.len() == PAGE as usize => {
+                    after = Some((*ino, *chunk))
+                }
+                _ => break,
+            }
+        }
+    }
+    for (server, kept) in &held {
+        for (ino, chunk, index) in kept.keys() {
+            if !named.contains(&(*server, *ino, *chunk, *index)) {
+                pass.problems.push(problem(
+                    "orphan fragment",
+                    format!("fragment {index} of chunk {chunk} of inode {ino:#x} on server {server}: no coded chunk names it"),
+                    None,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One pass over everything below `root`.
 async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Result<Pass> {
     let map = client.map();
@@ -257,6 +357,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     let mut pass = Pass::default();
     if full {
         check_replicas(client, &mut pass).await;
+        check_fragments(client, &mut pass).await?;
     }
 
     // 1. Every directory object on every node.

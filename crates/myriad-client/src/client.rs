@@ -1655,6 +1655,12 @@ impl Client {
     }
 
     /// Raw round trip to server `node`: the transport floor for benchmarks.
+    /// Sends `req` to server `node` itself (not to a partition): fsck's look at the
+    /// fragments a server keeps.
+    pub async fn server_request(&self, node: NodeId, req: Request) -> Result<Response, FsError> {
+        self.call(Route::Server(node), req).await
+    }
+
     pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
         match self
             .call(

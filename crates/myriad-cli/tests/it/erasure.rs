@@ -194,3 +194,145 @@ async fn a_large_file_is_coded_and_reads_back_with_two_servers_killed() {
         }
     }
 }
+
+/// A flipped byte in a fragment (below the engine, as a failing disk leaves it): reads
+/// decode around it and return the right bytes, `fsck` names it, `fsck --repair` rebuilds
+/// it from the others, and reads then take the data fragments alone again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flipped_byte_in_a_fragment_is_read_around_and_repaired() {
+    use std::sync::Arc;
+
+    use myriad_client::Caller;
+    use myriad_storage::{FjallKv, FragmentId, FragmentStore, Kv};
+    let tc =
+        crate::harness::TestCluster::start_with(4, &["--replicas", "3", "--ec-settle-ms", "300"]);
+    let c = crate::index::plain(&tc, Caller::root());
+    let data = pattern((8 << 20) + 1000, 5);
+    crate::index::ok(c.create("/f", 0o644, true, b"").await, "create");
+    let h = crate::index::ok(c.open("/f").await, "open");
+    crate::index::ok(c.write(&h, 0, &data).await, "write");
+    coded(&tc, "/f", 2).await;
+    let h = crate::index::ok(c.open("/f").await, "open");
+    let codes = crate::index::ok(c.chunk_codes(&h, 2).await, "codes");
+    let (chunk, record) = codes
+        .into_iter()
+        .find_map(|(chunk, r)| r.map(|r| (chunk, r)))
+        .unwrap_or_else(|| panic!("no coded chunk"));
+    let server = record.servers[0];
+
+    let down = tc.cli(&[
+        "cluster",
+        "down",
+        "--data-dir",
+        &tc.dir.path().display().to_string(),
+    ]);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    {
+        let kv: Arc<dyn Kv> = Arc::new(
+            FjallKv::open(&tc.dir.path().join(format!("node-{server}/store")))
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let id = FragmentId {
+            ino: h.inode.ino,
+            chunk,
+            index: 0,
+        };
+        assert!(
+            FragmentStore::new(kv).corrupt_for_test(id).unwrap_or(false),
+            "no fragment 0 of chunk {chunk} on server {server}"
+        );
+    }
+    for n in &tc.map.nodes {
+        tc.restart(n.id);
+    }
+    for n in &tc.map.nodes {
+        tc.wait_up(&c, n.id).await;
+    }
+
+    let reader = crate::index::plain(&tc, Caller::root());
+    let h = crate::index::ok(reader.open("/f").await, "open");
+    let back = crate::index::ok(reader.read(&h, 0, data.len() as u64).await, "read");
+    assert!(
+        back == data,
+        "read around the damaged fragment gave other bytes"
+    );
+    assert!(
+        reader.degraded_reads() > 0,
+        "the damaged fragment was not noticed"
+    );
+
+    let check = tc.cli(&["fsck"]);
+    let report = String::from_utf8_lossy(&check.stdout).to_string();
+    assert!(
+        !check.status.success() && report.contains("bad fragment"),
+        "{report}"
+    );
+    let fix = tc.cli(&["fsck", "--repair"]);
+    let fixed = String::from_utf8_lossy(&fix.stdout).to_string();
+    assert!(fixed.contains("repaired: bad fragment"), "{fixed}");
+    tc.fsck_until_clean().await;
+
+    let reader = crate::index::plain(&tc, Caller::root());
+    let h = crate::index::ok(reader.open("/f").await, "open");
+    let back = crate::index::ok(reader.read(&h, 0, data.len() as u64).await, "read");
+    assert!(back == data);
+    assert_eq!(reader.degraded_reads(), 0, "the fragment was not rebuilt");
+}
+
+/// A server lost for good (down past the grace): the fragments it held are made again on
+/// the servers up (the chunk coded again with their code, 3+2 on the 5 left), so no record
+/// names it and every fragment named is there; the file then reads back with one more
+/// server killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragments_of_a_lost_server_are_made_again_on_the_others() {
+    use myriad_client::Caller;
+    let tc = crate::harness::TestCluster::start_with(
+        6,
+        &[
+            "--replicas",
+            "3",
+            "--ec-settle-ms",
+            "300",
+            "--down-grace-secs",
+            "2",
+        ],
+    );
+    let c = crate::index::plain(&tc, Caller::root());
+    let data = pattern(20 << 20, 9);
+    crate::index::ok(c.create("/f", 0o644, true, b"").await, "create");
+    let h = crate::index::ok(c.open("/f").await, "open");
+    crate::index::ok(c.write(&h, 0, &data).await, "write");
+    coded(&tc, "/f", 4).await;
+    let lost = NodeId(3);
+    tc.kill9(lost);
+    let mut last = Vec::new();
+    for _ in 0..120 {
+        let h = crate::index::ok(c.open("/f").await, "open");
+        last = crate::index::ok(c.chunk_codes(&h, 4).await, "codes");
+        if last.iter().all(|(_, r)| {
+            r.as_ref()
+                .is_some_and(|r| !r.servers.contains(&lost) && r.servers.len() == 5)
+        }) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(
+        last.iter()
+            .all(|(_, r)| r.as_ref().is_some_and(|r| !r.servers.contains(&lost))),
+        "records still name the lost server: {last:?}"
+    );
+    let check = tc.cli(&["fsck"]);
+    let report = String::from_utf8_lossy(&check.stdout).to_string();
+    assert!(!report.contains("bad fragment"), "{report}");
+    let other = last[0].1.as_ref().map_or(NodeId(1), |r| r.servers[0]);
+    tc.kill9(other);
+    let reader = crate::index::plain(&tc, Caller::root());
+    let h = crate::index::ok(reader.open("/f").await, "open");
+    let back = crate::index::ok(reader.read(&h, 0, data.len() as u64).await, "read");
+    assert!(back == data, "read back different after the rebuild");
+}

@@ -215,15 +215,7 @@ impl Partition {
             .and_then(|c| c.encode(&data))
             .map_err(|e| FsError::Io(format!("coding chunk {chunk} of {ino}: {e}")))?;
         drop(data);
-        let puts = fragments.into_iter().enumerate().map(|(i, f)| {
-            let to = coded.servers[i];
-            self.put_fragment(to, ino, chunk, coded.generation, i, f)
-        });
-        let results = futures::future::join_all(puts).await;
-        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
-            self.drop_fragments_later(ino, chunk, coded.clone());
-            return Err(e);
-        }
+        self.put_all(ino, chunk, &coded, fragments).await?;
         let switched = self
             .applier
             .run(Mutation::CodeChunk {
@@ -241,6 +233,30 @@ impl Partition {
             self.drop_fragments_later(ino, chunk, coded);
             Ok(())
         }
+    }
+
+    /// Puts every fragment of a new coding on its server, in parallel, each durable there;
+    /// if one fails, the others are dropped again.
+    async fn put_all(
+        self: &Arc<Self>,
+        ino: InodeId,
+        chunk: u64,
+        coded: &CodedChunk,
+        fragments: Vec<Vec<u8>>,
+    ) -> Result<(), FsError> {
+        let puts = fragments
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| self.put_fragment(coded.servers[i], ino, chunk, coded.generation, i, f));
+        if let Some(Err(e)) = futures::future::join_all(puts)
+            .await
+            .into_iter()
+            .find(Result::is_err)
+        {
+            self.drop_fragments_later(ino, chunk, coded.clone());
+            return Err(e);
+        }
+        Ok(())
     }
 
     async fn put_fragment(
@@ -461,9 +477,9 @@ impl Partition {
                 let free: Vec<NodeId> = up.iter().copied().filter(|n| !taken.contains(n)).collect();
                 let Some(to) = fragment_servers(ino, 1, &free).and_then(|v| v.first().copied())
                 else {
-                    return Err(FsError::Unavailable(
-                        "no server free to take a lost fragment".into(),
-                    ));
+                    // Every server up holds one already (the code spans the cluster): the
+                    // chunk is coded again, with the code of the servers up now.
+                    return self.recode_whole(ino, chunk, &was, &data).await;
                 };
                 now.servers[i] = to;
             }
@@ -493,6 +509,50 @@ impl Partition {
         }
         self.env.count("fragments_rebuilt");
         tracing::warn!(partition = %self.me, %ino, chunk, fragments = ?bad, "fragments rebuilt");
+        Ok(true)
+    }
+
+    /// Codes chunk `chunk` again from its bytes `data` with the code of the servers up now,
+    /// under a new generation, and switches its record if it is still `was`.
+    async fn recode_whole(
+        self: &Arc<Self>,
+        ino: InodeId,
+        chunk: u64,
+        was: &CodedChunk,
+        data: &[u8],
+    ) -> Result<bool, FsError> {
+        let (params, up) = self
+            .cluster_code()
+            .ok_or_else(|| FsError::Unavailable("too few servers up to code".into()))?;
+        let set = fragment_servers(ino, params.total(), &up)
+            .ok_or_else(|| FsError::Unavailable("too few servers up to code".into()))?;
+        let now = CodedChunk {
+            generation: new_generation(ino, chunk, self.env.server_id(), self.env.now_ns()),
+            params,
+            data_bytes: was.data_bytes,
+            servers: CodedChunk::rotated(chunk, &set),
+        };
+        let fragments = now
+            .codec()
+            .and_then(|c| c.encode(data))
+            .map_err(|e| FsError::Io(e.to_string()))?;
+        self.put_all(ino, chunk, &now, fragments).await?;
+        let switched = self
+            .applier
+            .run(Mutation::RecodeChunk {
+                ino,
+                chunk,
+                was: was.clone(),
+                now: now.clone(),
+            })
+            .await?;
+        if !matches!(switched, Outcome::Switched(true)) {
+            self.drop_fragments_later(ino, chunk, now);
+            return Err(FsError::Busy);
+        }
+        self.drop_fragments_later(ino, chunk, was.clone());
+        self.env.count("chunks_recoded");
+        tracing::warn!(partition = %self.me, %ino, chunk, k = params.k, m = params.m, "chunk coded again over the servers up");
         Ok(true)
     }
 
