@@ -31,6 +31,8 @@ const SETTLE_MAX: Duration = Duration::from_secs(120);
 /// not durable, and a crash may lose them.
 const FSYNC: Duration = Duration::from_millis(2);
 /// How often every primary runs an anti-entropy round in a simulation (virtual time).
+/// How long a chunk stays unwritten before it is coded.
+const CODING_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
 const ANTI_ENTROPY_EVERY: Duration = Duration::from_secs(3);
 /// How often the fault injector draws.
 const FAULT_TICK: Duration = Duration::from_secs(1);
@@ -358,6 +360,10 @@ impl Sim {
         // Anti-entropy rounds often, so that they run among the faults (a round must never
         // change what a client sees).
         config.anti_entropy_interval = ANTI_ENTROPY_EVERY;
+        // Chunks coded soon after they are written, so that coding, uncoding for a
+        // write and reads of coded chunks run among the faults (with 5 servers or more).
+        config.coding.settle = CODING_SETTLE;
+        config.coding.interval = CODING_SETTLE;
         let disk = self.disks[id.index()].handle();
         let endpoint = Endpoint::new(self.net.clone(), id);
         let authority = SimAuthority {

@@ -38,6 +38,9 @@ pub(crate) struct CodingState {
     down_since: Mutex<HashMap<NodeId, Instant>>,
     /// Every server seen in a map: one no longer there was removed, its fragments lost.
     seen: Mutex<std::collections::BTreeSet<NodeId>>,
+    /// The map epoch of the last look at every record (a record may name a server
+    /// removed before this primary opened: looked for once per map).
+    looked_at: std::sync::atomic::AtomicU64,
 }
 
 impl CodingState {
@@ -47,6 +50,7 @@ impl CodingState {
             walk: Mutex::new(Some(None)),
             down_since: Mutex::new(HashMap::new()),
             seen: Mutex::new(std::collections::BTreeSet::new()),
+            looked_at: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -227,6 +231,7 @@ impl Partition {
             .await?;
         if matches!(switched, Outcome::Switched(true)) {
             self.env.count("chunks_coded");
+            tracing::debug!(partition = %self.me, %ino, chunk, k = params.k, m = params.m, "chunk coded");
             Ok(())
         } else {
             // Written meanwhile (it is settled again later) or coded already.
@@ -454,10 +459,20 @@ impl Partition {
         let Some(was) = self.store.coded(ino, chunk).map_err(storage_err)? else {
             return Ok(false);
         };
-        let got = self.gather(ino, chunk, &was, true).await;
-        let bad: Vec<usize> = (0..was.params.total())
-            .filter(|&i| got[i].is_none() || lost.contains(&was.servers[i]))
+        let reads = (0..was.params.total()).map(|i| self.fragment(ino, chunk, &was, i));
+        let answers = futures::future::join_all(reads).await;
+        // A fragment its server says it lacks or holds damaged is rebuilt there; one whose
+        // server does not answer now (down a while, cut off) is left for a later round.
+        let bad: Vec<usize> = answers
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| {
+                lost.contains(&was.servers[*i])
+                    || matches!(r, Err(FsError::NotFound | FsError::Stale | FsError::Io(_)))
+            })
+            .map(|(i, _)| i)
             .collect();
+        let got: Vec<Option<Vec<u8>>> = answers.into_iter().map(Result::ok).collect();
         if bad.is_empty() {
             return Ok(false);
         }
@@ -513,7 +528,8 @@ impl Partition {
     }
 
     /// Codes chunk `chunk` again from its bytes `data` with the code of the servers up now,
-    /// under a new generation, and switches its record if it is still `was`.
+    /// under a new generation, and switches its record if it is still `was`; with too few
+    /// servers up for a code, puts the chunk back in copies.
     async fn recode_whole(
         self: &Arc<Self>,
         ino: InodeId,
@@ -521,9 +537,21 @@ impl Partition {
         was: &CodedChunk,
         data: &[u8],
     ) -> Result<bool, FsError> {
-        let (params, up) = self
-            .cluster_code()
-            .ok_or_else(|| FsError::Unavailable("too few servers up to code".into()))?;
+        let Some((params, up)) = self.cluster_code() else {
+            // Too few servers up for any code: the chunk goes back to full copies.
+            self.applier
+                .run(Mutation::UncodeChunk {
+                    ino,
+                    chunk,
+                    generation: was.generation,
+                    data: data.to_vec(),
+                })
+                .await?;
+            self.env.count("chunks_uncoded");
+            self.drop_fragments_later(ino, chunk, was.clone());
+            tracing::warn!(partition = %self.me, %ino, chunk, "too few servers up for a code: chunk back in copies");
+            return Ok(true);
+        };
         let set = fragment_servers(ino, params.total(), &up)
             .ok_or_else(|| FsError::Unavailable("too few servers up to code".into()))?;
         let now = CodedChunk {
@@ -556,8 +584,9 @@ impl Partition {
         Ok(true)
     }
 
-    /// Servers down (or gone from the map) for longer than the down grace: their
-    /// fragments are rebuilt elsewhere, as copies of partitions are then.
+    /// Servers whose fragments are rebuilt elsewhere: down for longer than the down grace
+    /// (as copies of partitions are then), leaving (at once, while they still serve the
+    /// fragments to read), or no longer in the map.
     fn lost_servers(&self) -> Vec<NodeId> {
         let st = self.state();
         let grace = self.env.config().down_grace;
@@ -581,6 +610,13 @@ impl Partition {
             .filter(|(_, since)| now.duration_since(**since) >= grace)
             .map(|(n, _)| *n)
             .collect();
+        lost.extend(
+            st.map
+                .nodes
+                .iter()
+                .filter(|n| n.state == NodeState::Leaving)
+                .map(|n| n.id),
+        );
         if let Ok(mut seen) = self.coding.seen.lock() {
             seen.extend(st.map.nodes.iter().map(|n| n.id));
             lost.extend(
@@ -595,22 +631,47 @@ impl Partition {
     /// the grace, or no longer in the map).
     async fn rebuild_lost(self: &Arc<Self>) -> Result<(), FsError> {
         let lost = self.lost_servers();
-        if lost.is_empty() {
+        let st = self.state();
+        let epoch = st.map.epoch;
+        let members: Vec<NodeId> = st.map.nodes.iter().map(|n| n.id).collect();
+        drop(st);
+        let looked = self
+            .coding
+            .looked_at
+            .load(std::sync::atomic::Ordering::Acquire);
+        if lost.is_empty() && looked == epoch {
             return Ok(());
         }
+        let named_lost = |s: &NodeId| lost.contains(s) || !members.contains(s);
+        let mut gone: Vec<NodeId> = lost.clone();
         let mut after = None;
+        let mut failed = 0;
         loop {
             let page = self
                 .store
                 .coded_chunks(after, RECORDS_PER_PAGE)
                 .map_err(storage_err)?;
             let Some(last) = page.last() else {
+                // Every record looked at under this map: not looked at again until the
+                // next, unless a rebuild failed (then every round).
+                if failed == 0 {
+                    self.coding
+                        .looked_at
+                        .store(epoch, std::sync::atomic::Ordering::Release);
+                }
                 return Ok(());
             };
             after = Some((last.0, last.1));
             for (ino, chunk, c) in page {
-                if c.servers.iter().any(|s| lost.contains(s)) {
-                    self.rebuild_fragments(ino, chunk, &lost).await?;
+                if c.servers.iter().any(named_lost) {
+                    gone.extend(c.servers.iter().filter(|s| !members.contains(s)));
+                    gone.sort_unstable();
+                    gone.dedup();
+                    // One chunk that cannot be rebuilt now does not hold up the others.
+                    if let Err(e) = self.rebuild_fragments(ino, chunk, &gone).await {
+                        failed += 1;
+                        tracing::debug!(partition = %self.me, %ino, chunk, "fragments not rebuilt yet: {e}");
+                    }
                 }
             }
         }

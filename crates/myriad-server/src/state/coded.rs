@@ -81,6 +81,9 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
     }
 }
 
+/// The coded chunks a cut dropped (chunk, record), or the coded chunk it falls inside.
+type Cut = Result<Vec<(u64, CodedChunk)>, Box<CodedChunk>>;
+
 /// What a cut of `ino` at `from_bytes` (chunks 1 and up) does to its coded chunks: the
 /// records of chunks wholly past the cut go (returned, for their fragments to be
 /// dropped); a coded chunk the cut falls inside must be uncoded first (`Err` with it).
@@ -89,7 +92,7 @@ pub(super) fn cut_coded(
     b: &mut Batch,
     ino: InodeId,
     from_bytes: u64,
-) -> Result<Result<Vec<(u64, CodedChunk)>, Box<CodedChunk>>, FsError> {
+) -> Result<Cut, FsError> {
     let cs = ctx.layout.chunk_size_bytes;
     let first = (from_bytes / cs).max(1);
     let coded = ctx.store.coded_from(ino, first).map_err(storage_err)?;

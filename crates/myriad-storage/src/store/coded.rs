@@ -123,7 +123,7 @@ impl Store {
 mod tests {
     use std::sync::Arc;
 
-    use myriad_placement::NodeId;
+    use myriad_proto::NodeId;
     use myriad_proto::erasure::EcParams;
 
     use super::*;
