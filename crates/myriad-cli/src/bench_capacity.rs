@@ -60,12 +60,31 @@ pub async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let cluster = LocalCluster::up(
         tmp.path(),
         args.nodes,
-        &crate::cluster::NodeOptions::for_bench(Vec::new()),
+        // Chunks coded half a second after they are written (docs/redundancy.md), so the
+        // large files are measured as they are kept once settled.
+        &crate::cluster::NodeOptions::for_bench(vec!["--ec-settle-ms=500".into()]),
     )
     .await?;
     let result = body(&cluster, &args, &sizes, &tmp.path().join("local")).await;
     cluster.down()?;
     result
+}
+
+/// `du --raw` of `path` once `coded` of its chunks are erasure coded (or a minute passed:
+/// a cluster too small for a code keeps copies, and that is what it reports).
+async fn settled_usage(
+    client: &myriad_client::Client,
+    path: &str,
+    coded: u64,
+) -> anyhow::Result<crate::du_cmd::Usage> {
+    let start = std::time::Instant::now();
+    loop {
+        let u = crate::du_cmd::usage(client, path, 1).await?;
+        if u.coded_chunks >= coded || start.elapsed() > std::time::Duration::from_secs(60) {
+            return Ok(u);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 async fn body(
@@ -87,7 +106,13 @@ async fn body(
         for (n, piece) in data.chunks(1 << 20).enumerate() {
             client.write(&h, (n as u64) << 20, piece).await?;
         }
-        let raw = crate::du_cmd::usage(&client, &path, 1).await?.raw_bytes;
+        let chunk = cluster.map.chunk_size_bytes;
+        let coded = if size > chunk {
+            size.div_ceil(chunk) - 1
+        } else {
+            0
+        };
+        let raw = settled_usage(&client, &path, coded).await?.raw_bytes;
         let file = local.join(format!("f{size}"));
         std::fs::write(&file, &data)?;
         let f = std::fs::File::open(&file)?;

@@ -5,6 +5,11 @@
 //!
 //! Metadata share of time: a `stat` pass over the same files (metadata only) divided by the
 //! `fetch` pass (metadata + data).
+//!
+//! The two passes above keep every chunk in full copies (`--ec=false`); a third cluster
+//! stores the sizes larger than a chunk erasure coded (docs/redundancy.md), waits until
+//! every chunk past the first is coded, and reads them healthy and then with one server
+//! killed (reads decoding around its fragments).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,6 +63,10 @@ struct Report {
     replication_on: Vec<Row>,
     replication_off: Vec<Row>,
     local_fs: Vec<Row>,
+    /// Files larger than a chunk, erasure coded (replication on): healthy.
+    coded: Vec<Row>,
+    /// The same with one server killed.
+    coded_one_down: Vec<Row>,
 }
 
 fn label(size: u64) -> String {
@@ -87,6 +96,7 @@ pub async fn run(args: SmallreadArgs) -> anyhow::Result<()> {
     let on = cluster_pass(&args, &tmp.path().join("on"), true).await?;
     let off = cluster_pass(&args, &tmp.path().join("off"), false).await?;
     let local = local_pass(&args, &tmp.path().join("local")).await?;
+    let (coded, coded_one_down) = coded_pass(&args, &tmp.path().join("coded")).await?;
 
     println!(
         "{:>6} {:>7} | {:>9} {:>9} {:>9} | {:>7} | {:>10} {:>10} | {:>9} {:>9}",
@@ -123,6 +133,24 @@ pub async fn run(args: SmallreadArgs) -> anyhow::Result<()> {
             small / big * 100.0
         );
     }
+    if !coded.is_empty() {
+        println!(
+            "\n{:>6} {:>7} | {:>12} {:>12} {:>14} | {:>10}",
+            "size", "files", "copies MiB/s", "coded MiB/s", "1 down MiB/s", "coded/copies"
+        );
+        for (c, d) in coded.iter().zip(&coded_one_down) {
+            let copies = find(&on, c.size).unwrap_or(0.0);
+            println!(
+                "{:>6} {:>7} | {:>12.1} {:>12.1} {:>14.1} | {:>10.2}",
+                label(c.size),
+                c.files,
+                copies,
+                c.mib_s,
+                d.mib_s,
+                c.mib_s / copies.max(1e-9)
+            );
+        }
+    }
     if let (Some(a), Some(b)) = (find(&on, 4096), find(&off, 4096)) {
         println!(
             "target: 4 KiB reads >= 2x faster with replication on than off: {:.2}x",
@@ -158,6 +186,8 @@ pub async fn run(args: SmallreadArgs) -> anyhow::Result<()> {
         replication_on: on,
         replication_off: off,
         local_fs: local,
+        coded,
+        coded_one_down,
     };
     let json = args.out_dir.join("bench-smallread.json");
     std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
@@ -174,18 +204,88 @@ async fn cluster_pass(
         "--metadata-replication={}",
         if replication { "on" } else { "off" }
     );
-    let cluster = LocalCluster::up(dir, args.nodes, &NodeOptions::for_bench(vec![flag])).await?;
-    let result = cluster_body(&cluster, args).await;
+    let opts = NodeOptions::for_bench(vec![flag, "--ec=false".into()]);
+    let cluster = LocalCluster::up(dir, args.nodes, &opts).await?;
+    let result = cluster_body(&cluster, args, &args.sizes, false).await;
     cluster.down()?;
     result
 }
 
-async fn cluster_body(cluster: &LocalCluster, args: &SmallreadArgs) -> anyhow::Result<Vec<Row>> {
+/// The sizes larger than a chunk, erasure coded: read healthy, then with one server
+/// killed. Empty if no size is larger than a chunk.
+async fn coded_pass(args: &SmallreadArgs, dir: &Path) -> anyhow::Result<(Vec<Row>, Vec<Row>)> {
+    let opts = NodeOptions::for_bench(vec![
+        "--metadata-replication=on".into(),
+        "--ec=true".into(),
+        "--ec-settle-ms=500".into(),
+    ]);
+    let cluster = LocalCluster::up(dir, args.nodes, &opts).await?;
+    let result = async {
+        let chunk = cluster.map.chunk_size_bytes;
+        let sizes: Vec<u64> = args.sizes.iter().copied().filter(|&s| s > chunk).collect();
+        if sizes.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let healthy = cluster_body(&cluster, args, &sizes, true).await?;
+        let victim = cluster
+            .map
+            .nodes
+            .last()
+            .map(|n| n.id)
+            .ok_or_else(|| anyhow::anyhow!("no servers"))?;
+        cluster.kill9(victim)?;
+        eprintln!("  server {victim} killed: reading again");
+        let down = read_rows(&cluster, args, &sizes).await?;
+        Ok((healthy, down))
+    }
+    .await;
+    cluster.down()?;
+    result
+}
+
+/// The coded chunks the servers counted so far (`chunks_coded`).
+async fn chunks_coded(client: &myriad_client::Client) -> u64 {
+    client
+        .all_counters()
+        .await
+        .into_iter()
+        .filter_map(|(_, r)| r.ok())
+        .flat_map(|s| s.server_requests)
+        .filter(|c| c.op == "chunks_coded")
+        .map(|c| c.count)
+        .sum()
+}
+
+/// Waits until `want` chunks are coded (at most a minute past the last progress).
+async fn wait_coded(client: &myriad_client::Client, want: u64) -> anyhow::Result<()> {
+    let mut last = (0, Instant::now());
+    loop {
+        let n = chunks_coded(client).await;
+        if n >= want {
+            return Ok(());
+        }
+        if n > last.0 {
+            last = (n, Instant::now());
+        } else if last.1.elapsed() > std::time::Duration::from_secs(60) {
+            anyhow::bail!("only {n} of {want} chunks were coded");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+async fn cluster_body(
+    cluster: &LocalCluster,
+    args: &SmallreadArgs,
+    sizes: &[u64],
+    coding: bool,
+) -> anyhow::Result<Vec<Row>> {
     let client =
         Arc::new(cluster.client_as(std::time::Duration::from_secs(120), bench_identity())?);
+    let chunk = cluster.map.chunk_size_bytes;
     let mut rows = Vec::new();
-    for &size in &args.sizes {
+    for &size in sizes {
         let files = (args.dataset_mib << 20).div_ceil(size);
+        let coded_before = chunks_coded(&client).await;
         client
             .mkdir_p(&format!("/set-{}/a/b/c", label(size)), 0o755)
             .await?;
@@ -199,50 +299,81 @@ async fn cluster_body(cluster: &LocalCluster, args: &SmallreadArgs) -> anyhow::R
             }
         })
         .await?;
-        // Warm-up, the same for every configuration: a few reads to let popularity build.
-        run_all(files.min(64), args.readers, |i| {
-            let c = client.clone();
-            async move { c.fetch(&path_of(size, i)).await.map(|_| ()) }
-        })
-        .await?;
-        let t = Instant::now();
-        run_all(files, args.readers, |i| {
-            let c = client.clone();
-            async move { c.stat(&path_of(size, i)).await.map(|_| ()) }
-        })
-        .await?;
-        let meta_secs = t.elapsed().as_secs_f64();
-        client.reset_counters().await?;
-        let t = Instant::now();
-        run_all(files, args.readers, |i| {
-            let c = client.clone();
-            async move {
-                let (inode, bytes) = c.fetch(&path_of(size, i)).await?;
-                if bytes.len() as u64 != inode.size {
-                    return Err(myriad_client::FsError::Io("short fetch".into()));
-                }
-                Ok(())
-            }
-        })
-        .await?;
-        let secs = t.elapsed().as_secs_f64();
-        let (c, s) = rpc_totals(&client).await?;
-        rows.push(Row {
-            size,
-            files,
-            mib_s: (files * size) as f64 / 1048576.0 / secs,
-            meta_share: (meta_secs / secs).min(1.0),
-            client_rpcs_per_file: c as f64 / files as f64,
-            server_rpcs_per_file: s as f64 / files as f64,
-        });
-        eprintln!(
-            "  {} files of {}: {:.1} MiB/s",
-            files,
-            label(size),
-            rows.last().map(|r| r.mib_s).unwrap_or(0.0)
-        );
+        if size > chunk && coding {
+            let chunks = files * (size.div_ceil(chunk) - 1);
+            wait_coded(&client, coded_before + chunks).await?;
+        }
+        rows.push(read_size(&client, args, size, files).await?);
     }
     Ok(rows)
+}
+
+/// The read passes over every size again (a cluster whose files are already there).
+async fn read_rows(
+    cluster: &LocalCluster,
+    args: &SmallreadArgs,
+    sizes: &[u64],
+) -> anyhow::Result<Vec<Row>> {
+    let client =
+        Arc::new(cluster.client_as(std::time::Duration::from_secs(120), bench_identity())?);
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let files = (args.dataset_mib << 20).div_ceil(size);
+        rows.push(read_size(&client, args, size, files).await?);
+    }
+    Ok(rows)
+}
+
+/// Warm-up, a `stat` pass and a `fetch` pass over the `files` files of `size`.
+async fn read_size(
+    client: &Arc<myriad_client::Client>,
+    args: &SmallreadArgs,
+    size: u64,
+    files: u64,
+) -> anyhow::Result<Row> {
+    // Warm-up, the same for every configuration: a few reads to let popularity build.
+    run_all(files.min(64), args.readers, |i| {
+        let c = client.clone();
+        async move { c.fetch(&path_of(size, i)).await.map(|_| ()) }
+    })
+    .await?;
+    let t = Instant::now();
+    run_all(files, args.readers, |i| {
+        let c = client.clone();
+        async move { c.stat(&path_of(size, i)).await.map(|_| ()) }
+    })
+    .await?;
+    let meta_secs = t.elapsed().as_secs_f64();
+    client.reset_counters().await?;
+    let t = Instant::now();
+    run_all(files, args.readers, |i| {
+        let c = client.clone();
+        async move {
+            let (inode, bytes) = c.fetch(&path_of(size, i)).await?;
+            if bytes.len() as u64 != inode.size {
+                return Err(myriad_client::FsError::Io("short fetch".into()));
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    let secs = t.elapsed().as_secs_f64();
+    let (c, s) = rpc_totals(client).await?;
+    let row = Row {
+        size,
+        files,
+        mib_s: (files * size) as f64 / 1048576.0 / secs,
+        meta_share: (meta_secs / secs).min(1.0),
+        client_rpcs_per_file: c as f64 / files as f64,
+        server_rpcs_per_file: s as f64 / files as f64,
+    };
+    eprintln!(
+        "  {} files of {}: {:.1} MiB/s",
+        files,
+        label(size),
+        row.mib_s
+    );
+    Ok(row)
 }
 
 async fn run_all<F, Fut>(n: u64, parallel: usize, f: F) -> anyhow::Result<()>

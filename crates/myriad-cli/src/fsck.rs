@@ -249,9 +249,9 @@ async fn check_replicas(client: &Client, pass: &mut Pass) {
     }
 }
 
-/// A fragment as a server lists it: (inode, chunk, index) -> generation, `None` when it
-/// fails its checksum.
-type Fragments = HashMap<(InodeId, u64, u8), Option<u32>>;
+/// The fragments a server lists: (inode, chunk, index, generation) -> whether its checksum
+/// holds.
+type Fragments = HashMap<(InodeId, u64, u8, u32), bool>;
 
 /// Every coded chunk has each of its fragments, of its generation and intact, on the
 /// server its record names; fragments no record names are listed (docs/redundancy.md).
@@ -270,12 +270,12 @@ async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()>
                 // rebuilt elsewhere once it stays down past the grace.
                 Err(_) => break,
             };
-            for &(ino, chunk, index, generation) in &page {
-                kept.insert((ino, chunk, index), generation);
+            for &(ino, chunk, index, generation, intact) in &page {
+                kept.insert((ino, chunk, index, generation), intact);
             }
             match page.last() {
-                Some(&(ino, chunk, index, _)) if page.len() == PAGE as usize => {
-                    after = Some((ino, chunk, index));
+                Some(&(ino, chunk, index, generation, _)) if page.len() == PAGE as usize => {
+                    after = Some((ino, chunk, index, generation));
                 }
                 _ => break,
             }
@@ -294,16 +294,14 @@ async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()>
                 let mut bad = Vec::new();
                 for (i, server) in coded.servers.iter().enumerate() {
                     let index = u8::try_from(i).unwrap_or(u8::MAX);
-                    named.insert((*server, *ino, *chunk, index));
+                    let key = (*ino, *chunk, index, coded.generation);
+                    named.insert((*server, key));
                     let Some(kept) = held.get(server) else {
                         continue; // unreachable now
                     };
-                    match kept.get(&(*ino, *chunk, index)) {
-                        Some(Some(g)) if *g == coded.generation => {}
-                        Some(Some(_)) => {
-                            bad.push(format!("{i} on server {server}: another generation"))
-                        }
-                        Some(None) => {
+                    match kept.get(&key) {
+                        Some(true) => {}
+                        Some(false) => {
                             bad.push(format!("{i} on server {server}: fails its checksum"))
                         }
                         None => bad.push(format!("{i} on server {server}: missing")),
@@ -335,11 +333,11 @@ async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()>
         }
     }
     for (server, kept) in &held {
-        for (ino, chunk, index) in kept.keys() {
-            if !named.contains(&(*server, *ino, *chunk, *index)) {
+        for key @ (ino, chunk, index, generation) in kept.keys() {
+            if !named.contains(&(*server, *key)) {
                 pass.problems.push(problem(
                     "orphan fragment",
-                    format!("fragment {index} of chunk {chunk} of inode {ino:#x} on server {server}: no coded chunk names it"),
+                    format!("fragment {index} (generation {generation:#x}) of chunk {chunk} of inode {ino:#x} on server {server}: no coded chunk names it"),
                     None,
                 ));
             }

@@ -124,7 +124,7 @@ impl ClusterMap {
                 break;
             };
             let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
-            match planned.complete_moves(&pids) {
+            match planned.complete_moves(&pids, &none) {
                 Some(done) => map = done,
                 None => break,
             }

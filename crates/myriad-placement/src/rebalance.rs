@@ -181,9 +181,14 @@ impl ClusterMap {
 
     /// The next map with the moves of `pids` complete: `from` leaves each list, and `to`
     /// takes the first place if `from` had it. Servers leaving that hold no copy any more
-    /// are dropped from the map.
+    /// and are not in `keeping` (those still keeping erasure-coded fragments) are dropped
+    /// from the map.
     #[must_use]
-    pub fn complete_moves(&self, pids: &[PartitionId]) -> Option<ClusterMap> {
+    pub fn complete_moves(
+        &self,
+        pids: &[PartitionId],
+        keeping: &BTreeSet<NodeId>,
+    ) -> Option<ClusterMap> {
         let mut next = self.clone();
         let mut changed = false;
         for p in &mut next.partitions {
@@ -207,8 +212,9 @@ impl ClusterMap {
             .flat_map(|p| p.replicas.iter().copied())
             .collect();
         let before = next.nodes.len();
-        next.nodes
-            .retain(|n| n.state != NodeState::Leaving || held.contains(&n.id));
+        next.nodes.retain(|n| {
+            n.state != NodeState::Leaving || held.contains(&n.id) || keeping.contains(&n.id)
+        });
         changed |= next.nodes.len() != before;
         changed.then(|| {
             // Cannot overflow for a map that passed `validate` (EPOCH_MAX); saturating all the same.
@@ -239,7 +245,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("planned map invalid: {e}"));
             let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
             m = planned
-                .complete_moves(&pids)
+                .complete_moves(&pids, &BTreeSet::new())
                 .unwrap_or_else(|| panic!("moves complete"));
             m.validate()
                 .unwrap_or_else(|e| panic!("completed map invalid: {e}"));
@@ -342,6 +348,37 @@ mod tests {
         assert!(done.primaries_of(NodeId(2)).is_empty());
     }
 
+    /// A drained server that still keeps erasure-coded fragments stays in the map (its
+    /// partitions' primaries rebuild them elsewhere first), and goes once it keeps none.
+    #[test]
+    fn a_leaving_server_keeping_fragments_stays_until_it_keeps_none() {
+        let mut m = map(5)
+            .mark_leaving(NodeId(2))
+            .unwrap_or_else(|| panic!("up"));
+        let keeping: BTreeSet<NodeId> = [NodeId(2)].into();
+        while let Some(planned) = m.plan_moves(&BTreeSet::new(), 4) {
+            let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
+            m = planned
+                .complete_moves(&pids, &keeping)
+                .unwrap_or_else(|| panic!("moves complete"));
+        }
+        assert!(
+            m.partitions
+                .iter()
+                .all(|p| !p.replicas.contains(&NodeId(2)))
+        );
+        assert!(
+            m.node(NodeId(2)).is_some(),
+            "dropped while keeping fragments"
+        );
+        assert!(m.complete_moves(&[], &keeping).is_none());
+        let done = m
+            .complete_moves(&[], &BTreeSet::new())
+            .unwrap_or_else(|| panic!("dropped once it keeps none"));
+        assert!(done.node(NodeId(2)).is_none());
+        assert_eq!(done.epoch, m.epoch + 1);
+    }
+
     #[test]
     fn completing_a_move_of_a_primary_makes_the_new_copy_primary() {
         let m = map(3);
@@ -363,7 +400,7 @@ mod tests {
         // Before completion the old primary still leads.
         assert_eq!(planned.primary_of(pid), Some(old[0]));
         let done = planned
-            .complete_moves(&[pid])
+            .complete_moves(&[pid], &BTreeSet::new())
             .unwrap_or_else(|| panic!("done"));
         assert_eq!(done.partitions[0].replicas, vec![NodeId(9), old[1], old[2]]);
         assert!(done.partitions[0].moving.is_none());

@@ -42,7 +42,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `PeerRequest::PutFragments`, `PeerRequest::DropFragments`.
 /// 23: coded chunks: `Response::Coded` (a chunk read meeting a coded chunk),
 /// `DropFragments` per chunk and generation, `FsckRepair::RepairFragments`,
-/// `AdminRequest::FsckCoded`, `AdminRequest::FsckFragments`.
+/// `AdminRequest::FsckCoded`, `AdminRequest::FsckFragments`, `PeerRequest::KeepsFragments`,
+/// `PeerRequest::FragmentNamed`, `Response::Bool`.
 pub const PROTOCOL_VERSION: u16 = 23;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,8 +200,8 @@ pub enum Response {
     /// Coded chunks of a partition (`AdminRequest::FsckCoded`): (inode, chunk, record).
     CodedChunks(Vec<(InodeId, u64, crate::ec_layout::CodedChunk)>),
     /// Fragments kept by a server (`AdminRequest::FsckFragments`): (inode, chunk, index,
-    /// generation), the generation `None` where the fragment fails its checksum.
-    Fragments(Vec<(InodeId, u64, u8, Option<u32>)>),
+    /// generation, whether its checksum holds).
+    Fragments(Vec<(InodeId, u64, u8, u32, bool)>),
     /// A capability for a file's chunks, and how long it is good for (`valid_ms`, so that
     /// a client need not trust its clock to agree with the servers').
     Granted {
@@ -285,6 +286,8 @@ pub enum Response {
     /// (partition, last applied batch; None while a whole copy is arriving) of every copy a
     /// server holds, primary or backup.
     Seqs(Vec<(PartitionId, Option<u64>)>),
+    /// A yes or no (`PeerRequest::KeepsFragments`, `PeerRequest::FragmentNamed`).
+    Bool(bool),
     /// The answers to a `ReplicaRequest::Bundle`, one per item, in its order.
     Bundle(Vec<Result<Response, FsError>>),
     /// A change sent with `visible` (`ClientRequest::Once`), answered once applied: its

@@ -1,6 +1,6 @@
 //! Requests, grouped by who may send them (`Request`'s audiences), and the types they carry.
 
-use myriad_placement::{ClusterMap, PartitionId};
+use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Capability;
@@ -420,10 +420,11 @@ pub enum AdminRequest {
         after: Option<(InodeId, u64)>,
         limit: u32,
     },
-    /// Any node, as root: the fragments it keeps after `after` (inode, chunk, index), at
-    /// most `limit`, each with its generation if its checksum holds (`Response::Fragments`).
+    /// Any node, as root: the fragments it keeps after `after` (inode, chunk, index,
+    /// generation), at most `limit`, each with whether its checksum holds
+    /// (`Response::Fragments`).
     FsckFragments {
-        after: Option<(InodeId, u64, u8)>,
+        after: Option<(InodeId, u64, u8, u32)>,
         limit: u32,
     },
     /// A server holding a copy (primary or backup) of the target partition, as root: the
@@ -627,6 +628,28 @@ pub enum PeerRequest {
     /// Any server: the last batch of every partition copy it holds (`Response::Seqs`); the
     /// leader completes a move once the new copy has caught up with its primary.
     PartitionSeqs,
+    /// The partition that reserved inode number `ino` for `client` (`ReserveIds`), from the
+    /// partition about to create `client`'s file with it (a directory split moved the
+    /// name there after the client took the number): mark it used, for `by`.
+    ClaimReserved {
+        client: u64,
+        ino: InodeId,
+        by: PartitionId,
+    },
+    /// Any server, from the leader: whether it keeps any erasure-coded fragment
+    /// (`Response::Bool`); a leaving server stays in the map until it keeps none
+    /// (docs/redundancy.md, "Leaving").
+    KeepsFragments,
+    /// The primary of chunk `chunk` of `ino`, from a leaving server sweeping its fragments:
+    /// whether the chunk's coded record still names `server` for fragment `index` of
+    /// generation `generation` (`Response::Bool`); if not, the fragment is dropped there.
+    FragmentNamed {
+        ino: InodeId,
+        chunk: u64,
+        index: u8,
+        generation: u32,
+        server: NodeId,
+    },
     /// Owner of the entries of every directory named: `DirTouch` for each, applied in one
     /// batch (a server sends the touches of all its partitions for one target together,
     /// at most `limits::DIR_TOUCHES_MAX`). Answered with `Response::Attrs`, one result per
@@ -1083,6 +1106,9 @@ impl PeerRequest {
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",
             PeerRequest::PartitionSeqs => "partition_seqs",
+            PeerRequest::KeepsFragments => "keeps_fragments",
+            PeerRequest::ClaimReserved { .. } => "claim_reserved",
+            PeerRequest::FragmentNamed { .. } => "fragment_named",
             PeerRequest::DirTouches { .. } => "dir_touches",
         }
     }
@@ -1186,7 +1212,10 @@ impl Request {
             Request::Admin(_) => true,
             Request::Peer(r) => matches!(
                 r,
-                PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs
+                PeerRequest::Raft { .. }
+                    | PeerRequest::Lease
+                    | PeerRequest::PartitionSeqs
+                    | PeerRequest::KeepsFragments
             ),
             Request::Client(_) | Request::Replica(_) => false,
         }

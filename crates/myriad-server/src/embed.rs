@@ -89,6 +89,12 @@ impl EmbeddedServer {
                 host.clear();
             }
         });
+        // As the process does (`Host::start_tasks`): a leaving server drops the fragments
+        // rebuilt elsewhere.
+        let flag = stopped.clone();
+        crate::host::spawn_leaving_sweeper(Arc::downgrade(&host), move || {
+            flag.load(std::sync::atomic::Ordering::SeqCst)
+        });
         Ok(EmbeddedServer { host, stopped })
     }
 
@@ -143,6 +149,13 @@ impl EmbeddedServer {
     #[must_use]
     pub fn partition_seqs(&self) -> Vec<(PartitionId, Option<u64>)> {
         self.host.partition_seqs()
+    }
+
+    /// Whether this server keeps any erasure-coded fragment (a leaving one stays in the map
+    /// until it keeps none); a store that cannot be read counts as keeping.
+    #[must_use]
+    pub fn keeps_fragments(&self) -> bool {
+        self.host.keeps_fragments().unwrap_or(true)
     }
 
     /// The epoch of the map this server serves under.

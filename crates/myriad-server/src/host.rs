@@ -724,9 +724,45 @@ impl Host {
                 }
             })
         };
-        vec![follower, reopener]
+        let sweeper = spawn_leaving_sweeper(Arc::downgrade(self), || false);
+        vec![follower, reopener, sweeper]
     }
 }
+
+/// While this server is leaving, drops every 2 s the fragments rebuilt elsewhere
+/// (`sweep_leaving_fragments`); ends with the server (`host` gone, or `stopped`).
+pub(crate) fn spawn_leaving_sweeper(
+    host: std::sync::Weak<Host>,
+    stopped: impl Fn() -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(LEAVING_SWEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(host) = host.upgrade().filter(|_| !stopped()) else {
+                return;
+            };
+            let leaving = host
+                .state()
+                .map
+                .node(host.id)
+                .is_some_and(|n| n.state == myriad_placement::NodeState::Leaving);
+            if !leaving {
+                continue;
+            }
+            match host.sweep_leaving_fragments().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(n, "leaving: fragments rebuilt elsewhere dropped here"),
+                Err(e) => tracing::debug!("leaving: fragment sweep: {e}"),
+            }
+        }
+    })
+}
+
+/// How often a leaving server drops the fragments rebuilt elsewhere (it leaves the map
+/// once it keeps none).
+const LEAVING_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests;

@@ -4,8 +4,9 @@
 //! (`PeerRequest::DropFragments`). One copy each, in the server's own records
 //! (`myriad_storage::FragmentStore`): the code is their redundancy.
 
+use myriad_placement::PartitionId;
 use myriad_proto::auth::Capability;
-use myriad_proto::{FsError, InodeId, Response};
+use myriad_proto::{FsError, InodeId, PeerRequest, Request, Response};
 use myriad_storage::{Fragment, FragmentId, FragmentStore, StorageError};
 
 use crate::host::Host;
@@ -42,7 +43,12 @@ impl Host {
     ) -> Result<Response, FsError> {
         let store = self.fragment_store();
         for (index, data) in fragments {
-            let id = FragmentId { ino, chunk, index };
+            let id = FragmentId {
+                ino,
+                chunk,
+                index,
+                generation,
+            };
             let f = Fragment {
                 generation,
                 data: data.into_vec(),
@@ -103,18 +109,83 @@ impl Host {
         Ok(Response::Unit)
     }
 
+    /// Whether this server keeps any fragment (a leaving server stays in the map until it
+    /// keeps none).
+    pub(crate) fn keeps_fragments(&self) -> Result<bool, FsError> {
+        Ok(!self
+            .fragment_store()
+            .list(None, 1)
+            .map_err(storage)?
+            .is_empty())
+    }
+
+    /// One round of a leaving server's sweep (docs/redundancy.md, "Leaving"): every
+    /// fragment kept here that its chunk's record no longer names here (rebuilt elsewhere
+    /// meanwhile, or an orphan) is dropped; the others wait for their partition to rebuild
+    /// them elsewhere. Returns how many were dropped.
+    pub(crate) async fn sweep_leaving_fragments(&self) -> Result<usize, FsError> {
+        let store = self.fragment_store();
+        let mut after = None;
+        let mut dropped = 0;
+        loop {
+            let page = store.list(after, 256).map_err(storage)?;
+            let Some(&(last, _)) = page.last() else {
+                return Ok(dropped);
+            };
+            after = Some(last);
+            for (id, intact) in page {
+                let named = match intact {
+                    None => false, // damaged: its partition rebuilds it from the others
+                    Some(_) => {
+                        let generation = id.generation;
+                        let owner = self.state().ring.owner_of_chunk(id.ino, id.chunk);
+                        let ask = Request::Peer(PeerRequest::FragmentNamed {
+                            ino: id.ino,
+                            chunk: id.chunk,
+                            index: id.index,
+                            generation,
+                            server: self.id,
+                        });
+                        let still = || true;
+                        match crate::host_env::call_partition(
+                            self,
+                            PartitionId::SERVER,
+                            owner,
+                            ask,
+                            &still,
+                        )
+                        .await?
+                        {
+                            Response::Bool(named) => named,
+                            _ => true,
+                        }
+                    }
+                };
+                if !named {
+                    store.drop_one(id).map_err(storage)?;
+                    dropped += 1;
+                }
+            }
+        }
+    }
+
     /// The fragments kept here after `after` (fsck), each with its generation if intact.
     pub(crate) fn list_fragments(
         &self,
-        after: Option<(InodeId, u64, u8)>,
+        after: Option<(InodeId, u64, u8, u32)>,
         limit: u32,
     ) -> Result<Response, FsError> {
-        let after = after.map(|(ino, chunk, index)| FragmentId { ino, chunk, index });
+        let after = after.map(|(ino, chunk, index, generation)| FragmentId {
+            ino,
+            chunk,
+            index,
+            generation,
+        });
         let limit = usize::try_from(limit.clamp(1, 4096)).unwrap_or(4096);
         let list = self.fragment_store().list(after, limit).map_err(storage)?;
         Ok(Response::Fragments(
             list.into_iter()
-                .map(|(id, generation)| (id.ino, id.chunk, id.index, generation))
+                .map(|(id, intact)| (id.ino, id.chunk, id.index, id.generation, intact.is_some()))
                 .collect(),
         ))
     }

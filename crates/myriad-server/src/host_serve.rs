@@ -129,7 +129,12 @@ impl Host {
                 len,
                 cap,
             }) => self.read_fragment(&crate::host_fragments::FragmentRead {
-                id: myriad_storage::FragmentId { ino, chunk, index },
+                id: myriad_storage::FragmentId {
+                    ino,
+                    chunk,
+                    index,
+                    generation,
+                },
                 generation,
                 offset,
                 len,
@@ -151,6 +156,9 @@ impl Host {
                     return Err(FsError::PermissionDenied);
                 }
                 self.list_fragments(after, limit)
+            }
+            Request::Peer(PeerRequest::KeepsFragments) if from_server => {
+                Ok(Response::Bool(self.keeps_fragments()?))
             }
             Request::Peer(PeerRequest::PartitionSeqs) if from_server => {
                 Ok(Response::Seqs(self.partition_seqs()))

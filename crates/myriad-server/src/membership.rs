@@ -333,7 +333,8 @@ impl Membership {
         self.group.sync_members(&map, PROPOSE_TIMEOUT).await;
         // Moves (rebalance.rs): finish those whose new copy caught up, then start more.
         let done = self.caught_up_moves(&map).await;
-        if let Some(next) = map.complete_moves(&done) {
+        let keeping = self.keeping_fragments(&map).await;
+        if let Some(next) = map.complete_moves(&done, &keeping) {
             tracing::info!(partitions = ?done, epoch = next.epoch, "moves complete");
             if let Err(e) = self.propose_map(next).await {
                 tracing::warn!("{e}");
@@ -386,6 +387,30 @@ impl Membership {
             }
         }
         done
+    }
+
+    /// The leaving servers that still keep erasure-coded fragments (or do not answer): they
+    /// stay in the map until their partitions rebuilt them elsewhere (docs/redundancy.md,
+    /// "Leaving").
+    async fn keeping_fragments(&self, map: &ClusterMap) -> BTreeSet<NodeId> {
+        let mut keeping = BTreeSet::new();
+        for n in map.nodes.iter().filter(|n| n.state == NodeState::Leaving) {
+            let answer = self
+                .pool
+                .call_with_timeout(
+                    &n.addr,
+                    map.epoch,
+                    Endpoints::SERVER,
+                    &Caller::root(),
+                    &Request::Peer(PeerRequest::KeepsFragments),
+                    RENEW_EVERY * 2,
+                )
+                .await;
+            if !matches!(answer, Ok(Response::Bool(false))) {
+                keeping.insert(n.id);
+            }
+        }
+        keeping
     }
 
     /// Partition `pid`'s seq on `server` (asked once per round per server).

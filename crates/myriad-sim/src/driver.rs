@@ -504,7 +504,15 @@ impl Sim {
             })
             .map(|(pid, _)| pid)
             .collect();
-        if let Some(next) = map.complete_moves(&done) {
+        // Leaving servers still keeping fragments (or not running now) stay in the map.
+        let keeping: std::collections::BTreeSet<NodeId> = map
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Leaving)
+            .filter(|n| self.net.running(n.id).is_none_or(|s| s.keeps_fragments()))
+            .map(|n| n.id)
+            .collect();
+        if let Some(next) = map.complete_moves(&done, &keeping) {
             lock(&self.report).moves_completed += u32::try_from(done.len()).unwrap_or(u32::MAX);
             self.commit_map(next, &format!("moves complete: {done:?}"));
         } else if let Some(next) = map.plan_moves(&std::collections::BTreeSet::new(), MOVES_AT_ONCE)

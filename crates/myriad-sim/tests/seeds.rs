@@ -200,11 +200,12 @@ fn seeds_with_directory_moves_keep_every_invariant() {
 }
 
 /// Chunks are coded 0.5 s after their last write (docs/redundancy.md) in every run with 4
-/// servers or more; these seeds found that fragments of servers that left the cluster
-/// were never made again (seed 10: a final read found no fragments of its generation;
-/// seed 27: one of two needed left after two servers left): a leaving server's are made
-/// again at once, and a record naming a server no longer in the map is looked for under
-/// every new map.
+/// servers or more. With servers leaving (5 servers, 4 clients) these seeds lost coded
+/// chunks: fragments of servers that left were never made again (10, 27); servers left
+/// one after another before their fragments were rebuilt (1027, 1079); a new coding of a
+/// chunk overwrote the fragment with the same index of the coding in use on the same
+/// server, and dropped it when it failed (1033, 1055). A leaving server now stays in the
+/// map until it keeps no fragment, and fragments are keyed by their generation.
 #[test]
 fn seeds_with_coded_chunks_and_servers_leaving_keep_every_invariant() {
     let five = |seed| SimConfig {
@@ -214,9 +215,22 @@ fn seeds_with_coded_chunks_and_servers_leaving_keep_every_invariant() {
         ..SimConfig::new(seed)
     };
     check(&five(10));
+    check(&five(1027));
     check(&SimConfig {
         dir_moves: true,
         ..five(27)
+    });
+    check(&SimConfig {
+        dir_moves: true,
+        ..five(1079)
+    });
+    check(&SimConfig {
+        freeze: true,
+        ..five(1055)
+    });
+    check(&SimConfig {
+        behind: true,
+        ..five(1033)
     });
 }
 

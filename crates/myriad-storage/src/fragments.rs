@@ -2,9 +2,12 @@
 //! design (the code is the redundancy), so they live in the server's own records (partition
 //! 0 of `Space::Fragments`), never replicated or copied with a partition.
 //!
-//! Key: `ino (8 BE) chunk (8 BE) index (1)`; value: `gen (4 LE) data crc32c (4 LE)`, the
-//! checksum over the generation and the data, checked on every read: a flipped byte is an
-//! error (the reader rebuilds the fragment from the others), never wrong bytes.
+//! Key: `ino (8 BE) chunk (8 BE) index (1) gen (4 BE)`; value: `gen (4 LE) data crc32c (4
+//! LE)`, the checksum over the generation and the data, checked on every read: a flipped
+//! byte is an error (the reader rebuilds the fragment from the others), never wrong bytes.
+//! The generation is in the key so that a new coding of a chunk never overwrites the
+//! fragment of the coding still in use that has the same index on the same server (it
+//! did: a coding that then failed dropped its fragments, the old one's with them).
 
 use std::sync::Arc;
 
@@ -14,15 +17,16 @@ use crate::StorageError;
 use crate::kv::{Batch, Kv, Space};
 use crate::partition_kv::PartitionKv;
 
-const KEY_BYTES: usize = 17;
+const KEY_BYTES: usize = 21;
 
 /// Where a fragment is: chunk `chunk` of file `ino`, fragment number `index` (data first,
-/// then parity).
+/// then parity), of the coding with generation `generation`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FragmentId {
     pub ino: InodeId,
     pub chunk: u64,
     pub index: u8,
+    pub generation: u32,
 }
 
 impl FragmentId {
@@ -31,6 +35,7 @@ impl FragmentId {
         k[..8].copy_from_slice(&self.ino.0.to_be_bytes());
         k[8..16].copy_from_slice(&self.chunk.to_be_bytes());
         k[16] = self.index;
+        k[17..].copy_from_slice(&self.generation.to_be_bytes());
         k
     }
 
@@ -40,6 +45,7 @@ impl FragmentId {
             ino: InodeId(u64::from_be_bytes(k[..8].try_into().ok()?)),
             chunk: u64::from_be_bytes(k[8..16].try_into().ok()?),
             index: k[16],
+            generation: u32::from_be_bytes(k[17..].try_into().ok()?),
         })
     }
 }
@@ -137,8 +143,8 @@ impl FragmentStore {
         }
     }
 
-    /// Drops the fragments of chunk `chunk` of `ino` written for generation `generation`
-    /// (one failing its checksum too: it is no generation's any more); returns how many.
+    /// Drops the fragments of chunk `chunk` of `ino` written for generation `generation`;
+    /// returns how many.
     pub fn drop_chunk(
         &self,
         ino: InodeId,
@@ -148,8 +154,8 @@ impl FragmentStore {
         let mut prefix = ino.0.to_be_bytes().to_vec();
         prefix.extend_from_slice(&chunk.to_be_bytes());
         let mut b = Batch::new();
-        for (k, v) in self.kv.scan(Space::Fragments, &prefix, None, 256)? {
-            if open(v).is_none_or(|f| f.generation == generation) {
+        for (k, _) in self.kv.scan(Space::Fragments, &prefix, None, 1024)? {
+            if FragmentId::from_key(&k).is_none_or(|id| id.generation == generation) {
                 b.delete(Space::Fragments, k);
             }
         }
@@ -210,7 +216,34 @@ mod tests {
             ino: InodeId(ino),
             chunk,
             index,
+            generation: 3,
         }
+    }
+
+    /// A new coding of a chunk puts a fragment with the same index on the same server
+    /// beside the old one, and dropping either generation leaves the other.
+    #[test]
+    fn two_generations_of_one_fragment_live_side_by_side() {
+        let s = FragmentStore::new(Arc::new(MemKv::new()));
+        let old = id(7, 1, 0);
+        let new = FragmentId {
+            generation: 9,
+            ..old
+        };
+        let f = |generation, byte| Fragment {
+            generation,
+            data: vec![byte; 64],
+        };
+        s.put(old, &f(3, 1)).unwrap_or_else(|e| panic!("{e}"));
+        s.put(new, &f(9, 2)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.get(old).ok().flatten(), Some(f(3, 1)));
+        assert_eq!(s.drop_chunk(InodeId(7), 1, 9).unwrap_or(0), 1);
+        assert_eq!(
+            s.get(old).ok().flatten(),
+            Some(f(3, 1)),
+            "the old coding's stays"
+        );
+        assert_eq!(s.get(new).ok().flatten(), None);
     }
 
     #[test]

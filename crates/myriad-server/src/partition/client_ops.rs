@@ -17,6 +17,36 @@ use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::state::perm;
 
 impl Partition {
+    /// A create with inode number `ino` reserved by another partition (the client took
+    /// it before the directory split moved the name here): that partition marks it used
+    /// for this one first (`PeerRequest::ClaimReserved`; asked again on a retry, it answers
+    /// the same).
+    async fn claim_if_foreign(
+        self: &Arc<Self>,
+        client: u64,
+        ino: myriad_proto::InodeId,
+    ) -> Result<(), FsError> {
+        let owner = myriad_proto::PartitionId(u32::try_from(ino.0 >> 40).unwrap_or(u32::MAX));
+        if owner == self.me {
+            return Ok(());
+        }
+        if self.state().map.partition(owner).is_none() {
+            return Err(FsError::InvalidArgument(format!(
+                "inode number {ino} is not one any partition reserved"
+            )));
+        }
+        self.call_node(
+            owner,
+            Request::Peer(PeerRequest::ClaimReserved {
+                client,
+                ino,
+                by: self.me,
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Serves one client request (already admitted and checked against the map).
     pub(super) async fn serve_client(
         self: &Arc<Self>,
@@ -305,6 +335,9 @@ impl Partition {
                 let parent = self.may_create(&caller, &path).await?;
                 let (gid, mode) =
                     perm::new_owner_group(parent.as_ref(), &caller, FileKind::File, mode);
+                if let Some((client, i)) = ino {
+                    self.claim_if_foreign(client, i).await?;
+                }
                 self.note_added(&dir);
                 let m = Mutation::CreateFile {
                     dir: dir.clone(),

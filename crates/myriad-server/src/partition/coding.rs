@@ -69,6 +69,9 @@ fn new_generation(ino: InodeId, chunk: u64, server: NodeId, now_ns: i64) -> u32 
 impl Partition {
     /// A write landed on chunk `chunk` of `ino`: it is not settled before the settle time.
     pub(crate) fn note_chunk_written(&self, ino: InodeId, chunk: u64) {
+        if !self.env.config().coding.enabled {
+            return;
+        }
         if let Ok(mut w) = self.coding.written.lock() {
             w.insert((ino, chunk), Instant::now());
         }
@@ -94,10 +97,24 @@ impl Partition {
         if !cfg.enabled || !self.env.serves(self.me) {
             return;
         }
+        let Some((params, up)) = self.cluster_code() else {
+            // Too few servers up for a code: nothing is kept to code later (a cluster that
+            // grows walks its blocks again).
+            if let Ok(mut w) = self.coding.written.lock() {
+                w.clear();
+            }
+            if let Ok(mut walk) = self.coding.walk.lock() {
+                *walk = Some(None);
+            }
+            if let Err(e) = self.rebuild_lost().await {
+                tracing::debug!(partition = %self.me, "fragment rebuild: {e}");
+            }
+            return;
+        };
         if let Err(e) = self.walk_blocks() {
             tracing::debug!(partition = %self.me, "coding walk: {e}");
         }
-        if let Some((params, up)) = self.cluster_code() {
+        {
             let settled: Vec<(InodeId, u64)> = match self.coding.written.lock() {
                 Ok(w) => w
                     .iter()

@@ -21,14 +21,43 @@ impl Partition {
     ) -> Result<Response, FsError> {
         let cs = st.map.chunk_size_bytes;
         match body {
-            PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs => {
-                Err(FsError::InvalidArgument(
-                    "membership requests go to a server, not a partition".into(),
-                ))
-            }
+            PeerRequest::Raft { .. }
+            | PeerRequest::Lease
+            | PeerRequest::PartitionSeqs
+            | PeerRequest::KeepsFragments => Err(FsError::InvalidArgument(
+                "membership requests go to a server, not a partition".into(),
+            )),
             PeerRequest::PutFragments { .. } | PeerRequest::DropFragments { .. } => Err(
                 FsError::InvalidArgument("fragments are kept by a server, not a partition".into()),
             ),
+            PeerRequest::ClaimReserved { client, ino, by } => {
+                self.applier
+                    .run(Mutation::ClaimReserved {
+                        client,
+                        ino: ino.0,
+                        by,
+                    })
+                    .await?;
+                Ok(Response::Unit)
+            }
+            PeerRequest::FragmentNamed {
+                ino,
+                chunk,
+                index,
+                generation,
+                server,
+            } => {
+                self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
+                let named = self
+                    .store
+                    .coded(ino, chunk)
+                    .map_err(crate::state::mutation::storage_err)?
+                    .is_some_and(|c| {
+                        c.generation == generation
+                            && c.servers.get(usize::from(index)) == Some(&server)
+                    });
+                Ok(Response::Bool(named))
+            }
             PeerRequest::PutLinkRef { path, ino, home } => {
                 let (dir, name) = self.entry_target(st, &path)?;
                 let m = Mutation::PutLinkRef {

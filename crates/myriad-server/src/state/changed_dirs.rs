@@ -41,6 +41,7 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
     match m {
         Mutation::Barrier
         | Mutation::ReserveIds { .. }
+        | Mutation::ClaimReserved { .. }
         | Mutation::MarkFileLocks { .. }
         // Orphans have no name anyone can read or lease.
         | Mutation::DropOrphans { .. }

@@ -65,8 +65,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 _ => {}
             }
             let ino = match reserved {
-                Some((client, ino)) => {
+                Some((client, ino)) if ctx.ids.is_own(ino.0) => {
                     ctx.ids.use_reserved(ctx.store, b, client, ino.0)?;
+                    ino.0
+                }
+                // Reserved by another partition (the directory was split since), which
+                // marked it used for this one before this ran (`ClaimReserved`).
+                Some((_, ino)) => {
+                    ctx.ids.use_claimed(ctx.store, b, ino.0)?;
                     ino.0
                 }
                 None => ctx.ids.next(ctx.store, b)?,

@@ -122,6 +122,66 @@ impl IdAlloc {
         Ok(())
     }
 
+    /// Whether `ino` is one of this partition's numbers.
+    pub(crate) fn is_own(&self, ino: u64) -> bool {
+        ino & !ID_COUNTER_MAX == self.pid.id_base()
+    }
+
+    /// Partition `by` creates a file of `client` with `ino`, one of `client`'s reserved
+    /// numbers here (its directory was split after the client took it, and the name now
+    /// lives there): marked used here, for `by`. Asked again by `by` (a retry after a
+    /// failover), it answers the same; no other partition, and no create here, gets it.
+    pub(crate) fn claim_reserved(
+        &mut self,
+        store: &Store,
+        batch: &mut Batch,
+        client: u64,
+        ino: u64,
+        by: PartitionId,
+    ) -> Result<(), FsError> {
+        let key = format!("claim.{ino:016x}");
+        let mut who = [0u8; 12];
+        who[..8].copy_from_slice(&client.to_be_bytes());
+        who[8..].copy_from_slice(&by.0.to_be_bytes());
+        let holder = xxhash_rust::xxh3::xxh3_64(&who);
+        match store
+            .meta_u64(&key)
+            .map_err(|e| FsError::Io(e.to_string()))?
+        {
+            Some(h) if h == holder => Ok(()),
+            Some(_) => Err(FsError::InvalidArgument(format!(
+                "inode number {ino:#x} was claimed by another partition"
+            ))),
+            None => {
+                self.use_reserved(store, batch, client, ino)?;
+                store.put_meta_u64(batch, &key, holder);
+                Ok(())
+            }
+        }
+    }
+
+    /// A create here uses `ino`, another partition's number claimed for this one
+    /// (`claim_reserved`): once.
+    pub(crate) fn use_claimed(
+        &mut self,
+        store: &Store,
+        batch: &mut Batch,
+        ino: u64,
+    ) -> Result<(), FsError> {
+        let key = format!("claimed.{ino:016x}");
+        if store
+            .meta_u64(&key)
+            .map_err(|e| FsError::Io(e.to_string()))?
+            .is_some()
+        {
+            return Err(FsError::InvalidArgument(format!(
+                "inode number {ino:#x} was used"
+            )));
+        }
+        store.put_meta_u64(batch, &key, 1);
+        Ok(())
+    }
+
     fn ranges(&mut self, store: &Store, client: u64) -> Result<&mut [Reserved; 2], FsError> {
         if let std::collections::hash_map::Entry::Vacant(v) = self.reserved.entry(client) {
             let get = |slot, what: &str| {
@@ -160,4 +220,70 @@ fn words(count: u64) -> usize {
 
 fn resv_key(client: u64, slot: usize, what: &str) -> String {
     format!("resv.{client:016x}.{slot}.{what}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use myriad_storage::MemKv;
+
+    use super::*;
+
+    fn store() -> Store {
+        Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn commit(s: &Store, b: Batch) {
+        s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// A reserved number claimed by the partition a split moved its name to is used here
+    /// once and for that partition only: the same claim again (a retry) passes, another
+    /// partition's or a create here is refused; there it is used once.
+    #[test]
+    fn a_reserved_number_is_claimed_once_by_one_partition() {
+        let (p, q) = (PartitionId(3), PartitionId(5));
+        let s = store();
+        let mut ids = IdAlloc::load(&s, p).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        let first = ids
+            .reserve(&s, &mut b, 77, 4)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&s, b);
+        assert!(ids.is_own(first) && !ids.is_own(q.id_base() | 9));
+        let mut b = Batch::new();
+        ids.claim_reserved(&s, &mut b, 77, first, q)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&s, b);
+        let mut b = Batch::new();
+        assert!(
+            ids.claim_reserved(&s, &mut b, 77, first, q).is_ok(),
+            "a retry"
+        );
+        assert!(
+            ids.claim_reserved(&s, &mut b, 77, first, PartitionId(6))
+                .is_err()
+        );
+        assert!(
+            ids.use_reserved(&s, &mut b, 77, first).is_err(),
+            "used here too"
+        );
+        assert!(
+            ids.claim_reserved(&s, &mut b, 78, first + 1, q).is_err(),
+            "another client's number"
+        );
+
+        let there = store();
+        let mut qids = IdAlloc::load(&there, q).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        qids.use_claimed(&there, &mut b, first)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&there, b);
+        let mut b = Batch::new();
+        assert!(
+            qids.use_claimed(&there, &mut b, first).is_err(),
+            "used once"
+        );
+    }
 }

@@ -26,6 +26,10 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         Mutation::ReserveIds { client, count } => {
             Outcome::Ids(ctx.ids.reserve(ctx.store, &mut b, client, count)?, count)
         }
+        Mutation::ClaimReserved { client, ino, by } => {
+            ctx.ids.claim_reserved(ctx.store, &mut b, client, ino, by)?;
+            Outcome::Unit
+        }
         m @ Mutation::MarkFileLocks { .. } => lock_marks::execute(ctx, &mut b, m)?,
         m @ (Mutation::RecordOnce { .. } | Mutation::ForgetOnces { .. }) => {
             once::execute(ctx, &mut b, m)?

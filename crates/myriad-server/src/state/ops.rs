@@ -126,6 +126,14 @@ pub enum Mutation {
         client: u64,
         count: u32,
     },
+    /// Partition `by` creates a file of `client` with inode number `ino`, reserved here
+    /// (the directory was split after the client took the number): used here, for `by`
+    /// (`IdAlloc::claim_reserved`).
+    ClaimReserved {
+        client: u64,
+        ino: u64,
+        by: PartitionId,
+    },
     Symlink {
         dir: String,
         name: String,
