@@ -667,7 +667,7 @@ impl Host {
             ),
             lock_marked: tokio::sync::Mutex::new(false),
             open_files: crate::partition::open_files::OpenFiles::new(tokio::time::Instant::now()),
-            coding: crate::partition::coding::CodingState::new(),
+            coding: crate::partition::coding_state::CodingState::new(),
             deposed: std::sync::atomic::AtomicBool::new(false),
         }))
     }

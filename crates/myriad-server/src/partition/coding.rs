@@ -4,9 +4,7 @@
 //! a coded chunk first puts its bytes back in blocks (`uncode`); fragments of a server
 //! gone past its grace, or missing or damaged anywhere, are rebuilt from the others.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use myriad_placement::{NodeId, NodeState, fragment_servers};
@@ -17,6 +15,7 @@ use myriad_storage::BLOCK_BYTES;
 use tokio::time::Instant;
 
 use crate::partition::core::Partition;
+
 use crate::state::mutation::{Mutation, Outcome, storage_err};
 
 /// Chunks coded per round at most (each is a chunk read, k+m fragment writes and a batch).
@@ -27,33 +26,6 @@ const WALKED_PER_ROUND: usize = 256;
 const RECORDS_PER_PAGE: usize = 256;
 /// How long a capability a server makes for its own fragment reads is good for.
 const OWN_READ_CAP: Duration = Duration::from_secs(60);
-
-/// What the primary knows of chunks to code and servers lost.
-pub(crate) struct CodingState {
-    /// Chunks written here or found in blocks, and when last written (or found).
-    written: Mutex<HashMap<(InodeId, u64), Instant>>,
-    /// The walk over chunks kept in blocks: where it is, `None` once it is done.
-    walk: Mutex<Option<Option<(InodeId, u64)>>>,
-    /// Servers seen down (or gone from the map), since when.
-    down_since: Mutex<HashMap<NodeId, Instant>>,
-    /// Every server seen in a map: one no longer there was removed, its fragments lost.
-    seen: Mutex<std::collections::BTreeSet<NodeId>>,
-    /// The map epoch of the last look at every record (a record may name a server
-    /// removed before this primary opened: looked for once per map).
-    looked_at: std::sync::atomic::AtomicU64,
-}
-
-impl CodingState {
-    pub(crate) fn new() -> CodingState {
-        CodingState {
-            written: Mutex::new(HashMap::new()),
-            walk: Mutex::new(Some(None)),
-            down_since: Mutex::new(HashMap::new()),
-            seen: Mutex::new(std::collections::BTreeSet::new()),
-            looked_at: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-}
 
 /// A generation for a new coding of a chunk: never 0, and different for each coding
 /// with overwhelming likelihood (a fragment of another coding is then never taken).

@@ -74,7 +74,7 @@ pub struct Partition {
     /// Files clients keep open, for the orphans of unlinked ones (`orphans.rs`).
     pub(crate) open_files: crate::partition::open_files::OpenFiles,
     /// Chunks to code and servers lost (`coding.rs`).
-    pub(crate) coding: crate::partition::coding::CodingState,
+    pub(crate) coding: crate::partition::coding_state::CodingState,
 }
 
 /// A number for one opening of partition `pid` as primary on server `server`: never the

@@ -15,6 +15,7 @@ pub(crate) mod auto_index;
 pub(crate) mod changes;
 pub(crate) mod client_ops;
 pub(crate) mod coding;
+pub(crate) mod coding_state;
 pub(crate) mod copy;
 pub(crate) mod core;
 pub(crate) mod dirtimes;
