@@ -18,6 +18,8 @@ use crate::partition::core::Partition;
 
 use crate::state::mutation::{Mutation, Outcome, storage_err};
 
+/// Tries of a cut that meets a coded chunk (each uncodes it first).
+const CUT_TRIES: usize = 3;
 /// Chunks coded per round at most (each is a chunk read, k+m fragment writes and a batch).
 const CODED_PER_ROUND: usize = 8;
 /// Chunks the walk over blocks looks at per round (after the partition opens).
@@ -422,7 +424,10 @@ impl Partition {
         inside: u64,
         m: impl Fn() -> Mutation,
     ) -> Result<(), FsError> {
-        loop {
+        // Uncoding takes the record away, so the cut runs on the next try; a chunk coded
+        // again in between (not within a settle time) or a record the uncode did not
+        // match is answered `Busy` (the caller retries) rather than looped on here.
+        for _ in 0..CUT_TRIES {
             match self.applier.run(m()).await? {
                 Outcome::Coded(c) => self.uncode(ino, inside, &c).await?,
                 Outcome::DroppedCoded(dropped) => {
@@ -434,6 +439,7 @@ impl Partition {
                 _ => return Ok(()),
             }
         }
+        Err(FsError::Busy)
     }
 
     /// Rebuilds chunk `chunk`'s fragments that are missing, of another generation or
