@@ -9,5 +9,8 @@ if ! cargo metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml 
     echo "test: fuzz/Cargo.lock is out of date; run 'cargo update --workspace --manifest-path fuzz/Cargo.toml' and commit it" >&2
     exit 1
 fi
+# The fuzz targets call the workspace's APIs: a changed signature must fail here, in seconds,
+# not only in CI's fuzz run after the whole suite.
+cargo check --manifest-path fuzz/Cargo.toml --locked --bins
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

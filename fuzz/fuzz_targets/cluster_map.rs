@@ -88,7 +88,9 @@ fuzz_target!(|data: &[u8]| {
     for exp in [BTreeSet::new(), expired] {
         if let Some(planned) = map.plan_moves(&exp, 4) {
             let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
-            let _ = planned.complete_moves(&pids);
+            for keeping in [BTreeSet::new(), exp.clone()] {
+                let _ = planned.complete_moves(&pids, &keeping);
+            }
         }
     }
     // Partition assignment over the map's (hostile) servers, with small counts.
