@@ -17,10 +17,20 @@ pub struct FjallKv {
 
 /// Block cache size. Metadata working sets of the benchmarks fit; tune per node later.
 const CACHE_BYTES: u64 = 256 * 1024 * 1024;
+/// fjall's default journal bound.
+pub const MAX_JOURNAL_BYTES: u64 = 512 * 1024 * 1024;
+const MIN_JOURNAL_BYTES: u64 = 16 * 1024 * 1024;
 
 impl FjallKv {
     pub fn open(dir: &Path) -> Result<FjallKv, StorageError> {
+        FjallKv::open_with_journal(dir, MAX_JOURNAL_BYTES)
+    }
+
+    /// As `open`, with the journal kept under `journal_bytes` (a small fast tier: the
+    /// journal may not take its room; fjall flushes memtables sooner instead).
+    pub fn open_with_journal(dir: &Path, journal_bytes: u64) -> Result<FjallKv, StorageError> {
         let db = Database::builder(dir)
+            .max_journaling_size(journal_bytes.max(MIN_JOURNAL_BYTES))
             .cache_size(CACHE_BYTES)
             // One background worker (flushes and compactions in turn). With two, fjall 3.1's
             // worker 0 hands every compaction request back to the pool for worker 1 and
@@ -109,5 +119,9 @@ impl Kv for FjallKv {
 
     fn disk_bytes(&self) -> u64 {
         self.db.disk_space().unwrap_or(0)
+    }
+
+    fn contains(&self, space: Space, key: &[u8]) -> Result<bool, StorageError> {
+        Ok(self.ks(space).contains_key(key)?)
     }
 }

@@ -26,10 +26,13 @@ pub enum Space {
     /// `ino (8 BE) chunk (8 BE)` -> the record of an erasure-coded chunk
     /// (`myriad_proto::ec_layout::CodedChunk`), which replaced the chunk's blocks.
     Coded,
+    /// `id (8 BE)` -> the capacity-tier part of a batch, until the capacity store has it
+    /// (`tiered_kv.rs`; only in a tiered server's fast store).
+    TierRedo,
 }
 
 impl Space {
-    pub const ALL: [Space; 9] = [
+    pub const ALL: [Space; 10] = [
         Space::Entries,
         Space::Dirs,
         Space::Blocks,
@@ -39,6 +42,7 @@ impl Space {
         Space::RaftState,
         Space::Fragments,
         Space::Coded,
+        Space::TierRedo,
     ];
 
     /// The spaces that belong to a partition (and are replicated and copied with it).
@@ -64,6 +68,7 @@ impl Space {
             Space::RaftState => 7,
             Space::Fragments => 8,
             Space::Coded => 9,
+            Space::TierRedo => 10,
         }
     }
 
@@ -86,6 +91,7 @@ impl Space {
             Space::RaftState => "raft_state",
             Space::Fragments => "fragments",
             Space::Coded => "coded",
+            Space::TierRedo => "tier_redo",
         }
     }
 }
@@ -136,6 +142,10 @@ pub trait Kv: Send + Sync + 'static {
     fn sync(&self) -> Result<(), StorageError>;
     /// Bytes used on disk (approximate).
     fn disk_bytes(&self) -> u64;
+    /// Whether `key` is present (an engine may answer without reading the value).
+    fn contains(&self, space: Space, key: &[u8]) -> Result<bool, StorageError> {
+        Ok(self.get(space, key)?.is_some())
+    }
 }
 
 /// The smallest key greater than every key starting with `prefix`, or None if there is none.

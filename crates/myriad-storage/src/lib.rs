@@ -21,10 +21,11 @@ mod partition_kv;
 mod records;
 mod staged_kv;
 mod store;
+mod tiered_kv;
 
 pub use blocks::{BLOCK_BYTES, block_data};
 pub use error::StorageError;
-pub use fjall_kv::FjallKv;
+pub use fjall_kv::{FjallKv, MAX_JOURNAL_BYTES};
 pub use fragments::{Fragment, FragmentId, FragmentStore};
 /// Where the entry `dir/name` is stored in `Space::Entries` (repairing a damaged record).
 pub use keys::entry_key;
@@ -35,3 +36,4 @@ pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use staged_kv::StagedKv;
 pub use store::damage::{RECORD_SPACES, record_intact};
 pub use store::{FORMAT_VERSION, Store};
+pub use tiered_kv::{TierCounts, TierRole, TieredKv};

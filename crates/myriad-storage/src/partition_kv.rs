@@ -68,6 +68,10 @@ impl Kv for PartitionKv {
     fn disk_bytes(&self) -> u64 {
         self.inner.disk_bytes()
     }
+
+    fn contains(&self, space: Space, key: &[u8]) -> Result<bool, StorageError> {
+        self.inner.contains(space, &self.key(key))
+    }
 }
 
 #[cfg(test)]
