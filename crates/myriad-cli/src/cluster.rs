@@ -38,6 +38,8 @@ pub enum ClusterCmd {
         #[command(flatten)]
         security: crate::server_cmd::SecurityArgs,
         #[command(flatten)]
+        tiers: crate::server_cmd::TierArgs,
+        #[command(flatten)]
         layout: LayoutArgs,
     },
     /// Create a new cluster secret (mode 0600) for servers and administrators, and its client
@@ -636,6 +638,7 @@ pub async fn run(
             root_owner,
             replication,
             security,
+            tiers,
             layout,
         } => {
             let mut opts = NodeOptions::for_current_user();
@@ -645,6 +648,7 @@ pub async fn run(
             }
             opts.server_args = replication.to_args();
             opts.server_args.extend(security.to_args());
+            opts.server_args.extend(tiers.to_args());
             let c = LocalCluster::up(&data_dir, nodes, &opts).await?;
             let map = map_path(&data_dir);
             println!(
@@ -778,6 +782,17 @@ pub async fn run(
                             },
                             c.server_requests_sent
                         );
+                        if let Ok(s) = client.server_statfs(id).await {
+                            println!(
+                                "    disk: {} stored, {} free of {}",
+                                crate::fs_cmds::human(s.used_bytes),
+                                crate::fs_cmds::human(s.free_bytes),
+                                crate::fs_cmds::human(s.total_bytes)
+                            );
+                            for t in &s.tiers {
+                                println!("  {}", crate::fs_cmds::tier_line(t));
+                            }
+                        }
                     }
                     Err(e) => println!("node {id} {addr} DOWN ({e})"),
                 }

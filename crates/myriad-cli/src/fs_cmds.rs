@@ -178,10 +178,38 @@ pub async fn run(cmd: Command, client: &Client) -> anyhow::Result<()> {
                 human(s.used_bytes),
                 human(s.free_bytes)
             );
+            for t in &s.tiers {
+                println!("{}", tier_line(t));
+            }
             Ok(())
         }
         _ => bail!("not a file system command"),
     }
+}
+
+/// One storage tier, summed over servers: disk size, the tier's store, free, and whether
+/// (and how much) the fast tier overflowed.
+pub(crate) fn tier_line(t: &myriad_client::TierStat) -> String {
+    let mut line = format!(
+        "  {:<9} {:>12} disk, {:>12} stored, {:>12} free",
+        t.name,
+        human(t.total_bytes),
+        human(t.used_bytes),
+        human(t.free_bytes)
+    );
+    if t.name == "fast" {
+        line.push_str(&format!(
+            "; {}, {} blocks overflowed to capacity, {} moved back",
+            if t.overflowing {
+                "past its high-water mark"
+            } else {
+                "below its high-water mark"
+            },
+            t.overflowed_blocks,
+            t.moved_back_blocks
+        ));
+    }
+    line
 }
 
 /// Bytes in base-2 units (whole bytes below 1 KiB).

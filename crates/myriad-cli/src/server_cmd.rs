@@ -33,6 +33,8 @@ pub struct ServerArgs {
     pub replication: ReplicationArgs,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub tiers: TierArgs,
     /// Owner of the root directory, set when this node creates it (UID:GID).
     #[arg(long, default_value = "0:0", value_parser = parse_owner)]
     root_owner: (u32, u32),
@@ -122,6 +124,60 @@ impl ReplicationArgs {
             replica_slots: self.replica_slots,
             lease: Duration::from_millis(self.lease_ms),
         })
+    }
+}
+
+/// Storage tiers (docs/redundancy.md "Tiers"). `cluster up` passes them on to its nodes.
+#[derive(Args, Clone, Debug)]
+pub struct TierArgs {
+    /// Fast tier, e.g. on an SSD: this server's metadata, small files and the first chunk
+    /// of every file are stored here; later chunks and erasure-coded fragments in
+    /// --data-dir (the capacity tier). Default: one store in --data-dir. Given to
+    /// `cluster up`, each node takes DIR/node-N.
+    #[arg(long)]
+    pub fast_dir: Option<PathBuf>,
+    /// The fast tier of each node of a local cluster is DIR/node-N (set by `cluster up`).
+    #[arg(long, hide = true)]
+    pub fast_dir_root: Option<PathBuf>,
+    /// Percent of the fast tier's disk in use past which new files' first chunks go to the
+    /// capacity tier instead.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(2..=99))]
+    pub fast_high_water_pct: u8,
+    /// Below this percent in use, first chunks that went to the capacity tier move back to
+    /// the fast tier in the background.
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(1..=98))]
+    pub fast_low_water_pct: u8,
+}
+
+impl TierArgs {
+    /// The flags for the nodes of a local cluster (each its own fast directory).
+    #[must_use]
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            format!("--fast-high-water-pct={}", self.fast_high_water_pct),
+            format!("--fast-low-water-pct={}", self.fast_low_water_pct),
+        ];
+        if let Some(d) = &self.fast_dir {
+            v.push(format!("--fast-dir-root={}", d.display()));
+        }
+        v
+    }
+
+    /// This server's tiers, if it has a fast directory.
+    fn config(&self, node_id: u32) -> anyhow::Result<Option<myriad_server::TierConfig>> {
+        if self.fast_low_water_pct >= self.fast_high_water_pct {
+            bail!("--fast-low-water-pct must be below --fast-high-water-pct");
+        }
+        let dir = match (&self.fast_dir, &self.fast_dir_root) {
+            (Some(d), _) => d.clone(),
+            (None, Some(root)) => root.join(format!("node-{node_id}")),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(myriad_server::TierConfig {
+            fast_dir: dir,
+            high_water: f64::from(self.fast_high_water_pct) / 100.0,
+            low_water: f64::from(self.fast_low_water_pct) / 100.0,
+        }))
     }
 }
 
@@ -253,6 +309,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     config.dir_split_entries = args.replication.dir_split_entries;
     config.down_grace = Duration::from_secs(args.replication.down_grace_secs);
     config.anti_entropy_interval = Duration::from_secs(args.replication.anti_entropy_secs);
+    config.tiers = args.tiers.config(node_id.0)?;
     config.coding.enabled = args.replication.ec;
     config.coding.min_bytes = args.replication.ec_min_bytes;
     config.coding.settle = Duration::from_millis(args.replication.ec_settle_ms);

@@ -1503,27 +1503,44 @@ impl Client {
 
     // ---- cluster ----
 
-    /// Capacity and usage summed over every server.
+    /// Capacity and usage summed over every server (tiers summed by name).
     pub async fn statfs(&self) -> Result<StatFs, FsError> {
         let mut total = StatFs::default();
         for n in self.st().map.nodes.clone() {
-            match self
-                .call(
-                    Route::Server(n.id),
-                    myriad_proto::Request::Server(ServerRequest::StatFs),
-                )
-                .await?
-            {
-                Response::StatFs(s) => {
-                    total.total_bytes += s.total_bytes;
-                    total.free_bytes += s.free_bytes;
-                    total.used_bytes += s.used_bytes;
-                    total.files += s.files;
+            let s = self.server_statfs(n.id).await?;
+            total.total_bytes += s.total_bytes;
+            total.free_bytes += s.free_bytes;
+            total.used_bytes += s.used_bytes;
+            total.files += s.files;
+            for t in s.tiers {
+                match total.tiers.iter_mut().find(|x| x.name == t.name) {
+                    Some(x) => {
+                        x.total_bytes += t.total_bytes;
+                        x.free_bytes += t.free_bytes;
+                        x.used_bytes += t.used_bytes;
+                        x.overflowing |= t.overflowing;
+                        x.overflowed_blocks += t.overflowed_blocks;
+                        x.moved_back_blocks += t.moved_back_blocks;
+                    }
+                    None => total.tiers.push(t),
                 }
-                other => return Err(unexpected(&other)),
             }
         }
         Ok(total)
+    }
+
+    /// One server's disks and tiers.
+    pub async fn server_statfs(&self, node: NodeId) -> Result<StatFs, FsError> {
+        match self
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Server(ServerRequest::StatFs),
+            )
+            .await?
+        {
+            Response::StatFs(s) => Ok(s),
+            other => Err(unexpected(&other)),
+        }
     }
 
     pub async fn counters(&self, node: NodeId) -> Result<CounterSnapshot, FsError> {

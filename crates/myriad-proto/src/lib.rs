@@ -35,5 +35,5 @@ pub use request::{
 };
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, ReadOnlyMark,
-    StatFs, Xattr,
+    StatFs, TierStat, Xattr,
 };

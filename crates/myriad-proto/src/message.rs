@@ -44,7 +44,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `DropFragments` per chunk and generation, `FsckRepair::RepairFragments`,
 /// `AdminRequest::FsckCoded`, `AdminRequest::FsckFragments`, `PeerRequest::KeepsFragments`,
 /// `PeerRequest::FragmentNamed`, `Response::Bool`.
-pub const PROTOCOL_VERSION: u16 = 23;
+/// 24: storage tiers: `StatFs::tiers`.
+pub const PROTOCOL_VERSION: u16 = 24;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

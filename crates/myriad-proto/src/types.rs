@@ -141,6 +141,25 @@ pub struct StatFs {
     pub free_bytes: u64,
     pub used_bytes: u64,
     pub files: u64,
+    /// Each storage tier of a server with a fast tier (`--fast-dir`); empty: one store.
+    pub tiers: Vec<TierStat>,
+}
+
+/// One storage tier of a server (docs/redundancy.md "Tiers").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierStat {
+    /// "fast" or "capacity".
+    pub name: String,
+    /// Size and free bytes of the disk holding the tier.
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    /// Bytes of the tier's store.
+    pub used_bytes: u64,
+    /// Past its high-water mark: new first chunks go to the capacity tier.
+    pub overflowing: bool,
+    /// First-chunk blocks sent to the capacity tier, and moved back since, since start.
+    pub overflowed_blocks: u64,
+    pub moved_back_blocks: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

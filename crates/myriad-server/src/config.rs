@@ -54,6 +54,21 @@ pub struct ServerConfig {
     pub anti_entropy_interval: Duration,
     /// Erasure coding of large files' chunks (docs/redundancy.md).
     pub coding: CodingConfig,
+    /// A fast tier apart from the data directory (docs/redundancy.md "Tiers"); None: one
+    /// store in the data directory.
+    pub tiers: Option<TierConfig>,
+}
+
+/// The fast tier (`--fast-dir`): metadata, small files and every file's first chunk live
+/// there; later chunks and erasure-coded fragments in the data directory (the capacity tier).
+#[derive(Clone, Debug)]
+pub struct TierConfig {
+    pub fast_dir: std::path::PathBuf,
+    /// Fraction of the fast tier's disk in use past which new first chunks overflow to the
+    /// capacity tier.
+    pub high_water: f64,
+    /// Below this fraction, overflowed first chunks move back to the fast tier.
+    pub low_water: f64,
 }
 
 /// When chunks are erasure coded (docs/redundancy.md, `--ec-*`).
@@ -110,6 +125,7 @@ impl ServerConfig {
             disk_reserve_bytes: crate::space::DEFAULT_RESERVE_BYTES,
             anti_entropy_interval: DEFAULT_ANTI_ENTROPY_INTERVAL,
             coding: CodingConfig::default_on(),
+            tiers: None,
         }
     }
 }

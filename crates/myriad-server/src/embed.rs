@@ -76,6 +76,7 @@ impl EmbeddedServer {
             transport,
             authority,
             map_news,
+            tiers: None,
         });
         // As the process does (`run`): a failed fsync stops the server.
         let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));

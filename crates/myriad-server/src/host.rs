@@ -81,6 +81,8 @@ pub struct Host {
     /// Each partition's directory leases, kept across the partition's reopenings here (a
     /// reopened partition still owes the leases it granted a recall).
     pub(crate) lease_tables: Mutex<BTreeMap<PartitionId, Arc<crate::commit::leases::LeaseTable>>>,
+    /// The two tiers behind `kv`, when the server has a fast tier (tiers.rs).
+    pub(crate) tiers: Option<Arc<myriad_storage::TieredKv>>,
 }
 
 pub(crate) enum OpenError {
@@ -111,6 +113,8 @@ pub(crate) struct HostParts {
     pub authority: Arc<dyn Authority>,
     /// Holds the first map state; the host publishes every newer one on it.
     pub map_news: watch::Sender<Arc<MapState>>,
+    /// The two tiers behind `kv`, when the server has a fast tier (tiers.rs).
+    pub tiers: Option<Arc<myriad_storage::TieredKv>>,
 }
 
 impl Host {
@@ -124,6 +128,7 @@ impl Host {
             transport,
             authority,
             map_news,
+            tiers,
         } = parts;
         Arc::new_cyclic(|me| Host {
             me: me.clone(),
@@ -144,7 +149,11 @@ impl Host {
             moved_away: Mutex::new(Vec::new()),
             handed_over: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
-            space: crate::space::DiskSpace::new(config.data_dir.clone(), config.disk_reserve_bytes),
+            space: crate::space::DiskSpace::new(
+                crate::tiers::admitting_dirs(&config),
+                config.disk_reserve_bytes,
+            ),
+            tiers,
             bundler: crate::replication::bundle::Bundler::default(),
             touch_sender: Arc::default(),
             recalls: Arc::default(),

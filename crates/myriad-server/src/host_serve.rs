@@ -230,13 +230,11 @@ impl Host {
     }
 
     fn statfs(&self) -> StatFs {
-        let (total, free) = crate::space::disk_space(&self.data_dir).unwrap_or((0, 0));
-        StatFs {
-            total_bytes: total,
-            free_bytes: free,
-            used_bytes: self.kv.disk_bytes(),
-            files: 0,
-        }
+        let tiers = self
+            .tiers
+            .as_deref()
+            .zip(crate::tiers::tier_config(&self.config));
+        crate::tiers::statfs(&self.data_dir, self.kv.as_ref(), tiers)
     }
 }
 

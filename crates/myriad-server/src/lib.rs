@@ -27,6 +27,7 @@ mod replication;
 mod seams;
 mod space;
 mod state;
+mod tiers;
 #[cfg(test)]
 mod test_disk;
 #[cfg(test)]
@@ -36,12 +37,12 @@ use std::sync::Arc;
 
 use myriad_net::{Pool, PoolConfig, ServeConfig, accept_loop};
 use myriad_proto::PeerKind;
-use myriad_storage::{FjallKv, Kv, PartitionKv, Store};
+use myriad_storage::{Kv, PartitionKv, Store};
 use tokio::net::TcpListener;
 
 pub use config::{
     DEFAULT_ANTI_ENTROPY_INTERVAL, DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE,
-    ReplicationConfig, ServerConfig,
+    ReplicationConfig, ServerConfig, TierConfig,
 };
 pub use space::DEFAULT_RESERVE_BYTES;
 
@@ -96,8 +97,8 @@ pub async fn run(
         path: config.data_dir.display().to_string(),
         source,
     };
-    let kv: Arc<dyn Kv> =
-        Arc::new(FjallKv::open(&config.data_dir.join("store")).map_err(store_err)?);
+    let stores = tiers::open(&config).map_err(store_err)?;
+    let kv: Arc<dyn Kv> = stores.kv.clone();
     // The server's own records (partition 0): format version and server id, checked here.
     let _own = Store::open(Arc::new(PartitionKv::new(kv.clone(), 0)), config.node_id.0)
         .map_err(store_err)?;
@@ -157,6 +158,7 @@ pub async fn run(
         transport: pool.clone(),
         authority: membership.clone(),
         map_news,
+        tiers: stores.tiered.clone(),
     });
 
     // Accept connections before opening partitions: a primary that restarted asks its
@@ -182,6 +184,9 @@ pub async fn run(
     });
     let mut tasks = membership::start_tasks(&membership);
     tasks.extend(host.start_tasks(maps));
+    if let (Some(tiered), Some(t)) = (&stores.tiered, tiers::tier_config(&config)) {
+        tasks.push(tiers::spawn_watch(tiered.clone(), t.clone()));
+    }
     if let Ok(mut t) = host.tasks.lock() {
         t.extend(tasks);
     }

@@ -32,16 +32,17 @@ const REFRESH: Duration = Duration::from_millis(50);
 pub const DEFAULT_RESERVE_BYTES: u64 = 1024 * 1024 * 1024;
 
 pub(crate) struct DiskSpace {
-    dir: PathBuf,
+    /// The data directory, and the fast tier's when there is one: the least free counts.
+    dirs: Vec<PathBuf>,
     reserve_bytes: u64,
     last: Mutex<(Instant, u64)>,
 }
 
 impl DiskSpace {
-    pub(crate) fn new(dir: PathBuf, reserve_bytes: u64) -> DiskSpace {
-        let free = disk_space(&dir).map_or(u64::MAX, |(_, f)| f);
+    pub(crate) fn new(dirs: Vec<PathBuf>, reserve_bytes: u64) -> DiskSpace {
+        let free = least_free(&dirs).unwrap_or(u64::MAX);
         DiskSpace {
-            dir,
+            dirs,
             reserve_bytes,
             last: Mutex::new((Instant::now(), free)),
         }
@@ -54,7 +55,7 @@ impl DiskSpace {
         };
         if last.0.elapsed() >= REFRESH {
             // If statvfs fails, keep the last figure rather than refuse or allow blindly.
-            if let Some((_, f)) = disk_space(&self.dir) {
+            if let Some(f) = least_free(&self.dirs) {
                 last.1 = f;
             }
             last.0 = Instant::now();
@@ -79,6 +80,13 @@ impl DiskSpace {
         }
         Ok(())
     }
+}
+
+/// The least free bytes over `dirs` (None if statvfs fails for any).
+fn least_free(dirs: &[PathBuf]) -> Option<u64> {
+    dirs.iter()
+        .map(|d| disk_space(d).map(|(_, f)| f))
+        .try_fold(u64::MAX, |m, f| f.map(|f| m.min(f)))
 }
 
 /// (total, available to unprivileged writers) bytes of the file system holding `dir`.

@@ -19,7 +19,8 @@ pub struct FjallKv {
 const CACHE_BYTES: u64 = 256 * 1024 * 1024;
 /// fjall's default journal bound.
 pub const MAX_JOURNAL_BYTES: u64 = 512 * 1024 * 1024;
-const MIN_JOURNAL_BYTES: u64 = 16 * 1024 * 1024;
+/// fjall refuses a smaller journal bound.
+const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
 
 impl FjallKv {
     pub fn open(dir: &Path) -> Result<FjallKv, StorageError> {

@@ -58,7 +58,12 @@ impl TestCluster {
             ])
             .arg(dir.path())
             .args(&layout)
-            .args(extra)
+            // "{dir}" in an argument stands for the cluster's directory.
+            .args(
+                extra
+                    .iter()
+                    .map(|a| a.replace("{dir}", &dir.path().display().to_string())),
+            )
             .output()
             .unwrap_or_else(|e| panic!("cannot run myriad: {e}"));
         assert!(

@@ -33,4 +33,5 @@ mod orphans;
 mod permissions;
 mod redirect;
 mod replication;
+mod tiers;
 mod write_behind;
