@@ -10,6 +10,7 @@ use std::time::Duration;
 use myriad_client::{Caller, Client, ClientConfig, ClusterMap, FsError, Keyring, NodeState};
 use myriad_placement::{NodeId, PartitionId};
 use myriad_server::ServerConfig;
+use myriad_storage::{BLOCK_BYTES, Kv, TieredKv};
 use myriad_server::embed::{CopyDigest, DOWN_AFTER, EmbeddedServer, LEASE, RENEW_EVERY};
 use rand::Rng;
 use tokio::time::Instant;
@@ -91,6 +92,10 @@ pub struct SimConfig {
     /// answered from an index must still be as fresh as any (the write unregistered it
     /// first). Off by default: `--auto-indexes` (implies `--indexes`).
     pub auto_indexes: bool,
+    /// Every server keeps two stores, a fast and a capacity tier (`TieredKv`,
+    /// docs/redundancy.md "Tiers"), each on a disk of its own that crashes on its own;
+    /// the fast tier overflows and blocks move back at random. Off by default: `--tiers`.
+    pub tiers: bool,
 }
 
 impl SimConfig {
@@ -114,6 +119,7 @@ impl SimConfig {
             freeze: false,
             indexes: false,
             auto_indexes: false,
+            tiers: false,
         }
     }
 
@@ -121,7 +127,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -139,7 +145,8 @@ impl SimConfig {
                 " --auto-indexes"
             } else {
                 ""
-            }
+            },
+            if self.tiers { " --tiers" } else { "" }
         )
     }
 }
@@ -257,6 +264,10 @@ struct Sim {
     leases: Arc<Leases>,
     /// Index = server id (0 unused).
     disks: Vec<Arc<SimDisk>>,
+    /// With `tiers`: each server's capacity tier (`disks` holds the fast one).
+    capacity_disks: Vec<Arc<SimDisk>>,
+    /// With `tiers`: each running server's two stores as one.
+    tiered: Mutex<BTreeMap<NodeId, Arc<TieredKv>>>,
     map: Mutex<ClusterMap>,
     history: Arc<History>,
     lock_check: Arc<crate::lock_check::LockCheck>,
@@ -295,6 +306,8 @@ impl Sim {
         map.inline_max_bytes = map.inline_max_bytes.min(CHUNK_BYTES);
         Arc::new(Sim {
             disks: (0..=slots).map(|_| Arc::new(SimDisk::default())).collect(),
+            capacity_disks: (0..=slots).map(|_| Arc::new(SimDisk::default())).collect(),
+            tiered: Mutex::new(BTreeMap::new()),
             report: Mutex::new(Report {
                 seed: cfg.seed,
                 ..Report::default()
@@ -364,7 +377,18 @@ impl Sim {
         // write and reads of coded chunks run among the faults (with 5 servers or more).
         config.coding.settle = CODING_SETTLE;
         config.coding.interval = CODING_SETTLE;
-        let disk = self.disks[id.index()].handle();
+        let disk: Arc<dyn Kv> = Arc::new(self.disks[id.index()].handle());
+        let disk = if self.cfg.tiers {
+            let capacity = Arc::new(self.capacity_disks[id.index()].handle());
+            let tiered = TieredKv::open(disk, capacity, CHUNK_BYTES / BLOCK_BYTES as u64)
+                .map(Arc::new)
+                .map_err(|e| self.fail(format!("server {id}'s tiers do not open: {e}")))?;
+            tiered.set_overflowing(self.rng.with(|r| r.gen_bool(0.5)));
+            lock(&self.tiered).insert(id, tiered.clone());
+            tiered
+        } else {
+            disk
+        };
         let endpoint = Endpoint::new(self.net.clone(), id);
         let authority = SimAuthority {
             me: id,
@@ -372,7 +396,7 @@ impl Sim {
         };
         let server = EmbeddedServer::new(
             config,
-            Arc::new(disk),
+            disk,
             Arc::new(endpoint),
             Arc::new(authority),
             FSYNC,
@@ -401,7 +425,14 @@ impl Sim {
         let disk = &self.disks[id.index()];
         let unsynced = disk.unsynced();
         let keep = self.rng.with(|r| r.gen_range(0..=unsynced));
-        let lost = disk.crash(keep, self.cfg.broken_disk);
+        let mut lost = disk.crash(keep, self.cfg.broken_disk);
+        if self.cfg.tiers {
+            // The capacity tier's disk keeps its own prefix of what it was not asked to sync.
+            lock(&self.tiered).remove(&id);
+            let capacity = &self.capacity_disks[id.index()];
+            let keep = self.rng.with(|r| r.gen_range(0..=capacity.unsynced()));
+            lost += capacity.crash(keep, false);
+        }
         let back = self
             .rng
             .with(|r| Duration::from_millis(r.gen_range(2_000..12_000)));
@@ -412,6 +443,29 @@ impl Sim {
         self.trace.event(format_args!(
             "crash server {id}: {lost} of {unsynced} unsynced batches lost; back in {back:?}"
         ));
+    }
+
+    /// With `tiers`: the fast tier of `who` starts or stops overflowing, or moves blocks
+    /// back (while it does not overflow).
+    fn shift_tiers(&self, who: NodeId) {
+        let Some(t) = lock(&self.tiered).get(&who).cloned() else {
+            return;
+        };
+        if self.rng.with(|r| r.gen_bool(0.5)) {
+            let on = !t.overflowing();
+            t.set_overflowing(on);
+            self.trace
+                .event(format_args!("server {who}'s fast tier overflowing: {on}"));
+        } else {
+            match t.move_back(4) {
+                Ok(n) => self
+                    .trace
+                    .event(format_args!("server {who}: {n} blocks back to the fast tier")),
+                Err(e) => self
+                    .trace
+                    .event(format_args!("server {who}: moving blocks back: {e}")),
+            }
+        }
     }
 
     fn commit_map(&self, map: ClusterMap, why: &str) {
@@ -648,6 +702,7 @@ impl Sim {
                     }
                 }
                 135..150 if self.cfg.moves => self.remove_server(who),
+                150..250 if self.cfg.tiers => self.shift_tiers(who),
                 _ => {}
             }
         }

@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -25,6 +25,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --freeze      clients also freeze a tree of their own, write into it and thaw it
   --indexes     ... by building and dropping its metadata index; leased clients read from indexes
   --auto-indexes  ... automatic indexes: never frozen, each write unregisters the index first
+  --tiers       every server keeps a fast and a capacity tier, each on a disk that crashes on its own
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -62,6 +63,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
                 cfg.indexes = true;
                 cfg.auto_indexes = true;
             }
+            "--tiers" => cfg.tiers = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }

@@ -316,6 +316,27 @@ fn seeds_with_automatic_indexes_keep_every_invariant() {
     });
 }
 
+/// Every server keeps a fast and a capacity tier (docs/redundancy.md "Tiers"), each on a
+/// disk that crashes on its own; fast tiers overflow and move blocks back at random. With
+/// 5 servers chunks are also erasure coded (fragments live in the capacity tier).
+#[test]
+fn seeds_with_tiers_keep_every_invariant() {
+    for seed in 1..=4 {
+        check(&SimConfig {
+            tiers: true,
+            ..SimConfig::new(seed)
+        });
+    }
+    for seed in [101, 102] {
+        check(&SimConfig {
+            tiers: true,
+            servers: 5,
+            moves: true,
+            ..SimConfig::new(seed)
+        });
+    }
+}
+
 /// Seeds that found bugs (each fixed, with a unit test beside the fix):
 /// 1016: recovery undid a split whose owner was still waiting for its first step to be
 ///       durable; the owner revealed the child anyway, and names created in it were later
