@@ -38,7 +38,7 @@ pub enum ClusterCmd {
         #[command(flatten)]
         security: crate::server_cmd::SecurityArgs,
         #[command(flatten)]
-        tiers: crate::server_cmd::TierArgs,
+        tiers: Box<crate::server_cmd::TierArgs>,
         #[command(flatten)]
         layout: LayoutArgs,
     },

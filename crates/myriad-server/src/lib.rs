@@ -27,9 +27,9 @@ mod replication;
 mod seams;
 mod space;
 mod state;
-mod tiers;
 #[cfg(test)]
 mod test_disk;
+mod tiers;
 #[cfg(test)]
 mod workload_rng;
 

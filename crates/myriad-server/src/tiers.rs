@@ -44,9 +44,12 @@ pub(crate) fn open(config: &ServerConfig) -> Result<Stores, StorageError> {
     // batch's capacity part passes through it as a redo record): on a small fast disk it
     // may take an eighth of it, not fjall's default 512 MiB.
     let total = disk_space(&t.fast_dir).map_or(u64::MAX, |(total, _)| total);
-    let fast = FjallKv::open_with_journal(&t.fast_dir.join("store"), (total / 8).min(MAX_JOURNAL_BYTES))?;
+    let fast = FjallKv::open_with_journal(
+        &t.fast_dir.join("store"),
+        (total / 8).min(MAX_JOURNAL_BYTES),
+    )?;
     let capacity = FjallKv::open(&capacity_dir)?;
-    let blocks_per_chunk = config.map.chunk_size_bytes / BLOCK_BYTES as u64;
+    let blocks_per_chunk = config.map.chunk_size_bytes / BLOCK_BYTES;
     let tiered = Arc::new(TieredKv::open(
         Arc::new(fast),
         Arc::new(capacity),
@@ -101,7 +104,9 @@ pub(crate) fn spawn_watch(
             if used < config.low_water {
                 let t = tiered.clone();
                 match tokio::task::spawn_blocking(move || t.move_back(MOVE_PAGE)).await {
-                    Ok(Ok(n)) if n > 0 => tracing::debug!(blocks = n, "moved back to the fast tier"),
+                    Ok(Ok(n)) if n > 0 => {
+                        tracing::debug!(blocks = n, "moved back to the fast tier")
+                    }
                     Ok(Err(e)) => tracing::warn!("moving blocks back to the fast tier: {e}"),
                     _ => {}
                 }

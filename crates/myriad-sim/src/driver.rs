@@ -10,8 +10,8 @@ use std::time::Duration;
 use myriad_client::{Caller, Client, ClientConfig, ClusterMap, FsError, Keyring, NodeState};
 use myriad_placement::{NodeId, PartitionId};
 use myriad_server::ServerConfig;
-use myriad_storage::{BLOCK_BYTES, Kv, TieredKv};
 use myriad_server::embed::{CopyDigest, DOWN_AFTER, EmbeddedServer, LEASE, RENEW_EVERY};
+use myriad_storage::{BLOCK_BYTES, Kv, TieredKv};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -380,7 +380,7 @@ impl Sim {
         let disk: Arc<dyn Kv> = Arc::new(self.disks[id.index()].handle());
         let disk = if self.cfg.tiers {
             let capacity = Arc::new(self.capacity_disks[id.index()].handle());
-            let tiered = TieredKv::open(disk, capacity, CHUNK_BYTES / BLOCK_BYTES as u64)
+            let tiered = TieredKv::open(disk, capacity, CHUNK_BYTES / BLOCK_BYTES)
                 .map(Arc::new)
                 .map_err(|e| self.fail(format!("server {id}'s tiers do not open: {e}")))?;
             tiered.set_overflowing(self.rng.with(|r| r.gen_bool(0.5)));
@@ -458,9 +458,9 @@ impl Sim {
                 .event(format_args!("server {who}'s fast tier overflowing: {on}"));
         } else {
             match t.move_back(4) {
-                Ok(n) => self
-                    .trace
-                    .event(format_args!("server {who}: {n} blocks back to the fast tier")),
+                Ok(n) => self.trace.event(format_args!(
+                    "server {who}: {n} blocks back to the fast tier"
+                )),
                 Err(e) => self
                     .trace
                     .event(format_args!("server {who}: moving blocks back: {e}")),

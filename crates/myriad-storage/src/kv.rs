@@ -29,10 +29,13 @@ pub enum Space {
     /// `id (8 BE)` -> the capacity-tier part of a batch, until the capacity store has it
     /// (`tiered_kv.rs`; only in a tiered server's fast store).
     TierRedo,
+    /// Raw block key -> nothing: a first-chunk block that went to the capacity tier while
+    /// the fast tier overflowed (`tiered_kv.rs`; only in a tiered server's fast store).
+    Overflowed,
 }
 
 impl Space {
-    pub const ALL: [Space; 10] = [
+    pub const ALL: [Space; 11] = [
         Space::Entries,
         Space::Dirs,
         Space::Blocks,
@@ -43,6 +46,7 @@ impl Space {
         Space::Fragments,
         Space::Coded,
         Space::TierRedo,
+        Space::Overflowed,
     ];
 
     /// The spaces that belong to a partition (and are replicated and copied with it).
@@ -69,6 +73,7 @@ impl Space {
             Space::Fragments => 8,
             Space::Coded => 9,
             Space::TierRedo => 10,
+            Space::Overflowed => 11,
         }
     }
 
@@ -92,6 +97,7 @@ impl Space {
             Space::Fragments => "fragments",
             Space::Coded => "coded",
             Space::TierRedo => "tier_redo",
+            Space::Overflowed => "overflowed",
         }
     }
 }

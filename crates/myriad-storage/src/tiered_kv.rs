@@ -118,7 +118,7 @@ pub struct TieredKv {
     overlay: RwLock<Overlay>,
     /// One sync at a time.
     syncing: Mutex<()>,
-    /// Where the mover goes on from (a raw block key).
+    /// Where the mover goes on from (a key of `Space::Overflowed`).
     move_cursor: Mutex<Option<Vec<u8>>>,
     overflowed: AtomicU64,
     moved_back: AtomicU64,
@@ -191,25 +191,37 @@ impl TieredKv {
             return Ok(0);
         }
         let mut ov = self.write()?;
-        if !ov.capacity_has_blocks {
-            return Ok(0);
-        }
         let mut cursor = self.move_cursor.lock().map_err(poisoned)?;
-        let page = self.capacity_scan(&ov, Space::Blocks, b"", cursor.as_deref(), limit)?;
+        let page = self
+            .fast
+            .scan(Space::Overflowed, b"", cursor.as_deref(), limit)?;
         if page.len() < limit {
-            *cursor = None; // wrap around next time
+            *cursor = None; // from the start next time
         } else {
             *cursor = page.last().map(|(k, _)| k.clone());
         }
-        let mut batch = Batch::new();
-        for (k, v) in page {
-            if self.is_first_chunk(&k) && !self.fast.contains(Space::Blocks, &k)? {
-                batch.put(Space::Blocks, k, v);
+        let mut fast = Batch::new();
+        let mut capacity: Vec<Op> = Vec::new();
+        let mut moved = 0;
+        for (k, _) in page {
+            fast.delete(Space::Overflowed, k.clone());
+            if self.fast.contains(Space::Blocks, &k)? {
+                // Written again since, in the fast tier: only the shadowed copy is left.
+                capacity.push((Space::Blocks, k, None));
+                continue;
+            }
+            let held = match ov.pending.get(&(Space::Blocks, k.clone())) {
+                Some((_, v)) => v.as_deref().cloned(),
+                None => self.capacity.get(Space::Blocks, &k)?,
+            };
+            if let Some(v) = held {
+                fast.put(Space::Blocks, k.clone(), v);
+                capacity.push((Space::Blocks, k, None));
+                moved += 1;
             }
         }
-        let moved = batch.ops.len();
-        if moved > 0 {
-            self.commit_locked(&mut ov, batch)?;
+        if !fast.is_empty() {
+            self.commit_parts(&mut ov, fast, capacity)?;
             self.moved_back.fetch_add(moved as u64, Ordering::Relaxed);
         }
         Ok(moved)
@@ -285,15 +297,40 @@ impl TieredKv {
         let mut fast = Batch::new();
         let mut capacity: Vec<Op> = Vec::new();
         for (space, key, value) in batch.ops {
+            // Overflowed first-chunk blocks are listed in the fast store (in the batch that
+            // sends them to capacity), so that the mover finds them without a walk of the
+            // capacity tier.
+            let first_block = space == Space::Blocks && self.is_first_chunk(&key);
             match self.route(ov, space, &key, value.is_some(), overflowing)? {
                 Route::Fast => fast.ops.push((space, key, value)),
-                Route::Capacity => capacity.push((space, key, value.map(Arc::new))),
+                Route::Capacity => {
+                    if first_block {
+                        match value {
+                            Some(_) => fast.put(Space::Overflowed, key.clone(), Vec::new()),
+                            None => fast.delete(Space::Overflowed, key.clone()),
+                        }
+                    }
+                    capacity.push((space, key, value.map(Arc::new)));
+                }
                 Route::FastAndDropCapacity => {
+                    if first_block {
+                        fast.delete(Space::Overflowed, key.clone());
+                    }
                     capacity.push((space, key.clone(), None));
                     fast.ops.push((space, key, value));
                 }
             }
         }
+        self.commit_parts(ov, fast, capacity)
+    }
+
+    /// Commits a fast part and a capacity part as one outcome (the module's second rule).
+    fn commit_parts(
+        &self,
+        ov: &mut Overlay,
+        mut fast: Batch,
+        capacity: Vec<Op>,
+    ) -> Result<(), StorageError> {
         if capacity.is_empty() {
             return self.fast.commit(fast);
         }

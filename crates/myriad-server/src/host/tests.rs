@@ -96,6 +96,7 @@ fn host(transport: Arc<Silent>) -> Arc<Host> {
         transport,
         authority: Arc::new(AlwaysLeased),
         map_news,
+        tiers: None,
     })
 }
 
