@@ -8,12 +8,15 @@ use crate::mem_kv::{MemKv, Table, scan_table};
 /// the copy after a crash holds what was synced and any prefix of the batches since.
 #[derive(Default)]
 struct CrashKv {
-    state: Mutex<(Table, Table, Vec<Vec<(Space, Vec<u8>, Option<Vec<u8>>)>>)>,
+    /// (visible, durable, committed since the last sync)
+    state: Mutex<(Table, Table, Vec<Ops>)>,
     /// Every sync fails (a crash during it) once set.
     failing: std::sync::atomic::AtomicBool,
 }
 
-fn apply(t: &mut Table, ops: &[(Space, Vec<u8>, Option<Vec<u8>>)]) {
+type Ops = Vec<(Space, Vec<u8>, Option<Vec<u8>>)>;
+
+fn apply(t: &mut Table, ops: &Ops) {
     for (s, k, v) in ops {
         match v {
             Some(v) => t.insert((*s, k.clone()), v.clone()),
