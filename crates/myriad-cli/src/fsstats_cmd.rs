@@ -18,7 +18,14 @@ pub struct FsstatsArgs {
     /// Myriad path read with the native client (no mount; capacity is then the bytes
     /// the copies take, as `myriad du --raw` counts them). Symbolic links are not followed; a file with several names
     /// counts once (by its device and inode).
-    pub path: PathBuf,
+    #[arg(required_unless_present = "kept")]
+    pub path: Option<PathBuf>,
+    /// The whole Myriad file system (the cluster of --cluster) at once, from the
+    /// statistics every partition keeps as its files change, with no walk: sizes, links,
+    /// symlinks, names and directory sizes. File ages and capacity are not kept (they
+    /// need the walk of a PATH).
+    #[arg(long, conflicts_with = "path")]
+    pub kept: bool,
     /// Print JSON (every histogram with its buckets) instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -53,28 +60,95 @@ pub fn is_myriad_path(path: &Path) -> bool {
 }
 
 pub fn run(a: &FsstatsArgs) -> anyhow::Result<()> {
-    let stats = walk(&a.path, a.threads.max(1))
-        .with_context(|| format!("fsstats of {}", a.path.display()))?;
-    report(a, &stats)
+    let path = a.path.clone().unwrap_or_default();
+    let stats =
+        walk(&path, a.threads.max(1)).with_context(|| format!("fsstats of {}", path.display()))?;
+    report(a, &path, &stats, None)
+}
+
+/// `fsstats --kept`: every partition's kept statistics, merged. A split directory's
+/// pieces (one per partition holding shards of it) are summed into one directory.
+pub async fn run_cluster(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use myriad_client::proto::{AdminRequest, Request, Response};
+    let pids: Vec<_> = client.map().partitions.iter().map(|p| p.id).collect();
+    let total = pids.len();
+    let answers: Vec<_> = futures::stream::iter(pids)
+        .map(|pid| async move {
+            let r = client
+                .request(pid, Request::Admin(AdminRequest::KeptStats))
+                .await;
+            (pid, r)
+        })
+        .buffer_unordered(a.threads.max(1))
+        .collect()
+        .await;
+    let mut stats = FsStats::default();
+    let mut split: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let mut not_counted = 0usize;
+    for (pid, r) in answers {
+        match r.with_context(|| format!("partition {pid}"))? {
+            Response::KeptStats {
+                stats: Some(s),
+                split_dirs,
+            } => {
+                stats.merge(&s);
+                for (dir, n) in split_dirs {
+                    *split.entry(dir).or_default() += n;
+                }
+            }
+            Response::KeptStats { stats: None, .. } => not_counted += 1,
+            other => anyhow::bail!("unexpected reply to kept_stats: {other:?}"),
+        }
+    }
+    for n in split.values() {
+        stats.dir_entries.add(*n);
+    }
+    if not_counted > 0 {
+        eprintln!(
+            "myriad: {not_counted} of {total} partitions have not counted their files yet (they do when they open); the figures leave them out"
+        );
+    }
+    report(
+        a,
+        Path::new("myriad (kept by the servers)"),
+        &stats,
+        Some(not_counted),
+    )
 }
 
 /// `fsstats myriad:/PATH`: the walk through the native client.
 pub async fn run_native(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow::Result<()> {
     let path = a
         .path
-        .to_str()
+        .as_deref()
+        .and_then(Path::to_str)
         .and_then(|p| p.strip_prefix(MYRIAD_PREFIX))
         .unwrap_or("/");
     let root = crate::fs_cmds::normalize(path)?;
     let stats = walk_native(client, &root, a.threads.max(1))
         .await
         .with_context(|| format!("fsstats of {MYRIAD_PREFIX}{root}"))?;
-    report(a, &stats)
+    report(
+        a,
+        Path::new(&format!("{MYRIAD_PREFIX}{root}")),
+        &stats,
+        None,
+    )
 }
 
-fn report(a: &FsstatsArgs, stats: &FsStats) -> anyhow::Result<()> {
+/// Prints `stats` of `what`; `not_counted`: with `--kept`, partitions left out.
+fn report(
+    a: &FsstatsArgs,
+    what: &Path,
+    stats: &FsStats,
+    not_counted: Option<usize>,
+) -> anyhow::Result<()> {
     if a.json {
         let mut v = serde_json::to_value(stats)?;
+        if let Some(n) = not_counted {
+            v["partitions_not_counted"] = serde_json::json!(n);
+        }
         if a.recommend {
             v["recommended_fast_tier_bytes"] =
                 serde_json::json!(
@@ -83,7 +157,7 @@ fn report(a: &FsstatsArgs, stats: &FsStats) -> anyhow::Result<()> {
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", tables(&a.path, stats));
+        print!("{}", tables(what, stats));
         if a.recommend {
             let bytes = stats.fast_tier_bytes(a.small_bytes, a.copies, PER_ENTRY_BYTES);
             println!(

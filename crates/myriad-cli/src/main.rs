@@ -195,7 +195,13 @@ fn main() -> ExitCode {
             std::time::Duration::from_millis(cli.timeout_ms),
         ),
         Command::Umount { mountpoint } => mount_cmd::umount(&mountpoint),
-        Command::Fsstats(args) if !fsstats_cmd::is_myriad_path(&args.path) => {
+        Command::Fsstats(args)
+            if !args.kept
+                && !args
+                    .path
+                    .as_deref()
+                    .is_some_and(fsstats_cmd::is_myriad_path) =>
+        {
             fsstats_cmd::run(&args)
         }
         other => run_client_command(other, cli.cluster, cli.secret_file, cli.timeout_ms),
@@ -254,7 +260,11 @@ fn run_client_command(
             }
             Command::Fsstats(a) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;
-                fsstats_cmd::run_native(&a, &client).await
+                if a.kept {
+                    fsstats_cmd::run_cluster(&a, &client).await
+                } else {
+                    fsstats_cmd::run_native(&a, &client).await
+                }
             }
             other => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;

@@ -86,6 +86,20 @@ impl Histogram {
         self.max = Some(self.max.map_or(value, |m| m.max(value)));
     }
 
+    /// Takes away one `value` added before (the servers keep histograms as files change).
+    /// `min` and `max` are not kept by a histogram values leave: they become `None`.
+    pub fn remove(&mut self, value: u64) {
+        let b = self.bucket_of(value);
+        if let (Some(c), Some(s)) = (self.counts.get_mut(b), self.sums.get_mut(b)) {
+            *c = c.saturating_sub(1);
+            *s = s.saturating_sub(u128::from(value));
+        }
+        self.count = self.count.saturating_sub(1);
+        self.sum = self.sum.saturating_sub(u128::from(value));
+        self.min = None;
+        self.max = None;
+    }
+
     /// Adds `other`'s values (the same `first_edge`; otherwise its values are lost: a
     /// programming error, reported by the return value).
     pub fn merge(&mut self, other: &Histogram) -> bool {
@@ -214,7 +228,7 @@ impl Default for FsStats {
 }
 
 /// What a walker knows of one regular file.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileFacts {
     pub size: u64,
     pub capacity: u64,
@@ -248,6 +262,18 @@ impl FsStats {
     pub fn add_other(&mut self, name_len: usize) {
         self.other += 1;
         self.name_len.add(name_len as u64);
+    }
+
+    /// Takes a regular file's facts away again (`add_file`'s inverse, ages aside).
+    pub fn remove_file(&mut self, name_len: Option<usize>, f: FileFacts) {
+        self.size.remove(f.size);
+        self.capacity.remove(f.capacity);
+        if f.nlink > 1 {
+            self.hard_links.remove(f.nlink);
+        }
+        if let Some(n) = name_len {
+            self.name_len.remove(n as u64);
+        }
     }
 
     pub fn merge(&mut self, o: &FsStats) {

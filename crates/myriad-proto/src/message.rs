@@ -44,7 +44,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `DropFragments` per chunk and generation, `FsckRepair::RepairFragments`,
 /// `AdminRequest::FsckCoded`, `AdminRequest::FsckFragments`, `PeerRequest::KeepsFragments`,
 /// `PeerRequest::FragmentNamed`, `Response::Bool`.
-/// 24: storage tiers: `StatFs::tiers`.
+/// 24: storage tiers: `StatFs::tiers`; kept fsstats: `AdminRequest::KeptStats`,
+/// `Response::KeptStats`.
 pub const PROTOCOL_VERSION: u16 = 24;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,6 +201,13 @@ pub enum Response {
     Coded(Box<crate::ec_layout::CodedChunk>),
     /// Coded chunks of a partition (`AdminRequest::FsckCoded`): (inode, chunk, record).
     CodedChunks(Vec<(InodeId, u64, crate::ec_layout::CodedChunk)>),
+    /// A partition's kept fsstats (`AdminRequest::KeptStats`): `None` while it has not
+    /// counted its files yet; and its pieces of split directories (path, entries here).
+    KeptStats {
+        /// Boxed: a response travels in many futures, and this one is large.
+        stats: Option<Box<crate::fsstats::FsStats>>,
+        split_dirs: Vec<(String, u64)>,
+    },
     /// Fragments kept by a server (`AdminRequest::FsckFragments`): (inode, chunk, index,
     /// generation, whether its checksum holds).
     Fragments(Vec<(InodeId, u64, u8, u32, bool)>),
@@ -363,4 +371,24 @@ pub struct LeaseGrant {
     /// An exclusive lease: the directory's attributes as the grant found them (the
     /// holder may create names there: docs/fuse.md "Write-behind").
     pub exclusive: Option<Inode>,
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Responses and requests travel inside many nested futures: a large variant makes
+    /// every one of them larger, and a server's debug build overflowed its stack when a
+    /// response grew by a whole `FsStats` (boxed since).
+    #[test]
+    fn messages_stay_small() {
+        let (req, resp) = (
+            std::mem::size_of::<crate::Request>(),
+            std::mem::size_of::<super::Response>(),
+        );
+        eprintln!("Request {req} bytes, Response {resp} bytes");
+        assert!(
+            resp <= 256,
+            "Response is {resp} bytes: box the large variant"
+        );
+        assert!(req <= 512, "Request is {req} bytes: box the large variant");
+    }
 }

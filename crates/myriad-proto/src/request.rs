@@ -430,6 +430,9 @@ pub enum AdminRequest {
     /// A server holding a copy (primary or backup) of the target partition, as root: the
     /// copy's last applied batch and a digest of its whole contents (`ReplicaDigest`).
     FsckReplica,
+    /// The target partition's primary: the fsstats it keeps of its files and directories
+    /// (`Response::KeptStats`; `myriad fsstats --cluster`).
+    KeptStats,
 }
 
 /// Server-to-server requests: two-partition protocols, splits, hard-link bookkeeping, directory
@@ -1064,6 +1067,7 @@ impl AdminRequest {
             AdminRequest::FsckRepair(_) => "fsck_repair",
             AdminRequest::FsckReplica => "fsck_replica",
             AdminRequest::FsckCoded { .. } => "fsck_coded",
+            AdminRequest::KeptStats => "kept_stats",
             AdminRequest::FsckFragments { .. } => "fsck_fragments",
         }
     }

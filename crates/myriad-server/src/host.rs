@@ -549,6 +549,17 @@ impl Host {
                     t.push(task);
                 }
             }
+            // Kept fsstats counted once where a partition has none yet (its first opening
+            // with them); from then on every change keeps them (docs/redundancy.md).
+            let count = node.clone();
+            let task = tokio::spawn(async move {
+                if let Err(e) = count.applier.run(Mutation::RebuildStats).await {
+                    tracing::warn!(partition = %count.me, "counting the partition's files for fsstats failed: {e}");
+                }
+            });
+            if let Ok(mut t) = node.tasks.lock() {
+                t.push(task);
+            }
             node.start_tasks();
         }
     }

@@ -609,6 +609,7 @@ fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) {
 
 mod coded;
 pub(crate) mod damage;
+pub(crate) mod kept_stats;
 mod outcomes;
 
 #[cfg(test)]

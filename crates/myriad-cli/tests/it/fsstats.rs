@@ -216,3 +216,91 @@ async fn du_counts_logical_and_raw_bytes_of_a_tree() {
     assert!(meta > 0 && meta < 2 * 8 * 512, "{meta}");
     assert_eq!(v["raw_bytes"].as_u64(), Some(raw + meta));
 }
+
+/// `fsstats --kept` answers from what the servers keep as files change: after creates,
+/// a growing file, unlinks, a symlink and a directory split over partitions, the same
+/// counts as computed here from what the test did (ages and capacity are not kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsstats_cluster_keeps_counts_as_files_change() {
+    use myriad_client::Caller;
+    let tc = crate::harness::TestCluster::start_with(
+        3,
+        &["--replicas", "2", "--dir-split-entries", "64"],
+    );
+    let c = crate::index::plain(&tc, Caller::root());
+    crate::index::ok(c.mkdir("/t", 0o755).await, "mkdir");
+    let mut sizes = std::collections::BTreeMap::new();
+    let mut dirs = vec![("/".to_string(), 1u64), ("/t".to_string(), 0)];
+    for d in 0..3 {
+        let dir = format!("/t/d{d}");
+        crate::index::ok(c.mkdir(&dir, 0o755).await, "mkdir");
+        let n = 4 + d * 3;
+        for f in 0..n {
+            let size = [10usize, 3000, 16_384, 70_000][f % 4];
+            let path = format!("{dir}/f{f}");
+            crate::index::ok(
+                c.create(&path, 0o644, true, &vec![1u8; size]).await,
+                "create",
+            );
+            sizes.insert(path, size as u64);
+        }
+        dirs.push((dir, n as u64));
+    }
+    // A directory past the split threshold (64): its shards end on several partitions.
+    crate::index::ok(c.mkdir("/t/huge", 0o755).await, "mkdir");
+    for f in 0..300 {
+        let path = format!("/t/huge/h{f}");
+        crate::index::ok(c.create(&path, 0o644, true, b"x").await, "create");
+        sizes.insert(path, 1);
+    }
+    crate::index::ok(c.symlink("d0/f0", "/t/ln").await, "symlink");
+    // A file grows, two go.
+    let h = crate::index::ok(c.open("/t/d1/f0").await, "open");
+    crate::index::ok(c.write(&h, 200_000, b"end").await, "write");
+    sizes.insert("/t/d1/f0".into(), 200_003);
+    for gone in ["/t/d2/f1", "/t/huge/h7"] {
+        crate::index::ok(c.unlink(gone).await, "unlink");
+        sizes.remove(gone);
+    }
+    dirs[1].1 = 3 + 1 + 1; // d0..d2, huge, ln
+    dirs[4].1 -= 1; // d2
+    dirs.push(("/t/huge".into(), 299));
+
+    let values: Vec<u64> = sizes.values().copied().collect();
+    let want_sizes = bucket_counts(&values, 2048);
+    let entries: Vec<u64> = dirs.iter().map(|(_, n)| *n).collect();
+    let want_dirs = bucket_counts(&entries, 1);
+    // The split may still be moving entries: wait until it settled.
+    let mut last = serde_json::Value::Null;
+    for _ in 0..100 {
+        last = json_out(&tc.cli(&["fsstats", "--kept", "--json"]));
+        if counts(&last["size"]) == want_sizes && counts(&last["dir_entries"]) == want_dirs {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(counts(&last["size"]), want_sizes, "{last}");
+    assert_eq!(
+        last["size"]["sum"].as_u64(),
+        Some(values.iter().sum::<u64>())
+    );
+    assert_eq!(counts(&last["dir_entries"]), want_dirs, "{last}");
+    assert_eq!(
+        last["dir_entries"]["sum"].as_u64(),
+        Some(entries.iter().sum::<u64>())
+    );
+    assert_eq!(last["symlinks"]["count"].as_u64(), Some(1));
+    assert_eq!(last["partitions_not_counted"].as_u64(), Some(0));
+    // Names: every entry under / once (files, directories, the symlink).
+    assert_eq!(
+        last["name_len"]["count"].as_u64(),
+        Some(sizes.len() as u64 + 5 + 1)
+    );
+    // The tables print too.
+    let out = tc.cli(&["fsstats", "--kept"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -223,6 +223,12 @@ impl ApplyLoop {
             settled = Some(o.settled);
         }
         if !batch.is_empty() {
+            // The partition's kept fsstats change in the change's own batch.
+            if let Err(e) = self.store.account_stats(&mut batch) {
+                self.outcomes.reload();
+                let _ = job.reply.send(Err(storage_err(e)));
+                return;
+            }
             if let Err(e) = self.staged.stage(batch) {
                 self.outcomes.reload();
                 let _ = job.reply.send(Err(storage_err(e)));

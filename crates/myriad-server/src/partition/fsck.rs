@@ -72,6 +72,16 @@ impl Partition {
                     .coded_chunks(after, page(limit))
                     .map_err(storage_err)?,
             )),
+            Request::Admin(AdminRequest::KeptStats) => {
+                let kept = self.store.kept_stats().map_err(storage_err)?;
+                Ok(Response::KeptStats {
+                    split_dirs: kept
+                        .as_ref()
+                        .map(|k| k.split_dirs.clone())
+                        .unwrap_or_default(),
+                    stats: kept.map(|k| Box::new(k.stats)),
+                })
+            }
             _ => Err(FsError::InvalidArgument("not an fsck request".into())),
         }
     }

@@ -56,6 +56,8 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         | Mutation::ChunkTrimFrom { .. }
         | Mutation::DropBlocks { .. }
         | Mutation::RepairBlock { .. }
+        // Counting the partition's files changes none of them.
+        | Mutation::RebuildStats
         // Coding a chunk changes where its bytes are, never what they are.
         | Mutation::CodeChunk { .. }
         | Mutation::UncodeChunk { .. }

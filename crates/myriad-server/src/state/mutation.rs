@@ -23,6 +23,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
+        Mutation::RebuildStats => {
+            if ctx.store.kept_stats().map_err(storage_err)?.is_none() {
+                b = ctx.store.rebuild_stats().map_err(storage_err)?;
+            }
+            Outcome::Unit
+        }
         Mutation::ReserveIds { client, count } => {
             Outcome::Ids(ctx.ids.reserve(ctx.store, &mut b, client, count)?, count)
         }

@@ -338,6 +338,9 @@ pub enum Mutation {
         ino: InodeId,
         from_block: u64,
     },
+    /// The partition's kept fsstats counted from scratch (docs/redundancy.md "Cluster-wide
+    /// fsstats"): the first time it opens with them, when it holds none yet.
+    RebuildStats,
     /// Chunk `chunk` of `ino` is coded (docs/redundancy.md): its blocks give way to
     /// `coded`, if they still hold exactly the bytes coded (`crc` of them, and nothing
     /// past them in the chunk). `Outcome::Switched` says whether they did.

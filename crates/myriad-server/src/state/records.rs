@@ -11,8 +11,9 @@ use myriad_proto::InodeId;
 use myriad_proto::access::apply_setattr;
 
 /// Where inode objects of hard-linked files live on their home node: a reserved directory
-/// that no valid path can name ("//" never passes path validation).
-pub const INODE_DIR: &str = "//i";
+/// that no valid path can name ("//" never passes path validation). Defined by the store,
+/// whose kept fsstats count the files in it.
+pub use myriad_storage::INODE_DIR;
 
 /// Where files whose last name went wait, with their data, until no client has them open
 /// (docs/fuse.md "Open files unlinked elsewhere"): another reserved directory.

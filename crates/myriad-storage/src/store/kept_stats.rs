@@ -1,0 +1,364 @@
+//! fsstats kept by each partition as its files change (docs/redundancy.md "Cluster-wide
+//! fsstats"), so that `myriad fsstats --cluster` answers from the partitions' records
+//! instead of a walk. Kept in the partition's own `Meta` space, written in the batch of
+//! the change itself (replicated and copied with the partition, as every record):
+//!
+//! * `fsstats` -> the partition's `FsStats`: regular files by size and link count,
+//!   symbolic links by target length, names by length, and its whole directories (those
+//!   never split) by entry count;
+//! * `fsstats-dir \0 dir` -> visible entries of `dir` here (absent: none);
+//! * `fsstats-split \0 dir` -> (empty) `dir` is split and this partition holds shards of it:
+//!   its count here is one piece of the directory's, summed over partitions by the reader.
+//!
+//! Files' ages are not kept (they change without a mutation), nor capacity (it depends on
+//! coding done elsewhere): `fsstats PATH` walks for those.
+
+use std::collections::BTreeMap;
+
+use myriad_proto::FileKind;
+use myriad_proto::fsstats::{FileFacts, FsStats};
+
+use crate::StorageError;
+use crate::kv::{Batch, Space};
+use crate::records::{DirRecord, EntryRecord};
+use crate::store::{Store, decode, decode_dir, encode};
+
+const STATS_KEY: &[u8] = b"fsstats";
+const DIR_PREFIX: &[u8] = b"fsstats-dir\0";
+const SPLIT_PREFIX: &[u8] = b"fsstats-split\0";
+/// Records read per page while rebuilding.
+const PAGE: usize = 1024;
+
+/// What one partition keeps: its statistics, and its pieces of split directories
+/// (path, entries here).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptStats {
+    pub stats: FsStats,
+    pub split_dirs: Vec<(String, u64)>,
+}
+
+fn prefixed(prefix: &[u8], dir: &str) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(dir.as_bytes());
+    k
+}
+
+/// Where inode objects of hard-linked files live on their home (a reserved directory no
+/// valid path names: "//" never passes path validation).
+pub const INODE_DIR: &str = "//i";
+
+/// Reserved directories are no user's directories: they count as none, their entries
+/// have no name, and only the inode objects of hard-linked files count as files (files
+/// waiting in `//o` for their last open to close are gone for the user).
+fn internal(dir: &str) -> bool {
+    dir.starts_with("//")
+}
+
+/// Whether an entry of `dir` counts at all.
+fn counts_files(dir: &str) -> bool {
+    !internal(dir) || dir == INODE_DIR
+}
+
+/// (dir, name length) of an entry key `dir \0 hash(8) name`.
+fn entry_parts(key: &[u8]) -> Option<(String, usize)> {
+    let nul = key.iter().position(|b| *b == 0)?;
+    let name_len = key.len().checked_sub(nul + 1 + crate::keys::HASH_BYTES)?;
+    Some((String::from_utf8_lossy(&key[..nul]).into_owned(), name_len))
+}
+
+/// What an entry adds to the statistics, if it is visible.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    File(FileFacts),
+    Symlink(u64),
+    /// Directories, hard-link names (their inode is counted at its home), devices, sockets.
+    Name {
+        other: bool,
+    },
+}
+
+fn counted(rec: &EntryRecord) -> Option<Counted> {
+    let i = rec.inode.as_ref()?;
+    Some(match i.kind {
+        FileKind::File => Counted::File(FileFacts {
+            size: i.size,
+            capacity: 0,
+            nlink: u64::from(i.nlink),
+            mtime_age_secs: 0,
+            ctime_age_secs: 0,
+        }),
+        FileKind::Symlink => Counted::Symlink(i.size),
+        FileKind::Directory | FileKind::HardLink => Counted::Name { other: false },
+        _ => Counted::Name { other: true },
+    })
+}
+
+/// Adds (`sign` true) or takes away one entry's part of `s`.
+fn apply(s: &mut FsStats, c: Counted, name_len: Option<usize>, sign: bool) {
+    match (c, sign) {
+        (Counted::File(f), true) => {
+            s.size.add(f.size);
+            if f.nlink > 1 {
+                s.hard_links.add(f.nlink);
+            }
+        }
+        (Counted::File(f), false) => s.remove_file(None, f),
+        (Counted::Symlink(n), true) => s.symlinks.add(n),
+        (Counted::Symlink(n), false) => s.symlinks.remove(n),
+        (Counted::Name { other }, _) => {
+            if other {
+                s.other = if sign {
+                    s.other + 1
+                } else {
+                    s.other.saturating_sub(1)
+                };
+            }
+        }
+    }
+    if let Some(n) = name_len {
+        if sign {
+            s.name_len.add(n as u64);
+        } else {
+            s.name_len.remove(n as u64);
+        }
+    }
+}
+
+/// Every statistic empty, with the edges of `FsStats::default`.
+fn empty() -> FsStats {
+    FsStats::default()
+}
+
+impl Store {
+    /// The statistics this partition keeps, or None before they were built here.
+    pub fn kept_stats(&self) -> Result<Option<KeptStats>, StorageError> {
+        let Some(v) = self.kv().get(Space::Meta, STATS_KEY)? else {
+            return Ok(None);
+        };
+        let stats: FsStats = decode("meta", &v)?;
+        let mut split_dirs = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .kv()
+                .scan(Space::Meta, SPLIT_PREFIX, after.as_deref(), PAGE)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (k, _) in page {
+                let dir = String::from_utf8_lossy(&k[SPLIT_PREFIX.len()..]).into_owned();
+                let n = self.dir_count(&dir)?;
+                split_dirs.push((dir, n));
+            }
+        }
+        Ok(Some(KeptStats { stats, split_dirs }))
+    }
+
+    fn dir_count(&self, dir: &str) -> Result<u64, StorageError> {
+        Ok(self
+            .kv()
+            .get(Space::Meta, &prefixed(DIR_PREFIX, dir))?
+            .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    /// Adds to `batch` what its entry and directory changes do to the kept statistics
+    /// (nothing before they were built: the rebuild counts everything).
+    pub fn account_stats(&self, batch: &mut Batch) -> Result<(), StorageError> {
+        if !batch
+            .ops
+            .iter()
+            .any(|(s, _, _)| matches!(s, Space::Entries | Space::Dirs))
+            || batch
+                .ops
+                .iter()
+                .any(|(s, k, _)| *s == Space::Meta && k.as_slice() == STATS_KEY)
+        {
+            return Ok(());
+        }
+        let Some(v) = self.kv().get(Space::Meta, STATS_KEY)? else {
+            return Ok(());
+        };
+        let mut stats: FsStats = decode("meta", &v)?;
+        // The batch's own earlier ops come before its later ones on the same key.
+        let mut seen: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
+        let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+        let mut dirs: BTreeMap<String, (Option<DirRecord>, Option<DirRecord>)> = BTreeMap::new();
+        for (space, key, value) in &batch.ops {
+            let before = match seen.get(&(*space, key.clone())) {
+                Some(v) => v.clone(),
+                None => self.kv().get(*space, key)?,
+            };
+            seen.insert((*space, key.clone()), value.clone());
+            match space {
+                Space::Entries => {
+                    let Some((dir, name_len)) = entry_parts(key) else {
+                        continue;
+                    };
+                    if !counts_files(&dir) {
+                        continue;
+                    }
+                    let old = before
+                        .as_deref()
+                        .map(|b| decode::<EntryRecord>("entries", b))
+                        .transpose()?
+                        .and_then(|r| counted(&r));
+                    let new = value
+                        .as_deref()
+                        .map(|b| decode::<EntryRecord>("entries", b))
+                        .transpose()?
+                        .and_then(|r| counted(&r));
+                    if old == new {
+                        continue;
+                    }
+                    let named = (!internal(&dir)).then_some(name_len);
+                    if let Some(c) = old {
+                        apply(&mut stats, c, named, false);
+                    }
+                    if let Some(c) = new {
+                        apply(&mut stats, c, named, true);
+                    }
+                    if !internal(&dir) {
+                        let d = i64::from(new.is_some()) - i64::from(old.is_some());
+                        *counts.entry(dir).or_default() += d;
+                    }
+                }
+                Space::Dirs => {
+                    let dir = String::from_utf8_lossy(key).into_owned();
+                    if internal(&dir) {
+                        continue;
+                    }
+                    let old = before.as_deref().map(decode_dir).transpose()?;
+                    let new = value.as_deref().map(decode_dir).transpose()?;
+                    let e = dirs.entry(dir).or_insert((old, None));
+                    e.1 = new;
+                }
+                _ => {}
+            }
+        }
+        let mut touched: BTreeMap<String, ()> = BTreeMap::new();
+        touched.extend(counts.keys().map(|d| (d.clone(), ())));
+        touched.extend(dirs.keys().map(|d| (d.clone(), ())));
+        for dir in touched.into_keys() {
+            let old_count = self.dir_count(&dir)?;
+            let new_count = u64::try_from(
+                i64::try_from(old_count).unwrap_or(i64::MAX)
+                    + counts.get(&dir).copied().unwrap_or(0),
+            )
+            .unwrap_or(0);
+            let (old_rec, new_rec) = match dirs.get(&dir) {
+                Some((old, new)) => (old.clone(), new.clone()),
+                None => {
+                    let r = self.dir(&dir)?;
+                    (r.clone(), r)
+                }
+            };
+            let whole = |r: &Option<DirRecord>| r.as_ref().is_some_and(DirRecord::is_whole);
+            let split = |r: &Option<DirRecord>| r.as_ref().is_some_and(|r| !r.is_whole());
+            if whole(&old_rec) {
+                stats.dir_entries.remove(old_count);
+            }
+            if whole(&new_rec) {
+                stats.dir_entries.add(new_count);
+            }
+            if new_count != old_count {
+                if new_count == 0 {
+                    batch.delete(Space::Meta, prefixed(DIR_PREFIX, &dir));
+                } else {
+                    batch.put(
+                        Space::Meta,
+                        prefixed(DIR_PREFIX, &dir),
+                        new_count.to_be_bytes().to_vec(),
+                    );
+                }
+            }
+            if split(&old_rec) != split(&new_rec) {
+                if split(&new_rec) {
+                    batch.put(Space::Meta, prefixed(SPLIT_PREFIX, &dir), Vec::new());
+                } else {
+                    batch.delete(Space::Meta, prefixed(SPLIT_PREFIX, &dir));
+                }
+            }
+        }
+        batch.put(Space::Meta, STATS_KEY.to_vec(), encode(&stats));
+        Ok(())
+    }
+
+    /// A batch that counts every entry and directory of this partition from scratch (the
+    /// first time a partition opens with this code, or to repair the counts).
+    pub fn rebuild_stats(&self) -> Result<Batch, StorageError> {
+        let mut b = Batch::new();
+        for prefix in [DIR_PREFIX, SPLIT_PREFIX] {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let page = self
+                    .kv()
+                    .scan(Space::Meta, prefix, after.as_deref(), PAGE)?;
+                let Some((last, _)) = page.last() else { break };
+                after = Some(last.clone());
+                for (k, _) in page {
+                    b.delete(Space::Meta, k);
+                }
+            }
+        }
+        let mut stats = empty();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .kv()
+                .scan(Space::Entries, b"", after.as_deref(), PAGE)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (k, v) in page {
+                let Some((dir, name_len)) = entry_parts(&k) else {
+                    continue;
+                };
+                if !counts_files(&dir) {
+                    continue;
+                }
+                // A damaged record counts as nothing (fsck names it).
+                let Ok(rec) = decode::<EntryRecord>("entries", &v) else {
+                    continue;
+                };
+                let Some(c) = counted(&rec) else { continue };
+                let named = (!internal(&dir)).then_some(name_len);
+                apply(&mut stats, c, named, true);
+                if !internal(&dir) {
+                    *counts.entry(dir).or_default() += 1;
+                }
+            }
+        }
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.kv().scan(Space::Dirs, b"", after.as_deref(), PAGE)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (k, v) in page {
+                let dir = String::from_utf8_lossy(&k).into_owned();
+                let Ok(rec) = decode_dir(&v) else { continue };
+                if internal(&dir) {
+                    continue;
+                }
+                if rec.is_whole() {
+                    stats
+                        .dir_entries
+                        .add(counts.get(&dir).copied().unwrap_or(0));
+                } else {
+                    b.put(Space::Meta, prefixed(SPLIT_PREFIX, &dir), Vec::new());
+                }
+            }
+        }
+        for (dir, n) in counts {
+            b.put(
+                Space::Meta,
+                prefixed(DIR_PREFIX, &dir),
+                n.to_be_bytes().to_vec(),
+            );
+        }
+        b.put(Space::Meta, STATS_KEY.to_vec(), encode(&stats));
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests;

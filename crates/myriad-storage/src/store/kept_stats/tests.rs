@@ -1,0 +1,165 @@
+use std::sync::Arc;
+
+use myriad_proto::fsstats::{FsStats, Histogram};
+use myriad_proto::{FileKind, Inode, InodeId, Shard};
+
+use super::*;
+use crate::mem_kv::MemKv;
+use crate::records::LocalShard;
+
+fn store() -> Store {
+    Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn inode(ino: u64, kind: FileKind, size: u64, nlink: u32) -> Inode {
+    let mut i = Inode::new(InodeId(ino), kind, 0o644, (0, 0), 0);
+    i.size = size;
+    i.nlink = nlink;
+    i
+}
+
+fn visible(i: Inode) -> EntryRecord {
+    EntryRecord {
+        inode: Some(i),
+        pending: None,
+    }
+}
+
+/// Applies `change` to a batch, accounts it, commits it.
+fn change(s: &Store, f: impl FnOnce(&Store, &mut Batch)) {
+    let mut b = Batch::new();
+    f(s, &mut b);
+    s.account_stats(&mut b).unwrap_or_else(|e| panic!("{e}"));
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A histogram's buckets and totals (min and max are not kept as values leave).
+fn shape(h: &Histogram) -> (Vec<u64>, Vec<u128>, u64, u128) {
+    let mut counts = h.counts.clone();
+    let mut sums = h.sums.clone();
+    while counts.last() == Some(&0) && sums.last() == Some(&0) {
+        counts.pop();
+        sums.pop();
+    }
+    (counts, sums, h.count, h.sum)
+}
+
+fn same(a: &FsStats, b: &FsStats) -> bool {
+    [
+        (&a.size, &b.size),
+        (&a.dir_entries, &b.dir_entries),
+        (&a.name_len, &b.name_len),
+        (&a.symlinks, &b.symlinks),
+        (&a.hard_links, &b.hard_links),
+    ]
+    .iter()
+    .all(|(x, y)| shape(x) == shape(y))
+        && a.other == b.other
+}
+
+fn rebuilt(s: &Store) -> FsStats {
+    let b = s.rebuild_stats().unwrap_or_else(|e| panic!("{e}"));
+    let v = b
+        .ops
+        .iter()
+        .rev()
+        .find(|(sp, k, _)| *sp == Space::Meta && k.as_slice() == STATS_KEY)
+        .and_then(|(_, _, v)| v.clone())
+        .unwrap_or_default();
+    decode("meta", &v).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn kept_statistics_follow_every_change_and_equal_a_count_from_scratch() {
+    let s = store();
+    // Nothing is kept before the first build.
+    assert_eq!(s.kept_stats().unwrap_or_else(|e| panic!("{e}")), None);
+    let b = s.rebuild_stats().unwrap_or_else(|e| panic!("{e}"));
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+
+    change(&s, |s, b| {
+        s.put_dir(b, "/a", &DirRecord::new(InodeId(2)));
+        s.put_entry(b, "/", "a", &visible(inode(2, FileKind::Directory, 0, 2)));
+    });
+    change(&s, |s, b| {
+        for i in 0..10u64 {
+            s.put_entry(
+                b,
+                "/a",
+                &format!("f{i}"),
+                &visible(inode(10 + i, FileKind::File, i * 5000, 1)),
+            );
+        }
+        s.put_entry(b, "/a", "ln", &visible(inode(30, FileKind::Symlink, 7, 1)));
+    });
+    // A file grows, another is unlinked, a pending create does not count yet.
+    change(&s, |s, b| {
+        s.put_entry(
+            b,
+            "/a",
+            "f1",
+            &visible(inode(11, FileKind::File, 1 << 20, 1)),
+        );
+        s.delete_entry(b, "/a", "f2");
+        s.put_entry(
+            b,
+            "/a",
+            "new",
+            &EntryRecord {
+                inode: None,
+                pending: Some(crate::records::Pending {
+                    txid: 9,
+                    after: None,
+                }),
+            },
+        );
+    });
+    // A split directory's piece here, and an inode object of a hard-linked file.
+    change(&s, |s, b| {
+        let mut piece = DirRecord::new(InodeId(40));
+        let (lo, _) = Shard::ALL.halves();
+        piece.shards = vec![LocalShard::new(lo)];
+        s.put_dir(b, "/huge", &piece);
+        for i in 0..3u64 {
+            s.put_entry(
+                b,
+                "/huge",
+                &format!("h{i}"),
+                &visible(inode(50 + i, FileKind::File, 10, 1)),
+            );
+        }
+        s.put_entry(b, "//i", "60", &visible(inode(60, FileKind::File, 4096, 2)));
+        // A file whose last name went, waiting for its last open to close: gone.
+        s.put_entry(b, "//o", "61", &visible(inode(61, FileKind::File, 9999, 0)));
+    });
+    // An empty directory, made and removed again, and one kept.
+    change(&s, |s, b| {
+        s.put_dir(b, "/gone", &DirRecord::new(InodeId(70)))
+    });
+    change(&s, |s, b| s.delete_dir(b, "/gone"));
+    change(&s, |s, b| {
+        s.put_dir(b, "/empty", &DirRecord::new(InodeId(71)))
+    });
+
+    let kept = s
+        .kept_stats()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_default();
+    let scratch = rebuilt(&s);
+    assert!(
+        same(&kept.stats, &scratch),
+        "kept {:?}\nscratch {:?}",
+        kept.stats,
+        scratch
+    );
+    // And what was made, counted independently: 9 files in /a, 3 in /huge, the inode
+    // object; one symlink; /a (11 visible entries) and /empty (0) are whole directories.
+    assert_eq!(kept.stats.size.count, 13);
+    assert_eq!(kept.stats.symlinks.count, 1);
+    assert_eq!(kept.stats.hard_links.count, 1);
+    assert_eq!(kept.stats.dir_entries.count, 2);
+    assert_eq!(kept.stats.dir_entries.sum, 10);
+    assert_eq!(kept.split_dirs, vec![("/huge".to_string(), 3)]);
+    // Names of user entries only: "a", f0..f9 less f2, "ln", h0..h2.
+    assert_eq!(kept.stats.name_len.count, 1 + 9 + 1 + 3);
+}
