@@ -86,6 +86,23 @@ impl Histogram {
         self.max = Some(self.max.map_or(value, |m| m.max(value)));
     }
 
+    /// The same buckets, counts and sums (min and max aside: a histogram values left does
+    /// not keep them; trailing empty buckets aside).
+    #[must_use]
+    pub fn same_counts(&self, o: &Histogram) -> bool {
+        let trim = |h: &Histogram| {
+            let mut n = h.counts.len();
+            while n > 0 && h.counts[n - 1] == 0 && h.sums[n - 1] == 0 {
+                n -= 1;
+            }
+            (h.counts[..n].to_vec(), h.sums[..n].to_vec())
+        };
+        self.first_edge == o.first_edge
+            && self.count == o.count
+            && self.sum == o.sum
+            && trim(self) == trim(o)
+    }
+
     /// Takes away one `value` added before (the servers keep histograms as files change).
     /// `min` and `max` are not kept by a histogram values leave: they become `None`.
     pub fn remove(&mut self, value: u64) {
@@ -262,6 +279,26 @@ impl FsStats {
     pub fn add_other(&mut self, name_len: usize) {
         self.other += 1;
         self.name_len.add(name_len as u64);
+    }
+
+    /// Every histogram with the same counts (`Histogram::same_counts`), and the same
+    /// other counts.
+    #[must_use]
+    pub fn same_counts(&self, o: &FsStats) -> bool {
+        [
+            (&self.size, &o.size),
+            (&self.capacity, &o.capacity),
+            (&self.dir_entries, &o.dir_entries),
+            (&self.mtime_age, &o.mtime_age),
+            (&self.ctime_age, &o.ctime_age),
+            (&self.name_len, &o.name_len),
+            (&self.symlinks, &o.symlinks),
+            (&self.hard_links, &o.hard_links),
+        ]
+        .iter()
+        .all(|(a, b)| a.same_counts(b))
+            && self.other == o.other
+            && self.errors == o.errors
     }
 
     /// Takes a regular file's facts away again (`add_file`'s inverse, ages aside).

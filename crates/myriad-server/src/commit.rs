@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::state::mutation::{IdAlloc, Layout, Mutation, Outcome};
 
+mod kept;
 pub mod leases;
 pub mod once;
 mod rounds;
@@ -160,6 +161,7 @@ impl Applier {
             changed,
             holds: holds.clone(),
             staged_for: None,
+            kept: kept::Kept::default(),
         };
         let syncer = syncer.clone();
         match runner {

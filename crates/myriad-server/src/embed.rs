@@ -194,6 +194,21 @@ impl EmbeddedServer {
         out
     }
 
+    /// Partitions led here whose kept fsstats differ from a count from scratch, with the
+    /// difference (docs/redundancy.md "Cluster-wide fsstats").
+    #[must_use]
+    pub fn kept_stats_drift(&self) -> Vec<(PartitionId, String)> {
+        let mut out = Vec::new();
+        for p in self.host.nodes() {
+            match p.committed.kept_stats_drift() {
+                Ok(None) => {}
+                Ok(Some(d)) => out.push((p.me, d)),
+                Err(e) => out.push((p.me, format!("cannot count: {e}"))),
+            }
+        }
+        out
+    }
+
     /// The keys (space code, key, hash of the value) of this server's copy of `pid`, for
     /// finding what copies disagree on. Empty if it holds none.
     #[must_use]

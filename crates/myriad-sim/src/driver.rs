@@ -746,6 +746,16 @@ impl Sim {
                 }
             }
         }
+        // Every primary's kept fsstats count what it holds (kept in each change's batch).
+        for id in self.ids() {
+            if let Some(s) = self.net.server(id)
+                && let Some((pid, d)) = s.kept_stats_drift().into_iter().next()
+            {
+                return Err(format!(
+                    "server {id}, partition {pid}: kept fsstats drifted: {d}"
+                ));
+            }
+        }
         let map = self.map();
         let mut by_pid: BTreeMap<PartitionId, Vec<(NodeId, CopyDigest)>> = BTreeMap::new();
         for id in self.ids() {

@@ -132,6 +132,8 @@ pub(super) struct ApplyLoop {
     pub(super) holds: Arc<Holds>,
     /// The client's batch whose changes the stage holds (`None`: nothing staged).
     pub(super) staged_for: Option<u64>,
+    /// The partition's kept fsstats (`kept.rs`).
+    pub(super) kept: super::kept::Kept,
 }
 
 impl ApplyLoop {
@@ -223,14 +225,16 @@ impl ApplyLoop {
             settled = Some(o.settled);
         }
         if !batch.is_empty() {
-            // The partition's kept fsstats change in the change's own batch.
-            if let Err(e) = self.store.account_stats(&mut batch) {
+            // The partition's kept fsstats follow the change (written with the round).
+            if let Err(e) = self.kept.account(&self.store, &mut batch) {
                 self.outcomes.reload();
+                self.kept.forget();
                 let _ = job.reply.send(Err(storage_err(e)));
                 return;
             }
             if let Err(e) = self.staged.stage(batch) {
                 self.outcomes.reload();
+                self.kept.forget();
                 let _ = job.reply.send(Err(storage_err(e)));
                 return;
             }
@@ -271,6 +275,7 @@ impl ApplyLoop {
             if self.staged.is_staged() {
                 self.staged.discard();
                 self.outcomes.reload();
+                self.kept.forget();
             }
             for (reply, _) in round.unflushed.drain(..) {
                 let _ = reply.send(Err(no_longer_served()));
@@ -283,7 +288,9 @@ impl ApplyLoop {
             let mut ship = self.copies.hold();
             let (seq, prev_chain, term) = (self.seq + 1, self.chain, self.term);
             let store = &self.store;
+            let kept = &mut self.kept;
             let committed = self.staged.commit_stage(|batch| {
+                kept.finish(store, batch);
                 store.put_meta_u64(batch, SEQ_KEY, seq);
                 store.put_meta_u64(batch, TERM_KEY, term);
                 let chain = chain_next(prev_chain, batch);
@@ -306,6 +313,7 @@ impl ApplyLoop {
                 Err(e) => {
                     drop(ship);
                     self.outcomes.reload();
+                    self.kept.forget();
                     tracing::error!(
                         "a batch of changes could not be committed; this server acknowledges no more writes: {e}"
                     );

@@ -161,24 +161,44 @@ impl Store {
             .map_or(0, u64::from_be_bytes))
     }
 
-    /// Adds to `batch` what its entry and directory changes do to the kept statistics
-    /// (nothing before they were built: the rebuild counts everything).
-    pub fn account_stats(&self, batch: &mut Batch) -> Result<(), StorageError> {
+    /// The partition's statistics record alone (None before they were built).
+    pub fn load_kept_stats(&self) -> Result<Option<FsStats>, StorageError> {
+        self.kv()
+            .get(Space::Meta, STATS_KEY)?
+            .map(|v| decode("meta", &v))
+            .transpose()
+    }
+
+    /// Writes `stats` as the partition's statistics record.
+    pub fn put_kept_stats(&self, batch: &mut Batch, stats: &FsStats) {
+        batch.put(Space::Meta, STATS_KEY.to_vec(), encode(stats));
+    }
+
+    /// Whether `batch` writes the statistics record itself (a rebuild).
+    #[must_use]
+    pub fn rebuilds_stats(&self, batch: &Batch) -> bool {
+        batch
+            .ops
+            .iter()
+            .any(|(s, k, _)| *s == Space::Meta && k.as_slice() == STATS_KEY)
+    }
+
+    /// Changes `stats` by what `batch`'s entry and directory changes do to them, and adds
+    /// to `batch` the directory counts they change; the caller writes `stats` back
+    /// (`put_kept_stats`) in the batch or a later one of the same commit. Returns whether
+    /// anything was counted.
+    pub fn account_stats(
+        &self,
+        batch: &mut Batch,
+        stats: &mut FsStats,
+    ) -> Result<bool, StorageError> {
         if !batch
             .ops
             .iter()
             .any(|(s, _, _)| matches!(s, Space::Entries | Space::Dirs))
-            || batch
-                .ops
-                .iter()
-                .any(|(s, k, _)| *s == Space::Meta && k.as_slice() == STATS_KEY)
         {
-            return Ok(());
+            return Ok(false);
         }
-        let Some(v) = self.kv().get(Space::Meta, STATS_KEY)? else {
-            return Ok(());
-        };
-        let mut stats: FsStats = decode("meta", &v)?;
         // The batch's own earlier ops come before its later ones on the same key.
         let mut seen: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         let mut counts: BTreeMap<String, i64> = BTreeMap::new();
@@ -212,10 +232,10 @@ impl Store {
                     }
                     let named = (!internal(&dir)).then_some(name_len);
                     if let Some(c) = old {
-                        apply(&mut stats, c, named, false);
+                        apply(stats, c, named, false);
                     }
                     if let Some(c) = new {
-                        apply(&mut stats, c, named, true);
+                        apply(stats, c, named, true);
                     }
                     if !internal(&dir) {
                         let d = i64::from(new.is_some()) - i64::from(old.is_some());
@@ -279,8 +299,7 @@ impl Store {
                 }
             }
         }
-        batch.put(Space::Meta, STATS_KEY.to_vec(), encode(&stats));
-        Ok(())
+        Ok(true)
     }
 
     /// A batch that counts every entry and directory of this partition from scratch (the
@@ -300,8 +319,53 @@ impl Store {
                 }
             }
         }
+        let counted = self.count_from_scratch()?;
+        for dir in &counted.split {
+            b.put(Space::Meta, prefixed(SPLIT_PREFIX, dir), Vec::new());
+        }
+        for (dir, n) in &counted.dirs {
+            b.put(
+                Space::Meta,
+                prefixed(DIR_PREFIX, dir),
+                n.to_be_bytes().to_vec(),
+            );
+        }
+        b.put(Space::Meta, STATS_KEY.to_vec(), encode(&counted.stats));
+        Ok(b)
+    }
+
+    /// What the kept statistics differ in from a count from scratch (None: nothing; also
+    /// None before they were built). For checks: the simulation runs it on every primary.
+    pub fn kept_stats_drift(&self) -> Result<Option<String>, StorageError> {
+        let Some(kept) = self.kept_stats()? else {
+            return Ok(None);
+        };
+        let fresh = self.count_from_scratch()?;
+        if !kept.stats.same_counts(&fresh.stats) {
+            return Ok(Some(format!(
+                "kept {:?}, counted {:?}",
+                kept.stats, fresh.stats
+            )));
+        }
+        let kept_split: Vec<(String, u64)> = kept.split_dirs;
+        let fresh_split: Vec<(String, u64)> = fresh
+            .split
+            .iter()
+            .map(|d| (d.clone(), fresh.dirs.get(d).copied().unwrap_or(0)))
+            .collect();
+        if kept_split != fresh_split {
+            return Ok(Some(format!(
+                "split directories kept {kept_split:?}, counted {fresh_split:?}"
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Every entry and directory of the partition counted.
+    fn count_from_scratch(&self) -> Result<FromScratch, StorageError> {
         let mut stats = empty();
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut split = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
             let page = self
@@ -344,20 +408,24 @@ impl Store {
                         .dir_entries
                         .add(counts.get(&dir).copied().unwrap_or(0));
                 } else {
-                    b.put(Space::Meta, prefixed(SPLIT_PREFIX, &dir), Vec::new());
+                    split.push(dir);
                 }
             }
         }
-        for (dir, n) in counts {
-            b.put(
-                Space::Meta,
-                prefixed(DIR_PREFIX, &dir),
-                n.to_be_bytes().to_vec(),
-            );
-        }
-        b.put(Space::Meta, STATS_KEY.to_vec(), encode(&stats));
-        Ok(b)
+        Ok(FromScratch {
+            stats,
+            dirs: counts,
+            split,
+        })
     }
+}
+
+/// A count from scratch: the statistics, every directory's entries here, and the split
+/// directories with shards here (in path order).
+struct FromScratch {
+    stats: FsStats,
+    dirs: BTreeMap<String, u64>,
+    split: Vec<String>,
 }
 
 #[cfg(test)]
