@@ -106,7 +106,7 @@ pub async fn run_cluster(a: &FsstatsArgs, client: &myriad_client::Client) -> any
     }
     if not_counted > 0 {
         eprintln!(
-            "myriad: {not_counted} of {total} partitions have not counted their files yet (they do when they open); the figures leave them out"
+            "myriad: {not_counted} of {total} partitions keep no fsstats (servers keep them with --kept-stats, counted when a partition opens); the figures leave them out"
         );
     }
     report(

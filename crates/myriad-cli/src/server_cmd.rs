@@ -83,6 +83,12 @@ pub struct ReplicationArgs {
     /// at least copies + 1 servers up. `--ec=false` keeps every chunk in full copies.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub ec: bool,
+    /// Keep fsstats on the servers as files change, so that `myriad fsstats --kept`
+    /// answers for the whole file system at once (docs/redundancy.md). Costs about a
+    /// tenth of create throughput (one more record per committed batch); turned off
+    /// again, the servers drop what they kept.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub kept_stats: bool,
     /// Files reaching past this many bytes have their chunks past the first coded.
     #[arg(long, default_value_t = 64 << 10)]
     pub ec_min_bytes: u64,
@@ -108,6 +114,7 @@ impl ReplicationArgs {
             format!("--ec={}", self.ec),
             format!("--ec-min-bytes={}", self.ec_min_bytes),
             format!("--ec-settle-ms={}", self.ec_settle_ms),
+            format!("--kept-stats={}", self.kept_stats),
         ]
     }
 
@@ -310,6 +317,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     config.down_grace = Duration::from_secs(args.replication.down_grace_secs);
     config.anti_entropy_interval = Duration::from_secs(args.replication.anti_entropy_secs);
     config.tiers = args.tiers.config(node_id.0)?;
+    config.kept_stats = args.replication.kept_stats;
     config.coding.enabled = args.replication.ec;
     config.coding.min_bytes = args.replication.ec_min_bytes;
     config.coding.settle = Duration::from_millis(args.replication.ec_settle_ms);

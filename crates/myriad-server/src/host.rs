@@ -626,6 +626,7 @@ impl Host {
         let ids = IdAlloc::load(&store, pid).map_err(OpenError::Store)?;
         let layout = Layout {
             chunk_size_bytes: self.config.map.chunk_size_bytes,
+            kept_stats: self.config.kept_stats,
         };
         let (changed, _) = watch::channel(0u64);
         let start_seq = store

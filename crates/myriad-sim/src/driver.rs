@@ -375,6 +375,8 @@ impl Sim {
         config.anti_entropy_interval = ANTI_ENTROPY_EVERY;
         // Chunks coded soon after they are written, so that coding, uncoding for a
         // write and reads of coded chunks run among the faults (with 5 servers or more).
+        // Kept fsstats on: the final check compares every primary's with a count.
+        config.kept_stats = true;
         config.coding.settle = CODING_SETTLE;
         config.coding.interval = CODING_SETTLE;
         let disk: Arc<dyn Kv> = Arc::new(self.disks[id.index()].handle());

@@ -35,6 +35,6 @@ pub use partition_kv::PartitionKv;
 pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use staged_kv::StagedKv;
 pub use store::damage::{RECORD_SPACES, record_intact};
-pub use store::kept_stats::{INODE_DIR, KeptStats};
+pub use store::kept_stats::{DirCache, INODE_DIR, KeptStats};
 pub use store::{FORMAT_VERSION, Store};
 pub use tiered_kv::{TierCounts, TierRole, TieredKv};

@@ -18,6 +18,24 @@ use crate::kv::{Batch, Kv, Pairs, Space, prefix_end};
 
 type Stage = BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>;
 
+/// Entry reads by (stage, key), remembered while a writer applies one job.
+type Memo = std::collections::HashMap<(usize, Vec<u8>), Option<Vec<u8>>>;
+
+thread_local! {
+    /// Set only inside `StagedKv::with_memo`, on the writer's own thread, for the
+    /// synchronous span of one job: nothing else runs on the thread meanwhile (also under
+    /// a simulation, where writers are tasks: a job has no await point).
+    static MEMO: std::cell::RefCell<Option<Memo>> = const { std::cell::RefCell::new(None) };
+}
+
+fn forget_memo() {
+    MEMO.with_borrow_mut(|m| {
+        if let Some(m) = m {
+            m.clear();
+        }
+    });
+}
+
 #[derive(Default)]
 struct Staged {
     ops: Stage,
@@ -51,8 +69,24 @@ impl StagedKv {
             .map_err(|_| StorageError::Engine("stage lock poisoned".into()))
     }
 
+    /// Runs `f`, one job of this stage's writer (synchronous), with its reads of entries
+    /// remembered: a second read of an entry within the job (the writer's kept fsstats
+    /// read what a change replaces, which the change itself read just before) costs no
+    /// engine lookup. Staging or committing forgets what was remembered.
+    pub fn with_memo<T>(&self, f: impl FnOnce() -> T) -> T {
+        MEMO.with_borrow_mut(|m| *m = Some(Memo::new()));
+        let out = f();
+        MEMO.with_borrow_mut(|m| *m = None);
+        out
+    }
+
+    fn memo_key(&self, key: &[u8]) -> (usize, Vec<u8>) {
+        (std::ptr::from_ref(self) as usize, key.to_vec())
+    }
+
     /// Adds `batch` to the stage: visible to readers now, committed with the stage.
     pub fn stage(&self, batch: Batch) -> Result<(), StorageError> {
+        forget_memo();
         let mut s = self.write()?;
         for (space, key, value) in batch.ops {
             s.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
@@ -77,6 +111,7 @@ impl StagedKv {
     /// Returns what `finish` returned. On an error the stage is dropped: nothing of it
     /// reaches the engine.
     pub fn commit_stage<T>(&self, finish: impl FnOnce(&mut Batch) -> T) -> Result<T, StorageError> {
+        forget_memo();
         let mut s = self.write()?;
         // Readers wait for the lock: the keys can move out of the stage.
         let staged = std::mem::take(&mut *s);
@@ -98,14 +133,15 @@ impl StagedKv {
 
     /// Drops the stage (its writer gave up on it).
     pub fn discard(&self) {
+        forget_memo();
         if let Ok(mut s) = self.write() {
             *s = Staged::default();
         }
     }
 }
 
-impl Kv for StagedKv {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+impl StagedKv {
+    fn get_unmemoized(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         let s = self.read()?;
         if !s.ops.is_empty()
             && let Some(v) = s.ops.get(&(space, key.to_vec()))
@@ -113,6 +149,25 @@ impl Kv for StagedKv {
             return Ok(v.clone());
         }
         self.inner.get(space, key)
+    }
+}
+
+impl Kv for StagedKv {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        if space != Space::Entries || MEMO.with_borrow(Option::is_none) {
+            return self.get_unmemoized(space, key);
+        }
+        let mk = self.memo_key(key);
+        if let Some(v) = MEMO.with_borrow(|m| m.as_ref().and_then(|m| m.get(&mk).cloned())) {
+            return Ok(v);
+        }
+        let v = self.get_unmemoized(space, key)?;
+        MEMO.with_borrow_mut(|m| {
+            if let Some(m) = m {
+                m.insert(mk, v.clone());
+            }
+        });
+        Ok(v)
     }
 
     fn scan(
@@ -180,6 +235,7 @@ impl Kv for StagedKv {
     /// A batch committed past the stage: only while nothing is staged (the stage's
     /// writer is the only writer while it stages), else an error.
     fn commit(&self, batch: Batch) -> Result<(), StorageError> {
+        forget_memo();
         let s = self.read()?;
         if !s.ops.is_empty() {
             return Err(StorageError::Engine(
@@ -228,6 +284,32 @@ mod tests {
         raw.commit(b).unwrap_or_else(|e| panic!("{e}"));
         let kv = StagedKv::new(raw.clone());
         (raw, kv)
+    }
+
+    #[test]
+    fn a_job_memo_answers_repeated_entry_reads_and_forgets_at_every_stage() {
+        let (raw, kv) = setup();
+        let get = |kv: &StagedKv, k: &str| {
+            kv.get(Space::Entries, k.as_bytes())
+                .unwrap_or_else(|e| panic!("{e}"))
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
+        };
+        kv.with_memo(|| {
+            assert_eq!(get(&kv, "a1").as_deref(), Some("old"));
+            // Changed under the stage (no writer does this: it shows the memo answers).
+            let mut b = Batch::new();
+            put(&mut b, "a1", "engine");
+            raw.commit(b).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(get(&kv, "a1").as_deref(), Some("old"), "remembered");
+            // Staging forgets.
+            let mut b = Batch::new();
+            put(&mut b, "a1", "staged");
+            kv.stage(b).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(get(&kv, "a1").as_deref(), Some("staged"));
+        });
+        // Outside a job nothing is remembered.
+        kv.discard();
+        assert_eq!(get(&kv, "a1").as_deref(), Some("engine"));
     }
 
     #[test]

@@ -225,7 +225,13 @@ async fn fsstats_cluster_keeps_counts_as_files_change() {
     use myriad_client::Caller;
     let tc = crate::harness::TestCluster::start_with(
         3,
-        &["--replicas", "2", "--dir-split-entries", "64"],
+        &[
+            "--replicas",
+            "2",
+            "--dir-split-entries",
+            "64",
+            "--kept-stats",
+        ],
     );
     let c = crate::index::plain(&tc, Caller::root());
     crate::index::ok(c.mkdir("/t", 0o755).await, "mkdir");

@@ -4,15 +4,18 @@
 //! pays one statistics record, not one per create (measured: 7% of create throughput).
 
 use myriad_proto::fsstats::FsStats;
-use myriad_storage::{Batch, StorageError, Store};
+use myriad_storage::{Batch, DirCache, StorageError, Store};
 
 #[derive(Default)]
 pub(super) struct Kept {
-    /// The statistics as the stage holds them (`None`: not built yet, or not loaded).
-    stats: Option<FsStats>,
+    /// The statistics as the stage holds them, with the number of their last write
+    /// (`None`: not built yet, or not loaded).
+    stats: Option<(u64, FsStats)>,
     loaded: bool,
     /// Changed since the last committed batch.
     dirty: bool,
+    /// Directories' counts and shapes as last written.
+    dirs: DirCache,
 }
 
 impl Kept {
@@ -27,8 +30,8 @@ impl Kept {
             self.stats = store.load_kept_stats()?;
             self.loaded = true;
         }
-        if let Some(s) = self.stats.as_mut()
-            && store.account_stats(batch, s)?
+        if let Some((_, s)) = self.stats.as_mut()
+            && store.account_stats(batch, s, &mut self.dirs)?
         {
             self.dirty = true;
         }
@@ -38,9 +41,10 @@ impl Kept {
     /// Writes the statistics into the batch being committed, if they changed.
     pub(super) fn finish(&mut self, store: &Store, batch: &mut Batch) {
         if self.dirty
-            && let Some(s) = &self.stats
+            && let Some((n, s)) = self.stats.as_mut()
         {
-            store.put_kept_stats(batch, s);
+            *n += 1;
+            store.put_kept_stats(batch, *n, s);
         }
         self.dirty = false;
     }

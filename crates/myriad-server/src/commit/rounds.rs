@@ -179,8 +179,14 @@ impl ApplyLoop {
         }
     }
 
-    /// Applies one job into the stage and answers it (or queues its answer).
+    /// Applies one job into the stage and answers it (or queues its answer), with the
+    /// job's entry reads remembered (`StagedKv::with_memo`).
     fn apply(&mut self, job: Job, round: &mut Round) {
+        let staged = self.staged.clone();
+        staged.with_memo(|| self.apply_one(job, round));
+    }
+
+    fn apply_one(&mut self, job: Job, round: &mut Round) {
         if self.retired.load(Ordering::Acquire) {
             // Deposed: nothing more is committed here, not even what is staged (`flush`).
             self.flush(round);
@@ -226,7 +232,9 @@ impl ApplyLoop {
         }
         if !batch.is_empty() {
             // The partition's kept fsstats follow the change (written with the round).
-            if let Err(e) = self.kept.account(&self.store, &mut batch) {
+            if self.layout.kept_stats
+                && let Err(e) = self.kept.account(&self.store, &mut batch)
+            {
                 self.outcomes.reload();
                 self.kept.forget();
                 let _ = job.reply.send(Err(storage_err(e)));

@@ -87,6 +87,7 @@ fn start_on(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>, runner: Runner) -> (Applier,
     let syncer = Syncer::start(kv, runner).unwrap_or_else(|e| panic!("{e}"));
     let layout = Layout {
         chunk_size_bytes: 4 << 20,
+        kept_stats: true,
     };
     let (changed, _) = watch::channel(0);
     let applier = Applier::start(

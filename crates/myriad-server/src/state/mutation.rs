@@ -24,8 +24,12 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
         Mutation::RebuildStats => {
-            if ctx.store.kept_stats().map_err(storage_err)?.is_none() {
+            let kept = ctx.store.load_kept_stats().map_err(storage_err)?.is_some();
+            if ctx.layout.kept_stats && !kept {
                 b = ctx.store.rebuild_stats().map_err(storage_err)?;
+            } else if !ctx.layout.kept_stats && kept {
+                // Kept no more: none left to go stale.
+                b = ctx.store.drop_stats().map_err(storage_err)?;
             }
             Outcome::Unit
         }

@@ -338,8 +338,9 @@ pub enum Mutation {
         ino: InodeId,
         from_block: u64,
     },
-    /// The partition's kept fsstats counted from scratch (docs/redundancy.md "Cluster-wide
-    /// fsstats"): the first time it opens with them, when it holds none yet.
+    /// The partition's kept fsstats made to follow the setting (docs/redundancy.md
+    /// "Cluster-wide fsstats"): counted from scratch when they are kept and it holds none
+    /// yet (its first opening with them), dropped when they are not kept.
     RebuildStats,
     /// Chunk `chunk` of `ino` is coded (docs/redundancy.md): its blocks give way to
     /// `coded`, if they still hold exactly the bytes coded (`crc` of them, and nothing
@@ -433,6 +434,9 @@ pub fn replace_key(txid: u64) -> u64 {
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
     pub chunk_size_bytes: u64,
+    /// The partition keeps fsstats as its files change (`--kept-stats`, docs/redundancy.md
+    /// "Cluster-wide fsstats"); off: it keeps none (and drops any it kept before).
+    pub kept_stats: bool,
 }
 
 #[derive(Debug)]

@@ -125,6 +125,7 @@ async fn primary(seed: usize) -> Primary {
         IdAlloc::load(&store, PID).unwrap_or_else(|e| panic!("{e}")),
         Layout {
             chunk_size_bytes: 4 << 20,
+            kept_stats: true,
         },
         watch::channel(0).0,
         &syncer,

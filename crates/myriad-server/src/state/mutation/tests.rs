@@ -43,6 +43,7 @@ impl T {
             outcomes: &mut self.outcomes,
             layout: Layout {
                 chunk_size_bytes: 4 << 20,
+                kept_stats: true,
             },
         };
         let (batch, out) = execute(&mut ctx, m)?;

@@ -25,17 +25,22 @@ fn visible(i: Inode) -> EntryRecord {
     }
 }
 
-/// Applies `change` to a batch, accounts it, commits it.
+/// Applies `change` to a batch, accounts it, commits it (with one directory cache for
+/// the whole test, as a partition's writer keeps it).
 fn change(s: &Store, f: impl FnOnce(&Store, &mut Batch)) {
+    thread_local! {
+        static CACHE: std::cell::RefCell<super::DirCache> = std::cell::RefCell::default();
+    }
     let mut b = Batch::new();
     f(s, &mut b);
-    let mut stats = s
+    let (n, mut stats) = s
         .load_kept_stats()
         .unwrap_or_else(|e| panic!("{e}"))
         .unwrap_or_else(|| panic!("no statistics kept"));
-    s.account_stats(&mut b, &mut stats)
+    CACHE
+        .with_borrow_mut(|cache| s.account_stats(&mut b, &mut stats, cache))
         .unwrap_or_else(|e| panic!("{e}"));
-    s.put_kept_stats(&mut b, &stats);
+    s.put_kept_stats(&mut b, n + 1, &stats);
     s.commit(b).unwrap_or_else(|e| panic!("{e}"));
 }
 
@@ -45,10 +50,11 @@ fn rebuilt(s: &Store) -> FsStats {
         .ops
         .iter()
         .rev()
-        .find(|(sp, k, _)| *sp == Space::Meta && k.as_slice() == STATS_KEY)
+        .find(|(sp, k, v)| *sp == Space::Meta && v.is_some() && k.starts_with(STATS_PREFIX))
         .and_then(|(_, _, v)| v.clone())
         .unwrap_or_default();
-    decode("meta", &v).unwrap_or_else(|e| panic!("{e}"))
+    let (_, stats): (u64, FsStats) = decode("meta", &v).unwrap_or_else(|e| panic!("{e}"));
+    stats
 }
 
 #[test]
