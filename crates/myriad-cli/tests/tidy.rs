@@ -292,6 +292,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "recalls",
             "space",
             "test_disk",
+            "tiers",
             "workload_rng",
         ],
     ),
