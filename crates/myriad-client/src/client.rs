@@ -1565,8 +1565,12 @@ impl Client {
         futures::future::join_all(futs).await
     }
 
+    /// Resets every server's counters but those the map marks down (they count nothing).
     pub async fn reset_counters(&self) -> Result<(), FsError> {
         for n in self.st().map.nodes.clone() {
+            if n.state == myriad_placement::NodeState::Down {
+                continue;
+            }
             self.call(
                 Route::Server(n.id),
                 myriad_proto::Request::Admin(AdminRequest::ResetCounters),

@@ -17,6 +17,24 @@ const NODES: u32 = 3;
 /// Unmounts the tmpfs file systems when the test ends (after the cluster stopped).
 pub(crate) struct Disks(pub(crate) Vec<PathBuf>);
 
+impl Disks {
+    /// Mounts a tmpfs of `mib` MiB on `dir` (made if missing). Needs root.
+    pub(crate) fn mount(&mut self, dir: &Path, mib: u64) {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "this test needs root to mount a tmpfs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.0.push(dir.to_path_buf());
+    }
+}
+
 impl Drop for Disks {
     fn drop(&mut self) {
         for d in &self.0 {
@@ -67,19 +85,7 @@ pub(crate) fn cluster_on_small_disks() -> (TestCluster, Disks) {
         &["--replicas", "3", "--disk-reserve-mib", "16"],
         |dir| {
             for n in 1..=NODES {
-                let d = dir.join(format!("node-{n}"));
-                std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-                let out = Command::new("mount")
-                    .args(["-t", "tmpfs", "-o", &format!("size={DISK_MIB}m"), "tmpfs"])
-                    .arg(&d)
-                    .output()
-                    .unwrap_or_else(|e| panic!("{e}"));
-                assert!(
-                    out.status.success(),
-                    "this test needs root to mount a tmpfs: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                disks.0.push(d);
+                disks.mount(&dir.join(format!("node-{n}")), DISK_MIB);
             }
         },
     );

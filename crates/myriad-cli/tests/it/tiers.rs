@@ -3,7 +3,6 @@
 //! overflow to the capacity tier; everything reads back, through a server killed and
 //! started again; once space returns, the overflowed chunks move back. Needs root (mount).
 
-use std::process::Command;
 use std::time::Duration;
 
 use myriad_client::{Caller, Client, NodeId, TierStat};
@@ -65,19 +64,7 @@ async fn a_full_fast_tier_overflows_to_capacity_reads_back_and_moves_back() {
         ],
         |dir| {
             for n in 1..=NODES {
-                let d = dir.join("fast").join(format!("node-{n}"));
-                std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-                let out = Command::new("mount")
-                    .args(["-t", "tmpfs", "-o", &format!("size={FAST_MIB}m"), "tmpfs"])
-                    .arg(&d)
-                    .output()
-                    .unwrap_or_else(|e| panic!("{e}"));
-                assert!(
-                    out.status.success(),
-                    "this test needs root to mount a tmpfs: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                disks.0.push(d);
+                disks.mount(&dir.join("fast").join(format!("node-{n}")), FAST_MIB);
             }
         },
     );

@@ -177,20 +177,33 @@ impl Store {
             return Ok(None);
         };
         let mut split_dirs = Vec::new();
+        self.each_pair(Space::Meta, SPLIT_PREFIX, |k, _| {
+            let dir = String::from_utf8_lossy(&k[SPLIT_PREFIX.len()..]).into_owned();
+            let n = self.dir_count(&dir)?;
+            split_dirs.push((dir, n));
+            Ok(())
+        })?;
+        Ok(Some(KeptStats { stats, split_dirs }))
+    }
+
+    /// Every pair of `space` whose key starts with `prefix`, in key order, page by page.
+    fn each_pair(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let page = self
-                .kv()
-                .scan(Space::Meta, SPLIT_PREFIX, after.as_deref(), PAGE)?;
-            let Some((last, _)) = page.last() else { break };
+            let page = self.kv().scan(space, prefix, after.as_deref(), PAGE)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(());
+            };
             after = Some(last.clone());
-            for (k, _) in page {
-                let dir = String::from_utf8_lossy(&k[SPLIT_PREFIX.len()..]).into_owned();
-                let n = self.dir_count(&dir)?;
-                split_dirs.push((dir, n));
+            for (k, v) in page {
+                f(k, v)?;
             }
         }
-        Ok(Some(KeptStats { stats, split_dirs }))
     }
 
     fn dir_count(&self, dir: &str) -> Result<u64, StorageError> {
@@ -386,17 +399,10 @@ impl Store {
     pub fn drop_stats(&self) -> Result<Batch, StorageError> {
         let mut b = Batch::new();
         for prefix in [DIR_PREFIX, SPLIT_PREFIX, STATS_PREFIX] {
-            let mut after: Option<Vec<u8>> = None;
-            loop {
-                let page = self
-                    .kv()
-                    .scan(Space::Meta, prefix, after.as_deref(), PAGE)?;
-                let Some((last, _)) = page.last() else { break };
-                after = Some(last.clone());
-                for (k, _) in page {
-                    b.delete(Space::Meta, k);
-                }
-            }
+            self.each_pair(Space::Meta, prefix, |k, _| {
+                b.delete(Space::Meta, k);
+                Ok(())
+            })?;
         }
         Ok(b)
     }
@@ -433,52 +439,34 @@ impl Store {
         let mut stats = empty();
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut split = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self
-                .kv()
-                .scan(Space::Entries, b"", after.as_deref(), PAGE)?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (k, v) in page {
-                let Some((dir, name_len)) = entry_parts(&k) else {
-                    continue;
-                };
-                if !counts_files(&dir) {
-                    continue;
-                }
-                // A damaged record counts as nothing (fsck names it).
-                let Ok(rec) = decode::<EntryRecord>("entries", &v) else {
-                    continue;
-                };
-                let Some(c) = counted(&rec) else { continue };
+        self.each_pair(Space::Entries, b"", |k, v| {
+            let Some((dir, name_len)) = entry_parts(&k) else {
+                return Ok(());
+            };
+            // A damaged record counts as nothing (fsck names it).
+            let rec = decode::<EntryRecord>("entries", &v).ok();
+            if let Some(c) = rec.as_ref().and_then(counted)
+                && counts_files(&dir)
+            {
                 let named = (!internal(&dir)).then_some(name_len);
                 apply(&mut stats, c, named, true);
                 if !internal(&dir) {
                     *counts.entry(dir).or_default() += 1;
                 }
             }
-        }
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self.kv().scan(Space::Dirs, b"", after.as_deref(), PAGE)?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (k, v) in page {
-                let dir = String::from_utf8_lossy(&k).into_owned();
-                let Ok(rec) = decode_dir(&v) else { continue };
-                if internal(&dir) {
-                    continue;
-                }
-                if rec.is_whole() {
-                    stats
-                        .dir_entries
-                        .add(counts.get(&dir).copied().unwrap_or(0));
-                } else {
-                    split.push(dir);
-                }
+            Ok(())
+        })?;
+        self.each_pair(Space::Dirs, b"", |k, v| {
+            let dir = String::from_utf8_lossy(&k).into_owned();
+            match decode_dir(&v) {
+                Ok(rec) if !internal(&dir) && rec.is_whole() => stats
+                    .dir_entries
+                    .add(counts.get(&dir).copied().unwrap_or(0)),
+                Ok(_) if !internal(&dir) => split.push(dir),
+                _ => {}
             }
-        }
+            Ok(())
+        })?;
         Ok(FromScratch {
             stats,
             dirs: counts,
