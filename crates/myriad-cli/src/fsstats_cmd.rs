@@ -68,7 +68,7 @@ pub fn run(a: &FsstatsArgs) -> anyhow::Result<()> {
 
 /// `fsstats --kept`: every partition's kept statistics, merged. A split directory's
 /// pieces (one per partition holding shards of it) are summed into one directory.
-pub async fn run_cluster(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow::Result<()> {
+pub async fn run_kept(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow::Result<()> {
     use futures::StreamExt;
     use myriad_client::proto::{AdminRequest, Request, Response};
     let pids: Vec<_> = client.map().partitions.iter().map(|p| p.id).collect();

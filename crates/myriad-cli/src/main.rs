@@ -261,7 +261,7 @@ fn run_client_command(
             Command::Fsstats(a) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;
                 if a.kept {
-                    fsstats_cmd::run_cluster(&a, &client).await
+                    fsstats_cmd::run_kept(&a, &client).await
                 } else {
                     fsstats_cmd::run_native(&a, &client).await
                 }

@@ -127,7 +127,8 @@ pub(crate) fn statfs(
     kv: &dyn Kv,
     tiers: Option<(&TieredKv, &TierConfig)>,
 ) -> StatFs {
-    let (mut total, mut free) = disk_space(data_dir).unwrap_or((0, 0));
+    let (capacity_total, capacity_free) = disk_space(data_dir).unwrap_or((0, 0));
+    let (mut total, mut free) = (capacity_total, capacity_free);
     let Some((tiered, config)) = tiers else {
         return StatFs {
             total_bytes: total,
@@ -144,7 +145,6 @@ pub(crate) fn statfs(
     }
     let (fast_used, capacity_used) = tiered.tier_bytes();
     let counts = tiered.counts();
-    let (capacity_total, capacity_free) = disk_space(data_dir).unwrap_or((0, 0));
     StatFs {
         total_bytes: total,
         free_bytes: free,

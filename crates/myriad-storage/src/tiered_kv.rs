@@ -612,10 +612,6 @@ impl Kv for TieredKv {
             .disk_bytes()
             .saturating_add(self.capacity.disk_bytes())
     }
-
-    fn contains(&self, space: Space, key: &[u8]) -> Result<bool, StorageError> {
-        Ok(self.get(space, key)?.is_some())
-    }
 }
 
 #[cfg(test)]

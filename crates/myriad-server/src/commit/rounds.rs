@@ -182,8 +182,13 @@ impl ApplyLoop {
     /// Applies one job into the stage and answers it (or queues its answer), with the
     /// job's entry reads remembered (`StagedKv::with_memo`).
     fn apply(&mut self, job: Job, round: &mut Round) {
-        let staged = self.staged.clone();
-        staged.with_memo(|| self.apply_one(job, round));
+        if self.layout.kept_stats {
+            // The kept statistics read again what the change read (`kept.rs`).
+            let staged = self.staged.clone();
+            staged.with_memo(|| self.apply_one(job, round));
+        } else {
+            self.apply_one(job, round);
+        }
     }
 
     fn apply_one(&mut self, job: Job, round: &mut Round) {

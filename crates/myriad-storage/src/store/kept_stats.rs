@@ -99,6 +99,13 @@ fn counted(rec: &EntryRecord) -> Option<Counted> {
     })
 }
 
+/// What a stored entry record adds; nothing for a damaged one.
+fn counted_bytes(bytes: &[u8]) -> Option<Counted> {
+    decode::<EntryRecord>("entries", bytes)
+        .ok()
+        .and_then(|r| counted(&r))
+}
+
 /// Adds (`sign` true) or takes away one entry's part of `s`.
 fn apply(s: &mut FsStats, c: Counted, name_len: Option<usize>, sign: bool) {
     match (c, sign) {
@@ -222,7 +229,15 @@ impl Store {
             .scan(Space::Meta, STATS_PREFIX, None, STATS_SLOTS as usize)?;
         let mut newest: Option<(u64, FsStats)> = None;
         for (_, v) in slots {
-            let (n, stats): (u64, FsStats) = decode("meta", &v)?;
+            let Ok((n, stats)) = decode::<(u64, FsStats)>("meta", &v) else {
+                // A damaged record: kept statistics can no longer be trusted. As none,
+                // the partition counts from scratch when it next opens, and no change is
+                // refused meanwhile.
+                tracing::warn!(
+                    "a kept fsstats record is damaged; counted again at the partition's next opening"
+                );
+                return Ok(None);
+            };
             if newest.as_ref().is_none_or(|(m, _)| n > *m) {
                 newest = Some((n, stats));
             }
@@ -284,16 +299,10 @@ impl Store {
                     if !counts_files(&dir) {
                         continue;
                     }
-                    let old = before
-                        .as_deref()
-                        .map(|b| decode::<EntryRecord>("entries", b))
-                        .transpose()?
-                        .and_then(|r| counted(&r));
-                    let new = value
-                        .as_deref()
-                        .map(|b| decode::<EntryRecord>("entries", b))
-                        .transpose()?
-                        .and_then(|r| counted(&r));
+                    // A damaged record counts as nothing, as in a count from scratch:
+                    // the change (often the repair of that very record) goes on.
+                    let old = before.as_deref().and_then(counted_bytes);
+                    let new = value.as_deref().and_then(counted_bytes);
                     if old == new {
                         continue;
                     }
@@ -314,24 +323,24 @@ impl Store {
                     if internal(&dir) {
                         continue;
                     }
-                    let new = value.as_deref().map(decode_dir).transpose()?;
+                    let new = value.as_deref().and_then(|v| decode_dir(v).ok());
                     dirs.insert(dir, new.as_ref().map(DirShape::of));
                 }
                 _ => {}
             }
         }
-        let mut touched: BTreeMap<String, ()> = BTreeMap::new();
-        touched.extend(counts.keys().map(|d| (d.clone(), ())));
-        touched.extend(dirs.keys().map(|d| (d.clone(), ())));
+        let touched: std::collections::BTreeSet<String> =
+            counts.keys().chain(dirs.keys()).cloned().collect();
         if cache.len() > DIR_CACHE_MAX {
             cache.clear();
         }
-        for dir in touched.into_keys() {
+        for dir in touched {
             let old = match cache.get(&dir) {
                 Some(f) => *f,
                 None => DirFacts {
                     count: self.dir_count(&dir)?,
-                    shape: self.dir(&dir)?.as_ref().map(DirShape::of),
+                    // A damaged record is as none (fsck names it).
+                    shape: self.dir(&dir).ok().flatten().as_ref().map(DirShape::of),
                 },
             };
             let new = DirFacts {
@@ -444,8 +453,7 @@ impl Store {
                 return Ok(());
             };
             // A damaged record counts as nothing (fsck names it).
-            let rec = decode::<EntryRecord>("entries", &v).ok();
-            if let Some(c) = rec.as_ref().and_then(counted)
+            if let Some(c) = counted_bytes(&v)
                 && counts_files(&dir)
             {
                 let named = (!internal(&dir)).then_some(name_len);

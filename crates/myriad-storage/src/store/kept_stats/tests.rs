@@ -152,3 +152,45 @@ fn kept_statistics_follow_every_change_and_equal_a_count_from_scratch() {
     // Names of user entries only: "a", f0..f9 less f2, "ln", h0..h2.
     assert_eq!(kept.stats.name_len.count, 1 + 9 + 1 + 3);
 }
+
+#[test]
+fn damaged_records_never_refuse_a_change_and_a_damaged_statistics_record_is_as_none() {
+    let s = store();
+    let b = s.rebuild_stats().unwrap_or_else(|e| panic!("{e}"));
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    change(&s, |s, b| {
+        s.put_dir(b, "/d", &DirRecord::new(InodeId(2)));
+        s.put_entry(b, "/d", "f", &visible(inode(3, FileKind::File, 10, 1)));
+    });
+    // The entry's and the directory's records are damaged on disk...
+    let mut raw = Batch::new();
+    raw.put(
+        Space::Entries,
+        crate::keys::entry_key("/d", "f"),
+        vec![9, 9, 9],
+    );
+    raw.put(Space::Dirs, b"/d".to_vec(), vec![9, 9]);
+    s.commit(raw).unwrap_or_else(|e| panic!("{e}"));
+    // ...and their repair, which writes good records over them, is counted, not refused.
+    let (n, mut stats) = s
+        .load_kept_stats()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no statistics kept"));
+    let mut b = Batch::new();
+    s.put_dir(&mut b, "/d", &DirRecord::new(InodeId(2)));
+    s.put_entry(&mut b, "/d", "f", &visible(inode(3, FileKind::File, 10, 1)));
+    assert!(
+        s.account_stats(&mut b, &mut stats, &mut super::DirCache::new())
+            .unwrap_or_else(|e| panic!("a repair was refused: {e}"))
+    );
+    s.put_kept_stats(&mut b, n + 1, &stats);
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    // A damaged statistics record reads as none (counted again at the next opening).
+    let mut raw = Batch::new();
+    let mut slot = STATS_PREFIX.to_vec();
+    slot.push(u8::try_from((n + 1) % STATS_SLOTS).unwrap_or(0));
+    raw.put(Space::Meta, slot, vec![1, 2, 3]);
+    s.commit(raw).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.load_kept_stats().unwrap_or_else(|e| panic!("{e}")), None);
+    assert_eq!(s.kept_stats().unwrap_or_else(|e| panic!("{e}")), None);
+}
