@@ -11,6 +11,6 @@ if ! cargo metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml 
 fi
 # The fuzz targets call the workspace's APIs: a changed signature must fail here, in seconds,
 # not only in CI's fuzz run after the whole suite.
-cargo check --manifest-path fuzz/Cargo.toml --locked --bins
+cargo check --manifest-path fuzz/Cargo.toml --locked --bins --examples
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

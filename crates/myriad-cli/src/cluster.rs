@@ -41,6 +41,11 @@ pub enum ClusterCmd {
         tiers: Box<crate::server_cmd::TierArgs>,
         #[command(flatten)]
         layout: LayoutArgs,
+        /// Zones to spread the servers over, comma-separated (node N is in the
+        /// ((N-1) mod count)-th): every partition then has copies in as many zones as it
+        /// can, so a whole zone can be lost without losing data (docs/zones.md).
+        #[arg(long, value_delimiter = ',', value_parser = parse_zone)]
+        zones: Vec<String>,
     },
     /// Create a new cluster secret (mode 0600) for servers and administrators, and its client
     /// key for client machines (`cluster up` makes both in its data directory if missing).
@@ -76,6 +81,10 @@ pub enum ClusterCmd {
         /// Wait until the moves to it are done.
         #[arg(long)]
         wait: bool,
+        /// The zone it is in (default: the zone of the cluster's servers if they are all in
+        /// one, else required).
+        #[arg(long, value_parser = parse_zone)]
+        zone: Option<String>,
     },
     /// Remove a server from a local cluster: it keeps serving while its copies move to the
     /// others, then it leaves the map and is stopped.
@@ -137,6 +146,8 @@ pub struct NodeOptions {
     pub root_owner: (u32, u32),
     pub server_args: Vec<String>,
     pub layout: LayoutArgs,
+    /// Zones the servers are spread over (empty: one zone).
+    pub zones: Vec<String>,
 }
 
 /// The identity benchmarks run as: the calling user, or uid/gid 1000 when that is root,
@@ -164,6 +175,7 @@ impl NodeOptions {
             root_owner: (c.uid, c.gid),
             server_args,
             layout: LayoutArgs::default(),
+            zones: Vec::new(),
         }
     }
 
@@ -175,6 +187,7 @@ impl NodeOptions {
             root_owner: (c.uid, c.gid),
             server_args: Vec::new(),
             layout: LayoutArgs::default(),
+            zones: Vec::new(),
         }
     }
 }
@@ -219,9 +232,10 @@ impl LocalCluster {
             addrs.push(l.local_addr()?.to_string());
             listeners.push(l);
         }
-        let map = ClusterMap::build(
+        let map = ClusterMap::build_in_zones(
             1,
             &addrs,
+            &opts.zones,
             opts.layout.partitions_per_node,
             opts.layout.replicas,
         );
@@ -238,7 +252,14 @@ impl LocalCluster {
             server_args: server_args.clone(),
         };
         for (node, listener) in map.nodes.iter().zip(listeners) {
-            let pid = spawn_node(dir, node.id, Some(listener), &node.addr, &server_args)?;
+            let pid = spawn_node(
+                dir,
+                node.id,
+                Some(listener),
+                &node.addr,
+                &node.zone,
+                &server_args,
+            )?;
             state.nodes.push(NodeState {
                 id: node.id,
                 pid,
@@ -339,6 +360,59 @@ impl LocalCluster {
     }
 }
 
+/// A zone name given on the command line.
+pub fn parse_zone(s: &str) -> Result<String, String> {
+    if s.is_empty() || !myriad_client::zone_name_ok(s) {
+        return Err(format!(
+            "{s:?}: a zone name is 1 to {} printable characters, without spaces, commas or quotes",
+            myriad_client::ZONE_NAME_MAX
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// " zone NAME" after a server's address, nothing for the unnamed zone.
+fn zone_label(zone: &str) -> String {
+    if zone.is_empty() {
+        String::new()
+    } else {
+        format!(" zone {zone}")
+    }
+}
+
+/// "zones: a (3 servers, 48 copies), b (...)" and whether every partition covers as many
+/// zones as it can; `None` for a cluster in one zone.
+fn zones_line(map: &ClusterMap) -> Option<String> {
+    let zones = map.zones();
+    if zones.len() < 2 && zones.first().is_none_or(|z| z.is_empty()) {
+        return None;
+    }
+    let per_zone: Vec<String> = zones
+        .iter()
+        .map(|z| {
+            let servers = map.nodes.iter().filter(|n| n.zone == *z).count();
+            let copies = map
+                .partitions
+                .iter()
+                .flat_map(|p| &p.replicas)
+                .filter(|r| map.zone_of(**r) == *z)
+                .count();
+            format!("{z} ({servers} servers, {copies} copies)")
+        })
+        .collect();
+    let short = map
+        .partitions
+        .iter()
+        .filter(|p| map.zone_count(&p.replicas) < map.zones_wanted(p))
+        .count();
+    let spread = if short == 0 {
+        "every partition spans as many zones as it can".to_string()
+    } else {
+        format!("{short} partitions span fewer zones than they could (moving)")
+    };
+    Some(format!("zones: {}; {spread}", per_zone.join(", ")))
+}
+
 /// Spawns one `myriad server` child, detached from our process group so Ctrl-C of the CLI
 /// does not reach it, logging to `node-<id>.log`.
 fn spawn_node(
@@ -346,6 +420,7 @@ fn spawn_node(
     id: NodeId,
     listener: Option<std::net::TcpListener>,
     addr: &str,
+    zone: &str,
     server_args: &[String],
 ) -> anyhow::Result<u32> {
     use std::os::fd::AsRawFd;
@@ -364,6 +439,7 @@ fn spawn_node(
         .arg("--node-id")
         .arg(id.to_string())
         .args(server_args)
+        .args((!zone.is_empty()).then(|| format!("--zone={zone}")))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -527,10 +603,24 @@ async fn wait_for_map(
     }
 }
 
-async fn add_node(dir: &Path, weight: u32, wait: bool, timeout: Duration) -> anyhow::Result<()> {
+async fn add_node(
+    dir: &Path,
+    weight: u32,
+    zone: Option<String>,
+    wait: bool,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let mut st = read_state(dir)?;
     let client = admin_client(dir, timeout).await?;
     let map = client.map();
+    let zone = match zone {
+        Some(z) => z,
+        None if map.zones().len() == 1 => map.zone_of(map.nodes[0].id).to_string(),
+        None => bail!(
+            "the cluster's servers are in zones {}: name the new server's with --zone",
+            map.zones().into_iter().collect::<Vec<_>>().join(",")
+        ),
+    };
     let id = map
         .nodes
         .iter()
@@ -548,12 +638,13 @@ async fn add_node(dir: &Path, weight: u32, wait: bool, timeout: Duration) -> any
         addr: addr.clone(),
         weight,
         state: myriad_client::NodeState::Up,
+        zone: zone.clone(),
     });
     next.validate()?;
     // The new server starts from a map that lists it (not committed yet: it serves nothing
     // until the group has committed it and its leader granted it a lease).
     std::fs::write(map_path(dir), next.to_json())?;
-    let pid = spawn_node(dir, id, Some(listener), &addr, &st.server_args)?;
+    let pid = spawn_node(dir, id, Some(listener), &addr, &zone, &st.server_args)?;
     st.nodes.push(NodeState {
         id,
         pid,
@@ -640,9 +731,11 @@ pub async fn run(
             security,
             tiers,
             layout,
+            zones,
         } => {
             let mut opts = NodeOptions::for_current_user();
             opts.layout = layout;
+            opts.zones = zones;
             if let Some(o) = root_owner {
                 opts.root_owner = o;
             }
@@ -657,9 +750,10 @@ pub async fn run(
             );
             for n in &c.map.nodes {
                 println!(
-                    "  node {}  {}  data {}",
+                    "  node {}  {}{}  data {}",
                     n.id,
                     n.addr,
+                    zone_label(&n.zone),
                     data_dir.join(format!("node-{}", n.id)).display()
                 );
             }
@@ -703,7 +797,10 @@ pub async fn run(
             if pid_is_server(entry.pid) {
                 bail!("node {node} is already running (pid {})", entry.pid);
             }
-            entry.pid = spawn_node(&data_dir, node, None, &entry.addr, &server_args)?;
+            let zone = ClusterMap::from_json(&std::fs::read_to_string(map_path(&data_dir))?)?
+                .zone_of(node)
+                .to_string();
+            entry.pid = spawn_node(&data_dir, node, None, &entry.addr, &zone, &server_args)?;
             let pid = entry.pid;
             write_state(&data_dir, &st)?;
             println!("node {node} started (pid {pid})");
@@ -713,7 +810,8 @@ pub async fn run(
             data_dir,
             weight,
             wait,
-        } => add_node(&data_dir, weight, wait, timeout).await,
+            zone,
+        } => add_node(&data_dir, weight, zone, wait, timeout).await,
         ClusterCmd::RemoveNode {
             data_dir,
             node,
@@ -736,6 +834,9 @@ pub async fn run(
                 map.replication,
                 moves_line(&map)
             );
+            if let Some(line) = zones_line(&map) {
+                println!("{line}");
+            }
             for (id, r) in client.all_counters().await {
                 let addr = map.node(id).map(|n| n.addr.clone()).unwrap_or_default();
                 match r {
@@ -757,7 +858,8 @@ pub async fn run(
                             (_, false) => "up, no lease",
                         };
                         println!(
-                            "node {id} {addr} {state}  epoch {}  leader {}  partitions: {} primary, {} backup  fsyncs {} ({} mutations)",
+                            "node {id} {addr}{} {state}  epoch {}  leader {}  partitions: {} primary, {} backup  fsyncs {} ({} mutations)",
+                            zone_label(map.zone_of(id)),
                             c.epoch,
                             c.raft_leader,
                             c.primaries,

@@ -38,6 +38,11 @@ pub struct ServerArgs {
     /// Owner of the root directory, set when this node creates it (UID:GID).
     #[arg(long, default_value = "0:0", value_parser = parse_owner)]
     root_owner: (u32, u32),
+    /// The zone this server is in. The cluster map is the authority on zones: given, it
+    /// must match this server's zone in the map, or the server refuses to start (a server
+    /// started in the wrong place would break the promise that a zone can be lost).
+    #[arg(long, value_parser = crate::cluster::parse_zone)]
+    zone: Option<String>,
 }
 
 /// Server tuning that `cluster up` passes on to its nodes: ancestor metadata replication
@@ -299,6 +304,15 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
         .node(node_id)
         .with_context(|| format!("node id {node_id} is not in the cluster map"))?
         .clone();
+    if let Some(z) = &args.zone
+        && *z != node.zone
+    {
+        bail!(
+            "--zone {z}: the cluster map {} puts node {node_id} in zone {:?}",
+            args.cluster_map.display(),
+            node.zone
+        );
+    }
     let keys = crate::keys::load(&secret_file)?;
     if !keys.has_cluster_secret() {
         bail!(

@@ -16,12 +16,14 @@ mod path;
 mod rebalance;
 mod ring;
 mod shard;
+mod zones;
 
 pub use fragments::{fragment_servers, fragment_slot};
 pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
 pub use members::{
     InodeId, Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
 };
-pub use path::{join, parent_of, split_parent};
+pub use path::{is_normal_below_root, is_within, join, parent_of, split_parent};
 pub use ring::Ring;
 pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};
+pub use zones::{DEFAULT_GROUP, Policy, ZONE_NAME_MAX, zone_name_ok};

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::members::{NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo};
+use crate::zones::{DEFAULT_GROUP, Policy, zone_name_ok};
 
 /// Ring points per partition. 256 keeps the busiest of 4 partitions within ~1.1x of the mean
 /// (see the balance test) while a ring of 32 partitions stays at 8,192 points.
@@ -44,6 +45,9 @@ pub struct ClusterMap {
     pub replication: u32,
     pub nodes: Vec<NodeInfo>,
     pub partitions: Vec<PartitionInfo>,
+    /// Trees pinned to a zone, each placed on its own partition group (zones.rs).
+    #[serde(default)]
+    pub policies: Vec<Policy>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -75,6 +79,16 @@ pub enum MapError {
     BadLayout,
     #[error("epoch {0} is above the limit of {EPOCH_MAX}")]
     BadEpoch(u64),
+    #[error(
+        "node {0}: a zone name is at most 64 printable characters, without spaces, commas or quotes"
+    )]
+    BadZone(NodeId),
+    #[error(
+        "policy on {0}: its group must be unique and not 0, its path absolute and not /, its zone one the map's servers are in, its replicas 1..=5"
+    )]
+    BadPolicy(String),
+    #[error("partition {0}: its group is neither 0 nor a policy's")]
+    BadGroup(PartitionId),
     #[error("cluster map is not valid JSON: {0}")]
     Parse(String),
 }
@@ -93,6 +107,19 @@ impl ClusterMap {
     /// `partition::assign`.
     #[must_use]
     pub fn build(epoch: u64, addrs: &[String], per_node: u32, replication: u32) -> ClusterMap {
+        ClusterMap::build_in_zones(epoch, addrs, &[], per_node, replication)
+    }
+
+    /// As `build`, with server i (0-based) in zone `zones[i % zones.len()]` (all in zone
+    /// `""` if `zones` is empty): copies then spread over the zones.
+    #[must_use]
+    pub fn build_in_zones(
+        epoch: u64,
+        addrs: &[String],
+        zones: &[String],
+        per_node: u32,
+        replication: u32,
+    ) -> ClusterMap {
         let nodes: Vec<NodeInfo> = addrs
             .iter()
             .enumerate()
@@ -101,6 +128,10 @@ impl ClusterMap {
                 addr: a.clone(),
                 weight: 1,
                 state: NodeState::Up,
+                zone: zones
+                    .get(i.checked_rem(zones.len()).unwrap_or(0))
+                    .cloned()
+                    .unwrap_or_default(),
             })
             .collect();
         let count = per_node
@@ -115,11 +146,12 @@ impl ClusterMap {
             replication,
             partitions: crate::partition::assign(&nodes, count, replication),
             nodes,
+            policies: Vec::new(),
         };
         // The balancer (rebalance.rs) must find nothing to move in a new cluster: apply
         // whatever it would move now, before any data exists.
         let none = std::collections::BTreeSet::new();
-        for _ in 0..count {
+        for _ in 0..count.saturating_mul(4) {
             let Some(planned) = map.plan_moves(&none, usize::MAX) else {
                 break;
             };
@@ -152,6 +184,21 @@ impl ClusterMap {
             if n.weight == 0 || n.weight > WEIGHT_MAX {
                 return Err(MapError::BadWeight(n.id));
             }
+            if !zone_name_ok(&n.zone) {
+                return Err(MapError::BadZone(n.id));
+            }
+        }
+        let zones = self.zones();
+        let mut groups = std::collections::BTreeSet::new();
+        for pol in &self.policies {
+            if pol.group == DEFAULT_GROUP
+                || !groups.insert(pol.group)
+                || !crate::path::is_normal_below_root(&pol.path)
+                || !zones.contains(pol.zone.as_str())
+                || !(1..=5).contains(&pol.replicas)
+            {
+                return Err(MapError::BadPolicy(pol.path.clone()));
+            }
         }
         if self.replication == 0 {
             return Err(MapError::BadReplication);
@@ -164,10 +211,13 @@ impl ClusterMap {
             if p.id == PartitionId::SERVER || p.id > PARTITION_ID_MAX || !pids.insert(p.id) {
                 return Err(MapError::BadPartitionId(p.id));
             }
+            if p.group != DEFAULT_GROUP && !groups.contains(&p.group) {
+                return Err(MapError::BadGroup(p.id));
+            }
             let mut distinct = std::collections::BTreeSet::new();
             let extra = usize::from(p.moving.is_some());
             if p.replicas.is_empty()
-                || p.replicas.len() > self.replication as usize + extra
+                || p.replicas.len() > self.group_replication(p.group) as usize + extra
                 || p.moving.is_some_and(|m| {
                     m.from == m.to || !p.replicas.contains(&m.from) || !p.replicas.contains(&m.to)
                 })

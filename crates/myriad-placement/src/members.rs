@@ -90,6 +90,11 @@ pub struct NodeInfo {
     /// Up or down, as decided by the Raft leader's failure detector (docs/replication.md).
     #[serde(default)]
     pub state: NodeState,
+    /// The zone (site, rack, room) the server is in: placement spreads a partition's copies
+    /// over as many zones as it can, and a policy can pin a tree to one (docs/zones.md).
+    /// `""` (the default) is a zone like any other: a map without zones has one.
+    #[serde(default)]
+    pub zone: String,
 }
 
 /// A server's state in the map. A down server is never a primary and its copies are not
@@ -113,6 +118,10 @@ pub struct PartitionInfo {
     /// (Always written: postcard, the wire and Raft log format, cannot skip fields.)
     #[serde(default)]
     pub moving: Option<Move>,
+    /// The partition group it belongs to: 0, the default group, places every path no policy
+    /// covers; a policy's group (`Policy::group`) only the trees it pins, on its zone's servers.
+    #[serde(default)]
+    pub group: u32,
 }
 
 /// A copy of a partition on its way from one server to another.

@@ -1,9 +1,10 @@
 //! Which servers hold each partition: a pure, deterministic assignment.
 //!
 //! Greedy, partition by partition: the primary goes to the server with the fewest primaries
-//! per unit of weight; each backup to the server with the fewest replicas per unit of weight,
-//! ties broken by how often it already holds that place in the list of this primary's
-//! partitions. So every server gets its share,
+//! per unit of weight; each backup to a server in a zone the partition's copies do not cover
+//! yet (so copies span as many zones as there are), then the one with the fewest replicas per
+//! unit of weight, ties broken by how often it already holds that place in the list of this
+//! primary's partitions. So every server gets its share,
 //! and the backups of one server's primaries (the servers that take over when it dies) are
 //! spread over all the others.
 
@@ -27,13 +28,26 @@ fn per_weight(a: u64, wa: u32, b: u64, wb: u32) -> Ordering {
 }
 
 /// `count` partitions (ids 1..=count) with `replication` copies each (capped by the number of
-/// servers) on `nodes`.
+/// servers) on `nodes`, in the default group.
 #[must_use]
 pub fn assign(nodes: &[NodeInfo], count: u32, replication: u32) -> Vec<PartitionInfo> {
+    assign_group(nodes, 1, count, replication, crate::DEFAULT_GROUP)
+}
+
+/// `count` partitions of group `group`, ids `first..first + count`, on `nodes` (for a
+/// policy's group: its zone's servers).
+#[must_use]
+pub fn assign_group(
+    nodes: &[NodeInfo],
+    first: u32,
+    count: u32,
+    replication: u32,
+    group: u32,
+) -> Vec<PartitionInfo> {
     let r = (replication as usize).min(nodes.len());
     let mut load = Load::default();
     let mut out = Vec::with_capacity(count as usize);
-    for pid in 1..=count {
+    for pid in first..first.saturating_add(count) {
         let Some(primary) = nodes
             .iter()
             .min_by(|a, b| {
@@ -50,11 +64,14 @@ pub fn assign(nodes: &[NodeInfo], count: u32, replication: u32) -> Vec<Partition
             break;
         };
         let mut replicas = vec![primary];
+        let mut zones = vec![zone(nodes, primary)];
         while replicas.len() < r {
             let Some(backup) = nodes
                 .iter()
                 .filter(|n| !replicas.contains(&n.id))
                 .min_by(|a, b| {
+                    let za = zones.contains(&a.zone.as_str());
+                    let zb = zones.contains(&b.zone.as_str());
                     let ra = load.backups.get(&a.id).copied().unwrap_or(0);
                     let rb = load.backups.get(&b.id).copied().unwrap_or(0);
                     let xa = load
@@ -67,7 +84,8 @@ pub fn assign(nodes: &[NodeInfo], count: u32, replication: u32) -> Vec<Partition
                         .get(&(primary, b.id, replicas.len()))
                         .copied()
                         .unwrap_or(0);
-                    per_weight(ra, a.weight, rb, b.weight)
+                    za.cmp(&zb)
+                        .then(per_weight(ra, a.weight, rb, b.weight))
                         .then(xa.cmp(&xb))
                         .then(a.id.cmp(&b.id))
                 })
@@ -75,6 +93,7 @@ pub fn assign(nodes: &[NodeInfo], count: u32, replication: u32) -> Vec<Partition
             else {
                 break;
             };
+            zones.push(zone(nodes, backup));
             *load
                 .pairs
                 .entry((primary, backup, replicas.len()))
@@ -90,9 +109,17 @@ pub fn assign(nodes: &[NodeInfo], count: u32, replication: u32) -> Vec<Partition
             id: PartitionId(pid),
             replicas,
             moving: None,
+            group,
         });
     }
     out
+}
+
+fn zone(nodes: &[NodeInfo], id: NodeId) -> &str {
+    nodes
+        .iter()
+        .find(|n| n.id == id)
+        .map_or("", |n| n.zone.as_str())
 }
 
 #[cfg(test)]

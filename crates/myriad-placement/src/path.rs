@@ -27,6 +27,28 @@ pub fn join(dir: &str, name: &str) -> String {
     }
 }
 
+/// True if `path` is absolute, not `/`, and has no empty, `.` or `..` component (what a
+/// policy root in a map must be; requests are validated in `myriad-proto`).
+#[must_use]
+pub fn is_normal_below_root(path: &str) -> bool {
+    path.len() <= 4096
+        && path.strip_prefix('/').is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .split('/')
+                    .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
+        })
+}
+
+/// True if `path` is `root` or inside it (both normalized).
+#[must_use]
+pub fn is_within(path: &str, root: &str) -> bool {
+    root == "/"
+        || path
+            .strip_prefix(root)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +63,21 @@ mod tests {
         assert_eq!(join("/", "a"), "/a");
         assert_eq!(join("/a/b", "c"), "/a/b/c");
         assert_eq!(split_parent(&join("/a", "b")), ("/a", "b"));
+    }
+
+    #[test]
+    fn policy_roots_and_trees() {
+        assert!(is_normal_below_root("/a"));
+        assert!(is_normal_below_root("/a/b.c"));
+        for bad in [
+            "", "/", "a", "/a/", "//a", "/a//b", "/a/./b", "/a/..", "/a\0",
+        ] {
+            assert!(!is_normal_below_root(bad), "{bad:?}");
+        }
+        assert!(is_within("/a/b", "/a"));
+        assert!(is_within("/a", "/a"));
+        assert!(!is_within("/ab", "/a"));
+        assert!(!is_within("/", "/a"));
+        assert!(is_within("/x", "/"));
     }
 }

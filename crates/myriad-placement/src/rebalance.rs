@@ -14,11 +14,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::map::ClusterMap;
-use crate::members::{Move, NodeId, NodeState, PartitionId};
+use crate::members::{Move, NodeId, NodeState, PartitionId, PartitionInfo};
 
 /// Copies held by each server that can take more (up, not leaving), in copies per weight.
-fn loads(map: &ClusterMap) -> BTreeMap<NodeId, (u64, u64, u32)> {
-    let mut out: BTreeMap<NodeId, (u64, u64, u32)> = map
+fn loads(map: &ClusterMap) -> Loads {
+    let mut out: Loads = map
         .nodes
         .iter()
         .filter(|n| n.state == NodeState::Up)
@@ -35,6 +35,28 @@ fn loads(map: &ClusterMap) -> BTreeMap<NodeId, (u64, u64, u32)> {
         }
     }
     out
+}
+
+/// Per server that can take copies: (copies, primaries, weight).
+type Loads = BTreeMap<NodeId, (u64, u64, u32)>;
+
+/// Starts moving a copy of `p` from `from` to `to` (appended to its replicas), and counts it.
+fn start_move(p: &mut PartitionInfo, load: &mut Loads, from: NodeId, to: NodeId) {
+    let led = p.replicas.first() == Some(&from);
+    p.replicas.push(to);
+    p.moving = Some(Move { from, to });
+    if let Some(x) = load.get_mut(&from) {
+        x.0 = x.0.saturating_sub(1);
+        if led {
+            x.1 = x.1.saturating_sub(1);
+        }
+    }
+    if let Some(x) = load.get_mut(&to) {
+        x.0 += 1;
+        if led {
+            x.1 += 1;
+        }
+    }
 }
 
 /// `a` copies per `wa` against `b` per `wb`.
@@ -82,7 +104,7 @@ impl ClusterMap {
             .map(|n| n.id)
             .collect();
         let mut changed = false;
-        // 1-2: copies that must go.
+        // 1-2: copies that must go (and copies outside the zone their partition is pinned to).
         for i in 0..next.partitions.len() {
             if budget == 0 {
                 break;
@@ -91,84 +113,76 @@ impl ClusterMap {
             if p.moving.is_some() {
                 continue;
             }
-            let Some(from) = p
+            let Some(from) =
+                p.replicas.iter().copied().find(|&r| {
+                    expired.contains(&r) || leaving.contains(&r) || !self.may_hold(p, r)
+                })
+            else {
+                continue;
+            };
+            // Prefer a zone the copies that stay do not cover.
+            let staying: Vec<NodeId> = p
                 .replicas
                 .iter()
                 .copied()
-                .find(|r| expired.contains(r) || leaving.contains(r))
-            else {
+                .filter(|r| *r != from && !expired.contains(r) && !leaving.contains(r))
+                .collect();
+            let Some(to) = self.lightest_target(p, &load, &staying) else {
                 continue;
             };
-            let Some(to) = load
-                .iter()
-                .filter(|(id, _)| !p.replicas.contains(id))
-                .min_by(|a, b| {
-                    lighter(a.1.0, a.1.2, b.1.0, b.1.2)
-                        .then(lighter(a.1.1, a.1.2, b.1.1, b.1.2))
-                        .then(a.0.cmp(b.0))
-                })
-                .map(|(id, _)| *id)
-            else {
-                continue;
-            };
-            if let Some(l) = load.get_mut(&to) {
-                l.0 += 1;
-            }
-            let p = &mut next.partitions[i];
-            p.replicas.push(to);
-            p.moving = Some(Move { from, to });
+            start_move(&mut next.partitions[i], &mut load, from, to);
             budget -= 1;
             changed = true;
         }
-        // 3: balance, while the fullest server has two copies more than the emptiest (per
-        // weight). A source that also has more primaries than the target gives up a
-        // partition it leads (`to` then leads it), else one it backs up.
-        while budget > 0 {
-            let heavy = load
-                .iter()
-                .max_by(|a, b| lighter(a.1.0, a.1.2, b.1.0, b.1.2).then(b.0.cmp(a.0)));
-            let light = load
-                .iter()
-                .min_by(|a, b| lighter(a.1.0, a.1.2, b.1.0, b.1.2).then(a.0.cmp(b.0)));
-            let (Some((&h, &hl)), Some((&l, &ll))) = (heavy, light) else {
-                break;
-            };
-            // Would moving one copy leave them at least as far apart the other way?
-            if h == l || lighter(hl.0.saturating_sub(1), hl.2, ll.0 + 1, ll.2).is_lt() {
+        // 3: copies spread over too few zones (zones added, or a copy placed while a zone
+        // was down): a copy in a zone that holds two moves to a zone that holds none.
+        for i in 0..next.partitions.len() {
+            if budget == 0 {
                 break;
             }
-            let want_primary = lighter(hl.1, hl.2, ll.1 + 1, ll.2).is_gt();
-            let candidates = next.partitions.iter().enumerate().filter(|(_, p)| {
-                p.moving.is_none() && p.replicas.contains(&h) && !p.replicas.contains(&l)
+            let p = &next.partitions[i];
+            if p.moving.is_some() || self.zone_count(&p.replicas) >= self.zones_wanted(p) {
+                continue;
+            }
+            let Some(to) = self.lightest_target(p, &load, &p.replicas) else {
+                continue;
+            };
+            if self.zone_count(p.replicas.iter().chain([&to])) == self.zone_count(&p.replicas) {
+                continue;
+            }
+            // A backup before the primary, the fullest server first.
+            let doubled = p.replicas.iter().enumerate().filter(|(_, r)| {
+                p.replicas
+                    .iter()
+                    .filter(|o| self.zone_of(**o) == self.zone_of(**r))
+                    .count()
+                    > 1
             });
-            let mut pick = None;
-            for (i, p) in candidates {
-                let leads = p.replicas.first() == Some(&h);
-                if leads == want_primary {
-                    pick = Some(i);
-                    break;
-                }
-                pick.get_or_insert(i);
-            }
-            let Some(i) = pick else {
+            let Some(from) = doubled
+                .max_by(|(ia, a), (ib, b)| {
+                    let la = load.get(a).map_or((0, 0, 1), |l| *l);
+                    let lb = load.get(b).map_or((0, 0, 1), |l| *l);
+                    (*ia > 0)
+                        .cmp(&(*ib > 0))
+                        .then(lighter(la.0, la.2, lb.0, lb.2))
+                })
+                .map(|(_, r)| *r)
+            else {
+                continue;
+            };
+            start_move(&mut next.partitions[i], &mut load, from, to);
+            budget -= 1;
+            changed = true;
+        }
+        // 4: balance, while a fuller server has two copies more than an emptier one (per
+        // weight) and one of its copies may move there without covering fewer zones. A
+        // source that also has more primaries than the target gives up a partition it leads
+        // (`to` then leads it), else one it backs up.
+        while budget > 0 {
+            let Some((i, h, l)) = self.balancing_move(&next, &load) else {
                 break;
             };
-            let p = &mut next.partitions[i];
-            let led = p.replicas.first() == Some(&h);
-            p.replicas.push(l);
-            p.moving = Some(Move { from: h, to: l });
-            if let Some(x) = load.get_mut(&h) {
-                x.0 -= 1;
-                if led {
-                    x.1 -= 1;
-                }
-            }
-            if let Some(x) = load.get_mut(&l) {
-                x.0 += 1;
-                if led {
-                    x.1 += 1;
-                }
-            }
+            start_move(&mut next.partitions[i], &mut load, h, l);
             budget -= 1;
             changed = true;
         }
@@ -177,6 +191,71 @@ impl ClusterMap {
             next.epoch = next.epoch.saturating_add(1);
             next
         })
+    }
+
+    /// The server a new copy of `p` goes to: one that may hold it, holds none yet and can
+    /// take copies; in a zone `keeping` does not cover if there is one; the emptiest.
+    fn lightest_target(
+        &self,
+        p: &PartitionInfo,
+        load: &Loads,
+        keeping: &[NodeId],
+    ) -> Option<NodeId> {
+        let covered: Vec<&str> = keeping.iter().map(|&r| self.zone_of(r)).collect();
+        load.iter()
+            .filter(|(id, _)| !p.replicas.contains(id) && self.may_hold(p, **id))
+            .min_by(|a, b| {
+                covered
+                    .contains(&self.zone_of(*a.0))
+                    .cmp(&covered.contains(&self.zone_of(*b.0)))
+                    .then(lighter(a.1.0, a.1.2, b.1.0, b.1.2))
+                    .then(lighter(a.1.1, a.1.2, b.1.1, b.1.2))
+                    .then(a.0.cmp(b.0))
+            })
+            .map(|(id, _)| *id)
+    }
+
+    /// A copy to move for balance: `(partition index, from, to)`. Pairs are tried from the
+    /// fullest and the emptiest server inwards; a pair qualifies if moving one copy leaves
+    /// them closer, and a copy qualifies if `to` may hold it, holds none, and the partition
+    /// covers no fewer zones after.
+    fn balancing_move(&self, next: &ClusterMap, load: &Loads) -> Option<(usize, NodeId, NodeId)> {
+        let mut by_load: Vec<(NodeId, (u64, u64, u32))> =
+            load.iter().map(|(id, l)| (*id, *l)).collect();
+        by_load.sort_by(|a, b| lighter(a.1.0, a.1.2, b.1.0, b.1.2).then(a.0.cmp(&b.0)));
+        let zoned = self.zones().len() > 1;
+        for &(h, hl) in by_load.iter().rev() {
+            for &(l, ll) in &by_load {
+                // Would moving one copy leave them at least as far apart the other way?
+                if h == l || lighter(hl.0.saturating_sub(1), hl.2, ll.0 + 1, ll.2).is_lt() {
+                    break;
+                }
+                let want_primary = lighter(hl.1, hl.2, ll.1 + 1, ll.2).is_gt();
+                let mut pick = None;
+                for (i, p) in next.partitions.iter().enumerate() {
+                    if p.moving.is_some()
+                        || !p.replicas.contains(&h)
+                        || p.replicas.contains(&l)
+                        || !self.may_hold(p, l)
+                    {
+                        continue;
+                    }
+                    let after = p.replicas.iter().filter(|r| **r != h).chain([&l]);
+                    if zoned && self.zone_count(after) < self.zone_count(&p.replicas) {
+                        continue;
+                    }
+                    if (p.replicas.first() == Some(&h)) == want_primary {
+                        pick = Some(i);
+                        break;
+                    }
+                    pick.get_or_insert(i);
+                }
+                if let Some(i) = pick {
+                    return Some((i, h, l));
+                }
+            }
+        }
+        None
     }
 
     /// The next map with the moves of `pids` complete: `from` leaves each list, and `to`
@@ -279,6 +358,7 @@ mod tests {
             addr: "127.0.0.1:5".into(),
             weight: 1,
             state: NodeState::Up,
+            zone: String::new(),
         });
         let done = settle(m, &BTreeSet::new());
         let c = copies(&done);
@@ -395,6 +475,7 @@ mod tests {
             addr: "x:9".into(),
             weight: 1,
             state: NodeState::Up,
+            zone: String::new(),
         });
         let pid = planned.partitions[0].id;
         // Before completion the old primary still leads.

@@ -46,7 +46,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `PeerRequest::FragmentNamed`, `Response::Bool`.
 /// 24: storage tiers: `StatFs::tiers`; kept fsstats: `AdminRequest::KeptStats`,
 /// `Response::KeptStats`.
-pub const PROTOCOL_VERSION: u16 = 24;
+/// 25: zones (docs/zones.md): the map's `NodeInfo::zone`, `PartitionInfo::group`,
+/// `ClusterMap::policies`.
+pub const PROTOCOL_VERSION: u16 = 25;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -612,6 +612,7 @@ impl Sim {
             addr: format!("sim-{id}"),
             weight: 1,
             state: NodeState::Up,
+            zone: String::new(),
         });
         self.commit_map(next, &format!("server {id} added"));
         lock(&self.faults).added = true;

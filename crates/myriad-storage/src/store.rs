@@ -24,7 +24,9 @@ use myriad_proto::InodeId;
 /// 3: every key carries its partition's id (`PartitionKv`); 0 holds the server's own records.
 /// 4: every block value ends with the crc32c of its data (blocks.rs).
 /// 5: inodes carry `rdev`; directory records count their subdirectories (issue 16).
-pub const FORMAT_VERSION: u32 = 5;
+/// 6: the cluster map kept by the membership group (Raft log, state, snapshots) records
+///    zones, partition groups and policies (issue 22); its encoding is not self-describing.
+pub const FORMAT_VERSION: u32 = 6;
 
 #[derive(Clone)]
 pub struct Store {

@@ -1,0 +1,376 @@
+//! Zones and policies (docs/zones.md): which zone each server is in, which partition group
+//! each pinned tree is placed on, and the rules placement follows with them:
+//!
+//! * a partition of the default group (0) spreads its copies over as many zones as there
+//!   are, so a whole zone can be lost without losing data;
+//! * a partition of a policy's group lives only on that policy's zone's servers, with the
+//!   policy's number of copies.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::map::ClusterMap;
+use crate::members::{NodeId, NodeState, PartitionInfo};
+
+/// The default partition group: every path no policy covers.
+pub const DEFAULT_GROUP: u32 = 0;
+/// Longest zone name (bytes): zones are labels, printed in status lines.
+pub const ZONE_NAME_MAX: usize = 64;
+
+/// "Everything under `path` lives only in `zone`, with `replicas` copies": the policy's
+/// tree is placed on the partitions of its own `group`, whose copies the map keeps on that
+/// zone's servers only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// The partition group its tree is placed on (never `DEFAULT_GROUP`).
+    pub group: u32,
+    /// Absolute, normalized path of the tree's root (not `/`).
+    pub path: String,
+    pub zone: String,
+    /// Copies of each of the group's partitions (capped by the zone's servers).
+    pub replicas: u32,
+}
+
+/// A zone name is printable ASCII without spaces or commas (it is listed comma-separated).
+#[must_use]
+pub fn zone_name_ok(zone: &str) -> bool {
+    zone.len() <= ZONE_NAME_MAX
+        && zone
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b',' && b != b'"')
+}
+
+impl ClusterMap {
+    /// The zone of server `id` (`""` for a server the map does not list).
+    #[must_use]
+    pub fn zone_of(&self, id: NodeId) -> &str {
+        self.node(id).map_or("", |n| n.zone.as_str())
+    }
+
+    /// The zones of the servers that can take copies (up, not leaving).
+    #[must_use]
+    pub fn live_zones(&self) -> BTreeSet<&str> {
+        self.nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Up)
+            .map(|n| n.zone.as_str())
+            .collect()
+    }
+
+    /// Every zone the map names, in order.
+    #[must_use]
+    pub fn zones(&self) -> BTreeSet<&str> {
+        self.nodes.iter().map(|n| n.zone.as_str()).collect()
+    }
+
+    /// How many zones `servers` cover.
+    #[must_use]
+    pub fn zone_count<'a>(&self, servers: impl IntoIterator<Item = &'a NodeId>) -> usize {
+        servers
+            .into_iter()
+            .map(|&n| self.zone_of(n))
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    /// The policy owning partition group `group`.
+    #[must_use]
+    pub fn policy_of_group(&self, group: u32) -> Option<&Policy> {
+        self.policies.iter().find(|p| p.group == group)
+    }
+
+    /// The zone partition `p` is pinned to, if its group is a policy's.
+    #[must_use]
+    pub fn pinned_zone(&self, p: &PartitionInfo) -> Option<&str> {
+        self.policy_of_group(p.group).map(|pol| pol.zone.as_str())
+    }
+
+    /// Copies a partition of `group` should have.
+    #[must_use]
+    pub fn group_replication(&self, group: u32) -> u32 {
+        self.policy_of_group(group)
+            .map_or(self.replication, |p| p.replicas)
+    }
+
+    /// May server `node` hold a copy of partition `p`? (Only its zone's servers, if pinned.)
+    #[must_use]
+    pub fn may_hold(&self, p: &PartitionInfo, node: NodeId) -> bool {
+        self.pinned_zone(p).is_none_or(|z| self.zone_of(node) == z)
+    }
+
+    /// The most zones partition `p`'s copies could cover with the servers that can take
+    /// copies now: 1 for a pinned partition, else `min(copies, live zones)`.
+    #[must_use]
+    pub fn zones_wanted(&self, p: &PartitionInfo) -> usize {
+        if self.pinned_zone(p).is_some() {
+            return 1;
+        }
+        let copies = p.replicas.len() - usize::from(p.moving.is_some());
+        copies.min(self.live_zones().len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::members::{NodeInfo, PartitionId};
+
+    fn zoned(n: usize, zones: &[&str], per_node: u32, r: u32) -> ClusterMap {
+        let addrs: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{i}")).collect();
+        let zones: Vec<String> = zones.iter().map(|z| (*z).to_string()).collect();
+        ClusterMap::build_in_zones(1, &addrs, &zones, per_node, r)
+    }
+
+    /// Plans and completes moves until nothing moves; every map on the way is valid.
+    /// Returns the settled map and the moves made.
+    fn settle(
+        mut m: ClusterMap,
+        expired: &BTreeSet<NodeId>,
+    ) -> (ClusterMap, Vec<(NodeId, NodeId)>) {
+        let mut made = Vec::new();
+        for _ in 0..10_000 {
+            let Some(planned) = m.plan_moves(expired, 8) else {
+                return (m, made);
+            };
+            planned
+                .validate()
+                .unwrap_or_else(|e| panic!("planned map invalid: {e}"));
+            let moves = planned.moves();
+            made.extend(moves.iter().map(|(_, mv)| (mv.from, mv.to)));
+            let pids: Vec<PartitionId> = moves.iter().map(|(p, _)| *p).collect();
+            m = planned
+                .complete_moves(&pids, &BTreeSet::new())
+                .unwrap_or_else(|| panic!("moves complete"));
+            m.validate()
+                .unwrap_or_else(|e| panic!("completed map invalid: {e}"));
+        }
+        panic!("moves never settled");
+    }
+
+    /// Every partition of the default group covers as many zones as it can.
+    fn spread_over_zones(m: &ClusterMap) -> Result<(), String> {
+        for p in &m.partitions {
+            let want = m.zones_wanted(p);
+            if m.zone_count(&p.replicas) < want {
+                return Err(format!(
+                    "partition {} covers fewer than {want} zones: {:?}",
+                    p.id, p.replicas
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn copies(m: &ClusterMap) -> BTreeMap<NodeId, usize> {
+        let mut out = BTreeMap::new();
+        for r in m.partitions.iter().flat_map(|p| &p.replicas) {
+            *out.entry(*r).or_default() += 1;
+        }
+        out
+    }
+
+    #[test]
+    fn two_zones_of_three_hold_every_partition_in_both() {
+        let m = zoned(6, &["a", "b"], 8, 3);
+        assert!(m.validate().is_ok());
+        spread_over_zones(&m).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.zone_of(NodeId(1)), "a");
+        assert_eq!(m.zone_of(NodeId(2)), "b");
+        // Losing zone a leaves a copy of everything in zone b, and the other way round.
+        for p in &m.partitions {
+            assert!(p.replicas.iter().any(|r| m.zone_of(*r) == "a"), "{p:?}");
+            assert!(p.replicas.iter().any(|r| m.zone_of(*r) == "b"), "{p:?}");
+        }
+        // Still balanced: 48 partitions x 3 copies over 6 servers, 24 each.
+        assert!(
+            copies(&m).values().all(|&c| (23..=25).contains(&c)),
+            "{:?}",
+            copies(&m)
+        );
+    }
+
+    #[test]
+    fn a_new_zone_gets_a_copy_of_every_partition() {
+        let m = zoned(4, &["a", "b"], 4, 3);
+        let mut grown = m.clone();
+        for id in [5, 6] {
+            grown.nodes.push(NodeInfo {
+                id: NodeId(id),
+                addr: format!("127.0.0.1:{id}"),
+                weight: 1,
+                state: NodeState::Up,
+                zone: "c".into(),
+            });
+        }
+        let (done, made) = settle(grown, &BTreeSet::new());
+        spread_over_zones(&done).unwrap_or_else(|e| panic!("{e}"));
+        for p in &done.partitions {
+            assert_eq!(done.zone_count(&p.replicas), 3, "{p:?}");
+        }
+        // One copy per partition moved into zone c; nothing else needed to move.
+        let into_c = made.iter().filter(|(_, to)| to.0 >= 5).count();
+        assert_eq!(into_c, done.partitions.len(), "{made:?}");
+        assert!(
+            made.len() <= done.partitions.len() + 4,
+            "{} moves: {made:?}",
+            made.len()
+        );
+    }
+
+    #[test]
+    fn a_pinned_partition_stays_in_its_zone() {
+        let mut m = zoned(6, &["a", "b"], 2, 3);
+        m.policies.push(Policy {
+            group: 1,
+            path: "/lab".into(),
+            zone: "a".into(),
+            replicas: 2,
+        });
+        let zone_a: Vec<NodeInfo> = m.nodes.iter().filter(|n| n.zone == "a").cloned().collect();
+        let first = m.partitions.len() as u32 + 1;
+        m.partitions
+            .extend(crate::partition::assign_group(&zone_a, first, 6, 2, 1));
+        m.validate().unwrap_or_else(|e| panic!("{e}"));
+        let (settled, _) = settle(m, &BTreeSet::new());
+        let leaving = settled.nodes.iter().find(|n| n.zone == "a").map(|n| n.id);
+        let leaving = leaving.unwrap_or_else(|| panic!("a server in zone a"));
+        let drained = settled
+            .mark_leaving(leaving)
+            .unwrap_or_else(|| panic!("up"));
+        let (done, _) = settle(drained, &BTreeSet::new());
+        assert!(done.node(leaving).is_none());
+        for p in done.partitions.iter().filter(|p| p.group == 1) {
+            assert_eq!(p.replicas.len(), 2, "{p:?}");
+            assert!(p.replicas.iter().all(|r| done.zone_of(*r) == "a"), "{p:?}");
+        }
+        spread_over_zones(&done).unwrap_or_else(|e| panic!("{e}"));
+        // A copy of a pinned partition on another zone's server is moved home.
+        let mut stray = done.clone();
+        let b = stray.nodes.iter().find(|n| n.zone == "b").map(|n| n.id);
+        let b = b.unwrap_or_else(|| panic!("a server in zone b"));
+        let pinned = stray.partitions.iter_mut().find(|p| p.group == 1);
+        let pinned = pinned.unwrap_or_else(|| panic!("a pinned partition"));
+        pinned.replicas[1] = b;
+        let (home, _) = settle(stray, &BTreeSet::new());
+        for p in home.partitions.iter().filter(|p| p.group == 1) {
+            assert!(p.replicas.iter().all(|r| home.zone_of(*r) == "a"), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn policies_and_zones_are_validated() {
+        let mut m = zoned(4, &["a", "b"], 1, 2);
+        assert!(m.validate().is_ok());
+        let good = Policy {
+            group: 1,
+            path: "/x".into(),
+            zone: "a".into(),
+            replicas: 2,
+        };
+        for bad in [
+            Policy {
+                group: 0,
+                ..good.clone()
+            },
+            Policy {
+                path: "/".into(),
+                ..good.clone()
+            },
+            Policy {
+                path: "x/y".into(),
+                ..good.clone()
+            },
+            Policy {
+                zone: "nowhere".into(),
+                ..good.clone()
+            },
+            Policy {
+                replicas: 0,
+                ..good.clone()
+            },
+        ] {
+            let mut bad_map = m.clone();
+            bad_map.policies.push(bad);
+            assert!(matches!(bad_map.validate(), Err(MapError::BadPolicy(_))));
+        }
+        m.partitions[0].group = 7;
+        assert_eq!(m.validate(), Err(MapError::BadGroup(m.partitions[0].id)));
+        m.partitions[0].group = 0;
+        m.nodes[0].zone = "has space".into();
+        assert_eq!(m.validate(), Err(MapError::BadZone(NodeId(1))));
+        // A map file written before zones reads as one zone, "".
+        let json = zoned(3, &[], 1, 1)
+            .to_json()
+            .replace(",\n      \"zone\": \"\"", "");
+        assert!(!json.contains("zone"));
+        let old = ClusterMap::from_json(&json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(old.zones().len(), 1);
+    }
+
+    use crate::map::MapError;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// For random servers, zones, weights and layouts: a new map spreads every
+        /// partition over as many zones as it can and has nothing to rebalance; after a
+        /// server is added or removed, the settled map still does, and the moves made are
+        /// few (those the change needs and a little balance).
+        #[test]
+        fn copies_cover_every_zone_they_can(
+            zone_of in proptest::collection::vec(0usize..4, 2..10),
+            weights in proptest::collection::vec(1u32..3, 10),
+            per_node in 1u32..6,
+            r in 1u32..4,
+            added_zone in 0usize..5,
+            removed in 0usize..10,
+        ) {
+            let names = ["a", "b", "c", "d", "e"];
+            let n = zone_of.len();
+            let addrs: Vec<String> = (1..=n).map(|i| format!("h:{i}")).collect();
+            let mut m = ClusterMap::build(1, &addrs, per_node, r);
+            for (i, node) in m.nodes.iter_mut().enumerate() {
+                node.zone = names[zone_of[i]].to_string();
+                node.weight = weights[i];
+            }
+            m.partitions = crate::partition::assign(&m.nodes, per_node * n as u32, r);
+            let (m, _) = settle(m, &BTreeSet::new());
+            prop_assert!(spread_over_zones(&m).is_ok(), "{:?}", spread_over_zones(&m));
+
+            let mut grown = m.clone();
+            let new = NodeId(n as u32 + 1);
+            grown.nodes.push(NodeInfo {
+                id: new,
+                addr: "h:new".into(),
+                weight: 1,
+                state: NodeState::Up,
+                zone: names[added_zone].to_string(),
+            });
+            let new_zone = !m.zones().contains(names[added_zone]);
+            let (done, made) = settle(grown, &BTreeSet::new());
+            prop_assert!(spread_over_zones(&done).is_ok(), "{:?}", spread_over_zones(&done));
+            let onto_new = made.iter().filter(|(_, to)| *to == new).count();
+            if !new_zone {
+                // Every move but a few lands on the new server.
+                prop_assert!(made.len() <= onto_new + n, "{} moves, {onto_new} onto the new server", made.len());
+            }
+
+            // (A server can leave only if the others can hold every copy.)
+            let gone = m.nodes[removed % n].id;
+            if let Some(leaving) = m.mark_leaving(gone).filter(|_| n > r as usize) {
+                let held = copies(&m).get(&gone).copied().unwrap_or(0);
+                let (done, made) = settle(leaving, &BTreeSet::new());
+                prop_assert!(done.node(gone).is_none());
+                prop_assert!(spread_over_zones(&done).is_ok(), "{:?}", spread_over_zones(&done));
+                let off = made.iter().filter(|(from, _)| *from == gone).count();
+                prop_assert_eq!(off, held);
+                prop_assert!(made.len() <= held + 2 * n, "{} moves for {held} copies", made.len());
+            }
+        }
+    }
+}
