@@ -565,6 +565,7 @@ fn hellos() -> Seeds {
         peer,
         key_id,
         nonce: [0x11; 32],
+        zone: "a".into(),
     };
     let reply = |refused: Option<String>| HelloReply {
         version: PROTOCOL_VERSION,

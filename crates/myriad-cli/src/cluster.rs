@@ -413,6 +413,36 @@ fn zones_line(map: &ClusterMap) -> Option<String> {
     Some(format!("zones: {}; {spread}", per_zone.join(", ")))
 }
 
+/// "from zone b: file 120 req 1.2 MiB, membership 30 req 4.0 KiB" per zone that sent this
+/// server requests (bytes both ways), when any came from a zone but the server's own.
+fn zone_traffic_lines(c: &myriad_client::proto::CounterSnapshot) -> Vec<String> {
+    if c.zone_traffic.iter().all(|t| t.zone == c.zone) {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut zone: Option<&str> = None;
+    for t in &c.zone_traffic {
+        let part = format!(
+            "{} {} req {}",
+            t.kind.name(),
+            t.requests,
+            crate::fs_cmds::human(t.bytes())
+        );
+        if zone == Some(t.zone.as_str())
+            && let Some(last) = out.last_mut()
+        {
+            last.push_str(", ");
+            last.push_str(&part);
+        } else {
+            let whose = if t.zone == c.zone { " (own)" } else { "" };
+            let name = if t.zone.is_empty() { "\"\"" } else { &t.zone };
+            out.push(format!("from zone {name}{whose}: {part}"));
+            zone = Some(t.zone.as_str());
+        }
+    }
+    out
+}
+
 /// Spawns one `myriad server` child, detached from our process group so Ctrl-C of the CLI
 /// does not reach it, logging to `node-<id>.log`.
 fn spawn_node(
@@ -884,6 +914,9 @@ pub async fn run(
                             },
                             c.server_requests_sent
                         );
+                        for line in zone_traffic_lines(&c) {
+                            println!("    {line}");
+                        }
                         if let Ok(s) = client.server_statfs(id).await {
                             println!(
                                 "    disk: {} stored, {} free of {}",

@@ -31,6 +31,7 @@ pub fn connect(
     let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
     let mut cfg = ClientConfig::new(map, current_caller(), keys);
     cfg.request_timeout = timeout;
+    cfg.zone = crate::identity::client_zone().to_string();
     Ok(Client::new(cfg)?)
 }
 

@@ -1,4 +1,18 @@
+use std::sync::OnceLock;
+
 use myriad_client::Caller;
+
+static ZONE: OnceLock<String> = OnceLock::new();
+
+/// Sets the zone this process's clients are in (the global `--zone`); once, at start.
+pub fn set_client_zone(zone: Option<String>) {
+    let _ = ZONE.set(zone.unwrap_or_default());
+}
+
+/// The zone this process's clients are in (`""`: not given).
+pub fn client_zone() -> &'static str {
+    ZONE.get().map_or("", String::as_str)
+}
 
 /// The calling process's uid, gid and supplementary groups: what the servers record as owner.
 pub fn current_caller() -> Caller {

@@ -57,6 +57,10 @@ struct Cli {
     /// else `client.key`, beside the cluster map file.
     #[arg(long, global = true, env = "MYRIAD_SECRET_FILE")]
     secret_file: Option<PathBuf>,
+    /// The zone this client (or mount) is in (docs/zones.md): servers count traffic by
+    /// zone, and reads go to a copy in this zone when one is in sync.
+    #[arg(long, global = true, env = "MYRIAD_ZONE", value_parser = cluster::parse_zone)]
+    zone: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -186,6 +190,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    identity::set_client_zone(cli.zone);
     let result = match cli.command {
         Command::Server(args) => server_cmd::run(args, cli.secret_file),
         Command::Mount(args) => mount_cmd::run(

@@ -168,6 +168,7 @@ pub fn run(
     let cfg = myriad_fuse::MountConfig {
         map,
         keys,
+        zone: crate::identity::client_zone().to_string(),
         mountpoint: args.mountpoint.clone(),
         fs: myriad_fuse::FsConfig {
             entry_ttl: Duration::from_millis(args.entry_ttl_ms),
@@ -228,6 +229,10 @@ fn detach(
     }
     if let Some(k) = secret_file {
         cmd.arg("--secret-file").arg(k);
+    }
+    let zone = crate::identity::client_zone();
+    if !zone.is_empty() {
+        cmd.arg("--zone").arg(zone);
     }
     cmd.arg("--timeout-ms")
         .arg(timeout.as_millis().to_string())

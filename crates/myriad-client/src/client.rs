@@ -61,6 +61,9 @@ pub struct ClientConfig {
     pub indexes: bool,
     /// Where loaded indexes are kept on local disk for the next client (`None`: not).
     pub index_cache_dir: Option<std::path::PathBuf>,
+    /// The zone this client is in (docs/zones.md; `""`: not known): told to servers for
+    /// their traffic counters, and reads go to a copy in it when one is in sync.
+    pub zone: String,
 }
 
 impl ClientConfig {
@@ -78,6 +81,7 @@ impl ClientConfig {
             leases: false,
             indexes: false,
             index_cache_dir: None,
+            zone: String::new(),
         }
     }
 }
@@ -181,6 +185,7 @@ impl Client {
     pub fn new(config: ClientConfig) -> Result<Client, FsError> {
         let pool = Pool::new(PoolConfig {
             me: PeerKind::Client,
+            zone: config.zone.clone(),
             keys: config.keys.clone(),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,

@@ -38,6 +38,8 @@ pub struct MountConfig {
     pub map: ClusterMap,
     /// The cluster's client key or secret.
     pub keys: myriad_client::Keyring,
+    /// The zone the mount is in (docs/zones.md; `""`: not known).
+    pub zone: String,
     pub mountpoint: PathBuf,
     pub fs: FsConfig,
     /// A request to a dead or stuck server fails (EIO / ETIMEDOUT) after this long.
@@ -66,6 +68,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         .map_err(|e| format!("cannot start runtime: {e}"))?;
     let mut ccfg = ClientConfig::new(cfg.map.clone(), Caller::root(), cfg.keys.clone());
     ccfg.request_timeout = cfg.request_timeout;
+    ccfg.zone = cfg.zone.clone();
     // Durability at fsync unless asked otherwise (docs/fuse.md "Durability").
     ccfg.durable_changes = cfg.fs.sync_close;
     // Names and attributes under directory leases (docs/fuse.md "Directory leases").

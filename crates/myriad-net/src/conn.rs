@@ -53,10 +53,11 @@ impl RpcConn {
     pub async fn connect(
         addr: &str,
         me: PeerKind,
+        zone: &str,
         keys: &Keyring,
         timeout: Duration,
     ) -> Result<RpcConn, FsError> {
-        match tokio::time::timeout(timeout, Self::connect_inner(addr, me, keys)).await {
+        match tokio::time::timeout(timeout, Self::connect_inner(addr, me, zone, keys)).await {
             Ok(r) => r,
             Err(_) => Err(FsError::Unavailable(format!(
                 "{addr}: connect timed out after {} ms",
@@ -65,7 +66,12 @@ impl RpcConn {
         }
     }
 
-    async fn connect_inner(addr: &str, me: PeerKind, keys: &Keyring) -> Result<RpcConn, FsError> {
+    async fn connect_inner(
+        addr: &str,
+        me: PeerKind,
+        zone: &str,
+        keys: &Keyring,
+    ) -> Result<RpcConn, FsError> {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
@@ -75,7 +81,7 @@ impl RpcConn {
         let mut writer = FramedWrite::new(wr, frame_codec());
         writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
         let (peer_node_id, peer_epoch) =
-            crate::handshake::client(addr, &mut reader, &mut writer, me, keys).await?;
+            crate::handshake::client(addr, &mut reader, &mut writer, me, zone, keys).await?;
 
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(AtomicBool::new(false));

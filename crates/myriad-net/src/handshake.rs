@@ -24,6 +24,8 @@ pub(crate) type Writer = FramedWrite<OwnedWriteHalf, FrameCodec>;
 pub struct Peer {
     pub kind: PeerKind,
     pub credential: Credential,
+    /// The zone it said it is in (docs/zones.md; `""` if it did not say), for counters.
+    pub zone: std::sync::Arc<str>,
 }
 
 fn nonce() -> Nonce {
@@ -55,6 +57,7 @@ pub(crate) async fn client(
     r: &mut Reader,
     w: &mut Writer,
     me: PeerKind,
+    zone: &str,
     keys: &Keyring,
 ) -> Result<(myriad_proto::NodeId, u64), FsError> {
     let io = |e: std::io::Error| FsError::Unavailable(format!("{addr}: {e}"));
@@ -65,6 +68,7 @@ pub(crate) async fn client(
         peer: me,
         key_id: key.map(|k| k.id()),
         nonce: nonce(),
+        zone: zone.to_string(),
     };
     let hello_bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;
     w.send(Bytes::from(hello_bytes.clone())).await.map_err(io)?;
@@ -143,6 +147,9 @@ async fn server_inner(
             h.version
         )),
         (_, _, Some(why)) => Some(why),
+        (Ok(h), _, _) if !myriad_proto::zone_name_ok(&h.zone) => {
+            Some("bad zone name in the hello".to_string())
+        }
         (Ok(h), None, _) if h.key_id.is_none() => Some(
             "authentication required: this cluster needs its secret or client key (SECURITY.md)"
                 .to_string(),
@@ -196,5 +203,6 @@ async fn server_inner(
     Ok(Peer {
         kind: hello.peer,
         credential: key.credential,
+        zone: hello.zone.into(),
     })
 }

@@ -12,6 +12,8 @@ use crate::RpcConn;
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
     pub me: PeerKind,
+    /// The zone this side is in (told to every server it connects to; `""`: not known).
+    pub zone: String,
     /// The keys to connect with (the first) and to expect servers to prove.
     pub keys: Arc<Keyring>,
     pub connect_timeout: Duration,
@@ -61,6 +63,7 @@ impl Pool {
             RpcConn::connect(
                 addr,
                 self.config.me.clone(),
+                &self.config.zone,
                 &self.config.keys,
                 self.config.connect_timeout,
             )

@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::{Credential, Keyring};
 use myriad_proto::codec::decode;
-use myriad_proto::{Caller, ClientFrame, FsError, RequestFrame, ResponseFrame};
+use myriad_proto::{Caller, ClientFrame, FsError, RequestFrame, ResponseFrame, TrafficKind};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -50,6 +50,9 @@ pub trait Handler: Send + Sync + 'static {
         peer: Peer,
         frame: RequestFrame,
     ) -> BoxFuture<'static, ResponseFrame>;
+    /// A request of `kind` from `peer` was served: `bytes_in` on the wire, `bytes_out` in
+    /// its reply (frame bodies, without the length prefix and seal).
+    fn traffic(&self, _peer: &Peer, _kind: TrafficKind, _bytes_in: usize, _bytes_out: usize) {}
 }
 
 /// Accepts connections forever, each served by `serve_connection` in its own task.
@@ -246,8 +249,9 @@ pub async fn serve_connection<H: Handler>(
         let h = handler.clone();
         let tx = tx.clone();
         let peer = peer.clone();
+        let (kind, bytes_in) = (req.body.traffic_kind(), frame.len());
         tokio::spawn(async move {
-            let resp = h.handle(peer, req).await;
+            let resp = h.clone().handle(peer.clone(), req).await;
             let hint = resp
                 .result
                 .as_ref()
@@ -255,6 +259,7 @@ pub async fn serve_connection<H: Handler>(
                 .unwrap_or(256);
             match myriad_proto::codec::encode_with_capacity(&resp, hint) {
                 Ok(bytes) => {
+                    h.traffic(&peer, kind, bytes_in, bytes.len());
                     let _ = tx.send(Bytes::from(bytes)).await;
                 }
                 Err(e) => tracing::error!("cannot encode response: {e}"),

@@ -26,7 +26,7 @@ pub use message::{
     PROTOCOL_VERSION, PeerKind, RequestFrame, RequestFrameRef, Response, ResponseFrame,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
-pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash};
+pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash, zone_name_ok};
 pub use path::{validate_name, validate_path};
 pub use request::{
     AdminRequest, BundleItem, ClientRequest, CopyRange, DirAction, DirTouchItem, ExportedEntry,
@@ -35,5 +35,5 @@ pub use request::{
 };
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, ReadOnlyMark,
-    StatFs, TierStat, Xattr,
+    StatFs, TierStat, TrafficKind, Xattr, ZoneTraffic,
 };

@@ -65,6 +65,8 @@ pub struct Hello {
     /// Public id of the key the client will prove; None: the client has no key (refused).
     pub key_id: Option<KeyId>,
     pub nonce: Nonce,
+    /// The zone the peer is in (docs/zones.md; `""`: not known), for traffic counters.
+    pub zone: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

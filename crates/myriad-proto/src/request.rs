@@ -1073,6 +1073,29 @@ impl AdminRequest {
     }
 }
 
+impl Request {
+    /// What the request is for, for traffic counters (`TrafficKind`).
+    #[must_use]
+    pub fn traffic_kind(&self) -> crate::TrafficKind {
+        use crate::TrafficKind;
+        match self {
+            Request::Client(_) => TrafficKind::File,
+            Request::Server(_) | Request::Admin(_) => TrafficKind::Control,
+            Request::Replica(_) => TrafficKind::Replication,
+            Request::Peer(p) => match p {
+                PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs => {
+                    TrafficKind::Membership
+                }
+                PeerRequest::PutFragments { .. }
+                | PeerRequest::DropFragments { .. }
+                | PeerRequest::KeepsFragments
+                | PeerRequest::FragmentNamed { .. } => TrafficKind::Replication,
+                _ => TrafficKind::File,
+            },
+        }
+    }
+}
+
 impl PeerRequest {
     /// Short stable name, used for counters and logs.
     #[must_use]

@@ -200,6 +200,63 @@ pub struct CounterSnapshot {
     /// Partitions this server serves as primary and holds backup copies of.
     pub primaries: u64,
     pub backups: u64,
+    /// This server's zone (docs/zones.md).
+    pub zone: String,
+    /// Requests this server served and their bytes, by the zone of the peer that sent
+    /// them and by kind, its own zone included (every exchange is counted once, by the
+    /// server that serves it). In zone order, then kind order.
+    pub zone_traffic: Vec<ZoneTraffic>,
+}
+
+/// What a request is for, for traffic counters: a client's file and directory operations
+/// (`File`, including the server-to-server steps they take: two-phase renames, directory
+/// moves, ancestor replicas), copies of partitions (`Replication`: batches, catch-up,
+/// fragments), the cluster map and leases (`Membership`: Raft, leases), or tools
+/// (`Control`: counters, maps, fsck, statfs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TrafficKind {
+    File,
+    Replication,
+    Membership,
+    Control,
+}
+
+impl TrafficKind {
+    pub const ALL: [TrafficKind; 4] = [
+        TrafficKind::File,
+        TrafficKind::Replication,
+        TrafficKind::Membership,
+        TrafficKind::Control,
+    ];
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            TrafficKind::File => "file",
+            TrafficKind::Replication => "replication",
+            TrafficKind::Membership => "membership",
+            TrafficKind::Control => "control",
+        }
+    }
+}
+
+/// Requests from one zone of one kind, served by one server: how many, the bytes they
+/// carried in, and the bytes of the replies sent back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneTraffic {
+    pub zone: String,
+    pub kind: TrafficKind,
+    pub requests: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl ZoneTraffic {
+    /// Bytes both ways.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.bytes_in + self.bytes_out
+    }
 }
 
 impl CounterSnapshot {
@@ -211,6 +268,17 @@ impl CounterSnapshot {
     pub fn server_total(&self) -> u64 {
         self.server_requests.iter().map(|c| c.count).sum()
     }
+
+    /// Bytes of `kind` exchanged with peers in zones other than this server's.
+    #[must_use]
+    pub fn cross_zone_bytes(&self, kind: TrafficKind) -> u64 {
+        self.zone_traffic
+            .iter()
+            .filter(|t| t.kind == kind && t.zone != self.zone)
+            .map(ZoneTraffic::bytes)
+            .sum()
+    }
+
     #[must_use]
     pub fn client_op(&self, op: &str) -> u64 {
         self.client_requests

@@ -132,9 +132,13 @@ impl EmbeddedServer {
             Some(node_id) => PeerKind::Server { node_id },
             None => PeerKind::Client,
         };
+        let zone = from.map_or(String::new(), |n| {
+            self.host.state().map.zone_of(n).to_string()
+        });
         let peer = Peer {
             kind,
             credential: Credential::Cluster,
+            zone: zone.into(),
         };
         self.host.clone().handle(peer, frame)
     }

@@ -17,7 +17,9 @@ use crate::cluster::MapState;
 use crate::host::Host;
 use crate::locks::read;
 use crate::replication::wire::digest;
-use myriad_proto::{AdminRequest, ClientRequest, PeerRequest, ReplicaRequest, ServerRequest};
+use myriad_proto::{
+    AdminRequest, ClientRequest, PeerRequest, ReplicaRequest, ServerRequest, TrafficKind,
+};
 
 /// The longest a `LeasePoll` waits: well inside a client's request timeout.
 const LEASE_POLL_MAX: std::time::Duration = std::time::Duration::from_secs(5);
@@ -215,6 +217,8 @@ impl Host {
                 .map_or(NodeId(0), NodeId),
             primaries: read(&self.partitions).len() as u64,
             backups: read(&self.backups).len() as u64,
+            zone: st.map.zone_of(self.id).to_string(),
+            zone_traffic: self.counters.zone_traffic(),
             ..CounterSnapshot::default()
         };
         for n in self.nodes() {
@@ -241,6 +245,10 @@ impl Host {
 impl Handler for Host {
     fn identity(&self) -> (NodeId, u64) {
         (self.id, self.state().map.epoch)
+    }
+
+    fn traffic(&self, peer: &Peer, kind: TrafficKind, bytes_in: usize, bytes_out: usize) {
+        self.counters.traffic(&peer.zone, kind, bytes_in, bytes_out);
     }
 
     fn handle(

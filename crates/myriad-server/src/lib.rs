@@ -107,6 +107,7 @@ pub async fn run(
         me: PeerKind::Server {
             node_id: config.node_id,
         },
+        zone: config.map.zone_of(config.node_id).to_string(),
         keys: config.keys.clone(),
         connect_timeout: config.connect_timeout,
         request_timeout: config.request_timeout,

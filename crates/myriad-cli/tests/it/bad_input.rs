@@ -60,6 +60,7 @@ fn hello(magic: u32, version: u16, key: Option<&ClusterKey>) -> Hello {
         peer: PeerKind::Client,
         key_id: key.map(ClusterKey::id),
         nonce: [5; 32],
+        zone: String::new(),
     }
 }
 
@@ -113,6 +114,7 @@ fn says<E: std::fmt::Display>(err: Option<E>, what: &str) {
 fn client_key_pool(tc: &TestCluster, me: PeerKind) -> myriad_net::Pool {
     myriad_net::Pool::new(myriad_net::PoolConfig {
         me,
+        zone: String::new(),
         keys: std::sync::Arc::new(tc.client_key()),
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(2),
@@ -205,6 +207,17 @@ async fn malformed_frames_close_only_that_connection() {
     ))
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(closed_by_server(&mut s2));
+
+    // 8. A zone name that is not one (a space, or far too long) is refused.
+    for zone in ["a b".to_string(), "z".repeat(1000)] {
+        let mut s3 = TcpStream::connect(&addr).unwrap_or_else(|e| panic!("{e}"));
+        let mut h = hello(MAGIC, PROTOCOL_VERSION, Some(&k));
+        h.zone = zone;
+        s3.write_all(&frame(&encode(&h).unwrap_or_default()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let reply: HelloReply = decode(&read_frame(&mut s3)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reply.refused.as_deref(), Some("bad zone name in the hello"));
+    }
 
     // The server is alive and serving everyone else.
     c.create("/ok/after", 0o644, true, b"still here")

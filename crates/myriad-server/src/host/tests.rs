@@ -247,6 +247,7 @@ async fn a_partition_request_from_a_server_not_its_primary_is_refused() {
         let peer = myriad_net::Peer {
             kind: myriad_proto::PeerKind::Server { node_id },
             credential: myriad_proto::auth::Credential::Cluster,
+            zone: "".into(),
         };
         myriad_net::Handler::handle(h.clone(), peer, frame)
     };
