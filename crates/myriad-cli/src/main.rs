@@ -18,6 +18,7 @@ mod fs_cmds;
 mod fsck;
 mod fsstats_cmd;
 mod identity;
+mod policy_cmd;
 mod index_cmd;
 mod keys;
 mod mount_cmd;
@@ -148,6 +149,10 @@ enum Command {
     /// tree frozen and indexed once is answered by every mount with no server requests.
     #[command(subcommand)]
     Index(index_cmd::IndexCmd),
+    /// Trees pinned to a zone (docs/zones.md): everything under a pinned path lives only on
+    /// that zone's servers, so clients there never cross to another zone for it.
+    #[command(subcommand)]
+    Policy(policy_cmd::PolicyCmd),
     /// Check the namespace below PATH (default /) while the cluster runs: every entry where
     /// placement puts it, shard maps agreeing, no orphan directory objects or data, no
     /// dangling entries, link counts and sizes right (docs/fsck.md). Read-only unless
@@ -209,7 +214,16 @@ fn main() -> ExitCode {
         {
             fsstats_cmd::run(&args)
         }
-        other => run_client_command(other, cli.cluster, cli.secret_file, cli.timeout_ms),
+        other => {
+            // `myriad cluster status | head` ends quietly, as other tools do, instead of
+            // panicking on a closed stdout. (Sockets are written with MSG_NOSIGNAL, so
+            // this reaches only pipes; servers and mounts keep the ignored default.)
+            // SAFETY: setting a signal disposition before any thread is started.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            }
+            run_client_command(other, cli.cluster, cli.secret_file, cli.timeout_ms)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -258,6 +272,10 @@ fn run_client_command(
             Command::Index(c) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;
                 index_cmd::run(c, &client).await
+            }
+            Command::Policy(c) => {
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                policy_cmd::run(c, &client).await
             }
             Command::Du(a) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;

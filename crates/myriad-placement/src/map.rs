@@ -48,6 +48,10 @@ pub struct ClusterMap {
     /// Trees pinned to a zone, each placed on its own partition group (zones.rs).
     #[serde(default)]
     pub policies: Vec<Policy>,
+    /// The highest partition id a cleared policy's group used: new ids start above it, so
+    /// no partition id (which inode numbers and servers' stores carry) is ever reused.
+    #[serde(default)]
+    pub retired_partitions_max: u32,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -87,6 +91,10 @@ pub enum MapError {
         "policy on {0}: its group must be unique and not 0, its path absolute and not /, its zone one the map's servers are in, its replicas 1..=5"
     )]
     BadPolicy(String),
+    #[error("{0} already has a policy (clear it first)")]
+    PolicyExists(String),
+    #[error("no server that is up is in zone {0:?}")]
+    NoSuchZone(String),
     #[error("partition {0}: its group is neither 0 nor a policy's")]
     BadGroup(PartitionId),
     #[error("cluster map is not valid JSON: {0}")]
@@ -147,6 +155,7 @@ impl ClusterMap {
             partitions: crate::partition::assign(&nodes, count, replication),
             nodes,
             policies: Vec::new(),
+            retired_partitions_max: 0,
         };
         // The balancer (rebalance.rs) must find nothing to move in a new cluster: apply
         // whatever it would move now, before any data exists.

@@ -15,12 +15,27 @@ use crate::shard::{SHARD_DEPTH_MAX, Shard};
 const DOMAIN_DIR: u64 = 0x4d59_5244_4449_5231; // "MYRDDIR1"
 const DOMAIN_CHUNK: u64 = 0x4d59_5244_4348_4b31; // "MYRDCHK1"
 
-#[derive(Clone, Debug)]
-pub struct Ring {
+/// The ring of one partition group (zones.rs): its partitions' points.
+#[derive(Clone, Debug, Default)]
+struct GroupRing {
     /// Sorted by point; ties broken by node id so the order is total and deterministic.
     points: Vec<(u64, PartitionId)>,
     /// Distinct nodes on the ring.
     nodes: usize,
+}
+
+/// Placement of keys on partitions: one ring per partition group. Paths go to the group of
+/// the longest policy root they are in (the default group if none), chunks and file locks
+/// to the group of the partition that numbered their inode, so the inode number alone
+/// still places a file's data.
+#[derive(Clone, Debug)]
+pub struct Ring {
+    /// Index 0: the default group; then one per policy, in `policies` order.
+    groups: Vec<GroupRing>,
+    /// Policy roots, longest first, with their index in `groups`.
+    policies: Vec<(String, usize)>,
+    /// The partitions of policy groups, by id, with their index in `groups`.
+    pinned: Vec<(PartitionId, usize)>,
     chunk_size_bytes: u64,
     epoch: u64,
 }
@@ -33,35 +48,7 @@ impl ClusterMap {
     }
 }
 
-impl Ring {
-    pub(crate) fn build(map: &ClusterMap) -> Ring {
-        let mut points = Vec::new();
-        // The ring places keys on partitions (which never change); the map places partitions
-        // on servers. Labels kept from when ring members were servers: a one-partition-per-
-        // server map places keys exactly as before.
-        for part in &map.partitions {
-            for v in 0..map.vnodes_per_partition {
-                let label = format!("myriad-vnode/{}/{}", part.id, v);
-                points.push((xxh3_64(label.as_bytes()), part.id));
-            }
-        }
-        points.sort_unstable();
-        let mut ids: Vec<PartitionId> = points.iter().map(|p| p.1).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        Ring {
-            points,
-            nodes: ids.len(),
-            chunk_size_bytes: map.chunk_size_bytes,
-            epoch: map.epoch,
-        }
-    }
-
-    #[must_use]
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
+impl GroupRing {
     fn owner_of_hash(&self, hash: u64) -> PartitionId {
         if self.points.is_empty() {
             return PartitionId::SERVER;
@@ -69,44 +56,6 @@ impl Ring {
         let i = self.points.partition_point(|&(p, _)| p < hash);
         let i = if i == self.points.len() { 0 } else { i };
         self.points[i].1
-    }
-
-    /// The node holding the directory object (entries with embedded inodes) of `dir_path`.
-    #[must_use]
-    pub fn owner_of_dir(&self, dir_path: &str) -> PartitionId {
-        self.owner_of_hash(hash_dir(dir_path))
-    }
-
-    /// The node holding the entry (and so the inode and chunk 0) of `path`: its parent's owner.
-    /// The root has no parent; its attributes live in its own directory object.
-    #[must_use]
-    pub fn owner_of_entry(&self, path: &str) -> PartitionId {
-        if path == "/" {
-            return self.owner_of_dir("/");
-        }
-        self.owner_of_dir(crate::parent_of(path))
-    }
-
-    /// The node holding chunk `chunk_index` (>= 1) of inode `ino`. Chunk 0 lives with the inode,
-    /// so callers route it by `owner_of_entry` instead.
-    #[must_use]
-    pub fn owner_of_chunk(&self, ino: InodeId, chunk_index: u64) -> PartitionId {
-        self.owner_of_hash(hash_chunk(ino.0, chunk_index))
-    }
-
-    /// The partition whose primary keeps the file locks of inode `ino` (docs/fuse.md "File
-    /// locks between mounts"): a point of its own (no data chunk has index `u64::MAX`), so
-    /// renames and links never move them.
-    #[must_use]
-    pub fn owner_of_locks(&self, ino: InodeId) -> PartitionId {
-        self.owner_of_hash(hash_chunk(ino.0, u64::MAX))
-    }
-
-    /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the
-    /// ring clockwise from the directory's point, its owner first (docs/huge-dirs.md).
-    #[must_use]
-    pub fn dir_nodes(&self, dir_path: &str) -> Vec<PartitionId> {
-        self.distinct_from(hash_dir(dir_path), self.nodes)
     }
 
     fn distinct_from(&self, hash: u64, want: usize) -> Vec<PartitionId> {
@@ -127,18 +76,158 @@ impl Ring {
         out
     }
 
+    fn build<'a>(partitions: impl Iterator<Item = &'a crate::PartitionInfo>, vnodes: u32) -> GroupRing {
+        let mut points = Vec::new();
+        // The ring places keys on partitions (which never change); the map places partitions
+        // on servers. Labels kept from when ring members were servers: a one-partition-per-
+        // server map places keys exactly as before.
+        for part in partitions {
+            for v in 0..vnodes {
+                let label = format!("myriad-vnode/{}/{}", part.id, v);
+                points.push((xxh3_64(label.as_bytes()), part.id));
+            }
+        }
+        points.sort_unstable();
+        let mut ids: Vec<PartitionId> = points.iter().map(|p| p.1).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        GroupRing {
+            points,
+            nodes: ids.len(),
+        }
+    }
+}
+
+impl Ring {
+    pub(crate) fn build(map: &ClusterMap) -> Ring {
+        let vnodes = map.vnodes_per_partition;
+        let mut groups = vec![GroupRing::build(
+            map.partitions.iter().filter(|p| p.group == crate::DEFAULT_GROUP),
+            vnodes,
+        )];
+        let mut policies = Vec::new();
+        let mut pinned = Vec::new();
+        for pol in &map.policies {
+            let ring = GroupRing::build(
+                map.partitions.iter().filter(|p| p.group == pol.group),
+                vnodes,
+            );
+            // A group without partitions places nothing: its paths stay in the default one.
+            if ring.nodes == 0 {
+                continue;
+            }
+            let index = groups.len();
+            groups.push(ring);
+            policies.push((pol.path.clone(), index));
+            pinned.extend(
+                map.partitions
+                    .iter()
+                    .filter(|p| p.group == pol.group)
+                    .map(|p| (p.id, index)),
+            );
+        }
+        policies.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+        pinned.sort_unstable();
+        Ring {
+            groups,
+            policies,
+            pinned,
+            chunk_size_bytes: map.chunk_size_bytes,
+            epoch: map.epoch,
+        }
+    }
+
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The ring of the group `path` is placed by.
+    fn group_of_path(&self, path: &str) -> &GroupRing {
+        let index = self
+            .policies
+            .iter()
+            .find(|(root, _)| crate::path::is_within(path, root))
+            .map_or(0, |(_, i)| *i);
+        &self.groups[index]
+    }
+
+    /// The ring of the group of the partition that numbered `ino`.
+    fn group_of_ino(&self, ino: InodeId) -> &GroupRing {
+        if self.pinned.is_empty() {
+            return &self.groups[0];
+        }
+        let pid = PartitionId(u32::try_from(ino.0 >> 40).unwrap_or(0));
+        let index = self
+            .pinned
+            .binary_search_by_key(&pid, |(p, _)| *p)
+            .map_or(0, |i| self.pinned[i].1);
+        &self.groups[index]
+    }
+
+    /// The policy root whose tree `path` is in, if any (the longest).
+    #[must_use]
+    pub fn policy_root_of(&self, path: &str) -> Option<&str> {
+        self.policies
+            .iter()
+            .find(|(root, _)| crate::path::is_within(path, root))
+            .map(|(root, _)| root.as_str())
+    }
+
+    /// The node holding the directory object (entries with embedded inodes) of `dir_path`.
+    #[must_use]
+    pub fn owner_of_dir(&self, dir_path: &str) -> PartitionId {
+        self.group_of_path(dir_path).owner_of_hash(hash_dir(dir_path))
+    }
+
+    /// The node holding the entry (and so the inode and chunk 0) of `path`: its parent's owner.
+    /// The root has no parent; its attributes live in its own directory object.
+    #[must_use]
+    pub fn owner_of_entry(&self, path: &str) -> PartitionId {
+        if path == "/" {
+            return self.owner_of_dir("/");
+        }
+        self.owner_of_dir(crate::parent_of(path))
+    }
+
+    /// The node holding chunk `chunk_index` (>= 1) of inode `ino`. Chunk 0 lives with the inode,
+    /// so callers route it by `owner_of_entry` instead.
+    #[must_use]
+    pub fn owner_of_chunk(&self, ino: InodeId, chunk_index: u64) -> PartitionId {
+        self.group_of_ino(ino)
+            .owner_of_hash(hash_chunk(ino.0, chunk_index))
+    }
+
+    /// The partition whose primary keeps the file locks of inode `ino` (docs/fuse.md "File
+    /// locks between mounts"): a point of its own (no data chunk has index `u64::MAX`), so
+    /// renames and links never move them.
+    #[must_use]
+    pub fn owner_of_locks(&self, ino: InodeId) -> PartitionId {
+        self.group_of_ino(ino)
+            .owner_of_hash(hash_chunk(ino.0, u64::MAX))
+    }
+
+    /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the
+    /// ring clockwise from the directory's point, its owner first (docs/huge-dirs.md).
+    #[must_use]
+    pub fn dir_nodes(&self, dir_path: &str) -> Vec<PartitionId> {
+        let g = self.group_of_path(dir_path);
+        g.distinct_from(hash_dir(dir_path), g.nodes)
+    }
+
     /// The node holding shard `shard` of directory `dir_path`: node `index mod n` of
     /// `dir_nodes`. Shard 0 (and so an unsplit directory) is on `owner_of_dir`.
     #[must_use]
     pub fn owner_of_shard(&self, dir_path: &str, shard: Shard) -> PartitionId {
-        let n = u64::try_from(self.nodes.max(1)).unwrap_or(1);
+        let g = self.group_of_path(dir_path);
+        let n = u64::try_from(g.nodes.max(1)).unwrap_or(1);
         let k = usize::try_from(shard.index() % n).unwrap_or(0);
         if k == 0 {
             // Shard 0 (every unsplit directory): no walk.
-            return self.owner_of_dir(dir_path);
+            return g.owner_of_hash(hash_dir(dir_path));
         }
         // Walk only as far as the k-th distinct node.
-        self.distinct_from(hash_dir(dir_path), k + 1)
+        g.distinct_from(hash_dir(dir_path), k + 1)
             .get(k)
             .copied()
             .unwrap_or(PartitionId::SERVER)

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::map::ClusterMap;
-use crate::members::{NodeId, NodeState, PartitionInfo};
+use crate::map::{ClusterMap, MapError};
+use crate::members::{NodeId, NodeInfo, NodeState, PartitionInfo};
 
 /// The default partition group: every path no policy covers.
 pub const DEFAULT_GROUP: u32 = 0;
@@ -111,6 +111,92 @@ impl ClusterMap {
     }
 }
 
+impl ClusterMap {
+    /// The next map (epoch + 1) with `path` pinned to `zone`: a policy with a new partition
+    /// group of `per_node` partitions per server of the zone, each with `replicas` copies
+    /// (capped by the zone's servers), all on the zone's servers that are up. Ids are new
+    /// (never those of a retired group: inode numbers name their partition).
+    pub fn with_policy(
+        &self,
+        path: &str,
+        zone: &str,
+        replicas: u32,
+        per_node: u32,
+    ) -> Result<ClusterMap, MapError> {
+        if self.policies.iter().any(|p| p.path == path) {
+            return Err(MapError::PolicyExists(path.to_string()));
+        }
+        let servers: Vec<NodeInfo> = self
+            .nodes
+            .iter()
+            .filter(|n| n.zone == zone && n.state == NodeState::Up)
+            .cloned()
+            .collect();
+        if servers.is_empty() {
+            return Err(MapError::NoSuchZone(zone.to_string()));
+        }
+        let group = self
+            .policies
+            .iter()
+            .map(|p| p.group)
+            .chain(self.partitions.iter().map(|p| p.group))
+            .max()
+            .unwrap_or(DEFAULT_GROUP)
+            + 1;
+        let first = self
+            .partitions
+            .iter()
+            .map(|p| p.id.0)
+            .chain([self.retired_partitions_max])
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let count = per_node
+            .max(1)
+            .saturating_mul(u32::try_from(servers.len()).unwrap_or(u32::MAX));
+        let mut next = self.clone();
+        next.epoch = next.epoch.saturating_add(1);
+        next.policies.push(Policy {
+            group,
+            path: path.to_string(),
+            zone: zone.to_string(),
+            replicas,
+        });
+        next.partitions.extend(crate::partition::assign_group(
+            &servers, first, count, replicas, group,
+        ));
+        next.validate()?;
+        Ok(next)
+    }
+
+    /// The next map (epoch + 1) without the policy on `path` and its group's partitions;
+    /// `None` if there is none. (The caller makes sure the tree holds nothing first.)
+    #[must_use]
+    pub fn without_policy(&self, path: &str) -> Option<ClusterMap> {
+        let group = self.policies.iter().find(|p| p.path == path)?.group;
+        let mut next = self.clone();
+        next.epoch = next.epoch.saturating_add(1);
+        next.policies.retain(|p| p.group != group);
+        let retired = self.partitions.iter().filter(|p| p.group == group);
+        next.retired_partitions_max = retired
+            .map(|p| p.id.0)
+            .chain([self.retired_partitions_max])
+            .max()
+            .unwrap_or(0);
+        next.partitions.retain(|p| p.group != group);
+        Some(next)
+    }
+
+    /// The policy whose tree `path` is in (the longest root), if any.
+    #[must_use]
+    pub fn policy_for(&self, path: &str) -> Option<&Policy> {
+        self.policies
+            .iter()
+            .filter(|p| crate::path::is_within(path, &p.path))
+            .max_by_key(|p| p.path.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -118,7 +204,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::members::{NodeInfo, PartitionId};
+    use crate::members::PartitionId;
 
     fn zoned(n: usize, zones: &[&str], per_node: u32, r: u32) -> ClusterMap {
         let addrs: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{i}")).collect();
@@ -312,7 +398,83 @@ mod tests {
         assert_eq!(old.zones().len(), 1);
     }
 
-    use crate::map::MapError;
+    #[test]
+    fn a_policy_places_its_tree_on_its_group_and_moves_nothing_else() {
+        let m = zoned(6, &["a", "b"], 4, 3);
+        let pinned = m
+            .with_policy("/lab", "a", 2, 4)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pinned.epoch, m.epoch + 1);
+        assert_eq!(
+            m.with_policy("/lab", "nowhere", 2, 4),
+            Err(MapError::NoSuchZone("nowhere".into()))
+        );
+        assert_eq!(
+            pinned.with_policy("/lab", "b", 2, 4),
+            Err(MapError::PolicyExists("/lab".into()))
+        );
+        let group: BTreeSet<PartitionId> = pinned
+            .partitions
+            .iter()
+            .filter(|p| p.group == 1)
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(group.len(), 12, "4 per server of zone a");
+        for p in pinned.partitions.iter().filter(|p| p.group == 1) {
+            assert_eq!(p.replicas.len(), 2);
+            assert!(p.replicas.iter().all(|r| pinned.zone_of(*r) == "a"));
+        }
+        let (before, after) = (m.ring(), pinned.ring());
+        for i in 0..500 {
+            let inside = format!("/lab/d{i}");
+            assert!(group.contains(&after.owner_of_dir(&inside)), "{inside}");
+            assert!(group.contains(&after.owner_of_entry(&format!("{inside}/f"))));
+            for k in 1..4 {
+                let shard = crate::Shard { prefix: k, depth: 2 };
+                assert!(group.contains(&after.owner_of_shard(&inside, shard)));
+            }
+            let outside = format!("/labs/d{i}");
+            assert_eq!(after.owner_of_dir(&outside), before.owner_of_dir(&outside));
+            // A pinned partition's inodes keep their data in the group; others as before.
+            let pid = *group.iter().nth(i % group.len()).unwrap_or(&PartitionId(0));
+            let ino = crate::InodeId(pid.id_base() | i as u64);
+            assert!(group.contains(&after.owner_of_chunk(ino, 3)));
+            assert!(group.contains(&after.owner_of_locks(ino)));
+            let other = crate::InodeId((1 << 40) | i as u64);
+            assert_eq!(after.owner_of_chunk(other, 3), before.owner_of_chunk(other, 3));
+        }
+        // The entry of the root itself is in its parent, outside the tree.
+        assert_eq!(after.owner_of_entry("/lab"), before.owner_of_entry("/lab"));
+        assert!(group.contains(&after.owner_of_dir("/lab")));
+        assert!(after.dir_nodes("/lab/x").iter().all(|p| group.contains(p)));
+        assert_eq!(after.dir_nodes("/lab/x").len(), group.len());
+        assert_eq!(after.policy_root_of("/lab/x/y"), Some("/lab"));
+        assert_eq!(pinned.policy_for("/lab/x").map(|p| p.zone.as_str()), Some("a"));
+        assert_eq!(after.policy_root_of("/labx"), None);
+        // A nested policy wins inside its own tree.
+        let nested = pinned
+            .with_policy("/lab/cold", "b", 1, 1)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ring = nested.ring();
+        assert_eq!(ring.policy_root_of("/lab/cold/x"), Some("/lab/cold"));
+        let p = nested.partition(ring.owner_of_dir("/lab/cold/x"));
+        assert_eq!(p.map(|p| p.group), Some(2));
+        // Cleared: placement is as before the policy.
+        let cleared = pinned.without_policy("/lab").unwrap_or_else(|| panic!("policy"));
+        assert!(cleared.validate().is_ok());
+        assert!(cleared.without_policy("/lab").is_none());
+        assert_eq!(cleared.partitions, m.partitions);
+        assert_eq!(cleared.retired_partitions_max, 24 + 12);
+        assert_eq!(cleared.ring().owner_of_dir("/lab/d1"), before.owner_of_dir("/lab/d1"));
+        // A new group never reuses the ids of a retired one.
+        let again = cleared
+            .with_policy("/lab", "a", 2, 1)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let new_ids: BTreeSet<PartitionId> =
+            again.partitions.iter().filter(|p| p.group != 0).map(|p| p.id).collect();
+        assert_eq!(new_ids.len(), 3);
+        assert!(new_ids.iter().all(|id| id.0 > 36), "{new_ids:?}");
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]

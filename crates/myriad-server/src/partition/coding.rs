@@ -54,14 +54,18 @@ impl Partition {
     /// The code this cluster uses now, over the servers up: `None` if it is too small.
     fn cluster_code(&self) -> Option<(EcParams, Vec<NodeId>)> {
         let st = self.state();
+        // A partition pinned to a zone (docs/zones.md) keeps its fragments there too.
+        let part = st.map.partition(self.me);
+        let zone = part.and_then(|p| st.map.pinned_zone(p));
         let up: Vec<NodeId> = st
             .map
             .nodes
             .iter()
-            .filter(|n| n.state == NodeState::Up)
+            .filter(|n| n.state == NodeState::Up && zone.is_none_or(|z| n.zone == z))
             .map(|n| n.id)
             .collect();
-        let copies = usize::try_from(st.map.replication).unwrap_or(1);
+        let replication = part.map_or(st.map.replication, |p| st.map.group_replication(p.group));
+        let copies = usize::try_from(replication).unwrap_or(1);
         EcParams::for_cluster(up.len(), copies).map(|p| (p, up))
     }
 
