@@ -35,6 +35,26 @@ pub fn connect(
     Ok(Client::new(cfg)?)
 }
 
+/// A client acting as the cluster's administrator: root, proving the cluster secret (the
+/// servers take map changes only from that pair; SECURITY.md).
+pub fn connect_admin(
+    cluster: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
+    timeout: Duration,
+) -> anyhow::Result<Client> {
+    let map = load_map(cluster.as_deref())?;
+    let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
+    if !keys.has_cluster_secret() {
+        bail!(
+            "this needs the cluster secret (--secret-file or MYRIAD_SECRET_FILE): a client key cannot change the cluster"
+        );
+    }
+    let mut cfg = ClientConfig::new(map, myriad_client::Caller::root(), keys);
+    cfg.request_timeout = timeout;
+    cfg.zone = crate::identity::client_zone().to_string();
+    Ok(Client::new(cfg)?)
+}
+
 /// The cluster map from `--cluster` / MYRIAD_CLUSTER, with a clear error if it is missing.
 pub fn load_map(cluster: Option<&std::path::Path>) -> anyhow::Result<ClusterMap> {
     let Some(path) = cluster else {

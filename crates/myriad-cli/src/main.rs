@@ -18,11 +18,11 @@ mod fs_cmds;
 mod fsck;
 mod fsstats_cmd;
 mod identity;
-mod policy_cmd;
 mod index_cmd;
 mod keys;
 mod mount_cmd;
 mod plot;
+mod policy_cmd;
 mod server_cmd;
 mod tree_walk;
 mod workload;
@@ -274,7 +274,11 @@ fn run_client_command(
                 index_cmd::run(c, &client).await
             }
             Command::Policy(c) => {
-                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                let client = if c.changes_the_map() {
+                    fs_cmds::connect_admin(cluster, secret_file, timeout)?
+                } else {
+                    fs_cmds::connect(cluster, secret_file, timeout)?
+                };
                 policy_cmd::run(c, &client).await
             }
             Command::Du(a) => {

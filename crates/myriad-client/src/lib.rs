@@ -40,5 +40,5 @@ pub use myriad_proto::auth::Keyring;
 pub use myriad_proto::ec_layout::CodedChunk;
 pub use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, InodeId, RenameFlags, SetAttr,
-    StatFs, TierStat,
+    StatFs, TierStat, TrafficKind, ZoneTraffic,
 };

@@ -76,7 +76,10 @@ impl GroupRing {
         out
     }
 
-    fn build<'a>(partitions: impl Iterator<Item = &'a crate::PartitionInfo>, vnodes: u32) -> GroupRing {
+    fn build<'a>(
+        partitions: impl Iterator<Item = &'a crate::PartitionInfo>,
+        vnodes: u32,
+    ) -> GroupRing {
         let mut points = Vec::new();
         // The ring places keys on partitions (which never change); the map places partitions
         // on servers. Labels kept from when ring members were servers: a one-partition-per-
@@ -102,7 +105,9 @@ impl Ring {
     pub(crate) fn build(map: &ClusterMap) -> Ring {
         let vnodes = map.vnodes_per_partition;
         let mut groups = vec![GroupRing::build(
-            map.partitions.iter().filter(|p| p.group == crate::DEFAULT_GROUP),
+            map.partitions
+                .iter()
+                .filter(|p| p.group == crate::DEFAULT_GROUP),
             vnodes,
         )];
         let mut policies = Vec::new();
@@ -177,7 +182,8 @@ impl Ring {
     /// The node holding the directory object (entries with embedded inodes) of `dir_path`.
     #[must_use]
     pub fn owner_of_dir(&self, dir_path: &str) -> PartitionId {
-        self.group_of_path(dir_path).owner_of_hash(hash_dir(dir_path))
+        self.group_of_path(dir_path)
+            .owner_of_hash(hash_dir(dir_path))
     }
 
     /// The node holding the entry (and so the inode and chunk 0) of `path`: its parent's owner.

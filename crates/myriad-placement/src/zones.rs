@@ -430,7 +430,10 @@ mod tests {
             assert!(group.contains(&after.owner_of_dir(&inside)), "{inside}");
             assert!(group.contains(&after.owner_of_entry(&format!("{inside}/f"))));
             for k in 1..4 {
-                let shard = crate::Shard { prefix: k, depth: 2 };
+                let shard = crate::Shard {
+                    prefix: k,
+                    depth: 2,
+                };
                 assert!(group.contains(&after.owner_of_shard(&inside, shard)));
             }
             let outside = format!("/labs/d{i}");
@@ -441,7 +444,10 @@ mod tests {
             assert!(group.contains(&after.owner_of_chunk(ino, 3)));
             assert!(group.contains(&after.owner_of_locks(ino)));
             let other = crate::InodeId((1 << 40) | i as u64);
-            assert_eq!(after.owner_of_chunk(other, 3), before.owner_of_chunk(other, 3));
+            assert_eq!(
+                after.owner_of_chunk(other, 3),
+                before.owner_of_chunk(other, 3)
+            );
         }
         // The entry of the root itself is in its parent, outside the tree.
         assert_eq!(after.owner_of_entry("/lab"), before.owner_of_entry("/lab"));
@@ -449,7 +455,10 @@ mod tests {
         assert!(after.dir_nodes("/lab/x").iter().all(|p| group.contains(p)));
         assert_eq!(after.dir_nodes("/lab/x").len(), group.len());
         assert_eq!(after.policy_root_of("/lab/x/y"), Some("/lab"));
-        assert_eq!(pinned.policy_for("/lab/x").map(|p| p.zone.as_str()), Some("a"));
+        assert_eq!(
+            pinned.policy_for("/lab/x").map(|p| p.zone.as_str()),
+            Some("a")
+        );
         assert_eq!(after.policy_root_of("/labx"), None);
         // A nested policy wins inside its own tree.
         let nested = pinned
@@ -460,18 +469,27 @@ mod tests {
         let p = nested.partition(ring.owner_of_dir("/lab/cold/x"));
         assert_eq!(p.map(|p| p.group), Some(2));
         // Cleared: placement is as before the policy.
-        let cleared = pinned.without_policy("/lab").unwrap_or_else(|| panic!("policy"));
+        let cleared = pinned
+            .without_policy("/lab")
+            .unwrap_or_else(|| panic!("policy"));
         assert!(cleared.validate().is_ok());
         assert!(cleared.without_policy("/lab").is_none());
         assert_eq!(cleared.partitions, m.partitions);
         assert_eq!(cleared.retired_partitions_max, 24 + 12);
-        assert_eq!(cleared.ring().owner_of_dir("/lab/d1"), before.owner_of_dir("/lab/d1"));
+        assert_eq!(
+            cleared.ring().owner_of_dir("/lab/d1"),
+            before.owner_of_dir("/lab/d1")
+        );
         // A new group never reuses the ids of a retired one.
         let again = cleared
             .with_policy("/lab", "a", 2, 1)
             .unwrap_or_else(|e| panic!("{e}"));
-        let new_ids: BTreeSet<PartitionId> =
-            again.partitions.iter().filter(|p| p.group != 0).map(|p| p.id).collect();
+        let new_ids: BTreeSet<PartitionId> = again
+            .partitions
+            .iter()
+            .filter(|p| p.group != 0)
+            .map(|p| p.id)
+            .collect();
         assert_eq!(new_ids.len(), 3);
         assert!(new_ids.iter().all(|id| id.0 > 36), "{new_ids:?}");
     }

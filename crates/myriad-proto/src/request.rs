@@ -1086,6 +1086,11 @@ impl Request {
                 PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs => {
                     TrafficKind::Membership
                 }
+                PeerRequest::GetAttrs { .. }
+                | PeerRequest::RenewAttrs { .. }
+                | PeerRequest::Unsubscribe { .. }
+                | PeerRequest::AttrUpdate { .. }
+                | PeerRequest::InvalidatePrefix { .. } => TrafficKind::Ancestors,
                 PeerRequest::PutFragments { .. }
                 | PeerRequest::DropFragments { .. }
                 | PeerRequest::KeepsFragments

@@ -210,20 +210,24 @@ pub struct CounterSnapshot {
 
 /// What a request is for, for traffic counters: a client's file and directory operations
 /// (`File`, including the server-to-server steps they take: two-phase renames, directory
-/// moves, ancestor replicas), copies of partitions (`Replication`: batches, catch-up,
-/// fragments), the cluster map and leases (`Membership`: Raft, leases), or tools
-/// (`Control`: counters, maps, fsck, statfs).
+/// moves, directory times), the permission metadata of ancestors kept as leased replicas
+/// (`Ancestors`: TyrFS Algorithm 1's fetches, renewals and change pushes; for a pinned
+/// tree, the directories above its root, which live outside it), copies of partitions
+/// (`Replication`: batches, catch-up, fragments), the cluster map and leases
+/// (`Membership`: Raft, leases), or tools (`Control`: counters, maps, fsck, statfs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum TrafficKind {
     File,
+    Ancestors,
     Replication,
     Membership,
     Control,
 }
 
 impl TrafficKind {
-    pub const ALL: [TrafficKind; 4] = [
+    pub const ALL: [TrafficKind; 5] = [
         TrafficKind::File,
+        TrafficKind::Ancestors,
         TrafficKind::Replication,
         TrafficKind::Membership,
         TrafficKind::Control,
@@ -233,6 +237,7 @@ impl TrafficKind {
     pub fn name(self) -> &'static str {
         match self {
             TrafficKind::File => "file",
+            TrafficKind::Ancestors => "ancestors",
             TrafficKind::Replication => "replication",
             TrafficKind::Membership => "membership",
             TrafficKind::Control => "control",

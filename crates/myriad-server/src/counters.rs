@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use myriad_proto::{OpCount, TrafficKind, ZoneTraffic};
 
 /// Per kind (`TrafficKind::ALL` order): requests, bytes in, bytes out.
-type KindCounts = [(u64, u64, u64); 4];
+type KindCounts = [(u64, u64, u64); TrafficKind::ALL.len()];
 
 #[derive(Default)]
 pub struct Counters {

@@ -35,3 +35,4 @@ mod redirect;
 mod replication;
 mod tiers;
 mod write_behind;
+mod zones;

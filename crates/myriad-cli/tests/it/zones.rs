@@ -1,0 +1,243 @@
+//! Zones (docs/zones.md) on real server processes: a tree pinned to a zone sends no file
+//! traffic across zones (counted by the servers), and a tree placed over every zone
+//! survives the loss of a whole zone.
+
+use std::time::Duration;
+
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap, NodeId, TrafficKind};
+
+use crate::harness::TestCluster;
+
+fn user() -> Caller {
+    Caller {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    }
+}
+
+/// A client in `zone` with the newest map.
+async fn client_in(tc: &TestCluster, zone: &str, timeout: Duration) -> Client {
+    let mut cfg = ClientConfig::new(tc.map.clone(), user(), tc.keys());
+    cfg.request_timeout = timeout;
+    cfg.connect_timeout = Duration::from_secs(1);
+    cfg.zone = zone.to_string();
+    let c = Client::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+    c.newest_map().await;
+    c
+}
+
+/// Creates, stats, reads and deletes `n` small files in ten directories under `dir`.
+async fn small_file_job(c: &Client, dir: &str, n: usize) {
+    let path_of = |i: usize| format!("{dir}/d{}/f{i}", i % 10);
+    for d in 0..10 {
+        c.mkdir(&format!("{dir}/d{d}"), 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("mkdir {dir}/d{d}: {e}"));
+    }
+    for i in 0..n {
+        let data = format!("file {i} of {dir}\n").repeat(50);
+        c.create(&path_of(i), 0o644, true, data.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", path_of(i)));
+    }
+    for i in 0..n {
+        let path = path_of(i);
+        c.stat(&path)
+            .await
+            .unwrap_or_else(|e| panic!("stat {path}: {e}"));
+        let (_, got) = c
+            .fetch(&path)
+            .await
+            .unwrap_or_else(|e| panic!("fetch {path}: {e}"));
+        assert_eq!(got, format!("file {i} of {dir}\n").repeat(50).into_bytes());
+    }
+    for i in 0..n {
+        c.unlink(&path_of(i))
+            .await
+            .unwrap_or_else(|e| panic!("unlink {}: {e}", path_of(i)));
+    }
+    for d in 0..10 {
+        c.rmdir(&format!("{dir}/d{d}"))
+            .await
+            .unwrap_or_else(|e| panic!("rmdir {dir}/d{d}: {e}"));
+    }
+}
+
+/// File-traffic bytes every server exchanged with peers in other zones, and in its own.
+async fn file_bytes(c: &Client) -> (u64, u64) {
+    let (mut cross, mut local) = (0, 0);
+    for (id, r) in c.all_counters().await {
+        let s = r.unwrap_or_else(|e| panic!("counters of server {id}: {e}"));
+        cross += s.cross_zone_bytes(TrafficKind::File);
+        local += s
+            .zone_traffic
+            .iter()
+            .filter(|t| t.kind == TrafficKind::File && t.zone == s.zone)
+            .map(|t| t.bytes())
+            .sum::<u64>();
+    }
+    (cross, local)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_tree_sends_no_file_traffic_across_zones() {
+    let tc = TestCluster::start_with(
+        6,
+        &[
+            "--zones",
+            "a,b",
+            "--replicas",
+            "2",
+            "--partitions-per-node",
+            "2",
+        ],
+    );
+    let out = tc.cli(&["policy", "set", "/lab", "--zone", "a"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A second policy on the same root, a zone with no servers, and the root are refused.
+    for args in [
+        &["policy", "set", "/lab", "--zone", "b"][..],
+        &["policy", "set", "/x", "--zone", "c"][..],
+        &["policy", "set", "/", "--zone", "a"][..],
+    ] {
+        let out = tc.cli(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+    }
+    let listed = String::from_utf8_lossy(&tc.cli(&["policy", "list"]).stdout).to_string();
+    assert!(listed.starts_with("/lab: zone a, 2 copies"), "{listed}");
+
+    let c = client_in(&tc, "a", Duration::from_secs(20)).await;
+    // The tree's set-up (its root's own entry lives in its parent, outside the tree).
+    c.mkdir("/lab", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.mkdir("/lab/job", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = tc.cli(&["policy", "set", "/lab/job", "--zone", "b"]);
+    assert!(!out.status.success(), "an existing tree was pinned");
+    let map: ClusterMap = c.map();
+    let ring = map.ring();
+    for i in 0..50 {
+        let p = map
+            .partition(ring.owner_of_entry(&format!("/lab/job/d{}/f{i}", i % 10)))
+            .unwrap_or_else(|| panic!("partition"));
+        assert!(
+            p.replicas.iter().all(|r| map.zone_of(*r) == "a"),
+            "{p:?} has a copy outside zone a"
+        );
+    }
+
+    c.reset_counters().await.unwrap_or_else(|e| panic!("{e}"));
+    small_file_job(&c, "/lab/job", 150).await;
+    let (cross, local) = file_bytes(&c).await;
+    if cross != 0 {
+        for (id, r) in c.all_counters().await {
+            eprintln!("server {id}: {r:?}");
+        }
+    }
+    assert_eq!(cross, 0, "pinned tree: file bytes crossed zones");
+    assert!(local > 150 * 800, "the job's bytes were counted: {local}");
+
+    // The same job on a tree placed over both zones crosses (the counters can see it).
+    c.mkdir("/free", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.reset_counters().await.unwrap_or_else(|e| panic!("{e}"));
+    small_file_job(&c, "/free", 150).await;
+    let (cross, local) = file_bytes(&c).await;
+    assert!(
+        cross > local / 4,
+        "unpinned tree: only {cross} bytes crossed ({local} stayed)"
+    );
+
+    // Cleared once the tree is gone; the path is then placed over every zone again.
+    let out = tc.cli(&["policy", "clear", "/lab"]);
+    assert!(!out.status.success(), "cleared with the tree still there");
+    c.rmdir("/lab/job").await.unwrap_or_else(|e| panic!("{e}"));
+    c.rmdir("/lab").await.unwrap_or_else(|e| panic!("{e}"));
+    let out = tc.cli(&["policy", "clear", "/lab"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let map = c.newest_map().await;
+    assert!(map.policies.is_empty());
+    assert!(map.partitions.iter().all(|p| p.group == 0));
+    c.mkdir("/lab", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.create("/lab/again", 0o644, true, b"back")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.fetch("/lab/again").await.map(|x| x.1).ok().as_deref(),
+        Some(&b"back"[..])
+    );
+    tc.fsck_until_clean().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpinned_tree_survives_the_loss_of_a_whole_zone() {
+    // Three zones: the cluster-map group keeps its majority (4 of 6) without one.
+    let tc = TestCluster::start_with(
+        6,
+        &[
+            "--zones",
+            "a,b,c",
+            "--replicas",
+            "3",
+            "--partitions-per-node",
+            "2",
+        ],
+    );
+    for p in &tc.map.partitions {
+        assert_eq!(tc.map.zone_count(&p.replicas), 3, "{p:?}");
+    }
+    let c = client_in(&tc, "a", Duration::from_secs(30)).await;
+    c.mkdir("/data", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..100 {
+        c.create(
+            &format!("/data/f{i}"),
+            0o644,
+            true,
+            format!("{i}").as_bytes(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let zone_c: Vec<NodeId> = tc
+        .map
+        .nodes
+        .iter()
+        .filter(|n| n.zone == "c")
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(zone_c.len(), 2);
+    for id in &zone_c {
+        tc.kill9(*id);
+    }
+    for i in 0..100 {
+        let (_, got) = c
+            .fetch(&format!("/data/f{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("/data/f{i} after zone c was lost: {e}"));
+        assert_eq!(got, format!("{i}").into_bytes());
+    }
+    // And it still takes writes.
+    c.create("/data/after", 0o644, true, b"written without zone c")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.fetch("/data/after").await.map(|x| x.1).ok().as_deref(),
+        Some(&b"written without zone c"[..])
+    );
+}
