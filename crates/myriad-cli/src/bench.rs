@@ -62,6 +62,15 @@ pub enum BenchCmd {
     /// the raw bytes stored for each (copies, checksums, metadata: `du --raw`) against the
     /// same file's blocks on local disk; JSON and a PNG of raw bytes per byte.
     Capacity(crate::bench_capacity::CapacityArgs),
+    /// The network seed: two zones of servers with --delay-ms between them (network
+    /// namespaces and tc netem; needs root); a small-file job by clients in zone a on a
+    /// tree pinned to zone a and on one placed over both zones, and the two-sites case
+    /// (half the clients in each zone, each on its own pinned half) against the halves on
+    /// two independent clusters; wall times, bytes across zones, reads answered in zone.
+    Zones(crate::bench_zones::ZonesArgs),
+    /// One job of `bench zones` in a zone (internal).
+    #[command(hide = true)]
+    ZoneJob(crate::bench_zones::ZoneJobArgs),
     /// One worker process of `bench fuse` (internal).
     #[command(hide = true)]
     FuseWorker(crate::bench_fuse::WorkerArgs),
@@ -190,6 +199,13 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         BenchCmd::Capacity(a) => {
             own_cluster_only("capacity");
             return crate::bench_capacity::run(a).await;
+        }
+        BenchCmd::Zones(a) => {
+            own_cluster_only("zones");
+            return crate::bench_zones::run(a).await;
+        }
+        BenchCmd::ZoneJob(a) => {
+            return crate::bench_zones::worker(a, target.cluster, target.secret_file).await;
         }
         BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),

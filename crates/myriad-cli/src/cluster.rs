@@ -108,6 +108,9 @@ pub struct NodeState {
     pub id: NodeId,
     pub pid: u32,
     pub addr: String,
+    /// The network namespace it runs in (`None`: the one `cluster up` ran in).
+    #[serde(default)]
+    pub netns: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -199,6 +202,46 @@ pub struct LocalCluster {
     pub keys: myriad_client::Keyring,
 }
 
+/// Where one server of a local cluster runs: its address, its zone, and the network
+/// namespace it is started in (`None`: this process's).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub addr: String,
+    pub zone: String,
+    pub netns: Option<String>,
+}
+
+impl Placement {
+    fn at(&self) -> At<'_> {
+        At {
+            addr: &self.addr,
+            netns: self.netns.as_deref(),
+        }
+    }
+}
+
+/// Where to start a server: its address and network namespace.
+struct At<'a> {
+    addr: &'a str,
+    netns: Option<&'a str>,
+}
+
+/// Refuses to start a cluster where one is running.
+fn refuse_running(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if state_path(dir).exists()
+        && let Ok(st) = read_state(dir)
+        && st.nodes.iter().any(|nd| pid_is_server(nd.pid))
+    {
+        bail!(
+            "a cluster is already running in {} (run `myriad cluster down --data-dir {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn map_path(dir: &Path) -> PathBuf {
     dir.join("cluster.json")
 }
@@ -213,29 +256,51 @@ impl LocalCluster {
         if n == 0 || n > 64 {
             bail!("--nodes must be 1..=64");
         }
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        if state_path(dir).exists()
-            && let Ok(st) = read_state(dir)
-            && st.nodes.iter().any(|nd| pid_is_server(nd.pid))
-        {
-            bail!(
-                "a cluster is already running in {} (run `myriad cluster down --data-dir {}`)",
-                dir.display(),
-                dir.display()
-            );
-        }
+        refuse_running(dir)?;
         let mut listeners = Vec::new();
-        let mut addrs = Vec::new();
-        for _ in 0..n {
+        let mut places = Vec::new();
+        for i in 0..n {
             let l = std::net::TcpListener::bind("127.0.0.1:0")
                 .context("cannot bind a port on 127.0.0.1")?;
-            addrs.push(l.local_addr()?.to_string());
-            listeners.push(l);
+            places.push(Placement {
+                addr: l.local_addr()?.to_string(),
+                zone: opts
+                    .zones
+                    .get(i.checked_rem(opts.zones.len()).unwrap_or(0))
+                    .cloned()
+                    .unwrap_or_default(),
+                netns: None,
+            });
+            listeners.push(Some(l));
         }
+        LocalCluster::start(dir, &places, listeners, opts).await
+    }
+
+    /// Starts one server per placement (each listening on its address, inside its network
+    /// namespace if it names one) and waits until every one answers: a cluster over hosts
+    /// this process set up (`bench zones`).
+    pub async fn up_placed(
+        dir: &Path,
+        places: &[Placement],
+        opts: &NodeOptions,
+    ) -> anyhow::Result<LocalCluster> {
+        refuse_running(dir)?;
+        let none = places.iter().map(|_| None).collect();
+        LocalCluster::start(dir, places, none, opts).await
+    }
+
+    async fn start(
+        dir: &Path,
+        places: &[Placement],
+        listeners: Vec<Option<std::net::TcpListener>>,
+        opts: &NodeOptions,
+    ) -> anyhow::Result<LocalCluster> {
+        let addrs: Vec<String> = places.iter().map(|p| p.addr.clone()).collect();
+        let zones: Vec<String> = places.iter().map(|p| p.zone.clone()).collect();
         let map = ClusterMap::build_in_zones(
             1,
             &addrs,
-            &opts.zones,
+            &zones,
             opts.layout.partitions_per_node,
             opts.layout.replicas,
         );
@@ -251,12 +316,12 @@ impl LocalCluster {
             nodes: Vec::new(),
             server_args: server_args.clone(),
         };
-        for (node, listener) in map.nodes.iter().zip(listeners) {
+        for ((node, listener), place) in map.nodes.iter().zip(listeners).zip(places) {
             let pid = spawn_node(
                 dir,
                 node.id,
-                Some(listener),
-                &node.addr,
+                listener,
+                &place.at(),
                 &node.zone,
                 &server_args,
             )?;
@@ -264,6 +329,7 @@ impl LocalCluster {
                 id: node.id,
                 pid,
                 addr: node.addr.clone(),
+                netns: place.netns.clone(),
             });
         }
         write_state(dir, &state)?;
@@ -449,7 +515,7 @@ fn spawn_node(
     dir: &Path,
     id: NodeId,
     listener: Option<std::net::TcpListener>,
-    addr: &str,
+    at: &At<'_>,
     zone: &str,
     server_args: &[String],
 ) -> anyhow::Result<u32> {
@@ -460,7 +526,16 @@ fn spawn_node(
         .create(true)
         .append(true)
         .open(dir.join(format!("node-{id}.log")))?;
-    let mut cmd = Command::new(exe);
+    // In another network namespace: through nsenter, which execs the server (its pid is
+    // the server's) and, unlike `ip netns exec`, leaves the mount namespace alone.
+    let mut cmd = match at.netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/run/netns/{ns}")).arg("--").arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
     cmd.arg("server")
         .arg("--data-dir")
         .arg(dir.join(format!("node-{id}")))
@@ -484,7 +559,7 @@ fn spawn_node(
             set_cloexec(fd, true);
             child
         }
-        None => cmd.arg("--listen").arg(addr).spawn(),
+        None => cmd.arg("--listen").arg(at.addr).spawn(),
     }
     .context("cannot start a server process")?;
     drop(listener);
@@ -674,11 +749,16 @@ async fn add_node(
     // The new server starts from a map that lists it (not committed yet: it serves nothing
     // until the group has committed it and its leader granted it a lease).
     std::fs::write(map_path(dir), next.to_json())?;
-    let pid = spawn_node(dir, id, Some(listener), &addr, &zone, &st.server_args)?;
+    let at = At {
+        addr: &addr,
+        netns: None,
+    };
+    let pid = spawn_node(dir, id, Some(listener), &at, &zone, &st.server_args)?;
     st.nodes.push(NodeState {
         id,
         pid,
         addr: addr.clone(),
+        netns: None,
     });
     write_state(dir, &st)?;
     client
@@ -722,6 +802,15 @@ async fn remove_node(dir: &Path, id: NodeId, wait: bool, timeout: Duration) -> a
         bail!(
             "cannot remove node {id}: {staying} other servers are up and staying, and every partition needs {} copies (add a server first)",
             map.replication
+        );
+    }
+    if let Some(pid) = map.stranded_by_leaving(id) {
+        let p = map.partition(pid);
+        let zone = p.and_then(|p| map.pinned_zone(p));
+        bail!(
+            "cannot remove node {id}: partition {pid}{} has a copy on it and no other server that may take one (add a server{} first)",
+            zone.map_or(String::new(), |z| format!(" (pinned to zone {z})")),
+            zone.map_or(String::new(), |z| format!(" in zone {z}"))
         );
     }
     if let Some(next) = map.mark_leaving(id) {
@@ -830,7 +919,11 @@ pub async fn run(
             let zone = ClusterMap::from_json(&std::fs::read_to_string(map_path(&data_dir))?)?
                 .zone_of(node)
                 .to_string();
-            entry.pid = spawn_node(&data_dir, node, None, &entry.addr, &zone, &server_args)?;
+            let at = At {
+                addr: &entry.addr,
+                netns: entry.netns.as_deref(),
+            };
+            entry.pid = spawn_node(&data_dir, node, None, &at, &zone, &server_args)?;
             let pid = entry.pid;
             write_state(&data_dir, &st)?;
             println!("node {node} started (pid {pid})");

@@ -121,7 +121,7 @@ async fn must_not_exist(client: &Client, path: &str, what: &str) -> anyhow::Resu
 
 /// Applies `edit` to the newest map and commits the result, again if another change
 /// (a move the Raft leader started, say) got in first. Returns the committed map.
-async fn change(
+pub(crate) async fn change(
     client: &Client,
     edit: impl Fn(&ClusterMap) -> anyhow::Result<Option<ClusterMap>>,
 ) -> anyhow::Result<ClusterMap> {

@@ -226,6 +226,8 @@ impl ClusterMap {
             let mut distinct = std::collections::BTreeSet::new();
             let extra = usize::from(p.moving.is_some());
             if p.replicas.is_empty()
+                || p.behind.iter().any(|b| !p.replicas.contains(b))
+                || p.replicas.iter().all(|r| p.is_behind(*r))
                 || p.replicas.len() > self.group_replication(p.group) as usize + extra
                 || p.moving.is_some_and(|m| {
                     m.from == m.to || !p.replicas.contains(&m.from) || !p.replicas.contains(&m.to)
@@ -301,9 +303,12 @@ impl ClusterMap {
             .collect()
     }
 
-    /// The next map with server `id` down: epoch + 1, and in every replica list `id` moves
-    /// to the end, so each partition it served is served by its next replica that is up (the
-    /// first backup). `None` if it is not listed or already down.
+    /// The next map with server `id` down: epoch + 1. Every partition it served is served
+    /// by its next copy that is up and not behind (the first backup); a copy of `id`'s
+    /// becomes behind if such a copy goes on serving without it. Replica lists are ordered
+    /// up and in sync first, then down and in sync, then behind: a partition whose only
+    /// copies up are behind has no primary (it waits for an in-sync copy to return rather
+    /// than lose acknowledged writes). `None` if `id` is not listed or already down.
     #[must_use]
     pub fn mark_down(&self, id: NodeId) -> Option<ClusterMap> {
         if !self.is_up(id) {
@@ -322,11 +327,20 @@ impl ClusterMap {
                 p.replicas.retain(|&r| r != id);
                 p.moving = None;
             }
-            // Up servers first, then down ones, each in their previous order: the first
-            // backup that is up becomes the primary, the dead server comes back last.
-            let (live, dead): (Vec<NodeId>, Vec<NodeId>) =
-                p.replicas.iter().partition(|r| up.contains(r));
-            p.replicas = live.into_iter().chain(dead).collect();
+            // Writes go on without `id` if a copy up and in sync serves: `id` falls behind.
+            let serving = p
+                .replicas
+                .iter()
+                .any(|r| *r != id && up.contains(r) && !p.is_behind(*r));
+            if serving && p.replicas.contains(&id) && !p.behind.contains(&id) {
+                p.behind.push(id);
+            }
+            // In sync and up, in sync and down, behind: each in their previous order (a
+            // stable sort), so the first backup up and in sync becomes the primary.
+            let key = |r: &NodeId| (p.is_behind(*r), !up.contains(r));
+            let mut order = p.replicas.clone();
+            order.sort_by_key(key);
+            p.replicas = order;
         }
         Some(next)
     }
@@ -352,6 +366,24 @@ impl ClusterMap {
             }
         }
         next
+    }
+
+    /// The next map (epoch + 1) with copies `synced` (partition, server) no longer behind:
+    /// the Raft leader saw each hold at least what its primary held (every later write
+    /// waits for it too). `None` if none of them was behind.
+    #[must_use]
+    pub fn caught_up(&self, synced: &[(PartitionId, NodeId)]) -> Option<ClusterMap> {
+        let mut next = self.clone();
+        let mut changed = false;
+        for p in &mut next.partitions {
+            let before = p.behind.len();
+            p.behind.retain(|b| !synced.contains(&(p.id, *b)));
+            changed |= p.behind.len() != before;
+        }
+        changed.then(|| {
+            next.epoch = next.epoch.saturating_add(1);
+            next
+        })
     }
 
     /// Where to send a request for partition `id`: its primary's address.
@@ -468,6 +500,47 @@ mod tests {
             ClusterMap::from_json(&old).unwrap_or_else(|e| panic!("{e}")),
             up
         );
+    }
+
+    /// Simulation seed 1027 (`--zones`, a pinned partition with two copies): a copy marked
+    /// down while its partner served, back up but not caught up, was promoted when the
+    /// partner went down, and a write acknowledged meanwhile was lost. Now it is behind
+    /// until the leader sees it caught up, and a behind copy is never promoted.
+    #[test]
+    fn a_copy_that_fell_behind_is_not_promoted_until_caught_up() {
+        let addrs: Vec<String> = (1..=2).map(|i| format!("127.0.0.1:{i}")).collect();
+        let m = ClusterMap::build(1, &addrs, 1, 2);
+        let pid = m.partitions[0].id;
+        let (first, second) = (m.partitions[0].replicas[0], m.partitions[0].replicas[1]);
+        // The backup goes down while the primary serves: it falls behind.
+        let down = m.mark_down(second).unwrap_or_else(|| panic!("up"));
+        assert_eq!(
+            down.partition(pid).map(|p| p.behind.clone()),
+            Some(vec![second])
+        );
+        assert_eq!(down.primary_of(pid), Some(first));
+        let back = down.mark_up(second).unwrap_or_else(|| panic!("down"));
+        assert!(back.validate().is_ok());
+        // The primary goes down before the returned copy caught up: no primary at all.
+        let lost = back.mark_down(first).unwrap_or_else(|| panic!("up"));
+        assert!(lost.validate().is_ok());
+        assert_eq!(lost.primary_of(pid), None, "a behind copy was promoted");
+        assert_eq!(lost.partition(pid).map(|p| p.replicas[0]), Some(first));
+        // It returns: it serves again; the other is still behind.
+        let again = lost.mark_up(first).unwrap_or_else(|| panic!("down"));
+        assert_eq!(again.primary_of(pid), Some(first));
+        // Caught up: no longer behind, and it may take over.
+        assert!(again.caught_up(&[(pid, first)]).is_none(), "was not behind");
+        let synced = again
+            .caught_up(&[(pid, second)])
+            .unwrap_or_else(|| panic!("behind"));
+        assert!(synced.partition(pid).is_some_and(|p| p.behind.is_empty()));
+        let failover = synced.mark_down(first).unwrap_or_else(|| panic!("up"));
+        assert_eq!(failover.primary_of(pid), Some(second));
+        // A map with every copy behind is refused.
+        let mut bad = synced.clone();
+        bad.partitions[0].behind = vec![first, second];
+        assert_eq!(bad.validate(), Err(MapError::BadReplicas(pid)));
     }
 
     /// Found by the cluster_map fuzz target: a map file with epoch u64::MAX passed `validate`

@@ -122,6 +122,22 @@ pub struct PartitionInfo {
     /// covers; a policy's group (`Policy::group`) only the trees it pins, on its zone's servers.
     #[serde(default)]
     pub group: u32,
+    /// Copies that may lack acknowledged writes: marked down while another copy that has
+    /// them went on serving (writes were then acknowledged without them), until the
+    /// Raft leader sees them caught up with their primary (`ClusterMap::caught_up`). A
+    /// copy listed here never becomes primary while a copy not listed may return
+    /// (`mark_down`): promoting it would lose acknowledged writes. Never every copy.
+    #[serde(default)]
+    pub behind: Vec<NodeId>,
+}
+
+impl PartitionInfo {
+    /// True if copy `r` may lack acknowledged writes: listed behind, or a move's new copy
+    /// still being made.
+    #[must_use]
+    pub fn is_behind(&self, r: NodeId) -> bool {
+        self.behind.contains(&r) || self.moving.is_some_and(|m| m.to == r)
+    }
 }
 
 /// A copy of a partition on its way from one server to another.

@@ -110,6 +110,7 @@ pub fn assign_group(
             replicas,
             moving: None,
             group,
+            behind: Vec::new(),
         });
     }
     out

@@ -66,14 +66,38 @@ fn lighter(a: u64, wa: u32, b: u64, wb: u32) -> std::cmp::Ordering {
 
 impl ClusterMap {
     /// The next map with server `id` leaving (remove-node): it keeps serving while its
-    /// copies move away; once it holds none it is dropped from the map.
+    /// copies move away; once it holds none it is dropped from the map. `None` if it is
+    /// not listed, already leaving, the only server, or a copy of it could go nowhere
+    /// (`stranded_by_leaving`).
     #[must_use]
     pub fn mark_leaving(&self, id: NodeId) -> Option<ClusterMap> {
         let n = self.node(id)?;
-        if n.state == NodeState::Leaving || self.nodes.len() < 2 {
+        if n.state == NodeState::Leaving
+            || self.nodes.len() < 2
+            || self.stranded_by_leaving(id).is_some()
+        {
             return None;
         }
         Some(self.with_state(id, NodeState::Leaving))
+    }
+
+    /// A partition with a copy on `id` that no other server up and staying may take (one
+    /// pinned to a zone whose other servers all hold it already, say): draining `id`
+    /// would never end.
+    #[must_use]
+    pub fn stranded_by_leaving(&self, id: NodeId) -> Option<PartitionId> {
+        self.partitions
+            .iter()
+            .filter(|p| p.replicas.contains(&id))
+            .find(|p| {
+                !self.nodes.iter().any(|n| {
+                    n.id != id
+                        && n.state == NodeState::Up
+                        && !p.replicas.contains(&n.id)
+                        && self.may_hold(p, n.id)
+                })
+            })
+            .map(|p| p.id)
     }
 
     /// Partitions with a move in progress.
@@ -283,6 +307,8 @@ impl ClusterMap {
                 p.replicas.push(m.to);
             }
             p.moving = None;
+            let replicas = p.replicas.clone();
+            p.behind.retain(|b| replicas.contains(b));
             changed = true;
         }
         let held: BTreeSet<NodeId> = next

@@ -325,6 +325,19 @@ mod tests {
         let (settled, _) = settle(m, &BTreeSet::new());
         let leaving = settled.nodes.iter().find(|n| n.zone == "a").map(|n| n.id);
         let leaving = leaving.unwrap_or_else(|| panic!("a server in zone a"));
+        // Two copies in a zone of three: one server of it may leave, not two.
+        let gone = settled
+            .mark_leaving(leaving)
+            .unwrap_or_else(|| panic!("up"));
+        let second = gone
+            .nodes
+            .iter()
+            .find(|n| n.zone == "a" && n.id != leaving)
+            .map(|n| n.id)
+            .unwrap_or_else(|| panic!("another server in zone a"));
+        let (drained, _) = settle(gone, &BTreeSet::new());
+        assert!(drained.stranded_by_leaving(second).is_some());
+        assert!(drained.mark_leaving(second).is_none());
         let drained = settled
             .mark_leaving(leaving)
             .unwrap_or_else(|| panic!("up"));

@@ -341,6 +341,16 @@ impl Membership {
             }
             return;
         }
+        // Copies that fell behind while down: in sync again once they hold what their
+        // primary holds.
+        let synced = self.caught_up_copies(&map).await;
+        if let Some(next) = map.caught_up(&synced) {
+            tracing::info!(copies = ?synced, epoch = next.epoch, "copies caught up");
+            if let Err(e) = self.propose_map(next).await {
+                tracing::warn!("{e}");
+            }
+            return;
+        }
         let expired = past_grace(&map, (since, now), self.down_grace, |id| {
             self.heard.last(id)
         });
@@ -387,6 +397,29 @@ impl Membership {
             }
         }
         done
+    }
+
+    /// The behind copies of `map` (`PartitionInfo::behind`) on servers up that hold at
+    /// least what their primary held just before (every later write waits for them too).
+    async fn caught_up_copies(&self, map: &ClusterMap) -> Vec<(PartitionId, NodeId)> {
+        let mut seqs: BTreeMap<NodeId, BTreeMap<PartitionId, Option<u64>>> = BTreeMap::new();
+        let mut synced = Vec::new();
+        for p in map.partitions.iter().filter(|p| !p.behind.is_empty()) {
+            let Some(primary) = map.primary_of(p.id) else {
+                continue;
+            };
+            let Some(at) = self.seq_on(map, primary, p.id, &mut seqs).await.flatten() else {
+                continue;
+            };
+            for &b in p.behind.iter().filter(|b| map.is_up(**b)) {
+                if let Some(Some(seq)) = self.seq_on(map, b, p.id, &mut seqs).await
+                    && seq >= at
+                {
+                    synced.push((p.id, b));
+                }
+            }
+        }
+        synced
     }
 
     /// The leaving servers that still keep erasure-coded fragments (or do not answer): they

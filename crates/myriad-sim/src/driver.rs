@@ -96,7 +96,16 @@ pub struct SimConfig {
     /// docs/redundancy.md "Tiers"), each on a disk of its own that crashes on its own;
     /// the fast tier overflows and blocks move back at random. Off by default: `--tiers`.
     pub tiers: bool,
+    /// The servers are in two zones (alternately) and two client trees are pinned, `/c1`
+    /// to the first zone and `/x2` to the second (docs/zones.md): their directories,
+    /// files and data are placed by their own partition groups, whose copies stay in
+    /// their zone through failovers and moves (the map is checked after every change).
+    /// Off by default: `--zones`.
+    pub zones: bool,
 }
+
+/// The zones of `--zones`, and the trees pinned to each.
+pub const SIM_ZONES: [(&str, &str); 2] = [("z0", "/c1"), ("z1", "/x2")];
 
 impl SimConfig {
     #[must_use]
@@ -120,6 +129,7 @@ impl SimConfig {
             indexes: false,
             auto_indexes: false,
             tiers: false,
+            zones: false,
         }
     }
 
@@ -127,7 +137,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -146,7 +156,8 @@ impl SimConfig {
             } else {
                 ""
             },
-            if self.tiers { " --tiers" } else { "" }
+            if self.tiers { " --tiers" } else { "" },
+            if self.zones { " --zones" } else { "" }
         )
     }
 }
@@ -300,7 +311,25 @@ impl Sim {
             trace.clone(),
         );
         let addrs: Vec<String> = (1..=cfg.servers).map(|i| format!("sim-{i}")).collect();
-        let mut map = ClusterMap::build(1, &addrs, cfg.partitions_per_server, cfg.replicas);
+        let mut map = if cfg.zones {
+            let zones: Vec<String> = SIM_ZONES.iter().map(|(z, _)| (*z).to_string()).collect();
+            let mut m = ClusterMap::build_in_zones(
+                1,
+                &addrs,
+                &zones,
+                cfg.partitions_per_server,
+                cfg.replicas,
+            );
+            for (zone, root) in SIM_ZONES {
+                m = m
+                    .with_policy(root, zone, cfg.replicas, cfg.partitions_per_server)
+                    .unwrap_or_else(|e| panic!("pinning {root} to {zone}: {e}"));
+            }
+            m.epoch = 1;
+            m
+        } else {
+            ClusterMap::build(1, &addrs, cfg.partitions_per_server, cfg.replicas)
+        };
         // Small chunks: the workload's two-chunk files reach a second partition.
         map.chunk_size_bytes = CHUNK_BYTES;
         map.inline_max_bytes = map.inline_max_bytes.min(CHUNK_BYTES);
@@ -481,6 +510,25 @@ impl Sim {
             map.epoch,
             copies.join(" ")
         ));
+        if self.cfg.zones {
+            // Every map keeps a pinned partition's copies in its zone (docs/zones.md).
+            let stray = map.partitions.iter().find_map(|p| {
+                p.replicas
+                    .iter()
+                    .find(|r| !map.may_hold(p, **r))
+                    .map(|r| (p.id, *r))
+            });
+            if let Some((pid, r)) = stray {
+                self.net.violate(format!(
+                    "map epoch {}: pinned partition {pid} has a copy on server {r}, outside its zone ({why})",
+                    map.epoch
+                ));
+            }
+            if let Err(e) = map.validate() {
+                self.net
+                    .violate(format!("map epoch {} is not valid: {e} ({why})", map.epoch));
+            }
+        }
         *lock(&self.map) = map;
         lock(&self.report).map_changes += 1;
     }
@@ -517,6 +565,9 @@ impl Sim {
                     break;
                 }
             }
+            if self.map().epoch == map.epoch {
+                self.catch_up_step(&map);
+            }
             if self.cfg.moves && self.map().epoch == map.epoch {
                 self.move_step(&map);
             }
@@ -535,6 +586,33 @@ impl Sim {
                     });
                 }
             }
+        }
+    }
+
+    /// Copies behind (`PartitionInfo::behind`) that hold what their primary holds are in
+    /// sync again (as the Raft leader's round, membership.rs).
+    fn catch_up_step(&self, map: &ClusterMap) {
+        let seq_on = |id: NodeId, pid: PartitionId| {
+            self.net.running(id).and_then(|s| {
+                s.partition_seqs()
+                    .into_iter()
+                    .find(|(p, _)| *p == pid)
+                    .and_then(|(_, seq)| seq)
+            })
+        };
+        let mut synced = Vec::new();
+        for p in map.partitions.iter().filter(|p| !p.behind.is_empty()) {
+            let Some(at) = map.primary_of(p.id).and_then(|s| seq_on(s, p.id)) else {
+                continue;
+            };
+            for &b in p.behind.iter().filter(|b| map.is_up(**b)) {
+                if seq_on(b, p.id).is_some_and(|seq| seq >= at) {
+                    synced.push((p.id, b));
+                }
+            }
+        }
+        if let Some(next) = map.caught_up(&synced) {
+            self.commit_map(next, &format!("caught up: {synced:?}"));
         }
     }
 
@@ -612,7 +690,12 @@ impl Sim {
             addr: format!("sim-{id}"),
             weight: 1,
             state: NodeState::Up,
-            zone: String::new(),
+            // As `build_in_zones` would have placed it (one zone, "", without --zones).
+            zone: if self.cfg.zones {
+                SIM_ZONES[(id.index() - 1) % SIM_ZONES.len()].0.to_string()
+            } else {
+                String::new()
+            },
         });
         self.commit_map(next, &format!("server {id} added"));
         lock(&self.faults).added = true;

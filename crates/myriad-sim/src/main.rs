@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers] [--zones]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -26,6 +26,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --indexes     ... by building and dropping its metadata index; leased clients read from indexes
   --auto-indexes  ... automatic indexes: never frozen, each write unregisters the index first
   --tiers       every server keeps a fast and a capacity tier, each on a disk that crashes on its own
+  --zones       servers in two zones, /c1 and /x2 pinned one to each (copies stay in their zone)
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -64,6 +65,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
                 cfg.auto_indexes = true;
             }
             "--tiers" => cfg.tiers = true,
+            "--zones" => cfg.zones = true,
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }

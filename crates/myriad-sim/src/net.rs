@@ -167,6 +167,15 @@ impl Net {
         }
     }
 
+    /// Records a breach the driver saw (the first one is kept).
+    pub fn violate(&self, what: String) {
+        self.trace.event(format_args!("VIOLATION: {what}"));
+        let mut s = self.lock();
+        if s.violation.is_none() {
+            s.violation = Some(what);
+        }
+    }
+
     /// The first breach of invariant 4 seen so far.
     #[must_use]
     pub fn violation(&self) -> Option<String> {
