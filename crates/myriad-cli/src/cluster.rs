@@ -661,14 +661,39 @@ async fn admin_client(dir: &Path, timeout: Duration) -> anyhow::Result<Client> {
 /// One line about the moves in progress.
 fn moves_line(map: &ClusterMap) -> String {
     let moves = map.moves();
+    let behind: Vec<String> = map
+        .partitions
+        .iter()
+        .flat_map(|p| p.behind.iter().map(move |b| format!("{}@{b}", p.id)))
+        .collect();
+    // Copies that missed writes while down, until the leader sees them caught up; and
+    // partitions whose only live copies are behind, which wait for an in-sync one.
+    let mut tail = String::new();
+    if !behind.is_empty() {
+        tail = format!(
+            "; {} copies catching up (partition@server: {})",
+            behind.len(),
+            behind.join(" ")
+        );
+    }
+    let waiting = map
+        .partitions
+        .iter()
+        .filter(|p| map.primary_of(p.id).is_none())
+        .count();
+    if waiting > 0 {
+        tail.push_str(&format!(
+            "; {waiting} partitions have no copy up and in sync (waiting for one to return)"
+        ));
+    }
     if moves.is_empty() {
-        return "no copies moving".into();
+        return format!("no copies moving{tail}");
     }
     let list: Vec<String> = moves
         .iter()
         .map(|(p, m)| format!("partition {p}: server {} -> {}", m.from, m.to))
         .collect();
-    format!("{} copies moving ({})", moves.len(), list.join(", "))
+    format!("{} copies moving ({}){tail}", moves.len(), list.join(", "))
 }
 
 /// How long `--wait` goes on without the map changing before it gives up (a move waits
