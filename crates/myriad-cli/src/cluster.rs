@@ -44,7 +44,7 @@ pub enum ClusterCmd {
         /// Zones to spread the servers over, comma-separated (node N is in the
         /// ((N-1) mod count)-th): every partition then has copies in as many zones as it
         /// can, so a whole zone can be lost without losing data (docs/zones.md).
-        #[arg(long, value_delimiter = ',', value_parser = parse_zone)]
+        #[arg(long, value_delimiter = ',', value_parser = crate::server_cmd::parse_zone)]
         zones: Vec<String>,
     },
     /// Create a new cluster secret (mode 0600) for servers and administrators, and its client
@@ -83,7 +83,7 @@ pub enum ClusterCmd {
         wait: bool,
         /// The zone it is in (default: the zone of the cluster's servers if they are all in
         /// one, else required).
-        #[arg(long, value_parser = parse_zone)]
+        #[arg(long, value_parser = crate::server_cmd::parse_zone)]
         zone: Option<String>,
     },
     /// Remove a server from a local cluster: it keeps serving while its copies move to the
@@ -424,17 +424,6 @@ impl LocalCluster {
         }
         Ok(())
     }
-}
-
-/// A zone name given on the command line.
-pub fn parse_zone(s: &str) -> Result<String, String> {
-    if s.is_empty() || !myriad_client::zone_name_ok(s) {
-        return Err(format!(
-            "{s:?}: a zone name is 1 to {} printable characters, without spaces, commas or quotes",
-            myriad_client::ZONE_NAME_MAX
-        ));
-    }
-    Ok(s.to_string())
 }
 
 /// " zone NAME" after a server's address, nothing for the unnamed zone.

@@ -27,9 +27,20 @@ pub fn connect(
     secret_file: Option<PathBuf>,
     timeout: Duration,
 ) -> anyhow::Result<Client> {
-    let map = load_map(cluster.as_deref())?;
     let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
-    let mut cfg = ClientConfig::new(map, current_caller(), keys);
+    client_with(cluster.as_deref(), keys, current_caller(), timeout)
+}
+
+/// A client of the cluster named by `cluster`, with `keys`, as `caller`, in this process's
+/// zone.
+fn client_with(
+    cluster: Option<&std::path::Path>,
+    keys: myriad_client::Keyring,
+    caller: myriad_client::Caller,
+    timeout: Duration,
+) -> anyhow::Result<Client> {
+    let map = load_map(cluster)?;
+    let mut cfg = ClientConfig::new(map, caller, keys);
     cfg.request_timeout = timeout;
     cfg.zone = crate::identity::client_zone().to_string();
     Ok(Client::new(cfg)?)
@@ -42,17 +53,18 @@ pub fn connect_admin(
     secret_file: Option<PathBuf>,
     timeout: Duration,
 ) -> anyhow::Result<Client> {
-    let map = load_map(cluster.as_deref())?;
     let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
     if !keys.has_cluster_secret() {
         bail!(
             "this needs the cluster secret (--secret-file or MYRIAD_SECRET_FILE): a client key cannot change the cluster"
         );
     }
-    let mut cfg = ClientConfig::new(map, myriad_client::Caller::root(), keys);
-    cfg.request_timeout = timeout;
-    cfg.zone = crate::identity::client_zone().to_string();
-    Ok(Client::new(cfg)?)
+    client_with(
+        cluster.as_deref(),
+        keys,
+        myriad_client::Caller::root(),
+        timeout,
+    )
 }
 
 /// The cluster map from `--cluster` / MYRIAD_CLUSTER, with a clear error if it is missing.

@@ -62,7 +62,7 @@ struct Cli {
     secret_file: Option<PathBuf>,
     /// The zone this client (or mount) is in (docs/zones.md): servers count traffic by
     /// zone, and reads go to a copy in this zone when one is in sync.
-    #[arg(long, global = true, env = "MYRIAD_ZONE", value_parser = cluster::parse_zone)]
+    #[arg(long, global = true, env = "MYRIAD_ZONE", value_parser = server_cmd::parse_zone)]
     zone: Option<String>,
     #[command(subcommand)]
     command: Command,

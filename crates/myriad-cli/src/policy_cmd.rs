@@ -16,7 +16,7 @@ pub enum PolicyCmd {
     /// then create the tree. Needs the cluster secret.
     Set {
         path: String,
-        #[arg(long, value_parser = crate::cluster::parse_zone)]
+        #[arg(long, value_parser = crate::server_cmd::parse_zone)]
         zone: String,
         /// Copies of everything in the tree (capped by the zone's servers). Default: the
         /// cluster's.

@@ -41,7 +41,7 @@ pub struct ServerArgs {
     /// The zone this server is in. The cluster map is the authority on zones: given, it
     /// must match this server's zone in the map, or the server refuses to start (a server
     /// started in the wrong place would break the promise that a zone can be lost).
-    #[arg(long, value_parser = crate::cluster::parse_zone)]
+    #[arg(long, value_parser = parse_zone)]
     zone: Option<String>,
 }
 
@@ -373,4 +373,15 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
         myriad_server::run(listener, config, shutdown).await?;
         Ok(())
     })
+}
+
+/// A zone name given on the command line.
+pub fn parse_zone(s: &str) -> Result<String, String> {
+    if s.is_empty() || !myriad_client::zone_name_ok(s) {
+        return Err(format!(
+            "{s:?}: a zone name is 1 to {} printable characters, without spaces, commas or quotes",
+            myriad_client::ZONE_NAME_MAX
+        ));
+    }
+    Ok(s.to_string())
 }

@@ -21,9 +21,9 @@ mod zones;
 pub use fragments::{fragment_servers, fragment_slot};
 pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
 pub use members::{
-    InodeId, Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
+    DEFAULT_GROUP, InodeId, Move, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId,
+    PartitionInfo, Policy, ZONE_NAME_MAX, zone_name_ok,
 };
 pub use path::{is_normal_below_root, is_within, join, parent_of, split_parent};
 pub use ring::Ring;
 pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};
-pub use zones::{DEFAULT_GROUP, Policy, ZONE_NAME_MAX, zone_name_ok};

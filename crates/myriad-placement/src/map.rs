@@ -8,8 +8,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::members::{NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo};
-use crate::zones::{DEFAULT_GROUP, Policy, zone_name_ok};
+use crate::members::{
+    DEFAULT_GROUP, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
+    Policy, zone_name_ok,
+};
 
 /// Ring points per partition. 256 keeps the busiest of 4 partitions within ~1.1x of the mean
 /// (see the balance test) while a ring of 32 partitions stays at 8,192 points.

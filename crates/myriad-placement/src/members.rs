@@ -146,3 +146,31 @@ pub struct Move {
     pub from: NodeId,
     pub to: NodeId,
 }
+
+/// The default partition group: every path no policy covers.
+pub const DEFAULT_GROUP: u32 = 0;
+/// Longest zone name (bytes): zones are labels, printed in status lines.
+pub const ZONE_NAME_MAX: usize = 64;
+
+/// "Everything under `path` lives only in `zone`, with `replicas` copies": the policy's
+/// tree is placed on the partitions of its own `group`, whose copies the map keeps on that
+/// zone's servers only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// The partition group its tree is placed on (never `DEFAULT_GROUP`).
+    pub group: u32,
+    /// Absolute, normalized path of the tree's root (not `/`).
+    pub path: String,
+    pub zone: String,
+    /// Copies of each of the group's partitions (capped by the zone's servers).
+    pub replicas: u32,
+}
+
+/// A zone name is printable ASCII without spaces or commas (it is listed comma-separated).
+#[must_use]
+pub fn zone_name_ok(zone: &str) -> bool {
+    zone.len() <= ZONE_NAME_MAX
+        && zone
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b',' && b != b'"')
+}

@@ -329,6 +329,34 @@ impl ClusterMap {
     }
 }
 
+/// Plans (`per_round` at a time) and completes moves until nothing moves, checking every
+/// map on the way: the settled map and the moves made, (from, to) each.
+#[cfg(test)]
+pub(crate) fn settle_moves(
+    mut m: ClusterMap,
+    expired: &BTreeSet<NodeId>,
+    per_round: usize,
+) -> (ClusterMap, Vec<(NodeId, NodeId)>) {
+    let mut made = Vec::new();
+    for _ in 0..10_000 {
+        let Some(planned) = m.plan_moves(expired, per_round) else {
+            return (m, made);
+        };
+        planned
+            .validate()
+            .unwrap_or_else(|e| panic!("planned map invalid: {e}"));
+        let moves = planned.moves();
+        made.extend(moves.iter().map(|(_, mv)| (mv.from, mv.to)));
+        let pids: Vec<PartitionId> = moves.iter().map(|(p, _)| *p).collect();
+        m = planned
+            .complete_moves(&pids, &BTreeSet::new())
+            .unwrap_or_else(|| panic!("moves complete"));
+        m.validate()
+            .unwrap_or_else(|e| panic!("completed map invalid: {e}"));
+    }
+    panic!("moves never settled");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,22 +368,8 @@ mod tests {
     }
 
     /// Plans and completes moves until nothing moves; checks every intermediate map.
-    fn settle(mut m: ClusterMap, expired: &BTreeSet<NodeId>) -> ClusterMap {
-        for _ in 0..1000 {
-            let Some(planned) = m.plan_moves(expired, 4) else {
-                return m;
-            };
-            planned
-                .validate()
-                .unwrap_or_else(|e| panic!("planned map invalid: {e}"));
-            let pids: Vec<PartitionId> = planned.moves().iter().map(|(p, _)| *p).collect();
-            m = planned
-                .complete_moves(&pids, &BTreeSet::new())
-                .unwrap_or_else(|| panic!("moves complete"));
-            m.validate()
-                .unwrap_or_else(|e| panic!("completed map invalid: {e}"));
-        }
-        panic!("moves never settled");
+    fn settle(m: ClusterMap, expired: &BTreeSet<NodeId>) -> ClusterMap {
+        settle_moves(m, expired, 4).0
     }
 
     fn copies(m: &ClusterMap) -> BTreeMap<NodeId, (usize, usize)> {

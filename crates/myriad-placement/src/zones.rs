@@ -8,38 +8,8 @@
 
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
-
 use crate::map::{ClusterMap, MapError};
-use crate::members::{NodeId, NodeInfo, NodeState, PartitionInfo};
-
-/// The default partition group: every path no policy covers.
-pub const DEFAULT_GROUP: u32 = 0;
-/// Longest zone name (bytes): zones are labels, printed in status lines.
-pub const ZONE_NAME_MAX: usize = 64;
-
-/// "Everything under `path` lives only in `zone`, with `replicas` copies": the policy's
-/// tree is placed on the partitions of its own `group`, whose copies the map keeps on that
-/// zone's servers only.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Policy {
-    /// The partition group its tree is placed on (never `DEFAULT_GROUP`).
-    pub group: u32,
-    /// Absolute, normalized path of the tree's root (not `/`).
-    pub path: String,
-    pub zone: String,
-    /// Copies of each of the group's partitions (capped by the zone's servers).
-    pub replicas: u32,
-}
-
-/// A zone name is printable ASCII without spaces or commas (it is listed comma-separated).
-#[must_use]
-pub fn zone_name_ok(zone: &str) -> bool {
-    zone.len() <= ZONE_NAME_MAX
-        && zone
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b',' && b != b'"')
-}
+use crate::members::{DEFAULT_GROUP, NodeId, NodeInfo, NodeState, PartitionInfo, Policy};
 
 impl ClusterMap {
     /// The zone of server `id` (`""` for a server the map does not list).
@@ -212,30 +182,8 @@ mod tests {
         ClusterMap::build_in_zones(1, &addrs, &zones, per_node, r)
     }
 
-    /// Plans and completes moves until nothing moves; every map on the way is valid.
-    /// Returns the settled map and the moves made.
-    fn settle(
-        mut m: ClusterMap,
-        expired: &BTreeSet<NodeId>,
-    ) -> (ClusterMap, Vec<(NodeId, NodeId)>) {
-        let mut made = Vec::new();
-        for _ in 0..10_000 {
-            let Some(planned) = m.plan_moves(expired, 8) else {
-                return (m, made);
-            };
-            planned
-                .validate()
-                .unwrap_or_else(|e| panic!("planned map invalid: {e}"));
-            let moves = planned.moves();
-            made.extend(moves.iter().map(|(_, mv)| (mv.from, mv.to)));
-            let pids: Vec<PartitionId> = moves.iter().map(|(p, _)| *p).collect();
-            m = planned
-                .complete_moves(&pids, &BTreeSet::new())
-                .unwrap_or_else(|| panic!("moves complete"));
-            m.validate()
-                .unwrap_or_else(|e| panic!("completed map invalid: {e}"));
-        }
-        panic!("moves never settled");
+    fn settle(m: ClusterMap, expired: &BTreeSet<NodeId>) -> (ClusterMap, Vec<(NodeId, NodeId)>) {
+        crate::rebalance::settle_moves(m, expired, 8)
     }
 
     /// Every partition of the default group covers as many zones as it can.
