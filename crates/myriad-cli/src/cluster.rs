@@ -775,10 +775,24 @@ async fn add_node(
         netns: None,
     });
     write_state(dir, &st)?;
-    client
-        .install_map(next)
-        .await
-        .context("adding the server to the cluster map")?;
+    // Made again on the newest map if another change got in first.
+    let added = next.nodes.last().cloned();
+    crate::map_change::commit(
+        &client,
+        |m| {
+            if m.node(id).is_some() {
+                return Ok(None);
+            }
+            let mut n = m.clone();
+            n.epoch += 1;
+            n.nodes.extend(added.clone());
+            n.validate()?;
+            Ok(Some(n))
+        },
+        |now| now.node(id).is_some(),
+    )
+    .await
+    .context("adding the server to the cluster map")?;
     println!("node {id} started on {addr} (pid {pid}) and added to the map");
     if wait {
         // Balanced: nothing moving and nothing left to move.
@@ -827,12 +841,17 @@ async fn remove_node(dir: &Path, id: NodeId, wait: bool, timeout: Duration) -> a
             zone.map_or(String::new(), |z| format!(" in zone {z}"))
         );
     }
-    if let Some(next) = map.mark_leaving(id) {
-        client
-            .install_map(next)
-            .await
-            .context("marking the server leaving")?;
-    }
+    let leaving = |m: &ClusterMap| {
+        m.node(id)
+            .is_none_or(|n| n.state == myriad_client::NodeState::Leaving)
+    };
+    crate::map_change::commit(
+        &client,
+        |m| Ok(if leaving(m) { None } else { m.mark_leaving(id) }),
+        leaving,
+    )
+    .await
+    .context("marking the server leaving")?;
     println!("node {id} is leaving: its copies move to the other servers");
     if !wait {
         return Ok(());

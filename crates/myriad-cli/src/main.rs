@@ -21,6 +21,7 @@ mod fsstats_cmd;
 mod identity;
 mod index_cmd;
 mod keys;
+mod map_change;
 mod mount_cmd;
 mod netns;
 mod plot;

@@ -2,8 +2,6 @@
 //! part of the cluster map, committed through the cluster-map Raft group like every map
 //! change; clients place the tree by it from the map, with no lookup.
 
-use std::time::Duration;
-
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use myriad_client::{Client, ClusterMap, FsError};
@@ -42,9 +40,6 @@ impl PolicyCmd {
         matches!(self, PolicyCmd::Set { .. } | PolicyCmd::Clear { .. })
     }
 }
-
-/// How long to keep retrying a map change that lost a race with another change.
-const CHANGE_TRIES: usize = 10;
 
 pub async fn run(cmd: PolicyCmd, client: &Client) -> anyhow::Result<()> {
     match cmd {
@@ -119,30 +114,29 @@ async fn must_not_exist(client: &Client, path: &str, what: &str) -> anyhow::Resu
     }
 }
 
-/// Applies `edit` to the newest map and commits the result, again if another change
-/// (a move the Raft leader started, say) got in first. Returns the committed map.
+/// Commits a change of the policies (map_change.rs): landed once the newest map's
+/// policies are the ones it made.
 pub(crate) async fn change(
     client: &Client,
     edit: impl Fn(&ClusterMap) -> anyhow::Result<Option<ClusterMap>>,
 ) -> anyhow::Result<ClusterMap> {
-    for _ in 0..CHANGE_TRIES {
-        let map = client.newest_map().await;
-        let Some(next) = edit(&map)? else {
-            return Ok(map);
-        };
-        client
-            .install_map(next.clone())
-            .await
-            .context("committing the new cluster map")?;
-        let now = client.newest_map().await;
-        if now.policies == next.policies {
-            return Ok(now);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!(
-        "the cluster map kept changing under this change ({CHANGE_TRIES} tries); is the cluster secret the one the servers have?"
+    let wanted = std::sync::Mutex::new(None);
+    crate::map_change::commit(
+        client,
+        |m| {
+            let next = edit(m)?;
+            if let Ok(mut w) = wanted.lock() {
+                *w = next.as_ref().map(|n| n.policies.clone());
+            }
+            Ok(next)
+        },
+        |now| {
+            wanted
+                .lock()
+                .is_ok_and(|w| w.as_ref().is_none_or(|p| *p == now.policies))
+        },
     )
+    .await
 }
 
 /// "/lab: zone a, 2 copies, 12 partitions on servers 1,3,5".

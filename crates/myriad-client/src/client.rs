@@ -1598,7 +1598,12 @@ impl Client {
         }
     }
 
-    /// Adopts `map` here and pushes it to every node it lists.
+    /// Proposes `map` (an administrator's change, committed through the cluster-map Raft
+    /// group) or, from anyone else, waits until a server follows it. Answered once the
+    /// server follows at least its epoch; `MapTooOld` if another change was committed at
+    /// that epoch first (read the newest map and make the change again). This client then
+    /// adopts what that server follows, never the proposal itself: a proposal that lost
+    /// is no map.
     pub async fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
         map.validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
@@ -1622,10 +1627,16 @@ impl Client {
                 .await
             {
                 Ok(_) => {
-                    self.adopt(map);
+                    if let Ok(now) = self.get_map(n.id).await {
+                        self.adopt(now);
+                    }
                     return Ok(());
                 }
-                Err(e @ (FsError::PermissionDenied | FsError::InvalidArgument(_))) => {
+                Err(
+                    e @ (FsError::PermissionDenied
+                    | FsError::InvalidArgument(_)
+                    | FsError::MapTooOld(_)),
+                ) => {
                     return Err(e);
                 }
                 Err(e) => last = e,

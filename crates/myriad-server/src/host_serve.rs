@@ -104,6 +104,7 @@ impl Host {
                 // A cluster change needs root with the cluster secret (a client key's root is
                 // no administrator: SECURITY.md).
                 let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
+                let proposed = admin.then(|| (*map).clone());
                 if admin
                     && self
                         .authority
@@ -116,6 +117,20 @@ impl Host {
                 let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
                 while self.state().map.epoch < epoch && tokio::time::Instant::now() < deadline {
                     tokio::time::sleep(crate::backoff::MAP_FOLLOW_POLL).await;
+                }
+                // A change based on an older map loses to whatever was committed at its
+                // epoch first (the leader's moves, say): the administrator hears so and
+                // makes the change again on the newest map, rather than an answer that
+                // says it landed.
+                if let Some(proposed) = proposed {
+                    let lost = match self.authority.committed_map() {
+                        Some(m) if m.epoch == epoch => m != proposed,
+                        Some(m) => m.epoch < epoch,
+                        None => true,
+                    };
+                    if lost && self.state().map != proposed {
+                        return Err(FsError::MapTooOld(self.state().map.epoch));
+                    }
                 }
                 Ok(Response::Unit)
             }

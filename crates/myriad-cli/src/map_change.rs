@@ -1,0 +1,40 @@
+//! An administrator's change of the cluster map (a policy, a server added or leaving),
+//! made on the newest map and committed through the cluster-map Raft group; made again
+//! when another change (the leader's moves, say) was committed at its epoch first.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use myriad_client::{Client, ClusterMap, FsError};
+
+/// How many times a change that lost a race is made again.
+const CHANGE_TRIES: usize = 10;
+
+/// Applies `edit` to the newest map and commits the result, again if it lost a race,
+/// until `landed(newest map)` says it is in. `edit` returning `None`: nothing to change.
+/// Returns the map it landed in.
+pub async fn commit(
+    client: &Client,
+    edit: impl Fn(&ClusterMap) -> anyhow::Result<Option<ClusterMap>>,
+    landed: impl Fn(&ClusterMap) -> bool,
+) -> anyhow::Result<ClusterMap> {
+    for _ in 0..CHANGE_TRIES {
+        let map = client.newest_map().await;
+        let Some(next) = edit(&map)? else {
+            return Ok(map);
+        };
+        match client.install_map(next).await {
+            // Another change got in first: again, on the newest map.
+            Err(FsError::MapTooOld(_)) => {}
+            r => r.context("committing the new cluster map")?,
+        }
+        let now = client.newest_map().await;
+        if landed(&now) {
+            return Ok(now);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!(
+        "the cluster map kept changing under this change ({CHANGE_TRIES} tries); is the cluster secret the one the servers have?"
+    )
+}
