@@ -181,13 +181,15 @@ async fn ask(client: &Client, node: PartitionId, req: Request) -> anyhow::Result
 /// A copy's last applied batch, key count and digest.
 type CopyDigest = (Option<u64>, u64, u64);
 
-/// Every partition has as many copies as the map asks for (capped by the servers), and every
-/// copy holds exactly what its primary holds.
+/// Every partition has as many copies as the map asks for its group (capped by the servers
+/// that may hold them: a pinned group's zone), and every copy holds exactly what its
+/// primary holds.
 async fn check_replicas(client: &Client, pass: &mut Pass) {
     let map = client.map();
-    let want = (map.replication as usize).min(map.nodes.len());
     for part in &map.partitions {
         pass.partitions += 1;
+        let holders = map.nodes.iter().filter(|n| map.may_hold(part, n.id)).count();
+        let want = (map.group_replication(part.group) as usize).min(holders);
         if part.replicas.len() < want {
             pass.problems.push(problem(
                 "under-replicated partition",

@@ -1,9 +1,11 @@
-//! A network partition (docs/replication.md "Leases"): five servers, each a host of its own
-//! in a network namespace (veth into a bridge), three copies of everything. Servers 4 and 5
-//! are cut off together: the minority refuses reads and writes (its leases lapse), the
-//! majority fails their partitions over and goes on writing; after healing, the minority
-//! rejoins as backups and every copy is equal again, with every acknowledged file there
-//! once and nothing the minority was asked to write.
+//! A network partition that cuts a whole zone off (docs/replication.md "Leases",
+//! docs/zones.md): five servers, each a host of its own in a network namespace (veth into a
+//! bridge), in zones a (1, 2), b (3) and c (4, 5), three copies of everything spread over
+//! the three zones, `/pa` pinned to zone a and `/pc` to zone c. Zone c is cut off: its side
+//! refuses reads and writes (its leases lapse), the majority fails its partitions over and
+//! goes on writing, in `/pa` too, while `/pc` (every copy in zone c) waits; after healing,
+//! zone c rejoins as backups and every copy is equal again, with every acknowledged file
+//! there once, `/pc`'s too, and nothing the minority was asked to write.
 
 use myriad_client::NodeId;
 use std::collections::BTreeMap;
@@ -224,12 +226,13 @@ fn data(tag: &str, i: usize) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_minority_side_of_a_partition_refuses_writes_and_healing_loses_nothing() {
+async fn a_zone_cut_off_refuses_on_its_side_its_pinned_tree_waits_and_healing_loses_nothing() {
     let mut h = Hosts::new();
     let addrs: Vec<String> = (1..=SERVERS)
         .map(|k| format!("{}:7000", h.addr(k)))
         .collect();
-    let map = ClusterMap::build(1, &addrs, 4, 3);
+    let zones: Vec<String> = ["a", "a", "b", "c", "c"].map(String::from).to_vec();
+    let map = ClusterMap::build_in_zones(1, &addrs, &zones, 4, 3);
     std::fs::write(h.map_file(), map.to_json()).unwrap_or_else(|e| panic!("{e}"));
     let secret = h.dir.path().join("cluster.secret");
     let init = Command::new(BIN)
@@ -256,17 +259,37 @@ async fn the_minority_side_of_a_partition_refuses_writes_and_healing_loses_nothi
         c.stat("/").await.ok()
     })
     .await;
-    c.mkdir("/d", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    for (root, zone) in [("/pa", "a"), ("/pc", "c")] {
+        let out = Command::new(BIN)
+            .arg("--cluster")
+            .arg(h.map_file())
+            .args(["policy", "set", root, "--zone", zone])
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "policy set {root}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let m = c.newest_map().await;
+    assert_eq!(m.policies.len(), 2, "{:?}", m.policies);
+    for p in &m.partitions {
+        assert_eq!(m.zone_count(&p.replicas), m.zones_wanted(p), "{p:?}");
+    }
     let mut acked: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    for i in 0..40 {
-        let (p, d) = (format!("/d/before{i}"), data("before", i));
-        c.create(&p, 0o644, true, &d)
-            .await
-            .unwrap_or_else(|e| panic!("{p}: {e}"));
-        acked.insert(p, d);
+    for dir in ["/d", "/pa", "/pc"] {
+        c.mkdir(dir, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..20 {
+            let (p, d) = (format!("{dir}/before{i}"), data("before", i));
+            c.create(&p, 0o644, true, &d)
+                .await
+                .unwrap_or_else(|e| panic!("{p}: {e}"));
+            acked.insert(p, d);
+        }
     }
 
-    // Cut servers 4 and 5 off (they still see each other).
+    // Cut zone c (servers 4 and 5) off (they still see each other).
     h.attach(&[4, 5], "b2");
     let cut = Instant::now();
 
@@ -299,16 +322,32 @@ async fn the_minority_side_of_a_partition_refuses_writes_and_healing_loses_nothi
         "netsplit: minority checks done {:?} after the cut",
         cut.elapsed()
     );
-    // The majority: writes go on (after the failover of the minority's partitions).
-    for i in 0..40 {
-        let (p, d) = (format!("/d/during{i}"), data("during", i));
-        c.create(&p, 0o644, true, &d)
-            .await
-            .unwrap_or_else(|e| panic!("{p} on the majority side: {e}"));
-        acked.insert(p, d);
+    // The majority: writes go on (after the failover of the minority's partitions), in
+    // the tree pinned to zone a too; every file written before the cut reads back but
+    // those pinned to zone c, which wait for it.
+    for dir in ["/d", "/pa"] {
+        for i in 0..20 {
+            let (p, d) = (format!("{dir}/during{i}"), data("during", i));
+            c.create(&p, 0o644, true, &d)
+                .await
+                .unwrap_or_else(|e| panic!("{p} on the majority side: {e}"));
+            acked.insert(p, d);
+        }
     }
+    for (p, d) in acked.iter().filter(|(p, _)| !p.starts_with("/pc/")) {
+        let got = c
+            .read_all(p)
+            .await
+            .unwrap_or_else(|e| panic!("{p} while zone c is cut off: {e}"));
+        assert!(got == *d, "{p}: contents differ while zone c is cut off");
+    }
+    let impatient = client(&m, &keys, Duration::from_secs(3));
+    assert!(
+        impatient.stat("/pc/before0").await.is_err(),
+        "a file pinned to zone c was served while zone c was cut off"
+    );
     eprintln!(
-        "netsplit: majority wrote 40 files within {:?} of the cut",
+        "netsplit: majority wrote 40 files and read 60 within {:?} of the cut",
         cut.elapsed()
     );
     let m = c.newest_map().await;
@@ -371,7 +410,8 @@ async fn the_minority_side_of_a_partition_refuses_writes_and_healing_loses_nothi
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted.len(), names.len(), "a name listed twice");
-    assert_eq!(names.len(), acked.len(), "{names:?}");
+    let in_d = acked.keys().filter(|p| p.starts_with("/d/")).count();
+    assert_eq!(names.len(), in_d, "{names:?}");
     for n in &minority_names {
         assert!(
             c.stat(n).await.is_err(),
