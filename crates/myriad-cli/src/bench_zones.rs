@@ -187,7 +187,10 @@ async fn joint_cases(
     }
     let map = admin.newest_map().await;
     if map.policies.len() != 2 {
-        bail!("the cluster map holds {} policies, not the 2 set", map.policies.len());
+        bail!(
+            "the cluster map holds {} policies, not the 2 set",
+            map.policies.len()
+        );
     }
     let user = cluster.client_as(Duration::from_secs(60), bench_identity())?;
     user.newest_map().await;

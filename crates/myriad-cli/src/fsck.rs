@@ -188,7 +188,11 @@ async fn check_replicas(client: &Client, pass: &mut Pass) {
     let map = client.map();
     for part in &map.partitions {
         pass.partitions += 1;
-        let holders = map.nodes.iter().filter(|n| map.may_hold(part, n.id)).count();
+        let holders = map
+            .nodes
+            .iter()
+            .filter(|n| map.may_hold(part, n.id))
+            .count();
         let want = (map.group_replication(part.group) as usize).min(holders);
         if part.replicas.len() < want {
             pass.problems.push(problem(

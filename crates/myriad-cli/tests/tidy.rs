@@ -306,6 +306,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
         &[
             "embed",
             "host",
+            "host_copy_reads",
             "host_env",
             "host_fragments",
             "host_serve",

@@ -86,8 +86,8 @@ impl ClientConfig {
     }
 }
 
-struct MapState {
-    map: ClusterMap,
+pub(crate) struct MapState {
+    pub(crate) map: ClusterMap,
     ring: Ring,
 }
 
@@ -126,7 +126,7 @@ tokio::task_local! {
 
 pub struct Client {
     state: RwLock<Arc<MapState>>,
-    transport: Arc<dyn Transport>,
+    pub(crate) transport: Arc<dyn Transport>,
     pub(crate) config: ClientConfig,
     /// Shard maps of the split directories met (docs/huge-dirs.md).
     pub(crate) shards: ShardCache,
@@ -240,7 +240,7 @@ impl Client {
         self.st().ring.owner_of_dir(path)
     }
 
-    fn st(&self) -> Arc<MapState> {
+    pub(crate) fn st(&self) -> Arc<MapState> {
         match self.state.read() {
             Ok(s) => s.clone(),
             Err(p) => p.into_inner().clone(),
@@ -300,7 +300,7 @@ impl Client {
     }
 
     /// The partition a request along `route` is for (`SERVER` for the server itself).
-    fn partition_for(&self, st: &MapState, route: &Route) -> PartitionId {
+    pub(crate) fn partition_for(&self, st: &MapState, route: &Route) -> PartitionId {
         match route {
             Route::Entry(p) if p == "/" => st.ring.owner_of_dir(p),
             Route::Entry(p) => {
@@ -912,6 +912,9 @@ impl Client {
                 other => expect_attr(other),
             };
         }
+        if let Some(r) = self.read_nearest(path, &req).await {
+            return expect_attr(r?);
+        }
         expect_attr(
             self.entry_op(path, myriad_proto::Request::Client(req))
                 .await?,
@@ -1023,6 +1026,15 @@ impl Client {
                 return Ok(Response::Fetched { inode, data });
             }
             _ => {}
+        }
+        // Not the client's own changes answered behind: those are at the primary only.
+        if !self.leases.journal.busy()
+            && let Some(r) = self.read_nearest(path, &read).await
+        {
+            return match r {
+                Ok(r) => Ok(r),
+                Err(e) => Err(self.refine(path, e).await),
+            };
         }
         let generation = (tokio::time::Instant::now(), self.leases.generation(dir));
         let req = myriad_proto::Request::Client(ClientRequest::Leased {
@@ -1170,6 +1182,8 @@ impl Client {
         };
         let answer = if self.config.leases {
             self.leased_entry(path, req, max_bytes).await?
+        } else if let Some(r) = self.read_nearest(path, &req).await {
+            r?
         } else {
             self.entry_op(path, myriad_proto::Request::Client(req))
                 .await?

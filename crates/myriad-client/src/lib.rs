@@ -19,6 +19,7 @@ mod held_locks;
 mod index;
 mod indexes;
 mod leases;
+mod nearest;
 mod write_behind;
 
 pub use behind::{BehindSpawner, BehindTask};

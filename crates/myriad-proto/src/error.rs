@@ -29,6 +29,11 @@ pub enum FsError {
     Stale,
     #[error("resource busy, try again")]
     Busy,
+    /// A copy asked for a read it cannot answer now (it holds no loan of reads from the
+    /// primary, lacks batches, or the read needs what only the primary knows): the client
+    /// sends it to the primary (docs/zones.md "Nearest copy"). Never reaches callers.
+    #[error("this copy cannot answer the read now: ask the partition's primary")]
+    AskPrimary,
     #[error("no space left on device")]
     NoSpace,
     #[error("file too large")]
@@ -123,6 +128,7 @@ impl FsError {
             | FsError::NoSuchOffset
             | FsError::ReadOnly => ErrorKind::Posix,
             FsError::Busy
+            | FsError::AskPrimary
             | FsError::AutoIndexed { .. }
             | FsError::Unavailable(_)
             | FsError::TimedOut(_)
@@ -158,6 +164,7 @@ impl FsError {
             FsError::Stale => 116,             // ESTALE
             FsError::Busy
             | FsError::AutoIndexed { .. }
+            | FsError::AskPrimary
             | FsError::Redirect(_)
             | FsError::MapTooOld(_)
             | FsError::WrongShard { .. } => 11, // EAGAIN

@@ -48,7 +48,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `Response::KeptStats`.
 /// 25: zones (docs/zones.md): the map's `NodeInfo::zone`, `PartitionInfo::group`,
 /// `ClusterMap::policies`.
-pub const PROTOCOL_VERSION: u16 = 25;
+/// 26: nearest-copy reads (docs/zones.md): `PeerRequest::LendReads`, `Response::ReadsLent`,
+/// `FsError::AskPrimary`.
+pub const PROTOCOL_VERSION: u16 = 26;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -299,6 +301,12 @@ pub enum Response {
     /// (partition, last applied batch; None while a whole copy is arriving) of every copy a
     /// server holds, primary or backup.
     Seqs(Vec<(PartitionId, Option<u64>)>),
+    /// `PeerRequest::LendReads` granted: the copy may answer reads for `valid_ms` from when
+    /// it asked, once it has applied batch `seq` (every write acknowledged before the grant).
+    ReadsLent {
+        seq: u64,
+        valid_ms: u64,
+    },
     /// A yes or no (`PeerRequest::KeepsFragments`, `PeerRequest::FragmentNamed`).
     Bool(bool),
     /// The answers to a `ReplicaRequest::Bundle`, one per item, in its order.

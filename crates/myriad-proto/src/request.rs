@@ -631,6 +631,11 @@ pub enum PeerRequest {
     /// Any server: the last batch of every partition copy it holds (`Response::Seqs`); the
     /// leader completes a move once the new copy has caught up with its primary.
     PartitionSeqs,
+    /// A partition's primary, from a server keeping a copy of it in sync: "lend me reads"
+    /// (docs/zones.md "Nearest copy"). Granted (`Response::ReadsLent`) only while that
+    /// copy's stream is a member; for `valid_ms` after, the primary acknowledges no write
+    /// the copy has not applied, so the copy may answer reads once it holds batch `seq`.
+    LendReads,
     /// The partition that reserved inode number `ino` for `client` (`ReserveIds`), from the
     /// partition about to create `client`'s file with it (a directory split moved the
     /// name there after the client took the number): mark it used, for `by`.
@@ -1086,6 +1091,7 @@ impl Request {
                 PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs => {
                     TrafficKind::Membership
                 }
+                PeerRequest::LendReads => TrafficKind::Replication,
                 PeerRequest::GetAttrs { .. }
                 | PeerRequest::RenewAttrs { .. }
                 | PeerRequest::Unsubscribe { .. }
@@ -1138,6 +1144,7 @@ impl PeerRequest {
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",
             PeerRequest::PartitionSeqs => "partition_seqs",
+            PeerRequest::LendReads => "lend_reads",
             PeerRequest::KeepsFragments => "keeps_fragments",
             PeerRequest::ClaimReserved { .. } => "claim_reserved",
             PeerRequest::FragmentNamed { .. } => "fragment_named",

@@ -81,6 +81,8 @@ pub struct Host {
     /// Each partition's directory leases, kept across the partition's reopenings here (a
     /// reopened partition still owes the leases it granted a recall).
     pub(crate) lease_tables: Mutex<BTreeMap<PartitionId, Arc<crate::commit::leases::LeaseTable>>>,
+    /// Loans of reads from primaries, for reads answered by copies kept here.
+    pub(crate) loans: crate::host_copy_reads::Loans,
     /// The two tiers behind `kv`, when the server has a fast tier (tiers.rs).
     pub(crate) tiers: Option<Arc<myriad_storage::TieredKv>>,
 }
@@ -158,6 +160,7 @@ impl Host {
             touch_sender: Arc::default(),
             recalls: Arc::default(),
             lease_tables: Mutex::new(BTreeMap::new()),
+            loans: crate::host_copy_reads::Loans::default(),
             config,
         })
     }

@@ -320,6 +320,17 @@ impl Handler for Host {
                         Err(FsError::NotFound)
                     }
                 }
+                pid if matches!(frame.body, Request::Peer(PeerRequest::LendReads)) => {
+                    host.lend_reads(pid, &peer, frame.epoch)
+                }
+                // A read a copy kept here may answer (nearest-copy reads, docs/zones.md).
+                pid if crate::host_copy_reads::copy_readable(&frame.body)
+                    && host.partition(pid).is_none()
+                    && host.backup(pid).is_some() =>
+                {
+                    host.read_at_copy(pid, frame.epoch, &frame.caller, frame.body)
+                        .await
+                }
                 pid if matches!(frame.body, Request::Replica(_)) => match peer.kind {
                     PeerKind::Server { node_id } => {
                         match host.backup_for(pid, node_id, frame.epoch) {

@@ -16,6 +16,7 @@ mod config;
 mod counters;
 pub mod embed;
 mod host;
+mod host_copy_reads;
 mod host_env;
 mod host_fragments;
 mod host_serve;

@@ -241,3 +241,141 @@ async fn an_unpinned_tree_survives_the_loss_of_a_whole_zone() {
         Some(&b"written without zone c"[..])
     );
 }
+
+/// File requests from clients in `zone` that servers of `zone` answered, and all of them.
+async fn requests_from(c: &Client, zone: &str) -> (u64, u64) {
+    let (mut inside, mut all) = (0, 0);
+    for (id, r) in c.all_counters().await {
+        let s = r.unwrap_or_else(|e| panic!("counters of server {id}: {e}"));
+        let n: u64 = s
+            .zone_traffic
+            .iter()
+            .filter(|t| t.kind == TrafficKind::File && t.zone == zone)
+            .map(|t| t.requests)
+            .sum();
+        all += n;
+        if s.zone == zone {
+            inside += n;
+        }
+    }
+    (inside, all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_answered_in_the_readers_zone_and_never_older_than_an_acknowledged_write() {
+    // One copy of every partition in each zone: half the primaries are in the other zone.
+    let tc = TestCluster::start_with(
+        4,
+        &[
+            "--zones",
+            "a,b",
+            "--replicas",
+            "2",
+            "--partitions-per-node",
+            "2",
+        ],
+    );
+    let writer = client_in(&tc, "a", Duration::from_secs(30)).await;
+    let reader = client_in(&tc, "b", Duration::from_secs(30)).await;
+    let path_of = |i: usize| format!("/near/d{}/f{i}", i % 4);
+    writer
+        .mkdir("/near", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for d in 0..4 {
+        writer
+            .mkdir(&format!("/near/d{d}"), 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for i in 0..40 {
+        writer
+            .create(&path_of(i), 0o644, true, format!("first {i}").as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Reads from zone b, of files whose primaries are in either zone.
+    let before = requests_from(&reader, "b").await;
+    for round in 0..3 {
+        for i in 0..40 {
+            let (_, got) = reader
+                .fetch(&path_of(i))
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {}: {e}", path_of(i)));
+            assert_eq!(got, format!("first {i}").into_bytes());
+        }
+    }
+    let after = requests_from(&reader, "b").await;
+    let (inside, all) = (after.0 - before.0, after.1 - before.1);
+    eprintln!("nearest-copy reads: {inside} of {all} file requests from zone b answered there");
+    assert!(all >= 120, "{all} requests counted for 120 reads");
+    assert!(
+        inside * 10 >= all * 9,
+        "only {inside} of {all} reads from zone b were answered in zone b"
+    );
+
+    // Every read after an acknowledged write sees it, from whichever copy answers: the
+    // writer in zone a changes a file, then the reader in zone b reads it at once.
+    for i in 0..120 {
+        let path = path_of(i % 40);
+        let data = format!("version {i}");
+        let h = match writer.open(&path).await {
+            Ok(h) => h,
+            Err(myriad_client::FsError::NotFound) => writer
+                .create(&path, 0o644, true, b"")
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+            Err(e) => panic!("{path}: {e}"),
+        };
+        writer
+            .write(&h, 0, data.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        writer
+            .truncate(&h, data.len() as u64)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (_, got) = reader
+            .fetch(&path)
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            data,
+            "{path}: a read after an acknowledged write returned older data"
+        );
+        if i % 10 == 9 {
+            writer.unlink(&path).await.unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                reader.stat(&path).await.err(),
+                Some(myriad_client::FsError::NotFound),
+                "{path}: unlinked, yet read"
+            );
+        }
+    }
+    // Permission: a directory closed to others stays closed when a copy answers.
+    writer
+        .chmod("/near/d1", 0o700)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut other_cfg = ClientConfig::new(
+        tc.map.clone(),
+        Caller {
+            uid: 1001,
+            gid: 1001,
+            groups: vec![],
+        },
+        tc.keys(),
+    );
+    other_cfg.zone = "b".to_string();
+    let other = Client::new(other_cfg).unwrap_or_else(|e| panic!("{e}"));
+    other.newest_map().await;
+    for i in (1..40).step_by(4) {
+        assert_eq!(
+            other.fetch(&path_of(i)).await.err(),
+            Some(myriad_client::FsError::PermissionDenied),
+            "{}: read through a directory closed to its reader",
+            path_of(i)
+        );
+    }
+}

@@ -114,6 +114,8 @@ struct Inner {
     grants: u64,
     /// When directories last changed here.
     changes: ChangeLog,
+    /// Reads are lent to copies until then (`lend_reads`): no exclusive lease meanwhile.
+    lent_until: Option<Instant>,
 }
 
 /// The most directories whose last change is kept: past it, every directory counts as
@@ -294,6 +296,31 @@ impl LeaseTable {
     /// contended lately: exclusive if `exclusive` is asked and no other client holds one.
     /// Recorded before the read it comes with runs. A shared grant to a holder of an
     /// exclusive lease leaves it exclusive (and tells the attributes kept with it).
+    /// Lends reads to copies until `until` (docs/zones.md "Nearest copy"). A copy answers
+    /// without this table, so no exclusive lease (a client's creates not sent yet, which a
+    /// read here would recall first) may exist meanwhile: false, and nothing lent, while
+    /// one does; none is granted until `until`.
+    pub fn lend_reads(&self, until: Instant) -> bool {
+        let Ok(mut inner) = self.inner.lock() else {
+            return false;
+        };
+        if inner.exclusive > 0 {
+            let now = Instant::now();
+            let mut ended = 0;
+            inner.dirs.retain(|_, l| {
+                l.sweep(now, &mut ended);
+                l.recalled.expire(now);
+                !l.idle()
+            });
+            inner.exclusive -= ended;
+            if inner.exclusive > 0 {
+                return false;
+            }
+        }
+        inner.lent_until = Some(inner.lent_until.map_or(until, |u| u.max(until)));
+        true
+    }
+
     pub fn grant(&self, dir: &str, holder: u64, exclusive: bool) -> Option<Granted> {
         let mut inner = self.inner.lock().ok()?;
         let now = Instant::now();
@@ -311,6 +338,7 @@ impl LeaseTable {
             return None;
         }
         let mut ended = 0;
+        let lent = inner.lent_until.is_some_and(|u| u > now);
         let l = inner.dirs.entry(dir.to_string()).or_default();
         l.sweep(now, &mut ended);
         let mut newly = 0;
@@ -322,7 +350,7 @@ impl LeaseTable {
         } else {
             let alone = l.holders.keys().all(|h| *h == holder);
             l.holders.insert(holder, now + LEASE_PERIOD);
-            if exclusive && alone && l.exclusive.is_none() {
+            if exclusive && alone && l.exclusive.is_none() && !lent {
                 l.exclusive = Some(holder);
                 l.exclusive_attrs = None;
                 newly = 1;

@@ -109,6 +109,16 @@ impl Partition {
             .collect()
     }
 
+    /// The attributes of directory `dir` if this partition holds a replica of them under
+    /// its lease (kept current by the owner's invalidations): for reads a copy answers
+    /// (docs/zones.md "Nearest copy").
+    pub(crate) fn cached_attrs(&self, dir: &str) -> Option<Inode> {
+        match self.replicas.lookup(dir) {
+            Cached::Hit(inode) => Some(inode),
+            Cached::Miss { .. } => None,
+        }
+    }
+
     /// Search permission on every ancestor of `path`; returns the parent's attributes (None
     /// for "/" itself). Root skips the checks (it passes them all).
     pub(crate) async fn search(

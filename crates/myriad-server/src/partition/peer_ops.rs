@@ -24,6 +24,7 @@ impl Partition {
             PeerRequest::Raft { .. }
             | PeerRequest::Lease
             | PeerRequest::PartitionSeqs
+            | PeerRequest::LendReads
             | PeerRequest::KeepsFragments => Err(FsError::InvalidArgument(
                 "membership requests go to a server, not a partition".into(),
             )),

@@ -33,6 +33,9 @@ pub(crate) struct BackupState {
     chain: u64,
     /// True while a whole copy is being received (the store is incomplete).
     copying: bool,
+    /// Whole copies started since this copy was opened: a read that saw this number change
+    /// may have read a store being emptied.
+    resets: u64,
     /// Batches that arrived ahead of `next`, applied once it reaches them if they continue
     /// this copy's chain.
     parked: BTreeMap<u64, Parked>,
@@ -109,6 +112,7 @@ impl Backup {
                 next: last + 1,
                 chain,
                 copying,
+                resets: 0,
                 parked: BTreeMap::new(),
                 applied: BTreeMap::from([(last, chain)]),
             }),
@@ -120,14 +124,27 @@ impl Backup {
     pub(crate) fn reset(&self) -> Result<(), FsError> {
         let mut st = self.lock();
         st.copying = true;
+        st.resets += 1;
         st.parked.clear();
         st.applied.clear();
         empty_marked(&self.store)?;
         Ok(())
     }
 
+    /// Signalled whenever batches this copy applied are durable.
+    pub(crate) fn changed(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The last batch applied (None while a whole copy is arriving) and the number of
+    /// whole copies started so far.
+    pub(crate) fn standing(&self) -> (Option<u64>, u64) {
+        let st = self.lock();
+        (st.seq(), st.resets)
     }
 
     /// The last batch applied; None while a whole copy is arriving.

@@ -44,6 +44,10 @@ pub(crate) const STREAM_PENDING_MAX: usize = 4096;
 /// not queued for without end: its stream is replaced by a fresh one, which brings it
 /// level with a whole copy (writes waiting for its acknowledgement wait for that copy).
 pub(crate) const STREAM_QUEUE_MAX: usize = 1024;
+/// How long past the end of a loan of reads as its copy counts it the primary still
+/// honours it: the copy counts from before it asked, the primary from when it answered,
+/// and their clocks may run at slightly different rates (as for serving leases).
+pub(crate) const LEND_MARGIN: Duration = Duration::from_millis(250);
 
 pub(crate) struct Shipped {
     at: Numbered,
@@ -130,6 +134,9 @@ pub(crate) struct Streams {
     keep_log: bool,
     /// Streams started over because their backup fell STREAM_QUEUE_MAX behind.
     restarts: u64,
+    /// Reads lent to copies (`lend`), until when (this server's clock): no write is
+    /// acknowledged before such a copy acknowledges it or its loan ends.
+    lent: BTreeMap<NodeId, tokio::time::Instant>,
 }
 
 impl Drop for Streams {
@@ -247,6 +254,7 @@ impl Replicator {
                 closed: false,
                 keep_log: false,
                 restarts: 0,
+                lent: BTreeMap::new(),
             }),
         }
     }
@@ -312,6 +320,25 @@ impl Replicator {
         g.ctx.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// Lends reads to `backup` for `period` (docs/zones.md "Nearest copy"), only while its
+    /// stream is a member; returns the last batch shipped, at or above every write
+    /// acknowledged so far. Until `period` + LEND_MARGIN from now, no write is acknowledged
+    /// before `backup` acknowledges it, even if its stream is dropped or starts joining
+    /// (`wait`): so a copy that holds the returned batch and counts the loan from before it
+    /// asked has every acknowledged write while it counts the loan valid.
+    pub(crate) fn lend(&self, backup: NodeId, period: Duration) -> Option<u64> {
+        let mut g = self.lock();
+        if g.closed || !g.streams.get(&backup).is_some_and(|s| *s.member.borrow()) {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        g.lent.retain(|_, until| *until > now);
+        let until = now + period + LEND_MARGIN;
+        let slot = g.lent.entry(backup).or_insert(until);
+        *slot = (*slot).max(until);
+        Some(g.last_shipped)
+    }
+
     /// Whether every stream is a member (none is bringing its backup level): only then
     /// does the partition report its batch for a move's completion (`PartitionSeqs`).
     pub(crate) fn all_members(&self) -> bool {
@@ -325,7 +352,7 @@ impl Replicator {
     /// primary's loss, with the joining copy then promoted, lost it: simulation seed 172).
     pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
         loop {
-            let (mut changed, acks, any_of) = {
+            let (mut changed, acks, any_of, lent) = {
                 let g = self.lock();
                 if g.closed {
                     return Err(FsError::Unavailable(
@@ -341,12 +368,38 @@ impl Replicator {
                 } else {
                     Vec::new()
                 };
-                (g.ctx.changed.subscribe(), acks, any_of)
+                // Copies with reads lent and no member stream: their ack, or the loan's end.
+                let now = tokio::time::Instant::now();
+                let lent: Vec<(Option<watch::Receiver<u64>>, tokio::time::Instant)> = g
+                    .lent
+                    .iter()
+                    .filter(|(b, until)| {
+                        **until > now && !g.streams.get(b).is_some_and(|s| *s.member.borrow())
+                    })
+                    .map(|(b, until)| (g.streams.get(b).map(|s| s.acked.clone()), *until))
+                    .collect();
+                (g.ctx.changed.subscribe(), acks, any_of, lent)
             };
             let all = async {
                 for mut rx in acks {
                     if rx.wait_for(|a| *a >= seq).await.is_err() {
                         return false;
+                    }
+                }
+                for (rx, until) in lent {
+                    let acked = async {
+                        let held = match rx {
+                            Some(mut rx) => rx.wait_for(|a| *a >= seq).await.is_ok(),
+                            None => false,
+                        };
+                        if !held {
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        biased;
+                        () = acked => {}
+                        () = tokio::time::sleep_until(until) => {}
                     }
                 }
                 if any_of.is_empty() {

@@ -321,3 +321,35 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     assert!(started.elapsed() > Duration::ZERO);
     assert!(t.last_change("/shared").is_some());
 }
+
+/// docs/zones.md "Nearest copy": copies answer reads without this table, so a loan of reads
+/// and an exclusive lease (creates answered behind) never overlap.
+#[tokio::test(start_paused = true)]
+async fn reads_are_lent_to_copies_only_while_no_exclusive_lease_exists() {
+    let (t, _recalls) = table();
+    let g = t.grant("/d", 7, true);
+    assert!(
+        g.is_some_and(|g| g.exclusive),
+        "no exclusive lease to start with"
+    );
+    let until = Instant::now() + Duration::from_secs(2);
+    assert!(
+        !t.lend_reads(until),
+        "reads lent while an exclusive lease is held"
+    );
+    // Once it has ended, reads are lent, and no exclusive lease is granted until the loan
+    // ends (a shared one is).
+    tokio::time::sleep(LEASE_PERIOD + Duration::from_secs(1)).await;
+    assert!(t.lend_reads(Instant::now() + Duration::from_secs(2)));
+    let g = t.grant("/e", 8, true);
+    assert!(
+        g.is_some_and(|g| !g.exclusive),
+        "an exclusive lease granted while reads are lent"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let g = t.grant("/f", 9, true);
+    assert!(
+        g.is_some_and(|g| g.exclusive),
+        "no exclusive lease after the loan"
+    );
+}

@@ -382,3 +382,53 @@ async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
         "one stream did it: none started over"
     );
 }
+
+/// docs/zones.md "Nearest copy": while reads are lent to a copy, no write is acknowledged
+/// without it, even once its stream is dropped (the copy may still answer reads until its
+/// loan ends); after the loan, writes go on without it. No loan for a copy not a member.
+#[tokio::test(start_paused = true)]
+async fn a_write_waits_for_a_copy_with_reads_lent_until_its_loan_ends() {
+    let p = primary(0).await;
+    assert_eq!(
+        p.replicator.lend(BACKUP, Duration::from_secs(2)),
+        None,
+        "reads lent to a copy the primary does not stream to"
+    );
+    p.replicator.set_backups(&[BACKUP], true);
+    p.write(create("before")).await;
+    p.level().await;
+    let lent_at = tokio::time::Instant::now();
+    let seq = p
+        .replicator
+        .lend(BACKUP, Duration::from_secs(2))
+        .unwrap_or_else(|| panic!("no loan for a member copy"));
+    assert_eq!(
+        Some(seq),
+        p.digests().1.0,
+        "the loan names the last batch shipped"
+    );
+    // The copy stops taking batches and the map drops it: the write still waits for it.
+    p.peers.stalled.store(true, Ordering::SeqCst);
+    p.replicator.set_backups(&[], true);
+    let write = {
+        let applier = p.applier.clone();
+        tokio::spawn(async move { applier.run(create("during")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !write.is_finished(),
+        "acknowledged while a copy without it could still answer reads"
+    );
+    tokio::time::timeout(Duration::from_secs(5), write)
+        .await
+        .unwrap_or_else(|_| panic!("the write still waits after the loan ended"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        lent_at.elapsed() >= Duration::from_secs(2) + LEND_MARGIN,
+        "acknowledged {:?} after the loan, before it ended",
+        lent_at.elapsed()
+    );
+    // No copy lent: writes go on at once.
+    p.write(create("after")).await;
+}

@@ -1,0 +1,67 @@
+//! Nearest-copy reads (docs/zones.md "Nearest copy"): a client that knows its zone sends a
+//! `Stat` or `Fetch` of an entry whose partition's primary is in another zone to an
+//! in-sync copy in its own zone. The copy answers only under a loan of reads from the
+//! primary that keeps the answer as fresh as the primary's (no older than any write
+//! acknowledged before the read); anything else it answers `AskPrimary`, and the read goes
+//! to the primary as usual.
+
+use std::time::Duration;
+
+use myriad_proto::{ClientRequest, Endpoints, FsError, Request, Response};
+
+use crate::client::{Client, Route};
+
+/// The longest a read waits for a copy before asking the primary instead.
+const COPY_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Client {
+    /// `read` of the entry `path` from a copy in this client's zone, when the primary is
+    /// elsewhere and such a copy is in sync in the map; None: ask the primary.
+    pub(crate) async fn read_nearest(
+        &self,
+        path: &str,
+        read: &ClientRequest,
+    ) -> Option<Result<Response, FsError>> {
+        let zone = &self.config.zone;
+        if zone.is_empty() {
+            return None;
+        }
+        let st = self.st();
+        let pid = self.partition_for(&st, &Route::Entry(path.to_string()));
+        let part = st.map.partition(pid)?;
+        let primary = st.map.primary_of(pid)?;
+        if st.map.zone_of(primary) == zone {
+            return None;
+        }
+        let copy = part.replicas.iter().copied().find(|&n| {
+            n != primary && st.map.is_up(n) && !part.is_behind(n) && st.map.zone_of(n) == zone
+        })?;
+        let addr = st.map.node(copy)?.addr.clone();
+        let answer = self
+            .transport
+            .call_with_timeout(
+                &addr,
+                st.map.epoch,
+                Endpoints::to(pid),
+                &self.task_caller(),
+                &Request::Client(read.clone()),
+                COPY_READ_TIMEOUT.min(self.config.request_timeout),
+            )
+            .await;
+        match answer {
+            Ok(r @ (Response::Attr(_) | Response::Fetched { .. })) => Some(Ok(r)),
+            // Answers about the file system itself, as the primary would give them.
+            Err(e @ (FsError::NotFound | FsError::PermissionDenied | FsError::NotADirectory)) => {
+                Some(Err(e))
+            }
+            Ok(other) => {
+                tracing::debug!(partition = %pid, "copy answered a read with {other:?}");
+                None
+            }
+            Err(e) => {
+                tracing::trace!(partition = %pid, copy = %copy, "copy read: {e}; asking the primary");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Nearest-copy reads (docs/zones.md "Nearest copy"): a server keeping an in-sync copy of
+//! a partition answers a client's `Stat` or `Fetch` of an entry there, so a client reads
+//! in its own zone while the partition's primary is in another.
+//!
+//! The rule that keeps such reads as fresh as the primary's: a copy answers only under a
+//! *loan of reads* from the primary (`PeerRequest::LendReads`), which the primary grants
+//! only while the copy's stream is a member, and during which it acknowledges no write
+//! the copy has not applied (`Replicator::lend`); and only once the copy has applied the
+//! last batch the primary had shipped when it lent (every write acknowledged before).
+//! The copy counts the loan from before it asked, the primary from when it answered plus
+//! a margin; a loan holds for one map epoch only (a new primary, or copies that changed,
+//! need a new one). Exclusive directory leases (a client's creates not sent yet, which a
+//! read on the primary recalls first) and loans exclude each other
+//! (`LeaseTable::lend_reads`). Anything the copy cannot answer from what it knows to be
+//! current (no loan, batches missing, a pending or hard-linked entry, a split part, an
+//! ancestor whose attributes no partition served here holds) is `FsError::AskPrimary`,
+//! and the client asks the primary.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use myriad_net::Peer;
+use myriad_placement::{NodeId, PartitionId, name_hash, split_parent};
+use myriad_proto::{
+    Caller, ClientRequest, Endpoints, FileKind, FsError, Inode, PeerKind, PeerRequest, Request,
+    Response, limits, validate_path,
+};
+use myriad_storage::{EntryRecord, Store};
+use tokio::time::Instant;
+
+use crate::host::Host;
+use crate::locks::lock;
+use crate::replication::primary::LEND_MARGIN;
+use crate::state::perm;
+
+/// How long a loan of reads lasts. Asked again once half of it is gone, in the background
+/// while reads go on.
+pub(crate) const LEND_PERIOD: Duration = Duration::from_secs(2);
+/// The longest a copy waits for its primary's answer to a loan request.
+const LEND_ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest a read waits for the copy to apply the batch its loan names.
+const CATCH_UP_WAIT: Duration = Duration::from_millis(50);
+
+/// A loan of reads held by this server for one partition it keeps a copy of.
+#[derive(Clone, Copy, Debug)]
+struct Loan {
+    epoch: u64,
+    primary: NodeId,
+    until: Instant,
+    seq: u64,
+}
+
+/// The loans this server holds, and one request in flight per partition.
+#[derive(Default)]
+pub(crate) struct Loans {
+    held: Mutex<BTreeMap<PartitionId, Loan>>,
+    asking: Mutex<BTreeMap<PartitionId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Whether `body` is a read a copy may answer.
+pub(crate) fn copy_readable(body: &Request) -> bool {
+    matches!(
+        body,
+        Request::Client(ClientRequest::Stat { .. } | ClientRequest::Fetch { .. })
+    )
+}
+
+impl Host {
+    /// The primary's side: lends reads of partition `pid` to the server `peer`.
+    pub(crate) fn lend_reads(
+        &self,
+        pid: PartitionId,
+        peer: &Peer,
+        epoch: u64,
+    ) -> Result<Response, FsError> {
+        let PeerKind::Server { node_id: copy } = peer.kind else {
+            return Err(FsError::PermissionDenied);
+        };
+        let node = self.serving(pid, epoch)?;
+        let st = self.state();
+        if epoch < st.map.epoch {
+            return Err(FsError::Redirect(Box::new(st.map.clone())));
+        }
+        let in_sync = st
+            .map
+            .partition(pid)
+            .is_some_and(|p| p.replicas.contains(&copy) && !p.is_behind(copy));
+        if !in_sync || copy == self.id {
+            return Err(FsError::InvalidArgument(format!(
+                "server {copy} keeps no in-sync copy of partition {pid}"
+            )));
+        }
+        node.not_deposed()?;
+        let until = Instant::now() + LEND_PERIOD + LEND_MARGIN;
+        if !node.leases().is_none_or(|t| t.lend_reads(until)) {
+            return Err(FsError::Busy);
+        }
+        let seq = node
+            .replicator
+            .lend(copy, LEND_PERIOD)
+            .ok_or(FsError::Busy)?;
+        Ok(Response::ReadsLent {
+            seq,
+            valid_ms: u64::try_from(LEND_PERIOD.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// The copy's side: answers `body` (`copy_readable`) from the copy of `pid` kept here,
+    /// or `AskPrimary`.
+    pub(crate) async fn read_at_copy(
+        self: &Arc<Self>,
+        pid: PartitionId,
+        epoch: u64,
+        caller: &Caller,
+        body: Request,
+    ) -> Result<Response, FsError> {
+        let st = self.state();
+        if epoch > st.map.epoch {
+            return Err(FsError::MapTooOld(st.map.epoch));
+        }
+        if self.authority.lease_error().is_some() {
+            return Err(FsError::AskPrimary);
+        }
+        let backup = self.backup(pid).ok_or(FsError::AskPrimary)?;
+        let loan = self.loan(pid).await.ok_or(FsError::AskPrimary)?;
+        // Every batch acknowledged before the loan, applied here.
+        let mut changed = backup.changed();
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        while backup.seq().is_none_or(|s| s < loan.seq) {
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .is_err()
+            {
+                return Err(FsError::AskPrimary);
+            }
+        }
+        let (_, resets) = backup.standing();
+        let store = backup.store();
+        let (path, fetch) = match body {
+            Request::Client(ClientRequest::Stat { path }) => (path, None),
+            Request::Client(ClientRequest::Fetch { path, max_bytes }) => (path, Some(max_bytes)),
+            _ => return Err(FsError::AskPrimary),
+        };
+        validate_path(&path)?;
+        if path == "/" {
+            return Err(FsError::AskPrimary);
+        }
+        self.search_here(pid, store, caller, &path).await?;
+        let inode = entry_here(&st.ring, pid, store, &path)?;
+        let answer = match fetch {
+            None => Response::Attr(inode),
+            Some(max_bytes) => {
+                let data = if inode.kind == FileKind::File {
+                    perm::require(&inode, caller, perm::READ)?;
+                    let cs = st.map.chunk_size_bytes;
+                    let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
+                    store
+                        .read_range(inode.ino, 0, n, inode.size.min(cs))
+                        .map_err(|_| FsError::AskPrimary)?
+                } else {
+                    Vec::new()
+                };
+                Response::Fetched { inode, data }
+            }
+        };
+        // Still under the loan and the map it was lent under, now that the answer is made,
+        // and read from a store no whole copy began to replace meanwhile.
+        let now_valid = self.state().map.epoch == loan.epoch
+            && Instant::now() < loan.until
+            && matches!(backup.standing(), (Some(s), r) if s >= loan.seq && r == resets);
+        if !now_valid {
+            return Err(FsError::AskPrimary);
+        }
+        Ok(answer)
+    }
+
+    /// Search permission on every ancestor of `path`, from what is known current here:
+    /// this copy, a partition served here as primary, an ancestor replica a partition
+    /// here holds under its lease (TyrFS, kept fresh by its owner's invalidations), or
+    /// else resolved by a partition served here as it resolves its own (asking the owner,
+    /// keeping a replica of a popular one).
+    async fn search_here(
+        &self,
+        pid: PartitionId,
+        store: &Store,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<(), FsError> {
+        if caller.uid == 0 {
+            return Ok(());
+        }
+        let st = self.state();
+        let nodes = self.nodes();
+        let dirs = crate::partition::replicas::ancestors(path);
+        let mut found: Vec<Option<Result<Inode, FsError>>> = vec![None; dirs.len()];
+        let mut elsewhere = Vec::new();
+        for (slot, dir) in found.iter_mut().zip(&dirs) {
+            if let Some(i) = nodes.iter().find_map(|n| n.cached_attrs(dir)) {
+                *slot = Some(Ok(i));
+                continue;
+            }
+            let owner = match nodes.first() {
+                Some(n) => n.entry_node(dir),
+                None => st.ring.owner_of_entry(dir),
+            };
+            if owner == pid {
+                *slot = Some(entry_here(&st.ring, pid, store, dir));
+            } else {
+                elsewhere.push(dir.clone());
+            }
+        }
+        if !elsewhere.is_empty() {
+            let resolver = nodes.first().ok_or(FsError::AskPrimary)?;
+            let mut resolved = resolver.resolve_each(&elsewhere).await.into_iter();
+            for slot in found.iter_mut().filter(|s| s.is_none()) {
+                *slot = resolved.next();
+            }
+        }
+        for r in found {
+            // In path order: the first failure is the answer, as on the primary.
+            let inode = match r.ok_or(FsError::AskPrimary)? {
+                Ok(i) => i,
+                Err(
+                    e @ (FsError::NotFound | FsError::PermissionDenied | FsError::NotADirectory),
+                ) => {
+                    return Err(e);
+                }
+                Err(_) => return Err(FsError::AskPrimary),
+            };
+            match inode.kind {
+                FileKind::Directory => perm::require(&inode, caller, perm::EXEC)?,
+                FileKind::HardLink => return Err(FsError::AskPrimary),
+                _ => return Err(FsError::NotADirectory),
+            }
+        }
+        Ok(())
+    }
+
+    /// A loan of reads of `pid` valid now under the current map, asked for if needed.
+    async fn loan(self: &Arc<Self>, pid: PartitionId) -> Option<Loan> {
+        let st = self.state();
+        let primary = st.map.primary_of(pid)?;
+        let usable = |l: &Loan, now: Instant| {
+            l.epoch == st.map.epoch && l.primary == primary && now < l.until
+        };
+        let held = lock(&self.loans.held).get(&pid).copied();
+        let now = Instant::now();
+        if let Some(l) = held
+            && usable(&l, now)
+        {
+            // Half gone: asked again in the background, reads go on.
+            if l.until.saturating_duration_since(now) < LEND_PERIOD / 2 {
+                let host = self.clone();
+                tokio::spawn(async move {
+                    host.ask_loan(pid).await;
+                });
+            }
+            return Some(l);
+        }
+        self.ask_loan(pid).await;
+        let l = lock(&self.loans.held).get(&pid).copied()?;
+        usable(&l, Instant::now()).then_some(l)
+    }
+
+    /// Asks `pid`'s primary for a loan of reads (one request at a time per partition; a
+    /// caller that waited for another's finds its loan).
+    async fn ask_loan(&self, pid: PartitionId) {
+        let gate = lock(&self.loans.asking).entry(pid).or_default().clone();
+        let Ok(_one) = gate.try_lock() else {
+            // Another is asking: wait for its answer.
+            let _done = gate.lock().await;
+            return;
+        };
+        let st = self.state();
+        let Some(primary) = st.map.primary_of(pid) else {
+            return;
+        };
+        let Some(addr) = st.map.node(primary).map(|n| n.addr.clone()) else {
+            return;
+        };
+        let asked = Instant::now();
+        let answer = self
+            .transport
+            .call_with_timeout(
+                &addr,
+                st.map.epoch,
+                Endpoints::to(pid),
+                &Caller::root(),
+                &Request::Peer(PeerRequest::LendReads),
+                LEND_ASK_TIMEOUT,
+            )
+            .await;
+        match answer {
+            Ok(Response::ReadsLent { seq, valid_ms }) => {
+                let period = Duration::from_millis(valid_ms).min(LEND_PERIOD);
+                let loan = Loan {
+                    epoch: st.map.epoch,
+                    primary,
+                    until: asked + period,
+                    seq,
+                };
+                lock(&self.loans.held).insert(pid, loan);
+            }
+            Ok(other) => {
+                tracing::debug!(partition = %pid, "loan of reads: unexpected answer {other:?}");
+            }
+            Err(e) => tracing::debug!(partition = %pid, "no loan of reads: {e}"),
+        }
+    }
+}
+
+/// The entry `path` as the copy `store` of partition `pid` holds it: only if this copy is
+/// where it lives (the parent's part here holds its name, or the parent is unsplit and
+/// homed here) and no operation is changing it; else `AskPrimary`.
+fn entry_here(
+    ring: &myriad_placement::Ring,
+    pid: PartitionId,
+    store: &Store,
+    path: &str,
+) -> Result<Inode, FsError> {
+    let (dir, name) = split_parent(path);
+    let ask = |_| FsError::AskPrimary;
+    match store.dir(dir).map_err(ask)? {
+        Some(rec) => match rec.shard_for(name_hash(name)) {
+            Some(s) if s.hidden.is_none() => {}
+            _ => return Err(FsError::AskPrimary),
+        },
+        None if ring.owner_of_dir(dir) == pid => {}
+        None => return Err(FsError::AskPrimary),
+    }
+    match store.entry(dir, name).map_err(ask)? {
+        Some(EntryRecord {
+            pending: None,
+            inode: Some(i),
+        }) if i.kind != FileKind::HardLink => Ok(i),
+        Some(EntryRecord {
+            pending: None,
+            inode: None,
+        })
+        | None => Err(FsError::NotFound),
+        Some(_) => Err(FsError::AskPrimary),
+    }
+}
