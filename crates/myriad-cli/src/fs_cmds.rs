@@ -40,9 +40,10 @@ fn client_with(
     timeout: Duration,
 ) -> anyhow::Result<Client> {
     let map = load_map(cluster)?;
+    let zone = crate::identity::zone_in(&map);
     let mut cfg = ClientConfig::new(map, caller, keys);
     cfg.request_timeout = timeout;
-    cfg.zone = crate::identity::client_zone().to_string();
+    cfg.zone = zone;
     Ok(Client::new(cfg)?)
 }
 

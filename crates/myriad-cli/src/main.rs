@@ -62,7 +62,8 @@ struct Cli {
     #[arg(long, global = true, env = "MYRIAD_SECRET_FILE")]
     secret_file: Option<PathBuf>,
     /// The zone this client (or mount) is in (docs/zones.md): servers count traffic by
-    /// zone, and reads go to a copy in this zone when one is in sync.
+    /// zone, and reads go to a copy in this zone when one is in sync. Default: the zone
+    /// of the servers whose (non-loopback) addresses are this host's, if one.
     #[arg(long, global = true, env = "MYRIAD_ZONE", value_parser = server_cmd::parse_zone)]
     zone: Option<String>,
     #[command(subcommand)]

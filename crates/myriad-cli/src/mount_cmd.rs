@@ -166,9 +166,9 @@ pub fn run(
         return detach(&args, cluster.as_deref(), secret_file.as_deref(), timeout);
     }
     let cfg = myriad_fuse::MountConfig {
+        zone: crate::identity::zone_in(&map),
         map,
         keys,
-        zone: crate::identity::client_zone().to_string(),
         mountpoint: args.mountpoint.clone(),
         fs: myriad_fuse::FsConfig {
             entry_ttl: Duration::from_millis(args.entry_ttl_ms),

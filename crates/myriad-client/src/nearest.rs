@@ -49,7 +49,10 @@ impl Client {
             )
             .await;
         match answer {
-            Ok(r @ (Response::Attr(_) | Response::Fetched { .. })) => Some(Ok(r)),
+            Ok(r @ (Response::Attr(_) | Response::Fetched { .. })) => {
+                tracing::trace!(partition = %pid, copy = %copy, path, "read answered by a copy");
+                Some(Ok(r))
+            }
             // Answers about the file system itself, as the primary would give them.
             Err(e @ (FsError::NotFound | FsError::PermissionDenied | FsError::NotADirectory)) => {
                 Some(Err(e))

@@ -41,6 +41,10 @@ pub(crate) const LEND_PERIOD: Duration = Duration::from_secs(2);
 const LEND_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest a read waits for the copy to apply the batch its loan names.
 const CATCH_UP_WAIT: Duration = Duration::from_millis(50);
+/// After the primary refused a loan (an exclusive lease held there, a copy joining), reads
+/// go to the primary without asking again for this long: a refused ask costs a round trip
+/// to the primary on top of the read's own.
+const REFUSED_PAUSE: Duration = Duration::from_millis(500);
 
 /// A loan of reads held by this server for one partition it keeps a copy of.
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +59,8 @@ struct Loan {
 #[derive(Default)]
 pub(crate) struct Loans {
     held: Mutex<BTreeMap<PartitionId, Loan>>,
+    /// Partitions whose primary refused a loan, until when not to ask again.
+    refused: Mutex<BTreeMap<PartitionId, Instant>>,
     asking: Mutex<BTreeMap<PartitionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -258,6 +264,12 @@ impl Host {
             }
             return Some(l);
         }
+        if lock(&self.loans.refused)
+            .get(&pid)
+            .is_some_and(|until| now < *until)
+        {
+            return None;
+        }
         self.ask_loan(pid).await;
         let l = lock(&self.loans.held).get(&pid).copied()?;
         usable(&l, Instant::now()).then_some(l)
@@ -301,12 +313,15 @@ impl Host {
                     seq,
                 };
                 lock(&self.loans.held).insert(pid, loan);
+                lock(&self.loans.refused).remove(&pid);
+                return;
             }
             Ok(other) => {
                 tracing::debug!(partition = %pid, "loan of reads: unexpected answer {other:?}");
             }
             Err(e) => tracing::debug!(partition = %pid, "no loan of reads: {e}"),
         }
+        lock(&self.loans.refused).insert(pid, Instant::now() + REFUSED_PAUSE);
     }
 }
 

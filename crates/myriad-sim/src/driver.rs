@@ -100,7 +100,9 @@ pub struct SimConfig {
     /// to the first zone and `/x2` to the second (docs/zones.md): their directories,
     /// files and data are placed by their own partition groups, whose copies stay in
     /// their zone through failovers and moves (the map is checked after every change).
-    /// Off by default: `--zones`.
+    /// The workload's clients are in the zones alternately and read entries from copies
+    /// in their zone under loans of reads (docs/zones.md "Nearest copy"), so the history
+    /// check covers those reads too. Off by default: `--zones`.
     pub zones: bool,
 }
 
@@ -374,14 +376,16 @@ impl Sim {
     }
 
     fn client(&self) -> Result<Arc<Client>, Failure> {
-        self.client_with(false, false)
+        self.client_with(false, false, "")
     }
 
     /// A client; `visible`: its changes are answered once applied (durable at its syncs);
-    /// `leases`: it answers reads from directory leases.
-    fn client_with(&self, visible: bool, leases: bool) -> Result<Arc<Client>, Failure> {
+    /// `leases`: it answers reads from directory leases; in `zone` (non-empty): it reads
+    /// entries from copies there.
+    fn client_with(&self, visible: bool, leases: bool, zone: &str) -> Result<Arc<Client>, Failure> {
         let endpoint = Endpoint::new(self.net.clone(), CLIENTS);
         let mut config = ClientConfig::new(self.map(), Caller::root(), keyring());
+        config.zone = zone.to_string();
         config.durable_changes = !visible;
         config.leases = leases;
         config.indexes = leases && self.cfg.indexes;
@@ -950,7 +954,12 @@ impl Sim {
             // "Directory leases"): a read answered from a lease must be as fresh as any.
             let leases = (self.cfg.leases || self.cfg.behind || self.cfg.indexes) && id % 3 != 2;
             let behind = self.cfg.behind && leases && visible;
-            let client = self.client_with(visible, leases)?;
+            let zone = if self.cfg.zones {
+                SIM_ZONES[id as usize % SIM_ZONES.len()].0
+            } else {
+                ""
+            };
+            let client = self.client_with(visible, leases, zone)?;
             if behind {
                 let weak = Arc::downgrade(&client);
                 client.set_behind_spawner(Arc::new(move |task| {
