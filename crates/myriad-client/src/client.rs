@@ -146,6 +146,9 @@ pub struct Client {
     pub(crate) indexes: Arc<crate::indexes::Indexes>,
     /// Reads of coded chunks that had to decode (a fragment failed): `fragments.rs`.
     pub(crate) degraded_reads: std::sync::atomic::AtomicU64,
+    /// Copies that did not answer a nearest read (`nearest.rs`), until when reads skip them.
+    pub(crate) copies_avoided:
+        std::sync::Mutex<std::collections::BTreeMap<NodeId, tokio::time::Instant>>,
 }
 
 /// A partition's changes answered once applied, since its last sync.
@@ -220,6 +223,7 @@ impl Client {
             held_locks: crate::held_locks::HeldLocks::default(),
             indexes: Arc::default(),
             degraded_reads: std::sync::atomic::AtomicU64::new(0),
+            copies_avoided: std::sync::Mutex::default(),
             config,
         })
     }
@@ -283,7 +287,7 @@ impl Client {
             .await
     }
 
-    fn adopt(&self, map: ClusterMap) -> bool {
+    pub(crate) fn adopt(&self, map: ClusterMap) -> bool {
         if map.validate().is_err() {
             return false;
         }
@@ -912,7 +916,10 @@ impl Client {
                 other => expect_attr(other),
             };
         }
-        if let Some(r) = self.read_nearest(path, &req).await {
+        if let Some(r) = self
+            .read_nearest(&Route::Entry(path.to_string()), &req)
+            .await
+        {
             return expect_attr(r?);
         }
         expect_attr(
@@ -1029,7 +1036,9 @@ impl Client {
         }
         // Not the client's own changes answered behind: those are at the primary only.
         if !self.leases.journal.busy()
-            && let Some(r) = self.read_nearest(path, &read).await
+            && let Some(r) = self
+                .read_nearest(&Route::Entry(path.to_string()), &read)
+                .await
         {
             return match r {
                 Ok(r) => Ok(r),
@@ -1182,7 +1191,10 @@ impl Client {
         };
         let answer = if self.config.leases {
             self.leased_entry(path, req, max_bytes).await?
-        } else if let Some(r) = self.read_nearest(path, &req).await {
+        } else if let Some(r) = self
+            .read_nearest(&Route::Entry(path.to_string()), &req)
+            .await
+        {
             r?
         } else {
             self.entry_op(path, myriad_proto::Request::Client(req))

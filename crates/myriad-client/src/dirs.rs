@@ -223,10 +223,17 @@ impl Client {
             limit,
         };
         let route = Route::Shard(path.to_string(), at);
-        let answer = if self.config.leases {
-            self.leased_page(path, route, req).await
+        // From a copy in this zone if the primary is elsewhere (not the client's own
+        // changes answered behind: those are at the primary only).
+        let nearest = if self.leases.journal.busy() {
+            None
         } else {
-            self.call(route, myriad_proto::Request::Client(req)).await
+            self.read_nearest(&route, &req).await
+        };
+        let answer = match nearest {
+            Some(r) => r,
+            None if self.config.leases => self.leased_page(path, route, req).await,
+            None => self.call(route, myriad_proto::Request::Client(req)).await,
         };
         match answer {
             Ok(Response::DirPage {

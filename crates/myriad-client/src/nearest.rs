@@ -7,19 +7,25 @@
 
 use std::time::Duration;
 
+use myriad_placement::NodeId;
 use myriad_proto::{ClientRequest, Endpoints, FsError, Request, Response};
 
 use crate::client::{Client, Route};
 
 /// The longest a read waits for a copy before asking the primary instead.
 const COPY_READ_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long reads skip a copy that did not answer (unreachable, timed out): a server cut
+/// off stays up in a client's map until something tells it otherwise, and each read would
+/// wait for it first.
+const COPY_AVOID: Duration = Duration::from_secs(10);
 
 impl Client {
-    /// `read` of the entry `path` from a copy in this client's zone, when the primary is
-    /// elsewhere and such a copy is in sync in the map; None: ask the primary.
+    /// `read` (of an entry, or a listing page) sent where `route` leads, answered by a
+    /// copy in this client's zone when the primary is elsewhere and such a copy is in
+    /// sync in the map; None: ask the primary.
     pub(crate) async fn read_nearest(
         &self,
-        path: &str,
+        route: &Route,
         read: &ClientRequest,
     ) -> Option<Result<Response, FsError>> {
         let zone = &self.config.zone;
@@ -27,14 +33,24 @@ impl Client {
             return None;
         }
         let st = self.st();
-        let pid = self.partition_for(&st, &Route::Entry(path.to_string()));
+        let pid = self.partition_for(&st, route);
         let part = st.map.partition(pid)?;
         let primary = st.map.primary_of(pid)?;
         if st.map.zone_of(primary) == zone {
             return None;
         }
+        let now = tokio::time::Instant::now();
+        let avoided = |n: NodeId| {
+            crate::indexes::lock(&self.copies_avoided)
+                .get(&n)
+                .is_some_and(|until| now < *until)
+        };
         let copy = part.replicas.iter().copied().find(|&n| {
-            n != primary && st.map.is_up(n) && !part.is_behind(n) && st.map.zone_of(n) == zone
+            n != primary
+                && st.map.is_up(n)
+                && !part.is_behind(n)
+                && st.map.zone_of(n) == zone
+                && !avoided(n)
         })?;
         let addr = st.map.node(copy)?.addr.clone();
         let answer = self
@@ -49,8 +65,8 @@ impl Client {
             )
             .await;
         match answer {
-            Ok(r @ (Response::Attr(_) | Response::Fetched { .. })) => {
-                tracing::trace!(partition = %pid, copy = %copy, path, "read answered by a copy");
+            Ok(r @ (Response::Attr(_) | Response::Fetched { .. } | Response::DirPage { .. })) => {
+                tracing::trace!(partition = %pid, copy = %copy, ?route, "read answered by a copy");
                 Some(Ok(r))
             }
             // Answers about the file system itself, as the primary would give them.
@@ -61,8 +77,18 @@ impl Client {
                 tracing::debug!(partition = %pid, "copy answered a read with {other:?}");
                 None
             }
-            Err(e) => {
+            // The copy knows a newer map: learn it.
+            Err(FsError::Redirect(map)) => {
+                self.adopt(*map);
+                None
+            }
+            Err(e @ (FsError::AskPrimary | FsError::Busy | FsError::MapTooOld(_))) => {
                 tracing::trace!(partition = %pid, copy = %copy, "copy read: {e}; asking the primary");
+                None
+            }
+            Err(e) => {
+                tracing::debug!(partition = %pid, copy = %copy, "copy read: {e}; avoiding it for {COPY_AVOID:?}");
+                crate::indexes::lock(&self.copies_avoided).insert(copy, now + COPY_AVOID);
                 None
             }
         }

@@ -82,7 +82,7 @@ pub struct Host {
     /// reopened partition still owes the leases it granted a recall).
     pub(crate) lease_tables: Mutex<BTreeMap<PartitionId, Arc<crate::commit::leases::LeaseTable>>>,
     /// Loans of reads from primaries, for reads answered by copies kept here.
-    pub(crate) loans: crate::host_copy_reads::Loans,
+    pub(crate) loans: crate::replication::loans::Loans,
     /// The two tiers behind `kv`, when the server has a fast tier (tiers.rs).
     pub(crate) tiers: Option<Arc<myriad_storage::TieredKv>>,
 }
@@ -160,7 +160,7 @@ impl Host {
             touch_sender: Arc::default(),
             recalls: Arc::default(),
             lease_tables: Mutex::new(BTreeMap::new()),
-            loans: crate::host_copy_reads::Loans::default(),
+            loans: crate::replication::loans::Loans::default(),
             config,
         })
     }

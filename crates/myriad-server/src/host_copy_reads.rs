@@ -16,12 +16,11 @@
 //! ancestor whose attributes no partition served here holds) is `FsError::AskPrimary`,
 //! and the client asks the primary.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_net::Peer;
-use myriad_placement::{NodeId, PartitionId, name_hash, split_parent};
+use myriad_placement::{PartitionId, name_hash, split_parent};
 use myriad_proto::{
     Caller, ClientRequest, Endpoints, FileKind, FsError, Inode, PeerKind, PeerRequest, Request,
     Response, limits, validate_path,
@@ -31,6 +30,7 @@ use tokio::time::Instant;
 
 use crate::host::Host;
 use crate::locks::lock;
+use crate::replication::loans::Loan;
 use crate::replication::primary::LEND_MARGIN;
 use crate::state::perm;
 
@@ -46,29 +46,15 @@ const CATCH_UP_WAIT: Duration = Duration::from_millis(50);
 /// to the primary on top of the read's own.
 const REFUSED_PAUSE: Duration = Duration::from_millis(500);
 
-/// A loan of reads held by this server for one partition it keeps a copy of.
-#[derive(Clone, Copy, Debug)]
-struct Loan {
-    epoch: u64,
-    primary: NodeId,
-    until: Instant,
-    seq: u64,
-}
-
-/// The loans this server holds, and one request in flight per partition.
-#[derive(Default)]
-pub(crate) struct Loans {
-    held: Mutex<BTreeMap<PartitionId, Loan>>,
-    /// Partitions whose primary refused a loan, until when not to ask again.
-    refused: Mutex<BTreeMap<PartitionId, Instant>>,
-    asking: Mutex<BTreeMap<PartitionId, Arc<tokio::sync::Mutex<()>>>>,
-}
-
 /// Whether `body` is a read a copy may answer.
 pub(crate) fn copy_readable(body: &Request) -> bool {
     matches!(
         body,
-        Request::Client(ClientRequest::Stat { .. } | ClientRequest::Fetch { .. })
+        Request::Client(
+            ClientRequest::Stat { .. }
+                | ClientRequest::Fetch { .. }
+                | ClientRequest::ReadDir { .. }
+        )
     )
 }
 
@@ -143,18 +129,85 @@ impl Host {
         }
         let (_, resets) = backup.standing();
         let store = backup.store();
-        let (path, fetch) = match body {
-            Request::Client(ClientRequest::Stat { path }) => (path, None),
-            Request::Client(ClientRequest::Fetch { path, max_bytes }) => (path, Some(max_bytes)),
+        let answer = match body {
+            Request::Client(ClientRequest::ReadDir {
+                path,
+                from,
+                after,
+                limit,
+            }) => {
+                self.list_here(pid, store, caller, &path, (from, after, limit))
+                    .await?
+            }
+            Request::Client(ClientRequest::Stat { path }) => {
+                self.entry_read(pid, store, caller, &path, None).await?
+            }
+            Request::Client(ClientRequest::Fetch { path, max_bytes }) => {
+                self.entry_read(pid, store, caller, &path, Some(max_bytes))
+                    .await?
+            }
             _ => return Err(FsError::AskPrimary),
         };
-        validate_path(&path)?;
+        // Still under the loan and the map it was lent under, now that the answer is made,
+        // and read from a store no whole copy began to replace meanwhile.
+        let now_valid = self.state().map.epoch == loan.epoch
+            && Instant::now() < loan.until
+            && matches!(backup.standing(), (Some(s), r) if s >= loan.seq && r == resets);
+        if !now_valid {
+            return Err(FsError::AskPrimary);
+        }
+        Ok(answer)
+    }
+
+    /// A page of the listing of `dir` from the part of it this copy holds.
+    async fn list_here(
+        &self,
+        pid: PartitionId,
+        store: &Store,
+        caller: &Caller,
+        dir: &str,
+        (from, after, limit): (u64, Option<String>, u32),
+    ) -> Result<Response, FsError> {
+        validate_path(dir)?;
+        if store.dir(dir).map_err(|_| FsError::AskPrimary)?.is_none() {
+            return Err(FsError::AskPrimary);
+        }
+        let mut dirs = crate::partition::replicas::ancestors(dir);
+        dirs.push(dir.to_string());
+        self.check_dirs(pid, store, caller, &dirs, perm::READ)
+            .await?;
+        let page = crate::partition::shards::readdir_page(store, dir, from, after, limit)
+            .map_err(|_| FsError::AskPrimary)?;
+        // Hard-link names: their attributes live with the inode (the primary resolves).
+        if let Response::DirPage { entries, .. } = &page
+            && entries.iter().any(|e| e.inode.kind == FileKind::HardLink)
+        {
+            return Err(FsError::AskPrimary);
+        }
+        Ok(page)
+    }
+
+    /// `Stat` (`fetch` None) or `Fetch` of the entry `path` from this copy.
+    async fn entry_read(
+        &self,
+        pid: PartitionId,
+        store: &Store,
+        caller: &Caller,
+        path: &str,
+        fetch: Option<u64>,
+    ) -> Result<Response, FsError> {
+        validate_path(path)?;
         if path == "/" {
             return Err(FsError::AskPrimary);
         }
-        self.search_here(pid, store, caller, &path).await?;
-        let inode = entry_here(&st.ring, pid, store, &path)?;
-        let answer = match fetch {
+        if caller.uid != 0 {
+            let dirs = crate::partition::replicas::ancestors(path);
+            self.check_dirs(pid, store, caller, &dirs, perm::EXEC)
+                .await?;
+        }
+        let st = self.state();
+        let inode = entry_here(&st.ring, pid, store, path)?;
+        Ok(match fetch {
             None => Response::Attr(inode),
             Some(max_bytes) => {
                 let data = if inode.kind == FileKind::File {
@@ -169,39 +222,30 @@ impl Host {
                 };
                 Response::Fetched { inode, data }
             }
-        };
-        // Still under the loan and the map it was lent under, now that the answer is made,
-        // and read from a store no whole copy began to replace meanwhile.
-        let now_valid = self.state().map.epoch == loan.epoch
-            && Instant::now() < loan.until
-            && matches!(backup.standing(), (Some(s), r) if s >= loan.seq && r == resets);
-        if !now_valid {
-            return Err(FsError::AskPrimary);
-        }
-        Ok(answer)
+        })
     }
 
-    /// Search permission on every ancestor of `path`, from what is known current here:
-    /// this copy, a partition served here as primary, an ancestor replica a partition
-    /// here holds under its lease (TyrFS, kept fresh by its owner's invalidations), or
-    /// else resolved by a partition served here as it resolves its own (asking the owner,
-    /// keeping a replica of a popular one).
-    async fn search_here(
+    /// Search permission on directories `dirs` (in path order) and `last` on the last one,
+    /// from what is known current here: this copy, a partition served here as primary, an
+    /// ancestor replica a partition here holds under its lease (TyrFS, kept fresh by its
+    /// owner's invalidations), or else resolved by a partition served here as it resolves
+    /// its own (asking the owner, keeping a replica of a popular one). Root passes.
+    async fn check_dirs(
         &self,
         pid: PartitionId,
         store: &Store,
         caller: &Caller,
-        path: &str,
+        dirs: &[String],
+        last: u32,
     ) -> Result<(), FsError> {
         if caller.uid == 0 {
             return Ok(());
         }
         let st = self.state();
         let nodes = self.nodes();
-        let dirs = crate::partition::replicas::ancestors(path);
         let mut found: Vec<Option<Result<Inode, FsError>>> = vec![None; dirs.len()];
         let mut elsewhere = Vec::new();
-        for (slot, dir) in found.iter_mut().zip(&dirs) {
+        for (slot, dir) in found.iter_mut().zip(dirs) {
             if let Some(i) = nodes.iter().find_map(|n| n.cached_attrs(dir)) {
                 *slot = Some(Ok(i));
                 continue;
@@ -223,7 +267,8 @@ impl Host {
                 *slot = resolved.next();
             }
         }
-        for r in found {
+        let n = found.len();
+        for (k, r) in found.into_iter().enumerate() {
             // In path order: the first failure is the answer, as on the primary.
             let inode = match r.ok_or(FsError::AskPrimary)? {
                 Ok(i) => i,
@@ -234,8 +279,9 @@ impl Host {
                 }
                 Err(_) => return Err(FsError::AskPrimary),
             };
+            let want = if k + 1 == n { last } else { perm::EXEC };
             match inode.kind {
-                FileKind::Directory => perm::require(&inode, caller, perm::EXEC)?,
+                FileKind::Directory => perm::require(&inode, caller, want)?,
                 FileKind::HardLink => return Err(FsError::AskPrimary),
                 _ => return Err(FsError::NotADirectory),
             }

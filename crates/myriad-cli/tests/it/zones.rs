@@ -261,6 +261,26 @@ async fn requests_from(c: &Client, zone: &str) -> (u64, u64) {
     (inside, all)
 }
 
+/// Listing pages (`readdir` requests) answered by the servers of zone a and of zone b.
+async fn listings_by_zone(c: &Client) -> (u64, u64) {
+    let (mut a, mut b) = (0, 0);
+    for (id, r) in c.all_counters().await {
+        let s = r.unwrap_or_else(|e| panic!("counters of server {id}: {e}"));
+        let n: u64 = s
+            .client_requests
+            .iter()
+            .filter(|o| o.op == "readdir")
+            .map(|o| o.count)
+            .sum();
+        if s.zone == "a" {
+            a += n;
+        } else {
+            b += n;
+        }
+    }
+    (a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_are_answered_in_the_readers_zone_and_never_older_than_an_acknowledged_write() {
     // One copy of every partition in each zone: half the primaries are in the other zone.
@@ -353,6 +373,33 @@ async fn reads_are_answered_in_the_readers_zone_and_never_older_than_an_acknowle
             );
         }
     }
+    // Listings too: answered in zone b, never missing a create acknowledged before.
+    let before = listings_by_zone(&reader).await;
+    for d in 0..4 {
+        let dir = format!("/near/d{d}");
+        writer
+            .create(&format!("{dir}/new"), 0o644, true, b"new")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<String> = reader
+            .readdir(&dir)
+            .await
+            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert!(
+            names.iter().any(|n| n == "new"),
+            "{dir}: a listing missed an acknowledged create: {names:?}"
+        );
+    }
+    let after = listings_by_zone(&reader).await;
+    let (in_a, in_b) = (after.0 - before.0, after.1 - before.1);
+    eprintln!("nearest-copy listings: {in_b} listing pages answered in zone b, {in_a} in zone a");
+    assert!(
+        in_a == 0 && in_b >= 4,
+        "listings from zone b: {in_b} pages answered there, {in_a} in zone a"
+    );
     // Permission: a directory closed to others stays closed when a copy answers.
     writer
         .chmod("/near/d1", 0o700)

@@ -161,72 +161,7 @@ impl Partition {
         after: Option<String>,
         limit: u32,
     ) -> Result<Response, FsError> {
-        let rec = self
-            .store
-            .dir(path)
-            .map_err(storage_err)?
-            .ok_or(FsError::NotFound)?;
-        // Being moved here by a directory rename: not listable until revealed.
-        if rec.hidden.is_some() {
-            return Err(FsError::Busy);
-        }
-        let position = after.as_deref().map_or(from, name_hash).max(from);
-        let shard = shard_at(path, &rec, position)?;
-        let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
-        let mut page = self
-            .store
-            .entries_in(
-                path,
-                shard.start().max(from),
-                after.as_deref(),
-                shard.end(),
-                limit,
-            )
-            .map_err(storage_err)?;
-        let mut full = page.len() == limit;
-        // A split may have taken the upper part of the shard while we read: keep only what
-        // the shard still holds now; the rest is listed from its new node.
-        let now = self.store.dir(path).map_err(storage_err)?;
-        let end = match now.as_ref().map(|r| shard_at(path, r, position)) {
-            Some(Ok(s)) if s == shard => shard.end(),
-            Some(Ok(s)) => {
-                let before = page.len();
-                page.retain(|(h, _, _)| s.contains(*h));
-                // Entries dropped: the page reached the new end, so everything below it was
-                // read. Nothing dropped: the page ended inside the shard and goes on there.
-                if page.len() < before {
-                    full = false;
-                }
-                s.end()
-            }
-            _ => return Err(FsError::Busy),
-        };
-        let next = if full {
-            page.last().map(|(_, n, _)| n.clone())
-        } else {
-            None
-        };
-        // Entries being created by a pending operation are not listed yet; entries being
-        // removed or renamed away are listed until the operation commits.
-        let hidden = page.iter().any(|(_, _, rec)| rec.inode.is_none());
-        let entries = page
-            .into_iter()
-            .filter_map(|(_, name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
-            .collect();
-        // The home always holds the shard at hash 0 and speaks for the directory's map, also
-        // when it is unsplit (a client holding a stale split map then drops it).
-        let is_home = rec.shards.iter().any(|s| s.shard.start() == 0);
-        let map = rec
-            .map
-            .or_else(|| is_home.then(ShardMap::unsplit))
-            .map(Box::new);
-        Ok(Response::DirPage {
-            entries,
-            next,
-            shard_end: end,
-            hidden,
-            map,
-        })
+        readdir_page(&self.store, path, from, after, limit)
     }
 
     /// Home of a new directory: create its directory object split into 2^`depth` shards,
@@ -402,6 +337,82 @@ impl Partition {
             .await?;
         Ok(Response::Unit)
     }
+}
+
+/// A listing page of directory `path` from the part of it `store` holds at the position
+/// (`from`, or name `after`), cut where that shard ends (docs/huge-dirs.md "Listings"):
+/// a primary's, or a copy's answering a nearest read (docs/zones.md).
+pub(crate) fn readdir_page(
+    store: &myriad_storage::Store,
+    path: &str,
+    from: u64,
+    after: Option<String>,
+    limit: u32,
+) -> Result<Response, FsError> {
+    let rec = store
+        .dir(path)
+        .map_err(storage_err)?
+        .ok_or(FsError::NotFound)?;
+    // Being moved here by a directory rename: not listable until revealed.
+    if rec.hidden.is_some() {
+        return Err(FsError::Busy);
+    }
+    let position = after.as_deref().map_or(from, name_hash).max(from);
+    let shard = shard_at(path, &rec, position)?;
+    let limit = limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
+    let mut page = store
+        .entries_in(
+            path,
+            shard.start().max(from),
+            after.as_deref(),
+            shard.end(),
+            limit,
+        )
+        .map_err(storage_err)?;
+    let mut full = page.len() == limit;
+    // A split may have taken the upper part of the shard while we read: keep only what
+    // the shard still holds now; the rest is listed from its new node.
+    let now = store.dir(path).map_err(storage_err)?;
+    let end = match now.as_ref().map(|r| shard_at(path, r, position)) {
+        Some(Ok(s)) if s == shard => shard.end(),
+        Some(Ok(s)) => {
+            let before = page.len();
+            page.retain(|(h, _, _)| s.contains(*h));
+            // Entries dropped: the page reached the new end, so everything below it was
+            // read. Nothing dropped: the page ended inside the shard and goes on there.
+            if page.len() < before {
+                full = false;
+            }
+            s.end()
+        }
+        _ => return Err(FsError::Busy),
+    };
+    let next = if full {
+        page.last().map(|(_, n, _)| n.clone())
+    } else {
+        None
+    };
+    // Entries being created by a pending operation are not listed yet; entries being
+    // removed or renamed away are listed until the operation commits.
+    let hidden = page.iter().any(|(_, _, rec)| rec.inode.is_none());
+    let entries = page
+        .into_iter()
+        .filter_map(|(_, name, rec)| rec.inode.map(|inode| DirEntry { name, inode }))
+        .collect();
+    // The home always holds the shard at hash 0 and speaks for the directory's map, also
+    // when it is unsplit (a client holding a stale split map then drops it).
+    let is_home = rec.shards.iter().any(|s| s.shard.start() == 0);
+    let map = rec
+        .map
+        .or_else(|| is_home.then(ShardMap::unsplit))
+        .map(Box::new);
+    Ok(Response::DirPage {
+        entries,
+        next,
+        shard_end: end,
+        hidden,
+        map,
+    })
 }
 
 /// The local shard of `dir` holding `hash`, or the redirect to where it is.

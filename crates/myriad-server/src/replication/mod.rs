@@ -3,12 +3,14 @@
 //! whole copies to a copy that lacks batches), what a
 //! copy does (`copy.rs`: apply in order, report), catching up (`catchup.rs`), the wire form
 //! and the store pages (`wire.rs`), batches to one server sharing frames (`bundle.rs`),
-//! and the other servers, reached through `Peers` (`peers.rs`). Names commit and state below it; never a partition or the process.
+//! the loans of reads a copy holds (`loans.rs`), and the other servers, reached through
+//! `Peers` (`peers.rs`). Names commit and state below it; never a partition or the process.
 
 pub(crate) mod bundle;
 pub(crate) mod catchup;
 pub(crate) mod copy;
 pub(crate) mod entropy;
+pub(crate) mod loans;
 pub(crate) mod log;
 pub(crate) mod peers;
 pub(crate) mod primary;
