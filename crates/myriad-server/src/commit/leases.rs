@@ -118,6 +118,19 @@ struct Inner {
     lent_until: Option<Instant>,
 }
 
+impl Inner {
+    /// Drops the leases that ended by `now` and the directories left without any.
+    fn sweep(&mut self, now: Instant) {
+        let mut ended = 0;
+        self.dirs.retain(|_, l| {
+            l.sweep(now, &mut ended);
+            l.recalled.expire(now);
+            !l.idle()
+        });
+        self.exclusive -= ended;
+    }
+}
+
 /// The most directories whose last change is kept: past it, every directory counts as
 /// changed at that moment (never quieter than it was).
 const CHANGE_LOG_MAX: usize = 4096;
@@ -305,14 +318,7 @@ impl LeaseTable {
             return false;
         };
         if inner.exclusive > 0 {
-            let now = Instant::now();
-            let mut ended = 0;
-            inner.dirs.retain(|_, l| {
-                l.sweep(now, &mut ended);
-                l.recalled.expire(now);
-                !l.idle()
-            });
-            inner.exclusive -= ended;
+            inner.sweep(Instant::now());
             if inner.exclusive > 0 {
                 return false;
             }
@@ -326,13 +332,7 @@ impl LeaseTable {
         let now = Instant::now();
         inner.grants += 1;
         if inner.grants.is_multiple_of(SWEEP_EVERY) {
-            let mut ended = 0;
-            inner.dirs.retain(|_, l| {
-                l.sweep(now, &mut ended);
-                l.recalled.expire(now);
-                !l.idle()
-            });
-            inner.exclusive -= ended;
+            inner.sweep(now);
         }
         if inner.all_pending > 0 {
             return None;
