@@ -247,7 +247,8 @@ async fn two_sites(
     zones: &TwoZones,
     cluster: &LocalCluster,
 ) -> anyhow::Result<f64> {
-    set_up(cluster).await?;
+    let admin = set_up(cluster).await?;
+    admin.reset_counters().await?;
     let start = Instant::now();
     let halves = join_all((0..ZONES.len()).map(|i| {
         let dir = if i == 0 { "/pa/half" } else { "/pb/half" };
@@ -262,12 +263,34 @@ async fn two_sites(
         )
     }))
     .await;
-    for h in halves {
-        h?;
-    }
     let split = start.elapsed().as_secs_f64();
     eprintln!("  two sites, one cluster: {split:.1} s");
+    print_halves(halves)?;
+    // Where the one cluster could lose to two: what still crosses zones, by kind.
+    let mut across = Vec::new();
+    for kind in TrafficKind::ALL {
+        let mut bytes = 0;
+        for (_, r) in admin.all_counters().await {
+            if let Ok(s) = r {
+                bytes += s.cross_zone_bytes(kind);
+            }
+        }
+        across.push(format!("{kind:?} {bytes}"));
+    }
+    eprintln!("    bytes across zones: {}", across.join(", "));
     Ok(split)
+}
+
+/// Each half's phases, as its worker measured them.
+fn print_halves(halves: Vec<anyhow::Result<JobResult>>) -> anyhow::Result<()> {
+    for (i, h) in halves.into_iter().enumerate() {
+        let h = h?;
+        eprintln!(
+            "    zone {}: {:.1} s (mkdir, create, stat, read, unlink, rmdir: {:.1?})",
+            ZONES[i], h.wall_s, h.phases_s
+        );
+    }
+    Ok(())
 }
 
 /// Each zone's half on its own cluster, at the same time: the wall time of both.
@@ -288,11 +311,9 @@ async fn halves_alone(
             .map(|(i, c)| job(args, zones, c, i, "/half", args.files / 2, args.clients / 2)),
     )
     .await;
-    for r in runs {
-        r?;
-    }
     let wall = start.elapsed().as_secs_f64();
     eprintln!("  two sites, two independent clusters: {wall:.1} s");
+    print_halves(runs)?;
     Ok(wall)
 }
 

@@ -137,26 +137,27 @@ impl Host {
                 limit,
             }) => {
                 self.list_here(pid, store, caller, &path, (from, after, limit))
-                    .await?
+                    .await
             }
             Request::Client(ClientRequest::Stat { path }) => {
-                self.entry_read(pid, store, caller, &path, None).await?
+                self.entry_read(pid, store, caller, &path, None).await
             }
             Request::Client(ClientRequest::Fetch { path, max_bytes }) => {
                 self.entry_read(pid, store, caller, &path, Some(max_bytes))
-                    .await?
+                    .await
             }
-            _ => return Err(FsError::AskPrimary),
+            _ => Err(FsError::AskPrimary),
         };
-        // Still under the loan and the map it was lent under, now that the answer is made,
-        // and read from a store no whole copy began to replace meanwhile.
+        // Still under the loan and the map it was lent under, now that the answer (or the
+        // error: a name not found is an answer too) is made, and read from a store no whole
+        // copy began to replace meanwhile.
         let now_valid = self.state().map.epoch == loan.epoch
             && Instant::now() < loan.until
             && matches!(backup.standing(), (Some(s), r) if s >= loan.seq && r == resets);
         if !now_valid {
             return Err(FsError::AskPrimary);
         }
-        Ok(answer)
+        answer
     }
 
     /// A page of the listing of `dir` from the part of it this copy holds.
