@@ -198,9 +198,6 @@ impl Host {
         fetch: Option<u64>,
     ) -> Result<Response, FsError> {
         validate_path(path)?;
-        if path == "/" {
-            return Err(FsError::AskPrimary);
-        }
         if caller.uid != 0 {
             let dirs = crate::partition::replicas::ancestors(path);
             self.check_dirs(pid, store, caller, &dirs, perm::EXEC)
@@ -374,15 +371,26 @@ impl Host {
 
 /// The entry `path` as the copy `store` of partition `pid` holds it: only if this copy is
 /// where it lives (the parent's part here holds its name, or the parent is unsplit and
-/// homed here) and no operation is changing it; else `AskPrimary`.
+/// homed here; for `/`, its own directory object, as `Partition::lookup` reads it) and no
+/// operation is changing it; else `AskPrimary`.
 fn entry_here(
     ring: &myriad_placement::Ring,
     pid: PartitionId,
     store: &Store,
     path: &str,
 ) -> Result<Inode, FsError> {
-    let (dir, name) = split_parent(path);
     let ask = |_| FsError::AskPrimary;
+    if path == "/" {
+        if ring.owner_of_dir("/") != pid {
+            return Err(FsError::AskPrimary);
+        }
+        return store
+            .dir("/")
+            .map_err(ask)?
+            .and_then(|rec| rec.root_attrs)
+            .ok_or(FsError::NotFound);
+    }
+    let (dir, name) = split_parent(path);
     match store.dir(dir).map_err(ask)? {
         Some(rec) => match rec.shard_for(name_hash(name)) {
             Some(s) if s.hidden.is_none() => {}

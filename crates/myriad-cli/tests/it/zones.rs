@@ -297,6 +297,36 @@ async fn reads_are_answered_in_the_readers_zone_and_never_older_than_an_acknowle
     );
     let writer = client_in(&tc, "a", Duration::from_secs(30)).await;
     let reader = client_in(&tc, "b", Duration::from_secs(30)).await;
+    // First, before any server keeps a replica of `/`'s attributes: files right under
+    // `/`, read in the zone without `/`'s primary, where the copy of `/`'s own partition
+    // answers the search permission on `/` from the root's attributes it holds.
+    let map = writer.newest_map().await;
+    let root_home = map.ring().owner_of_dir("/");
+    let root_zone = map.zone_of(map.primary_of(root_home).unwrap_or(NodeId(0)));
+    let far = client_in(
+        &tc,
+        if root_zone == "a" { "b" } else { "a" },
+        Duration::from_secs(30),
+    )
+    .await;
+    for i in 0..4 {
+        writer
+            .create(
+                &format!("/top{i}"),
+                0o644,
+                true,
+                format!("top {i}").as_bytes(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for i in 0..4 {
+        let (_, got) = far
+            .fetch(&format!("/top{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("/top{i} read outside the root's zone: {e}"));
+        assert_eq!(got, format!("top {i}").into_bytes());
+    }
     let path_of = |i: usize| format!("/near/d{}/f{i}", i % 4);
     writer
         .mkdir("/near", 0o755)
