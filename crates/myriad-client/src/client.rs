@@ -916,10 +916,7 @@ impl Client {
                 other => expect_attr(other),
             };
         }
-        if let Some(r) = self
-            .read_nearest(&Route::Entry(path.to_string()), &req)
-            .await
-        {
+        if let Some(r) = self.entry_nearest(path, &req).await {
             return expect_attr(r?);
         }
         expect_attr(
@@ -1036,14 +1033,9 @@ impl Client {
         }
         // Not the client's own changes answered behind: those are at the primary only.
         if !self.leases.journal.busy()
-            && let Some(r) = self
-                .read_nearest(&Route::Entry(path.to_string()), &read)
-                .await
+            && let Some(r) = self.entry_nearest(path, &read).await
         {
-            return match r {
-                Ok(r) => Ok(r),
-                Err(e) => Err(self.refine(path, e).await),
-            };
+            return r;
         }
         let generation = (tokio::time::Instant::now(), self.leases.generation(dir));
         let req = myriad_proto::Request::Client(ClientRequest::Leased {
@@ -1191,10 +1183,7 @@ impl Client {
         };
         let answer = if self.config.leases {
             self.leased_entry(path, req, max_bytes).await?
-        } else if let Some(r) = self
-            .read_nearest(&Route::Entry(path.to_string()), &req)
-            .await
-        {
+        } else if let Some(r) = self.entry_nearest(path, &req).await {
             r?
         } else {
             self.entry_op(path, myriad_proto::Request::Client(req))

@@ -20,6 +20,26 @@ const COPY_READ_TIMEOUT: Duration = Duration::from_secs(1);
 const COPY_AVOID: Duration = Duration::from_secs(10);
 
 impl Client {
+    /// `read` of the entry `path` from a copy in this client's zone (`read_nearest`), its
+    /// answer as `entry_op` gives the primary's: a name not found under a parent that is
+    /// not a directory is `NotADirectory`.
+    pub(crate) async fn entry_nearest(
+        &self,
+        path: &str,
+        read: &ClientRequest,
+    ) -> Option<Result<Response, FsError>> {
+        let answer = self
+            .read_nearest(&Route::Entry(path.to_string()), read)
+            .await?;
+        Some(match answer {
+            Ok(r) => {
+                self.note_parent(path, &r);
+                Ok(r)
+            }
+            Err(e) => Err(self.refine(path, e).await),
+        })
+    }
+
     /// `read` (of an entry, or a listing page) sent where `route` leads, answered by a
     /// copy in this client's zone when the primary is elsewhere and such a copy is in
     /// sync in the map; None: ask the primary.

@@ -327,6 +327,18 @@ async fn reads_are_answered_in_the_readers_zone_and_never_older_than_an_acknowle
             .unwrap_or_else(|e| panic!("/top{i} read outside the root's zone: {e}"));
         assert_eq!(got, format!("top {i}").into_bytes());
     }
+    // A name under a file is ENOTDIR from a copy too, as from the primary (root, whom no
+    // search permission check stops first).
+    let under = map.ring().owner_of_dir("/top0");
+    let under_zone = map.zone_of(map.primary_of(under).unwrap_or(NodeId(0)));
+    let mut root_cfg = ClientConfig::new(tc.map.clone(), Caller::root(), tc.keys());
+    root_cfg.zone = (if under_zone == "a" { "b" } else { "a" }).to_string();
+    let root = Client::new(root_cfg).unwrap_or_else(|e| panic!("{e}"));
+    root.newest_map().await;
+    assert_eq!(
+        root.stat("/top0/x").await.err(),
+        Some(myriad_client::FsError::NotADirectory)
+    );
     let path_of = |i: usize| format!("/near/d{}/f{i}", i % 4);
     writer
         .mkdir("/near", 0o755)
