@@ -267,16 +267,18 @@ async fn two_sites(
     eprintln!("  two sites, one cluster: {split:.1} s");
     print_halves(halves)?;
     // Where the one cluster could lose to two: what still crosses zones, by kind.
-    let mut across = Vec::new();
-    for kind in TrafficKind::ALL {
-        let mut bytes = 0;
-        for (_, r) in admin.all_counters().await {
-            if let Ok(s) = r {
-                bytes += s.cross_zone_bytes(kind);
-            }
-        }
-        across.push(format!("{kind:?} {bytes}"));
-    }
+    let counters = admin.all_counters().await;
+    let across: Vec<String> = TrafficKind::ALL
+        .iter()
+        .map(|&kind| {
+            let bytes: u64 = counters
+                .iter()
+                .filter_map(|(_, r)| r.as_ref().ok())
+                .map(|s| s.cross_zone_bytes(kind))
+                .sum();
+            format!("{kind:?} {bytes}")
+        })
+        .collect();
     eprintln!("    bytes across zones: {}", across.join(", "));
     Ok(split)
 }

@@ -289,18 +289,15 @@ impl Host {
 
     /// A loan of reads of `pid` valid now under the current map, asked for if needed.
     async fn loan(self: &Arc<Self>, pid: PartitionId) -> Option<Loan> {
-        let st = self.state();
-        let primary = st.map.primary_of(pid)?;
-        let usable = |l: &Loan, now: Instant| {
-            l.epoch == st.map.epoch && l.primary == primary && now < l.until
-        };
+        let epoch = self.state().map.epoch;
+        let usable = |l: &Loan, now: Instant| l.epoch == epoch && now < l.until;
         let held = lock(&self.loans.held).get(&pid).copied();
         let now = Instant::now();
         if let Some(l) = held
             && usable(&l, now)
         {
-            // Half gone: asked again in the background, reads go on.
-            if l.until.saturating_duration_since(now) < LEND_PERIOD / 2 {
+            // Half gone: asked again in the background (unless being asked), reads go on.
+            if l.until.saturating_duration_since(now) < LEND_PERIOD / 2 && !self.asking(pid) {
                 let host = self.clone();
                 tokio::spawn(async move {
                     host.ask_loan(pid).await;
@@ -317,6 +314,13 @@ impl Host {
         self.ask_loan(pid).await;
         let l = lock(&self.loans.held).get(&pid).copied()?;
         usable(&l, Instant::now()).then_some(l)
+    }
+
+    /// Whether a loan of `pid` is being asked for right now.
+    fn asking(&self, pid: PartitionId) -> bool {
+        lock(&self.loans.asking)
+            .get(&pid)
+            .is_some_and(|gate| gate.try_lock().is_err())
     }
 
     /// Asks `pid`'s primary for a loan of reads (one request at a time per partition; a
@@ -352,7 +356,6 @@ impl Host {
                 let period = Duration::from_millis(valid_ms).min(LEND_PERIOD);
                 let loan = Loan {
                     epoch: st.map.epoch,
-                    primary,
                     until: asked + period,
                     seq,
                 };

@@ -305,10 +305,6 @@ impl LeaseTable {
         }
     }
 
-    /// A lease on `dir` for `holder`, unless a change of it is under way or it was
-    /// contended lately: exclusive if `exclusive` is asked and no other client holds one.
-    /// Recorded before the read it comes with runs. A shared grant to a holder of an
-    /// exclusive lease leaves it exclusive (and tells the attributes kept with it).
     /// Lends reads to copies until `until` (docs/zones.md "Nearest copy"). A copy answers
     /// without this table, so no exclusive lease (a client's creates not sent yet, which a
     /// read here would recall first) may exist meanwhile: false, and nothing lent, while
@@ -327,6 +323,10 @@ impl LeaseTable {
         true
     }
 
+    /// A lease on `dir` for `holder`, unless a change of it is under way or it was
+    /// contended lately: exclusive if `exclusive` is asked and no other client holds one.
+    /// Recorded before the read it comes with runs. A shared grant to a holder of an
+    /// exclusive lease leaves it exclusive (and tells the attributes kept with it).
     pub fn grant(&self, dir: &str, holder: u64, exclusive: bool) -> Option<Granted> {
         let mut inner = self.inner.lock().ok()?;
         let now = Instant::now();

@@ -111,12 +111,10 @@ impl Partition {
 
     /// The attributes of directory `dir` if this partition holds a replica of them under
     /// its lease (kept current by the owner's invalidations): for reads a copy answers
-    /// (docs/zones.md "Nearest copy").
+    /// (docs/zones.md "Nearest copy"). Not counted as this partition's request: its
+    /// popularity is for what it serves.
     pub(crate) fn cached_attrs(&self, dir: &str) -> Option<Inode> {
-        match self.replicas.lookup(dir) {
-            Cached::Hit(inode) => Some(inode),
-            Cached::Miss { .. } => None,
-        }
+        self.replicas.peek(dir)
     }
 
     /// Search permission on every ancestor of `path`; returns the parent's attributes (None

@@ -152,6 +152,16 @@ impl Replicas {
         Cached::Miss { popular }
     }
 
+    /// A valid replica of `path`, if held, without counting a request (`lookup` counts):
+    /// for reads this partition does not serve (a copy's, docs/zones.md "Nearest copy").
+    pub(super) fn peek(&self, path: &str) -> Option<Inode> {
+        let st = self.state.lock().ok()?;
+        st.replicas
+            .get(path)
+            .filter(|r| r.valid_until > Instant::now())
+            .map(|r| r.inode.clone())
+    }
+
     /// Taken before sending a fetch or renewal whose answer may become a replica.
     pub(super) fn mark(&self) -> Mark {
         Mark(self.state.lock().map(|s| s.updates).unwrap_or(u64::MAX))

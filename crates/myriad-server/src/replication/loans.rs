@@ -4,16 +4,15 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use myriad_placement::{NodeId, PartitionId};
+use myriad_placement::PartitionId;
 use tokio::time::Instant;
 
 /// A loan of reads held by this server for one partition it keeps a copy of: valid under
-/// map `epoch` with `primary` until `until` (counted from before it was asked), for reads
-/// once the copy holds batch `seq`.
+/// map `epoch` (which names the primary that lent it) until `until` (counted from before
+/// it was asked), for reads once the copy holds batch `seq`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Loan {
     pub(crate) epoch: u64,
-    pub(crate) primary: NodeId,
     pub(crate) until: Instant,
     pub(crate) seq: u64,
 }
