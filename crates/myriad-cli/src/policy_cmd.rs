@@ -2,16 +2,18 @@
 //! part of the cluster map, committed through the cluster-map Raft group like every map
 //! change; clients place the tree by it from the map, with no lookup.
 
+use std::time::Duration;
+
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use myriad_client::{Client, ClusterMap, FsError};
+use myriad_client::{Client, ClusterMap, FsError, PolicyState};
 
 #[derive(Subcommand)]
 pub enum PolicyCmd {
     /// Pin PATH to ZONE: its directories, files and data live only on that zone's servers,
-    /// on a partition group of their own with --replicas copies. PATH must not exist yet
-    /// (moving an existing tree between zones online is not built yet): set the policy,
-    /// then create the tree. Needs the cluster secret.
+    /// on a partition group of their own with --replicas copies. If PATH exists, its tree
+    /// moves there online (reads go on; writes into it wait until the move is done) and
+    /// this waits for the move. Needs the cluster secret.
     Set {
         path: String,
         #[arg(long, value_parser = crate::server_cmd::parse_zone)]
@@ -23,14 +25,24 @@ pub enum PolicyCmd {
         /// Partitions of the tree's group per server of the zone.
         #[arg(long, default_value_t = myriad_client::DEFAULT_PARTITIONS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=64))]
         partitions_per_node: u32,
+        /// How long to wait for an existing tree's move (seconds); it goes on without us.
+        #[arg(long, default_value_t = 3600)]
+        wait_s: u64,
     },
     /// The policy PATH is placed by (the longest pinned root above it), or none.
     Get { path: String },
     /// Every policy, with its partitions and where their copies are.
     List,
-    /// Remove the policy on PATH (which must not exist any more: its tree would be
-    /// stranded on the group that goes away). Needs the cluster secret.
-    Clear { path: String },
+    /// Remove the policy on PATH. If PATH exists, its tree moves online back to where the
+    /// policies above it (or none) place it, and this waits for the move. Files that left
+    /// the tree keep their data on the policy's partitions, which stay. Needs the cluster
+    /// secret.
+    Clear {
+        path: String,
+        /// How long to wait for an existing tree's move (seconds); it goes on without us.
+        #[arg(long, default_value_t = 3600)]
+        wait_s: u64,
+    },
 }
 
 impl PolicyCmd {
@@ -48,16 +60,26 @@ pub async fn run(cmd: PolicyCmd, client: &Client) -> anyhow::Result<()> {
             zone,
             replicas,
             partitions_per_node,
+            wait_s,
         } => {
             let path = root_path(&path)?;
-            must_not_exist(client, &path, "pinning").await?;
+            let existing = exists(client, &path).await?;
             let map = change(client, |m| {
                 let copies = replicas.unwrap_or(m.replication);
-                m.with_policy(&path, &zone, copies, partitions_per_node)
-                    .map(Some)
-                    .map_err(anyhow::Error::from)
+                let next = if existing {
+                    m.with_policy_arriving(&path, &zone, copies, partitions_per_node)
+                } else {
+                    m.with_policy(&path, &zone, copies, partitions_per_node)
+                };
+                next.map(Some).map_err(anyhow::Error::from)
             })
             .await?;
+            let map = if existing {
+                println!("{path} exists: moving its tree to zone {zone}");
+                wait_for_move(client, &path, map, wait_s).await?
+            } else {
+                map
+            };
             println!("{}", describe(&map, &path));
             Ok(())
         }
@@ -72,23 +94,55 @@ pub async fn run(cmd: PolicyCmd, client: &Client) -> anyhow::Result<()> {
         }
         PolicyCmd::List => {
             let map = client.newest_map().await;
-            if map.policies.is_empty() {
+            let live: Vec<_> = map
+                .policies
+                .iter()
+                .filter(|p| p.state != PolicyState::Retired)
+                .collect();
+            if live.is_empty() {
                 println!("no policies (every tree is placed over every zone)");
             }
-            for p in &map.policies {
+            for p in live {
                 println!("{}", describe(&map, &p.path));
+            }
+            let retired = map.policies.len()
+                - map
+                    .policies
+                    .iter()
+                    .filter(|p| p.state != PolicyState::Retired)
+                    .count();
+            if retired > 0 {
+                println!(
+                    "({retired} cleared policies keep their partitions: files that left their trees keep data there)"
+                );
             }
             Ok(())
         }
-        PolicyCmd::Clear { path } => {
+        PolicyCmd::Clear { path, wait_s } => {
             let path = root_path(&path)?;
-            must_not_exist(client, &path, "clearing the policy of").await?;
-            change(client, |m| {
+            let existing = exists(client, &path).await?;
+            let map = change(client, |m| {
+                if existing {
+                    return m
+                        .with_policy_leaving(&path)
+                        .map(Some)
+                        .map_err(anyhow::Error::from);
+                }
+                if let Some(p) = m.moving_policy() {
+                    bail!(
+                        "the tree {} is moving between zones; wait until its move is done",
+                        p.path
+                    );
+                }
                 m.without_policy(&path)
                     .map(Some)
                     .with_context(|| format!("{path} has no policy"))
             })
             .await?;
+            if existing {
+                println!("{path} exists: moving its tree out of its zone");
+                wait_for_move(client, &path, map, wait_s).await?;
+            }
             println!("{path}: policy cleared");
             Ok(())
         }
@@ -104,13 +158,48 @@ fn root_path(path: &str) -> anyhow::Result<String> {
     Ok(path)
 }
 
-async fn must_not_exist(client: &Client, path: &str, what: &str) -> anyhow::Result<()> {
+async fn exists(client: &Client, path: &str) -> anyhow::Result<bool> {
     match client.stat(path).await {
-        Err(FsError::NotFound) => Ok(()),
-        Ok(_) => bail!(
-            "{path} exists: {what} an existing tree would need it moved between zones online, which is not built yet; remove it (or use a new path) first"
-        ),
+        Err(FsError::NotFound) => Ok(false),
+        Ok(_) => Ok(true),
         Err(e) => Err(e).with_context(|| format!("cannot tell whether {path} exists")),
+    }
+}
+
+/// Waits until the move of the tree at `path` that `started` began is settled (the servers
+/// holding its root's entry drive it: docs/zones.md section 3), or abandoned.
+async fn wait_for_move(
+    client: &Client,
+    path: &str,
+    started: ClusterMap,
+    wait_s: u64,
+) -> anyhow::Result<ClusterMap> {
+    let (group, arriving) = started
+        .live_policy(path)
+        .map(|p| (p.group, p.state == PolicyState::Arriving))
+        .context("the policy's move did not land in the map")?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
+    loop {
+        let map = client.newest_map().await;
+        let state = map
+            .policies
+            .iter()
+            .find(|p| p.group == group)
+            .map(|p| p.state);
+        match state {
+            Some(PolicyState::Arriving | PolicyState::Leaving) => {}
+            Some(PolicyState::Active) if arriving => return Ok(map),
+            Some(PolicyState::Retired) if !arriving => return Ok(map),
+            _ => {
+                bail!("the move of {path} was abandoned (the servers' logs say why); nothing moved")
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "{path} is still moving after {wait_s} s; `myriad policy get {path}` shows when it is done"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -141,7 +230,7 @@ pub(crate) async fn change(
 
 /// "/lab: zone a, 2 copies, 12 partitions on servers 1,3,5".
 fn describe(map: &ClusterMap, path: &str) -> String {
-    let Some(p) = map.policies.iter().find(|p| p.path == path) else {
+    let Some(p) = map.live_policy(path) else {
         return format!("{path}: no policy");
     };
     let parts: Vec<&myriad_client::PartitionInfo> = map
@@ -156,8 +245,13 @@ fn describe(map: &ClusterMap, path: &str) -> String {
     servers.sort_unstable();
     servers.dedup();
     let servers: Vec<String> = servers.iter().map(u32::to_string).collect();
+    let moving = match p.state {
+        PolicyState::Arriving => " (its tree is moving in)",
+        PolicyState::Leaving => " (its tree is moving out)",
+        _ => "",
+    };
     format!(
-        "{path}: zone {}, {} copies, {} partitions (group {}) on servers {}",
+        "{path}: zone {}, {} copies, {} partitions (group {}) on servers {}{moving}",
         p.zone,
         p.replicas,
         parts.len(),

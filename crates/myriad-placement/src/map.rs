@@ -95,6 +95,10 @@ pub enum MapError {
     BadPolicy(String),
     #[error("{0} already has a policy (clear it first)")]
     PolicyExists(String),
+    #[error("the tree {0} is moving between zones; wait until its move is done")]
+    PolicyMoving(String),
+    #[error("{0} has no policy whose tree can move")]
+    NoMovablePolicy(String),
     #[error("no server that is up is in zone {0:?}")]
     NoSuchZone(String),
     #[error("partition {0}: its group is neither 0 nor a policy's")]
@@ -201,8 +205,13 @@ impl ClusterMap {
         }
         let zones = self.zones();
         let mut groups = std::collections::BTreeSet::new();
+        let mut live_paths = std::collections::BTreeSet::new();
+        let moving = self.policies.iter().filter(|p| p.state.is_moving()).count();
         for pol in &self.policies {
+            let live = pol.state != crate::PolicyState::Retired;
             if pol.group == DEFAULT_GROUP
+                || moving > 1
+                || (live && !live_paths.insert(pol.path.as_str()))
                 || !groups.insert(pol.group)
                 || !crate::path::is_normal_below_root(&pol.path)
                 || !zones.contains(pol.zone.as_str())

@@ -164,6 +164,46 @@ pub struct Policy {
     pub zone: String,
     /// Copies of each of the group's partitions (capped by the zone's servers).
     pub replicas: u32,
+    /// Whether paths are placed by it, or its tree is on its way in or out
+    /// (docs/zones.md section 3).
+    #[serde(default)]
+    pub state: PolicyState,
+}
+
+/// Where a policy is in its life. Paths under it are placed by its group while it is
+/// `Active` or `Leaving` (the tree is there); the placement a tree move is heading for
+/// (`Ring::target`) uses the groups of `Active` and `Arriving` policies. A `Retired`
+/// policy places no path; its group's partitions stay, for the data of files its
+/// partitions numbered (chunks past the first are placed by inode number).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PolicyState {
+    #[default]
+    Active,
+    /// Set on a tree that exists: the tree is being copied into the group.
+    Arriving,
+    /// Cleared on a tree that exists: the tree is being copied out of the group.
+    Leaving,
+    Retired,
+}
+
+impl PolicyState {
+    /// Paths are placed by the policy's group now.
+    #[must_use]
+    pub fn places_paths(self) -> bool {
+        matches!(self, PolicyState::Active | PolicyState::Leaving)
+    }
+
+    /// Paths will be placed by the policy's group once the move in flight is done.
+    #[must_use]
+    pub fn will_place_paths(self) -> bool {
+        matches!(self, PolicyState::Active | PolicyState::Arriving)
+    }
+
+    /// A tree is moving into or out of the policy's group.
+    #[must_use]
+    pub fn is_moving(self) -> bool {
+        matches!(self, PolicyState::Arriving | PolicyState::Leaving)
+    }
 }
 
 /// A zone name is printable ASCII without spaces or commas (it is listed comma-separated).

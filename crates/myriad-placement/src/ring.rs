@@ -103,6 +103,20 @@ impl GroupRing {
 
 impl Ring {
     pub(crate) fn build(map: &ClusterMap) -> Ring {
+        Ring::build_placing(map, crate::PolicyState::places_paths)
+    }
+
+    /// The placement the tree move in flight is heading for (docs/zones.md section 3): paths
+    /// under an `Arriving` policy placed by its group, under a `Leaving` one no longer. The
+    /// same as `build` when no tree is moving.
+    #[must_use]
+    pub fn target(map: &ClusterMap) -> Ring {
+        Ring::build_placing(map, crate::PolicyState::will_place_paths)
+    }
+
+    /// A ring whose paths follow the policies `places` says place them; every group with
+    /// partitions places the chunks of the inodes its partitions numbered.
+    fn build_placing(map: &ClusterMap, places: impl Fn(crate::PolicyState) -> bool) -> Ring {
         let vnodes = map.vnodes_per_partition;
         let mut groups = vec![GroupRing::build(
             map.partitions
@@ -123,7 +137,9 @@ impl Ring {
             }
             let index = groups.len();
             groups.push(ring);
-            policies.push((pol.path.clone(), index));
+            if places(pol.state) {
+                policies.push((pol.path.clone(), index));
+            }
             pinned.extend(
                 map.partitions
                     .iter()

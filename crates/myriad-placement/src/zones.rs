@@ -9,7 +9,9 @@
 use std::collections::BTreeSet;
 
 use crate::map::{ClusterMap, MapError};
-use crate::members::{DEFAULT_GROUP, NodeId, NodeInfo, NodeState, PartitionInfo, Policy};
+use crate::members::{
+    DEFAULT_GROUP, NodeId, NodeInfo, NodeState, PartitionInfo, Policy, PolicyState,
+};
 
 impl ClusterMap {
     /// The zone of server `id` (`""` for a server the map does not list).
@@ -93,7 +95,34 @@ impl ClusterMap {
         replicas: u32,
         per_node: u32,
     ) -> Result<ClusterMap, MapError> {
-        if self.policies.iter().any(|p| p.path == path) {
+        self.with_policy_in(path, zone, replicas, per_node, PolicyState::Active)
+    }
+
+    /// As `with_policy`, for a tree that exists: the policy is `Arriving` (paths stay
+    /// where they are) until the tree has been copied into its group and the move settles
+    /// it (`settle_move`).
+    pub fn with_policy_arriving(
+        &self,
+        path: &str,
+        zone: &str,
+        replicas: u32,
+        per_node: u32,
+    ) -> Result<ClusterMap, MapError> {
+        self.with_policy_in(path, zone, replicas, per_node, PolicyState::Arriving)
+    }
+
+    fn with_policy_in(
+        &self,
+        path: &str,
+        zone: &str,
+        replicas: u32,
+        per_node: u32,
+        state: PolicyState,
+    ) -> Result<ClusterMap, MapError> {
+        if let Some(moving) = self.moving_policy() {
+            return Err(MapError::PolicyMoving(moving.path.clone()));
+        }
+        if self.live_policy(path).is_some() {
             return Err(MapError::PolicyExists(path.to_string()));
         }
         let servers: Vec<NodeInfo> = self
@@ -131,6 +160,7 @@ impl ClusterMap {
             path: path.to_string(),
             zone: zone.to_string(),
             replicas,
+            state,
         });
         next.partitions.extend(crate::partition::assign_group(
             &servers, first, count, replicas, group,
@@ -139,22 +169,42 @@ impl ClusterMap {
         Ok(next)
     }
 
-    /// The next map (epoch + 1) without the policy on `path` and its group's partitions;
-    /// `None` if there is none. (The caller makes sure the tree holds nothing first.)
+    /// The next map (epoch + 1) with the policy on `path` retired: no path is placed by
+    /// it; its group's partitions stay (files renamed out of the tree keep their later
+    /// chunks there). `None` if there is no active one. (The caller makes sure the tree
+    /// holds nothing, or moves it out first: `leaving_policy`.)
     #[must_use]
     pub fn without_policy(&self, path: &str) -> Option<ClusterMap> {
-        let group = self.policies.iter().find(|p| p.path == path)?.group;
+        let pol = self.live_policy(path)?;
+        if pol.state != PolicyState::Active {
+            return None;
+        }
+        let group = pol.group;
+        Some(self.with_policy_state(group, PolicyState::Retired))
+    }
+
+    /// The active (or moving) policy on exactly `path`.
+    #[must_use]
+    pub fn live_policy(&self, path: &str) -> Option<&Policy> {
+        self.policies
+            .iter()
+            .find(|p| p.path == path && p.state != PolicyState::Retired)
+    }
+
+    /// The policy whose tree is moving into or out of its group, if any (at most one).
+    #[must_use]
+    pub fn moving_policy(&self) -> Option<&Policy> {
+        self.policies.iter().find(|p| p.state.is_moving())
+    }
+
+    /// The next map (epoch + 1) with the policy of `group` in `state`.
+    pub(crate) fn with_policy_state(&self, group: u32, state: PolicyState) -> ClusterMap {
         let mut next = self.clone();
         next.epoch = next.epoch.saturating_add(1);
-        next.policies.retain(|p| p.group != group);
-        let retired = self.partitions.iter().filter(|p| p.group == group);
-        next.retired_partitions_max = retired
-            .map(|p| p.id.0)
-            .chain([self.retired_partitions_max])
-            .max()
-            .unwrap_or(0);
-        next.partitions.retain(|p| p.group != group);
-        Some(next)
+        for p in next.policies.iter_mut().filter(|p| p.group == group) {
+            p.state = state;
+        }
+        next
     }
 
     /// The policy whose tree `path` is in (the longest root), if any.
@@ -162,7 +212,7 @@ impl ClusterMap {
     pub fn policy_for(&self, path: &str) -> Option<&Policy> {
         self.policies
             .iter()
-            .filter(|p| crate::path::is_within(path, &p.path))
+            .filter(|p| p.state.places_paths() && crate::path::is_within(path, &p.path))
             .max_by_key(|p| p.path.len())
     }
 }
@@ -264,6 +314,7 @@ mod tests {
             path: "/lab".into(),
             zone: "a".into(),
             replicas: 2,
+            state: PolicyState::Active,
         });
         let zone_a: Vec<NodeInfo> = m.nodes.iter().filter(|n| n.zone == "a").cloned().collect();
         let first = m.partitions.len() as u32 + 1;
@@ -318,6 +369,7 @@ mod tests {
             path: "/x".into(),
             zone: "a".into(),
             replicas: 2,
+            state: PolicyState::Active,
         };
         for bad in [
             Policy {
@@ -435,8 +487,12 @@ mod tests {
             .unwrap_or_else(|| panic!("policy"));
         assert!(cleared.validate().is_ok());
         assert!(cleared.without_policy("/lab").is_none());
-        assert_eq!(cleared.partitions, m.partitions);
-        assert_eq!(cleared.retired_partitions_max, 24 + 12);
+        // Retired, its group stays: inodes it numbered still place their chunks there.
+        assert_eq!(cleared.partitions, pinned.partitions);
+        let pid = *group.iter().next().unwrap_or(&PartitionId(0));
+        let ino = crate::InodeId(pid.id_base() | 7);
+        assert!(group.contains(&cleared.ring().owner_of_chunk(ino, 2)));
+        assert!(cleared.policy_for("/lab/x").is_none());
         assert_eq!(
             cleared.ring().owner_of_dir("/lab/d1"),
             before.owner_of_dir("/lab/d1")
@@ -448,7 +504,7 @@ mod tests {
         let new_ids: BTreeSet<PartitionId> = again
             .partitions
             .iter()
-            .filter(|p| p.group != 0)
+            .filter(|p| p.group != 0 && !group.contains(&p.id))
             .map(|p| p.id)
             .collect();
         assert_eq!(new_ids.len(), 3);

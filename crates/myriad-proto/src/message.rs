@@ -50,7 +50,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `ClusterMap::policies`.
 /// 26: nearest-copy reads (docs/zones.md): `PeerRequest::LendReads`, `Response::ReadsLent`,
 /// `FsError::AskPrimary`.
-pub const PROTOCOL_VERSION: u16 = 26;
+/// 27: trees moved between zones online (docs/zones.md section 3): `Policy::state` in the
+/// map.
+pub const PROTOCOL_VERSION: u16 = 27;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -257,6 +257,15 @@ impl Host {
         self.backup(pid).ok_or_else(|| self.not_here(pid))
     }
 
+    /// Waits (at most the time a proposal may take) until this server follows map `epoch`,
+    /// which comes through the cluster-map group.
+    pub(crate) async fn follow(&self, epoch: u64) {
+        let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
+        while self.state().map.epoch < epoch && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(crate::backoff::MAP_FOLLOW_POLL).await;
+        }
+    }
+
     /// Adopts `map` if newer and reconciles in the background (for callers that may run
     /// inside a reconcile).
     pub(crate) fn adopt_in_background(self: &Arc<Self>, map: ClusterMap) {

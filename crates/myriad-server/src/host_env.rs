@@ -86,6 +86,21 @@ impl Env for Host {
         self.serving(pid, 0).is_ok()
     }
 
+    fn commit_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<ClusterMap, FsError>> {
+        Box::pin(async move {
+            let epoch = map.epoch;
+            self.authority.propose_map(map).await?;
+            self.follow(epoch).await;
+            let now = self.state().map.clone();
+            if now.epoch < epoch {
+                return Err(FsError::Unavailable(format!(
+                    "the cluster map of epoch {epoch} did not reach this server"
+                )));
+            }
+            Ok(now)
+        })
+    }
+
     fn call_partition<'a>(
         &'a self,
         source: PartitionId,

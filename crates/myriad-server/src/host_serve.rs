@@ -114,10 +114,7 @@ impl Host {
                     self.authority.propose_map(*map).await?;
                 }
                 // Answer once this server follows it (it arrives through the group).
-                let deadline = tokio::time::Instant::now() + crate::membership::PROPOSE_TIMEOUT;
-                while self.state().map.epoch < epoch && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(crate::backoff::MAP_FOLLOW_POLL).await;
-                }
+                self.follow(epoch).await;
                 // A change based on an older map loses to whatever was committed at its
                 // epoch first (the leader's moves, say): the administrator hears so and
                 // makes the change again on the newest map, rather than an answer that

@@ -26,7 +26,8 @@ use myriad_proto::InodeId;
 /// 5: inodes carry `rdev`; directory records count their subdirectories (issue 16).
 /// 6: the cluster map kept by the membership group (Raft log, state, snapshots) records
 ///    zones, partition groups and policies (issue 22); its encoding is not self-describing.
-pub const FORMAT_VERSION: u32 = 6;
+/// 7: policies carry their state (a tree moving between zones; the map as in 6).
+pub const FORMAT_VERSION: u32 = 7;
 
 #[derive(Clone)]
 pub struct Store {

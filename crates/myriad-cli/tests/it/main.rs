@@ -35,4 +35,5 @@ mod redirect;
 mod replication;
 mod tiers;
 mod write_behind;
+mod zone_moves;
 mod zones;

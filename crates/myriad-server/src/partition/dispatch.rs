@@ -28,6 +28,23 @@ impl Partition {
                 seen = rec.recover(&seen, false).await;
             }
         });
+        // Trees moving between zones (tree_move.rs): one at a time, tried again after a
+        // failure, abandoned after `tree_move::TRIES` failures in a row.
+        let mover = self.clone();
+        let tree_moves = tokio::spawn(async move {
+            let mut failed: Option<(u32, u32)> = None;
+            loop {
+                tokio::time::sleep(mover.env.config().recovery_interval).await;
+                let before = failed.map_or(0, |(_, n)| n);
+                failed = match mover.tree_move_tick(before).await {
+                    Some(group) if failed.is_some_and(|(g, _)| g == group) => {
+                        Some((group, before + 1))
+                    }
+                    Some(group) => Some((group, 1)),
+                    None => None,
+                };
+            }
+        });
         let keeper = self.clone();
         let bookkeeping = tokio::spawn(async move {
             loop {
@@ -92,6 +109,7 @@ impl Partition {
             t.push(coding);
             t.push(orphans);
             t.push(recovery);
+            t.push(tree_moves);
             t.push(bookkeeping);
             t.push(forgetting);
             t.push(entropy);

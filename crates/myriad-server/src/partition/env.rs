@@ -25,6 +25,14 @@ pub(crate) trait Env: Peers {
     /// commits (a sweep) checks it first, as requests are checked on arrival, so that a
     /// primary cut off from the others adds no batch of its own.
     fn serves(&self, pid: PartitionId) -> bool;
+    /// Commits `map` (the next epoch) through the cluster-map authority and waits until
+    /// this server follows that epoch; returns the map followed then (another change may
+    /// have taken the epoch first: the caller checks what landed). A partition changes the
+    /// map only to settle or abandon a tree move it coordinates (tree_move.rs).
+    fn commit_map(
+        &self,
+        map: myriad_placement::ClusterMap,
+    ) -> futures::future::BoxFuture<'_, Result<myriad_placement::ClusterMap, FsError>>;
     /// Calls partition `pid` wherever it is served, as partition `source`, asking again
     /// while it is unavailable (a failover) and `still_serving` says the caller may still
     /// act for `source` (checked before every attempt: a deposed partition's task must not

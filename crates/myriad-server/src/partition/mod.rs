@@ -6,7 +6,7 @@
 //! Inside, from the bottom: `env`, and the partition's in-memory parts (`replicas`,
 //! `popularity`, `split_state`, `touches`, `changes`, `lock_table`, `open_files`); `core` (the `Partition` and what every family
 //! uses: ownership checks, lookups, calls to other partitions); the families (`ancestors`,
-//! `shards`, `split`, `twophase`, `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`,
+//! `shards`, `split`, `twophase`, `tree_move` (a tree moving between zones), `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`,
 //! `file_locks`, `orphans`, `coding`: erasure coding of settled chunks, docs/redundancy.md); `dispatch`.
 
 pub(crate) mod ancestors;
@@ -40,4 +40,5 @@ pub(crate) mod split;
 pub(crate) mod split_state;
 pub(crate) mod touch_sender;
 pub(crate) mod touches;
+pub(crate) mod tree_move;
 pub(crate) mod twophase;

@@ -252,10 +252,17 @@ impl Partition {
                 replaces,
             } => {
                 validate_path(&path)?;
-                match shards.first() {
-                    Some(s) if s.is_valid() && st.ring.owner_of_shard(&path, *s) == self.me => {}
-                    Some(_) => return Err(FsError::Redirect(Box::new(st.map.clone()))),
-                    None => self.own_dir(st, &path)?,
+                // Placed here now, or (a tree moving between zones) where its move heads.
+                let here = |ring: &myriad_placement::Ring| match shards.first() {
+                    Some(s) => s.is_valid() && ring.owner_of_shard(&path, *s) == self.me,
+                    None => ring.owner_of_dir(&path) == self.me,
+                };
+                let moving_here = || {
+                    st.map.moving_policy().is_some()
+                        && here(&myriad_placement::Ring::target(&st.map))
+                };
+                if !here(&st.ring) && !moving_here() {
+                    return Err(FsError::Redirect(Box::new(st.map.clone())));
                 }
                 self.applier
                     .run(Mutation::DirImport {

@@ -41,8 +41,24 @@ fn begun_txid(out: &Outcome) -> Option<u64> {
     match out {
         Outcome::Begun { txid, .. }
         | Outcome::RenameBegun { txid, .. }
-        | Outcome::SplitBegun { txid, .. } => Some(*txid),
+        | Outcome::SplitBegun { txid, .. }
+        | Outcome::TreeMoveBegun { txid } => Some(*txid),
         _ => None,
+    }
+}
+
+/// Where a copied subtree's new paths are placed: by `ring`; for a tree move (`tree`: its
+/// root), directories under a nested policy root keep their placement and are not copied.
+pub(super) struct Target<'a> {
+    pub ring: &'a myriad_placement::Ring,
+    pub tree: Option<&'a str>,
+}
+
+impl Target<'_> {
+    /// Whether directory `dir` of the subtree is copied.
+    pub(super) fn copies(&self, dir: &str) -> bool {
+        self.tree
+            .is_none_or(|root| self.ring.policy_root_of(dir) == self.ring.policy_root_of(root))
     }
 }
 
@@ -275,10 +291,16 @@ impl Partition {
         let replaces = if inode.kind == FileKind::Directory {
             // Check the destination before copying a whole subtree towards it.
             let copied = match self.check_dir_destination(&to, flags).await {
-                Ok(replaces) => self
-                    .copy_subtree(txid, &from, &to, inode.ino, replaces, &mut moves)
-                    .await
-                    .map(|()| replaces),
+                Ok(replaces) => {
+                    let st = self.state();
+                    let target = Target {
+                        ring: &st.ring,
+                        tree: None,
+                    };
+                    self.copy_subtree(txid, &from, &to, inode.ino, replaces, &mut moves, &target)
+                        .await
+                        .map(|()| replaces)
+                }
                 Err(e) => Err(e),
             };
             match copied {
@@ -419,8 +441,10 @@ impl Partition {
         }
     }
 
-    /// Copies every directory object under `from` to its place under `to`, hidden, freezing
-    /// the originals. `moves` lists what was touched, for commit or undo.
+    /// Copies every directory object under `from` to its place under `to` (placed by
+    /// `target`), hidden, freezing the originals. `moves` lists what was touched, for
+    /// commit or undo.
+    #[allow(clippy::too_many_arguments)] // one call per protocol; a struct would only rename them
     pub(super) async fn copy_subtree(
         self: &Arc<Self>,
         txid: u64,
@@ -429,6 +453,7 @@ impl Partition {
         ino: InodeId,
         replaces: Option<InodeId>,
         moves: &mut Vec<DirMove>,
+        target: &Target<'_>,
     ) -> Result<(), FsError> {
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);
         while let Some((old, new, dir_ino)) = queue.pop_front() {
@@ -462,10 +487,9 @@ impl Partition {
             }
             // The first import to a part creates it (hidden, with its shards; the new home
             // also gets the map); parts that receive no entry get an empty one at the end.
-            let parts = self.new_parts(&m);
-            let new_home = self.dir_owner(&new);
+            let parts = self.new_parts(&m, target.ring);
+            let new_home = target.ring.owner_of_dir(&new);
             let mut made = std::collections::BTreeSet::new();
-            let st = self.state();
             for &node in &m.old_nodes {
                 let mut after = None;
                 loop {
@@ -482,7 +506,9 @@ impl Partition {
                     let mut by_node: std::collections::BTreeMap<PartitionId, Vec<_>> =
                         Default::default();
                     for e in entries {
-                        if e.inode.kind == FileKind::Directory {
+                        if e.inode.kind == FileKind::Directory
+                            && target.copies(&join(&new, &e.name))
+                        {
                             queue.push_back((
                                 join(&old, &e.name),
                                 join(&new, &e.name),
@@ -491,7 +517,7 @@ impl Partition {
                         }
                         let leaf = map.leaf_for(myriad_placement::name_hash(&e.name));
                         by_node
-                            .entry(st.ring.owner_of_shard(&new, leaf))
+                            .entry(target.ring.owner_of_shard(&new, leaf))
                             .or_default()
                             .push(e);
                     }
@@ -530,24 +556,25 @@ impl Partition {
         Ok(())
     }
 
-    /// The nodes of a moved directory's new path, each with the shards it holds there.
+    /// The nodes of a moved directory's new path (placed by `ring`), each with the shards
+    /// it holds there.
     pub(super) fn new_parts(
         &self,
         m: &DirMove,
+        ring: &myriad_placement::Ring,
     ) -> std::collections::BTreeMap<PartitionId, Vec<Shard>> {
-        let st = self.state();
         let mut parts: std::collections::BTreeMap<PartitionId, Vec<Shard>> = Default::default();
         match &m.map {
             Some(map) => {
                 for leaf in &map.leaves {
                     parts
-                        .entry(st.ring.owner_of_shard(&m.new, *leaf))
+                        .entry(ring.owner_of_shard(&m.new, *leaf))
                         .or_default()
                         .push(*leaf);
                 }
             }
             None => {
-                parts.insert(st.ring.owner_of_dir(&m.new), vec![Shard::ALL]);
+                parts.insert(ring.owner_of_dir(&m.new), vec![Shard::ALL]);
             }
         }
         parts
@@ -662,8 +689,9 @@ impl Partition {
         }
         self.call_node(dst_node, Request::Peer(PeerRequest::RenameCommit { txid }))
             .await?;
+        let st = self.state();
         for m in moves {
-            for node in self.new_parts(m).into_keys() {
+            for node in self.new_parts(m, &st.ring).into_keys() {
                 let req = PeerRequest::DirFinish {
                     path: m.new.clone(),
                     txid,
@@ -705,14 +733,34 @@ impl Partition {
         dst_node: PartitionId,
         moves: &[DirMove],
     ) -> Result<(), FsError> {
+        let st = self.state();
+        let target = Target {
+            ring: &st.ring,
+            tree: None,
+        };
+        self.undo_copies(txid, moves, &target).await?;
+        self.call_node(dst_node, Request::Peer(PeerRequest::RenameAbort { txid }))
+            .await?;
+        self.applier.run(Mutation::DeleteIntent { txid }).await?;
+        Ok(())
+    }
+
+    /// Drops the hidden copies of `moves` (placed by `target`) and thaws their originals.
+    pub(super) async fn undo_copies(
+        self: &Arc<Self>,
+        txid: u64,
+        moves: &[DirMove],
+        target: &Target<'_>,
+    ) -> Result<(), FsError> {
         for m in moves {
-            for node in self.new_parts(m).into_keys() {
+            for node in self.new_parts(m, target.ring).into_keys() {
+                // A rename's copy on the node of its original shares the files' blocks; a
+                // tree move's copies are in other partitions (their own blocks).
+                let keep_blocks_of = target.tree.is_none().then(|| m.old.clone());
                 let drop_new = PeerRequest::DirFinish {
                     path: m.new.clone(),
                     txid,
-                    action: DirAction::Drop {
-                        keep_blocks_of: Some(m.old.clone()),
-                    },
+                    action: DirAction::Drop { keep_blocks_of },
                 };
                 self.call_node(node, Request::Peer(drop_new)).await?;
             }
@@ -725,18 +773,17 @@ impl Partition {
                 self.call_node(node, Request::Peer(thaw)).await?;
             }
         }
-        self.call_node(dst_node, Request::Peer(PeerRequest::RenameAbort { txid }))
-            .await?;
-        self.applier.run(Mutation::DeleteIntent { txid }).await?;
         Ok(())
     }
 
-    /// The directory objects under `from` (which is intact when a rename did not commit),
-    /// paired with their places under `to`.
+    /// The directory objects under `from` (which is intact when a rename or tree move did
+    /// not commit), paired with their places under `to`; for a tree move only those
+    /// `target` copies.
     pub(super) async fn walk_moves(
         self: &Arc<Self>,
         from: &str,
         to: &str,
+        target: &Target<'_>,
     ) -> Result<Vec<DirMove>, FsError> {
         let mut out = Vec::new();
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string())]);
@@ -746,7 +793,10 @@ impl Partition {
             let Some(subdirs) = self.subdirectories(&old, &map).await? else {
                 continue; // not a directory (or already gone)
             };
-            for name in subdirs {
+            for name in subdirs
+                .into_iter()
+                .filter(|n| target.copies(&join(&new, n)))
+            {
                 queue.push_back((join(&old, &name), join(&new, &name)));
             }
             out.push(DirMove {
@@ -954,9 +1004,23 @@ impl Partition {
                         self.applier.run(decide).await?;
                     }
                     // Not committed: the source subtree is intact; find what was copied.
-                    let walked = self.walk_moves(&join(&from_dir, &from_name), &to).await?;
+                    let st = self.state();
+                    let target = Target {
+                        ring: &st.ring,
+                        tree: None,
+                    };
+                    let from = join(&from_dir, &from_name);
+                    let walked = self.walk_moves(&from, &to, &target).await?;
                     self.undo_moves(txid, dst, &walked).await?;
                 }
+            }
+            Intent::TreeMove {
+                path,
+                group,
+                arriving,
+                moves,
+            } => {
+                Box::pin(self.recover_tree_move(txid, &path, group, arriving, moves)).await?;
             }
             // The coordinator drives these.
             Intent::RenameIn { .. } | Intent::ExchangeIn { .. } | Intent::DirReplaced { .. } => {}

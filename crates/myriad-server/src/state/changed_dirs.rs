@@ -49,6 +49,9 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         | Mutation::ForgetOnces { .. }
         | Mutation::Decide { .. }
         | Mutation::DeleteIntent { .. }
+        // Intents of a tree move; its directories change by DirFreeze, DirImport, DirFinish.
+        | Mutation::TreeMoveBegin { .. }
+        | Mutation::TreeMoveRecord { .. }
         // Data past chunk 0 is not covered by leases (close-to-open checks it). Repaired
         // blocks are what the intact copies held, so what any reader saw.
         | Mutation::WriteChunk { .. }

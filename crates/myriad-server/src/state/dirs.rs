@@ -145,6 +145,44 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             ctx.store.delete_intent(b, txid);
             Outcome::Unit
         }
+        Mutation::TreeMoveBegin {
+            path,
+            group,
+            arriving,
+        } => {
+            let txid = ctx.ids.next(ctx.store, b)?;
+            let intent = Intent::TreeMove {
+                path,
+                group,
+                arriving,
+                moves: Vec::new(),
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            Outcome::TreeMoveBegun { txid }
+        }
+        Mutation::TreeMoveRecord { txid, moves } => {
+            let Some(Intent::TreeMove {
+                path,
+                group,
+                arriving,
+                ..
+            }) = ctx
+                .store
+                .intent(txid)
+                .map_err(storage_err)?
+                .and_then(|bytes| Intent::decode(&bytes))
+            else {
+                return Err(FsError::Io(format!("no tree move {txid} to record")));
+            };
+            let intent = Intent::TreeMove {
+                path,
+                group,
+                arriving,
+                moves,
+            };
+            ctx.store.put_intent(b, txid, intent.encode());
+            Outcome::Unit
+        }
         Mutation::DirObjectCreate {
             path,
             ino,

@@ -73,6 +73,17 @@ pub enum Intent {
         /// recorded with the commit decision.
         moves: Vec<DirMove>,
     },
+    /// Coordinator (the partition holding the tree root's entry) of a tree moving between
+    /// placements because its policy changed (docs/zones.md section 3): `group`'s policy
+    /// is `Arriving` (or `Leaving`, `arriving` false). The map's settling of that policy
+    /// is the decision; `moves` (every directory object of the tree, old and new places
+    /// under one path) is recorded before it is asked for.
+    TreeMove {
+        path: String,
+        group: u32,
+        arriving: bool,
+        moves: Vec<DirMove>,
+    },
     /// Destination side of a cross-node rename: `dir/name` holds a staged entry for `ino`
     /// until the coordinator commits or aborts.
     RenameIn {

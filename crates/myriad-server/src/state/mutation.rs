@@ -72,6 +72,8 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::ResolveEntry { .. }
         | Mutation::Decide { .. }
         | Mutation::DeleteIntent { .. }
+        | Mutation::TreeMoveBegin { .. }
+        | Mutation::TreeMoveRecord { .. }
         | Mutation::DirObjectCreate { .. }
         | Mutation::DirObjectRemove { .. }
         | Mutation::MarkReadOnly { .. }

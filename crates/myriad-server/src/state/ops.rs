@@ -251,6 +251,18 @@ pub enum Mutation {
     DeleteIntent {
         txid: u64,
     },
+    /// Starts the move of the tree at `path` (its root's entry is here) between
+    /// placements: a `TreeMove` intent (`Outcome::TreeMoveBegun`).
+    TreeMoveBegin {
+        path: String,
+        group: u32,
+        arriving: bool,
+    },
+    /// Records the directory objects a tree move copied, before its decision.
+    TreeMoveRecord {
+        txid: u64,
+        moves: Vec<crate::state::intent::DirMove>,
+    },
     /// `shards`: the shards this (home) node holds; `map`: the map of a pre-split directory.
     DirObjectCreate {
         path: String,
@@ -390,6 +402,9 @@ pub enum Outcome {
     Begun {
         txid: u64,
         inode: Inode,
+    },
+    TreeMoveBegun {
+        txid: u64,
     },
     RenameBegun {
         txid: u64,
