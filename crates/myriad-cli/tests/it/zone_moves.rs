@@ -60,7 +60,9 @@ async fn reader(c: Client, stop: Arc<AtomicBool>) -> usize {
             .readdir("/proj/d1")
             .await
             .unwrap_or_else(|e| panic!("readdir during a move: {e}"));
-        let expected = (0..FILES).filter(|i| i % DIRS == 1 && !i.is_multiple_of(3)).count();
+        let expected = (0..FILES)
+            .filter(|i| i % DIRS == 1 && !i.is_multiple_of(3))
+            .count();
         let got = names.iter().filter(|e| e.name.starts_with('f')).count();
         assert_eq!(got, expected, "a listing during a move misses names");
     }

@@ -81,7 +81,10 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(rest.len(), 2);
         // Other meta records are not outcomes.
-        assert_eq!(store.meta_u64("format_version").ok().flatten(), Some(6));
+        assert_eq!(
+            store.meta_u64("format_version").ok().flatten(),
+            Some(u64::from(crate::FORMAT_VERSION))
+        );
         let mut b = Batch::new();
         store.delete_outcome(&mut b, 7, 1);
         store.commit(b).unwrap_or_else(|e| panic!("{e}"));
