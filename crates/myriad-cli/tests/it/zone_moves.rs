@@ -235,3 +235,88 @@ async fn a_tree_moves_between_zones_online_while_it_is_read_and_written() {
     }
     tc.fsck_until_clean().await;
 }
+
+/// The server coordinating a move (primary of the partition holding the root's entry) is
+/// killed while it moves: the next primary's recovery finishes or undoes what was begun,
+/// the move is tried again, `policy set` comes back done, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_move_survives_its_coordinator_being_killed() {
+    let tc = TestCluster::start_with(
+        6,
+        &[
+            "--zones",
+            "a,b",
+            "--replicas",
+            "2",
+            "--partitions-per-node",
+            "2",
+        ],
+    );
+    let c = client_in(&tc, "a");
+    c.newest_map().await;
+    c.mkdir("/proj", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut files = Vec::new();
+    for d in 0..24 {
+        let dir = format!("/proj/d{d}");
+        c.mkdir(&dir, 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+        for f in 0..8 {
+            let path = format!("{dir}/f{f}");
+            c.create(&path, 0o644, true, &content(&path))
+                .await
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            files.push(path);
+        }
+    }
+    let map = c.newest_map().await;
+    let coordinator = crate::harness::server_of(&map, map.ring().owner_of_entry("/proj"));
+
+    let setting = std::thread::spawn({
+        let args = ["--cluster".to_string(), tc.map_file().display().to_string()];
+        move || {
+            std::process::Command::new(crate::harness::BIN)
+                .args(&args)
+                .args(["policy", "set", "/proj", "--zone", "a", "--wait-s", "300"])
+                .output()
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    });
+    // Killed once the move may have begun (the coordinator looks every 2 s).
+    for _ in 0..100 {
+        if c.newest_map().await.moving_policy().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tc.kill9(coordinator);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tc.restart(coordinator);
+    tc.wait_up(&c, coordinator).await;
+    let out = tokio::task::block_in_place(|| setting.join()).unwrap_or_else(|_| panic!("cli"));
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let map = c.newest_map().await;
+    let group = map.live_policy("/proj").map(|p| (p.group, p.state));
+    assert!(matches!(group, Some((_, PolicyState::Active))), "{group:?}");
+    let ring = map.ring();
+    for d in 0..24 {
+        let home = map.partition(ring.owner_of_dir(&format!("/proj/d{d}")));
+        assert_eq!(home.map(|p| p.group), group.map(|g| g.0));
+    }
+    for path in &files {
+        let (_, got) = c
+            .fetch(path)
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(got, content(path), "{path}");
+    }
+    tc.fsck_until_clean().await;
+}
