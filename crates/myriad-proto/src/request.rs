@@ -1030,6 +1030,35 @@ impl ClientRequest {
         }
     }
 
+    /// The directory whose object (its entry for a name, or its listing) a request is
+    /// served from: the parent of the name it reads or changes, the directory it lists.
+    /// (A partition that answers `NotFound` because that object moved away while the
+    /// request ran answers with its newer map instead: docs/zones.md section 3.)
+    #[must_use]
+    pub fn served_dir(&self) -> Option<&str> {
+        fn parent(path: &str) -> Option<&str> {
+            (path != "/").then(|| match path.rfind('/') {
+                Some(0) | None => "/",
+                Some(i) => &path[..i],
+            })
+        }
+        match self {
+            ClientRequest::Create { path, .. }
+            | ClientRequest::Mkdir { path, .. }
+            | ClientRequest::Rmdir { path }
+            | ClientRequest::Unlink { path }
+            | ClientRequest::Symlink { path, .. }
+            | ClientRequest::SetAttr { path, .. }
+            | ClientRequest::Mknod { path, .. }
+            | ClientRequest::SetXattr { path, .. }
+            | ClientRequest::Write { path, .. }
+            | ClientRequest::Truncate { path, .. }
+            | ClientRequest::ExtendSize { path, .. }
+            | ClientRequest::Rename { from: path, .. } => parent(path),
+            _ => self.read_dir(),
+        }
+    }
+
     /// The directory whose entries a read reads (`read_of`; none for "/" itself).
     #[must_use]
     pub fn read_dir(&self) -> Option<&str> {

@@ -40,10 +40,29 @@ impl Leases {
     }
 }
 
+/// Map changes servers proposed (a partition settling or abandoning a tree move,
+/// docs/zones.md section 3), with their proposer, for the driver's next round: it commits
+/// one only if the proposer reaches it and its epoch follows the current map's directly
+/// (as the Raft group applies a map only above the current epoch).
+#[derive(Default)]
+pub struct Proposals {
+    queue: Mutex<Vec<(NodeId, ClusterMap)>>,
+}
+
+impl Proposals {
+    pub fn take(&self) -> Vec<(NodeId, ClusterMap)> {
+        self.queue
+            .lock()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
+    }
+}
+
 /// Server `me`'s view of the authority.
 pub struct SimAuthority {
     pub me: NodeId,
     pub leases: Arc<Leases>,
+    pub proposals: Arc<Proposals>,
 }
 
 impl Authority for SimAuthority {
@@ -58,12 +77,12 @@ impl Authority for SimAuthority {
         }
     }
 
-    fn propose_map(&self, _map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
-        Box::pin(async {
-            Err(FsError::Unavailable(
-                "the simulation commits maps itself".into(),
-            ))
-        })
+    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
+        if let Ok(mut q) = self.proposals.queue.lock() {
+            q.push((self.me, map));
+        }
+        // The proposer then waits to follow the epoch (the driver sends maps out).
+        Box::pin(async { Ok(()) })
     }
 
     fn committed_map(&self) -> Option<ClusterMap> {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use myriad_client::{Caller, Client, ClientConfig, ClusterMap, FsError, Keyring, NodeState};
-use myriad_placement::{NodeId, PartitionId};
+use myriad_placement::{NodeId, PartitionId, PolicyState};
 use myriad_server::ServerConfig;
 use myriad_server::embed::{CopyDigest, DOWN_AFTER, EmbeddedServer, LEASE, RENEW_EVERY};
 use myriad_storage::{BLOCK_BYTES, Kv, TieredKv};
@@ -104,6 +104,11 @@ pub struct SimConfig {
     /// in their zone under loans of reads (docs/zones.md "Nearest copy"), so the history
     /// check covers those reads too. Off by default: `--zones`.
     pub zones: bool,
+    /// With `zones`: the driver sets and clears policies on client trees that exist
+    /// (`/c0`, `/x1`, ...), so those trees move between zones online (docs/zones.md
+    /// section 3) while the clients work: their partitions propose the decisions to the
+    /// authority. Off by default: `--tree-moves` (implies `--zones`).
+    pub tree_moves: bool,
 }
 
 /// The zones of `--zones`, and the trees pinned to each.
@@ -132,6 +137,7 @@ impl SimConfig {
             auto_indexes: false,
             tiers: false,
             zones: false,
+            tree_moves: false,
         }
     }
 
@@ -159,7 +165,13 @@ impl SimConfig {
                 ""
             },
             if self.tiers { " --tiers" } else { "" },
-            if self.zones { " --zones" } else { "" }
+            if self.tree_moves {
+                " --tree-moves"
+            } else if self.zones {
+                " --zones"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -178,6 +190,11 @@ pub struct Report {
     pub lost_unsynced: u64,
     /// Copies moved (with `moves`): added server filled, removed server drained.
     pub moves_completed: u32,
+    /// With `tree_moves`: trees set moving, and moves settled or abandoned by their
+    /// partitions' proposals.
+    pub tree_moves_started: u32,
+    pub tree_moves_settled: u32,
+    pub tree_moves_abandoned: u32,
 }
 
 #[derive(Debug)]
@@ -275,6 +292,8 @@ struct Sim {
     trace: Trace,
     net: Arc<Net>,
     leases: Arc<Leases>,
+    /// Map changes the servers proposed (tree moves), committed by the authority's round.
+    proposals: Arc<crate::authority::Proposals>,
     /// Index = server id (0 unused).
     disks: Vec<Arc<SimDisk>>,
     /// With `tiers`: each server's capacity tier (`disks` holds the fast one).
@@ -348,6 +367,7 @@ impl Sim {
             trace,
             net,
             leases: Arc::new(Leases::default()),
+            proposals: Arc::default(),
             map: Mutex::new(map),
             history: Arc::new(History::default()),
             lock_check: Arc::default(),
@@ -428,6 +448,7 @@ impl Sim {
         let authority = SimAuthority {
             me: id,
             leases: self.leases.clone(),
+            proposals: self.proposals.clone(),
         };
         let server = EmbeddedServer::new(
             config,
@@ -569,6 +590,10 @@ impl Sim {
                     break;
                 }
             }
+            self.commit_proposals();
+            if self.cfg.tree_moves && self.map().epoch == map.epoch {
+                self.tree_move_step(&map);
+            }
             if self.map().epoch == map.epoch {
                 self.catch_up_step(&map);
             }
@@ -590,6 +615,80 @@ impl Sim {
                     });
                 }
             }
+        }
+    }
+
+    /// Commits the maps servers proposed whose proposer reaches the authority and whose
+    /// epoch directly follows the current one; drops the others (the proposer sees the
+    /// map it follows next and decides again).
+    fn commit_proposals(&self) {
+        for (from, next) in self.proposals.take() {
+            let now = self.map().epoch;
+            if next.epoch == now + 1 && self.net.reachable(from, CLIENTS) {
+                let before = self.map();
+                if let Some(moving) = before.moving_policy() {
+                    let settled = next.policies.iter().any(|p| {
+                        p.group == moving.group
+                            && matches!(p.state, PolicyState::Active | PolicyState::Retired)
+                    }) && next.moving_policy().is_none();
+                    let mut rep = lock(&self.report);
+                    if settled {
+                        rep.tree_moves_settled += 1;
+                    } else if next.moving_policy().is_none() {
+                        rep.tree_moves_abandoned += 1;
+                    }
+                }
+                let what: Vec<String> = next
+                    .policies
+                    .iter()
+                    .map(|p| format!("{} {:?}", p.path, p.state))
+                    .collect();
+                self.commit_map(
+                    next,
+                    &format!("proposed by server {from}: policies {}", what.join(", ")),
+                );
+            } else {
+                self.trace.event(format_args!(
+                    "map epoch {} proposed by server {from} dropped (now {now})",
+                    next.epoch
+                ));
+            }
+        }
+    }
+
+    /// With `tree_moves`: now and then, when no tree is moving, pins a client tree that
+    /// exists to a zone, or clears its policy; its partitions then move it
+    /// (docs/zones.md section 3).
+    fn tree_move_step(&self, map: &ClusterMap) {
+        if map.moving_policy().is_some() || !self.rng.with(|r| r.gen_bool(0.2)) {
+            return;
+        }
+        let k = self.rng.with(|r| r.gen_range(0..self.cfg.clients.max(1)));
+        let side = self.rng.with(|r| r.gen_range(0..2usize));
+        let root = format!("/{}{k}", ["c", "x"][side]);
+        // The trees pinned from the start stay as they are.
+        if SIM_ZONES.iter().any(|(_, r)| *r == root) {
+            return;
+        }
+        let next = if map.live_policy(&root).is_some() {
+            map.with_policy_leaving(&root)
+        } else {
+            let zone = SIM_ZONES[self.rng.with(|r| r.gen_range(0..SIM_ZONES.len()))].0;
+            map.with_policy_arriving(
+                &root,
+                zone,
+                self.cfg.replicas,
+                self.cfg.partitions_per_server.min(2),
+            )
+        };
+        match next {
+            Ok(next) => {
+                lock(&self.report).tree_moves_started += 1;
+                self.commit_map(next, &format!("tree move of {root}"));
+            }
+            Err(e) => self
+                .trace
+                .event(format_args!("tree move of {root} not started: {e}")),
         }
     }
 

@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers] [--zones]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers] [--zones] [--tree-moves]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -27,6 +27,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --auto-indexes  ... automatic indexes: never frozen, each write unregisters the index first
   --tiers       every server keeps a fast and a capacity tier, each on a disk that crashes on its own
   --zones       servers in two zones, /c1 and /x2 pinned one to each (copies stay in their zone)
+  --tree-moves  with --zones: other client trees are pinned and unpinned while in use (moved online)
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -66,6 +67,10 @@ fn parse() -> Result<(SimConfig, u64), String> {
             }
             "--tiers" => cfg.tiers = true,
             "--zones" => cfg.zones = true,
+            "--tree-moves" => {
+                cfg.zones = true;
+                cfg.tree_moves = true;
+            }
             "-h" | "--help" => return Err(HELP.to_string()),
             other => return Err(format!("unknown argument {other}\n\n{HELP}")),
         }
@@ -96,7 +101,7 @@ fn main() -> ExitCode {
         let wall = std::time::Instant::now();
         match run(&c) {
             Ok(r) => println!(
-                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, map changes {}, unsynced batches lost {}, copies moved {}",
+                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, map changes {}, unsynced batches lost {}, copies moved {}, trees moved {}/{} (abandoned {})",
                 r.ops,
                 r.events,
                 r.digest,
@@ -107,7 +112,10 @@ fn main() -> ExitCode {
                 r.disk_errors,
                 r.map_changes,
                 r.lost_unsynced,
-                r.moves_completed
+                r.moves_completed,
+                r.tree_moves_settled,
+                r.tree_moves_started,
+                r.tree_moves_abandoned
             ),
             Err(f) => {
                 eprintln!("{f}");

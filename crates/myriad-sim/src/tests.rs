@@ -31,7 +31,11 @@ async fn a_server_whose_disk_fails_an_fsync_stops() {
         config,
         Arc::new(disk.handle()),
         Arc::new(Endpoint::new(net.clone(), S1)),
-        Arc::new(SimAuthority { me: S1, leases }),
+        Arc::new(SimAuthority {
+            me: S1,
+            leases,
+            proposals: Arc::default(),
+        }),
         Duration::from_millis(1),
         tokio::time::Instant::now(),
     )

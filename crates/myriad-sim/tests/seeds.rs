@@ -373,6 +373,34 @@ fn seeds_with_zones_keep_every_invariant() {
     }
 }
 
+/// Trees pinned and unpinned while the clients use them (docs/zones.md section 3): their
+/// partitions copy them, propose the decisions, finish or undo after crashes. Seed 9
+/// found recovery taking a settled move whose tree was leaving again for undecided (it
+/// "undid" it towards the new target and left the tree frozen: the final reads got
+/// `Busy`); fixed in `tree_move::outcome`, with its unit test. Seeds 34 (--leases) and
+/// 22 (--behind): an rmdir met the drop of its directory's old object after the decision
+/// and answered `NotFound` for a directory that lived on in its new place; fixed in
+/// `Partition::moved_away` (the newer map instead).
+#[test]
+fn seeds_with_tree_moves_keep_every_invariant() {
+    for (seed, ops, leases, behind) in [
+        (9, 300, false, false),
+        (34, 300, true, false),
+        (22, 300, true, true),
+        (1, 100, false, false),
+    ] {
+        let r = check(&SimConfig {
+            zones: true,
+            tree_moves: true,
+            leases,
+            behind,
+            ops_per_client: ops,
+            ..SimConfig::new(seed)
+        });
+        assert!(r.tree_moves_settled > 0, "seed {seed}: no tree moved");
+    }
+}
+
 /// Seeds that found bugs (each fixed, with a unit test beside the fix):
 /// 1016: recovery undid a split whose owner was still waiting for its first step to be
 ///       durable; the owner revealed the child anyway, and names created in it were later

@@ -29,6 +29,28 @@ fn client_in(tc: &TestCluster, zone: &str) -> Client {
     Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Six servers in zones a and b (two copies of each partition), a client in zone a, and
+/// the directory `/proj`.
+async fn zoned_cluster_with_proj() -> (TestCluster, Client) {
+    let tc = TestCluster::start_with(
+        6,
+        &[
+            "--zones",
+            "a,b",
+            "--replicas",
+            "2",
+            "--partitions-per-node",
+            "2",
+        ],
+    );
+    let c = client_in(&tc, "a");
+    c.newest_map().await;
+    c.mkdir("/proj", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (tc, c)
+}
+
 fn file_path(i: usize) -> String {
     let sub = if i.is_multiple_of(3) { "/deep" } else { "" };
     format!("/proj/d{}{sub}/f{i}", i % DIRS)
@@ -138,22 +160,7 @@ async fn file_bytes_across_zones(c: &Client) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_moves_between_zones_online_while_it_is_read_and_written() {
-    let tc = TestCluster::start_with(
-        6,
-        &[
-            "--zones",
-            "a,b",
-            "--replicas",
-            "2",
-            "--partitions-per-node",
-            "2",
-        ],
-    );
-    let c = client_in(&tc, "a");
-    c.newest_map().await;
-    c.mkdir("/proj", 0o755)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (tc, c) = zoned_cluster_with_proj().await;
     for d in 0..DIRS {
         for dir in [format!("/proj/d{d}"), format!("/proj/d{d}/deep")] {
             c.mkdir(&dir, 0o755)
@@ -241,22 +248,7 @@ async fn a_tree_moves_between_zones_online_while_it_is_read_and_written() {
 /// the move is tried again, `policy set` comes back done, and nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_move_survives_its_coordinator_being_killed() {
-    let tc = TestCluster::start_with(
-        6,
-        &[
-            "--zones",
-            "a,b",
-            "--replicas",
-            "2",
-            "--partitions-per-node",
-            "2",
-        ],
-    );
-    let c = client_in(&tc, "a");
-    c.newest_map().await;
-    c.mkdir("/proj", 0o755)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (tc, c) = zoned_cluster_with_proj().await;
     let mut files = Vec::new();
     for d in 0..24 {
         let dir = format!("/proj/d{d}");

@@ -40,17 +40,22 @@ pub(crate) const TRIES: u32 = 5;
 
 /// What became of the move of `group`'s tree, as `map` says: `None` still moving,
 /// `Some(true)` settled (the tree is placed where it was copied to), `Some(false)`
-/// abandoned.
+/// abandoned. Read from every state a policy can reach after that move, not only the
+/// next one: a settled arrival may be leaving again by the time recovery looks
+/// (simulation seed 9 with --tree-moves: recovery took such a move for undecided and
+/// "undid" it towards the new move's target, leaving the tree frozen). An arrival always
+/// makes a new group; a group leaving again after an abandoned leave did so only once
+/// that move's intent was gone (it is abandoned only after its undo).
 fn outcome(map: &ClusterMap, group: u32, arriving: bool) -> Option<bool> {
     let state = map
         .policies
         .iter()
         .find(|p| p.group == group)
         .map(|p| p.state);
-    match (state, arriving) {
-        (Some(PolicyState::Arriving | PolicyState::Leaving), _) => None,
-        (Some(PolicyState::Active), true) | (Some(PolicyState::Retired), false) => Some(true),
-        _ => Some(false),
+    match (arriving, state) {
+        (true, Some(PolicyState::Arriving)) | (false, Some(PolicyState::Leaving)) => None,
+        (true, Some(_)) | (false, Some(PolicyState::Retired)) => Some(true),
+        (true, None) | (false, _) => Some(false),
     }
 }
 
@@ -138,7 +143,11 @@ impl Partition {
             return Err(e);
         }
         match self.decide_tree_move(group, arriving, true).await {
-            Ok(true) => self.finish_tree_move(txid, path, &moves).await,
+            Ok(true) => {
+                self.finish_tree_move(txid, path, &moves).await?;
+                tracing::info!(path, directories = moves.len(), "tree moved");
+                Ok(())
+            }
             Ok(false) => {
                 self.undo_tree_move(txid, &moves, &target).await;
                 Err(FsError::Io("the move was abandoned meanwhile".into()))
@@ -230,19 +239,7 @@ impl Partition {
         if !moves.is_empty() {
             self.broadcast_invalidate(path).await;
         }
-        let st = self.state();
-        for m in moves {
-            for node in self.new_parts(m, &st.ring).into_keys() {
-                let req = PeerRequest::DirFinish {
-                    path: m.new.clone(),
-                    txid,
-                    action: DirAction::Reveal,
-                };
-                self.call_node(node, Request::Peer(req)).await?;
-            }
-        }
-        self.applier.run(Mutation::DeleteIntent { txid }).await?;
-        Ok(())
+        self.reveal_and_end(txid, moves).await
     }
 
     /// Recovery of a `TreeMove` intent no live move holds.
@@ -304,8 +301,11 @@ mod tests {
             .with_policy_leaving("/t")
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(outcome(&leaving, g, false), None);
+        // A settled arrival stays settled when its tree starts leaving again.
+        assert_eq!(outcome(&leaving, g, true), Some(true));
         let out = leaving.settle_move(g).unwrap_or_else(|| panic!("moving"));
         assert_eq!(outcome(&out, g, false), Some(true));
+        assert_eq!(outcome(&out, g, true), Some(true));
         let back = leaving.abandon_move(g).unwrap_or_else(|| panic!("moving"));
         assert_eq!(outcome(&back, g, false), Some(false));
     }

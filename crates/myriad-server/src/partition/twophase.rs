@@ -689,6 +689,16 @@ impl Partition {
         }
         self.call_node(dst_node, Request::Peer(PeerRequest::RenameCommit { txid }))
             .await?;
+        self.reveal_and_end(txid, moves).await
+    }
+
+    /// The last steps after a decision: the copies of `moves` are revealed where the map
+    /// now places them (their readers waited until then), and the intent is deleted.
+    pub(super) async fn reveal_and_end(
+        self: &Arc<Self>,
+        txid: u64,
+        moves: &[DirMove],
+    ) -> Result<(), FsError> {
         let st = self.state();
         for m in moves {
             for node in self.new_parts(m, &st.ring).into_keys() {
