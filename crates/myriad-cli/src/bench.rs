@@ -63,7 +63,7 @@ pub enum BenchCmd {
     /// same file's blocks on local disk; JSON and a PNG of raw bytes per byte.
     Capacity(crate::bench_capacity::CapacityArgs),
     /// The network seed: two zones of servers with --delay-ms between them (network
-    /// namespaces and tc netem; needs root); a small-file job by clients in zone a on a
+    /// namespaces and a delay line between them; needs root); a small-file job by clients in zone a on a
     /// tree pinned to zone a and on one placed over both zones, and the two-sites case
     /// (half the clients in each zone, each on its own pinned half) against the halves on
     /// two independent clusters; wall times, bytes across zones, reads answered in zone.

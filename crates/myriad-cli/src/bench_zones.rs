@@ -33,7 +33,8 @@ pub struct ZonesArgs {
     files: usize,
     #[arg(long, default_value_t = 4096)]
     file_size: usize,
-    /// Delay each way between the zones (tc netem on each zone's link).
+    /// Delay each way between the zones (a userspace delay line between the zones'
+    /// namespaces: these kernels have no sch_netem).
     #[arg(long, default_value_t = 10)]
     delay_ms: u64,
     #[arg(long, default_value_t = 3)]

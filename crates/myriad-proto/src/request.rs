@@ -1036,12 +1036,6 @@ impl ClientRequest {
     /// request ran answers with its newer map instead: docs/zones.md section 3.)
     #[must_use]
     pub fn served_dir(&self) -> Option<&str> {
-        fn parent(path: &str) -> Option<&str> {
-            (path != "/").then(|| match path.rfind('/') {
-                Some(0) | None => "/",
-                Some(i) => &path[..i],
-            })
-        }
         match self {
             ClientRequest::Create { path, .. }
             | ClientRequest::Mkdir { path, .. }
@@ -1054,7 +1048,7 @@ impl ClientRequest {
             | ClientRequest::Write { path, .. }
             | ClientRequest::Truncate { path, .. }
             | ClientRequest::ExtendSize { path, .. }
-            | ClientRequest::Rename { from: path, .. } => parent(path),
+            | ClientRequest::Rename { from: path, .. } => parent_dir(path),
             _ => self.read_dir(),
         }
     }
@@ -1063,13 +1057,18 @@ impl ClientRequest {
     #[must_use]
     pub fn read_dir(&self) -> Option<&str> {
         match self.read_of()? {
-            ReadOf::Name(path) => (path != "/").then(|| match path.rfind('/') {
-                Some(0) | None => "/",
-                Some(i) => &path[..i],
-            }),
+            ReadOf::Name(path) => parent_dir(path),
             ReadOf::Listing(dir) => Some(dir),
         }
     }
+}
+
+/// The directory holding `path`'s entry (none for "/").
+fn parent_dir(path: &str) -> Option<&str> {
+    (path != "/").then(|| match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    })
 }
 
 impl ServerRequest {
@@ -1287,5 +1286,33 @@ impl Request {
             ),
             Request::Client(_) | Request::Replica(_) => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_served_from_its_names_directory_or_the_one_it_lists() {
+        let rmdir = ClientRequest::Rmdir {
+            path: "/a/b".into(),
+        };
+        assert_eq!(rmdir.served_dir(), Some("/a"));
+        let rename = ClientRequest::Rename {
+            from: "/x".into(),
+            to: "/y/z".into(),
+            flags: RenameFlags::default(),
+        };
+        assert_eq!(rename.served_dir(), Some("/"));
+        let stat = ClientRequest::Stat { path: "/".into() };
+        assert_eq!(stat.served_dir(), None);
+        let list = ClientRequest::ReadDir {
+            path: "/a/b".into(),
+            from: 0,
+            after: None,
+            limit: 10,
+        };
+        assert_eq!(list.served_dir(), Some("/a/b"));
     }
 }

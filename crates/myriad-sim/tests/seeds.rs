@@ -377,24 +377,19 @@ fn seeds_with_zones_keep_every_invariant() {
 /// partitions copy them, propose the decisions, finish or undo after crashes. Seed 9
 /// found recovery taking a settled move whose tree was leaving again for undecided (it
 /// "undid" it towards the new target and left the tree frozen: the final reads got
-/// `Busy`); fixed in `tree_move::outcome`, with its unit test. Seeds 34 (--leases) and
-/// 22 (--behind): an rmdir met the drop of its directory's old object after the decision
-/// and answered `NotFound` for a directory that lived on in its new place; fixed in
-/// `Partition::moved_away` (the newer map instead).
+/// `Busy`); fixed in `tree_move::outcome`, with its unit test. Seed 34 (--leases, and 22
+/// with --behind, not run here): an rmdir met the drop of its directory's old object
+/// after the decision and answered `NotFound` for a directory that lived on in its new
+/// place; fixed in `Partition::moved_away` (the newer map instead). 300 operations per
+/// client each: fewer miss both.
 #[test]
 fn seeds_with_tree_moves_keep_every_invariant() {
-    for (seed, ops, leases, behind) in [
-        (9, 300, false, false),
-        (34, 300, true, false),
-        (22, 300, true, true),
-        (1, 100, false, false),
-    ] {
+    for (seed, leases) in [(9, false), (34, true)] {
         let r = check(&SimConfig {
             zones: true,
             tree_moves: true,
             leases,
-            behind,
-            ops_per_client: ops,
+            ops_per_client: 300,
             ..SimConfig::new(seed)
         });
         assert!(r.tree_moves_settled > 0, "seed {seed}: no tree moved");
