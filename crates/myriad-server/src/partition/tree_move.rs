@@ -113,6 +113,12 @@ impl Partition {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let st = self.state();
+        // The target is the moving policy's: with no move in the map it would be where
+        // the tree already is (copies onto their originals).
+        if outcome(&st.map, group, arriving).is_some() {
+            self.applier.run(Mutation::DeleteIntent { txid }).await?;
+            return Err(FsError::Busy);
+        }
         let ring = Ring::target(&st.map);
         let target = Target {
             ring: &ring,
