@@ -58,10 +58,7 @@ impl EmbeddedServer {
         )
         .map_err(|e| e.to_string())?;
         let syncer = Syncer::start(kv.clone(), runner).map_err(|e| e.to_string())?;
-        let first = Arc::new(MapState {
-            ring: config.map.ring(),
-            map: config.map.clone(),
-        });
+        let first = Arc::new(MapState::new(config.map.clone()));
         let (map_news, _) = tokio::sync::watch::channel(first);
         let failure = syncer.clone();
         let host = Host::assemble(HostParts {

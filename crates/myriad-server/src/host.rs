@@ -426,8 +426,7 @@ impl Host {
             epoch = map.epoch,
             "installed newer cluster map"
         );
-        let ring = map.ring();
-        *guard = Arc::new(MapState { map, ring });
+        *guard = Arc::new(MapState::new(map));
         Ok(true)
     }
 

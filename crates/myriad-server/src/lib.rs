@@ -139,10 +139,7 @@ pub async fn run(
     {
         map = m;
     }
-    let first_state = Arc::new(MapState {
-        ring: map.ring(),
-        map: map.clone(),
-    });
+    let first_state = Arc::new(MapState::new(map.clone()));
     let (map_news, map_view) = tokio::sync::watch::channel(first_state);
     let membership = Arc::new(membership::Membership::new(
         config.node_id,

@@ -80,10 +80,7 @@ fn host(transport: Arc<Silent>) -> Arc<Host> {
         fsync: Duration::ZERO,
     };
     let syncer = Syncer::start(kv.clone(), runner).unwrap_or_else(|e| panic!("syncer: {e}"));
-    let (map_news, _) = watch::channel(Arc::new(MapState {
-        ring: map.ring(),
-        map,
-    }));
+    let (map_news, _) = watch::channel(Arc::new(MapState::new(map)));
     Host::assemble(HostParts {
         config,
         kv,

@@ -257,10 +257,7 @@ impl Partition {
                     Some(s) => s.is_valid() && ring.owner_of_shard(&path, *s) == self.me,
                     None => ring.owner_of_dir(&path) == self.me,
                 };
-                let moving_here = || {
-                    st.map.moving_policy().is_some()
-                        && here(&myriad_placement::Ring::target(&st.map))
-                };
+                let moving_here = || st.map.moving_policy().is_some() && here(st.target_ring());
                 if !here(&st.ring) && !moving_here() {
                     return Err(FsError::Redirect(Box::new(st.map.clone())));
                 }

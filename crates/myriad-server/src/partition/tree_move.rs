@@ -27,7 +27,7 @@
 
 use std::sync::Arc;
 
-use myriad_placement::{ClusterMap, PolicyState, Ring};
+use myriad_placement::{ClusterMap, PolicyState};
 use myriad_proto::{DirAction, FileKind, FsError, PeerRequest, Request};
 
 use crate::partition::core::Partition;
@@ -119,9 +119,8 @@ impl Partition {
             self.applier.run(Mutation::DeleteIntent { txid }).await?;
             return Err(FsError::Busy);
         }
-        let ring = Ring::target(&st.map);
         let target = Target {
-            ring: &ring,
+            ring: st.target_ring(),
             tree: Some(path),
         };
         let mut moves = Vec::new();
@@ -257,8 +256,8 @@ impl Partition {
         arriving: bool,
         moves: Vec<DirMove>,
     ) -> Result<(), FsError> {
-        let map = self.state().map.clone();
-        match outcome(&map, group, arriving) {
+        let st = self.state();
+        match outcome(&st.map, group, arriving) {
             Some(true) => self.finish_tree_move(txid, path, &moves).await,
             // Abandoned only after its copies were undone: nothing is left but the intent.
             Some(false) => {
@@ -266,9 +265,8 @@ impl Partition {
                 Ok(())
             }
             None => {
-                let ring = Ring::target(&map);
                 let target = Target {
-                    ring: &ring,
+                    ring: st.target_ring(),
                     tree: Some(path),
                 };
                 // Not decided: the tree is intact where it was; find what was copied.

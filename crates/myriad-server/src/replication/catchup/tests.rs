@@ -108,10 +108,7 @@ async fn catch_up_into(
     let map = ClusterMap::build(1, &["a:1".into(), "b:1".into(), "c:1".into()], 1, 3);
     let peers: Arc<dyn Peers> = Arc::new(Copies {
         backups,
-        map: Arc::new(MapState {
-            ring: map.ring(),
-            map,
-        }),
+        map: Arc::new(MapState::new(map)),
         bundler: crate::replication::bundle::Bundler::default(),
     });
     let ids: Vec<NodeId> = copies.iter().map(|c| c.0).collect();

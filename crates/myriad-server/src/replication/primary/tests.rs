@@ -103,10 +103,7 @@ async fn primary(seed: usize) -> Primary {
     let peers = Arc::new(InMemory {
         backup,
         syncer: backup_syncer,
-        map: Arc::new(MapState {
-            ring: map.ring(),
-            map,
-        }),
+        map: Arc::new(MapState::new(map)),
         stalled: AtomicBool::new(false),
         copy_stalled: AtomicBool::new(false),
         never: Notify::new(),
