@@ -102,15 +102,10 @@ pub async fn run(cmd: PolicyCmd, client: &Client) -> anyhow::Result<()> {
             if live.is_empty() {
                 println!("no policies (every tree is placed over every zone)");
             }
-            for p in live {
+            for p in &live {
                 println!("{}", describe(&map, &p.path));
             }
-            let retired = map.policies.len()
-                - map
-                    .policies
-                    .iter()
-                    .filter(|p| p.state != PolicyState::Retired)
-                    .count();
+            let retired = map.policies.len() - live.len();
             if retired > 0 {
                 println!(
                     "({retired} cleared policies keep their partitions: files that left their trees keep data there)"
