@@ -75,9 +75,7 @@ pub fn load_map(cluster: Option<&std::path::Path>) -> anyhow::Result<ClusterMap>
             "no cluster given: pass --cluster FILE or set MYRIAD_CLUSTER (`myriad cluster up` prints it)"
         );
     };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read cluster map {}", path.display()))?;
-    ClusterMap::from_json(&text).with_context(|| format!("bad cluster map {}", path.display()))
+    Ok(myriad_client::setup::load_map(path)?)
 }
 
 /// Makes a user-given remote path canonical: absolute, no empty, "." or ".." components.

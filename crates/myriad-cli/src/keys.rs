@@ -5,7 +5,7 @@
 //! with everyone.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -13,51 +13,16 @@ use myriad_client::Keyring;
 use myriad_client::proto::auth;
 use rand::RngCore;
 
-/// File name of the cluster secret beside a local cluster's map.
-pub const SECRET_FILE: &str = "cluster.secret";
-/// File name of the client key beside a local cluster's map.
-pub const CLIENT_KEY_FILE: &str = "client.key";
+pub use myriad_client::setup::{CLIENT_KEY_FILE, SECRET_FILE};
 
-/// Reads a key file, refusing one that too many may read.
+/// Reads a key file, refusing one that too many may read (`myriad_client::setup`).
 pub fn load(path: &Path) -> anyhow::Result<Keyring> {
-    let meta = std::fs::metadata(path)
-        .with_context(|| format!("cannot read key file {}", path.display()))?;
-    let mode = meta.permissions().mode() & 0o777;
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read key file {}", path.display()))?;
-    let keys = Keyring::parse(&text).with_context(|| format!("bad key file {}", path.display()))?;
-    let allowed = if keys.has_cluster_secret() {
-        0o700
-    } else {
-        0o750
-    };
-    if mode & !allowed != 0 {
-        bail!(
-            "key file {} can be read by others (mode {mode:o}); run `chmod 600 {}`",
-            path.display(),
-            path.display()
-        );
-    }
-    Ok(keys)
+    Ok(myriad_client::setup::load_keys(path)?)
 }
 
-/// The key file a client uses: `--secret-file` / MYRIAD_SECRET_FILE, else the cluster secret
-/// beside the cluster map, else the client key beside it.
+/// The key file a client uses (`myriad_client::setup::client_keys`).
 pub fn client_keys(explicit: Option<&Path>, map: Option<&Path>) -> anyhow::Result<Keyring> {
-    if let Some(p) = explicit {
-        return load(p);
-    }
-    let dir = map.and_then(Path::parent).unwrap_or(Path::new("."));
-    for name in [SECRET_FILE, CLIENT_KEY_FILE] {
-        let p = dir.join(name);
-        if p.exists() {
-            return load(&p);
-        }
-    }
-    bail!(
-        "no cluster key: pass --secret-file FILE or set MYRIAD_SECRET_FILE (a cluster's `{SECRET_FILE}` or `{CLIENT_KEY_FILE}`; none beside the map in {})",
-        dir.display()
-    )
+    Ok(myriad_client::setup::client_keys(explicit, map)?)
 }
 
 /// Writes `text` to a new file of mode 0600 (never over an existing one).

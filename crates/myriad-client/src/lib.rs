@@ -20,6 +20,7 @@ mod index;
 mod indexes;
 mod leases;
 mod nearest;
+pub mod setup;
 mod write_behind;
 
 pub use behind::{BehindSpawner, BehindTask};

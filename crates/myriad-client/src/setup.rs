@@ -1,0 +1,179 @@
+//! A client made from what a user has at hand: the cluster map file, the key file beside it
+//! (or one given), the calling process's identity and its zone. The CLI, the mount and the
+//! language bindings all start their clients from here, so they refuse the same bad key
+//! files with the same words.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use myriad_placement::ClusterMap;
+use myriad_proto::Caller;
+use myriad_proto::auth::Keyring;
+
+/// File name of the cluster secret beside a local cluster's map.
+pub const SECRET_FILE: &str = "cluster.secret";
+/// File name of the client key beside a local cluster's map.
+pub const CLIENT_KEY_FILE: &str = "client.key";
+
+/// Why a client could not be set up: a sentence for the user, naming the file at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupError(pub String);
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+/// Reads a key file, refusing one that too many may read: a cluster secret only its owner
+/// (0600 or 0700), a client key its owner's group too (0640), never everyone.
+pub fn load_keys(path: &Path) -> Result<Keyring, SetupError> {
+    let unreadable =
+        |e: std::io::Error| SetupError(format!("cannot read key file {}: {e}", path.display()));
+    let mode = std::fs::metadata(path)
+        .map_err(unreadable)?
+        .permissions()
+        .mode()
+        & 0o777;
+    let text = std::fs::read_to_string(path).map_err(unreadable)?;
+    let keys = Keyring::parse(&text)
+        .map_err(|e| SetupError(format!("bad key file {}: {e}", path.display())))?;
+    let allowed = if keys.has_cluster_secret() {
+        0o700
+    } else {
+        0o750
+    };
+    if mode & !allowed != 0 {
+        return Err(SetupError(format!(
+            "key file {} can be read by others (mode {mode:o}); run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        )));
+    }
+    Ok(keys)
+}
+
+/// The key file a client uses: `explicit` (`--secret-file`, MYRIAD_SECRET_FILE), else the
+/// cluster secret beside the cluster map `map`, else the client key beside it.
+pub fn client_keys(explicit: Option<&Path>, map: Option<&Path>) -> Result<Keyring, SetupError> {
+    if let Some(p) = explicit {
+        return load_keys(p);
+    }
+    let dir = map.and_then(Path::parent).unwrap_or(Path::new("."));
+    for name in [SECRET_FILE, CLIENT_KEY_FILE] {
+        let p = dir.join(name);
+        if p.exists() {
+            return load_keys(&p);
+        }
+    }
+    Err(SetupError(format!(
+        "no cluster key: pass --secret-file FILE or set MYRIAD_SECRET_FILE (a cluster's `{SECRET_FILE}` or `{CLIENT_KEY_FILE}`; none beside the map in {})",
+        dir.display()
+    )))
+}
+
+/// The cluster map in the file at `path` (what `myriad cluster up` prints).
+pub fn load_map(path: &Path) -> Result<ClusterMap, SetupError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SetupError(format!("cannot read cluster map {}: {e}", path.display())))?;
+    ClusterMap::from_json(&text)
+        .map_err(|e| SetupError(format!("bad cluster map {}: {e}", path.display())))
+}
+
+/// The calling process's uid, gid and supplementary groups: what the servers record as owner.
+#[must_use]
+pub fn current_caller() -> Caller {
+    // SAFETY: getuid/getgid cannot fail; getgroups writes at most `n` entries into `buf`.
+    unsafe {
+        let uid = libc::getuid();
+        let gid = libc::getgid();
+        let mut buf = vec![0 as libc::gid_t; 256];
+        let n = libc::getgroups(256, buf.as_mut_ptr());
+        buf.truncate(usize::try_from(n).unwrap_or(0));
+        Caller {
+            uid,
+            gid,
+            groups: buf,
+        }
+    }
+}
+
+/// The zone of the servers of `map` running on this host (docs/zones.md "Nearest copy"),
+/// or `""`.
+#[must_use]
+pub fn zone_of_this_host(map: &ClusterMap) -> String {
+    zone_beside(map, |ip| {
+        std::net::UdpSocket::bind(std::net::SocketAddr::new(ip, 0)).is_ok()
+    })
+}
+
+/// The zone of the servers of `map` whose address is one of this host's (`is_local`),
+/// when they all are in the same one. Loopback addresses say nothing (every server of a
+/// cluster on one machine has one); nor do names that are not IP addresses.
+pub fn zone_beside(map: &ClusterMap, is_local: impl Fn(std::net::IpAddr) -> bool) -> String {
+    let mut zones = map.nodes.iter().filter_map(|n| {
+        let ip = n.addr.parse::<std::net::SocketAddr>().ok()?.ip();
+        (!ip.is_loopback() && !ip.is_unspecified() && is_local(ip)).then_some(n.zone.as_str())
+    });
+    let Some(first) = zones.next() else {
+        return String::new();
+    };
+    if zones.all(|z| z == first) {
+        first.to_string()
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(addrs: &[&str], zones: &[&str]) -> ClusterMap {
+        let addrs: Vec<String> = addrs.iter().map(|a| (*a).to_string()).collect();
+        let zones: Vec<String> = zones.iter().map(|z| (*z).to_string()).collect();
+        ClusterMap::build_in_zones(1, &addrs, &zones, 1, 1)
+    }
+
+    #[test]
+    fn a_client_beside_servers_of_one_zone_is_in_it() {
+        let m = map(
+            &["10.0.0.1:7000", "10.0.0.2:7000", "10.0.1.1:7000"],
+            &["a", "a", "b"],
+        );
+        let here = |ip: std::net::IpAddr| ip.to_string().starts_with("10.0.0.");
+        assert_eq!(zone_beside(&m, here), "a");
+        let elsewhere = |ip: std::net::IpAddr| ip.to_string() == "10.0.1.1";
+        assert_eq!(zone_beside(&m, elsewhere), "b");
+        assert_eq!(zone_beside(&m, |_| false), "", "no server here");
+        assert_eq!(zone_beside(&m, |_| true), "", "servers of two zones here");
+        // Every server of a cluster on one machine listens on loopback: no zone from it.
+        let local = map(&["127.0.0.1:7001", "127.0.0.1:7002"], &["a", "b"]);
+        assert_eq!(zone_beside(&local, |_| true), "");
+        let named = map(&["node1:7000"], &["a"]);
+        assert_eq!(zone_beside(&named, |_| true), "");
+    }
+
+    #[test]
+    fn key_files_others_may_read_are_refused() {
+        let dir = std::env::temp_dir().join(format!("myriad-setup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let p = dir.join("k");
+        let line = myriad_proto::auth::client_key_line(&[7u8; myriad_proto::auth::KEY_BYTES]);
+        assert!(std::fs::write(&p, format!("{line}\n")).is_ok());
+        let chmod = |m| std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m));
+        assert!(chmod(0o640).is_ok());
+        assert!(
+            load_keys(&p).is_ok(),
+            "a client key its group may read is fine"
+        );
+        assert!(chmod(0o644).is_ok());
+        let e = load_keys(&p).err().map(|e| e.0).unwrap_or_default();
+        assert!(e.contains("can be read by others"), "{e}");
+        let missing = client_keys(None, Some(&dir.join("nothing/cluster.json")));
+        assert!(missing.is_err_and(|e| e.0.contains("no cluster key")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
