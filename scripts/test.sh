@@ -14,3 +14,4 @@ fi
 cargo check --manifest-path fuzz/Cargo.toml --locked --bins --examples
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+bash scripts/test-python.sh

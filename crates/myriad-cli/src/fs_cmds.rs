@@ -402,19 +402,11 @@ async fn put_file(client: &Client, local: &Path, remote: &str, mode: u32) -> any
     if size <= COPY_PIECE_BYTES as u64 {
         let data =
             std::fs::read(local).with_context(|| format!("cannot read {}", local.display()))?;
-        match client.create(remote, mode, true, &data).await {
-            Ok(_) => return Ok(size),
-            Err(FsError::AlreadyExists) => {
-                let h = client.open(remote).await.map_err(|e| err(remote, e))?;
-                client.truncate(&h, 0).await.map_err(|e| err(remote, e))?;
-                client
-                    .write(&h, 0, &data)
-                    .await
-                    .map_err(|e| err(remote, e))?;
-                return Ok(size);
-            }
-            Err(e) => return Err(err(remote, e)),
-        }
+        client
+            .write_file(remote, mode, &data)
+            .await
+            .map_err(|e| err(remote, e))?;
+        return Ok(size);
     }
     let h = match client.create(remote, mode, true, &[]).await {
         Ok(h) => h,

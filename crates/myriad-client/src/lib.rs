@@ -21,6 +21,7 @@ mod indexes;
 mod leases;
 mod nearest;
 pub mod setup;
+mod whole_files;
 mod write_behind;
 
 pub use behind::{BehindSpawner, BehindTask};
@@ -44,3 +45,4 @@ pub use myriad_proto::{
     Caller, CounterSnapshot, DirEntry, FileKind, FsError, Inode, InodeId, RenameFlags, SetAttr,
     StatFs, TierStat, TrafficKind, ZoneTraffic,
 };
+pub use whole_files::FETCH_MANY_PARALLEL;

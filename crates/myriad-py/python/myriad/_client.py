@@ -1,0 +1,128 @@
+"""`Client`: the native client plus what is better said in Python (paths made canonical,
+`open()`, `walk`, `exists`)."""
+
+import os
+import posixpath
+import stat as _stat
+
+from . import _native
+from ._files import open_file
+
+
+def canonical(path):
+    """An absolute path with no empty, "." or ".." parts (".." is taken lexically).
+
+    Accepts str and os.PathLike; a relative path is an error (the cluster has no working
+    directory)."""
+    p = os.fspath(path)
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p.startswith("/"):
+        raise ValueError(f"myriad paths are absolute (start with '/'): {p!r}")
+    p = posixpath.normpath(p)
+    # normpath keeps a leading "//" (POSIX leaves its meaning open); here it is "/".
+    return "/" + p.lstrip("/")
+
+
+class Client(_native.Client):
+    """A connection to a Myriad cluster, safe to share between threads (each call releases
+    the GIL) and usable after fork (a child process makes its own connections)."""
+
+    def fetch(self, path):
+        """A file's whole contents (bytes): one request for a small file."""
+        return super().fetch(canonical(path))
+
+    def fetch_many(self, paths, parallel=_native.FETCH_MANY_PARALLEL, on_error="raise"):
+        """The contents of many files, in order, `parallel` at a time (see the native
+        method for `on_error`)."""
+        return super().fetch_many([canonical(p) for p in paths], parallel, on_error)
+
+    def read(self, path, offset=0, size=None):
+        return super().read(canonical(path), offset, size)
+
+    def write(self, path, data, mode=0o644):
+        return super().write(canonical(path), bytes(data), mode)
+
+    def write_many(self, items, mode=0o644, parallel=_native.FETCH_MANY_PARALLEL):
+        """Writes many files at once: `items` is a dict or pairs of (path, data)."""
+        pairs = items.items() if hasattr(items, "items") else items
+        return super().write_many([(canonical(p), bytes(d)) for p, d in pairs], mode, parallel)
+
+    def stat(self, path):
+        return super().stat(canonical(path))
+
+    def exists(self, path):
+        try:
+            super().stat(canonical(path))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def isdir(self, path):
+        try:
+            return _stat.S_ISDIR(super().stat(canonical(path)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def listdir(self, path="/"):
+        return super().listdir(canonical(path))
+
+    def scandir(self, path="/"):
+        return super().scandir(canonical(path))
+
+    def walk(self, top="/", topdown=True):
+        """Like os.walk: (dirpath, dirnames, filenames) for `top` and every directory
+        under it, one listing per directory (symbolic links are not followed)."""
+        top = canonical(top)
+        try:
+            entries = super().scandir(top)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        dirs = [n for n, st in entries if st.is_dir()]
+        files = [n for n, st in entries if not st.is_dir()]
+        if topdown:
+            yield top, dirs, files
+        for d in dirs:
+            yield from self.walk(posixpath.join(top, d), topdown)
+        if not topdown:
+            yield top, dirs, files
+
+    def mkdir(self, path, mode=0o777, parents=False, exist_ok=False):
+        return super().mkdir(canonical(path), mode, parents, exist_ok)
+
+    def makedirs(self, path, mode=0o777, exist_ok=True):
+        return super().mkdir(canonical(path), mode, True, exist_ok)
+
+    def remove(self, path, recursive=False):
+        """Removes a file, or a directory: an empty one, or with `recursive` everything
+        under it first (as rm -r)."""
+        path = canonical(path)
+        st = super().stat(path)
+        if not st.is_dir():
+            return super().remove(path)
+        if recursive:
+            for d, dirs, files in list(self.walk(path, topdown=False)):
+                for f in files:
+                    super().remove(posixpath.join(d, f))
+                for sub in dirs:
+                    super().rmdir(posixpath.join(d, sub))
+        return super().rmdir(path)
+
+    def rmdir(self, path):
+        return super().rmdir(canonical(path))
+
+    def rename(self, src, dst):
+        return super().rename(canonical(src), canonical(dst))
+
+    def symlink(self, target, path):
+        return super().symlink(target, canonical(path))
+
+    def readlink(self, path):
+        return super().readlink(canonical(path))
+
+    def chmod(self, path, mode):
+        return super().chmod(canonical(path), mode)
+
+    def open(self, path, mode="r", buffering=-1, encoding=None, errors=None, newline=None):
+        """A file object as the built-in open() gives: modes r, w, x, a with b, t and +."""
+        return open_file(self, canonical(path), mode, buffering, encoding, errors, newline)

@@ -1,0 +1,390 @@
+//! `Client`: one connection to a cluster, shared by every thread of the process. Each
+//! method is one call of the native client (`myriad_client::Client`), made with the GIL
+//! released.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap, FsError, Keyring, RenameFlags};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+use tokio::runtime::Runtime;
+
+use crate::errors::{os_error, setup_error};
+use crate::handle::PyHandle;
+use crate::stat::PyStat;
+
+/// What a client is made from; kept so a forked child can make its own.
+struct Setup {
+    keys: Keyring,
+    caller: Caller,
+    zone: String,
+    timeout: Duration,
+}
+
+/// The native client of this process and the runtime it runs on.
+#[derive(Clone)]
+pub(crate) struct Live {
+    pid: u32,
+    pub(crate) rt: Arc<Runtime>,
+    pub(crate) client: Arc<Client>,
+}
+
+impl Live {
+    /// Runs `f` on the runtime with the GIL released; an error names `path`.
+    pub(crate) fn call<T, Fut>(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        f: impl FnOnce(Arc<Client>) -> Fut + Send,
+    ) -> PyResult<T>
+    where
+        T: Send,
+        Fut: Future<Output = Result<T, FsError>>,
+    {
+        let (rt, client) = (self.rt.clone(), self.client.clone());
+        py.detach(move || rt.block_on(f(client)))
+            .map_err(|e| os_error(&e, path))
+    }
+}
+
+#[pyclass(module = "myriad._native", name = "Client", subclass, frozen)]
+pub struct PyClient {
+    setup: Setup,
+    live: Mutex<Live>,
+}
+
+/// `given`, else the environment variable `var`.
+fn given_or_env(given: Option<PathBuf>, var: &str) -> Option<PathBuf> {
+    given.or_else(|| std::env::var_os(var).map(PathBuf::from))
+}
+
+fn start(setup: &Setup, map: ClusterMap) -> PyResult<Live> {
+    let (pid, rt) =
+        crate::runtime::runtime().map_err(|e| setup_error(format!("cannot start: {e}")))?;
+    let mut cfg = ClientConfig::new(map, setup.caller.clone(), setup.keys.clone());
+    cfg.request_timeout = setup.timeout;
+    cfg.zone = setup.zone.clone();
+    let _in_runtime = rt.enter();
+    let client = Client::new(cfg).map_err(|e| setup_error(format!("cannot start: {e}")))?;
+    Ok(Live {
+        pid,
+        rt,
+        client: Arc::new(client),
+    })
+}
+
+impl PyClient {
+    /// This process's client: made anew in a forked child, from the newest map known.
+    pub(crate) fn live(&self) -> PyResult<Live> {
+        let mut g = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if g.pid != std::process::id() {
+            let map = g.client.map();
+            let fresh = start(&self.setup, map)?;
+            // The parent's client holds the parent's connections and tasks: leak it.
+            std::mem::forget(std::mem::replace(&mut *g, fresh));
+        }
+        Ok(g.clone())
+    }
+}
+
+fn bytes<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, data)
+}
+
+#[pymethods]
+impl PyClient {
+    /// Connects to the cluster whose map is in `cluster_file` (else $MYRIAD_CLUSTER), with
+    /// the key file `secret_file` (else $MYRIAD_SECRET_FILE, else the cluster secret or
+    /// client key beside the map), as the calling process's user. Requests give up after
+    /// `timeout` seconds of the cluster not answering (TimeoutError).
+    #[new]
+    #[pyo3(signature = (cluster_file=None, secret_file=None, timeout=30.0, zone=None))]
+    fn new(
+        cluster_file: Option<PathBuf>,
+        secret_file: Option<PathBuf>,
+        timeout: f64,
+        zone: Option<String>,
+    ) -> PyResult<PyClient> {
+        let Some(cluster_file) = given_or_env(cluster_file, "MYRIAD_CLUSTER") else {
+            return Err(setup_error(
+                "no cluster given: pass cluster_file or set MYRIAD_CLUSTER (`myriad cluster up` prints it)",
+            ));
+        };
+        if !(timeout.is_finite() && timeout > 0.0) {
+            return Err(PyValueError::new_err(
+                "timeout must be a positive number of seconds",
+            ));
+        }
+        let secret_file = given_or_env(secret_file, "MYRIAD_SECRET_FILE");
+        let map = myriad_client::setup::load_map(&cluster_file).map_err(setup_error)?;
+        let keys = myriad_client::setup::client_keys(secret_file.as_deref(), Some(&cluster_file))
+            .map_err(setup_error)?;
+        let zone = zone
+            .or_else(|| std::env::var("MYRIAD_ZONE").ok())
+            .unwrap_or_else(|| myriad_client::setup::zone_of_this_host(&map));
+        let setup = Setup {
+            keys,
+            caller: myriad_client::setup::current_caller(),
+            zone,
+            timeout: Duration::from_secs_f64(timeout),
+        };
+        let live = start(&setup, map)?;
+        Ok(PyClient {
+            setup,
+            live: Mutex::new(live),
+        })
+    }
+
+    /// A file's whole contents: one request to one server for a small file.
+    fn fetch<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let p = path.to_string();
+        let (_, data) = self
+            .live()?
+            .call(py, path, |c| async move { c.fetch(&p).await })?;
+        Ok(bytes(py, &data))
+    }
+
+    /// The contents of many files, in the order given, with `parallel` fetches in flight.
+    /// `on_error`: "raise" (the first failure, after all are done), "return" (the exception
+    /// in the file's place) or "omit" (None in its place).
+    #[pyo3(signature = (paths, parallel=myriad_client::FETCH_MANY_PARALLEL, on_error="raise"))]
+    fn fetch_many<'py>(
+        &self,
+        py: Python<'py>,
+        paths: Vec<String>,
+        parallel: usize,
+        on_error: &str,
+    ) -> PyResult<Bound<'py, PyList>> {
+        if !matches!(on_error, "raise" | "return" | "omit") {
+            return Err(PyValueError::new_err(
+                "on_error must be \"raise\", \"return\" or \"omit\"",
+            ));
+        }
+        let live = self.live()?;
+        let (rt, client) = (live.rt.clone(), live.client.clone());
+        let got = py.detach(|| rt.block_on(client.fetch_many(&paths, parallel)));
+        let list = PyList::empty(py);
+        for (path, r) in paths.iter().zip(got) {
+            match r {
+                Ok((_, data)) => list.append(bytes(py, &data))?,
+                Err(e) => {
+                    let err = os_error(&e, path);
+                    match on_error {
+                        "raise" => return Err(err),
+                        "return" => list.append(err.into_value(py))?,
+                        _ => list.append(py.None())?,
+                    }
+                }
+            }
+        }
+        Ok(list)
+    }
+
+    /// `size` bytes (all, when None) of a file from `offset`; short only at its end.
+    #[pyo3(signature = (path, offset=0, size=None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        offset: u64,
+        size: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let p = path.to_string();
+        let data = self.live()?.call(py, path, |c| async move {
+            if offset == 0 && size.is_none() {
+                return Ok(c.fetch(&p).await?.1);
+            }
+            let h = c.open(&p).await?;
+            let len = size.unwrap_or_else(|| h.inode.size.saturating_sub(offset));
+            c.read(&h, offset, len).await
+        })?;
+        Ok(bytes(py, &data))
+    }
+
+    /// Makes `path` a file holding exactly `data` (created with `mode`, or truncated and
+    /// rewritten in place). Returns the number of bytes written.
+    #[pyo3(signature = (path, data, mode=0o644))]
+    fn write(&self, py: Python<'_>, path: &str, data: &[u8], mode: u32) -> PyResult<usize> {
+        let p = path.to_string();
+        self.live()?.call(
+            py,
+            path,
+            |c| async move { c.write_file(&p, mode, data).await },
+        )?;
+        Ok(data.len())
+    }
+
+    /// Writes many files (`write` of each `(path, data)`), `parallel` at a time. Raises the
+    /// first failure once all are done; the others are written.
+    #[pyo3(signature = (items, mode=0o644, parallel=myriad_client::FETCH_MANY_PARALLEL))]
+    fn write_many(
+        &self,
+        py: Python<'_>,
+        items: Vec<(String, Vec<u8>)>,
+        mode: u32,
+        parallel: usize,
+    ) -> PyResult<usize> {
+        let live = self.live()?;
+        let (rt, client) = (live.rt.clone(), live.client.clone());
+        let got = py.detach(|| rt.block_on(client.write_many(&items, mode, parallel)));
+        for ((path, _), r) in items.iter().zip(got) {
+            r.map_err(|e| os_error(&e, path))?;
+        }
+        Ok(items.len())
+    }
+
+    /// Attributes of `path` itself (a symbolic link is not followed).
+    fn stat(&self, py: Python<'_>, path: &str) -> PyResult<PyStat> {
+        let p = path.to_string();
+        let i = self
+            .live()?
+            .call(py, path, |c| async move { c.stat(&p).await })?;
+        Ok(PyStat::from(&i))
+    }
+
+    /// The names in a directory (one listing; no "." or "..").
+    fn listdir(&self, py: Python<'_>, path: &str) -> PyResult<Vec<String>> {
+        let p = path.to_string();
+        let entries = self
+            .live()?
+            .call(py, path, |c| async move { c.readdir(&p).await })?;
+        Ok(entries.into_iter().map(|e| e.name).collect())
+    }
+
+    /// The entries of a directory with their attributes, from the same single listing.
+    fn scandir(&self, py: Python<'_>, path: &str) -> PyResult<Vec<(String, PyStat)>> {
+        let p = path.to_string();
+        let entries = self
+            .live()?
+            .call(py, path, |c| async move { c.readdir(&p).await })?;
+        Ok(entries
+            .iter()
+            .map(|e| (e.name.clone(), PyStat::from(&e.inode)))
+            .collect())
+    }
+
+    /// Makes a directory; `parents`: its missing ancestors too (and an existing one is
+    /// fine); `exist_ok`: an existing directory is fine.
+    #[pyo3(signature = (path, mode=0o777, parents=false, exist_ok=false))]
+    fn mkdir(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        mode: u32,
+        parents: bool,
+        exist_ok: bool,
+    ) -> PyResult<()> {
+        let p = path.to_string();
+        self.live()?.call(py, path, |c| async move {
+            if parents {
+                return c.mkdir_p(&p, mode).await;
+            }
+            match c.mkdir(&p, mode).await {
+                Err(FsError::AlreadyExists) if exist_ok => match c.stat(&p).await?.kind {
+                    myriad_client::FileKind::Directory => Ok(()),
+                    _ => Err(FsError::AlreadyExists),
+                },
+                r => r.map(|_| ()),
+            }
+        })
+    }
+
+    /// Removes a file, symbolic link or other non-directory.
+    fn remove(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        let p = path.to_string();
+        self.live()?
+            .call(py, path, |c| async move { c.unlink(&p).await })
+    }
+
+    /// Removes an empty directory.
+    fn rmdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        let p = path.to_string();
+        self.live()?
+            .call(py, path, |c| async move { c.rmdir(&p).await })
+    }
+
+    /// Renames `src` to `dst`, replacing `dst` as POSIX rename does.
+    fn rename(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
+        let (s, d) = (src.to_string(), dst.to_string());
+        self.live()?.call(py, src, |c| async move {
+            c.rename(&s, &d, RenameFlags::default()).await
+        })
+    }
+
+    /// Makes `path` a symbolic link to `target`.
+    fn symlink(&self, py: Python<'_>, target: &str, path: &str) -> PyResult<()> {
+        let (t, p) = (target.to_string(), path.to_string());
+        self.live()?.call(
+            py,
+            path,
+            |c| async move { c.symlink(&t, &p).await.map(|_| ()) },
+        )
+    }
+
+    /// A symbolic link's target.
+    fn readlink(&self, py: Python<'_>, path: &str) -> PyResult<String> {
+        let p = path.to_string();
+        self.live()?
+            .call(py, path, |c| async move { c.readlink(&p).await })
+    }
+
+    /// Sets a file's permission bits.
+    fn chmod(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
+        let p = path.to_string();
+        self.live()?.call(
+            py,
+            path,
+            |c| async move { c.chmod(&p, mode).await.map(|_| ()) },
+        )
+    }
+
+    /// Opens a file for the Python file object of `open()`: `create` makes it if missing
+    /// (with `mode`), `exclusive` refuses an existing one, `truncate` empties it.
+    #[pyo3(signature = (path, create=false, exclusive=false, truncate=false, mode=0o644))]
+    fn open_handle(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        create: bool,
+        exclusive: bool,
+        truncate: bool,
+        mode: u32,
+    ) -> PyResult<PyHandle> {
+        let live = self.live()?;
+        let p = path.to_string();
+        let h = live.call(py, path, |c| async move {
+            let h = if create {
+                c.create(&p, mode, exclusive, &[]).await?
+            } else {
+                c.open(&p).await?
+            };
+            if truncate && h.inode.size > 0 {
+                c.truncate(&h, 0).await?;
+            }
+            Ok(h)
+        })?;
+        Ok(PyHandle::new(live, h))
+    }
+
+    /// The cluster's capacity: total, used and free bytes, and files.
+    fn statfs(&self, py: Python<'_>) -> PyResult<std::collections::BTreeMap<&'static str, u64>> {
+        let s = self
+            .live()?
+            .call(py, "/", |c| async move { c.statfs().await })?;
+        Ok([
+            ("total_bytes", s.total_bytes),
+            ("used_bytes", s.used_bytes),
+            ("free_bytes", s.free_bytes),
+            ("files", s.files),
+        ]
+        .into_iter()
+        .collect())
+    }
+}
