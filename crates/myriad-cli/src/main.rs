@@ -26,6 +26,7 @@ mod mount_cmd;
 mod netns;
 mod plot;
 mod policy_cmd;
+mod s3_cmd;
 mod server_cmd;
 mod tree_walk;
 mod workload;
@@ -96,6 +97,9 @@ enum Command {
     Mount(mount_cmd::MountArgs),
     /// Unmount a Myriad mount.
     Umount { mountpoint: PathBuf },
+    /// Serve the cluster over the S3 protocol (buckets are top-level directories, objects
+    /// are files; keys with slashes are paths). SigV4 credentials come from a file.
+    S3(s3_cmd::S3Args),
     /// List a directory (-l: with attributes).
     Ls {
         #[arg(short = 'l')]
@@ -284,6 +288,10 @@ fn run_client_command(
                     fs_cmds::connect(cluster, secret_file, timeout)?
                 };
                 policy_cmd::run(c, &client).await
+            }
+            Command::S3(a) => {
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                s3_cmd::run(a, client).await
             }
             Command::Du(a) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;
