@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package's tests (crates/myriad-py/tests, pytest) against real local clusters
 # started with target/debug/myriad: builds the wheel (debug), installs it with what the
-# tests use (pytest, fsspec, pandas) into a virtual environment under target/, runs them.
+# tests use (pytest, fsspec, pandas, boto3, prometheus-client, playwright driving the
+# system's Chromium) into a virtual environment under target/, runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/py-test-env
@@ -9,8 +10,8 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "maturin>=1.5,<2" pytest fsspec pandas
+    "maturin>=1.5,<2" pytest fsspec pandas boto3 prometheus-client playwright
 cargo build --locked --bin myriad
 PYTHON="$venv/bin/python" bash scripts/build-wheel.sh --debug
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/myriad-*.whl
-MYRIAD_BIN="$PWD/target/debug/myriad" "$venv/bin/python" -m pytest -q crates/myriad-py/tests "$@"
+MYRIAD_REQUIRE_BROWSER=1 MYRIAD_BIN="$PWD/target/debug/myriad" "$venv/bin/python" -m pytest -q crates/myriad-py/tests "$@"

@@ -68,6 +68,10 @@ pub enum BenchCmd {
     /// (half the clients in each zone, each on its own pinned half) against the halves on
     /// two independent clusters; wall times, bytes across zones, reads answered in zone.
     Zones(crate::bench_zones::ZonesArgs),
+    /// Small-file reads from Python (`fetch_many` of the `myriad` package) and S3 GETs
+    /// through the gateway, each beside the native client's `fetch_many` in the same run;
+    /// writes bench-python.json.
+    Python(crate::bench_python::PythonArgs),
     /// One job of `bench zones` in a zone (internal).
     #[command(hide = true)]
     ZoneJob(crate::bench_zones::ZoneJobArgs),
@@ -199,6 +203,10 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         BenchCmd::Capacity(a) => {
             own_cluster_only("capacity");
             return crate::bench_capacity::run(a).await;
+        }
+        BenchCmd::Python(a) => {
+            own_cluster_only("python");
+            return crate::bench_python::run(a).await;
         }
         BenchCmd::Zones(a) => {
             own_cluster_only("zones");

@@ -33,6 +33,10 @@ pub enum ClusterCmd {
         /// Owner of the root directory (UID:GID); default: the user running this command.
         #[arg(long, value_parser = crate::server_cmd::parse_owner)]
         root_owner: Option<(u32, u32)>,
+        /// Every server serves Prometheus metrics on a free port of 127.0.0.1 (its
+        /// address is in `node-N/metrics.addr`; `cluster status` lists them).
+        #[arg(long)]
+        metrics: bool,
         #[command(flatten)]
         replication: crate::server_cmd::ReplicationArgs,
         #[command(flatten)]
@@ -879,6 +883,7 @@ pub async fn run(
             nodes,
             data_dir,
             root_owner,
+            metrics,
             replication,
             security,
             tiers,
@@ -894,6 +899,9 @@ pub async fn run(
             opts.server_args = replication.to_args();
             opts.server_args.extend(security.to_args());
             opts.server_args.extend(tiers.to_args());
+            if metrics {
+                opts.server_args.push("--metrics=127.0.0.1:0".into());
+            }
             let c = LocalCluster::up(&data_dir, nodes, &opts).await?;
             let map = map_path(&data_dir);
             println!(

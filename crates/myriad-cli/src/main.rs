@@ -7,12 +7,15 @@ mod bench_capacity;
 mod bench_failover;
 mod bench_fuse;
 mod bench_ls;
+mod bench_python;
 mod bench_shared_dir;
 mod bench_smallread;
 mod bench_storm;
 mod bench_untar;
 mod bench_zones;
 mod cluster;
+mod cluster_view;
+mod dashboard;
 mod demo;
 mod du_cmd;
 mod fs_cmds;
@@ -28,6 +31,9 @@ mod plot;
 mod policy_cmd;
 mod s3_cmd;
 mod server_cmd;
+mod signals;
+mod sigv4;
+mod top;
 mod tree_walk;
 mod workload;
 
@@ -100,6 +106,12 @@ enum Command {
     /// Serve the cluster over the S3 protocol (buckets are top-level directories, objects
     /// are files; keys with slashes are paths). SigV4 credentials come from a file.
     S3(s3_cmd::S3Args),
+    /// Serve a status page of the cluster (servers and their health, map epoch and leader,
+    /// load, disk, partitions moving, popular directories, recent errors), refreshing
+    /// itself every 2 s; its data as JSON at `api/status`.
+    Dashboard(dashboard::DashboardArgs),
+    /// A live terminal view of the same as `dashboard` (q quits; --once prints one view).
+    Top(top::TopArgs),
     /// List a directory (-l: with attributes).
     Ls {
         #[arg(short = 'l')]
@@ -248,6 +260,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// The cluster map file's name as the dashboard shows it.
+fn cluster_name(cluster: Option<&std::path::Path>) -> String {
+    cluster.map(|p| p.display().to_string()).unwrap_or_default()
+}
+
 fn run_client_command(
     cmd: Command,
     cluster: Option<PathBuf>,
@@ -288,6 +305,16 @@ fn run_client_command(
                     fs_cmds::connect(cluster, secret_file, timeout)?
                 };
                 policy_cmd::run(c, &client).await
+            }
+            Command::Dashboard(a) => {
+                let name = cluster_name(cluster.as_deref());
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                dashboard::run(a, client, name).await
+            }
+            Command::Top(a) => {
+                let name = cluster_name(cluster.as_deref());
+                let client = fs_cmds::connect(cluster, secret_file, timeout)?;
+                top::run(a, client, name).await
             }
             Command::S3(a) => {
                 let client = fs_cmds::connect(cluster, secret_file, timeout)?;

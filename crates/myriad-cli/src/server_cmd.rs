@@ -20,6 +20,11 @@ pub struct ServerArgs {
     /// This node's id in the map. Defaults to the node whose address equals --listen.
     #[arg(long)]
     node_id: Option<u32>,
+    /// Serve Prometheus metrics over HTTP at this address (`GET /metrics`, OpenMetrics
+    /// text; docs/metrics.md). Port 0 takes a free port; the address bound is written to
+    /// `metrics.addr` in the data directory. Default: no metrics endpoint.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// Listen on an inherited, already bound socket (used by `cluster up`).
     #[arg(long, hide = true)]
     listen_fd: Option<i32>,
@@ -322,6 +327,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     }
     let mut config = ServerConfig::new(node_id, args.data_dir, map, keys);
     config.root_squash = args.security.root_squash;
+    config.metrics_listen = args.metrics;
     config.limits = args.security.limits()?;
     config.disk_reserve_bytes = args.security.disk_reserve_mib.saturating_mul(1 << 20);
     config.map_path = Some(args.cluster_map);
@@ -359,17 +365,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
                     .with_context(|| format!("cannot listen on {addr}"))?
             }
         };
-        let shutdown = async {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return std::future::pending().await,
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        };
+        let shutdown = crate::signals::shutdown_signal();
         myriad_server::run(listener, config, shutdown).await?;
         Ok(())
     })

@@ -26,6 +26,8 @@ pub const FRAME_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const READDIR_PAGE_MAX: u32 = 4096;
 /// Most names in one batched stat.
 pub const STAT_MANY_MAX: usize = 4096;
+/// Most popular directories one server lists in its counters (`CounterSnapshot::popular`).
+pub const POPULAR_LISTED_MAX: usize = 32;
 /// Directory touches in one `PeerRequest::DirTouches`: a busy server's touches of one
 /// target share a request, and a request stays small (each item is a path and a few
 /// numbers).

@@ -52,7 +52,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `FsError::AskPrimary`.
 /// 27: trees moved between zones online (docs/zones.md section 3): `Policy::state` in the
 /// map.
-pub const PROTOCOL_VERSION: u16 = 27;
+/// 28: `CounterSnapshot::popular` (the popular directories a server holds replicas of, for
+/// the dashboard).
+pub const PROTOCOL_VERSION: u16 = 28;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

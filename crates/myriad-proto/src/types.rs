@@ -206,6 +206,9 @@ pub struct CounterSnapshot {
     /// them and by kind, its own zone included (every exchange is counted once, by the
     /// server that serves it). In zone order, then kind order.
     pub zone_traffic: Vec<ZoneTraffic>,
+    /// Popular directories whose permissions this server holds replicas of now (TyrFS),
+    /// at most `limits::POPULAR_LISTED_MAX`, in path order.
+    pub popular: Vec<String>,
 }
 
 /// What a request is for, for traffic counters: a client's file and directory operations

@@ -23,10 +23,11 @@ def myriad_bin():
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    """The cluster map file of a 3-server cluster, stopped after the session."""
+    """The cluster map file of a 3-server cluster (serving metrics), stopped after the
+    session."""
     data = tmp_path_factory.mktemp("cluster")
     up = subprocess.run(
-        [myriad_bin(), "cluster", "up", "--nodes", "3", "--data-dir", str(data)],
+        [myriad_bin(), "cluster", "up", "--nodes", "3", "--metrics", "--data-dir", str(data)],
         capture_output=True, text=True, timeout=120,
     )
     assert up.returncode == 0, up.stderr

@@ -45,6 +45,10 @@ pub struct ServerConfig {
     pub keys: Arc<Keyring>,
     /// Requests of uid 0 over client-key connections run as nobody.
     pub root_squash: bool,
+    /// Where to serve metrics over HTTP (`GET /metrics`, docs/metrics.md); None: nowhere.
+    /// Port 0 takes a free port; the address bound is written to `metrics.addr` in the
+    /// data directory.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Limits on every connection (myriad_net::limits).
     pub limits: ServeLimits,
     /// Free space kept on the data disk (space.rs): below it, writes get ENOSPC.
@@ -124,6 +128,7 @@ impl ServerConfig {
             down_grace: DEFAULT_DOWN_GRACE,
             keys: Arc::new(keys),
             root_squash: false,
+            metrics_listen: None,
             limits: ServeLimits::default(),
             disk_reserve_bytes: crate::space::DEFAULT_RESERVE_BYTES,
             anti_entropy_interval: DEFAULT_ANTI_ENTROPY_INTERVAL,

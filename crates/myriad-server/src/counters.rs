@@ -18,6 +18,8 @@ pub struct Counters {
     pub sent_to_servers: AtomicU64,
     /// Replicated batches received by this server's copies (bundled or not).
     pub batches_received: AtomicU64,
+    /// Directory shards split off by this server since it started (never reset).
+    pub splits: AtomicU64,
 }
 
 impl Counters {

@@ -44,6 +44,8 @@ pub struct Host {
     /// How it reaches other servers (the connection pool; the simulated network).
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) counters: Counters,
+    /// Requests counted and timed by operation and outcome (`--metrics`).
+    pub(crate) request_metrics: crate::metrics::RequestMetrics,
     pub(crate) config: ServerConfig,
     pub(crate) syncer: Syncer,
     /// Where the appliers run (threads here; tasks under a simulation).
@@ -140,6 +142,9 @@ impl Host {
             data_dir: config.data_dir.clone(),
             transport,
             counters: Counters::default(),
+            request_metrics: crate::metrics::RequestMetrics::new(
+                syncer.stats.batch_sizes.clone(),
+            ),
             syncer,
             runner,
             clock,

@@ -78,6 +78,12 @@ impl Env for Host {
         self.counters.count(what, true);
     }
 
+    fn count_split(&self) {
+        self.counters
+            .splits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn admit(&self, req: &Request) -> Result<(), FsError> {
         self.space.admit(req)
     }

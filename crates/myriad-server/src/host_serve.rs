@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use myriad_net::{Handler, Peer};
 use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::auth::Credential;
+use myriad_proto::limits;
 use myriad_proto::{
     Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
     StatFs,
@@ -241,8 +242,27 @@ impl Host {
             snap.subscriptions_served += n.replicas.subscriptions_served();
             snap.invalidations_sent += s.invalidations.load(Ordering::Relaxed);
             snap.invalidation_latency_us += s.invalidation_us.load(Ordering::Relaxed);
+            snap.popular
+                .extend(n.replicas.popular_paths(limits::POPULAR_LISTED_MAX));
         }
+        snap.popular.sort();
+        snap.popular.dedup();
+        snap.popular.truncate(limits::POPULAR_LISTED_MAX);
         snap
+    }
+
+    /// The server's metrics, as one OpenMetrics text scrape (`--metrics`).
+    pub(crate) fn metrics_text(&self) -> String {
+        let snap = self.counter_snapshot(&self.state());
+        let behind = read(&self.partitions)
+            .values()
+            .filter(|n| !n.replicator.all_members())
+            .count() as u64;
+        let extras = crate::metrics::StateExtras {
+            partitions_with_copies_behind: behind,
+            splits: self.counters.splits.load(Ordering::Relaxed),
+        };
+        crate::metrics::render(&self.request_metrics, &snap, &self.statfs(), extras)
     }
 
     fn statfs(&self) -> StatFs {
@@ -272,6 +292,7 @@ impl Handler for Host {
             let host = &self;
             let id = frame.id;
             let from_server = matches!(peer.kind, PeerKind::Server { .. });
+            let (op, started) = (frame.body.op_name(), std::time::Instant::now());
             if !frame.body.is_admin() {
                 host.counters.count(frame.body.op_name(), from_server);
             }
@@ -360,6 +381,8 @@ impl Handler for Host {
                     }
                 }
             };
+            host.request_metrics
+                .observe(op, from_server, &result, started.elapsed());
             ResponseFrame { id, result }
         })
     }

@@ -22,6 +22,8 @@ mod host_fragments;
 mod host_serve;
 mod locks;
 mod membership;
+mod metrics;
+mod metrics_http;
 mod partition;
 mod recalls;
 mod replication;
@@ -183,6 +185,9 @@ pub async fn run(
     });
     let mut tasks = membership::start_tasks(&membership);
     tasks.extend(host.start_tasks(maps));
+    if let Some(addr) = config.metrics_listen {
+        tasks.push(metrics_http::start(addr, &host, &config.data_dir).await?);
+    }
     if let (Some(tiered), Some(t)) = (&stores.tiered, tiers::tier_config(&config)) {
         tasks.push(tiers::spawn_watch(tiered.clone(), t.clone()));
     }

@@ -19,10 +19,21 @@ pub struct Done {
 
 pub(crate) type Reply = oneshot::Sender<Result<Done, FsError>>;
 
-#[derive(Default)]
 pub struct SyncStats {
     pub syncs: AtomicU64,
     pub synced_mutations: AtomicU64,
+    /// Mutations per group commit (the `myriad_fsync_batch_mutations` metric).
+    pub batch_sizes: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for SyncStats {
+    fn default() -> SyncStats {
+        SyncStats {
+            syncs: AtomicU64::new(0),
+            synced_mutations: AtomicU64::new(0),
+            batch_sizes: crate::metrics::batch_size_histogram(),
+        }
+    }
 }
 
 /// Replies waiting for the fsync that covers their batches, and the partition's change
@@ -124,6 +135,7 @@ impl SyncLoop {
         self.stats
             .synced_mutations
             .fetch_add(count as u64, Ordering::Relaxed);
+        self.stats.batch_sizes.observe(count as f64);
         let mut signals: Vec<watch::Sender<u64>> = Vec::new();
         for group in groups {
             for (reply, outcome) in group.replies {

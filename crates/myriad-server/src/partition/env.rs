@@ -18,6 +18,8 @@ pub(crate) trait Env: Peers {
     fn config(&self) -> &ServerConfig;
     /// Counts one event of kind `what` (server counters).
     fn count(&self, what: &'static str);
+    /// Counts a directory shard split off here (the `myriad_directory_splits` metric).
+    fn count_split(&self);
     /// Refuses a request that would fill the disk (space.rs).
     fn admit(&self, req: &Request) -> Result<(), FsError>;
     /// Whether this server serves partition `pid` as its primary now (the map says so,

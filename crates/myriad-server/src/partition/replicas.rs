@@ -249,6 +249,25 @@ impl Replicas {
             .unwrap_or(0)
     }
 
+    /// Up to `max` paths of trusted replicas of popular directories, in path order.
+    pub fn popular_paths(&self, max: usize) -> Vec<String> {
+        let now = Instant::now();
+        self.state
+            .lock()
+            .map(|s| {
+                let mut v: Vec<String> = s
+                    .replicas
+                    .iter()
+                    .filter(|(_, r)| r.popular && r.valid_until > now)
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                v.sort();
+                v.truncate(max);
+                v
+            })
+            .unwrap_or_default()
+    }
+
     // ---- owner side ----
 
     /// The next sequence number for one of our subscribe/unsubscribe requests.

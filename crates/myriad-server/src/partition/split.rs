@@ -165,6 +165,7 @@ impl Partition {
             self.notify_subscribers(&join(dir, &name), None).await;
         }
         self.finish_split(dir, txid, child).await?;
+        self.env.count_split();
         tracing::info!(
             "split {dir} shard {} -> {} + {} (node {}) in {} ms",
             shard.label(),

@@ -1,0 +1,260 @@
+//! What an operator watches: every server's health, load and disk, the map epoch and its
+//! Raft leader, partitions moving, popular directories and recent errors. Gathered from
+//! the servers through the client protocol (counters and statfs, each server asked in
+//! parallel with a short deadline), so `myriad dashboard` and `myriad top` show the same
+//! thing from any machine with a key.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant, SystemTime};
+
+use myriad_client::{Client, CounterSnapshot, FsError, NodeId, NodeState, StatFs};
+use serde::Serialize;
+
+/// A server that does not answer within this long counts as unreachable this round.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Recent errors kept (newest last).
+const ERRORS_KEPT: usize = 50;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerView {
+    pub id: u32,
+    pub addr: String,
+    pub zone: String,
+    /// "up", "down" (marked down in the map), "leaving".
+    pub state: &'static str,
+    /// Answered this round.
+    pub reachable: bool,
+    /// Holds its lease from the Raft leader (serves only then).
+    pub serving: bool,
+    pub primaries: u64,
+    pub backups: u64,
+    /// Requests served since start (or the last counter reset), from clients and servers.
+    pub requests_total: u64,
+    /// Since the previous round; None on the first.
+    pub requests_per_s: Option<f64>,
+    pub syncs_per_s: Option<f64>,
+    pub disk_used_bytes: u64,
+    pub disk_total_bytes: u64,
+    pub files: u64,
+    pub replicas_held: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MoveView {
+    pub partition: u32,
+    pub from: u32,
+    pub to: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PopularView {
+    pub dir: String,
+    pub server: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorView {
+    pub time_ms: u64,
+    /// The server it concerns; None: the cluster as a whole.
+    pub server: Option<u32>,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterView {
+    pub time_ms: u64,
+    /// The cluster map file watched.
+    pub cluster: String,
+    pub epoch: u64,
+    /// The Raft leader most servers name; None while they name none.
+    pub leader: Option<u32>,
+    pub servers: Vec<ServerView>,
+    pub moving: Vec<MoveView>,
+    pub popular: Vec<PopularView>,
+    /// Newest first.
+    pub errors: Vec<ErrorView>,
+}
+
+/// Watches a cluster round after round, keeping what rates and error history need.
+pub struct Watcher {
+    client: Client,
+    cluster: String,
+    /// Each server's (time, requests, fsyncs) at the previous round.
+    last: BTreeMap<NodeId, (Instant, u64, u64)>,
+    /// Whether each server answered at the previous round (errors are logged on change).
+    was_reachable: BTreeMap<NodeId, bool>,
+    errors: VecDeque<ErrorView>,
+    /// Partitions with no live in-sync copy at the previous round.
+    waiting: usize,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn state_name(s: NodeState) -> &'static str {
+    match s {
+        NodeState::Up => "up",
+        NodeState::Down => "down",
+        NodeState::Leaving => "leaving",
+    }
+}
+
+async fn probe(client: &Client, id: NodeId) -> Result<(CounterSnapshot, StatFs), FsError> {
+    let asked = async {
+        let c = client.counters(id).await?;
+        let s = client.server_statfs(id).await?;
+        Ok((c, s))
+    };
+    match tokio::time::timeout(PROBE_TIMEOUT, asked).await {
+        Ok(r) => r,
+        Err(_) => Err(FsError::TimedOut(format!(
+            "no answer within {} s",
+            PROBE_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+impl Watcher {
+    pub fn new(client: Client, cluster: String) -> Watcher {
+        Watcher {
+            client,
+            cluster,
+            last: BTreeMap::new(),
+            was_reachable: BTreeMap::new(),
+            errors: VecDeque::new(),
+            waiting: 0,
+        }
+    }
+
+    fn note_error(&mut self, server: Option<u32>, message: String) {
+        self.errors.push_back(ErrorView {
+            time_ms: now_ms(),
+            server,
+            message,
+        });
+        while self.errors.len() > ERRORS_KEPT {
+            self.errors.pop_front();
+        }
+    }
+
+    /// One round: the newest map any server has, then every server asked at once.
+    pub async fn refresh(&mut self) -> ClusterView {
+        let map = self.client.newest_map().await;
+        let client = &self.client;
+        let probes = futures::future::join_all(
+            map.nodes
+                .iter()
+                .map(|n| async move { (n.id, probe(client, n.id).await) }),
+        )
+        .await;
+        let mut servers = Vec::new();
+        let mut popular = Vec::new();
+        let mut leaders: BTreeMap<u32, usize> = BTreeMap::new();
+        for (id, result) in probes {
+            let Some(node) = map.node(id) else { continue };
+            let mut v = ServerView {
+                id: id.0,
+                addr: node.addr.clone(),
+                zone: node.zone.clone(),
+                state: state_name(node.state),
+                reachable: false,
+                serving: false,
+                primaries: 0,
+                backups: 0,
+                requests_total: 0,
+                requests_per_s: None,
+                syncs_per_s: None,
+                disk_used_bytes: 0,
+                disk_total_bytes: 0,
+                files: 0,
+                replicas_held: 0,
+                error: None,
+            };
+            let reachable = result.is_ok();
+            match result {
+                Ok((c, s)) => {
+                    let total: u64 = c
+                        .client_requests
+                        .iter()
+                        .chain(&c.server_requests)
+                        .map(|o| o.count)
+                        .sum();
+                    let at = Instant::now();
+                    if let Some((then, reqs, syncs)) = self.last.get(&id) {
+                        let secs = at.duration_since(*then).as_secs_f64().max(1e-3);
+                        v.requests_per_s = Some(total.saturating_sub(*reqs) as f64 / secs);
+                        v.syncs_per_s = Some(c.syncs.saturating_sub(*syncs) as f64 / secs);
+                    }
+                    self.last.insert(id, (at, total, c.syncs));
+                    if c.raft_leader.0 != 0 {
+                        *leaders.entry(c.raft_leader.0).or_default() += 1;
+                    }
+                    popular.extend(c.popular.iter().map(|d| PopularView {
+                        dir: d.clone(),
+                        server: id.0,
+                    }));
+                    v.reachable = true;
+                    v.serving = c.serving;
+                    v.primaries = c.primaries;
+                    v.backups = c.backups;
+                    v.requests_total = total;
+                    v.disk_used_bytes = s.used_bytes;
+                    v.disk_total_bytes = s.total_bytes;
+                    v.files = s.files;
+                    v.replicas_held = c.replicas_held;
+                }
+                Err(e) => {
+                    self.last.remove(&id);
+                    v.error = Some(format!("{}: {e}", node.addr));
+                }
+            }
+            // Errors are logged when a server's reachability changes, not every round.
+            match (
+                self.was_reachable.insert(id, reachable),
+                reachable,
+                &v.error,
+            ) {
+                (Some(true) | None, false, Some(e)) => {
+                    self.note_error(Some(id.0), format!("unreachable: {e}"));
+                }
+                (Some(false), true, _) => self.note_error(Some(id.0), "answers again".into()),
+                _ => {}
+            }
+            servers.push(v);
+        }
+        let waiting = map
+            .partitions
+            .iter()
+            .filter(|p| map.primary_of(p.id).is_none())
+            .count();
+        if waiting != self.waiting && waiting > 0 {
+            self.note_error(
+                None,
+                format!("{waiting} partitions have no copy up and in sync"),
+            );
+        }
+        self.waiting = waiting;
+        ClusterView {
+            time_ms: now_ms(),
+            cluster: self.cluster.clone(),
+            epoch: map.epoch,
+            leader: leaders.into_iter().max_by_key(|(_, n)| *n).map(|(l, _)| l),
+            servers,
+            moving: map
+                .moves()
+                .into_iter()
+                .map(|(p, m)| MoveView {
+                    partition: p.0,
+                    from: m.from.0,
+                    to: m.to.0,
+                })
+                .collect(),
+            popular,
+            errors: self.errors.iter().rev().cloned().collect(),
+        }
+    }
+}

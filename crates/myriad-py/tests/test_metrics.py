@@ -1,0 +1,114 @@
+"""Every server's metrics endpoint, scraped and parsed by Prometheus's own text parser
+(OpenMetrics), and `myriad top --once` against the same cluster."""
+
+import pathlib
+import subprocess
+import urllib.request
+
+import pytest
+
+from conftest import myriad_bin
+
+parser = pytest.importorskip("prometheus_client.openmetrics.parser")
+
+FAMILIES = {
+    "myriad_requests": "counter",
+    "myriad_request_duration_seconds": "histogram",
+    "myriad_fsync_batch_mutations": "histogram",
+    "myriad_fsyncs": "counter",
+    "myriad_partitions": "gauge",
+    "myriad_partitions_with_copies_behind": "gauge",
+    "myriad_popularity_replicas": "gauge",
+    "myriad_directory_splits": "counter",
+    "myriad_disk_bytes": "gauge",
+    "myriad_zone_requests": "counter",
+    "myriad_zone_bytes": "counter",
+    "myriad_cross_zone_bytes": "counter",
+    "myriad_map_epoch": "gauge",
+    "myriad_raft_leader": "gauge",
+    "myriad_serving": "gauge",
+    "myriad_server_info": "gauge",
+}
+
+
+def endpoints(cluster):
+    data = pathlib.Path(cluster).parent
+    addrs = sorted((data / d.name / "metrics.addr").read_text().strip()
+                   for d in data.iterdir() if d.name.startswith("node-") and d.is_dir())
+    assert len(addrs) == 3, addrs
+    return addrs
+
+
+def scrape(addr):
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = r.read().decode()
+    return {f.name: f for f in parser.text_string_to_metric_families(text)}
+
+
+def total(families, name, **labels):
+    return sum(s.value for s in families[name].samples
+               if s.name == name + "_total" and all(s.labels.get(k) == v
+                                                    for k, v in labels.items()))
+
+
+def test_every_server_serves_the_expected_families(cluster, client, tree):
+    for addr in endpoints(cluster):
+        fams = scrape(addr)
+        for name, kind in FAMILIES.items():
+            assert name in fams, f"{name} missing at {addr}"
+            assert fams[name].type == kind, (name, fams[name].type)
+        parts = {s.labels["role"]: s.value for s in fams["myriad_partitions"].samples}
+        assert set(parts) == {"primary", "copy"} and parts["primary"] > 0
+        disk = {(s.labels["tier"], s.labels["state"]): s.value
+                for s in fams["myriad_disk_bytes"].samples}
+        assert disk[("all", "total")] >= disk[("all", "free")] > 0
+        assert fams["myriad_serving"].samples[0].value == 1
+
+
+def test_requests_are_counted_by_operation_and_outcome(cluster, client, tree):
+    before = [scrape(a) for a in endpoints(cluster)]
+    client.write(f"{tree}/f", b"x")
+    for _ in range(20):
+        client.fetch(f"{tree}/f")
+    for _ in range(5):
+        with pytest.raises(FileNotFoundError):
+            client.fetch(f"{tree}/missing")
+    after = [scrape(a) for a in endpoints(cluster)]
+
+    def summed(scrapes, **labels):
+        return sum(total(f, "myriad_requests", **labels) for f in scrapes)
+
+    ok = summed(after, op="fetch", outcome="ok") - summed(before, op="fetch", outcome="ok")
+    missing = (summed(after, op="fetch", outcome="not_found")
+               - summed(before, op="fetch", outcome="not_found"))
+    assert ok >= 20 and missing >= 5, (ok, missing)
+    # The latency histogram counted them too, and its buckets are cumulative.
+    fetches = [s for f in after for s in f["myriad_request_duration_seconds"].samples
+               if s.labels.get("op") == "fetch" and s.labels.get("from") == "client"]
+    count = sum(s.value for s in fetches if s.name.endswith("_count"))
+    assert count >= 25
+    syncs = sum(total(f, "myriad_fsyncs") for f in after)
+    assert syncs > 0
+
+
+def test_a_path_other_than_metrics_is_404(cluster):
+    addr = endpoints(cluster)[0]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://{addr}/nothing", timeout=10)
+    assert e.value.code == 404
+
+
+def test_top_once_shows_every_server(cluster):
+    out = subprocess.run([myriad_bin(), "top", "--once", "--cluster", cluster],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    nodes = json.loads(pathlib.Path(cluster).read_text())["nodes"]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("cluster ") and "map epoch" in lines[0]
+    for n in nodes:
+        row = [line for line in lines if n["addr"] in line]
+        assert len(row) == 1 and " ok " in row[0], (n, out.stdout)
+    assert "servers ok 3/3" in lines[0]

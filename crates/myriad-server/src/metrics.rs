@@ -1,0 +1,456 @@
+//! A server's metrics in the OpenMetrics text format (what Prometheus scrapes), served on
+//! `--metrics ADDR` by `metrics_http.rs`; docs/metrics.md lists every family. Requests are
+//! counted and timed as they are served (`RequestMetrics`); everything else is read from
+//! the server's state at each scrape (`ServerGauges`), so no number is kept twice.
+
+use std::time::Duration;
+
+use myriad_proto::{CounterSnapshot, FsError, Response, StatFs};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    op: &'static str,
+    /// "client" or "server": who sent it.
+    from: &'static str,
+    /// "ok", or the error's name (`outcome`).
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
+    from: &'static str,
+}
+
+type LatencyFamily = Family<OpLabels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 us to 3.3 s: a cached stat on loopback to a request that waited out a failover.
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
+}
+
+/// A histogram of mutations per group commit (one fsync each), 1 to 2,048.
+#[must_use]
+pub fn batch_size_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 12))
+}
+
+/// The metrics kept as requests are served.
+pub struct RequestMetrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: LatencyFamily,
+}
+
+impl RequestMetrics {
+    /// `batch_sizes` is the commit loop's histogram of mutations per fsync (it observes it;
+    /// this registers it).
+    pub fn new(batch_sizes: Histogram) -> RequestMetrics {
+        let mut registry = Registry::with_prefix("myriad");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests served, by operation, sender kind and outcome",
+            requests.clone(),
+        );
+        let latency = LatencyFamily::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request's arrival to its answer, by operation and sender kind",
+            latency.clone(),
+        );
+        registry.register(
+            "fsync_batch_mutations",
+            "Mutations made durable by each group commit (one fsync)",
+            batch_sizes,
+        );
+        RequestMetrics {
+            registry,
+            requests,
+            latency,
+        }
+    }
+
+    /// A request of `op` from a server or a client was answered with `result` after `took`.
+    pub fn observe(
+        &self,
+        op: &'static str,
+        from_server: bool,
+        result: &Result<Response, FsError>,
+        took: Duration,
+    ) {
+        let from = if from_server { "server" } else { "client" };
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) => outcome(e),
+        };
+        self.requests
+            .get_or_create(&RequestLabels { op, from, outcome })
+            .inc();
+        self.latency
+            .get_or_create(&OpLabels { op, from })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Appends these families (no end marker) to `out`.
+    pub fn encode(&self, out: &mut String) -> std::fmt::Result {
+        prometheus_client::encoding::text::encode_registry(out, &self.registry)
+    }
+}
+
+/// The short name of an error, for the `outcome` label.
+#[must_use]
+pub fn outcome(e: &FsError) -> &'static str {
+    match e {
+        FsError::NotFound => "not_found",
+        FsError::AlreadyExists => "already_exists",
+        FsError::NotADirectory => "not_a_directory",
+        FsError::IsADirectory => "is_a_directory",
+        FsError::NotEmpty => "not_empty",
+        FsError::InvalidArgument(_) => "invalid_argument",
+        FsError::NameTooLong => "name_too_long",
+        FsError::PermissionDenied => "permission_denied",
+        FsError::NotPermitted => "not_permitted",
+        FsError::Stale => "stale",
+        FsError::Busy | FsError::AutoIndexed { .. } => "busy",
+        FsError::AskPrimary
+        | FsError::Redirect(_)
+        | FsError::MapTooOld(_)
+        | FsError::WrongShard { .. } => "redirected",
+        FsError::NoSpace => "no_space",
+        FsError::TooLarge => "too_large",
+        FsError::TimedOut(_) => "timed_out",
+        FsError::NotSupported(_) => "not_supported",
+        FsError::NoData => "no_data",
+        FsError::NoSuchOffset => "no_such_offset",
+        FsError::ReadOnly => "read_only",
+        FsError::Unavailable(_) => "unavailable",
+        FsError::Corrupt { .. } => "corrupt",
+        FsError::Io(_) => "io_error",
+        FsError::Protocol(_) => "protocol_error",
+        // (FsError is non-exhaustive: a variant added later is counted, not lost.)
+        _ => "other",
+    }
+}
+
+/// What a scrape reads from the server's state besides its counter snapshot and disk.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StateExtras {
+    /// Partitions led here with a copy still catching up (not yet a member).
+    pub partitions_with_copies_behind: u64,
+    /// Directory shards split off by this server since it started.
+    pub splits: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoleLabel {
+    role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhereLabel {
+    r#where: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ZoneKindLabels {
+    /// The zone of the peer that sent the requests.
+    zone: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ZoneBytesLabels {
+    zone: String,
+    kind: &'static str,
+    direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    tier: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    node: String,
+    zone: String,
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, v: u64) {
+    let g = Gauge::<i64>::default();
+    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+    registry.register(name, help, g);
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str, v: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(v);
+    registry.register(name, help, c);
+}
+
+/// Appends the families read from the server's state (no end marker) to `out`.
+pub fn encode_state(
+    out: &mut String,
+    snap: &CounterSnapshot,
+    disk: &StatFs,
+    extras: StateExtras,
+) -> std::fmt::Result {
+    let mut r = Registry::with_prefix("myriad");
+    let info = Family::<InfoLabels, Gauge>::default();
+    info.get_or_create(&InfoLabels {
+        node: snap.node_id.0.to_string(),
+        zone: snap.zone.clone(),
+    })
+    .set(1);
+    r.register("server_info", "This server's id and zone (always 1)", info);
+    gauge(
+        &mut r,
+        "map_epoch",
+        "The cluster map epoch this server follows",
+        snap.epoch,
+    );
+    gauge(
+        &mut r,
+        "raft_leader",
+        "The cluster-map Raft leader as this server knows it (0: none)",
+        u64::from(snap.raft_leader.0),
+    );
+    gauge(
+        &mut r,
+        "serving",
+        "1 while the server holds its lease from the Raft leader (it serves only then)",
+        u64::from(snap.serving),
+    );
+    let parts = Family::<RoleLabel, Gauge>::default();
+    parts
+        .get_or_create(&RoleLabel { role: "primary" })
+        .set(i64::try_from(snap.primaries).unwrap_or(i64::MAX));
+    parts
+        .get_or_create(&RoleLabel { role: "copy" })
+        .set(i64::try_from(snap.backups).unwrap_or(i64::MAX));
+    r.register("partitions", "Partitions held here, by role", parts);
+    gauge(
+        &mut r,
+        "partitions_with_copies_behind",
+        "Partitions led here with a copy still catching up",
+        extras.partitions_with_copies_behind,
+    );
+    counter(
+        &mut r,
+        "directory_splits",
+        "Directory shards split off here",
+        extras.splits,
+    );
+    counter(
+        &mut r,
+        "fsyncs",
+        "Group commits (one fsync each)",
+        snap.syncs,
+    );
+    counter(
+        &mut r,
+        "synced_mutations",
+        "Mutations made durable by group commits",
+        snap.synced_mutations,
+    );
+    counter(
+        &mut r,
+        "replicated_batches_received",
+        "Replicated batches this server's copies received",
+        snap.batches_received,
+    );
+    counter(
+        &mut r,
+        "server_requests_sent",
+        "Requests this server sent to other servers",
+        snap.server_requests_sent,
+    );
+    gauge(
+        &mut r,
+        "popularity_replicas",
+        "Replicas of popular directories' permissions held here (TyrFS)",
+        snap.replicas_held,
+    );
+    gauge(
+        &mut r,
+        "popularity_subscribers",
+        "Subscriptions to this server's directories that it pushes changes to",
+        snap.subscriptions_served,
+    );
+    let checks = Family::<WhereLabel, Counter>::default();
+    checks
+        .get_or_create(&WhereLabel { r#where: "local" })
+        .inc_by(snap.ancestor_checks_local);
+    checks
+        .get_or_create(&WhereLabel { r#where: "remote" })
+        .inc_by(snap.ancestor_checks_remote);
+    r.register(
+        "ancestor_checks",
+        "Ancestor permission checks, answered here or by a remote server",
+        checks,
+    );
+    encode_traffic(&mut r, snap);
+    encode_disk(&mut r, disk);
+    prometheus_client::encoding::text::encode_registry(out, &r)
+}
+
+/// Requests and bytes served by the sender's zone; bytes from other zones also summed.
+fn encode_traffic(r: &mut Registry, snap: &CounterSnapshot) {
+    let requests = Family::<ZoneKindLabels, Counter>::default();
+    let bytes = Family::<ZoneBytesLabels, Counter>::default();
+    let mut cross_zone = 0u64;
+    for t in &snap.zone_traffic {
+        let kind = t.kind.name();
+        requests
+            .get_or_create(&ZoneKindLabels {
+                zone: t.zone.clone(),
+                kind,
+            })
+            .inc_by(t.requests);
+        for (direction, n) in [("in", t.bytes_in), ("out", t.bytes_out)] {
+            bytes
+                .get_or_create(&ZoneBytesLabels {
+                    zone: t.zone.clone(),
+                    kind,
+                    direction,
+                })
+                .inc_by(n);
+        }
+        if t.zone != snap.zone {
+            cross_zone += t.bytes_in + t.bytes_out;
+        }
+    }
+    r.register(
+        "zone_requests",
+        "Requests served, by the zone of their sender and their kind",
+        requests,
+    );
+    r.register(
+        "zone_bytes",
+        "Bytes of requests served (in) and their answers (out), by sender zone and kind",
+        bytes,
+    );
+    counter(
+        r,
+        "cross_zone_bytes",
+        "Bytes exchanged with peers of other zones than this server's",
+        cross_zone,
+    );
+}
+
+/// Disk use: the whole store, and each tier when the server has a fast tier.
+fn encode_disk(r: &mut Registry, disk: &StatFs) {
+    let family = Family::<TierLabels, Gauge>::default();
+    let put = |tier: &str, state: &'static str, v: u64| {
+        family
+            .get_or_create(&TierLabels {
+                tier: tier.to_string(),
+                state,
+            })
+            .set(i64::try_from(v).unwrap_or(i64::MAX));
+    };
+    put("all", "used", disk.used_bytes);
+    put("all", "free", disk.free_bytes);
+    put("all", "total", disk.total_bytes);
+    for t in &disk.tiers {
+        put(&t.name, "used", t.used_bytes);
+        put(&t.name, "free", t.free_bytes);
+        put(&t.name, "total", t.total_bytes);
+    }
+    r.register(
+        "disk_bytes",
+        "Bytes of the store (used) and of the disks holding it (free, total), by tier",
+        family,
+    );
+}
+
+/// A whole scrape: request families, then state families, then the end marker.
+pub fn render(
+    requests: &RequestMetrics,
+    snap: &CounterSnapshot,
+    disk: &StatFs,
+    extras: StateExtras,
+) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = requests.encode(&mut out);
+    let _ = encode_state(&mut out, snap, disk, extras);
+    let _ = prometheus_client::encoding::text::encode_eof(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scrape_has_every_family_once_and_ends_with_eof() {
+        let m = RequestMetrics::new(batch_size_histogram());
+        m.observe(
+            "fetch",
+            false,
+            &Ok(Response::Unit),
+            Duration::from_micros(300),
+        );
+        m.observe(
+            "fetch",
+            false,
+            &Err(FsError::NotFound),
+            Duration::from_micros(90),
+        );
+        let snap = CounterSnapshot {
+            zone: "a".into(),
+            zone_traffic: vec![
+                myriad_proto::ZoneTraffic {
+                    zone: "a".into(),
+                    kind: myriad_proto::TrafficKind::File,
+                    requests: 3,
+                    bytes_in: 10,
+                    bytes_out: 20,
+                },
+                myriad_proto::ZoneTraffic {
+                    zone: "b".into(),
+                    kind: myriad_proto::TrafficKind::File,
+                    requests: 1,
+                    bytes_in: 5,
+                    bytes_out: 7,
+                },
+            ],
+            ..CounterSnapshot::default()
+        };
+        let text = render(&m, &snap, &StatFs::default(), StateExtras::default());
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1);
+        for family in [
+            "myriad_requests",
+            "myriad_request_duration_seconds",
+            "myriad_fsync_batch_mutations",
+            "myriad_partitions",
+            "myriad_disk_bytes",
+            "myriad_zone_bytes",
+            "myriad_cross_zone_bytes",
+        ] {
+            assert_eq!(
+                text.matches(&format!("# TYPE {family} ")).count(),
+                1,
+                "{family} in\n{text}"
+            );
+        }
+        assert!(
+            text.contains(
+                r#"myriad_requests_total{op="fetch",from="client",outcome="not_found"} 1"#
+            )
+        );
+        assert!(text.contains(r#"myriad_requests_total{op="fetch",from="client",outcome="ok"} 1"#));
+        // Only zone b's bytes crossed zones.
+        assert!(text.contains("myriad_cross_zone_bytes_total 12"), "{text}");
+    }
+}
