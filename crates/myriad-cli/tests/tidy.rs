@@ -62,6 +62,9 @@ fn crates_depend_only_in_the_written_direction() {
             "myriad-fuse",
             &["myriad-client", "myriad-proto", "myriad-placement"][..],
         ),
+        // The Python bindings and the S3 gateway are clients like the mount.
+        ("myriad-py", &["myriad-client"][..]),
+        ("myriad-s3", &["myriad-client"][..]),
         (
             "myriad-sim",
             &[
@@ -79,6 +82,7 @@ fn crates_depend_only_in_the_written_direction() {
                 "myriad-fuse",
                 "myriad-net",
                 "myriad-placement",
+                "myriad-s3",
                 "myriad-server",
             ][..],
         ),

@@ -2,54 +2,19 @@
 //! method is one call of the native client (`myriad_client::Client`), made with the GIL
 //! released.
 
-use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use myriad_client::{Caller, Client, ClientConfig, ClusterMap, FsError, Keyring, RenameFlags};
+use myriad_client::{FsError, RenameFlags};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use tokio::runtime::Runtime;
 
 use crate::errors::{os_error, setup_error};
 use crate::handle::PyHandle;
+use crate::live::{Live, Setup, start};
 use crate::stat::PyStat;
-
-/// What a client is made from; kept so a forked child can make its own.
-struct Setup {
-    keys: Keyring,
-    caller: Caller,
-    zone: String,
-    timeout: Duration,
-}
-
-/// The native client of this process and the runtime it runs on.
-#[derive(Clone)]
-pub(crate) struct Live {
-    pid: u32,
-    pub(crate) rt: Arc<Runtime>,
-    pub(crate) client: Arc<Client>,
-}
-
-impl Live {
-    /// Runs `f` on the runtime with the GIL released; an error names `path`.
-    pub(crate) fn call<T, Fut>(
-        &self,
-        py: Python<'_>,
-        path: &str,
-        f: impl FnOnce(Arc<Client>) -> Fut + Send,
-    ) -> PyResult<T>
-    where
-        T: Send,
-        Fut: Future<Output = Result<T, FsError>>,
-    {
-        let (rt, client) = (self.rt.clone(), self.client.clone());
-        py.detach(move || rt.block_on(f(client)))
-            .map_err(|e| os_error(&e, path))
-    }
-}
 
 #[pyclass(module = "myriad._native", name = "Client", subclass, frozen)]
 pub struct PyClient {
@@ -60,21 +25,6 @@ pub struct PyClient {
 /// `given`, else the environment variable `var`.
 fn given_or_env(given: Option<PathBuf>, var: &str) -> Option<PathBuf> {
     given.or_else(|| std::env::var_os(var).map(PathBuf::from))
-}
-
-fn start(setup: &Setup, map: ClusterMap) -> PyResult<Live> {
-    let (pid, rt) =
-        crate::runtime::runtime().map_err(|e| setup_error(format!("cannot start: {e}")))?;
-    let mut cfg = ClientConfig::new(map, setup.caller.clone(), setup.keys.clone());
-    cfg.request_timeout = setup.timeout;
-    cfg.zone = setup.zone.clone();
-    let _in_runtime = rt.enter();
-    let client = Client::new(cfg).map_err(|e| setup_error(format!("cannot start: {e}")))?;
-    Ok(Live {
-        pid,
-        rt,
-        client: Arc::new(client),
-    })
 }
 
 impl PyClient {

@@ -6,7 +6,7 @@ use myriad_client::FileHandle;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::client::Live;
+use crate::live::Live;
 
 #[pyclass(module = "myriad._native", name = "Handle", frozen)]
 pub struct PyHandle {

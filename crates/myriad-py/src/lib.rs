@@ -8,6 +8,7 @@
 mod client;
 mod errors;
 mod handle;
+mod live;
 mod runtime;
 mod stat;
 

@@ -1,0 +1,340 @@
+"""The S3 gateway (`myriad s3`, docs/s3.md) driven by boto3 against a real cluster: buckets
+are top-level directories, objects files, keys with slashes paths."""
+
+import hashlib
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import myriad_bin
+
+boto3 = pytest.importorskip("boto3")
+import botocore.config  # noqa: E402
+from botocore.exceptions import ClientError  # noqa: E402
+
+ACCESS, SECRET = "AKIAMYRIADTEST", "myriad-test-secret"
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def endpoint(cluster, tmp_path_factory):
+    """The URL of a gateway serving `cluster`, stopped after the module."""
+    home = tmp_path_factory.mktemp("s3")
+    creds = home / "credentials"
+    creds.write_text(f"# test keys\n{ACCESS} {SECRET}\n")
+    creds.chmod(0o600)
+    # The gateway's log goes to a file: a pipe nobody reads could fill and stop it.
+    log = open(home / "stderr", "w")
+    proc = subprocess.Popen(
+        [myriad_bin(), "s3", "--cluster", cluster, "--listen", "127.0.0.1:0",
+         "--credentials", str(creds)],
+        stdout=subprocess.PIPE, stderr=log, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("s3: http://"), (line, proc.poll())
+        yield line.split()[1]
+    finally:
+        proc.terminate()
+        try:
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+
+def s3_client(endpoint, access=ACCESS, secret=SECRET):
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=access,
+        aws_secret_access_key=secret, region_name="us-east-1",
+        config=botocore.config.Config(s3={"addressing_style": "path"},
+                                      retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture(scope="module")
+def s3(endpoint):
+    return s3_client(endpoint)
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A fresh bucket for one test."""
+    node = request.node.name
+    short = re.sub(r"[^a-z0-9]+", "-", node.lower())[:40].strip("-")
+    name = f"t-{short}-{hashlib.sha1(node.encode()).hexdigest()[:8]}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def error_code(excinfo):
+    return excinfo.value.response["Error"]["Code"]
+
+
+def test_buckets_are_top_level_directories(s3, client):
+    s3.create_bucket(Bucket="t-buckets")
+    assert client.stat("/t-buckets").is_dir()
+    names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert "t-buckets" in names
+    assert not any(n.startswith(".") for n in names)
+    s3.head_bucket(Bucket="t-buckets")
+    with pytest.raises(ClientError) as e:
+        s3.create_bucket(Bucket="t-buckets")
+    assert error_code(e) == "BucketAlreadyOwnedByYou"
+    s3.put_object(Bucket="t-buckets", Key="x", Body=b"x")
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket="t-buckets")
+    assert error_code(e) == "BucketNotEmpty"
+    s3.delete_object(Bucket="t-buckets", Key="x")
+    s3.delete_bucket(Bucket="t-buckets")
+    assert "t-buckets" not in client.listdir("/")
+    with pytest.raises(ClientError) as e:
+        s3.head_bucket(Bucket="t-buckets")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_put_get_head_delete(s3, client, bucket):
+    small = os.urandom(1000)
+    put = s3.put_object(Bucket=bucket, Key="dir/sub/small.bin", Body=small)
+    got = s3.get_object(Bucket=bucket, Key="dir/sub/small.bin")
+    assert got["Body"].read() == small
+    head = s3.head_object(Bucket=bucket, Key="dir/sub/small.bin")
+    assert head["ContentLength"] == len(small)
+    assert put["ETag"] == got["ETag"] == head["ETag"]
+    # The key is a path in the cluster.
+    assert client.fetch(f"/{bucket}/dir/sub/small.bin") == small
+    assert client.listdir(f"/{bucket}/dir") == ["sub"]
+    part = s3.get_object(Bucket=bucket, Key="dir/sub/small.bin", Range="bytes=10-19")
+    assert part["Body"].read() == small[10:20]
+    assert part["ContentRange"] == f"bytes 10-19/{len(small)}"
+    # Overwriting replaces the object, with a new ETag.
+    s3.put_object(Bucket=bucket, Key="dir/sub/small.bin", Body=b"new")
+    assert s3.get_object(Bucket=bucket, Key="dir/sub/small.bin")["Body"].read() == b"new"
+    assert s3.head_object(Bucket=bucket, Key="dir/sub/small.bin")["ETag"] != put["ETag"]
+    # DELETE removes the file and the directories the key implied, not the bucket.
+    s3.delete_object(Bucket=bucket, Key="dir/sub/small.bin")
+    assert client.listdir(f"/{bucket}") == []
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="dir/sub/small.bin")
+    assert error_code(e) == "NoSuchKey"
+    # Deleting what is not there succeeds, as in S3.
+    s3.delete_object(Bucket=bucket, Key="dir/sub/small.bin")
+
+
+def test_a_big_object_round_trips_in_pieces(s3, client, bucket):
+    data = os.urandom(13 * MIB + 17)
+    put = s3.put_object(Bucket=bucket, Key="big/object", Body=data)
+    got = s3.get_object(Bucket=bucket, Key="big/object")
+    assert got["ContentLength"] == len(data)
+    assert got["Body"].read() == data
+    assert got["ETag"] == put["ETag"]
+    assert client.stat(f"/{bucket}/big/object").st_size == len(data)
+    at = 4 * MIB - 3
+    ranged = s3.get_object(Bucket=bucket, Key="big/object", Range=f"bytes={at}-{at + 5 * MIB}")
+    assert ranged["Body"].read() == data[at:at + 5 * MIB + 1]
+    tail = s3.get_object(Bucket=bucket, Key="big/object", Range="bytes=-10")
+    assert tail["Body"].read() == data[-10:]
+    # No temporary file is left beside it.
+    assert client.listdir(f"/{bucket}/big") == ["object"]
+
+
+def test_missing_keys_buckets_and_directories(s3, bucket):
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="missing")
+    assert error_code(e) == "NoSuchKey"
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket="t-no-such-bucket", Key="x")
+    assert error_code(e) == "NoSuchBucket"
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket="t-no-such-bucket", Key="a/b", Body=b"x")
+    assert error_code(e) == "NoSuchBucket"
+    s3.put_object(Bucket=bucket, Key="d/file", Body=b"x")
+    # A key naming a directory (a prefix of other keys) is no object.
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="d")
+    assert error_code(e) == "NoSuchKey"
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="d")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+@pytest.mark.parametrize("key", ["a/../b", "../escape", "a//b", "/lead", "trail/", "a/./b",
+                                 "x/" + "n" * 256])
+def test_keys_that_cannot_be_paths_are_refused(s3, client, bucket, key):
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    assert error_code(e) in ("InvalidArgument", "KeyTooLongError")
+    assert client.listdir(f"/{bucket}") == []
+    assert "b" not in client.listdir("/") and "escape" not in client.listdir("/")
+
+
+def test_list_with_prefix_and_delimiter(s3, bucket):
+    keys = ["a-b", "a/b", "a/c/d", "a/c-e", "a0", "b/x", "top"]
+    for k in keys:
+        s3.put_object(Bucket=bucket, Key=k, Body=k.encode())
+    every = s3.list_objects_v2(Bucket=bucket)
+    assert [o["Key"] for o in every["Contents"]] == sorted(keys)
+    assert every["KeyCount"] == len(keys) and not every["IsTruncated"]
+    sizes = {o["Key"]: o["Size"] for o in every["Contents"]}
+    assert sizes == {k: len(k) for k in keys}
+    etag = s3.head_object(Bucket=bucket, Key="a/b")["ETag"]
+    assert {o["Key"]: o["ETag"] for o in every["Contents"]}["a/b"] == etag
+
+    top = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [o["Key"] for o in top["Contents"]] == ["a-b", "a0", "top"]
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["a/", "b/"]
+
+    under_a = s3.list_objects_v2(Bucket=bucket, Prefix="a/", Delimiter="/")
+    assert [o["Key"] for o in under_a["Contents"]] == ["a/b", "a/c-e"]
+    assert [p["Prefix"] for p in under_a["CommonPrefixes"]] == ["a/c/"]
+
+    starting_a = s3.list_objects_v2(Bucket=bucket, Prefix="a")
+    assert [o["Key"] for o in starting_a["Contents"]] == ["a-b", "a/b", "a/c-e", "a/c/d", "a0"]
+
+    after = s3.list_objects_v2(Bucket=bucket, StartAfter="a/c-e")
+    assert [o["Key"] for o in after["Contents"]] == ["a/c/d", "a0", "b/x", "top"]
+
+    none = s3.list_objects_v2(Bucket=bucket, Prefix="zzz")
+    assert none["KeyCount"] == 0 and "Contents" not in none
+
+
+def test_pagination_with_max_keys(s3, bucket):
+    keys = sorted([f"p/{i:03d}" for i in range(7)] + [f"q{i}" for i in range(3)] + ["p-x"])
+    for k in keys:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"")
+    seen, token, pages = [], None, 0
+    while True:
+        kw = {"ContinuationToken": token} if token else {}
+        page = s3.list_objects_v2(Bucket=bucket, MaxKeys=3, **kw)
+        pages += 1
+        assert page["KeyCount"] <= 3
+        seen += [o["Key"] for o in page.get("Contents", [])]
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    assert seen == keys
+    assert pages == 4
+    # With a delimiter a common prefix is one item of a page and is not repeated.
+    items, token = [], None
+    while True:
+        kw = {"ContinuationToken": token} if token else {}
+        page = s3.list_objects_v2(Bucket=bucket, MaxKeys=1, Delimiter="/", **kw)
+        items += [o["Key"] for o in page.get("Contents", [])]
+        items += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    assert items == ["p-x", "p/", "q0", "q1", "q2"]
+    # boto3's paginator agrees.
+    paged = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, PaginationConfig={"PageSize": 4}) for o in p.get("Contents", [])]
+    assert paged == keys
+
+
+def test_multipart_upload_of_three_parts(s3, client, bucket):
+    parts = [os.urandom(5 * MIB + 11), os.urandom(5 * MIB), os.urandom(1234)]
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp/whole.bin")["UploadId"]
+    etags = []
+    for n, data in enumerate(parts, start=1):
+        etags.append(s3.upload_part(Bucket=bucket, Key="mp/whole.bin", UploadId=up,
+                                    PartNumber=n, Body=data)["ETag"])
+    listed = s3.list_parts(Bucket=bucket, Key="mp/whole.bin", UploadId=up)["Parts"]
+    assert [(p["PartNumber"], p["ETag"], p["Size"]) for p in listed] == [
+        (n, e, len(d)) for n, (e, d) in enumerate(zip(etags, parts), start=1)]
+    done = s3.complete_multipart_upload(
+        Bucket=bucket, Key="mp/whole.bin", UploadId=up,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e}
+                                   for n, e in enumerate(etags, start=1)]})
+    assert done["ETag"].strip('"').endswith("-3")
+    got = s3.get_object(Bucket=bucket, Key="mp/whole.bin")
+    assert got["Body"].read() == b"".join(parts)
+    assert got["ETag"] == done["ETag"]
+    assert s3.head_object(Bucket=bucket, Key="mp/whole.bin")["ETag"] == done["ETag"]
+    assert client.fetch(f"/{bucket}/mp/whole.bin") == b"".join(parts)
+    assert client.listdir(f"/{bucket}/mp") == ["whole.bin"]
+    assert up not in client.listdir("/.myriad-s3-uploads")
+    with pytest.raises(ClientError) as e:
+        s3.list_parts(Bucket=bucket, Key="mp/whole.bin", UploadId=up)
+    assert error_code(e) == "NoSuchUpload"
+
+
+def test_a_completion_checks_the_parts(s3, bucket):
+    up = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
+    e1 = s3.upload_part(Bucket=bucket, Key="k", UploadId=up, PartNumber=1, Body=b"a")["ETag"]
+    for parts, code in [
+        ([{"PartNumber": 1, "ETag": '"0123"'}], "InvalidPart"),
+        ([{"PartNumber": 2, "ETag": e1}], "InvalidPart"),
+    ]:
+        with pytest.raises(ClientError) as e:
+            s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=up,
+                                         MultipartUpload={"Parts": parts})
+        assert error_code(e) == code
+    # An upload id is for its own key only.
+    with pytest.raises(ClientError) as e:
+        s3.upload_part(Bucket=bucket, Key="other", UploadId=up, PartNumber=1, Body=b"a")
+    assert error_code(e) == "NoSuchUpload"
+    s3.abort_multipart_upload(Bucket=bucket, Key="k", UploadId=up)
+
+
+def test_an_aborted_upload_leaves_nothing(s3, client, bucket):
+    up = s3.create_multipart_upload(Bucket=bucket, Key="gone/obj")["UploadId"]
+    s3.upload_part(Bucket=bucket, Key="gone/obj", UploadId=up, PartNumber=1, Body=b"x" * 1000)
+    assert up in client.listdir("/.myriad-s3-uploads")
+    s3.abort_multipart_upload(Bucket=bucket, Key="gone/obj", UploadId=up)
+    assert up not in client.listdir("/.myriad-s3-uploads")
+    assert client.listdir(f"/{bucket}") == []
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="gone/obj")
+    assert error_code(e) == "NoSuchKey"
+
+
+def test_delete_objects(s3, client, bucket):
+    for k in ["d/1", "d/2", "e"]:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
+        {"Key": "d/1"}, {"Key": "d/2"}, {"Key": "missing"}, {"Key": "a/../e"}]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["d/1", "d/2", "missing"]
+    assert [(x["Key"], x["Code"]) for x in r["Errors"]] == [("a/../e", "InvalidArgument")]
+    assert client.listdir(f"/{bucket}") == ["e"]
+
+
+def test_a_wrong_secret_is_refused(endpoint, bucket):
+    bad = s3_client(endpoint, secret="not-the-secret")
+    with pytest.raises(ClientError) as e:
+        bad.list_objects_v2(Bucket=bucket)
+    assert error_code(e) == "SignatureDoesNotMatch"
+    with pytest.raises(ClientError) as e:
+        bad.put_object(Bucket=bucket, Key="x", Body=b"x")
+    assert error_code(e) == "SignatureDoesNotMatch"
+
+
+def test_an_unknown_access_key_is_refused(endpoint):
+    with pytest.raises(ClientError) as e:
+        s3_client(endpoint, access="AKIAUNKNOWN").list_buckets()
+    assert error_code(e) == "InvalidAccessKeyId"
+
+
+def test_a_credentials_file_others_may_read_is_refused(cluster, tmp_path):
+    creds = tmp_path / "credentials"
+    creds.write_text(f"{ACCESS} {SECRET}\n")
+    creds.chmod(0o644)
+    run = subprocess.run(
+        [myriad_bin(), "s3", "--cluster", cluster, "--listen", "127.0.0.1:0",
+         "--credentials", str(creds)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode != 0
+    assert "chmod 600" in run.stderr
+    creds.write_text("# no keys\n")
+    creds.chmod(0o600)
+    run = subprocess.run(
+        [myriad_bin(), "s3", "--cluster", cluster, "--listen", "127.0.0.1:0",
+         "--credentials", str(creds)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode != 0
+    assert "no keys" in run.stderr
