@@ -1,0 +1,167 @@
+//! The `s3s::S3` implementation: each operation runs as the cluster user of the key that
+//! signed the request (`Client::as_caller`) and is handed to the module that does it.
+
+use std::sync::Arc;
+
+use myriad_client::{Caller, Client};
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
+
+use crate::credentials::Credentials;
+use crate::{buckets, list_objects, multipart, objects};
+
+pub struct Gateway {
+    client: Arc<Client>,
+    credentials: Credentials,
+}
+
+impl Gateway {
+    pub fn new(client: Arc<Client>, credentials: Credentials) -> Gateway {
+        Gateway {
+            client,
+            credentials,
+        }
+    }
+
+    /// The cluster user of the key that signed `req`. s3s has checked the signature and
+    /// refuses unsigned requests before any operation runs.
+    fn caller<T>(&self, req: &S3Request<T>) -> S3Result<Caller> {
+        req.credentials
+            .as_ref()
+            .and_then(|c| self.credentials.caller_of(&c.access_key))
+            .ok_or_else(|| s3_error!(AccessDenied, "the request is not signed with a known key"))
+    }
+}
+
+/// Runs `$body` as the request's caller and wraps its output in a response.
+macro_rules! as_caller {
+    ($self:ident, $req:ident, |$caller:ident, $input:ident| $body:expr) => {{
+        let $caller = $self.caller(&$req)?;
+        let $input = $req.input;
+        let out = Client::as_caller($caller.clone(), async { $body.await }).await?;
+        Ok(S3Response::new(out))
+    }};
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        as_caller!(self, req, |caller, _input| buckets::list(&self.client, &caller))
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        as_caller!(self, req, |caller, input| buckets::create(&self.client, &caller, input))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        as_caller!(self, req, |_caller, input| buckets::delete(&self.client, input))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        as_caller!(self, req, |_caller, input| buckets::head(&self.client, input))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        as_caller!(self, req, |_caller, input| buckets::location(&self.client, input))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        as_caller!(self, req, |_caller, input| list_objects::v2(&self.client, input))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        as_caller!(self, req, |_caller, input| list_objects::v1(&self.client, input))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        as_caller!(self, req, |caller, input| objects::get(&self.client, caller, input))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        as_caller!(self, req, |_caller, input| objects::head(&self.client, input))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        as_caller!(self, req, |_caller, input| objects::put(&self.client, input))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        as_caller!(self, req, |_caller, input| objects::delete(&self.client, input))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        as_caller!(self, req, |caller, input| objects::delete_many(
+            &self.client,
+            &caller,
+            input
+        ))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        as_caller!(self, req, |_caller, input| multipart::create(&self.client, input))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        as_caller!(self, req, |_caller, input| multipart::upload_part(&self.client, input))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        as_caller!(self, req, |_caller, input| multipart::complete(&self.client, input))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        as_caller!(self, req, |_caller, input| multipart::abort(&self.client, input))
+    }
+
+    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
+        as_caller!(self, req, |_caller, input| multipart::list_parts(&self.client, input))
+    }
+}

@@ -1,0 +1,30 @@
+//! The S3 gateway (`myriad s3`, docs/s3.md): the cluster served over the S3 protocol with
+//! the `s3s` crate. Buckets are the top-level directories, objects are regular files, a key
+//! with slashes is a path below its bucket. Requests are checked with SigV4 against a
+//! credentials file and run as the cluster user each key names.
+//!
+//! Depends on: myriad-client (its `proto` re-export for paths and limits), s3s, hyper.
+//! Must not depend on the server or storage crates.
+//!
+//! Modules: `keys` (key <-> path), `etag`, `errors` (FsError -> S3 error), `credentials`,
+//! `listing` (listing order, pure) and `list_objects` (its S3 side), `body` (bodies in
+//! pieces), `store` (writing objects whole or not at all), `objects`, `buckets`,
+//! `multipart`, `gateway` (the `s3s::S3` impl), `serve` (the accept loop).
+
+mod body;
+mod buckets;
+mod credentials;
+mod errors;
+mod etag;
+mod gateway;
+mod keys;
+mod list_objects;
+mod listing;
+mod multipart;
+mod objects;
+mod serve;
+mod store;
+
+pub use credentials::{Credentials, CredentialsError};
+pub use gateway::Gateway;
+pub use serve::{prepare, serve, service};

@@ -1,0 +1,226 @@
+//! GetObject, HeadObject, PutObject, DeleteObject and DeleteObjects: objects as files.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use myriad_client::{Caller, Client, FileKind, FsError, Inode};
+use s3s::dto::{
+    DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput,
+    DeletedObject, Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput,
+    HeadObjectOutput, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
+};
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+
+use crate::body::{PIECE_BYTES, Pieces, stream_file};
+use crate::errors::object_error;
+use crate::etag::etag;
+use crate::keys::{bucket_path, implied_dirs, object_path};
+use crate::store::{Base, write_object};
+
+/// Keys of one DeleteObjects request deleted at once.
+const DELETES_IN_FLIGHT: usize = 8;
+
+/// What S3 calls an object's content type when none was given (none is kept).
+const CONTENT_TYPE: &str = "binary/octet-stream";
+
+/// The time `ns` nanoseconds after the Unix epoch (earlier times as the epoch).
+pub fn timestamp(ns: i64) -> Timestamp {
+    let ns = u64::try_from(ns).unwrap_or(0);
+    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
+}
+
+pub fn no_such_bucket() -> S3Error {
+    s3_error!(NoSuchBucket, "the specified bucket does not exist")
+}
+
+fn no_such_key() -> S3Error {
+    s3_error!(NoSuchKey, "the specified key does not exist")
+}
+
+/// `err`, met looking for an object in `bucket`: NoSuchBucket if the bucket is the missing
+/// part (one more request, on this error path only).
+async fn missing(client: &Client, bucket: &str, err: FsError) -> S3Error {
+    if !matches!(err, FsError::NotFound | FsError::NotADirectory) {
+        return object_error(err);
+    }
+    match bucket_path(bucket) {
+        Ok(b) => match client.stat(&b).await {
+            Ok(i) if i.kind == FileKind::Directory => no_such_key(),
+            _ => no_such_bucket(),
+        },
+        Err(e) => e,
+    }
+}
+
+/// The inode of the object at `path`, which must be a regular file.
+fn object_inode(inode: Inode) -> S3Result<Inode> {
+    if inode.kind == FileKind::File {
+        Ok(inode)
+    } else {
+        // Directories (prefixes of other keys) and symlinks are not objects.
+        Err(no_such_key())
+    }
+}
+
+pub async fn get(
+    client: &Arc<Client>,
+    caller: Caller,
+    input: GetObjectInput,
+) -> S3Result<GetObjectOutput> {
+    let path = object_path(&input.bucket, &input.key)?;
+    // Without a range the first piece comes with the attributes, in one request; with one
+    // only the attributes do (the range may start anywhere).
+    let head_bytes = if input.range.is_some() {
+        0
+    } else {
+        PIECE_BYTES as u64
+    };
+    let (inode, mut first) = match client.fetch_head(&path, head_bytes).await {
+        Ok(r) => r,
+        Err(e) => return Err(missing(client, &input.bucket, e).await),
+    };
+    let inode = object_inode(inode)?;
+    let size = inode.size;
+    let range = match &input.range {
+        None => 0..size,
+        Some(r) => r.check(size).map_err(|_| {
+            s3_error!(InvalidRange, "the requested range is not satisfiable (size {size})")
+        })?,
+    };
+    if input.range.is_some() {
+        first.clear();
+    }
+    first.truncate(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
+    let content_range = input
+        .range
+        .map(|_| format!("bytes {}-{}/{size}", range.start, range.end.saturating_sub(1)));
+    let length = range.end - range.start;
+    let output = GetObjectOutput {
+        accept_ranges: Some("bytes".into()),
+        content_length: Some(i64::try_from(length).unwrap_or(i64::MAX)),
+        content_range,
+        content_type: Some(CONTENT_TYPE.into()),
+        e_tag: Some(etag(&inode)),
+        last_modified: Some(timestamp(inode.mtime_ns)),
+        ..Default::default()
+    };
+    let body = if first.len() as u64 == length {
+        StreamingBlob::from(s3s::Body::from(Bytes::from(first)))
+    } else {
+        stream_file(Arc::clone(client), caller, path, inode, range, first)
+    };
+    Ok(GetObjectOutput {
+        body: Some(body),
+        ..output
+    })
+}
+
+pub async fn head(client: &Client, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {
+    let path = object_path(&input.bucket, &input.key)?;
+    let inode = match client.stat(&path).await {
+        Ok(i) => object_inode(i)?,
+        Err(e) => return Err(missing(client, &input.bucket, e).await),
+    };
+    Ok(HeadObjectOutput {
+        accept_ranges: Some("bytes".into()),
+        content_length: Some(i64::try_from(inode.size).unwrap_or(i64::MAX)),
+        content_type: Some(CONTENT_TYPE.into()),
+        e_tag: Some(etag(&inode)),
+        last_modified: Some(timestamp(inode.mtime_ns)),
+        ..Default::default()
+    })
+}
+
+pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOutput> {
+    let path = object_path(&input.bucket, &input.key)?;
+    let bucket = bucket_path(&input.bucket)?;
+    let base = Base {
+        path: &bucket,
+        missing: no_such_bucket,
+    };
+    let mut pieces = Pieces::new(input.body);
+    let inode = write_object(client, &base, &path, &mut pieces).await?;
+    Ok(PutObjectOutput {
+        e_tag: Some(etag(&inode)),
+        size: Some(i64::try_from(inode.size).unwrap_or(i64::MAX)),
+        ..Default::default()
+    })
+}
+
+/// Deletes one object, then the directories its key implied that are left empty. A key
+/// that is not there is deleted already (as S3 answers).
+async fn delete_one(client: &Client, bucket: &str, key: &str) -> S3Result<()> {
+    let path = object_path(bucket, key)?;
+    match client.unlink(&path).await {
+        Ok(()) => {}
+        Err(e @ (FsError::NotFound | FsError::NotADirectory)) => {
+            return match missing(client, bucket, e).await {
+                e if *e.code() == S3ErrorCode::NoSuchKey => Ok(()),
+                e => Err(e),
+            };
+        }
+        // A directory is a prefix of other keys, not an object: nothing to delete.
+        Err(FsError::IsADirectory) => return Ok(()),
+        Err(e) => return Err(object_error(e)),
+    }
+    let base = bucket_path(bucket)?;
+    for dir in implied_dirs(&base, &path) {
+        // Stops at the first directory still holding something ("not empty"), or any
+        // other refusal: the object itself is gone either way.
+        if client.rmdir(&dir).await.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+pub async fn delete(client: &Client, input: DeleteObjectInput) -> S3Result<DeleteObjectOutput> {
+    delete_one(client, &input.bucket, &input.key).await?;
+    Ok(DeleteObjectOutput::default())
+}
+
+pub async fn delete_many(
+    client: &Client,
+    caller: &Caller,
+    input: DeleteObjectsInput,
+) -> S3Result<DeleteObjectsOutput> {
+    let bucket = input.bucket;
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let results: Vec<(String, S3Result<()>)> = futures::stream::iter(input.delete.objects)
+        .map(|o| {
+            let bucket = &bucket;
+            // Each delete in its own caller scope: they run side by side in this task.
+            Client::as_caller(caller.clone(), async move {
+                let r = delete_one(client, bucket, &o.key).await;
+                (o.key, r)
+            })
+        })
+        .buffered(DELETES_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for (key, r) in results {
+        match r {
+            Ok(()) if !quiet => deleted.push(DeletedObject {
+                key: Some(key),
+                ..Default::default()
+            }),
+            Ok(()) => {}
+            Err(e) if *e.code() == S3ErrorCode::NoSuchBucket => return Err(e),
+            Err(e) => errors.push(DeleteError {
+                code: Some(e.code().as_str().to_string()),
+                key: Some(key),
+                message: e.message().map(str::to_string),
+                ..Default::default()
+            }),
+        }
+    }
+    Ok(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: (!errors.is_empty()).then_some(errors),
+        ..Default::default()
+    })
+}
