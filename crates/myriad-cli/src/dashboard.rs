@@ -3,23 +3,17 @@
 //! the view every `REFRESH`; every browser tab reads that same view, so ten open tabs
 //! cost the cluster no more than one.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use myriad_client::Client;
+use myriad_net::http::{Reply, Route};
 
 use crate::cluster_view::Watcher;
 
 const PAGE: &str = include_str!("dashboard/page.html");
 const REFRESH: Duration = Duration::from_secs(2);
-/// A browser that sends no complete request head within this long is dropped.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args)]
 pub struct DashboardArgs {
@@ -54,34 +48,13 @@ pub async fn run(args: DashboardArgs, client: Client, cluster: String) -> anyhow
         writeln!(out, "dashboard: http://{}/", listener.local_addr()?)?;
         out.flush()?;
     }
-    let accept = async {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!("dashboard: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let latest = latest.clone();
-            tokio::spawn(async move {
-                let answer = hyper::service::service_fn(move |req: Request<_>| {
-                    let reply = respond(&req, &latest);
-                    async move { Ok::<_, Infallible>(reply) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEAD_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), answer)
-                    .await;
-            });
-        }
+    let route: Route = {
+        let latest = latest.clone();
+        Arc::new(move |path| respond(path, &latest))
     };
-    tokio::select! {
-        () = accept => {}
-        () = crate::signals::shutdown_signal() => {}
-    }
+    let server = tokio::spawn(myriad_net::http::serve(listener, route));
+    crate::signals::shutdown_signal().await;
+    server.abort();
     refresher.abort();
     Ok(())
 }
@@ -92,42 +65,13 @@ fn publish(latest: &RwLock<Option<String>>, view: &crate::cluster_view::ClusterV
     }
 }
 
-fn respond<B>(req: &Request<B>, latest: &RwLock<Option<String>>) -> Response<Full<Bytes>> {
-    let reply = |status: StatusCode, kind: &'static str, body: String| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = status;
-        let h = r.headers_mut();
-        h.insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static(kind),
-        );
-        h.insert(
-            hyper::header::CACHE_CONTROL,
-            hyper::header::HeaderValue::from_static("no-store"),
-        );
-        r
-    };
-    if req.method() != hyper::Method::GET {
-        return reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "only GET\n".into(),
-        );
-    }
-    match req.uri().path() {
-        "/" | "/index.html" => reply(StatusCode::OK, "text/html; charset=utf-8", PAGE.into()),
+fn respond(path: &str, latest: &RwLock<Option<String>>) -> Reply {
+    match path {
+        "/" | "/index.html" => Reply::ok("text/html; charset=utf-8", PAGE.into()),
         "/api/status" => match latest.read().ok().and_then(|g| g.clone()) {
-            Some(json) => reply(StatusCode::OK, "application/json", json),
-            None => reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain; charset=utf-8",
-                "no view of the cluster yet\n".into(),
-            ),
+            Some(json) => Reply::ok("application/json", json),
+            None => Reply::text(503, "no view of the cluster yet"),
         },
-        _ => reply(
-            StatusCode::NOT_FOUND,
-            "text/plain; charset=utf-8",
-            "not found\n".into(),
-        ),
+        _ => Reply::text(404, "not found"),
     }
 }

@@ -13,6 +13,7 @@
 mod conn;
 mod frame;
 mod handshake;
+pub mod http;
 pub mod limits;
 mod pool;
 mod serve;
