@@ -90,6 +90,11 @@ pub struct MountArgs {
     /// Threads reading FUSE requests from the kernel.
     #[arg(long, default_value_t = 4)]
     pub fuse_threads: usize,
+    /// Serve the mount's metrics over HTTP at this address (`GET /metrics`, OpenMetrics:
+    /// kernel requests by kind, getattr answered from a lease, the cache or a server,
+    /// lookups answered locally; docs/metrics.md). Default: none.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Allow other users to use the mount (needs user_allow_other in /etc/fuse.conf unless
     /// mounting as root; root mounts always allow others, permissions are checked per user).
     #[arg(long)]
@@ -195,6 +200,7 @@ pub fn run(
                 },
             }
         }),
+        metrics_listen: args.metrics,
     };
     let shown = args.mountpoint.display().to_string();
     myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}")).map_err(anyhow::Error::msg)
@@ -275,6 +281,9 @@ fn detach(
         .arg(args.auto_index_quiet_secs.to_string());
     if args.allow_other {
         cmd.arg("--allow-other");
+    }
+    if let Some(m) = args.metrics {
+        cmd.arg("--metrics").arg(m.to_string());
     }
     cmd.stdin(std::process::Stdio::null())
         .stdout(out.try_clone()?)

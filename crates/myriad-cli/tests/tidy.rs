@@ -60,7 +60,12 @@ fn crates_depend_only_in_the_written_direction() {
         ),
         (
             "myriad-fuse",
-            &["myriad-client", "myriad-proto", "myriad-placement"][..],
+            &[
+                "myriad-client",
+                "myriad-net",
+                "myriad-proto",
+                "myriad-placement",
+            ][..],
         ),
         // The Python bindings and the S3 gateway are clients like the mount.
         ("myriad-py", &["myriad-client"][..]),

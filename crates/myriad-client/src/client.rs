@@ -146,6 +146,9 @@ pub struct Client {
     pub(crate) indexes: Arc<crate::indexes::Indexes>,
     /// Reads of coded chunks that had to decode (a fragment failed): `fragments.rs`.
     pub(crate) degraded_reads: std::sync::atomic::AtomicU64,
+    /// Entries answered with no request (`answered_locally`): from a lease, from an index.
+    pub(crate) answered_by_lease: std::sync::atomic::AtomicU64,
+    pub(crate) answered_by_index: std::sync::atomic::AtomicU64,
     /// Copies that did not answer a nearest read (`nearest.rs`), until when reads skip them.
     pub(crate) copies_avoided:
         std::sync::Mutex<std::collections::BTreeMap<NodeId, tokio::time::Instant>>,
@@ -223,6 +226,8 @@ impl Client {
             held_locks: crate::held_locks::HeldLocks::default(),
             indexes: Arc::default(),
             degraded_reads: std::sync::atomic::AtomicU64::new(0),
+            answered_by_lease: std::sync::atomic::AtomicU64::new(0),
+            answered_by_index: std::sync::atomic::AtomicU64::new(0),
             copies_avoided: std::sync::Mutex::default(),
             config,
         })
@@ -1016,7 +1021,10 @@ impl Client {
         let (dir, name) = split_parent(path);
         let caller = self.task_caller();
         match self.leases.get(dir, name, &caller) {
-            Some(Cached::Missing) if path != "/" => return Err(FsError::NotFound),
+            Some(Cached::Missing) if path != "/" => {
+                self.count_answer(&self.answered_by_lease);
+                return Err(FsError::NotFound);
+            }
             Some(Cached::Found {
                 inode,
                 data,
@@ -1024,6 +1032,7 @@ impl Client {
             }) if had >= asked
                 || (inode.kind == FileKind::File && data.len() as u64 >= inode.size) =>
             {
+                self.count_answer(&self.answered_by_lease);
                 let mut data = data;
                 data.truncate(usize::try_from(asked).unwrap_or(usize::MAX));
                 tracing::trace!(client = self.config.id, path, "answered from a lease");
@@ -1135,6 +1144,20 @@ impl Client {
             .unwrap_or_else(|_| self.config.caller.clone())
     }
 
+    fn count_answer(&self, counter: &std::sync::atomic::AtomicU64) {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Lookups and fetches answered with no request since the client started: (from a
+    /// directory lease, from a metadata index).
+    pub fn answered_locally(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.answered_by_lease.load(Relaxed),
+            self.answered_by_index.load(Relaxed),
+        )
+    }
+
     /// Attributes of many names in one directory, in one round trip per 4096 names.
     pub async fn stat_many(
         &self,
@@ -1160,6 +1183,7 @@ impl Client {
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
         if let Some(r) = self.indexed(path, true).await {
+            self.count_answer(&self.answered_by_index);
             let i = r?;
             if !i.readable {
                 return Err(FsError::PermissionDenied);
@@ -1206,6 +1230,7 @@ impl Client {
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
         if let Some(r) = self.indexed(path, true).await {
+            self.count_answer(&self.answered_by_index);
             let i = r?;
             // (Contents come only for a caller who may read them.)
             let mut data = i.contents.unwrap_or_default();
@@ -1215,10 +1240,14 @@ impl Client {
         if self.config.leases && path != "/" {
             let (dir, name) = split_parent(path);
             match self.leases.get(dir, name, &self.task_caller()) {
-                Some(crate::leases::Cached::Missing) => return Err(FsError::NotFound),
+                Some(crate::leases::Cached::Missing) => {
+                    self.count_answer(&self.answered_by_lease);
+                    return Err(FsError::NotFound);
+                }
                 Some(crate::leases::Cached::Found {
                     inode, mut data, ..
                 }) => {
+                    self.count_answer(&self.answered_by_lease);
                     if (data.len() as u64) < inode.size.min(max_bytes) {
                         data.clear();
                     }

@@ -19,6 +19,7 @@ use myriad_proto::{Caller, DirEntry, FsError, Inode, InodeId, SetAttr};
 
 use crate::attr::{errno, file_attr, file_attr_sized, file_type, nanos};
 use crate::handles::DirListing;
+use crate::mount_metrics::{AttrFrom, KernelOp};
 use crate::ops::{Inner, now_ns};
 use myriad_placement::join;
 use myriad_proto::access as perm;
@@ -178,6 +179,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.inner.metrics.kernel(KernelOp::Lookup);
         let path = match self.inner.child(parent.0, name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -200,10 +202,12 @@ impl Filesystem for MyriadFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inner.metrics.kernel(KernelOp::Forget);
         self.inner.inodes.forget(id(ino), nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.inner.metrics.kernel(KernelOp::Getattr);
         let ttl = self.inner.ttls_of(id(ino)).1;
         if self.inner.cfg.leases
             && let Some(path) = self.inner.inodes.path(id(ino))
@@ -219,16 +223,19 @@ impl Filesystem for MyriadFs {
                     self.inner
                         .leased_ttl(&path, mark, i.kind == myriad_client::FileKind::Directory)
             {
+                self.inner.metrics.attr_from(AttrFrom::Lease);
                 return reply.attr(&ttl, &file_attr(&self.inner.visible(i)));
             }
         }
         // Attributes this mount saw within the TTL (the lease's time left with leases):
         // a directory's after this mount's own change in it, above all.
         if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
+            self.inner.metrics.attr_from(AttrFrom::Cache);
             let i = self.inner.visible(i);
             tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from the cache");
             return reply.attr(&ttl, &file_attr(&i));
         }
+        self.inner.metrics.attr_from(AttrFrom::Server);
         self.spawn(req, move |fs, _| async move {
             let path = fs.inodes.path(id(ino));
             let mark = path
@@ -272,6 +279,7 @@ impl Filesystem for MyriadFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.inner.metrics.kernel(KernelOp::Setattr);
         // Both times "now" is the touch POSIX allows every writer (utimensat(UTIME_NOW,
         // UTIME_NOW), utime(NULL)); the server stamps it with its own clock.
         let touch = matches!((atime, mtime), (Some(TimeOrNow::Now), Some(TimeOrNow::Now)));
@@ -314,6 +322,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.inner.metrics.kernel(KernelOp::Readlink);
         self.spawn(req, move |fs, _| async move {
             let r = fs
                 .by_path(id(ino), |path| {
@@ -338,6 +347,7 @@ impl Filesystem for MyriadFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.inner.metrics.kernel(KernelOp::Mknod);
         let path = match self.inner.child(parent.0, name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -360,6 +370,7 @@ impl Filesystem for MyriadFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        self.inner.metrics.kernel(KernelOp::Mkdir);
         let path = match self.inner.child(parent.0, name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -390,6 +401,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.metrics.kernel(KernelOp::Unlink);
         let path = match self.inner.child(parent.0, name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -402,6 +414,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.metrics.kernel(KernelOp::Rmdir);
         let path = match self.inner.child(parent.0, name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -422,6 +435,7 @@ impl Filesystem for MyriadFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.inner.metrics.kernel(KernelOp::Symlink);
         let path = match self.inner.child(parent.0, link_name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -450,6 +464,7 @@ impl Filesystem for MyriadFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Rename);
         let paths = self
             .inner
             .child(parent.0, name)
@@ -484,6 +499,7 @@ impl Filesystem for MyriadFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.inner.metrics.kernel(KernelOp::Link);
         let paths = self
             .inner
             .path(id(ino))
@@ -506,6 +522,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.inner.metrics.kernel(KernelOp::Open);
         let pid = req.pid();
         let want = want_of(flags);
         // With the writeback cache the kernel places appends itself (it refreshes the size
@@ -546,6 +563,7 @@ impl Filesystem for MyriadFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.inner.metrics.kernel(KernelOp::Read);
         // Served from the handle without a task when the open brought the whole file.
         if let Some((_, Some(c))) = self.inner.handles.snapshot(fh.0) {
             let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
@@ -577,6 +595,7 @@ impl Filesystem for MyriadFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.inner.metrics.kernel(KernelOp::Write);
         let data = data.to_vec();
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, len = n, uid = req.uid(), pid = req.pid(), "write asked");
@@ -596,6 +615,7 @@ impl Filesystem for MyriadFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Flush);
         // Every close: the closing process's POSIX locks on the file go (the kernel leaves
         // that to us), and buffered writes become durable before close returns.
         let locks = self.inner.holds_locks(id(ino), lock_owner.0);
@@ -620,6 +640,7 @@ impl Filesystem for MyriadFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Release);
         // The last close of a file with a flock: the flock goes.
         if let Some(owner) = lock_owner
             && self.inner.holds_locks(id(ino), owner.0)
@@ -649,6 +670,7 @@ impl Filesystem for MyriadFs {
         _pid: u32,
         reply: ReplyLock,
     ) {
+        self.inner.metrics.kernel(KernelOp::Getlk);
         self.spawn(req, move |fs, _| async move {
             match fs.getlk(id(ino), lock_owner.0, start, end, typ).await {
                 Ok((start, end, typ, pid)) => reply.locked(start, end, typ, pid),
@@ -670,6 +692,7 @@ impl Filesystem for MyriadFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Setlk);
         let tid = req.pid();
         self.spawn(req, move |fs, _| async move {
             match fs
@@ -690,6 +713,7 @@ impl Filesystem for MyriadFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Fsync);
         // Servers acknowledge a write only once it is fsynced: sending what is buffered is
         // all an fsync needs.
         self.spawn(req, move |fs, _| async move {
@@ -698,6 +722,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.inner.metrics.kernel(KernelOp::Opendir);
         self.spawn(req, move |fs, _| async move {
             match fs.opendir(id(ino)).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -714,6 +739,7 @@ impl Filesystem for MyriadFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.inner.metrics.kernel(KernelOp::Readdir);
         self.spawn(req, move |fs, _| async move {
             let Some(d) = fs.handles.dir(fh.0) else {
                 return reply.error(Errno::EBADF);
@@ -744,6 +770,7 @@ impl Filesystem for MyriadFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.inner.metrics.kernel(KernelOp::Readdirplus);
         self.spawn(req, move |fs, _| async move {
             let Some(d) = fs.handles.dir(fh.0) else {
                 return reply.error(Errno::EBADF);
@@ -812,6 +839,7 @@ impl Filesystem for MyriadFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Releasedir);
         self.inner.handles.close_dir(fh.0);
         reply.ok();
     }
@@ -824,6 +852,7 @@ impl Filesystem for MyriadFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Fsyncdir);
         // A directory's entries and times are changes like any other: durable at its fsync.
         self.spawn(req, move |fs, _| async move {
             reply_empty(fs.sync_changes().await, reply);
@@ -831,6 +860,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.inner.metrics.kernel(KernelOp::Statfs);
         self.spawn(req, move |fs, _| async move {
             match fs.client.statfs().await {
                 Ok(s) => {
@@ -864,6 +894,7 @@ impl Filesystem for MyriadFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Setxattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
         }
@@ -880,6 +911,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.inner.metrics.kernel(KernelOp::Getxattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
         }
@@ -900,6 +932,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.inner.metrics.kernel(KernelOp::Listxattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
         }
@@ -912,6 +945,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.inner.metrics.kernel(KernelOp::Removexattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
         }
@@ -924,6 +958,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.inner.metrics.kernel(KernelOp::Access);
         let want = u32::try_from(mask.bits()).unwrap_or(0) & 7;
         self.spawn(req, move |fs, caller| async move {
             let r = fs.stat_ino(id(ino)).await.and_then(|i| {
@@ -947,6 +982,7 @@ impl Filesystem for MyriadFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.inner.metrics.kernel(KernelOp::Fallocate);
         self.spawn(req, move |fs, _| async move {
             reply_empty(
                 fs.fallocate(fh.0, offset, length, mode).await.map(|_| ()),
@@ -968,6 +1004,7 @@ impl Filesystem for MyriadFs {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.inner.metrics.kernel(KernelOp::CopyFileRange);
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
@@ -991,6 +1028,7 @@ impl Filesystem for MyriadFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        self.inner.metrics.kernel(KernelOp::Lseek);
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return reply.error(Errno::EINVAL);
         }
@@ -1013,6 +1051,7 @@ impl Filesystem for MyriadFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.inner.metrics.kernel(KernelOp::Ioctl);
         // No file-system-specific ioctls (attribute flags, reflinks, fiemap): the answer
         // every file system gives for an ioctl it does not have.
         reply.error(Errno::ENOTTY);
@@ -1028,6 +1067,7 @@ impl Filesystem for MyriadFs {
         _flags: PollFlags,
         reply: ReplyPoll,
     ) {
+        self.inner.metrics.kernel(KernelOp::Poll);
         // A regular file is always ready, as on a local file system.
         reply.poll(
             PollEvents::POLLIN
@@ -1047,6 +1087,7 @@ impl Filesystem for MyriadFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.inner.metrics.kernel(KernelOp::Create);
         let path = match self.inner.child(parent.0, name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),

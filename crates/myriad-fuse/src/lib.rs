@@ -18,6 +18,7 @@ mod handles;
 mod inodes;
 mod kernel_names;
 mod lock_ops;
+mod mount_metrics;
 mod ops;
 mod recall;
 
@@ -55,6 +56,8 @@ pub struct MountConfig {
     pub index_cache_dir: Option<std::path::PathBuf>,
     /// Build automatic indexes of trees read far more than changed (`None`: never).
     pub auto_index: Option<AutoIndexing>,
+    /// Serve the mount's metrics over HTTP here (`GET /metrics`; docs/metrics.md).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
@@ -106,6 +109,20 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     let mut session = Session::new(fs, &cfg.mountpoint, &options)
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
     let _ = inner.notifier.set(session.notifier());
+    if let Some(addr) = cfg.metrics_listen {
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        let weak = Arc::downgrade(&inner);
+        let route: myriad_net::http::Route = Arc::new(move |path| match (path, weak.upgrade()) {
+            ("/metrics", Some(inner)) => myriad_net::http::Reply::ok(
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                inner.metrics.render(inner.client.answered_locally()),
+            ),
+            _ => myriad_net::http::Reply::text(404, "Myriad mount metrics: GET /metrics"),
+        });
+        rt.spawn(myriad_net::http::serve(listener, route));
+    }
     lock_ops::start_renewal(&inner, rt.handle());
     lock_ops::start_keeping_open(&inner, rt.handle());
     if cfg.fs.leases {

@@ -66,6 +66,8 @@ pub struct Inner {
     pub notifier: OnceLock<Notifier>,
     /// Names the kernel keeps under leases (invalidated when they are dropped).
     pub(crate) kernel_names: crate::kernel_names::KernelNames,
+    /// Kernel requests and cache answers counted (`--metrics`).
+    pub(crate) metrics: crate::mount_metrics::MountMetrics,
     prefetch: Mutex<HashMap<InodeId, Prefetched>>,
     hidden_seq: AtomicU64,
     append_locks: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
@@ -135,6 +137,7 @@ impl Inner {
             callers: Callers::default(),
             notifier: OnceLock::new(),
             kernel_names: crate::kernel_names::KernelNames::default(),
+            metrics: crate::mount_metrics::MountMetrics::default(),
             prefetch: Mutex::new(HashMap::new()),
             hidden_seq: AtomicU64::new(0),
             append_locks: Mutex::new(HashMap::new()),

@@ -26,6 +26,7 @@ mod integrity;
 mod leases;
 mod links;
 mod mount;
+mod mount_metrics;
 mod netsplit;
 mod nsx;
 mod ops;

@@ -1,0 +1,78 @@
+//! The mount's own metrics (`myriad mount --metrics ADDR`, docs/metrics.md): kernel
+//! requests counted by kind, and every getattr counted once by where it was answered.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+
+use crate::harness::TestCluster;
+use crate::mount::Mount;
+
+fn scrape(addr: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
+/// The value of the sample `name{labels}` in a scrape (0 if absent).
+fn value(text: &str, sample: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_mount_counts_kernel_requests_and_where_getattr_was_answered() {
+    let tc = TestCluster::start(3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = format!("127.0.0.1:{port}");
+    let m = Mount::new(&tc, &["--", "--metrics", &addr]);
+    let root = m.dir.path();
+    std::fs::create_dir(root.join("d")).unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..10 {
+        std::fs::write(root.join(format!("d/f{i}")), b"hello").unwrap_or_else(|e| panic!("{e}"));
+    }
+    for i in 0..10 {
+        let md = std::fs::metadata(root.join(format!("d/f{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(md.size(), 5);
+        assert_eq!(
+            std::fs::read(root.join(format!("d/f{i}"))).ok().as_deref(),
+            Some(&b"hello"[..])
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(root.join("d")).map(Iterator::count).ok(),
+        Some(10)
+    );
+    let text = scrape(&addr);
+    let k = |op: &str| {
+        value(
+            &text,
+            &format!("myriad_mount_kernel_requests_total{{op=\"{op}\"}}"),
+        )
+    };
+    assert!(k("create") >= 10, "{text}");
+    assert!(k("mkdir") >= 1 && k("lookup") >= 1, "{text}");
+    assert!(k("read") >= 10 && k("write") >= 10, "{text}");
+    assert!(k("readdir") + k("readdirplus") >= 1, "{text}");
+    let from = |src: &str| {
+        value(
+            &text,
+            &format!("myriad_mount_getattr_answers_total{{source=\"{src}\"}}"),
+        )
+    };
+    // Every getattr is answered from exactly one place.
+    assert_eq!(
+        from("lease") + from("cache") + from("server"),
+        k("getattr"),
+        "{text}"
+    );
+    assert!(text.contains("myriad_mount_lookups_answered_locally_total{source=\"lease\"}"));
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+}
