@@ -19,21 +19,11 @@ fn hmac(key: &[u8], data: &str) -> Vec<u8> {
     m.finalize().into_bytes().to_vec()
 }
 
-/// `YYYYMMDDTHHMMSSZ` of a Unix time (UTC; the civil calendar from days since 1970).
+/// `YYYYMMDDTHHMMSSZ` of a Unix time (UTC).
 #[must_use]
 pub fn amz_date(unix_s: u64) -> String {
-    let days = i64::try_from(unix_s / 86_400).unwrap_or(0);
+    let (y, m, d) = crate::fs_cmds::civil_date(i64::try_from(unix_s / 86_400).unwrap_or(0));
     let secs = unix_s % 86_400;
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
         "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
         secs / 3600,

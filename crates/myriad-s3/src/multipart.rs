@@ -23,7 +23,7 @@ use crate::errors::object_error;
 use crate::etag::{PARTS_XATTR, etag, etag_value, matches};
 use crate::keys::{UPLOADS_DIR, bucket_path, object_path, temp_beside};
 use crate::objects::{no_such_bucket, timestamp};
-use crate::store::{Base, Created, create_in, rename_over, write_object};
+use crate::store::{Base, Created, create_in, finish_beside, write_object};
 
 /// S3's range of part numbers.
 const PART_NUMBER_MAX: i32 = 10_000;
@@ -214,7 +214,10 @@ pub async fn complete(
         .and_then(|m| m.parts)
         .unwrap_or_default();
     if given.is_empty() {
-        return Err(s3_error!(MalformedXML, "a completion names at least one part"));
+        return Err(s3_error!(
+            MalformedXML,
+            "a completion names at least one part"
+        ));
     }
     let stored = parts(client, &dir).await?;
     let mut chosen: Vec<(i32, Inode)> = Vec::with_capacity(given.len());
@@ -266,7 +269,10 @@ async fn assemble(
     let target = match create_in(client, &base, &temp, &[]).await {
         Ok(h) => h,
         Err(Created::Exists) => {
-            return Err(s3_error!(InternalError, "a temporary name was taken; try again"));
+            return Err(s3_error!(
+                InternalError,
+                "a temporary name was taken; try again"
+            ));
         }
         Err(Created::Failed(e)) => return Err(e),
     };
@@ -292,16 +298,7 @@ async fn assemble(
             .map_err(object_error)
     }
     .await;
-    match filled {
-        Ok(inode) => {
-            rename_over(client, &temp, path).await?;
-            Ok(inode)
-        }
-        Err(e) => {
-            let _ = client.unlink(&temp).await;
-            Err(e)
-        }
-    }
+    finish_beside(client, &temp, path, filled).await
 }
 
 /// Copies all of `source` into `target` at `at`: on the servers, or through the gateway a
@@ -320,7 +317,10 @@ async fn copy_part(
             .await
         {
             Ok((_, 0)) => {
-                return Err(s3_error!(InternalError, "a part became shorter while it was copied"));
+                return Err(s3_error!(
+                    InternalError,
+                    "a part became shorter while it was copied"
+                ));
             }
             Ok((_, n)) => done += n,
             Err(FsError::NotSupported(_)) => break,
@@ -331,7 +331,10 @@ async fn copy_part(
         let len = (size - done).min(PIECE_BYTES as u64);
         let piece = client.read(source, done, len).await.map_err(object_error)?;
         if piece.is_empty() {
-            return Err(s3_error!(InternalError, "a part became shorter while it was copied"));
+            return Err(s3_error!(
+                InternalError,
+                "a part became shorter while it was copied"
+            ));
         }
         client
             .write(target, at + done, &piece)
@@ -349,10 +352,19 @@ mod tests {
     #[test]
     fn upload_ids_belong_to_one_object() {
         let id = format!("{:032x}{:016x}", 7u128, object_hash("b", "k/x"));
-        assert_eq!(upload_dir("b", "k/x", &id).unwrap_or_else(|e| panic!("{e:?}")), format!("{UPLOADS_DIR}/{id}"));
+        assert_eq!(
+            upload_dir("b", "k/x", &id).unwrap_or_else(|e| panic!("{e:?}")),
+            format!("{UPLOADS_DIR}/{id}")
+        );
         assert!(upload_dir("b", "k/y", &id).is_err());
         assert!(upload_dir("c", "k/x", &id).is_err());
-        for bad in ["", "../../etc", &id[..47], &format!("{}/", &id[..47]), &id.to_uppercase()] {
+        for bad in [
+            "",
+            "../../etc",
+            &id[..47],
+            &format!("{}/", &id[..47]),
+            &id.to_uppercase(),
+        ] {
             assert!(upload_dir("b", "k/x", bad).is_err(), "{bad:?}");
         }
     }

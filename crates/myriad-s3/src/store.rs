@@ -72,20 +72,34 @@ async fn write_beside(
         let mut at = first.len() as u64;
         let mut next = second;
         while let Some(piece) = next {
-            inode = client.write(&handle, at, &piece).await.map_err(object_error)?;
+            inode = client
+                .write(&handle, at, &piece)
+                .await
+                .map_err(object_error)?;
             at += piece.len() as u64;
             next = pieces.next().await?;
         }
         Ok::<Inode, S3Error>(inode)
     }
     .await;
+    finish_beside(client, &temp, path, written).await
+}
+
+/// Puts the object written under `temp` in place at `path` once `written` says it is
+/// whole; otherwise (or if the rename fails) removes `temp`.
+pub async fn finish_beside(
+    client: &Client,
+    temp: &str,
+    path: &str,
+    written: S3Result<Inode>,
+) -> S3Result<Inode> {
     match written {
         Ok(inode) => {
-            rename_over(client, &temp, path).await?;
+            rename_over(client, temp, path).await?;
             Ok(inode)
         }
         Err(e) => {
-            let _ = client.unlink(&temp).await;
+            let _ = client.unlink(temp).await;
             Err(e)
         }
     }
@@ -150,9 +164,9 @@ pub async fn create_in(
 
 fn create_error(e: FsError) -> S3Error {
     match e {
-        FsError::NotADirectory => {
-            key_conflict("a leading part of the key is an object (a file), so it cannot be a directory")
-        }
+        FsError::NotADirectory => key_conflict(
+            "a leading part of the key is an object (a file), so it cannot be a directory",
+        ),
         other => object_error(other),
     }
 }
