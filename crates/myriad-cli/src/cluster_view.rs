@@ -35,7 +35,8 @@ pub struct ServerView {
     pub syncs_per_s: Option<f64>,
     pub disk_used_bytes: u64,
     pub disk_total_bytes: u64,
-    pub files: u64,
+    /// Files stored, when the server counts them (None: it does not say).
+    pub files: Option<u64>,
     pub replicas_held: u64,
     pub error: Option<String>,
 }
@@ -170,7 +171,7 @@ impl Watcher {
                 syncs_per_s: None,
                 disk_used_bytes: 0,
                 disk_total_bytes: 0,
-                files: 0,
+                files: None,
                 replicas_held: 0,
                 error: None,
             };
@@ -204,7 +205,7 @@ impl Watcher {
                     v.requests_total = total;
                     v.disk_used_bytes = s.used_bytes;
                     v.disk_total_bytes = s.total_bytes;
-                    v.files = s.files;
+                    v.files = (s.files > 0).then_some(s.files);
                     v.replicas_held = c.replicas_held;
                 }
                 Err(e) => {

@@ -77,7 +77,7 @@ fn cells(s: &ServerView) -> [String; 11] {
         rate(s.requests_per_s),
         rate(s.syncs_per_s),
         disk,
-        s.files.to_string(),
+        s.files.map_or_else(|| "-".into(), |f| f.to_string()),
         s.replicas_held.to_string(),
     ]
 }
