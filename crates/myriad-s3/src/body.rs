@@ -136,14 +136,23 @@ mod tests {
             all_pieces(vec![vec![0; 3 * mb], vec![0; 3 * mb], vec![0; 3 * mb]]).await,
             vec![PIECE_BYTES, PIECE_BYTES, 9 * mb - 2 * PIECE_BYTES]
         );
-        assert_eq!(all_pieces(vec![vec![0; PIECE_BYTES]]).await, vec![PIECE_BYTES]);
+        assert_eq!(
+            all_pieces(vec![vec![0; PIECE_BYTES]]).await,
+            vec![PIECE_BYTES]
+        );
         assert_eq!(all_pieces(vec![vec![0; 10 * mb]]).await.len(), 3);
     }
 
     #[tokio::test]
     async fn piece_contents_keep_their_order() {
         let mut p = Pieces::new(Some(blob(vec![b"ab".to_vec(), b"cd".to_vec()])));
-        assert_eq!(p.next().await.unwrap_or_else(|e| panic!("{e:?}")).unwrap_or_else(|| panic!("expected some")), b"abcd");
+        assert_eq!(
+            p.next()
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .unwrap_or_else(|| panic!("expected some")),
+            b"abcd"
+        );
         assert!(p.next().await.unwrap_or_else(|e| panic!("{e:?}")).is_none());
     }
 }

@@ -193,7 +193,9 @@ mod tests {
 
     #[test]
     fn errors_never_show_the_secret() {
-        let e = Credentials::parse("AKIA1 topsecret 1:x\n", &me()).err().unwrap_or_else(|| panic!("expected an error"));
+        let e = Credentials::parse("AKIA1 topsecret 1:x\n", &me())
+            .err()
+            .unwrap_or_else(|| panic!("expected an error"));
         assert!(!e.to_string().contains("topsecret"), "{e}");
     }
 
@@ -203,18 +205,37 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e:?}"));
         let path = dir.path().join("creds");
         std::fs::write(&path, "AKIA1 secret1\n").unwrap_or_else(|e| panic!("{e:?}"));
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("{e:?}"));
-        let e = Credentials::load(&path, &me()).err().unwrap_or_else(|| panic!("expected an error"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let e = Credentials::load(&path, &me())
+            .err()
+            .unwrap_or_else(|| panic!("expected an error"));
         assert!(e.to_string().contains("chmod 600"), "{e}");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(Credentials::load(&path, &me()).unwrap_or_else(|e| panic!("{e:?}")).len(), 1);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            Credentials::load(&path, &me())
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .len(),
+            1
+        );
     }
 
     #[tokio::test]
     async fn unknown_keys_are_invalid_access_key_id() {
         let c = Credentials::parse("AKIA1 secret1\n", &me()).unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(c.get_secret_key("AKIA1").await.unwrap_or_else(|e| panic!("{e:?}")).expose(), "secret1");
-        let e = c.get_secret_key("AKIA9").await.err().unwrap_or_else(|| panic!("expected an error"));
+        assert_eq!(
+            c.get_secret_key("AKIA1")
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .expose(),
+            "secret1"
+        );
+        let e = c
+            .get_secret_key("AKIA9")
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("expected an error"));
         assert_eq!(*e.code(), s3s::S3ErrorCode::InvalidAccessKeyId);
     }
 }

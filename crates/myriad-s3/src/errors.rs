@@ -12,9 +12,10 @@ pub fn object_error(err: FsError) -> S3Error {
     use FsError as E;
     let (code, message) = match &err {
         // A missing name, or a file where the key needs a directory: the key is not there.
-        E::NotFound | E::NotADirectory | E::IsADirectory => {
-            (S3ErrorCode::NoSuchKey, "the specified key does not exist".to_string())
-        }
+        E::NotFound | E::NotADirectory | E::IsADirectory => (
+            S3ErrorCode::NoSuchKey,
+            "the specified key does not exist".to_string(),
+        ),
         E::PermissionDenied | E::NotPermitted => (
             S3ErrorCode::AccessDenied,
             "the cluster refused this user: permission denied".to_string(),
@@ -27,7 +28,8 @@ pub fn object_error(err: FsError) -> S3Error {
         E::Unavailable(_) | E::TimedOut(_) => (S3ErrorCode::ServiceUnavailable, err.to_string()),
         E::NoSpace => {
             let mut e = S3Error::with_message(
-                S3ErrorCode::from_bytes(b"InsufficientStorage").unwrap_or(S3ErrorCode::InternalError),
+                S3ErrorCode::from_bytes(b"InsufficientStorage")
+                    .unwrap_or(S3ErrorCode::InternalError),
                 "the cluster is out of space",
             );
             if let Ok(status) = hyper::StatusCode::from_u16(INSUFFICIENT_STORAGE) {
@@ -43,9 +45,10 @@ pub fn object_error(err: FsError) -> S3Error {
 /// `err`, met while working on a bucket itself.
 pub fn bucket_error(err: FsError) -> S3Error {
     match err {
-        FsError::NotFound | FsError::NotADirectory => {
-            S3Error::with_message(S3ErrorCode::NoSuchBucket, "the specified bucket does not exist")
-        }
+        FsError::NotFound | FsError::NotADirectory => S3Error::with_message(
+            S3ErrorCode::NoSuchBucket,
+            "the specified bucket does not exist",
+        ),
         FsError::NotEmpty => S3Error::with_message(
             S3ErrorCode::BucketNotEmpty,
             "the bucket is not empty (its directory holds files or directories)",
@@ -86,9 +89,18 @@ mod tests {
 
     #[test]
     fn errors_map_to_s3_codes() {
-        assert_eq!(*object_error(FsError::NotFound).code(), S3ErrorCode::NoSuchKey);
-        assert_eq!(*bucket_error(FsError::NotFound).code(), S3ErrorCode::NoSuchBucket);
-        assert_eq!(*bucket_error(FsError::NotEmpty).code(), S3ErrorCode::BucketNotEmpty);
+        assert_eq!(
+            *object_error(FsError::NotFound).code(),
+            S3ErrorCode::NoSuchKey
+        );
+        assert_eq!(
+            *bucket_error(FsError::NotFound).code(),
+            S3ErrorCode::NoSuchBucket
+        );
+        assert_eq!(
+            *bucket_error(FsError::NotEmpty).code(),
+            S3ErrorCode::BucketNotEmpty
+        );
         assert_eq!(
             *object_error(FsError::PermissionDenied).code(),
             S3ErrorCode::AccessDenied

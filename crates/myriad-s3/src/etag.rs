@@ -75,6 +75,9 @@ mod tests {
             value: b"3".to_vec(),
         });
         assert_eq!(etag_value(&i), format!("{plain}-3"));
-        assert!(matches(&ETag::Strong(format!("\"{plain}-3\"")), &etag_value(&i)));
+        assert!(matches(
+            &ETag::Strong(format!("\"{plain}-3\"")),
+            &etag_value(&i)
+        ));
     }
 }

@@ -49,77 +49,112 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        as_caller!(self, req, |caller, _input| buckets::list(&self.client, &caller))
+        as_caller!(self, req, |caller, _input| buckets::list(
+            &self.client,
+            &caller
+        ))
     }
 
     async fn create_bucket(
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
-        as_caller!(self, req, |caller, input| buckets::create(&self.client, &caller, input))
+        as_caller!(self, req, |caller, input| buckets::create(
+            &self.client,
+            &caller,
+            input
+        ))
     }
 
     async fn delete_bucket(
         &self,
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
-        as_caller!(self, req, |_caller, input| buckets::delete(&self.client, input))
+        as_caller!(self, req, |_caller, input| buckets::delete(
+            &self.client,
+            input
+        ))
     }
 
     async fn head_bucket(
         &self,
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
-        as_caller!(self, req, |_caller, input| buckets::head(&self.client, input))
+        as_caller!(self, req, |_caller, input| buckets::head(
+            &self.client,
+            input
+        ))
     }
 
     async fn get_bucket_location(
         &self,
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        as_caller!(self, req, |_caller, input| buckets::location(&self.client, input))
+        as_caller!(self, req, |_caller, input| buckets::location(
+            &self.client,
+            input
+        ))
     }
 
     async fn list_objects_v2(
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        as_caller!(self, req, |_caller, input| list_objects::v2(&self.client, input))
+        as_caller!(self, req, |_caller, input| list_objects::v2(
+            &self.client,
+            input
+        ))
     }
 
     async fn list_objects(
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        as_caller!(self, req, |_caller, input| list_objects::v1(&self.client, input))
+        as_caller!(self, req, |_caller, input| list_objects::v1(
+            &self.client,
+            input
+        ))
     }
 
     async fn get_object(
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        as_caller!(self, req, |caller, input| objects::get(&self.client, caller, input))
+        as_caller!(self, req, |caller, input| objects::get(
+            &self.client,
+            caller,
+            input
+        ))
     }
 
     async fn head_object(
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        as_caller!(self, req, |_caller, input| objects::head(&self.client, input))
+        as_caller!(self, req, |_caller, input| objects::head(
+            &self.client,
+            input
+        ))
     }
 
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        as_caller!(self, req, |_caller, input| objects::put(&self.client, input))
+        as_caller!(self, req, |_caller, input| objects::put(
+            &self.client,
+            input
+        ))
     }
 
     async fn delete_object(
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        as_caller!(self, req, |_caller, input| objects::delete(&self.client, input))
+        as_caller!(self, req, |_caller, input| objects::delete(
+            &self.client,
+            input
+        ))
     }
 
     async fn delete_objects(
@@ -137,31 +172,49 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::create(&self.client, input))
+        as_caller!(self, req, |_caller, input| multipart::create(
+            &self.client,
+            input
+        ))
     }
 
     async fn upload_part(
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::upload_part(&self.client, input))
+        as_caller!(self, req, |_caller, input| multipart::upload_part(
+            &self.client,
+            input
+        ))
     }
 
     async fn complete_multipart_upload(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::complete(&self.client, input))
+        as_caller!(self, req, |_caller, input| multipart::complete(
+            &self.client,
+            input
+        ))
     }
 
     async fn abort_multipart_upload(
         &self,
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::abort(&self.client, input))
+        as_caller!(self, req, |_caller, input| multipart::abort(
+            &self.client,
+            input
+        ))
     }
 
-    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::list_parts(&self.client, input))
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        as_caller!(self, req, |_caller, input| multipart::list_parts(
+            &self.client,
+            input
+        ))
     }
 }

@@ -94,7 +94,11 @@ pub fn object_path(bucket: &str, key: &str) -> S3Result<String> {
 }
 
 fn invalid_key(key: &str, why: &str) -> S3Error {
-    let shown: String = key.chars().take(64).collect::<String>().replace('\0', "\\0");
+    let shown: String = key
+        .chars()
+        .take(64)
+        .collect::<String>()
+        .replace('\0', "\\0");
     S3Error::with_message(
         S3ErrorCode::InvalidArgument,
         format!("key {shown:?} cannot be a file path: {why}"),
@@ -148,17 +152,43 @@ mod tests {
 
     #[test]
     fn plain_keys_are_paths_under_their_bucket() {
-        assert_eq!(object_path("bkt", "a").unwrap_or_else(|e| panic!("{e:?}")), "/bkt/a");
-        assert_eq!(object_path("bkt", "a/b/c.txt").unwrap_or_else(|e| panic!("{e:?}")), "/bkt/a/b/c.txt");
-        assert_eq!(object_path("bkt", "ünï code/x y").unwrap_or_else(|e| panic!("{e:?}")), "/bkt/ünï code/x y");
-        assert_eq!(object_path("bkt", ".hidden/..x/x..").unwrap_or_else(|e| panic!("{e:?}")), "/bkt/.hidden/..x/x..");
+        assert_eq!(
+            object_path("bkt", "a").unwrap_or_else(|e| panic!("{e:?}")),
+            "/bkt/a"
+        );
+        assert_eq!(
+            object_path("bkt", "a/b/c.txt").unwrap_or_else(|e| panic!("{e:?}")),
+            "/bkt/a/b/c.txt"
+        );
+        assert_eq!(
+            object_path("bkt", "ünï code/x y").unwrap_or_else(|e| panic!("{e:?}")),
+            "/bkt/ünï code/x y"
+        );
+        assert_eq!(
+            object_path("bkt", ".hidden/..x/x..").unwrap_or_else(|e| panic!("{e:?}")),
+            "/bkt/.hidden/..x/x.."
+        );
     }
 
     #[test]
     fn hostile_keys_are_refused_never_remapped() {
         for key in [
-            "", "/a", "a/", "a//b", ".", "..", "./a", "a/.", "a/./b", "../a", "a/..", "a/../b",
-            "a/../../etc/passwd", "a\0b", "/", "//",
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            ".",
+            "..",
+            "./a",
+            "a/.",
+            "a/./b",
+            "../a",
+            "a/..",
+            "a/../b",
+            "a/../../etc/passwd",
+            "a\0b",
+            "/",
+            "//",
         ] {
             assert_eq!(refused(key), S3ErrorCode::InvalidArgument, "{key:?}");
         }
@@ -180,10 +210,16 @@ mod tests {
 
     #[test]
     fn bucket_names_that_are_not_plain_top_level_names_are_refused() {
-        assert_eq!(bucket_path("photos").unwrap_or_else(|e| panic!("{e:?}")), "/photos");
+        assert_eq!(
+            bucket_path("photos").unwrap_or_else(|e| panic!("{e:?}")),
+            "/photos"
+        );
         for b in ["", ".myriad-s3-uploads", ".x", "a/b", "a\0"] {
             assert_eq!(
-                *bucket_path(b).err().unwrap_or_else(|| panic!("expected an error")).code(),
+                *bucket_path(b)
+                    .err()
+                    .unwrap_or_else(|| panic!("expected an error"))
+                    .code(),
                 S3ErrorCode::InvalidBucketName,
                 "{b:?}"
             );

@@ -14,8 +14,8 @@ use crate::errors::object_error;
 use crate::etag::etag_value;
 use crate::keys::bucket_path;
 use crate::listing::{
-    Entry, EntryKind, Item, Lister, Marker, ObjectMeta, Page, one_level, split_prefix,
-    url_encode, walk_page,
+    Entry, EntryKind, Item, Lister, Marker, ObjectMeta, Page, one_level, split_prefix, url_encode,
+    walk_page,
 };
 use crate::objects::timestamp;
 
@@ -70,7 +70,9 @@ async fn page(
 ) -> S3Result<Page> {
     let max_keys = match max_keys {
         None => MAX_KEYS,
-        Some(n) if n < 0 => return Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
+        Some(n) if n < 0 => {
+            return Err(s3_error!(InvalidArgument, "max-keys must not be negative"));
+        }
         Some(n) => n.min(MAX_KEYS),
     };
     let max_keys = usize::try_from(max_keys).unwrap_or(0);
@@ -81,7 +83,10 @@ async fn page(
     };
     let page = if delimiter == Some("/") {
         // One listing of the prefix's directory is the whole answer.
-        let entries = lister.list(split_prefix(prefix).0).await?.unwrap_or_default();
+        let entries = lister
+            .list(split_prefix(prefix).0)
+            .await?
+            .unwrap_or_default();
         Page::of(one_level(prefix, entries, marker.as_ref()), max_keys)
     } else {
         walk_page(&lister, prefix, delimiter, marker, max_keys).await?
@@ -105,7 +110,9 @@ fn write_items(items: Vec<Item>, url: bool) -> (Vec<Object>, Vec<CommonPrefix>) 
                 key: Some(enc(key)),
                 last_modified: Some(timestamp(meta.mtime_ns)),
                 size: Some(i64::try_from(meta.size).unwrap_or(i64::MAX)),
-                storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                storage_class: Some(ObjectStorageClass::from_static(
+                    ObjectStorageClass::STANDARD,
+                )),
                 ..Default::default()
             }),
             Item::Prefix(p) => prefixes.push(CommonPrefix {
@@ -132,7 +139,10 @@ pub async fn v2(client: &Client, input: ListObjectsV2Input) -> S3Result<ListObje
     let url = wants_url(input.encoding_type.as_ref())?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = nonempty(input.delimiter.as_ref());
-    let marker = match (&input.continuation_token, nonempty(input.start_after.as_ref())) {
+    let marker = match (
+        &input.continuation_token,
+        nonempty(input.start_after.as_ref()),
+    ) {
         (Some(token), _) => Some(Marker::from_token(token)?),
         (None, Some(after)) => Some(Marker {
             key: after.to_string(),
@@ -140,7 +150,15 @@ pub async fn v2(client: &Client, input: ListObjectsV2Input) -> S3Result<ListObje
         }),
         (None, None) => None,
     };
-    let page = page(client, &input.bucket, &prefix, delimiter, marker, input.max_keys).await?;
+    let page = page(
+        client,
+        &input.bucket,
+        &prefix,
+        delimiter,
+        marker,
+        input.max_keys,
+    )
+    .await?;
     let next = page.next_token();
     let key_count = i32::try_from(page.items.len()).unwrap_or(i32::MAX);
     let (contents, common_prefixes) = write_items(page.items, url);
@@ -172,7 +190,15 @@ pub async fn v1(client: &Client, input: ListObjectsInput) -> S3Result<ListObject
         key: m.to_string(),
         past_prefix: delimiter.is_some_and(|d| m.ends_with(d)),
     });
-    let page = page(client, &input.bucket, &prefix, delimiter, marker, input.max_keys).await?;
+    let page = page(
+        client,
+        &input.bucket,
+        &prefix,
+        delimiter,
+        marker,
+        input.max_keys,
+    )
+    .await?;
     let next_marker = match (page.truncated, page.items.last()) {
         (true, Some(Item::Object { key, .. })) => Some(key.clone()),
         (true, Some(Item::Prefix(p))) => Some(p.clone()),

@@ -93,7 +93,12 @@ impl Marker {
 
     /// From a continuation token this gateway gave.
     pub fn from_token(token: &str) -> S3Result<Marker> {
-        let bad = || s3_error!(InvalidArgument, "the continuation token is not one this gateway gave");
+        let bad = || {
+            s3_error!(
+                InvalidArgument,
+                "the continuation token is not one this gateway gave"
+            )
+        };
         let past_prefix = match token.as_bytes().first() {
             Some(b'p') => true,
             Some(b'k') => false,
@@ -116,9 +121,8 @@ impl Marker {
 /// Orders a directory's children as their keys sort (directories as `name/`), leaving out
 /// what is never listed (non-objects, the gateway's temporary files).
 pub fn sort_entries(entries: &mut Vec<Entry>) {
-    entries.retain(|e| {
-        !matches!(e.kind, EntryKind::Other) && !crate::keys::is_hidden_entry(&e.name)
-    });
+    entries
+        .retain(|e| !matches!(e.kind, EntryKind::Other) && !crate::keys::is_hidden_entry(&e.name));
     entries.sort_by(compare_entries);
 }
 
@@ -372,7 +376,9 @@ mod tests {
         async fn list(&self, key_dir: &str) -> S3Result<Option<Vec<Entry>>> {
             let mut out: BTreeMap<String, Entry> = BTreeMap::new();
             for k in self.0.keys() {
-                let Some(rest) = k.strip_prefix(key_dir) else { continue };
+                let Some(rest) = k.strip_prefix(key_dir) else {
+                    continue;
+                };
                 match rest.split_once('/') {
                     Some((d, _)) => out.insert(d.to_string(), dir(d)),
                     None => out.insert(rest.to_string(), file(rest)),
@@ -396,15 +402,24 @@ mod tests {
             .collect()
     }
 
-    async fn walk_all(tree: &Tree, prefix: &str, delimiter: Option<&str>, max: usize) -> Vec<String> {
+    async fn walk_all(
+        tree: &Tree,
+        prefix: &str,
+        delimiter: Option<&str>,
+        max: usize,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         let mut marker = None;
         loop {
-            let page = walk_page(tree, prefix, delimiter, marker.clone(), max).await.unwrap_or_else(|e| panic!("{e:?}"));
+            let page = walk_page(tree, prefix, delimiter, marker.clone(), max)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
             assert!(page.items.len() <= max);
             out.extend(keys(&page));
             match page.next_token() {
-                Some(t) => marker = Some(Marker::from_token(&t).unwrap_or_else(|e| panic!("{e:?}"))),
+                Some(t) => {
+                    marker = Some(Marker::from_token(&t).unwrap_or_else(|e| panic!("{e:?}")))
+                }
                 None => return out,
             }
         }
@@ -432,7 +447,11 @@ mod tests {
     async fn a_walk_gives_keys_in_byte_order_on_every_page_size() {
         let tree = Tree::new(KEYS);
         for max in [1, 2, 3, 1000] {
-            assert_eq!(walk_all(&tree, "", None, max).await, sorted(KEYS), "max {max}");
+            assert_eq!(
+                walk_all(&tree, "", None, max).await,
+                sorted(KEYS),
+                "max {max}"
+            );
         }
     }
 
@@ -458,10 +477,21 @@ mod tests {
         assert_eq!(shown, ["a-b", "[a/]", "a0"]);
         // Continuing after the common prefix skips it, after a key starts past it.
         let after_prefix = Marker::after(&Item::Prefix("a/".into()));
-        let rest = one_level("a", vec![file("a0"), dir("a"), file("a-b")], Some(&after_prefix));
+        let rest = one_level(
+            "a",
+            vec![file("a0"), dir("a"), file("a-b")],
+            Some(&after_prefix),
+        );
         assert_eq!(rest.len(), 1);
-        let start_after = Marker { key: "a-b".into(), past_prefix: false };
-        let rest = one_level("", vec![file("a0"), dir("a"), file("a-b")], Some(&start_after));
+        let start_after = Marker {
+            key: "a-b".into(),
+            past_prefix: false,
+        };
+        let rest = one_level(
+            "",
+            vec![file("a0"), dir("a"), file("a-b")],
+            Some(&start_after),
+        );
         assert_eq!(rest.len(), 2);
     }
 
@@ -470,18 +500,33 @@ mod tests {
         let tree = Tree::new(&["x-1/a", "x-1/b", "x-2", "y"]);
         for max in [1, 2, 10] {
             assert_eq!(walk_all(&tree, "", Some("-"), max).await, ["[x-]", "y"]);
-            assert_eq!(walk_all(&tree, "x-1/", Some("-"), max).await, ["x-1/a", "x-1/b"]);
+            assert_eq!(
+                walk_all(&tree, "x-1/", Some("-"), max).await,
+                ["x-1/a", "x-1/b"]
+            );
         }
-        assert_eq!(walk_all(&tree, "", Some("/"), 1).await, ["[x-1/]", "x-2", "y"]);
+        assert_eq!(
+            walk_all(&tree, "", Some("/"), 1).await,
+            ["[x-1/]", "x-2", "y"]
+        );
     }
 
     #[test]
     fn markers_round_trip_as_tokens() {
         for m in [
-            Marker { key: "a/ü b".into(), past_prefix: true },
-            Marker { key: String::new(), past_prefix: false },
+            Marker {
+                key: "a/ü b".into(),
+                past_prefix: true,
+            },
+            Marker {
+                key: String::new(),
+                past_prefix: false,
+            },
         ] {
-            assert_eq!(Marker::from_token(&m.token()).unwrap_or_else(|e| panic!("{e:?}")), m);
+            assert_eq!(
+                Marker::from_token(&m.token()).unwrap_or_else(|e| panic!("{e:?}")),
+                m
+            );
         }
         for bad in ["", "x61", "k6", "kzz", "kff"] {
             assert!(Marker::from_token(bad).is_err(), "{bad:?}");
@@ -490,11 +535,17 @@ mod tests {
 
     #[test]
     fn prefix_pruning_follows_the_marker() {
-        let m = Marker { key: "a/c".into(), past_prefix: false };
+        let m = Marker {
+            key: "a/c".into(),
+            past_prefix: false,
+        };
         assert!(m.may_pass_prefix("a/"));
         assert!(m.may_pass_prefix("a/d/"));
         assert!(!m.may_pass_prefix("a/b/"));
-        let p = Marker { key: "a/".into(), past_prefix: true };
+        let p = Marker {
+            key: "a/".into(),
+            past_prefix: true,
+        };
         assert!(!p.may_pass_prefix("a/"));
         assert!(!p.may_pass_prefix("a/b/"));
         assert!(!p.passes_key("a/z"));

@@ -7,9 +7,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use myriad_client::{Caller, Client, FileKind, FsError, Inode};
 use s3s::dto::{
-    DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput,
-    DeletedObject, Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput,
-    HeadObjectOutput, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
+    DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject,
+    Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput,
+    PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
 };
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
@@ -86,16 +86,23 @@ pub async fn get(
     let range = match &input.range {
         None => 0..size,
         Some(r) => r.check(size).map_err(|_| {
-            s3_error!(InvalidRange, "the requested range is not satisfiable (size {size})")
+            s3_error!(
+                InvalidRange,
+                "the requested range is not satisfiable (size {size})"
+            )
         })?,
     };
     if input.range.is_some() {
         first.clear();
     }
     first.truncate(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
-    let content_range = input
-        .range
-        .map(|_| format!("bytes {}-{}/{size}", range.start, range.end.saturating_sub(1)));
+    let content_range = input.range.map(|_| {
+        format!(
+            "bytes {}-{}/{size}",
+            range.start,
+            range.end.saturating_sub(1)
+        )
+    });
     let length = range.end - range.start;
     let output = GetObjectOutput {
         accept_ranges: Some("bytes".into()),

@@ -46,9 +46,9 @@ pub async fn prepare(client: &Client) {
             }
         }
         Err(FsError::AlreadyExists) => {}
-        Err(e) => tracing::warn!(
-            "cannot make {UPLOADS_DIR} (multipart uploads will try again): {e}"
-        ),
+        Err(e) => {
+            tracing::warn!("cannot make {UPLOADS_DIR} (multipart uploads will try again): {e}")
+        }
     }
 }
 

@@ -142,9 +142,7 @@ impl Host {
             data_dir: config.data_dir.clone(),
             transport,
             counters: Counters::default(),
-            request_metrics: crate::metrics::RequestMetrics::new(
-                syncer.stats.batch_sizes.clone(),
-            ),
+            request_metrics: crate::metrics::RequestMetrics::new(syncer.stats.batch_sizes.clone()),
             syncer,
             runner,
             clock,
