@@ -93,3 +93,17 @@ def test_a_dataset_loop_reads_through_fsspec(fs, client, tree):
     batch = fs.cat(files)
     total = sum(int.from_bytes(batch[f][:4], "little") for f in files)
     assert total == sum(range(200))
+
+
+def test_the_filesystem_pickles_as_dask_and_data_loader_workers_need(fs, client, tree):
+    """Dask and multiprocessing data loaders ship filesystems to workers by pickling."""
+    import pickle
+
+    client.write(f"{tree}/p", b"pickled")
+    again = pickle.loads(pickle.dumps(fs))
+    assert again.cat(f"{tree}/p") == b"pickled"
+    with fsspec.open(f"myriad://{tree}/p", "rb", **fs.storage_options) as f:
+        opened = pickle.loads(pickle.dumps(fsspec.open(f"myriad://{tree}/p", **fs.storage_options)))
+        assert f.read() == b"pickled"
+    with opened as g:
+        assert g.read() == b"pickled"
