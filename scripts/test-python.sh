@@ -11,7 +11,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     "maturin>=1.5,<2" pytest fsspec pandas boto3 prometheus-client playwright
-cargo build --locked --bin myriad
+# The whole workspace's binaries, with the features `cargo test --workspace` built them
+# with: building the one package alone would unify features differently and rebuild.
+cargo build --locked --workspace --bins
 PYTHON="$venv/bin/python" bash scripts/build-wheel.sh --debug
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/myriad-*.whl
 MYRIAD_REQUIRE_BROWSER=1 MYRIAD_BIN="$PWD/target/debug/myriad" "$venv/bin/python" -m pytest -q crates/myriad-py/tests "$@"
