@@ -51,6 +51,10 @@ pub enum BenchCmd {
     /// in one directory (which splits across the nodes); ops/s per phase, each node's share
     /// of requests, and the same phases on the local file system.
     SharedDir(crate::bench_shared_dir::SharedDirArgs),
+    /// Many directories of empty files created, stat'ed and unlinked on clusters of each
+    /// size in --nodes: each server's share of the requests (busiest / mean) per phase;
+    /// writes bench-spread.json.
+    Spread(crate::bench_spread::SpreadArgs),
     /// `ls -l` of a 1,000,000-entry directory (split across the nodes) against local disk:
     /// entries per second and requests per entry.
     Ls(crate::bench_ls::LsArgs),
@@ -187,6 +191,10 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         BenchCmd::Storm(a) => {
             own_cluster_only("storm");
             return crate::bench_storm::run(a).await;
+        }
+        BenchCmd::Spread(a) => {
+            own_cluster_only("spread");
+            return crate::bench_spread::run(a).await;
         }
         BenchCmd::SharedDir(a) => {
             own_cluster_only("shared-dir");

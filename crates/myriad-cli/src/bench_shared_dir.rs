@@ -1,7 +1,9 @@
 //! `myriad bench shared-dir`: the FPFS single-shared-directory benchmark at small scale.
 //! P clients create, then stat, then unlink N empty files in one directory on a local
-//! cluster; per phase: operations per second, each node's share of the client requests
-//! (busiest / mean), and the same phases on the local file system in the same run.
+//! cluster of each size in `--nodes`; per phase: operations per second, each server's
+//! share of the client requests (busiest / mean), and the same phases on the local file
+//! system in the same run. `myriad bench spread` (`bench_spread.rs`) runs the same phases
+//! over many directories.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,105 +18,213 @@ use crate::cluster::LocalCluster;
 
 #[derive(Args, Clone)]
 pub struct SharedDirArgs {
-    #[arg(long, default_value_t = 4)]
-    nodes: usize,
+    /// Cluster sizes, one cluster each, in turn (e.g. 4,8,16,32).
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    nodes: Vec<usize>,
     /// Files created, stat'ed and unlinked (all in one directory).
     #[arg(long, default_value_t = 200_000)]
     files: u64,
-    /// Client processes' worth of clients (each its own connections).
-    #[arg(long, default_value_t = 4)]
-    clients: usize,
-    /// Requests in flight per client.
-    #[arg(long, default_value_t = 16)]
-    inflight: usize,
+    #[command(flatten)]
+    load: LoadArgs,
     /// Split threshold of the servers (entries per shard); 0 never splits.
     #[arg(long, default_value_t = myriad_server::DEFAULT_DIR_SPLIT_ENTRIES)]
     dir_split_entries: u64,
+}
+
+/// How the phases load the cluster, and where results go (shared by `bench spread`).
+#[derive(Args, Clone)]
+pub struct LoadArgs {
+    /// Client processes' worth of clients (each its own connections).
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Requests in flight per client.
+    #[arg(long, default_value_t = 16)]
+    pub inflight: usize,
     /// Where the local-file-system phases run (default: a temporary directory).
     #[arg(long)]
-    local_dir: Option<PathBuf>,
+    pub local_dir: Option<PathBuf>,
     #[arg(long, default_value = "bench-results")]
-    out_dir: PathBuf,
+    pub out_dir: PathBuf,
 }
 
+/// One phase on one cluster size.
 #[derive(Serialize)]
-struct Row {
-    phase: String,
-    myriad_ops_per_sec: f64,
-    local_ops_per_sec: f64,
-    /// Client requests per node during the phase.
-    per_node_requests: Vec<(myriad_client::NodeId, u64)>,
-    busiest_over_mean: f64,
+pub struct Row {
+    pub nodes: usize,
+    pub phase: String,
+    pub myriad_ops_per_sec: f64,
+    pub local_ops_per_sec: f64,
+    /// Client requests per server during the phase.
+    pub per_node_requests: Vec<(myriad_client::NodeId, u64)>,
+    pub busiest_over_mean: f64,
 }
+
+pub const PHASES: [&str; 3] = ["create", "stat", "unlink"];
 
 pub async fn run(args: SharedDirArgs) -> anyhow::Result<()> {
-    let tmp = tempfile::Builder::new().prefix("myriad-bench-").tempdir()?;
-    eprintln!(
-        "bench shared-dir: {}-node local cluster, {} clients x {} in flight, {} files in one directory, split at {} entries",
-        args.nodes, args.clients, args.inflight, args.files, args.dir_split_entries
+    anyhow::ensure!(
+        !args.nodes.is_empty() && args.files > 0,
+        "--nodes and --files must be given"
     );
-    let opts = crate::cluster::NodeOptions::for_bench(vec![format!(
-        "--dir-split-entries={}",
-        args.dir_split_entries
-    )]);
-    let cluster = LocalCluster::up(tmp.path(), args.nodes, &opts).await?;
-    let result = body(&cluster, &args).await;
-    cluster.down()?;
-    result
+    eprintln!(
+        "bench shared-dir: clusters of {:?} servers, {} clients x {} in flight, {} files in one directory, split at {} entries",
+        args.nodes, args.load.clients, args.load.inflight, args.files, args.dir_split_entries
+    );
+    let server_args = vec![format!("--dir-split-entries={}", args.dir_split_entries)];
+    let work = Workload {
+        server_args,
+        files: args.files,
+        path_of: Arc::new(|i| format!("/shared/f{i:08}")),
+        prepare: prepare(|c| Box::pin(async move { c.mkdir("/shared", 0o755).await.map(|_| ()) })),
+        shared_dir: Some("/shared"),
+    };
+    let rows = run_sizes(&args.nodes, &args.load, &work, |root| {
+        std::fs::create_dir(root.join("shared"))
+    })
+    .await?;
+    let worst = worst_after_create(&rows);
+    println!(
+        "busiest/mean after the split (stat, unlink), worst over the sizes: {worst:.2} (target <= 1.20: {})",
+        if worst <= 1.2 { "met" } else { "NOT met" }
+    );
+    write_json(&args.load, "bench-shared-dir.json", &rows)
 }
 
-async fn body(cluster: &LocalCluster, args: &SharedDirArgs) -> anyhow::Result<()> {
-    let timeout = std::time::Duration::from_secs(120);
-    let mut clients = Vec::new();
-    for _ in 0..args.clients.max(1) {
-        clients.push(Arc::new(
-            cluster.client_as(timeout, crate::cluster::bench_identity())?,
-        ));
-    }
-    clients[0].mkdir("/shared", 0o755).await?;
-    let local_tmp = match &args.local_dir {
+/// The worst busiest/mean of the phases after the creates (whose splits move entries).
+pub fn worst_after_create(rows: &[Row]) -> f64 {
+    rows.iter()
+        .filter(|r| r.phase != "create")
+        .map(|r| r.busiest_over_mean)
+        .fold(0.0, f64::max)
+}
+
+pub fn write_json(load: &LoadArgs, name: &str, rows: &[Row]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&load.out_dir)?;
+    let json = load.out_dir.join(name);
+    std::fs::write(&json, serde_json::to_string_pretty(rows)?)?;
+    println!("results: {}", json.display());
+    Ok(())
+}
+
+/// The path of file number i.
+pub type PathOf = Arc<dyn Fn(u64) -> String + Send + Sync>;
+
+/// A `Prepare` of `f` (a closure given here gets the signature for every lifetime).
+pub fn prepare<F>(f: F) -> Prepare
+where
+    F: for<'a> Fn(&'a Client) -> futures::future::BoxFuture<'a, Result<(), myriad_client::FsError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    Box::new(f)
+}
+
+/// Makes what the phases need before the creates (their directories).
+pub type Prepare = Box<
+    dyn for<'a> Fn(&'a Client) -> futures::future::BoxFuture<'a, Result<(), myriad_client::FsError>>
+        + Send
+        + Sync,
+>;
+
+/// What the phases do: the files, where they are, what is made before them.
+pub struct Workload {
+    /// Extra flags of every server.
+    pub server_args: Vec<String>,
+    pub files: u64,
+    pub path_of: PathOf,
+    pub prepare: Prepare,
+    /// A directory whose shard count is reported after the creates.
+    pub shared_dir: Option<&'static str>,
+}
+
+/// The three phases of `work` on a fresh cluster of each size in `sizes`, and once on the
+/// local file system (`local_setup` makes its directories). Prints a table per size.
+pub async fn run_sizes(
+    sizes: &[usize],
+    load: &LoadArgs,
+    work: &Workload,
+    local_setup: impl Fn(&std::path::Path) -> std::io::Result<()>,
+) -> anyhow::Result<Vec<Row>> {
+    let local_tmp = match &load.local_dir {
         Some(d) => tempfile::Builder::new()
             .prefix("myriad-local-")
             .tempdir_in(d)?,
         None => tempfile::Builder::new().prefix("myriad-local-").tempdir()?,
     };
+    local_setup(local_tmp.path())?;
+    let mut local = Vec::new();
+    for phase in PHASES {
+        local.push(local_phase(local_tmp.path(), phase, load, work).await?);
+    }
     let mut rows = Vec::new();
-    for phase in ["create", "stat", "unlink"] {
+    for &n in sizes {
+        let tmp = tempfile::Builder::new().prefix("myriad-bench-").tempdir()?;
+        let opts = crate::cluster::NodeOptions::for_bench(work.server_args.clone());
+        let cluster = LocalCluster::up(tmp.path(), n, &opts).await?;
+        let result = one_size(&cluster, n, load, work, &local).await;
+        cluster.down()?;
+        let size_rows = result?;
+        print_rows(&size_rows);
+        rows.extend(size_rows);
+    }
+    Ok(rows)
+}
+
+async fn one_size(
+    cluster: &LocalCluster,
+    nodes: usize,
+    load: &LoadArgs,
+    work: &Workload,
+    local_secs: &[f64],
+) -> anyhow::Result<Vec<Row>> {
+    let timeout = std::time::Duration::from_secs(120);
+    let mut clients = Vec::new();
+    for _ in 0..load.clients.max(1) {
+        clients.push(Arc::new(
+            cluster.client_as(timeout, crate::cluster::bench_identity())?,
+        ));
+    }
+    (work.prepare)(&clients[0]).await?;
+    let mut rows = Vec::new();
+    for (phase, local) in PHASES.iter().zip(local_secs) {
         clients[0].reset_counters().await?;
-        let secs = myriad_phase(&clients, phase, args).await?;
+        let secs = myriad_phase(&clients, phase, load, work).await?;
         let per_node = per_node_requests(&clients[0]).await?;
-        let local = local_phase(local_tmp.path(), phase, args).await?;
         let total: u64 = per_node.iter().map(|n| n.1).sum();
         let mean = total as f64 / per_node.len().max(1) as f64;
         let busiest = per_node.iter().map(|n| n.1).max().unwrap_or(0) as f64;
         rows.push(Row {
-            phase: phase.to_string(),
-            myriad_ops_per_sec: args.files as f64 / secs,
-            local_ops_per_sec: args.files as f64 / local,
+            nodes,
+            phase: (*phase).to_string(),
+            myriad_ops_per_sec: work.files as f64 / secs,
+            local_ops_per_sec: work.files as f64 / local,
             per_node_requests: per_node,
             busiest_over_mean: if mean > 0.0 { busiest / mean } else { 0.0 },
         });
-        if phase == "create" {
-            let shards = clients[0].readdir("/shared").await.map(|_| {
-                clients[0]
-                    .shard_map("/shared")
-                    .map_or(1, |m| m.leaves.len())
-            })?;
-            eprintln!("after create: /shared has {shards} shard(s)");
+        if let Some(dir) = work.shared_dir.filter(|_| *phase == "create") {
+            clients[0].readdir(dir).await?;
+            let shards = clients[0].shard_map(dir).map_or(1, |m| m.leaves.len());
+            eprintln!("{nodes} servers: after create, {dir} has {shards} shard(s)");
         }
     }
+    Ok(rows)
+}
+
+fn print_rows(rows: &[Row]) {
     println!(
-        "{:<8} {:>12} {:>12} {:>8} {:>14}  requests per node",
-        "phase", "myriad op/s", "local op/s", "ratio", "busiest/mean"
+        "{:>5} {:<8} {:>12} {:>12} {:>8} {:>14}  requests per server",
+        "nodes", "phase", "myriad op/s", "local op/s", "ratio", "busiest/mean"
     );
-    for r in &rows {
+    for r in rows {
         let nodes: Vec<String> = r
             .per_node_requests
             .iter()
             .map(|(n, c)| format!("{n}:{c}"))
             .collect();
         println!(
-            "{:<8} {:>12.0} {:>12.0} {:>8.2} {:>14.2}  {}",
+            "{:>5} {:<8} {:>12.0} {:>12.0} {:>8.2} {:>14.2}  {}",
+            r.nodes,
             r.phase,
             r.myriad_ops_per_sec,
             r.local_ops_per_sec,
@@ -123,40 +233,27 @@ async fn body(cluster: &LocalCluster, args: &SharedDirArgs) -> anyhow::Result<()
             nodes.join(" ")
         );
     }
-    let after_split = rows
-        .iter()
-        .filter(|r| r.phase != "create")
-        .map(|r| r.busiest_over_mean)
-        .fold(0.0, f64::max);
-    println!(
-        "busiest/mean after the split (stat, unlink): {after_split:.2} (target <= 1.20: {})",
-        if after_split <= 1.2 { "met" } else { "NOT met" }
-    );
-    std::fs::create_dir_all(&args.out_dir)?;
-    let json = args.out_dir.join("bench-shared-dir.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&rows)?)?;
-    println!("results: {}", json.display());
-    Ok(())
 }
 
 async fn myriad_phase(
     clients: &[Arc<Client>],
     phase: &str,
-    args: &SharedDirArgs,
+    load: &LoadArgs,
+    work: &Workload,
 ) -> anyhow::Result<f64> {
+    let (files, path_of) = (work.files, &work.path_of);
     let t = Instant::now();
     let p = clients.len() as u64;
     let tasks = clients.iter().enumerate().map(|(k, c)| {
         let c = c.clone();
         let phase = phase.to_string();
-        let inflight = args.inflight;
-        let files = args.files;
+        let inflight = load.inflight;
         async move {
             let mut s = futures::stream::iter((k as u64..files).step_by(p as usize).map(|i| {
                 let c = c.clone();
                 let phase = phase.clone();
+                let path = path_of(i);
                 async move {
-                    let path = format!("/shared/f{i:08}");
                     match phase.as_str() {
                         "create" => c.create(&path, 0o644, true, b"").await.map(|_| ()),
                         "stat" => c.stat(&path).await.map(|_| ()),
@@ -177,23 +274,26 @@ async fn myriad_phase(
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// The same phase with `clients * inflight` threads' worth of blocking calls on local disk.
+/// The same phase with `clients * inflight` threads' worth of blocking calls on local disk
+/// (paths `path_of` under `root`).
 async fn local_phase(
     root: &std::path::Path,
     phase: &str,
-    args: &SharedDirArgs,
+    load: &LoadArgs,
+    work: &Workload,
 ) -> anyhow::Result<f64> {
-    let workers = (args.clients * args.inflight).clamp(1, 64) as u64;
+    let (files, path_of) = (work.files, &work.path_of);
+    let workers = (load.clients * load.inflight).clamp(1, 64) as u64;
     let t = Instant::now();
     let mut tasks = Vec::new();
     for k in 0..workers {
         let root = root.to_path_buf();
         let phase = phase.to_string();
-        let files = args.files;
+        let path_of = path_of.clone();
         tasks.push(tokio::task::spawn_blocking(
             move || -> std::io::Result<()> {
                 for i in (k..files).step_by(workers as usize) {
-                    let path = root.join(format!("f{i:08}"));
+                    let path = root.join(path_of(i).trim_start_matches('/'));
                     match phase.as_str() {
                         "create" => drop(std::fs::File::create(&path)?),
                         "stat" => {
