@@ -238,10 +238,14 @@ fn main() -> ExitCode {
         other => {
             // `myriad cluster status | head` ends quietly, as other tools do, instead of
             // panicking on a closed stdout. (Sockets are written with MSG_NOSIGNAL, so
-            // this reaches only pipes; servers and mounts keep the ignored default.)
-            // SAFETY: setting a signal disposition before any thread is started.
-            unsafe {
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            // this reaches only pipes.) Servers, mounts and the commands that serve HTTP
+            // until stopped (s3, dashboard) keep the ignored default: a service must
+            // never die of a peer or a pipe going away.
+            if !matches!(other, Command::S3(_) | Command::Dashboard(_)) {
+                // SAFETY: setting a signal disposition before any thread is started.
+                unsafe {
+                    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                }
             }
             run_client_command(other, cli.cluster, cli.secret_file, cli.timeout_ms)
         }

@@ -43,26 +43,6 @@ pub async fn run(args: S3Args, client: Client) -> anyhow::Result<()> {
         writeln!(out, "s3: http://{addr}")?;
         out.flush()?;
     }
-    myriad_s3::serve(listener, service, stop_signal()).await?;
+    myriad_s3::serve(listener, service, crate::signals::shutdown_signal()).await?;
     Ok(())
-}
-
-/// Completes at the first SIGINT or SIGTERM (never, if they cannot be watched).
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-        }
-        _ => {
-            tracing::warn!("cannot watch SIGINT/SIGTERM: stop the gateway with SIGKILL");
-            std::future::pending::<()>().await;
-        }
-    }
 }
