@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use myriad_client::{FsError, RenameFlags};
+use myriad_client::{Client, FsError, RenameFlags};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -41,6 +41,24 @@ impl PyClient {
             std::mem::forget(std::mem::replace(&mut *g, fresh));
         }
         Ok(g.clone())
+    }
+}
+
+/// Opens the existing file `path` if the client's user may read it (`read`) and write it
+/// (`write`): `PermissionError` at open, as open(2) gives it.
+async fn open_checked(
+    c: &Client,
+    path: &str,
+    read: bool,
+    write: bool,
+) -> Result<myriad_client::FileHandle, FsError> {
+    use myriad_client::proto::access;
+    let h = c.open(path).await?;
+    let want = if read { access::READ } else { 0 } | if write { access::WRITE } else { 0 };
+    if access::allowed(&h.inode, c.caller(), want) {
+        Ok(h)
+    } else {
+        Err(FsError::PermissionDenied)
     }
 }
 
@@ -220,8 +238,8 @@ impl PyClient {
             .collect())
     }
 
-    /// Makes a directory; `parents`: its missing ancestors too (and an existing one is
-    /// fine); `exist_ok`: an existing directory is fine.
+    /// Makes a directory; `parents`: its missing ancestors too; `exist_ok`: the directory
+    /// existing already is fine (as `os.makedirs` has them).
     #[pyo3(signature = (path, mode=0o777, parents=false, exist_ok=false))]
     fn mkdir(
         &self,
@@ -233,10 +251,9 @@ impl PyClient {
     ) -> PyResult<()> {
         let p = path.to_string();
         self.live()?.call(py, path, |c| async move {
-            if parents {
-                return c.mkdir_p(&p, mode).await;
-            }
             match c.mkdir(&p, mode).await {
+                // An ancestor is missing: make them all (as os.makedirs).
+                Err(FsError::NotFound) if parents => c.mkdir_p(&p, mode).await,
                 Err(FsError::AlreadyExists) if exist_ok => match c.stat(&p).await?.kind {
                     myriad_client::FileKind::Directory => Ok(()),
                     _ => Err(FsError::AlreadyExists),
@@ -296,8 +313,11 @@ impl PyClient {
     }
 
     /// Opens a file for the Python file object of `open()`: `create` makes it if missing
-    /// (with `mode`), `exclusive` refuses an existing one, `truncate` empties it.
-    #[pyo3(signature = (path, create=false, exclusive=false, truncate=false, mode=0o644))]
+    /// (with `mode`), `exclusive` refuses an existing one, `truncate` empties it. An
+    /// existing file is checked for the access asked (`read`, `write`) here, as open(2)
+    /// checks it, not at the first read or write; the servers check every request again.
+    #[pyo3(signature = (path, create=false, exclusive=false, truncate=false, mode=0o644, read=true, write=false))]
+    #[allow(clippy::too_many_arguments)]
     fn open_handle(
         &self,
         py: Python<'_>,
@@ -306,14 +326,24 @@ impl PyClient {
         exclusive: bool,
         truncate: bool,
         mode: u32,
+        read: bool,
+        write: bool,
     ) -> PyResult<PyHandle> {
         let live = self.live()?;
         let p = path.to_string();
         let h = live.call(py, path, |c| async move {
-            let h = if create {
-                c.create(&p, mode, exclusive, &[]).await?
-            } else {
-                c.open(&p).await?
+            // Always an exclusive create: a file this call made is written with the
+            // creator's rights (`opened`), but an existing one is opened like any other
+            // file, so its mode is checked on every write and truncate (a non-exclusive
+            // create would hand back an existing read-only file as if just made).
+            let h = match create.then(|| c.create(&p, mode, true, &[])) {
+                Some(made) => match made.await {
+                    Err(FsError::AlreadyExists) if !exclusive => {
+                        open_checked(&c, &p, read, write).await?
+                    }
+                    r => r?,
+                },
+                None => open_checked(&c, &p, read, write).await?,
             };
             if truncate && h.inode.size > 0 {
                 c.truncate(&h, 0).await?;

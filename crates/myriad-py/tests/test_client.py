@@ -59,6 +59,12 @@ def test_directories_listdir_scandir_walk(client, tree):
         client.mkdir(f"{tree}/d1")
     with pytest.raises(FileExistsError):
         client.mkdir(f"{tree}/d1/x", exist_ok=True)
+    # makedirs as os.makedirs: the leaf existing is an error unless exist_ok.
+    with pytest.raises(FileExistsError):
+        client.makedirs(f"{tree}/d1/d2")
+    client.makedirs(f"{tree}/d1/d2", exist_ok=True)
+    client.makedirs(f"{tree}/n1/n2/n3")
+    assert client.isdir(f"{tree}/n1/n2/n3")
 
 
 def test_rename_and_remove(client, tree):
@@ -149,6 +155,8 @@ def test_permissions_are_enforced_for_another_user(client, cluster, tree):
     client.chmod(tree, 0o755)
     client.write(f"{tree}/secret", b"s", mode=0o600)
     client.write(f"{tree}/open", b"o", mode=0o644)
+    client.mkdir(f"{tree}/shared", mode=0o777)
+    client.chmod(f"{tree}/shared", 0o777)
     # The other user gets the client key (the cluster secret would make it root) and a
     # copy of the package (this interpreter's site-packages may be closed to it).
     # (pytest's tmp_path sits under a directory only root may enter.)
@@ -171,6 +179,17 @@ def test_permissions_are_enforced_for_another_user(client, cluster, tree):
         f"    c.write('{tree}/new', b'x')\n"
         "except PermissionError:\n"
         "    print('refused')\n"
+        # Its own read-only file: open() for writing is refused, as POSIX refuses it,
+        # and the contents stay.
+        f"c.write('{tree}/shared/mine', b'keep')\n"
+        f"c.chmod('{tree}/shared/mine', 0o444)\n"
+        "for mode in ('w', 'a', 'r+'):\n"
+        "    try:\n"
+        f"        c.open('{tree}/shared/mine', mode).close()\n"
+        "        print('opened', mode)\n"
+        "    except PermissionError:\n"
+        "        pass\n"
+        f"print(c.fetch('{tree}/shared/mine').decode())\n"
     )
     out = subprocess.run(
         [system_python, "-c", script, str(tmp_path / "cluster.json"), str(key)],
@@ -179,7 +198,7 @@ def test_permissions_are_enforced_for_another_user(client, cluster, tree):
     )
     shutil.rmtree(tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:3] == ["o", "refused 13", "refused"]
+    assert out.stdout.split("\n")[:4] == ["o", "refused 13", "refused", "keep"], out.stdout
 
 
 def test_fetch_many_keeps_order_and_reports_errors(client, tree):

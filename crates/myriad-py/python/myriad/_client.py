@@ -90,7 +90,7 @@ class Client(_native.Client):
     def mkdir(self, path, mode=0o777, parents=False, exist_ok=False):
         return super().mkdir(canonical(path), mode, parents, exist_ok)
 
-    def makedirs(self, path, mode=0o777, exist_ok=True):
+    def makedirs(self, path, mode=0o777, exist_ok=False):
         return super().mkdir(canonical(path), mode, True, exist_ok)
 
     def remove(self, path, recursive=False):

@@ -108,6 +108,8 @@ def open_file(client, path, mode, buffering, encoding, errors, newline):
         exclusive="x" in modes,
         truncate="w" in modes,
         mode=0o666 & ~_umask(),
+        read=readable,
+        write=writable,
     )
     raw = RawFile(handle, readable, writable, append="a" in modes)
     if buffering == 0:

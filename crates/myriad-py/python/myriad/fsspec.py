@@ -118,10 +118,7 @@ class MyriadFileSystem(AbstractFileSystem):
                           exist_ok=create_parents)
 
     def makedirs(self, path, exist_ok=False):
-        path = self._strip_protocol(path)
-        if not exist_ok and self.client.exists(path):
-            raise FileExistsError(17, "File exists", path)
-        self.client.mkdir(path, parents=True)
+        self.client.mkdir(self._strip_protocol(path), parents=True, exist_ok=exist_ok)
 
     def rmdir(self, path):
         self.client.rmdir(self._strip_protocol(path))
