@@ -241,6 +241,25 @@ assert len(got) == len(paths) and all(len(g) == size for g in got), "short read"
 print(len(paths) / dt, hashlib.sha256(b"".join(got)).hexdigest())
 "#;
 
+/// Runs `script` in `python` with `args`; what it printed, or an error naming `what` with
+/// what it printed on stderr.
+fn run_python(
+    python: &Path,
+    what: &str,
+    script: &str,
+    args: &[&std::ffi::OsStr],
+) -> anyhow::Result<String> {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// SHA-256 of every file's contents in order, as hex (what the Python pass prints).
 fn digest_of(expected: &[Vec<u8>]) -> String {
     use sha2::Digest;
@@ -257,21 +276,17 @@ fn python_pass(
     list: &Path,
     expected_digest: &str,
 ) -> anyhow::Result<f64> {
-    let out = Command::new(&args.python)
-        .arg("-c")
-        .arg(PYTHON_PASS)
-        .arg(map)
-        .arg(list)
-        .arg(args.parallel.to_string())
-        .arg(args.file_size.to_string())
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "the Python pass failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = run_python(
+        &args.python,
+        "the Python pass",
+        PYTHON_PASS,
+        &[
+            map.as_os_str(),
+            list.as_os_str(),
+            args.parallel.to_string().as_ref(),
+            args.file_size.to_string().as_ref(),
+        ],
+    )?;
     let mut words = text.split_whitespace();
     let rate: f64 = words.next().context("no rate from Python")?.parse()?;
     let digest = words.next().context("no digest from Python")?;
@@ -302,7 +317,7 @@ impl Gateway {
         let creds = tmp.join("s3-credentials");
         std::fs::write(&creds, format!("{ACCESS_KEY} {secret}\n"))?;
         std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600))?;
-        let mut child = Command::new(std::env::current_exe()?)
+        let child = Command::new(std::env::current_exe()?)
             .arg("s3")
             .arg("--cluster")
             .arg(crate::cluster::map_path(&cluster.dir))
@@ -312,20 +327,22 @@ impl Gateway {
             .stderr(Stdio::inherit())
             .spawn()
             .context("cannot start the S3 gateway")?;
-        let stdout = child.stdout.take().context("no gateway stdout")?;
+        // Owned by a Gateway from here on: stopped by its drop whatever happens next.
+        let mut gateway = Gateway {
+            child,
+            host: String::new(),
+            secret,
+        };
+        let stdout = gateway.child.stdout.take().context("no gateway stdout")?;
         let mut line = String::new();
         std::io::BufReader::new(stdout).read_line(&mut line)?;
-        let host = line
+        gateway.host = line
             .trim()
             .strip_prefix("s3: http://")
             .with_context(|| format!("the gateway printed {line:?}, not its address"))?
             .trim_end_matches('/')
             .to_string();
-        Ok(Gateway {
-            child,
-            host,
-            secret,
-        })
+        Ok(gateway)
     }
 }
 
@@ -404,22 +421,18 @@ print(n / dt)
 "#;
 
 fn boto3_pass(args: &PythonArgs, gateway: &Gateway) -> anyhow::Result<Option<f64>> {
-    let out = Command::new(&args.python)
-        .arg("-c")
-        .arg(BOTO3_PASS)
-        .arg(&gateway.host)
-        .arg(ACCESS_KEY)
-        .arg(&gateway.secret)
-        .arg(BOTO3_FILES.min(args.files).to_string())
-        .arg(args.file_size.to_string())
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "the boto3 pass failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = run_python(
+        &args.python,
+        "the boto3 pass",
+        BOTO3_PASS,
+        &[
+            gateway.host.as_ref(),
+            ACCESS_KEY.as_ref(),
+            gateway.secret.as_ref(),
+            BOTO3_FILES.min(args.files).to_string().as_ref(),
+            args.file_size.to_string().as_ref(),
+        ],
+    )?;
     match text.trim() {
         "none" => Ok(None),
         t => Ok(Some(t.parse()?)),

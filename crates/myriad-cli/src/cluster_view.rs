@@ -105,11 +105,8 @@ fn state_name(s: NodeState) -> &'static str {
 }
 
 async fn probe(client: &Client, id: NodeId) -> Result<(CounterSnapshot, StatFs), FsError> {
-    let asked = async {
-        let c = client.counters(id).await?;
-        let s = client.server_statfs(id).await?;
-        Ok((c, s))
-    };
+    // Both at once: a round waits for the slowest server's one round trip, not two.
+    let asked = async { tokio::try_join!(client.counters(id), client.server_statfs(id)) };
     match tokio::time::timeout(PROBE_TIMEOUT, asked).await {
         Ok(r) => r,
         Err(_) => Err(FsError::TimedOut(format!(
