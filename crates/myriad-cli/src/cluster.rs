@@ -982,6 +982,11 @@ pub async fn run(
             no_wait,
         } => remove_node(&data_dir, NodeId(node), !no_wait, timeout).await,
         ClusterCmd::Status => {
+            // A local cluster's servers write their metrics address beside their data.
+            let local_dir = cluster
+                .as_deref()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf);
             let client = crate::fs_cmds::connect(cluster, secret_file, timeout)?;
             // The newest map any server has (the map file may be behind a failover).
             let map = client.newest_map().await;
@@ -1050,6 +1055,11 @@ pub async fn run(
                         );
                         for line in zone_traffic_lines(&c) {
                             println!("    {line}");
+                        }
+                        if let Some(addr) = local_dir.as_ref().and_then(|d| {
+                            std::fs::read_to_string(d.join(format!("node-{id}/metrics.addr"))).ok()
+                        }) {
+                            println!("    metrics: http://{}/metrics", addr.trim());
                         }
                         if let Ok(s) = client.server_statfs(id).await {
                             println!(

@@ -112,3 +112,11 @@ def test_top_once_shows_every_server(cluster):
         row = [line for line in lines if n["addr"] in line]
         assert len(row) == 1 and " ok " in row[0], (n, out.stdout)
     assert "servers ok 3/3" in lines[0]
+
+
+def test_cluster_status_lists_every_metrics_address(cluster):
+    out = subprocess.run([myriad_bin(), "cluster", "status", "--cluster", cluster],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for addr in endpoints(cluster):
+        assert f"metrics: http://{addr}/metrics" in out.stdout, out.stdout
