@@ -57,6 +57,10 @@ pub struct Row {
     /// Client requests per server during the phase.
     pub per_node_requests: Vec<(myriad_client::NodeId, u64)>,
     pub busiest_over_mean: f64,
+    /// What placement alone gives (`Workload::even_dirs`): busiest / mean of the servers'
+    /// shares of the directories, each counted once, by the cluster's map.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_busiest_over_mean: Option<f64>,
 }
 
 pub const PHASES: [&str; 3] = ["create", "stat", "unlink"];
@@ -77,6 +81,7 @@ pub async fn run(args: SharedDirArgs) -> anyhow::Result<()> {
         path_of: Arc::new(|i| format!("/shared/f{i:08}")),
         prepare: prepare(|c| Box::pin(async move { c.mkdir("/shared", 0o755).await.map(|_| ()) })),
         shared_dir: Some("/shared"),
+        even_dirs: Vec::new(),
     };
     let rows = run_sizes(&args.nodes, &args.load, &work, |root| {
         std::fs::create_dir(root.join("shared"))
@@ -136,6 +141,9 @@ pub struct Workload {
     pub prepare: Prepare,
     /// A directory whose shard count is reported after the creates.
     pub shared_dir: Option<&'static str>,
+    /// Directories that take equal shares of the work (unsplit): their spread over the
+    /// servers by the map alone is printed as the floor the measured spread can reach.
+    pub even_dirs: Vec<String>,
 }
 
 /// The three phases of `work` on a fresh cluster of each size in `sizes`, and once on the
@@ -162,7 +170,18 @@ pub async fn run_sizes(
         let tmp = tempfile::Builder::new().prefix("myriad-bench-").tempdir()?;
         let opts = crate::cluster::NodeOptions::for_bench(work.server_args.clone());
         let cluster = LocalCluster::up(tmp.path(), n, &opts).await?;
-        let result = one_size(&cluster, n, load, work, &local).await;
+        let result = match cluster
+            .wait_settled(std::time::Duration::from_secs(120))
+            .await
+        {
+            Ok(changes) => {
+                if changes > 0 {
+                    eprintln!("{n} servers: waited for {changes} map change(s) after the start");
+                }
+                one_size(&cluster, n, load, work, &local).await
+            }
+            Err(e) => Err(e),
+        };
         cluster.down()?;
         let size_rows = result?;
         print_rows(&size_rows);
@@ -186,6 +205,13 @@ async fn one_size(
         ));
     }
     (work.prepare)(&clients[0]).await?;
+    let floor = placement_floor(&clients[0].newest_map().await, &work.even_dirs);
+    if let Some(f) = floor {
+        eprintln!(
+            "{nodes} servers: by placement alone, {} directories give busiest/mean {f:.2}",
+            work.even_dirs.len()
+        );
+    }
     let mut rows = Vec::new();
     for (phase, local) in PHASES.iter().zip(local_secs) {
         clients[0].reset_counters().await?;
@@ -201,6 +227,7 @@ async fn one_size(
             local_ops_per_sec: work.files as f64 / local,
             per_node_requests: per_node,
             busiest_over_mean: if mean > 0.0 { busiest / mean } else { 0.0 },
+            placement_busiest_over_mean: floor,
         });
         if let Some(dir) = work.shared_dir.filter(|_| *phase == "create") {
             clients[0].readdir(dir).await?;
@@ -209,6 +236,28 @@ async fn one_size(
         }
     }
     Ok(rows)
+}
+
+/// Busiest / mean of the servers' shares of `dirs` (each on its home partition's primary),
+/// over every server up; `None` without directories.
+fn placement_floor(map: &myriad_placement::ClusterMap, dirs: &[String]) -> Option<f64> {
+    if dirs.is_empty() {
+        return None;
+    }
+    let ring = map.ring();
+    let mut per: std::collections::BTreeMap<myriad_placement::NodeId, u64> = map
+        .nodes
+        .iter()
+        .filter(|n| n.state == myriad_placement::NodeState::Up)
+        .map(|n| (n.id, 0))
+        .collect();
+    for d in dirs {
+        if let Some(server) = map.primary_of(ring.owner_of_dir(d)) {
+            *per.entry(server).or_default() += 1;
+        }
+    }
+    let mean = dirs.len() as f64 / per.len().max(1) as f64;
+    Some(per.values().copied().max().unwrap_or(0) as f64 / mean)
 }
 
 fn print_rows(rows: &[Row]) {

@@ -408,6 +408,46 @@ impl LocalCluster {
         }
     }
 
+    /// Waits until the cluster's map is at rest (for benchmarks that measure how requests
+    /// spread): every server up, no copy behind, no move in progress, primaries even
+    /// (`balance_primaries` has nothing to hand over), and then one lease more, the pause
+    /// a hand-over's partition takes before its new primary serves. A slow start on a busy
+    /// machine can mark a server down for a moment; its primaries come back this way.
+    /// Returns how many map changes it waited through.
+    pub async fn wait_settled(&self, within: Duration) -> anyhow::Result<u64> {
+        let client = self.client(Duration::from_secs(2))?;
+        let start = Instant::now();
+        let first = client.newest_map().await.epoch;
+        loop {
+            let map = client.newest_map().await;
+            let at_rest = map
+                .nodes
+                .iter()
+                .all(|n| n.state == myriad_placement::NodeState::Up)
+                && map
+                    .partitions
+                    .iter()
+                    .all(|p| p.behind.is_empty() && p.moving.is_none())
+                && map.balance_primaries(usize::MAX).is_none();
+            if at_rest {
+                let changes = map.epoch - first;
+                if changes > 0 {
+                    tokio::time::sleep(Duration::from_millis(2500)).await;
+                }
+                return Ok(changes);
+            }
+            if start.elapsed() > within {
+                bail!(
+                    "the cluster map did not settle within {} s (epoch {}); see the node logs in {}",
+                    within.as_secs(),
+                    map.epoch,
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub fn down(&self) -> anyhow::Result<()> {
         down(&self.dir)
     }

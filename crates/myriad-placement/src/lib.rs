@@ -13,9 +13,12 @@ mod map;
 mod members;
 pub mod partition;
 mod path;
+mod primaries;
 mod rebalance;
 mod ring;
 mod shard;
+#[cfg(test)]
+mod spread_tests;
 mod tree_moves;
 mod zones;
 
@@ -27,4 +30,6 @@ pub use members::{
 };
 pub use path::{is_normal_below_root, is_within, join, parent_of, split_parent};
 pub use ring::Ring;
-pub use shard::{SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash};
+pub use shard::{
+    SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash, split_trigger, spread_depth,
+};

@@ -143,7 +143,7 @@ pub enum ClientRequest {
         ino: Option<InodeId>,
     },
     /// Owner of the entry (the coordinator of the two-node mkdir). `shards` > 1 creates the
-    /// directory split into that many shards (rounded up to a power of two, at most 256).
+    /// directory split into that many shards (rounded up to a power of two, at most 4,096).
     Mkdir {
         path: String,
         mode: u32,

@@ -52,6 +52,10 @@ const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// Moves in progress at once, cluster-wide: each copies a whole partition, and writes to it
 /// wait for the new copy meanwhile, so few at a time keeps the service going.
 const MOVES_MAX: usize = 2;
+/// Most partitions handed to another copy in one map change (`balance_primaries`): each
+/// pauses its requests for a lease while the old primary's lease runs out, and a server's
+/// share (8 partitions by default) pauses together rather than one after another.
+const HANDOVERS_MAX: usize = 8;
 /// How long a map change may take to commit.
 pub(crate) const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -366,6 +370,29 @@ impl Membership {
                     );
                 }
             }
+            if let Err(e) = self.propose_map(next).await {
+                tracing::warn!("{e}");
+            }
+            return;
+        }
+        // Primaries even again (primaries.rs): after failovers and returns, a partition led
+        // by a server leading more than its share goes to an in-sync copy on one leading less.
+        if let Some(next) = map.balance_primaries(HANDOVERS_MAX) {
+            let handed: Vec<String> = next
+                .partitions
+                .iter()
+                .zip(&map.partitions)
+                .filter(|(a, b)| a.replicas.first() != b.replicas.first())
+                .map(|(a, b)| {
+                    format!(
+                        "{}: {:?} -> {:?}",
+                        a.id,
+                        b.replicas.first(),
+                        a.replicas.first()
+                    )
+                })
+                .collect();
+            tracing::info!(handed = ?handed, epoch = next.epoch, "primaries handed over for balance");
             if let Err(e) = self.propose_map(next).await {
                 tracing::warn!("{e}");
             }

@@ -39,6 +39,8 @@ const ANTI_ENTROPY_EVERY: Duration = Duration::from_secs(3);
 const FAULT_TICK: Duration = Duration::from_secs(1);
 /// Copies moving at once (as the leader's `MOVES_MAX`).
 const MOVES_AT_ONCE: usize = 2;
+/// Partitions handed to another copy in one map change (as the leader's `HANDOVERS_MAX`).
+const HANDOVERS_AT_ONCE: usize = 8;
 
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -190,6 +192,8 @@ pub struct Report {
     pub lost_unsynced: u64,
     /// Copies moved (with `moves`): added server filled, removed server drained.
     pub moves_completed: u32,
+    /// Map changes that handed primaries to other copies for balance.
+    pub handovers: u32,
     /// With `tree_moves`: trees set moving, and moves settled or abandoned by their
     /// partitions' proposals.
     pub tree_moves_started: u32,
@@ -599,6 +603,13 @@ impl Sim {
             }
             if self.cfg.moves && self.map().epoch == map.epoch {
                 self.move_step(&map);
+            }
+            if self.map().epoch == map.epoch
+                && let Some(next) = map.balance_primaries(HANDOVERS_AT_ONCE)
+            {
+                // As the Raft leader's round: primaries even again after failovers.
+                lock(&self.report).handovers += 1;
+                self.commit_map(next, "primaries handed over for balance");
             }
             let map = self.map();
             for id in self.ids() {

@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         let wall = std::time::Instant::now();
         match run(&c) {
             Ok(r) => println!(
-                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, map changes {}, unsynced batches lost {}, copies moved {}, trees moved {}/{} (abandoned {})",
+                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, map changes {}, unsynced batches lost {}, copies moved {}, hand-overs {}, trees moved {}/{} (abandoned {})",
                 r.ops,
                 r.events,
                 r.digest,
@@ -113,6 +113,7 @@ fn main() -> ExitCode {
                 r.map_changes,
                 r.lost_unsynced,
                 r.moves_completed,
+                r.handovers,
                 r.tree_moves_settled,
                 r.tree_moves_started,
                 r.tree_moves_abandoned

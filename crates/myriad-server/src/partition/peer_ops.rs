@@ -101,13 +101,17 @@ impl Partition {
                 self.applier
                     .run(Mutation::Shard(
                         crate::state::mutation::ShardMutation::Finish {
-                            dir,
+                            dir: dir.clone(),
                             txid,
                             child,
                             reveal,
                         },
                     ))
                     .await?;
+                if reveal {
+                    // A huge directory's new shard may split on (split_trigger).
+                    self.check_splits(&dir);
+                }
                 Ok(Response::Unit)
             }
             PeerRequest::ShardMapChange {

@@ -56,7 +56,16 @@ impl Partition {
                 false
             }
         };
-        if !due {
+        if due {
+            self.check_splits(dir);
+        }
+    }
+
+    /// Looks for shards of `dir` here to split, in the background (one look at a time per
+    /// directory): after every `check_every` additions, and when a split's child was
+    /// revealed here (a huge directory's shards split on down to the spread depth).
+    pub(crate) fn check_splits(self: &Arc<Self>, dir: &str) {
+        if self.env.config().dir_split_entries == 0 {
             return;
         }
         let Ok(mut running) = self.splits.running.lock() else {
@@ -77,9 +86,13 @@ impl Partition {
         });
     }
 
-    /// Splits every shard of `dir` on this node that holds more than the threshold.
+    /// Splits every shard of `dir` on this node that is over its trigger
+    /// (`myriad_placement::split_trigger`: the threshold for an unsplit directory, then less
+    /// and less the deeper the shard, so a huge directory spreads at once): the lower half
+    /// stays here and is looked at again, so one call splits this node's part down to the
+    /// spread depth.
     pub(super) async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
-        let threshold = usize::try_from(self.env.config().dir_split_entries).unwrap_or(usize::MAX);
+        let threshold = self.env.config().dir_split_entries;
         loop {
             let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
                 return Ok(());
@@ -90,11 +103,20 @@ impl Partition {
                 if s.splitting.is_some() || s.hidden.is_some() || !st.ring.can_split(dir, s.shard) {
                     continue;
                 }
+                let Some(trigger) = myriad_placement::split_trigger(s.shard, threshold) else {
+                    continue;
+                };
+                let trigger = usize::try_from(trigger).unwrap_or(usize::MAX);
                 let n = self
                     .store
-                    .count_entries_in(dir, s.shard.start(), s.shard.end(), threshold + 1)
+                    .count_entries_in(
+                        dir,
+                        s.shard.start(),
+                        s.shard.end(),
+                        trigger.saturating_add(1),
+                    )
                     .map_err(storage_err)?;
-                if n > threshold {
+                if n > trigger {
                     target = Some(s.shard);
                     break;
                 }
