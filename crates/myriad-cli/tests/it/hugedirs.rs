@@ -134,7 +134,8 @@ async fn split_under_concurrent_create_readdir_unlink() {
 /// goes away with rmdir once empty (and not before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presplit_directory_works_and_is_removed_whole() {
-    let tc = TestCluster::start(4);
+    // A threshold over the 1,500 names of /q below: it must stay unsplit over two pages.
+    let tc = TestCluster::start_with(4, &["--dir-split-entries=4096"]);
     let c = tc.client();
     must(c.mkdir_sharded("/p", 0o755, 4).await);
     for i in 0..200 {
