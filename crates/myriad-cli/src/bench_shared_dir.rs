@@ -87,10 +87,11 @@ pub async fn run(args: SharedDirArgs) -> anyhow::Result<()> {
         std::fs::create_dir(root.join("shared"))
     })
     .await?;
-    let worst = worst_after_create(&rows);
+    let worst = rows.iter().map(|r| r.busiest_over_mean).fold(0.0, f64::max);
     println!(
-        "busiest/mean after the split (stat, unlink), worst over the sizes: {worst:.2} (target <= 1.20: {})",
-        if worst <= 1.2 { "met" } else { "NOT met" }
+        "busiest/mean, worst over every phase and size: {worst:.2} (target <= 1.20: {}); after the creates: {:.2}",
+        if worst <= 1.2 { "met" } else { "NOT met" },
+        worst_after_create(&rows)
     );
     write_json(&args.load, "bench-shared-dir.json", &rows)
 }

@@ -54,8 +54,10 @@ pub struct ServerArgs {
 /// (TyrFS dynamic metadata replication) and huge-directory splitting.
 #[derive(Args, Clone, Debug)]
 pub struct ReplicationArgs {
-    /// A directory shard holding more entries than this splits onto another node
-    /// (docs/huge-dirs.md); 0: never split automatically (`mkdir --shards` still works).
+    /// A directory holding more entries than this splits and spreads over every server
+    /// (docs/huge-dirs.md); in a cluster of more than 16 partitions (2 servers) it splits
+    /// sooner, at this times 16 / partitions (1,024 by default at 16 servers). 0: never
+    /// split automatically (`mkdir --shards` still works).
     #[arg(long, default_value_t = myriad_server::DEFAULT_DIR_SPLIT_ENTRIES)]
     pub dir_split_entries: u64,
     /// on: replicate popular ancestors' permissions locally; off: ask their owner every time.

@@ -290,6 +290,13 @@ impl Ring {
             .collect()
     }
 
+    /// The entry count over which `shard` of `dir_path` splits for a server threshold of
+    /// `threshold` (`shard::split_trigger` for the partitions of its group).
+    #[must_use]
+    pub fn split_trigger(&self, dir_path: &str, shard: Shard, threshold: u64) -> Option<u64> {
+        crate::shard::split_trigger(shard, threshold, self.group_of_path(dir_path).nodes)
+    }
+
     /// True if `shard` of `dir_path` is above its spread depth and splitting it puts its
     /// upper half on another node (a split on one node spreads nothing).
     #[must_use]

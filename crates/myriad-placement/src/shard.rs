@@ -16,7 +16,7 @@
 //! nodes every node holds an equal share of the hash space.
 //!
 //! How far a directory splits (`spread_depth`, `split_trigger`): the first split waits for
-//! the threshold; from then on the directory is huge, and every shard splits again while
+//! the threshold (less in a group of many partitions); from then on the directory is huge, and every shard splits again while
 //! its share of the directory (entries times 2^depth) is over half the threshold, down to
 //! the depth at which every node of the group holds the same number of shards. All leaves
 //! then have one depth, so equal hash ranges: sizes within the spread of a hash.
@@ -53,17 +53,29 @@ pub fn spread_depth(partitions: usize) -> u8 {
         .min(SHARD_DEPTH_MAX)
 }
 
+/// Partitions a group may have before the first split comes sooner than the threshold.
+pub const FIRST_SPLIT_PARTITIONS: u64 = 16;
+
 /// The entry count over which `shard` splits, for a server threshold of `threshold` entries
-/// (0: never). An unsplit directory waits for the threshold; a shard of a split directory
-/// splits while its entries times `2^depth` (its estimate of the whole directory) exceed
-/// half of it, so a directory once past the threshold spreads at once, and a shard left
-/// nearly empty by the hash waits until it fills. The caller also checks the depth limit.
+/// (0: never) in a group of `partitions` partitions. Every entry made before a directory's
+/// first split lands on its home, a load that weighs more the more servers share the rest:
+/// an unsplit directory splits past the threshold in a group of up to
+/// `FIRST_SPLIT_PARTITIONS` (two servers), and past `threshold * 16 / partitions` in a
+/// bigger one (8,192 by default: 4,096 at 4 servers, 1,024 at 16, 512 at 32). A shard of a
+/// split directory splits while its entries times `2^depth` (its estimate of the whole
+/// directory) exceed half of that, so a directory once past it spreads at once, and a
+/// shard the hash left nearly empty waits until it fills. The caller checks the depth.
 #[must_use]
-pub fn split_trigger(shard: Shard, threshold: u64) -> Option<u64> {
-    match (threshold, shard.depth) {
-        (0, _) => None,
-        (t, 0) => Some(t),
-        (t, d) => Some((t / 2).checked_shr(u32::from(d)).unwrap_or(0)),
+pub fn split_trigger(shard: Shard, threshold: u64, partitions: usize) -> Option<u64> {
+    if threshold == 0 {
+        return None;
+    }
+    let p = u64::try_from(partitions).unwrap_or(u64::MAX);
+    let first =
+        (threshold.saturating_mul(FIRST_SPLIT_PARTITIONS) / p.max(FIRST_SPLIT_PARTITIONS)).max(1);
+    match shard.depth {
+        0 => Some(first),
+        d => Some((first / 2).checked_shr(u32::from(d)).unwrap_or(0)),
     }
 }
 
@@ -421,22 +433,30 @@ mod tests {
     #[test]
     fn split_trigger_waits_for_the_threshold_then_spreads() {
         let (lo, _) = Shard::ALL.halves();
-        assert_eq!(split_trigger(Shard::ALL, 0), None);
-        assert_eq!(split_trigger(lo, 0), None);
-        assert_eq!(split_trigger(Shard::ALL, 8192), Some(8192));
-        // Just past the threshold, both halves (about 4,096 each) split on.
-        assert_eq!(split_trigger(lo, 8192), Some(2048));
+        assert_eq!(split_trigger(Shard::ALL, 0, 32), None);
+        assert_eq!(split_trigger(lo, 0, 32), None);
+        // Up to 16 partitions: the threshold itself.
+        assert_eq!(split_trigger(Shard::ALL, 8192, 1), Some(8192));
+        assert_eq!(split_trigger(Shard::ALL, 8192, 16), Some(8192));
+        // Bigger groups split sooner: 4 servers, 16, 32 (8 partitions each).
+        assert_eq!(split_trigger(Shard::ALL, 8192, 32), Some(4096));
+        assert_eq!(split_trigger(Shard::ALL, 8192, 128), Some(1024));
+        assert_eq!(split_trigger(Shard::ALL, 8192, 256), Some(512));
+        assert_eq!(split_trigger(Shard::ALL, 8, 4096), Some(1));
+        // Just past the first trigger, both halves (about half each) split on.
+        assert_eq!(split_trigger(lo, 8192, 16), Some(2048));
+        assert_eq!(split_trigger(lo, 8192, 128), Some(256));
         let deep = Shard {
             prefix: 0,
             depth: 8,
         };
-        assert_eq!(split_trigger(deep, 8192), Some(16));
+        assert_eq!(split_trigger(deep, 8192, 16), Some(16));
         let deepest = Shard {
             prefix: 0,
             depth: SHARD_DEPTH_MAX,
         };
-        assert_eq!(split_trigger(deepest, 8192), Some(1));
-        assert_eq!(split_trigger(deep, 8), Some(0));
+        assert_eq!(split_trigger(deepest, 8192, 16), Some(1));
+        assert_eq!(split_trigger(deep, 8, 16), Some(0));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use crate::map::ClusterMap;
 use crate::members::{NodeId, NodeInfo, NodeState, PartitionId};
 use crate::ring::Ring;
-use crate::shard::{Shard, ShardMap, name_hash, split_trigger};
+use crate::shard::{Shard, ShardMap, name_hash};
 
 fn cluster(servers: usize) -> ClusterMap {
     let addrs: Vec<String> = (0..servers)
@@ -20,7 +20,7 @@ fn cluster(servers: usize) -> ClusterMap {
 }
 
 /// The leaves `dir` ends with once `entries` names were added, each shard split by the
-/// servers' rule (`split_trigger`, `can_split`) as soon as it is over its trigger; with each
+/// servers' rule (`Ring::split_trigger`, `can_split`) as soon as it is over its trigger; with each
 /// leaf's entry count. Counts only grow, so a shard over its trigger at the end was over it
 /// at some moment, and one never over it never split: splitting the final counts from the
 /// top gives the same leaves as adding the names one by one.
@@ -39,7 +39,9 @@ fn grown(ring: &Ring, dir: &str, entries: u64, threshold: u64) -> Vec<(Shard, u6
     let mut map = ShardMap::unsplit();
     let mut todo = vec![Shard::ALL];
     while let Some(s) = todo.pop() {
-        let due = split_trigger(s, threshold).is_some_and(|t| count(s) > t);
+        let due = ring
+            .split_trigger(dir, s, threshold)
+            .is_some_and(|t| count(s) > t);
         if due && ring.can_split(dir, s) && map.split(s) {
             let (lo, hi) = s.halves();
             todo.extend([lo, hi]);

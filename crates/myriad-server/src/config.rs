@@ -12,8 +12,9 @@ use myriad_proto::auth::Keyring;
 /// copies for long.
 pub const DEFAULT_DOWN_GRACE: Duration = Duration::from_secs(60);
 
-/// Default split threshold; why 1,024: docs/huge-dirs.md "Threshold".
-pub const DEFAULT_DIR_SPLIT_ENTRIES: u64 = 1024;
+/// Default split threshold (for a group of up to 16 partitions; bigger ones split sooner);
+/// why: docs/huge-dirs.md "Threshold".
+pub const DEFAULT_DIR_SPLIT_ENTRIES: u64 = 8192;
 
 /// Everything a node needs, validated by the binary before `run` is called.
 #[derive(Clone, Debug)]

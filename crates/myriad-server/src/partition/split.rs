@@ -87,8 +87,9 @@ impl Partition {
     }
 
     /// Splits every shard of `dir` on this node that is over its trigger
-    /// (`myriad_placement::split_trigger`: the threshold for an unsplit directory, then less
-    /// and less the deeper the shard, so a huge directory spreads at once): the lower half
+    /// (`Ring::split_trigger`: the threshold for an unsplit directory, less in a group of many
+    /// partitions, then less and less the deeper the shard, so a huge directory spreads at
+    /// once): the lower half
     /// stays here and is looked at again, so one call splits this node's part down to the
     /// spread depth.
     pub(super) async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
@@ -103,7 +104,7 @@ impl Partition {
                 if s.splitting.is_some() || s.hidden.is_some() || !st.ring.can_split(dir, s.shard) {
                     continue;
                 }
-                let Some(trigger) = myriad_placement::split_trigger(s.shard, threshold) else {
+                let Some(trigger) = st.ring.split_trigger(dir, s.shard, threshold) else {
                     continue;
                 };
                 let trigger = usize::try_from(trigger).unwrap_or(usize::MAX);
