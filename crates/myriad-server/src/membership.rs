@@ -56,6 +56,13 @@ const MOVES_MAX: usize = 2;
 /// pauses its requests for a lease while the old primary's lease runs out, and a server's
 /// share (8 partitions by default) pauses together rather than one after another.
 const HANDOVERS_MAX: usize = 8;
+/// Hand-overs wait this long after a server was last marked up: a server that flaps (or
+/// a cluster still starting) is not given primaries it may lose again at once, and a
+/// returning copy finishes its catch-up from the log first. A hand-over while the old
+/// primary holds a batch not yet on the new one costs a whole copy of the partition
+/// (the new primary takes the newer history), so fewer, later hand-overs are cheaper
+/// (Kafka checks its preferred leaders every 5 minutes for the same reason).
+const HANDOVER_SETTLE: Duration = Duration::from_secs(60);
 /// How long a map change may take to commit.
 pub(crate) const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -169,6 +176,8 @@ pub(crate) struct Membership {
     pool: Arc<Pool>,
     lease: Lease,
     heard: Heard,
+    /// When this leader last marked a server up: hand-overs wait `HANDOVER_SETTLE` after.
+    last_return: std::sync::Mutex<Option<Instant>>,
     /// How long a down server keeps its copies before they move elsewhere.
     down_grace: Duration,
     /// The map this server serves under (published by the process).
@@ -189,6 +198,7 @@ impl Membership {
             pool,
             lease: Lease::default(),
             heard: Heard::default(),
+            last_return: std::sync::Mutex::new(None),
             down_grace,
             map,
         }
@@ -323,10 +333,15 @@ impl Membership {
                     silent_ms = silent.as_millis() as u64,
                     "server silent: marking it down (its partitions fail over)"
                 ),
-                Change::Up { server } => tracing::info!(
-                    server = %server,
-                    "server is back: marking it up (it rejoins as a backup)"
-                ),
+                Change::Up { server } => {
+                    if let Ok(mut t) = self.last_return.lock() {
+                        *t = Some(now);
+                    }
+                    tracing::info!(
+                        server = %server,
+                        "server is back: marking it up (it rejoins as a backup)"
+                    );
+                }
             }
             if let Err(e) = self.propose_map(next).await {
                 tracing::warn!("{e}");
@@ -377,6 +392,15 @@ impl Membership {
         }
         // Primaries even again (primaries.rs): after failovers and returns, a partition led
         // by a server leading more than its share goes to an in-sync copy on one leading less.
+        let settling = self
+            .last_return
+            .lock()
+            .ok()
+            .and_then(|t| *t)
+            .is_some_and(|t| now.saturating_duration_since(t) < HANDOVER_SETTLE);
+        if settling {
+            return;
+        }
         if let Some(next) = map.balance_primaries(HANDOVERS_MAX) {
             let handed: Vec<String> = next
                 .partitions
