@@ -417,9 +417,10 @@ impl LocalCluster {
     pub async fn wait_settled(&self, within: Duration) -> anyhow::Result<u64> {
         let client = self.client(Duration::from_secs(2))?;
         let start = Instant::now();
-        let first = client.newest_map().await.epoch;
+        let mut first = None;
         loop {
             let map = client.newest_map().await;
+            let first = *first.get_or_insert(map.epoch);
             let at_rest = map
                 .nodes
                 .iter()

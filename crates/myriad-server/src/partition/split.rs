@@ -89,9 +89,8 @@ impl Partition {
     /// Splits every shard of `dir` on this node that is over its trigger
     /// (`Ring::split_trigger`: the threshold for an unsplit directory, less in a group of many
     /// partitions, then less and less the deeper the shard, so a huge directory spreads at
-    /// once): the lower half
-    /// stays here and is looked at again, so one call splits this node's part down to the
-    /// spread depth.
+    /// once). The lower half stays here and is looked at again, so one call splits this
+    /// node's part down to the spread depth.
     pub(super) async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
         let threshold = self.env.config().dir_split_entries;
         loop {
