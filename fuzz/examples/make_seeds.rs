@@ -333,6 +333,7 @@ fn requests() -> Seeds {
                     flags: RenameFlags::default(),
                     blocks: vec![(0, serde_bytes::ByteBuf::from(b"hello".to_vec()))],
                     replaces: None,
+                    client: Some(7),
                 },
             ),
         ),

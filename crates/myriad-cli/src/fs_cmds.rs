@@ -381,7 +381,8 @@ fn print_stat(path: &str, i: &Inode) {
 }
 
 async fn cat(client: &Client, path: &str) -> anyhow::Result<()> {
-    let h = client.open(path).await.map_err(|e| err(path, e))?;
+    // Links are followed, as cat(1) follows them.
+    let h = client.open_follow(path).await.map_err(|e| err(path, e))?;
     let mut out = std::io::stdout().lock();
     let mut off = 0u64;
     while off < h.inode.size {
@@ -528,7 +529,10 @@ async fn put(client: &Client, local: &Path, remote: &str) -> anyhow::Result<()> 
 }
 
 async fn get_file(client: &Client, remote: &str, local: &Path) -> anyhow::Result<u64> {
-    let h = client.open(remote).await.map_err(|e| err(remote, e))?;
+    let h = client
+        .open_follow(remote)
+        .await
+        .map_err(|e| err(remote, e))?;
     let mut f = std::fs::File::create(local)
         .with_context(|| format!("cannot create {}", local.display()))?;
     let mut off = 0u64;
@@ -549,7 +553,8 @@ async fn get_file(client: &Client, remote: &str, local: &Path) -> anyhow::Result
 }
 
 async fn get(client: &Client, remote: &str, local: &Path) -> anyhow::Result<()> {
-    let inode = client.stat(remote).await.map_err(|e| err(remote, e))?;
+    // The path given is followed if it is a link (as cp follows its arguments).
+    let (real, inode) = client.resolve(remote).await.map_err(|e| err(remote, e))?;
     let base = remote.rsplit('/').next().unwrap_or_default().to_string();
     let target = if local.is_dir() && !base.is_empty() {
         local.join(&base)
@@ -557,10 +562,10 @@ async fn get(client: &Client, remote: &str, local: &Path) -> anyhow::Result<()> 
         local.to_path_buf()
     };
     if inode.kind != FileKind::Directory {
-        get_file(client, remote, &target).await?;
+        get_file(client, &real, &target).await?;
         return Ok(());
     }
-    let mut dirs = vec![(remote.to_string(), target)];
+    let mut dirs = vec![(real, target)];
     let mut files = Vec::new();
     let mut i = 0;
     while i < dirs.len() {

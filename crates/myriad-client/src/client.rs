@@ -469,6 +469,16 @@ impl Client {
         // A listing: after its directory's journal, and its subdirectories' (their
         // times). A read of one name: after the changes of that name, and of its own
         // names if it is a directory (its times).
+        // A change of a directory's mode or owner: after the changes journaled in it and
+        // below it, which were answered by its old attributes.
+        let own_attrs = match inner {
+            ClientRequest::SetAttr { path, set }
+                if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() =>
+            {
+                Some(path.as_str())
+            }
+            _ => None,
+        };
         let (listed, named) = match inner.read_of() {
             Some(myriad_proto::ReadOf::Listing(d)) => (Some(d), None),
             Some(myriad_proto::ReadOf::Name(n)) => (None, Some(n)),
@@ -481,6 +491,9 @@ impl Client {
                 || (subtree && paths.iter().any(|p| p == d))
                 || listed.is_some_and(|l| d == l || (d != "/" && split_parent(d).0 == l))
                 || named.is_some_and(|n| d == n || part.touches(n))
+                || own_attrs.is_some_and(|p| {
+                    d == p || p == "/" || d.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
+                })
         };
         // As long as a request may wait. Past it the request fails: sent anyway, a change
         // would overtake the journal's (an unlink retried later would remove a newer
@@ -1472,6 +1485,9 @@ impl Client {
             return r;
         }
         let access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
+        // A directory's own attributes: what changes in it (and below it) answered behind
+        // were answered by (a file's path names no directory lease: no cost).
+        let _paused = access.then(|| self.leases.pause_behind(path));
         let inode = expect_attr(
             self.entry_op(
                 path,

@@ -106,6 +106,35 @@ struct Inner {
     /// another number: at most one run per server).
     polling: BTreeMap<String, u64>,
     runs: u64,
+    /// Directories whose own mode or owner this client is changing (`pause_behind`), one
+    /// entry per change under way: nothing in them or below them is answered behind
+    /// meanwhile.
+    attrs_changing: Vec<String>,
+}
+
+impl Inner {
+    /// Whether `dir` is, or is below, a directory whose attributes this client is
+    /// changing.
+    fn attrs_changing(&self, dir: &str) -> bool {
+        self.attrs_changing.iter().any(|p| {
+            dir == p || (dir.starts_with(p.as_str()) && dir[p.len()..].starts_with('/')) || p == "/"
+        })
+    }
+}
+
+/// Held while this client changes a directory's mode or owner (`Leases::pause_behind`).
+pub(crate) struct PausedBehind<'a> {
+    leases: &'a Leases,
+    dir: String,
+}
+
+impl Drop for PausedBehind<'_> {
+    fn drop(&mut self) {
+        let mut g = self.leases.lock();
+        if let Some(i) = g.attrs_changing.iter().position(|d| *d == self.dir) {
+            g.attrs_changing.swap_remove(i);
+        }
+    }
 }
 
 pub(crate) struct Leases {
@@ -606,6 +635,9 @@ impl Leases {
     ) -> Option<R> {
         let mut g = self.lock();
         let now = Instant::now();
+        if g.attrs_changing(dir) {
+            return None;
+        }
         let part = g
             .dirs
             .get_mut(dir)?
@@ -646,11 +678,26 @@ impl Leases {
         caller: &Caller,
     ) -> bool {
         let now = Instant::now();
-        self.lock().dirs.get(dir).is_some_and(|parts| {
-            parts
-                .iter()
-                .any(|p| p.answers_behind(partition, caller, now))
-        })
+        let g = self.lock();
+        !g.attrs_changing(dir)
+            && g.dirs.get(dir).is_some_and(|parts| {
+                parts
+                    .iter()
+                    .any(|p| p.answers_behind(partition, caller, now))
+            })
+    }
+
+    /// This client is about to change directory `dir`'s mode or owner: until the guard
+    /// goes, nothing in `dir` or below it is answered behind (what was is sent first:
+    /// `Client::drain_before`), so no change answered by the old attributes reaches the
+    /// servers after the new ones, which could refuse it (issue 47: another user's
+    /// unlink, answered, then refused once root had made the directory 0555).
+    pub(crate) fn pause_behind(&self, dir: &str) -> PausedBehind<'_> {
+        self.lock().attrs_changing.push(dir.to_string());
+        PausedBehind {
+            leases: self,
+            dir: dir.to_string(),
+        }
     }
 }
 

@@ -21,6 +21,7 @@ mod indexes;
 mod leases;
 mod nearest;
 pub mod setup;
+pub mod symlinks;
 mod whole_files;
 mod write_behind;
 

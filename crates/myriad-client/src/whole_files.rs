@@ -10,15 +10,16 @@ use crate::client::Client;
 pub const FETCH_MANY_PARALLEL: usize = 64;
 
 impl Client {
-    /// Attributes and contents of every path, in the order given, each as `fetch` answers
-    /// it, with up to `parallel` fetches in flight (each is one request for a small
-    /// file, to the server its path lives on).
+    /// Attributes and contents of every path, in the order given, each as `fetch_follow`
+    /// answers it (a symbolic link gives its file's contents), with up to `parallel`
+    /// fetches in flight (each is one request for a small file, to the server its path
+    /// lives on).
     pub async fn fetch_many(
         &self,
         paths: &[String],
         parallel: usize,
     ) -> Vec<Result<(Inode, Vec<u8>), FsError>> {
-        futures::stream::iter(paths.iter().map(|p| self.fetch(p)))
+        futures::stream::iter(paths.iter().map(|p| self.fetch_follow(p)))
             .buffered(parallel.max(1))
             .collect()
             .await

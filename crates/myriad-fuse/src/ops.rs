@@ -595,7 +595,14 @@ impl Inner {
         if let Some(e) = slot.lock().error.take() {
             return Err(e);
         }
-        let ino = slot.lock().file.inode.ino;
+        let (ino, kills_setid) = {
+            let g = slot.lock();
+            let i = &g.file.inode;
+            (
+                i.ino,
+                myriad_proto::access::setid_bits_killed(i, &g.opener) != 0,
+            )
+        };
         // Cached whole-file contents of any handle would hide this write.
         self.handles.drop_contents(ino);
         {
@@ -604,6 +611,7 @@ impl Inner {
             if let Some(d) = &mut g.dirty
                 && (append || d.offset + d.data.len() as u64 == offset)
                 && d.data.len() + data.len() <= WRITE_BUFFER_MAX
+                && !kills_setid
             {
                 d.data.extend_from_slice(&data);
                 return Ok(());
@@ -611,6 +619,12 @@ impl Inner {
         }
         self.send_dirty(&slot).await?;
         slot.lock().dirty = Some(Dirty { offset, data });
+        if kills_setid {
+            // A write by someone who is not the owner (or root) takes set-id bits off at
+            // once (Linux, `setid_bits_killed`): sent now, so that the servers take them
+            // off and an fstat right after the write sees the mode without them.
+            self.send_dirty(&slot).await?;
+        }
         Ok(())
     }
 

@@ -86,6 +86,10 @@ pub enum FsError {
         dir: String,
         mark: crate::ReadOnlyMark,
     },
+    /// More symbolic links met while following a path than Linux's MAXSYMLINKS (40), or
+    /// a loop (ELOOP). Found by the client following links; servers never follow one.
+    #[error("too many levels of symbolic links")]
+    TooManyLinks,
 }
 
 /// The families of `FsError` (ARCHITECTURE.md, "Errors"). Replication's own answers (a copy
@@ -126,7 +130,8 @@ impl FsError {
             | FsError::NotPermitted
             | FsError::Corrupt { .. }
             | FsError::NoSuchOffset
-            | FsError::ReadOnly => ErrorKind::Posix,
+            | FsError::ReadOnly
+            | FsError::TooManyLinks => ErrorKind::Posix,
             FsError::Busy
             | FsError::AskPrimary
             | FsError::AutoIndexed { .. }
@@ -176,6 +181,7 @@ impl FsError {
             FsError::NotPermitted => 1,        // EPERM
             FsError::NoSuchOffset => 6,        // ENXIO
             FsError::ReadOnly => 30,           // EROFS
+            FsError::TooManyLinks => 40,       // ELOOP
             FsError::Io(_)
             | FsError::Corrupt { .. }
             | FsError::Unavailable(_)
@@ -240,6 +246,7 @@ mod tests {
                     version: 1,
                 },
             },
+            FsError::TooManyLinks,
         ]
     }
 

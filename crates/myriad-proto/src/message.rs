@@ -54,7 +54,10 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// map.
 /// 28: `CounterSnapshot::popular` (the popular directories a server holds replicas of, for
 /// the dashboard).
-pub const PROTOCOL_VERSION: u16 = 28;
+/// 29: the client a peer request carries a change on for (`PeerRequest::acting_for`:
+/// `client` of `RenamePrepare`, `RenameCommit`, `PutLinkRef`, `DirObjectRemove`);
+/// `FsError::TooManyLinks`.
+pub const PROTOCOL_VERSION: u16 = 29;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {

@@ -506,7 +506,12 @@ pub enum PeerRequest {
         split: bool,
     },
     /// Owner of directory `path`: remove its (empty) directory object (idempotent).
-    DirObjectRemove { path: String, ino: InodeId },
+    /// `client`: the client whose rmdir this is (`PeerRequest::acting_for`).
+    DirObjectRemove {
+        path: String,
+        ino: InodeId,
+        client: Option<u64>,
+    },
     /// Owner of the destination entry: stage `inode` under `to` (invisible until commit) with
     /// the chunk-0 blocks that move with it.
     RenamePrepare {
@@ -519,9 +524,13 @@ pub enum PeerRequest {
         /// A directory moving over an existing (empty) one: that directory's inode, as the
         /// coordinator found it (the entry must still hold it, else `Busy`).
         replaces: Option<InodeId>,
+        /// The client whose rename this is (`PeerRequest::acting_for`).
+        client: Option<u64>,
     },
     /// Owner of the destination entry: make the staged entry visible (idempotent).
-    RenameCommit { txid: u64 },
+    /// `client`: the client whose rename this is, if the coordinator still knows
+    /// (`None` from recovery).
+    RenameCommit { txid: u64, client: Option<u64> },
     /// Owner of the destination entry: drop the staged entry (idempotent).
     RenameAbort { txid: u64 },
     /// Owner of chunk `chunk`: drop its bytes at and beyond `keep_bytes` (chunk-relative).
@@ -604,6 +613,8 @@ pub enum PeerRequest {
         path: String,
         ino: InodeId,
         home: PartitionId,
+        /// The client whose link this is (`PeerRequest::acting_for`).
+        client: Option<u64>,
     },
     /// Home of hard-linked inode `ino`: add `delta` to its link count (the object and its
     /// data go away at 0). Replies with the inode after the change (`Unit` when removed).
@@ -664,6 +675,12 @@ pub enum PeerRequest {
     /// touch in order: the directory's attributes after it, `NotFound` if the entry names
     /// another inode or none (nothing changed), or the routing error of that path alone.
     DirTouches { touches: Vec<DirTouchItem> },
+    /// Home of directory `path`, from its parent's partition before a change of its mode
+    /// or owner by client `by`: grant no exclusive lease on it until `DirAttrsChanged`
+    /// (or a few seconds), and recall every other client's exclusive lease and answer once
+    /// each was given back (its changes answered behind by the old attributes applied
+    /// first).
+    DirAttrsChanging { path: String, by: Option<u64> },
 }
 
 /// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields
@@ -1136,6 +1153,21 @@ impl Request {
 }
 
 impl PeerRequest {
+    /// The client whose change this request carries on at another partition, if it says
+    /// (the destination of a rename, the new name of a link, the object of an rmdir): its
+    /// own directory leases there are not recalled for it, as at the change's first
+    /// partition.
+    #[must_use]
+    pub fn acting_for(&self) -> Option<u64> {
+        match self {
+            PeerRequest::RenamePrepare { client, .. }
+            | PeerRequest::RenameCommit { client, .. }
+            | PeerRequest::PutLinkRef { client, .. }
+            | PeerRequest::DirObjectRemove { client, .. } => *client,
+            _ => None,
+        }
+    }
+
     /// Short stable name, used for counters and logs.
     #[must_use]
     pub fn op_name(&self) -> &'static str {
@@ -1169,6 +1201,7 @@ impl PeerRequest {
             PeerRequest::PutFragments { .. } => "put_fragments",
             PeerRequest::DropFragments { .. } => "drop_fragments",
             PeerRequest::DirAttrsChanged { .. } => "dir_attrs_changed",
+            PeerRequest::DirAttrsChanging { .. } => "dir_attrs_changing",
             PeerRequest::Raft { .. } => "raft",
             PeerRequest::Lease => "lease",
             PeerRequest::PartitionSeqs => "partition_seqs",

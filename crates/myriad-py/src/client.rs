@@ -53,7 +53,7 @@ async fn open_checked(
     write: bool,
 ) -> Result<myriad_client::FileHandle, FsError> {
     use myriad_client::proto::access;
-    let h = c.open(path).await?;
+    let h = c.open_follow(path).await?;
     let want = if read { access::READ } else { 0 } | if write { access::WRITE } else { 0 };
     if access::allowed(&h.inode, c.caller(), want) {
         Ok(h)
@@ -110,12 +110,13 @@ impl PyClient {
         })
     }
 
-    /// A file's whole contents: one request to one server for a small file.
+    /// A file's whole contents: one request to one server for a small file. A symbolic
+    /// link is followed (as open() follows it).
     fn fetch<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyBytes>> {
         let p = path.to_string();
         let (_, data) = self
             .live()?
-            .call(py, path, |c| async move { c.fetch(&p).await })?;
+            .call(py, path, |c| async move { c.fetch_follow(&p).await })?;
         Ok(bytes(py, &data))
     }
 
@@ -167,9 +168,9 @@ impl PyClient {
         let p = path.to_string();
         let data = self.live()?.call(py, path, |c| async move {
             if offset == 0 && size.is_none() {
-                return Ok(c.fetch(&p).await?.1);
+                return Ok(c.fetch_follow(&p).await?.1);
             }
-            let h = c.open(&p).await?;
+            let h = c.open_follow(&p).await?;
             let len = size.unwrap_or_else(|| h.inode.size.saturating_sub(offset));
             c.read(&h, offset, len).await
         })?;
@@ -208,12 +209,18 @@ impl PyClient {
         Ok(items.len())
     }
 
-    /// Attributes of `path` itself (a symbolic link is not followed).
-    fn stat(&self, py: Python<'_>, path: &str) -> PyResult<PyStat> {
+    /// Attributes of what `path` names, following symbolic links (as os.stat), or of
+    /// `path` itself with `follow_symlinks=False` (as os.lstat).
+    #[pyo3(signature = (path, follow_symlinks=true))]
+    fn stat(&self, py: Python<'_>, path: &str, follow_symlinks: bool) -> PyResult<PyStat> {
         let p = path.to_string();
-        let i = self
-            .live()?
-            .call(py, path, |c| async move { c.stat(&p).await })?;
+        let i = self.live()?.call(py, path, |c| async move {
+            if follow_symlinks {
+                c.stat_follow(&p).await
+            } else {
+                c.stat(&p).await
+            }
+        })?;
         Ok(PyStat::from(&i))
     }
 
@@ -222,7 +229,7 @@ impl PyClient {
         let p = path.to_string();
         let entries = self
             .live()?
-            .call(py, path, |c| async move { c.readdir(&p).await })?;
+            .call(py, path, |c| async move { c.readdir_follow(&p).await })?;
         Ok(entries.into_iter().map(|e| e.name).collect())
     }
 
@@ -231,7 +238,7 @@ impl PyClient {
         let p = path.to_string();
         let entries = self
             .live()?
-            .call(py, path, |c| async move { c.readdir(&p).await })?;
+            .call(py, path, |c| async move { c.readdir_follow(&p).await })?;
         Ok(entries
             .iter()
             .map(|e| (e.name.clone(), PyStat::from(&e.inode)))
@@ -254,7 +261,7 @@ impl PyClient {
             match c.mkdir(&p, mode).await {
                 // An ancestor is missing: make them all (as os.makedirs).
                 Err(FsError::NotFound) if parents => c.mkdir_p(&p, mode).await,
-                Err(FsError::AlreadyExists) if exist_ok => match c.stat(&p).await?.kind {
+                Err(FsError::AlreadyExists) if exist_ok => match c.stat_follow(&p).await?.kind {
                     myriad_client::FileKind::Directory => Ok(()),
                     _ => Err(FsError::AlreadyExists),
                 },

@@ -201,6 +201,33 @@ def test_permissions_are_enforced_for_another_user(client, cluster, tree):
     assert out.stdout.split("\n")[:4] == ["o", "refused 13", "refused", "keep"], out.stdout
 
 
+def test_new_directories_and_files_take_the_umask(client, cluster, tree):
+    """As os.mkdir, os.makedirs and open(): the mode asked for (0o777 for directories,
+    0o666 for files by default) masked by the process umask, never world-writable by
+    accident; fsspec's makedirs and pipe the same."""
+    import fsspec
+
+    old = os.umask(0o027)
+    try:
+        client.mkdir(f"{tree}/d")
+        client.makedirs(f"{tree}/a/b/c")
+        client.mkdir(f"{tree}/m", mode=0o775)
+        client.write(f"{tree}/f", b"x")
+        client.write_many({f"{tree}/g": b"y"})
+        with client.open(f"{tree}/h", "w") as f:
+            f.write("z")
+        fs = fsspec.filesystem("myriad", cluster=cluster)
+        fs.makedirs(f"{tree}/fs/x")
+        fs.pipe_file(f"{tree}/fs/p", b"p")
+    finally:
+        os.umask(old)
+    modes = {p: client.stat(f"{tree}/{p}").st_mode & 0o7777
+             for p in ("d", "a", "a/b", "a/b/c", "m", "f", "g", "h", "fs", "fs/x", "fs/p")}
+    assert modes == {"d": 0o750, "a": 0o750, "a/b": 0o750, "a/b/c": 0o750, "m": 0o750,
+                     "f": 0o640, "g": 0o640, "h": 0o640, "fs": 0o750, "fs/x": 0o750,
+                     "fs/p": 0o640}, {k: oct(v) for k, v in modes.items()}
+
+
 def test_fetch_many_keeps_order_and_reports_errors(client, tree):
     paths = [f"{tree}/f{i}" for i in range(300)]
     for i, p in enumerate(paths):

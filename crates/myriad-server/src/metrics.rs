@@ -130,6 +130,7 @@ pub fn outcome(e: &FsError) -> &'static str {
         FsError::NoData => "no_data",
         FsError::NoSuchOffset => "no_such_offset",
         FsError::ReadOnly => "read_only",
+        FsError::TooManyLinks => "too_many_links",
         FsError::Unavailable(_) => "unavailable",
         FsError::Corrupt { .. } => "corrupt",
         FsError::Io(_) => "io_error",

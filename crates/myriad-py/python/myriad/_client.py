@@ -6,7 +6,7 @@ import posixpath
 import stat as _stat
 
 from . import _native
-from ._files import open_file
+from ._files import _umask, open_file
 
 
 def canonical(path):
@@ -40,16 +40,26 @@ class Client(_native.Client):
     def read(self, path, offset=0, size=None):
         return super().read(canonical(path), offset, size)
 
-    def write(self, path, data, mode=0o644):
-        return super().write(canonical(path), bytes(data), mode)
+    def write(self, path, data, mode=0o666):
+        """Makes `path` a file holding exactly `data`; a new file gets `mode` masked by the
+        process umask (as open() and os.open do)."""
+        return super().write(canonical(path), bytes(data), mode & ~_umask())
 
-    def write_many(self, items, mode=0o644, parallel=_native.FETCH_MANY_PARALLEL):
-        """Writes many files at once: `items` is a dict or pairs of (path, data)."""
+    def write_many(self, items, mode=0o666, parallel=_native.FETCH_MANY_PARALLEL):
+        """Writes many files at once: `items` is a dict or pairs of (path, data). New files
+        get `mode` masked by the process umask."""
         pairs = items.items() if hasattr(items, "items") else items
-        return super().write_many([(canonical(p), bytes(d)) for p, d in pairs], mode, parallel)
+        return super().write_many(
+            [(canonical(p), bytes(d)) for p, d in pairs], mode & ~_umask(), parallel
+        )
 
-    def stat(self, path):
-        return super().stat(canonical(path))
+    def stat(self, path, follow_symlinks=True):
+        """As os.stat: a symbolic link is followed unless `follow_symlinks` is False."""
+        return super().stat(canonical(path), follow_symlinks)
+
+    def lstat(self, path):
+        """As os.lstat: the attributes of a symbolic link itself."""
+        return super().stat(canonical(path), False)
 
     def exists(self, path):
         try:
@@ -88,16 +98,19 @@ class Client(_native.Client):
             yield top, dirs, files
 
     def mkdir(self, path, mode=0o777, parents=False, exist_ok=False):
-        return super().mkdir(canonical(path), mode, parents, exist_ok)
+        """As os.mkdir: the new directory gets `mode` masked by the process umask (missing
+        parents too, with `parents`)."""
+        return super().mkdir(canonical(path), mode & ~_umask(), parents, exist_ok)
 
     def makedirs(self, path, mode=0o777, exist_ok=False):
-        return super().mkdir(canonical(path), mode, True, exist_ok)
+        """As os.makedirs: every directory made gets `mode` masked by the process umask."""
+        return super().mkdir(canonical(path), mode & ~_umask(), True, exist_ok)
 
     def remove(self, path, recursive=False):
         """Removes a file, or a directory: an empty one, or with `recursive` everything
         under it first (as rm -r)."""
         path = canonical(path)
-        st = super().stat(path)
+        st = super().stat(path, False)
         if not st.is_dir():
             return super().remove(path)
         if recursive:

@@ -67,8 +67,16 @@ class MyriadFileSystem(AbstractFileSystem):
         return out if detail else [o["name"] for o in out]
 
     def info(self, path, **kwargs):
+        """As fsspec's local filesystem: a symbolic link is described by what it names
+        (size, type), with ``islink`` and its ``destination``."""
         path = self._strip_protocol(path)
-        return _info(path, self.client.stat(path))
+        st = self.client.lstat(path)
+        if st.kind != "symlink":
+            return _info(path, st)
+        out = _info(path, self.client.stat(path))
+        out["islink"] = True
+        out["destination"] = st.target
+        return out
 
     def cat_file(self, path, start=None, end=None, **kwargs):
         path = self._strip_protocol(path)

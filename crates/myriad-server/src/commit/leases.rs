@@ -36,6 +36,10 @@ pub const LEASE_PERIOD: Duration = Duration::from_millis(800);
 /// alone does not make it contended: its readers lease it again at once (a registry
 /// entry added, a file created in a shared directory).
 const CONTENDED_FOR: Duration = Duration::from_secs(2);
+/// How long a directory whose attributes are being changed gets no exclusive lease at
+/// most (`LeaseTable::before_attrs_change`): the change is applied right after the
+/// recall it waits for, so this only bounds a change that failed or a partition that died.
+const ATTRS_CHANGE_MAX: Duration = Duration::from_secs(5);
 /// Expired leases are swept out every this many grants.
 const SWEEP_EVERY: u64 = 4096;
 
@@ -183,6 +187,10 @@ struct DirLeases {
     /// renewed meanwhile: its own change does not recall it.
     pending: BTreeMap<Option<u64>, usize>,
     recalled: Recalled,
+    /// The directory's own attributes (mode, owner) are being changed on its parent's
+    /// partition (`before_attrs_change`): no exclusive lease is granted until they are
+    /// (`refresh_attrs`), or this passes.
+    attrs_changing_until: Option<Instant>,
 }
 
 /// The recalls of one directory's leases, as far as contention goes (`CONTENDED_FOR`).
@@ -223,12 +231,25 @@ impl Recalled {
 
 impl DirLeases {
     fn idle(&self) -> bool {
-        self.holders.is_empty() && self.pending.is_empty() && self.recalled.quiet()
+        self.holders.is_empty()
+            && self.pending.is_empty()
+            && self.recalled.quiet()
+            && self.attrs_changing_until.is_none()
+    }
+
+    /// Whether the directory's attributes are being changed (`attrs_changing_until`);
+    /// forgets a hold that ran out.
+    fn attrs_changing(&mut self, now: Instant) -> bool {
+        if self.attrs_changing_until.is_some_and(|t| t <= now) {
+            self.attrs_changing_until = None;
+        }
+        self.attrs_changing_until.is_some()
     }
 
     /// Forgets expired holders (and an exclusive lease among them: `ended` counts it).
     fn sweep(&mut self, now: Instant, ended: &mut usize) {
         self.holders.retain(|_, end| *end > now);
+        self.attrs_changing(now);
         if self
             .exclusive
             .is_some_and(|h| !self.holders.contains_key(&h))
@@ -350,7 +371,7 @@ impl LeaseTable {
         } else {
             let alone = l.holders.keys().all(|h| *h == holder);
             l.holders.insert(holder, now + LEASE_PERIOD);
-            if exclusive && alone && l.exclusive.is_none() && !lent {
+            if exclusive && alone && l.exclusive.is_none() && !lent && !l.attrs_changing(now) {
                 l.exclusive = Some(holder);
                 l.exclusive_attrs = None;
                 newly = 1;
@@ -382,14 +403,32 @@ impl LeaseTable {
     }
 
     /// The directory's attributes changed (its mode or owner, on its parent's partition):
-    /// an exclusive lease's kept attributes become these.
+    /// an exclusive lease's kept attributes become these, and exclusive leases may be
+    /// granted again (`before_attrs_change`).
     pub fn refresh_attrs(&self, dir: &str, attrs: myriad_proto::Inode) {
         if let Ok(mut inner) = self.inner.lock()
             && let Some(l) = inner.dirs.get_mut(dir)
-            && l.exclusive.is_some()
         {
-            l.exclusive_attrs = Some(attrs);
+            l.attrs_changing_until = None;
+            if l.exclusive.is_some() {
+                l.exclusive_attrs = Some(attrs);
+            }
         }
+    }
+
+    /// Directory `dir`'s own attributes (its mode or owner, kept on its parent's
+    /// partition) are about to change, by client `changer`: no exclusive lease on it is
+    /// granted until `refresh_attrs` says they did (or `ATTRS_CHANGE_MAX` passed: the
+    /// change failed or its partition died), and every other client's exclusive lease is
+    /// recalled and waited for. So what a holder answered behind by the old attributes
+    /// reaches the servers before the new ones apply, and nothing is answered behind by
+    /// them after (a change answered and then refused when applied, issue 47).
+    pub async fn before_attrs_change(self: &Arc<Self>, dir: &str, changer: Option<u64>) {
+        if let Ok(mut inner) = self.inner.lock() {
+            let l = inner.dirs.entry(dir.to_string()).or_default();
+            l.attrs_changing_until = Some(Instant::now() + ATTRS_CHANGE_MAX);
+        }
+        self.before_read(dir, changer).await;
     }
 
     /// An exclusive grant the read it came with found the holder may not use (it may not

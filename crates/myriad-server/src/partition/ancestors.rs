@@ -351,6 +351,28 @@ impl Partition {
             .await;
     }
 
+    /// Before a change of directory `path`'s mode or owner: its home grants no exclusive
+    /// lease on it until told of the change (`tell_dir_home`), and every other client's
+    /// exclusive lease there is given back first, with the changes its holder answered
+    /// behind by the old attributes (`LeaseTable::before_attrs_change`). Bounded: a
+    /// silent home's holders have lost their leases by the deadline.
+    pub(crate) async fn hold_dir_home(self: &Arc<Self>, path: &str) {
+        let by = crate::commit::once::task_client();
+        let home = self.dir_owner(path);
+        if home == self.me {
+            if let Some(t) = self.leases() {
+                t.before_attrs_change(path, by).await;
+            }
+            return;
+        }
+        let req = Request::Peer(PeerRequest::DirAttrsChanging {
+            path: path.to_string(),
+            by,
+        });
+        self.notify_one(home, req, 2 * crate::commit::leases::LEASE_PERIOD)
+            .await;
+    }
+
     /// `DirAttrsChanged` at the directory's home: the exclusive lease's attributes are
     /// refreshed (later grants tell the new ones), and another client's exclusive lease
     /// is recalled (the changer's own client refreshes its copy from the change's answer).

@@ -461,9 +461,16 @@ impl Partition {
                 validate_path(&path)?;
                 self.own_entry(st, &path)?;
                 self.search(&caller, &path).await?;
-                let set = perm::check_setattr(&self.lookup(&path).await?, &caller, &set)?;
+                let before = self.lookup(&path).await?;
+                let set = perm::check_setattr(&before, &caller, &set)?;
                 let (dir, name) = attrs_key(&path);
                 let changes_access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
+                if changes_access && before.kind == FileKind::Directory {
+                    // Changes other clients answered behind in it by its old attributes
+                    // are applied first (they were answered before this change).
+                    // Boxed: this match is every client request's future, kept small.
+                    Box::pin(self.hold_dir_home(&path)).await;
+                }
                 let reply = self
                     .mutate_inode(Mutation::SetAttr {
                         dir,

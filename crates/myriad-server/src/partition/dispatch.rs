@@ -398,7 +398,10 @@ impl Partition {
                     other => other,
                 }
             }
-            Request::Peer(r) => self.serve_peer(&st, from, caller, r).await,
+            Request::Peer(r) => {
+                let client = r.acting_for();
+                crate::commit::once::acting_for(client, self.serve_peer(&st, from, caller, r)).await
+            }
             Request::Admin(AdminRequest::FsckReplica) | Request::Replica(_) => {
                 Err(FsError::InvalidArgument(
                     "replication requests go to a backup, not the primary".into(),

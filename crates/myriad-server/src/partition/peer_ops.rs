@@ -59,7 +59,9 @@ impl Partition {
                     });
                 Ok(Response::Bool(named))
             }
-            PeerRequest::PutLinkRef { path, ino, home } => {
+            PeerRequest::PutLinkRef {
+                path, ino, home, ..
+            } => {
                 let (dir, name) = self.entry_target(st, &path)?;
                 let m = Mutation::PutLinkRef {
                     dir: dir.clone(),
@@ -194,7 +196,7 @@ impl Partition {
                     .await?;
                 Ok(Response::Unit)
             }
-            PeerRequest::DirObjectRemove { path, ino } => {
+            PeerRequest::DirObjectRemove { path, ino, .. } => {
                 validate_path(&path)?;
                 self.own_dir(st, &path)?;
                 self.remove_dir_object(&path, ino).await?;
@@ -208,6 +210,7 @@ impl Partition {
                 flags,
                 blocks,
                 replaces,
+                ..
             } => {
                 validate_path(&to)?;
                 self.own_entry(st, &to)?;
@@ -311,6 +314,14 @@ impl Partition {
                 self.replicas.apply_update(&path, inode);
                 Ok(Response::Unit)
             }
+            PeerRequest::DirAttrsChanging { path, by } => {
+                validate_path(&path)?;
+                if let Some(t) = self.leases() {
+                    // Boxed: this match is every peer request's future, kept small.
+                    Box::pin(t.before_attrs_change(&path, by)).await;
+                }
+                Ok(Response::Unit)
+            }
             PeerRequest::DirAttrsChanged { path, inode, by } => {
                 validate_path(&path)?;
                 // Boxed: this match is every peer request's future, kept small.
@@ -331,7 +342,7 @@ impl Partition {
                 self.replicas.invalidate_prefix(&prefix);
                 Ok(Response::Unit)
             }
-            PeerRequest::RenameCommit { txid } => self.rename_target_resolve(txid, true).await,
+            PeerRequest::RenameCommit { txid, .. } => self.rename_target_resolve(txid, true).await,
             PeerRequest::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
         }
     }

@@ -180,6 +180,7 @@ impl Partition {
                         Request::Peer(PeerRequest::DirObjectRemove {
                             path: path.to_string(),
                             ino: inode.ino,
+                            client: crate::commit::once::task_client(),
                         }),
                     )
                     .await;
@@ -213,6 +214,7 @@ impl Partition {
                 Request::Peer(PeerRequest::DirObjectRemove {
                     path: path.to_string(),
                     ino: inode.ino,
+                    client: crate::commit::once::task_client(),
                 }),
             )
             .await
@@ -325,6 +327,7 @@ impl Partition {
             flags,
             blocks,
             replaces,
+            client: crate::commit::once::task_client(),
         };
         match self.call_node(dst_node, Request::Peer(prepare)).await {
             Ok(answer) => {
@@ -687,8 +690,11 @@ impl Partition {
                 self.call_node(node, Request::Peer(req)).await?;
             }
         }
-        self.call_node(dst_node, Request::Peer(PeerRequest::RenameCommit { txid }))
-            .await?;
+        let commit = PeerRequest::RenameCommit {
+            txid,
+            client: crate::commit::once::task_client(),
+        };
+        self.call_node(dst_node, Request::Peer(commit)).await?;
         self.reveal_and_end(txid, moves).await
     }
 
@@ -971,7 +977,11 @@ impl Partition {
                 let req = if commit {
                     PeerRequest::DirObjectCreate { path, ino, depth }
                 } else {
-                    PeerRequest::DirObjectRemove { path, ino }
+                    PeerRequest::DirObjectRemove {
+                        path,
+                        ino,
+                        client: None,
+                    }
                 };
                 self.call_node(owner, Request::Peer(req)).await?;
                 self.resolve_entry(dir, name, txid, commit).await?;
@@ -982,7 +992,11 @@ impl Partition {
                 let commit = match self
                     .call_node(
                         owner,
-                        Request::Peer(PeerRequest::DirObjectRemove { path, ino }),
+                        Request::Peer(PeerRequest::DirObjectRemove {
+                            path,
+                            ino,
+                            client: None,
+                        }),
                     )
                     .await
                 {
