@@ -49,9 +49,6 @@ pub struct OpenFile {
     /// handle is read-only: reads are served from here. Dropped when this mount writes the
     /// inode, so it never hides a write made here.
     pub contents: Option<Arc<Vec<u8>>>,
-    /// Unlinked while open: renamed to this hidden name, removed at the last release (as NFS
-    /// does), so the open handle keeps working as POSIX requires.
-    pub hidden: bool,
 }
 
 /// A directory being listed: pages fetched as the kernel reads on. Offsets handed to the
@@ -92,7 +89,6 @@ impl OpenFile {
             unsynced: false,
             error: None,
             contents,
-            hidden: false,
         }
     }
 }
@@ -212,35 +208,12 @@ impl Handles {
         }
     }
 
-    /// The inode id of a file open under `path`, if any.
-    pub fn open_at(&self, path: &str) -> Option<InodeId> {
-        lock(&self.files).values().find_map(|f| {
-            let g = f.lock();
-            (g.file.path == path).then_some(g.file.inode.ino)
-        })
-    }
-
-    /// Whether a name of `ino` was unlinked while open (renamed away, kept for its
-    /// descriptors): it has one link fewer than the servers count.
-    pub fn is_hidden(&self, ino: InodeId) -> bool {
-        lock(&self.files).values().any(|f| {
-            let g = f.lock();
-            g.hidden && g.file.inode.ino == ino
-        })
-    }
-
     /// Whether some handle of `ino` was opened for writing.
     pub fn has_writable(&self, ino: InodeId) -> bool {
         lock(&self.files).values().any(|f| {
             let g = f.lock();
             g.file.inode.ino == ino && g.file.opened
         })
-    }
-
-    pub fn is_open(&self, ino: InodeId) -> bool {
-        lock(&self.files)
-            .values()
-            .any(|f| f.lock().file.inode.ino == ino)
     }
 
     /// Every open file once: (its path, its inode).
@@ -257,13 +230,12 @@ impl Handles {
     }
 
     /// Paths of open files follow renames made through this mount.
-    pub fn renamed(&self, from: &str, to: &str, hidden: bool) {
+    pub fn renamed(&self, from: &str, to: &str) {
         let prefix = format!("{from}/");
         for f in lock(&self.files).values() {
             let mut g = f.lock();
             if g.file.path == from {
                 g.file.path = to.to_string();
-                g.hidden |= hidden;
             } else if let Some(rest) = g.file.path.strip_prefix(&prefix) {
                 g.file.path = join(to, rest);
             }

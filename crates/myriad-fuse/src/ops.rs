@@ -2,7 +2,6 @@
 //! impl in `fs.rs` only unpacks arguments, spawns these on the runtime and replies.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -69,7 +68,6 @@ pub struct Inner {
     /// Kernel requests and cache answers counted (`--metrics`).
     pub(crate) metrics: crate::mount_metrics::MountMetrics,
     prefetch: Mutex<HashMap<InodeId, Prefetched>>,
-    hidden_seq: AtomicU64,
     append_locks: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -139,7 +137,6 @@ impl Inner {
             kernel_names: crate::kernel_names::KernelNames::default(),
             metrics: crate::mount_metrics::MountMetrics::default(),
             prefetch: Mutex::new(HashMap::new()),
-            hidden_seq: AtomicU64::new(0),
             append_locks: Mutex::new(HashMap::new()),
         }
     }
@@ -549,7 +546,7 @@ impl Inner {
     pub fn release_if_trivial(&self, fh: u64) -> bool {
         let sync_close = self.cfg.sync_close;
         self.handles.close_if(fh, |f| {
-            f.dirty.is_none() && !(sync_close && f.unsynced) && !f.hidden
+            f.dirty.is_none() && !(sync_close && f.unsynced)
         })
     }
 
@@ -642,16 +639,6 @@ impl Inner {
             self.handles.close(fh);
             r
         };
-        let (file, hidden) = {
-            let g = slot.lock();
-            (g.file.clone(), g.hidden)
-        };
-        if hidden && !self.handles.is_open(file.inode.ino) {
-            match self.client.unlink(&file.path).await {
-                Ok(()) | Err(FsError::NotFound) => {}
-                Err(e) => return Err(e),
-            }
-        }
         sent
     }
 
@@ -677,9 +664,6 @@ impl Inner {
         }
     }
 
-    /// Attributes as the kernel must see them: with this mount's unsent writes, and
-    /// without the hidden name of a file unlinked while open (its last name gone, fstat
-    /// says nlink 0).
     /// How long the kernel may keep the name `path` and its attributes (entry, attr):
     /// the configured TTLs; with leases, no longer than the lease on its directory lasts,
     /// and not at all without one, so that another client's change is seen at once (a
@@ -746,11 +730,9 @@ impl Inner {
         }
     }
 
+    /// Attributes as the kernel must see them: with this mount's unsent writes.
     pub fn visible(&self, mut inode: Inode) -> Inode {
         inode.size = self.visible_size(&inode);
-        if inode.kind == FileKind::File && self.handles.is_hidden(inode.ino) {
-            inode.nlink = inode.nlink.saturating_sub(1);
-        }
         inode
     }
 
@@ -880,27 +862,11 @@ impl Inner {
         })
     }
 
-    /// Unlink; a file still open through this mount is renamed to a hidden name instead
-    /// and removed at its last close.
+    /// Unlink. A file still open here stays usable through its descriptors: the servers
+    /// keep it as an orphan while this mount keeps it open (`KeepOpen`), and its handles
+    /// reach it by inode (docs/fuse.md "Open files unlinked"); no hidden name is left in
+    /// the directory, which stays removable.
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
-        if let Some(ino) = self.handles.open_at(path) {
-            let (dir, _) = myriad_placement::split_parent(path);
-            let seq = self.hidden_seq.fetch_add(1, Ordering::Relaxed);
-            let hidden = join(dir, &format!(".myriad-unlinked-{ino:x}-{seq}"));
-            self.client
-                .rename(
-                    path,
-                    &hidden,
-                    RenameFlags {
-                        no_replace: true,
-                        exchange: false,
-                    },
-                )
-                .await?;
-            self.handles.renamed(path, &hidden, true);
-            self.inodes.renamed(path, &hidden);
-            return Ok(());
-        }
         self.client.unlink(path).await?;
         self.inodes.unlinked(path);
         Ok(())
@@ -913,7 +879,7 @@ impl Inner {
             self.handles.exchanged(from, to);
             self.inodes.exchanged(from, to);
         } else {
-            self.handles.renamed(from, to, false);
+            self.handles.renamed(from, to);
             self.inodes.renamed(from, to);
         }
         Ok(())

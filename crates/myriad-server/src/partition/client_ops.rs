@@ -501,8 +501,9 @@ impl Partition {
                 data,
                 opened,
             } => {
-                let (dir, name) = self.file_target(st, &path)?;
-                let target = self.may_write_file(&caller, &path, opened).await?;
+                let (dir, name, target) = self
+                    .file_to_change(st, &caller, &path, ino, opened)
+                    .await?;
                 if data.len() as u64 > limits::IO_BYTES_MAX {
                     return Err(FsError::InvalidArgument(
                         "write larger than the I/O limit".into(),
@@ -526,8 +527,9 @@ impl Partition {
                 size,
                 opened,
             } => {
-                let (dir, name) = self.file_target(st, &path)?;
-                let target = self.may_write_file(&caller, &path, opened).await?;
+                let (dir, name, target) = self
+                    .file_to_change(st, &caller, &path, ino, opened)
+                    .await?;
                 self.kill_setid(&dir, &name, target.as_ref(), &caller)
                     .await?;
                 self.mutate_inode(Mutation::ExtendSize {
@@ -545,8 +547,9 @@ impl Partition {
                 size,
                 opened,
             } => {
-                let (dir, name) = self.file_target(st, &path)?;
-                let target = self.may_write_file(&caller, &path, opened).await?;
+                let (dir, name, target) = self
+                    .file_to_change(st, &caller, &path, ino, opened)
+                    .await?;
                 self.kill_setid(&dir, &name, target.as_ref(), &caller)
                     .await?;
                 match self

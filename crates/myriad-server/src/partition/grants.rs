@@ -29,9 +29,9 @@ impl Partition {
         write: bool,
         opened: bool,
     ) -> Result<Response, FsError> {
-        // An orphan's chunks stay readable, not writable: nobody could see what would be
-        // written.
-        let inode = self.open_file(caller, path, ino, !write).await?;
+        // An orphan's chunks too: a descriptor stays usable after its file's last name
+        // went, for writes as for reads (POSIX; `file_to_change`).
+        let inode = self.open_file(caller, path, ino, true).await?;
         if write {
             // Chunks past the first are written by inode, past every directory's gate.
             self.before_change_in(parent_of(path)).await?;

@@ -66,6 +66,37 @@ impl Partition {
         Ok(inode)
     }
 
+    /// Where a change of the contents or size of file `ino`, open as `path`, applies,
+    /// once `caller` may make it: the entry `path` names while it names `ino` (write
+    /// permission checked as `may_write_file` does); else the orphan `ino` its last name
+    /// left, while a client keeps it open (a descriptor stays usable after an unlink,
+    /// as POSIX has it: a mount no longer renames a file it has open to a hidden name
+    /// in its directory, which kept that directory from being removed, issue 47). An
+    /// orphan has no path to search: its mode alone decides. Returns the record's
+    /// directory and name, and (but for root) the inode checked, for `kill_setid`.
+    pub(crate) async fn file_to_change(
+        self: &Arc<Self>,
+        st: &crate::cluster::MapState,
+        caller: &Caller,
+        path: &str,
+        ino: InodeId,
+        opened: bool,
+    ) -> Result<(String, String, Option<Inode>), FsError> {
+        let (dir, name) = self.file_target(st, path)?;
+        let named = matches!(self.lookup(path).await, Ok(i) if i.ino == ino);
+        if !named && let Some(orphan) = self.orphan(ino)? {
+            let checked = if caller.uid == 0 {
+                None
+            } else {
+                crate::state::perm::require_write(&orphan, caller, opened)?;
+                Some(orphan)
+            };
+            return Ok((ORPHAN_DIR.to_string(), inode_name(ino), checked));
+        }
+        let checked = self.may_write_file(caller, path, opened).await?;
+        Ok((dir, name, checked))
+    }
+
     pub(super) fn keep_open(&self, inos: &[InodeId]) -> Result<Response, FsError> {
         if inos.len() > KEEP_OPEN_MAX {
             return Err(FsError::InvalidArgument(format!(
