@@ -245,6 +245,7 @@ impl Filesystem for MyriadFs {
                 // An open file another client unlinked: by its inode (fstat, and the
                 // kernel's size check before a read).
                 Err(FsError::Stale) if let Some(fh) = fh => (fs.stat_open(fh.0).await, false),
+                Err(FsError::Stale) => (fs.stat_open_ino(id(ino)).await, false),
                 other => (other, true),
             };
             match found {

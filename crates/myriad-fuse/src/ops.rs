@@ -179,6 +179,15 @@ impl Inner {
         Ok(self.visible(inode))
     }
 
+    /// Attributes of `ino` through any handle of it open here, by inode (an orphan after
+    /// its last name went: the kernel's fstat does not always say which handle).
+    pub async fn stat_open_ino(&self, ino: InodeId) -> Result<Inode, FsError> {
+        let slot = self.handles.of_ino(ino).pop().ok_or(FsError::Stale)?;
+        let file = slot.lock().file.clone();
+        let inode = self.client.stat_open(&file).await?;
+        Ok(self.visible(inode))
+    }
+
     /// Fresh attributes of `ino`, checking its path still names it.
     pub async fn stat_ino(&self, ino: InodeId) -> Result<Inode, FsError> {
         let since = self.inodes.stamp();

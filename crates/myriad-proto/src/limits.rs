@@ -1,7 +1,10 @@
 //! Protocol limits. Each is a named constant with the reason for its value.
 
-/// Longest path in bytes, as Linux PATH_MAX.
-pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest path in bytes. Linux's PATH_MAX (4,096) bounds one path argument, which may be
+/// relative to any directory, however deep: the path from the root must be allowed to be
+/// longer (issue 47). Four times PATH_MAX keeps a store key (the directory's path, a hash
+/// and a name) far inside the storage engine's 64 KiB and a request far inside a frame.
+pub const PATH_BYTES_MAX: usize = 16 * 1024;
 /// Most components in a path (directory depth). Every request checks search permission on
 /// each ancestor (a lookup per level, possibly on another server) and a directory rename
 /// walks its subtree level by level, so depth is work per request; 1,024 is far beyond any

@@ -1,10 +1,10 @@
 //! Path validation. Every path a server receives passes through `validate_path` before use.
 //!
 //! A valid path is absolute and normalized: it starts with '/', has no empty, "." or ".."
-//! components, no trailing '/', no NUL byte, components of 1..=255 bytes, and at most 4096
-//! bytes and `PATH_DEPTH_MAX` components in all. Normalization is the caller's job (the CLI
-//! resolves "a/../b"); the wire only carries canonical paths so that placement by path hash
-//! is unambiguous.
+//! components, no trailing '/', no NUL byte, components of 1..=255 bytes, and at most
+//! `PATH_BYTES_MAX` (16 KiB) bytes and `PATH_DEPTH_MAX` components in all. Normalization is
+//! the caller's job (the CLI resolves "a/../b"); the wire only carries canonical paths so
+//! that placement by path hash is unambiguous.
 
 use crate::FsError;
 use crate::limits::{NAME_BYTES_MAX, PATH_BYTES_MAX, PATH_DEPTH_MAX};
@@ -97,7 +97,12 @@ mod tests {
             validate_path(&format!("/{}", "x".repeat(256))),
             Err(FsError::NameTooLong)
         );
-        let long = "/abcdefgh".repeat(500);
-        assert_eq!(validate_path(&long), Err(FsError::NameTooLong));
+        // Longer than PATH_MAX is fine (a path argument of 4,095 bytes relative to a deep
+        // directory); past PATH_BYTES_MAX it is not.
+        let long = format!("/{}", "x".repeat(200)).repeat(40);
+        assert!(long.len() > 8000);
+        assert_eq!(validate_path(&long), Ok(()));
+        let too_long = format!("/{}", "x".repeat(200)).repeat(PATH_BYTES_MAX / 201 + 1);
+        assert_eq!(validate_path(&too_long), Err(FsError::NameTooLong));
     }
 }
