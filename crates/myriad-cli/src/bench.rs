@@ -76,6 +76,15 @@ pub enum BenchCmd {
     /// through the gateway, each beside the native client's `fetch_many` in the same run;
     /// writes bench-python.json.
     Python(crate::bench_python::PythonArgs),
+    /// Issue 47's stress: P processes x N random namespace and data operations (creates,
+    /// renames and links across directories, unlinks, truncates, writes, fallocates,
+    /// mapped writes, ...) through a mount, every answer checked against a model, beside
+    /// bindfs over tmpfs in the same run; then cross-directory renames and links one at a
+    /// time on the idle mount (their latency distribution) and the mount log's error lines.
+    Stress(crate::bench_stress::StressArgs),
+    /// One worker of `bench stress` (internal).
+    #[command(hide = true)]
+    StressWorker(crate::stress::StressWorkerArgs),
     /// One job of `bench zones` in a zone (internal).
     #[command(hide = true)]
     ZoneJob(crate::bench_zones::ZoneJobArgs),
@@ -224,6 +233,11 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
             return crate::bench_zones::worker(a, target.cluster, target.secret_file).await;
         }
         BenchCmd::FuseWorker(a) => return crate::bench_fuse::worker(&a),
+        BenchCmd::Stress(a) => {
+            own_cluster_only("stress");
+            return crate::bench_stress::run(a).await;
+        }
+        BenchCmd::StressWorker(a) => return crate::stress::worker_main(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),
         BenchCmd::Create(a) => ("create", a, &["rpc", "create", "rpc"]),
         BenchCmd::Stat(a) => ("stat", a, &["rpc", "stat", "rpc"]),

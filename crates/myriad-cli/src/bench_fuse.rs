@@ -203,6 +203,20 @@ pub(crate) struct MountProc {
 
 impl MountProc {
     pub(crate) fn start(map: &Path, at: &Path, extra: &[String]) -> anyhow::Result<MountProc> {
+        MountProc::spawn(map, at, extra, Stdio::null())
+    }
+
+    /// `start`, with the mount's log (its standard error) in `log`.
+    pub(crate) fn start_logged(
+        map: &Path,
+        at: &Path,
+        extra: &[String],
+        log: &Path,
+    ) -> anyhow::Result<MountProc> {
+        MountProc::spawn(map, at, extra, Stdio::from(fs::File::create(log)?))
+    }
+
+    fn spawn(map: &Path, at: &Path, extra: &[String], log: Stdio) -> anyhow::Result<MountProc> {
         let child = Command::new(std::env::current_exe()?)
             .arg("--cluster")
             .arg(map)
@@ -210,7 +224,7 @@ impl MountProc {
             .arg(at)
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while !is_mounted(at) {
