@@ -228,6 +228,53 @@ def test_new_directories_and_files_take_the_umask(client, cluster, tree):
                      "fs/p": 0o640}, {k: oct(v) for k, v in modes.items()}
 
 
+def test_symlinks_are_followed_where_python_follows_them(client, cluster, tree):
+    """fetch, read, fetch_many, open, stat, listdir and fsspec's cat follow symbolic
+    links (in the path too), as os and open() do; lstat and readlink show the link; a
+    dangling link is FileNotFoundError, a loop ELOOP; remove takes the link, not what it
+    names."""
+    import errno
+
+    import fsspec
+
+    client.write(f"{tree}/target", b"data")
+    client.mkdir(f"{tree}/d")
+    client.write(f"{tree}/d/inner", b"in")
+    client.symlink("target", f"{tree}/rel")
+    client.symlink(f"{tree}/target", f"{tree}/abs")
+    client.symlink("d", f"{tree}/dl")
+    client.symlink("missing", f"{tree}/dangling")
+    client.symlink("loop2", f"{tree}/loop1")
+    client.symlink("loop1", f"{tree}/loop2")
+    assert client.fetch(f"{tree}/rel") == b"data"
+    assert client.fetch(f"{tree}/abs") == b"data"
+    assert client.read(f"{tree}/rel", 1, 2) == b"at"
+    assert client.fetch(f"{tree}/dl/inner") == b"in"
+    assert client.fetch_many([f"{tree}/rel", f"{tree}/dl/inner"]) == [b"data", b"in"]
+    with client.open(f"{tree}/abs", "rb") as f:
+        assert f.read() == b"data"
+    st = client.stat(f"{tree}/rel")
+    assert (st.kind, st.st_size) == ("file", 4)
+    assert client.lstat(f"{tree}/rel").kind == "symlink"
+    assert client.stat(f"{tree}/rel", follow_symlinks=False).kind == "symlink"
+    assert client.readlink(f"{tree}/rel") == "target"
+    assert client.listdir(f"{tree}/dl") == ["inner"]
+    assert client.isdir(f"{tree}/dl")
+    with pytest.raises(FileNotFoundError):
+        client.fetch(f"{tree}/dangling")
+    with pytest.raises(OSError) as e:
+        client.fetch(f"{tree}/loop1")
+    assert e.value.errno == errno.ELOOP
+    fs = fsspec.filesystem("myriad", cluster=cluster)
+    assert fs.cat(f"{tree}/rel") == b"data"
+    info = fs.info(f"{tree}/rel")
+    assert (info["type"], info["size"], info["islink"], info["destination"]) == (
+        "file", 4, True, "target")
+    client.remove(f"{tree}/dl")
+    assert client.isdir(f"{tree}/d") and client.fetch(f"{tree}/d/inner") == b"in"
+    assert not client.exists(f"{tree}/dl")
+
+
 def test_fetch_many_keeps_order_and_reports_errors(client, tree):
     paths = [f"{tree}/f{i}" for i in range(300)]
     for i, p in enumerate(paths):

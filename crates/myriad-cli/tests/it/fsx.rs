@@ -32,6 +32,10 @@ pub struct FsxConfig {
     pub falloc: bool,
     /// Offsets near these boundaries are drawn more often (chunk and block edges).
     pub hot_offsets: Vec<u64>,
+    /// Mostly the mix an outside exerciser failed with (issue 47: `msync` of a mapped
+    /// write gave EACCES after a write, an extending fallocate, a punched hole and a
+    /// truncate up): fallocates, truncates up and mapped writes with msync.
+    pub falloc_map_mix: bool,
 }
 
 impl FsxConfig {
@@ -45,19 +49,23 @@ impl FsxConfig {
             mmap: true,
             falloc: true,
             hot_offsets: vec![64 * 1024, 128 * 1024],
+            falloc_map_mix: false,
         }
         .with_env()
     }
 }
 
 impl FsxConfig {
-    /// Exploration knobs: MYRIAD_FSX_MMAP=0, MYRIAD_FSX_FALLOC=0.
+    /// Exploration knobs: MYRIAD_FSX_MMAP=0, MYRIAD_FSX_FALLOC=0, MYRIAD_FSX_MIX=falloc-map.
     fn with_env(mut self) -> FsxConfig {
         if std::env::var("MYRIAD_FSX_MMAP").as_deref() == Ok("0") {
             self.mmap = false;
         }
         if std::env::var("MYRIAD_FSX_FALLOC").as_deref() == Ok("0") {
             self.falloc = false;
+        }
+        if std::env::var("MYRIAD_FSX_MIX").as_deref() == Ok("falloc-map") {
+            self.falloc_map_mix = true;
         }
         self
     }
@@ -170,7 +178,47 @@ impl Run<'_> {
         }
     }
 
+    /// An operation of the fallocate-and-mapped-write mix (`FsxConfig::falloc_map_mix`).
+    fn pick_falloc_map(&mut self) -> Op {
+        let size = self.model.len() as u64;
+        let max = self.cfg.max_len;
+        match self.rng.below(100) {
+            0..=14 => {
+                let off = self.offset(max);
+                let len = self.len().min(max - off);
+                Op::Write { off, len }
+            }
+            15..=34 => {
+                let mode = if self.rng.chance(50) {
+                    0
+                } else {
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+                };
+                let off = self.offset(max);
+                let len = self.len().min(max - off);
+                Op::Fallocate { mode, off, len }
+            }
+            35..=49 => Op::Truncate {
+                size: size + self.rng.below(max.saturating_sub(size) + 1),
+            },
+            50..=84 => {
+                let off = self.offset(max);
+                let len = self.len().min(max - off);
+                Op::MapWrite { off, len }
+            }
+            85..=94 => {
+                let off = self.offset(size.max(1));
+                let len = self.len();
+                Op::Read { off, len }
+            }
+            _ => Op::Fsync,
+        }
+    }
+
     fn pick(&mut self) -> Op {
+        if self.cfg.falloc_map_mix {
+            return self.pick_falloc_map();
+        }
         let size = self.model.len() as u64;
         let max = self.cfg.max_len;
         loop {
@@ -595,6 +643,11 @@ fn fsx_through_the_mount() {
     let mut cfg = FsxConfig::new(4, steps);
     cfg.reopen_every = 40;
     with_logs(&cfg, &[a.path("h"), b.path("h")]);
+    // The mix an outside exerciser failed with (issue 47): fallocate, punch, truncate
+    // up, then mapped writes and msync, on a file root made, with write-behind on.
+    let mut cfg = FsxConfig::new(42, steps / 2);
+    cfg.falloc_map_mix = true;
+    with_logs(&cfg, &[a.path("m")]);
     // Across chunk boundaries (chunk 0 lives with the inode, chunks 1 and 2 elsewhere).
     let mut cfg = FsxConfig::new(5, steps / 2);
     cfg.max_len = 9 << 20;

@@ -34,6 +34,7 @@ mod orphans;
 mod permissions;
 mod redirect;
 mod replication;
+mod stress;
 mod tiers;
 mod write_behind;
 mod zone_moves;

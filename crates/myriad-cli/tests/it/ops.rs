@@ -445,6 +445,19 @@ fn cli_verbs_and_exit_codes() {
         "{ls}"
     );
     assert_eq!(ok(&["cat", "/x/src/one.txt"]), "first file\n");
+    // cat follows a link (issue 47: it printed nothing), in the path too; a loop is ELOOP.
+    assert_eq!(ok(&["cat", "/x/src/link"]), "first file\n");
+    ok(&["ln", "-s", "src", "/x/srclink"]);
+    assert_eq!(ok(&["cat", "/x/srclink/link"]), "first file\n");
+    ok(&["ln", "-s", "loop2", "/x/loop1"]);
+    ok(&["ln", "-s", "loop1", "/x/loop2"]);
+    let looped = tc.cli(&["cat", "/x/loop1"]);
+    assert_eq!(looped.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&looped.stderr).contains("symbolic links"),
+        "{}",
+        String::from_utf8_lossy(&looped.stderr)
+    );
     ok(&["mv", "/x/src/one.txt", "/x/y"]);
     assert_eq!(ok(&["cat", "/x/y/one.txt"]), "first file\n");
     ok(&["chmod", "600", "/x/y/one.txt"]);

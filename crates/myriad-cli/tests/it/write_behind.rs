@@ -220,3 +220,72 @@ fn a_fresh_mount_claims_a_directory_it_empties() {
     assert!(left.is_empty(), "{} names left", left.len());
     assert_eq!(io(std::fs::read_dir(a.path("big"))).count(), 0);
 }
+
+/// Changes answered behind reach the servers before a change of their directory's own
+/// permissions made after them, by another user of the same mount or through another
+/// mount (issue 47: another user's unlink was answered, then root made the directory
+/// 0555; the unlink reached the servers after the chmod and was refused, so the name
+/// stayed although the program was told it was gone).
+#[test]
+fn unlinks_answered_behind_apply_before_the_chmod_that_follows_them() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: acting as two users needs root");
+        return;
+    }
+    let tc = TestCluster::start(4);
+    let a = Mount::new(&tc, &["--", "--allow-other"]);
+    let b = Mount::new(&tc, &["--", "--allow-other"]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let c = tc.client();
+    for (round, closer) in [&a, &b].into_iter().enumerate() {
+        let name = format!("shared{round}");
+        let d = a.path(&name);
+        io(std::fs::create_dir(&d));
+        io(std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)));
+        // Another user makes files in it and removes them: answered behind under its
+        // own claim of the directory, journaled when this thread ends.
+        let dir = d.clone();
+        std::thread::spawn(move || {
+            // SAFETY: this thread's file system identity only.
+            unsafe {
+                libc::setfsgid(1000);
+                libc::setfsuid(1000);
+            }
+            for i in 0..20 {
+                io(std::fs::write(dir.join(format!("f{i}")), b"x"));
+            }
+            for i in 0..20 {
+                io(std::fs::remove_file(dir.join(format!("f{i}"))));
+            }
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the user's thread failed"));
+        // At once, root closes the directory: through the same mount, then another.
+        io(std::fs::set_permissions(
+            closer.path(&name),
+            std::fs::Permissions::from_mode(0o555),
+        ));
+        let left = rt
+            .block_on(c.readdir(&format!("/{name}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            left.is_empty(),
+            "round {round}: unlinks the user was told are done did not happen: {:?}",
+            left.iter().map(|e| &e.name).collect::<Vec<_>>()
+        );
+        assert_eq!(io(std::fs::read_dir(closer.path(&name))).count(), 0);
+        let mode = rt
+            .block_on(c.stat(&format!("/{name}")))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .mode;
+        assert_eq!(mode & 0o777, 0o555);
+    }
+    for m in [&a, &b] {
+        assert!(
+            !m.log_text().contains("refused when applied"),
+            "a change answered behind was refused: {}",
+            m.log_text()
+        );
+    }
+}

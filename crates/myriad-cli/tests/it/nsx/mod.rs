@@ -333,20 +333,45 @@ impl Drop for RefTmpfs {
 }
 
 /// Through a real mount of a 4-node cluster with 3 copies, against a local tmpfs tree: the
-/// fixed seed set (MYRIAD_NSX_STEPS per seed, 2,000 by default).
+/// fixed seed set (MYRIAD_NSX_STEPS per seed, 2,000 by default); the second seed under
+/// load: two stress workers (src/stress.rs: renames and links across directories,
+/// writes, truncates, mapped writes, ...) work in another directory of the same mount
+/// meanwhile, and their answers must match their models too.
 #[test]
 fn nsx_through_the_mount() {
-    use crate::harness::TestCluster;
+    use crate::harness::{BIN, TestCluster};
     use crate::mount::Mount;
     let cl = TestCluster::start_with(4, &["--replicas", "3"]);
     let m = Mount::new(&cl, &[]);
     let reference = RefTmpfs::new();
     let steps = env_u64("MYRIAD_NSX_STEPS").unwrap_or(2000);
+    let mut load = Vec::new();
     for seed in 1..=2 {
+        if seed == 2 {
+            for w in 0..2 {
+                let dir = m.path(&format!("load/w{w}"));
+                let child = std::process::Command::new(BIN)
+                    .args(["bench", "stress-worker", "--ops", "1000", "--seed"])
+                    .arg((w + 11).to_string())
+                    .arg("--dir")
+                    .arg(&dir)
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("{e}"));
+                load.push(child);
+            }
+        }
         let a = m.path(&format!("nsx{seed}"));
         std::fs::create_dir(&a).unwrap_or_else(|e| panic!("{e}"));
         let b = reference.tree(&format!("nsx{seed}"));
         run(&for_the_mount(seed, steps), &a, &b);
+    }
+    for child in load {
+        let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "a stress worker failed");
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report["mismatches"], serde_json::json!([]), "under load");
     }
     let log = m.log_text();
     assert!(!log.contains("Not Implemented"), "mount log: {log}");

@@ -449,10 +449,16 @@ pub(super) fn apply(dir: RawFd, op: &Op) -> Result<i64, Res> {
                 let flags = libc::O_WRONLY | if *append { libc::O_APPEND } else { 0 };
                 let buf = vec![b'x'; *len];
                 with_open(dir, path, flags, 0, |fd| {
-                    sys(
+                    let n = sys(
                         "write",
                         libc::write(fd, buf.as_ptr().cast(), buf.len()) as i64,
-                    )
+                    )?;
+                    // And the mode fstat shows at once, before the close: set-id bits a
+                    // write by someone but the owner takes off are gone right after
+                    // the write (issue 47: the mount showed them until the close).
+                    let mut st: libc::stat = std::mem::zeroed();
+                    sys("fstat", libc::fstat(fd, &raw mut st).into())?;
+                    Ok(n | (i64::from(st.st_mode & 0o7777) << 32))
                 })
             }
             Op::Clear { path } => remove_tree(dir, path),
