@@ -103,10 +103,22 @@ fn owned_dir(p: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The random mix in `procs` processes under `root`, then the idle renames and links;
-/// (wall seconds of the mix, the mix's reports, the latency report).
+/// The idle renames and links first (on a fresh file system), then the random mix in
+/// `procs` processes under `root`; (wall seconds of the mix, the mix's reports, the
+/// latency report).
 fn run_on(root: &Path, a: &StressArgs) -> anyhow::Result<(f64, Vec<StressReport>, StressReport)> {
     owned_dir(root)?;
+    let lat_dir = root.join("latency");
+    owned_dir(&lat_dir)?;
+    let lat = collect(spawn_worker(
+        &lat_dir,
+        &[
+            "--ops".into(),
+            "0".into(),
+            "--latency".into(),
+            a.latency_ops.to_string(),
+        ],
+    )?)?;
     let started = Instant::now();
     let mut kids = Vec::new();
     for p in 0..a.procs {
@@ -123,17 +135,6 @@ fn run_on(root: &Path, a: &StressArgs) -> anyhow::Result<(f64, Vec<StressReport>
         .map(collect)
         .collect::<anyhow::Result<Vec<_>>>()?;
     let secs = started.elapsed().as_secs_f64();
-    let lat_dir = root.join("latency");
-    owned_dir(&lat_dir)?;
-    let lat = collect(spawn_worker(
-        &lat_dir,
-        &[
-            "--ops".into(),
-            "0".into(),
-            "--latency".into(),
-            a.latency_ops.to_string(),
-        ],
-    )?)?;
     Ok((secs, reports, lat))
 }
 
@@ -149,7 +150,10 @@ impl Bindfs {
         fs::create_dir_all(&src)?;
         fs::create_dir_all(&mnt)?;
         let ok = |c: &mut Command| c.status().map(|s| s.success()).unwrap_or(false);
-        if !ok(Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(&src)) {
+        if !ok(Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(&src))
+        {
             bail!("cannot mount a tmpfs (root needed)");
         }
         if !ok(Command::new("bindfs").arg(&src).arg(&mnt)) {
@@ -162,7 +166,10 @@ impl Bindfs {
 
 impl Drop for Bindfs {
     fn drop(&mut self) {
-        let _ = Command::new("fusermount3").arg("-u").arg(&self.mnt).status();
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status();
         let _ = Command::new("umount").arg(&self.src).status();
     }
 }
@@ -224,7 +231,10 @@ pub async fn run(a: StressArgs) -> anyhow::Result<()> {
 
     // The baseline: bindfs over tmpfs, else local disk.
     let (baseline, base) = match Bindfs::start(tmp.path()) {
-        Ok(b) => ("bindfs over tmpfs".to_string(), run_on(&b.mnt.join("stress"), &a)),
+        Ok(b) => (
+            "bindfs over tmpfs".to_string(),
+            run_on(&b.mnt.join("stress"), &a),
+        ),
         Err(e) => {
             eprintln!("bench stress: {e}; local disk instead");
             let local = a.mounted.local_root("myriad-bench-stress-local-")?;
@@ -285,7 +295,10 @@ pub async fn run(a: StressArgs) -> anyhow::Result<()> {
         a.ops,
         met(ratio <= RATIO_TARGET)
     );
-    let (rename, link) = (dist(my_lat.micros.get("rename")), dist(my_lat.micros.get("link")));
+    let (rename, link) = (
+        dist(my_lat.micros.get("rename")),
+        dist(my_lat.micros.get("link")),
+    );
     let (b_rename, b_link) = (
         dist(base_lat.micros.get("rename")),
         dist(base_lat.micros.get("link")),
@@ -341,7 +354,10 @@ pub async fn run(a: StressArgs) -> anyhow::Result<()> {
         for m in mismatches.iter().take(20) {
             eprintln!("mismatch: {m}");
         }
-        bail!("{} answers differed from the workers' models", mismatches.len());
+        bail!(
+            "{} answers differed from the workers' models",
+            mismatches.len()
+        );
     }
     Ok(())
 }

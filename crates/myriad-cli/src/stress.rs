@@ -167,7 +167,10 @@ impl Model {
                 out.insert(n.to_string_lossy().into_owned());
             }
         };
-        self.files.iter().flat_map(|f| &f.names).for_each(|n| add(n));
+        self.files
+            .iter()
+            .flat_map(|f| &f.names)
+            .for_each(|n| add(n));
         self.links.keys().for_each(|n| add(n));
         self.dirs.iter().for_each(|n| add(n));
         out
@@ -316,7 +319,10 @@ impl Worker {
         }
         let dir = self.random_dir();
         let p = self.model.new_name(&dir);
-        if self.expect(Op::Mkdir, &p, std::fs::create_dir(&p)).is_some() {
+        if self
+            .expect(Op::Mkdir, &p, std::fs::create_dir(&p))
+            .is_some()
+        {
             self.model.dirs.push(p);
         }
         true
@@ -419,7 +425,11 @@ impl Worker {
             }
             (Err(e), false) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
             (Ok(()), false) => {
-                self.mismatch(Op::Rmdir, &p, "removed a directory that is not empty".into());
+                self.mismatch(
+                    Op::Rmdir,
+                    &p,
+                    "removed a directory that is not empty".into(),
+                );
                 self.model.dirs.swap_remove(i);
             }
             (Err(e), _) => self.mismatch(Op::Rmdir, &p, errno_of(&e)),
@@ -556,7 +566,11 @@ impl Worker {
             if got != want {
                 let extra: Vec<_> = got.difference(&want).collect();
                 let missing: Vec<_> = want.difference(&got).collect();
-                self.mismatch(op, dir, format!("listing: extra {extra:?}, missing {missing:?}"));
+                self.mismatch(
+                    op,
+                    dir,
+                    format!("listing: extra {extra:?}, missing {missing:?}"),
+                );
             }
         }
     }
@@ -593,14 +607,23 @@ impl Worker {
             return false;
         }
         let i = usize::try_from(self.rng.below(self.model.links.len() as u64)).unwrap_or(0);
-        let Some((p, want)) = self.model.links.iter().nth(i).map(|(p, t)| (p.clone(), t.clone()))
+        let Some((p, want)) = self
+            .model
+            .links
+            .iter()
+            .nth(i)
+            .map(|(p, t)| (p.clone(), t.clone()))
         else {
             return false;
         };
         if let Some(got) = self.expect(Op::Readlink, &p, std::fs::read_link(&p))
             && got.as_os_str().as_bytes() != want.as_bytes()
         {
-            self.mismatch(Op::Readlink, &p, format!("target {got:?}, expected {want:?}"));
+            self.mismatch(
+                Op::Readlink,
+                &p,
+                format!("target {got:?}, expected {want:?}"),
+            );
         }
         true
     }
@@ -614,7 +637,10 @@ impl Worker {
         let (mode, what) = match self.rng.below(4) {
             0 => (0, "allocate"),
             1 => (libc::FALLOC_FL_KEEP_SIZE, "keep size"),
-            2 => (libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE, "punch"),
+            2 => (
+                libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE,
+                "punch",
+            ),
             _ => (libc::FALLOC_FL_ZERO_RANGE, "zero range"),
         };
         let Some(file) = self.open_rw(Op::Fallocate, &p) else {
@@ -673,10 +699,7 @@ impl Worker {
         // The size the model knows, set through this descriptor: a file system whose
         // kernel cache missed a truncate through another name (bindfs) must not turn the
         // mapped write into SIGBUS. A no-op where sizes are right.
-        if self
-            .expect(Op::MapWrite, &p, file.set_len(size))
-            .is_none()
-        {
+        if self.expect(Op::MapWrite, &p, file.set_len(size)).is_none() {
             return true;
         }
         let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
@@ -697,11 +720,7 @@ impl Worker {
                 Err(std::io::Error::last_os_error())
             } else {
                 let start = usize::try_from(off).unwrap_or(0);
-                std::ptr::copy_nonoverlapping(
-                    data.as_ptr(),
-                    m.cast::<u8>().add(start),
-                    data.len(),
-                );
+                std::ptr::copy_nonoverlapping(data.as_ptr(), m.cast::<u8>().add(start), data.len());
                 let synced = if libc::msync(m, map_len, libc::MS_SYNC) == 0 {
                     Ok(())
                 } else {
@@ -759,7 +778,11 @@ pub fn run_worker(args: &StressWorkerArgs) -> anyhow::Result<StressReport> {
         let t = Instant::now();
         if w.step(op) {
             let us = u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX);
-            w.report.micros.entry(op.name().into()).or_default().push(us);
+            w.report
+                .micros
+                .entry(op.name().into())
+                .or_default()
+                .push(us);
             done += 1;
         }
     }
@@ -771,7 +794,8 @@ pub fn run_worker(args: &StressWorkerArgs) -> anyhow::Result<StressReport> {
 
 /// `n` renames of a file from one directory to another, then `n` hard links from the
 /// second into the first, one at a time: each one's time (`rename`, `link`); the files
-/// are made first, untimed. Mismatches: any failure, and names not where they must be.
+/// are made first, untimed, and synced. Mismatches: any failure, and names not where
+/// they must be.
 pub fn run_latency(dir: &Path, n: u64) -> anyhow::Result<StressReport> {
     let (a, b) = (dir.join("a"), dir.join("b"));
     std::fs::create_dir_all(&a)?;
@@ -779,6 +803,10 @@ pub fn run_latency(dir: &Path, n: u64) -> anyhow::Result<StressReport> {
     for i in 0..n {
         std::fs::write(a.join(format!("f{i}")), b"x")?;
     }
+    // Made durable and left to settle: the renames are timed on an idle file system,
+    // not beside the creates still being sent and synced.
+    std::fs::File::open(&a)?.sync_all()?;
+    std::thread::sleep(std::time::Duration::from_secs(2));
     let mut report = StressReport::default();
     let started = Instant::now();
     let mut timed = |what: &str, r: std::io::Result<()>, t: Instant, p: &Path| {
@@ -805,7 +833,9 @@ pub fn run_latency(dir: &Path, n: u64) -> anyhow::Result<StressReport> {
     for i in 0..n {
         let m = std::fs::metadata(b.join(format!("f{i}")));
         if !m.as_ref().is_ok_and(|m| m.nlink() == 2) || a.join(format!("f{i}")).exists() {
-            report.mismatches.push(format!("f{i}: not renamed and linked ({m:?})"));
+            report
+                .mismatches
+                .push(format!("f{i}: not renamed and linked ({m:?})"));
         }
     }
     Ok(report)

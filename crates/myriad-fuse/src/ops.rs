@@ -554,9 +554,8 @@ impl Inner {
     /// Closes `fh` at once if its release has nothing to send or remove.
     pub fn release_if_trivial(&self, fh: u64) -> bool {
         let sync_close = self.cfg.sync_close;
-        self.handles.close_if(fh, |f| {
-            f.dirty.is_none() && !(sync_close && f.unsynced)
-        })
+        self.handles
+            .close_if(fh, |f| f.dirty.is_none() && !(sync_close && f.unsynced))
     }
 
     /// flush (every close) and fsync: the handle's writes are durable when this returns.

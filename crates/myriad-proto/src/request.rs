@@ -529,8 +529,14 @@ pub enum PeerRequest {
     },
     /// Owner of the destination entry: make the staged entry visible (idempotent).
     /// `client`: the client whose rename this is, if the coordinator still knows
-    /// (`None` from recovery).
-    RenameCommit { txid: u64, client: Option<u64> },
+    /// (`None` from recovery). `visible`: answer once applied, not once durable (the
+    /// coordinator answers its client then, and sends the commit again, durable, before
+    /// it forgets the rename: a later durable answer covers the earlier commit).
+    RenameCommit {
+        txid: u64,
+        client: Option<u64>,
+        visible: bool,
+    },
     /// Owner of the destination entry: drop the staged entry (idempotent).
     RenameAbort { txid: u64 },
     /// Owner of chunk `chunk`: drop its bytes at and beyond `keep_bytes` (chunk-relative).

@@ -462,7 +462,10 @@ fn set_id_bits_descriptor_access_unlinked_files_directory_times_and_limits() {
             at(&format!("{full}x"), libc::O_CREAT | libc::O_WRONLY),
             Err(libc::ENAMETOOLONG)
         );
-        let deepest = ok(at(rel.trim_end_matches('/'), libc::O_RDONLY | libc::O_DIRECTORY));
+        let deepest = ok(at(
+            rel.trim_end_matches('/'),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        ));
         // SAFETY: a descriptor just opened, owned from here on.
         from = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(deepest as i32) };
         absolute += 1 + rel.len() - 1;

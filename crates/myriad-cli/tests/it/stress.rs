@@ -19,7 +19,11 @@ fn processes_of_several_users_stress_one_mount_and_every_answer_is_right() {
     std::fs::create_dir(&root).unwrap_or_else(|e| panic!("{e}"));
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;
-    let users: &[u32] = if as_root { &[0, 1000, 1001] } else { &[u32::MAX] };
+    let users: &[u32] = if as_root {
+        &[0, 1000, 1001]
+    } else {
+        &[u32::MAX]
+    };
     let mut kids = Vec::new();
     for (i, &uid) in users.iter().enumerate() {
         let dir = root.join(format!("p{i}"));
@@ -55,7 +59,9 @@ fn processes_of_several_users_stress_one_mount_and_every_answer_is_right() {
         );
         for op in ["rename", "link", "map_write", "fallocate", "rename_dir"] {
             assert!(
-                report["micros"][op].as_array().is_some_and(|v| !v.is_empty()),
+                report["micros"][op]
+                    .as_array()
+                    .is_some_and(|v| !v.is_empty()),
                 "uid {uid}: no {op} ran"
             );
         }

@@ -242,7 +242,10 @@ fn unlinks_answered_behind_apply_before_the_chmod_that_follows_them() {
         let name = format!("shared{round}");
         let d = a.path(&name);
         io(std::fs::create_dir(&d));
-        io(std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)));
+        io(std::fs::set_permissions(
+            &d,
+            std::fs::Permissions::from_mode(0o777),
+        ));
         // Another user makes files in it and removes them: answered behind under its
         // own claim of the directory, journaled when this thread ends.
         let dir = d.clone();

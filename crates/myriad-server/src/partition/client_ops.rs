@@ -501,9 +501,8 @@ impl Partition {
                 data,
                 opened,
             } => {
-                let (dir, name, target) = self
-                    .file_to_change(st, &caller, &path, ino, opened)
-                    .await?;
+                let (dir, name, target) =
+                    self.file_to_change(st, &caller, &path, ino, opened).await?;
                 if data.len() as u64 > limits::IO_BYTES_MAX {
                     return Err(FsError::InvalidArgument(
                         "write larger than the I/O limit".into(),
@@ -527,9 +526,8 @@ impl Partition {
                 size,
                 opened,
             } => {
-                let (dir, name, target) = self
-                    .file_to_change(st, &caller, &path, ino, opened)
-                    .await?;
+                let (dir, name, target) =
+                    self.file_to_change(st, &caller, &path, ino, opened).await?;
                 self.kill_setid(&dir, &name, target.as_ref(), &caller)
                     .await?;
                 self.mutate_inode(Mutation::ExtendSize {
@@ -547,9 +545,8 @@ impl Partition {
                 size,
                 opened,
             } => {
-                let (dir, name, target) = self
-                    .file_to_change(st, &caller, &path, ino, opened)
-                    .await?;
+                let (dir, name, target) =
+                    self.file_to_change(st, &caller, &path, ino, opened).await?;
                 self.kill_setid(&dir, &name, target.as_ref(), &caller)
                     .await?;
                 match self
@@ -666,13 +663,15 @@ impl Partition {
                 );
                 let moved = self.lookup(&from).await.ok();
                 match self.rename(from, to, flags).await {
-                    Ok(()) => {
+                    Ok(touched) => {
                         if let Some(i) = moved.filter(|i| i.kind == FileKind::HardLink) {
                             // The name moved, the inode lives at its home: its ctime
                             // changes there (seen under every name).
                             self.touch_link_home(&i).await;
                         }
-                        self.touch_dir(&from_dir).await;
+                        if !touched {
+                            self.touch_dir(&from_dir).await;
+                        }
                         if local_target && to_dir != from_dir {
                             self.touch_dir(&to_dir).await;
                         }

@@ -145,10 +145,13 @@ impl Partition {
         }
     }
 
+    /// The destination's side of a rename's end: the staged entry made visible
+    /// (`commit`) or dropped; answered once durable, or with `!durable` once applied.
     pub(super) async fn rename_target_resolve(
         self: &Arc<Self>,
         txid: u64,
         commit: bool,
+        durable: bool,
     ) -> Result<Response, FsError> {
         let target_dir = match self
             .store
@@ -162,17 +165,17 @@ impl Partition {
             ) if commit => Some(dir),
             _ => None,
         };
-        let outcome = self
-            .applier
-            .run(Mutation::RenameTargetResolve {
-                txid,
-                commit,
-                now: self.change_time(),
-            })
-            .await?;
-        if let Some(dir) = target_dir {
-            self.touch_dir(&dir).await;
-        }
+        let m = Mutation::RenameTargetResolve {
+            txid,
+            commit,
+            now: self.change_time(),
+        };
+        // The destination directory's times are sent while the commit is made durable.
+        let outcome = match target_dir {
+            Some(dir) => self.run_touching(m, &dir, durable, |_| true).await?.0,
+            None if durable => self.applier.run(m).await?,
+            None => self.applier.run_visible(m).await?,
+        };
         if let Outcome::Renamed(gc, dropped) = outcome {
             if let Some(gc) = gc {
                 self.spawn_gc(gc);

@@ -342,8 +342,12 @@ impl Partition {
                 self.replicas.invalidate_prefix(&prefix);
                 Ok(Response::Unit)
             }
-            PeerRequest::RenameCommit { txid, .. } => self.rename_target_resolve(txid, true).await,
-            PeerRequest::RenameAbort { txid } => self.rename_target_resolve(txid, false).await,
+            PeerRequest::RenameCommit { txid, visible, .. } => {
+                self.rename_target_resolve(txid, true, !visible).await
+            }
+            PeerRequest::RenameAbort { txid } => {
+                self.rename_target_resolve(txid, false, true).await
+            }
         }
     }
 }

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use myriad_placement::{PartitionId, join};
+use myriad_placement::{PartitionId, join, split_parent};
 use myriad_proto::{DirAction, FileKind, FsError, Inode, RenameFlags, Request, Response};
 
 use crate::partition::core::Partition;
@@ -111,6 +111,13 @@ impl Partition {
         };
         durable.wait().await?;
         Ok((out, live))
+    }
+
+    /// The guard of a hold of `txid` whose first guard was forgotten (`mem::forget`):
+    /// a rename's last steps go on in a task of their own after its answer, and
+    /// recovery must still leave the intent to them.
+    fn adopt(&self, txid: u64) -> LiveGuard<'_> {
+        LiveGuard { node: self, txid }
     }
 
     pub(crate) fn hold(&self, txid: u64) -> LiveGuard<'_> {
@@ -235,12 +242,14 @@ impl Partition {
         }
     }
 
+    /// Renames `from` to `to`. `Ok(true)`: `from`'s directory was touched already (its
+    /// times sent while the destination committed); `Ok(false)`: the caller touches it.
     pub(crate) async fn rename(
         self: &Arc<Self>,
         from: String,
         to: String,
         flags: RenameFlags,
-    ) -> Result<(), FsError> {
+    ) -> Result<bool, FsError> {
         let src = self.lookup(&from).await?;
         if flags.exchange && src.kind == FileKind::Directory {
             return Err(FsError::InvalidArgument(
@@ -248,7 +257,7 @@ impl Partition {
             ));
         }
         if from == to {
-            return Ok(());
+            return Ok(false);
         }
         let dst_node = self.entry_node(&to);
         if dst_node == self.me && src.kind != FileKind::Directory {
@@ -269,7 +278,7 @@ impl Partition {
                     self.drop_link(&old).await;
                 }
             }
-            return Ok(());
+            return Ok(false);
         }
         let begin = Mutation::RenameSourceBegin {
             from: from.clone(),
@@ -283,7 +292,7 @@ impl Partition {
                 inode,
                 blocks,
             },
-            _live,
+            live,
         ) = self.begin(begin).await?
         else {
             return Err(FsError::Io("unexpected outcome".into()));
@@ -372,13 +381,36 @@ impl Partition {
                 // been lost), else the outcome is reported unknown, as a timeout is;
                 // recovery finishes it. (One call site: the future stays small.)
                 let tries = if moves.is_empty() { 1 } else { 2 };
-                let mut finished = Ok(());
-                for _ in 0..tries {
-                    finished = Box::pin(self.finish_commit(txid, dst_node, &moves)).await;
-                    match &finished {
-                        Ok(()) => break,
-                        Err(e) => tracing::warn!(txid, "rename committed, not finished: {e}"),
+                // A file's rename is answered once the destination's commit is applied
+                // (the decision is durable: recovery would commit it again): the commit
+                // made durable and the intent deleted follow in a task of their own.
+                let visible = moves.is_empty();
+                let finish = async {
+                    let mut finished = Ok(());
+                    for _ in 0..tries {
+                        finished =
+                            Box::pin(self.finish_commit(txid, dst_node, &moves, visible)).await;
+                        match &finished {
+                            Ok(()) => break,
+                            Err(e) => tracing::warn!(txid, "rename committed, not finished: {e}"),
+                        }
                     }
+                    finished
+                };
+                // The source directory's times go while the destination commits.
+                let from_dir = split_parent(&from).0.to_string();
+                let (finished, _) = tokio::join!(finish, Box::pin(self.touch_dir(&from_dir)));
+                if visible && finished.is_ok() {
+                    // The last steps keep the intent from recovery until they are done.
+                    std::mem::forget(live);
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        let _live = this.adopt(txid);
+                        let r = this.finish_commit(txid, dst_node, &[], false).await;
+                        if let Err(e) = r {
+                            tracing::warn!(txid, "rename answered, its end left to recovery: {e}");
+                        }
+                    });
                 }
                 // Unfinished, a directory's rename is reported unknown; a file's is done
                 // (readers of its staged destination wait until recovery finishes it).
@@ -398,7 +430,7 @@ impl Partition {
                     // And those of the directory the moved one replaced.
                     self.broadcast_invalidate(&to).await;
                 }
-                Ok(())
+                Ok(true)
             }
             Err(e) => {
                 self.abort_rename(txid, dst_node, &moves).await;
@@ -672,11 +704,15 @@ impl Partition {
     /// After the commit decision: drop the old directory objects (old paths are gone), make
     /// the destination entry visible, then reveal the new objects (readers of new paths wait
     /// until then). Idempotent; recovery repeats it until it succeeds.
+    /// With `visible` (a file's rename, no directory to move): only the destination's
+    /// commit, answered once applied; the caller finishes later (durable commit, intent
+    /// deleted).
     pub(super) async fn finish_commit(
         self: &Arc<Self>,
         txid: u64,
         dst_node: PartitionId,
         moves: &[DirMove],
+        visible: bool,
     ) -> Result<(), FsError> {
         for m in moves {
             for node in m.nodes(self.dir_owner(&m.old)) {
@@ -693,8 +729,12 @@ impl Partition {
         let commit = PeerRequest::RenameCommit {
             txid,
             client: crate::commit::once::task_client(),
+            visible,
         };
         self.call_node(dst_node, Request::Peer(commit)).await?;
+        if visible {
+            return Ok(());
+        }
         self.reveal_and_end(txid, moves).await
     }
 
@@ -1016,7 +1056,7 @@ impl Partition {
                 ..
             } => {
                 if decision == Decision::Commit {
-                    self.finish_commit(txid, dst, &moves).await?;
+                    self.finish_commit(txid, dst, &moves, false).await?;
                 } else {
                     if decision == Decision::Undecided {
                         let decide = Mutation::RenameSourceDecide {
