@@ -206,8 +206,10 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MYRIAD_LOG").unwrap_or_else(|_| {
         let default = if matches!(cli.command, Command::Server(_) | Command::Mount(_)) {
             // openraft narrates every vote and heartbeat, and logs an error per retry to a dead
-            // peer; membership.rs logs what matters (down, up, map changes).
-            "info,openraft=off"
+            // peer; membership.rs logs what matters (down, up, map changes). fuser's session
+            // warns at every ordinary `umount` that it could not unmount again (the mount is
+            // gone already: EINVAL); the mount logs its own end.
+            "info,openraft=off,fuser::session=error"
         } else {
             "warn"
         };

@@ -149,6 +149,8 @@ pub struct Client {
     /// Entries answered with no request (`answered_locally`): from a lease, from an index.
     pub(crate) answered_by_lease: std::sync::atomic::AtomicU64,
     pub(crate) answered_by_index: std::sync::atomic::AtomicU64,
+    /// When this client last changed each directory (`changed_lately`).
+    pub(crate) recent_changes: crate::recent_changes::RecentChanges,
     /// Copies that did not answer a nearest read (`nearest.rs`), until when reads skip them.
     pub(crate) copies_avoided:
         std::sync::Mutex<std::collections::BTreeMap<NodeId, tokio::time::Instant>>,
@@ -228,6 +230,7 @@ impl Client {
             degraded_reads: std::sync::atomic::AtomicU64::new(0),
             answered_by_lease: std::sync::atomic::AtomicU64::new(0),
             answered_by_index: std::sync::atomic::AtomicU64::new(0),
+            recent_changes: crate::recent_changes::RecentChanges::default(),
             copies_avoided: std::sync::Mutex::default(),
             config,
         })
@@ -388,6 +391,7 @@ impl Client {
             }
         };
         forget();
+        self.recent_changes.note(&paths);
         // A change of one name whose answer is the name's new attributes: kept under
         // the directory's lease if it lasted through the change (`Leases::put_own`).
         let own = match (&req, paths.as_slice()) {
@@ -511,6 +515,13 @@ impl Client {
                 "this mount's earlier changes there are not yet taken by their server".into(),
             ))
         }
+    }
+
+    /// Whether this client changed entries of a directory at or below `root` within
+    /// `within` (sent, or answered behind): a mount does not index such a tree
+    /// automatically while it writes there itself.
+    pub fn changed_lately(&self, root: &str, within: std::time::Duration) -> bool {
+        self.recent_changes.below(root, within)
     }
 
     /// A change answered once applied by incarnation `incarnation` of partition `pid`'s

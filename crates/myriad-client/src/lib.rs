@@ -20,6 +20,7 @@ mod index;
 mod indexes;
 mod leases;
 mod nearest;
+mod recent_changes;
 pub mod setup;
 pub mod symlinks;
 mod whole_files;

@@ -97,6 +97,7 @@ impl Client {
             return None;
         }
         let caller = self.task_caller();
+        self.recent_changes.note(&[path.to_string()]);
         // One time for the answer, the directory's times and the servers' (`Batch::times`).
         let at = now_ns();
         let (result, started) = self.leases.behind(dir, partition, &caller, |mut held| {

@@ -105,7 +105,20 @@ async fn index_rounds(mount: Weak<Inner>, builder: Arc<Client>, auto: AutoIndexi
         if !activity.ask(&auto, now_sent, tokio::time::Instant::now()) {
             continue;
         }
-        match builder.auto_index_round(&auto.policy, &mut state).await {
+        // Trees this mount writes in itself are not quiet, whatever the servers saw yet.
+        let busy = {
+            let mount = mount.clone();
+            let quiet = auto.policy.quiet;
+            move |root: &str| {
+                mount
+                    .upgrade()
+                    .is_some_and(|i| i.client.changed_lately(root, quiet))
+            }
+        };
+        match builder
+            .auto_index_round(&auto.policy, &mut state, &busy)
+            .await
+        {
             Ok(tried) => {
                 for (root, built) in tried {
                     match built {

@@ -117,10 +117,13 @@ impl Client {
     /// directories, picks the trees (`choose_roots`) not tried within `policy.retry`, and
     /// builds each (`build_index` with `auto`; another mount's build under way answers
     /// `Busy`). Returns each tree tried with its outcome.
+    /// `busy`: trees not to index now whatever the servers say (a mount's own writes
+    /// there, which the servers may not have seen yet: `Client::changed_lately`).
     pub async fn auto_index_round(
         &self,
         policy: &AutoIndexPolicy,
         state: &mut AutoIndexer,
+        busy: &(dyn Fn(&str) -> bool + Send + Sync),
     ) -> Result<Vec<(String, Result<BuildReport, FsError>)>, FsError> {
         // Every directory the servers track, hot or not: a tree's upper directories
         // are read about once per client.
@@ -138,7 +141,7 @@ impl Client {
             .retain(|_, at| now.duration_since(*at) < policy.retry);
         let mut out = Vec::new();
         for root in choose_roots(&tracked, policy.min_reads, policy.quiet, &registry) {
-            if state.tried.contains_key(&root) {
+            if state.tried.contains_key(&root) || busy(&root) {
                 continue;
             }
             state.tried.insert(root.clone(), now);
