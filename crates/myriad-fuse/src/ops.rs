@@ -633,20 +633,18 @@ impl Inner {
         Ok(())
     }
 
-    /// Last close of a handle: unsent writes go out (their error is the close's), and a
-    /// file unlinked while open goes away now.
+    /// Last close of a handle: unsent writes go out (their error is the close's). (A
+    /// file unlinked while open is an orphan on the servers, kept while open anywhere:
+    /// nothing to remove here.)
     pub async fn release(&self, fh: u64) -> Result<(), FsError> {
         let Some(slot) = self.handles.file(fh) else {
             return Ok(());
         };
         // Sent while the handle is still listed: until the servers have the bytes, reads
         // and opens of the file must find them (and wait for them) here.
-        let sent = {
-            let _io = slot.io.lock().await;
-            let r = self.make_durable(&slot).await;
-            self.handles.close(fh);
-            r
-        };
+        let _io = slot.io.lock().await;
+        let sent = self.make_durable(&slot).await;
+        self.handles.close(fh);
         sent
     }
 
