@@ -725,7 +725,13 @@ fn moves_line(map: &ClusterMap) -> String {
     }
     let list: Vec<String> = moves
         .iter()
-        .map(|(p, m)| format!("partition {p}: server {} -> {}", m.from, m.to))
+        .map(|(p, m)| {
+            if m.adds() {
+                format!("partition {p}: a copy added on server {}", m.to)
+            } else {
+                format!("partition {p}: server {} -> {}", m.from, m.to)
+            }
+        })
         .collect();
     format!("{} copies moving ({}){tail}", moves.len(), list.join(", "))
 }

@@ -103,7 +103,10 @@ fn details(v: &ClusterView) -> Vec<String> {
         let m: Vec<String> = v
             .moving
             .iter()
-            .map(|m| format!("{} ({}->{})", m.partition, m.from, m.to))
+            .map(|m| match m.from {
+                0 => format!("{} (+{})", m.partition, m.to),
+                from => format!("{} ({from}->{})", m.partition, m.to),
+            })
             .collect();
         out.push(format!("partitions moving: {}", m.join(" ")));
     }

@@ -241,7 +241,9 @@ impl ClusterMap {
                 || p.replicas.iter().all(|r| p.is_behind(*r))
                 || p.replicas.len() > self.group_replication(p.group) as usize + extra
                 || p.moving.is_some_and(|m| {
-                    m.from == m.to || !p.replicas.contains(&m.from) || !p.replicas.contains(&m.to)
+                    m.from == m.to
+                        || !(m.adds() || p.replicas.contains(&m.from))
+                        || !p.replicas.contains(&m.to)
                 })
                 || !p
                     .replicas

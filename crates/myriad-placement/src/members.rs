@@ -140,11 +140,24 @@ impl PartitionInfo {
     }
 }
 
-/// A copy of a partition on its way from one server to another.
+/// A copy of a partition on its way from one server to another; from `NO_SERVER`: a copy
+/// added (a partition with fewer copies than its group wants, in a cluster that grew
+/// from fewer servers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Move {
     pub from: NodeId,
     pub to: NodeId,
+}
+
+/// The `from` of a move that adds a copy (node id 0 is never a server's).
+pub const NO_SERVER: NodeId = NodeId(0);
+
+impl Move {
+    /// Whether the move adds a copy rather than moving one.
+    #[must_use]
+    pub fn adds(&self) -> bool {
+        self.from == NO_SERVER
+    }
 }
 
 /// The default partition group: every path no policy covers.

@@ -8,13 +8,15 @@
 //!    the list; if it was the primary, `to` takes its place.
 //!
 //! Reasons to move, in order: a copy on a server down past the grace period (restore R
-//! copies), a copy on a leaving server (remove-node), and balance (add-node, or after the
-//! first two): a server with more copies than another by more than one gives one up.
+//! copies), a copy on a leaving server (remove-node), a copy missing (a partition with
+//! fewer than R copies in a cluster that grew: a move from `NO_SERVER` adds one), and
+//! balance (add-node, or after the first ones): a server with more copies than another by
+//! more than one gives one up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::map::ClusterMap;
-use crate::members::{Move, NodeId, NodeState, PartitionId, PartitionInfo};
+use crate::members::{Move, NO_SERVER, NodeId, NodeState, PartitionId, PartitionInfo};
 
 /// Copies held by each server that can take more (up, not leaving), in copies per weight.
 fn loads(map: &ClusterMap) -> Loads {
@@ -155,6 +157,25 @@ impl ClusterMap {
                 continue;
             };
             start_move(&mut next.partitions[i], &mut load, from, to);
+            budget -= 1;
+            changed = true;
+        }
+        // 2b: copies missing: a partition with fewer copies than its group wants, in a
+        // cluster that grew from fewer servers (`server --init` makes one, which holds the
+        // only copy of each partition), gets one more on the server that would take it.
+        for i in 0..next.partitions.len() {
+            if budget == 0 {
+                break;
+            }
+            let p = &next.partitions[i];
+            if p.moving.is_some() || p.replicas.len() >= self.group_replication(p.group) as usize
+            {
+                continue;
+            }
+            let Some(to) = self.lightest_target(p, &load, &p.replicas) else {
+                continue;
+            };
+            start_move(&mut next.partitions[i], &mut load, NO_SERVER, to);
             budget -= 1;
             changed = true;
         }
@@ -413,6 +434,47 @@ mod tests {
         for p in &done.partitions {
             let distinct: BTreeSet<_> = p.replicas.iter().collect();
             assert_eq!(distinct.len(), 3, "{p:?}");
+        }
+    }
+
+    /// `server --init` makes a one-server map of 32 partitions with one copy each (3
+    /// wanted); servers that join one at a time get copies added until every partition
+    /// has 3, on distinct servers, and copies and primaries even out.
+    #[test]
+    fn a_cluster_grown_from_one_server_gets_every_copy_it_wants() {
+        let one = ClusterMap::build(1, &["10.0.0.1:7401".to_string()], 32, 3);
+        assert!(one.partitions.iter().all(|p| p.replicas.len() == 1));
+        assert!(one.plan_moves(&BTreeSet::new(), 4).is_none(), "nowhere to put copies");
+        let mut m = one;
+        let mut adds = 0;
+        for id in 2..=5u32 {
+            m.nodes.push(NodeInfo {
+                id: NodeId(id),
+                addr: format!("10.0.0.{id}:7401"),
+                weight: 1,
+                state: NodeState::Up,
+                zone: String::new(),
+            });
+            m.validate().unwrap_or_else(|e| panic!("{e}"));
+            let (done, made) = settle_moves(m, &BTreeSet::new(), 4);
+            adds += made.iter().filter(|(from, _)| *from == NO_SERVER).count();
+            m = done;
+            let want = (id as usize).min(3);
+            for p in &m.partitions {
+                let distinct: BTreeSet<_> = p.replicas.iter().collect();
+                assert_eq!(distinct.len(), want, "{id} servers: {p:?}");
+            }
+        }
+        // Copies are added only to reach 3: 32 partitions x 2.
+        assert_eq!(adds, 64);
+        // Primaries even out as the leader hands them over (primaries.rs).
+        while let Some(next) = m.balance_primaries(4) {
+            m = next;
+        }
+        let c = copies(&m);
+        for (id, (all, primaries)) in &c {
+            assert!((19..=20).contains(all), "server {id}: {all} copies ({c:?})");
+            assert!((5..=8).contains(primaries), "server {id}: {primaries} ({c:?})");
         }
     }
 

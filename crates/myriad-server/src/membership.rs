@@ -376,13 +376,17 @@ impl Membership {
         if let Some(next) = map.plan_moves(&expired, MOVES_MAX) {
             for (pid, m) in next.moves() {
                 if map.partition(pid).is_some_and(|p| p.moving.is_none()) {
-                    tracing::info!(
-                        partition = %pid,
-                        from = %m.from,
-                        to = %m.to,
-                        down_past_grace = expired.contains(&m.from),
-                        "moving a copy"
-                    );
+                    if m.adds() {
+                        tracing::info!(partition = %pid, to = %m.to, "adding a copy");
+                    } else {
+                        tracing::info!(
+                            partition = %pid,
+                            from = %m.from,
+                            to = %m.to,
+                            down_past_grace = expired.contains(&m.from),
+                            "moving a copy"
+                        );
+                    }
                 }
             }
             if let Err(e) = self.propose_map(next).await {
