@@ -402,8 +402,8 @@ pub async fn worker(
     cluster: Option<PathBuf>,
     secret_file: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let map = crate::fs_cmds::load_map(cluster.as_deref())?;
     let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
+    let map = crate::fs_cmds::load_map(cluster.as_deref(), &keys)?;
     let zone = crate::identity::client_zone().to_string();
     let clients: Vec<Arc<Client>> = (0..args.clients)
         .map(|_| {

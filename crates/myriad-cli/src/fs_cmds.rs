@@ -39,7 +39,7 @@ fn client_with(
     caller: myriad_client::Caller,
     timeout: Duration,
 ) -> anyhow::Result<Client> {
-    let map = load_map(cluster)?;
+    let map = load_map(cluster, &keys)?;
     let zone = crate::identity::zone_in(&map);
     let mut cfg = ClientConfig::new(map, caller, keys);
     cfg.request_timeout = timeout;
@@ -68,14 +68,25 @@ pub fn connect_admin(
     )
 }
 
-/// The cluster map from `--cluster` / MYRIAD_CLUSTER, with a clear error if it is missing.
-pub fn load_map(cluster: Option<&std::path::Path>) -> anyhow::Result<ClusterMap> {
+/// How long each server named by address in `--cluster` is given to hand over the map.
+const SEED_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The cluster map from `--cluster` / MYRIAD_CLUSTER (a map file, or servers' addresses
+/// asked with `keys`), with a clear error if it is missing.
+pub fn load_map(
+    cluster: Option<&std::path::Path>,
+    keys: &myriad_client::Keyring,
+) -> anyhow::Result<ClusterMap> {
     let Some(path) = cluster else {
         bail!(
-            "no cluster given: pass --cluster FILE or set MYRIAD_CLUSTER (`myriad cluster up` prints it)"
+            "no cluster given: pass --cluster FILE or HOST:PORT[,HOST:PORT...], or set MYRIAD_CLUSTER (`myriad cluster up` prints it)"
         );
     };
-    Ok(myriad_client::setup::load_map(path)?)
+    Ok(myriad_client::setup::load_cluster(
+        path,
+        keys,
+        SEED_TIMEOUT,
+    )?)
 }
 
 /// Makes a user-given remote path canonical: absolute, no empty, "." or ".." components.

@@ -25,6 +25,7 @@ mod fsck;
 mod fsstats_cmd;
 mod identity;
 mod index_cmd;
+mod join;
 mod keys;
 mod map_change;
 mod mount_cmd;

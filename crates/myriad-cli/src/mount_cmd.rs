@@ -154,8 +154,8 @@ pub fn run(
     secret_file: Option<PathBuf>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let map = crate::fs_cmds::load_map(cluster.as_deref())?;
     let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
+    let map = crate::fs_cmds::load_map(cluster.as_deref(), &keys)?;
     let meta = std::fs::metadata(&args.mountpoint)
         .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
     if !meta.is_dir() {

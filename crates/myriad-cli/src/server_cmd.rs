@@ -15,8 +15,32 @@ pub struct ServerArgs {
     #[arg(long)]
     listen: Option<String>,
     /// Cluster map file (JSON). A newer map received from a peer is written back to it.
+    /// Default: the one in --data-dir (`cluster.json`, written by --init or --join).
     #[arg(long)]
-    cluster_map: PathBuf,
+    cluster_map: Option<PathBuf>,
+    /// Make a new cluster of this one server, in an empty --data-dir: its cluster secret
+    /// and client key are written there (unless --secret-file names a secret), with the
+    /// map and this server's id. Others then join it (docs/deploy.md).
+    #[arg(long, conflicts_with = "join")]
+    init: bool,
+    /// Join the cluster these servers serve (HOST:PORT[,HOST:PORT...]; any one that
+    /// answers will do), with the cluster secret (--secret-file): this server is added to
+    /// the cluster map and copies move to it online. Restarting with the same --data-dir
+    /// runs it as the same server again.
+    #[arg(long, value_delimiter = ',', value_name = "SEEDS")]
+    join: Vec<String>,
+    /// The address other servers and clients reach this one at (HOST:PORT), when it is not
+    /// --listen's (0.0.0.0, NAT, containers).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// With --init: partitions of the new cluster (fixed for its life; 8 per server of the
+    /// size it will grow to is a good choice).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    partitions: u32,
+    /// With --init: copies of every file and directory (the cluster adds them as servers
+    /// join, up to this many).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=5))]
+    replicas: u32,
     /// This node's id in the map. Defaults to the node whose address equals --listen.
     #[arg(long)]
     node_id: Option<u32>,
@@ -287,25 +311,86 @@ pub fn parse_owner(s: &str) -> Result<(u32, u32), String> {
 /// `secret_file`: the global `--secret-file`, which a server must be given: the cluster
 /// secret (`myriad cluster init`), with more than one `cluster:` line while a secret is
 /// rotated (SECURITY.md).
+/// The member this server starts as when `--init`, `--join` or its data directory says
+/// (`join.rs`); `None`: as `--cluster-map` says.
+fn membership(
+    args: &ServerArgs,
+    secret_file: Option<PathBuf>,
+) -> anyhow::Result<Option<crate::join::Member>> {
+    let addr = || crate::join::advertised(args.advertise.as_deref(), args.listen.as_deref());
+    if args.init {
+        let new = crate::join::NewCluster {
+            partitions: args.partitions,
+            replicas: args.replicas,
+        };
+        let m = crate::join::init(
+            &args.data_dir,
+            &addr()?,
+            args.zone.clone(),
+            secret_file,
+            new,
+        )?;
+        eprintln!(
+            "myriad: a new cluster of one server (id {}) in {}; others join it with \
+             --join {} --secret-file {}",
+            m.node_id,
+            args.data_dir.display(),
+            addr()?,
+            m.secret_file.display()
+        );
+        return Ok(Some(m));
+    }
+    if !args.join.is_empty() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let joined = rt.block_on(crate::join::join(
+            &args.data_dir,
+            &addr()?,
+            args.zone.clone(),
+            &args.join,
+            secret_file,
+        ))?;
+        return Ok(Some(joined));
+    }
+    if args.cluster_map.is_none() {
+        return crate::join::existing_member(&args.data_dir, secret_file);
+    }
+    Ok(None)
+}
+
 pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let member = membership(&args, secret_file.clone())?;
+    let (map_path, secret_file) = match &member {
+        Some(m) => (m.map_path.clone(), Some(m.secret_file.clone())),
+        None => match &args.cluster_map {
+            Some(p) => (p.clone(), secret_file),
+            None => bail!(
+                "pass --cluster-map FILE, or --init (a new cluster) or --join SEEDS (an \
+                 existing one); a data directory that joined before needs neither"
+            ),
+        },
+    };
     let Some(secret_file) = secret_file else {
         bail!(
             "a server needs --secret-file (or MYRIAD_SECRET_FILE): the cluster secret from `myriad cluster init`"
         );
     };
-    let text = std::fs::read_to_string(&args.cluster_map)
-        .with_context(|| format!("cannot read cluster map {}", args.cluster_map.display()))?;
+    let text = std::fs::read_to_string(&map_path)
+        .with_context(|| format!("cannot read cluster map {}", map_path.display()))?;
     let map = ClusterMap::from_json(&text)
-        .with_context(|| format!("bad cluster map {}", args.cluster_map.display()))?;
-    let node_id = match (args.node_id, &args.listen) {
-        (Some(id), _) => myriad_placement::NodeId(id),
-        (None, Some(l)) => map
+        .with_context(|| format!("bad cluster map {}", map_path.display()))?;
+    let me = args.advertise.as_ref().or(args.listen.as_ref());
+    let node_id = match (args.node_id, &member, me) {
+        (Some(id), _, _) => myriad_placement::NodeId(id),
+        (None, Some(m), _) => m.node_id,
+        (None, None, Some(l)) => map
             .nodes
             .iter()
             .find(|n| &n.addr == l)
             .map(|n| n.id)
             .with_context(|| format!("no node in the map listens on {l}; pass --node-id"))?,
-        (None, None) => bail!("pass --node-id or --listen"),
+        (None, None, None) => bail!("pass --node-id or --listen"),
     };
     let node = map
         .node(node_id)
@@ -316,7 +401,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     {
         bail!(
             "--zone {z}: the cluster map {} puts node {node_id} in zone {:?}",
-            args.cluster_map.display(),
+            map_path.display(),
             node.zone
         );
     }
@@ -332,7 +417,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     config.metrics_listen = args.metrics;
     config.limits = args.security.limits()?;
     config.disk_reserve_bytes = args.security.disk_reserve_mib.saturating_mul(1 << 20);
-    config.map_path = Some(args.cluster_map);
+    config.map_path = Some(map_path);
     config.request_timeout = Duration::from_millis(args.request_timeout_ms);
     config.replication = args.replication.config()?;
     config.dir_split_entries = args.replication.dir_split_entries;

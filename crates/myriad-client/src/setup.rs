@@ -56,10 +56,20 @@ pub fn load_keys(path: &Path) -> Result<Keyring, SetupError> {
 }
 
 /// The key file a client uses: `explicit` (`--secret-file`, MYRIAD_SECRET_FILE), else the
-/// cluster secret beside the cluster map `map`, else the client key beside it.
+/// cluster secret beside the cluster map `map`, else the client key beside it. A cluster
+/// given by addresses has no file beside which to look: the key must be given.
 pub fn client_keys(explicit: Option<&Path>, map: Option<&Path>) -> Result<Keyring, SetupError> {
     if let Some(p) = explicit {
         return load_keys(p);
+    }
+    if let Some(m) = map
+        && let ClusterSource::Seeds(_) = ClusterSource::parse(&m.to_string_lossy())
+    {
+        return Err(SetupError(format!(
+            "no cluster key: a cluster given by address ({}) needs --secret-file FILE or \
+             MYRIAD_SECRET_FILE (its `{CLIENT_KEY_FILE}`, or `{SECRET_FILE}` to administer it)",
+            m.display()
+        )));
     }
     let dir = map.and_then(Path::parent).unwrap_or(Path::new("."));
     for name in [SECRET_FILE, CLIENT_KEY_FILE] {
@@ -74,12 +84,129 @@ pub fn client_keys(explicit: Option<&Path>, map: Option<&Path>) -> Result<Keyrin
     )))
 }
 
+/// The cluster map `given` names: the map file there, or the map the servers at those
+/// addresses serve (asked with `keys`, within `timeout` each). Callable from anywhere,
+/// inside an async runtime too (the servers are asked on a thread of its own).
+pub fn load_cluster(
+    given: &Path,
+    keys: &Keyring,
+    timeout: std::time::Duration,
+) -> Result<ClusterMap, SetupError> {
+    match ClusterSource::parse(&given.to_string_lossy()) {
+        ClusterSource::File(p) => load_map(&p),
+        ClusterSource::Seeds(seeds) => {
+            let keys = keys.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| SetupError(format!("cannot start a runtime: {e}")))?;
+                rt.block_on(map_from_seeds(&seeds, keys, timeout))
+            })
+            .join()
+            .map_err(|_| SetupError("asking the servers for the map failed".into()))?
+        }
+    }
+}
+
 /// The cluster map in the file at `path` (what `myriad cluster up` prints).
 pub fn load_map(path: &Path) -> Result<ClusterMap, SetupError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| SetupError(format!("cannot read cluster map {}: {e}", path.display())))?;
     ClusterMap::from_json(&text)
         .map_err(|e| SetupError(format!("bad cluster map {}: {e}", path.display())))
+}
+
+/// Where a client finds its cluster: a map file, or addresses of servers to ask for the
+/// current map (`host:port[,host:port...]`; IPv6 as `[addr]:port`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterSource {
+    File(std::path::PathBuf),
+    Seeds(Vec<String>),
+}
+
+impl ClusterSource {
+    /// `given` as a map file if one exists there, else as a list of server addresses if
+    /// it reads as one, else as a map file (whose absence is then the error).
+    #[must_use]
+    pub fn parse(given: &str) -> ClusterSource {
+        let path = Path::new(given);
+        if path.exists() {
+            return ClusterSource::File(path.to_path_buf());
+        }
+        match parse_seeds(given) {
+            Some(seeds) => ClusterSource::Seeds(seeds),
+            None => ClusterSource::File(path.to_path_buf()),
+        }
+    }
+}
+
+/// `host:port[,host:port...]` (IPv6 hosts in brackets), or `None` if it is not such a list.
+#[must_use]
+pub fn parse_seeds(s: &str) -> Option<Vec<String>> {
+    let seeds: Vec<String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    let ok = |a: &str| {
+        let (host, port) = a.rsplit_once(':')?;
+        let host_ok = if let Some(inner) = host.strip_prefix('[') {
+            inner
+                .strip_suffix(']')
+                .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
+        } else {
+            !host.is_empty()
+                && !host.contains('/')
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        };
+        (host_ok && port.parse::<u16>().is_ok_and(|p| p > 0)).then_some(())
+    };
+    (!seeds.is_empty() && seeds.iter().all(|a| ok(a).is_some())).then_some(seeds)
+}
+
+/// The current cluster map as the first of `seeds` that answers serves it, asked with
+/// `keys` (a client key is enough); each seed within `timeout`. The error names every
+/// seed's failure.
+pub async fn map_from_seeds(
+    seeds: &[String],
+    keys: Keyring,
+    timeout: std::time::Duration,
+) -> Result<ClusterMap, SetupError> {
+    use myriad_net::{Pool, PoolConfig};
+    use myriad_proto::{Endpoints, PeerKind, Request, Response, ServerRequest};
+    let pool = Pool::new(PoolConfig {
+        me: PeerKind::Client,
+        zone: String::new(),
+        keys: std::sync::Arc::new(keys),
+        connect_timeout: timeout,
+        request_timeout: timeout,
+    });
+    let mut failed = Vec::new();
+    for seed in seeds {
+        let got = pool
+            .call_with_timeout(
+                seed,
+                0,
+                Endpoints::SERVER,
+                &Caller::root(),
+                &Request::Server(ServerRequest::GetMap),
+                timeout,
+            )
+            .await;
+        match got {
+            Ok(Response::Map(m)) => return Ok(*m),
+            Ok(other) => failed.push(format!("{seed}: unexpected answer {other:?}")),
+            Err(e) => failed.push(format!("{seed}: {e}")),
+        }
+    }
+    Err(SetupError(format!(
+        "no server gave the cluster map ({})",
+        failed.join("; ")
+    )))
 }
 
 /// The calling process's uid, gid and supplementary groups: what the servers record as owner.
@@ -175,5 +302,41 @@ mod tests {
         let missing = client_keys(None, Some(&dir.join("nothing/cluster.json")));
         assert!(missing.is_err_and(|e| e.0.contains("no cluster key")));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod seed_tests {
+    use super::*;
+
+    #[test]
+    fn seeds_are_host_port_lists_and_anything_else_a_file() {
+        assert_eq!(
+            parse_seeds("h1:7401,10.0.0.2:7401, [fd00::3]:7401"),
+            Some(vec![
+                "h1:7401".to_string(),
+                "10.0.0.2:7401".to_string(),
+                "[fd00::3]:7401".to_string()
+            ])
+        );
+        for bad in [
+            "",
+            "/tmp/c/cluster.json",
+            "h1",
+            "h1:0",
+            "h1:x",
+            "[fd00::3:7401",
+            "a/b:1",
+        ] {
+            assert_eq!(parse_seeds(bad), None, "{bad}");
+        }
+        assert_eq!(
+            ClusterSource::parse("10.0.0.1:7401"),
+            ClusterSource::Seeds(vec!["10.0.0.1:7401".into()])
+        );
+        assert_eq!(
+            ClusterSource::parse("/no/such/cluster.json"),
+            ClusterSource::File("/no/such/cluster.json".into())
+        );
     }
 }

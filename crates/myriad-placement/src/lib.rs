@@ -26,8 +26,7 @@ pub use fragments::{fragment_servers, fragment_slot};
 pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
 pub use members::{
     DEFAULT_GROUP, InodeId, Move, NO_SERVER, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX,
-    PartitionId,
-    PartitionInfo, Policy, PolicyState, ZONE_NAME_MAX, zone_name_ok,
+    PartitionId, PartitionInfo, Policy, PolicyState, ZONE_NAME_MAX, zone_name_ok,
 };
 pub use path::{is_normal_below_root, is_within, join, parent_of, split_parent};
 pub use ring::Ring;

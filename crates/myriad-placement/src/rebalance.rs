@@ -168,8 +168,7 @@ impl ClusterMap {
                 break;
             }
             let p = &next.partitions[i];
-            if p.moving.is_some() || p.replicas.len() >= self.group_replication(p.group) as usize
-            {
+            if p.moving.is_some() || p.replicas.len() >= self.group_replication(p.group) as usize {
                 continue;
             }
             let Some(to) = self.lightest_target(p, &load, &p.replicas) else {
@@ -444,7 +443,10 @@ mod tests {
     fn a_cluster_grown_from_one_server_gets_every_copy_it_wants() {
         let one = ClusterMap::build(1, &["10.0.0.1:7401".to_string()], 32, 3);
         assert!(one.partitions.iter().all(|p| p.replicas.len() == 1));
-        assert!(one.plan_moves(&BTreeSet::new(), 4).is_none(), "nowhere to put copies");
+        assert!(
+            one.plan_moves(&BTreeSet::new(), 4).is_none(),
+            "nowhere to put copies"
+        );
         let mut m = one;
         let mut adds = 0;
         for id in 2..=5u32 {
@@ -474,7 +476,10 @@ mod tests {
         let c = copies(&m);
         for (id, (all, primaries)) in &c {
             assert!((19..=20).contains(all), "server {id}: {all} copies ({c:?})");
-            assert!((5..=8).contains(primaries), "server {id}: {primaries} ({c:?})");
+            assert!(
+                (5..=8).contains(primaries),
+                "server {id}: {primaries} ({c:?})"
+            );
         }
     }
 

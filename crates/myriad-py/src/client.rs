@@ -68,13 +68,16 @@ fn bytes<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
 
 #[pymethods]
 impl PyClient {
-    /// Connects to the cluster whose map is in `cluster_file` (else $MYRIAD_CLUSTER), with
-    /// the key file `secret_file` (else $MYRIAD_SECRET_FILE, else the cluster secret or
-    /// client key beside the map), as the calling process's user. Requests give up after
-    /// `timeout` seconds of the cluster not answering (TimeoutError).
+    /// Connects to the cluster whose map is in `cluster_file` (else $MYRIAD_CLUSTER), or
+    /// whose servers are at these addresses ("h1:7401,h2:7401": any one that answers
+    /// gives the map), with the key file `secret_file` (else $MYRIAD_SECRET_FILE, else
+    /// the cluster secret or client key beside the map file), as the calling process's
+    /// user. Requests give up after `timeout` seconds of the cluster not answering
+    /// (TimeoutError).
     #[new]
     #[pyo3(signature = (cluster_file=None, secret_file=None, timeout=30.0, zone=None))]
     fn new(
+        py: Python<'_>,
         cluster_file: Option<PathBuf>,
         secret_file: Option<PathBuf>,
         timeout: f64,
@@ -91,8 +94,17 @@ impl PyClient {
             ));
         }
         let secret_file = given_or_env(secret_file, "MYRIAD_SECRET_FILE");
-        let map = myriad_client::setup::load_map(&cluster_file).map_err(setup_error)?;
         let keys = myriad_client::setup::client_keys(secret_file.as_deref(), Some(&cluster_file))
+            .map_err(setup_error)?;
+        // A map file, or servers' addresses ("h1:7401,h2:7401") asked for the map.
+        let map = py
+            .detach(|| {
+                myriad_client::setup::load_cluster(
+                    &cluster_file,
+                    &keys,
+                    Duration::from_secs_f64(timeout.min(30.0)),
+                )
+            })
             .map_err(setup_error)?;
         let zone = zone
             .or_else(|| std::env::var("MYRIAD_ZONE").ok())

@@ -351,3 +351,26 @@ def test_100k_small_samples_with_fetch_many(client, tree):
             assert data == sample(i), names[i]
             seen += 1
     assert seen == n
+
+
+def test_a_client_from_server_addresses(cluster, tree, monkeypatch):
+    """Client("h1:7401,h2:7401", key) asks any of those servers for the map (no map file),
+    and fsspec reaches the same cluster from a myriad://h1:7401/path URL."""
+    import json
+    import pathlib
+
+    import fsspec
+
+    nodes = json.loads(pathlib.Path(cluster).read_text())["nodes"]
+    key = str(pathlib.Path(cluster).with_name("client.key"))
+    # The first address is no server at all: the next one answers.
+    addrs = "127.0.0.1:1," + ",".join(n["addr"] for n in nodes)
+    c = myriad.Client(addrs, key)
+    c.write(f"{tree}/by-address", b"seeded")
+    assert c.fetch(f"{tree}/by-address") == b"seeded"
+    with pytest.raises(ValueError, match="no cluster key"):
+        myriad.Client(nodes[0]["addr"])
+    monkeypatch.setenv("MYRIAD_SECRET_FILE", key)
+    url = f"myriad://{nodes[1]['addr']}{tree}/by-address"
+    with fsspec.open(url, "rb") as f:
+        assert f.read() == b"seeded"

@@ -4,18 +4,24 @@ so pandas, Dask, fsspec.open and the data loaders of ML frameworks reach a clust
     pandas.read_csv("myriad:///data/table.csv")           # cluster from $MYRIAD_CLUSTER
     fsspec.filesystem("myriad", cluster="/tmp/myr/cluster.json").cat(paths)
 
-``myriad:///a/b`` and ``myriad://a/b`` both name ``/a/b``. ``cat`` of many paths fetches
+``myriad:///a/b`` and ``myriad://a/b`` both name ``/a/b``; ``myriad://h1:7401,h2:7401/a/b``
+names ``/a/b`` on the cluster those servers serve (the key from ``secret_file`` or
+$MYRIAD_SECRET_FILE). ``cat`` of many paths fetches
 them together (``Client.fetch_many``): one request per small file, many in flight.
 """
 
 import datetime
 import posixpath
+import re
 
 from fsspec.spec import AbstractFileSystem
 
 from ._client import Client
 
 _KINDS = {"file": "file", "directory": "directory"}
+
+# host:port[,host:port...] (IPv6 hosts in brackets): servers named in a URL's netloc.
+_ADDRESSES = re.compile(r"(?:(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5})(?:,(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5})*")
 
 
 def _info(path, st):
@@ -47,15 +53,33 @@ class MyriadFileSystem(AbstractFileSystem):
         super().__init__(cluster=cluster, secret_file=secret_file, timeout=timeout, **kwargs)
         self.client = Client(cluster, secret_file, timeout)
 
+    @staticmethod
+    def _servers_in(path):
+        """The servers a ``myriad://h1:7401,h2:7401/path`` URL names, else None."""
+        path = str(path)
+        if not path.startswith("myriad://"):
+            return None
+        netloc = path[len("myriad://"):].split("/", 1)[0]
+        return netloc if netloc and _ADDRESSES.fullmatch(netloc) else None
+
     @classmethod
     def _strip_protocol(cls, path):
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
         path = str(path)
+        servers = cls._servers_in(path)
         if path.startswith("myriad://"):
             path = path[len("myriad://"):]
+        if servers:
+            path = path[len(servers):]
         path = "/" + path.lstrip("/")
         return path.rstrip("/") or "/"
+
+    @classmethod
+    def _get_kwargs_from_urls(cls, path):
+        """``myriad://h1:7401/data/x``: the cluster is the servers the URL names."""
+        servers = cls._servers_in(path)
+        return {"cluster": servers} if servers else {}
 
     def ls(self, path, detail=True, **kwargs):
         path = self._strip_protocol(path)
