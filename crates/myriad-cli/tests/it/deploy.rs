@@ -1,0 +1,322 @@
+//! A cluster over hosts made the way docs/deploy.md says (issue 48): hosts, each a network
+//! namespace with its own address; the first makes the cluster with `server --init`, four
+//! others join it with `--join ADDRESS` and the cluster secret while a client writes;
+//! clients know nothing but an address and the client key. Then a whole host dies under
+//! writes and a sixth joins in its place.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use myriad_client::{Caller, Client, ClientConfig, ClusterMap};
+
+use crate::hosts::Hosts;
+
+const PORT: u16 = 7401;
+
+fn settled(m: &ClusterMap, servers: usize) -> bool {
+    m.nodes.len() == servers
+        && m.moves().is_empty()
+        && m.partitions.iter().all(|p| {
+            let distinct: std::collections::BTreeSet<_> = p.replicas.iter().collect();
+            distinct.len() == 3 && p.behind.is_empty()
+        })
+}
+
+#[test]
+fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let mut h = Hosts::new(6);
+    let addr = |h: &Hosts, k: u32| format!("{}:{PORT}", h.ip(k));
+    let data = |h: &Hosts, k: u32| h.home(k).join("data").display().to_string();
+    let first = addr(&h, 1);
+    let d1 = data(&h, 1);
+    h.spawn(
+        1,
+        "server.log",
+        &["server", "--data-dir", &d1, "--listen", &first, "--init"],
+    );
+    let client_key = h.home(1).join("data/client.key");
+    let secret = h.home(1).join("data/cluster.secret");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !client_key.exists() {
+        assert!(Instant::now() < deadline, "--init wrote no client key");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A client machine gets the client key and one address: nothing else.
+    let key = h.give_key(&client_key, 5);
+    let keys = myriad_client::setup::load_keys(&key).unwrap_or_else(|e| panic!("{e}"));
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let map = loop {
+        match myriad_client::setup::load_cluster(
+            std::path::Path::new(&first),
+            &keys,
+            Duration::from_secs(2),
+        ) {
+            Ok(m) => break m,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("waiting for the first server: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let mut cfg = ClientConfig::new(map, Caller::root(), keys.clone());
+    cfg.request_timeout = Duration::from_secs(30);
+    let client = Arc::new(Client::new(cfg).unwrap_or_else(|e| panic!("{e}")));
+    rt.block_on(client.mkdir("/w", 0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Writes go on while the other four join, one after another.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (client.clone(), stop.clone());
+        let handle = rt.handle().clone();
+        std::thread::spawn(move || {
+            let mut done = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let body = format!("file {done}");
+                handle
+                    .block_on(client.create(&format!("/w/f{done}"), 0o644, true, body.as_bytes()))
+                    .unwrap_or_else(|e| panic!("write {done} failed while servers joined: {e}"));
+                done += 1;
+            }
+            done
+        })
+    };
+    let started = Instant::now();
+    for k in 2..=4 {
+        let secret_k = h.give_key(&secret, k);
+        let (a, d, s) = (addr(&h, k), data(&h, k), secret_k.display().to_string());
+        h.spawn(
+            k,
+            "server.log",
+            &[
+                "server",
+                "--data-dir",
+                &d,
+                "--listen",
+                &a,
+                "--join",
+                &first,
+                "--secret-file",
+                &s,
+            ],
+        );
+    }
+    // The fifth host joins through another seed than the first (any member will do), and
+    // listens on every address, telling the others which one to use.
+    let secret5 = h.give_key(&secret, 5);
+    let listen_any = format!("0.0.0.0:{PORT}");
+    let (a5, d5, s5) = (addr(&h, 5), data(&h, 5), secret5.display().to_string());
+    let seeds = format!("{},{first}", addr(&h, 3));
+    h.spawn(
+        5,
+        "server.log",
+        &[
+            "server",
+            "--data-dir",
+            &d5,
+            "--listen",
+            &listen_any,
+            "--advertise",
+            &a5,
+            "--join",
+            &seeds,
+            "--secret-file",
+            &s5,
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let map = loop {
+        let m = rt.block_on(client.newest_map());
+        if settled(&m, 5) {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled after 180 s: {} servers, {} moves",
+            m.nodes.len(),
+            m.moves().len()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let join_secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let written = writer
+        .join()
+        .unwrap_or_else(|_| panic!("the writer failed"));
+    eprintln!(
+        "4 servers joined and every partition has 3 copies in {join_secs:.1} s (epoch {}), \
+         {written} files written meanwhile",
+        map.epoch
+    );
+    assert!(written > 0);
+
+    // Every acknowledged file, through a client that knows only host 4's address.
+    let fresh = {
+        let m = myriad_client::setup::load_cluster(
+            std::path::Path::new(&addr(&h, 4)),
+            &keys,
+            Duration::from_secs(5),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        Client::new(ClientConfig::new(m, Caller::root(), keys.clone()))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    for i in 0..written {
+        let (_, data) = rt
+            .block_on(fresh.fetch(&format!("/w/f{i}")))
+            .unwrap_or_else(|e| panic!("/w/f{i}: {e}"));
+        assert_eq!(data, format!("file {i}").into_bytes());
+    }
+
+    // The CLI on the client host: an address and the key.
+    let key5 = key.display().to_string();
+    let out = h.run(
+        5,
+        &[
+            "--cluster",
+            &addr(&h, 2),
+            "--secret-file",
+            &key5,
+            "cat",
+            "/w/f0",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"file 0");
+    // Without a key a cluster given by address is refused with the reason.
+    let out = h.run(5, &["--cluster", &addr(&h, 3), "ls", "/"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cluster key"));
+
+    // A whole host dies (its server killed, its link down) while a client writes: writes
+    // go on after the failover, a new host joins, and once the dead one's grace is over
+    // every partition has 3 copies on live servers again, with nothing lost.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (client.clone(), stop.clone());
+        let handle = rt.handle().clone();
+        std::thread::spawn(move || {
+            let (mut done, mut longest) = (0u32, Duration::ZERO);
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let body = format!("after {done}");
+                handle
+                    .block_on(client.create(&format!("/w/g{done}"), 0o644, true, body.as_bytes()))
+                    .unwrap_or_else(|e| panic!("write {done} failed across a host's death: {e}"));
+                longest = longest.max(t.elapsed());
+                done += 1;
+            }
+            (done, longest)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // The host leading /w's entries: its death is a failover for the writer.
+    let now = rt.block_on(client.newest_map());
+    let lead = now
+        .primary_of(now.ring().owner_of_dir("/w"))
+        .and_then(|id| now.node(id))
+        .map(|n| n.addr.clone())
+        .unwrap_or_else(|| panic!("/w has no primary"));
+    let victim = (1..=5)
+        .find(|k| lead == addr(&h, *k))
+        .unwrap_or_else(|| panic!("{lead} is no host's"));
+    let dead = now
+        .nodes
+        .iter()
+        .find(|n| n.addr == lead)
+        .map(|n| n.id)
+        .unwrap_or_else(|| panic!("{lead} is no server's"));
+    h.kill_host(victim);
+    let killed = Instant::now();
+    let secret6 = h.give_key(&secret, 6);
+    let (a6, d6, s6) = (addr(&h, 6), data(&h, 6), secret6.display().to_string());
+    // Every first address: the dead host's among them (a seed that does not answer is
+    // passed over).
+    let all: Vec<String> = (1..=5).map(|k| addr(&h, k)).collect();
+    let all = all.join(",");
+    h.spawn(
+        6,
+        "server.log",
+        &[
+            "server",
+            "--data-dir",
+            &d6,
+            "--listen",
+            &a6,
+            "--join",
+            &all,
+            "--secret-file",
+            &s6,
+            "--down-grace-secs",
+            "5",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let m = rt.block_on(client.newest_map());
+        let live = m.nodes.iter().filter(|n| n.id != dead).count();
+        let whole = m.moves().is_empty()
+            && m.partitions.iter().all(|p| {
+                p.replicas.iter().filter(|r| **r != dead).count() == 3 && p.behind.is_empty()
+            });
+        if live == 5 && whole {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "copies not made again after 180 s: {} moves",
+            m.moves().len()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let rebuilt_secs = killed.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (after, longest) = writer
+        .join()
+        .unwrap_or_else(|_| panic!("the writer failed"));
+    eprintln!(
+        "host {victim} (server {dead}, leading /w) killed: the longest write took {:.1} s; \
+         a new host joined and every partition had 3 live copies {rebuilt_secs:.1} s after \
+         the kill; {after} files written meanwhile",
+        longest.as_secs_f64()
+    );
+    assert!(
+        longest < Duration::from_secs(10),
+        "a write waited {longest:?} across the failover"
+    );
+    for i in 0..after {
+        let (_, data) = rt
+            .block_on(fresh.fetch(&format!("/w/g{i}")))
+            .unwrap_or_else(|e| panic!("/w/g{i}: {e}"));
+        assert_eq!(data, format!("after {i}").into_bytes());
+    }
+    for i in 0..written {
+        let (_, data) = rt
+            .block_on(fresh.fetch(&format!("/w/f{i}")))
+            .unwrap_or_else(|e| panic!("/w/f{i}: {e}"));
+        assert_eq!(data, format!("file {i}").into_bytes());
+    }
+
+    // A second --init on a member's data directory is refused.
+    let out = h.run(
+        1,
+        &["server", "--data-dir", &d1, "--listen", &first, "--init"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already holds server 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,184 @@
+//! Hosts for tests of what a cluster spread over machines does (issue 48): each host a
+//! network namespace of its own with one address on a bridge this harness makes
+//! (10.{net}.0.{k}/24; the test process itself sits on the bridge at .254, as a client
+//! host would), and its own directory for data, keys and logs. Everything is removed
+//! when dropped; every process started in a host is killed then.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::harness::BIN;
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run ip (iproute2): {e}"));
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub struct Hosts {
+    tag: String,
+    net: u32,
+    count: u32,
+    pub dir: tempfile::TempDir,
+    procs: Vec<(u32, Child)>,
+}
+
+impl Hosts {
+    /// `count` hosts, 1..=count. Needs root (network namespaces, veths, a bridge).
+    pub fn new(count: u32) -> Hosts {
+        let id = std::process::id() % 10_000;
+        let h = Hosts {
+            tag: format!("mh{id}"),
+            net: 20 + id % 80,
+            count,
+            dir: tempfile::Builder::new()
+                .prefix("myriad-hosts-")
+                .tempdir()
+                .unwrap_or_else(|e| panic!("{e}")),
+            procs: Vec::new(),
+        };
+        let bridge = h.name("br");
+        ip(&["link", "add", &bridge, "type", "bridge"]);
+        ip(&["link", "set", &bridge, "up"]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.{}.0.254/24", h.net),
+            "dev",
+            &bridge,
+        ]);
+        for k in 1..=count {
+            let ns = h.ns(k);
+            let (v, p) = (h.name(&format!("v{k}")), h.name(&format!("p{k}")));
+            ip(&["netns", "add", &ns]);
+            ip(&["link", "add", &v, "type", "veth", "peer", "name", &p]);
+            ip(&["link", "set", &p, "netns", &ns]);
+            ip(&["link", "set", &v, "master", &bridge, "up"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", h.ip(k)),
+                "dev",
+                &p,
+            ]);
+            ip(&["-n", &ns, "link", "set", &p, "up"]);
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        }
+        h
+    }
+
+    fn name(&self, what: &str) -> String {
+        format!("{}{what}", self.tag)
+    }
+
+    fn ns(&self, k: u32) -> String {
+        self.name(&format!("n{k}"))
+    }
+
+    /// Host `k`'s address.
+    pub fn ip(&self, k: u32) -> String {
+        format!("10.{}.0.{k}", self.net)
+    }
+
+    /// Host `k`'s directory (its data, keys and logs live below it).
+    pub fn home(&self, k: u32) -> PathBuf {
+        let d = self.dir.path().join(format!("host{k}"));
+        std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+        d
+    }
+
+    /// A command that runs in host `k`'s network namespace only (`nsenter --net`: `ip netns
+    /// exec` would also give it a copy of the mount namespace).
+    pub fn on(&self, k: u32) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.ns(k)))
+            .arg("--")
+            .arg(BIN);
+        c
+    }
+
+    /// Starts `myriad ARGS` on host `k` in the background, its output in `log` under the
+    /// host's directory.
+    pub fn spawn(&mut self, k: u32, log: &str, args: &[&str]) {
+        let out = std::fs::File::create(self.home(k).join(log)).unwrap_or_else(|e| panic!("{e}"));
+        let child = self
+            .on(k)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap_or_else(|e| panic!("{e}")))
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {args:?} on host {k}: {e}"));
+        self.procs.push((k, child));
+    }
+
+    /// Runs `myriad ARGS` on host `k` to its end.
+    pub fn run(&self, k: u32, args: &[&str]) -> std::process::Output {
+        self.on(k)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Kills every process started on host `k` (SIGKILL) and takes its link down: the
+    /// whole machine gone.
+    pub fn kill_host(&mut self, k: u32) {
+        for (h, c) in &mut self.procs {
+            if *h == k {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        ip(&["link", "set", &self.name(&format!("v{k}")), "down"]);
+    }
+
+    /// The tail of a log of host `k`.
+    pub fn log_tail(&self, k: u32, log: &str) -> String {
+        let text = std::fs::read_to_string(self.home(k).join(log)).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.contains("lsm_tree") && !l.contains("fjall"))
+            .collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
+    }
+
+    /// Copies a key file into host `k`'s directory (mode 0600), as an administrator would.
+    pub fn give_key(&self, from: &Path, k: u32) -> PathBuf {
+        let to = self.home(k).join(from.file_name().unwrap_or_default());
+        std::fs::copy(from, &to).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
+        to
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for k in 1..=self.count {
+                eprintln!("---- host {k} ----\n{}", self.log_tail(k, "server.log"));
+            }
+        }
+        for (_, c) in &mut self.procs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for k in 1..=self.count {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(k)])
+                .output();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.name("br")])
+            .output();
+    }
+}
