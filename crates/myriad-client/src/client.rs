@@ -28,6 +28,11 @@ const BUSY_BACKOFF_MAX: Duration = Duration::from_millis(100);
 const REDIRECT_WAIT_MIN: Duration = Duration::from_millis(10);
 /// Waits between tries of a partition that is unavailable (its server dead, a failover
 /// under way, typically seconds): doubling to the cap, within the request's deadline.
+/// A request unanswered this long makes the client ask the other servers whether its
+/// partition has another primary now (`primary_moved`): a host that died without closing
+/// its connections is otherwise waited for until the request's deadline. A failover takes
+/// 2-3 s (the leader's `DOWN_AFTER`), so this adds at most half a second to it.
+const STALL_ASK_AFTER: Duration = Duration::from_millis(500);
 const DOWN_BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const DOWN_BACKOFF_MAX: Duration = Duration::from_millis(200);
 /// How long one server may take to tell its map when looking for a newer one.
@@ -649,17 +654,32 @@ impl Client {
             let result = match Self::address(&st, &route, pid) {
                 Ok((addr, ends)) => {
                     let caller = self.task_caller();
-                    self.transport
-                        .call_with_timeout(
-                            &addr,
-                            st.map.epoch,
-                            ends,
-                            &caller,
-                            &req,
-                            self.config.request_timeout,
-                        )
-                        .await
-                        .map_err(|e| (e, Some(addr)))
+                    let call = self.transport.call_with_timeout(
+                        &addr,
+                        st.map.epoch,
+                        ends,
+                        &caller,
+                        &req,
+                        self.config.request_timeout,
+                    );
+                    // A server that died without closing its connections (a host gone)
+                    // never answers: once its partition has another primary, the request
+                    // goes there (a change carries its `OnceId`: applied once).
+                    let moved = async {
+                        match route {
+                            Route::Server(_) | Route::Copy(..) => std::future::pending().await,
+                            _ => self.primary_moved(pid, &addr).await,
+                        }
+                    };
+                    tokio::select! {
+                        r = call => r.map_err(|e| (e, Some(addr))),
+                        () = moved => Err((
+                            FsError::Unavailable(format!(
+                                "{addr} did not answer and partition {pid} has another primary now"
+                            )),
+                            Some(addr),
+                        )),
+                    }
                 }
                 Err(e) => Err((e, None)),
             };
@@ -771,6 +791,17 @@ impl Client {
                         )
                         .await?;
                 }
+                // A server that holds the partition as a copy, not (yet) as its primary,
+                // asked as if it were one (a map newer than that server's, or a copy
+                // about to open it after a failover): as `Busy`, with the map looked at.
+                Err(FsError::AskPrimary)
+                    if !matches!(route, Route::Copy(..))
+                        && tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
+                    self.refresh_map(pid).await;
+                }
                 Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
@@ -802,6 +833,43 @@ impl Client {
             }
         }
         self.map()
+    }
+
+    /// Returns once partition `pid`'s primary is no longer at `addr` in the map another
+    /// server has: one other server asked after `STALL_ASK_AFTER` of waiting, then the
+    /// next one every as long. Never returns while the primary stays there.
+    async fn primary_moved(&self, pid: PartitionId, addr: &str) {
+        for turn in 0usize.. {
+            tokio::time::sleep(STALL_ASK_AFTER).await;
+            let st = self.st();
+            let others: Vec<&str> = st
+                .map
+                .nodes
+                .iter()
+                .map(|n| n.addr.as_str())
+                .filter(|a| *a != addr)
+                .collect();
+            let Some(&asked) = others.get(turn % others.len().max(1)) else {
+                continue;
+            };
+            let got = self
+                .transport
+                .call_with_timeout(
+                    asked,
+                    st.map.epoch,
+                    Endpoints::SERVER,
+                    &self.config.caller,
+                    &myriad_proto::Request::Server(ServerRequest::GetMap),
+                    MAP_ASK_TIMEOUT,
+                )
+                .await;
+            if let Ok(Response::Map(m)) = got {
+                self.adopt(*m);
+            }
+            if self.st().map.partition_addr(pid) != Some(addr) {
+                return;
+            }
+        }
     }
 
     /// Asks the servers of our map (but `skip`, unreachable) for theirs and adopts the newest.
