@@ -835,7 +835,7 @@ impl Client {
         self.map()
     }
 
-    /// Returns once partition `pid`'s primary is no longer at `addr` in the map another
+    /// Returns once partition `pid` has a primary other than `addr` in the map another
     /// server has: one other server asked after `STALL_ASK_AFTER` of waiting, then the
     /// next one every as long. Never returns while the primary stays there.
     async fn primary_moved(&self, pid: PartitionId, addr: &str) {
@@ -866,7 +866,9 @@ impl Client {
             if let Ok(Response::Map(m)) = got {
                 self.adopt(*m);
             }
-            if self.st().map.partition_addr(pid) != Some(addr) {
+            // Another primary (not none: a partition with no copy up waits for its
+            // server, and its request for its deadline, as before).
+            if self.st().map.partition_addr(pid).is_some_and(|a| a != addr) {
                 return;
             }
         }
