@@ -871,38 +871,7 @@ async fn remove_node(dir: &Path, id: NodeId, wait: bool, timeout: Duration) -> a
     if map.node(id).is_none() {
         bail!("node {id} is not in the cluster map (epoch {})", map.epoch);
     }
-    // Its copies need somewhere to go: R servers besides it that are up and staying.
-    let staying = map
-        .nodes
-        .iter()
-        .filter(|n| n.id != id && n.state == myriad_client::NodeState::Up)
-        .count();
-    if staying < map.replication as usize {
-        bail!(
-            "cannot remove node {id}: {staying} other servers are up and staying, and every partition needs {} copies (add a server first)",
-            map.replication
-        );
-    }
-    if let Some(pid) = map.stranded_by_leaving(id) {
-        let p = map.partition(pid);
-        let zone = p.and_then(|p| map.pinned_zone(p));
-        bail!(
-            "cannot remove node {id}: partition {pid}{} has a copy on it and no other server that may take one (add a server{} first)",
-            zone.map_or(String::new(), |z| format!(" (pinned to zone {z})")),
-            zone.map_or(String::new(), |z| format!(" in zone {z}"))
-        );
-    }
-    let leaving = |m: &ClusterMap| {
-        m.node(id)
-            .is_none_or(|n| n.state == myriad_client::NodeState::Leaving)
-    };
-    crate::map_change::commit(
-        &client,
-        |m| Ok(if leaving(m) { None } else { m.mark_leaving(id) }),
-        leaving,
-    )
-    .await
-    .context("marking the server leaving")?;
+    crate::node_cmd::leave(&client, id).await?;
     println!("node {id} is leaving: its copies move to the other servers");
     if !wait {
         return Ok(());

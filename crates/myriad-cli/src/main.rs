@@ -30,6 +30,7 @@ mod keys;
 mod map_change;
 mod mount_cmd;
 mod netns;
+mod node_cmd;
 mod plot;
 mod policy_cmd;
 mod s3_cmd;
@@ -88,6 +89,10 @@ enum Command {
     /// Start, stop and inspect a local multi-node cluster.
     #[command(subcommand)]
     Cluster(cluster::ClusterCmd),
+    /// The servers of a cluster, from any host: list them, drain one, remove one gone for
+    /// good (drain and remove need the cluster secret; docs/deploy.md).
+    #[command(subcommand)]
+    Node(node_cmd::NodeCmd),
     /// Bring up a 4-node local cluster, write 20,000 small files, read them back with fetch,
     /// verify every byte, and print throughput and requests per file.
     Demo(demo::DemoArgs),
@@ -286,6 +291,13 @@ fn run_client_command(
     rt.block_on(async move {
         match cmd {
             Command::Cluster(c) => cluster::run(c, cluster, secret_file, timeout).await,
+            Command::Node(c) => {
+                let client = match c {
+                    node_cmd::NodeCmd::List => fs_cmds::connect(cluster, secret_file, timeout)?,
+                    _ => fs_cmds::connect_admin(cluster, secret_file, timeout)?,
+                };
+                node_cmd::run(c, &client).await
+            }
             Command::Demo(a) => demo::run(a).await,
             Command::Bench(b) => {
                 let target = bench::Target {

@@ -352,7 +352,18 @@ impl Membership {
         self.group.sync_members(&map, PROPOSE_TIMEOUT).await;
         // Moves (rebalance.rs): finish those whose new copy caught up, then start more.
         let done = self.caught_up_moves(&map).await;
-        let keeping = self.keeping_fragments(&map).await;
+        // A server leaving that has been silent past the grace period was removed gone
+        // for good (`myriad node remove`): nobody can ask it about its fragments, which
+        // the coding rounds rebuild elsewhere from the others; it need not be kept.
+        let gone = silent_past_grace(
+            &map,
+            NodeState::Leaving,
+            (since, now),
+            self.down_grace,
+            |id| self.heard.last(id),
+        );
+        let mut keeping = self.keeping_fragments(&map).await;
+        keeping.retain(|id| !gone.contains(id));
         if let Some(next) = map.complete_moves(&done, &keeping) {
             tracing::info!(partitions = ?done, epoch = next.epoch, "moves complete");
             if let Err(e) = self.propose_map(next).await {
@@ -603,9 +614,21 @@ pub(crate) fn past_grace(
     grace: Duration,
     heard: impl Fn(NodeId) -> Option<Instant>,
 ) -> BTreeSet<NodeId> {
+    silent_past_grace(map, NodeState::Down, (since, now), grace, heard)
+}
+
+/// The servers in `state` silent past `grace` (by this leader's hearing, counted from
+/// `since` at the earliest).
+pub(crate) fn silent_past_grace(
+    map: &ClusterMap,
+    state: NodeState,
+    (since, now): (Instant, Instant),
+    grace: Duration,
+    heard: impl Fn(NodeId) -> Option<Instant>,
+) -> BTreeSet<NodeId> {
     map.nodes
         .iter()
-        .filter(|n| n.state == NodeState::Down)
+        .filter(|n| n.state == state)
         .filter(|n| {
             let silent_since = heard(n.id).map_or(since, |h| h.max(since));
             now - silent_since > grace

@@ -308,6 +308,54 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         assert_eq!(data, format!("file {i}").into_bytes());
     }
 
+    // The dead server, gone for good, is removed from any host with the secret; `node
+    // list` shows the servers left.
+    let secret_path = secret.display().to_string();
+    let seeds_left = format!(
+        "{},{}",
+        addr(&h, 6),
+        addr(&h, if victim == 1 { 2 } else { 1 })
+    );
+    let out = h.run(
+        6,
+        &[
+            "--cluster",
+            &seeds_left,
+            "--secret-file",
+            &secret_path,
+            "node",
+            "remove",
+            &dead.0.to_string(),
+            "--wait",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = h.run(
+        6,
+        &[
+            "--cluster",
+            &seeds_left,
+            "--secret-file",
+            &key5,
+            "node",
+            "list",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!("{listed}");
+    assert!(listed.contains(", 5 servers,"), "{listed}");
+    assert!(!listed.contains(&lead), "{listed}");
+    assert_eq!(listed.matches(" up ").count(), 5, "{listed}");
+
     // A second --init on a member's data directory is refused.
     let out = h.run(
         1,

@@ -177,4 +177,12 @@ fn copies_move_off_a_server_only_after_its_grace() {
     assert_eq!(past_grace(&m, at(62), grace, heard), BTreeSet::from([S[2]]));
     // An up server is never past grace, however long ago it was heard.
     assert!(past_grace(&four(), at(600), grace, |_| None).is_empty());
+    // A server removed gone for good (leaving, silent past the grace) need not be asked
+    // about its fragments; a leaving one heard lately (a drain) is.
+    let removed = m
+        .mark_leaving(S[2])
+        .unwrap_or_else(|| panic!("server 3 may leave"));
+    let leaving = |at| silent_past_grace(&removed, NodeState::Leaving, at, grace, heard);
+    assert!(leaving(at(30)).is_empty());
+    assert_eq!(leaving(at(62)), BTreeSet::from([S[2]]));
 }

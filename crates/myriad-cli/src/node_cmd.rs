@@ -1,0 +1,197 @@
+//! `myriad node ...`: the servers of a cluster, administered from any host with the
+//! cluster secret (issue 48, docs/deploy.md): list them; drain one (its copies move to
+//! the others while it keeps serving, then it leaves the map); remove one that is gone for
+//! good (its copies are made again from the others, and it leaves the map and the
+//! cluster-map group). `cluster remove-node` is this, plus stopping a local process.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use myriad_client::{Client, ClusterMap, NodeId, NodeState};
+
+#[derive(Subcommand)]
+pub enum NodeCmd {
+    /// Every server in the cluster map: id, address, zone, state, copies and primaries
+    /// held, copies still catching up.
+    List,
+    /// Move every copy off server ID while it keeps serving; once it holds none it leaves
+    /// the cluster map (then stop it). --wait: until it has left.
+    Drain {
+        id: u32,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Remove server ID, gone for good (a dead disk or host): its copies are made again
+    /// on the other servers from the copies they hold, and it leaves the cluster map.
+    /// --wait: until it has left.
+    Remove {
+        id: u32,
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+/// How long a wait may see no change of the map before it gives up (the cluster goes on).
+const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+pub async fn run(cmd: NodeCmd, client: &Client) -> anyhow::Result<()> {
+    match cmd {
+        NodeCmd::List => {
+            let map = client.newest_map().await;
+            print!("{}", list(&map));
+            Ok(())
+        }
+        NodeCmd::Drain { id, wait } => {
+            let id = NodeId(id);
+            let map = client.newest_map().await;
+            if !map.is_up(id) {
+                bail!(
+                    "server {id} is not up: a server gone for good is removed (`myriad node \
+                     remove {id}`), its copies made again from the others"
+                );
+            }
+            leave(client, id).await?;
+            println!("server {id} is draining: its copies move to the other servers");
+            if wait {
+                let m = wait_gone(client, id).await?;
+                println!(
+                    "server {id} left the cluster map (epoch {}): stop it now",
+                    m.epoch
+                );
+            }
+            Ok(())
+        }
+        NodeCmd::Remove { id, wait } => {
+            let id = NodeId(id);
+            leave(client, id).await?;
+            println!("server {id} is being removed: its copies are made again on the others");
+            if wait {
+                let m = wait_gone(client, id).await?;
+                println!("server {id} left the cluster map (epoch {})", m.epoch);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The servers of `map`, one line each.
+#[must_use]
+pub fn list(map: &ClusterMap) -> String {
+    let mut out = format!(
+        "cluster map epoch {}, {} servers, {} partitions, {} copies each\n",
+        map.epoch,
+        map.nodes.len(),
+        map.partitions.len(),
+        map.replication
+    );
+    out.push_str(&format!(
+        "{:>4}  {:<24} {:<10} {:<8} {:>6} {:>9} {:>7}\n",
+        "id", "address", "zone", "state", "copies", "primaries", "behind"
+    ));
+    for n in &map.nodes {
+        let held = map.partitions.iter().filter(|p| p.replicas.contains(&n.id));
+        let copies = held.clone().count();
+        let behind = held.clone().filter(|p| p.is_behind(n.id)).count();
+        let primaries = map.primaries_of(n.id).len();
+        let state = match n.state {
+            NodeState::Up => "up",
+            NodeState::Down => "down",
+            NodeState::Leaving => "leaving",
+        };
+        let zone = if n.zone.is_empty() { "-" } else { &n.zone };
+        out.push_str(&format!(
+            "{:>4}  {:<24} {:<10} {:<8} {:>6} {:>9} {:>7}\n",
+            n.id.0, n.addr, zone, state, copies, primaries, behind
+        ));
+    }
+    out
+}
+
+/// Marks server `id` leaving, once the others can take its copies: R servers besides it
+/// up and staying, and none of its partitions stranded (pinned to a zone with no room).
+pub async fn leave(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
+    let map = client.newest_map().await;
+    if map.node(id).is_none() {
+        bail!(
+            "server {id} is not in the cluster map (epoch {})",
+            map.epoch
+        );
+    }
+    let staying = map
+        .nodes
+        .iter()
+        .filter(|n| n.id != id && n.state == NodeState::Up)
+        .count();
+    if staying < map.replication as usize {
+        bail!(
+            "cannot remove server {id}: {staying} other servers are up and staying, and every \
+             partition needs {} copies (add a server first)",
+            map.replication
+        );
+    }
+    if let Some(pid) = map.stranded_by_leaving(id) {
+        let p = map.partition(pid);
+        let zone = p.and_then(|p| map.pinned_zone(p));
+        bail!(
+            "cannot remove server {id}: partition {pid}{} has a copy on it and no other server \
+             that may take one (add a server{} first)",
+            zone.map_or(String::new(), |z| format!(" (pinned to zone {z})")),
+            zone.map_or(String::new(), |z| format!(" in zone {z}"))
+        );
+    }
+    let leaving = |m: &ClusterMap| m.node(id).is_none_or(|n| n.state == NodeState::Leaving);
+    crate::map_change::commit(
+        client,
+        |m| Ok(if leaving(m) { None } else { m.mark_leaving(id) }),
+        leaving,
+    )
+    .await
+    .context("marking the server leaving")
+}
+
+/// Waits until server `id` is out of the map (its copies all moved or made again).
+pub async fn wait_gone(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
+    let (mut epoch, mut changed) = (0, std::time::Instant::now());
+    loop {
+        let map = client.newest_map().await;
+        if map.node(id).is_none() {
+            return Ok(map);
+        }
+        if map.epoch != epoch {
+            (epoch, changed) = (map.epoch, std::time::Instant::now());
+        } else if changed.elapsed() > STALL_LIMIT {
+            bail!(
+                "server {id} still holds copies after {} s without progress (epoch {}); the \
+                 cluster keeps trying, see `myriad node list`",
+                STALL_LIMIT.as_secs(),
+                map.epoch
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_names_every_server_with_its_copies() {
+        let addrs: Vec<String> = (1..=3).map(|i| format!("10.0.0.{i}:7401")).collect();
+        let map = ClusterMap::build(7, &addrs, 8, 3);
+        let text = list(&map);
+        assert!(text.starts_with("cluster map epoch 7, 3 servers, 24 partitions, 3 copies"));
+        for a in &addrs {
+            let line = text
+                .lines()
+                .find(|l| l.contains(a.as_str()))
+                .unwrap_or_else(|| panic!("{a} not listed: {text}"));
+            assert!(line.contains(" up "), "{line}");
+            assert!(
+                line.contains("24"),
+                "every server holds every partition: {line}"
+            );
+        }
+    }
+}
