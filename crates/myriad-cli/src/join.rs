@@ -115,8 +115,8 @@ fn existing(dir: &Path, secret_file: Option<PathBuf>) -> anyhow::Result<Option<M
     }))
 }
 
-/// `--init`: a new cluster of this one server, in `dir` (which must not hold another
-/// server's data). Its keys: `secret_file` if given, else new ones written into `dir`.
+/// `--init`: a new cluster of this one server, in `dir` (or, if `dir` holds this server
+/// already, that server as it was). Its keys: `secret_file` if given, else new ones written into `dir`.
 pub fn init(
     dir: &Path,
     addr: &str,
@@ -124,13 +124,21 @@ pub fn init(
     secret_file: Option<PathBuf>,
     new: NewCluster,
 ) -> anyhow::Result<Member> {
-    if let Some(m) = existing(dir, None)? {
-        bail!(
-            "{} already holds server {} of a cluster: start it without --init (or give \
-             another --data-dir to make a new cluster)",
-            dir.display(),
-            m.node_id
-        );
+    if let Some(m) = existing(dir, secret_file.clone())? {
+        // Started again with the same flags (a service unit keeps --init): this server, as
+        // it was. Another address means another server's data: refused, nothing is made.
+        let map = myriad_client::setup::load_map(&m.map_path)?;
+        let known = map.nodes.iter().find(|n| n.id == m.node_id).map(|n| &n.addr);
+        if known.is_some_and(|a| a != addr) {
+            bail!(
+                "{} holds server {} of a cluster, at {}, not {addr}: start it with its own \
+                 address (or give another --data-dir to make a new cluster)",
+                dir.display(),
+                m.node_id,
+                known.map_or("", |a| a.as_str())
+            );
+        }
+        return Ok(m);
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let keyfiles = [crate::keys::SECRET_FILE, crate::keys::CLIENT_KEY_FILE];
@@ -275,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn init_makes_one_server_and_refuses_a_second_time() {
+    fn init_makes_one_server_and_starts_it_as_it_was_the_second_time() {
         let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let dir = d.path().join("srv");
         let new = NewCluster {
@@ -289,13 +297,19 @@ mod tests {
         assert_eq!(map.partitions.len(), 16);
         assert_eq!(map.replication, 3);
         assert!(dir.join(crate::keys::CLIENT_KEY_FILE).exists());
-        let again = init(&dir, "10.1.0.2:7401", None, None, new);
+        // Started again with --init: the same server, the same map (no new cluster).
+        let before = std::fs::read(&m.map_path).unwrap_or_else(|e| panic!("{e}"));
+        let again = init(&dir, "10.1.0.2:7401", None, None, new).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again.node_id, NodeId(1));
+        assert_eq!(std::fs::read(&again.map_path).ok(), Some(before));
+        // ...but not as a server at another address.
+        let moved = init(&dir, "10.1.0.9:7401", None, None, new);
         assert!(
-            again
+            moved
                 .as_ref()
                 .err()
-                .is_some_and(|e| e.to_string().contains("already holds server 1")),
-            "{again:?}"
+                .is_some_and(|e| e.to_string().contains("holds server 1")),
+            "{moved:?}"
         );
         // A directory holding anything else is not made a new cluster either.
         let other = d.path().join("other");
