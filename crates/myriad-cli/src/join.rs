@@ -128,7 +128,11 @@ pub fn init(
         // Started again with the same flags (a service unit keeps --init): this server, as
         // it was. Another address means another server's data: refused, nothing is made.
         let map = myriad_client::setup::load_map(&m.map_path)?;
-        let known = map.nodes.iter().find(|n| n.id == m.node_id).map(|n| &n.addr);
+        let known = map
+            .nodes
+            .iter()
+            .find(|n| n.id == m.node_id)
+            .map(|n| &n.addr);
         if known.is_some_and(|a| a != addr) {
             bail!(
                 "{} holds server {} of a cluster, at {}, not {addr}: start it with its own \

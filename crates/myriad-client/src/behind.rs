@@ -435,6 +435,11 @@ impl Journal {
         self.pending.load(Ordering::Acquire) > 0
     }
 
+    /// Whether `key`'s journal has changes queued or in flight.
+    pub(crate) fn pending_for(&self, key: &LeaseKey) -> bool {
+        self.lock().parts.get(key).is_some_and(PartJournal::pending)
+    }
+
     fn any_pending(&self, which: Which<'_>) -> bool {
         self.lock()
             .parts

@@ -110,6 +110,13 @@ struct Inner {
     /// entry per change under way: nothing in them or below them is answered behind
     /// meanwhile.
     attrs_changing: Vec<String>,
+    /// Exclusive leases dropped (a failed or late renewal, a lost poll, idleness) while
+    /// changes answered behind under them may still be unsent, by the server that granted
+    /// them: renewed until their journal is sent (`upkeep.rs`), though nothing is cached
+    /// or answered under them any more. So the servers keep them, and a change by another
+    /// client waits for those changes, instead of applying first and having them refused
+    /// (a loaded machine, whose renewal answers came late).
+    draining: BTreeMap<LeaseKey, String>,
 }
 
 impl Inner {
@@ -537,16 +544,21 @@ impl Leases {
 
     /// Drops the leases `keys` (recalled): the names they covered, by directory.
     fn drop_keys(&self, keys: &[LeaseKey]) -> Vec<(String, Vec<String>)> {
-        let mut g = self.lock();
+        let mut guard = self.lock();
+        let g = &mut *guard;
         let mut out = Vec::new();
         for k in keys {
             self.bump(&k.dir);
             self.drops[stripe(&k.dir)].fetch_add(1, Ordering::AcqRel);
             if let Some(parts) = g.dirs.get_mut(&k.dir) {
                 let mut names = Vec::new();
+                let draining = &mut g.draining;
                 parts.retain_mut(|p| {
                     if p.partition == k.partition {
                         names.extend(std::mem::take(&mut p.names).into_keys());
+                        if p.exclusive.is_some() {
+                            draining.insert(k.clone(), p.addr.clone());
+                        }
                         false
                     } else {
                         true

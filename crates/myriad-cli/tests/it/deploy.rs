@@ -362,7 +362,14 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
     assert_ne!(elsewhere, first);
     let out = h.run(
         1,
-        &["server", "--data-dir", &d1, "--listen", &elsewhere, "--init"],
+        &[
+            "server",
+            "--data-dir",
+            &d1,
+            "--listen",
+            &elsewhere,
+            "--init",
+        ],
     );
     assert!(!out.status.success());
     assert!(

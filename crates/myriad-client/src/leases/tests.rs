@@ -270,3 +270,64 @@ async fn a_whole_listing_shows_every_other_name_missing_until_this_client_change
     l.drop_keys(&[grant("/d").key]);
     assert!(l.get("/d", "zz", &me()).is_none());
 }
+
+/// An exclusive lease dropped (a late renewal answer, say) while changes answered behind
+/// under it are unsent is still renewed at its server until they are sent, so another
+/// client's change waits for them there (issue 47's refusal under load).
+#[tokio::test(start_paused = true)]
+async fn a_dropped_exclusive_lease_is_renewed_until_its_journal_is_sent() {
+    let l = Leases::new(1);
+    let mut g = grant("/d");
+    g.exclusive = Some(match file(1).cached {
+        Cached::Found { mut inode, .. } => {
+            inode.kind = FileKind::Directory;
+            inode
+        }
+        Cached::Missing => unreachable!(),
+    });
+    let seen = (Instant::now(), l.generation("/d"));
+    assert_eq!(
+        l.put("/d", "f", missing(), &g, seen, "s1".into()),
+        Some(("s1".into(), 1))
+    );
+    let key = g.key.clone();
+    let _started = l.journal.push(
+        &key,
+        crate::behind::Op::new(
+            &me(),
+            None,
+            myriad_proto::ClientRequest::Unlink {
+                path: "/d/f".into(),
+            },
+        ),
+    );
+    // Dropped with a change unsent: still renewed at s1, and the run goes on.
+    l.drop_keys(std::slice::from_ref(&key));
+    assert!(
+        l.get("/d", "f", &me()).is_none(),
+        "nothing trusted under it"
+    );
+    assert_eq!(l.round("s1").renew, vec![key.clone()]);
+    assert!(
+        l.round("s2").renew.is_empty(),
+        "only at the server that granted it"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(l.run_goes_on("s1", 1));
+    // Once the change was sent, it is let go.
+    let (_, batch) = l
+        .journal
+        .take_batch(&key)
+        .unwrap_or_else(|| panic!("queued"));
+    l.journal.done(&key, batch.len());
+    assert!(l.round("s1").renew.is_empty());
+    assert!(
+        !l.run_goes_on("s1", 1),
+        "nothing held or draining: the run ends"
+    );
+    // A shared lease dropped leaves nothing to renew.
+    let seen = (Instant::now(), l.generation("/e"));
+    l.put("/e", "f", missing(), &grant("/e"), seen, "s1".into());
+    l.drop_keys(&[grant("/e").key]);
+    assert!(l.round("s1").renew.is_empty());
+}

@@ -15,8 +15,11 @@ use tokio::time::Instant;
 
 use super::{Dropped, Leases, TRUST_DEN, TRUST_NUM};
 
-/// How long a recall waits for the changes answered behind under it to be sent.
-const RECALL_DRAIN_MAX: Duration = Duration::from_secs(1);
+/// How long a recall waits for the changes answered behind under it to be sent: as long
+/// as the server keeps a recalled lease for a holder still sending them (its
+/// `RECALLED_DRAIN_MAX`). Giving the lease back earlier let the change that recalled it
+/// apply first, and a change answered behind was then refused (a loaded machine).
+const RECALL_DRAIN_MAX: Duration = Duration::from_secs(5);
 /// How long a poll waits at its server for a recall.
 const POLL_WAIT: Duration = Duration::from_secs(4);
 /// After a failed poll: the pause before the next.
@@ -58,7 +61,8 @@ impl Leases {
     }
 
     /// Whether run `run` at `addr` is to go on: it is still the run there and a lease from
-    /// `addr` is held. When none is, the run ends (and a later lease starts another).
+    /// `addr` is held (or draining). When none is, the run ends (and a later lease starts
+    /// another).
     pub(super) fn run_goes_on(&self, addr: &str, run: u64) -> bool {
         let now = Instant::now();
         let mut g = self.lock();
@@ -70,10 +74,20 @@ impl Leases {
             .values()
             .flatten()
             .any(|p| p.addr == addr && p.until > now);
-        if !held {
+        let draining = self.still_draining(&mut g.draining).any(|(_, a)| a == addr);
+        if !held && !draining {
             g.polling.remove(addr);
         }
-        held
+        held || draining
+    }
+
+    /// The dropped exclusive leases whose journals still hold changes (others forgotten).
+    fn still_draining<'a>(
+        &self,
+        draining: &'a mut BTreeMap<LeaseKey, String>,
+    ) -> impl Iterator<Item = (&'a LeaseKey, &'a String)> {
+        draining.retain(|k, _| self.journal.pending_for(k));
+        draining.iter()
     }
 
     pub(super) fn tell(&self, dropped: &[(String, Vec<String>)], why: Dropped) {
@@ -132,6 +146,12 @@ impl Leases {
                         .journal
                         .drain(&|k, _| keys.contains(k), Some(RECALL_DRAIN_MAX))
                         .await;
+                    {
+                        let mut g = self.lock();
+                        for k in &keys {
+                            g.draining.remove(k);
+                        }
+                    }
                     released = keys;
                 }
                 other => {
@@ -219,7 +239,12 @@ impl Leases {
     /// beyond `RENEW_MAX`).
     pub(super) fn round(&self, addr: &str) -> Round {
         let now = Instant::now();
-        let g = self.lock();
+        let mut g = self.lock();
+        let draining: Vec<LeaseKey> = self
+            .still_draining(&mut g.draining)
+            .filter(|(_, a)| a.as_str() == addr)
+            .map(|(k, _)| k.clone())
+            .collect();
         let mut held: Vec<(Instant, LeaseKey)> = g
             .dirs
             .iter()
@@ -243,6 +268,12 @@ impl Leases {
                 round.renew.push(key);
             } else {
                 round.let_go.push(key);
+            }
+        }
+        // Kept at the server until their changes are sent, nothing trusted under them.
+        for k in draining {
+            if !round.renew.contains(&k) {
+                round.renew.push(k);
             }
         }
         round

@@ -40,6 +40,15 @@ const CONTENDED_FOR: Duration = Duration::from_secs(2);
 /// most (`LeaseTable::before_attrs_change`): the change is applied right after the
 /// recall it waits for, so this only bounds a change that failed or a partition that died.
 const ATTRS_CHANGE_MAX: Duration = Duration::from_secs(5);
+/// A recalled holder still sending the changes it answered behind under its lease (its
+/// journal, docs/fuse.md "Write-behind") keeps it, for whoever waits on the recall, until
+/// a lease period after its latest change, but no longer than this after the recall
+/// (`DirLeases::draining`). Only a holder silent for a lease period is waited out: a busy
+/// or slow one (a journal of thousands of changes, a loaded machine) is waited for, so its
+/// changes apply before the change that recalled them and are not refused after it.
+/// The holder trusts nothing under a recalled lease (it stops caching and answering at
+/// the recall), so the extension never outlives a failover's guarantee.
+const RECALLED_DRAIN_MAX: Duration = Duration::from_secs(5);
 /// Expired leases are swept out every this many grants.
 const SWEEP_EVERY: u64 = 4096;
 
@@ -191,6 +200,9 @@ struct DirLeases {
     /// partition (`before_attrs_change`): no exclusive lease is granted until they are
     /// (`refresh_attrs`), or this passes.
     attrs_changing_until: Option<Instant>,
+    /// Recalled holders -> the latest their lease may be kept to by the changes they
+    /// still send (`RECALLED_DRAIN_MAX`). Only holders still in `holders`.
+    draining: BTreeMap<u64, Instant>,
 }
 
 /// The recalls of one directory's leases, as far as contention goes (`CONTENDED_FOR`).
@@ -249,6 +261,8 @@ impl DirLeases {
     /// Forgets expired holders (and an exclusive lease among them: `ended` counts it).
     fn sweep(&mut self, now: Instant, ended: &mut usize) {
         self.holders.retain(|_, end| *end > now);
+        let holders = &self.holders;
+        self.draining.retain(|h, _| holders.contains_key(h));
         self.attrs_changing(now);
         if self
             .exclusive
@@ -256,6 +270,28 @@ impl DirLeases {
         {
             self.exclusive = None;
             *ended += 1;
+        }
+    }
+
+    /// `holder`'s lease was recalled: its own changes keep it from now on (`draining`).
+    fn recalled_from(&mut self, holder: u64, now: Instant) {
+        self.draining
+            .entry(holder)
+            .or_insert(now + RECALLED_DRAIN_MAX);
+    }
+
+    /// A change by `client` here: if its lease is recalled and still held, it is sending
+    /// what it answered behind, so whoever waits for the recall waits a lease period more
+    /// (up to its bound). Wakes no one: waiters look again at the old end.
+    fn holder_sent(&mut self, client: u64, now: Instant) {
+        if let (Some(bound), Some(end)) =
+            (self.draining.get(&client), self.holders.get_mut(&client))
+            && *end > now
+        {
+            let kept = (now + LEASE_PERIOD).min(*bound);
+            if kept > *end {
+                *end = kept;
+            }
         }
     }
 
@@ -461,9 +497,10 @@ impl LeaseTable {
             };
             l.sweep(now, &mut ended);
             let holder = l.exclusive.filter(|h| Some(*h) != reader);
-            if holder.is_some() {
+            if let Some(h) = holder {
                 // Counted as a change by the reader: the holder's renewals are refused.
                 *l.pending.entry(reader).or_default() += 1;
+                l.recalled_from(h, now);
             }
             inner.exclusive -= ended;
             holder
@@ -508,6 +545,7 @@ impl LeaseTable {
             && let Some(l) = inner.dirs.get_mut(dir)
         {
             l.holders.remove(&holder);
+            l.draining.remove(&holder);
             if l.exclusive == Some(holder) {
                 l.exclusive = None;
                 inner.exclusive -= 1;
@@ -538,14 +576,19 @@ impl LeaseTable {
             let mut recall = |dir: &String, l: &mut DirLeases| {
                 let requester = requester_of(dir);
                 let mut any = false;
+                let mut recalled = Vec::new();
                 for (h, end) in &l.holders {
                     if marks && l.exclusive != Some(*h) {
                         continue;
                     }
                     if Some(*h) != requester && *end > now {
-                        waiting.push((dir.clone(), *h));
-                        any = true;
+                        recalled.push(*h);
                     }
+                }
+                for h in recalled {
+                    l.recalled_from(h, now);
+                    waiting.push((dir.clone(), h));
+                    any = true;
                 }
                 if any {
                     l.recalled.note(now);
@@ -567,6 +610,9 @@ impl LeaseTable {
                         }
                         let l = inner.dirs.entry(d.clone()).or_default();
                         *l.pending.entry(*r).or_default() += 1;
+                        if let Some(client) = r {
+                            l.holder_sent(*client, now);
+                        }
                         if !l.holders.is_empty() {
                             recall(d, l);
                         }

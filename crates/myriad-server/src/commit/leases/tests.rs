@@ -126,6 +126,76 @@ async fn a_holder_that_does_not_answer_is_waited_out_and_nothing_else_waits() {
     assert!(!t.renew("/x", 3));
 }
 
+/// Issue 47's refusal under load: a recalled exclusive holder still sending its journal
+/// is waited for past its lease end (each change it sends keeps it a lease period more, up
+/// to `RECALLED_DRAIN_MAX`); one gone silent is waited out one lease period after its
+/// last change.
+#[tokio::test(start_paused = true)]
+async fn a_recalled_holder_still_sending_its_changes_is_waited_for() {
+    let (t, _recalls) = table();
+    assert_eq!(t.grant("/w", 7, true).map(|g| g.exclusive), Some(true));
+    let started = Instant::now();
+    let read = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            t.before_attrs_change("/w", Some(8)).await;
+            Instant::now()
+        })
+    };
+    tokio::task::yield_now().await;
+    // Holder 7 sends a change every half lease for three lease periods.
+    let sending_for = 3 * LEASE_PERIOD;
+    while started.elapsed() < sending_for {
+        tokio::time::advance(LEASE_PERIOD / 2).await;
+        drop(t.before(dirs("/w"), Some(7)).await);
+        assert!(!read.is_finished(), "the recall waits while 7 sends");
+    }
+    let passed = read.await.unwrap_or_else(|e| panic!("{e}"));
+    let waited = passed - started;
+    assert!(
+        waited >= sending_for + LEASE_PERIOD - Duration::from_millis(1),
+        "{waited:?}"
+    );
+    assert!(
+        waited <= sending_for + LEASE_PERIOD + LEASE_PERIOD / 2,
+        "{waited:?}"
+    );
+
+    // A holder that keeps sending forever is waited for at most the bound.
+    assert_eq!(t.grant("/v", 5, true).map(|g| g.exclusive), Some(true));
+    let started = Instant::now();
+    let read = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            t.before_read("/v", Some(8)).await;
+            Instant::now()
+        })
+    };
+    tokio::task::yield_now().await;
+    while !read.is_finished() {
+        assert!(started.elapsed() <= RECALLED_DRAIN_MAX + LEASE_PERIOD);
+        tokio::time::advance(LEASE_PERIOD / 4).await;
+        drop(t.before(dirs("/v"), Some(5)).await);
+    }
+    let waited = read.await.unwrap_or_else(|e| panic!("{e}")) - started;
+    assert!(waited >= RECALLED_DRAIN_MAX - LEASE_PERIOD, "{waited:?}");
+    // Another client's change never extends 5's lease.
+    assert_eq!(t.grant("/u", 5, true).map(|g| g.exclusive), Some(true));
+    let started = Instant::now();
+    let read = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            t.before_read("/u", Some(8)).await;
+            Instant::now()
+        })
+    };
+    tokio::task::yield_now().await;
+    tokio::time::advance(LEASE_PERIOD / 2).await;
+    drop(t.before(dirs("/u"), Some(9)).await);
+    let waited = read.await.unwrap_or_else(|e| panic!("{e}")) - started;
+    assert!(waited <= LEASE_PERIOD, "{waited:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_change_of_everything_recalls_every_lease_and_holds_every_grant() {
     let (t, _recalls) = table();
