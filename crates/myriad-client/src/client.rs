@@ -35,6 +35,10 @@ const REDIRECT_WAIT_MIN: Duration = Duration::from_millis(10);
 const STALL_ASK_AFTER: Duration = Duration::from_millis(500);
 const DOWN_BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const DOWN_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// How long a request to a partition no copy of which is up in the client's map keeps
+/// asking for a newer map (a paused server is marked up again within a second of its
+/// return) before it fails.
+const NO_COPY_WAIT: Duration = Duration::from_secs(2);
 /// How long one server may take to tell its map when looking for a newer one.
 const MAP_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// `ClientConfig` defaults: a request's whole budget (retries included; long enough to ride
@@ -648,6 +652,7 @@ impl Client {
         let mut down_backoff = DOWN_BACKOFF_FIRST;
         let mut busy_rounds = 0u32;
         let mut refreshed_for_no_copy = false;
+        let mut no_copy_since: Option<tokio::time::Instant> = None;
         loop {
             let st = self.st();
             let pid = self.partition_for(&st, &route);
@@ -701,19 +706,29 @@ impl Client {
                 }
                 // No copy of the partition is up in our map. A server that was down and is
                 // back is up in a newer map we have not seen (nothing else would tell us:
-                // no request reaches a server): ask for it once. (Without this a client
-                // that saw a single-copy partition's server marked down failed every
-                // request to it for good.)
-                Err((FsError::Unavailable(_), None)) if !refreshed_for_no_copy => {
-                    refreshed_for_no_copy = true;
+                // no request reaches a server): ask for it, again after each pause, for
+                // `NO_COPY_WAIT`. (Without this a client that saw a single-copy partition's
+                // server marked down failed every request to it for good; asking only once
+                // failed requests made while a paused server was being marked up again.)
+                // A server down for longer fails requests to it in that time, not at the
+                // request's deadline.
+                Err((FsError::Unavailable(_), None)) => {
                     let before = st.map.epoch;
-                    self.refresh_map(pid).await;
-                    if self.st().map.epoch > before {
-                        continue;
+                    let no_copy_until =
+                        *no_copy_since.get_or_insert_with(tokio::time::Instant::now) + NO_COPY_WAIT;
+                    if refreshed_for_no_copy {
+                        let next = tokio::time::Instant::now() + down_backoff;
+                        if next >= deadline || next >= no_copy_until {
+                            return Err(FsError::Unavailable(format!(
+                                "no copy of partition {pid} is up (cluster map epoch {before})"
+                            )));
+                        }
+                        tokio::time::sleep(down_backoff).await;
+                        down_backoff = (down_backoff * 2).min(DOWN_BACKOFF_MAX);
                     }
-                    return Err(FsError::Unavailable(format!(
-                        "no copy of partition {pid} is up (cluster map epoch {before})"
-                    )));
+                    refreshed_for_no_copy = true;
+                    self.refresh_map(pid).await;
+                    continue;
                 }
                 Err((e, None)) => return Err(e),
                 Err((e, Some(_))) => Err(e),

@@ -607,6 +607,13 @@ pub(crate) fn detect(
     None
 }
 
+/// Whether the failure detector's rounds, `CHECK_EVERY` apart, stood still between
+/// `last` and `now` for long enough that its own pause, not the others', explains what it
+/// did not hear: half of `DOWN_AFTER`.
+pub(crate) fn paused(last: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(last) > DOWN_AFTER / 2
+}
+
 /// The servers down for longer than `grace` (their copies are then made elsewhere).
 pub(crate) fn past_grace(
     map: &ClusterMap,
@@ -655,8 +662,23 @@ pub(crate) fn start_tasks(membership: &Arc<Membership>) -> Vec<JoinHandle<()>> {
             let mut since: Option<Instant> = None;
             let mut tick = tokio::time::interval(CHECK_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_round = Instant::now();
             loop {
                 tick.tick().await;
+                let now = Instant::now();
+                if paused(last_round, now) && since.is_some() {
+                    // This leader itself stood still (SIGSTOP, a VM paused, a loaded host):
+                    // what it heard is as old as the pause, and the lease requests sent
+                    // meanwhile are still unread. It judges silence afresh from now, as a
+                    // new leader would (only later than before: never less safe), instead
+                    // of marking every server down for its own pause.
+                    tracing::warn!(
+                        paused_ms = (now - last_round).as_millis() as u64,
+                        "this leader was paused: judging who is silent afresh"
+                    );
+                    since = None;
+                }
+                last_round = now;
                 if m.group.is_leader() {
                     let s = match since {
                         Some(s) => s,

@@ -236,7 +236,12 @@ impl Drop for TestCluster {
                         }
                     }
                 }
-                let tail: Vec<&str> = lines.iter().rev().take(40).copied().collect();
+                // MYRIAD_TEST_LOG_LINES=N shows more (a failure under debug logging).
+                let keep = std::env::var("MYRIAD_TEST_LOG_LINES")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(40);
+                let tail: Vec<&str> = lines.iter().rev().take(keep).copied().collect();
                 eprintln!("---- node {} log (last {} lines) ----", n.id, tail.len());
                 for l in tail.iter().rev() {
                     eprintln!("{l}");

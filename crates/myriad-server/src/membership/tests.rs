@@ -186,3 +186,34 @@ fn copies_move_off_a_server_only_after_its_grace() {
     assert!(leaving(at(30)).is_empty());
     assert_eq!(leaving(at(62)), BTreeSet::from([S[2]]));
 }
+
+/// A leader that was itself paused (SIGSTOP: issue 48's CI run) heard nobody meanwhile:
+/// judged from the resumption, no server goes down for the leader's pause, and one that
+/// stays silent after it still does.
+#[test]
+fn a_paused_leader_judges_silence_from_its_resumption() {
+    let m = four();
+    let t0 = Instant::now();
+    let at = |s: f64| t0 + Duration::from_secs_f64(s);
+    let heard = |_: NodeId| Some(at(1.0));
+    // Rounds stood still from 1.0 s to 3.5 s: the pause is noticed.
+    assert!(paused(at(1.0), at(3.5)));
+    assert!(
+        !paused(at(1.0), at(1.1)),
+        "a round late by load is no pause"
+    );
+    // Judged from the leadership's start, everyone looks silent for 2.5 s.
+    assert!(detect(&m, S[0], (t0, at(3.5)), heard, |_| t0).is_some());
+    // Judged afresh from the resumption: nobody goes down...
+    let since = at(3.5);
+    assert!(detect(&m, S[0], (since, at(3.5)), heard, |_| since).is_none());
+    // ...until a server stays silent for DOWN_AFTER after the credit a new leader gives.
+    let later = since + DOWN_AFTER;
+    let heard_after = |id: NodeId| Some(if id == S[2] { at(1.0) } else { later });
+    let Some((_, Change::Down { server, .. })) =
+        detect(&m, S[0], (since, later), heard_after, |_| since)
+    else {
+        panic!("the silent server goes down in the end")
+    };
+    assert_eq!(server, S[2]);
+}

@@ -102,6 +102,16 @@ pub(super) enum Cached {
     Miss { popular: bool },
 }
 
+/// The first request number of a partition's subscriber side: the wall clock in
+/// microseconds, so a partition opened again (after a break in its primary's lease, or a
+/// restart) numbers its requests above those of its earlier incarnation, which the owners
+/// may still hold (`Replicas::subscribe`).
+fn first_seq() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+}
+
 impl Replicas {
     /// `restarted`: the node ran before on this data, so it may have had subscribers it has
     /// now forgotten; permission changes then wait one lease after start.
@@ -124,7 +134,7 @@ impl Replicas {
             config,
             started: Instant::now(),
             subscribers: std::sync::Mutex::new(BTreeMap::new()),
-            seq: AtomicU64::new(1),
+            seq: AtomicU64::new(first_seq()),
             stats: ReplicaStats::default(),
         }
     }
@@ -275,18 +285,26 @@ impl Replicas {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Records `node`'s subscription to `path` (request number `seq`); returns the lease
+    /// the owner keeps for it, which is all the subscriber may trust: where a newer request
+    /// decided already, only what is left of its subscription. (Answering a full lease
+    /// there let a subscriber partition opened again, whose numbers had started over,
+    /// keep a replica the owner no longer told of changes: a chmod returned, and that
+    /// partition denied access by the old mode.)
     pub fn subscribe(&self, path: &str, node: PartitionId, seq: u64) -> Duration {
-        if let Ok(mut subs) = self.subscribers.lock() {
-            let entry = subs.entry(path.to_string()).or_default();
-            let until = Instant::now() + self.config.lease;
-            match entry.get(&node) {
-                Some(&(_, held)) if held > seq => {} // a newer request already decided
-                _ => {
-                    entry.insert(node, (until, seq));
-                }
+        let Ok(mut subs) = self.subscribers.lock() else {
+            return Duration::ZERO;
+        };
+        let entry = subs.entry(path.to_string()).or_default();
+        let now = Instant::now();
+        match entry.get(&node) {
+            // A newer request already decided (requests run out of order).
+            Some(&(until, held)) if held > seq && until > now => until - now,
+            _ => {
+                entry.insert(node, (now + self.config.lease, seq));
+                self.config.lease
             }
         }
-        self.config.lease
     }
 
     pub fn unsubscribe(&self, path: &str, node: PartitionId, seq: u64) {
@@ -488,6 +506,31 @@ mod tests {
         r.subscribe("/d", PartitionId(7), 5); // a stale renew does not lower the sequence
         r.unsubscribe("/d", PartitionId(7), 11);
         assert_eq!(r.live_subscribers("/d").len(), 1);
+    }
+
+    /// A subscribe a newer request already decided is answered with what is left of the
+    /// subscription the owner keeps, never a fresh lease it does not keep.
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_subscribe_is_given_only_the_lease_the_owner_keeps() {
+        let cfg = ReplicationConfig::default_on();
+        let lease = cfg.lease;
+        let r = Replicas::new(cfg, false);
+        assert_eq!(r.subscribe("/d", PartitionId(7), 50), lease);
+        tokio::time::advance(lease / 2).await;
+        assert_eq!(r.subscribe("/d", PartitionId(7), 3), lease - lease / 2);
+        assert_eq!(r.live_subscribers("/d").len(), 1);
+        tokio::time::advance(lease).await;
+        // Its subscription ended: a request numbered lower subscribes anew (a clock that
+        // went back), and is told the whole lease it is kept for.
+        assert!(r.live_subscribers("/d").is_empty());
+        r.subscribe("/e", PartitionId(7), 50);
+        tokio::time::advance(2 * lease).await;
+        assert_eq!(r.subscribe("/e", PartitionId(7), 4), lease);
+        assert_eq!(r.live_subscribers("/e").len(), 1);
+        // A partition opened again numbers its requests above its earlier incarnation's.
+        std::thread::sleep(Duration::from_millis(2));
+        let again = Replicas::new(ReplicationConfig::default_on(), true);
+        assert!(again.next_seq() > r.next_seq());
     }
 
     #[test]
