@@ -61,7 +61,7 @@ pub enum ClusterCmd {
         #[arg(long)]
         client_key_file: Option<PathBuf>,
     },
-    /// Stop the servers of a local cluster (SIGTERM, then SIGKILL after 5 s).
+    /// Stop the servers of a local cluster (SIGINT: at once, no hand-over; SIGKILL after 5 s).
     Down {
         #[arg(long)]
         data_dir: PathBuf,
@@ -660,8 +660,10 @@ pub fn down(dir: &Path) -> anyhow::Result<()> {
         .map(|n| n.pid)
         .filter(|&p| pid_is_server(p))
         .collect();
+    // SIGINT: every server stops at once. (SIGTERM would have each hand its partitions to
+    // the others, which are stopping too.)
     for &p in &live {
-        signal(p, libc::SIGTERM);
+        signal(p, libc::SIGINT);
     }
     let start = Instant::now();
     while live.iter().any(|&p| pid_is_server(p)) && start.elapsed() < Duration::from_secs(5) {

@@ -452,7 +452,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
                     .with_context(|| format!("cannot listen on {addr}"))?
             }
         };
-        let shutdown = crate::signals::shutdown_signal();
+        let shutdown = crate::signals::server_stop_signal();
         myriad_server::run(listener, config, shutdown).await?;
         Ok(())
     })

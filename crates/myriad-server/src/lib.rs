@@ -74,11 +74,24 @@ pub enum ServerError {
     DiskFailed(String),
 }
 
+/// How a server is asked to stop (`run`'s `shutdown`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// A planned stop of this one server (SIGTERM: systemd, a container, a rolling restart):
+    /// it stops serving, then marks itself down through the cluster-map group, so its
+    /// partitions' copies take over at once rather than after the failure detector's wait
+    /// (`Membership::hand_over`); bounded, and skipped when no other server is up.
+    HandOver,
+    /// Stop at once (SIGINT: Ctrl-C, `cluster down` stopping every server together): the
+    /// others notice the silence as they would a crash.
+    Now,
+}
+
 /// Runs a node on `listener` until `shutdown` completes.
 pub async fn run(
     listener: TcpListener,
     config: ServerConfig,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = Stop>,
 ) -> Result<(), ServerError> {
     config
         .map
@@ -196,7 +209,7 @@ pub async fn run(
     }
     tokio::pin!(shutdown);
     tokio::select! {
-        () = &mut shutdown => {
+        _ = &mut shutdown => {
             acceptor.abort();
             host.clear();
             group.shutdown().await;
@@ -214,20 +227,28 @@ pub async fn run(
         },
     }
     tracing::info!(server = %host.id, partitions = host.nodes().len(), addr = %addr, "serving");
-    let disk_failed = tokio::select! {
-        () = shutdown => None,
-        e = host.syncer.failure() => Some(e),
+    let stop = tokio::select! {
+        s = shutdown => Ok(s),
+        e = host.syncer.failure() => Err(e),
     };
     acceptor.abort();
-    if let Some(e) = disk_failed {
-        tracing::error!(server = %host.id, "stopping: the disk failed an fsync: {e}");
-        host.clear();
-        group.shutdown().await;
-        return Err(ServerError::DiskFailed(e));
-    }
-    tracing::info!(server = %host.id, "shutting down");
+    let stop = match stop {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(server = %host.id, "stopping: the disk failed an fsync: {e}");
+            host.clear();
+            group.shutdown().await;
+            return Err(ServerError::DiskFailed(e));
+        }
+    };
+    tracing::info!(server = %host.id, ?stop, "shutting down");
     let _ = host.kv.sync();
+    // Serving ends first (partitions deposed, membership tasks ended: no lease asked for
+    // again), so a copy made primary by the hand-over never serves beside this server.
     host.clear();
+    if stop == Stop::HandOver {
+        membership.hand_over().await;
+    }
     group.shutdown().await;
     Ok(())
 }

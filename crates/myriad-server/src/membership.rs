@@ -47,6 +47,8 @@ const QUORUM_FRESH: Duration = Duration::from_millis(700);
 /// A server not heard from for this long is marked down; must be at least LEASE +
 /// QUORUM_FRESH (see the module comment).
 pub const DOWN_AFTER: Duration = Duration::from_millis(2300);
+/// The longest a planned stop spends handing its partitions over (`Membership::hand_over`).
+const HAND_OVER_MAX: Duration = Duration::from_secs(4);
 /// How often the leader looks at who it heard from.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// Moves in progress at once, cluster-wide: each copies a whole partition, and writes to it
@@ -310,6 +312,52 @@ impl Membership {
                 FsError::Unavailable(format!("cluster map change (epoch {epoch}): {e}"))
             })?;
         Ok(())
+    }
+
+    /// A planned stop: this server, which no longer serves anything (its partitions are
+    /// deposed and its lease is no longer renewed), marks itself down through the group, so
+    /// every partition it led gets its next in-sync copy as primary now, and the partitions
+    /// it copies go on without waiting for it: the failure detector's `DOWN_AFTER` of
+    /// silence is not waited. Started again, it is marked up by the leader as any server
+    /// heard again (it catches up as a backup). Skipped when no other server is up (nobody
+    /// could take over); bounded by `HAND_OVER_MAX` (a group without a majority cannot
+    /// commit: the others then detect the silence as usual).
+    pub(crate) async fn hand_over(&self) {
+        let started = Instant::now();
+        let work = async {
+            // The leader marks a down server up again when it asked for a lease within
+            // three renewal periods (`detect`): this server's last requests must be older
+            // than that when its mark-down commits, or it would be taken as back at once.
+            tokio::time::sleep(RENEW_EVERY * 3 + CHECK_EVERY).await;
+            for _ in 0..3 {
+                let map = self.group.map().unwrap_or_else(|| self.state().map.clone());
+                let others_up = map.nodes.iter().any(|n| n.id != self.id && map.is_up(n.id));
+                let Some(next) = map.mark_down(self.id).filter(|_| others_up) else {
+                    return;
+                };
+                let epoch = next.epoch;
+                match self.group.propose(next, HAND_OVER_MAX).await {
+                    Ok(_) => {
+                        tracing::info!(
+                            server = %self.id,
+                            epoch,
+                            took_ms = started.elapsed().as_millis() as u64,
+                            "handed this server's partitions to their copies (marked down)"
+                        );
+                        return;
+                    }
+                    // Another change came first: again from the map after it.
+                    Err(e) => tracing::debug!("hand-over at epoch {epoch}: {e}"),
+                }
+            }
+        };
+        if tokio::time::timeout(HAND_OVER_MAX, work).await.is_err() {
+            tracing::warn!(
+                server = %self.id,
+                "could not hand this server's partitions over in time: the others will \
+                 notice its silence"
+            );
+        }
     }
 
     /// The leader's periodic work; `since`: when this server became leader.

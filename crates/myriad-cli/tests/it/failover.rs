@@ -559,3 +559,90 @@ async fn a_sync_after_a_failover_reports_changes_the_old_primary_answered() {
         assert_eq!(data, b"synced", "/s/a{i}");
     }
 }
+
+/// The longest time between two acknowledged writes after `t` (and from `t` to the first).
+fn longest_gap_after(rec: &Mutex<Record>, t: Instant, until: Instant) -> Duration {
+    let r = rec.lock().unwrap_or_else(|p| p.into_inner());
+    let mut times: Vec<Instant> = r.times.iter().copied().filter(|&x| x > t).collect();
+    times.sort();
+    let mut last = t;
+    let mut longest = Duration::ZERO;
+    for x in times.into_iter().chain(std::iter::once(until)) {
+        longest = longest.max(x.saturating_duration_since(last));
+        last = x;
+    }
+    longest
+}
+
+/// Issue 48: a rolling restart under load. Each server in turn gets SIGTERM (a planned
+/// stop: it stops serving, then marks itself down through the group, so its partitions'
+/// copies take over without the failure detector's wait), is started again, and rejoins
+/// as a backup before the next goes. Not one write fails, none is lost, and no write
+/// waits as long as a crash's failover does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_fails_and_loses_no_write() {
+    let tc = TestCluster::start_with(3, &["--partitions-per-node", "2", "--replicas", "3"]);
+    let Writers {
+        admin,
+        rec,
+        stop,
+        jobs,
+    } = start_writers(&tc, 3).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut gaps = Vec::new();
+    for id in [1u32, 2, 3].map(NodeId) {
+        let pid = tc.pid(id);
+        let t = Instant::now();
+        // SAFETY: signalling a server process this test started.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        for _ in 0..1000 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z ") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stopped = t.elapsed();
+        let log = std::fs::read_to_string(tc.dir.path().join(format!("node-{id}.log")))
+            .unwrap_or_default();
+        assert!(
+            log.contains("handed this server's partitions to their copies"),
+            "server {id} did not hand over: {}",
+            log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+        );
+        // Writes go on while it is away.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        tc.restart(id);
+        tc.wait_up(&admin, id).await;
+        wait_map(&admin, Duration::from_secs(60), "caught up", |m| {
+            m.is_up(id) && m.partitions.iter().all(|p| !p.is_behind(id))
+        })
+        .await;
+        let gap = longest_gap_after(&rec, t, Instant::now());
+        eprintln!("server {id}: stopped in {stopped:?}, longest wait for a write {gap:?}");
+        gaps.push(gap);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_writers(stop, jobs).await;
+    let (acked, failed, not_once) = {
+        let r = rec.lock().unwrap_or_else(|p| p.into_inner());
+        (r.acked.clone(), r.failed.clone(), r.not_once.clone())
+    };
+    eprintln!(
+        "rolling restart: {} files acknowledged, {} failed, longest waits {gaps:?}",
+        acked.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
+    assert!(not_once.is_empty(), "not exactly once: {not_once:?}");
+    // A crash costs DOWN_AFTER (2.3 s) of silence before the copies take over.
+    for (i, g) in gaps.iter().enumerate() {
+        assert!(
+            *g < Duration::from_millis(2300),
+            "server {}: a write waited {g:?}, as long as a crash's failover",
+            i + 1
+        );
+    }
+    verify(&admin, &acked).await;
+    tc.fsck_until_clean().await;
+}
