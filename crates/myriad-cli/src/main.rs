@@ -85,6 +85,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one server node (data and metadata) in the foreground.
+    ///
+    /// SIGTERM is a planned stop: the server stops serving and marks itself down, so its
+    /// copies take over at once (restart it with the same command: it rejoins and catches
+    /// up). SIGINT (Ctrl-C) stops it at once; the others notice as after a crash.
     Server(server_cmd::ServerArgs),
     /// Start, stop and inspect a local multi-node cluster.
     #[command(subcommand)]
