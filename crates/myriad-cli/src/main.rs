@@ -29,6 +29,7 @@ mod join;
 mod keys;
 mod map_change;
 mod mount_cmd;
+mod mount_helper;
 mod netns;
 mod node_cmd;
 mod plot;
@@ -210,9 +211,33 @@ fn no_transparent_huge_pages() {
     let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
 
+/// The command line: this process's, or, started as `mount.myriad` by mount(8), the
+/// `myriad mount` command its arguments stand for (`mount_helper.rs`).
+fn command_line() -> Result<Cli, ExitCode> {
+    if !mount_helper::invoked_as_helper() {
+        return Ok(Cli::parse());
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let exe = std::env::current_exe()
+        .map(std::ffi::OsString::from)
+        .unwrap_or_else(|_| "myriad".into());
+    match mount_helper::plan(exe, &args) {
+        Ok(mount_helper::Plan::Mount(argv)) => Ok(Cli::parse_from(argv)),
+        Ok(mount_helper::Plan::Fake) => Err(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("{e}");
+            // mount(8)'s code for a usage or option error.
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
 fn main() -> ExitCode {
     no_transparent_huge_pages();
-    let cli = Cli::parse();
+    let cli = match command_line() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("MYRIAD_LOG").unwrap_or_else(|_| {
         let default = if matches!(cli.command, Command::Server(_) | Command::Mount(_)) {
             // openraft narrates every vote and heartbeat, and logs an error per retry to a dead

@@ -105,6 +105,22 @@ pub struct MountArgs {
     /// Log file for --daemon.
     #[arg(long)]
     pub log: Option<PathBuf>,
+    /// Mount read-only: the kernel refuses every change (EROFS).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Set-user-id and set-group-id bits are ignored on this mount (the kernel's nosuid).
+    #[arg(long)]
+    pub nosuid: bool,
+    /// Device files on this mount cannot be opened (the kernel's nodev).
+    #[arg(long)]
+    pub nodev: bool,
+    /// Programs on this mount cannot be run (the kernel's noexec).
+    #[arg(long)]
+    pub noexec: bool,
+    /// What `mount` and `df` show as the mount's source (default: "myriad"; mount.myriad
+    /// passes the cluster's addresses, shown joined by ';').
+    #[arg(long, value_name = "TEXT")]
+    pub source: Option<String>,
 }
 
 /// Whether `mountpoint` is a mount point now (per /proc/self/mountinfo).
@@ -201,6 +217,13 @@ pub fn run(
             }
         }),
         metrics_listen: args.metrics,
+        kernel: myriad_fuse::KernelOptions {
+            read_only: args.read_only,
+            nosuid: args.nosuid,
+            nodev: args.nodev,
+            noexec: args.noexec,
+            source: args.source.clone(),
+        },
     };
     let shown = args.mountpoint.display().to_string();
     myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}")).map_err(anyhow::Error::msg)
@@ -284,6 +307,19 @@ fn detach(
     }
     if let Some(m) = args.metrics {
         cmd.arg("--metrics").arg(m.to_string());
+    }
+    for (on, flag) in [
+        (args.read_only, "--read-only"),
+        (args.nosuid, "--nosuid"),
+        (args.nodev, "--nodev"),
+        (args.noexec, "--noexec"),
+    ] {
+        if on {
+            cmd.arg(flag);
+        }
+    }
+    if let Some(s) = &args.source {
+        cmd.arg("--source").arg(s);
     }
     cmd.stdin(std::process::Stdio::null())
         .stdout(out.try_clone()?)

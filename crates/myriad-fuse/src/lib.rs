@@ -58,6 +58,22 @@ pub struct MountConfig {
     pub auto_index: Option<AutoIndexing>,
     /// Serve the mount's metrics over HTTP here (`GET /metrics`; docs/metrics.md).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// What the kernel enforces on the mount itself (`mount -o ro,nosuid,...`).
+    pub kernel: KernelOptions,
+}
+
+/// Mount flags the kernel enforces (fstab's `ro`, `nosuid`, `nodev`, `noexec`), and the
+/// source `mount` lists.
+#[derive(Clone, Debug, Default)]
+pub struct KernelOptions {
+    /// Every write refused by the kernel (EROFS) before it reaches the mount.
+    pub read_only: bool,
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+    /// Shown as the mount's source (`/proc/mounts`, `df`): the cluster's addresses, say.
+    /// Default: "myriad".
+    pub source: Option<String>,
 }
 
 /// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
@@ -88,8 +104,16 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         rt: rt.handle().clone(),
     };
     let mut options = Config::default();
+    // Mount options are comma-separated: a list of addresses is shown joined by ';'.
+    let source = cfg
+        .kernel
+        .source
+        .as_deref()
+        .map(|s| s.replace(',', ";"))
+        .filter(|s| !s.is_empty() && !s.contains([' ', '\t', '\n', '\\']))
+        .unwrap_or_else(|| "myriad".into());
     options.mount_options = vec![
-        MountOption::FSName("myriad".into()),
+        MountOption::FSName(source),
         MountOption::Subtype("myriad".into()),
         MountOption::NoAtime,
         // The kernel checks permissions itself, from the attributes it holds, before it
@@ -99,6 +123,16 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         // rules, so a stale attribute can never grant more than the servers allow.
         MountOption::DefaultPermissions,
     ];
+    for (on, opt) in [
+        (cfg.kernel.read_only, MountOption::RO),
+        (cfg.kernel.nosuid, MountOption::NoSuid),
+        (cfg.kernel.nodev, MountOption::NoDev),
+        (cfg.kernel.noexec, MountOption::NoExec),
+    ] {
+        if on {
+            options.mount_options.push(opt);
+        }
+    }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if cfg.allow_other || root {

@@ -589,3 +589,141 @@ fn mount_lifecycle_signals_daemon_and_options() {
     assert!(err.contains("cannot reach the cluster"), "{err}");
     assert!(!crate::mount::is_mounted(dir.path()));
 }
+
+/// Issue 48: `mount -t myriad` and an fstab line mount from the servers' addresses and the
+/// client key alone (`mount.myriad`, a link to the binary), options become mount flags
+/// (`ro` is enforced by the kernel), unknown options are refused by name, and `umount`
+/// ends the mount.
+#[test]
+fn mount_t_myriad_and_an_fstab_line_mount_from_addresses() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: installing /sbin/mount.myriad and mounting need root");
+        return;
+    }
+    let helper = Path::new("/sbin/mount.myriad");
+    let bin = ok(fs::canonicalize(env!("CARGO_BIN_EXE_myriad")));
+    match fs::read_link(helper) {
+        Ok(t) if t == bin => {}
+        Ok(_) | Err(_) if helper.exists() || helper.is_symlink() => {
+            eprintln!("skipped: {} is someone else's", helper.display());
+            return;
+        }
+        _ => ok(std::os::unix::fs::symlink(&bin, helper)),
+    }
+    struct Remove<'a>(&'a Path);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(self.0);
+        }
+    }
+    let _remove = Remove(helper);
+    let cl = TestCluster::start(2);
+    let seeds: Vec<String> = cl.map.nodes.iter().map(|n| n.addr.clone()).collect();
+    let seeds = seeds.join(",");
+    let key = cl.dir.path().join("client.key");
+    let logs = ok(tempfile::tempdir());
+    let mount = |args: &[&str]| {
+        let out = ok(Command::new("mount").args(args).output());
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let umount = |dir: &Path| {
+        let out = ok(Command::new("umount").arg(dir).output());
+        assert!(
+            out.status.success(),
+            "umount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = Instant::now();
+        while crate::mount::is_mounted(dir) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!crate::mount::is_mounted(dir), "still mounted after umount");
+    };
+
+    // mount -t myriad ADDRESSES:/ DIR -o ...
+    let a = ok(tempfile::tempdir());
+    let opts = format!(
+        "secret_file={},allow_other,_netdev,log={}",
+        key.display(),
+        logs.path().join("a.log").display()
+    );
+    let (done, err) = mount(&[
+        "-t",
+        "myriad",
+        &format!("{seeds}:/"),
+        &a.path().display().to_string(),
+        "-o",
+        &opts,
+    ]);
+    assert!(done, "mount -t myriad: {err}");
+    assert!(crate::mount::is_mounted(a.path()));
+    let listed = ok(fs::read_to_string("/proc/self/mounts"));
+    let line = listed
+        .lines()
+        .find(|l| l.contains(&*a.path().to_string_lossy()))
+        .unwrap_or_default()
+        .to_string();
+    // The source lists the addresses (';' for ',': mount options are comma-separated).
+    assert!(
+        line.starts_with(&format!("{} ", seeds.replace(',', ";")))
+            && (line.contains(" fuse.myriad ") || line.contains(" fuse ")),
+        "{line}"
+    );
+    ok(fs::write(a.path().join("via-mount-t"), b"written"));
+    let c = cl.client();
+    let rt = ok(tokio::runtime::Runtime::new());
+    assert_eq!(
+        rt.block_on(c.read_all("/via-mount-t")).ok().as_deref(),
+        Some(&b"written"[..])
+    );
+    umount(a.path());
+
+    // An fstab line (mount -T FILE DIR reads it as /etc/fstab): ro is the kernel's.
+    let b = ok(tempfile::tempdir());
+    let fstab = logs.path().join("fstab");
+    ok(fs::write(
+        &fstab,
+        format!(
+            "# a Myriad mount\n{seeds}  {}  myriad  ro,_netdev,nofail,secret_file={},log={}  0  0\n",
+            b.path().display(),
+            key.display(),
+            logs.path().join("b.log").display()
+        ),
+    ));
+    let (done, err) = mount(&[
+        "-T",
+        &fstab.display().to_string(),
+        &b.path().display().to_string(),
+    ]);
+    assert!(done, "mount from fstab: {err}");
+    assert_eq!(ok(fs::read(b.path().join("via-mount-t"))), b"written");
+    let refused = fs::write(b.path().join("not-here"), b"x")
+        .err()
+        .and_then(|e| e.raw_os_error());
+    assert_eq!(refused, Some(libc::EROFS), "ro mount");
+    umount(b.path());
+
+    // Unknown options and subdirectories are refused with their names; nothing mounts.
+    let d = ok(tempfile::tempdir());
+    let (done, err) = mount(&[
+        "-t",
+        "myriad",
+        &seeds,
+        &d.path().display().to_string(),
+        "-o",
+        "bogus_option",
+    ]);
+    assert!(!done && err.contains("bogus_option"), "{err}");
+    let (done, err) = mount(&[
+        "-t",
+        "myriad",
+        &format!("{seeds}:/sub"),
+        &d.path().display().to_string(),
+    ]);
+    assert!(!done && err.contains("subdirectory"), "{err}");
+    assert!(!crate::mount::is_mounted(d.path()));
+}
