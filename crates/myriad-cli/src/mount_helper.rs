@@ -200,7 +200,7 @@ fn seeds_of(spec: &str) -> anyhow::Result<String> {
     if seeds.is_empty() {
         bail!("{NAME}: no server address in {spec:?} (SERVER:PORT[,SERVER:PORT...])");
     }
-    if sub.trim_end_matches('/') != "" {
+    if !sub.trim_end_matches('/').is_empty() {
         bail!(
             "{NAME}: mounting a subdirectory ({sub}) is not supported yet: mount the whole \
              file system ({seeds}:/ or {seeds})"
