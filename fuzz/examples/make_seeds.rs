@@ -567,6 +567,7 @@ fn hellos() -> Seeds {
         key_id,
         nonce: [0x11; 32],
         zone: "a".into(),
+        min_version: PROTOCOL_VERSION - 1,
     };
     let reply = |refused: Option<String>| HelloReply {
         version: PROTOCOL_VERSION,
@@ -579,6 +580,7 @@ fn hellos() -> Seeds {
             [0x33; 32]
         },
         refused,
+        newest: PROTOCOL_VERSION,
     };
     vec![
         (

@@ -16,6 +16,16 @@ fuzz_target!(|data: &[u8]| {
     let _ = roundtrip::<HelloReply>(data);
     let _ = roundtrip::<Auth>(data);
     let _ = roundtrip::<AuthReply>(data);
+    // What a server and a client actually read: this version's layout, else protocol 29's
+    // (docs/upgrades.md). Never a panic; what decodes encodes as this version again.
+    if let Ok(h) = Hello::decode_any(data) {
+        let again = myriad_proto::codec::encode(&h).unwrap_or_default();
+        assert_eq!(Hello::decode_any(&again).ok(), Some(h));
+    }
+    if let Ok(r) = HelloReply::decode_any(data) {
+        let again = myriad_proto::codec::encode(&r).unwrap_or_default();
+        assert_eq!(HelloReply::decode_any(&again).ok(), Some(r));
+    }
 
     // A key file: refused or a keyring; an accepted keyring is usable and knows its own keys.
     if let Ok(ring) = Keyring::parse(&String::from_utf8_lossy(data)) {

@@ -41,6 +41,10 @@ pub struct RpcConn {
     /// The peer's node id and map epoch from its hello reply.
     pub peer_node_id: myriad_proto::NodeId,
     pub peer_epoch: u64,
+    /// The protocol this connection speaks, and the newest the peer speaks
+    /// (docs/upgrades.md).
+    pub version: u16,
+    pub peer_newest: u16,
     /// When the connection was made, and when the last call started (ms after `born`): a
     /// connection idle for long may have been closed by the server's idle timeout just as a
     /// call goes out (the pool retries that call once). An atomic: every call stamps it.
@@ -72,17 +76,46 @@ impl RpcConn {
         zone: &str,
         keys: &Keyring,
     ) -> Result<RpcConn, FsError> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
-        let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
-        let mut reader = FramedRead::new(rd, frame_codec());
-        let mut writer = FramedWrite::new(wr, frame_codec());
-        writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
-        let (peer_node_id, peer_epoch) =
-            crate::handshake::client(addr, &mut reader, &mut writer, me, zone, keys).await?;
+        let mut offer = myriad_proto::PROTOCOL_VERSION;
+        loop {
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
+            let _ = stream.set_nodelay(true);
+            let (rd, wr) = stream.into_split();
+            let mut reader = FramedRead::new(rd, frame_codec());
+            let mut writer = FramedWrite::new(wr, frame_codec());
+            writer.set_backpressure_boundary(crate::frame::WRITE_BATCH_BYTES);
+            let shook = crate::handshake::client(
+                addr,
+                &mut reader,
+                &mut writer,
+                (me.clone(), zone),
+                keys,
+                offer,
+            )
+            .await?;
+            match shook {
+                crate::handshake::Shook::Done(h) => {
+                    return Ok(Self::start(addr, reader, writer, h));
+                }
+                // An older server refused what we offered, naming one we speak: again
+                // with that (a version only goes down, so this ends).
+                crate::handshake::Shook::OfferOlder(v) => {
+                    tracing::debug!(server = addr, offered = offer, again = v, "older server");
+                    offer = v;
+                }
+            }
+        }
+    }
 
+    /// Runs the connection's writer and reader tasks once the handshake is done.
+    fn start(
+        addr: &str,
+        mut reader: FramedRead<tokio::net::tcp::OwnedReadHalf, crate::frame::FrameCodec>,
+        mut writer: FramedWrite<tokio::net::tcp::OwnedWriteHalf, crate::frame::FrameCodec>,
+        h: crate::handshake::Handshaken,
+    ) -> RpcConn {
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(AtomicBool::new(false));
         let (tx, mut rx) = mpsc::channel::<Bytes>(SEND_QUEUE_MAX);
@@ -140,17 +173,19 @@ impl RpcConn {
             fail_all(&r_closed, &r_pending, "connection closed");
         });
 
-        Ok(RpcConn {
+        RpcConn {
             addr: addr.to_string(),
             tx,
             pending,
             next_id: AtomicU64::new(1),
             closed,
-            peer_node_id,
-            peer_epoch,
+            peer_node_id: h.node_id,
+            peer_epoch: h.epoch,
+            version: h.version,
+            peer_newest: h.newest,
             born: Instant::now(),
             last_used_ms: AtomicU64::new(0),
-        })
+        }
     }
 
     #[must_use]

@@ -8,7 +8,8 @@ use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::{Credential, Keyring, Nonce, proofs_equal};
 use myriad_proto::codec::{decode, encode};
 use myriad_proto::{
-    Auth, AuthReply, FsError, Hello, HelloReply, MAGIC, PROTOCOL_VERSION, PeerKind,
+    Auth, AuthReply, FsError, Hello, HelloReply, MAGIC, PROTOCOL_MIN, PROTOCOL_VERSION, PeerKind,
+    negotiate,
 };
 use rand::RngCore;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -26,6 +27,26 @@ pub struct Peer {
     pub credential: Credential,
     /// The zone it said it is in (docs/zones.md; `""` if it did not say), for counters.
     pub zone: std::sync::Arc<str>,
+    /// The protocol this connection speaks (docs/upgrades.md).
+    pub version: u16,
+}
+
+/// What a client's handshake learned of the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handshaken {
+    pub(crate) node_id: myriad_proto::NodeId,
+    pub(crate) epoch: u64,
+    /// The protocol the connection speaks, and the newest the server does.
+    pub(crate) version: u16,
+    pub(crate) newest: u16,
+}
+
+/// A client's handshake: done, or refused by an older server that speaks this version,
+/// which this client also speaks (connect again offering it: a server of 29 refuses any
+/// other version than its own).
+pub(crate) enum Shook {
+    Done(Handshaken),
+    OfferOlder(u16),
 }
 
 fn nonce() -> Nonce {
@@ -50,31 +71,35 @@ async fn recv(r: &mut Reader) -> std::io::Result<Bytes> {
     }
 }
 
-/// Client side: proves `keys`' connect key, checks the server's proof, and seals both halves.
-/// Returns the server's (node id, map epoch).
+/// Client side: offers protocol `offer` (and every one down to `PROTOCOL_MIN`), proves
+/// `keys`' connect key, checks the server's proof, and seals both halves.
 pub(crate) async fn client(
     addr: &str,
     r: &mut Reader,
     w: &mut Writer,
-    me: PeerKind,
-    zone: &str,
+    (me, zone): (PeerKind, &str),
     keys: &Keyring,
-) -> Result<(myriad_proto::NodeId, u64), FsError> {
+    offer: u16,
+) -> Result<Shook, FsError> {
     let io = |e: std::io::Error| FsError::Unavailable(format!("{addr}: {e}"));
     let key = keys.connect_key();
     let hello = Hello {
         magic: MAGIC,
-        version: PROTOCOL_VERSION,
+        version: offer,
         peer: me,
         key_id: key.map(|k| k.id()),
         nonce: nonce(),
         zone: zone.to_string(),
+        min_version: PROTOCOL_MIN,
     };
     let hello_bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;
     w.send(Bytes::from(hello_bytes.clone())).await.map_err(io)?;
     let reply_bytes = recv(r).await.map_err(io)?;
-    let reply: HelloReply =
-        decode(&reply_bytes).map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?;
+    let reply = HelloReply::decode_any(&reply_bytes)
+        .map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?;
+    if reply.refused.is_some() && (PROTOCOL_MIN..offer).contains(&reply.version) {
+        return Ok(Shook::OfferOlder(reply.version));
+    }
     if let Some(why) = reply.refused {
         return Err(FsError::Protocol(format!(
             "{addr} refused the connection: {why}"
@@ -103,7 +128,12 @@ pub(crate) async fn client(
     let (c2s, s2c) = key.session(&hello.nonce, &reply.nonce);
     w.encoder_mut().seal_with(c2s);
     r.decoder_mut().open_with(s2c);
-    Ok((reply.node_id, reply.epoch))
+    Ok(Shook::Done(Handshaken {
+        node_id: reply.node_id,
+        epoch: reply.epoch,
+        version: reply.version.min(offer),
+        newest: reply.newest,
+    }))
 }
 
 /// Why a handshake failed, for the server's log (the peer was told the same, if it could be).
@@ -134,7 +164,11 @@ async fn server_inner(
     busy: Option<String>,
 ) -> Result<Peer, Refusal> {
     let hello_bytes = recv(r).await.map_err(|e| format!("bad first frame: {e}"))?;
-    let hello = decode::<Hello>(&hello_bytes);
+    let hello = Hello::decode_any(&hello_bytes);
+    let version = hello
+        .as_ref()
+        .ok()
+        .and_then(|h| negotiate((h.min_version, h.version)));
     let key = match &hello {
         Ok(h) => h.key_id.and_then(|id| keys.find(&id)),
         Err(_) => None,
@@ -142,9 +176,10 @@ async fn server_inner(
     let refused = match (&hello, key, busy) {
         (Err(e), _, _) => Some(format!("malformed hello: {e}")),
         (Ok(h), _, _) if h.magic != MAGIC => Some("not a Myriad peer (bad magic)".to_string()),
-        (Ok(h), _, _) if h.version != PROTOCOL_VERSION => Some(format!(
-            "protocol version {} not supported (this server speaks {PROTOCOL_VERSION})",
-            h.version
+        (Ok(h), _, _) if version.is_none() => Some(format!(
+            "protocol versions {}-{} not supported (this server speaks \
+             {PROTOCOL_MIN}-{PROTOCOL_VERSION})",
+            h.min_version, h.version
         )),
         (_, _, Some(why)) => Some(why),
         (Ok(h), _, _) if !myriad_proto::zone_name_ok(&h.zone) => {
@@ -171,12 +206,13 @@ async fn server_inner(
         _ => [0u8; 32],
     };
     let reply = HelloReply {
-        version: PROTOCOL_VERSION,
+        version: version.unwrap_or(PROTOCOL_VERSION),
         node_id,
         epoch,
         refused: refused.clone(),
         nonce: nonce_s,
         proof,
+        newest: PROTOCOL_VERSION,
     };
     let reply_bytes = encode(&reply).map_err(|e| e.to_string())?;
     let sent = w.send(Bytes::from(reply_bytes.clone())).await;
@@ -204,5 +240,9 @@ async fn server_inner(
         kind: hello.peer,
         credential: key.credential,
         zone: hello.zone.into(),
+        version: version.unwrap_or(PROTOCOL_MIN),
     })
 }
+
+#[cfg(test)]
+mod tests;

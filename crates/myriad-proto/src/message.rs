@@ -57,7 +57,25 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 29: the client a peer request carries a change on for (`PeerRequest::acting_for`:
 /// `client` of `RenamePrepare`, `RenameCommit`, `PutLinkRef`, `DirObjectRemove`);
 /// `FsError::TooManyLinks`.
-pub const PROTOCOL_VERSION: u16 = 29;
+/// 30: versions are negotiated (docs/upgrades.md): `Hello::min_version` and
+/// `HelloReply::newest`, appended (a peer of 29 ignores them, and its hello and reply are
+/// read by `Hello::decode_any` and `HelloReply::decode_any`). Nothing else changed: 30
+/// speaks 29 with a peer that only speaks 29.
+pub const PROTOCOL_VERSION: u16 = 30;
+
+/// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
+/// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a
+/// connection's negotiated version gates. A change that breaks that (a field inserted, a
+/// variant reordered) raises it, and a rolling upgrade must then go through each release.
+pub const PROTOCOL_MIN: u16 = 29;
+
+/// The version two peers speak: the newest both speak, if their ranges meet (`theirs`:
+/// the other side's oldest and newest).
+#[must_use]
+pub fn negotiate((oldest, newest): (u16, u16)) -> Option<u16> {
+    let v = newest.min(PROTOCOL_VERSION);
+    (v >= oldest && v >= PROTOCOL_MIN).then_some(v)
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerKind {
@@ -76,6 +94,40 @@ pub struct Hello {
     pub nonce: Nonce,
     /// The zone the peer is in (docs/zones.md; `""`: not known), for traffic counters.
     pub zone: String,
+    /// The oldest protocol the sender speaks (`version` is its newest, or the one it
+    /// offers). Since 30; a hello of 29 ends before it (`decode_any`).
+    pub min_version: u16,
+}
+
+/// The hello of protocol 29, as it was on the wire (postcard: the fields in order), to read
+/// a peer of 29. Frozen: never change it.
+#[derive(Deserialize)]
+struct HelloV29 {
+    magic: u32,
+    version: u16,
+    peer: PeerKind,
+    key_id: Option<KeyId>,
+    nonce: Nonce,
+    zone: String,
+}
+
+impl Hello {
+    /// Reads a hello of any version this build knows: 30 on, or 29 (whose sender speaks 29
+    /// only). A peer of 29 reads a hello of 30 as its own (postcard leaves trailing bytes).
+    pub fn decode_any(bytes: &[u8]) -> Result<Hello, crate::codec::DecodeError> {
+        crate::codec::decode::<Hello>(bytes).or_else(|e| {
+            let old = crate::codec::decode::<HelloV29>(bytes).map_err(|_| e)?;
+            Ok(Hello {
+                magic: old.magic,
+                version: old.version,
+                peer: old.peer,
+                key_id: old.key_id,
+                nonce: old.nonce,
+                zone: old.zone,
+                min_version: old.version,
+            })
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +140,39 @@ pub struct HelloReply {
     pub nonce: Nonce,
     /// The server's proof that it holds the key the client named (zero when refused).
     pub proof: Proof,
+    /// The newest protocol the server speaks (`version` is the one this connection speaks,
+    /// or, refused, the newest). Since 30; a reply of 29 ends before it (`decode_any`).
+    pub newest: u16,
+}
+
+/// The hello reply of protocol 29, as it was on the wire. Frozen: never change it.
+#[derive(Deserialize)]
+struct HelloReplyV29 {
+    version: u16,
+    node_id: NodeId,
+    epoch: u64,
+    refused: Option<String>,
+    nonce: Nonce,
+    proof: Proof,
+}
+
+impl HelloReply {
+    /// Reads a reply of any version this build knows (29: the server's newest is its
+    /// `version`).
+    pub fn decode_any(bytes: &[u8]) -> Result<HelloReply, crate::codec::DecodeError> {
+        crate::codec::decode::<HelloReply>(bytes).or_else(|e| {
+            let old = crate::codec::decode::<HelloReplyV29>(bytes).map_err(|_| e)?;
+            Ok(HelloReply {
+                version: old.version,
+                node_id: old.node_id,
+                epoch: old.epoch,
+                refused: old.refused,
+                nonce: old.nonce,
+                proof: old.proof,
+                newest: old.version,
+            })
+        })
+    }
 }
 
 /// The client's proof, third message of a connection.
@@ -409,5 +494,70 @@ mod size_tests {
             "Response is {resp} bytes: box the large variant"
         );
         assert!(req <= 512, "Request is {req} bytes: box the large variant");
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+    use crate::codec::{decode, encode};
+
+    fn hello(version: u16, min_version: u16) -> Hello {
+        Hello {
+            magic: MAGIC,
+            version,
+            peer: PeerKind::Server { node_id: NodeId(3) },
+            key_id: None,
+            nonce: [9; 32],
+            zone: "a".into(),
+            min_version,
+        }
+    }
+
+    #[test]
+    fn versions_meet_at_the_newest_both_speak() {
+        assert_eq!(
+            negotiate((PROTOCOL_MIN, PROTOCOL_VERSION)),
+            Some(PROTOCOL_VERSION)
+        );
+        assert_eq!(negotiate((29, 29)), Some(29), "a peer of 29");
+        assert_eq!(negotiate((29, 40)), Some(PROTOCOL_VERSION), "a newer peer");
+        assert_eq!(
+            negotiate((31, 40)),
+            None,
+            "a peer that no longer speaks ours"
+        );
+        assert_eq!(negotiate((20, 28)), None, "a peer older than our oldest");
+    }
+
+    /// Peers of 29 read hellos and replies of 30 as their own, and 30 reads theirs.
+    #[test]
+    fn hellos_and_replies_of_29_and_30_read_each_other() {
+        let new = hello(30, 29);
+        let bytes = encode(&new).unwrap_or_default();
+        let as_29 = decode::<HelloV29>(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((as_29.version, as_29.zone.as_str()), (30, "a"));
+        assert_eq!(Hello::decode_any(&bytes).ok(), Some(new.clone()));
+        // A hello of 29 is a hello of 30 without its last field.
+        let old = hello(29, 29);
+        let mut bytes = encode(&old).unwrap_or_default();
+        bytes.pop();
+        assert!(decode::<Hello>(&bytes).is_err());
+        assert_eq!(Hello::decode_any(&bytes).ok(), Some(old));
+        let reply = HelloReply {
+            version: 29,
+            node_id: NodeId(2),
+            epoch: 7,
+            refused: None,
+            nonce: [1; 32],
+            proof: [2; 32],
+            newest: 29,
+        };
+        let mut bytes = encode(&reply).unwrap_or_default();
+        let as_29 = decode::<HelloReplyV29>(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((as_29.version, as_29.epoch), (29, 7));
+        bytes.pop();
+        assert_eq!(HelloReply::decode_any(&bytes).ok(), Some(reply));
+        assert!(Hello::decode_any(&[1, 2, 3]).is_err());
     }
 }

@@ -136,6 +136,7 @@ impl EmbeddedServer {
             kind,
             credential: Credential::Cluster,
             zone: zone.into(),
+            version: myriad_proto::PROTOCOL_VERSION,
         };
         self.host.clone().handle(peer, frame)
     }

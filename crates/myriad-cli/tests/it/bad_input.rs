@@ -61,6 +61,8 @@ fn hello(magic: u32, version: u16, key: Option<&ClusterKey>) -> Hello {
         key_id: key.map(ClusterKey::id),
         nonce: [5; 32],
         zone: String::new(),
+        // Exactly this version: a test of one version's refusal.
+        min_version: version,
     }
 }
 

@@ -2,7 +2,8 @@
 //! namespace with its own address; the first makes the cluster with `server --init`, four
 //! others join it with `--join ADDRESS` and the cluster secret while a client writes;
 //! clients know nothing but an address and the client key. Then a whole host dies under
-//! writes and a sixth joins in its place.
+//! writes and a sixth joins in its place; a client host mounts from an fstab line; and
+//! every server is restarted in turn under writes (SIGTERM: a planned stop).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -355,6 +356,151 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
     assert!(listed.contains(", 5 servers,"), "{listed}");
     assert!(!listed.contains(&lead), "{listed}");
     assert_eq!(listed.matches(" up ").count(), 5, "{listed}");
+
+    // A client host mounts from an fstab line that names one server and the client key,
+    // through mount(8) and the mount.myriad helper.
+    if let Some(_helper) = crate::mount::mount_helper() {
+        let mnt = h.home(5).join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap_or_else(|e| panic!("{e}"));
+        let fstab = h.home(5).join("fstab");
+        std::fs::write(
+            &fstab,
+            format!(
+                "{}  {}  myriad  _netdev,nofail,secret_file={key5},log={}  0  0\n",
+                addr(&h, 2),
+                mnt.display(),
+                h.home(5).join("mount.log").display()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let out = h
+            .command(5, "mount")
+            .arg("-T")
+            .arg(&fstab)
+            .arg(&mnt)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "mount from fstab: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read(mnt.join("w/f0")).unwrap_or_else(|e| panic!("{e}")),
+            b"file 0"
+        );
+        std::fs::write(mnt.join("w/from-the-mount"), b"mounted").unwrap_or_else(|e| panic!("{e}"));
+        let out = std::process::Command::new("umount")
+            .arg(&mnt)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (_, data) = rt
+            .block_on(fresh.fetch("/w/from-the-mount"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(data, b"mounted");
+    }
+
+    // A rolling restart of every server, one host at a time, as `systemctl restart`
+    // does it (SIGTERM, then the same data directory and address again), while a client
+    // writes: no write fails, and each server is back up with its copies caught up
+    // before the next goes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (client.clone(), stop.clone());
+        let handle = rt.handle().clone();
+        std::thread::spawn(move || {
+            let (mut done, mut longest) = (0u32, Duration::ZERO);
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let body = format!("rolling {done}");
+                handle
+                    .block_on(client.create(&format!("/w/r{done}"), 0o644, true, body.as_bytes()))
+                    .unwrap_or_else(|e| panic!("write {done} failed in the rolling restart: {e}"));
+                longest = longest.max(t.elapsed());
+                done += 1;
+            }
+            (done, longest)
+        })
+    };
+    let rolling = Instant::now();
+    for k in (1..=6).filter(|k| *k != victim) {
+        let t = Instant::now();
+        h.stop_host(k);
+        let stopped = t.elapsed();
+        let (l, advertised) = if k == 5 {
+            (listen_any.clone(), Some(a5.clone()))
+        } else {
+            (addr(&h, k), None)
+        };
+        let d = data(&h, k);
+        let secret_k = if k == 1 {
+            secret.clone()
+        } else {
+            h.home(k).join("cluster.secret")
+        };
+        let s = secret_k.display().to_string();
+        let mut args = vec![
+            "server",
+            "--data-dir",
+            &d,
+            "--listen",
+            &l,
+            "--secret-file",
+            &s,
+        ];
+        if let Some(a) = &advertised {
+            args.extend(["--advertise", a.as_str()]);
+        }
+        h.spawn(k, "server-restarted.log", &args);
+        let me = advertised.unwrap_or_else(|| addr(&h, k));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let m = rt.block_on(client.newest_map());
+            let id = m.nodes.iter().find(|n| n.addr == me).map(|n| n.id);
+            let back = id.is_some_and(|id| {
+                m.is_up(id) && m.moves().is_empty() && m.partitions.iter().all(|p| !p.is_behind(id))
+            });
+            if back {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "host {k} not back after 120 s:\n{}",
+                h.log_tail(k, "server-restarted.log")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!(
+            "host {k}: stopped in {:.2} s, back and caught up {:.1} s after SIGTERM",
+            stopped.as_secs_f64(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let rolling_secs = rolling.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (restarted_writes, longest) = writer
+        .join()
+        .unwrap_or_else(|_| panic!("a write failed during the rolling restart"));
+    eprintln!(
+        "rolling restart of 5 hosts: {rolling_secs:.1} s, {restarted_writes} files written, \
+         none failed, the longest write took {:.2} s",
+        longest.as_secs_f64()
+    );
+    assert!(
+        longest < Duration::from_millis(2300),
+        "a write waited {longest:?}: as long as a crash's failover"
+    );
+    for i in 0..restarted_writes {
+        let (_, data) = rt
+            .block_on(fresh.fetch(&format!("/w/r{i}")))
+            .unwrap_or_else(|e| panic!("/w/r{i}: {e}"));
+        assert_eq!(data, format!("rolling {i}").into_bytes());
+    }
 
     // --init on a member's data directory never makes a new cluster: with another address
     // it is refused (with its own it starts the server as it was: join.rs's unit test).

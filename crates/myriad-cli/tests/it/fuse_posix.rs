@@ -601,23 +601,10 @@ fn mount_t_myriad_and_an_fstab_line_mount_from_addresses() {
         eprintln!("skipped: installing /sbin/mount.myriad and mounting need root");
         return;
     }
-    let helper = Path::new("/sbin/mount.myriad");
-    let bin = ok(fs::canonicalize(env!("CARGO_BIN_EXE_myriad")));
-    match fs::read_link(helper) {
-        Ok(t) if t == bin => {}
-        Ok(_) | Err(_) if helper.exists() || helper.is_symlink() => {
-            eprintln!("skipped: {} is someone else's", helper.display());
-            return;
-        }
-        _ => ok(std::os::unix::fs::symlink(&bin, helper)),
-    }
-    struct Remove<'a>(&'a Path);
-    impl Drop for Remove<'_> {
-        fn drop(&mut self) {
-            let _ = fs::remove_file(self.0);
-        }
-    }
-    let _remove = Remove(helper);
+    let Some(_helper) = crate::mount::mount_helper() else {
+        eprintln!("skipped: /sbin/mount.myriad is someone else's");
+        return;
+    };
     let cl = TestCluster::start(2);
     let seeds: Vec<String> = cl.map.nodes.iter().map(|n| n.addr.clone()).collect();
     let seeds = seeds.join(",");

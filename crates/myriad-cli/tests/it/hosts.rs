@@ -106,6 +106,40 @@ impl Hosts {
         c
     }
 
+    /// `program` (any, not only myriad) in host `k`'s network namespace.
+    pub fn command(&self, k: u32, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.ns(k)))
+            .arg("--")
+            .arg(program);
+        c
+    }
+
+    /// Stops every process started on host `k` with SIGTERM (a planned stop: a server
+    /// hands its partitions over), and waits for them to end (SIGKILL after 20 s).
+    pub fn stop_host(&mut self, k: u32) {
+        for (h, c) in &mut self.procs {
+            if *h != k {
+                continue;
+            }
+            if let Ok(pid) = i32::try_from(c.id()) {
+                // SAFETY: signalling a child this harness started and has not reaped.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while c.try_wait().ok().flatten().is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        self.procs
+            .retain_mut(|(h, c)| *h != k || c.try_wait().ok().flatten().is_none());
+    }
+
     /// Starts `myriad ARGS` on host `k` in the background, its output in `log` under the
     /// host's directory.
     pub fn spawn(&mut self, k: u32, log: &str, args: &[&str]) {

@@ -214,3 +214,41 @@ pub fn sh(dir: &Path, script: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
+
+/// `/sbin/mount.myriad`, a link to the binary under test, for tests that run `mount -t
+/// myriad`: installed while the guard lives, and the tests that use it take turns (one
+/// removing it under another's feet would fail that one).
+pub struct MountHelper {
+    _turn: std::sync::MutexGuard<'static, ()>,
+    created: bool,
+}
+
+const HELPER: &str = "/sbin/mount.myriad";
+
+/// The helper, installed; `None` when /sbin/mount.myriad is some other program's.
+pub fn mount_helper() -> Option<MountHelper> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let helper = Path::new(HELPER);
+    let bin = std::fs::canonicalize(BIN).unwrap_or_else(|e| panic!("{e}"));
+    let created = match std::fs::read_link(helper) {
+        Ok(t) if t == bin => false,
+        _ if helper.exists() || helper.is_symlink() => return None,
+        _ => {
+            std::os::unix::fs::symlink(&bin, helper).unwrap_or_else(|e| panic!("{e}"));
+            true
+        }
+    };
+    Some(MountHelper {
+        _turn: turn,
+        created,
+    })
+}
+
+impl Drop for MountHelper {
+    fn drop(&mut self) {
+        if self.created {
+            let _ = std::fs::remove_file(HELPER);
+        }
+    }
+}

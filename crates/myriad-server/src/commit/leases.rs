@@ -280,9 +280,10 @@ impl DirLeases {
             .or_insert(now + RECALLED_DRAIN_MAX);
     }
 
-    /// A change by `client` here: if its lease is recalled and still held, it is sending
-    /// what it answered behind, so whoever waits for the recall waits a lease period more
-    /// (up to its bound). Wakes no one: waiters look again at the old end.
+    /// A change (or a renewal) by `client` here: if its lease is recalled and still held,
+    /// it is sending what it answered behind, so whoever waits for the recall waits a
+    /// lease period more (up to its bound). Wakes no one: waiters look again at the old
+    /// end.
     fn holder_sent(&mut self, client: u64, now: Instant) {
         if let (Some(bound), Some(end)) =
             (self.draining.get(&client), self.holders.get_mut(&client))
@@ -530,6 +531,15 @@ impl LeaseTable {
             return false;
         };
         let changing = all_pending > 0 || l.changing_for(holder);
+        if changing && l.exclusive == Some(holder) {
+            // A recalled exclusive holder renews while it sends its journal (the client
+            // keeps renewing a dropped lease whose changes are unsent): alive and working,
+            // so whoever waits for the recall waits on, up to the bound. Still refused: it
+            // trusts nothing under the lease any more. (Only the journal's own changes kept
+            // it before; a client starved of CPU sent none within a lease period, and the
+            // chmod it waited for applied first.)
+            l.holder_sent(holder, now);
+        }
         match l.holders.get_mut(&holder) {
             Some(end) if *end > now && !changing => {
                 *end = now + LEASE_PERIOD;

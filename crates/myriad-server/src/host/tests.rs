@@ -245,6 +245,7 @@ async fn a_partition_request_from_a_server_not_its_primary_is_refused() {
             kind: myriad_proto::PeerKind::Server { node_id },
             credential: myriad_proto::auth::Credential::Cluster,
             zone: "".into(),
+            version: myriad_proto::PROTOCOL_VERSION,
         };
         myriad_net::Handler::handle(h.clone(), peer, frame)
     };

@@ -179,6 +179,26 @@ async fn a_recalled_holder_still_sending_its_changes_is_waited_for() {
     }
     let waited = read.await.unwrap_or_else(|e| panic!("{e}")) - started;
     assert!(waited >= RECALLED_DRAIN_MAX - LEASE_PERIOD, "{waited:?}");
+    // Renewals of a recalled exclusive holder (its journal still sending) keep it too,
+    // refused all the same.
+    assert_eq!(t.grant("/t", 6, true).map(|g| g.exclusive), Some(true));
+    let started = Instant::now();
+    let read = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            t.before_read("/t", Some(8)).await;
+            Instant::now()
+        })
+    };
+    tokio::task::yield_now().await;
+    for _ in 0..8 {
+        tokio::time::advance(LEASE_PERIOD / 2).await;
+        assert!(!t.renew("/t", 6), "refused while the recall waits");
+        assert!(!read.is_finished(), "alive: waited for");
+    }
+    t.release("/t", 6);
+    let waited = read.await.unwrap_or_else(|e| panic!("{e}")) - started;
+    assert!(waited >= 4 * LEASE_PERIOD, "{waited:?}");
     // Another client's change never extends 5's lease.
     assert_eq!(t.grant("/u", 5, true).map(|g| g.exclusive), Some(true));
     let started = Instant::now();
