@@ -135,6 +135,9 @@ impl Lease {
 pub(crate) struct Heard {
     at: Mutex<BTreeMap<NodeId, Instant>>,
     listed: Mutex<BTreeMap<NodeId, Instant>>,
+    /// When this leader first saw each server down in its map: only a lease request heard
+    /// after that brings it back up (`since_down`).
+    down_seen: Mutex<BTreeMap<NodeId, Instant>>,
 }
 
 impl Heard {
@@ -165,6 +168,31 @@ impl Heard {
 
     fn last(&self, id: NodeId) -> Option<Instant> {
         self.at.lock().ok().and_then(|g| g.get(&id).copied())
+    }
+
+    /// Notes which servers `map` has down (from `now` if newly so), forgetting the others.
+    fn saw_down(&self, map: &ClusterMap, now: Instant) {
+        if let Ok(mut g) = self.down_seen.lock() {
+            g.retain(|id, _| map.node(*id).is_some_and(|n| n.state == NodeState::Down));
+            for n in &map.nodes {
+                if n.state == NodeState::Down {
+                    g.entry(n.id).or_insert(now);
+                }
+            }
+        }
+    }
+
+    /// When server `id` was last heard, for the detector: a server seen down counts as
+    /// heard only from a request after it was seen down. (A server that marked itself
+    /// down to stop, `Membership::hand_over`, was heard just before: without this it was
+    /// taken as back at once.)
+    fn since_down(&self, id: NodeId) -> Option<Instant> {
+        let last = self.last(id)?;
+        let down = self.down_seen.lock().ok().and_then(|g| g.get(&id).copied());
+        match down {
+            Some(d) if last <= d => None,
+            _ => Some(last),
+        }
     }
 }
 
@@ -324,11 +352,9 @@ impl Membership {
     /// commit: the others then detect the silence as usual).
     pub(crate) async fn hand_over(&self) {
         let started = Instant::now();
+        // Its lease requests stopped with its tasks: the leader takes it as back only on
+        // one heard after it saw it down (`Heard::since_down`), so it proposes at once.
         let work = async {
-            // The leader marks a down server up again when it asked for a lease within
-            // three renewal periods (`detect`): this server's last requests must be older
-            // than that when its mark-down commits, or it would be taken as back at once.
-            tokio::time::sleep(RENEW_EVERY * 3 + CHECK_EVERY).await;
             for _ in 0..3 {
                 let map = self.group.map().unwrap_or_else(|| self.state().map.clone());
                 let others_up = map.nodes.iter().any(|n| n.id != self.id && map.is_up(n.id));
@@ -372,7 +398,8 @@ impl Membership {
             return;
         };
         let now = Instant::now();
-        let heard = |id| self.heard.last(id);
+        self.heard.saw_down(&map, now);
+        let heard = |id| self.heard.since_down(id);
         let listed = |id| self.heard.listed_since(id);
         if let Some((next, change)) = detect(&map, self.id, (since, now), heard, listed) {
             match change {

@@ -182,7 +182,12 @@ impl Hosts {
             .lines()
             .filter(|l| !l.contains("lsm_tree") && !l.contains("fjall"))
             .collect();
-        lines[lines.len().saturating_sub(25)..].join("\n")
+        // MYRIAD_TEST_LOG_LINES=N shows more (as the local harness).
+        let keep = std::env::var("MYRIAD_TEST_LOG_LINES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(25);
+        lines[lines.len().saturating_sub(keep)..].join("\n")
     }
 
     /// Copies a key file into host `k`'s directory (mode 0600), as an administrator would.
@@ -199,7 +204,9 @@ impl Drop for Hosts {
     fn drop(&mut self) {
         if std::thread::panicking() {
             for k in 1..=self.count {
-                eprintln!("---- host {k} ----\n{}", self.log_tail(k, "server.log"));
+                for log in ["server.log", "server-restarted.log"] {
+                    eprintln!("---- host {k} {log} ----\n{}", self.log_tail(k, log));
+                }
             }
         }
         for (_, c) in &mut self.procs {

@@ -217,3 +217,45 @@ fn a_paused_leader_judges_silence_from_its_resumption() {
     };
     assert_eq!(server, S[2]);
 }
+
+/// A server that marks itself down to stop (`hand_over`) was heard just before: the
+/// leader does not take that as its return, only a request after it saw it down.
+#[tokio::test(start_paused = true)]
+async fn a_server_seen_down_is_back_only_when_heard_after() {
+    let heard = Heard::default();
+    let m = four();
+    heard.note(S[1]);
+    assert!(heard.since_down(S[1]).is_some(), "up: as heard");
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let down = m.mark_down(S[1]).unwrap_or_else(|| panic!("up"));
+    heard.saw_down(&down, Instant::now());
+    assert_eq!(
+        heard.since_down(S[1]),
+        None,
+        "heard before it was seen down"
+    );
+    let (since, now) = (Instant::now(), Instant::now());
+    assert!(
+        detect(
+            &down,
+            S[0],
+            (since, now),
+            |id| heard.since_down(id),
+            |_| since
+        )
+        .is_none(),
+        "not marked up again at once"
+    );
+    tokio::time::advance(Duration::from_millis(250)).await;
+    heard.note(S[1]);
+    assert!(heard.since_down(S[1]).is_some());
+    let now = Instant::now();
+    assert!(matches!(
+        detect(&down, S[0], (since, now), |id| heard.since_down(id), |_| since),
+        Some((_, Change::Up { server })) if server == S[1]
+    ));
+    // Marked up: forgotten as down.
+    let up = down.mark_up(S[1]).unwrap_or_else(|| panic!("down"));
+    heard.saw_down(&up, now);
+    assert!(heard.since_down(S[1]).is_some());
+}
