@@ -24,6 +24,31 @@ fn settled(m: &ClusterMap, servers: usize) -> bool {
         })
 }
 
+/// A thread creating `/w/{prefix}N` holding "{word} N", N = 0, 1, ... until told to stop;
+/// any failed write fails it. Returns how many it wrote and the longest one took.
+fn start_writer(
+    client: &Arc<Client>,
+    handle: &tokio::runtime::Handle,
+    (prefix, word): (&'static str, &'static str),
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<(u32, Duration)>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (client, flag, handle) = (client.clone(), stop.clone(), handle.clone());
+    let thread = std::thread::spawn(move || {
+        let (mut done, mut longest) = (0u32, Duration::ZERO);
+        while !flag.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            let body = format!("{word} {done}");
+            handle
+                .block_on(client.create(&format!("/w/{prefix}{done}"), 0o644, true, body.as_bytes()))
+                .unwrap_or_else(|e| panic!("write /w/{prefix}{done} failed: {e}"));
+            longest = longest.max(t.elapsed());
+            done += 1;
+        }
+        (done, longest)
+    });
+    (stop, thread)
+}
+
 #[test]
 fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address() {
     // SAFETY: geteuid has no preconditions.
@@ -73,22 +98,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         .unwrap_or_else(|e| panic!("{e}"));
 
     // Writes go on while the other four join, one after another.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (client, stop) = (client.clone(), stop.clone());
-        let handle = rt.handle().clone();
-        std::thread::spawn(move || {
-            let mut done = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                let body = format!("file {done}");
-                handle
-                    .block_on(client.create(&format!("/w/f{done}"), 0o644, true, body.as_bytes()))
-                    .unwrap_or_else(|e| panic!("write {done} failed while servers joined: {e}"));
-                done += 1;
-            }
-            done
-        })
-    };
+    let (stop, writer) = start_writer(&client, rt.handle(), ("f", "file"));
     let started = Instant::now();
     for k in 2..=4 {
         let secret_k = h.give_key(&secret, k);
@@ -148,9 +158,9 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
     };
     let join_secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    let written = writer
+    let (written, _) = writer
         .join()
-        .unwrap_or_else(|_| panic!("the writer failed"));
+        .unwrap_or_else(|_| panic!("a write failed while servers joined"));
     eprintln!(
         "4 servers joined and every partition has 3 copies in {join_secs:.1} s (epoch {}), \
          {written} files written meanwhile",
@@ -203,24 +213,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
     // A whole host dies (its server killed, its link down) while a client writes: writes
     // go on after the failover, a new host joins, and once the dead one's grace is over
     // every partition has 3 copies on live servers again, with nothing lost.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (client, stop) = (client.clone(), stop.clone());
-        let handle = rt.handle().clone();
-        std::thread::spawn(move || {
-            let (mut done, mut longest) = (0u32, Duration::ZERO);
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let body = format!("after {done}");
-                handle
-                    .block_on(client.create(&format!("/w/g{done}"), 0o644, true, body.as_bytes()))
-                    .unwrap_or_else(|e| panic!("write {done} failed across a host's death: {e}"));
-                longest = longest.max(t.elapsed());
-                done += 1;
-            }
-            (done, longest)
-        })
-    };
+    let (stop, writer) = start_writer(&client, rt.handle(), ("g", "after"));
     std::thread::sleep(Duration::from_millis(500));
     // The host leading /w's entries: its death is a failover for the writer.
     let now = rt.block_on(client.newest_map());
@@ -415,24 +408,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
     // does it (SIGTERM, then the same data directory and address again), while a client
     // writes: no write fails, and each server is back up with its copies caught up
     // before the next goes.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (client, stop) = (client.clone(), stop.clone());
-        let handle = rt.handle().clone();
-        std::thread::spawn(move || {
-            let (mut done, mut longest) = (0u32, Duration::ZERO);
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let body = format!("rolling {done}");
-                handle
-                    .block_on(client.create(&format!("/w/r{done}"), 0o644, true, body.as_bytes()))
-                    .unwrap_or_else(|e| panic!("write {done} failed in the rolling restart: {e}"));
-                longest = longest.max(t.elapsed());
-                done += 1;
-            }
-            (done, longest)
-        })
-    };
+    let (stop, writer) = start_writer(&client, rt.handle(), ("r", "rolling"));
     let rolling = Instant::now();
     for k in (1..=6).filter(|k| *k != victim) {
         let t = Instant::now();

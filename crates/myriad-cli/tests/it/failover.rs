@@ -595,13 +595,10 @@ async fn a_rolling_restart_under_load_fails_and_loses_no_write() {
         let t = Instant::now();
         // SAFETY: signalling a server process this test started.
         unsafe { libc::kill(pid, libc::SIGTERM) };
-        for _ in 0..1000 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.is_empty() || stat.contains(") Z ") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        assert!(
+            crate::harness::wait_gone(pid, Duration::from_secs(10)),
+            "server {id} still runs 10 s after SIGTERM"
+        );
         let stopped = t.elapsed();
         let log = std::fs::read_to_string(tc.dir.path().join(format!("node-{id}.log")))
             .unwrap_or_default();

@@ -146,14 +146,7 @@ impl TestCluster {
         unsafe {
             libc::kill(pid, libc::SIGKILL);
         }
-        // Reap is not ours (the CLI detached it); wait until it is gone.
-        for _ in 0..200 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.is_empty() || stat.contains(") Z ") {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_gone(pid, Duration::from_secs(2));
     }
 
     pub fn restart(&self, node: NodeId) {
@@ -283,4 +276,20 @@ pub fn dir_on_node(client: &Client, map: &ClusterMap, node: NodeId, prefix: &str
         .map(|i| format!("/{prefix}{i}"))
         .find(|p| map.primary_of(ring.owner_of_dir(p)) == Some(node))
         .unwrap_or_else(|| panic!("no path for node {node}"))
+}
+
+/// Waits until process `pid` is gone or a zombie (reaping it is not ours: the CLI detached
+/// it), at most `within`; true if it is.
+pub fn wait_gone(pid: i32, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -95,6 +95,31 @@ async fn serve_as_29(s: TcpStream, keys: &Keyring) -> u16 {
     hello.version
 }
 
+/// This build's server handling one connection (node 1, epoch 3), and a client's socket
+/// to it: (its address, the server's outcome, the socket's halves).
+async fn one_served_connection(
+    k: &Keyring,
+) -> (
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<Result<Peer, Refusal>>,
+    (Reader, Writer),
+) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let k = k.clone();
+    let server = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+        let (mut r, mut w) = halves(s);
+        server(&mut r, &mut w, &k, (NodeId(1), 3), None, Duration::from_secs(5)).await
+    });
+    let s = TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (addr, server, halves(s))
+}
+
 #[tokio::test]
 async fn a_client_of_this_build_speaks_29_to_a_server_of_29() {
     let listener = TcpListener::bind("127.0.0.1:0")
@@ -126,31 +151,8 @@ async fn a_client_of_this_build_speaks_29_to_a_server_of_29() {
 
 #[tokio::test]
 async fn a_client_of_29_is_served_by_this_build_and_reads_its_reply() {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let k = keys();
-    let server = {
-        let k = k.clone();
-        tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
-            let (mut r, mut w) = halves(s);
-            server(
-                &mut r,
-                &mut w,
-                &k,
-                (NodeId(1), 3),
-                None,
-                Duration::from_secs(5),
-            )
-            .await
-        })
-    };
-    let s = TcpStream::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (mut r, mut w) = halves(s);
+    let (_, server, (mut r, mut w)) = one_served_connection(&k).await;
     let key = k.connect_key().unwrap_or_else(|| panic!("a key"));
     let hello = HelloV29 {
         magic: myriad_proto::MAGIC,
@@ -192,31 +194,8 @@ async fn a_client_of_29_is_served_by_this_build_and_reads_its_reply() {
 
 #[tokio::test]
 async fn versions_that_do_not_meet_are_refused_with_both_ranges() {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let k = keys();
-    let server = {
-        let k = k.clone();
-        tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
-            let (mut r, mut w) = halves(s);
-            server(
-                &mut r,
-                &mut w,
-                &k,
-                (NodeId(1), 3),
-                None,
-                Duration::from_secs(5),
-            )
-            .await
-        })
-    };
-    let s = TcpStream::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (mut r, mut w) = halves(s);
+    let (addr, server, (mut r, mut w)) = one_served_connection(&k).await;
     // A future client that no longer speaks this build's protocol.
     let far = PROTOCOL_VERSION + 5;
     let err = client(
@@ -249,31 +228,8 @@ async fn versions_that_do_not_meet_are_refused_with_both_ranges() {
 
 /// The reason this build's server gives a hello offering `min..=max`.
 async fn server_refusal_for(min: u16, max: u16) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let k = keys();
-    let task = {
-        let k = k.clone();
-        tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
-            let (mut r, mut w) = halves(s);
-            server(
-                &mut r,
-                &mut w,
-                &k,
-                (NodeId(1), 3),
-                None,
-                Duration::from_secs(5),
-            )
-            .await
-        })
-    };
-    let s = TcpStream::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (mut r, mut w) = halves(s);
+    let (_, task, (mut r, mut w)) = one_served_connection(&k).await;
     let hello = myriad_proto::Hello {
         magic: myriad_proto::MAGIC,
         version: max,
