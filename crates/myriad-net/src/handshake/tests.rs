@@ -112,7 +112,15 @@ async fn one_served_connection(
     let server = tokio::spawn(async move {
         let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
         let (mut r, mut w) = halves(s);
-        server(&mut r, &mut w, &k, (NodeId(1), 3), None, Duration::from_secs(5)).await
+        server(
+            &mut r,
+            &mut w,
+            &k,
+            (NodeId(1), 3),
+            None,
+            Duration::from_secs(5),
+        )
+        .await
     });
     let s = TcpStream::connect(addr)
         .await
