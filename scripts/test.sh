@@ -13,5 +13,9 @@ fi
 # not only in CI's fuzz run after the whole suite.
 cargo check --manifest-path fuzz/Cargo.toml --locked --bins --examples
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+# The multi-host test (it::deploy: six servers in network namespaces, each restarted in turn)
+# runs on its own after the rest: beside the others on two cores it starved them and itself
+# (a write waited 10 s, another test's cluster map went stale).
+cargo test --workspace --locked -- --skip deploy::
+cargo test -p myriad-cli --test it --locked -- deploy:: --test-threads 1
 bash scripts/test-python.sh

@@ -109,11 +109,19 @@ fn tar_diff_cp_rsync_git_python_sqlite_through_the_mount() {
         &mnt.join("repo"),
         "git log --oneline | wc -l; git status --porcelain | wc -l; git fsck --no-progress 2>&1 | wc -l",
     );
-    assert_eq!(
-        log.split_whitespace().collect::<Vec<_>>(),
-        ["2", "0", "0"],
-        "{log}"
-    );
+    let counts: Vec<&str> = log.split_whitespace().collect();
+    if counts != ["2", "0", "0"] {
+        // Once, under the whole suite's load: no commits and one line of fsck (git's own
+        // words were not kept). Say what git says, and what the mount shows, next time.
+        let why = sh(
+            &mnt.join("repo"),
+            "git status 2>&1 | head -5; git log --oneline 2>&1 | head -3; ls -la; \
+             ls -la .git 2>&1 | head -20; cat .git/HEAD 2>&1 || true; \
+             ls -la .git/refs/heads 2>&1 || true",
+        );
+        panic!("git through the mount: {log}\n{why}");
+    }
+    assert_eq!(counts, ["2", "0", "0"], "{log}");
 
     // Python imports a package tree from the mount (and writes its bytecode cache there).
     let py = sh(
