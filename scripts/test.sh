@@ -13,9 +13,12 @@ fi
 # not only in CI's fuzz run after the whole suite.
 cargo check --manifest-path fuzz/Cargo.toml --locked --bins --examples
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# The multi-host test (it::deploy: six servers in network namespaces, each restarted in turn)
-# runs on its own after the rest: beside the others on two cores it starved them and itself
-# (a write waited 10 s, another test's cluster map went stale).
-cargo test --workspace --locked -- --skip deploy::
-cargo test -p myriad-cli --test it --locked -- deploy:: --test-threads 1
+# Two heavy tests run on their own after the rest: the multi-host test (it::deploy: six
+# servers in network namespaces, each restarted in turn), and real programs through a mount
+# (it::fuse_programs). Beside the others on two cores, deploy starved them and itself (a
+# write waited 10 s, another test's cluster map went stale), and git through the mount
+# once found no commits just after making two (2 of 4 full runs; never alone: the test
+# prints what git and the mount say if it happens; issue 48's closing note).
+cargo test --workspace --locked -- --skip deploy:: --skip fuse_programs::
+cargo test -p myriad-cli --test it --locked -- deploy:: fuse_programs:: --test-threads 1
 bash scripts/test-python.sh
