@@ -867,25 +867,33 @@ impl Client {
             let Some(&asked) = others.get(turn % others.len().max(1)) else {
                 continue;
             };
-            let got = self
-                .transport
-                .call_with_timeout(
-                    asked,
-                    st.map.epoch,
-                    Endpoints::SERVER,
-                    &self.config.caller,
-                    &myriad_proto::Request::Server(ServerRequest::GetMap),
-                    MAP_ASK_TIMEOUT,
-                )
-                .await;
-            if let Ok(Response::Map(m)) = got {
-                self.adopt(*m);
+            if let Some(m) = self.ask_map(asked, st.map.epoch).await {
+                self.adopt(m);
             }
             // Another primary (not none: a partition with no copy up waits for its
             // server, and its request for its deadline, as before).
             if self.st().map.partition_addr(pid).is_some_and(|a| a != addr) {
                 return;
             }
+        }
+    }
+
+    /// Server `addr`'s cluster map (we hold `epoch`), if it answers within `MAP_ASK_TIMEOUT`.
+    async fn ask_map(&self, addr: &str, epoch: u64) -> Option<ClusterMap> {
+        let got = self
+            .transport
+            .call_with_timeout(
+                addr,
+                epoch,
+                Endpoints::SERVER,
+                &self.config.caller,
+                &myriad_proto::Request::Server(ServerRequest::GetMap),
+                MAP_ASK_TIMEOUT,
+            )
+            .await;
+        match got {
+            Ok(Response::Map(m)) => Some(*m),
+            _ => None,
         }
     }
 
@@ -897,20 +905,9 @@ impl Client {
             if Some(n.id) == avoid {
                 continue;
             }
-            let got = self
-                .transport
-                .call_with_timeout(
-                    &n.addr,
-                    st.map.epoch,
-                    Endpoints::SERVER,
-                    &self.config.caller,
-                    &myriad_proto::Request::Server(ServerRequest::GetMap),
-                    MAP_ASK_TIMEOUT,
-                )
-                .await;
-            if let Ok(Response::Map(m)) = got {
+            if let Some(m) = self.ask_map(&n.addr, st.map.epoch).await {
                 if m.epoch > st.map.epoch {
-                    self.adopt(*m);
+                    self.adopt(m);
                 }
                 return;
             }

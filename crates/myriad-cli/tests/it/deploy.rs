@@ -54,6 +54,17 @@ fn start_writer(
     (stop, thread)
 }
 
+/// Every file `start_writer` with `(prefix, word)` wrote, `n` of them, read back whole.
+fn check_written(rt: &tokio::runtime::Runtime, c: &Client, (prefix, word): (&str, &str), n: u32) {
+    for i in 0..n {
+        let path = format!("/w/{prefix}{i}");
+        let (_, data) = rt
+            .block_on(c.fetch(&path))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(data, format!("{word} {i}").into_bytes(), "{path}");
+    }
+}
+
 #[test]
 fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address() {
     // SAFETY: geteuid has no preconditions.
@@ -184,12 +195,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         Client::new(ClientConfig::new(m, Caller::root(), keys.clone()))
             .unwrap_or_else(|e| panic!("{e}"))
     };
-    for i in 0..written {
-        let (_, data) = rt
-            .block_on(fresh.fetch(&format!("/w/f{i}")))
-            .unwrap_or_else(|e| panic!("/w/f{i}: {e}"));
-        assert_eq!(data, format!("file {i}").into_bytes());
-    }
+    check_written(&rt, &fresh, ("f", "file"), written);
 
     // The CLI on the client host: an address and the key.
     let key5 = key.display().to_string();
@@ -299,18 +305,8 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         longest < Duration::from_secs(8),
         "a write waited {longest:?} across the failover"
     );
-    for i in 0..after {
-        let (_, data) = rt
-            .block_on(fresh.fetch(&format!("/w/g{i}")))
-            .unwrap_or_else(|e| panic!("/w/g{i}: {e}"));
-        assert_eq!(data, format!("after {i}").into_bytes());
-    }
-    for i in 0..written {
-        let (_, data) = rt
-            .block_on(fresh.fetch(&format!("/w/f{i}")))
-            .unwrap_or_else(|e| panic!("/w/f{i}: {e}"));
-        assert_eq!(data, format!("file {i}").into_bytes());
-    }
+    check_written(&rt, &fresh, ("g", "after"), after);
+    check_written(&rt, &fresh, ("f", "file"), written);
 
     // The dead server, gone for good, is removed from any host with the secret; `node
     // list` shows the servers left.
@@ -488,12 +484,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         longest < Duration::from_secs(15),
         "a write waited {longest:?} in the rolling restart"
     );
-    for i in 0..restarted_writes {
-        let (_, data) = rt
-            .block_on(fresh.fetch(&format!("/w/r{i}")))
-            .unwrap_or_else(|e| panic!("/w/r{i}: {e}"));
-        assert_eq!(data, format!("rolling {i}").into_bytes());
-    }
+    check_written(&rt, &fresh, ("r", "rolling"), restarted_writes);
 
     // --init on a member's data directory never makes a new cluster: with another address
     // it is refused (with its own it starts the server as it was: join.rs's unit test).
