@@ -788,11 +788,19 @@ impl Client {
                     map_retries = 1;
                 }
                 Err(FsError::MapTooOld(_)) => {
+                    // The server answers the push once it follows the map, but its
+                    // partitions take the map up a moment later (a reconcile, slow on a
+                    // loaded host): after the first push, retried like `Busy` until the
+                    // deadline (five retries at once once ran out on a loaded machine).
                     map_retries += 1;
-                    if map_retries > MAP_RETRIES_MAX {
+                    if tokio::time::Instant::now() + backoff >= deadline {
                         return Err(FsError::Protocol(format!(
                             "partition {pid} keeps an old cluster map"
                         )));
+                    }
+                    if map_retries > 1 {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
                     }
                     let push = ServerRequest::InstallMap(Box::new(st.map.clone()));
                     self.transport

@@ -174,18 +174,30 @@ impl Inner {
 
     /// Attributes of the file open as `fh`, by inode (it may have no name left).
     pub async fn stat_open(&self, fh: u64) -> Result<Inode, FsError> {
+        let since = self.inodes.stamp();
         let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
         let inode = self.client.stat_open(&file).await?;
-        Ok(self.visible(inode))
+        Ok(self.answer_of(inode, since))
+    }
+
+    /// What the kernel is told of `inode`, read by a request sent at `since`: if this
+    /// mount's own change (a buffered write sent meanwhile) was acknowledged after that,
+    /// the attributes its acknowledgement brought, which are newer. Else a getattr racing
+    /// a write's send answered the size from before it once the send had ended, and the
+    /// kernel cut its file short (fsx with two mounts: fstat 0x6dc0, model 0x24483).
+    fn answer_of(&self, inode: Inode, since: u64) -> Inode {
+        let inode = self.inodes.newer_than(inode.ino, since).unwrap_or(inode);
+        self.visible(inode)
     }
 
     /// Attributes of `ino` through any handle of it open here, by inode (an orphan after
     /// its last name went: the kernel's fstat does not always say which handle).
     pub async fn stat_open_ino(&self, ino: InodeId) -> Result<Inode, FsError> {
+        let since = self.inodes.stamp();
         let slot = self.handles.of_ino(ino).pop().ok_or(FsError::Stale)?;
         let file = slot.lock().file.clone();
         let inode = self.client.stat_open(&file).await?;
-        Ok(self.visible(inode))
+        Ok(self.answer_of(inode, since))
     }
 
     /// Fresh attributes of `ino`, checking its path still names it.
@@ -201,7 +213,7 @@ impl Inner {
             })
             .await?;
         self.inodes.observe_remote(&inode, since);
-        Ok(self.visible(inode))
+        Ok(self.answer_of(inode, since))
     }
 
     fn prefetch_lock(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, Prefetched>> {

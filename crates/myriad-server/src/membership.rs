@@ -65,6 +65,9 @@ const HANDOVERS_MAX: usize = 8;
 /// (the new primary takes the newer history), so fewer, later hand-overs are cheaper
 /// (Kafka checks its preferred leaders every 5 minutes for the same reason).
 const HANDOVER_SETTLE: Duration = Duration::from_secs(60);
+/// A server up in the map but not heard for this long (four renewals missed) is not
+/// handed primaries for balance.
+const QUIET_AFTER: Duration = Duration::from_secs(1);
 /// How long a map change may take to commit.
 pub(crate) const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -128,6 +131,10 @@ impl Lease {
         }
     }
 }
+
+/// What the leader's round asked each server for its partitions' seqs: `None` if it did
+/// not answer (it is not asked again in the round).
+type SeqsAsked = BTreeMap<NodeId, Option<BTreeMap<PartitionId, Option<u64>>>>;
 
 /// When the leader last heard from each server (lease requests), and when it first saw each
 /// in the map (a server just added gets DOWN_AFTER to make itself heard).
@@ -212,6 +219,8 @@ pub(crate) struct Membership {
     down_grace: Duration,
     /// The map this server serves under (published by the process).
     map: watch::Receiver<Arc<MapState>>,
+    /// This process's own pauses: the leader then judges silence afresh.
+    pauses: Pauses,
 }
 
 impl Membership {
@@ -231,6 +240,7 @@ impl Membership {
             last_return: std::sync::Mutex::new(None),
             down_grace,
             map,
+            pauses: Pauses::default(),
         }
     }
 
@@ -488,7 +498,17 @@ impl Membership {
             .ok()
             .and_then(|t| *t)
             .is_some_and(|t| now.saturating_duration_since(t) < HANDOVER_SETTLE);
-        if settling {
+        // Nor while a server up in the map has gone quiet: it may be failing (it was once
+        // handed primaries it could not serve, cut off by a network split, until it was
+        // marked down).
+        let quiet = map.nodes.iter().any(|n| {
+            n.id != self.id
+                && map.is_up(n.id)
+                && now.saturating_duration_since(
+                    self.heard.last(n.id).map_or(since, |h| h.max(since)),
+                ) > QUIET_AFTER
+        });
+        if settling || quiet {
             return;
         }
         if let Some(next) = map.balance_primaries(HANDOVERS_MAX) {
@@ -521,7 +541,7 @@ impl Membership {
         if moves.is_empty() {
             return Vec::new();
         }
-        let mut seqs: BTreeMap<NodeId, BTreeMap<PartitionId, Option<u64>>> = BTreeMap::new();
+        let mut seqs: SeqsAsked = BTreeMap::new();
         let mut done = Vec::new();
         for (pid, m) in moves {
             let Some(primary) = map.primary_of(pid) else {
@@ -543,7 +563,7 @@ impl Membership {
     /// The behind copies of `map` (`PartitionInfo::behind`) on servers up that hold at
     /// least what their primary held just before (every later write waits for them too).
     async fn caught_up_copies(&self, map: &ClusterMap) -> Vec<(PartitionId, NodeId)> {
-        let mut seqs: BTreeMap<NodeId, BTreeMap<PartitionId, Option<u64>>> = BTreeMap::new();
+        let mut seqs: SeqsAsked = BTreeMap::new();
         let mut synced = Vec::new();
         for p in map.partitions.iter().filter(|p| !p.behind.is_empty()) {
             let Some(primary) = map.primary_of(p.id) else {
@@ -570,55 +590,49 @@ impl Membership {
         let mut keeping = BTreeSet::new();
         for n in map.nodes.iter().filter(|n| n.state == NodeState::Leaving) {
             let answer = self
-                .pool
-                .call_with_timeout(
-                    &n.addr,
-                    map.epoch,
-                    Endpoints::SERVER,
-                    &Caller::root(),
-                    &Request::Peer(PeerRequest::KeepsFragments),
-                    RENEW_EVERY * 2,
-                )
+                .ask(&n.addr, map.epoch, PeerRequest::KeepsFragments)
                 .await;
-            if !matches!(answer, Ok(Response::Bool(false))) {
+            if !matches!(answer, Some(Response::Bool(false))) {
                 keeping.insert(n.id);
             }
         }
         keeping
     }
 
-    /// Partition `pid`'s seq on `server` (asked once per round per server).
+    /// One question of the leader's round to a server: its answer within two renewal
+    /// periods, connecting included, or `None`.
+    async fn ask(&self, addr: &str, epoch: u64, req: PeerRequest) -> Option<Response> {
+        let limit = RENEW_EVERY * 2;
+        let (caller, req) = (Caller::root(), Request::Peer(req));
+        let call =
+            self.pool
+                .call_with_timeout(addr, epoch, Endpoints::SERVER, &caller, &req, limit);
+        tokio::time::timeout(limit, call).await.ok()?.ok()
+    }
+
+    /// Partition `pid`'s seq on `server` (asked once per round per server: one that does
+    /// not answer is not asked again for each of its partitions, which made a round with a
+    /// silent primary of 16 partitions take 8 s and held up the failure detector).
     async fn seq_on(
         &self,
         map: &ClusterMap,
         server: NodeId,
         pid: PartitionId,
-        cache: &mut BTreeMap<NodeId, BTreeMap<PartitionId, Option<u64>>>,
+        cache: &mut SeqsAsked,
     ) -> Option<Option<u64>> {
         if let std::collections::btree_map::Entry::Vacant(slot) = cache.entry(server) {
             // This server too is asked by request: membership does not call into the
             // process that runs it.
             let seqs = {
                 let addr = map.node(server)?.addr.clone();
-                match self
-                    .pool
-                    .call_with_timeout(
-                        &addr,
-                        map.epoch,
-                        Endpoints::SERVER,
-                        &Caller::root(),
-                        &Request::Peer(PeerRequest::PartitionSeqs),
-                        RENEW_EVERY * 2,
-                    )
-                    .await
-                {
-                    Ok(Response::Seqs(s)) => s,
-                    _ => return None,
+                match self.ask(&addr, map.epoch, PeerRequest::PartitionSeqs).await {
+                    Some(Response::Seqs(s)) => Some(s.into_iter().collect()),
+                    _ => None,
                 }
             };
-            slot.insert(seqs.into_iter().collect());
+            slot.insert(seqs);
         }
-        cache.get(&server)?.get(&pid).copied()
+        cache.get(&server)?.as_ref()?.get(&pid).copied()
     }
 }
 
@@ -682,11 +696,48 @@ pub(crate) fn detect(
     None
 }
 
-/// Whether the failure detector's rounds, `CHECK_EVERY` apart, stood still between
-/// `last` and `now` for long enough that its own pause, not the others', explains what it
-/// did not hear: half of `DOWN_AFTER`.
-pub(crate) fn paused(last: Instant, now: Instant) -> bool {
-    now.saturating_duration_since(last) > DOWN_AFTER / 2
+/// Whether a sleep of `slept` that began at `began` and woke at `woke` woke so late that
+/// this process stood still (SIGSTOP, a paused VM, a starved host) for long enough that
+/// its own pause, not the others', explains what the leader did not hear: half of
+/// `DOWN_AFTER`. The lateness of a bare sleep, never a round's length: a round waits on
+/// the network (a silent server's timeouts), and taking a slow round for a pause kept a
+/// silent server from ever being marked down (each 8 s round reset the judging).
+pub(crate) fn paused(began: Instant, slept: Duration, woke: Instant) -> Option<Duration> {
+    let late = woke.saturating_duration_since(began).saturating_sub(slept);
+    (late > DOWN_AFTER / 2).then_some(late)
+}
+
+/// The pauses of this process, as a task that only sleeps sees them (`paused`).
+#[derive(Default)]
+pub(crate) struct Pauses {
+    /// When the last pause ended, and how long it was.
+    last: Mutex<Option<(Instant, Duration)>>,
+}
+
+impl Pauses {
+    fn note(&self, ended: Instant, long: Duration) {
+        if let Ok(mut g) = self.last.lock() {
+            *g = Some((ended, long));
+        }
+    }
+
+    /// The last pause, if it ended after `after`: how long it was.
+    pub(crate) fn ended_after(&self, after: Instant) -> Option<Duration> {
+        let g = self.last.lock().ok()?;
+        g.filter(|(ended, _)| *ended > after).map(|(_, long)| long)
+    }
+
+    /// Sleeps `CHECK_EVERY` again and again, noting each wake-up that came too late.
+    async fn watch(&self) {
+        loop {
+            let began = Instant::now();
+            tokio::time::sleep(CHECK_EVERY).await;
+            let woke = Instant::now();
+            if let Some(long) = paused(began, CHECK_EVERY, woke) {
+                self.note(woke, long);
+            }
+        }
+    }
 }
 
 /// The servers down for longer than `grace` (their copies are then made elsewhere).
@@ -741,14 +792,16 @@ pub(crate) fn start_tasks(membership: &Arc<Membership>) -> Vec<JoinHandle<()>> {
             loop {
                 tick.tick().await;
                 let now = Instant::now();
-                if paused(last_round, now) && since.is_some() {
+                if let Some(long) = m.pauses.ended_after(last_round)
+                    && since.is_some()
+                {
                     // This leader itself stood still (SIGSTOP, a VM paused, a loaded host):
                     // what it heard is as old as the pause, and the lease requests sent
                     // meanwhile are still unread. It judges silence afresh from now, as a
                     // new leader would (only later than before: never less safe), instead
                     // of marking every server down for its own pause.
                     tracing::warn!(
-                        paused_ms = (now - last_round).as_millis() as u64,
+                        paused_ms = long.as_millis() as u64,
                         "this leader was paused: judging who is silent afresh"
                     );
                     since = None;
@@ -772,7 +825,11 @@ pub(crate) fn start_tasks(membership: &Arc<Membership>) -> Vec<JoinHandle<()>> {
             }
         })
     };
-    vec![renewer, leader]
+    let pauses = {
+        let m = membership.clone();
+        tokio::spawn(async move { m.pauses.watch().await })
+    };
+    vec![renewer, leader, pauses]
 }
 
 #[cfg(test)]

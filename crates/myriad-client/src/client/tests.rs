@@ -72,3 +72,50 @@ async fn routing_signals_never_reach_the_caller() {
         );
     }
 }
+
+/// Answers `MapTooOld` to the first `lag` requests (its partitions still take up the map
+/// it was pushed), then `NotFound`; a map push is answered at once.
+struct Lagging {
+    lag: u32,
+    calls: AtomicU32,
+}
+
+impl Transport for Lagging {
+    fn call_with_timeout<'a>(
+        &'a self,
+        _addr: &'a str,
+        _epoch: u64,
+        _ends: Endpoints,
+        _caller: &'a Caller,
+        req: &'a Request,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        let answer = match req {
+            Request::Server(ServerRequest::InstallMap(_)) => Ok(Response::Unit),
+            _ if self.calls.fetch_add(1, Ordering::SeqCst) < self.lag => Err(FsError::MapTooOld(1)),
+            _ => Err(FsError::NotFound),
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+/// A server that follows a pushed map but whose partition takes it up a while later is
+/// waited for within the request's deadline (five retries at once once failed a request
+/// on a loaded machine with "keeps an old cluster map").
+#[tokio::test(start_paused = true)]
+async fn a_server_slow_to_take_up_a_pushed_map_is_waited_for() {
+    let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
+    let mut config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
+    config.request_timeout = Duration::from_secs(2);
+    let t = Arc::new(Lagging {
+        lag: 12,
+        calls: AtomicU32::new(0),
+    });
+    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let got = c.stat("/x").await;
+    assert!(
+        matches!(got, Err(FsError::NotFound)),
+        "the answer after the lag, not {got:?}"
+    );
+    assert_eq!(t.calls.load(Ordering::SeqCst), 13);
+}

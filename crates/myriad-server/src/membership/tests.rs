@@ -196,11 +196,15 @@ fn a_paused_leader_judges_silence_from_its_resumption() {
     let t0 = Instant::now();
     let at = |s: f64| t0 + Duration::from_secs_f64(s);
     let heard = |_: NodeId| Some(at(1.0));
-    // Rounds stood still from 1.0 s to 3.5 s: the pause is noticed.
-    assert!(paused(at(1.0), at(3.5)));
+    // A sleep of 100 ms from 1.0 s woke at 3.5 s: the pause is noticed.
+    let nap = Duration::from_millis(100);
+    assert_eq!(
+        paused(at(1.0), nap, at(3.5)),
+        Some(Duration::from_millis(2400))
+    );
     assert!(
-        !paused(at(1.0), at(1.1)),
-        "a round late by load is no pause"
+        paused(at(1.0), nap, at(1.3)).is_none(),
+        "a wake-up late by load is no pause"
     );
     // Judged from the leadership's start, everyone looks silent for 2.5 s.
     assert!(detect(&m, S[0], (t0, at(3.5)), heard, |_| t0).is_some());
@@ -258,4 +262,29 @@ async fn a_server_seen_down_is_back_only_when_heard_after() {
     let up = down.mark_up(S[1]).unwrap_or_else(|| panic!("down"));
     heard.saw_down(&up, now);
     assert!(heard.since_down(S[1]).is_some());
+}
+
+/// The pause watch sees this process stand still (its runtime blocked), and not a task
+/// that merely waits long (a leader's round waiting out a silent server's timeouts, which
+/// it once took for a pause, again and again, so that the server was never marked down).
+#[tokio::test(flavor = "current_thread")]
+async fn a_blocked_process_is_a_pause_and_a_long_wait_is_not() {
+    let m = Arc::new(Pauses::default());
+    let watch = {
+        let m = m.clone();
+        tokio::spawn(async move { m.watch().await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    tokio::time::sleep(DOWN_AFTER).await;
+    assert_eq!(m.ended_after(start), None, "waiting is no pause");
+    let before = Instant::now();
+    // A stand-in for SIGSTOP: the only runtime thread stands still.
+    std::thread::sleep(DOWN_AFTER);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let long = m
+        .ended_after(before)
+        .unwrap_or_else(|| panic!("the blocked runtime was not noticed"));
+    assert!(long > DOWN_AFTER / 2, "{long:?}");
+    watch.abort();
 }
