@@ -17,3 +17,8 @@ cargo build --locked --workspace --bins
 PYTHON="$venv/bin/python" bash scripts/build-wheel.sh --debug
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/myriad-*.whl
 MYRIAD_REQUIRE_BROWSER=1 MYRIAD_BIN="$PWD/target/debug/myriad" "$venv/bin/python" -m pytest -q crates/myriad-py/tests "$@"
+# The package from a client host of a cluster made with --init/--join over network
+# namespaces (Python, fsspec, boto3 through the S3 gateway, `top`): a Rust test that needs
+# the package installed, so it runs here, not with the others.
+MYRIAD_PYTHON="$PWD/$venv/bin/python" cargo test -p myriad-cli --test it --locked -- \
+    --ignored --exact deploy::python_s3_and_top_from_a_client_host

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use myriad_client::{Caller, Client, ClusterMap, NodeId, NodeInfo, NodeState};
-use myriad_client::{ClientConfig, Keyring};
+use myriad_client::{ClientConfig, FsError, Keyring};
 
 /// The cluster map a data directory's server runs with (written back as it changes).
 pub const MAP_FILE: &str = "cluster.json";
@@ -20,6 +20,9 @@ pub const NODE_ID_FILE: &str = "node.id";
 const SEED_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a joining server waits for its map change to be committed.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a joining server waits for the cluster to answer and accept it (every host
+/// of a cluster booting at once: the seeds may come up, and elect a Raft leader, after).
+const JOIN_WAIT: Duration = Duration::from_secs(300);
 
 /// How to make a new cluster (`--init`).
 #[derive(Clone, Copy, Debug)]
@@ -206,7 +209,9 @@ pub async fn join(
     };
     let keys = cluster_secret(&secret_file)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let map = myriad_client::setup::map_from_seeds(seeds, keys.clone(), SEED_TIMEOUT).await?;
+    let map =
+        myriad_client::setup::map_from_seeds_waiting(seeds, keys.clone(), SEED_TIMEOUT, JOIN_WAIT)
+            .await?;
     if let Some(n) = map.nodes.iter().find(|n| n.addr == addr) {
         bail!(
             "{addr} is server {}'s address in the cluster map: a new server needs another \
@@ -227,30 +232,21 @@ pub async fn join(
     let mut cfg = ClientConfig::new(map, Caller::root(), keys);
     cfg.request_timeout = JOIN_TIMEOUT;
     let client = Client::new(cfg).map_err(|e| anyhow::anyhow!("bad cluster map: {e}"))?;
-    let mine = |m: &ClusterMap| m.nodes.iter().find(|n| n.addr == addr).map(|n| n.id);
-    let landed = crate::map_change::commit(
-        &client,
-        |m| {
-            if mine(m).is_some() {
-                return Ok(None);
+    let deadline = tokio::time::Instant::now() + JOIN_WAIT;
+    let mut pause = Duration::from_millis(200);
+    let landed = loop {
+        match add_to_map(&client, addr, &zone).await {
+            // The cluster cannot change its map yet (its first server still electing
+            // itself, a majority restarting): the change is asked for again.
+            Err(e) if transient(&e) && tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!("cannot join yet, trying again: {e:#}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
-            let id = m.nodes.iter().map(|n| n.id.0).max().unwrap_or(0) + 1;
-            let mut next = m.clone();
-            next.epoch += 1;
-            next.nodes.push(NodeInfo {
-                id: NodeId(id),
-                addr: addr.to_string(),
-                weight: 1,
-                state: NodeState::Up,
-                zone: zone.clone(),
-            });
-            next.validate()?;
-            Ok(Some(next))
-        },
-        |now| mine(now).is_some(),
-    )
-    .await
-    .context("adding this server to the cluster map")?;
+            r => break r.context("adding this server to the cluster map")?,
+        }
+    };
+    let mine = |m: &ClusterMap| m.nodes.iter().find(|n| n.addr == addr).map(|n| n.id);
     let Some(node_id) = mine(&landed) else {
         bail!("the cluster map does not list {addr} after the change");
     };
@@ -263,6 +259,41 @@ pub async fn join(
         node_id,
         secret_file,
     })
+}
+
+/// Whether `e` came from an error the same request may not meet later.
+fn transient(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<FsError>()
+            .is_some_and(FsError::is_transient)
+    })
+}
+
+/// Adds a server at `addr` in `zone` to the cluster map (nothing if it is there already).
+async fn add_to_map(client: &Client, addr: &str, zone: &str) -> anyhow::Result<ClusterMap> {
+    let mine = |m: &ClusterMap| m.nodes.iter().find(|n| n.addr == addr).map(|n| n.id);
+    crate::map_change::commit(
+        client,
+        |m| {
+            if mine(m).is_some() {
+                return Ok(None);
+            }
+            let id = m.nodes.iter().map(|n| n.id.0).max().unwrap_or(0) + 1;
+            let mut next = m.clone();
+            next.epoch += 1;
+            next.nodes.push(NodeInfo {
+                id: NodeId(id),
+                addr: addr.to_string(),
+                weight: 1,
+                state: NodeState::Up,
+                zone: zone.to_string(),
+            });
+            next.validate()?;
+            Ok(Some(next))
+        },
+        |now| mine(now).is_some(),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -63,7 +63,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     after_help = "Start here:\n  myriad demo                       bring up a 4-node local cluster, write and verify 20,000 small files\n  myriad cluster up --nodes 4 --data-dir /tmp/myr\n  export MYRIAD_CLUSTER=/tmp/myr/cluster.json\n  myriad put ./some/dir /dir && myriad ls -l /dir"
 )]
 struct Cli {
-    /// Cluster map file (written by `cluster up`).
+    /// The cluster: its map file (written by `cluster up`), or servers' addresses
+    /// (`h1:7401,h2:7401`: the map is asked of any one that answers; then --secret-file
+    /// names the key).
     #[arg(long, global = true, env = "MYRIAD_CLUSTER")]
     cluster: Option<PathBuf>,
     /// Request timeout in milliseconds: how long a request waits for an answer, retries

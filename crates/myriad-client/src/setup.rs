@@ -176,6 +176,40 @@ pub async fn map_from_seeds(
     keys: Keyring,
     timeout: std::time::Duration,
 ) -> Result<ClusterMap, SetupError> {
+    ask_seeds(seeds, keys, timeout).await.map_err(|(e, _)| e)
+}
+
+/// `map_from_seeds`, asked again and again for up to `within` while no seed could answer
+/// yet (each failure transient: servers still starting, the network not up yet, as when
+/// every host of a cluster boots at once). A seed that refuses (a wrong key) ends it.
+pub async fn map_from_seeds_waiting(
+    seeds: &[String],
+    keys: Keyring,
+    timeout: std::time::Duration,
+    within: std::time::Duration,
+) -> Result<ClusterMap, SetupError> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut pause = std::time::Duration::from_millis(200);
+    loop {
+        match ask_seeds(seeds, keys.clone(), timeout).await {
+            Ok(m) => return Ok(m),
+            Err((e, true)) if tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!("waiting for the cluster: {e}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
+
+/// The map from the first seed that gives it; else why not, and whether every seed's
+/// failure was transient.
+async fn ask_seeds(
+    seeds: &[String],
+    keys: Keyring,
+    timeout: std::time::Duration,
+) -> Result<ClusterMap, (SetupError, bool)> {
     use myriad_net::{Pool, PoolConfig};
     use myriad_proto::{Endpoints, PeerKind, Request, Response, ServerRequest};
     let pool = Pool::new(PoolConfig {
@@ -186,6 +220,7 @@ pub async fn map_from_seeds(
         request_timeout: timeout,
     });
     let mut failed = Vec::new();
+    let mut transient = true;
     for seed in seeds {
         let got = pool
             .call_with_timeout(
@@ -199,14 +234,23 @@ pub async fn map_from_seeds(
             .await;
         match got {
             Ok(Response::Map(m)) => return Ok(*m),
-            Ok(other) => failed.push(format!("{seed}: unexpected answer {other:?}")),
-            Err(e) => failed.push(format!("{seed}: {e}")),
+            Ok(other) => {
+                transient = false;
+                failed.push(format!("{seed}: unexpected answer {other:?}"));
+            }
+            Err(e) => {
+                transient &= e.is_transient();
+                failed.push(format!("{seed}: {e}"));
+            }
         }
     }
-    Err(SetupError(format!(
-        "no server gave the cluster map ({})",
-        failed.join("; ")
-    )))
+    Err((
+        SetupError(format!(
+            "no server gave the cluster map ({})",
+            failed.join("; ")
+        )),
+        transient,
+    ))
 }
 
 /// The calling process's uid, gid and supplementary groups: what the servers record as owner.

@@ -508,3 +508,217 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// What a client host runs besides a mount, knowing one address and the client key: the
+/// Python package (its client and fsspec), the S3 gateway with boto3 talking to it from
+/// that host, and `top`. Needs the Python package and boto3 installed: run by
+/// scripts/test-python.sh with MYRIAD_PYTHON naming that interpreter (the tests before it
+/// run before the package is built).
+#[test]
+#[ignore = "needs the Python package: scripts/test-python.sh runs it"]
+fn python_s3_and_top_from_a_client_host() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let python = std::env::var("MYRIAD_PYTHON")
+        .unwrap_or_else(|_| panic!("MYRIAD_PYTHON must name a Python with the package"));
+    let mut h = Hosts::new(4);
+    let addr = |h: &Hosts, k: u32| format!("{}:{PORT}", h.ip(k));
+    let first = addr(&h, 1);
+    let d1 = h.home(1).join("data").display().to_string();
+    h.spawn(
+        1,
+        "server.log",
+        &["server", "--data-dir", &d1, "--listen", &first, "--init"],
+    );
+    let (client_key, secret) = (
+        h.home(1).join("data/client.key"),
+        h.home(1).join("data/cluster.secret"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !secret.exists() || !client_key.exists() {
+        assert!(Instant::now() < deadline, "--init wrote no keys");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The others start at once, as hosts booting together do: before the first serves
+    // or has elected itself, their joins wait for it (they once failed at once with "no
+    // Raft leader is known").
+    for k in 2..=3 {
+        let s = h.give_key(&secret, k).display().to_string();
+        let (a, d) = (addr(&h, k), h.home(k).join("data").display().to_string());
+        h.spawn(
+            k,
+            "server.log",
+            &[
+                "server",
+                "--data-dir",
+                &d,
+                "--listen",
+                &a,
+                "--join",
+                &first,
+                "--secret-file",
+                &s,
+            ],
+        );
+    }
+    let key = h.give_key(&client_key, 4).display().to_string();
+    let keys = myriad_client::setup::load_keys(std::path::Path::new(&key))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let settled_now = myriad_client::setup::load_cluster(
+            std::path::Path::new(&first),
+            &keys,
+            Duration::from_secs(2),
+        )
+        .ok()
+        .and_then(|m| Client::new(ClientConfig::new(m, Caller::root(), keys.clone())).ok())
+        .is_some_and(|c| settled(&rt.block_on(c.newest_map()), 3));
+        if settled_now {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "3 servers not settled in 120 s:\n{}",
+            h.log_tail(1, "server.log")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Host 4 knows host 2's address only (not the one that made the cluster).
+    let seed = addr(&h, 2);
+
+    // Python: the client and fsspec, by address.
+    let script = h.home(4).join("client_host.py");
+    std::fs::write(
+        &script,
+        r#"
+import sys, fsspec, myriad
+seed, key = sys.argv[1], sys.argv[2]
+c = myriad.Client(seed, secret_file=key)
+c.mkdir("/hostpy", parents=True, exist_ok=True)
+c.write("/hostpy/hello.txt", b"hello from the client host")
+assert c.fetch("/hostpy/hello.txt") == b"hello from the client host"
+fs = fsspec.filesystem("myriad", cluster=seed, secret_file=key)
+with fs.open("/hostpy/fs.txt", "wb") as f:
+    f.write(b"x" * 100000)
+assert fs.cat("/hostpy/fs.txt") == b"x" * 100000
+assert sorted(c.listdir("/hostpy")) == ["fs.txt", "hello.txt"], c.listdir("/hostpy")
+print("python ok")
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = h
+        .command(4, &python)
+        .arg(&script)
+        .args([&seed, &key])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("python ok"),
+        "python on the client host: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The S3 gateway on the client host, boto3 beside it.
+    let creds = h.home(4).join("s3.credentials");
+    std::fs::write(&creds, "hostkey hostsecret\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let s3_addr = format!("{}:9000", h.ip(4));
+    h.spawn(
+        4,
+        "s3.log",
+        &[
+            "--cluster",
+            &seed,
+            "--secret-file",
+            &key,
+            "s3",
+            "--listen",
+            &s3_addr,
+            "--credentials",
+            &creds.display().to_string(),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(h.home(4).join("s3.log"))
+        .unwrap_or_default()
+        .contains("s3: http://")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not start: {}",
+            h.log_tail(4, "s3.log")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let s3_script = h.home(4).join("s3_host.py");
+    std::fs::write(
+        &s3_script,
+        r#"
+import sys, boto3
+s3 = boto3.client("s3", endpoint_url="http://" + sys.argv[1], region_name="us-east-1",
+                  aws_access_key_id="hostkey", aws_secret_access_key="hostsecret")
+s3.put_object(Bucket="hostpy", Key="dir/obj.bin", Body=b"through s3")
+assert s3.get_object(Bucket="hostpy", Key="dir/obj.bin")["Body"].read() == b"through s3"
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket="hostpy")["Contents"]]
+assert "hello.txt" in keys and "dir/obj.bin" in keys, keys
+print("s3 ok")
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = h
+        .command(4, &python)
+        .arg(&s3_script)
+        .arg(&s3_addr)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("s3 ok"),
+        "boto3 on the client host: {}{}\ngateway: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        h.log_tail(4, "s3.log")
+    );
+    // What S3 wrote, read back through the CLI by address.
+    let out = h.run(
+        4,
+        &[
+            "--cluster",
+            &seed,
+            "--secret-file",
+            &key,
+            "cat",
+            "/hostpy/dir/obj.bin",
+        ],
+    );
+    assert_eq!(
+        out.stdout,
+        b"through s3",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // `top` from the client host: every server listed.
+    let out = h.run(
+        4,
+        &["--cluster", &seed, "--secret-file", &key, "top", "--once"],
+    );
+    let view = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{view}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for k in 1..=3 {
+        assert!(
+            view.contains(&h.ip(k)),
+            "top does not list host {k}:\n{view}"
+        );
+    }
+}
