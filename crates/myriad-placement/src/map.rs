@@ -316,6 +316,15 @@ impl ClusterMap {
             .collect()
     }
 
+    /// The copies of partition `id` the map lists as behind (they lack writes made while
+    /// they were down; none is promoted while a copy in sync is up).
+    #[must_use]
+    pub fn behind_of(&self, id: PartitionId) -> Vec<NodeId> {
+        self.partition(id)
+            .map(|p| p.behind.clone())
+            .unwrap_or_default()
+    }
+
     /// The next map with server `id` down: epoch + 1. Every partition it served is served
     /// by its next copy that is up and not behind (the first backup); a copy of `id`'s
     /// becomes behind if such a copy goes on serving without it. Replica lists are ordered

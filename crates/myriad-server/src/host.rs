@@ -484,6 +484,7 @@ impl Host {
                 if let Some(node) = self.partition(*pid) {
                     node.replicator.set_backups(
                         &st.map.backups_of(*pid),
+                        &st.map.behind_of(*pid),
                         crate::cluster::failover_possible(&st.map, *pid),
                     );
                 }
@@ -652,6 +653,7 @@ impl Host {
         let replicator = Arc::new(Replicator::new(self.clone(), pid, &committed, start_seq));
         replicator.set_backups(
             &backups,
+            &self.state().map.behind_of(pid),
             crate::cluster::failover_possible(&self.state().map, pid),
         );
         let applier = Applier::start(

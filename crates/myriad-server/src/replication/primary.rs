@@ -83,12 +83,13 @@ struct StreamCtx {
 impl StreamCtx {
     /// A stream to `backup` starting at batch `start` (whose chain is `chain`): it first
     /// checks that the backup holds exactly that state, else copies the partition to it.
-    fn start(&self, backup: NodeId, (start, chain): (u64, u64)) -> Stream {
+    fn start(&self, backup: NodeId, (start, chain): (u64, u64), member: bool) -> Stream {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE_MAX);
         let (atx, arx) = watch::channel(0u64);
-        // A member until its first check finds the backup behind: a write made meanwhile
-        // waits for it (and stops waiting if it turns out to be joining).
-        let (mtx, mrx) = watch::channel(true);
+        // A copy in sync is a member until its first check finds the backup behind: a
+        // write made meanwhile waits for it (and stops waiting if it turns out to be
+        // joining). One the map lists as behind starts joining.
+        let (mtx, mrx) = watch::channel(member);
         let link = Link {
             peers: self.peers.clone(),
             pid: self.pid,
@@ -198,7 +199,7 @@ impl Streams {
                 backup = %backup,
                 "backup {STREAM_QUEUE_MAX} batches behind: starting its stream over (a whole copy)"
             );
-            let fresh = self.ctx.start(backup, (at.seq, at.chain));
+            let fresh = self.ctx.start(backup, (at.seq, at.chain), true);
             if let Some(old) = self.streams.insert(backup, fresh) {
                 old.task.abort();
             }
@@ -267,7 +268,11 @@ impl Replicator {
     /// to each new one, which first checks that the backup holds this store's state at the
     /// last shipped batch (else copies the partition to it). `keep_log`: the map lists other
     /// copies of the partition, live or not (a partition with one copy keeps no log).
-    pub(crate) fn set_backups(&self, backups: &[NodeId], keep_log: bool) {
+    /// `behind`: the backups the map lists as behind (back from a stop or a crash): their
+    /// streams start joining, so writes do not wait for a copy that is still opening its
+    /// partitions (answering `Busy`: a write once waited 10 s in a rolling restart), and
+    /// turn member once level, as any joining stream.
+    pub(crate) fn set_backups(&self, backups: &[NodeId], behind: &[NodeId], keep_log: bool) {
         let mut g = self.lock();
         if g.closed {
             return;
@@ -293,7 +298,9 @@ impl Replicator {
             // Under the shipping lock the store holds exactly the batches up to `start`, so
             // its chain is the chain at `start`.
             let chain = g.ctx.store.meta_u64(CHAIN_KEY).ok().flatten().unwrap_or(0);
-            let stream = g.ctx.start(backup, (start, chain));
+            let stream = g
+                .ctx
+                .start(backup, (start, chain), !behind.contains(&backup));
             g.streams.insert(backup, stream);
             changed = true;
         }

@@ -31,6 +31,8 @@ struct InMemory {
     copy_stalled: AtomicBool,
     never: Notify,
     seq_asked: AtomicU32,
+    /// While set, `ReplicaSeq` is answered `Busy` (a server still opening its partitions).
+    opening: AtomicBool,
     bundler: crate::replication::bundle::Bundler,
 }
 
@@ -48,6 +50,9 @@ impl Peers for InMemory {
         Box::pin(async move {
             if matches!(req, Request::Replica(ReplicaRequest::ReplicaSeq)) {
                 self.seq_asked.fetch_add(1, Ordering::SeqCst);
+                if self.opening.load(Ordering::SeqCst) {
+                    return Err(FsError::Busy);
+                }
             }
             if self.stalled.load(Ordering::SeqCst)
                 && matches!(
@@ -108,6 +113,7 @@ async fn primary(seed: usize) -> Primary {
         copy_stalled: AtomicBool::new(false),
         never: Notify::new(),
         seq_asked: AtomicU32::new(0),
+        opening: AtomicBool::new(false),
         bundler: crate::replication::bundle::Bundler::default(),
     });
     let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
@@ -182,7 +188,7 @@ impl Primary {
 #[tokio::test(start_paused = true)]
 async fn a_write_is_acknowledged_once_the_backup_has_it() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[], true);
     for i in 0..20 {
         p.write(create(&format!("f{i}"))).await;
         // Acknowledged: the backup holds every batch up to it, no later.
@@ -208,7 +214,7 @@ impl Primary {
 async fn a_backup_behind_is_brought_level_with_a_whole_copy() {
     // The primary wrote 30 files before it had a backup.
     let p = primary(30).await;
-    p.replicator.set_backups(&[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[], true);
     p.write(create("during")).await;
     p.level().await;
     // A member again: this write waits for it, and so it holds everything.
@@ -228,7 +234,7 @@ async fn a_write_with_no_member_copy_waits_for_a_joining_one() {
     // copy besides, writes wait for the members only: `--moves` seeds, docs/write-path.md.)
     let p = primary(30).await;
     p.peers.copy_stalled.store(true, Ordering::SeqCst);
-    p.replicator.set_backups(&[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[], true);
     let write = {
         let applier = p.applier.clone();
         tokio::spawn(async move { applier.run(create("j0")).await })
@@ -252,10 +258,31 @@ async fn a_write_with_no_member_copy_waits_for_a_joining_one() {
     assert_eq!(mine, theirs, "the joined copy holds every write");
 }
 
+/// A copy the map lists as behind (back from a restart) starts joining: while it is still
+/// opening (answering `Busy`), writes do not wait for it (a write once waited 10 s for one
+/// in a rolling restart); once level it is a member, waited for again.
+#[tokio::test(start_paused = true)]
+async fn a_copy_listed_behind_starts_joining_and_is_waited_for_once_level() {
+    let p = primary(0).await;
+    p.peers.opening.store(true, Ordering::SeqCst);
+    p.replicator.set_backups(&[BACKUP], &[BACKUP], true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(p.peers.seq_asked.load(Ordering::SeqCst) > 1, "asked again");
+    assert!(
+        !p.replicator.all_members(),
+        "a copy listed behind counts as a member before it answered"
+    );
+    p.peers.opening.store(false, Ordering::SeqCst);
+    p.level().await;
+    p.write(create("level")).await;
+    let (mine, theirs) = p.digests();
+    assert_eq!(mine, theirs, "a member again: the write waited for it");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_backup_that_stops_taking_batches_does_not_make_the_queue_grow() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[], true);
     p.write(create("level")).await;
     let asked_before = p.peers.seq_asked.load(Ordering::SeqCst);
     p.peers.stalled.store(true, Ordering::SeqCst);
@@ -307,7 +334,7 @@ async fn a_backup_that_stops_taking_batches_does_not_make_the_queue_grow() {
 #[tokio::test(start_paused = true)]
 async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[], true);
     p.write(create("level")).await;
     let (mine, theirs) = p.digests();
     assert_eq!(mine, theirs);
@@ -333,7 +360,7 @@ async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
         chain = chain.wrapping_mul(31).wrapping_add(seq);
     };
     // Away (the map lists it, down): the log keeps what it misses.
-    p.replicator.set_backups(&[], true);
+    p.replicator.set_backups(&[], &[], true);
     let away = STREAM_PENDING_MAX + 900;
     for _ in 0..away {
         ship(&p.replicator);
@@ -341,7 +368,7 @@ async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
     // Back, but slow to answer: more than a stream's queue holds is shipped while the
     // tail is still unacknowledged.
     p.peers.stalled.store(true, Ordering::SeqCst);
-    p.replicator.set_backups(&[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[], true);
     for i in 0..STREAM_QUEUE_MAX + 500 {
         ship(&p.replicator);
         if i % 64 == 0 {
@@ -391,7 +418,7 @@ async fn a_write_waits_for_a_copy_with_reads_lent_until_its_loan_ends() {
         None,
         "reads lent to a copy the primary does not stream to"
     );
-    p.replicator.set_backups(&[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[], true);
     p.write(create("before")).await;
     p.level().await;
     let lent_at = tokio::time::Instant::now();
@@ -406,7 +433,7 @@ async fn a_write_waits_for_a_copy_with_reads_lent_until_its_loan_ends() {
     );
     // The copy stops taking batches and the map drops it: the write still waits for it.
     p.peers.stalled.store(true, Ordering::SeqCst);
-    p.replicator.set_backups(&[], true);
+    p.replicator.set_backups(&[], &[], true);
     let write = {
         let applier = p.applier.clone();
         tokio::spawn(async move { applier.run(create("during")).await })
