@@ -492,23 +492,9 @@ impl Membership {
         }
         // Primaries even again (primaries.rs): after failovers and returns, a partition led
         // by a server leading more than its share goes to an in-sync copy on one leading less.
-        let settling = self
-            .last_return
-            .lock()
-            .ok()
-            .and_then(|t| *t)
-            .is_some_and(|t| now.saturating_duration_since(t) < HANDOVER_SETTLE);
-        // Nor while a server up in the map has gone quiet: it may be failing (it was once
-        // handed primaries it could not serve, cut off by a network split, until it was
-        // marked down).
-        let quiet = map.nodes.iter().any(|n| {
-            n.id != self.id
-                && map.is_up(n.id)
-                && now.saturating_duration_since(
-                    self.heard.last(n.id).map_or(since, |h| h.max(since)),
-                ) > QUIET_AFTER
-        });
-        if settling || quiet {
+        let last_return = self.last_return.lock().ok().and_then(|t| *t);
+        let heard = |id| self.heard.last(id);
+        if !may_balance(&map, self.id, (since, now), last_return, heard) {
             return;
         }
         if let Some(next) = map.balance_primaries(HANDOVERS_MAX) {
@@ -738,6 +724,31 @@ impl Pauses {
             }
         }
     }
+}
+
+/// Whether the leader (`me`, leading since `since`) may hand primaries over for balance
+/// at `now`. Not within `HANDOVER_SETTLE` of the last return it saw, nor of its own
+/// election: a new leader does not know when servers last returned, and a rolling restart
+/// makes a new leader at each restart of the old one (new leaders handed primaries over at
+/// once, batch after batch, each a lease's pause for its partitions and some a whole copy:
+/// writes waited 2.3 s). Nor while a server up in the map has been quiet for
+/// `QUIET_AFTER`: it may be failing (one cut off by a network split was handed primaries
+/// it could not serve until it was marked down).
+pub(crate) fn may_balance(
+    map: &ClusterMap,
+    me: NodeId,
+    (since, now): (Instant, Instant),
+    last_return: Option<Instant>,
+    heard: impl Fn(NodeId) -> Option<Instant>,
+) -> bool {
+    let settled = |t: Instant| now.saturating_duration_since(t) >= HANDOVER_SETTLE;
+    let quiet = map.nodes.iter().any(|n| {
+        n.id != me
+            && map.is_up(n.id)
+            && now.saturating_duration_since(heard(n.id).map_or(since, |h| h.max(since)))
+                > QUIET_AFTER
+    });
+    settled(since) && last_return.is_none_or(settled) && !quiet
 }
 
 /// The servers down for longer than `grace` (their copies are then made elsewhere).

@@ -35,6 +35,7 @@ fn start_writer(
     let (client, flag, handle) = (client.clone(), stop.clone(), handle.clone());
     let thread = std::thread::spawn(move || {
         let (mut done, mut longest) = (0u32, Duration::ZERO);
+        let began = Instant::now();
         while !flag.load(Ordering::Relaxed) {
             let t = Instant::now();
             let body = format!("{word} {done}");
@@ -46,7 +47,17 @@ fn start_writer(
                     body.as_bytes(),
                 ))
                 .unwrap_or_else(|e| panic!("write /w/{prefix}{done} failed: {e}"));
-            longest = longest.max(t.elapsed());
+            let took = t.elapsed();
+            if took > Duration::from_secs(1) {
+                // When: to place it beside the failovers and restarts the test prints.
+                eprintln!(
+                    "writer {prefix}: /w/{prefix}{done} took {:.2} s, ended {:.1} s after \
+                     the writer started",
+                    took.as_secs_f64(),
+                    began.elapsed().as_secs_f64()
+                );
+            }
+            longest = longest.max(took);
             done += 1;
         }
         (done, longest)
@@ -297,12 +308,12 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         longest.as_secs_f64()
     );
     // Issue 48 asks for 3 s. Measured 2.7 s when the dead host is not the cluster-map
-    // group's leader; when it is, an election comes first and a live server that learned
-    // of the new leader late was once marked down too (4.6-7.1 s with another test running
-    // beside this one): see the closing note. The bound catches a failover that does not
-    // happen at all (a request waits 30 s).
+    // group's leader; when it is, an election comes first (the failover map 2.8 s after
+    // the kill) and the write then waited on (4.6-7.1 s in all, once with another test
+    // running beside this one): see issue 48's closing notes. The bound catches a failover
+    // that does not happen at all (a request waits 30 s), with room for a loaded machine.
     assert!(
-        longest < Duration::from_secs(8),
+        longest < Duration::from_secs(12),
         "a write waited {longest:?} across the failover"
     );
     check_written(&rt, &fresh, ("g", "after"), after);
@@ -459,7 +470,9 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
             std::thread::sleep(Duration::from_millis(200));
         }
         eprintln!(
-            "host {k}: stopped in {:.2} s, back and caught up {:.1} s after SIGTERM",
+            "host {k}: stopped {:.1} s into the rolling restart, in {:.2} s; back and \
+             caught up {:.1} s after SIGTERM",
+            t.duration_since(rolling).as_secs_f64(),
             stopped.as_secs_f64(),
             t.elapsed().as_secs_f64()
         );

@@ -221,5 +221,13 @@ impl Drop for Hosts {
         let _ = Command::new("ip")
             .args(["link", "del", &self.name("br")])
             .output();
+        // MYRIAD_TEST_KEEP=1 keeps the hosts' directories (their logs) for a look after.
+        if std::env::var("MYRIAD_TEST_KEEP").as_deref() == Ok("1") {
+            let dir = std::mem::replace(
+                &mut self.dir,
+                tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+            );
+            eprintln!("hosts kept in {}", dir.keep().display());
+        }
     }
 }

@@ -288,3 +288,43 @@ async fn a_blocked_process_is_a_pause_and_a_long_wait_is_not() {
     assert!(long > DOWN_AFTER / 2, "{long:?}");
     watch.abort();
 }
+
+/// Primaries are handed over for balance only by a leader that has led for the settling
+/// time, past it since the last return, with every server up heard lately.
+#[test]
+fn balance_waits_for_a_settled_leader_and_every_server_heard() {
+    let m = four();
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let settle = HANDOVER_SETTLE.as_secs();
+    let all_heard_at = |s: u64| move |_: NodeId| Some(at(s));
+    let later = settle + 10;
+    assert!(may_balance(
+        &m,
+        S[0],
+        (t0, at(later)),
+        None,
+        all_heard_at(later)
+    ));
+    assert!(
+        !may_balance(&m, S[0], (t0, at(5)), None, all_heard_at(5)),
+        "a leader elected 5 s ago balanced (a rolling restart's new leader)"
+    );
+    assert!(
+        !may_balance(
+            &m,
+            S[0],
+            (t0, at(later)),
+            Some(at(later - 5)),
+            all_heard_at(later)
+        ),
+        "balanced 5 s after a return"
+    );
+    let one_quiet = |id: NodeId| Some(if id == S[2] { at(later - 2) } else { at(later) });
+    assert!(
+        !may_balance(&m, S[0], (t0, at(later)), None, one_quiet),
+        "balanced while a server up was quiet for 2 s"
+    );
+    let only_me_quiet = |id: NodeId| Some(if id == S[0] { at(0) } else { at(later) });
+    assert!(may_balance(&m, S[0], (t0, at(later)), None, only_me_quiet));
+}
