@@ -65,6 +65,28 @@ fn start_writer(
     (stop, thread)
 }
 
+/// Starts host `k`'s server joining the cluster at `seeds` with the cluster secret (given
+/// to the host), listening on the host's address, its data in the host's `data`.
+fn join(h: &mut Hosts, k: u32, seeds: &str, secret: &std::path::Path) {
+    let s = h.give_key(secret, k).display().to_string();
+    let (a, d) = (
+        format!("{}:{PORT}", h.ip(k)),
+        h.home(k).join("data").display().to_string(),
+    );
+    let args = [
+        "server",
+        "--data-dir",
+        &d,
+        "--listen",
+        &a,
+        "--join",
+        seeds,
+        "--secret-file",
+        &s,
+    ];
+    h.spawn(k, "server.log", &args);
+}
+
 /// Every file `start_writer` with `(prefix, word)` wrote, `n` of them, read back whole.
 fn check_written(rt: &tokio::runtime::Runtime, c: &Client, (prefix, word): (&str, &str), n: u32) {
     for i in 0..n {
@@ -128,23 +150,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
     let (stop, writer) = start_writer(&client, rt.handle(), ("f", "file"));
     let started = Instant::now();
     for k in 2..=4 {
-        let secret_k = h.give_key(&secret, k);
-        let (a, d, s) = (addr(&h, k), data(&h, k), secret_k.display().to_string());
-        h.spawn(
-            k,
-            "server.log",
-            &[
-                "server",
-                "--data-dir",
-                &d,
-                "--listen",
-                &a,
-                "--join",
-                &first,
-                "--secret-file",
-                &s,
-            ],
-        );
+        join(&mut h, k, &first, &secret);
     }
     // The fifth host joins through another seed than the first (any member will do), and
     // listens on every address, telling the others which one to use.
@@ -559,23 +565,7 @@ fn python_s3_and_top_from_a_client_host() {
     // or has elected itself, their joins wait for it (they once failed at once with "no
     // Raft leader is known").
     for k in 2..=3 {
-        let s = h.give_key(&secret, k).display().to_string();
-        let (a, d) = (addr(&h, k), h.home(k).join("data").display().to_string());
-        h.spawn(
-            k,
-            "server.log",
-            &[
-                "server",
-                "--data-dir",
-                &d,
-                "--listen",
-                &a,
-                "--join",
-                &first,
-                "--secret-file",
-                &s,
-            ],
-        );
+        join(&mut h, k, &first, &secret);
     }
     let key = h.give_key(&client_key, 4).display().to_string();
     let keys = myriad_client::setup::load_keys(std::path::Path::new(&key))
