@@ -143,9 +143,15 @@ impl Hosts {
     /// Starts `myriad ARGS` on host `k` in the background, its output in `log` under the
     /// host's directory.
     pub fn spawn(&mut self, k: u32, log: &str, args: &[&str]) {
+        self.spawn_program(k, log, BIN, args);
+    }
+
+    /// Starts `program ARGS` (another myriad binary: an older release) on host `k` in the
+    /// background, its output in `log` under the host's directory.
+    pub fn spawn_program(&mut self, k: u32, log: &str, program: &str, args: &[&str]) {
         let out = std::fs::File::create(self.home(k).join(log)).unwrap_or_else(|e| panic!("{e}"));
         let child = self
-            .on(k)
+            .command(k, program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap_or_else(|e| panic!("{e}")))
