@@ -865,11 +865,8 @@ impl Client {
         for turn in 0usize.. {
             tokio::time::sleep(STALL_ASK_AFTER).await;
             let st = self.st();
-            let others: Vec<&str> = st
-                .map
-                .nodes
-                .iter()
-                .map(|n| n.addr.as_str())
+            let others: Vec<&str> = Self::map_askers(&st.map)
+                .into_iter()
                 .filter(|a| *a != addr)
                 .collect();
             let Some(&asked) = others.get(turn % others.len().max(1)) else {
@@ -886,34 +883,45 @@ impl Client {
         }
     }
 
-    /// Server `addr`'s cluster map (we hold `epoch`), if it answers within `MAP_ASK_TIMEOUT`.
+    /// Server `addr`'s cluster map (we hold `epoch`), if it answers within `MAP_ASK_TIMEOUT`,
+    /// connecting included (a host gone answers no SYN: the connect alone took the whole
+    /// connect timeout, and a write after a failover waited 4 s on it).
     async fn ask_map(&self, addr: &str, epoch: u64) -> Option<ClusterMap> {
-        let got = self
-            .transport
-            .call_with_timeout(
-                addr,
-                epoch,
-                Endpoints::SERVER,
-                &self.config.caller,
-                &myriad_proto::Request::Server(ServerRequest::GetMap),
-                MAP_ASK_TIMEOUT,
-            )
-            .await;
-        match got {
-            Ok(Response::Map(m)) => Some(*m),
+        let req = myriad_proto::Request::Server(ServerRequest::GetMap);
+        let call = self.transport.call_with_timeout(
+            addr,
+            epoch,
+            Endpoints::SERVER,
+            &self.config.caller,
+            &req,
+            MAP_ASK_TIMEOUT,
+        );
+        match tokio::time::timeout(MAP_ASK_TIMEOUT, call).await {
+            Ok(Ok(Response::Map(m))) => Some(*m),
             _ => None,
         }
+    }
+
+    /// The addresses of `map`'s servers to ask for a newer map: those up first, then those
+    /// down (a server marked down is likely gone: asked last).
+    fn map_askers(map: &ClusterMap) -> Vec<&str> {
+        let (up, down): (Vec<_>, Vec<_>) = map.nodes.iter().partition(|n| map.is_up(n.id));
+        up.iter().chain(&down).map(|n| n.addr.as_str()).collect()
     }
 
     /// Asks the servers of our map (but `skip`, unreachable) for theirs and adopts the newest.
     async fn refresh_map(&self, skip: PartitionId) {
         let st = self.st();
-        let avoid = st.map.primary_of(skip);
-        for n in &st.map.nodes {
-            if Some(n.id) == avoid {
+        let avoid = st
+            .map
+            .primary_of(skip)
+            .and_then(|id| st.map.node(id))
+            .map(|n| n.addr.as_str());
+        for addr in Self::map_askers(&st.map) {
+            if Some(addr) == avoid {
                 continue;
             }
-            if let Some(m) = self.ask_map(&n.addr, st.map.epoch).await {
+            if let Some(m) = self.ask_map(addr, st.map.epoch).await {
                 if m.epoch > st.map.epoch {
                     self.adopt(m);
                 }

@@ -125,8 +125,20 @@ fn check_written(rt: &tokio::runtime::Runtime, c: &Client, (prefix, word): (&str
     }
 }
 
+/// MYRIAD_TEST_CLIENT_LOG=FILTER (e.g. `myriad_client=debug`) logs this process's clients
+/// to stderr: where a slow write waited.
+fn client_log() {
+    if let Ok(filter) = std::env::var("MYRIAD_TEST_CLIENT_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 #[test]
 fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address() {
+    client_log();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: network namespaces need root");

@@ -119,3 +119,41 @@ async fn a_server_slow_to_take_up_a_pushed_map_is_waited_for() {
     );
     assert_eq!(t.calls.load(Ordering::SeqCst), 13);
 }
+
+/// Never answers anything: a host gone, whose connects get no SYN back.
+struct Gone;
+
+impl Transport for Gone {
+    fn call_with_timeout<'a>(
+        &'a self,
+        _addr: &'a str,
+        _epoch: u64,
+        _ends: Endpoints,
+        _caller: &'a Caller,
+        _req: &'a Request,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// Asking a gone host for the map gives up within `MAP_ASK_TIMEOUT` even if the transport
+/// does not (its connect alone took the connect timeout: a write after a failover waited
+/// 4 s), and a server the map has down is asked last.
+#[tokio::test(start_paused = true)]
+async fn asking_a_gone_host_for_the_map_is_bounded_and_down_servers_come_last() {
+    let addrs = ["a:1".to_string(), "b:1".to_string(), "c:1".to_string()];
+    let map = ClusterMap::build(1, &addrs, 1, 2);
+    let config = ClientConfig::new(
+        map.clone(),
+        Caller::root(),
+        Keyring::from_secret(&[3u8; 32]),
+    );
+    let c = Client::with_transport(config, Arc::new(Gone)).unwrap_or_else(|e| panic!("{e}"));
+    let asked = tokio::time::timeout(MAP_ASK_TIMEOUT * 2, c.ask_map("a:1", map.epoch)).await;
+    assert!(matches!(asked, Ok(None)), "not bounded: {asked:?}");
+    let first = map.nodes[0].id;
+    let down = map.mark_down(first).unwrap_or_else(|| panic!("up"));
+    assert_eq!(Client::map_askers(&down), vec!["b:1", "c:1", "a:1"]);
+    assert_eq!(Client::map_askers(&map), vec!["a:1", "b:1", "c:1"]);
+}
