@@ -33,7 +33,12 @@ pub struct Hosts {
 impl Hosts {
     /// `count` hosts, 1..=count. Needs root (network namespaces, veths, a bridge).
     pub fn new(count: u32) -> Hosts {
-        let id = std::process::id() % 10_000;
+        // Unique per harness in this process too: a namespace's links outlive `ip netns
+        // del` for a moment (the kernel tears it down later), so a second harness with the
+        // same names met "File exists".
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nth = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = (std::process::id() + nth * 7) % 10_000;
         let h = Hosts {
             tag: format!("mh{id}"),
             net: 20 + id % 80,
