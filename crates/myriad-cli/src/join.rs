@@ -232,22 +232,17 @@ pub async fn join(
     let mut cfg = ClientConfig::new(map, Caller::root(), keys);
     cfg.request_timeout = JOIN_TIMEOUT;
     let client = Client::new(cfg).map_err(|e| anyhow::anyhow!("bad cluster map: {e}"))?;
-    let deadline = tokio::time::Instant::now() + JOIN_WAIT;
-    let mut pause = Duration::from_millis(200);
-    let landed = loop {
-        match add_to_map(&client, addr, &zone).await {
-            // The cluster cannot change its map yet (its first server still electing
-            // itself, a majority restarting): the change is asked for again.
-            Err(e) if transient(&e) && tokio::time::Instant::now() + pause < deadline => {
-                tracing::warn!("cannot join yet, trying again: {e:#}");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
-            r => break r.context("adding this server to the cluster map")?,
-        }
-    };
-    let mine = |m: &ClusterMap| m.nodes.iter().find(|n| n.addr == addr).map(|n| n.id);
-    let Some(node_id) = mine(&landed) else {
+    // While the cluster cannot change its map yet (its first server still electing itself,
+    // a majority restarting), the change is asked for again.
+    let landed = myriad_client::setup::keep_trying(
+        JOIN_WAIT,
+        || add_to_map(&client, addr, &zone),
+        transient,
+        "cannot join yet, trying again",
+    )
+    .await
+    .context("adding this server to the cluster map")?;
+    let Some(node_id) = id_at(&landed, addr) else {
         bail!("the cluster map does not list {addr} after the change");
     };
     let map_path = dir.join(MAP_FILE);
@@ -269,9 +264,14 @@ fn transient(e: &anyhow::Error) -> bool {
     })
 }
 
+/// The id of the server at `addr` in `map`, if it is there.
+fn id_at(map: &ClusterMap, addr: &str) -> Option<NodeId> {
+    map.nodes.iter().find(|n| n.addr == addr).map(|n| n.id)
+}
+
 /// Adds a server at `addr` in `zone` to the cluster map (nothing if it is there already).
 async fn add_to_map(client: &Client, addr: &str, zone: &str) -> anyhow::Result<ClusterMap> {
-    let mine = |m: &ClusterMap| m.nodes.iter().find(|n| n.addr == addr).map(|n| n.id);
+    let mine = |m: &ClusterMap| id_at(m, addr);
     crate::map_change::commit(
         client,
         |m| {

@@ -176,7 +176,7 @@ pub async fn map_from_seeds(
     keys: Keyring,
     timeout: std::time::Duration,
 ) -> Result<ClusterMap, SetupError> {
-    ask_seeds(seeds, keys, timeout).await.map_err(|(e, _)| e)
+    ask_seeds(seeds, keys, timeout).await.map_err(|e| e.why)
 }
 
 /// `map_from_seeds`, asked again and again for up to `within` while no seed could answer
@@ -188,28 +188,60 @@ pub async fn map_from_seeds_waiting(
     timeout: std::time::Duration,
     within: std::time::Duration,
 ) -> Result<ClusterMap, SetupError> {
+    keep_trying(
+        within,
+        || ask_seeds(seeds, keys.clone(), timeout),
+        |e| e.transient,
+        "waiting for the cluster",
+    )
+    .await
+    .map_err(|e| e.why)
+}
+
+/// Why no seed gave the map, and whether every seed's failure was transient.
+struct SeedsFailed {
+    why: SetupError,
+    transient: bool,
+}
+
+impl std::fmt::Display for SeedsFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.why.fmt(f)
+    }
+}
+
+/// Runs `attempt` until it succeeds, again after each failure that `again` says may pass
+/// (pausing 0.2 s, doubling up to 5 s, and logging `waiting` with the error), for up to
+/// `within`; any other failure, or the last one, is returned.
+pub async fn keep_trying<T, E: std::fmt::Display, F>(
+    within: std::time::Duration,
+    mut attempt: impl FnMut() -> F,
+    again: impl Fn(&E) -> bool,
+    waiting: &str,
+) -> Result<T, E>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+{
     let deadline = tokio::time::Instant::now() + within;
     let mut pause = std::time::Duration::from_millis(200);
     loop {
-        match ask_seeds(seeds, keys.clone(), timeout).await {
-            Ok(m) => return Ok(m),
-            Err((e, true)) if tokio::time::Instant::now() + pause < deadline => {
-                tracing::warn!("waiting for the cluster: {e}");
+        match attempt().await {
+            Err(e) if again(&e) && tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!("{waiting}: {e:#}");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_secs(5));
             }
-            Err((e, _)) => return Err(e),
+            r => return r,
         }
     }
 }
 
-/// The map from the first seed that gives it; else why not, and whether every seed's
-/// failure was transient.
+/// The map from the first seed that gives it; else why not.
 async fn ask_seeds(
     seeds: &[String],
     keys: Keyring,
     timeout: std::time::Duration,
-) -> Result<ClusterMap, (SetupError, bool)> {
+) -> Result<ClusterMap, SeedsFailed> {
     use myriad_net::{Pool, PoolConfig};
     use myriad_proto::{Endpoints, PeerKind, Request, Response, ServerRequest};
     let pool = Pool::new(PoolConfig {
@@ -244,13 +276,13 @@ async fn ask_seeds(
             }
         }
     }
-    Err((
-        SetupError(format!(
+    Err(SeedsFailed {
+        why: SetupError(format!(
             "no server gave the cluster map ({})",
             failed.join("; ")
         )),
         transient,
-    ))
+    })
 }
 
 /// The calling process's uid, gid and supplementary groups: what the servers record as owner.
@@ -382,5 +414,42 @@ mod seed_tests {
             ClusterSource::parse("/no/such/cluster.json"),
             ClusterSource::File("/no/such/cluster.json".into())
         );
+    }
+
+    /// Failures that may pass are tried again until the time runs out; others end it.
+    #[tokio::test(start_paused = true)]
+    async fn keep_trying_retries_only_what_may_pass_and_only_for_so_long() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let calls = AtomicU32::new(0);
+        let within = std::time::Duration::from_secs(60);
+        let flaky = || async {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            if n < 3 {
+                Err(format!("not yet {n}"))
+            } else {
+                Ok(n)
+            }
+        };
+        let got = keep_trying(within, flaky, |_| true, "test").await;
+        assert_eq!(got, Ok(3));
+        calls.store(0, Ordering::SeqCst);
+        let refused = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<(), _>("refused".to_string())
+        };
+        assert!(
+            keep_trying(within, refused, |_| false, "test")
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "a final failure is not retried"
+        );
+        let start = tokio::time::Instant::now();
+        let never = || async { Err::<(), _>("down".to_string()) };
+        assert!(keep_trying(within, never, |_| true, "test").await.is_err());
+        assert!(start.elapsed() <= within, "{:?}", start.elapsed());
     }
 }
