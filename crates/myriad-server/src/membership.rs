@@ -743,10 +743,7 @@ pub(crate) fn may_balance(
 ) -> bool {
     let settled = |t: Instant| now.saturating_duration_since(t) >= HANDOVER_SETTLE;
     let quiet = map.nodes.iter().any(|n| {
-        n.id != me
-            && map.is_up(n.id)
-            && now.saturating_duration_since(heard(n.id).map_or(since, |h| h.max(since)))
-                > QUIET_AFTER
+        n.id != me && map.is_up(n.id) && silent_for(heard(n.id), (since, now)) > QUIET_AFTER
     });
     settled(since) && last_return.is_none_or(settled) && !quiet
 }
@@ -761,6 +758,12 @@ pub(crate) fn past_grace(
     silent_past_grace(map, NodeState::Down, (since, now), grace, heard)
 }
 
+/// How long a server last heard at `heard` has been silent at `now`, as this leader
+/// (leading since `since`) counts: from `since` at the earliest.
+fn silent_for(heard: Option<Instant>, (since, now): (Instant, Instant)) -> Duration {
+    now.saturating_duration_since(heard.map_or(since, |h| h.max(since)))
+}
+
 /// The servers in `state` silent past `grace` (by this leader's hearing, counted from
 /// `since` at the earliest).
 pub(crate) fn silent_past_grace(
@@ -773,10 +776,7 @@ pub(crate) fn silent_past_grace(
     map.nodes
         .iter()
         .filter(|n| n.state == state)
-        .filter(|n| {
-            let silent_since = heard(n.id).map_or(since, |h| h.max(since));
-            now - silent_since > grace
-        })
+        .filter(|n| silent_for(heard(n.id), (since, now)) > grace)
         .map(|n| n.id)
         .collect()
 }
