@@ -25,6 +25,32 @@ fn settled(m: &ClusterMap, servers: usize) -> bool {
         })
 }
 
+/// Waits until `servers` servers hold every partition's 3 copies, none behind and no move
+/// under way (`settled`), at most `within`; the map then.
+fn until_settled(
+    h: &Hosts,
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    servers: usize,
+    within: Duration,
+) -> ClusterMap {
+    let deadline = Instant::now() + within;
+    loop {
+        let m = rt.block_on(client.newest_map());
+        if settled(&m, servers) {
+            return m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled after {within:?}: {} servers, {} moves; host 2's log:\n{}",
+            m.nodes.len(),
+            m.moves().len(),
+            h.log_tail(2, "server.log")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// A thread creating `/w/{prefix}N` holding "{word} N", N = 0, 1, ... until told to stop;
 /// any failed write fails it. Returns how many it wrote and the longest one took.
 fn start_writer(
@@ -178,12 +204,9 @@ fn client_log() {
 #[test]
 fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address() {
     client_log();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: network namespaces need root");
+    let Some(mut h) = Hosts::for_root(6) else {
         return;
-    }
-    let mut h = Hosts::new(6);
+    };
     let addr = |h: &Hosts, k: u32| format!("{}:{PORT}", h.ip(k));
     let data = |h: &Hosts, k: u32| h.home(k).join("data").display().to_string();
     let (first, client_key, secret) = init_first(&mut h, crate::harness::BIN);
@@ -228,20 +251,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
             &s5,
         ],
     );
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let map = loop {
-        let m = rt.block_on(client.newest_map());
-        if settled(&m, 5) {
-            break m;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not settled after 180 s: {} servers, {} moves",
-            m.nodes.len(),
-            m.moves().len()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let map = until_settled(&h, &rt, &client, 5, Duration::from_secs(180));
     let join_secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let (written, _) = writer
@@ -573,14 +583,11 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
 #[test]
 #[ignore = "needs the Python package: scripts/test-python.sh runs it"]
 fn python_s3_and_top_from_a_client_host() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: network namespaces need root");
-        return;
-    }
     let python = std::env::var("MYRIAD_PYTHON")
         .unwrap_or_else(|_| panic!("MYRIAD_PYTHON must name a Python with the package"));
-    let mut h = Hosts::new(4);
+    let Some(mut h) = Hosts::for_root(4) else {
+        return;
+    };
     let addr = |h: &Hosts, k: u32| format!("{}:{PORT}", h.ip(k));
     let (first, client_key, secret) = init_first(&mut h, crate::harness::BIN);
     // The others start at once, as hosts booting together do: before the first serves
@@ -593,26 +600,13 @@ fn python_s3_and_top_from_a_client_host() {
     let keys = myriad_client::setup::load_keys(std::path::Path::new(&key))
         .unwrap_or_else(|e| panic!("{e}"));
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let settled_now = myriad_client::setup::load_cluster(
-            std::path::Path::new(&first),
-            &keys,
-            Duration::from_secs(2),
-        )
-        .ok()
-        .and_then(|m| Client::new(ClientConfig::new(m, Caller::root(), keys.clone())).ok())
-        .is_some_and(|c| settled(&rt.block_on(c.newest_map()), 3));
-        if settled_now {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "3 servers not settled in 120 s:\n{}",
-            h.log_tail(1, "server.log")
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let client = Client::new(ClientConfig::new(
+        first_map(&h, &first, &keys),
+        Caller::root(),
+        keys.clone(),
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    until_settled(&h, &rt, &client, 3, Duration::from_secs(120));
     // Host 4 knows host 2's address only (not the one that made the cluster).
     let seed = addr(&h, 2);
 
@@ -756,14 +750,12 @@ print("s3 ok")
 #[test]
 #[ignore = "needs the previous release's binary: scripts/upgrade-test.sh runs it"]
 fn a_rolling_upgrade_from_the_previous_binary_fails_and_loses_no_write() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: network namespaces need root");
-        return;
-    }
+    client_log();
     let prev = std::env::var("MYRIAD_PREV_BIN")
         .unwrap_or_else(|_| panic!("MYRIAD_PREV_BIN must name the previous release's myriad"));
-    let mut h = Hosts::new(3);
+    let Some(mut h) = Hosts::for_root(3) else {
+        return;
+    };
     let addr = |h: &Hosts, k: u32| format!("{}:{PORT}", h.ip(k));
     let data = |h: &Hosts, k: u32| h.home(k).join("data").display().to_string();
     let (first, _, secret) = init_first(&mut h, &prev);
@@ -780,15 +772,7 @@ fn a_rolling_upgrade_from_the_previous_binary_fails_and_loses_no_write() {
     for k in 2..=3 {
         join_with(&mut h, &prev, k, &first, &secret);
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !settled(&rt.block_on(client.newest_map()), 3) {
-        assert!(
-            Instant::now() < deadline,
-            "the previous release's 3 servers not settled in 120 s:\n{}",
-            h.log_tail(2, "server.log")
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    until_settled(&h, &rt, &client, 3, Duration::from_secs(120));
     rt.block_on(client.mkdir("/w", 0o755))
         .unwrap_or_else(|e| panic!("{e}"));
     let (stop, writer) = start_writer(&client, rt.handle(), ("u", "upgraded"));

@@ -229,11 +229,7 @@ impl Drop for TestCluster {
                         }
                     }
                 }
-                // MYRIAD_TEST_LOG_LINES=N shows more (a failure under debug logging).
-                let keep = std::env::var("MYRIAD_TEST_LOG_LINES")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(40);
+                let keep = log_lines(40);
                 let tail: Vec<&str> = lines.iter().rev().take(keep).copied().collect();
                 eprintln!("---- node {} log (last {} lines) ----", n.id, tail.len());
                 for l in tail.iter().rev() {
@@ -292,4 +288,13 @@ pub fn wait_gone(pid: i32, within: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// How many lines of a process's log a failure shows: `default`, or MYRIAD_TEST_LOG_LINES
+/// (more for a failure under debug logging).
+pub fn log_lines(default: usize) -> usize {
+    std::env::var("MYRIAD_TEST_LOG_LINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

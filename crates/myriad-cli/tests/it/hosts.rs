@@ -31,6 +31,17 @@ pub struct Hosts {
 }
 
 impl Hosts {
+    /// `count` hosts, or `None` (saying the test is skipped) when not run as root, which
+    /// network namespaces need.
+    pub fn for_root(count: u32) -> Option<Hosts> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: network namespaces need root");
+            return None;
+        }
+        Some(Hosts::new(count))
+    }
+
     /// `count` hosts, 1..=count. Needs root (network namespaces, veths, a bridge).
     pub fn new(count: u32) -> Hosts {
         // Unique per harness in this process too: a namespace's links outlive `ip netns
@@ -101,17 +112,13 @@ impl Hosts {
         d
     }
 
-    /// A command that runs in host `k`'s network namespace only (`nsenter --net`: `ip netns
-    /// exec` would also give it a copy of the mount namespace).
+    /// `myriad` in host `k`'s network namespace.
     pub fn on(&self, k: u32) -> Command {
-        let mut c = Command::new("nsenter");
-        c.arg(format!("--net=/run/netns/{}", self.ns(k)))
-            .arg("--")
-            .arg(BIN);
-        c
+        self.command(k, BIN)
     }
 
-    /// `program` (any, not only myriad) in host `k`'s network namespace.
+    /// `program` (any, not only myriad) in host `k`'s network namespace only (`nsenter
+    /// --net`: `ip netns exec` would also give it a copy of the mount namespace).
     pub fn command(&self, k: u32, program: &str) -> Command {
         let mut c = Command::new("nsenter");
         c.arg(format!("--net=/run/netns/{}", self.ns(k)))
@@ -193,11 +200,7 @@ impl Hosts {
             .lines()
             .filter(|l| !l.contains("lsm_tree") && !l.contains("fjall"))
             .collect();
-        // MYRIAD_TEST_LOG_LINES=N shows more (as the local harness).
-        let keep = std::env::var("MYRIAD_TEST_LOG_LINES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(25);
+        let keep = crate::harness::log_lines(25);
         lines[lines.len().saturating_sub(keep)..].join("\n")
     }
 
