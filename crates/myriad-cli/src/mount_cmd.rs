@@ -10,6 +10,12 @@ use clap::Args;
 pub struct MountArgs {
     /// Empty directory to mount on.
     pub mountpoint: PathBuf,
+    /// Mount this directory of the file system instead of its root (an absolute path;
+    /// mount.myriad's `SERVER:PORT:/projects/a`). It must exist; users still need search
+    /// permission on the directories above it. Renaming or removing it while mounted
+    /// makes the mount's files unreachable (ENOENT) until it is mounted again.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub subdir: String,
     /// How long the kernel trusts a name -> inode answer (ms).
     #[arg(long, default_value_t = 1000)]
     pub entry_ttl_ms: u64,
@@ -183,6 +189,7 @@ pub fn run(
     if is_mounted(&args.mountpoint) {
         bail!("{} is already a mount point", args.mountpoint.display());
     }
+    let top = subdir_path(&args.subdir)?;
     if args.daemon {
         return detach(&args, cluster.as_deref(), secret_file.as_deref(), timeout);
     }
@@ -191,6 +198,7 @@ pub fn run(
         map,
         keys,
         mountpoint: args.mountpoint.clone(),
+        top,
         fs: myriad_fuse::FsConfig {
             entry_ttl: Duration::from_millis(args.entry_ttl_ms),
             attr_ttl: Duration::from_millis(args.attr_ttl_ms),
@@ -227,6 +235,18 @@ pub fn run(
     };
     let shown = args.mountpoint.display().to_string();
     myriad_fuse::mount(cfg, || eprintln!("myriad: mounted on {shown}")).map_err(anyhow::Error::msg)
+}
+
+/// `--subdir` as the absolute, normalized path the servers take (`/a/b/` is `/a/b`).
+fn subdir_path(given: &str) -> anyhow::Result<String> {
+    if !given.starts_with('/') {
+        bail!("--subdir must be an absolute path (got {given:?})");
+    }
+    let parts: Vec<&str> = given.split('/').filter(|p| !p.is_empty()).collect();
+    let path = format!("/{}", parts.join("/"));
+    myriad_client::proto::validate_path(&path)
+        .map_err(|e| anyhow::anyhow!("--subdir {given:?}: {e}"))?;
+    Ok(path)
 }
 
 /// `$XDG_CACHE_HOME/myriad/index`, else `~/.cache/myriad/index` (`None`: neither known).
@@ -267,6 +287,8 @@ fn detach(
         .arg(timeout.as_millis().to_string())
         .arg("mount")
         .arg(&args.mountpoint)
+        .arg("--subdir")
+        .arg(&args.subdir)
         .arg("--entry-ttl-ms")
         .arg(args.entry_ttl_ms.to_string())
         .arg("--attr-ttl-ms")
@@ -362,6 +384,18 @@ pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn subdirectories_are_normalized_and_bad_ones_refused() {
+        let ok = |s: &str| super::subdir_path(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(ok("/"), "/");
+        assert_eq!(ok("//"), "/");
+        assert_eq!(ok("/a/b/"), "/a/b");
+        assert_eq!(ok("/a//b"), "/a/b");
+        for bad in ["a/b", "", "/a/../b", "/./a"] {
+            assert!(super::subdir_path(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
     #[test]
     fn mountinfo_escapes_are_undone() {
         assert_eq!(

@@ -137,18 +137,22 @@ pub fn plan(exe: OsString, args: &[String]) -> anyhow::Result<Plan> {
     }
     let [spec, dir] = positional.as_slice() else {
         bail!(
-            "usage: {NAME} SERVER:PORT[,SERVER:PORT...][:/] DIR [-o OPTIONS] (got {positional:?})"
+            "usage: {NAME} SERVER:PORT[,SERVER:PORT...][:/SUBDIR] DIR [-o OPTIONS] (got \
+             {positional:?})"
         );
     };
-    let seeds = seeds_of(spec)?;
+    let (seeds, sub) = source_of(spec)?;
     let mut global: Vec<OsString> = vec![exe, "--cluster".into(), seeds.clone().into()];
     let mut mount: Vec<OsString> = vec![
         "mount".into(),
         dir.into(),
         "--daemon".into(),
         "--source".into(),
-        seeds.into(),
+        spec.into(),
     ];
+    if sub != "/" {
+        mount.extend(["--subdir".into(), sub.into()]);
+    }
     let mut unknown = Vec::new();
     for o in &options {
         let (name, value) = match o.split_once('=') {
@@ -190,9 +194,9 @@ pub fn plan(exe: OsString, args: &[String]) -> anyhow::Result<Plan> {
     Ok(Plan::Mount(global))
 }
 
-/// The cluster's addresses in a mount source `h1:7401,h2:7401[:/]` (or a cluster map
-/// file). A subdirectory other than the root is refused: not supported yet.
-fn seeds_of(spec: &str) -> anyhow::Result<String> {
+/// The cluster's addresses and the directory to mount in a mount source
+/// `h1:7401,h2:7401[:/SUBDIR]` (or a cluster map file).
+fn source_of(spec: &str) -> anyhow::Result<(String, String)> {
     let (seeds, sub) = match spec.find(":/") {
         Some(i) => (&spec[..i], &spec[i + 1..]),
         None => (spec, "/"),
@@ -200,13 +204,7 @@ fn seeds_of(spec: &str) -> anyhow::Result<String> {
     if seeds.is_empty() {
         bail!("{NAME}: no server address in {spec:?} (SERVER:PORT[,SERVER:PORT...])");
     }
-    if !sub.trim_end_matches('/').is_empty() {
-        bail!(
-            "{NAME}: mounting a subdirectory ({sub}) is not supported yet: mount the whole \
-             file system ({seeds}:/ or {seeds})"
-        );
-    }
-    Ok(seeds.to_string())
+    Ok((seeds.to_string(), sub.to_string()))
 }
 
 #[cfg(test)]
@@ -252,7 +250,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             line(p),
-            "m --cluster [fd00::1]:7401 mount /mnt --daemon --source [fd00::1]:7401"
+            "m --cluster [fd00::1]:7401 mount /mnt --daemon --source [fd00::1]:7401:/"
         );
         assert_eq!(
             plan("m".into(), &args("h:1 /mnt -f -o ro")).ok(),
@@ -261,7 +259,16 @@ mod tests {
     }
 
     #[test]
-    fn unknown_options_and_subdirectories_are_refused_with_their_names() {
+    fn a_subdirectory_source_mounts_that_directory() {
+        let p = plan("m".into(), &args("h1:1,h2:1:/data/x /mnt")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            line(p),
+            "m --cluster h1:1,h2:1 mount /mnt --daemon --source h1:1,h2:1:/data/x --subdir /data/x"
+        );
+    }
+
+    #[test]
+    fn unknown_options_and_bad_sources_are_refused_with_their_names() {
         let e = plan("m".into(), &args("h:1 /mnt -o rw,bogus,mand"))
             .err()
             .map(|e| e.to_string())
@@ -269,11 +276,6 @@ mod tests {
         assert!(e.contains("bogus,mand"), "{e}");
         // -s (sloppy): unknown options are passed over.
         assert!(plan("m".into(), &args("h:1 /mnt -s -o bogus")).is_ok());
-        let e = plan("m".into(), &args("h:1:/data /mnt"))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(e.contains("subdirectory (/data)"), "{e}");
         assert!(plan("m".into(), &args("/mnt")).is_err());
         assert!(plan("m".into(), &args(":/ /mnt")).is_err());
     }

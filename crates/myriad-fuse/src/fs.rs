@@ -15,9 +15,9 @@ use fuser::{
     ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use myriad_client::Client;
-use myriad_proto::{Caller, DirEntry, FsError, Inode, InodeId, SetAttr};
+use myriad_proto::{Caller, DirEntry, FsError, Inode, SetAttr};
 
-use crate::attr::{errno, file_attr, file_attr_sized, file_type, nanos};
+use crate::attr::{errno, file_attr, file_type, nanos};
 use crate::handles::DirListing;
 use crate::mount_metrics::{AttrFrom, KernelOp};
 use crate::ops::{Inner, now_ns};
@@ -82,16 +82,11 @@ impl MyriadFs {
     }
 }
 
-/// The Myriad inode a kernel inode number names: they are the same number (inodes.rs).
-fn id(ino: INodeNo) -> InodeId {
-    InodeId(ino.0)
-}
-
 fn reply_entry(inner: &Inner, path: &str, r: Result<Inode, FsError>, reply: ReplyEntry) {
     match r {
         Ok(i) => {
             let (entry, attr) = inner.ttls(path);
-            reply.entry_with_ttls(&entry, &attr, &file_attr(&i), Generation(0));
+            reply.entry_with_ttls(&entry, &attr, &inner.kernel_attr(&i), Generation(0));
         }
         Err(FsError::NotFound) if !inner.cfg.negative_ttl.is_zero() => {
             reply_negative(&inner.cfg.negative_ttl, reply);
@@ -179,8 +174,9 @@ impl Filesystem for MyriadFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Lookup);
-        let path = match self.inner.child(parent.0, name) {
+        let path = match self.inner.child(ids.id(parent), name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -192,7 +188,7 @@ impl Filesystem for MyriadFs {
             match fs.leased_ttl(&path, mark, is_dir) {
                 // Names and missing names a lease covers: kept by the kernel until it goes.
                 Some(ttl) => match r {
-                    Ok(i) => reply.entry(&ttl, &file_attr(&i), Generation(0)),
+                    Ok(i) => reply.entry(&ttl, &fs.kernel_attr(&i), Generation(0)),
                     Err(FsError::NotFound) => reply_negative(&ttl, reply),
                     Err(e) => reply.error(errno(&e)),
                 },
@@ -202,15 +198,17 @@ impl Filesystem for MyriadFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Forget);
-        self.inner.inodes.forget(id(ino), nlookup);
+        self.inner.inodes.forget(ids.id(ino), nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Getattr);
-        let ttl = self.inner.ttls_of(id(ino)).1;
+        let ttl = self.inner.ttls_of(ids.id(ino)).1;
         if self.inner.cfg.leases
-            && let Some(path) = self.inner.inodes.path(id(ino))
+            && let Some(path) = self.inner.inodes.path(ids.id(ino))
         {
             // Kept under a lease: answered on this thread, for as long as the lease lasts.
             let mark = self
@@ -218,34 +216,34 @@ impl Filesystem for MyriadFs {
                 .client
                 .lease_mark(myriad_placement::parent_of(&path));
             if let Some(i) = self.inner.client.cached_attr(&path, &self.caller(req))
-                && i.ino == id(ino)
+                && i.ino == ids.id(ino)
                 && let Some(ttl) =
                     self.inner
                         .leased_ttl(&path, mark, i.kind == myriad_client::FileKind::Directory)
             {
                 self.inner.metrics.attr_from(AttrFrom::Lease);
-                return reply.attr(&ttl, &file_attr(&self.inner.visible(i)));
+                return reply.attr(&ttl, &self.inner.kernel_attr(&self.inner.visible(i)));
             }
         }
         // Attributes this mount saw within the TTL (the lease's time left with leases):
         // a directory's after this mount's own change in it, above all.
-        if let Some(i) = self.inner.inodes.fresh(id(ino), ttl) {
+        if let Some(i) = self.inner.inodes.fresh(ids.id(ino), ttl) {
             self.inner.metrics.attr_from(AttrFrom::Cache);
             let i = self.inner.visible(i);
             tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from the cache");
-            return reply.attr(&ttl, &file_attr(&i));
+            return reply.attr(&ttl, &self.inner.kernel_attr(&i));
         }
         self.inner.metrics.attr_from(AttrFrom::Server);
         self.spawn(req, move |fs, _| async move {
-            let path = fs.inodes.path(id(ino));
+            let path = fs.inodes.path(ids.id(ino));
             let mark = path
                 .as_deref()
                 .and_then(|p| fs.client.lease_mark(myriad_placement::parent_of(p)));
-            let (found, by_name) = match fs.stat_ino(id(ino)).await {
+            let (found, by_name) = match fs.stat_ino(ids.id(ino)).await {
                 // An open file another client unlinked: by its inode (fstat, and the
                 // kernel's size check before a read).
                 Err(FsError::Stale) if let Some(fh) = fh => (fs.stat_open(fh.0).await, false),
-                Err(FsError::Stale) => (fs.stat_open_ino(id(ino)).await, false),
+                Err(FsError::Stale) => (fs.stat_open_ino(ids.id(ino)).await, false),
                 other => (other, true),
             };
             match found {
@@ -254,8 +252,8 @@ impl Filesystem for MyriadFs {
                     let leased = path
                         .filter(|_| by_name)
                         .and_then(|p| fs.leased_ttl(&p, mark, i.kind == myriad_client::FileKind::Directory));
-                    let ttl = leased.unwrap_or_else(|| fs.ttls_of(id(ino)).1);
-                    reply.attr(&ttl, &file_attr(&i))
+                    let ttl = leased.unwrap_or_else(|| fs.ttls_of(ids.id(ino)).1);
+                    reply.attr(&ttl, &fs.kernel_attr(&i))
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -280,6 +278,7 @@ impl Filesystem for MyriadFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Setattr);
         // Both times "now" is the touch POSIX allows every writer (utimensat(UTIME_NOW,
         // UTIME_NOW), utime(NULL)); the server stamps it with its own clock.
@@ -313,20 +312,21 @@ impl Filesystem for MyriadFs {
         let bump_ctime = ctime.is_some() || nothing;
         self.spawn_here(req, move |fs, caller| async move {
             match fs
-                .setattr(&caller, id(ino), fh.map(|f| f.0), size, set, bump_ctime)
+                .setattr(&caller, ids.id(ino), fh.map(|f| f.0), size, set, bump_ctime)
                 .await
             {
-                Ok(i) => reply.attr(&fs.ttls_of(id(ino)).1, &file_attr(&i)),
+                Ok(i) => reply.attr(&fs.ttls_of(ids.id(ino)).1, &fs.kernel_attr(&i)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Readlink);
         self.spawn(req, move |fs, _| async move {
             let r = fs
-                .by_path(id(ino), |path| {
+                .by_path(ids.id(ino), |path| {
                     let fs = fs.clone();
                     async move { fs.client.readlink(&path).await }
                 })
@@ -348,8 +348,9 @@ impl Filesystem for MyriadFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Mknod);
-        let path = match self.inner.child(parent.0, name) {
+        let path = match self.inner.child(ids.id(parent), name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -357,7 +358,7 @@ impl Filesystem for MyriadFs {
             let r = fs
                 .mknod(&path, mode, crate::attr::dev_from_kernel(rdev))
                 .await;
-            fs.entries_changed(&r, &[parent.0]);
+            fs.entries_changed(&r, &[ids.id(parent)]);
             reply_entry(&fs, &path, r, reply);
         });
     }
@@ -371,8 +372,9 @@ impl Filesystem for MyriadFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Mkdir);
-        let path = match self.inner.child(parent.0, name) {
+        let path = match self.inner.child(ids.id(parent), name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -382,7 +384,7 @@ impl Filesystem for MyriadFs {
             if let Ok(i) = &r {
                 fs.inodes.add(&path, i, since);
             }
-            fs.entries_changed(&r, &[parent.0]);
+            fs.entries_changed(&r, &[ids.id(parent)]);
             if r.is_ok() && fs.cfg.leases {
                 // A new directory is usually filled next (tar, cp -r, git checkout): its
                 // listing under a lease, whole while it is empty, answers the lookups of
@@ -402,28 +404,30 @@ impl Filesystem for MyriadFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Unlink);
-        let path = match self.inner.child(parent.0, name) {
+        let path = match self.inner.child(ids.id(parent), name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn_here(req, move |fs, _| async move {
             let r = fs.unlink(&path).await;
-            fs.entries_changed(&r, &[parent.0]);
+            fs.entries_changed(&r, &[ids.id(parent)]);
             reply_empty(r, reply);
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Rmdir);
-        let path = match self.inner.child(parent.0, name) {
+        let path = match self.inner.child(ids.id(parent), name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
             crate::recall::forget_subtree(&fs, &path);
             let r = fs.client.rmdir(&path).await;
-            fs.entries_changed(&r, &[parent.0]);
+            fs.entries_changed(&r, &[ids.id(parent)]);
             reply_empty(r, reply);
         });
     }
@@ -436,8 +440,9 @@ impl Filesystem for MyriadFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Symlink);
-        let path = match self.inner.child(parent.0, link_name) {
+        let path = match self.inner.child(ids.id(parent), link_name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -450,7 +455,7 @@ impl Filesystem for MyriadFs {
             if let Ok(i) = &r {
                 fs.inodes.add(&path, i, since);
             }
-            fs.entries_changed(&r, &[parent.0]);
+            fs.entries_changed(&r, &[ids.id(parent)]);
             reply_entry(&fs, &path, r, reply);
         });
     }
@@ -465,11 +470,12 @@ impl Filesystem for MyriadFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Rename);
         let paths = self
             .inner
-            .child(parent.0, name)
-            .and_then(|f| Ok((f, self.inner.child(newparent.0, newname)?)));
+            .child(ids.id(parent), name)
+            .and_then(|f| Ok((f, self.inner.child(ids.id(newparent), newname)?)));
         let (from, to) = match paths {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -487,7 +493,7 @@ impl Filesystem for MyriadFs {
             crate::recall::forget_subtree(&fs, &from);
             crate::recall::forget_subtree(&fs, &to);
             let r = fs.rename(&from, &to, flags).await;
-            fs.entries_changed(&r, &[parent.0, newparent.0]);
+            fs.entries_changed(&r, &[ids.id(parent), ids.id(newparent)]);
             reply_empty(r, reply);
         });
     }
@@ -500,11 +506,12 @@ impl Filesystem for MyriadFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Link);
         let paths = self
             .inner
-            .path(id(ino))
-            .and_then(|f| Ok((f, self.inner.child(newparent.0, newname)?)));
+            .path(ids.id(ino))
+            .and_then(|f| Ok((f, self.inner.child(ids.id(newparent), newname)?)));
         let (from, to) = match paths {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
@@ -517,12 +524,13 @@ impl Filesystem for MyriadFs {
                 // Its link count and ctime changed under every name.
                 fs.inodes.expire(i.ino);
             }
-            fs.entries_changed(&r, &[newparent.0]);
+            fs.entries_changed(&r, &[ids.id(newparent)]);
             reply_entry(&fs, &to, r, reply);
         });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Open);
         let pid = req.pid();
         let want = want_of(flags);
@@ -545,11 +553,14 @@ impl Filesystem for MyriadFs {
             Err(e) => reply.error(errno(&e)),
         };
         let caller = self.caller(req);
-        if let Some(r) = self.inner.open_prefetched(&caller, pid, id(ino), want) {
+        if let Some(r) = self.inner.open_prefetched(&caller, pid, ids.id(ino), want) {
             return reply_open(r, reply);
         }
         self.spawn(req, move |fs, caller| async move {
-            reply_open(fs.open(&caller, pid, id(ino), want, append).await, reply);
+            reply_open(
+                fs.open(&caller, pid, ids.id(ino), want, append).await,
+                reply,
+            );
         });
     }
 
@@ -616,16 +627,17 @@ impl Filesystem for MyriadFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Flush);
         // Every close: the closing process's POSIX locks on the file go (the kernel leaves
         // that to us), and buffered writes become durable before close returns.
-        let locks = self.inner.holds_locks(id(ino), lock_owner.0);
+        let locks = self.inner.holds_locks(ids.id(ino), lock_owner.0);
         if !locks && self.inner.flush_is_noop(fh.0) {
             return reply.ok();
         }
         self.spawn_here(req, move |fs, _| async move {
             if locks {
-                fs.release_locks(id(ino), lock_owner.0).await;
+                fs.release_locks(ids.id(ino), lock_owner.0).await;
             }
             reply_empty(fs.flush(fh.0).await, reply);
         });
@@ -641,14 +653,15 @@ impl Filesystem for MyriadFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Release);
         // The last close of a file with a flock: the flock goes.
         if let Some(owner) = lock_owner
-            && self.inner.holds_locks(id(ino), owner.0)
+            && self.inner.holds_locks(ids.id(ino), owner.0)
         {
             let inner = self.inner.clone();
             self.rt.spawn(async move {
-                inner.release_locks(id(ino), owner.0).await;
+                inner.release_locks(ids.id(ino), owner.0).await;
             });
         }
         if self.inner.release_if_trivial(fh.0) {
@@ -671,9 +684,10 @@ impl Filesystem for MyriadFs {
         _pid: u32,
         reply: ReplyLock,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Getlk);
         self.spawn(req, move |fs, _| async move {
-            match fs.getlk(id(ino), lock_owner.0, start, end, typ).await {
+            match fs.getlk(ids.id(ino), lock_owner.0, start, end, typ).await {
                 Ok((start, end, typ, pid)) => reply.locked(start, end, typ, pid),
                 Err(e) => reply.error(e),
             }
@@ -693,11 +707,12 @@ impl Filesystem for MyriadFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Setlk);
         let tid = req.pid();
         self.spawn(req, move |fs, _| async move {
             match fs
-                .setlk(id(ino), lock_owner.0, start, end, typ, pid, sleep, tid)
+                .setlk(ids.id(ino), lock_owner.0, start, end, typ, pid, sleep, tid)
                 .await
             {
                 Ok(()) => reply.ok(),
@@ -723,9 +738,10 @@ impl Filesystem for MyriadFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Opendir);
         self.spawn(req, move |fs, _| async move {
-            match fs.opendir(id(ino)).await {
+            match fs.opendir(ids.id(ino)).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -740,6 +756,7 @@ impl Filesystem for MyriadFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Readdir);
         self.spawn(req, move |fs, _| async move {
             let Some(d) = fs.handles.dir(fh.0) else {
@@ -748,12 +765,7 @@ impl Filesystem for MyriadFs {
             let mut d = d.lock().await;
             let r = walk(&fs, &mut d, offset, |next, entry| match entry {
                 Dot(name) => reply.add(ino, next, FileType::Directory, name),
-                Named(e) => reply.add(
-                    INodeNo(e.inode.ino.0),
-                    next,
-                    file_type(e.inode.kind),
-                    &e.name,
-                ),
+                Named(e) => reply.add(ids.ino(e.inode.ino), next, file_type(e.inode.kind), &e.name),
             })
             .await;
             match r {
@@ -771,6 +783,7 @@ impl Filesystem for MyriadFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Readdirplus);
         self.spawn(req, move |fs, _| async move {
             let Some(d) = fs.handles.dir(fh.0) else {
@@ -793,7 +806,7 @@ impl Filesystem for MyriadFs {
                     // must not be handed an older size than it knows (it would drop pages).
                     let newer = inner.inodes.newer_than(e.inode.ino, since);
                     let inode = newer.as_ref().unwrap_or(&e.inode);
-                    let attr = file_attr_sized(inode, inner.visible_size(inode));
+                    let attr = inner.kernel_attr_sized(inode, inner.visible_size(inode));
                     let path = join(&dir, &e.name);
                     // Covered by the listing's lease (files): until the lease goes.
                     let leased = inner.leased_ttl(
@@ -802,7 +815,7 @@ impl Filesystem for MyriadFs {
                         inode.kind == myriad_client::FileKind::Directory,
                     );
                     let full = reply.add(
-                        INodeNo(e.inode.ino.0),
+                        ids.ino(e.inode.ino),
                         next,
                         &e.name,
                         leased.as_ref().unwrap_or(&ttl),
@@ -895,6 +908,7 @@ impl Filesystem for MyriadFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Setxattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
@@ -905,13 +919,14 @@ impl Filesystem for MyriadFs {
         let value = value.to_vec();
         self.spawn(req, move |fs, _| async move {
             reply_empty(
-                fs.set_xattr(id(ino), &name, Some(&value), flags).await,
+                fs.set_xattr(ids.id(ino), &name, Some(&value), flags).await,
                 reply,
             );
         });
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Getxattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
@@ -925,7 +940,7 @@ impl Filesystem for MyriadFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         self.spawn(req, move |fs, caller| async move {
-            match fs.get_xattr(&caller, id(ino), &name).await {
+            match fs.get_xattr(&caller, ids.id(ino), &name).await {
                 Ok(v) => reply_xattr(&v, size, reply),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -933,12 +948,13 @@ impl Filesystem for MyriadFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Listxattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
         }
         self.spawn(req, move |fs, caller| async move {
-            match fs.list_xattr(&caller, id(ino)).await {
+            match fs.list_xattr(&caller, ids.id(ino)).await {
                 Ok(v) => reply_xattr(&v, size, reply),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -946,6 +962,7 @@ impl Filesystem for MyriadFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Removexattr);
         if !self.inner.cfg.xattrs {
             return reply.error(Errno::ENOSYS);
@@ -954,15 +971,16 @@ impl Filesystem for MyriadFs {
             return reply.error(Errno::EINVAL);
         };
         self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.set_xattr(id(ino), &name, None, 0).await, reply);
+            reply_empty(fs.set_xattr(ids.id(ino), &name, None, 0).await, reply);
         });
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Access);
         let want = u32::try_from(mask.bits()).unwrap_or(0) & 7;
         self.spawn(req, move |fs, caller| async move {
-            let r = fs.stat_ino(id(ino)).await.and_then(|i| {
+            let r = fs.stat_ino(ids.id(ino)).await.and_then(|i| {
                 if perm::allowed(&i, &caller, want) {
                     Ok(())
                 } else {
@@ -1088,8 +1106,9 @@ impl Filesystem for MyriadFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Create);
-        let path = match self.inner.child(parent.0, name) {
+        let path = match self.inner.child(ids.id(parent), name) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -1101,14 +1120,14 @@ impl Filesystem for MyriadFs {
             let r = fs
                 .create(&caller, &path, mode, exclusive, truncate, append)
                 .await;
-            fs.entries_changed(&r, &[parent.0]);
+            fs.entries_changed(&r, &[ids.id(parent)]);
             let ttl = fs
                 .leased_ttl(&path, mark, false)
                 .unwrap_or_else(|| fs.ttls(&path).0);
             match r {
                 Ok((i, fh)) => reply.created(
                     &ttl,
-                    &file_attr(&i),
+                    &fs.kernel_attr(&i),
                     Generation(0),
                     FileHandle(fh),
                     FopenFlags::empty(),

@@ -40,6 +40,9 @@ struct Node {
 
 pub struct InodeTable {
     inner: Mutex<Tables>,
+    /// The kernel's root (never forgotten): the cluster's root, or the directory a
+    /// subdirectory mount shows.
+    top: InodeId,
 }
 
 struct Tables {
@@ -52,12 +55,19 @@ struct Tables {
 }
 
 impl InodeTable {
+    /// The table of a mount of the whole file system.
     pub fn new() -> InodeTable {
+        InodeTable::with_top("/", ROOT_INO)
+    }
+
+    /// The table of a mount whose root is the directory `top` at `path`: every path
+    /// the kernel reaches starts there.
+    pub fn with_top(path: &str, top: InodeId) -> InodeTable {
         let mut nodes = HashMap::new();
         nodes.insert(
-            ROOT_INO,
+            top,
             Node {
-                paths: vec!["/".to_string()],
+                paths: vec![path.to_string()],
                 lookups: 1,
                 seen: None,
                 pages_stale: false,
@@ -66,13 +76,14 @@ impl InodeTable {
                 changed_at: 0,
             },
         );
-        let by_path = HashMap::from([("/".to_string(), ROOT_INO)]);
+        let by_path = HashMap::from([(path.to_string(), top)]);
         InodeTable {
             inner: Mutex::new(Tables {
                 clock: 0,
                 nodes,
                 by_path,
             }),
+            top,
         }
     }
 
@@ -219,7 +230,7 @@ impl InodeTable {
     }
 
     pub fn forget(&self, ino: InodeId, count: u64) {
-        if ino == ROOT_INO {
+        if ino == self.top {
             return;
         }
         let mut g = self.lock();

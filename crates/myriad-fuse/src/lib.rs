@@ -16,6 +16,7 @@ mod data_ops;
 mod fs;
 mod handles;
 mod inodes;
+mod kernel_ids;
 mod kernel_names;
 mod lock_ops;
 mod mount_metrics;
@@ -42,6 +43,9 @@ pub struct MountConfig {
     /// The zone the mount is in (docs/zones.md; `""`: not known).
     pub zone: String,
     pub mountpoint: PathBuf,
+    /// The directory of the file system shown as the mount's root: "/" for the whole
+    /// file system, else an absolute normalized path (`mount h1:7401:/projects/a /mnt`).
+    pub top: String,
     pub fs: FsConfig,
     /// A request to a dead or stuck server fails (EIO / ETIMEDOUT) after this long.
     pub request_timeout: Duration,
@@ -76,6 +80,24 @@ pub struct KernelOptions {
     pub source: Option<String>,
 }
 
+/// The inode of the directory a mount shows as its root, or why it cannot be mounted.
+/// Renaming or removing it later makes the mount's files unreachable (ENOENT), as an NFS
+/// export's directory does (ESTALE).
+async fn top_of(client: &Client, top: &str) -> Result<myriad_proto::InodeId, String> {
+    if top == "/" {
+        return Ok(myriad_proto::ROOT_INO);
+    }
+    myriad_proto::validate_path(top).map_err(|e| format!("cannot mount {top:?}: {e}"))?;
+    let i = client
+        .stat(top)
+        .await
+        .map_err(|e| format!("cannot mount {top}: {e}"))?;
+    if i.kind != myriad_proto::FileKind::Directory {
+        return Err(format!("cannot mount {top}: not a directory"));
+    }
+    Ok(i.ino)
+}
+
 /// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
 /// `on_mounted` runs once the mount is live (used to detach a daemon).
 pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> {
@@ -97,8 +119,9 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     let client = Client::new(ccfg).map_err(|e| format!("bad cluster map: {e}"))?;
     rt.block_on(client.statfs())
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;
+    let top = rt.block_on(top_of(&client, &cfg.top))?;
 
-    let inner = Arc::new(ops::Inner::new(client, cfg.fs.clone()));
+    let inner = Arc::new(ops::Inner::with_top(client, cfg.fs.clone(), &cfg.top, top));
     let fs = fs::MyriadFs {
         inner: inner.clone(),
         rt: rt.handle().clone(),

@@ -12,6 +12,7 @@ use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, Xattr
 use crate::caller::Callers;
 use crate::handles::{DirListing, Dirty, Handles, OpenFile, Slot, WRITE_BUFFER_MAX};
 use crate::inodes::InodeTable;
+use crate::kernel_ids::KernelIds;
 use myriad_placement::join;
 use myriad_proto::InodeId;
 use myriad_proto::access as perm;
@@ -60,6 +61,8 @@ pub struct Inner {
     pub client: Client,
     pub cfg: FsConfig,
     pub inodes: InodeTable,
+    /// Kernel inode numbers to Myriad ids and back (a subdirectory mount swaps two).
+    pub ids: KernelIds,
     pub handles: Handles,
     pub callers: Callers,
     pub notifier: OnceLock<Notifier>,
@@ -126,11 +129,14 @@ pub fn now_ns() -> i64 {
 }
 
 impl Inner {
-    pub fn new(client: Client, cfg: FsConfig) -> Inner {
+    /// A mount whose root is the directory `top` at `path` (the whole file system: "/"
+    /// and `ROOT_INO`).
+    pub fn with_top(client: Client, cfg: FsConfig, path: &str, top: InodeId) -> Inner {
         Inner {
             client,
             cfg,
-            inodes: InodeTable::new(),
+            inodes: InodeTable::with_top(path, top),
+            ids: KernelIds::with_top(top),
             handles: Handles::default(),
             callers: Callers::default(),
             notifier: OnceLock::new(),
@@ -145,8 +151,20 @@ impl Inner {
         self.inodes.path(ino).ok_or(FsError::Stale)
     }
 
-    pub fn child(&self, parent: u64, name: &std::ffi::OsStr) -> Result<String, FsError> {
-        Ok(join(&self.path(InodeId(parent))?, &name_of(name)?))
+    pub fn child(&self, parent: InodeId, name: &std::ffi::OsStr) -> Result<String, FsError> {
+        Ok(join(&self.path(parent)?, &name_of(name)?))
+    }
+
+    /// The attributes the kernel is told for `i`: its own inode number for it.
+    pub fn kernel_attr(&self, i: &Inode) -> fuser::FileAttr {
+        self.kernel_attr_sized(i, i.size)
+    }
+
+    /// `kernel_attr` with another size (bytes this mount wrote but has not sent yet).
+    pub fn kernel_attr_sized(&self, i: &Inode, size: u64) -> fuser::FileAttr {
+        let mut a = crate::attr::file_attr_sized(i, size);
+        a.ino = self.ids.ino(i.ino);
+        a
     }
 
     /// Runs `f` on the names this mount knows for `ino`, the one seen last first, until
@@ -390,7 +408,7 @@ impl Inner {
             // Another client changed the file since this kernel cached it: drop its pages
             // and attributes before the open returns.
             if let Some(n) = self.notifier.get() {
-                let _ = n.inval_inode(fuser::INodeNo(ino.0), 0, 0);
+                let _ = n.inval_inode(self.ids.ino(ino), 0, 0);
             }
         }
         let mut f = OpenFile::new(
@@ -487,7 +505,7 @@ impl Inner {
             if append && offset != d.offset {
                 // The kernel cached the bytes where it thought the end was.
                 if let Some(n) = self.notifier.get() {
-                    let _ = n.inval_inode(fuser::INodeNo(file.inode.ino.0), 0, 0);
+                    let _ = n.inval_inode(self.ids.ino(file.inode.ino), 0, 0);
                 }
             }
         }
@@ -664,20 +682,20 @@ impl Inner {
     /// times and link counts. The attributes they sent back replace the cached ones (the
     /// kernel asks for them at once, to check the next access); without those, the
     /// cached ones are no longer answered.
-    pub fn entries_changed<T>(&self, r: &Result<T, FsError>, parents: &[u64]) {
+    pub fn entries_changed<T>(&self, r: &Result<T, FsError>, parents: &[InodeId]) {
         if r.is_err() {
             return;
         }
         for &p in parents {
             let fresh = self
                 .inodes
-                .path(InodeId(p))
+                .path(p)
                 .and_then(|dir| self.client.take_parent_attrs(&dir))
-                .filter(|i| i.ino == InodeId(p));
-            tracing::trace!(target: "myriad_fuse::io", parent = p, told = fresh.is_some(), "entries changed");
+                .filter(|i| i.ino == p);
+            tracing::trace!(target: "myriad_fuse::io", parent = p.0, told = fresh.is_some(), "entries changed");
             match fresh {
                 Some(i) => self.inodes.observe_own(&i),
-                None => self.inodes.expire(InodeId(p)),
+                None => self.inodes.expire(p),
             }
         }
     }

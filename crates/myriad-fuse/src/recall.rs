@@ -14,8 +14,6 @@ use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fuser::INodeNo;
-
 use myriad_client::Dropped;
 use myriad_placement::join;
 
@@ -33,10 +31,10 @@ fn invals(fs: &Inner, dir: &str, names: impl IntoIterator<Item = String>) -> Vec
     for name in names {
         if let Some(ino) = fs.inodes.ino_of(&join(dir, &name)) {
             fs.inodes.expire(ino);
-            out.push(Inval::Attrs(INodeNo(ino.0)));
+            out.push(Inval::Attrs(fs.ids.ino(ino)));
         }
         if let Some(p) = parent {
-            out.push(Inval::Entry(INodeNo(p.0), name));
+            out.push(Inval::Entry(fs.ids.ino(p), name));
         }
     }
     out

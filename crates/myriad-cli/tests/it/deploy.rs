@@ -436,8 +436,8 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
     assert!(!listed.contains(&lead), "{listed}");
     assert_eq!(listed.matches(" up ").count(), 5, "{listed}");
 
-    // A client host mounts from an fstab line that names one server and the client key,
-    // through mount(8) and the mount.myriad helper.
+    // A client host mounts a subdirectory from an fstab line that names servers and the
+    // client key, through mount(8) and the mount.myriad helper.
     if let Some(_helper) = crate::mount::mount_helper() {
         // A live host (the killed one's link is down) as the client host.
         let c = [5, 4, 3].into_iter().find(|k| *k != victim).unwrap_or(6);
@@ -447,7 +447,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         std::fs::write(
             &fstab,
             format!(
-                "{seeds_left}  {}  myriad  _netdev,nofail,secret_file={key5},log={}  0  0\n",
+                "{seeds_left}:/w  {}  myriad  _netdev,nofail,secret_file={key5},log={}  0  0\n",
                 mnt.display(),
                 h.home(c).join("mount.log").display()
             ),
@@ -466,10 +466,11 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(
-            std::fs::read(mnt.join("w/f0")).unwrap_or_else(|e| panic!("{e}")),
+            std::fs::read(mnt.join("f0")).unwrap_or_else(|e| panic!("{e}")),
             b"file 0"
         );
-        std::fs::write(mnt.join("w/from-the-mount"), b"mounted").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!mnt.join("w").exists(), "the mount's root is /w");
+        std::fs::write(mnt.join("from-the-mount"), b"mounted").unwrap_or_else(|e| panic!("{e}"));
         let out = std::process::Command::new("umount")
             .arg(&mnt)
             .output()

@@ -37,6 +37,7 @@ mod permissions;
 mod redirect;
 mod replication;
 mod stress;
+mod subdir_mount;
 mod tiers;
 mod write_behind;
 mod zone_moves;

@@ -70,7 +70,7 @@ fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Inner, u
     let map = ClusterMap::build(1, &["s1".to_string()], 1, 1);
     let config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[1u8; 32]));
     let client = Client::with_transport(config, servers).unwrap_or_else(|e| panic!("client: {e}"));
-    let inner = Inner::new(
+    let inner = Inner::with_top(
         client,
         FsConfig {
             entry_ttl: Duration::from_secs(1),
@@ -82,6 +82,8 @@ fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Inner, u
             leases: false,
             write_behind: false,
         },
+        "/",
+        myriad_proto::ROOT_INO,
     );
     let file = FileHandle {
         path: "/f".into(),
