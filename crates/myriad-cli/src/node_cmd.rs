@@ -18,15 +18,22 @@ pub enum NodeCmd {
     /// Move every copy off server ID while it keeps serving; once it holds none it leaves
     /// the cluster map (then stop it). --wait: until it has left.
     Drain {
+        /// The server's id (`node list`).
         id: u32,
+        /// Return only once the server has left the map (it gives up if the map does
+        /// not change for 2 minutes; the drain goes on).
         #[arg(long)]
         wait: bool,
     },
     /// Remove server ID, gone for good (a dead disk or host): its copies are made again
-    /// on the other servers from the copies they hold, and it leaves the cluster map.
-    /// --wait: until it has left.
+    /// on the other servers from the copies they hold, and it leaves the cluster map. A
+    /// server marked down keeps its copies until it has been down for the servers' grace
+    /// period (--down-grace-secs): this waits for that first. --wait: until it has left.
     Remove {
+        /// The server's id (`node list`).
         id: u32,
+        /// Return only once the server has left the map (it gives up if the map does
+        /// not change for 2 minutes; the removal goes on).
         #[arg(long)]
         wait: bool,
     },
@@ -64,6 +71,20 @@ pub async fn run(cmd: NodeCmd, client: &Client) -> anyhow::Result<()> {
         }
         NodeCmd::Remove { id, wait } => {
             let id = NodeId(id);
+            let map = client.newest_map().await;
+            let copies = copies_on(&map, id);
+            if map.node(id).is_some_and(|n| n.state == NodeState::Down) && copies > 0 {
+                // Marked leaving now, it would count as up again: every primary would take
+                // it back as a backup and writes would wait for it. Its copies are made
+                // again on the others while it stays down (past the servers' grace period),
+                // then it leaves holding nothing.
+                println!(
+                    "server {id} is down and holds {copies} copies: the servers make them \
+                     again on the others once it has been down for their grace period \
+                     (--down-grace-secs, 60 s by default); waiting for that"
+                );
+                copies_made_elsewhere(client, id).await?;
+            }
             leave(client, id).await?;
             println!("server {id} is being removed: its copies are made again on the others");
             if wait {
@@ -148,6 +169,42 @@ pub async fn leave(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
     )
     .await
     .context("marking the server leaving")
+}
+
+/// Copies of partitions server `id` is listed in.
+fn copies_on(map: &ClusterMap, id: NodeId) -> usize {
+    map.partitions
+        .iter()
+        .filter(|p| p.replicas.contains(&id))
+        .count()
+}
+
+/// How long `copies_made_elsewhere` waits for a change: the servers' grace period first.
+const GRACE_WAIT_LIMIT: Duration = Duration::from_secs(600);
+
+/// Waits until server `id`, down, holds no copy (made again on the others after the
+/// servers' grace period), or is up again or out of the map.
+async fn copies_made_elsewhere(client: &Client, id: NodeId) -> anyhow::Result<()> {
+    let (mut epoch, mut changed) = (0, std::time::Instant::now());
+    loop {
+        let map = client.newest_map().await;
+        let down = map.node(id).is_some_and(|n| n.state == NodeState::Down);
+        if !down || copies_on(&map, id) == 0 {
+            return Ok(());
+        }
+        if map.epoch != epoch {
+            (epoch, changed) = (map.epoch, std::time::Instant::now());
+        } else if changed.elapsed() > GRACE_WAIT_LIMIT {
+            bail!(
+                "server {id} still holds {} copies after {} s without a map change (epoch \
+                 {}); see `myriad node list`",
+                copies_on(&map, id),
+                GRACE_WAIT_LIMIT.as_secs(),
+                map.epoch
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Waits until server `id` is out of the map (its copies all moved or made again).

@@ -199,58 +199,33 @@ impl Group {
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 
-    /// Leader only: makes the group's members the servers of `map`: adds new ones (as
-    /// learners, promoted to voters while there are fewer than `VOTERS_MAX`), removes those
-    /// the map dropped (a learner is promoted first if a voter leaves). One change per call.
+    /// Leader only: makes the group's members the servers of `map`, one change per call
+    /// (`next_member_change`).
     pub async fn sync_members(&self, map: &ClusterMap, timeout: Duration) {
         let membership = self.raft.metrics().borrow().membership_config.clone();
-        let known: BTreeSet<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
-        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-        let wanted: BTreeSet<NodeId> = map.nodes.iter().map(|n| NodeId::from(n.id)).collect();
-        let learners: Vec<NodeId> = known
-            .difference(&voters)
-            .copied()
-            .filter(|id| wanted.contains(id))
+        let known: BTreeMap<NodeId, String> = membership
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone()))
             .collect();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let Some(next) = next_member_change(&known, &voters, map) else {
+            return;
+        };
+        tracing::info!(change = ?next, "changing the Raft group's members");
         let change = async {
-            if let Some(n) = map
-                .nodes
-                .iter()
-                .find(|n| !known.contains(&NodeId::from(n.id)))
-            {
-                tracing::info!(server = %n.id, "adding server to the Raft group");
-                return self
-                    .raft
-                    .add_learner(NodeId::from(n.id), BasicNode::new(&n.addr), true)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string());
-            }
-            let (what, id, members) =
-                if let (true, Some(&l)) = (voters.len() < VOTERS_MAX, learners.first()) {
-                    (
-                        "making server a Raft voter",
-                        l,
-                        ChangeMembers::AddVoterIds(BTreeSet::from([l])),
-                    )
-                } else if let Some(&gone) = voters.difference(&wanted).next() {
-                    let ids = BTreeSet::from([gone]);
-                    (
-                        "removing server from the Raft voters",
-                        gone,
-                        ChangeMembers::RemoveVoters(ids),
-                    )
-                } else if let Some(&gone) = known.difference(&wanted).next() {
-                    let ids = BTreeSet::from([gone]);
-                    (
-                        "removing server from the Raft group",
-                        gone,
-                        ChangeMembers::RemoveNodes(ids),
-                    )
-                } else {
-                    return Ok(());
-                };
-            tracing::info!(server = id, "{what}");
+            let members = match next {
+                MemberChange::AddLearner(id, addr) => {
+                    return self
+                        .raft
+                        .add_learner(id, BasicNode::new(&addr), true)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string());
+                }
+                MemberChange::Promote(id) => ChangeMembers::AddVoterIds(BTreeSet::from([id])),
+                MemberChange::RemoveVoter(id) => ChangeMembers::RemoveVoters(BTreeSet::from([id])),
+                MemberChange::RemoveNode(id) => ChangeMembers::RemoveNodes(BTreeSet::from([id])),
+            };
             self.raft
                 .change_membership(members, true)
                 .await
@@ -400,5 +375,122 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>> {
         self.send(RaftRpc::Vote, &rpc, &option).await
+    }
+}
+
+/// One change of the Raft group's members towards the servers of the map.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum MemberChange {
+    AddLearner(NodeId, String),
+    Promote(NodeId),
+    RemoveVoter(NodeId),
+    RemoveNode(NodeId),
+}
+
+/// The next change that brings the group's members (`known`: id -> address, `voters`)
+/// closer to the servers of `map`, in this order:
+/// 1. a member listed at another address than the map gives its id (a server that left
+///    and whose id a new server was given: ids are reused, docs/deploy.md) leaves the
+///    group (as a voter first), so that Raft never sends the new server's traffic to the
+///    old one, nor counts a fresh server with an empty log as the old voter;
+/// 2. a server of the map not in the group joins it as a learner;
+/// 3. a learner is promoted while there are fewer than `VOTERS_MAX` voters;
+/// 4. a voter the map dropped is removed (after 3, so a learner replaces it first);
+/// 5. a learner the map dropped is removed.
+pub(crate) fn next_member_change(
+    known: &BTreeMap<NodeId, String>,
+    voters: &BTreeSet<NodeId>,
+    map: &ClusterMap,
+) -> Option<MemberChange> {
+    let wanted: BTreeMap<NodeId, &str> = map
+        .nodes
+        .iter()
+        .map(|n| (NodeId::from(n.id), n.addr.as_str()))
+        .collect();
+    let remove = |id: NodeId| {
+        if voters.contains(&id) {
+            MemberChange::RemoveVoter(id)
+        } else {
+            MemberChange::RemoveNode(id)
+        }
+    };
+    if let Some((&id, _)) = known
+        .iter()
+        .find(|(id, addr)| wanted.get(id).is_some_and(|w| w != addr))
+    {
+        return Some(remove(id));
+    }
+    if let Some((&id, addr)) = wanted.iter().find(|(id, _)| !known.contains_key(id)) {
+        return Some(MemberChange::AddLearner(id, (*addr).to_string()));
+    }
+    let learner = known
+        .keys()
+        .find(|id| !voters.contains(id) && wanted.contains_key(id));
+    if let (true, Some(&l)) = (voters.len() < VOTERS_MAX, learner) {
+        return Some(MemberChange::Promote(l));
+    }
+    if let Some(&gone) = voters.iter().find(|id| !wanted.contains_key(id)) {
+        return Some(MemberChange::RemoveVoter(gone));
+    }
+    known
+        .keys()
+        .find(|id| !wanted.contains_key(id))
+        .map(|&gone| MemberChange::RemoveNode(gone))
+}
+
+#[cfg(test)]
+mod member_change_tests {
+    use super::*;
+
+    fn map(addrs: &[&str]) -> ClusterMap {
+        let addrs: Vec<String> = addrs.iter().map(|a| (*a).to_string()).collect();
+        ClusterMap::build(1, &addrs, 8, 3)
+    }
+
+    fn known(pairs: &[(u64, &str)]) -> BTreeMap<NodeId, String> {
+        pairs.iter().map(|(i, a)| (*i, (*a).to_string())).collect()
+    }
+
+    #[test]
+    fn members_follow_the_map_and_a_reused_id_leaves_before_it_returns() {
+        let m = map(&["h1:1", "h2:1", "h3:1", "h5:1"]);
+        let all = BTreeSet::from([1, 2, 3, 4]);
+        // The group as the map says: nothing to do.
+        let k = known(&[(1, "h1:1"), (2, "h2:1"), (3, "h3:1"), (4, "h5:1")]);
+        assert_eq!(next_member_change(&k, &all, &m), None);
+        // Id 4 was a server on h4 that left; the map gave it to the server on h5: the old
+        // voter goes first, then the new server joins as a learner, then votes.
+        let k = known(&[(1, "h1:1"), (2, "h2:1"), (3, "h3:1"), (4, "h4:1")]);
+        assert_eq!(
+            next_member_change(&k, &all, &m),
+            Some(MemberChange::RemoveVoter(4))
+        );
+        let three = BTreeSet::from([1, 2, 3]);
+        assert_eq!(
+            next_member_change(&k, &three, &m),
+            Some(MemberChange::RemoveNode(4)),
+            "as a learner, removed from the group"
+        );
+        let k = known(&[(1, "h1:1"), (2, "h2:1"), (3, "h3:1")]);
+        assert_eq!(
+            next_member_change(&k, &three, &m),
+            Some(MemberChange::AddLearner(4, "h5:1".into()))
+        );
+        let k = known(&[(1, "h1:1"), (2, "h2:1"), (3, "h3:1"), (4, "h5:1")]);
+        assert_eq!(
+            next_member_change(&k, &three, &m),
+            Some(MemberChange::Promote(4))
+        );
+        // A server the map dropped: a voter, then a learner.
+        let m = map(&["h1:1", "h2:1"]);
+        let k = known(&[(1, "h1:1"), (2, "h2:1"), (3, "h3:1")]);
+        assert_eq!(
+            next_member_change(&k, &three, &m),
+            Some(MemberChange::RemoveVoter(3))
+        );
+        assert_eq!(
+            next_member_change(&k, &BTreeSet::from([1, 2]), &m),
+            Some(MemberChange::RemoveNode(3))
+        );
     }
 }

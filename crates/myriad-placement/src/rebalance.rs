@@ -85,19 +85,27 @@ impl ClusterMap {
 
     /// A partition with a copy on `id` that no other server up and staying may take (one
     /// pinned to a zone whose other servers all hold it already, say): draining `id`
-    /// would never end.
+    /// would never end. A move under way counts as done: its source is free to take a
+    /// copy (so a partition moving a copy onto `id` is not stranded, and one moving its
+    /// copy off `id` needs nothing more).
     #[must_use]
     pub fn stranded_by_leaving(&self, id: NodeId) -> Option<PartitionId> {
         self.partitions
             .iter()
-            .filter(|p| p.replicas.contains(&id))
             .find(|p| {
-                !self.nodes.iter().any(|n| {
-                    n.id != id
-                        && n.state == NodeState::Up
-                        && !p.replicas.contains(&n.id)
-                        && self.may_hold(p, n.id)
-                })
+                let after: Vec<NodeId> = p
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| p.moving.is_none_or(|m| m.from != *r))
+                    .collect();
+                after.contains(&id)
+                    && !self.nodes.iter().any(|n| {
+                        n.id != id
+                            && n.state == NodeState::Up
+                            && !after.contains(&n.id)
+                            && self.may_hold(p, n.id)
+                    })
             })
             .map(|p| p.id)
     }
@@ -533,6 +541,43 @@ mod tests {
                 .all(|p| !p.replicas.contains(&NodeId(2)))
         );
         assert!(done.primaries_of(NodeId(2)).is_empty());
+    }
+
+    /// Found by running docs/deploy.md: `node drain` of a server that had just joined
+    /// was refused ("no other server that may take one") because a move onto it was
+    /// under way, its partition then listing every server. A move counts as done.
+    #[test]
+    fn a_server_may_leave_while_moves_onto_or_off_it_are_under_way() {
+        let mut m = map(4);
+        let four = NodeId(4);
+        let onto = m
+            .partitions
+            .iter()
+            .position(|p| !p.replicas.contains(&four))
+            .unwrap_or_else(|| panic!("a partition without server 4"));
+        let off = m
+            .partitions
+            .iter()
+            .position(|p| p.replicas.contains(&four))
+            .unwrap_or_else(|| panic!("a partition on server 4"));
+        let mut load = loads(&m);
+        let from = m.partitions[onto].replicas[1];
+        start_move(&mut m.partitions[onto], &mut load, from, four);
+        let to = m
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .find(|n| !m.partitions[off].replicas.contains(n))
+            .unwrap_or_else(|| panic!("a server without it"));
+        start_move(&mut m.partitions[off], &mut load, four, to);
+        assert_eq!(m.partitions[onto].replicas.len(), 4, "every server listed");
+        assert_eq!(m.stranded_by_leaving(four), None);
+        let leaving = m.mark_leaving(four).unwrap_or_else(|| panic!("may leave"));
+        let done = settle(leaving, &BTreeSet::new());
+        assert!(done.node(four).is_none(), "drained and dropped");
+        assert!(done.partitions.iter().all(|p| p.replicas.len() == 3));
+        // Still refused when no server could take a copy: 3 servers, 3 copies.
+        assert!(map(3).stranded_by_leaving(NodeId(3)).is_some());
     }
 
     /// A drained server that still keeps erasure-coded fragments stays in the map (its

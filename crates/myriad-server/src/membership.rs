@@ -660,8 +660,17 @@ pub(crate) fn detect(
             credited
         };
         let silent_since = last.map_or(floor, |h| h.max(floor));
+        // A server leaving that still holds copies is failed over as any other: left
+        // leaving (up, to the map) it would stay primary and backup of its partitions,
+        // and their writes would wait for it until the drain ends, which it never would.
+        // (Its drain is then over: its copies are made again after the grace period.) One
+        // holding nothing leaves the map as it is.
+        let holds = || map.partitions.iter().any(|p| p.replicas.contains(&n.id));
+        let watched = n.state == NodeState::Up || (n.state == NodeState::Leaving && holds());
         match n.state {
-            NodeState::Up if n.id != me && now - silent_since > DOWN_AFTER => {
+            NodeState::Up | NodeState::Leaving
+                if watched && n.id != me && now - silent_since > DOWN_AFTER =>
+            {
                 let next = map.mark_down(n.id)?;
                 let silent = now - silent_since;
                 return Some((

@@ -14,6 +14,8 @@ use myriad_client::{Caller, Client, ClientConfig, ClusterMap};
 
 use crate::hosts::Hosts;
 
+mod walkthrough;
+
 const PORT: u16 = 7401;
 
 fn settled(m: &ClusterMap, servers: usize) -> bool {

@@ -599,3 +599,31 @@ async fn a_change_answered_once_applied_names_its_incarnation_and_a_sync_checks_
         "a mkdir answered before its intent was durable: {made:?}"
     );
 }
+
+/// A server that left the cluster and is still running sees its id given to a new
+/// server at another address (ids are reused): it takes no such map, so it never serves
+/// the new server's partitions.
+#[tokio::test(start_paused = true)]
+async fn a_map_giving_this_servers_id_to_another_address_is_not_taken() {
+    let h = host(Arc::new(Silent::default()));
+    reconcile(&h).await;
+    let mut next = map(&h);
+    next.epoch += 1;
+    for n in &mut next.nodes {
+        if n.id == NodeId(1) {
+            n.addr = "sim-9".into();
+        }
+    }
+    let e = h.install_map(next.clone()).await.err();
+    assert!(
+        e.as_ref().is_some_and(|e| e.to_string().contains("sim-9")),
+        "{e:?}"
+    );
+    assert_eq!(map(&h).epoch, next.epoch - 1, "the old map stays");
+    // A map listing it where it is, is taken.
+    let mut same = map(&h);
+    same.epoch += 2;
+    h.install_map(same)
+        .await
+        .unwrap_or_else(|e| panic!("install: {e}"));
+}

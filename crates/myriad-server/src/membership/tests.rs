@@ -57,6 +57,34 @@ fn a_silent_server_goes_down_after_down_after_and_never_the_leader() {
     assert_eq!(round(&m, S[0], &heard, 9.0), None);
 }
 
+/// Found by running docs/deploy.md: a server leaving (drained, or removed by `node
+/// remove`) that dies was never marked down, so the partitions it led or copied waited
+/// for it. One that still holds copies is failed over like any other; one holding
+/// nothing stays leaving, to be dropped from the map.
+#[test]
+fn a_silent_leaving_server_goes_down_while_it_holds_copies() {
+    let leaving = four()
+        .mark_leaving(S[2])
+        .unwrap_or_else(|| panic!("may leave"));
+    let mut heard: Vec<_> = S.iter().map(|&n| (n, 5.0)).collect();
+    heard[2] = (S[2], 0.5);
+    let late = 0.6 + DOWN_AFTER.as_secs_f64();
+    let Some((next, change)) = round(&leaving, S[0], &heard, late) else {
+        panic!("a silent leaving server holding copies stays up");
+    };
+    assert!(matches!(change, Change::Down { server, .. } if server == S[2]));
+    assert!(!next.is_up(S[2]));
+    let mut emptied = leaving.clone();
+    for p in &mut emptied.partitions {
+        p.replicas.retain(|r| *r != S[2]);
+    }
+    assert_eq!(
+        round(&emptied, S[0], &heard, late),
+        None,
+        "holds nothing: left leaving"
+    );
+}
+
 #[test]
 fn one_change_a_round_in_server_order() {
     let m = four();
