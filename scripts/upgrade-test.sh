@@ -9,17 +9,7 @@
 #   bash scripts/upgrade-test.sh [REV]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rev="${1:-b222ef3^}"
-base="$PWD/target/upgrade"
-src="$base/src"
-mkdir -p "$base"
-if [ -d "$src" ]; then
-    git -C "$src" checkout --quiet --detach "$rev"
-else
-    git worktree add --quiet --detach "$src" "$rev"
-fi
-echo "building myriad at $(git -C "$src" log --oneline -1)"
-(cd "$src" && CARGO_TARGET_DIR="$base/target" cargo build --locked -p myriad-cli --bin myriad)
-MYRIAD_PREV_BIN="$base/target/debug/myriad" cargo test -p myriad-cli --test it --locked -- \
+old=$(bash scripts/build-old-release.sh "${1:-b222ef3^}" | tail -1)
+MYRIAD_PREV_BIN="$old" cargo test -p myriad-cli --test it --locked -- \
     --ignored --exact --nocapture \
     deploy::a_rolling_upgrade_from_the_previous_binary_fails_and_loses_no_write

@@ -71,20 +71,6 @@ pub async fn run(cmd: NodeCmd, client: &Client) -> anyhow::Result<()> {
         }
         NodeCmd::Remove { id, wait } => {
             let id = NodeId(id);
-            let map = client.newest_map().await;
-            let copies = copies_on(&map, id);
-            if map.node(id).is_some_and(|n| n.state == NodeState::Down) && copies > 0 {
-                // Marked leaving now, it would count as up again: every primary would take
-                // it back as a backup and writes would wait for it. Its copies are made
-                // again on the others while it stays down (past the servers' grace period),
-                // then it leaves holding nothing.
-                println!(
-                    "server {id} is down and holds {copies} copies: the servers make them \
-                     again on the others once it has been down for their grace period \
-                     (--down-grace-secs, 60 s by default); waiting for that"
-                );
-                copies_made_elsewhere(client, id).await?;
-            }
             leave(client, id).await?;
             println!("server {id} is being removed: its copies are made again on the others");
             if wait {
@@ -131,6 +117,7 @@ pub fn list(map: &ClusterMap) -> String {
 
 /// Marks server `id` leaving, once the others can take its copies: R servers besides it
 /// up and staying, and none of its partitions stranded (pinned to a zone with no room).
+/// A server down with copies is first waited for until they were made elsewhere.
 pub async fn leave(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
     let map = client.newest_map().await;
     if map.node(id).is_none() {
@@ -160,6 +147,19 @@ pub async fn leave(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
             zone.map_or(String::new(), |z| format!(" (pinned to zone {z})")),
             zone.map_or(String::new(), |z| format!(" in zone {z}"))
         );
+    }
+    let copies = copies_on(&map, id);
+    if map.node(id).is_some_and(|n| n.state == NodeState::Down) && copies > 0 {
+        // Marked leaving now, it would count as up again: every primary would take it back
+        // as a backup and writes would wait for it. Its copies are made again on the
+        // others while it stays down (past the servers' grace period); then it leaves
+        // holding nothing.
+        println!(
+            "server {id} is down and holds {copies} copies: the servers make them again on \
+             the others once it has been down for their grace period (--down-grace-secs, \
+             60 s by default); waiting for that"
+        );
+        copies_made_elsewhere(client, id).await?;
     }
     let leaving = |m: &ClusterMap| m.node(id).is_none_or(|n| n.state == NodeState::Leaving);
     crate::map_change::commit(
