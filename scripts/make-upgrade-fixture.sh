@@ -28,7 +28,7 @@ for i in $(seq 1 40); do
     printf 'small file %d\n' "$i" > "$tree/docs/f$i.txt"
 done
 printf 'at the bottom\n' > "$tree/docs/deep/er/still/leaf"
-yes 'a line of a file bigger than one 4 MiB chunk' | head -c 5000000 > "$tree/big.bin"
+{ yes 'a line of a file bigger than one 4 MiB chunk' || true; } | head -c 5000000 > "$tree/big.bin"
 
 start() { # k, extra args...
     local k=$1
@@ -38,19 +38,43 @@ start() { # k, extra args...
         > "$work/s$k/server.log" 2>&1 &
     pids+=($!)
 }
+my() { "$old" --cluster 127.0.0.29:7401 --secret-file "$work/s1/data/cluster.secret" "$@"; }
+# Until `node list` shows N servers, each holding every partition (3 copies of 8).
+until_listed() {
+    for _ in $(seq 1 120); do
+        if my node list 2>/dev/null | awk -v n="$1" -v c="$2" \
+            '$1 ~ /^[0-9]+$/ && $4 == "up" && $5 >= c {k++} END {exit !(k == n)}'; then
+            return 0
+        fi
+        sleep 1
+    done
+    echo "the old release's cluster did not come up: $1 servers" >&2
+    tail -n 20 "$work"/s*/server.log >&2
+    exit 1
+}
 start 1 --init --partitions 8
 for _ in $(seq 1 100); do [ -f "$work/s1/data/client.key" ] && break; sleep 0.1; done
-start 2 --join 127.0.0.29:7401 --secret-file "$work/s1/data/cluster.secret"
-sleep 3
-start 3 --join 127.0.0.29:7401 --secret-file "$work/s1/data/cluster.secret"
-my() { "$old" --cluster 127.0.0.29:7401,127.0.0.30:7401 --secret-file "$work/s1/data/cluster.secret" "$@"; }
-# Until every partition has its 3 copies and nothing moves.
-for _ in $(seq 1 120); do
-    if my node list 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $5 == 8 {n++} END {exit !(n == 3)}'; then
-        break
-    fi
-    sleep 1
-done
+until_listed 1 8
+# One after the other, each tried again on a fresh directory while it gives up: that
+# release's join does not wait for a first server still settling.
+join() { # k
+    for _ in 1 2 3 4 5; do
+        rm -rf "$work/s$1"
+        start "$1" --join 127.0.0.29:7401 --secret-file "$work/s1/data/cluster.secret"
+        sleep 3
+        if kill -0 "${pids[-1]}" 2>/dev/null; then
+            until_listed "$1" 8
+            return 0
+        fi
+        unset 'pids[-1]'
+        pids=("${pids[@]}")
+        sleep 2
+    done
+    echo "server $1 of the old release could not join" >&2
+    exit 1
+}
+join 2
+join 3
 my node list
 my put "$tree" /fixture
 my chmod 700 /fixture/docs/deep

@@ -39,6 +39,7 @@ mod replication;
 mod stress;
 mod subdir_mount;
 mod tiers;
+mod upgrade_fixture;
 mod write_behind;
 mod zone_moves;
 mod zones;
