@@ -148,7 +148,12 @@ pub fn plan(exe: OsString, args: &[String]) -> anyhow::Result<Plan> {
         dir.into(),
         "--daemon".into(),
         "--source".into(),
-        spec.into(),
+        // What `mount` lists: the addresses, and the directory when it is not the root.
+        if sub == "/" {
+            seeds.clone().into()
+        } else {
+            format!("{seeds}:{sub}").into()
+        },
     ];
     if sub != "/" {
         mount.extend(["--subdir".into(), sub.into()]);
@@ -250,7 +255,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             line(p),
-            "m --cluster [fd00::1]:7401 mount /mnt --daemon --source [fd00::1]:7401:/"
+            "m --cluster [fd00::1]:7401 mount /mnt --daemon --source [fd00::1]:7401"
         );
         assert_eq!(
             plan("m".into(), &args("h:1 /mnt -f -o ro")).ok(),

@@ -694,7 +694,8 @@ fn mount_t_myriad_and_an_fstab_line_mount_from_addresses() {
     assert_eq!(refused, Some(libc::EROFS), "ro mount");
     umount(b.path());
 
-    // Unknown options and subdirectories are refused with their names; nothing mounts.
+    // Unknown options and missing subdirectories are refused with their names; nothing
+    // mounts.
     let d = ok(tempfile::tempdir());
     let (done, err) = mount(&[
         "-t",
@@ -708,9 +709,14 @@ fn mount_t_myriad_and_an_fstab_line_mount_from_addresses() {
     let (done, err) = mount(&[
         "-t",
         "myriad",
-        &format!("{seeds}:/sub"),
+        &format!("{seeds}:/no-such-dir"),
         &d.path().display().to_string(),
+        "-o",
+        &opts,
     ]);
-    assert!(!done && err.contains("subdirectory"), "{err}");
+    assert!(
+        !done && err.contains("/no-such-dir") && err.contains("no such file"),
+        "{err}"
+    );
     assert!(!crate::mount::is_mounted(d.path()));
 }
