@@ -185,21 +185,38 @@ const GRACE_WAIT_LIMIT: Duration = Duration::from_secs(600);
 /// Waits until server `id`, down, holds no copy (made again on the others after the
 /// servers' grace period), or is up again or out of the map.
 async fn copies_made_elsewhere(client: &Client, id: NodeId) -> anyhow::Result<()> {
+    let done = |m: &ClusterMap| {
+        m.node(id).is_none_or(|n| n.state != NodeState::Down) || copies_on(m, id) == 0
+    };
+    until_map(client, GRACE_WAIT_LIMIT, done, |m| {
+        format!("server {id} still holds {} copies", copies_on(m, id))
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Polls the newest map until `done` holds; an error saying `what` is left once the map
+/// has not changed for `limit` (the cluster goes on).
+async fn until_map(
+    client: &Client,
+    limit: Duration,
+    done: impl Fn(&ClusterMap) -> bool,
+    what: impl Fn(&ClusterMap) -> String,
+) -> anyhow::Result<ClusterMap> {
     let (mut epoch, mut changed) = (0, std::time::Instant::now());
     loop {
         let map = client.newest_map().await;
-        let down = map.node(id).is_some_and(|n| n.state == NodeState::Down);
-        if !down || copies_on(&map, id) == 0 {
-            return Ok(());
+        if done(&map) {
+            return Ok(map);
         }
         if map.epoch != epoch {
             (epoch, changed) = (map.epoch, std::time::Instant::now());
-        } else if changed.elapsed() > GRACE_WAIT_LIMIT {
+        } else if changed.elapsed() > limit {
             bail!(
-                "server {id} still holds {} copies after {} s without a map change (epoch \
-                 {}); see `myriad node list`",
-                copies_on(&map, id),
-                GRACE_WAIT_LIMIT.as_secs(),
+                "{} after {} s without a map change (epoch {}); the cluster keeps trying, see \
+                 `myriad node list`",
+                what(&map),
+                limit.as_secs(),
                 map.epoch
             );
         }
@@ -209,24 +226,13 @@ async fn copies_made_elsewhere(client: &Client, id: NodeId) -> anyhow::Result<()
 
 /// Waits until server `id` is out of the map (its copies all moved or made again).
 pub async fn wait_gone(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
-    let (mut epoch, mut changed) = (0, std::time::Instant::now());
-    loop {
-        let map = client.newest_map().await;
-        if map.node(id).is_none() {
-            return Ok(map);
-        }
-        if map.epoch != epoch {
-            (epoch, changed) = (map.epoch, std::time::Instant::now());
-        } else if changed.elapsed() > STALL_LIMIT {
-            bail!(
-                "server {id} still holds copies after {} s without progress (epoch {}); the \
-                 cluster keeps trying, see `myriad node list`",
-                STALL_LIMIT.as_secs(),
-                map.epoch
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    until_map(
+        client,
+        STALL_LIMIT,
+        |m| m.node(id).is_none(),
+        |m| format!("server {id} still holds {} copies", copies_on(m, id)),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -395,8 +395,8 @@ pub(crate) enum MemberChange {
 ///    old one, nor counts a fresh server with an empty log as the old voter;
 /// 2. a server of the map not in the group joins it as a learner;
 /// 3. a learner is promoted while there are fewer than `VOTERS_MAX` voters;
-/// 4. a voter the map dropped is removed (after 3, so a learner replaces it first);
-/// 5. a learner the map dropped is removed.
+/// 4. a member the map dropped is removed, voters first (after 3, so a learner replaces
+///    a voter first).
 pub(crate) fn next_member_change(
     known: &BTreeMap<NodeId, String>,
     voters: &BTreeSet<NodeId>,
@@ -429,13 +429,11 @@ pub(crate) fn next_member_change(
     if let (true, Some(&l)) = (voters.len() < VOTERS_MAX, learner) {
         return Some(MemberChange::Promote(l));
     }
-    if let Some(&gone) = voters.iter().find(|id| !wanted.contains_key(id)) {
-        return Some(MemberChange::RemoveVoter(gone));
-    }
-    known
-        .keys()
+    voters
+        .iter()
+        .chain(known.keys())
         .find(|id| !wanted.contains_key(id))
-        .map(|&gone| MemberChange::RemoveNode(gone))
+        .map(|&gone| remove(gone))
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ pub struct Host {
     /// The address the map gave this server when it started. A later map listing `id` at
     /// another address gave the id to a new server after this one left (ids of servers
     /// that left are reused): this server then adopts no more maps (`adopt_map`).
-    pub(crate) addr: String,
+    pub(crate) addr: Option<String>,
     /// The map this server serves under; membership reads it through a receiver.
     pub(crate) map: watch::Sender<Arc<MapState>>,
     pub(crate) map_path: Option<PathBuf>,
@@ -141,11 +141,7 @@ impl Host {
         Arc::new_cyclic(|me| Host {
             me: me.clone(),
             id: config.node_id,
-            addr: config
-                .map
-                .node(config.node_id)
-                .map(|n| n.addr.clone())
-                .unwrap_or_default(),
+            addr: config.map.node(config.node_id).map(|n| n.addr.clone()),
             map: map_news,
             map_path: config.map_path.clone(),
             data_dir: config.data_dir.clone(),
@@ -344,20 +340,24 @@ impl Host {
     fn adopt_map(&self, map: ClusterMap) -> Result<bool, FsError> {
         map.validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
-        if let Some(n) = map.node(self.id).filter(|n| n.addr != self.addr) {
+        if let Some((n, mine)) = map
+            .node(self.id)
+            .zip(self.addr.as_deref())
+            .filter(|(n, mine)| n.addr != *mine)
+        {
             // Not this server's map any more: it must not take up the partitions the map
             // gives the new server under this id.
             tracing::error!(
                 server = %self.id,
                 epoch = map.epoch,
                 given_to = %n.addr,
-                mine = %self.addr,
+                mine = %mine,
                 "the cluster map gives this server's id to another server: this one left \
                  the cluster, serves nothing and takes no more maps; stop it"
             );
             return Err(FsError::InvalidArgument(format!(
                 "map epoch {} gives server id {} to {}, not to this server ({})",
-                map.epoch, self.id, n.addr, self.addr
+                map.epoch, self.id, n.addr, mine
             )));
         }
         if map.node(self.id).is_none() {

@@ -665,12 +665,13 @@ pub(crate) fn detect(
         // and their writes would wait for it until the drain ends, which it never would.
         // (Its drain is then over: its copies are made again after the grace period.) One
         // holding nothing leaves the map as it is.
-        let holds = || map.partitions.iter().any(|p| p.replicas.contains(&n.id));
-        let watched = n.state == NodeState::Up || (n.state == NodeState::Leaving && holds());
+        let watched = match n.state {
+            NodeState::Up => true,
+            NodeState::Leaving => map.partitions.iter().any(|p| p.replicas.contains(&n.id)),
+            NodeState::Down => false,
+        };
         match n.state {
-            NodeState::Up | NodeState::Leaving
-                if watched && n.id != me && now - silent_since > DOWN_AFTER =>
-            {
+            _ if watched && n.id != me && now - silent_since > DOWN_AFTER => {
                 let next = map.mark_down(n.id)?;
                 let silent = now - silent_since;
                 return Some((

@@ -473,15 +473,7 @@ fn one_host_makes_the_cluster_four_join_under_writes_and_clients_need_an_address
         );
         assert!(!mnt.join("w").exists(), "the mount's root is /w");
         std::fs::write(mnt.join("from-the-mount"), b"mounted").unwrap_or_else(|e| panic!("{e}"));
-        let out = std::process::Command::new("umount")
-            .arg(&mnt)
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::mount::umount(&mnt);
         let (_, data) = rt
             .block_on(fresh.fetch("/w/from-the-mount"))
             .unwrap_or_else(|e| panic!("{e}"));

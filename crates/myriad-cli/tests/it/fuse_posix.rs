@@ -617,19 +617,7 @@ fn mount_t_myriad_and_an_fstab_line_mount_from_addresses() {
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
     };
-    let umount = |dir: &Path| {
-        let out = ok(Command::new("umount").arg(dir).output());
-        assert!(
-            out.status.success(),
-            "umount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let t = Instant::now();
-        while crate::mount::is_mounted(dir) && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!crate::mount::is_mounted(dir), "still mounted after umount");
-    };
+    let umount = crate::mount::umount;
 
     // mount -t myriad ADDRESSES:/ DIR -o ...
     let a = ok(tempfile::tempdir());

@@ -206,7 +206,17 @@ impl Hosts {
 
     /// Copies a key file into host `k`'s directory (mode 0600), as an administrator would.
     pub fn give_key(&self, from: &Path, k: u32) -> PathBuf {
-        let to = self.home(k).join(from.file_name().unwrap_or_default());
+        let name = from.file_name().unwrap_or_default().to_string_lossy();
+        self.give_key_at(from, k, &name)
+    }
+
+    /// Copies a key file to `to` under host `k`'s directory (`/etc/myriad/client.key` is
+    /// `HOME/etc/myriad/client.key`), owner-only, making the directories it needs.
+    pub fn give_key_at(&self, from: &Path, k: u32, to: &str) -> PathBuf {
+        let to = self.home(k).join(to.trim_start_matches('/'));
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        }
         std::fs::copy(from, &to).unwrap_or_else(|e| panic!("{e}"));
         std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .unwrap_or_else(|e| panic!("{e}"));

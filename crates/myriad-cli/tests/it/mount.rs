@@ -198,6 +198,30 @@ impl Drop for Mount {
     }
 }
 
+/// `umount DIR` (a mount made by mount(8) or `--daemon`), which must succeed, and the
+/// mount gone within 10 s.
+pub fn umount(dir: &Path) {
+    let out = Command::new("umount")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("umount: {e}"));
+    assert!(
+        out.status.success(),
+        "umount {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = Instant::now();
+    while is_mounted(dir) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !is_mounted(dir),
+        "{} still mounted after umount",
+        dir.display()
+    );
+}
+
 /// Runs a shell command (in `dir`), panicking with its output if it fails.
 pub fn sh(dir: &Path, script: &str) -> String {
     let out = Command::new("bash")

@@ -11,7 +11,7 @@
 //! link itself). A block added to the text fails this test until it is run here.
 
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use myriad_client::{Caller, Client, ClientConfig, ClusterMap};
@@ -19,6 +19,7 @@ use myriad_client::{Caller, Client, ClientConfig, ClusterMap};
 use super::{PORT, first_map, until_settled, wait_back};
 use crate::harness::BIN;
 use crate::hosts::Hosts;
+use crate::mount::umount;
 
 /// A fenced block of the text: the heading above it, its language and its lines with
 /// `\` continuations joined.
@@ -183,16 +184,6 @@ impl Walk {
         self.h.spawn_program(k, log, "sh", &["-c", &sh]);
     }
 
-    /// Copies `from` to `to` under host `k`'s directory, owner-only, as the text asks.
-    fn copy(&self, from: &Path, k: u32, to: &str) {
-        let to = self.h.home(k).join(to.trim_start_matches('/'));
-        std::fs::create_dir_all(to.parent().unwrap_or(Path::new("/")))
-            .unwrap_or_else(|e| panic!("{e}"));
-        std::fs::copy(from, &to).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-
     fn addr(&self, k: u32) -> String {
         format!("{}:{PORT}", self.h.ip(k))
     }
@@ -204,19 +195,6 @@ fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "{what}: not within {within:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn umount(dir: &Path) {
-    let out = std::process::Command::new("umount")
-        .arg(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success(),
-        "umount {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The node id the map gives the server at `addr`.
@@ -282,7 +260,7 @@ fn docs_deploy_md_runs_as_written() {
     let (join_block, joiners) = (sh[1], named_hosts(sh[1]));
     assert_eq!(joiners, [2, 3]);
     let join = |w: &mut Walk, k: u32| {
-        w.copy(&secret, k, "/etc/myriad/cluster.secret");
+        w.h.give_key_at(&secret, k, "/etc/myriad/cluster.secret");
         w.run(join_block, k, Some(("10.0.0.2", &format!("10.0.0.{k}"))));
         let me = w.addr(k);
         let mut id = None;
@@ -307,7 +285,7 @@ fn docs_deploy_md_runs_as_written() {
     );
 
     // 3. Clients: the client key on the client host, a file to put, then the block.
-    w.copy(&client_key, client_host, "/etc/myriad/client.key");
+    w.h.give_key_at(&client_key, client_host, "/etc/myriad/client.key");
     let run_file = b"a run's results\n".repeat(1000);
     std::fs::write(w.h.home(client_host).join("run"), &run_file).unwrap_or_else(|e| panic!("{e}"));
     w.run(sh[2], client_host, None);
@@ -338,8 +316,8 @@ fn docs_deploy_md_runs_as_written() {
     // Administering: a fourth host joins as in step 2; `node list`; `node drain 4`.
     assert_eq!(join(&mut w, 4), 4, "the fourth host is server 4");
     until_settled(&w.h, &rt, &client, 4, Duration::from_secs(120));
-    w.copy(&secret, client_host, "/cluster.secret");
-    w.copy(&client_key, client_host, "/client.key");
+    w.h.give_key_at(&secret, client_host, "/cluster.secret");
+    w.h.give_key_at(&client_key, client_host, "/client.key");
     let t = Instant::now();
     let listed = w.run(sh[4], client_host, None);
     for k in 1..=4 {
