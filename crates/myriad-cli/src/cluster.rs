@@ -38,7 +38,7 @@ pub enum ClusterCmd {
         #[arg(long)]
         metrics: bool,
         #[command(flatten)]
-        replication: crate::server_cmd::ReplicationArgs,
+        replication: Box<crate::server_cmd::ReplicationArgs>,
         #[command(flatten)]
         security: crate::server_cmd::SecurityArgs,
         #[command(flatten)]

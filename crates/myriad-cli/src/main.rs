@@ -92,7 +92,7 @@ enum Command {
     /// SIGTERM is a planned stop: the server stops serving and marks itself down, so its
     /// copies take over at once (restart it with the same command: it rejoins and catches
     /// up). SIGINT (Ctrl-C) stops it at once; the others notice as after a crash.
-    Server(server_cmd::ServerArgs),
+    Server(Box<server_cmd::ServerArgs>),
     /// Start, stop and inspect a local multi-node cluster.
     #[command(subcommand)]
     Cluster(cluster::ClusterCmd),
@@ -259,7 +259,7 @@ fn main() -> ExitCode {
 
     identity::set_client_zone(cli.zone);
     let result = match cli.command {
-        Command::Server(args) => server_cmd::run(args, cli.secret_file),
+        Command::Server(args) => server_cmd::run(*args, cli.secret_file),
         Command::Mount(args) => mount_cmd::run(
             args,
             cli.cluster,

@@ -105,6 +105,15 @@ pub struct ReplicationArgs {
     /// after a real loss; longer avoids copying whole partitions for a reboot.
     #[arg(long, default_value_t = myriad_server::DEFAULT_DOWN_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub down_grace_secs: u64,
+    /// Copies of a partition (the primary's included) that must hold a change before it is
+    /// acknowledged. Default: a majority of the partition's copies (2 of 3, 1 of 2, 3 of 5).
+    /// With fewer copies up, changes to that partition wait (clients retry until their
+    /// deadline, then get an error saying so) instead of being acknowledged on fewer disks,
+    /// as Ceph does below `min_size`; reads go on. 1 keeps writing with a single copy up,
+    /// at the risk of losing what was written then if that disk is lost. Give every server
+    /// the same value.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub min_copies: Option<u32>,
     /// Seconds between anti-entropy rounds: each primary compares every partition it leads
     /// with its copies (sums of key buckets, at one batch) and rewrites on every copy the
     /// keys that differ, so damage on a copy that no read meets is repaired by itself. A
@@ -152,6 +161,9 @@ impl ReplicationArgs {
             format!("--ec-settle-ms={}", self.ec_settle_ms),
             format!("--kept-stats={}", self.kept_stats),
         ]
+        .into_iter()
+        .chain(self.min_copies.map(|n| format!("--min-copies={n}")))
+        .collect()
     }
 
     fn config(&self) -> anyhow::Result<myriad_server::ReplicationConfig> {
@@ -422,6 +434,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     config.replication = args.replication.config()?;
     config.dir_split_entries = args.replication.dir_split_entries;
     config.down_grace = Duration::from_secs(args.replication.down_grace_secs);
+    config.min_copies = args.replication.min_copies;
     config.anti_entropy_interval = Duration::from_secs(args.replication.anti_entropy_secs);
     config.tiers = args.tiers.config(node_id.0)?;
     config.kept_stats = args.replication.kept_stats;

@@ -323,6 +323,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "lib",
             "metrics_http",
             "seams",
+            "step_down",
         ],
     ),
 ];

@@ -42,6 +42,9 @@ pub struct ServerConfig {
     /// How long a server may stay down before its copies are made again elsewhere (the
     /// Raft leader's setting is the one that counts).
     pub down_grace: Duration,
+    /// Copies (the primary's included) that must hold a write before it is acknowledged;
+    /// `None`: a majority of each partition's replica count (`cluster::other_copies_needed`).
+    pub min_copies: Option<u32>,
     /// The cluster secret (and older ones being rotated out): proven to peers, expected of them.
     pub keys: Arc<Keyring>,
     /// Requests of uid 0 over client-key connections run as nobody.
@@ -127,6 +130,7 @@ impl ServerConfig {
             root_uid: 0,
             root_gid: 0,
             down_grace: DEFAULT_DOWN_GRACE,
+            min_copies: None,
             keys: Arc::new(keys),
             root_squash: false,
             metrics_listen: None,

@@ -75,7 +75,8 @@ impl EmbeddedServer {
             map_news,
             tiers: None,
         });
-        // As the process does (`run`): a failed fsync stops the server.
+        // As the process does (`run`): a failed fsync stops the server, which hands its
+        // partitions over.
         let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let weak = Arc::downgrade(&host);
         let flag = stopped.clone();
@@ -84,7 +85,7 @@ impl EmbeddedServer {
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
             if let Some(host) = weak.upgrade() {
                 tracing::error!(server = %host.id, "stopping: the disk failed an fsync: {e}");
-                host.clear();
+                host.step_down(crate::step_down::Why::DiskFailed).await;
             }
         });
         // As the process does (`Host::start_tasks`): a leaving server drops the fragments
@@ -227,5 +228,15 @@ impl EmbeddedServer {
     /// partitions stop taking requests and its tasks end.
     pub fn stop(&self) {
         self.host.clear();
+    }
+
+    /// A planned stop, as the process does on SIGTERM (`run`, `Stop::HandOver`): syncs,
+    /// stops serving and hands its partitions over by marking itself down; returns
+    /// whether the hand-over was proposed. It answers nothing more.
+    pub async fn stop_planned(&self) -> bool {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.host.kv.sync();
+        self.host.step_down(crate::step_down::Why::Stop).await
     }
 }

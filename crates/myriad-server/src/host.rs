@@ -327,6 +327,15 @@ impl Host {
         }
     }
 
+    /// Stops serving (`clear`), then hands every partition over to its copies by marking
+    /// this server down (`step_down::hand_over`): in that order, so a copy made primary
+    /// never serves beside this server. For a planned stop and a failed disk.
+    pub(crate) async fn step_down(&self, why: crate::step_down::Why) -> bool {
+        self.clear();
+        let known = self.state().map.clone();
+        crate::step_down::hand_over(&*self.authority, self.id, &known, why).await
+    }
+
     /// Adopts `map` if it is newer (persisting it to the map file first), then starts and
     /// stops partitions to match it.
     pub(crate) async fn install_map(self: &Arc<Self>, map: ClusterMap) -> Result<(), FsError> {
@@ -511,6 +520,7 @@ impl Host {
                         &st.map.backups_of(*pid),
                         &st.map.behind_of(*pid),
                         crate::cluster::failover_possible(&st.map, *pid),
+                        crate::cluster::other_copies_needed(&st.map, *pid, self.config.min_copies),
                     );
                 }
             }
@@ -676,10 +686,12 @@ impl Host {
         // Copies are made from what is committed (numbered), never from the applier's stage:
         // a staged change is in no batch yet, and may never be (a deposed partition drops it).
         let replicator = Arc::new(Replicator::new(self.clone(), pid, &committed, start_seq));
+        let st = self.state();
         replicator.set_backups(
             &backups,
-            &self.state().map.behind_of(pid),
-            crate::cluster::failover_possible(&self.state().map, pid),
+            &st.map.behind_of(pid),
+            crate::cluster::failover_possible(&st.map, pid),
+            crate::cluster::other_copies_needed(&st.map, pid, self.config.min_copies),
         );
         let applier = Applier::start(
             staged,

@@ -30,6 +30,7 @@ mod replication;
 mod seams;
 mod space;
 mod state;
+mod step_down;
 #[cfg(test)]
 mod test_disk;
 mod tiers;
@@ -80,7 +81,7 @@ pub enum Stop {
     /// A planned stop of this one server (SIGTERM: systemd, a container, a rolling restart):
     /// it stops serving, then marks itself down through the cluster-map group, so its
     /// partitions' copies take over at once rather than after the failure detector's wait
-    /// (`Membership::hand_over`); bounded, and skipped when no other server is up.
+    /// (`step_down::hand_over`); bounded, and skipped when no other server is up.
     HandOver,
     /// Stop at once (SIGINT: Ctrl-C, `cluster down` stopping every server together): the
     /// others notice the silence as they would a crash.
@@ -236,7 +237,8 @@ pub async fn run(
         Ok(s) => s,
         Err(e) => {
             tracing::error!(server = %host.id, "stopping: the disk failed an fsync: {e}");
-            host.clear();
+            // Its partitions' copies take over now, not after the detector's wait.
+            host.step_down(step_down::Why::DiskFailed).await;
             group.shutdown().await;
             return Err(ServerError::DiskFailed(e));
         }
@@ -245,9 +247,10 @@ pub async fn run(
     let _ = host.kv.sync();
     // Serving ends first (partitions deposed, membership tasks ended: no lease asked for
     // again), so a copy made primary by the hand-over never serves beside this server.
-    host.clear();
     if stop == Stop::HandOver {
-        membership.hand_over().await;
+        host.step_down(step_down::Why::Stop).await;
+    } else {
+        host.clear();
     }
     group.shutdown().await;
     Ok(())

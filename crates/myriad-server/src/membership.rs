@@ -47,8 +47,13 @@ const QUORUM_FRESH: Duration = Duration::from_millis(700);
 /// A server not heard from for this long is marked down; must be at least LEASE +
 /// QUORUM_FRESH (see the module comment).
 pub const DOWN_AFTER: Duration = Duration::from_millis(2300);
-/// The longest a planned stop spends handing its partitions over (`Membership::hand_over`).
-const HAND_OVER_MAX: Duration = Duration::from_secs(4);
+/// The most a server shown slow is given before it is marked down (`Patience`): a server
+/// whose lease requests came seconds apart while it was alive (a starved host) is not
+/// failed over for a silence its own history explains. Marking down later is never less
+/// safe (see the module comment), only slower.
+pub const DOWN_AFTER_MAX: Duration = Duration::from_secs(8);
+/// How long a slow gap between a server's lease requests counts toward its patience.
+const SLOW_REMEMBERED: Duration = Duration::from_secs(120);
 /// How often the leader looks at who it heard from.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// Moves in progress at once, cluster-wide: each copies a whole partition, and writes to it
@@ -145,6 +150,61 @@ pub(crate) struct Heard {
     /// When this leader first saw each server down in its map: only a lease request heard
     /// after that brings it back up (`since_down`).
     down_seen: Mutex<BTreeMap<NodeId, Instant>>,
+    /// How slow each server's lease requests have come lately (`Patience`).
+    patience: Mutex<BTreeMap<NodeId, Patience>>,
+}
+
+/// How long the leader waits for a server's next lease request before marking it down:
+/// `DOWN_AFTER`, or twice the longest gap between two of its requests in the last
+/// `SLOW_REMEMBERED` (gaps it survived: one that got it marked down does not count), at
+/// most `DOWN_AFTER_MAX`. A dead server's requests stopped after a run of regular ones,
+/// so it is marked down after `DOWN_AFTER`; a starved one's came late before they came
+/// very late, so it is given time (issue 49: on a 2-core host at load 14-33 servers were
+/// marked down 18 times in 30 minutes, each a failover of every partition they led).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Patience {
+    /// The longest gap of the current window, and when the window began.
+    now: Option<(Instant, Duration)>,
+    /// The longest gap of the window before.
+    before: Duration,
+}
+
+impl Patience {
+    /// A gap of `gap` between two requests, the later heard at `at`.
+    pub(crate) fn gap(&mut self, at: Instant, gap: Duration) {
+        if gap > self.allowed(at) {
+            // It was (or should have been) marked down for this silence: not a slow
+            // server's gap but an absence (a crash and restart, a cut network).
+            return;
+        }
+        match self.now {
+            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED => {
+                self.now = Some((began, longest.max(gap)));
+            }
+            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED * 2 => {
+                self.before = longest;
+                self.now = Some((at, gap));
+            }
+            _ => {
+                self.before = Duration::ZERO;
+                self.now = Some((at, gap));
+            }
+        }
+    }
+
+    /// How long a silence is allowed at `at`.
+    pub(crate) fn allowed(&self, at: Instant) -> Duration {
+        let longest = match self.now {
+            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED => {
+                longest.max(self.before)
+            }
+            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED * 2 => {
+                longest
+            }
+            _ => Duration::ZERO,
+        };
+        (longest * 2).clamp(DOWN_AFTER, DOWN_AFTER_MAX)
+    }
 }
 
 impl Heard {
@@ -168,9 +228,23 @@ impl Heard {
     }
 
     fn note(&self, id: NodeId) {
-        if let Ok(mut g) = self.at.lock() {
-            g.insert(id, Instant::now());
+        let now = Instant::now();
+        let before = match self.at.lock() {
+            Ok(mut g) => g.insert(id, now),
+            Err(_) => return,
+        };
+        if let (Some(before), Ok(mut p)) = (before, self.patience.lock()) {
+            p.entry(id).or_default().gap(now, now - before);
         }
+    }
+
+    /// How long server `id` may be silent at `now` before it is marked down.
+    fn allowed(&self, id: NodeId, now: Instant) -> Duration {
+        self.patience
+            .lock()
+            .ok()
+            .and_then(|p| p.get(&id).map(|p| p.allowed(now)))
+            .unwrap_or(DOWN_AFTER)
     }
 
     fn last(&self, id: NodeId) -> Option<Instant> {
@@ -191,7 +265,7 @@ impl Heard {
 
     /// When server `id` was last heard, for the detector: a server seen down counts as
     /// heard only from a request after it was seen down. (A server that marked itself
-    /// down to stop, `Membership::hand_over`, was heard just before: without this it was
+    /// down to stop, `step_down::hand_over`, was heard just before: without this it was
     /// taken as back at once.)
     fn since_down(&self, id: NodeId) -> Option<Instant> {
         let last = self.last(id)?;
@@ -352,50 +426,6 @@ impl Membership {
         Ok(())
     }
 
-    /// A planned stop: this server, which no longer serves anything (its partitions are
-    /// deposed and its lease is no longer renewed), marks itself down through the group, so
-    /// every partition it led gets its next in-sync copy as primary now, and the partitions
-    /// it copies go on without waiting for it: the failure detector's `DOWN_AFTER` of
-    /// silence is not waited. Started again, it is marked up by the leader as any server
-    /// heard again (it catches up as a backup). Skipped when no other server is up (nobody
-    /// could take over); bounded by `HAND_OVER_MAX` (a group without a majority cannot
-    /// commit: the others then detect the silence as usual).
-    pub(crate) async fn hand_over(&self) {
-        let started = Instant::now();
-        // Its lease requests stopped with its tasks: the leader takes it as back only on
-        // one heard after it saw it down (`Heard::since_down`), so it proposes at once.
-        let work = async {
-            for _ in 0..3 {
-                let map = self.group.map().unwrap_or_else(|| self.state().map.clone());
-                let others_up = map.nodes.iter().any(|n| n.id != self.id && map.is_up(n.id));
-                let Some(next) = map.mark_down(self.id).filter(|_| others_up) else {
-                    return;
-                };
-                let epoch = next.epoch;
-                match self.group.propose(next, HAND_OVER_MAX).await {
-                    Ok(_) => {
-                        tracing::info!(
-                            server = %self.id,
-                            epoch,
-                            took_ms = started.elapsed().as_millis() as u64,
-                            "handed this server's partitions to their copies (marked down)"
-                        );
-                        return;
-                    }
-                    // Another change came first: again from the map after it.
-                    Err(e) => tracing::debug!("hand-over at epoch {epoch}: {e}"),
-                }
-            }
-        };
-        if tokio::time::timeout(HAND_OVER_MAX, work).await.is_err() {
-            tracing::warn!(
-                server = %self.id,
-                "could not hand this server's partitions over in time: the others will \
-                 notice its silence"
-            );
-        }
-    }
-
     /// The leader's periodic work; `since`: when this server became leader.
     async fn lead(&self, since: Instant) {
         let Some(map) = self.group.map() else {
@@ -411,12 +441,16 @@ impl Membership {
         self.heard.saw_down(&map, now);
         let heard = |id| self.heard.since_down(id);
         let listed = |id| self.heard.listed_since(id);
-        if let Some((next, change)) = detect(&map, self.id, (since, now), heard, listed) {
+        let allowed = |id| self.heard.allowed(id, now);
+        if let Some((next, change)) = detect(&map, self.id, (since, now), heard, listed, allowed) {
             match change {
                 Change::Down { server, silent } => tracing::warn!(
                     server = %server,
                     silent_ms = silent.as_millis() as u64,
-                    "server silent: marking it down (its partitions fail over)"
+                    allowed_ms = allowed(server).as_millis() as u64,
+                    epoch = next.epoch,
+                    "server silent for longer than it was allowed (no lease request heard): \
+                     marking it down (its partitions fail over)"
                 ),
                 Change::Up { server } => {
                     if let Ok(mut t) = self.last_return.lock() {
@@ -635,8 +669,10 @@ pub(crate) enum Change {
 /// `since - LEADER_LEASE` (no earlier leader granted a lease after that, less QUORUM_FRESH:
 /// module comment); `heard(id)`: when the leader last heard server `id`'s lease request;
 /// `listed(id)`: when it first saw `id` in its map (a server added after `since` gets
-/// `DOWN_AFTER` from then to make itself heard). At most one change a round, in server
-/// order: a server up but silent for `DOWN_AFTER` goes down (never the leader itself); a
+/// `DOWN_AFTER` from then to make itself heard); `allowed(id)`: how long `id` may be silent
+/// (`Patience`: `DOWN_AFTER`, longer for a server shown slow). At most one change a round,
+/// in server order: a server up but silent for longer than allowed goes down (never the
+/// leader itself); a
 /// server down that asked for a lease within the last three renewal periods, after this
 /// leader began, comes back up.
 pub(crate) fn detect(
@@ -645,6 +681,7 @@ pub(crate) fn detect(
     (since, now): (Instant, Instant),
     heard: impl Fn(NodeId) -> Option<Instant>,
     listed: impl Fn(NodeId) -> Instant,
+    allowed: impl Fn(NodeId) -> Duration,
 ) -> Option<(ClusterMap, Change)> {
     let mut nodes: Vec<_> = map.nodes.iter().collect();
     nodes.sort_by_key(|n| n.id);
@@ -671,7 +708,7 @@ pub(crate) fn detect(
             NodeState::Down => false,
         };
         match n.state {
-            _ if watched && n.id != me && now - silent_since > DOWN_AFTER => {
+            _ if watched && n.id != me && now - silent_since > allowed(n.id) => {
                 let next = map.mark_down(n.id)?;
                 let silent = now - silent_since;
                 return Some((

@@ -188,6 +188,8 @@ pub struct Report {
     pub crashes: u32,
     pub isolations: u32,
     pub disk_errors: u32,
+    /// Planned stops (SIGTERM): the server hands its partitions over, then restarts.
+    pub planned_stops: u32,
     pub map_changes: u32,
     pub lost_unsynced: u64,
     /// Copies moved (with `moves`): added server filled, removed server drained.
@@ -903,6 +905,18 @@ impl Sim {
                 }
                 135..150 if self.cfg.moves => self.remove_server(who),
                 150..250 if self.cfg.tiers => self.shift_tiers(who),
+                250..275 => {
+                    // A planned stop (SIGTERM, a rolling restart): the server hands its
+                    // partitions over first, then is down until restarted.
+                    if let Some(s) = self.net.running(who) {
+                        let proposed = s.stop_planned().await;
+                        lock(&self.report).planned_stops += 1;
+                        self.trace.event(format_args!(
+                            "planned stop of server {who} (hand-over proposed: {proposed})"
+                        ));
+                        self.crash(who);
+                    }
+                }
                 _ => {}
             }
         }

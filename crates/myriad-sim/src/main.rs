@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         let wall = std::time::Instant::now();
         match run(&c) {
             Ok(r) => println!(
-                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, map changes {}, unsynced batches lost {}, copies moved {}, hand-overs {}, trees moved {}/{} (abandoned {})",
+                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, planned stops {}, map changes {}, unsynced batches lost {}, copies moved {}, hand-overs {}, trees moved {}/{} (abandoned {})",
                 r.ops,
                 r.events,
                 r.digest,
@@ -110,6 +110,7 @@ fn main() -> ExitCode {
                 r.crashes,
                 r.isolations,
                 r.disk_errors,
+                r.planned_stops,
                 r.map_changes,
                 r.lost_unsynced,
                 r.moves_completed,

@@ -31,6 +31,7 @@ fn round(
         (since, since + Duration::from_secs_f64(secs)),
         |id| at.get(&id).copied(),
         |_| since,
+        |_| DOWN_AFTER,
     )
 }
 
@@ -130,10 +131,15 @@ fn a_just_added_server_gets_down_after_to_make_itself_heard() {
     let heard = |id: NodeId| (id != S[3]).then_some(since + Duration::from_secs(24));
     let listed = |id: NodeId| if id == S[3] { added_at } else { since };
     let now = added_at + DOWN_AFTER - Duration::from_millis(200);
-    assert_eq!(detect(&m, S[0], (since, now), heard, listed), None);
+    assert_eq!(
+        detect(&m, S[0], (since, now), heard, listed, |_| DOWN_AFTER),
+        None
+    );
     let later = added_at + DOWN_AFTER + Duration::from_millis(200);
     let heard_later = |id: NodeId| (id != S[3]).then_some(later);
-    let Some((_, change)) = detect(&m, S[0], (since, later), heard_later, listed) else {
+    let Some((_, change)) = detect(&m, S[0], (since, later), heard_later, listed, |_| {
+        DOWN_AFTER
+    }) else {
         panic!("a server silent DOWN_AFTER after it was added stays up");
     };
     assert!(matches!(change, Change::Down { server, .. } if server == S[3]));
@@ -154,13 +160,17 @@ fn a_new_leader_credits_the_old_leaders_silence() {
     let listed = |_| since;
     let due = since + DOWN_AFTER - credit;
     let before = due - Duration::from_millis(100);
-    assert_eq!(detect(&m, S[0], (since, before), heard, listed), None);
+    assert_eq!(
+        detect(&m, S[0], (since, before), heard, listed, |_| DOWN_AFTER),
+        None
+    );
     let Some((_, change)) = detect(
         &m,
         S[0],
         (since, due + Duration::from_millis(100)),
         heard,
         listed,
+        |_| DOWN_AFTER,
     ) else {
         panic!("the old leader, never heard, is not marked down after the credit");
     };
@@ -173,7 +183,8 @@ fn a_new_leader_credits_the_old_leaders_silence() {
             S[0],
             (since, due + Duration::from_millis(100)),
             heard_once,
-            listed
+            listed,
+            |_| DOWN_AFTER,
         ),
         None
     );
@@ -186,7 +197,8 @@ fn a_new_leader_credits_the_old_leaders_silence() {
             S[0],
             (since, added + DOWN_AFTER - Duration::from_millis(100)),
             heard,
-            listed_late
+            listed_late,
+            |_| DOWN_AFTER,
         ),
         None
     );
@@ -235,16 +247,21 @@ fn a_paused_leader_judges_silence_from_its_resumption() {
         "a wake-up late by load is no pause"
     );
     // Judged from the leadership's start, everyone looks silent for 2.5 s.
-    assert!(detect(&m, S[0], (t0, at(3.5)), heard, |_| t0).is_some());
+    assert!(detect(&m, S[0], (t0, at(3.5)), heard, |_| t0, |_| DOWN_AFTER).is_some());
     // Judged afresh from the resumption: nobody goes down...
     let since = at(3.5);
-    assert!(detect(&m, S[0], (since, at(3.5)), heard, |_| since).is_none());
+    assert!(detect(&m, S[0], (since, at(3.5)), heard, |_| since, |_| DOWN_AFTER).is_none());
     // ...until a server stays silent for DOWN_AFTER after the credit a new leader gives.
     let later = since + DOWN_AFTER;
     let heard_after = |id: NodeId| Some(if id == S[2] { at(1.0) } else { later });
-    let Some((_, Change::Down { server, .. })) =
-        detect(&m, S[0], (since, later), heard_after, |_| since)
-    else {
+    let Some((_, Change::Down { server, .. })) = detect(
+        &m,
+        S[0],
+        (since, later),
+        heard_after,
+        |_| since,
+        |_| DOWN_AFTER,
+    ) else {
         panic!("the silent server goes down in the end")
     };
     assert_eq!(server, S[2]);
@@ -273,7 +290,8 @@ async fn a_server_seen_down_is_back_only_when_heard_after() {
             S[0],
             (since, now),
             |id| heard.since_down(id),
-            |_| since
+            |_| since,
+            |_| DOWN_AFTER,
         )
         .is_none(),
         "not marked up again at once"
@@ -283,7 +301,14 @@ async fn a_server_seen_down_is_back_only_when_heard_after() {
     assert!(heard.since_down(S[1]).is_some());
     let now = Instant::now();
     assert!(matches!(
-        detect(&down, S[0], (since, now), |id| heard.since_down(id), |_| since),
+        detect(
+            &down,
+            S[0],
+            (since, now),
+            |id| heard.since_down(id),
+            |_| since,
+            |_| DOWN_AFTER,
+        ),
         Some((_, Change::Up { server })) if server == S[1]
     ));
     // Marked up: forgotten as down.
@@ -355,4 +380,64 @@ fn balance_waits_for_a_settled_leader_and_every_server_heard() {
     );
     let only_me_quiet = |id: NodeId| Some(if id == S[0] { at(0) } else { at(later) });
     assert!(may_balance(&m, S[0], (t0, at(later)), None, only_me_quiet));
+}
+
+/// Issue 49: a server whose lease requests came slowly while it was alive (a starved
+/// host) is given twice its longest recent gap before it is marked down, at most
+/// `DOWN_AFTER_MAX`; an absence (a gap that was already past its allowance) does not
+/// count, and the memory of slowness fades after `SLOW_REMEMBERED`.
+#[test]
+fn a_server_shown_slow_is_given_time_and_a_dead_one_is_not() {
+    let t0 = Instant::now();
+    let at = |s: f64| t0 + Duration::from_secs_f64(s);
+    let mut p = Patience::default();
+    assert_eq!(p.allowed(t0), DOWN_AFTER, "nothing heard yet");
+    // Regular requests: the allowance stays DOWN_AFTER (a dead server goes down in time).
+    for i in 1..20 {
+        p.gap(at(f64::from(i) * 0.25), Duration::from_millis(250));
+    }
+    assert_eq!(p.allowed(at(5.0)), DOWN_AFTER);
+    // A gap of 1.8 s, survived: a silence up to 3.6 s is allowed now.
+    p.gap(at(7.0), Duration::from_millis(1800));
+    assert_eq!(p.allowed(at(7.5)), Duration::from_millis(3600));
+    let m = four();
+    let since = at(10.0);
+    let heard = |id: NodeId| Some(if id == S[2] { at(10.0) } else { at(13.2) });
+    let allowed = |id: NodeId| {
+        if id == S[2] {
+            p.allowed(at(13.2))
+        } else {
+            DOWN_AFTER
+        }
+    };
+    assert_eq!(
+        detect(&m, S[0], (since, at(13.2)), heard, |_| since, allowed),
+        None,
+        "3.2 s of silence from a server shown slow is allowed"
+    );
+    let heard = |id: NodeId| Some(if id == S[2] { at(10.0) } else { at(13.8) });
+    let Some((_, Change::Down { server, .. })) =
+        detect(&m, S[0], (since, at(13.8)), heard, |_| since, allowed)
+    else {
+        panic!("3.8 s of silence is past the allowance")
+    };
+    assert_eq!(server, S[2]);
+    // Gaps are capped; a gap past the allowance (it was down) is no evidence of slowness.
+    p.gap(at(8.0), Duration::from_millis(3500));
+    assert_eq!(p.allowed(at(8.5)), Duration::from_millis(7000));
+    p.gap(at(9.0), Duration::from_secs(30));
+    assert_eq!(p.allowed(at(9.5)), Duration::from_millis(7000));
+    p.gap(at(9.6), Duration::from_millis(5000));
+    assert_eq!(p.allowed(at(9.7)), DOWN_AFTER_MAX, "at most DOWN_AFTER_MAX");
+    // Two windows later with only regular requests, it is DOWN_AFTER again.
+    let later = 9.7 + 2.0 * SLOW_REMEMBERED.as_secs_f64();
+    p.gap(at(later), Duration::from_millis(250));
+    assert_eq!(p.allowed(at(later + 1.0)), DOWN_AFTER);
+    let mut fresh = Patience::default();
+    fresh.gap(at(1.0), Duration::from_secs(60));
+    assert_eq!(
+        fresh.allowed(at(1.0)),
+        DOWN_AFTER,
+        "a restart's absence is not slowness"
+    );
 }

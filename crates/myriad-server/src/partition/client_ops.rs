@@ -591,6 +591,11 @@ impl Partition {
                 if let Some(c) = self.store.coded(ino, chunk).map_err(storage_err)? {
                     self.uncode(ino, chunk, &c).await?;
                 }
+                // Noted before (no coding round starts on it meanwhile) and after the write
+                // is applied: a round that began before the write reached the store found
+                // nothing or less to code and let the chunk go, so only the note after it
+                // makes sure the chunk is coded once settled (under load a write spent
+                // longer than the settle time queued: a chunk was never coded).
                 self.note_chunk_written(ino, chunk);
                 let out = self
                     .applier
@@ -600,7 +605,9 @@ impl Partition {
                         offset,
                         data,
                     })
-                    .await?;
+                    .await;
+                self.note_chunk_written(ino, chunk);
+                let out = out?;
                 if matches!(out, Outcome::Coded(_)) {
                     // Coded between the look above and the write: the write is asked
                     // again, and uncodes it then.

@@ -12,6 +12,8 @@ use tokio::time::Instant;
 pub(crate) struct CodingState {
     /// Chunks written here or found in blocks, and when last written (or found).
     pub(crate) written: Mutex<BTreeMap<(InodeId, u64), Instant>>,
+    /// Tries that failed in a row, per chunk still to code (for the log).
+    pub(crate) failed: Mutex<BTreeMap<(InodeId, u64), u32>>,
     /// The walk over chunks kept in blocks: where it is, `None` once it is done.
     pub(crate) walk: Mutex<Option<Option<(InodeId, u64)>>>,
     /// Servers seen down (or gone from the map), since when.
@@ -27,6 +29,7 @@ impl CodingState {
     pub(crate) fn new() -> CodingState {
         CodingState {
             written: Mutex::new(BTreeMap::new()),
+            failed: Mutex::new(BTreeMap::new()),
             walk: Mutex::new(Some(None)),
             down_since: Mutex::new(BTreeMap::new()),
             seen: Mutex::new(std::collections::BTreeSet::new()),

@@ -363,6 +363,17 @@ impl Partition {
             && let Request::Client(c) = &body
         {
             self.check_capability(c)?;
+            // Too few copies up to acknowledge a change (`--min-copies`): refused before it
+            // is applied; the client retries until a copy is back or its deadline passes.
+            if c.is_change()
+                && let Some((have, need)) = self.replicator.short_of_copies()
+            {
+                return Err(FsError::Unavailable(format!(
+                    "partition {}: {have} of its copies can take writes, fewer than the {need} \
+                     that must hold each change (--min-copies); changes wait for a copy to return",
+                    self.me
+                )));
+            }
         }
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {

@@ -138,6 +138,9 @@ pub(crate) struct Streams {
     /// Reads lent to copies (`lend`), until when (this server's clock): no write is
     /// acknowledged before such a copy acknowledges it or its loan ends.
     lent: BTreeMap<NodeId, tokio::time::Instant>,
+    /// Copies besides this one that must hold a write before it is acknowledged
+    /// (`cluster::other_copies_needed`, `--min-copies`).
+    others_needed: usize,
 }
 
 impl Drop for Streams {
@@ -256,6 +259,7 @@ impl Replicator {
                 keep_log: false,
                 restarts: 0,
                 lent: BTreeMap::new(),
+                others_needed: 0,
             }),
         }
     }
@@ -271,11 +275,22 @@ impl Replicator {
     /// `behind`: the backups the map lists as behind (back from a stop or a crash): their
     /// streams start joining, so writes do not wait for a copy that is still opening its
     /// partitions (answering `Busy`: a write once waited 10 s in a rolling restart), and
-    /// turn member once level, as any joining stream.
-    pub(crate) fn set_backups(&self, backups: &[NodeId], behind: &[NodeId], keep_log: bool) {
+    /// turn member once level, as any joining stream. `others_needed`: copies besides this
+    /// one that must hold a write before it is acknowledged (`wait`).
+    pub(crate) fn set_backups(
+        &self,
+        backups: &[NodeId],
+        behind: &[NodeId],
+        keep_log: bool,
+        others_needed: usize,
+    ) {
         let mut g = self.lock();
         if g.closed {
             return;
+        }
+        if g.others_needed != others_needed {
+            g.others_needed = others_needed;
+            g.ctx.changed.send_modify(|v| *v = v.wrapping_add(1));
         }
         if g.keep_log && !keep_log {
             *lock(&g.ctx.log) = RecentBatches::default();
@@ -352,14 +367,26 @@ impl Replicator {
         self.lock().streams.values().all(|s| *s.member.borrow())
     }
 
+    /// `Some((have, need))` when fewer copies can take writes now (this one and one per
+    /// stream) than must hold each before it is acknowledged: a client's change is then
+    /// refused before it is applied rather than left waiting (`dispatch_request`).
+    pub(crate) fn short_of_copies(&self) -> Option<(usize, usize)> {
+        let g = self.lock();
+        let (have, need) = (1 + g.streams.len(), 1 + g.others_needed);
+        (have < need).then_some((have, need))
+    }
+
     /// Returns once every current member backup has acknowledged every batch up to `seq`
-    /// (a backup dropped meanwhile, or found to be joining, is no longer waited for).
-    /// With no member but a joining copy, once some joining copy has: a write is never
+    /// (a backup dropped meanwhile, or found to be joining, is no longer waited for),
+    /// and at least `others_needed` copies besides this one have: joining copies make up
+    /// for missing members, and with fewer copies up than that the write waits for one to
+    /// come back (issue 49: never acknowledged on fewer disks than `--min-copies`). With
+    /// no member but a joining copy, once some joining copy has: a write is never
     /// acknowledged on the primary's disk alone while another live copy exists (else the
     /// primary's loss, with the joining copy then promoted, lost it: simulation seed 172).
     pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
         loop {
-            let (mut changed, acks, any_of, lent) = {
+            let (mut changed, acks, (any_of, from_joining), lent) = {
                 let g = self.lock();
                 if g.closed {
                     return Err(FsError::Unavailable(
@@ -370,7 +397,11 @@ impl Replicator {
                     g.streams.values().partition(|s| *s.member.borrow());
                 let acks: Vec<watch::Receiver<u64>> =
                     members.iter().map(|s| s.acked.clone()).collect();
-                let any_of: Vec<watch::Receiver<u64>> = if acks.is_empty() {
+                // Joining copies' acks still needed: enough to reach `others_needed`, and
+                // one if there is no member at all.
+                let short = g.others_needed.saturating_sub(acks.len());
+                let from_joining = short.max(usize::from(acks.is_empty() && !joining.is_empty()));
+                let any_of: Vec<watch::Receiver<u64>> = if from_joining > 0 {
                     joining.iter().map(|s| s.acked.clone()).collect()
                 } else {
                     Vec::new()
@@ -385,7 +416,12 @@ impl Replicator {
                     })
                     .map(|(b, until)| (g.streams.get(b).map(|s| s.acked.clone()), *until))
                     .collect();
-                (g.ctx.changed.subscribe(), acks, any_of, lent)
+                (
+                    g.ctx.changed.subscribe(),
+                    acks,
+                    (any_of, from_joining),
+                    lent,
+                )
             };
             let all = async {
                 for mut rx in acks {
@@ -409,15 +445,26 @@ impl Replicator {
                         () = tokio::time::sleep_until(until) => {}
                     }
                 }
-                if any_of.is_empty() {
+                if from_joining == 0 {
                     return true;
                 }
-                // The first joining copy to hold it (in a fixed order: deterministic).
-                let one = any_of.into_iter().map(|mut rx| {
-                    Box::pin(async move { rx.wait_for(|a| *a >= seq).await.is_ok() })
-                });
-                let (ok, _, _) = futures::future::select_all(one).await;
-                ok
+                if any_of.len() < from_joining {
+                    // Too few copies up to hold it: wait for the set to change.
+                    std::future::pending::<()>().await;
+                }
+                // The first joining copies to hold it (in a fixed order: deterministic).
+                let mut left: Vec<_> = any_of
+                    .into_iter()
+                    .map(|mut rx| Box::pin(async move { rx.wait_for(|a| *a >= seq).await.is_ok() }))
+                    .collect();
+                for _ in 0..from_joining {
+                    let (ok, _, rest) = futures::future::select_all(left).await;
+                    if !ok {
+                        return false;
+                    }
+                    left = rest;
+                }
+                true
             };
             // Biased (fixed order, no random pick): deterministic under the simulation.
             tokio::select! {

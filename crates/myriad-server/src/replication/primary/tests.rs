@@ -188,7 +188,7 @@ impl Primary {
 #[tokio::test(start_paused = true)]
 async fn a_write_is_acknowledged_once_the_backup_has_it() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP], &[], true);
+    p.replicator.set_backups(&[BACKUP], &[], true, 0);
     for i in 0..20 {
         p.write(create(&format!("f{i}"))).await;
         // Acknowledged: the backup holds every batch up to it, no later.
@@ -214,7 +214,7 @@ impl Primary {
 async fn a_backup_behind_is_brought_level_with_a_whole_copy() {
     // The primary wrote 30 files before it had a backup.
     let p = primary(30).await;
-    p.replicator.set_backups(&[BACKUP], &[], true);
+    p.replicator.set_backups(&[BACKUP], &[], true, 0);
     p.write(create("during")).await;
     p.level().await;
     // A member again: this write waits for it, and so it holds everything.
@@ -234,7 +234,7 @@ async fn a_write_with_no_member_copy_waits_for_a_joining_one() {
     // copy besides, writes wait for the members only: `--moves` seeds, docs/write-path.md.)
     let p = primary(30).await;
     p.peers.copy_stalled.store(true, Ordering::SeqCst);
-    p.replicator.set_backups(&[BACKUP], &[], true);
+    p.replicator.set_backups(&[BACKUP], &[], true, 0);
     let write = {
         let applier = p.applier.clone();
         tokio::spawn(async move { applier.run(create("j0")).await })
@@ -265,7 +265,7 @@ async fn a_write_with_no_member_copy_waits_for_a_joining_one() {
 async fn a_copy_listed_behind_starts_joining_and_is_waited_for_once_level() {
     let p = primary(0).await;
     p.peers.opening.store(true, Ordering::SeqCst);
-    p.replicator.set_backups(&[BACKUP], &[BACKUP], true);
+    p.replicator.set_backups(&[BACKUP], &[BACKUP], true, 0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(p.peers.seq_asked.load(Ordering::SeqCst) > 1, "asked again");
     assert!(
@@ -282,7 +282,7 @@ async fn a_copy_listed_behind_starts_joining_and_is_waited_for_once_level() {
 #[tokio::test(start_paused = true)]
 async fn a_backup_that_stops_taking_batches_does_not_make_the_queue_grow() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP], &[], true);
+    p.replicator.set_backups(&[BACKUP], &[], true, 0);
     p.write(create("level")).await;
     let asked_before = p.peers.seq_asked.load(Ordering::SeqCst);
     p.peers.stalled.store(true, Ordering::SeqCst);
@@ -334,7 +334,7 @@ async fn a_backup_that_stops_taking_batches_does_not_make_the_queue_grow() {
 #[tokio::test(start_paused = true)]
 async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
     let p = primary(0).await;
-    p.replicator.set_backups(&[BACKUP], &[], true);
+    p.replicator.set_backups(&[BACKUP], &[], true, 0);
     p.write(create("level")).await;
     let (mine, theirs) = p.digests();
     assert_eq!(mine, theirs);
@@ -360,7 +360,7 @@ async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
         chain = chain.wrapping_mul(31).wrapping_add(seq);
     };
     // Away (the map lists it, down): the log keeps what it misses.
-    p.replicator.set_backups(&[], &[], true);
+    p.replicator.set_backups(&[], &[], true, 0);
     let away = STREAM_PENDING_MAX + 900;
     for _ in 0..away {
         ship(&p.replicator);
@@ -368,7 +368,7 @@ async fn a_long_log_tail_is_replayed_by_one_stream_while_batches_keep_coming() {
     // Back, but slow to answer: more than a stream's queue holds is shipped while the
     // tail is still unacknowledged.
     p.peers.stalled.store(true, Ordering::SeqCst);
-    p.replicator.set_backups(&[BACKUP], &[], true);
+    p.replicator.set_backups(&[BACKUP], &[], true, 0);
     for i in 0..STREAM_QUEUE_MAX + 500 {
         ship(&p.replicator);
         if i % 64 == 0 {
@@ -418,7 +418,7 @@ async fn a_write_waits_for_a_copy_with_reads_lent_until_its_loan_ends() {
         None,
         "reads lent to a copy the primary does not stream to"
     );
-    p.replicator.set_backups(&[BACKUP], &[], true);
+    p.replicator.set_backups(&[BACKUP], &[], true, 0);
     p.write(create("before")).await;
     p.level().await;
     let lent_at = tokio::time::Instant::now();
@@ -433,7 +433,7 @@ async fn a_write_waits_for_a_copy_with_reads_lent_until_its_loan_ends() {
     );
     // The copy stops taking batches and the map drops it: the write still waits for it.
     p.peers.stalled.store(true, Ordering::SeqCst);
-    p.replicator.set_backups(&[], &[], true);
+    p.replicator.set_backups(&[], &[], true, 0);
     let write = {
         let applier = p.applier.clone();
         tokio::spawn(async move { applier.run(create("during")).await })
