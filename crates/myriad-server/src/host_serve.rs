@@ -254,13 +254,21 @@ impl Host {
     /// The server's metrics, as one OpenMetrics text scrape (`--metrics`).
     pub(crate) fn metrics_text(&self) -> String {
         let snap = self.counter_snapshot(&self.state());
-        let behind = read(&self.partitions)
-            .values()
-            .filter(|n| !n.replicator.all_members())
-            .count() as u64;
+        let (behind, refusing) = {
+            let parts = read(&self.partitions);
+            let count = |f: &dyn Fn(&crate::partition::core::Partition) -> bool| {
+                parts.values().filter(|n| f(n)).count() as u64
+            };
+            (
+                count(&|n| !n.replicator.all_members()),
+                count(&|n| n.replicator.short_of_copies().is_some()),
+            )
+        };
         let extras = crate::metrics::StateExtras {
             partitions_with_copies_behind: behind,
             splits: self.counters.splits.load(Ordering::Relaxed),
+            partitions_refusing_changes: refusing,
+            servers_marked_down: self.authority.marked_down(),
         };
         crate::metrics::render(&self.request_metrics, &snap, &self.statfs(), extras)
     }

@@ -295,6 +295,8 @@ pub(crate) struct Membership {
     map: watch::Receiver<Arc<MapState>>,
     /// This process's own pauses: the leader then judges silence afresh.
     pauses: Pauses,
+    /// Servers this leader marked down (committed), for the metrics.
+    marked_down: std::sync::atomic::AtomicU64,
 }
 
 impl Membership {
@@ -315,7 +317,13 @@ impl Membership {
             down_grace,
             map,
             pauses: Pauses::default(),
+            marked_down: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Servers this server marked down while it led the group.
+    pub(crate) fn marked_down(&self) -> u64 {
+        self.marked_down.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn state(&self) -> Arc<MapState> {
@@ -462,8 +470,13 @@ impl Membership {
                     );
                 }
             }
-            if let Err(e) = self.propose_map(next).await {
-                tracing::warn!("{e}");
+            match self.propose_map(next).await {
+                Ok(()) if matches!(change, Change::Down { .. }) => {
+                    self.marked_down
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(()) => {}
+                Err(e) => tracing::warn!("{e}"),
             }
             // One change per round: the next one starts from the map this one made.
             return;

@@ -147,6 +147,10 @@ pub struct StateExtras {
     pub partitions_with_copies_behind: u64,
     /// Directory shards split off by this server since it started.
     pub splits: u64,
+    /// Partitions led here with fewer copies up than `--min-copies`: refusing changes.
+    pub partitions_refusing_changes: u64,
+    /// Servers this server marked down while it led the cluster-map group.
+    pub servers_marked_down: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -243,6 +247,18 @@ pub fn encode_state(
         "partitions_with_copies_behind",
         "Partitions led here with a copy still catching up",
         extras.partitions_with_copies_behind,
+    );
+    gauge(
+        &mut r,
+        "partitions_refusing_changes",
+        "Partitions led here with fewer copies up than --min-copies: changes to them are refused until a copy returns",
+        extras.partitions_refusing_changes,
+    );
+    counter(
+        &mut r,
+        "servers_marked_down",
+        "Servers this server marked down (each a failover of the partitions they led) while it led the cluster-map group",
+        extras.servers_marked_down,
     );
     counter(
         &mut r,

@@ -22,6 +22,11 @@ pub trait Authority: Send + Sync {
     fn committed_map(&self) -> Option<ClusterMap>;
     /// The current leader's server id, if known.
     fn leader(&self) -> Option<u64>;
+    /// Servers this server marked down (committed) while it led the group: a mark-down is
+    /// a failover of every partition the server led (issue 49: an operator alerts on it).
+    fn marked_down(&self) -> u64 {
+        0
+    }
     /// A Raft message from a peer.
     fn serve_raft(
         &self,
@@ -45,6 +50,9 @@ impl Authority for Membership {
     }
     fn leader(&self) -> Option<u64> {
         self.group.leader()
+    }
+    fn marked_down(&self) -> u64 {
+        Membership::marked_down(self)
     }
     fn serve_raft(
         &self,

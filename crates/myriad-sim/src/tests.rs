@@ -68,6 +68,7 @@ struct Three {
     net: Arc<Net>,
     disks: Vec<Arc<SimDisk>>,
     leases: Arc<Leases>,
+    proposals: Arc<crate::authority::Proposals>,
     keys: Keyring,
     start: tokio::time::Instant,
     min_copies: Option<u32>,
@@ -81,6 +82,7 @@ impl Three {
             net: Net::new(3, NetFaults::none(), SimRng::new(1), Trace::new()),
             disks: (0..=3).map(|_| Arc::new(SimDisk::default())).collect(),
             leases: Arc::new(Leases::default()),
+            proposals: Arc::default(),
             keys: Keyring::from_secret(&[7u8; 32]),
             start: tokio::time::Instant::now(),
             min_copies,
@@ -111,7 +113,7 @@ impl Three {
             Arc::new(SimAuthority {
                 me: i,
                 leases: self.leases.clone(),
-                proposals: Arc::default(),
+                proposals: self.proposals.clone(),
             }),
             Duration::from_millis(1),
             self.start,
@@ -203,4 +205,48 @@ async fn a_change_is_not_acknowledged_on_fewer_copies_than_min_copies() {
             .await
             .unwrap_or_else(|e| panic!("mkdir with a copy back: {e}"));
     }
+}
+
+/// Issue 49: a server whose disk fails an fsync hands its partitions over before it stops:
+/// it proposes the map that marks it down (their in-sync copies then lead at once), rather
+/// than leaving them to wait out its silence; and a planned stop does the same.
+#[tokio::test(start_paused = true)]
+async fn a_failed_disk_and_a_planned_stop_hand_their_partitions_over() {
+    let t = Three::new(None).await;
+    let client = t.client();
+    client
+        .mkdir("/a", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("mkdir while every disk is well: {e}"));
+    let root = t.map.ring().owner_of_dir("/");
+    let primary = t.map.primary_of(root).unwrap_or(NodeId(1));
+    t.disks[primary.index()].fail_next_sync();
+    assert!(
+        client.mkdir("/b", 0o755).await.is_err(),
+        "a write acknowledged over a failed fsync"
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let stopped = t.net.server(primary).is_some_and(|s| s.stopped());
+    assert!(stopped, "server {primary} goes on after a failed fsync");
+    let proposed = t.proposals.take();
+    assert!(
+        proposed
+            .iter()
+            .any(|(from, m)| *from == primary && !m.is_up(primary) && m.epoch == t.map.epoch + 1),
+        "server {primary} did not propose itself down: {proposed:?}"
+    );
+    // A planned stop of another server: the same hand-over.
+    let other = NodeId(if primary == NodeId(1) { 2 } else { 1 });
+    let s = t
+        .net
+        .server(other)
+        .unwrap_or_else(|| panic!("server {other}"));
+    assert!(s.stop_planned().await, "no hand-over proposed");
+    let proposed = t.proposals.take();
+    assert!(
+        proposed
+            .iter()
+            .any(|(from, m)| *from == other && !m.is_up(other)),
+        "server {other} did not propose itself down: {proposed:?}"
+    );
 }

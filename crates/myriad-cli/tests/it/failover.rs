@@ -664,7 +664,7 @@ async fn a_rolling_restart_under_load_fails_and_loses_no_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_copies_down_refuse_changes_until_one_returns() {
     // Five servers: with two killed the Raft group keeps its majority and marks them down.
-    let tc = TestCluster::start_with(5, &["--replicas", "3"]);
+    let tc = TestCluster::start_with(5, &["--replicas", "3", "--metrics"]);
     let c = tc.client_with(tc.map.clone(), Duration::from_secs(30));
     c.create("/kept", 0o644, true, b"before")
         .await
@@ -712,6 +712,26 @@ async fn two_copies_down_refuse_changes_until_one_returns() {
         matches!(c.stat("/lone").await, Err(FsError::NotFound)),
         "a refused change was applied"
     );
+    // What an operator sees: the primary counts a partition refusing changes, and the
+    // cluster-map leader the two servers it marked down.
+    let scrape = |id: NodeId| {
+        let addr = std::fs::read_to_string(tc.dir.path().join(format!("node-{id}/metrics.addr")))
+            .unwrap_or_else(|e| panic!("server {id}'s metrics address: {e}"));
+        crate::mount_metrics::scrape(addr.trim())
+    };
+    let value = crate::mount_metrics::value;
+    let primary = copies[0];
+    let refusing = value(&scrape(primary), "myriad_partitions_refusing_changes ");
+    assert!(
+        refusing >= 1,
+        "server {primary}: {refusing} partitions refusing changes"
+    );
+    let marked: u64 = (1..=5u32)
+        .map(NodeId)
+        .filter(|id| !others.contains(id))
+        .map(|id| value(&scrape(id), "myriad_servers_marked_down_total "))
+        .sum();
+    assert!(marked >= 2, "{marked} servers counted marked down");
     tc.restart(others[0]);
     tc.wait_up(&c, others[0]).await;
     c.create("/lone", 0o644, true, b"x")

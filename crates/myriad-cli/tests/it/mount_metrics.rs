@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use crate::harness::TestCluster;
 use crate::mount::Mount;
 
-fn scrape(addr: &str) -> String {
+pub fn scrape(addr: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
     s.write_all(b"GET /metrics HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -18,7 +18,7 @@ fn scrape(addr: &str) -> String {
 }
 
 /// The value of the sample `name{labels}` in a scrape (0 if absent).
-fn value(text: &str, sample: &str) -> u64 {
+pub fn value(text: &str, sample: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
         .unwrap_or(0)
