@@ -573,20 +573,25 @@ impl Client {
             Ok(g) => g.iter().map(|(p, u)| (*p, *u)).collect(),
             Err(p) => p.into_inner().iter().map(|(p, u)| (*p, *u)).collect(),
         };
-        let mut first_err = None;
-        for (pid, u) in todo {
-            let result = if u.lost {
-                Err(FsError::Io(format!(
+        // Every partition's barrier at once: one round trip and one group commit for the
+        // whole mount, not one after another (an unmount with many partitions unreachable
+        // waited out each one's deadline in turn: minutes after `umount` returned).
+        let barriers = todo.iter().map(|&(pid, u)| async move {
+            if u.lost {
+                return Err(FsError::Io(format!(
                     "changes answered by an earlier primary of partition {pid} may be lost (a failover or restart before they were synced)"
-                )))
-            } else {
-                let req = ClientRequest::SyncPartition {
-                    incarnation: u.incarnation,
-                };
-                self.call(Route::Partition(pid), Request::Client(req))
-                    .await
-                    .map(|_| ())
+                )));
+            }
+            let req = ClientRequest::SyncPartition {
+                incarnation: u.incarnation,
             };
+            self.call(Route::Partition(pid), Request::Client(req))
+                .await
+                .map(|_| ())
+        });
+        let results = futures::future::join_all(barriers).await;
+        let mut first_err = None;
+        for ((pid, u), result) in todo.into_iter().zip(results) {
             let forget = match &result {
                 Ok(()) | Err(FsError::Io(_)) => true,
                 Err(_) => false,
