@@ -256,12 +256,10 @@ impl Host {
         let snap = self.counter_snapshot(&self.state());
         let (behind, refusing) = {
             let parts = read(&self.partitions);
-            let count = |f: &dyn Fn(&crate::partition::core::Partition) -> bool| {
-                parts.values().filter(|n| f(n)).count() as u64
-            };
+            let streams = || parts.values().map(|n| &n.replicator);
             (
-                count(&|n| !n.replicator.all_members()),
-                count(&|n| n.replicator.short_of_copies().is_some()),
+                streams().filter(|r| !r.all_members()).count() as u64,
+                streams().filter(|r| r.short_of_copies().is_some()).count() as u64,
             )
         };
         let extras = crate::metrics::StateExtras {

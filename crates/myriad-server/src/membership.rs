@@ -177,33 +177,35 @@ impl Patience {
             // server's gap but an absence (a crash and restart, a cut network).
             return;
         }
-        match self.now {
-            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED => {
-                self.now = Some((began, longest.max(gap)));
-            }
-            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED * 2 => {
-                self.before = longest;
-                self.now = Some((at, gap));
-            }
-            _ => {
-                self.before = Duration::ZERO;
-                self.now = Some((at, gap));
-            }
-        }
+        let mut p = self.rolled(at);
+        p.now = Some(
+            p.now
+                .map_or((at, gap), |(began, longest)| (began, longest.max(gap))),
+        );
+        *self = p;
     }
 
     /// How long a silence is allowed at `at`.
     pub(crate) fn allowed(&self, at: Instant) -> Duration {
-        let longest = match self.now {
-            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED => {
-                longest.max(self.before)
-            }
-            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED * 2 => {
-                longest
-            }
-            _ => Duration::ZERO,
-        };
+        let p = self.rolled(at);
+        let longest = p.now.map_or(Duration::ZERO, |(_, l)| l).max(p.before);
         (longest * 2).clamp(DOWN_AFTER, DOWN_AFTER_MAX)
+    }
+
+    /// The windows as they stand at `at`: the current one goes on for `SLOW_REMEMBERED`,
+    /// then becomes the one before (a new one begins at `at`); both are forgotten after
+    /// twice that.
+    fn rolled(self, at: Instant) -> Patience {
+        match self.now {
+            Some((began, _)) if at.saturating_duration_since(began) < SLOW_REMEMBERED => self,
+            Some((began, longest)) if at.saturating_duration_since(began) < SLOW_REMEMBERED * 2 => {
+                Patience {
+                    now: Some((at, Duration::ZERO)),
+                    before: longest,
+                }
+            }
+            _ => Patience::default(),
+        }
     }
 }
 
