@@ -144,9 +144,9 @@ pub struct Client {
     /// Numbers of this client's changes (`OnceId`): the next one, and those still waiting
     /// for an answer.
     changes: std::sync::Mutex<Changes>,
-    /// Partitions holding changes of this client answered once applied and not yet known
-    /// durable (`durable_changes` off).
-    unsynced: std::sync::Mutex<std::collections::BTreeMap<PartitionId, Unsynced>>,
+    /// Changes of this client answered once applied and not yet known durable
+    /// (`durable_changes` off), kept to be sent again if their primary dies (`held.rs`).
+    pub(crate) held: crate::held::Held,
     /// Directory leases and what they cover (`config.leases`).
     pub(crate) leases: Arc<crate::leases::Leases>,
     /// The file locks this client holds (`file_locks.rs`).
@@ -165,21 +165,13 @@ pub struct Client {
         std::sync::Mutex<std::collections::BTreeMap<NodeId, tokio::time::Instant>>,
 }
 
-/// A partition's changes answered once applied, since its last sync.
-#[derive(Clone, Copy, Debug)]
-struct Unsynced {
-    /// The primary incarnation that answered them.
-    incarnation: u64,
-    /// Another incarnation answered some earlier ones: those may be lost.
-    lost: bool,
-    /// Bumped by every change: a sync forgets the partition only if none came meanwhile.
-    generation: u64,
-}
-
 #[derive(Default)]
 struct Changes {
     next: u64,
     waiting: std::collections::BTreeSet<u64>,
+    /// Changes held until durable (`held.rs`): their outcomes must stay on the servers
+    /// (a resend of one that survived is answered by it), so they hold `low` down too.
+    held: std::collections::BTreeSet<u64>,
 }
 
 /// A change's place among those waiting (`Client::once`), given up when its call ends.
@@ -231,8 +223,9 @@ impl Client {
             changes: std::sync::Mutex::new(Changes {
                 next: 1,
                 waiting: std::collections::BTreeSet::new(),
+                held: std::collections::BTreeSet::new(),
             }),
-            unsynced: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+            held: crate::held::Held::default(),
             leases: Arc::new(crate::leases::Leases::new(config.id)),
             held_locks: crate::held_locks::HeldLocks::default(),
             indexes: Arc::default(),
@@ -339,6 +332,11 @@ impl Client {
         }
     }
 
+    /// The address of the server a request along `route` goes to under `st`.
+    pub(crate) fn address_of(st: &MapState, route: &Route, target: PartitionId) -> Option<String> {
+        Self::address(st, route, target).ok().map(|(a, _)| a)
+    }
+
     /// The address and endpoints of a request along `route` under `st`.
     fn address(
         st: &MapState,
@@ -417,6 +415,11 @@ impl Client {
                 // outlive a failover.
                 let visible =
                     !self.config.durable_changes && !matches!(c, ClientRequest::ReserveIds { .. });
+                if visible {
+                    // Back-pressure: at their bound, held changes are made durable first.
+                    let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+                    self.make_room(deadline).await?;
+                }
                 let once = ClientRequest::Once {
                     id,
                     request: Box::new(c),
@@ -533,105 +536,6 @@ impl Client {
         self.recent_changes.below(root, within)
     }
 
-    /// A change answered once applied by incarnation `incarnation` of partition `pid`'s
-    /// primary: durable at the next `sync_changes`.
-    pub(crate) fn applied(&self, pid: PartitionId, incarnation: u64) {
-        let mut g = match self.unsynced.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let u = g.entry(pid).or_insert(Unsynced {
-            incarnation,
-            lost: false,
-            generation: 0,
-        });
-        if u.incarnation != incarnation {
-            // The earlier changes were answered by a primary that is gone: unknown fate.
-            u.lost = true;
-            u.incarnation = incarnation;
-        }
-        u.generation += 1;
-    }
-
-    /// Makes every change this client had answered once applied durable on every copy
-    /// (a barrier on each partition holding some), or reports that some may be lost: `Io`
-    /// if a partition's primary changed since it answered them (reported once). Other
-    /// errors (unreachable servers) leave the changes to the next call.
-    pub async fn sync_changes(&self) -> Result<(), FsError> {
-        let journal = &self.leases.journal;
-        let sent = journal
-            .drain(&|_, _| true, Some(self.config.request_timeout))
-            .await;
-        if !sent {
-            // Their servers do not take them (they are retried meanwhile).
-            return Err(FsError::TimedOut(
-                "changes answered behind are not yet taken by their servers".into(),
-            ));
-        }
-        let loose = journal.take_loose_error();
-        let todo: Vec<(PartitionId, Unsynced)> = match self.unsynced.lock() {
-            Ok(g) => g.iter().map(|(p, u)| (*p, *u)).collect(),
-            Err(p) => p.into_inner().iter().map(|(p, u)| (*p, *u)).collect(),
-        };
-        // Every partition's barrier at once: one round trip and one group commit for the
-        // whole mount, not one after another (an unmount with many partitions unreachable
-        // waited out each one's deadline in turn: minutes after `umount` returned).
-        let barriers = todo.iter().map(|&(pid, u)| async move {
-            if u.lost {
-                return Err(FsError::Io(format!(
-                    "changes answered by an earlier primary of partition {pid} may be lost (a failover or restart before they were synced)"
-                )));
-            }
-            let req = ClientRequest::SyncPartition {
-                incarnation: u.incarnation,
-            };
-            self.call(Route::Partition(pid), Request::Client(req))
-                .await
-                .map(|_| ())
-        });
-        let results = futures::future::join_all(barriers).await;
-        let mut first_err = None;
-        for ((pid, u), result) in todo.into_iter().zip(results) {
-            let forget = match &result {
-                Ok(()) | Err(FsError::Io(_)) => true,
-                Err(_) => false,
-            };
-            if forget {
-                let mut g = match self.unsynced.lock() {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
-                match g.get_mut(&pid) {
-                    Some(now) if now.generation == u.generation => {
-                        g.remove(&pid);
-                    }
-                    // Changes came meanwhile (after the barrier, or not): keep them, but
-                    // the loss is reported now.
-                    Some(now) => now.lost &= !u.lost,
-                    None => {}
-                }
-            }
-            if let Err(e) = result
-                && first_err.is_none()
-            {
-                first_err = Some(e);
-            }
-        }
-        match (loose, first_err) {
-            (Some(e), _) | (None, Some(e)) => Err(e),
-            (None, None) => Ok(()),
-        }
-    }
-
-    /// Whether some change answered once applied is not yet known durable.
-    #[must_use]
-    pub fn has_unsynced_changes(&self) -> bool {
-        match self.unsynced.lock() {
-            Ok(g) => !g.is_empty(),
-            Err(p) => !p.into_inner().is_empty(),
-        }
-    }
-
     /// The id of a new change, which waits (holding `low` down) until its guard drops.
     pub(crate) fn once(&self) -> (OnceId, Waiting<'_>) {
         let mut g = match self.changes.lock() {
@@ -641,7 +545,11 @@ impl Client {
         let seq = g.next;
         g.next += 1;
         g.waiting.insert(seq);
-        let low = g.waiting.first().copied().unwrap_or(seq);
+        let low = match (g.waiting.first(), g.held.first()) {
+            (Some(&w), Some(&h)) => w.min(h),
+            (Some(&l), None) | (None, Some(&l)) => l,
+            (None, None) => seq,
+        };
         let id = OnceId {
             client: self.config.id,
             seq,
@@ -650,7 +558,46 @@ impl Client {
         (id, Waiting { client: self, seq })
     }
 
+    /// Change `seq` is held until durable: its outcome must stay on the servers.
+    pub(crate) fn keep_low(&self, seq: u64) {
+        let mut g = match self.changes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.held.insert(seq);
+    }
+
+    /// Change `seq` is durable (or given up): its outcome may be forgotten.
+    pub(crate) fn release_low(&self, seq: u64) {
+        let mut g = match self.changes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.held.remove(&seq);
+    }
+
     pub(crate) async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
+        self.route_with(route, req, true).await
+    }
+
+    /// `route` for the requests that recover a partition's held changes (`held.rs`): they
+    /// must not wait for that recovery themselves.
+    pub(crate) async fn route_unheld(
+        &self,
+        route: Route,
+        req: Request,
+    ) -> Result<Response, FsError> {
+        // Boxed: this runs inside another request's future (debug builds overflowed the
+        // stack with both inline).
+        Box::pin(self.route_with(route, req, false)).await
+    }
+
+    async fn route_with(
+        &self,
+        route: Route,
+        req: Request,
+        check_held: bool,
+    ) -> Result<Response, FsError> {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         let mut map_retries = 0;
         let mut backoff = BUSY_BACKOFF_FIRST;
@@ -661,6 +608,33 @@ impl Client {
         loop {
             let st = self.st();
             let pid = self.partition_for(&st, &route);
+            // Changes of this partition held until durable, answered by a primary that may
+            // be gone: sent again before this request (`held.rs`).
+            // Any partition's: a change here may depend on one held there.
+            let held_route =
+                check_held && !matches!(route, Route::Server(_)) && !crate::held::in_recovery();
+            let link = Self::address(&st, &route, pid)
+                .map(|(a, _)| self.transport.link(&a).connection)
+                .unwrap_or(0);
+            let stale = if held_route {
+                self.held_to_recover(pid)
+            } else {
+                Vec::new()
+            };
+            if !stale.is_empty() {
+                // Boxed: a recovery routes requests of its own.
+                let recovered = Box::pin(self.recover_before(pid, stale));
+                if let Err(e) = recovered.await {
+                    if tokio::time::Instant::now() + down_backoff >= deadline {
+                        return Err(e);
+                    }
+                    tracing::debug!(partition = %pid, "held changes not recovered yet ({e}); retrying");
+                    tokio::time::sleep(down_backoff).await;
+                    down_backoff = (down_backoff * 2).min(DOWN_BACKOFF_MAX);
+                    self.refresh_map(pid).await;
+                }
+                continue;
+            }
             let result = match Self::address(&st, &route, pid) {
                 Ok((addr, ends)) => {
                     let caller = self.task_caller();
@@ -694,6 +668,17 @@ impl Client {
                 Err(e) => Err((e, None)),
             };
             let result = match result {
+                // Answered over another connection than the one the checks above saw (the
+                // server restarted as the request went): asked again after a recovery.
+                Ok(_)
+                    if held_route
+                        && tokio::time::Instant::now() < deadline
+                        && crate::held::asks_again_safely(&req)
+                        && self.held_needs_recovery_after(pid, &st, &route, link) =>
+                {
+                    self.held_suspect(pid);
+                    continue;
+                }
                 Ok(r) => Ok(r),
                 // The partition's server is unreachable or may not serve (no lease, or no
                 // copy is up): a failover gives it a new primary within seconds. Learn the
@@ -840,12 +825,8 @@ impl Client {
                         self.refresh_map(pid).await;
                     }
                 }
-                Ok(Response::Applied {
-                    answer,
-                    incarnation,
-                }) => {
-                    self.applied(pid, incarnation);
-                    return Ok(*answer);
+                Ok(answer @ Response::Applied { .. }) => {
+                    return Ok(self.keep_applied((pid, &route), (&addr, link), &req, answer));
                 }
                 other => return other,
             }

@@ -15,6 +15,7 @@ mod file;
 mod file_locks;
 mod fragments;
 mod frozen;
+mod held;
 mod held_locks;
 mod index;
 mod indexes;
@@ -30,11 +31,12 @@ pub use behind::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
 pub use fragments::FragmentAt;
+pub use held::{BARRIER_EVERY, HELD_BYTES_MAX, HELD_CHANGES_MAX};
 pub use index::{
     AutoIndexPolicy, AutoIndexer, BuildOptions, BuildReport, Hot, IndexStats, choose_roots,
 };
 pub use leases::{Dropped, LeaseMark, RecallHook};
-pub use myriad_net::Transport;
+pub use myriad_net::{Link, Transport};
 pub use myriad_placement::{
     ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Move, NodeId, NodeInfo,
     NodeState, PartitionId, PartitionInfo, Policy, PolicyState, ZONE_NAME_MAX, zone_name_ok,

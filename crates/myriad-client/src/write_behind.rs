@@ -396,11 +396,21 @@ impl Client {
                 visible: true,
             });
         }
+        // Back-pressure (`held.rs`): the batch goes anyway once the wait is over (its
+        // changes were answered already).
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        if let Err(e) = self.make_room(deadline).await {
+            tracing::warn!("{e}");
+        }
         let mut started = tokio::time::Instant::now();
+        let route = Route::Partition(key.partition);
         loop {
+            // The connection before the call: one that closes after the answer must not be
+            // taken for the one the changes were answered over.
+            let link = self.link_of(key.partition);
             let r = self
                 .route(
-                    Route::Partition(key.partition),
+                    route.clone(),
                     Request::Client(ClientRequest::Batch {
                         ops: reqs.clone(),
                         times: ops.iter().map(|o| o.at_ns).collect(),
@@ -409,11 +419,15 @@ impl Client {
                 .await;
             match r {
                 Ok(Response::Bundle(answers)) if answers.len() == ops.len() => {
+                    // Kept until durable, as if sent one by one (`held.rs`).
                     return answers
                         .into_iter()
-                        .map(|a| match a {
-                            Ok(Response::Applied { incarnation, .. }) => {
-                                self.applied(key.partition, incarnation);
+                        .zip(&reqs)
+                        .map(|(a, req)| match a {
+                            Ok(applied @ Response::Applied { .. }) => {
+                                let req = Request::Client(req.clone());
+                                let link = (link.0.as_str(), link.1);
+                                self.keep_applied((key.partition, &route), link, &req, applied);
                                 Ok(())
                             }
                             Ok(_) => Ok(()),

@@ -182,6 +182,20 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     }
     lock_ops::start_renewal(&inner, rt.handle());
     lock_ops::start_keeping_open(&inner, rt.handle());
+    // Changes answered once applied are held by the client until durable (and sent again
+    // if their primary dies first): a barrier every second keeps what it holds short.
+    lock_ops::every(
+        &inner,
+        rt.handle(),
+        myriad_client::BARRIER_EVERY,
+        |inner| async move {
+            if inner.client.has_unsynced_changes()
+                && let Some(e) = inner.client.sync_round().await
+            {
+                tracing::debug!("held changes not yet durable: {e}");
+            }
+        },
+    );
     if cfg.fs.leases {
         recall::install(&inner);
     }

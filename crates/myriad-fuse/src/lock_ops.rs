@@ -115,8 +115,12 @@ impl Inner {
 }
 
 /// Runs `work` every `period` for as long as the mount lives.
-fn every<F, Fut>(inner: &Arc<Inner>, rt: &tokio::runtime::Handle, period: Duration, work: F)
-where
+pub(crate) fn every<F, Fut>(
+    inner: &Arc<Inner>,
+    rt: &tokio::runtime::Handle,
+    period: Duration,
+    work: F,
+) where
     F: Fn(Arc<Inner>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {

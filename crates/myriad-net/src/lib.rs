@@ -25,4 +25,4 @@ pub use handshake::Peer;
 pub use limits::ServeLimits;
 pub use pool::{Pool, PoolConfig};
 pub use serve::{Handler, SQUASHED_ID, ServeConfig, accept_loop, serve_connection};
-pub use transport::Transport;
+pub use transport::{Link, Transport};

@@ -28,6 +28,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<RpcConn>>>>;
 pub struct Pool {
     config: PoolConfig,
     slots: Mutex<HashMap<String, Slot>>,
+    /// Per address: connections made so far, and the last one (`Pool::link`).
+    made: Mutex<HashMap<String, (u64, Arc<RpcConn>)>>,
 }
 
 impl Pool {
@@ -36,6 +38,7 @@ impl Pool {
         Pool {
             config,
             slots: Mutex::new(HashMap::new()),
+            made: Mutex::new(HashMap::new()),
         }
     }
 
@@ -70,7 +73,36 @@ impl Pool {
             .await?,
         );
         *guard = Some(conn.clone());
+        if let Ok(mut made) = self.made.lock() {
+            let e = made.entry(addr.to_string()).or_insert((0, conn.clone()));
+            e.0 += 1;
+            e.1 = conn.clone();
+        }
         Ok(conn)
+    }
+
+    /// Which connection to `addr` the next call goes over (a closed one is replaced by
+    /// the next), and the protocol of the live one.
+    #[must_use]
+    pub fn link(&self, addr: &str) -> crate::Link {
+        let made = match self.made.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match made.get(addr) {
+            None => crate::Link {
+                connection: 1,
+                version: 0,
+            },
+            Some((n, c)) if c.is_closed() => crate::Link {
+                connection: n + 1,
+                version: 0,
+            },
+            Some((n, c)) => crate::Link {
+                connection: *n,
+                version: c.version,
+            },
+        }
     }
 
     pub async fn call(

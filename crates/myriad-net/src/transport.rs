@@ -20,6 +20,23 @@ pub trait Transport: Send + Sync {
         req: &'a Request,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<Response, FsError>>;
+
+    /// What this side knows of its link to `addr` (`Link`). The default knows nothing.
+    fn link(&self, _addr: &str) -> Link {
+        Link::default()
+    }
+}
+
+/// A link to a server: which connection the next call goes over, and its protocol.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// Connections to that address are counted from 1; a closed one counts as replaced
+    /// by the next. A server that restarted is always reached by a new connection, so a
+    /// change of this number is the sign a client watches for: answers that came before
+    /// it may be lost with the process that gave them. 0: not known.
+    pub connection: u64,
+    /// The protocol version the live connection speaks (0: none yet).
+    pub version: u16,
 }
 
 impl Transport for Pool {
@@ -35,5 +52,9 @@ impl Transport for Pool {
         Box::pin(Pool::call_with_timeout(
             self, addr, epoch, ends, caller, req, timeout,
         ))
+    }
+
+    fn link(&self, addr: &str) -> Link {
+        Pool::link(self, addr)
     }
 }

@@ -61,7 +61,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `HelloReply::newest`, appended (a peer of 29 ignores them, and its hello and reply are
 /// read by `Hello::decode_any` and `HelloReply::decode_any`). Nothing else changed: 30
 /// speaks 29 with a peer that only speaks 29.
-pub const PROTOCOL_VERSION: u16 = 30;
+/// 31: `ClientRequest::Resend` (a change a client kept, sent again after a failover lost
+/// it), sent only on connections of 31.
+pub const PROTOCOL_VERSION: u16 = 31;
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a
@@ -521,9 +523,10 @@ mod version_tests {
             Some(PROTOCOL_VERSION)
         );
         assert_eq!(negotiate((29, 29)), Some(29), "a peer of 29");
+        assert_eq!(negotiate((29, 30)), Some(30), "a peer of 30");
         assert_eq!(negotiate((29, 40)), Some(PROTOCOL_VERSION), "a newer peer");
         assert_eq!(
-            negotiate((31, 40)),
+            negotiate((PROTOCOL_VERSION + 1, 40)),
             None,
             "a peer that no longer speaks ours"
         );

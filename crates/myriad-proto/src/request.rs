@@ -324,6 +324,17 @@ pub enum ClientRequest {
     /// in its popularity window and not changed for `quiet_ms` (the candidates for an
     /// automatic metadata index, docs/metadata-index.md); `Response::IndexCandidates`.
     IndexCandidates { min_reads: u64, quiet_ms: u64 },
+    /// Where `request` goes (a change this client sent once as `id` and was answered
+    /// `Response::Applied` by an earlier primary of the partition, now gone): sent again
+    /// by a client that kept it (docs/fuse.md "Keeping answered changes until they are
+    /// durable"). Answered as `Once` is, durable: by its recorded outcome if it survived
+    /// the failover; else applied, unless another client changed any name it touches
+    /// since this primary opened: then `FsError::Io`, and the change is lost (its
+    /// client reports it at the next fsync). Protocol 31.
+    Resend {
+        id: OnceId,
+        request: Box<ClientRequest>,
+    },
 }
 
 /// What a read reads (`ClientRequest::read_of`).
@@ -1002,7 +1013,9 @@ impl ClientRequest {
             ClientRequest::Batch { .. } => "batch",
             ClientRequest::ReserveIds { .. } => "reserve_ids",
             ClientRequest::Link { .. } => "link",
-            ClientRequest::Once { request, .. } => request.op_name(),
+            ClientRequest::Once { request, .. } | ClientRequest::Resend { request, .. } => {
+                request.op_name()
+            }
             ClientRequest::Grant { .. } => "grant",
             ClientRequest::Lock(_) => "lock",
             ClientRequest::KeepOpen { .. } => "keep_open",

@@ -742,6 +742,9 @@ impl Host {
             lock_marked: tokio::sync::Mutex::new(false),
             open_files: crate::partition::open_files::OpenFiles::new(tokio::time::Instant::now()),
             coding: crate::partition::coding_state::CodingState::new(),
+            resend_guard: crate::partition::resend_guard::ResendGuard::new(
+                tokio::time::Instant::now(),
+            ),
             deposed: std::sync::atomic::AtomicBool::new(false),
         }))
     }

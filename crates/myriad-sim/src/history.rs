@@ -20,6 +20,11 @@ struct Version {
     token: String,
     invoked: Instant,
     acked: Option<Instant>,
+    /// Answered to its writer, a client that keeps its changes until they are durable (a
+    /// mount's: `visible`): from then on that client's own reads must see it, even across
+    /// crashes of any server, unless the client reports it lost (`unack_writer`). Others
+    /// count on it only once `acked`.
+    writer_acked: Option<(Instant, u32)>,
 }
 
 /// One name of the shared directory: when its create and its removal were invoked and
@@ -70,6 +75,7 @@ impl History {
             token: token.unwrap_or_default(),
             invoked: Instant::now(),
             acked: None,
+            writer_acked: None,
         });
         v.len() as u64
     }
@@ -102,6 +108,31 @@ impl History {
         }
     }
 
+    /// Version `version` of `path` was answered to its writer, client `writer`, which
+    /// keeps it until it is durable (`Version::writer_acked`).
+    pub fn ack_writer(&self, path: &str, version: u64, writer: u32) {
+        self.with_version(path, version, |v| {
+            v.writer_acked = Some((Instant::now(), writer));
+        });
+    }
+
+    /// Its writer reported version `version` of `path` lost: its own reads need not see it.
+    pub fn unack_writer(&self, path: &str, version: u64) {
+        self.with_version(path, version, |v| v.writer_acked = None);
+    }
+
+    fn with_version(&self, path: &str, version: u64, f: impl FnOnce(&mut Version)) {
+        let mut s = self.lock();
+        let i = usize::try_from(version).unwrap_or(0);
+        if let Some(v) = s
+            .files
+            .get_mut(path)
+            .and_then(|v| v.get_mut(i.wrapping_sub(1)))
+        {
+            f(v);
+        }
+    }
+
     /// `path`'s last version `version` was refused (it never happened, and no later one
     /// began: one writer per file): forgotten, so no read may see it.
     pub fn refuse(&self, path: &str, version: u64) {
@@ -121,6 +152,18 @@ impl History {
         invoked: Instant,
         seen: Option<&str>,
     ) -> Result<(), String> {
+        self.check_read_by(path, invoked, seen, None)
+    }
+
+    /// `check_read` of a read by client `reader` (if known): the versions answered to it
+    /// as their writer count too (`ack_writer`).
+    pub fn check_read_by(
+        &self,
+        path: &str,
+        invoked: Instant,
+        seen: Option<&str>,
+        reader: Option<u32>,
+    ) -> Result<(), String> {
         let s = self.lock();
         let now = Instant::now();
         let empty = Vec::new();
@@ -128,7 +171,11 @@ impl History {
         let floor = versions
             .iter()
             .enumerate()
-            .filter(|(_, v)| v.acked.is_some_and(|a| a <= invoked))
+            .filter(|(_, v)| {
+                v.acked.is_some_and(|a| a <= invoked)
+                    || v.writer_acked
+                        .is_some_and(|(a, w)| a <= invoked && Some(w) == reader)
+            })
             .map(|(i, _)| i as u64 + 1)
             .max()
             .unwrap_or(0);
@@ -157,6 +204,8 @@ impl History {
                     if w.delete { " delete" } else { "" },
                     if w.acked.is_some() {
                         " acked"
+                    } else if w.writer_acked.is_some() {
+                        " answered to its writer"
                     } else {
                         " in doubt"
                     }

@@ -151,6 +151,14 @@ impl Net {
         }
     }
 
+    /// Cuts `a` and `b` off from each other until `heal`.
+    #[cfg(test)]
+    pub fn block(&self, a: NodeId, b: NodeId) {
+        let mut s = self.lock();
+        s.blocked.insert((a, b));
+        s.blocked.insert((b, a));
+    }
+
     /// Invariant 4 (docs/simulation.md): a backup accepted batch `seq` of partition `pid`
     /// from server `from` at map `epoch`; no other server may have had batches accepted
     /// for that partition at that epoch (two primaries).
@@ -224,10 +232,7 @@ impl Net {
         frame: RequestFrame,
         timeout: Duration,
     ) -> Result<Response, FsError> {
-        let to: NodeId = addr
-            .strip_prefix("sim-")
-            .and_then(|n| n.parse().ok())
-            .map(NodeId)
+        let to: NodeId = node_of(addr)
             .ok_or_else(|| FsError::Unavailable(format!("{addr}: no such address")))?;
         let fate = self.fate();
         let op = frame.body.op_name();
@@ -363,6 +368,24 @@ impl myriad_client::Transport for Endpoint {
                 .call(self.me, self.incarnation, addr, frame, timeout),
         )
     }
+
+    /// A server's incarnation stands for the connection: a crash ends every one.
+    fn link(&self, addr: &str) -> myriad_client::Link {
+        let Some(to) = node_of(addr) else {
+            return myriad_client::Link::default();
+        };
+        myriad_client::Link {
+            connection: self.net.incarnation(to) + 1,
+            version: myriad_proto::PROTOCOL_VERSION,
+        }
+    }
+}
+
+/// The server a simulated address names.
+fn node_of(addr: &str) -> Option<NodeId> {
+    addr.strip_prefix("sim-")
+        .and_then(|n| n.parse().ok())
+        .map(NodeId)
 }
 
 /// (partition, batch) of every replicated batch `frame` carries: its own, or each of a

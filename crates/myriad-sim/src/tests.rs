@@ -136,8 +136,15 @@ impl Three {
     }
 
     fn client(&self) -> Client {
+        self.client_as(1, true)
+    }
+
+    /// Client `id`; `durable`: its changes are answered once durable, else once applied
+    /// (as a mount's).
+    fn client_as(&self, id: u64, durable: bool) -> Client {
         let mut config = ClientConfig::new(self.map.clone(), Caller::root(), self.keys.clone());
-        config.id = 1;
+        config.id = id;
+        config.durable_changes = durable;
         config.request_timeout = Duration::from_secs(5);
         Client::with_transport(config, Arc::new(Endpoint::new(self.net.clone(), CLIENTS)))
             .unwrap_or_else(|e| panic!("client: {e}"))
@@ -249,4 +256,113 @@ async fn a_failed_disk_and_a_planned_stop_hand_their_partitions_over() {
             .any(|(from, m)| *from == other && !m.is_up(other)),
         "server {other} did not propose itself down: {proposed:?}"
     );
+}
+
+/// Issue 49: a change a client (a mount) was answered once applied, whose primary crashed
+/// before its copies had it, is not lost: the client kept it and sends it again to the new
+/// primary before anything else of that partition, so it reads back what it wrote and its
+/// sync succeeds. Unless another client changed that name meanwhile: then the old change
+/// is not applied over the new one, and the sync reports the loss (EIO), once.
+#[test]
+fn a_change_answered_before_its_primary_crashed_is_sent_again() {
+    roomy(changes_are_sent_again);
+}
+
+/// Runs `test` on a virtual clock, on a thread with the simulation's roomy stack: the
+/// servers' futures are polled inside the client's (an in-process network), and a debug
+/// build's futures are large.
+fn roomy<F: std::future::Future<Output = ()> + 'static>(test: fn() -> F) {
+    let ran = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap_or_else(|e| panic!("runtime: {e}"))
+                .block_on(test());
+        })
+        .unwrap_or_else(|e| panic!("thread: {e}"))
+        .join();
+    if let Err(panic) = ran {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn changes_are_sent_again() {
+    for other_writes_first in [false, true] {
+        let t = Three::new(None).await;
+        let setup = t.client_as(9, true);
+        setup
+            .mkdir("/d", 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("mkdir: {e}"));
+        let pid = setup.owner_of_entry("/d/f");
+        let primary = t.map.primary_of(pid).unwrap_or(NodeId(1));
+        let others: Vec<NodeId> = (1..=3).map(NodeId).filter(|i| *i != primary).collect();
+        let mount = t.client_as(1, false);
+        // A first change, synced: the primary knows /d's ancestors (it would otherwise ask
+        // the other servers, cut off below).
+        mount
+            .create_with("/d/first", 0o644, true, b"synced", false)
+            .await
+            .unwrap_or_else(|e| panic!("create: {e}"));
+        mount
+            .sync_changes()
+            .await
+            .unwrap_or_else(|e| panic!("sync: {e}"));
+        // The copies do not hear from the primary: what it applies now is on it alone.
+        for &o in &others {
+            t.net.block(primary, o);
+        }
+        mount
+            .create_with("/d/f", 0o644, true, b"kept by the mount", false)
+            .await
+            .unwrap_or_else(|e| panic!("create answered once applied: {e}"));
+        assert!(mount.has_unsynced_changes(), "nothing held");
+        // The primary crashes; the map makes another copy primary.
+        if let Some(s) = t.net.server(primary) {
+            s.stop();
+        }
+        t.net.set_server(primary, None);
+        t.net.heal();
+        let down = t
+            .map
+            .mark_down(primary)
+            .unwrap_or_else(|| panic!("mark {primary} down"));
+        t.install(&down).await;
+        let new_primary = down.primary_of(pid).unwrap_or(NodeId(0));
+        assert!(others.contains(&new_primary), "{new_primary} leads {pid}");
+        assert_eq!(
+            setup.stat("/d/f").await.err(),
+            Some(FsError::NotFound),
+            "the crash did not lose the change: this test tests nothing"
+        );
+        if other_writes_first {
+            setup
+                .create("/d/f", 0o644, true, b"another client's")
+                .await
+                .unwrap_or_else(|e| panic!("another client's create: {e}"));
+        }
+        let (_, data) = mount
+            .fetch("/d/f")
+            .await
+            .unwrap_or_else(|e| panic!("read back after the failover: {e}"));
+        let synced = mount.sync_changes().await;
+        if other_writes_first {
+            assert_eq!(
+                data, b"another client's",
+                "the resend overwrote a newer change"
+            );
+            assert!(
+                matches!(&synced, Err(FsError::Io(m)) if m.contains("another client")),
+                "the loss is reported: {synced:?}"
+            );
+            assert_eq!(mount.sync_changes().await, Ok(()), "reported once");
+        } else {
+            assert_eq!(data, b"kept by the mount", "the change was lost");
+            assert_eq!(synced, Ok(()), "nothing was lost");
+        }
+        assert!(!mount.has_unsynced_changes(), "still held after the sync");
+    }
 }

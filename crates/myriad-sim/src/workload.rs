@@ -191,6 +191,12 @@ impl ClientRun {
     }
 
     fn ack(&self, path: &str, v: u64) {
+        if self.visible {
+            // Answered as a mount's change: kept by the client until durable, so its own
+            // reads see it from now on, crashes or not (docs/fuse.md "Keeping answered
+            // changes until they are durable").
+            self.history.ack_writer(path, v, self.id);
+        }
         if self
             .defer_or(Deferred::Version(path.to_string(), v))
             .is_some()
@@ -258,6 +264,11 @@ impl ClientRun {
                     self.id,
                     held.len()
                 ));
+                for d in &held {
+                    if let Deferred::Version(p, v) = d {
+                        self.history.unack_writer(p, *v);
+                    }
+                }
             }
             Err(e) => {
                 self.trace
@@ -270,6 +281,30 @@ impl ClientRun {
                 *g = held;
                 g.extend(newer);
             }
+        }
+    }
+
+    /// Checks a read of `path` by this client (`History::check_read_by`): what it was
+    /// answered as a writer counts too, unless it holds a loss not yet reported (a change
+    /// it kept could not be sent again: its next sync reports it).
+    fn check_own_read(&self, path: &str, invoked: Instant, seen: Option<&str>) -> Verdict {
+        self.history.check_read(path, invoked, seen)?;
+        match self
+            .history
+            .check_read_by(path, invoked, seen, Some(self.id))
+        {
+            Err(e) if self.client.has_lost_changes() => {
+                self.trace.event(format_args!(
+                    "c{} read {path}: its own change missing, reported lost: {e}",
+                    self.id
+                ));
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "c{} did not read back its own change: {e}",
+                self.id
+            )),
+            Ok(()) => Ok(()),
         }
     }
 
@@ -615,7 +650,7 @@ impl ClientRun {
             "c{} read {path}: {first:?} / {second:?}",
             self.id
         ));
-        self.history.check_read(path, invoked, first.as_deref())?;
+        self.check_own_read(path, invoked, first.as_deref())?;
         match second.as_deref() {
             // The second piece is read after the fetch, from the inode the fetch found. By
             // then a rename may have given that inode another name and its writer written
@@ -625,7 +660,7 @@ impl ClientRun {
             // pieces strictly.
             Some("") => Ok(()),
             Some(t) if !t.starts_with(&format!("{path}@")) => Ok(()),
-            seen => self.history.check_read(&piece(path), invoked, seen),
+            seen => self.check_own_read(&piece(path), invoked, seen),
         }
     }
 
@@ -939,7 +974,7 @@ impl ClientRun {
         };
         self.trace
             .event(format_args!("c{} stat {path}: {seen:?}", self.id));
-        self.history.check_read(path, invoked, seen.as_deref())
+        self.check_own_read(path, invoked, seen.as_deref())
     }
 
     /// Creates `path`, a name never used before: true if the create succeeded. Retries of

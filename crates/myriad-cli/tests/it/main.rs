@@ -3,6 +3,7 @@
 
 mod auto_index;
 mod bad_input;
+mod chaos;
 mod counting;
 mod crash;
 mod creds;

@@ -254,3 +254,57 @@ async fn server_refusal_for(min: u16, max: u16) -> String {
     assert!(refused.is_err());
     reply.refused.unwrap_or_default()
 }
+
+/// `Pool::link` counts the connections to an address, a closed one as replaced by the
+/// next (a client sees a server that restarted by it), and names the live one's protocol.
+#[tokio::test]
+async fn the_pool_counts_connections_and_a_closed_one_as_replaced() {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    // Each connection is served (as 29 did) and then closed by the server.
+    let server = tokio::spawn(async move {
+        let k = keys();
+        let mut served = 0;
+        while served < 3 {
+            let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+            if serve_as_29(s, &k).await == 29 {
+                served += 1;
+            }
+        }
+    });
+    let pool = crate::Pool::new(crate::PoolConfig {
+        me: PeerKind::Client,
+        zone: String::new(),
+        keys: std::sync::Arc::new(keys()),
+        connect_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(5),
+    });
+    let link = |connection, version| crate::Link {
+        connection,
+        version,
+    };
+    assert_eq!(pool.link(&addr), link(1, 0), "before the first connection");
+    for n in 1..=2 {
+        let conn = pool.conn(&addr).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(conn.version, 29);
+        // The server closes it; until the client notices, it counts as live.
+        for _ in 0..200 {
+            if conn.is_closed() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(conn.is_closed(), "connection {n} not seen closed");
+        assert_eq!(
+            pool.link(&addr),
+            link(n + 1, 0),
+            "after connection {n} closed"
+        );
+    }
+    drop(server);
+}

@@ -81,6 +81,7 @@ impl Partition {
             }
             // Unwrapped by `dispatch` when it comes from a client.
             ClientRequest::Once { .. }
+            | ClientRequest::Resend { .. }
             | ClientRequest::Leased { .. }
             | ClientRequest::ReadAs { .. }
             | ClientRequest::Batch { .. } => Err(FsError::InvalidArgument(

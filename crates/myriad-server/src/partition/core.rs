@@ -75,6 +75,9 @@ pub struct Partition {
     pub(crate) open_files: crate::partition::open_files::OpenFiles,
     /// Chunks to code and servers lost (`coding.rs`).
     pub(crate) coding: crate::partition::coding_state::CodingState,
+    /// What clients changed since this opening, that a resent change must not overwrite
+    /// (`resend_guard.rs`).
+    pub(crate) resend_guard: crate::partition::resend_guard::ResendGuard,
 }
 
 /// A number for one opening of partition `pid` as primary on server `server`: never the

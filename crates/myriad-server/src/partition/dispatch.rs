@@ -141,6 +141,9 @@ impl Partition {
                     visible,
                 }),
             ) => self.serve_once(epoch, caller, id, *request, visible).await,
+            (None, Request::Client(ClientRequest::Resend { id, request })) => {
+                self.serve_resend(epoch, caller, id, *request).await
+            }
             (
                 None,
                 Request::Client(ClientRequest::Leased {

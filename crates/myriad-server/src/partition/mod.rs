@@ -35,6 +35,7 @@ pub(crate) mod read_mostly;
 pub(crate) mod read_only;
 pub(crate) mod repair;
 pub(crate) mod replicas;
+pub(crate) mod resend_guard;
 pub(crate) mod shards;
 pub(crate) mod split;
 pub(crate) mod split_state;

@@ -66,6 +66,9 @@ impl Partition {
             self.applier.run(Mutation::Barrier).await?;
             return Ok(answer);
         }
+        // Noted before it runs: a resend of another client's lost change arriving
+        // meanwhile must not be applied over it.
+        self.resend_guard.note(&request, id.client);
         let (completes, answer) = recording(&request);
         let settled = Arc::new(AtomicBool::new(false));
         let slot = OnceSlot {
@@ -100,6 +103,35 @@ impl Partition {
             }
         }
         result
+    }
+
+    /// Serves change `request`, sent again as `id` by a client that kept it after an
+    /// earlier primary answered it once applied and then went away (`ClientRequest::Resend`,
+    /// `resend_guard.rs`): answered by its outcome if it survived, else applied and
+    /// answered once durable, unless another client changed what it touches since this
+    /// primary opened.
+    pub(super) async fn serve_resend(
+        self: &Arc<Self>,
+        epoch: u64,
+        caller: Caller,
+        id: OnceId,
+        request: ClientRequest,
+    ) -> Result<Response, FsError> {
+        let survived = crate::state::once::recorded(&self.store, id.client, id.seq)?.is_some();
+        if !survived {
+            tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a change lost with an earlier primary was sent again: {}", request.op_name());
+        }
+        if !survived
+            && request.is_change()
+            && let Some(why) = self.resend_guard.refuses(&request, id.client)
+        {
+            tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a resent change is not applied: {why}");
+            return Err(FsError::Io(format!(
+                "partition {}: a change answered by its earlier primary was lost with it and is not applied again: {why}",
+                self.me
+            )));
+        }
+        self.serve_once(epoch, caller, id, request, false).await
     }
 
     /// Forgets outcomes too old for any retry, and the oldest beyond `OUTCOMES_MAX`.

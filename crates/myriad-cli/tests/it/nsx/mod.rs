@@ -292,12 +292,12 @@ fn nsx_replay_local() {
 
 /// A private tmpfs mounted nodev and nosuid, as the mount under test is (devices can be
 /// made but not opened there): the reference tree lives in it. Unmounted when dropped.
-struct RefTmpfs {
+pub(crate) struct RefTmpfs {
     dir: tempfile::TempDir,
 }
 
 impl RefTmpfs {
-    fn new() -> RefTmpfs {
+    pub(crate) fn new() -> RefTmpfs {
         let dir = fresh_tree("/tmp", "ref");
         let (src, fstype, opts) = (cs("tmpfs"), cs("tmpfs"), cs("size=256m,mode=0755"));
         let target =
@@ -317,7 +317,7 @@ impl RefTmpfs {
     }
 
     /// A fresh, empty directory in it.
-    fn tree(&self, name: &str) -> std::path::PathBuf {
+    pub(crate) fn tree(&self, name: &str) -> std::path::PathBuf {
         let p = self.dir.path().join(name);
         std::fs::create_dir(&p).unwrap_or_else(|e| panic!("{e}"));
         p

@@ -376,7 +376,7 @@ impl Run<'_> {
     }
 
     pub(super) fn fail(&self, what: &str) -> ! {
-        let s = crate::exerciser::last_lines(&self.log, 25);
+        let s = crate::exerciser::last_lines(&self.log, crate::harness::log_lines(25));
         panic!(
             "nsx seed {} step {}: A (under test) and B (reference) differ\n  {what}\
              last operations:\n{s}replay: MYRIAD_NSX_SEED={} MYRIAD_NSX_STEPS={} cargo test -p \

@@ -1,0 +1,544 @@
+//! Changes answered once applied, kept until they are durable on every copy (docs/fuse.md
+//! "Keeping answered changes until they are durable"). A mount's changes are answered as
+//! soon as their primary applied them (`Once::visible`, `Response::Applied`); the copies
+//! have them a moment later. If the primary dies in between, they are lost there, but not
+//! here: the client keeps each one (its `OnceId` and the request itself) until a barrier
+//! (`SyncPartition`) of the incarnation that answered it succeeds, and sends it again
+//! (`ClientRequest::Resend`) to the partition's next primary before anything else of that
+//! partition: the new primary answers one that survived by its recorded outcome and applies
+//! one that did not, unless another client changed what it touches meanwhile.
+//!
+//! How the client knows a primary may have changed: the map names another server for the
+//! partition, or the connection to that server is not the one the changes were answered
+//! over (a restarted server is always a new connection: `Link::connection`), or a change
+//! was answered by another incarnation, or a barrier says the incarnation is gone. Any of
+//! these, before a request to that partition or after its answer, and the partition is
+//! recovered first (`recover`): barriers, then the resends, then the request (an answer
+//! that came over a new connection is asked again, a change by its `OnceId`).
+//!
+//! Bounds: `HELD_BYTES_MAX` and `HELD_CHANGES_MAX` per client; past them a new change
+//! waits for barriers to make room (back-pressure, not loss). The mount sends a barrier
+//! to every partition holding changes every `BARRIER_EVERY` (`sync_round`).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use myriad_placement::PartitionId;
+use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response};
+
+use crate::client::{Client, Route};
+
+/// The bytes of held changes a client keeps at most before new changes wait.
+pub const HELD_BYTES_MAX: usize = 64 << 20;
+/// The number of held changes a client keeps at most before new changes wait.
+pub const HELD_CHANGES_MAX: usize = 10_000;
+/// How often a mount makes its held changes durable in the background.
+pub const BARRIER_EVERY: Duration = Duration::from_secs(1);
+/// How long a request to one partition waits for the recovery of another's held changes
+/// (a change there may depend on them), and how long after that recovery failed such
+/// requests go on without trying it again: a partition with no copy up must not stall
+/// the whole client. Its own requests always wait for it.
+const ELSEWHERE_WAIT: Duration = Duration::from_secs(2);
+/// How long a change waiting for room waits between rounds of barriers.
+const ROOM_WAIT: Duration = Duration::from_millis(50);
+/// The first protocol whose servers take `ClientRequest::Resend`.
+const RESEND_PROTOCOL: u16 = 31;
+
+tokio::task_local! {
+    /// Inside `Client::recover`: requests made there do not recover held changes first.
+    static RECOVERING: ();
+}
+
+/// Whether this task is recovering held changes (`Client::recover`).
+pub(crate) fn in_recovery() -> bool {
+    RECOVERING.try_with(|()| ()).is_ok()
+}
+
+/// One change answered once applied and not yet known durable.
+struct Change {
+    id: OnceId,
+    /// The change itself (not its `Once` wrapper), and where it was sent.
+    request: ClientRequest,
+    route: Route,
+    /// The incarnation of the primary that answered it.
+    incarnation: u64,
+    bytes: usize,
+}
+
+/// One partition's held changes, in the order they were answered.
+#[derive(Default)]
+struct Part {
+    changes: VecDeque<Change>,
+    /// The primary's address and the connection to it the last change was answered over.
+    addr: String,
+    connection: u64,
+    /// Something says its primary may have changed: recover before its next request.
+    suspect: bool,
+    /// When a recovery before another partition's request last failed (`recover_before`).
+    failed_at: Option<tokio::time::Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    parts: BTreeMap<PartitionId, Part>,
+    bytes: usize,
+    count: usize,
+    /// Changes found lost since the last sync reported it (one reason).
+    lost: Option<String>,
+}
+
+/// Every partition's held changes (`Client::held`).
+#[derive(Default)]
+pub(crate) struct Held {
+    state: std::sync::Mutex<State>,
+    /// One recovery of a partition at a time: the others wait, then find nothing left
+    /// to do (one per partition: a partition with no copy up holds up only its own).
+    recovering: std::sync::Mutex<BTreeMap<PartitionId, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn full(&self) -> bool {
+        let g = self.lock();
+        g.bytes >= HELD_BYTES_MAX || g.count >= HELD_CHANGES_MAX
+    }
+}
+
+/// What a held change costs in memory, roughly.
+fn size_of(request: &ClientRequest) -> usize {
+    match request {
+        ClientRequest::Write { path, data, .. } => 128 + path.len() + data.len(),
+        ClientRequest::WriteChunk { data, .. } => 128 + data.len(),
+        _ => 512,
+    }
+}
+
+/// Whether asking `req` again is harmless (a read, or a change sent once): an answer that
+/// came over a new connection is asked again after a recovery.
+pub(crate) fn asks_again_safely(req: &Request) -> bool {
+    match req {
+        Request::Client(ClientRequest::Once { .. }) => true,
+        Request::Client(
+            ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. },
+        ) => request.read_of().is_some(),
+        Request::Client(c) => c.read_of().is_some(),
+        _ => false,
+    }
+}
+
+impl Client {
+    /// Keeps change `request`, sent as `id` along `route` and answered once applied by
+    /// incarnation `incarnation` of partition `pid`'s primary at `addr`, over connection
+    /// `connection`.
+    pub(crate) fn hold(
+        &self,
+        (pid, incarnation): (PartitionId, u64),
+        (addr, connection): (&str, u64),
+        route: &Route,
+        id: OnceId,
+        request: &ClientRequest,
+    ) {
+        self.keep_low(id.seq);
+        let bytes = size_of(request);
+        let mut g = self.held.lock();
+        g.bytes += bytes;
+        g.count += 1;
+        let part = g.parts.entry(pid).or_default();
+        if let Some(last) = part.changes.back()
+            && (last.incarnation != incarnation
+                || part.addr != addr
+                || part.connection != connection)
+        {
+            // Answered by another primary than the earlier ones: those may be lost there.
+            part.suspect = true;
+        }
+        part.addr = addr.to_string();
+        part.connection = connection;
+        part.changes.push_back(Change {
+            id,
+            request: request.clone(),
+            route: route.clone(),
+            incarnation,
+            bytes,
+        });
+    }
+
+    /// After an answer from partition `pid`'s primary (asked over connection `before`):
+    /// whether it holds changes and the connection is another now.
+    pub(crate) fn held_needs_recovery_after(
+        &self,
+        pid: PartitionId,
+        st: &crate::client::MapState,
+        route: &Route,
+        before: u64,
+    ) -> bool {
+        if !self.held.lock().parts.contains_key(&pid) {
+            return false;
+        }
+        Client::address_of(st, route, pid)
+            .is_some_and(|addr| self.transport.link(&addr).connection != before)
+    }
+
+    /// The partitions holding changes whose primary may have changed since it answered
+    /// them (the map names another server, or the connection to it is another). Any is
+    /// recovered before a request to any partition: a change elsewhere may depend on one
+    /// of them (a file created in a directory whose setgid bit a lost chmod set).
+    pub(crate) fn held_to_recover(&self, for_pid: PartitionId) -> Vec<PartitionId> {
+        let now = tokio::time::Instant::now();
+        let parts: Vec<(PartitionId, String, u64, bool)> = {
+            let g = self.held.lock();
+            if g.parts.is_empty() {
+                return Vec::new();
+            }
+            g.parts
+                .iter()
+                .filter(|(pid, p)| {
+                    **pid == for_pid || p.failed_at.is_none_or(|t| now >= t + ELSEWHERE_WAIT)
+                })
+                .map(|(pid, p)| (*pid, p.addr.clone(), p.connection, p.suspect))
+                .collect()
+        };
+        parts
+            .into_iter()
+            .filter(|(pid, addr, connection, suspect)| {
+                *suspect || self.current_link(*pid) != Some((addr.clone(), *connection))
+            })
+            .map(|(pid, ..)| pid)
+            .collect()
+    }
+
+    /// Before a request to partition `pid`: recovers `stale` (`held_to_recover`). Its own
+    /// failure is the request's; another partition's is waited for at most
+    /// `ELSEWHERE_WAIT`, then noted and passed over.
+    pub(crate) async fn recover_before(
+        &self,
+        pid: PartitionId,
+        stale: Vec<PartitionId>,
+    ) -> Result<(), FsError> {
+        for p in stale {
+            if p == pid {
+                self.recover(p).await?;
+                continue;
+            }
+            let r = tokio::time::timeout(ELSEWHERE_WAIT, self.recover(p)).await;
+            if !matches!(r, Ok(Ok(()))) {
+                tracing::debug!(partition = %p, "held changes not recovered before a request elsewhere: {r:?}");
+                if let Some(part) = self.held.lock().parts.get_mut(&p) {
+                    part.failed_at = Some(tokio::time::Instant::now());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Partition `pid` holds changes: its next request recovers it first.
+    pub(crate) fn held_suspect(&self, pid: PartitionId) {
+        if let Some(p) = self.held.lock().parts.get_mut(&pid) {
+            p.suspect = true;
+        }
+    }
+
+    /// Drops held changes `ids` of partition `pid` (durable, or given up as lost).
+    fn drop_held(&self, pid: PartitionId, ids: &[OnceId]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut g = self.held.lock();
+        let mut freed = (0, 0);
+        if let Some(p) = g.parts.get_mut(&pid) {
+            p.changes.retain(|c| {
+                let keep = !ids.contains(&c.id);
+                if !keep {
+                    freed.0 += c.bytes;
+                    freed.1 += 1;
+                }
+                keep
+            });
+            if p.changes.is_empty() {
+                g.parts.remove(&pid);
+            }
+        }
+        g.bytes -= freed.0;
+        g.count -= freed.1;
+        drop(g);
+        for id in ids {
+            self.release_low(id.seq);
+        }
+    }
+
+    fn lost(&self, why: String) {
+        tracing::error!("a change this client answered was lost: {why}");
+        let mut g = self.held.lock();
+        g.lost.get_or_insert(why);
+    }
+
+    /// Makes partition `pid`'s held changes durable: a barrier per incarnation that
+    /// answered them; those of an incarnation that is gone are sent again, in order.
+    /// On success nothing taken at the start is held any more.
+    pub(crate) async fn recover(&self, pid: PartitionId) -> Result<(), FsError> {
+        // Whatever it asks on the way (a shard map, a newer map) must not recover again:
+        // it would wait for this very recovery.
+        RECOVERING.scope((), self.recover_here(pid)).await
+    }
+
+    async fn recover_here(&self, pid: PartitionId) -> Result<(), FsError> {
+        let one = {
+            let mut g = match self.held.recovering.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            g.entry(pid).or_default().clone()
+        };
+        let _one = one.lock().await;
+        let taken: Vec<(OnceId, u64)> = {
+            let g = self.held.lock();
+            match g.parts.get(&pid) {
+                Some(p) => p.changes.iter().map(|c| (c.id, c.incarnation)).collect(),
+                None => return Ok(()),
+            }
+        };
+        let mut incarnations: Vec<u64> = Vec::new();
+        for (_, inc) in &taken {
+            if !incarnations.contains(inc) {
+                incarnations.push(*inc);
+            }
+        }
+        let mut gone = Vec::new();
+        for inc in incarnations {
+            let barrier = ClientRequest::SyncPartition { incarnation: inc };
+            let of_inc: Vec<OnceId> = taken
+                .iter()
+                .filter(|(_, i)| *i == inc)
+                .map(|(id, _)| *id)
+                .collect();
+            match self
+                .route_unheld(Route::Partition(pid), Request::Client(barrier))
+                .await
+            {
+                Ok(_) => self.drop_held(pid, &of_inc),
+                Err(FsError::Io(_)) => gone.push(inc),
+                Err(e) => {
+                    tracing::debug!(partition = %pid, "held changes: barrier failed: {e}");
+                    return Err(e);
+                }
+            }
+        }
+        if !gone.is_empty() {
+            self.resend(pid, &gone).await?;
+        }
+        // Whatever is held now was answered after: over the current link.
+        let mut g = self.held.lock();
+        if let Some(p) = g.parts.get_mut(&pid) {
+            p.suspect = false;
+            p.failed_at = None;
+            if let Some((addr, connection)) = self.current_link(pid) {
+                p.addr = addr;
+                p.connection = connection;
+            }
+        }
+        Ok(())
+    }
+
+    /// The address of partition `pid`'s primary and the connection a request would go
+    /// over (empty and 0 if the map names none).
+    pub(crate) fn link_of(&self, pid: PartitionId) -> (String, u64) {
+        self.current_link(pid).unwrap_or_default()
+    }
+
+    /// The address of partition `pid`'s primary and the connection a request would go over.
+    fn current_link(&self, pid: PartitionId) -> Option<(String, u64)> {
+        let addr = self.st().map.partition_addr(pid)?.to_string();
+        let connection = self.transport.link(&addr).connection;
+        Some((addr, connection))
+    }
+
+    /// Sends again, in order, partition `pid`'s held changes answered by incarnations
+    /// `gone`: each is durable or lost when its answer comes.
+    async fn resend(&self, pid: PartitionId, gone: &[u64]) -> Result<(), FsError> {
+        loop {
+            let next = {
+                let g = self.held.lock();
+                g.parts.get(&pid).and_then(|p| {
+                    p.changes
+                        .iter()
+                        .find(|c| gone.contains(&c.incarnation))
+                        .map(|c| (c.id, c.request.clone(), c.route.clone()))
+                })
+            };
+            let Some((id, request, route)) = next else {
+                return Ok(());
+            };
+            let version = self
+                .current_link(pid)
+                .map_or(0, |(a, _)| self.transport.link(&a).version);
+            if version != 0 && version < RESEND_PROTOCOL {
+                self.lost(format!(
+                    "partition {pid}: its primary changed before a change was durable, and its new primary speaks protocol {version}, which cannot take it again"
+                ));
+                self.drop_held(pid, &[id]);
+                continue;
+            }
+            let what = request.op_name();
+            let again = ClientRequest::Resend {
+                id,
+                request: Box::new(request),
+            };
+            match self.route_unheld(route, Request::Client(again)).await {
+                Ok(_) => {
+                    tracing::debug!(partition = %pid, seq = id.seq, "a change answered by an earlier primary was sent again: {what}");
+                    self.drop_held(pid, &[id]);
+                }
+                Err(FsError::Io(why)) => {
+                    self.lost(why);
+                    self.drop_held(pid, &[id]);
+                }
+                // Refused for good (the name is gone, or exists now): what it did is not
+                // there. Reported like a loss.
+                Err(e) if !e.is_transient() && !e.is_routing() => {
+                    self.lost(format!(
+                        "partition {pid}: a change ({what}) answered by an earlier primary was lost with it, and sent again it failed: {e}"
+                    ));
+                    self.drop_held(pid, &[id]);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Makes every change this client had answered once applied durable on every copy
+    /// (recovering each partition holding some), or reports that some were lost: `Io`,
+    /// once. Other errors (unreachable servers) leave the changes to the next call.
+    pub async fn sync_changes(&self) -> Result<(), FsError> {
+        let journal = &self.leases.journal;
+        let sent = journal
+            .drain(&|_, _| true, Some(self.config.request_timeout))
+            .await;
+        if !sent {
+            // Their servers do not take them (they are retried meanwhile).
+            return Err(FsError::TimedOut(
+                "changes answered behind are not yet taken by their servers".into(),
+            ));
+        }
+        let loose = journal.take_loose_error();
+        let first_err = self.sync_round().await;
+        let lost = self.held.lock().lost.take().map(FsError::Io);
+        match (loose, lost, first_err) {
+            (Some(e), _, _) | (None, Some(e), _) | (None, None, Some(e)) => Err(e),
+            (None, None, None) => Ok(()),
+        }
+    }
+
+    /// Recovers every partition holding changes, all at once (one round trip and one group
+    /// commit for the whole client, not one after another); the first error.
+    pub async fn sync_round(&self) -> Option<FsError> {
+        let pids: Vec<PartitionId> = self.held.lock().parts.keys().copied().collect();
+        let results =
+            futures::future::join_all(pids.iter().map(|&pid| self.recover_quickly(pid))).await;
+        results.into_iter().find_map(Result::err)
+    }
+
+    /// `recover`, but a partition whose held changes have one incarnation and a link
+    /// that has not changed needs no lock: its barrier alone (the usual case: many
+    /// partitions synced at once).
+    async fn recover_quickly(&self, pid: PartitionId) -> Result<(), FsError> {
+        let plain = {
+            let g = self.held.lock();
+            g.parts.get(&pid).and_then(|p| {
+                let first = p.changes.front()?.incarnation;
+                let one = p.changes.iter().all(|c| c.incarnation == first);
+                (one && !p.suspect).then(|| {
+                    let ids: Vec<OnceId> = p.changes.iter().map(|c| c.id).collect();
+                    (first, ids, p.addr.clone(), p.connection)
+                })
+            })
+        };
+        let Some((inc, ids, addr, connection)) = plain else {
+            return self.recover(pid).await;
+        };
+        if self.current_link(pid) != Some((addr, connection)) {
+            return self.recover(pid).await;
+        }
+        let barrier = ClientRequest::SyncPartition { incarnation: inc };
+        match self
+            .route_unheld(Route::Partition(pid), Request::Client(barrier))
+            .await
+        {
+            Ok(_) => {
+                self.drop_held(pid, &ids);
+                Ok(())
+            }
+            Err(FsError::Io(_)) => {
+                self.held_suspect(pid);
+                self.recover(pid).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether some change answered once applied is not yet known durable.
+    #[must_use]
+    pub fn has_unsynced_changes(&self) -> bool {
+        !self.held.lock().parts.is_empty()
+    }
+
+    /// Whether a change this client kept was found lost and not yet reported by
+    /// `sync_changes`.
+    #[must_use]
+    pub fn has_lost_changes(&self) -> bool {
+        self.held.lock().lost.is_some()
+    }
+
+    /// The bytes and number of changes held (for the mount's metrics and tests).
+    #[must_use]
+    pub fn held_changes(&self) -> (usize, usize) {
+        let g = self.held.lock();
+        (g.bytes, g.count)
+    }
+
+    /// Before a change is sent answered once applied: waits while the held changes are at
+    /// their bound, making them durable, at most until `deadline`.
+    pub(crate) async fn make_room(&self, deadline: tokio::time::Instant) -> Result<(), FsError> {
+        while self.held.full() {
+            if tokio::time::Instant::now() >= deadline {
+                let (bytes, count) = self.held_changes();
+                return Err(FsError::TimedOut(format!(
+                    "this client holds {count} changes ({bytes} bytes) its servers have not yet made durable"
+                )));
+            }
+            if self.sync_round().await.is_some() || self.held.full() {
+                tokio::time::sleep(ROOM_WAIT).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// A response that is a change answered once applied: kept (`hold`), and its answer.
+    pub(crate) fn keep_applied(
+        &self,
+        (pid, route): (PartitionId, &Route),
+        link: (&str, u64),
+        req: &Request,
+        answer: Response,
+    ) -> Response {
+        match (answer, req) {
+            (
+                Response::Applied {
+                    answer,
+                    incarnation,
+                },
+                Request::Client(ClientRequest::Once { id, request, .. }),
+            ) => {
+                self.hold((pid, incarnation), link, route, *id, request);
+                *answer
+            }
+            (Response::Applied { answer, .. }, _) => *answer,
+            (other, _) => other,
+        }
+    }
+}
