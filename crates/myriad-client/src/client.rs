@@ -100,23 +100,7 @@ pub(crate) struct MapState {
     ring: Ring,
 }
 
-/// Where a request must go.
-#[derive(Clone, Debug)]
-pub(crate) enum Route {
-    /// The partition holding the entry of this path (its parent's directory object).
-    Entry(String),
-    /// The partition holding the shard of directory `.0` with name hash `.1`.
-    Shard(String, u64),
-    /// The partition holding chunk `.1` (>= 1) of inode `.0`.
-    Chunk(InodeId, u64),
-    /// The partition keeping the file locks of inode `.0`.
-    Locks(InodeId),
-    Partition(PartitionId),
-    /// The server itself (counters, map, statfs), not one of its partitions.
-    Server(NodeId),
-    /// The copy of partition `.1` on server `.0` (primary or backup).
-    Copy(NodeId, PartitionId),
-}
+pub(crate) use crate::route::Route;
 
 tokio::task_local! {
     /// Inside `Client::in_known_directory`: the parent of every path is known to be a
@@ -146,7 +130,7 @@ pub struct Client {
     changes: std::sync::Mutex<Changes>,
     /// Changes of this client answered once applied and not yet known durable
     /// (`durable_changes` off), kept to be sent again if their primary dies (`held.rs`).
-    pub(crate) held: crate::held::Held,
+    pub(crate) held: crate::held_state::Held,
     /// Directory leases and what they cover (`config.leases`).
     pub(crate) leases: Arc<crate::leases::Leases>,
     /// The file locks this client holds (`file_locks.rs`).
@@ -225,7 +209,7 @@ impl Client {
                 waiting: std::collections::BTreeSet::new(),
                 held: std::collections::BTreeSet::new(),
             }),
-            held: crate::held::Held::default(),
+            held: crate::held_state::Held::default(),
             leases: Arc::new(crate::leases::Leases::new(config.id)),
             held_locks: crate::held_locks::HeldLocks::default(),
             indexes: Arc::default(),
@@ -611,8 +595,9 @@ impl Client {
             // Changes of this partition held until durable, answered by a primary that may
             // be gone: sent again before this request (`held.rs`).
             // Any partition's: a change here may depend on one held there.
-            let held_route =
-                check_held && !matches!(route, Route::Server(_)) && !crate::held::in_recovery();
+            let held_route = check_held
+                && !matches!(route, Route::Server(_))
+                && !crate::held_state::in_recovery();
             let link = Self::address(&st, &route, pid)
                 .map(|(a, _)| self.transport.link(&a).connection)
                 .unwrap_or(0);
@@ -673,7 +658,7 @@ impl Client {
                 Ok(_)
                     if held_route
                         && tokio::time::Instant::now() < deadline
-                        && crate::held::asks_again_safely(&req)
+                        && crate::held_state::asks_again_safely(&req)
                         && self.held_needs_recovery_after(pid, &st, &route, link) =>
                 {
                     self.held_suspect(pid);

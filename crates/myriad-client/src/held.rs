@@ -20,117 +20,11 @@
 //! waits for barriers to make room (back-pressure, not loss). The mount sends a barrier
 //! to every partition holding changes every `BARRIER_EVERY` (`sync_round`).
 
-use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
-
 use myriad_placement::PartitionId;
 use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response};
 
 use crate::client::{Client, Route};
-
-/// The bytes of held changes a client keeps at most before new changes wait.
-pub const HELD_BYTES_MAX: usize = 64 << 20;
-/// The number of held changes a client keeps at most before new changes wait.
-pub const HELD_CHANGES_MAX: usize = 10_000;
-/// How often a mount makes its held changes durable in the background.
-pub const BARRIER_EVERY: Duration = Duration::from_secs(1);
-/// How long a request to one partition waits for the recovery of another's held changes
-/// (a change there may depend on them), and how long after that recovery failed such
-/// requests go on without trying it again: a partition with no copy up must not stall
-/// the whole client. Its own requests always wait for it.
-const ELSEWHERE_WAIT: Duration = Duration::from_secs(2);
-/// How long a change waiting for room waits between rounds of barriers.
-const ROOM_WAIT: Duration = Duration::from_millis(50);
-/// The first protocol whose servers take `ClientRequest::Resend`.
-const RESEND_PROTOCOL: u16 = 31;
-
-tokio::task_local! {
-    /// Inside `Client::recover`: requests made there do not recover held changes first.
-    static RECOVERING: ();
-}
-
-/// Whether this task is recovering held changes (`Client::recover`).
-pub(crate) fn in_recovery() -> bool {
-    RECOVERING.try_with(|()| ()).is_ok()
-}
-
-/// One change answered once applied and not yet known durable.
-struct Change {
-    id: OnceId,
-    /// The change itself (not its `Once` wrapper), and where it was sent.
-    request: ClientRequest,
-    route: Route,
-    /// The incarnation of the primary that answered it.
-    incarnation: u64,
-    bytes: usize,
-}
-
-/// One partition's held changes, in the order they were answered.
-#[derive(Default)]
-struct Part {
-    changes: VecDeque<Change>,
-    /// The primary's address and the connection to it the last change was answered over.
-    addr: String,
-    connection: u64,
-    /// Something says its primary may have changed: recover before its next request.
-    suspect: bool,
-    /// When a recovery before another partition's request last failed (`recover_before`).
-    failed_at: Option<tokio::time::Instant>,
-}
-
-#[derive(Default)]
-struct State {
-    parts: BTreeMap<PartitionId, Part>,
-    bytes: usize,
-    count: usize,
-    /// Changes found lost since the last sync reported it (one reason).
-    lost: Option<String>,
-}
-
-/// Every partition's held changes (`Client::held`).
-#[derive(Default)]
-pub(crate) struct Held {
-    state: std::sync::Mutex<State>,
-    /// One recovery of a partition at a time: the others wait, then find nothing left
-    /// to do (one per partition: a partition with no copy up holds up only its own).
-    recovering: std::sync::Mutex<BTreeMap<PartitionId, std::sync::Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl Held {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
-    fn full(&self) -> bool {
-        let g = self.lock();
-        g.bytes >= HELD_BYTES_MAX || g.count >= HELD_CHANGES_MAX
-    }
-}
-
-/// What a held change costs in memory, roughly.
-fn size_of(request: &ClientRequest) -> usize {
-    match request {
-        ClientRequest::Write { path, data, .. } => 128 + path.len() + data.len(),
-        ClientRequest::WriteChunk { data, .. } => 128 + data.len(),
-        _ => 512,
-    }
-}
-
-/// Whether asking `req` again is harmless (a read, or a change sent once): an answer that
-/// came over a new connection is asked again after a recovery.
-pub(crate) fn asks_again_safely(req: &Request) -> bool {
-    match req {
-        Request::Client(ClientRequest::Once { .. }) => true,
-        Request::Client(
-            ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. },
-        ) => request.read_of().is_some(),
-        Request::Client(c) => c.read_of().is_some(),
-        _ => false,
-    }
-}
+use crate::held_state::{Change, ELSEWHERE_WAIT, RECOVERING, RESEND_PROTOCOL, ROOM_WAIT, size_of};
 
 impl Client {
     /// Keeps change `request`, sent as `id` along `route` and answered once applied by

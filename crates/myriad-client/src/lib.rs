@@ -17,11 +17,13 @@ mod fragments;
 mod frozen;
 mod held;
 mod held_locks;
+mod held_state;
 mod index;
 mod indexes;
 mod leases;
 mod nearest;
 mod recent_changes;
+mod route;
 pub mod setup;
 pub mod symlinks;
 mod whole_files;
@@ -31,7 +33,7 @@ pub use behind::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
 pub use fragments::FragmentAt;
-pub use held::{BARRIER_EVERY, HELD_BYTES_MAX, HELD_CHANGES_MAX};
+pub use held_state::{BARRIER_EVERY, HELD_BYTES_MAX, HELD_CHANGES_MAX};
 pub use index::{
     AutoIndexPolicy, AutoIndexer, BuildOptions, BuildReport, Hot, IndexStats, choose_roots,
 };

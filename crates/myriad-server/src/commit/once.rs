@@ -23,6 +23,13 @@ pub struct OnceSlot {
     /// recorded in the same batch, or with nothing worth recording. Either way the change
     /// needs no record of its own afterwards.
     pub settled: Arc<AtomicBool>,
+    /// Set with `settled` when an answer was recorded: only such a change may be answered
+    /// before it is durable (`Response::Applied`), for its client may send it again
+    /// after later ones (docs/fuse.md "Keeping answered changes until they are durable")
+    /// and running it again then would undo them.
+    pub recorded: Arc<AtomicBool>,
+    /// Set with `settled` when the completing mutation wrote anything.
+    pub wrote: Arc<AtomicBool>,
     /// The client asked for an answer once applied (`ClientRequest::Once::visible`): the
     /// completing mutation is answered without waiting for its fsync and copies.
     pub visible: bool,
@@ -62,6 +69,8 @@ pub(crate) struct OnceJob {
     pub(crate) at_ns: i64,
     pub(crate) answer: fn(&Outcome) -> Option<Response>,
     pub(crate) settled: Arc<AtomicBool>,
+    pub(crate) recorded: Arc<AtomicBool>,
+    pub(crate) wrote: Arc<AtomicBool>,
     pub(crate) visible: bool,
 }
 
@@ -96,6 +105,8 @@ pub(crate) fn job_for(m: &Mutation) -> Option<OnceJob> {
             at_ns: s.at_ns,
             answer: s.answer,
             settled: s.settled.clone(),
+            recorded: s.recorded.clone(),
+            wrote: s.wrote.clone(),
             visible: s.visible && may_answer_visible(m),
         })
     })

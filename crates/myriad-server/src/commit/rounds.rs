@@ -220,7 +220,9 @@ impl ApplyLoop {
         // The change's outcome, in the change's own batch (if it has one worth keeping).
         let mut settled = None;
         if let Some(o) = job.once {
-            if let Some(answer) = (o.answer)(&outcome)
+            let answer = (o.answer)(&outcome);
+            let recorded = answer.is_some();
+            if let Some(answer) = answer
                 && let Err(e) = crate::state::once::record(
                     &self.store,
                     &mut self.outcomes,
@@ -233,8 +235,9 @@ impl ApplyLoop {
                 let _ = job.reply.send(Err(e));
                 return;
             }
-            settled = Some(o.settled);
+            settled = Some((o, recorded));
         }
+        let wrote = !batch.is_empty();
         if !batch.is_empty() {
             // The partition's kept fsstats follow the change (written with the round).
             if self.layout.kept_stats
@@ -253,8 +256,10 @@ impl ApplyLoop {
             }
             self.staged_for = job.batch;
         }
-        if let Some(s) = settled {
-            s.store(true, Ordering::Release);
+        if let Some((o, recorded)) = settled {
+            o.recorded.store(recorded, Ordering::Release);
+            o.wrote.store(wrote, Ordering::Release);
+            o.settled.store(true, Ordering::Release);
         }
         if job.durable {
             round.waited_on = true;
