@@ -811,7 +811,7 @@ impl Client {
                     }
                 }
                 Ok(answer @ Response::Applied { .. }) => {
-                    return Ok(self.keep_applied((pid, &route), (&addr, link), &req, answer));
+                    return Ok(self.keep_applied((pid, &route), (&addr, link), req, answer));
                 }
                 other => return other,
             }

@@ -36,10 +36,10 @@ impl Client {
         (addr, connection): (&str, u64),
         route: &Route,
         id: OnceId,
-        request: &ClientRequest,
+        request: ClientRequest,
     ) {
         self.keep_low(id.seq);
-        let bytes = size_of(request);
+        let bytes = size_of(&request);
         let mut g = self.held.lock();
         g.bytes += bytes;
         g.count += 1;
@@ -56,7 +56,7 @@ impl Client {
         part.connection = connection;
         part.changes.push_back(Change {
             id,
-            request: request.clone(),
+            request,
             route: route.clone(),
             incarnation,
             bytes,
@@ -84,26 +84,24 @@ impl Client {
     /// recovered before a request to any partition: a change elsewhere may depend on one
     /// of them (a file created in a directory whose setgid bit a lost chmod set).
     pub(crate) fn held_to_recover(&self, for_pid: PartitionId) -> Vec<PartitionId> {
+        let g = self.held.lock();
+        if g.parts.is_empty() {
+            return Vec::new();
+        }
+        // Before every request: no allocation, one look at the map.
         let now = tokio::time::Instant::now();
-        let parts: Vec<(PartitionId, String, u64, bool)> = {
-            let g = self.held.lock();
-            if g.parts.is_empty() {
-                return Vec::new();
-            }
-            g.parts
-                .iter()
-                .filter(|(pid, p)| {
-                    **pid == for_pid || p.failed_at.is_none_or(|t| now >= t + ELSEWHERE_WAIT)
-                })
-                .map(|(pid, p)| (*pid, p.addr.clone(), p.connection, p.suspect))
-                .collect()
-        };
-        parts
-            .into_iter()
-            .filter(|(pid, addr, connection, suspect)| {
-                *suspect || self.current_link(*pid) != Some((addr.clone(), *connection))
+        let st = self.st();
+        g.parts
+            .iter()
+            .filter(|(pid, p)| {
+                **pid == for_pid || p.failed_at.is_none_or(|t| now >= t + ELSEWHERE_WAIT)
             })
-            .map(|(pid, ..)| pid)
+            .filter(|(pid, p)| {
+                p.suspect
+                    || st.map.partition_addr(**pid) != Some(p.addr.as_str())
+                    || self.transport.link(&p.addr).connection != p.connection
+            })
+            .map(|(pid, _)| *pid)
             .collect()
     }
 
@@ -417,7 +415,7 @@ impl Client {
         &self,
         (pid, route): (PartitionId, &Route),
         link: (&str, u64),
-        req: &Request,
+        req: Request,
         answer: Response,
     ) -> Response {
         match (answer, req) {
@@ -428,7 +426,7 @@ impl Client {
                 },
                 Request::Client(ClientRequest::Once { id, request, .. }),
             ) => {
-                self.hold((pid, incarnation), link, route, *id, request);
+                self.hold((pid, incarnation), link, route, id, *request);
                 *answer
             }
             (Response::Applied { answer, .. }, _) => *answer,

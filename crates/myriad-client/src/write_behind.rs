@@ -422,12 +422,12 @@ impl Client {
                     // Kept until durable, as if sent one by one (`held.rs`).
                     return answers
                         .into_iter()
-                        .zip(&reqs)
+                        .zip(reqs)
                         .map(|(a, req)| match a {
                             Ok(applied @ Response::Applied { .. }) => {
-                                let req = Request::Client(req.clone());
                                 let link = (link.0.as_str(), link.1);
-                                self.keep_applied((key.partition, &route), link, &req, applied);
+                                let req = Request::Client(req);
+                                self.keep_applied((key.partition, &route), link, req, applied);
                                 Ok(())
                             }
                             Ok(_) => Ok(()),
