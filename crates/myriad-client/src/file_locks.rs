@@ -160,10 +160,16 @@ impl Client {
                 Ok(LockAnswer::Done { table: now, known }) if now == table && known => {
                     self.held_locks.renewed(pid, table, sent);
                 }
-                // A new table (a new primary): reclaim, unless the locks had lapsed
-                // before this renewal was sent (someone else may hold them by now).
+                // A new table (a new primary): reclaim, unless the locks have lapsed by
+                // now. Not by the renewal's sending: it may have been answered only after
+                // a failover of many seconds, and the old table may have given the locks
+                // to another client once it stopped hearing from us (simulation seed
+                // 60141 with --locks --dir-moves: a renewal answered 10 s after it was
+                // sent reclaimed a lock two other clients had held since).
                 Ok(a) => {
-                    let lapsed = self.held_locks.take_lapsed(pid, sent);
+                    let lapsed = self
+                        .held_locks
+                        .take_lapsed(pid, tokio::time::Instant::now());
                     if lapsed.is_empty() {
                         lost.extend(self.reclaim(pid, a.table()).await);
                     } else {
@@ -200,6 +206,20 @@ impl Client {
         let mut lost = Vec::new();
         let mut all = true;
         for (ino, h) in held {
+            // Each reclaim is safe only while the old table cannot have given the lock
+            // away: before our lease there lapses.
+            let lapsed = self
+                .held_locks
+                .take_lapsed(pid, tokio::time::Instant::now());
+            if !lapsed.is_empty() {
+                tracing::error!(
+                    partition = %pid,
+                    "{} file locks were lost: their lease lapsed while they were being reclaimed after a failover",
+                    lapsed.len()
+                );
+                lost.extend(lapsed);
+                return lost;
+            }
             let kind = if h.write {
                 LockKind::Write
             } else {

@@ -140,7 +140,11 @@ async fn renew_forever(
                 && client.holds_locks(ino, OWNER)
                 && let Some(until) = client.lock_valid_until(ino)
             {
-                check.believe(me, ino, until, Instant::now())?;
+                // Traced when it happens: the verdict is read only when the client ends.
+                if let Err(e) = check.believe(me, ino, until, Instant::now()) {
+                    trace.event(format_args!("VIOLATION (renewer of c{me}): {e}"));
+                    return Err(e);
+                }
             }
         }
     }

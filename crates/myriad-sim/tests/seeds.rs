@@ -520,6 +520,38 @@ fn regression_seeds_pass() {
         moves: true,
         ..busy(110007)
     });
+    // 40060 with locks and directory moves (issue 49, changes held and resent): a create
+    // over an existing file that recorded nothing was answered `Applied`, held, resent
+    // after its own unlink and brought the file back. Fix: only a change whose outcome is
+    // recorded is answered `Applied`.
+    check(&SimConfig {
+        locks: true,
+        dir_moves: true,
+        ..SimConfig::new(40060)
+    });
+    // 50259 with moves, and write-behind seed 87: a resent create brought back a file its
+    // own client had removed since (the removal survived; a move had carried the file but
+    // not the create's record). Fix: a resend is refused where a later change of its
+    // client is recorded or noted (`serve_resend`, `ResendGuard`). 50056 with tree moves
+    // (a read of an older version after a newer one was acknowledged) passed with it.
+    check(&SimConfig {
+        moves: true,
+        ..SimConfig::new(50259)
+    });
+    check(&SimConfig {
+        zones: true,
+        tree_moves: true,
+        ..SimConfig::new(50056)
+    });
+    // 60141 with locks and directory moves: a renewal answered 10 s after it was sent,
+    // by a new lock table, led to a reclaim of a lock whose lease had lapsed at the old
+    // table meanwhile (two other clients had held it since): two holders at once. Fix:
+    // locks are reclaimed only while their lease, judged when the answer comes, lasts.
+    check(&SimConfig {
+        locks: true,
+        dir_moves: true,
+        ..SimConfig::new(60141)
+    });
 }
 
 #[test]

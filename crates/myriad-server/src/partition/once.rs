@@ -68,7 +68,7 @@ impl Partition {
         }
         // Noted before it runs: a resend of another client's lost change arriving
         // meanwhile must not be applied over it.
-        self.resend_guard.note(&request, id.client);
+        self.resend_guard.note(&request, id.client, id.seq);
         let (completes, answer) = recording(&request);
         let settled = Arc::new(AtomicBool::new(false));
         let recorded = Arc::new(AtomicBool::new(false));
@@ -126,7 +126,7 @@ impl Partition {
     /// earlier primary answered it once applied and then went away (`ClientRequest::Resend`,
     /// `resend_guard.rs`): answered by its outcome if it survived, else applied and
     /// answered once durable, unless another client changed what it touches since this
-    /// primary opened.
+    /// primary opened, or a later change of the same client is here.
     pub(super) async fn serve_resend(
         self: &Arc<Self>,
         epoch: u64,
@@ -138,10 +138,29 @@ impl Partition {
         if !survived {
             tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a change lost with an earlier primary was sent again: {}", request.op_name());
         }
-        if !survived
-            && request.is_change()
-            && let Some(why) = self.resend_guard.refuses(&request, id.client)
-        {
+        // A later change of the same client is recorded here, this one not: the later
+        // one ran without it (or found it carried here by a tree move, its record left
+        // behind). Applying it now would undo what came after it (simulation seed 87:
+        // a create resent after its file's recorded removal).
+        let later = || -> Result<Option<String>, FsError> {
+            let next = self
+                .store
+                .outcomes(Some((id.client, id.seq)), 1)
+                .map_err(storage_err)?;
+            Ok(next
+                .first()
+                .filter(|(client, _, _)| *client == id.client)
+                .map(|_| "a later change of the same client is recorded here".to_string()))
+        };
+        let refused = if survived || !request.is_change() {
+            None
+        } else {
+            match later()? {
+                Some(why) => Some(why),
+                None => self.resend_guard.refuses(&request, id.client, id.seq),
+            }
+        };
+        if let Some(why) = refused {
             tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a resent change is not applied: {why}");
             return Err(FsError::Io(format!(
                 "partition {}: a change answered by its earlier primary was lost with it and is not applied again: {why}",

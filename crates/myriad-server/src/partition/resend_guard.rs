@@ -5,7 +5,11 @@
 //! name on the new primary (it saw the lost change for a moment, or never did): applying
 //! the older change over it would lose that client's acknowledged change. So each primary
 //! notes, from its opening, the names and files clients' changes touched, and a resend that
-//! touches one another client changed is refused (its own client reports it lost).
+//! touches one another client changed is refused (its own client reports it lost). So is
+//! one that touches what its own client changed later (a higher sequence number): that
+//! later change was answered on what it found, and the older one must not come back over it
+//! (simulation seed 50259: a create resent after its own file's removal, after a tree move
+//! had carried the file, but not the create's record, to another partition).
 //!
 //! The note is kept only for `WINDOW` after the opening and for at most `KEYS_MAX` names: a
 //! mount resends within a second or two of a failover. Past either, every resend whose
@@ -26,6 +30,13 @@ pub(crate) const KEYS_MAX: usize = 100_000;
 /// A key noted by more than one client.
 const SEVERAL: u64 = u64::MAX;
 
+/// Who changed a key: one client (and its latest change's sequence number), or `SEVERAL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Who {
+    client: u64,
+    seq: u64,
+}
+
 pub(crate) struct ResendGuard {
     opened: Instant,
     inner: Mutex<Noted>,
@@ -33,8 +44,8 @@ pub(crate) struct ResendGuard {
 
 #[derive(Default)]
 struct Noted {
-    /// Name or file ("\0" and the inode number) -> the client that changed it (`SEVERAL`).
-    keys: BTreeMap<String, u64>,
+    /// Name or file ("\0" and the inode number) -> who changed it.
+    keys: BTreeMap<String, Who>,
     /// More than `KEYS_MAX` were to be noted: what is missing is unknown.
     overflowed: bool,
 }
@@ -58,9 +69,9 @@ impl ResendGuard {
         }
     }
 
-    /// Client `client` changed what `request` names (called before it is applied, so a
-    /// resend arriving while it runs sees it).
-    pub(crate) fn note(&self, request: &ClientRequest, client: u64) {
+    /// Change `seq` of client `client` changed what `request` names (called before it is
+    /// applied, so a resend arriving while it runs sees it).
+    pub(crate) fn note(&self, request: &ClientRequest, client: u64, seq: u64) {
         if !self.open() {
             return;
         }
@@ -70,16 +81,18 @@ impl ResendGuard {
                 g.overflowed = true;
                 continue;
             }
-            let who = g.keys.entry(key).or_insert(client);
-            if *who != client {
-                *who = SEVERAL;
+            let who = g.keys.entry(key).or_insert(Who { client, seq });
+            if who.client == client {
+                who.seq = who.seq.max(seq);
+            } else {
+                who.client = SEVERAL;
             }
         }
     }
 
-    /// Why `request`, a change of `client` lost with an earlier primary, must not be
+    /// Why `request`, change `seq` of `client` lost with an earlier primary, must not be
     /// applied again here; `None`: it may.
-    pub(crate) fn refuses(&self, request: &ClientRequest, client: u64) -> Option<String> {
+    pub(crate) fn refuses(&self, request: &ClientRequest, client: u64, seq: u64) -> Option<String> {
         if !self.open() {
             return Some(format!(
                 "sent again more than {} s after this primary opened",
@@ -95,15 +108,19 @@ impl ResendGuard {
             return Some("too many changes since this primary opened".into());
         }
         for key in &mine {
-            if let Some(other) = g
-                .keys
-                .iter()
-                .find(|(k, who)| **who != client && related(k, key))
-            {
-                return Some(format!(
-                    "{} was changed by another client since this primary opened",
-                    shown(other.0)
-                ));
+            for (k, who) in g.keys.iter().filter(|(k, _)| related(k, key)) {
+                if who.client != client {
+                    return Some(format!(
+                        "{} was changed by another client since this primary opened",
+                        shown(k)
+                    ));
+                }
+                if who.seq > seq {
+                    return Some(format!(
+                        "{} was changed again by the same client since",
+                        shown(k)
+                    ));
+                }
             }
         }
         None
@@ -172,15 +189,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_resend_is_refused_over_another_clients_change_of_what_it_touches() {
         let g = ResendGuard::new(Instant::now());
-        g.note(&unlink("/a/x"), 2);
-        g.note(&truncate("/b/f", 7), 2);
-        g.note(&unlink("/c/mine"), 1);
-        // Untouched by others, or touched by the same client: taken.
-        assert_eq!(g.refuses(&unlink("/a/y"), 1), None);
-        assert_eq!(g.refuses(&unlink("/c/mine"), 1), None);
+        g.note(&unlink("/a/x"), 2, 1);
+        g.note(&truncate("/b/f", 7), 2, 2);
+        g.note(&unlink("/c/mine"), 1, 5);
+        // Untouched by others, or touched by the same client's earlier change (or by this
+        // one, sent again): taken.
+        assert_eq!(g.refuses(&unlink("/a/y"), 1, 3), None);
+        assert_eq!(g.refuses(&unlink("/c/mine"), 1, 5), None);
+        assert_eq!(g.refuses(&unlink("/c/mine"), 1, 6), None);
+        // Touched by the same client's later change: refused.
+        let r = g.refuses(&unlink("/c/mine"), 1, 4).unwrap_or_default();
+        assert!(r.contains("same client"), "{r}");
         // The same name, the same file under another name, a name below a changed one.
-        assert!(g.refuses(&unlink("/a/x"), 1).is_some());
-        let r = g.refuses(&truncate("/b/g", 7), 1).unwrap_or_default();
+        assert!(g.refuses(&unlink("/a/x"), 1, 9).is_some());
+        let r = g.refuses(&truncate("/b/g", 7), 1, 9).unwrap_or_default();
         assert!(r.contains("file 7"), "{r}");
         g.note(
             &ClientRequest::Rename {
@@ -189,14 +211,15 @@ mod tests {
                 flags: myriad_proto::RenameFlags::default(),
             },
             3,
+            1,
         );
-        assert!(g.refuses(&unlink("/d/inner"), 1).is_some());
+        assert!(g.refuses(&unlink("/d/inner"), 1, 9).is_some());
         // A name changed by two clients is refused to both.
-        g.note(&unlink("/c/mine"), 4);
-        assert!(g.refuses(&unlink("/c/mine"), 1).is_some());
+        g.note(&unlink("/c/mine"), 4, 1);
+        assert!(g.refuses(&unlink("/c/mine"), 1, 9).is_some());
         // Past the window every resend is refused.
         tokio::time::advance(WINDOW).await;
-        assert!(g.refuses(&unlink("/a/y"), 1).is_some());
+        assert!(g.refuses(&unlink("/a/y"), 1, 9).is_some());
     }
 
     #[test]
