@@ -338,13 +338,26 @@ async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()>
             }
         }
     }
+    let ring = map.ring();
     for (server, kept) in &held {
         for key @ (ino, chunk, index, generation) in kept.keys() {
             if !named.contains(&(*server, *key)) {
+                // Dropped by the chunk's primary once it has proved it orphan (a coding
+                // in flight puts fragments before its record: only problems seen by two
+                // passes are reported, and the primary checks again).
                 pass.problems.push(problem(
                     "orphan fragment",
                     format!("fragment {index} (generation {generation:#x}) of chunk {chunk} of inode {ino:#x} on server {server}: no coded chunk names it"),
-                    None,
+                    Some((
+                        ring.owner_of_chunk(*ino, *chunk),
+                        FsckRepair::DropOrphanFragment {
+                            ino: *ino,
+                            chunk: *chunk,
+                            index: *index,
+                            generation: *generation,
+                            server: *server,
+                        },
+                    )),
                 ));
             }
         }

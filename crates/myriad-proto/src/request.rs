@@ -905,6 +905,17 @@ pub enum FsckRepair {
         #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
+    /// Fragment `index` of generation `generation` of chunk `chunk` of `ino`, kept on
+    /// `server`, that no coded record names: dropped there, if the chunk's primary (which
+    /// gets it), with no coding of its own in flight, finds its record still not naming it
+    /// (protocol 31, issue 49).
+    DropOrphanFragment {
+        ino: InodeId,
+        chunk: u64,
+        index: u8,
+        generation: u32,
+        server: NodeId,
+    },
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.

@@ -402,3 +402,100 @@ async fn writes_and_cuts_into_coded_chunks_read_back_right() {
     let report = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(!report.contains("fragment"), "{report}");
 }
+
+/// Fragments no record names (a coding, or the drop of an old generation, cut short by a
+/// crash): `fsck` names them, `--repair` has the chunk's primary drop them, and the named
+/// fragments stay (the file reads back with no degraded read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_fragments_are_named_by_fsck_and_dropped_by_repair() {
+    use std::sync::Arc;
+
+    use myriad_client::Caller;
+    use myriad_storage::{FjallKv, FragmentId, FragmentStore, Kv};
+    let tc =
+        crate::harness::TestCluster::start_with(4, &["--replicas", "3", "--ec-settle-ms", "300"]);
+    let c = crate::index::plain(&tc, Caller::root());
+    let data = pattern((8 << 20) + 1000, 7);
+    crate::index::ok(c.create("/f", 0o644, true, b"").await, "create");
+    let h = crate::index::ok(c.open("/f").await, "open");
+    crate::index::ok(c.write(&h, 0, &data).await, "write");
+    coded(&tc, "/f", 2).await;
+    let h = crate::index::ok(c.open("/f").await, "open");
+    let codes = crate::index::ok(c.chunk_codes(&h, 2).await, "codes");
+    let (chunk, record) = codes
+        .into_iter()
+        .find_map(|(chunk, r)| r.map(|r| (chunk, r)))
+        .unwrap_or_else(|| panic!("no coded chunk"));
+    let server = record.servers[0];
+
+    let down = tc.cli(&[
+        "cluster",
+        "down",
+        "--data-dir",
+        &tc.dir.path().display().to_string(),
+    ]);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    {
+        let kv: Arc<dyn Kv> = Arc::new(
+            FjallKv::open(&tc.dir.path().join(format!("node-{server}/store")))
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let store = FragmentStore::new(kv);
+        let named = FragmentId {
+            ino: h.inode.ino,
+            chunk,
+            index: 0,
+            generation: record.generation,
+        };
+        let fragment = store
+            .get(named)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no fragment 0 of chunk {chunk} on server {server}"));
+        for generation in [
+            record.generation ^ 0x8000_0000,
+            record.generation ^ 0x4000_0000,
+        ] {
+            let orphan = FragmentId {
+                generation,
+                ..named
+            };
+            store
+                .put(orphan, &fragment)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        store.sync().unwrap_or_else(|e| panic!("{e}"));
+    }
+    for n in &tc.map.nodes {
+        tc.restart(n.id);
+    }
+    for n in &tc.map.nodes {
+        tc.wait_up(&c, n.id).await;
+    }
+
+    let check = tc.cli(&["fsck"]);
+    let report = String::from_utf8_lossy(&check.stdout).to_string();
+    assert!(!check.status.success(), "{report}");
+    assert_eq!(report.matches("orphan fragment:").count(), 2, "{report}");
+    let fix = tc.cli(&["fsck", "--repair"]);
+    let fixed = String::from_utf8_lossy(&fix.stdout).to_string();
+    assert_eq!(
+        fixed.matches("repaired: orphan fragment").count() - fixed.matches("NOT repaired").count(),
+        2,
+        "{fixed}"
+    );
+    assert!(fix.status.success(), "{fixed}");
+    tc.fsck_until_clean().await;
+
+    let reader = crate::index::plain(&tc, Caller::root());
+    let h = crate::index::ok(reader.open("/f").await, "open");
+    let back = crate::index::ok(reader.read(&h, 0, data.len() as u64).await, "read");
+    assert!(
+        back == data,
+        "the named fragments did not survive the repair"
+    );
+    assert_eq!(reader.degraded_reads(), 0, "a named fragment was dropped");
+}

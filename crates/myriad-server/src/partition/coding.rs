@@ -75,6 +75,7 @@ impl Partition {
         if !cfg.enabled || !self.env.serves(self.me) {
             return;
         }
+        let _round = self.coding.round.lock().await;
         let Some((params, up)) = self.cluster_code() else {
             // Too few servers up for a code: nothing is kept to code later (a cluster that
             // grows walks its blocks again).

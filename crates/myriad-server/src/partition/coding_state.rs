@@ -23,6 +23,10 @@ pub(crate) struct CodingState {
     /// The map epoch of the last look at every record (a record may name a server
     /// removed before this primary opened: looked for once per map).
     pub(crate) looked_at: std::sync::atomic::AtomicU64,
+    /// Held by a coding round and by fsck's fragment repairs: a fragment a coding in
+    /// flight has put but not yet named in its record looks orphan, and must not be
+    /// dropped as one.
+    pub(crate) round: tokio::sync::Mutex<()>,
 }
 
 impl CodingState {
@@ -34,6 +38,7 @@ impl CodingState {
             down_since: Mutex::new(BTreeMap::new()),
             seen: Mutex::new(std::collections::BTreeSet::new()),
             looked_at: std::sync::atomic::AtomicU64::new(0),
+            round: tokio::sync::Mutex::new(()),
         }
     }
 }

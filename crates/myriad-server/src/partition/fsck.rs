@@ -130,7 +130,18 @@ impl Partition {
                     .await?;
             }
             FsckRepair::RepairFragments { ino, chunk } => {
+                let _round = self.coding.round.lock().await;
                 self.rebuild_fragments(ino, chunk, &[]).await?;
+            }
+            FsckRepair::DropOrphanFragment {
+                ino,
+                chunk,
+                index,
+                generation,
+                server,
+            } => {
+                self.drop_orphan_fragment(ino, chunk, (index, generation), server)
+                    .await?;
             }
             FsckRepair::RepairBlock { ino, block } => self.repair_block(ino, block).await?,
             FsckRepair::RepairRecord { space, key } => {
@@ -140,5 +151,48 @@ impl Partition {
             }
         }
         Ok(Response::Unit)
+    }
+
+    /// Drops fragment `index` of `generation` of chunk `chunk` of `ino` on `server` if it
+    /// is an orphan: this partition keeps the chunk's record, and with no coding of its own
+    /// in flight (the round lock) the record does not name it. A fragment of the record's
+    /// generation on a server it names for another index is left (the drop takes the
+    /// server's whole generation of the chunk).
+    async fn drop_orphan_fragment(
+        self: &Arc<Self>,
+        ino: myriad_proto::InodeId,
+        chunk: u64,
+        (index, generation): (u8, u32),
+        server: myriad_placement::NodeId,
+    ) -> Result<(), FsError> {
+        let st = self.state();
+        self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
+        let _round = self.coding.round.lock().await;
+        self.not_deposed()?;
+        if let Some(c) = self.store.coded(ino, chunk).map_err(storage_err)?
+            && c.generation == generation
+        {
+            if c.servers.get(usize::from(index)) == Some(&server) {
+                return Err(FsError::InvalidArgument(format!(
+                    "fragment {index} of chunk {chunk} of inode {ino} on server {server} is named by its record now"
+                )));
+            }
+            if c.servers.contains(&server) {
+                return Err(FsError::InvalidArgument(format!(
+                    "server {server} keeps a named fragment of the same generation of chunk {chunk} of inode {ino}: left for the chunk's next coding"
+                )));
+            }
+        }
+        let req = myriad_proto::Request::Peer(myriad_proto::PeerRequest::DropFragments {
+            ino,
+            chunk,
+            generation,
+        });
+        let epoch = self.env.map().map.epoch;
+        self.env
+            .send(server, epoch, myriad_proto::Endpoints::SERVER, &req)
+            .await?;
+        tracing::info!(partition = %self.me, %ino, chunk, index, generation, %server, "fsck: an orphan fragment was dropped");
+        Ok(())
     }
 }
