@@ -13,11 +13,19 @@
 //! Touches of one directory from one partition are coalesced: while one is in flight, the
 //! changes that follow wait for the next, which covers all of them (values are absolute,
 //! read when the touch is sent), so a burst of creates in one directory costs a few
-//! touches, not one each. A touch that fails (the other partition unavailable) is logged
-//! and dropped: the change itself is durable already; only the times stay behind.
+//! touches, not one each. A touch whose target is unavailable (failing over) is sent again,
+//! with the values of the moment, for up to `TOUCH_RETRY_FOR` before the change is
+//! answered, then in the background for up to `TOUCH_LATER_FOR`: a parent's link count
+//! left behind misleads tools that count subdirectories by it (`find`), and nsx under kill
+//! -9 met one (issue 49: an `rmdir` answered while its parent's entry was failing over left
+//! the parent's `nlink` and times as before). Only a crash of this partition's primary
+//! between a change and its touch still leaves them behind.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use myriad_proto::{DirTouchItem, FsError, Inode, Request, Response};
 
@@ -35,6 +43,20 @@ tokio::task_local! {
     static TOUCH_FOR: Option<u64>;
     /// When the change this task applies was made, if its client said (`Batch::times`).
     static CHANGE_TIME: i64;
+}
+
+/// How long a change waits for its directory's touch to get through a failover of the
+/// partition holding the directory's entry (detection and promotion take a few seconds).
+const TOUCH_RETRY_FOR: Duration = Duration::from_secs(15);
+/// How long a touch is tried again in the background after that.
+const TOUCH_LATER_FOR: Duration = Duration::from_secs(60);
+const TOUCH_PAUSE_FIRST: Duration = Duration::from_millis(50);
+const TOUCH_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// A touch failing so may get through later: the target unavailable, busy, failing over
+/// or not yet primary.
+fn passing(e: &FsError) -> bool {
+    e.is_transient() || e.is_routing() || matches!(e, FsError::AskPrimary)
 }
 
 /// A client's time for its change is taken within this of the server's clock.
@@ -148,13 +170,7 @@ impl Partition {
             if slot.covered.load(Ordering::SeqCst) < mine {
                 // Everything requested so far is covered by what is read now.
                 let upto = slot.requested.load(Ordering::SeqCst);
-                let sent = match self.send_touch(dir).await {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::debug!(dir, "directory times not updated: {e}");
-                        None
-                    }
-                };
+                let sent = self.send_touch_through(dir).await;
                 *lock(&slot.last) = sent;
                 slot.covered.fetch_max(upto, Ordering::SeqCst);
             }
@@ -162,6 +178,52 @@ impl Partition {
         };
         self.dir_touches.release(dir, &slot);
         attrs
+    }
+
+    /// `send_touch`, sent again while its target fails over (`TOUCH_RETRY_FOR`), then
+    /// left to `touch_later`.
+    async fn send_touch_through(self: &Arc<Self>, dir: &str) -> Option<Inode> {
+        let deadline = Instant::now() + TOUCH_RETRY_FOR;
+        let mut pause = TOUCH_PAUSE_FIRST;
+        loop {
+            match self.send_touch(dir).await {
+                Ok(attrs) => return attrs,
+                Err(e) if passing(&e) && self.env.serves(self.me) => {
+                    if Instant::now() + pause >= deadline {
+                        tracing::info!(partition = %self.me, dir, "directory times and link count not updated yet ({e}): trying again in the background");
+                        self.touch_later(dir.to_string());
+                        return None;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(TOUCH_PAUSE_MAX);
+                }
+                Err(e) => {
+                    tracing::debug!(dir, "directory times not updated: {e}");
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Sends `dir`'s touch again every `TOUCH_PAUSE_MAX` until it gets through, for at
+    /// most `TOUCH_LATER_FOR`, while this partition is served here.
+    fn touch_later(self: &Arc<Self>, dir: String) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let until = Instant::now() + TOUCH_LATER_FOR;
+            while Instant::now() < until && me.env.serves(me.me) {
+                tokio::time::sleep(TOUCH_PAUSE_MAX).await;
+                match me.send_touch(&dir).await {
+                    Ok(_) => return,
+                    Err(e) if passing(&e) => {}
+                    Err(e) => {
+                        tracing::debug!(dir, "directory times not updated: {e}");
+                        return;
+                    }
+                }
+            }
+            tracing::warn!(partition = %me.me, dir, "directory times and link count left behind: its entry's partition did not answer");
+        });
     }
 
     pub(super) async fn send_touch(self: &Arc<Self>, dir: &str) -> Result<Option<Inode>, FsError> {
