@@ -13,13 +13,12 @@
 //! Touches of one directory from one partition are coalesced: while one is in flight, the
 //! changes that follow wait for the next, which covers all of them (values are absolute,
 //! read when the touch is sent), so a burst of creates in one directory costs a few
-//! touches, not one each. A touch whose target is unavailable (failing over) is sent again,
-//! with the values of the moment, for up to `TOUCH_RETRY_FOR` before the change is
-//! answered, then in the background for up to `TOUCH_LATER_FOR`: a parent's link count
-//! left behind misleads tools that count subdirectories by it (`find`), and nsx under kill
-//! -9 met one (issue 49: an `rmdir` answered while its parent's entry was failing over left
-//! the parent's `nlink` and times as before). Only a crash of this partition's primary
-//! between a change and its touch still leaves them behind.
+//! touches, not one each. A touch whose target is unavailable (failing over) is sent again
+//! for up to `TOUCH_RETRY_FOR` before the change is answered: a parent's link count left
+//! behind misleads tools that count subdirectories by it (`find`), and nsx under kill -9
+//! met one (issue 49: an `rmdir` answered while its parent's entry was failing over left
+//! the parent's `nlink` and times as before). A target down for longer, or a crash of
+//! this partition's primary between a change and its touch, still leaves them behind.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -48,8 +47,6 @@ tokio::task_local! {
 /// How long a change waits for its directory's touch to get through a failover of the
 /// partition holding the directory's entry (detection and promotion take a few seconds).
 const TOUCH_RETRY_FOR: Duration = Duration::from_secs(15);
-/// How long a touch is tried again in the background after that.
-const TOUCH_LATER_FOR: Duration = Duration::from_secs(60);
 const TOUCH_PAUSE_FIRST: Duration = Duration::from_millis(50);
 const TOUCH_PAUSE_MAX: Duration = Duration::from_secs(1);
 
@@ -180,18 +177,20 @@ impl Partition {
         attrs
     }
 
-    /// `send_touch`, sent again while its target fails over (`TOUCH_RETRY_FOR`), then
-    /// left to `touch_later`.
+    /// `send_touch`, sent again while its target fails over, for up to `TOUCH_RETRY_FOR`,
+    /// with the time of the first try (the directory's slot is held meanwhile, so no later
+    /// touch of it overtakes this one). Given up past that: a touch arriving later, out of
+    /// order, would set the directory's times back.
     async fn send_touch_through(self: &Arc<Self>, dir: &str) -> Option<Inode> {
         let deadline = Instant::now() + TOUCH_RETRY_FOR;
         let mut pause = TOUCH_PAUSE_FIRST;
+        let at = self.change_time();
         loop {
-            match self.send_touch(dir).await {
+            match self.send_touch(dir, at).await {
                 Ok(attrs) => return attrs,
                 Err(e) if passing(&e) && self.env.serves(self.me) => {
                     if Instant::now() + pause >= deadline {
-                        tracing::info!(partition = %self.me, dir, "directory times and link count not updated yet ({e}): trying again in the background");
-                        self.touch_later(dir.to_string());
+                        tracing::warn!(partition = %self.me, dir, "directory times and link count left behind: its entry's partition did not take them for {} s ({e})", TOUCH_RETRY_FOR.as_secs());
                         return None;
                     }
                     tokio::time::sleep(pause).await;
@@ -205,28 +204,12 @@ impl Partition {
         }
     }
 
-    /// Sends `dir`'s touch again every `TOUCH_PAUSE_MAX` until it gets through, for at
-    /// most `TOUCH_LATER_FOR`, while this partition is served here.
-    fn touch_later(self: &Arc<Self>, dir: String) {
-        let me = self.clone();
-        tokio::spawn(async move {
-            let until = Instant::now() + TOUCH_LATER_FOR;
-            while Instant::now() < until && me.env.serves(me.me) {
-                tokio::time::sleep(TOUCH_PAUSE_MAX).await;
-                match me.send_touch(&dir).await {
-                    Ok(_) => return,
-                    Err(e) if passing(&e) => {}
-                    Err(e) => {
-                        tracing::debug!(dir, "directory times not updated: {e}");
-                        return;
-                    }
-                }
-            }
-            tracing::warn!(partition = %me.me, dir, "directory times and link count left behind: its entry's partition did not answer");
-        });
-    }
-
-    pub(super) async fn send_touch(self: &Arc<Self>, dir: &str) -> Result<Option<Inode>, FsError> {
+    /// Sends `dir`'s times (`now`) and link count to the partition holding its entry.
+    pub(super) async fn send_touch(
+        self: &Arc<Self>,
+        dir: &str,
+        now: i64,
+    ) -> Result<Option<Inode>, FsError> {
         let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
             return Ok(None);
         };
@@ -235,7 +218,6 @@ impl Partition {
         } else {
             1
         };
-        let now = self.change_time();
         if dir == "/" && rec.root_attrs.is_some() {
             let out = self
                 .applier
