@@ -210,19 +210,23 @@ async fn a_large_file_is_coded_and_reads_back_with_two_servers_killed() {
     }
 }
 
-/// A flipped byte in a fragment (below the engine, as a failing disk leaves it): reads
-/// decode around it and return the right bytes, `fsck` names it, `fsck --repair` rebuilds
-/// it from the others, and reads then take the data fragments alone again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flipped_byte_in_a_fragment_is_read_around_and_repaired() {
-    use std::sync::Arc;
+/// A cluster of 4 (3 copies, chunks coded 0.3 s after their last write) holding `/f`, a
+/// file of two chunks with the second coded, stopped so that a test can reach into a
+/// server's store.
+struct Stopped {
+    tc: crate::harness::TestCluster,
+    c: myriad_client::Client,
+    data: Vec<u8>,
+    h: myriad_client::FileHandle,
+    chunk: u64,
+    record: myriad_client::proto::ec_layout::CodedChunk,
+}
 
-    use myriad_client::Caller;
-    use myriad_storage::{FjallKv, FragmentId, FragmentStore, Kv};
+async fn coded_and_stopped(seed: u64) -> Stopped {
     let tc =
         crate::harness::TestCluster::start_with(4, &["--replicas", "3", "--ec-settle-ms", "300"]);
-    let c = crate::index::plain(&tc, Caller::root());
-    let data = pattern((8 << 20) + 1000, 5);
+    let c = crate::index::plain(&tc, myriad_client::Caller::root());
+    let data = pattern((8 << 20) + 1000, seed);
     crate::index::ok(c.create("/f", 0o644, true, b"").await, "create");
     let h = crate::index::ok(c.open("/f").await, "open");
     crate::index::ok(c.write(&h, 0, &data).await, "write");
@@ -233,8 +237,6 @@ async fn a_flipped_byte_in_a_fragment_is_read_around_and_repaired() {
         .into_iter()
         .find_map(|(chunk, r)| r.map(|r| (chunk, r)))
         .unwrap_or_else(|| panic!("no coded chunk"));
-    let server = record.servers[0];
-
     let down = tc.cli(&[
         "cluster",
         "down",
@@ -246,6 +248,34 @@ async fn a_flipped_byte_in_a_fragment_is_read_around_and_repaired() {
         "{}",
         String::from_utf8_lossy(&down.stderr)
     );
+    Stopped {
+        tc,
+        c,
+        data,
+        h,
+        chunk,
+        record,
+    }
+}
+
+/// A flipped byte in a fragment (below the engine, as a failing disk leaves it): reads
+/// decode around it and return the right bytes, `fsck` names it, `fsck --repair` rebuilds
+/// it from the others, and reads then take the data fragments alone again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flipped_byte_in_a_fragment_is_read_around_and_repaired() {
+    use std::sync::Arc;
+
+    use myriad_client::Caller;
+    use myriad_storage::{FjallKv, FragmentId, FragmentStore, Kv};
+    let Stopped {
+        tc,
+        c,
+        data,
+        h,
+        chunk,
+        record,
+    } = coded_and_stopped(5).await;
+    let server = record.servers[0];
     {
         let kv: Arc<dyn Kv> = Arc::new(
             FjallKv::open(&tc.dir.path().join(format!("node-{server}/store")))
@@ -412,33 +442,15 @@ async fn orphan_fragments_are_named_by_fsck_and_dropped_by_repair() {
 
     use myriad_client::Caller;
     use myriad_storage::{FjallKv, FragmentId, FragmentStore, Kv};
-    let tc =
-        crate::harness::TestCluster::start_with(4, &["--replicas", "3", "--ec-settle-ms", "300"]);
-    let c = crate::index::plain(&tc, Caller::root());
-    let data = pattern((8 << 20) + 1000, 7);
-    crate::index::ok(c.create("/f", 0o644, true, b"").await, "create");
-    let h = crate::index::ok(c.open("/f").await, "open");
-    crate::index::ok(c.write(&h, 0, &data).await, "write");
-    coded(&tc, "/f", 2).await;
-    let h = crate::index::ok(c.open("/f").await, "open");
-    let codes = crate::index::ok(c.chunk_codes(&h, 2).await, "codes");
-    let (chunk, record) = codes
-        .into_iter()
-        .find_map(|(chunk, r)| r.map(|r| (chunk, r)))
-        .unwrap_or_else(|| panic!("no coded chunk"));
+    let Stopped {
+        tc,
+        c,
+        data,
+        h,
+        chunk,
+        record,
+    } = coded_and_stopped(7).await;
     let server = record.servers[0];
-
-    let down = tc.cli(&[
-        "cluster",
-        "down",
-        "--data-dir",
-        &tc.dir.path().display().to_string(),
-    ]);
-    assert!(
-        down.status.success(),
-        "{}",
-        String::from_utf8_lossy(&down.stderr)
-    );
     {
         let kv: Arc<dyn Kv> = Arc::new(
             FjallKv::open(&tc.dir.path().join(format!("node-{server}/store")))
