@@ -117,7 +117,9 @@ enum Command {
     /// noatime; fcntl and flock locks exclude across mounts; RENAME_EXCHANGE of
     /// directories and O_TMPFILE are not supported (EINVAL, EOPNOTSUPP).
     Mount(mount_cmd::MountArgs),
-    /// Unmount a Myriad mount.
+    /// Unmount a Myriad mount, once every change it answered is confirmed durable on
+    /// the servers (or reported lost: then the exit status is 1). A plain `umount` returns
+    /// at once and leaves the mount process to confirm them on its own.
     Umount { mountpoint: PathBuf },
     /// Serve the cluster over the S3 protocol (buckets are top-level directories, objects
     /// are files; keys with slashes are paths). SigV4 credentials come from a file.

@@ -375,11 +375,41 @@ fn detach(
     bail!("mount did not come up within 30 s (log {})", log.display())
 }
 
+/// Unmounts `mountpoint` once every change the mount answered is confirmed durable, or
+/// reported lost (issue 49). The kernel's unmount returns at once and the mount process
+/// then confirms its changes on its own, unwatched: so the changes are confirmed first,
+/// through an fsync of the mount's root directory (the mount's `fsyncdir` makes every
+/// change of the mount durable and answers EIO if some were lost). A loss is reported
+/// and the mount is still unmounted, with a failure status.
 pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
     if !is_mounted(mountpoint) {
         bail!("{} is not mounted", mountpoint.display());
     }
-    myriad_fuse::unmount(mountpoint).map_err(anyhow::Error::msg)
+    let confirmed = confirm_changes(mountpoint);
+    myriad_fuse::unmount(mountpoint).map_err(anyhow::Error::msg)?;
+    confirmed
+}
+
+/// Every change of the mount at `mountpoint` durable, or an error saying some were lost.
+fn confirm_changes(mountpoint: &Path) -> anyhow::Result<()> {
+    let dir = match std::fs::File::open(mountpoint) {
+        Ok(d) => d,
+        // Not ours to open (another user's mount that root unmounts reads fine; a user
+        // without search permission cannot): the mount confirms its changes as it ends.
+        Err(e) => {
+            eprintln!(
+                "myriad umount: {} not opened ({e}): its changes are confirmed by the mount as it ends",
+                mountpoint.display()
+            );
+            return Ok(());
+        }
+    };
+    dir.sync_all().map_err(|e| {
+        anyhow::anyhow!(
+            "{}: some changes this mount had answered could not be confirmed durable ({e}); they may be lost (the mount's log says which); unmounted anyway",
+            mountpoint.display()
+        )
+    })
 }
 
 #[cfg(test)]
