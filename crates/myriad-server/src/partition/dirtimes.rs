@@ -13,8 +13,8 @@
 //! Touches of one directory from one partition are coalesced: while one is in flight, the
 //! changes that follow wait for the next, which covers all of them (values are absolute,
 //! read when the touch is sent), so a burst of creates in one directory costs a few
-//! touches, not one each. A touch whose target is unavailable (failing over) is sent again
-//! for up to `TOUCH_RETRY_FOR` before the change is answered: a parent's link count left
+//! touches, not one each. A touch whose target is unavailable (failing over: `passing`)
+//! is sent again for up to `TOUCH_RETRY_FOR` before the change is answered: a parent's link count left
 //! behind misleads tools that count subdirectories by it (`find`), and nsx under kill -9
 //! met one (issue 49: an `rmdir` answered while its parent's entry was failing over left
 //! the parent's `nlink` and times as before). A target down for longer, or a crash of
@@ -50,10 +50,16 @@ const TOUCH_RETRY_FOR: Duration = Duration::from_secs(15);
 const TOUCH_PAUSE_FIRST: Duration = Duration::from_millis(50);
 const TOUCH_PAUSE_MAX: Duration = Duration::from_secs(1);
 
-/// A touch failing so may get through later: the target unavailable, busy, failing over
-/// or not yet primary.
+/// A touch failing so is at a target failing over, and gets through once it has a new
+/// primary: unreachable (a dead server's connection refused), busy, not yet primary, or
+/// a map change. Not a touch that timed out: a target cut off by the network may stay so,
+/// and a change would wait for it while its own partition works (the simulation's
+/// `a_change_answered_before_its_primary_crashed_is_sent_again` cuts a primary off).
 fn passing(e: &FsError) -> bool {
-    e.is_transient() || e.is_routing() || matches!(e, FsError::AskPrimary)
+    matches!(
+        e,
+        FsError::Unavailable(_) | FsError::Busy | FsError::AskPrimary
+    ) || e.is_routing()
 }
 
 /// A client's time for its change is taken within this of the server's clock.
