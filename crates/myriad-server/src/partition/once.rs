@@ -138,27 +138,12 @@ impl Partition {
         if !survived {
             tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a change lost with an earlier primary was sent again: {}", request.op_name());
         }
-        // A later change of the same client is recorded here, this one not: the later
-        // one ran without it (or found it carried here by a tree move, its record left
-        // behind). Applying it now would undo what came after it (simulation seed 87:
-        // a create resent after its file's recorded removal).
-        let later = || -> Result<Option<String>, FsError> {
-            let next = self
-                .store
-                .outcomes(Some((id.client, id.seq)), 1)
-                .map_err(storage_err)?;
-            Ok(next
-                .first()
-                .filter(|(client, _, _)| *client == id.client)
-                .map(|_| "a later change of the same client is recorded here".to_string()))
-        };
         let refused = if survived || !request.is_change() {
             None
+        } else if self.later_change_recorded(id)? {
+            Some("a later change of the same client is recorded here".to_string())
         } else {
-            match later()? {
-                Some(why) => Some(why),
-                None => self.resend_guard.refuses(&request, id.client, id.seq),
-            }
+            self.resend_guard.refuses(&request, id.client, id.seq)
         };
         if let Some(why) = refused {
             tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a resent change is not applied: {why}");
@@ -168,6 +153,21 @@ impl Partition {
             )));
         }
         self.serve_once(epoch, caller, id, request, false).await
+    }
+
+    /// Whether a change of `id`'s client later than `id` has its outcome recorded here.
+    /// A resend of `id` not recorded here must then not be applied: the later change ran
+    /// without it (or found it carried here by a tree move, its record left behind), and
+    /// applying it now would undo what came after it (simulation seed 87: a create resent
+    /// after its file's recorded removal).
+    fn later_change_recorded(&self, id: OnceId) -> Result<bool, FsError> {
+        let next = self
+            .store
+            .outcomes(Some((id.client, id.seq)), 1)
+            .map_err(storage_err)?;
+        Ok(next
+            .first()
+            .is_some_and(|(client, _, _)| *client == id.client))
     }
 
     /// Forgets outcomes too old for any retry, and the oldest beyond `OUTCOMES_MAX`.
