@@ -238,7 +238,7 @@ impl Client {
         let caller = self.task_caller();
         self.behind(&h.path, data.len(), |held, name, at| {
             let inode = held.lookup(name)??;
-            if inode.ino != h.inode.ino || inode.kind != FileKind::File || inode.nlink != 1 {
+            if inode.ino != h.inode.ino || inode.kind != FileKind::File || !inode.alone_in_its_entry() {
                 return None;
             }
             if let Err(e) = require_write(&inode, &caller, h.opened) {
@@ -274,7 +274,7 @@ impl Client {
         let caller = self.task_caller();
         self.behind(path, 0, |held, name, at| {
             let inode = held.lookup(name)??;
-            if inode.kind != FileKind::File || inode.nlink != 1 {
+            if inode.kind != FileKind::File || !inode.alone_in_its_entry() {
                 return None;
             }
             let checked = match check_setattr(&inode, &caller, set) {
@@ -308,7 +308,7 @@ impl Client {
                 Some(i) => i,
                 None => return Some((Err(FsError::NotFound), None)),
             };
-            if inode.kind == FileKind::Directory || inode.nlink != 1 {
+            if inode.kind == FileKind::Directory || !inode.alone_in_its_entry() {
                 return None;
             }
             if let Err(e) = require_sticky(&dir, &inode, &caller) {

@@ -75,7 +75,9 @@ pub struct Inode {
     /// Extended attributes, embedded like the rest of the inode (bounded by
     /// `limits::XATTR_TOTAL_BYTES_MAX`), so `getxattr` costs no extra lookup.
     pub xattrs: Vec<Xattr>,
-    /// For `HardLink` entries: the node holding the inode object.
+    /// For `HardLink` entries: the node holding the inode object. Also set on the inode
+    /// object itself (what clients see of a file that ever had a second name): its
+    /// changes are applied, and their times stamped, at that node.
     pub link_home: Option<myriad_placement::PartitionId>,
     /// The device of a `CharDevice` or `BlockDevice` (Linux `dev_t`); 0 for other kinds.
     pub rdev: u64,
@@ -101,6 +103,14 @@ impl Inode {
             link_home: None,
             rdev: 0,
         }
+    }
+
+    /// Whether this non-directory is its one name's own: one link, and its inode kept in
+    /// that entry rather than in an inode object at a home node (a file that had a second
+    /// name stays there), so a change of it is applied where the name is.
+    #[must_use]
+    pub fn alone_in_its_entry(&self) -> bool {
+        self.nlink == 1 && self.link_home.is_none()
     }
 }
 

@@ -100,7 +100,9 @@ impl Partition {
         chunk_size: u64,
     ) -> Result<Response, FsError> {
         let name = inode_name(ino);
-        let inode = self.lookup_in(INODE_DIR, &name).await?;
+        let mut inode = self.lookup_in(INODE_DIR, &name).await?;
+        // Objects linked before LinkSource recorded their home.
+        inode.link_home.get_or_insert(self.me);
         let dir = INODE_DIR.to_string();
         let now = self.env.now_ns();
         // A handle's request names the inode it was opened on: if the name now refers to
@@ -322,7 +324,7 @@ impl Partition {
     /// A hard-link name of inode `link` was renamed: the inode's ctime changes at its home
     /// (a change of zero links stamps it). A failure leaves the ctime behind, logged.
     pub(crate) async fn touch_link_home(self: &Arc<Self>, link: &Inode) {
-        let Some(home) = link.link_home else {
+        let (FileKind::HardLink, Some(home)) = (link.kind, link.link_home) else {
             return;
         };
         let req = PeerRequest::AdjustLinks {
@@ -339,7 +341,7 @@ impl Partition {
 
     /// After a hard-link name was removed: one link fewer at the home.
     pub(crate) async fn drop_link(self: &Arc<Self>, removed: &Inode) {
-        let Some(home) = removed.link_home else {
+        let (FileKind::HardLink, Some(home)) = (removed.kind, removed.link_home) else {
             return;
         };
         let req = PeerRequest::AdjustLinks {

@@ -23,6 +23,8 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             inode.nlink = inode.nlink.saturating_add(1);
             inode.ctime_ns = now;
+            // Clients see where its changes are stamped from now on (`alone_in_its_entry`).
+            inode.link_home = Some(me);
             if ctx.store.dir(INODE_DIR).map_err(storage_err)?.is_none() {
                 ctx.store.put_dir(b, INODE_DIR, &DirRecord::new(InodeId(0)));
             }
