@@ -82,6 +82,11 @@ pub enum BenchCmd {
     /// bindfs over tmpfs in the same run; then cross-directory renames and links one at a
     /// time on the idle mount (their latency distribution) and the mount log's error lines.
     Stress(crate::bench_stress::StressArgs),
+    /// Issue 49's "slow is not dead": every server, a mount and more stress workers than
+    /// cores share this host at full load for --minutes (30 by default) with no kill; the
+    /// servers marked down (target: none), the map's epoch changes, every answer checked
+    /// against the workers' models, and fsck at the end.
+    Soak(crate::bench_soak::SoakArgs),
     /// One worker of `bench stress` (internal).
     #[command(hide = true)]
     StressWorker(crate::stress::StressWorkerArgs),
@@ -236,6 +241,10 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         BenchCmd::Stress(a) => {
             own_cluster_only("stress");
             return crate::bench_stress::run(a).await;
+        }
+        BenchCmd::Soak(a) => {
+            own_cluster_only("soak");
+            return crate::bench_soak::run(a).await;
         }
         BenchCmd::StressWorker(a) => return crate::stress::worker_main(&a),
         BenchCmd::Rpc(a) => ("rpc", a, &["rpc"]),

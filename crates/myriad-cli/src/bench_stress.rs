@@ -71,7 +71,7 @@ struct Report {
 }
 
 /// Starts one worker process (as the benchmark identity when run as root).
-fn spawn_worker(dir: &Path, extra: &[String]) -> anyhow::Result<Child> {
+pub(crate) fn spawn_worker(dir: &Path, extra: &[String]) -> anyhow::Result<Child> {
     let who = bench_identity();
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["bench", "stress-worker", "--dir"])
@@ -86,7 +86,7 @@ fn spawn_worker(dir: &Path, extra: &[String]) -> anyhow::Result<Child> {
     Ok(cmd.spawn()?)
 }
 
-fn collect(child: Child) -> anyhow::Result<StressReport> {
+pub(crate) fn collect(child: Child) -> anyhow::Result<StressReport> {
     let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!("a stress worker failed ({})", out.status);
@@ -96,7 +96,7 @@ fn collect(child: Child) -> anyhow::Result<StressReport> {
 }
 
 /// A directory the benchmark identity may work in.
-fn owned_dir(p: &Path) -> anyhow::Result<()> {
+pub(crate) fn owned_dir(p: &Path) -> anyhow::Result<()> {
     fs::create_dir_all(p)?;
     let who = bench_identity();
     std::os::unix::fs::chown(p, Some(who.uid), Some(who.gid)).ok();

@@ -10,6 +10,7 @@ mod bench_ls;
 mod bench_python;
 mod bench_shared_dir;
 mod bench_smallread;
+mod bench_soak;
 mod bench_spread;
 mod bench_storm;
 mod bench_stress;

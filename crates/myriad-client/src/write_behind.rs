@@ -238,7 +238,10 @@ impl Client {
         let caller = self.task_caller();
         self.behind(&h.path, data.len(), |held, name, at| {
             let inode = held.lookup(name)??;
-            if inode.ino != h.inode.ino || inode.kind != FileKind::File || !inode.alone_in_its_entry() {
+            if inode.ino != h.inode.ino
+                || inode.kind != FileKind::File
+                || !inode.alone_in_its_entry()
+            {
                 return None;
             }
             if let Err(e) = require_write(&inode, &caller, h.opened) {

@@ -222,6 +222,7 @@ impl Filesystem for MyriadFs {
                         .leased_ttl(&path, mark, i.kind == myriad_client::FileKind::Directory)
             {
                 self.inner.metrics.attr_from(AttrFrom::Lease);
+                tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, path, "getattr from a lease");
                 return reply.attr(&ttl, &self.inner.kernel_attr(&self.inner.visible(i)));
             }
         }
@@ -230,7 +231,7 @@ impl Filesystem for MyriadFs {
         if let Some(i) = self.inner.inodes.fresh(ids.id(ino), ttl) {
             self.inner.metrics.attr_from(AttrFrom::Cache);
             let i = self.inner.visible(i);
-            tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from the cache");
+            tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, mtime = i.mtime_ns, "getattr from the cache");
             return reply.attr(&ttl, &self.inner.kernel_attr(&i));
         }
         self.inner.metrics.attr_from(AttrFrom::Server);
@@ -248,7 +249,7 @@ impl Filesystem for MyriadFs {
             };
             match found {
                 Ok(i) => {
-                    tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, mtime = i.mtime_ns, "getattr from a server");
+                    tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, mtime = i.mtime_ns, "getattr from a server");
                     let leased = path
                         .filter(|_| by_name)
                         .and_then(|p| fs.leased_ttl(&p, mark, i.kind == myriad_client::FileKind::Directory));

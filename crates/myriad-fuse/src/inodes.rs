@@ -32,10 +32,15 @@ struct Node {
     /// `fresh` no longer answers getattr (an unlink or rename changed link count or
     /// ctime); its size still beats an older listing's (`newer_than`).
     expired: bool,
-    /// `Tables::clock` at this mount's last acknowledged change of the inode. Attributes
-    /// a server read before then (a stat that crossed our write on the wire) are older
-    /// than what the kernel was told and are not kept (as the kernel's own attr_version).
+    /// `Tables::clock` at this mount's last acknowledged change of the inode whose new
+    /// attributes it was told (`observe_own`): those beat a listing read before it.
     changed_at: u64,
+    /// `Tables::clock` at this mount's last change of the inode of any kind, also those
+    /// whose new attributes it was not told (a name added or removed, a rename: `touched`).
+    /// Attributes a server read before then (a stat that crossed our write on the wire, a
+    /// lookup's prefetched contents and attributes) are older than what the kernel was
+    /// told and are not kept (as the kernel's own attr_version).
+    touched_at: u64,
 }
 
 pub struct InodeTable {
@@ -74,6 +79,7 @@ impl InodeTable {
                 fresh: None,
                 expired: false,
                 changed_at: 0,
+                touched_at: 0,
             },
         );
         let by_path = HashMap::from([(path.to_string(), top)]);
@@ -129,6 +135,14 @@ impl InodeTable {
             .is_some_and(|n| n.changed_at > since)
     }
 
+    /// Whether this mount changed the inode in any way after stamp `since` (`touched_at`).
+    pub fn touched_since(&self, ino: InodeId, since: u64) -> bool {
+        self.lock()
+            .nodes
+            .get(&ino)
+            .is_some_and(|n| n.touched_at > since)
+    }
+
     /// The kernel learned `inode` under `path` (one more lookup to be forgotten later);
     /// `since`: the stamp taken before the request that brought `inode`.
     pub fn add(&self, path: &str, inode: &Inode, since: u64) {
@@ -142,11 +156,12 @@ impl InodeTable {
             fresh: None,
             expired: false,
             changed_at: 0,
+            touched_at: 0,
         });
         n.paths.retain(|p| p != path);
         n.paths.push(path.to_string());
         n.lookups += 1;
-        if n.changed_at <= since {
+        if n.touched_at <= since {
             note_remote(n, inode);
         }
         t.by_path.insert(path.to_string(), inode.ino);
@@ -162,6 +177,7 @@ impl InodeTable {
             n.fresh = Some((inode.clone(), Instant::now()));
             n.expired = false;
             n.changed_at = clock;
+            n.touched_at = clock;
         }
     }
 
@@ -169,7 +185,7 @@ impl InodeTable {
     /// difference means another client changed the file.
     pub fn observe_remote(&self, inode: &Inode, since: u64) {
         if let Some(n) = self.lock().nodes.get_mut(&inode.ino)
-            && n.changed_at <= since
+            && n.touched_at <= since
         {
             note_remote(n, inode);
         }
@@ -181,7 +197,7 @@ impl InodeTable {
     pub fn open_check(&self, inode: &Inode, since: u64) -> bool {
         match self.lock().nodes.get_mut(&inode.ino) {
             Some(n) => {
-                if n.changed_at <= since {
+                if n.touched_at <= since {
                     note_remote(n, inode);
                 }
                 std::mem::take(&mut n.pages_stale)
@@ -204,8 +220,10 @@ impl InodeTable {
     /// The inode's cached attributes no longer answer getattr (a directory whose entries
     /// this mount changed: its times and link count changed on the servers).
     pub fn expire(&self, ino: InodeId) {
-        if let Some(n) = self.lock().nodes.get_mut(&ino) {
-            n.expired = true;
+        let mut g = self.lock();
+        let t = &mut *g;
+        if let Some(n) = t.nodes.get_mut(&ino) {
+            touched(n, &mut t.clock);
         }
     }
 
@@ -221,10 +239,11 @@ impl InodeTable {
     /// and the name is no longer one of its paths (the last one stays, for open handles).
     pub fn unlinked(&self, path: &str) {
         let mut g = self.lock();
-        if let Some(ino) = g.by_path.remove(path)
-            && let Some(n) = g.nodes.get_mut(&ino)
+        let t = &mut *g;
+        if let Some(ino) = t.by_path.remove(path)
+            && let Some(n) = t.nodes.get_mut(&ino)
         {
-            n.expired = true;
+            touched(n, &mut t.clock);
             drop_name(n, path);
         }
     }
@@ -257,13 +276,16 @@ impl InodeTable {
         if let Some(old) = t.by_path.remove(to)
             && let Some(n) = t.nodes.get_mut(&old)
         {
-            n.expired = true;
+            touched(n, &mut t.clock);
             drop_name(n, to);
         }
         for (ino, n) in &mut t.nodes {
             for p in &mut n.paths {
                 let new = if p == from {
-                    n.expired = true; // ctime changed
+                    // ctime changed (`touched`; the paths are borrowed)
+                    t.clock += 1;
+                    n.touched_at = t.clock;
+                    n.expired = true;
                     to.to_string()
                 } else if let Some(rest) = p.strip_prefix(&prefix) {
                     join(to, rest)
@@ -288,7 +310,7 @@ impl InodeTable {
         if ia == ib {
             // Two names of one file: nothing moves but its ctime.
             if let Some(n) = ia.and_then(|i| t.nodes.get_mut(&i)) {
-                n.expired = true;
+                touched(n, &mut t.clock);
             }
             return;
         }
@@ -297,7 +319,7 @@ impl InodeTable {
         for (ino, old, new) in [(ia, a, b), (ib, b, a)] {
             let Some(ino) = ino else { continue };
             if let Some(n) = t.nodes.get_mut(&ino) {
-                n.expired = true;
+                touched(n, &mut t.clock);
                 for p in &mut n.paths {
                     if p == old {
                         *p = new.to_string();
@@ -312,6 +334,15 @@ impl InodeTable {
     pub fn len(&self) -> usize {
         self.lock().nodes.len()
     }
+}
+
+/// This mount changed the inode without being told its new attributes (a name added or
+/// removed, a rename: link count or ctime): its cached ones no longer answer getattr, and
+/// what a server read before is older (`touched_since`).
+fn touched(n: &mut Node, clock: &mut u64) {
+    *clock += 1;
+    n.touched_at = *clock;
+    n.expired = true;
 }
 
 fn note_remote(n: &mut Node, inode: &Inode) {
@@ -471,5 +502,38 @@ mod tests {
         assert!(!t.open_check(&old, before), "and does not mark pages stale");
         assert_eq!(t.newer_than(InodeId(5), before).map(|i| i.size), Some(100));
         assert!(t.newer_than(InodeId(5), t.stamp()).is_none());
+    }
+
+    /// A hard link made here changes the file's link count under every name, and the
+    /// mount is not told the new count for each: attributes a lookup read before it (the
+    /// prefetched ones an open takes) must not come back (`bench soak`: a stat of the new
+    /// name said 1 link after the open of the old one used its lookup's prefetch).
+    #[test]
+    fn a_link_or_unlink_here_outdates_what_was_read_before() {
+        let t = InodeTable::new();
+        let mut i = inode(InodeId(8));
+        t.add("/a", &i, t.stamp());
+        let looked_up = t.stamp();
+        i.nlink = 2;
+        t.add("/b", &i, looked_up);
+        t.expire(InodeId(8));
+        assert!(t.touched_since(InodeId(8), looked_up));
+        assert!(
+            !t.changed_since(InodeId(8), looked_up),
+            "no attributes told"
+        );
+        let mut old = inode(InodeId(8));
+        old.nlink = 1;
+        t.observe_remote(&old, looked_up);
+        assert!(
+            t.fresh(InodeId(8), Duration::from_secs(60)).is_none(),
+            "the count read before the link does not answer getattr"
+        );
+        let after = t.stamp();
+        t.unlinked("/b");
+        assert!(t.touched_since(InodeId(8), after));
+        t.observe_remote(&i, after);
+        assert!(t.fresh(InodeId(8), Duration::from_secs(60)).is_none());
+        assert!(!t.touched_since(InodeId(8), t.stamp()));
     }
 }

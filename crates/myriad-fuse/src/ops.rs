@@ -287,7 +287,7 @@ impl Inner {
         let p = self.prefetch_lock().remove(&ino)?;
         let current = p.pid == pid
             && p.at.elapsed() < PREFETCH_FRESH
-            && !self.inodes.changed_since(ino, p.since)
+            && !self.inodes.touched_since(ino, p.since)
             && !self.handles.has_unsent(ino);
         current.then_some((p.inode, p.data, p.since))
     }
