@@ -73,3 +73,54 @@ fn processes_of_several_users_stress_one_mount_and_every_answer_is_right() {
         .collect();
     assert!(bad.is_empty(), "the mount logged errors: {bad:#?}");
 }
+
+/// `myriad bench soak`, shortly: its rounds of checked workers, the servers' mark-down
+/// count read from every server's metrics, and fsck at the end. Seed 5's first 300
+/// operations end with a `stat` of a name just linked, whose count the mount once took
+/// from a lookup made before the link (1 instead of 2).
+#[test]
+fn a_short_soak_reads_every_server_and_ends_clean() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the soak's fsck and mount need root");
+        return;
+    }
+    let out_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "soak",
+            "--minutes",
+            "0.02",
+            "--procs",
+            "2",
+            "--ops",
+            "300",
+            "--seed",
+            "5",
+        ])
+        .arg("--out-dir")
+        .arg(out_dir.path())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.path().join("bench-soak.json")).unwrap_or_default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {text}"));
+    let rounds = report["rounds"].as_u64().unwrap_or(0);
+    assert!(rounds >= 1, "{report}");
+    assert_eq!(
+        report["operations"].as_u64(),
+        Some(rounds * 600),
+        "{report}"
+    );
+    assert_eq!(report["mismatches"].as_u64(), Some(0), "{text}");
+    assert_eq!(report["servers_metrics_read"].as_u64(), Some(4), "{report}");
+    assert_eq!(report["fsck_clean"].as_bool(), Some(true), "{text}");
+}
