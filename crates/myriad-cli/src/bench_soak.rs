@@ -16,7 +16,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::bench_fuse::MountProc;
-use crate::bench_stress::{collect, owned_dir, spawn_worker};
+use crate::bench_stress::{collect, owned_dir, spawn_mix};
 use crate::cluster::{LocalCluster, NodeOptions};
 
 #[derive(Args, Clone)]
@@ -98,19 +98,9 @@ fn load_average() -> f64 {
 /// after. Returns (operations, mismatch lines).
 fn round(root: &Path, a: &SoakArgs, seed: u64) -> anyhow::Result<(u64, Vec<String>)> {
     owned_dir(root)?;
-    let mut kids = Vec::new();
-    for p in 0..a.procs {
-        let extra = vec![
-            "--ops".to_string(),
-            a.ops.to_string(),
-            "--seed".to_string(),
-            (seed + p as u64).to_string(),
-        ];
-        kids.push(spawn_worker(&root.join(format!("p{p}")), &extra)?);
-    }
     let mut ops = 0;
     let mut mismatches = Vec::new();
-    for k in kids {
+    for k in spawn_mix(root, a.procs, a.ops, seed)? {
         let r = collect(k)?;
         ops += r.ops;
         mismatches.extend(r.mismatches);
@@ -129,8 +119,17 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
         &NodeOptions::for_bench(vec!["--metrics=127.0.0.1:0".into()]),
     )
     .await?;
+    // The servers go down however the run ends (a failed round, a mount that did not come
+    // up), before their temporary directory is removed.
+    let soaked = soak(&cluster, tmp.path(), &a).await;
+    let _ = cluster.down();
+    soaked
+}
+
+/// The run on `cluster` (up), with the mount and its log under `dir`.
+async fn soak(cluster: &LocalCluster, dir: &Path, a: &SoakArgs) -> anyhow::Result<()> {
     let map = crate::cluster::map_path(&cluster.dir);
-    let mnt = tmp.path().join("mnt");
+    let mnt = dir.join("mnt");
     fs::create_dir(&mnt)?;
     let client = cluster.client(Duration::from_secs(20))?;
     let first_epoch = client.newest_map().await.epoch;
@@ -141,7 +140,7 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         a.minutes
     );
-    let log = tmp.path().join("mount.log");
+    let log = dir.join("mount.log");
     let m = MountProc::start_logged(&map, &mnt, &a.mount_args, &log)?;
     let started = Instant::now();
     let until = Duration::from_secs_f64(a.minutes * 60.0);
@@ -150,7 +149,7 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
     let mut failure = None;
     while started.elapsed() < until {
         let seed = a.seed + rounds * a.procs as u64;
-        match round(&mnt.join(format!("round{rounds}")), &a, seed) {
+        match round(&mnt.join(format!("round{rounds}")), a, seed) {
             Ok((ops, mis)) => {
                 operations += ops;
                 mismatches.extend(mis);
@@ -181,7 +180,6 @@ pub async fn run(a: SoakArgs) -> anyhow::Result<()> {
         .arg("fsck")
         .output()?;
     let fsck_clean = fsck.status.success();
-    let _ = cluster.down();
     let report = Report {
         nodes: a.nodes,
         procs: a.procs,

@@ -71,7 +71,7 @@ struct Report {
 }
 
 /// Starts one worker process (as the benchmark identity when run as root).
-pub(crate) fn spawn_worker(dir: &Path, extra: &[String]) -> anyhow::Result<Child> {
+fn spawn_worker(dir: &Path, extra: &[String]) -> anyhow::Result<Child> {
     let who = bench_identity();
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["bench", "stress-worker", "--dir"])
@@ -84,6 +84,27 @@ pub(crate) fn spawn_worker(dir: &Path, extra: &[String]) -> anyhow::Result<Child
         std::os::unix::process::CommandExt::gid(&mut cmd, who.gid);
     }
     Ok(cmd.spawn()?)
+}
+
+/// `procs` workers of the random mix under `root` (`p0`, `p1`, ...), `ops` operations
+/// each, worker `p` with seed `seed + p`.
+pub(crate) fn spawn_mix(
+    root: &Path,
+    procs: usize,
+    ops: u64,
+    seed: u64,
+) -> anyhow::Result<Vec<Child>> {
+    (0..procs)
+        .map(|p| {
+            let extra = [
+                "--ops".to_string(),
+                ops.to_string(),
+                "--seed".to_string(),
+                (seed + p as u64).to_string(),
+            ];
+            spawn_worker(&root.join(format!("p{p}")), &extra)
+        })
+        .collect()
 }
 
 pub(crate) fn collect(child: Child) -> anyhow::Result<StressReport> {
@@ -120,17 +141,7 @@ fn run_on(root: &Path, a: &StressArgs) -> anyhow::Result<(f64, Vec<StressReport>
         ],
     )?)?;
     let started = Instant::now();
-    let mut kids = Vec::new();
-    for p in 0..a.procs {
-        let extra = vec![
-            "--ops".to_string(),
-            a.ops.to_string(),
-            "--seed".to_string(),
-            (a.seed + p as u64).to_string(),
-        ];
-        kids.push(spawn_worker(&root.join(format!("p{p}")), &extra)?);
-    }
-    let reports = kids
+    let reports = spawn_mix(root, a.procs, a.ops, a.seed)?
         .into_iter()
         .map(collect)
         .collect::<anyhow::Result<Vec<_>>>()?;

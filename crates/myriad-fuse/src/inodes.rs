@@ -280,12 +280,10 @@ impl InodeTable {
             drop_name(n, to);
         }
         for (ino, n) in &mut t.nodes {
+            let mut moved = false;
             for p in &mut n.paths {
                 let new = if p == from {
-                    // ctime changed (`touched`; the paths are borrowed)
-                    t.clock += 1;
-                    n.touched_at = t.clock;
-                    n.expired = true;
+                    moved = true;
                     to.to_string()
                 } else if let Some(rest) = p.strip_prefix(&prefix) {
                     join(to, rest)
@@ -297,6 +295,9 @@ impl InodeTable {
                 }
                 t.by_path.insert(new.clone(), *ino);
                 *p = new;
+            }
+            if moved {
+                touched(n, &mut t.clock); // ctime changed
             }
         }
     }

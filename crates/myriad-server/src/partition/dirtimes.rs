@@ -16,9 +16,10 @@
 //! touches, not one each. A touch whose target is unavailable (failing over: `passing`)
 //! is sent again for up to `TOUCH_RETRY_FOR` before the change is answered: a parent's
 //! link count left behind misleads tools that count subdirectories by it (`find`), and
-//! nsx under kill -9 met one (issue 49: an `rmdir` answered while its parent's entry was failing over left
-//! the parent's `nlink` and times as before). A target down for longer, or a crash of
-//! this partition's primary between a change and its touch, still leaves them behind.
+//! nsx under kill -9 met one (issue 49: an `rmdir` answered while its parent's entry was
+//! failing over left the parent's `nlink` and times as before). A target down for
+//! longer, or a crash of this partition's primary between a change and its touch, still
+//! leaves them behind.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
