@@ -719,7 +719,8 @@ fn moves_line(map: &ClusterMap) -> String {
         .count();
     if waiting > 0 {
         tail.push_str(&format!(
-            "; {waiting} partitions have no copy up and in sync (waiting for one to return)"
+            "; {waiting} partitions have no copy up and in sync (waiting for one to return; \
+             if those servers are lost for good: `myriad node lost ID`)"
         ));
     }
     if moves.is_empty() {

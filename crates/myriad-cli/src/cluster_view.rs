@@ -232,7 +232,10 @@ impl Watcher {
         if waiting != self.waiting && waiting > 0 {
             self.note_error(
                 None,
-                format!("{waiting} partitions have no copy up and in sync"),
+                format!(
+                    "{waiting} partitions have no copy up and in sync (they wait for one; if \
+                     those servers are lost for good: `myriad node lost ID`)"
+                ),
             );
         }
         self.waiting = waiting;

@@ -33,6 +33,7 @@ mod mount_cmd;
 mod mount_helper;
 mod netns;
 mod node_cmd;
+mod node_lost;
 mod plot;
 mod policy_cmd;
 mod s3_cmd;

@@ -2,7 +2,8 @@
 //! cluster secret (issue 48, docs/deploy.md): list them; drain one (its copies move to
 //! the others while it keeps serving, then it leaves the map); remove one that is gone for
 //! good (its copies are made again from the others, and it leaves the map and the
-//! cluster-map group). `cluster remove-node` is this, plus stopping a local process.
+//! cluster-map group); declare servers lost (`node_lost.rs`). `cluster remove-node` is
+//! remove, plus stopping a local process.
 
 use std::time::Duration;
 
@@ -37,6 +38,21 @@ pub enum NodeCmd {
         #[arg(long)]
         wait: bool,
     },
+    /// Declare servers lost for good, when some partition's in-sync copies were all on
+    /// them (it served on those disks alone, and they died): such a partition is served
+    /// again from a copy that was behind, and every change only the lost copies held is
+    /// gone. Without --accept-loss it only prints what it would do. Partitions with an
+    /// in-sync copy elsewhere, up or down, are left alone: waiting for it loses nothing.
+    /// Afterwards run `myriad fsck`: names may point at files whose creation was lost.
+    Lost {
+        /// The servers' ids (`node list`), each marked down.
+        #[arg(required = true)]
+        ids: Vec<u32>,
+        /// Make the change (without it: print what would be served again, from which copy,
+        /// and what is lost).
+        #[arg(long)]
+        accept_loss: bool,
+    },
 }
 
 /// How long a wait may see no change of the map before it gives up (the cluster goes on).
@@ -68,6 +84,10 @@ pub async fn run(cmd: NodeCmd, client: &Client) -> anyhow::Result<()> {
                 );
             }
             Ok(())
+        }
+        NodeCmd::Lost { ids, accept_loss } => {
+            let lost = ids.into_iter().map(NodeId).collect();
+            crate::node_lost::run(client, &lost, accept_loss).await
         }
         NodeCmd::Remove { id, wait } => {
             let id = NodeId(id);
@@ -149,6 +169,20 @@ pub async fn leave(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
         );
     }
     let copies = copies_on(&map, id);
+    // A partition whose only in-sync copies are on `id` has no primary to copy from: its
+    // copies are never made elsewhere, and the wait below would not end.
+    if let Ok(plan) = map.declare_lost(&std::collections::BTreeSet::from([id]))
+        && let Some(pid) = plan
+            .forced
+            .iter()
+            .map(|f| f.partition)
+            .chain(plan.no_copy_up.iter().map(|(p, _)| *p))
+            .next()
+    {
+        bail!(
+            "cannot remove server {id} yet: partition {pid} has its only in-sync copies on it,              so nothing can copy them elsewhere. Bring it back, or accept losing what only it              held: `myriad node lost {id}` says what that loses"
+        );
+    }
     if map.node(id).is_some_and(|n| n.state == NodeState::Down) && copies > 0 {
         // Marked leaving now, it would count as up again: every primary would take it back
         // as a backup and writes would wait for it. Its copies are made again on the

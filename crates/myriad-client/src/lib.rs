@@ -40,8 +40,9 @@ pub use index::{
 pub use leases::{Dropped, LeaseMark, RecallHook};
 pub use myriad_net::{Link, Transport};
 pub use myriad_placement::{
-    ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Move, NodeId, NodeInfo,
-    NodeState, PartitionId, PartitionInfo, Policy, PolicyState, ZONE_NAME_MAX, zone_name_ok,
+    ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Forced, LossPlan, LostError,
+    Move, NodeId, NodeInfo, NodeState, PartitionId, PartitionInfo, Policy, PolicyState,
+    ZONE_NAME_MAX, zone_name_ok,
 };
 /// The protocol, for tools that speak it directly (fsck).
 pub use myriad_proto as proto;

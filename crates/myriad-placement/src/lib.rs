@@ -9,6 +9,7 @@
 //! Must not depend on: any other workspace crate, an async runtime, I/O, clocks or randomness.
 
 mod fragments;
+mod lost;
 mod map;
 mod members;
 pub mod partition;
@@ -23,6 +24,7 @@ mod tree_moves;
 mod zones;
 
 pub use fragments::{fragment_servers, fragment_slot};
+pub use lost::{Forced, LossPlan, LostError};
 pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
 pub use members::{
     DEFAULT_GROUP, InodeId, Move, NO_SERVER, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX,

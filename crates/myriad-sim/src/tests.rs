@@ -366,3 +366,133 @@ async fn changes_are_sent_again() {
         assert!(!mount.has_unsynced_changes(), "still held after the sync");
     }
 }
+
+/// Issue 49: every in-sync copy of the partitions lost for good (the primary served alone,
+/// with `--min-copies 1`, and then its disk died). Nothing is promoted on its own: the
+/// copies that return are behind, and the file system stays unavailable rather than lose
+/// acknowledged changes silently. An administrator's `declare_lost` (`myriad node lost
+/// --accept-loss`) serves them again from a behind copy: what only the lost disk held is
+/// gone, everything else reads back, and changes are taken. If the lost server returns
+/// after all, its diverged copy is made again from the new primary, never mixed in: once
+/// it is the only copy left, it serves the new history, not its own.
+#[test]
+fn a_lost_in_sync_copy_is_replaced_only_by_an_administrator_accepting_the_loss() {
+    roomy(lost_copies_replaced_by_the_administrator);
+}
+
+async fn lost_copies_replaced_by_the_administrator() {
+    let t = Three::new(Some(1)).await;
+    let client = t.client();
+    client
+        .mkdir("/a", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("mkdir with every copy up: {e}"));
+    let root = t.map.ring().owner_of_dir("/");
+    let lost = t.map.primary_of(root).unwrap_or(NodeId(1));
+    let others: Vec<NodeId> = (1..=3).map(NodeId).filter(|i| *i != lost).collect();
+    // Both other copies crash: every partition is served by `lost` alone.
+    let mut map = t.map.clone();
+    for &o in &others {
+        if let Some(s) = t.net.server(o) {
+            s.stop();
+        }
+        t.net.set_server(o, None);
+        map = map.mark_down(o).unwrap_or_else(|| panic!("mark {o} down"));
+    }
+    t.install(&map).await;
+    client
+        .mkdir("/b", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("mkdir on one disk with --min-copies 1: {e}"));
+    // Its disk is lost for good; the others return, behind.
+    if let Some(s) = t.net.server(lost) {
+        s.stop();
+    }
+    t.net.set_server(lost, None);
+    map = map
+        .mark_down(lost)
+        .unwrap_or_else(|| panic!("mark {lost} down"));
+    for &o in &others {
+        map = map.mark_up(o).unwrap_or_else(|| panic!("mark {o} up"));
+    }
+    for &o in &others {
+        t.start_server(o, &map);
+    }
+    t.install(&map).await;
+    for &o in &others {
+        if let Some(s) = t.net.server(o) {
+            s.open().await.unwrap_or_else(|e| panic!("reopen {o}: {e}"));
+        }
+    }
+    assert_eq!(map.primary_of(root), None, "a behind copy was promoted");
+    assert!(
+        client.stat("/a").await.is_err(),
+        "served with every in-sync copy gone"
+    );
+    // The administrator accepts the loss.
+    let plan = map
+        .declare_lost(&std::collections::BTreeSet::from([lost]))
+        .unwrap_or_else(|e| panic!("declare lost: {e}"));
+    assert_eq!(plan.forced.len(), map.partitions.len(), "{plan:?}");
+    map = plan.next.unwrap_or_else(|| panic!("nothing forced"));
+    t.install(&map).await;
+    client
+        .stat("/a")
+        .await
+        .unwrap_or_else(|e| panic!("/a, made with every copy up, after the forced promotion: {e}"));
+    assert_eq!(
+        client.stat("/b").await.err(),
+        Some(FsError::NotFound),
+        "/b was on the lost disk alone: this test tests nothing"
+    );
+    client
+        .mkdir("/c", 0o755)
+        .await
+        .unwrap_or_else(|e| panic!("mkdir after the forced promotion: {e}"));
+    // The lost server returns with its disk after all: behind everywhere, its copies
+    // (which hold /b and lack /c) are made again from the new primaries.
+    map = map
+        .mark_up(lost)
+        .unwrap_or_else(|| panic!("mark {lost} up"));
+    let back = t.start_server(lost, &map);
+    t.install(&map).await;
+    back.open()
+        .await
+        .unwrap_or_else(|e| panic!("reopen {lost}: {e}"));
+    assert!(
+        map.partitions.iter().all(|p| p.behind.contains(&lost)),
+        "the returning lost copy is not behind"
+    );
+    let mut level = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let theirs = t.net.server(others[0]).map(|s| s.digests());
+        if theirs.is_some_and(|d| d == back.digests()) {
+            level = true;
+            break;
+        }
+    }
+    assert!(level, "the returned copy was never made level");
+    let synced: Vec<_> = map.partitions.iter().map(|p| (p.id, lost)).collect();
+    map = map
+        .caught_up(&synced)
+        .unwrap_or_else(|| panic!("caught up"));
+    // Now the other two are lost: the returned copy serves the new history.
+    for &o in &others {
+        if let Some(s) = t.net.server(o) {
+            s.stop();
+        }
+        t.net.set_server(o, None);
+        map = map.mark_down(o).unwrap_or_else(|| panic!("mark {o} down"));
+    }
+    t.install(&map).await;
+    assert_eq!(map.primary_of(root), Some(lost));
+    client.stat("/c").await.unwrap_or_else(|e| {
+        panic!("/c, made after the forced promotion, on the returned copy: {e}")
+    });
+    assert_eq!(
+        client.stat("/b").await.err(),
+        Some(FsError::NotFound),
+        "the returned copy kept its own history"
+    );
+}

@@ -28,6 +28,7 @@ mod index;
 mod integrity;
 mod leases;
 mod links;
+mod lost;
 mod mount;
 mod mount_metrics;
 mod netsplit;
