@@ -1,0 +1,316 @@
+//! A partition's answers to client requests that change a file's contents or attributes,
+//! or make answers durable. Routed here by `client_ops::serve_client`.
+
+use std::sync::Arc;
+
+use myriad_proto::{
+    Caller, FileKind, FsError, InodeId, Response, SetAttr, XattrMode, limits, validate_path,
+};
+
+use crate::cluster::MapState;
+use crate::partition::core::{Partition, attrs_key, check_xattr_name};
+use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
+use crate::state::perm;
+
+/// An open file a change names: its path, its inode number, and whether the change comes
+/// from a handle opened for writing (permission was checked at open).
+pub(super) struct Opened {
+    pub(super) path: String,
+    pub(super) ino: myriad_proto::InodeId,
+    pub(super) opened: bool,
+}
+
+impl Partition {
+    /// Sets or removes an extended attribute (user.* on files and directories only).
+    pub(super) async fn client_set_xattr(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        name: String,
+        value: Option<serde_bytes::ByteBuf>,
+        mode: XattrMode,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_entry(st, &path)?;
+        self.search(&caller, &path).await?;
+        check_xattr_name(&name)?;
+        if value
+            .as_ref()
+            .is_some_and(|v| v.len() > limits::XATTR_TOTAL_BYTES_MAX)
+        {
+            return Err(FsError::TooLarge);
+        }
+        let inode = self.lookup(&path).await?;
+        // As Linux: user.* only on regular files and directories; the caller needs
+        // write permission (the sticky-directory owner rule does not apply here).
+        if !matches!(inode.kind, FileKind::File | FileKind::Directory) {
+            return Err(FsError::NotPermitted);
+        }
+        perm::require(&inode, &caller, perm::WRITE)?;
+        let (dir, name_) = attrs_key(&path);
+        self.mutate_inode(Mutation::SetAttr {
+            dir,
+            name: name_,
+            change: InodeChange::Xattr {
+                name,
+                value: value.map(serde_bytes::ByteBuf::into_vec),
+                mode,
+            },
+            now: self.change_time(),
+        })
+        .await
+    }
+
+    /// Changes a name's attributes; a directory's new permissions reach every replica first.
+    pub(super) async fn client_set_attr(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        set: SetAttr,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_entry(st, &path)?;
+        self.search(&caller, &path).await?;
+        let before = self.lookup(&path).await?;
+        let set = perm::check_setattr(&before, &caller, &set)?;
+        let (dir, name) = attrs_key(&path);
+        let changes_access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
+        if changes_access && before.kind == FileKind::Directory {
+            // Changes other clients answered behind in it by its old attributes
+            // are applied first (they were answered before this change).
+            // Boxed: every client request's future holds this handler's, kept small.
+            Box::pin(self.hold_dir_home(&path)).await;
+        }
+        let reply = self
+            .mutate_inode(Mutation::SetAttr {
+                dir,
+                name,
+                change: InodeChange::Attr(set),
+                now: self.change_time(),
+            })
+            .await?;
+        if let Response::Attr(i) = &reply
+            && i.kind == FileKind::Directory
+            && changes_access
+        {
+            // Acknowledged only once every replica has the new permissions, and
+            // no client writes behind in the directory by its old ones.
+            // Boxed: every client request's future holds this handler's, kept small.
+            Box::pin(futures::future::join(
+                self.notify_subscribers(&path, Some(i.clone())),
+                self.tell_dir_home(&path, i),
+            ))
+            .await;
+        }
+        Ok(reply)
+    }
+
+    /// Writes bytes into the first chunk of an open file.
+    pub(super) async fn client_write(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        file: Opened,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<Response, FsError> {
+        let Opened { path, ino, opened } = file;
+        let (dir, name, target) = self.file_to_change(st, &caller, &path, ino, opened).await?;
+        if data.len() as u64 > limits::IO_BYTES_MAX {
+            return Err(FsError::InvalidArgument(
+                "write larger than the I/O limit".into(),
+            ));
+        }
+        self.kill_setid(&dir, &name, target.as_ref(), &caller)
+            .await?;
+        self.mutate_inode(Mutation::Write {
+            dir,
+            name,
+            ino,
+            offset,
+            data,
+            now: self.change_time(),
+        })
+        .await
+    }
+
+    /// Grows an open file (bytes written in later chunks).
+    pub(super) async fn client_extend_size(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        file: Opened,
+        size: u64,
+    ) -> Result<Response, FsError> {
+        let Opened { path, ino, opened } = file;
+        let (dir, name, target) = self.file_to_change(st, &caller, &path, ino, opened).await?;
+        self.kill_setid(&dir, &name, target.as_ref(), &caller)
+            .await?;
+        self.mutate_inode(Mutation::ExtendSize {
+            dir,
+            name,
+            ino,
+            size,
+            now: self.change_time(),
+        })
+        .await
+    }
+
+    /// Sets the size of an open file; trims the chunks past it before answering.
+    pub(super) async fn client_truncate(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        file: Opened,
+        size: u64,
+    ) -> Result<Response, FsError> {
+        let Opened { path, ino, opened } = file;
+        let (dir, name, target) = self.file_to_change(st, &caller, &path, ino, opened).await?;
+        self.kill_setid(&dir, &name, target.as_ref(), &caller)
+            .await?;
+        match self
+            .applier
+            .run(Mutation::Truncate {
+                dir,
+                name,
+                ino,
+                size,
+                now: self.change_time(),
+            })
+            .await?
+        {
+            Outcome::InodeGc(inode, gc) => {
+                if let Some(txid) = gc {
+                    // Trim before replying: a later extend must read zeros, not old bytes.
+                    if let Err(e) = self.run_gc(txid).await {
+                        tracing::warn!(
+                            "truncate of ino {}: chunk trim deferred to recovery: {e}",
+                            inode.ino
+                        );
+                    }
+                }
+                Ok(Response::Attr(inode))
+            }
+            _ => Err(FsError::Io("unexpected outcome".into())),
+        }
+    }
+
+    /// Writes bytes into a later chunk (uncoding it first if it was coded).
+    pub(super) async fn client_write_chunk(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        ino: InodeId,
+        chunk: u64,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<Response, FsError> {
+        if chunk == 0 {
+            return Err(FsError::InvalidArgument(
+                "chunk 0 is written with Write".into(),
+            ));
+        }
+        self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
+        if let Some(c) = self.store.coded(ino, chunk).map_err(storage_err)? {
+            self.uncode(ino, chunk, &c).await?;
+        }
+        // Noted before (no coding round starts on it meanwhile) and after the write
+        // is applied: a round that began before the write reached the store found
+        // nothing or less to code and let the chunk go, so only the note after it
+        // makes sure the chunk is coded once settled (under load a write spent
+        // longer than the settle time queued: a chunk was never coded).
+        self.note_chunk_written(ino, chunk);
+        let out = self
+            .applier
+            .run(Mutation::WriteChunk {
+                ino,
+                chunk,
+                offset,
+                data,
+            })
+            .await;
+        self.note_chunk_written(ino, chunk);
+        let out = out?;
+        if matches!(out, Outcome::Coded(_)) {
+            // Coded between the look above and the write: the write is asked
+            // again, and uncodes it then.
+            return Err(FsError::Busy);
+        }
+        Ok(Response::Unit)
+    }
+
+    /// Makes what was answered for a file durable, and checks it still holds the file.
+    pub(super) async fn client_sync(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        path: String,
+        ino: InodeId,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_entry(st, &path)?;
+        self.applier.run(Mutation::Barrier).await?;
+        // What is durable now must still hold the file: a crash before the fsync
+        // loses a non-durable create, and then the close must not report success.
+        let i = self.lookup(&path).await?;
+        if i.ino != ino {
+            return Err(FsError::Stale);
+        }
+        Ok(Response::Unit)
+    }
+
+    /// Makes everything answered here durable, if this primary answered it.
+    pub(super) async fn client_sync_partition(
+        self: &Arc<Self>,
+        incarnation: u64,
+    ) -> Result<Response, FsError> {
+        if incarnation != self.incarnation {
+            return Err(FsError::Io(format!(
+                "partition {}: its primary changed (a failover or restart) since it answered changes now being synced: they may be lost",
+                self.me
+            )));
+        }
+        self.applier.run(Mutation::Barrier).await?;
+        Ok(Response::Unit)
+    }
+
+    /// Reserves inode numbers for the sending client (sent once).
+    pub(super) async fn client_reserve_ids(
+        self: &Arc<Self>,
+        count: u32,
+    ) -> Result<Response, FsError> {
+        let client = crate::commit::once::task_client().ok_or_else(|| {
+            FsError::InvalidArgument("inode numbers are reserved by a change sent once".into())
+        })?;
+        match self
+            .applier
+            .run(Mutation::ReserveIds { client, count })
+            .await?
+        {
+            Outcome::Ids(first, count) => Ok(Response::Ids {
+                first: myriad_proto::InodeId(first),
+                count,
+            }),
+            _ => Err(FsError::Io("unexpected outcome".into())),
+        }
+    }
+
+    /// Freezes or thaws a tree (root only, as fsck).
+    pub(super) async fn client_mark_read_only(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        mark: Option<myriad_proto::ReadOnlyMark>,
+        auto: bool,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_dir(st, &path)?;
+        // Freezing a tree is an administrator's act, as fsck is.
+        if caller.uid != 0 {
+            return Err(FsError::PermissionDenied);
+        }
+        self.mark_read_only(&path, mark, auto).await?;
+        Ok(Response::Unit)
+    }
+}

@@ -1,0 +1,319 @@
+//! A partition's answers to client requests that make or remove names: create, symlink,
+//! mknod, mkdir, unlink, rmdir, rename. Routed here by `client_ops::serve_client`.
+
+use std::sync::Arc;
+
+use myriad_placement::split_parent;
+use myriad_proto::{
+    Caller, FileKind, FsError, Inode, PeerRequest, RenameFlags, Request, Response, limits,
+    validate_path,
+};
+
+use crate::cluster::MapState;
+use crate::partition::core::{Partition, changed_response, shard_depth};
+use crate::state::mutation::{Mutation, Outcome};
+use crate::state::perm;
+
+/// What a create asks for besides its path (`ClientRequest::Create`).
+pub(super) struct NewFile {
+    pub(super) mode: u32,
+    pub(super) exclusive: bool,
+    /// The file's first bytes, written with it.
+    pub(super) data: Vec<u8>,
+    /// Answered once durable, else once applied (a mount's write-behind).
+    pub(super) durable: bool,
+    /// An inode number the client reserved (`ReserveIds`).
+    pub(super) ino: Option<myriad_proto::InodeId>,
+}
+
+impl Partition {
+    /// A regular file (a non-exclusive create of an existing name opens it).
+    pub(super) async fn client_create(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        new: NewFile,
+    ) -> Result<Response, FsError> {
+        let NewFile {
+            mode,
+            exclusive,
+            data,
+            durable,
+            ino,
+        } = new;
+        let (dir, name) = self.entry_target(st, &path)?;
+        // A reserved number is the sending client's own: only a change sent once
+        // says which client that is.
+        let ino = match ino {
+            Some(i) => Some((
+                crate::commit::once::task_client().ok_or_else(|| {
+                    FsError::InvalidArgument(
+                        "a create with a reserved inode number is sent once".into(),
+                    )
+                })?,
+                i,
+            )),
+            None => None,
+        };
+        let parent = self.may_create(&caller, &path).await?;
+        let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, FileKind::File, mode);
+        if let Some((client, i)) = ino {
+            self.claim_if_foreign(client, i).await?;
+        }
+        self.note_added(&dir);
+        let m = Mutation::CreateFile {
+            dir: dir.clone(),
+            name,
+            mode,
+            uid: caller.uid,
+            gid,
+            exclusive,
+            data,
+            now: self.change_time(),
+            ino,
+        };
+        let created = |o: &Outcome| matches!(o, Outcome::Created(_));
+        match self.run_touching(m, &dir, durable, created).await? {
+            (Outcome::Created(i), parent) => Ok(Response::Changed {
+                inode: Some(i),
+                parent,
+            }),
+            // A non-exclusive create of an existing name opens it: a hard-link name
+            // answers with its inode.
+            (Outcome::Inode(i), _) => Ok(Response::Attr(self.resolve(i).await?)),
+            _ => Err(FsError::Io("unexpected outcome".into())),
+        }
+    }
+
+    /// A symbolic link.
+    pub(super) async fn client_symlink(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        target: String,
+    ) -> Result<Response, FsError> {
+        let (dir, name) = self.entry_target(st, &path)?;
+        let parent = self.may_create(&caller, &path).await?;
+        let (gid, _) = perm::new_owner_group(parent.as_ref(), &caller, FileKind::Symlink, 0o777);
+        self.note_added(&dir);
+        if target.is_empty()
+            || target.len() > limits::SYMLINK_TARGET_BYTES_MAX
+            || target.contains('\0')
+        {
+            return Err(FsError::InvalidArgument(
+                "symlink target must be 1..=4096 bytes without NUL".into(),
+            ));
+        }
+        let m = Mutation::Symlink {
+            dir: dir.clone(),
+            name,
+            target,
+            uid: caller.uid,
+            gid,
+            now: self.change_time(),
+        };
+        changed_response(self.run_touching(m, &dir, true, |_| true).await?)
+    }
+
+    /// A device node, FIFO or socket (device nodes by root only, as Linux).
+    pub(super) async fn client_mknod(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Response, FsError> {
+        let (dir, name) = self.entry_target(st, &path)?;
+        let parent = self.may_create(&caller, &path).await?;
+        // As Linux: only root (CAP_MKNOD) makes device nodes.
+        if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && caller.uid != 0 {
+            return Err(FsError::NotPermitted);
+        }
+        let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, kind, mode);
+        self.note_added(&dir);
+        let m = Mutation::Mknod {
+            dir: dir.clone(),
+            name,
+            kind,
+            mode,
+            rdev,
+            uid: caller.uid,
+            gid,
+            now: self.change_time(),
+        };
+        changed_response(self.run_touching(m, &dir, true, |_| true).await?)
+    }
+
+    /// Removes a name that is not a directory.
+    pub(super) async fn client_unlink(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+    ) -> Result<Response, FsError> {
+        let (dir, name) = self.entry_target(st, &path)?;
+        self.may_remove(&caller, &path).await?;
+        let parent = self.unlink_entry(dir, name).await?;
+        Ok(Response::Changed {
+            inode: None,
+            parent,
+        })
+    }
+
+    /// A directory, sharded from the start if asked.
+    pub(super) async fn client_mkdir(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        mode: u32,
+        shards: u32,
+    ) -> Result<Response, FsError> {
+        let (dir, name) = self.entry_target(st, &path)?;
+        let parent = self.may_create(&caller, &path).await?;
+        let (gid, mode) =
+            perm::new_owner_group(parent.as_ref(), &caller, FileKind::Directory, mode);
+        let depth = shard_depth(shards)?;
+        let made = self
+            .mkdir(&path, dir.clone(), name, mode, depth, (caller.uid, gid))
+            .await;
+        let inode = made?;
+        self.note_added(&dir);
+        let parent = self.touch_dir(&dir).await;
+        Ok(Response::Changed {
+            inode: Some(inode),
+            parent,
+        })
+    }
+
+    /// Removes an empty directory.
+    pub(super) async fn client_rmdir(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+    ) -> Result<Response, FsError> {
+        if path == "/" {
+            return Err(FsError::Busy);
+        }
+        let (dir, name) = self.entry_target(st, &path)?;
+        self.may_remove(&caller, &path).await?;
+        self.rmdir(&path, dir.clone(), name).await?;
+        let parent = self.touch_dir(&dir).await;
+        Ok(Response::Changed {
+            inode: None,
+            parent,
+        })
+    }
+
+    /// Moves a name (within or between partitions), then touches the directories.
+    pub(super) async fn client_rename(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        from: String,
+        to: String,
+        flags: RenameFlags,
+    ) -> Result<Response, FsError> {
+        validate_path(&from)?;
+        validate_path(&to)?;
+        if from == "/" || to == "/" {
+            return Err(FsError::Busy);
+        }
+        if to.starts_with(&format!("{from}/")) {
+            return Err(FsError::InvalidArgument(
+                "cannot move a directory into itself".into(),
+            ));
+        }
+        self.own_entry(st, &from)?;
+        self.may_remove(&caller, &from).await?;
+        self.may_rename_to(&caller, &from, &to).await?;
+        let local_target = self.entry_node(&to) == self.me;
+        let (from_dir, to_dir) = (
+            split_parent(&from).0.to_string(),
+            split_parent(&to).0.to_string(),
+        );
+        let moved = self.lookup(&from).await.ok();
+        match self.rename(from, to, flags).await {
+            Ok(touched) => {
+                if let Some(i) = moved.filter(|i| i.kind == FileKind::HardLink) {
+                    // The name moved, the inode lives at its home: its ctime
+                    // changes there (seen under every name).
+                    self.touch_link_home(&i).await;
+                }
+                if !touched {
+                    self.touch_dir(&from_dir).await;
+                }
+                if local_target && to_dir != from_dir {
+                    self.touch_dir(&to_dir).await;
+                }
+                Ok(Response::Unit)
+            }
+            // A destination in a shard that moved: learn where it is now; the
+            // client's retry goes there.
+            Err(FsError::WrongShard { dir, map }) => {
+                self.learn_shard_map(&dir, map.map(|m| *m)).await;
+                Err(FsError::Busy)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A create with inode number `ino` reserved by another partition (the client took
+    /// it before the directory split moved the name here): that partition marks it used
+    /// for this one first (`PeerRequest::ClaimReserved`; asked again on a retry, it answers
+    /// the same).
+    async fn claim_if_foreign(
+        self: &Arc<Self>,
+        client: u64,
+        ino: myriad_proto::InodeId,
+    ) -> Result<(), FsError> {
+        let owner = myriad_proto::PartitionId(u32::try_from(ino.0 >> 40).unwrap_or(u32::MAX));
+        if owner == self.me {
+            return Ok(());
+        }
+        if self.state().map.partition(owner).is_none() {
+            return Err(FsError::InvalidArgument(format!(
+                "inode number {ino} is not one any partition reserved"
+            )));
+        }
+        self.call_node(
+            owner,
+            Request::Peer(PeerRequest::ClaimReserved {
+                client,
+                ino,
+                by: self.me,
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Removes the name `dir/name` (not a directory) and what only it kept; returns the
+    /// parent's attributes after.
+    pub(crate) async fn unlink_entry(
+        self: &Arc<Self>,
+        dir: String,
+        name: String,
+    ) -> Result<Option<Inode>, FsError> {
+        let m = Mutation::Unlink {
+            dir: dir.clone(),
+            name,
+            now: self.change_time(),
+        };
+        let (outcome, parent) = self.run_touching(m, &dir, true, |_| true).await?;
+        if let Outcome::InodeGc(removed, gc) = outcome {
+            if let Some(txid) = gc {
+                self.spawn_gc(txid);
+            }
+            if removed.kind == FileKind::HardLink {
+                self.drop_link(&removed).await;
+            }
+        }
+        Ok(parent)
+    }
+}
