@@ -1,0 +1,190 @@
+//! A partition's answers to other servers about directories: shards and splits, directory
+//! objects, parts moving between partitions. Routed here by `peer_ops::serve_peer`.
+
+use std::sync::Arc;
+
+use myriad_placement::Shard;
+use myriad_proto::{FsError, InodeId, Response, validate_path};
+
+use crate::cluster::MapState;
+use crate::partition::core::Partition;
+use crate::state::mutation::Mutation;
+
+/// A directory part moved here (`PeerRequest::DirImport`).
+pub(super) struct DirPart {
+    pub(super) path: String,
+    pub(super) txid: u64,
+    pub(super) ino: InodeId,
+    pub(super) shards: Vec<Shard>,
+    pub(super) map: Option<myriad_placement::ShardMap>,
+    pub(super) entries: Vec<myriad_proto::ExportedEntry>,
+    /// The directory the part replaces, if the move replaces one.
+    pub(super) replaces: Option<InodeId>,
+}
+
+impl Partition {
+    /// A directory's first shard record (a sharded mkdir).
+    pub(super) async fn peer_shard_create(
+        self: &Arc<Self>,
+        dir: String,
+        ino: InodeId,
+        shards: Vec<Shard>,
+    ) -> Result<Response, FsError> {
+        validate_path(&dir)?;
+        self.applier
+            .run(Mutation::Shard(
+                crate::state::mutation::ShardMutation::Create { dir, ino, shards },
+            ))
+            .await?;
+        Ok(Response::Unit)
+    }
+
+    /// Ends a split's import into a new shard, revealing it or dropping it.
+    pub(super) async fn peer_shard_finish(
+        self: &Arc<Self>,
+        dir: String,
+        txid: u64,
+        child: Shard,
+        reveal: bool,
+    ) -> Result<Response, FsError> {
+        validate_path(&dir)?;
+        self.applier
+            .run(Mutation::Shard(
+                crate::state::mutation::ShardMutation::Finish {
+                    dir: dir.clone(),
+                    txid,
+                    child,
+                    reveal,
+                },
+            ))
+            .await?;
+        if reveal {
+            // A huge directory's new shard may split on (split_trigger).
+            self.check_splits(&dir);
+        }
+        Ok(Response::Unit)
+    }
+
+    /// Records a shard split (or its undo) in the directory's shard map.
+    pub(super) async fn peer_shard_map_change(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        dir: String,
+        ino: InodeId,
+        shard: Shard,
+        split: bool,
+    ) -> Result<Response, FsError> {
+        validate_path(&dir)?;
+        self.own_dir(st, &dir)?;
+        if !shard.is_valid() {
+            return Err(FsError::InvalidArgument("bad shard".into()));
+        }
+        self.applier
+            .run(Mutation::Shard(
+                crate::state::mutation::ShardMutation::MapChange {
+                    dir,
+                    ino,
+                    shard,
+                    split,
+                },
+            ))
+            .await?;
+        Ok(Response::Unit)
+    }
+
+    /// A directory object made at the partition its path hashes to (a mkdir from elsewhere).
+    pub(super) async fn peer_dir_object_create(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        path: String,
+        ino: InodeId,
+        depth: u8,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_dir(st, &path)?;
+        self.create_dir_object(&path, ino, depth.min(myriad_placement::SHARD_DEPTH_MAX))
+            .await?;
+        Ok(Response::Unit)
+    }
+
+    /// Removes a directory object (an rmdir from elsewhere).
+    pub(super) async fn peer_dir_object_remove(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        path: String,
+        ino: InodeId,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_dir(st, &path)?;
+        self.remove_dir_object(&path, ino).await?;
+        Ok(Response::Unit)
+    }
+
+    /// Freezes a directory part being moved (a rename of a directory, a tree moving between zones).
+    pub(super) async fn peer_dir_freeze(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        path: String,
+        txid: u64,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_dir_part(st, &path)?;
+        self.applier.run(Mutation::DirFreeze { path, txid }).await?;
+        Ok(Response::Unit)
+    }
+
+    /// Takes a directory part moved here (placed here now, or where its tree's move heads).
+    pub(super) async fn peer_dir_import(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        part: DirPart,
+    ) -> Result<Response, FsError> {
+        let DirPart {
+            path,
+            txid,
+            ino,
+            shards,
+            map,
+            entries,
+            replaces,
+        } = part;
+        validate_path(&path)?;
+        // Placed here now, or (a tree moving between zones) where its move heads.
+        let here = |ring: &myriad_placement::Ring| match shards.first() {
+            Some(s) => s.is_valid() && ring.owner_of_shard(&path, *s) == self.me,
+            None => ring.owner_of_dir(&path) == self.me,
+        };
+        let moving_here = || st.map.moving_policy().is_some() && here(st.target_ring());
+        if !here(&st.ring) && !moving_here() {
+            return Err(FsError::Redirect(Box::new(st.map.clone())));
+        }
+        self.applier
+            .run(Mutation::DirImport {
+                path,
+                txid,
+                ino,
+                shards,
+                map,
+                entries,
+                replaces,
+            })
+            .await?;
+        Ok(Response::Unit)
+    }
+
+    /// Ends a directory move on this side: keeps or drops its part.
+    pub(super) async fn peer_dir_finish(
+        self: &Arc<Self>,
+        path: String,
+        txid: u64,
+        action: myriad_proto::DirAction,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        // No ownership check: keyed by (path, txid) and idempotent, and a node without
+        // a part of `path` (already dropped, or never made) has nothing to do.
+        self.applier
+            .run(Mutation::DirFinish { path, txid, action })
+            .await?;
+        Ok(Response::Unit)
+    }
+}

@@ -1,0 +1,205 @@
+//! A partition's answers to other servers about names: reserved inode numbers, hard-link
+//! names, the target side of renames, directory times. Routed here by
+//! `peer_ops::serve_peer`.
+
+use std::sync::Arc;
+
+use myriad_placement::PartitionId;
+use myriad_proto::{FsError, Inode, InodeId, Response, validate_path};
+
+use crate::cluster::MapState;
+use crate::partition::core::{Partition, attrs_key, inode_response};
+use crate::state::mutation::{DirTouchOne, Mutation, Outcome};
+
+/// The target side of a rename between partitions (`PeerRequest::RenamePrepare`).
+pub(super) struct RenameTarget {
+    pub(super) txid: u64,
+    /// The partition running the rename (it commits or aborts it).
+    pub(super) coordinator: PartitionId,
+    pub(super) to: String,
+    pub(super) inode: myriad_proto::Inode,
+    pub(super) flags: myriad_proto::RenameFlags,
+    /// The moved file's first-chunk blocks, which move with its entry.
+    pub(super) blocks: Vec<(u64, serde_bytes::ByteBuf)>,
+    /// The inode the name replaces, if the rename replaces one.
+    pub(super) replaces: Option<InodeId>,
+}
+
+impl Partition {
+    /// Marks an inode number this partition reserved used by partition `by` (a create a split moved).
+    pub(super) async fn peer_claim_reserved(
+        self: &Arc<Self>,
+        client: u64,
+        ino: InodeId,
+        by: PartitionId,
+    ) -> Result<Response, FsError> {
+        self.applier
+            .run(Mutation::ClaimReserved {
+                client,
+                ino: ino.0,
+                by,
+            })
+            .await?;
+        Ok(Response::Unit)
+    }
+
+    /// A name that refers to a hard-linked inode kept at its home.
+    pub(super) async fn peer_put_link_ref(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        path: String,
+        ino: InodeId,
+        home: PartitionId,
+    ) -> Result<Response, FsError> {
+        let (dir, name) = self.entry_target(st, &path)?;
+        let m = Mutation::PutLinkRef {
+            dir: dir.clone(),
+            name,
+            ino,
+            home,
+        };
+        let (out, _) = self.run_touching(m, &dir, true, |_| true).await?;
+        inode_response(out)
+    }
+
+    /// The target side of a rename between partitions: its name prepared under `txid`.
+    pub(super) async fn peer_rename_prepare(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        prepare: RenameTarget,
+    ) -> Result<Response, FsError> {
+        let RenameTarget {
+            txid,
+            coordinator,
+            to,
+            inode,
+            flags,
+            blocks,
+            replaces,
+        } = prepare;
+        validate_path(&to)?;
+        self.own_entry(st, &to)?;
+        let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
+        let outcome = self
+            .applier
+            .run(Mutation::RenamePrepare {
+                txid,
+                coordinator,
+                to,
+                inode,
+                flags,
+                blocks,
+                replaces,
+            })
+            .await?;
+        Ok(match outcome {
+            Outcome::Exchanged(inode, blocks) => Response::Exchanged {
+                inode,
+                blocks: blocks
+                    .into_iter()
+                    .map(|(b, d)| (b, serde_bytes::ByteBuf::from(d)))
+                    .collect(),
+            },
+            _ => Response::Unit,
+        })
+    }
+
+    /// A directory's times (and link count) after a change in it made elsewhere.
+    pub(super) async fn peer_dir_touch(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        path: String,
+        ino: InodeId,
+        now_ns: i64,
+        nlink: Option<u32>,
+        client: Option<u64>,
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        if path == "/" {
+            self.own(st, st.ring.owner_of_dir("/"))?;
+        } else {
+            self.own_entry(st, &path)?;
+        }
+        let (dir, name) = attrs_key(&path);
+        let exempt = crate::commit::leases::Exempt::of([(dir.clone(), client)]);
+        // Visible is enough: a lost touch costs a stale time, never data, and the
+        // change it reports is already durable on its own partition.
+        let touch = self.applier.run_visible(Mutation::DirTouch {
+            dir,
+            name,
+            ino,
+            now: now_ns,
+            nlink,
+        });
+        match exempt.scope(touch).await? {
+            Outcome::Inode(i) => Ok(Response::Attr(i)),
+            _ => Ok(Response::Unit),
+        }
+    }
+
+    /// `DirTouches`: every touch of a path this partition holds, in one batch; the others
+    /// answer their own routing error (the sender sends those alone, learning the shard).
+    pub(super) async fn serve_dir_touches(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        touches: Vec<myriad_proto::DirTouchItem>,
+    ) -> Result<Response, FsError> {
+        if touches.len() > myriad_proto::limits::DIR_TOUCHES_MAX {
+            return Err(FsError::InvalidArgument(format!(
+                "at most {} directory touches per request",
+                myriad_proto::limits::DIR_TOUCHES_MAX
+            )));
+        }
+        let mut results: Vec<Result<Inode, FsError>> = Vec::with_capacity(touches.len());
+        let mut mine = Vec::new();
+        let mut clients: Vec<(String, Option<u64>)> = Vec::new();
+        for t in touches {
+            let owned = validate_path(&t.path).and_then(|()| {
+                if t.path == "/" {
+                    self.own(st, st.ring.owner_of_dir("/"))
+                } else {
+                    self.own_entry(st, &t.path)
+                }
+            });
+            match owned {
+                Ok(()) => {
+                    let (dir, name) = attrs_key(&t.path);
+                    clients.push((dir.clone(), t.client));
+                    mine.push((
+                        results.len(),
+                        DirTouchOne {
+                            dir,
+                            name,
+                            ino: t.ino,
+                            now: t.now_ns,
+                            nlink: t.nlink,
+                        },
+                    ));
+                    results.push(Err(FsError::NotFound));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if mine.is_empty() {
+            return Ok(Response::Attrs(results));
+        }
+        let (at, batch): (Vec<usize>, Vec<DirTouchOne>) = mine.into_iter().unzip();
+        // Visible is enough, as for one touch (`DirTouch`).
+        let touch = self.applier.run_visible(Mutation::DirTouches(batch));
+        let touched = match crate::commit::leases::Exempt::of(clients)
+            .scope(touch)
+            .await?
+        {
+            Outcome::Touched(t) => t,
+            _ => {
+                return Err(FsError::Io(
+                    "unexpected outcome of directory touches".into(),
+                ));
+            }
+        };
+        for (i, inode) in at.into_iter().zip(touched) {
+            results[i] = inode.ok_or(FsError::NotFound);
+        }
+        Ok(Response::Attrs(results))
+    }
+}
