@@ -1,0 +1,231 @@
+//! The client's calls about the cluster rather than the file system: capacity, counters,
+//! maps, raw requests to a partition or a server, echo.
+
+use myriad_placement::{ClusterMap, NodeId, PartitionId};
+use myriad_proto::{
+    AdminRequest, ClientRequest, CounterSnapshot, Endpoints, FsError, InodeId, Request, Response,
+    ServerRequest, StatFs,
+};
+
+use super::{Client, Route, unexpected};
+
+impl Client {
+    /// Capacity and usage summed over every server (tiers summed by name).
+    pub async fn statfs(&self) -> Result<StatFs, FsError> {
+        let mut total = StatFs::default();
+        for n in self.st().map.nodes.clone() {
+            let s = self.server_statfs(n.id).await?;
+            total.total_bytes += s.total_bytes;
+            total.free_bytes += s.free_bytes;
+            total.used_bytes += s.used_bytes;
+            total.files += s.files;
+            for t in s.tiers {
+                match total.tiers.iter_mut().find(|x| x.name == t.name) {
+                    Some(x) => {
+                        x.total_bytes += t.total_bytes;
+                        x.free_bytes += t.free_bytes;
+                        x.used_bytes += t.used_bytes;
+                        x.overflowing |= t.overflowing;
+                        x.overflowed_blocks += t.overflowed_blocks;
+                        x.moved_back_blocks += t.moved_back_blocks;
+                    }
+                    None => total.tiers.push(t),
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// One server's disks and tiers.
+    pub async fn server_statfs(&self, node: NodeId) -> Result<StatFs, FsError> {
+        match self
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Server(ServerRequest::StatFs),
+            )
+            .await?
+        {
+            Response::StatFs(s) => Ok(s),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn counters(&self, node: NodeId) -> Result<CounterSnapshot, FsError> {
+        match self
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Server(ServerRequest::GetCounters),
+            )
+            .await?
+        {
+            Response::Counters(c) => Ok(c),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Counters of every node in the map, in map order.
+    pub async fn all_counters(&self) -> Vec<(NodeId, Result<CounterSnapshot, FsError>)> {
+        let nodes = self.st().map.nodes.clone();
+        let futs = nodes
+            .iter()
+            .map(|n| async move { (n.id, self.counters(n.id).await) });
+        futures::future::join_all(futs).await
+    }
+
+    /// Resets every server's counters but those the map marks down (they count nothing).
+    pub async fn reset_counters(&self) -> Result<(), FsError> {
+        for n in self.st().map.nodes.clone() {
+            if n.state == myriad_placement::NodeState::Down {
+                continue;
+            }
+            self.call(
+                Route::Server(n.id),
+                myriad_proto::Request::Admin(AdminRequest::ResetCounters),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn get_map(&self, node: NodeId) -> Result<ClusterMap, FsError> {
+        match self
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Server(ServerRequest::GetMap),
+            )
+            .await?
+        {
+            Response::Map(m) => Ok(*m),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Proposes `map` (an administrator's change, committed through the cluster-map Raft
+    /// group) or, from anyone else, waits until a server follows it. Answered once the
+    /// server follows at least its epoch; `MapTooOld` if another change was committed at
+    /// that epoch first (read the newest map and make the change again). This client then
+    /// adopts what that server follows, never the proposal itself: a proposal that lost
+    /// is no map.
+    pub async fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
+        map.validate()
+            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        let install =
+            myriad_proto::Request::Server(ServerRequest::InstallMap(Box::new(map.clone())));
+        // Any server of the current map commits it through the Raft group and answers once
+        // it follows it; the others follow within moments.
+        let current = self.map();
+        let mut last = FsError::Unavailable("the map lists no server that is up".into());
+        for n in current.nodes.iter().filter(|n| current.is_up(n.id)) {
+            match self
+                .transport
+                .call_with_timeout(
+                    &n.addr,
+                    current.epoch,
+                    Endpoints::SERVER,
+                    &self.config.caller,
+                    &install,
+                    self.config.request_timeout,
+                )
+                .await
+            {
+                Ok(_) => {
+                    if let Ok(now) = self.get_map(n.id).await {
+                        self.adopt(now);
+                    }
+                    return Ok(());
+                }
+                Err(
+                    e @ (FsError::PermissionDenied
+                    | FsError::InvalidArgument(_)
+                    | FsError::MapTooOld(_)),
+                ) => {
+                    return Err(e);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Sends one request to partition `pid` as it is (admin tools such as fsck).
+    pub async fn request(&self, pid: PartitionId, req: Request) -> Result<Response, FsError> {
+        self.call(Route::Partition(pid), req).await
+    }
+
+    /// The copy of partition `pid` on server `node`: (last applied batch, keys, digest),
+    /// the blocks and the metadata records (space code, key) that fail their checksum there;
+    /// the batch is None while the copy is being filled. Needs the cluster secret (fsck).
+    #[allow(clippy::type_complexity)]
+    pub async fn replica_digest(
+        &self,
+        node: NodeId,
+        pid: PartitionId,
+    ) -> Result<
+        (
+            (Option<u64>, u64, u64),
+            Vec<(InodeId, u64)>,
+            Vec<(u8, Vec<u8>)>,
+        ),
+        FsError,
+    > {
+        match self
+            .call(
+                Route::Copy(node, pid),
+                myriad_proto::Request::Admin(AdminRequest::FsckReplica),
+            )
+            .await?
+        {
+            Response::ReplicaDigest {
+                seq,
+                keys,
+                digest,
+                corrupt,
+                corrupt_records,
+            } => Ok((
+                (seq, keys, digest),
+                corrupt,
+                corrupt_records
+                    .into_iter()
+                    .map(|(s, k)| (s, k.into_vec()))
+                    .collect(),
+            )),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Raw round trip to server `node`: the transport floor for benchmarks.
+    /// Sends `req` to server `node` itself (not to a partition): fsck's look at the
+    /// fragments a server keeps.
+    pub async fn server_request(&self, node: NodeId, req: Request) -> Result<Response, FsError> {
+        self.call(Route::Server(node), req).await
+    }
+
+    pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
+        match self
+            .call(
+                Route::Server(node),
+                myriad_proto::Request::Client(ClientRequest::Echo(payload)),
+            )
+            .await?
+        {
+            Response::Echo(p) => Ok(p),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Which partition holds the entry of `path` (the ring's answer; `primary_of` in the map
+    /// says which server serves it).
+    #[must_use]
+    pub fn owner_of_entry(&self, path: &str) -> PartitionId {
+        self.st().ring.owner_of_entry(path)
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.st().map.chunk_size_bytes
+    }
+
+    #[must_use]
+    pub fn inline_max(&self) -> u64 {
+        self.st().map.inline_max_bytes
+    }
+}

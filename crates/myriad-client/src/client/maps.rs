@@ -1,0 +1,118 @@
+//! Keeping the client's cluster map current: asking the servers for a newer one when a
+//! partition's primary stops answering or redirects without one, and learning directories'
+//! shard maps from the servers' answers.
+
+use myriad_placement::{ClusterMap, PartitionId, ShardMap};
+use myriad_proto::{ClientRequest, Endpoints, Response, ServerRequest};
+
+use super::{Client, MAP_ASK_TIMEOUT, Route, STALL_ASK_AFTER};
+
+impl Client {
+    /// Asks every server of our map for its map, adopts the newest, and returns it (the map
+    /// a tool started with may be behind failovers).
+    pub async fn newest_map(&self) -> ClusterMap {
+        for n in self.map().nodes {
+            if let Ok(m) = self.get_map(n.id).await {
+                self.adopt(m);
+            }
+        }
+        self.map()
+    }
+
+    /// Returns once partition `pid` has a primary other than `addr` in the map another
+    /// server has: one other server asked after `STALL_ASK_AFTER` of waiting, then the
+    /// next one every as long. Never returns while the primary stays there.
+    pub(super) async fn primary_moved(&self, pid: PartitionId, addr: &str) {
+        for turn in 0usize.. {
+            tokio::time::sleep(STALL_ASK_AFTER).await;
+            let st = self.st();
+            let others: Vec<&str> = Self::map_askers(&st.map)
+                .into_iter()
+                .filter(|a| *a != addr)
+                .collect();
+            let Some(&asked) = others.get(turn % others.len().max(1)) else {
+                continue;
+            };
+            if let Some(m) = self.ask_map(asked, st.map.epoch).await {
+                self.adopt(m);
+            }
+            // Another primary (not none: a partition with no copy up waits for its
+            // server, and its request for its deadline, as before).
+            if self.st().map.partition_addr(pid).is_some_and(|a| a != addr) {
+                return;
+            }
+        }
+    }
+
+    /// Server `addr`'s cluster map (we hold `epoch`), if it answers within `MAP_ASK_TIMEOUT`,
+    /// connecting included (a host gone answers no SYN: the connect alone took the whole
+    /// connect timeout, and a write after a failover waited 4 s on it).
+    pub(super) async fn ask_map(&self, addr: &str, epoch: u64) -> Option<ClusterMap> {
+        let req = myriad_proto::Request::Server(ServerRequest::GetMap);
+        let call = self.transport.call_with_timeout(
+            addr,
+            epoch,
+            Endpoints::SERVER,
+            &self.config.caller,
+            &req,
+            MAP_ASK_TIMEOUT,
+        );
+        match tokio::time::timeout(MAP_ASK_TIMEOUT, call).await {
+            Ok(Ok(Response::Map(m))) => Some(*m),
+            _ => None,
+        }
+    }
+
+    /// The addresses of `map`'s servers to ask for a newer map: those up first, then those
+    /// down (a server marked down is likely gone: asked last).
+    pub(super) fn map_askers(map: &ClusterMap) -> Vec<&str> {
+        let (up, down): (Vec<_>, Vec<_>) = map.nodes.iter().partition(|n| map.is_up(n.id));
+        up.iter().chain(&down).map(|n| n.addr.as_str()).collect()
+    }
+
+    /// Asks the servers of our map (but `skip`, unreachable) for theirs and adopts the newest.
+    pub(super) async fn refresh_map(&self, skip: PartitionId) {
+        let st = self.st();
+        let avoid = st
+            .map
+            .primary_of(skip)
+            .and_then(|id| st.map.node(id))
+            .map(|n| n.addr.as_str());
+        for addr in Self::map_askers(&st.map) {
+            if Some(addr) == avoid {
+                continue;
+            }
+            if let Some(m) = self.ask_map(addr, st.map.epoch).await {
+                if m.epoch > st.map.epoch {
+                    self.adopt(m);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Adopts `map` (only a directory's home sends one) or asks the home of `dir` for it.
+    pub(crate) async fn learn_shard_map(&self, dir: &str, map: Option<ShardMap>) {
+        let map = match map {
+            Some(m) => Some(m),
+            None => {
+                let home = self.st().ring.owner_of_dir(dir);
+                let req = ClientRequest::GetShardMap {
+                    dir: dir.to_string(),
+                };
+                match Box::pin(
+                    self.call(Route::Partition(home), myriad_proto::Request::Client(req)),
+                )
+                .await
+                {
+                    Ok(Response::ShardMap(m)) => Some(*m),
+                    _ => None,
+                }
+            }
+        };
+        match map {
+            Some(m) => self.shards.adopt(dir, m, true),
+            None => self.shards.forget(dir),
+        }
+    }
+}
