@@ -15,7 +15,6 @@ const FILES_OVER: &[(&str, usize)] = &[
     ("myriad-sim/src/driver.rs", 1202),
     ("myriad-fuse/src/fs.rs", 1187),
     ("myriad-cli/src/cluster.rs", 1107),
-    ("myriad-server/src/partition/twophase.rs", 1106),
     ("myriad-sim/src/workload.rs", 1088),
     ("myriad-fuse/src/ops.rs", 1030),
 ];

@@ -31,7 +31,7 @@ use myriad_placement::{ClusterMap, PolicyState};
 use myriad_proto::{DirAction, FileKind, FsError, PeerRequest, Request};
 
 use crate::partition::core::Partition;
-use crate::partition::twophase::Target;
+use crate::partition::dir_rename::Target;
 use crate::state::intent::{DirMove, Intent};
 use crate::state::mutation::{Mutation, Outcome};
 
