@@ -16,7 +16,9 @@ pub mod limits;
 pub mod locks;
 mod message;
 mod path;
+mod peer_request;
 mod request;
+mod server_request;
 pub mod tree_index;
 mod types;
 
@@ -28,11 +30,15 @@ pub use message::{
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash, zone_name_ok};
 pub use path::{validate_name, validate_path};
-pub use request::{
-    AdminRequest, BundleItem, ClientRequest, CopyRange, DirAction, DirTouchItem, ExportedEntry,
-    FromClient, FsckDir, FsckEntry, FsckRepair, InodeOp, LeaseKey, OnceId, PeerRequest, RaftRpc,
-    ReadOf, RenameFlags, ReplOp, ReplicaRequest, Request, ServerRequest, SetAttr, XattrMode,
+pub use peer_request::{
+    BundleItem, DirAction, DirTouchItem, ExportedEntry, InodeOp, PeerRequest, RaftRpc, ReplOp,
+    ReplicaRequest,
 };
+pub use request::{
+    ClientRequest, CopyRange, FromClient, LeaseKey, OnceId, ReadOf, RenameFlags, Request, SetAttr,
+    XattrMode,
+};
+pub use server_request::{AdminRequest, FsckDir, FsckEntry, FsckRepair, ServerRequest};
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, ReadOnlyMark,
     StatFs, TierStat, TrafficKind, Xattr, ZoneTraffic,

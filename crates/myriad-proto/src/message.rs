@@ -6,7 +6,9 @@ use myriad_placement::ClusterMap;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{KeyId, Nonce, Proof};
-use crate::request::{ExportedEntry, FromClient, FsckDir, FsckEntry, ReplOp, Request};
+use crate::peer_request::{ExportedEntry, ReplOp};
+use crate::request::{FromClient, Request};
+use crate::server_request::{FsckDir, FsckEntry};
 use myriad_placement::{NodeId, PartitionId};
 
 use crate::{Caller, CounterSnapshot, DirEntry, FsError, Inode, InodeId, ShardMap, StatFs};
