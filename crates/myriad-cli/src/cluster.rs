@@ -20,6 +20,8 @@ use clap::Subcommand;
 use myriad_client::{Client, ClientConfig, ClusterMap, NodeId};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster_nodes::{add_node, remove_node};
+use crate::cluster_status::zone_label;
 use crate::identity::current_caller;
 
 #[derive(Subcommand)]
@@ -225,9 +227,9 @@ impl Placement {
 }
 
 /// Where to start a server: its address and network namespace.
-struct At<'a> {
-    addr: &'a str,
-    netns: Option<&'a str>,
+pub(crate) struct At<'a> {
+    pub(crate) addr: &'a str,
+    pub(crate) netns: Option<&'a str>,
 }
 
 /// Refuses to start a cluster where one is running.
@@ -471,81 +473,9 @@ impl LocalCluster {
     }
 }
 
-/// " zone NAME" after a server's address, nothing for the unnamed zone.
-fn zone_label(zone: &str) -> String {
-    if zone.is_empty() {
-        String::new()
-    } else {
-        format!(" zone {zone}")
-    }
-}
-
-/// "zones: a (3 servers, 48 copies), b (...)" and whether every partition covers as many
-/// zones as it can; `None` for a cluster in one zone.
-fn zones_line(map: &ClusterMap) -> Option<String> {
-    let zones = map.zones();
-    if zones.len() < 2 && zones.first().is_none_or(|z| z.is_empty()) {
-        return None;
-    }
-    let per_zone: Vec<String> = zones
-        .iter()
-        .map(|z| {
-            let servers = map.nodes.iter().filter(|n| n.zone == *z).count();
-            let copies = map
-                .partitions
-                .iter()
-                .flat_map(|p| &p.replicas)
-                .filter(|r| map.zone_of(**r) == *z)
-                .count();
-            format!("{z} ({servers} servers, {copies} copies)")
-        })
-        .collect();
-    let short = map
-        .partitions
-        .iter()
-        .filter(|p| map.zone_count(&p.replicas) < map.zones_wanted(p))
-        .count();
-    let spread = if short == 0 {
-        "every partition spans as many zones as it can".to_string()
-    } else {
-        format!("{short} partitions span fewer zones than they could (moving)")
-    };
-    Some(format!("zones: {}; {spread}", per_zone.join(", ")))
-}
-
-/// "from zone b: file 120 req 1.2 MiB, membership 30 req 4.0 KiB" per zone that sent this
-/// server requests (bytes both ways), when any came from a zone but the server's own.
-fn zone_traffic_lines(c: &myriad_client::proto::CounterSnapshot) -> Vec<String> {
-    if c.zone_traffic.iter().all(|t| t.zone == c.zone) {
-        return Vec::new();
-    }
-    let mut out: Vec<String> = Vec::new();
-    let mut zone: Option<&str> = None;
-    for t in &c.zone_traffic {
-        let part = format!(
-            "{} {} req {}",
-            t.kind.name(),
-            t.requests,
-            crate::fs_cmds::human(t.bytes())
-        );
-        if zone == Some(t.zone.as_str())
-            && let Some(last) = out.last_mut()
-        {
-            last.push_str(", ");
-            last.push_str(&part);
-        } else {
-            let whose = if t.zone == c.zone { " (own)" } else { "" };
-            let name = if t.zone.is_empty() { "\"\"" } else { &t.zone };
-            out.push(format!("from zone {name}{whose}: {part}"));
-            zone = Some(t.zone.as_str());
-        }
-    }
-    out
-}
-
 /// Spawns one `myriad server` child, detached from our process group so Ctrl-C of the CLI
 /// does not reach it, logging to `node-<id>.log`.
-fn spawn_node(
+pub(crate) fn spawn_node(
     dir: &Path,
     id: NodeId,
     listener: Option<std::net::TcpListener>,
@@ -615,7 +545,7 @@ fn set_cloexec(fd: i32, on: bool) {
     }
 }
 
-fn read_state(dir: &Path) -> anyhow::Result<ClusterState> {
+pub(crate) fn read_state(dir: &Path) -> anyhow::Result<ClusterState> {
     let text = std::fs::read_to_string(state_path(dir)).with_context(|| {
         format!(
             "no local cluster in {} (cluster-state.json missing)",
@@ -625,13 +555,13 @@ fn read_state(dir: &Path) -> anyhow::Result<ClusterState> {
     Ok(serde_json::from_str(&text)?)
 }
 
-fn write_state(dir: &Path, st: &ClusterState) -> anyhow::Result<()> {
+pub(crate) fn write_state(dir: &Path, st: &ClusterState) -> anyhow::Result<()> {
     std::fs::write(state_path(dir), serde_json::to_string_pretty(st)?)?;
     Ok(())
 }
 
 /// True if `pid` is alive and is a myriad server (never signal a recycled pid).
-fn pid_is_server(pid: u32) -> bool {
+pub(crate) fn pid_is_server(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|c| {
             let s = String::from_utf8_lossy(&c);
@@ -643,7 +573,7 @@ fn pid_is_server(pid: u32) -> bool {
             .unwrap_or(false)
 }
 
-fn signal(pid: u32, sig: i32) {
+pub(crate) fn signal(pid: u32, sig: i32) {
     if let Ok(p) = i32::try_from(pid) {
         // SAFETY: sending a signal to a pid we verified is our server.
         unsafe {
@@ -679,7 +609,7 @@ pub fn down(dir: &Path) -> anyhow::Result<()> {
 
 /// A root client of the local cluster in `dir`, following its newest map: local clusters
 /// belong to whoever runs them, so their administration acts as root.
-async fn admin_client(dir: &Path, timeout: Duration) -> anyhow::Result<Client> {
+pub(crate) async fn admin_client(dir: &Path, timeout: Duration) -> anyhow::Result<Client> {
     let text = std::fs::read_to_string(map_path(dir))
         .with_context(|| format!("no cluster map in {}", dir.display()))?;
     let keys = crate::keys::load(&dir.join(crate::keys::SECRET_FILE))?;
@@ -692,203 +622,6 @@ async fn admin_client(dir: &Path, timeout: Duration) -> anyhow::Result<Client> {
     let client = Client::new(cfg)?;
     client.newest_map().await;
     Ok(client)
-}
-
-/// One line about the moves in progress.
-fn moves_line(map: &ClusterMap) -> String {
-    let moves = map.moves();
-    let behind: Vec<String> = map
-        .partitions
-        .iter()
-        .flat_map(|p| p.behind.iter().map(move |b| format!("{}@{b}", p.id)))
-        .collect();
-    // Copies that missed writes while down, until the leader sees them caught up; and
-    // partitions whose only live copies are behind, which wait for an in-sync one.
-    let mut tail = String::new();
-    if !behind.is_empty() {
-        tail = format!(
-            "; {} copies catching up (partition@server: {})",
-            behind.len(),
-            behind.join(" ")
-        );
-    }
-    let waiting = map
-        .partitions
-        .iter()
-        .filter(|p| map.primary_of(p.id).is_none())
-        .count();
-    if waiting > 0 {
-        tail.push_str(&format!(
-            "; {waiting} partitions have no copy up and in sync (waiting for one to return; \
-             if those servers are lost for good: `myriad node lost ID`)"
-        ));
-    }
-    if moves.is_empty() {
-        return format!("no copies moving{tail}");
-    }
-    let list: Vec<String> = moves
-        .iter()
-        .map(|(p, m)| {
-            if m.adds() {
-                format!("partition {p}: a copy added on server {}", m.to)
-            } else {
-                format!("partition {p}: server {} -> {}", m.from, m.to)
-            }
-        })
-        .collect();
-    format!("{} copies moving ({}){tail}", moves.len(), list.join(", "))
-}
-
-/// How long `--wait` goes on without the map changing before it gives up (a move waits
-/// for a server that is down, say); the cluster keeps trying in the background.
-const STALL_LIMIT: Duration = Duration::from_secs(120);
-
-/// Polls the newest map until `done` holds, printing progress when it changes; an error
-/// if nothing changes for `STALL_LIMIT`.
-async fn wait_for_map(
-    client: &Client,
-    what: &str,
-    done: impl Fn(&ClusterMap) -> bool,
-) -> anyhow::Result<ClusterMap> {
-    let mut said = String::new();
-    let (mut epoch, mut changed) = (0, Instant::now());
-    loop {
-        let map = client.newest_map().await;
-        if done(&map) {
-            return Ok(map);
-        }
-        if map.epoch != epoch {
-            (epoch, changed) = (map.epoch, Instant::now());
-        } else if changed.elapsed() > STALL_LIMIT {
-            bail!(
-                "{what}: no progress for {} s (epoch {}, {}); the cluster keeps trying, see `myriad cluster status`",
-                STALL_LIMIT.as_secs(),
-                map.epoch,
-                moves_line(&map)
-            );
-        }
-        let line = moves_line(&map);
-        if line != said {
-            println!("  {what}: epoch {}, {line}", map.epoch);
-            said = line;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-async fn add_node(
-    dir: &Path,
-    weight: u32,
-    zone: Option<String>,
-    wait: bool,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let mut st = read_state(dir)?;
-    let client = admin_client(dir, timeout).await?;
-    let map = client.map();
-    let zone = match zone {
-        Some(z) => z,
-        None if map.zones().len() == 1 => map.zone_of(map.nodes[0].id).to_string(),
-        None => bail!(
-            "the cluster's servers are in zones {}: name the new server's with --zone",
-            map.zones().into_iter().collect::<Vec<_>>().join(",")
-        ),
-    };
-    let id = map
-        .nodes
-        .iter()
-        .map(|n| n.id)
-        .chain(st.nodes.iter().map(|n| n.id))
-        .max()
-        .map_or(NodeId(1), |n| NodeId(n.0 + 1));
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a port on 127.0.0.1")?;
-    let addr = listener.local_addr()?.to_string();
-    let mut next = map.clone();
-    next.epoch += 1;
-    next.nodes.push(myriad_client::NodeInfo {
-        id,
-        addr: addr.clone(),
-        weight,
-        state: myriad_client::NodeState::Up,
-        zone: zone.clone(),
-    });
-    next.validate()?;
-    // The new server starts from a map that lists it (not committed yet: it serves nothing
-    // until the group has committed it and its leader granted it a lease).
-    std::fs::write(map_path(dir), next.to_json())?;
-    let at = At {
-        addr: &addr,
-        netns: None,
-    };
-    let pid = spawn_node(dir, id, Some(listener), &at, &zone, &st.server_args)?;
-    st.nodes.push(NodeState {
-        id,
-        pid,
-        addr: addr.clone(),
-        netns: None,
-    });
-    write_state(dir, &st)?;
-    // Made again on the newest map if another change got in first.
-    let added = next.nodes.last().cloned();
-    crate::map_change::commit(
-        &client,
-        |m| {
-            if m.node(id).is_some() {
-                return Ok(None);
-            }
-            let mut n = m.clone();
-            n.epoch += 1;
-            n.nodes.extend(added.clone());
-            n.validate()?;
-            Ok(Some(n))
-        },
-        |now| now.node(id).is_some(),
-    )
-    .await
-    .context("adding the server to the cluster map")?;
-    println!("node {id} started on {addr} (pid {pid}) and added to the map");
-    if wait {
-        // Balanced: nothing moving and nothing left to move.
-        let none = std::collections::BTreeSet::new();
-        let map = wait_for_map(&client, "rebalancing", |m| {
-            m.moves().is_empty() && m.plan_moves(&none, usize::MAX).is_none()
-        })
-        .await?;
-        let held = map
-            .partitions
-            .iter()
-            .filter(|p| p.replicas.contains(&id))
-            .count();
-        println!("node {id} holds {held} copies (epoch {})", map.epoch);
-    } else {
-        println!("copies move to it in the background: see `myriad cluster status`");
-    }
-    Ok(())
-}
-
-async fn remove_node(dir: &Path, id: NodeId, wait: bool, timeout: Duration) -> anyhow::Result<()> {
-    let mut st = read_state(dir)?;
-    let client = admin_client(dir, timeout).await?;
-    let map = client.map();
-    if map.node(id).is_none() {
-        bail!("node {id} is not in the cluster map (epoch {})", map.epoch);
-    }
-    crate::node_cmd::leave(&client, id).await?;
-    println!("node {id} is leaving: its copies move to the other servers");
-    if !wait {
-        return Ok(());
-    }
-    let map = wait_for_map(&client, "draining", |m| m.node(id).is_none()).await?;
-    println!("node {id} left the map (epoch {}); stopping it", map.epoch);
-    if let Some(entry) = st.nodes.iter().find(|n| n.id == id)
-        && pid_is_server(entry.pid)
-    {
-        signal(entry.pid, libc::SIGTERM);
-    }
-    st.nodes.retain(|n| n.id != id);
-    write_state(dir, &st)?;
-    Ok(())
 }
 
 pub async fn run(
@@ -1000,103 +733,7 @@ pub async fn run(
             node,
             no_wait,
         } => remove_node(&data_dir, NodeId(node), !no_wait, timeout).await,
-        ClusterCmd::Status => {
-            // A local cluster's servers write their metrics address beside their data.
-            let local_dir = cluster
-                .as_deref()
-                .and_then(Path::parent)
-                .map(Path::to_path_buf);
-            let client = crate::fs_cmds::connect(cluster, secret_file, timeout)?;
-            // The newest map any server has (the map file may be behind a failover).
-            let map = client.newest_map().await;
-            println!(
-                "cluster map epoch {}, {} nodes, chunk {} KiB, inline max {} KiB",
-                map.epoch,
-                map.nodes.len(),
-                map.chunk_size_bytes / 1024,
-                map.inline_max_bytes / 1024
-            );
-            println!(
-                "{} partitions, {} copies each; {}",
-                map.partitions.len(),
-                map.replication,
-                moves_line(&map)
-            );
-            if let Some(line) = zones_line(&map) {
-                println!("{line}");
-            }
-            for (id, r) in client.all_counters().await {
-                let addr = map.node(id).map(|n| n.addr.clone()).unwrap_or_default();
-                match r {
-                    Ok(c) => {
-                        let ops: Vec<String> = c
-                            .client_requests
-                            .iter()
-                            .map(|o| format!("{}={}", o.op, o.count))
-                            .collect();
-                        let s2s: Vec<String> = c
-                            .server_requests
-                            .iter()
-                            .map(|o| format!("{}={}", o.op, o.count))
-                            .collect();
-                        let state = match (map.node(id).map(|n| n.state), c.serving) {
-                            (Some(myriad_client::NodeState::Leaving), _) => "leaving",
-                            (Some(myriad_client::NodeState::Down), _) => "marked down",
-                            (_, true) => "up, serving",
-                            (_, false) => "up, no lease",
-                        };
-                        println!(
-                            "node {id} {addr}{} {state}  epoch {}  leader {}  partitions: {} primary, {} backup  fsyncs {} ({} mutations)",
-                            zone_label(map.zone_of(id)),
-                            c.epoch,
-                            c.raft_leader,
-                            c.primaries,
-                            c.backups,
-                            c.syncs,
-                            c.synced_mutations
-                        );
-                        println!(
-                            "    client requests: {}",
-                            if ops.is_empty() {
-                                "-".into()
-                            } else {
-                                ops.join(" ")
-                            }
-                        );
-                        println!(
-                            "    server requests: {} (sent {})",
-                            if s2s.is_empty() {
-                                "-".into()
-                            } else {
-                                s2s.join(" ")
-                            },
-                            c.server_requests_sent
-                        );
-                        for line in zone_traffic_lines(&c) {
-                            println!("    {line}");
-                        }
-                        if let Some(addr) = local_dir.as_ref().and_then(|d| {
-                            std::fs::read_to_string(d.join(format!("node-{id}/metrics.addr"))).ok()
-                        }) {
-                            println!("    metrics: http://{}/metrics", addr.trim());
-                        }
-                        if let Ok(s) = client.server_statfs(id).await {
-                            println!(
-                                "    disk: {} stored, {} free of {}",
-                                crate::fs_cmds::human(s.used_bytes),
-                                crate::fs_cmds::human(s.free_bytes),
-                                crate::fs_cmds::human(s.total_bytes)
-                            );
-                            for t in &s.tiers {
-                                println!("  {}", crate::fs_cmds::tier_line(t));
-                            }
-                        }
-                    }
-                    Err(e) => println!("node {id} {addr} DOWN ({e})"),
-                }
-            }
-            Ok(())
-        }
+        ClusterCmd::Status => crate::cluster_status::status(cluster, secret_file, timeout).await,
         ClusterCmd::ResetCounters => {
             let client = crate::fs_cmds::connect(cluster, secret_file, timeout)?;
             client.reset_counters().await?;

@@ -17,6 +17,8 @@ mod bench_stress;
 mod bench_untar;
 mod bench_zones;
 mod cluster;
+mod cluster_nodes;
+mod cluster_status;
 mod cluster_view;
 mod dashboard;
 mod demo;
