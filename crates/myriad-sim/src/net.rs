@@ -60,6 +60,9 @@ struct NetState {
     writers: BTreeMap<(PartitionId, u64), NodeId>,
     /// The first breach of invariant 4, if any.
     violation: Option<String>,
+    /// Requests of this kind (`op_name`) are applied but their answers lost: a test's way to
+    /// leave an operation's outcome unknown to its sender at one chosen step.
+    answers_lost: Option<&'static str>,
 }
 
 pub struct Net {
@@ -88,6 +91,7 @@ impl Net {
                 faults,
                 writers: BTreeMap::new(),
                 violation: None,
+                answers_lost: None,
             }),
             rng,
             trace,
@@ -188,6 +192,13 @@ impl Net {
     #[must_use]
     pub fn violation(&self) -> Option<String> {
         self.lock().violation.clone()
+    }
+
+    /// From now on the answers to requests named `op` (`op_name`) are lost, after the
+    /// request was applied; `None` stops it.
+    #[cfg(test)]
+    pub fn lose_answers(&self, op: Option<&'static str>) {
+        self.lock().answers_lost = op;
     }
 
     pub fn heal(&self) {
@@ -316,7 +327,8 @@ impl Net {
             }
         }
         tokio::time::sleep(fate.back).await;
-        if !self.reachable(to, from) || fate.drop_answer {
+        let chosen = self.lock().answers_lost == Some(op);
+        if !self.reachable(to, from) || fate.drop_answer || chosen {
             self.trace
                 .event(format_args!("lost answer {to}->{from} {op}"));
             return lost.await;

@@ -73,10 +73,17 @@ struct Three {
     start: tokio::time::Instant,
     min_copies: Option<u32>,
     map: ClusterMap,
+    /// The servers' ancestor-replica lease, if not the default.
+    replica_lease: Option<Duration>,
 }
 
 impl Three {
     async fn new(min_copies: Option<u32>) -> Three {
+        Three::with_lease(min_copies, None).await
+    }
+
+    /// `replica_lease`: the servers' ancestor-replica lease, if not the default.
+    async fn with_lease(min_copies: Option<u32>, replica_lease: Option<Duration>) -> Three {
         let addrs: Vec<String> = (1..=3).map(|i| format!("sim-{i}")).collect();
         let three = Three {
             net: Net::new(3, NetFaults::none(), SimRng::new(1), Trace::new()),
@@ -87,6 +94,7 @@ impl Three {
             start: tokio::time::Instant::now(),
             min_copies,
             map: ClusterMap::build(1, &addrs, 1, 3),
+            replica_lease,
         };
         for i in (1..=3).map(NodeId) {
             three.start_server(i, &three.map.clone());
@@ -106,6 +114,9 @@ impl Three {
         let mut config = ServerConfig::new(i, std::env::temp_dir(), map.clone(), self.keys.clone());
         config.disk_reserve_bytes = 0;
         config.min_copies = self.min_copies;
+        if let Some(lease) = self.replica_lease {
+            config.replication.lease = lease;
+        }
         let server = EmbeddedServer::new(
             config,
             Arc::new(self.disks[i.index()].handle()),
@@ -494,5 +505,92 @@ async fn lost_copies_replaced_by_the_administrator() {
         client.stat("/b").await.err(),
         Some(FsError::NotFound),
         "the returned copy kept its own history"
+    );
+}
+
+/// A directory removed by recovery (its rmdir's outcome was unknown to the partition that
+/// ran it) takes its replicated permissions with it before its name is free: a directory
+/// made again at the path is not judged by the old one's setgid bit and group. Found by
+/// chaos_long (nsx seed 49 step 8385: a file made by root in a directory made again had
+/// the old directory's group).
+#[test]
+fn a_directory_removed_by_recovery_takes_its_replicas_with_it() {
+    roomy(recovered_rmdir_drops_replicas);
+}
+
+async fn recovered_rmdir_drops_replicas() {
+    // A lease long enough that a stale replica outlives the whole test.
+    let t = Three::with_lease(None, Some(Duration::from_secs(600))).await;
+    let root = t.client();
+    // A directory whose entries another partition keeps than its own entry: that one
+    // resolves its permissions through a replica.
+    let ring = t.map.ring();
+    let top = ring.owner_of_dir("/");
+    let d = (0..100)
+        .map(|i| format!("/d{i}"))
+        .find(|d| ring.owner_of_dir(d) != top)
+        .unwrap_or_else(|| panic!("no directory elsewhere"));
+    root.mkdir(&d, 0o777)
+        .await
+        .unwrap_or_else(|e| panic!("mkdir: {e}"));
+    root.chown(&d, None, Some(1000))
+        .await
+        .unwrap_or_else(|e| panic!("chown: {e}"));
+    root.chmod(&d, 0o2777)
+        .await
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    let x = format!("{d}/x");
+    root.create(&x, 0o644, true, b"x")
+        .await
+        .unwrap_or_else(|e| panic!("create: {e}"));
+    let gid = root.stat(&x).await.map(|i| i.gid);
+    assert_eq!(gid, Ok(1000), "setgid directory: the file takes its group");
+    root.unlink(&x)
+        .await
+        .unwrap_or_else(|e| panic!("unlink: {e}"));
+    // The rmdir's removal of the directory object is applied but its answer lost: the
+    // partition running it gives up, and recovery finishes it.
+    t.net.lose_answers(Some("dirobj_remove"));
+    let mut config = ClientConfig::new(t.map.clone(), Caller::root(), t.keys.clone());
+    config.id = 7;
+    config.request_timeout = Duration::from_secs(3);
+    let short = Client::with_transport(config, Arc::new(Endpoint::new(t.net.clone(), CLIENTS)))
+        .unwrap_or_else(|e| panic!("client: {e}"));
+    let unknown = short.rmdir(&d).await;
+    assert!(unknown.is_err(), "rmdir answered: {unknown:?}");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    t.net.lose_answers(None);
+    let mut gone = false;
+    for _ in 0..300 {
+        if root.stat(&d).await == Err(FsError::NotFound) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "recovery never finished the rmdir");
+    // Made again, without setgid and owned by root's group: a file made there by a user
+    // takes that user's group.
+    root.mkdir(&d, 0o777)
+        .await
+        .unwrap_or_else(|e| panic!("mkdir again: {e}"));
+    let user = Caller {
+        uid: 1001,
+        gid: 1001,
+        groups: Vec::new(),
+    };
+    let mut config = ClientConfig::new(t.map.clone(), user, t.keys.clone());
+    config.id = 8;
+    let c = Client::with_transport(config, Arc::new(Endpoint::new(t.net.clone(), CLIENTS)))
+        .unwrap_or_else(|e| panic!("client: {e}"));
+    let f = format!("{d}/f");
+    c.create(&f, 0o644, true, b"f")
+        .await
+        .unwrap_or_else(|e| panic!("create as 1001: {e}"));
+    let got = root.stat(&f).await.map(|i| (i.uid, i.gid));
+    assert_eq!(
+        got,
+        Ok((1001, 1001)),
+        "the new directory was judged by the removed one's setgid and group"
     );
 }

@@ -111,7 +111,7 @@ impl Partition {
                     .call_node(
                         owner,
                         Request::Peer(PeerRequest::DirObjectRemove {
-                            path,
+                            path: path.clone(),
                             ino,
                             client: None,
                         }),
@@ -122,6 +122,12 @@ impl Partition {
                     Err(FsError::NotEmpty | FsError::ReadOnly) => false,
                     Err(e) => return Err(e),
                 };
+                if commit {
+                    // As `rmdir` does: replicas of the removed directory's permissions go
+                    // before the name is free (chaos_long: a directory made again at the
+                    // path was judged by the old one's setgid and group for a lease).
+                    self.notify_subscribers(&path, None).await;
+                }
                 self.resolve_entry(dir, name, txid, commit).await?;
             }
             Intent::RenameOut {
@@ -135,6 +141,13 @@ impl Partition {
             } => {
                 if decision == Decision::Commit {
                     self.finish_commit(txid, dst, &moves, false).await?;
+                    if !moves.is_empty() {
+                        // As `rename` does: replicated permissions of the moved directory's
+                        // old paths go, and those of one it replaced.
+                        self.broadcast_invalidate(&join(&from_dir, &from_name))
+                            .await;
+                        self.broadcast_invalidate(&to).await;
+                    }
                 } else {
                     if decision == Decision::Undecided {
                         let decide = Mutation::RenameSourceDecide {

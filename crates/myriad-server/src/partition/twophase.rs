@@ -219,9 +219,11 @@ impl Partition {
             .await
         {
             Ok(_) => {
-                self.resolve_entry(dir, name, txid, true).await?;
-                // Replicas of the removed directory's permissions must go before we answer.
+                // Replicas of the removed directory's permissions go before its entry does:
+                // once the name is free, a new directory made there must not be judged by
+                // the old one's mode and group (readers of the pending entry wait meanwhile).
                 self.notify_subscribers(path, None).await;
+                self.resolve_entry(dir, name, txid, true).await?;
                 Ok(())
             }
             // Refused (not empty, or the root of a frozen tree): the entry stays.

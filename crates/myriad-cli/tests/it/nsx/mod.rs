@@ -196,6 +196,9 @@ fn run_here(cfg: &NsxConfig, under_test: &Path, reference: &Path) {
         r.clock_excused
     );
     if std::env::var("MYRIAD_NSX_VERBOSE").as_deref() == Ok("1") {
+        for line in &r.log {
+            eprintln!("  {line}");
+        }
         for (outcome, n) in &r.outcomes {
             eprintln!("  {n:6} {outcome}");
         }

@@ -368,8 +368,15 @@ impl Run<'_> {
             ));
         }
         if failing {
+            let paths: Vec<String> = diffs
+                .iter()
+                .filter(|d| !d.path.is_empty())
+                .map(|d| show(&d.path))
+                .collect();
+            let earlier = touching(&self.log, &paths, 40);
             self.fail(&format!(
-                "as uid {} gid {} groups {:?}: {op}\n  result: A {}, B {}\n  differences:\n{report}",
+                "as uid {} gid {} groups {:?}: {op}\n  result: A {}, B {}\n  differences:\n{report}\
+                 earlier operations on those paths or their directories:\n{earlier}",
                 u.uid, u.gid, u.groups, res.0, res.1
             ));
         }
@@ -384,4 +391,35 @@ impl Run<'_> {
             self.cfg.seed, self.step, self.cfg.seed, self.step
         );
     }
+}
+
+/// The last `n` lines of `log` that name one of `paths` or a directory holding one (a name
+/// a failure's difference was found on: what changed it may be long before the last lines).
+fn touching(log: &[String], paths: &[String], n: usize) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for p in paths {
+        let mut at = p.as_str();
+        loop {
+            if !at.is_empty() && !names.iter().any(|x| x == at) {
+                names.push(at.to_string());
+            }
+            match at.rfind('/') {
+                Some(i) => at = &at[..i],
+                None => break,
+            }
+        }
+    }
+    // A name counts where it stands whole: after a space or '(', before ',', ')' or ' '.
+    let names_it = |line: &str| {
+        names.iter().any(|name| {
+            line.match_indices(name.as_str()).any(|(i, _)| {
+                let before = line[..i].chars().last();
+                let after = line[i + name.len()..].chars().next();
+                matches!(before, Some(' ' | '(')) && matches!(after, Some(',' | ')' | ' '))
+            })
+        })
+    };
+    let hits: Vec<&String> = log.iter().filter(|l| names_it(l)).collect();
+    let start = hits.len().saturating_sub(n);
+    hits[start..].iter().map(|l| format!("{l}\n")).collect()
 }
