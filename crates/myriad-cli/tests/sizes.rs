@@ -21,7 +21,6 @@ const FILES_OVER: &[(&str, usize)] = &[
 /// (`serve_client`, `serve_peer`) are one arm per request: they shrink when requests
 /// become types of their own (issue 50, step 1).
 const FNS_OVER: &[(&str, usize)] = &[
-    ("myriad-server/src/state/renames.rs::execute", 449),
     ("myriad-cli/src/fsck.rs::check", 306),
     ("myriad-server/src/state/dirs.rs::execute", 250),
     ("myriad-server/src/state/shards.rs::execute", 241),

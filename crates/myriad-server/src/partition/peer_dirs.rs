@@ -8,19 +8,7 @@ use myriad_proto::{FsError, InodeId, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::state::mutation::Mutation;
-
-/// A directory part moved here (`PeerRequest::DirImport`).
-pub(super) struct DirPart {
-    pub(super) path: String,
-    pub(super) txid: u64,
-    pub(super) ino: InodeId,
-    pub(super) shards: Vec<Shard>,
-    pub(super) map: Option<myriad_placement::ShardMap>,
-    pub(super) entries: Vec<myriad_proto::ExportedEntry>,
-    /// The directory the part replaces, if the move replaces one.
-    pub(super) replaces: Option<InodeId>,
-}
+use crate::state::mutation::{DirImport, Mutation};
 
 impl Partition {
     /// A directory's first shard record (a sharded mkdir).
@@ -137,38 +125,20 @@ impl Partition {
     pub(super) async fn peer_dir_import(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        part: DirPart,
+        part: DirImport,
     ) -> Result<Response, FsError> {
-        let DirPart {
-            path,
-            txid,
-            ino,
-            shards,
-            map,
-            entries,
-            replaces,
-        } = part;
-        validate_path(&path)?;
+        let path = part.path.as_str();
+        validate_path(path)?;
         // Placed here now, or (a tree moving between zones) where its move heads.
-        let here = |ring: &myriad_placement::Ring| match shards.first() {
-            Some(s) => s.is_valid() && ring.owner_of_shard(&path, *s) == self.me,
-            None => ring.owner_of_dir(&path) == self.me,
+        let here = |ring: &myriad_placement::Ring| match part.shards.first() {
+            Some(s) => s.is_valid() && ring.owner_of_shard(path, *s) == self.me,
+            None => ring.owner_of_dir(path) == self.me,
         };
         let moving_here = || st.map.moving_policy().is_some() && here(st.target_ring());
         if !here(&st.ring) && !moving_here() {
             return Err(FsError::Redirect(Box::new(st.map.clone())));
         }
-        self.applier
-            .run(Mutation::DirImport {
-                path,
-                txid,
-                ino,
-                shards,
-                map,
-                entries,
-                replaces,
-            })
-            .await?;
+        self.applier.run(Mutation::DirImport(part)).await?;
         Ok(Response::Unit)
     }
 

@@ -9,7 +9,7 @@ use myriad_proto::{FsError, Inode, InodeId, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, inode_response};
-use crate::state::mutation::{DirTouchOne, Mutation, Outcome};
+use crate::state::mutation::{DirTouchOne, Mutation, Outcome, RenamePrepare};
 
 /// The target side of a rename between partitions (`PeerRequest::RenamePrepare`).
 pub(super) struct RenameTarget {
@@ -82,7 +82,7 @@ impl Partition {
         let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
         let outcome = self
             .applier
-            .run(Mutation::RenamePrepare {
+            .run(Mutation::RenamePrepare(RenamePrepare {
                 txid,
                 coordinator,
                 to,
@@ -90,7 +90,7 @@ impl Partition {
                 flags,
                 blocks,
                 replaces,
-            })
+            }))
             .await?;
         Ok(match outcome {
             Outcome::Exchanged(inode, blocks) => Response::Exchanged {

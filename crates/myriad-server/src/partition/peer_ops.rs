@@ -11,8 +11,8 @@ use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::partition::peer_dirs::DirPart;
 use crate::partition::peer_names::RenameTarget;
+use crate::state::mutation::DirImport;
 
 impl Partition {
     /// Serves one request from another server.
@@ -136,7 +136,7 @@ impl Partition {
                 entries,
                 replaces,
             } => {
-                let part = DirPart {
+                let part = DirImport {
                     path,
                     txid,
                     ino,

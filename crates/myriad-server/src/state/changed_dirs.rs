@@ -96,13 +96,13 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
             dirs.dedup();
             ChangedDirs::Dirs(dirs)
         }
-        Mutation::RenamePrepare { to, .. } => one(parent_of(to)),
+        Mutation::RenamePrepare(p) => one(parent_of(&p.to)),
         Mutation::MarkReadOnly { path, .. } => ChangedDirs::Marks(vec![path.clone()]),
         Mutation::DirObjectCreate { path, .. }
         | Mutation::DirObjectRemove { path, .. }
         | Mutation::DirFreeze { path, .. }
-        | Mutation::DirImport { path, .. }
         | Mutation::DirFinish { path, .. } => one(path),
+        Mutation::DirImport(d) => one(&d.path),
         Mutation::Shard(
             ShardMutation::SplitBegin { dir, .. }
             | ShardMutation::Import { dir, .. }

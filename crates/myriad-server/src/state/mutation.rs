@@ -11,8 +11,8 @@ use myriad_storage::Batch;
 
 pub use crate::state::ids::IdAlloc;
 pub use crate::state::ops::{
-    Ctx, DirTouchOne, InodeChange, Layout, Mutation, Outcome, ShardMutation, prepare_key,
-    storage_err,
+    Ctx, DirImport, DirTouchOne, InodeChange, Layout, Mutation, Outcome, RenamePrepare,
+    ShardMutation, prepare_key, storage_err,
 };
 pub use crate::state::records::{INODE_DIR, ORPHAN_DIR, inode_name, wrong_shard};
 pub(crate) use crate::state::renames::leaving_here;
@@ -81,10 +81,10 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         m @ (Mutation::RenameLocal { .. }
         | Mutation::RenameSourceBegin { .. }
         | Mutation::RenameSourceDecide { .. }
-        | Mutation::RenamePrepare { .. }
+        | Mutation::RenamePrepare(_)
         | Mutation::RenameTargetResolve { .. }
         | Mutation::DirFreeze { .. }
-        | Mutation::DirImport { .. }
+        | Mutation::DirImport(_)
         | Mutation::DirFinish { .. }) => renames::execute(ctx, &mut b, m)?,
         m @ (Mutation::LinkSource { .. }
         | Mutation::PutLinkRef { .. }

@@ -38,6 +38,35 @@ pub struct DirTouchOne {
     pub nlink: Option<u32>,
 }
 
+/// A directory part moved to this partition (`Mutation::DirImport`): hidden until revealed.
+#[derive(Debug)]
+pub struct DirImport {
+    pub path: String,
+    pub txid: u64,
+    pub ino: InodeId,
+    pub shards: Vec<Shard>,
+    pub map: Option<ShardMap>,
+    pub entries: Vec<ExportedEntry>,
+    /// The empty directory the part takes the place of, if any.
+    pub replaces: Option<InodeId>,
+}
+
+/// The target side of a rename between partitions (`Mutation::RenamePrepare`): the moved
+/// entry staged pending under `txid`.
+#[derive(Debug)]
+pub struct RenamePrepare {
+    pub txid: u64,
+    /// The partition running the rename (it commits or aborts it).
+    pub coordinator: PartitionId,
+    pub to: String,
+    pub inode: Inode,
+    pub flags: RenameFlags,
+    /// The moved file's chunk-0 blocks, which live with its entry.
+    pub blocks: Vec<(u64, Vec<u8>)>,
+    /// The inode the name replaces, if the rename replaces one.
+    pub replaces: Option<InodeId>,
+}
+
 #[derive(Debug)]
 pub enum Mutation {
     /// Changes nothing; its reply comes after the fsync covering everything applied before.
@@ -314,29 +343,13 @@ pub enum Mutation {
         path: String,
         txid: u64,
     },
-    DirImport {
-        path: String,
-        txid: u64,
-        ino: InodeId,
-        shards: Vec<Shard>,
-        map: Option<ShardMap>,
-        entries: Vec<ExportedEntry>,
-        replaces: Option<InodeId>,
-    },
+    DirImport(DirImport),
     DirFinish {
         path: String,
         txid: u64,
         action: DirAction,
     },
-    RenamePrepare {
-        txid: u64,
-        coordinator: PartitionId,
-        to: String,
-        inode: Inode,
-        flags: RenameFlags,
-        blocks: Vec<(u64, Vec<u8>)>,
-        replaces: Option<InodeId>,
-    },
+    RenamePrepare(RenamePrepare),
     RenameTargetResolve {
         /// When (file times' clock): an abort leaves a tombstone with it.
         now: i64,

@@ -4,9 +4,10 @@ use myriad_placement::split_parent;
 use myriad_proto::{DirAction, FileKind, FsError, Inode, Shard};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
-use crate::state::intent::{Decision, Intent};
+use crate::state::intent::{Decision, DirMove, Intent};
 use crate::state::ops::{
-    Ctx, Mutation, Outcome, chunk0_blocks, not_routed, prepare_key, replace_key, storage_err,
+    Blocks, Ctx, DirImport, Mutation, Outcome, RenamePrepare, chunk0_blocks, not_routed,
+    prepare_key, replace_key, storage_err,
 };
 use crate::state::records::{
     adjust_subdirs, check_exchange_target, check_rename_target, dir_here, drop_file_data, is_dir,
@@ -101,214 +102,10 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             commit,
             moves,
             incoming,
-        } => {
-            let Some(Intent::RenameOut {
-                from_dir,
-                from_name,
-                to,
-                dst_node,
-                ino,
-                ..
-            }) = ctx
-                .store
-                .intent(txid)
-                .map_err(storage_err)?
-                .and_then(|b| Intent::decode(&b))
-            else {
-                return Ok(Outcome::Unit);
-            };
-            if let Some(rec) = ctx
-                .store
-                .entry(&from_dir, &from_name)
-                .map_err(storage_err)?
-                && rec.pending.as_ref().is_some_and(|p| p.txid == txid)
-            {
-                if commit {
-                    ctx.store.delete_entry(b, &from_dir, &from_name);
-                    adjust_subdirs(ctx.store, b, &from_dir, -is_dir(rec.inode.as_ref()))?;
-                    if rec.inode.as_ref().is_some_and(|i| i.kind == FileKind::File) {
-                        let c0 = chunk0_blocks(ctx.layout);
-                        ctx.store
-                            .trim_blocks(b, ino, 0, 0, c0)
-                            .map_err(storage_err)?;
-                    }
-                    // An exchange: the destination's entry takes the source's name.
-                    if let Some((other, blocks)) = incoming {
-                        for (block, data) in blocks {
-                            ctx.store.put_block(b, other.ino, block, data);
-                        }
-                        put_visible(ctx.store, b, &from_dir, &from_name, &other);
-                    }
-                } else if let Some(i) = rec.inode {
-                    put_visible(ctx.store, b, &from_dir, &from_name, &i);
-                }
-            }
-            let decision = if commit {
-                Decision::Commit
-            } else {
-                Decision::Abort
-            };
-            let intent = Intent::RenameOut {
-                from_dir,
-                from_name,
-                to,
-                dst_node,
-                ino,
-                decision,
-                moves,
-            };
-            ctx.store.put_intent(b, txid, intent.encode());
-            Outcome::Unit
-        }
-        Mutation::RenamePrepare {
-            txid,
-            coordinator,
-            to,
-            inode,
-            flags,
-            blocks,
-            replaces,
-        } => {
-            let (tdir, tname) = split_parent(&to);
-            match ctx
-                .store
-                .intent(prepare_key(txid))
-                .map_err(storage_err)?
-                .and_then(|b| Intent::decode(&b))
-            {
-                Some(Intent::RenameAborted { .. }) => {
-                    return Err(FsError::Stale); // Aborted here already: too late.
-                }
-                // Already prepared (a retried request): the same answer.
-                Some(Intent::ExchangeIn { .. }) => {
-                    let other = ctx
-                        .store
-                        .entry(tdir, tname)
-                        .map_err(storage_err)?
-                        .and_then(|r| r.inode)
-                        .ok_or_else(|| FsError::Io("exchange staged without its entry".into()))?;
-                    let blocks = chunk0_of(ctx, &other)?;
-                    return Ok(Outcome::Exchanged(other, blocks));
-                }
-                Some(_) => return Ok(Outcome::Unit),
-                None => {}
-            }
-            require_dir(ctx.store, tdir, tname)?;
-            if inode.kind == FileKind::File && leaving_here(ctx.store, inode.ino)? {
-                return Err(FsError::Busy);
-            }
-            // An exchange swaps with the entry there (and hands it back); a rename
-            // replaces it, if any.
-            let (replaced, given) = if flags.exchange {
-                let other = check_exchange_target(ctx.store, tdir, tname, &inode)?;
-                let given = chunk0_of(ctx, &other)?;
-                (Some(other), Some(given))
-            } else {
-                let replaced =
-                    check_rename_target(ctx.store, tdir, tname, &inode, flags, replaces)?;
-                (replaced, None)
-            };
-            for (block, data) in blocks {
-                ctx.store.put_block(b, inode.ino, block, data);
-            }
-            let rec = EntryRecord {
-                inode: replaced.clone(),
-                pending: Some(Pending {
-                    txid,
-                    after: Some(inode.clone()),
-                }),
-            };
-            ctx.store.put_entry(b, tdir, tname, &rec);
-            let (dir, name, ino) = (tdir.to_string(), tname.to_string(), inode.ino);
-            let intent = if flags.exchange {
-                Intent::ExchangeIn {
-                    coordinator,
-                    dir,
-                    name,
-                    ino,
-                }
-            } else {
-                Intent::RenameIn {
-                    coordinator,
-                    dir,
-                    name,
-                    ino,
-                }
-            };
-            ctx.store.put_intent(b, prepare_key(txid), intent.encode());
-            match (replaced, given) {
-                (Some(other), Some(given)) => Outcome::Exchanged(other, given),
-                _ => Outcome::Unit,
-            }
-        }
+        } => source_decide(ctx, b, txid, commit, moves, incoming)?,
+        Mutation::RenamePrepare(p) => target_prepare(ctx, b, p)?,
         Mutation::RenameTargetResolve { txid, commit, now } => {
-            // An abort leaves a tombstone, even of a prepare that never arrived.
-            let tombstone = |b: &mut Batch| {
-                if !commit {
-                    let t = Intent::RenameAborted { at_ns: now };
-                    ctx.store.put_intent(b, prepare_key(txid), t.encode());
-                }
-            };
-            let (dir, name, ino, exchange) = match ctx
-                .store
-                .intent(prepare_key(txid))
-                .map_err(storage_err)?
-                .and_then(|b| Intent::decode(&b))
-            {
-                Some(Intent::RenameIn { dir, name, ino, .. }) => (dir, name, ino, false),
-                Some(Intent::ExchangeIn { dir, name, ino, .. }) => (dir, name, ino, true),
-                _ => {
-                    tombstone(b);
-                    return Ok(Outcome::Renamed(None, None)); // Already resolved (or never came).
-                }
-            };
-            let mut gc = None;
-            let mut dropped_link = None;
-            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
-                && let Some(p) = rec.pending.filter(|p| p.txid == txid)
-            {
-                if commit {
-                    match rec.inode.as_ref().filter(|o| o.ino != ino) {
-                        // Exchanged: the entry lives on under the source's name, which
-                        // has its chunk-0 blocks now.
-                        Some(old) if exchange && old.kind == FileKind::File => {
-                            let c0 = chunk0_blocks(ctx.layout);
-                            ctx.store
-                                .trim_blocks(b, old.ino, 0, 0, c0)
-                                .map_err(storage_err)?;
-                        }
-                        Some(_) if exchange => {}
-                        Some(old) => {
-                            gc = drop_file_data(ctx, b, old, now)?;
-                            dropped_link =
-                                Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
-                        }
-                        None => {}
-                    }
-                    let delta = is_dir(p.after.as_ref()) - is_dir(rec.inode.as_ref());
-                    adjust_subdirs(ctx.store, b, &dir, delta)?;
-                    match p.after {
-                        Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
-                        None => ctx.store.delete_entry(b, &dir, &name),
-                    }
-                } else {
-                    match rec.inode {
-                        Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
-                        None => ctx.store.delete_entry(b, &dir, &name),
-                    }
-                    // Staged chunk-0 blocks came only with a regular file: a hard-link name
-                    // brought none, and its inode's blocks may live on this very node.
-                    if p.after.as_ref().is_some_and(|i| i.kind == FileKind::File) {
-                        let c0 = chunk0_blocks(ctx.layout);
-                        ctx.store
-                            .trim_blocks(b, ino, 0, 0, c0)
-                            .map_err(storage_err)?;
-                    }
-                }
-            }
-            ctx.store.delete_intent(b, prepare_key(txid));
-            tombstone(b);
-            Outcome::Renamed(gc, dropped_link)
+            target_resolve(ctx, b, txid, commit, now)?
         }
         Mutation::DirFreeze { path, txid } => {
             let mut rec = dir_here(ctx.store, &path)?;
@@ -330,138 +127,381 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Unit
         }
-        Mutation::DirImport {
-            path,
-            txid,
-            ino,
-            shards,
-            map,
-            entries,
-            replaces,
-        } => {
-            let rec = match ctx.store.dir(&path).map_err(storage_err)? {
-                Some(rec) if rec.hidden == Some(txid) => rec,
-                found => {
-                    if let Some(old) = found {
-                        let Some(expected) = replaces else {
-                            return Err(FsError::AlreadyExists);
-                        };
-                        take_over(ctx, &path, &old, expected)?;
-                        let kept = Intent::DirReplaced {
-                            path: path.clone(),
-                            ino: old.ino,
-                        };
-                        ctx.store.put_intent(b, replace_key(txid), kept.encode());
-                    }
-                    let rec = hidden_copy(txid, ino, shards, map)?;
-                    ctx.store.put_dir(b, &path, &rec);
-                    rec
-                }
-            };
-            for e in entries {
-                if rec.shard_for(myriad_proto::name_hash(&e.name)).is_none() {
-                    return Err(FsError::InvalidArgument(format!(
-                        "{}: not in a shard of {path} held here",
-                        e.name
-                    )));
-                }
-                for (block, data) in e.blocks {
-                    ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
-                }
-                // Staged: readers of the new name wait until the rename is revealed.
-                let rec = EntryRecord {
-                    inode: None,
-                    pending: Some(Pending {
-                        txid,
-                        after: Some(e.inode),
-                    }),
-                };
-                ctx.store.put_entry(b, &path, &e.name, &rec);
-            }
-            Outcome::Unit
-        }
-        Mutation::DirFinish { path, txid, action } => {
-            let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)? else {
-                return Ok(Outcome::Unit);
-            };
-            let entries = ctx
-                .store
-                .entries(&path, None, usize::MAX)
-                .map_err(storage_err)?;
-            match action {
-                DirAction::Reveal if rec.hidden == Some(txid) => {
-                    rec.hidden = None;
-                    // The directory this copy replaced, if any, is gone for good.
-                    ctx.store.delete_intent(b, replace_key(txid));
-                    let mut subdirs = 0;
-                    for (name, e) in entries {
-                        let shown = match e.pending.filter(|p| p.txid == txid) {
-                            Some(p) => {
-                                match &p.after {
-                                    Some(i) => put_visible(ctx.store, b, &path, &name, i),
-                                    None => ctx.store.delete_entry(b, &path, &name),
-                                }
-                                p.after
-                            }
-                            None => e.inode,
-                        };
-                        subdirs += is_dir(shown.as_ref());
-                    }
-                    // The copy arrived whole: count its subdirectories afresh.
-                    rec.subdirs = u32::try_from(subdirs.max(0)).unwrap_or(u32::MAX);
-                    ctx.store.put_dir(b, &path, &rec);
-                }
-                DirAction::Thaw if rec.frozen == Some(txid) => {
-                    rec.frozen = None;
-                    ctx.store.put_dir(b, &path, &rec);
-                }
-                DirAction::Drop { keep_blocks_of }
-                    if rec.frozen == Some(txid) || rec.hidden == Some(txid) =>
-                {
-                    ctx.store.delete_dir(b, &path);
-                    let c0 = chunk0_blocks(ctx.layout);
-                    for (name, e) in entries {
-                        ctx.store.delete_entry(b, &path, &name);
-                        let inode = e.inode.or_else(|| e.pending.and_then(|p| p.after));
-                        let Some(i) = inode.filter(|i| i.kind == FileKind::File) else {
-                            continue;
-                        };
-                        // The other copy of a rename, on this node, shares the blocks.
-                        let shared = match &keep_blocks_of {
-                            Some(other) => ctx
-                                .store
-                                .entry(other, &name)
-                                .map_err(storage_err)?
-                                .and_then(|o| o.inode.or_else(|| o.pending.and_then(|p| p.after)))
-                                .is_some_and(|o| o.ino == i.ino),
-                            None => false,
-                        };
-                        if !shared {
-                            ctx.store
-                                .trim_blocks(b, i.ino, 0, 0, c0)
-                                .map_err(storage_err)?;
-                        }
-                    }
-                    // A copy that took over an empty directory gives its place back.
-                    if rec.hidden == Some(txid)
-                        && let Some(Intent::DirReplaced { path: p, ino }) = ctx
-                            .store
-                            .intent(replace_key(txid))
-                            .map_err(storage_err)?
-                            .and_then(|b| Intent::decode(&b))
-                        && p == path
-                    {
-                        ctx.store.put_dir(b, &path, &DirRecord::new(ino));
-                        ctx.store.delete_intent(b, replace_key(txid));
-                    }
-                }
-                _ => {}
-            }
-            Outcome::Unit
-        }
+        Mutation::DirImport(d) => dir_import(ctx, b, d)?,
+        Mutation::DirFinish { path, txid, action } => dir_finish(ctx, b, path, txid, action)?,
         other => return Err(not_routed(&other)),
     };
     Ok(out)
+}
+
+/// The coordinator's decision: a commit deletes the source entry and its chunk-0 blocks (an
+/// exchange's puts the incoming entry in its place); an abort restores it.
+fn source_decide(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    txid: u64,
+    commit: bool,
+    moves: Vec<DirMove>,
+    incoming: Option<(Inode, Blocks)>,
+) -> Result<Outcome, FsError> {
+    let Some(Intent::RenameOut {
+        from_dir,
+        from_name,
+        to,
+        dst_node,
+        ino,
+        ..
+    }) = ctx
+        .store
+        .intent(txid)
+        .map_err(storage_err)?
+        .and_then(|b| Intent::decode(&b))
+    else {
+        return Ok(Outcome::Unit);
+    };
+    if let Some(rec) = ctx
+        .store
+        .entry(&from_dir, &from_name)
+        .map_err(storage_err)?
+        && rec.pending.as_ref().is_some_and(|p| p.txid == txid)
+    {
+        if commit {
+            ctx.store.delete_entry(b, &from_dir, &from_name);
+            adjust_subdirs(ctx.store, b, &from_dir, -is_dir(rec.inode.as_ref()))?;
+            if rec.inode.as_ref().is_some_and(|i| i.kind == FileKind::File) {
+                let c0 = chunk0_blocks(ctx.layout);
+                ctx.store
+                    .trim_blocks(b, ino, 0, 0, c0)
+                    .map_err(storage_err)?;
+            }
+            // An exchange: the destination's entry takes the source's name.
+            if let Some((other, blocks)) = incoming {
+                for (block, data) in blocks {
+                    ctx.store.put_block(b, other.ino, block, data);
+                }
+                put_visible(ctx.store, b, &from_dir, &from_name, &other);
+            }
+        } else if let Some(i) = rec.inode {
+            put_visible(ctx.store, b, &from_dir, &from_name, &i);
+        }
+    }
+    let decision = if commit {
+        Decision::Commit
+    } else {
+        Decision::Abort
+    };
+    let intent = Intent::RenameOut {
+        from_dir,
+        from_name,
+        to,
+        dst_node,
+        ino,
+        decision,
+        moves,
+    };
+    ctx.store.put_intent(b, txid, intent.encode());
+    Ok(Outcome::Unit)
+}
+
+/// The target side: the entry staged pending under `txid` (a retried prepare answers the
+/// same; one aborted here already is refused).
+fn target_prepare(ctx: &mut Ctx<'_>, b: &mut Batch, p: RenamePrepare) -> Result<Outcome, FsError> {
+    let RenamePrepare {
+        txid,
+        coordinator,
+        to,
+        inode,
+        flags,
+        blocks,
+        replaces,
+    } = p;
+    let (tdir, tname) = split_parent(&to);
+    match ctx
+        .store
+        .intent(prepare_key(txid))
+        .map_err(storage_err)?
+        .and_then(|b| Intent::decode(&b))
+    {
+        Some(Intent::RenameAborted { .. }) => {
+            return Err(FsError::Stale); // Aborted here already: too late.
+        }
+        // Already prepared (a retried request): the same answer.
+        Some(Intent::ExchangeIn { .. }) => {
+            let other = ctx
+                .store
+                .entry(tdir, tname)
+                .map_err(storage_err)?
+                .and_then(|r| r.inode)
+                .ok_or_else(|| FsError::Io("exchange staged without its entry".into()))?;
+            let blocks = chunk0_of(ctx, &other)?;
+            return Ok(Outcome::Exchanged(other, blocks));
+        }
+        Some(_) => return Ok(Outcome::Unit),
+        None => {}
+    }
+    require_dir(ctx.store, tdir, tname)?;
+    if inode.kind == FileKind::File && leaving_here(ctx.store, inode.ino)? {
+        return Err(FsError::Busy);
+    }
+    // An exchange swaps with the entry there (and hands it back); a rename
+    // replaces it, if any.
+    let (replaced, given) = if flags.exchange {
+        let other = check_exchange_target(ctx.store, tdir, tname, &inode)?;
+        let given = chunk0_of(ctx, &other)?;
+        (Some(other), Some(given))
+    } else {
+        let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags, replaces)?;
+        (replaced, None)
+    };
+    for (block, data) in blocks {
+        ctx.store.put_block(b, inode.ino, block, data);
+    }
+    let rec = EntryRecord {
+        inode: replaced.clone(),
+        pending: Some(Pending {
+            txid,
+            after: Some(inode.clone()),
+        }),
+    };
+    ctx.store.put_entry(b, tdir, tname, &rec);
+    let (dir, name, ino) = (tdir.to_string(), tname.to_string(), inode.ino);
+    let intent = if flags.exchange {
+        Intent::ExchangeIn {
+            coordinator,
+            dir,
+            name,
+            ino,
+        }
+    } else {
+        Intent::RenameIn {
+            coordinator,
+            dir,
+            name,
+            ino,
+        }
+    };
+    ctx.store.put_intent(b, prepare_key(txid), intent.encode());
+    Ok(match (replaced, given) {
+        (Some(other), Some(given)) => Outcome::Exchanged(other, given),
+        _ => Outcome::Unit,
+    })
+}
+
+/// The target side's end: the staged entry revealed (commit) or dropped, with a tombstone
+/// after an abort.
+fn target_resolve(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    txid: u64,
+    commit: bool,
+    now: i64,
+) -> Result<Outcome, FsError> {
+    // An abort leaves a tombstone, even of a prepare that never arrived.
+    let tombstone = |b: &mut Batch| {
+        if !commit {
+            let t = Intent::RenameAborted { at_ns: now };
+            ctx.store.put_intent(b, prepare_key(txid), t.encode());
+        }
+    };
+    let (dir, name, ino, exchange) = match ctx
+        .store
+        .intent(prepare_key(txid))
+        .map_err(storage_err)?
+        .and_then(|b| Intent::decode(&b))
+    {
+        Some(Intent::RenameIn { dir, name, ino, .. }) => (dir, name, ino, false),
+        Some(Intent::ExchangeIn { dir, name, ino, .. }) => (dir, name, ino, true),
+        _ => {
+            tombstone(b);
+            return Ok(Outcome::Renamed(None, None)); // Already resolved (or never came).
+        }
+    };
+    let mut gc = None;
+    let mut dropped_link = None;
+    if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+        && let Some(p) = rec.pending.filter(|p| p.txid == txid)
+    {
+        if commit {
+            match rec.inode.as_ref().filter(|o| o.ino != ino) {
+                // Exchanged: the entry lives on under the source's name, which
+                // has its chunk-0 blocks now.
+                Some(old) if exchange && old.kind == FileKind::File => {
+                    let c0 = chunk0_blocks(ctx.layout);
+                    ctx.store
+                        .trim_blocks(b, old.ino, 0, 0, c0)
+                        .map_err(storage_err)?;
+                }
+                Some(_) if exchange => {}
+                Some(old) => {
+                    gc = drop_file_data(ctx, b, old, now)?;
+                    dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
+                }
+                None => {}
+            }
+            let delta = is_dir(p.after.as_ref()) - is_dir(rec.inode.as_ref());
+            adjust_subdirs(ctx.store, b, &dir, delta)?;
+            match p.after {
+                Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
+                None => ctx.store.delete_entry(b, &dir, &name),
+            }
+        } else {
+            match rec.inode {
+                Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
+                None => ctx.store.delete_entry(b, &dir, &name),
+            }
+            // Staged chunk-0 blocks came only with a regular file: a hard-link name
+            // brought none, and its inode's blocks may live on this very node.
+            if p.after.as_ref().is_some_and(|i| i.kind == FileKind::File) {
+                let c0 = chunk0_blocks(ctx.layout);
+                ctx.store
+                    .trim_blocks(b, ino, 0, 0, c0)
+                    .map_err(storage_err)?;
+            }
+        }
+    }
+    ctx.store.delete_intent(b, prepare_key(txid));
+    tombstone(b);
+    Ok(Outcome::Renamed(gc, dropped_link))
+}
+
+/// A directory part moved here, hidden until revealed.
+fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome, FsError> {
+    let DirImport {
+        path,
+        txid,
+        ino,
+        shards,
+        map,
+        entries,
+        replaces,
+    } = d;
+    let rec = match ctx.store.dir(&path).map_err(storage_err)? {
+        Some(rec) if rec.hidden == Some(txid) => rec,
+        found => {
+            if let Some(old) = found {
+                let Some(expected) = replaces else {
+                    return Err(FsError::AlreadyExists);
+                };
+                take_over(ctx, &path, &old, expected)?;
+                let kept = Intent::DirReplaced {
+                    path: path.clone(),
+                    ino: old.ino,
+                };
+                ctx.store.put_intent(b, replace_key(txid), kept.encode());
+            }
+            let rec = hidden_copy(txid, ino, shards, map)?;
+            ctx.store.put_dir(b, &path, &rec);
+            rec
+        }
+    };
+    for e in entries {
+        if rec.shard_for(myriad_proto::name_hash(&e.name)).is_none() {
+            return Err(FsError::InvalidArgument(format!(
+                "{}: not in a shard of {path} held here",
+                e.name
+            )));
+        }
+        for (block, data) in e.blocks {
+            ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
+        }
+        // Staged: readers of the new name wait until the rename is revealed.
+        let rec = EntryRecord {
+            inode: None,
+            pending: Some(Pending {
+                txid,
+                after: Some(e.inode),
+            }),
+        };
+        ctx.store.put_entry(b, &path, &e.name, &rec);
+    }
+    Ok(Outcome::Unit)
+}
+
+/// A directory part's end on this side: revealed, thawed or dropped.
+fn dir_finish(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    path: String,
+    txid: u64,
+    action: DirAction,
+) -> Result<Outcome, FsError> {
+    let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)? else {
+        return Ok(Outcome::Unit);
+    };
+    let entries = ctx
+        .store
+        .entries(&path, None, usize::MAX)
+        .map_err(storage_err)?;
+    match action {
+        DirAction::Reveal if rec.hidden == Some(txid) => {
+            rec.hidden = None;
+            // The directory this copy replaced, if any, is gone for good.
+            ctx.store.delete_intent(b, replace_key(txid));
+            let mut subdirs = 0;
+            for (name, e) in entries {
+                let shown = match e.pending.filter(|p| p.txid == txid) {
+                    Some(p) => {
+                        match &p.after {
+                            Some(i) => put_visible(ctx.store, b, &path, &name, i),
+                            None => ctx.store.delete_entry(b, &path, &name),
+                        }
+                        p.after
+                    }
+                    None => e.inode,
+                };
+                subdirs += is_dir(shown.as_ref());
+            }
+            // The copy arrived whole: count its subdirectories afresh.
+            rec.subdirs = u32::try_from(subdirs.max(0)).unwrap_or(u32::MAX);
+            ctx.store.put_dir(b, &path, &rec);
+        }
+        DirAction::Thaw if rec.frozen == Some(txid) => {
+            rec.frozen = None;
+            ctx.store.put_dir(b, &path, &rec);
+        }
+        DirAction::Drop { keep_blocks_of }
+            if rec.frozen == Some(txid) || rec.hidden == Some(txid) =>
+        {
+            ctx.store.delete_dir(b, &path);
+            let c0 = chunk0_blocks(ctx.layout);
+            for (name, e) in entries {
+                ctx.store.delete_entry(b, &path, &name);
+                let inode = e.inode.or_else(|| e.pending.and_then(|p| p.after));
+                let Some(i) = inode.filter(|i| i.kind == FileKind::File) else {
+                    continue;
+                };
+                // The other copy of a rename, on this node, shares the blocks.
+                let shared = match &keep_blocks_of {
+                    Some(other) => ctx
+                        .store
+                        .entry(other, &name)
+                        .map_err(storage_err)?
+                        .and_then(|o| o.inode.or_else(|| o.pending.and_then(|p| p.after)))
+                        .is_some_and(|o| o.ino == i.ino),
+                    None => false,
+                };
+                if !shared {
+                    ctx.store
+                        .trim_blocks(b, i.ino, 0, 0, c0)
+                        .map_err(storage_err)?;
+                }
+            }
+            // A copy that took over an empty directory gives its place back.
+            if rec.hidden == Some(txid)
+                && let Some(Intent::DirReplaced { path: p, ino }) = ctx
+                    .store
+                    .intent(replace_key(txid))
+                    .map_err(storage_err)?
+                    .and_then(|b| Intent::decode(&b))
+                && p == path
+            {
+                ctx.store.put_dir(b, &path, &DirRecord::new(ino));
+                ctx.store.delete_intent(b, replace_key(txid));
+            }
+        }
+        _ => {}
+    }
+    Ok(Outcome::Unit)
 }
 
 /// The record of a directory rename's copy of a directory object, hidden until revealed.

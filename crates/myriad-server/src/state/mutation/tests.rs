@@ -706,14 +706,16 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         kind: FileKind::File,
         ..t.create("/", "src", b"x").unwrap_or_else(|e| panic!("{e}"))
     };
-    let prepare = |txid| Mutation::RenamePrepare {
-        txid,
-        coordinator: myriad_proto::PartitionId(2),
-        to: "/dst".into(),
-        inode: inode.clone(),
-        flags: RenameFlags::default(),
-        blocks: Vec::new(),
-        replaces: None,
+    let prepare = |txid| {
+        Mutation::RenamePrepare(RenamePrepare {
+            txid,
+            coordinator: myriad_proto::PartitionId(2),
+            to: "/dst".into(),
+            inode: inode.clone(),
+            flags: RenameFlags::default(),
+            blocks: Vec::new(),
+            replaces: None,
+        })
     };
     // The abort arrives first (the prepare never came, or was lost): a tombstone.
     t.run(Mutation::RenameTargetResolve {
@@ -792,7 +794,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
         ..RenameFlags::default()
     };
     // The exchange's prepare: /a is staged to become 77, its file `leaving` goes away.
-    t.run(Mutation::RenamePrepare {
+    t.run(Mutation::RenamePrepare(RenamePrepare {
         txid: 20,
         coordinator: myriad_proto::PartitionId(2),
         to: "/a".into(),
@@ -800,17 +802,19 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
         flags: exchange,
         blocks: Vec::new(),
         replaces: None,
-    })
+    }))
     .unwrap_or_else(|e| panic!("{e}"));
     // Unresolved: `leaving` coming back (to another name) is refused, for now.
-    let back = |txid| Mutation::RenamePrepare {
-        txid,
-        coordinator: myriad_proto::PartitionId(2),
-        to: "/b".into(),
-        inode: leaving.clone(),
-        flags: RenameFlags::default(),
-        blocks: vec![(0, b"again".to_vec())],
-        replaces: None,
+    let back = |txid| {
+        Mutation::RenamePrepare(RenamePrepare {
+            txid,
+            coordinator: myriad_proto::PartitionId(2),
+            to: "/b".into(),
+            inode: leaving.clone(),
+            flags: RenameFlags::default(),
+            blocks: vec![(0, b"again".to_vec())],
+            replaces: None,
+        })
     };
     assert!(matches!(t.run(back(21)), Err(FsError::Busy)));
     // Resolved: it comes back, and keeps the blocks it came with.
@@ -908,18 +912,20 @@ fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
     let moved = t
         .create("/", "src-file", b"moved")
         .unwrap_or_else(|e| panic!("{e}"));
-    let import = |path: &str, txid: u64, replaces: Option<u64>| Mutation::DirImport {
-        path: path.into(),
-        txid,
-        ino: InodeId(88),
-        shards: Vec::new(),
-        map: None,
-        entries: vec![myriad_proto::ExportedEntry {
-            name: "g".into(),
-            inode: moved.clone(),
-            blocks: Vec::new(),
-        }],
-        replaces: replaces.map(InodeId),
+    let import = |path: &str, txid: u64, replaces: Option<u64>| {
+        Mutation::DirImport(DirImport {
+            path: path.into(),
+            txid,
+            ino: InodeId(88),
+            shards: Vec::new(),
+            map: None,
+            entries: vec![myriad_proto::ExportedEntry {
+                name: "g".into(),
+                inode: moved.clone(),
+                blocks: Vec::new(),
+            }],
+            replaces: replaces.map(InodeId),
+        })
     };
     let finish = |txid: u64, action: myriad_proto::DirAction| Mutation::DirFinish {
         path: "/d".into(),
@@ -1097,7 +1103,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         .err(),
         Some(FsError::ReadOnly)
     );
-    let take_over = Mutation::DirImport {
+    let take_over = Mutation::DirImport(DirImport {
         path: "/e".into(),
         txid: 9,
         ino: InodeId(88),
@@ -1105,7 +1111,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         map: None,
         entries: Vec::new(),
         replaces: Some(InodeId(71)),
-    };
+    });
     assert_eq!(t.run(take_over).err(), Some(FsError::ReadOnly));
     assert_eq!(dir_record(&t, "/e"), mark_e, "refusals change nothing");
     // A rename's freeze on top (a client would retry `Busy`): still read-only.
