@@ -22,10 +22,7 @@ const FILES_OVER: &[(&str, usize)] = &[
 /// become types of their own (issue 50, step 1).
 const FNS_OVER: &[(&str, usize)] = &[
     ("myriad-cli/src/fsck.rs::check", 306),
-    ("myriad-server/src/state/dirs.rs::execute", 250),
-    ("myriad-server/src/state/shards.rs::execute", 241),
     ("myriad-client/src/client.rs::route_with", 241),
-    ("myriad-server/src/state/data.rs::execute", 203),
     ("myriad-server/src/partition/twophase.rs::rename", 194),
     ("myriad-server/src/partition/peer_ops.rs::serve_peer", 194),
     ("myriad-server/src/replication/primary.rs::run_stream", 188),

@@ -1,6 +1,6 @@
 //! Directory creation and removal (two-partition protocols: the entry side and the directory object side), and the decisions of intents.
 
-use myriad_proto::{FileKind, FsError};
+use myriad_proto::{FileKind, FsError, Shard, ShardMap};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
@@ -53,94 +53,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             ctx.store.put_intent(b, txid, intent.encode());
             Outcome::Begun { txid, inode }
         }
-        Mutation::RmdirBegin { dir, name } => {
-            require_writable(ctx.store, &dir, &name)?;
-            let inode = visible(ctx.store, &dir, &name)?;
-            if inode.kind != FileKind::Directory {
-                return Err(FsError::NotADirectory);
-            }
-            let txid = ctx.ids.next(ctx.store, b)?;
-            let rec = EntryRecord {
-                inode: Some(inode.clone()),
-                pending: Some(Pending { txid, after: None }),
-            };
-            ctx.store.put_entry(b, &dir, &name, &rec);
-            let intent = Intent::Rmdir {
-                dir,
-                name,
-                ino: inode.ino,
-                decision: Decision::Undecided,
-            };
-            ctx.store.put_intent(b, txid, intent.encode());
-            Outcome::Begun { txid, inode }
-        }
+        Mutation::RmdirBegin { dir, name } => rmdir_begin(ctx, b, dir, name)?,
         Mutation::ResolveEntry {
             dir,
             name,
             txid,
             commit,
-        } => {
-            if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
-                && let Some(p) = rec.pending.filter(|p| p.txid == txid)
-            {
-                let before = is_dir(rec.inode.as_ref());
-                let result = if commit { p.after } else { rec.inode };
-                adjust_subdirs(ctx.store, b, &dir, is_dir(result.as_ref()) - before)?;
-                match result {
-                    Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
-                    None => ctx.store.delete_entry(b, &dir, &name),
-                }
-            }
-            ctx.store.delete_intent(b, txid);
-            Outcome::Unit
-        }
-        Mutation::Decide { txid, decision } => {
-            if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
-                let updated = match Intent::decode(&bytes) {
-                    Some(Intent::Mkdir {
-                        dir,
-                        name,
-                        ino,
-                        depth,
-                        ..
-                    }) => Some(Intent::Mkdir {
-                        dir,
-                        name,
-                        ino,
-                        depth,
-                        decision,
-                    }),
-                    Some(Intent::Rmdir { dir, name, ino, .. }) => Some(Intent::Rmdir {
-                        dir,
-                        name,
-                        ino,
-                        decision,
-                    }),
-                    Some(Intent::RenameOut {
-                        from_dir,
-                        from_name,
-                        to,
-                        dst_node,
-                        ino,
-                        moves,
-                        ..
-                    }) => Some(Intent::RenameOut {
-                        from_dir,
-                        from_name,
-                        to,
-                        dst_node,
-                        ino,
-                        decision,
-                        moves,
-                    }),
-                    _ => None,
-                };
-                if let Some(i) = updated {
-                    ctx.store.put_intent(b, txid, i.encode());
-                }
-            }
-            Outcome::Unit
-        }
+        } => resolve_entry(ctx, b, dir, name, txid, commit)?,
+        Mutation::Decide { txid, decision } => decide(ctx, b, txid, decision)?,
         Mutation::DeleteIntent { txid } => {
             ctx.store.delete_intent(b, txid);
             Outcome::Unit
@@ -160,58 +80,13 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             ctx.store.put_intent(b, txid, intent.encode());
             Outcome::TreeMoveBegun { txid }
         }
-        Mutation::TreeMoveRecord { txid, moves } => {
-            let Some(Intent::TreeMove {
-                path,
-                group,
-                arriving,
-                ..
-            }) = ctx
-                .store
-                .intent(txid)
-                .map_err(storage_err)?
-                .and_then(|bytes| Intent::decode(&bytes))
-            else {
-                return Err(FsError::Io(format!("no tree move {txid} to record")));
-            };
-            let intent = Intent::TreeMove {
-                path,
-                group,
-                arriving,
-                moves,
-            };
-            ctx.store.put_intent(b, txid, intent.encode());
-            Outcome::Unit
-        }
+        Mutation::TreeMoveRecord { txid, moves } => tree_move_record(ctx, b, txid, moves)?,
         Mutation::DirObjectCreate {
             path,
             ino,
             shards,
             map,
-        } => {
-            match ctx.store.dir(&path).map_err(storage_err)? {
-                Some(rec) if rec.ino == ino => {}
-                // The object of a directory renamed away (frozen, dropped once its rename
-                // finishes) or of one moving in: the name is free or about to be taken,
-                // not taken by this object (simulation seeds 116 with --behind and 5007,
-                // --dir-moves: a mkdir of a moved directory's old name answered
-                // `AlreadyExists` for a name that did not exist).
-                Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => {
-                    return Err(FsError::Busy);
-                }
-                Some(_) => return Err(FsError::AlreadyExists),
-                None => ctx.store.put_dir(
-                    b,
-                    &path,
-                    &DirRecord {
-                        shards: shards.into_iter().map(LocalShard::new).collect(),
-                        map,
-                        ..DirRecord::new(ino)
-                    },
-                ),
-            }
-            Outcome::Unit
-        }
+        } => dir_object_create(ctx, b, path, ino, shards, map)?,
         Mutation::DirObjectRemove { path, ino } => {
             match ctx.store.dir(&path).map_err(storage_err)? {
                 // A rename's copy is taking this directory's place: it decides first.
@@ -261,4 +136,174 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         other => return Err(not_routed(&other)),
     };
     Ok(out)
+}
+
+/// The entry side of an rmdir: the directory's entry marked pending, with its intent.
+fn rmdir_begin(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    dir: String,
+    name: String,
+) -> Result<Outcome, FsError> {
+    require_writable(ctx.store, &dir, &name)?;
+    let inode = visible(ctx.store, &dir, &name)?;
+    if inode.kind != FileKind::Directory {
+        return Err(FsError::NotADirectory);
+    }
+    let txid = ctx.ids.next(ctx.store, b)?;
+    let rec = EntryRecord {
+        inode: Some(inode.clone()),
+        pending: Some(Pending { txid, after: None }),
+    };
+    ctx.store.put_entry(b, &dir, &name, &rec);
+    let intent = Intent::Rmdir {
+        dir,
+        name,
+        ino: inode.ino,
+        decision: Decision::Undecided,
+    };
+    ctx.store.put_intent(b, txid, intent.encode());
+    Ok(Outcome::Begun { txid, inode })
+}
+
+/// A mkdir's or rmdir's pending entry resolved (made or removed for good, or restored), and its
+/// intent deleted.
+fn resolve_entry(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    dir: String,
+    name: String,
+    txid: u64,
+    commit: bool,
+) -> Result<Outcome, FsError> {
+    if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+        && let Some(p) = rec.pending.filter(|p| p.txid == txid)
+    {
+        let before = is_dir(rec.inode.as_ref());
+        let result = if commit { p.after } else { rec.inode };
+        adjust_subdirs(ctx.store, b, &dir, is_dir(result.as_ref()) - before)?;
+        match result {
+            Some(i) => put_visible(ctx.store, b, &dir, &name, &i),
+            None => ctx.store.delete_entry(b, &dir, &name),
+        }
+    }
+    ctx.store.delete_intent(b, txid);
+    Ok(Outcome::Unit)
+}
+
+/// Records the decision of intent `txid` (recovery follows it).
+fn decide(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    txid: u64,
+    decision: Decision,
+) -> Result<Outcome, FsError> {
+    if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
+        let updated = match Intent::decode(&bytes) {
+            Some(Intent::Mkdir {
+                dir,
+                name,
+                ino,
+                depth,
+                ..
+            }) => Some(Intent::Mkdir {
+                dir,
+                name,
+                ino,
+                depth,
+                decision,
+            }),
+            Some(Intent::Rmdir { dir, name, ino, .. }) => Some(Intent::Rmdir {
+                dir,
+                name,
+                ino,
+                decision,
+            }),
+            Some(Intent::RenameOut {
+                from_dir,
+                from_name,
+                to,
+                dst_node,
+                ino,
+                moves,
+                ..
+            }) => Some(Intent::RenameOut {
+                from_dir,
+                from_name,
+                to,
+                dst_node,
+                ino,
+                decision,
+                moves,
+            }),
+            _ => None,
+        };
+        if let Some(i) = updated {
+            ctx.store.put_intent(b, txid, i.encode());
+        }
+    }
+    Ok(Outcome::Unit)
+}
+
+/// Records the directory parts a tree move copied (to undo or finish it).
+fn tree_move_record(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    txid: u64,
+    moves: Vec<crate::state::intent::DirMove>,
+) -> Result<Outcome, FsError> {
+    let Some(Intent::TreeMove {
+        path,
+        group,
+        arriving,
+        ..
+    }) = ctx
+        .store
+        .intent(txid)
+        .map_err(storage_err)?
+        .and_then(|bytes| Intent::decode(&bytes))
+    else {
+        return Err(FsError::Io(format!("no tree move {txid} to record")));
+    };
+    let intent = Intent::TreeMove {
+        path,
+        group,
+        arriving,
+        moves,
+    };
+    ctx.store.put_intent(b, txid, intent.encode());
+    Ok(Outcome::Unit)
+}
+
+/// The directory object side of a mkdir (idempotent; refused over another directory's).
+fn dir_object_create(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    path: String,
+    ino: InodeId,
+    shards: Vec<Shard>,
+    map: Option<ShardMap>,
+) -> Result<Outcome, FsError> {
+    match ctx.store.dir(&path).map_err(storage_err)? {
+        Some(rec) if rec.ino == ino => {}
+        // The object of a directory renamed away (frozen, dropped once its rename
+        // finishes) or of one moving in: the name is free or about to be taken,
+        // not taken by this object (simulation seeds 116 with --behind and 5007,
+        // --dir-moves: a mkdir of a moved directory's old name answered
+        // `AlreadyExists` for a name that did not exist).
+        Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => {
+            return Err(FsError::Busy);
+        }
+        Some(_) => return Err(FsError::AlreadyExists),
+        None => ctx.store.put_dir(
+            b,
+            &path,
+            &DirRecord {
+                shards: shards.into_iter().map(LocalShard::new).collect(),
+                map,
+                ..DirRecord::new(ino)
+            },
+        ),
+    }
+    Ok(Outcome::Unit)
 }

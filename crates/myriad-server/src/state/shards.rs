@@ -1,6 +1,6 @@
 //! Mutations of the split protocol (docs/huge-dirs.md): each is one atomic batch on one node.
 
-use myriad_proto::{FileKind, FsError, Shard, ShardMap};
+use myriad_proto::{ExportedEntry, FileKind, FsError, Shard, ShardMap};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
@@ -38,45 +38,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             put_split_intent(ctx, b, txid, dir, shard, ino, Decision::Undecided);
             Ok(Outcome::SplitBegun { txid, ino })
         }
-        ShardMutation::SplitCommit { txid } => {
-            let (dir, shard, ino) = match read_intent(ctx, txid)? {
-                Some(Intent::SplitOut {
-                    dir,
-                    shard,
-                    ino,
-                    decision: Decision::Undecided,
-                }) => (dir, shard, ino),
-                // A repeated step.
-                Some(Intent::SplitOut {
-                    decision: Decision::Commit,
-                    ..
-                }) => return Ok(Outcome::Unit),
-                // Undone (by recovery) or over: the split must not go on to reveal its
-                // child, which would then overlap the shard that stayed whole here.
-                _ => {
-                    return Err(FsError::Io(format!(
-                        "split {txid} was abandoned; it cannot commit"
-                    )));
-                }
-            };
-            let mut rec = dir_here(ctx.store, &dir)?;
-            let Some(local) = rec
-                .shards
-                .iter_mut()
-                .find(|s| s.shard == shard && s.splitting == Some(txid))
-            else {
-                return Err(FsError::Io(format!(
-                    "split {txid}: shard {} of {dir} is not splitting",
-                    shard.label()
-                )));
-            };
-            let (lower, upper) = shard.halves();
-            *local = LocalShard::new(lower);
-            ctx.store.put_dir(b, &dir, &rec);
-            drop_range(ctx, b, &dir, upper)?;
-            put_split_intent(ctx, b, txid, dir, shard, ino, Decision::Commit);
-            Ok(Outcome::Unit)
-        }
+        ShardMutation::SplitCommit { txid } => split_commit(ctx, b, txid),
         ShardMutation::SplitAbort { txid } => {
             let Some(Intent::SplitOut {
                 dir, shard, ino, ..
@@ -101,131 +63,19 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             txid,
             child,
             entries,
-        } => {
-            let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
-                Some(r) if r.ino == ino => r,
-                Some(_) => return Err(FsError::AlreadyExists),
-                None => DirRecord {
-                    shards: Vec::new(),
-                    ..DirRecord::new(ino)
-                },
-            };
-            match rec
-                .shards
-                .iter()
-                .find(|s| s.shard.covers(&child) || child.covers(&s.shard))
-            {
-                Some(s) if s.shard == child && s.hidden == Some(txid) => {}
-                Some(_) => {
-                    return Err(FsError::Io(format!(
-                        "split {txid}: {dir} already holds a shard overlapping {}",
-                        child.label()
-                    )));
-                }
-                None => {
-                    rec.shards.push(LocalShard {
-                        hidden: Some(txid),
-                        ..LocalShard::new(child)
-                    });
-                    rec.shards.sort_by_key(|s| s.shard.start());
-                    ctx.store.put_dir(b, &dir, &rec);
-                }
-            }
-            for e in entries {
-                if !child.contains(myriad_proto::name_hash(&e.name)) {
-                    return Err(FsError::InvalidArgument(format!(
-                        "{}: not in shard {}",
-                        e.name,
-                        child.label()
-                    )));
-                }
-                for (block, data) in e.blocks {
-                    ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
-                }
-                let staged = EntryRecord {
-                    inode: None,
-                    pending: Some(Pending {
-                        txid,
-                        after: Some(e.inode),
-                    }),
-                };
-                ctx.store.put_entry(b, &dir, &e.name, &staged);
-            }
-            Ok(Outcome::Unit)
-        }
+        } => import(ctx, b, dir, ino, txid, child, entries),
         ShardMutation::Finish {
             dir,
             txid,
             child,
             reveal,
-        } => {
-            let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)? else {
-                return Ok(Outcome::Unit);
-            };
-            let Some(i) = rec
-                .shards
-                .iter()
-                .position(|s| s.shard == child && s.hidden == Some(txid))
-            else {
-                return Ok(Outcome::Unit); // Already finished.
-            };
-            if reveal {
-                rec.shards[i].hidden = None;
-                ctx.store.put_dir(b, &dir, &rec);
-                for (_, name, e) in ctx
-                    .store
-                    .entries_in(&dir, child.start(), None, child.end(), usize::MAX)
-                    .map_err(storage_err)?
-                {
-                    if let Some(inode) = e.pending.filter(|p| p.txid == txid).and_then(|p| p.after)
-                    {
-                        put_visible(ctx.store, b, &dir, &name, &inode);
-                    }
-                }
-            } else {
-                rec.shards.remove(i);
-                if rec.shards.is_empty() && rec.map.is_none() {
-                    ctx.store.delete_dir(b, &dir);
-                } else {
-                    ctx.store.put_dir(b, &dir, &rec);
-                }
-                drop_range(ctx, b, &dir, child)?;
-            }
-            Ok(Outcome::Unit)
-        }
+        } => finish(ctx, b, dir, txid, child, reveal),
         ShardMutation::MapChange {
             dir,
             ino,
             shard,
             split,
-        } => {
-            let mut rec = ctx
-                .store
-                .dir(&dir)
-                .map_err(storage_err)?
-                .filter(|r| r.ino == ino)
-                .ok_or(FsError::NotFound)?;
-            // A directory rename read this map when it froze the home: no new shard may
-            // appear behind its back (undoing one is always allowed).
-            if split && rec.frozen.is_some() {
-                return Err(FsError::Busy);
-            }
-            let mut map = rec.map.take().unwrap_or_else(ShardMap::unsplit);
-            let (lower, upper) = shard.halves();
-            let has = |m: &ShardMap, s: &Shard| m.leaves.contains(s);
-            if split && !(has(&map, &lower) && has(&map, &upper)) && !map.split(shard) {
-                return Err(FsError::Io(format!(
-                    "{dir}: shard {} is not a leaf of the map",
-                    shard.label()
-                )));
-            }
-            if !split && has(&map, &lower) && has(&map, &upper) {
-                map.unsplit_leaf(shard);
-            }
-            rec.map = map.is_split().then_some(map);
-            ctx.store.put_dir(b, &dir, &rec);
-            Ok(Outcome::Unit)
-        }
+        } => map_change(ctx, b, dir, ino, shard, split),
         ShardMutation::Create { dir, ino, shards } => {
             let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
                 Some(r) if r.ino == ino => r,
@@ -248,6 +98,189 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             Ok(Outcome::Unit)
         }
     }
+}
+
+/// The splitting shard's commit: its moved half handed over, the shard map split.
+fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, FsError> {
+    let (dir, shard, ino) = match read_intent(ctx, txid)? {
+        Some(Intent::SplitOut {
+            dir,
+            shard,
+            ino,
+            decision: Decision::Undecided,
+        }) => (dir, shard, ino),
+        // A repeated step.
+        Some(Intent::SplitOut {
+            decision: Decision::Commit,
+            ..
+        }) => return Ok(Outcome::Unit),
+        // Undone (by recovery) or over: the split must not go on to reveal its
+        // child, which would then overlap the shard that stayed whole here.
+        _ => {
+            return Err(FsError::Io(format!(
+                "split {txid} was abandoned; it cannot commit"
+            )));
+        }
+    };
+    let mut rec = dir_here(ctx.store, &dir)?;
+    let Some(local) = rec
+        .shards
+        .iter_mut()
+        .find(|s| s.shard == shard && s.splitting == Some(txid))
+    else {
+        return Err(FsError::Io(format!(
+            "split {txid}: shard {} of {dir} is not splitting",
+            shard.label()
+        )));
+    };
+    let (lower, upper) = shard.halves();
+    *local = LocalShard::new(lower);
+    ctx.store.put_dir(b, &dir, &rec);
+    drop_range(ctx, b, &dir, upper)?;
+    put_split_intent(ctx, b, txid, dir, shard, ino, Decision::Commit);
+    Ok(Outcome::Unit)
+}
+
+/// The new shard's side: the moved entries staged, hidden until the split finishes.
+fn import(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    dir: String,
+    ino: InodeId,
+    txid: u64,
+    child: Shard,
+    entries: Vec<ExportedEntry>,
+) -> Result<Outcome, FsError> {
+    let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
+        Some(r) if r.ino == ino => r,
+        Some(_) => return Err(FsError::AlreadyExists),
+        None => DirRecord {
+            shards: Vec::new(),
+            ..DirRecord::new(ino)
+        },
+    };
+    match rec
+        .shards
+        .iter()
+        .find(|s| s.shard.covers(&child) || child.covers(&s.shard))
+    {
+        Some(s) if s.shard == child && s.hidden == Some(txid) => {}
+        Some(_) => {
+            return Err(FsError::Io(format!(
+                "split {txid}: {dir} already holds a shard overlapping {}",
+                child.label()
+            )));
+        }
+        None => {
+            rec.shards.push(LocalShard {
+                hidden: Some(txid),
+                ..LocalShard::new(child)
+            });
+            rec.shards.sort_by_key(|s| s.shard.start());
+            ctx.store.put_dir(b, &dir, &rec);
+        }
+    }
+    for e in entries {
+        if !child.contains(myriad_proto::name_hash(&e.name)) {
+            return Err(FsError::InvalidArgument(format!(
+                "{}: not in shard {}",
+                e.name,
+                child.label()
+            )));
+        }
+        for (block, data) in e.blocks {
+            ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
+        }
+        let staged = EntryRecord {
+            inode: None,
+            pending: Some(Pending {
+                txid,
+                after: Some(e.inode),
+            }),
+        };
+        ctx.store.put_entry(b, &dir, &e.name, &staged);
+    }
+    Ok(Outcome::Unit)
+}
+
+/// Ends a split on the new shard: its entries revealed, or dropped.
+fn finish(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    dir: String,
+    txid: u64,
+    child: Shard,
+    reveal: bool,
+) -> Result<Outcome, FsError> {
+    let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)? else {
+        return Ok(Outcome::Unit);
+    };
+    let Some(i) = rec
+        .shards
+        .iter()
+        .position(|s| s.shard == child && s.hidden == Some(txid))
+    else {
+        return Ok(Outcome::Unit); // Already finished.
+    };
+    if reveal {
+        rec.shards[i].hidden = None;
+        ctx.store.put_dir(b, &dir, &rec);
+        for (_, name, e) in ctx
+            .store
+            .entries_in(&dir, child.start(), None, child.end(), usize::MAX)
+            .map_err(storage_err)?
+        {
+            if let Some(inode) = e.pending.filter(|p| p.txid == txid).and_then(|p| p.after) {
+                put_visible(ctx.store, b, &dir, &name, &inode);
+            }
+        }
+    } else {
+        rec.shards.remove(i);
+        if rec.shards.is_empty() && rec.map.is_none() {
+            ctx.store.delete_dir(b, &dir);
+        } else {
+            ctx.store.put_dir(b, &dir, &rec);
+        }
+        drop_range(ctx, b, &dir, child)?;
+    }
+    Ok(Outcome::Unit)
+}
+
+/// Records a split (or its undo) in the directory's shard map.
+fn map_change(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    dir: String,
+    ino: InodeId,
+    shard: Shard,
+    split: bool,
+) -> Result<Outcome, FsError> {
+    let mut rec = ctx
+        .store
+        .dir(&dir)
+        .map_err(storage_err)?
+        .filter(|r| r.ino == ino)
+        .ok_or(FsError::NotFound)?;
+    // A directory rename read this map when it froze the home: no new shard may
+    // appear behind its back (undoing one is always allowed).
+    if split && rec.frozen.is_some() {
+        return Err(FsError::Busy);
+    }
+    let mut map = rec.map.take().unwrap_or_else(ShardMap::unsplit);
+    let (lower, upper) = shard.halves();
+    let has = |m: &ShardMap, s: &Shard| m.leaves.contains(s);
+    if split && !(has(&map, &lower) && has(&map, &upper)) && !map.split(shard) {
+        return Err(FsError::Io(format!(
+            "{dir}: shard {} is not a leaf of the map",
+            shard.label()
+        )));
+    }
+    if !split && has(&map, &lower) && has(&map, &upper) {
+        map.unsplit_leaf(shard);
+    }
+    rec.map = map.is_split().then_some(map);
+    ctx.store.put_dir(b, &dir, &rec);
+    Ok(Outcome::Unit)
 }
 
 fn put_split_intent(
