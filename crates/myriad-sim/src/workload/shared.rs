@@ -1,0 +1,129 @@
+//! A client's directories and its part of the shared directory `/big` (made, removed,
+//! stat'ed, listed), each step checked against the history.
+
+use myriad_client::FsError;
+use tokio::time::Instant;
+
+use super::{BIG, ClientRun, DIR, Verdict};
+
+impl ClientRun {
+    pub(super) async fn mkdir(&self, path: &str) {
+        let v = self.history.begin(path, Some(DIR.to_string()));
+        match self.client.mkdir(path, 0o755).await {
+            Ok(_) | Err(FsError::AlreadyExists) => self.ack(path, v),
+            Err(e) => self
+                .trace
+                .event(format_args!("c{} mkdir {path}: in doubt ({e})", self.id)),
+        }
+        self.trace
+            .event(format_args!("c{} mkdir {path} done", self.id));
+    }
+
+    pub(super) async fn rmdir(&self, path: &str) {
+        let v = self.history.begin(path, None);
+        match self.client.rmdir(path).await {
+            Ok(()) | Err(FsError::NotFound) => self.ack(path, v),
+            Err(e) => self
+                .trace
+                .event(format_args!("c{} rmdir {path}: in doubt ({e})", self.id)),
+        }
+        self.trace
+            .event(format_args!("c{} rmdir {path} done", self.id));
+    }
+
+    pub(super) async fn stat_dir(&self, path: &str) -> Verdict {
+        let invoked = Instant::now();
+        let seen = match self.client.stat(path).await {
+            Ok(i) if i.kind == myriad_client::FileKind::Directory => Some(DIR.to_string()),
+            Ok(i) => {
+                return Err(format!(
+                    "{path} is a {:?}, never made but as a directory",
+                    i.kind
+                ));
+            }
+            Err(FsError::NotFound) => None,
+            Err(e) => {
+                self.trace
+                    .event(format_args!("c{} stat {path}: {e}", self.id));
+                return Ok(());
+            }
+        };
+        self.trace
+            .event(format_args!("c{} stat {path}: {seen:?}", self.id));
+        self.check_own_read(path, invoked, seen.as_deref())
+    }
+
+    /// Creates `path`, a name never used before: true if the create succeeded. Retries of
+    /// a create that went through answer its first outcome (docs/write-path.md, "Exactly
+    /// once"), so `AlreadyExists` is a violation.
+    pub(super) async fn create_shared(&self, path: &str) -> Result<bool, String> {
+        let name = path.rsplit('/').next().unwrap_or(path).to_string();
+        self.history.begin_listed(&name);
+        let made = match self.client.create(path, 0o644, true, b"x").await {
+            Ok(_) => {
+                self.ack_listed(&name);
+                true
+            }
+            Err(FsError::AlreadyExists) => {
+                return Err(format!(
+                    "c{} create {path}: AlreadyExists for a name never made before (a retry \
+                     of the create did not answer its first outcome)",
+                    self.id
+                ));
+            }
+            Err(e) => {
+                self.trace
+                    .event(format_args!("c{} create {path}: in doubt ({e})", self.id));
+                false
+            }
+        };
+        self.trace
+            .event(format_args!("c{} create {path} done", self.id));
+        Ok(made)
+    }
+
+    /// Removes `path`; `live`: its create succeeded and no removal was tried since, so
+    /// `NotFound` is a violation (a retry of this removal must answer its first outcome).
+    pub(super) async fn remove_shared(&self, path: &str, live: bool) -> Verdict {
+        let name = path.rsplit('/').next().unwrap_or(path).to_string();
+        self.history.begin_unlisted(&name);
+        match self.client.unlink(path).await {
+            Ok(()) => self.ack_unlisted(&name),
+            Err(FsError::NotFound) if live => {
+                return Err(format!(
+                    "c{} remove {path}: NotFound for a name made and not removed since (a \
+                     retry of the removal did not answer its first outcome)",
+                    self.id
+                ));
+            }
+            Err(FsError::NotFound) => self.ack_unlisted(&name),
+            Err(e) => self
+                .trace
+                .event(format_args!("c{} remove {path}: in doubt ({e})", self.id)),
+        }
+        self.trace
+            .event(format_args!("c{} remove {path} done", self.id));
+        Ok(())
+    }
+
+    pub(super) async fn list(&self) -> Verdict {
+        let invoked = Instant::now();
+        match self.client.readdir(BIG).await {
+            Ok(entries) => {
+                let names: Vec<String> = entries.into_iter().map(|e| e.name).collect();
+                self.trace.event(format_args!(
+                    "c{} list {BIG} (begun {:.0} ms ago): {} names",
+                    self.id,
+                    invoked.elapsed().as_secs_f64() * 1000.0,
+                    names.len()
+                ));
+                self.history.check_listing(invoked, &names)
+            }
+            Err(e) => {
+                self.trace
+                    .event(format_args!("c{} list {BIG}: {e}", self.id));
+                Ok(())
+            }
+        }
+    }
+}
