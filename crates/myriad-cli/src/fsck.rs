@@ -365,20 +365,69 @@ async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Every directory's parts: the partitions holding one, with what each says of it.
+type Dirs = BTreeMap<String, Vec<(PartitionId, FsckDir)>>;
+
+/// What one pass learns from the entries, for the checks across directories after them.
+#[derive(Default)]
+struct Named {
+    problems: Vec<Problem>,
+    /// Directories whose placement is changing: not checked.
+    busy_dirs: BTreeSet<String>,
+    /// Directories named by an entry with an operation in flight (mkdir, rmdir, rename).
+    pending_dirs: BTreeSet<String>,
+    /// What the entries name: directories (path -> ino), link names per inode, files'
+    /// data (ino -> node holding chunk 0, size).
+    named_dirs: HashMap<String, InodeId>,
+    link_names: HashMap<InodeId, u32>,
+    files: HashMap<InodeId, (PartitionId, u64)>,
+    entry_counts: HashMap<String, u64>,
+}
+
 /// One pass over everything below `root`.
 async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Result<Pass> {
     let map = client.map();
     let ring = map.ring();
-    let c0 = map.chunk_size_bytes / BLOCK_BYTES;
     let full = root == "/";
     let mut pass = Pass::default();
     if full {
         check_replicas(client, &mut pass).await;
         check_fragments(client, &mut pass).await?;
     }
+    let dirs = list_dirs(client, &map, root, full).await?;
+    let mut named = Named::default();
+    walk_entries(client, &ring, &dirs, show_progress, &mut pass, &mut named).await?;
+    check_dir_objects(client, &ring, root, &dirs, &mut named).await;
+    // Link counts and data: only a check of the whole tree sees every name and block.
+    if full {
+        check_links(client, &dirs, &mut pass, &mut named).await?;
+        let c0 = map.chunk_size_bytes / BLOCK_BYTES;
+        check_blocks(client, &map, c0, &mut pass, &mut named).await?;
+    }
+    let mut problems = named.problems;
+    if pass.in_flight > 0 {
+        // Names may be moving between nodes right now: counts of names and of data are not
+        // trustworthy enough to act on.
+        for p in &mut problems {
+            if matches!(p.kind, "link count" | "orphan data") {
+                p.repair = None;
+            }
+        }
+    }
+    problems.sort_by(|a, b| (a.kind, &a.what).cmp(&(b.kind, &b.what)));
+    problems.dedup_by(|a, b| a.kind == b.kind && a.what == b.what);
+    pass.problems.extend(problems);
+    Ok(pass)
+}
 
-    // 1. Every directory object on every node.
-    let mut dirs: BTreeMap<String, Vec<(PartitionId, FsckDir)>> = BTreeMap::new();
+/// 1. Every directory object on every node.
+async fn list_dirs(
+    client: &Client,
+    map: &myriad_client::ClusterMap,
+    root: &str,
+    full: bool,
+) -> anyhow::Result<Dirs> {
+    let mut dirs: Dirs = BTreeMap::new();
     for n in &map.partitions {
         let mut after = None;
         loop {
@@ -405,6 +454,27 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
             }
         }
     }
+    Ok(dirs)
+}
+
+/// 2. The entries of every part of every directory.
+async fn walk_entries(
+    client: &Client,
+    ring: &Ring,
+    dirs: &Dirs,
+    show_progress: bool,
+    pass: &mut Pass,
+    named: &mut Named,
+) -> anyhow::Result<()> {
+    let Named {
+        problems,
+        busy_dirs,
+        pending_dirs,
+        named_dirs,
+        link_names,
+        files,
+        entry_counts,
+    } = named;
     let bar = if show_progress {
         let pb = ProgressBar::new(dirs.len() as u64);
         if let Ok(s) = ProgressStyle::with_template("{bar:40} {pos}/{len} directories {msg}") {
@@ -415,18 +485,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
         ProgressBar::hidden()
     };
 
-    let mut problems = Vec::new();
-    let mut busy_dirs = BTreeSet::new();
-    // Directories named by an entry with an operation in flight (mkdir, rmdir, rename).
-    let mut pending_dirs = BTreeSet::new();
-    // What the entries name: directories (path -> ino), link names per inode, files' data.
-    let mut named_dirs: HashMap<String, InodeId> = HashMap::new();
-    let mut link_names: HashMap<InodeId, u32> = HashMap::new();
-    // ino -> (node holding chunk 0, size)
-    let mut files: HashMap<InodeId, (PartitionId, u64)> = HashMap::new();
-    let mut entry_counts: HashMap<String, u64> = HashMap::new();
-
-    for (path, parts) in &dirs {
+    for (path, parts) in dirs {
         bar.inc(1);
         let busy = parts.iter().any(|(_, d)| d.busy);
         if busy {
@@ -438,7 +497,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
         if !reserved(path) {
             pass.dirs += 1;
             if !busy {
-                shard_checks(&ring, path, parts, &mut pass, &mut problems);
+                shard_checks(ring, path, parts, pass, problems);
             }
         }
         // 2. Entries of every part.
@@ -466,17 +525,8 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
                         pending_dirs.insert(join(path, &e.name));
                     }
                     entry_checks(
-                        path,
-                        *node,
-                        d,
-                        e,
-                        busy,
-                        &mut seen,
-                        &mut pass,
-                        &mut problems,
-                        &mut named_dirs,
-                        &mut link_names,
-                        &mut files,
+                        path, *node, d, e, busy, &mut seen, pass, problems, named_dirs, link_names,
+                        files,
                     );
                 }
                 match next {
@@ -488,8 +538,26 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     }
     bar.finish_and_clear();
 
-    // 3. Directory entries without their object, objects without their entry.
-    for (child, ino) in &named_dirs {
+    Ok(())
+}
+
+/// 3. Directory entries without their object, objects without their entry.
+async fn check_dir_objects(
+    client: &Client,
+    ring: &Ring,
+    root: &str,
+    dirs: &Dirs,
+    named: &mut Named,
+) {
+    let Named {
+        problems,
+        busy_dirs,
+        pending_dirs,
+        named_dirs,
+        entry_counts,
+        ..
+    } = named;
+    for (child, ino) in named_dirs.iter() {
         if busy_dirs.contains(child) || pending_dirs.contains(child) {
             continue;
         }
@@ -511,7 +579,7 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
             ));
         }
     }
-    for (path, parts) in &dirs {
+    for (path, parts) in dirs {
         if path == "/" || reserved(path) || busy_dirs.contains(path) {
             continue;
         }
@@ -552,97 +620,109 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
             }
         }
     }
+}
 
-    // 4. Link counts and data: only a check of the whole tree sees every name and block.
-    if full {
-        for (node, d) in dirs.get(INODE_DIR).into_iter().flatten() {
-            let _ = d;
-            let mut after = None;
-            loop {
-                let req = AdminRequest::FsckEntries {
-                    dir: INODE_DIR.to_string(),
-                    after: after.clone(),
-                    limit: PAGE,
+/// 4a. Link counts: every hard-linked inode's count against the names found.
+async fn check_links(
+    client: &Client,
+    dirs: &Dirs,
+    pass: &mut Pass,
+    named: &mut Named,
+) -> anyhow::Result<()> {
+    let Named {
+        problems,
+        link_names,
+        files,
+        ..
+    } = named;
+    for (node, d) in dirs.get(INODE_DIR).into_iter().flatten() {
+        let _ = d;
+        let mut after = None;
+        loop {
+            let req = AdminRequest::FsckEntries {
+                dir: INODE_DIR.to_string(),
+                after: after.clone(),
+                limit: PAGE,
+            };
+            let Response::FsckEntries { entries, next } =
+                ask(client, *node, myriad_client::proto::Request::Admin(req)).await?
+            else {
+                bail!("unexpected reply to fsck_entries");
+            };
+            for e in entries {
+                let Some(inode) = e.inode.filter(|_| !e.pending) else {
+                    pass.in_flight += 1;
+                    continue;
                 };
-                let Response::FsckEntries { entries, next } =
-                    ask(client, *node, myriad_client::proto::Request::Admin(req)).await?
-                else {
-                    bail!("unexpected reply to fsck_entries");
-                };
-                for e in entries {
-                    let Some(inode) = e.inode.filter(|_| !e.pending) else {
-                        pass.in_flight += 1;
-                        continue;
-                    };
-                    pass.link_inodes += 1;
-                    files.insert(inode.ino, (*node, inode.size));
-                    let names = link_names.get(&inode.ino).copied().unwrap_or(0);
-                    if names != inode.nlink {
-                        problems.push(problem(
-                            "link count",
-                            format!(
-                                "inode {:#x} on node {node}: link count {}, {names} name(s) found",
-                                inode.ino, inode.nlink
-                            ),
-                            Some((
-                                *node,
-                                FsckRepair::SetLinks {
-                                    ino: inode.ino,
-                                    nlink: names,
-                                },
-                            )),
-                        ));
-                    }
-                }
-                match next {
-                    Some(n) => after = Some(n),
-                    None => break,
+                pass.link_inodes += 1;
+                files.insert(inode.ino, (*node, inode.size));
+                let names = link_names.get(&inode.ino).copied().unwrap_or(0);
+                if names != inode.nlink {
+                    problems.push(problem(
+                        "link count",
+                        format!(
+                            "inode {:#x} on node {node}: link count {}, {names} name(s) found",
+                            inode.ino, inode.nlink
+                        ),
+                        Some((
+                            *node,
+                            FsckRepair::SetLinks {
+                                ino: inode.ino,
+                                nlink: names,
+                            },
+                        )),
+                    ));
                 }
             }
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
         }
-        for n in &map.partitions {
-            let mut after = None;
-            loop {
-                let req = AdminRequest::FsckBlocks { after, limit: PAGE };
-                let Response::FsckBlocks(page) =
-                    ask(client, n.id, myriad_client::proto::Request::Admin(req)).await?
-                else {
-                    bail!("unexpected reply to fsck_blocks");
-                };
-                for &(ino, first) in &page {
-                    pass.data_inodes += 1;
-                    match files.get(&ino) {
-                        None => problems.push(problem(
-                            "orphan data",
-                            format!("inode {ino:#x} has blocks on node {} but no file", n.id),
-                            Some((n.id, FsckRepair::DropBlocks { ino, from_block: 0 })),
-                        )),
-                        Some(&(home, size)) if home == n.id => {
-                            let end = size.div_ceil(BLOCK_BYTES);
-                            if end < c0 {
-                                let req = AdminRequest::FsckBlockFrom { ino, block: end };
-                                if let Response::Block(Some(b)) =
-                                    ask(client, n.id, myriad_client::proto::Request::Admin(req))
-                                        .await?
-                                    && b < c0
-                                {
-                                    problems.push(problem(
-                                        "data beyond size",
-                                        format!(
-                                            "inode {ino:#x} (size {size}) has block {b} on node {}",
-                                            n.id
-                                        ),
-                                        None,
-                                    ));
-                                }
-                            }
-                        }
-                        Some(&(home, _)) => {
-                            if first < c0 {
+    }
+    Ok(())
+}
+
+/// 4b. Data: every inode with blocks has a file, and chunk 0's blocks are where it is.
+async fn check_blocks(
+    client: &Client,
+    map: &myriad_client::ClusterMap,
+    c0: u64,
+    pass: &mut Pass,
+    named: &mut Named,
+) -> anyhow::Result<()> {
+    let Named {
+        problems, files, ..
+    } = named;
+    for n in &map.partitions {
+        let mut after = None;
+        loop {
+            let req = AdminRequest::FsckBlocks { after, limit: PAGE };
+            let Response::FsckBlocks(page) =
+                ask(client, n.id, myriad_client::proto::Request::Admin(req)).await?
+            else {
+                bail!("unexpected reply to fsck_blocks");
+            };
+            for &(ino, first) in &page {
+                pass.data_inodes += 1;
+                match files.get(&ino) {
+                    None => problems.push(problem(
+                        "orphan data",
+                        format!("inode {ino:#x} has blocks on node {} but no file", n.id),
+                        Some((n.id, FsckRepair::DropBlocks { ino, from_block: 0 })),
+                    )),
+                    Some(&(home, size)) if home == n.id => {
+                        let end = size.div_ceil(BLOCK_BYTES);
+                        if end < c0 {
+                            let req = AdminRequest::FsckBlockFrom { ino, block: end };
+                            if let Response::Block(Some(b)) =
+                                ask(client, n.id, myriad_client::proto::Request::Admin(req)).await?
+                                && b < c0
+                            {
                                 problems.push(problem(
-                                    "misplaced data",
+                                    "data beyond size",
                                     format!(
-                                        "inode {ino:#x}: chunk-0 block {first} on node {}, its file is on node {home}",
+                                        "inode {ino:#x} (size {size}) has block {b} on node {}",
                                         n.id
                                     ),
                                     None,
@@ -650,27 +730,27 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
                             }
                         }
                     }
+                    Some(&(home, _)) => {
+                        if first < c0 {
+                            problems.push(problem(
+                                "misplaced data",
+                                format!(
+                                    "inode {ino:#x}: chunk-0 block {first} on node {}, its file is on node {home}",
+                                    n.id
+                                ),
+                                None,
+                            ));
+                        }
+                    }
                 }
-                match page.last() {
-                    Some(&(ino, _)) if page.len() == PAGE as usize => after = Some(ino),
-                    _ => break,
-                }
+            }
+            match page.last() {
+                Some(&(ino, _)) if page.len() == PAGE as usize => after = Some(ino),
+                _ => break,
             }
         }
     }
-    if pass.in_flight > 0 {
-        // Names may be moving between nodes right now: counts of names and of data are not
-        // trustworthy enough to act on.
-        for p in &mut problems {
-            if matches!(p.kind, "link count" | "orphan data") {
-                p.repair = None;
-            }
-        }
-    }
-    problems.sort_by(|a, b| (a.kind, &a.what).cmp(&(b.kind, &b.what)));
-    problems.dedup_by(|a, b| a.kind == b.kind && a.what == b.what);
-    pass.problems.extend(problems);
-    Ok(pass)
+    Ok(())
 }
 
 /// The parts of directory `path` agree with its home's shard map and with placement.
