@@ -33,7 +33,6 @@ const FNS_OVER: &[(&str, usize)] = &[
     ("myriad-server/src/host_serve.rs::dispatch_server", 161),
     ("myriad-cli/src/bench_failover.rs::body", 159),
     ("myriad-cli/src/bench_stress.rs::run", 153),
-    ("myriad-sim/src/driver.rs::run", 151),
 ];
 
 fn crates_dir() -> PathBuf {

@@ -603,6 +603,79 @@ impl Sim {
         out.join("; ")
     }
 
+    /// Client `id`'s run: how it works (as a mount does, through leases, writing behind,
+    /// in a zone) follows from its number and the configuration.
+    fn client_run(&self, id: u32) -> Result<ClientRun, Failure> {
+        // Every other client works as a mount does (docs/fuse.md "Durability"): its
+        // changes answered once applied, acknowledged only by its next good sync.
+        let visible = id % 2 == 1;
+        // And two clients of three read through directory leases (docs/fuse.md
+        // "Directory leases"): a read answered from a lease must be as fresh as any.
+        let leases = (self.cfg.leases || self.cfg.behind || self.cfg.indexes) && id % 3 != 2;
+        let behind = self.cfg.behind && leases && visible;
+        let zone = if self.cfg.zones {
+            SIM_ZONES[id as usize % SIM_ZONES.len()].0
+        } else {
+            ""
+        };
+        let client = self.client_with(visible, leases, zone)?;
+        if behind {
+            let weak = Arc::downgrade(&client);
+            client.set_behind_spawner(Arc::new(move |task| {
+                if let Some(c) = weak.upgrade() {
+                    tokio::spawn(async move { c.run_behind(task).await });
+                }
+            }));
+        }
+        Ok(ClientRun {
+            id,
+            clients: self.cfg.clients,
+            client,
+            behind,
+            rng: self.rng.clone(),
+            history: self.history.clone(),
+            trace: self.trace.clone(),
+            ops: self.cfg.ops_per_client,
+            visible,
+            deferred: std::sync::Mutex::new(Vec::new()),
+            leases,
+            locks: self.cfg.locks.then(|| self.lock_check.clone()),
+            dir_moves: self.cfg.dir_moves,
+            freeze: (self.cfg.freeze || self.cfg.indexes)
+                .then(|| std::sync::Mutex::new(crate::workload::Frozen::No)),
+            indexes: self.cfg.indexes,
+            auto_indexes: self.cfg.auto_indexes,
+        })
+    }
+
+    /// Heals the world: no more faults, every server back (a server whose disk failed is
+    /// restarted: it acknowledges no writes until then).
+    fn heal(&self, injector: Option<tokio::task::JoinHandle<()>>) -> Result<(), Failure> {
+        if let Some(i) = injector {
+            i.abort();
+        }
+        self.net.set_faults(NetFaults::none());
+        self.net.heal();
+        // A server whose disk failed acknowledges no writes until it restarts.
+        let sick: Vec<NodeId> = std::mem::take(&mut lock(&self.faults).sick)
+            .into_iter()
+            .collect();
+        for id in sick {
+            if self.net.server(id).is_some() {
+                self.crash(id);
+            }
+        }
+        let down: Vec<NodeId> = std::mem::take(&mut lock(&self.faults).down)
+            .into_keys()
+            .collect();
+        for id in down {
+            if !self.gone(id) {
+                self.start_server(id)?;
+            }
+        }
+        Ok(())
+    }
+
     async fn run(self: Arc<Self>) -> Result<Report, Failure> {
         let started = Instant::now();
         for id in self.ids() {
@@ -626,47 +699,7 @@ impl Sim {
         };
         let mut runs = Vec::new();
         for id in 0..self.cfg.clients {
-            // Every other client works as a mount does (docs/fuse.md "Durability"): its
-            // changes answered once applied, acknowledged only by its next good sync.
-            let visible = id % 2 == 1;
-            // And two clients of three read through directory leases (docs/fuse.md
-            // "Directory leases"): a read answered from a lease must be as fresh as any.
-            let leases = (self.cfg.leases || self.cfg.behind || self.cfg.indexes) && id % 3 != 2;
-            let behind = self.cfg.behind && leases && visible;
-            let zone = if self.cfg.zones {
-                SIM_ZONES[id as usize % SIM_ZONES.len()].0
-            } else {
-                ""
-            };
-            let client = self.client_with(visible, leases, zone)?;
-            if behind {
-                let weak = Arc::downgrade(&client);
-                client.set_behind_spawner(Arc::new(move |task| {
-                    if let Some(c) = weak.upgrade() {
-                        tokio::spawn(async move { c.run_behind(task).await });
-                    }
-                }));
-            }
-            let run = ClientRun {
-                id,
-                clients: self.cfg.clients,
-                client,
-                behind,
-                rng: self.rng.clone(),
-                history: self.history.clone(),
-                trace: self.trace.clone(),
-                ops: self.cfg.ops_per_client,
-                visible,
-                deferred: std::sync::Mutex::new(Vec::new()),
-                leases,
-                locks: self.cfg.locks.then(|| self.lock_check.clone()),
-                dir_moves: self.cfg.dir_moves,
-                freeze: (self.cfg.freeze || self.cfg.indexes)
-                    .then(|| std::sync::Mutex::new(crate::workload::Frozen::No)),
-                indexes: self.cfg.indexes,
-                auto_indexes: self.cfg.auto_indexes,
-            };
-            runs.push(tokio::spawn(run.run()));
+            runs.push(tokio::spawn(self.client_run(id)?.run()));
         }
         // The first violation ends the run at once (the trace's tail then ends with it).
         let mut pending: futures::stream::FuturesUnordered<_> = runs.into_iter().collect();
@@ -684,29 +717,7 @@ impl Sim {
                 return Err(self.fail(e));
             }
         }
-        // Heal: no more faults, every server back.
-        if let Some(i) = injector {
-            i.abort();
-        }
-        self.net.set_faults(NetFaults::none());
-        self.net.heal();
-        // A server whose disk failed acknowledges no writes until it restarts.
-        let sick: Vec<NodeId> = std::mem::take(&mut lock(&self.faults).sick)
-            .into_iter()
-            .collect();
-        for id in sick {
-            if self.net.server(id).is_some() {
-                self.crash(id);
-            }
-        }
-        let down: Vec<NodeId> = std::mem::take(&mut lock(&self.faults).down)
-            .into_keys()
-            .collect();
-        for id in down {
-            if !self.gone(id) {
-                self.start_server(id)?;
-            }
-        }
+        self.heal(injector)?;
         self.trace.event(format_args!("healed: checking"));
         let deadline = Instant::now() + SETTLE_MAX;
         loop {
