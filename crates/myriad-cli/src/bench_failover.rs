@@ -165,6 +165,53 @@ fn not_whole(map: &ClusterMap, dead: NodeId) -> String {
     why.join("; ")
 }
 
+/// What one run measured, as the table a person reads.
+fn print_result(r: &FailoverResult, grace_secs: u64) {
+    let secs = |v: Option<f64>| v.map_or("never".to_string(), |s| format!("{s:.2} s"));
+    println!(
+        "bench failover ({} servers, 3 copies, {} writers, {} B files)",
+        r.nodes, r.writers, r.file_bytes
+    );
+    println!(
+        "  killed server {} ({:?}; led {} partitions)",
+        r.killed, r.victim, r.partitions_led_by_killed
+    );
+    println!(
+        "  writes/s before the kill            {:>10.0}",
+        r.writes_per_sec_before
+    );
+    println!(
+        "  first write after the kill          {:>10}",
+        secs(r.first_write_anywhere_after_kill_secs)
+    );
+    println!(
+        "  first write to a failed-over part.  {:>10}",
+        secs(r.first_write_to_failed_over_partition_secs)
+    );
+    println!(
+        "  all copies remade after             {:>8.2} s  (grace {} s)",
+        r.rereplicated_after_secs, grace_secs
+    );
+    println!(
+        "  writes/s kill to copies remade      {:>10.0}  ({:.2}x before)",
+        r.writes_per_sec_during_recovery, r.during_vs_before
+    );
+    match (r.writes_per_sec_while_copies_move, r.moving_vs_before) {
+        (Some(w), Some(x)) => {
+            println!("  writes/s while copies move          {w:>10.0}  ({x:.2}x before)")
+        }
+        _ => println!("  writes/s while copies move                no move seen"),
+    }
+    println!(
+        "  writes/s after                      {:>10.0}  ({:.2}x before)",
+        r.writes_per_sec_after, r.after_vs_before
+    );
+    println!(
+        "  failed writes                       {:>10}",
+        r.failed_writes
+    );
+}
+
 async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()> {
     let map = cluster.map.clone();
     let admin = client(cluster, &map)?;
@@ -275,49 +322,7 @@ async fn body(cluster: &LocalCluster, args: &FailoverArgs) -> anyhow::Result<()>
         after_vs_before: after / before.max(1e-9),
         failed_writes: l.failed,
     };
-    let secs = |v: Option<f64>| v.map_or("never".to_string(), |s| format!("{s:.2} s"));
-    println!(
-        "bench failover ({} servers, 3 copies, {} writers, {} B files)",
-        r.nodes, r.writers, r.file_bytes
-    );
-    println!(
-        "  killed server {} ({:?}; led {} partitions)",
-        r.killed, r.victim, r.partitions_led_by_killed
-    );
-    println!(
-        "  writes/s before the kill            {:>10.0}",
-        r.writes_per_sec_before
-    );
-    println!(
-        "  first write after the kill          {:>10}",
-        secs(r.first_write_anywhere_after_kill_secs)
-    );
-    println!(
-        "  first write to a failed-over part.  {:>10}",
-        secs(r.first_write_to_failed_over_partition_secs)
-    );
-    println!(
-        "  all copies remade after             {:>8.2} s  (grace {} s)",
-        r.rereplicated_after_secs, args.grace_secs
-    );
-    println!(
-        "  writes/s kill to copies remade      {:>10.0}  ({:.2}x before)",
-        r.writes_per_sec_during_recovery, r.during_vs_before
-    );
-    match (r.writes_per_sec_while_copies_move, r.moving_vs_before) {
-        (Some(w), Some(x)) => {
-            println!("  writes/s while copies move          {w:>10.0}  ({x:.2}x before)")
-        }
-        _ => println!("  writes/s while copies move                no move seen"),
-    }
-    println!(
-        "  writes/s after                      {:>10.0}  ({:.2}x before)",
-        r.writes_per_sec_after, r.after_vs_before
-    );
-    println!(
-        "  failed writes                       {:>10}",
-        r.failed_writes
-    );
+    print_result(&r, args.grace_secs);
     std::fs::create_dir_all(&args.out_dir)?;
     let json = args.out_dir.join("bench-failover.json");
     std::fs::write(&json, serde_json::to_string_pretty(&r)?)?;

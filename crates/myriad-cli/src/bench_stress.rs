@@ -185,6 +185,43 @@ impl Drop for Bindfs {
     }
 }
 
+/// Prints each operation's latencies through the mount beside the baseline's, and returns
+/// them as rows for the report.
+fn op_table(
+    mine: &std::collections::BTreeMap<String, Vec<u32>>,
+    base: &std::collections::BTreeMap<String, Vec<u32>>,
+) -> Vec<OpRow> {
+    println!(
+        "\n{:>10} | {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9}",
+        "op", "count", "p50 ms", "p99 ms", "max ms", "base p50", "base p99"
+    );
+    let mut rows = Vec::new();
+    for (op, v) in mine {
+        let b = base.get(op).cloned().unwrap_or_default();
+        let row = OpRow {
+            op: op.clone(),
+            count: v.len(),
+            myriad_p50_ms: percentile_ms(v, 50),
+            myriad_p99_ms: percentile_ms(v, 99),
+            myriad_max_ms: percentile_ms(v, 100),
+            base_p50_ms: percentile_ms(&b, 50),
+            base_p99_ms: percentile_ms(&b, 99),
+        };
+        println!(
+            "{:>10} | {:>7} | {:>9.2} {:>9.2} {:>9.2} | {:>9.2} {:>9.2}",
+            row.op,
+            row.count,
+            row.myriad_p50_ms,
+            row.myriad_p99_ms,
+            row.myriad_max_ms,
+            row.base_p50_ms,
+            row.base_p99_ms
+        );
+        rows.push(row);
+    }
+    rows
+}
+
 fn merged(reports: &[StressReport]) -> std::collections::BTreeMap<String, Vec<u32>> {
     let mut all: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
     for r in reports {
@@ -269,34 +306,7 @@ pub async fn run(a: StressArgs) -> anyhow::Result<()> {
         .map(|r| r.mismatches.len())
         .sum::<usize>();
     let (mine_ops, base_ops) = (merged(&my_reports), merged(&base_reports));
-    println!(
-        "\n{:>10} | {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9}",
-        "op", "count", "p50 ms", "p99 ms", "max ms", "base p50", "base p99"
-    );
-    let mut rows = Vec::new();
-    for (op, v) in &mine_ops {
-        let b = base_ops.get(op).cloned().unwrap_or_default();
-        let row = OpRow {
-            op: op.clone(),
-            count: v.len(),
-            myriad_p50_ms: percentile_ms(v, 50),
-            myriad_p99_ms: percentile_ms(v, 99),
-            myriad_max_ms: percentile_ms(v, 100),
-            base_p50_ms: percentile_ms(&b, 50),
-            base_p99_ms: percentile_ms(&b, 99),
-        };
-        println!(
-            "{:>10} | {:>7} | {:>9.2} {:>9.2} {:>9.2} | {:>9.2} {:>9.2}",
-            row.op,
-            row.count,
-            row.myriad_p50_ms,
-            row.myriad_p99_ms,
-            row.myriad_max_ms,
-            row.base_p50_ms,
-            row.base_p99_ms
-        );
-        rows.push(row);
-    }
+    let rows = op_table(&mine_ops, &base_ops);
     let ratio = my_s / base_s.max(1e-9);
     let met = |ok: bool| if ok { "met" } else { "NOT met" };
     println!(

@@ -31,8 +31,6 @@ const FNS_OVER: &[(&str, usize)] = &[
     ),
     ("myriad-server/src/lib.rs::run", 166),
     ("myriad-server/src/host_serve.rs::dispatch_server", 161),
-    ("myriad-cli/src/bench_failover.rs::body", 159),
-    ("myriad-cli/src/bench_stress.rs::run", 153),
 ];
 
 fn crates_dir() -> PathBuf {
