@@ -88,12 +88,9 @@ pub enum Stop {
     Now,
 }
 
-/// Runs a node on `listener` until `shutdown` completes.
-pub async fn run(
-    listener: TcpListener,
-    config: ServerConfig,
-    shutdown: impl std::future::Future<Output = Stop>,
-) -> Result<(), ServerError> {
+/// Refuses a configuration a server cannot run with: a map that does not validate, an id
+/// the map does not list, a key file without the cluster secret.
+fn check_config(config: &ServerConfig) -> Result<(), ServerError> {
     config
         .map
         .validate()
@@ -109,6 +106,50 @@ pub async fn run(
             "a server needs the cluster secret (a `cluster:` line), not only a client key".into(),
         ));
     }
+    Ok(())
+}
+
+/// Starts this server's member of the cluster-map Raft group; returns it and the queue of
+/// the maps it commits.
+async fn start_group(
+    config: &ServerConfig,
+    kv: &Arc<dyn Kv>,
+    pool: &Arc<Pool>,
+) -> Result<
+    (
+        myriad_membership::Group,
+        tokio::sync::mpsc::UnboundedReceiver<myriad_placement::ClusterMap>,
+    ),
+    ServerError,
+> {
+    // The cluster-map Raft group, on the server's own records (partition 0). Every map it
+    // commits reaches the host through `maps` (membership.rs). The one unbounded queue of
+    // the server, on purpose: the host adopts every committed map in order (a partition
+    // keeps serving only through maps that directly follow each other, host.rs), so none
+    // may be dropped, and the group's state machine, which sends them, must not wait for
+    // the host; map changes are rare (a few per failure or move), so it stays short.
+    let (map_tx, maps) = tokio::sync::mpsc::unbounded_channel();
+    let on_map: myriad_membership::OnMap = Arc::new(move |m| {
+        let _ = map_tx.send(m);
+    });
+    let group = myriad_membership::Group::start(
+        u64::from(config.node_id),
+        Arc::new(PartitionKv::new(kv.clone(), 0)),
+        Arc::new(membership::PoolTransport { pool: pool.clone() }),
+        on_map,
+    )
+    .await
+    .map_err(ServerError::Config)?;
+    Ok((group, maps))
+}
+
+/// Runs a node on `listener` until `shutdown` completes.
+pub async fn run(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = Stop>,
+) -> Result<(), ServerError> {
+    check_config(&config)?;
     std::fs::create_dir_all(&config.data_dir)?;
     let store_err = |source| ServerError::Store {
         path: config.data_dir.display().to_string(),
@@ -129,24 +170,7 @@ pub async fn run(
         connect_timeout: config.connect_timeout,
         request_timeout: config.request_timeout,
     }));
-    // The cluster-map Raft group, on the server's own records (partition 0). Every map it
-    // commits reaches the host through `maps` (membership.rs). The one unbounded queue of
-    // the server, on purpose: the host adopts every committed map in order (a partition
-    // keeps serving only through maps that directly follow each other, host.rs), so none
-    // may be dropped, and the group's state machine, which sends them, must not wait for
-    // the host; map changes are rare (a few per failure or move), so it stays short.
-    let (map_tx, maps) = tokio::sync::mpsc::unbounded_channel();
-    let on_map: myriad_membership::OnMap = Arc::new(move |m| {
-        let _ = map_tx.send(m);
-    });
-    let group = myriad_membership::Group::start(
-        u64::from(config.node_id),
-        Arc::new(PartitionKv::new(kv.clone(), 0)),
-        Arc::new(membership::PoolTransport { pool: pool.clone() }),
-        on_map,
-    )
-    .await
-    .map_err(ServerError::Config)?;
+    let (group, maps) = start_group(&config, &kv, &pool).await?;
     // Start from the newest map known: the map file, or the one the group last applied.
     let mut map = config.map.clone();
     if let Some(m) = group.map()
