@@ -29,7 +29,6 @@ const FNS_OVER: &[(&str, usize)] = &[
         "myriad-server/src/partition/client_ops.rs::serve_client",
         168,
     ),
-    ("myriad-server/src/host_serve.rs::dispatch_server", 161),
 ];
 
 fn crates_dir() -> PathBuf {

@@ -48,15 +48,7 @@ impl Host {
                 Ok(Response::Counters(self.counter_snapshot(&st)))
             }
             Request::Admin(AdminRequest::ResetCounters) => {
-                self.counters.reset();
-                for n in self.nodes() {
-                    n.replicas.stats.reset();
-                }
-                self.syncer.stats.syncs.store(0, Ordering::Relaxed);
-                self.syncer
-                    .stats
-                    .synced_mutations
-                    .store(0, Ordering::Relaxed);
+                self.reset_counters();
                 Ok(Response::Unit)
             }
             Request::Server(ServerRequest::GetMap) => Ok(Response::Map(Box::new(st.map.clone()))),
@@ -96,41 +88,9 @@ impl Host {
                 Ok(Response::Unit)
             }
             // From an administrator (root): a change, committed through the Raft group. From
-            // anyone else: a map the client learned from another server (it is committed and
-            // on its way here), so only wait for it.
+            // anyone else: a map the client learned from another server.
             Request::Server(ServerRequest::InstallMap(map)) => {
-                map.validate()
-                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
-                let epoch = map.epoch;
-                // A cluster change needs root with the cluster secret (a client key's root is
-                // no administrator: SECURITY.md).
-                let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
-                let proposed = admin.then(|| (*map).clone());
-                if admin
-                    && self
-                        .authority
-                        .committed_map()
-                        .is_none_or(|m| m.epoch < epoch)
-                {
-                    self.authority.propose_map(*map).await?;
-                }
-                // Answer once this server follows it (it arrives through the group).
-                self.follow(epoch).await;
-                // A change based on an older map loses to whatever was committed at its
-                // epoch first (the leader's moves, say): the administrator hears so and
-                // makes the change again on the newest map, rather than an answer that
-                // says it landed.
-                if let Some(proposed) = proposed {
-                    let lost = match self.authority.committed_map() {
-                        Some(m) if m.epoch == epoch => m != proposed,
-                        Some(m) => m.epoch < epoch,
-                        None => true,
-                    };
-                    if lost && self.state().map != proposed {
-                        return Err(FsError::MapTooOld(self.state().map.epoch));
-                    }
-                }
-                Ok(Response::Unit)
+                self.install_map_from(peer, caller, *map).await
             }
             Request::Peer(PeerRequest::Raft { rpc, payload }) if from_server => {
                 self.authority.serve_raft(rpc, payload).await
@@ -187,6 +147,63 @@ impl Host {
             )),
             _ => Err(FsError::Redirect(Box::new(st.map.clone()))),
         }
+    }
+
+    /// `ResetCounters`: every counter this server keeps back to zero.
+    fn reset_counters(&self) {
+        self.counters.reset();
+        for n in self.nodes() {
+            n.replicas.stats.reset();
+        }
+        self.syncer.stats.syncs.store(0, Ordering::Relaxed);
+        self.syncer
+            .stats
+            .synced_mutations
+            .store(0, Ordering::Relaxed);
+    }
+
+    /// A map a client asks this server to install. From an administrator (root with the
+    /// cluster secret): a change, committed through the Raft group. From anyone else: a
+    /// map the client learned from another server (it is committed and on its way here),
+    /// so only wait for it.
+    async fn install_map_from(
+        self: &Arc<Self>,
+        peer: &Peer,
+        caller: &Caller,
+        map: myriad_placement::ClusterMap,
+    ) -> Result<Response, FsError> {
+        map.validate()
+            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+        let epoch = map.epoch;
+        // A cluster change needs root with the cluster secret (a client key's root is
+        // no administrator: SECURITY.md).
+        let admin = caller.uid == 0 && peer.credential == Credential::Cluster;
+        let proposed = admin.then(|| map.clone());
+        if admin
+            && self
+                .authority
+                .committed_map()
+                .is_none_or(|m| m.epoch < epoch)
+        {
+            self.authority.propose_map(map).await?;
+        }
+        // Answer once this server follows it (it arrives through the group).
+        self.follow(epoch).await;
+        // A change based on an older map loses to whatever was committed at its
+        // epoch first (the leader's moves, say): the administrator hears so and
+        // makes the change again on the newest map, rather than an answer that
+        // says it landed.
+        if let Some(proposed) = proposed {
+            let lost = match self.authority.committed_map() {
+                Some(m) if m.epoch == epoch => m != proposed,
+                Some(m) => m.epoch < epoch,
+                None => true,
+            };
+            if lost && self.state().map != proposed {
+                return Err(FsError::MapTooOld(self.state().map.epoch));
+            }
+        }
+        Ok(Response::Unit)
     }
 
     /// The last batch of every partition copy held here (`PeerRequest::PartitionSeqs`). A
