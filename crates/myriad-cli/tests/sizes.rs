@@ -20,7 +20,6 @@ const FILES_OVER: &[(&str, usize)] = &[
 /// become types of their own (issue 50, step 1).
 const FNS_OVER: &[(&str, usize)] = &[
     ("myriad-client/src/client.rs::route_with", 241),
-    ("myriad-server/src/partition/twophase.rs::rename", 194),
     ("myriad-server/src/partition/peer_ops.rs::serve_peer", 194),
     ("myriad-server/src/replication/primary.rs::run_stream", 188),
     ("myriad-net/src/serve.rs::serve_connection", 174),

@@ -236,6 +236,87 @@ impl Partition {
         }
     }
 
+    /// A rename within this partition (not of a directory), in one batch; what it frees
+    /// (the replaced file's chunks, a hard link's name) goes after.
+    async fn rename_here(
+        self: &Arc<Self>,
+        from: String,
+        to: String,
+        flags: RenameFlags,
+    ) -> Result<(), FsError> {
+        if let Outcome::Renamed(gc, dropped) = self
+            .applier
+            .run(Mutation::RenameLocal {
+                from,
+                to,
+                flags,
+                now: self.env.now_ns(),
+            })
+            .await?
+        {
+            if let Some(gc) = gc {
+                self.spawn_gc(gc);
+            }
+            if let Some(old) = dropped {
+                self.drop_link(&old).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// A directory's rename before its prepare: the destination checked, then the subtree
+    /// copied towards it (`moves` records what was copied, to undo it). Returns the empty
+    /// directory it moves over, if any.
+    async fn copy_towards(
+        self: &Arc<Self>,
+        txid: u64,
+        (from, to): (&str, &str),
+        ino: myriad_proto::InodeId,
+        flags: RenameFlags,
+        moves: &mut Vec<crate::state::intent::DirMove>,
+    ) -> Result<Option<myriad_proto::InodeId>, FsError> {
+        // Check the destination before copying a whole subtree towards it.
+        let replaces = self.check_dir_destination(to, flags).await?;
+        let st = self.state();
+        let target = Target {
+            ring: &st.ring,
+            tree: None,
+        };
+        self.copy_subtree(txid, from, to, ino, replaces, moves, &target)
+            .await?;
+        Ok(replaces)
+    }
+
+    /// What an exchange brings back to the source's name: the destination's entry and its
+    /// chunk-0 blocks (`None` for a plain rename). An error aborts the rename.
+    fn incoming(
+        &self,
+        answer: Response,
+        flags: RenameFlags,
+    ) -> Result<Option<(Inode, crate::state::mutation::Blocks)>, FsError> {
+        match answer {
+            // The entry coming here is one an unresolved exchange is taking away from
+            // here: not before that one is resolved (`leaving_here`).
+            Response::Exchanged { inode, .. }
+                if flags.exchange
+                    && inode.kind == FileKind::File
+                    && crate::state::mutation::leaving_here(&self.store, inode.ino)
+                        .unwrap_or(true) =>
+            {
+                Err(FsError::Busy)
+            }
+            Response::Exchanged { mut inode, blocks } if flags.exchange => {
+                inode.ctime_ns = self.env.now_ns();
+                let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec()));
+                Ok(Some((inode, blocks.collect())))
+            }
+            _ if flags.exchange => Err(FsError::Protocol(
+                "the destination did not answer the exchange with its entry".into(),
+            )),
+            _ => Ok(None),
+        }
+    }
+
     /// Renames `from` to `to`. `Ok(true)`: `from`'s directory was touched already (its
     /// times sent while the destination committed); `Ok(false)`: the caller touches it.
     pub(crate) async fn rename(
@@ -255,23 +336,7 @@ impl Partition {
         }
         let dst_node = self.entry_node(&to);
         if dst_node == self.me && src.kind != FileKind::Directory {
-            if let Outcome::Renamed(gc, dropped) = self
-                .applier
-                .run(Mutation::RenameLocal {
-                    from,
-                    to,
-                    flags,
-                    now: self.env.now_ns(),
-                })
-                .await?
-            {
-                if let Some(gc) = gc {
-                    self.spawn_gc(gc);
-                }
-                if let Some(old) = dropped {
-                    self.drop_link(&old).await;
-                }
-            }
+            self.rename_here(from, to, flags).await?;
             return Ok(false);
         }
         let begin = Mutation::RenameSourceBegin {
@@ -294,20 +359,9 @@ impl Partition {
         let mut moves = Vec::new();
         // The empty directory a directory moves over, if any.
         let replaces = if inode.kind == FileKind::Directory {
-            // Check the destination before copying a whole subtree towards it.
-            let copied = match self.check_dir_destination(&to, flags).await {
-                Ok(replaces) => {
-                    let st = self.state();
-                    let target = Target {
-                        ring: &st.ring,
-                        tree: None,
-                    };
-                    self.copy_subtree(txid, &from, &to, inode.ino, replaces, &mut moves, &target)
-                        .await
-                        .map(|()| replaces)
-                }
-                Err(e) => Err(e),
-            };
+            let copied = self
+                .copy_towards(txid, (&from, &to), inode.ino, flags, &mut moves)
+                .await;
             match copied {
                 Ok(replaces) => replaces,
                 Err(e) => {
@@ -335,30 +389,12 @@ impl Partition {
         match self.call_node(dst_node, Request::Peer(prepare)).await {
             Ok(answer) => {
                 // An exchange brings the destination's entry back to the source's name.
-                let incoming = match answer {
-                    // The entry coming here is one an unresolved exchange is taking away
-                    // from here: not before that one is resolved (`leaving_here`).
-                    Response::Exchanged { inode, .. }
-                        if flags.exchange
-                            && inode.kind == FileKind::File
-                            && crate::state::mutation::leaving_here(&self.store, inode.ino)
-                                .unwrap_or(true) =>
-                    {
+                let incoming = match self.incoming(answer, flags) {
+                    Ok(incoming) => incoming,
+                    Err(e) => {
                         self.abort_rename(txid, dst_node, &moves).await;
-                        return Err(FsError::Busy);
+                        return Err(e);
                     }
-                    Response::Exchanged { mut inode, blocks } if flags.exchange => {
-                        inode.ctime_ns = self.env.now_ns();
-                        let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec()));
-                        Some((inode, blocks.collect()))
-                    }
-                    _ if flags.exchange => {
-                        self.abort_rename(txid, dst_node, &moves).await;
-                        return Err(FsError::Protocol(
-                            "the destination did not answer the exchange with its entry".into(),
-                        ));
-                    }
-                    _ => None,
                 };
                 // The decision point: once this batch is durable the rename has happened.
                 let decide = Mutation::RenameSourceDecide {

@@ -11,7 +11,7 @@ use myriad_storage::Batch;
 
 pub use crate::state::ids::IdAlloc;
 pub use crate::state::ops::{
-    Ctx, DirImport, DirTouchOne, InodeChange, Layout, Mutation, Outcome, RenamePrepare,
+    Blocks, Ctx, DirImport, DirTouchOne, InodeChange, Layout, Mutation, Outcome, RenamePrepare,
     ShardMutation, prepare_key, storage_err,
 };
 pub use crate::state::records::{INODE_DIR, ORPHAN_DIR, inode_name, wrong_shard};
