@@ -17,6 +17,7 @@ mod bench_stress;
 mod bench_untar;
 mod bench_zones;
 mod cluster;
+mod cluster_cmd;
 mod cluster_nodes;
 mod cluster_status;
 mod cluster_view;
@@ -327,7 +328,7 @@ fn run_client_command(
     let timeout = std::time::Duration::from_millis(timeout_ms);
     rt.block_on(async move {
         match cmd {
-            Command::Cluster(c) => cluster::run(c, cluster, secret_file, timeout).await,
+            Command::Cluster(c) => cluster_cmd::run(c, cluster, secret_file, timeout).await,
             Command::Node(c) => {
                 let client = match c {
                     node_cmd::NodeCmd::List => fs_cmds::connect(cluster, secret_file, timeout)?,

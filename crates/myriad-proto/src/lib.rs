@@ -18,6 +18,7 @@ mod message;
 mod path;
 mod peer_request;
 mod request;
+mod request_parts;
 mod server_request;
 pub mod tree_index;
 mod types;
@@ -34,10 +35,8 @@ pub use peer_request::{
     BundleItem, DirAction, DirTouchItem, ExportedEntry, InodeOp, PeerRequest, RaftRpc, ReplOp,
     ReplicaRequest,
 };
-pub use request::{
-    ClientRequest, CopyRange, FromClient, LeaseKey, OnceId, ReadOf, RenameFlags, Request, SetAttr,
-    XattrMode,
-};
+pub use request::{ClientRequest, CopyRange, FromClient, OnceId, ReadOf, Request};
+pub use request_parts::{LeaseKey, RenameFlags, SetAttr, XattrMode};
 pub use server_request::{AdminRequest, FsckDir, FsckEntry, FsckRepair, ServerRequest};
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, ReadOnlyMark,

@@ -430,7 +430,7 @@ pub enum Response {
         count: u32,
     },
     /// The leases a server wants back (`ServerRequest::LeasePoll`).
-    Recalls(Vec<crate::request::LeaseKey>),
+    Recalls(Vec<crate::request_parts::LeaseKey>),
     /// Per key of a `LeaseRenew`, whether it was renewed.
     Renewed(Vec<bool>),
     /// A destination's answer to an exchanging `RenamePrepare`: the entry it gives the
@@ -473,7 +473,7 @@ impl Response {
 /// A directory lease granted with a read (`Response::Leased`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseGrant {
-    pub key: crate::request::LeaseKey,
+    pub key: crate::request_parts::LeaseKey,
     /// Good for this long from when the read was sent, by the client's clock.
     pub valid_ms: u64,
     /// An exclusive lease: the directory's attributes as the grant found them (the

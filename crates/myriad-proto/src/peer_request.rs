@@ -5,7 +5,7 @@
 use myriad_placement::{NodeId, PartitionId};
 use serde::{Deserialize, Serialize};
 
-use crate::request::{RenameFlags, SetAttr, XattrMode};
+use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
 use crate::{Caller, Inode, InodeId, Shard, ShardMap};
 
 /// Server-to-server requests: two-partition protocols, splits, hard-link bookkeeping, directory

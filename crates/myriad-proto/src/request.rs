@@ -1,44 +1,12 @@
 //! Requests, grouped by who may send them (`Request`'s audiences), and the types they carry.
 
-use myriad_placement::PartitionId;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Capability;
 use crate::peer_request::{InodeOp, PeerRequest, ReplicaRequest};
+use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
 use crate::server_request::{AdminRequest, ServerRequest};
 use crate::{FileKind, InodeId};
-
-/// Attribute changes; `None` leaves a field as it is.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SetAttr {
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub atime_ns: Option<i64>,
-    pub mtime_ns: Option<i64>,
-    /// Both times to the server's now (utimensat with UTIME_NOW twice, utime(NULL)): POSIX
-    /// lets anyone who may write the file do this, not only its owner.
-    pub touch: bool,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RenameFlags {
-    /// Fail with `AlreadyExists` instead of replacing the destination (RENAME_NOREPLACE).
-    pub no_replace: bool,
-    /// Swap the two names, both of which must exist (RENAME_EXCHANGE; not directories).
-    pub exchange: bool,
-}
-
-/// How `SetXattr` treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum XattrMode {
-    #[default]
-    Either,
-    /// Fail with `AlreadyExists` if it exists.
-    Create,
-    /// Fail with `NoData` if it does not exist.
-    Replace,
-}
 
 /// Every request, by audience. What a connection may send is decided by the type its frames
 /// decode to: a connection with a client key decodes `FromClient` (a prefix of this enum:
@@ -346,13 +314,6 @@ pub enum ReadOf<'a> {
     Name(&'a str),
     /// A directory's names.
     Listing(&'a str),
-}
-
-/// What a directory lease covers: the entries of `dir` that partition `partition` holds.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct LeaseKey {
-    pub partition: PartitionId,
-    pub dir: String,
 }
 
 /// A change's identity: the client that sends it (random per client), its number among

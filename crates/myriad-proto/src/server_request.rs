@@ -5,7 +5,7 @@ use myriad_placement::{ClusterMap, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Capability;
-use crate::request::LeaseKey;
+use crate::request_parts::LeaseKey;
 use crate::{Inode, InodeId, Shard, ShardMap};
 
 /// Requests about a server as a whole (its map, counters, free space), answered by the server
