@@ -420,6 +420,25 @@ async fn check(client: &Client, root: &str, show_progress: bool) -> anyhow::Resu
     Ok(pass)
 }
 
+/// One page of the entries of `dir`'s part on `node`, after name `after`, and the name to
+/// ask after next (`None`: the last page).
+async fn entries_page(
+    client: &Client,
+    node: PartitionId,
+    dir: &str,
+    after: Option<String>,
+) -> anyhow::Result<(Vec<FsckEntry>, Option<String>)> {
+    let req = AdminRequest::FsckEntries {
+        dir: dir.to_string(),
+        after,
+        limit: PAGE,
+    };
+    match ask(client, node, myriad_client::proto::Request::Admin(req)).await? {
+        Response::FsckEntries { entries, next } => Ok((entries, next)),
+        _ => bail!("unexpected reply to fsck_entries"),
+    }
+}
+
 /// 1. Every directory object on every node.
 async fn list_dirs(
     client: &Client,
@@ -505,16 +524,7 @@ async fn walk_entries(
         for (node, d) in parts {
             let mut after = None;
             loop {
-                let req = AdminRequest::FsckEntries {
-                    dir: path.clone(),
-                    after: after.clone(),
-                    limit: PAGE,
-                };
-                let Response::FsckEntries { entries, next } =
-                    ask(client, *node, myriad_client::proto::Request::Admin(req)).await?
-                else {
-                    bail!("unexpected reply to fsck_entries");
-                };
+                let (entries, next) = entries_page(client, *node, path, after.clone()).await?;
                 for e in entries {
                     *entry_counts.entry(path.clone()).or_default() += 1;
                     if e.pending
@@ -635,20 +645,10 @@ async fn check_links(
         files,
         ..
     } = named;
-    for (node, d) in dirs.get(INODE_DIR).into_iter().flatten() {
-        let _ = d;
+    for (node, _) in dirs.get(INODE_DIR).into_iter().flatten() {
         let mut after = None;
         loop {
-            let req = AdminRequest::FsckEntries {
-                dir: INODE_DIR.to_string(),
-                after: after.clone(),
-                limit: PAGE,
-            };
-            let Response::FsckEntries { entries, next } =
-                ask(client, *node, myriad_client::proto::Request::Admin(req)).await?
-            else {
-                bail!("unexpected reply to fsck_entries");
-            };
+            let (entries, next) = entries_page(client, *node, INODE_DIR, after.clone()).await?;
             for e in entries {
                 let Some(inode) = e.inode.filter(|_| !e.pending) else {
                     pass.in_flight += 1;

@@ -180,7 +180,9 @@ pub async fn leave(client: &Client, id: NodeId) -> anyhow::Result<ClusterMap> {
             .next()
     {
         bail!(
-            "cannot remove server {id} yet: partition {pid} has its only in-sync copies on it,              so nothing can copy them elsewhere. Bring it back, or accept losing what only it              held: `myriad node lost {id}` says what that loses"
+            "cannot remove server {id} yet: partition {pid} has its only in-sync copies on it, \
+             so nothing can copy them elsewhere. Bring it back, or accept losing what only it \
+             held: `myriad node lost {id}` says what that loses"
         );
     }
     if map.node(id).is_some_and(|n| n.state == NodeState::Down) && copies > 0 {

@@ -135,6 +135,14 @@ impl Three {
         server
     }
 
+    /// Server `i` crashes: it stops at once and the network no longer reaches it.
+    fn crash(&self, i: NodeId) {
+        if let Some(s) = self.net.server(i) {
+            s.stop();
+        }
+        self.net.set_server(i, None);
+    }
+
     /// Installs `map` on every server running.
     async fn install(&self, map: &ClusterMap) {
         for i in (1..=3).map(NodeId) {
@@ -182,10 +190,7 @@ async fn a_change_is_not_acknowledged_on_fewer_copies_than_min_copies() {
         // Both other copies crash and are marked down.
         let mut down = t.map.clone();
         for &o in &others {
-            if let Some(s) = t.net.server(o) {
-                s.stop();
-            }
-            t.net.set_server(o, None);
+            t.crash(o);
             down = down.mark_down(o).unwrap_or_else(|| panic!("mark {o} down"));
         }
         t.install(&down).await;
@@ -332,10 +337,7 @@ async fn changes_are_sent_again() {
             .unwrap_or_else(|e| panic!("create answered once applied: {e}"));
         assert!(mount.has_unsynced_changes(), "nothing held");
         // The primary crashes; the map makes another copy primary.
-        if let Some(s) = t.net.server(primary) {
-            s.stop();
-        }
-        t.net.set_server(primary, None);
+        t.crash(primary);
         t.net.heal();
         let down = t
             .map
@@ -404,10 +406,7 @@ async fn lost_copies_replaced_by_the_administrator() {
     // Both other copies crash: every partition is served by `lost` alone.
     let mut map = t.map.clone();
     for &o in &others {
-        if let Some(s) = t.net.server(o) {
-            s.stop();
-        }
-        t.net.set_server(o, None);
+        t.crash(o);
         map = map.mark_down(o).unwrap_or_else(|| panic!("mark {o} down"));
     }
     t.install(&map).await;
@@ -416,10 +415,7 @@ async fn lost_copies_replaced_by_the_administrator() {
         .await
         .unwrap_or_else(|e| panic!("mkdir on one disk with --min-copies 1: {e}"));
     // Its disk is lost for good; the others return, behind.
-    if let Some(s) = t.net.server(lost) {
-        s.stop();
-    }
-    t.net.set_server(lost, None);
+    t.crash(lost);
     map = map
         .mark_down(lost)
         .unwrap_or_else(|| panic!("mark {lost} down"));
@@ -490,10 +486,7 @@ async fn lost_copies_replaced_by_the_administrator() {
         .unwrap_or_else(|| panic!("caught up"));
     // Now the other two are lost: the returned copy serves the new history.
     for &o in &others {
-        if let Some(s) = t.net.server(o) {
-            s.stop();
-        }
-        t.net.set_server(o, None);
+        t.crash(o);
         map = map.mark_down(o).unwrap_or_else(|| panic!("mark {o} down"));
     }
     t.install(&map).await;

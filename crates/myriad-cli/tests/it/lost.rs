@@ -87,6 +87,16 @@ async fn a_partition_whose_in_sync_copies_died_serves_again_only_when_the_loss_i
     );
     assert!(said.contains("--accept-loss"), "{said}");
     assert_eq!(c.newest_map().await.primary_of(root), None, "{said}");
+    // Removing it would wait for ever (nothing can copy that partition): refused, naming
+    // the way out.
+    let remove = tc.cli(&["node", "remove", &id]);
+    assert!(!remove.status.success(), "{}", text(&remove));
+    assert!(
+        text(&remove).contains(&format!("partition {root}"))
+            && text(&remove).contains("myriad node lost"),
+        "{}",
+        text(&remove)
+    );
     // A server up is not lost.
     let refused = tc.cli(&["node", "lost", &others[0].0.to_string()]);
     assert!(!refused.status.success(), "{}", text(&refused));

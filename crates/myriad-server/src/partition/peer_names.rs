@@ -11,20 +11,6 @@ use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, inode_response};
 use crate::state::mutation::{DirTouchOne, Mutation, Outcome, RenamePrepare};
 
-/// The target side of a rename between partitions (`PeerRequest::RenamePrepare`).
-pub(super) struct RenameTarget {
-    pub(super) txid: u64,
-    /// The partition running the rename (it commits or aborts it).
-    pub(super) coordinator: PartitionId,
-    pub(super) to: String,
-    pub(super) inode: myriad_proto::Inode,
-    pub(super) flags: myriad_proto::RenameFlags,
-    /// The moved file's first-chunk blocks, which move with its entry.
-    pub(super) blocks: Vec<(u64, serde_bytes::ByteBuf)>,
-    /// The inode the name replaces, if the rename replaces one.
-    pub(super) replaces: Option<InodeId>,
-}
-
 impl Partition {
     /// Marks an inode number this partition reserved used by partition `by` (a create a split moved).
     pub(super) async fn peer_claim_reserved(
@@ -66,32 +52,11 @@ impl Partition {
     pub(super) async fn peer_rename_prepare(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        prepare: RenameTarget,
+        prepare: RenamePrepare,
     ) -> Result<Response, FsError> {
-        let RenameTarget {
-            txid,
-            coordinator,
-            to,
-            inode,
-            flags,
-            blocks,
-            replaces,
-        } = prepare;
-        validate_path(&to)?;
-        self.own_entry(st, &to)?;
-        let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect();
-        let outcome = self
-            .applier
-            .run(Mutation::RenamePrepare(RenamePrepare {
-                txid,
-                coordinator,
-                to,
-                inode,
-                flags,
-                blocks,
-                replaces,
-            }))
-            .await?;
+        validate_path(&prepare.to)?;
+        self.own_entry(st, &prepare.to)?;
+        let outcome = self.applier.run(Mutation::RenamePrepare(prepare)).await?;
         Ok(match outcome {
             Outcome::Exchanged(inode, blocks) => Response::Exchanged {
                 inode,

@@ -11,8 +11,7 @@ use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::partition::peer_names::RenameTarget;
-use crate::state::mutation::DirImport;
+use crate::state::mutation::{DirImport, RenamePrepare};
 
 impl Partition {
     /// Serves one request from another server.
@@ -110,13 +109,13 @@ impl Partition {
                 replaces,
                 ..
             } => {
-                let prepare = RenameTarget {
+                let prepare = RenamePrepare {
                     txid,
                     coordinator,
                     to,
                     inode,
                     flags,
-                    blocks,
+                    blocks: blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect(),
                     replaces,
                 };
                 self.peer_rename_prepare(st, prepare).await

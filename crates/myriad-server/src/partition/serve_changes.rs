@@ -70,10 +70,7 @@ impl Partition {
         path: String,
         set: SetAttr,
     ) -> Result<Response, FsError> {
-        validate_path(&path)?;
-        self.own_entry(st, &path)?;
-        self.search(&caller, &path).await?;
-        let before = self.lookup(&path).await?;
+        let before = self.named_entry(st, &caller, &path).await?;
         let set = perm::check_setattr(&before, &caller, &set)?;
         let (dir, name) = attrs_key(&path);
         let changes_access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
@@ -107,6 +104,22 @@ impl Partition {
         Ok(reply)
     }
 
+    /// The entry of an open file a change of its contents or size names: checked as
+    /// `file_to_change` does, and its setuid and setgid bits cleared as a write by
+    /// `caller` clears them. Returns the entry's (directory, name).
+    async fn opened_to_change(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: &Caller,
+        file: Opened,
+    ) -> Result<(String, String), FsError> {
+        let Opened { path, ino, opened } = file;
+        let (dir, name, target) = self.file_to_change(st, caller, &path, ino, opened).await?;
+        self.kill_setid(&dir, &name, target.as_ref(), caller)
+            .await?;
+        Ok((dir, name))
+    }
+
     /// Writes bytes into the first chunk of an open file.
     pub(super) async fn client_write(
         self: &Arc<Self>,
@@ -116,15 +129,13 @@ impl Partition {
         offset: u64,
         data: Vec<u8>,
     ) -> Result<Response, FsError> {
-        let Opened { path, ino, opened } = file;
-        let (dir, name, target) = self.file_to_change(st, &caller, &path, ino, opened).await?;
         if data.len() as u64 > limits::IO_BYTES_MAX {
             return Err(FsError::InvalidArgument(
                 "write larger than the I/O limit".into(),
             ));
         }
-        self.kill_setid(&dir, &name, target.as_ref(), &caller)
-            .await?;
+        let ino = file.ino;
+        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
         self.mutate_inode(Mutation::Write {
             dir,
             name,
@@ -144,10 +155,8 @@ impl Partition {
         file: Opened,
         size: u64,
     ) -> Result<Response, FsError> {
-        let Opened { path, ino, opened } = file;
-        let (dir, name, target) = self.file_to_change(st, &caller, &path, ino, opened).await?;
-        self.kill_setid(&dir, &name, target.as_ref(), &caller)
-            .await?;
+        let ino = file.ino;
+        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
         self.mutate_inode(Mutation::ExtendSize {
             dir,
             name,
@@ -166,10 +175,8 @@ impl Partition {
         file: Opened,
         size: u64,
     ) -> Result<Response, FsError> {
-        let Opened { path, ino, opened } = file;
-        let (dir, name, target) = self.file_to_change(st, &caller, &path, ino, opened).await?;
-        self.kill_setid(&dir, &name, target.as_ref(), &caller)
-            .await?;
+        let ino = file.ino;
+        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
         match self
             .applier
             .run(Mutation::Truncate {

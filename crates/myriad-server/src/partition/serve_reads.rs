@@ -14,6 +14,21 @@ use crate::state::mutation::storage_err;
 use crate::state::perm;
 
 impl Partition {
+    /// The entry a request names, as its caller may see it: the path valid and owned here,
+    /// search permission on every ancestor, then the entry itself (a hard link's name, not
+    /// yet resolved at its home).
+    pub(super) async fn named_entry(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<myriad_proto::Inode, FsError> {
+        validate_path(path)?;
+        self.own_entry(st, path)?;
+        self.search(caller, path).await?;
+        self.lookup(path).await
+    }
+
     /// The attributes of a file about to be opened for writing (refused in a frozen tree).
     pub(super) async fn client_open_write(
         self: &Arc<Self>,
@@ -21,10 +36,7 @@ impl Partition {
         caller: Caller,
         path: String,
     ) -> Result<Response, FsError> {
-        validate_path(&path)?;
-        self.own_entry(st, &path)?;
-        self.search(&caller, &path).await?;
-        let i = self.lookup(&path).await?;
+        let i = self.named_entry(st, &caller, &path).await?;
         // The file itself first: a missing one is NotFound wherever it would be.
         self.require_not_frozen(myriad_placement::parent_of(&path))?;
         Ok(Response::Attr(self.resolve(i).await?))
@@ -37,10 +49,7 @@ impl Partition {
         caller: Caller,
         path: String,
     ) -> Result<Response, FsError> {
-        validate_path(&path)?;
-        self.own_entry(st, &path)?;
-        self.search(&caller, &path).await?;
-        let i = self.lookup(&path).await?;
+        let i = self.named_entry(st, &caller, &path).await?;
         Ok(Response::Attr(self.resolve(i).await?))
     }
 
@@ -91,10 +100,7 @@ impl Partition {
         max_bytes: u64,
     ) -> Result<Response, FsError> {
         let cs = st.map.chunk_size_bytes;
-        validate_path(&path)?;
-        self.own_entry(st, &path)?;
-        self.search(&caller, &path).await?;
-        let inode = self.lookup(&path).await?;
+        let inode = self.named_entry(st, &caller, &path).await?;
         if let (FileKind::HardLink, Some(home)) = (inode.kind, inode.link_home) {
             let req = PeerRequest::AtInode {
                 ino: inode.ino,
@@ -233,10 +239,8 @@ impl Partition {
         caller: Caller,
         path: String,
     ) -> Result<Response, FsError> {
-        validate_path(&path)?;
-        self.own_entry(st, &path)?;
-        self.search(&caller, &path).await?;
-        let inode = self.resolve(self.lookup(&path).await?).await?;
+        let inode = self.named_entry(st, &caller, &path).await?;
+        let inode = self.resolve(inode).await?;
         inode
             .symlink_target
             .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
