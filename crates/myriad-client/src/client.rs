@@ -385,7 +385,7 @@ impl Client {
         // A change of one name whose answer is the name's new attributes: kept under
         // the directory's lease if it lasted through the change (`Leases::put_own`).
         let own = match (&req, paths.as_slice()) {
-            (Request::Client(c), [path]) if !subtree && answers_attributes(c) => {
+            (Request::Client(c), [path]) if !subtree && c.change().is_some_and(|c| c.answers_attributes) => {
                 let dir = split_parent(path).0;
                 Some((path.clone(), self.leases.before_own_change(dir)))
             }
@@ -886,20 +886,6 @@ impl Client {
     }
 }
 
-/// Whether `c` changes one name and is answered with its new attributes (so the answer
-/// may be kept under a lease).
-fn answers_attributes(c: &ClientRequest) -> bool {
-    matches!(
-        c,
-        ClientRequest::Create { .. }
-            | ClientRequest::Write { .. }
-            | ClientRequest::SetAttr { .. }
-            | ClientRequest::Truncate { .. }
-            | ClientRequest::ExtendSize { .. }
-            | ClientRequest::Symlink { .. }
-            | ClientRequest::Mknod { .. }
-    )
-}
 
 pub(crate) fn expect_attr(r: Response) -> Result<Inode, FsError> {
     match r {

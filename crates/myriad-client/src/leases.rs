@@ -719,25 +719,10 @@ mod tests;
 /// The entries a change of this client touches (its paths), and whether it may move or
 /// remove a directory (then everything cached beneath the first path goes too).
 pub(crate) fn changed_paths(req: &myriad_proto::ClientRequest) -> (Vec<String>, bool) {
-    use myriad_proto::ClientRequest as C;
-    let (paths, subtree): (Vec<&str>, bool) = match req {
-        C::Create { path, .. }
-        | C::Mkdir { path, .. }
-        | C::Unlink { path }
-        | C::Symlink { path, .. }
-        | C::SetAttr { path, .. }
-        | C::Write { path, .. }
-        | C::Truncate { path, .. }
-        | C::ExtendSize { path, .. }
-        | C::Mknod { path, .. }
-        | C::SetXattr { path, .. } => (vec![path.as_str()], false),
-        C::Rmdir { path } => (vec![path.as_str()], true),
-        C::Rename { from, to, .. } => (vec![from.as_str(), to.as_str()], true),
-        C::Link { from, to } => (vec![from.as_str(), to.as_str()], false),
-        C::CopyRange(c) => (vec![c.dst.as_str()], false),
-        _ => (Vec::new(), false),
-    };
-    (paths.into_iter().map(str::to_string).collect(), subtree)
+    match req.change() {
+        Some(c) => (c.names().map(str::to_string).collect(), c.subtree),
+        None => (Vec::new(), false),
+    }
 }
 
 impl Leases {

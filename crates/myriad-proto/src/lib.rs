@@ -8,6 +8,7 @@
 pub mod access;
 pub mod auth;
 pub mod codec;
+pub mod describe;
 pub mod ec_layout;
 pub mod erasure;
 mod error;

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Capability;
+use crate::describe::Disk;
 use crate::peer_request::{InodeOp, PeerRequest, ReplicaRequest};
 use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
 use crate::server_request::{AdminRequest, ServerRequest};
@@ -388,136 +389,6 @@ impl ClientRequest {
             _ => return None,
         })
     }
-
-    /// Short stable name, used for counters and logs.
-    #[must_use]
-    pub fn op_name(&self) -> &'static str {
-        match self {
-            ClientRequest::Echo(_) => "echo",
-            ClientRequest::Stat { .. } => "stat",
-            ClientRequest::OpenWrite { .. } => "open_write",
-            ClientRequest::IndexCandidates { .. } => "index_candidates",
-            ClientRequest::StatMany { .. } => "stat_many",
-            ClientRequest::Fetch { .. } => "fetch",
-            ClientRequest::ReadDir { .. } => "readdir",
-            ClientRequest::GetShardMap { .. } => "get_shard_map",
-            ClientRequest::Create { .. } => "create",
-            ClientRequest::Mkdir { .. } => "mkdir",
-            ClientRequest::Rmdir { .. } => "rmdir",
-            ClientRequest::Unlink { .. } => "unlink",
-            ClientRequest::Symlink { .. } => "symlink",
-            ClientRequest::Readlink { .. } => "readlink",
-            ClientRequest::SetAttr { .. } => "setattr",
-            ClientRequest::Rename { .. } => "rename",
-            ClientRequest::Write { .. } => "write",
-            ClientRequest::Read { .. } => "read",
-            ClientRequest::Truncate { .. } => "truncate",
-            ClientRequest::CopyRange(_) => "copy_range",
-            ClientRequest::ExtendSize { .. } => "extend_size",
-            ClientRequest::WriteChunk { .. } => "write_chunk",
-            ClientRequest::ReadChunk { .. } => "read_chunk",
-            ClientRequest::Mknod { .. } => "mknod",
-            ClientRequest::SetXattr { .. } => "setxattr",
-            ClientRequest::Sync { .. } => "sync",
-            ClientRequest::SyncPartition { .. } => "sync_partition",
-            ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. } => {
-                request.op_name()
-            }
-            ClientRequest::Batch { .. } => "batch",
-            ClientRequest::ReserveIds { .. } => "reserve_ids",
-            ClientRequest::Link { .. } => "link",
-            ClientRequest::Once { request, .. } | ClientRequest::Resend { request, .. } => {
-                request.op_name()
-            }
-            ClientRequest::Grant { .. } => "grant",
-            ClientRequest::Lock(_) => "lock",
-            ClientRequest::KeepOpen { .. } => "keep_open",
-            ClientRequest::MarkReadOnly { .. } => "mark_read_only",
-        }
-    }
-
-    /// Requests that change the file system: sent as `Once`, so that a retry of one that
-    /// went through answers its first outcome.
-    #[must_use]
-    pub fn is_change(&self) -> bool {
-        matches!(
-            self,
-            ClientRequest::Create { .. }
-                | ClientRequest::Mkdir { .. }
-                | ClientRequest::Rmdir { .. }
-                | ClientRequest::Unlink { .. }
-                | ClientRequest::Symlink { .. }
-                | ClientRequest::SetAttr { .. }
-                | ClientRequest::Rename { .. }
-                | ClientRequest::Write { .. }
-                | ClientRequest::CopyRange(_)
-                | ClientRequest::Truncate { .. }
-                | ClientRequest::ExtendSize { .. }
-                | ClientRequest::WriteChunk { .. }
-                | ClientRequest::Mknod { .. }
-                | ClientRequest::SetXattr { .. }
-                | ClientRequest::Link { .. }
-                | ClientRequest::ReserveIds { .. }
-        )
-    }
-
-    /// What a read reads (docs/fuse.md "Write-behind": the reads another client's
-    /// exclusive lease gives way to, and the reads a client's own journal must be sent
-    /// before): one name, or a directory's names.
-    #[must_use]
-    pub fn read_of(&self) -> Option<ReadOf<'_>> {
-        match self {
-            ClientRequest::Stat { path }
-            | ClientRequest::OpenWrite { path }
-            | ClientRequest::Fetch { path, .. }
-            | ClientRequest::Readlink { path }
-            | ClientRequest::Read { path, .. }
-            | ClientRequest::Grant { path, .. } => Some(ReadOf::Name(path)),
-            ClientRequest::StatMany { dir, .. } => Some(ReadOf::Listing(dir)),
-            ClientRequest::ReadDir { path, .. } => Some(ReadOf::Listing(path)),
-            _ => None,
-        }
-    }
-
-    /// The directory whose object (its entry for a name, or its listing) a request is
-    /// served from: the parent of the name it reads or changes, the directory it lists.
-    /// (A partition that answers `NotFound` because that object moved away while the
-    /// request ran answers with its newer map instead: docs/zones.md section 3.)
-    #[must_use]
-    pub fn served_dir(&self) -> Option<&str> {
-        match self {
-            ClientRequest::Create { path, .. }
-            | ClientRequest::Mkdir { path, .. }
-            | ClientRequest::Rmdir { path }
-            | ClientRequest::Unlink { path }
-            | ClientRequest::Symlink { path, .. }
-            | ClientRequest::SetAttr { path, .. }
-            | ClientRequest::Mknod { path, .. }
-            | ClientRequest::SetXattr { path, .. }
-            | ClientRequest::Write { path, .. }
-            | ClientRequest::Truncate { path, .. }
-            | ClientRequest::ExtendSize { path, .. }
-            | ClientRequest::Rename { from: path, .. } => parent_dir(path),
-            _ => self.read_dir(),
-        }
-    }
-
-    /// The directory whose entries a read reads (`read_of`; none for "/" itself).
-    #[must_use]
-    pub fn read_dir(&self) -> Option<&str> {
-        match self.read_of()? {
-            ReadOf::Name(path) => parent_dir(path),
-            ReadOf::Listing(dir) => Some(dir),
-        }
-    }
-}
-
-/// The directory holding `path`'s entry (none for "/").
-fn parent_dir(path: &str) -> Option<&str> {
-    (path != "/").then(|| match path.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &path[..i],
-    })
 }
 
 impl Request {
@@ -568,48 +439,34 @@ impl Request {
     /// server with a fuller disk, so it counts too.
     #[must_use]
     pub fn grows_storage(&self) -> bool {
-        matches!(
-            self,
-            Request::Client(
-                ClientRequest::Create { .. }
-                    | ClientRequest::Mkdir { .. }
-                    | ClientRequest::Symlink { .. }
-                    | ClientRequest::Rename { .. }
-                    | ClientRequest::Write { .. }
-                    | ClientRequest::CopyRange(_)
-                    | ClientRequest::ExtendSize { .. }
-                    | ClientRequest::WriteChunk { .. }
-                    | ClientRequest::Mknod { .. }
-                    | ClientRequest::SetXattr { .. }
-                    | ClientRequest::Link { .. }
-            ) | Request::Peer(
+        match self {
+            Request::Client(c) => c.change().is_some_and(|c| c.disk == Disk::Grows),
+            Request::Peer(p) => matches!(
+                p,
                 PeerRequest::AtInode {
                     op: InodeOp::Write { .. }
                         | InodeOp::ExtendSize { .. }
                         | InodeOp::SetXattr { .. },
                     ..
                 } | PeerRequest::PutFragments { .. }
-            )
-        )
+            ),
+            _ => false,
+        }
     }
 
     /// Client requests that write anything at all, frees included: refused too once the
     /// disk is all but full, so that the storage engine itself never runs out of space.
     #[must_use]
     pub fn writes_storage(&self) -> bool {
-        self.grows_storage()
-            || matches!(
-                self,
-                Request::Client(
-                    ClientRequest::Rmdir { .. }
-                        | ClientRequest::Unlink { .. }
-                        | ClientRequest::SetAttr { .. }
-                        | ClientRequest::Truncate { .. }
-                ) | Request::Peer(PeerRequest::AtInode {
-                    op: InodeOp::Truncate { .. } | InodeOp::SetAttr { .. },
-                    ..
-                })
-            )
+        match self {
+            Request::Client(c) => c.change().is_some_and(|c| c.disk != Disk::Untouched),
+            Request::Peer(PeerRequest::AtInode {
+                op: InodeOp::Truncate { .. } | InodeOp::SetAttr { .. },
+                ..
+            }) => true,
+            Request::Peer(_) => self.grows_storage(),
+            _ => false,
+        }
     }
 
     /// Requests that are not file system traffic (not counted as such, and not held to the
@@ -634,33 +491,5 @@ impl Request {
             ),
             Request::Client(_) | Request::Replica(_) => false,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_request_is_served_from_its_names_directory_or_the_one_it_lists() {
-        let rmdir = ClientRequest::Rmdir {
-            path: "/a/b".into(),
-        };
-        assert_eq!(rmdir.served_dir(), Some("/a"));
-        let rename = ClientRequest::Rename {
-            from: "/x".into(),
-            to: "/y/z".into(),
-            flags: RenameFlags::default(),
-        };
-        assert_eq!(rename.served_dir(), Some("/"));
-        let stat = ClientRequest::Stat { path: "/".into() };
-        assert_eq!(stat.served_dir(), None);
-        let list = ClientRequest::ReadDir {
-            path: "/a/b".into(),
-            from: 0,
-            after: None,
-            limit: 10,
-        };
-        assert_eq!(list.served_dir(), Some("/a/b"));
     }
 }

@@ -48,14 +48,7 @@ const REFUSED_PAUSE: Duration = Duration::from_millis(500);
 
 /// Whether `body` is a read a copy may answer.
 pub(crate) fn copy_readable(body: &Request) -> bool {
-    matches!(
-        body,
-        Request::Client(
-            ClientRequest::Stat { .. }
-                | ClientRequest::Fetch { .. }
-                | ClientRequest::ReadDir { .. }
-        )
-    )
+    matches!(body, Request::Client(c) if c.copy_may_answer())
 }
 
 impl Host {

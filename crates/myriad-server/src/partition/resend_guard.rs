@@ -130,26 +130,13 @@ impl ResendGuard {
 /// What a change touches: the names it changes, and the files whose data or attributes it
 /// changes ("\0" and the inode number). Empty for a change that is never resent.
 pub(crate) fn keys(request: &ClientRequest) -> Vec<String> {
-    let file = |ino: &myriad_proto::InodeId| format!("\0{}", ino.0);
-    match request {
-        ClientRequest::Create { path, .. }
-        | ClientRequest::Mkdir { path, .. }
-        | ClientRequest::Rmdir { path }
-        | ClientRequest::Unlink { path }
-        | ClientRequest::Symlink { path, .. }
-        | ClientRequest::SetAttr { path, .. }
-        | ClientRequest::Mknod { path, .. }
-        | ClientRequest::SetXattr { path, .. } => vec![path.clone()],
-        ClientRequest::Write { path, ino, .. }
-        | ClientRequest::Truncate { path, ino, .. }
-        | ClientRequest::ExtendSize { path, ino, .. } => vec![path.clone(), file(ino)],
-        ClientRequest::Rename { from, to, .. } | ClientRequest::Link { from, to } => {
-            vec![from.clone(), to.clone()]
-        }
-        ClientRequest::WriteChunk { ino, .. } => vec![file(ino)],
-        ClientRequest::CopyRange(c) => vec![c.dst.clone(), file(&c.dst_ino)],
-        _ => Vec::new(),
-    }
+    let Some(change) = request.change() else {
+        return Vec::new();
+    };
+    let names = change.names().map(str::to_string);
+    names
+        .chain(change.file.map(|ino| format!("\0{}", ino.0)))
+        .collect()
 }
 
 /// Whether a change of one key may change what the other names: the same name or file,

@@ -1,0 +1,323 @@
+//! What each client request *is*, in one table (issue 50).
+//!
+//! Every question the client and the servers ask of a request — is it a change (sent
+//! exactly once)? what does it read? which names and files does it change? may a copy
+//! answer it? may it need more disk? — is answered by `ClientRequest::describe`, one
+//! exhaustive match with one row per request. Adding a request is a compile error here
+//! until its row says what it is, so a new change cannot silently miss exactly-once
+//! delivery, lease invalidation or the disk reserve.
+
+use crate::InodeId;
+use crate::request::{ClientRequest, ReadOf};
+
+/// One row of the table: a request's stable name and what it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Description<'a> {
+    /// Short stable name, used for counters and logs (an envelope's is its request's,
+    /// except a batch's).
+    pub name: &'static str,
+    pub kind: Kind<'a>,
+}
+
+/// What a request does to the file system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind<'a> {
+    /// Reads and changes nothing kept.
+    Read(Read<'a>),
+    /// Changes the file system: sent as `Once`, so that a retry of one that went through
+    /// answers its first outcome.
+    Change(Change<'a>),
+    /// Carries other requests (`Once`, `Resend`, `Leased`, `ReadAs`, `Batch`).
+    Envelope,
+    /// Neither a read of the tree nor a change sent once: the transport echo, barriers,
+    /// file locks, open-file keep-alives, marks of frozen trees (idempotent).
+    Other,
+}
+
+/// A read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read<'a> {
+    /// The name or listing it reads (docs/fuse.md "Write-behind": the reads another
+    /// client's exclusive lease gives way to); `None` for reads of no name (chunks, shard
+    /// maps, index candidates).
+    pub of: Option<ReadOf<'a>>,
+    /// Whether an in-sync copy may answer it under a loan of reads (host_copy_reads.rs).
+    pub copy_may_answer: bool,
+}
+
+/// A change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change<'a> {
+    /// The names it changes (at most two: a rename's or a link's both ends).
+    pub names: [Option<&'a str>; 2],
+    /// The file whose data or attributes it changes, when it names one by inode.
+    pub file: Option<InodeId>,
+    /// Whether it may move or remove a directory (then everything cached beneath its first
+    /// name is stale too).
+    pub subtree: bool,
+    /// The directory whose object it is served from (the parent of its first name), for
+    /// changes addressed by their entry; `None` for those addressed otherwise (a link, a
+    /// copy, a chunk, a reservation).
+    pub served_dir: Option<&'a str>,
+    /// Whether it changes one name and is answered with its new attributes (so the answer
+    /// may be kept under a lease).
+    pub answers_attributes: bool,
+    /// What it may do to the disk (the free-space reserve, myriad-server space.rs).
+    pub disk: Disk,
+}
+
+/// What a change may do to the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disk {
+    /// It may need more space: refused once free space is below the reserve.
+    Grows,
+    /// It writes (frees included): refused only once the disk is all but full, so that
+    /// the storage engine itself never runs out of space.
+    Writes,
+    /// It writes nothing a full disk could refuse (a reservation of inode numbers).
+    Untouched,
+}
+
+impl<'a> Change<'a> {
+    /// A change of the one name `path`, served from its directory.
+    fn of(path: &'a str, disk: Disk) -> Change<'a> {
+        Change {
+            names: [Some(path), None],
+            file: None,
+            subtree: false,
+            served_dir: parent_dir(path),
+            answers_attributes: false,
+            disk,
+        }
+    }
+
+    /// A change of file `ino`'s contents or attributes through its name `path`.
+    fn of_file(path: &'a str, ino: InodeId, disk: Disk) -> Change<'a> {
+        Change {
+            file: Some(ino),
+            ..Change::of(path, disk).with_attributes()
+        }
+    }
+
+    /// A change of the two names `from` and `to`, not addressed by an entry's directory.
+    fn of_two(from: &'a str, to: &'a str) -> Change<'a> {
+        Change {
+            names: [Some(from), Some(to)],
+            served_dir: None,
+            ..Change::of(from, Disk::Grows)
+        }
+    }
+
+    fn with_attributes(self) -> Change<'a> {
+        Change {
+            answers_attributes: true,
+            ..self
+        }
+    }
+
+    fn of_subtree(self) -> Change<'a> {
+        Change {
+            subtree: true,
+            ..self
+        }
+    }
+
+    /// The names it changes.
+    pub fn names(&self) -> impl Iterator<Item = &'a str> {
+        self.names.into_iter().flatten()
+    }
+}
+
+fn read<'a>(name: &'static str, of: Option<ReadOf<'a>>, copy_may_answer: bool) -> Description<'a> {
+    Description {
+        name,
+        kind: Kind::Read(Read {
+            of,
+            copy_may_answer,
+        }),
+    }
+}
+
+fn change<'a>(name: &'static str, change: Change<'a>) -> Description<'a> {
+    Description {
+        name,
+        kind: Kind::Change(change),
+    }
+}
+
+fn other(name: &'static str) -> Description<'static> {
+    Description {
+        name,
+        kind: Kind::Other,
+    }
+}
+
+fn envelope(name: &'static str) -> Description<'static> {
+    Description {
+        name,
+        kind: Kind::Envelope,
+    }
+}
+
+impl ClientRequest {
+    /// What this request is: the one table every "what is this request" question reads.
+    #[must_use]
+    pub fn describe(&self) -> Description<'_> {
+        use ClientRequest as C;
+        use Disk::{Grows, Untouched, Writes};
+        use ReadOf::{Listing, Name};
+        match self {
+            C::Echo(_) => other("echo"),
+            C::Stat { path } => read("stat", Some(Name(path)), true),
+            C::OpenWrite { path } => read("open_write", Some(Name(path)), false),
+            C::StatMany { dir, .. } => read("stat_many", Some(Listing(dir)), false),
+            C::Fetch { path, .. } => read("fetch", Some(Name(path)), true),
+            C::ReadDir { path, .. } => read("readdir", Some(Listing(path)), true),
+            C::GetShardMap { .. } => read("get_shard_map", None, false),
+            C::Readlink { path } => read("readlink", Some(Name(path)), false),
+            C::Read { path, .. } => read("read", Some(Name(path)), false),
+            C::ReadChunk { .. } => read("read_chunk", None, false),
+            C::Grant { path, .. } => read("grant", Some(Name(path)), false),
+            C::IndexCandidates { .. } => read("index_candidates", None, false),
+            C::Create { path, .. } => change("create", Change::of(path, Grows).with_attributes()),
+            C::Mkdir { path, .. } => change("mkdir", Change::of(path, Grows)),
+            C::Rmdir { path } => change("rmdir", Change::of(path, Writes).of_subtree()),
+            C::Unlink { path } => change("unlink", Change::of(path, Writes)),
+            C::Symlink { path, .. } => {
+                change("symlink", Change::of(path, Grows).with_attributes())
+            }
+            C::Mknod { path, .. } => change("mknod", Change::of(path, Grows).with_attributes()),
+            C::SetAttr { path, .. } => {
+                change("setattr", Change::of(path, Writes).with_attributes())
+            }
+            C::SetXattr { path, .. } => change("setxattr", Change::of(path, Grows)),
+            C::Rename { from, to, .. } => change(
+                "rename",
+                Change {
+                    names: [Some(from), Some(to)],
+                    ..Change::of(from, Grows).of_subtree()
+                },
+            ),
+            C::Link { from, to } => change("link", Change::of_two(from, to)),
+            C::Write { path, ino, .. } => change("write", Change::of_file(path, *ino, Grows)),
+            C::Truncate { path, ino, .. } => {
+                change("truncate", Change::of_file(path, *ino, Writes))
+            }
+            C::ExtendSize { path, ino, .. } => {
+                change("extend_size", Change::of_file(path, *ino, Grows))
+            }
+            C::CopyRange(c) => change(
+                "copy_range",
+                Change {
+                    file: Some(c.dst_ino),
+                    served_dir: None,
+                    ..Change::of(&c.dst, Grows)
+                },
+            ),
+            C::WriteChunk { ino, .. } => change(
+                "write_chunk",
+                Change {
+                    names: [None, None],
+                    file: Some(*ino),
+                    served_dir: None,
+                    ..Change::of("/", Grows)
+                },
+            ),
+            C::ReserveIds { .. } => change(
+                "reserve_ids",
+                Change {
+                    names: [None, None],
+                    served_dir: None,
+                    ..Change::of("/", Untouched)
+                },
+            ),
+            C::Once { request, .. }
+            | C::Resend { request, .. }
+            | C::Leased { request, .. }
+            | C::ReadAs { request, .. } => envelope(request.op_name()),
+            C::Batch { .. } => envelope("batch"),
+            C::Sync { .. } => other("sync"),
+            C::SyncPartition { .. } => other("sync_partition"),
+            C::Lock(_) => other("lock"),
+            C::KeepOpen { .. } => other("keep_open"),
+            C::MarkReadOnly { .. } => other("mark_read_only"),
+        }
+    }
+
+    /// Short stable name, used for counters and logs.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        self.describe().name
+    }
+
+    /// What this request changes, if it is a change (sent as `Once`).
+    #[must_use]
+    pub fn change(&self) -> Option<Change<'_>> {
+        match self.describe().kind {
+            Kind::Change(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Requests that change the file system: sent as `Once`, so that a retry of one that
+    /// went through answers its first outcome.
+    #[must_use]
+    pub fn is_change(&self) -> bool {
+        self.change().is_some()
+    }
+
+    /// What a read reads (docs/fuse.md "Write-behind": the reads another client's
+    /// exclusive lease gives way to, and the reads a client's own journal must be sent
+    /// before): one name, or a directory's names.
+    #[must_use]
+    pub fn read_of(&self) -> Option<ReadOf<'_>> {
+        match self.describe().kind {
+            Kind::Read(r) => r.of,
+            _ => None,
+        }
+    }
+
+    /// Whether an in-sync copy of the partition may answer this read.
+    #[must_use]
+    pub fn copy_may_answer(&self) -> bool {
+        matches!(
+            self.describe().kind,
+            Kind::Read(Read {
+                copy_may_answer: true,
+                ..
+            })
+        )
+    }
+
+    /// The directory whose object (its entry for a name, or its listing) a request is
+    /// served from: the parent of the name it reads or changes, the directory it lists.
+    /// (A partition that answers `NotFound` because that object moved away while the
+    /// request ran answers with its newer map instead: docs/zones.md section 3.)
+    #[must_use]
+    pub fn served_dir(&self) -> Option<&str> {
+        match self.describe().kind {
+            Kind::Change(c) => c.served_dir,
+            _ => self.read_dir(),
+        }
+    }
+
+    /// The directory whose entries a read reads (`read_of`; none for "/" itself).
+    #[must_use]
+    pub fn read_dir(&self) -> Option<&str> {
+        match self.read_of()? {
+            ReadOf::Name(path) => parent_dir(path),
+            ReadOf::Listing(dir) => Some(dir),
+        }
+    }
+}
+
+/// The directory holding `path`'s entry (none for "/").
+fn parent_dir(path: &str) -> Option<&str> {
+    (path != "/").then(|| match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    })
+}
+
+#[cfg(test)]
+mod tests;
