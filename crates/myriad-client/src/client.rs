@@ -385,7 +385,9 @@ impl Client {
         // A change of one name whose answer is the name's new attributes: kept under
         // the directory's lease if it lasted through the change (`Leases::put_own`).
         let own = match (&req, paths.as_slice()) {
-            (Request::Client(c), [path]) if !subtree && c.change().is_some_and(|c| c.answers_attributes) => {
+            (Request::Client(c), [path])
+                if !subtree && c.change().is_some_and(|c| c.answers_attributes) =>
+            {
                 let dir = split_parent(path).0;
                 Some((path.clone(), self.leases.before_own_change(dir)))
             }
@@ -885,7 +887,6 @@ impl Client {
             .flatten()
     }
 }
-
 
 pub(crate) fn expect_attr(r: Response) -> Result<Inode, FsError> {
     match r {

@@ -183,9 +183,7 @@ impl ClientRequest {
             C::Mkdir { path, .. } => change("mkdir", Change::of(path, Grows)),
             C::Rmdir { path } => change("rmdir", Change::of(path, Writes).of_subtree()),
             C::Unlink { path } => change("unlink", Change::of(path, Writes)),
-            C::Symlink { path, .. } => {
-                change("symlink", Change::of(path, Grows).with_attributes())
-            }
+            C::Symlink { path, .. } => change("symlink", Change::of(path, Grows).with_attributes()),
             C::Mknod { path, .. } => change("mknod", Change::of(path, Grows).with_attributes()),
             C::SetAttr { path, .. } => {
                 change("setattr", Change::of(path, Writes).with_attributes())

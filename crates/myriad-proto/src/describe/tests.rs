@@ -29,13 +29,17 @@ fn a_request_is_served_from_its_names_directory_or_the_one_it_lists() {
         from: "/a/f".into(),
         to: "/b/g".into(),
     };
-    assert_eq!(link.served_dir(), None, "a link is not addressed by an entry");
+    assert_eq!(
+        link.served_dir(),
+        None,
+        "a link is not addressed by an entry"
+    );
 }
 
 #[test]
 fn changes_name_what_they_change_and_reads_what_they_read() {
     let r = rename("/a/x", "/b/y");
-    let c = r.change().expect("a rename is a change");
+    let c = r.change().unwrap_or_else(|| panic!("a rename is a change"));
     assert_eq!(c.names().collect::<Vec<_>>(), ["/a/x", "/b/y"]);
     assert!(c.subtree, "a rename may move a directory");
     assert_eq!(c.disk, Disk::Grows);
@@ -47,13 +51,18 @@ fn changes_name_what_they_change_and_reads_what_they_read() {
         data: vec![1],
         opened: true,
     };
-    let c = w.change().expect("a write is a change");
+    let c = w.change().unwrap_or_else(|| panic!("a write is a change"));
     assert_eq!((c.file, c.answers_attributes), (Some(InodeId(7)), true));
     assert_eq!(c.served_dir, Some("/d"));
 
     let unlink = ClientRequest::Unlink { path: "/f".into() };
-    let c = unlink.change().expect("an unlink is a change");
-    assert_eq!((c.disk, c.subtree, c.answers_attributes), (Disk::Writes, false, false));
+    let c = unlink
+        .change()
+        .unwrap_or_else(|| panic!("an unlink is a change"));
+    assert_eq!(
+        (c.disk, c.subtree, c.answers_attributes),
+        (Disk::Writes, false, false)
+    );
 
     let set = ClientRequest::SetAttr {
         path: "/f".into(),
@@ -62,11 +71,16 @@ fn changes_name_what_they_change_and_reads_what_they_read() {
     assert!(set.change().is_some_and(|c| c.answers_attributes));
 
     let ids = ClientRequest::ReserveIds { count: 4 };
-    assert!(ids.is_change(), "reservations are sent once: a retry must not reserve twice");
+    assert!(
+        ids.is_change(),
+        "reservations are sent once: a retry must not reserve twice"
+    );
     assert_eq!(ids.change().map(|c| c.disk), Some(Disk::Untouched));
     assert_eq!(ids.change().map(|c| c.names().count()), Some(0));
 
-    let stat = ClientRequest::Stat { path: "/d/f".into() };
+    let stat = ClientRequest::Stat {
+        path: "/d/f".into(),
+    };
     assert!(!stat.is_change());
     assert_eq!(stat.read_of(), Some(ReadOf::Name("/d/f")));
     assert!(stat.copy_may_answer());
@@ -76,7 +90,10 @@ fn changes_name_what_they_change_and_reads_what_they_read() {
         offset: 0,
         len: 1,
     };
-    assert!(!read.copy_may_answer(), "a copy answers metadata reads only");
+    assert!(
+        !read.copy_may_answer(),
+        "a copy answers metadata reads only"
+    );
     assert!(!ClientRequest::Echo(vec![]).is_change());
     assert_eq!(ClientRequest::Echo(vec![]).read_of(), None);
 }
@@ -93,7 +110,10 @@ fn an_envelope_is_named_for_what_it_carries_and_is_not_itself_a_change() {
         visible: false,
     };
     assert_eq!(once.op_name(), "unlink");
-    assert!(!once.is_change(), "the envelope is unwrapped before it is applied");
+    assert!(
+        !once.is_change(),
+        "the envelope is unwrapped before it is applied"
+    );
     let batch = ClientRequest::Batch {
         ops: vec![],
         times: vec![],
