@@ -23,7 +23,7 @@ const FNS_OVER: &[(&str, usize)] = &[
     ("myriad-server/src/partition/peer_ops.rs::serve_peer", 194),
     ("myriad-server/src/replication/primary.rs::run_stream", 188),
     ("myriad-net/src/serve.rs::serve_connection", 174),
-    ("myriad-server/src/replication/copy.rs::handle", 168),
+    ("myriad-server/src/replication/copy_side.rs::handle", 168),
     (
         "myriad-server/src/partition/client_ops.rs::serve_client",
         168,

@@ -31,7 +31,7 @@ use crate::state::mutation::{IdAlloc, Layout, Mutation, Outcome};
 
 mod kept;
 pub mod leases;
-pub mod once;
+pub mod once_scope;
 mod rounds;
 mod ship;
 mod sync;
@@ -151,7 +151,7 @@ impl Applier {
             store: store.store,
             staged: store.staged,
             ids,
-            outcomes: crate::state::once::Outcomes::default(),
+            outcomes: crate::state::outcomes::Outcomes::default(),
             layout,
             seq: start_seq,
             chain: start_chain,
@@ -287,7 +287,7 @@ impl Applier {
     async fn gate(&self, mutation: &Mutation) -> Option<leases::ChangeGuard> {
         let table = self.leases.as_ref()?;
         let changed = crate::state::changed_dirs::changed_dirs(mutation);
-        Some(table.before(changed, once::task_client()).await)
+        Some(table.before(changed, once_scope::task_client()).await)
     }
 
     /// Refuses from now on: every mutation not yet applied fails with `Unavailable` (without
@@ -342,7 +342,7 @@ impl Applier {
         let (synced, synced_rx) = oneshot::channel();
         self.tx
             .send(Job {
-                once: once::job_for(&mutation),
+                once: once_scope::job_for(&mutation),
                 mutation,
                 reply,
                 durable: false,
@@ -362,7 +362,7 @@ impl Applier {
     async fn submit(&self, mutation: Mutation, durable: bool) -> Result<Outcome, FsError> {
         let gate = self.gate(&mutation).await;
         let (reply, rx) = oneshot::channel();
-        let once = once::job_for(&mutation);
+        let once = once_scope::job_for(&mutation);
         // A change the client wants answered once applied: its completing mutation is
         // made durable all the same (the fsync follows at once), just not waited for.
         let durable = durable && !once.as_ref().is_some_and(|o| o.visible);

@@ -24,14 +24,14 @@ use crate::cluster::MapState;
 use crate::commit::{Applier, Runner, Syncer};
 use crate::config::ServerConfig;
 use crate::counters::Counters;
-use crate::locks::read;
 use crate::partition::core::Partition;
-use crate::replication::copy::Backup;
+use crate::replication::copy_side::Backup;
 use crate::replication::peers::Peers;
 use crate::replication::primary::Replicator;
 use crate::replication::wire::drop_copy;
 use crate::seams::Authority;
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
+use crate::unpoisoned::read;
 use myriad_net::Transport;
 
 pub struct Host {
@@ -719,7 +719,7 @@ impl Host {
             replicator,
             changed,
             live: Mutex::new(BTreeSet::new()),
-            replicas: crate::partition::replicas::Replicas::new(
+            replicas: crate::partition::ancestor_replicas::Replicas::new(
                 self.config.replication.clone(),
                 !fresh,
             ),

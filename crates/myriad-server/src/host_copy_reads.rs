@@ -29,10 +29,10 @@ use myriad_storage::{EntryRecord, Store};
 use tokio::time::Instant;
 
 use crate::host::Host;
-use crate::locks::lock;
 use crate::replication::loans::Loan;
 use crate::replication::primary::LEND_MARGIN;
 use crate::state::perm;
+use crate::unpoisoned::lock;
 
 /// How long a loan of reads lasts. Asked again once half of it is gone, in the background
 /// while reads go on.
@@ -166,11 +166,11 @@ impl Host {
         if store.dir(dir).map_err(|_| FsError::AskPrimary)?.is_none() {
             return Err(FsError::AskPrimary);
         }
-        let mut dirs = crate::partition::replicas::ancestors(dir);
+        let mut dirs = crate::partition::ancestor_replicas::ancestors(dir);
         dirs.push(dir.to_string());
         self.check_dirs(pid, store, caller, &dirs, perm::READ)
             .await?;
-        let page = crate::partition::shards::readdir_page(store, dir, from, after, limit)
+        let page = crate::partition::split_dirs::readdir_page(store, dir, from, after, limit)
             .map_err(|_| FsError::AskPrimary)?;
         // Hard-link names: their attributes live with the inode (the primary resolves).
         if let Response::DirPage { entries, .. } = &page
@@ -192,7 +192,7 @@ impl Host {
     ) -> Result<Response, FsError> {
         validate_path(path)?;
         if caller.uid != 0 {
-            let dirs = crate::partition::replicas::ancestors(path);
+            let dirs = crate::partition::ancestor_replicas::ancestors(path);
             self.check_dirs(pid, store, caller, &dirs, perm::EXEC)
                 .await?;
         }

@@ -16,8 +16,8 @@ use myriad_proto::{
 
 use crate::cluster::MapState;
 use crate::host::Host;
-use crate::locks::read;
 use crate::replication::wire::digest;
+use crate::unpoisoned::read;
 use myriad_proto::{
     AdminRequest, ClientRequest, PeerRequest, ReplicaRequest, ServerRequest, TrafficKind,
 };

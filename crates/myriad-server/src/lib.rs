@@ -20,7 +20,6 @@ mod host_copy_reads;
 mod host_env;
 mod host_fragments;
 mod host_serve;
-mod locks;
 mod membership;
 mod metrics;
 mod metrics_http;
@@ -34,6 +33,7 @@ mod step_down;
 #[cfg(test)]
 mod test_disk;
 mod tiers;
+mod unpoisoned;
 #[cfg(test)]
 mod workload_rng;
 

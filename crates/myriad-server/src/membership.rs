@@ -126,7 +126,7 @@ pub(crate) struct Lease {
 
 impl Lease {
     pub(crate) fn valid(&self) -> bool {
-        let g = crate::locks::lock(&self.until);
+        let g = crate::unpoisoned::lock(&self.until);
         g.is_some_and(|u| Instant::now() < u)
     }
 

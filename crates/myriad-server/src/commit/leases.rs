@@ -57,7 +57,7 @@ tokio::task_local! {
 }
 
 /// Per directory, the client whose change a mutation reports when it is not the task's
-/// own (`once::task_client`): a directory touch sent by the partition that applied a
+/// own (`once_scope::task_client`): a directory touch sent by the partition that applied a
 /// client's create reports that client's change, and its lease on the touched directory
 /// is not recalled for it (else a client creating in a directory would recall its own
 /// lease on the parent at every create). A directory touched for several clients in one

@@ -18,7 +18,7 @@ use myriad_proto::FsError;
 use myriad_storage::{StagedKv, Store};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::once;
+use super::once_scope;
 use super::ship::{CHAIN_KEY, Numbered, SEQ_KEY, Ship, TERM_KEY, chain_next};
 use super::sync::{Done, Reply, SyncSlot, Syncer, drain};
 use crate::state::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
@@ -38,7 +38,7 @@ const STAGE_BYTES_MAX: usize = 1 << 20;
 pub(super) struct Job {
     pub(super) mutation: Mutation,
     /// The client's change this mutation completes, whose outcome goes into its batch.
-    pub(super) once: Option<once::OnceJob>,
+    pub(super) once: Option<once_scope::OnceJob>,
     pub(super) reply: Reply,
     /// false: reply once applied; the fsync still follows at once.
     pub(super) durable: bool,
@@ -118,8 +118,8 @@ pub(super) struct ApplyLoop {
     pub(super) store: Store,
     pub(super) staged: Arc<StagedKv>,
     pub(super) ids: IdAlloc,
-    /// The outcomes of clients' changes held here (`state/once.rs`).
-    pub(super) outcomes: crate::state::once::Outcomes,
+    /// The outcomes of clients' changes held here (`state/outcomes.rs`).
+    pub(super) outcomes: crate::state::outcomes::Outcomes,
     pub(super) layout: Layout,
     /// The last batch committed, and the chain up to it.
     pub(super) seq: u64,
@@ -223,7 +223,7 @@ impl ApplyLoop {
             let answer = (o.answer)(&outcome);
             let recorded = answer.is_some();
             if let Some(answer) = answer
-                && let Err(e) = crate::state::once::record(
+                && let Err(e) = crate::state::outcomes::record(
                     &self.store,
                     &mut self.outcomes,
                     &mut batch,

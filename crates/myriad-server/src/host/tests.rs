@@ -539,7 +539,7 @@ async fn an_open_of_an_existing_name_records_nothing() {
     ));
     assert_eq!(seq(), before, "the open committed a batch");
     assert_eq!(
-        crate::state::once::recorded(&home.store, 77, 2)
+        crate::state::outcomes::recorded(&home.store, 77, 2)
             .ok()
             .flatten(),
         None

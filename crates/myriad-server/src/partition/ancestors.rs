@@ -1,5 +1,5 @@
 //! Ancestor resolution on a partition (TyrFS Algorithm 1): resolving a path's ancestors
-//! for permission checks, from replicas of their metadata kept in `replicas.rs`, and the
+//! for permission checks, from replicas of their metadata kept in `ancestor_replicas.rs`, and the
 //! subscriptions and bookkeeping that keep those replicas fresh.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use myriad_placement::{PartitionId, parent_of};
 use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
 
+use crate::partition::ancestor_replicas::{Cached, LEASE_MARGIN, ancestors};
 use crate::partition::core::Partition;
-use crate::partition::replicas::{Cached, LEASE_MARGIN, ancestors};
 use crate::state::perm;
 use myriad_proto::PeerRequest;
 
@@ -336,7 +336,7 @@ impl Partition {
     /// creates behind by them: the permission checks, a new file's group). Bounded by the
     /// lease period (an unreachable home's holder has lost its lease by then).
     pub(crate) async fn tell_dir_home(self: &Arc<Self>, path: &str, inode: &Inode) {
-        let by = crate::commit::once::task_client();
+        let by = crate::commit::once_scope::task_client();
         let home = self.dir_owner(path);
         if home == self.me {
             self.dir_attrs_changed(path, inode.clone(), by).await;
@@ -357,7 +357,7 @@ impl Partition {
     /// behind by the old attributes (`LeaseTable::before_attrs_change`). Bounded: a
     /// silent home's holders have lost their leases by the deadline.
     pub(crate) async fn hold_dir_home(self: &Arc<Self>, path: &str) {
-        let by = crate::commit::once::task_client();
+        let by = crate::commit::once_scope::task_client();
         let home = self.dir_owner(path);
         if home == self.me {
             if let Some(t) = self.leases() {

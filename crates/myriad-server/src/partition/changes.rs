@@ -1,5 +1,5 @@
 //! Clients' changes being applied on a partition right now, by (client, seq): a retry
-//! that arrives while its first try still runs waits for it (`once.rs`).
+//! that arrives while its first try still runs waits for it (`exactly_once.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -21,7 +21,7 @@ pub(crate) struct Running<'a> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        crate::locks::lock(&self.changes.running).remove(&self.key);
+        crate::unpoisoned::lock(&self.changes.running).remove(&self.key);
     }
 }
 
@@ -30,7 +30,7 @@ impl ChangesInFlight {
     pub(crate) async fn run(&self, key: (u64, u64)) -> Running<'_> {
         loop {
             let waiting = {
-                let mut g = crate::locks::lock(&self.running);
+                let mut g = crate::unpoisoned::lock(&self.running);
                 match g.get(&key) {
                     Some(rx) => rx.clone(),
                     None => {

@@ -38,7 +38,7 @@ pub struct Partition {
     /// Txids of multi-node operations being driven right now; recovery leaves them alone.
     pub(crate) live: Mutex<BTreeSet<u64>>,
     /// Ancestor metadata replicas, popularity, and the subscriptions this node serves.
-    pub(crate) replicas: crate::partition::replicas::Replicas,
+    pub(crate) replicas: crate::partition::ancestor_replicas::Replicas,
     /// Directories read far more than changed (`read_mostly.rs`).
     pub(crate) read_mostly: crate::partition::read_mostly::ReadMostly,
     /// Shard maps of split directories whose entries this node addresses (rename
@@ -51,7 +51,7 @@ pub struct Partition {
     /// The server's directory touches to other partitions, sent together (one for all
     /// partitions of the server).
     pub(crate) touch_sender: Arc<crate::partition::touch_sender::TouchSender>,
-    /// Clients' changes running here (`once.rs`): a retry waits for its first try.
+    /// Clients' changes running here (`exactly_once.rs`): a retry waits for its first try.
     pub(crate) changes: crate::partition::changes::ChangesInFlight,
     /// Background tasks (recovery, replica bookkeeping), ended by `stop`.
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -247,7 +247,7 @@ impl Partition {
         Ok(())
     }
 
-    /// Applies a change of a file's contents or size (copy.rs).
+    /// Applies a change of a file's contents or size (copy_range.rs).
     pub(crate) async fn mutate_file(&self, m: Mutation) -> Result<Response, FsError> {
         self.mutate_inode(m).await
     }

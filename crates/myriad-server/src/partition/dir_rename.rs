@@ -320,7 +320,7 @@ impl Partition {
         }
         let commit = PeerRequest::RenameCommit {
             txid,
-            client: crate::commit::once::task_client(),
+            client: crate::commit::once_scope::task_client(),
             visible,
         };
         self.call_node(dst_node, Request::Peer(commit)).await?;

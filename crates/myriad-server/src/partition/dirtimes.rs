@@ -29,10 +29,10 @@ use tokio::time::Instant;
 
 use myriad_proto::{DirTouchItem, FsError, Inode, Request, Response};
 
-use crate::locks::lock;
 use crate::partition::core::Partition;
 use crate::partition::touch_sender::TOUCH_TIMEOUT;
 use crate::state::mutation::{Mutation, Outcome, storage_err};
+use crate::unpoisoned::lock;
 use myriad_proto::PeerRequest;
 
 tokio::task_local! {
@@ -132,7 +132,7 @@ impl Partition {
         changed: impl Fn(&Outcome) -> bool,
     ) -> Result<(Outcome, Option<Inode>), FsError> {
         // A change answered once applied waits for its touch, not its durability.
-        let durable = durable && !crate::commit::once::visible_completion(&m);
+        let durable = durable && !crate::commit::once_scope::visible_completion(&m);
         // Only a durable change waits for the fsync (a round nobody waits on stays open
         // for the batch it is part of: `commit/rounds.rs`).
         let (out, synced) = if durable {
@@ -250,7 +250,7 @@ impl Partition {
                 .try_with(|c| *c)
                 .ok()
                 .flatten()
-                .or_else(crate::commit::once::task_client),
+                .or_else(crate::commit::once_scope::task_client),
         };
         self.not_deposed()?;
         let target = self.entry_node(dir);

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use myriad_placement::PartitionId;
 use myriad_proto::{Caller, ClientRequest, FsError, Request, Response};
 
-use crate::commit::once::outside;
+use crate::commit::once_scope::outside;
 use crate::partition::core::Partition;
 use myriad_proto::{AdminRequest, PeerRequest};
 
-/// How often outcomes of changes too old for a retry are forgotten (`once.rs`).
+/// How often outcomes of changes too old for a retry are forgotten (`exactly_once.rs`).
 const FORGET_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Partition {
@@ -414,7 +414,8 @@ impl Partition {
             }
             Request::Peer(r) => {
                 let client = r.acting_for();
-                crate::commit::once::acting_for(client, self.serve_peer(&st, from, caller, r)).await
+                crate::commit::once_scope::acting_for(client, self.serve_peer(&st, from, caller, r))
+                    .await
             }
             Request::Admin(AdminRequest::FsckReplica) | Request::Replica(_) => {
                 Err(FsError::InvalidArgument(

@@ -17,7 +17,7 @@ use myriad_proto::{FsError, InodeId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::locks::lock;
+use crate::unpoisoned::lock;
 
 /// After an opening that may follow a primary with locks: reclaims only, this long.
 pub(crate) const LOCK_GRACE: Duration = Duration::from_secs(8);

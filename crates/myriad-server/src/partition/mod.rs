@@ -9,6 +9,7 @@
 //! `shards`, `split`, `twophase`, `tree_move` (a tree moving between zones), `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`,
 //! `file_locks`, `orphans`, `coding`: erasure coding of settled chunks, docs/redundancy.md); `dispatch`.
 
+pub(crate) mod ancestor_replicas;
 pub(crate) mod ancestors;
 pub(crate) mod anti_entropy;
 pub(crate) mod auto_index;
@@ -16,18 +17,18 @@ pub(crate) mod changes;
 pub(crate) mod client_ops;
 pub(crate) mod coding;
 pub(crate) mod coding_state;
-pub(crate) mod copy;
+pub(crate) mod copy_range;
 pub(crate) mod core;
 pub(crate) mod dir_rename;
 pub(crate) mod dirtimes;
 pub(crate) mod dispatch;
 pub(crate) mod env;
+pub(crate) mod exactly_once;
 pub(crate) mod file_locks;
 pub(crate) mod fsck;
 pub(crate) mod grants;
-pub(crate) mod links;
+pub(crate) mod hard_links;
 pub(crate) mod lock_table;
-pub(crate) mod once;
 pub(crate) mod open_files;
 pub(crate) mod orphans;
 pub(crate) mod peer_chunks;
@@ -39,13 +40,12 @@ pub(crate) mod read_mostly;
 pub(crate) mod read_only;
 pub(crate) mod recovery;
 pub(crate) mod repair;
-pub(crate) mod replicas;
 pub(crate) mod resend_guard;
 pub(crate) mod serve_changes;
 pub(crate) mod serve_names;
 pub(crate) mod serve_reads;
-pub(crate) mod shards;
 pub(crate) mod split;
+pub(crate) mod split_dirs;
 pub(crate) mod split_state;
 pub(crate) mod touch_sender;
 pub(crate) mod touches;

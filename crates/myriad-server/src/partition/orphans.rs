@@ -14,9 +14,9 @@ use myriad_proto::limits::{KEEP_OPEN_MAX, ORPHAN_HOLD};
 use myriad_proto::{Caller, FileKind, FsError, Inode, InodeId, Response};
 use tokio::time::Instant;
 
-use crate::locks::lock;
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, ORPHAN_DIR, Outcome, inode_name, storage_err};
+use crate::unpoisoned::lock;
 
 /// How often the partition looks for orphans to drop.
 pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);

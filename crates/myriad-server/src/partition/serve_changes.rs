@@ -286,7 +286,7 @@ impl Partition {
         self: &Arc<Self>,
         count: u32,
     ) -> Result<Response, FsError> {
-        let client = crate::commit::once::task_client().ok_or_else(|| {
+        let client = crate::commit::once_scope::task_client().ok_or_else(|| {
             FsError::InvalidArgument("inode numbers are reserved by a change sent once".into())
         })?;
         match self

@@ -47,7 +47,7 @@ impl Partition {
         // says which client that is.
         let ino = match ino {
             Some(i) => Some((
-                crate::commit::once::task_client().ok_or_else(|| {
+                crate::commit::once_scope::task_client().ok_or_else(|| {
                     FsError::InvalidArgument(
                         "a create with a reserved inode number is sent once".into(),
                     )

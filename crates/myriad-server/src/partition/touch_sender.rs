@@ -22,8 +22,8 @@ use myriad_placement::PartitionId;
 use myriad_proto::{DirTouchItem, FsError, Inode, PeerRequest, Request, Response, limits};
 use tokio::sync::oneshot;
 
-use crate::locks::lock;
 use crate::partition::env::Env;
+use crate::unpoisoned::lock;
 
 /// A request of touches waits at most this long for its target; past it the changes go on
 /// (their directories' times may stay behind).

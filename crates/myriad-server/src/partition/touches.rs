@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use myriad_proto::Inode;
 
-use crate::locks::lock;
+use crate::unpoisoned::lock;
 
 /// One directory's touches on this partition: requests counted as they arrive, the count
 /// covered by the last touch sent, and the directory's attributes that touch returned.

@@ -179,7 +179,7 @@ impl Partition {
                         Request::Peer(PeerRequest::DirObjectRemove {
                             path: path.to_string(),
                             ino: inode.ino,
-                            client: crate::commit::once::task_client(),
+                            client: crate::commit::once_scope::task_client(),
                         }),
                     )
                     .await;
@@ -213,7 +213,7 @@ impl Partition {
                 Request::Peer(PeerRequest::DirObjectRemove {
                     path: path.to_string(),
                     ino: inode.ino,
-                    client: crate::commit::once::task_client(),
+                    client: crate::commit::once_scope::task_client(),
                 }),
             )
             .await
@@ -384,7 +384,7 @@ impl Partition {
             flags,
             blocks,
             replaces,
-            client: crate::commit::once::task_client(),
+            client: crate::commit::once_scope::task_client(),
         };
         match self.call_node(dst_node, Request::Peer(prepare)).await {
             Ok(answer) => {

@@ -20,7 +20,7 @@ use myriad_proto::{BundleItem, Endpoints, FsError, ReplicaRequest, Request, Resp
 use tokio::sync::{mpsc, oneshot};
 
 use crate::commit::Syncer;
-use crate::replication::copy::Backup;
+use crate::replication::copy_side::Backup;
 use crate::replication::peers::{Bundles, Peers};
 use crate::replication::wire::ops_bytes;
 
@@ -75,7 +75,7 @@ impl Bundler {
     }
 
     fn queue(&self, peers: &Arc<dyn Peers>, to: NodeId) -> mpsc::Sender<Item> {
-        let mut g = crate::locks::lock(&self.queues);
+        let mut g = crate::unpoisoned::lock(&self.queues);
         if let Some(q) = g.get(&to).filter(|q| !q.is_closed()) {
             return q.clone();
         }

@@ -29,10 +29,10 @@ use myriad_storage::{Batch, Space, Store};
 use tokio::sync::{mpsc, watch};
 
 use crate::commit::{CHAIN_KEY, Numbered, Ship, ShipSlot};
-use crate::locks::lock;
 use crate::replication::log::RecentBatches;
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
+use crate::unpoisoned::lock;
 use myriad_proto::ReplicaRequest;
 
 /// How often an idle stream checks that its backup still holds what it acknowledged.

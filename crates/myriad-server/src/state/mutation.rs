@@ -16,7 +16,9 @@ pub use crate::state::ops::{
 };
 pub use crate::state::records::{INODE_DIR, ORPHAN_DIR, inode_name, wrong_shard};
 pub(crate) use crate::state::renames::leaving_here;
-use crate::state::{attrs, coded, data, dirs, files, links, lock_marks, once, renames, shards};
+use crate::state::{
+    attrs, coded, data, dirs, files, link_mutations, lock_marks, outcomes, renames, split_mutations,
+};
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.
 pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
@@ -42,9 +44,9 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         }
         m @ Mutation::MarkFileLocks { .. } => lock_marks::execute(ctx, &mut b, m)?,
         m @ (Mutation::RecordOnce { .. } | Mutation::ForgetOnces { .. }) => {
-            once::execute(ctx, &mut b, m)?
+            outcomes::execute(ctx, &mut b, m)?
         }
-        Mutation::Shard(m) => shards::execute(ctx, &mut b, m)?,
+        Mutation::Shard(m) => split_mutations::execute(ctx, &mut b, m)?,
         m @ (Mutation::InitRoot { .. }
         | Mutation::CreateFile { .. }
         | Mutation::Symlink { .. }
@@ -88,7 +90,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsErr
         | Mutation::DirFinish { .. }) => renames::execute(ctx, &mut b, m)?,
         m @ (Mutation::LinkSource { .. }
         | Mutation::PutLinkRef { .. }
-        | Mutation::AdjustLinks { .. }) => links::execute(ctx, &mut b, m)?,
+        | Mutation::AdjustLinks { .. }) => link_mutations::execute(ctx, &mut b, m)?,
     };
     Ok((b, out))
 }

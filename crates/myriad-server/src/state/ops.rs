@@ -71,7 +71,7 @@ pub struct RenamePrepare {
 pub enum Mutation {
     /// Changes nothing; its reply comes after the fsync covering everything applied before.
     Barrier,
-    /// Records `answer` as the outcome of change `id` (`state/once.rs`): for a change whose
+    /// Records `answer` as the outcome of change `id` (`state/outcomes.rs`): for a change whose
     /// work spans mutations or partitions, recorded once it is done.
     RecordOnce {
         id: OnceId,
@@ -523,7 +523,7 @@ pub(crate) fn chunk0_blocks(layout: Layout) -> u64 {
 pub struct Ctx<'a> {
     pub store: &'a Store,
     pub ids: &'a mut IdAlloc,
-    /// The outcomes of clients' changes held here (`once.rs`).
+    /// The outcomes of clients' changes held here (`exactly_once.rs`).
     pub outcomes: &'a mut crate::state::outcome_index::Outcomes,
     pub layout: Layout,
 }

@@ -1,5 +1,5 @@
-//! The applier's index of the outcomes a partition holds (`once.rs` records and forgets
-//! them): apart from `once.rs` so that `ops.rs` (whose `Ctx` carries it) and `once.rs`
+//! The applier's index of the outcomes a partition holds (`outcomes.rs` records and forgets
+//! them): apart from `outcomes.rs` so that `ops.rs` (whose `Ctx` carries it) and `outcomes.rs`
 //! (which executes on a `Ctx`) do not name each other.
 
 use std::collections::BTreeMap;

@@ -12,7 +12,7 @@ use myriad_storage::{Batch, Kv, MemKv};
 use super::*;
 use crate::cluster::MapState;
 use crate::commit::{CHAIN_KEY, Runner, Syncer};
-use crate::replication::copy::Backup;
+use crate::replication::copy_side::Backup;
 use crate::replication::wire::partition_store;
 
 const PID: PartitionId = PartitionId(1);

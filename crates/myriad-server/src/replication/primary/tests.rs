@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use super::*;
 use crate::cluster::MapState;
 use crate::commit::{Applier, Runner, Syncer};
-use crate::replication::copy::Backup;
+use crate::replication::copy_side::Backup;
 use crate::replication::wire::digest;
 use crate::state::mutation::{IdAlloc, Layout, Mutation};
 

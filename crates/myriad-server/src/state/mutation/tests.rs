@@ -14,7 +14,7 @@ use myriad_proto::InodeId;
 struct T {
     store: Store,
     ids: IdAlloc,
-    outcomes: crate::state::once::Outcomes,
+    outcomes: crate::state::outcomes::Outcomes,
 }
 
 impl T {
@@ -25,7 +25,7 @@ impl T {
         let mut t = T {
             store,
             ids,
-            outcomes: crate::state::once::Outcomes::default(),
+            outcomes: crate::state::outcomes::Outcomes::default(),
         };
         t.run(Mutation::InitRoot {
             now: 1,

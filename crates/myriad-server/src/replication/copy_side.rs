@@ -153,7 +153,7 @@ impl Backup {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, BackupState> {
-        crate::locks::lock(&self.state)
+        crate::unpoisoned::lock(&self.state)
     }
 
     /// Batch `seq` from the primary: applied (with the parked batches that follow it) if it

@@ -300,7 +300,7 @@ impl Partition {
             path: to.to_string(),
             ino: inode.ino,
             home,
-            client: crate::commit::once::task_client(),
+            client: crate::commit::once_scope::task_client(),
         };
         if let Err(e) = self.call_entry(to, Request::Peer(put)).await {
             if !definitely_not_created(&e) {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use myriad_proto::{Caller, ClientRequest, FsError, OnceId, Request, Response};
 
-use crate::commit::once::{OnceSlot, scope};
+use crate::commit::once_scope::{OnceSlot, scope};
 use crate::partition::core::Partition;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome, storage_err};
@@ -49,7 +49,7 @@ impl Partition {
             return Err(FsError::MapTooOld(ours));
         }
         let _running = self.changes.run((id.client, id.seq)).await;
-        if let Some(answer) = crate::state::once::recorded(&self.store, id.client, id.seq)? {
+        if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
             // A directory rename's outcome is recorded with its decision, but its old
             // directory objects stay readable until they are dropped: its first try would
             // not have answered before that, nor does a retry (simulation seeds 71001 and
@@ -134,7 +134,7 @@ impl Partition {
         id: OnceId,
         request: ClientRequest,
     ) -> Result<Response, FsError> {
-        let survived = crate::state::once::recorded(&self.store, id.client, id.seq)?.is_some();
+        let survived = crate::state::outcomes::recorded(&self.store, id.client, id.seq)?.is_some();
         if !survived {
             tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a change lost with an earlier primary was sent again: {}", request.op_name());
         }
