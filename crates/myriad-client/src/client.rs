@@ -135,7 +135,7 @@ pub struct Client {
     /// The file locks this client holds (`file_locks.rs`).
     pub(crate) held_locks: crate::held_locks::HeldLocks,
     /// The metadata indexes met (`index.rs`).
-    pub(crate) indexes: Arc<crate::indexes::Indexes>,
+    pub(crate) indexes: Arc<crate::index_state::Indexes>,
     /// Reads of coded chunks that had to decode (a fragment failed): `fragments.rs`.
     pub(crate) degraded_reads: std::sync::atomic::AtomicU64,
     /// Entries answered with no request (`answered_locally`): from a lease, from an index.
@@ -485,7 +485,7 @@ impl Client {
             Some(myriad_proto::ReadOf::Name(n)) => (None, Some(n)),
             None => (None, None),
         };
-        let which = |k: &myriad_proto::LeaseKey, part: &crate::behind::PartJournal| {
+        let which = |k: &myriad_proto::LeaseKey, part: &crate::behind_journals::PartJournal| {
             let d = k.dir.as_str();
             changed.contains(&d)
                 || below.iter().any(|b| d.starts_with(b.as_str()))

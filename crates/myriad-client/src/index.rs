@@ -26,12 +26,12 @@ use myriad_proto::tree_index::{
 use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Request, Response};
 use tokio::time::Instant;
 
-pub use crate::indexes::IndexStats;
+pub use crate::index_state::IndexStats;
 pub use auto_policy::{AutoIndexPolicy, AutoIndexer, Hot, choose_roots};
 pub use build::{BuildOptions, BuildReport};
 
 use crate::client::{Client, unexpected};
-use crate::indexes::{Held, Indexes, Known, Loaded, lock};
+use crate::index_state::{Held, Indexes, Known, Loaded, lock};
 
 /// After a failed read of the registry (or one no lease covers), no new try for this long:
 /// an unreachable registry costs one request per period, not one per operation.

@@ -156,7 +156,7 @@ pub(crate) struct Leases {
     hook: RwLock<Option<RecallHook>>,
     /// Changes answered behind under exclusive leases, waiting to be sent: a recalled
     /// lease goes back once its part's are (`upkeep.rs`).
-    pub(crate) journal: crate::behind::Journal,
+    pub(crate) journal: crate::behind_journals::Journal,
 }
 
 /// What `put_own` needs to know of the moment before this client's own change was sent.
@@ -226,7 +226,7 @@ impl Leases {
             gens: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             drops: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             hook: RwLock::new(None),
-            journal: crate::behind::Journal::default(),
+            journal: crate::behind_journals::Journal::default(),
         }
     }
 

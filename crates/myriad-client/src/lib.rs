@@ -7,7 +7,7 @@
 //!
 //! Must not depend on: the server, storage, FUSE, the CLI.
 
-mod behind;
+mod behind_journals;
 mod caps;
 mod client;
 mod dirs;
@@ -19,7 +19,7 @@ mod held;
 mod held_locks;
 mod held_state;
 mod index;
-mod indexes;
+mod index_state;
 mod leases;
 mod nearest;
 mod recent_changes;
@@ -29,7 +29,7 @@ pub mod symlinks;
 mod whole_files;
 mod write_behind;
 
-pub use behind::{BehindSpawner, BehindTask};
+pub use behind_journals::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
 pub use file::FileHandle;
 pub use fragments::FragmentAt;

@@ -61,7 +61,7 @@ impl Client {
         }
         let now = tokio::time::Instant::now();
         let avoided = |n: NodeId| {
-            crate::indexes::lock(&self.copies_avoided)
+            crate::index_state::lock(&self.copies_avoided)
                 .get(&n)
                 .is_some_and(|until| now < *until)
         };
@@ -108,7 +108,7 @@ impl Client {
             }
             Err(e) => {
                 tracing::debug!(partition = %pid, copy = %copy, "copy read: {e}; avoiding it for {COPY_AVOID:?}");
-                crate::indexes::lock(&self.copies_avoided).insert(copy, now + COPY_AVOID);
+                crate::index_state::lock(&self.copies_avoided).insert(copy, now + COPY_AVOID);
                 None
             }
         }

@@ -728,7 +728,7 @@ impl Host {
             ),
             shard_maps: myriad_placement::ShardCache::default(),
             splits: crate::partition::split_state::SplitState::default(),
-            dir_touches: crate::partition::touches::DirTouches::default(),
+            dir_touches: crate::partition::pending_touches::DirTouches::default(),
             touch_sender: self.touch_sender.clone(),
             changes: crate::partition::changes::ChangesInFlight::default(),
             tasks: Mutex::new(Vec::new()),

@@ -293,7 +293,7 @@ async fn a_dropped_exclusive_lease_is_renewed_until_its_journal_is_sent() {
     let key = g.key.clone();
     let _started = l.journal.push(
         &key,
-        crate::behind::Op::new(
+        crate::behind_journals::Op::new(
             &me(),
             None,
             myriad_proto::ClientRequest::Unlink {

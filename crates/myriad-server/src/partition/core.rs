@@ -47,7 +47,7 @@ pub struct Partition {
     /// Counts of names added per directory, and the splits running.
     pub(crate) splits: crate::partition::split_state::SplitState,
     /// Directory touches in flight, coalesced per directory (`dirtimes.rs`).
-    pub(crate) dir_touches: crate::partition::touches::DirTouches,
+    pub(crate) dir_touches: crate::partition::pending_touches::DirTouches,
     /// The server's directory touches to other partitions, sent together (one for all
     /// partitions of the server).
     pub(crate) touch_sender: Arc<crate::partition::touch_sender::TouchSender>,
