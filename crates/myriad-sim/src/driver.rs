@@ -201,6 +201,23 @@ pub struct Report {
     pub tree_moves_started: u32,
     pub tree_moves_settled: u32,
     pub tree_moves_abandoned: u32,
+    /// Requests delivered to servers, by name (with the client envelopes they came in:
+    /// `leased`, `leased_exclusive`, `read_as`, `once`): what the run exercised.
+    pub delivered: BTreeMap<&'static str, u64>,
+    /// Entries the clients answered with no request: from a directory lease, from an index.
+    pub answered_by_lease: u64,
+    pub answered_by_index: u64,
+    /// With `tiers`: first-chunk blocks written to a capacity tier because the fast tier
+    /// was full.
+    pub tier_overflowed_blocks: u64,
+}
+
+impl Report {
+    /// Requests named `op` delivered to servers in the run.
+    #[must_use]
+    pub fn delivered(&self, op: &str) -> u64 {
+        self.delivered.get(op).copied().unwrap_or(0)
+    }
 }
 
 #[derive(Debug)]
@@ -314,6 +331,9 @@ struct Sim {
     /// Clients made so far: each gets the next number as its id (`ClientConfig::id`), so
     /// a seed runs the same every time.
     clients_made: std::sync::atomic::AtomicU64,
+    /// What the clients answered themselves (from a lease, from an index), added by each
+    /// client run as it ends.
+    answered: Arc<Mutex<(u64, u64)>>,
     /// When the servers' shared wall clock started (`EmbeddedServer::new`).
     clock_start: tokio::time::Instant,
 }
@@ -379,6 +399,7 @@ impl Sim {
             lock_check: Arc::default(),
             faults: Mutex::new(Faults::default()),
             clients_made: std::sync::atomic::AtomicU64::new(0),
+            answered: Arc::default(),
             clock_start: tokio::time::Instant::now(),
         })
     }
@@ -645,6 +666,7 @@ impl Sim {
                 .then(|| std::sync::Mutex::new(crate::workload::Frozen::No)),
             indexes: self.cfg.indexes,
             auto_indexes: self.cfg.auto_indexes,
+            answered: self.answered.clone(),
         })
     }
 
@@ -763,6 +785,11 @@ impl Sim {
         rep.events = events;
         rep.digest = digest;
         rep.virtual_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        rep.delivered = self.net.delivered();
+        (rep.answered_by_lease, rep.answered_by_index) = *lock(&self.answered);
+        for t in lock(&self.tiered).values() {
+            rep.tier_overflowed_blocks += t.counts().overflowed_blocks;
+        }
         Ok(rep)
     }
 }

@@ -63,12 +63,31 @@ struct NetState {
     /// Requests of this kind (`op_name`) are applied but their answers lost: a test's way to
     /// leave an operation's outcome unknown to its sender at one chosen step.
     answers_lost: Option<&'static str>,
+    /// Requests delivered to a server, by name (`delivered_names`): the report's proof
+    /// that a run exercised what its configuration turned on.
+    delivered: BTreeMap<&'static str, u64>,
 }
 
 pub struct Net {
     state: Mutex<NetState>,
     rng: SimRng,
     trace: Trace,
+}
+
+/// What a delivered request counts as: its name, and for a client's envelopes what it
+/// came in (`leased`, `leased_exclusive`, `read_as`, `once`).
+fn delivered_names(body: &Request) -> Vec<&'static str> {
+    use myriad_proto::ClientRequest as C;
+    let envelope = match body {
+        Request::Client(C::Leased {
+            exclusive: true, ..
+        }) => Some("leased_exclusive"),
+        Request::Client(C::Leased { .. }) => Some("leased"),
+        Request::Client(C::ReadAs { .. }) => Some("read_as"),
+        Request::Client(C::Once { .. }) => Some("once"),
+        _ => None,
+    };
+    std::iter::once(body.op_name()).chain(envelope).collect()
 }
 
 /// What happens to one message.
@@ -92,6 +111,7 @@ impl Net {
                 writers: BTreeMap::new(),
                 violation: None,
                 answers_lost: None,
+                delivered: BTreeMap::new(),
             }),
             rng,
             trace,
@@ -201,6 +221,12 @@ impl Net {
         self.lock().answers_lost = op;
     }
 
+    /// Requests delivered so far, by name (`delivered_names`).
+    #[must_use]
+    pub fn delivered(&self) -> BTreeMap<&'static str, u64> {
+        self.lock().delivered.clone()
+    }
+
     pub fn heal(&self) {
         self.lock().blocked.clear();
     }
@@ -290,6 +316,12 @@ impl Net {
             tokio::spawn(again);
         }
         self.trace.event(format_args!("deliver {from}->{to} {op}"));
+        {
+            let mut s = self.lock();
+            for name in delivered_names(&frame.body) {
+                *s.delivered.entry(name).or_default() += 1;
+            }
+        }
         let answer = tokio::time::timeout(timeout, server.handle(from_server, frame))
             .await
             .map(|a| a.result);

@@ -100,6 +100,9 @@ pub struct ClientRun {
     pub indexes: bool,
     /// ...automatic indexes instead: nothing frozen, every write taken (`--auto-indexes`).
     pub auto_indexes: bool,
+    /// Where the run adds, as it ends, what its client answered itself (from a lease,
+    /// from an index): `Report::answered_by_lease`.
+    pub answered: Arc<std::sync::Mutex<(u64, u64)>>,
 }
 
 /// What a client knows of its frozen tree (`--freeze`).
@@ -333,6 +336,10 @@ impl ClientRun {
             ))
         });
         let verdict = self.ops_loop(&mut live, &mut holding, &releasing).await;
+        let (lease, index) = self.client.answered_locally();
+        if let Ok(mut a) = self.answered.lock() {
+            (a.0, a.1) = (a.0 + lease, a.1 + index);
+        }
         if self.indexes {
             // What the indexes answered: a run whose reads never met one tested nothing.
             let s = self.client.index_stats();

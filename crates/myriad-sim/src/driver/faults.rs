@@ -24,7 +24,9 @@ impl Sim {
         let mut lost = disk.crash(keep, self.cfg.broken_disk);
         if self.cfg.tiers {
             // The capacity tier's disk keeps its own prefix of what it was not asked to sync.
-            lock(&self.tiered).remove(&id);
+            if let Some(t) = lock(&self.tiered).remove(&id) {
+                lock(&self.report).tier_overflowed_blocks += t.counts().overflowed_blocks;
+            }
             let capacity = &self.capacity_disks[id.index()];
             let keep = self.rng.with(|r| r.gen_range(0..=capacity.unsynced()));
             lost += capacity.crash(keep, false);
