@@ -1,27 +1,8 @@
 //! Deterministic small-file workloads: sizes from a realistic small-file mix and contents that
 //! can be regenerated from the file's index, so readers verify every byte without keeping a copy.
 
-/// SplitMix64: tiny, fast, and good enough for sizes and filler bytes.
-pub struct Rng(u64);
-
-impl Rng {
-    #[must_use]
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
-}
+/// The workloads' numbers: SplitMix64, the same sequence everywhere.
+pub use myriad_placement::splitmix::Rng;
 
 /// Size buckets of the 1-64 KiB mix, with their share in percent. Small files dominate by
 /// count, as in the Panasas seed's survey (most files are a few KiB).

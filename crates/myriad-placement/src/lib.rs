@@ -18,6 +18,7 @@ mod primaries;
 mod rebalance;
 mod ring;
 mod shard;
+pub mod splitmix;
 #[cfg(test)]
 mod spread_tests;
 mod tree_moves;

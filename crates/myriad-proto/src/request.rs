@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Capability;
-use crate::describe::Disk;
 use crate::peer_request::{InodeOp, PeerRequest, ReplicaRequest};
 use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
 use crate::server_request::{AdminRequest, ServerRequest};
@@ -430,42 +429,6 @@ impl Request {
             Request::Admin(r) => r.op_name(),
             Request::Peer(r) => r.op_name(),
             Request::Replica(r) => r.op_name(),
-        }
-    }
-
-    /// Client requests that may need more disk: refused with `NoSpace` while the server's
-    /// free space is below its reserve (myriad-server space.rs). `AtInode` carries a client's
-    /// operation on a hard-linked file to the server holding its inode, which may be another
-    /// server with a fuller disk, so it counts too.
-    #[must_use]
-    pub fn grows_storage(&self) -> bool {
-        match self {
-            Request::Client(c) => c.change().is_some_and(|c| c.disk == Disk::Grows),
-            Request::Peer(p) => matches!(
-                p,
-                PeerRequest::AtInode {
-                    op: InodeOp::Write { .. }
-                        | InodeOp::ExtendSize { .. }
-                        | InodeOp::SetXattr { .. },
-                    ..
-                } | PeerRequest::PutFragments { .. }
-            ),
-            _ => false,
-        }
-    }
-
-    /// Client requests that write anything at all, frees included: refused too once the
-    /// disk is all but full, so that the storage engine itself never runs out of space.
-    #[must_use]
-    pub fn writes_storage(&self) -> bool {
-        match self {
-            Request::Client(c) => c.change().is_some_and(|c| c.disk != Disk::Untouched),
-            Request::Peer(PeerRequest::AtInode {
-                op: InodeOp::Truncate { .. } | InodeOp::SetAttr { .. },
-                ..
-            }) => true,
-            Request::Peer(_) => self.grows_storage(),
-            _ => false,
         }
     }
 

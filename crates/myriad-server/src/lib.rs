@@ -34,8 +34,6 @@ mod step_down;
 mod test_disk;
 mod tiers;
 mod unpoisoned;
-#[cfg(test)]
-mod workload_rng;
 
 use std::sync::Arc;
 

@@ -361,7 +361,7 @@ impl Run<'_> {
         // A recognisable pattern: step number in every byte's neighbourhood.
         let tag = self.step as u8;
         (0..len)
-            .map(|i| tag ^ ((self.rng.next() as u8) | (i as u8 & 1)))
+            .map(|i| tag ^ ((self.rng.next_u64() as u8) | (i as u8 & 1)))
             .collect()
     }
 

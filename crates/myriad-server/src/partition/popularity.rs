@@ -192,7 +192,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::workload_rng::Rng;
+    use myriad_placement::splitmix::Rng;
 
     /// Zipf-like skewed stream: key i has weight 1 / (i + 1).
     fn skewed(n: usize, keys: usize, seed: u64) -> Vec<String> {
