@@ -1,3 +1,6 @@
+//! Who this process's clients are: the zone they read from (`--zone`, or the one the map
+//! gives this host), set once at start.
+
 use std::sync::OnceLock;
 
 static ZONE: OnceLock<String> = OnceLock::new();

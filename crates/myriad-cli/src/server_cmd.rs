@@ -1,3 +1,6 @@
+//! `myriad server`: one server process on this machine, from its data directory and the
+//! cluster map (its flags, their defaults, and start-up).
+
 use std::path::PathBuf;
 use std::time::Duration;
 

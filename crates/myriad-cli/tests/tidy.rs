@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod layers;
+use layers::SERVER_LAYERS;
+
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -284,48 +287,6 @@ fn no_module_imports_in_a_circle() {
         found.join("\n")
     );
 }
-
-/// The server's layers, lowest first (ARCHITECTURE.md, "The server's layers"). A module may
-/// name modules of its own layer (without circles) and of the layers below, never above.
-/// Every top-level module of the server must be listed.
-const SERVER_LAYERS: &[(&str, &[&str])] = &[
-    (
-        "support",
-        &[
-            "backoff",
-            "clock",
-            "cluster",
-            "config",
-            "counters",
-            "unpoisoned",
-            "metrics",
-            "recalls",
-            "space",
-            "test_disk",
-            "tiers",
-        ],
-    ),
-    ("state", &["state"]),
-    ("commit", &["commit"]),
-    ("replication", &["replication"]),
-    ("partition", &["partition"]),
-    ("membership", &["membership"]),
-    (
-        "process",
-        &[
-            "embed",
-            "host",
-            "host_copy_reads",
-            "host_env",
-            "host_fragments",
-            "host_serve",
-            "lib",
-            "metrics_http",
-            "seams",
-            "step_down",
-        ],
-    ),
-];
 
 fn server_layer(module: &ModPath) -> usize {
     let top = module.first().map_or("lib", String::as_str);

@@ -1,3 +1,8 @@
+//! `Client`: the native client's state (maps, shard maps, connections, leases, changes in
+//! flight) and the one path every request takes: `call` wraps changes to be sent exactly
+//! once and keeps lease bookkeeping, `route_with` picks the partition and retries
+//! redirects, stale maps and busy servers. Its calls by family are in `client/`.
+
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 

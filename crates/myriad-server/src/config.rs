@@ -1,3 +1,6 @@
+//! A server's settings (`ServerConfig`) and their defaults: directories, the map, timeouts,
+//! split thresholds, root squashing, the disk reserve, coding, tiers.
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,3 +1,6 @@
+//! The storage layer's errors (`StorageError`): engine failures, corrupt records, a data
+//! directory of another format or server, a full disk, a block that fails its checksum.
+
 use myriad_proto::InodeId;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
