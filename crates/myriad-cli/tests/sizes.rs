@@ -19,11 +19,7 @@ const FILES_OVER: &[(&str, usize)] = &[
 /// (`serve_client`, `serve_peer`) are one arm per request: they shrink when requests
 /// become types of their own (issue 50, step 1).
 const FNS_OVER: &[(&str, usize)] = &[
-    ("myriad-client/src/client.rs::route_with", 241),
     ("myriad-server/src/partition/peer_ops.rs::serve_peer", 194),
-    ("myriad-server/src/replication/primary.rs::run_stream", 188),
-    ("myriad-net/src/serve.rs::serve_connection", 174),
-    ("myriad-server/src/replication/copy_side.rs::handle", 168),
     (
         "myriad-server/src/partition/client_ops.rs::serve_client",
         168,

@@ -23,22 +23,14 @@ use myriad_proto::{ClientRequest, OnceId, ServerRequest};
 const MAP_RETRIES_MAX: u32 = 5;
 /// Page size for readdir: large pages make `ls -l` of N entries cost N / 1024 requests.
 pub const READDIR_PAGE: u32 = 1024;
-/// Waits between tries of a request answered `Busy` (or `WrongShard`): short at first (a
-/// pending entry usually resolves within a round trip), doubling to this cap.
-const BUSY_BACKOFF_FIRST: Duration = Duration::from_millis(1);
-const BUSY_BACKOFF_MAX: Duration = Duration::from_millis(100);
 /// At least this long before asking a server that redirected without a newer map again (it
 /// is behind a map change it will learn through the Raft group).
 const REDIRECT_WAIT_MIN: Duration = Duration::from_millis(10);
-/// Waits between tries of a partition that is unavailable (its server dead, a failover
-/// under way, typically seconds): doubling to the cap, within the request's deadline.
 /// A request unanswered this long makes the client ask the other servers whether its
 /// partition has another primary now (`primary_moved`): a host that died without closing
 /// its connections is otherwise waited for until the request's deadline. A failover takes
 /// 2-3 s (the leader's `DOWN_AFTER`), so this adds at most half a second to it.
 const STALL_ASK_AFTER: Duration = Duration::from_millis(500);
-const DOWN_BACKOFF_FIRST: Duration = Duration::from_millis(50);
-const DOWN_BACKOFF_MAX: Duration = Duration::from_millis(200);
 /// How long a request to a partition no copy of which is up in the client's map keeps
 /// asking for a newer map (a paused server is marked up again within a second of its
 /// return) before it fails.
@@ -588,13 +580,10 @@ impl Client {
         req: Request,
         check_held: bool,
     ) -> Result<Response, FsError> {
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        let mut pace = Pacing::new(self.config.request_timeout);
         let mut map_retries = 0;
-        let mut backoff = BUSY_BACKOFF_FIRST;
-        let mut down_backoff = DOWN_BACKOFF_FIRST;
         let mut busy_rounds = 0u32;
-        let mut refreshed_for_no_copy = false;
-        let mut no_copy_since: Option<tokio::time::Instant> = None;
+        let mut no_copy = NoCopy::default();
         loop {
             let st = self.st();
             let pid = self.partition_for(&st, &route);
@@ -607,63 +596,19 @@ impl Client {
             let link = Self::address(&st, &route, pid)
                 .map(|(a, _)| self.transport.link(&a).connection)
                 .unwrap_or(0);
-            let stale = if held_route {
-                self.held_to_recover(pid)
-            } else {
-                Vec::new()
-            };
-            if !stale.is_empty() {
-                // Boxed: a recovery routes requests of its own.
-                let recovered = Box::pin(self.recover_before(pid, stale));
-                if let Err(e) = recovered.await {
-                    if tokio::time::Instant::now() + down_backoff >= deadline {
-                        return Err(e);
-                    }
-                    tracing::debug!(partition = %pid, "held changes not recovered yet ({e}); retrying");
-                    tokio::time::sleep(down_backoff).await;
-                    down_backoff = (down_backoff * 2).min(DOWN_BACKOFF_MAX);
-                    self.refresh_map(pid).await;
+            if held_route {
+                let stale = self.held_to_recover(pid);
+                if !stale.is_empty() {
+                    self.recover_held_first(pid, stale, &mut pace).await?;
+                    continue;
                 }
-                continue;
             }
-            let result = match Self::address(&st, &route, pid) {
-                Ok((addr, ends)) => {
-                    let caller = self.task_caller();
-                    let call = self.transport.call_with_timeout(
-                        &addr,
-                        st.map.epoch,
-                        ends,
-                        &caller,
-                        &req,
-                        self.config.request_timeout,
-                    );
-                    // A server that died without closing its connections (a host gone)
-                    // never answers: once its partition has another primary, the request
-                    // goes there (a change carries its `OnceId`: applied once).
-                    let moved = async {
-                        match route {
-                            Route::Server(_) | Route::Copy(..) => std::future::pending().await,
-                            _ => self.primary_moved(pid, &addr).await,
-                        }
-                    };
-                    tokio::select! {
-                        r = call => r.map_err(|e| (e, Some(addr))),
-                        () = moved => Err((
-                            FsError::Unavailable(format!(
-                                "{addr} did not answer and partition {pid} has another primary now"
-                            )),
-                            Some(addr),
-                        )),
-                    }
-                }
-                Err(e) => Err((e, None)),
-            };
-            let result = match result {
+            let result = match self.send_once(&st, &route, pid, &req).await {
                 // Answered over another connection than the one the checks above saw (the
                 // server restarted as the request went): asked again after a recovery.
                 Ok(_)
                     if held_route
-                        && tokio::time::Instant::now() < deadline
+                        && pace.in_time()
                         && crate::held_state::asks_again_safely(&req)
                         && self.held_needs_recovery_after(pid, &st, &route, link) =>
                 {
@@ -677,11 +622,10 @@ impl Client {
                 Err((FsError::Unavailable(why), _))
                     if !matches!(route, Route::Server(_) | Route::Copy(..))
                         && st.map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
-                        && tokio::time::Instant::now() + down_backoff < deadline =>
+                        && pace.down_fits() =>
                 {
                     tracing::debug!(partition = %pid, "unavailable ({why}); refreshing the map and retrying");
-                    tokio::time::sleep(down_backoff).await;
-                    down_backoff = (down_backoff * 2).min(DOWN_BACKOFF_MAX);
+                    pace.down_pause().await;
                     self.refresh_map(pid).await;
                     continue;
                 }
@@ -694,21 +638,8 @@ impl Client {
                 // A server down for longer fails requests to it in that time, not at the
                 // request's deadline.
                 Err((FsError::Unavailable(_), None)) => {
-                    let before = st.map.epoch;
-                    let no_copy_until =
-                        *no_copy_since.get_or_insert_with(tokio::time::Instant::now) + NO_COPY_WAIT;
-                    if refreshed_for_no_copy {
-                        let next = tokio::time::Instant::now() + down_backoff;
-                        if next >= deadline || next >= no_copy_until {
-                            return Err(FsError::Unavailable(format!(
-                                "no copy of partition {pid} is up (cluster map epoch {before})"
-                            )));
-                        }
-                        tokio::time::sleep(down_backoff).await;
-                        down_backoff = (down_backoff * 2).min(DOWN_BACKOFF_MAX);
-                    }
-                    refreshed_for_no_copy = true;
-                    self.refresh_map(pid).await;
+                    self.no_copy_up(pid, st.map.epoch, &mut pace, &mut no_copy)
+                        .await?;
                     continue;
                 }
                 Err((e, None)) => return Err(e),
@@ -720,28 +651,8 @@ impl Client {
             match result {
                 Err(FsError::Redirect(map)) => {
                     map_retries += 1;
-                    if map_retries > MAP_RETRIES_MAX {
-                        return Err(FsError::Protocol(format!(
-                            "partition {pid} redirected but offered no newer map"
-                        )));
-                    }
-                    if !self.adopt(*map) {
-                        // Same cluster map: our shard map of the directory sent us there.
-                        // Else the server is behind a map change we know of (it catches up
-                        // through the Raft group): try again shortly.
-                        match route_dir(&route) {
-                            Some(dir) => self.shards.forget(dir),
-                            None if tokio::time::Instant::now() + backoff < deadline => {
-                                tokio::time::sleep(backoff.max(REDIRECT_WAIT_MIN)).await;
-                                backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
-                            }
-                            None => {
-                                return Err(FsError::Protocol(format!(
-                                    "partition {pid} redirected but offered no newer map"
-                                )));
-                            }
-                        }
-                    }
+                    self.redirected(*map, &route, pid, map_retries, &mut pace)
+                        .await?;
                 }
                 // Asking the directory's home for its shard map is what `WrongShard` leads
                 // to: a home answering that with `WrongShard` again is retried as `Busy`,
@@ -749,22 +660,20 @@ impl Client {
                 Err(FsError::WrongShard { .. })
                     if matches!(req, Request::Client(ClientRequest::GetShardMap { .. })) =>
                 {
-                    if tokio::time::Instant::now() + backoff >= deadline {
+                    if !pace.busy_fits() {
                         return Err(FsError::Busy);
                     }
-                    tokio::time::sleep(backoff.max(REDIRECT_WAIT_MIN)).await;
-                    backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
+                    pace.busy_pause(REDIRECT_WAIT_MIN).await;
                 }
                 Err(FsError::WrongShard { dir, map }) => {
                     // A split moved the name, or our map of the directory is stale. Retried
                     // like `Busy`: during a split's last steps the map may be a step ahead.
                     self.learn_shard_map(&dir, map.map(|m| *m)).await;
-                    if tokio::time::Instant::now() + backoff >= deadline {
+                    if !pace.busy_fits() {
                         return Err(FsError::Busy);
                     }
                     if map_retries > 0 {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
+                        pace.busy_pause(Duration::ZERO).await;
                     }
                     map_retries = 1;
                 }
@@ -774,41 +683,27 @@ impl Client {
                     // loaded host): after the first push, retried like `Busy` until the
                     // deadline (five retries at once once ran out on a loaded machine).
                     map_retries += 1;
-                    if tokio::time::Instant::now() + backoff >= deadline {
+                    if !pace.busy_fits() {
                         return Err(FsError::Protocol(format!(
                             "partition {pid} keeps an old cluster map"
                         )));
                     }
                     if map_retries > 1 {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
+                        pace.busy_pause(Duration::ZERO).await;
                     }
-                    let push = ServerRequest::InstallMap(Box::new(st.map.clone()));
-                    self.transport
-                        .call_with_timeout(
-                            &addr,
-                            st.map.epoch,
-                            Endpoints::SERVER,
-                            &self.config.caller,
-                            &myriad_proto::Request::Server(push),
-                            self.config.request_timeout,
-                        )
-                        .await?;
+                    self.push_map(&addr, &st.map).await?;
                 }
                 // A server that holds the partition as a copy, not (yet) as its primary,
                 // asked as if it were one (a map newer than that server's, or a copy
                 // about to open it after a failover): as `Busy`, with the map looked at.
                 Err(FsError::AskPrimary)
-                    if !matches!(route, Route::Copy(..))
-                        && tokio::time::Instant::now() + backoff < deadline =>
+                    if !matches!(route, Route::Copy(..)) && pace.busy_fits() =>
                 {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
+                    pace.busy_pause(Duration::ZERO).await;
                     self.refresh_map(pid).await;
                 }
-                Err(FsError::Busy) if tokio::time::Instant::now() + backoff < deadline => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BUSY_BACKOFF_MAX);
+                Err(FsError::Busy) if pace.busy_fits() => {
+                    pace.busy_pause(Duration::ZERO).await;
                     busy_rounds += 1;
                     // A server that keeps saying Busy may have lost its lease and been
                     // replaced (it answers Busy until it learns the new map): look.
@@ -822,6 +717,141 @@ impl Client {
                 other => return other,
             }
         }
+    }
+
+    /// Sends again partition `pid`'s changes held until durable (`stale`) whose primary may
+    /// be gone, before the request that found them; a failure is tried again after a
+    /// pause, until the request's deadline.
+    async fn recover_held_first(
+        &self,
+        pid: PartitionId,
+        stale: Vec<PartitionId>,
+        pace: &mut Pacing,
+    ) -> Result<(), FsError> {
+        // Boxed: a recovery routes requests of its own.
+        let recovered = Box::pin(self.recover_before(pid, stale));
+        if let Err(e) = recovered.await {
+            if !pace.down_fits() {
+                return Err(e);
+            }
+            tracing::debug!(partition = %pid, "held changes not recovered yet ({e}); retrying");
+            pace.down_pause().await;
+            self.refresh_map(pid).await;
+        }
+        Ok(())
+    }
+
+    /// No copy of partition `pid` is up in our map (of `epoch`). A server that was down
+    /// and is back is up in a newer map we have not seen (nothing else would tell us: no
+    /// request reaches a server): ask for it, again after each pause, for `NO_COPY_WAIT`.
+    /// (Without this a client that saw a single-copy partition's server marked down
+    /// failed every request to it for good; asking only once failed requests made while a
+    /// paused server was being marked up again.) A server down for longer fails requests
+    /// to it in that time, not at the request's deadline.
+    async fn no_copy_up(
+        &self,
+        pid: PartitionId,
+        epoch: u64,
+        pace: &mut Pacing,
+        no_copy: &mut NoCopy,
+    ) -> Result<(), FsError> {
+        let until = *no_copy.since.get_or_insert_with(tokio::time::Instant::now) + NO_COPY_WAIT;
+        if no_copy.refreshed {
+            let next = pace.after_down_pause();
+            if next >= pace.deadline || next >= until {
+                return Err(FsError::Unavailable(format!(
+                    "no copy of partition {pid} is up (cluster map epoch {epoch})"
+                )));
+            }
+            pace.down_pause().await;
+        }
+        no_copy.refreshed = true;
+        self.refresh_map(pid).await;
+        Ok(())
+    }
+
+    /// Partition `pid` redirected us (the `retries`th time) with `map`: adopted if newer.
+    /// Same cluster map: our shard map of the directory sent us there. Else the server is
+    /// behind a map change we know of (it catches up through the Raft group): try again
+    /// shortly.
+    async fn redirected(
+        &self,
+        map: ClusterMap,
+        route: &Route,
+        pid: PartitionId,
+        retries: u32,
+        pace: &mut Pacing,
+    ) -> Result<(), FsError> {
+        let no_newer = || {
+            FsError::Protocol(format!(
+                "partition {pid} redirected but offered no newer map"
+            ))
+        };
+        if retries > MAP_RETRIES_MAX {
+            return Err(no_newer());
+        }
+        if !self.adopt(map) {
+            match route_dir(route) {
+                Some(dir) => self.shards.forget(dir),
+                None if pace.busy_fits() => pace.busy_pause(REDIRECT_WAIT_MIN).await,
+                None => return Err(no_newer()),
+            }
+        }
+        Ok(())
+    }
+
+    /// One try of `req` at the server `route` names in map `st`: its answer, or the error
+    /// with the address tried (`None`: no address, e.g. no copy of the partition is up).
+    async fn send_once(
+        &self,
+        st: &MapState,
+        route: &Route,
+        pid: PartitionId,
+        req: &Request,
+    ) -> Result<Response, (FsError, Option<String>)> {
+        let (addr, ends) = Self::address(st, route, pid).map_err(|e| (e, None))?;
+        let caller = self.task_caller();
+        let call = self.transport.call_with_timeout(
+            &addr,
+            st.map.epoch,
+            ends,
+            &caller,
+            req,
+            self.config.request_timeout,
+        );
+        // A server that died without closing its connections (a host gone) never answers:
+        // once its partition has another primary, the request goes there (a change
+        // carries its `OnceId`: applied once).
+        let moved = async {
+            match route {
+                Route::Server(_) | Route::Copy(..) => std::future::pending().await,
+                _ => self.primary_moved(pid, &addr).await,
+            }
+        };
+        tokio::select! {
+            r = call => r.map_err(|e| (e, Some(addr))),
+            () = moved => Err((
+                FsError::Unavailable(format!(
+                    "{addr} did not answer and partition {pid} has another primary now"
+                )),
+                Some(addr),
+            )),
+        }
+    }
+
+    /// Gives the server at `addr` our cluster map `map` (it answered `MapTooOld`).
+    async fn push_map(&self, addr: &str, map: &ClusterMap) -> Result<Response, FsError> {
+        let push = ServerRequest::InstallMap(Box::new(map.clone()));
+        self.transport
+            .call_with_timeout(
+                addr,
+                map.epoch,
+                Endpoints::SERVER,
+                &self.config.caller,
+                &myriad_proto::Request::Server(push),
+                self.config.request_timeout,
+            )
+            .await
     }
 
     /// Turns a `NotFound` into `NotADirectory` when an ancestor is not a directory, as POSIX
@@ -920,5 +950,8 @@ mod cluster;
 mod leased;
 mod maps;
 mod namespace;
+mod pacing;
+
+use pacing::{NoCopy, Pacing};
 #[cfg(test)]
 mod tests;

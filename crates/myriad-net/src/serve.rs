@@ -135,40 +135,8 @@ pub async fn serve_connection<H: Handler>(
     };
     let squash = config.root_squash && peer.credential == Credential::Client;
 
-    let (tx, mut rx) = mpsc::channel::<Bytes>(limits.in_flight_per_conn);
-    let (stalled_tx, mut stalled) = oneshot::channel::<String>();
-    let stall = limits.write_stall_timeout;
-    let writer_task = tokio::spawn(async move {
-        let why = loop {
-            let Some(first) = rx.recv().await else {
-                break None;
-            };
-            // Let the tasks that are ready run first: under load they queue more replies
-            // for this write (one syscall for several: echo 130k -> 190k/s, fetch +25%;
-            // a yield, not a timer: an idle connection answers at once).
-            tokio::task::yield_now().await;
-            let wrote = tokio::time::timeout(stall, async {
-                writer.feed(first).await?;
-                while let Ok(more) = rx.try_recv() {
-                    writer.feed(more).await?;
-                }
-                SinkExt::<Bytes>::flush(&mut writer).await
-            })
-            .await;
-            match wrote {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => break Some(format!("write failed: {e}")),
-                Err(_) => {
-                    break Some(format!(
-                        "peer stopped reading: replies not taken for {stall:?}"
-                    ));
-                }
-            }
-        };
-        if let Some(why) = why {
-            let _ = stalled_tx.send(why);
-        }
-    });
+    let (tx, rx) = mpsc::channel::<Bytes>(limits.in_flight_per_conn);
+    let (writer_task, mut stalled) = spawn_writer(writer, rx, limits.write_stall_timeout);
 
     let permits = Arc::new(Semaphore::new(limits.in_flight_per_conn));
     // Slow-loris and idle checks look at the connection every `tick`.
@@ -273,4 +241,47 @@ pub async fn serve_connection<H: Handler>(
     drop(tx);
     // Let in-flight replies drain; the writer ends when every sender is gone (or stalls).
     let _ = writer_task.await;
+}
+
+/// The connection's writer: replies from the request tasks, several per write when they
+/// come together. The receiver hears why it stopped early (a failed write, a peer that
+/// stopped reading for `stall`).
+fn spawn_writer(
+    mut writer: FramedWrite<tokio::net::tcp::OwnedWriteHalf, crate::frame::FrameCodec>,
+    mut rx: mpsc::Receiver<Bytes>,
+    stall: Duration,
+) -> (tokio::task::JoinHandle<()>, oneshot::Receiver<String>) {
+    let (stalled_tx, stalled) = oneshot::channel::<String>();
+    let task = tokio::spawn(async move {
+        let why = loop {
+            let Some(first) = rx.recv().await else {
+                break None;
+            };
+            // Let the tasks that are ready run first: under load they queue more replies
+            // for this write (one syscall for several: echo 130k -> 190k/s, fetch +25%;
+            // a yield, not a timer: an idle connection answers at once).
+            tokio::task::yield_now().await;
+            let wrote = tokio::time::timeout(stall, async {
+                writer.feed(first).await?;
+                while let Ok(more) = rx.try_recv() {
+                    writer.feed(more).await?;
+                }
+                SinkExt::<Bytes>::flush(&mut writer).await
+            })
+            .await;
+            match wrote {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => break Some(format!("write failed: {e}")),
+                Err(_) => {
+                    break Some(format!(
+                        "peer stopped reading: replies not taken for {stall:?}"
+                    ));
+                }
+            }
+        };
+        if let Some(why) = why {
+            let _ = stalled_tx.send(why);
+        }
+    });
+    (task, stalled)
 }

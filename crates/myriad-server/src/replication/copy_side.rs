@@ -236,21 +236,9 @@ impl Backup {
                 acked,
                 ops,
             }) => {
-                let (reply, rx) = oneshot::channel();
-                let batch = Parked {
-                    batch: from_wire(Arc::unwrap_or_clone(ops))?,
-                    prev_chain,
-                    chain,
-                    reply,
-                };
-                match self.receive(syncer.slot().await?, seq, acked, batch) {
-                    Received::Queued => {}
-                    Received::Gap(next) => return Ok(Response::ReplicaGap { next }),
-                    Received::Refused(e) => return Err(e),
-                }
-                rx.await
-                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
-                Ok(Response::Unit)
+                let batch = from_wire(Arc::unwrap_or_clone(ops))?;
+                self.replicate(syncer, (seq, acked), (prev_chain, chain), batch)
+                    .await
             }
             Request::Replica(ReplicaRequest::ReplicaSeq) => {
                 let st = self.lock();
@@ -280,48 +268,10 @@ impl Backup {
                 Ok(Response::Unit)
             }
             Request::Replica(ReplicaRequest::ReplicaCopy { ops }) => {
-                let mut batch = from_wire(ops)?;
-                // The primary's own sequence number is not the copy's: set at the end.
-                batch
-                    .ops
-                    .retain(|(space, key, _)| !is_bookkeeping(*space, key));
-                let (tx, rx) = oneshot::channel();
-                let slot = syncer.slot().await?;
-                {
-                    let st = self.lock();
-                    if !st.copying {
-                        return Err(FsError::Protocol(
-                            "replica copy page without a reset".into(),
-                        ));
-                    }
-                    self.store.commit(batch).map_err(storage_err)?;
-                    slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
-                }
-                // Durable before the next page: a crash must not leave holes in a copy.
-                rx.await
-                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
-                Ok(Response::Unit)
+                self.copy_page(syncer, from_wire(ops)?).await
             }
             Request::Replica(ReplicaRequest::ReplicaCopyDone { seq, chain }) => {
-                let (tx, rx) = oneshot::channel();
-                let slot = syncer.slot().await?;
-                {
-                    let mut st = self.lock();
-                    if !st.copying {
-                        return Err(FsError::Protocol("replica copy end without a reset".into()));
-                    }
-                    let mut b = Batch::new();
-                    self.store.put_meta_u64(&mut b, SEQ_KEY, seq);
-                    self.store.put_meta_u64(&mut b, CHAIN_KEY, chain);
-                    b.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
-                    self.store.commit(b).map_err(storage_err)?;
-                    st.copying = false;
-                    st.copied_at(seq, chain);
-                    slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
-                }
-                rx.await
-                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
-                Ok(Response::Unit)
+                self.copy_done(syncer, seq, chain).await
             }
             Request::Replica(ReplicaRequest::ReplicaRecord { space, key }) => {
                 let space = Space::partition_space(space)
@@ -376,24 +326,106 @@ impl Backup {
                 chain,
                 space,
                 bucket,
-            }) => {
-                let space = Space::partition_space(space)
-                    .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
-                let bucket = usize::try_from(bucket)
-                    .ok()
-                    .filter(|&b| b < entropy::BUCKETS_PER_SPACE)
-                    .ok_or_else(|| FsError::InvalidArgument(format!("no bucket {bucket}")))?;
-                self.at_batch(at, chain)?;
-                let keys = entropy::bucket_keys(&self.store, space, bucket).await?;
-                self.at_batch(at, chain)?;
-                Ok(Response::BucketKeys(
-                    keys.into_iter()
-                        .map(|(k, h)| (serde_bytes::ByteBuf::from(k), h))
-                        .collect(),
-                ))
-            }
+            }) => self.bucket_keys((at, chain), space, bucket).await,
             _ => Err(FsError::InvalidArgument("not a replication request".into())),
         }
+    }
+
+    /// A batch of the primary's stream: queued to be applied in order on its chain, and
+    /// answered once durable (`ReplicaGap` if this copy cannot take it: a whole copy).
+    async fn replicate(
+        &self,
+        syncer: &Syncer,
+        (seq, acked): (u64, u64),
+        (prev_chain, chain): (u64, u64),
+        batch: Batch,
+    ) -> Result<Response, FsError> {
+        let (reply, rx) = oneshot::channel();
+        let batch = Parked {
+            batch,
+            prev_chain,
+            chain,
+            reply,
+        };
+        match self.receive(syncer.slot().await?, seq, acked, batch) {
+            Received::Queued => {}
+            Received::Gap(next) => return Ok(Response::ReplicaGap { next }),
+            Received::Refused(e) => return Err(e),
+        }
+        rx.await
+            .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+        Ok(Response::Unit)
+    }
+
+    /// One page of a whole copy (after `ReplicaReset`), durable before the next page: a
+    /// crash must not leave holes in a copy.
+    async fn copy_page(&self, syncer: &Syncer, mut batch: Batch) -> Result<Response, FsError> {
+        // The primary's own sequence number is not the copy's: set at the end.
+        batch
+            .ops
+            .retain(|(space, key, _)| !is_bookkeeping(*space, key));
+        let (tx, rx) = oneshot::channel();
+        let slot = syncer.slot().await?;
+        {
+            let st = self.lock();
+            if !st.copying {
+                return Err(FsError::Protocol(
+                    "replica copy page without a reset".into(),
+                ));
+            }
+            self.store.commit(batch).map_err(storage_err)?;
+            slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
+        }
+        rx.await
+            .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+        Ok(Response::Unit)
+    }
+
+    /// The end of a whole copy: the copy is at batch `seq` on `chain`, durable.
+    async fn copy_done(&self, syncer: &Syncer, seq: u64, chain: u64) -> Result<Response, FsError> {
+        let (tx, rx) = oneshot::channel();
+        let slot = syncer.slot().await?;
+        {
+            let mut st = self.lock();
+            if !st.copying {
+                return Err(FsError::Protocol("replica copy end without a reset".into()));
+            }
+            let mut b = Batch::new();
+            self.store.put_meta_u64(&mut b, SEQ_KEY, seq);
+            self.store.put_meta_u64(&mut b, CHAIN_KEY, chain);
+            b.delete(Space::Meta, COPYING_KEY.as_bytes().to_vec());
+            self.store.commit(b).map_err(storage_err)?;
+            st.copying = false;
+            st.copied_at(seq, chain);
+            slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
+        }
+        rx.await
+            .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+        Ok(Response::Unit)
+    }
+
+    /// Anti-entropy: the keys of one bucket of `space` and their hashes, at batch `at` on
+    /// `chain` (`Busy` if this copy is elsewhere).
+    async fn bucket_keys(
+        &self,
+        (at, chain): (u64, u64),
+        space: u8,
+        bucket: u32,
+    ) -> Result<Response, FsError> {
+        let space = Space::partition_space(space)
+            .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
+        let bucket = usize::try_from(bucket)
+            .ok()
+            .filter(|&b| b < entropy::BUCKETS_PER_SPACE)
+            .ok_or_else(|| FsError::InvalidArgument(format!("no bucket {bucket}")))?;
+        self.at_batch(at, chain)?;
+        let keys = entropy::bucket_keys(&self.store, space, bucket).await?;
+        self.at_batch(at, chain)?;
+        Ok(Response::BucketKeys(
+            keys.into_iter()
+                .map(|(k, h)| (serde_bytes::ByteBuf::from(k), h))
+                .collect(),
+        ))
     }
 
     /// `Busy` unless this copy has applied exactly batch `at` of the history whose chain

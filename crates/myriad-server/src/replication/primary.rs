@@ -521,67 +521,16 @@ pub(crate) async fn run_stream(
     mut rx: mpsc::Receiver<Shipped>,
     (acked, standing): (watch::Sender<u64>, Membership),
 ) {
-    // 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked,
-    // `water_chain` the chain after it; `pending`: every batch above it (sent or queued),
-    // with its chain, kept until acked so that a backup that lost its disk (or holds
-    // another history) can be refilled by a copy plus a replay from `water`.
-    let mut pending: BTreeMap<u64, (Arc<Request>, u64)> = BTreeMap::new();
+    // 1. Where the backup stands (`stream_start`).
+    let StreamStart {
+        mut need_copy,
+        mut pending,
+        mut water,
+        mut water_chain,
+        pending_max,
+    } = stream_start(&link, &log, (start_seq, start_chain)).await;
     let mut done = BTreeSet::new();
-    let mut water = start_seq;
-    let mut water_chain = start_chain;
-    let mut sent_upto = start_seq;
-    // Unacknowledged batches past which the stream takes no more from its queue: a catch-up
-    // from the log adds its tail (else a tail longer than STREAM_PENDING_MAX stops the
-    // stream taking batches, its queue fills and it starts over, again and again).
-    let mut pending_max = STREAM_PENDING_MAX;
-    // 1. The backup must hold exactly our state at start_seq: the same batch number over
-    // the same history (a deposed primary's own batches give an equal number, not an equal
-    // chain), or an earlier state of it that the log reaches back to.
-    let mut need_copy = match link
-        .call_until_ok(&Request::Replica(ReplicaRequest::ReplicaSeq))
-        .await
-    {
-        Response::ReplicaState {
-            seq: Some(s),
-            chain,
-            ..
-        } if s == start_seq && chain == start_chain => false,
-        Response::ReplicaState {
-            seq: Some(s),
-            chain,
-            ..
-        } if let Some(tail) = lock(&log).after(s, chain, start_seq) => {
-            tracing::info!(
-                partition = %link.pid,
-                backup = %link.backup,
-                batches = tail.len(),
-                "backup at {s}, primary at {start_seq}: catching it up from the log"
-            );
-            for (at, ops) in tail {
-                let req = ReplicaRequest::Replicate {
-                    seq: at.seq,
-                    prev_chain: at.prev_chain,
-                    chain: at.chain,
-                    acked: s,
-                    ops,
-                };
-                pending.insert(at.seq, (Arc::new(Request::Replica(req)), at.chain));
-            }
-            pending_max = STREAM_PENDING_MAX + pending.len();
-            water = s;
-            water_chain = chain;
-            sent_upto = s;
-            false
-        }
-        other => {
-            tracing::info!(
-                partition = %link.pid,
-                backup = %link.backup,
-                "backup at {other:?}, primary at {start_seq}: copying the whole partition"
-            );
-            true
-        }
-    };
+    let mut sent_upto = water;
     if need_copy || !pending.is_empty() {
         standing.set(false, &link);
     }
@@ -701,6 +650,87 @@ pub(crate) async fn run_stream(
             else => break,
         }
     }
+}
+
+/// Where a stream starts: the batches it must send first and the backup's position.
+struct StreamStart {
+    /// The backup holds neither our state nor one the log reaches back to: a whole copy.
+    need_copy: bool,
+    /// 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked,
+    /// `water_chain` the chain after it; `pending`: every batch above it (sent or queued),
+    /// with its chain, kept until acked so that a backup that lost its disk (or holds
+    /// another history) can be refilled by a copy plus a replay from `water`.
+    pending: BTreeMap<u64, (Arc<Request>, u64)>,
+    water: u64,
+    water_chain: u64,
+    /// Unacknowledged batches past which the stream takes no more from its queue: a
+    /// catch-up from the log adds its tail (else a tail longer than STREAM_PENDING_MAX
+    /// stops the stream taking batches, its queue fills and it starts over, again and
+    /// again).
+    pending_max: usize,
+}
+
+/// Step 1 of a stream: the backup must hold exactly our state at `start_seq`: the same
+/// batch number over the same history (a deposed primary's own batches give an equal
+/// number, not an equal chain), or an earlier state of it that the log reaches back to
+/// (its tail is then pending), else it gets a whole copy.
+async fn stream_start(
+    link: &Link,
+    log: &Mutex<RecentBatches>,
+    (start_seq, start_chain): (u64, u64),
+) -> StreamStart {
+    let mut start = StreamStart {
+        need_copy: false,
+        pending: BTreeMap::new(),
+        water: start_seq,
+        water_chain: start_chain,
+        pending_max: STREAM_PENDING_MAX,
+    };
+    match link
+        .call_until_ok(&Request::Replica(ReplicaRequest::ReplicaSeq))
+        .await
+    {
+        Response::ReplicaState {
+            seq: Some(s),
+            chain,
+            ..
+        } if s == start_seq && chain == start_chain => {}
+        Response::ReplicaState {
+            seq: Some(s),
+            chain,
+            ..
+        } if let Some(tail) = lock(log).after(s, chain, start_seq) => {
+            tracing::info!(
+                partition = %link.pid,
+                backup = %link.backup,
+                batches = tail.len(),
+                "backup at {s}, primary at {start_seq}: catching it up from the log"
+            );
+            for (at, ops) in tail {
+                let req = ReplicaRequest::Replicate {
+                    seq: at.seq,
+                    prev_chain: at.prev_chain,
+                    chain: at.chain,
+                    acked: s,
+                    ops,
+                };
+                start
+                    .pending
+                    .insert(at.seq, (Arc::new(Request::Replica(req)), at.chain));
+            }
+            start.pending_max = STREAM_PENDING_MAX + start.pending.len();
+            (start.water, start.water_chain) = (s, chain);
+        }
+        other => {
+            tracing::info!(
+                partition = %link.pid,
+                backup = %link.backup,
+                "backup at {other:?}, primary at {start_seq}: copying the whole partition"
+            );
+            start.need_copy = true;
+        }
+    }
+    start
 }
 
 /// One attempt to send batch `seq` (after `delay`).
