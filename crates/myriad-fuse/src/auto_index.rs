@@ -13,7 +13,7 @@ use myriad_client::{AutoIndexPolicy, AutoIndexer, Client, ClientConfig};
 use myriad_placement::ClusterMap;
 use myriad_proto::Caller;
 
-use crate::ops::Inner;
+use crate::mount::Mount;
 
 /// How often a mount writes its hit counts, when they changed.
 const HITS_EVERY: Duration = Duration::from_secs(30);
@@ -29,7 +29,7 @@ pub struct AutoIndexing {
 /// Starts the mount's index upkeep on `rt`: hit reports always, automatic indexing
 /// with `auto`.
 pub(crate) fn start(
-    inner: &Arc<Inner>,
+    inner: &Arc<Mount>,
     rt: &tokio::runtime::Handle,
     (map, keys): (ClusterMap, myriad_client::Keyring),
     request_timeout: Duration,
@@ -88,9 +88,9 @@ impl Activity {
     }
 }
 
-async fn index_rounds(mount: Weak<Inner>, builder: Arc<Client>, auto: AutoIndexing) {
+async fn index_rounds(mount: Weak<Mount>, builder: Arc<Client>, auto: AutoIndexing) {
     let mut state = AutoIndexer::default();
-    let sent = |m: &Weak<Inner>| m.upgrade().map(|i| i.client.server_reads());
+    let sent = |m: &Weak<Mount>| m.upgrade().map(|i| i.client.server_reads());
     let Some(start) = sent(&mount) else {
         return;
     };
@@ -141,7 +141,7 @@ async fn index_rounds(mount: Weak<Inner>, builder: Arc<Client>, auto: AutoIndexi
 
 /// Writes the mount's answers from each index every `HITS_EVERY` when they changed (and
 /// nothing while no index answered anything).
-async fn report_hits(inner: Weak<Inner>, writer: Arc<Client>) {
+async fn report_hits(inner: Weak<Mount>, writer: Arc<Client>) {
     // This mount's own file: its process and start, unique enough among mounts.
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

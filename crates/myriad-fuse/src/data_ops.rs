@@ -5,14 +5,14 @@
 use myriad_client::FileHandle;
 use myriad_proto::{FsError, Inode};
 
-use crate::ops::Inner;
+use crate::mount::Mount;
 
 /// Most bytes one copy_file_range call moves when the mount copies itself (into a
 /// hard-linked file; they pass through this process's memory); the caller gets a short
 /// count and goes on, as the system call allows.
 const COPY_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
-impl Inner {
+impl Mount {
     /// fallocate: modes 0 (allocate: the size grows to cover the range), KEEP_SIZE,
     /// PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE (with or without KEEP_SIZE). Space is not
     /// reserved ahead (a later write can still meet a full disk); zeroed ranges read as

@@ -1,27 +1,23 @@
 //! The `fuser::Filesystem` implementation. FUSE threads never wait on the network: each
-//! method unpacks its arguments, spawns the operation (`ops.rs`) on the tokio runtime with
+//! method unpacks its arguments, spawns the operation (`mount.rs`) on the tokio runtime with
 //! the caller's identity, and the task sends the reply.
 
 use std::ffi::OsStr;
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags,
-    PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek,
-    ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, PollEvents,
+    PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen,
+    ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use myriad_client::Client;
-use myriad_proto::{Caller, DirEntry, FsError, Inode, SetAttr};
+use myriad_proto::{FsError, SetAttr};
 
-use crate::attr::{errno, file_attr, file_type, nanos};
-use crate::handles::DirListing;
+use crate::attr::{errno, file_type};
+use crate::mount::Mount;
 use crate::mount_metrics::{AttrFrom, KernelOp};
-use crate::ops::{Inner, now_ns};
-use myriad_placement::join;
 use myriad_proto::access as perm;
 
 /// Largest write the kernel sends in one request (it needs `max_pages`): 1 MiB keeps a big
@@ -29,99 +25,8 @@ use myriad_proto::access as perm;
 const MAX_WRITE: u32 = 1024 * 1024;
 
 pub struct MyriadFs {
-    pub inner: Arc<Inner>,
+    pub inner: Arc<Mount>,
     pub rt: tokio::runtime::Handle,
-}
-
-impl MyriadFs {
-    fn caller(&self, req: &Request) -> Caller {
-        self.inner.callers.caller(req.pid(), req.uid(), req.gid())
-    }
-
-    /// `f`'s operation, as the request's caller.
-    fn op<F, Fut>(&self, req: &Request, f: F) -> impl Future<Output = ()> + Send + 'static
-    where
-        F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let caller = self.caller(req);
-        Client::as_caller(caller.clone(), f(self.inner.clone(), caller))
-    }
-
-    /// Runs `f` on the runtime as the request's caller.
-    fn spawn<F, Fut>(&self, req: &Request, f: F)
-    where
-        F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        self.rt.spawn(self.op(req, f));
-    }
-
-    /// `spawn` for a change the mount may answer itself (a create, write, setattr or
-    /// unlink answered behind, a close with nothing to send): first polled here, on the
-    /// FUSE thread, so that such an answer costs no task switch (two thread wake-ups a
-    /// request, the cost that dominated them on two cores). One that must wait goes to
-    /// the runtime, which polls it again at once and registers there what it waits for
-    /// (the first poll's waker wakes nothing).
-    fn spawn_here<F, Fut>(&self, req: &Request, f: F)
-    where
-        F: FnOnce(Arc<Inner>, Caller) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let mut op = Box::pin(self.op(req, f));
-        let _runtime = self.rt.enter();
-        let waker = std::task::Waker::noop();
-        if op
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(waker))
-            .is_ready()
-        {
-            return;
-        }
-        self.rt.spawn(op);
-    }
-}
-
-fn reply_entry(inner: &Inner, path: &str, r: Result<Inode, FsError>, reply: ReplyEntry) {
-    match r {
-        Ok(i) => {
-            let (entry, attr) = inner.ttls(path);
-            reply.entry_with_ttls(&entry, &attr, &inner.kernel_attr(&i), Generation(0));
-        }
-        Err(FsError::NotFound) if !inner.cfg.negative_ttl.is_zero() => {
-            reply_negative(&inner.cfg.negative_ttl, reply);
-        }
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-/// "No such file", kept by the kernel for `ttl`: a zero inode with a TTL.
-fn reply_negative(ttl: &std::time::Duration, reply: ReplyEntry) {
-    let mut attr = file_attr(&crate::ops::placeholder());
-    attr.ino = INodeNo(0);
-    reply.entry(ttl, &attr, Generation(0));
-}
-
-fn reply_empty(r: Result<(), FsError>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn want_of(flags: OpenFlags) -> u32 {
-    match flags.acc_mode() {
-        OpenAccMode::O_RDONLY => perm::READ,
-        OpenAccMode::O_WRONLY => perm::WRITE,
-        _ => perm::READ | perm::WRITE,
-    }
-}
-
-fn time_ns(t: Option<TimeOrNow>) -> Option<i64> {
-    t.map(|t| match t {
-        TimeOrNow::SpecificTime(t) => nanos(t),
-        TimeOrNow::Now => now_ns(),
-    })
 }
 
 impl Filesystem for MyriadFs {
@@ -396,7 +301,7 @@ impl Filesystem for MyriadFs {
                 let _ = myriad_client::Client::to_write_in(fs.client.readdir_page(
                     &path,
                     None,
-                    crate::ops::READDIR_PAGE,
+                    crate::mount::READDIR_PAGE,
                 ))
                 .await;
             }
@@ -782,67 +687,12 @@ impl Filesystem for MyriadFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Readdirplus);
-        self.spawn(req, move |fs, _| async move {
-            let Some(d) = fs.handles.dir(fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            let mut d = d.lock().await;
-            // Names of this directory: as long as its lease (with leases).
-            let ttl = fs.children_ttls(&d.path).0;
-            let mut dot = file_attr(&crate::ops::placeholder());
-            dot.ino = ino;
-            dot.kind = FileType::Directory;
-            let dir = d.path.clone();
-            let since = d.since;
-            let mark = d.mark;
-            let inner = fs.clone();
-            let r = walk(&fs, &mut d, offset, |next, entry| match entry {
-                Dot(name) => reply.add(ino, next, name, &ttl, &dot, Generation(0)),
-                Named(e) => {
-                    // The page may predate a change this mount made since: the kernel
-                    // must not be handed an older size than it knows (it would drop pages).
-                    let newer = inner.inodes.newer_than(e.inode.ino, since);
-                    let inode = newer.as_ref().unwrap_or(&e.inode);
-                    let attr = inner.kernel_attr_sized(inode, inner.visible_size(inode));
-                    let path = join(&dir, &e.name);
-                    // Covered by the listing's lease (files): until the lease goes.
-                    let leased = inner.leased_ttl(
-                        &path,
-                        mark,
-                        inode.kind == myriad_client::FileKind::Directory,
-                    );
-                    let full = reply.add(
-                        ids.ino(e.inode.ino),
-                        next,
-                        &e.name,
-                        leased.as_ref().unwrap_or(&ttl),
-                        &attr,
-                        Generation(0),
-                    );
-                    if !full {
-                        // The kernel now holds this inode: count the lookup.
-                        inner.inodes.add(&path, &e.inode, since);
-                        if leased.is_none() && inner.cfg.leases && !ttl.is_zero() {
-                            // Dropped from the kernel with the directory's lease.
-                            inner.kernel_names.note(
-                                &dir,
-                                &e.name,
-                                crate::kernel_names::Kept::Short,
-                            );
-                        }
-                    }
-                    full
-                }
-            })
-            .await;
-            match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
+        self.spawn(req, move |fs, _| {
+            list_plus(fs, ids, (ino, fh, offset), reply)
         });
     }
 
@@ -1139,49 +989,12 @@ impl Filesystem for MyriadFs {
     }
 }
 
-/// One position of a listing: "." or "..", or an entry.
-enum Listed<'a> {
-    Dot(&'static str),
-    Named(&'a DirEntry),
-}
-use Listed::{Dot, Named};
+mod listing;
+mod replies;
+mod spawning;
 
-/// Hands the listing's positions from `offset` on ("." and ".." first) to `add`, with the
-/// offset of the position after each, until `add` says the reply is full or the listing
-/// ends. Pages are fetched as needed.
-async fn walk(
-    fs: &Inner,
-    d: &mut DirListing,
-    offset: u64,
-    mut add: impl FnMut(u64, Listed<'_>) -> bool,
-) -> Result<(), FsError> {
-    let mut i = offset;
-    loop {
-        let full = match i {
-            0 => add(1, Dot(".")),
-            1 => add(2, Dot("..")),
-            _ => {
-                let idx = usize::try_from(i - 2).unwrap_or(usize::MAX);
-                fs.fill_listing(d, idx).await?;
-                let Some(e) = d.entries.get(idx) else {
-                    return Ok(());
-                };
-                add(i + 1, Named(e))
-            }
-        };
-        if full {
-            return Ok(());
-        }
-        i += 1;
-    }
-}
-
-fn reply_xattr(v: &[u8], size: u32, reply: ReplyXattr) {
-    if size == 0 {
-        reply.size(u32::try_from(v.len()).unwrap_or(u32::MAX));
-    } else if (size as usize) < v.len() {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(v);
-    }
-}
+use listing::{
+    Listed::{Dot, Named},
+    list_plus, walk,
+};
+use replies::{reply_empty, reply_entry, reply_negative, reply_xattr, time_ns, want_of};

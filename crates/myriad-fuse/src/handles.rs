@@ -59,7 +59,7 @@ pub struct DirListing {
     /// newer than this.
     pub since: u64,
     /// The directory's lease mark before the first page was asked for: an entry the
-    /// kernel may keep past the moment is one a lease covered since (`Inner::leased_ttl`).
+    /// kernel may keep past the moment is one a lease covered since (`Mount::leased_ttl`).
     pub mark: Option<myriad_client::LeaseMark>,
     pub entries: Vec<DirEntry>,
     pub done: bool,

@@ -376,7 +376,7 @@ mod tests {
     fn inode(ino: InodeId) -> Inode {
         Inode {
             ino,
-            ..crate::ops::placeholder()
+            ..crate::mount::placeholder()
         }
     }
 

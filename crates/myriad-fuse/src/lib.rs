@@ -19,8 +19,8 @@ mod inodes;
 mod kernel_ids;
 mod kernel_names;
 mod lock_ops;
+mod mount;
 mod mount_metrics;
-mod ops;
 mod recall;
 
 use std::path::PathBuf;
@@ -33,7 +33,8 @@ use myriad_placement::ClusterMap;
 use myriad_proto::Caller;
 
 pub use auto_index::AutoIndexing;
-pub use ops::FsConfig;
+pub use mount::FsConfig;
+use mount::Mount;
 
 #[derive(Clone, Debug)]
 pub struct MountConfig {
@@ -121,7 +122,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;
     let top = rt.block_on(top_of(&client, &cfg.top))?;
 
-    let inner = Arc::new(ops::Inner::with_top(client, cfg.fs.clone(), &cfg.top, top));
+    let inner = Arc::new(Mount::with_top(client, cfg.fs.clone(), &cfg.top, top));
     let fs = fs::MyriadFs {
         inner: inner.clone(),
         rt: rt.handle().clone(),

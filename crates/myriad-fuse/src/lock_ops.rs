@@ -12,7 +12,7 @@ use myriad_client::proto::locks::{LOCK_RENEW_EVERY, LockAnswer, LockKind};
 use myriad_proto::InodeId;
 
 use crate::attr::errno;
-use crate::ops::Inner;
+use crate::mount::Mount;
 
 /// How long one try of a blocking lock waits at the server before the mount looks at the
 /// waiting thread's signals again.
@@ -30,7 +30,7 @@ fn kind_of(typ: i32) -> Result<LockKind, Errno> {
 /// A lock answered F_GETLK: (start, end, type, pid).
 pub type LockReport = (u64, u64, i32, u32);
 
-impl Inner {
+impl Mount {
     /// F_GETLK: the first conflicting lock, or the request's range with F_UNLCK. The pid
     /// is reported only for a lock held through this mount.
     pub async fn getlk(
@@ -116,12 +116,12 @@ impl Inner {
 
 /// Runs `work` every `period` for as long as the mount lives.
 pub(crate) fn every<F, Fut>(
-    inner: &Arc<Inner>,
+    inner: &Arc<Mount>,
     rt: &tokio::runtime::Handle,
     period: Duration,
     work: F,
 ) where
-    F: Fn(Arc<Inner>) -> Fut + Send + 'static,
+    F: Fn(Arc<Mount>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     let inner = Arc::downgrade(inner);
@@ -139,7 +139,7 @@ pub(crate) fn every<F, Fut>(
 }
 
 /// Keeps the mount's file locks alive and reclaims them after a failover.
-pub fn start_renewal(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
+pub fn start_renewal(inner: &Arc<Mount>, rt: &tokio::runtime::Handle) {
     every(inner, rt, LOCK_RENEW_EVERY, |inner| async move {
         if inner.client.holds_any_lock() {
             inner.client.renew_locks().await;
@@ -150,7 +150,7 @@ pub fn start_renewal(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
 /// Tells the servers which files this mount has open, every `KEEP_OPEN_EVERY`, so that a
 /// file another client unlinks stays readable here until it is closed (docs/fuse.md
 /// "Open files unlinked elsewhere").
-pub fn start_keeping_open(inner: &Arc<Inner>, rt: &tokio::runtime::Handle) {
+pub fn start_keeping_open(inner: &Arc<Mount>, rt: &tokio::runtime::Handle) {
     every(inner, rt, KEEP_OPEN_EVERY, |inner| async move {
         let open = inner.handles.open_files();
         if !open.is_empty()

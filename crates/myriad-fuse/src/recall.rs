@@ -18,14 +18,14 @@ use myriad_client::Dropped;
 use myriad_placement::join;
 
 use crate::kernel_names::Inval;
-use crate::ops::Inner;
+use crate::mount::Mount;
 
 /// How long a recall waits for the kernel to drop its copies.
 const WAIT: Duration = Duration::from_millis(200);
 
 /// The notifications that drop `names` of `dir` from the kernel (and from the mount's
 /// attribute cache).
-fn invals(fs: &Inner, dir: &str, names: impl IntoIterator<Item = String>) -> Vec<Inval> {
+fn invals(fs: &Mount, dir: &str, names: impl IntoIterator<Item = String>) -> Vec<Inval> {
     let parent = fs.inodes.ino_of(dir);
     let mut out = Vec::new();
     for name in names {
@@ -41,7 +41,7 @@ fn invals(fs: &Inner, dir: &str, names: impl IntoIterator<Item = String>) -> Vec
 }
 
 /// Sets the client's recall hook for this mount and starts its notification thread.
-pub(crate) fn install(inner: &Arc<Inner>) {
+pub(crate) fn install(inner: &Arc<Mount>) {
     let Some(notifier) = inner.notifier.get() else {
         return;
     };
@@ -49,7 +49,7 @@ pub(crate) fn install(inner: &Arc<Inner>) {
         tracing::warn!("no invalidation thread ({e}): directory leases stay off");
         return;
     }
-    let fs: Weak<Inner> = Arc::downgrade(inner);
+    let fs: Weak<Mount> = Arc::downgrade(inner);
     inner.client.set_recall_hook(Arc::new(
         move |dir: &str, names: &[String], why: Dropped| {
             let Some(fs) = fs.upgrade() else { return };
@@ -74,7 +74,7 @@ pub(crate) fn install(inner: &Arc<Inner>) {
 /// This mount is about to move or remove directory `top` (or a name that may be one):
 /// the kernel is to forget what it was let keep beneath it. Not waited for (the kernel
 /// holds locks for the change itself).
-pub(crate) fn forget_subtree(fs: &Inner, top: &str) {
+pub(crate) fn forget_subtree(fs: &Mount, top: &str) {
     if !fs.cfg.leases {
         return;
     }

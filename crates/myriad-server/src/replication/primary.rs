@@ -656,10 +656,10 @@ pub(crate) async fn run_stream(
 struct StreamStart {
     /// The backup holds neither our state nor one the log reaches back to: a whole copy.
     need_copy: bool,
-    /// 2. Batches in order, up to WINDOW in flight. `water`: every batch up to it acked,
-    /// `water_chain` the chain after it; `pending`: every batch above it (sent or queued),
-    /// with its chain, kept until acked so that a backup that lost its disk (or holds
-    /// another history) can be refilled by a copy plus a replay from `water`.
+    /// Batches are sent in order, up to WINDOW in flight. `water`: every batch up to it
+    /// acked, `water_chain` the chain after it; `pending`: every batch above it (sent or
+    /// queued), with its chain, kept until acked so that a backup that lost its disk (or
+    /// holds another history) can be refilled by a copy plus a replay from `water`.
     pending: BTreeMap<u64, (Arc<Request>, u64)>,
     water: u64,
     water_chain: u64,

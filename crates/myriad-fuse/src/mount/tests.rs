@@ -5,8 +5,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
 
-use myriad_client::{ClientConfig, ClusterMap, Keyring, Transport};
-use myriad_proto::{ClientRequest, Endpoints, Request, Response};
+use myriad_client::{ClientConfig, ClusterMap, FileHandle, Keyring, Transport};
+use myriad_proto::{Caller, ClientRequest, Endpoints, Request, Response};
 
 use super::*;
 use crate::handles::OpenFile;
@@ -62,15 +62,15 @@ impl Transport for Servers {
     }
 }
 
-fn mount_with_open_file(servers: Arc<Servers>) -> (Inner, u64) {
+fn mount_with_open_file(servers: Arc<Servers>) -> (Mount, u64) {
     mount_with_file_opened_by(servers, Caller::root())
 }
 
-fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Inner, u64) {
+fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Mount, u64) {
     let map = ClusterMap::build(1, &["s1".to_string()], 1, 1);
     let config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[1u8; 32]));
     let client = Client::with_transport(config, servers).unwrap_or_else(|e| panic!("client: {e}"));
-    let inner = Inner::with_top(
+    let inner = Mount::with_top(
         client,
         FsConfig {
             entry_ttl: Duration::from_secs(1),

@@ -1,0 +1,64 @@
+//! Replies shared by several callbacks: an entry (or a negative one), an empty answer, an
+//! extended attribute's value or size; and the kernel's open flags and times in our terms.
+
+use fuser::{
+    Errno, Generation, INodeNo, OpenAccMode, OpenFlags, ReplyEmpty, ReplyEntry, ReplyXattr,
+    TimeOrNow,
+};
+use myriad_proto::{FsError, Inode};
+
+use crate::attr::{errno, file_attr, nanos};
+use crate::mount::{Mount, now_ns};
+use myriad_proto::access as perm;
+
+pub(super) fn reply_entry(inner: &Mount, path: &str, r: Result<Inode, FsError>, reply: ReplyEntry) {
+    match r {
+        Ok(i) => {
+            let (entry, attr) = inner.ttls(path);
+            reply.entry_with_ttls(&entry, &attr, &inner.kernel_attr(&i), Generation(0));
+        }
+        Err(FsError::NotFound) if !inner.cfg.negative_ttl.is_zero() => {
+            reply_negative(&inner.cfg.negative_ttl, reply);
+        }
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// "No such file", kept by the kernel for `ttl`: a zero inode with a TTL.
+pub(super) fn reply_negative(ttl: &std::time::Duration, reply: ReplyEntry) {
+    let mut attr = file_attr(&crate::mount::placeholder());
+    attr.ino = INodeNo(0);
+    reply.entry(ttl, &attr, Generation(0));
+}
+
+pub(super) fn reply_empty(r: Result<(), FsError>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+pub(super) fn want_of(flags: OpenFlags) -> u32 {
+    match flags.acc_mode() {
+        OpenAccMode::O_RDONLY => perm::READ,
+        OpenAccMode::O_WRONLY => perm::WRITE,
+        _ => perm::READ | perm::WRITE,
+    }
+}
+
+pub(super) fn time_ns(t: Option<TimeOrNow>) -> Option<i64> {
+    t.map(|t| match t {
+        TimeOrNow::SpecificTime(t) => nanos(t),
+        TimeOrNow::Now => now_ns(),
+    })
+}
+
+pub(super) fn reply_xattr(v: &[u8], size: u32, reply: ReplyXattr) {
+    if size == 0 {
+        reply.size(u32::try_from(v.len()).unwrap_or(u32::MAX));
+    } else if (size as usize) < v.len() {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(v);
+    }
+}
