@@ -81,6 +81,7 @@ pub enum Disk {
 
 impl<'a> Change<'a> {
     /// A change of the one name `path`, served from its directory.
+    #[inline]
     fn of(path: &'a str, disk: Disk) -> Change<'a> {
         Change {
             names: [Some(path), None],
@@ -129,6 +130,7 @@ impl<'a> Change<'a> {
     }
 }
 
+#[inline]
 fn read<'a>(name: &'static str, of: Option<ReadOf<'a>>, copy_may_answer: bool) -> Description<'a> {
     Description {
         name,
@@ -139,6 +141,7 @@ fn read<'a>(name: &'static str, of: Option<ReadOf<'a>>, copy_may_answer: bool) -
     }
 }
 
+#[inline]
 fn change<'a>(name: &'static str, change: Change<'a>) -> Description<'a> {
     Description {
         name,
@@ -146,6 +149,7 @@ fn change<'a>(name: &'static str, change: Change<'a>) -> Description<'a> {
     }
 }
 
+#[inline]
 fn other(name: &'static str) -> Description<'static> {
     Description {
         name,
@@ -153,6 +157,7 @@ fn other(name: &'static str) -> Description<'static> {
     }
 }
 
+#[inline]
 fn envelope(name: &'static str) -> Description<'static> {
     Description {
         name,
@@ -162,7 +167,10 @@ fn envelope(name: &'static str) -> Description<'static> {
 
 impl ClientRequest {
     /// What this request is: the one table every "what is this request" question reads.
+    /// Inlined: each question then costs what its own match did (the fields it does not
+    /// read are never built).
     #[must_use]
+    #[inline]
     pub fn describe(&self) -> Description<'_> {
         use ClientRequest as C;
         use Disk::{Grows, Untouched, Writes};
