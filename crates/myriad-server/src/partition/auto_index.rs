@@ -10,7 +10,6 @@ use myriad_proto::{FsError, validate_name};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::partition::made::Made;
 
 impl Partition {
     /// Unlinks registry entry `name` (an automatic index's, pending or live) if it is
@@ -29,7 +28,7 @@ impl Partition {
         // exclusive lease's journal) reaches the store only once the unlink's gate has
         // recalled that lease. Each applier asks once per index (`Applier::unregistered`).
         match self
-            .unlink_entry(TREES_DIR.to_string(), name.to_string(), &Made::now())
+            .unlink_entry(TREES_DIR.to_string(), name.to_string())
             .await
         {
             Ok(_) | Err(FsError::NotFound) => Ok(()),

@@ -171,16 +171,11 @@ impl Partition {
         let m = Mutation::RenameTargetResolve {
             txid,
             commit,
-            now: self.env.now_ns(),
+            now: self.change_time(),
         };
         // The destination directory's times are sent while the commit is made durable.
         let outcome = match target_dir {
-            Some(dir) => {
-                let made = crate::partition::made::Made::now();
-                self.run_touching((m, &made), &dir, durable, |_| true)
-                    .await?
-                    .0
-            }
+            Some(dir) => self.run_touching(m, &dir, durable, |_| true).await?.0,
             None if durable => self.applier.run(m).await?,
             None => self.applier.run_visible(m).await?,
         };
@@ -228,7 +223,7 @@ impl Partition {
         dir: &str,
         name: &str,
         inode: Option<&Inode>,
-        (caller, now): (&Caller, i64),
+        caller: &Caller,
     ) -> Result<(), FsError> {
         let Some(inode) = inode else {
             return Ok(());
@@ -246,7 +241,7 @@ impl Partition {
                 dir: dir.to_string(),
                 name: name.to_string(),
                 change: InodeChange::Attr(set),
-                now,
+                now: self.change_time(),
             })
             .await?;
         Ok(())

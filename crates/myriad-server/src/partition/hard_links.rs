@@ -147,8 +147,7 @@ impl Partition {
                 ..
             } => {
                 perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
-                    .await?;
+                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
                 self.mutate(Mutation::Write {
                     dir,
                     name,
@@ -161,8 +160,7 @@ impl Partition {
             }
             InodeOp::ExtendSize { size, opened, .. } => {
                 perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
-                    .await?;
+                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
                 self.mutate(Mutation::ExtendSize {
                     dir,
                     name,
@@ -174,8 +172,7 @@ impl Partition {
             }
             InodeOp::Truncate { size, opened, .. } => {
                 perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
-                    .await?;
+                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
                 let m = Mutation::Truncate {
                     dir,
                     name,

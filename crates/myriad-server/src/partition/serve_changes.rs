@@ -9,7 +9,6 @@ use myriad_proto::{
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, check_xattr_name};
-use crate::partition::made::Made;
 use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::state::perm;
 
@@ -26,7 +25,7 @@ impl Partition {
     pub(super) async fn client_set_xattr(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        (caller, made): (Caller, &Made),
+        caller: Caller,
         path: String,
         name: String,
         value: Option<serde_bytes::ByteBuf>,
@@ -58,7 +57,7 @@ impl Partition {
                 value: value.map(serde_bytes::ByteBuf::into_vec),
                 mode,
             },
-            now: self.time_of(made),
+            now: self.change_time(),
         })
         .await
     }
@@ -67,7 +66,7 @@ impl Partition {
     pub(super) async fn client_set_attr(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        (caller, made): (Caller, &Made),
+        caller: Caller,
         path: String,
         set: SetAttr,
     ) -> Result<Response, FsError> {
@@ -86,7 +85,7 @@ impl Partition {
                 dir,
                 name,
                 change: InodeChange::Attr(set),
-                now: self.time_of(made),
+                now: self.change_time(),
             })
             .await?;
         if let Response::Attr(i) = &reply
@@ -111,12 +110,12 @@ impl Partition {
     async fn opened_to_change(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        (caller, made): (&Caller, &Made),
+        caller: &Caller,
         file: Opened,
     ) -> Result<(String, String), FsError> {
         let Opened { path, ino, opened } = file;
         let (dir, name, target) = self.file_to_change(st, caller, &path, ino, opened).await?;
-        self.kill_setid(&dir, &name, target.as_ref(), (caller, self.time_of(made)))
+        self.kill_setid(&dir, &name, target.as_ref(), caller)
             .await?;
         Ok((dir, name))
     }
@@ -125,7 +124,7 @@ impl Partition {
     pub(super) async fn client_write(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        (caller, made): (Caller, &Made),
+        caller: Caller,
         file: Opened,
         offset: u64,
         data: Vec<u8>,
@@ -136,14 +135,14 @@ impl Partition {
             ));
         }
         let ino = file.ino;
-        let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
+        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
         self.mutate_inode(Mutation::Write {
             dir,
             name,
             ino,
             offset,
             data,
-            now: self.time_of(made),
+            now: self.change_time(),
         })
         .await
     }
@@ -152,18 +151,18 @@ impl Partition {
     pub(super) async fn client_extend_size(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        (caller, made): (Caller, &Made),
+        caller: Caller,
         file: Opened,
         size: u64,
     ) -> Result<Response, FsError> {
         let ino = file.ino;
-        let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
+        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
         self.mutate_inode(Mutation::ExtendSize {
             dir,
             name,
             ino,
             size,
-            now: self.time_of(made),
+            now: self.change_time(),
         })
         .await
     }
@@ -172,12 +171,12 @@ impl Partition {
     pub(super) async fn client_truncate(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        (caller, made): (Caller, &Made),
+        caller: Caller,
         file: Opened,
         size: u64,
     ) -> Result<Response, FsError> {
         let ino = file.ino;
-        let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
+        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
         match self
             .applier
             .run(Mutation::Truncate {
@@ -185,7 +184,7 @@ impl Partition {
                 name,
                 ino,
                 size,
-                now: self.time_of(made),
+                now: self.change_time(),
             })
             .await?
         {
@@ -320,16 +319,5 @@ impl Partition {
         }
         self.mark_read_only(&path, mark, auto).await?;
         Ok(Response::Unit)
-    }
-
-    /// copy_file_range: bytes of one file into another, server to server (copy_range.rs).
-    pub(super) async fn client_copy_range(
-        self: &Arc<Self>,
-        st: &Arc<MapState>,
-        caller: Caller,
-        copy: myriad_proto::CopyRange,
-    ) -> Result<Response, FsError> {
-        self.file_target(st, &copy.dst)?;
-        self.copy_range(&caller, copy).await
     }
 }
