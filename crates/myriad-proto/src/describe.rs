@@ -80,16 +80,27 @@ pub enum Disk {
 }
 
 impl<'a> Change<'a> {
+    /// A change of no name (`names` set by the other constructors), not addressed by an
+    /// entry's directory.
+    #[inline]
+    fn unnamed(file: Option<InodeId>, disk: Disk) -> Change<'a> {
+        Change {
+            names: [None, None],
+            file,
+            subtree: false,
+            served_dir: None,
+            answers_attributes: false,
+            disk,
+        }
+    }
+
     /// A change of the one name `path`, served from its directory.
     #[inline]
     fn of(path: &'a str, disk: Disk) -> Change<'a> {
         Change {
             names: [Some(path), None],
-            file: None,
-            subtree: false,
             served_dir: parent_dir(path),
-            answers_attributes: false,
-            disk,
+            ..Change::unnamed(None, disk)
         }
     }
 
@@ -98,15 +109,6 @@ impl<'a> Change<'a> {
         Change {
             file: Some(ino),
             ..Change::of(path, disk).with_attributes()
-        }
-    }
-
-    /// A change of the two names `from` and `to`, not addressed by an entry's directory.
-    fn of_two(from: &'a str, to: &'a str) -> Change<'a> {
-        Change {
-            names: [Some(from), Some(to)],
-            served_dir: None,
-            ..Change::of(from, Disk::Grows)
         }
     }
 
@@ -205,7 +207,13 @@ impl ClientRequest {
                     ..Change::of(from, Grows).of_subtree()
                 },
             ),
-            C::Link { from, to } => change("link", Change::of_two(from, to)),
+            C::Link { from, to } => change(
+                "link",
+                Change {
+                    names: [Some(from), Some(to)],
+                    ..Change::unnamed(None, Grows)
+                },
+            ),
             C::Write { path, ino, .. } => change("write", Change::of_file(path, *ino, Grows)),
             C::Truncate { path, ino, .. } => {
                 change("truncate", Change::of_file(path, *ino, Writes))
@@ -216,28 +224,12 @@ impl ClientRequest {
             C::CopyRange(c) => change(
                 "copy_range",
                 Change {
-                    file: Some(c.dst_ino),
-                    served_dir: None,
-                    ..Change::of(&c.dst, Grows)
+                    names: [Some(&c.dst), None],
+                    ..Change::unnamed(Some(c.dst_ino), Grows)
                 },
             ),
-            C::WriteChunk { ino, .. } => change(
-                "write_chunk",
-                Change {
-                    names: [None, None],
-                    file: Some(*ino),
-                    served_dir: None,
-                    ..Change::of("/", Grows)
-                },
-            ),
-            C::ReserveIds { .. } => change(
-                "reserve_ids",
-                Change {
-                    names: [None, None],
-                    served_dir: None,
-                    ..Change::of("/", Untouched)
-                },
-            ),
+            C::WriteChunk { ino, .. } => change("write_chunk", Change::unnamed(Some(*ino), Grows)),
+            C::ReserveIds { .. } => change("reserve_ids", Change::unnamed(None, Untouched)),
             C::Once { request, .. }
             | C::Resend { request, .. }
             | C::Leased { request, .. }
@@ -304,17 +296,23 @@ impl ClientRequest {
     pub fn served_dir(&self) -> Option<&str> {
         match self.describe().kind {
             Kind::Change(c) => c.served_dir,
-            _ => self.read_dir(),
+            Kind::Read(r) => r.of.and_then(dir_read),
+            Kind::Envelope | Kind::Other => None,
         }
     }
 
     /// The directory whose entries a read reads (`read_of`; none for "/" itself).
     #[must_use]
     pub fn read_dir(&self) -> Option<&str> {
-        match self.read_of()? {
-            ReadOf::Name(path) => parent_dir(path),
-            ReadOf::Listing(dir) => Some(dir),
-        }
+        self.read_of().and_then(dir_read)
+    }
+}
+
+/// The directory whose entries `of` reads: a name's parent, or the listed directory.
+fn dir_read(of: ReadOf<'_>) -> Option<&str> {
+    match of {
+        ReadOf::Name(path) => parent_dir(path),
+        ReadOf::Listing(dir) => Some(dir),
     }
 }
 
