@@ -593,9 +593,12 @@ impl Client {
             let held_route = check_held
                 && !matches!(route, Route::Server(_))
                 && !crate::held_state::in_recovery();
-            let link = Self::address(&st, &route, pid)
-                .map(|(a, _)| self.transport.link(&a).connection)
-                .unwrap_or(0);
+            // Looked up once per try: the connection the checks see, the request's target,
+            // the address a map push or a kept answer names.
+            let target = Self::address(&st, &route, pid);
+            let link = target
+                .as_ref()
+                .map_or(0, |(a, _)| self.transport.link(a).connection);
             if held_route {
                 let stale = self.held_to_recover(pid);
                 if !stale.is_empty() {
@@ -603,7 +606,7 @@ impl Client {
                     continue;
                 }
             }
-            let result = match self.send_once(&st, &route, pid, &req).await {
+            let result = match self.send_once(&st, (&route, pid), &target, &req).await {
                 // Answered over another connection than the one the checks above saw (the
                 // server restarted as the request went): asked again after a recovery.
                 Ok(_)
@@ -637,17 +640,15 @@ impl Client {
                 // failed requests made while a paused server was being marked up again.)
                 // A server down for longer fails requests to it in that time, not at the
                 // request's deadline.
-                Err((FsError::Unavailable(_), None)) => {
+                Err((FsError::Unavailable(_), false)) => {
                     self.no_copy_up(pid, st.map.epoch, &mut pace, &mut no_copy)
                         .await?;
                     continue;
                 }
-                Err((e, None)) => return Err(e),
-                Err((e, Some(_))) => Err(e),
+                Err((e, false)) => return Err(e),
+                Err((e, true)) => Err(e),
             };
-            let addr = Self::address(&st, &route, pid)
-                .map(|(a, _)| a)
-                .unwrap_or_default();
+            let addr = target.as_ref().map_or("", |(a, _)| a.as_str());
             match result {
                 Err(FsError::Redirect(map)) => {
                     map_retries += 1;
@@ -691,7 +692,7 @@ impl Client {
                     if map_retries > 1 {
                         pace.busy_pause(Duration::ZERO).await;
                     }
-                    self.push_map(&addr, &st.map).await?;
+                    self.push_map(addr, &st.map).await?;
                 }
                 // A server that holds the partition as a copy, not (yet) as its primary,
                 // asked as if it were one (a map newer than that server's, or a copy
@@ -712,7 +713,7 @@ impl Client {
                     }
                 }
                 Ok(answer @ Response::Applied { .. }) => {
-                    return Ok(self.keep_applied((pid, &route), (&addr, link), req, answer));
+                    return Ok(self.keep_applied((pid, &route), (addr, link), req, answer));
                 }
                 other => return other,
             }
@@ -800,19 +801,23 @@ impl Client {
         Ok(())
     }
 
-    /// One try of `req` at the server `route` names in map `st`: its answer, or the error
-    /// with the address tried (`None`: no address, e.g. no copy of the partition is up).
+    /// One try of `req` at `target`, the server `route` names in map `st`: its answer, or
+    /// the error and whether a server was tried (not when there is no address, e.g. no
+    /// copy of the partition is up).
     async fn send_once(
         &self,
         st: &MapState,
-        route: &Route,
-        pid: PartitionId,
+        (route, pid): (&Route, PartitionId),
+        target: &Result<(String, Endpoints), FsError>,
         req: &Request,
-    ) -> Result<Response, (FsError, Option<String>)> {
-        let (addr, ends) = Self::address(st, route, pid).map_err(|e| (e, None))?;
+    ) -> Result<Response, (FsError, bool)> {
+        let (addr, ends) = match target {
+            Ok((addr, ends)) => (addr.as_str(), *ends),
+            Err(e) => return Err((e.clone(), false)),
+        };
         let caller = self.task_caller();
         let call = self.transport.call_with_timeout(
-            &addr,
+            addr,
             st.map.epoch,
             ends,
             &caller,
@@ -825,16 +830,16 @@ impl Client {
         let moved = async {
             match route {
                 Route::Server(_) | Route::Copy(..) => std::future::pending().await,
-                _ => self.primary_moved(pid, &addr).await,
+                _ => self.primary_moved(pid, addr).await,
             }
         };
         tokio::select! {
-            r = call => r.map_err(|e| (e, Some(addr))),
+            r = call => r.map_err(|e| (e, true)),
             () = moved => Err((
                 FsError::Unavailable(format!(
                     "{addr} did not answer and partition {pid} has another primary now"
                 )),
-                Some(addr),
+                true,
             )),
         }
     }
