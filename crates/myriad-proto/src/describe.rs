@@ -63,6 +63,9 @@ pub struct Change<'a> {
     /// Whether it changes one name and is answered with its new attributes (so the answer
     /// may be kept under a lease).
     pub answers_attributes: bool,
+    /// Whether it adds or removes a name of `served_dir` (whose times and link count then
+    /// follow: the server's dirtimes.rs).
+    pub alters_listing: bool,
     /// What it may do to the disk (the free-space reserve, myriad-server space.rs).
     pub disk: Disk,
 }
@@ -90,6 +93,7 @@ impl<'a> Change<'a> {
             subtree: false,
             served_dir: None,
             answers_attributes: false,
+            alters_listing: false,
             disk,
         }
     }
@@ -109,6 +113,13 @@ impl<'a> Change<'a> {
         Change {
             file: Some(ino),
             ..Change::of(path, disk).with_attributes()
+        }
+    }
+
+    fn altering_listing(self) -> Change<'a> {
+        Change {
+            alters_listing: true,
+            ..self
         }
     }
 
@@ -190,12 +201,24 @@ impl ClientRequest {
             C::ReadChunk { .. } => read("read_chunk", None, false),
             C::Grant { path, .. } => read("grant", Some(Name(path)), false),
             C::IndexCandidates { .. } => read("index_candidates", None, false),
-            C::Create { path, .. } => change("create", Change::of(path, Grows).with_attributes()),
-            C::Mkdir { path, .. } => change("mkdir", Change::of(path, Grows)),
-            C::Rmdir { path } => change("rmdir", Change::of(path, Writes).of_subtree()),
-            C::Unlink { path } => change("unlink", Change::of(path, Writes)),
-            C::Symlink { path, .. } => change("symlink", Change::of(path, Grows).with_attributes()),
-            C::Mknod { path, .. } => change("mknod", Change::of(path, Grows).with_attributes()),
+            C::Create { path, .. } => change(
+                "create",
+                Change::of(path, Grows).with_attributes().altering_listing(),
+            ),
+            C::Mkdir { path, .. } => change("mkdir", Change::of(path, Grows).altering_listing()),
+            C::Rmdir { path } => change(
+                "rmdir",
+                Change::of(path, Writes).of_subtree().altering_listing(),
+            ),
+            C::Unlink { path } => change("unlink", Change::of(path, Writes).altering_listing()),
+            C::Symlink { path, .. } => change(
+                "symlink",
+                Change::of(path, Grows).with_attributes().altering_listing(),
+            ),
+            C::Mknod { path, .. } => change(
+                "mknod",
+                Change::of(path, Grows).with_attributes().altering_listing(),
+            ),
             C::SetAttr { path, .. } => {
                 change("setattr", Change::of(path, Writes).with_attributes())
             }
@@ -204,7 +227,7 @@ impl ClientRequest {
                 "rename",
                 Change {
                     names: [Some(from), Some(to)],
-                    ..Change::of(from, Grows).of_subtree()
+                    ..Change::of(from, Grows).of_subtree().altering_listing()
                 },
             ),
             C::Link { from, to } => change(
@@ -299,6 +322,15 @@ impl ClientRequest {
             Kind::Read(r) => r.of.and_then(dir_read),
             Kind::Envelope | Kind::Other => None,
         }
+    }
+
+    /// The directory a change adds a name to or removes one from, where it is served
+    /// (a rename's source directory; its destination's is served elsewhere).
+    #[must_use]
+    pub fn listing_altered(&self) -> Option<&str> {
+        self.change()
+            .filter(|c| c.alters_listing)
+            .and_then(|c| c.served_dir)
     }
 
     /// The directory whose entries a read reads (`read_of`; none for "/" itself).

@@ -97,6 +97,21 @@ impl History {
         Some((!last.delete).then(|| last.token.clone()))
     }
 
+    /// `path`'s state if every version it ever had is acknowledged: nothing of it was in
+    /// doubt, so no change of it can still take effect late (a request of a call that
+    /// gave up, delivered after its deadline). `None` otherwise.
+    pub fn certain(&self, path: &str) -> Option<Option<String>> {
+        let s = self.lock();
+        match s.files.get(path) {
+            None => Some(None),
+            Some(versions) if versions.iter().all(|v| v.acked.is_some()) => {
+                let last = versions.last()?;
+                Some((!last.delete).then(|| last.token.clone()))
+            }
+            Some(_) => None,
+        }
+    }
+
     pub fn ack(&self, path: &str, version: u64) {
         let mut s = self.lock();
         if let Some(v) = s

@@ -397,7 +397,7 @@ impl ClientRun {
                 match step {
                     // Boxed: this loop's future is every client task's, kept small
                     // (inline, the regression seeds overflowed a debug build's stack).
-                    0..15 => Box::pin(self.move_step()).await,
+                    0..15 => Box::pin(self.move_step()).await?,
                     15..30 => Box::pin(self.read_moved(whose)).await?,
                     _ => {}
                 }
@@ -412,7 +412,7 @@ impl ClientRun {
                     )
                 });
                 match step {
-                    0..8 => Box::pin(self.freeze_step()).await,
+                    0..8 => Box::pin(self.freeze_step()).await?,
                     8..25 => Box::pin(self.put_frozen(deep)).await?,
                     25..35 => self.read(&Self::frozen_file(whose, deep)).await?,
                     // With indexes, more reads, each twice: the second is answered from
@@ -446,8 +446,8 @@ impl ClientRun {
                     self.exchange(&mine, &self.path(self.id, side2, j)).await;
                 }
                 33..38 => self.rename(&mine, &self.path(self.id, side2, j)).await,
-                38..42 => self.mkdir(&self.dir(self.id, k)).await,
-                42..45 => self.rmdir(&self.dir(self.id, k)).await,
+                38..42 => self.mkdir(&self.dir(self.id, k)).await?,
+                42..45 => self.rmdir(&self.dir(self.id, k)).await?,
                 45..62 => {
                     let path = self.path(other, side, k);
                     if self.leases && k % 2 == 0 {

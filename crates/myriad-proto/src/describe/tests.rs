@@ -37,6 +37,24 @@ fn a_request_is_served_from_its_names_directory_or_the_one_it_lists() {
 }
 
 #[test]
+fn changes_of_names_alter_their_directory_listing_and_others_do_not() {
+    let rmdir = ClientRequest::Rmdir {
+        path: "/a/b".into(),
+    };
+    assert_eq!(rmdir.listing_altered(), Some("/a"));
+    assert_eq!(rename("/x/f", "/y/z").listing_altered(), Some("/x"));
+    let chmod = ClientRequest::SetAttr {
+        path: "/a/f".into(),
+        set: SetAttr::default(),
+    };
+    assert_eq!(chmod.listing_altered(), None, "a chmod keeps the names");
+    let stat = ClientRequest::Stat {
+        path: "/a/f".into(),
+    };
+    assert_eq!(stat.listing_altered(), None, "a read changes nothing");
+}
+
+#[test]
 fn changes_name_what_they_change_and_reads_what_they_read() {
     let r = rename("/a/x", "/b/y");
     let c = r.change().unwrap_or_else(|| panic!("a rename is a change"));

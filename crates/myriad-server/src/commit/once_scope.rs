@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use myriad_proto::{OnceId, Response};
 
-use crate::state::mutation::{Mutation, Outcome};
+use crate::state::mutation::{Awaited, Mutation, Outcome};
 
 /// What the partition tells the applier of the change its task is applying.
 pub struct OnceSlot {
@@ -108,6 +108,19 @@ pub(crate) fn job_for(m: &Mutation) -> Option<OnceJob> {
             recorded: s.recorded.clone(),
             wrote: s.wrote.clone(),
             visible: s.visible && may_answer_visible(m),
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+/// The change the current task applies, for an intent to record its outcome when it
+/// resolves (`Mutation::MkdirBegin::once`), whoever resolves it.
+pub fn awaited() -> Option<Awaited> {
+    ONCE.try_with(|s| {
+        s.as_ref().map(|s| Awaited {
+            id: s.id,
+            at_ns: s.at_ns,
         })
     })
     .ok()

@@ -163,6 +163,18 @@ impl Partition {
         Ok((out, parent))
     }
 
+    /// A change of entries in `dir` answered again from its recorded outcome: a retry,
+    /// whose first try may have died between the change and its touch (or recovery
+    /// finished it), so `dir` is touched again, values read now, while its caller still
+    /// waits. Not in a batch: a write-behind journal's changes were answered to their
+    /// callers long ago, at their client's times, and a touch now could set the
+    /// directory's times back over a later change's.
+    pub(crate) async fn touch_again(self: &Arc<Self>, dir: &str) {
+        if BATCH_TOUCHES.try_with(|_| ()).is_err() {
+            self.touch_dir(dir).await;
+        }
+    }
+
     /// Entries of directory `dir` (its object is here) changed: bring its times and link
     /// count up to date where its entry lives, before the change is acknowledged. Returns
     /// the directory's attributes after it, when that partition sent them back.

@@ -50,21 +50,12 @@ impl Partition {
         }
         let _running = self.changes.run((id.client, id.seq)).await;
         if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
-            // A directory rename's outcome is recorded with its decision, but its old
-            // directory objects stay readable until they are dropped: its first try would
-            // not have answered before that, nor does a retry (simulation seeds 71001 and
-            // 72033 with --dir-moves: the coordinator died after the decision, the retry
-            // found "ok" recorded, and the moved file was read under its old name while
-            // recovery was still dropping the old objects). The client retries `Busy`.
-            if let ClientRequest::Rename { from, .. } = &request
-                && self.directory_rename_unfinished(from)?
-            {
-                return Err(FsError::Busy);
+            // A retry: its client never had the answer. Not a resend (`serve_resend`),
+            // answered long ago, its touch included.
+            if let Some(dir) = request.listing_altered() {
+                self.touch_again(dir).await;
             }
-            // Answered before: the answer leaves only once what it reports is durable here
-            // and on every copy (the first try may have failed before that).
-            self.applier.run(Mutation::Barrier).await?;
-            return Ok(answer);
+            return self.answer_recorded(&request, answer).await;
         }
         // Noted before it runs: a resend of another client's lost change arriving
         // meanwhile must not be applied over it.
@@ -106,8 +97,11 @@ impl Partition {
                 incarnation: self.incarnation,
             });
         }
+        // A change whose intent recorded its outcome as it resolved (mkdir, rmdir) needs no
+        // batch of its own.
         if let Ok(answer) = &result
             && !settled.load(Ordering::Acquire)
+            && crate::state::outcomes::recorded(&self.store, id.client, id.seq)?.is_none()
         {
             let record = Mutation::RecordOnce {
                 id,
@@ -134,11 +128,11 @@ impl Partition {
         id: OnceId,
         request: ClientRequest,
     ) -> Result<Response, FsError> {
-        let survived = crate::state::outcomes::recorded(&self.store, id.client, id.seq)?.is_some();
-        if !survived {
-            tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a change lost with an earlier primary was sent again: {}", request.op_name());
+        if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
+            return self.answer_recorded(&request, answer).await;
         }
-        let refused = if survived || !request.is_change() {
+        tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a change lost with an earlier primary was sent again: {}", request.op_name());
+        let refused = if !request.is_change() {
             None
         } else if self.later_change_recorded(id)? {
             Some("a later change of the same client is recorded here".to_string())
@@ -153,6 +147,29 @@ impl Partition {
             )));
         }
         self.serve_once(epoch, caller, id, request, false).await
+    }
+
+    /// Answers a change whose outcome `answer` was recorded by an earlier try.
+    async fn answer_recorded(
+        self: &Arc<Self>,
+        request: &ClientRequest,
+        answer: Response,
+    ) -> Result<Response, FsError> {
+        // A directory rename's outcome is recorded with its decision, but its old
+        // directory objects stay readable until they are dropped: its first try would
+        // not have answered before that, nor does a retry (simulation seeds 71001 and
+        // 72033 with --dir-moves: the coordinator died after the decision, the retry
+        // found "ok" recorded, and the moved file was read under its old name while
+        // recovery was still dropping the old objects). The client retries `Busy`.
+        if let ClientRequest::Rename { from, .. } = request
+            && self.directory_rename_unfinished(from)?
+        {
+            return Err(FsError::Busy);
+        }
+        // Answered before: the answer leaves only once what it reports is durable here
+        // and on every copy (the first try may have failed before that).
+        self.applier.run(Mutation::Barrier).await?;
+        Ok(answer)
     }
 
     /// Whether a change of `id`'s client later than `id` has its outcome recorded here.

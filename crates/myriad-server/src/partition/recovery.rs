@@ -102,7 +102,13 @@ impl Partition {
                     }
                 };
                 self.call_node(owner, Request::Peer(req)).await?;
-                self.resolve_entry(dir, name, txid, commit).await?;
+                self.resolve_entry(dir.clone(), name, txid, commit).await?;
+                if commit {
+                    // As `client_mkdir` does: the parent's times and link count follow
+                    // (chaos_long met a parent still counting a directory recovery had
+                    // removed).
+                    self.touch_dir(&dir).await;
+                }
             }
             Intent::Rmdir { dir, name, ino, .. } => {
                 let path = join(&dir, &name);
@@ -128,7 +134,10 @@ impl Partition {
                     // path was judged by the old one's setgid and group for a lease).
                     self.notify_subscribers(&path, None).await;
                 }
-                self.resolve_entry(dir, name, txid, commit).await?;
+                self.resolve_entry(dir.clone(), name, txid, commit).await?;
+                if commit {
+                    self.touch_dir(&dir).await;
+                }
             }
             Intent::RenameOut {
                 from_dir,

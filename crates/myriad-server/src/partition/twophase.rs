@@ -140,6 +140,7 @@ impl Partition {
             uid: owner.0,
             gid: owner.1,
             now: self.env.now_ns(),
+            once: crate::commit::once_scope::awaited(),
         };
         let (Outcome::Begun { txid, inode }, _live) = self.begin(begin).await? else {
             return Err(FsError::Io("unexpected outcome".into()));
@@ -201,6 +202,7 @@ impl Partition {
             .begin(Mutation::RmdirBegin {
                 dir: dir.clone(),
                 name: name.clone(),
+                once: crate::commit::once_scope::awaited(),
             })
             .await?
         else {

@@ -11,8 +11,8 @@ use myriad_storage::Batch;
 
 pub use crate::state::ids::IdAlloc;
 pub use crate::state::ops::{
-    Blocks, Ctx, DirImport, DirTouchOne, InodeChange, Layout, Mutation, Outcome, RenamePrepare,
-    ShardMutation, prepare_key, storage_err,
+    Awaited, Blocks, Ctx, DirImport, DirTouchOne, InodeChange, Layout, Mutation, Outcome,
+    RenamePrepare, ShardMutation, prepare_key, storage_err,
 };
 pub use crate::state::records::{INODE_DIR, ORPHAN_DIR, inode_name, wrong_shard};
 pub(crate) use crate::state::renames::leaving_here;

@@ -28,6 +28,15 @@ pub enum InodeChange {
     },
 }
 
+/// A client's change whose outcome an intent records when it resolves (mkdir, rmdir):
+/// kept with the intent (`Store::put_awaited_outcome`), so that a retry after a crash
+/// finds the outcome whether the coordinator or recovery finished the change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Awaited {
+    pub id: OnceId,
+    pub at_ns: i64,
+}
+
 /// One directory's touch in `Mutation::DirTouches` (the fields of `Mutation::DirTouch`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirTouchOne {
@@ -259,10 +268,14 @@ pub enum Mutation {
         uid: u32,
         gid: u32,
         now: i64,
+        /// The client's change it is (`None`: not sent once): its outcome is recorded
+        /// with the resolution, by whoever resolves it.
+        once: Option<Awaited>,
     },
     RmdirBegin {
         dir: String,
         name: String,
+        once: Option<Awaited>,
     },
     /// Finish (commit) or undo (abort) the pending state of `dir/name` left by a mkdir/rmdir
     /// with `txid`, and delete the intent.

@@ -12,7 +12,7 @@
 use myriad_proto::{FsError, OnceId, Response, codec};
 use myriad_storage::{Batch, Store};
 
-use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::ops::{Awaited, Ctx, Mutation, Outcome, not_routed, storage_err};
 pub use crate::state::outcome_index::Outcomes;
 use crate::state::outcome_index::Recorded;
 
@@ -47,6 +47,33 @@ pub fn record(
         .entry(id.client)
         .or_default()
         .insert(id.seq, at_ns);
+    Ok(())
+}
+
+/// Keeps, with intent `txid` (in its batch), the change it completes.
+pub(crate) fn await_outcome(store: &Store, batch: &mut Batch, txid: u64, once: Option<Awaited>) {
+    if let Some(once) = once
+        && let Ok(value) = codec::encode(&once)
+    {
+        store.put_awaited_outcome(batch, txid, value);
+    }
+}
+
+/// Intent `txid` resolves in `batch`: the change it completes (if any) gets `answer`
+/// recorded as its outcome (`None`: it failed, and a retry runs it again).
+pub(crate) fn resolve_awaited(
+    ctx: &mut Ctx<'_>,
+    batch: &mut Batch,
+    txid: u64,
+    answer: Option<Response>,
+) -> Result<(), FsError> {
+    let Some(bytes) = ctx.store.awaited_outcome(txid).map_err(storage_err)? else {
+        return Ok(());
+    };
+    ctx.store.delete_awaited_outcome(batch, txid);
+    if let (Some(answer), Ok(once)) = (answer, codec::decode::<Awaited>(&bytes)) {
+        record(ctx.store, ctx.outcomes, batch, once.id, once.at_ns, answer)?;
+    }
     Ok(())
 }
 

@@ -7,9 +7,21 @@ use tokio::time::Instant;
 use super::{BIG, ClientRun, DIR, Verdict};
 
 impl ClientRun {
-    pub(super) async fn mkdir(&self, path: &str) {
+    /// Makes directory `path` (only this client makes or removes it). `AlreadyExists` is
+    /// an answer, but a violation where the directory is certainly absent: no change of it
+    /// was ever in doubt, so the mkdir itself made it and a retry of it did not answer its
+    /// first outcome (docs/write-path.md, "Exactly once"; chaos_long under kill -9).
+    pub(super) async fn mkdir(&self, path: &str) -> Verdict {
+        let absent = self.history.certain(path) == Some(None);
         let v = self.history.begin(path, Some(DIR.to_string()));
         match self.client.mkdir(path, 0o755).await {
+            Err(FsError::AlreadyExists) if absent => {
+                return Err(format!(
+                    "c{} mkdir {path}: AlreadyExists for a directory certainly absent (a \
+                     retry of the mkdir did not answer its first outcome)",
+                    self.id
+                ));
+            }
             Ok(_) | Err(FsError::AlreadyExists) => self.ack(path, v),
             Err(e) => self
                 .trace
@@ -17,11 +29,22 @@ impl ClientRun {
         }
         self.trace
             .event(format_args!("c{} mkdir {path} done", self.id));
+        Ok(())
     }
 
-    pub(super) async fn rmdir(&self, path: &str) {
+    /// Removes directory `path`; `NotFound` is a violation where it certainly exists, as
+    /// `AlreadyExists` is for `mkdir`.
+    pub(super) async fn rmdir(&self, path: &str) -> Verdict {
+        let present = self.history.certain(path) == Some(Some(DIR.to_string()));
         let v = self.history.begin(path, None);
         match self.client.rmdir(path).await {
+            Err(FsError::NotFound) if present => {
+                return Err(format!(
+                    "c{} rmdir {path}: NotFound for a directory certainly there (a retry \
+                     of the rmdir did not answer its first outcome)",
+                    self.id
+                ));
+            }
             Ok(()) | Err(FsError::NotFound) => self.ack(path, v),
             Err(e) => self
                 .trace
@@ -29,6 +52,7 @@ impl ClientRun {
         }
         self.trace
             .event(format_args!("c{} rmdir {path} done", self.id));
+        Ok(())
     }
 
     pub(super) async fn stat_dir(&self, path: &str) -> Verdict {

@@ -17,7 +17,7 @@ impl ClientRun {
     /// One step of `--dir-moves`: move the tree (the directory whose `f0` is known to
     /// exist) over the other directory, emptied and made first; with no tree known (a
     /// move in doubt), write a new one.
-    pub(super) async fn move_step(&self) {
+    pub(super) async fn move_step(&self) -> Verdict {
         let [a, b] = Self::moving(self.id);
         let known = |d: &str| self.history.settled_token(&format!("{d}/f0")).is_some();
         let (from, to) = if known(&a) {
@@ -25,17 +25,17 @@ impl ClientRun {
         } else if known(&b) {
             (b, a)
         } else {
-            self.mkdir(&a).await;
+            self.mkdir(&a).await?;
             if self.history.settled(&a) == Some(Some(DIR.to_string())) {
                 self.put(&format!("{a}/f0"), false).await;
             }
-            return;
+            return Ok(());
         };
         let (file, target) = (format!("{from}/f0"), format!("{to}/f0"));
         // The target must be empty: its file of an earlier tree goes (a move in doubt may
         // have left one there), and it must exist.
         self.delete(&target).await;
-        self.mkdir(&to).await;
+        self.mkdir(&to).await?;
         let (Some(Some(token)), Some(second), Some(None), Some(Some(_)), Some(Some(_))) = (
             self.history.settled(&file),
             self.history.settled(&piece(&file)),
@@ -43,7 +43,7 @@ impl ClientRun {
             self.history.settled(&to),
             self.history.settled(&from),
         ) else {
-            return;
+            return Ok(());
         };
         // The target stays a directory throughout: no version of it begins.
         let vt = self.history.begin(&target, Some(token));
@@ -70,6 +70,7 @@ impl ClientRun {
         }
         self.trace
             .event(format_args!("c{} move {from} over {to} done", self.id));
+        Ok(())
     }
 
     /// The root of a client's tree for `--freeze` (its name starts with `d`: a directory
@@ -102,13 +103,13 @@ impl ClientRun {
 
     /// One step of `--freeze`: freeze the client's tree (made first) if it is known
     /// thawed, else thaw it.
-    pub(super) async fn freeze_step(&self) {
+    pub(super) async fn freeze_step(&self) -> Verdict {
         let root = Self::frozen_root(self.id);
         let was = self.frozen();
         self.set_frozen(Frozen::Unknown);
         let done = if was == Frozen::No {
-            self.mkdir(&root).await;
-            self.mkdir(&format!("{root}/ds")).await;
+            self.mkdir(&root).await?;
+            self.mkdir(&format!("{root}/ds")).await?;
             let frozen = async {
                 if self.indexes {
                     let opts = myriad_client::BuildOptions {
@@ -143,6 +144,7 @@ impl ClientRun {
             self.id,
             self.frozen()
         ));
+        Ok(())
     }
 
     /// A write into the client's own frozen tree: refused while it is known frozen,

@@ -2,6 +2,10 @@
 //! `once/<client 8 BE><seq 8 BE>` in the partition's `Meta` space, so that they are
 //! replicated and copied with the partition, in the batch of the change itself. Values are
 //! opaque here (the server encodes the answer and when it was recorded).
+//!
+//! A change whose work spans partitions (mkdir, rmdir) also leaves, with its intent, the
+//! change it belongs to under `once-of/<txid 8 BE>`, so that whoever resolves the intent
+//! (its coordinator, or recovery after a crash) records the outcome in the same batch.
 
 use crate::StorageError;
 use crate::kv::{Batch, Space};
@@ -24,7 +28,29 @@ fn split_once_key(key: &[u8]) -> Option<(u64, u64)> {
     Some((client, seq))
 }
 
+const AWAITED_PREFIX: &[u8] = b"once-of/";
+
+fn awaited_key(txid: u64) -> Vec<u8> {
+    let mut k = AWAITED_PREFIX.to_vec();
+    k.extend_from_slice(&txid.to_be_bytes());
+    k
+}
+
 impl Store {
+    /// The change (opaque: the server's encoding) whose outcome intent `txid` records
+    /// when it resolves, if any.
+    pub fn awaited_outcome(&self, txid: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        self.kv().get(Space::Meta, &awaited_key(txid))
+    }
+
+    pub fn put_awaited_outcome(&self, batch: &mut Batch, txid: u64, value: Vec<u8>) {
+        batch.put(Space::Meta, awaited_key(txid), value);
+    }
+
+    pub fn delete_awaited_outcome(&self, batch: &mut Batch, txid: u64) {
+        batch.delete(Space::Meta, awaited_key(txid));
+    }
+
     /// The outcome recorded for change `seq` of `client`, if any.
     pub fn outcome(&self, client: u64, seq: u64) -> Result<Option<Vec<u8>>, StorageError> {
         self.kv().get(Space::Meta, &once_key(client, seq))
@@ -90,5 +116,22 @@ mod tests {
         store.commit(b).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(store.outcome(7, 1).ok().flatten(), None);
         assert_eq!(store.outcomes(None, 100).map(|v| v.len()).ok(), Some(4));
+    }
+
+    #[test]
+    fn an_awaited_outcome_is_kept_by_txid_apart_from_the_outcomes() {
+        let store = Store::open(Arc::new(MemKv::new()), 1).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        store.put_awaited_outcome(&mut b, 9, vec![1, 2]);
+        store.put_outcome(&mut b, 7, 1, vec![3]);
+        store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.awaited_outcome(9).ok().flatten(), Some(vec![1, 2]));
+        assert_eq!(store.awaited_outcome(8).ok().flatten(), None);
+        // Not listed among the outcomes.
+        assert_eq!(store.outcomes(None, 100).map(|v| v.len()).ok(), Some(1));
+        let mut b = Batch::new();
+        store.delete_awaited_outcome(&mut b, 9);
+        store.commit(b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.awaited_outcome(9).ok().flatten(), None);
     }
 }

@@ -362,6 +362,7 @@ fn mkdir_begin(name: &str) -> Mutation {
         uid: 0,
         gid: 0,
         now: 1,
+        once: None,
     }
 }
 
@@ -386,6 +387,83 @@ fn entry(t: &T, dir: &str, name: &str) -> Inode {
     visible(&t.store, dir, name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A mkdir or rmdir sent once records its outcome in the batch that resolves its intent,
+/// whoever resolves it (recovery too: simulation seed 12, chaos_long), so a retry after a
+/// crash answers it; one undone records nothing (its retry runs again).
+#[test]
+fn an_entry_resolved_for_good_records_the_outcome_of_its_change() {
+    use myriad_proto::{OnceId, Response};
+    let mut t = T::new();
+    let once = |seq| {
+        Some(Awaited {
+            id: OnceId {
+                client: 7,
+                seq,
+                low: 1,
+            },
+            at_ns: 5,
+        })
+    };
+    let mkdir = |name: &str, once| Mutation::MkdirBegin {
+        dir: "/".into(),
+        name: name.into(),
+        mode: 0o755,
+        depth: 0,
+        uid: 0,
+        gid: 0,
+        now: 2,
+        once,
+    };
+    let resolve = |name: &str, txid, commit| Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: name.into(),
+        txid,
+        commit,
+    };
+    let recorded = |t: &T, seq| {
+        crate::state::outcomes::recorded(&t.store, 7, seq).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let Ok(Outcome::Begun { txid: a, inode }) = t.run(mkdir("a", once(1))) else {
+        panic!("mkdir a")
+    };
+    assert_eq!(recorded(&t, 1), None, "not before it resolves");
+    t.run(resolve("a", a, true))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        recorded(&t, 1),
+        Some(Response::Changed {
+            inode: Some(inode),
+            parent: None
+        })
+    );
+    assert_eq!(t.store.awaited_outcome(a).ok().flatten(), None, "forgotten");
+
+    let Ok(Outcome::Begun { txid: b, .. }) = t.run(mkdir("b", once(2))) else {
+        panic!("mkdir b")
+    };
+    t.run(resolve("b", b, false))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(recorded(&t, 2), None, "undone: nothing recorded");
+    assert_eq!(t.store.awaited_outcome(b).ok().flatten(), None);
+
+    let Ok(Outcome::Begun { txid: r, .. }) = t.run(Mutation::RmdirBegin {
+        dir: "/".into(),
+        name: "a".into(),
+        once: once(3),
+    }) else {
+        panic!("rmdir a")
+    };
+    t.run(resolve("a", r, true))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        recorded(&t, 3),
+        Some(Response::Changed {
+            inode: None,
+            parent: None
+        })
+    );
+}
+
 #[test]
 fn subdirectory_counts_follow_mkdir_rmdir_and_touches_set_times_and_links() {
     let mut t = T::new();
@@ -397,6 +475,7 @@ fn subdirectory_counts_follow_mkdir_rmdir_and_touches_set_times_and_links() {
         uid: 0,
         gid: 0,
         now: 2,
+        once: None,
     };
     let resolve = |name: &str, txid, commit| Mutation::ResolveEntry {
         dir: "/".into(),
@@ -428,6 +507,7 @@ fn subdirectory_counts_follow_mkdir_rmdir_and_touches_set_times_and_links() {
     let Ok(Outcome::Begun { txid: r, .. }) = t.run(Mutation::RmdirBegin {
         dir: "/".into(),
         name: "a".into(),
+        once: None,
     }) else {
         panic!("rmdir a")
     };
@@ -1071,6 +1151,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         uid: 0,
         gid: 0,
         now: 1,
+        once: None,
     };
     assert_eq!(t.run(mkdir).err(), Some(FsError::ReadOnly));
     // Nor does it move (a rename of it or above it), get removed, or get taken over by a
