@@ -17,9 +17,11 @@
 //! is sent again for up to `TOUCH_RETRY_FOR` before the change is answered: a parent's
 //! link count left behind misleads tools that count subdirectories by it (`find`), and
 //! nsx under kill -9 met one (issue 49: an `rmdir` answered while its parent's entry was
-//! failing over left the parent's `nlink` and times as before). A target down for
-//! longer, or a crash of this partition's primary between a change and its touch, still
-//! leaves them behind.
+//! failing over left the parent's `nlink` and times as before). A crash of this
+//! partition's primary between a change and its touch is covered when the change is
+//! retried (`touch_again`: its caller waits) or finished by recovery (mkdir, rmdir); a
+//! target down for longer than that, or a change answered before its touch and never
+//! retried (a write-behind batch's), still leaves them behind.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

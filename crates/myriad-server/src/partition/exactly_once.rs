@@ -6,11 +6,12 @@
 //!
 //! The outcome is recorded in the batch of the mutation that completes the change when
 //! one mutation does (a create, an unlink, a write: `completes`/`answer` below), so the
-//! change and its outcome are applied, replicated and made durable together. A change whose
-//! work spans partitions (mkdir, rmdir, a link, a copy) records its answer in a batch of its
-//! own once the work is done: a crash between the two leaves the change without its
-//! outcome, and its retry runs again as before. A rename between partitions records it
-//! with its decision (an exchange must never run twice: it would swap back).
+//! change and its outcome are applied, replicated and made durable together. A mkdir or
+//! rmdir records it as its intent resolves, whoever resolves it (`Mutation::MkdirBegin::once`);
+//! a rename between partitions with its decision (an exchange must never run twice: it
+//! would swap back). Other changes whose work spans partitions (a link, a copy) record
+//! their answer in a batch of their own once the work is done: a crash between the two
+//! leaves the change without its outcome, and its retry runs again as before.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
