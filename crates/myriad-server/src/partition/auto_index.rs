@@ -10,6 +10,7 @@ use myriad_proto::{FsError, validate_name};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
+use crate::partition::made::Made;
 
 impl Partition {
     /// Unlinks registry entry `name` (an automatic index's, pending or live) if it is
@@ -28,7 +29,7 @@ impl Partition {
         // exclusive lease's journal) reaches the store only once the unlink's gate has
         // recalled that lease. Each applier asks once per index (`Applier::unregistered`).
         match self
-            .unlink_entry(TREES_DIR.to_string(), name.to_string())
+            .unlink_entry(TREES_DIR.to_string(), name.to_string(), &Made::now())
             .await
         {
             Ok(_) | Err(FsError::NotFound) => Ok(()),

@@ -6,10 +6,11 @@
 
 use std::sync::Arc;
 
-use myriad_proto::{Caller, ClientRequest, FsError, Response, validate_path};
+use myriad_proto::{Caller, ClientRequest, FsError, Response};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
+use crate::partition::made::Made;
 use crate::partition::serve_changes::Opened;
 use crate::partition::serve_names::NewFile;
 
@@ -18,7 +19,7 @@ impl Partition {
     pub(super) async fn serve_client(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         body: ClientRequest,
     ) -> Result<Response, FsError> {
         match body {
@@ -35,9 +36,8 @@ impl Partition {
                 write,
                 opened,
             } => {
-                validate_path(&path)?;
-                self.own_entry(st, &path)?;
-                self.grant(&caller, &path, ino, write, opened).await
+                self.client_grant(st, caller, path, (ino, write, opened))
+                    .await
             }
             // Unwrapped by `dispatch` when it comes from a client.
             ClientRequest::Once { .. }
@@ -48,11 +48,7 @@ impl Partition {
                 "a change sent once, a batch or a leased read comes from its client".into(),
             )),
             ClientRequest::ReserveIds { count } => self.client_reserve_ids(count).await,
-            ClientRequest::Link { from, to } => {
-                validate_path(&from)?;
-                self.own_entry(st, &from)?;
-                self.link(&caller, &from, &to).await
-            }
+            ClientRequest::Link { from, to } => self.client_link(st, caller, from, to).await,
             ClientRequest::Stat { path } => self.client_stat(st, caller, path).await,
             ClientRequest::OpenWrite { path } => self.client_open_write(st, caller, path).await,
             ClientRequest::StatMany { dir, names } => {
@@ -74,10 +70,7 @@ impl Partition {
                 min_reads,
                 quiet_ms,
             } => self.index_candidates(min_reads, quiet_ms),
-            ClientRequest::GetShardMap { dir } => {
-                validate_path(&dir)?;
-                Ok(Response::ShardMap(Box::new(self.shard_map_of(st, &dir)?)))
-            }
+            ClientRequest::GetShardMap { dir } => self.client_get_shard_map(st, dir),
             ClientRequest::Read {
                 path,
                 ino,
@@ -111,29 +104,32 @@ impl Partition {
                     durable,
                     ino,
                 };
-                self.client_create(st, caller, path, new).await
+                self.client_create(st, (caller, made), path, new).await
             }
             ClientRequest::Symlink { path, target } => {
-                self.client_symlink(st, caller, path, target).await
+                self.client_symlink(st, (caller, made), path, target).await
             }
             ClientRequest::Mknod {
                 path,
                 kind,
                 mode,
                 rdev,
-            } => self.client_mknod(st, caller, path, kind, mode, rdev).await,
+            } => {
+                self.client_mknod(st, (caller, made), path, kind, mode, rdev)
+                    .await
+            }
             ClientRequest::SetXattr {
                 path,
                 name,
                 value,
                 mode,
             } => {
-                self.client_set_xattr(st, caller, path, name, value, mode)
+                self.client_set_xattr(st, (caller, made), path, name, value, mode)
                     .await
             }
-            ClientRequest::Unlink { path } => self.client_unlink(st, caller, path).await,
+            ClientRequest::Unlink { path } => self.client_unlink(st, (caller, made), path).await,
             ClientRequest::SetAttr { path, set } => {
-                self.client_set_attr(st, caller, path, set).await
+                self.client_set_attr(st, (caller, made), path, set).await
             }
             ClientRequest::Write {
                 path,
@@ -143,7 +139,8 @@ impl Partition {
                 opened,
             } => {
                 let file = Opened { path, ino, opened };
-                self.client_write(st, caller, file, offset, data).await
+                self.client_write(st, (caller, made), file, offset, data)
+                    .await
             }
             ClientRequest::ExtendSize {
                 path,
@@ -152,7 +149,8 @@ impl Partition {
                 opened,
             } => {
                 let file = Opened { path, ino, opened };
-                self.client_extend_size(st, caller, file, size).await
+                self.client_extend_size(st, (caller, made), file, size)
+                    .await
             }
             ClientRequest::Truncate {
                 path,
@@ -161,7 +159,7 @@ impl Partition {
                 opened,
             } => {
                 let file = Opened { path, ino, opened };
-                self.client_truncate(st, caller, file, size).await
+                self.client_truncate(st, (caller, made), file, size).await
             }
             ClientRequest::WriteChunk {
                 ino,
@@ -170,16 +168,15 @@ impl Partition {
                 data,
                 ..
             } => self.client_write_chunk(st, ino, chunk, offset, data).await,
-            ClientRequest::CopyRange(copy) => {
-                self.file_target(st, &copy.dst)?;
-                self.copy_range(&caller, copy).await
-            }
+            ClientRequest::CopyRange(copy) => self.client_copy_range(st, caller, copy).await,
             ClientRequest::Mkdir { path, mode, shards } => {
-                self.client_mkdir(st, caller, path, mode, shards).await
+                self.client_mkdir(st, (caller, made), path, mode, shards)
+                    .await
             }
-            ClientRequest::Rmdir { path } => self.client_rmdir(st, caller, path).await,
+            ClientRequest::Rmdir { path } => self.client_rmdir(st, (caller, made), path).await,
             ClientRequest::Rename { from, to, flags } => {
-                self.client_rename(st, caller, from, to, flags).await
+                self.client_rename(st, (caller, made), from, to, flags)
+                    .await
             }
         }
     }

@@ -61,7 +61,8 @@ impl Partition {
         }
         let data = self.read_source(&c, src.size, len).await?;
         let (dir, name) = split_parent(&c.dst);
-        self.kill_setid(dir, name, target.as_ref(), caller).await?;
+        self.kill_setid(dir, name, target.as_ref(), (caller, self.env.now_ns()))
+            .await?;
         let inode = self.write_copy(&c, &data).await?;
         Ok(Response::Copied {
             inode,

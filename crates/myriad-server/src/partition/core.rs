@@ -171,11 +171,16 @@ impl Partition {
         let m = Mutation::RenameTargetResolve {
             txid,
             commit,
-            now: self.change_time(),
+            now: self.env.now_ns(),
         };
         // The destination directory's times are sent while the commit is made durable.
         let outcome = match target_dir {
-            Some(dir) => self.run_touching(m, &dir, durable, |_| true).await?.0,
+            Some(dir) => {
+                let made = crate::partition::made::Made::now();
+                self.run_touching((m, &made), &dir, durable, |_| true)
+                    .await?
+                    .0
+            }
             None if durable => self.applier.run(m).await?,
             None => self.applier.run_visible(m).await?,
         };
@@ -223,7 +228,7 @@ impl Partition {
         dir: &str,
         name: &str,
         inode: Option<&Inode>,
-        caller: &Caller,
+        (caller, now): (&Caller, i64),
     ) -> Result<(), FsError> {
         let Some(inode) = inode else {
             return Ok(());
@@ -241,7 +246,7 @@ impl Partition {
                 dir: dir.to_string(),
                 name: name.to_string(),
                 change: InodeChange::Attr(set),
-                now: self.change_time(),
+                now,
             })
             .await?;
         Ok(())

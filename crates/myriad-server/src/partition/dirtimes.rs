@@ -32,20 +32,11 @@ use tokio::time::Instant;
 use myriad_proto::{DirTouchItem, FsError, Inode, Request, Response};
 
 use crate::partition::core::Partition;
+use crate::partition::made::{BatchTouches, Made};
 use crate::partition::touch_sender::TOUCH_TIMEOUT;
 use crate::state::mutation::{Mutation, Outcome, storage_err};
 use crate::unpoisoned::lock;
 use myriad_proto::PeerRequest;
-
-tokio::task_local! {
-    /// Inside `Partition::batched`: the directories whose touch waits for the batch's end.
-    static BATCH_TOUCHES: std::sync::Mutex<std::collections::BTreeSet<String>>;
-    /// The client a touch reports the change of, when it is not the task's own change
-    /// (`once::task_client`): a batch's touches, sent after its changes.
-    static TOUCH_FOR: Option<u64>;
-    /// When the change this task applies was made, if its client said (`Batch::times`).
-    static CHANGE_TIME: i64;
-}
 
 /// How long a change waits for its directory's touch to get through a failover of the
 /// partition holding the directory's entry (detection and promotion take a few seconds).
@@ -69,55 +60,38 @@ fn passing(e: &FsError) -> bool {
 const CLIENT_TIME_SLACK_NS: i64 = 60 * 1_000_000_000;
 
 impl Partition {
-    /// The time a change applied now is made at: its client's (`at`), for a change
+    /// The time a change applied now is made at: its client's (`made.at`), for a change
     /// answered behind (`ClientRequest::Batch::times`), else this server's clock.
-    pub(crate) fn change_time(&self) -> i64 {
+    pub(crate) fn time_of(&self, made: &Made) -> i64 {
         let now = self.env.now_ns();
-        CHANGE_TIME
-            .try_with(|t| *t)
-            .ok()
+        made.at
             .filter(|t| t.abs_diff(now) <= CLIENT_TIME_SLACK_NS.unsigned_abs())
             .unwrap_or(now)
     }
 
-    /// Runs `fut` as a change made at `at` (`change_time`).
-    pub(crate) async fn made_at<F: std::future::Future>(at: i64, fut: F) -> F::Output {
-        CHANGE_TIME.scope(at, fut).await
-    }
-
-    /// Runs `fut` (the changes of one `ClientRequest::Batch`) touching each directory they
-    /// change once, after the last of them, instead of after each: a batch of creates in
-    /// one directory costs one touch. Nobody else sees the directory meanwhile (a batch
-    /// is a write-behind journal's, under an exclusive lease: docs/fuse.md
-    /// "Write-behind"); a crash before the touch leaves the times behind, as any crash
-    /// between a change and its touch does.
+    /// Runs `serve` (the changes of one `ClientRequest::Batch`, each made with the
+    /// `BatchTouches` it is given) touching each directory they change once, after the
+    /// last of them, instead of after each: a batch of creates in one directory costs one
+    /// touch. Nobody else sees the directory meanwhile (a batch is a write-behind
+    /// journal's, under an exclusive lease: docs/fuse.md "Write-behind"); a crash before
+    /// the touch leaves the times behind, as any crash between a change and its touch
+    /// does. The touches report `client`'s change (its own lease on the parent stays) and
+    /// are made at `last`, the time of the batch's last change as its client answered it.
     pub(crate) async fn batched<F: std::future::Future>(
         self: &Arc<Self>,
         (client, last): (Option<u64>, Option<i64>),
-        fut: F,
+        serve: impl FnOnce(BatchTouches) -> F,
     ) -> F::Output {
-        let (out, dirs) = BATCH_TOUCHES
-            .scope(
-                std::sync::Mutex::new(std::collections::BTreeSet::new()),
-                async {
-                    let out = fut.await;
-                    let dirs = BATCH_TOUCHES
-                        .try_with(|t| std::mem::take(&mut *lock(t)))
-                        .unwrap_or_default();
-                    (out, dirs)
-                },
-            )
-            .await;
-        // Reported as that client's change: its own lease on the parent stays.
-        let touches = TOUCH_FOR.scope(client, async {
-            for dir in dirs {
-                self.touch_dir(&dir).await;
-            }
-        });
-        match last {
-            // At the time of the batch's last change, as its client answered it.
-            Some(at) => Partition::made_at(at, touches).await,
-            None => touches.await,
+        let touches = BatchTouches::default();
+        let out = serve(touches.clone()).await;
+        let dirs = std::mem::take(&mut *lock(&touches.0));
+        let made = Made {
+            at: last,
+            batch: None,
+            for_client: client,
+        };
+        for dir in dirs {
+            self.touch_dir(&dir, &made).await;
         }
         out
     }
@@ -128,7 +102,7 @@ impl Partition {
     /// the outcome whether entries changed at all (a create may find the name taken).
     pub(crate) async fn run_touching(
         self: &Arc<Self>,
-        m: Mutation,
+        (m, made): (Mutation, &Made),
         dir: &str,
         durable: bool,
         changed: impl Fn(&Outcome) -> bool,
@@ -145,12 +119,13 @@ impl Partition {
         };
         // In a batch the directory is touched once, after its last change (`batched`).
         let deferred = changed(&out)
-            && BATCH_TOUCHES
-                .try_with(|t| lock(t).insert(dir.to_string()))
-                .is_ok();
+            && made.batch.as_ref().is_some_and(|t| {
+                lock(&t.0).insert(dir.to_string());
+                true
+            });
         let touch = async {
             if changed(&out) && !deferred {
-                self.touch_dir(dir).await
+                self.touch_dir(dir, made).await
             } else {
                 None
             }
@@ -180,7 +155,7 @@ impl Partition {
     /// Entries of directory `dir` (its object is here) changed: bring its times and link
     /// count up to date where its entry lives, before the change is acknowledged. Returns
     /// the directory's attributes after it, when that partition sent them back.
-    pub(crate) async fn touch_dir(self: &Arc<Self>, dir: &str) -> Option<Inode> {
+    pub(crate) async fn touch_dir(self: &Arc<Self>, dir: &str, made: &Made) -> Option<Inode> {
         let slot = self.dir_touches.slot(dir);
         let mine = slot.requested.fetch_add(1, Ordering::SeqCst) + 1;
         let attrs = {
@@ -188,7 +163,7 @@ impl Partition {
             if slot.covered.load(Ordering::SeqCst) < mine {
                 // Everything requested so far is covered by what is read now.
                 let upto = slot.requested.load(Ordering::SeqCst);
-                let sent = self.send_touch_through(dir).await;
+                let sent = self.send_touch_through(dir, made).await;
                 *lock(&slot.last) = sent;
                 slot.covered.fetch_max(upto, Ordering::SeqCst);
             }
@@ -202,12 +177,12 @@ impl Partition {
     /// with the time of the first try (the directory's slot is held meanwhile, so no later
     /// touch of it overtakes this one). Given up past that: a touch arriving later, out of
     /// order, would set the directory's times back.
-    async fn send_touch_through(self: &Arc<Self>, dir: &str) -> Option<Inode> {
+    async fn send_touch_through(self: &Arc<Self>, dir: &str, made: &Made) -> Option<Inode> {
         let deadline = Instant::now() + TOUCH_RETRY_FOR;
         let mut pause = TOUCH_PAUSE_FIRST;
-        let at = self.change_time();
+        let at = self.time_of(made);
         loop {
-            match self.send_touch(dir, at).await {
+            match self.send_touch(dir, at, made.for_client).await {
                 Ok(attrs) => return attrs,
                 Err(e) if passing(&e) && self.env.serves(self.me) => {
                     if Instant::now() + pause >= deadline {
@@ -230,6 +205,7 @@ impl Partition {
         self: &Arc<Self>,
         dir: &str,
         now: i64,
+        for_client: Option<u64>,
     ) -> Result<Option<Inode>, FsError> {
         let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
             return Ok(None);
@@ -260,11 +236,7 @@ impl Partition {
             ino: rec.ino,
             now_ns: now,
             nlink: Some(nlink),
-            client: TOUCH_FOR
-                .try_with(|c| *c)
-                .ok()
-                .flatten()
-                .or_else(crate::commit::once_scope::task_client),
+            client: for_client.or_else(crate::commit::once_scope::task_client),
         };
         self.not_deposed()?;
         let target = self.entry_node(dir);

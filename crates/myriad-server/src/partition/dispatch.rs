@@ -11,6 +11,7 @@ use myriad_proto::{Caller, ClientRequest, FsError, Request, Response};
 
 use crate::commit::once_scope::outside;
 use crate::partition::core::Partition;
+use crate::partition::made::{BatchTouches, Made};
 use myriad_proto::{AdminRequest, PeerRequest};
 
 /// How often outcomes of changes too old for a retry are forgotten (`exactly_once.rs`).
@@ -140,7 +141,10 @@ impl Partition {
                     request,
                     visible,
                 }),
-            ) => self.serve_once(epoch, caller, id, *request, visible).await,
+            ) => {
+                self.serve_once(epoch, caller, id, *request, (visible, &Made::now()))
+                    .await
+            }
             (None, Request::Client(ClientRequest::Resend { id, request })) => {
                 self.serve_resend(epoch, caller, id, *request).await
             }
@@ -166,7 +170,7 @@ impl Partition {
                     // The wait may have outlasted this server's turn (a move, a failover).
                     self.not_deposed()?;
                 }
-                self.dispatch_request(None, epoch, caller, Request::Client(*request))
+                self.dispatch_request(None, epoch, caller, Request::Client(*request), &Made::now())
                     .await
             }
             (None, Request::Client(ClientRequest::Batch { ops, times })) => {
@@ -188,9 +192,12 @@ impl Partition {
                 // Its changes come to the applier one by one: they share a store batch.
                 // Boxed: a batch's future holds a change's, and every request's future
                 // would otherwise be as large as both (debug builds overflowed the stack).
-                Box::pin(self.applier.holding(
-                    self.batched((client, last), self.serve_batch(epoch, caller, ops, times)),
-                ))
+                Box::pin(
+                    self.applier
+                        .holding(self.batched((client, last), |touches| {
+                            self.serve_batch(epoch, caller, (ops, times), touches)
+                        })),
+                )
                 .await
             }
             (None, body) => {
@@ -203,11 +210,14 @@ impl Partition {
                     t.before_read(dir, None).await;
                     self.not_deposed()?;
                 }
-                self.dispatch_request(None, epoch, caller, body).await
+                self.dispatch_request(None, epoch, caller, body, &Made::now())
+                    .await
             }
             // Possibly in the task of a client's change on another partition of this
             // server: none of this work completes that change.
-            (from, body) => outside(self.dispatch_request(from, epoch, caller, body)).await,
+            (from, body) => {
+                outside(self.dispatch_request(from, epoch, caller, body, &Made::now())).await
+            }
         }
     }
 
@@ -264,7 +274,7 @@ impl Partition {
             }
         }
         let answer = match self
-            .dispatch_request(None, epoch, caller, Request::Client(request))
+            .dispatch_request(None, epoch, caller, Request::Client(request), &Made::now())
             .await
         {
             Ok(r) => Ok(Box::new(r)),
@@ -288,8 +298,8 @@ impl Partition {
         self: &Arc<Self>,
         epoch: u64,
         caller: Caller,
-        ops: Vec<ClientRequest>,
-        times: Vec<i64>,
+        (ops, times): (Vec<ClientRequest>, Vec<i64>),
+        touches: BatchTouches,
     ) -> Result<Response, FsError> {
         if ops.len() > myriad_proto::limits::BATCH_MAX {
             return Err(FsError::InvalidArgument(format!(
@@ -313,11 +323,14 @@ impl Partition {
                     request,
                     visible,
                 } => {
-                    let once = self.serve_once(epoch, caller.clone(), id, *request, visible);
-                    match times.get(i) {
-                        Some(at) => Box::pin(Partition::made_at(*at, once)).await,
-                        None => Box::pin(once).await,
-                    }
+                    let made = Made {
+                        at: times.get(i).copied(),
+                        batch: Some(touches.clone()),
+                        for_client: None,
+                    };
+                    let once =
+                        self.serve_once(epoch, caller.clone(), id, *request, (visible, &made));
+                    Box::pin(once).await
                 }
                 other => Err(FsError::InvalidArgument(format!(
                     "a batch holds changes sent once, not {}",
@@ -351,6 +364,7 @@ impl Partition {
         epoch: u64,
         caller: Caller,
         body: Request,
+        made: &Made,
     ) -> Result<Response, FsError> {
         // From a client (not another server): its own requests only, by type. (A client
         // key cannot even send the others: its frames decode to `FromClient`.)
@@ -405,7 +419,7 @@ impl Partition {
         match body {
             Request::Client(r) => {
                 let dir = r.served_dir().map(str::to_string);
-                match self.serve_client(&st, caller, r).await {
+                match self.serve_client(&st, (caller, made), r).await {
                     Err(FsError::NotFound) => Err(dir
                         .and_then(|d| self.moved_away(epoch, &d))
                         .unwrap_or(FsError::NotFound)),

@@ -20,6 +20,7 @@ use myriad_proto::{Caller, ClientRequest, FsError, OnceId, Request, Response};
 
 use crate::commit::once_scope::{OnceSlot, scope};
 use crate::partition::core::Partition;
+use crate::partition::made::Made;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome, storage_err};
 
@@ -37,7 +38,7 @@ impl Partition {
         caller: Caller,
         id: OnceId,
         request: ClientRequest,
-        visible: bool,
+        (visible, made): (bool, &Made),
     ) -> Result<Response, FsError> {
         if !request.is_change() {
             return Err(FsError::InvalidArgument(format!(
@@ -76,7 +77,7 @@ impl Partition {
             visible,
         };
         let body = Request::Client(request);
-        let result = scope(slot, self.dispatch_request(None, epoch, caller, body)).await;
+        let result = scope(slot, self.dispatch_request(None, epoch, caller, body, made)).await;
         // Answered once applied (its completing mutation did not wait for durability): the
         // client syncs it later, with this incarnation. Otherwise it is durable already.
         if visible && settled.load(Ordering::Acquire) {
@@ -147,7 +148,8 @@ impl Partition {
                 self.me
             )));
         }
-        self.serve_once(epoch, caller, id, request, false).await
+        self.serve_once(epoch, caller, id, request, (false, &Made::now()))
+            .await
     }
 
     /// Answers a change whose outcome `answer` was recorded by an earlier try.

@@ -147,7 +147,8 @@ impl Partition {
                 ..
             } => {
                 perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
+                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
+                    .await?;
                 self.mutate(Mutation::Write {
                     dir,
                     name,
@@ -160,7 +161,8 @@ impl Partition {
             }
             InodeOp::ExtendSize { size, opened, .. } => {
                 perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
+                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
+                    .await?;
                 self.mutate(Mutation::ExtendSize {
                     dir,
                     name,
@@ -172,7 +174,8 @@ impl Partition {
             }
             InodeOp::Truncate { size, opened, .. } => {
                 perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), &caller).await?;
+                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
+                    .await?;
                 let m = Mutation::Truncate {
                     dir,
                     name,

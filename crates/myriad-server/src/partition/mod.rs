@@ -29,6 +29,7 @@ pub(crate) mod fsck;
 pub(crate) mod grants;
 pub(crate) mod hard_links;
 pub(crate) mod lock_table;
+pub(crate) mod made;
 pub(crate) mod open_files;
 pub(crate) mod orphans;
 pub(crate) mod peer_chunks;

@@ -9,6 +9,7 @@ use myriad_proto::{FsError, Inode, InodeId, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, inode_response};
+use crate::partition::made::Made;
 use crate::state::mutation::{DirTouchOne, Mutation, Outcome, RenamePrepare};
 
 impl Partition {
@@ -44,7 +45,9 @@ impl Partition {
             ino,
             home,
         };
-        let (out, _) = self.run_touching(m, &dir, true, |_| true).await?;
+        let (out, _) = self
+            .run_touching((m, &Made::now()), &dir, true, |_| true)
+            .await?;
         inode_response(out)
     }
 

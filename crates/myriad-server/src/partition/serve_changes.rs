@@ -9,6 +9,7 @@ use myriad_proto::{
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, check_xattr_name};
+use crate::partition::made::Made;
 use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::state::perm;
 
@@ -25,7 +26,7 @@ impl Partition {
     pub(super) async fn client_set_xattr(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
         name: String,
         value: Option<serde_bytes::ByteBuf>,
@@ -57,7 +58,7 @@ impl Partition {
                 value: value.map(serde_bytes::ByteBuf::into_vec),
                 mode,
             },
-            now: self.change_time(),
+            now: self.time_of(made),
         })
         .await
     }
@@ -66,7 +67,7 @@ impl Partition {
     pub(super) async fn client_set_attr(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
         set: SetAttr,
     ) -> Result<Response, FsError> {
@@ -85,7 +86,7 @@ impl Partition {
                 dir,
                 name,
                 change: InodeChange::Attr(set),
-                now: self.change_time(),
+                now: self.time_of(made),
             })
             .await?;
         if let Response::Attr(i) = &reply
@@ -110,12 +111,12 @@ impl Partition {
     async fn opened_to_change(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: &Caller,
+        (caller, made): (&Caller, &Made),
         file: Opened,
     ) -> Result<(String, String), FsError> {
         let Opened { path, ino, opened } = file;
         let (dir, name, target) = self.file_to_change(st, caller, &path, ino, opened).await?;
-        self.kill_setid(&dir, &name, target.as_ref(), caller)
+        self.kill_setid(&dir, &name, target.as_ref(), (caller, self.time_of(made)))
             .await?;
         Ok((dir, name))
     }
@@ -124,7 +125,7 @@ impl Partition {
     pub(super) async fn client_write(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         file: Opened,
         offset: u64,
         data: Vec<u8>,
@@ -135,14 +136,14 @@ impl Partition {
             ));
         }
         let ino = file.ino;
-        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
+        let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         self.mutate_inode(Mutation::Write {
             dir,
             name,
             ino,
             offset,
             data,
-            now: self.change_time(),
+            now: self.time_of(made),
         })
         .await
     }
@@ -151,18 +152,18 @@ impl Partition {
     pub(super) async fn client_extend_size(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         file: Opened,
         size: u64,
     ) -> Result<Response, FsError> {
         let ino = file.ino;
-        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
+        let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         self.mutate_inode(Mutation::ExtendSize {
             dir,
             name,
             ino,
             size,
-            now: self.change_time(),
+            now: self.time_of(made),
         })
         .await
     }
@@ -171,12 +172,12 @@ impl Partition {
     pub(super) async fn client_truncate(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         file: Opened,
         size: u64,
     ) -> Result<Response, FsError> {
         let ino = file.ino;
-        let (dir, name) = self.opened_to_change(st, &caller, file).await?;
+        let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         match self
             .applier
             .run(Mutation::Truncate {
@@ -184,7 +185,7 @@ impl Partition {
                 name,
                 ino,
                 size,
-                now: self.change_time(),
+                now: self.time_of(made),
             })
             .await?
         {
@@ -319,5 +320,16 @@ impl Partition {
         }
         self.mark_read_only(&path, mark, auto).await?;
         Ok(Response::Unit)
+    }
+
+    /// copy_file_range: bytes of one file into another, server to server (copy_range.rs).
+    pub(super) async fn client_copy_range(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        copy: myriad_proto::CopyRange,
+    ) -> Result<Response, FsError> {
+        self.file_target(st, &copy.dst)?;
+        self.copy_range(&caller, copy).await
     }
 }

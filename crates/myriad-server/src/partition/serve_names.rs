@@ -11,6 +11,7 @@ use myriad_proto::{
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, changed_response, shard_depth};
+use crate::partition::made::Made;
 use crate::state::mutation::{Mutation, Outcome};
 use crate::state::perm;
 
@@ -31,7 +32,7 @@ impl Partition {
     pub(super) async fn client_create(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
         new: NewFile,
     ) -> Result<Response, FsError> {
@@ -70,11 +71,11 @@ impl Partition {
             gid,
             exclusive,
             data,
-            now: self.change_time(),
+            now: self.time_of(made),
             ino,
         };
         let created = |o: &Outcome| matches!(o, Outcome::Created(_));
-        match self.run_touching(m, &dir, durable, created).await? {
+        match self.run_touching((m, made), &dir, durable, created).await? {
             (Outcome::Created(i), parent) => Ok(Response::Changed {
                 inode: Some(i),
                 parent,
@@ -90,7 +91,7 @@ impl Partition {
     pub(super) async fn client_symlink(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
         target: String,
     ) -> Result<Response, FsError> {
@@ -112,16 +113,16 @@ impl Partition {
             target,
             uid: caller.uid,
             gid,
-            now: self.change_time(),
+            now: self.time_of(made),
         };
-        changed_response(self.run_touching(m, &dir, true, |_| true).await?)
+        changed_response(self.run_touching((m, made), &dir, true, |_| true).await?)
     }
 
     /// A device node, FIFO or socket (device nodes by root only, as Linux).
     pub(super) async fn client_mknod(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
         kind: FileKind,
         mode: u32,
@@ -143,21 +144,21 @@ impl Partition {
             rdev,
             uid: caller.uid,
             gid,
-            now: self.change_time(),
+            now: self.time_of(made),
         };
-        changed_response(self.run_touching(m, &dir, true, |_| true).await?)
+        changed_response(self.run_touching((m, made), &dir, true, |_| true).await?)
     }
 
     /// Removes a name that is not a directory.
     pub(super) async fn client_unlink(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
     ) -> Result<Response, FsError> {
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
-        let parent = self.unlink_entry(dir, name).await?;
+        let parent = self.unlink_entry(dir, name, made).await?;
         Ok(Response::Changed {
             inode: None,
             parent,
@@ -168,7 +169,7 @@ impl Partition {
     pub(super) async fn client_mkdir(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
         mode: u32,
         shards: u32,
@@ -178,12 +179,11 @@ impl Partition {
         let (gid, mode) =
             perm::new_owner_group(parent.as_ref(), &caller, FileKind::Directory, mode);
         let depth = shard_depth(shards)?;
-        let made = self
+        let inode = self
             .mkdir(&path, dir.clone(), name, mode, depth, (caller.uid, gid))
-            .await;
-        let inode = made?;
+            .await?;
         self.note_added(&dir);
-        let parent = self.touch_dir(&dir).await;
+        let parent = self.touch_dir(&dir, made).await;
         Ok(Response::Changed {
             inode: Some(inode),
             parent,
@@ -194,7 +194,7 @@ impl Partition {
     pub(super) async fn client_rmdir(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         path: String,
     ) -> Result<Response, FsError> {
         if path == "/" {
@@ -203,7 +203,7 @@ impl Partition {
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
         self.rmdir(&path, dir.clone(), name).await?;
-        let parent = self.touch_dir(&dir).await;
+        let parent = self.touch_dir(&dir, made).await;
         Ok(Response::Changed {
             inode: None,
             parent,
@@ -214,7 +214,7 @@ impl Partition {
     pub(super) async fn client_rename(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         from: String,
         to: String,
         flags: RenameFlags,
@@ -246,10 +246,10 @@ impl Partition {
                     self.touch_link_home(&i).await;
                 }
                 if !touched {
-                    self.touch_dir(&from_dir).await;
+                    self.touch_dir(&from_dir, made).await;
                 }
                 if local_target && to_dir != from_dir {
-                    self.touch_dir(&to_dir).await;
+                    self.touch_dir(&to_dir, made).await;
                 }
                 Ok(Response::Unit)
             }
@@ -299,13 +299,14 @@ impl Partition {
         self: &Arc<Self>,
         dir: String,
         name: String,
+        made: &Made,
     ) -> Result<Option<Inode>, FsError> {
         let m = Mutation::Unlink {
             dir: dir.clone(),
             name,
-            now: self.change_time(),
+            now: self.time_of(made),
         };
-        let (outcome, parent) = self.run_touching(m, &dir, true, |_| true).await?;
+        let (outcome, parent) = self.run_touching((m, made), &dir, true, |_| true).await?;
         if let Outcome::InodeGc(removed, gc) = outcome {
             if let Some(txid) = gc {
                 self.spawn_gc(txid);
@@ -315,5 +316,18 @@ impl Partition {
             }
         }
         Ok(parent)
+    }
+
+    /// Gives the regular file `from` the additional name `to` (a hard link).
+    pub(super) async fn client_link(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        from: String,
+        to: String,
+    ) -> Result<Response, FsError> {
+        validate_path(&from)?;
+        self.own_entry(st, &from)?;
+        self.link(&caller, &from, &to).await
     }
 }

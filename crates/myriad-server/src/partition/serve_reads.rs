@@ -246,4 +246,28 @@ impl Partition {
             .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
             .map(Response::Link)
     }
+
+    /// A capability for the chunks past the first of file `path` (inode `ino`), for a
+    /// caller who may read it (`write`: also write it).
+    pub(super) async fn client_grant(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        caller: Caller,
+        path: String,
+        (ino, write, opened): (myriad_proto::InodeId, bool, bool),
+    ) -> Result<Response, FsError> {
+        validate_path(&path)?;
+        self.own_entry(st, &path)?;
+        self.grant(&caller, &path, ino, write, opened).await
+    }
+
+    /// Directory `dir`'s shard map (unsplit if it is not split), from its home.
+    pub(super) fn client_get_shard_map(
+        &self,
+        st: &Arc<MapState>,
+        dir: String,
+    ) -> Result<Response, FsError> {
+        validate_path(&dir)?;
+        Ok(Response::ShardMap(Box::new(self.shard_map_of(st, &dir)?)))
+    }
 }

@@ -17,6 +17,7 @@ use myriad_proto::{FileKind, FsError, Inode, RenameFlags, Request, Response};
 
 use crate::partition::core::Partition;
 use crate::partition::dir_rename::Target;
+use crate::partition::made::Made;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome};
 use myriad_proto::PeerRequest;
@@ -431,7 +432,8 @@ impl Partition {
                 };
                 // The source directory's times go while the destination commits.
                 let from_dir = split_parent(&from).0.to_string();
-                let (finished, _) = tokio::join!(finish, Box::pin(self.touch_dir(&from_dir)));
+                let now = Made::now();
+                let (finished, _) = tokio::join!(finish, Box::pin(self.touch_dir(&from_dir, &now)));
                 if visible && finished.is_ok() {
                     // The last steps keep the intent from recovery until they are done.
                     std::mem::forget(live);

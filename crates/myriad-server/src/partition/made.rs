@@ -1,0 +1,35 @@
+//! How a client's change is made (`Made`): passed explicitly from where the change arrives
+//! (`dispatch.rs`, a batch in `serve_batch`) through its handler to where it is applied
+//! and its directory touched (`dirtimes.rs`), in place of the task-locals that carried it
+//! between frames (issue 50). An in-memory part below `core.rs`: it names nothing.
+
+use std::sync::Arc;
+
+/// How a client's change is made, passed from where it arrives to where it is applied
+/// (issue 50: in place of task-locals): when its client says it made it, the batch whose
+/// end its directory's touch waits for, and whose change a touch reports.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Made {
+    /// When the change was made, if its client said (`ClientRequest::Batch::times`): its
+    /// new times and its directory's are that (`Partition::time_of`).
+    pub(crate) at: Option<i64>,
+    /// Inside a batch (`Partition::batched`): the directories its changes touch, touched
+    /// once after the batch's last change.
+    pub(crate) batch: Option<BatchTouches>,
+    /// The client a touch reports the change of, when it is not the task's own change
+    /// (`once_scope::task_client`): a batch's touches, sent after its changes.
+    pub(crate) for_client: Option<u64>,
+}
+
+/// The directories a batch's changes touched, waiting for the batch's end.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BatchTouches(
+    pub(crate) Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+);
+
+impl Made {
+    /// A change made now, by the server's clock, touching its directory at once.
+    pub(crate) fn now() -> Made {
+        Made::default()
+    }
+}
