@@ -146,9 +146,9 @@ impl Partition {
     /// waits. Not in a batch: a write-behind journal's changes were answered to their
     /// callers long ago, at their client's times, and a touch now could set the
     /// directory's times back over a later change's.
-    pub(crate) async fn touch_again(self: &Arc<Self>, dir: &str) {
-        if BATCH_TOUCHES.try_with(|_| ()).is_err() {
-            self.touch_dir(dir).await;
+    pub(crate) async fn touch_again(self: &Arc<Self>, dir: &str, made: &Made) {
+        if made.batch.is_none() {
+            self.touch_dir(dir, made).await;
         }
     }
 

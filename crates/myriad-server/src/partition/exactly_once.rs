@@ -55,7 +55,7 @@ impl Partition {
             // A retry: its client never had the answer. Not a resend (`serve_resend`),
             // answered long ago, its touch included.
             if let Some(dir) = request.listing_altered() {
-                self.touch_again(dir).await;
+                self.touch_again(dir, made).await;
             }
             return self.answer_recorded(&request, answer).await;
         }

@@ -107,7 +107,8 @@ impl Partition {
                     // As `client_mkdir` does: the parent's times and link count follow
                     // (chaos_long met a parent still counting a directory recovery had
                     // removed).
-                    self.touch_dir(&dir).await;
+                    self.touch_dir(&dir, &crate::partition::made::Made::now())
+                        .await;
                 }
             }
             Intent::Rmdir { dir, name, ino, .. } => {
@@ -136,7 +137,8 @@ impl Partition {
                 }
                 self.resolve_entry(dir.clone(), name, txid, commit).await?;
                 if commit {
-                    self.touch_dir(&dir).await;
+                    self.touch_dir(&dir, &crate::partition::made::Made::now())
+                        .await;
                 }
             }
             Intent::RenameOut {
