@@ -25,6 +25,20 @@ use myriad_proto::InodeId;
 use myriad_proto::PeerRequest;
 
 impl Partition {
+    /// A write, size change or truncation of the linked file `inode` at its home, by
+    /// `caller` through a descriptor (`opened`): allowed, and its set-id bits taken off at
+    /// `now` as such a change by `caller` takes them off.
+    async fn may_write_at_home(
+        &self,
+        (name, inode): (&str, &Inode),
+        (caller, opened): (&Caller, bool),
+        now: i64,
+    ) -> Result<(), FsError> {
+        perm::require_write(inode, caller, opened)?;
+        self.kill_setid(INODE_DIR, name, Some(inode), (caller, now))
+            .await
+    }
+
     /// The inode a client should see for entry inode `i`: itself, or for a hard-link name
     /// the inode object at its home.
     pub(crate) async fn resolve(self: &Arc<Self>, i: Inode) -> Result<Inode, FsError> {
@@ -146,8 +160,7 @@ impl Partition {
                 opened,
                 ..
             } => {
-                perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
+                self.may_write_at_home((&name, &inode), (&caller, opened), now)
                     .await?;
                 self.mutate(Mutation::Write {
                     dir,
@@ -160,8 +173,7 @@ impl Partition {
                 .await
             }
             InodeOp::ExtendSize { size, opened, .. } => {
-                perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
+                self.may_write_at_home((&name, &inode), (&caller, opened), now)
                     .await?;
                 self.mutate(Mutation::ExtendSize {
                     dir,
@@ -173,8 +185,7 @@ impl Partition {
                 .await
             }
             InodeOp::Truncate { size, opened, .. } => {
-                perm::require_write(&inode, &caller, opened)?;
-                self.kill_setid(&dir, &name, Some(&inode), (&caller, self.env.now_ns()))
+                self.may_write_at_home((&name, &inode), (&caller, opened), now)
                     .await?;
                 let m = Mutation::Truncate {
                     dir,
