@@ -498,11 +498,23 @@ async fn a_retried_mkdir_answers_its_first_outcome() {
         mode: 0o755,
         shards: 1,
     };
+    let seq = || {
+        home.store
+            .meta_u64(crate::commit::SEQ_KEY)
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    };
+    let before = seq();
     let first = send_once(&home, 1, mkdir()).await;
     assert!(
         matches!(first, Ok(Response::Changed { inode: Some(_), .. })),
         "{first:?}"
     );
+    // The intent's batch, the directory object (this partition's too), the resolution
+    // with the outcome, and the root's touch: no batch of its own for the outcome (5
+    // batches until stop 65).
+    assert_eq!(seq() - before, 4, "batches of a mkdir at its coordinator");
     assert!(visible(&home) && object(&h));
     // The same directory; the parent's attributes are not recorded (the client fetches
     // them).
