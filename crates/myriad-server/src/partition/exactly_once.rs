@@ -152,6 +152,20 @@ impl Partition {
             .await
     }
 
+    /// While recovery resolves intent `txid`: the place of the client's change it records
+    /// the outcome of (mkdir, rmdir), if any, so that a retry of that change arriving
+    /// meanwhile waits and then finds the outcome (simulation seed 300: a retry looked for
+    /// it just before recovery's resolution recorded it, ran again and met `NotFound`).
+    pub(super) async fn hold_awaited(
+        &self,
+        txid: u64,
+    ) -> Result<Option<crate::partition::changes::Running<'_>>, FsError> {
+        let Some(once) = crate::state::outcomes::awaited(&self.store, txid)? else {
+            return Ok(None);
+        };
+        Ok(Some(self.changes.run((once.id.client, once.id.seq)).await))
+    }
+
     /// Answers a change whose outcome `answer` was recorded by an earlier try.
     async fn answer_recorded(
         self: &Arc<Self>,

@@ -89,6 +89,7 @@ impl Partition {
                 depth,
                 decision,
             } => {
+                let _change = self.hold_awaited(txid).await?;
                 let path = join(&dir, &name);
                 let owner = self.dir_owner(&path);
                 let commit = decision != Decision::Abort;
@@ -112,6 +113,7 @@ impl Partition {
                 }
             }
             Intent::Rmdir { dir, name, ino, .. } => {
+                let _change = self.hold_awaited(txid).await?;
                 let path = join(&dir, &name);
                 let owner = self.dir_owner(&path);
                 let commit = match self

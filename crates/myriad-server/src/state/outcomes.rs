@@ -67,14 +67,23 @@ pub(crate) fn resolve_awaited(
     txid: u64,
     answer: Option<Response>,
 ) -> Result<(), FsError> {
-    let Some(bytes) = ctx.store.awaited_outcome(txid).map_err(storage_err)? else {
+    let Some(once) = awaited(ctx.store, txid)? else {
         return Ok(());
     };
     ctx.store.delete_awaited_outcome(batch, txid);
-    if let (Some(answer), Ok(once)) = (answer, codec::decode::<Awaited>(&bytes)) {
+    if let Some(answer) = answer {
         record(ctx.store, ctx.outcomes, batch, once.id, once.at_ns, answer)?;
     }
     Ok(())
+}
+
+/// The change whose outcome intent `txid` records when it resolves, if any (one that does
+/// not decode counts as none: its retry runs again, as before outcomes were kept so).
+pub(crate) fn awaited(store: &Store, txid: u64) -> Result<Option<Awaited>, FsError> {
+    Ok(store
+        .awaited_outcome(txid)
+        .map_err(storage_err)?
+        .and_then(|bytes| codec::decode::<Awaited>(&bytes).ok()))
 }
 
 /// The answer recorded for change `seq` of `client`, if any.
