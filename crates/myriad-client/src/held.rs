@@ -379,6 +379,11 @@ impl Client {
         !self.held.lock().parts.is_empty()
     }
 
+    /// Whether this client keeps changes of partition `pid` not yet known durable.
+    pub(crate) fn holds_changes_of(&self, pid: PartitionId) -> bool {
+        self.held.lock().parts.contains_key(&pid)
+    }
+
     /// Whether a change this client kept was found lost and not yet reported by
     /// `sync_changes`.
     #[must_use]

@@ -623,6 +623,14 @@ fn regression_seeds_pass() {
     // holds the change's place while it resolves, so a retry waits and finds the outcome
     // (300: the retry looked for it just before recovery recorded it).
     check(&SimConfig::new(300));
+    // 664 with zones and tree moves: a writer answered once applied read its file back
+    // from a copy in its zone that did not have the change yet. Fix: a client keeping
+    // changes of a partition reads it from its primary (`nearest.rs`).
+    check(&SimConfig {
+        zones: true,
+        tree_moves: true,
+        ..SimConfig::new(664)
+    });
     // 60141 with locks and directory moves: a renewal answered 10 s after it was sent,
     // by a new lock table, led to a reclaim of a lock whose lease had lapsed at the old
     // table meanwhile (two other clients had held it since): two holders at once. Fix:
