@@ -487,6 +487,15 @@ async fn a_retried_change_answers_its_first_outcome() {
     ));
 }
 
+/// The number of the last batch partition `p` committed.
+fn batches_of(p: &Partition) -> u64 {
+    p.store
+        .meta_u64(crate::commit::SEQ_KEY)
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
 /// A change made of several mutations (a mkdir: intent, directory object, decision)
 /// records its answer with its decision; its retry gets it.
 #[tokio::test(start_paused = true)]
@@ -498,13 +507,7 @@ async fn a_retried_mkdir_answers_its_first_outcome() {
         mode: 0o755,
         shards: 1,
     };
-    let seq = || {
-        home.store
-            .meta_u64(crate::commit::SEQ_KEY)
-            .ok()
-            .flatten()
-            .unwrap_or(0)
-    };
+    let seq = || batches_of(&home);
     let before = seq();
     let first = send_once(&home, 1, mkdir()).await;
     assert!(
@@ -536,13 +539,7 @@ async fn an_open_of_an_existing_name_records_nothing() {
     let h = host(Arc::new(Silent::default()));
     let home = root_home(&h).await;
     assert!(send_once(&home, 1, create("/x")).await.is_ok());
-    let seq = || {
-        home.store
-            .meta_u64(crate::commit::SEQ_KEY)
-            .ok()
-            .flatten()
-            .unwrap_or(0)
-    };
+    let seq = || batches_of(&home);
     let before = seq();
     let open = ClientRequest::Create {
         path: "/x".into(),

@@ -387,6 +387,30 @@ fn entry(t: &T, dir: &str, name: &str) -> Inode {
     visible(&t.store, dir, name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A mkdir's first step of `/name`, made as client change `once` (if any).
+fn mkdir_in_root(name: &str, once: Option<Awaited>) -> Mutation {
+    Mutation::MkdirBegin {
+        dir: "/".into(),
+        name: name.into(),
+        mode: 0o755,
+        depth: 0,
+        uid: 0,
+        gid: 0,
+        now: 2,
+        once,
+    }
+}
+
+/// The resolution of `/name`'s pending entry left by intent `txid`.
+fn resolve_in_root(name: &str, txid: u64, commit: bool) -> Mutation {
+    Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: name.into(),
+        txid,
+        commit,
+    }
+}
+
 /// A mkdir or rmdir sent once records its outcome in the batch that resolves its intent,
 /// whoever resolves it (recovery too: simulation seed 12, chaos_long), so a retry after a
 /// crash answers it; one undone records nothing (its retry runs again).
@@ -404,22 +428,7 @@ fn an_entry_resolved_for_good_records_the_outcome_of_its_change() {
             at_ns: 5,
         })
     };
-    let mkdir = |name: &str, once| Mutation::MkdirBegin {
-        dir: "/".into(),
-        name: name.into(),
-        mode: 0o755,
-        depth: 0,
-        uid: 0,
-        gid: 0,
-        now: 2,
-        once,
-    };
-    let resolve = |name: &str, txid, commit| Mutation::ResolveEntry {
-        dir: "/".into(),
-        name: name.into(),
-        txid,
-        commit,
-    };
+    let (mkdir, resolve) = (mkdir_in_root, resolve_in_root);
     let recorded = |t: &T, seq| {
         crate::state::outcomes::recorded(&t.store, 7, seq).unwrap_or_else(|e| panic!("{e}"))
     };
@@ -467,22 +476,8 @@ fn an_entry_resolved_for_good_records_the_outcome_of_its_change() {
 #[test]
 fn subdirectory_counts_follow_mkdir_rmdir_and_touches_set_times_and_links() {
     let mut t = T::new();
-    let begin = |name: &str| Mutation::MkdirBegin {
-        dir: "/".into(),
-        name: name.into(),
-        mode: 0o755,
-        depth: 0,
-        uid: 0,
-        gid: 0,
-        now: 2,
-        once: None,
-    };
-    let resolve = |name: &str, txid, commit| Mutation::ResolveEntry {
-        dir: "/".into(),
-        name: name.into(),
-        txid,
-        commit,
-    };
+    let begin = |name: &str| mkdir_in_root(name, None);
+    let resolve = resolve_in_root;
     let Ok(Outcome::Begun { txid: a, .. }) = t.run(begin("a")) else {
         panic!("mkdir a")
     };
