@@ -9,11 +9,13 @@ fn rename(from: &str, to: &str) -> ClientRequest {
     }
 }
 
+fn rmdir(path: &str) -> ClientRequest {
+    ClientRequest::Rmdir { path: path.into() }
+}
+
 #[test]
 fn a_request_is_served_from_its_names_directory_or_the_one_it_lists() {
-    let rmdir = ClientRequest::Rmdir {
-        path: "/a/b".into(),
-    };
+    let rmdir = rmdir("/a/b");
     assert_eq!(rmdir.served_dir(), Some("/a"));
     assert_eq!(rename("/x", "/y/z").served_dir(), Some("/"));
     let stat = ClientRequest::Stat { path: "/".into() };
@@ -38,9 +40,7 @@ fn a_request_is_served_from_its_names_directory_or_the_one_it_lists() {
 
 #[test]
 fn changes_of_names_alter_their_directory_listing_and_others_do_not() {
-    let rmdir = ClientRequest::Rmdir {
-        path: "/a/b".into(),
-    };
+    let rmdir = rmdir("/a/b");
     assert_eq!(rmdir.listing_altered(), Some("/a"));
     assert_eq!(rename("/x/f", "/y/z").listing_altered(), Some("/x"));
     let chmod = ClientRequest::SetAttr {

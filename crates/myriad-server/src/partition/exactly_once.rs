@@ -100,10 +100,14 @@ impl Partition {
             });
         }
         // A change whose intent recorded its outcome as it resolved (mkdir, rmdir) needs no
-        // batch of its own.
+        // batch of its own. (A failed read here records it again rather than turn a change
+        // that succeeded into an error.)
         if let Ok(answer) = &result
             && !settled.load(Ordering::Acquire)
-            && crate::state::outcomes::recorded(&self.store, id.client, id.seq)?.is_none()
+            && !matches!(
+                crate::state::outcomes::recorded(&self.store, id.client, id.seq),
+                Ok(Some(_))
+            )
         {
             let record = Mutation::RecordOnce {
                 id,

@@ -9,6 +9,7 @@ use myriad_proto::{FsError, Request};
 
 use crate::partition::core::Partition;
 use crate::partition::dir_rename::Target;
+use crate::partition::made::Made;
 use crate::partition::twophase::ABORTED_KEPT;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::Mutation;
@@ -108,8 +109,7 @@ impl Partition {
                     // As `client_mkdir` does: the parent's times and link count follow
                     // (chaos_long met a parent still counting a directory recovery had
                     // removed).
-                    self.touch_dir(&dir, &crate::partition::made::Made::now())
-                        .await;
+                    self.touch_dir(&dir, &Made::now()).await;
                 }
             }
             Intent::Rmdir { dir, name, ino, .. } => {
@@ -139,8 +139,7 @@ impl Partition {
                 }
                 self.resolve_entry(dir.clone(), name, txid, commit).await?;
                 if commit {
-                    self.touch_dir(&dir, &crate::partition::made::Made::now())
-                        .await;
+                    self.touch_dir(&dir, &Made::now()).await;
                 }
             }
             Intent::RenameOut {
