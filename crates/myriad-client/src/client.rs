@@ -559,7 +559,19 @@ impl Client {
     }
 
     pub(crate) async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
-        self.route_with(route, req, true).await
+        self.route_with(route, req, true, &mut Tries::default())
+            .await
+    }
+
+    /// `route` for a change sent once whose earlier tries went out in earlier calls
+    /// (`tries`: a change answered behind, sent until taken; a held change sent again).
+    pub(crate) async fn route_tried(
+        &self,
+        route: Route,
+        req: Request,
+        tries: &mut Tries,
+    ) -> Result<Response, FsError> {
+        Box::pin(self.route_with(route, req, true, tries)).await
     }
 
     /// `route` for the requests that recover a partition's held changes (`held.rs`): they
@@ -571,7 +583,17 @@ impl Client {
     ) -> Result<Response, FsError> {
         // Boxed: this runs inside another request's future (debug builds overflowed the
         // stack with both inline).
-        Box::pin(self.route_with(route, req, false)).await
+        Box::pin(self.route_with(route, req, false, &mut Tries::default())).await
+    }
+
+    /// `route_unheld` for a held change sent again (`tries`: the partition that applied it).
+    pub(crate) async fn route_unheld_tried(
+        &self,
+        route: Route,
+        req: Request,
+        tries: &mut Tries,
+    ) -> Result<Response, FsError> {
+        Box::pin(self.route_with(route, req, false, tries)).await
     }
 
     async fn route_with(
@@ -579,6 +601,7 @@ impl Client {
         route: Route,
         req: Request,
         check_held: bool,
+        tries: &mut Tries,
     ) -> Result<Response, FsError> {
         let mut pace = Pacing::new(self.config.request_timeout);
         let mut map_retries = 0;
@@ -605,6 +628,17 @@ impl Client {
                     self.recover_held_first(pid, stale, &mut pace).await?;
                     continue;
                 }
+            }
+            // A change whose name moved to `pid` since an earlier try went elsewhere.
+            match self.recorded_elsewhere(pid, &req, tries).await {
+                Ok(Some(answer)) => return Ok(answer),
+                Ok(None) => {}
+                Err(e) if (e.is_transient() || e.is_routing()) && pace.busy_fits() => {
+                    tracing::debug!(partition = %pid, "a change's earlier partition not asked yet ({e}); retrying");
+                    pace.busy_pause(REDIRECT_WAIT_MIN).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
             let result = match self.send_once(&st, (&route, pid), &target, &req).await {
                 // Answered over another connection than the one the checks above saw (the
@@ -956,7 +990,9 @@ mod leased;
 mod maps;
 mod namespace;
 mod pacing;
+mod tries;
 
 use pacing::{NoCopy, Pacing};
+pub(crate) use tries::Tries;
 #[cfg(test)]
 mod tests;

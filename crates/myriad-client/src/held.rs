@@ -281,7 +281,12 @@ impl Client {
                 id,
                 request: Box::new(request),
             };
-            match self.route_unheld(route, Request::Client(again)).await {
+            // Applied by an earlier primary of `pid`: asked there first if its name moved.
+            let mut tries = crate::client::Tries::at(pid);
+            let answer = self
+                .route_unheld_tried(route, Request::Client(again), &mut tries)
+                .await;
+            match answer {
                 Ok(_) => {
                     tracing::debug!(partition = %pid, seq = id.seq, "a change answered by an earlier primary was sent again: {what}");
                     self.drop_held(pid, &[id]);

@@ -471,8 +471,10 @@ impl Client {
             visible: true,
         });
         let mut started = tokio::time::Instant::now();
+        let mut tries = crate::client::Tries::default();
         loop {
-            match self.route(Route::Entry(op.path.clone()), req.clone()).await {
+            let route = Route::Entry(op.path.clone());
+            match self.route_tried(route, req.clone(), &mut tries).await {
                 Ok(_) => return Ok(()),
                 Err(e) if e.is_transient() || e.is_routing() => {
                     if started.elapsed() > self.config.request_timeout {

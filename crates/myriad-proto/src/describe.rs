@@ -28,7 +28,8 @@ pub enum Kind<'a> {
     /// Changes the file system: sent as `Once`, so that a retry of one that went through
     /// answers its first outcome.
     Change(Change<'a>),
-    /// Carries other requests (`Once`, `Resend`, `Leased`, `ReadAs`, `Batch`).
+    /// Carries other requests (`Once`, `Resend`, `Leased`, `ReadAs`, `Batch`), or asks
+    /// after one (`Recorded`).
     Envelope,
     /// Neither a read of the tree nor a change sent once: the transport echo, barriers,
     /// file locks, open-file keep-alives, marks of frozen trees (idempotent).
@@ -258,6 +259,7 @@ impl ClientRequest {
             | C::Leased { request, .. }
             | C::ReadAs { request, .. } => envelope(request.op_name()),
             C::Batch { .. } => envelope("batch"),
+            C::Recorded { .. } => envelope("recorded"),
             C::Sync { .. } => other("sync"),
             C::SyncPartition { .. } => other("sync_partition"),
             C::Lock(_) => other("lock"),

@@ -65,7 +65,10 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// speaks 29 with a peer that only speaks 29.
 /// 31: `ClientRequest::Resend` (a change a client kept, sent again after a failover lost
 /// it), sent only on connections of 31.
-pub const PROTOCOL_VERSION: u16 = 31;
+/// 32: `ClientRequest::Recorded` and `Response::Recorded` (the outcome of a change an
+/// earlier try left at a partition its name has since moved away from), asked only over
+/// connections of 32.
+pub const PROTOCOL_VERSION: u16 = 32;
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a
@@ -449,6 +452,8 @@ pub enum Response {
     /// reads in the window, milliseconds since its last change (`None`: none seen since
     /// the partition opened).
     IndexCandidates(Vec<(String, u64, Option<u64>)>),
+    /// The outcome a partition recorded of a change (`ClientRequest::Recorded`), if any.
+    Recorded(Option<Box<Response>>),
 }
 
 impl Response {

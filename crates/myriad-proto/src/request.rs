@@ -305,6 +305,18 @@ pub enum ClientRequest {
         id: OnceId,
         request: Box<ClientRequest>,
     },
+    /// The outcome this partition recorded of change `request`, sent once as `id` by a
+    /// client that never had its answer, asked before the client sends the change to
+    /// another partition: a tree move, a directory split or a directory export moved its
+    /// name there meanwhile, and outcomes stay with the partition that recorded them
+    /// (docs/write-path.md "Exactly once"). Waits for a try of it running here; answered
+    /// `Response::Recorded(Some(answer))` once what it reports is durable here and on the
+    /// copies, or `Recorded(None)`: none was recorded (no try of it went through here,
+    /// and none will: its name is no longer served here). Protocol 32.
+    Recorded {
+        id: OnceId,
+        request: Box<ClientRequest>,
+    },
 }
 
 /// What a read reads (`ClientRequest::read_of`).

@@ -90,6 +90,28 @@ fn delivered_names(body: &Request) -> Vec<&'static str> {
     std::iter::once(body.op_name()).chain(envelope).collect()
 }
 
+/// The name or directory a client request is about, for the trace.
+fn path_of(body: &Request) -> Option<&str> {
+    use myriad_proto::{ClientRequest as C, ReadOf};
+    let Request::Client(c) = body else {
+        return None;
+    };
+    let mut c = c;
+    while let C::Once { request, .. }
+    | C::Resend { request, .. }
+    | C::Recorded { request, .. }
+    | C::Leased { request, .. }
+    | C::ReadAs { request, .. } = c
+    {
+        c = &**request;
+    }
+    match (c.change(), c.read_of()) {
+        (Some(change), _) => change.names[0],
+        (None, Some(ReadOf::Name(p) | ReadOf::Listing(p))) => Some(p),
+        (None, None) => None,
+    }
+}
+
 /// What happens to one message.
 struct Fate {
     there: Duration,
@@ -285,8 +307,9 @@ impl Net {
             })
             .collect();
         let epoch = frame.epoch;
+        let path = path_of(&frame.body).unwrap_or("");
         self.trace.event(format_args!(
-            "send {from}->{to} {op} p{}{seq}",
+            "send {from}->{to} {op} p{}{seq} e{epoch} {path}",
             frame.ends.target
         ));
         let lost = async {
@@ -338,6 +361,8 @@ impl Net {
                 Ok(Response::ReplicaState { seq, chain, term }) => {
                     format!("at {seq:?} term {term} chain {chain:x}")
                 }
+                Ok(Response::Recorded(None)) => "none recorded".to_string(),
+                Ok(Response::Recorded(Some(_))) => "ok, recorded".to_string(),
                 Ok(_) => "ok".to_string(),
                 Err(e) => format!("{e:?}"),
             }

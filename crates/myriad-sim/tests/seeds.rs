@@ -631,6 +631,34 @@ fn regression_seeds_pass() {
         tree_moves: true,
         ..SimConfig::new(664)
     });
+    // 66 with zones and tree moves: changes a mount held until durable were sent again
+    // after their primary changed, but a tree move had taken their names to another
+    // partition meanwhile, which held no record of them: a rename ran twice and one
+    // file's bytes were read under another name. Fix: a change is first asked after at
+    // the partitions its earlier tries went to (`ClientRequest::Recorded`,
+    // `client/tries.rs`); it fails if their answers are ignored. (118 and 1137, a retried
+    // rmdir answering `NotFound` and a mkdir `AlreadyExists`, run otherwise since.)
+    let r = check(&SimConfig {
+        zones: true,
+        tree_moves: true,
+        ..SimConfig::new(66)
+    });
+    let asked = r.delivered.get("recorded").copied().unwrap_or(0);
+    assert!(
+        asked > 0,
+        "seed 66 asked no partition for a recorded outcome"
+    );
+    // 220 with zones and tree moves: a mkdir of a tree's root went through between the
+    // tree move's look (no root: nothing to copy) and its decision, leaving the directory
+    // in the placement the tree left; a file made in it was not found by a reader placing
+    // the tree where it went. Fix: the mkdir is undone (`Busy`) unless, once its entry is
+    // pending, no move of a tree rooted there is under way and the map still places its
+    // object where it was made (`Partition::placed_for_good`).
+    check(&SimConfig {
+        zones: true,
+        tree_moves: true,
+        ..SimConfig::new(220)
+    });
     // 60141 with locks and directory moves: a renewal answered 10 s after it was sent,
     // by a new lock table, led to a reclaim of a lock whose lease had lapsed at the old
     // table meanwhile (two other clients had held it since): two holders at once. Fix:

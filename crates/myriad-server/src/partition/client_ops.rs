@@ -42,6 +42,7 @@ impl Partition {
             // Unwrapped by `dispatch` when it comes from a client.
             ClientRequest::Once { .. }
             | ClientRequest::Resend { .. }
+            | ClientRequest::Recorded { .. }
             | ClientRequest::Leased { .. }
             | ClientRequest::ReadAs { .. }
             | ClientRequest::Batch { .. } => Err(FsError::InvalidArgument(

@@ -148,6 +148,9 @@ impl Partition {
             (None, Request::Client(ClientRequest::Resend { id, request })) => {
                 self.serve_resend(epoch, caller, id, *request).await
             }
+            (None, Request::Client(ClientRequest::Recorded { id, request })) => {
+                self.serve_recorded(epoch, id, *request).await
+            }
             (
                 None,
                 Request::Client(ClientRequest::Leased {

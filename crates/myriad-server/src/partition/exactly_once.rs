@@ -40,16 +40,7 @@ impl Partition {
         request: ClientRequest,
         (visible, made): (bool, &Made),
     ) -> Result<Response, FsError> {
-        if !request.is_change() {
-            return Err(FsError::InvalidArgument(format!(
-                "only changes are sent once, not {}",
-                request.op_name()
-            )));
-        }
-        let ours = self.state().map.epoch;
-        if epoch > ours {
-            return Err(FsError::MapTooOld(ours));
-        }
+        self.admit_once(epoch, &request)?;
         let _running = self.changes.run((id.client, id.seq)).await;
         if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
             // A retry: its client never had the answer. Not a resend (`serve_resend`),
@@ -154,6 +145,46 @@ impl Partition {
         }
         self.serve_once(epoch, caller, id, request, (false, &Made::now()))
             .await
+    }
+
+    /// The outcome recorded here of change `request`, sent once as `id` by a try whose
+    /// answer its client never had, which now goes to another partition: its name moved
+    /// there (`ClientRequest::Recorded`). A try of it running here is waited for. `None`
+    /// is final: the name is no longer served here (the move froze it here before the
+    /// client's map could say so), so no later try applies it here either.
+    pub(super) async fn serve_recorded(
+        self: &Arc<Self>,
+        epoch: u64,
+        id: OnceId,
+        request: ClientRequest,
+    ) -> Result<Response, FsError> {
+        self.admit_once(epoch, &request)?;
+        let _running = self.changes.run((id.client, id.seq)).await;
+        let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? else {
+            return Ok(Response::Recorded(None));
+        };
+        // As a retry answered here would: its first try may have died before the touch.
+        if let Some(dir) = request.listing_altered() {
+            self.touch_again(dir, &Made::now()).await;
+        }
+        let answer = self.answer_recorded(&request, answer).await?;
+        Ok(Response::Recorded(Some(Box::new(answer))))
+    }
+
+    /// What a change sent once, or a question after one, must be: a change, from a map
+    /// this partition follows.
+    fn admit_once(&self, epoch: u64, request: &ClientRequest) -> Result<(), FsError> {
+        if !request.is_change() {
+            return Err(FsError::InvalidArgument(format!(
+                "only changes are sent once, not {}",
+                request.op_name()
+            )));
+        }
+        let ours = self.state().map.epoch;
+        if epoch > ours {
+            return Err(FsError::MapTooOld(ours));
+        }
+        Ok(())
     }
 
     /// While recovery resolves intent `txid`: the place of the client's change it records

@@ -147,7 +147,7 @@ impl Partition {
             return Err(FsError::Io("unexpected outcome".into()));
         };
         let owner = self.dir_owner(path);
-        match self
+        let made = self
             .call_node(
                 owner,
                 Request::Peer(PeerRequest::DirObjectCreate {
@@ -156,9 +156,9 @@ impl Partition {
                     depth,
                 }),
             )
-            .await
-        {
-            Ok(_) => {
+            .await;
+        match made.and_then(|_| self.placed_for_good(path, owner)) {
+            Ok(()) => {
                 self.resolve_entry(dir, name, txid, true).await?;
                 Ok(inode)
             }
@@ -191,6 +191,25 @@ impl Partition {
                 Err(e)
             }
         }
+    }
+
+    /// Whether directory `path`, whose object was made at `owner` and whose entry is
+    /// pending here, may be committed: `Busy` (undone, and retried by its client) if a
+    /// tree rooted at `path` is moving between placements, or the map now places the
+    /// object elsewhere. The move holds the root's entry here, and found no directory
+    /// there if it looked before this entry was pending: committed, the directory would
+    /// stay where the move is leaving, and what is made in it would be invisible to
+    /// readers that place the tree where it went (simulation seed 220 with
+    /// `--zones --tree-moves`: a mkdir of the root, retried `Busy` through the move,
+    /// went through between its look and its decision). Checked after the entry is
+    /// pending, a move that looks later waits for its resolution.
+    fn placed_for_good(&self, path: &str, owner: PartitionId) -> Result<(), FsError> {
+        let st = self.state();
+        let moving = st.map.moving_policy().is_some_and(|p| p.path == path);
+        if moving || st.ring.owner_of_dir(path) != owner {
+            return Err(FsError::Busy);
+        }
+        Ok(())
     }
 
     pub(crate) async fn rmdir(
