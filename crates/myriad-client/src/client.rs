@@ -630,15 +630,10 @@ impl Client {
                 }
             }
             // A change whose name moved to `pid` since an earlier try went elsewhere.
-            match self.recorded_elsewhere(pid, &req, tries).await {
-                Ok(Some(answer)) => return Ok(answer),
-                Ok(None) => {}
-                Err(e) if (e.is_transient() || e.is_routing()) && pace.busy_fits() => {
-                    tracing::debug!(partition = %pid, "a change's earlier partition not asked yet ({e}); retrying");
-                    pace.busy_pause(REDIRECT_WAIT_MIN).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
+            match self.before_try(pid, &req, tries, &mut pace).await? {
+                Before::Send => {}
+                Before::Answered(answer) => return Ok(*answer),
+                Before::Again => continue,
             }
             let result = match self.send_once(&st, (&route, pid), &target, &req).await {
                 // Answered over another connection than the one the checks above saw (the
@@ -713,20 +708,9 @@ impl Client {
                     map_retries = 1;
                 }
                 Err(FsError::MapTooOld(_)) => {
-                    // The server answers the push once it follows the map, but its
-                    // partitions take the map up a moment later (a reconcile, slow on a
-                    // loaded host): after the first push, retried like `Busy` until the
-                    // deadline (five retries at once once ran out on a loaded machine).
                     map_retries += 1;
-                    if !pace.busy_fits() {
-                        return Err(FsError::Protocol(format!(
-                            "partition {pid} keeps an old cluster map"
-                        )));
-                    }
-                    if map_retries > 1 {
-                        pace.busy_pause(Duration::ZERO).await;
-                    }
-                    self.push_map(addr, &st.map).await?;
+                    self.map_too_old((addr, pid), &st.map, map_retries, &mut pace)
+                        .await?;
                 }
                 // A server that holds the partition as a copy, not (yet) as its primary,
                 // asked as if it were one (a map newer than that server's, or a copy
@@ -990,9 +974,11 @@ mod leased;
 mod maps;
 mod namespace;
 mod pacing;
+mod recorded;
 mod tries;
 
 use pacing::{NoCopy, Pacing};
+use tries::Before;
 pub(crate) use tries::Tries;
 #[cfg(test)]
 mod tests;

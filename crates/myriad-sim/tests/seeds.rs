@@ -648,6 +648,13 @@ fn regression_seeds_pass() {
         asked > 0,
         "seed 66 asked no partition for a recorded outcome"
     );
+    // 1161 likewise: a mkdir answered, its answer lost, retried after the tree moved,
+    // answered `AlreadyExists` with the earlier partition's answer ignored.
+    check(&SimConfig {
+        zones: true,
+        tree_moves: true,
+        ..SimConfig::new(1161)
+    });
     // 220 with zones and tree moves: a mkdir of a tree's root went through between the
     // tree move's look (no root: nothing to copy) and its decision, leaving the directory
     // in the placement the tree left; a file made in it was not found by a reader placing

@@ -3,11 +3,37 @@
 //! shard maps from the servers' answers.
 
 use myriad_placement::{ClusterMap, PartitionId, ShardMap};
-use myriad_proto::{ClientRequest, Endpoints, Response, ServerRequest};
+use std::time::Duration;
 
+use myriad_proto::{ClientRequest, Endpoints, FsError, Response, ServerRequest};
+
+use super::pacing::Pacing;
 use super::{Client, MAP_ASK_TIMEOUT, Route, STALL_ASK_AFTER};
 
 impl Client {
+    /// The server at `addr` answered a request to partition `pid` with `MapTooOld` (the
+    /// `tries`-th time): our map `map` is pushed to it. The server answers the push once
+    /// it follows the map, but its partitions take the map up a moment later (a
+    /// reconcile, slow on a loaded host): after the first push, retried like `Busy` until
+    /// the deadline (five retries at once once ran out on a loaded machine).
+    pub(super) async fn map_too_old(
+        &self,
+        (addr, pid): (&str, PartitionId),
+        map: &ClusterMap,
+        tries: u32,
+        pace: &mut Pacing,
+    ) -> Result<(), FsError> {
+        if !pace.busy_fits() {
+            return Err(FsError::Protocol(format!(
+                "partition {pid} keeps an old cluster map"
+            )));
+        }
+        if tries > 1 {
+            pace.busy_pause(Duration::ZERO).await;
+        }
+        self.push_map(addr, map).await.map(|_| ())
+    }
+
     /// Asks every server of our map for its map, adopts the newest, and returns it (the map
     /// a tool started with may be behind failovers).
     pub async fn newest_map(&self) -> ClusterMap {
