@@ -461,18 +461,27 @@ async fn send_once_as(
     request: ClientRequest,
     visible: bool,
 ) -> Result<Response, FsError> {
-    let id = myriad_proto::OnceId {
-        client: 77,
-        seq,
-        low: seq,
-    };
     let once = ClientRequest::Once {
-        id,
+        id: test_once_id(seq),
         request: Box::new(request),
         visible,
     };
+    from_client(home, once).await
+}
+
+/// The id of the test client's change number `seq`.
+fn test_once_id(seq: u64) -> myriad_proto::OnceId {
+    myriad_proto::OnceId {
+        client: 77,
+        seq,
+        low: seq,
+    }
+}
+
+/// `request` from a client, under the partition's own map.
+async fn from_client(home: &Arc<Partition>, request: ClientRequest) -> Result<Response, FsError> {
     let epoch = home.state().map.epoch;
-    home.dispatch(None, epoch, Caller::root(), Request::Client(once))
+    home.dispatch(None, epoch, Caller::root(), Request::Client(request))
         .await
 }
 
@@ -531,18 +540,11 @@ async fn recorded(
     seq: u64,
     request: ClientRequest,
 ) -> Result<Response, FsError> {
-    let id = myriad_proto::OnceId {
-        client: 77,
-        seq,
-        low: seq,
-    };
     let ask = ClientRequest::Recorded {
-        id,
+        id: test_once_id(seq),
         request: Box::new(request),
     };
-    let epoch = home.state().map.epoch;
-    home.dispatch(None, epoch, Caller::root(), Request::Client(ask))
-        .await
+    from_client(home, ask).await
 }
 
 /// A partition asked for the outcome of a change (its retry goes elsewhere now) answers
@@ -571,11 +573,7 @@ async fn a_partition_answers_the_outcome_it_recorded_of_a_change_and_applies_not
         Ok(Response::Recorded(None))
     );
     let stat = |path: &str| ClientRequest::Stat { path: path.into() };
-    let epoch = home.state().map.epoch;
-    let y = home
-        .dispatch(None, epoch, Caller::root(), Request::Client(stat("/y")))
-        .await;
-    assert_eq!(y, Err(FsError::NotFound));
+    assert_eq!(from_client(&home, stat("/y")).await, Err(FsError::NotFound));
     // Only changes are asked after.
     assert!(matches!(
         recorded(&home, 3, stat("/")).await,
