@@ -67,7 +67,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// it), sent only on connections of 31.
 /// 32: `ClientRequest::Recorded` and `Response::Recorded` (the outcome of a change an
 /// earlier try left at a partition its name has since moved away from), asked only over
-/// connections of 32.
+/// connections of 32; `PeerRequest::PutLinkRefOnce` (a hard link's new name, made once
+/// per change), sent only over connections of 32.
 pub const PROTOCOL_VERSION: u16 = 32;
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every

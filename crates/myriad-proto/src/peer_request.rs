@@ -260,6 +260,17 @@ pub enum PeerRequest {
     /// each was given back (its changes answered behind by the old attributes applied
     /// first).
     DirAttrsChanging { path: String, by: Option<u64> },
+    /// Owner of the entry of `path`: as `PutLinkRef`, for the client's change `id`
+    /// (protocol 32). The name is made once per change: one whose earlier try made it
+    /// answers `Response::Recorded(Some(Unit))` and makes nothing, so a link retried after
+    /// its coordinator died answers its first outcome rather than `AlreadyExists`
+    /// (docs/write-path.md "Exactly once").
+    PutLinkRefOnce {
+        path: String,
+        ino: InodeId,
+        home: PartitionId,
+        id: crate::OnceId,
+    },
 }
 
 /// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields
@@ -442,6 +453,7 @@ impl PeerRequest {
             | PeerRequest::RenameCommit { client, .. }
             | PeerRequest::PutLinkRef { client, .. }
             | PeerRequest::DirObjectRemove { client, .. } => *client,
+            PeerRequest::PutLinkRefOnce { id, .. } => Some(id.client),
             _ => None,
         }
     }
@@ -454,7 +466,7 @@ impl PeerRequest {
             PeerRequest::ShardImport { .. } => "shard_import",
             PeerRequest::ShardFinish { .. } => "shard_finish",
             PeerRequest::ShardMapChange { .. } => "shard_map_change",
-            PeerRequest::PutLinkRef { .. } => "put_link_ref",
+            PeerRequest::PutLinkRef { .. } | PeerRequest::PutLinkRefOnce { .. } => "put_link_ref",
             PeerRequest::AdjustLinks { .. } => "adjust_links",
             PeerRequest::AtInode { .. } => "at_inode",
             PeerRequest::DirObjectCreate { .. } => "dirobj_create",

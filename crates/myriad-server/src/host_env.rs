@@ -92,6 +92,16 @@ impl Env for Host {
         self.serving(pid, 0).is_ok()
     }
 
+    fn protocol_of(&self, pid: PartitionId) -> u16 {
+        let st = self.state();
+        if st.map.primary_of(pid) == Some(self.id) {
+            return myriad_proto::PROTOCOL_VERSION;
+        }
+        st.map
+            .partition_addr(pid)
+            .map_or(0, |addr| self.transport.link(addr).version)
+    }
+
     fn commit_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<ClusterMap, FsError>> {
         Box::pin(async move {
             let epoch = map.epoch;

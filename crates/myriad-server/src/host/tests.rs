@@ -581,6 +581,50 @@ async fn a_partition_answers_the_outcome_it_recorded_of_a_change_and_applies_not
     ));
 }
 
+/// A hard link whose coordinator died after the new name was made but before the outcome
+/// was recorded: the retry (same id) answers the linked file, with one link per name, not
+/// `AlreadyExists` (the name's partition recorded the change's name mark with the name).
+#[tokio::test(start_paused = true)]
+async fn a_retried_link_whose_name_was_made_answers_the_file_and_counts_one_link() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let made = send_once(&home, 1, create("/a")).await;
+    assert!(matches!(made, Ok(Response::Changed { .. })), "{made:?}");
+    let a = h
+        .partition(h.state().ring.owner_of_entry("/a"))
+        .unwrap_or_else(|| panic!("/a's partition is served here"));
+    let link = || ClientRequest::Link {
+        from: "/a".into(),
+        to: "/b".into(),
+    };
+    let first = send_once(&a, 2, link()).await;
+    let Ok(Response::Attr(linked)) = &first else {
+        panic!("link: {first:?}");
+    };
+    assert_eq!(linked.nlink, 2);
+    // The coordinator died before the outcome's own batch: no record of the change.
+    let mut forget = myriad_storage::Batch::new();
+    a.store.delete_outcome(&mut forget, 77, 2);
+    a.store
+        .commit(forget)
+        .unwrap_or_else(|e| panic!("forgetting the outcome: {e}"));
+    let again = send_once(&a, 2, link()).await;
+    match &again {
+        Ok(Response::Attr(i)) => {
+            assert_eq!(i.ino, linked.ino);
+            assert_eq!(i.nlink, 2, "the retry's own link was not taken back");
+        }
+        other => panic!("the retried link: {other:?}"),
+    }
+    // A new change (a new number) is a new link: the name is taken.
+    assert_eq!(send_once(&a, 3, link()).await, Err(FsError::AlreadyExists));
+    let stat = |path: &str| ClientRequest::Stat { path: path.into() };
+    match from_client(&a, stat("/a")).await {
+        Ok(Response::Attr(i)) => assert_eq!(i.nlink, 2),
+        other => panic!("stat /a: {other:?}"),
+    }
+}
+
 /// The number of the last batch partition `p` committed.
 fn batches_of(p: &Partition) -> u64 {
     p.store

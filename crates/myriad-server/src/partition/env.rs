@@ -27,6 +27,10 @@ pub(crate) trait Env: Peers {
     /// commits (a sweep) checks it first, as requests are checked on arrival, so that a
     /// primary cut off from the others adds no batch of its own.
     fn serves(&self, pid: PartitionId) -> bool;
+    /// The protocol version partition `pid`'s primary speaks with this server: this
+    /// build's own if it is here, the connection's if one was made, else 0 (not known).
+    /// A request newer than a peer's protocol is not sent to it (docs/upgrades.md).
+    fn protocol_of(&self, pid: PartitionId) -> u16;
     /// Commits `map` (the next epoch) through the cluster-map authority and waits until
     /// this server follows that epoch; returns the map followed then (another change may
     /// have taken the epoch first: the caller checks what landed). A partition changes the

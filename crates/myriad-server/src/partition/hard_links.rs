@@ -10,12 +10,20 @@
 //! Unlink: the name goes first, then the home drops a link. A crash between the two steps
 //! leaves a link count one too high (the data is kept, never lost); fsck (issue 5) is where
 //! such counts get repaired.
+//!
+//! A link is a client's change sent once, but its work spans the home and the new name's
+//! partition, and its outcome is recorded after both. A retry after its coordinator died
+//! between the name and the record used to find the name made and answer `AlreadyExists`.
+//! So the new name is made once per change (`PutLinkRefOnce`, protocol 32): its partition
+//! records the change's name mark (`name_mark`) in the batch that makes the name, and a
+//! retry told the name is its own takes back the link it added and answers as the first
+//! try did.
 
 use std::sync::Arc;
 
 use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::{
-    Caller, FileKind, FsError, Inode, InodeOp, Request, Response, limits, validate_path,
+    Caller, FileKind, FsError, Inode, InodeOp, OnceId, Request, Response, limits, validate_path,
 };
 
 use crate::partition::core::{Partition, split_owned};
@@ -23,6 +31,21 @@ use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_na
 use crate::state::perm;
 use myriad_proto::InodeId;
 use myriad_proto::PeerRequest;
+
+/// Distinguishes a link's name mark from the outcomes of its client's changes (a name
+/// partition may also be the link's coordinator, which records the change's own outcome
+/// under its id): the mark is kept under the client id with these bits flipped.
+const NAME_MARK: u64 = 0x6c69_6e6b_6e61_6d65;
+/// The first protocol with `PutLinkRefOnce`.
+const LINK_ONCE_PROTOCOL: u16 = 32;
+
+/// The key a hard link's new name is recorded under, for the client's change `id`.
+pub(crate) fn name_mark(id: OnceId) -> OnceId {
+    OnceId {
+        client: id.client ^ NAME_MARK,
+        ..id
+    }
+}
 
 impl Partition {
     /// A write, size change or truncation of the linked file `inode` at its home, by
@@ -310,29 +333,57 @@ impl Partition {
                 }
             }
         };
-        let put = PeerRequest::PutLinkRef {
-            path: to.to_string(),
+        let put = self.link_name_request(to, inode.ino, home);
+        let undo = PeerRequest::AdjustLinks {
             ino: inode.ino,
-            home,
-            client: crate::commit::once_scope::task_client(),
+            delta: -1,
         };
-        if let Err(e) = self.call_entry(to, Request::Peer(put)).await {
-            if !definitely_not_created(&e) {
+        match self.call_entry(to, Request::Peer(put)).await {
+            Ok(Response::Recorded(Some(_))) => {
+                // An earlier try of this change made the name (its coordinator died before
+                // the outcome was recorded): the link this try added goes back, and the
+                // answer is the file as it is now.
+                match self.call_node(home, Request::Peer(undo)).await? {
+                    Response::Attr(i) => Ok(Response::Attr(i)),
+                    other => Err(FsError::Protocol(format!("unexpected {other:?}"))),
+                }
+            }
+            Ok(_) => Ok(Response::Attr(inode)),
+            Err(e) if !definitely_not_created(&e) => {
                 // The name may exist (a timeout or a lost reply): keep the count one too
                 // high rather than risk one too low, which would free data still named.
-                return Err(e);
+                Err(e)
             }
-            // Take the link back; if even that fails the count stays one too high (no loss).
-            let undo = PeerRequest::AdjustLinks {
-                ino: inode.ino,
-                delta: -1,
-            };
-            if let Err(u) = self.call_node(home, Request::Peer(undo)).await {
-                tracing::warn!("link of ino {}: undo failed: {u}", inode.ino);
+            Err(e) => {
+                // Take the link back; if even that fails the count stays one too high.
+                if let Err(u) = self.call_node(home, Request::Peer(undo)).await {
+                    tracing::warn!("link of ino {}: undo failed: {u}", inode.ino);
+                }
+                Err(e)
             }
-            return Err(e);
         }
-        Ok(Response::Attr(inode))
+    }
+
+    /// The request that makes hard link `to` to inode `ino` (homed at `home`): made once
+    /// for the client's change where the name's partition speaks protocol 32.
+    fn link_name_request(&self, to: &str, ino: InodeId, home: PartitionId) -> PeerRequest {
+        let change = crate::commit::once_scope::awaited();
+        match change {
+            Some(c) if self.env.protocol_of(self.entry_node(to)) >= LINK_ONCE_PROTOCOL => {
+                PeerRequest::PutLinkRefOnce {
+                    path: to.to_string(),
+                    ino,
+                    home,
+                    id: c.id,
+                }
+            }
+            _ => PeerRequest::PutLinkRef {
+                path: to.to_string(),
+                ino,
+                home,
+                client: crate::commit::once_scope::task_client(),
+            },
+        }
     }
 
     /// A hard-link name of inode `link` was renamed: the inode's ctime changes at its home

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{FsError, Inode, InodeId, Response, validate_path};
+use myriad_proto::{FsError, Inode, InodeId, OnceId, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, inode_response};
 use crate::partition::made::Made;
-use crate::state::mutation::{DirTouchOne, Mutation, Outcome, RenamePrepare};
+use crate::state::mutation::{Awaited, DirTouchOne, Mutation, Outcome, RenamePrepare};
 
 impl Partition {
     /// Marks an inode number this partition reserved used by partition `by` (a create a split moved).
@@ -30,20 +30,37 @@ impl Partition {
         Ok(Response::Unit)
     }
 
-    /// A name that refers to a hard-linked inode kept at its home.
+    /// A name that refers to a hard-linked inode kept at its home; with `id`, made once
+    /// for that client change (`PeerRequest::PutLinkRefOnce`): a name its earlier try made
+    /// answers `Recorded(Some(Unit))`.
     pub(super) async fn peer_put_link_ref(
         self: &Arc<Self>,
         st: &Arc<MapState>,
         path: String,
-        ino: InodeId,
-        home: PartitionId,
+        (ino, home): (InodeId, PartitionId),
+        id: Option<OnceId>,
     ) -> Result<Response, FsError> {
         let (dir, name) = self.entry_target(st, &path)?;
+        let mark = id.map(crate::partition::hard_links::name_mark);
+        // A try of the same change making the name here is waited for.
+        let _running = match mark {
+            Some(m) => Some(self.changes.run((m.client, m.seq)).await),
+            None => None,
+        };
+        if let Some(m) = mark
+            && crate::state::outcomes::recorded(&self.store, m.client, m.seq)?.is_some()
+        {
+            return Ok(Response::Recorded(Some(Box::new(Response::Unit))));
+        }
         let m = Mutation::PutLinkRef {
             dir: dir.clone(),
             name,
             ino,
             home,
+            made_for: mark.map(|id| Awaited {
+                id,
+                at_ns: self.env.now_ns(),
+            }),
         };
         let (out, _) = self
             .run_touching((m, &Made::now()), &dir, true, |_| true)

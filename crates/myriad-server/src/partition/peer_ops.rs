@@ -46,7 +46,16 @@ impl Partition {
             } => self.peer_fragment_named(st, ino, chunk, (index, generation), server),
             PeerRequest::PutLinkRef {
                 path, ino, home, ..
-            } => self.peer_put_link_ref(st, path, ino, home).await,
+            } => self.peer_put_link_ref(st, path, (ino, home), None).await,
+            PeerRequest::PutLinkRefOnce {
+                path,
+                ino,
+                home,
+                id,
+            } => {
+                self.peer_put_link_ref(st, path, (ino, home), Some(id))
+                    .await
+            }
             PeerRequest::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
             PeerRequest::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
             PeerRequest::ShardCreate { dir, ino, shards } => {

@@ -37,10 +37,22 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             name,
             ino,
             home,
+            made_for,
         } => {
             require_free_name(ctx.store, &dir, &name)?;
             let r = link_ref(ino, home);
             put_visible(ctx.store, b, &dir, &name, &r);
+            if let Some(mark) = made_for {
+                let unit = myriad_proto::Response::Unit;
+                crate::state::outcomes::record(
+                    ctx.store,
+                    ctx.outcomes,
+                    b,
+                    mark.id,
+                    mark.at_ns,
+                    unit,
+                )?;
+            }
             Outcome::Inode(r)
         }
         Mutation::AdjustLinks { ino, delta, now } => {

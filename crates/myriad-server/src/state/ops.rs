@@ -129,12 +129,15 @@ pub enum Mutation {
         me: PartitionId,
         now: i64,
     },
-    /// A new name `dir/name` referring to hard-linked inode `ino` on node `home`.
+    /// A new name `dir/name` referring to hard-linked inode `ino` on node `home`; for a
+    /// client's change (`made_for`: its name mark, `hard_links::name_mark`), that mark is
+    /// recorded in the same batch, so the change makes the name once.
     PutLinkRef {
         dir: String,
         name: String,
         ino: InodeId,
         home: PartitionId,
+        made_for: Option<Awaited>,
     },
     /// Adds `delta` to the link count of inode object `ino`; at 0 it goes with its data.
     AdjustLinks {
