@@ -496,6 +496,16 @@ fn create(path: &str) -> ClientRequest {
     }
 }
 
+/// Creates `/x` as the test client's change number 1: the new file.
+async fn created_x(home: &Arc<Partition>) -> myriad_proto::Inode {
+    match send_once(home, 1, create("/x")).await {
+        Ok(Response::Changed {
+            inode: Some(made), ..
+        }) => made,
+        other => panic!("create: {other:?}"),
+    }
+}
+
 /// Docs/write-path.md, "Exactly once": a retried create answers its first outcome (not
 /// `AlreadyExists`), a retried unlink too (not `NotFound`), and the same request under a
 /// new number runs again.
@@ -503,13 +513,7 @@ fn create(path: &str) -> ClientRequest {
 async fn a_retried_change_answers_its_first_outcome() {
     let h = host(Arc::new(Silent::default()));
     let home = root_home(&h).await;
-    let first = send_once(&home, 1, create("/x")).await;
-    let Ok(Response::Changed {
-        inode: Some(made), ..
-    }) = &first
-    else {
-        panic!("create: {first:?}");
-    };
+    let made = created_x(&home).await;
     let again = send_once(&home, 1, create("/x")).await;
     match &again {
         Ok(Response::Changed { inode: Some(i), .. }) => assert_eq!(i.ino, made.ino),
@@ -553,13 +557,7 @@ async fn recorded(
 async fn a_partition_answers_the_outcome_it_recorded_of_a_change_and_applies_nothing() {
     let h = host(Arc::new(Silent::default()));
     let home = root_home(&h).await;
-    let first = send_once(&home, 1, create("/x")).await;
-    let Ok(Response::Changed {
-        inode: Some(made), ..
-    }) = &first
-    else {
-        panic!("create: {first:?}");
-    };
+    let made = created_x(&home).await;
     match recorded(&home, 1, create("/x")).await {
         Ok(Response::Recorded(Some(answer))) => match *answer {
             Response::Changed { inode: Some(i), .. } => assert_eq!(i.ino, made.ino),
