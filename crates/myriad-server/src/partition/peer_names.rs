@@ -5,12 +5,20 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{FsError, Inode, InodeId, OnceId, Response, validate_path};
+use myriad_proto::{FsError, Inode, InodeId, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, inode_response};
 use crate::partition::made::Made;
 use crate::state::mutation::{Awaited, DirTouchOne, Mutation, Outcome, RenamePrepare};
+
+/// A peer request handed to a handler of another request (a routing bug in `peer_ops.rs`).
+fn routed_wrongly(req: &PeerRequest) -> FsError {
+    FsError::Io(format!(
+        "internal: peer request routed to the wrong handler: {}",
+        req.op_name()
+    ))
+}
 
 impl Partition {
     /// Marks an inode number this partition reserved used by partition `by` (a create a split moved).
@@ -36,10 +44,20 @@ impl Partition {
     pub(super) async fn peer_put_link_ref(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        path: String,
-        (ino, home): (InodeId, PartitionId),
-        id: Option<OnceId>,
+        req: PeerRequest,
     ) -> Result<Response, FsError> {
+        let (path, ino, home, id) = match req {
+            PeerRequest::PutLinkRef {
+                path, ino, home, ..
+            } => (path, ino, home, None),
+            PeerRequest::PutLinkRefOnce {
+                path,
+                ino,
+                home,
+                id,
+            } => (path, ino, home, Some(id)),
+            other => return Err(routed_wrongly(&other)),
+        };
         let (dir, name) = self.entry_target(st, &path)?;
         let mark = id.map(crate::partition::hard_links::name_mark);
         // A try of the same change making the name here is waited for.
@@ -68,12 +86,35 @@ impl Partition {
         inode_response(out)
     }
 
-    /// The target side of a rename between partitions: its name prepared under `txid`.
+    /// The target side of a rename between partitions (`PeerRequest::RenamePrepare`): its
+    /// name prepared under `txid`.
     pub(super) async fn peer_rename_prepare(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        prepare: RenamePrepare,
+        req: PeerRequest,
     ) -> Result<Response, FsError> {
+        let PeerRequest::RenamePrepare {
+            txid,
+            coordinator,
+            to,
+            inode,
+            flags,
+            blocks,
+            replaces,
+            ..
+        } = req
+        else {
+            return Err(routed_wrongly(&req));
+        };
+        let prepare = RenamePrepare {
+            txid,
+            coordinator,
+            to,
+            inode,
+            flags,
+            blocks: blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect(),
+            replaces,
+        };
         validate_path(&prepare.to)?;
         self.own_entry(st, &prepare.to)?;
         let outcome = self.applier.run(Mutation::RenamePrepare(prepare)).await?;

@@ -11,7 +11,7 @@ use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::state::mutation::{DirImport, RenamePrepare};
+use crate::state::mutation::DirImport;
 
 impl Partition {
     /// Serves one request from another server.
@@ -44,17 +44,8 @@ impl Partition {
                 generation,
                 server,
             } => self.peer_fragment_named(st, ino, chunk, (index, generation), server),
-            PeerRequest::PutLinkRef {
-                path, ino, home, ..
-            } => self.peer_put_link_ref(st, path, (ino, home), None).await,
-            PeerRequest::PutLinkRefOnce {
-                path,
-                ino,
-                home,
-                id,
-            } => {
-                self.peer_put_link_ref(st, path, (ino, home), Some(id))
-                    .await
+            req @ (PeerRequest::PutLinkRef { .. } | PeerRequest::PutLinkRefOnce { .. }) => {
+                self.peer_put_link_ref(st, req).await
             }
             PeerRequest::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
             PeerRequest::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
@@ -108,27 +99,7 @@ impl Partition {
             PeerRequest::DirObjectRemove { path, ino, .. } => {
                 self.peer_dir_object_remove(st, path, ino).await
             }
-            PeerRequest::RenamePrepare {
-                txid,
-                coordinator,
-                to,
-                inode,
-                flags,
-                blocks,
-                replaces,
-                ..
-            } => {
-                let prepare = RenamePrepare {
-                    txid,
-                    coordinator,
-                    to,
-                    inode,
-                    flags,
-                    blocks: blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect(),
-                    replaces,
-                };
-                self.peer_rename_prepare(st, prepare).await
-            }
+            req @ PeerRequest::RenamePrepare { .. } => self.peer_rename_prepare(st, req).await,
             PeerRequest::DirFreeze { path, txid } => self.peer_dir_freeze(st, path, txid).await,
             PeerRequest::DirExport { path, txid, after } => {
                 validate_path(&path)?;
