@@ -243,6 +243,13 @@ impl Client {
         self.current_link(pid).unwrap_or_default()
     }
 
+    /// The protocol partition `pid`'s primary speaks with this client (0: not known yet,
+    /// no connection made): a request newer than that is not sent (docs/upgrades.md).
+    pub(crate) fn protocol_of(&self, pid: PartitionId) -> u16 {
+        self.current_link(pid)
+            .map_or(0, |(a, _)| self.transport.link(&a).version)
+    }
+
     /// The address of partition `pid`'s primary and the connection a request would go over.
     fn current_link(&self, pid: PartitionId) -> Option<(String, u64)> {
         let addr = self.st().map.partition_addr(pid)?.to_string();
@@ -266,9 +273,7 @@ impl Client {
             let Some((id, request, route)) = next else {
                 return Ok(());
             };
-            let version = self
-                .current_link(pid)
-                .map_or(0, |(a, _)| self.transport.link(&a).version);
+            let version = self.protocol_of(pid);
             if version != 0 && version < RESEND_PROTOCOL {
                 self.lost(format!(
                     "partition {pid}: its primary changed before a change was durable, and its new primary speaks protocol {version}, which cannot take it again"

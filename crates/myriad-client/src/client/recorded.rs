@@ -70,11 +70,7 @@ impl Client {
         id: OnceId,
         change: &ClientRequest,
     ) -> Result<Option<Response>, FsError> {
-        let version = self
-            .st()
-            .map
-            .partition_addr(pid)
-            .map_or(0, |a| self.transport.link(a).version);
+        let version = self.protocol_of(pid);
         if version != 0 && version < RECORDED_PROTOCOL {
             // A server that cannot be asked: the change runs again where it goes now, as
             // it did before protocol 32.
