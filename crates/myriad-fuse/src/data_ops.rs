@@ -59,7 +59,7 @@ impl Mount {
         self.drop_prefetched(ino);
         self.handles.written(&inode);
         self.inodes.observe_own(&inode);
-        Ok(self.visible(inode))
+        Ok(self.visible(inode, self.pending(ino)))
     }
 
     /// Zeros over `[from, to)` of `file`, a bounded buffer at a time.

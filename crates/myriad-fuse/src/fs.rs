@@ -112,6 +112,8 @@ impl Filesystem for MyriadFs {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Getattr);
         let ttl = self.inner.ttls_of(ids.id(ino)).1;
+        // Before the cached attributes: `Mount::pending` says why.
+        let pending = self.inner.pending(ids.id(ino));
         if self.inner.cfg.leases
             && let Some(path) = self.inner.inodes.path(ids.id(ino))
         {
@@ -128,14 +130,17 @@ impl Filesystem for MyriadFs {
             {
                 self.inner.metrics.attr_from(AttrFrom::Lease);
                 tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, path, "getattr from a lease");
-                return reply.attr(&ttl, &self.inner.kernel_attr(&self.inner.visible(i)));
+                return reply.attr(
+                    &ttl,
+                    &self.inner.kernel_attr(&self.inner.visible(i, pending)),
+                );
             }
         }
         // Attributes this mount saw within the TTL (the lease's time left with leases):
         // a directory's after this mount's own change in it, above all.
         if let Some(i) = self.inner.inodes.fresh(ids.id(ino), ttl) {
             self.inner.metrics.attr_from(AttrFrom::Cache);
-            let i = self.inner.visible(i);
+            let i = self.inner.visible(i, pending);
             tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, mtime = i.mtime_ns, "getattr from the cache");
             return reply.attr(&ttl, &self.inner.kernel_attr(&i));
         }

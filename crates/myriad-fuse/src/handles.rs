@@ -179,10 +179,11 @@ impl Handles {
             .collect()
     }
 
-    /// The end of unacknowledged writes to `ino`, if beyond `size`: attributes given to
-    /// the kernel must not shrink a file below what was written to it (the kernel would
-    /// drop the pages beyond and cut reads short there).
-    pub fn size_with_pending(&self, ino: InodeId, size: u64) -> u64 {
+    /// The end of this mount's writes to `ino` not yet acknowledged (buffered or being
+    /// sent), if any: attributes given to the kernel must not shrink a file below what was
+    /// written to it (the kernel would drop the pages beyond and cut reads short there).
+    /// Read it *before* the attributes it will bound (see `Mount::pending`).
+    pub fn pending_end(&self, ino: InodeId) -> Option<u64> {
         lock(&self.files)
             .values()
             .filter_map(|f| {
@@ -193,7 +194,7 @@ impl Handles {
                 let dirty = g.dirty.as_ref().map(|d| d.offset + d.data.len() as u64);
                 dirty.max(g.sending_end)
             })
-            .fold(size, u64::max)
+            .max()
     }
 
     /// After a write through this mount: every handle of `ino` sees the new inode and drops

@@ -206,8 +206,9 @@ impl Mount {
     /// a write's send answered the size from before it once the send had ended, and the
     /// kernel cut its file short (fsx with two mounts: fstat 0x6dc0, model 0x24483).
     fn answer_of(&self, inode: Inode, since: u64) -> Inode {
+        let pending = self.pending(inode.ino);
         let inode = self.inodes.newer_than(inode.ino, since).unwrap_or(inode);
-        self.visible(inode)
+        self.visible(inode, pending)
     }
 
     /// Attributes of `ino` through any handle of it open here, by inode (an orphan after
@@ -274,7 +275,7 @@ impl Mount {
             );
         }
         self.inodes.add(path, &inode, since);
-        Ok(self.visible(inode))
+        Ok(self.answer_of(inode, since))
     }
 
     /// A change through this mount makes prefetched contents of `ino` stale.
@@ -382,22 +383,36 @@ impl Mount {
         }
     }
 
-    /// Attributes as the kernel must see them: with this mount's unsent writes.
-    pub fn visible(&self, mut inode: Inode) -> Inode {
-        inode.size = self.visible_size(&inode);
+    /// The end of this mount's unacknowledged writes to `ino`, read before the attributes
+    /// it bounds. The order matters: a send clears its end only after its acknowledgement
+    /// updated every cache (`observe_own`, the lease's attributes). Read after the
+    /// attributes, it could miss a send that ended in between, and the size from before
+    /// it would reach the kernel, which then cuts the file short (fsx seed 5 with two
+    /// mounts: fstat after a write past a truncation answered the truncated size).
+    pub fn pending(&self, ino: InodeId) -> Pending {
+        Pending(self.handles.pending_end(ino))
+    }
+
+    /// Attributes as the kernel must see them: at least as long as the writes `pending`
+    /// (read before `inode` was) still had in flight.
+    pub fn visible(&self, mut inode: Inode, pending: Pending) -> Inode {
+        inode.size = Self::visible_size(&inode, pending);
         inode
     }
 
     /// The size the kernel must see for `inode` (no copy of the inode: readdirplus calls
     /// this for every entry).
-    pub fn visible_size(&self, inode: &Inode) -> u64 {
-        if inode.kind == FileKind::File {
-            self.handles.size_with_pending(inode.ino, inode.size)
-        } else {
-            inode.size
+    pub fn visible_size(inode: &Inode, pending: Pending) -> u64 {
+        match pending.0 {
+            Some(end) if inode.kind == FileKind::File => inode.size.max(end),
+            _ => inode.size,
         }
     }
 }
+
+/// The end of a file's unacknowledged writes at one moment (`Mount::pending`).
+#[derive(Clone, Copy, Debug)]
+pub struct Pending(Option<u64>);
 
 mod entries;
 mod file_io;

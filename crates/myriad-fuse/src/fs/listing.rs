@@ -76,9 +76,10 @@ pub(super) async fn list_plus(
         Named(e) => {
             // The page may predate a change this mount made since: the kernel
             // must not be handed an older size than it knows (it would drop pages).
+            let pending = inner.pending(e.inode.ino);
             let newer = inner.inodes.newer_than(e.inode.ino, since);
             let inode = newer.as_ref().unwrap_or(&e.inode);
-            let attr = inner.kernel_attr_sized(inode, inner.visible_size(inode));
+            let attr = inner.kernel_attr_sized(inode, Mount::visible_size(inode, pending));
             let path = join(&dir, &e.name);
             // Covered by the listing's lease (files): until the lease goes.
             let leased = inner.leased_ttl(

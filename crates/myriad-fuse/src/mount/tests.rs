@@ -20,6 +20,15 @@ struct Servers {
     writes: Mutex<Vec<(u64, Vec<u8>)>>,
     /// The uid each write came as.
     write_uids: Mutex<Vec<u32>>,
+    /// When set, a write waits at it (a send caught in flight).
+    gate: Mutex<Option<Arc<Gate>>>,
+}
+
+/// A write says it `reached` the servers, then waits until told to `go` on.
+#[derive(Default)]
+struct Gate {
+    reached: tokio::sync::Notify,
+    go: tokio::sync::Notify,
 }
 
 impl Transport for Servers {
@@ -44,6 +53,11 @@ impl Transport for Servers {
             };
             match req {
                 ClientRequest::Write { offset, data, .. } => {
+                    let gate = self.gate.lock().ok().and_then(|g| g.clone());
+                    if let Some(gate) = gate {
+                        gate.reached.notify_one();
+                        gate.go.notified().await;
+                    }
                     if let Ok(mut w) = self.writes.lock() {
                         w.push((*offset, data.clone()));
                     }
@@ -177,4 +191,52 @@ async fn buffered_writes_go_out_as_the_opener_whoever_flushes_them() {
         vec![1000],
         "the buffered bytes went out as someone other than the file's opener"
     );
+}
+
+#[tokio::test]
+async fn a_size_read_while_a_send_is_in_flight_keeps_its_end_after_the_send() {
+    // fsx seed 5 with two mounts: a getattr read the cached size (a truncation's), the
+    // buffered write past it was acknowledged and its end cleared, and only then did the
+    // getattr look for writes in flight: none, so the truncated size reached the kernel.
+    let servers = Arc::new(Servers::default());
+    let gate = Arc::new(Gate::default());
+    *servers.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+    let (inner, fh) = mount_with_open_file(servers.clone());
+    let inner = Arc::new(inner);
+    let ino = InodeId(INO);
+    let truncated = Inode {
+        ino,
+        size: 100,
+        ..placeholder()
+    };
+    inner.inodes.add("/f", &truncated, inner.inodes.stamp());
+    inner.inodes.observe_own(&truncated);
+    inner
+        .write(fh, 1000, b"abc".to_vec())
+        .await
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    let sender = inner.clone();
+    let send = tokio::spawn(async move { sender.flush_ino(ino).await });
+    gate.reached.notified().await;
+    // A getattr's order: writes in flight first, then the cached attributes.
+    let pending = inner.pending(ino);
+    let cached = inner
+        .inodes
+        .fresh(ino, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no cached attributes"));
+    assert_eq!(cached.size, 100, "the send is still in flight");
+    gate.go.notify_one();
+    send.await
+        .unwrap_or_else(|e| panic!("send task: {e}"))
+        .unwrap_or_else(|e| panic!("send: {e}"));
+    assert_eq!(inner.pending(ino).0, None, "the send ended");
+    assert_eq!(
+        inner.visible(cached, pending).size,
+        1003,
+        "the kernel was told a size below a write it was told was made"
+    );
+    // Read after the send: the cache holds the acknowledged size.
+    let now = inner.pending(ino);
+    let cached = inner.inodes.fresh(ino, Duration::from_secs(60));
+    assert_eq!(cached.map(|i| inner.visible(i, now).size), Some(1003));
 }
