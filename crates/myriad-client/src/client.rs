@@ -14,6 +14,7 @@ use myriad_placement::{
 };
 use myriad_proto::InodeId;
 use myriad_proto::auth::Keyring;
+use myriad_proto::reply::{Ask, Reply};
 use myriad_proto::{
     Caller, Endpoints, FileKind, FsError, Inode, PeerKind, Request, Response, validate_path,
 };
@@ -902,6 +903,22 @@ impl Client {
         FsError::NotFound
     }
 
+    /// `call` of an ask (`myriad_proto::ask`): the reply it asked for.
+    pub(crate) async fn ask<R: Reply, Q: Into<Request>>(
+        &self,
+        route: Route,
+        ask: Ask<R, Q>,
+    ) -> Result<R, FsError> {
+        let r = self.call(route, ask.request.into()).await?;
+        ask.answer.of(r)
+    }
+
+    /// `entry_op` of an ask: the reply it asked for.
+    pub(crate) async fn entry_ask<R: Reply>(&self, path: &str, ask: Ask<R>) -> Result<R, FsError> {
+        let r = self.entry_op(path, Request::Client(ask.request)).await?;
+        ask.answer.of(r)
+    }
+
     pub(crate) async fn entry_op(&self, path: &str, req: Request) -> Result<Response, FsError> {
         validate_path(path)?;
         match self.call(Route::Entry(path.to_string()), req).await {
@@ -944,20 +961,6 @@ impl Client {
             .ok()
             .flatten()
     }
-}
-
-pub(crate) fn expect_attr(r: Response) -> Result<Inode, FsError> {
-    match r {
-        Response::Attr(i) | Response::Changed { inode: Some(i), .. } => Ok(i),
-        other => Err(unexpected(&other)),
-    }
-}
-
-pub(crate) fn unexpected(r: &Response) -> FsError {
-    FsError::Protocol(format!(
-        "unexpected response {:?}",
-        std::mem::discriminant(r)
-    ))
 }
 
 /// The directory whose shard map routed `route`, if any.

@@ -5,8 +5,10 @@
 use myriad_placement::{Shard, name_hash};
 use myriad_proto::{DirEntry, FileKind, FsError, Inode, Response, validate_path};
 
-use crate::client::{Client, READDIR_PAGE, Route, unexpected};
+use crate::client::{Client, READDIR_PAGE, Route};
 use myriad_proto::ClientRequest;
+use myriad_proto::ask;
+use myriad_proto::reply::{Attrs, DirPage, Leased};
 
 /// Rounds of re-sending names whose shard moved during a `stat_many`.
 const REGROUP_ROUNDS_MAX: u32 = 8;
@@ -167,15 +169,12 @@ impl Client {
             }
         );
         let generation = (tokio::time::Instant::now(), self.leases.generation(path));
-        let req = myriad_proto::Request::Client(ClientRequest::Leased {
-            holder: self.leases.holder,
-            request: Box::new(req),
-            exclusive: Client::wants_exclusive() && whole_from_start,
-        });
-        let (answer, lease) = match self.call(route, req).await? {
-            Response::Leased { answer, lease } => (answer, lease),
-            other => return Err(unexpected(&other)),
-        };
+        let leased = ask::leased(
+            self.leases.holder,
+            req,
+            Client::wants_exclusive() && whole_from_start,
+        );
+        let Leased { answer, lease } = self.ask(route, leased).await?;
         let page = *answer?;
         if let (
             Some(grant),
@@ -216,12 +215,8 @@ impl Client {
     ) -> Result<Page, FsError> {
         let (from, after) = position;
         let at = after.as_deref().map_or(from, name_hash).max(from);
-        let req = ClientRequest::ReadDir {
-            path: path.to_string(),
-            from,
-            after,
-            limit,
-        };
+        let ask = ask::read_dir(path, (from, after), limit);
+        let req = ask.request;
         let route = Route::Shard(path.to_string(), at);
         // From a copy in this zone if the primary is elsewhere (not the client's own
         // changes answered behind: those are at the primary only).
@@ -235,8 +230,8 @@ impl Client {
             None if self.config.leases => self.leased_page(path, route, req).await,
             None => self.call(route, myriad_proto::Request::Client(req)).await,
         };
-        match answer {
-            Ok(Response::DirPage {
+        match answer.and_then(|r| ask.answer.of(r)) {
+            Ok(DirPage {
                 mut entries,
                 next,
                 shard_end,
@@ -260,7 +255,6 @@ impl Client {
                 };
                 Ok(Page { entries, resume })
             }
-            Ok(other) => Err(unexpected(&other)),
             Err(FsError::NotFound) => Err(match self.stat_servers(path).await {
                 Ok(i) if i.kind != FileKind::Directory => FsError::NotADirectory,
                 Ok(_) => FsError::NotFound,
@@ -286,16 +280,10 @@ impl Client {
                 groups.entry(leaf).or_default().push(i);
             }
             let sends = groups.into_iter().map(|(leaf, idx)| {
-                let req = ClientRequest::StatMany {
-                    dir: dir.to_string(),
-                    names: idx.iter().map(|&i| names[i].clone()).collect(),
-                };
+                let stat = ask::stat_many(dir, idx.iter().map(|&i| names[i].clone()).collect());
                 async move {
                     let r = self
-                        .call(
-                            Route::Shard(dir.to_string(), leaf.start()),
-                            myriad_proto::Request::Client(req),
-                        )
+                        .ask(Route::Shard(dir.to_string(), leaf.start()), stat)
                         .await;
                     (idx, r)
                 }
@@ -303,10 +291,14 @@ impl Client {
             todo.clear();
             let mut moved = None;
             for (idx, r) in futures::future::join_all(sends).await {
-                let attrs = match r? {
-                    Response::Attrs(a) if a.len() == idx.len() => a,
-                    other => return Err(unexpected(&other)),
-                };
+                let Attrs(attrs) = r?;
+                if attrs.len() != idx.len() {
+                    return Err(FsError::Protocol(format!(
+                        "{} attributes for {} names",
+                        attrs.len(),
+                        idx.len()
+                    )));
+                }
                 for (i, a) in idx.into_iter().zip(attrs) {
                     match a {
                         Err(FsError::WrongShard { map, .. }) => {
@@ -337,21 +329,17 @@ impl Client {
         shards: u32,
     ) -> Result<Inode, FsError> {
         validate_path(path)?;
-        let req = ClientRequest::Mkdir {
-            path: path.to_string(),
-            mode,
-            shards,
-        };
+        let mkdir = ask::mkdir(path, mode, shards);
         match self
             .call(
                 Route::Entry(path.to_string()),
-                myriad_proto::Request::Client(req),
+                myriad_proto::Request::Client(mkdir.request),
             )
             .await
         {
             Ok(r) => {
                 self.note_parent(path, &r);
-                crate::client::expect_attr(r)
+                mkdir.answer.of(r)
             }
             Err(e) => Err(self.refine(path, e).await),
         }

@@ -6,12 +6,14 @@
 //! then raises the size on the inode's node once (`ExtendSize`).
 
 use myriad_proto::{
-    FileKind, FsError, Inode, InodeId, PartitionId, Request, Response, limits, validate_path,
+    FileKind, FsError, Inode, InodeId, PartitionId, Request, limits, validate_path,
 };
 
-use crate::client::{Client, Route, expect_attr, unexpected};
+use crate::client::{Client, Route};
 use myriad_proto::ClientRequest;
+use myriad_proto::ask;
 use myriad_proto::auth::Capability;
+use myriad_proto::reply::{Ask, Bytes, ChunkRead, Copied, Granted, Reply};
 
 /// An open file: its path and the inode seen at open. Operations check the inode id, so a
 /// handle whose file was replaced or removed gets `Stale` instead of touching another file.
@@ -67,24 +69,20 @@ impl Client {
         let first = data.len().min(
             usize::try_from(self.chunk_size().min(limits::IO_BYTES_MAX)).unwrap_or(usize::MAX),
         );
-        let req = ClientRequest::Create {
-            path: path.to_string(),
-            mode,
-            exclusive,
-            data: data[..first].to_vec(),
+        let ask = ask::create(
+            path,
+            (mode, exclusive),
+            data[..first].to_vec(),
             durable,
-            ino: None,
-        };
+            None,
+        );
         let inode = match self
-            .call(
-                Route::Entry(path.to_string()),
-                myriad_proto::Request::Client(req),
-            )
+            .call(Route::Entry(path.to_string()), Request::Client(ask.request))
             .await
         {
             Ok(r) => {
                 self.note_parent(path, &r);
-                expect_attr(r)?
+                ask.answer.of(r)?
             }
             Err(e) => return Err(self.refine(path, e).await),
         };
@@ -122,19 +120,11 @@ impl Client {
         {
             return Ok(i.inode);
         }
-        let req = ClientRequest::Read {
-            path: h.path.clone(),
-            ino: h.inode.ino,
-            offset: 0,
-            len: 0,
-        };
-        match self
-            .call(Route::Entry(h.path.clone()), Request::Client(req))
-            .await?
-        {
-            Response::Data { inode: Some(i), .. } => Ok(i),
-            other => Err(unexpected(&other)),
-        }
+        let read = ask::read(&h.path, h.inode.ino, 0, 0);
+        let got = self.ask(Route::Entry(h.path.clone()), read).await?;
+        got.inode.ok_or_else(|| {
+            FsError::Protocol("a read by name answered without the file's attributes".into())
+        })
     }
 
     /// Reads up to `len` bytes at `offset`. Short only at end of file.
@@ -169,31 +159,16 @@ impl Client {
         // Chunk 0 first: its reply carries the current size.
         if pos < cs && pos < end {
             let n = (end.min(cs) - pos).min(limits::IO_BYTES_MAX);
-            let req = ClientRequest::Read {
-                path: h.path.clone(),
-                ino: h.inode.ino,
-                offset: pos,
-                len: n,
-            };
-            match self
-                .call(
-                    Route::Entry(h.path.clone()),
-                    myriad_proto::Request::Client(req),
-                )
-                .await?
-            {
-                Response::Data { inode, data } => {
-                    if let Some(i) = inode {
-                        size = i.size;
-                    }
-                    let got = data.len() as u64;
-                    out.extend_from_slice(&data);
-                    pos += got;
-                    if got < n {
-                        return Ok(out);
-                    }
-                }
-                other => return Err(unexpected(&other)),
+            let read = ask::read(&h.path, h.inode.ino, pos, n);
+            let Bytes { inode, data } = self.ask(Route::Entry(h.path.clone()), read).await?;
+            if let Some(i) = inode {
+                size = i.size;
+            }
+            let got = data.len() as u64;
+            out.extend_from_slice(&data);
+            pos += got;
+            if got < n {
+                return Ok(out);
             }
         }
         let end = end.min(size);
@@ -226,23 +201,18 @@ impl Client {
         let mut tries = 0;
         loop {
             let answer = self
-                .chunk_call(h, chunk, false, |cap| ClientRequest::ReadChunk {
-                    ino: h.inode.ino,
-                    chunk,
-                    offset: off,
-                    len: n,
-                    cap: Some(cap),
+                .chunk_call(h, chunk, false, |cap| {
+                    ask::read_chunk(h.inode.ino, chunk, off, n, Some(cap))
                 })
                 .await?;
             match answer {
-                Response::Data { data, .. } => return Ok(data),
-                Response::Coded(coded) => match self.read_coded(h, chunk, &coded, off, n).await {
+                ChunkRead::Bytes(b) => return Ok(b.data),
+                ChunkRead::Coded(coded) => match self.read_coded(h, chunk, &coded, off, n).await {
                     Err(FsError::Stale | FsError::NotFound) if tries < CODED_READ_TRIES => {
                         tries += 1;
                     }
                     other => return other,
                 },
-                other => return Err(unexpected(&other)),
             }
         }
     }
@@ -282,12 +252,8 @@ impl Client {
             pos += n;
         }
         let futs = others.iter().map(|&(chunk, off, slice)| {
-            self.chunk_call(h, chunk, true, move |cap| ClientRequest::WriteChunk {
-                ino: h.inode.ino,
-                chunk,
-                offset: off,
-                data: slice.to_vec(),
-                cap: Some(cap),
+            self.chunk_call(h, chunk, true, move |cap| {
+                ask::write_chunk(h.inode.ino, (chunk, off), slice.to_vec(), Some(cap))
             })
         });
         for r in futures::future::join_all(futs).await {
@@ -295,35 +261,12 @@ impl Client {
         }
         let mut inode = h.inode.clone();
         for (off, slice) in chunk0 {
-            let req = ClientRequest::Write {
-                path: h.path.clone(),
-                ino: h.inode.ino,
-                offset: off,
-                data: slice.to_vec(),
-                opened: h.opened,
-            };
-            inode = expect_attr(
-                self.call(
-                    Route::Entry(h.path.clone()),
-                    myriad_proto::Request::Client(req),
-                )
-                .await?,
-            )?;
+            let write = ask::write(&h.path, h.inode.ino, off, slice.to_vec(), h.opened);
+            inode = self.ask(Route::Entry(h.path.clone()), write).await?;
         }
         if end > cs {
-            let req = ClientRequest::ExtendSize {
-                path: h.path.clone(),
-                ino: h.inode.ino,
-                size: end,
-                opened: h.opened,
-            };
-            inode = expect_attr(
-                self.call(
-                    Route::Entry(h.path.clone()),
-                    myriad_proto::Request::Client(req),
-                )
-                .await?,
-            )?;
+            let extend = ask::extend_size(&h.path, h.inode.ino, end, h.opened);
+            inode = self.ask(Route::Entry(h.path.clone()), extend).await?;
         }
         Ok(inode)
     }
@@ -331,24 +274,20 @@ impl Client {
     /// Sends the request `make` builds for chunk `chunk` (>= 1) of `h`, with a capability
     /// to read (or `write`) its chunks; a refusal (the capability expired, or the servers'
     /// clocks ran ahead) gets a fresh capability and one more try.
-    pub(crate) async fn chunk_call(
+    pub(crate) async fn chunk_call<R: Reply>(
         &self,
         h: &FileHandle,
         chunk: u64,
         write: bool,
-        make: impl Fn(Capability) -> ClientRequest,
-    ) -> Result<Response, FsError> {
+        make: impl Fn(Capability) -> Ask<R>,
+    ) -> Result<R, FsError> {
         let route = || Route::Chunk(h.inode.ino, chunk);
         let cap = self.capability(h, write).await?;
-        match self
-            .call(route(), myriad_proto::Request::Client(make(cap)))
-            .await
-        {
+        match self.ask(route(), make(cap)).await {
             Err(FsError::PermissionDenied) => {
                 self.caps.forget(h.inode.ino, write);
                 let cap = self.capability(h, write).await?;
-                self.call(route(), myriad_proto::Request::Client(make(cap)))
-                    .await
+                self.ask(route(), make(cap)).await
             }
             other => other,
         }
@@ -364,26 +303,11 @@ impl Client {
         if let Some(cap) = self.caps.get(h.inode.ino, write) {
             return Ok(cap);
         }
-        let req = ClientRequest::Grant {
-            path: h.path.clone(),
-            ino: h.inode.ino,
-            write,
-            opened: h.opened,
-        };
-        match self
-            .call(
-                Route::Entry(h.path.clone()),
-                myriad_proto::Request::Client(req),
-            )
-            .await?
-        {
-            Response::Granted { cap, valid_ms } => {
-                self.caps
-                    .put(cap, std::time::Duration::from_millis(valid_ms));
-                Ok(cap)
-            }
-            other => Err(unexpected(&other)),
-        }
+        let grant = ask::grant(&h.path, h.inode.ino, write, h.opened);
+        let Granted { cap, valid_ms } = self.ask(Route::Entry(h.path.clone()), grant).await?;
+        self.caps
+            .put(cap, std::time::Duration::from_millis(valid_ms));
+        Ok(cap)
     }
 
     /// Copies up to `len` bytes of `src` at `src_off` into `dst` at `dst_off` on the
@@ -396,7 +320,7 @@ impl Client {
         (dst, dst_off): (&FileHandle, u64),
         len: u64,
     ) -> Result<(Inode, u64), FsError> {
-        let req = ClientRequest::CopyRange(myriad_proto::CopyRange {
+        let copy = ask::copy_range(myriad_proto::CopyRange {
             src: src.path.clone(),
             src_ino: src.inode.ino,
             src_off,
@@ -406,50 +330,20 @@ impl Client {
             len,
             opened: dst.opened,
         });
-        match self
-            .call(
-                Route::Entry(dst.path.clone()),
-                myriad_proto::Request::Client(req),
-            )
-            .await?
-        {
-            Response::Copied { inode, bytes } => Ok((inode, bytes)),
-            other => Err(unexpected(&other)),
-        }
+        let Copied { inode, bytes } = self.ask(Route::Entry(dst.path.clone()), copy).await?;
+        Ok((inode, bytes))
     }
 
     /// Raises the size to at least `size` (never lowers it: a concurrent writer that went
     /// further keeps its bytes). Durable on return.
     pub async fn extend_size(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
-        let req = ClientRequest::ExtendSize {
-            path: h.path.clone(),
-            ino: h.inode.ino,
-            size,
-            opened: h.opened,
-        };
-        expect_attr(
-            self.call(
-                Route::Entry(h.path.clone()),
-                myriad_proto::Request::Client(req),
-            )
-            .await?,
-        )
+        let extend = ask::extend_size(&h.path, h.inode.ino, size, h.opened);
+        self.ask(Route::Entry(h.path.clone()), extend).await
     }
 
     pub async fn truncate(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {
-        let req = ClientRequest::Truncate {
-            path: h.path.clone(),
-            ino: h.inode.ino,
-            size,
-            opened: h.opened,
-        };
-        expect_attr(
-            self.call(
-                Route::Entry(h.path.clone()),
-                myriad_proto::Request::Client(req),
-            )
-            .await?,
-        )
+        let truncate = ask::truncate(&h.path, h.inode.ino, size, h.opened);
+        self.ask(Route::Entry(h.path.clone()), truncate).await
     }
 
     /// Returns once everything the file's node applied so far (this file's non-durable

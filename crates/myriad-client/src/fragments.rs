@@ -4,10 +4,12 @@
 use myriad_placement::NodeId;
 use myriad_proto::auth::Capability;
 use myriad_proto::ec_layout::{CodedChunk, window};
-use myriad_proto::{ClientRequest, FsError, InodeId, Request, Response, ServerRequest};
+use myriad_proto::{FsError, InodeId};
 
-use crate::client::{Client, Route, unexpected};
+use crate::client::{Client, Route};
 use crate::file::FileHandle;
+use myriad_proto::ask;
+use myriad_proto::reply::ChunkRead;
 
 /// Which fragment: of chunk `chunk` of file `ino`, number `index`, written for layout
 /// generation `generation`.
@@ -45,19 +47,13 @@ impl Client {
         (offset, len): (u32, u32),
         cap: Capability,
     ) -> Result<Vec<u8>, FsError> {
-        let req = ServerRequest::ReadFragment {
-            ino: at.ino,
-            chunk: at.chunk,
-            index: at.index,
-            generation: at.generation,
-            offset,
-            len,
+        let read = ask::read_fragment(
+            (at.ino, at.chunk, at.index),
+            at.generation,
+            (offset, len),
             cap,
-        };
-        match self.call(Route::Server(node), Request::Server(req)).await? {
-            Response::Data { data, .. } => Ok(data),
-            other => Err(unexpected(&other)),
-        }
+        );
+        Ok(self.ask(Route::Server(node), read).await?.data)
     }
 }
 
@@ -146,19 +142,14 @@ impl Client {
             .filter(|_| h.inode.size > cs)
             .map(|chunk| async move {
                 let answer = self
-                    .chunk_call(h, chunk, false, |cap| ClientRequest::ReadChunk {
-                        ino: h.inode.ino,
-                        chunk,
-                        offset: 0,
-                        len: 0,
-                        cap: Some(cap),
+                    .chunk_call(h, chunk, false, |cap| {
+                        ask::read_chunk(h.inode.ino, chunk, 0, 0, Some(cap))
                     })
                     .await?;
-                match answer {
-                    Response::Coded(c) => Ok((chunk, Some(*c))),
-                    Response::Data { .. } => Ok((chunk, None)),
-                    other => Err(unexpected(&other)),
-                }
+                Ok(match answer {
+                    ChunkRead::Coded(c) => (chunk, Some(*c)),
+                    ChunkRead::Bytes(_) => (chunk, None),
+                })
             });
         futures::stream::iter(asks)
             .buffered(parallel.max(1))

@@ -4,7 +4,7 @@
 use myriad_placement::split_parent;
 use myriad_proto::{ClientRequest, FileKind, FsError, Inode, ReadOnlyMark, Request, validate_path};
 
-use crate::client::{Client, expect_attr};
+use crate::client::Client;
 
 impl Client {
     /// Marks directory `path`'s object (every part of a split one) as inside frozen tree
@@ -47,10 +47,8 @@ impl Client {
         {
             return self.stat(path).await;
         }
-        let req = ClientRequest::OpenWrite {
-            path: path.to_string(),
-        };
-        expect_attr(self.entry_op(path, Request::Client(req)).await?)
+        self.entry_ask(path, myriad_proto::ask::open_write(path))
+            .await
     }
 
     /// Freezes the tree under directory `root` as `mark`: each directory is marked before

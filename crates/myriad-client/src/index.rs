@@ -23,15 +23,16 @@ use myriad_proto::tree_index::{
     Answer, INDEX_DIR, IndexView, PENDING_PREFIX, REGISTRY_TREES_MAX, RegisteredTree, Registry,
     TREES_DIR, TREES_NAME, TreeIndex,
 };
-use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Request, Response};
+use myriad_proto::{Caller, FileKind, FsError, Inode};
 use tokio::time::Instant;
 
 pub use crate::index_state::IndexStats;
 pub use auto_policy::{AutoIndexPolicy, AutoIndexer, Hot, choose_roots};
 pub use build::{BuildOptions, BuildReport};
 
-use crate::client::{Client, unexpected};
+use crate::client::Client;
 use crate::index_state::{Held, Indexes, Known, Loaded, lock};
+use myriad_proto::reply::Fetched;
 
 /// After a failed read of the registry (or one no lease covers), no new try for this long:
 /// an unreachable registry costs one request per period, not one per operation.
@@ -317,14 +318,9 @@ impl Client {
     /// A whole file, read with no lease (an index is read once and kept here).
     async fn read_unleased(&self, path: &str) -> Result<Vec<u8>, FsError> {
         let max_bytes = self.chunk_size().min(myriad_proto::limits::IO_BYTES_MAX);
-        let req = Request::Client(ClientRequest::Fetch {
-            path: path.to_string(),
-            max_bytes,
-        });
-        let (inode, mut data) = match self.entry_op(path, req).await? {
-            Response::Fetched { inode, data } => (inode, data),
-            other => return Err(unexpected(&other)),
-        };
+        let Fetched { inode, mut data } = self
+            .entry_ask(path, myriad_proto::ask::fetch(path, max_bytes))
+            .await?;
         if (data.len() as u64) < inode.size {
             let handle = crate::FileHandle {
                 path: path.to_string(),

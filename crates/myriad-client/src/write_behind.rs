@@ -24,6 +24,7 @@ use myriad_proto::{
 use crate::behind_journals::{BehindSpawner, BehindTask, Op, RESERVE};
 use crate::client::{Client, Route};
 use crate::file::FileHandle;
+use myriad_proto::reply::Bundle;
 
 /// A batch the servers cannot take now (unreachable, busy, moving) is tried again after
 /// this, for as long as it takes.
@@ -411,17 +412,14 @@ impl Client {
             // The connection before the call: one that closes after the answer must not be
             // taken for the one the changes were answered over.
             let link = self.link_of(key.partition);
+            let batch =
+                myriad_proto::ask::batch(reqs.clone(), ops.iter().map(|o| o.at_ns).collect());
             let r = self
-                .route(
-                    route.clone(),
-                    Request::Client(ClientRequest::Batch {
-                        ops: reqs.clone(),
-                        times: ops.iter().map(|o| o.at_ns).collect(),
-                    }),
-                )
-                .await;
+                .route(route.clone(), Request::Client(batch.request))
+                .await
+                .and_then(|r| batch.answer.of(r));
             match r {
-                Ok(Response::Bundle(answers)) if answers.len() == ops.len() => {
+                Ok(Bundle(answers)) if answers.len() == ops.len() => {
                     // Kept until durable, as if sent one by one (`held.rs`).
                     return answers
                         .into_iter()
@@ -438,8 +436,12 @@ impl Client {
                         })
                         .collect();
                 }
-                Ok(other) => {
-                    let e = crate::client::unexpected(&other);
+                Ok(Bundle(answers)) => {
+                    let e = FsError::Protocol(format!(
+                        "{} answers to a batch of {}",
+                        answers.len(),
+                        ops.len()
+                    ));
                     return ops.iter().map(|_| Err(e.clone())).collect();
                 }
                 // Answered changes are never given up for a server that may come back

@@ -6,6 +6,7 @@
 //! Must not depend on: tokio or any I/O, storage, server, client.
 
 pub mod access;
+pub mod ask;
 pub mod auth;
 pub mod codec;
 pub mod describe;
@@ -18,6 +19,7 @@ pub mod locks;
 mod message;
 mod path;
 mod peer_request;
+pub mod reply;
 mod request;
 mod request_parts;
 mod server_request;

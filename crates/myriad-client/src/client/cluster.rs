@@ -3,11 +3,12 @@
 
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use myriad_proto::{
-    AdminRequest, ClientRequest, CounterSnapshot, Endpoints, FsError, InodeId, Request, Response,
-    ServerRequest, StatFs,
+    AdminRequest, CounterSnapshot, Endpoints, FsError, InodeId, Request, Response, ServerRequest,
+    StatFs,
 };
 
-use super::{Client, Route, unexpected};
+use super::{Client, Route};
+use myriad_proto::ask;
 
 impl Client {
     /// Capacity and usage summed over every server (tiers summed by name).
@@ -38,29 +39,11 @@ impl Client {
 
     /// One server's disks and tiers.
     pub async fn server_statfs(&self, node: NodeId) -> Result<StatFs, FsError> {
-        match self
-            .call(
-                Route::Server(node),
-                myriad_proto::Request::Server(ServerRequest::StatFs),
-            )
-            .await?
-        {
-            Response::StatFs(s) => Ok(s),
-            other => Err(unexpected(&other)),
-        }
+        self.ask(Route::Server(node), ask::server_statfs()).await
     }
 
     pub async fn counters(&self, node: NodeId) -> Result<CounterSnapshot, FsError> {
-        match self
-            .call(
-                Route::Server(node),
-                myriad_proto::Request::Server(ServerRequest::GetCounters),
-            )
-            .await?
-        {
-            Response::Counters(c) => Ok(c),
-            other => Err(unexpected(&other)),
-        }
+        self.ask(Route::Server(node), ask::counters()).await
     }
 
     /// Counters of every node in the map, in map order.
@@ -88,16 +71,7 @@ impl Client {
     }
 
     pub async fn get_map(&self, node: NodeId) -> Result<ClusterMap, FsError> {
-        match self
-            .call(
-                Route::Server(node),
-                myriad_proto::Request::Server(ServerRequest::GetMap),
-            )
-            .await?
-        {
-            Response::Map(m) => Ok(*m),
-            other => Err(unexpected(&other)),
-        }
+        Ok(*self.ask(Route::Server(node), ask::get_map()).await?)
     }
 
     /// Proposes `map` (an administrator's change, committed through the cluster-map Raft
@@ -168,29 +142,10 @@ impl Client {
         ),
         FsError,
     > {
-        match self
-            .call(
-                Route::Copy(node, pid),
-                myriad_proto::Request::Admin(AdminRequest::FsckReplica),
-            )
-            .await?
-        {
-            Response::ReplicaDigest {
-                seq,
-                keys,
-                digest,
-                corrupt,
-                corrupt_records,
-            } => Ok((
-                (seq, keys, digest),
-                corrupt,
-                corrupt_records
-                    .into_iter()
-                    .map(|(s, k)| (s, k.into_vec()))
-                    .collect(),
-            )),
-            other => Err(unexpected(&other)),
-        }
+        let d = self
+            .ask(Route::Copy(node, pid), ask::fsck_replica())
+            .await?;
+        Ok(((d.seq, d.keys, d.digest), d.corrupt, d.corrupt_records))
     }
 
     /// Raw round trip to server `node`: the transport floor for benchmarks.
@@ -201,16 +156,7 @@ impl Client {
     }
 
     pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
-        match self
-            .call(
-                Route::Server(node),
-                myriad_proto::Request::Client(ClientRequest::Echo(payload)),
-            )
-            .await?
-        {
-            Response::Echo(p) => Ok(p),
-            other => Err(unexpected(&other)),
-        }
+        Ok(self.ask(Route::Server(node), ask::echo(payload)).await?.0)
     }
 
     /// Which partition holds the entry of `path` (the ring's answer; `primary_of` in the map

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use myriad_placement::split_parent;
 use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Response, validate_path};
 
-use super::{CALLER, Client, Route, unexpected};
+use myriad_proto::reply::Leased;
+
+use super::{CALLER, Client, Route};
 
 impl Client {
     /// Sets the function told of names dropped from the lease cache by a recall (a
@@ -126,14 +128,10 @@ impl Client {
             return r;
         }
         let generation = (tokio::time::Instant::now(), self.leases.generation(dir));
-        let req = myriad_proto::Request::Client(ClientRequest::Leased {
-            holder: self.leases.holder,
-            request: Box::new(read),
-            exclusive: false,
-        });
-        let (answer, lease) = match self.call(Route::Entry(path.to_string()), req).await {
-            Ok(Response::Leased { answer, lease }) => (answer, lease),
-            Ok(other) => return Err(unexpected(&other)),
+        let leased = myriad_proto::ask::leased(self.leases.holder, read, false);
+        let Leased { answer, lease } = match self.ask(Route::Entry(path.to_string()), leased).await
+        {
+            Ok(l) => l,
             Err(e) => return Err(self.refine(path, e).await),
         };
         let (cached, result) = match answer {

@@ -4,11 +4,13 @@
 
 use myriad_placement::split_parent;
 use myriad_proto::{
-    ClientRequest, FileKind, FsError, Inode, RenameFlags, Response, SetAttr, XattrMode, limits,
-    validate_path,
+    ClientRequest, FileKind, FsError, Inode, RenameFlags, SetAttr, XattrMode, limits, validate_path,
 };
 
-use super::{Client, expect_attr, unexpected};
+use myriad_proto::ask;
+use myriad_proto::reply::{Ask, Reply};
+
+use super::Client;
 
 impl Client {
     pub async fn stat(&self, path: &str) -> Result<Inode, FsError> {
@@ -20,22 +22,27 @@ impl Client {
 
     /// `stat` as the servers (or a lease) answer it, no index.
     pub(crate) async fn stat_servers(&self, path: &str) -> Result<Inode, FsError> {
-        let req = ClientRequest::Stat {
-            path: path.to_string(),
+        self.read_entry(path, ask::stat(path), 0).await
+    }
+
+    /// A read of one name, as the servers (or a lease) answer it: under a lease with
+    /// leases on (bringing up to `max_bytes` of a small file's contents with it), else
+    /// from the nearest copy allowed, else from the name's partition.
+    async fn read_entry<R: Reply>(
+        &self,
+        path: &str,
+        ask: Ask<R>,
+        max_bytes: u64,
+    ) -> Result<R, FsError> {
+        let answer = if self.config.leases {
+            self.leased_entry(path, ask.request, max_bytes).await?
+        } else if let Some(r) = self.entry_nearest(path, &ask.request).await {
+            r?
+        } else {
+            self.entry_op(path, myriad_proto::Request::Client(ask.request))
+                .await?
         };
-        if self.config.leases {
-            return match self.leased_entry(path, req, 0).await? {
-                Response::Fetched { inode, .. } => Ok(inode),
-                other => expect_attr(other),
-            };
-        }
-        if let Some(r) = self.entry_nearest(path, &req).await {
-            return expect_attr(r?);
-        }
-        expect_attr(
-            self.entry_op(path, myriad_proto::Request::Client(req))
-                .await?,
-        )
+        ask.answer.of(answer)
     }
 
     /// Attributes of many names in one directory, in one round trip per 4096 names.
@@ -81,22 +88,10 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
-        let req = ClientRequest::Fetch {
-            path: path.to_string(),
-            max_bytes,
-        };
-        let answer = if self.config.leases {
-            self.leased_entry(path, req, max_bytes).await?
-        } else if let Some(r) = self.entry_nearest(path, &req).await {
-            r?
-        } else {
-            self.entry_op(path, myriad_proto::Request::Client(req))
-                .await?
-        };
-        match answer {
-            Response::Fetched { inode, data } => Ok((inode, data)),
-            other => Err(unexpected(&other)),
-        }
+        let f = self
+            .read_entry(path, ask::fetch(path, max_bytes), max_bytes)
+            .await?;
+        Ok((f.inode, f.data))
     }
 
     /// What a lookup needs: the entry's attributes, with up to `max_bytes` of its contents
@@ -166,17 +161,7 @@ impl Client {
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
-        expect_attr(
-            self.entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::Mkdir {
-                    path: path.to_string(),
-                    mode,
-                    shards: 1,
-                }),
-            )
-            .await?,
-        )
+        self.entry_ask(path, ask::mkdir(path, mode, 1)).await
     }
 
     /// Creates `path` and any missing ancestors; existing directories are fine. Each
@@ -252,32 +237,14 @@ impl Client {
     }
 
     pub async fn symlink(&self, target: &str, path: &str) -> Result<Inode, FsError> {
-        expect_attr(
-            self.entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::Symlink {
-                    path: path.to_string(),
-                    target: target.to_string(),
-                }),
-            )
-            .await?,
-        )
+        self.entry_ask(path, ask::symlink(path, target)).await
     }
 
     /// Gives the regular file at `from` a second name `to` (a hard link); returns its inode
     /// with the new link count.
     pub async fn link(&self, from: &str, to: &str) -> Result<Inode, FsError> {
         validate_path(to)?;
-        expect_attr(
-            self.entry_op(
-                from,
-                myriad_proto::Request::Client(ClientRequest::Link {
-                    from: from.to_string(),
-                    to: to.to_string(),
-                }),
-            )
-            .await?,
-        )
+        self.entry_ask(from, ask::link(from, to)).await
     }
 
     /// Creates a FIFO, socket or (as root) device node: metadata only; `rdev` names the
@@ -289,18 +256,8 @@ impl Client {
         mode: u32,
         rdev: u64,
     ) -> Result<Inode, FsError> {
-        expect_attr(
-            self.entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::Mknod {
-                    path: path.to_string(),
-                    kind,
-                    mode,
-                    rdev,
-                }),
-            )
-            .await?,
-        )
+        self.entry_ask(path, ask::mknod(path, kind, mode, rdev))
+            .await
     }
 
     /// Sets (`Some`) or removes (`None`) a `user.` extended attribute. Reading them needs no
@@ -312,18 +269,8 @@ impl Client {
         value: Option<&[u8]>,
         mode: XattrMode,
     ) -> Result<Inode, FsError> {
-        expect_attr(
-            self.entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::SetXattr {
-                    path: path.to_string(),
-                    name: name.to_string(),
-                    value: value.map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
-                    mode,
-                }),
-            )
-            .await?,
-        )
+        self.entry_ask(path, ask::set_xattr(path, name, value, mode))
+            .await
     }
 
     pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
@@ -333,18 +280,7 @@ impl Client {
                 return Ok(t);
             }
         }
-        match self
-            .entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::Readlink {
-                    path: path.to_string(),
-                }),
-            )
-            .await?
-        {
-            Response::Link(t) => Ok(t),
-            other => Err(unexpected(&other)),
-        }
+        Ok(self.entry_ask(path, ask::readlink(path)).await?.0)
     }
 
     pub async fn setattr(&self, path: &str, set: SetAttr) -> Result<Inode, FsError> {
@@ -355,16 +291,7 @@ impl Client {
         // A directory's own attributes: what changes in it (and below it) answered behind
         // were answered by (a file's path names no directory lease: no cost).
         let _paused = access.then(|| self.leases.pause_behind(path));
-        let inode = expect_attr(
-            self.entry_op(
-                path,
-                myriad_proto::Request::Client(ClientRequest::SetAttr {
-                    path: path.to_string(),
-                    set,
-                }),
-            )
-            .await?,
-        )?;
+        let inode = self.entry_ask(path, ask::set_attr(path, set)).await?;
         // A directory's own attributes: what its exclusive lease answers creates by
         // (nsx seed 1 step 531: a set-group-id bit taken away still gave new files the
         // directory's group).

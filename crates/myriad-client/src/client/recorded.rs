@@ -10,6 +10,7 @@ use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response};
 use super::pacing::Pacing;
 use super::tries::{Before, Tries, sent_once};
 use super::{Client, Route};
+use myriad_proto::reply::Recorded;
 
 /// The first protocol that has `ClientRequest::Recorded`.
 const RECORDED_PROTOCOL: u16 = 32;
@@ -77,21 +78,14 @@ impl Client {
             tracing::debug!(partition = %pid, version, "a change's earlier partition cannot be asked for its outcome");
             return Ok(None);
         }
-        let ask = ClientRequest::Recorded {
-            id,
-            request: Box::new(change.clone()),
-        };
-        match self
-            .route_unheld(Route::Partition(pid), Request::Client(ask))
-            .await?
-        {
-            Response::Recorded(answer) => {
-                if answer.is_some() {
-                    tracing::debug!(partition = %pid, seq = id.seq, "a retried change's outcome was recorded where its name was before: {}", change.op_name());
-                }
-                Ok(answer.map(|a| *a))
-            }
-            other => Err(crate::client::unexpected(&other)),
+        let ask = myriad_proto::ask::recorded(id, change.clone());
+        let answer = self
+            .route_unheld(Route::Partition(pid), Request::Client(ask.request))
+            .await?;
+        let Recorded(answer) = ask.answer.of(answer)?;
+        if answer.is_some() {
+            tracing::debug!(partition = %pid, seq = id.seq, "a retried change's outcome was recorded where its name was before: {}", change.op_name());
         }
+        Ok(answer.map(|a| *a))
     }
 }

@@ -185,21 +185,15 @@ impl Client {
         min_reads: u64,
         quiet: std::time::Duration,
     ) -> Result<Vec<(String, u64, Option<u64>)>, FsError> {
-        let req = myriad_proto::ClientRequest::IndexCandidates {
-            min_reads,
-            quiet_ms: u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX),
-        };
+        let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
         let map = self.map();
-        let asks = map
-            .partitions
-            .iter()
-            .map(|p| self.request(p.id, myriad_proto::Request::Client(req.clone())));
+        let asks = map.partitions.iter().map(|p| {
+            let ask = myriad_proto::ask::index_candidates(min_reads, quiet_ms);
+            self.ask(crate::client::Route::Partition(p.id), ask)
+        });
         let mut out = Vec::new();
         for answer in futures::future::join_all(asks).await {
-            match answer? {
-                myriad_proto::Response::IndexCandidates(c) => out.extend(c),
-                other => return Err(crate::client::unexpected(&other)),
-            }
+            out.extend(answer?.0);
         }
         out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(out)

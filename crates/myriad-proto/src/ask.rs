@@ -1,0 +1,272 @@
+//! Which reply each request gets: one constructor per request a client asks with, returning
+//! the request and how to read its answer (`reply.rs`). A caller that builds its request
+//! here cannot read the answer as another request's reply.
+
+use myriad_placement::ClusterMap;
+
+use crate::auth::Capability;
+use crate::reply::{
+    Ask, Attrs, Bundle, Bytes, ChunkRead, Copied, DirPage, Echoed, Fetched, Granted,
+    IndexCandidates, Leased, Recorded, ReplicaDigest, Target,
+};
+use crate::{
+    AdminRequest, ClientRequest, CopyRange, CounterSnapshot, FileKind, Inode, InodeId, OnceId,
+    Request, ServerRequest, SetAttr, StatFs, XattrMode,
+};
+
+pub fn echo(payload: Vec<u8>) -> Ask<Echoed> {
+    Ask::new(ClientRequest::Echo(payload))
+}
+
+pub fn stat(path: &str) -> Ask<Inode> {
+    Ask::new(ClientRequest::Stat {
+        path: path.to_string(),
+    })
+}
+
+/// `path`'s attributes for an open that will write it (`ReadOnly` in a frozen tree).
+pub fn open_write(path: &str) -> Ask<Inode> {
+    Ask::new(ClientRequest::OpenWrite {
+        path: path.to_string(),
+    })
+}
+
+pub fn stat_many(dir: &str, names: Vec<String>) -> Ask<Attrs> {
+    Ask::new(ClientRequest::StatMany {
+        dir: dir.to_string(),
+        names,
+    })
+}
+
+pub fn fetch(path: &str, max_bytes: u64) -> Ask<Fetched> {
+    Ask::new(ClientRequest::Fetch {
+        path: path.to_string(),
+        max_bytes,
+    })
+}
+
+/// A page of `path`'s listing from hash `from` (after name `after`), at most `limit`.
+pub fn read_dir(path: &str, (from, after): (u64, Option<String>), limit: u32) -> Ask<DirPage> {
+    Ask::new(ClientRequest::ReadDir {
+        path: path.to_string(),
+        from,
+        after,
+        limit,
+    })
+}
+
+/// `len` 0: the open file's attributes alone, by inode.
+pub fn read(path: &str, ino: InodeId, offset: u64, len: u64) -> Ask<Bytes> {
+    Ask::new(ClientRequest::Read {
+        path: path.to_string(),
+        ino,
+        offset,
+        len,
+    })
+}
+
+pub fn read_chunk(
+    ino: InodeId,
+    chunk: u64,
+    offset: u64,
+    len: u64,
+    cap: Option<Capability>,
+) -> Ask<ChunkRead> {
+    Ask::new(ClientRequest::ReadChunk {
+        ino,
+        chunk,
+        offset,
+        len,
+        cap,
+    })
+}
+
+pub fn create(
+    path: &str,
+    (mode, exclusive): (u32, bool),
+    data: Vec<u8>,
+    durable: bool,
+    ino: Option<InodeId>,
+) -> Ask<Inode> {
+    Ask::new(ClientRequest::Create {
+        path: path.to_string(),
+        mode,
+        exclusive,
+        data,
+        durable,
+        ino,
+    })
+}
+
+pub fn write_chunk(
+    ino: InodeId,
+    (chunk, offset): (u64, u64),
+    data: Vec<u8>,
+    cap: Option<Capability>,
+) -> Ask<()> {
+    Ask::new(ClientRequest::WriteChunk {
+        ino,
+        chunk,
+        offset,
+        data,
+        cap,
+    })
+}
+
+pub fn write(path: &str, ino: InodeId, offset: u64, data: Vec<u8>, opened: bool) -> Ask<Inode> {
+    Ask::new(ClientRequest::Write {
+        path: path.to_string(),
+        ino,
+        offset,
+        data,
+        opened,
+    })
+}
+
+pub fn extend_size(path: &str, ino: InodeId, size: u64, opened: bool) -> Ask<Inode> {
+    Ask::new(ClientRequest::ExtendSize {
+        path: path.to_string(),
+        ino,
+        size,
+        opened,
+    })
+}
+
+pub fn truncate(path: &str, ino: InodeId, size: u64, opened: bool) -> Ask<Inode> {
+    Ask::new(ClientRequest::Truncate {
+        path: path.to_string(),
+        ino,
+        size,
+        opened,
+    })
+}
+
+pub fn mkdir(path: &str, mode: u32, shards: u32) -> Ask<Inode> {
+    Ask::new(ClientRequest::Mkdir {
+        path: path.to_string(),
+        mode,
+        shards,
+    })
+}
+
+pub fn symlink(path: &str, target: &str) -> Ask<Inode> {
+    Ask::new(ClientRequest::Symlink {
+        path: path.to_string(),
+        target: target.to_string(),
+    })
+}
+
+pub fn link(from: &str, to: &str) -> Ask<Inode> {
+    Ask::new(ClientRequest::Link {
+        from: from.to_string(),
+        to: to.to_string(),
+    })
+}
+
+pub fn mknod(path: &str, kind: FileKind, mode: u32, rdev: u64) -> Ask<Inode> {
+    Ask::new(ClientRequest::Mknod {
+        path: path.to_string(),
+        kind,
+        mode,
+        rdev,
+    })
+}
+
+pub fn set_xattr(path: &str, name: &str, value: Option<&[u8]>, mode: XattrMode) -> Ask<Inode> {
+    Ask::new(ClientRequest::SetXattr {
+        path: path.to_string(),
+        name: name.to_string(),
+        value: value.map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
+        mode,
+    })
+}
+
+pub fn set_attr(path: &str, set: SetAttr) -> Ask<Inode> {
+    Ask::new(ClientRequest::SetAttr {
+        path: path.to_string(),
+        set,
+    })
+}
+
+pub fn readlink(path: &str) -> Ask<Target> {
+    Ask::new(ClientRequest::Readlink {
+        path: path.to_string(),
+    })
+}
+
+pub fn grant(path: &str, ino: InodeId, write: bool, opened: bool) -> Ask<Granted> {
+    Ask::new(ClientRequest::Grant {
+        path: path.to_string(),
+        ino,
+        write,
+        opened,
+    })
+}
+
+pub fn copy_range(copy: CopyRange) -> Ask<Copied> {
+    Ask::new(ClientRequest::CopyRange(copy))
+}
+
+/// `request` (a read of a name or listing) with a lease on its directory for `holder`.
+/// Its own answer stays a `Response` inside: what it is depends on `request`.
+pub fn leased(holder: u64, request: ClientRequest, exclusive: bool) -> Ask<Leased> {
+    Ask::new(ClientRequest::Leased {
+        holder,
+        request: Box::new(request),
+        exclusive,
+    })
+}
+
+pub fn batch(ops: Vec<ClientRequest>, times: Vec<i64>) -> Ask<Bundle> {
+    Ask::new(ClientRequest::Batch { ops, times })
+}
+
+/// The outcome a partition recorded of change `id` (`change`), if any.
+pub fn recorded(id: OnceId, change: ClientRequest) -> Ask<Recorded> {
+    Ask::new(ClientRequest::Recorded {
+        id,
+        request: Box::new(change),
+    })
+}
+
+pub fn index_candidates(min_reads: u64, quiet_ms: u64) -> Ask<IndexCandidates> {
+    Ask::new(ClientRequest::IndexCandidates {
+        min_reads,
+        quiet_ms,
+    })
+}
+
+/// One server's disks and tiers.
+pub fn server_statfs() -> Ask<StatFs, Request> {
+    Ask::new(Request::Server(ServerRequest::StatFs))
+}
+
+pub fn counters() -> Ask<CounterSnapshot, Request> {
+    Ask::new(Request::Server(ServerRequest::GetCounters))
+}
+
+pub fn get_map() -> Ask<Box<ClusterMap>, Request> {
+    Ask::new(Request::Server(ServerRequest::GetMap))
+}
+
+pub fn fsck_replica() -> Ask<ReplicaDigest, Request> {
+    Ask::new(Request::Admin(AdminRequest::FsckReplica))
+}
+
+/// Bytes of fragment `index` of a coded chunk (docs/redundancy.md).
+pub fn read_fragment(
+    (ino, chunk, index): (InodeId, u64, u8),
+    generation: u32,
+    (offset, len): (u32, u32),
+    cap: Capability,
+) -> Ask<Bytes, Request> {
+    Ask::new(Request::Server(ServerRequest::ReadFragment {
+        ino,
+        chunk,
+        index,
+        generation,
+        offset,
+        len,
+        cap,
+    }))
+}
