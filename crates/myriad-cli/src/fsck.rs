@@ -12,6 +12,8 @@ use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use myriad_client::InodeId;
 use myriad_client::proto::AdminRequest;
+use myriad_client::proto::ask;
+use myriad_client::proto::reply::{CodedChunks, FragmentsKept, FsckBlocks, FsckDirs, FsckEntries};
 use myriad_client::proto::{
     FsckDir, FsckEntry, FsckRepair, Request, Response, ShardMap, name_hash,
 };
@@ -268,10 +270,10 @@ async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()>
         let mut kept = Fragments::new();
         let mut after = None;
         loop {
-            let req = Request::Admin(AdminRequest::FsckFragments { after, limit: PAGE });
-            let page = match client.server_request(n.id, req).await {
-                Ok(Response::Fragments(page)) => page,
-                Ok(_) => bail!("unexpected reply to fsck_fragments"),
+            let kept_page = ask::fsck_fragments(after, PAGE);
+            let page = match client.ask_server(n.id, kept_page).await {
+                Ok(FragmentsKept(page)) => page,
+                Err(e @ FsError::Protocol(_)) => return Err(e.into()),
                 // An unreachable server is reported with its copies; its fragments are
                 // rebuilt elsewhere once it stays down past the grace.
                 Err(_) => break,
@@ -292,10 +294,9 @@ async fn check_fragments(client: &Client, pass: &mut Pass) -> anyhow::Result<()>
     for part in &map.partitions {
         let mut after = None;
         loop {
-            let req = Request::Admin(AdminRequest::FsckCoded { after, limit: PAGE });
-            let Response::CodedChunks(page) = ask(client, part.id, req).await? else {
-                bail!("unexpected reply to fsck_coded");
-            };
+            let CodedChunks(page) = client
+                .ask_partition(part.id, ask::fsck_coded(after, PAGE))
+                .await?;
             for (ino, chunk, coded) in &page {
                 let mut bad = Vec::new();
                 for (i, server) in coded.servers.iter().enumerate() {
@@ -428,15 +429,9 @@ async fn entries_page(
     dir: &str,
     after: Option<String>,
 ) -> anyhow::Result<(Vec<FsckEntry>, Option<String>)> {
-    let req = AdminRequest::FsckEntries {
-        dir: dir.to_string(),
-        after,
-        limit: PAGE,
-    };
-    match ask(client, node, myriad_client::proto::Request::Admin(req)).await? {
-        Response::FsckEntries { entries, next } => Ok((entries, next)),
-        _ => bail!("unexpected reply to fsck_entries"),
-    }
+    let page = ask::fsck_entries(dir, after, PAGE);
+    let FsckEntries { entries, next } = client.ask_partition(node, page).await?;
+    Ok((entries, next))
 }
 
 /// 1. Every directory object on every node.
@@ -450,15 +445,9 @@ async fn list_dirs(
     for n in &map.partitions {
         let mut after = None;
         loop {
-            let req = AdminRequest::FsckDirs {
-                after: after.clone(),
-                limit: PAGE,
-            };
-            let Response::FsckDirs(page) =
-                ask(client, n.id, myriad_client::proto::Request::Admin(req)).await?
-            else {
-                bail!("unexpected reply to fsck_dirs");
-            };
+            let FsckDirs(page) = client
+                .ask_partition(n.id, ask::fsck_dirs(after.clone(), PAGE))
+                .await?;
             let last = (page.len() == PAGE as usize)
                 .then(|| page.last().map(|d| d.path.clone()))
                 .flatten();
@@ -697,12 +686,9 @@ async fn check_blocks(
     for n in &map.partitions {
         let mut after = None;
         loop {
-            let req = AdminRequest::FsckBlocks { after, limit: PAGE };
-            let Response::FsckBlocks(page) =
-                ask(client, n.id, myriad_client::proto::Request::Admin(req)).await?
-            else {
-                bail!("unexpected reply to fsck_blocks");
-            };
+            let FsckBlocks(page) = client
+                .ask_partition(n.id, ask::fsck_blocks(after, PAGE))
+                .await?;
             for &(ino, first) in &page {
                 pass.data_inodes += 1;
                 match files.get(&ino) {

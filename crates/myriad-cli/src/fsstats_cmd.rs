@@ -70,14 +70,13 @@ pub fn run(a: &FsstatsArgs) -> anyhow::Result<()> {
 /// pieces (one per partition holding shards of it) are summed into one directory.
 pub async fn run_kept(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow::Result<()> {
     use futures::StreamExt;
-    use myriad_client::proto::{AdminRequest, Request, Response};
+    use myriad_client::proto::ask;
+    use myriad_client::proto::reply::KeptStats;
     let pids: Vec<_> = client.map().partitions.iter().map(|p| p.id).collect();
     let total = pids.len();
     let answers: Vec<_> = futures::stream::iter(pids)
         .map(|pid| async move {
-            let r = client
-                .request(pid, Request::Admin(AdminRequest::KeptStats))
-                .await;
+            let r = client.ask_partition(pid, ask::kept_stats()).await;
             (pid, r)
         })
         .buffer_unordered(a.threads.max(1))
@@ -88,7 +87,7 @@ pub async fn run_kept(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow
     let mut not_counted = 0usize;
     for (pid, r) in answers {
         match r.with_context(|| format!("partition {pid}"))? {
-            Response::KeptStats {
+            KeptStats {
                 stats: Some(s),
                 split_dirs,
             } => {
@@ -97,8 +96,7 @@ pub async fn run_kept(a: &FsstatsArgs, client: &myriad_client::Client) -> anyhow
                     *split.entry(dir).or_default() += n;
                 }
             }
-            Response::KeptStats { stats: None, .. } => not_counted += 1,
-            other => anyhow::bail!("unexpected reply to kept_stats: {other:?}"),
+            KeptStats { stats: None, .. } => not_counted += 1,
         }
     }
     for n in split.values() {

@@ -111,37 +111,7 @@ impl Filesystem for MyriadFs {
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Getattr);
-        let ttl = self.inner.ttls_of(ids.id(ino)).1;
-        // Before the cached attributes: `Mount::pending` says why.
-        let pending = self.inner.pending(ids.id(ino));
-        if self.inner.cfg.leases
-            && let Some(path) = self.inner.inodes.path(ids.id(ino))
-        {
-            // Kept under a lease: answered on this thread, for as long as the lease lasts.
-            let mark = self
-                .inner
-                .client
-                .lease_mark(myriad_placement::parent_of(&path));
-            if let Some(i) = self.inner.client.cached_attr(&path, &self.caller(req))
-                && i.ino == ids.id(ino)
-                && let Some(ttl) =
-                    self.inner
-                        .leased_ttl(&path, mark, i.kind == myriad_client::FileKind::Directory)
-            {
-                self.inner.metrics.attr_from(AttrFrom::Lease);
-                tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, path, "getattr from a lease");
-                return reply.attr(
-                    &ttl,
-                    &self.inner.kernel_attr(&self.inner.visible(i, pending)),
-                );
-            }
-        }
-        // Attributes this mount saw within the TTL (the lease's time left with leases):
-        // a directory's after this mount's own change in it, above all.
-        if let Some(i) = self.inner.inodes.fresh(ids.id(ino), ttl) {
-            self.inner.metrics.attr_from(AttrFrom::Cache);
-            let i = self.inner.visible(i, pending);
-            tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, mtime = i.mtime_ns, "getattr from the cache");
+        if let Some((ttl, i)) = self.inner.attr_at_hand(ids.id(ino), &self.caller(req)) {
             return reply.attr(&ttl, &self.inner.kernel_attr(&i));
         }
         self.inner.metrics.attr_from(AttrFrom::Server);

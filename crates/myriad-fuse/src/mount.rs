@@ -10,12 +10,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use fuser::Notifier;
 use myriad_client::Client;
-use myriad_proto::{FileKind, FsError, Inode};
+use myriad_proto::{Caller, FileKind, FsError, Inode};
 
 use crate::caller::Callers;
 use crate::handles::Handles;
 use crate::inodes::InodeTable;
 use crate::kernel_ids::KernelIds;
+use crate::mount_metrics::AttrFrom;
 use myriad_placement::join;
 use myriad_proto::InodeId;
 
@@ -381,6 +382,33 @@ impl Mount {
             None if self.cfg.leases => (Duration::ZERO, Duration::ZERO),
             None => (self.cfg.entry_ttl, self.cfg.attr_ttl),
         }
+    }
+
+    /// Attributes of `ino` getattr answers on the kernel's thread, with no request: kept
+    /// under a lease (for as long as it lasts), or seen by this mount within the TTL (a
+    /// directory's after this mount's own change in it, above all). With their TTL.
+    pub fn attr_at_hand(&self, ino: InodeId, caller: &Caller) -> Option<(Duration, Inode)> {
+        let ttl = self.ttls_of(ino).1;
+        // Before the cached attributes: `pending` says why.
+        let pending = self.pending(ino);
+        if self.cfg.leases
+            && let Some(path) = self.inodes.path(ino)
+        {
+            let mark = self.client.lease_mark(myriad_placement::parent_of(&path));
+            if let Some(i) = self.client.cached_attr(&path, caller)
+                && i.ino == ino
+                && let Some(ttl) = self.leased_ttl(&path, mark, i.kind == FileKind::Directory)
+            {
+                self.metrics.attr_from(AttrFrom::Lease);
+                tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, path, "getattr from a lease");
+                return Some((ttl, self.visible(i, pending)));
+            }
+        }
+        let i = self.inodes.fresh(ino, ttl)?;
+        self.metrics.attr_from(AttrFrom::Cache);
+        let i = self.visible(i, pending);
+        tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, mtime = i.mtime_ns, "getattr from the cache");
+        Some((ttl, i))
     }
 
     /// The end of this mount's unacknowledged writes to `ino`, read before the attributes

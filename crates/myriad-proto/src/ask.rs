@@ -6,8 +6,9 @@ use myriad_placement::ClusterMap;
 
 use crate::auth::Capability;
 use crate::reply::{
-    Ask, Attrs, Bundle, Bytes, ChunkRead, Copied, DirPage, Echoed, Fetched, Granted,
-    IndexCandidates, Leased, Recorded, ReplicaDigest, Target,
+    Ask, Attrs, Bundle, Bytes, ChunkRead, CodedChunks, Copied, DirPage, Echoed, Fetched,
+    FragmentsKept, FsckBlocks, FsckDirs, FsckEntries, Granted, IndexCandidates, KeptStats, Leased,
+    Recorded, ReplicaDigest, Target,
 };
 use crate::{
     AdminRequest, ClientRequest, CopyRange, CounterSnapshot, FileKind, Inode, InodeId, OnceId,
@@ -269,4 +270,35 @@ pub fn read_fragment(
         len,
         cap,
     }))
+}
+
+pub fn fsck_fragments(
+    after: Option<(InodeId, u64, u8, u32)>,
+    limit: u32,
+) -> Ask<FragmentsKept, Request> {
+    Ask::new(Request::Admin(AdminRequest::FsckFragments { after, limit }))
+}
+
+pub fn fsck_coded(after: Option<(InodeId, u64)>, limit: u32) -> Ask<CodedChunks, Request> {
+    Ask::new(Request::Admin(AdminRequest::FsckCoded { after, limit }))
+}
+
+pub fn fsck_entries(dir: &str, after: Option<String>, limit: u32) -> Ask<FsckEntries, Request> {
+    Ask::new(Request::Admin(AdminRequest::FsckEntries {
+        dir: dir.to_string(),
+        after,
+        limit,
+    }))
+}
+
+pub fn fsck_dirs(after: Option<String>, limit: u32) -> Ask<FsckDirs, Request> {
+    Ask::new(Request::Admin(AdminRequest::FsckDirs { after, limit }))
+}
+
+pub fn fsck_blocks(after: Option<InodeId>, limit: u32) -> Ask<FsckBlocks, Request> {
+    Ask::new(Request::Admin(AdminRequest::FsckBlocks { after, limit }))
+}
+
+pub fn kept_stats() -> Ask<KeptStats, Request> {
+    Ask::new(Request::Admin(AdminRequest::KeptStats))
 }

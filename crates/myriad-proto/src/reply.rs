@@ -399,6 +399,97 @@ impl Reply for ReplicaDigest {
     }
 }
 
+/// Fragments a server keeps: (inode, chunk, index, generation, whether intact).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FragmentsKept(pub Vec<(crate::InodeId, u64, u8, u32, bool)>);
+
+impl Reply for FragmentsKept {
+    const WHAT: &'static str = "a page of fragments";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::Fragments(f) => Ok(FragmentsKept(f)),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// Coded chunks of a partition: (inode, chunk, record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodedChunks(pub Vec<(crate::InodeId, u64, CodedChunk)>);
+
+impl Reply for CodedChunks {
+    const WHAT: &'static str = "a page of coded chunks";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::CodedChunks(c) => Ok(CodedChunks(c)),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// A page of a directory's entries as fsck reads them, and where the next starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsckEntries {
+    pub entries: Vec<crate::FsckEntry>,
+    pub next: Option<String>,
+}
+
+impl Reply for FsckEntries {
+    const WHAT: &'static str = "a page of entries";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::FsckEntries { entries, next } => Ok(FsckEntries { entries, next }),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// A page of the directories a partition holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsckDirs(pub Vec<crate::FsckDir>);
+
+impl Reply for FsckDirs {
+    const WHAT: &'static str = "a page of directories";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::FsckDirs(d) => Ok(FsckDirs(d)),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// A page of the blocks a partition holds: (inode, block).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsckBlocks(pub Vec<(crate::InodeId, u64)>);
+
+impl Reply for FsckBlocks {
+    const WHAT: &'static str = "a page of blocks";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::FsckBlocks(b) => Ok(FsckBlocks(b)),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// A partition's kept fsstats (`None`: not counted yet) and its pieces of split
+/// directories (path, entries here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptStats {
+    pub stats: Option<Box<crate::fsstats::FsStats>>,
+    pub split_dirs: Vec<(String, u64)>,
+}
+
+impl Reply for KeptStats {
+    const WHAT: &'static str = "kept fsstats";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::KeptStats { stats, split_dirs } => Ok(KeptStats { stats, split_dirs }),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

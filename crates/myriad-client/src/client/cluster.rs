@@ -121,6 +121,24 @@ impl Client {
         Err(last)
     }
 
+    /// Asks partition `pid` (admin tools such as fsck): the reply asked for.
+    pub async fn ask_partition<R: myriad_proto::reply::Reply>(
+        &self,
+        pid: PartitionId,
+        ask: myriad_proto::reply::Ask<R, Request>,
+    ) -> Result<R, FsError> {
+        self.ask(Route::Partition(pid), ask).await
+    }
+
+    /// Asks server `node` itself (not a partition of it): the reply asked for.
+    pub async fn ask_server<R: myriad_proto::reply::Reply>(
+        &self,
+        node: NodeId,
+        ask: myriad_proto::reply::Ask<R, Request>,
+    ) -> Result<R, FsError> {
+        self.ask(Route::Server(node), ask).await
+    }
+
     /// Sends one request to partition `pid` as it is (admin tools such as fsck).
     pub async fn request(&self, pid: PartitionId, req: Request) -> Result<Response, FsError> {
         self.call(Route::Partition(pid), req).await
