@@ -10,18 +10,9 @@ use std::time::Duration;
 
 use myriad_placement::PartitionId;
 use myriad_proto::locks::{HeldLock, LockAnswer, LockKind, LockOwner, LockRequest, SetLock};
-use myriad_proto::{ClientRequest, FsError, InodeId, Request, Response};
+use myriad_proto::{FsError, InodeId};
 
 use crate::client::{Client, Route};
-
-fn lock_answer(r: Response) -> Result<LockAnswer, FsError> {
-    match r {
-        Response::Lock(a) => Ok(a),
-        other => Err(FsError::Protocol(format!(
-            "unexpected answer to a lock request: {other:?}"
-        ))),
-    }
-}
 
 impl Client {
     /// This client's id as a lock holder (and a lease holder).
@@ -38,10 +29,7 @@ impl Client {
     }
 
     async fn lock_call(&self, route: Route, req: LockRequest) -> Result<LockAnswer, FsError> {
-        let r = self
-            .call(route, Request::Client(ClientRequest::Lock(req)))
-            .await?;
-        lock_answer(r)
+        self.ask(route, myriad_proto::ask::lock(req)).await
     }
 
     /// Locks (`Read`, `Write`) or unlocks `start..=end` of `ino` for the caller's lock

@@ -243,7 +243,7 @@ async fn ask_seeds(
     timeout: std::time::Duration,
 ) -> Result<ClusterMap, SeedsFailed> {
     use myriad_net::{Pool, PoolConfig};
-    use myriad_proto::{Endpoints, PeerKind, Request, Response, ServerRequest};
+    use myriad_proto::{Endpoints, PeerKind};
     let pool = Pool::new(PoolConfig {
         me: PeerKind::Client,
         zone: String::new(),
@@ -254,21 +254,22 @@ async fn ask_seeds(
     let mut failed = Vec::new();
     let mut transient = true;
     for seed in seeds {
+        let get_map = myriad_proto::ask::get_map();
         let got = pool
             .call_with_timeout(
                 seed,
                 0,
                 Endpoints::SERVER,
                 &Caller::root(),
-                &Request::Server(ServerRequest::GetMap),
+                &get_map.request,
                 timeout,
             )
             .await;
-        match got {
-            Ok(Response::Map(m)) => return Ok(*m),
-            Ok(other) => {
+        match got.map(|r| get_map.answer.of(r)) {
+            Ok(Ok(m)) => return Ok(*m),
+            Ok(Err(other)) => {
                 transient = false;
-                failed.push(format!("{seed}: unexpected answer {other:?}"));
+                failed.push(format!("{seed}: {other}"));
             }
             Err(e) => {
                 transient &= e.is_transient();

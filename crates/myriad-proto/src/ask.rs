@@ -6,13 +6,14 @@ use myriad_placement::ClusterMap;
 
 use crate::auth::Capability;
 use crate::reply::{
-    Ask, Attrs, Bundle, Bytes, ChunkRead, CodedChunks, Copied, DirPage, Echoed, Fetched,
-    FragmentsKept, FsckBlocks, FsckDirs, FsckEntries, Granted, IndexCandidates, KeptStats, Leased,
-    Recorded, ReplicaDigest, Target,
+    Ask, AttrLease, Attrs, Bundle, Bytes, ChunkRead, CodedChunks, Copied, DirPage, Echoed,
+    Exported, Fetched, FragmentsKept, FsckBlocks, FsckDirs, FsckEntries, Granted, IndexCandidates,
+    KeptStats, Leased, RaftAnswer, ReadsLent, Recorded, ReplicaDigest, ReplicaPage, Target,
 };
 use crate::{
-    AdminRequest, ClientRequest, CopyRange, CounterSnapshot, FileKind, Inode, InodeId, OnceId,
-    Request, ServerRequest, SetAttr, StatFs, XattrMode,
+    AdminRequest, Caller, ClientRequest, CopyRange, CounterSnapshot, DirTouchItem, FileKind, Inode,
+    InodeId, InodeOp, OnceId, PeerRequest, RaftRpc, ReplicaRequest, Request, ServerRequest,
+    SetAttr, ShardMap, StatFs, XattrMode,
 };
 
 pub fn echo(payload: Vec<u8>) -> Ask<Echoed> {
@@ -222,6 +223,11 @@ pub fn batch(ops: Vec<ClientRequest>, times: Vec<i64>) -> Ask<Bundle> {
     Ask::new(ClientRequest::Batch { ops, times })
 }
 
+/// A file-lock request (docs/fuse.md "File locks between mounts").
+pub fn lock(request: crate::locks::LockRequest) -> Ask<crate::locks::LockAnswer> {
+    Ask::new(ClientRequest::Lock(request))
+}
+
 /// The outcome a partition recorded of change `id` (`change`), if any.
 pub fn recorded(id: OnceId, change: ClientRequest) -> Ask<Recorded> {
     Ask::new(ClientRequest::Recorded {
@@ -301,4 +307,69 @@ pub fn fsck_blocks(after: Option<InodeId>, limit: u32) -> Ask<FsckBlocks, Reques
 
 pub fn kept_stats() -> Ask<KeptStats, Request> {
     Ask::new(Request::Admin(AdminRequest::KeptStats))
+}
+
+// ---- between servers ----
+
+/// The attributes of entry `path`, subscribing to its changes if `subscribe` (ancestor
+/// replicas).
+pub fn get_attrs(path: &str, subscribe: bool, seq: u64) -> Ask<AttrLease, Request> {
+    Ask::new(Request::Peer(PeerRequest::GetAttrs {
+        path: path.to_string(),
+        subscribe,
+        seq,
+    }))
+}
+
+/// A loan of reads to this server's copy of the partition asked (docs/zones.md).
+pub fn lend_reads() -> Ask<ReadsLent, Request> {
+    Ask::new(Request::Peer(PeerRequest::LendReads))
+}
+
+/// A Raft message (`rpc` names its kind), postcard-encoded both ways.
+pub fn raft(rpc: RaftRpc, payload: Vec<u8>) -> Ask<RaftAnswer, Request> {
+    Ask::new(Request::Peer(PeerRequest::Raft { rpc, payload }))
+}
+
+/// The attributes of inode object `ino` at its home (a hard-linked file).
+pub fn stat_inode(ino: InodeId, caller: Caller) -> Ask<Inode, Request> {
+    Ask::new(Request::Peer(PeerRequest::AtInode {
+        ino,
+        caller,
+        op: InodeOp::Stat,
+    }))
+}
+
+/// Changes the link count of inode object `ino` by `delta`: its attributes after.
+pub fn adjust_links(ino: InodeId, delta: i64) -> Ask<Inode, Request> {
+    Ask::new(Request::Peer(PeerRequest::AdjustLinks { ino, delta }))
+}
+
+/// A page of the entries of frozen directory `path` (frozen by `txid`).
+pub fn dir_export(path: &str, txid: u64, after: Option<String>) -> Ask<Exported, Request> {
+    Ask::new(Request::Peer(PeerRequest::DirExport {
+        path: path.to_string(),
+        txid,
+        after,
+    }))
+}
+
+/// Directory touches: each directory's attributes after (`NotFound`: none there).
+pub fn dir_touches(touches: Vec<DirTouchItem>) -> Ask<Attrs, Request> {
+    Ask::new(Request::Peer(PeerRequest::DirTouches { touches }))
+}
+
+/// The shard map of directory `dir`, from its home.
+pub fn get_shard_map(dir: &str) -> Ask<Box<ShardMap>> {
+    Ask::new(ClientRequest::GetShardMap {
+        dir: dir.to_string(),
+    })
+}
+
+/// A page of a copy's keys of space `space` after key `after`.
+pub fn replica_read(space: u8, after: Option<Vec<u8>>) -> Ask<ReplicaPage, Request> {
+    Ask::new(Request::Replica(ReplicaRequest::ReplicaRead {
+        space,
+        after: after.map(serde_bytes::ByteBuf::from),
+    }))
 }

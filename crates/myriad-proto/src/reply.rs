@@ -490,6 +490,106 @@ impl Reply for KeptStats {
     }
 }
 
+/// An entry's attributes, with an ancestor lease of `lease_ms` (0: not subscribed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttrLease {
+    pub inode: Inode,
+    pub lease_ms: u64,
+}
+
+impl Reply for AttrLease {
+    const WHAT: &'static str = "attributes with a lease";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::AttrLease { inode, lease_ms } => Ok(AttrLease { inode, lease_ms }),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// A page of a frozen directory's entries, exported for a move or a removal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exported {
+    pub entries: Vec<crate::ExportedEntry>,
+    pub next: Option<String>,
+}
+
+impl Reply for Exported {
+    const WHAT: &'static str = "exported entries";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::Exported { entries, next } => Ok(Exported { entries, next }),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+impl Reply for Box<ShardMap> {
+    const WHAT: &'static str = "a shard map";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::ShardMap(m) => Ok(m),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// A page of a copy's keys (empty: no more).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaPage(pub Vec<crate::ReplOp>);
+
+impl Reply for ReplicaPage {
+    const WHAT: &'static str = "a page of a copy";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::ReplicaPage(ops) => Ok(ReplicaPage(ops)),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// A loan of reads: the copy may answer reads for `valid_ms` once it applied batch `seq`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadsLent {
+    pub seq: u64,
+    pub valid_ms: u64,
+}
+
+impl Reply for ReadsLent {
+    const WHAT: &'static str = "a loan of reads";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::ReadsLent { seq, valid_ms } => Ok(ReadsLent { seq, valid_ms }),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// openraft's answer, postcard-encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaftAnswer(pub Vec<u8>);
+
+impl Reply for RaftAnswer {
+    const WHAT: &'static str = "a raft answer";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::Raft(b) => Ok(RaftAnswer(b)),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
+/// The answer to a file-lock request.
+impl Reply for crate::locks::LockAnswer {
+    const WHAT: &'static str = "a lock answer";
+    fn take(r: Response) -> Result<Self, Other> {
+        match r {
+            Response::Lock(a) => Ok(a),
+            other => Err(Other::of(&other)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

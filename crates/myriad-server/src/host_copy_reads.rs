@@ -21,9 +21,11 @@ use std::time::Duration;
 
 use myriad_net::Peer;
 use myriad_placement::{PartitionId, name_hash, split_parent};
+use myriad_proto::ask;
+use myriad_proto::reply::ReadsLent;
 use myriad_proto::{
-    Caller, ClientRequest, Endpoints, FileKind, FsError, Inode, PeerKind, PeerRequest, Request,
-    Response, limits, validate_path,
+    Caller, ClientRequest, Endpoints, FileKind, FsError, Inode, PeerKind, Request, Response,
+    limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
 use tokio::time::Instant;
@@ -333,6 +335,7 @@ impl Host {
             return;
         };
         let asked = Instant::now();
+        let lend = ask::lend_reads();
         let answer = self
             .transport
             .call_with_timeout(
@@ -340,12 +343,12 @@ impl Host {
                 st.map.epoch,
                 Endpoints::to(pid),
                 &Caller::root(),
-                &Request::Peer(PeerRequest::LendReads),
+                &lend.request,
                 LEND_ASK_TIMEOUT,
             )
             .await;
-        match answer {
-            Ok(Response::ReadsLent { seq, valid_ms }) => {
+        match answer.and_then(|r| lend.answer.of(r)) {
+            Ok(ReadsLent { seq, valid_ms }) => {
                 let period = Duration::from_millis(valid_ms).min(LEND_PERIOD);
                 let loan = Loan {
                     epoch: st.map.epoch,
@@ -355,9 +358,6 @@ impl Host {
                 lock(&self.loans.held).insert(pid, loan);
                 lock(&self.loans.refused).remove(&pid);
                 return;
-            }
-            Ok(other) => {
-                tracing::debug!(partition = %pid, "loan of reads: unexpected answer {other:?}");
             }
             Err(e) => tracing::debug!(partition = %pid, "no loan of reads: {e}"),
         }

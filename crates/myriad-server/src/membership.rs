@@ -28,6 +28,8 @@ use tokio::time::Instant;
 use myriad_membership::{BoxFuture, Transport};
 use myriad_net::Pool;
 use myriad_placement::{ClusterMap, NodeId, NodeState, PartitionId};
+use myriad_proto::ask;
+use myriad_proto::reply::RaftAnswer;
 use myriad_proto::{Caller, Endpoints, FsError, RaftRpc, Request, Response};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -93,7 +95,7 @@ impl Transport for PoolTransport {
     ) -> BoxFuture<Result<Vec<u8>, String>> {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let req = PeerRequest::Raft { rpc, payload };
+            let message = ask::raft(rpc, payload);
             let answer = tokio::time::timeout(
                 timeout,
                 pool.call_with_timeout(
@@ -101,14 +103,13 @@ impl Transport for PoolTransport {
                     0,
                     Endpoints::SERVER,
                     &Caller::root(),
-                    &Request::Peer(req),
+                    &message.request,
                     timeout,
                 ),
             )
             .await;
-            match answer {
-                Ok(Ok(Response::Raft(bytes))) => Ok(bytes),
-                Ok(Ok(_)) => Err(format!("{addr}: unexpected answer to a raft message")),
+            match answer.map(|r| r.and_then(|r| message.answer.of(r))) {
+                Ok(Ok(RaftAnswer(bytes))) => Ok(bytes),
                 Ok(Err(e)) => Err(format!("{addr}: {e}")),
                 Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
             }

@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use myriad_placement::{PartitionId, parent_of};
+use myriad_proto::ask;
+use myriad_proto::reply::AttrLease;
 use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
 
 use crate::partition::ancestor_replicas::{Cached, LEASE_MARGIN, ancestors};
@@ -73,14 +75,7 @@ impl Partition {
                 let mark = self.replicas.mark();
                 let seq = self.replicas.next_seq();
                 let r = self
-                    .call_entry(
-                        &path,
-                        Request::Peer(PeerRequest::GetAttrs {
-                            path: path.clone(),
-                            subscribe,
-                            seq,
-                        }),
-                    )
+                    .ask_entry(&path, ask::get_attrs(&path, subscribe, seq))
                     .await;
                 (i, path, sent, mark, r)
             }
@@ -88,7 +83,7 @@ impl Partition {
         for (i, path, sent, mark, r) in futures::future::join_all(fetches).await {
             self.replicas.stats.remote.fetch_add(1, Ordering::Relaxed);
             out[i] = Some(match r {
-                Ok(Response::AttrLease { inode, lease_ms }) => {
+                Ok(AttrLease { inode, lease_ms }) => {
                     if lease_ms > 0 {
                         let valid =
                             sent + Duration::from_millis(lease_ms).saturating_sub(LEASE_MARGIN);
@@ -96,7 +91,6 @@ impl Partition {
                     }
                     Ok(inode)
                 }
-                Ok(_) => Err(FsError::Protocol("unexpected reply to get_attrs".into())),
                 Err(e) => Err(e),
             });
         }
@@ -256,16 +250,8 @@ impl Partition {
         let found = if self.entry_node(path) == self.me {
             self.lookup(path).await
         } else {
-            let req = PeerRequest::GetAttrs {
-                path: path.to_string(),
-                subscribe: false,
-                seq: 0,
-            };
-            match self.call_entry(path, Request::Peer(req)).await {
-                Ok(Response::AttrLease { inode, .. }) => Ok(inode),
-                Ok(_) => return Err(FsError::Protocol("unexpected reply to get_attrs".into())),
-                Err(e) => Err(e),
-            }
+            let get = ask::get_attrs(path, false, 0);
+            self.ask_entry(path, get).await.map(|a| a.inode)
         };
         match found {
             Ok(i) => Ok(Some(self.resolve(i).await?)),

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_placement::{NodeId, NodeState, fragment_servers};
+use myriad_proto::ask;
 use myriad_proto::ec_layout::CodedChunk;
 use myriad_proto::erasure::{EcParams, Erasure};
-use myriad_proto::{Endpoints, FsError, InodeId, PeerRequest, Request, Response, ServerRequest};
+use myriad_proto::{Endpoints, FsError, InodeId, PeerRequest, Request};
 use myriad_storage::BLOCK_BYTES;
 use tokio::time::Instant;
 
@@ -349,28 +350,27 @@ impl Partition {
             .env
             .now_ns()
             .saturating_add(i64::try_from(OWN_READ_CAP.as_nanos()).unwrap_or(i64::MAX));
-        let req = Request::Server(ServerRequest::ReadFragment {
-            ino,
-            chunk,
-            index: u8::try_from(index).unwrap_or(u8::MAX),
-            generation: coded.generation,
-            offset: 0,
-            len: u32::MAX,
-            cap: key.grant(ino, false, expires),
-        });
+        let read = ask::read_fragment(
+            (ino, chunk, u8::try_from(index).unwrap_or(u8::MAX)),
+            coded.generation,
+            (0, u32::MAX),
+            key.grant(ino, false, expires),
+        );
         let to = *coded.servers.get(index).ok_or(FsError::NotFound)?;
         let epoch = self.env.map().map.epoch;
-        match self.env.send(to, epoch, Endpoints::SERVER, &req).await? {
-            Response::Data { data, .. } if data.len() == coded.fragment_bytes() => Ok(data),
-            Response::Data { data, .. } => Err(FsError::Io(format!(
+        let r = self
+            .env
+            .send(to, epoch, Endpoints::SERVER, &read.request)
+            .await?;
+        let data = read.answer.of(r)?.data;
+        if data.len() != coded.fragment_bytes() {
+            return Err(FsError::Io(format!(
                 "fragment {index} of chunk {chunk} of {ino} on server {to}: {} bytes, not {}",
                 data.len(),
                 coded.fragment_bytes()
-            ))),
-            _ => Err(FsError::Protocol(
-                "unexpected reply to a fragment read".into(),
-            )),
+            )));
         }
+        Ok(data)
     }
 
     /// Every fragment of a coded chunk that can be read intact, by index: the data ones

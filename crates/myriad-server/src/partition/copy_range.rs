@@ -8,6 +8,8 @@
 use std::sync::Arc;
 
 use myriad_placement::split_parent;
+use myriad_proto::ask;
+use myriad_proto::reply::ChunkRead;
 use myriad_proto::{
     Caller, CopyRange, FileKind, FsError, Request, Response, limits, validate_path,
 };
@@ -84,36 +86,21 @@ impl Partition {
         while pos < end {
             let chunk = pos / cs;
             let n = (cs - pos % cs).min(end - pos).min(limits::IO_BYTES_MAX);
-            let req = if chunk == 0 {
-                ClientRequest::Read {
-                    path: c.src.clone(),
-                    ino: c.src_ino,
-                    offset: pos,
-                    len: n,
-                }
+            let reply = if chunk == 0 {
+                let read = ask::read(&c.src, c.src_ino, pos, n);
+                ChunkRead::Bytes(self.ask_entry(&c.src, read).await?)
             } else {
                 // From this server: chunk servers need no capability.
-                ClientRequest::ReadChunk {
-                    ino: c.src_ino,
-                    chunk,
-                    offset: pos % cs,
-                    len: n,
-                    cap: None,
-                }
-            };
-            let reply = if chunk == 0 {
-                self.call_entry(&c.src, Request::Client(req)).await?
-            } else {
+                let read = ask::read_chunk(c.src_ino, chunk, pos % cs, n, None);
                 let owner = self.state().ring.owner_of_chunk(c.src_ino, chunk);
-                self.call_node(owner, Request::Client(req)).await?
+                self.ask_node(owner, read).await?
             };
             let data = match reply {
-                Response::Data { data, .. } => data,
-                Response::Coded(coded) => {
+                ChunkRead::Bytes(b) => b.data,
+                ChunkRead::Coded(coded) => {
                     let whole = self.decode_chunk(c.src_ino, chunk, &coded).await?;
                     myriad_proto::ec_layout::window(&whole, pos % cs, n)
                 }
-                _ => return Err(FsError::Protocol("unexpected reply to a read".into())),
             };
             let got = data.len() as u64;
             out.extend_from_slice(&data);

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use myriad_placement::{PartitionId, split_parent};
+use myriad_proto::reply::{Ask, Reply};
 use myriad_proto::{Caller, FsError, Inode, Request, Response, limits, validate_path};
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
@@ -376,6 +377,16 @@ impl Partition {
         self.env
             .call_partition(self.me, node, body, &still_serving)
             .await
+    }
+
+    /// `call_node` of an ask (`myriad_proto::ask`): the reply it asked for.
+    pub(crate) async fn ask_node<R: Reply, Q: Into<Request>>(
+        self: &Arc<Self>,
+        node: PartitionId,
+        ask: Ask<R, Q>,
+    ) -> Result<R, FsError> {
+        let r = self.call_node(node, ask.request.into()).await?;
+        ask.answer.of(r)
     }
 
     /// `Unavailable` once `depose` ran.

@@ -6,14 +6,16 @@
 use std::sync::Arc;
 
 use myriad_placement::{PartitionId, join};
-use myriad_proto::{DirAction, FileKind, FsError, RenameFlags, Request, Response};
+use myriad_proto::ask;
+use myriad_proto::reply::{DirPage, Exported};
+use myriad_proto::{DirAction, FileKind, FsError, RenameFlags, Request};
 
 use crate::partition::core::Partition;
 use crate::state::intent::DirMove;
 use crate::state::mutation::Mutation;
 use myriad_placement::Shard;
 use myriad_proto::InodeId;
-use myriad_proto::{ClientRequest, PeerRequest};
+use myriad_proto::PeerRequest;
 
 /// Where a copied subtree's new paths are placed: by `ring`; for a tree move (`tree`: its
 /// root), directories under a nested policy root keep their placement and are not copied.
@@ -40,29 +42,13 @@ impl Partition {
         flags: RenameFlags,
     ) -> Result<Option<InodeId>, FsError> {
         let parent = myriad_placement::parent_of(to).to_string();
-        match self
-            .call_entry(
-                &parent.clone(),
-                Request::Client(ClientRequest::Stat { path: parent }),
-            )
-            .await?
-        {
-            Response::Attr(i) if i.kind == FileKind::Directory => {}
-            Response::Attr(_) => return Err(FsError::NotADirectory),
-            _ => return Err(FsError::Protocol("unexpected reply to stat".into())),
+        if self.ask_entry(&parent, ask::stat(&parent)).await?.kind != FileKind::Directory {
+            return Err(FsError::NotADirectory);
         }
-        match self
-            .call_entry(
-                to,
-                Request::Client(ClientRequest::Stat {
-                    path: to.to_string(),
-                }),
-            )
-            .await
-        {
+        match self.ask_entry(to, ask::stat(to)).await {
             Err(FsError::NotFound) => Ok(None),
-            Ok(Response::Attr(_)) if flags.no_replace => Err(FsError::AlreadyExists),
-            Ok(Response::Attr(i)) if i.kind == FileKind::Directory => Ok(Some(i.ino)),
+            Ok(_) if flags.no_replace => Err(FsError::AlreadyExists),
+            Ok(i) if i.kind == FileKind::Directory => Ok(Some(i.ino)),
             Ok(_) => Err(FsError::NotADirectory),
             Err(e) => Err(e),
         }
@@ -120,16 +106,8 @@ impl Partition {
             for &node in &m.old_nodes {
                 let mut after = None;
                 loop {
-                    let req = PeerRequest::DirExport {
-                        path: old.clone(),
-                        txid,
-                        after: after.clone(),
-                    };
-                    let Response::Exported { entries, next } =
-                        self.call_node(node, Request::Peer(req)).await?
-                    else {
-                        return Err(FsError::Protocol("unexpected reply to dir_export".into()));
-                    };
+                    let export = ask::dir_export(&old, txid, after.clone());
+                    let Exported { entries, next } = self.ask_node(node, export).await?;
                     let mut by_node: std::collections::BTreeMap<PartitionId, Vec<_>> =
                         Default::default();
                     for e in entries {
@@ -229,18 +207,8 @@ impl Partition {
         self: &Arc<Self>,
         dir: &str,
     ) -> Result<myriad_placement::ShardMap, FsError> {
-        let req = ClientRequest::GetShardMap {
-            dir: dir.to_string(),
-        };
-        match self
-            .call_node(self.dir_owner(dir), Request::Client(req))
-            .await?
-        {
-            Response::ShardMap(map) => Ok(*map),
-            _ => Err(FsError::Protocol(
-                "unexpected reply to get_shard_map".into(),
-            )),
-        }
+        let get = ask::get_shard_map(dir);
+        Ok(*self.ask_node(self.dir_owner(dir), get).await?)
     }
 
     /// The subdirectory names of `dir`, from every shard (`None` if `dir` is not there).
@@ -255,21 +223,19 @@ impl Partition {
             let node = st.ring.owner_of_shard(dir, *leaf);
             let (mut from, mut after) = (leaf.start(), None::<String>);
             loop {
-                let req = ClientRequest::ReadDir {
-                    path: dir.to_string(),
-                    from,
-                    after: after.clone(),
-                    limit: myriad_proto::limits::READDIR_PAGE_MAX,
-                };
-                let (entries, next, end) = match self.call_node(node, Request::Client(req)).await {
-                    Ok(Response::DirPage {
+                let page = ask::read_dir(
+                    dir,
+                    (from, after.clone()),
+                    myriad_proto::limits::READDIR_PAGE_MAX,
+                );
+                let (entries, next, end) = match self.ask_node(node, page).await {
+                    Ok(DirPage {
                         entries,
                         next,
                         shard_end,
                         ..
                     }) => (entries, next, shard_end),
                     Err(FsError::NotFound) => return Ok(None),
-                    Ok(_) => return Err(FsError::Protocol("unexpected reply to readdir".into())),
                     Err(e) => return Err(e),
                 };
                 out.extend(

@@ -22,6 +22,7 @@
 use std::sync::Arc;
 
 use myriad_placement::{PartitionId, split_parent};
+use myriad_proto::ask;
 use myriad_proto::{
     Caller, FileKind, FsError, Inode, InodeOp, OnceId, Request, Response, limits, validate_path,
 };
@@ -71,15 +72,8 @@ impl Partition {
         let home = i
             .link_home
             .ok_or_else(|| FsError::Io("link without a home".into()))?;
-        let req = PeerRequest::AtInode {
-            ino: i.ino,
-            caller: Caller::root(),
-            op: InodeOp::Stat,
-        };
-        match self.call_node(home, Request::Peer(req)).await? {
-            Response::Attr(i) => Ok(i),
-            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
-        }
+        self.ask_node(home, ask::stat_inode(i.ino, Caller::root()))
+            .await
     }
 
     /// If `path` (owned here) names a hard link, the home and inode id to send `req` to.
@@ -309,14 +303,8 @@ impl Partition {
                 let home = src
                     .link_home
                     .ok_or_else(|| FsError::Io("link without a home".into()))?;
-                let req = PeerRequest::AdjustLinks {
-                    ino: src.ino,
-                    delta: 1,
-                };
-                match self.call_node(home, Request::Peer(req)).await? {
-                    Response::Attr(i) => (home, i),
-                    other => return Err(FsError::Protocol(format!("unexpected {other:?}"))),
-                }
+                let more = ask::adjust_links(src.ino, 1);
+                (home, self.ask_node(home, more).await?)
             }
             // Regular files, symlinks, FIFOs, sockets and devices.
             _ => {

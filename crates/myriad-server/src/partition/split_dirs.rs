@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_placement::{PartitionId, Shard, ShardMap, name_hash, split_parent};
+use myriad_proto::ask;
 use myriad_proto::{DirAction, DirEntry, FsError, Request, Response, limits};
 use myriad_storage::DirRecord;
 
@@ -118,6 +119,16 @@ impl Partition {
                 other => return other,
             }
         }
+    }
+
+    /// `call_entry` of an ask (`myriad_proto::ask`): the reply it asked for.
+    pub(crate) async fn ask_entry<R: myriad_proto::reply::Reply, Q: Into<Request>>(
+        self: &Arc<Self>,
+        path: &str,
+        ask: myriad_proto::reply::Ask<R, Q>,
+    ) -> Result<R, FsError> {
+        let r = self.call_entry(path, ask.request.into()).await?;
+        ask.answer.of(r)
     }
 
     /// Adopts `map` (the home's word) or asks the home of `dir` for it.
@@ -263,15 +274,11 @@ impl Partition {
                     Err(e) => return Err(e),
                 }
                 frozen.push(node);
-                let export = PeerRequest::DirExport {
-                    path: p,
-                    txid: freeze,
-                    after: None,
-                };
-                match self.call_node(node, Request::Peer(export)).await? {
-                    Response::Exported { entries, .. } if entries.is_empty() => Ok(()),
-                    Response::Exported { .. } => Err(FsError::NotEmpty),
-                    _ => Err(FsError::Io("unexpected reply to an export".into())),
+                let export = ask::dir_export(&p, freeze, None);
+                if self.ask_node(node, export).await?.entries.is_empty() {
+                    Ok(())
+                } else {
+                    Err(FsError::NotEmpty)
                 }
             };
             if let Err(e) = step.await {

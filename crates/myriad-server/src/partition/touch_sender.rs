@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{DirTouchItem, FsError, Inode, PeerRequest, Request, Response, limits};
+use myriad_proto::ask;
+use myriad_proto::reply::Attrs;
+use myriad_proto::{DirTouchItem, FsError, Inode, limits};
 use tokio::sync::oneshot;
 
 use crate::partition::env::Env;
@@ -108,16 +110,16 @@ async fn send(env: &Arc<dyn Env>, target: PartitionId, batch: Vec<Waiting>) {
     let source = batch.first().map_or(PartitionId(0), |w| w.source);
     let touches = batch.iter().map(|w| w.item.clone()).collect::<Vec<_>>();
     let n = touches.len();
-    let req = Request::Peer(PeerRequest::DirTouches { touches });
+    let touch = ask::dir_touches(touches);
     // A touch is worth sending whoever asked: it only moves times forward.
     let always = || true;
     let answer = tokio::time::timeout(
         TOUCH_TIMEOUT,
-        env.call_partition(source, target, req, &always),
+        env.call_partition(source, target, touch.request, &always),
     )
     .await;
-    let results: Vec<Answer> = match answer {
-        Ok(Ok(Response::Attrs(r))) if r.len() == n => r
+    let results: Vec<Answer> = match answer.map(|r| r.and_then(|r| touch.answer.of(r))) {
+        Ok(Ok(Attrs(r))) if r.len() == n => r
             .into_iter()
             .map(|r| match r {
                 Ok(i) => Ok(Some(i)),
@@ -125,8 +127,8 @@ async fn send(env: &Arc<dyn Env>, target: PartitionId, batch: Vec<Waiting>) {
                 Err(e) => Err(e),
             })
             .collect(),
-        Ok(Ok(other)) => {
-            let e = FsError::Protocol(format!("unexpected answer to directory touches: {other:?}"));
+        Ok(Ok(Attrs(r))) => {
+            let e = FsError::Protocol(format!("{} answers to {n} directory touches", r.len()));
             vec![Err(e); n]
         }
         Ok(Err(e)) => vec![Err(e); n],

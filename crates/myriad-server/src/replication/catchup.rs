@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use myriad_placement::{NodeId, PartitionId};
+use myriad_proto::ask;
+use myriad_proto::reply::ReplicaPage;
 use myriad_proto::{FsError, Request, Response};
 use myriad_storage::{Space, Store};
 
@@ -104,13 +106,8 @@ pub(crate) async fn catch_up_from_backups(
     for space in Space::PARTITION {
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let req = ReplicaRequest::ReplicaRead {
-                space: space.code(),
-                after: after.clone().map(serde_bytes::ByteBuf::from),
-            };
-            let Response::ReplicaPage(ops) = link.call(&Request::Replica(req)).await? else {
-                return Err(FsError::Protocol("unexpected reply to replica_read".into()));
-            };
+            let read = ask::replica_read(space.code(), after.clone());
+            let ReplicaPage(ops) = read.answer.of(link.call(&read.request).await?)?;
             let Some(last) = ops.last() else {
                 break;
             };
