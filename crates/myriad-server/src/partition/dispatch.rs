@@ -1,7 +1,8 @@
-//! What drives a partition: requests (`dispatch`, one arm per request, each handing the work
-//! to the module of its family) and ticks (`start_tasks`: recovery of abandoned two-node
-//! operations, bookkeeping of ancestor replicas). The top of the partition layer: it names
-//! the partition's modules, none of them names it.
+//! What drives a partition: requests (`dispatch` unwraps their envelopes: a change sent
+//! once goes through `exactly_once.rs`, a leased read, a batch; the request itself to
+//! `serve_request.rs`) and ticks (`start_tasks`: recovery of abandoned two-node operations,
+//! bookkeeping of ancestor replicas). The top of the partition layer: it names the
+//! partition's modules, none of them names it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,7 +13,6 @@ use myriad_proto::{Caller, ClientRequest, FsError, Request, Response};
 use crate::commit::once_scope::outside;
 use crate::partition::core::Partition;
 use crate::partition::made::{BatchTouches, Made};
-use myriad_proto::{AdminRequest, PeerRequest};
 
 /// How often outcomes of changes too old for a retry are forgotten (`exactly_once.rs`).
 const FORGET_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
@@ -344,106 +344,5 @@ impl Partition {
             out.push(r);
         }
         Ok(Response::Bundle(out))
-    }
-
-    /// `NotFound` for a request sent under map `epoch` may only mean that directory `dir`
-    /// left this partition while the request ran (its tree moved between zones,
-    /// docs/zones.md section 3: the object is dropped here once the newer map places it
-    /// elsewhere). Then the newer map, to try there (simulation seed 34 with --leases
-    /// --tree-moves: an rmdir that met the drop answered `NotFound`, and the client took
-    /// the directory for removed while it lived on in its new place).
-    fn moved_away(&self, epoch: u64, dir: &str) -> Option<FsError> {
-        let now = self.state();
-        let gone = epoch < now.map.epoch
-            && now.ring.owner_of_dir(dir) != self.me
-            && self.store.dir(dir).ok()?.is_none();
-        gone.then(|| FsError::Redirect(Box::new(now.map.clone())))
-    }
-
-    /// One request (a change sent once is unwrapped by `serve_once` first).
-    pub(crate) async fn dispatch_request(
-        self: &Arc<Self>,
-        from: Option<PartitionId>,
-        epoch: u64,
-        caller: Caller,
-        body: Request,
-        made: &Made,
-    ) -> Result<Response, FsError> {
-        // From a client (not another server): its own requests only, by type. (A client
-        // key cannot even send the others: its frames decode to `FromClient`.)
-        if from.is_none() && !matches!(body, Request::Client(_) | Request::Admin(_)) {
-            return Err(FsError::PermissionDenied);
-        }
-        // Client requests, and clients' hard-link operations forwarded by another server.
-        if from.is_none() || matches!(body, Request::Peer(PeerRequest::AtInode { .. })) {
-            self.env.admit(&body)?;
-        }
-        // A client's chunk request carries its capability (grants.rs).
-        if from.is_none()
-            && let Request::Client(c) = &body
-        {
-            self.check_capability(c)?;
-            // Too few copies up to acknowledge a change (`--min-copies`): refused before it
-            // is applied; the client retries until a copy is back or its deadline passes.
-            if c.is_change()
-                && let Some((have, need)) = self.replicator.short_of_copies()
-            {
-                return Err(FsError::Unavailable(format!(
-                    "partition {}: {have} of its copies can take writes, fewer than the {need} \
-                     that must hold each change (--min-copies); changes wait for a copy to return",
-                    self.me
-                )));
-            }
-        }
-        let st = self.state();
-        if !body.is_admin() && epoch > st.map.epoch {
-            return Err(FsError::MapTooOld(st.map.epoch));
-        }
-        // A request naming a hard link is applied at the inode's home.
-        if let Request::Client(client) = &body
-            && let Some(path) = client.link_resolved_path()
-            && let Some((home, ino)) = self.link_target(path)?
-        {
-            let path = path.to_string();
-            let Request::Client(client) = body else {
-                return Err(FsError::Io("not an inode operation".into()));
-            };
-            let op = client
-                .into_inode_op()
-                .ok_or_else(|| FsError::Io("not an inode operation".into()))?;
-            return self.forward_to_home(caller, &path, home, ino, op).await;
-        }
-        // Reads of a directory's names or listing, for finding read-mostly trees.
-        if let Request::Client(r) = &body
-            && let Some(dir) = r.read_dir()
-        {
-            self.read_mostly.read(dir);
-        }
-        match body {
-            Request::Client(r) => {
-                let dir = r.served_dir().map(str::to_string);
-                match self.serve_client(&st, (caller, made), r).await {
-                    Err(FsError::NotFound) => Err(dir
-                        .and_then(|d| self.moved_away(epoch, &d))
-                        .unwrap_or(FsError::NotFound)),
-                    other => other,
-                }
-            }
-            Request::Peer(r) => {
-                let client = r.acting_for();
-                crate::commit::once_scope::acting_for(client, self.serve_peer(&st, from, caller, r))
-                    .await
-            }
-            Request::Admin(AdminRequest::FsckReplica) | Request::Replica(_) => {
-                Err(FsError::InvalidArgument(
-                    "replication requests go to a backup, not the primary".into(),
-                ))
-            }
-            req @ Request::Admin(_) => self.fsck(&caller, req).await,
-            // The server answers these (Host::handle) before any partition sees them.
-            Request::Server(_) => Err(FsError::InvalidArgument(
-                "a request for the server, not for a partition".into(),
-            )),
-        }
     }
 }

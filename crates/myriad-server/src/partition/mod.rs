@@ -46,6 +46,7 @@ pub(crate) mod resend_guard;
 pub(crate) mod serve_changes;
 pub(crate) mod serve_names;
 pub(crate) mod serve_reads;
+pub(crate) mod serve_request;
 pub(crate) mod split;
 pub(crate) mod split_dirs;
 pub(crate) mod split_state;
