@@ -99,10 +99,20 @@ pub(crate) struct MapState {
 
 pub(crate) use crate::route::Route;
 
+/// What a caller knows of the parents of the path it names, for the answer to a name not
+/// found (`Client::refine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Parents {
+    /// Nothing: a `NotFound` is checked for an ancestor that is not a directory
+    /// (`NotADirectory`, as POSIX requires; extra requests on that error path only).
+    Checked,
+    /// They are directories (a FUSE lookup: the kernel looks names up only in
+    /// directories): `NotFound` stands, at no cost (every `open(O_CREAT)` and `mkdir`
+    /// looks its name up first).
+    Directories,
+}
+
 tokio::task_local! {
-    /// Inside `Client::in_known_directory`: the parent of every path is known to be a
-    /// directory, so a `NotFound` needs no refining (`refine`).
-    static PARENT_IS_DIR: ();
     /// The identity of the requests made inside `Client::as_caller` (a FUSE mount acts for
     /// whichever user made each system call).
     static CALLER: Caller;
@@ -110,8 +120,6 @@ tokio::task_local! {
     /// made in this task brought back (`take_parent_attrs`), cleared by every other
     /// change of entries, so nothing older than the task's last change is ever taken.
     static PARENT: std::cell::RefCell<Option<(String, Inode)>>;
-    /// Inside `Client::to_write_in`: listings ask for exclusive leases.
-    static EXCLUSIVE: ();
 }
 
 pub struct Client {
@@ -250,25 +258,6 @@ impl Client {
     #[must_use]
     pub fn caller(&self) -> &Caller {
         &self.config.caller
-    }
-
-    /// Runs `fut` knowing that the parents of the paths it names are directories (a FUSE
-    /// lookup: the kernel looks names up only in directories), so that a name not found
-    /// costs no requests to tell ENOENT from ENOTDIR (one per missing name: every
-    /// `open(O_CREAT)` and `mkdir` looks its name up first).
-    pub async fn in_known_directory<F: std::future::Future>(fut: F) -> F::Output {
-        PARENT_IS_DIR.scope((), fut).await
-    }
-
-    /// Runs `fut` (a listing of a directory about to be filled: a mount lists each one
-    /// it makes) asking for exclusive leases, under which this client's changes of the
-    /// directory are answered at once and sent behind (docs/fuse.md "Write-behind").
-    pub async fn to_write_in<F: std::future::Future>(fut: F) -> F::Output {
-        EXCLUSIVE.scope((), fut).await
-    }
-
-    pub(crate) fn wants_exclusive() -> bool {
-        EXCLUSIVE.try_with(|()| ()).is_ok()
     }
 
     /// Runs `fut` with every request it makes carrying `caller` instead of the configured one.
@@ -881,7 +870,12 @@ impl Client {
     /// Turns a `NotFound` into `NotADirectory` when an ancestor is not a directory, as POSIX
     /// requires. Costs extra requests only on the error path.
     pub(crate) async fn refine(&self, path: &str, err: FsError) -> FsError {
-        if err != FsError::NotFound || PARENT_IS_DIR.try_with(|()| ()).is_ok() {
+        self.refine_under(path, err, Parents::Checked).await
+    }
+
+    /// `refine`, knowing what `parents` says of the path's parents.
+    pub(crate) async fn refine_under(&self, path: &str, err: FsError, parents: Parents) -> FsError {
+        if err != FsError::NotFound || parents == Parents::Directories {
             return err;
         }
         let mut p = parent_of(path).to_string();
@@ -920,9 +914,19 @@ impl Client {
     }
 
     pub(crate) async fn entry_op(&self, path: &str, req: Request) -> Result<Response, FsError> {
+        self.entry_op_under(path, req, Parents::Checked).await
+    }
+
+    /// `entry_op`, knowing what `parents` says of the path's parents.
+    pub(crate) async fn entry_op_under(
+        &self,
+        path: &str,
+        req: Request,
+        parents: Parents,
+    ) -> Result<Response, FsError> {
         validate_path(path)?;
         match self.call(Route::Entry(path.to_string()), req).await {
-            Err(e) => Err(self.refine(path, e).await),
+            Err(e) => Err(self.refine_under(path, e, parents).await),
             Ok(r) => {
                 self.note_parent(path, &r);
                 Ok(r)

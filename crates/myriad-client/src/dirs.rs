@@ -13,6 +13,18 @@ use myriad_proto::reply::{Attrs, DirPage, Leased};
 /// Rounds of re-sending names whose shard moved during a `stat_many`.
 const REGROUP_ROUNDS_MAX: u32 = 8;
 
+/// What a listing is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListFor {
+    /// Reading: from an index or a lease where one covers the directory.
+    Reading,
+    /// Filling the directory next (a mount lists each directory it makes, tar and cp fill
+    /// them): always from the servers, and a whole first page asks for an exclusive lease,
+    /// under which this client's changes there are answered at once and sent behind
+    /// (docs/fuse.md "Write-behind").
+    Filling,
+}
+
 /// One page of a walk through the hash range `[.., end)`.
 struct Page {
     entries: Vec<DirEntry>,
@@ -29,16 +41,29 @@ impl Client {
         after: Option<String>,
         limit: u32,
     ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
+        self.readdir_page_for(path, (after, limit), ListFor::Reading)
+            .await
+    }
+
+    /// `readdir_page` for what the listing is `to` do.
+    pub async fn readdir_page_for(
+        &self,
+        path: &str,
+        (after, limit): (Option<String>, u32),
+        to: ListFor,
+    ) -> Result<(Vec<DirEntry>, Option<String>), FsError> {
         validate_path(path)?;
-        if let Some(page) = self.indexed_page(path, after.as_deref(), limit).await {
-            return Ok(page);
-        }
-        if let Some(page) = self.leased_listing(path, after.as_deref(), limit) {
-            return Ok(page);
+        if to == ListFor::Reading {
+            if let Some(page) = self.indexed_page(path, after.as_deref(), limit).await {
+                return Ok(page);
+            }
+            if let Some(page) = self.leased_listing(path, after.as_deref(), limit) {
+                return Ok(page);
+            }
         }
         let mut position = (after.as_deref().map_or(0, name_hash), after);
         loop {
-            let page = self.list_page(path, position, None, limit).await?;
+            let page = self.list_page(path, position, None, (limit, to)).await?;
             match page.resume {
                 // Nothing to show yet (the shard ended, or the page held only entries still
                 // being created): go on unless there is already something to return.
@@ -64,8 +89,7 @@ impl Client {
         after: Option<&str>,
         limit: u32,
     ) -> Option<(Vec<DirEntry>, Option<String>)> {
-        // A listing asking for an exclusive lease must reach the server.
-        if !self.config.leases || Client::wants_exclusive() {
+        if !self.config.leases {
             return None;
         }
         let mut names = self.leases.listing(path, &self.task_caller())?;
@@ -87,17 +111,30 @@ impl Client {
     /// Every entry of a directory with attributes (readdirplus). A split directory is listed
     /// from all its shards at once, each in pages of 1,024; results come in hash order.
     pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        self.readdir_for(path, ListFor::Reading).await
+    }
+
+    /// `readdir` for what the listing is `to` do.
+    pub async fn readdir_for(&self, path: &str, to: ListFor) -> Result<Vec<DirEntry>, FsError> {
         validate_path(path)?;
-        if let Some(all) = self.indexed_page(path, None, u32::MAX).await {
+        if to == ListFor::Reading
+            && let Some(all) = self.indexed_page(path, None, u32::MAX).await
+        {
             return Ok(all.0);
         }
-        self.readdir_servers(path).await
+        self.readdir_servers_for(path, to).await
     }
 
     /// `readdir` as the servers (or a lease) answer it, no index.
     pub(crate) async fn readdir_servers(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        self.readdir_servers_for(path, ListFor::Reading).await
+    }
+
+    async fn readdir_servers_for(&self, path: &str, to: ListFor) -> Result<Vec<DirEntry>, FsError> {
         // The first page comes from the home, which says whether the directory is split.
-        let first = self.list_page(path, (0, None), None, READDIR_PAGE).await?;
+        let first = self
+            .list_page(path, (0, None), None, (READDIR_PAGE, to))
+            .await?;
         let Some(resume) = first.resume else {
             return Ok(first.entries);
         };
@@ -124,7 +161,7 @@ impl Client {
             } else {
                 (leaf.start(), None)
             };
-            walks.push(self.walk(path, start, end));
+            walks.push(self.walk(path, (start, end), to));
         }
         let mut out = first.entries;
         for part in futures::future::try_join_all(walks).await? {
@@ -137,12 +174,14 @@ impl Client {
     async fn walk(
         &self,
         path: &str,
-        mut position: (u64, Option<String>),
-        end: Option<u64>,
+        (mut position, end): ((u64, Option<String>), Option<u64>),
+        to: ListFor,
     ) -> Result<Vec<DirEntry>, FsError> {
         let mut out = Vec::new();
         loop {
-            let page = self.list_page(path, position, end, READDIR_PAGE).await?;
+            let page = self
+                .list_page(path, position, end, (READDIR_PAGE, to))
+                .await?;
             out.extend(page.entries);
             match page.resume {
                 Some(p) => position = p,
@@ -159,6 +198,7 @@ impl Client {
         path: &str,
         route: Route,
         req: ClientRequest,
+        to: ListFor,
     ) -> Result<Response, FsError> {
         let whole_from_start = matches!(
             &req,
@@ -172,7 +212,7 @@ impl Client {
         let leased = ask::leased(
             self.leases.holder,
             req,
-            Client::wants_exclusive() && whole_from_start,
+            to == ListFor::Filling && whole_from_start,
         );
         let Leased { answer, lease } = self.ask(route, leased).await?;
         let page = *answer?;
@@ -211,7 +251,7 @@ impl Client {
         path: &str,
         position: (u64, Option<String>),
         end: Option<u64>,
-        limit: u32,
+        (limit, to): (u32, ListFor),
     ) -> Result<Page, FsError> {
         let (from, after) = position;
         let at = after.as_deref().map_or(from, name_hash).max(from);
@@ -227,7 +267,7 @@ impl Client {
         };
         let answer = match nearest {
             Some(r) => r,
-            None if self.config.leases => self.leased_page(path, route, req).await,
+            None if self.config.leases => self.leased_page(path, route, req, to).await,
             None => self.call(route, myriad_proto::Request::Client(req)).await,
         };
         match answer.and_then(|r| ask.answer.of(r)) {

@@ -414,9 +414,6 @@ impl Client {
         after: Option<&str>,
         limit: u32,
     ) -> Option<(Vec<myriad_proto::DirEntry>, Option<String>)> {
-        if Client::wants_exclusive() {
-            return None;
-        }
         let l = self.index_for(path).await?;
         let root = self.root_attrs(&l).await?;
         let listing = l.view.listing(path, &self.task_caller(), &root)?;

@@ -31,6 +31,7 @@ mod write_behind;
 
 pub use behind_journals::{BehindSpawner, BehindTask};
 pub use client::{Client, ClientConfig};
+pub use dirs::ListFor;
 pub use file::FileHandle;
 pub use fragments::FragmentAt;
 pub use held_state::{BARRIER_EVERY, HELD_BYTES_MAX, HELD_CHANGES_MAX};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use myriad_placement::NodeId;
 use myriad_proto::{ClientRequest, Endpoints, FsError, Request, Response};
 
-use crate::client::{Client, Route};
+use crate::client::{Client, Parents, Route};
 
 /// The longest a read waits for a copy before asking the primary instead.
 const COPY_READ_TIMEOUT: Duration = Duration::from_secs(1);
@@ -27,6 +27,7 @@ impl Client {
         &self,
         path: &str,
         read: &ClientRequest,
+        parents: Parents,
     ) -> Option<Result<Response, FsError>> {
         let answer = self
             .read_nearest(&Route::Entry(path.to_string()), read)
@@ -36,7 +37,7 @@ impl Client {
                 self.note_parent(path, &r);
                 Ok(r)
             }
-            Err(e) => Err(self.refine(path, e).await),
+            Err(e) => Err(self.refine_under(path, e, parents).await),
         })
     }
 

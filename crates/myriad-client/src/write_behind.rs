@@ -23,6 +23,7 @@ use myriad_proto::{
 
 use crate::behind_journals::{BehindSpawner, BehindTask, Op, RESERVE};
 use crate::client::{Client, Route};
+use crate::dirs::ListFor;
 use crate::file::FileHandle;
 use myriad_proto::reply::Bundle;
 
@@ -218,8 +219,8 @@ impl Client {
         }
         // As many names as a page may hold: only a directory listed whole in one page
         // is answered behind.
-        let list = self.readdir_page(dir, None, myriad_proto::limits::READDIR_PAGE_MAX);
-        if let Err(e) = Client::to_write_in(list).await {
+        let page = (None, myriad_proto::limits::READDIR_PAGE_MAX);
+        if let Err(e) = self.readdir_page_for(dir, page, ListFor::Filling).await {
             tracing::debug!(dir, "directory not claimed: {e}");
         }
         true

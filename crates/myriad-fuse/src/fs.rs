@@ -273,12 +273,9 @@ impl Filesystem for MyriadFs {
                 // so that what this mount creates there is answered at once and sent
                 // behind (docs/fuse.md "Write-behind"). Before the reply: the creates
                 // follow at once, and a listing crossing one of them is not kept.
-                let _ = myriad_client::Client::to_write_in(fs.client.readdir_page(
-                    &path,
-                    None,
-                    crate::mount::READDIR_PAGE,
-                ))
-                .await;
+                let page = (None, crate::mount::READDIR_PAGE);
+                let filling = myriad_client::ListFor::Filling;
+                let _ = fs.client.readdir_page_for(&path, page, filling).await;
             }
             reply_entry(&fs, &path, r, reply);
         });

@@ -250,7 +250,7 @@ impl Mount {
     pub async fn lookup(&self, pid: u32, path: &str) -> Result<Inode, FsError> {
         let since = self.inodes.stamp();
         let head = self.client.lookup_head(path, self.client.inline_max());
-        let (inode, data) = match Client::in_known_directory(head).await {
+        let (inode, data) = match head.await {
             // A lookup needs search permission on the directories only: a file the
             // caller may not read is still found (its contents are not brought).
             Err(FsError::PermissionDenied) => (self.client.stat(path).await?, Vec::new()),

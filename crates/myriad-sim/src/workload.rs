@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_client::proto::locks::{LOCK_RENEW_EVERY, LockAnswer, LockKind};
-use myriad_client::{Client, FsError, InodeId};
+use myriad_client::{Client, FsError, InodeId, ListFor};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -594,7 +594,7 @@ impl ClientRun {
                     // A whole listing with an exclusive lease: the changes that follow
                     // may be answered behind.
                     let dir = myriad_placement::parent_of(path).to_string();
-                    let _ = Client::to_write_in(self.client.readdir(&dir)).await;
+                    let _ = self.client.readdir_for(&dir, ListFor::Filling).await;
                 }
                 self.client
                     .create_with(path, 0o644, false, &[], false)

@@ -8,7 +8,7 @@ use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Response, va
 
 use myriad_proto::reply::Leased;
 
-use super::{CALLER, Client, Route};
+use super::{CALLER, Client, Parents, Route};
 
 impl Client {
     /// Sets the function told of names dropped from the lease cache by a recall (a
@@ -96,6 +96,7 @@ impl Client {
         path: &str,
         read: ClientRequest,
         asked: u64,
+        parents: Parents,
     ) -> Result<Response, FsError> {
         use crate::leases::{Cached, Entry};
         validate_path(path)?;
@@ -123,7 +124,7 @@ impl Client {
         }
         // Not the client's own changes answered behind: those are at the primary only.
         if !self.leases.journal.busy()
-            && let Some(r) = self.entry_nearest(path, &read).await
+            && let Some(r) = self.entry_nearest(path, &read, parents).await
         {
             return r;
         }
@@ -132,7 +133,7 @@ impl Client {
         let Leased { answer, lease } = match self.ask(Route::Entry(path.to_string()), leased).await
         {
             Ok(l) => l,
-            Err(e) => return Err(self.refine(path, e).await),
+            Err(e) => return Err(self.refine_under(path, e, parents).await),
         };
         let (cached, result) = match answer {
             Ok(r) => {
@@ -153,7 +154,7 @@ impl Client {
                 (cached, Ok(*r))
             }
             Err(e) => {
-                let e = self.refine(path, e).await;
+                let e = self.refine_under(path, e, parents).await;
                 ((e == FsError::NotFound).then_some(Cached::Missing), Err(e))
             }
         };

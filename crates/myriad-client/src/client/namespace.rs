@@ -10,7 +10,7 @@ use myriad_proto::{
 use myriad_proto::ask;
 use myriad_proto::reply::{Ask, Reply};
 
-use super::Client;
+use super::{Client, Parents};
 
 impl Client {
     pub async fn stat(&self, path: &str) -> Result<Inode, FsError> {
@@ -22,7 +22,8 @@ impl Client {
 
     /// `stat` as the servers (or a lease) answer it, no index.
     pub(crate) async fn stat_servers(&self, path: &str) -> Result<Inode, FsError> {
-        self.read_entry(path, ask::stat(path), 0).await
+        self.read_entry(path, ask::stat(path), (0, Parents::Checked))
+            .await
     }
 
     /// A read of one name, as the servers (or a lease) answer it: under a lease with
@@ -32,15 +33,16 @@ impl Client {
         &self,
         path: &str,
         ask: Ask<R>,
-        max_bytes: u64,
+        (max_bytes, parents): (u64, Parents),
     ) -> Result<R, FsError> {
         let answer = if self.config.leases {
-            self.leased_entry(path, ask.request, max_bytes).await?
-        } else if let Some(r) = self.entry_nearest(path, &ask.request).await {
+            self.leased_entry(path, ask.request, max_bytes, parents)
+                .await?
+        } else if let Some(r) = self.entry_nearest(path, &ask.request, parents).await {
             r?
         } else {
-            self.entry_op(path, myriad_proto::Request::Client(ask.request))
-                .await?
+            let req = myriad_proto::Request::Client(ask.request);
+            self.entry_op_under(path, req, parents).await?
         };
         ask.answer.of(answer)
     }
@@ -88,9 +90,19 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Result<(Inode, Vec<u8>), FsError> {
-        let f = self
-            .read_entry(path, ask::fetch(path, max_bytes), max_bytes)
-            .await?;
+        self.fetch_head_under(path, max_bytes, Parents::Checked)
+            .await
+    }
+
+    /// `fetch_head_servers`, knowing what `parents` says of the path's parents.
+    async fn fetch_head_under(
+        &self,
+        path: &str,
+        max_bytes: u64,
+        parents: Parents,
+    ) -> Result<(Inode, Vec<u8>), FsError> {
+        let fetch = ask::fetch(path, max_bytes);
+        let f = self.read_entry(path, fetch, (max_bytes, parents)).await?;
         Ok((f.inode, f.data))
     }
 
@@ -99,6 +111,8 @@ impl Client {
     /// its contents (a listing keeps attributes only): the contents are asked for by
     /// whoever reads them (an open for reading fetches them then), so this costs no more
     /// requests than `fetch_head`, and a lookup before an unlink or a stat none at all.
+    /// A lookup is of a name in a directory (the kernel's): a name not found is `NotFound`
+    /// with no request to tell it from `NotADirectory`.
     pub async fn lookup_head(
         &self,
         path: &str,
@@ -132,8 +146,9 @@ impl Client {
                 None => {}
             }
         }
-        // The index was asked above.
-        self.fetch_head_servers(path, max_bytes).await
+        // The index was asked above; the kernel looks names up in directories only.
+        self.fetch_head_under(path, max_bytes, Parents::Directories)
+            .await
     }
 
     /// Attributes and contents of a file in one round trip to one node when it fits in chunk
