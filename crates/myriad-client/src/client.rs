@@ -18,24 +18,15 @@ use myriad_proto::reply::{Ask, Reply};
 use myriad_proto::{
     Caller, Endpoints, FileKind, FsError, Inode, PeerKind, Request, Response, validate_path,
 };
-use myriad_proto::{ClientRequest, OnceId, ServerRequest};
+use myriad_proto::{ClientRequest, OnceId};
 
-/// Retries after redirects or `MapTooOld` before giving up (each one means the map changed).
-const MAP_RETRIES_MAX: u32 = 5;
 /// Page size for readdir: large pages make `ls -l` of N entries cost N / 1024 requests.
 pub const READDIR_PAGE: u32 = 1024;
-/// At least this long before asking a server that redirected without a newer map again (it
-/// is behind a map change it will learn through the Raft group).
-const REDIRECT_WAIT_MIN: Duration = Duration::from_millis(10);
 /// A request unanswered this long makes the client ask the other servers whether its
 /// partition has another primary now (`primary_moved`): a host that died without closing
 /// its connections is otherwise waited for until the request's deadline. A failover takes
 /// 2-3 s (the leader's `DOWN_AFTER`), so this adds at most half a second to it.
 const STALL_ASK_AFTER: Duration = Duration::from_millis(500);
-/// How long a request to a partition no copy of which is up in the client's map keeps
-/// asking for a newer map (a paused server is marked up again within a second of its
-/// return) before it fails.
-const NO_COPY_WAIT: Duration = Duration::from_secs(2);
 /// How long one server may take to tell its map when looking for a newer one.
 const MAP_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// `ClientConfig` defaults: a request's whole budget (retries included; long enough to ride
@@ -548,325 +539,6 @@ impl Client {
         g.held.remove(&seq);
     }
 
-    pub(crate) async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
-        self.route_with(route, req, true, &mut Tries::default())
-            .await
-    }
-
-    /// `route` for a change sent once whose earlier tries went out in earlier calls
-    /// (`tries`: a change answered behind, sent until taken; a held change sent again).
-    pub(crate) async fn route_tried(
-        &self,
-        route: Route,
-        req: Request,
-        tries: &mut Tries,
-    ) -> Result<Response, FsError> {
-        Box::pin(self.route_with(route, req, true, tries)).await
-    }
-
-    /// `route` for the requests that recover a partition's held changes (`held.rs`): they
-    /// must not wait for that recovery themselves.
-    pub(crate) async fn route_unheld(
-        &self,
-        route: Route,
-        req: Request,
-    ) -> Result<Response, FsError> {
-        // Boxed: this runs inside another request's future (debug builds overflowed the
-        // stack with both inline).
-        Box::pin(self.route_with(route, req, false, &mut Tries::default())).await
-    }
-
-    /// `route_unheld` for a held change sent again (`tries`: the partition that applied it).
-    pub(crate) async fn route_unheld_tried(
-        &self,
-        route: Route,
-        req: Request,
-        tries: &mut Tries,
-    ) -> Result<Response, FsError> {
-        Box::pin(self.route_with(route, req, false, tries)).await
-    }
-
-    async fn route_with(
-        &self,
-        route: Route,
-        req: Request,
-        check_held: bool,
-        tries: &mut Tries,
-    ) -> Result<Response, FsError> {
-        let mut pace = Pacing::new(self.config.request_timeout);
-        let mut map_retries = 0;
-        let mut busy_rounds = 0u32;
-        let mut no_copy = NoCopy::default();
-        loop {
-            let st = self.st();
-            let pid = self.partition_for(&st, &route);
-            // Changes of this partition held until durable, answered by a primary that may
-            // be gone: sent again before this request (`held.rs`).
-            // Any partition's: a change here may depend on one held there.
-            let held_route = check_held
-                && !matches!(route, Route::Server(_))
-                && !crate::held_state::in_recovery();
-            // Looked up once per try: the connection the checks see, the request's target,
-            // the address a map push or a kept answer names.
-            let target = Self::address(&st, &route, pid);
-            let link = target
-                .as_ref()
-                .map_or(0, |(a, _)| self.transport.link(a).connection);
-            if held_route {
-                let stale = self.held_to_recover(pid);
-                if !stale.is_empty() {
-                    self.recover_held_first(pid, stale, &mut pace).await?;
-                    continue;
-                }
-            }
-            // A change whose name moved to `pid` since an earlier try went elsewhere.
-            match self.before_try(pid, &req, tries, &mut pace).await? {
-                Before::Send => {}
-                Before::Answered(answer) => return Ok(*answer),
-                Before::Again => continue,
-            }
-            let result = match self.send_once(&st, (&route, pid), &target, &req).await {
-                // Answered over another connection than the one the checks above saw (the
-                // server restarted as the request went): asked again after a recovery.
-                Ok(_)
-                    if held_route
-                        && pace.in_time()
-                        && crate::held_state::asks_again_safely(&req)
-                        && self.held_needs_recovery_after(pid, &st, &route, link) =>
-                {
-                    self.held_suspect(pid);
-                    continue;
-                }
-                Ok(r) => Ok(r),
-                // The partition's server is unreachable or may not serve (no lease, or no
-                // copy is up): a failover gives it a new primary within seconds. Learn the
-                // newer map from any server and try again until the deadline.
-                Err((FsError::Unavailable(why), _))
-                    if !matches!(route, Route::Server(_) | Route::Copy(..))
-                        && st.map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
-                        && pace.down_fits() =>
-                {
-                    tracing::debug!(partition = %pid, "unavailable ({why}); refreshing the map and retrying");
-                    pace.down_pause().await;
-                    self.refresh_map(pid).await;
-                    continue;
-                }
-                // No copy of the partition is up in our map. A server that was down and is
-                // back is up in a newer map we have not seen (nothing else would tell us:
-                // no request reaches a server): ask for it, again after each pause, for
-                // `NO_COPY_WAIT`. (Without this a client that saw a single-copy partition's
-                // server marked down failed every request to it for good; asking only once
-                // failed requests made while a paused server was being marked up again.)
-                // A server down for longer fails requests to it in that time, not at the
-                // request's deadline.
-                Err((FsError::Unavailable(_), false)) => {
-                    self.no_copy_up(pid, st.map.epoch, &mut pace, &mut no_copy)
-                        .await?;
-                    continue;
-                }
-                Err((e, false)) => return Err(e),
-                Err((e, true)) => Err(e),
-            };
-            let addr = target.as_ref().map_or("", |(a, _)| a.as_str());
-            match result {
-                Err(FsError::Redirect(map)) => {
-                    map_retries += 1;
-                    self.redirected(*map, &route, pid, map_retries, &mut pace)
-                        .await?;
-                }
-                // Asking the directory's home for its shard map is what `WrongShard` leads
-                // to: a home answering that with `WrongShard` again is retried as `Busy`,
-                // not followed (that would recurse without end).
-                Err(FsError::WrongShard { .. })
-                    if matches!(req, Request::Client(ClientRequest::GetShardMap { .. })) =>
-                {
-                    if !pace.busy_fits() {
-                        return Err(FsError::Busy);
-                    }
-                    pace.busy_pause(REDIRECT_WAIT_MIN).await;
-                }
-                Err(FsError::WrongShard { dir, map }) => {
-                    // A split moved the name, or our map of the directory is stale. Retried
-                    // like `Busy`: during a split's last steps the map may be a step ahead.
-                    self.learn_shard_map(&dir, map.map(|m| *m)).await;
-                    if !pace.busy_fits() {
-                        return Err(FsError::Busy);
-                    }
-                    if map_retries > 0 {
-                        pace.busy_pause(Duration::ZERO).await;
-                    }
-                    map_retries = 1;
-                }
-                Err(FsError::MapTooOld(_)) => {
-                    map_retries += 1;
-                    self.map_too_old((addr, pid), &st.map, map_retries, &mut pace)
-                        .await?;
-                }
-                // A server that holds the partition as a copy, not (yet) as its primary,
-                // asked as if it were one (a map newer than that server's, or a copy
-                // about to open it after a failover): as `Busy`, with the map looked at.
-                Err(FsError::AskPrimary)
-                    if !matches!(route, Route::Copy(..)) && pace.busy_fits() =>
-                {
-                    pace.busy_pause(Duration::ZERO).await;
-                    self.refresh_map(pid).await;
-                }
-                Err(FsError::Busy) if pace.busy_fits() => {
-                    pace.busy_pause(Duration::ZERO).await;
-                    busy_rounds += 1;
-                    // A server that keeps saying Busy may have lost its lease and been
-                    // replaced (it answers Busy until it learns the new map): look.
-                    if busy_rounds.is_multiple_of(10) {
-                        self.refresh_map(pid).await;
-                    }
-                }
-                Ok(answer @ Response::Applied { .. }) => {
-                    return Ok(self.keep_applied((pid, &route), (addr, link), req, answer));
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Sends again partition `pid`'s changes held until durable (`stale`) whose primary may
-    /// be gone, before the request that found them; a failure is tried again after a
-    /// pause, until the request's deadline.
-    async fn recover_held_first(
-        &self,
-        pid: PartitionId,
-        stale: Vec<PartitionId>,
-        pace: &mut Pacing,
-    ) -> Result<(), FsError> {
-        // Boxed: a recovery routes requests of its own.
-        let recovered = Box::pin(self.recover_before(pid, stale));
-        if let Err(e) = recovered.await {
-            if !pace.down_fits() {
-                return Err(e);
-            }
-            tracing::debug!(partition = %pid, "held changes not recovered yet ({e}); retrying");
-            pace.down_pause().await;
-            self.refresh_map(pid).await;
-        }
-        Ok(())
-    }
-
-    /// No copy of partition `pid` is up in our map (of `epoch`). A server that was down
-    /// and is back is up in a newer map we have not seen (nothing else would tell us: no
-    /// request reaches a server): ask for it, again after each pause, for `NO_COPY_WAIT`.
-    /// (Without this a client that saw a single-copy partition's server marked down
-    /// failed every request to it for good; asking only once failed requests made while a
-    /// paused server was being marked up again.) A server down for longer fails requests
-    /// to it in that time, not at the request's deadline.
-    async fn no_copy_up(
-        &self,
-        pid: PartitionId,
-        epoch: u64,
-        pace: &mut Pacing,
-        no_copy: &mut NoCopy,
-    ) -> Result<(), FsError> {
-        let until = *no_copy.since.get_or_insert_with(tokio::time::Instant::now) + NO_COPY_WAIT;
-        if no_copy.refreshed {
-            let next = pace.after_down_pause();
-            if next >= pace.deadline || next >= until {
-                return Err(FsError::Unavailable(format!(
-                    "no copy of partition {pid} is up (cluster map epoch {epoch})"
-                )));
-            }
-            pace.down_pause().await;
-        }
-        no_copy.refreshed = true;
-        self.refresh_map(pid).await;
-        Ok(())
-    }
-
-    /// Partition `pid` redirected us (the `retries`th time) with `map`: adopted if newer.
-    /// Same cluster map: our shard map of the directory sent us there. Else the server is
-    /// behind a map change we know of (it catches up through the Raft group): try again
-    /// shortly.
-    async fn redirected(
-        &self,
-        map: ClusterMap,
-        route: &Route,
-        pid: PartitionId,
-        retries: u32,
-        pace: &mut Pacing,
-    ) -> Result<(), FsError> {
-        let no_newer = || {
-            FsError::Protocol(format!(
-                "partition {pid} redirected but offered no newer map"
-            ))
-        };
-        if retries > MAP_RETRIES_MAX {
-            return Err(no_newer());
-        }
-        if !self.adopt(map) {
-            match route_dir(route) {
-                Some(dir) => self.shards.forget(dir),
-                None if pace.busy_fits() => pace.busy_pause(REDIRECT_WAIT_MIN).await,
-                None => return Err(no_newer()),
-            }
-        }
-        Ok(())
-    }
-
-    /// One try of `req` at `target`, the server `route` names in map `st`: its answer, or
-    /// the error and whether a server was tried (not when there is no address, e.g. no
-    /// copy of the partition is up).
-    async fn send_once(
-        &self,
-        st: &MapState,
-        (route, pid): (&Route, PartitionId),
-        target: &Result<(String, Endpoints), FsError>,
-        req: &Request,
-    ) -> Result<Response, (FsError, bool)> {
-        let (addr, ends) = match target {
-            Ok((addr, ends)) => (addr.as_str(), *ends),
-            Err(e) => return Err((e.clone(), false)),
-        };
-        let caller = self.task_caller();
-        let call = self.transport.call_with_timeout(
-            addr,
-            st.map.epoch,
-            ends,
-            &caller,
-            req,
-            self.config.request_timeout,
-        );
-        // A server that died without closing its connections (a host gone) never answers:
-        // once its partition has another primary, the request goes there (a change
-        // carries its `OnceId`: applied once).
-        let moved = async {
-            match route {
-                Route::Server(_) | Route::Copy(..) => std::future::pending().await,
-                _ => self.primary_moved(pid, addr).await,
-            }
-        };
-        tokio::select! {
-            r = call => r.map_err(|e| (e, true)),
-            () = moved => Err((
-                FsError::Unavailable(format!(
-                    "{addr} did not answer and partition {pid} has another primary now"
-                )),
-                true,
-            )),
-        }
-    }
-
-    /// Gives the server at `addr` our cluster map `map` (it answered `MapTooOld`).
-    async fn push_map(&self, addr: &str, map: &ClusterMap) -> Result<Response, FsError> {
-        let push = ServerRequest::InstallMap(Box::new(map.clone()));
-        self.transport
-            .call_with_timeout(
-                addr,
-                map.epoch,
-                Endpoints::SERVER,
-                &self.config.caller,
-                &myriad_proto::Request::Server(push),
-                self.config.request_timeout,
-            )
-            .await
-    }
-
     /// Turns a `NotFound` into `NotADirectory` when an ancestor is not a directory, as POSIX
     /// requires. Costs extra requests only on the error path.
     pub(crate) async fn refine(&self, path: &str, err: FsError) -> FsError {
@@ -967,25 +639,15 @@ impl Client {
     }
 }
 
-/// The directory whose shard map routed `route`, if any.
-fn route_dir(route: &Route) -> Option<&str> {
-    match route {
-        Route::Entry(p) if p != "/" => Some(parent_of(p)),
-        Route::Shard(dir, _) => Some(dir),
-        _ => None,
-    }
-}
-
 mod cluster;
 mod leased;
 mod maps;
 mod namespace;
 mod pacing;
 mod recorded;
+mod routing;
 mod tries;
 
-use pacing::{NoCopy, Pacing};
-use tries::Before;
 pub(crate) use tries::Tries;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use futures::future::BoxFuture;
 use myriad_placement::ClusterMap;
 use myriad_proto::auth::Keyring;
-use myriad_proto::{Caller, Endpoints, ErrorKind, Request};
+use myriad_proto::{Caller, Endpoints, ErrorKind, Request, ServerRequest};
 
 use super::*;
 
