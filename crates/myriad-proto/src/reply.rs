@@ -88,28 +88,30 @@ pub fn response_name(r: &Response) -> String {
     head.0
 }
 
-impl Reply for () {
-    const WHAT: &'static str = "done";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Unit => Ok(()),
-            other => Err(Other::of(&other)),
+/// A reply that is one kind of `Response`: `reply!(Type, "what it is", pattern => value)`.
+macro_rules! reply {
+    ($ty:ty, $what:literal, $pat:pat => $val:expr) => {
+        impl Reply for $ty {
+            const WHAT: &'static str = $what;
+            fn take(r: Response) -> Result<Self, Other> {
+                match r {
+                    $pat => Ok($val),
+                    other => Err(Other::of(&other)),
+                }
+            }
         }
-    }
+    };
 }
 
-/// A file's attributes: a change's new attributes, or what a lease kept of a fetch.
-impl Reply for Inode {
-    const WHAT: &'static str = "attributes";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Attr(i)
-            | Response::Changed { inode: Some(i), .. }
-            | Response::Fetched { inode: i, .. } => Ok(i),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!((), "done", Response::Unit => ());
+
+// A file's attributes: a change's new attributes, or what a lease kept of a fetch.
+reply!(
+    Inode,
+    "attributes",
+    Response::Attr(i) | Response::Changed { inode: Some(i), .. } | Response::Fetched { inode: i, .. }
+        => i
+);
 
 /// A name's attributes and, for a small file, its contents (`ClientRequest::Fetch`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,15 +120,7 @@ pub struct Fetched {
     pub data: Vec<u8>,
 }
 
-impl Reply for Fetched {
-    const WHAT: &'static str = "a fetch";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Fetched { inode, data } => Ok(Fetched { inode, data }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Fetched, "a fetch", Response::Fetched { inode, data } => Fetched { inode, data });
 
 /// A page of a directory listing (`ClientRequest::ReadDir`; `Response::DirPage` says
 /// what each part means).
@@ -139,27 +133,19 @@ pub struct DirPage {
     pub map: Option<Box<ShardMap>>,
 }
 
-impl Reply for DirPage {
-    const WHAT: &'static str = "a listing page";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::DirPage {
-                entries,
-                next,
-                shard_end,
-                hidden,
-                map,
-            } => Ok(DirPage {
-                entries,
-                next,
-                shard_end,
-                hidden,
-                map,
-            }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(DirPage, "a listing page", Response::DirPage {
+    entries,
+    next,
+    shard_end,
+    hidden,
+    map,
+} => DirPage {
+    entries,
+    next,
+    shard_end,
+    hidden,
+    map,
+});
 
 /// Bytes read, and the file's attributes when the read was by name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,15 +154,7 @@ pub struct Bytes {
     pub data: Vec<u8>,
 }
 
-impl Reply for Bytes {
-    const WHAT: &'static str = "data";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Data { inode, data } => Ok(Bytes { inode, data }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Bytes, "data", Response::Data { inode, data } => Bytes { inode, data });
 
 /// A chunk read: its bytes, or the record of an erasure-coded chunk to read from its
 /// fragments.
@@ -220,15 +198,7 @@ pub struct Granted {
     pub valid_ms: u64,
 }
 
-impl Reply for Granted {
-    const WHAT: &'static str = "a capability";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Granted { cap, valid_ms } => Ok(Granted { cap, valid_ms }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Granted, "a capability", Response::Granted { cap, valid_ms } => Granted { cap, valid_ms });
 
 /// A read's answer with the directory lease asked for, if granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -237,129 +207,49 @@ pub struct Leased {
     pub lease: Option<LeaseGrant>,
 }
 
-impl Reply for Leased {
-    const WHAT: &'static str = "a leased answer";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Leased { answer, lease } => Ok(Leased { answer, lease }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Leased, "a leased answer", Response::Leased { answer, lease } => Leased { answer, lease });
 
 /// A symbolic link's target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target(pub String);
 
-impl Reply for Target {
-    const WHAT: &'static str = "a link's target";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Link(t) => Ok(Target(t)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Target, "a link's target", Response::Link(t) => Target(t));
 
 /// The bytes an echo sent back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Echoed(pub Vec<u8>);
 
-impl Reply for Echoed {
-    const WHAT: &'static str = "an echo";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Echo(p) => Ok(Echoed(p)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Echoed, "an echo", Response::Echo(p) => Echoed(p));
 
 /// The outcome a partition recorded of a change, if any (`ClientRequest::Recorded`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recorded(pub Option<Box<Response>>);
 
-impl Reply for Recorded {
-    const WHAT: &'static str = "a recorded outcome";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Recorded(a) => Ok(Recorded(a)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Recorded, "a recorded outcome", Response::Recorded(a) => Recorded(a));
 
 /// Attributes of many names, one result each, in the order asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attrs(pub Vec<Result<Inode, FsError>>);
 
-impl Reply for Attrs {
-    const WHAT: &'static str = "attributes of names";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Attrs(a) => Ok(Attrs(a)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Attrs, "attributes of names", Response::Attrs(a) => Attrs(a));
 
 /// The answers to a batch of changes, one each, in its order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bundle(pub Vec<Result<Response, FsError>>);
 
-impl Reply for Bundle {
-    const WHAT: &'static str = "answers to a batch";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Bundle(a) => Ok(Bundle(a)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Bundle, "answers to a batch", Response::Bundle(a) => Bundle(a));
 
 /// Directories read far more than changed: path, reads, milliseconds since a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexCandidates(pub Vec<(String, u64, Option<u64>)>);
 
-impl Reply for IndexCandidates {
-    const WHAT: &'static str = "index candidates";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::IndexCandidates(c) => Ok(IndexCandidates(c)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(IndexCandidates, "index candidates", Response::IndexCandidates(c) => IndexCandidates(c));
 
-impl Reply for StatFs {
-    const WHAT: &'static str = "a server's disks";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::StatFs(s) => Ok(s),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(StatFs, "a server's disks", Response::StatFs(s) => s);
 
-impl Reply for CounterSnapshot {
-    const WHAT: &'static str = "counters";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Counters(c) => Ok(c),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(CounterSnapshot, "counters", Response::Counters(c) => c);
 
-impl Reply for Box<ClusterMap> {
-    const WHAT: &'static str = "a cluster map";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Map(m) => Ok(m),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Box<ClusterMap>, "a cluster map", Response::Map(m) => m);
 
 /// A copy's digest (`AdminRequest::FsckReplica`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -374,58 +264,34 @@ pub struct ReplicaDigest {
     pub corrupt_records: Vec<(u8, Vec<u8>)>,
 }
 
-impl Reply for ReplicaDigest {
-    const WHAT: &'static str = "a copy's digest";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::ReplicaDigest {
-                seq,
-                keys,
-                digest,
-                corrupt,
-                corrupt_records,
-            } => Ok(ReplicaDigest {
-                seq,
-                keys,
-                digest,
-                corrupt,
-                corrupt_records: corrupt_records
-                    .into_iter()
-                    .map(|(s, k)| (s, k.into_vec()))
-                    .collect(),
-            }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(ReplicaDigest, "a copy's digest", Response::ReplicaDigest {
+    seq,
+    keys,
+    digest,
+    corrupt,
+    corrupt_records,
+} => ReplicaDigest {
+    seq,
+    keys,
+    digest,
+    corrupt,
+    corrupt_records: corrupt_records
+        .into_iter()
+        .map(|(s, k)| (s, k.into_vec()))
+        .collect(),
+});
 
 /// Fragments a server keeps: (inode, chunk, index, generation, whether intact).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FragmentsKept(pub Vec<(crate::InodeId, u64, u8, u32, bool)>);
 
-impl Reply for FragmentsKept {
-    const WHAT: &'static str = "a page of fragments";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Fragments(f) => Ok(FragmentsKept(f)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(FragmentsKept, "a page of fragments", Response::Fragments(f) => FragmentsKept(f));
 
 /// Coded chunks of a partition: (inode, chunk, record).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodedChunks(pub Vec<(crate::InodeId, u64, CodedChunk)>);
 
-impl Reply for CodedChunks {
-    const WHAT: &'static str = "a page of coded chunks";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::CodedChunks(c) => Ok(CodedChunks(c)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(CodedChunks, "a page of coded chunks", Response::CodedChunks(c) => CodedChunks(c));
 
 /// A page of a directory's entries as fsck reads them, and where the next starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -434,43 +300,21 @@ pub struct FsckEntries {
     pub next: Option<String>,
 }
 
-impl Reply for FsckEntries {
-    const WHAT: &'static str = "a page of entries";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::FsckEntries { entries, next } => Ok(FsckEntries { entries, next }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(FsckEntries, "a page of entries",
+    Response::FsckEntries { entries, next }
+        => FsckEntries { entries, next });
 
 /// A page of the directories a partition holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FsckDirs(pub Vec<crate::FsckDir>);
 
-impl Reply for FsckDirs {
-    const WHAT: &'static str = "a page of directories";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::FsckDirs(d) => Ok(FsckDirs(d)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(FsckDirs, "a page of directories", Response::FsckDirs(d) => FsckDirs(d));
 
 /// A page of the blocks a partition holds: (inode, block).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FsckBlocks(pub Vec<(crate::InodeId, u64)>);
 
-impl Reply for FsckBlocks {
-    const WHAT: &'static str = "a page of blocks";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::FsckBlocks(b) => Ok(FsckBlocks(b)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(FsckBlocks, "a page of blocks", Response::FsckBlocks(b) => FsckBlocks(b));
 
 /// A partition's kept fsstats (`None`: not counted yet) and its pieces of split
 /// directories (path, entries here).
@@ -480,15 +324,9 @@ pub struct KeptStats {
     pub split_dirs: Vec<(String, u64)>,
 }
 
-impl Reply for KeptStats {
-    const WHAT: &'static str = "kept fsstats";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::KeptStats { stats, split_dirs } => Ok(KeptStats { stats, split_dirs }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(KeptStats, "kept fsstats",
+    Response::KeptStats { stats, split_dirs }
+        => KeptStats { stats, split_dirs });
 
 /// An entry's attributes, with an ancestor lease of `lease_ms` (0: not subscribed).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -497,15 +335,9 @@ pub struct AttrLease {
     pub lease_ms: u64,
 }
 
-impl Reply for AttrLease {
-    const WHAT: &'static str = "attributes with a lease";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::AttrLease { inode, lease_ms } => Ok(AttrLease { inode, lease_ms }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(AttrLease, "attributes with a lease",
+    Response::AttrLease { inode, lease_ms }
+        => AttrLease { inode, lease_ms });
 
 /// A page of a frozen directory's entries, exported for a move or a removal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -514,39 +346,17 @@ pub struct Exported {
     pub next: Option<String>,
 }
 
-impl Reply for Exported {
-    const WHAT: &'static str = "exported entries";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Exported { entries, next } => Ok(Exported { entries, next }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Exported, "exported entries",
+    Response::Exported { entries, next }
+        => Exported { entries, next });
 
-impl Reply for Box<ShardMap> {
-    const WHAT: &'static str = "a shard map";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::ShardMap(m) => Ok(m),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(Box<ShardMap>, "a shard map", Response::ShardMap(m) => m);
 
 /// A page of a copy's keys (empty: no more).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaPage(pub Vec<crate::ReplOp>);
 
-impl Reply for ReplicaPage {
-    const WHAT: &'static str = "a page of a copy";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::ReplicaPage(ops) => Ok(ReplicaPage(ops)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(ReplicaPage, "a page of a copy", Response::ReplicaPage(ops) => ReplicaPage(ops));
 
 /// A loan of reads: the copy may answer reads for `valid_ms` once it applied batch `seq`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -555,40 +365,18 @@ pub struct ReadsLent {
     pub valid_ms: u64,
 }
 
-impl Reply for ReadsLent {
-    const WHAT: &'static str = "a loan of reads";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::ReadsLent { seq, valid_ms } => Ok(ReadsLent { seq, valid_ms }),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(ReadsLent, "a loan of reads",
+    Response::ReadsLent { seq, valid_ms }
+        => ReadsLent { seq, valid_ms });
 
 /// openraft's answer, postcard-encoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaftAnswer(pub Vec<u8>);
 
-impl Reply for RaftAnswer {
-    const WHAT: &'static str = "a raft answer";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Raft(b) => Ok(RaftAnswer(b)),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+reply!(RaftAnswer, "a raft answer", Response::Raft(b) => RaftAnswer(b));
 
-/// The answer to a file-lock request.
-impl Reply for crate::locks::LockAnswer {
-    const WHAT: &'static str = "a lock answer";
-    fn take(r: Response) -> Result<Self, Other> {
-        match r {
-            Response::Lock(a) => Ok(a),
-            other => Err(Other::of(&other)),
-        }
-    }
-}
+// The answer to a file-lock request.
+reply!(crate::locks::LockAnswer, "a lock answer", Response::Lock(a) => a);
 
 #[cfg(test)]
 mod tests {
