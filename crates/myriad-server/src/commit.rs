@@ -327,6 +327,14 @@ impl Applier {
         self.submit(mutation, true).await
     }
 
+    /// `run`, its outcome read as the kind `K` the mutation has (`state/outcome_kinds.rs`).
+    pub(crate) async fn run_for<K: crate::state::outcome_kinds::OutcomeKind>(
+        &self,
+        mutation: Mutation,
+    ) -> Result<K, FsError> {
+        crate::state::outcome_kinds::expect(self.run(mutation).await?)
+    }
+
     /// Applies `mutation` and returns once it is visible; the group commit covering it
     /// starts at once (`Barrier` waits for it).
     pub async fn run_visible(&self, mutation: Mutation) -> Result<Outcome, FsError> {

@@ -259,10 +259,7 @@ impl Partition {
     }
 
     pub(super) async fn mutate_inode(&self, m: Mutation) -> Result<Response, FsError> {
-        match self.applier.run(m).await? {
-            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Ok(Response::Attr(i)),
-            _ => Err(FsError::Io("unexpected outcome".into())),
-        }
+        Ok(Response::Attr(self.applier.run_for::<Inode>(m).await?))
     }
 
     /// The visible inode at `path`, waiting while a multi-node operation holds the entry.
@@ -415,10 +412,8 @@ pub(super) fn changed_response(
 
 /// The reply of a mutation that yields an inode.
 pub(super) fn inode_response(out: Outcome) -> Result<Response, FsError> {
-    match out {
-        Outcome::Inode(i) | Outcome::InodeGc(i, _) | Outcome::Created(i) => Ok(Response::Attr(i)),
-        _ => Err(FsError::Io("unexpected outcome".into())),
-    }
+    let made = crate::state::outcome_kinds::expect::<crate::state::outcome_kinds::NameMade>(out)?;
+    Ok(Response::Attr(made.inode()))
 }
 
 /// Where the attributes of `path` are kept for `Mutation::SetAttr`: its entry, or for "/"

@@ -28,7 +28,8 @@ use myriad_proto::{
 };
 
 use crate::partition::core::{Partition, split_owned};
-use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, Outcome, inode_name, storage_err};
+use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, inode_name, storage_err};
+use crate::state::outcome_kinds::{InodeOrFreed, Trimmed};
 use crate::state::perm;
 use myriad_proto::InodeId;
 use myriad_proto::PeerRequest;
@@ -211,17 +212,13 @@ impl Partition {
                     size,
                     now,
                 };
-                match self.applier.run(m).await? {
-                    Outcome::InodeGc(inode, gc) => {
-                        if let Some(txid) = gc
-                            && let Err(e) = self.run_gc(txid).await
-                        {
-                            tracing::warn!("truncate of ino {ino}: trim deferred: {e}");
-                        }
-                        Ok(Response::Attr(inode))
-                    }
-                    _ => Err(FsError::Io("unexpected outcome".into())),
+                let Trimmed { inode, trim } = self.applier.run_for(m).await?;
+                if let Some(txid) = trim
+                    && let Err(e) = self.run_gc(txid).await
+                {
+                    tracing::warn!("truncate of ino {ino}: trim deferred: {e}");
                 }
+                Ok(Response::Attr(inode))
             }
             InodeOp::SetAttr { set } => {
                 let set = perm::check_setattr(&inode, &caller, &set)?;
@@ -256,15 +253,14 @@ impl Partition {
     }
 
     pub(super) async fn mutate(self: &Arc<Self>, m: Mutation) -> Result<Response, FsError> {
-        match self.applier.run(m).await? {
-            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Ok(Response::Attr(i)),
-            Outcome::Gc(gc) => {
-                if let Some(txid) = gc {
+        match self.applier.run_for(m).await? {
+            InodeOrFreed::Inode(i) => Ok(Response::Attr(i)),
+            InodeOrFreed::Freed(trim) => {
+                if let Some(txid) = trim {
                     self.spawn_gc(txid);
                 }
                 Ok(Response::Unit)
             }
-            _ => Err(FsError::Io("unexpected outcome".into())),
         }
     }
 
@@ -315,10 +311,7 @@ impl Partition {
                     me: self.me,
                     now: self.env.now_ns(),
                 };
-                match self.applier.run(m).await? {
-                    Outcome::Inode(i) => (self.me, i),
-                    _ => return Err(FsError::Io("unexpected outcome".into())),
-                }
+                (self.me, self.applier.run_for::<Inode>(m).await?)
             }
         };
         let put = self.link_name_request(to, inode.ino, home);

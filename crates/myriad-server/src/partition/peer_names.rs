@@ -11,6 +11,7 @@ use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, inode_response};
 use crate::partition::made::Made;
 use crate::state::mutation::{Awaited, DirTouchOne, Mutation, Outcome, RenamePrepare};
+use crate::state::outcome_kinds::{self, Touched};
 
 /// A peer request handed to a handler of another request (a routing bug in `peer_ops.rs`).
 fn routed_wrongly(req: &PeerRequest) -> FsError {
@@ -212,17 +213,10 @@ impl Partition {
         let (at, batch): (Vec<usize>, Vec<DirTouchOne>) = mine.into_iter().unzip();
         // Visible is enough, as for one touch (`DirTouch`).
         let touch = self.applier.run_visible(Mutation::DirTouches(batch));
-        let touched = match crate::commit::leases::Exempt::of(clients)
+        let out = crate::commit::leases::Exempt::of(clients)
             .scope(touch)
-            .await?
-        {
-            Outcome::Touched(t) => t,
-            _ => {
-                return Err(FsError::Io(
-                    "unexpected outcome of directory touches".into(),
-                ));
-            }
-        };
+            .await?;
+        let Touched(touched) = outcome_kinds::expect(out)?;
         for (i, inode) in at.into_iter().zip(touched) {
             results[i] = inode.ok_or(FsError::NotFound);
         }

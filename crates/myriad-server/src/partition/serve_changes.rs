@@ -11,6 +11,7 @@ use crate::cluster::MapState;
 use crate::partition::core::{Partition, attrs_key, check_xattr_name};
 use crate::partition::made::Made;
 use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
+use crate::state::outcome_kinds::{Ids, Trimmed};
 use crate::state::perm;
 
 /// An open file a change names: its path, its inode number, and whether the change comes
@@ -178,31 +179,26 @@ impl Partition {
     ) -> Result<Response, FsError> {
         let ino = file.ino;
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
-        match self
+        let Trimmed { inode, trim } = self
             .applier
-            .run(Mutation::Truncate {
+            .run_for(Mutation::Truncate {
                 dir,
                 name,
                 ino,
                 size,
                 now: self.time_of(made),
             })
-            .await?
-        {
-            Outcome::InodeGc(inode, gc) => {
-                if let Some(txid) = gc {
-                    // Trim before replying: a later extend must read zeros, not old bytes.
-                    if let Err(e) = self.run_gc(txid).await {
-                        tracing::warn!(
-                            "truncate of ino {}: chunk trim deferred to recovery: {e}",
-                            inode.ino
-                        );
-                    }
-                }
-                Ok(Response::Attr(inode))
+            .await?;
+        if let Some(txid) = trim {
+            // Trim before replying: a later extend must read zeros, not old bytes.
+            if let Err(e) = self.run_gc(txid).await {
+                tracing::warn!(
+                    "truncate of ino {}: chunk trim deferred to recovery: {e}",
+                    inode.ino
+                );
             }
-            _ => Err(FsError::Io("unexpected outcome".into())),
         }
+        Ok(Response::Attr(inode))
     }
 
     /// Writes bytes into a later chunk (uncoding it first if it was coded).
@@ -290,17 +286,14 @@ impl Partition {
         let client = crate::commit::once_scope::task_client().ok_or_else(|| {
             FsError::InvalidArgument("inode numbers are reserved by a change sent once".into())
         })?;
-        match self
+        let Ids { first, count } = self
             .applier
-            .run(Mutation::ReserveIds { client, count })
-            .await?
-        {
-            Outcome::Ids(first, count) => Ok(Response::Ids {
-                first: myriad_proto::InodeId(first),
-                count,
-            }),
-            _ => Err(FsError::Io("unexpected outcome".into())),
-        }
+            .run_for(Mutation::ReserveIds { client, count })
+            .await?;
+        Ok(Response::Ids {
+            first: myriad_proto::InodeId(first),
+            count,
+        })
     }
 
     /// Freezes or thaws a tree (root only, as fsck).

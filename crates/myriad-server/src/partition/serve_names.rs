@@ -13,6 +13,7 @@ use crate::cluster::MapState;
 use crate::partition::core::{Partition, changed_response, shard_depth};
 use crate::partition::made::Made;
 use crate::state::mutation::{Mutation, Outcome};
+use crate::state::outcome_kinds::{self, NameMade};
 use crate::state::perm;
 
 /// What a create asks for besides its path (`ClientRequest::Create`).
@@ -75,15 +76,15 @@ impl Partition {
             ino,
         };
         let created = |o: &Outcome| matches!(o, Outcome::Created(_));
-        match self.run_touching((m, made), &dir, durable, created).await? {
-            (Outcome::Created(i), parent) => Ok(Response::Changed {
+        let (out, parent) = self.run_touching((m, made), &dir, durable, created).await?;
+        match outcome_kinds::expect(out)? {
+            NameMade::New(i) => Ok(Response::Changed {
                 inode: Some(i),
                 parent,
             }),
             // A non-exclusive create of an existing name opens it: a hard-link name
             // answers with its inode.
-            (Outcome::Inode(i), _) => Ok(Response::Attr(self.resolve(i).await?)),
-            _ => Err(FsError::Io("unexpected outcome".into())),
+            NameMade::Existing(i) => Ok(Response::Attr(self.resolve(i).await?)),
         }
     }
 

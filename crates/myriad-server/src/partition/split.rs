@@ -12,7 +12,8 @@ use myriad_proto::{ExportedEntry, FileKind, FsError, Request};
 
 use crate::partition::core::Partition;
 use crate::state::intent::{Decision, Intent};
-use crate::state::mutation::{Mutation, Outcome, ShardMutation, storage_err};
+use crate::state::mutation::{Mutation, ShardMutation, storage_err};
+use crate::state::outcome_kinds::SplitBegun;
 use myriad_placement::join;
 use myriad_proto::InodeId;
 use myriad_proto::PeerRequest;
@@ -134,9 +135,7 @@ impl Partition {
             dir: dir.to_string(),
             shard,
         });
-        let (Outcome::SplitBegun { txid, ino }, _live) = self.begin(begin).await? else {
-            return Err(FsError::Io("unexpected outcome".into()));
-        };
+        let (SplitBegun { txid, ino }, _live) = self.begin(begin).await?;
         tracing::debug!(
             partition = %self.me,
             txid,

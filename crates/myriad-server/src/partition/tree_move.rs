@@ -33,7 +33,8 @@ use myriad_proto::{DirAction, FileKind, FsError, PeerRequest, Request};
 use crate::partition::core::Partition;
 use crate::partition::dir_rename::Target;
 use crate::state::intent::{DirMove, Intent};
-use crate::state::mutation::{Mutation, Outcome};
+use crate::state::mutation::Mutation;
+use crate::state::outcome_kinds::TreeMoveBegun;
 
 /// Tries of a move (each undone after a failure) before it is abandoned.
 pub(crate) const TRIES: u32 = 5;
@@ -109,9 +110,7 @@ impl Partition {
             group,
             arriving,
         };
-        let (Outcome::TreeMoveBegun { txid }, _live) = self.begin(begin).await? else {
-            return Err(FsError::Io("unexpected outcome".into()));
-        };
+        let (TreeMoveBegun { txid }, _live) = self.begin(begin).await?;
         let st = self.state();
         // The target is the moving policy's: with no move in the map it would be where
         // the tree already is (copies onto their originals).

@@ -20,6 +20,7 @@ use crate::partition::dir_rename::Target;
 use crate::partition::made::Made;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, Outcome};
+use crate::state::outcome_kinds::{self, Began, Begun, RenameBegun};
 use myriad_proto::PeerRequest;
 
 /// Removes a txid from the live set when the operation driving it ends, however it ends.
@@ -37,16 +38,6 @@ impl Drop for LiveGuard<'_> {
 }
 
 /// The txid of an outcome that began a multi-node operation.
-fn begun_txid(out: &Outcome) -> Option<u64> {
-    match out {
-        Outcome::Begun { txid, .. }
-        | Outcome::RenameBegun { txid, .. }
-        | Outcome::SplitBegun { txid, .. }
-        | Outcome::TreeMoveBegun { txid } => Some(*txid),
-        _ => None,
-    }
-}
-
 impl Partition {
     /// Finishes (`commit`) or undoes the pending entry `dir/name` of a mkdir or rmdir
     /// `txid`, and deletes its intent.
@@ -75,12 +66,13 @@ impl Partition {
     /// abandoned and undid it while its owner went on: the simulation found a split undone
     /// under its owner, whose child shard was then revealed and later dropped with the names
     /// created in it (docs/simulation.md, seed 1016).
-    pub(crate) async fn begin(
+    pub(crate) async fn begin<B: Began>(
         self: &Arc<Self>,
         first: Mutation,
-    ) -> Result<(Outcome, LiveGuard<'_>), FsError> {
+    ) -> Result<(B, LiveGuard<'_>), FsError> {
         let (out, durable) = self.applier.run_staged(first).await?;
-        let txid = begun_txid(&out).ok_or_else(|| FsError::Io("unexpected outcome".into()))?;
+        let began = outcome_kinds::expect::<B>(out)?;
+        let txid = began.txid();
         // Recovery's pass at start-up takes every intent it lists, and it may list this one
         // between its apply and this claim: then recovery drives it (to its undo) and this
         // operation must not go on with it, or both act on one intent (simulation seed
@@ -95,7 +87,7 @@ impl Partition {
             return Err(FsError::Busy);
         };
         durable.wait().await?;
-        Ok((out, live))
+        Ok((began, live))
     }
 
     /// The guard of a hold of `txid` whose first guard was forgotten (`mem::forget`):
@@ -143,9 +135,7 @@ impl Partition {
             now: self.env.now_ns(),
             once: crate::commit::once_scope::awaited(),
         };
-        let (Outcome::Begun { txid, inode }, _live) = self.begin(begin).await? else {
-            return Err(FsError::Io("unexpected outcome".into()));
-        };
+        let (Begun { txid, inode }, _live) = self.begin(begin).await?;
         let owner = self.dir_owner(path);
         let made = self
             .call_node(
@@ -218,16 +208,13 @@ impl Partition {
         dir: String,
         name: String,
     ) -> Result<(), FsError> {
-        let (Outcome::Begun { txid, inode }, _live) = self
+        let (Begun { txid, inode }, _live) = self
             .begin(Mutation::RmdirBegin {
                 dir: dir.clone(),
                 name: name.clone(),
                 once: crate::commit::once_scope::awaited(),
             })
-            .await?
-        else {
-            return Err(FsError::Io("unexpected outcome".into()));
-        };
+            .await?;
         let owner = self.dir_owner(path);
         match self
             .call_node(
@@ -368,16 +355,13 @@ impl Partition {
             now: self.env.now_ns(),
         };
         let (
-            Outcome::RenameBegun {
+            RenameBegun {
                 txid,
                 inode,
                 blocks,
             },
             live,
-        ) = self.begin(begin).await?
-        else {
-            return Err(FsError::Io("unexpected outcome".into()));
-        };
+        ) = self.begin(begin).await?;
         let mut moves = Vec::new();
         // The empty directory a directory moves over, if any.
         let replaces = if inode.kind == FileKind::Directory {

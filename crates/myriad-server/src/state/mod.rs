@@ -16,6 +16,7 @@ pub(crate) mod lock_marks;
 pub(crate) mod mutation;
 mod ops;
 mod outcome_index;
+pub(crate) mod outcome_kinds;
 pub(crate) mod outcomes;
 pub(crate) mod perm;
 mod records;

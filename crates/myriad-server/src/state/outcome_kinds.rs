@@ -1,0 +1,296 @@
+//! What a mutation's `Outcome` is made of, read out in one place per kind (as a request's
+//! reply is in `myriad-proto`'s `reply.rs`): a caller of the applier names the kind it
+//! expects (`Applier::run_for`, `Partition::begin`) instead of matching `Outcome` with a
+//! "that was not the outcome I expected" arm of its own.
+
+use myriad_proto::{FsError, Inode, InodeId};
+
+use crate::state::ops::{Blocks, Outcome};
+
+/// A kind of outcome some mutations have.
+pub(crate) trait OutcomeKind: Sized {
+    /// What it is, for the error when a mutation had another.
+    const WHAT: &'static str;
+    fn take(o: Outcome) -> Option<Self>;
+}
+
+/// `o` as a `K`; an internal error naming both if it is not one.
+pub(crate) fn expect<K: OutcomeKind>(o: Outcome) -> Result<K, FsError> {
+    let had = outcome_name(&o);
+    K::take(o).ok_or_else(|| {
+        FsError::Io(format!(
+            "a mutation's outcome was {had}, where {} was expected",
+            K::WHAT
+        ))
+    })
+}
+
+fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Unit => "nothing",
+        Outcome::Ids(..) => "ids",
+        Outcome::Resynced(_) => "a resync",
+        Outcome::Touched(_) => "touches",
+        Outcome::Inode(_) => "an inode",
+        Outcome::Created(_) => "a new inode",
+        Outcome::InodeGc(..) => "an inode and a trim",
+        Outcome::Gc(_) => "a trim",
+        Outcome::Gcs(_) => "trims",
+        Outcome::Begun { .. } => "an intent begun",
+        Outcome::TreeMoveBegun { .. } => "a tree move begun",
+        Outcome::RenameBegun { .. } => "a rename begun",
+        Outcome::Renamed(..) => "a rename",
+        Outcome::Exchanged(..) => "an exchange",
+        Outcome::SplitBegun { .. } => "a split begun",
+        Outcome::Coded(_) => "a coded chunk",
+        Outcome::Switched(_) => "a coding switch",
+        Outcome::DroppedCoded(_) => "dropped coded chunks",
+    }
+}
+
+/// The inode after a change of it (a chunk trim it may have left is not wanted).
+impl OutcomeKind for Inode {
+    const WHAT: &'static str = "an inode";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Some(i),
+            _ => None,
+        }
+    }
+}
+
+/// A name made (`CreateFile`, a node of an entry): a new inode, or the one already there
+/// (a create that is not exclusive opens it).
+pub(crate) enum NameMade {
+    New(Inode),
+    Existing(Inode),
+}
+
+impl OutcomeKind for NameMade {
+    const WHAT: &'static str = "an inode made or found";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::Created(i) => Some(NameMade::New(i)),
+            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Some(NameMade::Existing(i)),
+            _ => None,
+        }
+    }
+}
+
+impl NameMade {
+    pub(crate) fn inode(self) -> Inode {
+        match self {
+            NameMade::New(i) | NameMade::Existing(i) => i,
+        }
+    }
+}
+
+/// The inode after a cut, and the chunk trim intent to run (if any) before answering.
+pub(crate) struct Trimmed {
+    pub(crate) inode: Inode,
+    pub(crate) trim: Option<u64>,
+}
+
+impl OutcomeKind for Trimmed {
+    const WHAT: &'static str = "an inode and its trim";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::InodeGc(inode, trim) => Some(Trimmed { inode, trim }),
+            _ => None,
+        }
+    }
+}
+
+/// A change of an inode that may instead have freed it: its attributes after, or the
+/// chunk trim intent of the file it freed.
+pub(crate) enum InodeOrFreed {
+    Inode(Inode),
+    Freed(Option<u64>),
+}
+
+impl OutcomeKind for InodeOrFreed {
+    const WHAT: &'static str = "an inode, or a file freed";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Some(InodeOrFreed::Inode(i)),
+            Outcome::Gc(trim) => Some(InodeOrFreed::Freed(trim)),
+            _ => None,
+        }
+    }
+}
+
+/// Inode numbers reserved: `count` from `first` on.
+pub(crate) struct Ids {
+    pub(crate) first: u64,
+    pub(crate) count: u32,
+}
+
+impl OutcomeKind for Ids {
+    const WHAT: &'static str = "ids";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::Ids(first, count) => Some(Ids { first, count }),
+            _ => None,
+        }
+    }
+}
+
+/// Per directory touched, its attributes after (`None`: nothing changed).
+pub(crate) struct Touched(pub(crate) Vec<Option<Inode>>);
+
+impl OutcomeKind for Touched {
+    const WHAT: &'static str = "touches";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::Touched(t) => Some(Touched(t)),
+            _ => None,
+        }
+    }
+}
+
+/// The first step of an operation spanning partitions: its intent's txid.
+pub(crate) trait Began: OutcomeKind {
+    fn txid(&self) -> u64;
+}
+
+/// A mkdir's or an rmdir's intent, with the directory's inode.
+pub(crate) struct Begun {
+    pub(crate) txid: u64,
+    pub(crate) inode: Inode,
+}
+
+impl OutcomeKind for Begun {
+    const WHAT: &'static str = "an intent begun";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::Begun { txid, inode } => Some(Begun { txid, inode }),
+            _ => None,
+        }
+    }
+}
+
+/// A rename's source side begun: the source's inode and its chunk-0 blocks.
+pub(crate) struct RenameBegun {
+    pub(crate) txid: u64,
+    pub(crate) inode: Inode,
+    pub(crate) blocks: Blocks,
+}
+
+impl OutcomeKind for RenameBegun {
+    const WHAT: &'static str = "a rename begun";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::RenameBegun {
+                txid,
+                inode,
+                blocks,
+            } => Some(RenameBegun {
+                txid,
+                inode,
+                blocks,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A shard split begun: the directory's inode number.
+pub(crate) struct SplitBegun {
+    pub(crate) txid: u64,
+    pub(crate) ino: InodeId,
+}
+
+impl OutcomeKind for SplitBegun {
+    const WHAT: &'static str = "a split begun";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::SplitBegun { txid, ino } => Some(SplitBegun { txid, ino }),
+            _ => None,
+        }
+    }
+}
+
+/// A tree move begun.
+pub(crate) struct TreeMoveBegun {
+    pub(crate) txid: u64,
+}
+
+impl OutcomeKind for TreeMoveBegun {
+    const WHAT: &'static str = "a tree move begun";
+    fn take(o: Outcome) -> Option<Self> {
+        match o {
+            Outcome::TreeMoveBegun { txid } => Some(TreeMoveBegun { txid }),
+            _ => None,
+        }
+    }
+}
+
+impl Began for Begun {
+    fn txid(&self) -> u64 {
+        self.txid
+    }
+}
+
+impl Began for RenameBegun {
+    fn txid(&self) -> u64 {
+        self.txid
+    }
+}
+
+impl Began for SplitBegun {
+    fn txid(&self) -> u64 {
+        self.txid
+    }
+}
+
+impl Began for TreeMoveBegun {
+    fn txid(&self) -> u64 {
+        self.txid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inode(n: u64) -> Inode {
+        Inode::new(InodeId(n), myriad_proto::FileKind::File, 0o644, (0, 0), 1)
+    }
+
+    #[test]
+    fn an_outcome_of_another_kind_is_an_error_naming_both() {
+        let e = expect::<Trimmed>(Outcome::Ids(5, 2)).err();
+        let Some(FsError::Io(m)) = e else {
+            panic!("not refused: {e:?}");
+        };
+        assert!(
+            m.contains("ids") && m.contains("an inode and its trim"),
+            "{m}"
+        );
+        let ok = expect::<Trimmed>(Outcome::InodeGc(inode(3), Some(9)));
+        assert!(matches!(ok, Ok(Trimmed { trim: Some(9), .. })));
+    }
+
+    #[test]
+    fn a_name_made_tells_a_new_inode_from_one_found() {
+        assert!(matches!(
+            expect::<NameMade>(Outcome::Created(inode(4))),
+            Ok(NameMade::New(i)) if i.ino == InodeId(4)
+        ));
+        assert!(matches!(
+            expect::<NameMade>(Outcome::Inode(inode(4))),
+            Ok(NameMade::Existing(_))
+        ));
+        assert!(expect::<NameMade>(Outcome::Gc(None)).is_err());
+    }
+
+    #[test]
+    fn a_begun_intent_gives_its_txid_whatever_its_kind() {
+        let b = expect::<SplitBegun>(Outcome::SplitBegun {
+            txid: 77,
+            ino: InodeId(2),
+        });
+        assert_eq!(b.map(|b| b.txid()).ok(), Some(77));
+        assert!(expect::<Begun>(Outcome::TreeMoveBegun { txid: 1 }).is_err());
+    }
+}
