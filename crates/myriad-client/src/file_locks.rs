@@ -81,19 +81,8 @@ impl Client {
         kind: LockKind,
     ) -> Result<Option<HeldLock>, FsError> {
         let owner = self.lock_owner(owner);
-        let req = LockRequest::Test {
-            ino,
-            owner,
-            start,
-            end,
-            kind,
-        };
-        match self.lock_call(Route::Locks(ino), req).await? {
-            LockAnswer::Tested { by, .. } => Ok(by),
-            other => Err(FsError::Protocol(format!(
-                "unexpected answer to a lock test: {other:?}"
-            ))),
-        }
+        let test = myriad_proto::ask::lock_test(ino, owner, (start, end), kind);
+        Ok(self.ask(Route::Locks(ino), test).await?.0)
     }
 
     /// Whether lock `owner` of this client holds any lock on `ino` (a close releases them).

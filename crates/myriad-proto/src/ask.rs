@@ -8,7 +8,8 @@ use crate::auth::Capability;
 use crate::reply::{
     Ask, AttrLease, Attrs, Bundle, Bytes, ChunkRead, CodedChunks, Copied, DirPage, Echoed,
     Exported, Fetched, FragmentsKept, FsckBlocks, FsckDirs, FsckEntries, Granted, IndexCandidates,
-    KeptStats, Leased, RaftAnswer, ReadsLent, Recorded, ReplicaDigest, ReplicaPage, Target,
+    KeptStats, Leased, LockTested, RaftAnswer, ReadsLent, Recorded, ReplicaDigest, ReplicaPage,
+    Target,
 };
 use crate::{
     AdminRequest, Caller, ClientRequest, CopyRange, CounterSnapshot, DirTouchItem, FileKind, Inode,
@@ -226,6 +227,22 @@ pub fn batch(ops: Vec<ClientRequest>, times: Vec<i64>) -> Ask<Bundle> {
 /// A file-lock request (docs/fuse.md "File locks between mounts").
 pub fn lock(request: crate::locks::LockRequest) -> Ask<crate::locks::LockAnswer> {
     Ask::new(ClientRequest::Lock(request))
+}
+
+/// Whether a lock `owner` asks for on `start..=end` of `ino` would conflict.
+pub fn lock_test(
+    ino: InodeId,
+    owner: crate::locks::LockOwner,
+    (start, end): (u64, u64),
+    kind: crate::locks::LockKind,
+) -> Ask<LockTested> {
+    Ask::new(ClientRequest::Lock(crate::locks::LockRequest::Test {
+        ino,
+        owner,
+        start,
+        end,
+        kind,
+    }))
 }
 
 /// The outcome a partition recorded of change `id` (`change`), if any.

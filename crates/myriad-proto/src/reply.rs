@@ -378,6 +378,16 @@ reply!(RaftAnswer, "a raft answer", Response::Raft(b) => RaftAnswer(b));
 // The answer to a file-lock request.
 reply!(crate::locks::LockAnswer, "a lock answer", Response::Lock(a) => a);
 
+/// A lock test's answer: the conflicting lock, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockTested(pub Option<crate::locks::HeldLock>);
+
+reply!(
+    LockTested,
+    "a lock test's answer",
+    Response::Lock(crate::locks::LockAnswer::Tested { by, .. }) => LockTested(by)
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
