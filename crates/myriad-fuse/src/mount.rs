@@ -207,7 +207,7 @@ impl Mount {
     /// a write's send answered the size from before it once the send had ended, and the
     /// kernel cut its file short (fsx with two mounts: fstat 0x6dc0, model 0x24483).
     fn answer_of(&self, inode: Inode, since: u64) -> Inode {
-        let pending = self.pending(inode.ino);
+        let pending = self.pending_of(&inode);
         let inode = self.inodes.newer_than(inode.ino, since).unwrap_or(inode);
         self.visible(inode, pending)
     }
@@ -419,6 +419,17 @@ impl Mount {
     /// mounts: fstat after a write past a truncation answered the truncated size).
     pub fn pending(&self, ino: InodeId) -> Pending {
         Pending(self.handles.pending_end(ino))
+    }
+
+    /// `pending` of `inode`, known to be read before the attributes it is set against: a
+    /// file's only (no other kind has writes in flight; readdirplus asks for every entry,
+    /// and each ask looks through every open handle).
+    pub fn pending_of(&self, inode: &Inode) -> Pending {
+        if inode.kind == FileKind::File {
+            self.pending(inode.ino)
+        } else {
+            Pending(None)
+        }
     }
 
     /// Attributes as the kernel must see them: at least as long as the writes `pending`

@@ -76,7 +76,7 @@ pub(super) async fn list_plus(
         Named(e) => {
             // The page may predate a change this mount made since: the kernel
             // must not be handed an older size than it knows (it would drop pages).
-            let pending = inner.pending(e.inode.ino);
+            let pending = inner.pending_of(&e.inode);
             let newer = inner.inodes.newer_than(e.inode.ino, since);
             let inode = newer.as_ref().unwrap_or(&e.inode);
             let attr = inner.kernel_attr_sized(inode, Mount::visible_size(inode, pending));
