@@ -357,7 +357,10 @@ pub fn stat_inode(ino: InodeId, caller: Caller) -> Ask<Inode, Request> {
     }))
 }
 
-/// Changes the link count of inode object `ino` by `delta`: its attributes after.
+/// Changes the link count of inode object `ino` by `delta`: its attributes after. A count
+/// that reaches zero frees the file and answers nothing (`Unit`), which this ask reads as
+/// a protocol error: a caller that may drop the last link (an unlink's `drop_link`) sends
+/// the request as it is and looks only for an error.
 pub fn adjust_links(ino: InodeId, delta: i64) -> Ask<Inode, Request> {
     Ask::new(Request::Peer(PeerRequest::AdjustLinks { ino, delta }))
 }

@@ -315,10 +315,6 @@ impl Partition {
             }
         };
         let put = self.link_name_request(to, inode.ino, home);
-        let undo = PeerRequest::AdjustLinks {
-            ino: inode.ino,
-            delta: -1,
-        };
         match self.call_entry(to, Request::Peer(put)).await {
             Ok(Response::Recorded(Some(_))) => {
                 // An earlier try of this change made the name (its coordinator died before
@@ -326,11 +322,11 @@ impl Partition {
                 // answer is the file as it is now. The link exists either way: if taking
                 // the extra count back fails, the count stays one too high (no loss) and
                 // the link is still answered done.
-                match self.call_node(home, Request::Peer(undo)).await {
-                    Ok(Response::Attr(i)) => Ok(Response::Attr(i)),
-                    other => {
+                match self.ask_node(home, ask::adjust_links(inode.ino, -1)).await {
+                    Ok(i) => Ok(Response::Attr(i)),
+                    Err(e) => {
                         tracing::warn!(
-                            "retried link of ino {}: extra link not taken back: {other:?}",
+                            "retried link of ino {}: extra link not taken back: {e}",
                             inode.ino
                         );
                         Ok(Response::Attr(inode))
@@ -345,7 +341,7 @@ impl Partition {
             }
             Err(e) => {
                 // Take the link back; if even that fails the count stays one too high.
-                if let Err(u) = self.call_node(home, Request::Peer(undo)).await {
+                if let Err(u) = self.ask_node(home, ask::adjust_links(inode.ino, -1)).await {
                     tracing::warn!("link of ino {}: undo failed: {u}", inode.ino);
                 }
                 Err(e)
