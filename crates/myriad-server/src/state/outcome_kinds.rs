@@ -48,16 +48,23 @@ fn outcome_name(o: &Outcome) -> &'static str {
     }
 }
 
-/// The inode after a change of it (a chunk trim it may have left is not wanted).
-impl OutcomeKind for Inode {
-    const WHAT: &'static str = "an inode";
-    fn take(o: Outcome) -> Option<Self> {
-        match o {
-            Outcome::Inode(i) | Outcome::InodeGc(i, _) => Some(i),
-            _ => None,
+/// A kind that is one shape of `Outcome`: `outcome_kind!(Type, "what", pattern => value)`.
+macro_rules! outcome_kind {
+    ($ty:ty, $what:literal, $pat:pat => $val:expr) => {
+        impl OutcomeKind for $ty {
+            const WHAT: &'static str = $what;
+            fn take(o: Outcome) -> Option<Self> {
+                match o {
+                    $pat => Some($val),
+                    _ => None,
+                }
+            }
         }
-    }
+    };
 }
+
+// The inode after a change of it (a chunk trim it may have left is not wanted).
+outcome_kind!(Inode, "an inode", Outcome::Inode(i) | Outcome::InodeGc(i, _) => i);
 
 /// A name made (`CreateFile`, a node of an entry): a new inode, or the one already there
 /// (a create that is not exclusive opens it).
@@ -91,15 +98,9 @@ pub(crate) struct Trimmed {
     pub(crate) trim: Option<u64>,
 }
 
-impl OutcomeKind for Trimmed {
-    const WHAT: &'static str = "an inode and its trim";
-    fn take(o: Outcome) -> Option<Self> {
-        match o {
-            Outcome::InodeGc(inode, trim) => Some(Trimmed { inode, trim }),
-            _ => None,
-        }
-    }
-}
+outcome_kind!(Trimmed, "an inode and its trim",
+    Outcome::InodeGc(inode, trim)
+        => Trimmed { inode, trim });
 
 /// A change of an inode that may instead have freed it: its attributes after, or the
 /// chunk trim intent of the file it freed.
@@ -125,28 +126,12 @@ pub(crate) struct Ids {
     pub(crate) count: u32,
 }
 
-impl OutcomeKind for Ids {
-    const WHAT: &'static str = "ids";
-    fn take(o: Outcome) -> Option<Self> {
-        match o {
-            Outcome::Ids(first, count) => Some(Ids { first, count }),
-            _ => None,
-        }
-    }
-}
+outcome_kind!(Ids, "ids", Outcome::Ids(first, count) => Ids { first, count });
 
 /// Per directory touched, its attributes after (`None`: nothing changed).
 pub(crate) struct Touched(pub(crate) Vec<Option<Inode>>);
 
-impl OutcomeKind for Touched {
-    const WHAT: &'static str = "touches";
-    fn take(o: Outcome) -> Option<Self> {
-        match o {
-            Outcome::Touched(t) => Some(Touched(t)),
-            _ => None,
-        }
-    }
-}
+outcome_kind!(Touched, "touches", Outcome::Touched(t) => Touched(t));
 
 /// The first step of an operation spanning partitions: its intent's txid.
 pub(crate) trait Began: OutcomeKind {
@@ -159,15 +144,7 @@ pub(crate) struct Begun {
     pub(crate) inode: Inode,
 }
 
-impl OutcomeKind for Begun {
-    const WHAT: &'static str = "an intent begun";
-    fn take(o: Outcome) -> Option<Self> {
-        match o {
-            Outcome::Begun { txid, inode } => Some(Begun { txid, inode }),
-            _ => None,
-        }
-    }
-}
+outcome_kind!(Begun, "an intent begun", Outcome::Begun { txid, inode } => Begun { txid, inode });
 
 /// A rename's source side begun: the source's inode and its chunk-0 blocks.
 pub(crate) struct RenameBegun {
@@ -200,54 +177,31 @@ pub(crate) struct SplitBegun {
     pub(crate) ino: InodeId,
 }
 
-impl OutcomeKind for SplitBegun {
-    const WHAT: &'static str = "a split begun";
-    fn take(o: Outcome) -> Option<Self> {
-        match o {
-            Outcome::SplitBegun { txid, ino } => Some(SplitBegun { txid, ino }),
-            _ => None,
-        }
-    }
-}
+outcome_kind!(SplitBegun, "a split begun",
+    Outcome::SplitBegun { txid, ino }
+        => SplitBegun { txid, ino });
 
 /// A tree move begun.
 pub(crate) struct TreeMoveBegun {
     pub(crate) txid: u64,
 }
 
-impl OutcomeKind for TreeMoveBegun {
-    const WHAT: &'static str = "a tree move begun";
-    fn take(o: Outcome) -> Option<Self> {
-        match o {
-            Outcome::TreeMoveBegun { txid } => Some(TreeMoveBegun { txid }),
-            _ => None,
-        }
-    }
+outcome_kind!(TreeMoveBegun, "a tree move begun",
+    Outcome::TreeMoveBegun { txid }
+        => TreeMoveBegun { txid });
+
+/// Each kind of intent begun gives its txid.
+macro_rules! began {
+    ($($ty:ty),*) => {
+        $(impl Began for $ty {
+            fn txid(&self) -> u64 {
+                self.txid
+            }
+        })*
+    };
 }
 
-impl Began for Begun {
-    fn txid(&self) -> u64 {
-        self.txid
-    }
-}
-
-impl Began for RenameBegun {
-    fn txid(&self) -> u64 {
-        self.txid
-    }
-}
-
-impl Began for SplitBegun {
-    fn txid(&self) -> u64 {
-        self.txid
-    }
-}
-
-impl Began for TreeMoveBegun {
-    fn txid(&self) -> u64 {
-        self.txid
-    }
-}
+began!(Begun, RenameBegun, SplitBegun, TreeMoveBegun);
 
 #[cfg(test)]
 mod tests {
