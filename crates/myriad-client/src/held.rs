@@ -24,7 +24,7 @@ use myriad_placement::PartitionId;
 use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response};
 
 use crate::client::{Client, Route};
-use crate::held_state::{Change, ELSEWHERE_WAIT, RECOVERING, RESEND_PROTOCOL, ROOM_WAIT, size_of};
+use crate::held_state::{Change, ELSEWHERE_WAIT, RESEND_PROTOCOL, ROOM_WAIT, size_of};
 
 impl Client {
     /// Keeps change `request`, sent as `id` along `route` and answered once applied by
@@ -173,13 +173,10 @@ impl Client {
     /// Makes partition `pid`'s held changes durable: a barrier per incarnation that
     /// answered them; those of an incarnation that is gone are sent again, in order.
     /// On success nothing taken at the start is held any more.
+    /// Its requests, and whatever they ask on the way (a shard map, an earlier
+    /// partition's record), are routed unheld: recovering again would wait for this very
+    /// recovery.
     pub(crate) async fn recover(&self, pid: PartitionId) -> Result<(), FsError> {
-        // Whatever it asks on the way (a shard map, a newer map) must not recover again:
-        // it would wait for this very recovery.
-        RECOVERING.scope((), self.recover_here(pid)).await
-    }
-
-    async fn recover_here(&self, pid: PartitionId) -> Result<(), FsError> {
         let one = {
             let mut g = match self.held.recovering.lock() {
                 Ok(g) => g,

@@ -26,16 +26,6 @@ pub(crate) const ROOM_WAIT: Duration = Duration::from_millis(50);
 /// The first protocol whose servers take `ClientRequest::Resend`.
 pub(crate) const RESEND_PROTOCOL: u16 = 31;
 
-tokio::task_local! {
-    /// Inside `Client::recover`: requests made there do not recover held changes first.
-    pub(crate) static RECOVERING: ();
-}
-
-/// Whether this task is recovering held changes (`Client::recover`).
-pub(crate) fn in_recovery() -> bool {
-    RECOVERING.try_with(|()| ()).is_ok()
-}
-
 /// One change answered once applied and not yet known durable.
 pub(crate) struct Change {
     pub(crate) id: OnceId,

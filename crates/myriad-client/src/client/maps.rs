@@ -5,7 +5,7 @@
 use myriad_placement::{ClusterMap, PartitionId, ShardMap};
 use std::time::Duration;
 
-use myriad_proto::{ClientRequest, Endpoints, FsError, Response, ServerRequest};
+use myriad_proto::{Endpoints, FsError, Response, ServerRequest};
 
 use super::pacing::Pacing;
 use super::{Client, MAP_ASK_TIMEOUT, Route, STALL_ASK_AFTER};
@@ -119,21 +119,29 @@ impl Client {
 
     /// Adopts `map` (only a directory's home sends one) or asks the home of `dir` for it.
     pub(crate) async fn learn_shard_map(&self, dir: &str, map: Option<ShardMap>) {
+        self.learn_shard_map_with(dir, map, true).await;
+    }
+
+    /// `learn_shard_map`, asking the home as `route_with` asks (`check_held` false: the
+    /// shard map is asked by the recovery of held changes, which it must not wait for).
+    pub(super) async fn learn_shard_map_with(
+        &self,
+        dir: &str,
+        map: Option<ShardMap>,
+        check_held: bool,
+    ) {
         let map = match map {
             Some(m) => Some(m),
             None => {
-                let home = self.st().ring.owner_of_dir(dir);
-                let req = ClientRequest::GetShardMap {
-                    dir: dir.to_string(),
+                let home = Route::Partition(self.st().ring.owner_of_dir(dir));
+                let ask = myriad_proto::ask::get_shard_map(dir);
+                let req = myriad_proto::Request::Client(ask.request);
+                let answer = if check_held {
+                    Box::pin(self.call(home, req)).await
+                } else {
+                    self.route_unheld(home, req).await
                 };
-                match Box::pin(
-                    self.call(Route::Partition(home), myriad_proto::Request::Client(req)),
-                )
-                .await
-                {
-                    Ok(Response::ShardMap(m)) => Some(*m),
-                    _ => None,
-                }
+                answer.and_then(|r| ask.answer.of(r)).ok().map(|m| *m)
             }
         };
         match map {

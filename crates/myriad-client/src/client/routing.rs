@@ -79,9 +79,7 @@ impl Client {
             // Changes of this partition held until durable, answered by a primary that may
             // be gone: sent again before this request (`held.rs`).
             // Any partition's: a change here may depend on one held there.
-            let held_route = check_held
-                && !matches!(route, Route::Server(_))
-                && !crate::held_state::in_recovery();
+            let held_route = check_held && !matches!(route, Route::Server(_));
             // Looked up once per try: the connection the checks see, the request's target,
             // the address a map push or a kept answer names.
             let target = Self::address(&st, &route, pid);
@@ -164,7 +162,10 @@ impl Client {
                 Err(FsError::WrongShard { dir, map }) => {
                     // A split moved the name, or our map of the directory is stale. Retried
                     // like `Busy`: during a split's last steps the map may be a step ahead.
-                    self.learn_shard_map(&dir, map.map(|m| *m)).await;
+                    // Asked as this request is: not recovering held changes first when
+                    // this request is part of their recovery (it would wait for itself).
+                    self.learn_shard_map_with(&dir, map.map(|m| *m), check_held)
+                        .await;
                     if !pace.busy_fits() {
                         return Err(FsError::Busy);
                     }

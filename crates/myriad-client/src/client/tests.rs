@@ -157,3 +157,86 @@ async fn asking_a_gone_host_for_the_map_is_bounded_and_down_servers_come_last() 
     assert_eq!(Client::map_askers(&down), vec!["b:1", "c:1", "a:1"]);
     assert_eq!(Client::map_askers(&map), vec!["a:1", "b:1", "c:1"]);
 }
+
+/// A primary that lost the changes it answered (its barrier answers `Io`) and sends the
+/// first one sent again to another shard of its directory, whose home does not know the
+/// directory's shard map (`NotFound`).
+#[derive(Default)]
+struct Forgetful {
+    resent: AtomicU32,
+    shard_maps_asked: AtomicU32,
+}
+
+impl Transport for Forgetful {
+    fn call_with_timeout<'a>(
+        &'a self,
+        _addr: &'a str,
+        _epoch: u64,
+        _ends: Endpoints,
+        _caller: &'a Caller,
+        req: &'a Request,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        let answer = match req {
+            Request::Client(ClientRequest::SyncPartition { .. }) => {
+                Err(FsError::Io("that incarnation is gone".into()))
+            }
+            Request::Client(ClientRequest::Resend { .. })
+                if self.resent.fetch_add(1, Ordering::SeqCst) == 0 =>
+            {
+                Err(FsError::WrongShard {
+                    dir: "/d".into(),
+                    map: None,
+                })
+            }
+            Request::Client(ClientRequest::GetShardMap { .. }) => {
+                self.shard_maps_asked.fetch_add(1, Ordering::SeqCst);
+                Err(FsError::NotFound)
+            }
+            _ => Ok(Response::Unit),
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+/// The shard map a recovery of held changes asks for on the way is asked as part of that
+/// recovery: asked as any other request, it would first recover the same partition's held
+/// changes and wait for the very recovery it is part of, for ever.
+#[tokio::test(start_paused = true)]
+async fn a_recovery_that_needs_a_shard_map_does_not_wait_for_itself() {
+    let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
+    let mut config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
+    config.request_timeout = Duration::from_secs(5);
+    let t = Arc::new(Forgetful::default());
+    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let route = Route::Entry("/d/x".to_string());
+    let pid = c.partition_for(&c.st(), &route);
+    assert_eq!(
+        pid,
+        c.st().ring.owner_of_dir("/d"),
+        "the directory's home holds the name"
+    );
+    let id = OnceId {
+        client: 9,
+        seq: 1,
+        low: 1,
+    };
+    let unlink = ClientRequest::Unlink {
+        path: "/d/x".into(),
+    };
+    c.hold((pid, 7), ("a:1", 1), &route, id, unlink);
+    c.held_suspect(pid);
+    let recovered = tokio::time::timeout(Duration::from_secs(60), c.recover(pid)).await;
+    assert!(
+        matches!(recovered, Ok(Ok(()))),
+        "the recovery did not finish: {recovered:?}"
+    );
+    assert_eq!(
+        t.resent.load(Ordering::SeqCst),
+        2,
+        "sent again after the shard map"
+    );
+    assert_eq!(t.shard_maps_asked.load(Ordering::SeqCst), 1);
+    assert!(c.held.lock().parts.is_empty(), "the change is still held");
+    assert!(c.held.lock().lost.is_none(), "nothing was lost");
+}
