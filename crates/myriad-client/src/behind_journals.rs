@@ -56,8 +56,8 @@ impl Op {
     /// A change of one name answered behind (`at_ns` is set when it is journaled).
     pub(crate) fn new(caller: &Caller, ino: Option<InodeId>, request: ClientRequest) -> Op {
         let path = match &request {
-            ClientRequest::Create { path, .. }
-            | ClientRequest::Write { path, .. }
+            ClientRequest::Create(myriad_proto::requests::Create { path, .. })
+            | ClientRequest::Write(myriad_proto::requests::Write { path, .. })
             | ClientRequest::SetAttr { path, .. }
             | ClientRequest::Unlink { path } => path.clone(),
             // Only those four are answered behind.
@@ -74,7 +74,8 @@ impl Op {
 
     fn bytes(&self) -> usize {
         match &self.request {
-            ClientRequest::Write { data, .. } | ClientRequest::Create { data, .. } => {
+            ClientRequest::Write(myriad_proto::requests::Write { data, .. })
+            | ClientRequest::Create(myriad_proto::requests::Create { data, .. }) => {
                 data.len() + 128
             }
             _ => 128,
@@ -151,27 +152,27 @@ fn fold(first: &mut ClientRequest, then: &ClientRequest) -> bool {
         |data: &Vec<u8>, more: &Vec<u8>| data.len() + more.len() <= limits::IO_BYTES_MAX as usize;
     match (first, then) {
         (
-            C::Create { data, .. },
-            C::Write {
+            C::Create(myriad_proto::requests::Create { data, .. }),
+            C::Write(myriad_proto::requests::Write {
                 offset, data: more, ..
-            },
+            }),
         ) if *offset == data.len() as u64 && room(data, more) => {
             data.extend_from_slice(more);
             true
         }
         (
-            C::Write {
+            C::Write(myriad_proto::requests::Write {
                 offset,
                 data,
                 opened,
                 ..
-            },
-            C::Write {
+            }),
+            C::Write(myriad_proto::requests::Write {
                 offset: next,
                 data: more,
                 opened: opened_then,
                 ..
-            },
+            }),
         ) if *next == *offset + data.len() as u64 && opened == opened_then && room(data, more) => {
             data.extend_from_slice(more);
             true

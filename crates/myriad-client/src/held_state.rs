@@ -86,7 +86,9 @@ impl Held {
 /// What a held change costs in memory, roughly.
 pub(crate) fn size_of(request: &ClientRequest) -> usize {
     match request {
-        ClientRequest::Write { path, data, .. } => 128 + path.len() + data.len(),
+        ClientRequest::Write(myriad_proto::requests::Write { path, data, .. }) => {
+            128 + path.len() + data.len()
+        }
         ClientRequest::WriteChunk { data, .. } => 128 + data.len(),
         _ => 512,
     }

@@ -177,14 +177,14 @@ impl Client {
             let op = Op::new(
                 &caller,
                 Some(ino),
-                ClientRequest::Create {
+                ClientRequest::Create(myriad_proto::requests::Create {
                     path: path.to_string(),
                     mode,
                     exclusive: true,
                     data: Vec::new(),
                     durable: false,
                     ino: Some(ino),
-                },
+                }),
             );
             Some((Ok(inode), Some(op)))
         });
@@ -258,13 +258,13 @@ impl Client {
             let op = Op::new(
                 &caller,
                 Some(inode.ino),
-                ClientRequest::Write {
+                ClientRequest::Write(myriad_proto::requests::Write {
                     path: h.path.clone(),
                     ino: inode.ino,
                     offset,
                     data: data.to_vec(),
                     opened: h.opened,
-                },
+                }),
             );
             Some((Ok(after), Some(op)))
         })

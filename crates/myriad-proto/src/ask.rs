@@ -91,14 +91,14 @@ pub fn create(
     durable: bool,
     ino: Option<InodeId>,
 ) -> Ask<Inode> {
-    Ask::new(ClientRequest::Create {
+    Ask::new(ClientRequest::Create(crate::requests::Create {
         path: path.to_string(),
         mode,
         exclusive,
         data,
         durable,
         ino,
-    })
+    }))
 }
 
 pub fn write_chunk(
@@ -117,31 +117,31 @@ pub fn write_chunk(
 }
 
 pub fn write(path: &str, ino: InodeId, offset: u64, data: Vec<u8>, opened: bool) -> Ask<Inode> {
-    Ask::new(ClientRequest::Write {
+    Ask::new(ClientRequest::Write(crate::requests::Write {
         path: path.to_string(),
         ino,
         offset,
         data,
         opened,
-    })
+    }))
 }
 
 pub fn extend_size(path: &str, ino: InodeId, size: u64, opened: bool) -> Ask<Inode> {
-    Ask::new(ClientRequest::ExtendSize {
+    Ask::new(ClientRequest::ExtendSize(crate::requests::ExtendSize {
         path: path.to_string(),
         ino,
         size,
         opened,
-    })
+    }))
 }
 
 pub fn truncate(path: &str, ino: InodeId, size: u64, opened: bool) -> Ask<Inode> {
-    Ask::new(ClientRequest::Truncate {
+    Ask::new(ClientRequest::Truncate(crate::requests::Truncate {
         path: path.to_string(),
         ino,
         size,
         opened,
-    })
+    }))
 }
 
 pub fn mkdir(path: &str, mode: u32, shards: u32) -> Ask<Inode> {

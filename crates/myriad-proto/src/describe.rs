@@ -202,9 +202,11 @@ impl ClientRequest {
             C::ReadChunk { .. } => read("read_chunk", None, false),
             C::Grant { path, .. } => read("grant", Some(Name(path)), false),
             C::IndexCandidates { .. } => read("index_candidates", None, false),
-            C::Create { path, .. } => change(
+            C::Create(c) => change(
                 "create",
-                Change::of(path, Grows).with_attributes().altering_listing(),
+                Change::of(&c.path, Grows)
+                    .with_attributes()
+                    .altering_listing(),
             ),
             C::Mkdir { path, .. } => change("mkdir", Change::of(path, Grows).altering_listing()),
             C::Rmdir { path } => change(
@@ -238,13 +240,9 @@ impl ClientRequest {
                     ..Change::unnamed(None, Grows)
                 },
             ),
-            C::Write { path, ino, .. } => change("write", Change::of_file(path, *ino, Grows)),
-            C::Truncate { path, ino, .. } => {
-                change("truncate", Change::of_file(path, *ino, Writes))
-            }
-            C::ExtendSize { path, ino, .. } => {
-                change("extend_size", Change::of_file(path, *ino, Grows))
-            }
+            C::Write(w) => change("write", Change::of_file(&w.path, w.ino, Grows)),
+            C::Truncate(t) => change("truncate", Change::of_file(&t.path, t.ino, Writes)),
+            C::ExtendSize(e) => change("extend_size", Change::of_file(&e.path, e.ino, Grows)),
             C::CopyRange(c) => change(
                 "copy_range",
                 Change {

@@ -22,6 +22,7 @@ mod peer_request;
 pub mod reply;
 mod request;
 mod request_parts;
+pub mod requests;
 mod server_request;
 pub mod tree_index;
 mod types;

@@ -6,7 +6,7 @@ use myriad_placement::{NodeId, PartitionId};
 use serde::{Deserialize, Serialize};
 
 use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
-use crate::{Caller, Inode, InodeId, Shard, ShardMap};
+use crate::{Caller, Inode, InodeId, Shard};
 
 /// Server-to-server requests: two-partition protocols, splits, hard-link bookkeeping, directory
 /// times, ancestor replicas, the cluster-map group. Never accepted from a client.
@@ -144,18 +144,7 @@ pub enum PeerRequest {
     /// Node of shards `shards` of directory `path` (its home if `shards` is empty or holds
     /// shard 0): create its part hidden (if new) with these shards and, on the home, `map`;
     /// add staged entries.
-    DirImport {
-        path: String,
-        txid: u64,
-        ino: InodeId,
-        shards: Vec<Shard>,
-        map: Option<ShardMap>,
-        entries: Vec<ExportedEntry>,
-        /// The moved directory's root replaces the empty directory `replaces` at `path`:
-        /// the owner takes its object over (refused unless it is still that directory,
-        /// whole and empty) and restores it if the rename aborts.
-        replaces: Option<InodeId>,
-    },
+    DirImport(crate::requests::DirImport),
     /// Owner of directory `path`: finish its part in directory rename `txid` (idempotent).
     DirFinish {
         path: String,

@@ -97,21 +97,7 @@ pub enum ClientRequest {
     /// Home of directory `dir`: its shard map (unsplit if it is not split).
     GetShardMap { dir: String },
     /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
-    Create {
-        path: String,
-        mode: u32,
-        exclusive: bool,
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
-        /// false: reply once applied (visible to everyone), durable with the node's next
-        /// group commit, which follows at once; a client that promises durability later
-        /// (the FUSE mount, at close) ends with a durable write or `Sync` to the same node.
-        durable: bool,
-        /// The new file's inode number, from a range this partition reserved for the
-        /// sending client (`ReserveIds`); `None`: the partition picks one. A number not
-        /// in the client's reservations, or used already, is refused (`InvalidArgument`).
-        ino: Option<InodeId>,
-    },
+    Create(crate::requests::Create),
     /// Owner of the entry (the coordinator of the two-node mkdir). `shards` > 1 creates the
     /// directory split into that many shards (rounded up to a power of two, at most 4,096).
     Mkdir {
@@ -135,16 +121,8 @@ pub enum ClientRequest {
         to: String,
         flags: RenameFlags,
     },
-    /// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.
-    /// `opened`: through a descriptor whose open checked access (see `InodeOp::Write`).
-    Write {
-        path: String,
-        ino: InodeId,
-        offset: u64,
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
-        opened: bool,
-    },
+    /// Owner of the entry: write into chunk 0; updates size, mtime.
+    Write(crate::requests::Write),
     /// Owner of the entry: read from chunk 0; returns the current inode too.
     Read {
         path: String,
@@ -158,19 +136,9 @@ pub enum ClientRequest {
     /// `limits::COPY_BYTES_MAX`; answers `Copied`. `opened`: as for `Write`.
     CopyRange(CopyRange),
     /// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
-    Truncate {
-        path: String,
-        ino: InodeId,
-        size: u64,
-        opened: bool,
-    },
+    Truncate(crate::requests::Truncate),
     /// Owner of the entry: raise the size to at least `size` after chunk writes elsewhere.
-    ExtendSize {
-        path: String,
-        ino: InodeId,
-        size: u64,
-        opened: bool,
-    },
+    ExtendSize(crate::requests::ExtendSize),
     /// Owner of chunk `chunk` (>= 1) of `ino`.
     /// From a client, `cap` must grant writing `ino` (`Grant`); servers send none.
     WriteChunk {
@@ -358,10 +326,10 @@ impl ClientRequest {
     #[must_use]
     pub fn link_resolved_path(&self) -> Option<&str> {
         match self {
+            ClientRequest::Write(w) => Some(&w.path),
+            ClientRequest::ExtendSize(e) => Some(&e.path),
+            ClientRequest::Truncate(t) => Some(&t.path),
             ClientRequest::Read { path, .. }
-            | ClientRequest::Write { path, .. }
-            | ClientRequest::ExtendSize { path, .. }
-            | ClientRequest::Truncate { path, .. }
             | ClientRequest::SetAttr { path, .. }
             | ClientRequest::SetXattr { path, .. } => Some(path),
             _ => None,
@@ -375,24 +343,22 @@ impl ClientRequest {
             ClientRequest::Read {
                 ino, offset, len, ..
             } => InodeOp::Read { ino, offset, len },
-            ClientRequest::Write {
-                ino,
-                offset,
-                data,
-                opened,
-                ..
-            } => InodeOp::Write {
-                ino,
-                offset,
-                data,
-                opened,
+            ClientRequest::Write(w) => InodeOp::Write {
+                ino: w.ino,
+                offset: w.offset,
+                data: w.data,
+                opened: w.opened,
             },
-            ClientRequest::ExtendSize {
-                ino, size, opened, ..
-            } => InodeOp::ExtendSize { ino, size, opened },
-            ClientRequest::Truncate {
-                ino, size, opened, ..
-            } => InodeOp::Truncate { ino, size, opened },
+            ClientRequest::ExtendSize(e) => InodeOp::ExtendSize {
+                ino: e.ino,
+                size: e.size,
+                opened: e.opened,
+            },
+            ClientRequest::Truncate(t) => InodeOp::Truncate {
+                ino: t.ino,
+                size: t.size,
+                opened: t.opened,
+            },
             ClientRequest::SetAttr { set, .. } => InodeOp::SetAttr { set },
             ClientRequest::SetXattr {
                 name, value, mode, ..

@@ -52,7 +52,7 @@ impl Transport for Servers {
                 other => return Err(FsError::NotSupported(format!("{other:?}"))),
             };
             match req {
-                ClientRequest::Write { offset, data, .. } => {
+                ClientRequest::Write(myriad_proto::requests::Write { offset, data, .. }) => {
                     let gate = self.gate.lock().ok().and_then(|g| g.clone());
                     if let Some(gate) = gate {
                         gate.reached.notify_one();

@@ -62,13 +62,13 @@ fn changes_name_what_they_change_and_reads_what_they_read() {
     assert!(c.subtree, "a rename may move a directory");
     assert_eq!(c.disk, Disk::Grows);
 
-    let w = ClientRequest::Write {
+    let w = ClientRequest::Write(crate::requests::Write {
         path: "/d/f".into(),
         ino: InodeId(7),
         offset: 0,
         data: vec![1],
         opened: true,
-    };
+    });
     let c = w.change().unwrap_or_else(|| panic!("a write is a change"));
     assert_eq!((c.file, c.answers_attributes), (Some(InodeId(7)), true));
     assert_eq!(c.served_dir, Some("/d"));

@@ -486,14 +486,14 @@ async fn from_client(home: &Arc<Partition>, request: ClientRequest) -> Result<Re
 }
 
 fn create(path: &str) -> ClientRequest {
-    ClientRequest::Create {
+    ClientRequest::Create(myriad_proto::requests::Create {
         path: path.into(),
         mode: 0o644,
         exclusive: true,
         data: b"first".to_vec(),
         durable: true,
         ino: None,
-    }
+    })
 }
 
 /// Creates `/x` as the test client's change number 1: the new file.
@@ -677,14 +677,14 @@ async fn an_open_of_an_existing_name_records_nothing() {
     assert!(send_once(&home, 1, create("/x")).await.is_ok());
     let seq = || batches_of(&home);
     let before = seq();
-    let open = ClientRequest::Create {
+    let open = ClientRequest::Create(myriad_proto::requests::Create {
         path: "/x".into(),
         mode: 0o644,
         exclusive: false,
         data: Vec::new(),
         durable: true,
         ino: None,
-    };
+    });
     assert!(matches!(
         send_once(&home, 2, open).await,
         Ok(Response::Attr(_))

@@ -260,6 +260,53 @@ impl Partition {
         }
     }
 
+    /// `GetAttrs` and `RenewAttrs` from partition `from` (a renewal subscribes again):
+    /// the attributes of `path`, whose entry this partition holds, under a replica lease.
+    pub(super) async fn peer_get_attrs(
+        self: &Arc<Self>,
+        st: &crate::cluster::MapState,
+        from: Option<PartitionId>,
+        path: String,
+        (subscribe, seq): (bool, u64),
+    ) -> Result<Response, FsError> {
+        myriad_proto::validate_path(&path)?;
+        self.own_entry(st, &path)?;
+        self.serve_attrs(&path, from, subscribe, seq).await
+    }
+
+    /// `Unsubscribe` from partition `from`: it keeps no replica of `path` any more.
+    pub(super) fn peer_unsubscribe(&self, from: Option<PartitionId>, path: &str, seq: u64) {
+        if let Some(node) = from {
+            self.replicas.unsubscribe(path, node, seq);
+        }
+    }
+
+    /// `DirAttrsChanging` at directory `path`'s home: its mode or owner is about to change
+    /// by client `by` (`before_attrs_change`).
+    pub(super) async fn peer_dir_attrs_changing(
+        &self,
+        path: String,
+        by: Option<u64>,
+    ) -> Result<Response, FsError> {
+        myriad_proto::validate_path(&path)?;
+        if let Some(t) = self.leases() {
+            t.before_attrs_change(&path, by).await;
+        }
+        Ok(Response::Unit)
+    }
+
+    /// `DirAttrsChanged` from another partition (`dir_attrs_changed`).
+    pub(super) async fn peer_dir_attrs_changed(
+        &self,
+        path: String,
+        inode: Inode,
+        by: Option<u64>,
+    ) -> Result<Response, FsError> {
+        myriad_proto::validate_path(&path)?;
+        self.dir_attrs_changed(&path, inode, by).await;
+        Ok(Response::Unit)
+    }
+
     /// Owner side of GetAttrs / RenewAttrs.
     pub(crate) async fn serve_attrs(
         self: &Arc<Self>,

@@ -11,8 +11,6 @@ use myriad_proto::{Caller, ClientRequest, FsError, Response};
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
 use crate::partition::made::Made;
-use crate::partition::serve_changes::Opened;
-use crate::partition::serve_names::NewFile;
 
 impl Partition {
     /// Serves one client request (already admitted and checked against the map).
@@ -90,23 +88,7 @@ impl Partition {
                 self.client_sync_partition(incarnation).await
             }
             ClientRequest::Sync { path, ino } => self.client_sync(st, path, ino).await,
-            ClientRequest::Create {
-                path,
-                mode,
-                exclusive,
-                data,
-                durable,
-                ino,
-            } => {
-                let new = NewFile {
-                    mode,
-                    exclusive,
-                    data,
-                    durable,
-                    ino,
-                };
-                self.client_create(st, (caller, made), path, new).await
-            }
+            ClientRequest::Create(c) => self.client_create(st, (caller, made), c).await,
             ClientRequest::Symlink { path, target } => {
                 self.client_symlink(st, (caller, made), path, target).await
             }
@@ -132,36 +114,9 @@ impl Partition {
             ClientRequest::SetAttr { path, set } => {
                 self.client_set_attr(st, (caller, made), path, set).await
             }
-            ClientRequest::Write {
-                path,
-                ino,
-                offset,
-                data,
-                opened,
-            } => {
-                let file = Opened { path, ino, opened };
-                self.client_write(st, (caller, made), file, offset, data)
-                    .await
-            }
-            ClientRequest::ExtendSize {
-                path,
-                ino,
-                size,
-                opened,
-            } => {
-                let file = Opened { path, ino, opened };
-                self.client_extend_size(st, (caller, made), file, size)
-                    .await
-            }
-            ClientRequest::Truncate {
-                path,
-                ino,
-                size,
-                opened,
-            } => {
-                let file = Opened { path, ino, opened };
-                self.client_truncate(st, (caller, made), file, size).await
-            }
+            ClientRequest::Write(w) => self.client_write(st, (caller, made), w).await,
+            ClientRequest::ExtendSize(e) => self.client_extend_size(st, (caller, made), e).await,
+            ClientRequest::Truncate(t) => self.client_truncate(st, (caller, made), t).await,
             ClientRequest::WriteChunk {
                 ino,
                 chunk,

@@ -127,7 +127,7 @@ impl Partition {
                             .push(e);
                     }
                     for (to_node, entries) in by_node {
-                        let import = PeerRequest::DirImport {
+                        let import = PeerRequest::DirImport(myriad_proto::requests::DirImport {
                             path: new.clone(),
                             txid,
                             ino: dir_ino,
@@ -135,7 +135,7 @@ impl Partition {
                             map: (to_node == new_home).then(|| m.map.clone()).flatten(),
                             entries,
                             replaces: replaces.filter(|_| new == to),
-                        };
+                        });
                         self.call_node(to_node, Request::Peer(import)).await?;
                         made.insert(to_node);
                     }
@@ -146,7 +146,7 @@ impl Partition {
                 }
             }
             for (node, shards) in parts.iter().filter(|(n, _)| !made.contains(*n)) {
-                let import = PeerRequest::DirImport {
+                let import = PeerRequest::DirImport(myriad_proto::requests::DirImport {
                     path: new.clone(),
                     txid,
                     ino: dir_ino,
@@ -154,7 +154,7 @@ impl Partition {
                     map: (*node == new_home).then(|| m.map.clone()).flatten(),
                     entries: Vec::new(),
                     replaces: replaces.filter(|_| new == to),
-                };
+                });
                 self.call_node(*node, Request::Peer(import)).await?;
             }
         }

@@ -108,6 +108,18 @@ impl Partition {
         Ok(Response::Unit)
     }
 
+    /// `DirExport`: a page of a frozen directory part's entries (`dir_export`).
+    pub(super) fn peer_dir_export(
+        &self,
+        st: &Arc<MapState>,
+        path: &str,
+        (txid, after): (u64, Option<String>),
+    ) -> Result<Response, FsError> {
+        validate_path(path)?;
+        self.own_dir_part(st, path)?;
+        self.dir_export(path, txid, after)
+    }
+
     /// Freezes a directory part being moved (a rename of a directory, a tree moving between zones).
     pub(super) async fn peer_dir_freeze(
         self: &Arc<Self>,

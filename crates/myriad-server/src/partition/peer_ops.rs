@@ -11,7 +11,6 @@ use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::state::mutation::DirImport;
 
 impl Partition {
     /// Serves one request from another server.
@@ -102,30 +101,9 @@ impl Partition {
             req @ PeerRequest::RenamePrepare { .. } => self.peer_rename_prepare(st, req).await,
             PeerRequest::DirFreeze { path, txid } => self.peer_dir_freeze(st, path, txid).await,
             PeerRequest::DirExport { path, txid, after } => {
-                validate_path(&path)?;
-                self.own_dir_part(st, &path)?;
-                self.dir_export(&path, txid, after)
+                self.peer_dir_export(st, &path, (txid, after))
             }
-            PeerRequest::DirImport {
-                path,
-                txid,
-                ino,
-                shards,
-                map,
-                entries,
-                replaces,
-            } => {
-                let part = DirImport {
-                    path,
-                    txid,
-                    ino,
-                    shards,
-                    map,
-                    entries,
-                    replaces,
-                };
-                self.peer_dir_import(st, part).await
-            }
+            PeerRequest::DirImport(part) => self.peer_dir_import(st, part).await,
             PeerRequest::DirFinish { path, txid, action } => {
                 self.peer_dir_finish(path, txid, action).await
             }
@@ -133,45 +111,27 @@ impl Partition {
                 path,
                 subscribe,
                 seq,
-            } => {
-                validate_path(&path)?;
-                self.own_entry(st, &path)?;
-                self.serve_attrs(&path, from, subscribe, seq).await
-            }
+            } => self.peer_get_attrs(st, from, path, (subscribe, seq)).await,
             PeerRequest::RenewAttrs { path, seq } => {
-                validate_path(&path)?;
-                self.own_entry(st, &path)?;
-                self.serve_attrs(&path, from, true, seq).await
+                self.peer_get_attrs(st, from, path, (true, seq)).await
             }
             PeerRequest::Unsubscribe { path, seq } => {
-                if let Some(node) = from {
-                    self.replicas.unsubscribe(&path, node, seq);
-                }
+                self.peer_unsubscribe(from, &path, seq);
                 Ok(Response::Unit)
             }
             PeerRequest::AttrUpdate { path, inode } => {
                 self.replicas.apply_update(&path, inode);
                 Ok(Response::Unit)
             }
+            // Boxed: this match is every peer request's future, kept small.
             PeerRequest::DirAttrsChanging { path, by } => {
-                validate_path(&path)?;
-                if let Some(t) = self.leases() {
-                    // Boxed: this match is every peer request's future, kept small.
-                    Box::pin(t.before_attrs_change(&path, by)).await;
-                }
-                Ok(Response::Unit)
+                Box::pin(self.peer_dir_attrs_changing(path, by)).await
             }
             PeerRequest::DirAttrsChanged { path, inode, by } => {
-                validate_path(&path)?;
-                // Boxed: this match is every peer request's future, kept small.
-                Box::pin(self.dir_attrs_changed(&path, inode, by)).await;
-                Ok(Response::Unit)
+                Box::pin(self.peer_dir_attrs_changed(path, inode, by)).await
             }
             PeerRequest::DirMarkReadOnly { path, mark, auto } => {
-                validate_path(&path)?;
-                self.own_dir_part(st, &path)?;
-                self.mark_part(&path, mark, auto).await?;
-                Ok(Response::Unit)
+                self.peer_mark_read_only(st, path, (mark, auto)).await
             }
             PeerRequest::UnregisterIndex { name } => {
                 Box::pin(self.unregister_index(st, &name)).await?;

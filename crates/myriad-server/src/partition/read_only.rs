@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use myriad_proto::{FsError, PartitionId, PeerRequest, ReadOnlyMark, Request};
+use myriad_proto::{FsError, PartitionId, PeerRequest, ReadOnlyMark, Request, Response};
 
+use crate::cluster::MapState;
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, storage_err};
 
@@ -78,6 +79,19 @@ impl Partition {
             Some(mark) => self.applier.unregister_auto_index(dir, mark).await,
             None => Ok(()),
         }
+    }
+
+    /// `DirMarkReadOnly`: this partition's part of directory `path` marked or unmarked.
+    pub(super) async fn peer_mark_read_only(
+        &self,
+        st: &MapState,
+        path: String,
+        (mark, auto): (Option<ReadOnlyMark>, bool),
+    ) -> Result<Response, FsError> {
+        myriad_proto::validate_path(&path)?;
+        self.own_dir_part(st, &path)?;
+        self.mark_part(&path, mark, auto).await?;
+        Ok(Response::Unit)
     }
 
     /// This node's part of directory `path`, marked or unmarked (durable).

@@ -165,12 +165,12 @@ mod tests {
     }
 
     fn truncate(path: &str, ino: u64) -> ClientRequest {
-        ClientRequest::Truncate {
+        ClientRequest::Truncate(myriad_proto::requests::Truncate {
             path: path.into(),
             ino: InodeId(ino),
             size: 0,
             opened: true,
-        }
+        })
     }
 
     #[tokio::test(start_paused = true)]

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use myriad_proto::requests;
 use myriad_proto::{
     Caller, FileKind, FsError, InodeId, Response, SetAttr, XattrMode, limits, validate_path,
 };
@@ -13,14 +14,6 @@ use crate::partition::made::Made;
 use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::state::outcome_kinds::{Ids, Trimmed};
 use crate::state::perm;
-
-/// An open file a change names: its path, its inode number, and whether the change comes
-/// from a handle opened for writing (permission was checked at open).
-pub(super) struct Opened {
-    pub(super) path: String,
-    pub(super) ino: myriad_proto::InodeId,
-    pub(super) opened: bool,
-}
 
 impl Partition {
     /// Sets or removes an extended attribute (user.* on files and directories only).
@@ -106,17 +99,17 @@ impl Partition {
         Ok(reply)
     }
 
-    /// The entry of an open file a change of its contents or size names: checked as
-    /// `file_to_change` does, and its setuid and setgid bits cleared as a write by
-    /// `caller` clears them. Returns the entry's (directory, name).
+    /// The entry of an open file a change of its contents or size names (`path`, inode
+    /// `ino`, `opened`: through a handle opened for writing, whose open checked
+    /// permission): checked as `file_to_change` does, and its setuid and setgid bits
+    /// cleared as a write by `caller` clears them. Returns the entry's (directory, name).
     async fn opened_to_change(
         self: &Arc<Self>,
         st: &Arc<MapState>,
         (caller, made): (&Caller, &Made),
-        file: Opened,
+        (path, ino, opened): (&str, InodeId, bool),
     ) -> Result<(String, String), FsError> {
-        let Opened { path, ino, opened } = file;
-        let (dir, name, target) = self.file_to_change(st, caller, &path, ino, opened).await?;
+        let (dir, name, target) = self.file_to_change(st, caller, path, ino, opened).await?;
         self.kill_setid(&dir, &name, target.as_ref(), (caller, self.time_of(made)))
             .await?;
         Ok((dir, name))
@@ -127,23 +120,21 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
-        file: Opened,
-        offset: u64,
-        data: Vec<u8>,
+        w: requests::Write,
     ) -> Result<Response, FsError> {
-        if data.len() as u64 > limits::IO_BYTES_MAX {
+        if w.data.len() as u64 > limits::IO_BYTES_MAX {
             return Err(FsError::InvalidArgument(
                 "write larger than the I/O limit".into(),
             ));
         }
-        let ino = file.ino;
+        let file = (w.path.as_str(), w.ino, w.opened);
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         self.mutate_inode(Mutation::Write {
             dir,
             name,
-            ino,
-            offset,
-            data,
+            ino: w.ino,
+            offset: w.offset,
+            data: w.data,
             now: self.time_of(made),
         })
         .await
@@ -154,16 +145,15 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
-        file: Opened,
-        size: u64,
+        e: requests::ExtendSize,
     ) -> Result<Response, FsError> {
-        let ino = file.ino;
+        let file = (e.path.as_str(), e.ino, e.opened);
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         self.mutate_inode(Mutation::ExtendSize {
             dir,
             name,
-            ino,
-            size,
+            ino: e.ino,
+            size: e.size,
             now: self.time_of(made),
         })
         .await
@@ -174,18 +164,17 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
-        file: Opened,
-        size: u64,
+        t: requests::Truncate,
     ) -> Result<Response, FsError> {
-        let ino = file.ino;
+        let file = (t.path.as_str(), t.ino, t.opened);
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         let Trimmed { inode, trim } = self
             .applier
             .run_for(Mutation::Truncate {
                 dir,
                 name,
-                ino,
-                size,
+                ino: t.ino,
+                size: t.size,
                 now: self.time_of(made),
             })
             .await?;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use myriad_placement::split_parent;
+use myriad_proto::requests;
 use myriad_proto::{
     Caller, FileKind, FsError, Inode, PeerRequest, RenameFlags, Request, Response, limits,
     validate_path,
@@ -16,34 +17,22 @@ use crate::state::mutation::{Mutation, Outcome};
 use crate::state::outcome_kinds::{self, NameMade};
 use crate::state::perm;
 
-/// What a create asks for besides its path (`ClientRequest::Create`).
-pub(super) struct NewFile {
-    pub(super) mode: u32,
-    pub(super) exclusive: bool,
-    /// The file's first bytes, written with it.
-    pub(super) data: Vec<u8>,
-    /// Answered once durable, else once applied (a mount's write-behind).
-    pub(super) durable: bool,
-    /// An inode number the client reserved (`ReserveIds`).
-    pub(super) ino: Option<myriad_proto::InodeId>,
-}
-
 impl Partition {
     /// A regular file (a non-exclusive create of an existing name opens it).
     pub(super) async fn client_create(
         self: &Arc<Self>,
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
-        path: String,
-        new: NewFile,
+        create: requests::Create,
     ) -> Result<Response, FsError> {
-        let NewFile {
+        let requests::Create {
+            path,
             mode,
             exclusive,
             data,
             durable,
             ino,
-        } = new;
+        } = create;
         let (dir, name) = self.entry_target(st, &path)?;
         // A reserved number is the sending client's own: only a change sent once
         // says which client that is.

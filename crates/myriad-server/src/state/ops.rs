@@ -48,17 +48,8 @@ pub struct DirTouchOne {
 }
 
 /// A directory part moved to this partition (`Mutation::DirImport`): hidden until revealed.
-#[derive(Debug)]
-pub struct DirImport {
-    pub path: String,
-    pub txid: u64,
-    pub ino: InodeId,
-    pub shards: Vec<Shard>,
-    pub map: Option<ShardMap>,
-    pub entries: Vec<ExportedEntry>,
-    /// The empty directory the part takes the place of, if any.
-    pub replaces: Option<InodeId>,
-}
+/// The peer request's own struct: the mutation applies what the request carries.
+pub use myriad_proto::requests::DirImport;
 
 /// The target side of a rename between partitions (`Mutation::RenamePrepare`): the moved
 /// entry staged pending under `txid`.

@@ -1,0 +1,79 @@
+//! Requests as types of their own (issue 50, step 1): one struct per request, carried by
+//! its variant (`ClientRequest::Write(requests::Write)`), taken whole by its handler.
+//!
+//! A variant that holds one struct encodes exactly as the struct variant with the same
+//! fields did (postcard writes a struct as its fields in order), so moving a request here
+//! changes no byte on the wire (`codec.rs` checks it against bytes the earlier build
+//! encoded). The other requests move here as their handlers are reshaped.
+
+use serde::{Deserialize, Serialize};
+
+use myriad_placement::{Shard, ShardMap};
+
+use crate::{ExportedEntry, InodeId};
+
+/// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Create {
+    pub path: String,
+    pub mode: u32,
+    pub exclusive: bool,
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+    /// false: reply once applied (visible to everyone), durable with the node's next
+    /// group commit, which follows at once; a client that promises durability later
+    /// (the FUSE mount, at close) ends with a durable write or `Sync` to the same node.
+    pub durable: bool,
+    /// The new file's inode number, from a range this partition reserved for the
+    /// sending client (`ReserveIds`); `None`: the partition picks one. A number not
+    /// in the client's reservations, or used already, is refused (`InvalidArgument`).
+    pub ino: Option<InodeId>,
+}
+
+/// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.
+/// `opened`: through a descriptor whose open checked access (see `InodeOp::Write`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Write {
+    pub path: String,
+    pub ino: InodeId,
+    pub offset: u64,
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+    pub opened: bool,
+}
+
+/// Owner of the entry: raise the size to at least `size` after chunk writes elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtendSize {
+    pub path: String,
+    pub ino: InodeId,
+    pub size: u64,
+    pub opened: bool,
+}
+
+/// Owner of the entry: set the size; trims chunks beyond it on their nodes before replying.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncate {
+    pub path: String,
+    pub ino: InodeId,
+    pub size: u64,
+    pub opened: bool,
+}
+
+/// `PeerRequest::DirImport`, and the mutation that applies it: a directory part moved to
+/// the partition of shards `shards` of directory `path` (its home if `shards` is empty or
+/// holds shard 0), hidden until revealed: its part is created (if new) with these shards
+/// and, on the home, `map`; the staged entries are added.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirImport {
+    pub path: String,
+    pub txid: u64,
+    pub ino: InodeId,
+    pub shards: Vec<Shard>,
+    pub map: Option<ShardMap>,
+    pub entries: Vec<ExportedEntry>,
+    /// The moved directory's root replaces the empty directory `replaces` at `path`:
+    /// the owner takes its object over (refused unless it is still that directory,
+    /// whole and empty) and restores it if the rename aborts.
+    pub replaces: Option<InodeId>,
+}
