@@ -229,6 +229,7 @@ impl Applier {
                 mark,
             },
             true,
+            &leases::Exempt::default(),
         ))
         .await
         .map(|_| ())
@@ -284,10 +285,16 @@ impl Applier {
 
     /// Recalls the directory leases `mutation` breaks (not its own client's) and waits
     /// for them: held until the mutation is applied.
-    async fn gate(&self, mutation: &Mutation) -> Option<leases::ChangeGuard> {
+    /// `exempt`: clients whose leases the mutation does not recall (`leases::Exempt`).
+    async fn gate(
+        &self,
+        mutation: &Mutation,
+        exempt: &leases::Exempt,
+    ) -> Option<leases::ChangeGuard> {
         let table = self.leases.as_ref()?;
         let changed = crate::state::changed_dirs::changed_dirs(mutation);
-        Some(table.before(changed, once_scope::task_client()).await)
+        let requester = once_scope::task_client();
+        Some(table.before(changed, requester, exempt).await)
     }
 
     /// Refuses from now on: every mutation not yet applied fails with `Unavailable` (without
@@ -324,7 +331,8 @@ impl Applier {
 
     /// Applies `mutation` and returns once it is durable.
     pub async fn run(&self, mutation: Mutation) -> Result<Outcome, FsError> {
-        self.submit(mutation, true).await
+        self.submit(mutation, true, &leases::Exempt::default())
+            .await
     }
 
     /// `run`, its outcome read as the kind `K` the mutation has (`state/outcome_kinds.rs`).
@@ -338,14 +346,25 @@ impl Applier {
     /// Applies `mutation` and returns once it is visible; the group commit covering it
     /// starts at once (`Barrier` waits for it).
     pub async fn run_visible(&self, mutation: Mutation) -> Result<Outcome, FsError> {
-        self.submit(mutation, false).await
+        self.submit(mutation, false, &leases::Exempt::default())
+            .await
+    }
+
+    /// `run_visible` of a directory touch reporting the changes of the clients `exempt`
+    /// names: their leases on the touched directories are not recalled for it.
+    pub async fn run_visible_exempting(
+        &self,
+        mutation: Mutation,
+        exempt: &leases::Exempt,
+    ) -> Result<Outcome, FsError> {
+        self.submit(mutation, false, exempt).await
     }
 
     /// Applies `mutation` and returns its outcome once it is visible, with what tells
     /// when it is durable: work that needs only the change visible overlaps the group
     /// commit and the backups' acknowledgements. A failed mutation fails here.
     pub async fn run_staged(&self, mutation: Mutation) -> Result<(Outcome, Durable), FsError> {
-        let gate = self.gate(&mutation).await;
+        let gate = self.gate(&mutation, &leases::Exempt::default()).await;
         let (reply, rx) = oneshot::channel();
         let (synced, synced_rx) = oneshot::channel();
         self.tx
@@ -367,8 +386,13 @@ impl Applier {
         Ok((done.outcome, durable))
     }
 
-    async fn submit(&self, mutation: Mutation, durable: bool) -> Result<Outcome, FsError> {
-        let gate = self.gate(&mutation).await;
+    async fn submit(
+        &self,
+        mutation: Mutation,
+        durable: bool,
+        exempt: &leases::Exempt,
+    ) -> Result<Outcome, FsError> {
+        let gate = self.gate(&mutation, exempt).await;
         let (reply, rx) = oneshot::channel();
         let once = once_scope::job_for(&mutation);
         // A change the client wants answered once applied: its completing mutation is

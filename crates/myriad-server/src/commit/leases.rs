@@ -52,10 +52,6 @@ const RECALLED_DRAIN_MAX: Duration = Duration::from_secs(5);
 /// Expired leases are swept out every this many grants.
 const SWEEP_EVERY: u64 = 4096;
 
-tokio::task_local! {
-    static EXEMPT: Exempt;
-}
-
 /// Per directory, the client whose change a mutation reports when it is not the task's
 /// own (`once_scope::task_client`): a directory touch sent by the partition that applied a
 /// client's create reports that client's change, and its lease on the touched directory
@@ -88,14 +84,9 @@ impl Exempt {
         }
     }
 
-    /// Runs `fut` (which applies the mutation) with these exemptions.
-    pub async fn scope<F: std::future::Future>(self, fut: F) -> F::Output {
-        EXEMPT.scope(self, fut).await
-    }
-
-    /// The client exempt from recalls of `dir` in this task, if any.
-    fn client_of(dir: &str) -> Option<u64> {
-        EXEMPT.try_with(|e| e.dirs.get(dir).copied()).ok().flatten()
+    /// The client exempt from recalls of `dir`, if any.
+    fn client_of(&self, dir: &str) -> Option<u64> {
+        self.dirs.get(dir).copied()
     }
 }
 
@@ -565,7 +556,8 @@ impl LeaseTable {
     }
 
     /// The gate: recalls the leases a mutation changing `changed` breaks (every holder's
-    /// but `requester`'s, or per directory the client `Exempt` names) and returns once
+    /// but `requester`'s, or per directory the client `exempt` names: a directory touch
+    /// reporting that client's change) and returns once
     /// each was given back or expired. New grants and renewals of those directories, but
     /// to that client, wait until the guard is dropped (after the mutation applied).
     /// Marks (`ChangedDirs::Marks`) recall only exclusive leases (recalling shared ones
@@ -575,9 +567,10 @@ impl LeaseTable {
         self: &Arc<Self>,
         changed: ChangedDirs,
         requester: Option<u64>,
+        exempt: &Exempt,
     ) -> ChangeGuard {
         let mut waiting: Vec<(String, u64)> = Vec::new();
-        let requester_of = |dir: &str| requester.or_else(|| Exempt::client_of(dir));
+        let requester_of = |dir: &str| requester.or_else(|| exempt.client_of(dir));
         let requesters: Vec<Option<u64>> =
             changed.named().iter().map(|d| requester_of(d)).collect();
         let marks = matches!(changed, ChangedDirs::Marks(_));

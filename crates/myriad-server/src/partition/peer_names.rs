@@ -151,14 +151,14 @@ impl Partition {
         let exempt = crate::commit::leases::Exempt::of([(dir.clone(), client)]);
         // Visible is enough: a lost touch costs a stale time, never data, and the
         // change it reports is already durable on its own partition.
-        let touch = self.applier.run_visible(Mutation::DirTouch {
+        let touch = Mutation::DirTouch {
             dir,
             name,
             ino,
             now: now_ns,
             nlink,
-        });
-        match exempt.scope(touch).await? {
+        };
+        match self.applier.run_visible_exempting(touch, &exempt).await? {
             Outcome::Inode(i) => Ok(Response::Attr(i)),
             _ => Ok(Response::Unit),
         }
@@ -212,10 +212,9 @@ impl Partition {
         }
         let (at, batch): (Vec<usize>, Vec<DirTouchOne>) = mine.into_iter().unzip();
         // Visible is enough, as for one touch (`DirTouch`).
-        let touch = self.applier.run_visible(Mutation::DirTouches(batch));
-        let out = crate::commit::leases::Exempt::of(clients)
-            .scope(touch)
-            .await?;
+        let exempt = crate::commit::leases::Exempt::of(clients);
+        let touch = Mutation::DirTouches(batch);
+        let out = self.applier.run_visible_exempting(touch, &exempt).await?;
         let Touched(touched) = outcome_kinds::expect(out)?;
         for (i, inode) in at.into_iter().zip(touched) {
             results[i] = inode.ok_or(FsError::NotFound);

@@ -32,7 +32,7 @@ async fn a_change_waits_for_the_release_of_other_holders_leases_not_its_own() {
     let change = {
         let t = t.clone();
         tokio::spawn(async move {
-            let g = t.before(dirs("/d"), Some(8)).await;
+            let g = t.before(dirs("/d"), Some(8), &Exempt::default()).await;
             (Instant::now(), g)
         })
     };
@@ -65,7 +65,12 @@ async fn change_recalling(t: &Arc<LeaseTable>, dir: &str, changer: u64, holder: 
     let change = {
         let t = t.clone();
         let dir = dir.to_string();
-        tokio::spawn(async move { drop(t.before(dirs(&dir), Some(changer)).await) })
+        tokio::spawn(async move {
+            drop(
+                t.before(dirs(&dir), Some(changer), &Exempt::default())
+                    .await,
+            )
+        })
     };
     tokio::task::yield_now().await;
     t.release(dir, holder);
@@ -92,7 +97,7 @@ async fn two_changes_recalling_leases_within_the_window_make_a_directory_contend
     // Changes that recall nothing (no holder but the changer) never make it contended.
     assert!(t.grant("/q", 8, false).is_some());
     for _ in 0..3 {
-        drop(t.before(dirs("/q"), Some(8)).await);
+        drop(t.before(dirs("/q"), Some(8), &Exempt::default()).await);
     }
     assert!(t.grant("/q", 9, false).is_some());
     // Two recalls further apart than the window do not either.
@@ -110,15 +115,15 @@ async fn a_holder_that_does_not_answer_is_waited_out_and_nothing_else_waits() {
     assert!(t.grant("/d", 7, false).is_some());
     tokio::time::advance(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let g = t.before(dirs("/d"), None).await;
+    let g = t.before(dirs("/d"), None, &Exempt::default()).await;
     let waited = started.elapsed();
     assert!(waited >= LEASE_PERIOD - Duration::from_millis(300));
     assert!(waited <= LEASE_PERIOD);
     drop(g);
     // No holders: no wait at all.
     let started = Instant::now();
-    drop(t.before(dirs("/other"), None).await);
-    drop(t.before(ChangedDirs::None, None).await);
+    drop(t.before(dirs("/other"), None, &Exempt::default()).await);
+    drop(t.before(ChangedDirs::None, None, &Exempt::default()).await);
     assert_eq!(started.elapsed(), Duration::ZERO);
     // An expired lease is not renewed.
     assert!(t.grant("/x", 3, false).is_some());
@@ -147,7 +152,7 @@ async fn a_recalled_holder_still_sending_its_changes_is_waited_for() {
     let sending_for = 3 * LEASE_PERIOD;
     while started.elapsed() < sending_for {
         tokio::time::advance(LEASE_PERIOD / 2).await;
-        drop(t.before(dirs("/w"), Some(7)).await);
+        drop(t.before(dirs("/w"), Some(7), &Exempt::default()).await);
         assert!(!read.is_finished(), "the recall waits while 7 sends");
     }
     let passed = read.await.unwrap_or_else(|e| panic!("{e}"));
@@ -175,7 +180,7 @@ async fn a_recalled_holder_still_sending_its_changes_is_waited_for() {
     while !read.is_finished() {
         assert!(started.elapsed() <= RECALLED_DRAIN_MAX + LEASE_PERIOD);
         tokio::time::advance(LEASE_PERIOD / 4).await;
-        drop(t.before(dirs("/v"), Some(5)).await);
+        drop(t.before(dirs("/v"), Some(5), &Exempt::default()).await);
     }
     let waited = read.await.unwrap_or_else(|e| panic!("{e}")) - started;
     assert!(waited >= RECALLED_DRAIN_MAX - LEASE_PERIOD, "{waited:?}");
@@ -211,7 +216,7 @@ async fn a_recalled_holder_still_sending_its_changes_is_waited_for() {
     };
     tokio::task::yield_now().await;
     tokio::time::advance(LEASE_PERIOD / 2).await;
-    drop(t.before(dirs("/u"), Some(9)).await);
+    drop(t.before(dirs("/u"), Some(9), &Exempt::default()).await);
     let waited = read.await.unwrap_or_else(|e| panic!("{e}")) - started;
     assert!(waited <= LEASE_PERIOD, "{waited:?}");
 }
@@ -223,7 +228,7 @@ async fn a_change_of_everything_recalls_every_lease_and_holds_every_grant() {
     assert!(t.grant("/b", 2, false).is_some());
     let change = {
         let t = t.clone();
-        tokio::spawn(async move { t.before(ChangedDirs::All, None).await })
+        tokio::spawn(async move { t.before(ChangedDirs::All, None, &Exempt::default()).await })
     };
     tokio::task::yield_now().await;
     assert!(t.grant("/c", 3, false).is_none());
@@ -241,7 +246,10 @@ async fn a_change_of_everything_recalls_every_lease_and_holds_every_grant() {
 async fn changes_of_directories_nobody_holds_leave_nothing_behind() {
     let (t, _recalls) = table();
     for i in 0..100 {
-        drop(t.before(dirs(&format!("/d{i}")), None).await);
+        drop(
+            t.before(dirs(&format!("/d{i}")), None, &Exempt::default())
+                .await,
+        );
     }
     assert_eq!(
         t.dirs_kept(),
@@ -249,7 +257,7 @@ async fn changes_of_directories_nobody_holds_leave_nothing_behind() {
         "no lease held: nothing kept per directory"
     );
     assert!(t.grant("/held", 1, false).is_some());
-    drop(t.before(dirs("/held"), Some(1)).await);
+    drop(t.before(dirs("/held"), Some(1), &Exempt::default()).await);
     assert_eq!(t.dirs_kept(), 1, "a held lease is kept");
 }
 
@@ -260,17 +268,15 @@ async fn a_touch_reporting_a_clients_change_does_not_recall_that_clients_lease()
     // A touch of /p for client 7's change, sent by another partition (no task client):
     // 7 keeps its lease, and /p is not held contended.
     let started = Instant::now();
-    let guard = Exempt::of([("/p".to_string(), Some(7))])
-        .scope(t.before(dirs("/p"), None))
-        .await;
+    let exempt = Exempt::of([("/p".to_string(), Some(7))]);
+    let guard = t.before(dirs("/p"), None, &exempt).await;
     assert_eq!(Instant::now(), started, "nothing waited for");
     drop(guard);
     assert!(t.renew("/p", 7));
     assert!(t.grant("/p", 8, false).is_some(), "not contended");
     // A batch touching /p for two clients exempts neither: 7's lease is waited out.
-    let guard = Exempt::of([("/p".to_string(), Some(7)), ("/p".to_string(), Some(8))])
-        .scope(t.before(dirs("/p"), None))
-        .await;
+    let exempt = Exempt::of([("/p".to_string(), Some(7)), ("/p".to_string(), Some(8))]);
+    let guard = t.before(dirs("/p"), None, &exempt).await;
     assert!(
         Instant::now() - started >= LEASE_PERIOD / 2,
         "waited for the holders"
@@ -282,7 +288,7 @@ async fn a_touch_reporting_a_clients_change_does_not_recall_that_clients_lease()
 async fn a_client_keeps_renewing_its_lease_while_its_own_changes_are_under_way() {
     let (t, _recalls) = table();
     assert!(t.grant("/d", 7, false).is_some());
-    let own = t.before(dirs("/d"), Some(7)).await;
+    let own = t.before(dirs("/d"), Some(7), &Exempt::default()).await;
     assert!(
         t.renew("/d", 7),
         "its own change does not stop its renewals"
@@ -385,7 +391,7 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     assert!(t.grant("/shared", 7, false).is_some());
     assert!(t.grant("/shared", 8, false).is_some());
     let started = Instant::now();
-    drop(t.before(marks("/shared"), None).await);
+    drop(t.before(marks("/shared"), None, &Exempt::default()).await);
     assert_eq!(
         started.elapsed(),
         Duration::ZERO,
@@ -397,7 +403,7 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     let g = t.grant("/mine", 7, true);
     assert!(g.is_some_and(|g| g.exclusive));
     let started = Instant::now();
-    drop(t.before(marks("/mine"), None).await);
+    drop(t.before(marks("/mine"), None, &Exempt::default()).await);
     assert!(
         started.elapsed() > Duration::ZERO,
         "the exclusive lease was waited for"
@@ -407,7 +413,7 @@ async fn a_mark_recalls_only_exclusive_leases_and_is_not_a_change() {
     // while the exclusive lease was waited out).
     assert!(t.grant("/shared", 10, false).is_some());
     let started = Instant::now();
-    drop(t.before(dirs("/shared"), None).await);
+    drop(t.before(dirs("/shared"), None, &Exempt::default()).await);
     assert!(started.elapsed() > Duration::ZERO);
     assert!(t.last_change("/shared").is_some());
 }
