@@ -145,14 +145,14 @@ fn requests() -> Seeds {
             request(
                 1,
                 to,
-                ClientRequest::Create {
+                ClientRequest::Create(myriad_proto::requests::Create {
                     path: "/home/ada/notes.txt".into(),
                     mode: 0o644,
                     exclusive: true,
                     data: b"hello, myriad\n".to_vec(),
                     durable: true,
                     ino: None,
-                },
+                }),
             ),
         ),
         (
@@ -240,13 +240,13 @@ fn requests() -> Seeds {
             request(
                 7,
                 to,
-                ClientRequest::Write {
+                ClientRequest::Write(myriad_proto::requests::Write {
                     path: "/f".into(),
                     ino: InodeId(77),
                     offset: 4096,
                     data: vec![0xab; 64],
                     opened: true,
-                },
+                }),
             ),
         ),
         (
@@ -384,7 +384,7 @@ fn requests() -> Seeds {
             request(
                 15,
                 peer,
-                PeerRequest::DirImport {
+                PeerRequest::DirImport(myriad_proto::requests::DirImport {
                     path: "/moved".into(),
                     txid: 8,
                     ino: InodeId(1234),
@@ -399,7 +399,7 @@ fn requests() -> Seeds {
                         blocks: vec![(0, serde_bytes::ByteBuf::from(b"xyz".to_vec()))],
                     }],
                     replaces: None,
-                },
+                }),
             ),
         ),
         (
