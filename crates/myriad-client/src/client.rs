@@ -103,17 +103,36 @@ pub(crate) enum Parents {
     Directories,
 }
 
-tokio::task_local! {
-    /// The identity of the requests made inside `Client::as_caller` (a FUSE mount acts for
-    /// whichever user made each system call).
-    static CALLER: Caller;
-    /// Inside `as_caller`: the parent directory's attributes the last change of entries
-    /// made in this task brought back (`take_parent_attrs`), cleared by every other
-    /// change of entries, so nothing older than the task's last change is ever taken.
-    static PARENT: std::cell::RefCell<Option<(String, Inode)>>;
+/// A client: a handle on the state all its callers share (`Shared`, reached through
+/// `Deref`) acting for one caller, whose identity its requests carry. `Client::new` acts
+/// for the configured caller; `for_caller` makes a handle acting for another, sharing all
+/// the rest (a FUSE mount makes one per kernel request, the S3 gateway one per signed
+/// request). The caller is a value of the handle, not of the task that uses it.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    /// `None`: the configured caller (`config.caller`).
+    caller: Option<Caller>,
+    /// A handle of `for_caller`: the parent directory's attributes the last change of
+    /// entries made through it brought back (`take_parent_attrs`), cleared by every other
+    /// change of entries, so nothing older than its last change is ever taken.
+    parent: Option<Arc<ParentSlot>>,
 }
 
-pub struct Client {
+/// The parent directory's attributes a handle's last change of entries brought back: the
+/// directory's path and its attributes.
+type ParentSlot = std::sync::Mutex<Option<(String, Inode)>>;
+
+impl std::ops::Deref for Client {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// What every caller of one client shares: maps, connections, leases, changes in flight.
+pub struct Shared {
     state: RwLock<Arc<MapState>>,
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) config: ClientConfig,
@@ -192,7 +211,7 @@ impl Client {
             .validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
         let ring = config.map.ring();
-        Ok(Client {
+        let shared = Shared {
             state: RwLock::new(Arc::new(MapState {
                 map: config.map.clone(),
                 ring,
@@ -215,7 +234,42 @@ impl Client {
             recent_changes: crate::recent_changes::RecentChanges::default(),
             copies_avoided: std::sync::Mutex::default(),
             config,
+        };
+        Ok(Client {
+            shared: Arc::new(shared),
+            caller: None,
+            parent: None,
         })
+    }
+
+    /// A handle on this client acting for `caller`: every request made through it
+    /// carries that identity, and leases and indexes answer it by that identity's
+    /// permissions.
+    #[must_use]
+    pub fn for_caller(&self, caller: Caller) -> Client {
+        Client {
+            shared: self.shared.clone(),
+            caller: Some(caller),
+            parent: Some(Arc::default()),
+        }
+    }
+
+    /// A handle on this client acting for its configured caller (`config.caller`), for
+    /// what the client does for itself whoever asked (reading an index's registry).
+    #[must_use]
+    pub fn as_itself(&self) -> Client {
+        Client {
+            shared: self.shared.clone(),
+            caller: None,
+            parent: None,
+        }
+    }
+
+    /// The caller this handle acts for (`for_caller`), else the configured one.
+    pub(crate) fn acting_caller(&self) -> Caller {
+        self.caller
+            .clone()
+            .unwrap_or_else(|| self.config.caller.clone())
     }
 
     /// The partition holding the entry `path` under the current map.
@@ -249,13 +303,6 @@ impl Client {
     #[must_use]
     pub fn caller(&self) -> &Caller {
         &self.config.caller
-    }
-
-    /// Runs `fut` with every request it makes carrying `caller` instead of the configured one.
-    pub async fn as_caller<F: std::future::Future>(caller: Caller, fut: F) -> F::Output {
-        CALLER
-            .scope(caller, PARENT.scope(std::cell::RefCell::new(None), fut))
-            .await
     }
 
     pub(crate) fn adopt(&self, map: ClusterMap) -> bool {
@@ -413,7 +460,7 @@ impl Client {
             Ok(Response::Attr(i) | Response::Changed { inode: Some(i), .. }),
         ) = (own, &answer)
         {
-            let caller = self.task_caller();
+            let caller = self.acting_caller();
             let entry = crate::leases::Entry::attrs(caller, i.clone());
             let partition = self.entry_partition(&path);
             self.leases
@@ -606,8 +653,8 @@ impl Client {
         }
     }
 
-    /// Keeps the parent's attributes a change of entries brought back, for this task
-    /// (`as_caller`); any other answer clears what was kept.
+    /// Keeps the parent's attributes a change of entries brought back, in this handle
+    /// (`for_caller`); any other answer clears what was kept.
     pub(crate) fn note_parent(&self, path: &str, r: &Response) {
         let kept = match r {
             Response::Changed {
@@ -618,24 +665,26 @@ impl Client {
             )),
             _ => None,
         };
-        let _ = PARENT.try_with(|slot| *slot.borrow_mut() = kept);
+        if let Some(slot) = &self.parent {
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = kept;
+        }
     }
 
-    /// Inside `as_caller`: the attributes of directory `dir` as the servers sent them back
-    /// with this task's last change of entries, if that change was in `dir` (create,
-    /// symlink, mknod, mkdir, unlink, rmdir): its new times and link count, with no
-    /// request. Taken once.
+    /// The attributes of directory `dir` as the servers sent them back with the last
+    /// change of entries made through this handle (`for_caller`), if that change was in
+    /// `dir` (create, symlink, mknod, mkdir, unlink, rmdir): its new times and link count,
+    /// with no request. Taken once.
     pub fn take_parent_attrs(&self, dir: &str) -> Option<Inode> {
-        PARENT
-            .try_with(|slot| {
-                let mut slot = slot.borrow_mut();
-                match slot.take() {
-                    Some((d, attrs)) if d == dir => Some(attrs),
-                    _ => None,
-                }
-            })
-            .ok()
-            .flatten()
+        let slot = self.parent.as_ref()?;
+        let mut slot = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match slot.take() {
+            Some((d, attrs)) if d == dir => Some(attrs),
+            _ => None,
+        }
     }
 }
 

@@ -92,7 +92,7 @@ impl Client {
         if !self.config.leases {
             return None;
         }
-        let mut names = self.leases.listing(path, &self.task_caller())?;
+        let mut names = self.leases.listing(path, &self.acting_caller())?;
         names.sort_by_cached_key(|(n, _)| (name_hash(n), n.clone()));
         let all = names
             .into_iter()
@@ -227,7 +227,7 @@ impl Client {
             },
         ) = (lease, &page)
         {
-            let caller = self.task_caller();
+            let caller = self.acting_caller();
             // The whole directory in one page, nothing left out: a name not in it is
             // missing.
             let whole = whole_from_start && next.is_none() && shard_end.is_none() && !hidden;

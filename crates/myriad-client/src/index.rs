@@ -218,7 +218,7 @@ impl Client {
     async fn read_registry(&self) -> Arc<Known> {
         let epoch = self.index_epoch();
         let marks = (self.leases.mark(INDEX_DIR), self.leases.mark(TREES_DIR));
-        let read = Client::as_caller(self.config.caller.clone(), self.registry_entries()).await;
+        let read = self.as_itself().registry_entries().await;
         let me = &self.config.caller;
         let (registry, mark) = match read {
             Ok(Some(reg)) => {
@@ -294,8 +294,7 @@ impl Client {
             return view_of(tree, &bytes);
         }
         let path = join(INDEX_DIR, &tree.file);
-        let bytes =
-            Client::as_caller(self.config.caller.clone(), self.read_unleased(&path)).await?;
+        let bytes = self.as_itself().read_unleased(&path).await?;
         if !matches(tree, &bytes) {
             return Err(FsError::Protocol(format!(
                 "index {path}: not the build the registry names"
@@ -345,7 +344,7 @@ impl Client {
     }
 
     async fn root_attrs(&self, l: &Loaded) -> Option<Inode> {
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         if let Some(i) = self.root_attrs_now(l, &caller) {
             return Some(i);
         }
@@ -362,7 +361,7 @@ impl Client {
     ) -> Option<Result<Indexed, FsError>> {
         let l = self.index_for(path).await?;
         let root = self.root_attrs(&l).await?;
-        self.answer(&l, path, &self.task_caller(), &root, contents)
+        self.answer(&l, path, &self.acting_caller(), &root, contents)
     }
 
     /// `indexed` with no request: only from what is loaded and leased now.
@@ -416,7 +415,7 @@ impl Client {
     ) -> Option<(Vec<myriad_proto::DirEntry>, Option<String>)> {
         let l = self.index_for(path).await?;
         let root = self.root_attrs(&l).await?;
-        let listing = l.view.listing(path, &self.task_caller(), &root)?;
+        let listing = l.view.listing(path, &self.acting_caller(), &root)?;
         let (from, to) =
             crate::dirs::page_bounds(listing.len(), |i| &listing.get(i).name, after, limit);
         // A whole listing has every entry's attributes (`IndexView::listing`).

@@ -98,7 +98,7 @@ impl Client {
         if !journal.has_room(&key, bytes) {
             return None;
         }
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         self.recent_changes.note(&[path.to_string()]);
         // One time for the answer, the directory's times and the servers' (`Batch::times`).
         let at = now_ns();
@@ -138,7 +138,7 @@ impl Client {
         if !self.leases.journal.enabled() {
             return None;
         }
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         // Checked before an inode number is taken (`behind` checks again, under the lock).
         if !self
             .leases
@@ -209,7 +209,7 @@ impl Client {
             return false;
         }
         let dir = split_parent(path).0;
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         if self
             .leases
             .answers_behind(dir, self.entry_partition(path), &caller)
@@ -237,7 +237,7 @@ impl Client {
         if end > self.chunk_size() || data.len() as u64 > myriad_proto::limits::IO_BYTES_MAX {
             return None;
         }
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         self.behind(&h.path, data.len(), |held, name, at| {
             let inode = held.lookup(name)??;
             if inode.ino != h.inode.ino
@@ -276,7 +276,7 @@ impl Client {
         path: &str,
         set: &SetAttr,
     ) -> Option<Result<Inode, FsError>> {
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         self.behind(path, 0, |held, name, at| {
             let inode = held.lookup(name)??;
             if inode.kind != FileKind::File || !inode.alone_in_its_entry() {
@@ -303,7 +303,7 @@ impl Client {
 
     /// An unlink of a file the lease covers (one link), answered behind.
     pub(crate) fn unlink_behind(&self, path: &str) -> Option<Result<(), FsError>> {
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         self.behind(path, 0, |held, name, _at| {
             let dir = held.dir_attrs()?.clone();
             if !allowed(&dir, &caller, WRITE | EXEC) {
@@ -357,7 +357,7 @@ impl Client {
                 return;
             };
             let n = ops.len();
-            let answers = Client::as_caller(caller, self.send_batch(key, &ops)).await;
+            let answers = self.for_caller(caller).send_batch(key, &ops).await;
             let mut again = Vec::new();
             for (op, answer) in ops.into_iter().zip(answers) {
                 match answer {
@@ -377,7 +377,7 @@ impl Client {
             let retried = again.len();
             journal.done(key, n - retried);
             for op in again {
-                let r = Client::as_caller(op.caller.clone(), self.send_one(&op)).await;
+                let r = self.for_caller(op.caller.clone()).send_one(&op).await;
                 if let Err(e) = r {
                     journal.failed(&op, e);
                 }

@@ -60,8 +60,27 @@ struct Prefetched {
     data: Arc<Vec<u8>>,
 }
 
+/// One view of the mounted file system: its state, which every view shares
+/// (`MountState`, reached through `Deref`), and the client acting for the caller this view
+/// serves. The FUSE callbacks make a view per kernel request (`for_caller`), so whatever
+/// an operation asks the servers carries the identity of the process that asked; the
+/// mount's own work (timers, write-behind, lock release at close) uses the view it was
+/// made with, acting for the mount's configured caller.
 pub struct Mount {
+    state: Arc<MountState>,
     pub client: Client,
+}
+
+impl std::ops::Deref for Mount {
+    type Target = MountState;
+
+    fn deref(&self) -> &MountState {
+        &self.state
+    }
+}
+
+/// What every view of a mount shares.
+pub struct MountState {
     pub cfg: FsConfig,
     pub inodes: InodeTable,
     /// Kernel inode numbers to Myriad ids and back (a subdirectory mount swaps two).
@@ -135,8 +154,7 @@ impl Mount {
     /// A mount whose root is the directory `top` at `path` (the whole file system: "/"
     /// and `ROOT_INO`).
     pub fn with_top(client: Client, cfg: FsConfig, path: &str, top: InodeId) -> Mount {
-        Mount {
-            client,
+        let state = MountState {
             cfg,
             inodes: InodeTable::with_top(path, top),
             ids: KernelIds::with_top(top),
@@ -147,6 +165,19 @@ impl Mount {
             metrics: crate::mount_metrics::MountMetrics::default(),
             prefetch: Mutex::new(HashMap::new()),
             append_locks: Mutex::new(HashMap::new()),
+        };
+        Mount {
+            state: Arc::new(state),
+            client,
+        }
+    }
+
+    /// A view of this mount acting for `caller` (the process of one kernel request).
+    #[must_use]
+    pub fn for_caller(&self, caller: Caller) -> Mount {
+        Mount {
+            state: self.state.clone(),
+            client: self.client.for_caller(caller),
         }
     }
 
@@ -296,8 +327,9 @@ impl Mount {
         current.then_some((p.inode, p.data, p.since))
     }
 
-    /// After an operation on entries of directories `parents`: the servers changed their
-    /// times and link counts. The attributes they sent back replace the cached ones (the
+    /// After an operation on entries of directories `parents` through this view: the
+    /// servers changed their times and link counts. The attributes they sent back (with
+    /// the view's last change, `Client::take_parent_attrs`) replace the cached ones (the
     /// kernel asks for them at once, to check the next access); without those, the
     /// cached ones are no longer answered.
     pub fn entries_changed<T>(&self, r: &Result<T, FsError>, parents: &[InodeId]) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use myriad_client::proto::limits::IO_BYTES_MAX;
-use myriad_client::{Caller, Client, FileHandle, Inode};
+use myriad_client::{Client, FileHandle, Inode};
 use s3s::dto::StreamingBlob;
 use s3s::{S3Error, S3Result};
 
@@ -59,11 +59,10 @@ impl Pieces {
 }
 
 /// The bytes `range` of the file at `path` (whose inode is `inode`), as a body streamed by
-/// a task that reads them a piece at a time as `caller`; `first` holds those already read
-/// from `range.start`.
+/// a task that reads them a piece at a time through `client` (a handle acting for the
+/// request's caller); `first` holds those already read from `range.start`.
 pub fn stream_file(
     client: Arc<Client>,
-    caller: Caller,
     path: String,
     inode: Inode,
     range: std::ops::Range<u64>,
@@ -100,7 +99,7 @@ pub fn stream_file(
             }
         }
     };
-    tokio::spawn(Client::as_caller(caller, reader));
+    tokio::spawn(reader);
     let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     StreamingBlob::wrap(stream)
 }

@@ -1,5 +1,6 @@
 //! The `s3s::S3` implementation: each operation runs as the cluster user of the key that
-//! signed the request (`Client::as_caller`) and is handed to the module that does it.
+//! signed the request (a client handle acting for that user, `Client::for_caller`) and is
+//! handed to the module that does it.
 
 use std::sync::Arc;
 
@@ -33,12 +34,14 @@ impl Gateway {
     }
 }
 
-/// Runs `$body` as the request's caller and wraps its output in a response.
+/// Runs `$body` with `$client` acting for the request's caller and wraps its output in a
+/// response.
 macro_rules! as_caller {
-    ($self:ident, $req:ident, |$caller:ident, $input:ident| $body:expr) => {{
+    ($self:ident, $req:ident, |$client:ident, $caller:ident, $input:ident| $body:expr) => {{
         let $caller = $self.caller(&$req)?;
+        let $client = Arc::new($self.client.for_caller($caller.clone()));
         let $input = $req.input;
-        let out = Client::as_caller($caller.clone(), async { $body.await }).await?;
+        let out = $body.await?;
         Ok(S3Response::new(out))
     }};
 }
@@ -49,9 +52,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        as_caller!(self, req, |caller, _input| buckets::list(
-            &self.client,
-            &caller
+        as_caller!(self, req, |client, caller, _input| buckets::list(
+            &client, &caller
         ))
     }
 
@@ -59,10 +61,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
-        as_caller!(self, req, |caller, input| buckets::create(
-            &self.client,
-            &caller,
-            input
+        as_caller!(self, req, |client, caller, input| buckets::create(
+            &client, &caller, input
         ))
     }
 
@@ -70,9 +70,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
-        as_caller!(self, req, |_caller, input| buckets::delete(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| buckets::delete(
+            &client, input
         ))
     }
 
@@ -80,9 +79,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
-        as_caller!(self, req, |_caller, input| buckets::head(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| buckets::head(
+            &client, input
         ))
     }
 
@@ -90,9 +88,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        as_caller!(self, req, |_caller, input| buckets::location(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| buckets::location(
+            &client, input
         ))
     }
 
@@ -100,9 +97,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        as_caller!(self, req, |_caller, input| list_objects::v2(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| list_objects::v2(
+            &client, input
         ))
     }
 
@@ -110,9 +106,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        as_caller!(self, req, |_caller, input| list_objects::v1(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| list_objects::v1(
+            &client, input
         ))
     }
 
@@ -120,10 +115,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        as_caller!(self, req, |caller, input| objects::get(
-            &self.client,
-            caller,
-            input
+        as_caller!(self, req, |client, _caller, input| objects::get(
+            &client, input
         ))
     }
 
@@ -131,9 +124,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        as_caller!(self, req, |_caller, input| objects::head(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| objects::head(
+            &client, input
         ))
     }
 
@@ -141,9 +133,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        as_caller!(self, req, |_caller, input| objects::put(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| objects::put(
+            &client, input
         ))
     }
 
@@ -151,9 +142,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        as_caller!(self, req, |_caller, input| objects::delete(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| objects::delete(
+            &client, input
         ))
     }
 
@@ -161,10 +151,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        as_caller!(self, req, |caller, input| objects::delete_many(
-            &self.client,
-            &caller,
-            input
+        as_caller!(self, req, |client, _caller, input| objects::delete_many(
+            &client, input
         ))
     }
 
@@ -172,9 +160,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::create(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| multipart::create(
+            &client, input
         ))
     }
 
@@ -182,9 +169,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::upload_part(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| multipart::upload_part(
+            &client, input
         ))
     }
 
@@ -192,9 +178,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::complete(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| multipart::complete(
+            &client, input
         ))
     }
 
@@ -202,9 +187,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::abort(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| multipart::abort(
+            &client, input
         ))
     }
 
@@ -212,9 +196,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListPartsInput>,
     ) -> S3Result<S3Response<ListPartsOutput>> {
-        as_caller!(self, req, |_caller, input| multipart::list_parts(
-            &self.client,
-            input
+        as_caller!(self, req, |client, _caller, input| multipart::list_parts(
+            &client, input
         ))
     }
 }

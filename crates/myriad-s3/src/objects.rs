@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use myriad_client::{Caller, Client, FileKind, FsError, Inode};
+use myriad_client::{Client, FileKind, FsError, Inode};
 use s3s::dto::{
     DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject,
     Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput,
@@ -64,11 +64,7 @@ fn object_inode(inode: Inode) -> S3Result<Inode> {
     }
 }
 
-pub async fn get(
-    client: &Arc<Client>,
-    caller: Caller,
-    input: GetObjectInput,
-) -> S3Result<GetObjectOutput> {
+pub async fn get(client: &Arc<Client>, input: GetObjectInput) -> S3Result<GetObjectOutput> {
     let path = object_path(&input.bucket, &input.key)?;
     // Without a range the first piece comes with the attributes, in one request; with one
     // only the attributes do (the range may start anywhere).
@@ -116,7 +112,7 @@ pub async fn get(
     let body = if first.len() as u64 == length {
         StreamingBlob::from(s3s::Body::from(Bytes::from(first)))
     } else {
-        stream_file(Arc::clone(client), caller, path, inode, range, first)
+        stream_file(Arc::clone(client), path, inode, range, first)
     };
     Ok(GetObjectOutput {
         body: Some(body),
@@ -190,7 +186,6 @@ pub async fn delete(client: &Client, input: DeleteObjectInput) -> S3Result<Delet
 
 pub async fn delete_many(
     client: &Client,
-    caller: &Caller,
     input: DeleteObjectsInput,
 ) -> S3Result<DeleteObjectsOutput> {
     let bucket = input.bucket;
@@ -198,11 +193,10 @@ pub async fn delete_many(
     let results: Vec<(String, S3Result<()>)> = futures::stream::iter(input.delete.objects)
         .map(|o| {
             let bucket = &bucket;
-            // Each delete in its own caller scope: they run side by side in this task.
-            Client::as_caller(caller.clone(), async move {
+            async move {
                 let r = delete_one(client, bucket, &o.key).await;
                 (o.key, r)
-            })
+            }
         })
         .buffered(DELETES_IN_FLIGHT)
         .collect()

@@ -8,7 +8,7 @@ use myriad_proto::{Caller, ClientRequest, FileKind, FsError, Inode, Response, va
 
 use myriad_proto::reply::Leased;
 
-use super::{CALLER, Client, Parents, Route};
+use super::{Client, Parents, Route};
 
 impl Client {
     /// Sets the function told of names dropped from the lease cache by a recall (a
@@ -101,7 +101,7 @@ impl Client {
         use crate::leases::{Cached, Entry};
         validate_path(path)?;
         let (dir, name) = split_parent(path);
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         match self.leases.get(dir, name, &caller) {
             Some(Cached::Missing) if path != "/" => {
                 self.count_answer(&self.answered_by_lease);
@@ -213,13 +213,6 @@ impl Client {
         self.leases
             .release_all(&self.transport, &self.config.caller)
             .await;
-    }
-
-    /// The caller this task acts for (`as_caller`), else the client's own.
-    pub(crate) fn task_caller(&self) -> Caller {
-        CALLER
-            .try_with(|c| c.clone())
-            .unwrap_or_else(|_| self.config.caller.clone())
     }
 
     pub(super) fn count_answer(&self, counter: &std::sync::atomic::AtomicU64) {

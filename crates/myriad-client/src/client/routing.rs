@@ -300,7 +300,7 @@ impl Client {
             Ok((addr, ends)) => (addr.as_str(), *ends),
             Err(e) => return Err((e.clone(), false)),
         };
-        let caller = self.task_caller();
+        let caller = self.acting_caller();
         let call = self.transport.call_with_timeout(
             addr,
             st.map.epoch,

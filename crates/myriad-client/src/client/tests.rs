@@ -240,3 +240,71 @@ async fn a_recovery_that_needs_a_shard_map_does_not_wait_for_itself() {
     assert!(c.held.lock().parts.is_empty(), "the change is still held");
     assert!(c.held.lock().lost.is_none(), "nothing was lost");
 }
+
+/// Answers `NotFound` to everything, keeping the caller each request carried.
+#[derive(Default)]
+struct Callers {
+    seen: std::sync::Mutex<Vec<u32>>,
+}
+
+impl Transport for Callers {
+    fn call_with_timeout<'a>(
+        &'a self,
+        _addr: &'a str,
+        _epoch: u64,
+        _ends: Endpoints,
+        caller: &'a Caller,
+        _req: &'a Request,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<Response, FsError>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(caller.uid);
+        Box::pin(async move { Err(FsError::NotFound) })
+    }
+}
+
+/// A handle acts for the caller it was made for, side by side with others sharing the same
+/// client, and `as_itself` for the configured one: the identity is the handle's, not the
+/// task's.
+#[tokio::test]
+async fn each_handle_sends_the_caller_it_acts_for() {
+    let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
+    let config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
+    let t = Arc::new(Callers::default());
+    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let user = |uid| Caller {
+        uid,
+        gid: uid,
+        groups: Vec::new(),
+    };
+    let took = || {
+        let mut seen = std::mem::take(
+            &mut *t
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        seen.sort_unstable();
+        seen.dedup();
+        seen
+    };
+    let (alice, bob) = (c.for_caller(user(1001)), c.for_caller(user(1002)));
+    let _ = alice.stat("/a").await;
+    assert_eq!(took(), [1001]);
+    let (a, b) = tokio::join!(alice.stat("/a"), bob.stat("/b"));
+    assert!(matches!(
+        (a, b),
+        (Err(FsError::NotFound), Err(FsError::NotFound))
+    ));
+    assert_eq!(
+        took(),
+        [1001, 1002],
+        "each handle's own caller, side by side"
+    );
+    let _ = c.stat("/c").await;
+    assert_eq!(took(), [0], "the configured caller");
+    let _ = alice.as_itself().stat("/d").await;
+    assert_eq!(took(), [0], "as itself: the configured caller");
+}

@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use fuser::Request;
-use myriad_client::Client;
 use myriad_proto::Caller;
 
 use crate::mount::Mount;
@@ -17,7 +16,8 @@ impl MyriadFs {
         self.inner.callers.caller(req.pid(), req.uid(), req.gid())
     }
 
-    /// `f`'s operation, as the request's caller.
+    /// `f`'s operation, as the request's caller: on a view of the mount whose client acts
+    /// for that caller (`Mount::for_caller`).
     pub(super) fn op<F, Fut>(
         &self,
         req: &Request,
@@ -28,7 +28,7 @@ impl MyriadFs {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let caller = self.caller(req);
-        Client::as_caller(caller.clone(), f(self.inner.clone(), caller))
+        f(Arc::new(self.inner.for_caller(caller.clone())), caller)
     }
 
     /// Runs `f` on the runtime as the request's caller.

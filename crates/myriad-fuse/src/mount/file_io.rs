@@ -3,7 +3,7 @@
 //! fsync promises (docs/fuse.md "Durability").
 
 use crate::handles::{Dirty, OpenFile, Slot, WRITE_BUFFER_MAX};
-use myriad_client::{Client, FileHandle};
+use myriad_client::FileHandle;
 use myriad_proto::InodeId;
 use myriad_proto::access as perm;
 use myriad_proto::{Caller, FileKind, FsError};
@@ -165,11 +165,12 @@ impl Mount {
             (g.file.clone(), d, g.append, g.opener.clone())
         };
         let uid = opener.uid;
-        let r = Client::as_caller(
-            opener,
-            self.send(slot, file.clone(), dirty.as_ref(), append),
-        )
-        .await;
+        // As the file's opener, whoever made the flush happen (another process's read,
+        // a write-back of mapped pages).
+        let r = self
+            .for_caller(opener)
+            .send(slot, file.clone(), dirty.as_ref(), append)
+            .await;
         let mut g = slot.lock();
         g.sending_end = None;
         if let Err(e) = &r {

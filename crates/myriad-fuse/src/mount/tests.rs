@@ -179,11 +179,15 @@ async fn buffered_writes_go_out_as_the_opener_whoever_flushes_them() {
     };
     let (inner, fh) = mount_with_file_opened_by(servers.clone(), owner);
     // A write the kernel sends with another task's credentials (mapped pages written back).
-    Client::as_caller(other.clone(), inner.write(fh, 0, b"abc".to_vec()))
+    inner
+        .for_caller(other.clone())
+        .write(fh, 0, b"abc".to_vec())
         .await
         .unwrap_or_else(|e| panic!("write: {e}"));
     // Another user's read of the file sends the buffer.
-    Client::as_caller(other, inner.flush_ino(InodeId(INO)))
+    inner
+        .for_caller(other)
+        .flush_ino(InodeId(INO))
         .await
         .unwrap_or_else(|e| panic!("flush: {e}"));
     assert_eq!(
