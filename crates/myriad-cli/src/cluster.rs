@@ -264,8 +264,7 @@ impl LocalCluster {
         let mut listeners = Vec::new();
         let mut places = Vec::new();
         for i in 0..n {
-            let l = std::net::TcpListener::bind("127.0.0.1:0")
-                .context("cannot bind a port on 127.0.0.1")?;
+            let l = crate::local_ports::listener()?;
             places.push(Placement {
                 addr: l.local_addr()?.to_string(),
                 zone: opts

@@ -75,8 +75,7 @@ pub(crate) async fn add_node(
         .chain(st.nodes.iter().map(|n| n.id))
         .max()
         .map_or(NodeId(1), |n| NodeId(n.0 + 1));
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a port on 127.0.0.1")?;
+    let listener = crate::local_ports::listener()?;
     let addr = listener.local_addr()?.to_string();
     let mut next = map.clone();
     next.epoch += 1;

@@ -31,6 +31,7 @@ mod identity;
 mod index_cmd;
 mod join;
 mod keys;
+mod local_ports;
 mod map_change;
 mod mount_cmd;
 mod mount_helper;
