@@ -431,22 +431,6 @@ pub enum DirAction {
 }
 
 impl PeerRequest {
-    /// The client whose change this request carries on at another partition, if it says
-    /// (the destination of a rename, the new name of a link, the object of an rmdir): its
-    /// own directory leases there are not recalled for it, as at the change's first
-    /// partition.
-    #[must_use]
-    pub fn acting_for(&self) -> Option<u64> {
-        match self {
-            PeerRequest::RenamePrepare { client, .. }
-            | PeerRequest::RenameCommit { client, .. }
-            | PeerRequest::PutLinkRef { client, .. }
-            | PeerRequest::DirObjectRemove { client, .. } => *client,
-            PeerRequest::PutLinkRefOnce { id, .. } => Some(id.client),
-            _ => None,
-        }
-    }
-
     /// Short stable name, used for counters and logs.
     #[must_use]
     pub fn op_name(&self) -> &'static str {

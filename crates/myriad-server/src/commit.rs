@@ -335,6 +335,16 @@ impl Applier {
             .await
     }
 
+    /// `run` of a mutation that is part of the change of a client `exempt` names: its
+    /// leases on the directories changed are not recalled for it.
+    pub async fn run_exempting(
+        &self,
+        mutation: Mutation,
+        exempt: &leases::Exempt,
+    ) -> Result<Outcome, FsError> {
+        self.submit(mutation, true, exempt).await
+    }
+
     /// `run`, its outcome read as the kind `K` the mutation has (`state/outcome_kinds.rs`).
     pub(crate) async fn run_for<K: crate::state::outcome_kinds::OutcomeKind>(
         &self,
@@ -350,8 +360,9 @@ impl Applier {
             .await
     }
 
-    /// `run_visible` of a directory touch reporting the changes of the clients `exempt`
-    /// names: their leases on the touched directories are not recalled for it.
+    /// `run_visible` of a mutation reporting or making part of the changes of the clients
+    /// `exempt` names (a directory touch): their leases on the directories changed are
+    /// not recalled for it.
     pub async fn run_visible_exempting(
         &self,
         mutation: Mutation,
@@ -364,7 +375,17 @@ impl Applier {
     /// when it is durable: work that needs only the change visible overlaps the group
     /// commit and the backups' acknowledgements. A failed mutation fails here.
     pub async fn run_staged(&self, mutation: Mutation) -> Result<(Outcome, Durable), FsError> {
-        let gate = self.gate(&mutation, &leases::Exempt::default()).await;
+        self.run_staged_exempting(mutation, &leases::Exempt::default())
+            .await
+    }
+
+    /// `run_staged`, with the clients `exempt` names exempt from its recalls.
+    pub async fn run_staged_exempting(
+        &self,
+        mutation: Mutation,
+        exempt: &leases::Exempt,
+    ) -> Result<(Outcome, Durable), FsError> {
+        let gate = self.gate(&mutation, exempt).await;
         let (reply, rx) = oneshot::channel();
         let (synced, synced_rx) = oneshot::channel();
         self.tx

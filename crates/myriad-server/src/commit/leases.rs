@@ -52,15 +52,23 @@ const RECALLED_DRAIN_MAX: Duration = Duration::from_secs(5);
 /// Expired leases are swept out every this many grants.
 const SWEEP_EVERY: u64 = 4096;
 
-/// Per directory, the client whose change a mutation reports when it is not the task's
-/// own (`once_scope::task_client`): a directory touch sent by the partition that applied a
-/// client's create reports that client's change, and its lease on the touched directory
-/// is not recalled for it (else a client creating in a directory would recall its own
-/// lease on the parent at every create). A directory touched for several clients in one
-/// batch exempts none.
+/// The client whose change a mutation is part of when it is not the task's own
+/// (`once_scope::task_client`), per directory or for all: its leases on the directories
+/// the mutation changes are not recalled for it (the client forgets what its change makes
+/// stale itself).
+///
+/// - A directory touch sent by the partition that applied a client's create reports that
+///   client's change (else a client creating in a directory would recall its own lease on
+///   the parent at every create). A directory touched for several clients in one batch
+///   exempts none (`of`).
+/// - Another partition's side of a client's change (a rename's target, a link's new name,
+///   the directory object of an rmdir; the peer request names the client) exempts it in
+///   every directory it changes (`client`). Recalling them made a cross-directory rename
+///   wait for the client's own recall, twice, on every rename (issue 47).
 #[derive(Clone, Debug, Default)]
 pub struct Exempt {
     dirs: BTreeMap<String, u64>,
+    all: Option<u64>,
 }
 
 impl Exempt {
@@ -81,12 +89,22 @@ impl Exempt {
                 .into_iter()
                 .filter_map(|(d, c)| c.map(|c| (d, c)))
                 .collect(),
+            all: None,
+        }
+    }
+
+    /// `client` (if any) exempt in every directory.
+    #[must_use]
+    pub fn client(client: Option<u64>) -> Exempt {
+        Exempt {
+            dirs: BTreeMap::new(),
+            all: client,
         }
     }
 
     /// The client exempt from recalls of `dir`, if any.
     fn client_of(&self, dir: &str) -> Option<u64> {
-        self.dirs.get(dir).copied()
+        self.dirs.get(dir).copied().or(self.all)
     }
 }
 

@@ -37,8 +37,6 @@ pub struct OnceSlot {
 
 tokio::task_local! {
     static ONCE: Option<OnceSlot>;
-    /// The client another partition's request is made for (`acting_for`).
-    static ACTING_FOR: Option<u64>;
 }
 
 /// Runs `fut` (a request's task) applying change `slot.id`.
@@ -49,18 +47,7 @@ pub async fn scope<F: std::future::Future>(slot: OnceSlot, fut: F) -> F::Output 
 /// Runs `fut` outside any change: work another partition asked for, run in the asking
 /// task (a partition of the same server), completes none of that task's changes.
 pub async fn outside<F: std::future::Future>(fut: F) -> F::Output {
-    ONCE.scope(None, ACTING_FOR.scope(None, fut)).await
-}
-
-/// Runs `fut` (a peer request another partition sends for a client's change: the
-/// destination's side of a rename, the new name of a link, the directory object of an
-/// rmdir) as part of `client`'s change: that client's own directory leases are not
-/// recalled for it, nor for the directory touches it sends, as for the change's first
-/// partition (the client forgets what its change makes stale itself). Recalling them
-/// made a cross-directory rename wait for the client's own recall, twice, on every
-/// rename (issue 47).
-pub async fn acting_for<F: std::future::Future>(client: Option<u64>, fut: F) -> F::Output {
-    ACTING_FOR.scope(client, fut).await
+    ONCE.scope(None, fut).await
 }
 
 /// What a job carries of its task's change: set when the job's mutation completes it.
@@ -128,10 +115,10 @@ pub fn awaited() -> Option<Awaited> {
 }
 
 /// The client whose change the current task applies (`None` outside any change: a
-/// server's own work, or a request not sent once), or makes part of (`acting_for`).
+/// server's own work, a peer request (which names its client itself: its handler passes
+/// it on, `leases::Exempt::client`), or a request not sent once).
 pub fn task_client() -> Option<u64> {
     ONCE.try_with(|s| s.as_ref().map(|s| s.id.client))
         .ok()
         .flatten()
-        .or_else(|| ACTING_FOR.try_with(|c| *c).ok().flatten())
 }

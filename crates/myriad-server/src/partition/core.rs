@@ -151,11 +151,12 @@ impl Partition {
 
     /// The destination's side of a rename's end: the staged entry made visible
     /// (`commit`) or dropped; answered once durable, or with `!durable` once applied.
+    /// Part of `client`'s change: its leases are not recalled for it.
     pub(super) async fn rename_target_resolve(
         self: &Arc<Self>,
         txid: u64,
-        commit: bool,
-        durable: bool,
+        (commit, durable): (bool, bool),
+        client: Option<u64>,
     ) -> Result<Response, FsError> {
         let target_dir = match self
             .store
@@ -175,15 +176,19 @@ impl Partition {
             now: self.env.now_ns(),
         };
         // The destination directory's times are sent while the commit is made durable.
+        let exempt = crate::commit::leases::Exempt::client(client);
         let outcome = match target_dir {
             Some(dir) => {
-                let made = crate::partition::made::Made::now();
+                let made = crate::partition::made::Made {
+                    for_client: client,
+                    ..crate::partition::made::Made::now()
+                };
                 self.run_touching((m, &made), &dir, durable, |_| true)
                     .await?
                     .0
             }
-            None if durable => self.applier.run(m).await?,
-            None => self.applier.run_visible(m).await?,
+            None if durable => self.applier.run_exempting(m, &exempt).await?,
+            None => self.applier.run_visible_exempting(m, &exempt).await?,
         };
         if let Outcome::Renamed(gc, dropped) = outcome {
             if let Some(gc) = gc {

@@ -109,13 +109,15 @@ impl Partition {
     ) -> Result<(Outcome, Option<Inode>), FsError> {
         // A change answered once applied waits for its touch, not its durability.
         let durable = durable && !crate::commit::once_scope::visible_completion(&m);
+        // Part of another partition's change for `made.for_client`: not recalled for it.
+        let exempt = crate::commit::leases::Exempt::client(made.for_client);
         // Only a durable change waits for the fsync (a round nobody waits on stays open
         // for the batch it is part of: `commit/rounds.rs`).
         let (out, synced) = if durable {
-            let (out, synced) = self.applier.run_staged(m).await?;
+            let (out, synced) = self.applier.run_staged_exempting(m, &exempt).await?;
             (out, Some(synced))
         } else {
-            (self.applier.run_visible(m).await?, None)
+            (self.applier.run_visible_exempting(m, &exempt).await?, None)
         };
         // In a batch the directory is touched once, after its last change (`batched`).
         let deferred = changed(&out)

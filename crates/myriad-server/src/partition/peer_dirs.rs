@@ -95,16 +95,17 @@ impl Partition {
         Ok(Response::Unit)
     }
 
-    /// Removes a directory object (an rmdir from elsewhere).
+    /// Removes a directory object (an rmdir from elsewhere, for `client`'s change).
     pub(super) async fn peer_dir_object_remove(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        path: String,
-        ino: InodeId,
+        (path, ino): (String, InodeId),
+        client: Option<u64>,
     ) -> Result<Response, FsError> {
         validate_path(&path)?;
         self.own_dir(st, &path)?;
-        self.remove_dir_object(&path, ino).await?;
+        let exempt = crate::commit::leases::Exempt::client(client);
+        self.remove_dir_object(&path, ino, &exempt).await?;
         Ok(Response::Unit)
     }
 

@@ -47,16 +47,19 @@ impl Partition {
         st: &Arc<MapState>,
         req: PeerRequest,
     ) -> Result<Response, FsError> {
-        let (path, ino, home, id) = match req {
+        let (path, ino, home, id, client) = match req {
             PeerRequest::PutLinkRef {
-                path, ino, home, ..
-            } => (path, ino, home, None),
+                path,
+                ino,
+                home,
+                client,
+            } => (path, ino, home, None, client),
             PeerRequest::PutLinkRefOnce {
                 path,
                 ino,
                 home,
                 id,
-            } => (path, ino, home, Some(id)),
+            } => (path, ino, home, Some(id), Some(id.client)),
             other => return Err(routed_wrongly(&other)),
         };
         let (dir, name) = self.entry_target(st, &path)?;
@@ -81,9 +84,13 @@ impl Partition {
                 at_ns: self.env.now_ns(),
             }),
         };
-        let (out, _) = self
-            .run_touching((m, &Made::now()), &dir, true, |_| true)
-            .await?;
+        // Part of `client`'s link: its leases are not recalled for it, and the touch of
+        // `dir` reports its change.
+        let made = Made {
+            for_client: client,
+            ..Made::now()
+        };
+        let (out, _) = self.run_touching((m, &made), &dir, true, |_| true).await?;
         inode_response(out)
     }
 
@@ -102,7 +109,7 @@ impl Partition {
             flags,
             blocks,
             replaces,
-            ..
+            client,
         } = req
         else {
             return Err(routed_wrongly(&req));
@@ -118,7 +125,12 @@ impl Partition {
         };
         validate_path(&prepare.to)?;
         self.own_entry(st, &prepare.to)?;
-        let outcome = self.applier.run(Mutation::RenamePrepare(prepare)).await?;
+        // The target side of `client`'s rename: its leases are not recalled for it.
+        let exempt = crate::commit::leases::Exempt::client(client);
+        let outcome = self
+            .applier
+            .run_exempting(Mutation::RenamePrepare(prepare), &exempt)
+            .await?;
         Ok(match outcome {
             Outcome::Exchanged(inode, blocks) => Response::Exchanged {
                 inode,

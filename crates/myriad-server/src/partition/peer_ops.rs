@@ -95,8 +95,8 @@ impl Partition {
             PeerRequest::DirObjectCreate { path, ino, depth } => {
                 self.peer_dir_object_create(st, path, ino, depth).await
             }
-            PeerRequest::DirObjectRemove { path, ino, .. } => {
-                self.peer_dir_object_remove(st, path, ino).await
+            PeerRequest::DirObjectRemove { path, ino, client } => {
+                self.peer_dir_object_remove(st, (path, ino), client).await
             }
             req @ PeerRequest::RenamePrepare { .. } => self.peer_rename_prepare(st, req).await,
             PeerRequest::DirFreeze { path, txid } => self.peer_dir_freeze(st, path, txid).await,
@@ -141,11 +141,16 @@ impl Partition {
                 self.replicas.invalidate_prefix(&prefix);
                 Ok(Response::Unit)
             }
-            PeerRequest::RenameCommit { txid, visible, .. } => {
-                self.rename_target_resolve(txid, true, !visible).await
+            PeerRequest::RenameCommit {
+                txid,
+                visible,
+                client,
+            } => {
+                self.rename_target_resolve(txid, (true, !visible), client)
+                    .await
             }
             PeerRequest::RenameAbort { txid } => {
-                self.rename_target_resolve(txid, false, true).await
+                self.rename_target_resolve(txid, (false, true), None).await
             }
         }
     }

@@ -96,11 +96,10 @@ impl Partition {
                     other => other,
                 }
             }
-            Request::Peer(r) => {
-                let client = r.acting_for();
-                crate::commit::once_scope::acting_for(client, self.serve_peer(&st, from, caller, r))
-                    .await
-            }
+            // A peer request for a client's change (a rename's target side, a link's
+            // name, an rmdir's object) names the client; its handler passes it on
+            // (`leases::Exempt::client`).
+            Request::Peer(r) => self.serve_peer(&st, from, caller, r).await,
             Request::Admin(AdminRequest::FsckReplica) | Request::Replica(_) => {
                 Err(FsError::InvalidArgument(
                     "replication requests go to a backup, not the primary".into(),

@@ -231,6 +231,7 @@ impl Partition {
         self: &Arc<Self>,
         path: &str,
         ino: InodeId,
+        exempt: &crate::commit::leases::Exempt,
     ) -> Result<(), FsError> {
         let rec = self.store.dir(path).map_err(storage_err)?;
         // A frozen tree's root: refused before any part is frozen for the removal.
@@ -245,14 +246,11 @@ impl Partition {
             .filter(|r| r.ino == ino)
             .and_then(|r| r.map.clone())
         else {
-            return self
-                .applier
-                .run(Mutation::DirObjectRemove {
-                    path: path.to_string(),
-                    ino,
-                })
-                .await
-                .map(|_| ());
+            let remove = Mutation::DirObjectRemove {
+                path: path.to_string(),
+                ino,
+            };
+            return self.applier.run_exempting(remove, exempt).await.map(|_| ());
         };
         let freeze = removal_freeze_id(ino);
         let nodes = self.part_nodes(path, &map);
@@ -305,13 +303,12 @@ impl Partition {
             }
         }
         if frozen.contains(&self.me) {
-            self.applier
-                .run(Mutation::DirFinish {
-                    path: path.to_string(),
-                    txid: freeze,
-                    action: action.clone(),
-                })
-                .await?;
+            let finish = Mutation::DirFinish {
+                path: path.to_string(),
+                txid: freeze,
+                action: action.clone(),
+            };
+            self.applier.run_exempting(finish, exempt).await?;
         }
         verdict
     }

@@ -284,6 +284,35 @@ async fn a_touch_reporting_a_clients_change_does_not_recall_that_clients_lease()
     drop(guard);
 }
 
+/// Another partition's side of a client's change (a rename's target, a link's name) names
+/// that client for every directory it changes: its leases there are not recalled, another
+/// client's are.
+#[tokio::test(start_paused = true)]
+async fn a_peer_side_of_a_clients_change_does_not_recall_that_clients_leases() {
+    let (t, _recalls) = table();
+    assert!(t.grant("/a", 7, false).is_some());
+    assert!(t.grant("/b", 7, false).is_some());
+    let started = Instant::now();
+    let guard = t.before(dirs("/a"), None, &Exempt::client(Some(7))).await;
+    assert_eq!(Instant::now(), started, "nothing waited for");
+    drop(guard);
+    let guard = t.before(dirs("/b"), None, &Exempt::client(Some(7))).await;
+    assert_eq!(
+        Instant::now(),
+        started,
+        "nothing waited for in another directory"
+    );
+    drop(guard);
+    assert!(t.renew("/a", 7) && t.renew("/b", 7), "7 keeps both leases");
+    // For client 8's change, 7's lease is recalled and waited for.
+    let guard = t.before(dirs("/a"), None, &Exempt::client(Some(8))).await;
+    assert!(
+        Instant::now() - started >= LEASE_PERIOD / 2,
+        "waited for the holder"
+    );
+    drop(guard);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_client_keeps_renewing_its_lease_while_its_own_changes_are_under_way() {
     let (t, _recalls) = table();
