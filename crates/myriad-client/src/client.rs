@@ -266,10 +266,8 @@ impl Client {
     }
 
     /// The caller this handle acts for (`for_caller`), else the configured one.
-    pub(crate) fn acting_caller(&self) -> Caller {
-        self.caller
-            .clone()
-            .unwrap_or_else(|| self.config.caller.clone())
+    pub(crate) fn acting_caller(&self) -> &Caller {
+        self.caller.as_ref().unwrap_or(&self.config.caller)
     }
 
     /// The partition holding the entry `path` under the current map.
@@ -460,8 +458,7 @@ impl Client {
             Ok(Response::Attr(i) | Response::Changed { inode: Some(i), .. }),
         ) = (own, &answer)
         {
-            let caller = self.acting_caller();
-            let entry = crate::leases::Entry::attrs(caller, i.clone());
+            let entry = crate::leases::Entry::attrs(self.acting_caller().clone(), i.clone());
             let partition = self.entry_partition(&path);
             self.leases
                 .put_own(split_parent(&path), partition, entry, own);

@@ -92,7 +92,7 @@ impl Client {
         if !self.config.leases {
             return None;
         }
-        let mut names = self.leases.listing(path, &self.acting_caller())?;
+        let mut names = self.leases.listing(path, self.acting_caller())?;
         names.sort_by_cached_key(|(n, _)| (name_hash(n), n.clone()));
         let all = names
             .into_iter()

@@ -43,7 +43,7 @@ impl Client {
         if path != "/"
             && self
                 .leases
-                .answers_behind(dir, self.entry_partition(path), &self.acting_caller())
+                .answers_behind(dir, self.entry_partition(path), self.acting_caller())
         {
             return self.stat(path).await;
         }

@@ -345,7 +345,7 @@ impl Client {
 
     async fn root_attrs(&self, l: &Loaded) -> Option<Inode> {
         let caller = self.acting_caller();
-        if let Some(i) = self.root_attrs_now(l, &caller) {
+        if let Some(i) = self.root_attrs_now(l, caller) {
             return Some(i);
         }
         self.stat_servers(&l.tree.root).await.ok()
@@ -361,7 +361,7 @@ impl Client {
     ) -> Option<Result<Indexed, FsError>> {
         let l = self.index_for(path).await?;
         let root = self.root_attrs(&l).await?;
-        self.answer(&l, path, &self.acting_caller(), &root, contents)
+        self.answer(&l, path, self.acting_caller(), &root, contents)
     }
 
     /// `indexed` with no request: only from what is loaded and leased now.
@@ -415,7 +415,7 @@ impl Client {
     ) -> Option<(Vec<myriad_proto::DirEntry>, Option<String>)> {
         let l = self.index_for(path).await?;
         let root = self.root_attrs(&l).await?;
-        let listing = l.view.listing(path, &self.acting_caller(), &root)?;
+        let listing = l.view.listing(path, self.acting_caller(), &root)?;
         let (from, to) =
             crate::dirs::page_bounds(listing.len(), |i| &listing.get(i).name, after, limit);
         // A whole listing has every entry's attributes (`IndexView::listing`).

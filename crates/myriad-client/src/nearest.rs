@@ -85,7 +85,7 @@ impl Client {
                 &addr,
                 st.map.epoch,
                 Endpoints::to(pid),
-                &self.acting_caller(),
+                self.acting_caller(),
                 &Request::Client(read.clone()),
                 COPY_READ_TIMEOUT.min(self.config.request_timeout),
             )

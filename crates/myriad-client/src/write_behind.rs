@@ -102,7 +102,7 @@ impl Client {
         self.recent_changes.note(&[path.to_string()]);
         // One time for the answer, the directory's times and the servers' (`Batch::times`).
         let at = now_ns();
-        let (result, started) = self.leases.behind(dir, partition, &caller, |mut held| {
+        let (result, started) = self.leases.behind(dir, partition, caller, |mut held| {
             let (result, op) = f(&mut held, name, at)?;
             // A create or an unlink moves the directory's times.
             let touched = op
@@ -142,7 +142,7 @@ impl Client {
         // Checked before an inode number is taken (`behind` checks again, under the lock).
         if !self
             .leases
-            .answers_behind(split_parent(path).0, partition, &caller)
+            .answers_behind(split_parent(path).0, partition, caller)
         {
             tracing::trace!(
                 path,
@@ -158,7 +158,7 @@ impl Client {
         };
         let r = self.behind(path, 0, |held, name, at| {
             let dir = held.dir_attrs()?.clone();
-            if !allowed(&dir, &caller, WRITE | EXEC) {
+            if !allowed(&dir, caller, WRITE | EXEC) {
                 return None;
             }
             let Some(known) = held.lookup(name) else {
@@ -170,12 +170,12 @@ impl Client {
                 Some(_) => return None,
                 None => {}
             }
-            let (gid, mode) = new_owner_group(Some(&dir), &caller, FileKind::File, mode);
+            let (gid, mode) = new_owner_group(Some(&dir), caller, FileKind::File, mode);
             let inode = Inode::new(ino, FileKind::File, mode, (caller.uid, gid), at);
             held.set(name, Some(inode.clone()));
             tracing::trace!(path, ino = ino.0, "create answered behind");
             let op = Op::new(
-                &caller,
+                caller,
                 Some(ino),
                 ClientRequest::Create(myriad_proto::requests::Create {
                     path: path.to_string(),
@@ -212,7 +212,7 @@ impl Client {
         let caller = self.acting_caller();
         if self
             .leases
-            .answers_behind(dir, self.entry_partition(path), &caller)
+            .answers_behind(dir, self.entry_partition(path), caller)
             || !journal.claim(dir)
         {
             return false;
@@ -246,17 +246,17 @@ impl Client {
             {
                 return None;
             }
-            if let Err(e) = require_write(&inode, &caller, h.opened) {
+            if let Err(e) = require_write(&inode, caller, h.opened) {
                 return Some((Err(e), None));
             }
             let mut after = inode.clone();
             after.size = after.size.max(end);
             after.mtime_ns = at;
             after.ctime_ns = at;
-            after.mode &= !myriad_proto::access::setid_bits_killed(&inode, &caller);
+            after.mode &= !myriad_proto::access::setid_bits_killed(&inode, caller);
             held.set(name, Some(after.clone()));
             let op = Op::new(
-                &caller,
+                caller,
                 Some(inode.ino),
                 ClientRequest::Write(myriad_proto::requests::Write {
                     path: h.path.clone(),
@@ -282,7 +282,7 @@ impl Client {
             if inode.kind != FileKind::File || !inode.alone_in_its_entry() {
                 return None;
             }
-            let checked = match check_setattr(&inode, &caller, set) {
+            let checked = match check_setattr(&inode, caller, set) {
                 Ok(c) => c,
                 Err(e) => return Some((Err(e), None)),
             };
@@ -290,7 +290,7 @@ impl Client {
             apply_setattr(&mut after, &checked, at);
             held.set(name, Some(after.clone()));
             let op = Op::new(
-                &caller,
+                caller,
                 Some(inode.ino),
                 ClientRequest::SetAttr {
                     path: path.to_string(),
@@ -306,7 +306,7 @@ impl Client {
         let caller = self.acting_caller();
         self.behind(path, 0, |held, name, _at| {
             let dir = held.dir_attrs()?.clone();
-            if !allowed(&dir, &caller, WRITE | EXEC) {
+            if !allowed(&dir, caller, WRITE | EXEC) {
                 return None;
             }
             let inode = match held.lookup(name)? {
@@ -316,12 +316,12 @@ impl Client {
             if inode.kind == FileKind::Directory || !inode.alone_in_its_entry() {
                 return None;
             }
-            if let Err(e) = require_sticky(&dir, &inode, &caller) {
+            if let Err(e) = require_sticky(&dir, &inode, caller) {
                 return Some((Err(e), None));
             }
             held.set(name, None);
             let op = Op::new(
-                &caller,
+                caller,
                 Some(inode.ino),
                 ClientRequest::Unlink {
                     path: path.to_string(),

@@ -2,8 +2,6 @@
 //! is cut into pieces of `PIECE_BYTES` as it arrives, and a big GET is answered by a task
 //! reading one piece ahead of the client.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use futures::StreamExt;
 use myriad_client::proto::limits::IO_BYTES_MAX;
@@ -62,7 +60,7 @@ impl Pieces {
 /// a task that reads them a piece at a time through `client` (a handle acting for the
 /// request's caller); `first` holds those already read from `range.start`.
 pub fn stream_file(
-    client: Arc<Client>,
+    client: Client,
     path: String,
     inode: Inode,
     range: std::ops::Range<u64>,

@@ -39,7 +39,7 @@ impl Gateway {
 macro_rules! as_caller {
     ($self:ident, $req:ident, |$client:ident, $caller:ident, $input:ident| $body:expr) => {{
         let $caller = $self.caller(&$req)?;
-        let $client = Arc::new($self.client.for_caller($caller.clone()));
+        let $client = $self.client.for_caller($caller.clone());
         let $input = $req.input;
         let out = $body.await?;
         Ok(S3Response::new(out))

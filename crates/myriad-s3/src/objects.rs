@@ -1,6 +1,5 @@
 //! GetObject, HeadObject, PutObject, DeleteObject and DeleteObjects: objects as files.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -64,7 +63,7 @@ fn object_inode(inode: Inode) -> S3Result<Inode> {
     }
 }
 
-pub async fn get(client: &Arc<Client>, input: GetObjectInput) -> S3Result<GetObjectOutput> {
+pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOutput> {
     let path = object_path(&input.bucket, &input.key)?;
     // Without a range the first piece comes with the attributes, in one request; with one
     // only the attributes do (the range may start anywhere).
@@ -112,7 +111,7 @@ pub async fn get(client: &Arc<Client>, input: GetObjectInput) -> S3Result<GetObj
     let body = if first.len() as u64 == length {
         StreamingBlob::from(s3s::Body::from(Bytes::from(first)))
     } else {
-        stream_file(Arc::clone(client), path, inode, range, first)
+        stream_file(client.clone(), path, inode, range, first)
     };
     Ok(GetObjectOutput {
         body: Some(body),

@@ -102,7 +102,7 @@ impl Client {
         validate_path(path)?;
         let (dir, name) = split_parent(path);
         let caller = self.acting_caller();
-        match self.leases.get(dir, name, &caller) {
+        match self.leases.get(dir, name, caller) {
             Some(Cached::Missing) if path != "/" => {
                 self.count_answer(&self.answered_by_lease);
                 return Err(FsError::NotFound);
@@ -159,7 +159,13 @@ impl Client {
             }
         };
         if let (Some(grant), Some(cached)) = (lease, cached) {
-            let answers = vec![(name.to_string(), Entry { caller, cached })];
+            let answers = vec![(
+                name.to_string(),
+                Entry {
+                    caller: caller.clone(),
+                    cached,
+                },
+            )];
             self.keep_leased(dir, answers, None, &grant, generation);
         }
         result

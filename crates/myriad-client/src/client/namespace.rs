@@ -128,7 +128,7 @@ impl Client {
         }
         if self.config.leases && path != "/" {
             let (dir, name) = split_parent(path);
-            match self.leases.get(dir, name, &self.acting_caller()) {
+            match self.leases.get(dir, name, self.acting_caller()) {
                 Some(crate::leases::Cached::Missing) => {
                     self.count_answer(&self.answered_by_lease);
                     return Err(FsError::NotFound);

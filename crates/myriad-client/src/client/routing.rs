@@ -305,7 +305,7 @@ impl Client {
             addr,
             st.map.epoch,
             ends,
-            &caller,
+            caller,
             req,
             self.config.request_timeout,
         );
