@@ -10,41 +10,57 @@ use myriad_proto::{Caller, Endpoints, ErrorKind, Request, ServerRequest};
 
 use super::*;
 
-/// Answers every request with `answer` (and a map push with a redirect), counting them.
-struct Confused {
-    answer: FsError,
-    calls: AtomicU32,
-}
+/// The servers of a test, scripted: each request is answered at once with what the
+/// function says of it and of the caller it carries.
+struct Scripted<F>(F);
 
-impl Transport for Confused {
+impl<F> Transport for Scripted<F>
+where
+    F: Fn(&Caller, &Request) -> Result<Response, FsError> + Send + Sync + 'static,
+{
     fn call_with_timeout<'a>(
         &'a self,
         _addr: &'a str,
         _epoch: u64,
         _ends: Endpoints,
-        _caller: &'a Caller,
+        caller: &'a Caller,
         req: &'a Request,
         _timeout: Duration,
     ) -> BoxFuture<'a, Result<Response, FsError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let answer = match req {
-            Request::Server(ServerRequest::InstallMap(m)) => FsError::Redirect(m.clone()),
-            _ => self.answer.clone(),
-        };
-        Box::pin(async move { Err(answer) })
+        let answer = (self.0)(caller, req);
+        Box::pin(async move { answer })
     }
 }
 
-fn client(answer: FsError) -> (Client, Arc<Confused>) {
+/// A client of two servers answering as `answer` says, acting for root, whose requests
+/// give up after `timeout`.
+fn scripted<F>(timeout: Duration, answer: F) -> Client
+where
+    F: Fn(&Caller, &Request) -> Result<Response, FsError> + Send + Sync + 'static,
+{
     let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
     let mut config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
-    config.request_timeout = Duration::from_millis(300);
-    let t = Arc::new(Confused {
-        answer,
-        calls: AtomicU32::new(0),
+    config.request_timeout = timeout;
+    Client::with_transport(config, Arc::new(Scripted(answer))).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A counter shared with a script.
+fn counter() -> (Arc<AtomicU32>, Arc<AtomicU32>) {
+    let c = Arc::new(AtomicU32::new(0));
+    (c.clone(), c)
+}
+
+/// Answers every request with `answer` (and a map push with a redirect), counting them.
+fn client(answer: FsError) -> (Client, Arc<AtomicU32>) {
+    let (calls, counted) = counter();
+    let c = scripted(Duration::from_millis(300), move |_, req| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Err(match req {
+            Request::Server(ServerRequest::InstallMap(m)) => FsError::Redirect(m.clone()),
+            _ => answer.clone(),
+        })
     });
-    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
-    (c, t)
+    (c, calls)
 }
 
 #[tokio::test(start_paused = true)]
@@ -58,7 +74,7 @@ async fn routing_signals_never_reach_the_caller() {
             map: None,
         },
     ] {
-        let (c, t) = client(answer.clone());
+        let (c, calls) = client(answer.clone());
         let got = c.stat("/x").await;
         let Err(e) = got else {
             panic!("{answer:?}: a stat answered by a confused cluster succeeded");
@@ -66,36 +82,10 @@ async fn routing_signals_never_reach_the_caller() {
         assert!(!e.is_routing(), "{answer:?} reached the caller as {e:?}");
         assert_ne!(e.kind(), ErrorKind::Posix, "{answer:?} became {e:?}");
         assert!(
-            t.calls.load(Ordering::SeqCst) < 200,
+            calls.load(Ordering::SeqCst) < 200,
             "{answer:?}: {} requests for one stat",
-            t.calls.load(Ordering::SeqCst)
+            calls.load(Ordering::SeqCst)
         );
-    }
-}
-
-/// Answers `MapTooOld` to the first `lag` requests (its partitions still take up the map
-/// it was pushed), then `NotFound`; a map push is answered at once.
-struct Lagging {
-    lag: u32,
-    calls: AtomicU32,
-}
-
-impl Transport for Lagging {
-    fn call_with_timeout<'a>(
-        &'a self,
-        _addr: &'a str,
-        _epoch: u64,
-        _ends: Endpoints,
-        _caller: &'a Caller,
-        req: &'a Request,
-        _timeout: Duration,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        let answer = match req {
-            Request::Server(ServerRequest::InstallMap(_)) => Ok(Response::Unit),
-            _ if self.calls.fetch_add(1, Ordering::SeqCst) < self.lag => Err(FsError::MapTooOld(1)),
-            _ => Err(FsError::NotFound),
-        };
-        Box::pin(async move { answer })
     }
 }
 
@@ -104,20 +94,20 @@ impl Transport for Lagging {
 /// on a loaded machine with "keeps an old cluster map").
 #[tokio::test(start_paused = true)]
 async fn a_server_slow_to_take_up_a_pushed_map_is_waited_for() {
-    let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
-    let mut config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
-    config.request_timeout = Duration::from_secs(2);
-    let t = Arc::new(Lagging {
-        lag: 12,
-        calls: AtomicU32::new(0),
+    // `MapTooOld` to the first 12 requests (its partitions still take up the map it was
+    // pushed), then `NotFound`; a map push is answered at once.
+    let (calls, counted) = counter();
+    let c = scripted(Duration::from_secs(2), move |_, req| match req {
+        Request::Server(ServerRequest::InstallMap(_)) => Ok(Response::Unit),
+        _ if counted.fetch_add(1, Ordering::SeqCst) < 12 => Err(FsError::MapTooOld(1)),
+        _ => Err(FsError::NotFound),
     });
-    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
     let got = c.stat("/x").await;
     assert!(
         matches!(got, Err(FsError::NotFound)),
         "the answer after the lag, not {got:?}"
     );
-    assert_eq!(t.calls.load(Ordering::SeqCst), 13);
+    assert_eq!(calls.load(Ordering::SeqCst), 13);
 }
 
 /// Never answers anything: a host gone, whose connects get no SYN back.
@@ -158,57 +148,34 @@ async fn asking_a_gone_host_for_the_map_is_bounded_and_down_servers_come_last() 
     assert_eq!(Client::map_askers(&map), vec!["a:1", "b:1", "c:1"]);
 }
 
-/// A primary that lost the changes it answered (its barrier answers `Io`) and sends the
-/// first one sent again to another shard of its directory, whose home does not know the
-/// directory's shard map (`NotFound`).
-#[derive(Default)]
-struct Forgetful {
-    resent: AtomicU32,
-    shard_maps_asked: AtomicU32,
-}
-
-impl Transport for Forgetful {
-    fn call_with_timeout<'a>(
-        &'a self,
-        _addr: &'a str,
-        _epoch: u64,
-        _ends: Endpoints,
-        _caller: &'a Caller,
-        req: &'a Request,
-        _timeout: Duration,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        let answer = match req {
-            Request::Client(ClientRequest::SyncPartition { .. }) => {
-                Err(FsError::Io("that incarnation is gone".into()))
-            }
-            Request::Client(ClientRequest::Resend { .. })
-                if self.resent.fetch_add(1, Ordering::SeqCst) == 0 =>
-            {
-                Err(FsError::WrongShard {
-                    dir: "/d".into(),
-                    map: None,
-                })
-            }
-            Request::Client(ClientRequest::GetShardMap { .. }) => {
-                self.shard_maps_asked.fetch_add(1, Ordering::SeqCst);
-                Err(FsError::NotFound)
-            }
-            _ => Ok(Response::Unit),
-        };
-        Box::pin(async move { answer })
-    }
-}
-
 /// The shard map a recovery of held changes asks for on the way is asked as part of that
 /// recovery: asked as any other request, it would first recover the same partition's held
 /// changes and wait for the very recovery it is part of, for ever.
 #[tokio::test(start_paused = true)]
 async fn a_recovery_that_needs_a_shard_map_does_not_wait_for_itself() {
-    let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
-    let mut config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
-    config.request_timeout = Duration::from_secs(5);
-    let t = Arc::new(Forgetful::default());
-    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
+    // A primary that lost the changes it answered (its barrier answers `Io`) and sends the
+    // first one sent again to another shard of its directory, whose home does not know
+    // the directory's shard map (`NotFound`).
+    let (resent, resends) = counter();
+    let (shard_maps_asked, asks) = counter();
+    let c = scripted(Duration::from_secs(5), move |_, req| match req {
+        Request::Client(ClientRequest::SyncPartition { .. }) => {
+            Err(FsError::Io("that incarnation is gone".into()))
+        }
+        Request::Client(ClientRequest::Resend { .. })
+            if resends.fetch_add(1, Ordering::SeqCst) == 0 =>
+        {
+            Err(FsError::WrongShard {
+                dir: "/d".into(),
+                map: None,
+            })
+        }
+        Request::Client(ClientRequest::GetShardMap { .. }) => {
+            asks.fetch_add(1, Ordering::SeqCst);
+            Err(FsError::NotFound)
+        }
+        _ => Ok(Response::Unit),
+    });
     let route = Route::Entry("/d/x".to_string());
     let pid = c.partition_for(&c.st(), &route);
     assert_eq!(
@@ -232,37 +199,13 @@ async fn a_recovery_that_needs_a_shard_map_does_not_wait_for_itself() {
         "the recovery did not finish: {recovered:?}"
     );
     assert_eq!(
-        t.resent.load(Ordering::SeqCst),
+        resent.load(Ordering::SeqCst),
         2,
         "sent again after the shard map"
     );
-    assert_eq!(t.shard_maps_asked.load(Ordering::SeqCst), 1);
+    assert_eq!(shard_maps_asked.load(Ordering::SeqCst), 1);
     assert!(c.held.lock().parts.is_empty(), "the change is still held");
     assert!(c.held.lock().lost.is_none(), "nothing was lost");
-}
-
-/// Answers `NotFound` to everything, keeping the caller each request carried.
-#[derive(Default)]
-struct Callers {
-    seen: std::sync::Mutex<Vec<u32>>,
-}
-
-impl Transport for Callers {
-    fn call_with_timeout<'a>(
-        &'a self,
-        _addr: &'a str,
-        _epoch: u64,
-        _ends: Endpoints,
-        caller: &'a Caller,
-        _req: &'a Request,
-        _timeout: Duration,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(caller.uid);
-        Box::pin(async move { Err(FsError::NotFound) })
-    }
 }
 
 /// A handle acts for the caller it was made for, side by side with others sharing the same
@@ -270,19 +213,23 @@ impl Transport for Callers {
 /// task's.
 #[tokio::test]
 async fn each_handle_sends_the_caller_it_acts_for() {
-    let map = ClusterMap::build(1, &["a:1".to_string(), "b:1".to_string()], 1, 2);
-    let config = ClientConfig::new(map, Caller::root(), Keyring::from_secret(&[3u8; 32]));
-    let t = Arc::new(Callers::default());
-    let c = Client::with_transport(config, t.clone()).unwrap_or_else(|e| panic!("{e}"));
+    // `NotFound` to everything, keeping the caller each request carried.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let c = scripted(DEFAULT_REQUEST_TIMEOUT, move |caller, _| {
+        kept.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(caller.uid);
+        Err(FsError::NotFound)
+    });
     let user = |uid| Caller {
         uid,
         gid: uid,
         groups: Vec::new(),
     };
     let took = || {
-        let mut seen = std::mem::take(
-            &mut *t
-                .seen
+        let mut seen: Vec<u32> = std::mem::take(
+            &mut *seen
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
