@@ -29,13 +29,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::state::mutation::{IdAlloc, Layout, Mutation, Outcome};
 
+pub mod context;
 mod kept;
 pub mod leases;
 pub mod once_scope;
-mod rounds;
+pub(crate) mod rounds;
 mod ship;
 mod sync;
 
+pub use context::{Context, OnceSlot};
 use rounds::Job;
 #[cfg(test)]
 pub use ship::NoCopies;
@@ -205,6 +207,7 @@ impl Applier {
     /// when the mark is gone (the caller may go on).
     pub async fn unregister_auto_index(
         &self,
+        ctx: &Context,
         dir: &str,
         mark: ReadOnlyMark,
     ) -> Result<(), FsError> {
@@ -224,12 +227,12 @@ impl Applier {
             }
         }
         Box::pin(self.submit(
+            ctx,
             Mutation::ClearAutoIndex {
                 path: dir.to_string(),
                 mark,
             },
             true,
-            &leases::Exempt::default(),
         ))
         .await
         .map(|_| ())
@@ -239,6 +242,7 @@ impl Applier {
     /// failure lets it go first: unregistering an automatic index must not wait on it).
     async fn answered(
         &self,
+        ctx: &Context,
         rx: oneshot::Receiver<Result<Done, FsError>>,
         gate: Option<leases::ChangeGuard>,
     ) -> Result<Done, FsError> {
@@ -246,16 +250,16 @@ impl Applier {
         drop(gate);
         match answer {
             Ok(Ok(done)) => Ok(done),
-            Ok(Err(e)) => Err(self.met_auto_index(e).await),
+            Ok(Err(e)) => Err(self.met_auto_index(ctx, e).await),
             Err(_) => Err(FsError::Unavailable("server is shutting down".into())),
         }
     }
 
     /// What a change that met an automatic index answers (`unregister_auto_index`).
-    async fn met_auto_index(&self, e: FsError) -> FsError {
+    async fn met_auto_index(&self, ctx: &Context, e: FsError) -> FsError {
         match e {
             FsError::AutoIndexed { dir, mark } => {
-                match self.unregister_auto_index(&dir, mark).await {
+                match self.unregister_auto_index(ctx, &dir, mark).await {
                     Ok(()) => FsError::Busy,
                     Err(e) => e,
                 }
@@ -271,11 +275,14 @@ impl Applier {
         self
     }
 
-    /// Serves one client's batch (`fut`): its changes share a store batch, a replicated
+    /// Serving one client's batch: its changes share a store batch, a replicated
     /// batch and an fsync per copy, and the partition's rounds stay open (within bounds)
     /// for its next change meanwhile (`commit/rounds.rs`).
-    pub async fn holding<F: std::future::Future>(&self, fut: F) -> F::Output {
-        self.holds.holding(fut).await
+    /// Held until the batch is served; its number goes in the context of its mutations
+    /// (`Context::batch`).
+    #[must_use]
+    pub fn hold(&self) -> rounds::Held {
+        self.holds.hold()
     }
 
     /// The partition's directory leases.
@@ -283,18 +290,13 @@ impl Applier {
         self.leases.as_ref()
     }
 
-    /// Recalls the directory leases `mutation` breaks (not its own client's) and waits
-    /// for them: held until the mutation is applied.
-    /// `exempt`: clients whose leases the mutation does not recall (`leases::Exempt`).
-    async fn gate(
-        &self,
-        mutation: &Mutation,
-        exempt: &leases::Exempt,
-    ) -> Option<leases::ChangeGuard> {
+    /// Recalls the directory leases `mutation` breaks (not those of the client whose
+    /// change it is, nor of those `ctx.exempt` names) and waits for them: held until the
+    /// mutation is applied.
+    async fn gate(&self, mutation: &Mutation, ctx: &Context) -> Option<leases::ChangeGuard> {
         let table = self.leases.as_ref()?;
         let changed = crate::state::changed_dirs::changed_dirs(mutation);
-        let requester = once_scope::task_client();
-        Some(table.before(changed, requester, exempt).await)
+        Some(table.before(changed, ctx.client(), &ctx.exempt).await)
     }
 
     /// Refuses from now on: every mutation not yet applied fails with `Unavailable` (without
@@ -329,20 +331,16 @@ impl Applier {
         self.copies.close();
     }
 
-    /// Applies `mutation` and returns once it is durable.
+    /// Applies `mutation`, work of no client's request (`Context::background`), and
+    /// returns once it is durable.
     pub async fn run(&self, mutation: Mutation) -> Result<Outcome, FsError> {
-        self.submit(mutation, true, &leases::Exempt::default())
-            .await
+        self.submit(&Context::background(), mutation, true).await
     }
 
-    /// `run` of a mutation that is part of the change of a client `exempt` names: its
-    /// leases on the directories changed are not recalled for it.
-    pub async fn run_exempting(
-        &self,
-        mutation: Mutation,
-        exempt: &leases::Exempt,
-    ) -> Result<Outcome, FsError> {
-        self.submit(mutation, true, exempt).await
+    /// Applies `mutation` for what `ctx` says (the change it may complete, the batch it
+    /// is part of, the clients it does not recall) and returns once it is durable.
+    pub async fn run_in(&self, ctx: &Context, mutation: Mutation) -> Result<Outcome, FsError> {
+        self.submit(ctx, mutation, true).await
     }
 
     /// `run`, its outcome read as the kind `K` the mutation has (`state/outcome_kinds.rs`).
@@ -353,53 +351,60 @@ impl Applier {
         crate::state::outcome_kinds::expect(self.run(mutation).await?)
     }
 
-    /// Applies `mutation` and returns once it is visible; the group commit covering it
-    /// starts at once (`Barrier` waits for it).
-    pub async fn run_visible(&self, mutation: Mutation) -> Result<Outcome, FsError> {
-        self.submit(mutation, false, &leases::Exempt::default())
-            .await
+    /// `run_in`, its outcome read as the kind `K` the mutation has.
+    pub(crate) async fn run_for_in<K: crate::state::outcome_kinds::OutcomeKind>(
+        &self,
+        ctx: &Context,
+        mutation: Mutation,
+    ) -> Result<K, FsError> {
+        crate::state::outcome_kinds::expect(self.run_in(ctx, mutation).await?)
     }
 
-    /// `run_visible` of a mutation reporting or making part of the changes of the clients
-    /// `exempt` names (a directory touch): their leases on the directories changed are
-    /// not recalled for it.
-    pub async fn run_visible_exempting(
+    /// Applies `mutation` (no client's request's) and returns once it is visible; the
+    /// group commit covering it starts at once (`Barrier` waits for it).
+    pub async fn run_visible(&self, mutation: Mutation) -> Result<Outcome, FsError> {
+        self.submit(&Context::background(), mutation, false).await
+    }
+
+    /// `run_visible` for what `ctx` says.
+    pub async fn run_visible_in(
         &self,
+        ctx: &Context,
         mutation: Mutation,
-        exempt: &leases::Exempt,
     ) -> Result<Outcome, FsError> {
-        self.submit(mutation, false, exempt).await
+        self.submit(ctx, mutation, false).await
     }
 
     /// Applies `mutation` and returns its outcome once it is visible, with what tells
     /// when it is durable: work that needs only the change visible overlaps the group
     /// commit and the backups' acknowledgements. A failed mutation fails here.
     pub async fn run_staged(&self, mutation: Mutation) -> Result<(Outcome, Durable), FsError> {
-        self.run_staged_exempting(mutation, &leases::Exempt::default())
-            .await
+        self.run_staged_in(&Context::background(), mutation).await
     }
 
-    /// `run_staged`, with the clients `exempt` names exempt from its recalls.
-    pub async fn run_staged_exempting(
+    /// `run_staged` for what `ctx` says.
+    pub async fn run_staged_in(
         &self,
+        ctx: &Context,
         mutation: Mutation,
-        exempt: &leases::Exempt,
     ) -> Result<(Outcome, Durable), FsError> {
-        let gate = self.gate(&mutation, exempt).await;
+        once_scope::check(ctx, Some(&mutation), "run_staged");
+        rounds::check(ctx);
+        let gate = self.gate(&mutation, ctx).await;
         let (reply, rx) = oneshot::channel();
         let (synced, synced_rx) = oneshot::channel();
         self.tx
             .send(Job {
-                once: once_scope::job_for(&mutation),
+                once: ctx.job_for(&mutation),
                 mutation,
                 reply,
                 durable: false,
                 synced: Some(synced),
-                batch: rounds::serving(),
+                batch: ctx.batch,
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        let done = self.answered(rx, gate).await?;
+        let done = self.answered(ctx, rx, gate).await?;
         let durable = Durable {
             rx: synced_rx,
             copies: self.copies.clone(),
@@ -409,13 +414,15 @@ impl Applier {
 
     async fn submit(
         &self,
+        ctx: &Context,
         mutation: Mutation,
         durable: bool,
-        exempt: &leases::Exempt,
     ) -> Result<Outcome, FsError> {
-        let gate = self.gate(&mutation, exempt).await;
+        once_scope::check(ctx, Some(&mutation), "submit");
+        rounds::check(ctx);
+        let gate = self.gate(&mutation, ctx).await;
         let (reply, rx) = oneshot::channel();
-        let once = once_scope::job_for(&mutation);
+        let once = ctx.job_for(&mutation);
         // A change the client wants answered once applied: its completing mutation is
         // made durable all the same (the fsync follows at once), just not waited for.
         let durable = durable && !once.as_ref().is_some_and(|o| o.visible);
@@ -426,11 +433,11 @@ impl Applier {
                 reply,
                 durable,
                 synced: None,
-                batch: rounds::serving(),
+                batch: ctx.batch,
             })
             .await
             .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
-        let done = self.answered(rx, gate).await?;
+        let done = self.answered(ctx, rx, gate).await?;
         if durable {
             self.copies.wait(done.seq).await?;
         }

@@ -102,6 +102,11 @@ impl Exempt {
         }
     }
 
+    /// The client exempt in every directory, if any (transition check).
+    pub(crate) fn all_for(&self) -> Option<u64> {
+        self.all
+    }
+
     /// The client exempt from recalls of `dir`, if any.
     fn client_of(&self, dir: &str) -> Option<u64> {
         self.dirs.get(dir).copied().or(self.all)

@@ -4,43 +4,18 @@
 //! outcome become durable and reach the copies together.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
-use myriad_proto::{OnceId, Response};
+pub use super::context::OnceSlot;
 
-use crate::state::mutation::{Awaited, Mutation, Outcome};
-
-/// What the partition tells the applier of the change its task is applying.
-pub struct OnceSlot {
-    pub id: OnceId,
-    pub at_ns: i64,
-    /// Whether a mutation is the one that completes the change (its outcome is recorded).
-    pub completes: fn(&Mutation) -> bool,
-    /// The change's answer, from that mutation's outcome (`None`: nothing worth
-    /// recording, a retry may simply run again).
-    pub answer: fn(&Outcome) -> Option<Response>,
-    /// Set once the mutation that completes the change committed: with its answer
-    /// recorded in the same batch, or with nothing worth recording. Either way the change
-    /// needs no record of its own afterwards.
-    pub settled: Arc<AtomicBool>,
-    /// Set with `settled` when an answer was recorded: only such a change may be answered
-    /// before it is durable (`Response::Applied`), for its client may send it again
-    /// after later ones (docs/fuse.md "Keeping answered changes until they are durable")
-    /// and running it again then would undo them.
-    pub recorded: Arc<AtomicBool>,
-    /// Set with `settled` when the completing mutation wrote anything.
-    pub wrote: Arc<AtomicBool>,
-    /// The client asked for an answer once applied (`ClientRequest::Once::visible`): the
-    /// completing mutation is answered without waiting for its fsync and copies.
-    pub visible: bool,
-}
+use crate::state::mutation::{Awaited, Mutation};
 
 tokio::task_local! {
-    static ONCE: Option<OnceSlot>;
+    static ONCE: Option<Arc<OnceSlot>>;
 }
 
 /// Runs `fut` (a request's task) applying change `slot.id`.
-pub async fn scope<F: std::future::Future>(slot: OnceSlot, fut: F) -> F::Output {
+pub async fn scope<F: std::future::Future>(slot: Arc<OnceSlot>, fut: F) -> F::Output {
     ONCE.scope(Some(slot), fut).await
 }
 
@@ -50,16 +25,7 @@ pub async fn outside<F: std::future::Future>(fut: F) -> F::Output {
     ONCE.scope(None, fut).await
 }
 
-/// What a job carries of its task's change: set when the job's mutation completes it.
-pub(crate) struct OnceJob {
-    pub(crate) id: OnceId,
-    pub(crate) at_ns: i64,
-    pub(crate) answer: fn(&Outcome) -> Option<Response>,
-    pub(crate) settled: Arc<AtomicBool>,
-    pub(crate) recorded: Arc<AtomicBool>,
-    pub(crate) wrote: Arc<AtomicBool>,
-    pub(crate) visible: bool,
-}
+use super::context::OnceJob;
 
 /// Whether the task's change asked for an answer once applied and `m` completes it: then
 /// nothing waits for `m`'s durability (multi-partition changes, whose other mutations are
@@ -121,4 +87,45 @@ pub fn task_client() -> Option<u64> {
     ONCE.try_with(|s| s.as_ref().map(|s| s.id.client))
         .ok()
         .flatten()
+}
+
+/// Transition check (issue 50): reports and aborts (a panic in a request task would be
+/// swallowed by its runtime).
+fn fail(msg: String) {
+    eprintln!("CHECKFAIL {msg}\n{}", std::backtrace::Backtrace::force_capture());
+    std::process::abort();
+}
+
+/// Transition check (issue 50): the client named explicitly is the task-local's.
+pub(crate) fn check_client(explicit: Option<u64>, site: &str) {
+    let local = task_client();
+    if local != explicit {
+        fail(format!("{site}: the task's client {local:?}, the one passed {explicit:?}"));
+    }
+}
+
+/// Transition check (issue 50): the context passed explicitly says what the task-local
+/// says. Removed with the task-local.
+pub(crate) fn check(ctx: &super::context::Context, m: Option<&Mutation>, site: &str) {
+    let local = task_client();
+    // A mutation that changes no directory recalls nothing: its requester does not matter.
+    let recalls = m.is_none_or(|m| {
+        !matches!(
+            crate::state::changed_dirs::changed_dirs(m),
+            crate::state::changed_dirs::ChangedDirs::None
+        )
+    });
+    let same = !recalls
+        || local == ctx.client()
+        || (ctx.client().is_none() && local.is_some() && ctx.exempt.all_for() == local);
+    if !same {
+        fail(format!("{site}: the task's client {local:?}, the context's {:?}", ctx.client()));
+    }
+    if let Some(m) = m {
+        let a = job_for(m).map(|j| j.id);
+        let b = ctx.job_for(m).map(|j| j.id);
+        if a != b {
+            fail(format!("{site}: the task completes {a:?}, the context {b:?}"));
+        }
+    }
 }

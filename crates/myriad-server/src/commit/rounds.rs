@@ -18,7 +18,6 @@ use myriad_proto::FsError;
 use myriad_storage::{StagedKv, Store};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::once_scope;
 use super::ship::{CHAIN_KEY, Numbered, SEQ_KEY, Ship, TERM_KEY, chain_next};
 use super::sync::{Done, Reply, SyncSlot, Syncer, drain};
 use crate::state::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
@@ -38,7 +37,7 @@ const STAGE_BYTES_MAX: usize = 1 << 20;
 pub(super) struct Job {
     pub(super) mutation: Mutation,
     /// The client's change this mutation completes, whose outcome goes into its batch.
-    pub(super) once: Option<once_scope::OnceJob>,
+    pub(super) once: Option<super::context::OnceJob>,
     pub(super) reply: Reply,
     /// false: reply once applied; the fsync still follows at once.
     pub(super) durable: bool,
@@ -62,6 +61,22 @@ pub(super) fn serving() -> Option<u64> {
     SERVING.try_with(|b| *b).ok()
 }
 
+/// Transition check (issue 50): the context's batch is the task-local's, where it has one.
+pub(super) fn check(ctx: &super::context::Context) {
+    if ctx.batch.is_some() && serving().is_some() {
+        if ctx.batch != serving() {
+            eprintln!("CHECKFAIL batch {:?} vs {:?}", ctx.batch, serving());
+            std::process::abort();
+        }
+    } else if ctx.batch.is_none() && serving().is_some() {
+        if std::env::var_os("MYRIAD_BATCHMISS").is_some() {
+            eprintln!("BATCHMISS {}", std::backtrace::Backtrace::force_capture());
+        } else {
+            eprintln!("BATCHMISS");
+        }
+    }
+}
+
 /// Batches being served on a partition (`Applier::holding`).
 #[derive(Default)]
 pub(crate) struct Holds {
@@ -70,15 +85,30 @@ pub(crate) struct Holds {
 }
 
 impl Holds {
-    /// Runs `fut` (the serving of one client's batch) with its jobs tagged as one batch,
-    /// keeping the partition's rounds open for them meanwhile.
-    pub(super) async fn holding<F: std::future::Future>(self: &Arc<Self>, fut: F) -> F::Output {
-        let _hold = Hold::new(self);
-        SERVING
-            .scope(NEXT_BATCH.fetch_add(1, Ordering::Relaxed), fut)
-            .await
+    /// A client's batch to be served: while the `Held` lives, the partition's rounds stay
+    /// open for its next change; its mutations are applied with its number
+    /// (`Context::batch`).
+    pub(super) fn hold(self: &Arc<Self>) -> Held {
+        Held {
+            batch: NEXT_BATCH.fetch_add(1, Ordering::Relaxed),
+            _hold: Hold::new(self),
+        }
     }
 }
+
+/// Transition (issue 50): the task-local the explicit batch is checked against.
+pub(crate) async fn serving_scope<F: std::future::Future>(batch: u64, fut: F) -> F::Output {
+    SERVING.scope(batch, fut).await
+}
+
+/// A client's batch being served (`Applier::hold`).
+pub struct Held {
+    /// The batch's number, for the context of its mutations (`Context::batch`).
+    pub batch: u64,
+    _hold: Hold,
+}
+
+impl Holds {}
 
 /// While alive, the partition's rounds stay open for the next change of a batch.
 struct Hold(Arc<Holds>);

@@ -128,9 +128,14 @@ async fn rooted_tasks(kv: Arc<dyn Kv>, copies: Arc<dyn Ship>) -> (Applier, Synce
 }
 
 /// Creates `/name` through `applier`, answered once applied (not yet durable).
-async fn applied(applier: &Applier, name: &str) {
+/// `name` created and answered once visible, as part of client batch `held`.
+async fn applied(applier: &Applier, held: &rounds::Held, name: &str) {
+    let ctx = Context {
+        batch: Some(held.batch),
+        ..Context::background()
+    };
     applier
-        .run_visible(create(name))
+        .run_visible_in(&ctx, create(name))
         .await
         .unwrap_or_else(|e| panic!("{name}: {e}"));
 }
@@ -300,31 +305,33 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
     let (applier, syncer, store) = rooted_tasks(kv.clone(), copies.clone()).await;
     let shipped = || copies.shipped.lock().map(|s| s.len()).unwrap_or(0);
     assert_eq!(shipped(), 1);
+    let held = applier.hold();
+    for i in 0..20 {
+        let name = format!("f{i}");
+        applied(&applier, &held, &name).await;
+        assert!(
+            store.entry("/", &name).ok().flatten().is_some(),
+            "a change answered as applied is read at once"
+        );
+    }
+    assert_eq!(shipped(), 1, "nothing committed while the batch is served");
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
+    // Somebody waiting for durability ends the round at once, held or not.
+    let before = tokio::time::Instant::now();
+    let in_batch = Context {
+        batch: Some(held.batch),
+        ..Context::background()
+    };
     applier
-        .holding(async {
-            for i in 0..20 {
-                let name = format!("f{i}");
-                applied(&applier, &name).await;
-                assert!(
-                    store.entry("/", &name).ok().flatten().is_some(),
-                    "a change answered as applied is read at once"
-                );
-            }
-            assert_eq!(shipped(), 1, "nothing committed while the batch is served");
-            assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
-            // Somebody waiting for durability ends the round at once, held or not.
-            let before = tokio::time::Instant::now();
-            applier
-                .run(create("durable"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            assert!(
-                before.elapsed() < Duration::from_millis(1),
-                "a durable change waited for a held round: {:?}",
-                before.elapsed()
-            );
-        })
-        .await;
+        .run_in(&in_batch, create("durable"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        before.elapsed() < Duration::from_millis(1),
+        "a durable change waited for a held round: {:?}",
+        before.elapsed()
+    );
+    drop(held);
     assert_eq!(
         shipped(),
         2,
@@ -332,11 +339,9 @@ async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
     );
     assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
     // Another batch: its round commits when its serving ends, without anyone waiting.
-    applier
-        .holding(async {
-            applied(&applier, "g").await;
-        })
-        .await;
+    let held = applier.hold();
+    applied(&applier, &held, "g").await;
+    drop(held);
     tokio::time::timeout(Duration::from_millis(100), async {
         while shipped() < 3 {
             tokio::task::yield_now().await;
@@ -360,18 +365,16 @@ async fn an_unrelated_job_gets_a_batch_of_its_own_during_a_held_round() {
     let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
     let shipped = || copies.shipped.lock().map(|s| s.len()).unwrap_or(0);
     let other = applier.clone();
-    applier
-        .holding(async {
-            applied(&applier, "a").await;
-            // Another request's task: not part of this batch.
-            tokio::spawn(async move { other.run_visible(create("b")).await })
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-                .unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(shipped(), 3, "the batch's change, then the other job alone");
-            applied(&applier, "c").await;
-        })
-        .await;
+    let held = applier.hold();
+    applied(&applier, &held, "a").await;
+    // Another request's task: not part of this batch.
+    tokio::spawn(async move { other.run_visible(create("b")).await })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(shipped(), 3, "the batch's change, then the other job alone");
+    applied(&applier, &held, "c").await;
+    drop(held);
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(shipped(), 4);
     assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(4));
@@ -384,14 +387,12 @@ async fn a_stalled_batch_does_not_keep_its_round_open() {
     let kv = disk();
     let copies = Arc::new(Recorder::default());
     let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
-    applier
-        .holding(async {
-            applied(&applier, "a").await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
-            assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 2);
-        })
-        .await;
+    let held = applier.hold();
+    applied(&applier, &held, "a").await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(2));
+    assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 2);
+    drop(held);
 }
 
 /// A round's batch the engine refuses after its changes were answered as applied: the
@@ -400,12 +401,10 @@ async fn a_stalled_batch_does_not_keep_its_round_open() {
 async fn a_round_the_engine_refuses_fails_the_server() {
     let kv = disk();
     let (applier, syncer, _store) = rooted_tasks(kv.clone(), Arc::new(NoCopies)).await;
-    applier
-        .holding(async {
-            applied(&applier, "a").await;
-            kv.crash_after(0);
-        })
-        .await;
+    let held = applier.hold();
+    applied(&applier, &held, "a").await;
+    kv.crash_after(0);
+    drop(held);
     let e = tokio::time::timeout(Duration::from_secs(5), syncer.failure())
         .await
         .unwrap_or_else(|_| panic!("the failure was not reported"));
@@ -424,12 +423,10 @@ async fn a_deposed_partition_drops_its_stage() {
     let kv = disk();
     let copies = Arc::new(Recorder::default());
     let (applier, _syncer, store) = rooted_tasks(kv, copies.clone()).await;
-    applier
-        .holding(async {
-            applied(&applier, "staged").await;
-            applier.refuse();
-        })
-        .await;
+    let held = applier.hold();
+    applied(&applier, &held, "staged").await;
+    applier.refuse();
+    drop(held);
     applier.retire().await;
     assert_eq!(store.meta_u64(SEQ_KEY).ok().flatten(), Some(1));
     assert_eq!(copies.shipped.lock().map(|s| s.len()).unwrap_or(0), 1);

@@ -368,8 +368,12 @@ impl Partition {
     /// where an exclusive lease carries the attributes its grant found (the holder answers
     /// creates behind by them: the permission checks, a new file's group). Bounded by the
     /// lease period (an unreachable home's holder has lost its lease by then).
-    pub(crate) async fn tell_dir_home(self: &Arc<Self>, path: &str, inode: &Inode) {
-        let by = crate::commit::once_scope::task_client();
+    pub(crate) async fn tell_dir_home(
+        self: &Arc<Self>,
+        path: &str,
+        inode: &Inode,
+        by: Option<u64>,
+    ) {
         let home = self.dir_owner(path);
         if home == self.me {
             self.dir_attrs_changed(path, inode.clone(), by).await;
@@ -389,8 +393,7 @@ impl Partition {
     /// exclusive lease there is given back first, with the changes its holder answered
     /// behind by the old attributes (`LeaseTable::before_attrs_change`). Bounded: a
     /// silent home's holders have lost their leases by the deadline.
-    pub(crate) async fn hold_dir_home(self: &Arc<Self>, path: &str) {
-        let by = crate::commit::once_scope::task_client();
+    pub(crate) async fn hold_dir_home(self: &Arc<Self>, path: &str, by: Option<u64>) {
         let home = self.dir_owner(path);
         if home == self.me {
             if let Some(t) = self.leases() {

@@ -46,8 +46,10 @@ impl Partition {
             | ClientRequest::Batch { .. } => Err(FsError::InvalidArgument(
                 "a change sent once, a batch or a leased read comes from its client".into(),
             )),
-            ClientRequest::ReserveIds { count } => self.client_reserve_ids(count).await,
-            ClientRequest::Link { from, to } => self.client_link(st, caller, from, to).await,
+            ClientRequest::ReserveIds { count } => self.client_reserve_ids(made, count).await,
+            ClientRequest::Link { from, to } => {
+                self.client_link(st, (caller, made), from, to).await
+            }
             ClientRequest::Stat { path } => self.client_stat(st, caller, path).await,
             ClientRequest::OpenWrite { path } => self.client_open_write(st, caller, path).await,
             ClientRequest::StatMany { dir, names } => {
@@ -123,8 +125,13 @@ impl Partition {
                 offset,
                 data,
                 ..
-            } => self.client_write_chunk(st, ino, chunk, offset, data).await,
-            ClientRequest::CopyRange(copy) => self.client_copy_range(st, caller, copy).await,
+            } => {
+                self.client_write_chunk(st, made, (ino, chunk), (offset, data))
+                    .await
+            }
+            ClientRequest::CopyRange(copy) => {
+                self.client_copy_range(st, (caller, made), copy).await
+            }
             ClientRequest::Mkdir { path, mode, shards } => {
                 self.client_mkdir(st, (caller, made), path, mode, shards)
                     .await

@@ -15,6 +15,7 @@ use myriad_proto::{Endpoints, FsError, InodeId, PeerRequest, Request};
 use myriad_storage::BLOCK_BYTES;
 use tokio::time::Instant;
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 
 use crate::state::mutation::{Mutation, Outcome, storage_err};
@@ -422,13 +423,14 @@ impl Partition {
     /// drops its fragments.
     pub(crate) async fn uncode(
         self: &Arc<Self>,
+        ctx: &Context,
         ino: InodeId,
         chunk: u64,
         coded: &CodedChunk,
     ) -> Result<(), FsError> {
         let data = self.decode_chunk(ino, chunk, coded).await?;
         self.applier
-            .run(Mutation::UncodeChunk {
+            .run_in(ctx, Mutation::UncodeChunk {
                 ino,
                 chunk,
                 generation: coded.generation,
@@ -455,7 +457,10 @@ impl Partition {
         // match is answered `Busy` (the caller retries) rather than looped on here.
         for _ in 0..CUT_TRIES {
             match self.applier.run(m()).await? {
-                Outcome::Coded(c) => self.uncode(ino, inside, &c).await?,
+                Outcome::Coded(c) => {
+                    self.uncode(&Context::background(), ino, inside, &c)
+                        .await?;
+                }
                 Outcome::DroppedCoded(dropped) => {
                     for (chunk, c) in dropped {
                         self.drop_fragments_later(ino, chunk, c);

@@ -14,6 +14,7 @@ use myriad_proto::{
     Caller, CopyRange, FileKind, FsError, Request, Response, limits, validate_path,
 };
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::state::mutation::Mutation;
 use crate::state::perm;
@@ -22,7 +23,7 @@ use myriad_proto::ClientRequest;
 impl Partition {
     pub(crate) async fn copy_range(
         self: &Arc<Self>,
-        caller: &Caller,
+        (caller, ctx): (&Caller, &Context),
         c: CopyRange,
     ) -> Result<Response, FsError> {
         validate_path(&c.src)?;
@@ -63,9 +64,10 @@ impl Partition {
         }
         let data = self.read_source(&c, src.size, len).await?;
         let (dir, name) = split_parent(&c.dst);
-        self.kill_setid(dir, name, target.as_ref(), (caller, self.env.now_ns()))
+        let now = self.env.now_ns();
+        self.kill_setid(dir, name, target.as_ref(), (caller, now, ctx))
             .await?;
-        let inode = self.write_copy(&c, &data).await?;
+        let inode = self.write_copy(ctx, &c, &data).await?;
         Ok(Response::Copied {
             inode,
             bytes: data.len() as u64,
@@ -116,6 +118,7 @@ impl Partition {
     /// owners, then the size. Returns the destination's inode after it.
     pub(super) async fn write_copy(
         self: &Arc<Self>,
+        ctx: &Context,
         c: &CopyRange,
         data: &[u8],
     ) -> Result<myriad_proto::Inode, FsError> {
@@ -138,7 +141,7 @@ impl Partition {
                     data: piece.to_vec(),
                     now: self.env.now_ns(),
                 };
-                if let Response::Attr(i) = self.mutate_file(m).await? {
+                if let Response::Attr(i) = self.mutate_file(ctx, m).await? {
                     inode = Some(i);
                 }
             } else {
@@ -161,7 +164,7 @@ impl Partition {
             size: end,
             now: self.env.now_ns(),
         };
-        match self.mutate_file(m).await? {
+        match self.mutate_file(ctx, m).await? {
             Response::Attr(i) => Ok(i),
             _ => inode.ok_or_else(|| FsError::Io("no inode after a copy".into())),
         }

@@ -17,7 +17,9 @@ use tokio::sync::watch;
 
 use crate::cluster::MapState;
 use crate::commit::Applier;
+use crate::commit::Context;
 use crate::partition::env::Env;
+use crate::partition::made::Made;
 use crate::state::mutation::{InodeChange, Mutation, Outcome, storage_err};
 use crate::state::perm;
 
@@ -176,19 +178,19 @@ impl Partition {
             now: self.env.now_ns(),
         };
         // The destination directory's times are sent while the commit is made durable.
-        let exempt = crate::commit::leases::Exempt::client(client);
+        let exempt = Context::exempting(crate::commit::leases::Exempt::client(client));
         let outcome = match target_dir {
             Some(dir) => {
-                let made = crate::partition::made::Made {
+                let made = Made {
                     for_client: client,
-                    ..crate::partition::made::Made::now()
+                    ..Made::now()
                 };
                 self.run_touching((m, &made), &dir, durable, |_| true)
                     .await?
                     .0
             }
-            None if durable => self.applier.run_exempting(m, &exempt).await?,
-            None => self.applier.run_visible_exempting(m, &exempt).await?,
+            None if durable => self.applier.run_in(&exempt, m).await?,
+            None => self.applier.run_visible_in(&exempt, m).await?,
         };
         if let Outcome::Renamed(gc, dropped) = outcome {
             if let Some(gc) = gc {
@@ -234,7 +236,7 @@ impl Partition {
         dir: &str,
         name: &str,
         inode: Option<&Inode>,
-        (caller, now): (&Caller, i64),
+        (caller, now, ctx): (&Caller, i64, &Context),
     ) -> Result<(), FsError> {
         let Some(inode) = inode else {
             return Ok(());
@@ -248,23 +250,33 @@ impl Partition {
             ..myriad_proto::SetAttr::default()
         };
         self.applier
-            .run(Mutation::SetAttr {
-                dir: dir.to_string(),
-                name: name.to_string(),
-                change: InodeChange::Attr(set),
-                now,
-            })
+            .run_in(
+                ctx,
+                Mutation::SetAttr {
+                    dir: dir.to_string(),
+                    name: name.to_string(),
+                    change: InodeChange::Attr(set),
+                    now,
+                },
+            )
             .await?;
         Ok(())
     }
 
     /// Applies a change of a file's contents or size (copy_range.rs).
-    pub(crate) async fn mutate_file(&self, m: Mutation) -> Result<Response, FsError> {
-        self.mutate_inode(m).await
+    pub(crate) async fn mutate_file(
+        &self,
+        ctx: &Context,
+        m: Mutation,
+    ) -> Result<Response, FsError> {
+        Ok(Response::Attr(
+            self.applier.run_for_in::<Inode>(ctx, m).await?,
+        ))
     }
 
-    pub(super) async fn mutate_inode(&self, m: Mutation) -> Result<Response, FsError> {
-        Ok(Response::Attr(self.applier.run_for::<Inode>(m).await?))
+    /// Applies a change of an inode for the change `made`.
+    pub(super) async fn mutate_inode(&self, made: &Made, m: Mutation) -> Result<Response, FsError> {
+        self.mutate_file(&made.context(), m).await
     }
 
     /// The visible inode at `path`, waiting while a multi-node operation holds the entry.

@@ -10,6 +10,7 @@ use myriad_proto::ask;
 use myriad_proto::reply::{DirPage, Exported};
 use myriad_proto::{DirAction, FileKind, FsError, RenameFlags, Request};
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::state::intent::DirMove;
 use crate::state::mutation::Mutation;
@@ -267,6 +268,7 @@ impl Partition {
     /// deleted).
     pub(super) async fn finish_commit(
         self: &Arc<Self>,
+        ctx: &Context,
         txid: u64,
         dst_node: PartitionId,
         moves: &[DirMove],
@@ -286,20 +288,24 @@ impl Partition {
         }
         let commit = PeerRequest::RenameCommit {
             txid,
-            client: crate::commit::once_scope::task_client(),
+            client: {
+                crate::commit::once_scope::check(ctx, None, "finish_commit");
+                ctx.client()
+            },
             visible,
         };
         self.call_node(dst_node, Request::Peer(commit)).await?;
         if visible {
             return Ok(());
         }
-        self.reveal_and_end(txid, moves).await
+        self.reveal_and_end(ctx, txid, moves).await
     }
 
     /// The last steps after a decision: the copies of `moves` are revealed where the map
     /// now places them (their readers waited until then), and the intent is deleted.
     pub(super) async fn reveal_and_end(
         self: &Arc<Self>,
+        ctx: &Context,
         txid: u64,
         moves: &[DirMove],
     ) -> Result<(), FsError> {
@@ -314,7 +320,9 @@ impl Partition {
                 self.call_node(node, Request::Peer(req)).await?;
             }
         }
-        self.applier.run(Mutation::DeleteIntent { txid }).await?;
+        self.applier
+            .run_in(ctx, Mutation::DeleteIntent { txid })
+            .await?;
         Ok(())
     }
 
@@ -322,6 +330,7 @@ impl Partition {
     /// node cannot be reached.
     pub(super) async fn abort_rename(
         self: &Arc<Self>,
+        ctx: &Context,
         txid: u64,
         dst_node: PartitionId,
         moves: &[DirMove],
@@ -332,17 +341,18 @@ impl Partition {
             moves: Vec::new(),
             incoming: None,
         };
-        if let Err(e) = self.applier.run(decide).await {
+        if let Err(e) = self.applier.run_in(ctx, decide).await {
             tracing::warn!(txid, "rename abort deferred to recovery: {e}");
             return;
         }
-        if let Err(e) = self.undo_moves(txid, dst_node, moves).await {
+        if let Err(e) = self.undo_moves(ctx, txid, dst_node, moves).await {
             tracing::warn!(txid, "rename abort deferred to recovery: {e}");
         }
     }
 
     pub(super) async fn undo_moves(
         self: &Arc<Self>,
+        ctx: &Context,
         txid: u64,
         dst_node: PartitionId,
         moves: &[DirMove],
@@ -355,7 +365,9 @@ impl Partition {
         self.undo_copies(txid, moves, &target).await?;
         self.call_node(dst_node, Request::Peer(PeerRequest::RenameAbort { txid }))
             .await?;
-        self.applier.run(Mutation::DeleteIntent { txid }).await?;
+        self.applier
+            .run_in(ctx, Mutation::DeleteIntent { txid })
+            .await?;
         Ok(())
     }
 

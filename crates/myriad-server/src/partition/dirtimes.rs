@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use myriad_proto::{DirTouchItem, FsError, Inode, Request, Response};
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::partition::made::{BatchTouches, Made};
 use crate::partition::touch_sender::TOUCH_TIMEOUT;
@@ -79,7 +80,7 @@ impl Partition {
     /// are made at `last`, the time of the batch's last change as its client answered it.
     pub(crate) async fn batched<F: std::future::Future>(
         self: &Arc<Self>,
-        (client, last): (Option<u64>, Option<i64>),
+        (client, last, serving): (Option<u64>, Option<i64>, Option<u64>),
         serve: impl FnOnce(BatchTouches) -> F,
     ) -> F::Output {
         let touches = BatchTouches::default();
@@ -87,8 +88,9 @@ impl Partition {
         let dirs = std::mem::take(&mut *lock(&touches.0));
         let made = Made {
             at: last,
-            batch: None,
             for_client: client,
+            serving,
+            ..Made::now()
         };
         for dir in dirs {
             self.touch_dir(&dir, &made).await;
@@ -107,17 +109,17 @@ impl Partition {
         durable: bool,
         changed: impl Fn(&Outcome) -> bool,
     ) -> Result<(Outcome, Option<Inode>), FsError> {
-        // A change answered once applied waits for its touch, not its durability.
-        let durable = durable && !crate::commit::once_scope::visible_completion(&m);
         // Part of another partition's change for `made.for_client`: not recalled for it.
-        let exempt = crate::commit::leases::Exempt::client(made.for_client);
+        let ctx = made.context();
+        // A change answered once applied waits for its touch, not its durability.
+        let durable = durable && !ctx.visible_completion(&m);
         // Only a durable change waits for the fsync (a round nobody waits on stays open
         // for the batch it is part of: `commit/rounds.rs`).
         let (out, synced) = if durable {
-            let (out, synced) = self.applier.run_staged_exempting(m, &exempt).await?;
+            let (out, synced) = self.applier.run_staged_in(&ctx, m).await?;
             (out, Some(synced))
         } else {
-            (self.applier.run_visible_exempting(m, &exempt).await?, None)
+            (self.applier.run_visible_in(&ctx, m).await?, None)
         };
         // In a batch the directory is touched once, after its last change (`batched`).
         let deferred = changed(&out)
@@ -158,6 +160,7 @@ impl Partition {
     /// count up to date where its entry lives, before the change is acknowledged. Returns
     /// the directory's attributes after it, when that partition sent them back.
     pub(crate) async fn touch_dir(self: &Arc<Self>, dir: &str, made: &Made) -> Option<Inode> {
+        crate::commit::once_scope::check_client(made.sent_once_by(), "touch_dir");
         let slot = self.dir_touches.slot(dir);
         let mine = slot.requested.fetch_add(1, Ordering::SeqCst) + 1;
         let attrs = {
@@ -184,7 +187,7 @@ impl Partition {
         let mut pause = TOUCH_PAUSE_FIRST;
         let at = self.time_of(made);
         loop {
-            match self.send_touch(dir, at, made.for_client).await {
+            match self.send_touch(dir, at, made.client()).await {
                 Ok(attrs) => return attrs,
                 Err(e) if passing(&e) && self.env.serves(self.me) => {
                     if Instant::now() + pause >= deadline {
@@ -202,12 +205,13 @@ impl Partition {
         }
     }
 
-    /// Sends `dir`'s times (`now`) and link count to the partition holding its entry.
+    /// Sends `dir`'s times (`now`) and link count to the partition holding its entry,
+    /// reporting the change of `client` (its leases on `dir` are not recalled).
     pub(super) async fn send_touch(
         self: &Arc<Self>,
         dir: &str,
         now: i64,
-        for_client: Option<u64>,
+        client: Option<u64>,
     ) -> Result<Option<Inode>, FsError> {
         let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
             return Ok(None);
@@ -218,15 +222,19 @@ impl Partition {
             1
         };
         if dir == "/" && rec.root_attrs.is_some() {
+            let ctx = Context::exempting(crate::commit::leases::Exempt::client(client));
             let out = self
                 .applier
-                .run_visible(Mutation::DirTouch {
-                    dir: "/".into(),
-                    name: String::new(),
-                    ino: rec.ino,
-                    now,
-                    nlink: Some(nlink),
-                })
+                .run_visible_in(
+                    &ctx,
+                    Mutation::DirTouch {
+                        dir: "/".into(),
+                        name: String::new(),
+                        ino: rec.ino,
+                        now,
+                        nlink: Some(nlink),
+                    },
+                )
                 .await?;
             return Ok(match out {
                 Outcome::Inode(i) => Some(i),
@@ -238,7 +246,7 @@ impl Partition {
             ino: rec.ino,
             now_ns: now,
             nlink: Some(nlink),
-            client: for_client.or_else(crate::commit::once_scope::task_client),
+            client,
         };
         self.not_deposed()?;
         let target = self.entry_node(dir);

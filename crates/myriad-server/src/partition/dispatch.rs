@@ -195,13 +195,17 @@ impl Partition {
                 // Its changes come to the applier one by one: they share a store batch.
                 // Boxed: a batch's future holds a change's, and every request's future
                 // would otherwise be as large as both (debug builds overflowed the stack).
-                Box::pin(
-                    self.applier
-                        .holding(self.batched((client, last), |touches| {
-                            self.serve_batch(epoch, caller, (ops, times), touches)
-                        })),
-                )
-                .await
+                let held = self.applier.hold();
+                let serving = held.batch;
+                let out = Box::pin(crate::commit::rounds::serving_scope(
+                    serving,
+                    self.batched((client, last, Some(serving)), move |touches| {
+                        self.serve_batch(epoch, caller, (ops, times), (touches, serving))
+                    }),
+                ))
+                .await;
+                drop(held);
+                out
             }
             (None, body) => {
                 // A read by a client that did not say who it is: it gives way to any
@@ -302,7 +306,7 @@ impl Partition {
         epoch: u64,
         caller: Caller,
         (ops, times): (Vec<ClientRequest>, Vec<i64>),
-        touches: BatchTouches,
+        (touches, serving): (BatchTouches, u64),
     ) -> Result<Response, FsError> {
         if ops.len() > myriad_proto::limits::BATCH_MAX {
             return Err(FsError::InvalidArgument(format!(
@@ -329,7 +333,8 @@ impl Partition {
                     let made = Made {
                         at: times.get(i).copied(),
                         batch: Some(touches.clone()),
-                        for_client: None,
+                        serving: Some(serving),
+                        ..Made::now()
                     };
                     let once =
                         self.serve_once(epoch, caller.clone(), id, *request, (visible, &made));

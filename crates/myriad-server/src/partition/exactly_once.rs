@@ -48,7 +48,7 @@ impl Partition {
             if let Some(dir) = request.listing_altered() {
                 self.touch_again(dir, made).await;
             }
-            return self.answer_recorded(&request, answer).await;
+            return self.answer_recorded(made, &request, answer).await;
         }
         // Noted before it runs: a resend of another client's lost change arriving
         // meanwhile must not be applied over it.
@@ -57,7 +57,7 @@ impl Partition {
         let settled = Arc::new(AtomicBool::new(false));
         let recorded = Arc::new(AtomicBool::new(false));
         let wrote = Arc::new(AtomicBool::new(false));
-        let slot = OnceSlot {
+        let slot = Arc::new(OnceSlot {
             id,
             at_ns: self.env.now_ns(),
             completes,
@@ -66,9 +66,17 @@ impl Partition {
             recorded: recorded.clone(),
             wrote: wrote.clone(),
             visible,
+        });
+        let made = Made {
+            once: Some(slot.clone()),
+            ..made.clone()
         };
         let body = Request::Client(request);
-        let result = scope(slot, self.dispatch_request(None, epoch, caller, body, made)).await;
+        let result = scope(
+            slot,
+            self.dispatch_request(None, epoch, caller, body, &made),
+        )
+        .await;
         // Answered once applied (its completing mutation did not wait for durability): the
         // client syncs it later, with this incarnation. Otherwise it is durable already.
         if visible && settled.load(Ordering::Acquire) {
@@ -126,7 +134,7 @@ impl Partition {
         request: ClientRequest,
     ) -> Result<Response, FsError> {
         if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
-            return self.answer_recorded(&request, answer).await;
+            return self.answer_recorded(&Made::now(), &request, answer).await;
         }
         tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a change lost with an earlier primary was sent again: {}", request.op_name());
         let refused = if !request.is_change() {
@@ -167,7 +175,7 @@ impl Partition {
         if let Some(dir) = request.listing_altered() {
             self.touch_again(dir, &Made::now()).await;
         }
-        let answer = self.answer_recorded(&request, answer).await?;
+        let answer = self.answer_recorded(&Made::now(), &request, answer).await?;
         Ok(Response::Recorded(Some(Box::new(answer))))
     }
 
@@ -204,6 +212,7 @@ impl Partition {
     /// Answers a change whose outcome `answer` was recorded by an earlier try.
     async fn answer_recorded(
         self: &Arc<Self>,
+        made: &Made,
         request: &ClientRequest,
         answer: Response,
     ) -> Result<Response, FsError> {
@@ -220,7 +229,9 @@ impl Partition {
         }
         // Answered before: the answer leaves only once what it reports is durable here
         // and on every copy (the first try may have failed before that).
-        self.applier.run(Mutation::Barrier).await?;
+        self.applier
+            .run_in(&made.context(), Mutation::Barrier)
+            .await?;
         Ok(answer)
     }
 

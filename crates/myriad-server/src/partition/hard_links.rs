@@ -27,6 +27,7 @@ use myriad_proto::{
     Caller, FileKind, FsError, Inode, InodeOp, OnceId, Request, Response, limits, validate_path,
 };
 
+use crate::commit::Context;
 use crate::partition::core::{Partition, split_owned};
 use crate::state::mutation::{INODE_DIR, InodeChange, Mutation, inode_name, storage_err};
 use crate::state::outcome_kinds::{InodeOrFreed, Trimmed};
@@ -60,7 +61,8 @@ impl Partition {
         now: i64,
     ) -> Result<(), FsError> {
         perm::require_write(inode, caller, opened)?;
-        self.kill_setid(INODE_DIR, name, Some(inode), (caller, now))
+        let ctx = Context::background();
+        self.kill_setid(INODE_DIR, name, Some(inode), (caller, now, &ctx))
             .await
     }
 
@@ -281,7 +283,7 @@ impl Partition {
     /// `link(from, to)`, run by the owner of `from`'s entry.
     pub(crate) async fn link(
         self: &Arc<Self>,
-        caller: &Caller,
+        (caller, ctx): (&Caller, &Context),
         from: &str,
         to: &str,
     ) -> Result<Response, FsError> {
@@ -311,10 +313,10 @@ impl Partition {
                     me: self.me,
                     now: self.env.now_ns(),
                 };
-                (self.me, self.applier.run_for::<Inode>(m).await?)
+                (self.me, self.applier.run_for_in::<Inode>(ctx, m).await?)
             }
         };
-        let put = self.link_name_request(to, inode.ino, home);
+        let put = self.link_name_request(ctx, to, inode.ino, home);
         match self.call_entry(to, Request::Peer(put)).await {
             Ok(Response::Recorded(Some(_))) => {
                 // An earlier try of this change made the name (its coordinator died before
@@ -351,8 +353,15 @@ impl Partition {
 
     /// The request that makes hard link `to` to inode `ino` (homed at `home`): made once
     /// for the client's change where the name's partition speaks protocol 32.
-    fn link_name_request(&self, to: &str, ino: InodeId, home: PartitionId) -> PeerRequest {
-        let change = crate::commit::once_scope::awaited();
+    fn link_name_request(
+        &self,
+        ctx: &Context,
+        to: &str,
+        ino: InodeId,
+        home: PartitionId,
+    ) -> PeerRequest {
+        crate::commit::once_scope::check(ctx, None, "link_name_request");
+        let change = ctx.awaited();
         match change {
             Some(c) if self.env.protocol_of(self.entry_node(to)) >= LINK_ONCE_PROTOCOL => {
                 PeerRequest::PutLinkRefOnce {
@@ -366,7 +375,7 @@ impl Partition {
                 path: to.to_string(),
                 ino,
                 home,
-                client: crate::commit::once_scope::task_client(),
+                client: ctx.client(),
             },
         }
     }

@@ -1,14 +1,18 @@
 //! How a client's change is made (`Made`): passed explicitly from where the change arrives
 //! (`dispatch.rs`, a batch in `serve_batch`) through its handler to where it is applied
 //! and its directory touched (`dirtimes.rs`), in place of the task-locals that carried it
-//! between frames (issue 50). An in-memory part below `core.rs`: it names nothing.
+//! between frames (issue 50). An in-memory part below `core.rs`: it names only the commit
+//! layer's `Context`, which it becomes where a mutation is submitted.
 
 use std::sync::Arc;
+
+use crate::commit::leases::Exempt;
+use crate::commit::{Context, OnceSlot};
 
 /// How a client's change is made, passed from where it arrives to where it is applied
 /// (issue 50: in place of task-locals): when its client says it made it, the batch whose
 /// end its directory's touch waits for, and whose change a touch reports.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Made {
     /// When the change was made, if its client said (`ClientRequest::Batch::times`): its
     /// new times and its directory's are that (`Partition::time_of`).
@@ -19,6 +23,11 @@ pub(crate) struct Made {
     /// The client a touch reports the change of, when it is not the task's own change
     /// (`once_scope::task_client`): a batch's touches, sent after its changes.
     pub(crate) for_client: Option<u64>,
+    /// The client's change sent once that the request applies (`exactly_once.rs`).
+    pub(crate) once: Option<Arc<OnceSlot>>,
+    /// The client's batch being served (`Applier::holding`): its changes share a store
+    /// batch.
+    pub(crate) serving: Option<u64>,
 }
 
 /// The directories a batch's changes touched, waiting for the batch's end.
@@ -31,5 +40,28 @@ impl Made {
     /// A change made now, by the server's clock, touching its directory at once.
     pub(crate) fn now() -> Made {
         Made::default()
+    }
+
+    /// The context a mutation of this change is applied in: the change it may complete,
+    /// the batch it is part of, and `for_client` (whose change this carries on) exempt
+    /// from its recalls.
+    pub(crate) fn context(&self) -> Context {
+        Context {
+            once: self.once.clone(),
+            batch: self.serving,
+            exempt: Exempt::client(self.for_client),
+        }
+    }
+
+    /// The client whose change sent once the request applies, if any.
+    pub(crate) fn sent_once_by(&self) -> Option<u64> {
+        self.once.as_ref().map(|s| s.id.client)
+    }
+
+    /// The client whose change this is: the one a touch reports (`for_client`), else the
+    /// change sent once the request applies.
+    pub(crate) fn client(&self) -> Option<u64> {
+        self.for_client
+            .or_else(|| self.once.as_ref().map(|s| s.id.client))
     }
 }

@@ -8,6 +8,7 @@ use myriad_placement::PartitionId;
 use myriad_proto::{FsError, Inode, InodeId, PeerRequest, Response, validate_path};
 
 use crate::cluster::MapState;
+use crate::commit::Context;
 use crate::partition::core::{Partition, attrs_key, inode_response};
 use crate::partition::made::Made;
 use crate::state::mutation::{Awaited, DirTouchOne, Mutation, Outcome, RenamePrepare};
@@ -126,10 +127,10 @@ impl Partition {
         validate_path(&prepare.to)?;
         self.own_entry(st, &prepare.to)?;
         // The target side of `client`'s rename: its leases are not recalled for it.
-        let exempt = crate::commit::leases::Exempt::client(client);
+        let exempt = Context::exempting(crate::commit::leases::Exempt::client(client));
         let outcome = self
             .applier
-            .run_exempting(Mutation::RenamePrepare(prepare), &exempt)
+            .run_in(&exempt, Mutation::RenamePrepare(prepare))
             .await?;
         Ok(match outcome {
             Outcome::Exchanged(inode, blocks) => Response::Exchanged {
@@ -170,7 +171,11 @@ impl Partition {
             now: now_ns,
             nlink,
         };
-        match self.applier.run_visible_exempting(touch, &exempt).await? {
+        match self
+            .applier
+            .run_visible_in(&Context::exempting(exempt), touch)
+            .await?
+        {
             Outcome::Inode(i) => Ok(Response::Attr(i)),
             _ => Ok(Response::Unit),
         }
@@ -226,7 +231,10 @@ impl Partition {
         // Visible is enough, as for one touch (`DirTouch`).
         let exempt = crate::commit::leases::Exempt::of(clients);
         let touch = Mutation::DirTouches(batch);
-        let out = self.applier.run_visible_exempting(touch, &exempt).await?;
+        let out = self
+            .applier
+            .run_visible_in(&Context::exempting(exempt), touch)
+            .await?;
         let Touched(touched) = outcome_kinds::expect(out)?;
         for (i, inode) in at.into_iter().zip(touched) {
             results[i] = inode.ok_or(FsError::NotFound);

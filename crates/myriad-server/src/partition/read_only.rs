@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use myriad_proto::{FsError, PartitionId, PeerRequest, ReadOnlyMark, Request, Response};
 
+use crate::commit::Context;
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, storage_err};
@@ -76,7 +77,10 @@ impl Partition {
             return Err(FsError::ReadOnly);
         }
         match rec.auto_index {
-            Some(mark) => self.applier.unregister_auto_index(dir, mark).await,
+            Some(mark) => {
+                let ctx = Context::background();
+                self.applier.unregister_auto_index(&ctx, dir, mark).await
+            }
             None => Ok(()),
         }
     }

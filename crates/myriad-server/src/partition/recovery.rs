@@ -7,6 +7,7 @@ use std::sync::Arc;
 use myriad_placement::join;
 use myriad_proto::{FsError, Request};
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::partition::dir_rename::Target;
 use crate::partition::made::Made;
@@ -104,7 +105,8 @@ impl Partition {
                     }
                 };
                 self.call_node(owner, Request::Peer(req)).await?;
-                self.resolve_entry(dir.clone(), name, txid, commit).await?;
+                self.resolve_entry(&Context::background(), dir.clone(), name, txid, commit)
+                    .await?;
                 if commit {
                     // As `client_mkdir` does: the parent's times and link count follow
                     // (chaos_long met a parent still counting a directory recovery had
@@ -137,7 +139,8 @@ impl Partition {
                     // path was judged by the old one's setgid and group for a lease).
                     self.notify_subscribers(&path, None).await;
                 }
-                self.resolve_entry(dir.clone(), name, txid, commit).await?;
+                self.resolve_entry(&Context::background(), dir.clone(), name, txid, commit)
+                    .await?;
                 if commit {
                     self.touch_dir(&dir, &Made::now()).await;
                 }
@@ -152,7 +155,8 @@ impl Partition {
                 ..
             } => {
                 if decision == Decision::Commit {
-                    self.finish_commit(txid, dst, &moves, false).await?;
+                    self.finish_commit(&Context::background(), txid, dst, &moves, false)
+                        .await?;
                     if !moves.is_empty() {
                         // As `rename` does: replicated permissions of the moved directory's
                         // old paths go, and those of one it replaced.
@@ -178,7 +182,7 @@ impl Partition {
                     };
                     let from = join(&from_dir, &from_name);
                     let walked = self.walk_moves(&from, &to, &target).await?;
-                    self.undo_moves(txid, dst, &walked).await?;
+                    self.undo_moves(&Context::background(), txid, dst, &walked).await?;
                 }
             }
             Intent::TreeMove {

@@ -44,16 +44,19 @@ impl Partition {
         }
         perm::require(&inode, &caller, perm::WRITE)?;
         let (dir, name_) = attrs_key(&path);
-        self.mutate_inode(Mutation::SetAttr {
-            dir,
-            name: name_,
-            change: InodeChange::Xattr {
-                name,
-                value: value.map(serde_bytes::ByteBuf::into_vec),
-                mode,
+        self.mutate_inode(
+            made,
+            Mutation::SetAttr {
+                dir,
+                name: name_,
+                change: InodeChange::Xattr {
+                    name,
+                    value: value.map(serde_bytes::ByteBuf::into_vec),
+                    mode,
+                },
+                now: self.time_of(made),
             },
-            now: self.time_of(made),
-        })
+        )
         .await
     }
 
@@ -73,15 +76,19 @@ impl Partition {
             // Changes other clients answered behind in it by its old attributes
             // are applied first (they were answered before this change).
             // Boxed: every client request's future holds this handler's, kept small.
-            Box::pin(self.hold_dir_home(&path)).await;
+            crate::commit::once_scope::check_client(made.sent_once_by(), "hold_dir_home");
+            Box::pin(self.hold_dir_home(&path, made.sent_once_by())).await;
         }
         let reply = self
-            .mutate_inode(Mutation::SetAttr {
-                dir,
-                name,
-                change: InodeChange::Attr(set),
-                now: self.time_of(made),
-            })
+            .mutate_inode(
+                made,
+                Mutation::SetAttr {
+                    dir,
+                    name,
+                    change: InodeChange::Attr(set),
+                    now: self.time_of(made),
+                },
+            )
             .await?;
         if let Response::Attr(i) = &reply
             && i.kind == FileKind::Directory
@@ -92,7 +99,7 @@ impl Partition {
             // Boxed: every client request's future holds this handler's, kept small.
             Box::pin(futures::future::join(
                 self.notify_subscribers(&path, Some(i.clone())),
-                self.tell_dir_home(&path, i),
+                self.tell_dir_home(&path, i, made.sent_once_by()),
             ))
             .await;
         }
@@ -110,7 +117,8 @@ impl Partition {
         (path, ino, opened): (&str, InodeId, bool),
     ) -> Result<(String, String), FsError> {
         let (dir, name, target) = self.file_to_change(st, caller, path, ino, opened).await?;
-        self.kill_setid(&dir, &name, target.as_ref(), (caller, self.time_of(made)))
+        let now = self.time_of(made);
+        self.kill_setid(&dir, &name, target.as_ref(), (caller, now, &made.context()))
             .await?;
         Ok((dir, name))
     }
@@ -129,14 +137,17 @@ impl Partition {
         }
         let file = (w.path.as_str(), w.ino, w.opened);
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
-        self.mutate_inode(Mutation::Write {
-            dir,
-            name,
-            ino: w.ino,
-            offset: w.offset,
-            data: w.data,
-            now: self.time_of(made),
-        })
+        self.mutate_inode(
+            made,
+            Mutation::Write {
+                dir,
+                name,
+                ino: w.ino,
+                offset: w.offset,
+                data: w.data,
+                now: self.time_of(made),
+            },
+        )
         .await
     }
 
@@ -149,13 +160,16 @@ impl Partition {
     ) -> Result<Response, FsError> {
         let file = (e.path.as_str(), e.ino, e.opened);
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
-        self.mutate_inode(Mutation::ExtendSize {
-            dir,
-            name,
-            ino: e.ino,
-            size: e.size,
-            now: self.time_of(made),
-        })
+        self.mutate_inode(
+            made,
+            Mutation::ExtendSize {
+                dir,
+                name,
+                ino: e.ino,
+                size: e.size,
+                now: self.time_of(made),
+            },
+        )
         .await
     }
 
@@ -170,13 +184,16 @@ impl Partition {
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         let Trimmed { inode, trim } = self
             .applier
-            .run_for(Mutation::Truncate {
-                dir,
-                name,
-                ino: t.ino,
-                size: t.size,
-                now: self.time_of(made),
-            })
+            .run_for_in(
+                &made.context(),
+                Mutation::Truncate {
+                    dir,
+                    name,
+                    ino: t.ino,
+                    size: t.size,
+                    now: self.time_of(made),
+                },
+            )
             .await?;
         if let Some(txid) = trim {
             // Trim before replying: a later extend must read zeros, not old bytes.
@@ -194,10 +211,9 @@ impl Partition {
     pub(super) async fn client_write_chunk(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        ino: InodeId,
-        chunk: u64,
-        offset: u64,
-        data: Vec<u8>,
+        made: &Made,
+        (ino, chunk): (InodeId, u64),
+        (offset, data): (u64, Vec<u8>),
     ) -> Result<Response, FsError> {
         if chunk == 0 {
             return Err(FsError::InvalidArgument(
@@ -206,7 +222,7 @@ impl Partition {
         }
         self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
         if let Some(c) = self.store.coded(ino, chunk).map_err(storage_err)? {
-            self.uncode(ino, chunk, &c).await?;
+            self.uncode(&made.context(), ino, chunk, &c).await?;
         }
         // Noted before (no coding round starts on it meanwhile) and after the write
         // is applied: a round that began before the write reached the store found
@@ -216,12 +232,15 @@ impl Partition {
         self.note_chunk_written(ino, chunk);
         let out = self
             .applier
-            .run(Mutation::WriteChunk {
-                ino,
-                chunk,
-                offset,
-                data,
-            })
+            .run_in(
+                &made.context(),
+                Mutation::WriteChunk {
+                    ino,
+                    chunk,
+                    offset,
+                    data,
+                },
+            )
             .await;
         self.note_chunk_written(ino, chunk);
         let out = out?;
@@ -270,14 +289,16 @@ impl Partition {
     /// Reserves inode numbers for the sending client (sent once).
     pub(super) async fn client_reserve_ids(
         self: &Arc<Self>,
+        made: &Made,
         count: u32,
     ) -> Result<Response, FsError> {
-        let client = crate::commit::once_scope::task_client().ok_or_else(|| {
+        crate::commit::once_scope::check_client(made.sent_once_by(), "reserve_ids");
+        let client = made.sent_once_by().ok_or_else(|| {
             FsError::InvalidArgument("inode numbers are reserved by a change sent once".into())
         })?;
         let Ids { first, count } = self
             .applier
-            .run_for(Mutation::ReserveIds { client, count })
+            .run_for_in(&made.context(), Mutation::ReserveIds { client, count })
             .await?;
         Ok(Response::Ids {
             first: myriad_proto::InodeId(first),
@@ -308,10 +329,10 @@ impl Partition {
     pub(super) async fn client_copy_range(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         copy: myriad_proto::CopyRange,
     ) -> Result<Response, FsError> {
         self.file_target(st, &copy.dst)?;
-        self.copy_range(&caller, copy).await
+        self.copy_range((&caller, &made.context()), copy).await
     }
 }

@@ -36,9 +36,10 @@ impl Partition {
         let (dir, name) = self.entry_target(st, &path)?;
         // A reserved number is the sending client's own: only a change sent once
         // says which client that is.
+        crate::commit::once_scope::check_client(made.sent_once_by(), "create");
         let ino = match ino {
             Some(i) => Some((
-                crate::commit::once_scope::task_client().ok_or_else(|| {
+                made.sent_once_by().ok_or_else(|| {
                     FsError::InvalidArgument(
                         "a create with a reserved inode number is sent once".into(),
                     )
@@ -170,7 +171,15 @@ impl Partition {
             perm::new_owner_group(parent.as_ref(), &caller, FileKind::Directory, mode);
         let depth = shard_depth(shards)?;
         let inode = self
-            .mkdir(&path, dir.clone(), name, mode, depth, (caller.uid, gid))
+            .mkdir(
+                &made.context(),
+                &path,
+                dir.clone(),
+                name,
+                mode,
+                depth,
+                (caller.uid, gid),
+            )
             .await?;
         self.note_added(&dir);
         let parent = self.touch_dir(&dir, made).await;
@@ -192,7 +201,8 @@ impl Partition {
         }
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
-        self.rmdir(&path, dir.clone(), name).await?;
+        self.rmdir(&made.context(), &path, dir.clone(), name)
+            .await?;
         let parent = self.touch_dir(&dir, made).await;
         Ok(Response::Changed {
             inode: None,
@@ -228,7 +238,7 @@ impl Partition {
             split_parent(&to).0.to_string(),
         );
         let moved = self.lookup(&from).await.ok();
-        match self.rename(from, to, flags).await {
+        match self.rename(made, from, to, flags).await {
             Ok(touched) => {
                 if let Some(i) = moved.filter(|i| i.kind == FileKind::HardLink) {
                     // The name moved, the inode lives at its home: its ctime
@@ -312,12 +322,12 @@ impl Partition {
     pub(super) async fn client_link(
         self: &Arc<Self>,
         st: &Arc<MapState>,
-        caller: Caller,
+        (caller, made): (Caller, &Made),
         from: String,
         to: String,
     ) -> Result<Response, FsError> {
         validate_path(&from)?;
         self.own_entry(st, &from)?;
-        self.link(&caller, &from, &to).await
+        self.link((&caller, &made.context()), &from, &to).await
     }
 }

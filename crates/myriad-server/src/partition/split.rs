@@ -10,6 +10,7 @@ use std::time::Duration;
 use myriad_placement::Shard;
 use myriad_proto::{ExportedEntry, FileKind, FsError, Request};
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::state::intent::{Decision, Intent};
 use crate::state::mutation::{Mutation, ShardMutation, storage_err};
@@ -135,7 +136,7 @@ impl Partition {
             dir: dir.to_string(),
             shard,
         });
-        let (SplitBegun { txid, ino }, _live) = self.begin(begin).await?;
+        let (SplitBegun { txid, ino }, _live) = self.begin(&Context::background(), begin).await?;
         tracing::debug!(
             partition = %self.me,
             txid,

@@ -10,6 +10,7 @@ use myriad_proto::{DirAction, DirEntry, FsError, Request, Response, limits};
 use myriad_storage::DirRecord;
 
 use crate::cluster::MapState;
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, ShardMutation, storage_err, wrong_shard};
 use myriad_proto::InodeId;
@@ -250,7 +251,8 @@ impl Partition {
                 path: path.to_string(),
                 ino,
             };
-            return self.applier.run_exempting(remove, exempt).await.map(|_| ());
+            let ctx = Context::exempting(exempt.clone());
+            return self.applier.run_in(&ctx, remove).await.map(|_| ());
         };
         let freeze = removal_freeze_id(ino);
         let nodes = self.part_nodes(path, &map);
@@ -308,7 +310,8 @@ impl Partition {
                 txid: freeze,
                 action: action.clone(),
             };
-            self.applier.run_exempting(finish, exempt).await?;
+            let ctx = Context::exempting(exempt.clone());
+            self.applier.run_in(&ctx, finish).await?;
         }
         verdict
     }

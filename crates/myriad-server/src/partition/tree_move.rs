@@ -30,6 +30,7 @@ use std::sync::Arc;
 use myriad_placement::{ClusterMap, PolicyState};
 use myriad_proto::{DirAction, FileKind, FsError, PeerRequest, Request};
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::partition::dir_rename::Target;
 use crate::state::intent::{DirMove, Intent};
@@ -110,7 +111,7 @@ impl Partition {
             group,
             arriving,
         };
-        let (TreeMoveBegun { txid }, _live) = self.begin(begin).await?;
+        let (TreeMoveBegun { txid }, _live) = self.begin(&Context::background(), begin).await?;
         let st = self.state();
         // The target is the moving policy's: with no move in the map it would be where
         // the tree already is (copies onto their originals).
@@ -243,7 +244,7 @@ impl Partition {
         if !moves.is_empty() {
             self.broadcast_invalidate(path).await;
         }
-        self.reveal_and_end(txid, moves).await
+        self.reveal_and_end(&Context::background(), txid, moves).await
     }
 
     /// Recovery of a `TreeMove` intent no live move holds.

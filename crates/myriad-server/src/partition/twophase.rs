@@ -15,6 +15,7 @@ use std::sync::Arc;
 use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::{FileKind, FsError, Inode, RenameFlags, Request, Response};
 
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::partition::dir_rename::Target;
 use crate::partition::made::Made;
@@ -43,18 +44,22 @@ impl Partition {
     /// `txid`, and deletes its intent.
     pub(super) async fn resolve_entry(
         &self,
+        ctx: &Context,
         dir: String,
         name: String,
         txid: u64,
         commit: bool,
     ) -> Result<(), FsError> {
         self.applier
-            .run(Mutation::ResolveEntry {
-                dir,
-                name,
-                txid,
-                commit,
-            })
+            .run_in(
+                ctx,
+                Mutation::ResolveEntry {
+                    dir,
+                    name,
+                    txid,
+                    commit,
+                },
+            )
             .await?;
         Ok(())
     }
@@ -68,9 +73,10 @@ impl Partition {
     /// created in it (docs/simulation.md, seed 1016).
     pub(crate) async fn begin<B: Began>(
         self: &Arc<Self>,
+        ctx: &Context,
         first: Mutation,
     ) -> Result<(B, LiveGuard<'_>), FsError> {
-        let (out, durable) = self.applier.run_staged(first).await?;
+        let (out, durable) = self.applier.run_staged_in(ctx, first).await?;
         let began = outcome_kinds::expect::<B>(out)?;
         let txid = began.txid();
         // Recovery's pass at start-up takes every intent it lists, and it may list this one
@@ -118,6 +124,7 @@ impl Partition {
 
     pub(crate) async fn mkdir(
         self: &Arc<Self>,
+        ctx: &Context,
         path: &str,
         dir: String,
         name: String,
@@ -133,9 +140,9 @@ impl Partition {
             uid: owner.0,
             gid: owner.1,
             now: self.env.now_ns(),
-            once: crate::commit::once_scope::awaited(),
+            once: ctx.awaited(),
         };
-        let (Begun { txid, inode }, _live) = self.begin(begin).await?;
+        let (Begun { txid, inode }, _live) = self.begin(ctx, begin).await?;
         let owner = self.dir_owner(path);
         let made = self
             .call_node(
@@ -149,7 +156,7 @@ impl Partition {
             .await;
         match made.and_then(|_| self.placed_for_good(path, owner)) {
             Ok(()) => {
-                self.resolve_entry(dir, name, txid, true).await?;
+                self.resolve_entry(ctx, dir, name, txid, true).await?;
                 Ok(inode)
             }
             Err(e) => {
@@ -160,10 +167,13 @@ impl Partition {
                 );
                 // Undo: the client will see an error, so the directory must not appear later.
                 self.applier
-                    .run(Mutation::Decide {
-                        txid,
-                        decision: Decision::Abort,
-                    })
+                    .run_in(
+                        ctx,
+                        Mutation::Decide {
+                            txid,
+                            decision: Decision::Abort,
+                        },
+                    )
                     .await?;
                 let undo = self
                     .call_node(
@@ -171,12 +181,15 @@ impl Partition {
                         Request::Peer(PeerRequest::DirObjectRemove {
                             path: path.to_string(),
                             ino: inode.ino,
-                            client: crate::commit::once_scope::task_client(),
+                            client: {
+                                crate::commit::once_scope::check(ctx, None, "twophase");
+                                ctx.client()
+                            },
                         }),
                     )
                     .await;
                 if undo.is_ok() {
-                    self.resolve_entry(dir, name, txid, false).await?;
+                    self.resolve_entry(ctx, dir, name, txid, false).await?;
                 }
                 Err(e)
             }
@@ -204,16 +217,20 @@ impl Partition {
 
     pub(crate) async fn rmdir(
         self: &Arc<Self>,
+        ctx: &Context,
         path: &str,
         dir: String,
         name: String,
     ) -> Result<(), FsError> {
         let (Begun { txid, inode }, _live) = self
-            .begin(Mutation::RmdirBegin {
-                dir: dir.clone(),
-                name: name.clone(),
-                once: crate::commit::once_scope::awaited(),
-            })
+            .begin(
+                ctx,
+                Mutation::RmdirBegin {
+                    dir: dir.clone(),
+                    name: name.clone(),
+                    once: ctx.awaited(),
+                },
+            )
             .await?;
         let owner = self.dir_owner(path);
         match self
@@ -222,7 +239,10 @@ impl Partition {
                 Request::Peer(PeerRequest::DirObjectRemove {
                     path: path.to_string(),
                     ino: inode.ino,
-                    client: crate::commit::once_scope::task_client(),
+                    client: {
+                        crate::commit::once_scope::check(ctx, None, "twophase");
+                        ctx.client()
+                    },
                 }),
             )
             .await
@@ -232,12 +252,12 @@ impl Partition {
                 // once the name is free, a new directory made there must not be judged by
                 // the old one's mode and group (readers of the pending entry wait meanwhile).
                 self.notify_subscribers(path, None).await;
-                self.resolve_entry(dir, name, txid, true).await?;
+                self.resolve_entry(ctx, dir, name, txid, true).await?;
                 Ok(())
             }
             // Refused (not empty, or the root of a frozen tree): the entry stays.
             Err(e @ (FsError::NotEmpty | FsError::ReadOnly)) => {
-                self.resolve_entry(dir, name, txid, false).await?;
+                self.resolve_entry(ctx, dir, name, txid, false).await?;
                 Err(e)
             }
             // Unknown outcome: recovery asks the owner again and follows its answer.
@@ -249,18 +269,22 @@ impl Partition {
     /// (the replaced file's chunks, a hard link's name) goes after.
     async fn rename_here(
         self: &Arc<Self>,
+        ctx: &Context,
         from: String,
         to: String,
         flags: RenameFlags,
     ) -> Result<(), FsError> {
         if let Outcome::Renamed(gc, dropped) = self
             .applier
-            .run(Mutation::RenameLocal {
-                from,
-                to,
-                flags,
-                now: self.env.now_ns(),
-            })
+            .run_in(
+                ctx,
+                Mutation::RenameLocal {
+                    from,
+                    to,
+                    flags,
+                    now: self.env.now_ns(),
+                },
+            )
             .await?
         {
             if let Some(gc) = gc {
@@ -330,6 +354,7 @@ impl Partition {
     /// times sent while the destination committed); `Ok(false)`: the caller touches it.
     pub(crate) async fn rename(
         self: &Arc<Self>,
+        made: &Made,
         from: String,
         to: String,
         flags: RenameFlags,
@@ -343,9 +368,10 @@ impl Partition {
         if from == to {
             return Ok(false);
         }
+        let ctx = made.context();
         let dst_node = self.entry_node(&to);
         if dst_node == self.me && src.kind != FileKind::Directory {
-            self.rename_here(from, to, flags).await?;
+            self.rename_here(&ctx, from, to, flags).await?;
             return Ok(false);
         }
         let begin = Mutation::RenameSourceBegin {
@@ -361,7 +387,7 @@ impl Partition {
                 blocks,
             },
             live,
-        ) = self.begin(begin).await?;
+        ) = self.begin(&ctx, begin).await?;
         let mut moves = Vec::new();
         // The empty directory a directory moves over, if any.
         let replaces = if inode.kind == FileKind::Directory {
@@ -371,7 +397,7 @@ impl Partition {
             match copied {
                 Ok(replaces) => replaces,
                 Err(e) => {
-                    self.abort_rename(txid, dst_node, &moves).await;
+                    self.abort_rename(&ctx, txid, dst_node, &moves).await;
                     return Err(e);
                 }
             }
@@ -390,7 +416,10 @@ impl Partition {
             flags,
             blocks,
             replaces,
-            client: crate::commit::once_scope::task_client(),
+            client: {
+                crate::commit::once_scope::check(&ctx, None, "twophase");
+                ctx.client()
+            },
         };
         match self.call_node(dst_node, Request::Peer(prepare)).await {
             Ok(answer) => {
@@ -398,7 +427,7 @@ impl Partition {
                 let incoming = match self.incoming(answer, flags) {
                     Ok(incoming) => incoming,
                     Err(e) => {
-                        self.abort_rename(txid, dst_node, &moves).await;
+                        self.abort_rename(&ctx, txid, dst_node, &moves).await;
                         return Err(e);
                     }
                 };
@@ -409,7 +438,7 @@ impl Partition {
                     moves: moves.clone(),
                     incoming,
                 };
-                self.applier.run(decide).await?;
+                self.applier.run_in(&ctx, decide).await?;
                 // A moved directory's old objects stay readable until they are dropped:
                 // answering before would let a reader see the old tree after the rename
                 // was acknowledged (simulation seed 1671 with --dir-moves, a lost
@@ -425,7 +454,8 @@ impl Partition {
                     let mut finished = Ok(());
                     for _ in 0..tries {
                         finished =
-                            Box::pin(self.finish_commit(txid, dst_node, &moves, visible)).await;
+                            Box::pin(self.finish_commit(&ctx, txid, dst_node, &moves, visible))
+                                .await;
                         match &finished {
                             Ok(()) => break,
                             Err(e) => tracing::warn!(txid, "rename committed, not finished: {e}"),
@@ -435,7 +465,11 @@ impl Partition {
                 };
                 // The source directory's times go while the destination commits.
                 let from_dir = split_parent(&from).0.to_string();
-                let now = Made::now();
+                // (By this server's clock, for the change `made` carries.)
+                let now = Made {
+                    once: made.once.clone(),
+                    ..Made::now()
+                };
                 let (finished, _) = tokio::join!(finish, Box::pin(self.touch_dir(&from_dir, &now)));
                 if visible && finished.is_ok() {
                     // The last steps keep the intent from recovery until they are done.
@@ -443,7 +477,8 @@ impl Partition {
                     let this = self.clone();
                     tokio::spawn(async move {
                         let _live = this.adopt(txid);
-                        let r = this.finish_commit(txid, dst_node, &[], false).await;
+                        let ctx = Context::background();
+                        let r = this.finish_commit(&ctx, txid, dst_node, &[], false).await;
                         if let Err(e) = r {
                             tracing::warn!(txid, "rename answered, its end left to recovery: {e}");
                         }
@@ -470,7 +505,7 @@ impl Partition {
                 Ok(true)
             }
             Err(e) => {
-                self.abort_rename(txid, dst_node, &moves).await;
+                self.abort_rename(&ctx, txid, dst_node, &moves).await;
                 Err(e)
             }
         }
