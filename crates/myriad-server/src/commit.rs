@@ -32,8 +32,7 @@ use crate::state::mutation::{IdAlloc, Layout, Mutation, Outcome};
 pub mod context;
 mod kept;
 pub mod leases;
-pub mod once_scope;
-pub(crate) mod rounds;
+mod rounds;
 mod ship;
 mod sync;
 
@@ -71,7 +70,7 @@ impl StagedStore {
     }
 }
 
-/// The durability of a mutation applied by `Applier::run_staged`.
+/// The durability of a mutation applied by `Applier::run_staged_in`.
 pub struct Durable {
     rx: oneshot::Receiver<Result<Done, FsError>>,
     copies: Arc<dyn Ship>,
@@ -360,13 +359,8 @@ impl Applier {
         crate::state::outcome_kinds::expect(self.run_in(ctx, mutation).await?)
     }
 
-    /// Applies `mutation` (no client's request's) and returns once it is visible; the
-    /// group commit covering it starts at once (`Barrier` waits for it).
-    pub async fn run_visible(&self, mutation: Mutation) -> Result<Outcome, FsError> {
-        self.submit(&Context::background(), mutation, false).await
-    }
-
-    /// `run_visible` for what `ctx` says.
+    /// Applies `mutation` for what `ctx` says and returns once it is visible; the group
+    /// commit covering it starts at once (`Barrier` waits for it).
     pub async fn run_visible_in(
         &self,
         ctx: &Context,
@@ -375,21 +369,15 @@ impl Applier {
         self.submit(ctx, mutation, false).await
     }
 
-    /// Applies `mutation` and returns its outcome once it is visible, with what tells
-    /// when it is durable: work that needs only the change visible overlaps the group
-    /// commit and the backups' acknowledgements. A failed mutation fails here.
-    pub async fn run_staged(&self, mutation: Mutation) -> Result<(Outcome, Durable), FsError> {
-        self.run_staged_in(&Context::background(), mutation).await
-    }
-
-    /// `run_staged` for what `ctx` says.
+    /// Applies `mutation` for what `ctx` says and returns its outcome once it is visible,
+    /// with what tells when it is durable: work that needs only the change visible
+    /// overlaps the group commit and the backups' acknowledgements. A failed mutation
+    /// fails here.
     pub async fn run_staged_in(
         &self,
         ctx: &Context,
         mutation: Mutation,
     ) -> Result<(Outcome, Durable), FsError> {
-        once_scope::check(ctx, Some(&mutation), "run_staged");
-        rounds::check(ctx);
         let gate = self.gate(&mutation, ctx).await;
         let (reply, rx) = oneshot::channel();
         let (synced, synced_rx) = oneshot::channel();
@@ -418,8 +406,6 @@ impl Applier {
         mutation: Mutation,
         durable: bool,
     ) -> Result<Outcome, FsError> {
-        once_scope::check(ctx, Some(&mutation), "submit");
-        rounds::check(ctx);
         let gate = self.gate(&mutation, ctx).await;
         let (reply, rx) = oneshot::channel();
         let once = ctx.job_for(&mutation);

@@ -47,7 +47,7 @@ pub struct Context {
     /// The client's change the submitting request applies, if any: a mutation that
     /// completes it records its outcome.
     pub once: Option<Arc<OnceSlot>>,
-    /// The client's batch being served (`Applier::holding`), if any: its mutations share
+    /// The client's batch being served (`Applier::hold`), if any: its mutations share
     /// a store batch.
     pub batch: Option<u64>,
     /// Clients whose leases on the directories changed are not recalled.

@@ -52,8 +52,8 @@ const RECALLED_DRAIN_MAX: Duration = Duration::from_secs(5);
 /// Expired leases are swept out every this many grants.
 const SWEEP_EVERY: u64 = 4096;
 
-/// The client whose change a mutation is part of when it is not the task's own
-/// (`once_scope::task_client`), per directory or for all: its leases on the directories
+/// The client whose change a mutation is part of when it is not the change sent once the
+/// mutation's context carries (`Context::once`), per directory or for all: its leases on the directories
 /// the mutation changes are not recalled for it (the client forgets what its change makes
 /// stale itself).
 ///
@@ -100,11 +100,6 @@ impl Exempt {
             dirs: BTreeMap::new(),
             all: client,
         }
-    }
-
-    /// The client exempt in every directory, if any (transition check).
-    pub(crate) fn all_for(&self) -> Option<u64> {
-        self.all
     }
 
     /// The client exempt from recalls of `dir`, if any.

@@ -4,8 +4,8 @@
 //! store's stage (`StagedKv`: visible to every reader at once), and commits the stage as
 //! numbered batches shipped to the copies; the round's replies share one fsync. Each job
 //! is a batch of its own, except the changes of one client's journal batch being served
-//! (`Applier::holding`), which share one: they arrive one at a time (each applied before
-//! the next is checked), so while such a batch is served and nobody waits for the round's
+//! (`Applier::hold`; the batch's number is in their `Context`), which share one: they
+//! arrive one at a time (each applied before the next is checked), so while such a batch is served and nobody waits for the round's
 //! durability, the round stays open for its next change, within bounds (time, jobs,
 //! bytes): a batch of 100 creates becomes one or two store batches and replication
 //! messages, not 100.
@@ -42,42 +42,16 @@ pub(super) struct Job {
     /// false: reply once applied; the fsync still follows at once.
     pub(super) durable: bool,
     /// With `durable` false: also told (outcome `Unit`) once the fsync covering the batch
-    /// is done (`run_staged`).
+    /// is done (`run_staged_in`).
     pub(super) synced: Option<Reply>,
-    /// The client's batch whose serving submitted it (`serving`), if any.
+    /// The client's batch it is part of (`Context::batch`), if any.
     pub(super) batch: Option<u64>,
-}
-
-tokio::task_local! {
-    /// The client's batch the current task serves (`Applier::holding`).
-    static SERVING: u64;
 }
 
 /// Numbers the batches served, so that jobs of different ones never share a store batch.
 static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);
 
-/// The client's batch the current task serves, if any: its jobs share a store batch.
-pub(super) fn serving() -> Option<u64> {
-    SERVING.try_with(|b| *b).ok()
-}
-
-/// Transition check (issue 50): the context's batch is the task-local's, where it has one.
-pub(super) fn check(ctx: &super::context::Context) {
-    if ctx.batch.is_some() && serving().is_some() {
-        if ctx.batch != serving() {
-            eprintln!("CHECKFAIL batch {:?} vs {:?}", ctx.batch, serving());
-            std::process::abort();
-        }
-    } else if ctx.batch.is_none() && serving().is_some() {
-        if std::env::var_os("MYRIAD_BATCHMISS").is_some() {
-            eprintln!("BATCHMISS {}", std::backtrace::Backtrace::force_capture());
-        } else {
-            eprintln!("BATCHMISS");
-        }
-    }
-}
-
-/// Batches being served on a partition (`Applier::holding`).
+/// Batches being served on a partition (`Applier::hold`).
 #[derive(Default)]
 pub(crate) struct Holds {
     count: AtomicUsize,
@@ -94,11 +68,6 @@ impl Holds {
             _hold: Hold::new(self),
         }
     }
-}
-
-/// Transition (issue 50): the task-local the explicit batch is checked against.
-pub(crate) async fn serving_scope<F: std::future::Future>(batch: u64, fut: F) -> F::Output {
-    SERVING.scope(batch, fut).await
 }
 
 /// A client's batch being served (`Applier::hold`).

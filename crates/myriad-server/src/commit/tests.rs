@@ -296,7 +296,7 @@ async fn the_batch_chain_tells_histories_of_equal_length_apart() {
     assert_eq!(a, again, "the same history, the same chain");
 }
 
-/// A batch being served (`holding`) keeps its partition's round open: its changes, applied
+/// A batch being served (`hold`) keeps its partition's round open: its changes, applied
 /// one by one and each visible at once, reach the store and the copies as one batch.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_held_round_commits_a_batchs_changes_as_one_batch() {
@@ -368,10 +368,14 @@ async fn an_unrelated_job_gets_a_batch_of_its_own_during_a_held_round() {
     let held = applier.hold();
     applied(&applier, &held, "a").await;
     // Another request's task: not part of this batch.
-    tokio::spawn(async move { other.run_visible(create("b")).await })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::spawn(async move {
+        other
+            .run_visible_in(&Context::background(), create("b"))
+            .await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(shipped(), 3, "the batch's change, then the other job alone");
     applied(&applier, &held, "c").await;
     drop(held);
@@ -434,4 +438,66 @@ async fn a_deposed_partition_drops_its_stage() {
         store.entry("/", "staged").ok().flatten().is_none(),
         "a staged change outlived the depose"
     );
+}
+
+/// The change a mutation completes is the one its context carries (issue 50: passed, not
+/// a task-local): submitted with the change's `OnceSlot`, a completing mutation records
+/// the change's answer in its own batch and settles it; the same kind of mutation
+/// submitted as work of no request records nothing.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_mutation_completes_the_change_its_context_carries_and_no_other() {
+    use std::sync::atomic::AtomicBool;
+    let (applier, _syncer, store) = rooted_tasks(disk(), Arc::new(NoCopies)).await;
+    let slot = Arc::new(OnceSlot {
+        id: myriad_proto::OnceId {
+            client: 7,
+            seq: 1,
+            low: 1,
+        },
+        at_ns: 1,
+        completes: |m| matches!(m, Mutation::CreateFile { .. }),
+        answer: |_| Some(myriad_proto::Response::Unit),
+        settled: Arc::new(AtomicBool::new(false)),
+        recorded: Arc::new(AtomicBool::new(false)),
+        wrote: Arc::new(AtomicBool::new(false)),
+        visible: false,
+    });
+    let ctx = Context {
+        once: Some(slot.clone()),
+        ..Context::background()
+    };
+    applier
+        .run(create("background"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !slot.settled.load(Ordering::Acquire),
+        "work of no request settled a change"
+    );
+    assert!(
+        crate::state::outcomes::recorded(&store, 7, 1)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none()
+    );
+    applier
+        .run_in(&ctx, create("mine"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        slot.settled.load(Ordering::Acquire),
+        "the change is settled"
+    );
+    assert!(
+        slot.recorded.load(Ordering::Acquire),
+        "its answer is recorded"
+    );
+    assert!(slot.wrote.load(Ordering::Acquire));
+    assert_eq!(
+        crate::state::outcomes::recorded(&store, 7, 1).unwrap_or_else(|e| panic!("{e}")),
+        Some(myriad_proto::Response::Unit),
+        "the answer is in the store with the create"
+    );
+    // Settled: a later mutation in the same context completes nothing more.
+    let job = ctx.job_for(&create("again"));
+    assert!(job.is_none(), "a settled change was completed twice");
 }

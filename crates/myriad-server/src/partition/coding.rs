@@ -430,12 +430,15 @@ impl Partition {
     ) -> Result<(), FsError> {
         let data = self.decode_chunk(ino, chunk, coded).await?;
         self.applier
-            .run_in(ctx, Mutation::UncodeChunk {
-                ino,
-                chunk,
-                generation: coded.generation,
-                data,
-            })
+            .run_in(
+                ctx,
+                Mutation::UncodeChunk {
+                    ino,
+                    chunk,
+                    generation: coded.generation,
+                    data,
+                },
+            )
             .await?;
         self.env.count("chunks_uncoded");
         self.note_chunk_written(ino, chunk);
@@ -458,8 +461,7 @@ impl Partition {
         for _ in 0..CUT_TRIES {
             match self.applier.run(m()).await? {
                 Outcome::Coded(c) => {
-                    self.uncode(&Context::background(), ino, inside, &c)
-                        .await?;
+                    self.uncode(&Context::background(), ino, inside, &c).await?;
                 }
                 Outcome::DroppedCoded(dropped) => {
                     for (chunk, c) in dropped {

@@ -288,10 +288,7 @@ impl Partition {
         }
         let commit = PeerRequest::RenameCommit {
             txid,
-            client: {
-                crate::commit::once_scope::check(ctx, None, "finish_commit");
-                ctx.client()
-            },
+            client: ctx.client(),
             visible,
         };
         self.call_node(dst_node, Request::Peer(commit)).await?;

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use myriad_placement::PartitionId;
 use myriad_proto::{Caller, ClientRequest, FsError, Request, Response};
 
-use crate::commit::once_scope::outside;
 use crate::partition::core::Partition;
 use crate::partition::made::{BatchTouches, Made};
 
@@ -197,12 +196,9 @@ impl Partition {
                 // would otherwise be as large as both (debug builds overflowed the stack).
                 let held = self.applier.hold();
                 let serving = held.batch;
-                let out = Box::pin(crate::commit::rounds::serving_scope(
-                    serving,
-                    self.batched((client, last, Some(serving)), move |touches| {
-                        self.serve_batch(epoch, caller, (ops, times), (touches, serving))
-                    }),
-                ))
+                let out = Box::pin(self.batched((client, last, Some(serving)), move |touches| {
+                    self.serve_batch(epoch, caller, (ops, times), (touches, serving))
+                }))
                 .await;
                 drop(held);
                 out
@@ -221,9 +217,10 @@ impl Partition {
                     .await
             }
             // Possibly in the task of a client's change on another partition of this
-            // server: none of this work completes that change.
+            // server: none of this work completes that change (it has a context of its own).
             (from, body) => {
-                outside(self.dispatch_request(from, epoch, caller, body, &Made::now())).await
+                self.dispatch_request(from, epoch, caller, body, &Made::now())
+                    .await
             }
         }
     }

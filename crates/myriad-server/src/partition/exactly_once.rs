@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use myriad_proto::{Caller, ClientRequest, FsError, OnceId, Request, Response};
 
-use crate::commit::once_scope::{OnceSlot, scope};
+use crate::commit::OnceSlot;
 use crate::partition::core::Partition;
 use crate::partition::made::Made;
 use crate::state::intent::{Decision, Intent};
@@ -72,11 +72,9 @@ impl Partition {
             ..made.clone()
         };
         let body = Request::Client(request);
-        let result = scope(
-            slot,
-            self.dispatch_request(None, epoch, caller, body, &made),
-        )
-        .await;
+        let result = self
+            .dispatch_request(None, epoch, caller, body, &made)
+            .await;
         // Answered once applied (its completing mutation did not wait for durability): the
         // client syncs it later, with this incarnation. Otherwise it is durable already.
         if visible && settled.load(Ordering::Acquire) {

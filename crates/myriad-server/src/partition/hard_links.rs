@@ -360,7 +360,6 @@ impl Partition {
         ino: InodeId,
         home: PartitionId,
     ) -> PeerRequest {
-        crate::commit::once_scope::check(ctx, None, "link_name_request");
         let change = ctx.awaited();
         match change {
             Some(c) if self.env.protocol_of(self.entry_node(to)) >= LINK_ONCE_PROTOCOL => {

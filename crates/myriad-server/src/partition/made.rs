@@ -21,11 +21,11 @@ pub(crate) struct Made {
     /// once after the batch's last change.
     pub(crate) batch: Option<BatchTouches>,
     /// The client a touch reports the change of, when it is not the task's own change
-    /// (`once_scope::task_client`): a batch's touches, sent after its changes.
+    /// (`once`): a batch's touches, sent after its changes.
     pub(crate) for_client: Option<u64>,
     /// The client's change sent once that the request applies (`exactly_once.rs`).
     pub(crate) once: Option<Arc<OnceSlot>>,
-    /// The client's batch being served (`Applier::holding`): its changes share a store
+    /// The client's batch being served (`Applier::hold`): its changes share a store
     /// batch.
     pub(crate) serving: Option<u64>,
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use myriad_proto::{FsError, PartitionId, PeerRequest, ReadOnlyMark, Request, Response};
 
-use crate::commit::Context;
 use crate::cluster::MapState;
+use crate::commit::Context;
 use crate::partition::core::Partition;
 use crate::state::mutation::{Mutation, storage_err};
 

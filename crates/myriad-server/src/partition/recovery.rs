@@ -182,7 +182,8 @@ impl Partition {
                     };
                     let from = join(&from_dir, &from_name);
                     let walked = self.walk_moves(&from, &to, &target).await?;
-                    self.undo_moves(&Context::background(), txid, dst, &walked).await?;
+                    self.undo_moves(&Context::background(), txid, dst, &walked)
+                        .await?;
                 }
             }
             Intent::TreeMove {

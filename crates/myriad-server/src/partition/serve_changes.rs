@@ -76,7 +76,6 @@ impl Partition {
             // Changes other clients answered behind in it by its old attributes
             // are applied first (they were answered before this change).
             // Boxed: every client request's future holds this handler's, kept small.
-            crate::commit::once_scope::check_client(made.sent_once_by(), "hold_dir_home");
             Box::pin(self.hold_dir_home(&path, made.sent_once_by())).await;
         }
         let reply = self
@@ -292,7 +291,6 @@ impl Partition {
         made: &Made,
         count: u32,
     ) -> Result<Response, FsError> {
-        crate::commit::once_scope::check_client(made.sent_once_by(), "reserve_ids");
         let client = made.sent_once_by().ok_or_else(|| {
             FsError::InvalidArgument("inode numbers are reserved by a change sent once".into())
         })?;

@@ -36,7 +36,6 @@ impl Partition {
         let (dir, name) = self.entry_target(st, &path)?;
         // A reserved number is the sending client's own: only a change sent once
         // says which client that is.
-        crate::commit::once_scope::check_client(made.sent_once_by(), "create");
         let ino = match ino {
             Some(i) => Some((
                 made.sent_once_by().ok_or_else(|| {
@@ -174,10 +173,8 @@ impl Partition {
             .mkdir(
                 &made.context(),
                 &path,
-                dir.clone(),
-                name,
-                mode,
-                depth,
+                (dir.clone(), name),
+                (mode, depth),
                 (caller.uid, gid),
             )
             .await?;

@@ -244,7 +244,8 @@ impl Partition {
         if !moves.is_empty() {
             self.broadcast_invalidate(path).await;
         }
-        self.reveal_and_end(&Context::background(), txid, moves).await
+        self.reveal_and_end(&Context::background(), txid, moves)
+            .await
     }
 
     /// Recovery of a `TreeMove` intent no live move holds.

@@ -126,10 +126,8 @@ impl Partition {
         self: &Arc<Self>,
         ctx: &Context,
         path: &str,
-        dir: String,
-        name: String,
-        mode: u32,
-        depth: u8,
+        (dir, name): (String, String),
+        (mode, depth): (u32, u8),
         owner: (u32, u32),
     ) -> Result<Inode, FsError> {
         let begin = Mutation::MkdirBegin {
@@ -181,10 +179,7 @@ impl Partition {
                         Request::Peer(PeerRequest::DirObjectRemove {
                             path: path.to_string(),
                             ino: inode.ino,
-                            client: {
-                                crate::commit::once_scope::check(ctx, None, "twophase");
-                                ctx.client()
-                            },
+                            client: ctx.client(),
                         }),
                     )
                     .await;
@@ -239,10 +234,7 @@ impl Partition {
                 Request::Peer(PeerRequest::DirObjectRemove {
                     path: path.to_string(),
                     ino: inode.ino,
-                    client: {
-                        crate::commit::once_scope::check(ctx, None, "twophase");
-                        ctx.client()
-                    },
+                    client: ctx.client(),
                 }),
             )
             .await
@@ -416,10 +408,7 @@ impl Partition {
             flags,
             blocks,
             replaces,
-            client: {
-                crate::commit::once_scope::check(&ctx, None, "twophase");
-                ctx.client()
-            },
+            client: ctx.client(),
         };
         match self.call_node(dst_node, Request::Peer(prepare)).await {
             Ok(answer) => {
@@ -439,38 +428,12 @@ impl Partition {
                     incoming,
                 };
                 self.applier.run_in(&ctx, decide).await?;
-                // A moved directory's old objects stay readable until they are dropped:
-                // answering before would let a reader see the old tree after the rename
-                // was acknowledged (simulation seed 1671 with --dir-moves, a lost
-                // DirFinish). So a directory's finishing is tried twice (a message may have
-                // been lost), else the outcome is reported unknown, as a timeout is;
-                // recovery finishes it. (One call site: the future stays small.)
-                let tries = if moves.is_empty() { 1 } else { 2 };
                 // A file's rename is answered once the destination's commit is applied
                 // (the decision is durable: recovery would commit it again): the commit
                 // made durable and the intent deleted follow in a task of their own.
                 let visible = moves.is_empty();
-                let finish = async {
-                    let mut finished = Ok(());
-                    for _ in 0..tries {
-                        finished =
-                            Box::pin(self.finish_commit(&ctx, txid, dst_node, &moves, visible))
-                                .await;
-                        match &finished {
-                            Ok(()) => break,
-                            Err(e) => tracing::warn!(txid, "rename committed, not finished: {e}"),
-                        }
-                    }
-                    finished
-                };
-                // The source directory's times go while the destination commits.
-                let from_dir = split_parent(&from).0.to_string();
-                // (By this server's clock, for the change `made` carries.)
-                let now = Made {
-                    once: made.once.clone(),
-                    ..Made::now()
-                };
-                let (finished, _) = tokio::join!(finish, Box::pin(self.touch_dir(&from_dir, &now)));
+                let finished =
+                    Box::pin(self.finish_decided(made, (txid, dst_node), &moves, &from)).await;
                 if visible && finished.is_ok() {
                     // The last steps keep the intent from recovery until they are done.
                     std::mem::forget(live);
@@ -509,6 +472,48 @@ impl Partition {
                 Err(e)
             }
         }
+    }
+
+    /// The steps of rename `txid` after its decision (committed), until it may be
+    /// answered: the destination's commit (`finish_commit`), while the source directory's
+    /// times are sent.
+    async fn finish_decided(
+        self: &Arc<Self>,
+        made: &Made,
+        (txid, dst_node): (u64, PartitionId),
+        moves: &[crate::state::intent::DirMove],
+        from: &str,
+    ) -> Result<(), FsError> {
+        let ctx = made.context();
+        // A moved directory's old objects stay readable until they are dropped:
+        // answering before would let a reader see the old tree after the rename
+        // was acknowledged (simulation seed 1671 with --dir-moves, a lost
+        // DirFinish). So a directory's finishing is tried twice (a message may have
+        // been lost), else the outcome is reported unknown, as a timeout is;
+        // recovery finishes it.
+        let tries = if moves.is_empty() { 1 } else { 2 };
+        // A file's rename is answered once the destination's commit is applied.
+        let visible = moves.is_empty();
+        let finish = async {
+            let mut finished = Ok(());
+            for _ in 0..tries {
+                finished = Box::pin(self.finish_commit(&ctx, txid, dst_node, moves, visible)).await;
+                match &finished {
+                    Ok(()) => break,
+                    Err(e) => tracing::warn!(txid, "rename committed, not finished: {e}"),
+                }
+            }
+            finished
+        };
+        // The source directory's times go while the destination commits.
+        let from_dir = split_parent(from).0.to_string();
+        // (By this server's clock, for the change `made` carries.)
+        let now = Made {
+            once: made.once.clone(),
+            ..Made::now()
+        };
+        let (finished, _) = tokio::join!(finish, Box::pin(self.touch_dir(&from_dir, &now)));
+        finished
     }
 
     /// Runs a chunk GC intent in the background.
