@@ -59,7 +59,11 @@ impl Filesystem for MyriadFs {
             | InitFlags::FUSE_HANDLE_KILLPRIV
             // fcntl and flock locks go to the servers, so mounts see each other's.
             | InitFlags::FUSE_POSIX_LOCKS
-            | InitFlags::FUSE_FLOCK_LOCKS;
+            | InitFlags::FUSE_FLOCK_LOCKS
+            // The kernel keeps a symlink's target in the inode's page cache: a target never
+            // changes (a symlink "changed" is a new one, a new inode the kernel asks again),
+            // so each symlink is read once, not at every readlink or path walk through it.
+            | InitFlags::FUSE_CACHE_SYMLINKS;
         if self.inner.cfg.writeback_cache {
             // The kernel then keeps its own size and times of every regular file and takes
             // none from the servers (docs/fuse.md, "The kernel's writeback cache").

@@ -76,3 +76,61 @@ fn a_mount_counts_kernel_requests_and_where_getattr_was_answered() {
     assert!(text.contains("myriad_mount_lookups_answered_locally_total{source=\"lease\"}"));
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
 }
+
+/// Symlink targets are kept by the kernel (`FUSE_CACHE_SYMLINKS`, issue 51 item 3): 200
+/// readlinks and 200 path walks through a symlink reach the mount about once; a symlink
+/// replaced from another mount is seen at once (it is a new inode, which the kernel asks
+/// again), and so is one removed.
+#[test]
+fn symlink_targets_are_read_once_and_a_replaced_one_is_seen() {
+    let tc = TestCluster::start(3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = format!("127.0.0.1:{port}");
+    let a = Mount::new(&tc, &["--", "--metrics", &addr]);
+    let b = Mount::new(&tc, &[]);
+    let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
+    io(std::fs::create_dir(a.path("d")));
+    io(std::fs::write(a.path("d/f"), b"data"));
+    io(std::os::unix::fs::symlink("d", a.path("l")));
+    let target = |m: &Mount| {
+        std::fs::read_link(m.path("l"))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    for _ in 0..200 {
+        assert_eq!(target(&a), "d");
+        assert_eq!(
+            std::fs::read(a.path("l/f")).ok().as_deref(),
+            Some(&b"data"[..])
+        );
+    }
+    let readlinks = || {
+        value(
+            &scrape(&addr),
+            "myriad_mount_kernel_requests_total{op=\"readlink\"}",
+        )
+    };
+    let sent = readlinks();
+    assert!(
+        (1..=4).contains(&sent),
+        "400 uses of one symlink sent {sent} readlinks to the mount"
+    );
+    // Replaced from another mount: a new symlink, seen at once.
+    io(std::fs::create_dir(b.path("e")));
+    io(std::fs::remove_file(b.path("l")));
+    io(std::os::unix::fs::symlink("e", b.path("l")));
+    assert_eq!(target(&a), "e", "a replaced symlink is seen at once");
+    assert!(
+        std::fs::read(a.path("l/f")).is_err(),
+        "the walk follows the new target"
+    );
+    io(std::fs::remove_file(b.path("l")));
+    assert!(
+        std::fs::symlink_metadata(a.path("l")).is_err(),
+        "a removed symlink is gone at once"
+    );
+}
