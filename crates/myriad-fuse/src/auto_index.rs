@@ -108,11 +108,12 @@ async fn index_rounds(mount: Weak<Mount>, builder: Arc<Client>, auto: AutoIndexi
         // Trees this mount writes in itself are not quiet, whatever the servers saw yet.
         let busy = {
             let mount = mount.clone();
-            let quiet = auto.policy.quiet;
+            // Its own changes keep a tree out for longer than the servers' quiet period.
+            let horizon = auto.policy.own_changes_horizon();
             move |root: &str| {
                 mount
                     .upgrade()
-                    .is_some_and(|i| i.client.changed_lately(root, quiet))
+                    .is_some_and(|i| i.client.changed_lately(root, horizon))
             }
         };
         match builder

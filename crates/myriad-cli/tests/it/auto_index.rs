@@ -9,6 +9,18 @@ use myriad_client::{BuildOptions, Caller};
 use crate::harness::TestCluster;
 use crate::index::{caller, indexed, metadata_requests, ok, plain, total};
 
+/// Mount flags: automatic indexing every second, of directories read 20 times and quiet
+/// for a second.
+const AUTO_FAST: [&str; 7] = [
+    "--",
+    "--auto-index-every",
+    "1",
+    "--auto-index-min-reads",
+    "20",
+    "--auto-index-quiet-secs",
+    "1",
+];
+
 /// /sw/lib/pkg with `n` small modules.
 async fn package(c: &myriad_client::Client, n: usize) {
     ok(c.mkdir_p("/sw/lib/pkg", 0o755).await, "mkdir");
@@ -134,15 +146,7 @@ async fn mounts_index_a_read_mostly_tree_by_themselves_and_see_its_change() {
     let tc = TestCluster::start(3);
     let root = plain(&tc, Caller::root());
     package(&root, 30).await;
-    let auto = [
-        "--",
-        "--auto-index-every",
-        "1",
-        "--auto-index-min-reads",
-        "20",
-        "--auto-index-quiet-secs",
-        "1",
-    ];
+    let auto = AUTO_FAST;
     let a = crate::mount::Mount::new(&tc, &auto);
     let b = crate::mount::Mount::new(&tc, &auto);
     let (da, db) = (a.path(""), b.path(""));
@@ -220,4 +224,51 @@ async fn a_fresh_mount_answers_from_an_automatic_index() {
     );
     let asked = total(&metadata_requests(&root).await) - total(&before);
     assert!(asked <= 4, "{asked} requests for 30 reads and a listing");
+}
+
+/// A mount does not index a tree it wrote itself lately (issue 51 item 5: one mount
+/// indexed every crate directory of a tree it had just unpacked, read, and was about to
+/// remove), however hard the tree is read meanwhile; a mount that did not write it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_does_not_index_a_tree_it_wrote_lately() {
+    let tc = TestCluster::start(3);
+    let root = plain(&tc, Caller::root());
+    let auto = AUTO_FAST;
+    let writer = crate::mount::Mount::new(&tc, &auto);
+    crate::mount::sh(
+        &writer.path(""),
+        "mkdir -p sw/lib/pkg && for i in $(seq 0 29); do echo \"x = $i\" > sw/lib/pkg/m$i.py; done",
+    );
+    // Read hard by a client without leases, quiet after, as in the test above.
+    let reader = plain(&tc, caller(1000));
+    let hot = || async {
+        for i in 0..30 {
+            for path in ["/sw/lib", "/sw/lib/pkg", &format!("/sw/lib/pkg/m{i}.py")] {
+                ok(reader.stat(path).await, path);
+            }
+        }
+    };
+    hot().await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let reg = ok(root.index_registry().await, "registry");
+    assert!(
+        reg.trees.is_empty(),
+        "the mount that wrote /sw indexed it: {:?}",
+        reg.trees
+    );
+    // Another mount, which wrote nothing there, indexes it.
+    let other = crate::mount::Mount::new(&tc, &auto);
+    hot().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reg = ok(root.index_registry().await, "registry");
+        if let Some(t) = reg.trees.first() {
+            assert!(t.auto && t.root == "/sw", "{t:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no other mount indexed /sw");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(other);
+    drop(writer);
 }

@@ -24,15 +24,20 @@ pub fn value(text: &str, sample: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn a_mount_counts_kernel_requests_and_where_getattr_was_answered() {
-    let tc = TestCluster::start(3);
+/// A mount of `tc` serving its metrics, and their address.
+fn mount_with_metrics(tc: &TestCluster) -> (Mount, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = format!("127.0.0.1:{port}");
-    let m = Mount::new(&tc, &["--", "--metrics", &addr]);
+    (Mount::new(tc, &["--", "--metrics", &addr]), addr)
+}
+
+#[test]
+fn a_mount_counts_kernel_requests_and_where_getattr_was_answered() {
+    let tc = TestCluster::start(3);
+    let (m, addr) = mount_with_metrics(&tc);
     let root = m.dir.path();
     std::fs::create_dir(root.join("d")).unwrap_or_else(|e| panic!("{e}"));
     for i in 0..10 {
@@ -84,12 +89,7 @@ fn a_mount_counts_kernel_requests_and_where_getattr_was_answered() {
 #[test]
 fn symlink_targets_are_read_once_and_a_replaced_one_is_seen() {
     let tc = TestCluster::start(3);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = format!("127.0.0.1:{port}");
-    let a = Mount::new(&tc, &["--", "--metrics", &addr]);
+    let (a, addr) = mount_with_metrics(&tc);
     let b = Mount::new(&tc, &[]);
     let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
     io(std::fs::create_dir(a.path("d")));

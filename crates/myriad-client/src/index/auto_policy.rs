@@ -29,6 +29,15 @@ pub struct AutoIndexPolicy {
     /// The most directories an automatic index may hold: a tree found bigger while it is
     /// marked is left (its walk stops there).
     pub max_dirs: usize,
+    /// A tree this mount itself changed within this long is not indexed by it: it is
+    /// being worked on here (unpacked, built, cloned, about to be removed), not read
+    /// mostly. A mount reading what it wrote a minute ago indexed every crate directory of
+    /// an untarred tree before its `rm -rf` (issue 51 item 5); another mount's reads of
+    /// such a tree still count.
+    pub own_changes: Duration,
+    /// At most this many automatic builds per `retry` (each walks a whole tree, and a
+    /// misjudged tree costs its build and, at its first change, an unregistering).
+    pub max_builds: usize,
 }
 
 impl Default for AutoIndexPolicy {
@@ -39,6 +48,8 @@ impl Default for AutoIndexPolicy {
             retry: Duration::from_secs(300),
             max_bytes: 64 << 20,
             max_dirs: 20_000,
+            own_changes: Duration::from_secs(600),
+            max_builds: 4,
         }
     }
 }
@@ -105,10 +116,38 @@ pub fn choose_roots(
         .collect()
 }
 
-/// What a mount remembers between rounds: when it last tried each tree.
+impl AutoIndexPolicy {
+    /// How far back a mount's own changes below a tree keep it from indexing the tree.
+    #[must_use]
+    pub fn own_changes_horizon(&self) -> Duration {
+        self.quiet.max(self.own_changes)
+    }
+}
+
+/// What a mount remembers between rounds: when it last tried each tree, and when it
+/// built lately (`AutoIndexPolicy::max_builds`).
 #[derive(Debug, Default)]
 pub struct AutoIndexer {
     tried: HashMap<String, Instant>,
+    built: std::collections::VecDeque<Instant>,
+}
+
+impl AutoIndexer {
+    /// Whether one more build may start at `now`; if so, it is counted.
+    fn take_build(&mut self, policy: &AutoIndexPolicy, now: Instant) -> bool {
+        while self
+            .built
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= policy.retry)
+        {
+            self.built.pop_front();
+        }
+        if self.built.len() >= policy.max_builds {
+            return false;
+        }
+        self.built.push_back(now);
+        true
+    }
 }
 
 impl Client {
@@ -118,7 +157,8 @@ impl Client {
     /// builds each (`build_index` with `auto`; another mount's build under way answers
     /// `Busy`). Returns each tree tried with its outcome.
     /// `busy`: trees not to index now whatever the servers say (a mount's own writes
-    /// there, which the servers may not have seen yet: `Client::changed_lately`).
+    /// there within `AutoIndexPolicy::own_changes_horizon`: `Client::changed_lately`).
+    /// At most `policy.max_builds` builds start per `policy.retry`.
     pub async fn auto_index_round(
         &self,
         policy: &AutoIndexPolicy,
@@ -143,6 +183,10 @@ impl Client {
         for root in choose_roots(&tracked, policy.min_reads, policy.quiet, &registry) {
             if state.tried.contains_key(&root) || busy(&root) {
                 continue;
+            }
+            if !state.take_build(policy, now) {
+                tracing::debug!(root, "automatic index left for later: builds rate-limited");
+                break;
             }
             state.tried.insert(root.clone(), now);
             // Automatic indexes of parts of the tree (built while the rest was not quiet
@@ -230,5 +274,34 @@ mod tests {
         );
         // Nothing hot enough: nothing.
         assert!(choose_roots(&dirs, 100, q, &none).is_empty());
+    }
+
+    #[test]
+    fn builds_are_rate_limited_per_retry_period() {
+        let policy = AutoIndexPolicy::default();
+        let mut state = AutoIndexer::default();
+        let t0 = Instant::now();
+        for _ in 0..policy.max_builds {
+            assert!(state.take_build(&policy, t0));
+        }
+        assert!(!state.take_build(&policy, t0), "one build past the limit");
+        let later = t0 + policy.retry / 2;
+        assert!(!state.take_build(&policy, later), "still within the period");
+        let after = t0 + policy.retry;
+        assert!(
+            state.take_build(&policy, after),
+            "a period later, builds again"
+        );
+    }
+
+    #[test]
+    fn a_mounts_own_changes_keep_a_tree_out_for_longer_than_quiet() {
+        let policy = AutoIndexPolicy::default();
+        assert!(policy.own_changes_horizon() >= Duration::from_secs(300));
+        let short = AutoIndexPolicy {
+            quiet: Duration::from_secs(900),
+            ..AutoIndexPolicy::default()
+        };
+        assert_eq!(short.own_changes_horizon(), Duration::from_secs(900));
     }
 }
