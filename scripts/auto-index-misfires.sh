@@ -7,10 +7,8 @@
 # Usage: cargo build --release -p myriad-cli && scripts/auto-index-misfires.sh [BIN]
 set -euo pipefail
 BIN=${1:-target/release/myriad}
-WORK=$(mktemp -d)
-D=$WORK/cluster; M=$WORK/mnt; mkdir -p "$M"
-"$BIN" cluster up --nodes 4 --data-dir "$D" > "$WORK/up.log" 2>&1
-export MYRIAD_CLUSTER=$D/cluster.json
+# shellcheck source=scripts/local-cluster.sh
+. "$(dirname "$0")/local-cluster.sh"
 MYRIAD_LOG=info "$BIN" mount "$M" --auto-index-every 1 --auto-index-quiet-secs 2 \
     --auto-index-min-reads 4 > "$WORK/mount.log" 2>&1 &
 MP=$!
@@ -37,5 +35,4 @@ rm -rf "$M/proj"
 sleep 2
 echo "automatic indexes built: $(grep -c 'automatic index built' "$WORK/mount.log" || true)"
 "$BIN" umount "$M"; wait "$MP" 2>/dev/null || true
-"$BIN" cluster down --data-dir "$D" > /dev/null 2>&1 || true
-rm -rf "$WORK"
+local_cluster_down

@@ -6,10 +6,8 @@
 # Usage: cargo build --release -p myriad-cli && scripts/symlink-uses.sh [BIN]
 set -euo pipefail
 BIN=${1:-target/release/myriad}
-WORK=$(mktemp -d)
-D=$WORK/cluster; M=$WORK/mnt; mkdir -p "$M"
-"$BIN" cluster up --nodes 4 --data-dir "$D" > "$WORK/up.log" 2>&1
-export MYRIAD_CLUSTER=$D/cluster.json
+# shellcheck source=scripts/local-cluster.sh
+. "$(dirname "$0")/local-cluster.sh"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$BIN" mount "$M" --daemon --metrics "127.0.0.1:$PORT" > "$WORK/mount.log" 2>&1
 mkdir -p "$M/d" && echo data > "$M/d/f" && ln -s d "$M/l"
@@ -28,5 +26,4 @@ print(f"{400 * 52} symlink uses in {dt:.3f} s: {400 * 52 / dt:.0f}/s")
 PY
 curl -s "127.0.0.1:$PORT/metrics" | grep 'kernel_requests_total{op="readlink"}' || true
 "$BIN" umount "$M"
-"$BIN" cluster down --data-dir "$D" > /dev/null 2>&1 || true
-rm -rf "$WORK"
+local_cluster_down

@@ -274,11 +274,10 @@ impl Applier {
         self
     }
 
-    /// Serving one client's batch: its changes share a store batch, a replicated
-    /// batch and an fsync per copy, and the partition's rounds stay open (within bounds)
-    /// for its next change meanwhile (`commit/rounds.rs`).
-    /// Held until the batch is served; its number goes in the context of its mutations
-    /// (`Context::batch`).
+    /// One client's batch to be served, held until it is: its changes (applied with its
+    /// number in their context, `Context::batch`) share a store batch, a replicated batch
+    /// and an fsync per copy, and the partition's rounds stay open (within bounds) for its
+    /// next change meanwhile (`commit/rounds.rs`).
     #[must_use]
     pub fn hold(&self) -> rounds::Held {
         self.holds.hold()

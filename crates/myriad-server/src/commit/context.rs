@@ -28,14 +28,14 @@ pub struct OnceSlot {
     /// Set once the mutation that completes the change committed: with its answer
     /// recorded in the same batch, or with nothing worth recording. Either way the change
     /// needs no record of its own afterwards.
-    pub settled: Arc<AtomicBool>,
+    pub settled: AtomicBool,
     /// Set with `settled` when an answer was recorded: only such a change may be answered
     /// before it is durable (`Response::Applied`), for its client may send it again
     /// after later ones (docs/fuse.md "Keeping answered changes until they are durable")
     /// and running it again then would undo them.
-    pub recorded: Arc<AtomicBool>,
+    pub recorded: AtomicBool,
     /// Set with `settled` when the completing mutation wrote anything.
-    pub wrote: Arc<AtomicBool>,
+    pub wrote: AtomicBool,
     /// The client asked for an answer once applied (`ClientRequest::Once::visible`): the
     /// completing mutation is answered without waiting for its fsync and copies.
     pub visible: bool,
@@ -54,14 +54,34 @@ pub struct Context {
     pub exempt: Exempt,
 }
 
+impl OnceSlot {
+    /// The slot of change `id` at `at_ns`, recorded as `completes` and `answer` say,
+    /// nothing settled yet.
+    #[must_use]
+    pub fn new(
+        (id, at_ns): (OnceId, i64),
+        completes: fn(&Mutation) -> bool,
+        answer: fn(&Outcome) -> Option<Response>,
+        visible: bool,
+    ) -> OnceSlot {
+        OnceSlot {
+            id,
+            at_ns,
+            completes,
+            answer,
+            settled: AtomicBool::new(false),
+            recorded: AtomicBool::new(false),
+            wrote: AtomicBool::new(false),
+            visible,
+        }
+    }
+}
+
 /// What a job carries of its request's change: set when the job's mutation completes it.
 pub(crate) struct OnceJob {
-    pub(crate) id: OnceId,
-    pub(crate) at_ns: i64,
-    pub(crate) answer: fn(&Outcome) -> Option<Response>,
-    pub(crate) settled: Arc<AtomicBool>,
-    pub(crate) recorded: Arc<AtomicBool>,
-    pub(crate) wrote: Arc<AtomicBool>,
+    pub(crate) slot: Arc<OnceSlot>,
+    /// Answered once applied, not once durable (`OnceSlot::visible`, and a mutation that
+    /// may be: `may_answer_visible`).
     pub(crate) visible: bool,
 }
 
@@ -71,6 +91,13 @@ impl Context {
     #[must_use]
     pub fn background() -> Context {
         Context::default()
+    }
+
+    /// Part of no change sent once, but of `client`'s (if any), wherever it changes
+    /// something: another partition's side of it, or a touch reporting it.
+    #[must_use]
+    pub fn for_client(client: Option<u64>) -> Context {
+        Context::exempting(Exempt::client(client))
     }
 
     /// Part of no change sent once, with the clients `exempt` names exempt from recalls.
@@ -106,27 +133,24 @@ impl Context {
     /// recovery).
     #[must_use]
     pub fn visible_completion(&self, m: &Mutation) -> bool {
-        self.once.as_ref().is_some_and(|s| {
-            s.visible
-                && may_answer_visible(m)
-                && (s.completes)(m)
-                && !s.settled.load(Ordering::Acquire)
-        })
+        self.completing(m)
+            .is_some_and(|s| s.visible && may_answer_visible(m))
     }
 
     /// The change `m` completes, if this is one and `m` is the mutation that completes it
     /// (and it is not settled yet).
     pub(crate) fn job_for(&self, m: &Mutation) -> Option<OnceJob> {
-        let s = self.once.as_ref()?;
-        ((s.completes)(m) && !s.settled.load(Ordering::Acquire)).then(|| OnceJob {
-            id: s.id,
-            at_ns: s.at_ns,
-            answer: s.answer,
-            settled: s.settled.clone(),
-            recorded: s.recorded.clone(),
-            wrote: s.wrote.clone(),
+        self.completing(m).map(|s| OnceJob {
+            slot: s.clone(),
             visible: s.visible && may_answer_visible(m),
         })
+    }
+
+    /// The change, if `m` is the mutation that completes it and it is not settled yet.
+    fn completing(&self, m: &Mutation) -> Option<&Arc<OnceSlot>> {
+        self.once
+            .as_ref()
+            .filter(|s| (s.completes)(m) && !s.settled.load(Ordering::Acquire))
     }
 }
 

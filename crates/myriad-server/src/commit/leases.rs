@@ -53,9 +53,9 @@ const RECALLED_DRAIN_MAX: Duration = Duration::from_secs(5);
 const SWEEP_EVERY: u64 = 4096;
 
 /// The client whose change a mutation is part of when it is not the change sent once the
-/// mutation's context carries (`Context::once`), per directory or for all: its leases on the directories
-/// the mutation changes are not recalled for it (the client forgets what its change makes
-/// stale itself).
+/// mutation's context carries (`Context::once`), per directory or for all: its leases on
+/// the directories the mutation changes are not recalled for it (the client forgets what
+/// its change makes stale itself).
 ///
 /// - A directory touch sent by the partition that applied a client's create reports that
 ///   client's change (else a client creating in a directory would recall its own lease on

@@ -5,10 +5,10 @@
 //! numbered batches shipped to the copies; the round's replies share one fsync. Each job
 //! is a batch of its own, except the changes of one client's journal batch being served
 //! (`Applier::hold`; the batch's number is in their `Context`), which share one: they
-//! arrive one at a time (each applied before the next is checked), so while such a batch is served and nobody waits for the round's
-//! durability, the round stays open for its next change, within bounds (time, jobs,
-//! bytes): a batch of 100 creates becomes one or two store batches and replication
-//! messages, not 100.
+//! arrive one at a time (each applied before the next is checked), so while such a batch
+//! is served and nobody waits for the round's durability, the round stays open for its
+//! next change, within bounds (time, jobs, bytes): a batch of 100 creates becomes one or
+//! two store batches and replication messages, not 100.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -63,36 +63,26 @@ impl Holds {
     /// open for its next change; its mutations are applied with its number
     /// (`Context::batch`).
     pub(super) fn hold(self: &Arc<Self>) -> Held {
+        self.count.fetch_add(1, Ordering::AcqRel);
         Held {
             batch: NEXT_BATCH.fetch_add(1, Ordering::Relaxed),
-            _hold: Hold::new(self),
+            holds: self.clone(),
         }
     }
 }
 
-/// A client's batch being served (`Applier::hold`).
+/// A client's batch being served (`Applier::hold`): while it lives, the partition's
+/// rounds stay open for the batch's next change.
 pub struct Held {
     /// The batch's number, for the context of its mutations (`Context::batch`).
     pub batch: u64,
-    _hold: Hold,
+    holds: Arc<Holds>,
 }
 
-impl Holds {}
-
-/// While alive, the partition's rounds stay open for the next change of a batch.
-struct Hold(Arc<Holds>);
-
-impl Hold {
-    fn new(holds: &Arc<Holds>) -> Hold {
-        holds.count.fetch_add(1, Ordering::AcqRel);
-        Hold(holds.clone())
-    }
-}
-
-impl Drop for Hold {
+impl Drop for Held {
     fn drop(&mut self) {
-        self.0.count.fetch_sub(1, Ordering::AcqRel);
-        self.0.released.notify_one();
+        self.holds.count.fetch_sub(1, Ordering::AcqRel);
+        self.holds.released.notify_one();
     }
 }
 
@@ -219,15 +209,15 @@ impl ApplyLoop {
         // The change's outcome, in the change's own batch (if it has one worth keeping).
         let mut settled = None;
         if let Some(o) = job.once {
-            let answer = (o.answer)(&outcome);
+            let answer = (o.slot.answer)(&outcome);
             let recorded = answer.is_some();
             if let Some(answer) = answer
                 && let Err(e) = crate::state::outcomes::record(
                     &self.store,
                     &mut self.outcomes,
                     &mut batch,
-                    o.id,
-                    o.at_ns,
+                    o.slot.id,
+                    o.slot.at_ns,
                     answer,
                 )
             {
@@ -256,9 +246,9 @@ impl ApplyLoop {
             self.staged_for = job.batch;
         }
         if let Some((o, recorded)) = settled {
-            o.recorded.store(recorded, Ordering::Release);
-            o.wrote.store(wrote, Ordering::Release);
-            o.settled.store(true, Ordering::Release);
+            o.slot.recorded.store(recorded, Ordering::Release);
+            o.slot.wrote.store(wrote, Ordering::Release);
+            o.slot.settled.store(true, Ordering::Release);
         }
         if job.durable {
             round.waited_on = true;

@@ -446,22 +446,18 @@ async fn a_deposed_partition_drops_its_stage() {
 /// submitted as work of no request records nothing.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_mutation_completes_the_change_its_context_carries_and_no_other() {
-    use std::sync::atomic::AtomicBool;
     let (applier, _syncer, store) = rooted_tasks(disk(), Arc::new(NoCopies)).await;
-    let slot = Arc::new(OnceSlot {
-        id: myriad_proto::OnceId {
-            client: 7,
-            seq: 1,
-            low: 1,
-        },
-        at_ns: 1,
-        completes: |m| matches!(m, Mutation::CreateFile { .. }),
-        answer: |_| Some(myriad_proto::Response::Unit),
-        settled: Arc::new(AtomicBool::new(false)),
-        recorded: Arc::new(AtomicBool::new(false)),
-        wrote: Arc::new(AtomicBool::new(false)),
-        visible: false,
-    });
+    let id = myriad_proto::OnceId {
+        client: 7,
+        seq: 1,
+        low: 1,
+    };
+    let slot = Arc::new(OnceSlot::new(
+        (id, 1),
+        |m| matches!(m, Mutation::CreateFile { .. }),
+        |_| Some(myriad_proto::Response::Unit),
+        false,
+    ));
     let ctx = Context {
         once: Some(slot.clone()),
         ..Context::background()

@@ -178,7 +178,7 @@ impl Partition {
             now: self.env.now_ns(),
         };
         // The destination directory's times are sent while the commit is made durable.
-        let exempt = Context::exempting(crate::commit::leases::Exempt::client(client));
+        let exempt = Context::for_client(client);
         let outcome = match target_dir {
             Some(dir) => {
                 let made = Made {

@@ -221,7 +221,7 @@ impl Partition {
             1
         };
         if dir == "/" && rec.root_attrs.is_some() {
-            let ctx = Context::exempting(crate::commit::leases::Exempt::client(client));
+            let ctx = Context::for_client(client);
             let out = self
                 .applier
                 .run_visible_in(

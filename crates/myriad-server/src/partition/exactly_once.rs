@@ -14,7 +14,7 @@
 //! leaves the change without its outcome, and its retry runs again as before.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use myriad_proto::{Caller, ClientRequest, FsError, OnceId, Request, Response};
 
@@ -54,19 +54,12 @@ impl Partition {
         // meanwhile must not be applied over it.
         self.resend_guard.note(&request, id.client, id.seq);
         let (completes, answer) = recording(&request);
-        let settled = Arc::new(AtomicBool::new(false));
-        let recorded = Arc::new(AtomicBool::new(false));
-        let wrote = Arc::new(AtomicBool::new(false));
-        let slot = Arc::new(OnceSlot {
-            id,
-            at_ns: self.env.now_ns(),
+        let slot = Arc::new(OnceSlot::new(
+            (id, self.env.now_ns()),
             completes,
             answer,
-            settled: settled.clone(),
-            recorded: recorded.clone(),
-            wrote: wrote.clone(),
             visible,
-        });
+        ));
         let made = Made {
             once: Some(slot.clone()),
             ..made.clone()
@@ -77,16 +70,16 @@ impl Partition {
             .await;
         // Answered once applied (its completing mutation did not wait for durability): the
         // client syncs it later, with this incarnation. Otherwise it is durable already.
-        if visible && settled.load(Ordering::Acquire) {
+        if visible && slot.settled.load(Ordering::Acquire) {
             // Only with its outcome recorded: its client may send it again after later
             // changes (a resend after a failover), and one without a record would run
             // again over them (simulation seed 40060 with --locks --dir-moves: a create
             // over an existing file, recording nothing, came back after its unlink).
             // Without one, it is answered plain, and not kept by the client: at once if
             // it wrote nothing (an open of an existing name), else once durable.
-            if !recorded.load(Ordering::Acquire) {
+            if !slot.recorded.load(Ordering::Acquire) {
                 let answer = result?;
-                if wrote.load(Ordering::Acquire) {
+                if slot.wrote.load(Ordering::Acquire) {
                     self.applier.run(Mutation::Barrier).await?;
                 }
                 return Ok(answer);
@@ -100,7 +93,7 @@ impl Partition {
         // batch of its own. (A failed read here records it again rather than turn a change
         // that succeeded into an error.)
         if let Ok(answer) = &result
-            && !settled.load(Ordering::Acquire)
+            && !slot.settled.load(Ordering::Acquire)
             && !matches!(
                 crate::state::outcomes::recorded(&self.store, id.client, id.seq),
                 Ok(Some(_))

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use crate::commit::leases::Exempt;
 use crate::commit::{Context, OnceSlot};
 
 /// How a client's change is made, passed from where it arrives to where it is applied
@@ -49,7 +48,7 @@ impl Made {
         Context {
             once: self.once.clone(),
             batch: self.serving,
-            exempt: Exempt::client(self.for_client),
+            ..Context::for_client(self.for_client)
         }
     }
 
@@ -61,7 +60,6 @@ impl Made {
     /// The client whose change this is: the one a touch reports (`for_client`), else the
     /// change sent once the request applies.
     pub(crate) fn client(&self) -> Option<u64> {
-        self.for_client
-            .or_else(|| self.once.as_ref().map(|s| s.id.client))
+        self.for_client.or_else(|| self.sent_once_by())
     }
 }

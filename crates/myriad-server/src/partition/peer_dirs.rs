@@ -104,8 +104,8 @@ impl Partition {
     ) -> Result<Response, FsError> {
         validate_path(&path)?;
         self.own_dir(st, &path)?;
-        let exempt = crate::commit::leases::Exempt::client(client);
-        self.remove_dir_object(&path, ino, &exempt).await?;
+        let ctx = crate::commit::Context::for_client(client);
+        self.remove_dir_object(&path, ino, &ctx).await?;
         Ok(Response::Unit)
     }
 

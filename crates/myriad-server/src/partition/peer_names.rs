@@ -127,7 +127,7 @@ impl Partition {
         validate_path(&prepare.to)?;
         self.own_entry(st, &prepare.to)?;
         // The target side of `client`'s rename: its leases are not recalled for it.
-        let exempt = Context::exempting(crate::commit::leases::Exempt::client(client));
+        let exempt = Context::for_client(client);
         let outcome = self
             .applier
             .run_in(&exempt, Mutation::RenamePrepare(prepare))

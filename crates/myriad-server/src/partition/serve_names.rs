@@ -235,7 +235,7 @@ impl Partition {
             split_parent(&to).0.to_string(),
         );
         let moved = self.lookup(&from).await.ok();
-        match self.rename(made, from, to, flags).await {
+        match self.rename(&made.context(), from, to, flags).await {
             Ok(touched) => {
                 if let Some(i) = moved.filter(|i| i.kind == FileKind::HardLink) {
                     // The name moved, the inode lives at its home: its ctime

@@ -232,7 +232,7 @@ impl Partition {
         self: &Arc<Self>,
         path: &str,
         ino: InodeId,
-        exempt: &crate::commit::leases::Exempt,
+        ctx: &Context,
     ) -> Result<(), FsError> {
         let rec = self.store.dir(path).map_err(storage_err)?;
         // A frozen tree's root: refused before any part is frozen for the removal.
@@ -251,8 +251,7 @@ impl Partition {
                 path: path.to_string(),
                 ino,
             };
-            let ctx = Context::exempting(exempt.clone());
-            return self.applier.run_in(&ctx, remove).await.map(|_| ());
+            return self.applier.run_in(ctx, remove).await.map(|_| ());
         };
         let freeze = removal_freeze_id(ino);
         let nodes = self.part_nodes(path, &map);
@@ -310,8 +309,7 @@ impl Partition {
                 txid: freeze,
                 action: action.clone(),
             };
-            let ctx = Context::exempting(exempt.clone());
-            self.applier.run_in(&ctx, finish).await?;
+            self.applier.run_in(ctx, finish).await?;
         }
         verdict
     }

@@ -346,7 +346,7 @@ impl Partition {
     /// times sent while the destination committed); `Ok(false)`: the caller touches it.
     pub(crate) async fn rename(
         self: &Arc<Self>,
-        made: &Made,
+        ctx: &Context,
         from: String,
         to: String,
         flags: RenameFlags,
@@ -360,10 +360,9 @@ impl Partition {
         if from == to {
             return Ok(false);
         }
-        let ctx = made.context();
         let dst_node = self.entry_node(&to);
         if dst_node == self.me && src.kind != FileKind::Directory {
-            self.rename_here(&ctx, from, to, flags).await?;
+            self.rename_here(ctx, from, to, flags).await?;
             return Ok(false);
         }
         let begin = Mutation::RenameSourceBegin {
@@ -379,7 +378,7 @@ impl Partition {
                 blocks,
             },
             live,
-        ) = self.begin(&ctx, begin).await?;
+        ) = self.begin(ctx, begin).await?;
         let mut moves = Vec::new();
         // The empty directory a directory moves over, if any.
         let replaces = if inode.kind == FileKind::Directory {
@@ -389,7 +388,7 @@ impl Partition {
             match copied {
                 Ok(replaces) => replaces,
                 Err(e) => {
-                    self.abort_rename(&ctx, txid, dst_node, &moves).await;
+                    self.abort_rename(ctx, txid, dst_node, &moves).await;
                     return Err(e);
                 }
             }
@@ -416,7 +415,7 @@ impl Partition {
                 let incoming = match self.incoming(answer, flags) {
                     Ok(incoming) => incoming,
                     Err(e) => {
-                        self.abort_rename(&ctx, txid, dst_node, &moves).await;
+                        self.abort_rename(ctx, txid, dst_node, &moves).await;
                         return Err(e);
                     }
                 };
@@ -427,21 +426,23 @@ impl Partition {
                     moves: moves.clone(),
                     incoming,
                 };
-                self.applier.run_in(&ctx, decide).await?;
+                self.applier.run_in(ctx, decide).await?;
                 // A file's rename is answered once the destination's commit is applied
                 // (the decision is durable: recovery would commit it again): the commit
                 // made durable and the intent deleted follow in a task of their own.
                 let visible = moves.is_empty();
                 let finished =
-                    Box::pin(self.finish_decided(made, (txid, dst_node), &moves, &from)).await;
+                    Box::pin(self.finish_decided(ctx, (txid, dst_node), &moves, &from)).await;
                 if visible && finished.is_ok() {
                     // The last steps keep the intent from recovery until they are done.
                     std::mem::forget(live);
                     let this = self.clone();
                     tokio::spawn(async move {
                         let _live = this.adopt(txid);
-                        let ctx = Context::background();
-                        let r = this.finish_commit(&ctx, txid, dst_node, &[], false).await;
+                        let background = Context::background();
+                        let r = this
+                            .finish_commit(&background, txid, dst_node, &[], false)
+                            .await;
                         if let Err(e) = r {
                             tracing::warn!(txid, "rename answered, its end left to recovery: {e}");
                         }
@@ -468,7 +469,7 @@ impl Partition {
                 Ok(true)
             }
             Err(e) => {
-                self.abort_rename(&ctx, txid, dst_node, &moves).await;
+                self.abort_rename(ctx, txid, dst_node, &moves).await;
                 Err(e)
             }
         }
@@ -479,12 +480,11 @@ impl Partition {
     /// times are sent.
     async fn finish_decided(
         self: &Arc<Self>,
-        made: &Made,
+        ctx: &Context,
         (txid, dst_node): (u64, PartitionId),
         moves: &[crate::state::intent::DirMove],
         from: &str,
     ) -> Result<(), FsError> {
-        let ctx = made.context();
         // A moved directory's old objects stay readable until they are dropped:
         // answering before would let a reader see the old tree after the rename
         // was acknowledged (simulation seed 1671 with --dir-moves, a lost
@@ -497,7 +497,7 @@ impl Partition {
         let finish = async {
             let mut finished = Ok(());
             for _ in 0..tries {
-                finished = Box::pin(self.finish_commit(&ctx, txid, dst_node, moves, visible)).await;
+                finished = Box::pin(self.finish_commit(ctx, txid, dst_node, moves, visible)).await;
                 match &finished {
                     Ok(()) => break,
                     Err(e) => tracing::warn!(txid, "rename committed, not finished: {e}"),
@@ -507,9 +507,9 @@ impl Partition {
         };
         // The source directory's times go while the destination commits.
         let from_dir = split_parent(from).0.to_string();
-        // (By this server's clock, for the change `made` carries.)
+        // (By this server's clock, for the change `ctx` carries.)
         let now = Made {
-            once: made.once.clone(),
+            once: ctx.once.clone(),
             ..Made::now()
         };
         let (finished, _) = tokio::join!(finish, Box::pin(self.touch_dir(&from_dir, &now)));
