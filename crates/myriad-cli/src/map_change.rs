@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use myriad_client::{Client, ClusterMap, FsError};
+use myriad_client::{Client, ClusterMap, Installed};
 
 /// How many times a change that lost a race is made again.
 const CHANGE_TRIES: usize = 10;
@@ -23,10 +23,14 @@ pub async fn commit(
         let Some(next) = edit(&map)? else {
             return Ok(map);
         };
-        match client.install_map(next).await {
+        match client
+            .install_map(next)
+            .await
+            .context("committing the new cluster map")?
+        {
             // Another change got in first: again, on the newest map.
-            Err(FsError::MapTooOld(_)) => {}
-            r => r.context("committing the new cluster map")?,
+            Installed::LostRace => {}
+            Installed::Yes => {}
         }
         let now = client.newest_map().await;
         if landed(&now) {

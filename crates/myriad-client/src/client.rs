@@ -16,7 +16,8 @@ use myriad_proto::InodeId;
 use myriad_proto::auth::Keyring;
 use myriad_proto::reply::{Ask, Reply};
 use myriad_proto::{
-    Caller, Endpoints, FileKind, FsError, Inode, PeerKind, Request, Response, validate_path,
+    Caller, Endpoints, FileKind, FsError, Inode, PeerKind, Request, Response, WireError,
+    validate_path,
 };
 use myriad_proto::{ClientRequest, OnceId};
 
@@ -348,28 +349,28 @@ impl Client {
         st: &MapState,
         route: &Route,
         target: PartitionId,
-    ) -> Result<(String, Endpoints), FsError> {
+    ) -> Result<(String, Endpoints), WireError> {
         match route {
             Route::Server(n) => st
                 .map
                 .node(*n)
                 .map(|info| (info.addr.clone(), Endpoints::SERVER))
                 .ok_or_else(|| {
-                    FsError::Unavailable(format!("server {n} is not in the cluster map"))
+                    WireError::Unavailable(format!("server {n} is not in the cluster map"))
                 }),
             Route::Copy(n, p) => st
                 .map
                 .node(*n)
                 .map(|info| (info.addr.clone(), Endpoints::to(*p)))
                 .ok_or_else(|| {
-                    FsError::Unavailable(format!("server {n} is not in the cluster map"))
+                    WireError::Unavailable(format!("server {n} is not in the cluster map"))
                 }),
             _ => st
                 .map
                 .partition_addr(target)
                 .map(|a| (a.to_string(), Endpoints::to(target)))
                 .ok_or_else(|| {
-                    FsError::Unavailable(format!("partition {target} is not in the cluster map"))
+                    WireError::Unavailable(format!("partition {target} is not in the cluster map"))
                 }),
         }
     }
@@ -444,14 +445,8 @@ impl Client {
             }
         };
         // Routing signals are the client library's business, never its callers' (they see
-        // errnos and the three "try again" errors: `FsError::kind`).
-        let answer = self.route(route, req).await.map_err(|e| {
-            if e.is_routing() {
-                FsError::Unavailable(format!("the cluster's routing did not settle: {e}"))
-            } else {
-                e
-            }
-        });
+        // errnos and the three "try again" errors: `FsError`, not `WireError`).
+        let answer = self.route(route, req).await.map_err(FsError::from);
         forget();
         if let (
             Some((path, own)),
@@ -686,6 +681,7 @@ impl Client {
 }
 
 mod cluster;
+pub use cluster::Installed;
 mod leased;
 mod maps;
 mod namespace;

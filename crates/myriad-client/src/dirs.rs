@@ -3,7 +3,7 @@
 //! last name returned, valid however the shards split in between.
 
 use myriad_placement::{Shard, name_hash};
-use myriad_proto::{DirEntry, FileKind, FsError, Inode, Response, validate_path};
+use myriad_proto::{DirEntry, FileKind, FsError, Inode, Response, WireError, validate_path};
 
 use crate::client::{Client, READDIR_PAGE, Route};
 use myriad_proto::ClientRequest;
@@ -341,11 +341,11 @@ impl Client {
                 }
                 for (i, a) in idx.into_iter().zip(attrs) {
                     match a {
-                        Err(FsError::WrongShard { map, .. }) => {
+                        Err(WireError::WrongShard { map, .. }) => {
                             moved = Some(map);
                             todo.push(i);
                         }
-                        a => out[i] = Some(a),
+                        a => out[i] = Some(a.map_err(FsError::from)),
                     }
                 }
             }

@@ -82,7 +82,7 @@ impl Client {
         {
             Ok(r) => {
                 self.note_parent(path, &r);
-                ask.answer.of(r)?
+                ask.answer.of::<FsError>(r)?
             }
             Err(e) => return Err(self.refine(path, e).await),
         };

@@ -21,7 +21,7 @@
 //! to every partition holding changes every `BARRIER_EVERY` (`sync_round`).
 
 use myriad_placement::PartitionId;
-use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response};
+use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response, WireError};
 
 use crate::client::{Client, Route};
 use crate::held_state::{Change, ELSEWHERE_WAIT, RESEND_PROTOCOL, ROOM_WAIT, size_of};
@@ -112,7 +112,7 @@ impl Client {
         &self,
         pid: PartitionId,
         stale: Vec<PartitionId>,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         for p in stale {
             if p == pid {
                 self.recover(p).await?;
@@ -176,7 +176,7 @@ impl Client {
     /// Its requests, and whatever they ask on the way (a shard map, an earlier
     /// partition's record), are routed unheld: recovering again would wait for this very
     /// recovery.
-    pub(crate) async fn recover(&self, pid: PartitionId) -> Result<(), FsError> {
+    pub(crate) async fn recover(&self, pid: PartitionId) -> Result<(), WireError> {
         let one = {
             let mut g = match self.held.recovering.lock() {
                 Ok(g) => g,
@@ -211,7 +211,7 @@ impl Client {
                 .await
             {
                 Ok(_) => self.drop_held(pid, &of_inc),
-                Err(FsError::Io(_)) => gone.push(inc),
+                Err(WireError::Io(_)) => gone.push(inc),
                 Err(e) => {
                     tracing::debug!(partition = %pid, "held changes: barrier failed: {e}");
                     return Err(e);
@@ -256,7 +256,7 @@ impl Client {
 
     /// Sends again, in order, partition `pid`'s held changes answered by incarnations
     /// `gone`: each is durable or lost when its answer comes.
-    async fn resend(&self, pid: PartitionId, gone: &[u64]) -> Result<(), FsError> {
+    async fn resend(&self, pid: PartitionId, gone: &[u64]) -> Result<(), WireError> {
         loop {
             let next = {
                 let g = self.held.lock();
@@ -293,7 +293,7 @@ impl Client {
                     tracing::debug!(partition = %pid, seq = id.seq, "a change answered by an earlier primary was sent again: {what}");
                     self.drop_held(pid, &[id]);
                 }
-                Err(FsError::Io(why)) => {
+                Err(WireError::Io(why)) => {
                     self.lost(why);
                     self.drop_held(pid, &[id]);
                 }
@@ -339,13 +339,13 @@ impl Client {
         let pids: Vec<PartitionId> = self.held.lock().parts.keys().copied().collect();
         let results =
             futures::future::join_all(pids.iter().map(|&pid| self.recover_quickly(pid))).await;
-        results.into_iter().find_map(Result::err)
+        results.into_iter().find_map(Result::err).map(FsError::from)
     }
 
     /// `recover`, but a partition whose held changes have one incarnation and a link
     /// that has not changed needs no lock: its barrier alone (the usual case: many
     /// partitions synced at once).
-    async fn recover_quickly(&self, pid: PartitionId) -> Result<(), FsError> {
+    async fn recover_quickly(&self, pid: PartitionId) -> Result<(), WireError> {
         let plain = {
             let g = self.held.lock();
             g.parts.get(&pid).and_then(|p| {
@@ -372,7 +372,7 @@ impl Client {
                 self.drop_held(pid, &ids);
                 Ok(())
             }
-            Err(FsError::Io(_)) => {
+            Err(WireError::Io(_)) => {
                 self.held_suspect(pid);
                 self.recover(pid).await
             }

@@ -30,7 +30,7 @@ mod whole_files;
 mod write_behind;
 
 pub use behind_journals::{BehindSpawner, BehindTask};
-pub use client::{Client, ClientConfig};
+pub use client::{Client, ClientConfig, Installed};
 pub use dirs::ListFor;
 pub use file::FileHandle;
 pub use fragments::FragmentAt;

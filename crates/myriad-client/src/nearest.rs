@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use myriad_placement::NodeId;
-use myriad_proto::{ClientRequest, Endpoints, FsError, Request, Response};
+use myriad_proto::{ClientRequest, Endpoints, FsError, Request, Response, WireError};
 
 use crate::client::{Client, Parents, Route};
 
@@ -96,19 +96,19 @@ impl Client {
                 Some(Ok(r))
             }
             // Answers about the file system itself, as the primary would give them.
-            Err(e @ (FsError::NotFound | FsError::PermissionDenied | FsError::NotADirectory)) => {
-                Some(Err(e))
-            }
+            Err(
+                e @ (WireError::NotFound | WireError::PermissionDenied | WireError::NotADirectory),
+            ) => Some(Err(e.into())),
             Ok(other) => {
                 tracing::debug!(partition = %pid, "copy answered a read with {other:?}");
                 None
             }
             // The copy knows a newer map: learn it.
-            Err(FsError::Redirect(map)) => {
+            Err(WireError::Redirect(map)) => {
                 self.adopt(*map);
                 None
             }
-            Err(e @ (FsError::AskPrimary | FsError::Busy | FsError::MapTooOld(_))) => {
+            Err(e @ (WireError::AskPrimary | WireError::Busy | WireError::MapTooOld(_))) => {
                 tracing::trace!(partition = %pid, copy = %copy, "copy read: {e}; asking the primary");
                 None
             }

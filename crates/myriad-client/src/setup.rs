@@ -7,8 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use myriad_placement::ClusterMap;
-use myriad_proto::Caller;
 use myriad_proto::auth::Keyring;
+use myriad_proto::{Caller, WireError};
 
 /// File name of the cluster secret beside a local cluster's map.
 pub const SECRET_FILE: &str = "cluster.secret";
@@ -265,7 +265,7 @@ async fn ask_seeds(
                 timeout,
             )
             .await;
-        match got.map(|r| get_map.answer.of(r)) {
+        match got.map(|r| get_map.answer.of::<WireError>(r)) {
             Ok(Ok(m)) => return Ok(*m),
             Ok(Err(other)) => {
                 transient = false;

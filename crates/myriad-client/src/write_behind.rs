@@ -18,7 +18,7 @@ use myriad_proto::access::{
 };
 use myriad_proto::{
     ClientRequest, FileKind, FsError, Inode, InodeId, LeaseKey, PartitionId, Request, Response,
-    SetAttr,
+    SetAttr, WireError,
 };
 
 use crate::behind_journals::{BehindSpawner, BehindTask, Op, RESERVE};
@@ -362,10 +362,10 @@ impl Client {
             for (op, answer) in ops.into_iter().zip(answers) {
                 match answer {
                     Ok(()) => {}
-                    Err(e) if e == FsError::Busy || e.is_routing() || !again.is_empty() => {
+                    Err(e) if e == WireError::Busy || e.is_routing() || !again.is_empty() => {
                         again.push(op);
                     }
-                    Err(e) => journal.failed(&op, e),
+                    Err(e) => journal.failed(&op, e.into()),
                 }
             }
             if again.is_empty() {
@@ -389,7 +389,7 @@ impl Client {
     /// One batch of `key`'s journal; an answer per change (`Ok` once applied). A batch
     /// the servers cannot take now is sent again until they do (its changes are applied
     /// once whatever happens: each has its `OnceId`).
-    async fn send_batch(&self, key: &LeaseKey, ops: &[Op]) -> Vec<Result<(), FsError>> {
+    async fn send_batch(&self, key: &LeaseKey, ops: &[Op]) -> Vec<Result<(), WireError>> {
         let mut waiting = Vec::with_capacity(ops.len());
         let mut reqs = Vec::with_capacity(ops.len());
         for op in ops {
@@ -438,7 +438,7 @@ impl Client {
                         .collect();
                 }
                 Ok(Bundle(answers)) => {
-                    let e = FsError::Protocol(format!(
+                    let e = WireError::Protocol(format!(
                         "{} answers to a batch of {}",
                         answers.len(),
                         ops.len()
@@ -489,7 +489,7 @@ impl Client {
                     }
                     tokio::time::sleep(RETRY_EVERY).await;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
     }

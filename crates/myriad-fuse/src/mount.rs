@@ -111,9 +111,6 @@ fn worth_retrying(e: &FsError) -> bool {
             | FsError::Busy
             | FsError::Io(_)
             | FsError::Protocol(_)
-            | FsError::Redirect(_)
-            | FsError::MapTooOld(_)
-            | FsError::WrongShard { .. }
     )
 }
 

@@ -18,7 +18,7 @@ use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::Keyring;
 use myriad_proto::codec::{decode, encode};
 use myriad_proto::{
-    Caller, Endpoints, FsError, PeerKind, Request, RequestFrameRef, Response, ResponseFrame,
+    Caller, Endpoints, PeerKind, Request, RequestFrameRef, Response, ResponseFrame, WireError,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -26,7 +26,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::frame::frame_codec;
 
-type Reply = Result<Response, FsError>;
+type Reply = Result<Response, WireError>;
 type PendingMap = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 /// Frames queued for the writer before callers wait. Bounds memory per connection.
@@ -60,10 +60,10 @@ impl RpcConn {
         zone: &str,
         keys: &Keyring,
         timeout: Duration,
-    ) -> Result<RpcConn, FsError> {
+    ) -> Result<RpcConn, WireError> {
         match tokio::time::timeout(timeout, Self::connect_inner(addr, me, zone, keys)).await {
             Ok(r) => r,
-            Err(_) => Err(FsError::Unavailable(format!(
+            Err(_) => Err(WireError::Unavailable(format!(
                 "{addr}: connect timed out after {} ms",
                 timeout.as_millis()
             ))),
@@ -75,12 +75,12 @@ impl RpcConn {
         me: PeerKind,
         zone: &str,
         keys: &Keyring,
-    ) -> Result<RpcConn, FsError> {
+    ) -> Result<RpcConn, WireError> {
         let mut offer = myriad_proto::PROTOCOL_VERSION;
         loop {
             let stream = TcpStream::connect(addr)
                 .await
-                .map_err(|e| FsError::Unavailable(format!("{addr}: {e}")))?;
+                .map_err(|e| WireError::Unavailable(format!("{addr}: {e}")))?;
             let _ = stream.set_nodelay(true);
             let (rd, wr) = stream.into_split();
             let mut reader = FramedRead::new(rd, frame_codec());
@@ -215,7 +215,7 @@ impl RpcConn {
         timeout: Duration,
     ) -> Reply {
         if self.is_closed() {
-            return Err(FsError::Unavailable(format!(
+            return Err(WireError::Unavailable(format!(
                 "{}: connection closed",
                 self.addr
             )));
@@ -230,7 +230,7 @@ impl RpcConn {
             caller,
             body,
         };
-        let bytes = encode(&frame).map_err(|e| FsError::Protocol(e.to_string()))?;
+        let bytes = encode(&frame).map_err(|e| WireError::Protocol(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, tx);
@@ -239,9 +239,9 @@ impl RpcConn {
             self.tx
                 .send(Bytes::from(bytes))
                 .await
-                .map_err(|_| FsError::Unavailable(format!("{}: connection closed", self.addr)))?;
+                .map_err(|_| WireError::Unavailable(format!("{}: connection closed", self.addr)))?;
             rx.await
-                .map_err(|_| FsError::Unavailable(format!("{}: connection closed", self.addr)))?
+                .map_err(|_| WireError::Unavailable(format!("{}: connection closed", self.addr)))?
         })
         .await;
         match result {
@@ -250,7 +250,7 @@ impl RpcConn {
                 if let Ok(mut p) = self.pending.lock() {
                     p.remove(&id);
                 }
-                Err(FsError::TimedOut(format!(
+                Err(WireError::TimedOut(format!(
                     "{} did not answer within {} ms",
                     self.addr,
                     timeout.as_millis()
@@ -267,6 +267,6 @@ fn fail_all(closed: &AtomicBool, pending: &PendingMap, why: &str) {
         .map(|mut p| p.drain().map(|(_, w)| w).collect())
         .unwrap_or_default();
     for w in waiters {
-        let _ = w.send(Err(FsError::Unavailable(why.to_string())));
+        let _ = w.send(Err(WireError::Unavailable(why.to_string())));
     }
 }

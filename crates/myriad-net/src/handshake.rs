@@ -8,7 +8,7 @@ use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::{Credential, Keyring, Nonce, proofs_equal};
 use myriad_proto::codec::{decode, encode};
 use myriad_proto::{
-    Auth, AuthReply, FsError, Hello, HelloReply, MAGIC, PROTOCOL_MIN, PROTOCOL_VERSION, PeerKind,
+    Auth, AuthReply, Hello, HelloReply, MAGIC, PROTOCOL_MIN, PROTOCOL_VERSION, PeerKind, WireError,
     negotiate,
 };
 use rand::RngCore;
@@ -80,8 +80,8 @@ pub(crate) async fn client(
     (me, zone): (PeerKind, &str),
     keys: &Keyring,
     offer: u16,
-) -> Result<Shook, FsError> {
-    let io = |e: std::io::Error| FsError::Unavailable(format!("{addr}: {e}"));
+) -> Result<Shook, WireError> {
+    let io = |e: std::io::Error| WireError::Unavailable(format!("{addr}: {e}"));
     let key = keys.connect_key();
     let hello = Hello {
         magic: MAGIC,
@@ -92,25 +92,27 @@ pub(crate) async fn client(
         zone: zone.to_string(),
         min_version: PROTOCOL_MIN,
     };
-    let hello_bytes = encode(&hello).map_err(|e| FsError::Protocol(e.to_string()))?;
+    let hello_bytes = encode(&hello).map_err(|e| WireError::Protocol(e.to_string()))?;
     w.send(Bytes::from(hello_bytes.clone())).await.map_err(io)?;
     let reply_bytes = recv(r).await.map_err(io)?;
     let reply = HelloReply::decode_any(&reply_bytes)
-        .map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?;
+        .map_err(|e| WireError::Protocol(format!("{addr}: {e}")))?;
     if reply.refused.is_some() && (PROTOCOL_MIN..offer).contains(&reply.version) {
         return Ok(Shook::OfferOlder(reply.version));
     }
     if let Some(why) = reply.refused {
-        return Err(FsError::Protocol(format!(
+        return Err(WireError::Protocol(format!(
             "{addr} refused the connection: {why}"
         )));
     }
     let Some(key) = key else {
-        return Err(FsError::Protocol(format!("{addr}: no key to connect with")));
+        return Err(WireError::Protocol(format!(
+            "{addr}: no key to connect with"
+        )));
     };
     let expected = key.server_proof(&hello_bytes, &reply.nonce, reply.node_id, reply.epoch);
     if !proofs_equal(&expected, &reply.proof) {
-        return Err(FsError::Protocol(format!(
+        return Err(WireError::Protocol(format!(
             "{addr} did not prove the cluster key: not a server of this cluster (or a tampered connection)"
         )));
     }
@@ -119,9 +121,9 @@ pub(crate) async fn client(
     };
     send(w, &auth).await.map_err(io)?;
     let verdict: AuthReply = decode(&recv(r).await.map_err(io)?)
-        .map_err(|e| FsError::Protocol(format!("{addr}: {e}")))?;
+        .map_err(|e| WireError::Protocol(format!("{addr}: {e}")))?;
     if let Some(why) = verdict.refused {
-        return Err(FsError::Protocol(format!(
+        return Err(WireError::Protocol(format!(
             "{addr} refused the connection: {why}"
         )));
     }

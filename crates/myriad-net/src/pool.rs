@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use myriad_proto::auth::Keyring;
-use myriad_proto::{Caller, Endpoints, FsError, PeerKind, Request, Response};
+use myriad_proto::{Caller, Endpoints, PeerKind, Request, Response, WireError};
 
 use crate::RpcConn;
 
@@ -48,12 +48,12 @@ impl Pool {
     }
 
     /// The live connection to `addr`, connecting if needed.
-    pub async fn conn(&self, addr: &str) -> Result<Arc<RpcConn>, FsError> {
+    pub async fn conn(&self, addr: &str) -> Result<Arc<RpcConn>, WireError> {
         let slot = {
             let mut slots = self
                 .slots
                 .lock()
-                .map_err(|_| FsError::Io("pool lock poisoned".into()))?;
+                .map_err(|_| WireError::Io("pool lock poisoned".into()))?;
             slots.entry(addr.to_string()).or_default().clone()
         };
         let mut guard = slot.lock().await;
@@ -112,7 +112,7 @@ impl Pool {
         ends: Endpoints,
         caller: &Caller,
         body: &Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.call_with_timeout(addr, epoch, ends, caller, body, self.config.request_timeout)
             .await
     }
@@ -125,14 +125,14 @@ impl Pool {
         caller: &Caller,
         body: &Request,
         timeout: Duration,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let conn = self.conn(addr).await?;
         let stale = conn.idle_for() >= STALE_AFTER;
         match conn.call(epoch, ends, caller, body, timeout).await {
             // The server may have closed this idle connection (its idle timeout) as the call
             // went out: the request was not read, so sending it again on a new connection is
             // safe. Once only: a second failure is a real one.
-            Err(FsError::Unavailable(_)) if stale => {
+            Err(WireError::Unavailable(_)) if stale => {
                 let conn = self.conn(addr).await?;
                 conn.call(epoch, ends, caller, body, timeout).await
             }

@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::{Credential, Keyring};
 use myriad_proto::codec::decode;
-use myriad_proto::{Caller, ClientFrame, FsError, RequestFrame, ResponseFrame, TrafficKind};
+use myriad_proto::{Caller, ClientFrame, RequestFrame, ResponseFrame, TrafficKind, WireError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -195,7 +195,7 @@ pub async fn serve_connection<H: Handler>(
                 };
                 let refusal = ResponseFrame {
                     id: other.id,
-                    result: Err(FsError::PermissionDenied),
+                    result: Err(WireError::PermissionDenied),
                 };
                 tracing::warn!(peer = %peer_addr, op = other.body.op_name(), "refused: needs the cluster secret");
                 if let Ok(bytes) = myriad_proto::codec::encode(&refusal) {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use myriad_proto::{Caller, Endpoints, FsError, Request, Response};
+use myriad_proto::{Caller, Endpoints, Request, Response, WireError};
 
 use crate::pool::Pool;
 
@@ -19,7 +19,7 @@ pub trait Transport: Send + Sync {
         caller: &'a Caller,
         req: &'a Request,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<Response, FsError>>;
+    ) -> BoxFuture<'a, Result<Response, WireError>>;
 
     /// What this side knows of its link to `addr` (`Link`). The default knows nothing.
     fn link(&self, _addr: &str) -> Link {
@@ -48,7 +48,7 @@ impl Transport for Pool {
         caller: &'a Caller,
         req: &'a Request,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
+    ) -> BoxFuture<'a, Result<Response, WireError>> {
         Box::pin(Pool::call_with_timeout(
             self, addr, epoch, ends, caller, req, timeout,
         ))

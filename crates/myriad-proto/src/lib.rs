@@ -27,7 +27,7 @@ mod server_request;
 pub mod tree_index;
 mod types;
 
-pub use error::{ErrorKind, FsError};
+pub use error::{ErrorKind, FsError, WireError};
 pub use message::{
     Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, LeaseGrant, MAGIC, PROTOCOL_MIN,
     PROTOCOL_VERSION, PeerKind, RequestFrame, RequestFrameRef, Response, ResponseFrame, negotiate,

@@ -11,7 +11,7 @@ use crate::request::{FromClient, Request};
 use crate::server_request::{FsckDir, FsckEntry};
 use myriad_placement::{NodeId, PartitionId};
 
-use crate::{Caller, CounterSnapshot, DirEntry, FsError, Inode, InodeId, ShardMap, StatFs};
+use crate::{Caller, CounterSnapshot, DirEntry, Inode, InodeId, ShardMap, StatFs, WireError};
 
 /// "MYRD": first field of every hello, so a stray connection is recognised at once.
 pub const MAGIC: u32 = 0x4d59_5244;
@@ -35,11 +35,11 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 17: directory touches name the client whose change they report (`DirTouch::client`);
 /// `DirPage::hidden`.
 /// 18: exclusive directory leases, reserved inode numbers (`ReserveIds`), `Batch`.
-/// 19: frozen trees (docs/metadata-index.md): `FsError::ReadOnly` (EROFS),
+/// 19: frozen trees (docs/metadata-index.md): `WireError::ReadOnly` (EROFS),
 /// `ClientRequest::MarkReadOnly`, `PeerRequest::DirMarkReadOnly`, `ClientRequest::OpenWrite`.
 /// 20: `ClientRequest::IndexCandidates`; the root's attributes come with a lease.
 /// 21: automatic indexes: `auto` on `MarkReadOnly` and `DirMarkReadOnly`,
-/// `PeerRequest::UnregisterIndex`, `FsError::AutoIndexed`.
+/// `PeerRequest::UnregisterIndex`, `WireError::AutoIndexed`.
 /// 22: erasure-coded fragments (docs/redundancy.md): `ServerRequest::ReadFragment`,
 /// `PeerRequest::PutFragments`, `PeerRequest::DropFragments`.
 /// 23: coded chunks: `Response::Coded` (a chunk read meeting a coded chunk),
@@ -51,14 +51,14 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 25: zones (docs/zones.md): the map's `NodeInfo::zone`, `PartitionInfo::group`,
 /// `ClusterMap::policies`.
 /// 26: nearest-copy reads (docs/zones.md): `PeerRequest::LendReads`, `Response::ReadsLent`,
-/// `FsError::AskPrimary`.
+/// `WireError::AskPrimary`.
 /// 27: trees moved between zones online (docs/zones.md section 3): `Policy::state` in the
 /// map.
 /// 28: `CounterSnapshot::popular` (the popular directories a server holds replicas of, for
 /// the dashboard).
 /// 29: the client a peer request carries a change on for (`PeerRequest::acting_for`:
 /// `client` of `RenamePrepare`, `RenameCommit`, `PutLinkRef`, `DirObjectRemove`);
-/// `FsError::TooManyLinks`.
+/// `WireError::TooManyLinks`.
 /// 30: versions are negotiated (docs/upgrades.md): `Hello::min_version` and
 /// `HelloReply::newest`, appended (a peer of 29 ignores them, and its hello and reply are
 /// read by `Hello::decode_any` and `HelloReply::decode_any`). Nothing else changed: 30
@@ -268,7 +268,7 @@ pub struct RequestFrameRef<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResponseFrame {
     pub id: u64,
-    pub result: Result<Response, FsError>,
+    pub result: Result<Response, WireError>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,7 +276,7 @@ pub enum Response {
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
     Unit,
     Attr(Inode),
-    Attrs(Vec<Result<Inode, FsError>>),
+    Attrs(Vec<Result<Inode, WireError>>),
     Fetched {
         inode: Inode,
         #[serde(with = "serde_bytes")]
@@ -410,7 +410,7 @@ pub enum Response {
     /// A yes or no (`PeerRequest::KeepsFragments`, `PeerRequest::FragmentNamed`).
     Bool(bool),
     /// The answers to a `ReplicaRequest::Bundle`, one per item, in its order.
-    Bundle(Vec<Result<Response, FsError>>),
+    Bundle(Vec<Result<Response, WireError>>),
     /// A change sent with `visible` (`ClientRequest::Once`), answered once applied: its
     /// answer, and the incarnation of the primary that applied it (what `SyncPartition`
     /// checks).
@@ -424,7 +424,7 @@ pub enum Response {
     /// `answer` may be an error: a name that does not exist is leased too (a negative
     /// entry).
     Leased {
-        answer: Result<Box<Response>, FsError>,
+        answer: Result<Box<Response>, WireError>,
         lease: Option<LeaseGrant>,
     },
     /// Inode numbers reserved for the client (`ClientRequest::ReserveIds`): `count`

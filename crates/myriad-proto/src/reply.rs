@@ -11,7 +11,7 @@ use myriad_placement::ClusterMap;
 use crate::auth::Capability;
 use crate::ec_layout::CodedChunk;
 use crate::message::{LeaseGrant, Response};
-use crate::{CounterSnapshot, DirEntry, FsError, Inode, ShardMap, StatFs};
+use crate::{CounterSnapshot, DirEntry, Inode, ShardMap, StatFs, WireError};
 
 /// A type a request is answered with, taken out of the wire's `Response`.
 pub trait Reply: Sized {
@@ -44,10 +44,11 @@ impl<R> Clone for Answer<R> {
 impl<R> Copy for Answer<R> {}
 
 impl<R: Reply> Answer<R> {
-    /// The reply `r` carries; a protocol error if it is not an `R`.
-    pub fn of(self, r: Response) -> Result<R, FsError> {
+    /// The reply `r` carries; a protocol error if it is not an `R` (as the caller's error
+    /// type: the wire's in a server, the client API's `FsError` in a client).
+    pub fn of<E: From<WireError>>(self, r: Response) -> Result<R, E> {
         R::take(r).map_err(|Other(other)| {
-            FsError::Protocol(format!("expected {}, the server answered {other}", R::WHAT))
+            WireError::Protocol(format!("expected {}, the server answered {other}", R::WHAT)).into()
         })
     }
 }
@@ -203,7 +204,7 @@ reply!(Granted, "a capability", Response::Granted { cap, valid_ms } => Granted {
 /// A read's answer with the directory lease asked for, if granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leased {
-    pub answer: Result<Box<Response>, FsError>,
+    pub answer: Result<Box<Response>, WireError>,
     pub lease: Option<LeaseGrant>,
 }
 
@@ -229,13 +230,13 @@ reply!(Recorded, "a recorded outcome", Response::Recorded(a) => Recorded(a));
 
 /// Attributes of many names, one result each, in the order asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attrs(pub Vec<Result<Inode, FsError>>);
+pub struct Attrs(pub Vec<Result<Inode, WireError>>);
 
 reply!(Attrs, "attributes of names", Response::Attrs(a) => Attrs(a));
 
 /// The answers to a batch of changes, one each, in its order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Bundle(pub Vec<Result<Response, FsError>>);
+pub struct Bundle(pub Vec<Result<Response, WireError>>);
 
 reply!(Bundle, "answers to a batch", Response::Bundle(a) => Bundle(a));
 
@@ -398,24 +399,27 @@ mod tests {
         let stat = ask::stat("/a");
         let e = stat.answer.of(Response::Link("x".into()));
         match e {
-            Err(FsError::Protocol(m)) => {
+            Err(WireError::Protocol(m)) => {
                 assert!(m.contains("attributes") && m.contains("Link"), "{m}");
             }
             other => panic!("not refused: {other:?}"),
         }
         let i = Inode::new(crate::InodeId(9), crate::FileKind::File, 0o644, (1, 1), 5);
-        assert_eq!(stat.answer.of(Response::Attr(i.clone())), Ok(i));
+        assert_eq!(
+            stat.answer.of::<WireError>(Response::Attr(i.clone())),
+            Ok(i)
+        );
     }
 
     #[test]
     fn a_chunk_read_is_its_bytes_or_its_coded_record() {
         let a = ask::read_chunk(crate::InodeId(3), 1, 0, 10, None).answer;
-        let got = a.of(Response::Data {
+        let got = a.of::<WireError>(Response::Data {
             inode: None,
             data: vec![1, 2],
         });
         assert!(matches!(got, Ok(ChunkRead::Bytes(Bytes { ref data, .. })) if data == &[1, 2]));
-        assert!(a.of(Response::Unit).is_err());
+        assert!(a.of::<WireError>(Response::Unit).is_err());
     }
 
     #[test]

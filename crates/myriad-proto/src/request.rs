@@ -267,7 +267,7 @@ pub enum ClientRequest {
     /// by a client that kept it (docs/fuse.md "Keeping answered changes until they are
     /// durable"). Answered as `Once` is, durable: by its recorded outcome if it survived
     /// the failover; else applied, unless another client changed any name it touches
-    /// since this primary opened: then `FsError::Io`, and the change is lost (its
+    /// since this primary opened: then `WireError::Io`, and the change is lost (its
     /// client reports it at the next fsync). Protocol 31.
     Resend {
         id: OnceId,

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use myriad_placement::PartitionId;
-use myriad_proto::{FsError, ReadOnlyMark};
+use myriad_proto::{ReadOnlyMark, WireError};
 use myriad_storage::{Kv, PartitionKv, StagedKv, StorageError, Store};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -72,23 +72,23 @@ impl StagedStore {
 
 /// The durability of a mutation applied by `Applier::run_staged_in`.
 pub struct Durable {
-    rx: oneshot::Receiver<Result<Done, FsError>>,
+    rx: oneshot::Receiver<Result<Done, WireError>>,
     copies: Arc<dyn Ship>,
 }
 
 impl Durable {
     /// Returns once the mutation is fsynced here and acknowledged by every live backup.
-    pub async fn wait(self) -> Result<(), FsError> {
+    pub async fn wait(self) -> Result<(), WireError> {
         let done = self
             .rx
             .await
-            .map_err(|_| FsError::Unavailable("server is shutting down".into()))??;
+            .map_err(|_| WireError::Unavailable("server is shutting down".into()))??;
         self.copies.wait(done.seq).await
     }
 }
 
 /// What a partition's applier does when a change meets the mark of an automatic index
-/// (`FsError::AutoIndexed`): unregister that index (docs/metadata-index.md "Automatic
+/// (`WireError::AutoIndexed`): unregister that index (docs/metadata-index.md "Automatic
 /// indexes"). The server implements it by asking the partition of the registry entry.
 pub trait AutoIndexes: Send + Sync {
     /// Unregisters automatic index `mark` (its pending entry, then its live one) for
@@ -98,7 +98,7 @@ pub trait AutoIndexes: Send + Sync {
         &self,
         source: PartitionId,
         mark: ReadOnlyMark,
-    ) -> BoxFuture<'_, Result<(), FsError>>;
+    ) -> BoxFuture<'_, Result<(), WireError>>;
 }
 
 /// Mutations queued for one partition's writer before submitters wait for room: a flood
@@ -209,9 +209,9 @@ impl Applier {
         ctx: &Context,
         dir: &str,
         mark: ReadOnlyMark,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let Some((hook, pid)) = &self.auto_indexes else {
-            return Err(FsError::Unavailable(
+            return Err(WireError::Unavailable(
                 "this server cannot unregister automatic indexes".into(),
             ));
         };
@@ -242,24 +242,24 @@ impl Applier {
     async fn answered(
         &self,
         ctx: &Context,
-        rx: oneshot::Receiver<Result<Done, FsError>>,
+        rx: oneshot::Receiver<Result<Done, WireError>>,
         gate: Option<leases::ChangeGuard>,
-    ) -> Result<Done, FsError> {
+    ) -> Result<Done, WireError> {
         let answer = rx.await;
         drop(gate);
         match answer {
             Ok(Ok(done)) => Ok(done),
             Ok(Err(e)) => Err(self.met_auto_index(ctx, e).await),
-            Err(_) => Err(FsError::Unavailable("server is shutting down".into())),
+            Err(_) => Err(WireError::Unavailable("server is shutting down".into())),
         }
     }
 
     /// What a change that met an automatic index answers (`unregister_auto_index`).
-    async fn met_auto_index(&self, ctx: &Context, e: FsError) -> FsError {
+    async fn met_auto_index(&self, ctx: &Context, e: WireError) -> WireError {
         match e {
-            FsError::AutoIndexed { dir, mark } => {
+            WireError::AutoIndexed { dir, mark } => {
                 match self.unregister_auto_index(ctx, &dir, mark).await {
-                    Ok(()) => FsError::Busy,
+                    Ok(()) => WireError::Busy,
                     Err(e) => e,
                 }
             }
@@ -331,13 +331,13 @@ impl Applier {
 
     /// Applies `mutation`, work of no client's request (`Context::background`), and
     /// returns once it is durable.
-    pub async fn run(&self, mutation: Mutation) -> Result<Outcome, FsError> {
+    pub async fn run(&self, mutation: Mutation) -> Result<Outcome, WireError> {
         self.submit(&Context::background(), mutation, true).await
     }
 
     /// Applies `mutation` for what `ctx` says (the change it may complete, the batch it
     /// is part of, the clients it does not recall) and returns once it is durable.
-    pub async fn run_in(&self, ctx: &Context, mutation: Mutation) -> Result<Outcome, FsError> {
+    pub async fn run_in(&self, ctx: &Context, mutation: Mutation) -> Result<Outcome, WireError> {
         self.submit(ctx, mutation, true).await
     }
 
@@ -345,7 +345,7 @@ impl Applier {
     pub(crate) async fn run_for<K: crate::state::outcome_kinds::OutcomeKind>(
         &self,
         mutation: Mutation,
-    ) -> Result<K, FsError> {
+    ) -> Result<K, WireError> {
         crate::state::outcome_kinds::expect(self.run(mutation).await?)
     }
 
@@ -354,7 +354,7 @@ impl Applier {
         &self,
         ctx: &Context,
         mutation: Mutation,
-    ) -> Result<K, FsError> {
+    ) -> Result<K, WireError> {
         crate::state::outcome_kinds::expect(self.run_in(ctx, mutation).await?)
     }
 
@@ -364,7 +364,7 @@ impl Applier {
         &self,
         ctx: &Context,
         mutation: Mutation,
-    ) -> Result<Outcome, FsError> {
+    ) -> Result<Outcome, WireError> {
         self.submit(ctx, mutation, false).await
     }
 
@@ -376,7 +376,7 @@ impl Applier {
         &self,
         ctx: &Context,
         mutation: Mutation,
-    ) -> Result<(Outcome, Durable), FsError> {
+    ) -> Result<(Outcome, Durable), WireError> {
         let gate = self.gate(&mutation, ctx).await;
         let (reply, rx) = oneshot::channel();
         let (synced, synced_rx) = oneshot::channel();
@@ -390,7 +390,7 @@ impl Applier {
                 batch: ctx.batch,
             })
             .await
-            .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
+            .map_err(|_| WireError::Unavailable("server is shutting down".into()))?;
         let done = self.answered(ctx, rx, gate).await?;
         let durable = Durable {
             rx: synced_rx,
@@ -404,7 +404,7 @@ impl Applier {
         ctx: &Context,
         mutation: Mutation,
         durable: bool,
-    ) -> Result<Outcome, FsError> {
+    ) -> Result<Outcome, WireError> {
         let gate = self.gate(&mutation, ctx).await;
         let (reply, rx) = oneshot::channel();
         let once = ctx.job_for(&mutation);
@@ -421,7 +421,7 @@ impl Applier {
                 batch: ctx.batch,
             })
             .await
-            .map_err(|_| FsError::Unavailable("server is shutting down".into()))?;
+            .map_err(|_| WireError::Unavailable("server is shutting down".into()))?;
         let done = self.answered(ctx, rx, gate).await?;
         if durable {
             self.copies.wait(done.seq).await?;

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
-use myriad_proto::FsError;
+use myriad_proto::WireError;
 use myriad_storage::Kv;
 use tokio::sync::watch;
 
@@ -96,15 +96,15 @@ pub struct Host {
 pub(crate) enum OpenError {
     Store(myriad_storage::StorageError),
     Io(std::io::Error),
-    Fs(FsError),
+    Fs(WireError),
 }
 
 impl OpenError {
-    pub(crate) fn into_fs(self) -> FsError {
+    pub(crate) fn into_fs(self) -> WireError {
         match self {
             OpenError::Fs(e) => e,
-            OpenError::Store(e) => FsError::Io(e.to_string()),
-            OpenError::Io(e) => FsError::Io(e.to_string()),
+            OpenError::Store(e) => WireError::Io(e.to_string()),
+            OpenError::Io(e) => WireError::Io(e.to_string()),
         }
     }
 }
@@ -183,19 +183,23 @@ impl Host {
 
     /// The answer for a request to partition `pid` that this server does not serve: `Busy`
     /// if the map makes it the primary (it is still being opened), else `Redirect`.
-    fn not_here(&self, pid: PartitionId) -> FsError {
+    fn not_here(&self, pid: PartitionId) -> WireError {
         let st = self.state();
         if st.map.primary_of(pid) == Some(self.id) {
-            FsError::Busy
+            WireError::Busy
         } else {
-            FsError::Redirect(Box::new(st.map.clone()))
+            WireError::Redirect(Box::new(st.map.clone()))
         }
     }
 
     /// The partition `pid` if this server may serve it now: it holds a lease and its map
     /// makes it the primary (a primary demoted by a newer map stops at once, before its
     /// handler is stopped).
-    pub(crate) fn serving(&self, pid: PartitionId, epoch: u64) -> Result<Arc<Partition>, FsError> {
+    pub(crate) fn serving(
+        &self,
+        pid: PartitionId,
+        epoch: u64,
+    ) -> Result<Arc<Partition>, WireError> {
         let st = self.state();
         let node = match self.partition(pid) {
             // Only within an unbroken run as primary up to this map (else it is being
@@ -207,7 +211,7 @@ impl Host {
                 node
             }
             // The sender knows a newer map: it sends it (or waits for us to follow it).
-            _ if epoch > st.map.epoch => return Err(FsError::MapTooOld(st.map.epoch)),
+            _ if epoch > st.map.epoch => return Err(WireError::MapTooOld(st.map.epoch)),
             _ => return Err(self.not_here(pid)),
         };
         match self.authority.lease_error() {
@@ -254,13 +258,13 @@ impl Host {
         pid: PartitionId,
         sender: NodeId,
         epoch: u64,
-    ) -> Result<Arc<Backup>, FsError> {
+    ) -> Result<Arc<Backup>, WireError> {
         let st = self.state();
         if epoch > st.map.epoch {
-            return Err(FsError::MapTooOld(st.map.epoch));
+            return Err(WireError::MapTooOld(st.map.epoch));
         }
         if epoch < st.map.epoch || st.map.primary_of(pid) != Some(sender) {
-            return Err(FsError::Redirect(Box::new(st.map.clone())));
+            return Err(WireError::Redirect(Box::new(st.map.clone())));
         }
         self.backup(pid).ok_or_else(|| self.not_here(pid))
     }
@@ -338,7 +342,7 @@ impl Host {
 
     /// Adopts `map` if it is newer (persisting it to the map file first), then starts and
     /// stops partitions to match it.
-    pub(crate) async fn install_map(self: &Arc<Self>, map: ClusterMap) -> Result<(), FsError> {
+    pub(crate) async fn install_map(self: &Arc<Self>, map: ClusterMap) -> Result<(), WireError> {
         if self.adopt_map(map)? {
             self.reconcile().await.map_err(OpenError::into_fs)?;
         }
@@ -346,9 +350,9 @@ impl Host {
     }
 
     /// True if `map` was newer and is now the current map.
-    fn adopt_map(&self, map: ClusterMap) -> Result<bool, FsError> {
+    fn adopt_map(&self, map: ClusterMap) -> Result<bool, WireError> {
         map.validate()
-            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+            .map_err(|e| WireError::InvalidArgument(e.to_string()))?;
         if let Some((n, mine)) = map
             .node(self.id)
             .zip(self.addr.as_deref())
@@ -364,7 +368,7 @@ impl Host {
                 "the cluster map gives this server's id to another server: this one left \
                  the cluster, serves nothing and takes no more maps; stop it"
             );
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "map epoch {} gives server id {} to {}, not to this server ({})",
                 map.epoch, self.id, n.addr, mine
             )));
@@ -389,7 +393,7 @@ impl Host {
     }
 
     /// `adopt_map` with the current map locked (`guard`): must not read `self.map`.
-    fn adopt_over(&self, guard: &mut Arc<MapState>, map: ClusterMap) -> Result<bool, FsError> {
+    fn adopt_over(&self, guard: &mut Arc<MapState>, map: ClusterMap) -> Result<bool, WireError> {
         if map.epoch <= guard.map.epoch {
             return Ok(false);
         }
@@ -456,7 +460,7 @@ impl Host {
             let tmp = p.with_extension(format!("tmp.{}", self.id));
             std::fs::write(&tmp, map.to_json())
                 .and_then(|()| std::fs::rename(&tmp, p))
-                .map_err(|e| FsError::Io(e.to_string()))?;
+                .map_err(|e| WireError::Io(e.to_string()))?;
         }
         tracing::info!(
             server = %self.id,
@@ -625,7 +629,7 @@ impl Host {
         let mut backups = self
             .backups
             .write()
-            .map_err(|_| OpenError::Fs(FsError::Io("backup table poisoned".into())))?;
+            .map_err(|_| OpenError::Fs(WireError::Io("backup table poisoned".into())))?;
         backups.retain(|pid, _| want.contains(pid));
         // Copies moved elsewhere: their data goes.
         let moved: Vec<PartitionId> = match self.moved_away.lock() {

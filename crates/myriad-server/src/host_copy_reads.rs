@@ -13,7 +13,7 @@
 //! read on the primary recalls first) and loans exclude each other
 //! (`LeaseTable::lend_reads`). Anything the copy cannot answer from what it knows to be
 //! current (no loan, batches missing, a pending or hard-linked entry, a split part, an
-//! ancestor whose attributes no partition served here holds) is `FsError::AskPrimary`,
+//! ancestor whose attributes no partition served here holds) is `WireError::AskPrimary`,
 //! and the client asks the primary.
 
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use myriad_placement::{PartitionId, name_hash, split_parent};
 use myriad_proto::ask;
 use myriad_proto::reply::ReadsLent;
 use myriad_proto::{
-    Caller, ClientRequest, Endpoints, FileKind, FsError, Inode, PeerKind, Request, Response,
+    Caller, ClientRequest, Endpoints, FileKind, Inode, PeerKind, Request, Response, WireError,
     limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
@@ -60,33 +60,33 @@ impl Host {
         pid: PartitionId,
         peer: &Peer,
         epoch: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let PeerKind::Server { node_id: copy } = peer.kind else {
-            return Err(FsError::PermissionDenied);
+            return Err(WireError::PermissionDenied);
         };
         let node = self.serving(pid, epoch)?;
         let st = self.state();
         if epoch < st.map.epoch {
-            return Err(FsError::Redirect(Box::new(st.map.clone())));
+            return Err(WireError::Redirect(Box::new(st.map.clone())));
         }
         let in_sync = st
             .map
             .partition(pid)
             .is_some_and(|p| p.replicas.contains(&copy) && !p.is_behind(copy));
         if !in_sync || copy == self.id {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "server {copy} keeps no in-sync copy of partition {pid}"
             )));
         }
         node.not_deposed()?;
         let until = Instant::now() + LEND_PERIOD + LEND_MARGIN;
         if !node.leases().is_none_or(|t| t.lend_reads(until)) {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         let seq = node
             .replicator
             .lend(copy, LEND_PERIOD)
-            .ok_or(FsError::Busy)?;
+            .ok_or(WireError::Busy)?;
         Ok(Response::ReadsLent {
             seq,
             valid_ms: u64::try_from(LEND_PERIOD.as_millis()).unwrap_or(u64::MAX),
@@ -101,16 +101,16 @@ impl Host {
         epoch: u64,
         caller: &Caller,
         body: Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let st = self.state();
         if epoch > st.map.epoch {
-            return Err(FsError::MapTooOld(st.map.epoch));
+            return Err(WireError::MapTooOld(st.map.epoch));
         }
         if self.authority.lease_error().is_some() {
-            return Err(FsError::AskPrimary);
+            return Err(WireError::AskPrimary);
         }
-        let backup = self.backup(pid).ok_or(FsError::AskPrimary)?;
-        let loan = self.loan(pid).await.ok_or(FsError::AskPrimary)?;
+        let backup = self.backup(pid).ok_or(WireError::AskPrimary)?;
+        let loan = self.loan(pid).await.ok_or(WireError::AskPrimary)?;
         // Every batch acknowledged before the loan, applied here.
         let mut changed = backup.changed();
         let deadline = Instant::now() + CATCH_UP_WAIT;
@@ -119,7 +119,7 @@ impl Host {
                 .await
                 .is_err()
             {
-                return Err(FsError::AskPrimary);
+                return Err(WireError::AskPrimary);
             }
         }
         let (_, resets) = backup.standing();
@@ -141,7 +141,7 @@ impl Host {
                 self.entry_read(pid, store, caller, &path, Some(max_bytes))
                     .await
             }
-            _ => Err(FsError::AskPrimary),
+            _ => Err(WireError::AskPrimary),
         };
         // Still under the loan and the map it was lent under, now that the answer (or the
         // error: a name not found is an answer too) is made, and read from a store no whole
@@ -150,7 +150,7 @@ impl Host {
             && Instant::now() < loan.until
             && matches!(backup.standing(), (Some(s), r) if s >= loan.seq && r == resets);
         if !now_valid {
-            return Err(FsError::AskPrimary);
+            return Err(WireError::AskPrimary);
         }
         answer
     }
@@ -163,22 +163,22 @@ impl Host {
         caller: &Caller,
         dir: &str,
         (from, after, limit): (u64, Option<String>, u32),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(dir)?;
-        if store.dir(dir).map_err(|_| FsError::AskPrimary)?.is_none() {
-            return Err(FsError::AskPrimary);
+        if store.dir(dir).map_err(|_| WireError::AskPrimary)?.is_none() {
+            return Err(WireError::AskPrimary);
         }
         let mut dirs = crate::partition::ancestor_replicas::ancestors(dir);
         dirs.push(dir.to_string());
         self.check_dirs(pid, store, caller, &dirs, perm::READ)
             .await?;
         let page = crate::partition::split_dirs::readdir_page(store, dir, from, after, limit)
-            .map_err(|_| FsError::AskPrimary)?;
+            .map_err(|_| WireError::AskPrimary)?;
         // Hard-link names: their attributes live with the inode (the primary resolves).
         if let Response::DirPage { entries, .. } = &page
             && entries.iter().any(|e| e.inode.kind == FileKind::HardLink)
         {
-            return Err(FsError::AskPrimary);
+            return Err(WireError::AskPrimary);
         }
         Ok(page)
     }
@@ -191,7 +191,7 @@ impl Host {
         caller: &Caller,
         path: &str,
         fetch: Option<u64>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(path)?;
         if caller.uid != 0 {
             let dirs = crate::partition::ancestor_replicas::ancestors(path);
@@ -209,7 +209,7 @@ impl Host {
                     let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
                     store
                         .read_range(inode.ino, 0, n, inode.size.min(cs))
-                        .map_err(|_| FsError::AskPrimary)?
+                        .map_err(|_| WireError::AskPrimary)?
                 } else {
                     Vec::new()
                 };
@@ -230,13 +230,13 @@ impl Host {
         caller: &Caller,
         dirs: &[String],
         last: u32,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         if caller.uid == 0 {
             return Ok(());
         }
         let st = self.state();
         let nodes = self.nodes();
-        let mut found: Vec<Option<Result<Inode, FsError>>> = vec![None; dirs.len()];
+        let mut found: Vec<Option<Result<Inode, WireError>>> = vec![None; dirs.len()];
         let mut elsewhere = Vec::new();
         for (slot, dir) in found.iter_mut().zip(dirs) {
             if let Some(i) = nodes.iter().find_map(|n| n.cached_attrs(dir)) {
@@ -254,7 +254,7 @@ impl Host {
             }
         }
         if !elsewhere.is_empty() {
-            let resolver = nodes.first().ok_or(FsError::AskPrimary)?;
+            let resolver = nodes.first().ok_or(WireError::AskPrimary)?;
             let mut resolved = resolver.resolve_each(&elsewhere).await.into_iter();
             for slot in found.iter_mut().filter(|s| s.is_none()) {
                 *slot = resolved.next();
@@ -263,20 +263,22 @@ impl Host {
         let n = found.len();
         for (k, r) in found.into_iter().enumerate() {
             // In path order: the first failure is the answer, as on the primary.
-            let inode = match r.ok_or(FsError::AskPrimary)? {
+            let inode = match r.ok_or(WireError::AskPrimary)? {
                 Ok(i) => i,
                 Err(
-                    e @ (FsError::NotFound | FsError::PermissionDenied | FsError::NotADirectory),
+                    e @ (WireError::NotFound
+                    | WireError::PermissionDenied
+                    | WireError::NotADirectory),
                 ) => {
                     return Err(e);
                 }
-                Err(_) => return Err(FsError::AskPrimary),
+                Err(_) => return Err(WireError::AskPrimary),
             };
             let want = if k + 1 == n { last } else { perm::EXEC };
             match inode.kind {
                 FileKind::Directory => perm::require(&inode, caller, want)?,
-                FileKind::HardLink => return Err(FsError::AskPrimary),
-                _ => return Err(FsError::NotADirectory),
+                FileKind::HardLink => return Err(WireError::AskPrimary),
+                _ => return Err(WireError::NotADirectory),
             }
         }
         Ok(())
@@ -374,26 +376,26 @@ fn entry_here(
     pid: PartitionId,
     store: &Store,
     path: &str,
-) -> Result<Inode, FsError> {
-    let ask = |_| FsError::AskPrimary;
+) -> Result<Inode, WireError> {
+    let ask = |_| WireError::AskPrimary;
     if path == "/" {
         if ring.owner_of_dir("/") != pid {
-            return Err(FsError::AskPrimary);
+            return Err(WireError::AskPrimary);
         }
         return store
             .dir("/")
             .map_err(ask)?
             .and_then(|rec| rec.root_attrs)
-            .ok_or(FsError::NotFound);
+            .ok_or(WireError::NotFound);
     }
     let (dir, name) = split_parent(path);
     match store.dir(dir).map_err(ask)? {
         Some(rec) => match rec.shard_for(name_hash(name)) {
             Some(s) if s.hidden.is_none() => {}
-            _ => return Err(FsError::AskPrimary),
+            _ => return Err(WireError::AskPrimary),
         },
         None if ring.owner_of_dir(dir) == pid => {}
-        None => return Err(FsError::AskPrimary),
+        None => return Err(WireError::AskPrimary),
     }
     match store.entry(dir, name).map_err(ask)? {
         Some(EntryRecord {
@@ -404,7 +406,7 @@ fn entry_here(
             pending: None,
             inode: None,
         })
-        | None => Err(FsError::NotFound),
-        Some(_) => Err(FsError::AskPrimary),
+        | None => Err(WireError::NotFound),
+        Some(_) => Err(WireError::AskPrimary),
     }
 }

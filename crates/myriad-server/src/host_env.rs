@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use futures::future::BoxFuture;
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
-use myriad_proto::{Caller, FsError, Request, Response};
+use myriad_proto::{Caller, Request, Response, WireError};
 
 use crate::cluster::MapState;
 use crate::config::ServerConfig;
@@ -25,14 +25,14 @@ impl Peers for Host {
         epoch: u64,
         ends: myriad_proto::Endpoints,
         req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
+    ) -> BoxFuture<'a, Result<Response, WireError>> {
         Box::pin(async move {
             let addr = self
                 .state()
                 .map
                 .node(to)
                 .map(|n| n.addr.clone())
-                .ok_or_else(|| FsError::Unavailable(format!("server {to} is not in the map")))?;
+                .ok_or_else(|| WireError::Unavailable(format!("server {to} is not in the map")))?;
             self.transport
                 .call_with_timeout(
                     &addr,
@@ -84,7 +84,7 @@ impl Env for Host {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn admit(&self, req: &Request) -> Result<(), FsError> {
+    fn admit(&self, req: &Request) -> Result<(), WireError> {
         self.space.admit(req)
     }
 
@@ -102,14 +102,14 @@ impl Env for Host {
             .map_or(0, |addr| self.transport.link(addr).version)
     }
 
-    fn commit_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<ClusterMap, FsError>> {
+    fn commit_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<ClusterMap, WireError>> {
         Box::pin(async move {
             let epoch = map.epoch;
             self.authority.propose_map(map).await?;
             self.follow(epoch).await;
             let now = self.state().map.clone();
             if now.epoch < epoch {
-                return Err(FsError::Unavailable(format!(
+                return Err(WireError::Unavailable(format!(
                     "the cluster map of epoch {epoch} did not reach this server"
                 )));
             }
@@ -123,7 +123,7 @@ impl Env for Host {
         pid: PartitionId,
         body: Request,
         still_serving: &'a (dyn Fn() -> bool + Send + Sync),
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
+    ) -> BoxFuture<'a, Result<Response, WireError>> {
         Box::pin(call_partition(self, source, pid, body, still_serving))
     }
 }
@@ -139,12 +139,12 @@ pub(crate) async fn call_partition(
     pid: PartitionId,
     body: Request,
     still_serving: &(dyn Fn() -> bool + Send + Sync),
-) -> Result<Response, FsError> {
+) -> Result<Response, WireError> {
     let deadline = tokio::time::Instant::now() + NESTED_RETRY;
     let mut backoff = crate::backoff::NESTED_CALL;
     loop {
         if !still_serving() {
-            return Err(FsError::Unavailable(format!(
+            return Err(WireError::Unavailable(format!(
                 "partition {source} is no longer served by this server"
             )));
         }
@@ -175,12 +175,12 @@ pub(crate) async fn call_partition(
                     )
                     .await
             }
-            None => Err(FsError::Unavailable(format!(
+            None => Err(WireError::Unavailable(format!(
                 "partition {pid} has no copy up"
             ))),
         };
         match result {
-            Err(FsError::Unavailable(_))
+            Err(WireError::Unavailable(_))
                 if crate::cluster::failover_possible(&st.map, pid)
                     && tokio::time::Instant::now() + backoff.peek() < deadline =>
             {
@@ -201,7 +201,7 @@ impl crate::commit::AutoIndexes for Host {
         &self,
         source: PartitionId,
         mark: myriad_proto::ReadOnlyMark,
-    ) -> BoxFuture<'_, Result<(), FsError>> {
+    ) -> BoxFuture<'_, Result<(), WireError>> {
         Box::pin(async move {
             let file = myriad_proto::tree_index::index_file_name(mark.root, mark.version);
             // The pending entry first: a build's rename of it to the live name is then
@@ -217,7 +217,7 @@ impl crate::commit::AutoIndexes for Host {
 
 /// Asks the partition holding registry entry `name` to unlink it, following the
 /// registry's shard map if it was ever split.
-async fn unregister_entry(host: &Host, source: PartitionId, name: String) -> Result<(), FsError> {
+async fn unregister_entry(host: &Host, source: PartitionId, name: String) -> Result<(), WireError> {
     use myriad_proto::tree_index::TREES_DIR;
     let hash = myriad_proto::name_hash(&name);
     let mut shards: Option<myriad_proto::ShardMap> = None;
@@ -230,9 +230,9 @@ async fn unregister_entry(host: &Host, source: PartitionId, name: String) -> Res
         let req = Request::Peer(myriad_proto::PeerRequest::UnregisterIndex { name: name.clone() });
         match call_partition(host, source, pid, req, &|| true).await {
             Ok(_) => return Ok(()),
-            Err(FsError::WrongShard { map: Some(m), .. }) => shards = Some(*m),
+            Err(WireError::WrongShard { map: Some(m), .. }) => shards = Some(*m),
             Err(e) => return Err(e),
         }
     }
-    Err(FsError::Busy)
+    Err(WireError::Busy)
 }

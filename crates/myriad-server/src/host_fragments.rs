@@ -6,7 +6,7 @@
 
 use myriad_placement::PartitionId;
 use myriad_proto::auth::Capability;
-use myriad_proto::{FsError, InodeId, PeerRequest, Request, Response};
+use myriad_proto::{InodeId, PeerRequest, Request, Response, WireError};
 use myriad_storage::{Fragment, FragmentId, FragmentStore, StorageError};
 
 use crate::host::Host;
@@ -20,10 +20,10 @@ pub(crate) struct FragmentRead {
     pub(crate) cap: Capability,
 }
 
-fn storage(e: StorageError) -> FsError {
+fn storage(e: StorageError) -> WireError {
     match e {
-        StorageError::NoSpace => FsError::NoSpace,
-        other => FsError::Io(other.to_string()),
+        StorageError::NoSpace => WireError::NoSpace,
+        other => WireError::Io(other.to_string()),
     }
 }
 
@@ -40,7 +40,7 @@ impl Host {
         chunk: u64,
         generation: u32,
         fragments: Vec<(u8, serde_bytes::ByteBuf)>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let store = self.fragment_store();
         for (index, data) in fragments {
             let id = FragmentId {
@@ -63,7 +63,7 @@ impl Host {
         match self.runner {
             crate::commit::Runner::Threads => tokio::task::spawn_blocking(move || kv.sync())
                 .await
-                .map_err(|e| FsError::Io(format!("fragment sync: {e}")))?
+                .map_err(|e| WireError::Io(format!("fragment sync: {e}")))?
                 .map_err(storage)?,
             crate::commit::Runner::Tasks { .. } => kv.sync().map_err(storage)?,
         }
@@ -71,23 +71,23 @@ impl Host {
     }
 
     /// Bytes of one fragment, for a client holding a capability to read its file.
-    pub(crate) fn read_fragment(&self, r: &FragmentRead) -> Result<Response, FsError> {
+    pub(crate) fn read_fragment(&self, r: &FragmentRead) -> Result<Response, WireError> {
         let key = self
             .config
             .keys
             .capability_key()
-            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))?;
+            .ok_or_else(|| WireError::Io("this server holds no cluster key".into()))?;
         let now_ns = self.clock.now_ns();
         if !key.admits(&r.cap, r.id.ino, false, now_ns) {
-            return Err(FsError::PermissionDenied);
+            return Err(WireError::PermissionDenied);
         }
         let f = self
             .fragment_store()
             .get(r.id)
             .map_err(storage)?
-            .ok_or(FsError::NotFound)?;
+            .ok_or(WireError::NotFound)?;
         if f.generation != r.generation {
-            return Err(FsError::Stale);
+            return Err(WireError::Stale);
         }
         let start = usize::try_from(r.offset)
             .unwrap_or(usize::MAX)
@@ -107,7 +107,7 @@ impl Host {
         ino: InodeId,
         chunk: u64,
         generation: u32,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.fragment_store()
             .drop_chunk(ino, chunk, generation)
             .map_err(storage)?;
@@ -116,7 +116,7 @@ impl Host {
 
     /// Whether this server keeps any fragment (a leaving server stays in the map until it
     /// keeps none).
-    pub(crate) fn keeps_fragments(&self) -> Result<bool, FsError> {
+    pub(crate) fn keeps_fragments(&self) -> Result<bool, WireError> {
         Ok(!self
             .fragment_store()
             .list(None, 1)
@@ -128,7 +128,7 @@ impl Host {
     /// fragment kept here that its chunk's record no longer names here (rebuilt elsewhere
     /// meanwhile, or an orphan) is dropped; the others wait for their partition to rebuild
     /// them elsewhere. Returns how many were dropped.
-    pub(crate) async fn sweep_leaving_fragments(&self) -> Result<usize, FsError> {
+    pub(crate) async fn sweep_leaving_fragments(&self) -> Result<usize, WireError> {
         let store = self.fragment_store();
         let mut after = None;
         let mut dropped = 0;
@@ -179,7 +179,7 @@ impl Host {
         &self,
         after: Option<(InodeId, u64, u8, u32)>,
         limit: u32,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let after = after.map(|(ino, chunk, index, generation)| FragmentId {
             ino,
             chunk,

@@ -10,8 +10,8 @@ use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::auth::Credential;
 use myriad_proto::limits;
 use myriad_proto::{
-    Caller, CounterSnapshot, FsError, PeerKind, Request, RequestFrame, Response, ResponseFrame,
-    StatFs,
+    Caller, CounterSnapshot, PeerKind, Request, RequestFrame, Response, ResponseFrame, StatFs,
+    WireError,
 };
 
 use crate::cluster::MapState;
@@ -33,11 +33,11 @@ impl Host {
         caller: &Caller,
         epoch: u64,
         body: Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let from_server = matches!(peer.kind, PeerKind::Server { .. });
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
-            return Err(FsError::MapTooOld(st.map.epoch));
+            return Err(WireError::MapTooOld(st.map.epoch));
         }
         // The free-space rule partitions apply to their writes (fragments kept here).
         self.space.admit(&body)?;
@@ -83,7 +83,7 @@ impl Host {
             // From a server: a committed map it holds and we lack.
             Request::Server(ServerRequest::InstallMap(map)) if from_server => {
                 map.validate()
-                    .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+                    .map_err(|e| WireError::InvalidArgument(e.to_string()))?;
                 self.adopt_in_background(*map);
                 Ok(Response::Unit)
             }
@@ -128,7 +128,7 @@ impl Host {
             }) if from_server => self.drop_fragments(ino, chunk, generation),
             Request::Admin(AdminRequest::FsckFragments { after, limit }) => {
                 if caller.uid != 0 {
-                    return Err(FsError::PermissionDenied);
+                    return Err(WireError::PermissionDenied);
                 }
                 self.list_fragments(after, limit)
             }
@@ -140,12 +140,12 @@ impl Host {
             }
             Request::Peer(PeerRequest::Lease) => match &peer.kind {
                 PeerKind::Server { node_id } => Ok(self.authority.grant_lease(*node_id, epoch)),
-                PeerKind::Client => Err(FsError::PermissionDenied),
+                PeerKind::Client => Err(WireError::PermissionDenied),
             },
-            _ if from_server => Err(FsError::InvalidArgument(
+            _ if from_server => Err(WireError::InvalidArgument(
                 "request needs a target partition".into(),
             )),
-            _ => Err(FsError::Redirect(Box::new(st.map.clone()))),
+            _ => Err(WireError::Redirect(Box::new(st.map.clone()))),
         }
     }
 
@@ -171,9 +171,9 @@ impl Host {
         peer: &Peer,
         caller: &Caller,
         map: myriad_placement::ClusterMap,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         map.validate()
-            .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
+            .map_err(|e| WireError::InvalidArgument(e.to_string()))?;
         let epoch = map.epoch;
         // A cluster change needs root with the cluster secret (a client key's root is
         // no administrator: SECURITY.md).
@@ -200,7 +200,7 @@ impl Host {
                 None => true,
             };
             if lost && self.state().map != proposed {
-                return Err(FsError::MapTooOld(self.state().map.epoch));
+                return Err(WireError::MapTooOld(self.state().map.epoch));
             }
         }
         Ok(Response::Unit)
@@ -339,7 +339,7 @@ impl Handler for Host {
                             })
                             .await,
                         ),
-                        _ => Err(FsError::PermissionDenied),
+                        _ => Err(WireError::PermissionDenied),
                     }
                 }
                 PartitionId::SERVER => {
@@ -352,13 +352,13 @@ impl Handler for Host {
                 }
                 pid if matches!(frame.body, Request::Admin(AdminRequest::FsckReplica)) => {
                     if frame.caller.uid != 0 {
-                        Err(FsError::PermissionDenied)
+                        Err(WireError::PermissionDenied)
                     } else if let Some(node) = host.partition(pid) {
                         replica_digest(&node.committed)
                     } else if let Some(b) = host.backup(pid) {
                         replica_digest(b.store())
                     } else {
-                        Err(FsError::NotFound)
+                        Err(WireError::NotFound)
                     }
                 }
                 pid if matches!(frame.body, Request::Peer(PeerRequest::LendReads)) => {
@@ -379,7 +379,7 @@ impl Handler for Host {
                             Err(e) => Err(e),
                         }
                     }
-                    PeerKind::Client => Err(FsError::PermissionDenied),
+                    PeerKind::Client => Err(WireError::PermissionDenied),
                 },
                 pid => {
                     host.wait_for_handover(pid).await;
@@ -393,7 +393,7 @@ impl Handler for Host {
                                 && matches!(peer.kind, PeerKind::Server { node_id }
                                     if host.state().map.primary_of(frame.ends.source) != Some(node_id)) =>
                         {
-                            Err(FsError::Redirect(Box::new(host.state().map.clone())))
+                            Err(WireError::Redirect(Box::new(host.state().map.clone())))
                         }
                         Ok(node) => {
                             let from = from_server.then_some(frame.ends.source);
@@ -423,7 +423,7 @@ fn is_server_request(body: &Request) -> bool {
 /// Corrupt blocks one copy lists in its fsck digest (the rest are found once these are fixed).
 const CORRUPT_LISTED_MAX: usize = 64;
 
-fn replica_digest(store: &myriad_storage::Store) -> Result<Response, FsError> {
+fn replica_digest(store: &myriad_storage::Store) -> Result<Response, WireError> {
     let (seq, keys, digest) = digest(store)?;
     let corrupt = store
         .corrupt_blocks(CORRUPT_LISTED_MAX)

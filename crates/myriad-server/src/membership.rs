@@ -30,7 +30,7 @@ use myriad_net::Pool;
 use myriad_placement::{ClusterMap, NodeId, NodeState, PartitionId};
 use myriad_proto::ask;
 use myriad_proto::reply::RaftAnswer;
-use myriad_proto::{Caller, Endpoints, FsError, RaftRpc, Request, Response};
+use myriad_proto::{Caller, Endpoints, RaftRpc, Request, Response, WireError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -335,7 +335,7 @@ impl Membership {
 
     /// Why this server may not serve partition requests now, if it may not: `Busy` (try
     /// again: it is starting, or cut off from the Raft majority and about to be replaced).
-    pub(crate) fn lease_error(&self) -> Option<FsError> {
+    pub(crate) fn lease_error(&self) -> Option<WireError> {
         if self.lease.valid() {
             return None;
         }
@@ -343,7 +343,7 @@ impl Membership {
             server = %self.id,
             "refusing a request: no lease from the cluster-map leader"
         );
-        Some(FsError::Busy)
+        Some(WireError::Busy)
     }
 
     /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`.
@@ -426,13 +426,13 @@ impl Membership {
     }
 
     /// A map change through the group; `Unavailable` if it cannot commit.
-    pub(crate) async fn propose_map(&self, map: ClusterMap) -> Result<(), FsError> {
+    pub(crate) async fn propose_map(&self, map: ClusterMap) -> Result<(), WireError> {
         let epoch = map.epoch;
         self.group
             .propose(map, PROPOSE_TIMEOUT)
             .await
             .map_err(|e| {
-                FsError::Unavailable(format!("cluster map change (epoch {epoch}): {e}"))
+                WireError::Unavailable(format!("cluster map change (epoch {epoch}): {e}"))
             })?;
         Ok(())
     }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use myriad_proto::{CounterSnapshot, FsError, Response, StatFs};
+use myriad_proto::{CounterSnapshot, Response, StatFs, WireError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -82,7 +82,7 @@ impl RequestMetrics {
         &self,
         op: &'static str,
         from_server: bool,
-        result: &Result<Response, FsError>,
+        result: &Result<Response, WireError>,
         took: Duration,
     ) {
         let from = if from_server { "server" } else { "client" };
@@ -106,36 +106,36 @@ impl RequestMetrics {
 
 /// The short name of an error, for the `outcome` label.
 #[must_use]
-pub fn outcome(e: &FsError) -> &'static str {
+pub fn outcome(e: &WireError) -> &'static str {
     match e {
-        FsError::NotFound => "not_found",
-        FsError::AlreadyExists => "already_exists",
-        FsError::NotADirectory => "not_a_directory",
-        FsError::IsADirectory => "is_a_directory",
-        FsError::NotEmpty => "not_empty",
-        FsError::InvalidArgument(_) => "invalid_argument",
-        FsError::NameTooLong => "name_too_long",
-        FsError::PermissionDenied => "permission_denied",
-        FsError::NotPermitted => "not_permitted",
-        FsError::Stale => "stale",
-        FsError::Busy | FsError::AutoIndexed { .. } => "busy",
-        FsError::AskPrimary
-        | FsError::Redirect(_)
-        | FsError::MapTooOld(_)
-        | FsError::WrongShard { .. } => "redirected",
-        FsError::NoSpace => "no_space",
-        FsError::TooLarge => "too_large",
-        FsError::TimedOut(_) => "timed_out",
-        FsError::NotSupported(_) => "not_supported",
-        FsError::NoData => "no_data",
-        FsError::NoSuchOffset => "no_such_offset",
-        FsError::ReadOnly => "read_only",
-        FsError::TooManyLinks => "too_many_links",
-        FsError::Unavailable(_) => "unavailable",
-        FsError::Corrupt { .. } => "corrupt",
-        FsError::Io(_) => "io_error",
-        FsError::Protocol(_) => "protocol_error",
-        // (FsError is non-exhaustive: a variant added later is counted, not lost.)
+        WireError::NotFound => "not_found",
+        WireError::AlreadyExists => "already_exists",
+        WireError::NotADirectory => "not_a_directory",
+        WireError::IsADirectory => "is_a_directory",
+        WireError::NotEmpty => "not_empty",
+        WireError::InvalidArgument(_) => "invalid_argument",
+        WireError::NameTooLong => "name_too_long",
+        WireError::PermissionDenied => "permission_denied",
+        WireError::NotPermitted => "not_permitted",
+        WireError::Stale => "stale",
+        WireError::Busy | WireError::AutoIndexed { .. } => "busy",
+        WireError::AskPrimary
+        | WireError::Redirect(_)
+        | WireError::MapTooOld(_)
+        | WireError::WrongShard { .. } => "redirected",
+        WireError::NoSpace => "no_space",
+        WireError::TooLarge => "too_large",
+        WireError::TimedOut(_) => "timed_out",
+        WireError::NotSupported(_) => "not_supported",
+        WireError::NoData => "no_data",
+        WireError::NoSuchOffset => "no_such_offset",
+        WireError::ReadOnly => "read_only",
+        WireError::TooManyLinks => "too_many_links",
+        WireError::Unavailable(_) => "unavailable",
+        WireError::Corrupt { .. } => "corrupt",
+        WireError::Io(_) => "io_error",
+        WireError::Protocol(_) => "protocol_error",
+        // (WireError is non-exhaustive: a variant added later is counted, not lost.)
         _ => "other",
     }
 }
@@ -420,7 +420,7 @@ mod tests {
         m.observe(
             "fetch",
             false,
-            &Err(FsError::NotFound),
+            &Err(WireError::NotFound),
             Duration::from_micros(90),
         );
         let snap = CounterSnapshot {

@@ -4,7 +4,7 @@
 
 use futures::future::BoxFuture;
 use myriad_placement::{ClusterMap, NodeId};
-use myriad_proto::{FsError, Response};
+use myriad_proto::{Response, WireError};
 
 use crate::membership::Membership;
 use myriad_proto::RaftRpc;
@@ -13,11 +13,11 @@ use myriad_proto::RaftRpc;
 /// process (`Membership`), the simulation's authority in a simulation.
 pub trait Authority: Send + Sync {
     /// Why this server may not serve partition requests now (no lease), if it may not.
-    fn lease_error(&self) -> Option<FsError>;
+    fn lease_error(&self) -> Option<WireError>;
     /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`.
     fn grant_lease(&self, from: NodeId, epoch: u64) -> Response;
     /// A map change, committed through the authority.
-    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>>;
+    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), WireError>>;
     /// The newest map the authority committed, if any.
     fn committed_map(&self) -> Option<ClusterMap>;
     /// The current leader's server id, if known.
@@ -32,17 +32,17 @@ pub trait Authority: Send + Sync {
         &self,
         rpc: RaftRpc,
         payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<Response, FsError>>;
+    ) -> BoxFuture<'_, Result<Response, WireError>>;
 }
 
 impl Authority for Membership {
-    fn lease_error(&self) -> Option<FsError> {
+    fn lease_error(&self) -> Option<WireError> {
         Membership::lease_error(self)
     }
     fn grant_lease(&self, from: NodeId, epoch: u64) -> Response {
         Membership::grant_lease(self, from, epoch)
     }
-    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
+    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), WireError>> {
         Box::pin(Membership::propose_map(self, map))
     }
     fn committed_map(&self) -> Option<ClusterMap> {
@@ -58,13 +58,13 @@ impl Authority for Membership {
         &self,
         rpc: RaftRpc,
         payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<Response, FsError>> {
+    ) -> BoxFuture<'_, Result<Response, WireError>> {
         Box::pin(async move {
             self.group
                 .serve(rpc, &payload)
                 .await
                 .map(Response::Raft)
-                .map_err(FsError::Protocol)
+                .map_err(WireError::Protocol)
         })
     }
 }

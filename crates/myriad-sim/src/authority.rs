@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use myriad_placement::{ClusterMap, NodeId};
-use myriad_proto::{FsError, RaftRpc, Response};
+use myriad_proto::{RaftRpc, Response, WireError};
 use myriad_server::embed::Authority;
 use tokio::time::Instant;
 
@@ -66,8 +66,8 @@ pub struct SimAuthority {
 }
 
 impl Authority for SimAuthority {
-    fn lease_error(&self) -> Option<FsError> {
-        (!self.leases.valid(self.me)).then_some(FsError::Busy)
+    fn lease_error(&self) -> Option<WireError> {
+        (!self.leases.valid(self.me)).then_some(WireError::Busy)
     }
 
     fn grant_lease(&self, _from: NodeId, _epoch: u64) -> Response {
@@ -77,7 +77,7 @@ impl Authority for SimAuthority {
         }
     }
 
-    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
+    fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), WireError>> {
         if let Ok(mut q) = self.proposals.queue.lock() {
             q.push((self.me, map));
         }
@@ -97,7 +97,11 @@ impl Authority for SimAuthority {
         &self,
         _rpc: RaftRpc,
         _payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<Response, FsError>> {
-        Box::pin(async { Err(FsError::Protocol("no Raft group in the simulation".into())) })
+    ) -> BoxFuture<'_, Result<Response, WireError>> {
+        Box::pin(async {
+            Err(WireError::Protocol(
+                "no Raft group in the simulation".into(),
+            ))
+        })
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use myriad_placement::{NodeId, PartitionId};
-use myriad_proto::{Caller, Endpoints, FsError, Request, RequestFrame, Response};
+use myriad_proto::{Caller, Endpoints, Request, RequestFrame, Response, WireError};
 use myriad_server::embed::EmbeddedServer;
 use rand::Rng;
 
@@ -290,9 +290,9 @@ impl Net {
         addr: &str,
         frame: RequestFrame,
         timeout: Duration,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let to: NodeId = node_of(addr)
-            .ok_or_else(|| FsError::Unavailable(format!("{addr}: no such address")))?;
+            .ok_or_else(|| WireError::Unavailable(format!("{addr}: no such address")))?;
         let fate = self.fate();
         let op = frame.body.op_name();
         // Batch numbers make a copy's history readable in the trace; (partition, batch) of
@@ -314,23 +314,25 @@ impl Net {
         ));
         let lost = async {
             tokio::time::sleep(timeout).await;
-            Err(FsError::TimedOut(format!(
+            Err(WireError::TimedOut(format!(
                 "{addr}: no answer within {timeout:?}"
             )))
         };
         if self.incarnation(from) != incarnation {
-            return Err(FsError::Unavailable("the sender crashed".into()));
+            return Err(WireError::Unavailable("the sender crashed".into()));
         }
         tokio::time::sleep(fate.there).await;
         if self.incarnation(from) != incarnation {
-            return Err(FsError::Unavailable("the sender crashed".into()));
+            return Err(WireError::Unavailable("the sender crashed".into()));
         }
         if !self.reachable(from, to) || fate.drop_request {
             self.trace.event(format_args!("lost {from}->{to} {op}"));
             return lost.await;
         }
         let Some(server) = self.running(to) else {
-            return Err(FsError::Unavailable(format!("{addr}: connection refused")));
+            return Err(WireError::Unavailable(format!(
+                "{addr}: connection refused"
+            )));
         };
         let from_server = (from != CLIENTS).then_some(from);
         if fate.duplicate {
@@ -351,7 +353,7 @@ impl Net {
         let Ok(answer) = answer else {
             self.trace
                 .event(format_args!("answer {to}->{from} {op}: timeout"));
-            return Err(FsError::TimedOut(format!(
+            return Err(WireError::TimedOut(format!(
                 "{addr}: no answer within {timeout:?}"
             )));
         };
@@ -423,7 +425,7 @@ impl myriad_client::Transport for Endpoint {
         caller: &'a Caller,
         req: &'a Request,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<Response, FsError>> {
+    ) -> BoxFuture<'a, Result<Response, WireError>> {
         let frame = RequestFrame {
             id: 0,
             epoch,

@@ -519,7 +519,7 @@ async fn client_keys_cannot_send_server_requests_and_root_is_squashed() {
                 &req,
             )
             .await;
-        assert_eq!(r.err(), Some(myriad_proto::FsError::PermissionDenied));
+        assert_eq!(r.err(), Some(myriad_proto::WireError::PermissionDenied));
     }
     assert!(
         admin.readdir("/d").await.is_ok(),

@@ -41,10 +41,11 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
         std::time::Duration::from_secs(10),
         myriad_client::Caller::root(),
     );
-    admin
+    let installed = admin
         .install_map(m2.clone())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(installed, myriad_client::Installed::Yes);
     tc.client_with(m2.clone(), std::time::Duration::from_secs(10))
         .mkdir(&dir, 0o755)
         .await

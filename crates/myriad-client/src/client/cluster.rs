@@ -4,11 +4,21 @@
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use myriad_proto::{
     AdminRequest, CounterSnapshot, Endpoints, FsError, InodeId, Request, Response, ServerRequest,
-    StatFs,
+    StatFs, WireError,
 };
 
 use super::{Client, Route};
 use myriad_proto::ask;
+
+/// What became of a cluster map proposed with `Client::install_map`.
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Installed {
+    /// The servers follow it (or a later map).
+    Yes,
+    /// Another change was committed at its epoch first: make it again on the newest map.
+    LostRace,
+}
 
 impl Client {
     /// Capacity and usage summed over every server (tiers summed by name).
@@ -76,11 +86,11 @@ impl Client {
 
     /// Proposes `map` (an administrator's change, committed through the cluster-map Raft
     /// group) or, from anyone else, waits until a server follows it. Answered once the
-    /// server follows at least its epoch; `MapTooOld` if another change was committed at
-    /// that epoch first (read the newest map and make the change again). This client then
-    /// adopts what that server follows, never the proposal itself: a proposal that lost
-    /// is no map.
-    pub async fn install_map(&self, map: ClusterMap) -> Result<(), FsError> {
+    /// server follows at least its epoch (`Installed::Yes`), or `Installed::LostRace` if
+    /// another change was committed at that epoch first (read the newest map and make the
+    /// change again). This client then adopts what that server follows, never the
+    /// proposal itself: a proposal that lost is no map.
+    pub async fn install_map(&self, map: ClusterMap) -> Result<Installed, FsError> {
         map.validate()
             .map_err(|e| FsError::InvalidArgument(e.to_string()))?;
         let install =
@@ -106,16 +116,13 @@ impl Client {
                     if let Ok(now) = self.get_map(n.id).await {
                         self.adopt(now);
                     }
-                    return Ok(());
+                    return Ok(Installed::Yes);
                 }
-                Err(
-                    e @ (FsError::PermissionDenied
-                    | FsError::InvalidArgument(_)
-                    | FsError::MapTooOld(_)),
-                ) => {
-                    return Err(e);
+                Err(WireError::MapTooOld(_)) => return Ok(Installed::LostRace),
+                Err(e @ (WireError::PermissionDenied | WireError::InvalidArgument(_))) => {
+                    return Err(e.into());
                 }
-                Err(e) => last = e,
+                Err(e) => last = e.into(),
             }
         }
         Err(last)

@@ -154,7 +154,7 @@ impl Client {
                 (cached, Ok(*r))
             }
             Err(e) => {
-                let e = self.refine_under(path, e, parents).await;
+                let e = self.refine_under(path, e.into(), parents).await;
                 ((e == FsError::NotFound).then_some(Cached::Missing), Err(e))
             }
         };

@@ -5,7 +5,7 @@
 use myriad_placement::{ClusterMap, PartitionId, ShardMap};
 use std::time::Duration;
 
-use myriad_proto::{Endpoints, FsError, Response, ServerRequest};
+use myriad_proto::{Endpoints, FsError, Response, ServerRequest, WireError};
 
 use super::pacing::Pacing;
 use super::{Client, MAP_ASK_TIMEOUT, Route, STALL_ASK_AFTER};
@@ -22,9 +22,9 @@ impl Client {
         map: &ClusterMap,
         tries: u32,
         pace: &mut Pacing,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         if !pace.busy_fits() {
-            return Err(FsError::Protocol(format!(
+            return Err(WireError::Protocol(format!(
                 "partition {pid} keeps an old cluster map"
             )));
         }
@@ -139,7 +139,7 @@ impl Client {
                 let answer = if check_held {
                     Box::pin(self.call(home, req)).await
                 } else {
-                    self.route_unheld(home, req).await
+                    self.route_unheld(home, req).await.map_err(FsError::from)
                 };
                 answer.and_then(|r| ask.answer.of(r)).ok().map(|m| *m)
             }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response};
+use myriad_proto::{ClientRequest, OnceId, Request, Response, WireError};
 
 use super::pacing::Pacing;
 use super::tries::{Before, Tries, sent_once};
@@ -27,7 +27,7 @@ impl Client {
         req: &Request,
         tries: &mut Tries,
         pace: &mut Pacing,
-    ) -> Result<Before, FsError> {
+    ) -> Result<Before, WireError> {
         match self.recorded_elsewhere(pid, req, tries).await {
             Ok(Some(answer)) => Ok(Before::Answered(Box::new(answer))),
             Ok(None) => Ok(Before::Send),
@@ -50,7 +50,7 @@ impl Client {
         pid: PartitionId,
         req: &Request,
         tries: &mut Tries,
-    ) -> Result<Option<Response>, FsError> {
+    ) -> Result<Option<Response>, WireError> {
         let Some((id, change)) = sent_once(req) else {
             return Ok(None);
         };
@@ -70,7 +70,7 @@ impl Client {
         pid: PartitionId,
         id: OnceId,
         change: &ClientRequest,
-    ) -> Result<Option<Response>, FsError> {
+    ) -> Result<Option<Response>, WireError> {
         let version = self.protocol_of(pid);
         if version != 0 && version < RECORDED_PROTOCOL {
             // A server that cannot be asked: the change runs again where it goes now, as
@@ -82,7 +82,7 @@ impl Client {
         let answer = self
             .route_unheld(Route::Partition(pid), Request::Client(ask.request))
             .await?;
-        let Recorded(answer) = ask.answer.of(answer)?;
+        let Recorded(answer) = ask.answer.of::<WireError>(answer)?;
         if answer.is_some() {
             tracing::debug!(partition = %pid, seq = id.seq, "a retried change's outcome was recorded where its name was before: {}", change.op_name());
         }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use myriad_placement::{ClusterMap, PartitionId, parent_of};
-use myriad_proto::{ClientRequest, Endpoints, FsError, Request, Response, ServerRequest};
+use myriad_proto::{ClientRequest, Endpoints, Request, Response, ServerRequest, WireError};
 
 use super::pacing::{NoCopy, Pacing};
 use super::tries::{Before, Tries};
@@ -24,7 +24,7 @@ const REDIRECT_WAIT_MIN: Duration = Duration::from_millis(10);
 const NO_COPY_WAIT: Duration = Duration::from_secs(2);
 
 impl Client {
-    pub(crate) async fn route(&self, route: Route, req: Request) -> Result<Response, FsError> {
+    pub(crate) async fn route(&self, route: Route, req: Request) -> Result<Response, WireError> {
         self.route_with(route, req, true, &mut Tries::default())
             .await
     }
@@ -36,7 +36,7 @@ impl Client {
         route: Route,
         req: Request,
         tries: &mut Tries,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         Box::pin(self.route_with(route, req, true, tries)).await
     }
 
@@ -46,7 +46,7 @@ impl Client {
         &self,
         route: Route,
         req: Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         // Boxed: this runs inside another request's future (debug builds overflowed the
         // stack with both inline).
         Box::pin(self.route_with(route, req, false, &mut Tries::default())).await
@@ -58,7 +58,7 @@ impl Client {
         route: Route,
         req: Request,
         tries: &mut Tries,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         Box::pin(self.route_with(route, req, false, tries)).await
     }
 
@@ -68,7 +68,7 @@ impl Client {
         req: Request,
         check_held: bool,
         tries: &mut Tries,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let mut pace = Pacing::new(self.config.request_timeout);
         let mut map_retries = 0;
         let mut busy_rounds = 0u32;
@@ -115,7 +115,7 @@ impl Client {
                 // The partition's server is unreachable or may not serve (no lease, or no
                 // copy is up): a failover gives it a new primary within seconds. Learn the
                 // newer map from any server and try again until the deadline.
-                Err((FsError::Unavailable(why), _))
+                Err((WireError::Unavailable(why), _))
                     if !matches!(route, Route::Server(_) | Route::Copy(..))
                         && st.map.partition(pid).is_some_and(|p| p.replicas.len() > 1)
                         && pace.down_fits() =>
@@ -133,7 +133,7 @@ impl Client {
                 // failed requests made while a paused server was being marked up again.)
                 // A server down for longer fails requests to it in that time, not at the
                 // request's deadline.
-                Err((FsError::Unavailable(_), false)) => {
+                Err((WireError::Unavailable(_), false)) => {
                     self.no_copy_up(pid, st.map.epoch, &mut pace, &mut no_copy)
                         .await?;
                     continue;
@@ -143,7 +143,7 @@ impl Client {
             };
             let addr = target.as_ref().map_or("", |(a, _)| a.as_str());
             match result {
-                Err(FsError::Redirect(map)) => {
+                Err(WireError::Redirect(map)) => {
                     map_retries += 1;
                     self.redirected(*map, &route, pid, map_retries, &mut pace)
                         .await?;
@@ -151,15 +151,15 @@ impl Client {
                 // Asking the directory's home for its shard map is what `WrongShard` leads
                 // to: a home answering that with `WrongShard` again is retried as `Busy`,
                 // not followed (that would recurse without end).
-                Err(FsError::WrongShard { .. })
+                Err(WireError::WrongShard { .. })
                     if matches!(req, Request::Client(ClientRequest::GetShardMap { .. })) =>
                 {
                     if !pace.busy_fits() {
-                        return Err(FsError::Busy);
+                        return Err(WireError::Busy);
                     }
                     pace.busy_pause(REDIRECT_WAIT_MIN).await;
                 }
-                Err(FsError::WrongShard { dir, map }) => {
+                Err(WireError::WrongShard { dir, map }) => {
                     // A split moved the name, or our map of the directory is stale. Retried
                     // like `Busy`: during a split's last steps the map may be a step ahead.
                     // Asked as this request is: not recovering held changes first when
@@ -167,14 +167,14 @@ impl Client {
                     self.learn_shard_map_with(&dir, map.map(|m| *m), check_held)
                         .await;
                     if !pace.busy_fits() {
-                        return Err(FsError::Busy);
+                        return Err(WireError::Busy);
                     }
                     if map_retries > 0 {
                         pace.busy_pause(Duration::ZERO).await;
                     }
                     map_retries = 1;
                 }
-                Err(FsError::MapTooOld(_)) => {
+                Err(WireError::MapTooOld(_)) => {
                     map_retries += 1;
                     self.map_too_old((addr, pid), &st.map, map_retries, &mut pace)
                         .await?;
@@ -182,13 +182,13 @@ impl Client {
                 // A server that holds the partition as a copy, not (yet) as its primary,
                 // asked as if it were one (a map newer than that server's, or a copy
                 // about to open it after a failover): as `Busy`, with the map looked at.
-                Err(FsError::AskPrimary)
+                Err(WireError::AskPrimary)
                     if !matches!(route, Route::Copy(..)) && pace.busy_fits() =>
                 {
                     pace.busy_pause(Duration::ZERO).await;
                     self.refresh_map(pid).await;
                 }
-                Err(FsError::Busy) if pace.busy_fits() => {
+                Err(WireError::Busy) if pace.busy_fits() => {
                     pace.busy_pause(Duration::ZERO).await;
                     busy_rounds += 1;
                     // A server that keeps saying Busy may have lost its lease and been
@@ -213,7 +213,7 @@ impl Client {
         pid: PartitionId,
         stale: Vec<PartitionId>,
         pace: &mut Pacing,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         // Boxed: a recovery routes requests of its own.
         let recovered = Box::pin(self.recover_before(pid, stale));
         if let Err(e) = recovered.await {
@@ -240,12 +240,12 @@ impl Client {
         epoch: u64,
         pace: &mut Pacing,
         no_copy: &mut NoCopy,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let until = *no_copy.since.get_or_insert_with(tokio::time::Instant::now) + NO_COPY_WAIT;
         if no_copy.refreshed {
             let next = pace.after_down_pause();
             if next >= pace.deadline || next >= until {
-                return Err(FsError::Unavailable(format!(
+                return Err(WireError::Unavailable(format!(
                     "no copy of partition {pid} is up (cluster map epoch {epoch})"
                 )));
             }
@@ -267,9 +267,9 @@ impl Client {
         pid: PartitionId,
         retries: u32,
         pace: &mut Pacing,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let no_newer = || {
-            FsError::Protocol(format!(
+            WireError::Protocol(format!(
                 "partition {pid} redirected but offered no newer map"
             ))
         };
@@ -293,9 +293,9 @@ impl Client {
         &self,
         st: &MapState,
         (route, pid): (&Route, PartitionId),
-        target: &Result<(String, Endpoints), FsError>,
+        target: &Result<(String, Endpoints), WireError>,
         req: &Request,
-    ) -> Result<Response, (FsError, bool)> {
+    ) -> Result<Response, (WireError, bool)> {
         let (addr, ends) = match target {
             Ok((addr, ends)) => (addr.as_str(), *ends),
             Err(e) => return Err((e.clone(), false)),
@@ -321,7 +321,7 @@ impl Client {
         tokio::select! {
             r = call => r.map_err(|e| (e, true)),
             () = moved => Err((
-                FsError::Unavailable(format!(
+                WireError::Unavailable(format!(
                     "{addr} did not answer and partition {pid} has another primary now"
                 )),
                 true,
@@ -330,7 +330,11 @@ impl Client {
     }
 
     /// Gives the server at `addr` our cluster map `map` (it answered `MapTooOld`).
-    pub(super) async fn push_map(&self, addr: &str, map: &ClusterMap) -> Result<Response, FsError> {
+    pub(super) async fn push_map(
+        &self,
+        addr: &str,
+        map: &ClusterMap,
+    ) -> Result<Response, WireError> {
         let push = ServerRequest::InstallMap(Box::new(map.clone()));
         self.transport
             .call_with_timeout(

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 
 use myriad_client::{ClientConfig, ClusterMap, FileHandle, Keyring, Transport};
-use myriad_proto::{Caller, ClientRequest, Endpoints, Request, Response};
+use myriad_proto::{Caller, ClientRequest, Endpoints, Request, Response, WireError};
 
 use super::*;
 use crate::handles::OpenFile;
@@ -16,7 +16,7 @@ const INO: u64 = 5;
 /// The servers: writes land (recorded) unless `fail` holds an error for the next one.
 #[derive(Default)]
 struct Servers {
-    fail: Mutex<Option<FsError>>,
+    fail: Mutex<Option<WireError>>,
     writes: Mutex<Vec<(u64, Vec<u8>)>>,
     /// The uid each write came as.
     write_uids: Mutex<Vec<u32>>,
@@ -40,7 +40,7 @@ impl Transport for Servers {
         caller: &'a Caller,
         req: &'a Request,
         _timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<Response, FsError>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Response, WireError>> + Send + 'a>> {
         Box::pin(async move {
             if let Some(e) = self.fail.lock().map(|mut f| f.take()).ok().flatten() {
                 return Err(e);
@@ -49,7 +49,7 @@ impl Transport for Servers {
             let req = match req {
                 Request::Client(ClientRequest::Once { request, .. }) => request.as_ref(),
                 Request::Client(c) => c,
-                other => return Err(FsError::NotSupported(format!("{other:?}"))),
+                other => return Err(WireError::NotSupported(format!("{other:?}"))),
             };
             match req {
                 ClientRequest::Write(myriad_proto::requests::Write { offset, data, .. }) => {
@@ -70,7 +70,7 @@ impl Transport for Servers {
                         ..placeholder()
                     }))
                 }
-                other => Err(FsError::NotSupported(format!("{other:?}"))),
+                other => Err(WireError::NotSupported(format!("{other:?}"))),
             }
         })
     }
@@ -122,7 +122,7 @@ async fn buffered_writes_a_failed_send_may_still_deliver_stay_buffered() {
     assert!(inner.handles.has_unsent(InodeId(INO)));
     // A reader's flush meets an unreachable server: the reader fails, the bytes stay.
     *servers.fail.lock().unwrap_or_else(|p| p.into_inner()) =
-        Some(FsError::Unavailable("down".into()));
+        Some(WireError::Unavailable("down".into()));
     let r = inner.flush_ino(InodeId(INO)).await;
     assert!(
         matches!(r, Err(FsError::Unavailable(_))),
@@ -155,7 +155,7 @@ async fn buffered_writes_refused_for_good_are_the_writers_error() {
         .write(fh, 0, b"abc".to_vec())
         .await
         .unwrap_or_else(|e| panic!("write: {e}"));
-    *servers.fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(FsError::NoSpace);
+    *servers.fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(WireError::NoSpace);
     assert_eq!(inner.flush_ino(InodeId(INO)).await, Err(FsError::NoSpace));
     assert!(!inner.handles.has_unsent(InodeId(INO)));
     // The writer hears it at its next call.

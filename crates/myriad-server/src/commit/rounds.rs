@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use myriad_proto::FsError;
+use myriad_proto::WireError;
 use myriad_storage::{StagedKv, Store};
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -356,6 +356,6 @@ impl ApplyLoop {
     }
 }
 
-fn no_longer_served() -> FsError {
-    FsError::Unavailable("the partition is no longer served by this server".into())
+fn no_longer_served() -> WireError {
+    WireError::Unavailable("the partition is no longer served by this server".into())
 }

@@ -2,7 +2,7 @@
 //! keys written in every batch), and the `Ship` seam replication implements.
 
 use futures::future::BoxFuture;
-use myriad_proto::{FsError, ReplOp};
+use myriad_proto::{ReplOp, WireError};
 use myriad_storage::Batch;
 
 /// The meta key holding the sequence number of the last batch committed to a partition's
@@ -49,7 +49,7 @@ pub trait Ship: Send + Sync {
     /// added meanwhile starts at a batch boundary.
     fn hold(&self) -> Box<dyn ShipSlot + '_>;
     /// Returns once every current copy has acknowledged every batch up to `seq`.
-    fn wait(&self, seq: u64) -> BoxFuture<'_, Result<(), FsError>>;
+    fn wait(&self, seq: u64) -> BoxFuture<'_, Result<(), WireError>>;
     /// Ends shipping; writes waiting for acknowledgements fail.
     fn close(&self);
 }
@@ -80,7 +80,7 @@ impl Ship for NoCopies {
     fn hold(&self) -> Box<dyn ShipSlot + '_> {
         Box::new(NoCopies)
     }
-    fn wait(&self, _seq: u64) -> BoxFuture<'_, Result<(), FsError>> {
+    fn wait(&self, _seq: u64) -> BoxFuture<'_, Result<(), WireError>> {
         Box::pin(async { Ok(()) })
     }
     fn close(&self) {}

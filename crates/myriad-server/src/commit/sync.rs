@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use myriad_proto::FsError;
+use myriad_proto::WireError;
 use myriad_storage::Kv;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -17,7 +17,7 @@ pub struct Done {
     pub seq: u64,
 }
 
-pub(crate) type Reply = oneshot::Sender<Result<Done, FsError>>;
+pub(crate) type Reply = oneshot::Sender<Result<Done, WireError>>;
 
 pub struct SyncStats {
     pub syncs: AtomicU64,
@@ -141,7 +141,7 @@ impl SyncLoop {
             for (reply, outcome) in group.replies {
                 let _ = reply.send(match &result {
                     Ok(()) => Ok(outcome),
-                    Err(e) => Err(FsError::Io(format!("fsync failed: {e}"))),
+                    Err(e) => Err(WireError::Io(format!("fsync failed: {e}"))),
                 });
             }
             if !signals.iter().any(|s| s.same_channel(&group.changed)) {
@@ -205,13 +205,13 @@ impl Syncer {
 
     /// A place in the queue of the next fsync: waits while `SYNC_GROUPS_QUEUED_MAX` groups
     /// wait for one. Fails once the server stops.
-    pub(crate) async fn slot(&self) -> Result<SyncSlot, FsError> {
+    pub(crate) async fn slot(&self) -> Result<SyncSlot, WireError> {
         self.tx
             .clone()
             .reserve_owned()
             .await
             .map(SyncSlot)
-            .map_err(|_| FsError::Unavailable("the server is stopping".into()))
+            .map_err(|_| WireError::Unavailable("the server is stopping".into()))
     }
 
     /// Resolves with the error once an fsync has failed (never, while the disk is well).

@@ -23,11 +23,11 @@ impl Ship for Recorder {
     fn hold(&self) -> Box<dyn ShipSlot + '_> {
         Box::new(RecorderSlot(self))
     }
-    fn wait(&self, _seq: u64) -> BoxFuture<'_, Result<(), FsError>> {
+    fn wait(&self, _seq: u64) -> BoxFuture<'_, Result<(), WireError>> {
         let closed = self.closed.load(Ordering::SeqCst);
         Box::pin(async move {
             if closed {
-                Err(FsError::Unavailable("closed".into()))
+                Err(WireError::Unavailable("closed".into()))
             } else {
                 Ok(())
             }
@@ -199,7 +199,7 @@ async fn after_a_failed_fsync_no_write_is_acknowledged_again() {
     );
     kv.failing.store(true, Ordering::SeqCst);
     let failed = applier.run(create("a")).await;
-    assert!(matches!(failed, Err(FsError::Io(_))), "{failed:?}");
+    assert!(matches!(failed, Err(WireError::Io(_))), "{failed:?}");
     // The process hears of it (and stops: lib.rs, embed.rs).
     let e = tokio::time::timeout(Duration::from_secs(5), told)
         .await
@@ -209,7 +209,7 @@ async fn after_a_failed_fsync_no_write_is_acknowledged_again() {
     // The disk recovers, but what the failed fsync covered may be gone: still refused.
     kv.failing.store(false, Ordering::SeqCst);
     let later = applier.run(create("b")).await;
-    assert!(matches!(later, Err(FsError::Io(_))), "{later:?}");
+    assert!(matches!(later, Err(WireError::Io(_))), "{later:?}");
 }
 
 #[tokio::test]
@@ -220,7 +220,7 @@ async fn a_retired_applier_commits_nothing_more() {
     init_root(&applier).await;
     applier.retire().await;
     let after = applier.run(create("late")).await;
-    assert!(matches!(after, Err(FsError::Unavailable(_))), "{after:?}");
+    assert!(matches!(after, Err(WireError::Unavailable(_))), "{after:?}");
     assert!(
         copies.closed.load(Ordering::SeqCst),
         "retiring closes the copies"
@@ -259,12 +259,12 @@ async fn the_loops_run_as_tasks_of_a_one_thread_runtime() {
     kv.failing.store(true, Ordering::SeqCst);
     assert!(matches!(
         applier.run(create("x")).await,
-        Err(FsError::Io(_))
+        Err(WireError::Io(_))
     ));
     kv.failing.store(false, Ordering::SeqCst);
     assert!(matches!(
         applier.run(create("y")).await,
-        Err(FsError::Io(_))
+        Err(WireError::Io(_))
     ));
 }
 
@@ -416,7 +416,7 @@ async fn a_round_the_engine_refuses_fails_the_server() {
     kv.restart();
     assert!(matches!(
         applier.run(create("b")).await,
-        Err(FsError::Io(_))
+        Err(WireError::Io(_))
     ));
 }
 

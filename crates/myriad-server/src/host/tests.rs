@@ -33,12 +33,12 @@ impl Transport for Silent {
         _caller: &'a Caller,
         _req: &'a Request,
         _timeout: Duration,
-    ) -> BoxFuture<'a, Result<myriad_proto::Response, FsError>> {
+    ) -> BoxFuture<'a, Result<myriad_proto::Response, WireError>> {
         Box::pin(async move {
             if self.held.load(Ordering::SeqCst) {
                 self.release.notified().await;
             }
-            Err(FsError::Unavailable(format!("{addr}: down")))
+            Err(WireError::Unavailable(format!("{addr}: down")))
         })
     }
 }
@@ -46,7 +46,7 @@ impl Transport for Silent {
 struct AlwaysLeased;
 
 impl Authority for AlwaysLeased {
-    fn lease_error(&self) -> Option<FsError> {
+    fn lease_error(&self) -> Option<WireError> {
         None
     }
     fn grant_lease(&self, _from: NodeId, _epoch: u64) -> Response {
@@ -55,8 +55,8 @@ impl Authority for AlwaysLeased {
             epoch: 0,
         }
     }
-    fn propose_map(&self, _map: ClusterMap) -> BoxFuture<'_, Result<(), FsError>> {
-        Box::pin(async { Err(FsError::Unavailable("not here".into())) })
+    fn propose_map(&self, _map: ClusterMap) -> BoxFuture<'_, Result<(), WireError>> {
+        Box::pin(async { Err(WireError::Unavailable("not here".into())) })
     }
     fn committed_map(&self) -> Option<ClusterMap> {
         None
@@ -64,8 +64,8 @@ impl Authority for AlwaysLeased {
     fn leader(&self) -> Option<u64> {
         None
     }
-    fn serve_raft(&self, _rpc: RaftRpc, _p: Vec<u8>) -> BoxFuture<'_, Result<Response, FsError>> {
-        Box::pin(async { Err(FsError::Protocol("no group".into())) })
+    fn serve_raft(&self, _rpc: RaftRpc, _p: Vec<u8>) -> BoxFuture<'_, Result<Response, WireError>> {
+        Box::pin(async { Err(WireError::Protocol("no group".into())) })
     }
 }
 
@@ -165,7 +165,7 @@ async fn a_map_that_skips_epochs_reopens_the_partitions() {
     // Deposed at once, before any reconcile: no request served, nothing committed.
     for (pid, node) in &before {
         assert!(
-            matches!(h.serving(*pid, 3), Err(FsError::Busy)),
+            matches!(h.serving(*pid, 3), Err(WireError::Busy)),
             "partition {pid} served across a gap"
         );
         let refused = node
@@ -177,7 +177,7 @@ async fn a_map_that_skips_epochs_reopens_the_partitions() {
             })
             .await;
         assert!(
-            matches!(refused, Err(FsError::Unavailable(_))),
+            matches!(refused, Err(WireError::Unavailable(_))),
             "a deposed partition committed: {refused:?}"
         );
     }
@@ -252,12 +252,12 @@ async fn a_partition_request_from_a_server_not_its_primary_is_refused() {
     // Server 2 is not the primary of `source` (server 1 is): a deposed primary's task.
     let refused = ask(NodeId(2)).await.result;
     assert!(
-        matches!(refused, Err(FsError::Redirect(_))),
+        matches!(refused, Err(WireError::Redirect(_))),
         "a request for a partition its sender does not serve: {refused:?}"
     );
     let served = ask(NodeId(1)).await.result;
     assert!(
-        !matches!(served, Err(FsError::Redirect(_))),
+        !matches!(served, Err(WireError::Redirect(_))),
         "the primary's own request: {served:?}"
     );
 }
@@ -278,7 +278,7 @@ async fn a_deposed_partition_calls_no_other_partition() {
     let body = Request::Client(myriad_proto::ClientRequest::Stat { path: "/".into() });
     let call = node.call_node(pid, body).await;
     assert!(
-        matches!(call, Err(FsError::Unavailable(_))),
+        matches!(call, Err(WireError::Unavailable(_))),
         "a deposed partition's call went out: {call:?}"
     );
 }
@@ -438,7 +438,7 @@ async fn a_mkdir_of_a_moving_trees_root_is_refused_busy_until_the_move_settles()
         mode: 0o755,
         shards: 1,
     };
-    assert_eq!(send_once(&home, 1, mkdir("/x")).await, Err(FsError::Busy));
+    assert_eq!(send_once(&home, 1, mkdir("/x")).await, Err(WireError::Busy));
     assert!(home.store.entry("/", "x").ok().flatten().is_none());
     assert!(!object(&h), "the directory object was left behind");
     // Another name is made as before.
@@ -450,7 +450,7 @@ async fn send_once(
     home: &Arc<Partition>,
     seq: u64,
     request: ClientRequest,
-) -> Result<Response, FsError> {
+) -> Result<Response, WireError> {
     send_once_as(home, seq, request, false).await
 }
 
@@ -460,7 +460,7 @@ async fn send_once_as(
     seq: u64,
     request: ClientRequest,
     visible: bool,
-) -> Result<Response, FsError> {
+) -> Result<Response, WireError> {
     let once = ClientRequest::Once {
         id: test_once_id(seq),
         request: Box::new(request),
@@ -479,7 +479,7 @@ fn test_once_id(seq: u64) -> myriad_proto::OnceId {
 }
 
 /// `request` from a client, under the partition's own map.
-async fn from_client(home: &Arc<Partition>, request: ClientRequest) -> Result<Response, FsError> {
+async fn from_client(home: &Arc<Partition>, request: ClientRequest) -> Result<Response, WireError> {
     let epoch = home.state().map.epoch;
     home.dispatch(None, epoch, Caller::root(), Request::Client(request))
         .await
@@ -521,19 +521,22 @@ async fn a_retried_change_answers_its_first_outcome() {
     }
     // A new change (a new number) is a new create: the name is taken.
     let new = send_once(&home, 2, create("/x")).await;
-    assert_eq!(new, Err(FsError::AlreadyExists));
+    assert_eq!(new, Err(WireError::AlreadyExists));
     let unlink = || ClientRequest::Unlink { path: "/x".into() };
     assert!(send_once(&home, 3, unlink()).await.is_ok());
     assert!(
         send_once(&home, 3, unlink()).await.is_ok(),
         "a retried unlink"
     );
-    assert_eq!(send_once(&home, 4, unlink()).await, Err(FsError::NotFound));
+    assert_eq!(
+        send_once(&home, 4, unlink()).await,
+        Err(WireError::NotFound)
+    );
     // Only changes are sent once.
     let stat = ClientRequest::Stat { path: "/".into() };
     assert!(matches!(
         send_once(&home, 5, stat).await,
-        Err(FsError::InvalidArgument(_))
+        Err(WireError::InvalidArgument(_))
     ));
 }
 
@@ -543,7 +546,7 @@ async fn recorded(
     home: &Arc<Partition>,
     seq: u64,
     request: ClientRequest,
-) -> Result<Response, FsError> {
+) -> Result<Response, WireError> {
     let ask = ClientRequest::Recorded {
         id: test_once_id(seq),
         request: Box::new(request),
@@ -571,11 +574,14 @@ async fn a_partition_answers_the_outcome_it_recorded_of_a_change_and_applies_not
         Ok(Response::Recorded(None))
     );
     let stat = |path: &str| ClientRequest::Stat { path: path.into() };
-    assert_eq!(from_client(&home, stat("/y")).await, Err(FsError::NotFound));
+    assert_eq!(
+        from_client(&home, stat("/y")).await,
+        Err(WireError::NotFound)
+    );
     // Only changes are asked after.
     assert!(matches!(
         recorded(&home, 3, stat("/")).await,
-        Err(FsError::InvalidArgument(_))
+        Err(WireError::InvalidArgument(_))
     ));
 }
 
@@ -615,7 +621,10 @@ async fn a_retried_link_whose_name_was_made_answers_the_file_and_counts_one_link
         other => panic!("the retried link: {other:?}"),
     }
     // A new change (a new number) is a new link: the name is taken.
-    assert_eq!(send_once(&a, 3, link()).await, Err(FsError::AlreadyExists));
+    assert_eq!(
+        send_once(&a, 3, link()).await,
+        Err(WireError::AlreadyExists)
+    );
     let stat = |path: &str| ClientRequest::Stat { path: path.into() };
     match from_client(&a, stat("/a")).await {
         Ok(Response::Attr(i)) => assert_eq!(i.nlink, 2),
@@ -657,14 +666,14 @@ async fn a_retried_mkdir_answers_its_first_outcome() {
     assert!(visible(&home) && object(&h));
     // The same directory; the parent's attributes are not recorded (the client fetches
     // them).
-    let made = |r: Result<Response, FsError>| match r {
+    let made = |r: Result<Response, WireError>| match r {
         Ok(Response::Changed { inode, .. }) => inode,
         other => panic!("{other:?}"),
     };
     assert_eq!(made(send_once(&home, 1, mkdir()).await), made(first));
     assert_eq!(
         send_once(&home, 2, mkdir()).await,
-        Err(FsError::AlreadyExists)
+        Err(WireError::AlreadyExists)
     );
 }
 
@@ -730,7 +739,7 @@ async fn a_change_answered_once_applied_names_its_incarnation_and_a_sync_checks_
     };
     assert_eq!(sync(incarnation).await, Ok(Response::Unit));
     assert!(
-        matches!(sync(incarnation ^ 1).await, Err(FsError::Io(_))),
+        matches!(sync(incarnation ^ 1).await, Err(WireError::Io(_))),
         "a barrier for another incarnation's changes must not vouch for them"
     );
     // A retry of the change (same number) answers its recorded outcome, durable.

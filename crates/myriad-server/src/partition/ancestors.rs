@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use myriad_placement::{PartitionId, parent_of};
 use myriad_proto::ask;
 use myriad_proto::reply::AttrLease;
-use myriad_proto::{Caller, FileKind, FsError, Inode, Request, Response};
+use myriad_proto::{Caller, FileKind, Inode, Request, Response, WireError};
 
 use crate::partition::ancestor_replicas::{Cached, LEASE_MARGIN, ancestors};
 use crate::partition::core::Partition;
@@ -24,7 +24,7 @@ impl Partition {
     pub(crate) async fn resolve_dirs(
         self: &Arc<Self>,
         dirs: &[String],
-    ) -> Result<Vec<Inode>, FsError> {
+    ) -> Result<Vec<Inode>, WireError> {
         self.resolve_each(dirs).await.into_iter().collect()
     }
 
@@ -34,8 +34,8 @@ impl Partition {
     pub(crate) async fn resolve_each(
         self: &Arc<Self>,
         dirs: &[String],
-    ) -> Vec<Result<Inode, FsError>> {
-        let mut out: Vec<Option<Result<Inode, FsError>>> = vec![None; dirs.len()];
+    ) -> Vec<Result<Inode, WireError>> {
+        let mut out: Vec<Option<Result<Inode, WireError>>> = vec![None; dirs.len()];
         let mut remote = Vec::new();
         for (i, dir) in dirs.iter().enumerate() {
             let owner = self.entry_node(dir);
@@ -47,7 +47,7 @@ impl Partition {
                         continue;
                     }
                     // A split moved the entry away: ask where it went (below).
-                    Err(FsError::WrongShard { dir: parent, map }) => {
+                    Err(WireError::WrongShard { dir: parent, map }) => {
                         self.learn_shard_map(&parent, map.map(|m| *m)).await;
                     }
                     Err(e) => {
@@ -96,9 +96,11 @@ impl Partition {
         }
         out.into_iter()
             .map(|r| match r {
-                Some(Ok(inode)) if inode.kind != FileKind::Directory => Err(FsError::NotADirectory),
+                Some(Ok(inode)) if inode.kind != FileKind::Directory => {
+                    Err(WireError::NotADirectory)
+                }
                 Some(r) => r,
-                None => Err(FsError::Protocol("an ancestor left unresolved".into())),
+                None => Err(WireError::Protocol("an ancestor left unresolved".into())),
             })
             .collect()
     }
@@ -117,7 +119,7 @@ impl Partition {
         self: &Arc<Self>,
         caller: &Caller,
         path: &str,
-    ) -> Result<Option<Inode>, FsError> {
+    ) -> Result<Option<Inode>, WireError> {
         if caller.uid == 0 || path == "/" {
             return Ok(None);
         }
@@ -135,7 +137,7 @@ impl Partition {
         self: &Arc<Self>,
         caller: &Caller,
         path: &str,
-    ) -> Result<Option<Inode>, FsError> {
+    ) -> Result<Option<Inode>, WireError> {
         let parent = self.search(caller, path).await?;
         if let Some(p) = &parent {
             perm::require(p, caller, perm::WRITE | perm::EXEC)?;
@@ -149,7 +151,7 @@ impl Partition {
         caller: &Caller,
         dir: &str,
         want: u32,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         if caller.uid == 0 {
             return Ok(());
         }
@@ -168,7 +170,7 @@ impl Partition {
         self: &Arc<Self>,
         caller: &Caller,
         path: &str,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         if let Some(parent) = self.may_modify_dir(caller, path).await?
             && parent.mode & perm::STICKY != 0
         {
@@ -186,7 +188,7 @@ impl Partition {
         caller: &Caller,
         path: &str,
         opened: bool,
-    ) -> Result<Option<Inode>, FsError> {
+    ) -> Result<Option<Inode>, WireError> {
         if caller.uid == 0 {
             return Ok(None);
         }
@@ -202,7 +204,7 @@ impl Partition {
         self: &Arc<Self>,
         caller: &Caller,
         path: &str,
-    ) -> Result<Option<Inode>, FsError> {
+    ) -> Result<Option<Inode>, WireError> {
         if let Some(parent) = self.may_modify_dir(caller, path).await? {
             return Ok(Some(parent));
         }
@@ -223,7 +225,7 @@ impl Partition {
         caller: &Caller,
         from: &str,
         to: &str,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let Some(parent) = self.may_modify_dir(caller, to).await? else {
             return Ok(());
         };
@@ -246,7 +248,7 @@ impl Partition {
     pub(crate) async fn entry_attrs(
         self: &Arc<Self>,
         path: &str,
-    ) -> Result<Option<Inode>, FsError> {
+    ) -> Result<Option<Inode>, WireError> {
         let found = if self.entry_node(path) == self.me {
             self.lookup(path).await
         } else {
@@ -255,7 +257,7 @@ impl Partition {
         };
         match found {
             Ok(i) => Ok(Some(self.resolve(i).await?)),
-            Err(FsError::NotFound) => Ok(None),
+            Err(WireError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -268,7 +270,7 @@ impl Partition {
         from: Option<PartitionId>,
         path: String,
         (subscribe, seq): (bool, u64),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         myriad_proto::validate_path(&path)?;
         self.own_entry(st, &path)?;
         self.serve_attrs(&path, from, subscribe, seq).await
@@ -287,7 +289,7 @@ impl Partition {
         &self,
         path: String,
         by: Option<u64>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         myriad_proto::validate_path(&path)?;
         if let Some(t) = self.leases() {
             t.before_attrs_change(&path, by).await;
@@ -301,7 +303,7 @@ impl Partition {
         path: String,
         inode: Inode,
         by: Option<u64>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         myriad_proto::validate_path(&path)?;
         self.dir_attrs_changed(&path, inode, by).await;
         Ok(Response::Unit)
@@ -314,7 +316,7 @@ impl Partition {
         from: Option<PartitionId>,
         subscribe: bool,
         seq: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         // Subscribe first, then read: a change committed before the read is in the answer,
         // and one committed after it finds the subscription and is pushed (a read before
         // subscribing could miss both: the old attributes under a fresh lease).

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 
-use myriad_proto::{Endpoints, FsError, ReplicaRequest, Request, Response};
+use myriad_proto::{Endpoints, ReplicaRequest, Request, Response, WireError};
 use myriad_storage::Space;
 
 use crate::partition::core::Partition;
@@ -39,7 +39,7 @@ pub(crate) struct EntropyRound {
 
 impl Partition {
     /// One anti-entropy round over every backup the map gives this partition.
-    pub(crate) async fn anti_entropy(&self) -> Result<EntropyRound, FsError> {
+    pub(crate) async fn anti_entropy(&self) -> Result<EntropyRound, WireError> {
         let mut round = EntropyRound::default();
         if !self.env.serves(self.me) {
             return Ok(round);
@@ -128,7 +128,7 @@ impl Partition {
     }
 
     /// The last batch committed to this partition's store.
-    fn last_batch(&self) -> Result<u64, FsError> {
+    fn last_batch(&self) -> Result<u64, WireError> {
         Ok(self
             .committed
             .meta_u64(crate::commit::SEQ_KEY)

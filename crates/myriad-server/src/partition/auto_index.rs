@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use myriad_placement::join;
 use myriad_proto::tree_index::TREES_DIR;
-use myriad_proto::{FsError, validate_name};
+use myriad_proto::{WireError, validate_name};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
@@ -21,7 +21,7 @@ impl Partition {
         self: &Arc<Self>,
         st: &MapState,
         name: &str,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         validate_name(name)?;
         let path = join(TREES_DIR, name);
         self.own_entry(st, &path)?;
@@ -32,7 +32,7 @@ impl Partition {
             .unlink_entry(TREES_DIR.to_string(), name.to_string(), &Made::now())
             .await
         {
-            Ok(_) | Err(FsError::NotFound) => Ok(()),
+            Ok(_) | Err(WireError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use myriad_proto::{Caller, ClientRequest, FsError, Response};
+use myriad_proto::{Caller, ClientRequest, Response, WireError};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
@@ -19,7 +19,7 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         body: ClientRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         match body {
             ClientRequest::Echo(p) => Ok(Response::Echo(p)),
             ClientRequest::Lock(req) => self.serve_lock(st, req).await,
@@ -43,7 +43,7 @@ impl Partition {
             | ClientRequest::Recorded { .. }
             | ClientRequest::Leased { .. }
             | ClientRequest::ReadAs { .. }
-            | ClientRequest::Batch { .. } => Err(FsError::InvalidArgument(
+            | ClientRequest::Batch { .. } => Err(WireError::InvalidArgument(
                 "a change sent once, a batch or a leased read comes from its client".into(),
             )),
             ClientRequest::ReserveIds { count } => self.client_reserve_ids(made, count).await,

@@ -11,7 +11,7 @@ use myriad_placement::{NodeId, NodeState, fragment_servers};
 use myriad_proto::ask;
 use myriad_proto::ec_layout::CodedChunk;
 use myriad_proto::erasure::{EcParams, Erasure};
-use myriad_proto::{Endpoints, FsError, InodeId, PeerRequest, Request};
+use myriad_proto::{Endpoints, InodeId, PeerRequest, Request, WireError};
 use myriad_storage::BLOCK_BYTES;
 use tokio::time::Instant;
 
@@ -154,7 +154,7 @@ impl Partition {
 
     /// Adds the chunks kept in blocks here (a partition opened with data written before)
     /// to those to code, a page per round.
-    fn walk_blocks(&self) -> Result<(), FsError> {
+    fn walk_blocks(&self) -> Result<(), WireError> {
         let Ok(mut walk) = self.coding.walk.lock() else {
             return Ok(());
         };
@@ -195,7 +195,7 @@ impl Partition {
         params: EcParams,
         up: &[NodeId],
         min_bytes: u64,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let cs = self.state().map.chunk_size_bytes;
         let c0 = cs / BLOCK_BYTES;
         let start = chunk.saturating_mul(cs);
@@ -208,7 +208,7 @@ impl Partition {
             // A damaged block: repaired from a copy by a read, coded in a later round.
             Err(myriad_storage::StorageError::Checksum { ino, block }) => {
                 self.repair_block(ino, block).await?;
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
             Err(e) => return Err(storage_err(e)),
         };
@@ -225,7 +225,7 @@ impl Partition {
             .map_err(storage_err)?;
         drop(blocks);
         let set = fragment_servers(ino, params.total(), up)
-            .ok_or_else(|| FsError::Unavailable("too few servers up to code".into()))?;
+            .ok_or_else(|| WireError::Unavailable("too few servers up to code".into()))?;
         let coded = CodedChunk {
             generation: new_generation(ino, chunk, self.env.server_id(), self.env.now_ns()),
             params,
@@ -236,7 +236,7 @@ impl Partition {
         let fragments = coded
             .codec()
             .and_then(|c| c.encode(&data))
-            .map_err(|e| FsError::Io(format!("coding chunk {chunk} of {ino}: {e}")))?;
+            .map_err(|e| WireError::Io(format!("coding chunk {chunk} of {ino}: {e}")))?;
         drop(data);
         self.put_all(ino, chunk, &coded, fragments).await?;
         let switched = self
@@ -267,7 +267,7 @@ impl Partition {
         chunk: u64,
         coded: &CodedChunk,
         fragments: Vec<Vec<u8>>,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let puts = fragments
             .into_iter()
             .enumerate()
@@ -291,7 +291,7 @@ impl Partition {
         generation: u32,
         index: usize,
         bytes: Vec<u8>,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let req = Request::Peer(PeerRequest::PutFragments {
             ino,
             chunk,
@@ -340,13 +340,13 @@ impl Partition {
         chunk: u64,
         coded: &CodedChunk,
         index: usize,
-    ) -> Result<Vec<u8>, FsError> {
+    ) -> Result<Vec<u8>, WireError> {
         let key = self
             .env
             .config()
             .keys
             .capability_key()
-            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))?;
+            .ok_or_else(|| WireError::Io("this server holds no cluster key".into()))?;
         let expires = self
             .env
             .now_ns()
@@ -357,15 +357,15 @@ impl Partition {
             (0, u32::MAX),
             key.grant(ino, false, expires),
         );
-        let to = *coded.servers.get(index).ok_or(FsError::NotFound)?;
+        let to = *coded.servers.get(index).ok_or(WireError::NotFound)?;
         let epoch = self.env.map().map.epoch;
         let r = self
             .env
             .send(to, epoch, Endpoints::SERVER, &read.request)
             .await?;
-        let data = read.answer.of(r)?.data;
+        let data = read.answer.of::<WireError>(r)?.data;
         if data.len() != coded.fragment_bytes() {
-            return Err(FsError::Io(format!(
+            return Err(WireError::Io(format!(
                 "fragment {index} of chunk {chunk} of {ino} on server {to}: {} bytes, not {}",
                 data.len(),
                 coded.fragment_bytes()
@@ -412,11 +412,11 @@ impl Partition {
         ino: InodeId,
         chunk: u64,
         coded: &CodedChunk,
-    ) -> Result<Vec<u8>, FsError> {
+    ) -> Result<Vec<u8>, WireError> {
         let got = self.gather(ino, chunk, coded, false).await;
         coded
             .decode(&got)
-            .map_err(|e| FsError::Unavailable(format!("chunk {chunk} of {ino}: {e}")))
+            .map_err(|e| WireError::Unavailable(format!("chunk {chunk} of {ino}: {e}")))
     }
 
     /// Puts a coded chunk's bytes back in blocks (a write or a cut into it is next), then
@@ -427,7 +427,7 @@ impl Partition {
         ino: InodeId,
         chunk: u64,
         coded: &CodedChunk,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let data = self.decode_chunk(ino, chunk, coded).await?;
         self.applier
             .run_in(
@@ -454,7 +454,7 @@ impl Partition {
         ino: InodeId,
         inside: u64,
         m: impl Fn() -> Mutation,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         // Uncoding takes the record away, so the cut runs on the next try; a chunk coded
         // again in between (not within a settle time) or a record the uncode did not
         // match is answered `Busy` (the caller retries) rather than looped on here.
@@ -472,7 +472,7 @@ impl Partition {
                 _ => return Ok(()),
             }
         }
-        Err(FsError::Busy)
+        Err(WireError::Busy)
     }
 
     /// Rebuilds chunk `chunk`'s fragments that are missing, of another generation or
@@ -483,7 +483,7 @@ impl Partition {
         ino: InodeId,
         chunk: u64,
         lost: &[NodeId],
-    ) -> Result<bool, FsError> {
+    ) -> Result<bool, WireError> {
         let Some(was) = self.store.coded(ino, chunk).map_err(storage_err)? else {
             return Ok(false);
         };
@@ -496,7 +496,10 @@ impl Partition {
             .enumerate()
             .filter(|(i, r)| {
                 lost.contains(&was.servers[*i])
-                    || matches!(r, Err(FsError::NotFound | FsError::Stale | FsError::Io(_)))
+                    || matches!(
+                        r,
+                        Err(WireError::NotFound | WireError::Stale | WireError::Io(_))
+                    )
             })
             .map(|(i, _)| i)
             .collect();
@@ -506,11 +509,11 @@ impl Partition {
         }
         let data = was
             .decode(&got)
-            .map_err(|e| FsError::Unavailable(format!("chunk {chunk} of {ino}: {e}")))?;
+            .map_err(|e| WireError::Unavailable(format!("chunk {chunk} of {ino}: {e}")))?;
         let fragments = was
             .codec()
             .and_then(|c| c.encode(&data))
-            .map_err(|e| FsError::Io(e.to_string()))?;
+            .map_err(|e| WireError::Io(e.to_string()))?;
         let mut now = was.clone();
         let up: Vec<NodeId> = self.cluster_code().map(|(_, up)| up).unwrap_or_default();
         for &i in &bad {
@@ -547,7 +550,7 @@ impl Partition {
                 })
                 .await?;
             if !matches!(switched, Outcome::Switched(true)) {
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
         }
         self.env.count("fragments_rebuilt");
@@ -564,7 +567,7 @@ impl Partition {
         chunk: u64,
         was: &CodedChunk,
         data: &[u8],
-    ) -> Result<bool, FsError> {
+    ) -> Result<bool, WireError> {
         let Some((params, up)) = self.cluster_code() else {
             // Too few servers up for any code: the chunk goes back to full copies.
             self.applier
@@ -581,7 +584,7 @@ impl Partition {
             return Ok(true);
         };
         let set = fragment_servers(ino, params.total(), &up)
-            .ok_or_else(|| FsError::Unavailable("too few servers up to code".into()))?;
+            .ok_or_else(|| WireError::Unavailable("too few servers up to code".into()))?;
         let now = CodedChunk {
             generation: new_generation(ino, chunk, self.env.server_id(), self.env.now_ns()),
             params,
@@ -591,7 +594,7 @@ impl Partition {
         let fragments = now
             .codec()
             .and_then(|c| c.encode(data))
-            .map_err(|e| FsError::Io(e.to_string()))?;
+            .map_err(|e| WireError::Io(e.to_string()))?;
         self.put_all(ino, chunk, &now, fragments).await?;
         let switched = self
             .applier
@@ -604,7 +607,7 @@ impl Partition {
             .await?;
         if !matches!(switched, Outcome::Switched(true)) {
             self.drop_fragments_later(ino, chunk, now);
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         self.drop_fragments_later(ino, chunk, was.clone());
         self.env.count("chunks_recoded");
@@ -657,7 +660,7 @@ impl Partition {
 
     /// Rebuilds the fragments this partition's coded chunks had on lost servers (down past
     /// the grace, or no longer in the map).
-    async fn rebuild_lost(self: &Arc<Self>) -> Result<(), FsError> {
+    async fn rebuild_lost(self: &Arc<Self>) -> Result<(), WireError> {
         let lost = self.lost_servers();
         let st = self.state();
         let epoch = st.map.epoch;

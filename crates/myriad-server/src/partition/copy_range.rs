@@ -11,7 +11,7 @@ use myriad_placement::split_parent;
 use myriad_proto::ask;
 use myriad_proto::reply::ChunkRead;
 use myriad_proto::{
-    Caller, CopyRange, FileKind, FsError, Request, Response, limits, validate_path,
+    Caller, CopyRange, FileKind, Request, Response, WireError, limits, validate_path,
 };
 
 use crate::commit::Context;
@@ -25,23 +25,23 @@ impl Partition {
         self: &Arc<Self>,
         (caller, ctx): (&Caller, &Context),
         c: CopyRange,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&c.src)?;
         if self.link_target(&c.dst)?.is_some() {
-            return Err(FsError::NotSupported(
+            return Err(WireError::NotSupported(
                 "server-side copy into a hard-linked file".into(),
             ));
         }
         let target = self.may_write_file(caller, &c.dst, c.opened).await?;
         self.search(caller, &c.src).await?;
-        let src = self.entry_attrs(&c.src).await?.ok_or(FsError::NotFound)?;
+        let src = self.entry_attrs(&c.src).await?.ok_or(WireError::NotFound)?;
         if src.ino != c.src_ino {
-            return Err(FsError::Stale);
+            return Err(WireError::Stale);
         }
         match src.kind {
             FileKind::File => {}
-            FileKind::Directory => return Err(FsError::IsADirectory),
-            _ => return Err(FsError::InvalidArgument("not a regular file".into())),
+            FileKind::Directory => return Err(WireError::IsADirectory),
+            _ => return Err(WireError::InvalidArgument("not a regular file".into())),
         }
         perm::require(&src, caller, perm::READ)?;
         let len = c
@@ -51,10 +51,10 @@ impl Partition {
         c.dst_off
             .checked_add(len)
             .filter(|&e| e <= limits::FILE_BYTES_MAX)
-            .ok_or(FsError::TooLarge)?;
+            .ok_or(WireError::TooLarge)?;
         let dst = self.lookup(&c.dst).await?;
         if dst.ino != c.dst_ino {
-            return Err(FsError::Stale);
+            return Err(WireError::Stale);
         }
         if len == 0 {
             return Ok(Response::Copied {
@@ -80,7 +80,7 @@ impl Partition {
         c: &CopyRange,
         size: u64,
         len: u64,
-    ) -> Result<Vec<u8>, FsError> {
+    ) -> Result<Vec<u8>, WireError> {
         let cs = self.state().map.chunk_size_bytes;
         let end = c.src_off + len;
         let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
@@ -121,7 +121,7 @@ impl Partition {
         ctx: &Context,
         c: &CopyRange,
         data: &[u8],
-    ) -> Result<myriad_proto::Inode, FsError> {
+    ) -> Result<myriad_proto::Inode, WireError> {
         let cs = self.state().map.chunk_size_bytes;
         let (dir, name) = split_parent(&c.dst);
         let end = c.dst_off + data.len() as u64;
@@ -166,7 +166,7 @@ impl Partition {
         };
         match self.mutate_file(ctx, m).await? {
             Response::Attr(i) => Ok(i),
-            _ => inode.ok_or_else(|| FsError::Io("no inode after a copy".into())),
+            _ => inode.ok_or_else(|| WireError::Io("no inode after a copy".into())),
         }
     }
 }

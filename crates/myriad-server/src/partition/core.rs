@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::reply::{Ask, Reply};
-use myriad_proto::{Caller, FsError, Inode, Request, Response, limits, validate_path};
+use myriad_proto::{Caller, Inode, Request, Response, WireError, limits, validate_path};
 use myriad_storage::{EntryRecord, Store};
 use tokio::sync::watch;
 
@@ -100,9 +100,9 @@ pub(crate) fn incarnation(
 }
 
 /// `mkdir --shards N`: the split depth for N shards (N rounded up to a power of two).
-pub(super) fn shard_depth(shards: u32) -> Result<u8, FsError> {
+pub(super) fn shard_depth(shards: u32) -> Result<u8, WireError> {
     if shards > 1 << myriad_placement::SHARD_DEPTH_MAX {
-        return Err(FsError::InvalidArgument(format!(
+        return Err(WireError::InvalidArgument(format!(
             "at most {} shards per directory",
             1u32 << myriad_placement::SHARD_DEPTH_MAX
         )));
@@ -143,11 +143,11 @@ impl Partition {
         self.replicator.close();
     }
 
-    pub(super) fn own(&self, st: &MapState, owner: PartitionId) -> Result<(), FsError> {
+    pub(super) fn own(&self, st: &MapState, owner: PartitionId) -> Result<(), WireError> {
         if owner == self.me {
             Ok(())
         } else {
-            Err(FsError::Redirect(Box::new(st.map.clone())))
+            Err(WireError::Redirect(Box::new(st.map.clone())))
         }
     }
 
@@ -159,7 +159,7 @@ impl Partition {
         txid: u64,
         (commit, durable): (bool, bool),
         client: Option<u64>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let target_dir = match self
             .store
             .intent(crate::state::mutation::prepare_key(txid))
@@ -208,10 +208,10 @@ impl Partition {
         &self,
         st: &MapState,
         path: &str,
-    ) -> Result<(String, String), FsError> {
+    ) -> Result<(String, String), WireError> {
         validate_path(path)?;
         if path == "/" {
-            return Err(FsError::AlreadyExists);
+            return Err(WireError::AlreadyExists);
         }
         self.own_entry(st, path)?;
         Ok(split_owned(path))
@@ -221,9 +221,9 @@ impl Partition {
         &self,
         st: &MapState,
         path: &str,
-    ) -> Result<(String, String), FsError> {
+    ) -> Result<(String, String), WireError> {
         if path == "/" {
-            return Err(FsError::IsADirectory);
+            return Err(WireError::IsADirectory);
         }
         self.entry_target(st, path)
     }
@@ -237,7 +237,7 @@ impl Partition {
         name: &str,
         inode: Option<&Inode>,
         (caller, now, ctx): (&Caller, i64, &Context),
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let Some(inode) = inode else {
             return Ok(());
         };
@@ -268,26 +268,30 @@ impl Partition {
         &self,
         ctx: &Context,
         m: Mutation,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         Ok(Response::Attr(
             self.applier.run_for_in::<Inode>(ctx, m).await?,
         ))
     }
 
     /// Applies a change of an inode for the change `made`.
-    pub(super) async fn mutate_inode(&self, made: &Made, m: Mutation) -> Result<Response, FsError> {
+    pub(super) async fn mutate_inode(
+        &self,
+        made: &Made,
+        m: Mutation,
+    ) -> Result<Response, WireError> {
         self.mutate_file(&made.context(), m).await
     }
 
     /// The visible inode at `path`, waiting while a multi-node operation holds the entry.
-    pub(crate) async fn lookup(&self, path: &str) -> Result<Inode, FsError> {
+    pub(crate) async fn lookup(&self, path: &str) -> Result<Inode, WireError> {
         if path == "/" {
             let rec = self
                 .store
                 .dir("/")
                 .map_err(storage_err)?
-                .ok_or(FsError::NotFound)?;
-            return rec.root_attrs.ok_or(FsError::NotFound);
+                .ok_or(WireError::NotFound)?;
+            return rec.root_attrs.ok_or(WireError::NotFound);
         }
         let (dir, name) = split_parent(path);
         self.lookup_in(dir, name).await
@@ -295,7 +299,11 @@ impl Partition {
 
     /// The stored entry `dir/name`; one that fails its checksum is first made intact on
     /// every copy from one that is (repair.rs), as blocks are when read.
-    async fn entry_repairing(&self, dir: &str, name: &str) -> Result<Option<EntryRecord>, FsError> {
+    async fn entry_repairing(
+        &self,
+        dir: &str,
+        name: &str,
+    ) -> Result<Option<EntryRecord>, WireError> {
         match self.store.entry(dir, name) {
             Err(myriad_storage::StorageError::Corrupt { .. }) => {
                 let key = myriad_storage::entry_key(dir, name);
@@ -307,7 +315,7 @@ impl Partition {
         }
     }
 
-    pub(crate) async fn lookup_in(&self, dir: &str, name: &str) -> Result<Inode, FsError> {
+    pub(crate) async fn lookup_in(&self, dir: &str, name: &str) -> Result<Inode, WireError> {
         // Fast path: most entries are not pending and need no subscription.
         match self.entry_repairing(dir, name).await? {
             Some(EntryRecord {
@@ -319,7 +327,7 @@ impl Partition {
             }) => {}
             _ => {
                 self.recheck_shard(dir, name)?;
-                return Err(FsError::NotFound);
+                return Err(WireError::NotFound);
             }
         }
         let deadline = tokio::time::Instant::now() + self.env.config().pending_wait;
@@ -346,12 +354,12 @@ impl Partition {
                             txid = p.txid,
                             "entry still pending after the wait: Busy"
                         );
-                        return Err(FsError::Busy);
+                        return Err(WireError::Busy);
                     }
                 }
                 _ => {
                     self.recheck_shard(dir, name)?;
-                    return Err(FsError::NotFound);
+                    return Err(WireError::NotFound);
                 }
             }
         }
@@ -364,14 +372,14 @@ impl Partition {
         path: &str,
         txid: u64,
         after: Option<String>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let rec = self
             .store
             .dir(path)
             .map_err(storage_err)?
-            .ok_or(FsError::NotFound)?;
+            .ok_or(WireError::NotFound)?;
         if rec.frozen != Some(txid) {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         let (entries, next) = self.export_page(path, myriad_proto::Shard::ALL, after.as_deref())?;
         Ok(Response::Exported { entries, next })
@@ -385,7 +393,7 @@ impl Partition {
         self: &Arc<Self>,
         node: PartitionId,
         body: Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.not_deposed()?;
         let still_serving = || !self.deposed.load(Ordering::Acquire);
         self.env
@@ -398,15 +406,15 @@ impl Partition {
         self: &Arc<Self>,
         node: PartitionId,
         ask: Ask<R, Q>,
-    ) -> Result<R, FsError> {
+    ) -> Result<R, WireError> {
         let r = self.call_node(node, ask.request.into()).await?;
         ask.answer.of(r)
     }
 
     /// `Unavailable` once `depose` ran.
-    pub(crate) fn not_deposed(&self) -> Result<(), FsError> {
+    pub(crate) fn not_deposed(&self) -> Result<(), WireError> {
         if self.deposed.load(Ordering::Acquire) {
-            return Err(FsError::Unavailable(
+            return Err(WireError::Unavailable(
                 "the partition is no longer served by this server".into(),
             ));
         }
@@ -417,7 +425,7 @@ impl Partition {
 /// The reply of a change of entries that made `out`'s inode, with the parent's attributes.
 pub(super) fn changed_response(
     (out, parent): (Outcome, Option<Inode>),
-) -> Result<Response, FsError> {
+) -> Result<Response, WireError> {
     match inode_response(out)? {
         Response::Attr(i) => Ok(Response::Changed {
             inode: Some(i),
@@ -428,7 +436,7 @@ pub(super) fn changed_response(
 }
 
 /// The reply of a mutation that yields an inode.
-pub(super) fn inode_response(out: Outcome) -> Result<Response, FsError> {
+pub(super) fn inode_response(out: Outcome) -> Result<Response, WireError> {
     let made = crate::state::outcome_kinds::expect::<crate::state::outcome_kinds::NameMade>(out)?;
     Ok(Response::Attr(made.inode()))
 }
@@ -451,16 +459,16 @@ pub(crate) fn split_owned(path: &str) -> (String, String) {
 /// (total, free) bytes of the file system holding `dir`.
 /// Only the `user.` namespace is stored; others are not supported (as on a file system
 /// mounted without ACL or security-label support).
-pub(crate) fn check_xattr_name(name: &str) -> Result<(), FsError> {
+pub(crate) fn check_xattr_name(name: &str) -> Result<(), WireError> {
     if name.len() > limits::XATTR_NAME_BYTES_MAX {
-        return Err(FsError::NameTooLong);
+        return Err(WireError::NameTooLong);
     }
     match name.strip_prefix("user.") {
         Some(rest) if !rest.is_empty() && !name.contains('\0') => Ok(()),
-        Some(_) => Err(FsError::InvalidArgument(
+        Some(_) => Err(WireError::InvalidArgument(
             "empty or NUL-containing attribute name".into(),
         )),
-        None => Err(FsError::NotSupported(format!(
+        None => Err(WireError::NotSupported(format!(
             "extended attribute namespace of {name:?} (only user.* is stored)"
         ))),
     }

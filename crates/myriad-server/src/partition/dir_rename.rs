@@ -8,7 +8,7 @@ use std::sync::Arc;
 use myriad_placement::{PartitionId, join};
 use myriad_proto::ask;
 use myriad_proto::reply::{DirPage, Exported};
-use myriad_proto::{DirAction, FileKind, FsError, RenameFlags, Request};
+use myriad_proto::{DirAction, FileKind, RenameFlags, Request, WireError};
 
 use crate::commit::Context;
 use crate::partition::core::Partition;
@@ -41,16 +41,16 @@ impl Partition {
         self: &Arc<Self>,
         to: &str,
         flags: RenameFlags,
-    ) -> Result<Option<InodeId>, FsError> {
+    ) -> Result<Option<InodeId>, WireError> {
         let parent = myriad_placement::parent_of(to).to_string();
         if self.ask_entry(&parent, ask::stat(&parent)).await?.kind != FileKind::Directory {
-            return Err(FsError::NotADirectory);
+            return Err(WireError::NotADirectory);
         }
         match self.ask_entry(to, ask::stat(to)).await {
-            Err(FsError::NotFound) => Ok(None),
-            Ok(_) if flags.no_replace => Err(FsError::AlreadyExists),
+            Err(WireError::NotFound) => Ok(None),
+            Ok(_) if flags.no_replace => Err(WireError::AlreadyExists),
             Ok(i) if i.kind == FileKind::Directory => Ok(Some(i.ino)),
-            Ok(_) => Err(FsError::NotADirectory),
+            Ok(_) => Err(WireError::NotADirectory),
             Err(e) => Err(e),
         }
     }
@@ -68,7 +68,7 @@ impl Partition {
         replaces: Option<InodeId>,
         moves: &mut Vec<DirMove>,
         target: &Target<'_>,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string(), ino)]);
         while let Some((old, new, dir_ino)) = queue.pop_front() {
             // The home is frozen before its map is read: no split can add a part after that.
@@ -207,7 +207,7 @@ impl Partition {
     pub(super) async fn home_map(
         self: &Arc<Self>,
         dir: &str,
-    ) -> Result<myriad_placement::ShardMap, FsError> {
+    ) -> Result<myriad_placement::ShardMap, WireError> {
         let get = ask::get_shard_map(dir);
         Ok(*self.ask_node(self.dir_owner(dir), get).await?)
     }
@@ -217,7 +217,7 @@ impl Partition {
         self: &Arc<Self>,
         dir: &str,
         map: &myriad_placement::ShardMap,
-    ) -> Result<Option<Vec<String>>, FsError> {
+    ) -> Result<Option<Vec<String>>, WireError> {
         let st = self.state();
         let mut out = Vec::new();
         for leaf in &map.leaves {
@@ -236,7 +236,7 @@ impl Partition {
                         shard_end,
                         ..
                     }) => (entries, next, shard_end),
-                    Err(FsError::NotFound) => return Ok(None),
+                    Err(WireError::NotFound) => return Ok(None),
                     Err(e) => return Err(e),
                 };
                 out.extend(
@@ -273,7 +273,7 @@ impl Partition {
         dst_node: PartitionId,
         moves: &[DirMove],
         visible: bool,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         for m in moves {
             for node in m.nodes(self.dir_owner(&m.old)) {
                 let req = PeerRequest::DirFinish {
@@ -305,7 +305,7 @@ impl Partition {
         ctx: &Context,
         txid: u64,
         moves: &[DirMove],
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let st = self.state();
         for m in moves {
             for node in self.new_parts(m, &st.ring).into_keys() {
@@ -353,7 +353,7 @@ impl Partition {
         txid: u64,
         dst_node: PartitionId,
         moves: &[DirMove],
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let st = self.state();
         let target = Target {
             ring: &st.ring,
@@ -374,7 +374,7 @@ impl Partition {
         txid: u64,
         moves: &[DirMove],
         target: &Target<'_>,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         for m in moves {
             for node in self.new_parts(m, target.ring).into_keys() {
                 // A rename's copy on the node of its original shares the files' blocks; a
@@ -407,7 +407,7 @@ impl Partition {
         from: &str,
         to: &str,
         target: &Target<'_>,
-    ) -> Result<Vec<DirMove>, FsError> {
+    ) -> Result<Vec<DirMove>, WireError> {
         let mut out = Vec::new();
         let mut queue = std::collections::VecDeque::from([(from.to_string(), to.to_string())]);
         while let Some((old, new)) = queue.pop_front() {

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use myriad_proto::{DirTouchItem, FsError, Inode, Request, Response};
+use myriad_proto::{DirTouchItem, Inode, Request, Response, WireError};
 
 use crate::commit::Context;
 use crate::partition::core::Partition;
@@ -50,10 +50,10 @@ const TOUCH_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// a map change. Not a touch that timed out: a target cut off by the network may stay so,
 /// and a change would wait for it while its own partition works (the simulation's
 /// `a_change_answered_before_its_primary_crashed_is_sent_again` cuts a primary off).
-fn passing(e: &FsError) -> bool {
+fn passing(e: &WireError) -> bool {
     matches!(
         e,
-        FsError::Unavailable(_) | FsError::Busy | FsError::AskPrimary
+        WireError::Unavailable(_) | WireError::Busy | WireError::AskPrimary
     ) || e.is_routing()
 }
 
@@ -108,7 +108,7 @@ impl Partition {
         dir: &str,
         durable: bool,
         changed: impl Fn(&Outcome) -> bool,
-    ) -> Result<(Outcome, Option<Inode>), FsError> {
+    ) -> Result<(Outcome, Option<Inode>), WireError> {
         // Part of another partition's change for `made.for_client`: not recalled for it.
         let ctx = made.context();
         // A change answered once applied waits for its touch, not its durability.
@@ -211,7 +211,7 @@ impl Partition {
         dir: &str,
         now: i64,
         client: Option<u64>,
-    ) -> Result<Option<Inode>, FsError> {
+    ) -> Result<Option<Inode>, WireError> {
         let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
             return Ok(None);
         };
@@ -256,7 +256,7 @@ impl Partition {
         {
             // The entry moved with a split, or our map of the parent's shards is stale: alone,
             // as `call_entry` sends it (it learns the shard map).
-            Err(FsError::WrongShard { .. } | FsError::Redirect(_)) if dir != "/" => {
+            Err(WireError::WrongShard { .. } | WireError::Redirect(_)) if dir != "/" => {
                 let req = PeerRequest::DirTouch {
                     path: item.path,
                     ino: item.ino,
@@ -269,7 +269,7 @@ impl Partition {
                 {
                     Ok(Ok(Response::Attr(i))) => Ok(Some(i)),
                     Ok(r) => r.map(|_| None),
-                    Err(_) => Err(FsError::TimedOut("directory touch".into())),
+                    Err(_) => Err(WireError::TimedOut("directory touch".into())),
                 }
             }
             other => other,

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{Caller, ClientRequest, FsError, Request, Response};
+use myriad_proto::{Caller, ClientRequest, Request, Response, WireError};
 
 use crate::partition::core::Partition;
 use crate::partition::made::{BatchTouches, Made};
@@ -131,7 +131,7 @@ impl Partition {
         epoch: u64,
         caller: Caller,
         body: Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         match (from, body) {
             (
                 None,
@@ -160,7 +160,7 @@ impl Partition {
             ) => Box::pin(self.serve_leased(epoch, caller, (holder, exclusive), *request)).await,
             (None, Request::Client(ClientRequest::ReadAs { holder, request })) => {
                 if request.read_of().is_none() {
-                    return Err(FsError::InvalidArgument(format!(
+                    return Err(WireError::InvalidArgument(format!(
                         "only reads are made as a client, not {}",
                         request.op_name()
                     )));
@@ -185,7 +185,7 @@ impl Partition {
                     })
                     .collect();
                 if clients.len() > 1 {
-                    return Err(FsError::InvalidArgument(
+                    return Err(WireError::InvalidArgument(
                         "a batch holds one client's changes".into(),
                     ));
                 }
@@ -233,7 +233,7 @@ impl Partition {
         caller: Caller,
         (holder, exclusive): (u64, bool),
         request: ClientRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let dir = match &request {
             // The root's attributes are the entry ("/", "") of "/" itself (`attrs_key`):
             // changed only by changes of "/", which recall its leases.
@@ -243,7 +243,7 @@ impl Partition {
             ClientRequest::StatMany { dir, .. } => Some(dir.clone()),
             ClientRequest::ReadDir { path, .. } => Some(path.clone()),
             _ => {
-                return Err(FsError::InvalidArgument(
+                return Err(WireError::InvalidArgument(
                     "only reads (fetch, stat, stat_many, readdir) come with a lease".into(),
                 ));
             }
@@ -283,7 +283,7 @@ impl Partition {
             Ok(r) => Ok(Box::new(r)),
             // A negative entry is leased too; every other error goes back as it is (the
             // client's routing acts on redirects and wrong shards).
-            Err(FsError::NotFound) => Err(FsError::NotFound),
+            Err(WireError::NotFound) => Err(WireError::NotFound),
             Err(e) => return Err(e),
         };
         let lease = lease.map(|g| myriad_proto::LeaseGrant {
@@ -303,9 +303,9 @@ impl Partition {
         caller: Caller,
         (ops, times): (Vec<ClientRequest>, Vec<i64>),
         (touches, serving): (BatchTouches, u64),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if ops.len() > myriad_proto::limits::BATCH_MAX {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "at most {} changes per batch",
                 myriad_proto::limits::BATCH_MAX
             )));
@@ -317,7 +317,7 @@ impl Partition {
             // batch: the ones after it may depend on it, and the client sends them again
             // in order.
             if stopped {
-                out.push(Err(FsError::Busy));
+                out.push(Err(WireError::Busy));
                 continue;
             }
             let r = match op {
@@ -336,12 +336,12 @@ impl Partition {
                         self.serve_once(epoch, caller.clone(), id, *request, (visible, &made));
                     Box::pin(once).await
                 }
-                other => Err(FsError::InvalidArgument(format!(
+                other => Err(WireError::InvalidArgument(format!(
                     "a batch holds changes sent once, not {}",
                     other.op_name()
                 ))),
             };
-            stopped = matches!(&r, Err(e) if *e == FsError::Busy || e.is_routing());
+            stopped = matches!(&r, Err(e) if *e == WireError::Busy || e.is_routing());
             out.push(r);
         }
         Ok(Response::Bundle(out))

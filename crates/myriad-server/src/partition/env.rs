@@ -1,7 +1,7 @@
 //! The partition's window on the world: what it needs from the server process that runs it.
 
 use myriad_placement::{NodeId, PartitionId};
-use myriad_proto::{FsError, Request, Response};
+use myriad_proto::{Request, Response, WireError};
 
 use crate::config::ServerConfig;
 use crate::replication::peers::Peers;
@@ -21,7 +21,7 @@ pub(crate) trait Env: Peers {
     /// Counts a directory shard split off here (the `myriad_directory_splits` metric).
     fn count_split(&self);
     /// Refuses a request that would fill the disk (space.rs).
-    fn admit(&self, req: &Request) -> Result<(), FsError>;
+    fn admit(&self, req: &Request) -> Result<(), WireError>;
     /// Whether this server serves partition `pid` as its primary now (the map says so,
     /// its run as primary is unbroken, its serving lease is valid): background work that
     /// commits (a sweep) checks it first, as requests are checked on arrival, so that a
@@ -38,7 +38,7 @@ pub(crate) trait Env: Peers {
     fn commit_map(
         &self,
         map: myriad_placement::ClusterMap,
-    ) -> futures::future::BoxFuture<'_, Result<myriad_placement::ClusterMap, FsError>>;
+    ) -> futures::future::BoxFuture<'_, Result<myriad_placement::ClusterMap, WireError>>;
     /// Calls partition `pid` wherever it is served, as partition `source`, asking again
     /// while it is unavailable (a failover) and `still_serving` says the caller may still
     /// act for `source` (checked before every attempt: a deposed partition's task must not
@@ -49,5 +49,5 @@ pub(crate) trait Env: Peers {
         pid: PartitionId,
         body: Request,
         still_serving: &'a (dyn Fn() -> bool + Send + Sync),
-    ) -> futures::future::BoxFuture<'a, Result<Response, FsError>>;
+    ) -> futures::future::BoxFuture<'a, Result<Response, WireError>>;
 }

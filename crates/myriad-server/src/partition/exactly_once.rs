@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use myriad_proto::{Caller, ClientRequest, FsError, OnceId, Request, Response};
+use myriad_proto::{Caller, ClientRequest, OnceId, Request, Response, WireError};
 
 use crate::commit::OnceSlot;
 use crate::partition::core::Partition;
@@ -39,7 +39,7 @@ impl Partition {
         id: OnceId,
         request: ClientRequest,
         (visible, made): (bool, &Made),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.admit_once(epoch, &request)?;
         let _running = self.changes.run((id.client, id.seq)).await;
         if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
@@ -123,7 +123,7 @@ impl Partition {
         caller: Caller,
         id: OnceId,
         request: ClientRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
             return self.answer_recorded(&Made::now(), &request, answer).await;
         }
@@ -137,7 +137,7 @@ impl Partition {
         };
         if let Some(why) = refused {
             tracing::info!(partition = %self.me, client = id.client, seq = id.seq, "a resent change is not applied: {why}");
-            return Err(FsError::Io(format!(
+            return Err(WireError::Io(format!(
                 "partition {}: a change answered by its earlier primary was lost with it and is not applied again: {why}",
                 self.me
             )));
@@ -156,7 +156,7 @@ impl Partition {
         epoch: u64,
         id: OnceId,
         request: ClientRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.admit_once(epoch, &request)?;
         let _running = self.changes.run((id.client, id.seq)).await;
         let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? else {
@@ -172,16 +172,16 @@ impl Partition {
 
     /// What a change sent once, or a question after one, must be: a change, from a map
     /// this partition follows.
-    fn admit_once(&self, epoch: u64, request: &ClientRequest) -> Result<(), FsError> {
+    fn admit_once(&self, epoch: u64, request: &ClientRequest) -> Result<(), WireError> {
         if !request.is_change() {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "only changes are sent once, not {}",
                 request.op_name()
             )));
         }
         let ours = self.state().map.epoch;
         if epoch > ours {
-            return Err(FsError::MapTooOld(ours));
+            return Err(WireError::MapTooOld(ours));
         }
         Ok(())
     }
@@ -193,7 +193,7 @@ impl Partition {
     pub(super) async fn hold_awaited(
         &self,
         txid: u64,
-    ) -> Result<Option<crate::partition::changes::Running<'_>>, FsError> {
+    ) -> Result<Option<crate::partition::changes::Running<'_>>, WireError> {
         let Some(once) = crate::state::outcomes::awaited(&self.store, txid)? else {
             return Ok(None);
         };
@@ -206,7 +206,7 @@ impl Partition {
         made: &Made,
         request: &ClientRequest,
         answer: Response,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         // A directory rename's outcome is recorded with its decision, but its old
         // directory objects stay readable until they are dropped: its first try would
         // not have answered before that, nor does a retry (simulation seeds 71001 and
@@ -216,7 +216,7 @@ impl Partition {
         if let ClientRequest::Rename { from, .. } = request
             && self.directory_rename_unfinished(from)?
         {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         // Answered before: the answer leaves only once what it reports is durable here
         // and on every copy (the first try may have failed before that).
@@ -231,7 +231,7 @@ impl Partition {
     /// without it (or found it carried here by a tree move, its record left behind), and
     /// applying it now would undo what came after it (simulation seed 87: a create resent
     /// after its file's recorded removal).
-    fn later_change_recorded(&self, id: OnceId) -> Result<bool, FsError> {
+    fn later_change_recorded(&self, id: OnceId) -> Result<bool, WireError> {
         let next = self
             .store
             .outcomes(Some((id.client, id.seq)), 1)
@@ -355,7 +355,7 @@ fn recording(request: &ClientRequest) -> Recording {
 impl Partition {
     /// Whether a committed rename of directory `from` coordinated here still has old
     /// directory objects to drop (its intent is deleted once it is finished).
-    fn directory_rename_unfinished(&self, from: &str) -> Result<bool, FsError> {
+    fn directory_rename_unfinished(&self, from: &str) -> Result<bool, WireError> {
         for (_, bytes) in self.store.intents().map_err(storage_err)? {
             if let Some(Intent::RenameOut {
                 from_dir,

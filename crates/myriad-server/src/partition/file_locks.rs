@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_proto::locks::{LockAnswer, LockKind, LockRequest};
-use myriad_proto::{FsError, Response};
+use myriad_proto::{Response, WireError};
 use tokio::time::Instant;
 
 use crate::cluster::MapState;
@@ -25,7 +25,7 @@ impl Partition {
         self: &Arc<Self>,
         st: &MapState,
         req: LockRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let table = &self.file_locks;
         let answer = match req {
             LockRequest::Set { set, wait_ms } => {
@@ -65,7 +65,7 @@ impl Partition {
 
     /// Before this term's first grant: the marker that makes the next primary open in
     /// grace, durable on every copy (`state/lock_marks.rs`).
-    async fn mark_file_locks(&self) -> Result<(), FsError> {
+    async fn mark_file_locks(&self) -> Result<(), WireError> {
         let mut marked = self.lock_marked.lock().await;
         if !*marked {
             let term = self.incarnation;

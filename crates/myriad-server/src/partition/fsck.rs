@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use myriad_proto::{
-    Caller, FsError, FsckDir, FsckEntry, FsckRepair, Request, Response, Shard, limits,
+    Caller, FsckDir, FsckEntry, FsckRepair, Request, Response, Shard, WireError, limits,
 };
 
 use crate::partition::core::Partition;
@@ -16,9 +16,9 @@ impl Partition {
         self: &Arc<Self>,
         caller: &Caller,
         req: Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if caller.uid != 0 {
-            return Err(FsError::PermissionDenied);
+            return Err(WireError::PermissionDenied);
         }
         let page = |limit: u32| limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
         match req {
@@ -82,11 +82,14 @@ impl Partition {
                     stats: kept.map(|k| Box::new(k.stats)),
                 })
             }
-            _ => Err(FsError::InvalidArgument("not an fsck request".into())),
+            _ => Err(WireError::InvalidArgument("not an fsck request".into())),
         }
     }
 
-    pub(super) async fn fsck_repair(self: &Arc<Self>, r: FsckRepair) -> Result<Response, FsError> {
+    pub(super) async fn fsck_repair(
+        self: &Arc<Self>,
+        r: FsckRepair,
+    ) -> Result<Response, WireError> {
         match r {
             FsckRepair::CreateDirObject { path, ino } => {
                 myriad_proto::validate_path(&path)?;
@@ -111,7 +114,7 @@ impl Partition {
                     .entry(INODE_DIR, &inode_name(ino))
                     .map_err(storage_err)?
                     .and_then(|e| e.inode)
-                    .ok_or(FsError::NotFound)?;
+                    .ok_or(WireError::NotFound)?;
                 let delta = i64::from(nlink) - i64::from(current.nlink);
                 if delta != 0 {
                     self.applier
@@ -146,7 +149,7 @@ impl Partition {
             FsckRepair::RepairBlock { ino, block } => self.repair_block(ino, block).await?,
             FsckRepair::RepairRecord { space, key } => {
                 let space = myriad_storage::Space::partition_space(space)
-                    .ok_or_else(|| FsError::InvalidArgument(format!("no space {space}")))?;
+                    .ok_or_else(|| WireError::InvalidArgument(format!("no space {space}")))?;
                 self.repair_record(space, key).await?;
             }
         }
@@ -164,7 +167,7 @@ impl Partition {
         chunk: u64,
         (index, generation): (u8, u32),
         server: myriad_placement::NodeId,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let st = self.state();
         self.own(&st, st.ring.owner_of_chunk(ino, chunk))?;
         let _round = self.coding.round.lock().await;
@@ -173,12 +176,12 @@ impl Partition {
             && c.generation == generation
         {
             if c.servers.get(usize::from(index)) == Some(&server) {
-                return Err(FsError::InvalidArgument(format!(
+                return Err(WireError::InvalidArgument(format!(
                     "fragment {index} of chunk {chunk} of inode {ino} on server {server} is named by its record now"
                 )));
             }
             if c.servers.contains(&server) {
-                return Err(FsError::InvalidArgument(format!(
+                return Err(WireError::InvalidArgument(format!(
                     "server {server} keeps a named fragment of the same generation of chunk {chunk} of inode {ino}: left for the chunk's next coding"
                 )));
             }

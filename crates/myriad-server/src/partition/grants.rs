@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_placement::parent_of;
-use myriad_proto::{Caller, ClientRequest, FsError, InodeId, Response};
+use myriad_proto::{Caller, ClientRequest, InodeId, Response, WireError};
 
 use crate::partition::core::Partition;
 use crate::state::perm;
@@ -28,7 +28,7 @@ impl Partition {
         ino: InodeId,
         write: bool,
         opened: bool,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         // An orphan's chunks too: a descriptor stays usable after its file's last name
         // went, for writes as for reads (POSIX; `file_to_change`).
         let inode = self.open_file(caller, path, ino, true).await?;
@@ -48,16 +48,16 @@ impl Partition {
         })
     }
 
-    fn capability_key(&self) -> Result<myriad_proto::auth::CapabilityKey, FsError> {
+    fn capability_key(&self) -> Result<myriad_proto::auth::CapabilityKey, WireError> {
         self.env
             .config()
             .keys
             .capability_key()
-            .ok_or_else(|| FsError::Io("this server holds no cluster key".into()))
+            .ok_or_else(|| WireError::Io("this server holds no cluster key".into()))
     }
 
     /// `PermissionDenied` for a client's chunk request without a good capability.
-    pub(super) fn check_capability(&self, req: &ClientRequest) -> Result<(), FsError> {
+    pub(super) fn check_capability(&self, req: &ClientRequest) -> Result<(), WireError> {
         let (ino, write, cap) = match req {
             ClientRequest::ReadChunk { ino, cap, .. } => (*ino, false, cap),
             ClientRequest::WriteChunk { ino, cap, .. } => (*ino, true, cap),
@@ -68,7 +68,7 @@ impl Partition {
             Some(cap) if key.admits(cap, ino, write, self.env.now_ns()) => Ok(()),
             _ => {
                 tracing::debug!(partition = %self.me, %ino, write, "chunk request refused: no good capability");
-                Err(FsError::PermissionDenied)
+                Err(WireError::PermissionDenied)
             }
         }
     }

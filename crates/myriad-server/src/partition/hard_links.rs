@@ -24,7 +24,7 @@ use std::sync::Arc;
 use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::ask;
 use myriad_proto::{
-    Caller, FileKind, FsError, Inode, InodeOp, OnceId, Request, Response, limits, validate_path,
+    Caller, FileKind, Inode, InodeOp, OnceId, Request, Response, WireError, limits, validate_path,
 };
 
 use crate::commit::Context;
@@ -59,7 +59,7 @@ impl Partition {
         (name, inode): (&str, &Inode),
         (caller, opened): (&Caller, bool),
         now: i64,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         perm::require_write(inode, caller, opened)?;
         let ctx = Context::background();
         self.kill_setid(INODE_DIR, name, Some(inode), (caller, now, &ctx))
@@ -68,13 +68,13 @@ impl Partition {
 
     /// The inode a client should see for entry inode `i`: itself, or for a hard-link name
     /// the inode object at its home.
-    pub(crate) async fn resolve(self: &Arc<Self>, i: Inode) -> Result<Inode, FsError> {
+    pub(crate) async fn resolve(self: &Arc<Self>, i: Inode) -> Result<Inode, WireError> {
         if i.kind != FileKind::HardLink {
             return Ok(i);
         }
         let home = i
             .link_home
-            .ok_or_else(|| FsError::Io("link without a home".into()))?;
+            .ok_or_else(|| WireError::Io("link without a home".into()))?;
         self.ask_node(home, ask::stat_inode(i.ino, Caller::root()))
             .await
     }
@@ -85,7 +85,7 @@ impl Partition {
     pub(crate) fn link_target(
         &self,
         path: &str,
-    ) -> Result<Option<(PartitionId, InodeId)>, FsError> {
+    ) -> Result<Option<(PartitionId, InodeId)>, WireError> {
         if path == "/" || validate_path(path).is_err() {
             return Ok(None);
         }
@@ -96,7 +96,7 @@ impl Partition {
         let is_link = |i: &Option<Inode>| i.as_ref().is_some_and(|i| i.kind == FileKind::HardLink);
         if let Some(p) = &rec.pending {
             return if is_link(&rec.inode) || is_link(&p.after) {
-                Err(FsError::Busy)
+                Err(WireError::Busy)
             } else {
                 Ok(None)
             };
@@ -116,7 +116,7 @@ impl Partition {
         home: PartitionId,
         ino: InodeId,
         op: InodeOp,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.search(&caller, path).await?;
         self.call_node(
             home,
@@ -132,7 +132,7 @@ impl Partition {
         caller: Caller,
         op: InodeOp,
         chunk_size: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let name = inode_name(ino);
         let mut inode = self.lookup_in(INODE_DIR, &name).await?;
         // Objects linked before LinkSource recorded their home.
@@ -147,7 +147,7 @@ impl Partition {
         | InodeOp::Truncate { ino: want, .. } = &op
             && *want != ino
         {
-            return Err(FsError::Stale);
+            return Err(WireError::Stale);
         }
         match op {
             InodeOp::Stat => Ok(Response::Attr(inode)),
@@ -254,7 +254,7 @@ impl Partition {
         }
     }
 
-    pub(super) async fn mutate(self: &Arc<Self>, m: Mutation) -> Result<Response, FsError> {
+    pub(super) async fn mutate(self: &Arc<Self>, m: Mutation) -> Result<Response, WireError> {
         match self.applier.run_for(m).await? {
             InodeOrFreed::Inode(i) => Ok(Response::Attr(i)),
             InodeOrFreed::Freed(trim) => {
@@ -271,7 +271,7 @@ impl Partition {
         self: &Arc<Self>,
         ino: InodeId,
         delta: i64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.mutate(Mutation::AdjustLinks {
             ino,
             delta,
@@ -286,21 +286,21 @@ impl Partition {
         (caller, ctx): (&Caller, &Context),
         from: &str,
         to: &str,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(to)?;
         if to == "/" {
-            return Err(FsError::AlreadyExists);
+            return Err(WireError::AlreadyExists);
         }
         self.search(caller, from).await?;
         self.may_modify_dir(caller, to).await?;
         let src = self.lookup(from).await?;
         perm::may_link(&self.resolve(src.clone()).await?, caller)?;
         let (home, inode) = match src.kind {
-            FileKind::Directory => return Err(FsError::NotPermitted),
+            FileKind::Directory => return Err(WireError::NotPermitted),
             FileKind::HardLink => {
                 let home = src
                     .link_home
-                    .ok_or_else(|| FsError::Io("link without a home".into()))?;
+                    .ok_or_else(|| WireError::Io("link without a home".into()))?;
                 let more = ask::adjust_links(src.ino, 1);
                 (home, self.ask_node(home, more).await?)
             }
@@ -416,18 +416,18 @@ impl Partition {
 }
 
 /// Errors after which the new name surely does not exist.
-fn definitely_not_created(e: &FsError) -> bool {
+fn definitely_not_created(e: &WireError) -> bool {
     matches!(
         e,
-        FsError::AlreadyExists
-            | FsError::NotFound
-            | FsError::NotADirectory
-            | FsError::NameTooLong
-            | FsError::InvalidArgument(_)
-            | FsError::PermissionDenied
-            | FsError::Busy
-            | FsError::NoSpace
-            | FsError::Redirect(_)
-            | FsError::MapTooOld(_)
+        WireError::AlreadyExists
+            | WireError::NotFound
+            | WireError::NotADirectory
+            | WireError::NameTooLong
+            | WireError::InvalidArgument(_)
+            | WireError::PermissionDenied
+            | WireError::Busy
+            | WireError::NoSpace
+            | WireError::Redirect(_)
+            | WireError::MapTooOld(_)
     )
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use myriad_proto::locks::{
     HeldLock, InodeLocks, LOCK_LEASE, LockAnswer, LockKind, LockOwner, SetLock,
 };
-use myriad_proto::{FsError, InodeId};
+use myriad_proto::{InodeId, WireError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -69,14 +69,14 @@ impl LockTable {
     }
 
     /// Locks or unlocks a range. `Err(Busy)`: a new lock during the grace.
-    pub(crate) fn set(&self, req: &SetLock, now: Instant) -> Result<LockAnswer, FsError> {
+    pub(crate) fn set(&self, req: &SetLock, now: Instant) -> Result<LockAnswer, WireError> {
         if req.start > req.end {
-            return Err(FsError::InvalidArgument(
+            return Err(WireError::InvalidArgument(
                 "lock range ends before it starts".into(),
             ));
         }
         if req.kind != LockKind::Unlock && !req.reclaim && self.in_grace(now) {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         let mut g = lock(&self.inner);
         self.expire(&mut g, now);
@@ -122,9 +122,9 @@ impl LockTable {
         end: u64,
         kind: LockKind,
         now: Instant,
-    ) -> Result<LockAnswer, FsError> {
+    ) -> Result<LockAnswer, WireError> {
         if self.in_grace(now) {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         let mut g = lock(&self.inner);
         self.expire(&mut g, now);

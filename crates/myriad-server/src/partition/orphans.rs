@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use myriad_proto::limits::{KEEP_OPEN_MAX, ORPHAN_HOLD};
-use myriad_proto::{Caller, FileKind, FsError, Inode, InodeId, Response};
+use myriad_proto::{Caller, FileKind, Inode, InodeId, Response, WireError};
 use tokio::time::Instant;
 
 use crate::partition::core::Partition;
@@ -28,7 +28,7 @@ const SWEEP_BATCH: usize = 1024;
 
 impl Partition {
     /// Orphan `ino` on this partition, if there is one.
-    pub(crate) fn orphan(&self, ino: InodeId) -> Result<Option<Inode>, FsError> {
+    pub(crate) fn orphan(&self, ino: InodeId) -> Result<Option<Inode>, WireError> {
         Ok(self
             .store
             .entry(ORPHAN_DIR, &inode_name(ino))
@@ -46,7 +46,7 @@ impl Partition {
         path: &str,
         ino: InodeId,
         orphans: bool,
-    ) -> Result<Inode, FsError> {
+    ) -> Result<Inode, WireError> {
         let found = self.lookup(path).await;
         let named = matches!(&found, Ok(i) if i.ino == ino);
         if !named
@@ -58,10 +58,10 @@ impl Partition {
         self.search(caller, path).await?;
         let inode = self.resolve(found?).await?;
         if inode.kind == FileKind::Directory {
-            return Err(FsError::IsADirectory);
+            return Err(WireError::IsADirectory);
         }
         if inode.ino != ino {
-            return Err(FsError::Stale);
+            return Err(WireError::Stale);
         }
         Ok(inode)
     }
@@ -81,7 +81,7 @@ impl Partition {
         path: &str,
         ino: InodeId,
         opened: bool,
-    ) -> Result<(String, String, Option<Inode>), FsError> {
+    ) -> Result<(String, String, Option<Inode>), WireError> {
         let (dir, name) = self.file_target(st, path)?;
         let named = matches!(self.lookup(path).await, Ok(i) if i.ino == ino);
         if !named && let Some(orphan) = self.orphan(ino)? {
@@ -97,9 +97,9 @@ impl Partition {
         Ok((dir, name, checked))
     }
 
-    pub(super) fn keep_open(&self, inos: &[InodeId]) -> Result<Response, FsError> {
+    pub(super) fn keep_open(&self, inos: &[InodeId]) -> Result<Response, WireError> {
         if inos.len() > KEEP_OPEN_MAX {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "at most {KEEP_OPEN_MAX} open files per keep"
             )));
         }
@@ -109,7 +109,7 @@ impl Partition {
         if g.len() + inos.len() > KEPT_MAX {
             g.retain(|_, u| *u > now);
             if g.len() + inos.len() > KEPT_MAX {
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
         }
         for ino in inos {
@@ -119,7 +119,7 @@ impl Partition {
     }
 
     /// Drops the orphans nobody keeps open any more (a round of the sweeper task).
-    pub(crate) async fn sweep_orphans(self: &Arc<Self>) -> Result<usize, FsError> {
+    pub(crate) async fn sweep_orphans(self: &Arc<Self>) -> Result<usize, WireError> {
         let now = Instant::now();
         if now < self.open_files.opened + ORPHAN_HOLD {
             return Ok(0);

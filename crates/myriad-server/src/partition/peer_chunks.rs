@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use myriad_placement::NodeId;
-use myriad_proto::{FsError, InodeId, Response};
+use myriad_proto::{InodeId, Response, WireError};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
@@ -19,7 +19,7 @@ impl Partition {
         chunk: u64,
         slot: (u8, u32),
         server: NodeId,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (index, generation) = slot;
         self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
         let named = self
@@ -39,7 +39,7 @@ impl Partition {
         ino: InodeId,
         chunk: u64,
         keep_bytes: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
         self.cut(ino, chunk, || Mutation::ChunkTrim {
             ino,
@@ -56,7 +56,7 @@ impl Partition {
         st: &Arc<MapState>,
         ino: InodeId,
         from_bytes: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let inside = from_bytes / st.map.chunk_size_bytes.max(1);
         self.cut(ino, inside, || Mutation::ChunkTrimFrom { ino, from_bytes })
             .await?;

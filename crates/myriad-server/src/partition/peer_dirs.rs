@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use myriad_placement::Shard;
-use myriad_proto::{FsError, InodeId, Response, validate_path};
+use myriad_proto::{InodeId, Response, WireError, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
@@ -17,7 +17,7 @@ impl Partition {
         dir: String,
         ino: InodeId,
         shards: Vec<Shard>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&dir)?;
         self.applier
             .run(Mutation::Shard(
@@ -34,7 +34,7 @@ impl Partition {
         txid: u64,
         child: Shard,
         reveal: bool,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&dir)?;
         self.applier
             .run(Mutation::Shard(
@@ -61,11 +61,11 @@ impl Partition {
         ino: InodeId,
         shard: Shard,
         split: bool,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&dir)?;
         self.own_dir(st, &dir)?;
         if !shard.is_valid() {
-            return Err(FsError::InvalidArgument("bad shard".into()));
+            return Err(WireError::InvalidArgument("bad shard".into()));
         }
         self.applier
             .run(Mutation::Shard(
@@ -87,7 +87,7 @@ impl Partition {
         path: String,
         ino: InodeId,
         depth: u8,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_dir(st, &path)?;
         self.create_dir_object(&path, ino, depth.min(myriad_placement::SHARD_DEPTH_MAX))
@@ -101,7 +101,7 @@ impl Partition {
         st: &Arc<MapState>,
         (path, ino): (String, InodeId),
         client: Option<u64>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_dir(st, &path)?;
         let ctx = crate::commit::Context::for_client(client);
@@ -115,7 +115,7 @@ impl Partition {
         st: &Arc<MapState>,
         path: &str,
         (txid, after): (u64, Option<String>),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(path)?;
         self.own_dir_part(st, path)?;
         self.dir_export(path, txid, after)
@@ -127,7 +127,7 @@ impl Partition {
         st: &Arc<MapState>,
         path: String,
         txid: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_dir_part(st, &path)?;
         self.applier.run(Mutation::DirFreeze { path, txid }).await?;
@@ -139,7 +139,7 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         part: DirImport,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let path = part.path.as_str();
         validate_path(path)?;
         // Placed here now, or (a tree moving between zones) where its move heads.
@@ -149,7 +149,7 @@ impl Partition {
         };
         let moving_here = || st.map.moving_policy().is_some() && here(st.target_ring());
         if !here(&st.ring) && !moving_here() {
-            return Err(FsError::Redirect(Box::new(st.map.clone())));
+            return Err(WireError::Redirect(Box::new(st.map.clone())));
         }
         self.applier.run(Mutation::DirImport(part)).await?;
         Ok(Response::Unit)
@@ -161,7 +161,7 @@ impl Partition {
         path: String,
         txid: u64,
         action: myriad_proto::DirAction,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         // No ownership check: keyed by (path, txid) and idempotent, and a node without
         // a part of `path` (already dropped, or never made) has nothing to do.

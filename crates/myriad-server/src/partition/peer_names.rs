@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{FsError, Inode, InodeId, PeerRequest, Response, validate_path};
+use myriad_proto::{Inode, InodeId, PeerRequest, Response, WireError, validate_path};
 
 use crate::cluster::MapState;
 use crate::commit::Context;
@@ -15,8 +15,8 @@ use crate::state::mutation::{Awaited, DirTouchOne, Mutation, Outcome, RenamePrep
 use crate::state::outcome_kinds::{self, Touched};
 
 /// A peer request handed to a handler of another request (a routing bug in `peer_ops.rs`).
-fn routed_wrongly(req: &PeerRequest) -> FsError {
-    FsError::Io(format!(
+fn routed_wrongly(req: &PeerRequest) -> WireError {
+    WireError::Io(format!(
         "internal: peer request routed to the wrong handler: {}",
         req.op_name()
     ))
@@ -29,7 +29,7 @@ impl Partition {
         client: u64,
         ino: InodeId,
         by: PartitionId,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.applier
             .run(Mutation::ClaimReserved {
                 client,
@@ -47,7 +47,7 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         req: PeerRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (path, ino, home, id, client) = match req {
             PeerRequest::PutLinkRef {
                 path,
@@ -101,7 +101,7 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         req: PeerRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let PeerRequest::RenamePrepare {
             txid,
             coordinator,
@@ -153,7 +153,7 @@ impl Partition {
         now_ns: i64,
         nlink: Option<u32>,
         client: Option<u64>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         if path == "/" {
             self.own(st, st.ring.owner_of_dir("/"))?;
@@ -187,24 +187,26 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         touches: Vec<myriad_proto::DirTouchItem>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if touches.len() > myriad_proto::limits::DIR_TOUCHES_MAX {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "at most {} directory touches per request",
                 myriad_proto::limits::DIR_TOUCHES_MAX
             )));
         }
-        let mut results: Vec<Result<Inode, FsError>> = Vec::with_capacity(touches.len());
+        let mut results: Vec<Result<Inode, WireError>> = Vec::with_capacity(touches.len());
         let mut mine = Vec::new();
         let mut clients: Vec<(String, Option<u64>)> = Vec::new();
         for t in touches {
-            let owned = validate_path(&t.path).and_then(|()| {
-                if t.path == "/" {
-                    self.own(st, st.ring.owner_of_dir("/"))
-                } else {
-                    self.own_entry(st, &t.path)
-                }
-            });
+            let owned = validate_path(&t.path)
+                .map_err(WireError::from)
+                .and_then(|()| {
+                    if t.path == "/" {
+                        self.own(st, st.ring.owner_of_dir("/"))
+                    } else {
+                        self.own_entry(st, &t.path)
+                    }
+                });
             match owned {
                 Ok(()) => {
                     let (dir, name) = attrs_key(&t.path);
@@ -219,7 +221,7 @@ impl Partition {
                             nlink: t.nlink,
                         },
                     ));
-                    results.push(Err(FsError::NotFound));
+                    results.push(Err(WireError::NotFound));
                 }
                 Err(e) => results.push(Err(e)),
             }
@@ -237,7 +239,7 @@ impl Partition {
             .await?;
         let Touched(touched) = outcome_kinds::expect(out)?;
         for (i, inode) in at.into_iter().zip(touched) {
-            results[i] = inode.ok_or(FsError::NotFound);
+            results[i] = inode.ok_or(WireError::NotFound);
         }
         Ok(Response::Attrs(results))
     }

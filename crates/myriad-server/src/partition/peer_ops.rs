@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{Caller, FsError, PeerRequest, Response, validate_path};
+use myriad_proto::{Caller, PeerRequest, Response, WireError, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
@@ -20,19 +20,21 @@ impl Partition {
         from: Option<PartitionId>,
         _caller: Caller,
         body: PeerRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let cs = st.map.chunk_size_bytes;
         match body {
             PeerRequest::Raft { .. }
             | PeerRequest::Lease
             | PeerRequest::PartitionSeqs
             | PeerRequest::LendReads
-            | PeerRequest::KeepsFragments => Err(FsError::InvalidArgument(
+            | PeerRequest::KeepsFragments => Err(WireError::InvalidArgument(
                 "membership requests go to a server, not a partition".into(),
             )),
-            PeerRequest::PutFragments { .. } | PeerRequest::DropFragments { .. } => Err(
-                FsError::InvalidArgument("fragments are kept by a server, not a partition".into()),
-            ),
+            PeerRequest::PutFragments { .. } | PeerRequest::DropFragments { .. } => {
+                Err(WireError::InvalidArgument(
+                    "fragments are kept by a server, not a partition".into(),
+                ))
+            }
             PeerRequest::ClaimReserved { client, ino, by } => {
                 self.peer_claim_reserved(client, ino, by).await
             }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use myriad_proto::{FsError, PartitionId, PeerRequest, ReadOnlyMark, Request, Response};
+use myriad_proto::{PartitionId, PeerRequest, ReadOnlyMark, Request, Response, WireError};
 
 use crate::cluster::MapState;
 use crate::commit::Context;
@@ -25,9 +25,9 @@ impl Partition {
         path: &str,
         mark: Option<ReadOnlyMark>,
         auto: bool,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         for _ in 0..MARK_ROUNDS {
-            let version = |p: &Self| -> Result<Option<u64>, FsError> {
+            let version = |p: &Self| -> Result<Option<u64>, WireError> {
                 let rec = p.store.dir(path).map_err(storage_err)?;
                 Ok(rec.and_then(|r| r.map).map(|m| m.version))
             };
@@ -45,20 +45,20 @@ impl Partition {
                 return Ok(());
             }
         }
-        Err(FsError::Busy)
+        Err(WireError::Busy)
     }
 
     /// `ReadOnly` if this node's part of directory `dir` is in a frozen tree.
-    pub(crate) fn require_not_frozen(&self, dir: &str) -> Result<(), FsError> {
+    pub(crate) fn require_not_frozen(&self, dir: &str) -> Result<(), WireError> {
         match self.store.dir(dir).map_err(storage_err)? {
-            Some(rec) if rec.read_only.is_some() => Err(FsError::ReadOnly),
+            Some(rec) if rec.read_only.is_some() => Err(WireError::ReadOnly),
             _ => Ok(()),
         }
     }
 
     /// Whether this node's part of `dir` is in a tree with an index, frozen or automatic:
     /// no change there may be answered behind (no exclusive lease).
-    pub(crate) fn indexed_here(&self, dir: &str) -> Result<bool, FsError> {
+    pub(crate) fn indexed_here(&self, dir: &str) -> Result<bool, WireError> {
         Ok(self
             .store
             .dir(dir)
@@ -69,12 +69,12 @@ impl Partition {
     /// Before a change that passes no directory's gate (a write capability for chunks
     /// past the first): `ReadOnly` in a frozen tree, and an automatic index of `dir`'s
     /// tree unregistered first.
-    pub(crate) async fn before_change_in(&self, dir: &str) -> Result<(), FsError> {
+    pub(crate) async fn before_change_in(&self, dir: &str) -> Result<(), WireError> {
         let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
             return Ok(());
         };
         if rec.read_only.is_some() {
-            return Err(FsError::ReadOnly);
+            return Err(WireError::ReadOnly);
         }
         match rec.auto_index {
             Some(mark) => {
@@ -91,7 +91,7 @@ impl Partition {
         st: &MapState,
         path: String,
         (mark, auto): (Option<ReadOnlyMark>, bool),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         myriad_proto::validate_path(&path)?;
         self.own_dir_part(st, &path)?;
         self.mark_part(&path, mark, auto).await?;
@@ -104,7 +104,7 @@ impl Partition {
         path: &str,
         mark: Option<ReadOnlyMark>,
         auto: bool,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         self.applier
             .run(Mutation::MarkReadOnly {
                 path: path.to_string(),
@@ -117,7 +117,7 @@ impl Partition {
 
     /// The partitions other than this one holding shards of split directory `path` (none
     /// for an unsplit one), by its home's map.
-    fn other_parts(&self, path: &str) -> Result<Vec<PartitionId>, FsError> {
+    fn other_parts(&self, path: &str) -> Result<Vec<PartitionId>, WireError> {
         let Some(map) = self
             .store
             .dir(path)

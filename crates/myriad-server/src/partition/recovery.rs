@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use myriad_placement::join;
-use myriad_proto::{FsError, Request};
+use myriad_proto::{Request, WireError};
 
 use crate::commit::Context;
 use crate::partition::core::Partition;
@@ -82,7 +82,7 @@ impl Partition {
         self: &Arc<Self>,
         txid: u64,
         intent: Intent,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         match intent {
             Intent::Mkdir {
                 dir,
@@ -130,7 +130,7 @@ impl Partition {
                     .await
                 {
                     Ok(_) => true,
-                    Err(FsError::NotEmpty | FsError::ReadOnly) => false,
+                    Err(WireError::NotEmpty | WireError::ReadOnly) => false,
                     Err(e) => return Err(e),
                 };
                 if commit {

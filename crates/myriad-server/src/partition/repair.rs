@@ -8,7 +8,7 @@
 //! mutation checks that the block is still what repair saw, so a write racing the repair
 //! wins.
 
-use myriad_proto::{Endpoints, FsError, NodeId, Request, Response};
+use myriad_proto::{Endpoints, NodeId, Request, Response, WireError};
 use myriad_storage::{Space, StorageError};
 
 use crate::partition::core::Partition;
@@ -27,20 +27,20 @@ impl Partition {
         offset: u64,
         len: u64,
         size: u64,
-    ) -> Result<Vec<u8>, FsError> {
+    ) -> Result<Vec<u8>, WireError> {
         for _ in 0..REPAIRS_PER_READ_MAX {
             match self.store.read_range(ino, offset, len, size) {
                 Err(StorageError::Checksum { ino, block }) => self.repair_block(ino, block).await?,
                 r => return r.map_err(storage_err),
             }
         }
-        Err(FsError::Io(format!(
+        Err(WireError::Io(format!(
             "inode {ino}: more than {REPAIRS_PER_READ_MAX} corrupt blocks in one read"
         )))
     }
 
     /// Makes every copy of block `block` of `ino` intact again, from one that is.
-    pub(crate) async fn repair_block(&self, ino: InodeId, block: u64) -> Result<(), FsError> {
+    pub(crate) async fn repair_block(&self, ino: InodeId, block: u64) -> Result<(), WireError> {
         self.env.count("block_checksum_failures");
         self.applier.run(Mutation::Barrier).await?;
         let (data, from) = match self.store.block(ino, block) {
@@ -75,11 +75,11 @@ impl Partition {
         &self,
         ino: InodeId,
         block: u64,
-    ) -> Result<(Vec<u8>, NodeId), FsError> {
+    ) -> Result<(Vec<u8>, NodeId), WireError> {
         let req = ReplicaRequest::ReplicaBlock { ino, block };
         self.intact_on_a_backup(req, &format!("block {block} of inode {ino}"))
             .await
-            .ok_or(FsError::Corrupt { ino, block })
+            .ok_or(WireError::Corrupt { ino, block })
     }
 
     /// The first intact copy a backup answers `req` (`ReplicaBlock`, `ReplicaRecord`)
@@ -118,7 +118,7 @@ impl Partition {
     /// Makes every copy of the metadata record at (`space`, `key`) intact again, from one
     /// that is (as `repair_block`: a barrier, then an intact copy, here or on a backup,
     /// written as an ordinary replicated batch).
-    pub(crate) async fn repair_record(&self, space: Space, key: Vec<u8>) -> Result<(), FsError> {
+    pub(crate) async fn repair_record(&self, space: Space, key: Vec<u8>) -> Result<(), WireError> {
         self.env.count("record_checksum_failures");
         self.applier.run(Mutation::Barrier).await?;
         let here = self.store.raw_record(space, &key).map_err(storage_err)?;
@@ -138,7 +138,7 @@ impl Partition {
                 let what = format!("a {} record", space.name());
                 self.intact_on_a_backup(req, &what)
                     .await
-                    .ok_or_else(|| FsError::Io(format!("{what} is damaged on every copy")))?
+                    .ok_or_else(|| WireError::Io(format!("{what} is damaged on every copy")))?
             }
         };
         self.applier

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use myriad_proto::requests;
 use myriad_proto::{
-    Caller, FileKind, FsError, InodeId, Response, SetAttr, XattrMode, limits, validate_path,
+    Caller, FileKind, InodeId, Response, SetAttr, WireError, XattrMode, limits, validate_path,
 };
 
 use crate::cluster::MapState;
@@ -25,7 +25,7 @@ impl Partition {
         name: String,
         value: Option<serde_bytes::ByteBuf>,
         mode: XattrMode,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_entry(st, &path)?;
         self.search(&caller, &path).await?;
@@ -34,13 +34,13 @@ impl Partition {
             .as_ref()
             .is_some_and(|v| v.len() > limits::XATTR_TOTAL_BYTES_MAX)
         {
-            return Err(FsError::TooLarge);
+            return Err(WireError::TooLarge);
         }
         let inode = self.lookup(&path).await?;
         // As Linux: user.* only on regular files and directories; the caller needs
         // write permission (the sticky-directory owner rule does not apply here).
         if !matches!(inode.kind, FileKind::File | FileKind::Directory) {
-            return Err(FsError::NotPermitted);
+            return Err(WireError::NotPermitted);
         }
         perm::require(&inode, &caller, perm::WRITE)?;
         let (dir, name_) = attrs_key(&path);
@@ -67,7 +67,7 @@ impl Partition {
         (caller, made): (Caller, &Made),
         path: String,
         set: SetAttr,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let before = self.named_entry(st, &caller, &path).await?;
         let set = perm::check_setattr(&before, &caller, &set)?;
         let (dir, name) = attrs_key(&path);
@@ -114,7 +114,7 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (&Caller, &Made),
         (path, ino, opened): (&str, InodeId, bool),
-    ) -> Result<(String, String), FsError> {
+    ) -> Result<(String, String), WireError> {
         let (dir, name, target) = self.file_to_change(st, caller, path, ino, opened).await?;
         let now = self.time_of(made);
         self.kill_setid(&dir, &name, target.as_ref(), (caller, now, &made.context()))
@@ -128,9 +128,9 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         w: requests::Write,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if w.data.len() as u64 > limits::IO_BYTES_MAX {
-            return Err(FsError::InvalidArgument(
+            return Err(WireError::InvalidArgument(
                 "write larger than the I/O limit".into(),
             ));
         }
@@ -156,7 +156,7 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         e: requests::ExtendSize,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let file = (e.path.as_str(), e.ino, e.opened);
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         self.mutate_inode(
@@ -178,7 +178,7 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         t: requests::Truncate,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let file = (t.path.as_str(), t.ino, t.opened);
         let (dir, name) = self.opened_to_change(st, (&caller, made), file).await?;
         let Trimmed { inode, trim } = self
@@ -213,9 +213,9 @@ impl Partition {
         made: &Made,
         (ino, chunk): (InodeId, u64),
         (offset, data): (u64, Vec<u8>),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if chunk == 0 {
-            return Err(FsError::InvalidArgument(
+            return Err(WireError::InvalidArgument(
                 "chunk 0 is written with Write".into(),
             ));
         }
@@ -246,7 +246,7 @@ impl Partition {
         if matches!(out, Outcome::Coded(_)) {
             // Coded between the look above and the write: the write is asked
             // again, and uncodes it then.
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         Ok(Response::Unit)
     }
@@ -257,7 +257,7 @@ impl Partition {
         st: &Arc<MapState>,
         path: String,
         ino: InodeId,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_entry(st, &path)?;
         self.applier.run(Mutation::Barrier).await?;
@@ -265,7 +265,7 @@ impl Partition {
         // loses a non-durable create, and then the close must not report success.
         let i = self.lookup(&path).await?;
         if i.ino != ino {
-            return Err(FsError::Stale);
+            return Err(WireError::Stale);
         }
         Ok(Response::Unit)
     }
@@ -274,9 +274,9 @@ impl Partition {
     pub(super) async fn client_sync_partition(
         self: &Arc<Self>,
         incarnation: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if incarnation != self.incarnation {
-            return Err(FsError::Io(format!(
+            return Err(WireError::Io(format!(
                 "partition {}: its primary changed (a failover or restart) since it answered changes now being synced: they may be lost",
                 self.me
             )));
@@ -290,9 +290,9 @@ impl Partition {
         self: &Arc<Self>,
         made: &Made,
         count: u32,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let client = made.sent_once_by().ok_or_else(|| {
-            FsError::InvalidArgument("inode numbers are reserved by a change sent once".into())
+            WireError::InvalidArgument("inode numbers are reserved by a change sent once".into())
         })?;
         let Ids { first, count } = self
             .applier
@@ -312,12 +312,12 @@ impl Partition {
         path: String,
         mark: Option<myriad_proto::ReadOnlyMark>,
         auto: bool,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_dir(st, &path)?;
         // Freezing a tree is an administrator's act, as fsck is.
         if caller.uid != 0 {
-            return Err(FsError::PermissionDenied);
+            return Err(WireError::PermissionDenied);
         }
         self.mark_read_only(&path, mark, auto).await?;
         Ok(Response::Unit)
@@ -329,7 +329,7 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         copy: myriad_proto::CopyRange,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         self.file_target(st, &copy.dst)?;
         self.copy_range((&caller, &made.context()), copy).await
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use myriad_placement::split_parent;
 use myriad_proto::requests;
 use myriad_proto::{
-    Caller, FileKind, FsError, Inode, PeerRequest, RenameFlags, Request, Response, limits,
+    Caller, FileKind, Inode, PeerRequest, RenameFlags, Request, Response, WireError, limits,
     validate_path,
 };
 
@@ -24,7 +24,7 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         create: requests::Create,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let requests::Create {
             path,
             mode,
@@ -39,7 +39,7 @@ impl Partition {
         let ino = match ino {
             Some(i) => Some((
                 made.sent_once_by().ok_or_else(|| {
-                    FsError::InvalidArgument(
+                    WireError::InvalidArgument(
                         "a create with a reserved inode number is sent once".into(),
                     )
                 })?,
@@ -84,7 +84,7 @@ impl Partition {
         (caller, made): (Caller, &Made),
         path: String,
         target: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (dir, name) = self.entry_target(st, &path)?;
         let parent = self.may_create(&caller, &path).await?;
         let (gid, _) = perm::new_owner_group(parent.as_ref(), &caller, FileKind::Symlink, 0o777);
@@ -93,7 +93,7 @@ impl Partition {
             || target.len() > limits::SYMLINK_TARGET_BYTES_MAX
             || target.contains('\0')
         {
-            return Err(FsError::InvalidArgument(
+            return Err(WireError::InvalidArgument(
                 "symlink target must be 1..=4096 bytes without NUL".into(),
             ));
         }
@@ -117,12 +117,12 @@ impl Partition {
         kind: FileKind,
         mode: u32,
         rdev: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (dir, name) = self.entry_target(st, &path)?;
         let parent = self.may_create(&caller, &path).await?;
         // As Linux: only root (CAP_MKNOD) makes device nodes.
         if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && caller.uid != 0 {
-            return Err(FsError::NotPermitted);
+            return Err(WireError::NotPermitted);
         }
         let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, kind, mode);
         self.note_added(&dir);
@@ -145,7 +145,7 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         path: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
         let parent = self.unlink_entry(dir, name, made).await?;
@@ -163,7 +163,7 @@ impl Partition {
         path: String,
         mode: u32,
         shards: u32,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (dir, name) = self.entry_target(st, &path)?;
         let parent = self.may_create(&caller, &path).await?;
         let (gid, mode) =
@@ -192,9 +192,9 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         path: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if path == "/" {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
@@ -215,14 +215,14 @@ impl Partition {
         from: String,
         to: String,
         flags: RenameFlags,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&from)?;
         validate_path(&to)?;
         if from == "/" || to == "/" {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         if to.starts_with(&format!("{from}/")) {
-            return Err(FsError::InvalidArgument(
+            return Err(WireError::InvalidArgument(
                 "cannot move a directory into itself".into(),
             ));
         }
@@ -252,9 +252,9 @@ impl Partition {
             }
             // A destination in a shard that moved: learn where it is now; the
             // client's retry goes there.
-            Err(FsError::WrongShard { dir, map }) => {
+            Err(WireError::WrongShard { dir, map }) => {
                 self.learn_shard_map(&dir, map.map(|m| *m)).await;
-                Err(FsError::Busy)
+                Err(WireError::Busy)
             }
             Err(e) => Err(e),
         }
@@ -268,13 +268,13 @@ impl Partition {
         self: &Arc<Self>,
         client: u64,
         ino: myriad_proto::InodeId,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let owner = myriad_proto::PartitionId(u32::try_from(ino.0 >> 40).unwrap_or(u32::MAX));
         if owner == self.me {
             return Ok(());
         }
         if self.state().map.partition(owner).is_none() {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "inode number {ino} is not one any partition reserved"
             )));
         }
@@ -297,7 +297,7 @@ impl Partition {
         dir: String,
         name: String,
         made: &Made,
-    ) -> Result<Option<Inode>, FsError> {
+    ) -> Result<Option<Inode>, WireError> {
         let m = Mutation::Unlink {
             dir: dir.clone(),
             name,
@@ -322,7 +322,7 @@ impl Partition {
         (caller, made): (Caller, &Made),
         from: String,
         to: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&from)?;
         self.own_entry(st, &from)?;
         self.link((&caller, &made.context()), &from, &to).await

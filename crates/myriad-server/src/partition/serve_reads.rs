@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use myriad_proto::{
-    Caller, FileKind, FsError, InodeId, InodeOp, PeerRequest, Request, Response, limits,
+    Caller, FileKind, InodeId, InodeOp, PeerRequest, Request, Response, WireError, limits,
     validate_path,
 };
 
@@ -22,7 +22,7 @@ impl Partition {
         st: &Arc<MapState>,
         caller: &Caller,
         path: &str,
-    ) -> Result<myriad_proto::Inode, FsError> {
+    ) -> Result<myriad_proto::Inode, WireError> {
         validate_path(path)?;
         self.own_entry(st, path)?;
         self.search(caller, path).await?;
@@ -35,7 +35,7 @@ impl Partition {
         st: &Arc<MapState>,
         caller: Caller,
         path: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let i = self.named_entry(st, &caller, &path).await?;
         // The file itself first: a missing one is NotFound wherever it would be.
         self.require_not_frozen(myriad_placement::parent_of(&path))?;
@@ -48,7 +48,7 @@ impl Partition {
         st: &Arc<MapState>,
         caller: Caller,
         path: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let i = self.named_entry(st, &caller, &path).await?;
         Ok(Response::Attr(self.resolve(i).await?))
     }
@@ -60,10 +60,10 @@ impl Partition {
         caller: Caller,
         dir: String,
         names: Vec<String>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&dir)?;
         if names.len() > limits::STAT_MANY_MAX {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "at most {} names per stat_many",
                 limits::STAT_MANY_MAX
             )));
@@ -84,7 +84,7 @@ impl Partition {
                         Err(e) => Err(e),
                     },
                 },
-                Err(e) => Err(e),
+                Err(e) => Err(e.into()),
             };
             out.push(r);
         }
@@ -98,7 +98,7 @@ impl Partition {
         caller: Caller,
         path: String,
         max_bytes: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let cs = st.map.chunk_size_bytes;
         let inode = self.named_entry(st, &caller, &path).await?;
         if let (FileKind::HardLink, Some(home)) = (inode.kind, inode.link_home) {
@@ -131,7 +131,7 @@ impl Partition {
         position: u64,
         after: Option<String>,
         limit: u32,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_dir_part(st, &path)?;
         self.access_dir(&caller, &path, perm::READ).await?;
@@ -165,7 +165,7 @@ impl Partition {
         &self,
         min_reads: u64,
         quiet_ms: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         // Without leases no gate sees the changes: no directory is known quiet.
         let Some(table) = self.leases() else {
             return Ok(Response::IndexCandidates(Vec::new()));
@@ -186,7 +186,7 @@ impl Partition {
         ino: InodeId,
         offset: u64,
         len: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let cs = st.map.chunk_size_bytes;
         validate_path(&path)?;
         self.own_entry(st, &path)?;
@@ -210,10 +210,12 @@ impl Partition {
         chunk: u64,
         offset: u64,
         len: u64,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let cs = st.map.chunk_size_bytes;
         if chunk == 0 {
-            return Err(FsError::InvalidArgument("chunk 0 is read with Read".into()));
+            return Err(WireError::InvalidArgument(
+                "chunk 0 is read with Read".into(),
+            ));
         }
         self.own(st, st.ring.owner_of_chunk(ino, chunk))?;
         let coded = || self.store.coded(ino, chunk).map_err(storage_err);
@@ -238,12 +240,12 @@ impl Partition {
         st: &Arc<MapState>,
         caller: Caller,
         path: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let inode = self.named_entry(st, &caller, &path).await?;
         let inode = self.resolve(inode).await?;
         inode
             .symlink_target
-            .ok_or_else(|| FsError::InvalidArgument("not a symbolic link".into()))
+            .ok_or_else(|| WireError::InvalidArgument("not a symbolic link".into()))
             .map(Response::Link)
     }
 
@@ -255,7 +257,7 @@ impl Partition {
         caller: Caller,
         path: String,
         (ino, write, opened): (myriad_proto::InodeId, bool, bool),
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_entry(st, &path)?;
         self.grant(&caller, &path, ino, write, opened).await
@@ -266,7 +268,7 @@ impl Partition {
         &self,
         st: &Arc<MapState>,
         dir: String,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         validate_path(&dir)?;
         Ok(Response::ShardMap(Box::new(self.shard_map_of(st, &dir)?)))
     }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{AdminRequest, Caller, FsError, PeerRequest, Request, Response};
+use myriad_proto::{AdminRequest, Caller, PeerRequest, Request, Response, WireError};
 
 use crate::partition::core::Partition;
 use crate::partition::made::Made;
@@ -19,12 +19,12 @@ impl Partition {
     /// elsewhere). Then the newer map, to try there (simulation seed 34 with --leases
     /// --tree-moves: an rmdir that met the drop answered `NotFound`, and the client took
     /// the directory for removed while it lived on in its new place).
-    fn moved_away(&self, epoch: u64, dir: &str) -> Option<FsError> {
+    fn moved_away(&self, epoch: u64, dir: &str) -> Option<WireError> {
         let now = self.state();
         let gone = epoch < now.map.epoch
             && now.ring.owner_of_dir(dir) != self.me
             && self.store.dir(dir).ok()?.is_none();
-        gone.then(|| FsError::Redirect(Box::new(now.map.clone())))
+        gone.then(|| WireError::Redirect(Box::new(now.map.clone())))
     }
 
     /// One request (a change sent once is unwrapped by `serve_once` first).
@@ -35,11 +35,11 @@ impl Partition {
         caller: Caller,
         body: Request,
         made: &Made,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         // From a client (not another server): its own requests only, by type. (A client
         // key cannot even send the others: its frames decode to `FromClient`.)
         if from.is_none() && !matches!(body, Request::Client(_) | Request::Admin(_)) {
-            return Err(FsError::PermissionDenied);
+            return Err(WireError::PermissionDenied);
         }
         // Client requests, and clients' hard-link operations forwarded by another server.
         if from.is_none() || matches!(body, Request::Peer(PeerRequest::AtInode { .. })) {
@@ -55,7 +55,7 @@ impl Partition {
             if c.is_change()
                 && let Some((have, need)) = self.replicator.short_of_copies()
             {
-                return Err(FsError::Unavailable(format!(
+                return Err(WireError::Unavailable(format!(
                     "partition {}: {have} of its copies can take writes, fewer than the {need} \
                      that must hold each change (--min-copies); changes wait for a copy to return",
                     self.me
@@ -64,7 +64,7 @@ impl Partition {
         }
         let st = self.state();
         if !body.is_admin() && epoch > st.map.epoch {
-            return Err(FsError::MapTooOld(st.map.epoch));
+            return Err(WireError::MapTooOld(st.map.epoch));
         }
         // A request naming a hard link is applied at the inode's home.
         if let Request::Client(client) = &body
@@ -73,11 +73,11 @@ impl Partition {
         {
             let path = path.to_string();
             let Request::Client(client) = body else {
-                return Err(FsError::Io("not an inode operation".into()));
+                return Err(WireError::Io("not an inode operation".into()));
             };
             let op = client
                 .into_inode_op()
-                .ok_or_else(|| FsError::Io("not an inode operation".into()))?;
+                .ok_or_else(|| WireError::Io("not an inode operation".into()))?;
             return self.forward_to_home(caller, &path, home, ino, op).await;
         }
         // Reads of a directory's names or listing, for finding read-mostly trees.
@@ -90,9 +90,9 @@ impl Partition {
             Request::Client(r) => {
                 let dir = r.served_dir().map(str::to_string);
                 match self.serve_client(&st, (caller, made), r).await {
-                    Err(FsError::NotFound) => Err(dir
+                    Err(WireError::NotFound) => Err(dir
                         .and_then(|d| self.moved_away(epoch, &d))
-                        .unwrap_or(FsError::NotFound)),
+                        .unwrap_or(WireError::NotFound)),
                     other => other,
                 }
             }
@@ -101,13 +101,13 @@ impl Partition {
             // (`leases::Exempt::client`).
             Request::Peer(r) => self.serve_peer(&st, from, caller, r).await,
             Request::Admin(AdminRequest::FsckReplica) | Request::Replica(_) => {
-                Err(FsError::InvalidArgument(
+                Err(WireError::InvalidArgument(
                     "replication requests go to a backup, not the primary".into(),
                 ))
             }
             req @ Request::Admin(_) => self.fsck(&caller, req).await,
             // The server answers these (Host::handle) before any partition sees them.
-            Request::Server(_) => Err(FsError::InvalidArgument(
+            Request::Server(_) => Err(WireError::InvalidArgument(
                 "a request for the server, not for a partition".into(),
             )),
         }

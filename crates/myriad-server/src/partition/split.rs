@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_placement::Shard;
-use myriad_proto::{ExportedEntry, FileKind, FsError, Request};
+use myriad_proto::{ExportedEntry, FileKind, Request, WireError};
 
 use crate::commit::Context;
 use crate::partition::core::Partition;
@@ -93,7 +93,7 @@ impl Partition {
     /// partitions, then less and less the deeper the shard, so a huge directory spreads at
     /// once). The lower half stays here and is looked at again, so one call splits this
     /// node's part down to the spread depth.
-    pub(super) async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), FsError> {
+    pub(super) async fn split_oversized(self: &Arc<Self>, dir: &str) -> Result<(), WireError> {
         let threshold = self.env.config().dir_split_entries;
         loop {
             let Some(rec) = self.store.dir(dir).map_err(storage_err)? else {
@@ -131,7 +131,7 @@ impl Partition {
     }
 
     /// Splits `shard` of `dir` (held here): its upper half moves to the child's node.
-    pub(crate) async fn split(self: &Arc<Self>, dir: &str, shard: Shard) -> Result<(), FsError> {
+    pub(crate) async fn split(self: &Arc<Self>, dir: &str, shard: Shard) -> Result<(), WireError> {
         let begin = Mutation::Shard(ShardMutation::SplitBegin {
             dir: dir.to_string(),
             shard,
@@ -208,7 +208,7 @@ impl Partition {
         ino: InodeId,
         txid: u64,
         shard: Shard,
-    ) -> Result<Vec<String>, FsError> {
+    ) -> Result<Vec<String>, WireError> {
         let mut moved_dirs = Vec::new();
         let st = self.state();
         let child = shard.halves().1;
@@ -217,7 +217,7 @@ impl Partition {
         let mut after: Option<String> = None;
         loop {
             let (entries, next) = match self.export_page(dir, child, after.as_deref()) {
-                Err(FsError::Busy) if tokio::time::Instant::now() < deadline => {
+                Err(WireError::Busy) if tokio::time::Instant::now() < deadline => {
                     // An operation in flight on a moving name: let it finish first.
                     tokio::time::sleep(crate::backoff::BUSY_ENTRY_RETRY).await;
                     continue;
@@ -263,7 +263,7 @@ impl Partition {
         dir: &str,
         range: Shard,
         after: Option<&str>,
-    ) -> Result<(Vec<ExportedEntry>, Option<String>), FsError> {
+    ) -> Result<(Vec<ExportedEntry>, Option<String>), WireError> {
         let cs = self.state().map.chunk_size_bytes;
         let c0 = cs / myriad_storage::BLOCK_BYTES;
         let page = self
@@ -275,7 +275,7 @@ impl Partition {
         let mut bytes = 0usize;
         for (_, name, e) in page {
             let (Some(inode), None) = (e.inode, e.pending) else {
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             };
             let blocks = if inode.kind == FileKind::File {
                 self.store.blocks(inode.ino, 0, c0).map_err(storage_err)?
@@ -340,7 +340,7 @@ impl Partition {
                 .await
             {
                 // The directory is gone from its home (removed or renamed away): no map to fix.
-                Ok(_) | Err(FsError::NotFound) => {}
+                Ok(_) | Err(WireError::NotFound) => {}
                 Err(e) => return Err(e),
             }
             self.applier
@@ -361,7 +361,7 @@ impl Partition {
         dir: &str,
         txid: u64,
         child: Shard,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let node = self.state().ring.owner_of_shard(dir, child);
         let reveal = PeerRequest::ShardFinish {
             dir: dir.to_string(),
@@ -379,7 +379,7 @@ impl Partition {
         self: &Arc<Self>,
         txid: u64,
         intent: Intent,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let Intent::SplitOut {
             dir,
             shard,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use myriad_placement::{PartitionId, Shard, ShardMap, name_hash, split_parent};
 use myriad_proto::ask;
-use myriad_proto::{DirAction, DirEntry, FsError, Request, Response, limits};
+use myriad_proto::{DirAction, DirEntry, Request, Response, WireError, limits};
 use myriad_storage::DirRecord;
 
 use crate::cluster::MapState;
@@ -30,7 +30,7 @@ fn removal_freeze_id(ino: InodeId) -> u64 {
 
 impl Partition {
     /// Checks this node holds the entry of `path`: a shard of its parent covering the name.
-    pub(crate) fn own_entry(&self, st: &MapState, path: &str) -> Result<(), FsError> {
+    pub(crate) fn own_entry(&self, st: &MapState, path: &str) -> Result<(), WireError> {
         if path == "/" {
             return self.own_dir(st, "/");
         }
@@ -43,17 +43,17 @@ impl Partition {
     }
 
     /// Checks this node is the home of directory `dir` (holds its directory object).
-    pub(crate) fn own_dir(&self, st: &MapState, dir: &str) -> Result<(), FsError> {
+    pub(crate) fn own_dir(&self, st: &MapState, dir: &str) -> Result<(), WireError> {
         if st.ring.owner_of_dir(dir) == self.me {
             Ok(())
         } else {
-            Err(FsError::Redirect(Box::new(st.map.clone())))
+            Err(WireError::Redirect(Box::new(st.map.clone())))
         }
     }
 
     /// Checks this node holds some part of directory `dir` (for requests addressed to every
     /// node of a split directory: freeze, export, finish).
-    pub(crate) fn own_dir_part(&self, st: &MapState, dir: &str) -> Result<(), FsError> {
+    pub(crate) fn own_dir_part(&self, st: &MapState, dir: &str) -> Result<(), WireError> {
         if self.store.dir(dir).map_err(storage_err)?.is_some() {
             return Ok(());
         }
@@ -62,16 +62,16 @@ impl Partition {
 
     /// After finding no entry `dir/name` here: if a split took the name's shard away in the
     /// meantime, the absence means nothing and the sender must ask the shard's new node.
-    pub(crate) fn recheck_shard(&self, dir: &str, name: &str) -> Result<(), FsError> {
+    pub(crate) fn recheck_shard(&self, dir: &str, name: &str) -> Result<(), WireError> {
         match self.store.dir(dir).map_err(storage_err)? {
             Some(rec) => match rec.shard_for(name_hash(name)) {
                 None => Err(wrong_shard(dir, &rec)),
                 // Being copied here by a split: the name's fate is not known yet.
-                Some(s) if s.hidden.is_some() => Err(FsError::Busy),
+                Some(s) if s.hidden.is_some() => Err(WireError::Busy),
                 Some(_) => Ok(()),
             },
             // The part went away (an undone split): ask the home where the name is.
-            None if self.state().ring.owner_of_dir(dir) != self.me => Err(FsError::WrongShard {
+            None if self.state().ring.owner_of_dir(dir) != self.me => Err(WireError::WrongShard {
                 dir: dir.to_string(),
                 map: None,
             }),
@@ -98,11 +98,11 @@ impl Partition {
         self: &Arc<Self>,
         path: &str,
         body: Request,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let mut tries = 0;
         loop {
             match self.call_node(self.entry_node(path), body.clone()).await {
-                Err(FsError::WrongShard { dir, map }) if tries < SHARD_RETRIES_MAX => {
+                Err(WireError::WrongShard { dir, map }) if tries < SHARD_RETRIES_MAX => {
                     tries += 1;
                     self.learn_shard_map(&dir, map.map(|m| *m)).await;
                     // A millisecond more each time: a split's last steps take a moment.
@@ -110,7 +110,7 @@ impl Partition {
                 }
                 // A node without the directory under the same cluster map: our shard map of
                 // the parent is stale (the directory was removed and made again).
-                Err(FsError::Redirect(m))
+                Err(WireError::Redirect(m))
                     if tries < SHARD_RETRIES_MAX && m.epoch <= self.state().map.epoch =>
                 {
                     tries += 1;
@@ -127,7 +127,7 @@ impl Partition {
         self: &Arc<Self>,
         path: &str,
         ask: myriad_proto::reply::Ask<R, Q>,
-    ) -> Result<R, FsError> {
+    ) -> Result<R, WireError> {
         let r = self.call_entry(path, ask.request.into()).await?;
         ask.answer.of(r)
     }
@@ -154,7 +154,7 @@ impl Partition {
     }
 
     /// The home's map of `dir` (unsplit when it is not split or does not exist).
-    pub(crate) fn shard_map_of(&self, st: &MapState, dir: &str) -> Result<ShardMap, FsError> {
+    pub(crate) fn shard_map_of(&self, st: &MapState, dir: &str) -> Result<ShardMap, WireError> {
         self.own_dir(st, dir)?;
         Ok(self
             .store
@@ -172,7 +172,7 @@ impl Partition {
         from: u64,
         after: Option<String>,
         limit: u32,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         readdir_page(&self.store, path, from, after, limit)
     }
 
@@ -183,7 +183,7 @@ impl Partition {
         path: &str,
         ino: InodeId,
         depth: u8,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let st = self.state();
         let map = (depth > 0).then(|| ShardMap::presplit(depth));
         let mut by_node: std::collections::BTreeMap<PartitionId, Vec<Shard>> = Default::default();
@@ -233,14 +233,14 @@ impl Partition {
         path: &str,
         ino: InodeId,
         ctx: &Context,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let rec = self.store.dir(path).map_err(storage_err)?;
         // A frozen tree's root: refused before any part is frozen for the removal.
         if rec
             .as_ref()
             .is_some_and(|r| r.ino == ino && r.read_only.is_some())
         {
-            return Err(FsError::ReadOnly);
+            return Err(WireError::ReadOnly);
         }
         let Some(map) = rec
             .as_ref()
@@ -267,7 +267,7 @@ impl Partition {
                 match self.call_node(node, Request::Peer(freeze_req)).await {
                     Ok(_) => {}
                     // No part there (dropped by an earlier attempt of this removal).
-                    Err(FsError::Redirect(_) | FsError::NotFound) if node != self.me => {
+                    Err(WireError::Redirect(_) | WireError::NotFound) if node != self.me => {
                         return Ok(());
                     }
                     Err(e) => return Err(e),
@@ -277,7 +277,7 @@ impl Partition {
                 if self.ask_node(node, export).await?.entries.is_empty() {
                     Ok(())
                 } else {
-                    Err(FsError::NotEmpty)
+                    Err(WireError::NotEmpty)
                 }
             };
             if let Err(e) = step.await {
@@ -323,9 +323,9 @@ impl Partition {
         txid: u64,
         child: Shard,
         entries: Vec<myriad_proto::ExportedEntry>,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         if !child.is_valid() || st.ring.owner_of_shard(&dir, child) != self.me {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "shard {} of {dir} does not belong on node {}",
                 child.label(),
                 self.me
@@ -353,14 +353,14 @@ pub(crate) fn readdir_page(
     from: u64,
     after: Option<String>,
     limit: u32,
-) -> Result<Response, FsError> {
+) -> Result<Response, WireError> {
     let rec = store
         .dir(path)
         .map_err(storage_err)?
-        .ok_or(FsError::NotFound)?;
+        .ok_or(WireError::NotFound)?;
     // Being moved here by a directory rename: not listable until revealed.
     if rec.hidden.is_some() {
-        return Err(FsError::Busy);
+        return Err(WireError::Busy);
     }
     let position = after.as_deref().map_or(from, name_hash).max(from);
     let shard = shard_at(path, &rec, position)?;
@@ -390,7 +390,7 @@ pub(crate) fn readdir_page(
             }
             s.end()
         }
-        _ => return Err(FsError::Busy),
+        _ => return Err(WireError::Busy),
     };
     let next = if full {
         page.last().map(|(_, n, _)| n.clone())
@@ -421,9 +421,9 @@ pub(crate) fn readdir_page(
 }
 
 /// The local shard of `dir` holding `hash`, or the redirect to where it is.
-fn shard_at(dir: &str, rec: &DirRecord, hash: u64) -> Result<Shard, FsError> {
+fn shard_at(dir: &str, rec: &DirRecord, hash: u64) -> Result<Shard, WireError> {
     match rec.shard_for(hash) {
-        Some(s) if s.hidden.is_some() => Err(FsError::Busy),
+        Some(s) if s.hidden.is_some() => Err(WireError::Busy),
         Some(s) => Ok(s.shard),
         None => Err(wrong_shard(dir, rec)),
     }

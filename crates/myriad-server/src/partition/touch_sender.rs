@@ -21,7 +21,7 @@ use std::time::Duration;
 use myriad_placement::PartitionId;
 use myriad_proto::ask;
 use myriad_proto::reply::Attrs;
-use myriad_proto::{DirTouchItem, FsError, Inode, limits};
+use myriad_proto::{DirTouchItem, Inode, WireError, limits};
 use tokio::sync::oneshot;
 
 use crate::partition::env::Env;
@@ -31,7 +31,7 @@ use crate::unpoisoned::lock;
 /// (their directories' times may stay behind).
 pub(crate) const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
 
-type Answer = Result<Option<Inode>, FsError>;
+type Answer = Result<Option<Inode>, WireError>;
 
 struct Waiting {
     item: DirTouchItem,
@@ -79,7 +79,7 @@ impl TouchSender {
         }
         answer
             .await
-            .map_err(|_| FsError::Unavailable("directory touch dropped".into()))?
+            .map_err(|_| WireError::Unavailable("directory touch dropped".into()))?
     }
 
     /// The sender task of `target`: requests until its queue is empty.
@@ -123,16 +123,16 @@ async fn send(env: &Arc<dyn Env>, target: PartitionId, batch: Vec<Waiting>) {
             .into_iter()
             .map(|r| match r {
                 Ok(i) => Ok(Some(i)),
-                Err(FsError::NotFound) => Ok(None),
+                Err(WireError::NotFound) => Ok(None),
                 Err(e) => Err(e),
             })
             .collect(),
         Ok(Ok(Attrs(r))) => {
-            let e = FsError::Protocol(format!("{} answers to {n} directory touches", r.len()));
+            let e = WireError::Protocol(format!("{} answers to {n} directory touches", r.len()));
             vec![Err(e); n]
         }
         Ok(Err(e)) => vec![Err(e); n],
-        Err(_) => vec![Err(FsError::TimedOut("directory touches".into())); n],
+        Err(_) => vec![Err(WireError::TimedOut("directory touches".into())); n],
     };
     for (w, r) in batch.into_iter().zip(results) {
         let _ = w.reply.send(r);

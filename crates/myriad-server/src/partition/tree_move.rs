@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use myriad_placement::{ClusterMap, PolicyState};
-use myriad_proto::{DirAction, FileKind, FsError, PeerRequest, Request};
+use myriad_proto::{DirAction, FileKind, PeerRequest, Request, WireError};
 
 use crate::commit::Context;
 use crate::partition::core::Partition;
@@ -105,7 +105,7 @@ impl Partition {
         path: &str,
         group: u32,
         arriving: bool,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let begin = Mutation::TreeMoveBegin {
             path: path.to_string(),
             group,
@@ -117,7 +117,7 @@ impl Partition {
         // the tree already is (copies onto their originals).
         if outcome(&st.map, group, arriving).is_some() {
             self.applier.run(Mutation::DeleteIntent { txid }).await?;
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         let target = Target {
             ring: st.target_ring(),
@@ -130,7 +130,7 @@ impl Partition {
                     .await
             }
             // Nothing under it to move: the policy only places what comes.
-            Ok(_) | Err(FsError::NotFound) => Ok(()),
+            Ok(_) | Err(WireError::NotFound) => Ok(()),
             Err(e) => Err(e),
         };
         let recorded = match copied {
@@ -155,7 +155,7 @@ impl Partition {
             }
             Ok(false) => {
                 self.undo_tree_move(txid, &moves, &target).await;
-                Err(FsError::Io("the move was abandoned meanwhile".into()))
+                Err(WireError::Io("the move was abandoned meanwhile".into()))
             }
             // In doubt (the change may have landed): recovery looks at the map.
             Err(e) => Err(e),
@@ -185,8 +185,8 @@ impl Partition {
         group: u32,
         arriving: bool,
         settle: bool,
-    ) -> Result<bool, FsError> {
-        let mut last = FsError::Unavailable("the cluster map kept changing".into());
+    ) -> Result<bool, WireError> {
+        let mut last = WireError::Unavailable("the cluster map kept changing".into());
         let mut pace = crate::backoff::NESTED_CALL;
         for _ in 0..10 {
             let map = self.state().map.clone();
@@ -195,7 +195,7 @@ impl Partition {
             }
             // Decided only by this partition's primary under the map it decides on.
             if map.primary_of(self.me) != Some(self.env.server_id()) || !self.env.serves(self.me) {
-                return Err(FsError::Unavailable(
+                return Err(WireError::Unavailable(
                     "this server no longer coordinates the move".into(),
                 ));
             }
@@ -227,7 +227,7 @@ impl Partition {
         txid: u64,
         path: &str,
         moves: &[DirMove],
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         for m in moves {
             // The old places as recorded: the map now places the path elsewhere.
             for &node in &m.old_nodes {
@@ -256,7 +256,7 @@ impl Partition {
         group: u32,
         arriving: bool,
         moves: Vec<DirMove>,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let st = self.state();
         match outcome(&st.map, group, arriving) {
             Some(true) => self.finish_tree_move(txid, path, &moves).await,

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use myriad_placement::{PartitionId, split_parent};
-use myriad_proto::{FileKind, FsError, Inode, RenameFlags, Request, Response};
+use myriad_proto::{FileKind, Inode, RenameFlags, Request, Response, WireError};
 
 use crate::commit::Context;
 use crate::partition::core::Partition;
@@ -49,7 +49,7 @@ impl Partition {
         name: String,
         txid: u64,
         commit: bool,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         self.applier
             .run_in(
                 ctx,
@@ -75,7 +75,7 @@ impl Partition {
         self: &Arc<Self>,
         ctx: &Context,
         first: Mutation,
-    ) -> Result<(B, LiveGuard<'_>), FsError> {
+    ) -> Result<(B, LiveGuard<'_>), WireError> {
         let (out, durable) = self.applier.run_staged_in(ctx, first).await?;
         let began = outcome_kinds::expect::<B>(out)?;
         let txid = began.txid();
@@ -90,7 +90,7 @@ impl Partition {
                 txid,
                 "an intent just begun was taken by recovery: the operation steps back"
             );
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         };
         durable.wait().await?;
         Ok((began, live))
@@ -129,7 +129,7 @@ impl Partition {
         (dir, name): (String, String),
         (mode, depth): (u32, u8),
         owner: (u32, u32),
-    ) -> Result<Inode, FsError> {
+    ) -> Result<Inode, WireError> {
         let begin = Mutation::MkdirBegin {
             dir: dir.clone(),
             name: name.clone(),
@@ -201,11 +201,11 @@ impl Partition {
     /// `--zones --tree-moves`: a mkdir of the root, retried `Busy` through the move,
     /// went through between its look and its decision). Checked after the entry is
     /// pending, a move that looks later waits for its resolution.
-    fn placed_for_good(&self, path: &str, owner: PartitionId) -> Result<(), FsError> {
+    fn placed_for_good(&self, path: &str, owner: PartitionId) -> Result<(), WireError> {
         let st = self.state();
         let moving = st.map.moving_policy().is_some_and(|p| p.path == path);
         if moving || st.ring.owner_of_dir(path) != owner {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
         Ok(())
     }
@@ -216,7 +216,7 @@ impl Partition {
         path: &str,
         dir: String,
         name: String,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let (Begun { txid, inode }, _live) = self
             .begin(
                 ctx,
@@ -248,7 +248,7 @@ impl Partition {
                 Ok(())
             }
             // Refused (not empty, or the root of a frozen tree): the entry stays.
-            Err(e @ (FsError::NotEmpty | FsError::ReadOnly)) => {
+            Err(e @ (WireError::NotEmpty | WireError::ReadOnly)) => {
                 self.resolve_entry(ctx, dir, name, txid, false).await?;
                 Err(e)
             }
@@ -265,7 +265,7 @@ impl Partition {
         from: String,
         to: String,
         flags: RenameFlags,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         if let Outcome::Renamed(gc, dropped) = self
             .applier
             .run_in(
@@ -299,7 +299,7 @@ impl Partition {
         ino: myriad_proto::InodeId,
         flags: RenameFlags,
         moves: &mut Vec<crate::state::intent::DirMove>,
-    ) -> Result<Option<myriad_proto::InodeId>, FsError> {
+    ) -> Result<Option<myriad_proto::InodeId>, WireError> {
         // Check the destination before copying a whole subtree towards it.
         let replaces = self.check_dir_destination(to, flags).await?;
         let st = self.state();
@@ -318,7 +318,7 @@ impl Partition {
         &self,
         answer: Response,
         flags: RenameFlags,
-    ) -> Result<Option<(Inode, crate::state::mutation::Blocks)>, FsError> {
+    ) -> Result<Option<(Inode, crate::state::mutation::Blocks)>, WireError> {
         match answer {
             // The entry coming here is one an unresolved exchange is taking away from
             // here: not before that one is resolved (`leaving_here`).
@@ -328,14 +328,14 @@ impl Partition {
                     && crate::state::mutation::leaving_here(&self.store, inode.ino)
                         .unwrap_or(true) =>
             {
-                Err(FsError::Busy)
+                Err(WireError::Busy)
             }
             Response::Exchanged { mut inode, blocks } if flags.exchange => {
                 inode.ctime_ns = self.env.now_ns();
                 let blocks = blocks.into_iter().map(|(b, d)| (b, d.into_vec()));
                 Ok(Some((inode, blocks.collect())))
             }
-            _ if flags.exchange => Err(FsError::Protocol(
+            _ if flags.exchange => Err(WireError::Protocol(
                 "the destination did not answer the exchange with its entry".into(),
             )),
             _ => Ok(None),
@@ -350,10 +350,10 @@ impl Partition {
         from: String,
         to: String,
         flags: RenameFlags,
-    ) -> Result<bool, FsError> {
+    ) -> Result<bool, WireError> {
         let src = self.lookup(&from).await?;
         if flags.exchange && src.kind == FileKind::Directory {
-            return Err(FsError::InvalidArgument(
+            return Err(WireError::InvalidArgument(
                 "exchanging directories (RENAME_EXCHANGE) is not supported".into(),
             ));
         }
@@ -453,7 +453,7 @@ impl Partition {
                 if let Err(e) = finished
                     && !moves.is_empty()
                 {
-                    return Err(FsError::TimedOut(format!(
+                    return Err(WireError::TimedOut(format!(
                         "the directory rename is decided but its old directories are not \
                          all removed yet ({e}); recovery finishes it"
                     )));
@@ -484,7 +484,7 @@ impl Partition {
         (txid, dst_node): (u64, PartitionId),
         moves: &[crate::state::intent::DirMove],
         from: &str,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         // A moved directory's old objects stay readable until they are dropped:
         // answering before would let a reader see the old tree after the rename
         // was acknowledged (simulation seed 1671 with --dir-moves, a lost
@@ -527,7 +527,7 @@ impl Partition {
     }
 
     /// Drops the bytes of a ChunkGc intent on every chunk owner, then deletes the intent.
-    pub(crate) async fn run_gc(self: &Arc<Self>, txid: u64) -> Result<(), FsError> {
+    pub(crate) async fn run_gc(self: &Arc<Self>, txid: u64) -> Result<(), WireError> {
         let _live = self.hold(txid);
         let Some(Intent::ChunkGc {
             ino,

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use myriad_placement::{NodeId, PartitionId};
-use myriad_proto::{BundleItem, Endpoints, FsError, ReplicaRequest, Request, Response};
+use myriad_proto::{BundleItem, Endpoints, ReplicaRequest, Request, Response, WireError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::commit::Syncer;
@@ -38,7 +38,7 @@ struct Item {
     partition: PartitionId,
     request: ReplicaRequest,
     bytes: usize,
-    reply: oneshot::Sender<Result<Response, FsError>>,
+    reply: oneshot::Sender<Result<Response, WireError>>,
 }
 
 /// One server's queues to its peers, one sender task each (started on first use).
@@ -56,7 +56,7 @@ impl Bundler {
         to: NodeId,
         partition: PartitionId,
         request: ReplicaRequest,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (reply, answer) = oneshot::channel();
         let item = Item {
             partition,
@@ -68,10 +68,10 @@ impl Bundler {
         queue
             .send(item)
             .await
-            .map_err(|_| FsError::Unavailable(format!("bundles to server {to} ended")))?;
+            .map_err(|_| WireError::Unavailable(format!("bundles to server {to} ended")))?;
         answer
             .await
-            .map_err(|_| FsError::Unavailable(format!("bundle to server {to} dropped")))?
+            .map_err(|_| WireError::Unavailable(format!("bundle to server {to} dropped")))?
     }
 
     fn queue(&self, peers: &Arc<dyn Peers>, to: NodeId) -> mpsc::Sender<Item> {
@@ -94,7 +94,7 @@ impl Bundles for Bundler {
         to: NodeId,
         partition: PartitionId,
         request: ReplicaRequest,
-    ) -> futures::future::BoxFuture<'a, Result<Response, FsError>> {
+    ) -> futures::future::BoxFuture<'a, Result<Response, WireError>> {
         Box::pin(self.send_in_bundle(peers, to, partition, request))
     }
 }
@@ -149,17 +149,17 @@ async fn send_bundle(peers: Arc<dyn Peers>, to: NodeId, items: Vec<Item>) {
     let answers = match peers.send(to, st.map.epoch, Endpoints::SERVER, &req).await {
         Ok(Response::Bundle(answers)) if answers.len() == replies.len() => answers,
         Ok(other) => {
-            let e = FsError::Protocol(format!("server {to} answered a bundle with {other:?}"));
+            let e = WireError::Protocol(format!("server {to} answered a bundle with {other:?}"));
             vec![Err(e); replies.len()]
         }
-        Err(FsError::Redirect(map)) => {
+        Err(WireError::Redirect(map)) => {
             // The peer has a newer map: adopt it (it may end these streams); not awaited.
             peers.newer_map(*map);
-            vec![Err(FsError::Busy); replies.len()]
+            vec![Err(WireError::Busy); replies.len()]
         }
-        Err(FsError::MapTooOld(_)) => {
+        Err(WireError::MapTooOld(_)) => {
             crate::replication::peers::push_map(peers.as_ref(), to, &st.map).await;
-            vec![Err(FsError::Busy); replies.len()]
+            vec![Err(WireError::Busy); replies.len()]
         }
         Err(e) => vec![Err(e); replies.len()],
     };
@@ -173,13 +173,13 @@ async fn send_bundle(peers: Arc<dyn Peers>, to: NodeId, items: Vec<Item>) {
 /// item.
 pub(crate) async fn receive<F>(items: Vec<BundleItem>, syncer: &Syncer, backup_for: F) -> Response
 where
-    F: Fn(PartitionId) -> Result<Arc<Backup>, FsError>,
+    F: Fn(PartitionId) -> Result<Arc<Backup>, WireError>,
 {
     let answers = items.into_iter().map(|item| {
         let backup = backup_for(item.partition);
         async move {
             if matches!(item.request, ReplicaRequest::Bundle(_)) {
-                return Err(FsError::Protocol("a bundle inside a bundle".into()));
+                return Err(WireError::Protocol("a bundle inside a bundle".into()));
             }
             backup?.handle(syncer, Request::Replica(item.request)).await
         }

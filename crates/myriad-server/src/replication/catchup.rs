@@ -6,7 +6,7 @@ use std::sync::Arc;
 use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::ask;
 use myriad_proto::reply::ReplicaPage;
-use myriad_proto::{FsError, Request, Response};
+use myriad_proto::{Request, Response, WireError};
 use myriad_storage::{Space, Store};
 
 use crate::commit::{SEQ_KEY, TERM_KEY};
@@ -24,7 +24,7 @@ pub(crate) async fn catch_up_from_backups(
     pid: PartitionId,
     store: &Store,
     backups: &[NodeId],
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     // A store still marked incomplete (a copy into it was cut short: a catch-up that
     // failed part-way, a backup promoted mid-copy) holds no history at all, whatever its
     // numbers say: any copy's is newer, and without one it must not be served.
@@ -51,7 +51,7 @@ pub(crate) async fn catch_up_from_backups(
                     .call(&Request::Replica(ReplicaRequest::ReplicaSeq))
                     .await
                 {
-                    Err(FsError::Busy) => {
+                    Err(WireError::Busy) => {
                         tokio::time::sleep(crate::backoff::BUSY_COPY_RETRY).await;
                     }
                     other => return other,
@@ -76,7 +76,7 @@ pub(crate) async fn catch_up_from_backups(
     }
     let Some((from, (term, seq))) = best else {
         if incomplete {
-            return Err(FsError::Unavailable(format!(
+            return Err(WireError::Unavailable(format!(
                 "partition {pid}: this copy is incomplete (a copy into it was cut short) and no other copy can give it whole"
             )));
         }
@@ -107,7 +107,9 @@ pub(crate) async fn catch_up_from_backups(
         let mut after: Option<Vec<u8>> = None;
         loop {
             let read = ask::replica_read(space.code(), after.clone());
-            let ReplicaPage(ops) = read.answer.of(link.call(&read.request).await?)?;
+            let ReplicaPage(ops) = read
+                .answer
+                .of::<WireError>(link.call(&read.request).await?)?;
             let Some(last) = ops.last() else {
                 break;
             };
@@ -120,7 +122,7 @@ pub(crate) async fn catch_up_from_backups(
                 .iter()
                 .any(|(space, key, _)| *space == Space::Meta && key == COPYING_KEY.as_bytes())
             {
-                return Err(FsError::Unavailable(format!(
+                return Err(WireError::Unavailable(format!(
                     "partition {pid}: the copy on server {from} became incomplete while it was copied"
                 )));
             }

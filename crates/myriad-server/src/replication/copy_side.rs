@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use myriad_placement::PartitionId;
-use myriad_proto::{FsError, Request, Response};
+use myriad_proto::{Request, Response, WireError};
 use myriad_storage::{Batch, Kv, Space, StorageError, Store};
 use tokio::sync::{oneshot, watch};
 
@@ -59,14 +59,14 @@ enum Received {
     /// a whole copy arriving (`None`).
     Gap(Option<u64>),
     /// Not now (too far ahead of what this copy has).
-    Refused(FsError),
+    Refused(WireError),
 }
 
 pub(crate) struct Parked {
     batch: Batch,
     prev_chain: u64,
     chain: u64,
-    reply: oneshot::Sender<Result<Done, FsError>>,
+    reply: oneshot::Sender<Result<Done, WireError>>,
 }
 
 /// Chains of applied batches remembered for resends: a primary resends only batches within
@@ -121,7 +121,7 @@ impl Backup {
     }
 
     /// Starts receiving a whole copy: marks the store incomplete and empties it.
-    pub(crate) fn reset(&self) -> Result<(), FsError> {
+    pub(crate) fn reset(&self) -> Result<(), WireError> {
         let mut st = self.lock();
         st.copying = true;
         st.resets += 1;
@@ -183,7 +183,7 @@ impl Backup {
         }
         if seq > st.next {
             if seq - st.next > PARK_AHEAD_MAX {
-                return Received::Refused(FsError::Busy);
+                return Received::Refused(WireError::Busy);
             }
             // A batch parked under this number before (a resend, or another history's)
             // gives way; its sender hears `backup replaced` and sends again if it still
@@ -227,7 +227,11 @@ impl Backup {
         Received::Queued
     }
 
-    pub(crate) async fn handle(&self, syncer: &Syncer, body: Request) -> Result<Response, FsError> {
+    pub(crate) async fn handle(
+        &self,
+        syncer: &Syncer,
+        body: Request,
+    ) -> Result<Response, WireError> {
         match body {
             Request::Replica(ReplicaRequest::Replicate {
                 seq,
@@ -264,7 +268,7 @@ impl Backup {
                 self.reset()?;
                 slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
                 rx.await
-                    .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+                    .map_err(|_| WireError::Unavailable("backup replaced".into()))??;
                 Ok(Response::Unit)
             }
             Request::Replica(ReplicaRequest::ReplicaCopy { ops }) => {
@@ -275,7 +279,7 @@ impl Backup {
             }
             Request::Replica(ReplicaRequest::ReplicaRecord { space, key }) => {
                 let space = Space::partition_space(space)
-                    .ok_or_else(|| FsError::InvalidArgument(format!("no space {space}")))?;
+                    .ok_or_else(|| WireError::InvalidArgument(format!("no space {space}")))?;
                 let raw = self.store.raw_record(space, &key).map_err(storage_err)?;
                 Ok(Response::RecordCopy(
                     raw.filter(|v| myriad_storage::record_intact(v))
@@ -292,14 +296,14 @@ impl Backup {
                             block,
                             "backup copy of a block fails its checksum too"
                         );
-                        Err(FsError::Corrupt { ino, block })
+                        Err(WireError::Corrupt { ino, block })
                     }
                     Err(e) => Err(storage_err(e)),
                 }
             }
             Request::Replica(ReplicaRequest::ReplicaRead { space, after }) => {
                 let space = Space::partition_space(space)
-                    .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
+                    .ok_or_else(|| WireError::InvalidArgument(format!("unknown space {space}")))?;
                 if self.lock().copying {
                     return Ok(Response::ReplicaGap { next: None });
                 }
@@ -327,7 +331,9 @@ impl Backup {
                 space,
                 bucket,
             }) => self.bucket_keys((at, chain), space, bucket).await,
-            _ => Err(FsError::InvalidArgument("not a replication request".into())),
+            _ => Err(WireError::InvalidArgument(
+                "not a replication request".into(),
+            )),
         }
     }
 
@@ -339,7 +345,7 @@ impl Backup {
         (seq, acked): (u64, u64),
         (prev_chain, chain): (u64, u64),
         batch: Batch,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let (reply, rx) = oneshot::channel();
         let batch = Parked {
             batch,
@@ -353,13 +359,13 @@ impl Backup {
             Received::Refused(e) => return Err(e),
         }
         rx.await
-            .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+            .map_err(|_| WireError::Unavailable("backup replaced".into()))??;
         Ok(Response::Unit)
     }
 
     /// One page of a whole copy (after `ReplicaReset`), durable before the next page: a
     /// crash must not leave holes in a copy.
-    async fn copy_page(&self, syncer: &Syncer, mut batch: Batch) -> Result<Response, FsError> {
+    async fn copy_page(&self, syncer: &Syncer, mut batch: Batch) -> Result<Response, WireError> {
         // The primary's own sequence number is not the copy's: set at the end.
         batch
             .ops
@@ -369,7 +375,7 @@ impl Backup {
         {
             let st = self.lock();
             if !st.copying {
-                return Err(FsError::Protocol(
+                return Err(WireError::Protocol(
                     "replica copy page without a reset".into(),
                 ));
             }
@@ -377,18 +383,25 @@ impl Backup {
             slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(0))]);
         }
         rx.await
-            .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+            .map_err(|_| WireError::Unavailable("backup replaced".into()))??;
         Ok(Response::Unit)
     }
 
     /// The end of a whole copy: the copy is at batch `seq` on `chain`, durable.
-    async fn copy_done(&self, syncer: &Syncer, seq: u64, chain: u64) -> Result<Response, FsError> {
+    async fn copy_done(
+        &self,
+        syncer: &Syncer,
+        seq: u64,
+        chain: u64,
+    ) -> Result<Response, WireError> {
         let (tx, rx) = oneshot::channel();
         let slot = syncer.slot().await?;
         {
             let mut st = self.lock();
             if !st.copying {
-                return Err(FsError::Protocol("replica copy end without a reset".into()));
+                return Err(WireError::Protocol(
+                    "replica copy end without a reset".into(),
+                ));
             }
             let mut b = Batch::new();
             self.store.put_meta_u64(&mut b, SEQ_KEY, seq);
@@ -400,7 +413,7 @@ impl Backup {
             slot.after_sync(self.changed.clone(), vec![(tx, Done::unit(seq))]);
         }
         rx.await
-            .map_err(|_| FsError::Unavailable("backup replaced".into()))??;
+            .map_err(|_| WireError::Unavailable("backup replaced".into()))??;
         Ok(Response::Unit)
     }
 
@@ -411,13 +424,13 @@ impl Backup {
         (at, chain): (u64, u64),
         space: u8,
         bucket: u32,
-    ) -> Result<Response, FsError> {
+    ) -> Result<Response, WireError> {
         let space = Space::partition_space(space)
-            .ok_or_else(|| FsError::InvalidArgument(format!("unknown space {space}")))?;
+            .ok_or_else(|| WireError::InvalidArgument(format!("unknown space {space}")))?;
         let bucket = usize::try_from(bucket)
             .ok()
             .filter(|&b| b < entropy::BUCKETS_PER_SPACE)
-            .ok_or_else(|| FsError::InvalidArgument(format!("no bucket {bucket}")))?;
+            .ok_or_else(|| WireError::InvalidArgument(format!("no bucket {bucket}")))?;
         self.at_batch(at, chain)?;
         let keys = entropy::bucket_keys(&self.store, space, bucket).await?;
         self.at_batch(at, chain)?;
@@ -433,12 +446,12 @@ impl Backup {
     /// only. (Simulation seed 5694 with `--dir-moves`: a copy of another history at the
     /// same batch number, about to be replaced whole by the stream, was compared and
     /// "repaired".)
-    fn at_batch(&self, at: u64, chain: u64) -> Result<(), FsError> {
+    fn at_batch(&self, at: u64, chain: u64) -> Result<(), WireError> {
         let st = self.lock();
         if st.seq() == Some(at) && st.chain == chain {
             Ok(())
         } else {
-            Err(FsError::Busy)
+            Err(WireError::Busy)
         }
     }
 }

@@ -6,7 +6,7 @@
 //! bucket of a space. Scans let other tasks run between pages: a big partition takes a
 //! while, and a server has two worker threads.
 
-use myriad_proto::FsError;
+use myriad_proto::WireError;
 use myriad_storage::{Space, Store};
 
 use crate::replication::wire::{Pages, is_bookkeeping, page_limit};
@@ -31,7 +31,7 @@ fn item_hash(space: Space, key: &[u8], value: &[u8]) -> u64 {
 }
 
 /// Every bucket's sum, `Space::PARTITION` order, `BUCKETS_PER_SPACE` each.
-pub(crate) async fn bucket_sums(store: &Store) -> Result<Vec<u64>, FsError> {
+pub(crate) async fn bucket_sums(store: &Store) -> Result<Vec<u64>, WireError> {
     let mut sums = vec![0u64; Space::PARTITION.len() * BUCKETS_PER_SPACE];
     for (s, space) in Space::PARTITION.into_iter().enumerate() {
         let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
@@ -54,7 +54,7 @@ pub(crate) async fn bucket_keys(
     store: &Store,
     space: Space,
     bucket: usize,
-) -> Result<Vec<(Vec<u8>, u64)>, FsError> {
+) -> Result<Vec<(Vec<u8>, u64)>, WireError> {
     let mut out = Vec::new();
     let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
     while let Some(page) = pages.next_page()? {

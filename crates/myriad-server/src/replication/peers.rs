@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
-use myriad_proto::{Endpoints, FsError, Request, Response};
+use myriad_proto::{Endpoints, Request, Response, WireError};
 
 use crate::cluster::MapState;
 use myriad_proto::{ReplicaRequest, ServerRequest};
@@ -23,7 +23,7 @@ pub(crate) trait Peers: Send + Sync {
         epoch: u64,
         ends: Endpoints,
         req: &'a Request,
-    ) -> BoxFuture<'a, Result<Response, FsError>>;
+    ) -> BoxFuture<'a, Result<Response, WireError>>;
     /// A peer holds a newer map: adopt it without waiting (the caller may be running inside
     /// the reconcile that would apply it).
     fn newer_map(&self, map: ClusterMap);
@@ -42,7 +42,7 @@ pub(crate) trait Bundles: Send + Sync {
         to: NodeId,
         partition: PartitionId,
         request: ReplicaRequest,
-    ) -> BoxFuture<'a, Result<Response, FsError>>;
+    ) -> BoxFuture<'a, Result<Response, WireError>>;
 }
 
 /// Sends server `to` our map (it answered that its map is newer than the request's...
@@ -62,7 +62,7 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub(crate) async fn call(&self, req: &Request) -> Result<Response, FsError> {
+    pub(crate) async fn call(&self, req: &Request) -> Result<Response, WireError> {
         let st = self.peers.map();
         let ends = Endpoints {
             target: self.pid,
@@ -74,7 +74,7 @@ impl Link {
 
     /// Like `call`, but a batch (`Replicate`) travels in a bundle with other batches for
     /// the same server (`bundle.rs`).
-    pub(crate) async fn call_bundled(&self, req: &Request) -> Result<Response, FsError> {
+    pub(crate) async fn call_bundled(&self, req: &Request) -> Result<Response, WireError> {
         let Request::Replica(r @ ReplicaRequest::Replicate { .. }) = req else {
             return self.call(req).await;
         };
@@ -93,16 +93,16 @@ impl Link {
     async fn map_news(
         &self,
         st: &MapState,
-        result: Result<Response, FsError>,
-    ) -> Result<Response, FsError> {
+        result: Result<Response, WireError>,
+    ) -> Result<Response, WireError> {
         match result {
-            Err(FsError::Redirect(map)) => {
+            Err(WireError::Redirect(map)) => {
                 self.peers.newer_map(*map);
-                Err(FsError::Busy)
+                Err(WireError::Busy)
             }
-            Err(FsError::MapTooOld(_)) => {
+            Err(WireError::MapTooOld(_)) => {
                 push_map(self.peers.as_ref(), self.backup, &st.map).await;
-                Err(FsError::Busy)
+                Err(WireError::Busy)
             }
             other => other,
         }

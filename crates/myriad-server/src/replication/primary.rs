@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use myriad_placement::{NodeId, PartitionId};
-use myriad_proto::{FsError, ReplOp, Request, Response};
+use myriad_proto::{ReplOp, Request, Response, WireError};
 use myriad_storage::{Batch, Space, Store};
 use tokio::sync::{mpsc, watch};
 
@@ -226,7 +226,7 @@ impl Ship for Replicator {
     fn hold(&self) -> Box<dyn ShipSlot + '_> {
         Box::new(self.lock())
     }
-    fn wait(&self, seq: u64) -> futures::future::BoxFuture<'_, Result<(), FsError>> {
+    fn wait(&self, seq: u64) -> futures::future::BoxFuture<'_, Result<(), WireError>> {
         Box::pin(Replicator::wait(self, seq))
     }
     fn close(&self) {
@@ -384,12 +384,12 @@ impl Replicator {
     /// no member but a joining copy, once some joining copy has: a write is never
     /// acknowledged on the primary's disk alone while another live copy exists (else the
     /// primary's loss, with the joining copy then promoted, lost it: simulation seed 172).
-    pub(crate) async fn wait(&self, seq: u64) -> Result<(), FsError> {
+    pub(crate) async fn wait(&self, seq: u64) -> Result<(), WireError> {
         loop {
             let (mut changed, acks, (any_of, from_joining), lent) = {
                 let g = self.lock();
                 if g.closed {
-                    return Err(FsError::Unavailable(
+                    return Err(WireError::Unavailable(
                         "the partition is no longer served by this server".into(),
                     ));
                 }
@@ -739,7 +739,7 @@ pub(crate) async fn send_batch(
     seq: u64,
     req: Arc<Request>,
     delay: Duration,
-) -> (u64, Result<Option<Option<u64>>, FsError>) {
+) -> (u64, Result<Option<Option<u64>>, WireError>) {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -784,7 +784,7 @@ pub(crate) async fn try_copy(
     link: &Link,
     store: &Store,
     (seq, chain): (u64, u64),
-) -> Result<u64, FsError> {
+) -> Result<u64, WireError> {
     link.call(&Request::Replica(ReplicaRequest::ReplicaReset))
         .await?;
     let mut keys = 0u64;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{FsError, ReplOp};
+use myriad_proto::{ReplOp, WireError};
 use myriad_storage::{Batch, Kv, Space, Store};
 
 use crate::commit::SEQ_KEY;
@@ -57,11 +57,11 @@ pub(crate) fn ops_bytes(ops: &[ReplOp]) -> usize {
         .sum()
 }
 
-pub(crate) fn from_wire(ops: Vec<ReplOp>) -> Result<Batch, FsError> {
+pub(crate) fn from_wire(ops: Vec<ReplOp>) -> Result<Batch, WireError> {
     let mut batch = Batch::new();
     for op in ops {
         let space = Space::partition_space(op.space).ok_or_else(|| {
-            FsError::Protocol(format!("replicated op in unknown space {}", op.space))
+            WireError::Protocol(format!("replicated op in unknown space {}", op.space))
         })?;
         batch
             .ops
@@ -89,7 +89,7 @@ impl<'a> Pages<'a> {
     }
 
     /// The next page; `None` once the space is exhausted.
-    pub(crate) fn next_page(&mut self) -> Result<Option<myriad_storage::Pairs>, FsError> {
+    pub(crate) fn next_page(&mut self) -> Result<Option<myriad_storage::Pairs>, WireError> {
         let page = self
             .kv
             .scan(self.space, &[], self.after.as_deref(), self.limit)
@@ -128,7 +128,11 @@ pub(crate) fn is_bookkeeping(space: Space, key: &[u8]) -> bool {
 }
 
 /// Deletes every key of `space` in `kv` but `keep`; true if there was anything.
-pub(crate) fn clear_space(kv: &dyn Kv, space: Space, keep: Option<&[u8]>) -> Result<bool, FsError> {
+pub(crate) fn clear_space(
+    kv: &dyn Kv,
+    space: Space,
+    keep: Option<&[u8]>,
+) -> Result<bool, WireError> {
     let mut any = false;
     // Deleted pages are gone from the next scan, but `keep` is not: page past it.
     let mut pages = Pages::new(kv, space, COPY_PAGE);
@@ -150,7 +154,7 @@ pub(crate) fn clear_space(kv: &dyn Kv, space: Space, keep: Option<&[u8]>) -> Res
 /// page commits) leaves a copy that says it is incomplete, never one that keeps its seq and
 /// chain over part of its keys (sim seed 110007: a dropped copy cut short by a crash kept
 /// `repl_seq`, was given back the partition later, and its primary found it up to date).
-pub(crate) fn empty_marked(store: &Store) -> Result<bool, FsError> {
+pub(crate) fn empty_marked(store: &Store) -> Result<bool, WireError> {
     let mut b = Batch::new();
     store.put_meta_u64(&mut b, COPYING_KEY, 1);
     store.commit(b).map_err(storage_err)?;
@@ -164,7 +168,7 @@ pub(crate) fn empty_marked(store: &Store) -> Result<bool, FsError> {
 /// Deletes every key of partition `pid` on this server: a copy the map no longer gives it
 /// (moved away; the servers the map lists hold every acknowledged write). True if there
 /// was anything.
-pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsError> {
+pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, WireError> {
     let store = partition_store(kv, pid).map_err(storage_err)?;
     let any = empty_marked(&store)?;
     // Empty now: the marker goes last.
@@ -178,7 +182,7 @@ pub(crate) fn drop_copy(kv: Arc<dyn Kv>, pid: PartitionId) -> Result<bool, FsErr
 /// order, except the sequence-number bookkeeping.
 /// Every key of a partition's store but the bookkeeping, with a hash of its value (for
 /// finding what two copies disagree on).
-pub(crate) fn key_hashes(store: &Store) -> Result<Vec<(u8, Vec<u8>, u64)>, FsError> {
+pub(crate) fn key_hashes(store: &Store) -> Result<Vec<(u8, Vec<u8>, u64)>, WireError> {
     let mut out = Vec::new();
     for space in Space::PARTITION {
         let mut pages = Pages::new(store.kv().as_ref(), space, page_limit(space));
@@ -193,7 +197,7 @@ pub(crate) fn key_hashes(store: &Store) -> Result<Vec<(u8, Vec<u8>, u64)>, FsErr
     Ok(out)
 }
 
-pub(crate) fn digest(store: &Store) -> Result<(Option<u64>, u64, u64), FsError> {
+pub(crate) fn digest(store: &Store) -> Result<(Option<u64>, u64, u64), WireError> {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut keys = 0u64;
     for space in Space::PARTITION {

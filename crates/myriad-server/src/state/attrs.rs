@@ -1,13 +1,13 @@
 //! Mutations of attributes only: `setattr`, and a directory's times and link count (`DirTouch`, docs dirtimes).
 
-use myriad_proto::{FileKind, FsError, Inode};
+use myriad_proto::{FileKind, Inode, WireError};
 use myriad_storage::{Batch, EntryRecord};
 
 use crate::state::ops::{Ctx, DirTouchOne, Mutation, Outcome, not_routed, storage_err};
 use crate::state::records::{apply_change, dir_here, put_visible, require_writable, visible};
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let out = match m {
         Mutation::SetAttr {
             dir,
@@ -17,7 +17,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         } => {
             if dir == "/" && name.is_empty() {
                 let mut rec = dir_here(ctx.store, "/")?;
-                let mut root = rec.root_attrs.clone().ok_or(FsError::NotFound)?;
+                let mut root = rec.root_attrs.clone().ok_or(WireError::NotFound)?;
                 apply_change(&mut root, change, now)?;
                 rec.root_attrs = Some(root.clone());
                 ctx.store.put_dir(b, "/", &rec);
@@ -64,7 +64,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
 
 /// A directory's times and link count (`DirTouch`): its attributes after, or `None` if the
 /// entry names another inode, none, or is pending (nothing changes).
-fn touch(ctx: &mut Ctx<'_>, b: &mut Batch, t: DirTouchOne) -> Result<Option<Inode>, FsError> {
+fn touch(ctx: &mut Ctx<'_>, b: &mut Batch, t: DirTouchOne) -> Result<Option<Inode>, WireError> {
     let DirTouchOne {
         dir,
         name,

@@ -4,13 +4,13 @@
 //! in the applier's order, so a write between the coder's read and its switch is never lost.
 
 use myriad_proto::ec_layout::CodedChunk;
-use myriad_proto::{FsError, InodeId};
+use myriad_proto::{InodeId, WireError};
 use myriad_storage::{BLOCK_BYTES, Batch};
 
 use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed, storage_err};
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let cs = ctx.layout.chunk_size_bytes;
     let c0 = chunk0_blocks(ctx.layout);
     match m {
@@ -23,7 +23,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             if chunk == 0 || ctx.store.coded(ino, chunk).map_err(storage_err)?.is_some() {
                 return Ok(Outcome::Switched(false));
             }
-            let start = chunk.checked_mul(cs).ok_or(FsError::TooLarge)?;
+            let start = chunk.checked_mul(cs).ok_or(WireError::TooLarge)?;
             let first = chunk.saturating_mul(c0);
             let blocks = ctx
                 .store
@@ -56,7 +56,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         } => {
             let now = ctx.store.coded(ino, chunk).map_err(storage_err)?;
             if now.is_some_and(|c| c.generation == generation) {
-                let start = chunk.checked_mul(cs).ok_or(FsError::TooLarge)?;
+                let start = chunk.checked_mul(cs).ok_or(WireError::TooLarge)?;
                 ctx.store.delete_coded(b, ino, chunk);
                 ctx.store
                     .write_range(b, ino, start, &data)
@@ -92,7 +92,7 @@ pub(super) fn cut_coded(
     b: &mut Batch,
     ino: InodeId,
     from_bytes: u64,
-) -> Result<Cut, FsError> {
+) -> Result<Cut, WireError> {
     let cs = ctx.layout.chunk_size_bytes;
     let first = (from_bytes / cs).max(1);
     let coded = ctx.store.coded_from(ino, first).map_err(storage_err)?;

@@ -1,6 +1,6 @@
 //! Mutations of a file's contents and size: writes, extensions, truncates, chunks beyond chunk 0, their garbage collection, and block repair.
 
-use myriad_proto::{FsError, InodeId, limits};
+use myriad_proto::{InodeId, WireError, limits};
 use myriad_storage::{BLOCK_BYTES, Batch, Space};
 
 use crate::state::coded;
@@ -9,7 +9,7 @@ use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed, stora
 use crate::state::records::{modified, put_visible, visible_file};
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let out = match m {
         Mutation::Write {
             dir,
@@ -22,9 +22,9 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
             let end = offset
                 .checked_add(data.len() as u64)
-                .ok_or(FsError::TooLarge)?;
+                .ok_or(WireError::TooLarge)?;
             if end > ctx.layout.chunk_size_bytes {
-                return Err(FsError::InvalidArgument(
+                return Err(WireError::InvalidArgument(
                     "write crosses the end of chunk 0".into(),
                 ));
             }
@@ -44,7 +44,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             now,
         } => {
             if size > limits::FILE_BYTES_MAX {
-                return Err(FsError::TooLarge);
+                return Err(WireError::TooLarge);
             }
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
             let size = inode.size.max(size);
@@ -119,9 +119,9 @@ fn truncate(
     ino: InodeId,
     size: u64,
     now: i64,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     if size > limits::FILE_BYTES_MAX {
-        return Err(FsError::TooLarge);
+        return Err(WireError::TooLarge);
     }
     let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
     let old = inode.size;
@@ -155,16 +155,18 @@ fn write_chunk(
     chunk: u64,
     offset: u64,
     data: Vec<u8>,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let cs = ctx.layout.chunk_size_bytes;
     if chunk == 0 || offset.saturating_add(data.len() as u64) > cs {
-        return Err(FsError::InvalidArgument("chunk write out of bounds".into()));
+        return Err(WireError::InvalidArgument(
+            "chunk write out of bounds".into(),
+        ));
     }
     let abs = chunk
         .checked_mul(cs)
         .and_then(|x| x.checked_add(offset))
         .filter(|a| a.saturating_add(data.len() as u64) <= limits::FILE_BYTES_MAX)
-        .ok_or(FsError::TooLarge)?;
+        .ok_or(WireError::TooLarge)?;
     if let Some(c) = ctx.store.coded(ino, chunk).map_err(storage_err)? {
         return Ok(Outcome::Coded(Box::new(c)));
     }
@@ -181,7 +183,7 @@ fn chunk_trim(
     ino: InodeId,
     chunk: u64,
     keep_bytes: u64,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let c0 = chunk0_blocks(ctx.layout);
     let cs = ctx.layout.chunk_size_bytes;
     if let Some(c) = ctx.store.coded(ino, chunk).map_err(storage_err)? {
@@ -196,7 +198,7 @@ fn chunk_trim(
     }
     // Chunk indexes come off the wire: no arithmetic here may overflow.
     let (Some(start), Some(first_block)) = (chunk.checked_mul(cs), chunk.checked_mul(c0)) else {
-        return Err(FsError::TooLarge);
+        return Err(WireError::TooLarge);
     };
     ctx.store
         .trim_blocks(
@@ -215,7 +217,7 @@ fn resync(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
     keys: Vec<(Space, Vec<u8>)>,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let mut written = 0u64;
     for (space, key) in keys {
         match ctx.store.raw_record(space, &key).map_err(storage_err)? {
@@ -239,7 +241,7 @@ fn drop_blocks(
     b: &mut Batch,
     ino: InodeId,
     from_block: u64,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let from = from_block.saturating_mul(BLOCK_BYTES);
     let dropped = match coded::cut_coded(ctx, b, ino, from)? {
         Ok(d) => d,

@@ -1,6 +1,6 @@
 //! Directory creation and removal (two-partition protocols: the entry side and the directory object side), and the decisions of intents.
 
-use myriad_proto::{FileKind, FsError, Response, Shard, ShardMap};
+use myriad_proto::{FileKind, Response, Shard, ShardMap, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
@@ -13,7 +13,7 @@ use crate::state::records::{
 use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let out = match m {
         Mutation::MkdirBegin {
             dir,
@@ -93,14 +93,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         Mutation::DirObjectRemove { path, ino } => {
             match ctx.store.dir(&path).map_err(storage_err)? {
                 // A rename's copy is taking this directory's place: it decides first.
-                Some(rec) if rec.hidden.is_some() && rec.ino != ino => return Err(FsError::Busy),
+                Some(rec) if rec.hidden.is_some() && rec.ino != ino => return Err(WireError::Busy),
                 Some(rec) if rec.ino == ino => {
                     if rec.read_only.is_some() {
-                        return Err(FsError::ReadOnly);
+                        return Err(WireError::ReadOnly);
                     }
                     not_auto_indexed(&path, &rec)?;
                     if ctx.store.has_entries(&path).map_err(storage_err)? {
-                        return Err(FsError::NotEmpty);
+                        return Err(WireError::NotEmpty);
                     }
                     ctx.store.delete_dir(b, &path);
                 }
@@ -114,7 +114,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             // A part on its way elsewhere (a rename's copy, a split) would lose the mark or
             // miss it: the caller marks again once it has settled.
             if rec.is_moving() {
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
             let field = if auto {
                 &mut rec.auto_index
@@ -147,11 +147,11 @@ fn rmdir_begin(
     b: &mut Batch,
     (dir, name): (String, String),
     once: Option<Awaited>,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     require_writable(ctx.store, &dir, &name)?;
     let inode = visible(ctx.store, &dir, &name)?;
     if inode.kind != FileKind::Directory {
-        return Err(FsError::NotADirectory);
+        return Err(WireError::NotADirectory);
     }
     let txid = ctx.ids.next(ctx.store, b)?;
     let rec = EntryRecord {
@@ -181,7 +181,7 @@ fn resolve_entry(
     name: String,
     txid: u64,
     commit: bool,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let mut answer = None;
     if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
         && let Some(p) = rec.pending.filter(|p| p.txid == txid)
@@ -211,7 +211,7 @@ fn decide(
     b: &mut Batch,
     txid: u64,
     decision: Decision,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
         let updated = match Intent::decode(&bytes) {
             Some(Intent::Mkdir {
@@ -265,7 +265,7 @@ fn tree_move_record(
     b: &mut Batch,
     txid: u64,
     moves: Vec<crate::state::intent::DirMove>,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let Some(Intent::TreeMove {
         path,
         group,
@@ -277,7 +277,7 @@ fn tree_move_record(
         .map_err(storage_err)?
         .and_then(|bytes| Intent::decode(&bytes))
     else {
-        return Err(FsError::Io(format!("no tree move {txid} to record")));
+        return Err(WireError::Io(format!("no tree move {txid} to record")));
     };
     let intent = Intent::TreeMove {
         path,
@@ -297,7 +297,7 @@ fn dir_object_create(
     ino: InodeId,
     shards: Vec<Shard>,
     map: Option<ShardMap>,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     match ctx.store.dir(&path).map_err(storage_err)? {
         Some(rec) if rec.ino == ino => {}
         // The object of a directory renamed away (frozen, dropped once its rename
@@ -306,9 +306,9 @@ fn dir_object_create(
         // --dir-moves: a mkdir of a moved directory's old name answered
         // `AlreadyExists` for a name that did not exist).
         Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => {
-            return Err(FsError::Busy);
+            return Err(WireError::Busy);
         }
-        Some(_) => return Err(FsError::AlreadyExists),
+        Some(_) => return Err(WireError::AlreadyExists),
         None => ctx.store.put_dir(
             b,
             &path,

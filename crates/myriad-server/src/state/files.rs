@@ -1,6 +1,6 @@
 //! Mutations that make or remove one file system object: the root, files, symlinks, device nodes and FIFOs, unlinks.
 
-use myriad_proto::{FileKind, FsError, ROOT_INO};
+use myriad_proto::{FileKind, ROOT_INO, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord};
 
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
@@ -11,7 +11,7 @@ use crate::state::records::{
 use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let out = match m {
         Mutation::InitRoot { now, uid, gid } => {
             if ctx.store.dir("/").map_err(storage_err)?.is_none() {
@@ -41,23 +41,23 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         } => {
             require_dir(ctx.store, &dir, &name)?;
             if data.len() as u64 > ctx.layout.chunk_size_bytes {
-                return Err(FsError::InvalidArgument(
+                return Err(WireError::InvalidArgument(
                     "initial data larger than one chunk".into(),
                 ));
             }
             match ctx.store.entry(&dir, &name).map_err(storage_err)? {
                 Some(EntryRecord {
                     pending: Some(_), ..
-                }) => return Err(FsError::Busy),
+                }) => return Err(WireError::Busy),
                 Some(EntryRecord {
                     inode: Some(existing),
                     ..
                 }) => {
                     if exclusive {
-                        return Err(FsError::AlreadyExists);
+                        return Err(WireError::AlreadyExists);
                     }
                     if existing.kind == FileKind::Directory {
-                        return Err(FsError::IsADirectory);
+                        return Err(WireError::IsADirectory);
                     }
                     // Non-exclusive create of an existing file opens it as is.
                     return Ok(Outcome::Inode(existing));
@@ -114,7 +114,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             now,
         } => {
             if !kind.is_special() {
-                return Err(FsError::InvalidArgument(
+                return Err(WireError::InvalidArgument(
                     "mknod makes only FIFOs, sockets and devices".into(),
                 ));
             }
@@ -131,7 +131,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             require_writable(ctx.store, &dir, &name)?;
             let inode = visible(ctx.store, &dir, &name)?;
             if inode.kind == FileKind::Directory {
-                return Err(FsError::IsADirectory);
+                return Err(WireError::IsADirectory);
             }
             ctx.store.delete_entry(b, &dir, &name);
             let gc = drop_file_data(ctx, b, &inode, now)?;

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use myriad_proto::{FsError, PartitionId, limits};
+use myriad_proto::{PartitionId, WireError, limits};
 use myriad_storage::{Batch, StorageError, Store};
 
 /// Allocates cluster-unique ids (`partition << 40 | counter`) for inodes and transactions.
@@ -32,13 +32,13 @@ impl IdAlloc {
         })
     }
 
-    pub(crate) fn next(&mut self, store: &Store, batch: &mut Batch) -> Result<u64, FsError> {
+    pub(crate) fn next(&mut self, store: &Store, batch: &mut Batch) -> Result<u64, WireError> {
         if self.next >= self.limit {
             self.limit = self.next + ID_RANGE;
             store.put_meta_u64(batch, HWM_KEY, self.limit);
         }
         if self.next > ID_COUNTER_MAX {
-            return Err(FsError::NoSpace);
+            return Err(WireError::NoSpace);
         }
         let id = self.pid.id_base() | self.next;
         self.next += 1;
@@ -55,9 +55,9 @@ impl IdAlloc {
         batch: &mut Batch,
         client: u64,
         count: u32,
-    ) -> Result<u64, FsError> {
+    ) -> Result<u64, WireError> {
         if count == 0 || count > limits::RESERVE_IDS_MAX {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "reserve 1..={} inode numbers",
                 limits::RESERVE_IDS_MAX
             )));
@@ -65,7 +65,7 @@ impl IdAlloc {
         let first = self.next;
         let end = first + u64::from(count);
         if end > ID_COUNTER_MAX {
-            return Err(FsError::NoSpace);
+            return Err(WireError::NoSpace);
         }
         self.next = end;
         if self.next > self.limit {
@@ -97,7 +97,7 @@ impl IdAlloc {
         batch: &mut Batch,
         client: u64,
         ino: u64,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let ranges = self.ranges(store, client)?;
         let free = |r: &Reserved| {
             r.start <= ino && ino < r.end && {
@@ -106,7 +106,7 @@ impl IdAlloc {
             }
         };
         let Some(slot) = ranges.iter().position(free) else {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "inode number {ino:#x} is not one reserved for this client, or was used"
             )));
         };
@@ -138,7 +138,7 @@ impl IdAlloc {
         client: u64,
         ino: u64,
         by: PartitionId,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let key = format!("claim.{ino:016x}");
         let mut who = [0u8; 12];
         who[..8].copy_from_slice(&client.to_be_bytes());
@@ -146,10 +146,10 @@ impl IdAlloc {
         let holder = xxhash_rust::xxh3::xxh3_64(&who);
         match store
             .meta_u64(&key)
-            .map_err(|e| FsError::Io(e.to_string()))?
+            .map_err(|e| WireError::Io(e.to_string()))?
         {
             Some(h) if h == holder => Ok(()),
-            Some(_) => Err(FsError::InvalidArgument(format!(
+            Some(_) => Err(WireError::InvalidArgument(format!(
                 "inode number {ino:#x} was claimed by another partition"
             ))),
             None => {
@@ -167,14 +167,14 @@ impl IdAlloc {
         store: &Store,
         batch: &mut Batch,
         ino: u64,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), WireError> {
         let key = format!("claimed.{ino:016x}");
         if store
             .meta_u64(&key)
-            .map_err(|e| FsError::Io(e.to_string()))?
+            .map_err(|e| WireError::Io(e.to_string()))?
             .is_some()
         {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "inode number {ino:#x} was used"
             )));
         }
@@ -182,13 +182,13 @@ impl IdAlloc {
         Ok(())
     }
 
-    fn ranges(&mut self, store: &Store, client: u64) -> Result<&mut [Reserved; 2], FsError> {
+    fn ranges(&mut self, store: &Store, client: u64) -> Result<&mut [Reserved; 2], WireError> {
         if let std::collections::hash_map::Entry::Vacant(v) = self.reserved.entry(client) {
             let get = |slot, what: &str| {
                 store
                     .meta_u64(&resv_key(client, slot, what))
                     .map(Option::unwrap_or_default)
-                    .map_err(|e| FsError::Io(e.to_string()))
+                    .map_err(|e| WireError::Io(e.to_string()))
             };
             let mut r: [Reserved; 2] = Default::default();
             for (slot, range) in r.iter_mut().enumerate() {
@@ -202,7 +202,7 @@ impl IdAlloc {
         }
         self.reserved
             .get_mut(&client)
-            .ok_or_else(|| FsError::Io("reservations not loaded".into()))
+            .ok_or_else(|| WireError::Io("reservations not loaded".into()))
     }
 }
 

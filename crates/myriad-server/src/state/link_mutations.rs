@@ -1,6 +1,6 @@
 //! Hard links: moving an inode to its home's inode directory, names that refer to it, and its link count.
 
-use myriad_proto::{FileKind, FsError};
+use myriad_proto::{FileKind, WireError};
 use myriad_storage::{Batch, DirRecord};
 
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
@@ -11,7 +11,7 @@ use crate::state::records::{
 use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let out = match m {
         Mutation::LinkSource { dir, name, me, now } => {
             require_writable(ctx.store, &dir, &name)?;
@@ -19,7 +19,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             // Directories never get a second name; everything else may (Linux links
             // FIFOs, sockets, devices and symlinks too).
             if matches!(inode.kind, FileKind::Directory | FileKind::HardLink) {
-                return Err(FsError::NotPermitted);
+                return Err(WireError::NotPermitted);
             }
             inode.nlink = inode.nlink.saturating_add(1);
             inode.ctime_ns = now;

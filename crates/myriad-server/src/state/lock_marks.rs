@@ -6,7 +6,7 @@
 use myriad_storage::{Batch, StorageError, Store};
 
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed};
-use myriad_proto::FsError;
+use myriad_proto::WireError;
 
 const KEY: &str = "file_locks_term";
 
@@ -15,7 +15,7 @@ pub fn granted_before(store: &Store) -> Result<bool, StorageError> {
     Ok(store.meta_u64(KEY)?.is_some())
 }
 
-pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let Mutation::MarkFileLocks { term } = m else {
         return Err(not_routed(&m));
     };

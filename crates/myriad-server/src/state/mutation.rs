@@ -6,7 +6,7 @@
 //! in `ops.rs`; each family of mutations executes in its own module (`files`, `data`,
 //! `attrs`, `dirs`, `renames`, `links`, `shards`, `lock_marks`); this module routes.
 
-use myriad_proto::FsError;
+use myriad_proto::WireError;
 use myriad_storage::Batch;
 
 pub use crate::state::ids::IdAlloc;
@@ -21,7 +21,7 @@ use crate::state::{
 };
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.
-pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), FsError> {
+pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), WireError> {
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,

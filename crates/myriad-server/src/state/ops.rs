@@ -4,8 +4,8 @@
 
 use myriad_proto::ec_layout::CodedChunk;
 use myriad_proto::{
-    DirAction, ExportedEntry, FileKind, FsError, Inode, OnceId, PartitionId, RenameFlags, Response,
-    SetAttr, Shard, ShardMap, XattrMode,
+    DirAction, ExportedEntry, FileKind, Inode, OnceId, PartitionId, RenameFlags, Response, SetAttr,
+    Shard, ShardMap, WireError, XattrMode,
 };
 use myriad_storage::{BLOCK_BYTES, StorageError, Store};
 
@@ -515,11 +515,11 @@ pub enum ShardMutation {
     },
 }
 
-pub fn storage_err(e: StorageError) -> FsError {
+pub fn storage_err(e: StorageError) -> WireError {
     match e {
-        StorageError::NoSpace => FsError::NoSpace,
-        StorageError::Checksum { ino, block } => FsError::Corrupt { ino, block },
-        other => FsError::Io(other.to_string()),
+        StorageError::NoSpace => WireError::NoSpace,
+        StorageError::Checksum { ino, block } => WireError::Corrupt { ino, block },
+        other => WireError::Io(other.to_string()),
     }
 }
 
@@ -536,8 +536,8 @@ pub struct Ctx<'a> {
 }
 
 /// A mutation handed to a family that does not execute it (a routing bug in `mutation.rs`).
-pub(crate) fn not_routed(m: &Mutation) -> FsError {
-    FsError::Io(format!(
+pub(crate) fn not_routed(m: &Mutation) -> WireError {
+    WireError::Io(format!(
         "internal: mutation routed to the wrong family: {m:?}"
     ))
 }

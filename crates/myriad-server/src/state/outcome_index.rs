@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use myriad_proto::{FsError, Response, codec};
+use myriad_proto::{Response, WireError, codec};
 use myriad_storage::{Batch, Store};
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +30,7 @@ pub struct Outcomes {
 }
 
 impl Outcomes {
-    pub(crate) fn load(&mut self, store: &Store) -> Result<(), FsError> {
+    pub(crate) fn load(&mut self, store: &Store) -> Result<(), WireError> {
         if self.loaded {
             return Ok(());
         }
@@ -39,7 +39,7 @@ impl Outcomes {
         loop {
             let page = store
                 .outcomes(after, SCAN_PAGE)
-                .map_err(|e| FsError::Io(e.to_string()))?;
+                .map_err(|e| WireError::Io(e.to_string()))?;
             let Some(&(c, s, _)) = page.last() else {
                 break;
             };

@@ -3,7 +3,7 @@
 //! expects (`Applier::run_for`, `Partition::begin`) instead of matching `Outcome` with a
 //! "that was not the outcome I expected" arm of its own.
 
-use myriad_proto::{FsError, Inode, InodeId};
+use myriad_proto::{Inode, InodeId, WireError};
 
 use crate::state::ops::{Blocks, Outcome};
 
@@ -15,10 +15,10 @@ pub(crate) trait OutcomeKind: Sized {
 }
 
 /// `o` as a `K`; an internal error naming both if it is not one.
-pub(crate) fn expect<K: OutcomeKind>(o: Outcome) -> Result<K, FsError> {
+pub(crate) fn expect<K: OutcomeKind>(o: Outcome) -> Result<K, WireError> {
     let had = outcome_name(&o);
     K::take(o).ok_or_else(|| {
-        FsError::Io(format!(
+        WireError::Io(format!(
             "a mutation's outcome was {had}, where {} was expected",
             K::WHAT
         ))
@@ -214,7 +214,7 @@ mod tests {
     #[test]
     fn an_outcome_of_another_kind_is_an_error_naming_both() {
         let e = expect::<Trimmed>(Outcome::Ids(5, 2)).err();
-        let Some(FsError::Io(m)) = e else {
+        let Some(WireError::Io(m)) = e else {
             panic!("not refused: {e:?}");
         };
         assert!(

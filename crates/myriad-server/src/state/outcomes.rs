@@ -9,7 +9,7 @@
 //! lowest change it still waits for (`OnceId::low`); `ForgetOnces` forgets outcomes older
 //! than an age, and the oldest beyond a count, for clients that went away.
 
-use myriad_proto::{FsError, OnceId, Response, codec};
+use myriad_proto::{OnceId, Response, WireError, codec};
 use myriad_storage::{Batch, Store};
 
 use crate::state::ops::{Awaited, Ctx, Mutation, Outcome, not_routed, storage_err};
@@ -25,9 +25,9 @@ pub fn record(
     id: OnceId,
     at_ns: i64,
     answer: Response,
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     let value = codec::encode(&Recorded { at_ns, answer })
-        .map_err(|e| FsError::Io(format!("encoding an outcome: {e}")))?;
+        .map_err(|e| WireError::Io(format!("encoding an outcome: {e}")))?;
     outcomes.load(store)?;
     let answered: Vec<u64> = outcomes
         .by_client
@@ -66,7 +66,7 @@ pub(crate) fn resolve_awaited(
     batch: &mut Batch,
     txid: u64,
     answer: Option<Response>,
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     let Some(once) = awaited(ctx.store, txid)? else {
         return Ok(());
     };
@@ -79,7 +79,7 @@ pub(crate) fn resolve_awaited(
 
 /// The change whose outcome intent `txid` records when it resolves, if any (one that does
 /// not decode counts as none: its retry runs again, as before outcomes were kept so).
-pub(crate) fn awaited(store: &Store, txid: u64) -> Result<Option<Awaited>, FsError> {
+pub(crate) fn awaited(store: &Store, txid: u64) -> Result<Option<Awaited>, WireError> {
     Ok(store
         .awaited_outcome(txid)
         .map_err(storage_err)?
@@ -87,16 +87,16 @@ pub(crate) fn awaited(store: &Store, txid: u64) -> Result<Option<Awaited>, FsErr
 }
 
 /// The answer recorded for change `seq` of `client`, if any.
-pub fn recorded(store: &Store, client: u64, seq: u64) -> Result<Option<Response>, FsError> {
+pub fn recorded(store: &Store, client: u64, seq: u64) -> Result<Option<Response>, WireError> {
     match store.outcome(client, seq).map_err(storage_err)? {
         None => Ok(None),
         Some(bytes) => codec::decode::<Recorded>(&bytes)
             .map(|r| Some(r.answer))
-            .map_err(|e| FsError::Io(format!("outcome of change {seq} of {client:x}: {e}"))),
+            .map_err(|e| WireError::Io(format!("outcome of change {seq} of {client:x}: {e}"))),
     }
 }
 
-pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     match m {
         Mutation::RecordOnce { id, at_ns, answer } => {
             record(ctx.store, ctx.outcomes, b, id, at_ns, answer)?;
@@ -121,7 +121,7 @@ fn forget(
     b: &mut Batch,
     before_ns: i64,
     keep_max: usize,
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     outcomes.load(store)?;
     let mut all: Vec<(i64, u64, u64)> = outcomes
         .by_client

@@ -7,20 +7,20 @@ pub use myriad_proto::access::{
 };
 
 const GROUP_EXEC: u32 = 0o010;
-use myriad_proto::{Caller, FileKind, FsError, Inode};
+use myriad_proto::{Caller, FileKind, Inode, WireError};
 
-pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), FsError> {
+pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), WireError> {
     if allowed(inode, caller, want) {
         Ok(())
     } else {
-        Err(FsError::PermissionDenied)
+        Err(WireError::PermissionDenied)
     }
 }
 
 /// Giving `source` another name (Linux `fs.protected_hardlinks`, on by default): its owner
 /// or root may; anyone else only for a regular file without set-user-id (or executable
 /// set-group-id) that they may both read and write.
-pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), FsError> {
+pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), WireError> {
     if caller.uid == 0 || caller.uid == source.uid {
         return Ok(());
     }
@@ -29,13 +29,13 @@ pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), FsError> {
     if source.kind == FileKind::File && !setid && allowed(source, caller, READ | WRITE) {
         Ok(())
     } else {
-        Err(FsError::NotPermitted)
+        Err(WireError::NotPermitted)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use myriad_proto::FileKind;
+    use myriad_proto::{FileKind, FsError};
 
     use super::*;
     use myriad_proto::InodeId;

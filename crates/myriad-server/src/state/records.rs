@@ -2,7 +2,9 @@
 //! checks every mutation makes (names free, directories writable, shards owned), new inodes,
 //! attribute changes, dropping a file's data.
 
-use myriad_proto::{FileKind, FsError, Inode, PartitionId, RenameFlags, Xattr, XattrMode, limits};
+use myriad_proto::{
+    FileKind, Inode, PartitionId, RenameFlags, WireError, Xattr, XattrMode, limits,
+};
 use myriad_storage::{Batch, DirRecord, EntryRecord, Store};
 
 use crate::state::intent::Intent;
@@ -58,7 +60,7 @@ pub(crate) fn adjust_subdirs(
     b: &mut Batch,
     dir: &str,
     delta: i64,
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     if delta == 0 {
         return Ok(());
     }
@@ -81,14 +83,14 @@ pub(crate) fn apply_change(
     inode: &mut Inode,
     change: InodeChange,
     now: i64,
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     match change {
         InodeChange::Attr(set) => apply_setattr(inode, &set, now),
         InodeChange::Xattr { name, value, mode } => {
             let at = inode.xattrs.iter().position(|x| x.name == name);
             match (at, mode, value) {
-                (Some(_), XattrMode::Create, Some(_)) => return Err(FsError::AlreadyExists),
-                (None, XattrMode::Replace, _) | (None, _, None) => return Err(FsError::NoData),
+                (Some(_), XattrMode::Create, Some(_)) => return Err(WireError::AlreadyExists),
+                (None, XattrMode::Replace, _) | (None, _, None) => return Err(WireError::NoData),
                 (Some(i), _, None) => {
                     inode.xattrs.remove(i);
                 }
@@ -101,7 +103,7 @@ pub(crate) fn apply_change(
                 .map(|x| x.name.len() + x.value.len())
                 .sum();
             if total > limits::XATTR_TOTAL_BYTES_MAX {
-                return Err(FsError::NoSpace);
+                return Err(WireError::NoSpace);
             }
             inode.ctime_ns = now;
         }
@@ -123,16 +125,16 @@ pub(crate) fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, i
 
 /// The directory object `dir` exists here, holds the shard for `name`, and accepts writes
 /// there (no directory rename is moving it, no split is moving that name).
-pub(crate) fn require_dir(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
+pub(crate) fn require_dir(store: &Store, dir: &str, name: &str) -> Result<(), WireError> {
     match store.dir(dir).map_err(storage_err)? {
-        None => Err(FsError::NotFound),
+        None => Err(WireError::NotFound),
         Some(rec) => writable_shard(dir, &rec, name),
     }
 }
 
 /// Like `require_dir`, for mutations of existing entries (a missing directory object is
 /// reported by the entry lookup that follows).
-pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
+pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(), WireError> {
     match store.dir(dir).map_err(storage_err)? {
         None => Ok(()),
         Some(rec) => writable_shard(dir, &rec, name),
@@ -140,35 +142,35 @@ pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(
 }
 
 /// This node's record of directory object `path`: `NotFound` if it holds none.
-pub(crate) fn dir_here(store: &Store, path: &str) -> Result<DirRecord, FsError> {
+pub(crate) fn dir_here(store: &Store, path: &str) -> Result<DirRecord, WireError> {
     store
         .dir(path)
         .map_err(storage_err)?
-        .ok_or(FsError::NotFound)
+        .ok_or(WireError::NotFound)
 }
 
-pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), FsError> {
+pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), WireError> {
     // Before `Busy`: a frozen tree stays read-only however long a client would retry.
     if rec.read_only.is_some() {
-        return Err(FsError::ReadOnly);
+        return Err(WireError::ReadOnly);
     }
     not_auto_indexed(dir, rec)?;
     if rec.frozen.is_some() || rec.hidden.is_some() {
-        return Err(FsError::Busy);
+        return Err(WireError::Busy);
     }
     let hash = myriad_proto::name_hash(name);
     match rec.shard_for(hash) {
         None => Err(wrong_shard(dir, rec)),
-        Some(s) if s.blocks_write(hash) => Err(FsError::Busy),
+        Some(s) if s.blocks_write(hash) => Err(WireError::Busy),
         Some(_) => Ok(()),
     }
 }
 
 /// `AutoIndexed` if `dir` is in the tree of an automatic index: the applier unregisters
 /// it before any change there applies (docs/metadata-index.md "Automatic indexes").
-pub(crate) fn not_auto_indexed(dir: &str, rec: &DirRecord) -> Result<(), FsError> {
+pub(crate) fn not_auto_indexed(dir: &str, rec: &DirRecord) -> Result<(), WireError> {
     match rec.auto_index {
-        Some(mark) => Err(FsError::AutoIndexed {
+        Some(mark) => Err(WireError::AutoIndexed {
             dir: dir.to_string(),
             mark,
         }),
@@ -177,21 +179,21 @@ pub(crate) fn not_auto_indexed(dir: &str, rec: &DirRecord) -> Result<(), FsError
 }
 
 /// The answer for a name of `dir` this node holds no shard for.
-pub fn wrong_shard(dir: &str, rec: &DirRecord) -> FsError {
-    FsError::WrongShard {
+pub fn wrong_shard(dir: &str, rec: &DirRecord) -> WireError {
+    WireError::WrongShard {
         dir: dir.to_string(),
         map: rec.map.clone().map(Box::new),
     }
 }
 
 /// The visible inode of `dir/name`; `Busy` while a multi-node operation holds it.
-pub(crate) fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsError> {
+pub(crate) fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, WireError> {
     match store.entry(dir, name).map_err(storage_err)? {
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(FsError::Busy),
+        }) => Err(WireError::Busy),
         Some(EntryRecord { inode: Some(i), .. }) => Ok(i),
-        _ => Err(FsError::NotFound),
+        _ => Err(WireError::NotFound),
     }
 }
 
@@ -200,14 +202,14 @@ pub(crate) fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, FsE
 /// in progress) is `Busy`, not `AlreadyExists`: that operation may yet leave the name free.
 /// (Found by the simulation, seed 3001: a mkdir that failed and was being undone made the
 /// client's retry answer "exists" for a directory that never came to be.)
-pub(crate) fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), FsError> {
+pub(crate) fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), WireError> {
     require_dir(store, dir, name)?;
     match store.entry(dir, name).map_err(storage_err)? {
         None => Ok(()),
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(FsError::Busy),
-        Some(_) => Err(FsError::AlreadyExists),
+        }) => Err(WireError::Busy),
+        Some(_) => Err(WireError::AlreadyExists),
     }
 }
 
@@ -216,16 +218,16 @@ pub(crate) fn visible_file(
     dir: &str,
     name: &str,
     ino: InodeId,
-) -> Result<Inode, FsError> {
+) -> Result<Inode, WireError> {
     require_writable(store, dir, name)?;
     let inode = visible(store, dir, name)?;
     if inode.ino != ino {
-        return Err(FsError::Stale);
+        return Err(WireError::Stale);
     }
     match inode.kind {
         FileKind::File => Ok(inode),
-        FileKind::Directory => Err(FsError::IsADirectory),
-        _ => Err(FsError::InvalidArgument("not a regular file".into())),
+        FileKind::Directory => Err(WireError::IsADirectory),
+        _ => Err(WireError::InvalidArgument("not a regular file".into())),
     }
 }
 
@@ -237,27 +239,27 @@ pub(crate) fn check_rename_target(
     incoming: &Inode,
     flags: RenameFlags,
     replaces: Option<InodeId>,
-) -> Result<Option<Inode>, FsError> {
+) -> Result<Option<Inode>, WireError> {
     match store.entry(dir, name).map_err(storage_err)? {
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(FsError::Busy),
+        }) => Err(WireError::Busy),
         Some(EntryRecord {
             inode: Some(old), ..
         }) => {
             if flags.no_replace && old.ino != incoming.ino {
-                return Err(FsError::AlreadyExists);
+                return Err(WireError::AlreadyExists);
             }
             match (
                 incoming.kind == FileKind::Directory,
                 old.kind == FileKind::Directory,
             ) {
-                (false, true) => Err(FsError::IsADirectory),
-                (true, false) => Err(FsError::NotADirectory),
+                (false, true) => Err(WireError::IsADirectory),
+                (true, false) => Err(WireError::NotADirectory),
                 // A directory replaces only the (empty) directory its coordinator found
                 // there and whose object it took over; another one came meanwhile.
                 (true, true) if old.ino != incoming.ino && replaces != Some(old.ino) => {
-                    Err(FsError::Busy)
+                    Err(WireError::Busy)
                 }
                 _ => Ok(Some(old)),
             }
@@ -273,22 +275,22 @@ pub(crate) fn check_exchange_target(
     dir: &str,
     name: &str,
     incoming: &Inode,
-) -> Result<Inode, FsError> {
+) -> Result<Inode, WireError> {
     match store.entry(dir, name).map_err(storage_err)? {
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(FsError::Busy),
+        }) => Err(WireError::Busy),
         Some(EntryRecord {
             inode: Some(other), ..
         }) => {
             if other.kind == FileKind::Directory || incoming.kind == FileKind::Directory {
-                return Err(FsError::InvalidArgument(
+                return Err(WireError::InvalidArgument(
                     "exchanging directories (RENAME_EXCHANGE) is not supported".into(),
                 ));
             }
             Ok(other)
         }
-        _ => Err(FsError::NotFound),
+        _ => Err(WireError::NotFound),
     }
 }
 
@@ -303,7 +305,7 @@ pub(crate) fn drop_file_data(
     b: &mut Batch,
     inode: &Inode,
     now: i64,
-) -> Result<Option<u64>, FsError> {
+) -> Result<Option<u64>, WireError> {
     if inode.kind != FileKind::File {
         return Ok(None);
     }
@@ -326,7 +328,7 @@ pub(crate) fn drop_orphan(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
     ino: InodeId,
-) -> Result<Option<u64>, FsError> {
+) -> Result<Option<u64>, WireError> {
     let name = inode_name(ino);
     let Some(inode) = ctx
         .store

@@ -1,7 +1,7 @@
 //! Renames: on one partition, across two (source and target sides), and of whole directories (freeze, export/import, finish).
 
 use myriad_placement::split_parent;
-use myriad_proto::{DirAction, FileKind, FsError, Inode, Shard};
+use myriad_proto::{DirAction, FileKind, Inode, Shard, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, DirMove, Intent};
@@ -15,7 +15,7 @@ use crate::state::records::{
 };
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, FsError> {
+pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
     let out = match m {
         Mutation::RenameLocal {
             from,
@@ -30,7 +30,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             if inode.kind == FileKind::Directory {
                 // Directories move their whole subtree: the node routes them through
                 // `dir_rename`; getting here means the entry changed kind under us.
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
             require_dir(ctx.store, tdir, tname)?;
             if flags.exchange {
@@ -111,15 +111,15 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             let mut rec = dir_here(ctx.store, &path)?;
             match rec.frozen {
                 Some(t) if t == txid => {}
-                Some(_) => return Err(FsError::Busy),
+                Some(_) => return Err(WireError::Busy),
                 // A frozen tree's directories do not move (nor any above them): its index
                 // and registry name it by path (docs/metadata-index.md).
-                None if rec.read_only.is_some() => return Err(FsError::ReadOnly),
+                None if rec.read_only.is_some() => return Err(WireError::ReadOnly),
                 // A moved tree's index would name paths that are gone.
                 None if rec.auto_index.is_some() => not_auto_indexed(&path, &rec)?,
                 None => {
                     if rec.is_moving() {
-                        return Err(FsError::Busy);
+                        return Err(WireError::Busy);
                     }
                     rec.frozen = Some(txid);
                     ctx.store.put_dir(b, &path, &rec);
@@ -143,7 +143,7 @@ fn source_decide(
     commit: bool,
     moves: Vec<DirMove>,
     incoming: Option<(Inode, Blocks)>,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let Some(Intent::RenameOut {
         from_dir,
         from_name,
@@ -205,7 +205,11 @@ fn source_decide(
 
 /// The target side: the entry staged pending under `txid` (a retried prepare answers the
 /// same; one aborted here already is refused).
-fn target_prepare(ctx: &mut Ctx<'_>, b: &mut Batch, p: RenamePrepare) -> Result<Outcome, FsError> {
+fn target_prepare(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    p: RenamePrepare,
+) -> Result<Outcome, WireError> {
     let RenamePrepare {
         txid,
         coordinator,
@@ -223,7 +227,7 @@ fn target_prepare(ctx: &mut Ctx<'_>, b: &mut Batch, p: RenamePrepare) -> Result<
         .and_then(|b| Intent::decode(&b))
     {
         Some(Intent::RenameAborted { .. }) => {
-            return Err(FsError::Stale); // Aborted here already: too late.
+            return Err(WireError::Stale); // Aborted here already: too late.
         }
         // Already prepared (a retried request): the same answer.
         Some(Intent::ExchangeIn { .. }) => {
@@ -232,7 +236,7 @@ fn target_prepare(ctx: &mut Ctx<'_>, b: &mut Batch, p: RenamePrepare) -> Result<
                 .entry(tdir, tname)
                 .map_err(storage_err)?
                 .and_then(|r| r.inode)
-                .ok_or_else(|| FsError::Io("exchange staged without its entry".into()))?;
+                .ok_or_else(|| WireError::Io("exchange staged without its entry".into()))?;
             let blocks = chunk0_of(ctx, &other)?;
             return Ok(Outcome::Exchanged(other, blocks));
         }
@@ -241,7 +245,7 @@ fn target_prepare(ctx: &mut Ctx<'_>, b: &mut Batch, p: RenamePrepare) -> Result<
     }
     require_dir(ctx.store, tdir, tname)?;
     if inode.kind == FileKind::File && leaving_here(ctx.store, inode.ino)? {
-        return Err(FsError::Busy);
+        return Err(WireError::Busy);
     }
     // An exchange swaps with the entry there (and hands it back); a rename
     // replaces it, if any.
@@ -295,7 +299,7 @@ fn target_resolve(
     txid: u64,
     commit: bool,
     now: i64,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     // An abort leaves a tombstone, even of a prepare that never arrived.
     let tombstone = |b: &mut Batch| {
         if !commit {
@@ -365,7 +369,7 @@ fn target_resolve(
 }
 
 /// A directory part moved here, hidden until revealed.
-fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome, FsError> {
+fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome, WireError> {
     let DirImport {
         path,
         txid,
@@ -380,7 +384,7 @@ fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome,
         found => {
             if let Some(old) = found {
                 let Some(expected) = replaces else {
-                    return Err(FsError::AlreadyExists);
+                    return Err(WireError::AlreadyExists);
                 };
                 take_over(ctx, &path, &old, expected)?;
                 let kept = Intent::DirReplaced {
@@ -396,7 +400,7 @@ fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome,
     };
     for e in entries {
         if rec.shard_for(myriad_proto::name_hash(&e.name)).is_none() {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "{}: not in a shard of {path} held here",
                 e.name
             )));
@@ -424,7 +428,7 @@ fn dir_finish(
     path: String,
     txid: u64,
     action: DirAction,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)? else {
         return Ok(Outcome::Unit);
     };
@@ -510,9 +514,9 @@ fn hidden_copy(
     ino: myriad_proto::InodeId,
     shards: Vec<Shard>,
     map: Option<myriad_proto::ShardMap>,
-) -> Result<DirRecord, FsError> {
+) -> Result<DirRecord, WireError> {
     if shards.iter().any(|s| !s.is_valid()) || map.as_ref().is_some_and(|m| !m.is_well_formed()) {
-        return Err(FsError::InvalidArgument("bad shards".into()));
+        return Err(WireError::InvalidArgument("bad shards".into()));
     }
     Ok(DirRecord {
         hidden: Some(txid),
@@ -535,23 +539,23 @@ fn take_over(
     path: &str,
     old: &DirRecord,
     expected: myriad_proto::InodeId,
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     // Another directory lives there now, or another rename is moving it or into it.
     if old.ino != expected || old.frozen.is_some() || old.hidden.is_some() {
-        return Err(FsError::Busy);
+        return Err(WireError::Busy);
     }
     if old.read_only.is_some() {
-        return Err(FsError::ReadOnly);
+        return Err(WireError::ReadOnly);
     }
     not_auto_indexed(path, old)?;
     // Its entries may live on other servers' shards; none can be checked from here.
     if !old.is_whole() {
-        return Err(FsError::NotSupported(
+        return Err(WireError::NotSupported(
             "renaming over a directory that was split into shards (remove it first)".into(),
         ));
     }
     if ctx.store.has_entries(path).map_err(storage_err)? {
-        return Err(FsError::NotEmpty);
+        return Err(WireError::NotEmpty);
     }
     Ok(())
 }
@@ -566,7 +570,7 @@ fn take_over(
 pub(crate) fn leaving_here(
     store: &myriad_storage::Store,
     ino: myriad_proto::InodeId,
-) -> Result<bool, FsError> {
+) -> Result<bool, WireError> {
     for (_, bytes) in store.intents().map_err(storage_err)? {
         if let Some(Intent::ExchangeIn { dir, name, .. }) = Intent::decode(&bytes)
             && let Some(rec) = store.entry(&dir, &name).map_err(storage_err)?
@@ -579,7 +583,7 @@ pub(crate) fn leaving_here(
     Ok(false)
 }
 
-fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, FsError> {
+fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, WireError> {
     if inode.kind != FileKind::File {
         return Ok(Vec::new());
     }

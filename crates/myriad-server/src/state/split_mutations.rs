@@ -1,6 +1,6 @@
 //! Mutations of the split protocol (docs/huge-dirs.md): each is one atomic batch on one node.
 
-use myriad_proto::{ExportedEntry, FileKind, FsError, Shard, ShardMap};
+use myriad_proto::{ExportedEntry, FileKind, Shard, ShardMap, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
@@ -8,26 +8,26 @@ use crate::state::ops::{Ctx, Outcome, ShardMutation, chunk0_blocks, storage_err}
 use crate::state::records::{dir_here, put_visible};
 use myriad_proto::InodeId;
 
-pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, FsError> {
+pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, WireError> {
     match m {
         ShardMutation::SplitBegin { dir, shard } => {
             let mut rec = dir_here(ctx.store, &dir)?;
             if rec.frozen.is_some() || rec.hidden.is_some() {
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
             let local = rec
                 .shards
                 .iter_mut()
                 .find(|s| s.shard == shard)
-                .ok_or(FsError::NotFound)?;
+                .ok_or(WireError::NotFound)?;
             if local.splitting.is_some() || local.hidden.is_some() {
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
             // An earlier split of this shard that is still being undone (its home's map
             // and its child's node not yet cleaned): its remaining steps name the shard, not
             // the split, and would undo this one (found by the simulation, seed 1031).
             if split_of_shard_pending(ctx, &dir, shard)? {
-                return Err(FsError::Busy);
+                return Err(WireError::Busy);
             }
             // The id only after every check: an id range opened in a batch that is then
             // thrown away would not have its high-water mark persisted.
@@ -79,7 +79,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
         ShardMutation::Create { dir, ino, shards } => {
             let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
                 Some(r) if r.ino == ino => r,
-                Some(_) => return Err(FsError::AlreadyExists),
+                Some(_) => return Err(WireError::AlreadyExists),
                 None => DirRecord {
                     shards: Vec::new(),
                     ..DirRecord::new(ino)
@@ -87,7 +87,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             };
             for s in shards {
                 if !s.is_valid() {
-                    return Err(FsError::InvalidArgument("bad shard".into()));
+                    return Err(WireError::InvalidArgument("bad shard".into()));
                 }
                 if !rec.shards.iter().any(|l| l.shard == s) {
                     rec.shards.push(LocalShard::new(s));
@@ -101,7 +101,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
 }
 
 /// The splitting shard's commit: its moved half handed over, the shard map split.
-fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, FsError> {
+fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, WireError> {
     let (dir, shard, ino) = match read_intent(ctx, txid)? {
         Some(Intent::SplitOut {
             dir,
@@ -117,7 +117,7 @@ fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, 
         // Undone (by recovery) or over: the split must not go on to reveal its
         // child, which would then overlap the shard that stayed whole here.
         _ => {
-            return Err(FsError::Io(format!(
+            return Err(WireError::Io(format!(
                 "split {txid} was abandoned; it cannot commit"
             )));
         }
@@ -128,7 +128,7 @@ fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, 
         .iter_mut()
         .find(|s| s.shard == shard && s.splitting == Some(txid))
     else {
-        return Err(FsError::Io(format!(
+        return Err(WireError::Io(format!(
             "split {txid}: shard {} of {dir} is not splitting",
             shard.label()
         )));
@@ -150,10 +150,10 @@ fn import(
     txid: u64,
     child: Shard,
     entries: Vec<ExportedEntry>,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
         Some(r) if r.ino == ino => r,
-        Some(_) => return Err(FsError::AlreadyExists),
+        Some(_) => return Err(WireError::AlreadyExists),
         None => DirRecord {
             shards: Vec::new(),
             ..DirRecord::new(ino)
@@ -166,7 +166,7 @@ fn import(
     {
         Some(s) if s.shard == child && s.hidden == Some(txid) => {}
         Some(_) => {
-            return Err(FsError::Io(format!(
+            return Err(WireError::Io(format!(
                 "split {txid}: {dir} already holds a shard overlapping {}",
                 child.label()
             )));
@@ -182,7 +182,7 @@ fn import(
     }
     for e in entries {
         if !child.contains(myriad_proto::name_hash(&e.name)) {
-            return Err(FsError::InvalidArgument(format!(
+            return Err(WireError::InvalidArgument(format!(
                 "{}: not in shard {}",
                 e.name,
                 child.label()
@@ -211,7 +211,7 @@ fn finish(
     txid: u64,
     child: Shard,
     reveal: bool,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)? else {
         return Ok(Outcome::Unit);
     };
@@ -254,23 +254,23 @@ fn map_change(
     ino: InodeId,
     shard: Shard,
     split: bool,
-) -> Result<Outcome, FsError> {
+) -> Result<Outcome, WireError> {
     let mut rec = ctx
         .store
         .dir(&dir)
         .map_err(storage_err)?
         .filter(|r| r.ino == ino)
-        .ok_or(FsError::NotFound)?;
+        .ok_or(WireError::NotFound)?;
     // A directory rename read this map when it froze the home: no new shard may
     // appear behind its back (undoing one is always allowed).
     if split && rec.frozen.is_some() {
-        return Err(FsError::Busy);
+        return Err(WireError::Busy);
     }
     let mut map = rec.map.take().unwrap_or_else(ShardMap::unsplit);
     let (lower, upper) = shard.halves();
     let has = |m: &ShardMap, s: &Shard| m.leaves.contains(s);
     if split && !(has(&map, &lower) && has(&map, &upper)) && !map.split(shard) {
-        return Err(FsError::Io(format!(
+        return Err(WireError::Io(format!(
             "{dir}: shard {} is not a leaf of the map",
             shard.label()
         )));
@@ -302,7 +302,7 @@ fn put_split_intent(
 }
 
 /// Whether a split of `dir`'s `shard` (or of a shard overlapping it) has an intent here.
-fn split_of_shard_pending(ctx: &Ctx<'_>, dir: &str, shard: Shard) -> Result<bool, FsError> {
+fn split_of_shard_pending(ctx: &Ctx<'_>, dir: &str, shard: Shard) -> Result<bool, WireError> {
     for (_, bytes) in ctx.store.intents().map_err(storage_err)? {
         if let Some(Intent::SplitOut {
             dir: d, shard: s, ..
@@ -316,7 +316,7 @@ fn split_of_shard_pending(ctx: &Ctx<'_>, dir: &str, shard: Shard) -> Result<bool
     Ok(false)
 }
 
-fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, FsError> {
+fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, WireError> {
     Ok(ctx
         .store
         .intent(txid)
@@ -326,7 +326,7 @@ fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, FsError> {
 
 /// Deletes every entry of `dir` in `range` and the chunk-0 blocks of its regular files (a
 /// hard-link name has no blocks here: they live with its inode object).
-fn drop_range(ctx: &Ctx<'_>, b: &mut Batch, dir: &str, range: Shard) -> Result<(), FsError> {
+fn drop_range(ctx: &Ctx<'_>, b: &mut Batch, dir: &str, range: Shard) -> Result<(), WireError> {
     let c0 = chunk0_blocks(ctx.layout);
     for (_, name, e) in ctx
         .store

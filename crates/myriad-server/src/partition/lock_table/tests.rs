@@ -107,11 +107,11 @@ fn during_the_grace_only_reclaims_and_unlocks_are_served() {
     let t = LockTable::new(9, true, now);
     assert!(matches!(
         t.set(&set(2, LockKind::Write, false), now),
-        Err(FsError::Busy)
+        Err(WireError::Busy)
     ));
     assert!(matches!(
         t.test(INO, owner(2), 0, 0, LockKind::Read, now),
-        Err(FsError::Busy)
+        Err(WireError::Busy)
     ));
     assert!(done(
         &t.set(&set(1, LockKind::Write, true), now)
@@ -171,5 +171,5 @@ fn an_inverted_range_is_refused() {
     let mut s = set(1, LockKind::Write, false);
     s.start = 10;
     s.end = 5;
-    assert!(matches!(t.set(&s, now), Err(FsError::InvalidArgument(_))));
+    assert!(matches!(t.set(&s, now), Err(WireError::InvalidArgument(_))));
 }

@@ -59,7 +59,7 @@ async fn each_item_gets_its_own_answer_in_order() {
         if pid == PartitionId(3) {
             Ok(copy.clone())
         } else {
-            Err(FsError::NotFound)
+            Err(WireError::NotFound)
         }
     })
     .await;
@@ -69,10 +69,10 @@ async fn each_item_gets_its_own_answer_in_order() {
     assert_eq!(answers.len(), 5);
     assert_eq!(answers[0], Ok(Response::Unit));
     assert_eq!(answers[1], Ok(Response::Unit));
-    assert_eq!(answers[2], Err(FsError::NotFound));
+    assert_eq!(answers[2], Err(WireError::NotFound));
     assert_eq!(answers[3], Ok(Response::ReplicaGap { next: Some(3) }));
     assert!(
-        matches!(answers[4], Err(FsError::Protocol(_))),
+        matches!(answers[4], Err(WireError::Protocol(_))),
         "{:?}",
         answers[4]
     );

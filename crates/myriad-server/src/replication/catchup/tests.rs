@@ -34,12 +34,12 @@ impl Peers for Copies {
         _epoch: u64,
         _ends: myriad_proto::Endpoints,
         req: &'a Request,
-    ) -> futures::future::BoxFuture<'a, Result<Response, FsError>> {
+    ) -> futures::future::BoxFuture<'a, Result<Response, WireError>> {
         Box::pin(async move {
             let (b, syncer) = self
                 .backups
                 .get(&to)
-                .ok_or_else(|| FsError::Unavailable(format!("{to}: down")))?;
+                .ok_or_else(|| WireError::Unavailable(format!("{to}: down")))?;
             b.handle(syncer, req.clone()).await
         })
     }
@@ -94,7 +94,7 @@ async fn catch_up(mine: (u64, u64), two: (u64, u64), three: (u64, u64)) -> Store
 async fn catch_up_into(
     store: &Store,
     copies: &[(NodeId, &str, (u64, u64))],
-) -> Result<(), FsError> {
+) -> Result<(), WireError> {
     let runner = Runner::Tasks {
         fsync: Duration::ZERO,
     };

@@ -191,12 +191,12 @@ async fn anti_entropy_compares_only_one_batch_of_one_history() {
     );
     assert_eq!(
         b.handle(&syncer, sums(2, 2002)).await.err(),
-        Some(FsError::Busy),
+        Some(WireError::Busy),
         "another history's batch 2"
     );
     assert_eq!(
         b.handle(&syncer, sums(1, 1001)).await.err(),
-        Some(FsError::Busy)
+        Some(WireError::Busy)
     );
     let bucket = Request::Replica(ReplicaRequest::ReplicaBucket {
         at: 2,
@@ -204,5 +204,5 @@ async fn anti_entropy_compares_only_one_batch_of_one_history() {
         space: Space::Entries.code(),
         bucket: 0,
     });
-    assert_eq!(b.handle(&syncer, bucket).await.err(), Some(FsError::Busy));
+    assert_eq!(b.handle(&syncer, bucket).await.err(), Some(WireError::Busy));
 }

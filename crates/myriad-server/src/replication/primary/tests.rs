@@ -46,12 +46,12 @@ impl Peers for InMemory {
         _epoch: u64,
         _ends: myriad_proto::Endpoints,
         req: &'a Request,
-    ) -> futures::future::BoxFuture<'a, Result<Response, FsError>> {
+    ) -> futures::future::BoxFuture<'a, Result<Response, WireError>> {
         Box::pin(async move {
             if matches!(req, Request::Replica(ReplicaRequest::ReplicaSeq)) {
                 self.seq_asked.fetch_add(1, Ordering::SeqCst);
                 if self.opening.load(Ordering::SeqCst) {
-                    return Err(FsError::Busy);
+                    return Err(WireError::Busy);
                 }
             }
             if self.stalled.load(Ordering::SeqCst)

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use myriad_proto::{FileKind, FsError, RenameFlags};
+use myriad_proto::{FileKind, RenameFlags, WireError};
 use myriad_storage::{MemKv, Store};
 
 use myriad_proto::{Inode, ROOT_INO};
@@ -36,7 +36,7 @@ impl T {
         t
     }
 
-    fn run(&mut self, m: Mutation) -> Result<Outcome, FsError> {
+    fn run(&mut self, m: Mutation) -> Result<Outcome, WireError> {
         let mut ctx = Ctx {
             store: &self.store,
             ids: &mut self.ids,
@@ -51,7 +51,7 @@ impl T {
         Ok(out)
     }
 
-    fn create(&mut self, dir: &str, name: &str, data: &[u8]) -> Result<Inode, FsError> {
+    fn create(&mut self, dir: &str, name: &str, data: &[u8]) -> Result<Inode, WireError> {
         match self.run(Mutation::CreateFile {
             dir: dir.into(),
             name: name.into(),
@@ -82,8 +82,8 @@ fn create_is_exclusive_and_stores_inline_data() {
             .unwrap_or_default(),
         b"hello"
     );
-    assert_eq!(t.create("/", "a", b""), Err(FsError::AlreadyExists));
-    assert_eq!(t.create("/nodir", "a", b""), Err(FsError::NotFound));
+    assert_eq!(t.create("/", "a", b""), Err(WireError::AlreadyExists));
+    assert_eq!(t.create("/nodir", "a", b""), Err(WireError::NotFound));
 }
 
 #[test]
@@ -116,7 +116,7 @@ fn mkdir_entry_stays_pending_until_resolved() {
     assert!(t.store.intent(txid).ok().flatten().is_some());
     assert_eq!(
         t.create("/", "d", b""),
-        Err(FsError::Busy),
+        Err(WireError::Busy),
         "a pending name is taken"
     );
     t.run(Mutation::ResolveEntry {
@@ -159,13 +159,13 @@ fn dir_object_remove_refuses_non_empty() {
             ino: InodeId(77)
         })
         .err(),
-        Some(FsError::NotEmpty)
+        Some(WireError::NotEmpty)
     );
     // Idempotent create with the same ino; conflict with another.
     assert!(t.run(dir_object("/d", 77)).is_ok());
     assert_eq!(
         t.run(dir_object("/d", 78)).err(),
-        Some(FsError::AlreadyExists)
+        Some(WireError::AlreadyExists)
     );
 }
 
@@ -237,7 +237,7 @@ fn local_rename_replaces_files_but_not_directories() {
             now: 3
         })
         .err(),
-        Some(FsError::AlreadyExists)
+        Some(WireError::AlreadyExists)
     );
 }
 
@@ -280,7 +280,7 @@ fn an_exchange_swaps_two_names_and_refuses_a_missing_one() {
         "the data stays with its inode"
     );
     // Both names must exist.
-    assert_eq!(t.run(swap("/a", "/zz")).err(), Some(FsError::NotFound));
+    assert_eq!(t.run(swap("/a", "/zz")).err(), Some(WireError::NotFound));
 }
 
 #[test]
@@ -329,7 +329,7 @@ fn writes_extend_size_and_truncate_drops_bytes() {
             now: 5
         })
         .err(),
-        Some(FsError::Stale)
+        Some(WireError::Stale)
     );
 }
 
@@ -342,14 +342,14 @@ fn chunk_operations_on_absurd_chunk_indexes_are_errors() {
         chunk: huge,
         keep_bytes: u64::MAX,
     };
-    assert_eq!(t.run(trim).err(), Some(FsError::TooLarge));
+    assert_eq!(t.run(trim).err(), Some(WireError::TooLarge));
     let write = Mutation::WriteChunk {
         ino: InodeId(1),
         chunk: huge,
         offset: 0,
         data: vec![1],
     };
-    assert_eq!(t.run(write).err(), Some(FsError::TooLarge));
+    assert_eq!(t.run(write).err(), Some(WireError::TooLarge));
 }
 
 /// The first step of `mkdir /<name>` (mode 755, by root).
@@ -666,7 +666,7 @@ fn trimming_from_an_offset_drops_only_chunks_past_the_first() {
             now: 1,
         })
         .err(),
-        Some(FsError::TooLarge)
+        Some(WireError::TooLarge)
     );
 }
 
@@ -728,7 +728,7 @@ fn a_shard_does_not_split_again_while_an_earlier_split_is_being_undone() {
     };
     t.run(Mutation::Shard(ShardMutation::SplitAbort { txid }))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(t.run(begin()), Err(FsError::Busy)));
+    assert!(matches!(t.run(begin()), Err(WireError::Busy)));
     // Nor its lower half.
     let lower = Mutation::Shard(ShardMutation::SplitBegin {
         dir: "/".into(),
@@ -750,7 +750,7 @@ fn a_name_held_by_an_undecided_mkdir_is_busy_not_taken() {
     let Ok(Outcome::Begun { txid, .. }) = t.run(mkdir()) else {
         panic!("mkdir begin failed")
     };
-    assert!(matches!(t.run(mkdir()), Err(FsError::Busy)));
+    assert!(matches!(t.run(mkdir()), Err(WireError::Busy)));
     let symlink = Mutation::Symlink {
         dir: "/".into(),
         name: "d".into(),
@@ -759,7 +759,7 @@ fn a_name_held_by_an_undecided_mkdir_is_busy_not_taken() {
         gid: 0,
         now: 1,
     };
-    assert!(matches!(t.run(symlink), Err(FsError::Busy)));
+    assert!(matches!(t.run(symlink), Err(WireError::Busy)));
     t.run(Mutation::ResolveEntry {
         dir: "/".into(),
         name: "d".into(),
@@ -799,7 +799,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         now: 5,
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(t.run(prepare(9)), Err(FsError::Stale)));
+    assert!(matches!(t.run(prepare(9)), Err(WireError::Stale)));
     assert!(t.store.entry("/", "dst").ok().flatten().is_none());
     // Prepared, then aborted: the same.
     t.run(prepare(10)).unwrap_or_else(|e| panic!("{e}"));
@@ -810,7 +810,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(t.store.entry("/", "dst").ok().flatten().is_none());
-    assert!(matches!(t.run(prepare(10)), Err(FsError::Stale)));
+    assert!(matches!(t.run(prepare(10)), Err(WireError::Stale)));
     assert!(t.store.entry("/", "dst").ok().flatten().is_none());
     // A committed rename leaves none: the name is the renamed file's now.
     t.run(prepare(11)).unwrap_or_else(|e| panic!("{e}"));
@@ -832,7 +832,7 @@ impl T {
         }
     }
 
-    fn create_as(&mut self, client: u64, name: &str, ino: u64) -> Result<Inode, FsError> {
+    fn create_as(&mut self, client: u64, name: &str, ino: u64) -> Result<Inode, WireError> {
         match self.run(Mutation::CreateFile {
             dir: "/".into(),
             name: name.into(),
@@ -891,7 +891,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
             replaces: None,
         })
     };
-    assert!(matches!(t.run(back(21)), Err(FsError::Busy)));
+    assert!(matches!(t.run(back(21)), Err(WireError::Busy)));
     // Resolved: it comes back, and keeps the blocks it came with.
     t.run(Mutation::RenameTargetResolve {
         txid: 20,
@@ -924,21 +924,21 @@ fn reserved_inode_numbers_are_used_once_by_their_client_only() {
     assert_eq!(i.ino, InodeId(a + 1));
     assert!(matches!(
         t.create_as(2, "f2", a + 2),
-        Err(FsError::InvalidArgument(_))
+        Err(WireError::InvalidArgument(_))
     ));
     assert!(matches!(
         t.create_as(1, "f2", a + 1),
-        Err(FsError::InvalidArgument(_))
+        Err(WireError::InvalidArgument(_))
     ));
     assert!(matches!(
         t.create_as(1, "f2", a + 4),
-        Err(FsError::InvalidArgument(_))
+        Err(WireError::InvalidArgument(_))
     ));
     t.create_as(1, "f0", a).unwrap_or_else(|e| panic!("{e}"));
     // A name taken uses no number.
     assert!(matches!(
         t.create_as(1, "f1", a + 2),
-        Err(FsError::AlreadyExists)
+        Err(WireError::AlreadyExists)
     ));
     t.create_as(1, "f2", a + 2)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -952,12 +952,12 @@ fn reserved_inode_numbers_are_used_once_by_their_client_only() {
     t.ids = IdAlloc::load(&t.store, myriad_proto::PartitionId(1)).unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(
         t.create_as(1, "g3", b + 1),
-        Err(FsError::InvalidArgument(_))
+        Err(WireError::InvalidArgument(_))
     ));
     assert!(
         matches!(
             t.create_as(1, "g3", a + 3),
-            Err(FsError::InvalidArgument(_))
+            Err(WireError::InvalidArgument(_))
         ),
         "the older range was replaced, its unused numbers with it"
     );
@@ -1012,17 +1012,17 @@ fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
     };
     assert_eq!(
         t.run(import("/d", 9, None)).err(),
-        Some(FsError::AlreadyExists),
+        Some(WireError::AlreadyExists),
         "an existing directory is never taken unasked"
     );
     assert_eq!(
         t.run(import("/d", 9, Some(76))).err(),
-        Some(FsError::Busy),
+        Some(WireError::Busy),
         "another directory than the coordinator found"
     );
     assert_eq!(
         t.run(import("/full", 9, Some(78))).err(),
-        Some(FsError::NotEmpty)
+        Some(WireError::NotEmpty)
     );
     assert_eq!(
         dir_record(&t, "/full").hidden,
@@ -1036,7 +1036,7 @@ fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
     assert_eq!((rec.ino, rec.hidden), (InodeId(88), Some(9)));
     assert_eq!(
         t.run(import("/d", 10, Some(77))).err(),
-        Some(FsError::Busy),
+        Some(WireError::Busy),
         "one rename at a time takes a place"
     );
     assert_eq!(
@@ -1045,7 +1045,7 @@ fn a_moved_directory_takes_over_only_the_empty_directory_it_was_sent_for() {
             ino: InodeId(77)
         })
         .err(),
-        Some(FsError::Busy),
+        Some(WireError::Busy),
         "an rmdir of the replaced directory waits for the rename"
     );
     // Aborted: the empty directory is back, the copy's entries are gone.
@@ -1089,7 +1089,7 @@ fn a_mkdir_over_a_moved_directory_s_lingering_object_is_busy_not_taken() {
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let create = |ino| dir_object("/d", ino);
-    assert_eq!(t.run(create(88)).err(), Some(FsError::Busy));
+    assert_eq!(t.run(create(88)).err(), Some(WireError::Busy));
     t.run(Mutation::DirFinish {
         path: "/d".into(),
         txid: 9,
@@ -1102,7 +1102,7 @@ fn a_mkdir_over_a_moved_directory_s_lingering_object_is_busy_not_taken() {
     assert_eq!(dir_record(&t, "/d").ino, InodeId(88));
     assert_eq!(
         t.run(create(99)).err(),
-        Some(FsError::AlreadyExists),
+        Some(WireError::AlreadyExists),
         "a live directory's object is taken"
     );
 }
@@ -1128,7 +1128,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         t.store.commit(b).unwrap_or_else(|e| panic!("{e}"));
     };
     mark(&t, None);
-    assert_eq!(t.create("/t", "g", b"").err(), Some(FsError::ReadOnly));
+    assert_eq!(t.create("/t", "g", b"").err(), Some(WireError::ReadOnly));
     assert_eq!(
         t.run(Mutation::Unlink {
             dir: "/t".into(),
@@ -1136,7 +1136,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
             now: 20,
         })
         .err(),
-        Some(FsError::ReadOnly)
+        Some(WireError::ReadOnly)
     );
     let mkdir = Mutation::MkdirBegin {
         depth: 1,
@@ -1148,7 +1148,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         now: 1,
         once: None,
     };
-    assert_eq!(t.run(mkdir).err(), Some(FsError::ReadOnly));
+    assert_eq!(t.run(mkdir).err(), Some(WireError::ReadOnly));
     // Nor does it move (a rename of it or above it), get removed, or get taken over by a
     // moved directory (were it empty).
     assert_eq!(
@@ -1157,7 +1157,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
             txid: 5,
         })
         .err(),
-        Some(FsError::ReadOnly)
+        Some(WireError::ReadOnly)
     );
     t.run(dir_object("/e", 71))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -1177,7 +1177,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
             ino: InodeId(71),
         })
         .err(),
-        Some(FsError::ReadOnly)
+        Some(WireError::ReadOnly)
     );
     let take_over = Mutation::DirImport(DirImport {
         path: "/e".into(),
@@ -1188,12 +1188,15 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         entries: Vec::new(),
         replaces: Some(InodeId(71)),
     });
-    assert_eq!(t.run(take_over).err(), Some(FsError::ReadOnly));
+    assert_eq!(t.run(take_over).err(), Some(WireError::ReadOnly));
     assert_eq!(dir_record(&t, "/e"), mark_e, "refusals change nothing");
     // A rename's freeze on top (a client would retry `Busy`): still read-only.
     mark(&t, Some(5));
-    assert_eq!(t.create("/t", "g", b"").err(), Some(FsError::ReadOnly));
-    assert_eq!(FsError::ReadOnly.errno(), libc::EROFS);
+    assert_eq!(t.create("/t", "g", b"").err(), Some(WireError::ReadOnly));
+    assert_eq!(
+        myriad_proto::FsError::from(WireError::ReadOnly).errno(),
+        libc::EROFS
+    );
     // Unmarked, the directory takes changes again, and nothing was lost meanwhile.
     let mut b = myriad_storage::Batch::new();
     let rec = DirRecord {
@@ -1226,7 +1229,7 @@ fn a_mark_is_set_and_taken_only_on_a_settled_part() {
     t.run(mark(Some(3)))
         .unwrap_or_else(|e| panic!("again: {e}"));
     assert_eq!(dir_record(&t, "/m").read_only.map(|m| m.version), Some(3));
-    assert_eq!(t.create("/m", "f", b"").err(), Some(FsError::ReadOnly));
+    assert_eq!(t.create("/m", "f", b"").err(), Some(WireError::ReadOnly));
     t.run(mark(None)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(dir_record(&t, "/m").read_only, None);
     t.create("/m", "f", b"").unwrap_or_else(|e| panic!("{e}"));
@@ -1235,7 +1238,7 @@ fn a_mark_is_set_and_taken_only_on_a_settled_part() {
         txid: 4,
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(t.run(mark(Some(3))).err(), Some(FsError::Busy));
+    assert_eq!(t.run(mark(Some(3))).err(), Some(WireError::Busy));
     assert_eq!(dir_record(&t, "/m").read_only, None);
     assert_eq!(
         t.run(Mutation::MarkReadOnly {
@@ -1244,7 +1247,7 @@ fn a_mark_is_set_and_taken_only_on_a_settled_part() {
             auto: false,
         })
         .err(),
-        Some(FsError::NotFound)
+        Some(WireError::NotFound)
     );
 }
 
@@ -1268,7 +1271,7 @@ fn an_automatic_index_mark_stops_each_change_until_cleared() {
         auto: true,
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    let met = Some(FsError::AutoIndexed {
+    let met = Some(WireError::AutoIndexed {
         dir: "/a".into(),
         mark: v(1),
     });
