@@ -169,7 +169,8 @@ pub enum FsError {
 impl From<WireError> for FsError {
     /// What a caller sees of a server's answer. The routing signals are the client
     /// library's to follow; one left over (the routing did not settle within the library's
-    /// tries) becomes `Unavailable`, and an automatic index being unregistered `Busy`.
+    /// tries) becomes `Unavailable`; a copy's `AskPrimary` and an automatic index being
+    /// unregistered become `Busy`.
     fn from(e: WireError) -> FsError {
         match e {
             WireError::NotFound => FsError::NotFound,
@@ -181,7 +182,11 @@ impl From<WireError> for FsError {
             WireError::NameTooLong => FsError::NameTooLong,
             WireError::PermissionDenied => FsError::PermissionDenied,
             WireError::Stale => FsError::Stale,
-            WireError::Busy | WireError::AutoIndexed { .. } => FsError::Busy,
+            // Each retried as `Busy` is until the request's deadline (`AskPrimary`: a copy
+            // asked as if it were the primary), and what is left is what `Busy` leaves.
+            WireError::Busy | WireError::AutoIndexed { .. } | WireError::AskPrimary => {
+                FsError::Busy
+            }
             WireError::NoSpace => FsError::NoSpace,
             WireError::TooLarge => FsError::TooLarge,
             WireError::Io(m) => FsError::Io(m),
@@ -195,8 +200,7 @@ impl From<WireError> for FsError {
             WireError::NoSuchOffset => FsError::NoSuchOffset,
             WireError::ReadOnly => FsError::ReadOnly,
             WireError::TooManyLinks => FsError::TooManyLinks,
-            e @ (WireError::AskPrimary
-            | WireError::Redirect(_)
+            e @ (WireError::Redirect(_)
             | WireError::MapTooOld(_)
             | WireError::WrongShard { .. }) => {
                 FsError::Unavailable(format!("the cluster's routing did not settle: {e}"))
@@ -424,13 +428,12 @@ mod tests {
     fn a_caller_sees_every_answer_but_a_routing_signal_as_the_server_said_it() {
         for e in every() {
             let seen = FsError::from(e.clone());
-            let routing = e.is_routing() || e == WireError::AskPrimary;
-            if routing {
+            if e.is_routing() {
                 assert!(
                     matches!(seen, FsError::Unavailable(_)),
                     "{e:?} seen as {seen:?}"
                 );
-            } else if matches!(e, WireError::AutoIndexed { .. }) {
+            } else if matches!(e, WireError::AutoIndexed { .. } | WireError::AskPrimary) {
                 assert_eq!(seen, FsError::Busy);
             } else {
                 // The same variant, message and all: sent back, it is the same answer.

@@ -346,7 +346,9 @@ impl Applier {
         &self,
         mutation: Mutation,
     ) -> Result<K, WireError> {
-        crate::state::outcome_kinds::expect(self.run(mutation).await?)
+        Ok(crate::state::outcome_kinds::expect(
+            self.run(mutation).await?,
+        )?)
     }
 
     /// `run_in`, its outcome read as the kind `K` the mutation has.
@@ -355,7 +357,9 @@ impl Applier {
         ctx: &Context,
         mutation: Mutation,
     ) -> Result<K, WireError> {
-        crate::state::outcome_kinds::expect(self.run_in(ctx, mutation).await?)
+        Ok(crate::state::outcome_kinds::expect(
+            self.run_in(ctx, mutation).await?,
+        )?)
     }
 
     /// Applies `mutation` for what `ctx` says and returns once it is visible; the group

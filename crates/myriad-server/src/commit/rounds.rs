@@ -202,7 +202,7 @@ impl ApplyLoop {
         let (mut batch, outcome) = match execute(&mut ctx, job.mutation) {
             Ok(r) => r,
             Err(e) => {
-                let _ = job.reply.send(Err(e));
+                let _ = job.reply.send(Err(e.into()));
                 return;
             }
         };
@@ -221,7 +221,7 @@ impl ApplyLoop {
                     answer,
                 )
             {
-                let _ = job.reply.send(Err(e));
+                let _ = job.reply.send(Err(e.into()));
                 return;
             }
             settled = Some((o, recorded));

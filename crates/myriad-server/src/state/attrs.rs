@@ -1,13 +1,18 @@
 //! Mutations of attributes only: `setattr`, and a directory's times and link count (`DirTouch`, docs dirtimes).
 
+use crate::state::failure::StateError;
 use myriad_proto::{FileKind, Inode, WireError};
 use myriad_storage::{Batch, EntryRecord};
 
-use crate::state::ops::{Ctx, DirTouchOne, Mutation, Outcome, not_routed, storage_err};
+use crate::state::ops::{Ctx, DirTouchOne, Mutation, Outcome, not_routed};
 use crate::state::records::{apply_change, dir_here, put_visible, require_writable, visible};
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(super) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let out = match m {
         Mutation::SetAttr {
             dir,
@@ -57,14 +62,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Touched(out)
         }
-        other => return Err(not_routed(&other)),
+        other => return Err(not_routed(&other).into()),
     };
     Ok(out)
 }
 
 /// A directory's times and link count (`DirTouch`): its attributes after, or `None` if the
 /// entry names another inode, none, or is pending (nothing changes).
-fn touch(ctx: &mut Ctx<'_>, b: &mut Batch, t: DirTouchOne) -> Result<Option<Inode>, WireError> {
+fn touch(ctx: &mut Ctx<'_>, b: &mut Batch, t: DirTouchOne) -> Result<Option<Inode>, StateError> {
     let DirTouchOne {
         dir,
         name,
@@ -80,7 +85,7 @@ fn touch(ctx: &mut Ctx<'_>, b: &mut Batch, t: DirTouchOne) -> Result<Option<Inod
         }
     };
     if dir == "/" && name.is_empty() {
-        if let Some(mut rec) = ctx.store.dir("/").map_err(storage_err)?
+        if let Some(mut rec) = ctx.store.dir("/")?
             && let Some(mut root) = rec.root_attrs.take()
             && root.ino == ino
         {
@@ -94,7 +99,7 @@ fn touch(ctx: &mut Ctx<'_>, b: &mut Batch, t: DirTouchOne) -> Result<Option<Inod
     if let Some(EntryRecord {
         inode: Some(mut i),
         pending: None,
-    }) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+    }) = ctx.store.entry(&dir, &name)?
         && i.ino == ino
         && i.kind == FileKind::Directory
     {

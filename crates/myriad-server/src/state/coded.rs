@@ -3,14 +3,19 @@
 //! cut does to coded chunks. Each is checked against what the store holds when it runs,
 //! in the applier's order, so a write between the coder's read and its switch is never lost.
 
+use crate::state::failure::StateError;
 use myriad_proto::ec_layout::CodedChunk;
 use myriad_proto::{InodeId, WireError};
 use myriad_storage::{BLOCK_BYTES, Batch};
 
-use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed, storage_err};
+use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed};
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(super) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let cs = ctx.layout.chunk_size_bytes;
     let c0 = chunk0_blocks(ctx.layout);
     match m {
@@ -20,31 +25,24 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             coded,
             crc,
         } => {
-            if chunk == 0 || ctx.store.coded(ino, chunk).map_err(storage_err)?.is_some() {
+            if chunk == 0 || ctx.store.coded(ino, chunk)?.is_some() {
                 return Ok(Outcome::Switched(false));
             }
             let start = chunk.checked_mul(cs).ok_or(WireError::TooLarge)?;
             let first = chunk.saturating_mul(c0);
-            let blocks = ctx
-                .store
-                .blocks(ino, first, first.saturating_add(c0))
-                .map_err(storage_err)?;
+            let blocks = ctx.store.blocks(ino, first, first.saturating_add(c0))?;
             let extent = blocks
                 .last()
                 .map_or(0, |(block, d)| block * BLOCK_BYTES + d.len() as u64 - start);
             if extent != coded.data_bytes || extent == 0 {
                 return Ok(Outcome::Switched(false));
             }
-            let now = ctx
-                .store
-                .read_range(ino, start, extent, start + extent)
-                .map_err(storage_err)?;
+            let now = ctx.store.read_range(ino, start, extent, start + extent)?;
             if crc32c::crc32c(&now) != crc {
                 return Ok(Outcome::Switched(false));
             }
             ctx.store
-                .trim_blocks(b, ino, start, first, first.saturating_add(c0))
-                .map_err(storage_err)?;
+                .trim_blocks(b, ino, start, first, first.saturating_add(c0))?;
             ctx.store.put_coded(b, ino, chunk, &coded);
             Ok(Outcome::Switched(true))
         }
@@ -54,13 +52,11 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             generation,
             data,
         } => {
-            let now = ctx.store.coded(ino, chunk).map_err(storage_err)?;
+            let now = ctx.store.coded(ino, chunk)?;
             if now.is_some_and(|c| c.generation == generation) {
                 let start = chunk.checked_mul(cs).ok_or(WireError::TooLarge)?;
                 ctx.store.delete_coded(b, ino, chunk);
-                ctx.store
-                    .write_range(b, ino, start, &data)
-                    .map_err(storage_err)?;
+                ctx.store.write_range(b, ino, start, &data)?;
             }
             Ok(Outcome::Unit)
         }
@@ -70,14 +66,14 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             was,
             now,
         } => {
-            let held = ctx.store.coded(ino, chunk).map_err(storage_err)?;
+            let held = ctx.store.coded(ino, chunk)?;
             if held.as_ref() != Some(&was) {
                 return Ok(Outcome::Switched(false));
             }
             ctx.store.put_coded(b, ino, chunk, &now);
             Ok(Outcome::Switched(true))
         }
-        other => Err(not_routed(&other)),
+        other => Err(not_routed(&other).into()),
     }
 }
 
@@ -92,10 +88,10 @@ pub(super) fn cut_coded(
     b: &mut Batch,
     ino: InodeId,
     from_bytes: u64,
-) -> Result<Cut, WireError> {
+) -> Result<Cut, StateError> {
     let cs = ctx.layout.chunk_size_bytes;
     let first = (from_bytes / cs).max(1);
-    let coded = ctx.store.coded_from(ino, first).map_err(storage_err)?;
+    let coded = ctx.store.coded_from(ino, first)?;
     let mut dropped = Vec::new();
     for (chunk, c) in coded {
         let start = chunk.saturating_mul(cs);

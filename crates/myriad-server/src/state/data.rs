@@ -1,15 +1,20 @@
 //! Mutations of a file's contents and size: writes, extensions, truncates, chunks beyond chunk 0, their garbage collection, and block repair.
 
+use crate::state::failure::StateError;
 use myriad_proto::{InodeId, WireError, limits};
 use myriad_storage::{BLOCK_BYTES, Batch, Space};
 
 use crate::state::coded;
 use crate::state::intent::Intent;
-use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed, storage_err};
+use crate::state::ops::{Ctx, Mutation, Outcome, chunk0_blocks, not_routed};
 use crate::state::records::{modified, put_visible, visible_file};
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(super) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let out = match m {
         Mutation::Write {
             dir,
@@ -24,13 +29,11 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 .checked_add(data.len() as u64)
                 .ok_or(WireError::TooLarge)?;
             if end > ctx.layout.chunk_size_bytes {
-                return Err(WireError::InvalidArgument(
-                    "write crosses the end of chunk 0".into(),
-                ));
+                return Err(
+                    WireError::InvalidArgument("write crosses the end of chunk 0".into()).into(),
+                );
             }
-            ctx.store
-                .write_range(b, ino, offset, &data)
-                .map_err(storage_err)?;
+            ctx.store.write_range(b, ino, offset, &data)?;
             let size = inode.size.max(end);
             modified(&mut inode, size, now);
             put_visible(ctx.store, b, &dir, &name, &inode);
@@ -44,7 +47,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             now,
         } => {
             if size > limits::FILE_BYTES_MAX {
-                return Err(WireError::TooLarge);
+                return Err(WireError::TooLarge.into());
             }
             let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
             let size = inode.size.max(size);
@@ -77,13 +80,11 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 Ok(d) => d,
                 Err(c) => return Ok(Outcome::Coded(c)),
             };
-            ctx.store
-                .trim_blocks(b, ino, from, c0, u64::MAX)
-                .map_err(storage_err)?;
+            ctx.store.trim_blocks(b, ino, from, c0, u64::MAX)?;
             Outcome::DroppedCoded(dropped)
         }
         Mutation::RepairBlock { ino, block, data } => {
-            let now = ctx.store.block_value(ino, block).map_err(storage_err)?;
+            let now = ctx.store.block_value(ino, block)?;
             let still = match now.as_deref() {
                 None => false,
                 Some(v) => myriad_storage::block_data(v).is_none_or(|d| d == data.as_slice()),
@@ -94,7 +95,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             Outcome::Unit
         }
         Mutation::RepairRecord { space, key, value } => {
-            let now = ctx.store.raw_record(space, &key).map_err(storage_err)?;
+            let now = ctx.store.raw_record(space, &key)?;
             let still = now
                 .as_deref()
                 .is_some_and(|v| v == value.as_slice() || !myriad_storage::record_intact(v));
@@ -105,7 +106,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         }
         Mutation::Resync { keys } => resync(ctx, b, keys)?,
         Mutation::DropBlocks { ino, from_block } => drop_blocks(ctx, b, ino, from_block)?,
-        other => return Err(not_routed(&other)),
+        other => return Err(not_routed(&other).into()),
     };
     Ok(out)
 }
@@ -119,18 +120,16 @@ fn truncate(
     ino: InodeId,
     size: u64,
     now: i64,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     if size > limits::FILE_BYTES_MAX {
-        return Err(WireError::TooLarge);
+        return Err(WireError::TooLarge.into());
     }
     let mut inode = visible_file(ctx.store, &dir, &name, ino)?;
     let old = inode.size;
     let mut gc = None;
     if size < old {
         let c0 = chunk0_blocks(ctx.layout);
-        ctx.store
-            .trim_blocks(b, ino, size, 0, c0)
-            .map_err(storage_err)?;
+        ctx.store.trim_blocks(b, ino, size, 0, c0)?;
         if old > ctx.layout.chunk_size_bytes {
             let txid = ctx.ids.next(ctx.store, b)?;
             let intent = Intent::ChunkGc {
@@ -155,24 +154,20 @@ fn write_chunk(
     chunk: u64,
     offset: u64,
     data: Vec<u8>,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let cs = ctx.layout.chunk_size_bytes;
     if chunk == 0 || offset.saturating_add(data.len() as u64) > cs {
-        return Err(WireError::InvalidArgument(
-            "chunk write out of bounds".into(),
-        ));
+        return Err(WireError::InvalidArgument("chunk write out of bounds".into()).into());
     }
     let abs = chunk
         .checked_mul(cs)
         .and_then(|x| x.checked_add(offset))
         .filter(|a| a.saturating_add(data.len() as u64) <= limits::FILE_BYTES_MAX)
         .ok_or(WireError::TooLarge)?;
-    if let Some(c) = ctx.store.coded(ino, chunk).map_err(storage_err)? {
+    if let Some(c) = ctx.store.coded(ino, chunk)? {
         return Ok(Outcome::Coded(Box::new(c)));
     }
-    ctx.store
-        .write_range(b, ino, abs, &data)
-        .map_err(storage_err)?;
+    ctx.store.write_range(b, ino, abs, &data)?;
     Ok(Outcome::Unit)
 }
 
@@ -183,10 +178,10 @@ fn chunk_trim(
     ino: InodeId,
     chunk: u64,
     keep_bytes: u64,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let c0 = chunk0_blocks(ctx.layout);
     let cs = ctx.layout.chunk_size_bytes;
-    if let Some(c) = ctx.store.coded(ino, chunk).map_err(storage_err)? {
+    if let Some(c) = ctx.store.coded(ino, chunk)? {
         if keep_bytes == 0 {
             ctx.store.delete_coded(b, ino, chunk);
             return Ok(Outcome::DroppedCoded(vec![(chunk, c)]));
@@ -198,17 +193,15 @@ fn chunk_trim(
     }
     // Chunk indexes come off the wire: no arithmetic here may overflow.
     let (Some(start), Some(first_block)) = (chunk.checked_mul(cs), chunk.checked_mul(c0)) else {
-        return Err(WireError::TooLarge);
+        return Err(WireError::TooLarge.into());
     };
-    ctx.store
-        .trim_blocks(
-            b,
-            ino,
-            start.saturating_add(keep_bytes.min(cs)),
-            first_block,
-            first_block.saturating_add(c0),
-        )
-        .map_err(storage_err)?;
+    ctx.store.trim_blocks(
+        b,
+        ino,
+        start.saturating_add(keep_bytes.min(cs)),
+        first_block,
+        first_block.saturating_add(c0),
+    )?;
     Ok(Outcome::Unit)
 }
 
@@ -217,10 +210,10 @@ fn resync(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
     keys: Vec<(Space, Vec<u8>)>,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let mut written = 0u64;
     for (space, key) in keys {
-        match ctx.store.raw_record(space, &key).map_err(storage_err)? {
+        match ctx.store.raw_record(space, &key)? {
             Some(v) if intact(space, &v) => {
                 ctx.store.put_raw_record(b, space, key, v);
                 written += 1;
@@ -241,21 +234,19 @@ fn drop_blocks(
     b: &mut Batch,
     ino: InodeId,
     from_block: u64,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let from = from_block.saturating_mul(BLOCK_BYTES);
     let dropped = match coded::cut_coded(ctx, b, ino, from)? {
         Ok(d) => d,
         Err(c) => return Ok(Outcome::Coded(c)),
     };
-    ctx.store
-        .trim_blocks(
-            b,
-            ino,
-            from_block.saturating_mul(BLOCK_BYTES),
-            from_block,
-            u64::MAX,
-        )
-        .map_err(storage_err)?;
+    ctx.store.trim_blocks(
+        b,
+        ino,
+        from_block.saturating_mul(BLOCK_BYTES),
+        from_block,
+        u64::MAX,
+    )?;
     Ok(Outcome::DroppedCoded(dropped))
 }
 

@@ -1,10 +1,11 @@
 //! Directory creation and removal (two-partition protocols: the entry side and the directory object side), and the decisions of intents.
 
+use crate::state::failure::StateError;
 use myriad_proto::{FileKind, Response, Shard, ShardMap, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
-use crate::state::ops::{Awaited, Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::ops::{Awaited, Ctx, Mutation, Outcome, not_routed};
 use crate::state::outcomes;
 use crate::state::records::{
     adjust_subdirs, dir_here, is_dir, new_inode, not_auto_indexed, put_visible, require_free_name,
@@ -13,7 +14,11 @@ use crate::state::records::{
 use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(super) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let out = match m {
         Mutation::MkdirBegin {
             dir,
@@ -91,16 +96,18 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             map,
         } => dir_object_create(ctx, b, path, ino, shards, map)?,
         Mutation::DirObjectRemove { path, ino } => {
-            match ctx.store.dir(&path).map_err(storage_err)? {
+            match ctx.store.dir(&path)? {
                 // A rename's copy is taking this directory's place: it decides first.
-                Some(rec) if rec.hidden.is_some() && rec.ino != ino => return Err(WireError::Busy),
+                Some(rec) if rec.hidden.is_some() && rec.ino != ino => {
+                    return Err(WireError::Busy.into());
+                }
                 Some(rec) if rec.ino == ino => {
                     if rec.read_only.is_some() {
-                        return Err(WireError::ReadOnly);
+                        return Err(WireError::ReadOnly.into());
                     }
                     not_auto_indexed(&path, &rec)?;
-                    if ctx.store.has_entries(&path).map_err(storage_err)? {
-                        return Err(WireError::NotEmpty);
+                    if ctx.store.has_entries(&path)? {
+                        return Err(WireError::NotEmpty.into());
                     }
                     ctx.store.delete_dir(b, &path);
                 }
@@ -114,7 +121,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             // A part on its way elsewhere (a rename's copy, a split) would lose the mark or
             // miss it: the caller marks again once it has settled.
             if rec.is_moving() {
-                return Err(WireError::Busy);
+                return Err(WireError::Busy.into());
             }
             let field = if auto {
                 &mut rec.auto_index
@@ -128,7 +135,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             Outcome::Unit
         }
         Mutation::ClearAutoIndex { path, mark } => {
-            if let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)?
+            if let Some(mut rec) = ctx.store.dir(&path)?
                 && rec.auto_index == Some(mark)
             {
                 rec.auto_index = None;
@@ -136,7 +143,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Unit
         }
-        other => return Err(not_routed(&other)),
+        other => return Err(not_routed(&other).into()),
     };
     Ok(out)
 }
@@ -147,11 +154,11 @@ fn rmdir_begin(
     b: &mut Batch,
     (dir, name): (String, String),
     once: Option<Awaited>,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     require_writable(ctx.store, &dir, &name)?;
     let inode = visible(ctx.store, &dir, &name)?;
     if inode.kind != FileKind::Directory {
-        return Err(WireError::NotADirectory);
+        return Err(WireError::NotADirectory.into());
     }
     let txid = ctx.ids.next(ctx.store, b)?;
     let rec = EntryRecord {
@@ -181,9 +188,9 @@ fn resolve_entry(
     name: String,
     txid: u64,
     commit: bool,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let mut answer = None;
-    if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+    if let Some(rec) = ctx.store.entry(&dir, &name)?
         && let Some(p) = rec.pending.filter(|p| p.txid == txid)
     {
         let before = is_dir(rec.inode.as_ref());
@@ -211,8 +218,8 @@ fn decide(
     b: &mut Batch,
     txid: u64,
     decision: Decision,
-) -> Result<Outcome, WireError> {
-    if let Some(bytes) = ctx.store.intent(txid).map_err(storage_err)? {
+) -> Result<Outcome, StateError> {
+    if let Some(bytes) = ctx.store.intent(txid)? {
         let updated = match Intent::decode(&bytes) {
             Some(Intent::Mkdir {
                 dir,
@@ -265,7 +272,7 @@ fn tree_move_record(
     b: &mut Batch,
     txid: u64,
     moves: Vec<crate::state::intent::DirMove>,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let Some(Intent::TreeMove {
         path,
         group,
@@ -273,11 +280,10 @@ fn tree_move_record(
         ..
     }) = ctx
         .store
-        .intent(txid)
-        .map_err(storage_err)?
+        .intent(txid)?
         .and_then(|bytes| Intent::decode(&bytes))
     else {
-        return Err(WireError::Io(format!("no tree move {txid} to record")));
+        return Err(WireError::Io(format!("no tree move {txid} to record")).into());
     };
     let intent = Intent::TreeMove {
         path,
@@ -297,8 +303,8 @@ fn dir_object_create(
     ino: InodeId,
     shards: Vec<Shard>,
     map: Option<ShardMap>,
-) -> Result<Outcome, WireError> {
-    match ctx.store.dir(&path).map_err(storage_err)? {
+) -> Result<Outcome, StateError> {
+    match ctx.store.dir(&path)? {
         Some(rec) if rec.ino == ino => {}
         // The object of a directory renamed away (frozen, dropped once its rename
         // finishes) or of one moving in: the name is free or about to be taken,
@@ -306,9 +312,9 @@ fn dir_object_create(
         // --dir-moves: a mkdir of a moved directory's old name answered
         // `AlreadyExists` for a name that did not exist).
         Some(rec) if rec.frozen.is_some() || rec.hidden.is_some() => {
-            return Err(WireError::Busy);
+            return Err(WireError::Busy.into());
         }
-        Some(_) => return Err(WireError::AlreadyExists),
+        Some(_) => return Err(WireError::AlreadyExists.into()),
         None => ctx.store.put_dir(
             b,
             &path,

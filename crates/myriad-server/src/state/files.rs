@@ -1,9 +1,10 @@
 //! Mutations that make or remove one file system object: the root, files, symlinks, device nodes and FIFOs, unlinks.
 
+use crate::state::failure::StateError;
 use myriad_proto::{FileKind, ROOT_INO, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord};
 
-use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::ops::{Ctx, Mutation, Outcome, not_routed};
 use crate::state::records::{
     drop_file_data, drop_orphan, new_inode, put_visible, require_dir, require_free_name,
     require_writable, visible,
@@ -11,10 +12,14 @@ use crate::state::records::{
 use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(super) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let out = match m {
         Mutation::InitRoot { now, uid, gid } => {
-            if ctx.store.dir("/").map_err(storage_err)?.is_none() {
+            if ctx.store.dir("/")?.is_none() {
                 let mut root = new_inode(ROOT_INO, FileKind::Directory, 0o755, uid, gid, now);
                 root.nlink = 2;
                 ctx.store.put_dir(
@@ -43,21 +48,22 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             if data.len() as u64 > ctx.layout.chunk_size_bytes {
                 return Err(WireError::InvalidArgument(
                     "initial data larger than one chunk".into(),
-                ));
+                )
+                .into());
             }
-            match ctx.store.entry(&dir, &name).map_err(storage_err)? {
+            match ctx.store.entry(&dir, &name)? {
                 Some(EntryRecord {
                     pending: Some(_), ..
-                }) => return Err(WireError::Busy),
+                }) => return Err(WireError::Busy.into()),
                 Some(EntryRecord {
                     inode: Some(existing),
                     ..
                 }) => {
                     if exclusive {
-                        return Err(WireError::AlreadyExists);
+                        return Err(WireError::AlreadyExists.into());
                     }
                     if existing.kind == FileKind::Directory {
-                        return Err(WireError::IsADirectory);
+                        return Err(WireError::IsADirectory.into());
                     }
                     // Non-exclusive create of an existing file opens it as is.
                     return Ok(Outcome::Inode(existing));
@@ -80,9 +86,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             let mut inode = new_inode(InodeId(ino), FileKind::File, mode & 0o7777, uid, gid, now);
             inode.size = data.len() as u64;
             if !data.is_empty() {
-                ctx.store
-                    .write_range(b, InodeId(ino), 0, &data)
-                    .map_err(storage_err)?;
+                ctx.store.write_range(b, InodeId(ino), 0, &data)?;
             }
             put_visible(ctx.store, b, &dir, &name, &inode);
             Outcome::Created(inode)
@@ -116,7 +120,8 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             if !kind.is_special() {
                 return Err(WireError::InvalidArgument(
                     "mknod makes only FIFOs, sockets and devices".into(),
-                ));
+                )
+                .into());
             }
             require_free_name(ctx.store, &dir, &name)?;
             let ino = ctx.ids.next(ctx.store, b)?;
@@ -131,7 +136,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             require_writable(ctx.store, &dir, &name)?;
             let inode = visible(ctx.store, &dir, &name)?;
             if inode.kind == FileKind::Directory {
-                return Err(WireError::IsADirectory);
+                return Err(WireError::IsADirectory.into());
             }
             ctx.store.delete_entry(b, &dir, &name);
             let gc = drop_file_data(ctx, b, &inode, now)?;
@@ -145,7 +150,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             }
             Outcome::Gcs(gcs)
         }
-        other => return Err(not_routed(&other)),
+        other => return Err(not_routed(&other).into()),
     };
     Ok(out)
 }

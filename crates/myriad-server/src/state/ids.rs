@@ -1,5 +1,6 @@
 //! Cluster-unique ids for inodes and transactions, allocated by a partition.
 
+use crate::state::failure::StateError;
 use std::collections::HashMap;
 
 use myriad_proto::{PartitionId, WireError, limits};
@@ -32,13 +33,13 @@ impl IdAlloc {
         })
     }
 
-    pub(crate) fn next(&mut self, store: &Store, batch: &mut Batch) -> Result<u64, WireError> {
+    pub(crate) fn next(&mut self, store: &Store, batch: &mut Batch) -> Result<u64, StateError> {
         if self.next >= self.limit {
             self.limit = self.next + ID_RANGE;
             store.put_meta_u64(batch, HWM_KEY, self.limit);
         }
         if self.next > ID_COUNTER_MAX {
-            return Err(WireError::NoSpace);
+            return Err(WireError::NoSpace.into());
         }
         let id = self.pid.id_base() | self.next;
         self.next += 1;
@@ -55,17 +56,18 @@ impl IdAlloc {
         batch: &mut Batch,
         client: u64,
         count: u32,
-    ) -> Result<u64, WireError> {
+    ) -> Result<u64, StateError> {
         if count == 0 || count > limits::RESERVE_IDS_MAX {
             return Err(WireError::InvalidArgument(format!(
                 "reserve 1..={} inode numbers",
                 limits::RESERVE_IDS_MAX
-            )));
+            ))
+            .into());
         }
         let first = self.next;
         let end = first + u64::from(count);
         if end > ID_COUNTER_MAX {
-            return Err(WireError::NoSpace);
+            return Err(WireError::NoSpace.into());
         }
         self.next = end;
         if self.next > self.limit {
@@ -97,7 +99,7 @@ impl IdAlloc {
         batch: &mut Batch,
         client: u64,
         ino: u64,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), StateError> {
         let ranges = self.ranges(store, client)?;
         let free = |r: &Reserved| {
             r.start <= ino && ino < r.end && {
@@ -108,7 +110,8 @@ impl IdAlloc {
         let Some(slot) = ranges.iter().position(free) else {
             return Err(WireError::InvalidArgument(format!(
                 "inode number {ino:#x} is not one reserved for this client, or was used"
-            )));
+            ))
+            .into());
         };
         let r = &mut ranges[slot];
         let k = ino - r.start;
@@ -138,7 +141,7 @@ impl IdAlloc {
         client: u64,
         ino: u64,
         by: PartitionId,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), StateError> {
         let key = format!("claim.{ino:016x}");
         let mut who = [0u8; 12];
         who[..8].copy_from_slice(&client.to_be_bytes());
@@ -151,7 +154,8 @@ impl IdAlloc {
             Some(h) if h == holder => Ok(()),
             Some(_) => Err(WireError::InvalidArgument(format!(
                 "inode number {ino:#x} was claimed by another partition"
-            ))),
+            ))
+            .into()),
             None => {
                 self.use_reserved(store, batch, client, ino)?;
                 store.put_meta_u64(batch, &key, holder);
@@ -167,16 +171,16 @@ impl IdAlloc {
         store: &Store,
         batch: &mut Batch,
         ino: u64,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), StateError> {
         let key = format!("claimed.{ino:016x}");
         if store
             .meta_u64(&key)
             .map_err(|e| WireError::Io(e.to_string()))?
             .is_some()
         {
-            return Err(WireError::InvalidArgument(format!(
-                "inode number {ino:#x} was used"
-            )));
+            return Err(
+                WireError::InvalidArgument(format!("inode number {ino:#x} was used")).into(),
+            );
         }
         store.put_meta_u64(batch, &key, 1);
         Ok(())

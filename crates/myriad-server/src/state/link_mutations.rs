@@ -1,9 +1,10 @@
 //! Hard links: moving an inode to its home's inode directory, names that refer to it, and its link count.
 
+use crate::state::failure::StateError;
 use myriad_proto::{FileKind, WireError};
 use myriad_storage::{Batch, DirRecord};
 
-use crate::state::ops::{Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::ops::{Ctx, Mutation, Outcome, not_routed};
 use crate::state::records::{
     INODE_DIR, drop_file_data, inode_name, link_ref, put_visible, require_free_name,
     require_writable, visible,
@@ -11,7 +12,11 @@ use crate::state::records::{
 use myriad_proto::InodeId;
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(super) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let out = match m {
         Mutation::LinkSource { dir, name, me, now } => {
             require_writable(ctx.store, &dir, &name)?;
@@ -19,13 +24,13 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             // Directories never get a second name; everything else may (Linux links
             // FIFOs, sockets, devices and symlinks too).
             if matches!(inode.kind, FileKind::Directory | FileKind::HardLink) {
-                return Err(WireError::NotPermitted);
+                return Err(WireError::NotPermitted.into());
             }
             inode.nlink = inode.nlink.saturating_add(1);
             inode.ctime_ns = now;
             // Clients see where its changes are stamped from now on (`alone_in_its_entry`).
             inode.link_home = Some(me);
-            if ctx.store.dir(INODE_DIR).map_err(storage_err)?.is_none() {
+            if ctx.store.dir(INODE_DIR)?.is_none() {
                 ctx.store.put_dir(b, INODE_DIR, &DirRecord::new(InodeId(0)));
             }
             put_visible(ctx.store, b, INODE_DIR, &inode_name(inode.ino), &inode);
@@ -70,7 +75,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
                 Outcome::Inode(inode)
             }
         }
-        other => return Err(not_routed(&other)),
+        other => return Err(not_routed(&other).into()),
     };
     Ok(out)
 }

@@ -3,10 +3,10 @@
 //! this marker, replicated with the partition, tells the next primary that holders may
 //! come back to reclaim theirs, so it opens in grace.
 
+use crate::state::failure::StateError;
 use myriad_storage::{Batch, StorageError, Store};
 
 use crate::state::ops::{Ctx, Mutation, Outcome, not_routed};
-use myriad_proto::WireError;
 
 const KEY: &str = "file_locks_term";
 
@@ -15,9 +15,13 @@ pub fn granted_before(store: &Store) -> Result<bool, StorageError> {
     Ok(store.meta_u64(KEY)?.is_some())
 }
 
-pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(crate) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let Mutation::MarkFileLocks { term } = m else {
-        return Err(not_routed(&m));
+        return Err(not_routed(&m).into());
     };
     ctx.store.put_meta_u64(b, KEY, term);
     Ok(Outcome::Unit)

@@ -8,6 +8,7 @@ pub(crate) mod changed_dirs;
 mod coded;
 mod data;
 mod dirs;
+pub(crate) mod failure;
 mod files;
 mod ids;
 pub(crate) mod intent;

@@ -6,7 +6,7 @@
 //! in `ops.rs`; each family of mutations executes in its own module (`files`, `data`,
 //! `attrs`, `dirs`, `renames`, `links`, `shards`, `lock_marks`); this module routes.
 
-use myriad_proto::WireError;
+use crate::state::failure::StateError;
 use myriad_storage::Batch;
 
 pub use crate::state::ids::IdAlloc;
@@ -21,17 +21,17 @@ use crate::state::{
 };
 
 /// Validates `m` against the store and returns the batch that applies it, with its outcome.
-pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), WireError> {
+pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), StateError> {
     let mut b = Batch::new();
     let out = match m {
         Mutation::Barrier => Outcome::Unit,
         Mutation::RebuildStats => {
-            let kept = ctx.store.load_kept_stats().map_err(storage_err)?.is_some();
+            let kept = ctx.store.load_kept_stats()?.is_some();
             if ctx.layout.kept_stats && !kept {
-                b = ctx.store.rebuild_stats().map_err(storage_err)?;
+                b = ctx.store.rebuild_stats()?;
             } else if !ctx.layout.kept_stats && kept {
                 // Kept no more: none left to go stale.
-                b = ctx.store.drop_stats().map_err(storage_err)?;
+                b = ctx.store.drop_stats()?;
             }
             Outcome::Unit
         }

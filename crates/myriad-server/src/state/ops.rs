@@ -7,7 +7,7 @@ use myriad_proto::{
     DirAction, ExportedEntry, FileKind, Inode, OnceId, PartitionId, RenameFlags, Response, SetAttr,
     Shard, ShardMap, WireError, XattrMode,
 };
-use myriad_storage::{BLOCK_BYTES, StorageError, Store};
+use myriad_storage::{BLOCK_BYTES, Store};
 
 use crate::state::ids::IdAlloc;
 use crate::state::intent::{Decision, DirMove};
@@ -515,13 +515,7 @@ pub enum ShardMutation {
     },
 }
 
-pub fn storage_err(e: StorageError) -> WireError {
-    match e {
-        StorageError::NoSpace => WireError::NoSpace,
-        StorageError::Checksum { ino, block } => WireError::Corrupt { ino, block },
-        other => WireError::Io(other.to_string()),
-    }
-}
+pub use crate::state::failure::storage_err;
 
 pub(crate) fn chunk0_blocks(layout: Layout) -> u64 {
     layout.chunk_size_bytes / BLOCK_BYTES

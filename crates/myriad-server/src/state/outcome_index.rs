@@ -2,6 +2,7 @@
 //! them): apart from `outcomes.rs` so that `ops.rs` (whose `Ctx` carries it) and `outcomes.rs`
 //! (which executes on a `Ctx`) do not name each other.
 
+use crate::state::failure::StateError;
 use std::collections::BTreeMap;
 
 use myriad_proto::{Response, WireError, codec};
@@ -30,7 +31,7 @@ pub struct Outcomes {
 }
 
 impl Outcomes {
-    pub(crate) fn load(&mut self, store: &Store) -> Result<(), WireError> {
+    pub(crate) fn load(&mut self, store: &Store) -> Result<(), StateError> {
         if self.loaded {
             return Ok(());
         }

@@ -3,6 +3,7 @@
 //! expects (`Applier::run_for`, `Partition::begin`) instead of matching `Outcome` with a
 //! "that was not the outcome I expected" arm of its own.
 
+use crate::state::failure::StateError;
 use myriad_proto::{Inode, InodeId, WireError};
 
 use crate::state::ops::{Blocks, Outcome};
@@ -15,13 +16,14 @@ pub(crate) trait OutcomeKind: Sized {
 }
 
 /// `o` as a `K`; an internal error naming both if it is not one.
-pub(crate) fn expect<K: OutcomeKind>(o: Outcome) -> Result<K, WireError> {
+pub(crate) fn expect<K: OutcomeKind>(o: Outcome) -> Result<K, StateError> {
     let had = outcome_name(&o);
     K::take(o).ok_or_else(|| {
         WireError::Io(format!(
             "a mutation's outcome was {had}, where {} was expected",
             K::WHAT
         ))
+        .into()
     })
 }
 
@@ -214,7 +216,7 @@ mod tests {
     #[test]
     fn an_outcome_of_another_kind_is_an_error_naming_both() {
         let e = expect::<Trimmed>(Outcome::Ids(5, 2)).err();
-        let Some(WireError::Io(m)) = e else {
+        let Some(StateError::Fs(WireError::Io(m))) = e else {
             panic!("not refused: {e:?}");
         };
         assert!(

@@ -9,10 +9,11 @@
 //! lowest change it still waits for (`OnceId::low`); `ForgetOnces` forgets outcomes older
 //! than an age, and the oldest beyond a count, for clients that went away.
 
+use crate::state::failure::StateError;
 use myriad_proto::{OnceId, Response, WireError, codec};
 use myriad_storage::{Batch, Store};
 
-use crate::state::ops::{Awaited, Ctx, Mutation, Outcome, not_routed, storage_err};
+use crate::state::ops::{Awaited, Ctx, Mutation, Outcome, not_routed};
 pub use crate::state::outcome_index::Outcomes;
 use crate::state::outcome_index::Recorded;
 
@@ -25,7 +26,7 @@ pub fn record(
     id: OnceId,
     at_ns: i64,
     answer: Response,
-) -> Result<(), WireError> {
+) -> Result<(), StateError> {
     let value = codec::encode(&Recorded { at_ns, answer })
         .map_err(|e| WireError::Io(format!("encoding an outcome: {e}")))?;
     outcomes.load(store)?;
@@ -66,7 +67,7 @@ pub(crate) fn resolve_awaited(
     batch: &mut Batch,
     txid: u64,
     answer: Option<Response>,
-) -> Result<(), WireError> {
+) -> Result<(), StateError> {
     let Some(once) = awaited(ctx.store, txid)? else {
         return Ok(());
     };
@@ -79,24 +80,29 @@ pub(crate) fn resolve_awaited(
 
 /// The change whose outcome intent `txid` records when it resolves, if any (one that does
 /// not decode counts as none: its retry runs again, as before outcomes were kept so).
-pub(crate) fn awaited(store: &Store, txid: u64) -> Result<Option<Awaited>, WireError> {
+pub(crate) fn awaited(store: &Store, txid: u64) -> Result<Option<Awaited>, StateError> {
     Ok(store
-        .awaited_outcome(txid)
-        .map_err(storage_err)?
+        .awaited_outcome(txid)?
         .and_then(|bytes| codec::decode::<Awaited>(&bytes).ok()))
 }
 
 /// The answer recorded for change `seq` of `client`, if any.
-pub fn recorded(store: &Store, client: u64, seq: u64) -> Result<Option<Response>, WireError> {
-    match store.outcome(client, seq).map_err(storage_err)? {
+pub fn recorded(store: &Store, client: u64, seq: u64) -> Result<Option<Response>, StateError> {
+    match store.outcome(client, seq)? {
         None => Ok(None),
         Some(bytes) => codec::decode::<Recorded>(&bytes)
             .map(|r| Some(r.answer))
-            .map_err(|e| WireError::Io(format!("outcome of change {seq} of {client:x}: {e}"))),
+            .map_err(|e| {
+                WireError::Io(format!("outcome of change {seq} of {client:x}: {e}")).into()
+            }),
     }
 }
 
-pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(crate) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     match m {
         Mutation::RecordOnce { id, at_ns, answer } => {
             record(ctx.store, ctx.outcomes, b, id, at_ns, answer)?;
@@ -109,7 +115,7 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             forget(ctx.store, ctx.outcomes, b, before_ns, keep_max)?;
             Ok(Outcome::Unit)
         }
-        m => Err(not_routed(&m)),
+        m => Err(not_routed(&m).into()),
     }
 }
 
@@ -121,7 +127,7 @@ fn forget(
     b: &mut Batch,
     before_ns: i64,
     keep_max: usize,
-) -> Result<(), WireError> {
+) -> Result<(), StateError> {
     outcomes.load(store)?;
     let mut all: Vec<(i64, u64, u64)> = outcomes
         .by_client

@@ -7,20 +7,21 @@ pub use myriad_proto::access::{
 };
 
 const GROUP_EXEC: u32 = 0o010;
+use crate::state::failure::StateError;
 use myriad_proto::{Caller, FileKind, Inode, WireError};
 
-pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), WireError> {
+pub fn require(inode: &Inode, caller: &Caller, want: u32) -> Result<(), StateError> {
     if allowed(inode, caller, want) {
         Ok(())
     } else {
-        Err(WireError::PermissionDenied)
+        Err(WireError::PermissionDenied.into())
     }
 }
 
 /// Giving `source` another name (Linux `fs.protected_hardlinks`, on by default): its owner
 /// or root may; anyone else only for a regular file without set-user-id (or executable
 /// set-group-id) that they may both read and write.
-pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), WireError> {
+pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), StateError> {
     if caller.uid == 0 || caller.uid == source.uid {
         return Ok(());
     }
@@ -29,7 +30,7 @@ pub fn may_link(source: &Inode, caller: &Caller) -> Result<(), WireError> {
     if source.kind == FileKind::File && !setid && allowed(source, caller, READ | WRITE) {
         Ok(())
     } else {
-        Err(WireError::NotPermitted)
+        Err(WireError::NotPermitted.into())
     }
 }
 

@@ -2,13 +2,14 @@
 //! checks every mutation makes (names free, directories writable, shards owned), new inodes,
 //! attribute changes, dropping a file's data.
 
+use crate::state::failure::StateError;
 use myriad_proto::{
     FileKind, Inode, PartitionId, RenameFlags, WireError, Xattr, XattrMode, limits,
 };
 use myriad_storage::{Batch, DirRecord, EntryRecord, Store};
 
 use crate::state::intent::Intent;
-use crate::state::ops::{Ctx, InodeChange, chunk0_blocks, storage_err};
+use crate::state::ops::{Ctx, InodeChange, chunk0_blocks};
 use myriad_proto::InodeId;
 use myriad_proto::access::apply_setattr;
 
@@ -60,11 +61,11 @@ pub(crate) fn adjust_subdirs(
     b: &mut Batch,
     dir: &str,
     delta: i64,
-) -> Result<(), WireError> {
+) -> Result<(), StateError> {
     if delta == 0 {
         return Ok(());
     }
-    if let Some(mut rec) = store.dir(dir).map_err(storage_err)? {
+    if let Some(mut rec) = store.dir(dir)? {
         let n = i64::from(rec.subdirs).saturating_add(delta).max(0);
         rec.subdirs = u32::try_from(n).unwrap_or(u32::MAX);
         store.put_dir(b, dir, &rec);
@@ -83,14 +84,18 @@ pub(crate) fn apply_change(
     inode: &mut Inode,
     change: InodeChange,
     now: i64,
-) -> Result<(), WireError> {
+) -> Result<(), StateError> {
     match change {
         InodeChange::Attr(set) => apply_setattr(inode, &set, now),
         InodeChange::Xattr { name, value, mode } => {
             let at = inode.xattrs.iter().position(|x| x.name == name);
             match (at, mode, value) {
-                (Some(_), XattrMode::Create, Some(_)) => return Err(WireError::AlreadyExists),
-                (None, XattrMode::Replace, _) | (None, _, None) => return Err(WireError::NoData),
+                (Some(_), XattrMode::Create, Some(_)) => {
+                    return Err(WireError::AlreadyExists.into());
+                }
+                (None, XattrMode::Replace, _) | (None, _, None) => {
+                    return Err(WireError::NoData.into());
+                }
                 (Some(i), _, None) => {
                     inode.xattrs.remove(i);
                 }
@@ -103,7 +108,7 @@ pub(crate) fn apply_change(
                 .map(|x| x.name.len() + x.value.len())
                 .sum();
             if total > limits::XATTR_TOTAL_BYTES_MAX {
-                return Err(WireError::NoSpace);
+                return Err(WireError::NoSpace.into());
             }
             inode.ctime_ns = now;
         }
@@ -125,55 +130,53 @@ pub(crate) fn put_visible(store: &Store, b: &mut Batch, dir: &str, name: &str, i
 
 /// The directory object `dir` exists here, holds the shard for `name`, and accepts writes
 /// there (no directory rename is moving it, no split is moving that name).
-pub(crate) fn require_dir(store: &Store, dir: &str, name: &str) -> Result<(), WireError> {
-    match store.dir(dir).map_err(storage_err)? {
-        None => Err(WireError::NotFound),
+pub(crate) fn require_dir(store: &Store, dir: &str, name: &str) -> Result<(), StateError> {
+    match store.dir(dir)? {
+        None => Err(WireError::NotFound.into()),
         Some(rec) => writable_shard(dir, &rec, name),
     }
 }
 
 /// Like `require_dir`, for mutations of existing entries (a missing directory object is
 /// reported by the entry lookup that follows).
-pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(), WireError> {
-    match store.dir(dir).map_err(storage_err)? {
+pub(crate) fn require_writable(store: &Store, dir: &str, name: &str) -> Result<(), StateError> {
+    match store.dir(dir)? {
         None => Ok(()),
         Some(rec) => writable_shard(dir, &rec, name),
     }
 }
 
 /// This node's record of directory object `path`: `NotFound` if it holds none.
-pub(crate) fn dir_here(store: &Store, path: &str) -> Result<DirRecord, WireError> {
-    store
-        .dir(path)
-        .map_err(storage_err)?
-        .ok_or(WireError::NotFound)
+pub(crate) fn dir_here(store: &Store, path: &str) -> Result<DirRecord, StateError> {
+    store.dir(path)?.ok_or(WireError::NotFound.into())
 }
 
-pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), WireError> {
+pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(), StateError> {
     // Before `Busy`: a frozen tree stays read-only however long a client would retry.
     if rec.read_only.is_some() {
-        return Err(WireError::ReadOnly);
+        return Err(WireError::ReadOnly.into());
     }
     not_auto_indexed(dir, rec)?;
     if rec.frozen.is_some() || rec.hidden.is_some() {
-        return Err(WireError::Busy);
+        return Err(WireError::Busy.into());
     }
     let hash = myriad_proto::name_hash(name);
     match rec.shard_for(hash) {
-        None => Err(wrong_shard(dir, rec)),
-        Some(s) if s.blocks_write(hash) => Err(WireError::Busy),
+        None => Err(wrong_shard(dir, rec).into()),
+        Some(s) if s.blocks_write(hash) => Err(WireError::Busy.into()),
         Some(_) => Ok(()),
     }
 }
 
 /// `AutoIndexed` if `dir` is in the tree of an automatic index: the applier unregisters
 /// it before any change there applies (docs/metadata-index.md "Automatic indexes").
-pub(crate) fn not_auto_indexed(dir: &str, rec: &DirRecord) -> Result<(), WireError> {
+pub(crate) fn not_auto_indexed(dir: &str, rec: &DirRecord) -> Result<(), StateError> {
     match rec.auto_index {
-        Some(mark) => Err(WireError::AutoIndexed {
+        Some(mark) => Err((WireError::AutoIndexed {
             dir: dir.to_string(),
             mark,
-        }),
+        })
+        .into()),
         None => Ok(()),
     }
 }
@@ -187,13 +190,13 @@ pub fn wrong_shard(dir: &str, rec: &DirRecord) -> WireError {
 }
 
 /// The visible inode of `dir/name`; `Busy` while a multi-node operation holds it.
-pub(crate) fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, WireError> {
-    match store.entry(dir, name).map_err(storage_err)? {
+pub(crate) fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, StateError> {
+    match store.entry(dir, name)? {
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(WireError::Busy),
+        }) => Err(WireError::Busy.into()),
         Some(EntryRecord { inode: Some(i), .. }) => Ok(i),
-        _ => Err(WireError::NotFound),
+        _ => Err(WireError::NotFound.into()),
     }
 }
 
@@ -202,14 +205,14 @@ pub(crate) fn visible(store: &Store, dir: &str, name: &str) -> Result<Inode, Wir
 /// in progress) is `Busy`, not `AlreadyExists`: that operation may yet leave the name free.
 /// (Found by the simulation, seed 3001: a mkdir that failed and was being undone made the
 /// client's retry answer "exists" for a directory that never came to be.)
-pub(crate) fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), WireError> {
+pub(crate) fn require_free_name(store: &Store, dir: &str, name: &str) -> Result<(), StateError> {
     require_dir(store, dir, name)?;
-    match store.entry(dir, name).map_err(storage_err)? {
+    match store.entry(dir, name)? {
         None => Ok(()),
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(WireError::Busy),
-        Some(_) => Err(WireError::AlreadyExists),
+        }) => Err(WireError::Busy.into()),
+        Some(_) => Err(WireError::AlreadyExists.into()),
     }
 }
 
@@ -218,16 +221,16 @@ pub(crate) fn visible_file(
     dir: &str,
     name: &str,
     ino: InodeId,
-) -> Result<Inode, WireError> {
+) -> Result<Inode, StateError> {
     require_writable(store, dir, name)?;
     let inode = visible(store, dir, name)?;
     if inode.ino != ino {
-        return Err(WireError::Stale);
+        return Err(WireError::Stale.into());
     }
     match inode.kind {
         FileKind::File => Ok(inode),
-        FileKind::Directory => Err(WireError::IsADirectory),
-        _ => Err(WireError::InvalidArgument("not a regular file".into())),
+        FileKind::Directory => Err(WireError::IsADirectory.into()),
+        _ => Err(WireError::InvalidArgument("not a regular file".into()).into()),
     }
 }
 
@@ -239,27 +242,27 @@ pub(crate) fn check_rename_target(
     incoming: &Inode,
     flags: RenameFlags,
     replaces: Option<InodeId>,
-) -> Result<Option<Inode>, WireError> {
-    match store.entry(dir, name).map_err(storage_err)? {
+) -> Result<Option<Inode>, StateError> {
+    match store.entry(dir, name)? {
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(WireError::Busy),
+        }) => Err(WireError::Busy.into()),
         Some(EntryRecord {
             inode: Some(old), ..
         }) => {
             if flags.no_replace && old.ino != incoming.ino {
-                return Err(WireError::AlreadyExists);
+                return Err(WireError::AlreadyExists.into());
             }
             match (
                 incoming.kind == FileKind::Directory,
                 old.kind == FileKind::Directory,
             ) {
-                (false, true) => Err(WireError::IsADirectory),
-                (true, false) => Err(WireError::NotADirectory),
+                (false, true) => Err(WireError::IsADirectory.into()),
+                (true, false) => Err(WireError::NotADirectory.into()),
                 // A directory replaces only the (empty) directory its coordinator found
                 // there and whose object it took over; another one came meanwhile.
                 (true, true) if old.ino != incoming.ino && replaces != Some(old.ino) => {
-                    Err(WireError::Busy)
+                    Err(WireError::Busy.into())
                 }
                 _ => Ok(Some(old)),
             }
@@ -275,22 +278,23 @@ pub(crate) fn check_exchange_target(
     dir: &str,
     name: &str,
     incoming: &Inode,
-) -> Result<Inode, WireError> {
-    match store.entry(dir, name).map_err(storage_err)? {
+) -> Result<Inode, StateError> {
+    match store.entry(dir, name)? {
         Some(EntryRecord {
             pending: Some(_), ..
-        }) => Err(WireError::Busy),
+        }) => Err(WireError::Busy.into()),
         Some(EntryRecord {
             inode: Some(other), ..
         }) => {
             if other.kind == FileKind::Directory || incoming.kind == FileKind::Directory {
                 return Err(WireError::InvalidArgument(
                     "exchanging directories (RENAME_EXCHANGE) is not supported".into(),
-                ));
+                )
+                .into());
             }
             Ok(other)
         }
-        _ => Err(WireError::NotFound),
+        _ => Err(WireError::NotFound.into()),
     }
 }
 
@@ -305,11 +309,11 @@ pub(crate) fn drop_file_data(
     b: &mut Batch,
     inode: &Inode,
     now: i64,
-) -> Result<Option<u64>, WireError> {
+) -> Result<Option<u64>, StateError> {
     if inode.kind != FileKind::File {
         return Ok(None);
     }
-    if ctx.store.dir(ORPHAN_DIR).map_err(storage_err)?.is_none() {
+    if ctx.store.dir(ORPHAN_DIR)?.is_none() {
         ctx.store
             .put_dir(b, ORPHAN_DIR, &myriad_storage::DirRecord::new(InodeId(0)));
     }
@@ -328,21 +332,14 @@ pub(crate) fn drop_orphan(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
     ino: InodeId,
-) -> Result<Option<u64>, WireError> {
+) -> Result<Option<u64>, StateError> {
     let name = inode_name(ino);
-    let Some(inode) = ctx
-        .store
-        .entry(ORPHAN_DIR, &name)
-        .map_err(storage_err)?
-        .and_then(|r| r.inode)
-    else {
+    let Some(inode) = ctx.store.entry(ORPHAN_DIR, &name)?.and_then(|r| r.inode) else {
         return Ok(None);
     };
     ctx.store.delete_entry(b, ORPHAN_DIR, &name);
     let c0 = chunk0_blocks(ctx.layout);
-    ctx.store
-        .trim_blocks(b, inode.ino, 0, 0, c0)
-        .map_err(storage_err)?;
+    ctx.store.trim_blocks(b, inode.ino, 0, 0, c0)?;
     if inode.size > ctx.layout.chunk_size_bytes {
         let txid = ctx.ids.next(ctx.store, b)?;
         let intent = Intent::ChunkGc {

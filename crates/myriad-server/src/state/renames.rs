@@ -1,5 +1,6 @@
 //! Renames: on one partition, across two (source and target sides), and of whole directories (freeze, export/import, finish).
 
+use crate::state::failure::StateError;
 use myriad_placement::split_parent;
 use myriad_proto::{DirAction, FileKind, Inode, Shard, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
@@ -7,7 +8,7 @@ use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 use crate::state::intent::{Decision, DirMove, Intent};
 use crate::state::ops::{
     Blocks, Ctx, DirImport, Mutation, Outcome, RenamePrepare, chunk0_blocks, not_routed,
-    prepare_key, replace_key, storage_err,
+    prepare_key, replace_key,
 };
 use crate::state::records::{
     adjust_subdirs, check_exchange_target, check_rename_target, dir_here, drop_file_data, is_dir,
@@ -15,7 +16,11 @@ use crate::state::records::{
 };
 
 /// Executes one mutation of this family into `b`.
-pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<Outcome, WireError> {
+pub(super) fn execute(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    m: Mutation,
+) -> Result<Outcome, StateError> {
     let out = match m {
         Mutation::RenameLocal {
             from,
@@ -30,7 +35,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             if inode.kind == FileKind::Directory {
                 // Directories move their whole subtree: the node routes them through
                 // `dir_rename`; getting here means the entry changed kind under us.
-                return Err(WireError::Busy);
+                return Err(WireError::Busy.into());
             }
             require_dir(ctx.store, tdir, tname)?;
             if flags.exchange {
@@ -69,9 +74,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             let mut inode = visible(ctx.store, fdir, fname)?;
             let txid = ctx.ids.next(ctx.store, b)?;
             let blocks = if inode.kind == FileKind::File {
-                ctx.store
-                    .blocks(inode.ino, 0, chunk0_blocks(ctx.layout))
-                    .map_err(storage_err)?
+                ctx.store.blocks(inode.ino, 0, chunk0_blocks(ctx.layout))?
             } else {
                 Vec::new()
             };
@@ -111,15 +114,15 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
             let mut rec = dir_here(ctx.store, &path)?;
             match rec.frozen {
                 Some(t) if t == txid => {}
-                Some(_) => return Err(WireError::Busy),
+                Some(_) => return Err(WireError::Busy.into()),
                 // A frozen tree's directories do not move (nor any above them): its index
                 // and registry name it by path (docs/metadata-index.md).
-                None if rec.read_only.is_some() => return Err(WireError::ReadOnly),
+                None if rec.read_only.is_some() => return Err(WireError::ReadOnly.into()),
                 // A moved tree's index would name paths that are gone.
                 None if rec.auto_index.is_some() => not_auto_indexed(&path, &rec)?,
                 None => {
                     if rec.is_moving() {
-                        return Err(WireError::Busy);
+                        return Err(WireError::Busy.into());
                     }
                     rec.frozen = Some(txid);
                     ctx.store.put_dir(b, &path, &rec);
@@ -129,7 +132,7 @@ pub(super) fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: Mutation) -> Result<O
         }
         Mutation::DirImport(d) => dir_import(ctx, b, d)?,
         Mutation::DirFinish { path, txid, action } => dir_finish(ctx, b, path, txid, action)?,
-        other => return Err(not_routed(&other)),
+        other => return Err(not_routed(&other).into()),
     };
     Ok(out)
 }
@@ -143,7 +146,7 @@ fn source_decide(
     commit: bool,
     moves: Vec<DirMove>,
     incoming: Option<(Inode, Blocks)>,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let Some(Intent::RenameOut {
         from_dir,
         from_name,
@@ -151,18 +154,11 @@ fn source_decide(
         dst_node,
         ino,
         ..
-    }) = ctx
-        .store
-        .intent(txid)
-        .map_err(storage_err)?
-        .and_then(|b| Intent::decode(&b))
+    }) = ctx.store.intent(txid)?.and_then(|b| Intent::decode(&b))
     else {
         return Ok(Outcome::Unit);
     };
-    if let Some(rec) = ctx
-        .store
-        .entry(&from_dir, &from_name)
-        .map_err(storage_err)?
+    if let Some(rec) = ctx.store.entry(&from_dir, &from_name)?
         && rec.pending.as_ref().is_some_and(|p| p.txid == txid)
     {
         if commit {
@@ -170,9 +166,7 @@ fn source_decide(
             adjust_subdirs(ctx.store, b, &from_dir, -is_dir(rec.inode.as_ref()))?;
             if rec.inode.as_ref().is_some_and(|i| i.kind == FileKind::File) {
                 let c0 = chunk0_blocks(ctx.layout);
-                ctx.store
-                    .trim_blocks(b, ino, 0, 0, c0)
-                    .map_err(storage_err)?;
+                ctx.store.trim_blocks(b, ino, 0, 0, c0)?;
             }
             // An exchange: the destination's entry takes the source's name.
             if let Some((other, blocks)) = incoming {
@@ -209,7 +203,7 @@ fn target_prepare(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
     p: RenamePrepare,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let RenamePrepare {
         txid,
         coordinator,
@@ -222,19 +216,17 @@ fn target_prepare(
     let (tdir, tname) = split_parent(&to);
     match ctx
         .store
-        .intent(prepare_key(txid))
-        .map_err(storage_err)?
+        .intent(prepare_key(txid))?
         .and_then(|b| Intent::decode(&b))
     {
         Some(Intent::RenameAborted { .. }) => {
-            return Err(WireError::Stale); // Aborted here already: too late.
+            return Err(WireError::Stale.into()); // Aborted here already: too late.
         }
         // Already prepared (a retried request): the same answer.
         Some(Intent::ExchangeIn { .. }) => {
             let other = ctx
                 .store
-                .entry(tdir, tname)
-                .map_err(storage_err)?
+                .entry(tdir, tname)?
                 .and_then(|r| r.inode)
                 .ok_or_else(|| WireError::Io("exchange staged without its entry".into()))?;
             let blocks = chunk0_of(ctx, &other)?;
@@ -245,7 +237,7 @@ fn target_prepare(
     }
     require_dir(ctx.store, tdir, tname)?;
     if inode.kind == FileKind::File && leaving_here(ctx.store, inode.ino)? {
-        return Err(WireError::Busy);
+        return Err(WireError::Busy.into());
     }
     // An exchange swaps with the entry there (and hands it back); a rename
     // replaces it, if any.
@@ -299,7 +291,7 @@ fn target_resolve(
     txid: u64,
     commit: bool,
     now: i64,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     // An abort leaves a tombstone, even of a prepare that never arrived.
     let tombstone = |b: &mut Batch| {
         if !commit {
@@ -309,8 +301,7 @@ fn target_resolve(
     };
     let (dir, name, ino, exchange) = match ctx
         .store
-        .intent(prepare_key(txid))
-        .map_err(storage_err)?
+        .intent(prepare_key(txid))?
         .and_then(|b| Intent::decode(&b))
     {
         Some(Intent::RenameIn { dir, name, ino, .. }) => (dir, name, ino, false),
@@ -322,7 +313,7 @@ fn target_resolve(
     };
     let mut gc = None;
     let mut dropped_link = None;
-    if let Some(rec) = ctx.store.entry(&dir, &name).map_err(storage_err)?
+    if let Some(rec) = ctx.store.entry(&dir, &name)?
         && let Some(p) = rec.pending.filter(|p| p.txid == txid)
     {
         if commit {
@@ -331,9 +322,7 @@ fn target_resolve(
                 // has its chunk-0 blocks now.
                 Some(old) if exchange && old.kind == FileKind::File => {
                     let c0 = chunk0_blocks(ctx.layout);
-                    ctx.store
-                        .trim_blocks(b, old.ino, 0, 0, c0)
-                        .map_err(storage_err)?;
+                    ctx.store.trim_blocks(b, old.ino, 0, 0, c0)?;
                 }
                 Some(_) if exchange => {}
                 Some(old) => {
@@ -357,9 +346,7 @@ fn target_resolve(
             // brought none, and its inode's blocks may live on this very node.
             if p.after.as_ref().is_some_and(|i| i.kind == FileKind::File) {
                 let c0 = chunk0_blocks(ctx.layout);
-                ctx.store
-                    .trim_blocks(b, ino, 0, 0, c0)
-                    .map_err(storage_err)?;
+                ctx.store.trim_blocks(b, ino, 0, 0, c0)?;
             }
         }
     }
@@ -369,7 +356,7 @@ fn target_resolve(
 }
 
 /// A directory part moved here, hidden until revealed.
-fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome, WireError> {
+fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome, StateError> {
     let DirImport {
         path,
         txid,
@@ -379,12 +366,12 @@ fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome,
         entries,
         replaces,
     } = d;
-    let rec = match ctx.store.dir(&path).map_err(storage_err)? {
+    let rec = match ctx.store.dir(&path)? {
         Some(rec) if rec.hidden == Some(txid) => rec,
         found => {
             if let Some(old) = found {
                 let Some(expected) = replaces else {
-                    return Err(WireError::AlreadyExists);
+                    return Err(WireError::AlreadyExists.into());
                 };
                 take_over(ctx, &path, &old, expected)?;
                 let kept = Intent::DirReplaced {
@@ -403,7 +390,8 @@ fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome,
             return Err(WireError::InvalidArgument(format!(
                 "{}: not in a shard of {path} held here",
                 e.name
-            )));
+            ))
+            .into());
         }
         for (block, data) in e.blocks {
             ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
@@ -428,14 +416,11 @@ fn dir_finish(
     path: String,
     txid: u64,
     action: DirAction,
-) -> Result<Outcome, WireError> {
-    let Some(mut rec) = ctx.store.dir(&path).map_err(storage_err)? else {
+) -> Result<Outcome, StateError> {
+    let Some(mut rec) = ctx.store.dir(&path)? else {
         return Ok(Outcome::Unit);
     };
-    let entries = ctx
-        .store
-        .entries(&path, None, usize::MAX)
-        .map_err(storage_err)?;
+    let entries = ctx.store.entries(&path, None, usize::MAX)?;
     match action {
         DirAction::Reveal if rec.hidden == Some(txid) => {
             rec.hidden = None;
@@ -478,24 +463,20 @@ fn dir_finish(
                 let shared = match &keep_blocks_of {
                     Some(other) => ctx
                         .store
-                        .entry(other, &name)
-                        .map_err(storage_err)?
+                        .entry(other, &name)?
                         .and_then(|o| o.inode.or_else(|| o.pending.and_then(|p| p.after)))
                         .is_some_and(|o| o.ino == i.ino),
                     None => false,
                 };
                 if !shared {
-                    ctx.store
-                        .trim_blocks(b, i.ino, 0, 0, c0)
-                        .map_err(storage_err)?;
+                    ctx.store.trim_blocks(b, i.ino, 0, 0, c0)?;
                 }
             }
             // A copy that took over an empty directory gives its place back.
             if rec.hidden == Some(txid)
                 && let Some(Intent::DirReplaced { path: p, ino }) = ctx
                     .store
-                    .intent(replace_key(txid))
-                    .map_err(storage_err)?
+                    .intent(replace_key(txid))?
                     .and_then(|b| Intent::decode(&b))
                 && p == path
             {
@@ -514,9 +495,9 @@ fn hidden_copy(
     ino: myriad_proto::InodeId,
     shards: Vec<Shard>,
     map: Option<myriad_proto::ShardMap>,
-) -> Result<DirRecord, WireError> {
+) -> Result<DirRecord, StateError> {
     if shards.iter().any(|s| !s.is_valid()) || map.as_ref().is_some_and(|m| !m.is_well_formed()) {
-        return Err(WireError::InvalidArgument("bad shards".into()));
+        return Err(WireError::InvalidArgument("bad shards".into()).into());
     }
     Ok(DirRecord {
         hidden: Some(txid),
@@ -539,23 +520,24 @@ fn take_over(
     path: &str,
     old: &DirRecord,
     expected: myriad_proto::InodeId,
-) -> Result<(), WireError> {
+) -> Result<(), StateError> {
     // Another directory lives there now, or another rename is moving it or into it.
     if old.ino != expected || old.frozen.is_some() || old.hidden.is_some() {
-        return Err(WireError::Busy);
+        return Err(WireError::Busy.into());
     }
     if old.read_only.is_some() {
-        return Err(WireError::ReadOnly);
+        return Err(WireError::ReadOnly.into());
     }
     not_auto_indexed(path, old)?;
     // Its entries may live on other servers' shards; none can be checked from here.
     if !old.is_whole() {
         return Err(WireError::NotSupported(
             "renaming over a directory that was split into shards (remove it first)".into(),
-        ));
+        )
+        .into());
     }
-    if ctx.store.has_entries(path).map_err(storage_err)? {
-        return Err(WireError::NotEmpty);
+    if ctx.store.has_entries(path)? {
+        return Err(WireError::NotEmpty.into());
     }
     Ok(())
 }
@@ -570,10 +552,10 @@ fn take_over(
 pub(crate) fn leaving_here(
     store: &myriad_storage::Store,
     ino: myriad_proto::InodeId,
-) -> Result<bool, WireError> {
-    for (_, bytes) in store.intents().map_err(storage_err)? {
+) -> Result<bool, StateError> {
+    for (_, bytes) in store.intents()? {
         if let Some(Intent::ExchangeIn { dir, name, .. }) = Intent::decode(&bytes)
-            && let Some(rec) = store.entry(&dir, &name).map_err(storage_err)?
+            && let Some(rec) = store.entry(&dir, &name)?
             && rec.pending.is_some()
             && rec.inode.is_some_and(|i| i.ino == ino)
         {
@@ -583,11 +565,9 @@ pub(crate) fn leaving_here(
     Ok(false)
 }
 
-fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, WireError> {
+fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, StateError> {
     if inode.kind != FileKind::File {
         return Ok(Vec::new());
     }
-    ctx.store
-        .blocks(inode.ino, 0, chunk0_blocks(ctx.layout))
-        .map_err(storage_err)
+    Ok(ctx.store.blocks(inode.ino, 0, chunk0_blocks(ctx.layout))?)
 }

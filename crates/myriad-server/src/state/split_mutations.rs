@@ -1,19 +1,20 @@
 //! Mutations of the split protocol (docs/huge-dirs.md): each is one atomic batch on one node.
 
+use crate::state::failure::StateError;
 use myriad_proto::{ExportedEntry, FileKind, Shard, ShardMap, WireError};
 use myriad_storage::{Batch, DirRecord, EntryRecord, LocalShard, Pending};
 
 use crate::state::intent::{Decision, Intent};
-use crate::state::ops::{Ctx, Outcome, ShardMutation, chunk0_blocks, storage_err};
+use crate::state::ops::{Ctx, Outcome, ShardMutation, chunk0_blocks};
 use crate::state::records::{dir_here, put_visible};
 use myriad_proto::InodeId;
 
-pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, WireError> {
+pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Outcome, StateError> {
     match m {
         ShardMutation::SplitBegin { dir, shard } => {
             let mut rec = dir_here(ctx.store, &dir)?;
             if rec.frozen.is_some() || rec.hidden.is_some() {
-                return Err(WireError::Busy);
+                return Err(WireError::Busy.into());
             }
             let local = rec
                 .shards
@@ -21,13 +22,13 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
                 .find(|s| s.shard == shard)
                 .ok_or(WireError::NotFound)?;
             if local.splitting.is_some() || local.hidden.is_some() {
-                return Err(WireError::Busy);
+                return Err(WireError::Busy.into());
             }
             // An earlier split of this shard that is still being undone (its home's map
             // and its child's node not yet cleaned): its remaining steps name the shard, not
             // the split, and would undo this one (found by the simulation, seed 1031).
             if split_of_shard_pending(ctx, &dir, shard)? {
-                return Err(WireError::Busy);
+                return Err(WireError::Busy.into());
             }
             // The id only after every check: an id range opened in a batch that is then
             // thrown away would not have its high-water mark persisted.
@@ -46,7 +47,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             else {
                 return Ok(Outcome::Unit);
             };
-            if let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)? {
+            if let Some(mut rec) = ctx.store.dir(&dir)? {
                 for s in &mut rec.shards {
                     if s.shard == shard && s.splitting == Some(txid) {
                         s.splitting = None;
@@ -77,9 +78,9 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             split,
         } => map_change(ctx, b, dir, ino, shard, split),
         ShardMutation::Create { dir, ino, shards } => {
-            let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
+            let mut rec = match ctx.store.dir(&dir)? {
                 Some(r) if r.ino == ino => r,
-                Some(_) => return Err(WireError::AlreadyExists),
+                Some(_) => return Err(WireError::AlreadyExists.into()),
                 None => DirRecord {
                     shards: Vec::new(),
                     ..DirRecord::new(ino)
@@ -87,7 +88,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             };
             for s in shards {
                 if !s.is_valid() {
-                    return Err(WireError::InvalidArgument("bad shard".into()));
+                    return Err(WireError::InvalidArgument("bad shard".into()).into());
                 }
                 if !rec.shards.iter().any(|l| l.shard == s) {
                     rec.shards.push(LocalShard::new(s));
@@ -101,7 +102,7 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
 }
 
 /// The splitting shard's commit: its moved half handed over, the shard map split.
-fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, WireError> {
+fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, StateError> {
     let (dir, shard, ino) = match read_intent(ctx, txid)? {
         Some(Intent::SplitOut {
             dir,
@@ -117,9 +118,9 @@ fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, 
         // Undone (by recovery) or over: the split must not go on to reveal its
         // child, which would then overlap the shard that stayed whole here.
         _ => {
-            return Err(WireError::Io(format!(
-                "split {txid} was abandoned; it cannot commit"
-            )));
+            return Err(
+                WireError::Io(format!("split {txid} was abandoned; it cannot commit")).into(),
+            );
         }
     };
     let mut rec = dir_here(ctx.store, &dir)?;
@@ -131,7 +132,8 @@ fn split_commit(ctx: &mut Ctx<'_>, b: &mut Batch, txid: u64) -> Result<Outcome, 
         return Err(WireError::Io(format!(
             "split {txid}: shard {} of {dir} is not splitting",
             shard.label()
-        )));
+        ))
+        .into());
     };
     let (lower, upper) = shard.halves();
     *local = LocalShard::new(lower);
@@ -150,10 +152,10 @@ fn import(
     txid: u64,
     child: Shard,
     entries: Vec<ExportedEntry>,
-) -> Result<Outcome, WireError> {
-    let mut rec = match ctx.store.dir(&dir).map_err(storage_err)? {
+) -> Result<Outcome, StateError> {
+    let mut rec = match ctx.store.dir(&dir)? {
         Some(r) if r.ino == ino => r,
-        Some(_) => return Err(WireError::AlreadyExists),
+        Some(_) => return Err(WireError::AlreadyExists.into()),
         None => DirRecord {
             shards: Vec::new(),
             ..DirRecord::new(ino)
@@ -169,7 +171,8 @@ fn import(
             return Err(WireError::Io(format!(
                 "split {txid}: {dir} already holds a shard overlapping {}",
                 child.label()
-            )));
+            ))
+            .into());
         }
         None => {
             rec.shards.push(LocalShard {
@@ -186,7 +189,8 @@ fn import(
                 "{}: not in shard {}",
                 e.name,
                 child.label()
-            )));
+            ))
+            .into());
         }
         for (block, data) in e.blocks {
             ctx.store.put_block(b, e.inode.ino, block, data.into_vec());
@@ -211,8 +215,8 @@ fn finish(
     txid: u64,
     child: Shard,
     reveal: bool,
-) -> Result<Outcome, WireError> {
-    let Some(mut rec) = ctx.store.dir(&dir).map_err(storage_err)? else {
+) -> Result<Outcome, StateError> {
+    let Some(mut rec) = ctx.store.dir(&dir)? else {
         return Ok(Outcome::Unit);
     };
     let Some(i) = rec
@@ -225,10 +229,9 @@ fn finish(
     if reveal {
         rec.shards[i].hidden = None;
         ctx.store.put_dir(b, &dir, &rec);
-        for (_, name, e) in ctx
-            .store
-            .entries_in(&dir, child.start(), None, child.end(), usize::MAX)
-            .map_err(storage_err)?
+        for (_, name, e) in
+            ctx.store
+                .entries_in(&dir, child.start(), None, child.end(), usize::MAX)?
         {
             if let Some(inode) = e.pending.filter(|p| p.txid == txid).and_then(|p| p.after) {
                 put_visible(ctx.store, b, &dir, &name, &inode);
@@ -254,17 +257,16 @@ fn map_change(
     ino: InodeId,
     shard: Shard,
     split: bool,
-) -> Result<Outcome, WireError> {
+) -> Result<Outcome, StateError> {
     let mut rec = ctx
         .store
-        .dir(&dir)
-        .map_err(storage_err)?
+        .dir(&dir)?
         .filter(|r| r.ino == ino)
         .ok_or(WireError::NotFound)?;
     // A directory rename read this map when it froze the home: no new shard may
     // appear behind its back (undoing one is always allowed).
     if split && rec.frozen.is_some() {
-        return Err(WireError::Busy);
+        return Err(WireError::Busy.into());
     }
     let mut map = rec.map.take().unwrap_or_else(ShardMap::unsplit);
     let (lower, upper) = shard.halves();
@@ -273,7 +275,8 @@ fn map_change(
         return Err(WireError::Io(format!(
             "{dir}: shard {} is not a leaf of the map",
             shard.label()
-        )));
+        ))
+        .into());
     }
     if !split && has(&map, &lower) && has(&map, &upper) {
         map.unsplit_leaf(shard);
@@ -302,8 +305,8 @@ fn put_split_intent(
 }
 
 /// Whether a split of `dir`'s `shard` (or of a shard overlapping it) has an intent here.
-fn split_of_shard_pending(ctx: &Ctx<'_>, dir: &str, shard: Shard) -> Result<bool, WireError> {
-    for (_, bytes) in ctx.store.intents().map_err(storage_err)? {
+fn split_of_shard_pending(ctx: &Ctx<'_>, dir: &str, shard: Shard) -> Result<bool, StateError> {
+    for (_, bytes) in ctx.store.intents()? {
         if let Some(Intent::SplitOut {
             dir: d, shard: s, ..
         }) = Intent::decode(&bytes)
@@ -316,29 +319,22 @@ fn split_of_shard_pending(ctx: &Ctx<'_>, dir: &str, shard: Shard) -> Result<bool
     Ok(false)
 }
 
-fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, WireError> {
-    Ok(ctx
-        .store
-        .intent(txid)
-        .map_err(storage_err)?
-        .and_then(|b| Intent::decode(&b)))
+fn read_intent(ctx: &Ctx<'_>, txid: u64) -> Result<Option<Intent>, StateError> {
+    Ok(ctx.store.intent(txid)?.and_then(|b| Intent::decode(&b)))
 }
 
 /// Deletes every entry of `dir` in `range` and the chunk-0 blocks of its regular files (a
 /// hard-link name has no blocks here: they live with its inode object).
-fn drop_range(ctx: &Ctx<'_>, b: &mut Batch, dir: &str, range: Shard) -> Result<(), WireError> {
+fn drop_range(ctx: &Ctx<'_>, b: &mut Batch, dir: &str, range: Shard) -> Result<(), StateError> {
     let c0 = chunk0_blocks(ctx.layout);
     for (_, name, e) in ctx
         .store
-        .entries_in(dir, range.start(), None, range.end(), usize::MAX)
-        .map_err(storage_err)?
+        .entries_in(dir, range.start(), None, range.end(), usize::MAX)?
     {
         ctx.store.delete_entry(b, dir, &name);
         let inode = e.inode.or_else(|| e.pending.and_then(|p| p.after));
         if let Some(i) = inode.filter(|i| i.kind == FileKind::File) {
-            ctx.store
-                .trim_blocks(b, i.ino, 0, 0, c0)
-                .map_err(storage_err)?;
+            ctx.store.trim_blocks(b, i.ino, 0, 0, c0)?;
         }
     }
     Ok(())
