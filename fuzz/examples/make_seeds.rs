@@ -18,9 +18,9 @@ use myriad_proto::InodeId;
 use myriad_proto::auth::{Keyring, client_key_line, secret_line};
 use myriad_proto::codec::encode;
 use myriad_proto::{
-    Auth, AuthReply, Caller, DirAction, DirEntry, Endpoints, ExportedEntry, FileKind, FsError,
-    Hello, HelloReply, Inode, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc, RenameFlags,
-    ReplOp, Request, RequestFrame, Response, ResponseFrame, SetAttr, StatFs, Xattr, XattrMode,
+    Auth, AuthReply, Caller, DirAction, DirEntry, Endpoints, ExportedEntry, FileKind, Hello,
+    HelloReply, Inode, InodeOp, MAGIC, PROTOCOL_VERSION, PeerKind, RaftRpc, RenameFlags, ReplOp,
+    Request, RequestFrame, Response, ResponseFrame, SetAttr, StatFs, WireError, Xattr, XattrMode,
 };
 use myriad_proto::{ClientRequest, PeerRequest, ReplicaRequest, ServerRequest};
 use myriad_storage::{Batch, DirRecord, EntryRecord, Kv, LocalShard, MemKv, Pending, Space, Store};
@@ -434,7 +434,7 @@ fn requests() -> Seeds {
     ]
 }
 
-fn response(id: u64, result: Result<Response, FsError>) -> Vec<u8> {
+fn response(id: u64, result: Result<Response, WireError>) -> Vec<u8> {
     enc(&ResponseFrame { id, result })
 }
 
@@ -481,30 +481,30 @@ fn responses() -> Seeds {
                 5,
                 Ok(Response::Attrs(vec![
                     Ok(dir),
-                    Err(FsError::NotFound),
-                    Err(FsError::PermissionDenied),
+                    Err(WireError::NotFound),
+                    Err(WireError::PermissionDenied),
                 ])),
             ),
         ),
         ("map", response(6, Ok(Response::Map(Box::new(small_map()))))),
         (
             "redirect",
-            response(7, Err(FsError::Redirect(Box::new(small_map())))),
+            response(7, Err(WireError::Redirect(Box::new(small_map())))),
         ),
         (
             "wrong-shard",
             response(
                 8,
-                Err(FsError::WrongShard {
+                Err(WireError::WrongShard {
                     dir: "/big".into(),
                     map: Some(Box::new(ShardMap::presplit(3))),
                 }),
             ),
         ),
-        ("not-found", response(9, Err(FsError::NotFound))),
+        ("not-found", response(9, Err(WireError::NotFound))),
         (
             "invalid-argument",
-            response(10, Err(FsError::InvalidArgument("bad path".into()))),
+            response(10, Err(WireError::InvalidArgument("bad path".into()))),
         ),
         (
             "statfs",

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use myriad_fuzz::roundtrip;
 use myriad_placement::ShardCache;
-use myriad_proto::{FsError, Response, ResponseFrame, ShardMap};
+use myriad_proto::{Response, ResponseFrame, ShardMap, WireError};
 
 fuzz_target!(|data: &[u8]| {
     let Some(frame) = roundtrip::<ResponseFrame>(data) else {
@@ -21,9 +21,10 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         Err(e) => {
-            let _ = (e.errno(), e.is_transient(), e.to_string());
+            let _ = (e.kind(), e.is_transient(), e.to_string());
+            let _ = myriad_proto::FsError::from(e.clone()).errno();
             match e {
-                FsError::WrongShard { map, .. } => map.as_deref(),
+                WireError::WrongShard { map, .. } => map.as_deref(),
                 _ => None,
             }
         }

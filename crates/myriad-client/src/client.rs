@@ -680,8 +680,7 @@ impl Client {
     }
 }
 
-mod cluster;
-pub use cluster::Installed;
+pub(crate) mod cluster;
 mod leased;
 mod maps;
 mod namespace;

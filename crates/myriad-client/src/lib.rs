@@ -30,7 +30,8 @@ mod whole_files;
 mod write_behind;
 
 pub use behind_journals::{BehindSpawner, BehindTask};
-pub use client::{Client, ClientConfig, Installed};
+pub use client::cluster::Installed;
+pub use client::{Client, ClientConfig};
 pub use dirs::ListFor;
 pub use file::FileHandle;
 pub use fragments::FragmentAt;

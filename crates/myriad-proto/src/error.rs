@@ -1,4 +1,5 @@
-//! Errors, in two types by who sees them (ARCHITECTURE.md, "Errors"):
+//! Errors in two types by who sees them: `WireError` on the wire, `FsError` from the client
+//! library, which has no routing signal (ARCHITECTURE.md, "Errors").
 //!
 //! - `WireError`: what a server answers on the wire. Besides what the file system says
 //!   (the errnos) it carries the routing signals (`Redirect`, `MapTooOld`, `WrongShard`,
