@@ -67,6 +67,14 @@ pub type Hot = (String, u64, Option<u64>);
 /// `/.myriad`; then only the topmost of them, with no tracked directory below that
 /// changed lately, inside no indexed tree and holding no manual one (an automatic index
 /// below one is replaced: `auto_index_round` drops it first). Sorted.
+///
+/// A climb stopped by a tracked parent that changed lately waits while the tree it
+/// reached has been quiet for less than twice `quiet`: a tree copied or unpacked gets
+/// its upper directories' times set last, so its corners turn quiet first, and indexing
+/// them then would index corners instead of the tree a few seconds later (the import
+/// storm's automatic mode built 4-7 corners that way, issue 51 item 5). A parent that
+/// keeps changing (a busy directory holding a read-mostly tree) holds its tree back by
+/// that much only.
 #[must_use]
 pub fn choose_roots(
     tracked: &[Hot],
@@ -86,6 +94,21 @@ pub fn choose_roots(
         .filter(|(_, _, since)| !is_quiet(*since))
         .map(|(d, _, _)| d.as_str())
         .collect();
+    let since_of: HashMap<&str, Option<u64>> = tracked
+        .iter()
+        .map(|(d, _, since)| (d.as_str(), *since))
+        .collect();
+    let settled = |root: &str| {
+        let parent = parent_of(root);
+        let held_back = parent != "/"
+            && changing.contains(&parent)
+            && since_of
+                .get(root)
+                .copied()
+                .flatten()
+                .is_some_and(|ms| ms < quiet_ms.saturating_mul(2));
+        !held_back
+    };
     let climbed: std::collections::BTreeSet<&str> = tracked
         .iter()
         .filter(|(d, reads, since)| *reads >= min_reads && is_quiet(*since) && d != "/")
@@ -96,6 +119,7 @@ pub fn choose_roots(
             }
             root
         })
+        .filter(|root| settled(root))
         .collect();
     climbed
         .iter()
@@ -274,6 +298,41 @@ mod tests {
         );
         // Nothing hot enough: nothing.
         assert!(choose_roots(&dirs, 100, q, &none).is_empty());
+    }
+
+    #[test]
+    fn a_tree_whose_top_changed_last_is_indexed_whole_once_its_top_is_quiet() {
+        let q = Duration::from_secs(30);
+        // A tree just copied: the copy set its upper directories' times last, so its
+        // corners have been quiet for 31-38 s and its top for 22 s.
+        let at = |extra: u64| {
+            vec![
+                dir("/", 50, None),
+                dir("/py", 3, Some(22_000 + extra)),
+                dir("/py/lib", 3, Some(22_000 + extra)),
+                dir("/py/lib/sympy", 40, Some(31_000 + extra)),
+                dir("/py/lib/sympy/core", 40, Some(33_000 + extra)),
+                dir("/py/lib/mpmath", 30, Some(38_000 + extra)),
+            ]
+        };
+        let none = Registry::default();
+        assert!(
+            choose_roots(&at(0), 16, q, &none).is_empty(),
+            "corners were chosen while the top of their tree was not quiet yet"
+        );
+        // Ten seconds later the whole tree is quiet: one index of it all.
+        assert_eq!(choose_roots(&at(10_000), 16, q, &none), ["/py"]);
+        // A directory that keeps changing holds a read-mostly tree below it back only
+        // until that tree has been quiet for twice the quiet period.
+        let busy = |quiet_for: u64| {
+            vec![
+                dir("/scratch", 5, Some(1_000)),
+                dir("/scratch/sw", 2, Some(quiet_for)),
+                dir("/scratch/sw/lib", 40, Some(quiet_for)),
+            ]
+        };
+        assert!(choose_roots(&busy(45_000), 16, q, &none).is_empty());
+        assert_eq!(choose_roots(&busy(61_000), 16, q, &none), ["/scratch/sw"]);
     }
 
     #[test]
