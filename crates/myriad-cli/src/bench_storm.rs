@@ -431,7 +431,8 @@ async fn automatic(
             if let Ok(t) = tracked {
                 let mut top: Vec<_> = t
                     .iter()
-                    .filter(|(d, _, _)| d.matches('/').count() <= 5)
+                    .filter(|d| d.path.matches('/').count() <= 5)
+                    .map(|d| (&d.path, d.reads, d.since_ms, d.readers))
                     .collect();
                 top.sort();
                 eprintln!("  tracked after the first run: {top:?}");

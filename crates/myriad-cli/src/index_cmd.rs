@@ -108,12 +108,19 @@ pub async fn run(cmd: IndexCmd, client: &Client) -> anyhow::Result<()> {
             if found.is_empty() {
                 println!("no directory read {min_reads} times and quiet for {quiet_secs} s");
             }
-            for (dir, reads, since) in found {
-                let quiet = since.map_or_else(
+            for d in found {
+                let quiet = d.since_ms.map_or_else(
                     || "no change seen".to_string(),
                     |ms| format!("last change {:.0} s ago", ms as f64 / 1000.0),
                 );
-                println!("{reads:>10}  {dir}  ({quiet})");
+                // Readers as their reads name them (mounts'), counted up to 8; 0 from
+                // clients without leases or a server older than protocol 33.
+                let readers = match d.readers {
+                    0 => "readers not named".to_string(),
+                    1 => "1 reader".to_string(),
+                    n => format!("{n} readers"),
+                };
+                println!("{:>10}  {}  ({quiet}, {readers})", d.reads, d.path);
             }
             Ok(())
         }

@@ -86,7 +86,8 @@ pub struct MountArgs {
     pub auto_index_every: u64,
     /// A directory is hot once the servers saw it read this often in the last minute
     /// (listings and lookups by any client; a mount with leases reads a directory about
-    /// once per lease).
+    /// once per lease) by at least two clients, or four times as often by one: a tree
+    /// worth an index is read from several mounts, or hard by one.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub auto_index_min_reads: u64,
     /// A hot directory is quiet once unchanged this long; a tree is indexed when its hot

@@ -27,7 +27,7 @@ use myriad_proto::{Caller, FileKind, FsError, Inode};
 use tokio::time::Instant;
 
 pub use crate::index_state::IndexStats;
-pub use auto_policy::{AutoIndexPolicy, AutoIndexer, Hot, choose_roots};
+pub use auto_policy::{AutoIndexPolicy, AutoIndexer, choose_roots};
 pub use build::{BuildOptions, BuildReport};
 
 use crate::client::Client;

@@ -37,7 +37,7 @@ pub use file::FileHandle;
 pub use fragments::FragmentAt;
 pub use held_state::{BARRIER_EVERY, HELD_BYTES_MAX, HELD_CHANGES_MAX};
 pub use index::{
-    AutoIndexPolicy, AutoIndexer, BuildOptions, BuildReport, Hot, IndexStats, choose_roots,
+    AutoIndexPolicy, AutoIndexer, BuildOptions, BuildReport, IndexStats, choose_roots,
 };
 pub use leases::{Dropped, LeaseMark, RecallHook};
 pub use myriad_net::{Link, Transport};

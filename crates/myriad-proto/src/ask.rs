@@ -8,8 +8,8 @@ use crate::auth::Capability;
 use crate::reply::{
     Ask, AttrLease, Attrs, Bundle, Bytes, ChunkRead, CodedChunks, Copied, DirPage, Echoed,
     Exported, Fetched, FragmentsKept, FsckBlocks, FsckDirs, FsckEntries, Granted, IndexCandidates,
-    KeptStats, Leased, LockTested, RaftAnswer, ReadsLent, Recorded, ReplicaDigest, ReplicaPage,
-    Target,
+    IndexReaders, KeptStats, Leased, LockTested, RaftAnswer, ReadsLent, Recorded, ReplicaDigest,
+    ReplicaPage, Target,
 };
 use crate::{
     AdminRequest, Caller, ClientRequest, CopyRange, CounterSnapshot, DirTouchItem, FileKind, Inode,
@@ -255,6 +255,14 @@ pub fn recorded(id: OnceId, change: ClientRequest) -> Ask<Recorded> {
 
 pub fn index_candidates(min_reads: u64, quiet_ms: u64) -> Ask<IndexCandidates> {
     Ask::new(ClientRequest::IndexCandidates {
+        min_reads,
+        quiet_ms,
+    })
+}
+
+/// Protocol 33.
+pub fn index_readers(min_reads: u64, quiet_ms: u64) -> Ask<IndexReaders> {
+    Ask::new(ClientRequest::IndexReaders {
         min_reads,
         quiet_ms,
     })

@@ -202,6 +202,7 @@ impl ClientRequest {
             C::ReadChunk { .. } => read("read_chunk", None, false),
             C::Grant { path, .. } => read("grant", Some(Name(path)), false),
             C::IndexCandidates { .. } => read("index_candidates", None, false),
+            C::IndexReaders { .. } => read("index_readers", None, false),
             C::Create(c) => change(
                 "create",
                 Change::of(&c.path, Grows)

@@ -29,8 +29,9 @@ mod types;
 
 pub use error::{ErrorKind, FsError, WireError};
 pub use message::{
-    Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, LeaseGrant, MAGIC, PROTOCOL_MIN,
-    PROTOCOL_VERSION, PeerKind, RequestFrame, RequestFrameRef, Response, ResponseFrame, negotiate,
+    Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, HotDir, LeaseGrant, MAGIC,
+    PROTOCOL_MIN, PROTOCOL_VERSION, PeerKind, RequestFrame, RequestFrameRef, Response,
+    ResponseFrame, negotiate,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash, zone_name_ok};

@@ -61,3 +61,6 @@ pub const KEEP_OPEN_MAX: usize = 65_536;
 pub const BATCH_MAX: usize = 256;
 /// Most inode numbers one `ClientRequest::ReserveIds` reserves.
 pub const RESERVE_IDS_MAX: u32 = 4096;
+/// Most distinct readers a partition remembers per hot directory (`HotDir::readers`):
+/// an automatic index asks only whether a tree is read from one client or from several.
+pub const HOT_DIR_READERS_MAX: u32 = 8;

@@ -69,7 +69,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// earlier try left at a partition its name has since moved away from), asked only over
 /// connections of 32; `PeerRequest::PutLinkRefOnce` (a hard link's new name, made once
 /// per change), sent only over connections of 32.
-pub const PROTOCOL_VERSION: u16 = 32;
+/// 33: `ClientRequest::IndexReaders` and `Response::IndexReaders` (hot directories with
+/// how many clients read them), asked only over connections of 33.
+pub const PROTOCOL_VERSION: u16 = 33;
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a
@@ -455,6 +457,22 @@ pub enum Response {
     IndexCandidates(Vec<(String, u64, Option<u64>)>),
     /// The outcome a partition recorded of a change (`ClientRequest::Recorded`), if any.
     Recorded(Option<Box<Response>>),
+    /// Directories read far more than changed, with their readers
+    /// (`ClientRequest::IndexReaders`). Protocol 33.
+    IndexReaders(Vec<HotDir>),
+}
+
+/// A directory a partition saw read far more than changed (`Response::IndexReaders`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotDir {
+    pub path: String,
+    /// Reads of its names and listing in the partition's popularity window.
+    pub reads: u64,
+    /// Milliseconds since its last change (`None`: none seen since the partition opened).
+    pub since_ms: Option<u64>,
+    /// Distinct clients that read it in the window, as far as their reads name them
+    /// (a mount's do: `Leased`, `ReadAs`); at most `limits::HOT_DIR_READERS_MAX`.
+    pub readers: u32,
 }
 
 impl Response {

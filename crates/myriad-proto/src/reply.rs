@@ -244,7 +244,12 @@ reply!(Bundle, "answers to a batch", Response::Bundle(a) => Bundle(a));
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexCandidates(pub Vec<(String, u64, Option<u64>)>);
 
+/// Hot directories with their readers (`ClientRequest::IndexReaders`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexReaders(pub Vec<crate::HotDir>);
+
 reply!(IndexCandidates, "index candidates", Response::IndexCandidates(c) => IndexCandidates(c));
+reply!(IndexReaders, "hot directories with their readers", Response::IndexReaders(h) => IndexReaders(h));
 
 reply!(StatFs, "a server's disks", Response::StatFs(s) => s);
 

@@ -285,6 +285,10 @@ pub enum ClientRequest {
         id: OnceId,
         request: Box<ClientRequest>,
     },
+    /// As `IndexCandidates`, with how many clients read each directory in the window
+    /// (`Response::IndexReaders`): an automatic index is built for a tree read from
+    /// several mounts, or read hard by one (docs/metadata-index.md). Protocol 33.
+    IndexReaders { min_reads: u64, quiet_ms: u64 },
 }
 
 /// What a read reads (`ClientRequest::read_of`).

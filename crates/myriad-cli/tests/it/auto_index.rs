@@ -21,6 +21,25 @@ const AUTO_FAST: [&str; 7] = [
     "1",
 ];
 
+/// A client reading through directory leases: its reads name it, so the servers count it
+/// as one reader of what it reads (`HotDir::readers`).
+fn leased(tc: &TestCluster, who: Caller) -> myriad_client::Client {
+    let mut cfg = myriad_client::ClientConfig::new(tc.map.clone(), who, tc.keys());
+    cfg.request_timeout = Duration::from_secs(10);
+    cfg.leases = true;
+    myriad_client::Client::new(cfg).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Reads every module of /sw/lib/pkg (`n` of them) and the directories above, once
+/// each: about `n` reads of /sw/lib/pkg reaching the servers.
+async fn read_package(c: &myriad_client::Client, n: usize) {
+    for i in 0..n {
+        for path in ["/sw/lib", "/sw/lib/pkg", &format!("/sw/lib/pkg/m{i}.py")] {
+            ok(c.stat(path).await, path);
+        }
+    }
+}
+
 /// /sw/lib/pkg with `n` small modules.
 async fn package(c: &myriad_client::Client, n: usize) {
     ok(c.mkdir_p("/sw/lib/pkg", 0o755).await, "mkdir");
@@ -150,13 +169,10 @@ async fn mounts_index_a_read_mostly_tree_by_themselves_and_see_its_change() {
     let a = crate::mount::Mount::new(&tc, &auto);
     let b = crate::mount::Mount::new(&tc, &auto);
     let (da, db) = (a.path(""), b.path(""));
-    // Read hard by a client without leases (each read reaches the servers: a stat of a
-    // name is a read of its directory), quiet after.
-    let reader = plain(&tc, caller(1000));
-    for i in 0..30 {
-        for path in ["/sw/lib", "/sw/lib/pkg", &format!("/sw/lib/pkg/m{i}.py")] {
-            ok(reader.stat(path).await, path);
-        }
+    // Read by two clients (each read of a new name reaches the servers: a stat of a name
+    // is a read of its directory), quiet after.
+    for who in [1000, 1001] {
+        read_package(&leased(&tc, caller(who)), 30).await;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     let tree = loop {
@@ -239,13 +255,13 @@ async fn a_mount_does_not_index_a_tree_it_wrote_lately() {
         &writer.path(""),
         "mkdir -p sw/lib/pkg && for i in $(seq 0 29); do echo \"x = $i\" > sw/lib/pkg/m$i.py; done",
     );
-    // Read hard by a client without leases, quiet after, as in the test above.
+    // Read hard by one client without leases (each of its reads reaches the servers,
+    // and none names it: 90 reads of /sw/lib/pkg, past `alone` times `min_reads`),
+    // quiet after.
     let reader = plain(&tc, caller(1000));
     let hot = || async {
-        for i in 0..30 {
-            for path in ["/sw/lib", "/sw/lib/pkg", &format!("/sw/lib/pkg/m{i}.py")] {
-                ok(reader.stat(path).await, path);
-            }
+        for _ in 0..3 {
+            read_package(&reader, 30).await;
         }
     };
     hot().await;
@@ -271,4 +287,46 @@ async fn a_mount_does_not_index_a_tree_it_wrote_lately() {
     }
     drop(other);
     drop(writer);
+}
+
+/// A tree read by one client no harder than `min_reads` is not indexed; read so by a
+/// second client too, it is (issue 51 item 5: evidence of reads from several clients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_read_lightly_is_indexed_once_a_second_client_reads_it() {
+    let tc = TestCluster::start(3);
+    let root = plain(&tc, Caller::root());
+    package(&root, 30).await;
+    let m = crate::mount::Mount::new(&tc, &AUTO_FAST);
+    // One reader: about 60 reads of /sw/lib/pkg (62 when written), past `min_reads`
+    // (20), short of `alone` times it (80).
+    read_package(&leased(&tc, caller(1000)), 30).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let reg = ok(root.index_registry().await, "registry");
+    assert!(
+        reg.trees.is_empty(),
+        "a tree read by one client at min_reads was indexed: {:?}",
+        reg.trees
+    );
+    let hot = ok(root.index_candidates(1, Duration::ZERO).await, "candidates");
+    let pkg = hot.iter().find(|d| d.path == "/sw/lib/pkg");
+    assert!(
+        pkg.is_some_and(|d| d.readers == 1 && d.reads >= 20),
+        "{pkg:?} in {hot:?}"
+    );
+    // A second reader: two readers of a hot directory.
+    read_package(&leased(&tc, caller(1001)), 30).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reg = ok(root.index_registry().await, "registry");
+        if let Some(t) = reg.trees.first() {
+            assert!(t.auto && t.root == "/sw", "{t:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no index once two clients read /sw"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(m);
 }

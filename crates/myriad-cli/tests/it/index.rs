@@ -47,6 +47,7 @@ pub(crate) async fn metadata_requests(c: &Client) -> BTreeMap<String, u64> {
             if ![
                 "lease_poll",
                 "index_candidates",
+                "index_readers",
                 "lease_renew",
                 "get_counters",
                 "get_map",
@@ -470,17 +471,17 @@ async fn servers_name_the_directories_read_far_more_than_changed() {
         root.index_candidates(100, Duration::from_secs(1)).await,
         "candidates",
     );
-    let dirs: Vec<&str> = quiet.iter().map(|(d, _, _)| d.as_str()).collect();
+    let dirs: Vec<&str> = quiet.iter().map(|d| d.path.as_str()).collect();
     assert!(dirs.contains(&"/hot"), "{quiet:?}");
     assert!(!dirs.contains(&"/warm"), "just changed: {quiet:?}");
-    assert!(quiet.iter().all(|(_, reads, _)| *reads >= 100));
+    assert!(quiet.iter().all(|d| d.reads >= 100));
     let any = ok(
         root.index_candidates(100, Duration::ZERO).await,
         "candidates",
     );
     assert!(
         any.iter()
-            .any(|(d, n, since)| d == "/warm" && *n >= 150 && since.is_some()),
+            .any(|d| d.path == "/warm" && d.reads >= 150 && d.since_ms.is_some()),
         "{any:?}"
     );
     assert!(

@@ -38,7 +38,14 @@ async fn received_by_op(c: &Client) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
     for (_, r) in c.all_counters().await {
         for o in r.unwrap_or_else(|e| panic!("{e}")).client_requests {
-            if !["lease_poll", "lease_renew", "index_candidates"].contains(&o.op.as_ref()) {
+            if ![
+                "lease_poll",
+                "lease_renew",
+                "index_candidates",
+                "index_readers",
+            ]
+            .contains(&o.op.as_ref())
+            {
                 *out.entry(o.op.to_string()).or_insert(0) += o.count;
             }
         }
@@ -56,7 +63,13 @@ async fn reads_received(c: &Client) -> u64 {
                 .client_requests
                 .iter()
                 .filter(|o| {
-                    !["lease_poll", "lease_renew", "index_candidates"].contains(&o.op.as_ref())
+                    ![
+                        "lease_poll",
+                        "lease_renew",
+                        "index_candidates",
+                        "index_readers",
+                    ]
+                    .contains(&o.op.as_ref())
                 })
                 .map(|o| o.count)
                 .sum::<u64>()

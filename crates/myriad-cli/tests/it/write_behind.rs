@@ -22,7 +22,14 @@ async fn received_by_op(c: &Client) -> BTreeMap<String, u64> {
     for (_, r) in c.all_counters().await {
         for o in r.unwrap_or_else(|e| panic!("{e}")).client_requests {
             // Lease upkeep and the mounts' automatic indexing rounds are background work.
-            if !["lease_poll", "lease_renew", "index_candidates"].contains(&o.op.as_ref()) {
+            if ![
+                "lease_poll",
+                "lease_renew",
+                "index_candidates",
+                "index_readers",
+            ]
+            .contains(&o.op.as_ref())
+            {
                 *out.entry(o.op.to_string()).or_insert(0) += o.count;
             }
         }

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use myriad_placement::parent_of;
-use myriad_proto::FsError;
 use myriad_proto::tree_index::{self, Registry};
+use myriad_proto::{FsError, HotDir};
 use tokio::time::Instant;
 
 use crate::client::Client;
@@ -17,8 +17,15 @@ use crate::index::build::{BuildOptions, BuildReport};
 #[derive(Clone, Copy, Debug)]
 pub struct AutoIndexPolicy {
     /// A directory is hot once its servers saw it read this often in their popularity
-    /// window (a minute): listings and lookups of its names by any client.
+    /// window (a minute): listings and lookups of its names by any client...
     pub min_reads: u64,
+    /// ...by at least this many clients (as their reads name them: a mount's do), or
+    /// `alone` times as often by fewer: a tree worth an index is read from several mounts,
+    /// or hard by one (issue 51 item 5; one mount reading once what another wrote is
+    /// neither).
+    pub min_readers: u32,
+    /// See `min_readers`.
+    pub alone: u64,
     /// ...and quiet once no change of it was seen for this long.
     pub quiet: Duration,
     /// The same tree is not tried again sooner than this after a build (whether it
@@ -44,6 +51,8 @@ impl Default for AutoIndexPolicy {
     fn default() -> AutoIndexPolicy {
         AutoIndexPolicy {
             min_reads: 16,
+            min_readers: 2,
+            alone: 4,
             quiet: Duration::from_secs(30),
             retry: Duration::from_secs(300),
             max_bytes: 64 << 20,
@@ -54,14 +63,26 @@ impl Default for AutoIndexPolicy {
     }
 }
 
-/// One hot directory as the servers report it: path, reads in the window, milliseconds
-/// since its last change (`None`: none seen).
-pub type Hot = (String, u64, Option<u64>);
+impl AutoIndexPolicy {
+    /// How far back a mount's own changes below a tree keep it from indexing the tree.
+    #[must_use]
+    pub fn own_changes_horizon(&self) -> Duration {
+        self.quiet.max(self.own_changes)
+    }
+
+    /// Whether the servers' report of a directory makes it hot (`min_reads`, `min_readers`).
+    #[must_use]
+    pub fn is_hot(&self, d: &HotDir) -> bool {
+        d.reads >= self.min_reads
+            && (d.readers >= self.min_readers
+                || d.reads >= self.min_reads.saturating_mul(self.alone))
+    }
+}
 
 /// The roots of the trees worth an automatic index, from every directory the servers
 /// track (`tracked`: read at least once in their window, with the time since its last
-/// change): a *hot* directory (at least `min_reads` reads) that is quiet (no change for
-/// `quiet`), climbed up through its parents while they are tracked and quiet too (a
+/// change and its readers): a *hot* directory (`AutoIndexPolicy::is_hot`) that is quiet
+/// (no change for `policy.quiet`), climbed up through its parents while they are tracked and quiet too (a
 /// tree's upper directories are read about once per client: not hot, but one index for
 /// the whole tree beats one per hot corner), below "/" (never indexed) and outside
 /// `/.myriad`; then only the topmost of them, with no tracked directory below that
@@ -77,26 +98,25 @@ pub type Hot = (String, u64, Option<u64>);
 /// that much only.
 #[must_use]
 pub fn choose_roots(
-    tracked: &[Hot],
-    min_reads: u64,
-    quiet: Duration,
+    tracked: &[HotDir],
+    policy: &AutoIndexPolicy,
     registry: &Registry,
 ) -> Vec<String> {
-    let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
+    let quiet_ms = u64::try_from(policy.quiet.as_millis()).unwrap_or(u64::MAX);
     let is_quiet = |since: Option<u64>| since.is_none_or(|ms| ms >= quiet_ms);
     let calm: std::collections::HashSet<&str> = tracked
         .iter()
-        .filter(|(_, _, since)| is_quiet(*since))
-        .map(|(d, _, _)| d.as_str())
+        .filter(|d| is_quiet(d.since_ms))
+        .map(|d| d.path.as_str())
         .collect();
     let changing: Vec<&str> = tracked
         .iter()
-        .filter(|(_, _, since)| !is_quiet(*since))
-        .map(|(d, _, _)| d.as_str())
+        .filter(|d| !is_quiet(d.since_ms))
+        .map(|d| d.path.as_str())
         .collect();
     let since_of: HashMap<&str, Option<u64>> = tracked
         .iter()
-        .map(|(d, _, since)| (d.as_str(), *since))
+        .map(|d| (d.path.as_str(), d.since_ms))
         .collect();
     let settled = |root: &str| {
         let parent = parent_of(root);
@@ -111,9 +131,9 @@ pub fn choose_roots(
     };
     let climbed: std::collections::BTreeSet<&str> = tracked
         .iter()
-        .filter(|(d, reads, since)| *reads >= min_reads && is_quiet(*since) && d != "/")
-        .map(|(d, _, _)| {
-            let mut root = d.as_str();
+        .filter(|d| policy.is_hot(d) && is_quiet(d.since_ms) && d.path != "/")
+        .map(|d| {
+            let mut root = d.path.as_str();
             while parent_of(root) != "/" && calm.contains(parent_of(root)) {
                 root = parent_of(root);
             }
@@ -138,14 +158,6 @@ pub fn choose_roots(
         })
         .map(|d| (*d).to_string())
         .collect()
-}
-
-impl AutoIndexPolicy {
-    /// How far back a mount's own changes below a tree keep it from indexing the tree.
-    #[must_use]
-    pub fn own_changes_horizon(&self) -> Duration {
-        self.quiet.max(self.own_changes)
-    }
 }
 
 /// What a mount remembers between rounds: when it last tried each tree, and when it
@@ -192,10 +204,7 @@ impl Client {
         // Every directory the servers track, hot or not: a tree's upper directories
         // are read about once per client.
         let tracked = self.index_candidates(1, Duration::ZERO).await?;
-        if !tracked
-            .iter()
-            .any(|(_, reads, _)| *reads >= policy.min_reads)
-        {
+        if !tracked.iter().any(|d| policy.is_hot(d)) {
             return Ok(Vec::new());
         }
         let registry = self.index_registry().await?;
@@ -204,7 +213,7 @@ impl Client {
             .tried
             .retain(|_, at| now.duration_since(*at) < policy.retry);
         let mut out = Vec::new();
-        for root in choose_roots(&tracked, policy.min_reads, policy.quiet, &registry) {
+        for root in choose_roots(&tracked, policy, &registry) {
             if state.tried.contains_key(&root) || busy(&root) {
                 continue;
             }
@@ -241,8 +250,22 @@ mod tests {
     use myriad_proto::InodeId;
     use myriad_proto::tree_index::RegisteredTree;
 
-    fn dir(d: &str, reads: u64, since: Option<u64>) -> Hot {
-        (d.to_string(), reads, since)
+    /// A directory read by two clients.
+    fn dir(d: &str, reads: u64, since: Option<u64>) -> HotDir {
+        HotDir {
+            path: d.to_string(),
+            reads,
+            since_ms: since,
+            readers: 2,
+        }
+    }
+
+    fn policy(min_reads: u64, quiet: Duration) -> AutoIndexPolicy {
+        AutoIndexPolicy {
+            min_reads,
+            quiet,
+            ..AutoIndexPolicy::default()
+        }
     }
 
     #[test]
@@ -267,7 +290,10 @@ mod tests {
             dir("/tmp", 2, None),
         ];
         let none = Registry::default();
-        assert_eq!(choose_roots(&dirs, 16, q, &none), ["/home/a/proj", "/sw"]);
+        assert_eq!(
+            choose_roots(&dirs, &policy(16, q), &none),
+            ["/home/a/proj", "/sw"]
+        );
         // A tree already indexed (or inside one, or holding one) is left alone.
         let tree = RegisteredTree {
             root: "/sw/lib".into(),
@@ -284,20 +310,23 @@ mod tests {
         let some = Registry {
             trees: vec![tree.clone()],
         };
-        assert_eq!(choose_roots(&dirs, 16, q, &some), ["/home/a/proj"]);
+        assert_eq!(choose_roots(&dirs, &policy(16, q), &some), ["/home/a/proj"]);
         // An automatic index of a part gives way to one of the whole.
         let part = Registry {
             trees: vec![RegisteredTree { auto: true, ..tree }],
         };
-        assert_eq!(choose_roots(&dirs, 16, q, &part), ["/home/a/proj", "/sw"]);
+        assert_eq!(
+            choose_roots(&dirs, &policy(16, q), &part),
+            ["/home/a/proj", "/sw"]
+        );
         // A change seen lately stops the climb, and keeps the trees above it out.
         let q = Duration::from_secs(120);
         assert_eq!(
-            choose_roots(&dirs, 16, q, &none),
+            choose_roots(&dirs, &policy(16, q), &none),
             ["/home/a/proj", "/sw/lib"]
         );
         // Nothing hot enough: nothing.
-        assert!(choose_roots(&dirs, 100, q, &none).is_empty());
+        assert!(choose_roots(&dirs, &policy(100, q), &none).is_empty());
     }
 
     #[test]
@@ -317,11 +346,11 @@ mod tests {
         };
         let none = Registry::default();
         assert!(
-            choose_roots(&at(0), 16, q, &none).is_empty(),
+            choose_roots(&at(0), &policy(16, q), &none).is_empty(),
             "corners were chosen while the top of their tree was not quiet yet"
         );
         // Ten seconds later the whole tree is quiet: one index of it all.
-        assert_eq!(choose_roots(&at(10_000), 16, q, &none), ["/py"]);
+        assert_eq!(choose_roots(&at(10_000), &policy(16, q), &none), ["/py"]);
         // A directory that keeps changing holds a read-mostly tree below it back only
         // until that tree has been quiet for twice the quiet period.
         let busy = |quiet_for: u64| {
@@ -331,8 +360,39 @@ mod tests {
                 dir("/scratch/sw/lib", 40, Some(quiet_for)),
             ]
         };
-        assert!(choose_roots(&busy(45_000), 16, q, &none).is_empty());
-        assert_eq!(choose_roots(&busy(61_000), 16, q, &none), ["/scratch/sw"]);
+        assert!(choose_roots(&busy(45_000), &policy(16, q), &none).is_empty());
+        assert_eq!(
+            choose_roots(&busy(61_000), &policy(16, q), &none),
+            ["/scratch/sw"]
+        );
+    }
+
+    #[test]
+    fn a_tree_read_by_one_client_must_be_read_hard_to_be_indexed() {
+        let q = Duration::from_secs(30);
+        let p = policy(16, q);
+        let tree = |reads: u64, readers: u32| {
+            vec![
+                HotDir {
+                    readers,
+                    ..dir("/sw", 1, None)
+                },
+                HotDir {
+                    readers,
+                    ..dir("/sw/lib", reads, None)
+                },
+            ]
+        };
+        let none = Registry::default();
+        // Two mounts reading it: hot at `min_reads`.
+        assert_eq!(choose_roots(&tree(16, 2), &p, &none), ["/sw"]);
+        // One client (or readers not named: a client without leases, an older server)
+        // reading it as often: not yet.
+        assert!(choose_roots(&tree(16, 1), &p, &none).is_empty());
+        assert!(choose_roots(&tree(63, 0), &p, &none).is_empty());
+        // ...but reading it `alone` times as hard: hot.
+        assert_eq!(choose_roots(&tree(64, 1), &p, &none), ["/sw"]);
+        assert_eq!(choose_roots(&tree(64, 0), &p, &none), ["/sw"]);
     }
 
     #[test]

@@ -8,12 +8,16 @@ use myriad_proto::tree_index::{
     self, INDEX_DIR, IndexedDir, IndexedEntry, RegisteredTree, Registry, TREES_DIR, TreeIndex,
     public,
 };
-use myriad_proto::{DirEntry, FileKind, FsError, Inode, ReadOnlyMark};
+use myriad_proto::{DirEntry, FileKind, FsError, HotDir, Inode, ReadOnlyMark};
 
 use crate::client::Client;
 
 /// Contents fetched at once while building.
 const FETCH_PARALLEL: usize = 64;
+
+/// The protocol whose servers count the readers of their hot directories
+/// (`ClientRequest::IndexReaders`).
+const INDEX_READERS_PROTOCOL: u16 = 33;
 
 #[derive(Clone, Copy, Debug)]
 pub struct BuildOptions {
@@ -177,25 +181,43 @@ impl Client {
     }
 
     /// The directories read at least `min_reads` times in their servers' popularity
-    /// window and not changed for `quiet`, from every partition: path, reads, time since
-    /// the last change (`None`: none seen), most read first. The candidates for automatic
-    /// indexes (docs/metadata-index.md).
+    /// window and not changed for `quiet`, from every partition, with the time since
+    /// their last change and how many clients read them (`HotDir`), most read first. The
+    /// candidates for automatic indexes (docs/metadata-index.md).
     pub async fn index_candidates(
         &self,
         min_reads: u64,
         quiet: std::time::Duration,
-    ) -> Result<Vec<(String, u64, Option<u64>)>, FsError> {
+    ) -> Result<Vec<HotDir>, FsError> {
         let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
         let map = self.map();
-        let asks = map.partitions.iter().map(|p| {
+        let asks = map.partitions.iter().map(|p| async move {
+            let route = crate::client::Route::Partition(p.id);
+            // A server of protocol 32 or older (or one not spoken to yet) is asked the
+            // old way, which an older server decodes: its directories' readers are not
+            // known (0).
+            if self.protocol_of(p.id) >= INDEX_READERS_PROTOCOL {
+                let ask = myriad_proto::ask::index_readers(min_reads, quiet_ms);
+                return Ok(self.ask(route, ask).await?.0);
+            }
             let ask = myriad_proto::ask::index_candidates(min_reads, quiet_ms);
-            self.ask(crate::client::Route::Partition(p.id), ask)
+            let old = self.ask(route, ask).await?.0;
+            Ok::<_, FsError>(
+                old.into_iter()
+                    .map(|(path, reads, since_ms)| HotDir {
+                        path,
+                        reads,
+                        since_ms,
+                        readers: 0,
+                    })
+                    .collect(),
+            )
         });
         let mut out = Vec::new();
         for answer in futures::future::join_all(asks).await {
-            out.extend(answer?.0);
+            out.extend(answer?);
         }
-        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out.sort_by(|a, b| b.reads.cmp(&a.reads).then_with(|| a.path.cmp(&b.path)));
         Ok(out)
     }
 

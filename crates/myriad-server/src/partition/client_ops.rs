@@ -70,7 +70,18 @@ impl Partition {
             ClientRequest::IndexCandidates {
                 min_reads,
                 quiet_ms,
-            } => self.index_candidates(min_reads, quiet_ms),
+            } => Ok(Response::IndexCandidates(
+                self.index_candidates(min_reads, quiet_ms)
+                    .into_iter()
+                    .map(|h| (h.path, h.reads, h.since_ms))
+                    .collect(),
+            )),
+            ClientRequest::IndexReaders {
+                min_reads,
+                quiet_ms,
+            } => Ok(Response::IndexReaders(
+                self.index_candidates(min_reads, quiet_ms),
+            )),
             ClientRequest::GetShardMap { dir } => self.client_get_shard_map(st, dir),
             ClientRequest::Read {
                 path,

@@ -165,6 +165,9 @@ impl Partition {
                         request.op_name()
                     )));
                 }
+                if let Some(dir) = request.read_dir() {
+                    self.read_mostly.reader(dir, holder);
+                }
                 if let Some(dir) = request.read_dir()
                     && let Some(t) = self.leases()
                 {
@@ -248,6 +251,9 @@ impl Partition {
                 ));
             }
         };
+        if let Some(d) = request.read_dir() {
+            self.read_mostly.reader(d, holder);
+        }
         let table = self.leases();
         if let (Some(d), Some(t)) = (&dir, &table) {
             t.before_read(d, Some(holder)).await;

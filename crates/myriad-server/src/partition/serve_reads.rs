@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use myriad_proto::{
-    Caller, FileKind, InodeId, InodeOp, PeerRequest, Request, Response, WireError, limits,
+    Caller, FileKind, HotDir, InodeId, InodeOp, PeerRequest, Request, Response, WireError, limits,
     validate_path,
 };
 
@@ -161,20 +161,16 @@ impl Partition {
     }
 
     /// Directories read often and changed seldom: candidates for an index.
-    pub(super) fn index_candidates(
-        &self,
-        min_reads: u64,
-        quiet_ms: u64,
-    ) -> Result<Response, WireError> {
+    pub(super) fn index_candidates(&self, min_reads: u64, quiet_ms: u64) -> Vec<HotDir> {
         // Without leases no gate sees the changes: no directory is known quiet.
         let Some(table) = self.leases() else {
-            return Ok(Response::IndexCandidates(Vec::new()));
+            return Vec::new();
         };
-        Ok(Response::IndexCandidates(self.read_mostly.candidates(
+        self.read_mostly.candidates(
             min_reads,
             std::time::Duration::from_millis(quiet_ms),
             |dir| table.last_change(dir),
-        )))
+        )
     }
 
     /// Bytes of the first chunk of an open file.
