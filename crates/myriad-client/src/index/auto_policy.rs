@@ -169,6 +169,19 @@ pub struct AutoIndexer {
 }
 
 impl AutoIndexer {
+    /// Whether `root` is a tree tried within the retry period, or inside one. A tree whose
+    /// index a change unregistered is being changed (unpacked, moved, removed), and its
+    /// quiet parts are next: a mount that read a tree another mount then removed built its
+    /// index, then, as the `rm -rf` went through it, three of its crate directories still
+    /// waiting their turn (`scripts/auto-index-misfires.sh` with `WRITER=other`). A tree
+    /// holding one tried lately may still be tried: an index of the whole replaces one of a
+    /// part.
+    fn tried_lately(&self, root: &str) -> bool {
+        self.tried
+            .keys()
+            .any(|t| tree_index::below(t, root).is_some())
+    }
+
     /// Whether one more build may start at `now`; if so, it is counted.
     fn take_build(&mut self, policy: &AutoIndexPolicy, now: Instant) -> bool {
         while self
@@ -214,7 +227,7 @@ impl Client {
             .retain(|_, at| now.duration_since(*at) < policy.retry);
         let mut out = Vec::new();
         for root in choose_roots(&tracked, policy, &registry) {
-            if state.tried.contains_key(&root) || busy(&root) {
+            if state.tried_lately(&root) || busy(&root) {
                 continue;
             }
             if !state.take_build(policy, now) {
@@ -393,6 +406,21 @@ mod tests {
         // ...but reading it `alone` times as hard: hot.
         assert_eq!(choose_roots(&tree(64, 1), &p, &none), ["/sw"]);
         assert_eq!(choose_roots(&tree(64, 0), &p, &none), ["/sw"]);
+    }
+
+    #[test]
+    fn a_tree_tried_lately_keeps_its_parts_out_but_not_the_trees_above_it() {
+        let mut state = AutoIndexer::default();
+        state.tried.insert("/proj".to_string(), Instant::now());
+        assert!(state.tried_lately("/proj"));
+        assert!(state.tried_lately("/proj/crate0"));
+        assert!(state.tried_lately("/proj/crate0/src"));
+        assert!(
+            !state.tried_lately("/projects"),
+            "a sibling whose name it starts"
+        );
+        assert!(!state.tried_lately("/"), "the tree above it");
+        assert!(!state.tried_lately("/other"));
     }
 
     #[test]
