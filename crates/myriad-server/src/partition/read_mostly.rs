@@ -75,7 +75,14 @@ impl ReadMostly {
                 return;
             }
         }
-        let these = dirs.entry(dir.to_string()).or_default();
+        // Looked up by `&str` first: a directory read again (the usual case) costs no
+        // allocation.
+        if !dirs.contains_key(dir) {
+            dirs.insert(dir.to_string(), Vec::new());
+        }
+        let Some(these) = dirs.get_mut(dir) else {
+            return;
+        };
         these.retain(|(_, at)| now.saturating_sub(*at) < window);
         if let Some(r) = these.iter_mut().find(|(h, _)| *h == holder) {
             r.1 = now;
