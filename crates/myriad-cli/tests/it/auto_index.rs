@@ -40,6 +40,20 @@ async fn read_package(c: &myriad_client::Client, n: usize) {
     }
 }
 
+/// The automatic index the mounts build of `/sw` within 30 s (`what`: who should have).
+async fn wait_for_auto_index_of_sw(root: &myriad_client::Client, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reg = ok(root.index_registry().await, "registry");
+        if let Some(t) = reg.trees.first() {
+            assert!(t.auto && t.root == "/sw", "{t:?}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "no index of /sw: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// /sw/lib/pkg with `n` small modules.
 async fn package(c: &myriad_client::Client, n: usize) {
     ok(c.mkdir_p("/sw/lib/pkg", 0o755).await, "mkdir");
@@ -275,16 +289,7 @@ async fn a_mount_does_not_index_a_tree_it_wrote_lately() {
     // Another mount, which wrote nothing there, indexes it.
     let other = crate::mount::Mount::new(&tc, &auto);
     hot().await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let reg = ok(root.index_registry().await, "registry");
-        if let Some(t) = reg.trees.first() {
-            assert!(t.auto && t.root == "/sw", "{t:?}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no other mount indexed /sw");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_auto_index_of_sw(&root, "the other mount should have").await;
     drop(other);
     drop(writer);
 }
@@ -315,18 +320,6 @@ async fn a_tree_read_lightly_is_indexed_once_a_second_client_reads_it() {
     );
     // A second reader: two readers of a hot directory.
     read_package(&leased(&tc, caller(1001)), 30).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let reg = ok(root.index_registry().await, "registry");
-        if let Some(t) = reg.trees.first() {
-            assert!(t.auto && t.root == "/sw", "{t:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no index once two clients read /sw"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_auto_index_of_sw(&root, "two clients read it").await;
     drop(m);
 }

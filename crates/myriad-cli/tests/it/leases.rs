@@ -33,19 +33,21 @@ fn mode(p: std::path::PathBuf) -> u32 {
         & 0o777
 }
 
-/// Client requests the servers received by kind, lease polls and renewals aside.
-async fn received_by_op(c: &Client) -> std::collections::BTreeMap<String, u64> {
+/// Requests clients send in the background, whatever the test does.
+const BACKGROUND_OPS: [&str; 4] = [
+    "lease_poll",
+    "lease_renew",
+    "index_candidates",
+    "index_readers",
+];
+
+/// Client requests the servers received by kind, but for background work: lease upkeep
+/// and the mounts' automatic indexing rounds.
+pub(crate) async fn received_by_op(c: &Client) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
     for (_, r) in c.all_counters().await {
         for o in r.unwrap_or_else(|e| panic!("{e}")).client_requests {
-            if ![
-                "lease_poll",
-                "lease_renew",
-                "index_candidates",
-                "index_readers",
-            ]
-            .contains(&o.op.as_ref())
-            {
+            if !BACKGROUND_OPS.contains(&o.op.as_ref()) {
                 *out.entry(o.op.to_string()).or_insert(0) += o.count;
             }
         }
@@ -53,7 +55,7 @@ async fn received_by_op(c: &Client) -> std::collections::BTreeMap<String, u64> {
     out
 }
 
-/// Client requests the servers received, lease polls and renewals aside.
+/// Client requests the servers received, background work aside.
 async fn reads_received(c: &Client) -> u64 {
     c.all_counters()
         .await
@@ -62,15 +64,7 @@ async fn reads_received(c: &Client) -> u64 {
             r.unwrap_or_else(|e| panic!("{e}"))
                 .client_requests
                 .iter()
-                .filter(|o| {
-                    ![
-                        "lease_poll",
-                        "lease_renew",
-                        "index_candidates",
-                        "index_readers",
-                    ]
-                    .contains(&o.op.as_ref())
-                })
+                .filter(|o| !BACKGROUND_OPS.contains(&o.op.as_ref()))
                 .map(|o| o.count)
                 .sum::<u64>()
         })

@@ -9,32 +9,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use crate::harness::{TestCluster, dir_on_node};
+use crate::leases::received_by_op;
 use crate::mount::Mount;
-use myriad_client::{Client, FsError};
+use myriad_client::FsError;
 
 fn io<T>(r: std::io::Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Client requests the servers received by kind, lease polls and renewals aside.
-async fn received_by_op(c: &Client) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for (_, r) in c.all_counters().await {
-        for o in r.unwrap_or_else(|e| panic!("{e}")).client_requests {
-            // Lease upkeep and the mounts' automatic indexing rounds are background work.
-            if ![
-                "lease_poll",
-                "lease_renew",
-                "index_candidates",
-                "index_readers",
-            ]
-            .contains(&o.op.as_ref())
-            {
-                *out.entry(o.op.to_string()).or_insert(0) += o.count;
-            }
-        }
-    }
-    out
 }
 
 fn count(ops: &BTreeMap<String, u64>, op: &str) -> u64 {
