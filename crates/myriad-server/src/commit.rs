@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::state::mutation::{IdAlloc, Layout, Mutation, Outcome};
 
+mod applier_threads;
 pub mod context;
 mod kept;
 pub mod leases;
@@ -129,7 +130,8 @@ pub struct Applier {
 const UNREGISTERED_KEPT: usize = 64;
 
 impl Applier {
-    /// Starts the applier of one partition (a thread, or a task under a simulation).
+    /// Starts the applier of one partition (a loop on one of the process's applier threads,
+    /// or a task under a simulation).
     /// `changed` is bumped after every group commit so readers waiting on a pending entry
     /// look again. `(start_seq, term)`: the last batch in the store, and the term every
     /// batch committed from now carries (`TERM_KEY`).
@@ -167,14 +169,10 @@ impl Applier {
         let syncer = syncer.clone();
         match runner {
             Runner::Threads => {
-                // Its own single-threaded runtime: the loop waits for jobs (and, in a
-                // round held open, for a timer), and blocks its thread on the store.
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_time()
-                    .build()?;
-                std::thread::Builder::new()
-                    .name("myriad-applier".into())
-                    .spawn(move || rt.block_on(apply.run(rx, syncer)))?;
+                // On one of the process's applier threads (`applier_threads.rs`): the loop
+                // waits for jobs (and, in a round held open, for a timer), and blocks its
+                // thread on the store.
+                applier_threads::spawn(apply.run(rx, syncer))?;
             }
             Runner::Tasks { .. } => {
                 tokio::spawn(apply.run(rx, syncer));
