@@ -82,9 +82,9 @@ impl AutoIndexPolicy {
 /// The roots of the trees worth an automatic index, from every directory the servers
 /// track (`tracked`: read at least once in their window, with the time since its last
 /// change and its readers): a *hot* directory (`AutoIndexPolicy::is_hot`) that is quiet
-/// (no change for `policy.quiet`), climbed up through its parents while they are tracked and quiet too (a
-/// tree's upper directories are read about once per client: not hot, but one index for
-/// the whole tree beats one per hot corner), below "/" (never indexed) and outside
+/// (no change for `policy.quiet`), climbed up through its parents while they are tracked
+/// and quiet too (a tree's upper directories are read about once per client: not hot,
+/// but one index for the whole tree beats one per hot corner), below "/" (never indexed) and outside
 /// `/.myriad`; then only the topmost of them, with no tracked directory below that
 /// changed lately, inside no indexed tree and holding no manual one (an automatic index
 /// below one is replaced: `auto_index_round` drops it first). Sorted.
@@ -104,24 +104,21 @@ pub fn choose_roots(
 ) -> Vec<String> {
     let quiet_ms = u64::try_from(policy.quiet.as_millis()).unwrap_or(u64::MAX);
     let is_quiet = |since: Option<u64>| since.is_none_or(|ms| ms >= quiet_ms);
-    let calm: std::collections::HashSet<&str> = tracked
+    // Every tracked directory with the time since its last change.
+    let since_of: HashMap<&str, Option<u64>> = tracked
         .iter()
-        .filter(|d| is_quiet(d.since_ms))
-        .map(|d| d.path.as_str())
+        .map(|d| (d.path.as_str(), d.since_ms))
         .collect();
+    let calm = |d: &str| since_of.get(d).is_some_and(|s| is_quiet(*s));
     let changing: Vec<&str> = tracked
         .iter()
         .filter(|d| !is_quiet(d.since_ms))
         .map(|d| d.path.as_str())
         .collect();
-    let since_of: HashMap<&str, Option<u64>> = tracked
-        .iter()
-        .map(|d| (d.path.as_str(), d.since_ms))
-        .collect();
     let settled = |root: &str| {
         let parent = parent_of(root);
         let held_back = parent != "/"
-            && changing.contains(&parent)
+            && since_of.get(parent).is_some_and(|s| !is_quiet(*s))
             && since_of
                 .get(root)
                 .copied()
@@ -134,7 +131,7 @@ pub fn choose_roots(
         .filter(|d| policy.is_hot(d) && is_quiet(d.since_ms) && d.path != "/")
         .map(|d| {
             let mut root = d.path.as_str();
-            while parent_of(root) != "/" && calm.contains(parent_of(root)) {
+            while parent_of(root) != "/" && calm(parent_of(root)) {
                 root = parent_of(root);
             }
             root

@@ -167,13 +167,11 @@ impl Partition {
                 }
                 if let Some(dir) = request.read_dir() {
                     self.read_mostly.reader(dir, holder);
-                }
-                if let Some(dir) = request.read_dir()
-                    && let Some(t) = self.leases()
-                {
-                    t.before_read(dir, Some(holder)).await;
-                    // The wait may have outlasted this server's turn (a move, a failover).
-                    self.not_deposed()?;
+                    if let Some(t) = self.leases() {
+                        t.before_read(dir, Some(holder)).await;
+                        // The wait may have outlasted this server's turn (a move, a failover).
+                        self.not_deposed()?;
+                    }
                 }
                 self.dispatch_request(None, epoch, caller, Request::Client(*request), &Made::now())
                     .await

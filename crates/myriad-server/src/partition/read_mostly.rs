@@ -92,10 +92,7 @@ impl ReadMostly {
     }
 
     /// Distinct clients that read `dir` within the window, as far as their reads named them.
-    fn readers_of(&self, dir: &str, now: u64) -> u32 {
-        let Ok(readers) = self.readers.lock() else {
-            return 0;
-        };
+    fn readers_of(&self, readers: &Readers, dir: &str, now: u64) -> u32 {
         readers.dirs.get(dir).map_or(0, |r| {
             let n = r
                 .iter()
@@ -131,7 +128,8 @@ impl ReadMostly {
             Ok(mut r) => r.top(now),
             Err(_) => return Vec::new(),
         };
-        top.into_iter()
+        let mut hot: Vec<HotDir> = top
+            .into_iter()
             .filter(|(_, reads)| *reads >= min_reads)
             .filter_map(|(dir, reads)| {
                 let since = last_change(&dir).map(|t| t.elapsed());
@@ -139,15 +137,21 @@ impl ReadMostly {
                     return None;
                 }
                 let since_ms = since.map(|s| u64::try_from(s.as_millis()).unwrap_or(u64::MAX));
-                let readers = self.readers_of(&dir, now);
                 Some(HotDir {
                     path: dir,
                     reads,
                     since_ms,
-                    readers,
+                    readers: 0,
                 })
             })
-            .collect()
+            .collect();
+        // Their readers, under one lock (taken after the lease table's, never inside it).
+        if let Ok(readers) = self.readers.lock() {
+            for d in &mut hot {
+                d.readers = self.readers_of(&readers, &d.path, now);
+            }
+        }
+        hot
     }
 }
 
