@@ -12,7 +12,7 @@ use crate::reply::{
     ReplicaPage, Target,
 };
 use crate::{
-    AdminRequest, Caller, ClientRequest, CopyRange, CounterSnapshot, DirTouchItem, FileKind, Inode,
+    AdminRequest, Caller, ClientRequest, CopyRange, Envelope, SentOnce, CounterSnapshot, DirTouchItem, FileKind, Inode,
     InodeId, InodeOp, OnceId, PeerRequest, RaftRpc, ReplicaRequest, Request, ServerRequest,
     SetAttr, ShardMap, StatFs, XattrMode,
 };
@@ -212,16 +212,17 @@ pub fn copy_range(copy: CopyRange) -> Ask<Copied> {
 
 /// `request` (a read of a name or listing) with a lease on its directory for `holder`.
 /// Its own answer stays a `Response` inside: what it is depends on `request`.
-pub fn leased(holder: u64, request: ClientRequest, exclusive: bool) -> Ask<Leased> {
-    Ask::new(ClientRequest::Leased {
+pub fn leased(holder: u64, request: ClientRequest, exclusive: bool) -> Ask<Leased, Envelope> {
+    Ask::new(Envelope::Leased {
         holder,
-        request: Box::new(request),
+        request,
         exclusive,
     })
 }
 
-pub fn batch(ops: Vec<ClientRequest>, times: Vec<i64>) -> Ask<Bundle> {
-    Ask::new(ClientRequest::Batch { ops, times })
+/// Changes sent once, applied in order (a write-behind journal's), made at `times`.
+pub fn batch(ops: Vec<SentOnce>, times: Vec<i64>) -> Ask<Bundle, Envelope> {
+    Ask::new(Envelope::Batch { ops, times })
 }
 
 /// A file-lock request (docs/fuse.md "File locks between mounts").
@@ -246,10 +247,10 @@ pub fn lock_test(
 }
 
 /// The outcome a partition recorded of change `id` (`change`), if any.
-pub fn recorded(id: OnceId, change: ClientRequest) -> Ask<Recorded> {
-    Ask::new(ClientRequest::Recorded {
+pub fn recorded(id: OnceId, change: ClientRequest) -> Ask<Recorded, Envelope> {
+    Ask::new(Envelope::Recorded {
         id,
-        request: Box::new(change),
+        request: change,
     })
 }
 

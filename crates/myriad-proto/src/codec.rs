@@ -99,7 +99,7 @@ mod tests {
                 gid: 100,
                 groups: vec![4, 5],
             },
-            body: crate::Request::Client(ClientRequest::Create(crate::requests::Create {
+            body: crate::Request::from(ClientRequest::Create(crate::requests::Create {
                 path: "/a/b".into(),
                 mode: 0o644,
                 exclusive: true,
@@ -120,7 +120,7 @@ mod tests {
             gid: 6,
             groups: vec![7],
         };
-        let body = Request::Client(ClientRequest::Write(crate::requests::Write {
+        let body = Request::from(ClientRequest::Write(crate::requests::Write {
             path: "/f".into(),
             ino: InodeId(9),
             offset: 3,
@@ -172,8 +172,9 @@ mod tests {
             len: 1,
         });
         assert!(!read.writes_storage());
-        assert!(!Request::from(ClientRequest::Stat { path: "/a".into() }).writes_storage());
-        assert!(Request::from(ClientRequest::Unlink { path: "/a".into() }).writes_storage());
+        let opened = |r: ClientRequest| Request::<ClientRequest>::Client(r);
+        assert!(!opened(ClientRequest::Stat { path: "/a".into() }).writes_storage());
+        assert!(opened(ClientRequest::Unlink { path: "/a".into() }).writes_storage());
     }
 
     /// A connection with a client key decodes `ClientFrame`: a client's and a server request
@@ -189,7 +190,7 @@ mod tests {
             body,
         };
         let allowed = [
-            Request::Client(ClientRequest::Stat { path: "/a".into() }),
+            Request::from(ClientRequest::Stat { path: "/a".into() }),
             Request::Server(crate::ServerRequest::GetMap),
         ];
         for body in allowed {
@@ -311,7 +312,7 @@ mod tests {
         });
         let golden = golden
             .into_iter()
-            .map(|(r, hex)| (Request::Client(r), hex))
+            .map(|(r, hex)| (Request::from(r), hex))
             .chain([(Request::Peer(import), "0312022f644d0501030200000108")]);
         for (req, hex) in golden {
             let bytes = encode(&req).unwrap_or_default();

@@ -14,8 +14,7 @@ use crate::request::{ClientRequest, ReadOf, Request};
 /// One row of the table: a request's stable name and what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Description<'a> {
-    /// Short stable name, used for counters and logs (an envelope's is its request's,
-    /// except a batch's).
+    /// Short stable name, used for counters and logs.
     pub name: &'static str,
     pub kind: Kind<'a>,
 }
@@ -28,9 +27,6 @@ pub enum Kind<'a> {
     /// Changes the file system: sent as `Once`, so that a retry of one that went through
     /// answers its first outcome.
     Change(Change<'a>),
-    /// Carries other requests (`Once`, `Resend`, `Leased`, `ReadAs`, `Batch`), or asks
-    /// after one (`Recorded`).
-    Envelope,
     /// Neither a read of the tree nor a change sent once: the transport echo, barriers,
     /// file locks, open-file keep-alives, marks of frozen trees (idempotent).
     Other,
@@ -171,14 +167,6 @@ fn other(name: &'static str) -> Description<'static> {
     }
 }
 
-#[inline]
-fn envelope(name: &'static str) -> Description<'static> {
-    Description {
-        name,
-        kind: Kind::Envelope,
-    }
-}
-
 impl ClientRequest {
     /// What this request is: the one table every "what is this request" question reads.
     /// Inlined: each question then costs what its own match did (the fields it does not
@@ -253,12 +241,12 @@ impl ClientRequest {
             ),
             C::WriteChunk { ino, .. } => change("write_chunk", Change::unnamed(Some(*ino), Grows)),
             C::ReserveIds { .. } => change("reserve_ids", Change::unnamed(None, Untouched)),
-            C::Once { request, .. }
-            | C::Resend { request, .. }
-            | C::Leased { request, .. }
-            | C::ReadAs { request, .. } => envelope(request.op_name()),
-            C::Batch { .. } => envelope("batch"),
-            C::Recorded { .. } => envelope("recorded"),
+            C::OnceSlot(s)
+            | C::LeasedSlot(s)
+            | C::ReadAsSlot(s)
+            | C::BatchSlot(s)
+            | C::ResendSlot(s)
+            | C::RecordedSlot(s) => match *s {},
             C::Sync { .. } => other("sync"),
             C::SyncPartition { .. } => other("sync_partition"),
             C::Lock(_) => other("lock"),
@@ -321,7 +309,7 @@ impl ClientRequest {
         match self.describe().kind {
             Kind::Change(c) => c.served_dir,
             Kind::Read(r) => r.of.and_then(dir_read),
-            Kind::Envelope | Kind::Other => None,
+            Kind::Other => None,
         }
     }
 
@@ -349,7 +337,7 @@ fn dir_read(of: ReadOf<'_>) -> Option<&str> {
     }
 }
 
-impl Request {
+impl Request<ClientRequest> {
     /// Client requests that may need more disk: refused with `NoSpace` while the server's
     /// free space is below its reserve (myriad-server space.rs). `AtInode` carries a client's
     /// operation on a hard-linked file to the server holding its inode, which may be another

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod codec;
 pub mod describe;
 pub mod ec_layout;
+mod envelope;
 pub mod erasure;
 mod error;
 pub mod fsstats;
@@ -27,6 +28,7 @@ mod server_request;
 pub mod tree_index;
 mod types;
 
+pub use envelope::{Envelope, SentOnce};
 pub use error::{ErrorKind, FsError, WireError};
 pub use message::{
     Auth, AuthReply, ClientFrame, Endpoints, Hello, HelloReply, HotDir, LeaseGrant, MAGIC,
@@ -40,7 +42,7 @@ pub use peer_request::{
     BundleItem, DirAction, DirTouchItem, ExportedEntry, InodeOp, PeerRequest, RaftRpc, ReplOp,
     ReplicaRequest,
 };
-pub use request::{ClientRequest, CopyRange, FromClient, OnceId, ReadOf, Request};
+pub use request::{ClientRequest, CopyRange, FromClient, OnceId, OpName, ReadOf, Request, Slot};
 pub use request_parts::{LeaseKey, RenameFlags, SetAttr, XattrMode};
 pub use server_request::{AdminRequest, FsckDir, FsckEntry, FsckRepair, ServerRequest};
 pub use types::{

@@ -6,15 +6,19 @@ use crate::auth::Capability;
 use crate::peer_request::{InodeOp, PeerRequest, ReplicaRequest};
 use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
 use crate::server_request::{AdminRequest, ServerRequest};
+use crate::envelope::Envelope;
 use crate::{FileKind, InodeId};
 
 /// Every request, by audience. What a connection may send is decided by the type its frames
 /// decode to: a connection with a client key decodes `FromClient` (a prefix of this enum:
 /// same variant indices, so the bytes agree), which has no way to say a peer, replica or
 /// administration request; such a frame fails to decode and is refused.
+///
+/// `C` is what a client request is: on the wire, the request in its envelope (`Envelope`);
+/// once a partition has opened the envelope, the request alone (`Request<ClientRequest>`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Request {
-    Client(ClientRequest),
+pub enum Request<C = Envelope> {
+    Client(C),
     Server(ServerRequest),
     Admin(AdminRequest),
     Peer(PeerRequest),
@@ -25,7 +29,7 @@ pub enum Request {
 /// same variant indices (checked by a test).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromClient {
-    Client(ClientRequest),
+    Client(Envelope),
     Server(ServerRequest),
 }
 
@@ -40,9 +44,52 @@ impl From<FromClient> for Request {
 
 impl From<ClientRequest> for Request {
     fn from(r: ClientRequest) -> Request {
+        Request::Client(Envelope::Alone(r))
+    }
+}
+
+impl From<Envelope> for Request {
+    fn from(r: Envelope) -> Request {
         Request::Client(r)
     }
 }
+
+impl Request {
+    /// The request with its envelope opened, if it had none (a client request sent
+    /// alone, or another audience's); else the envelope.
+    pub fn opened(self) -> Result<Request<ClientRequest>, Envelope> {
+        Ok(match self {
+            Request::Client(Envelope::Alone(r)) => Request::Client(r),
+            Request::Client(envelope) => return Err(envelope),
+            Request::Server(r) => Request::Server(r),
+            Request::Admin(r) => Request::Admin(r),
+            Request::Peer(r) => Request::Peer(r),
+            Request::Replica(r) => Request::Replica(r),
+        })
+    }
+}
+
+/// A client request's short stable name, alone or in its envelope (`Request::op_name`).
+pub trait OpName {
+    fn name(&self) -> &'static str;
+}
+
+impl OpName for ClientRequest {
+    fn name(&self) -> &'static str {
+        self.op_name()
+    }
+}
+
+impl OpName for Envelope {
+    fn name(&self) -> &'static str {
+        self.op_name()
+    }
+}
+
+/// What a wire slot of `ClientRequest` holds: nothing (no value of it exists). The slots
+/// keep the variant indices of the envelopes that were once requests (envelope.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Slot {}
 
 impl From<ServerRequest> for Request {
     fn from(r: ServerRequest) -> Request {
@@ -189,53 +236,22 @@ pub enum ClientRequest {
         write: bool,
         opened: bool,
     },
-    /// Where `request` goes: a change (`is_change`) with the id that makes it happen once
-    /// (docs/write-path.md, "Exactly once"). A retry of it, after a timeout or a failover,
-    /// answers the first outcome instead of applying it again.
-    Once {
-        id: OnceId,
-        request: Box<ClientRequest>,
-        /// Answer once the change is applied on the primary (visible to all), not once it
-        /// is durable on every copy: the answer is then `Response::Applied`, and
-        /// `SyncPartition` later makes it durable (a mount's changes, docs/fuse.md
-        /// "Durability"). Changes spanning partitions are durable whatever this says.
-        visible: bool,
-    },
+    /// Wire slot of `Envelope::Once` (envelope.rs): holds no value.
+    #[doc(hidden)]
+    OnceSlot(Slot),
     /// The partition targeted: returns once everything it applied before is durable on
     /// every copy, if its primary is still incarnation `incarnation` (the one that answered
     /// the changes being synced, `Response::Applied`); else `Io`: those changes may be lost.
     SyncPartition { incarnation: u64 },
-    /// Where `request` goes (a `Fetch`, `Stat`, `StatMany` or `ReadDir`): the read, and a
-    /// lease on the part of the directory it reads that this partition holds, for client
-    /// `holder` (docs/fuse.md "Directory leases"). The answer is `Response::Leased`.
-    Leased {
-        holder: u64,
-        request: Box<ClientRequest>,
-        /// Asks for an exclusive lease (docs/fuse.md "Write-behind"): granted only if no
-        /// other client holds one on the part and `holder` may create names there.
-        exclusive: bool,
-    },
-    /// Where `request` goes (a read: `Stat`, `Fetch`, `StatMany`, `ReadDir`, `Read`,
-    /// `Readlink`, `Grant`): the read, made by client `holder`, so that it does not
-    /// recall `holder`'s own exclusive lease on the directory (every other reader's read
-    /// does: docs/fuse.md "Write-behind"). Answered as the read alone.
-    ReadAs {
-        holder: u64,
-        request: Box<ClientRequest>,
-    },
-    /// The partition of every change in it: changes sent once (`Once`), applied in order,
-    /// each as if sent alone (one failing does not stop the next); answered by
-    /// `Response::Bundle`, one answer per change. One answered `Busy` or with a routing
-    /// error stops the batch: the changes after it are answered `Busy`, untried, and the
-    /// client sends them again in order. A mount's write-behind journal is sent this way
-    /// (at most `limits::BATCH_MAX` changes). `times`: per change, when the client
-    /// answered it (ns since the epoch); the partition applies it as made then (its new
-    /// times, its directory's), so that what the client answered and what the servers
-    /// keep agree (a time further than a minute from the server's clock is not taken).
-    Batch {
-        ops: Vec<ClientRequest>,
-        times: Vec<i64>,
-    },
+    /// Wire slot of `Envelope::Leased`.
+    #[doc(hidden)]
+    LeasedSlot(Slot),
+    /// Wire slot of `Envelope::ReadAs`.
+    #[doc(hidden)]
+    ReadAsSlot(Slot),
+    /// Wire slot of `Envelope::Batch`.
+    #[doc(hidden)]
+    BatchSlot(Slot),
     /// The partition targeted, sent once: reserves `count` (at most
     /// `limits::RESERVE_IDS_MAX`) inode numbers for the sending client's creates there
     /// (`Create::ino`); answered by `Response::Ids`. A client holds at most two ranges
@@ -262,29 +278,12 @@ pub enum ClientRequest {
     /// in its popularity window and not changed for `quiet_ms` (the candidates for an
     /// automatic metadata index, docs/metadata-index.md); `Response::IndexCandidates`.
     IndexCandidates { min_reads: u64, quiet_ms: u64 },
-    /// Where `request` goes (a change this client sent once as `id` and was answered
-    /// `Response::Applied` by an earlier primary of the partition, now gone): sent again
-    /// by a client that kept it (docs/fuse.md "Keeping answered changes until they are
-    /// durable"). Answered as `Once` is, durable: by its recorded outcome if it survived
-    /// the failover; else applied, unless another client changed any name it touches
-    /// since this primary opened: then `WireError::Io`, and the change is lost (its
-    /// client reports it at the next fsync). Protocol 31.
-    Resend {
-        id: OnceId,
-        request: Box<ClientRequest>,
-    },
-    /// The outcome this partition recorded of change `request`, sent once as `id` by a
-    /// client that never had its answer, asked before the client sends the change to
-    /// another partition: a tree move, a directory split or a directory export moved its
-    /// name there meanwhile, and outcomes stay with the partition that recorded them
-    /// (docs/write-path.md "Exactly once"). Waits for a try of it running here; answered
-    /// `Response::Recorded(Some(answer))` once what it reports is durable here and on the
-    /// copies, or `Recorded(None)`: none was recorded (no try of it went through here,
-    /// and none will: its name is no longer served here). Protocol 32.
-    Recorded {
-        id: OnceId,
-        request: Box<ClientRequest>,
-    },
+    /// Wire slot of `Envelope::Resend`.
+    #[doc(hidden)]
+    ResendSlot(Slot),
+    /// Wire slot of `Envelope::Recorded`.
+    #[doc(hidden)]
+    RecordedSlot(Slot),
     /// As `IndexCandidates`, with how many clients read each directory in the window
     /// (`Response::IndexReaders`): an automatic index is built for a tree read from
     /// several mounts, or read hard by one (docs/metadata-index.md). Protocol 33.
@@ -372,7 +371,7 @@ impl ClientRequest {
     }
 }
 
-impl Request {
+impl<C> Request<C> {
     /// What the request is for, for traffic counters (`TrafficKind`).
     #[must_use]
     pub fn traffic_kind(&self) -> crate::TrafficKind {
@@ -401,12 +400,12 @@ impl Request {
     }
 }
 
-impl Request {
+impl<C: OpName> Request<C> {
     /// Short stable name, used for counters and logs.
     #[must_use]
     pub fn op_name(&self) -> &'static str {
         match self {
-            Request::Client(r) => r.op_name(),
+            Request::Client(r) => r.name(),
             Request::Server(r) => r.op_name(),
             Request::Admin(r) => r.op_name(),
             Request::Peer(r) => r.op_name(),

@@ -115,27 +115,3 @@ fn changes_name_what_they_change_and_reads_what_they_read() {
     assert!(!ClientRequest::Echo(vec![]).is_change());
     assert_eq!(ClientRequest::Echo(vec![]).read_of(), None);
 }
-
-#[test]
-fn an_envelope_is_named_for_what_it_carries_and_is_not_itself_a_change() {
-    let once = ClientRequest::Once {
-        id: crate::OnceId {
-            client: 1,
-            seq: 1,
-            low: 1,
-        },
-        request: Box::new(ClientRequest::Unlink { path: "/f".into() }),
-        visible: false,
-    };
-    assert_eq!(once.op_name(), "unlink");
-    assert!(
-        !once.is_change(),
-        "the envelope is unwrapped before it is applied"
-    );
-    let batch = ClientRequest::Batch {
-        ops: vec![],
-        times: vec![],
-    };
-    assert_eq!(batch.op_name(), "batch");
-    assert_eq!(batch.describe().kind, Kind::Envelope);
-}
