@@ -160,17 +160,17 @@ fn requests() -> Seeds {
             request(
                 1,
                 to,
-                ClientRequest::Once {
+                myriad_proto::Envelope::Once(myriad_proto::SentOnce {
                     id: myriad_proto::OnceId {
                         client: 0x5eed_0f_c11e47,
                         seq: 42,
                         low: 40,
                     },
-                    request: Box::new(ClientRequest::Unlink {
+                    request: ClientRequest::Unlink {
                         path: "/home/ada/old.txt".into(),
-                    }),
+                    },
                     visible: false,
-                },
+                }),
             ),
         ),
         (

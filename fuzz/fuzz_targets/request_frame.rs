@@ -44,8 +44,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = frame.body.op_name();
     let _ = frame.body.is_admin();
     let _ = frame.body.writes_storage();
-    if let Request::Client(c) = frame.body {
+    if let Request::Client(envelope) = frame.body
+        && let Some(c) = envelope.request()
+    {
         let _ = c.link_resolved_path();
-        let _ = c.into_inode_op();
+        let _ = c.clone().into_inode_op();
     }
 });

@@ -19,7 +19,7 @@ use myriad_proto::{
     Caller, Endpoints, FileKind, FsError, Inode, PeerKind, Request, Response, WireError,
     validate_path,
 };
-use myriad_proto::{ClientRequest, OnceId};
+use myriad_proto::{ClientRequest, Envelope, OnceId, SentOnce};
 
 /// Page size for readdir: large pages make `ls -l` of N entries cost N / 1024 requests.
 pub const READDIR_PAGE: u32 = 1024;
@@ -380,20 +380,25 @@ impl Client {
     pub(crate) async fn call(&self, route: Route, req: Request) -> Result<Response, FsError> {
         // A change gets its number once; every retry below sends that same number.
         let (paths, subtree) = match &req {
-            Request::Client(c) if self.config.leases => crate::leases::changed_paths(c),
+            Request::Client(Envelope::Alone(c)) if self.config.leases => {
+                crate::leases::changed_paths(c)
+            }
             _ => (Vec::new(), false),
         };
         if self.leases.journal.busy()
-            && let Request::Client(c) = &req
+            && let Request::Client(
+                e @ (Envelope::Alone(_) | Envelope::Leased { .. } | Envelope::ReadAs { .. }),
+            ) = &req
+            && let Some(c) = e.request()
         {
             self.drain_before(c, &paths, subtree).await?;
         }
         // This client's reads name it: they pass its own exclusive leases.
         let req = match req {
-            Request::Client(c) if self.config.leases && c.read_dir().is_some() => {
-                Request::Client(ClientRequest::ReadAs {
+            Request::Client(Envelope::Alone(c)) if self.config.leases && c.read_dir().is_some() => {
+                Request::Client(Envelope::ReadAs {
                     holder: self.leases.holder,
-                    request: Box::new(c),
+                    request: c,
                 })
             }
             other => other,
@@ -409,7 +414,7 @@ impl Client {
         // A change of one name whose answer is the name's new attributes: kept under
         // the directory's lease if it lasted through the change (`Leases::put_own`).
         let own = match (&req, paths.as_slice()) {
-            (Request::Client(c), [path])
+            (Request::Client(Envelope::Alone(c)), [path])
                 if !subtree && c.change().is_some_and(|c| c.answers_attributes) =>
             {
                 let dir = split_parent(path).0;
@@ -418,7 +423,7 @@ impl Client {
             _ => None,
         };
         let (req, _waiting) = match req {
-            Request::Client(c) if c.is_change() => {
+            Request::Client(Envelope::Alone(c)) if c.is_change() => {
                 let (id, waiting) = self.once();
                 // Reserved inode numbers are used behind the client's back: they must
                 // outlive a failover.
@@ -429,11 +434,11 @@ impl Client {
                     let deadline = tokio::time::Instant::now() + self.config.request_timeout;
                     self.make_room(deadline).await?;
                 }
-                let once = ClientRequest::Once {
+                let once = Envelope::Once(SentOnce {
                     id,
-                    request: Box::new(c),
+                    request: c,
                     visible,
-                };
+                });
                 (Request::Client(once), Some(waiting))
             }
             other => {
@@ -466,16 +471,10 @@ impl Client {
     /// the order it made them (docs/fuse.md "Write-behind").
     async fn drain_before(
         &self,
-        c: &ClientRequest,
+        inner: &ClientRequest,
         paths: &[String],
         subtree: bool,
     ) -> Result<(), FsError> {
-        let inner = match c {
-            ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. } => {
-                request
-            }
-            other => other,
-        };
         // A change: after every change journaled in its directories (and below a moved
         // or removed one).
         let changed: Vec<&str> = paths.iter().map(|p| split_parent(p).0).collect();
@@ -594,7 +593,7 @@ impl Client {
             match self
                 .call(
                     Route::Entry(p.clone()),
-                    myriad_proto::Request::Client(ClientRequest::Stat { path: p.clone() }),
+                    myriad_proto::Request::from(ClientRequest::Stat { path: p.clone() }),
                 )
                 .await
             {
@@ -620,7 +619,7 @@ impl Client {
 
     /// `entry_op` of an ask: the reply it asked for.
     pub(crate) async fn entry_ask<R: Reply>(&self, path: &str, ask: Ask<R>) -> Result<R, FsError> {
-        let r = self.entry_op(path, Request::Client(ask.request)).await?;
+        let r = self.entry_op(path, Request::from(ask.request)).await?;
         ask.answer.of(r)
     }
 

@@ -268,7 +268,7 @@ impl Client {
         let answer = match nearest {
             Some(r) => r,
             None if self.config.leases => self.leased_page(path, route, req, to).await,
-            None => self.call(route, myriad_proto::Request::Client(req)).await,
+            None => self.call(route, myriad_proto::Request::from(req)).await,
         };
         match answer.and_then(|r| ask.answer.of(r)) {
             Ok(DirPage {
@@ -373,7 +373,7 @@ impl Client {
         match self
             .call(
                 Route::Entry(path.to_string()),
-                myriad_proto::Request::Client(mkdir.request),
+                myriad_proto::Request::from(mkdir.request),
             )
             .await
         {

@@ -77,7 +77,7 @@ impl Client {
             None,
         );
         let inode = match self
-            .call(Route::Entry(path.to_string()), Request::Client(ask.request))
+            .call(Route::Entry(path.to_string()), Request::from(ask.request))
             .await
         {
             Ok(r) => {
@@ -355,7 +355,7 @@ impl Client {
         };
         self.call(
             Route::Entry(h.path.clone()),
-            myriad_proto::Request::Client(req),
+            myriad_proto::Request::from(req),
         )
         .await
         .map(|_| ())
@@ -393,7 +393,7 @@ impl Client {
                 let req = ClientRequest::KeepOpen {
                     inos: chunk.to_vec(),
                 };
-                if let Err(e) = self.call(Route::Partition(pid), Request::Client(req)).await
+                if let Err(e) = self.call(Route::Partition(pid), Request::from(req)).await
                     && first_err.is_none()
                 {
                     first_err = Some(e);

@@ -26,7 +26,7 @@ impl Client {
         auto: bool,
     ) -> Result<(), FsError> {
         validate_path(path)?;
-        let req = Request::Client(ClientRequest::MarkReadOnly {
+        let req = Request::from(ClientRequest::MarkReadOnly {
             path: path.to_string(),
             mark,
             auto,

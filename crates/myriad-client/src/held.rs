@@ -21,7 +21,9 @@
 //! to every partition holding changes every `BARRIER_EVERY` (`sync_round`).
 
 use myriad_placement::PartitionId;
-use myriad_proto::{ClientRequest, FsError, OnceId, Request, Response, WireError};
+use myriad_proto::{
+    ClientRequest, Envelope, FsError, OnceId, Request, Response, SentOnce, WireError,
+};
 
 use crate::client::{Client, Route};
 use crate::held_state::{Change, ELSEWHERE_WAIT, RESEND_PROTOCOL, ROOM_WAIT, size_of};
@@ -207,7 +209,7 @@ impl Client {
                 .map(|(id, _)| *id)
                 .collect();
             match self
-                .route_unheld(Route::Partition(pid), Request::Client(barrier))
+                .route_unheld(Route::Partition(pid), Request::from(barrier))
                 .await
             {
                 Ok(_) => self.drop_held(pid, &of_inc),
@@ -279,10 +281,7 @@ impl Client {
                 continue;
             }
             let what = request.op_name();
-            let again = ClientRequest::Resend {
-                id,
-                request: Box::new(request),
-            };
+            let again = Envelope::Resend { id, request };
             // Applied by an earlier primary of `pid`: asked there first if its name moved.
             let mut tries = crate::client::Tries::at(pid);
             let answer = self
@@ -365,7 +364,7 @@ impl Client {
         }
         let barrier = ClientRequest::SyncPartition { incarnation: inc };
         match self
-            .route_unheld(Route::Partition(pid), Request::Client(barrier))
+            .route_unheld(Route::Partition(pid), Request::from(barrier))
             .await
         {
             Ok(_) => {
@@ -436,9 +435,9 @@ impl Client {
                     answer,
                     incarnation,
                 },
-                Request::Client(ClientRequest::Once { id, request, .. }),
+                Request::Client(Envelope::Once(SentOnce { id, request, .. })),
             ) => {
-                self.hold((pid, incarnation), link, route, id, *request);
+                self.hold((pid, incarnation), link, route, id, request);
                 *answer
             }
             (Response::Applied { answer, .. }, _) => *answer,

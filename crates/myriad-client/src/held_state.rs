@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{ClientRequest, OnceId, Request};
+use myriad_proto::{ClientRequest, Envelope, OnceId, Request};
 
 use crate::route::Route;
 
@@ -98,11 +98,12 @@ pub(crate) fn size_of(request: &ClientRequest) -> usize {
 /// came over a new connection is asked again after a recovery.
 pub(crate) fn asks_again_safely(req: &Request) -> bool {
     match req {
-        Request::Client(ClientRequest::Once { .. }) => true,
+        Request::Client(Envelope::Once(_)) => true,
         Request::Client(
-            ClientRequest::Leased { request, .. } | ClientRequest::ReadAs { request, .. },
+            Envelope::Alone(request)
+            | Envelope::Leased { request, .. }
+            | Envelope::ReadAs { request, .. },
         ) => request.read_of().is_some(),
-        Request::Client(c) => c.read_of().is_some(),
         _ => false,
     }
 }

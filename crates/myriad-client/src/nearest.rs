@@ -86,7 +86,7 @@ impl Client {
                 st.map.epoch,
                 Endpoints::to(pid),
                 self.acting_caller(),
-                &Request::Client(read.clone()),
+                &Request::from(read.clone()),
                 COPY_READ_TIMEOUT.min(self.config.request_timeout),
             )
             .await;

@@ -17,8 +17,8 @@ use myriad_proto::access::{
     require_write,
 };
 use myriad_proto::{
-    ClientRequest, FileKind, FsError, Inode, InodeId, LeaseKey, PartitionId, Request, Response,
-    SetAttr, WireError,
+    ClientRequest, Envelope, FileKind, FsError, Inode, InodeId, LeaseKey, PartitionId, Request,
+    Response, SentOnce, SetAttr, WireError,
 };
 
 use crate::behind_journals::{BehindSpawner, BehindTask, Op, RESERVE};
@@ -336,7 +336,7 @@ impl Client {
     async fn reserve_ids(&self, partition: PartitionId) {
         let req = ClientRequest::ReserveIds { count: RESERVE };
         let r = self
-            .call(Route::Partition(partition), Request::Client(req))
+            .call(Route::Partition(partition), Request::from(req))
             .await;
         let range = match r {
             Ok(Response::Ids { first, count }) => Some((first.0, count)),
@@ -395,9 +395,9 @@ impl Client {
         for op in ops {
             let (id, w) = self.once();
             waiting.push(w);
-            reqs.push(ClientRequest::Once {
+            reqs.push(SentOnce {
                 id,
-                request: Box::new(op.request.clone()),
+                request: op.request.clone(),
                 visible: true,
             });
         }
@@ -428,7 +428,7 @@ impl Client {
                         .map(|(a, req)| match a {
                             Ok(applied @ Response::Applied { .. }) => {
                                 let link = (link.0.as_str(), link.1);
-                                let req = Request::Client(req);
+                                let req = Request::Client(Envelope::Once(req));
                                 self.keep_applied((key.partition, &route), link, req, applied);
                                 Ok(())
                             }
@@ -468,11 +468,11 @@ impl Client {
     /// was durable, with the name still there).
     async fn send_one(&self, op: &Op) -> Result<(), FsError> {
         let (id, _waiting) = self.once();
-        let req = Request::Client(ClientRequest::Once {
+        let req = Request::Client(Envelope::Once(SentOnce {
             id,
-            request: Box::new(op.request.clone()),
+            request: op.request.clone(),
             visible: true,
-        });
+        }));
         let mut started = tokio::time::Instant::now();
         let mut tries = crate::client::Tries::default();
         loop {

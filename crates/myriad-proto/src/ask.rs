@@ -12,9 +12,9 @@ use crate::reply::{
     ReplicaPage, Target,
 };
 use crate::{
-    AdminRequest, Caller, ClientRequest, CopyRange, Envelope, SentOnce, CounterSnapshot, DirTouchItem, FileKind, Inode,
-    InodeId, InodeOp, OnceId, PeerRequest, RaftRpc, ReplicaRequest, Request, ServerRequest,
-    SetAttr, ShardMap, StatFs, XattrMode,
+    AdminRequest, Caller, ClientRequest, CopyRange, CounterSnapshot, DirTouchItem, Envelope,
+    FileKind, Inode, InodeId, InodeOp, OnceId, PeerRequest, RaftRpc, ReplicaRequest, Request,
+    SentOnce, ServerRequest, SetAttr, ShardMap, StatFs, XattrMode,
 };
 
 pub fn echo(payload: Vec<u8>) -> Ask<Echoed> {

@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn hard_link_writes_forwarded_between_servers_count_as_disk_writes() {
         let at = |op| {
-            Request::Peer(PeerRequest::AtInode {
+            Request::<ClientRequest>::Peer(PeerRequest::AtInode {
                 ino: InodeId(1),
                 caller: Caller::root(),
                 op,

@@ -9,7 +9,7 @@
 
 use crate::InodeId;
 use crate::peer_request::{InodeOp, PeerRequest};
-use crate::request::{ClientRequest, ReadOf, Request};
+use crate::request::{ClientPart, ClientRequest, ReadOf, Request};
 
 /// One row of the table: a request's stable name and what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,7 +337,7 @@ fn dir_read(of: ReadOf<'_>) -> Option<&str> {
     }
 }
 
-impl Request<ClientRequest> {
+impl<C: ClientPart> Request<C> {
     /// Client requests that may need more disk: refused with `NoSpace` while the server's
     /// free space is below its reserve (myriad-server space.rs). `AtInode` carries a client's
     /// operation on a hard-linked file to the server holding its inode, which may be another

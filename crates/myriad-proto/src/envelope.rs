@@ -48,10 +48,7 @@ pub enum Envelope {
     /// by client `holder`, so that it does not recall `holder`'s own exclusive lease on
     /// the directory (every other reader's read does: docs/fuse.md "Write-behind").
     /// Answered as the read alone.
-    ReadAs {
-        holder: u64,
-        request: ClientRequest,
-    },
+    ReadAs { holder: u64, request: ClientRequest },
     /// Changes sent once, applied in order by their partition, each as if sent alone (one
     /// failing does not stop the next); answered by `Response::Bundle`, one answer per
     /// change. One answered `Busy` or with a routing error stops the batch: the changes
@@ -183,8 +180,7 @@ impl Serialize for Envelope {
                 v.end()
             }
             Envelope::Recorded { id, request } => {
-                let mut v =
-                    s.serialize_struct_variant(WIRE_NAME, slot::RECORDED, "Recorded", 2)?;
+                let mut v = s.serialize_struct_variant(WIRE_NAME, slot::RECORDED, "Recorded", 2)?;
                 v.serialize_field("id", id)?;
                 v.serialize_field("request", request)?;
                 v.end()

@@ -42,7 +42,9 @@ pub use peer_request::{
     BundleItem, DirAction, DirTouchItem, ExportedEntry, InodeOp, PeerRequest, RaftRpc, ReplOp,
     ReplicaRequest,
 };
-pub use request::{ClientRequest, CopyRange, FromClient, OnceId, OpName, ReadOf, Request, Slot};
+pub use request::{
+    ClientPart, ClientRequest, CopyRange, FromClient, OnceId, ReadOf, Request, Slot,
+};
 pub use request_parts::{LeaseKey, RenameFlags, SetAttr, XattrMode};
 pub use server_request::{AdminRequest, FsckDir, FsckEntry, FsckRepair, ServerRequest};
 pub use types::{

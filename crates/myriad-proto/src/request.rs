@@ -3,10 +3,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Capability;
+use crate::envelope::Envelope;
 use crate::peer_request::{InodeOp, PeerRequest, ReplicaRequest};
 use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
 use crate::server_request::{AdminRequest, ServerRequest};
-use crate::envelope::Envelope;
 use crate::{FileKind, InodeId};
 
 /// Every request, by audience. What a connection may send is decided by the type its frames
@@ -69,20 +69,33 @@ impl Request {
     }
 }
 
-/// A client request's short stable name, alone or in its envelope (`Request::op_name`).
-pub trait OpName {
+/// What `Request`'s methods ask of its client request, alone or in its envelope.
+pub trait ClientPart {
+    /// Short stable name (`Request::op_name`).
     fn name(&self) -> &'static str;
+    /// What it changes, if it is a change to admit by disk space (`Request::grows_storage`).
+    fn change(&self) -> Option<crate::describe::Change<'_>>;
 }
 
-impl OpName for ClientRequest {
+impl ClientPart for ClientRequest {
     fn name(&self) -> &'static str {
         self.op_name()
     }
+
+    fn change(&self) -> Option<crate::describe::Change<'_>> {
+        ClientRequest::change(self)
+    }
 }
 
-impl OpName for Envelope {
+/// An envelope is admitted when the partition opens it, by the request inside: the server
+/// that first reads it (`Host`) admits nothing of it.
+impl ClientPart for Envelope {
     fn name(&self) -> &'static str {
         self.op_name()
+    }
+
+    fn change(&self) -> Option<crate::describe::Change<'_>> {
+        None
     }
 }
 
@@ -400,7 +413,7 @@ impl<C> Request<C> {
     }
 }
 
-impl<C: OpName> Request<C> {
+impl<C: ClientPart> Request<C> {
     /// Short stable name, used for counters and logs.
     #[must_use]
     pub fn op_name(&self) -> &'static str {

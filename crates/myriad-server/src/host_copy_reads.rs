@@ -24,8 +24,8 @@ use myriad_placement::{PartitionId, name_hash, split_parent};
 use myriad_proto::ask;
 use myriad_proto::reply::ReadsLent;
 use myriad_proto::{
-    Caller, ClientRequest, Endpoints, FileKind, Inode, PeerKind, Request, Response, WireError,
-    limits, validate_path,
+    Caller, ClientRequest, Endpoints, Envelope, FileKind, Inode, PeerKind, Request, Response,
+    WireError, limits, validate_path,
 };
 use myriad_storage::{EntryRecord, Store};
 use tokio::time::Instant;
@@ -50,7 +50,7 @@ const REFUSED_PAUSE: Duration = Duration::from_millis(500);
 
 /// Whether `body` is a read a copy may answer.
 pub(crate) fn copy_readable(body: &Request) -> bool {
-    matches!(body, Request::Client(c) if c.copy_may_answer())
+    matches!(body, Request::Client(Envelope::Alone(c)) if c.copy_may_answer())
 }
 
 impl Host {
@@ -125,19 +125,19 @@ impl Host {
         let (_, resets) = backup.standing();
         let store = backup.store();
         let answer = match body {
-            Request::Client(ClientRequest::ReadDir {
+            Request::Client(Envelope::Alone(ClientRequest::ReadDir {
                 path,
                 from,
                 after,
                 limit,
-            }) => {
+            })) => {
                 self.list_here(pid, store, caller, &path, (from, after, limit))
                     .await
             }
-            Request::Client(ClientRequest::Stat { path }) => {
+            Request::Client(Envelope::Alone(ClientRequest::Stat { path })) => {
                 self.entry_read(pid, store, caller, &path, None).await
             }
-            Request::Client(ClientRequest::Fetch { path, max_bytes }) => {
+            Request::Client(Envelope::Alone(ClientRequest::Fetch { path, max_bytes })) => {
                 self.entry_read(pid, store, caller, &path, Some(max_bytes))
                     .await
             }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use futures::future::BoxFuture;
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
-use myriad_proto::{Caller, Request, Response, WireError};
+use myriad_proto::{Caller, ClientRequest, Request, Response, WireError};
 
 use crate::cluster::MapState;
 use crate::config::ServerConfig;
@@ -84,7 +84,7 @@ impl Env for Host {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn admit(&self, req: &Request) -> Result<(), WireError> {
+    fn admit(&self, req: &Request<ClientRequest>) -> Result<(), WireError> {
         self.space.admit(req)
     }
 

@@ -10,8 +10,8 @@ use myriad_placement::{NodeId, PartitionId};
 use myriad_proto::auth::Credential;
 use myriad_proto::limits;
 use myriad_proto::{
-    Caller, CounterSnapshot, PeerKind, Request, RequestFrame, Response, ResponseFrame, StatFs,
-    WireError,
+    Caller, CounterSnapshot, Envelope, PeerKind, Request, RequestFrame, Response, ResponseFrame,
+    StatFs, WireError,
 };
 
 use crate::cluster::MapState;
@@ -42,7 +42,7 @@ impl Host {
         // The free-space rule partitions apply to their writes (fragments kept here).
         self.space.admit(&body)?;
         match body {
-            Request::Client(ClientRequest::Echo(p)) => Ok(Response::Echo(p)),
+            Request::Client(Envelope::Alone(ClientRequest::Echo(p))) => Ok(Response::Echo(p)),
             Request::Server(ServerRequest::StatFs) => Ok(Response::StatFs(self.statfs())),
             Request::Server(ServerRequest::GetCounters) => {
                 Ok(Response::Counters(self.counter_snapshot(&st)))

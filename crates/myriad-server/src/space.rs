@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use myriad_proto::{Request, WireError};
+use myriad_proto::{ClientPart, Request, WireError};
 
 /// How stale the free-space figure may be.
 const REFRESH: Duration = Duration::from_millis(50);
@@ -64,7 +64,7 @@ impl DiskSpace {
     }
 
     /// `NoSpace` if the client request `req` may not run with the disk as it is.
-    pub(crate) fn admit(&self, req: &Request) -> Result<(), WireError> {
+    pub(crate) fn admit<C: ClientPart>(&self, req: &Request<C>) -> Result<(), WireError> {
         if !req.writes_storage() {
             return Ok(());
         }

@@ -77,14 +77,14 @@ pub struct Net {
 /// What a delivered request counts as: its name, and for a client's envelopes what it
 /// came in (`leased`, `leased_exclusive`, `read_as`, `once`).
 fn delivered_names(body: &Request) -> Vec<&'static str> {
-    use myriad_proto::ClientRequest as C;
+    use myriad_proto::Envelope as E;
     let envelope = match body {
-        Request::Client(C::Leased {
+        Request::Client(E::Leased {
             exclusive: true, ..
         }) => Some("leased_exclusive"),
-        Request::Client(C::Leased { .. }) => Some("leased"),
-        Request::Client(C::ReadAs { .. }) => Some("read_as"),
-        Request::Client(C::Once { .. }) => Some("once"),
+        Request::Client(E::Leased { .. }) => Some("leased"),
+        Request::Client(E::ReadAs { .. }) => Some("read_as"),
+        Request::Client(E::Once(_)) => Some("once"),
         _ => None,
     };
     std::iter::once(body.op_name()).chain(envelope).collect()
@@ -92,19 +92,11 @@ fn delivered_names(body: &Request) -> Vec<&'static str> {
 
 /// The name or directory a client request is about, for the trace.
 fn path_of(body: &Request) -> Option<&str> {
-    use myriad_proto::{ClientRequest as C, ReadOf};
-    let Request::Client(c) = body else {
+    use myriad_proto::ReadOf;
+    let Request::Client(envelope) = body else {
         return None;
     };
-    let mut c = c;
-    while let C::Once { request, .. }
-    | C::Resend { request, .. }
-    | C::Recorded { request, .. }
-    | C::Leased { request, .. }
-    | C::ReadAs { request, .. } = c
-    {
-        c = &**request;
-    }
+    let c = envelope.request()?;
     match (c.change(), c.read_of()) {
         (Some(change), _) => change.names[0],
         (None, Some(ReadOf::Name(p) | ReadOf::Listing(p))) => Some(p),

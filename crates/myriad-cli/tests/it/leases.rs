@@ -125,9 +125,9 @@ async fn a_leased_name_is_answered_locally_until_another_client_changes_it() {
 
 /// A stat with a lease for a holder that never polls.
 fn leased_stat(path: &str) -> Request {
-    Request::Client(ClientRequest::Leased {
+    Request::Client(myriad_proto::Envelope::Leased {
         holder: 0x5eed,
-        request: Box::new(ClientRequest::Stat { path: path.into() }),
+        request: ClientRequest::Stat { path: path.into() },
         exclusive: false,
     })
 }

@@ -546,7 +546,7 @@ async fn chunks_are_served_only_with_a_capability() {
     };
     let entry = tc.map.ring().owner_of_entry("/p/private");
     for write in [false, true] {
-        let r = mallory.request(entry, Request::Client(grant(write))).await;
+        let r = mallory.request(entry, Request::from(grant(write))).await;
         assert_eq!(
             r.err(),
             Some(FsError::PermissionDenied),
@@ -577,7 +577,7 @@ async fn chunks_are_served_only_with_a_capability() {
         tag: [7; 16],
     };
     let Ok(Response::Granted { cap: alices, .. }) =
-        alice.request(entry, Request::Client(grant(false))).await
+        alice.request(entry, Request::from(grant(false))).await
     else {
         panic!("the owner is granted reading");
     };
@@ -599,12 +599,12 @@ async fn chunks_are_served_only_with_a_capability() {
             },
         ),
     ] {
-        let r = mallory.request(chunk_of, Request::Client(req)).await;
+        let r = mallory.request(chunk_of, Request::from(req)).await;
         assert_eq!(r.err(), Some(FsError::PermissionDenied), "{what}");
     }
     // The read capability reads (whoever holds it: it is a bearer token, for 2 minutes).
     match mallory
-        .request(chunk_of, Request::Client(read(Some(alices))))
+        .request(chunk_of, Request::from(read(Some(alices))))
         .await
     {
         Ok(Response::Data { data: got, .. }) => assert_eq!(got, data[size - 5000..size - 4900]),

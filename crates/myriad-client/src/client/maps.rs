@@ -135,7 +135,7 @@ impl Client {
             None => {
                 let home = Route::Partition(self.st().ring.owner_of_dir(dir));
                 let ask = myriad_proto::ask::get_shard_map(dir);
-                let req = myriad_proto::Request::Client(ask.request);
+                let req = myriad_proto::Request::from(ask.request);
                 let answer = if check_held {
                     Box::pin(self.call(home, req)).await
                 } else {

@@ -41,7 +41,7 @@ impl Client {
         } else if let Some(r) = self.entry_nearest(path, &ask.request, parents).await {
             r?
         } else {
-            let req = myriad_proto::Request::Client(ask.request);
+            let req = myriad_proto::Request::from(ask.request);
             self.entry_op_under(path, req, parents).await?
         };
         ask.answer.of(answer)
@@ -224,7 +224,7 @@ impl Client {
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
         self.entry_op(
             path,
-            myriad_proto::Request::Client(ClientRequest::Rmdir {
+            myriad_proto::Request::from(ClientRequest::Rmdir {
                 path: path.to_string(),
             }),
         )
@@ -243,7 +243,7 @@ impl Client {
         }
         self.entry_op(
             path,
-            myriad_proto::Request::Client(ClientRequest::Unlink {
+            myriad_proto::Request::from(ClientRequest::Unlink {
                 path: path.to_string(),
             }),
         )
@@ -365,7 +365,7 @@ impl Client {
         validate_path(to)?;
         self.entry_op(
             from,
-            myriad_proto::Request::Client(ClientRequest::Rename {
+            myriad_proto::Request::from(ClientRequest::Rename {
                 from: from.to_string(),
                 to: to.to_string(),
                 flags,

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use myriad_placement::{ClusterMap, PartitionId, parent_of};
-use myriad_proto::{ClientRequest, Endpoints, Request, Response, ServerRequest, WireError};
+use myriad_proto::{
+    ClientRequest, Endpoints, Envelope, Request, Response, ServerRequest, WireError,
+};
 
 use super::pacing::{NoCopy, Pacing};
 use super::tries::{Before, Tries};
@@ -152,7 +154,10 @@ impl Client {
                 // to: a home answering that with `WrongShard` again is retried as `Busy`,
                 // not followed (that would recurse without end).
                 Err(WireError::WrongShard { .. })
-                    if matches!(req, Request::Client(ClientRequest::GetShardMap { .. })) =>
+                    if matches!(
+                        req,
+                        Request::Client(Envelope::Alone(ClientRequest::GetShardMap { .. }))
+                    ) =>
                 {
                     if !pace.busy_fits() {
                         return Err(WireError::Busy);

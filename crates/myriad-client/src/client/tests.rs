@@ -160,18 +160,16 @@ async fn a_recovery_that_needs_a_shard_map_does_not_wait_for_itself() {
     let (resent, resends) = counter();
     let (shard_maps_asked, asks) = counter();
     let c = scripted(Duration::from_secs(5), move |_, req| match req {
-        Request::Client(ClientRequest::SyncPartition { .. }) => {
+        Request::Client(Envelope::Alone(ClientRequest::SyncPartition { .. })) => {
             Err(WireError::Io("that incarnation is gone".into()))
         }
-        Request::Client(ClientRequest::Resend { .. })
-            if resends.fetch_add(1, Ordering::SeqCst) == 0 =>
-        {
+        Request::Client(Envelope::Resend { .. }) if resends.fetch_add(1, Ordering::SeqCst) == 0 => {
             Err(WireError::WrongShard {
                 dir: "/d".into(),
                 map: None,
             })
         }
-        Request::Client(ClientRequest::GetShardMap { .. }) => {
+        Request::Client(Envelope::Alone(ClientRequest::GetShardMap { .. })) => {
             asks.fetch_add(1, Ordering::SeqCst);
             Err(WireError::NotFound)
         }

@@ -11,7 +11,7 @@
 //! the name there before any map placing it elsewhere existed.
 
 use myriad_placement::PartitionId;
-use myriad_proto::{ClientRequest, OnceId, Request, Response};
+use myriad_proto::{ClientRequest, Envelope, OnceId, Request, Response, SentOnce};
 
 /// The partitions one change's tries went to, whose records it has not asked for since.
 #[derive(Default)]
@@ -48,7 +48,7 @@ impl Tries {
 pub(super) fn sent_once(req: &Request) -> Option<(OnceId, &ClientRequest)> {
     match req {
         Request::Client(
-            ClientRequest::Once { id, request, .. } | ClientRequest::Resend { id, request },
+            Envelope::Once(SentOnce { id, request, .. }) | Envelope::Resend { id, request },
         ) => Some((*id, request)),
         _ => None,
     }

@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::Mutex;
 
 use myriad_client::{ClientConfig, ClusterMap, FileHandle, Keyring, Transport};
-use myriad_proto::{Caller, ClientRequest, Endpoints, Request, Response, WireError};
+use myriad_proto::{
+    Caller, ClientRequest, Endpoints, Envelope, Request, Response, SentOnce, WireError,
+};
 
 use super::*;
 use crate::handles::OpenFile;
@@ -47,8 +49,8 @@ impl Transport for Servers {
             }
             // Changes come sent once (their retries carry the same id).
             let req = match req {
-                Request::Client(ClientRequest::Once { request, .. }) => request.as_ref(),
-                Request::Client(c) => c,
+                Request::Client(Envelope::Once(SentOnce { request, .. })) => request,
+                Request::Client(Envelope::Alone(c)) => c,
                 other => return Err(WireError::NotSupported(format!("{other:?}"))),
             };
             match req {

@@ -100,7 +100,10 @@ fn golden() -> Vec<(Envelope, &'static str)> {
             Envelope::Alone(ClientRequest::SyncPartition { incarnation: 9 }),
             "001c09",
         ),
-        (Envelope::Alone(ClientRequest::ReserveIds { count: 4 }), "002004"),
+        (
+            Envelope::Alone(ClientRequest::ReserveIds { count: 4 }),
+            "002004",
+        ),
     ]
 }
 

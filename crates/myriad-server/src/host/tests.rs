@@ -239,7 +239,7 @@ async fn a_partition_request_from_a_server_not_its_primary_is_refused() {
             epoch: m2.epoch,
             ends: Endpoints { target, source },
             caller: Caller::root(),
-            body: Request::Client(myriad_proto::ClientRequest::Stat { path: "/".into() }),
+            body: Request::from(myriad_proto::ClientRequest::Stat { path: "/".into() }),
         };
         let peer = myriad_net::Peer {
             kind: myriad_proto::PeerKind::Server { node_id },
@@ -275,7 +275,7 @@ async fn a_deposed_partition_calls_no_other_partition() {
         .and_then(|m| m.mark_up(NodeId(2)))
         .unwrap_or_else(|| panic!("maps"));
     assert!(h.adopt_map(m3).unwrap_or_else(|e| panic!("{e}")));
-    let body = Request::Client(myriad_proto::ClientRequest::Stat { path: "/".into() });
+    let body = Request::from(myriad_proto::ClientRequest::Stat { path: "/".into() });
     let call = node.call_node(pid, body).await;
     assert!(
         matches!(call, Err(WireError::Unavailable(_))),
@@ -461,11 +461,11 @@ async fn send_once_as(
     request: ClientRequest,
     visible: bool,
 ) -> Result<Response, WireError> {
-    let once = ClientRequest::Once {
+    let once = myriad_proto::Envelope::Once(myriad_proto::SentOnce {
         id: test_once_id(seq),
-        request: Box::new(request),
+        request,
         visible,
-    };
+    });
     from_client(home, once).await
 }
 
@@ -479,9 +479,12 @@ fn test_once_id(seq: u64) -> myriad_proto::OnceId {
 }
 
 /// `request` from a client, under the partition's own map.
-async fn from_client(home: &Arc<Partition>, request: ClientRequest) -> Result<Response, WireError> {
+async fn from_client(
+    home: &Arc<Partition>,
+    request: impl Into<myriad_proto::Envelope>,
+) -> Result<Response, WireError> {
     let epoch = home.state().map.epoch;
-    home.dispatch(None, epoch, Caller::root(), Request::Client(request))
+    home.dispatch(None, epoch, Caller::root(), Request::Client(request.into()))
         .await
 }
 
@@ -547,9 +550,9 @@ async fn recorded(
     seq: u64,
     request: ClientRequest,
 ) -> Result<Response, WireError> {
-    let ask = ClientRequest::Recorded {
+    let ask = myriad_proto::Envelope::Recorded {
         id: test_once_id(seq),
-        request: Box::new(request),
+        request,
     };
     from_client(home, ask).await
 }
@@ -733,7 +736,7 @@ async fn a_change_answered_once_applied_names_its_incarnation_and_a_sync_checks_
         let home = home.clone();
         async move {
             let epoch = home.state().map.epoch;
-            let req = Request::Client(ClientRequest::SyncPartition { incarnation });
+            let req = Request::from(ClientRequest::SyncPartition { incarnation });
             home.dispatch(None, epoch, Caller::root(), req).await
         }
     };

@@ -37,15 +37,6 @@ impl Partition {
                 self.client_grant(st, caller, path, (ino, write, opened))
                     .await
             }
-            // Unwrapped by `dispatch` when it comes from a client.
-            ClientRequest::Once { .. }
-            | ClientRequest::Resend { .. }
-            | ClientRequest::Recorded { .. }
-            | ClientRequest::Leased { .. }
-            | ClientRequest::ReadAs { .. }
-            | ClientRequest::Batch { .. } => Err(WireError::InvalidArgument(
-                "a change sent once, a batch or a leased read comes from its client".into(),
-            )),
             ClientRequest::ReserveIds { count } => self.client_reserve_ids(made, count).await,
             ClientRequest::Link { from, to } => {
                 self.client_link(st, (caller, made), from, to).await

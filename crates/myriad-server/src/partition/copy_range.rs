@@ -153,7 +153,7 @@ impl Partition {
                     data: piece.to_vec(),
                     cap: None,
                 };
-                self.call_node(owner, Request::Client(req)).await?;
+                self.call_node(owner, Request::from(req)).await?;
             }
             pos += n;
         }

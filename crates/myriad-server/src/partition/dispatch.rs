@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{Caller, ClientRequest, Request, Response, WireError};
+use myriad_proto::{Caller, ClientRequest, Envelope, Request, Response, SentOnce, WireError};
 
 use crate::partition::core::Partition;
 use crate::partition::made::{BatchTouches, Made};
@@ -125,6 +125,9 @@ impl Partition {
         }
     }
 
+    /// Serves a request that reached this partition: opens a client's envelope (a change
+    /// sent once goes through `exactly_once.rs`, a leased read, a read made as a client,
+    /// a batch) and hands the request inside to `dispatch_request`.
     pub(crate) async fn dispatch(
         self: &Arc<Self>,
         from: Option<PartitionId>,
@@ -132,33 +135,54 @@ impl Partition {
         caller: Caller,
         body: Request,
     ) -> Result<Response, WireError> {
-        match (from, body) {
-            (
-                None,
-                Request::Client(ClientRequest::Once {
-                    id,
-                    request,
-                    visible,
-                }),
-            ) => {
-                self.serve_once(epoch, caller, id, *request, (visible, &Made::now()))
+        let envelope = match (from, body) {
+            (None, Request::Client(envelope)) => envelope,
+            // A request of another audience, or from another server (possibly in the task
+            // of a client's change on another partition of this server: none of this work
+            // completes that change, which has a context of its own). A server carries a
+            // client's request on alone, never in an envelope.
+            (from, body) => {
+                let body = body.opened().map_err(|e| {
+                    WireError::InvalidArgument(format!(
+                        "a {} in an envelope comes from its client",
+                        e.op_name()
+                    ))
+                })?;
+                return self
+                    .dispatch_request(from, epoch, caller, body, &Made::now())
+                    .await;
+            }
+        };
+        match envelope {
+            Envelope::Alone(request) => {
+                // A read by a client that did not say who it is: it gives way to any
+                // exclusive lease on the directory it reads.
+                if let Some(dir) = request.read_dir()
+                    && let Some(t) = self.leases()
+                {
+                    t.before_read(dir, None).await;
+                    self.not_deposed()?;
+                }
+                let body = Request::Client(request);
+                self.dispatch_request(None, epoch, caller, body, &Made::now())
                     .await
             }
-            (None, Request::Client(ClientRequest::Resend { id, request })) => {
-                self.serve_resend(epoch, caller, id, *request).await
+            Envelope::Once(SentOnce {
+                id,
+                request,
+                visible,
+            }) => {
+                self.serve_once(epoch, caller, id, request, (visible, &Made::now()))
+                    .await
             }
-            (None, Request::Client(ClientRequest::Recorded { id, request })) => {
-                self.serve_recorded(epoch, id, *request).await
-            }
-            (
-                None,
-                Request::Client(ClientRequest::Leased {
-                    holder,
-                    request,
-                    exclusive,
-                }),
-            ) => Box::pin(self.serve_leased(epoch, caller, (holder, exclusive), *request)).await,
-            (None, Request::Client(ClientRequest::ReadAs { holder, request })) => {
+            Envelope::Resend { id, request } => self.serve_resend(epoch, caller, id, request).await,
+            Envelope::Recorded { id, request } => self.serve_recorded(epoch, id, request).await,
+            Envelope::Leased {
+                holder,
+                request,
+                exclusive,
+            } => Box::pin(self.serve_leased(epoch, caller, (holder, exclusive), request)).await,
+            Envelope::ReadAs { holder, request } => {
                 if request.read_of().is_none() {
                     return Err(WireError::InvalidArgument(format!(
                         "only reads are made as a client, not {}",
@@ -173,18 +197,13 @@ impl Partition {
                         self.not_deposed()?;
                     }
                 }
-                self.dispatch_request(None, epoch, caller, Request::Client(*request), &Made::now())
+                let body = Request::Client(request);
+                self.dispatch_request(None, epoch, caller, body, &Made::now())
                     .await
             }
-            (None, Request::Client(ClientRequest::Batch { ops, times })) => {
+            Envelope::Batch { ops, times } => {
                 // One client's journal: its touches report that client's changes.
-                let clients: std::collections::BTreeSet<u64> = ops
-                    .iter()
-                    .filter_map(|op| match op {
-                        ClientRequest::Once { id, .. } => Some(id.client),
-                        _ => None,
-                    })
-                    .collect();
+                let clients: BTreeSet<u64> = ops.iter().map(|op| op.id.client).collect();
                 if clients.len() > 1 {
                     return Err(WireError::InvalidArgument(
                         "a batch holds one client's changes".into(),
@@ -202,25 +221,6 @@ impl Partition {
                     self.serve_batch(epoch, caller, (ops, times), (touches, serving))
                 }))
                 .await
-            }
-            (None, body) => {
-                // A read by a client that did not say who it is: it gives way to any
-                // exclusive lease on the directory it reads.
-                if let Request::Client(c) = &body
-                    && let Some(dir) = c.read_dir()
-                    && let Some(t) = self.leases()
-                {
-                    t.before_read(dir, None).await;
-                    self.not_deposed()?;
-                }
-                self.dispatch_request(None, epoch, caller, body, &Made::now())
-                    .await
-            }
-            // Possibly in the task of a client's change on another partition of this
-            // server: none of this work completes that change (it has a context of its own).
-            (from, body) => {
-                self.dispatch_request(from, epoch, caller, body, &Made::now())
-                    .await
             }
         }
     }
@@ -280,8 +280,9 @@ impl Partition {
                 _ => t.share(d, holder),
             }
         }
+        let body = Request::Client(request);
         let answer = match self
-            .dispatch_request(None, epoch, caller, Request::Client(request), &Made::now())
+            .dispatch_request(None, epoch, caller, body, &Made::now())
             .await
         {
             Ok(r) => Ok(Box::new(r)),
@@ -305,7 +306,7 @@ impl Partition {
         self: &Arc<Self>,
         epoch: u64,
         caller: Caller,
-        (ops, times): (Vec<ClientRequest>, Vec<i64>),
+        (ops, times): (Vec<SentOnce>, Vec<i64>),
         (touches, serving): (BatchTouches, u64),
     ) -> Result<Response, WireError> {
         if ops.len() > myriad_proto::limits::BATCH_MAX {
@@ -324,27 +325,19 @@ impl Partition {
                 out.push(Err(WireError::Busy));
                 continue;
             }
-            let r = match op {
-                ClientRequest::Once {
-                    id,
-                    request,
-                    visible,
-                } => {
-                    let made = Made {
-                        at: times.get(i).copied(),
-                        batch: Some(touches.clone()),
-                        serving: Some(serving),
-                        ..Made::now()
-                    };
-                    let once =
-                        self.serve_once(epoch, caller.clone(), id, *request, (visible, &made));
-                    Box::pin(once).await
-                }
-                other => Err(WireError::InvalidArgument(format!(
-                    "a batch holds changes sent once, not {}",
-                    other.op_name()
-                ))),
+            let SentOnce {
+                id,
+                request,
+                visible,
+            } = op;
+            let made = Made {
+                at: times.get(i).copied(),
+                batch: Some(touches.clone()),
+                serving: Some(serving),
+                ..Made::now()
             };
+            let once = self.serve_once(epoch, caller.clone(), id, request, (visible, &made));
+            let r = Box::pin(once).await;
             stopped = matches!(&r, Err(e) if *e == WireError::Busy || e.is_routing());
             out.push(r);
         }

@@ -1,7 +1,7 @@
 //! The partition's window on the world: what it needs from the server process that runs it.
 
 use myriad_placement::{NodeId, PartitionId};
-use myriad_proto::{Request, Response, WireError};
+use myriad_proto::{ClientRequest, Request, Response, WireError};
 
 use crate::config::ServerConfig;
 use crate::replication::peers::Peers;
@@ -21,7 +21,7 @@ pub(crate) trait Env: Peers {
     /// Counts a directory shard split off here (the `myriad_directory_splits` metric).
     fn count_split(&self);
     /// Refuses a request that would fill the disk (space.rs).
-    fn admit(&self, req: &Request) -> Result<(), WireError>;
+    fn admit(&self, req: &Request<ClientRequest>) -> Result<(), WireError>;
     /// Whether this server serves partition `pid` as its primary now (the map says so,
     /// its run as primary is unbroken, its serving lease is valid): background work that
     /// commits (a sweep) checks it first, as requests are checked on arrival, so that a

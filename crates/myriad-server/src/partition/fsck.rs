@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use myriad_proto::{
-    Caller, FsckDir, FsckEntry, FsckRepair, Request, Response, Shard, WireError, limits,
-};
+use myriad_proto::{Caller, FsckDir, FsckEntry, FsckRepair, Response, Shard, WireError, limits};
 
 use crate::partition::core::Partition;
 use crate::state::mutation::{INODE_DIR, Mutation, inode_name, storage_err};
@@ -15,14 +13,14 @@ impl Partition {
     pub(crate) async fn fsck(
         self: &Arc<Self>,
         caller: &Caller,
-        req: Request,
+        req: AdminRequest,
     ) -> Result<Response, WireError> {
         if caller.uid != 0 {
             return Err(WireError::PermissionDenied);
         }
         let page = |limit: u32| limit.clamp(1, limits::READDIR_PAGE_MAX) as usize;
         match req {
-            Request::Admin(AdminRequest::FsckDirs { after, limit }) => {
+            AdminRequest::FsckDirs { after, limit } => {
                 let dirs = self
                     .store
                     .dirs(after.as_deref(), page(limit))
@@ -39,7 +37,7 @@ impl Partition {
                         .collect(),
                 ))
             }
-            Request::Admin(AdminRequest::FsckEntries { dir, after, limit }) => {
+            AdminRequest::FsckEntries { dir, after, limit } => {
                 let limit = page(limit);
                 // Damaged entries are left out here; the copy's digest lists them.
                 let (rows, next) = self
@@ -56,23 +54,23 @@ impl Partition {
                     .collect();
                 Ok(Response::FsckEntries { entries, next })
             }
-            Request::Admin(AdminRequest::FsckBlocks { after, limit }) => Ok(Response::FsckBlocks(
+            AdminRequest::FsckBlocks { after, limit } => Ok(Response::FsckBlocks(
                 self.store
                     .block_inodes(after, page(limit))
                     .map_err(storage_err)?,
             )),
-            Request::Admin(AdminRequest::FsckBlockFrom { ino, block }) => Ok(Response::Block(
+            AdminRequest::FsckBlockFrom { ino, block } => Ok(Response::Block(
                 self.store
                     .first_block_from(ino, block)
                     .map_err(storage_err)?,
             )),
-            Request::Admin(AdminRequest::FsckRepair(r)) => self.fsck_repair(r).await,
-            Request::Admin(AdminRequest::FsckCoded { after, limit }) => Ok(Response::CodedChunks(
+            AdminRequest::FsckRepair(r) => self.fsck_repair(r).await,
+            AdminRequest::FsckCoded { after, limit } => Ok(Response::CodedChunks(
                 self.store
                     .coded_chunks(after, page(limit))
                     .map_err(storage_err)?,
             )),
-            Request::Admin(AdminRequest::KeptStats) => {
+            AdminRequest::KeptStats => {
                 let kept = self.store.kept_stats().map_err(storage_err)?;
                 Ok(Response::KeptStats {
                     split_dirs: kept

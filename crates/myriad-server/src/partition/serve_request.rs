@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{AdminRequest, Caller, PeerRequest, Request, Response, WireError};
+use myriad_proto::{
+    AdminRequest, Caller, ClientRequest, PeerRequest, Request, Response, WireError,
+};
 
 use crate::partition::core::Partition;
 use crate::partition::made::Made;
@@ -33,7 +35,7 @@ impl Partition {
         from: Option<PartitionId>,
         epoch: u64,
         caller: Caller,
-        body: Request,
+        body: Request<ClientRequest>,
         made: &Made,
     ) -> Result<Response, WireError> {
         // From a client (not another server): its own requests only, by type. (A client
@@ -105,7 +107,7 @@ impl Partition {
                     "replication requests go to a backup, not the primary".into(),
                 ))
             }
-            req @ Request::Admin(_) => self.fsck(&caller, req).await,
+            Request::Admin(r) => self.fsck(&caller, r).await,
             // The server answers these (Host::handle) before any partition sees them.
             Request::Server(_) => Err(WireError::InvalidArgument(
                 "a request for the server, not for a partition".into(),

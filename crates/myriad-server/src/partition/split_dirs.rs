@@ -141,7 +141,7 @@ impl Partition {
                 let req = ClientRequest::GetShardMap {
                     dir: dir.to_string(),
                 };
-                match self.call_node(home, Request::Client(req)).await {
+                match self.call_node(home, Request::from(req)).await {
                     Ok(Response::ShardMap(m)) => Some(*m),
                     _ => None,
                 }
