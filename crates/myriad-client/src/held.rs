@@ -1,10 +1,10 @@
 //! Changes answered once applied, kept until they are durable on every copy (docs/fuse.md
 //! "Keeping answered changes until they are durable"). A mount's changes are answered as
-//! soon as their primary applied them (`Once::visible`, `Response::Applied`); the copies
+//! soon as their primary applied them (`SentOnce::visible`, `Response::Applied`); the copies
 //! have them a moment later. If the primary dies in between, they are lost there, but not
 //! here: the client keeps each one (its `OnceId` and the request itself) until a barrier
 //! (`SyncPartition`) of the incarnation that answered it succeeds, and sends it again
-//! (`ClientRequest::Resend`) to the partition's next primary before anything else of that
+//! (`Envelope::Resend`) to the partition's next primary before anything else of that
 //! partition: the new primary answers one that survived by its recorded outcome and applies
 //! one that did not, unless another client changed what it touches meanwhile.
 //!

@@ -23,7 +23,7 @@ pub const BARRIER_EVERY: Duration = Duration::from_secs(1);
 pub(crate) const ELSEWHERE_WAIT: Duration = Duration::from_secs(2);
 /// How long a change waiting for room waits between rounds of barriers.
 pub(crate) const ROOM_WAIT: Duration = Duration::from_millis(50);
-/// The first protocol whose servers take `ClientRequest::Resend`.
+/// The first protocol whose servers take `Envelope::Resend`.
 pub(crate) const RESEND_PROTOCOL: u16 = 31;
 
 /// One change answered once applied and not yet known durable.

@@ -8,8 +8,7 @@
 //! delivery, lease invalidation or the disk reserve.
 
 use crate::InodeId;
-use crate::peer_request::{InodeOp, PeerRequest};
-use crate::request::{ClientPart, ClientRequest, ReadOf, Request};
+use crate::request::{ClientRequest, ReadOf};
 
 /// One row of the table: a request's stable name and what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,44 +333,6 @@ fn dir_read(of: ReadOf<'_>) -> Option<&str> {
     match of {
         ReadOf::Name(path) => parent_dir(path),
         ReadOf::Listing(dir) => Some(dir),
-    }
-}
-
-impl<C: ClientPart> Request<C> {
-    /// Client requests that may need more disk: refused with `NoSpace` while the server's
-    /// free space is below its reserve (myriad-server space.rs). `AtInode` carries a client's
-    /// operation on a hard-linked file to the server holding its inode, which may be another
-    /// server with a fuller disk, so it counts too.
-    #[must_use]
-    pub fn grows_storage(&self) -> bool {
-        match self {
-            Request::Client(c) => c.change().is_some_and(|c| c.disk == Disk::Grows),
-            Request::Peer(p) => matches!(
-                p,
-                PeerRequest::AtInode {
-                    op: InodeOp::Write { .. }
-                        | InodeOp::ExtendSize { .. }
-                        | InodeOp::SetXattr { .. },
-                    ..
-                } | PeerRequest::PutFragments { .. }
-            ),
-            _ => false,
-        }
-    }
-
-    /// Client requests that write anything at all, frees included: refused too once the
-    /// disk is all but full, so that the storage engine itself never runs out of space.
-    #[must_use]
-    pub fn writes_storage(&self) -> bool {
-        match self {
-            Request::Client(c) => c.change().is_some_and(|c| c.disk != Disk::Untouched),
-            Request::Peer(PeerRequest::AtInode {
-                op: InodeOp::Truncate { .. } | InodeOp::SetAttr { .. },
-                ..
-            }) => true,
-            Request::Peer(_) => self.grows_storage(),
-            _ => false,
-        }
     }
 }
 

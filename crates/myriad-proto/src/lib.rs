@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod ask;
+pub mod audience;
 pub mod auth;
 pub mod codec;
 pub mod describe;
@@ -28,6 +29,7 @@ mod server_request;
 pub mod tree_index;
 mod types;
 
+pub use audience::{ClientPart, FromClient, Request};
 pub use envelope::{Envelope, SentOnce};
 pub use error::{ErrorKind, FsError, WireError};
 pub use message::{
@@ -42,9 +44,7 @@ pub use peer_request::{
     BundleItem, DirAction, DirTouchItem, ExportedEntry, InodeOp, PeerRequest, RaftRpc, ReplOp,
     ReplicaRequest,
 };
-pub use request::{
-    ClientPart, ClientRequest, CopyRange, FromClient, OnceId, ReadOf, Request, Slot,
-};
+pub use request::{ClientRequest, CopyRange, OnceId, ReadOf, Slot};
 pub use request_parts::{LeaseKey, RenameFlags, SetAttr, XattrMode};
 pub use server_request::{AdminRequest, FsckDir, FsckEntry, FsckRepair, ServerRequest};
 pub use types::{

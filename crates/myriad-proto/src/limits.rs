@@ -57,7 +57,7 @@ pub const KEEP_OPEN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 /// Most inodes in one `KeepOpen`.
 pub const KEEP_OPEN_MAX: usize = 65_536;
 
-/// Most changes in one `ClientRequest::Batch` (a write-behind journal's batch).
+/// Most changes in one `Envelope::Batch` (a write-behind journal's batch).
 pub const BATCH_MAX: usize = 256;
 /// Most inode numbers one `ClientRequest::ReserveIds` reserves.
 pub const RESERVE_IDS_MAX: u32 = 4096;

@@ -5,9 +5,9 @@
 use myriad_placement::ClusterMap;
 use serde::{Deserialize, Serialize};
 
+use crate::audience::{FromClient, Request};
 use crate::auth::{KeyId, Nonce, Proof};
 use crate::peer_request::{ExportedEntry, ReplOp};
-use crate::request::{FromClient, Request};
 use crate::server_request::{FsckDir, FsckEntry};
 use myriad_placement::{NodeId, PartitionId};
 
@@ -28,7 +28,7 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// with AES-256-GCM.
 /// 13: metadata records checked and repaired (`ReplicaRecord`, `RepairRecord`).
 /// 14: directory touches sent together (`PeerRequest::DirTouches`); anti-entropy
-/// (`ReplicaSums`, `ReplicaBucket`); changes answered once applied (`Once::visible`,
+/// (`ReplicaSums`, `ReplicaBucket`); changes answered once applied (`SentOnce::visible`,
 /// `Response::Applied`, `SyncPartition`).
 /// 15: directory leases (`ClientRequest::Leased`, `LeasePoll`, `LeaseRenew`).
 /// 16: file locks between clients (`ClientRequest::Lock`), `KeepOpen`, exchanges.

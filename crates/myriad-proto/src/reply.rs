@@ -222,7 +222,7 @@ pub struct Echoed(pub Vec<u8>);
 
 reply!(Echoed, "an echo", Response::Echo(p) => Echoed(p));
 
-/// The outcome a partition recorded of a change, if any (`ClientRequest::Recorded`).
+/// The outcome a partition recorded of a change, if any (`Envelope::Recorded`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recorded(pub Option<Box<Response>>);
 

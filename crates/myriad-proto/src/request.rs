@@ -1,132 +1,18 @@
-//! Requests, grouped by who may send them (`Request`'s audiences), and the types they carry.
+//! A client's requests (`ClientRequest`), one variant per request, and the types they carry.
+//! How they are sent (alone or in an envelope) is envelope.rs; every audience's requests
+//! together, audience.rs.
 
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Capability;
-use crate::envelope::Envelope;
-use crate::peer_request::{InodeOp, PeerRequest, ReplicaRequest};
+use crate::peer_request::InodeOp;
 use crate::request_parts::{RenameFlags, SetAttr, XattrMode};
-use crate::server_request::{AdminRequest, ServerRequest};
 use crate::{FileKind, InodeId};
-
-/// Every request, by audience. What a connection may send is decided by the type its frames
-/// decode to: a connection with a client key decodes `FromClient` (a prefix of this enum:
-/// same variant indices, so the bytes agree), which has no way to say a peer, replica or
-/// administration request; such a frame fails to decode and is refused.
-///
-/// `C` is what a client request is: on the wire, the request in its envelope (`Envelope`);
-/// once a partition has opened the envelope, the request alone (`Request<ClientRequest>`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Request<C = Envelope> {
-    Client(C),
-    Server(ServerRequest),
-    Admin(AdminRequest),
-    Peer(PeerRequest),
-    Replica(ReplicaRequest),
-}
-
-/// What a client-key connection may send: the first two audiences of `Request`, with the
-/// same variant indices (checked by a test).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FromClient {
-    Client(Envelope),
-    Server(ServerRequest),
-}
-
-impl From<FromClient> for Request {
-    fn from(r: FromClient) -> Request {
-        match r {
-            FromClient::Client(c) => Request::Client(c),
-            FromClient::Server(s) => Request::Server(s),
-        }
-    }
-}
-
-impl From<ClientRequest> for Request {
-    fn from(r: ClientRequest) -> Request {
-        Request::Client(Envelope::Alone(r))
-    }
-}
-
-impl From<Envelope> for Request {
-    fn from(r: Envelope) -> Request {
-        Request::Client(r)
-    }
-}
-
-impl Request {
-    /// The request with its envelope opened, if it had none (a client request sent
-    /// alone, or another audience's); else the envelope.
-    pub fn opened(self) -> Result<Request<ClientRequest>, Envelope> {
-        Ok(match self {
-            Request::Client(Envelope::Alone(r)) => Request::Client(r),
-            Request::Client(envelope) => return Err(envelope),
-            Request::Server(r) => Request::Server(r),
-            Request::Admin(r) => Request::Admin(r),
-            Request::Peer(r) => Request::Peer(r),
-            Request::Replica(r) => Request::Replica(r),
-        })
-    }
-}
-
-/// What `Request`'s methods ask of its client request, alone or in its envelope.
-pub trait ClientPart {
-    /// Short stable name (`Request::op_name`).
-    fn name(&self) -> &'static str;
-    /// What it changes, if it is a change to admit by disk space (`Request::grows_storage`).
-    fn change(&self) -> Option<crate::describe::Change<'_>>;
-}
-
-impl ClientPart for ClientRequest {
-    fn name(&self) -> &'static str {
-        self.op_name()
-    }
-
-    fn change(&self) -> Option<crate::describe::Change<'_>> {
-        ClientRequest::change(self)
-    }
-}
-
-/// An envelope is admitted when the partition opens it, by the request inside: the server
-/// that first reads it (`Host`) admits nothing of it.
-impl ClientPart for Envelope {
-    fn name(&self) -> &'static str {
-        self.op_name()
-    }
-
-    fn change(&self) -> Option<crate::describe::Change<'_>> {
-        None
-    }
-}
 
 /// What a wire slot of `ClientRequest` holds: nothing (no value of it exists). The slots
 /// keep the variant indices of the envelopes that were once requests (envelope.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Slot {}
-
-impl From<ServerRequest> for Request {
-    fn from(r: ServerRequest) -> Request {
-        Request::Server(r)
-    }
-}
-
-impl From<AdminRequest> for Request {
-    fn from(r: AdminRequest) -> Request {
-        Request::Admin(r)
-    }
-}
-
-impl From<PeerRequest> for Request {
-    fn from(r: PeerRequest) -> Request {
-        Request::Peer(r)
-    }
-}
-
-impl From<ReplicaRequest> for Request {
-    fn from(r: ReplicaRequest) -> Request {
-        Request::Replica(r)
-    }
-}
 
 /// File system requests: what any authenticated client may send, to the partition the
 /// comment on each variant names. Paths are absolute and normalized (`validate_path`).
@@ -381,72 +267,5 @@ impl ClientRequest {
             } => InodeOp::SetXattr { name, value, mode },
             _ => return None,
         })
-    }
-}
-
-impl<C> Request<C> {
-    /// What the request is for, for traffic counters (`TrafficKind`).
-    #[must_use]
-    pub fn traffic_kind(&self) -> crate::TrafficKind {
-        use crate::TrafficKind;
-        match self {
-            Request::Client(_) => TrafficKind::File,
-            Request::Server(_) | Request::Admin(_) => TrafficKind::Control,
-            Request::Replica(_) => TrafficKind::Replication,
-            Request::Peer(p) => match p {
-                PeerRequest::Raft { .. } | PeerRequest::Lease | PeerRequest::PartitionSeqs => {
-                    TrafficKind::Membership
-                }
-                PeerRequest::LendReads => TrafficKind::Replication,
-                PeerRequest::GetAttrs { .. }
-                | PeerRequest::RenewAttrs { .. }
-                | PeerRequest::Unsubscribe { .. }
-                | PeerRequest::AttrUpdate { .. }
-                | PeerRequest::InvalidatePrefix { .. } => TrafficKind::Ancestors,
-                PeerRequest::PutFragments { .. }
-                | PeerRequest::DropFragments { .. }
-                | PeerRequest::KeepsFragments
-                | PeerRequest::FragmentNamed { .. } => TrafficKind::Replication,
-                _ => TrafficKind::File,
-            },
-        }
-    }
-}
-
-impl<C: ClientPart> Request<C> {
-    /// Short stable name, used for counters and logs.
-    #[must_use]
-    pub fn op_name(&self) -> &'static str {
-        match self {
-            Request::Client(r) => r.name(),
-            Request::Server(r) => r.op_name(),
-            Request::Admin(r) => r.op_name(),
-            Request::Peer(r) => r.op_name(),
-            Request::Replica(r) => r.op_name(),
-        }
-    }
-
-    /// Requests that are not file system traffic (not counted as such, and not held to the
-    /// map epoch): the server's own, administration, and the cluster-map group's.
-    #[must_use]
-    pub fn is_admin(&self) -> bool {
-        match self {
-            Request::Server(r) => !matches!(
-                r,
-                ServerRequest::StatFs
-                    | ServerRequest::LeasePoll { .. }
-                    | ServerRequest::LeaseRenew { .. }
-                    | ServerRequest::ReadFragment { .. }
-            ),
-            Request::Admin(_) => true,
-            Request::Peer(r) => matches!(
-                r,
-                PeerRequest::Raft { .. }
-                    | PeerRequest::Lease
-                    | PeerRequest::PartitionSeqs
-                    | PeerRequest::KeepsFragments
-            ),
-            Request::Client(_) | Request::Replica(_) => false,
-        }
     }
 }

@@ -635,7 +635,7 @@ fn regression_seeds_pass() {
     // after their primary changed, but a tree move had taken their names to another
     // partition meanwhile, which held no record of them: a rename ran twice and one
     // file's bytes were read under another name. Fix: a change is first asked after at
-    // the partitions its earlier tries went to (`ClientRequest::Recorded`,
+    // the partitions its earlier tries went to (`Envelope::Recorded`,
     // `client/tries.rs`); it fails if their answers are ignored. (118 and 1137, a retried
     // rmdir answering `NotFound` and a mkdir `AlreadyExists`, run otherwise since.)
     let r = check(&SimConfig {

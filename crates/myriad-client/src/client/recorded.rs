@@ -12,7 +12,7 @@ use super::tries::{Before, Tries, sent_once};
 use super::{Client, Route};
 use myriad_proto::reply::Recorded;
 
-/// The first protocol that has `ClientRequest::Recorded`.
+/// The first protocol that has `Envelope::Recorded`.
 const RECORDED_PROTOCOL: u16 = 32;
 /// The least pause before an earlier partition that could not be asked is asked again.
 const ASK_AGAIN_MIN: Duration = Duration::from_millis(10);

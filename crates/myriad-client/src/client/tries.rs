@@ -6,7 +6,7 @@
 //! there, which holds no record: a mkdir that went through, its answer lost, answered
 //! `AlreadyExists`, and an exchange would swap back (simulation seeds 118 and 1137 with
 //! `--zones --tree-moves`). So before a change goes to a partition, the partitions its
-//! earlier tries went to are asked for their record (`ClientRequest::Recorded`). Each
+//! earlier tries went to are asked for their record (`Envelope::Recorded`). Each
 //! answers once no try of the change runs there; "none" is final, because the move froze
 //! the name there before any map placing it elsewhere existed.
 

@@ -36,7 +36,7 @@ pub struct OnceSlot {
     pub recorded: AtomicBool,
     /// Set with `settled` when the completing mutation wrote anything.
     pub wrote: AtomicBool,
-    /// The client asked for an answer once applied (`ClientRequest::Once::visible`): the
+    /// The client asked for an answer once applied (`SentOnce::visible`): the
     /// completing mutation is answered without waiting for its fsync and copies.
     pub visible: bool,
 }

@@ -544,7 +544,7 @@ async fn a_retried_change_answers_its_first_outcome() {
 }
 
 /// What partition `home` recorded of change `request` sent once as `seq`
-/// (`ClientRequest::Recorded`).
+/// (`Envelope::Recorded`).
 async fn recorded(
     home: &Arc<Partition>,
     seq: u64,

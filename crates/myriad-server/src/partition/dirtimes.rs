@@ -62,7 +62,7 @@ const CLIENT_TIME_SLACK_NS: i64 = 60 * 1_000_000_000;
 
 impl Partition {
     /// The time a change applied now is made at: its client's (`made.at`), for a change
-    /// answered behind (`ClientRequest::Batch::times`), else this server's clock.
+    /// answered behind (`Envelope::Batch::times`), else this server's clock.
     pub(crate) fn time_of(&self, made: &Made) -> i64 {
         let now = self.env.now_ns();
         made.at
@@ -70,7 +70,7 @@ impl Partition {
             .unwrap_or(now)
     }
 
-    /// Runs `serve` (the changes of one `ClientRequest::Batch`, each made with the
+    /// Runs `serve` (the changes of one `Envelope::Batch`, each made with the
     /// `BatchTouches` it is given) touching each directory they change once, after the
     /// last of them, instead of after each: a batch of creates in one directory costs one
     /// touch. Nobody else sees the directory meanwhile (a batch is a write-behind

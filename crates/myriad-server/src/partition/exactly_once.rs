@@ -1,5 +1,5 @@
 //! Changes applied exactly once (docs/write-path.md, "Exactly once"). A client sends each
-//! change as `ClientRequest::Once` with its `OnceId`; every retry carries the same id. The
+//! change as `Envelope::Once` with its `OnceId`; every retry carries the same id. The
 //! partition answers a change whose outcome it recorded with that outcome, without
 //! applying it again, so a create retried after a timeout or a failover does not fail with
 //! `AlreadyExists`, nor an unlink with `NotFound`.
@@ -113,7 +113,7 @@ impl Partition {
     }
 
     /// Serves change `request`, sent again as `id` by a client that kept it after an
-    /// earlier primary answered it once applied and then went away (`ClientRequest::Resend`,
+    /// earlier primary answered it once applied and then went away (`Envelope::Resend`,
     /// `resend_guard.rs`): answered by its outcome if it survived, else applied and
     /// answered once durable, unless another client changed what it touches since this
     /// primary opened, or a later change of the same client is here.
@@ -148,7 +148,7 @@ impl Partition {
 
     /// The outcome recorded here of change `request`, sent once as `id` by a try whose
     /// answer its client never had, which now goes to another partition: its name moved
-    /// there (`ClientRequest::Recorded`). A try of it running here is waited for. `None`
+    /// there (`Envelope::Recorded`). A try of it running here is waited for. `None`
     /// is final: the name is no longer served here (the move froze it here before the
     /// client's map could say so), so no later try applies it here either.
     pub(super) async fn serve_recorded(

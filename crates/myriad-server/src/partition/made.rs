@@ -13,7 +13,7 @@ use crate::commit::{Context, OnceSlot};
 /// end its directory's touch waits for, and whose change a touch reports.
 #[derive(Clone, Default)]
 pub(crate) struct Made {
-    /// When the change was made, if its client said (`ClientRequest::Batch::times`): its
+    /// When the change was made, if its client said (`Envelope::Batch::times`): its
     /// new times and its directory's are that (`Partition::time_of`).
     pub(crate) at: Option<i64>,
     /// Inside a batch (`Partition::batched`): the directories its changes touch, touched

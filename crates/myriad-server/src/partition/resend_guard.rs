@@ -1,7 +1,7 @@
 //! What a resent change must not overwrite (docs/fuse.md "Keeping answered changes until
 //! they are durable"). A mount keeps the changes a primary answered once applied; when that
 //! primary dies before its copies had them, the mount sends them again to the new primary
-//! (`ClientRequest::Resend`). Another client may meanwhile have changed the same file or
+//! (`Envelope::Resend`). Another client may meanwhile have changed the same file or
 //! name on the new primary (it saw the lost change for a moment, or never did): applying
 //! the older change over it would lose that client's acknowledged change. So each primary
 //! notes, from its opening, the names and files clients' changes touched, and a resend that
