@@ -161,32 +161,42 @@ impl Serialize for Envelope {
                 v.serialize_field("exclusive", exclusive)?;
                 v.end()
             }
-            Envelope::ReadAs { holder, request } => {
-                let mut v = s.serialize_struct_variant(WIRE_NAME, slot::READ_AS, "ReadAs", 2)?;
-                v.serialize_field("holder", holder)?;
-                v.serialize_field("request", request)?;
-                v.end()
-            }
+            Envelope::ReadAs { holder, request } => two(
+                s,
+                (slot::READ_AS, "ReadAs"),
+                ("holder", holder),
+                ("request", request),
+            ),
             Envelope::Batch { ops, times } => {
-                let mut v = s.serialize_struct_variant(WIRE_NAME, slot::BATCH, "Batch", 2)?;
-                v.serialize_field("ops", ops)?;
-                v.serialize_field("times", times)?;
-                v.end()
+                two(s, (slot::BATCH, "Batch"), ("ops", ops), ("times", times))
             }
-            Envelope::Resend { id, request } => {
-                let mut v = s.serialize_struct_variant(WIRE_NAME, slot::RESEND, "Resend", 2)?;
-                v.serialize_field("id", id)?;
-                v.serialize_field("request", request)?;
-                v.end()
-            }
-            Envelope::Recorded { id, request } => {
-                let mut v = s.serialize_struct_variant(WIRE_NAME, slot::RECORDED, "Recorded", 2)?;
-                v.serialize_field("id", id)?;
-                v.serialize_field("request", request)?;
-                v.end()
-            }
+            Envelope::Resend { id, request } => two(
+                s,
+                (slot::RESEND, "Resend"),
+                ("id", id),
+                ("request", request),
+            ),
+            Envelope::Recorded { id, request } => two(
+                s,
+                (slot::RECORDED, "Recorded"),
+                ("id", id),
+                ("request", request),
+            ),
         }
     }
+}
+
+/// Writes a two-field envelope as the struct variant `name` at wire index `index`.
+fn two<S: Serializer, F: Serialize, G: Serialize>(
+    s: S,
+    (index, name): (u32, &'static str),
+    (a, first): (&'static str, &F),
+    (b, second): (&'static str, &G),
+) -> Result<S::Ok, S::Error> {
+    let mut v = s.serialize_struct_variant(WIRE_NAME, index, name, 2)?;
+    v.serialize_field(a, first)?;
+    v.serialize_field(b, second)?;
+    v.end()
 }
 
 impl<'de> Deserialize<'de> for Envelope {
