@@ -117,13 +117,19 @@ impl Envelope {
         match self {
             Envelope::Batch { .. } => "batch",
             Envelope::Recorded { .. } => "recorded",
-            other => other.request().map_or("batch", ClientRequest::op_name),
+            Envelope::Alone(r)
+            | Envelope::Once(SentOnce { request: r, .. })
+            | Envelope::Leased { request: r, .. }
+            | Envelope::ReadAs { request: r, .. }
+            | Envelope::Resend { request: r, .. } => r.op_name(),
         }
     }
 }
 
 /// The name serde knows the wire enum by.
 const WIRE_NAME: &str = "ClientRequest";
+/// The fields of a change sent once, in their wire order.
+const ONCE_FIELDS: &[&str] = &["id", "request", "visible"];
 
 /// The `ClientRequest` variant index each envelope is written at (protocol 33's).
 mod slot {
@@ -205,12 +211,37 @@ impl<'de> Deserialize<'de> for Envelope {
     }
 }
 
+/// A batch's change: refused by its variant index alone unless it is sent once, before
+/// anything inside it is read. So no envelope holds another envelope at any depth, and a
+/// hostile frame cannot make decoding recurse (batches nested a million deep would
+/// otherwise exhaust the stack and end the server's process).
 impl<'de> Deserialize<'de> for SentOnce {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match Envelope::deserialize(d)? {
-            Envelope::Once(once) => Ok(once),
-            _ => Err(de::Error::custom("a batch holds changes sent once")),
+        d.deserialize_enum(WIRE_NAME, &[], SentOnceVisitor)
+    }
+}
+
+struct SentOnceVisitor;
+
+impl<'de> Visitor<'de> for SentOnceVisitor {
+    type Value = SentOnce;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a change sent once")
+    }
+
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<SentOnce, A::Error> {
+        let (index, variant): (u32, A::Variant) = data.variant()?;
+        if index != slot::ONCE {
+            return Err(de::Error::custom("a batch holds changes sent once"));
         }
+        variant
+            .struct_variant(ONCE_FIELDS, Three(PhantomData))
+            .map(|(id, request, visible)| SentOnce {
+                id,
+                request,
+                visible,
+            })
     }
 }
 
@@ -226,15 +257,9 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Envelope, A::Error> {
         let (index, variant): (u32, A::Variant) = data.variant()?;
         match index {
-            slot::ONCE => variant
-                .struct_variant(&["id", "request", "visible"], Three(PhantomData))
-                .map(|(id, request, visible)| {
-                    Envelope::Once(SentOnce {
-                        id,
-                        request,
-                        visible,
-                    })
-                }),
+            slot::ONCE => SentOnceVisitor
+                .visit_enum(ReadIndex { index, variant })
+                .map(Envelope::Once),
             slot::LEASED => variant
                 .struct_variant(&["holder", "request", "exclusive"], Three(PhantomData))
                 .map(|(holder, request, exclusive)| Envelope::Leased {

@@ -159,3 +159,24 @@ fn an_envelope_is_named_for_its_request() {
     assert_eq!(recorded.op_name(), "recorded");
     assert_eq!(Request::Client(once.clone()).op_name(), "unlink");
 }
+
+/// A hostile frame nesting batches a million deep (two bytes a level) is refused at the
+/// second level, not decoded level by level until the stack runs out (which would end the
+/// server's process, not only the connection).
+#[test]
+fn a_deeply_nested_batch_is_refused_at_once() {
+    let mut bytes = vec![0x00];
+    for _ in 0..1_000_000 {
+        bytes.extend([0x1f, 0x01]);
+    }
+    bytes.extend(unhex("0a022f7500"));
+    let got = decode::<Request>(&bytes);
+    assert!(got.is_err(), "decoded {got:?}");
+    // The same through a once: its request is a plain request, which has no envelope.
+    let mut bytes = vec![0x00];
+    for _ in 0..1_000_000 {
+        bytes.extend(unhex("1b05ac0202"));
+    }
+    bytes.extend(unhex("0a022f75"));
+    assert!(decode::<Request>(&bytes).is_err());
+}
