@@ -387,9 +387,10 @@ impl Client {
         };
         if self.leases.journal.busy()
             && let Request::Client(
-                e @ (Envelope::Alone(_) | Envelope::Leased { .. } | Envelope::ReadAs { .. }),
+                Envelope::Alone(c)
+                | Envelope::Leased { request: c, .. }
+                | Envelope::ReadAs { request: c, .. },
             ) = &req
-            && let Some(c) = e.request()
         {
             self.drain_before(c, &paths, subtree).await?;
         }

@@ -89,15 +89,19 @@ impl ClientPart for ClientRequest {
     }
 }
 
-/// An envelope is admitted when the partition opens it, by the request inside: the server
-/// that first reads it (`Host`) admits nothing of it.
+/// A request sent alone is what it is wherever it is read; one in an envelope is
+/// admitted by the partition that opens the envelope (the server that first reads the
+/// frame, `Host`, admits nothing of it).
 impl ClientPart for Envelope {
     fn name(&self) -> &'static str {
         self.op_name()
     }
 
     fn change(&self) -> Option<Change<'_>> {
-        None
+        match self {
+            Envelope::Alone(r) => r.change(),
+            _ => None,
+        }
     }
 }
 

@@ -154,19 +154,9 @@ impl Partition {
             }
         };
         match envelope {
-            Envelope::Alone(request) => {
-                // A read by a client that did not say who it is: it gives way to any
-                // exclusive lease on the directory it reads.
-                if let Some(dir) = request.read_dir()
-                    && let Some(t) = self.leases()
-                {
-                    t.before_read(dir, None).await;
-                    self.not_deposed()?;
-                }
-                let body = Request::Client(request);
-                self.dispatch_request(None, epoch, caller, body, &Made::now())
-                    .await
-            }
+            // A read by a client that did not say who it is gives way to any exclusive
+            // lease on the directory it reads.
+            Envelope::Alone(request) => self.serve_read_as(epoch, caller, None, request).await,
             Envelope::Once(SentOnce {
                 id,
                 request,
@@ -189,16 +179,7 @@ impl Partition {
                         request.op_name()
                     )));
                 }
-                if let Some(dir) = request.read_dir() {
-                    self.read_mostly.reader(dir, holder);
-                    if let Some(t) = self.leases() {
-                        t.before_read(dir, Some(holder)).await;
-                        // The wait may have outlasted this server's turn (a move, a failover).
-                        self.not_deposed()?;
-                    }
-                }
-                let body = Request::Client(request);
-                self.dispatch_request(None, epoch, caller, body, &Made::now())
+                self.serve_read_as(epoch, caller, Some(holder), request)
                     .await
             }
             Envelope::Batch { ops, times } => {
@@ -223,6 +204,31 @@ impl Partition {
                 .await
             }
         }
+    }
+
+    /// A client's request sent alone, or a read made as client `holder`: a read gives way
+    /// first to every exclusive lease on the directory it reads but `holder`'s own, and
+    /// counts `holder` among the directory's readers.
+    async fn serve_read_as(
+        self: &Arc<Self>,
+        epoch: u64,
+        caller: Caller,
+        holder: Option<u64>,
+        request: ClientRequest,
+    ) -> Result<Response, WireError> {
+        if let Some(dir) = request.read_dir() {
+            if let Some(h) = holder {
+                self.read_mostly.reader(dir, h);
+            }
+            if let Some(t) = self.leases() {
+                t.before_read(dir, holder).await;
+                // The wait may have outlasted this server's turn (a move, a failover).
+                self.not_deposed()?;
+            }
+        }
+        let body = Request::Client(request);
+        self.dispatch_request(None, epoch, caller, body, &Made::now())
+            .await
     }
 
     /// A read with a lease on the directory it reads (docs/fuse.md "Directory leases"):
