@@ -36,7 +36,8 @@ pub enum BenchCmd {
     /// file system; throughput, metadata share of time, requests per file, and a PNG plot.
     Smallread(crate::bench_smallread::SmallreadArgs),
     /// Small-file phases through a FUSE mount with worker processes (create+write, stat,
-    /// cold read, cold `ls -l`, unlink) for 4 KiB and 32 KiB files, next to local disk.
+    /// cold read, reread on the same mount, cold `ls -l`, unlink) for 4 KiB and 32 KiB
+    /// files, next to local disk.
     Fuse(crate::bench_fuse::FuseArgs),
     /// What a user does with a source tree, through a mount and on local disk in the same
     /// run: one `tar -x` of about 10,000 files (generated in the shape of a source tree, or

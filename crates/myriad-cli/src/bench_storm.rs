@@ -35,6 +35,11 @@ pub struct StormArgs {
     /// The index's inline limit (`myriad index build --inline-bytes`).
     #[arg(long, default_value_t = myriad_client::proto::tree_index::DEFAULT_INLINE_BYTES)]
     inline_bytes: u64,
+    /// The storm's mounts are read-only, so their kernels open files without asking
+    /// (zero-message opens, docs/fuse.md); the tree is still copied in through a
+    /// read-write mount.
+    #[arg(long)]
+    read_only_mounts: bool,
     #[command(flatten)]
     mounted: crate::bench_fuse::MountedBenchArgs,
 }
@@ -323,6 +328,15 @@ pub async fn run(a: StormArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The flags of the storm's mounts (not of the one the tree is copied in through).
+fn storm_mount_args(a: &StormArgs) -> Vec<String> {
+    let mut args = a.mounted.mount_args.clone();
+    if a.read_only_mounts {
+        args.push("--read-only".into());
+    }
+    args
+}
+
 /// Every mode, each cold then warm, with the local run of the same temperature.
 async fn modes(
     a: &StormArgs,
@@ -354,7 +368,7 @@ async fn modes(
     let mut out = Vec::new();
     let mut index_bytes = 0;
     // No automatic index in the first two modes: each measures what it names.
-    let mut fixed = a.mounted.mount_args.clone();
+    let mut fixed = storm_mount_args(a);
     fixed.push("--auto-index-every=0".into());
     for (run, mode) in ["no-index", "manual"].into_iter().enumerate() {
         if mode == "manual" {
@@ -416,7 +430,7 @@ async fn automatic(
     out: &mut Vec<Mode>,
 ) -> anyhow::Result<()> {
     // Automatic indexing as mounts have it by default (every 10 s).
-    let mut args = a.mounted.mount_args.clone();
+    let mut args = storm_mount_args(a);
     args.push("--auto-index-every=10".into());
     drop_caches();
     let mounts = Mounts::start(map, work, a.mounts, &args, 3)?;

@@ -112,9 +112,15 @@ pub struct MountArgs {
     /// Log file for --daemon.
     #[arg(long)]
     pub log: Option<PathBuf>,
-    /// Mount read-only: the kernel refuses every change (EROFS).
+    /// Mount read-only: the kernel refuses every change (EROFS). With leases on, the
+    /// kernel then opens and closes files without asking the mount (zero-message opens:
+    /// a second read of a file costs no request at all; docs/fuse.md).
     #[arg(long)]
     pub read_only: bool,
+    /// On a read-only mount, still send every open and close to the mount (as a
+    /// read-write mount does) instead of zero-message opens.
+    #[arg(long)]
+    pub open_requests: bool,
     /// Set-user-id and set-group-id bits are ignored on this mount (the kernel's nosuid).
     #[arg(long)]
     pub nosuid: bool,
@@ -209,6 +215,7 @@ pub fn run(
             sync_close: args.sync_close,
             leases: !args.no_leases,
             write_behind: !args.no_write_behind && !args.no_leases && !args.sync_close,
+            zero_message_opens: args.read_only && !args.no_leases && !args.open_requests,
         },
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
@@ -333,6 +340,7 @@ fn detach(
     }
     for (on, flag) in [
         (args.read_only, "--read-only"),
+        (args.open_requests, "--open-requests"),
         (args.nosuid, "--nosuid"),
         (args.nodev, "--nodev"),
         (args.noexec, "--noexec"),

@@ -369,13 +369,14 @@ impl Client {
         &self,
         path: &str,
         caller: &Caller,
+        contents: bool,
     ) -> Option<Result<Indexed, FsError>> {
         if !self.indexes_on() {
             return None;
         }
         let l = self.index_now(path)?;
         let root = self.root_attrs_now(&l, caller)?;
-        self.answer(&l, path, caller, &root, false)
+        self.answer(&l, path, caller, &root, contents)
     }
 
     fn answer(
@@ -459,6 +460,20 @@ pub(crate) struct Indexed {
     pub(crate) contents: Option<Vec<u8>>,
     /// Whether the caller may read it (a fetch of a file it may not is `PermissionDenied`).
     pub(crate) readable: bool,
+}
+
+impl Indexed {
+    /// What `fetch_head` of `max_bytes` answers from it: the attributes and as much of
+    /// the contents as the index holds, or `PermissionDenied` for a caller who may not
+    /// read the file.
+    pub(crate) fn head(self, max_bytes: u64) -> Result<(Inode, Vec<u8>), FsError> {
+        if !self.readable {
+            return Err(FsError::PermissionDenied);
+        }
+        let mut data = self.contents.unwrap_or_default();
+        data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+        Ok((self.inode, data))
+    }
 }
 
 /// Whether `bytes` are the index file `tree` names (size and checksum).

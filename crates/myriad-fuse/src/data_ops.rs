@@ -3,7 +3,7 @@
 //! the file, so it acts on every write made before it.
 
 use myriad_client::FileHandle;
-use myriad_proto::{FsError, Inode};
+use myriad_proto::{FsError, Inode, InodeId};
 
 use crate::mount::Mount;
 
@@ -125,13 +125,25 @@ impl Mount {
 
     /// SEEK_DATA / SEEK_HOLE (the kernel asks only these): one extent of data up to the
     /// end of file, as file systems without hole tracking answer.
-    pub async fn seek_data_hole(&self, fh: u64, offset: i64, whence: i32) -> Result<i64, FsError> {
-        let (file, _) = self.handles.snapshot(fh).ok_or(FsError::Stale)?;
-        self.flush_ino(file.inode.ino).await?;
-        let inode = self.client.stat(&file.path).await?;
-        if inode.ino != file.inode.ino {
-            return Err(FsError::Stale);
-        }
+    pub async fn seek_data_hole(
+        &self,
+        (fh, ino): (u64, InodeId),
+        offset: i64,
+        whence: i32,
+    ) -> Result<i64, FsError> {
+        let inode = match self.handles.snapshot(fh) {
+            Some((file, _)) => {
+                self.flush_ino(file.inode.ino).await?;
+                let inode = self.client.stat(&file.path).await?;
+                if inode.ino != file.inode.ino {
+                    return Err(FsError::Stale);
+                }
+                inode
+            }
+            // Opened with no request (zero-message opens): nothing buffered here.
+            None if fh == crate::handles::NO_HANDLE => self.stat_ino(ino).await?,
+            None => return Err(FsError::Stale),
+        };
         let size = i64::try_from(inode.size).unwrap_or(i64::MAX);
         if offset < 0 {
             return Err(FsError::InvalidArgument("negative offset".into()));

@@ -16,6 +16,7 @@ use fuser::{
 use myriad_proto::{FsError, SetAttr};
 
 use crate::attr::{errno, file_type};
+use crate::handles::NO_HANDLE;
 use crate::mount::Mount;
 use crate::mount_metrics::{AttrFrom, KernelOp};
 use myriad_proto::access as perm;
@@ -59,11 +60,19 @@ impl Filesystem for MyriadFs {
             | InitFlags::FUSE_HANDLE_KILLPRIV
             // fcntl and flock locks go to the servers, so mounts see each other's.
             | InitFlags::FUSE_POSIX_LOCKS
-            | InitFlags::FUSE_FLOCK_LOCKS
             // The kernel keeps a symlink's target in the inode's page cache: a target never
             // changes (a symlink "changed" is a new one, a new inode the kernel asks again),
             // so each symlink is read once, not at every readlink or path walk through it.
             | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.inner.cfg.zero_message_opens {
+            // No open revalidates a file's pages: a size or mtime the kernel learns from
+            // a lookup or getattr that differs from its own drops them. And no release
+            // says when a flock goes (fcntl locks go at each close, which still comes):
+            // flocks stay in this kernel.
+            want |= InitFlags::FUSE_AUTO_INVAL_DATA;
+        } else {
+            want |= InitFlags::FUSE_FLOCK_LOCKS;
+        }
         if self.inner.cfg.writeback_cache {
             // The kernel then keeps its own size and times of every regular file and takes
             // none from the servers (docs/fuse.md, "The kernel's writeback cache").
@@ -414,6 +423,11 @@ impl Filesystem for MyriadFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Open);
+        if self.inner.cfg.zero_message_opens {
+            // The kernel takes ENOSYS as "open without asking" and sends no open, and no
+            // release, again on this mount: reads come with no handle (`NO_HANDLE`).
+            return reply.error(Errno::ENOSYS);
+        }
         let pid = req.pid();
         let want = want_of(flags);
         // With the writeback cache the kernel places appends itself (it refreshes the size
@@ -438,6 +452,9 @@ impl Filesystem for MyriadFs {
         if let Some(r) = self.inner.open_prefetched(&caller, pid, ids.id(ino), want) {
             return reply_open(r, reply);
         }
+        if let Some(r) = self.inner.open_held(&caller, ids.id(ino), want) {
+            return reply_open(r, reply);
+        }
         self.spawn(req, move |fs, caller| async move {
             reply_open(
                 fs.open(&caller, pid, ids.id(ino), want, append).await,
@@ -449,7 +466,7 @@ impl Filesystem for MyriadFs {
     fn read(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -458,6 +475,9 @@ impl Filesystem for MyriadFs {
         reply: ReplyData,
     ) {
         self.inner.metrics.kernel(KernelOp::Read);
+        if fh.0 == NO_HANDLE {
+            return self.read_unopened(req, ino, offset, size, reply);
+        }
         // Served from the handle without a task when the open brought the whole file.
         if let Some((_, Some(c))) = self.inner.handles.snapshot(fh.0) {
             let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
@@ -868,18 +888,19 @@ impl Filesystem for MyriadFs {
     fn lseek(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
         self.inner.metrics.kernel(KernelOp::Lseek);
+        let ids = self.inner.ids;
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return reply.error(Errno::EINVAL);
         }
         self.spawn(req, move |fs, _| async move {
-            match fs.seek_data_hole(fh.0, offset, whence).await {
+            match fs.seek_data_hole((fh.0, ids.id(ino)), offset, whence).await {
                 Ok(o) => reply.offset(o),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -968,6 +989,7 @@ impl Filesystem for MyriadFs {
 mod listing;
 mod replies;
 mod spawning;
+mod unopened;
 
 use listing::{
     Listed::{Dot, Named},

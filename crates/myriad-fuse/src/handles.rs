@@ -21,6 +21,10 @@ pub struct Dirty {
 
 pub const WRITE_BUFFER_MAX: usize = 4 * 1024 * 1024;
 
+/// The handle the kernel names a file it opened without asking by (zero-message opens,
+/// `FsConfig::zero_message_opens`): no handle is ever given this id.
+pub const NO_HANDLE: u64 = 0;
+
 pub struct OpenFile {
     pub file: FileHandle,
     /// Who opened it: every byte written through the handle goes to the servers as this

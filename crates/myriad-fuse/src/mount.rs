@@ -49,6 +49,11 @@ pub struct FsConfig {
     /// answered at once and sent behind (docs/fuse.md "Write-behind"); needs `leases` and
     /// not `sync_close`.
     pub write_behind: bool,
+    /// The kernel opens and closes files with no request to the mount (FUSE's
+    /// zero-message opens: the mount answers its first open ENOSYS): only for a read-only
+    /// mount with leases, where an open has nothing to set up and recalls keep the
+    /// kernel's pages true (docs/fuse.md "Zero-message opens").
+    pub zero_message_opens: bool,
 }
 
 struct Prefetched {
@@ -484,6 +489,7 @@ pub struct Pending(Option<u64>);
 
 mod entries;
 mod file_io;
+mod unopened;
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use myriad_client::{FsError, InodeId};
 use crate::harness::{TestCluster, server_of};
 use crate::mount::Mount;
 
-fn open_rw(p: &std::path::Path) -> File {
+pub(crate) fn open_rw(p: &std::path::Path) -> File {
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -34,7 +34,7 @@ fn flock_of(typ: i32, start: i64, len: i64) -> libc::flock {
 }
 
 /// fcntl(F_SETLK or F_SETLKW) on `f`: Ok, or the errno.
-fn setlk(f: &File, cmd: i32, typ: i32, start: i64, len: i64) -> Result<(), i32> {
+pub(crate) fn setlk(f: &File, cmd: i32, typ: i32, start: i64, len: i64) -> Result<(), i32> {
     let fl = flock_of(typ, start, len);
     // SAFETY: a valid descriptor and a valid flock.
     let r = unsafe { libc::fcntl(f.as_raw_fd(), cmd, &fl) };

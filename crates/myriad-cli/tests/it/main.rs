@@ -43,5 +43,6 @@ mod subdir_mount;
 mod tiers;
 mod upgrade_fixture;
 mod write_behind;
+mod zero_open;
 mod zone_moves;
 mod zones;

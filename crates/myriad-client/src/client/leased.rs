@@ -49,7 +49,7 @@ impl Client {
         if !self.config.leases || path == "/" {
             return None;
         }
-        if let Some(r) = self.indexed_now(path, caller) {
+        if let Some(r) = self.indexed_now(path, caller, false) {
             return r.ok().map(|i| i.inode);
         }
         let (dir, name) = split_parent(path);
@@ -88,6 +88,52 @@ impl Client {
         self.leases.covers(dir, name, mark)
     }
 
+    /// What `fetch_head(path, max_bytes)` answers with no request and no wait, from a
+    /// loaded index or the lease cache (`None`: it would ask, or wait for, a server). For
+    /// a mount's open of a file it holds, answered without a thread switch.
+    #[must_use]
+    pub fn fetch_head_now(
+        &self,
+        path: &str,
+        max_bytes: u64,
+    ) -> Option<Result<(Inode, Vec<u8>), FsError>> {
+        if !self.config.leases || validate_path(path).is_err() {
+            return None;
+        }
+        if let Some(r) = self.indexed_now(path, self.acting_caller(), true) {
+            self.count_answer(&self.answered_by_index);
+            return Some(r.and_then(|i| i.head(max_bytes)));
+        }
+        self.lease_answer(path, max_bytes)
+    }
+
+    /// A read of `path`'s entry asking for `asked` bytes, answered from the lease cache
+    /// when it covers the name and holds that much (or the whole file).
+    fn lease_answer(&self, path: &str, asked: u64) -> Option<Result<(Inode, Vec<u8>), FsError>> {
+        use crate::leases::Cached;
+        let (dir, name) = split_parent(path);
+        match self.leases.get(dir, name, self.acting_caller())? {
+            Cached::Missing if path != "/" => {
+                self.count_answer(&self.answered_by_lease);
+                Some(Err(FsError::NotFound))
+            }
+            Cached::Found {
+                inode,
+                data,
+                asked: had,
+            } if had >= asked
+                || (inode.kind == FileKind::File && data.len() as u64 >= inode.size) =>
+            {
+                self.count_answer(&self.answered_by_lease);
+                let mut data = data;
+                data.truncate(usize::try_from(asked).unwrap_or(usize::MAX));
+                tracing::trace!(client = self.config.id, path, "answered from a lease");
+                Some(Ok((inode, data)))
+            }
+            _ => None,
+        }
+    }
+
     /// A read of `path`'s entry (`Stat`, or `Fetch` of `asked` bytes) answered from the
     /// lease cache when it covers it, else sent with a lease asked for, the answer kept
     /// under it (docs/fuse.md "Directory leases").
@@ -102,25 +148,8 @@ impl Client {
         validate_path(path)?;
         let (dir, name) = split_parent(path);
         let caller = self.acting_caller();
-        match self.leases.get(dir, name, caller) {
-            Some(Cached::Missing) if path != "/" => {
-                self.count_answer(&self.answered_by_lease);
-                return Err(FsError::NotFound);
-            }
-            Some(Cached::Found {
-                inode,
-                data,
-                asked: had,
-            }) if had >= asked
-                || (inode.kind == FileKind::File && data.len() as u64 >= inode.size) =>
-            {
-                self.count_answer(&self.answered_by_lease);
-                let mut data = data;
-                data.truncate(usize::try_from(asked).unwrap_or(usize::MAX));
-                tracing::trace!(client = self.config.id, path, "answered from a lease");
-                return Ok(Response::Fetched { inode, data });
-            }
-            _ => {}
+        if let Some(r) = self.lease_answer(path, asked) {
+            return r.map(|(inode, data)| Response::Fetched { inode, data });
         }
         // Not the client's own changes answered behind: those are at the primary only.
         if !self.leases.journal.busy()

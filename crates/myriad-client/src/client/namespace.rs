@@ -73,13 +73,7 @@ impl Client {
     ) -> Result<(Inode, Vec<u8>), FsError> {
         if let Some(r) = self.indexed(path, true).await {
             self.count_answer(&self.answered_by_index);
-            let i = r?;
-            if !i.readable {
-                return Err(FsError::PermissionDenied);
-            }
-            let mut data = i.contents.unwrap_or_default();
-            data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
-            return Ok((i.inode, data));
+            return r?.head(max_bytes);
         }
         self.fetch_head_servers(path, max_bytes).await
     }

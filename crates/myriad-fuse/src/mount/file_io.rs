@@ -96,6 +96,44 @@ impl Mount {
         ))
     }
 
+    /// The read-only open of a file this mount holds now: a loaded index or a valid
+    /// lease answers `fetch_head` with no request, so the open is answered on the FUSE
+    /// thread as the full path would answer it (a second reader of a file, an import
+    /// storm's later processes). `None`: take the full path.
+    pub fn open_held(
+        &self,
+        caller: &Caller,
+        ino: InodeId,
+        want: u32,
+    ) -> Option<Result<(u64, bool), FsError>> {
+        if want != perm::READ || self.handles.has_unsent(ino) {
+            return None;
+        }
+        let path = self.path(ino).ok()?;
+        let since = self.inodes.stamp();
+        let (inode, data) = self
+            .client
+            .for_caller(caller.clone())
+            .fetch_head_now(&path, self.client.inline_max())?
+            .ok()?;
+        if inode.ino != ino {
+            return None;
+        }
+        let whole = data.len() as u64 == inode.size;
+        Some(self.finish_open(
+            caller,
+            ino,
+            want,
+            false,
+            FileHandle {
+                path,
+                inode,
+                opened: false,
+            },
+            (whole.then(|| Arc::new(data)), since),
+        ))
+    }
+
     fn finish_open(
         &self,
         caller: &Caller,

@@ -97,6 +97,7 @@ fn mount_with_file_opened_by(servers: Arc<Servers>, opener: Caller) -> (Mount, u
             sync_close: false,
             leases: false,
             write_behind: false,
+            zero_message_opens: false,
         },
         "/",
         myriad_proto::ROOT_INO,

@@ -1,0 +1,108 @@
+//! Zero-message opens (docs/fuse.md "Zero-message opens"): the kernel of a read-only
+//! mount opens and closes files without asking it, yet reads what another mount wrote and
+//! closed, small or large, as the leases it holds are recalled; fcntl locks taken through
+//! it still exclude another mount's and go at close.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::time::{Duration, Instant};
+
+use crate::file_locks::{open_rw, setlk};
+use crate::harness::TestCluster;
+use crate::mount::Mount;
+use crate::mount_metrics::{scrape, value};
+
+fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    format!("127.0.0.1:{port}")
+}
+
+fn read(p: &std::path::Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+#[test]
+fn a_read_only_mount_opens_without_asking_and_reads_each_close_of_another_mount() {
+    let tc = TestCluster::start(3);
+    let addr = free_addr();
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &["--", "--read-only", "--metrics", &addr]);
+    let (pa, pb) = (a.path("f.txt"), b.path("f.txt"));
+    for i in 0..40u32 {
+        // The same size each time but every tenth: b's kernel must drop its pages although
+        // the size it holds did not change.
+        let text = if i % 10 == 9 {
+            format!("generation {i:04}, longer")
+        } else {
+            format!("generation {i:04}")
+        };
+        std::fs::write(&pa, &text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            read(&pb),
+            text.as_bytes(),
+            "read {i} through the read-only mount"
+        );
+        assert_eq!(read(&pb), text.as_bytes(), "read {i} again");
+    }
+    // Larger than what a fetch carries with the attributes (64 KiB): read in ranges.
+    let mut big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(a.path("big.bin"), &big).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(read(&b.path("big.bin")), big);
+    let mut f = open_rw(&a.path("big.bin"));
+    f.seek(SeekFrom::Start(200_000))
+        .and_then(|_| f.write_all(b"CHANGED"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    drop(f);
+    big[200_000..200_007].copy_from_slice(b"CHANGED");
+    assert_eq!(
+        read(&b.path("big.bin")),
+        big,
+        "a range rewritten on the other mount"
+    );
+    // A file removed on a is gone on b.
+    std::fs::remove_file(a.path("big.bin")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!b.path("big.bin").exists());
+    // The kernel refuses every change on b.
+    let refused = std::fs::write(b.path("new"), b"x").err();
+    assert_eq!(refused.and_then(|e| e.raw_os_error()), Some(libc::EROFS));
+
+    let text = scrape(&addr);
+    let kernel = |op: &str| {
+        value(
+            &text,
+            &format!("myriad_mount_kernel_requests_total{{op=\"{op}\"}}"),
+        )
+    };
+    assert!(kernel("open") <= 1, "opens reached the mount:\n{text}");
+    assert_eq!(kernel("release"), 0, "{text}");
+    // Every close still reaches it: a process's fcntl locks go there.
+    assert!(kernel("flush") >= 82, "{text}");
+}
+
+#[test]
+fn fcntl_locks_through_a_read_only_mount_exclude_another_mount_and_go_at_close() {
+    let tc = TestCluster::start(3);
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &["--", "--read-only"]);
+    std::fs::write(a.path("db"), b"rows").unwrap_or_else(|e| panic!("{e}"));
+    let reader = std::fs::File::open(b.path("db")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(setlk(&reader, libc::F_SETLK, libc::F_RDLCK, 0, 0), Ok(()));
+    let writer = open_rw(&a.path("db"));
+    assert_eq!(
+        setlk(&writer, libc::F_SETLK, libc::F_WRLCK, 0, 0),
+        Err(libc::EAGAIN),
+        "a read lock taken through the read-only mount"
+    );
+    // The close is the only word the mount gets of it: the lock goes then.
+    drop(reader);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while setlk(&writer, libc::F_SETLK, libc::F_WRLCK, 0, 0).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the read lock outlived its close"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
