@@ -32,13 +32,7 @@ impl Mount {
             _ => {
                 self.by_path(ino, |path| async move {
                     if read_only {
-                        let (i, d) = self
-                            .client
-                            .fetch_head(&path, self.client.inline_max())
-                            .await?;
-                        if i.ino != ino {
-                            return Err(FsError::NotFound);
-                        }
+                        let (path, i, d) = self.fetch_head_of(path, ino).await?;
                         let whole = d.len() as u64 == i.size;
                         Ok((path, i, whole.then(|| Arc::new(d)), since))
                     } else {
@@ -82,18 +76,7 @@ impl Mount {
         }
         let (inode, data, since) = self.take_prefetched(ino, pid)?;
         let path = self.path(ino).ok()?;
-        Some(self.finish_open(
-            caller,
-            ino,
-            want,
-            false,
-            FileHandle {
-                path,
-                inode,
-                opened: false,
-            },
-            (Some(data), since),
-        ))
+        Some(self.finish_read_open(caller, (path, inode), (Some(data), since)))
     }
 
     /// The read-only open of a file this mount holds now: a loaded index or a valid
@@ -120,18 +103,27 @@ impl Mount {
             return None;
         }
         let whole = data.len() as u64 == inode.size;
-        Some(self.finish_open(
+        Some(self.finish_read_open(
             caller,
-            ino,
-            want,
-            false,
-            FileHandle {
-                path,
-                inode,
-                opened: false,
-            },
+            (path, inode),
             (whole.then(|| Arc::new(data)), since),
         ))
+    }
+
+    /// `finish_open` of a read-only open answered on the FUSE thread.
+    fn finish_read_open(
+        &self,
+        caller: &Caller,
+        (path, inode): (String, myriad_proto::Inode),
+        contents: (Option<Arc<Vec<u8>>>, u64),
+    ) -> Result<(u64, bool), FsError> {
+        let ino = inode.ino;
+        let file = FileHandle {
+            path,
+            inode,
+            opened: false,
+        };
+        self.finish_open(caller, ino, perm::READ, false, file, contents)
     }
 
     fn finish_open(

@@ -39,16 +39,7 @@ impl Mount {
         size: u32,
     ) -> Result<Vec<u8>, FsError> {
         let (path, inode, data) = self
-            .by_path(ino, |path| async move {
-                let (i, d) = self
-                    .client
-                    .fetch_head(&path, self.client.inline_max())
-                    .await?;
-                if i.ino != ino {
-                    return Err(FsError::NotFound);
-                }
-                Ok((path, i, d))
-            })
+            .by_path(ino, |path| self.fetch_head_of(path, ino))
             .await
             .map_err(|e| match e {
                 FsError::NotFound => FsError::Stale,
@@ -63,6 +54,23 @@ impl Mount {
             opened: false,
         };
         self.client.read(&file, offset, u64::from(size)).await
+    }
+
+    /// `fetch_head` of `path` with as many bytes as come with the attributes, if it still
+    /// names `ino` (else `NotFound`, so that `by_path` tries the inode's other names).
+    pub(super) async fn fetch_head_of(
+        &self,
+        path: String,
+        ino: InodeId,
+    ) -> Result<(String, myriad_proto::Inode, Vec<u8>), FsError> {
+        let (i, d) = self
+            .client
+            .fetch_head(&path, self.client.inline_max())
+            .await?;
+        if i.ino != ino {
+            return Err(FsError::NotFound);
+        }
+        Ok((path, i, d))
     }
 }
 
