@@ -81,8 +81,8 @@ struct Row {
 /// `reread` opens and reads the files `read` read, on the same mount: what a second
 /// reader of a file (another process of an import storm, a build reading its headers
 /// again) pays once the mount holds it (issue 51's "cold after the first open").
-/// `read-ro` and `reread-ro` do the same on a fresh read-only mount, where the kernel
-/// opens files without asking (zero-message opens).
+/// `read-ro` and `reread-ro` do the same on a fresh read-only mount whose kernel opens
+/// files without asking (`--zero-message-opens`).
 const PHASES: [&str; 8] = [
     "create",
     "stat",
@@ -346,7 +346,7 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
     println!(
         "(ls: entries/s of one `ls -l`; read, read-ro and ls run on a fresh mount: cold kernel \
          cache; reread: the files read again on the mount that read them, local disk's page \
-         cache warm; -ro: on a read-only mount, whose opens send no request)"
+         cache warm; -ro: on a read-only mount with zero-message opens)"
     );
     fs::create_dir_all(&a.mounted.out_dir)?;
     let out = a.mounted.out_dir.join("bench-fuse.json");
@@ -372,6 +372,7 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
                 let mut args = a.mounted.mount_args.clone();
                 if read_only {
                     args.push("--read-only".into());
+                    args.push("--zero-message-opens".into());
                 }
                 m = MountProc::start(map, mnt, &args)?;
             }

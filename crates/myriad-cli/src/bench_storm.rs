@@ -35,8 +35,8 @@ pub struct StormArgs {
     /// The index's inline limit (`myriad index build --inline-bytes`).
     #[arg(long, default_value_t = myriad_client::proto::tree_index::DEFAULT_INLINE_BYTES)]
     inline_bytes: u64,
-    /// The storm's mounts are read-only, so their kernels open files without asking
-    /// (zero-message opens, docs/fuse.md); the tree is still copied in through a
+    /// The storm's mounts are read-only with zero-message opens (their kernels open
+    /// files without asking, docs/fuse.md); the tree is still copied in through a
     /// read-write mount.
     #[arg(long)]
     read_only_mounts: bool,
@@ -333,6 +333,7 @@ fn storm_mount_args(a: &StormArgs) -> Vec<String> {
     let mut args = a.mounted.mount_args.clone();
     if a.read_only_mounts {
         args.push("--read-only".into());
+        args.push("--zero-message-opens".into());
     }
     args
 }

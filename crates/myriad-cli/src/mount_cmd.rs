@@ -112,15 +112,16 @@ pub struct MountArgs {
     /// Log file for --daemon.
     #[arg(long)]
     pub log: Option<PathBuf>,
-    /// Mount read-only: the kernel refuses every change (EROFS). With leases on, the
-    /// kernel then opens and closes files without asking the mount (zero-message opens:
-    /// a second read of a file costs no request at all; docs/fuse.md).
+    /// Mount read-only: the kernel refuses every change (EROFS).
     #[arg(long)]
     pub read_only: bool,
-    /// On a read-only mount, still send every open and close to the mount (as a
-    /// read-write mount does) instead of zero-message opens.
+    /// With --read-only: the kernel opens and closes files without asking the mount, so
+    /// a second read of a file costs one request (its close) instead of three. Limits
+    /// (docs/fuse.md "Zero-message opens"): flock locks stay on this mount, and a file
+    /// another client removes or replaces while it is open here can be read on for 30 s
+    /// only. Needs leases; not with --writeback-cache.
     #[arg(long)]
-    pub open_requests: bool,
+    pub zero_message_opens: bool,
     /// Set-user-id and set-group-id bits are ignored on this mount (the kernel's nosuid).
     #[arg(long)]
     pub nosuid: bool,
@@ -183,6 +184,13 @@ pub fn run(
     secret_file: Option<PathBuf>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
+    if args.zero_message_opens && (!args.read_only || args.no_leases || args.writeback_cache) {
+        bail!(
+            "--zero-message-opens needs --read-only and leases, and not --writeback-cache: \
+             with no open to check at, only leases and the servers' sizes and times keep \
+             the kernel's pages true (docs/fuse.md \"Zero-message opens\")"
+        );
+    }
     let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
     let map = crate::fs_cmds::load_map(cluster.as_deref(), &keys)?;
     let meta = std::fs::metadata(&args.mountpoint)
@@ -215,7 +223,7 @@ pub fn run(
             sync_close: args.sync_close,
             leases: !args.no_leases,
             write_behind: !args.no_write_behind && !args.no_leases && !args.sync_close,
-            zero_message_opens: args.read_only && !args.no_leases && !args.open_requests,
+            zero_message_opens: args.zero_message_opens,
         },
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
@@ -340,7 +348,7 @@ fn detach(
     }
     for (on, flag) in [
         (args.read_only, "--read-only"),
-        (args.open_requests, "--open-requests"),
+        (args.zero_message_opens, "--zero-message-opens"),
         (args.nosuid, "--nosuid"),
         (args.nodev, "--nodev"),
         (args.noexec, "--noexec"),

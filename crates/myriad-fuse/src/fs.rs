@@ -136,7 +136,9 @@ impl Filesystem for MyriadFs {
             let (found, by_name) = match fs.stat_ino(ids.id(ino)).await {
                 // An open file another client unlinked: by its inode (fstat, and the
                 // kernel's size check before a read).
-                Err(FsError::Stale) if let Some(fh) = fh => (fs.stat_open(fh.0).await, false),
+                Err(FsError::Stale) if let Some(fh) = fh.filter(|f| f.0 != NO_HANDLE) => {
+                    (fs.stat_open(fh.0).await, false)
+                }
                 Err(FsError::Stale) => (fs.stat_open_ino(ids.id(ino)).await, false),
                 other => (other, true),
             };

@@ -227,6 +227,13 @@ impl InodeTable {
         }
     }
 
+    /// The last attributes a server gave, however old (for a read or stat by inode of
+    /// a file no name of this mount's names any more).
+    pub fn last_seen(&self, ino: InodeId) -> Option<Inode> {
+        let g = self.lock();
+        g.nodes.get(&ino)?.fresh.as_ref().map(|(i, _)| i.clone())
+    }
+
     /// Attributes a server gave less than `ttl` ago.
     pub fn fresh(&self, ino: InodeId, ttl: Duration) -> Option<Inode> {
         let g = self.lock();

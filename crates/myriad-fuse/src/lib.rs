@@ -102,6 +102,10 @@ async fn top_of(client: &Client, top: &str) -> Result<myriad_proto::InodeId, Str
 /// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
 /// `on_mounted` runs once the mount is live (used to detach a daemon).
 pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> {
+    if cfg.fs.zero_message_opens && (!cfg.kernel.read_only || !cfg.fs.leases) {
+        // Writes need the handles opens make; pages need leases to stay true.
+        return Err("zero-message opens need a read-only mount with leases".into());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -128,35 +132,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         rt: rt.handle().clone(),
     };
     let mut options = Config::default();
-    // Mount options are comma-separated: a list of addresses is shown joined by ';'.
-    let source = cfg
-        .kernel
-        .source
-        .as_deref()
-        .map(|s| s.replace(',', ";"))
-        .filter(|s| !s.is_empty() && !s.contains([' ', '\t', '\n', '\\']))
-        .unwrap_or_else(|| "myriad".into());
-    options.mount_options = vec![
-        MountOption::FSName(source),
-        MountOption::Subtype("myriad".into()),
-        MountOption::NoAtime,
-        // The kernel checks permissions itself, from the attributes it holds, before it
-        // asks: POSIX's exact rules and errors (EPERM vs EACCES, sticky directories, the
-        // touch rule), with the caller's real groups, and also for what never reaches a
-        // file system (opening a FIFO or a device). The servers check again with the same
-        // rules, so a stale attribute can never grant more than the servers allow.
-        MountOption::DefaultPermissions,
-    ];
-    for (on, opt) in [
-        (cfg.kernel.read_only, MountOption::RO),
-        (cfg.kernel.nosuid, MountOption::NoSuid),
-        (cfg.kernel.nodev, MountOption::NoDev),
-        (cfg.kernel.noexec, MountOption::NoExec),
-    ] {
-        if on {
-            options.mount_options.push(opt);
-        }
-    }
+    options.mount_options = mount_options(&cfg);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if cfg.allow_other || root {
@@ -285,4 +261,38 @@ pub fn unmount(mountpoint: &std::path::Path) -> Result<(), String> {
         };
     }
     Err(format!("cannot unmount {}: {err}", mountpoint.display()))
+}
+
+/// The kernel's mount options: what `mount` shows as the source, and the flags asked for.
+fn mount_options(cfg: &MountConfig) -> Vec<MountOption> {
+    // Mount options are comma-separated: a list of addresses is shown joined by ';'.
+    let source = cfg
+        .kernel
+        .source
+        .as_deref()
+        .map(|s| s.replace(',', ";"))
+        .filter(|s| !s.is_empty() && !s.contains([' ', '\t', '\n', '\\']))
+        .unwrap_or_else(|| "myriad".into());
+    let mut options = vec![
+        MountOption::FSName(source),
+        MountOption::Subtype("myriad".into()),
+        MountOption::NoAtime,
+        // The kernel checks permissions itself, from the attributes it holds, before it
+        // asks: POSIX's exact rules and errors (EPERM vs EACCES, sticky directories, the
+        // touch rule), with the caller's real groups, and also for what never reaches a
+        // file system (opening a FIFO or a device). The servers check again with the same
+        // rules, so a stale attribute can never grant more than the servers allow.
+        MountOption::DefaultPermissions,
+    ];
+    for (on, opt) in [
+        (cfg.kernel.read_only, MountOption::RO),
+        (cfg.kernel.nosuid, MountOption::NoSuid),
+        (cfg.kernel.nodev, MountOption::NoDev),
+        (cfg.kernel.noexec, MountOption::NoExec),
+    ] {
+        if on {
+            options.push(opt);
+        }
+    }
+    options
 }

@@ -249,8 +249,12 @@ impl Mount {
     /// its last name went: the kernel's fstat does not always say which handle).
     pub async fn stat_open_ino(&self, ino: InodeId) -> Result<Inode, FsError> {
         let since = self.inodes.stamp();
-        let slot = self.handles.of_ino(ino).pop().ok_or(FsError::Stale)?;
-        let file = slot.lock().file.clone();
+        let file = match self.handles.of_ino(ino).pop() {
+            Some(slot) => slot.lock().file.clone(),
+            // Opened with no request (zero-message opens): no handle to name it by.
+            None if self.cfg.zero_message_opens => self.orphan_handle(ino)?,
+            None => return Err(FsError::Stale),
+        };
         let inode = self.client.stat_open(&file).await?;
         Ok(self.answer_of(inode, since))
     }

@@ -28,7 +28,16 @@ fn a_read_only_mount_opens_without_asking_and_reads_each_close_of_another_mount(
     let tc = TestCluster::start(3);
     let addr = free_addr();
     let a = Mount::new(&tc, &[]);
-    let b = Mount::new(&tc, &["--", "--read-only", "--metrics", &addr]);
+    let b = Mount::new(
+        &tc,
+        &[
+            "--",
+            "--read-only",
+            "--zero-message-opens",
+            "--metrics",
+            &addr,
+        ],
+    );
     let (pa, pb) = (a.path("f.txt"), b.path("f.txt"));
     for i in 0..40u32 {
         // The same size each time but every tenth: b's kernel must drop its pages although
@@ -85,7 +94,7 @@ fn a_read_only_mount_opens_without_asking_and_reads_each_close_of_another_mount(
 fn fcntl_locks_through_a_read_only_mount_exclude_another_mount_and_go_at_close() {
     let tc = TestCluster::start(3);
     let a = Mount::new(&tc, &[]);
-    let b = Mount::new(&tc, &["--", "--read-only"]);
+    let b = Mount::new(&tc, &["--", "--read-only", "--zero-message-opens"]);
     std::fs::write(a.path("db"), b"rows").unwrap_or_else(|e| panic!("{e}"));
     let reader = std::fs::File::open(b.path("db")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(setlk(&reader, libc::F_SETLK, libc::F_RDLCK, 0, 0), Ok(()));
@@ -105,4 +114,52 @@ fn fcntl_locks_through_a_read_only_mount_exclude_another_mount_and_go_at_close()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_file_removed_or_replaced_elsewhere_reads_on_through_a_descriptor_held_open() {
+    let tc = TestCluster::start(3);
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &["--", "--read-only", "--zero-message-opens"]);
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+    std::fs::write(a.path("lib.so"), &big).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(a.path("gone.txt"), b"still here").unwrap_or_else(|e| panic!("{e}"));
+    let mut held = std::fs::File::open(b.path("lib.so")).unwrap_or_else(|e| panic!("{e}"));
+    let mut gone = std::fs::File::open(b.path("gone.txt")).unwrap_or_else(|e| panic!("{e}"));
+    // A new library renamed over the old one (how software trees are updated), and a
+    // file removed.
+    std::fs::write(a.path("lib.so.new"), b"version two").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::rename(a.path("lib.so.new"), a.path("lib.so")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::remove_file(a.path("gone.txt")).unwrap_or_else(|e| panic!("{e}"));
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut held, &mut got).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        got.len(),
+        big.len(),
+        "the replaced file's size through its descriptor"
+    );
+    assert!(
+        got == big,
+        "the replaced file's bytes through its descriptor"
+    );
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut gone, &mut text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(text, "still here");
+    // A new open finds the new file.
+    assert_eq!(read(&b.path("lib.so")), b"version two");
+    assert!(!b.path("gone.txt").exists());
+}
+
+#[test]
+fn zero_message_opens_are_refused_on_a_read_write_mount() {
+    let tc = TestCluster::start(1);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let at = dir.path().display().to_string();
+    let out = tc.cli(&["mount", &at, "--zero-message-opens"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--zero-message-opens needs --read-only"),
+        "{err}"
+    );
 }

@@ -17,7 +17,8 @@ impl MyriadFs {
         reply: ReplyData,
     ) {
         let ino = self.inner.ids.id(ino);
-        if let Some(d) = self.inner.read_held(&self.caller(req), ino, offset, size) {
+        let reader = (&self.caller(req), req.pid());
+        if let Some(d) = self.inner.read_held(reader, ino, offset, size) {
             return reply.data(&d);
         }
         self.spawn(req, move |fs, _| async move {

@@ -13,11 +13,15 @@ impl Mount {
     /// no request and no task (`None`: `read_unopened`).
     pub fn read_held(
         &self,
-        caller: &Caller,
+        (caller, pid): (&Caller, u32),
         ino: InodeId,
         offset: u64,
         size: u32,
     ) -> Option<Vec<u8>> {
+        // What the lookup of the reader's path walk brought (no open takes it here).
+        if let Some((_, data, _)) = self.take_prefetched(ino, pid) {
+            return Some(part(&data, offset, size).to_vec());
+        }
         let path = self.path(ino).ok()?;
         let (inode, data) = self
             .client
@@ -29,22 +33,26 @@ impl Mount {
     }
 
     /// A read by the file's name: its contents come with its attributes when small (one
-    /// request), else a read of the range. A name that no longer names the inode (the
-    /// file removed or replaced by another client) is `Stale`, as for a file opened
-    /// with a handle whose servers freed it.
+    /// request), else a read of the range. A file no name names any more (removed or
+    /// replaced by another client) is read by its inode, as a handle would read it: its
+    /// servers keep it for a while (`orphan_handle`).
     pub async fn read_unopened(
         &self,
         ino: InodeId,
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, FsError> {
-        let (path, inode, data) = self
+        let (path, inode, data) = match self
             .by_path(ino, |path| self.fetch_head_of(path, ino))
             .await
-            .map_err(|e| match e {
-                FsError::NotFound => FsError::Stale,
-                e => e,
-            })?;
+        {
+            Ok(found) => found,
+            Err(FsError::NotFound | FsError::Stale) => {
+                let file = self.orphan_handle(ino)?;
+                return self.client.read(&file, offset, u64::from(size)).await;
+            }
+            Err(e) => return Err(e),
+        };
         if data.len() as u64 == inode.size {
             return Ok(part(&data, offset, size).to_vec());
         }
@@ -54,6 +62,17 @@ impl Mount {
             opened: false,
         };
         self.client.read(&file, offset, u64::from(size)).await
+    }
+
+    /// The file as this mount saw it last, for a read or stat by inode once no name names
+    /// it: the servers keep a removed or replaced file's inode for `ORPHAN_HOLD` (30 s;
+    /// a mount's open handles renew it, and this mount has none), then `Stale`.
+    pub(super) fn orphan_handle(&self, ino: InodeId) -> Result<FileHandle, FsError> {
+        Ok(FileHandle {
+            path: self.path(ino)?,
+            inode: self.inodes.last_seen(ino).ok_or(FsError::Stale)?,
+            opened: false,
+        })
     }
 
     /// `fetch_head` of `path` with as many bytes as come with the attributes, if it still
