@@ -184,13 +184,6 @@ pub fn run(
     secret_file: Option<PathBuf>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    if args.zero_message_opens && (!args.read_only || args.no_leases || args.writeback_cache) {
-        bail!(
-            "--zero-message-opens needs --read-only and leases, and not --writeback-cache: \
-             with no open to check at, only leases and the servers' sizes and times keep \
-             the kernel's pages true (docs/fuse.md \"Zero-message opens\")"
-        );
-    }
     let keys = crate::keys::client_keys(secret_file.as_deref(), cluster.as_deref())?;
     let map = crate::fs_cmds::load_map(cluster.as_deref(), &keys)?;
     let meta = std::fs::metadata(&args.mountpoint)

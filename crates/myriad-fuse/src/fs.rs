@@ -482,10 +482,9 @@ impl Filesystem for MyriadFs {
         }
         // Served from the handle without a task when the open brought the whole file.
         if let Some((_, Some(c))) = self.inner.handles.snapshot(fh.0) {
-            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(c.len());
-            let end = start.saturating_add(size as usize).min(c.len());
-            tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, size, got = end - start, "read from the open's contents");
-            return reply.data(&c[start..end]);
+            let got = crate::handles::part(&c, offset, size);
+            tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, size, got = got.len(), "read from the open's contents");
+            return reply.data(got);
         }
         tracing::trace!(target: "myriad_fuse::io", fh = fh.0, offset, size, uid = req.uid(), pid = req.pid(), "read asked");
         self.spawn(req, move |fs, _| async move {

@@ -25,6 +25,15 @@ pub const WRITE_BUFFER_MAX: usize = 4 * 1024 * 1024;
 /// `FsConfig::zero_message_opens`): no handle is ever given this id.
 pub const NO_HANDLE: u64 = 0;
 
+/// The `size` bytes of `data` at `offset`, fewer at its end.
+pub fn part(data: &[u8], offset: u64, size: u32) -> &[u8] {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(data.len());
+    let end = start.saturating_add(size as usize).min(data.len());
+    &data[start..end]
+}
+
 pub struct OpenFile {
     pub file: FileHandle,
     /// Who opened it: every byte written through the handle goes to the servers as this

@@ -102,9 +102,17 @@ async fn top_of(client: &Client, top: &str) -> Result<myriad_proto::InodeId, Str
 /// Mounts and serves until unmounted (`myriad umount`, `umount`, SIGINT or SIGTERM).
 /// `on_mounted` runs once the mount is live (used to detach a daemon).
 pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> {
-    if cfg.fs.zero_message_opens && (!cfg.kernel.read_only || !cfg.fs.leases) {
-        // Writes need the handles opens make; pages need leases to stay true.
-        return Err("zero-message opens need a read-only mount with leases".into());
+    if cfg.fs.zero_message_opens
+        && (!cfg.kernel.read_only || !cfg.fs.leases || cfg.fs.writeback_cache)
+    {
+        // Writes need the handles opens make; with no open to check at, only leases and
+        // the servers' sizes and times (which the writeback cache ignores) keep the
+        // kernel's pages true.
+        return Err(
+            "--zero-message-opens needs --read-only and leases, and not \
+                    --writeback-cache (docs/fuse.md \"Zero-message opens\")"
+                .into(),
+        );
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -7,6 +7,7 @@ use myriad_client::FileHandle;
 use myriad_proto::{Caller, FsError, InodeId};
 
 use super::Mount;
+use crate::handles::part;
 
 impl Mount {
     /// The bytes at `offset` when a loaded index or a valid lease holds the file whole:
@@ -91,13 +92,4 @@ impl Mount {
         }
         Ok((path, i, d))
     }
-}
-
-/// The `size` bytes of `data` at `offset`, fewer at its end.
-fn part(data: &[u8], offset: u64, size: u32) -> &[u8] {
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(data.len());
-    let end = start.saturating_add(size as usize).min(data.len());
-    &data[start..end]
 }
