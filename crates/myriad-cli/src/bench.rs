@@ -39,6 +39,10 @@ pub enum BenchCmd {
     /// cold read, reread on the same mount, cold `ls -l`, unlink) for 4 KiB and 32 KiB
     /// files, next to local disk.
     Fuse(crate::bench_fuse::FuseArgs),
+    /// What one FUSE kernel request costs over /dev/fuse (the mount's channel) and over FUSE
+    /// over io_uring, each serving a do-nothing file system, at 1, 4 and 16 callers: calls
+    /// per second and CPU per request (needs root; sets `fuse.enable_uring` for the run).
+    FuseTransport(crate::bench_fuse_transport::FuseTransportArgs),
     /// What a user does with a source tree, through a mount and on local disk in the same
     /// run: one `tar -x` of about 10,000 files (generated in the shape of a source tree, or
     /// --tarball), `find | xargs stat`, `du -s`, `rm -rf`; seconds, ratios and targets.
@@ -199,6 +203,7 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
             own_cluster_only("fuse");
             return crate::bench_fuse::run(a).await;
         }
+        BenchCmd::FuseTransport(a) => return crate::bench_fuse_transport::run(a),
         BenchCmd::Untar(a) => {
             own_cluster_only("untar");
             return crate::bench_untar::run(a).await;

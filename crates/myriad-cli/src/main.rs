@@ -6,6 +6,7 @@ mod bench;
 mod bench_capacity;
 mod bench_failover;
 mod bench_fuse;
+mod bench_fuse_transport;
 mod bench_ls;
 mod bench_python;
 mod bench_shared_dir;

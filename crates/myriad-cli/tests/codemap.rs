@@ -19,6 +19,7 @@ const CRATES: &[&str] = &[
     "myriad-server",
     "myriad-client",
     "myriad-fuse",
+    "myriad-fuse-ring",
     "myriad-s3",
     "myriad-py",
     "myriad-cli",

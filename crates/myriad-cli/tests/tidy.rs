@@ -70,6 +70,8 @@ fn crates_depend_only_in_the_written_direction() {
                 "myriad-placement",
             ][..],
         ),
+        // The FUSE transport probe speaks only the kernel's protocol.
+        ("myriad-fuse-ring", &[][..]),
         // The Python bindings and the S3 gateway are clients like the mount.
         ("myriad-py", &["myriad-client"][..]),
         ("myriad-s3", &["myriad-client"][..]),
@@ -88,6 +90,7 @@ fn crates_depend_only_in_the_written_direction() {
             &[
                 "myriad-client",
                 "myriad-fuse",
+                "myriad-fuse-ring",
                 "myriad-net",
                 "myriad-placement",
                 "myriad-s3",
