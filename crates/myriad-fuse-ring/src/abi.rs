@@ -59,22 +59,6 @@ impl InHeader {
     }
 }
 
-/// Bytes of a request's own header (`fuse_getattr_in`, `fuse_read_in`, ...) that come before
-/// its variable part (a name, data). Over io_uring the kernel puts that header in the ring
-/// entry's `op_in` and the rest in the payload; on /dev/fuse both follow the in-header.
-pub fn op_header_len(opcode: u32) -> usize {
-    match opcode {
-        GETATTR => 16,
-        OPEN | OPENDIR => 8,
-        READ => 40,
-        RELEASE | RELEASEDIR | FLUSH => 24,
-        INIT => 64,
-        FORGET | INTERRUPT => 8,
-        BATCH_FORGET => 8,
-        _ => 0,
-    }
-}
-
 pub fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);

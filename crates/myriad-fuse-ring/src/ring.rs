@@ -23,6 +23,7 @@ const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// `struct fuse_uring_ent_in_out` (32).
 const HEADER_LEN: usize = 288;
 const OP_IN_AT: usize = 128;
+const OP_IN_LEN: usize = 128;
 const ENT_COMMIT_ID_AT: usize = 264;
 const ENT_PAYLOAD_SZ_AT: usize = 272;
 /// The kernel refuses a payload buffer smaller than its largest request.
@@ -193,7 +194,11 @@ fn answer(e: &mut Entry, counts: &Counts, body: &mut Vec<u8>, out: &mut Vec<u8>)
             probe_fs::count(counts, true);
             // Rebuilt as /dev/fuse lays a request out: what a parser written for the device
             // (fuser's) would need, so its copy is part of what is measured.
-            let op_len = abi::op_header_len(h.opcode);
+            // The kernel sets the in-header's `len` to the request's length on /dev/fuse,
+            // so the op's own header is what the payload does not account for.
+            let op_len = (h.len as usize)
+                .saturating_sub(abi::IN_HEADER_LEN + payload_sz)
+                .min(OP_IN_LEN);
             body.clear();
             body.extend_from_slice(&e.header[OP_IN_AT..OP_IN_AT + op_len]);
             body.extend_from_slice(&e.payload[..payload_sz]);

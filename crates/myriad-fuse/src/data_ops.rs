@@ -140,8 +140,12 @@ impl Mount {
                 }
                 inode
             }
-            // Opened with no request (zero-message opens): nothing buffered here.
-            None if fh == crate::handles::NO_HANDLE => self.stat_ino(ino).await?,
+            // Opened with no request (zero-message opens): nothing buffered here. A file
+            // removed elsewhere is stated by its inode, as getattr does.
+            None if fh == crate::handles::NO_HANDLE => match self.stat_ino(ino).await {
+                Err(FsError::Stale) => self.stat_open_ino(ino).await?,
+                other => other?,
+            },
             None => return Err(FsError::Stale),
         };
         let size = i64::try_from(inode.size).unwrap_or(i64::MAX);

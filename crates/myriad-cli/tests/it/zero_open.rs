@@ -142,6 +142,22 @@ fn a_file_removed_or_replaced_elsewhere_reads_on_through_a_descriptor_held_open(
         got == big,
         "the replaced file's bytes through its descriptor"
     );
+    // SEEK_DATA / SEEK_HOLE find the removed file by its inode too.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&gone);
+    // SAFETY: lseek on a descriptor this test holds open.
+    let (data, hole) = unsafe {
+        (
+            libc::lseek(fd, 3, libc::SEEK_DATA),
+            libc::lseek(fd, 3, libc::SEEK_HOLE),
+        )
+    };
+    assert_eq!(
+        (data, hole),
+        (3, 10),
+        "SEEK_DATA and SEEK_HOLE of a removed file: {}",
+        std::io::Error::last_os_error()
+    );
+    std::io::Seek::seek(&mut gone, SeekFrom::Start(0)).unwrap_or_else(|e| panic!("{e}"));
     let mut text = String::new();
     std::io::Read::read_to_string(&mut gone, &mut text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(text, "still here");
