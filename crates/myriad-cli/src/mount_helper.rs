@@ -82,6 +82,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("no_leases", "--no-leases"),
     ("no_write_behind", "--no-write-behind"),
     ("no_index", "--no-index"),
+    ("fuse_ring", "--fuse-ring"),
 ];
 
 /// Options of `myriad mount` given a value (`name=value`).
@@ -90,6 +91,7 @@ const VALUES: &[(&str, &str)] = &[
     ("attr_ttl_ms", "--attr-ttl-ms"),
     ("negative_ttl_ms", "--negative-ttl-ms"),
     ("fuse_threads", "--fuse-threads"),
+    ("fuse_ring_depth", "--fuse-ring-depth"),
     ("metrics", "--metrics"),
     ("log", "--log"),
     ("index_cache_dir", "--index-cache-dir"),

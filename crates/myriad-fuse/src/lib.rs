@@ -52,6 +52,9 @@ pub struct MountConfig {
     pub request_timeout: Duration,
     /// FUSE threads reading requests from the kernel (each with its own /dev/fuse clone).
     pub fuse_threads: usize,
+    /// Take requests over FUSE over io_uring, with this many entries per CPU's queue,
+    /// when the kernel offers it (docs/fuse.md "FUSE over io_uring"); `None`: /dev/fuse.
+    pub fuse_ring: Option<usize>,
     /// Let users other than the one who mounted use the mount (root mounts always do).
     pub allow_other: bool,
     /// Answer from the metadata indexes of frozen trees (docs/metadata-index.md); needs
@@ -148,6 +151,9 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     }
     options.n_threads = Some(cfg.fuse_threads.max(1));
     options.clone_fd = true;
+    if let Some(depth) = cfg.fuse_ring {
+        options.uring = Some(ring_config(depth, &inner));
+    }
     let mut session = Session::new(fs, &cfg.mountpoint, &options)
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
     let _ = inner.notifier.set(session.notifier());
@@ -303,4 +309,23 @@ fn mount_options(cfg: &MountConfig) -> Vec<MountOption> {
         }
     }
     options
+}
+
+/// FUSE over io_uring as asked (`--fuse-ring`): as root, the kernel's `fuse.enable_uring` is
+/// set first if it is off (it only lets connections that ask for the ring use it).
+fn ring_config(depth: usize, inner: &Mount) -> fuser::UringConfig {
+    const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+    if !fuser::uring_enabled() {
+        match std::fs::write(PARAM, "Y") {
+            Ok(()) => tracing::info!("set {PARAM} to Y for --fuse-ring"),
+            Err(_) => tracing::warn!(
+                "--fuse-ring: {PARAM} is off (or this kernel has no FUSE over io_uring) and \
+                 could not be set: requests go over /dev/fuse"
+            ),
+        }
+    }
+    fuser::UringConfig {
+        queue_depth: depth,
+        requests: inner.metrics.ring_requests.clone(),
+    }
 }

@@ -109,6 +109,8 @@ const ATTR_FROM: [&str; 3] = ["lease", "cache", "server"];
 pub struct MountMetrics {
     kernel: [AtomicU64; KERNEL_OPS.len()],
     attrs: [AtomicU64; ATTR_FROM.len()],
+    /// Kernel requests that came over FUSE over io_uring (`--fuse-ring`), counted by fuser.
+    pub ring_requests: std::sync::Arc<AtomicU64>,
 }
 
 impl Default for MountMetrics {
@@ -116,6 +118,7 @@ impl Default for MountMetrics {
         MountMetrics {
             kernel: std::array::from_fn(|_| AtomicU64::new(0)),
             attrs: std::array::from_fn(|_| AtomicU64::new(0)),
+            ring_requests: Default::default(),
         }
     }
 }
@@ -177,6 +180,13 @@ impl MountMetrics {
             "Lookups the client answered with no request, from a lease or a metadata index",
             local,
         );
+        let ring = Counter::<u64>::default();
+        ring.inc_by(self.ring_requests.load(Ordering::Relaxed));
+        r.register(
+            "ring_requests",
+            "Kernel requests that came over FUSE over io_uring (--fuse-ring) rather than /dev/fuse",
+            ring,
+        );
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &r);
@@ -205,6 +215,10 @@ mod tests {
         assert!(text.contains(r#"myriad_mount_kernel_requests_total{op="copy_file_range"} 1"#));
         assert!(text.contains(r#"myriad_mount_getattr_answers_total{source="cache"} 1"#));
         assert!(text.contains(r#"myriad_mount_lookups_answered_locally_total{source="lease"} 5"#));
+        assert!(
+            text.contains("myriad_mount_ring_requests_total 0"),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"));
         let mut names = KERNEL_OPS.to_vec();
         names.sort_unstable();

@@ -20,6 +20,7 @@ mod fsx;
 mod full_disk;
 mod fuse_posix;
 mod fuse_programs;
+mod fuse_ring;
 mod fuse_semantics;
 mod harness;
 mod hosts;

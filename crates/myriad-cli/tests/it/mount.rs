@@ -44,6 +44,12 @@ impl Mount {
             .arg("mount")
             .arg(dir.path())
             .args(extra.iter().skip_while(|a| **a != "--").skip(1))
+            // The whole FUSE suite over FUSE over io_uring (`fuse_ring.rs`).
+            .args(
+                std::env::var_os("MYRIAD_TEST_FUSE_RING")
+                    .filter(|v| v == "1" && !extra.contains(&"--fuse-ring"))
+                    .map(|_| "--fuse-ring"),
+            )
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(out)

@@ -1,0 +1,102 @@
+//! The mount over FUSE over io_uring (`myriad mount --fuse-ring`, docs/fuse.md): files
+//! written, read, listed, renamed and removed by several threads come back byte for byte,
+//! the kernel's requests came over the ring (the mount's metrics count them), and the mount
+//! unmounts cleanly. The whole FUSE suite runs with the ring on when
+//! `MYRIAD_TEST_FUSE_RING=1` (`mount.rs`).
+
+use std::os::unix::fs::MetadataExt;
+
+use crate::harness::TestCluster;
+use crate::mount::Mount;
+use crate::mount_metrics::{scrape, value};
+
+/// Whether this kernel has FUSE over io_uring at all (the module parameter exists).
+fn kernel_has_the_ring() -> bool {
+    std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists()
+}
+
+fn bytes_of(seed: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as u8)
+        .collect()
+}
+
+#[test]
+fn a_mount_over_the_ring_serves_files_byte_for_byte() {
+    if !kernel_has_the_ring() {
+        eprintln!("this kernel has no FUSE over io_uring: nothing to test");
+        return;
+    }
+    let tc = TestCluster::start(3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = format!("127.0.0.1:{port}");
+    let mut m = Mount::new(&tc, &["--", "--fuse-ring", "--metrics", &addr]);
+    let root = m.dir.path().to_path_buf();
+    // Four writers and readers at once, small files and one big one each (3 MiB: READs
+    // and WRITEs of the mount's largest size go through the ring's payload buffers).
+    let workers: Vec<_> = (0..4u32)
+        .map(|w| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let dir = root.join(format!("w{w}"));
+                std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+                for i in 0..40u32 {
+                    let data = bytes_of(w * 1000 + i, 1 + (i as usize * 997) % 20_000);
+                    std::fs::write(dir.join(format!("f{i}")), &data)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                }
+                let big = bytes_of(w, 3 << 20);
+                std::fs::write(dir.join("big"), &big).unwrap_or_else(|e| panic!("{e}"));
+                for i in 0..40u32 {
+                    let want = bytes_of(w * 1000 + i, 1 + (i as usize * 997) % 20_000);
+                    let p = dir.join(format!("f{i}"));
+                    assert_eq!(std::fs::read(&p).ok(), Some(want.clone()), "{p:?}");
+                    assert_eq!(
+                        std::fs::metadata(&p).map(|m| m.size()).ok(),
+                        Some(want.len() as u64)
+                    );
+                }
+                assert!(
+                    std::fs::read(dir.join("big")).ok() == Some(big),
+                    "big file of {w}"
+                );
+                std::fs::rename(dir.join("f0"), dir.join("renamed"))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                std::fs::remove_file(dir.join("f1")).unwrap_or_else(|e| panic!("{e}"));
+                std::os::unix::fs::symlink("renamed", dir.join("link"))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(
+                    std::fs::read(dir.join("link")).ok(),
+                    Some(bytes_of(w * 1000, 1))
+                );
+                let names = std::fs::read_dir(&dir).map(Iterator::count).ok();
+                assert_eq!(names, Some(41), "39 files, big, renamed and link, less f1");
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap_or_else(|_| panic!("a worker failed"));
+    }
+    // A missing name is an errno through the ring too.
+    let missing = std::fs::metadata(root.join("w0/f1")).map(|_| ());
+    assert_eq!(
+        missing.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::ENOENT))
+    );
+    let text = scrape(&addr);
+    let ring = value(&text, "myriad_mount_ring_requests_total");
+    let kernel: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("myriad_mount_kernel_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        ring > 500 && ring * 10 >= kernel * 9,
+        "the kernel's requests came over the ring: {ring} of {kernel}\n{}",
+        m.log_text()
+    );
+    m.unmount();
+}

@@ -1,0 +1,484 @@
+//! FUSE over io_uring: Myriad's addition to fuser 0.18 (see `MYRIAD.md` beside this crate).
+//!
+//! Linux 6.14+ with the `fuse.enable_uring` module parameter set. After INIT (which offers
+//! `FUSE_OVER_IO_URING` when `Config::uring` asks for it and the kernel offers it), one
+//! thread per possible CPU, pinned to it, registers `queue_depth` ring entries with the
+//! kernel. An entry is a header buffer (`struct fuse_uring_req_header`: in/out header, the
+//! op's own header, the entry's commit id and payload size) and a payload buffer; the
+//! kernel completes the registering `URING_CMD` with a request written into them. The
+//! thread rebuilds it in /dev/fuse layout and dispatches it like a request read from the
+//! device; its reply (from whatever thread answers) is written into the same buffers and
+//! sent with `COMMIT_AND_FETCH`, which also hands the entry back for the next request.
+//! The kernel sends a request to the queue of the CPU its caller runs on, so each queue's
+//! thread is pinned there (unpinned, a lone caller's request wakes a thread on another CPU,
+//! and one caller gets half the rate of /dev/fuse). FORGET, INTERRUPT and notifications
+//! still go over /dev/fuse, whose reader threads keep running.
+//!
+//! Only the queue's own thread submits to its ring. io_uring ties a command to the thread
+//! that submitted it and cancels it when that thread exits, so a commit (which also waits
+//! for the entry's next request) sent from a short-lived replier would take the entry out
+//! of the queue when the replier ends. A reply made on the queue's thread is committed at
+//! once; one made elsewhere is queued (`pending`) and the queue's thread woken by an
+//! eventfd, which it keeps a read posted on.
+
+use std::io;
+use std::io::IoSlice;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use log::{error, warn};
+
+use crate::channel::{Channel, ChannelSender};
+
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+/// `struct fuse_uring_req_header`: in/out header (128), op header (128), ent_in_out (32).
+const HEADER_LEN: usize = 288;
+const OP_IN_AT: usize = 128;
+const OP_IN_LEN: usize = 128;
+const ENT_COMMIT_ID_AT: usize = 264;
+const ENT_PAYLOAD_SZ_AT: usize = 272;
+/// `struct fuse_in_header` and `struct fuse_out_header`.
+const IN_HEADER_LEN: usize = 40;
+const OUT_HEADER_LEN: usize = 16;
+
+/// What a session asks of FUSE over io_uring (`Config::uring`).
+#[derive(Debug, Clone)]
+pub struct UringConfig {
+    /// Entries per queue (one queue per possible CPU). An entry is held from its request
+    /// until the reply, so this bounds the requests a CPU's callers have in flight at once
+    /// over the ring (more wait in the kernel for an entry).
+    pub queue_depth: usize,
+    /// Counts the requests that came over the ring (none: the ring is not in use).
+    pub requests: Arc<AtomicU64>,
+}
+
+impl PartialEq for UringConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.queue_depth == other.queue_depth && Arc::ptr_eq(&self.requests, &other.requests)
+    }
+}
+
+impl Eq for UringConfig {}
+
+/// Whether the kernel lets daemons use FUSE over io_uring (`fuse.enable_uring`).
+pub fn kernel_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .map(|s| s.trim() == "Y")
+        .unwrap_or(false)
+}
+
+/// The CPUs the kernel may route requests from: each needs a queue before the ring is used.
+pub(crate) fn possible_cpus() -> io::Result<u16> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    s.trim()
+        .rsplit([',', '-'])
+        .next()
+        .and_then(|n| n.parse::<u16>().ok())
+        .map(|last| last + 1)
+        .ok_or_else(|| io::Error::other(format!("cannot read possible CPUs from {s:?}")))
+}
+
+/// The smallest payload buffer the kernel accepts: its largest request or reply.
+pub(crate) fn payload_len(max_write: u32, max_pages: u16) -> usize {
+    let page = page_size::get();
+    8192.max(max_write as usize)
+        .max(usize::from(max_pages) * page)
+}
+
+/// One entry's buffers. Written by the kernel while the entry is registered, read by the
+/// queue's thread when the entry comes back with a request, and written by the request's
+/// replier before the commit: never two of them at once.
+struct Entry {
+    header: Box<[u8]>,
+    payload: Box<[u8]>,
+    iov: [libc::iovec; 2],
+    commit_id: AtomicU64,
+}
+
+/// One queue: its ring, its entries, and the replies made on other threads waiting for
+/// the queue's thread to commit them.
+pub(crate) struct Queue {
+    // Dropped first: closing the ring cancels the commands that name the entries.
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    entries: Vec<Entry>,
+    /// Entries answered on other threads, to be committed by the queue's thread.
+    pending: Mutex<Vec<usize>>,
+    /// Wakes the queue's thread for `pending` (a read of it is kept posted on the ring).
+    wake: std::os::fd::OwnedFd,
+    /// Where that read puts the eventfd's count.
+    wake_buf: Box<[u8; 8]>,
+    /// The queue's thread: the only one that submits to `ring`.
+    owner: std::sync::OnceLock<std::thread::ThreadId>,
+    qid: u16,
+    fd: i32,
+    /// Keeps the /dev/fuse file (and so `fd`) open while the queue lives.
+    _ch: Channel,
+}
+
+/// The `user_data` of the eventfd read (entries use their index).
+const WAKE: u64 = u64::MAX;
+
+// SAFETY: the entries' buffers are raw memory handed between the kernel, the queue's
+// thread and one replier at a time (see `Entry`); the ring is submitted to and its
+// completions read only by the queue's thread (`owner`).
+unsafe impl Send for Queue {}
+// SAFETY: as above.
+unsafe impl Sync for Queue {}
+
+impl Queue {
+    fn new(ch: &Channel, qid: u16, depth: usize, payload: usize) -> io::Result<Queue> {
+        let ring = IoUring::builder().build((depth * 2).next_power_of_two() as u32)?;
+        let mut entries: Vec<Entry> = (0..depth)
+            .map(|_| Entry {
+                header: vec![0u8; HEADER_LEN].into_boxed_slice(),
+                payload: vec![0u8; payload].into_boxed_slice(),
+                iov: [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; 2],
+                commit_id: AtomicU64::new(0),
+            })
+            .collect();
+        for e in &mut entries {
+            e.iov = [
+                libc::iovec {
+                    iov_base: e.header.as_mut_ptr().cast(),
+                    iov_len: e.header.len(),
+                },
+                libc::iovec {
+                    iov_base: e.payload.as_mut_ptr().cast(),
+                    iov_len: e.payload.len(),
+                },
+            ];
+        }
+        // SAFETY: eventfd has no memory effects; the descriptor is owned below.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nothing else.
+        let wake = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
+        Ok(Queue {
+            ring,
+            entries,
+            pending: Mutex::new(Vec::with_capacity(depth)),
+            wake,
+            wake_buf: Box::new([0u8; 8]),
+            owner: std::sync::OnceLock::new(),
+            qid,
+            fd: ch.as_fd_raw(),
+            _ch: ch.clone(),
+        })
+    }
+
+    fn on_owner(&self) -> bool {
+        self.owner.get() == Some(&std::thread::current().id())
+    }
+
+    /// Pushes an SQE; the queue's thread submits it at its next wait. Only the queue's
+    /// thread calls this.
+    fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
+        // SAFETY: only the queue's thread pushes; what the SQE names (iovecs, buffers, the
+        // eventfd's buffer) lives as long as the queue; at most `depth` + 1 commands are
+        // queued at once, and the ring has room for twice `depth`.
+        unsafe {
+            self.ring
+                .submission_shared()
+                .push(sqe)
+                .map_err(|_| io::Error::other("the ring's submission queue is full"))
+        }
+    }
+
+    /// Posts the read of the eventfd that wakes this thread for replies made elsewhere.
+    fn arm_wake(&self) -> io::Result<()> {
+        let read = opcode::Read::new(
+            types::Fd(self.wake.as_raw_fd()),
+            self.wake_buf.as_ptr() as *mut u8,
+            8,
+        )
+        .build()
+        .user_data(WAKE);
+        self.push(&read.into())
+    }
+
+    /// Commits the replies made on other threads.
+    fn commit_pending(&self) -> io::Result<()> {
+        let ready = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        for idx in ready {
+            let id = self.entries[idx].commit_id.load(Ordering::Acquire);
+            self.submit(idx, Some(id))?;
+        }
+        Ok(())
+    }
+
+    /// Pushes entry `idx`'s registration (`commit_id` None) or the commit of its reply
+    /// (only on the queue's thread).
+    fn submit(&self, idx: usize, commit_id: Option<u64>) -> io::Result<()> {
+        let e = &self.entries[idx];
+        let mut cmd = [0u8; 80];
+        cmd[8..16].copy_from_slice(&commit_id.unwrap_or(0).to_le_bytes());
+        cmd[16..18].copy_from_slice(&self.qid.to_le_bytes());
+        let op = if commit_id.is_some() {
+            CMD_COMMIT_AND_FETCH
+        } else {
+            CMD_REGISTER
+        };
+        let sqe = opcode::UringCmd80::new(types::Fd(self.fd), op)
+            .cmd(cmd)
+            .addr(Some(e.iov.as_ptr() as u64))
+            .build()
+            .user_data(idx as u64);
+        // io-uring 0.7 has no setter for the SQE's `len`, which must be the number of
+        // iovecs (2). `Entry128` is `repr(C)`: the 128 bytes of the SQE, `len` at 24.
+        // SAFETY: same size; any bytes are a valid [u8; 128], and back a valid SQE.
+        let mut bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+        bytes[24..28].copy_from_slice(&2u32.to_le_bytes());
+        // SAFETY: as above.
+        let sqe: squeue::Entry128 = unsafe { std::mem::transmute(bytes) };
+        self.push(&sqe)
+    }
+
+    /// The request in entry `idx` as /dev/fuse lays it out, into `buf`; remembers its
+    /// commit id for the reply.
+    fn request_of(&self, idx: usize, buf: &mut Vec<u8>) -> bool {
+        let e = &self.entries[idx];
+        let h = &e.header;
+        let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&h[ENT_COMMIT_ID_AT..ENT_COMMIT_ID_AT + 8]);
+        e.commit_id.store(u64::from_le_bytes(id), Ordering::Release);
+        let payload = (u32_at(ENT_PAYLOAD_SZ_AT) as usize).min(e.payload.len());
+        // The in-header's `len` is the request's length on /dev/fuse: the op's own header
+        // is what the payload does not account for.
+        let len = u32_at(0) as usize;
+        let Some(op_len) = len.checked_sub(IN_HEADER_LEN + payload) else {
+            return false;
+        };
+        if op_len > OP_IN_LEN {
+            return false;
+        }
+        buf.clear();
+        buf.extend_from_slice(&h[..IN_HEADER_LEN]);
+        buf.extend_from_slice(&h[OP_IN_AT..OP_IN_AT + op_len]);
+        buf.extend_from_slice(&e.payload[..payload]);
+        true
+    }
+}
+
+/// Where one request's reply goes: its queue and entry.
+#[derive(Clone)]
+pub(crate) struct RingSlot {
+    queue: Arc<Queue>,
+    idx: usize,
+    /// For what only /dev/fuse does (backing files).
+    pub(crate) device: ChannelSender,
+}
+
+impl std::fmt::Debug for RingSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RingSlot(q{}, e{})", self.queue.qid, self.idx)
+    }
+}
+
+impl RingSlot {
+    /// Answers the request in this slot with `errno` (one that could not be parsed: the
+    /// entry must still be committed, or this CPU's queue loses it).
+    pub(crate) fn fail(&self, data: &[u8], errno: i32) -> io::Result<()> {
+        let mut unique = [0u8; 8];
+        if let Some(u) = data.get(8..16) {
+            unique.copy_from_slice(u);
+        }
+        let mut header = [0u8; OUT_HEADER_LEN];
+        header[0..4].copy_from_slice(&(OUT_HEADER_LEN as u32).to_le_bytes());
+        header[4..8].copy_from_slice(&(-errno).to_le_bytes());
+        header[8..16].copy_from_slice(&unique);
+        self.send(&[IoSlice::new(&header)])
+    }
+
+    /// Writes the reply (out-header, then its payload) into the entry and commits it.
+    pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        let q = &self.queue;
+        let e = &q.entries[self.idx];
+        let total: usize = data.iter().map(|s| s.len()).sum();
+        if total < OUT_HEADER_LEN || total - OUT_HEADER_LEN > e.payload.len() {
+            return Err(io::Error::other(format!(
+                "a reply of {total} bytes does not fit a ring entry"
+            )));
+        }
+        let header = e.header.as_ptr() as *mut u8;
+        let payload = e.payload.as_ptr() as *mut u8;
+        let mut at = 0usize;
+        for s in data {
+            for chunk in [&s[..]] {
+                let mut from = 0usize;
+                while from < chunk.len() {
+                    let (dst, room) = if at < OUT_HEADER_LEN {
+                        // SAFETY: inside the header buffer; this replier alone writes the
+                        // entry until it commits (see `Entry`).
+                        (unsafe { header.add(at) }, OUT_HEADER_LEN - at)
+                    } else {
+                        // SAFETY: inside the payload buffer (checked against its length
+                        // above); this replier alone writes it until the commit.
+                        (unsafe { payload.add(at - OUT_HEADER_LEN) }, usize::MAX)
+                    };
+                    let n = room.min(chunk.len() - from);
+                    // SAFETY: `n` bytes from a live slice into the entry's buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(chunk[from..].as_ptr(), dst, n) };
+                    from += n;
+                    at += n;
+                }
+            }
+        }
+        let size = ((total - OUT_HEADER_LEN) as u32).to_le_bytes();
+        // SAFETY: the payload size field inside the header buffer, written as above.
+        unsafe { std::ptr::copy_nonoverlapping(size.as_ptr(), header.add(ENT_PAYLOAD_SZ_AT), 4) };
+        if q.on_owner() {
+            return q.submit(self.idx, Some(e.commit_id.load(Ordering::Acquire)));
+        }
+        q.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.idx);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: 8 bytes from a live array to our eventfd.
+        if unsafe { libc::write(q.wake.as_raw_fd(), one.as_ptr().cast(), 8) } != 8 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Starts queue `qid` on the calling thread, which it pins to CPU `qid`: registers its
+/// entries. Returns the queue for `serve`.
+pub(crate) fn start(
+    ch: &Channel,
+    qid: u16,
+    cfg: &UringConfig,
+    payload: usize,
+) -> io::Result<Arc<Queue>> {
+    pin_to(qid);
+    let q = Arc::new(Queue::new(ch, qid, cfg.queue_depth.max(1), payload)?);
+    let _ = q.owner.set(std::thread::current().id());
+    for idx in 0..q.entries.len() {
+        q.submit(idx, None)?;
+    }
+    q.arm_wake()?;
+    q.ring.submit()?;
+    Ok(q)
+}
+
+/// Serves queue `q` until `stop` is set or the connection ends: each request is handed to
+/// `dispatch` with the slot its reply goes to.
+pub(crate) fn serve(
+    q: Arc<Queue>,
+    device: ChannelSender,
+    cfg: &UringConfig,
+    stop: &AtomicBool,
+    mut dispatch: impl FnMut(RingSlot, &[u8]),
+) -> io::Result<()> {
+    let wait = types::Timespec::from(Duration::from_millis(500));
+    let mut buf = Vec::with_capacity(IN_HEADER_LEN + OP_IN_LEN + 4096);
+    let mut done: Vec<(usize, i32)> = Vec::with_capacity(q.entries.len());
+    // A queue's thread must not end while the connection lives: the kernel keeps sending
+    // this CPU's requests to it. An entry whose command failed is registered again.
+    let mut failures = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        q.commit_pending()?;
+        let args = types::SubmitArgs::new().timespec(&wait);
+        match q.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+                ) => {}
+            Err(e) => {
+                error!("ring queue {}: waiting failed: {e}", q.qid);
+                return Err(e);
+            }
+        }
+        done.clear();
+        // SAFETY: only this thread reads the completion queue.
+        done.extend(
+            unsafe { q.ring.completion_shared() }.map(|c| (c.user_data() as usize, c.result())),
+        );
+        for &(data, res) in &done {
+            if data as u64 == WAKE {
+                if res == -libc::ECANCELED || res == -libc::ENOTCONN {
+                    return Ok(());
+                }
+                if res < 0 && res != -libc::EINTR && res != -libc::EAGAIN {
+                    return Err(io::Error::from_raw_os_error(-res));
+                }
+                q.arm_wake()?;
+                continue;
+            }
+            let idx = data;
+            if idx >= q.entries.len() {
+                continue;
+            }
+            match res {
+                0 => {
+                    if !q.request_of(idx, &mut buf) {
+                        error!(
+                            "ring queue {}: a malformed request; entry registered again",
+                            q.qid
+                        );
+                        q.submit(idx, None)?;
+                        continue;
+                    }
+                    cfg.requests.fetch_add(1, Ordering::Relaxed);
+                    let slot = RingSlot {
+                        queue: q.clone(),
+                        idx,
+                        device: device.clone(),
+                    };
+                    // A panic in a callback drops its reply, which answers EIO; the queue
+                    // goes on.
+                    let dispatched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        dispatch(slot, &buf)
+                    }));
+                    if dispatched.is_err() {
+                        error!("ring queue {}: a request's callback panicked", q.qid);
+                    }
+                }
+                r if r == -libc::ENOTCONN || r == -libc::ECANCELED || r == -libc::ENODEV => {
+                    return Ok(());
+                }
+                r => {
+                    failures += 1;
+                    warn!(
+                        "ring queue {} entry {idx}: a command failed ({}); registered again",
+                        q.qid,
+                        io::Error::from_raw_os_error(-r)
+                    );
+                    if failures > 1000 {
+                        return Err(io::Error::from_raw_os_error(-r));
+                    }
+                    q.submit(idx, None)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn pin_to(cpu: u16) {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(usize::from(cpu), &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+impl Channel {
+    fn as_fd_raw(&self) -> i32 {
+        std::os::fd::AsFd::as_fd(self).as_raw_fd()
+    }
+}
