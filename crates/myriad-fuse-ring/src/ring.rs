@@ -12,20 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use fuser::uring_wire::{self as wire, ENT_PAYLOAD_SZ_AT, HEADER_LEN};
+use io_uring::{IoUring, cqueue, squeue, types};
 
 use crate::abi::{self, InHeader};
 use crate::probe_fs::{self, Answer, Counts};
 
-const CMD_REGISTER: u32 = 1;
-const CMD_COMMIT_AND_FETCH: u32 = 2;
-/// `struct fuse_uring_req_header`: the in/out header (128), the op's own header (128) and
-/// `struct fuse_uring_ent_in_out` (32).
-const HEADER_LEN: usize = 288;
-const OP_IN_AT: usize = 128;
-const OP_IN_LEN: usize = 128;
-const ENT_COMMIT_ID_AT: usize = 264;
-const ENT_PAYLOAD_SZ_AT: usize = 272;
 /// The kernel refuses a payload buffer smaller than its largest request.
 const PAYLOAD_LEN: usize = abi::MAX_WRITE as usize;
 
@@ -60,56 +52,7 @@ impl Entry {
     }
 }
 
-/// The submission for entry `idx` of queue `qid`: a registration (the iovecs) or a commit of
-/// the reply to `commit_id` that also fetches the next request.
-fn command(
-    fd: i32,
-    qid: u16,
-    idx: usize,
-    entry: &Entry,
-    commit_id: Option<u64>,
-) -> squeue::Entry128 {
-    let mut cmd = [0u8; 80];
-    cmd[8..16].copy_from_slice(&commit_id.unwrap_or(0).to_le_bytes());
-    cmd[16..18].copy_from_slice(&qid.to_le_bytes());
-    let op = if commit_id.is_some() {
-        CMD_COMMIT_AND_FETCH
-    } else {
-        CMD_REGISTER
-    };
-    let sqe = opcode::UringCmd80::new(types::Fd(fd), op)
-        .cmd(cmd)
-        .addr(Some(entry.iov.as_ptr() as u64))
-        .build()
-        .user_data(idx as u64);
-    // The crate has no setter for the SQE's `len`, which a registration must set to the
-    // number of iovecs (2). `Entry128` is `repr(C)`: the 128 bytes of the SQE.
-    // SAFETY: same size; every byte pattern is a valid [u8; 128] and a valid SQE.
-    let mut bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
-    bytes[24..28].copy_from_slice(&2u32.to_le_bytes());
-    // SAFETY: as above, back to the SQE with its `len` set.
-    unsafe { std::mem::transmute(bytes) }
-}
-
-/// The CPUs the kernel may route requests from: every one needs a queue before the ring is
-/// used.
-pub fn possible_cpus() -> io::Result<u16> {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let last = s
-        .trim()
-        .rsplit([',', '-'])
-        .next()
-        .and_then(|n| n.parse::<u16>().ok())
-        .ok_or_else(|| io::Error::other(format!("cannot read possible CPUs from {s:?}")))?;
-    Ok(last + 1)
-}
-
-/// Whether the kernel lets daemons use FUSE over io_uring.
-pub fn enabled() -> bool {
-    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .map(|s| s.trim() == "Y")
-        .unwrap_or(false)
-}
+pub use wire::{kernel_enabled as enabled, possible_cpus};
 
 /// Sets `fuse.enable_uring` (root only); returns what it was.
 pub fn set_enabled(on: bool) -> io::Result<bool> {
@@ -119,15 +62,6 @@ pub fn set_enabled(on: bool) -> io::Result<bool> {
         if on { "Y" } else { "N" },
     )?;
     Ok(was)
-}
-
-fn pin_to(cpu: u16) {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(usize::from(cpu), &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 /// Serves queue `qid` with `depth` entries until `stop` is set or the connection ends.
@@ -141,14 +75,14 @@ pub fn serve_queue(
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     if pin {
-        pin_to(qid);
+        wire::pin_to(qid);
     }
     let raw = fd.as_raw_fd();
     let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
         IoUring::builder().build((depth * 2) as u32)?;
     let mut entries: Vec<Box<Entry>> = (0..depth).map(|_| Entry::new()).collect();
     for (idx, e) in entries.iter().enumerate() {
-        let sqe = command(raw, qid, idx, e, None);
+        let sqe = wire::command(raw, qid, idx as u64, e.iov.as_ptr(), None);
         // SAFETY: the entry's buffers and iovecs live in `entries` for as long as the ring.
         unsafe { ring.submission().push(&sqe) }.map_err(io::Error::other)?;
     }
@@ -177,7 +111,7 @@ pub fn serve_queue(
                 r if r == -libc::ENOTCONN || r == -libc::ECANCELED => return Ok(()),
                 r => return Err(io::Error::from_raw_os_error(-r)),
             };
-            let sqe = command(raw, qid, idx, e, next);
+            let sqe = wire::command(raw, qid, idx as u64, e.iov.as_ptr(), next);
             // SAFETY: as at registration; at most `depth` commands are ever queued.
             unsafe { ring.submission().push(&sqe) }.map_err(io::Error::other)?;
         }
@@ -187,22 +121,14 @@ pub fn serve_queue(
 
 /// Answers the request in entry `e`; returns the commit id to send the reply under.
 fn answer(e: &mut Entry, counts: &Counts, body: &mut Vec<u8>, out: &mut Vec<u8>) -> u64 {
-    let commit_id = abi::u64_at(&e.header, ENT_COMMIT_ID_AT);
-    let payload_sz = (abi::u32_at(&e.header, ENT_PAYLOAD_SZ_AT) as usize).min(PAYLOAD_LEN);
-    let (error, len) = match InHeader::parse(&e.header) {
+    // Rebuilt as /dev/fuse lays a request out: what fuser's parser needs, as the mount's
+    // ring does it (`fuser::uring_wire::request`), so its copy is part of what is measured.
+    let commit_id = wire::request(&e.header, &e.payload, body);
+    let header = commit_id.and_then(|_| InHeader::parse(body));
+    let (error, len) = match header {
         Some(h) => {
             probe_fs::count(counts, true);
-            // Rebuilt as /dev/fuse lays a request out: what a parser written for the device
-            // (fuser's) would need, so its copy is part of what is measured.
-            // The kernel sets the in-header's `len` to the request's length on /dev/fuse,
-            // so the op's own header is what the payload does not account for.
-            let op_len = (h.len as usize)
-                .saturating_sub(abi::IN_HEADER_LEN + payload_sz)
-                .min(OP_IN_LEN);
-            body.clear();
-            body.extend_from_slice(&e.header[OP_IN_AT..OP_IN_AT + op_len]);
-            body.extend_from_slice(&e.payload[..payload_sz]);
-            match probe_fs::answer(&h, body, out, true) {
+            match probe_fs::answer(&h, &body[abi::IN_HEADER_LEN..], out, true) {
                 Answer::Ok(len) => {
                     e.payload[..len].copy_from_slice(&out[..len]);
                     (0, len)
@@ -217,5 +143,34 @@ fn answer(e: &mut Entry, counts: &Counts, body: &mut Vec<u8>, out: &mut Vec<u8>)
     let header = abi::out_header(unique, error, len);
     e.header[..abi::OUT_HEADER_LEN].copy_from_slice(&header);
     e.header[ENT_PAYLOAD_SZ_AT..ENT_PAYLOAD_SZ_AT + 4].copy_from_slice(&(len as u32).to_le_bytes());
-    commit_id
+    commit_id.unwrap_or_else(|| abi::u64_at(&e.header, wire::ENT_COMMIT_ID_AT))
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use fuser::uring_wire::*;
+
+    #[test]
+    /// The mount's ring (vendor/fuser) rebuilds requests with this; tested here, where the
+    /// workspace's tests run.
+    fn a_request_is_rebuilt_in_device_layout() {
+        let mut header = vec![0u8; HEADER_LEN];
+        // A READ: in-header len 80 = 40 + fuse_read_in (40), no payload.
+        header[0..4].copy_from_slice(&80u32.to_le_bytes());
+        header[4..8].copy_from_slice(&15u32.to_le_bytes());
+        header[OP_IN_AT] = 7;
+        header[ENT_COMMIT_ID_AT..ENT_COMMIT_ID_AT + 8].copy_from_slice(&99u64.to_le_bytes());
+        let mut buf = Vec::new();
+        assert_eq!(request(&header, &[0u8; 16], &mut buf), Some(99));
+        assert_eq!(buf.len(), 80);
+        assert_eq!(buf[IN_HEADER_LEN], 7);
+        // A LOOKUP of "f": len 42, a 2-byte payload, no op header.
+        header[0..4].copy_from_slice(&42u32.to_le_bytes());
+        header[ENT_PAYLOAD_SZ_AT..ENT_PAYLOAD_SZ_AT + 4].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(request(&header, b"f\0", &mut buf), Some(99));
+        assert_eq!(&buf[IN_HEADER_LEN..], b"f\0");
+        // Lengths that do not add up.
+        header[0..4].copy_from_slice(&10u32.to_le_bytes());
+        assert_eq!(request(&header, b"f\0", &mut buf), None);
+    }
 }

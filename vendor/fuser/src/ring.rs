@@ -34,17 +34,10 @@ use log::{error, warn};
 
 use crate::channel::{Channel, ChannelSender};
 
-const CMD_REGISTER: u32 = 1;
-const CMD_COMMIT_AND_FETCH: u32 = 2;
-/// `struct fuse_uring_req_header`: in/out header (128), op header (128), ent_in_out (32).
-const HEADER_LEN: usize = 288;
-const OP_IN_AT: usize = 128;
-const OP_IN_LEN: usize = 128;
-const ENT_COMMIT_ID_AT: usize = 264;
-const ENT_PAYLOAD_SZ_AT: usize = 272;
-/// `struct fuse_in_header` and `struct fuse_out_header`.
-const IN_HEADER_LEN: usize = 40;
-const OUT_HEADER_LEN: usize = 16;
+pub mod wire;
+
+pub(crate) use wire::possible_cpus;
+use wire::{ENT_PAYLOAD_SZ_AT, HEADER_LEN, IN_HEADER_LEN, OP_IN_LEN, OUT_HEADER_LEN};
 
 /// What a session asks of FUSE over io_uring (`Config::uring`).
 #[derive(Debug, Clone)]
@@ -64,24 +57,6 @@ impl PartialEq for UringConfig {
 }
 
 impl Eq for UringConfig {}
-
-/// Whether the kernel lets daemons use FUSE over io_uring (`fuse.enable_uring`).
-pub fn kernel_enabled() -> bool {
-    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .map(|s| s.trim() == "Y")
-        .unwrap_or(false)
-}
-
-/// The CPUs the kernel may route requests from: each needs a queue before the ring is used.
-pub(crate) fn possible_cpus() -> io::Result<u16> {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    s.trim()
-        .rsplit([',', '-'])
-        .next()
-        .and_then(|n| n.parse::<u16>().ok())
-        .map(|last| last + 1)
-        .ok_or_else(|| io::Error::other(format!("cannot read possible CPUs from {s:?}")))
-}
 
 /// The smallest payload buffer the kernel accepts: its largest request or reply.
 pub(crate) fn payload_len(max_write: u32, max_pages: u16) -> usize {
@@ -219,27 +194,8 @@ impl Queue {
     /// Pushes entry `idx`'s registration (`commit_id` None) or the commit of its reply
     /// (only on the queue's thread).
     fn submit(&self, idx: usize, commit_id: Option<u64>) -> io::Result<()> {
-        let e = &self.entries[idx];
-        let mut cmd = [0u8; 80];
-        cmd[8..16].copy_from_slice(&commit_id.unwrap_or(0).to_le_bytes());
-        cmd[16..18].copy_from_slice(&self.qid.to_le_bytes());
-        let op = if commit_id.is_some() {
-            CMD_COMMIT_AND_FETCH
-        } else {
-            CMD_REGISTER
-        };
-        let sqe = opcode::UringCmd80::new(types::Fd(self.fd), op)
-            .cmd(cmd)
-            .addr(Some(e.iov.as_ptr() as u64))
-            .build()
-            .user_data(idx as u64);
-        // io-uring 0.7 has no setter for the SQE's `len`, which must be the number of
-        // iovecs (2). `Entry128` is `repr(C)`: the 128 bytes of the SQE, `len` at 24.
-        // SAFETY: same size; any bytes are a valid [u8; 128], and back a valid SQE.
-        let mut bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
-        bytes[24..28].copy_from_slice(&2u32.to_le_bytes());
-        // SAFETY: as above.
-        let sqe: squeue::Entry128 = unsafe { std::mem::transmute(bytes) };
+        let iov = self.entries[idx].iov.as_ptr();
+        let sqe = wire::command(self.fd, self.qid, idx as u64, iov, commit_id);
         self.push(&sqe)
     }
 
@@ -247,26 +203,13 @@ impl Queue {
     /// commit id for the reply.
     fn request_of(&self, idx: usize, buf: &mut Vec<u8>) -> bool {
         let e = &self.entries[idx];
-        let h = &e.header;
-        let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&h[ENT_COMMIT_ID_AT..ENT_COMMIT_ID_AT + 8]);
-        e.commit_id.store(u64::from_le_bytes(id), Ordering::Release);
-        let payload = (u32_at(ENT_PAYLOAD_SZ_AT) as usize).min(e.payload.len());
-        // The in-header's `len` is the request's length on /dev/fuse: the op's own header
-        // is what the payload does not account for.
-        let len = u32_at(0) as usize;
-        let Some(op_len) = len.checked_sub(IN_HEADER_LEN + payload) else {
-            return false;
-        };
-        if op_len > OP_IN_LEN {
-            return false;
+        match wire::request(&e.header, &e.payload, buf) {
+            Some(id) => {
+                e.commit_id.store(id, Ordering::Release);
+                true
+            }
+            None => false,
         }
-        buf.clear();
-        buf.extend_from_slice(&h[..IN_HEADER_LEN]);
-        buf.extend_from_slice(&h[OP_IN_AT..OP_IN_AT + op_len]);
-        buf.extend_from_slice(&e.payload[..payload]);
-        true
     }
 }
 
@@ -361,7 +304,7 @@ pub(crate) fn start(
     cfg: &UringConfig,
     payload: usize,
 ) -> io::Result<Arc<Queue>> {
-    pin_to(qid);
+    wire::pin_to(qid);
     let q = Arc::new(Queue::new(ch, qid, cfg.queue_depth.max(1), payload)?);
     let _ = q.owner.set(std::thread::current().id());
     for idx in 0..q.entries.len() {
@@ -466,15 +409,6 @@ pub(crate) fn serve(
         }
     }
     Ok(())
-}
-
-fn pin_to(cpu: u16) {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(usize::from(cpu), &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 impl Channel {
