@@ -54,6 +54,19 @@ impl Entry {
 
 pub use wire::{kernel_enabled as enabled, possible_cpus};
 
+/// Why this machine cannot run FUSE over io_uring, if it cannot: a kernel without it (no
+/// `fuse.enable_uring` parameter: before 6.14 or without `CONFIG_FUSE_IO_URING`), or
+/// io_uring turned off (`kernel.io_uring_disabled`).
+pub fn unavailable() -> Option<String> {
+    if !std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        return Some("this kernel has no FUSE over io_uring (Linux 6.14+)".into());
+    }
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .map(|s| s.trim() != "0")
+        .unwrap_or(false);
+    disabled.then(|| "io_uring is turned off here (kernel.io_uring_disabled)".into())
+}
+
 /// Sets `fuse.enable_uring` (root only); returns what it was.
 pub fn set_enabled(on: bool) -> io::Result<bool> {
     let was = enabled();

@@ -36,6 +36,10 @@ fn the_device_channel_answers_every_request() {
 
 #[test]
 fn the_ring_answers_every_request_once_registered() {
+    if let Some(why) = ring::unavailable() {
+        eprintln!("{why}: nothing to test");
+        return;
+    }
     let was = match ring::set_enabled(true) {
         Ok(was) => was,
         Err(e) => {

@@ -10,10 +10,6 @@ use crate::harness::TestCluster;
 use crate::mount::Mount;
 use crate::mount_metrics::{scrape, value};
 
-/// Whether this kernel has FUSE over io_uring at all (the module parameter exists).
-fn kernel_has_the_ring() -> bool {
-    std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists()
-}
 
 fn bytes_of(seed: u32, len: usize) -> Vec<u8> {
     (0..len)
@@ -23,8 +19,8 @@ fn bytes_of(seed: u32, len: usize) -> Vec<u8> {
 
 #[test]
 fn a_mount_over_the_ring_serves_files_byte_for_byte() {
-    if !kernel_has_the_ring() {
-        eprintln!("this kernel has no FUSE over io_uring: nothing to test");
+    if let Some(why) = myriad_fuse_ring::ring::unavailable() {
+        eprintln!("{why}: nothing to test");
         return;
     }
     let tc = TestCluster::start(3);
