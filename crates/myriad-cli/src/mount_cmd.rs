@@ -124,13 +124,14 @@ pub struct MountArgs {
     pub zero_message_opens: bool,
     /// Take the kernel's requests over FUSE over io_uring instead of /dev/fuse reads and
     /// writes (Linux 6.14+; about half the CPU per request, docs/fuse.md "FUSE over
-    /// io_uring"): one queue per CPU with --fuse-ring-depth entries. As root the mount
+    /// io_uring"): one queue per CPU, with --fuse-ring-depth entries to start. As root the mount
     /// sets the `fuse.enable_uring` module parameter if it is off; without the kernel's
     /// support it says so and uses /dev/fuse.
     #[arg(long)]
     pub fuse_ring: bool,
-    /// With --fuse-ring: entries per CPU's queue, each 1 MiB of buffer. A request holds one
-    /// until answered; more requests in flight from one CPU wait in the kernel.
+    /// With --fuse-ring: entries per CPU's queue at the start, each 1 MiB of buffer. A
+    /// request holds one until answered; when few are free the queue adds more, up to
+    /// 1,024.
     #[arg(long, default_value_t = 32)]
     pub fuse_ring_depth: usize,
     /// Set-user-id and set-group-id bits are ignored on this mount (the kernel's nosuid).

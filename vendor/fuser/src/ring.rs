@@ -3,7 +3,7 @@
 //! Linux 6.14+ with the `fuse.enable_uring` module parameter set. After INIT (which offers
 //! `FUSE_OVER_IO_URING` when `Config::uring` asks for it and the kernel offers it), one
 //! thread per possible CPU, pinned to it, registers `queue_depth` ring entries with the
-//! kernel. An entry is a header buffer (`struct fuse_uring_req_header`: in/out header, the
+//! kernel, and more whenever few are free (up to `MAX_ENTRIES`). An entry is a header buffer (`struct fuse_uring_req_header`: in/out header, the
 //! op's own header, the entry's commit id and payload size) and a payload buffer; the
 //! kernel completes the registering `URING_CMD` with a request written into them. The
 //! thread rebuilds it in /dev/fuse layout and dispatches it like a request read from the
@@ -42,9 +42,9 @@ use wire::{ENT_PAYLOAD_SZ_AT, HEADER_LEN, IN_HEADER_LEN, OP_IN_LEN, OUT_HEADER_L
 /// What a session asks of FUSE over io_uring (`Config::uring`).
 #[derive(Debug, Clone)]
 pub struct UringConfig {
-    /// Entries per queue (one queue per possible CPU). An entry is held from its request
-    /// until the reply, so this bounds the requests a CPU's callers have in flight at once
-    /// over the ring (more wait in the kernel for an entry).
+    /// Entries per queue at the start (one queue per possible CPU). An entry is held from
+    /// its request until the reply; when few are left free the queue registers more, up
+    /// to 1,024 (as many requests in flight from one CPU's callers).
     pub queue_depth: usize,
     /// Counts the requests that came over the ring (none: the ring is not in use).
     pub requests: Arc<AtomicU64>,
@@ -75,12 +75,46 @@ struct Entry {
     commit_id: AtomicU64,
 }
 
+impl Entry {
+    fn new(payload: usize) -> Entry {
+        let mut header = vec![0u8; HEADER_LEN].into_boxed_slice();
+        let mut payload = vec![0u8; payload].into_boxed_slice();
+        // The buffers are on the heap: the iovecs stay right wherever the entry moves.
+        let iov = [
+            libc::iovec {
+                iov_base: header.as_mut_ptr().cast(),
+                iov_len: header.len(),
+            },
+            libc::iovec {
+                iov_base: payload.as_mut_ptr().cast(),
+                iov_len: payload.len(),
+            },
+        ];
+        Entry {
+            header,
+            payload,
+            iov,
+            commit_id: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The most entries a queue grows to: as many requests in flight from one CPU's callers.
+/// Each is a payload buffer of the largest request (1 MiB for the mount), address space
+/// that is touched only as requests use it.
+const MAX_ENTRIES: usize = 1024;
+
 /// One queue: its ring, its entries, and the replies made on other threads waiting for
 /// the queue's thread to commit them.
 pub(crate) struct Queue {
     // Dropped first: closing the ring cancels the commands that name the entries.
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    entries: Vec<Entry>,
+    /// Up to `MAX_ENTRIES`, made as needed (`grow`): the first `made` exist.
+    entries: Box<[std::sync::OnceLock<Entry>]>,
+    made: std::sync::atomic::AtomicUsize,
+    /// Entries holding a request not yet committed (kept by the queue's thread).
+    busy: std::sync::atomic::AtomicUsize,
+    payload_len: usize,
     /// Entries answered on other threads, to be committed by the queue's thread.
     pending: Mutex<Vec<usize>>,
     /// Wakes the queue's thread for `pending` (a read of it is kept posted on the ring).
@@ -106,31 +140,12 @@ unsafe impl Send for Queue {}
 unsafe impl Sync for Queue {}
 
 impl Queue {
-    fn new(ch: &Channel, qid: u16, depth: usize, payload: usize) -> io::Result<Queue> {
-        let ring = IoUring::builder().build((depth * 2).next_power_of_two() as u32)?;
-        let mut entries: Vec<Entry> = (0..depth)
-            .map(|_| Entry {
-                header: vec![0u8; HEADER_LEN].into_boxed_slice(),
-                payload: vec![0u8; payload].into_boxed_slice(),
-                iov: [libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                }; 2],
-                commit_id: AtomicU64::new(0),
-            })
+    fn new(ch: &Channel, qid: u16, payload: usize) -> io::Result<Queue> {
+        // Room for every entry's command and the eventfd's read at once.
+        let ring = IoUring::builder().build((MAX_ENTRIES + 1).next_power_of_two() as u32)?;
+        let entries = (0..MAX_ENTRIES)
+            .map(|_| std::sync::OnceLock::new())
             .collect();
-        for e in &mut entries {
-            e.iov = [
-                libc::iovec {
-                    iov_base: e.header.as_mut_ptr().cast(),
-                    iov_len: e.header.len(),
-                },
-                libc::iovec {
-                    iov_base: e.payload.as_mut_ptr().cast(),
-                    iov_len: e.payload.len(),
-                },
-            ];
-        }
         // SAFETY: eventfd has no memory effects; the descriptor is owned below.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -141,7 +156,10 @@ impl Queue {
         Ok(Queue {
             ring,
             entries,
-            pending: Mutex::new(Vec::with_capacity(depth)),
+            made: Default::default(),
+            busy: Default::default(),
+            payload_len: payload,
+            pending: Mutex::new(Vec::new()),
             wake,
             wake_buf: Box::new([0u8; 8]),
             owner: std::sync::OnceLock::new(),
@@ -149,6 +167,35 @@ impl Queue {
             fd: ch.as_fd_raw(),
             _ch: ch.clone(),
         })
+    }
+
+    /// Entry `idx` (made: `idx` < `made`).
+    fn entry(&self, idx: usize) -> &Entry {
+        self.entries[idx].get_or_init(|| Entry::new(self.payload_len))
+    }
+
+    /// Makes and registers `n` more entries (at most up to `MAX_ENTRIES`).
+    fn grow(&self, n: usize) -> io::Result<()> {
+        let from = self.made.load(Ordering::Relaxed);
+        let to = (from + n).min(MAX_ENTRIES);
+        for idx in from..to {
+            self.entry(idx);
+            self.made.store(idx + 1, Ordering::Relaxed);
+            self.submit(idx, None)?;
+        }
+        Ok(())
+    }
+
+    /// Registers more entries when few are left free: a request holds its entry until
+    /// answered (a blocked lock wait for as long as it blocks), and a CPU whose entries are
+    /// all held would hold back every other request from that CPU.
+    fn keep_free(&self) -> io::Result<()> {
+        let made = self.made.load(Ordering::Relaxed);
+        let busy = self.busy.load(Ordering::Relaxed);
+        if made < MAX_ENTRIES && made.saturating_sub(busy) < (made / 4).max(2) {
+            self.grow(made)?;
+        }
+        Ok(())
     }
 
     fn on_owner(&self) -> bool {
@@ -159,8 +206,8 @@ impl Queue {
     /// thread calls this.
     fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
         // SAFETY: only the queue's thread pushes; what the SQE names (iovecs, buffers, the
-        // eventfd's buffer) lives as long as the queue; at most `depth` + 1 commands are
-        // queued at once, and the ring has room for twice `depth`.
+        // eventfd's buffer) lives as long as the queue; at most one command per entry and
+        // the eventfd's read are queued at once, and the ring has room for them all.
         unsafe {
             self.ring
                 .submission_shared()
@@ -185,7 +232,7 @@ impl Queue {
     fn commit_pending(&self) -> io::Result<()> {
         let ready = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
         for idx in ready {
-            let id = self.entries[idx].commit_id.load(Ordering::Acquire);
+            let id = self.entry(idx).commit_id.load(Ordering::Acquire);
             self.submit(idx, Some(id))?;
         }
         Ok(())
@@ -194,7 +241,10 @@ impl Queue {
     /// Pushes entry `idx`'s registration (`commit_id` None) or the commit of its reply
     /// (only on the queue's thread).
     fn submit(&self, idx: usize, commit_id: Option<u64>) -> io::Result<()> {
-        let iov = self.entries[idx].iov.as_ptr();
+        if commit_id.is_some() {
+            self.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+        let iov = self.entry(idx).iov.as_ptr();
         let sqe = wire::command(self.fd, self.qid, idx as u64, iov, commit_id);
         self.push(&sqe)
     }
@@ -202,14 +252,12 @@ impl Queue {
     /// The request in entry `idx` as /dev/fuse lays it out, into `buf`; remembers its
     /// commit id for the reply.
     fn request_of(&self, idx: usize, buf: &mut Vec<u8>) -> bool {
-        let e = &self.entries[idx];
-        match wire::request(&e.header, &e.payload, buf) {
-            Some(id) => {
-                e.commit_id.store(id, Ordering::Release);
-                true
-            }
-            None => false,
-        }
+        let e = self.entry(idx);
+        // The commit id first: even a request that cannot be parsed is answered under it.
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&e.header[wire::ENT_COMMIT_ID_AT..wire::ENT_COMMIT_ID_AT + 8]);
+        e.commit_id.store(u64::from_le_bytes(id), Ordering::Release);
+        wire::request(&e.header, &e.payload, buf).is_some()
     }
 }
 
@@ -246,7 +294,7 @@ impl RingSlot {
     /// Writes the reply (out-header, then its payload) into the entry and commits it.
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
         let q = &self.queue;
-        let e = &q.entries[self.idx];
+        let e = q.entry(self.idx);
         let total: usize = data.iter().map(|s| s.len()).sum();
         if total < OUT_HEADER_LEN || total - OUT_HEADER_LEN > e.payload.len() {
             return Err(io::Error::other(format!(
@@ -305,11 +353,9 @@ pub(crate) fn start(
     payload: usize,
 ) -> io::Result<Arc<Queue>> {
     wire::pin_to(qid);
-    let q = Arc::new(Queue::new(ch, qid, cfg.queue_depth.max(1), payload)?);
+    let q = Arc::new(Queue::new(ch, qid, payload)?);
     let _ = q.owner.set(std::thread::current().id());
-    for idx in 0..q.entries.len() {
-        q.submit(idx, None)?;
-    }
+    q.grow(cfg.queue_depth.clamp(1, MAX_ENTRIES))?;
     q.arm_wake()?;
     q.ring.submit()?;
     Ok(q)
@@ -326,12 +372,13 @@ pub(crate) fn serve(
 ) -> io::Result<()> {
     let wait = types::Timespec::from(Duration::from_millis(500));
     let mut buf = Vec::with_capacity(IN_HEADER_LEN + OP_IN_LEN + 4096);
-    let mut done: Vec<(usize, i32)> = Vec::with_capacity(q.entries.len());
+    let mut done: Vec<(usize, i32)> = Vec::with_capacity(MAX_ENTRIES);
     // A queue's thread must not end while the connection lives: the kernel keeps sending
     // this CPU's requests to it. An entry whose command failed is registered again.
     let mut failures = 0u32;
     while !stop.load(Ordering::Relaxed) {
         q.commit_pending()?;
+        q.keep_free()?;
         let args = types::SubmitArgs::new().timespec(&wait);
         match q.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => {}
@@ -362,25 +409,24 @@ pub(crate) fn serve(
                 continue;
             }
             let idx = data;
-            if idx >= q.entries.len() {
+            if idx >= q.made.load(Ordering::Relaxed) {
                 continue;
             }
             match res {
                 0 => {
-                    if !q.request_of(idx, &mut buf) {
-                        error!(
-                            "ring queue {}: a malformed request; entry registered again",
-                            q.qid
-                        );
-                        q.submit(idx, None)?;
-                        continue;
-                    }
-                    cfg.requests.fetch_add(1, Ordering::Relaxed);
+                    q.busy.fetch_add(1, Ordering::Relaxed);
                     let slot = RingSlot {
                         queue: q.clone(),
                         idx,
                         device: device.clone(),
                     };
+                    if !q.request_of(idx, &mut buf) {
+                        // Answered, so that the entry comes back to the queue.
+                        error!("ring queue {}: a malformed request, answered EIO", q.qid);
+                        slot.fail(&q.entry(idx).header, libc::EIO)?;
+                        continue;
+                    }
+                    cfg.requests.fetch_add(1, Ordering::Relaxed);
                     // A panic in a callback drops its reply, which answers EIO; the queue
                     // goes on.
                     let dispatched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

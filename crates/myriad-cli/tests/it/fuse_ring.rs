@@ -10,7 +10,6 @@ use crate::harness::TestCluster;
 use crate::mount::Mount;
 use crate::mount_metrics::{scrape, value};
 
-
 fn bytes_of(seed: u32, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as u8)
@@ -95,4 +94,61 @@ fn a_mount_over_the_ring_serves_files_byte_for_byte() {
         m.log_text()
     );
     m.unmount();
+}
+
+/// Runs `f` on a thread and fails the test if it has not finished within `secs`.
+fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{what} did not finish within {secs} s"))
+}
+
+#[test]
+fn lock_waiters_beyond_a_queues_entries_do_not_hold_back_other_requests() {
+    if let Some(why) = myriad_fuse_ring::ring::unavailable() {
+        eprintln!("{why}: nothing to test");
+        return;
+    }
+    let tc = TestCluster::start(3);
+    // Two entries per CPU to start: twelve blocked flock waiters hold every one of them.
+    let m = Mount::new(&tc, &["--", "--fuse-ring", "--fuse-ring-depth", "2"]);
+    let file = m.path("locked");
+    std::fs::write(&file, b"x").unwrap_or_else(|e| panic!("{e}"));
+    let held = std::fs::File::open(&file).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: flock on a descriptor this test holds.
+    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let waiters: Vec<std::process::Child> = (0..12)
+        .map(|_| {
+            std::process::Command::new("flock")
+                .arg(&file)
+                .arg("true")
+                .spawn()
+                .unwrap_or_else(|e| panic!("flock(1): {e}"))
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Every other request still gets an entry (the queues registered more).
+    let root = m.dir.path().to_path_buf();
+    within(
+        20,
+        "files written and read beside the lock waiters",
+        move || {
+            for i in 0..50 {
+                let p = root.join(format!("beside{i}"));
+                std::fs::write(&p, format!("file {i}")).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(std::fs::read_to_string(&p).ok(), Some(format!("file {i}")));
+            }
+        },
+    );
+    drop(held);
+    within(30, "the lock waiters", move || {
+        for mut w in waiters {
+            let st = w.wait().unwrap_or_else(|e| panic!("{e}"));
+            assert!(st.success(), "a waiter got the lock and ran: {st}");
+        }
+    });
 }
