@@ -76,6 +76,8 @@ struct Row {
     myriad_ops_s: f64,
     local_ops_s: f64,
     target_ops_s: Option<f64>,
+    /// CPU of the mount process per operation (all its threads), microseconds.
+    mount_cpu_us_per_op: f64,
 }
 
 /// `reread` opens and reads the files `read` read, on the same mount: what a second
@@ -264,6 +266,23 @@ impl MountProc {
         })
     }
 
+    /// CPU seconds the mount process has used so far (all threads, user and system).
+    fn cpu_secs(&self) -> f64 {
+        let stat =
+            fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces): utime and stime are the
+        // 12th and 13th.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let ticks: f64 = after
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|t| t.parse::<f64>().ok())
+            .sum();
+        // SAFETY: sysconf has no memory effects.
+        ticks / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64)
+    }
+
     pub(crate) fn stop(mut self) -> anyhow::Result<()> {
         myriad_fuse::unmount(&self.at).map_err(anyhow::Error::msg)?;
         self.child.wait()?;
@@ -325,12 +344,12 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
     let rows = result?;
 
     println!(
-        "\n{:>6} {:>9} | {:>12} {:>12} | {:>7} | {:>9}",
-        "size", "phase", "myriad op/s", "local op/s", "ratio", "target"
+        "\n{:>6} {:>9} | {:>12} {:>12} | {:>7} | {:>9} | {:>11}",
+        "size", "phase", "myriad op/s", "local op/s", "ratio", "target", "mount us/op"
     );
     for r in &rows {
         println!(
-            "{:>6} {:>9} | {:>12.0} {:>12.0} | {:>7.2} | {:>9}",
+            "{:>6} {:>9} | {:>12.0} {:>12.0} | {:>7.2} | {:>9} | {:>11.1}",
             r.size,
             r.phase,
             r.myriad_ops_s,
@@ -340,13 +359,15 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
                 Some(t) if r.myriad_ops_s >= t => format!("{t:.0} met"),
                 Some(t) => format!("{t:.0} NOT"),
                 None => "-".into(),
-            }
+            },
+            r.mount_cpu_us_per_op
         );
     }
     println!(
         "(ls: entries/s of one `ls -l`; read, read-ro and ls run on a fresh mount: cold kernel \
          cache; reread: the files read again on the mount that read them, local disk's page \
-         cache warm; -ro: on a read-only mount with zero-message opens)"
+         cache warm; -ro: on a read-only mount with zero-message opens; mount us/op: CPU of \
+         the mount process per operation)"
     );
     fs::create_dir_all(&a.mounted.out_dir)?;
     let out = a.mounted.out_dir.join("bench-fuse.json");
@@ -376,20 +397,24 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
                 }
                 m = MountProc::start(map, mnt, &args)?;
             }
-            let v = if phase == "ls" {
-                run_ls(&root.join("ls"), a.ls_entries)?
+            let cpu0 = m.cpu_secs();
+            let (v, ops) = if phase == "ls" {
+                (run_ls(&root.join("ls"), a.ls_entries)?, a.ls_entries)
             } else {
-                run_workers(&root, phase, a, size)?
+                (run_workers(&root, phase, a, size)?, a.files)
             };
-            eprintln!("  myriad {size:>6} B {phase:>7}: {v:>10.0} op/s");
-            mine.push(v);
+            let cpu_us = (m.cpu_secs() - cpu0) * 1e6 / ops.max(1) as f64;
+            eprintln!(
+                "  myriad {size:>6} B {phase:>7}: {v:>10.0} op/s, mount CPU {cpu_us:.1} us/op"
+            );
+            mine.push((v, cpu_us));
         }
         m.stop()?;
         // The same on local disk.
         let root = local.join(&name);
         prepare_dirs(&root, a)?;
         fill_ls_dir(&root.join("ls"), a.ls_entries, size)?;
-        for (phase, v) in PHASES.iter().zip(mine) {
+        for (phase, (v, cpu_us)) in PHASES.iter().zip(mine) {
             if fresh_mount(phase).is_some() {
                 drop_local_caches();
             }
@@ -405,6 +430,7 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
                 myriad_ops_s: v,
                 local_ops_s: l,
                 target_ops_s: target(phase, size),
+                mount_cpu_us_per_op: cpu_us,
             });
         }
     }
