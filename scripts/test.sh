@@ -21,4 +21,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # prints what git and the mount say if it happens; issue 48's closing note).
 cargo test --workspace --locked -- --skip deploy:: --skip fuse_programs::
 cargo test -p myriad-cli --test it --locked -- deploy:: fuse_programs:: --test-threads 1
+# The model-checked file and namespace exercisers and the lock tests once more with every
+# mount over FUSE over io_uring (`--fuse-ring`, docs/fuse.md); where the kernel has no ring
+# the mounts say so and use /dev/fuse.
+MYRIAD_TEST_FUSE_RING=1 cargo test -p myriad-cli --test it --locked -- fsx:: nsx:: file_locks::
 bash scripts/test-python.sh
