@@ -83,53 +83,64 @@ fn mount(dir: &Path, transport: Transport) -> io::Result<Mounted> {
     let target = dir.join("probe");
     std::fs::create_dir_all(&target)?;
     let fd: Arc<OwnedFd> = Arc::new(device::mount(&target)?);
-    let counts = Arc::new(Counts::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let (init_tx, init_rx) = std::sync::mpsc::channel();
-    let mut threads = Vec::new();
-    let use_ring = matches!(transport, Transport::Ring { .. });
-    let device_threads = match transport {
-        Transport::Device { threads } => threads.max(1),
-        Transport::Ring { .. } => 1, // INIT, forgets, interrupts
+    let mut m = Mounted {
+        target,
+        counts: Arc::new(Counts::default()),
+        stop: Arc::new(AtomicBool::new(false)),
+        threads: Vec::new(),
     };
-    for i in 0..device_threads {
-        // The first reader serves the mount's own descriptor, the others clones of it.
-        let fd = if i == 0 {
-            fd.clone()
-        } else {
-            Arc::new(device::clone_channel(&fd)?)
-        };
-        let (counts, init_tx) = (counts.clone(), init_tx.clone());
-        threads.push(std::thread::spawn(move || {
-            device::serve(fd, counts, use_ring, || {
-                let _ = init_tx.send(());
-            });
-            Ok(())
-        }));
-    }
-    // The kernel sends INIT at the first access.
-    let probe_target = target.clone();
-    std::thread::spawn(move || std::fs::metadata(probe_target));
-    init_rx
-        .recv_timeout(Duration::from_secs(5))
-        .map_err(|_| io::Error::other("the kernel sent no INIT within 5 s"))?;
-    if let Transport::Ring { depth, pin } = transport {
-        for qid in 0..ring::possible_cpus()? {
-            let (fd, counts, stop) = (fd.clone(), counts.clone(), stop.clone());
-            threads.push(std::thread::spawn(move || {
-                ring::serve_queue(fd, qid, depth, pin, counts, stop)
-            }));
+    match m.serve(fd, transport) {
+        Ok(()) => Ok(m),
+        Err(e) => {
+            // Unmounted, so that no reader is left blocked and nothing stays mounted.
+            let _ = m.finish();
+            Err(e)
         }
     }
-    Ok(Mounted {
-        target,
-        counts,
-        stop,
-        threads,
-    })
 }
 
 impl Mounted {
+    /// Starts the daemon on the mount's descriptor `fd`: its /dev/fuse readers, INIT, and
+    /// then the ring's queues if `transport` is the ring.
+    fn serve(&mut self, fd: Arc<OwnedFd>, transport: Transport) -> io::Result<()> {
+        let (init_tx, init_rx) = std::sync::mpsc::channel();
+        let use_ring = matches!(transport, Transport::Ring { .. });
+        let device_threads = match transport {
+            Transport::Device { threads } => threads.max(1),
+            Transport::Ring { .. } => 1, // INIT, forgets, interrupts
+        };
+        for i in 0..device_threads {
+            // The first reader serves the mount's own descriptor, the others clones of it.
+            let fd = if i == 0 {
+                fd.clone()
+            } else {
+                Arc::new(device::clone_channel(&fd)?)
+            };
+            let (counts, init_tx) = (self.counts.clone(), init_tx.clone());
+            self.threads.push(std::thread::spawn(move || {
+                device::serve(fd, counts, use_ring, || {
+                    let _ = init_tx.send(());
+                });
+                Ok(())
+            }));
+        }
+        // The kernel sends INIT at the first access.
+        let probe_target = self.target.clone();
+        std::thread::spawn(move || std::fs::metadata(probe_target));
+        init_rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| io::Error::other("the kernel sent no INIT within 5 s"))?;
+        if let Transport::Ring { depth, pin } = transport {
+            for qid in 0..ring::possible_cpus()? {
+                let (fd, counts, stop) = (fd.clone(), self.counts.clone(), self.stop.clone());
+                self.threads.push(std::thread::spawn(move || {
+                    ring::serve_queue(fd, qid, depth, pin, counts, stop)
+                }));
+            }
+        }
+        Ok(())
+    }
+
     fn finish(self) -> io::Result<()> {
         let unmounted = device::unmount(&self.target);
         self.stop.store(true, Ordering::Relaxed);

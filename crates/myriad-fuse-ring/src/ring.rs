@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fuser::uring_wire::{self as wire, ENT_PAYLOAD_SZ_AT, HEADER_LEN};
+use fuser::uring_wire::{self as wire, ENT_PAYLOAD_SZ_AT, EntryBuffers};
 use io_uring::{IoUring, cqueue, squeue, types};
 
 use crate::abi::{self, InHeader};
@@ -21,61 +21,9 @@ use crate::probe_fs::{self, Answer, Counts};
 /// The kernel refuses a payload buffer smaller than its largest request.
 const PAYLOAD_LEN: usize = abi::MAX_WRITE as usize;
 
-/// One ring entry's buffers, and the iovecs that name them at registration.
-struct Entry {
-    header: Vec<u8>,
-    payload: Vec<u8>,
-    iov: [libc::iovec; 2],
-}
-
-impl Entry {
-    fn new() -> Box<Entry> {
-        let mut e = Box::new(Entry {
-            header: vec![0u8; HEADER_LEN],
-            payload: vec![0u8; PAYLOAD_LEN],
-            iov: [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; 2],
-        });
-        e.iov = [
-            libc::iovec {
-                iov_base: e.header.as_mut_ptr().cast(),
-                iov_len: HEADER_LEN,
-            },
-            libc::iovec {
-                iov_base: e.payload.as_mut_ptr().cast(),
-                iov_len: PAYLOAD_LEN,
-            },
-        ];
-        e
-    }
-}
-
-pub use wire::{kernel_enabled as enabled, possible_cpus};
-
-/// Why this machine cannot run FUSE over io_uring, if it cannot: a kernel without it (no
-/// `fuse.enable_uring` parameter: before 6.14 or without `CONFIG_FUSE_IO_URING`), or
-/// io_uring turned off (`kernel.io_uring_disabled`).
-pub fn unavailable() -> Option<String> {
-    if !std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
-        return Some("this kernel has no FUSE over io_uring (Linux 6.14+)".into());
-    }
-    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-        .map(|s| s.trim() != "0")
-        .unwrap_or(false);
-    disabled.then(|| "io_uring is turned off here (kernel.io_uring_disabled)".into())
-}
-
-/// Sets `fuse.enable_uring` (root only); returns what it was.
-pub fn set_enabled(on: bool) -> io::Result<bool> {
-    let was = enabled();
-    std::fs::write(
-        "/sys/module/fuse/parameters/enable_uring",
-        if on { "Y" } else { "N" },
-    )?;
-    Ok(was)
-}
+pub use wire::{
+    kernel_enabled as enabled, possible_cpus, set_kernel_enabled as set_enabled, unavailable,
+};
 
 /// Serves queue `qid` with `depth` entries until `stop` is set or the connection ends.
 /// `pin`: run on CPU `qid`, as libfuse does.
@@ -93,7 +41,8 @@ pub fn serve_queue(
     let raw = fd.as_raw_fd();
     let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
         IoUring::builder().build((depth * 2) as u32)?;
-    let mut entries: Vec<Box<Entry>> = (0..depth).map(|_| Entry::new()).collect();
+    let mut entries: Vec<EntryBuffers> =
+        (0..depth).map(|_| EntryBuffers::new(PAYLOAD_LEN)).collect();
     for (idx, e) in entries.iter().enumerate() {
         let sqe = wire::command(raw, qid, idx as u64, e.iov.as_ptr(), None);
         // SAFETY: the entry's buffers and iovecs live in `entries` for as long as the ring.
@@ -120,9 +69,15 @@ pub fn serve_queue(
             let e = &mut entries[idx];
             let next = match res {
                 0 => Some(answer(e, &counts, &mut body, &mut out)),
-                r if r == -libc::EAGAIN || r == -libc::EINTR => None, // register again
                 r if r == -libc::ENOTCONN || r == -libc::ECANCELED => return Ok(()),
-                r => return Err(io::Error::from_raw_os_error(-r)),
+                // Registered again: a queue that stopped would leave this CPU's callers
+                // waiting for ever.
+                r if r == -libc::EAGAIN || r == -libc::EINTR => None,
+                r => {
+                    eprintln!("ring queue {qid}: {}", io::Error::from_raw_os_error(-r));
+                    std::thread::sleep(Duration::from_millis(10));
+                    None
+                }
             };
             let sqe = wire::command(raw, qid, idx as u64, e.iov.as_ptr(), next);
             // SAFETY: as at registration; at most `depth` commands are ever queued.
@@ -133,11 +88,11 @@ pub fn serve_queue(
 }
 
 /// Answers the request in entry `e`; returns the commit id to send the reply under.
-fn answer(e: &mut Entry, counts: &Counts, body: &mut Vec<u8>, out: &mut Vec<u8>) -> u64 {
+fn answer(e: &mut EntryBuffers, counts: &Counts, body: &mut Vec<u8>, out: &mut Vec<u8>) -> u64 {
     // Rebuilt as /dev/fuse lays a request out: what fuser's parser needs, as the mount's
     // ring does it (`fuser::uring_wire::request`), so its copy is part of what is measured.
-    let commit_id = wire::request(&e.header, &e.payload, body);
-    let header = commit_id.and_then(|_| InHeader::parse(body));
+    let commit_id = wire::commit_id(&e.header);
+    let header = wire::request(&e.header, &e.payload, body).and_then(|()| InHeader::parse(body));
     let (error, len) = match header {
         Some(h) => {
             probe_fs::count(counts, true);
@@ -156,7 +111,7 @@ fn answer(e: &mut Entry, counts: &Counts, body: &mut Vec<u8>, out: &mut Vec<u8>)
     let header = abi::out_header(unique, error, len);
     e.header[..abi::OUT_HEADER_LEN].copy_from_slice(&header);
     e.header[ENT_PAYLOAD_SZ_AT..ENT_PAYLOAD_SZ_AT + 4].copy_from_slice(&(len as u32).to_le_bytes());
-    commit_id.unwrap_or_else(|| abi::u64_at(&e.header, wire::ENT_COMMIT_ID_AT))
+    commit_id
 }
 
 #[cfg(test)]
@@ -174,13 +129,14 @@ mod wire_tests {
         header[OP_IN_AT] = 7;
         header[ENT_COMMIT_ID_AT..ENT_COMMIT_ID_AT + 8].copy_from_slice(&99u64.to_le_bytes());
         let mut buf = Vec::new();
-        assert_eq!(request(&header, &[0u8; 16], &mut buf), Some(99));
+        assert_eq!(commit_id(&header), 99);
+        assert_eq!(request(&header, &[0u8; 16], &mut buf), Some(()));
         assert_eq!(buf.len(), 80);
         assert_eq!(buf[IN_HEADER_LEN], 7);
         // A LOOKUP of "f": len 42, a 2-byte payload, no op header.
         header[0..4].copy_from_slice(&42u32.to_le_bytes());
         header[ENT_PAYLOAD_SZ_AT..ENT_PAYLOAD_SZ_AT + 4].copy_from_slice(&2u32.to_le_bytes());
-        assert_eq!(request(&header, b"f\0", &mut buf), Some(99));
+        assert_eq!(request(&header, b"f\0", &mut buf), Some(()));
         assert_eq!(&buf[IN_HEADER_LEN..], b"f\0");
         // Lengths that do not add up.
         header[0..4].copy_from_slice(&10u32.to_le_bytes());

@@ -314,13 +314,15 @@ fn mount_options(cfg: &MountConfig) -> Vec<MountOption> {
 /// FUSE over io_uring as asked (`--fuse-ring`): as root, the kernel's `fuse.enable_uring` is
 /// set first if it is off (it only lets connections that ask for the ring use it).
 fn ring_config(depth: usize, inner: &Mount) -> fuser::UringConfig {
-    const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
-    if !fuser::uring_enabled() {
-        match std::fs::write(PARAM, "Y") {
-            Ok(()) => tracing::info!("set {PARAM} to Y for --fuse-ring"),
-            Err(_) => tracing::warn!(
-                "--fuse-ring: {PARAM} is off (or this kernel has no FUSE over io_uring) and \
-                 could not be set: requests go over /dev/fuse"
+    use fuser::uring_wire::{ENABLE_PARAM, kernel_enabled, set_kernel_enabled, unavailable};
+    if let Some(why) = unavailable() {
+        tracing::warn!("--fuse-ring: {why}: requests go over /dev/fuse");
+    } else if !kernel_enabled() {
+        match set_kernel_enabled(true) {
+            Ok(_) => tracing::info!("set {ENABLE_PARAM} to Y for --fuse-ring"),
+            Err(e) => tracing::warn!(
+                "--fuse-ring: {ENABLE_PARAM} is off and could not be set ({e}): requests go \
+                 over /dev/fuse"
             ),
         }
     }

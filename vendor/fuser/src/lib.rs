@@ -76,7 +76,6 @@ pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
 pub use crate::ring::UringConfig;
 pub use crate::ring::wire as uring_wire;
-pub use crate::ring::wire::kernel_enabled as uring_enabled;
 pub use crate::session::BackgroundSession;
 use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;

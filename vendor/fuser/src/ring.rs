@@ -37,7 +37,7 @@ use crate::channel::{Channel, ChannelSender};
 pub mod wire;
 
 pub(crate) use wire::possible_cpus;
-use wire::{ENT_PAYLOAD_SZ_AT, HEADER_LEN, IN_HEADER_LEN, OP_IN_LEN, OUT_HEADER_LEN};
+use wire::{ENT_PAYLOAD_SZ_AT, IN_HEADER_LEN, OP_IN_LEN, OUT_HEADER_LEN};
 
 /// What a session asks of FUSE over io_uring (`Config::uring`).
 #[derive(Debug, Clone)]
@@ -69,31 +69,14 @@ pub(crate) fn payload_len(max_write: u32, max_pages: u16) -> usize {
 /// queue's thread when the entry comes back with a request, and written by the request's
 /// replier before the commit: never two of them at once.
 struct Entry {
-    header: Box<[u8]>,
-    payload: Box<[u8]>,
-    iov: [libc::iovec; 2],
+    buffers: wire::EntryBuffers,
     commit_id: AtomicU64,
 }
 
 impl Entry {
     fn new(payload: usize) -> Entry {
-        let mut header = vec![0u8; HEADER_LEN].into_boxed_slice();
-        let mut payload = vec![0u8; payload].into_boxed_slice();
-        // The buffers are on the heap: the iovecs stay right wherever the entry moves.
-        let iov = [
-            libc::iovec {
-                iov_base: header.as_mut_ptr().cast(),
-                iov_len: header.len(),
-            },
-            libc::iovec {
-                iov_base: payload.as_mut_ptr().cast(),
-                iov_len: payload.len(),
-            },
-        ];
         Entry {
-            header,
-            payload,
-            iov,
+            buffers: wire::EntryBuffers::new(payload),
             commit_id: AtomicU64::new(0),
         }
     }
@@ -244,7 +227,7 @@ impl Queue {
         if commit_id.is_some() {
             self.busy.fetch_sub(1, Ordering::Relaxed);
         }
-        let iov = self.entry(idx).iov.as_ptr();
+        let iov = self.entry(idx).buffers.iov.as_ptr();
         let sqe = wire::command(self.fd, self.qid, idx as u64, iov, commit_id);
         self.push(&sqe)
     }
@@ -254,10 +237,10 @@ impl Queue {
     fn request_of(&self, idx: usize, buf: &mut Vec<u8>) -> bool {
         let e = self.entry(idx);
         // The commit id first: even a request that cannot be parsed is answered under it.
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&e.header[wire::ENT_COMMIT_ID_AT..wire::ENT_COMMIT_ID_AT + 8]);
-        e.commit_id.store(u64::from_le_bytes(id), Ordering::Release);
-        wire::request(&e.header, &e.payload, buf).is_some()
+        let b = &e.buffers;
+        e.commit_id
+            .store(wire::commit_id(&b.header), Ordering::Release);
+        wire::request(&b.header, &b.payload, buf).is_some()
     }
 }
 
@@ -295,34 +278,34 @@ impl RingSlot {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
         let q = &self.queue;
         let e = q.entry(self.idx);
+        let b = &e.buffers;
         let total: usize = data.iter().map(|s| s.len()).sum();
-        if total < OUT_HEADER_LEN || total - OUT_HEADER_LEN > e.payload.len() {
+        if total < OUT_HEADER_LEN || total - OUT_HEADER_LEN > b.payload.len() {
             return Err(io::Error::other(format!(
                 "a reply of {total} bytes does not fit a ring entry"
             )));
         }
-        let header = e.header.as_ptr() as *mut u8;
-        let payload = e.payload.as_ptr() as *mut u8;
+        let header = b.header.as_ptr() as *mut u8;
+        let payload = b.payload.as_ptr() as *mut u8;
+        // The first OUT_HEADER_LEN bytes go to the header buffer, the rest to the payload.
         let mut at = 0usize;
         for s in data {
-            for chunk in [&s[..]] {
-                let mut from = 0usize;
-                while from < chunk.len() {
-                    let (dst, room) = if at < OUT_HEADER_LEN {
-                        // SAFETY: inside the header buffer; this replier alone writes the
-                        // entry until it commits (see `Entry`).
-                        (unsafe { header.add(at) }, OUT_HEADER_LEN - at)
-                    } else {
-                        // SAFETY: inside the payload buffer (checked against its length
-                        // above); this replier alone writes it until the commit.
-                        (unsafe { payload.add(at - OUT_HEADER_LEN) }, usize::MAX)
-                    };
-                    let n = room.min(chunk.len() - from);
-                    // SAFETY: `n` bytes from a live slice into the entry's buffer.
-                    unsafe { std::ptr::copy_nonoverlapping(chunk[from..].as_ptr(), dst, n) };
-                    from += n;
-                    at += n;
-                }
+            let mut rest: &[u8] = s;
+            while !rest.is_empty() {
+                let (dst, room) = if at < OUT_HEADER_LEN {
+                    // SAFETY: inside the header buffer; this replier alone writes the entry
+                    // until it commits (see `Entry`).
+                    (unsafe { header.add(at) }, OUT_HEADER_LEN - at)
+                } else {
+                    // SAFETY: inside the payload buffer (checked against its length above);
+                    // this replier alone writes it until the commit.
+                    (unsafe { payload.add(at - OUT_HEADER_LEN) }, rest.len())
+                };
+                let n = room.min(rest.len());
+                // SAFETY: `n` bytes from a live slice into the entry's buffer.
+                unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst, n) };
+                rest = &rest[n..];
+                at += n;
             }
         }
         let size = ((total - OUT_HEADER_LEN) as u32).to_le_bytes();
@@ -374,7 +357,8 @@ pub(crate) fn serve(
     let mut buf = Vec::with_capacity(IN_HEADER_LEN + OP_IN_LEN + 4096);
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(MAX_ENTRIES);
     // A queue's thread must not end while the connection lives: the kernel keeps sending
-    // this CPU's requests to it. An entry whose command failed is registered again.
+    // this CPU's requests to it. An entry whose command failed is registered again, after
+    // a pause once failures keep coming.
     let mut failures = 0u32;
     while !stop.load(Ordering::Relaxed) {
         q.commit_pending()?;
@@ -414,6 +398,7 @@ pub(crate) fn serve(
             }
             match res {
                 0 => {
+                    failures = 0;
                     q.busy.fetch_add(1, Ordering::Relaxed);
                     let slot = RingSlot {
                         queue: q.clone(),
@@ -423,7 +408,7 @@ pub(crate) fn serve(
                     if !q.request_of(idx, &mut buf) {
                         // Answered, so that the entry comes back to the queue.
                         error!("ring queue {}: a malformed request, answered EIO", q.qid);
-                        slot.fail(&q.entry(idx).header, libc::EIO)?;
+                        slot.fail(&q.entry(idx).buffers.header, libc::EIO)?;
                         continue;
                     }
                     cfg.requests.fetch_add(1, Ordering::Relaxed);
@@ -440,14 +425,17 @@ pub(crate) fn serve(
                     return Ok(());
                 }
                 r => {
-                    failures += 1;
-                    warn!(
-                        "ring queue {} entry {idx}: a command failed ({}); registered again",
-                        q.qid,
-                        io::Error::from_raw_os_error(-r)
-                    );
-                    if failures > 1000 {
-                        return Err(io::Error::from_raw_os_error(-r));
+                    failures = failures.saturating_add(1);
+                    if failures.is_power_of_two() {
+                        warn!(
+                            "ring queue {} entry {idx}: a command failed ({}; {failures} in a \
+                             row); registered again",
+                            q.qid,
+                            io::Error::from_raw_os_error(-r)
+                        );
+                    }
+                    if failures > 100 {
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                     q.submit(idx, None)?;
                 }

@@ -8,7 +8,17 @@ use std::os::unix::fs::MetadataExt;
 
 use crate::harness::TestCluster;
 use crate::mount::Mount;
-use crate::mount_metrics::{scrape, value};
+use crate::mount_metrics::{mount_with_metrics, scrape, value};
+
+/// Says why this machine cannot run the ring, if it cannot (the test then has nothing to
+/// check).
+fn no_ring_here() -> bool {
+    let why = myriad_fuse_ring::ring::unavailable();
+    if let Some(why) = &why {
+        eprintln!("{why}: nothing to test");
+    }
+    why.is_some()
+}
 
 fn bytes_of(seed: u32, len: usize) -> Vec<u8> {
     (0..len)
@@ -18,17 +28,11 @@ fn bytes_of(seed: u32, len: usize) -> Vec<u8> {
 
 #[test]
 fn a_mount_over_the_ring_serves_files_byte_for_byte() {
-    if let Some(why) = myriad_fuse_ring::ring::unavailable() {
-        eprintln!("{why}: nothing to test");
+    if no_ring_here() {
         return;
     }
     let tc = TestCluster::start(3);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = format!("127.0.0.1:{port}");
-    let mut m = Mount::new(&tc, &["--", "--fuse-ring", "--metrics", &addr]);
+    let (mut m, addr) = mount_with_metrics(&tc, &["--fuse-ring"]);
     let root = m.dir.path().to_path_buf();
     // Four writers and readers at once, small files and one big one each (3 MiB: READs
     // and WRITEs of the mount's largest size go through the ring's payload buffers).
@@ -108,8 +112,7 @@ fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send
 
 #[test]
 fn lock_waiters_beyond_a_queues_entries_do_not_hold_back_other_requests() {
-    if let Some(why) = myriad_fuse_ring::ring::unavailable() {
-        eprintln!("{why}: nothing to test");
+    if no_ring_here() {
         return;
     }
     let tc = TestCluster::start(3);

@@ -24,20 +24,23 @@ pub fn value(text: &str, sample: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// A mount of `tc` serving its metrics, and their address.
-fn mount_with_metrics(tc: &TestCluster) -> (Mount, String) {
+/// A mount of `tc` with the `myriad mount` flags `flags`, serving its metrics, and their
+/// address.
+pub fn mount_with_metrics(tc: &TestCluster, flags: &[&str]) -> (Mount, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = format!("127.0.0.1:{port}");
-    (Mount::new(tc, &["--", "--metrics", &addr]), addr)
+    let mut extra = vec!["--", "--metrics", &addr];
+    extra.extend_from_slice(flags);
+    (Mount::new(tc, &extra), addr)
 }
 
 #[test]
 fn a_mount_counts_kernel_requests_and_where_getattr_was_answered() {
     let tc = TestCluster::start(3);
-    let (m, addr) = mount_with_metrics(&tc);
+    let (m, addr) = mount_with_metrics(&tc, &[]);
     let root = m.dir.path();
     std::fs::create_dir(root.join("d")).unwrap_or_else(|e| panic!("{e}"));
     for i in 0..10 {
@@ -89,7 +92,7 @@ fn a_mount_counts_kernel_requests_and_where_getattr_was_answered() {
 #[test]
 fn symlink_targets_are_read_once_and_a_replaced_one_is_seen() {
     let tc = TestCluster::start(3);
-    let (a, addr) = mount_with_metrics(&tc);
+    let (a, addr) = mount_with_metrics(&tc, &[]);
     let b = Mount::new(&tc, &[]);
     let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
     io(std::fs::create_dir(a.path("d")));

@@ -9,15 +9,7 @@ use std::time::{Duration, Instant};
 use crate::file_locks::{open_rw, setlk};
 use crate::harness::TestCluster;
 use crate::mount::Mount;
-use crate::mount_metrics::{scrape, value};
-
-fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"));
-    format!("127.0.0.1:{port}")
-}
+use crate::mount_metrics::{mount_with_metrics, scrape, value};
 
 fn read(p: &std::path::Path) -> Vec<u8> {
     std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
@@ -26,18 +18,8 @@ fn read(p: &std::path::Path) -> Vec<u8> {
 #[test]
 fn a_read_only_mount_opens_without_asking_and_reads_each_close_of_another_mount() {
     let tc = TestCluster::start(3);
-    let addr = free_addr();
     let a = Mount::new(&tc, &[]);
-    let b = Mount::new(
-        &tc,
-        &[
-            "--",
-            "--read-only",
-            "--zero-message-opens",
-            "--metrics",
-            &addr,
-        ],
-    );
+    let (b, addr) = mount_with_metrics(&tc, &["--read-only", "--zero-message-opens"]);
     let (pa, pb) = (a.path("f.txt"), b.path("f.txt"));
     for i in 0..40u32 {
         // The same size each time but every tenth: b's kernel must drop its pages although

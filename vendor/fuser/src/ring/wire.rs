@@ -25,6 +25,41 @@ pub const IN_HEADER_LEN: usize = 40;
 /// `struct fuse_out_header`.
 pub const OUT_HEADER_LEN: usize = 16;
 
+/// One ring entry's two buffers and the iovecs that name them at registration. The
+/// buffers are on the heap, so the iovecs stay right wherever the value moves.
+#[derive(Debug)]
+pub struct EntryBuffers {
+    /// `struct fuse_uring_req_header` (`HEADER_LEN` bytes).
+    pub header: Box<[u8]>,
+    /// The request's payload, then the reply's: at least the kernel's largest request.
+    pub payload: Box<[u8]>,
+    /// Header and payload, for `command`'s registration.
+    pub iov: [libc::iovec; 2],
+}
+
+impl EntryBuffers {
+    /// Buffers with a payload of `payload` bytes (zeroed pages: touched only when used).
+    pub fn new(payload: usize) -> EntryBuffers {
+        let mut header = vec![0u8; HEADER_LEN].into_boxed_slice();
+        let mut payload = vec![0u8; payload].into_boxed_slice();
+        let iov = [
+            libc::iovec {
+                iov_base: header.as_mut_ptr().cast(),
+                iov_len: header.len(),
+            },
+            libc::iovec {
+                iov_base: payload.as_mut_ptr().cast(),
+                iov_len: payload.len(),
+            },
+        ];
+        EntryBuffers {
+            header,
+            payload,
+            iov,
+        }
+    }
+}
+
 /// The SQE for entry `user_data` of queue `qid` whose two iovecs (header, payload) are at
 /// `iov`: its registration (`commit_id` None) or the commit of its reply to `commit_id`,
 /// which also fetches the next request. `fd` is the connection's /dev/fuse descriptor.
@@ -57,13 +92,19 @@ pub fn command(
     unsafe { std::mem::transmute(bytes) }
 }
 
-/// The request in an entry's `header` and `payload`, laid out as /dev/fuse delivers it
-/// (in-header, op header, the rest), into `buf`; its commit id. `None`: lengths that do
-/// not add up.
-pub fn request(header: &[u8], payload: &[u8], buf: &mut Vec<u8>) -> Option<u64> {
-    let word = |at: usize| -> Option<[u8; 4]> { header.get(at..at + 4)?.try_into().ok() };
+/// The id an entry's request is answered under (its `COMMIT_AND_FETCH`), from its header.
+pub fn commit_id(header: &[u8]) -> u64 {
     let mut id = [0u8; 8];
-    id.copy_from_slice(header.get(ENT_COMMIT_ID_AT..ENT_COMMIT_ID_AT + 8)?);
+    if let Some(b) = header.get(ENT_COMMIT_ID_AT..ENT_COMMIT_ID_AT + 8) {
+        id.copy_from_slice(b);
+    }
+    u64::from_le_bytes(id)
+}
+
+/// The request in an entry's `header` and `payload`, laid out as /dev/fuse delivers it
+/// (in-header, op header, the rest), into `buf`. `None`: lengths that do not add up.
+pub fn request(header: &[u8], payload: &[u8], buf: &mut Vec<u8>) -> Option<()> {
+    let word = |at: usize| -> Option<[u8; 4]> { header.get(at..at + 4)?.try_into().ok() };
     let payload_sz = (u32::from_le_bytes(word(ENT_PAYLOAD_SZ_AT)?) as usize).min(payload.len());
     // The in-header's `len` is the request's length on /dev/fuse: the op's own header is
     // what the payload does not account for.
@@ -76,14 +117,38 @@ pub fn request(header: &[u8], payload: &[u8], buf: &mut Vec<u8>) -> Option<u64> 
     buf.extend_from_slice(header.get(..IN_HEADER_LEN)?);
     buf.extend_from_slice(header.get(OP_IN_AT..OP_IN_AT + op_len)?);
     buf.extend_from_slice(&payload[..payload_sz]);
-    Some(u64::from_le_bytes(id))
+    Some(())
 }
+
+/// The module parameter that lets daemons use FUSE over io_uring (off by default; it
+/// only lets connections that ask for the ring at INIT use it).
+pub const ENABLE_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// Whether the kernel lets daemons use FUSE over io_uring (`fuse.enable_uring`).
 pub fn kernel_enabled() -> bool {
-    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+    std::fs::read_to_string(ENABLE_PARAM)
         .map(|s| s.trim() == "Y")
         .unwrap_or(false)
+}
+
+/// Sets `fuse.enable_uring` (root only); returns what it was.
+pub fn set_kernel_enabled(on: bool) -> io::Result<bool> {
+    let was = kernel_enabled();
+    std::fs::write(ENABLE_PARAM, if on { "Y" } else { "N" })?;
+    Ok(was)
+}
+
+/// Why this machine cannot run FUSE over io_uring, if it cannot: a kernel without it (no
+/// `fuse.enable_uring` parameter: before 6.14 or without `CONFIG_FUSE_IO_URING`), or
+/// io_uring turned off (`kernel.io_uring_disabled`).
+pub fn unavailable() -> Option<String> {
+    if !std::path::Path::new(ENABLE_PARAM).exists() {
+        return Some("this kernel has no FUSE over io_uring (Linux 6.14+)".into());
+    }
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .map(|s| s.trim() != "0")
+        .unwrap_or(false);
+    disabled.then(|| "io_uring is turned off here (kernel.io_uring_disabled)".into())
 }
 
 /// The CPUs the kernel may route requests from: each needs a queue before the ring is used.
