@@ -1,8 +1,10 @@
 """A real local cluster for the package's tests: `myriad cluster up` with the workspace's
 own binary ($MYRIAD_BIN, else target/debug/myriad, else target/release/myriad)."""
 
+import hashlib
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -49,3 +51,69 @@ def tree(client, request):
     path = f"/t/{request.node.name}"
     client.mkdir(path, parents=True)
     return path
+
+
+# The S3 gateway (test_s3.py, test_s3_tools.py).
+
+ACCESS, SECRET = "AKIAMYRIADTEST", "myriad-test-secret"
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="session")
+def endpoint(cluster, tmp_path_factory):
+    """The URL of an S3 gateway serving `cluster` with one key, stopped after the session."""
+    home = tmp_path_factory.mktemp("s3")
+    creds = home / "credentials"
+    creds.write_text(f"# test keys\n{ACCESS} {SECRET}\n")
+    creds.chmod(0o600)
+    # The gateway's log goes to a file: a pipe nobody reads could fill and stop it.
+    log = open(home / "stderr", "w")
+    proc = subprocess.Popen(
+        [myriad_bin(), "s3", "--cluster", cluster, "--listen", "127.0.0.1:0",
+         "--credentials", str(creds)],
+        stdout=subprocess.PIPE, stderr=log, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("s3: http://"), (line, proc.poll())
+        yield line.split()[1]
+    finally:
+        proc.terminate()
+        try:
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+
+def s3_client(endpoint, access=ACCESS, secret=SECRET):
+    import boto3
+    import botocore.config
+
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=access,
+        aws_secret_access_key=secret, region_name="us-east-1",
+        config=botocore.config.Config(s3={"addressing_style": "path"},
+                                      retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture(scope="session")
+def s3(endpoint):
+    return s3_client(endpoint)
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A fresh bucket for one test."""
+    node = request.node.name
+    short = re.sub(r"[^a-z0-9]+", "-", node.lower())[:40].strip("-")
+    name = f"t-{short}-{hashlib.sha1(node.encode()).hexdigest()[:8]}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def error_code(excinfo):
+    return excinfo.value.response["Error"]["Code"]

@@ -1,79 +1,18 @@
 """The S3 gateway (`myriad s3`, docs/s3.md) driven by boto3 against a real cluster: buckets
 are top-level directories, objects files, keys with slashes paths."""
 
+import base64
+import datetime
 import hashlib
 import os
-import re
 import subprocess
 
 import pytest
 
-from conftest import myriad_bin
+from conftest import ACCESS, MIB, SECRET, error_code, myriad_bin, s3_client
 
-boto3 = pytest.importorskip("boto3")
-import botocore.config  # noqa: E402
+pytest.importorskip("boto3")
 from botocore.exceptions import ClientError  # noqa: E402
-
-ACCESS, SECRET = "AKIAMYRIADTEST", "myriad-test-secret"
-MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def endpoint(cluster, tmp_path_factory):
-    """The URL of a gateway serving `cluster`, stopped after the module."""
-    home = tmp_path_factory.mktemp("s3")
-    creds = home / "credentials"
-    creds.write_text(f"# test keys\n{ACCESS} {SECRET}\n")
-    creds.chmod(0o600)
-    # The gateway's log goes to a file: a pipe nobody reads could fill and stop it.
-    log = open(home / "stderr", "w")
-    proc = subprocess.Popen(
-        [myriad_bin(), "s3", "--cluster", cluster, "--listen", "127.0.0.1:0",
-         "--credentials", str(creds)],
-        stdout=subprocess.PIPE, stderr=log, text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("s3: http://"), (line, proc.poll())
-        yield line.split()[1]
-    finally:
-        proc.terminate()
-        try:
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-
-
-def s3_client(endpoint, access=ACCESS, secret=SECRET):
-    return boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id=access,
-        aws_secret_access_key=secret, region_name="us-east-1",
-        config=botocore.config.Config(s3={"addressing_style": "path"},
-                                      retries={"max_attempts": 1}),
-    )
-
-
-@pytest.fixture(scope="module")
-def s3(endpoint):
-    return s3_client(endpoint)
-
-
-@pytest.fixture
-def bucket(s3, request):
-    """A fresh bucket for one test."""
-    node = request.node.name
-    short = re.sub(r"[^a-z0-9]+", "-", node.lower())[:40].strip("-")
-    name = f"t-{short}-{hashlib.sha1(node.encode()).hexdigest()[:8]}"
-    s3.create_bucket(Bucket=name)
-    return name
-
-
-def error_code(excinfo):
-    return excinfo.value.response["Error"]["Code"]
-
 
 def test_buckets_are_top_level_directories(s3, client):
     s3.create_bucket(Bucket="t-buckets")
@@ -338,3 +277,178 @@ def test_a_credentials_file_others_may_read_is_refused(cluster, tmp_path):
     )
     assert run.returncode != 0
     assert "no keys" in run.stderr
+
+
+def md5(data):
+    return hashlib.md5(data).hexdigest()
+
+
+def quoted(etag):
+    return f'"{etag}"'
+
+
+def test_etags_are_the_md5_of_the_bytes(s3, client, bucket):
+    small, big = os.urandom(1000), os.urandom(9 * MIB + 5)
+    for key, data in [("small", small), ("big/one", big)]:
+        put = s3.put_object(Bucket=bucket, Key=key, Body=data)
+        assert put["ETag"] == quoted(md5(data))
+        assert s3.head_object(Bucket=bucket, Key=key)["ETag"] == put["ETag"]
+        assert s3.get_object(Bucket=bucket, Key=key)["ETag"] == put["ETag"]
+    # Replacing an object (written beside it, renamed over it) gives the new bytes' MD5.
+    put = s3.put_object(Bucket=bucket, Key="small", Body=b"hello")
+    assert put["ETag"] == quoted("5d41402abc4b2a76b9719d911017c592")
+    listed = {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert listed == {"small": put["ETag"], "big/one": quoted(md5(big))}
+    # Written through another client the MD5 is no longer known: an ETag that is no MD5.
+    client.write(f"/{bucket}/small", b"other bytes")
+    tag = s3.head_object(Bucket=bucket, Key="small")["ETag"]
+    assert tag.strip('"').endswith("-1") and tag != put["ETag"]
+    assert s3.get_object(Bucket=bucket, Key="small")["ETag"] == tag
+    client.write(f"/{bucket}/mounted", b"never put")
+    assert s3.head_object(Bucket=bucket, Key="mounted")["ETag"].strip('"').endswith("-1")
+
+
+def test_a_content_md5_that_does_not_match_stores_nothing(s3, client, bucket):
+    for data in [b"x" * 100, os.urandom(5 * MIB)]:
+        wrong = base64.b64encode(hashlib.md5(b"something else").digest()).decode()
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="k", Body=data, ContentMD5=wrong)
+        assert error_code(e) == "BadDigest"
+        assert client.listdir(f"/{bucket}") == []
+    right = base64.b64encode(hashlib.md5(b"y").digest()).decode()
+    assert s3.put_object(Bucket=bucket, Key="k", Body=b"y", ContentMD5=right)["ETag"] == quoted(md5(b"y"))
+
+
+def test_headers_and_metadata_are_kept(s3, bucket):
+    expires = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    stored = dict(ContentType="text/csv", ContentEncoding="gzip", ContentLanguage="de",
+                  ContentDisposition='attachment; filename="a.csv"', CacheControl="max-age=60",
+                  Expires=expires, Metadata={"color": "blue", "Owner-Id": "42"})
+    s3.put_object(Bucket=bucket, Key="a.csv", Body=b"1,2", **stored)
+    for got in [s3.head_object(Bucket=bucket, Key="a.csv"), s3.get_object(Bucket=bucket, Key="a.csv")]:
+        for k in ["ContentType", "ContentEncoding", "ContentLanguage", "ContentDisposition",
+                  "CacheControl"]:
+            assert got[k] == stored[k], k
+        assert got["Expires"] == expires
+        assert got["Metadata"] == {"color": "blue", "owner-id": "42"}
+    # A GET's response-* parameters override what is stored.
+    got = s3.get_object(Bucket=bucket, Key="a.csv", ResponseContentType="text/plain")
+    assert got["ContentType"] == "text/plain"
+    # Without any, S3's default type and no metadata.
+    s3.put_object(Bucket=bucket, Key="plain", Body=b"x")
+    got = s3.head_object(Bucket=bucket, Key="plain")
+    assert got["ContentType"] == "binary/octet-stream" and got.get("Metadata", {}) == {}
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="fat", Body=b"x", Metadata={"m": "v" * 2100})
+    assert error_code(e) == "MetadataTooLarge"
+
+
+def test_conditional_gets_and_heads(s3, bucket):
+    tag = s3.put_object(Bucket=bucket, Key="c", Body=b"cond")["ETag"]
+    past = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+    future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    for read in [s3.get_object, s3.head_object]:
+        assert read(Bucket=bucket, Key="c", IfMatch=tag)["ETag"] == tag
+        assert read(Bucket=bucket, Key="c", IfNoneMatch='"other"')["ETag"] == tag
+        assert read(Bucket=bucket, Key="c", IfModifiedSince=past)["ETag"] == tag
+        assert read(Bucket=bucket, Key="c", IfUnmodifiedSince=future)["ETag"] == tag
+        for cond, status in [({"IfMatch": '"other"'}, 412), ({"IfUnmodifiedSince": past}, 412),
+                             ({"IfNoneMatch": tag}, 304), ({"IfModifiedSince": future}, 304)]:
+            with pytest.raises(ClientError) as e:
+                read(Bucket=bucket, Key="c", **cond)
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == status, cond
+
+
+def test_conditional_puts(s3, client, bucket):
+    first = s3.put_object(Bucket=bucket, Key="once", Body=b"first", IfNoneMatch="*")["ETag"]
+    for body in [b"second", os.urandom(5 * MIB)]:
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="once", Body=body, IfNoneMatch="*")
+        assert error_code(e) == "PreconditionFailed"
+    assert client.fetch(f"/{bucket}/once") == b"first"
+    assert client.listdir(f"/{bucket}") == ["once"]
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="once", Body=b"x", IfMatch='"0123"')
+    assert error_code(e) == "PreconditionFailed"
+    s3.put_object(Bucket=bucket, Key="once", Body=b"third", IfMatch=first)
+    assert client.fetch(f"/{bucket}/once") == b"third"
+
+
+def test_copy_object_on_the_servers(s3, client, bucket):
+    s3.create_bucket(Bucket=f"{bucket}-to")
+    data = os.urandom(6 * MIB + 3)
+    tag = s3.put_object(Bucket=bucket, Key="src/obj", Body=data, ContentType="image/png",
+                        Metadata={"a": "1"})["ETag"]
+    done = s3.copy_object(Bucket=f"{bucket}-to", Key="dst/obj",
+                          CopySource={"Bucket": bucket, "Key": "src/obj"})
+    assert done["CopyObjectResult"]["ETag"] == tag
+    got = s3.get_object(Bucket=f"{bucket}-to", Key="dst/obj")
+    assert got["Body"].read() == data
+    assert (got["ETag"], got["ContentType"], got["Metadata"]) == (tag, "image/png", {"a": "1"})
+    assert client.listdir(f"/{bucket}-to/dst") == ["obj"]
+    # REPLACE takes the request's headers and metadata.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource=f"{bucket}/src/obj",
+                   MetadataDirective="REPLACE", ContentType="text/plain", Metadata={"b": "2"})
+    got = s3.head_object(Bucket=bucket, Key="copy")
+    assert (got["ETag"], got["ContentType"], got["Metadata"]) == (tag, "text/plain", {"b": "2"})
+    # Onto itself only with REPLACE, which changes the metadata and keeps the bytes.
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="src/obj", CopySource=f"{bucket}/src/obj")
+    assert error_code(e) == "InvalidRequest"
+    s3.copy_object(Bucket=bucket, Key="src/obj", CopySource=f"{bucket}/src/obj",
+                   MetadataDirective="REPLACE", Metadata={"c": "3"})
+    got = s3.get_object(Bucket=bucket, Key="src/obj")
+    assert (got["Body"].read(), got["ETag"], got["Metadata"]) == (data, tag, {"c": "3"})
+    # The source's conditions; a missing source.
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="x", CopySource=f"{bucket}/src/obj",
+                       CopySourceIfMatch='"other"')
+    assert error_code(e) == "PreconditionFailed"
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="x", CopySource=f"{bucket}/missing")
+    assert error_code(e) == "NoSuchKey"
+    assert sorted(client.listdir(f"/{bucket}")) == ["copy", "src"]
+
+
+def test_multipart_etags_metadata_and_retries(s3, client, bucket):
+    parts = [os.urandom(5 * MIB), os.urandom(100)]
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp", ContentType="video/mp4",
+                                    Metadata={"k": "v"})["UploadId"]
+    tags = [s3.upload_part(Bucket=bucket, Key="mp", UploadId=up, PartNumber=n, Body=d)["ETag"]
+            for n, d in enumerate(parts, start=1)]
+    assert tags == [quoted(md5(d)) for d in parts]
+    # The same bytes again give the same ETag.
+    again = s3.upload_part(Bucket=bucket, Key="mp", UploadId=up, PartNumber=2, Body=parts[1])
+    assert again["ETag"] == tags[1]
+    listing = {"Parts": [{"PartNumber": n, "ETag": t} for n, t in enumerate(tags, start=1)]}
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up,
+                                        MultipartUpload=listing)
+    whole = hashlib.md5(b"".join(hashlib.md5(d).digest() for d in parts)).hexdigest()
+    assert done["ETag"] == quoted(f"{whole}-2")
+    # A client's retry of the completion answers as the first did.
+    retry = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up,
+                                         MultipartUpload=listing)
+    assert retry["ETag"] == done["ETag"]
+    got = s3.get_object(Bucket=bucket, Key="mp")
+    assert got["Body"].read() == b"".join(parts)
+    assert (got["ETag"], got["ContentType"], got["Metadata"]) == (done["ETag"], "video/mp4", {"k": "v"})
+    # Parts but the last must be 5 MiB or more.
+    up = s3.create_multipart_upload(Bucket=bucket, Key="small-parts")["UploadId"]
+    tags = [s3.upload_part(Bucket=bucket, Key="small-parts", UploadId=up, PartNumber=n,
+                           Body=b"p" * 1000)["ETag"] for n in (1, 2)]
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(
+            Bucket=bucket, Key="small-parts", UploadId=up,
+            MultipartUpload={"Parts": [{"PartNumber": n, "ETag": t}
+                                       for n, t in enumerate(tags, start=1)]})
+    assert error_code(e) == "EntityTooSmall"
+    s3.abort_multipart_upload(Bucket=bucket, Key="small-parts", UploadId=up)
+
+
+def test_versioning_is_never_enabled(s3, bucket):
+    got = s3.get_bucket_versioning(Bucket=bucket)
+    assert "Status" not in got
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_versioning(Bucket=f"{bucket}-missing")
+    assert error_code(e) == "NoSuchBucket"
+

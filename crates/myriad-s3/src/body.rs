@@ -10,6 +10,7 @@ use s3s::dto::StreamingBlob;
 use s3s::{S3Error, S3Result};
 
 use crate::errors::{body_error, object_error};
+use crate::etag::Md5Sum;
 
 /// The most bytes one read or write request moves (the client's own limit, 4 MiB): objects
 /// up to this size are one request each way, bigger ones go in pieces of this size.
@@ -18,11 +19,13 @@ pub const PIECE_BYTES: usize = IO_BYTES_MAX as usize;
 /// Pieces of GET answers buffered ahead of a slow client, per request.
 const PIECES_AHEAD: usize = 1;
 
-/// A request body, cut into pieces of `PIECE_BYTES` (the last one shorter).
+/// A request body, cut into pieces of `PIECE_BYTES` (the last one shorter), hashed as they
+/// are handed out.
 pub struct Pieces {
     body: Option<StreamingBlob>,
     /// Bytes received past the last piece handed out.
     spare: Bytes,
+    md5: Md5Sum,
 }
 
 impl Pieces {
@@ -30,11 +33,26 @@ impl Pieces {
         Pieces {
             body,
             spare: Bytes::new(),
+            md5: Md5Sum::default(),
         }
     }
 
     /// The next piece, `None` once the body is all read.
     pub async fn next(&mut self) -> S3Result<Option<Vec<u8>>> {
+        let piece = self.next_unhashed().await?;
+        if let Some(p) = &piece {
+            self.md5.update(p);
+        }
+        Ok(piece)
+    }
+
+    /// The MD5 of the pieces handed out so far (all the body, once `next` has answered
+    /// `None`).
+    pub fn md5(&self) -> [u8; 16] {
+        self.md5.clone().finish()
+    }
+
+    async fn next_unhashed(&mut self) -> S3Result<Option<Vec<u8>>> {
         let mut piece = Vec::new();
         loop {
             if !self.spare.is_empty() {

@@ -9,7 +9,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 
 use crate::credentials::Credentials;
-use crate::{buckets, list_objects, multipart, objects};
+use crate::{buckets, copy_object, list_objects, multipart, objects};
 
 pub struct Gateway {
     client: Arc<Client>,
@@ -197,6 +197,24 @@ impl S3 for Gateway {
         req: S3Request<ListPartsInput>,
     ) -> S3Result<S3Response<ListPartsOutput>> {
         as_caller!(self, req, |client, _caller, input| multipart::list_parts(
+            &client, input
+        ))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        as_caller!(self, req, |client, _caller, input| copy_object::copy(
+            &client, input
+        ))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        as_caller!(self, req, |client, _caller, input| buckets::versioning(
             &client, input
         ))
     }

@@ -6,22 +6,28 @@
 //! Depends on: myriad-client (its `proto` re-export for paths and limits), s3s, hyper.
 //! Must not depend on the server or storage crates.
 //!
-//! Modules: `keys` (key <-> path), `etag`, `errors` (FsError -> S3 error), `credentials`,
-//! `listing` (listing order, pure) and `list_objects` (its S3 side), `body` (bodies in
-//! pieces), `store` (writing objects whole or not at all), `objects`, `buckets`,
-//! `multipart`, `gateway` (the `s3s::S3` impl), `serve` (the accept loop).
+//! Modules: `keys` (key <-> path), `record` (what is kept about an object beyond its bytes),
+//! `etag`, `headers` (stored headers and metadata in and out), `conditions` (conditional
+//! requests), `errors` (FsError -> S3 error), `credentials`, `listing` (listing order,
+//! pure) and `list_objects` (its S3 side), `body` (bodies in pieces), `store` (writing
+//! objects whole or not at all), `objects`, `copy_object`, `buckets`, `multipart`,
+//! `gateway` (the `s3s::S3` impl), `serve` (the accept loop).
 
 mod body;
 mod buckets;
+mod conditions;
+mod copy_object;
 mod credentials;
 mod errors;
 mod etag;
 mod gateway;
+mod headers;
 mod keys;
 mod list_objects;
 mod listing;
 mod multipart;
 mod objects;
+mod record;
 mod serve;
 mod store;
 

@@ -1,8 +1,9 @@
 //! Multipart uploads. Each upload is a directory `UPLOADS_DIR/<id>` (mode 0700, owned by
-//! the uploader) holding one file per part, named by its number. Completing copies the
-//! parts in the order given into a temporary file beside the key, on the servers (the bytes
-//! do not pass through the gateway), records the part count for the ETag and renames it
-//! over the key; then the upload's directory goes.
+//! the uploader) holding one file per part, named by its number; the upload's directory
+//! carries the record (headers, metadata) the object will get. Completing copies the parts
+//! in the order given into a temporary file beside the key, on the servers (the bytes do
+//! not pass through the gateway), writes its record (the multipart ETag, the upload id)
+//! and renames it over the key; then the upload's directory goes.
 //!
 //! An upload id is 32 random hex digits followed by 16 hex digits of a hash of the bucket
 //! and key, so a request naming another object's upload is refused without a lookup.
@@ -17,16 +18,20 @@ use s3s::dto::{
 use s3s::{S3Error, S3Result, s3_error};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::body::{PIECE_BYTES, Pieces};
+use crate::body::Pieces;
 use crate::buckets;
 use crate::errors::object_error;
-use crate::etag::{PARTS_XATTR, etag, etag_value, matches};
+use crate::etag::{etag, etag_value, matches, multipart};
+use crate::headers::{headers_of, new_record};
 use crate::keys::{UPLOADS_DIR, bucket_path, object_path, temp_beside};
 use crate::objects::{no_such_bucket, timestamp};
-use crate::store::{Base, Created, create_in, finish_beside, write_object};
+use crate::record::{ObjectRecord, RECORD_XATTR};
+use crate::store::{Base, Put, copy_into, create_temp, finish_beside, keep_record, write_object};
 
 /// S3's range of part numbers.
 const PART_NUMBER_MAX: i32 = 10_000;
+/// S3's smallest part but the last.
+const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
 
 /// Mode of the uploads directory: anyone may make an upload in it, only its owner remove it.
 pub const UPLOADS_DIR_MODE: u32 = 0o1777;
@@ -114,6 +119,7 @@ pub async fn create(
 ) -> S3Result<CreateMultipartUploadOutput> {
     // Refuse a key that cannot be a path now, not at completion.
     object_path(&input.bucket, &input.key)?;
+    let record = new_record(headers_of!(input), input.metadata.as_ref())?;
     buckets::check(client, &input.bucket).await?;
     let id = format!(
         "{:032x}{:016x}",
@@ -133,6 +139,17 @@ pub async fn create(
         other => other,
     };
     made.map_err(object_error)?;
+    if record != ObjectRecord::default() {
+        client
+            .set_xattr(
+                &dir,
+                RECORD_XATTR,
+                Some(&record.encode()),
+                XattrMode::default(),
+            )
+            .await
+            .map_err(object_error)?;
+    }
     Ok(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
@@ -149,8 +166,12 @@ pub async fn upload_part(client: &Client, input: UploadPartInput) -> S3Result<Up
         missing: no_such_upload,
     };
     let path = format!("{dir}/{}", part_name(input.part_number));
+    let put = Put {
+        content_md5: input.content_md5.clone(),
+        ..Put::default()
+    };
     let mut pieces = Pieces::new(input.body);
-    let inode = write_object(client, &base, &path, &mut pieces).await?;
+    let inode = write_object(client, &base, &path, &mut pieces, &put).await?;
     Ok(UploadPartOutput {
         e_tag: Some(etag(&inode)),
         ..Default::default()
@@ -219,7 +240,10 @@ pub async fn complete(
             "a completion names at least one part"
         ));
     }
-    let stored = parts(client, &dir).await?;
+    let stored = match parts(client, &dir).await {
+        Ok(p) => p,
+        Err(e) => return completed_before(client, &input.upload_id, path, e).await,
+    };
     let mut chosen: Vec<(i32, Inode)> = Vec::with_capacity(given.len());
     for part in &given {
         let n = part
@@ -241,7 +265,25 @@ pub async fn complete(
         }
         chosen.push((n, inode.clone()));
     }
-    let inode = assemble(client, &input.bucket, &dir, &path, &chosen).await?;
+    if let Some((n, _)) = chosen[..chosen.len() - 1]
+        .iter()
+        .find(|(_, i)| i.size < PART_BYTES_MIN)
+    {
+        return Err(s3_error!(
+            EntityTooSmall,
+            "part {n} is smaller than 5 MiB, the least for any part but the last"
+        ));
+    }
+    let mut record = match client.stat(&dir).await {
+        Ok(i) => ObjectRecord::of(&i),
+        Err(e) => return Err(object_error(e)),
+    };
+    record.upload = Some(input.upload_id.clone());
+    let upload = Upload {
+        dir: &dir,
+        record: &record,
+    };
+    let inode = assemble(client, &input.bucket, &upload, &path, &chosen).await?;
     remove_upload(client, &dir).await?;
     Ok(CompleteMultipartUploadOutput {
         bucket: Some(input.bucket),
@@ -252,11 +294,38 @@ pub async fn complete(
     })
 }
 
-/// Concatenates `parts` of the upload in `dir` into a new file renamed over `path`.
+/// The answer to a completion of an upload that is gone (`gone`): as the first answer if
+/// it was completed into the object now at `path` (a client's retry), else `gone`.
+async fn completed_before(
+    client: &Client,
+    id: &str,
+    path: String,
+    gone: S3Error,
+) -> S3Result<CompleteMultipartUploadOutput> {
+    let Ok(inode) = client.stat(&path).await else {
+        return Err(gone);
+    };
+    if inode.kind != FileKind::File || ObjectRecord::of(&inode).upload.as_deref() != Some(id) {
+        return Err(gone);
+    }
+    Ok(CompleteMultipartUploadOutput {
+        e_tag: Some(etag(&inode)),
+        location: Some(path),
+        ..Default::default()
+    })
+}
+
+/// An upload being completed: its directory and the record its object gets.
+struct Upload<'a> {
+    dir: &'a str,
+    record: &'a ObjectRecord,
+}
+
+/// Concatenates `parts` of `upload` into a new file renamed over `path`.
 async fn assemble(
     client: &Client,
     bucket: &str,
-    dir: &str,
+    upload: &Upload<'_>,
     path: &str,
     parts: &[(i32, Inode)],
 ) -> S3Result<Inode> {
@@ -266,83 +335,26 @@ async fn assemble(
         missing: no_such_bucket,
     };
     let temp = temp_beside(path);
-    let target = match create_in(client, &base, &temp, &[]).await {
-        Ok(h) => h,
-        Err(Created::Exists) => {
-            return Err(s3_error!(
-                InternalError,
-                "a temporary name was taken; try again"
-            ));
-        }
-        Err(Created::Failed(e)) => return Err(e),
-    };
+    let target = create_temp(client, &base, &temp, &[]).await?;
     let filled = async {
         let mut at = 0u64;
+        let mut last = target.inode.clone();
         for (n, inode) in parts {
             let source = FileHandle {
-                path: format!("{dir}/{}", part_name(*n)),
+                path: format!("{}/{}", upload.dir, part_name(*n)),
                 inode: inode.clone(),
                 opened: false,
             };
-            copy_part(client, &source, &target, at).await?;
+            if inode.size > 0 {
+                last = copy_into(client, &source, &target, at).await?;
+            }
             at += inode.size;
         }
-        client
-            .set_xattr(
-                &temp,
-                PARTS_XATTR,
-                Some(parts.len().to_string().as_bytes()),
-                XattrMode::default(),
-            )
-            .await
-            .map_err(object_error)
+        let tags: Vec<String> = parts.iter().map(|(_, i)| etag_value(i)).collect();
+        keep_record(client, &temp, upload.record, Some(multipart(&tags)), &last).await
     }
     .await;
-    finish_beside(client, &temp, path, filled).await
-}
-
-/// Copies all of `source` into `target` at `at`: on the servers, or through the gateway a
-/// piece at a time where the servers cannot.
-async fn copy_part(
-    client: &Client,
-    source: &FileHandle,
-    target: &FileHandle,
-    at: u64,
-) -> S3Result<()> {
-    let size = source.inode.size;
-    let mut done = 0u64;
-    while done < size {
-        match client
-            .copy_range((source, done), (target, at + done), size - done)
-            .await
-        {
-            Ok((_, 0)) => {
-                return Err(s3_error!(
-                    InternalError,
-                    "a part became shorter while it was copied"
-                ));
-            }
-            Ok((_, n)) => done += n,
-            Err(FsError::NotSupported(_)) => break,
-            Err(e) => return Err(object_error(e)),
-        }
-    }
-    while done < size {
-        let len = (size - done).min(PIECE_BYTES as u64);
-        let piece = client.read(source, done, len).await.map_err(object_error)?;
-        if piece.is_empty() {
-            return Err(s3_error!(
-                InternalError,
-                "a part became shorter while it was copied"
-            ));
-        }
-        client
-            .write(target, at + done, &piece)
-            .await
-            .map_err(object_error)?;
-        done += piece.len() as u64;
-    }
-    Ok(())
+    finish_beside(client, &temp, path, filled, false).await
 }
 
 #[cfg(test)]

@@ -7,22 +7,22 @@ use futures::StreamExt;
 use myriad_client::{Client, FileKind, FsError, Inode};
 use s3s::dto::{
     DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject,
-    Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput,
-    PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
+    ETag, ETagCondition, Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput,
+    HeadObjectOutput, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
 };
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
 use crate::body::{PIECE_BYTES, Pieces, stream_file};
+use crate::conditions::{check_read, conditions_of};
 use crate::errors::object_error;
-use crate::etag::etag;
+use crate::etag::{etag, etag_value};
+use crate::headers::{answer_with, headers_of, new_record, overrides_of, shown};
 use crate::keys::{bucket_path, implied_dirs, object_path};
-use crate::store::{Base, write_object};
+use crate::record::ObjectRecord;
+use crate::store::{Base, Put, precondition_failed, write_object};
 
 /// Keys of one DeleteObjects request deleted at once.
 const DELETES_IN_FLIGHT: usize = 8;
-
-/// What S3 calls an object's content type when none was given (none is kept).
-const CONTENT_TYPE: &str = "binary/octet-stream";
 
 /// The time `ns` nanoseconds after the Unix epoch (earlier times as the epoch).
 pub fn timestamp(ns: i64) -> Timestamp {
@@ -40,7 +40,7 @@ fn no_such_key() -> S3Error {
 
 /// `err`, met looking for an object in `bucket`: NoSuchBucket if the bucket is the missing
 /// part (one more request, on this error path only).
-async fn missing(client: &Client, bucket: &str, err: FsError) -> S3Error {
+pub async fn missing(client: &Client, bucket: &str, err: FsError) -> S3Error {
     if !matches!(err, FsError::NotFound | FsError::NotADirectory) {
         return object_error(err);
     }
@@ -54,7 +54,7 @@ async fn missing(client: &Client, bucket: &str, err: FsError) -> S3Error {
 }
 
 /// The inode of the object at `path`, which must be a regular file.
-fn object_inode(inode: Inode) -> S3Result<Inode> {
+pub fn object_inode(inode: Inode) -> S3Result<Inode> {
     if inode.kind == FileKind::File {
         Ok(inode)
     } else {
@@ -77,6 +77,8 @@ pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOu
         Err(e) => return Err(missing(client, &input.bucket, e).await),
     };
     let inode = object_inode(inode)?;
+    let tag = etag_value(&inode);
+    check_read(&conditions_of!(input), &tag, inode.mtime_ns)?;
     let size = inode.size;
     let range = match &input.range {
         None => 0..size,
@@ -99,15 +101,18 @@ pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOu
         )
     });
     let length = range.end - range.start;
-    let output = GetObjectOutput {
+    let mut output = GetObjectOutput {
         accept_ranges: Some("bytes".into()),
         content_length: Some(i64::try_from(length).unwrap_or(i64::MAX)),
         content_range,
-        content_type: Some(CONTENT_TYPE.into()),
-        e_tag: Some(etag(&inode)),
+        e_tag: Some(ETag::Strong(tag)),
         last_modified: Some(timestamp(inode.mtime_ns)),
         ..Default::default()
     };
+    answer_with!(
+        output,
+        shown(ObjectRecord::of(&inode), overrides_of!(input))
+    );
     let body = if first.len() as u64 == length {
         StreamingBlob::from(s3s::Body::from(Bytes::from(first)))
     } else {
@@ -125,14 +130,20 @@ pub async fn head(client: &Client, input: HeadObjectInput) -> S3Result<HeadObjec
         Ok(i) => object_inode(i)?,
         Err(e) => return Err(missing(client, &input.bucket, e).await),
     };
-    Ok(HeadObjectOutput {
+    let tag = etag_value(&inode);
+    check_read(&conditions_of!(input), &tag, inode.mtime_ns)?;
+    let mut output = HeadObjectOutput {
         accept_ranges: Some("bytes".into()),
         content_length: Some(i64::try_from(inode.size).unwrap_or(i64::MAX)),
-        content_type: Some(CONTENT_TYPE.into()),
-        e_tag: Some(etag(&inode)),
+        e_tag: Some(ETag::Strong(tag)),
         last_modified: Some(timestamp(inode.mtime_ns)),
         ..Default::default()
-    })
+    };
+    answer_with!(
+        output,
+        shown(ObjectRecord::of(&inode), overrides_of!(input))
+    );
+    Ok(output)
 }
 
 pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOutput> {
@@ -142,8 +153,36 @@ pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOu
         path: &bucket,
         missing: no_such_bucket,
     };
+    if let Some(wanted) = &input.if_match {
+        // Checked before the write, not atomically with it (docs/s3.md).
+        let current = match client.stat(&path).await {
+            Ok(i) => object_inode(i)?,
+            Err(e) => return Err(missing(client, &input.bucket, e).await),
+        };
+        let holds = match wanted {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(e) => crate::etag::matches(e, &etag_value(&current)),
+        };
+        if !holds {
+            return Err(precondition_failed());
+        }
+    }
+    let put = Put {
+        record: new_record(headers_of!(input), input.metadata.as_ref())?,
+        content_md5: input.content_md5.clone(),
+        create_only: match &input.if_none_match {
+            None => false,
+            Some(ETagCondition::Any) => true,
+            Some(ETagCondition::ETag(_)) => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "If-None-Match on a PUT takes only *"
+                ));
+            }
+        },
+    };
     let mut pieces = Pieces::new(input.body);
-    let inode = write_object(client, &base, &path, &mut pieces).await?;
+    let inode = write_object(client, &base, &path, &mut pieces, &put).await?;
     Ok(PutObjectOutput {
         e_tag: Some(etag(&inode)),
         size: Some(i64::try_from(inode.size).unwrap_or(i64::MAX)),

@@ -4,13 +4,18 @@
 //! bigger than a piece, or one replacing another) is written under a temporary name in
 //! its directory and renamed over its key. Directories a key implies are made when the
 //! first create finds them missing, so a PUT into an existing directory costs nothing more.
+//! Every object gets its record (docs/s3.md "The object record") with its MD5 ETag: after
+//! its create, or on the temporary file before the rename.
 
+use myriad_client::proto::XattrMode;
 use myriad_client::{Client, FileHandle, FileKind, FsError, Inode, RenameFlags};
-use s3s::{S3Error, S3Result};
+use s3s::{S3Error, S3Result, s3_error};
 
 use crate::body::{PIECE_BYTES, Pieces};
 use crate::errors::{key_conflict, object_error};
+use crate::etag::{content_md5_matches, hex};
 use crate::keys::{parent, temp_beside};
+use crate::record::{ObjectRecord, RECORD_XATTR};
 
 /// Permission bits of objects and of the directories keys imply.
 pub const FILE_MODE: u32 = 0o644;
@@ -23,12 +28,42 @@ pub struct Base<'a> {
     pub missing: fn() -> S3Error,
 }
 
-/// Writes the object at `path` (below `base`) from `pieces`; its inode.
+/// What a PUT asks for beyond its bytes.
+#[derive(Default)]
+pub struct Put {
+    /// Headers, metadata and upload for the object's record (its ETag is added here).
+    pub record: ObjectRecord,
+    /// The `Content-MD5` header, checked against the bytes.
+    pub content_md5: Option<String>,
+    /// `If-None-Match: *`: only if the key names nothing yet.
+    pub create_only: bool,
+}
+
+pub fn precondition_failed() -> S3Error {
+    s3_error!(
+        PreconditionFailed,
+        "at least one of the preconditions you specified did not hold"
+    )
+}
+
+/// BadDigest unless the body's `md5` is what `put` said it would be.
+fn check_md5(put: &Put, md5: &[u8; 16]) -> S3Result<()> {
+    match &put.content_md5 {
+        Some(given) if !content_md5_matches(given, md5) => Err(s3_error!(
+            BadDigest,
+            "the Content-MD5 you specified did not match what was received"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Writes the object at `path` (below `base`) from `pieces` with its record; its inode.
 pub async fn write_object(
     client: &Client,
     base: &Base<'_>,
     path: &str,
     pieces: &mut Pieces,
+    put: &Put,
 ) -> S3Result<Inode> {
     let first = pieces.next().await?.unwrap_or_default();
     let second = if first.len() == PIECE_BYTES {
@@ -38,35 +73,56 @@ pub async fn write_object(
     };
     let Some(second) = second else {
         // All of it in one piece: one create, unless it replaces an object.
+        let md5 = pieces.md5();
+        check_md5(put, &md5)?;
         return match create_in(client, base, path, &first).await {
-            Ok(h) => Ok(h.inode),
-            Err(Created::Exists) => write_beside(client, base, path, first, None, pieces).await,
+            Ok(h) => keep_record(client, path, &put.record, Some(hex(&md5)), &h.inode).await,
+            Err(Created::Exists) if put.create_only => Err(precondition_failed()),
+            Err(Created::Exists) => {
+                write_beside(client, base, path, (first, None), pieces, put).await
+            }
             Err(Created::Failed(e)) => Err(e),
         };
     };
-    write_beside(client, base, path, first, Some(second), pieces).await
+    write_beside(client, base, path, (first, Some(second)), pieces, put).await
 }
 
-/// Writes the pieces under a temporary name beside `path`, then renames it over `path`.
+/// Writes `record` (with `etag`, if known, taken of the file as `inode` shows it) on the
+/// file at `path`; the file's inode with it.
+pub async fn keep_record(
+    client: &Client,
+    path: &str,
+    record: &ObjectRecord,
+    etag: Option<String>,
+    inode: &Inode,
+) -> S3Result<Inode> {
+    let record = match etag {
+        Some(e) => record.clone().stamped(e, inode),
+        None => record.clone().unstamped(),
+    };
+    client
+        .set_xattr(
+            path,
+            RECORD_XATTR,
+            Some(&record.encode()),
+            XattrMode::default(),
+        )
+        .await
+        .map_err(object_error)
+}
+
+/// Writes the pieces (`first` and `second` taken already) under a temporary name beside
+/// `path` with their record, then renames it over `path`.
 async fn write_beside(
     client: &Client,
     base: &Base<'_>,
     path: &str,
-    first: Vec<u8>,
-    second: Option<Vec<u8>>,
+    (first, second): (Vec<u8>, Option<Vec<u8>>),
     pieces: &mut Pieces,
+    put: &Put,
 ) -> S3Result<Inode> {
     let temp = temp_beside(path);
-    let handle = match create_in(client, base, &temp, &first).await {
-        Ok(h) => h,
-        Err(Created::Exists) => {
-            return Err(S3Error::with_message(
-                s3s::S3ErrorCode::InternalError,
-                "a temporary name was taken; try again",
-            ));
-        }
-        Err(Created::Failed(e)) => return Err(e),
-    };
+    let handle = create_temp(client, base, &temp, &first).await?;
     let written = async {
         let mut inode = handle.inode.clone();
         let mut at = first.len() as u64;
@@ -79,23 +135,27 @@ async fn write_beside(
             at += piece.len() as u64;
             next = pieces.next().await?;
         }
-        Ok::<Inode, S3Error>(inode)
+        let md5 = pieces.md5();
+        check_md5(put, &md5)?;
+        keep_record(client, &temp, &put.record, Some(hex(&md5)), &inode).await
     }
     .await;
-    finish_beside(client, &temp, path, written).await
+    finish_beside(client, &temp, path, written, put.create_only).await
 }
 
 /// Puts the object written under `temp` in place at `path` once `written` says it is
-/// whole; otherwise (or if the rename fails) removes `temp`.
+/// whole (`create_only`: only if nothing has that name); otherwise (or if the rename
+/// fails) removes `temp`.
 pub async fn finish_beside(
     client: &Client,
     temp: &str,
     path: &str,
     written: S3Result<Inode>,
+    create_only: bool,
 ) -> S3Result<Inode> {
     match written {
         Ok(inode) => {
-            rename_over(client, temp, path).await?;
+            rename_over(client, temp, path, create_only).await?;
             Ok(inode)
         }
         Err(e) => {
@@ -105,19 +165,89 @@ pub async fn finish_beside(
     }
 }
 
-/// Renames the finished object `temp` over `path`; removes `temp` if that fails.
-pub async fn rename_over(client: &Client, temp: &str, path: &str) -> S3Result<()> {
-    match client.rename(temp, path, RenameFlags::default()).await {
+/// Renames the finished object `temp` over `path` (`create_only`: only if nothing has that
+/// name); removes `temp` if that fails.
+async fn rename_over(client: &Client, temp: &str, path: &str, create_only: bool) -> S3Result<()> {
+    let flags = RenameFlags {
+        no_replace: create_only,
+        ..RenameFlags::default()
+    };
+    match client.rename(temp, path, flags).await {
         Ok(()) => Ok(()),
         Err(e) => {
             let _ = client.unlink(temp).await;
             Err(match e {
+                FsError::AlreadyExists if create_only => precondition_failed(),
                 FsError::IsADirectory | FsError::NotEmpty | FsError::AlreadyExists => key_conflict(
                     "the key names a directory holding other keys, so it cannot be an object",
                 ),
                 other => object_error(other),
             })
         }
+    }
+}
+
+/// Copies all of `source` into `target` at `at`: on the servers, or through the gateway a
+/// piece at a time where the servers cannot. The target's inode after.
+pub async fn copy_into(
+    client: &Client,
+    source: &FileHandle,
+    target: &FileHandle,
+    at: u64,
+) -> S3Result<Inode> {
+    let size = source.inode.size;
+    let mut done = 0u64;
+    let mut inode = target.inode.clone();
+    while done < size {
+        match client
+            .copy_range((source, done), (target, at + done), size - done)
+            .await
+        {
+            Ok((_, 0)) => return Err(became_shorter()),
+            Ok((written, n)) => {
+                inode = written;
+                done += n;
+            }
+            Err(FsError::NotSupported(_)) => break,
+            Err(e) => return Err(object_error(e)),
+        }
+    }
+    while done < size {
+        let len = (size - done).min(PIECE_BYTES as u64);
+        let piece = client.read(source, done, len).await.map_err(object_error)?;
+        if piece.is_empty() {
+            return Err(became_shorter());
+        }
+        inode = client
+            .write(target, at + done, &piece)
+            .await
+            .map_err(object_error)?;
+        done += piece.len() as u64;
+    }
+    Ok(inode)
+}
+
+fn became_shorter() -> S3Error {
+    s3_error!(
+        InternalError,
+        "the source became shorter while it was copied"
+    )
+}
+
+/// Creates the temporary file `temp` with `data` (making missing directories up to `base`).
+pub async fn create_temp(
+    client: &Client,
+    base: &Base<'_>,
+    temp: &str,
+    data: &[u8],
+) -> S3Result<FileHandle> {
+    match create_in(client, base, temp, data).await {
+        Ok(h) => Ok(h),
+        Err(Created::Exists) => Err(s3_error!(
+            InternalError,
+            "a temporary name was taken; try again"
+        )),
+        Err(Created::Failed(e)) => Err(e),
     }
 }
 
