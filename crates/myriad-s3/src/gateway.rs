@@ -218,4 +218,13 @@ impl S3 for Gateway {
             &client, input
         ))
     }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        as_caller!(self, req, |client, _caller, input| {
+            copy_object::upload_part_copy(&client, input)
+        })
+    }
 }

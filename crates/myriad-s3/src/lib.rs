@@ -11,7 +11,8 @@
 //! requests), `errors` (FsError -> S3 error), `credentials`, `listing` (listing order,
 //! pure) and `list_objects` (its S3 side), `body` (bodies in pieces), `store` (writing
 //! objects whole or not at all), `objects`, `copy_object`, `buckets`, `multipart`,
-//! `gateway` (the `s3s::S3` impl), `serve` (the accept loop).
+//! `gateway` (the `s3s::S3` impl), `region` (requests signed for a region s3s refuses),
+//! `serve` (the accept loop).
 
 mod body;
 mod buckets;
@@ -28,6 +29,7 @@ mod listing;
 mod multipart;
 mod objects;
 mod record;
+mod region;
 mod serve;
 mod store;
 

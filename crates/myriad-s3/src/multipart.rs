@@ -37,7 +37,7 @@ const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
 pub const UPLOADS_DIR_MODE: u32 = 0o1777;
 const UPLOAD_MODE: u32 = 0o700;
 
-fn no_such_upload() -> S3Error {
+pub fn no_such_upload() -> S3Error {
     s3_error!(
         NoSuchUpload,
         "the upload does not exist (completed, aborted, or for another key)"
@@ -50,7 +50,7 @@ fn object_hash(bucket: &str, key: &str) -> u64 {
 
 /// The directory of upload `id` of `key` in `bucket`, or NoSuchUpload if the id is not one
 /// this gateway gives for that object.
-fn upload_dir(bucket: &str, key: &str, id: &str) -> S3Result<String> {
+pub fn upload_dir(bucket: &str, key: &str, id: &str) -> S3Result<String> {
     let well_formed = id.len() == 48 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     if !well_formed || id[32..] != format!("{:016x}", object_hash(bucket, key)) {
         return Err(no_such_upload());
@@ -58,7 +58,7 @@ fn upload_dir(bucket: &str, key: &str, id: &str) -> S3Result<String> {
     Ok(format!("{UPLOADS_DIR}/{id}"))
 }
 
-fn part_name(number: i32) -> String {
+pub fn part_name(number: i32) -> String {
     format!("{number:05}")
 }
 
@@ -67,7 +67,7 @@ fn part_number(name: &str) -> Option<i32> {
     (part_name(n) == name).then_some(n)
 }
 
-fn check_part_number(n: i32) -> S3Result<()> {
+pub fn check_part_number(n: i32) -> S3Result<()> {
     if (1..=PART_NUMBER_MAX).contains(&n) {
         Ok(())
     } else {
@@ -346,7 +346,7 @@ async fn assemble(
                 opened: false,
             };
             if inode.size > 0 {
-                last = copy_into(client, &source, &target, at).await?;
+                last = copy_into(client, (&source, 0, inode.size), (&target, at)).await?;
             }
             at += inode.size;
         }

@@ -187,20 +187,18 @@ async fn rename_over(client: &Client, temp: &str, path: &str, create_only: bool)
     }
 }
 
-/// Copies all of `source` into `target` at `at`: on the servers, or through the gateway a
-/// piece at a time where the servers cannot. The target's inode after.
+/// Copies `len` bytes of `source` from `from` into `target` at `at`: on the servers, or
+/// through the gateway a piece at a time where the servers cannot. The target's inode after.
 pub async fn copy_into(
     client: &Client,
-    source: &FileHandle,
-    target: &FileHandle,
-    at: u64,
+    (source, from, len): (&FileHandle, u64, u64),
+    (target, at): (&FileHandle, u64),
 ) -> S3Result<Inode> {
-    let size = source.inode.size;
     let mut done = 0u64;
     let mut inode = target.inode.clone();
-    while done < size {
+    while done < len {
         match client
-            .copy_range((source, done), (target, at + done), size - done)
+            .copy_range((source, from + done), (target, at + done), len - done)
             .await
         {
             Ok((_, 0)) => return Err(became_shorter()),
@@ -212,9 +210,12 @@ pub async fn copy_into(
             Err(e) => return Err(object_error(e)),
         }
     }
-    while done < size {
-        let len = (size - done).min(PIECE_BYTES as u64);
-        let piece = client.read(source, done, len).await.map_err(object_error)?;
+    while done < len {
+        let piece_len = (len - done).min(PIECE_BYTES as u64);
+        let piece = client
+            .read(source, from + done, piece_len)
+            .await
+            .map_err(object_error)?;
         if piece.is_empty() {
             return Err(became_shorter());
         }
