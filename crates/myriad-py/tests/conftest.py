@@ -1,6 +1,7 @@
 """A real local cluster for the package's tests: `myriad cluster up` with the workspace's
 own binary ($MYRIAD_BIN, else target/debug/myriad, else target/release/myriad)."""
 
+import contextlib
 import hashlib
 import os
 import pathlib
@@ -59,12 +60,12 @@ ACCESS, SECRET = "AKIAMYRIADTEST", "myriad-test-secret"
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="session")
-def endpoint(cluster, tmp_path_factory):
-    """The URL of an S3 gateway serving `cluster` with one key, stopped after the session."""
-    home = tmp_path_factory.mktemp("s3")
+@contextlib.contextmanager
+def gateway(cluster, home, keys):
+    """An S3 gateway serving `cluster` with `keys` (credentials file lines), its URL; its
+    log in `home`/stderr."""
     creds = home / "credentials"
-    creds.write_text(f"# test keys\n{ACCESS} {SECRET}\n")
+    creds.write_text("# test keys\n" + "".join(f"{k}\n" for k in keys))
     creds.chmod(0o600)
     # The gateway's log goes to a file: a pipe nobody reads could fill and stop it.
     log = open(home / "stderr", "w")
@@ -86,6 +87,14 @@ def endpoint(cluster, tmp_path_factory):
                 proc.kill()
                 proc.wait()
             log.close()
+
+
+@pytest.fixture(scope="session")
+def endpoint(cluster, tmp_path_factory):
+    """The URL of an S3 gateway serving `cluster` with one key (acting as the gateway's
+    own user), stopped after the session."""
+    with gateway(cluster, tmp_path_factory.mktemp("s3"), [f"{ACCESS} {SECRET}"]) as url:
+        yield url
 
 
 def s3_client(endpoint, access=ACCESS, secret=SECRET):

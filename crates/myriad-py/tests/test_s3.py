@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import ACCESS, MIB, SECRET, error_code, myriad_bin, s3_client
+from conftest import ACCESS, MIB, SECRET, error_code, gateway, myriad_bin, s3_client
 
 pytest.importorskip("boto3")
 from botocore.exceptions import ClientError  # noqa: E402
@@ -451,4 +451,56 @@ def test_versioning_is_never_enabled(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.get_bucket_versioning(Bucket=f"{bucket}-missing")
     assert error_code(e) == "NoSuchBucket"
+
+
+@pytest.fixture(scope="module")
+def users(cluster, tmp_path_factory):
+    """Clients of a gateway with two keys acting as users 1000 and 2000."""
+    keys = ["AKIAUSERONE one-secret 1000:1000", "AKIAUSERTWO two-secret 2000:2000"]
+    with gateway(cluster, tmp_path_factory.mktemp("s3-users"), keys) as url:
+        yield (s3_client(url, "AKIAUSERONE", "one-secret"),
+               s3_client(url, "AKIAUSERTWO", "two-secret"))
+
+
+def test_a_bucket_belongs_to_its_key_and_is_private(users, client):
+    one, two = users
+    one.create_bucket(Bucket="t-users-private")
+    st = client.stat("/t-users-private")
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1000, 1000, 0o700)
+    one.put_object(Bucket="t-users-private", Key="a/secret", Body=b"mine")
+    names = lambda s3: [b["Name"] for b in s3.list_buckets()["Buckets"]]  # noqa: E731
+    assert "t-users-private" in names(one)
+    assert "t-users-private" not in names(two)
+    for attempt in [lambda: two.get_object(Bucket="t-users-private", Key="a/secret"),
+                    lambda: two.put_object(Bucket="t-users-private", Key="b", Body=b"x"),
+                    lambda: two.delete_bucket(Bucket="t-users-private")]:
+        with pytest.raises(ClientError) as e:
+            attempt()
+        assert error_code(e) == "AccessDenied"
+    with pytest.raises(ClientError) as e:
+        two.create_bucket(Bucket="t-users-private")
+    assert error_code(e) == "BucketAlreadyExists"
+    with pytest.raises(ClientError) as e:
+        one.create_bucket(Bucket="t-users-private")
+    assert error_code(e) == "BucketAlreadyOwnedByYou"
+    # public-read lets other keys list and read, not write.
+    one.put_bucket_acl(Bucket="t-users-private", ACL="public-read")
+    assert "t-users-private" in names(two)
+    assert two.get_object(Bucket="t-users-private", Key="a/secret")["Body"].read() == b"mine"
+    with pytest.raises(ClientError) as e:
+        two.put_object(Bucket="t-users-private", Key="b", Body=b"x")
+    assert error_code(e) == "AccessDenied"
+    grants = one.get_bucket_acl(Bucket="t-users-private")["Grants"]
+    assert {g["Permission"] for g in grants} == {"FULL_CONTROL", "READ"}
+    one.delete_object(Bucket="t-users-private", Key="a/secret")
+    one.delete_bucket(Bucket="t-users-private")
+    assert "t-users-private" not in client.listdir("/")
+
+
+def test_new_bucket_names_follow_s3s_rules(s3):
+    for bad in ["foo-.bar", "foo.-bar", "ab", "Upper", "a..b", "-start", "192.168.5.4",
+                "x" * 64, "name-s3alias"]:
+        with pytest.raises(ClientError) as e:
+            s3.create_bucket(Bucket=bad)
+        assert error_code(e) == "InvalidBucketName", bad
 

@@ -32,6 +32,16 @@ impl Gateway {
             .and_then(|c| self.credentials.caller_of(&c.access_key))
             .ok_or_else(|| s3_error!(AccessDenied, "the request is not signed with a known key"))
     }
+
+    /// The gateway acting as root: what S3 lets any key do that a file system keeps to root
+    /// (making a top-level directory for a bucket and giving it to the key's user).
+    fn as_root(&self) -> Client {
+        self.client.for_caller(Caller {
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        })
+    }
 }
 
 /// Runs `$body` with `$client` acting for the request's caller and wraps its output in a
@@ -62,7 +72,9 @@ impl S3 for Gateway {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         as_caller!(self, req, |client, caller, input| buckets::create(
-            &client, &caller, input
+            (&client, &self.as_root()),
+            &caller,
+            input
         ))
     }
 
@@ -70,8 +82,10 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
-        as_caller!(self, req, |client, _caller, input| buckets::delete(
-            &client, input
+        as_caller!(self, req, |client, caller, input| buckets::delete(
+            (&client, &self.as_root()),
+            &caller,
+            input
         ))
     }
 
@@ -226,5 +240,23 @@ impl S3 for Gateway {
         as_caller!(self, req, |client, _caller, input| {
             copy_object::upload_part_copy(&client, input)
         })
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        as_caller!(self, req, |client, _caller, input| buckets::put_acl(
+            &client, input
+        ))
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        as_caller!(self, req, |client, _caller, input| buckets::get_acl(
+            &client, input
+        ))
     }
 }
