@@ -504,3 +504,83 @@ def test_new_bucket_names_follow_s3s_rules(s3):
             s3.create_bucket(Bucket=bad)
         assert error_code(e) == "InvalidBucketName", bad
 
+
+def test_folder_keys_are_directories(s3, client, bucket):
+    put = s3.put_object(Bucket=bucket, Key="photos/2026/", Body=b"")
+    assert put["ETag"] == quoted(md5(b""))
+    assert client.stat(f"/{bucket}/photos/2026").is_dir()
+    head = s3.head_object(Bucket=bucket, Key="photos/2026/")
+    assert (head["ContentLength"], head["ETag"]) == (0, quoted(md5(b"")))
+    assert s3.get_object(Bucket=bucket, Key="photos/2026/")["Body"].read() == b""
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="photos/x/", Body=b"bytes")
+    assert error_code(e) == "InvalidArgument"
+    s3.put_object(Bucket=bucket, Key="photos/2026/a.jpg", Body=b"jpg")
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="photos/", Delimiter="/")
+    assert [p["Prefix"] for p in listed["CommonPrefixes"]] == ["photos/2026/"]
+    # A folder holding keys stays; an empty one goes.
+    s3.delete_object(Bucket=bucket, Key="photos/2026/")
+    assert client.listdir(f"/{bucket}/photos/2026") == ["a.jpg"]
+    s3.delete_object(Bucket=bucket, Key="photos/2026/a.jpg")
+    s3.put_object(Bucket=bucket, Key="photos/empty/", Body=b"")
+    s3.delete_object(Bucket=bucket, Key="photos/empty/")
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="photos/empty/")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_versions_list_each_object_once_as_null(s3, bucket):
+    for k in ["a", "b/c", "b/d"]:
+        s3.put_object(Bucket=bucket, Key=k, Body=k.encode())
+    got = s3.list_object_versions(Bucket=bucket)
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in got["Versions"]] == [
+        ("a", "null", True), ("b/c", "null", True), ("b/d", "null", True)]
+    page = s3.list_object_versions(Bucket=bucket, MaxKeys=2)
+    assert page["IsTruncated"] and page["NextKeyMarker"] == "b/c"
+    rest = s3.list_object_versions(Bucket=bucket, KeyMarker=page["NextKeyMarker"],
+                                   VersionIdMarker=page["NextVersionIdMarker"])
+    assert [v["Key"] for v in rest["Versions"]] == ["b/d"]
+
+
+def test_limits_s3_sets(s3, endpoint, bucket):
+    with pytest.raises(ClientError) as e:
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"k{i}"} for i in range(1001)]})
+    assert error_code(e) == "MalformedXML"
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    import urllib.error
+    import urllib.request
+    import boto3
+    import botocore.config
+
+    v4 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ACCESS,
+                      aws_secret_access_key=SECRET, region_name="us-east-1",
+                      config=botocore.config.Config(signature_version="s3v4",
+                                                    s3={"addressing_style": "path"}))
+    week = v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"},
+                                     ExpiresIn=7 * 24 * 3600)
+    assert urllib.request.urlopen(week).read() == b"x"
+    longer = week.replace("X-Amz-Expires=604800", "X-Amz-Expires=604801")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(longer)
+    assert e.value.code == 400
+    assert b"AuthorizationQueryParametersError" in e.value.read()
+
+
+def test_a_streamed_upload_without_a_length(s3, bucket):
+    """boto3 sends a body it cannot measure aws-chunked, with its checksum in a trailer."""
+    import io
+
+    class Unseekable(io.RawIOBase):
+        def __init__(self, data):
+            self.data = io.BytesIO(data)
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            return self.data.readinto(b)
+
+    data = os.urandom(3 * MIB + 1)
+    s3.upload_fileobj(Unseekable(data), bucket, "streamed")
+    assert s3.get_object(Bucket=bucket, Key="streamed")["Body"].read() == data
+

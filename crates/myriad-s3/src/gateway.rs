@@ -259,4 +259,13 @@ impl S3 for Gateway {
             &client, input
         ))
     }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        as_caller!(self, req, |client, _caller, input| list_objects::versions(
+            &client, input
+        ))
+    }
 }

@@ -10,9 +10,9 @@
 //! `etag`, `headers` (stored headers and metadata in and out), `conditions` (conditional
 //! requests), `errors` (FsError -> S3 error), `credentials`, `listing` (listing order,
 //! pure) and `list_objects` (its S3 side), `body` (bodies in pieces), `store` (writing
-//! objects whole or not at all), `objects`, `copy_object`, `buckets`, `multipart`,
-//! `gateway` (the `s3s::S3` impl), `region` (requests signed for a region s3s refuses),
-//! `serve` (the accept loop).
+//! objects whole or not at all), `objects`, `folders` (keys ending in `/`), `copy_object`,
+//! `buckets`, `multipart`, `gateway` (the `s3s::S3` impl), `precheck` (requests answered
+//! before s3s sees them), `serve` (the accept loop).
 
 mod body;
 mod buckets;
@@ -21,6 +21,7 @@ mod copy_object;
 mod credentials;
 mod errors;
 mod etag;
+mod folders;
 mod gateway;
 mod headers;
 mod keys;
@@ -28,8 +29,8 @@ mod list_objects;
 mod listing;
 mod multipart;
 mod objects;
+mod precheck;
 mod record;
-mod region;
 mod serve;
 mod store;
 

@@ -1,11 +1,13 @@
-//! ListObjectsV2 and ListObjects (v1): the directory listings `listing` orders, asked of
-//! the cluster and written out as S3 answers.
+//! ListObjectsV2, ListObjects (v1) and ListObjectVersions (versioning is never enabled:
+//! each current object once, as version `null`): the directory listings `listing` orders,
+//! asked of the cluster and written out as S3 answers.
 
 use myriad_client::proto::validate_path;
 use myriad_client::{Client, DirEntry, FileKind, FsError};
 use s3s::dto::{
-    CommonPrefix, EncodingType, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, Object, ObjectStorageClass,
+    CommonPrefix, EncodingType, ListObjectVersionsInput, ListObjectVersionsOutput,
+    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object,
+    ObjectStorageClass, ObjectVersion, ObjectVersionStorageClass,
 };
 use s3s::{S3Result, s3_error};
 
@@ -215,6 +217,69 @@ pub async fn v1(client: &Client, input: ListObjectsInput) -> S3Result<ListObject
         max_keys: Some(input.max_keys.unwrap_or(MAX_KEYS).clamp(0, MAX_KEYS)),
         is_truncated: Some(page.truncated),
         contents: Some(contents),
+        common_prefixes: Some(common_prefixes),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    })
+}
+
+/// The one version of every object: `null`, the latest.
+const NULL_VERSION: &str = "null";
+
+pub async fn versions(
+    client: &Client,
+    input: ListObjectVersionsInput,
+) -> S3Result<ListObjectVersionsOutput> {
+    let url = wants_url(input.encoding_type.as_ref())?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let delimiter = nonempty(input.delimiter.as_ref());
+    // Every key has one version, so a key marker alone says where the last page ended.
+    let marker = nonempty(input.key_marker.as_ref()).map(|m| Marker {
+        key: m.to_string(),
+        past_prefix: delimiter.is_some_and(|d| m.ends_with(d)),
+    });
+    let page = page(
+        client,
+        &input.bucket,
+        &prefix,
+        delimiter,
+        marker,
+        input.max_keys,
+    )
+    .await?;
+    let next_key_marker = match (page.truncated, page.items.last()) {
+        (true, Some(Item::Object { key, .. })) => Some(key.clone()),
+        (true, Some(Item::Prefix(p))) => Some(p.clone()),
+        _ => None,
+    };
+    let (objects, common_prefixes) = write_items(page.items, url);
+    let versions = objects
+        .into_iter()
+        .map(|o| ObjectVersion {
+            e_tag: o.e_tag,
+            is_latest: Some(true),
+            key: o.key,
+            last_modified: o.last_modified,
+            size: o.size,
+            storage_class: Some(ObjectVersionStorageClass::from_static(
+                ObjectVersionStorageClass::STANDARD,
+            )),
+            version_id: Some(NULL_VERSION.into()),
+            ..Default::default()
+        })
+        .collect();
+    let enc = |s: String| if url { url_encode(&s) } else { s };
+    Ok(ListObjectVersionsOutput {
+        name: Some(input.bucket),
+        prefix: Some(enc(prefix)),
+        delimiter: input.delimiter.map(enc),
+        key_marker: input.key_marker.map(enc),
+        version_id_marker: input.version_id_marker,
+        next_version_id_marker: next_key_marker.as_ref().map(|_| NULL_VERSION.into()),
+        next_key_marker: next_key_marker.map(enc),
+        max_keys: Some(input.max_keys.unwrap_or(MAX_KEYS).clamp(0, MAX_KEYS)),
+        is_truncated: Some(page.truncated),
+        versions: Some(versions),
         common_prefixes: Some(common_prefixes),
         encoding_type: input.encoding_type,
         ..Default::default()

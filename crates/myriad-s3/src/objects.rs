@@ -16,13 +16,18 @@ use crate::body::{PIECE_BYTES, Pieces, stream_file};
 use crate::conditions::{check_read, conditions_of};
 use crate::errors::object_error;
 use crate::etag::{etag, etag_value};
-use crate::headers::{answer_with, headers_of, new_record, overrides_of, shown};
+use crate::folders;
+use crate::headers::{
+    DEFAULT_CONTENT_TYPE, answer_with, headers_of, new_record, overrides_of, shown,
+};
 use crate::keys::{bucket_path, implied_dirs, object_path};
 use crate::record::ObjectRecord;
 use crate::store::{Base, Put, precondition_failed, write_object};
 
 /// Keys of one DeleteObjects request deleted at once.
 const DELETES_IN_FLIGHT: usize = 8;
+/// Most keys one DeleteObjects request may name, as S3 allows.
+const DELETES_MAX: usize = 1000;
 
 /// The time `ns` nanoseconds after the Unix epoch (earlier times as the epoch).
 pub fn timestamp(ns: i64) -> Timestamp {
@@ -64,6 +69,18 @@ pub fn object_inode(inode: Inode) -> S3Result<Inode> {
 }
 
 pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOutput> {
+    if let Some(dir) = folders::folder_path(&input.bucket, &input.key) {
+        let inode = folders::stat(client, &input.bucket, &dir?).await?;
+        check_read(&conditions_of!(input), folders::EMPTY_MD5, inode.mtime_ns)?;
+        return Ok(GetObjectOutput {
+            body: Some(folders::empty_body()),
+            content_length: Some(0),
+            content_type: Some(DEFAULT_CONTENT_TYPE.into()),
+            e_tag: Some(folders::etag()),
+            last_modified: Some(folders::last_modified(&inode)),
+            ..Default::default()
+        });
+    }
     let path = object_path(&input.bucket, &input.key)?;
     // Without a range the first piece comes with the attributes, in one request; with one
     // only the attributes do (the range may start anywhere).
@@ -125,6 +142,17 @@ pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOu
 }
 
 pub async fn head(client: &Client, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {
+    if let Some(dir) = folders::folder_path(&input.bucket, &input.key) {
+        let inode = folders::stat(client, &input.bucket, &dir?).await?;
+        check_read(&conditions_of!(input), folders::EMPTY_MD5, inode.mtime_ns)?;
+        return Ok(HeadObjectOutput {
+            content_length: Some(0),
+            content_type: Some(DEFAULT_CONTENT_TYPE.into()),
+            e_tag: Some(folders::etag()),
+            last_modified: Some(folders::last_modified(&inode)),
+            ..Default::default()
+        });
+    }
     let path = object_path(&input.bucket, &input.key)?;
     let inode = match client.stat(&path).await {
         Ok(i) => object_inode(i)?,
@@ -147,6 +175,14 @@ pub async fn head(client: &Client, input: HeadObjectInput) -> S3Result<HeadObjec
 }
 
 pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOutput> {
+    if let Some(dir) = folders::folder_path(&input.bucket, &input.key) {
+        folders::put(client, &input.bucket, &dir?, &mut Pieces::new(input.body)).await?;
+        return Ok(PutObjectOutput {
+            e_tag: Some(folders::etag()),
+            size: Some(0),
+            ..Default::default()
+        });
+    }
     let path = object_path(&input.bucket, &input.key)?;
     let bucket = bucket_path(&input.bucket)?;
     let base = Base {
@@ -193,6 +229,9 @@ pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOu
 /// Deletes one object, then the directories its key implied that are left empty. A key
 /// that is not there is deleted already (as S3 answers).
 async fn delete_one(client: &Client, bucket: &str, key: &str) -> S3Result<()> {
+    if let Some(dir) = folders::folder_path(bucket, key) {
+        return folders::delete(client, &dir?).await;
+    }
     let path = object_path(bucket, key)?;
     match client.unlink(&path).await {
         Ok(()) => {}
@@ -226,6 +265,12 @@ pub async fn delete_many(
     client: &Client,
     input: DeleteObjectsInput,
 ) -> S3Result<DeleteObjectsOutput> {
+    if input.delete.objects.len() > DELETES_MAX {
+        return Err(s3_error!(
+            MalformedXML,
+            "a DeleteObjects request names at most {DELETES_MAX} keys"
+        ));
+    }
     let bucket = input.bucket;
     let quiet = input.delete.quiet.unwrap_or(false);
     let results: Vec<(String, S3Result<()>)> = futures::stream::iter(input.delete.objects)

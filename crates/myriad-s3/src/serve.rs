@@ -17,7 +17,7 @@ use crate::credentials::Credentials;
 use crate::gateway::Gateway;
 use crate::keys::UPLOADS_DIR;
 use crate::multipart::UPLOADS_DIR_MODE;
-use crate::region::RegionCheck;
+use crate::precheck::Precheck;
 
 /// Connections served at once; more wait in the kernel's backlog.
 const CONNECTIONS_MAX: usize = 1024;
@@ -64,7 +64,7 @@ pub async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .keep_alive(true);
-    let service = RegionCheck(service);
+    let service = Precheck(service);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut shutdown = std::pin::pin!(shutdown);
