@@ -16,7 +16,9 @@ use myriad_s3::Credentials;
 Buckets are the cluster's top-level directories (names starting with '.' are not buckets);
 objects are regular files; a key with slashes is a path below its bucket, its directories
 made by PUT and removed by DELETE once empty. Keys that cannot be paths (empty parts, '.',
-'..', NUL, a part over 255 bytes) are refused. ETags are not MD5s. See docs/s3.md.")]
+'..', NUL, a part over 255 bytes) are refused. ETags are the MD5s of objects as the gateway
+wrote them; headers and x-amz-meta-* are kept with each file. A bucket belongs to the key
+that made it and is private unless a canned ACL says otherwise. See docs/s3.md.")]
 pub struct S3Args {
     /// Address to serve S3 on, plain HTTP (port 0: any free port; the address is printed
     /// as `s3: http://HOST:PORT`). Put TLS in front of it beyond a trusted network.
@@ -27,6 +29,11 @@ pub struct S3Args {
     /// the cluster as its UID:GID, by default as the user running the gateway.
     #[arg(long)]
     pub credentials: PathBuf,
+    /// Serve the gateway's metrics over HTTP at this address (`GET /metrics`, OpenMetrics:
+    /// requests by operation and outcome, latency, body bytes; docs/metrics.md). Default:
+    /// none.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
 }
 
 pub async fn run(args: S3Args, client: Client) -> anyhow::Result<()> {
@@ -38,6 +45,20 @@ pub async fn run(args: S3Args, client: Client) -> anyhow::Result<()> {
     let client = Arc::new(client);
     myriad_s3::prepare(&client).await;
     let service = myriad_s3::service(client, credentials);
+    if let Some(at) = args.metrics {
+        let listener = tokio::net::TcpListener::bind(at)
+            .await
+            .with_context(|| format!("cannot listen for metrics on {at}"))?;
+        let metrics = service.metrics.clone();
+        let route: myriad_net::http::Route = Arc::new(move |path| match path {
+            "/metrics" => myriad_net::http::Reply::ok(
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                metrics.render(),
+            ),
+            _ => myriad_net::http::Reply::text(404, "Myriad S3 gateway metrics: GET /metrics"),
+        });
+        tokio::spawn(myriad_net::http::serve(listener, route));
+    }
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "s3: http://{addr}")?;

@@ -61,9 +61,9 @@ MIB = 1024 * 1024
 
 
 @contextlib.contextmanager
-def gateway(cluster, home, keys):
-    """An S3 gateway serving `cluster` with `keys` (credentials file lines), its URL; its
-    log in `home`/stderr."""
+def gateway(cluster, home, keys, extra=()):
+    """An S3 gateway serving `cluster` with `keys` (credentials file lines) and `extra`
+    arguments, its URL; its log in `home`/stderr."""
     creds = home / "credentials"
     creds.write_text("# test keys\n" + "".join(f"{k}\n" for k in keys))
     creds.chmod(0o600)
@@ -71,7 +71,7 @@ def gateway(cluster, home, keys):
     log = open(home / "stderr", "w")
     proc = subprocess.Popen(
         [myriad_bin(), "s3", "--cluster", cluster, "--listen", "127.0.0.1:0",
-         "--credentials", str(creds)],
+         "--credentials", str(creds), *extra],
         stdout=subprocess.PIPE, stderr=log, text=True,
     )
     try:

@@ -584,3 +584,35 @@ def test_a_streamed_upload_without_a_length(s3, bucket):
     s3.upload_fileobj(Unseekable(data), bucket, "streamed")
     assert s3.get_object(Bucket=bucket, Key="streamed")["Body"].read() == data
 
+
+def test_the_gateway_serves_its_metrics(cluster, tmp_path):
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with gateway(cluster, tmp_path, [f"{ACCESS} {SECRET}"],
+                 ["--metrics", f"127.0.0.1:{port}"]) as url:
+        s3 = s3_client(url)
+        s3.create_bucket(Bucket="t-gateway-metrics")
+        s3.put_object(Bucket="t-gateway-metrics", Key="k", Body=b"x" * 5000)
+        assert s3.get_object(Bucket="t-gateway-metrics", Key="k")["Body"].read() == b"x" * 5000
+        with pytest.raises(ClientError):
+            s3.get_object(Bucket="t-gateway-metrics", Key="missing")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    req = "myriad_s3_requests_total"
+    assert samples[(req, (("operation", "put_object"), ("status", "OK")))] == 1
+    assert samples[(req, (("operation", "get_object"), ("status", "OK")))] == 1
+    assert samples[(req, (("operation", "get_object"), ("status", "NoSuchKey")))] == 1
+    count = "myriad_s3_request_duration_seconds_count"
+    assert samples[(count, (("operation", "get_object"),))] == 2
+    assert samples[("myriad_s3_body_bytes_total", (("direction", "in"),))] >= 5000
+    assert samples[("myriad_s3_body_bytes_total", (("direction", "out"),))] >= 5000
+

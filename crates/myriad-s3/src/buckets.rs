@@ -102,7 +102,7 @@ fn acl_mode(acl: Option<&BucketCannedACL>) -> S3Result<u32> {
 /// A key whose user may not write `/` gets it made by the gateway (`root`) and given to it,
 /// as S3 lets any key make buckets; with the servers' `--root-squash` that is refused.
 pub async fn create(
-    (client, root): (&Client, &Client),
+    (client, root): (&Client, Client),
     caller: &Caller,
     input: CreateBucketInput,
 ) -> S3Result<CreateBucketOutput> {
@@ -110,7 +110,7 @@ pub async fn create(
     let path = bucket_path(&input.bucket)?;
     let mode = acl_mode(input.acl.as_ref())?;
     let made = match client.mkdir(&path, mode).await {
-        Err(FsError::PermissionDenied) if caller.uid != 0 => make_for(root, &path, caller).await,
+        Err(FsError::PermissionDenied) if caller.uid != 0 => make_for(&root, &path, caller).await,
         other => other.map(|_| ()),
     };
     match made {
@@ -148,7 +148,7 @@ async fn make_for(root: &Client, path: &str, caller: &Caller) -> Result<(), FsEr
 /// Removes an empty bucket: as the key's user, or by the gateway for the bucket's owner
 /// when that user may not write `/`.
 pub async fn delete(
-    (client, root): (&Client, &Client),
+    (client, root): (&Client, Client),
     caller: &Caller,
     input: DeleteBucketInput,
 ) -> S3Result<DeleteBucketOutput> {

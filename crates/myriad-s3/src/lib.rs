@@ -12,7 +12,7 @@
 //! pure) and `list_objects` (its S3 side), `body` (bodies in pieces), `store` (writing
 //! objects whole or not at all), `objects`, `folders` (keys ending in `/`), `copy_object`,
 //! `buckets`, `multipart`, `gateway` (the `s3s::S3` impl), `precheck` (requests answered
-//! before s3s sees them), `serve` (the accept loop).
+//! before s3s sees them), `metrics` (the gateway's own), `serve` (the accept loop).
 
 mod body;
 mod buckets;
@@ -27,6 +27,7 @@ mod headers;
 mod keys;
 mod list_objects;
 mod listing;
+mod metrics;
 mod multipart;
 mod objects;
 mod precheck;
@@ -36,4 +37,5 @@ mod store;
 
 pub use credentials::{Credentials, CredentialsError};
 pub use gateway::Gateway;
-pub use serve::{prepare, serve, service};
+pub use metrics::GatewayMetrics;
+pub use serve::{GatewayService, prepare, serve, service};

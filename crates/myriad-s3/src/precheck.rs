@@ -7,11 +7,15 @@
 //!   gateway.
 //! - Presigned for longer than S3 allows (`X-Amz-Expires` over 7 days), which s3s takes.
 
+use std::sync::Arc;
+
 use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::service::Service;
 use hyper::{HeaderMap, Request, Response, StatusCode, Uri};
 use s3s::service::S3Service;
+
+use crate::metrics::GatewayMetrics;
 
 /// The region the gateway asks clients to sign for.
 pub const REGION: &str = "us-east-1";
@@ -79,9 +83,19 @@ fn wrong_region(region: &str) -> Response<s3s::Body> {
     response
 }
 
-/// The S3 service, with the requests above answered as AWS does.
+fn content_length(headers: &HeaderMap) -> u64 {
+    headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The S3 service, with the requests above answered as AWS does and body bytes counted.
 #[derive(Clone)]
-pub struct Precheck(pub S3Service);
+pub struct Precheck {
+    pub service: S3Service,
+    pub metrics: Arc<GatewayMetrics>,
+}
 
 impl Service<Request<Incoming>> for Precheck {
     type Response = <S3Service as Service<Request<Incoming>>>::Response;
@@ -98,7 +112,16 @@ impl Service<Request<Incoming>> for Precheck {
                 "",
             )
         } else {
-            return Service::call(&self.0, req);
+            let inbound = content_length(req.headers());
+            let answering = Service::call(&self.service, req);
+            let metrics = self.metrics.clone();
+            return Box::pin(async move {
+                let answered = answering.await;
+                if let Ok(response) = &answered {
+                    metrics.bytes(inbound, content_length(response.headers()));
+                }
+                answered
+            });
         };
         Box::pin(async move { Ok(answer) })
     }

@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 use crate::credentials::Credentials;
 use crate::gateway::Gateway;
 use crate::keys::UPLOADS_DIR;
+use crate::metrics::GatewayMetrics;
 use crate::multipart::UPLOADS_DIR_MODE;
 use crate::precheck::Precheck;
 
@@ -29,11 +30,22 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time requests in flight get to finish once the gateway is told to stop.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The S3 service and the metrics it keeps.
+pub struct GatewayService {
+    service: S3Service,
+    pub metrics: Arc<GatewayMetrics>,
+}
+
 /// The S3 service over `client`, accepting requests signed with `credentials`.
-pub fn service(client: Arc<Client>, credentials: Credentials) -> S3Service {
-    let mut builder = S3ServiceBuilder::new(Gateway::new(client, credentials.clone()));
+pub fn service(client: Arc<Client>, credentials: Credentials) -> GatewayService {
+    let metrics = Arc::new(GatewayMetrics::default());
+    let gateway = Gateway::new(client, credentials.clone(), metrics.clone());
+    let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(credentials);
-    builder.build()
+    GatewayService {
+        service: builder.build(),
+        metrics,
+    }
 }
 
 /// Makes the directory multipart uploads keep their parts in, if it is missing (by the
@@ -57,14 +69,17 @@ pub async fn prepare(client: &Client) {
 /// finish for a while.
 pub async fn serve(
     listener: TcpListener,
-    service: S3Service,
+    service: GatewayService,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .keep_alive(true);
-    let service = Precheck(service);
+    let service = Precheck {
+        service: service.service,
+        metrics: service.metrics,
+    };
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut shutdown = std::pin::pin!(shutdown);
