@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use myriad_client::proto::XattrMode;
 use myriad_client::{Client, FsError, RenameFlags};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -14,6 +15,7 @@ use pyo3::types::{PyBytes, PyList};
 use crate::errors::{os_error, setup_error};
 use crate::handle::PyHandle;
 use crate::live::{Live, Setup, start};
+use crate::meta;
 use crate::stat::PyStat;
 
 #[pyclass(module = "myriad._native", name = "Client", subclass, frozen)]
@@ -62,6 +64,26 @@ async fn open_checked(
     }
 }
 
+/// FileNotFoundError for a file named that is not there (a cluster may also be named by
+/// servers' addresses, `h1:7401,h2:7401`, when `addresses`), as open() raises it.
+fn missing_file(path: &std::path::Path, addresses: bool) -> PyResult<()> {
+    let text = path.to_string_lossy();
+    let looks_like_addresses = addresses
+        && !text.contains('/')
+        && text.split(',').all(|a| {
+            a.rsplit_once(':')
+                .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
+        });
+    if looks_like_addresses || path.exists() {
+        return Ok(());
+    }
+    Err(pyo3::exceptions::PyFileNotFoundError::new_err((
+        2,
+        "No such file or directory",
+        text.into_owned(),
+    )))
+}
+
 fn bytes<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
     PyBytes::new(py, data)
 }
@@ -93,7 +115,11 @@ impl PyClient {
                 "timeout must be a positive number of seconds",
             ));
         }
+        missing_file(&cluster_file, true)?;
         let secret_file = given_or_env(secret_file, "MYRIAD_SECRET_FILE");
+        if let Some(f) = &secret_file {
+            missing_file(f, false)?;
+        }
         let keys = myriad_client::setup::client_keys(secret_file.as_deref(), Some(&cluster_file))
             .map_err(setup_error)?;
         // A map file, or servers' addresses ("h1:7401,h2:7401") asked for the map.
@@ -370,6 +396,145 @@ impl PyClient {
             Ok(h)
         })?;
         Ok(PyHandle::new(live, h))
+    }
+
+    /// Sets the owner and group (-1 or None: unchanged), of what a symbolic link names
+    /// unless `follow_symlinks` is False (as os.chown).
+    #[pyo3(signature = (path, uid, gid, follow_symlinks=true))]
+    fn chown(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        uid: Option<i64>,
+        gid: Option<i64>,
+        follow_symlinks: bool,
+    ) -> PyResult<()> {
+        let ids = (
+            meta::id_arg(uid).map_err(PyValueError::new_err)?,
+            meta::id_arg(gid).map_err(PyValueError::new_err)?,
+        );
+        let p = path.to_string();
+        self.live()?.call(py, path, |c| async move {
+            meta::chown(&c, &p, ids, follow_symlinks).await
+        })
+    }
+
+    /// Sets access and modification times, `ns` = (atime_ns, mtime_ns), or both to now.
+    #[pyo3(signature = (path, ns=None, follow_symlinks=true))]
+    fn utime(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        ns: Option<(i64, i64)>,
+        follow_symlinks: bool,
+    ) -> PyResult<()> {
+        let p = path.to_string();
+        self.live()?.call(py, path, |c| async move {
+            meta::utime(&c, &p, ns, follow_symlinks).await
+        })
+    }
+
+    /// Cuts or extends a file to `length` bytes (as os.truncate).
+    fn truncate(&self, py: Python<'_>, path: &str, length: u64) -> PyResult<()> {
+        let p = path.to_string();
+        self.live()?.call(
+            py,
+            path,
+            |c| async move { meta::truncate(&c, &p, length).await },
+        )
+    }
+
+    /// Makes `dst` a hard link to the file `src` (as os.link).
+    fn link(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
+        let (s, d) = (src.to_string(), dst.to_string());
+        self.live()?
+            .call(py, dst, |c| async move { meta::link(&c, &s, &d).await })
+    }
+
+    /// Whether this client's user may access `path` as `mode` asks (as os.access: F_OK,
+    /// R_OK, W_OK, X_OK).
+    fn access(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<bool> {
+        let p = path.to_string();
+        self.live()?.call(
+            py,
+            path,
+            |c| async move { meta::access(&c, &p, mode).await },
+        )
+    }
+
+    /// An extended attribute's value (OSError ENODATA if there is none).
+    #[pyo3(signature = (path, name, follow_symlinks=true))]
+    fn getxattr<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        name: &str,
+        follow_symlinks: bool,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (p, n) = (path.to_string(), name.to_string());
+        let v = self.live()?.call(py, path, |c| async move {
+            meta::getxattr(&c, &p, &n, follow_symlinks).await
+        })?;
+        Ok(bytes(py, &v))
+    }
+
+    /// The names of a file's extended attributes.
+    #[pyo3(signature = (path, follow_symlinks=true))]
+    fn listxattr(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        follow_symlinks: bool,
+    ) -> PyResult<Vec<String>> {
+        let p = path.to_string();
+        self.live()?.call(py, path, |c| async move {
+            meta::listxattr(&c, &p, follow_symlinks).await
+        })
+    }
+
+    /// Sets an extended attribute (`user.` names); `flags` as os.setxattr's.
+    #[pyo3(signature = (path, name, value, flags=0, follow_symlinks=true))]
+    fn setxattr(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        name: &str,
+        value: &[u8],
+        flags: i32,
+        follow_symlinks: bool,
+    ) -> PyResult<()> {
+        let mode = meta::xattr_mode(flags).map_err(PyValueError::new_err)?;
+        let (p, n) = (path.to_string(), name.to_string());
+        self.live()?.call(py, path, |c| async move {
+            meta::setxattr(&c, &p, (&n, Some(value)), mode, follow_symlinks).await
+        })
+    }
+
+    /// Removes an extended attribute (OSError ENODATA if there is none).
+    #[pyo3(signature = (path, name, follow_symlinks=true))]
+    fn removexattr(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        name: &str,
+        follow_symlinks: bool,
+    ) -> PyResult<()> {
+        let (p, n) = (path.to_string(), name.to_string());
+        self.live()?.call(py, path, |c| async move {
+            meta::setxattr(&c, &p, (&n, None), XattrMode::Replace, follow_symlinks).await
+        })
+    }
+
+    /// Copies the file `src` to `dst` on the servers (no byte passes through this process);
+    /// a new `dst` gets `mode`. The number of bytes copied.
+    #[pyo3(signature = (src, dst, mode=0o644))]
+    fn copy(&self, py: Python<'_>, src: &str, dst: &str, mode: u32) -> PyResult<u64> {
+        let (s, d) = (src.to_string(), dst.to_string());
+        self.live()?.call(
+            py,
+            dst,
+            |c| async move { meta::copy(&c, &s, &d, mode).await },
+        )
     }
 
     /// The cluster's capacity: total, used and free bytes, and files.

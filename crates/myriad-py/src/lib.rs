@@ -9,6 +9,7 @@ mod client;
 mod errors;
 mod handle;
 mod live;
+mod meta;
 mod runtime;
 mod stat;
 

@@ -137,7 +137,7 @@ def test_errors_are_pythons_own(client, tree):
     assert e.value.errno == errno.ENAMETOOLONG
     with pytest.raises(ValueError):
         client.fetch("relative/path")
-    with pytest.raises(ValueError):
+    with pytest.raises(FileNotFoundError):
         myriad.Client("/nonexistent/cluster.json")
 
 
@@ -374,3 +374,77 @@ def test_a_client_from_server_addresses(cluster, tree, monkeypatch):
     url = f"myriad://{nodes[1]['addr']}{tree}/by-address"
     with fsspec.open(url, "rb") as f:
         assert f.read() == b"seeded"
+
+
+def _fetch_in_worker(c, path):
+    """Runs in a process started with `spawn`: the client arrived pickled."""
+    return c.fetch(path)
+
+
+def test_a_client_pickles_and_connects_again_where_it_is_loaded(client, cluster, tree):
+    import multiprocessing
+    import pickle
+
+    client.write(f"{tree}/p", b"pickled")
+    copy = pickle.loads(pickle.dumps(client))
+    assert copy.fetch(f"{tree}/p") == b"pickled"
+    for method in ["spawn", "forkserver"]:
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            assert pool.starmap(_fetch_in_worker, [(client, f"{tree}/p")] * 2) == [b"pickled"] * 2
+    with myriad.Client(cluster) as c:
+        assert c.fetch(f"{tree}/p") == b"pickled"
+
+
+def test_posix_calls_beyond_whole_files(client, tree):
+    import os as _os
+
+    f = f"{tree}/f"
+    client.write(f, b"0123456789")
+    client.truncate(f, 4)
+    assert client.fetch(f) == b"0123"
+    client.truncate(f, 6)
+    assert client.fetch(f) == b"0123\0\0"
+    client.utime(f, (1_000_000_000.5, 1_100_000_000.25))
+    st = client.stat(f)
+    assert (st.st_atime_ns, st.st_mtime_ns) == (1_000_000_000_500_000_000, 1_100_000_000_250_000_000)
+    client.utime(f, ns=(5, 7))
+    assert client.stat(f).st_mtime_ns == 7
+    client.utime(f)
+    assert client.stat(f).st_mtime > 1_700_000_000
+    client.chown(f, 1234, -1)
+    assert (client.stat(f).st_uid, client.stat(f).st_gid) == (1234, 0)
+    client.link(f, f"{tree}/g")
+    assert client.stat(f).st_nlink == 2 and client.fetch(f"{tree}/g") == b"0123\0\0"
+    assert client.access(f, _os.R_OK | _os.W_OK) and client.access(f, _os.F_OK)
+    assert not client.access(f"{tree}/missing", _os.F_OK)
+    client.setxattr(f, "user.color", b"blue")
+    assert client.getxattr(f, "user.color") == b"blue"
+    assert "user.color" in client.listxattr(f)
+    with pytest.raises(FileExistsError):
+        client.setxattr(f, "user.color", b"red", _os.XATTR_CREATE)
+    client.removexattr(f, "user.color")
+    with pytest.raises(OSError) as e:
+        client.getxattr(f, "user.color")
+    assert e.value.errno == errno.ENODATA
+    assert client.isfile(f) and not client.isfile(tree) and not client.isfile(f"{tree}/none")
+    big = _os.urandom(5 * 1024 * 1024 + 3)
+    client.write(f"{tree}/big", big)
+    assert client.copy(f"{tree}/big", f"{tree}/big.copy") == len(big)
+    assert client.fetch(f"{tree}/big.copy") == big
+    client.write(f"{tree}/small", b"x")
+    client.copy(f"{tree}/small", f"{tree}/big.copy")
+    assert client.fetch(f"{tree}/big.copy") == b"x"
+    with pytest.raises(OSError):
+        client.copy(f"{tree}/small", f"{tree}/small")
+    assert client.fetch(f"{tree}/small") == b"x"
+    with pytest.raises(TypeError, match="encode"):
+        client.write(f, "text")
+
+
+def test_the_package_says_its_version_and_ships_types():
+    import pathlib
+
+    assert myriad.__version__ not in ("0.0.0", "0+unknown")
+    here = pathlib.Path(myriad.__file__).parent
+    assert (here / "py.typed").exists() and (here / "_native.pyi").exists()
+

@@ -107,3 +107,24 @@ def test_the_filesystem_pickles_as_dask_and_data_loader_workers_need(fs, client,
         assert f.read() == b"pickled"
     with opened as g:
         assert g.read() == b"pickled"
+
+
+def test_files_opened_for_reading_are_fsspec_buffered_files(fs, client, tree):
+    data = bytes(range(256)) * 400
+    client.write(f"{tree}/blocks", data)
+    with fs.open(f"{tree}/blocks", "rb", block_size=1000, cache_type="bytes") as f:
+        assert f.size == len(data) and f.path == f"{tree}/blocks"
+        f.seek(5000)
+        assert f.read(10) == data[5000:5010]
+    lines = b"a,b\n" * 1000
+    client.write(f"{tree}/lines", lines)
+    assert fs.read_block(f"{tree}/lines", 10, 20, delimiter=b"\n") == b"a,b\n" * 5
+    fs.touch(f"{tree}/t")
+    client.write(f"{tree}/t", b"keep")
+    fs.touch(f"{tree}/t", truncate=False)
+    assert client.fetch(f"{tree}/t") == b"keep"
+    fs.touch(f"{tree}/t")
+    assert client.fetch(f"{tree}/t") == b""
+    fs.cp_file(f"{tree}/lines", f"{tree}/lines.copy")
+    assert client.fetch(f"{tree}/lines.copy") == lines
+

@@ -15,4 +15,12 @@ rest. fsspec reaches the cluster as ``myriad://`` (``myriad.fsspec.MyriadFileSys
 from ._client import Client
 from ._native import FETCH_MANY_PARALLEL, Handle, Stat
 
-__all__ = ["Client", "Stat", "Handle", "FETCH_MANY_PARALLEL"]
+try:
+    from importlib.metadata import PackageNotFoundError as _NotFound
+    from importlib.metadata import version as _version
+
+    __version__ = _version("myriad")
+except _NotFound:  # imported from a source tree, not installed
+    __version__ = "0+unknown"
+
+__all__ = ["Client", "Stat", "Handle", "FETCH_MANY_PARALLEL", "__version__"]

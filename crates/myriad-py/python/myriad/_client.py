@@ -24,9 +24,45 @@ def canonical(path):
     return "/" + p.lstrip("/")
 
 
+def _bytes_like(data, what):
+    if isinstance(data, str):
+        raise TypeError(
+            f"{what} takes bytes-like data, not str: encode it first "
+            "(data.encode()) or use open(path, 'w')")
+    return bytes(data)
+
+
 class Client(_native.Client):
     """A connection to a Myriad cluster, safe to share between threads (each call releases
-    the GIL) and usable after fork (a child process makes its own connections)."""
+    the GIL) and usable after fork (a child process makes its own connections).
+
+    A client can be pickled (a DataLoader worker started with ``spawn`` or ``forkserver``
+    gets one): it connects again where it is loaded, to the same cluster with the same key
+    file. It is a context manager: ``with myriad.Client(...) as c:``."""
+
+    def __init__(self, cluster_file=None, secret_file=None, timeout=30.0, zone=None):
+        # Connected by the native constructor with the same arguments; kept to connect
+        # again where a pickled copy is loaded (the environment there may differ).
+        cluster_file = cluster_file if cluster_file is not None else os.environ.get("MYRIAD_CLUSTER")
+        secret_file = (secret_file if secret_file is not None
+                       else os.environ.get("MYRIAD_SECRET_FILE"))
+        self._args = (cluster_file, secret_file, timeout, zone)
+
+    def __reduce__(self):
+        return (type(self), self._args)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Nothing to release early: connections close with the last reference to the
+        client. Kept so a client reads like a file or a socket."""
+
+    def __repr__(self):
+        return f"myriad.Client({self._args[0]!r})"
 
     def fetch(self, path):
         """A file's whole contents (bytes): one request for a small file."""
@@ -41,16 +77,17 @@ class Client(_native.Client):
         return super().read(canonical(path), offset, size)
 
     def write(self, path, data, mode=0o666):
-        """Makes `path` a file holding exactly `data`; a new file gets `mode` masked by the
-        process umask (as open() and os.open do)."""
-        return super().write(canonical(path), bytes(data), mode & ~_umask())
+        """Makes `path` a file holding exactly `data` (bytes-like); a new file gets `mode`
+        masked by the process umask (as open() and os.open do)."""
+        return super().write(canonical(path), _bytes_like(data, "write()"), mode & ~_umask())
 
     def write_many(self, items, mode=0o666, parallel=_native.FETCH_MANY_PARALLEL):
         """Writes many files at once: `items` is a dict or pairs of (path, data). New files
         get `mode` masked by the process umask."""
         pairs = items.items() if hasattr(items, "items") else items
         return super().write_many(
-            [(canonical(p), bytes(d)) for p, d in pairs], mode & ~_umask(), parallel
+            [(canonical(p), _bytes_like(d, "write_many()")) for p, d in pairs],
+            mode & ~_umask(), parallel
         )
 
     def stat(self, path, follow_symlinks=True):
@@ -71,6 +108,12 @@ class Client(_native.Client):
     def isdir(self, path):
         try:
             return _stat.S_ISDIR(super().stat(canonical(path)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def isfile(self, path):
+        try:
+            return _stat.S_ISREG(super().stat(canonical(path)).st_mode)
         except (FileNotFoundError, NotADirectoryError):
             return False
 
@@ -135,6 +178,50 @@ class Client(_native.Client):
 
     def chmod(self, path, mode):
         return super().chmod(canonical(path), mode)
+
+    def chown(self, path, uid, gid, follow_symlinks=True):
+        """As os.chown: -1 leaves the owner or group as it is."""
+        return super().chown(canonical(path), uid, gid, follow_symlinks)
+
+    def utime(self, path, times=None, *, ns=None, follow_symlinks=True):
+        """As os.utime: `times` (atime, mtime) in seconds or `ns` in nanoseconds; neither
+        sets both to now."""
+        if times is not None and ns is not None:
+            raise ValueError("utime: give times or ns, not both")
+        if times is not None:
+            ns = tuple(int(round(t * 1_000_000_000)) for t in times)
+        return super().utime(canonical(path), ns, follow_symlinks)
+
+    def truncate(self, path, length):
+        return super().truncate(canonical(path), length)
+
+    def link(self, src, dst):
+        """As os.link: `dst` becomes another name of the file `src`."""
+        return super().link(canonical(src), canonical(dst))
+
+    def access(self, path, mode):
+        """As os.access, with this client's user."""
+        return super().access(canonical(path), mode)
+
+    def getxattr(self, path, name, follow_symlinks=True):
+        return super().getxattr(canonical(path), name, follow_symlinks)
+
+    def listxattr(self, path, follow_symlinks=True):
+        return super().listxattr(canonical(path), follow_symlinks)
+
+    def setxattr(self, path, name, value, flags=0, follow_symlinks=True):
+        """As os.setxattr (names in the ``user.`` namespace)."""
+        return super().setxattr(canonical(path), name, _bytes_like(value, "setxattr()"),
+                                flags, follow_symlinks)
+
+    def removexattr(self, path, name, follow_symlinks=True):
+        return super().removexattr(canonical(path), name, follow_symlinks)
+
+    def copy(self, src, dst, mode=0o666):
+        """Copies the file `src` to `dst` on the servers: no byte passes through this
+        process. A new `dst` gets `mode` masked by the umask; an existing one is rewritten.
+        Returns the number of bytes copied."""
+        return super().copy(canonical(src), canonical(dst), mode & ~_umask())
 
     def open(self, path, mode="r", buffering=-1, encoding=None, errors=None, newline=None):
         """A file object as the built-in open() gives: modes r, w, x, a with b, t and +."""

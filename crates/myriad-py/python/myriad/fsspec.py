@@ -14,7 +14,7 @@ import datetime
 import posixpath
 import re
 
-from fsspec.spec import AbstractFileSystem
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from ._client import Client
 
@@ -142,8 +142,25 @@ class MyriadFileSystem(AbstractFileSystem):
         self.client.write(self._strip_protocol(path), value)
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None,
-              **kwargs):
-        return self.client.open(self._strip_protocol(path), mode)
+              cache_type="readahead", **kwargs):
+        """Reading: fsspec's buffered file (``size``, ``path``, ``read_block``, its caches
+        with ``block_size`` and ``cache_options``) over ranged reads of the cluster.
+        Writing: the client's own file object (writes go to the servers as they come)."""
+        path = self._strip_protocol(path)
+        if mode == "rb":
+            return MyriadReadFile(self, path, mode, block_size or "default",
+                                  cache_type=cache_type, cache_options=cache_options,
+                                  **kwargs)
+        return self.client.open(path, mode)
+
+    def touch(self, path, truncate=True, **kwargs):
+        """An empty file at `path`; an existing one is emptied (`truncate`) or only has its
+        times set to now."""
+        path = self._strip_protocol(path)
+        if truncate or not self.client.exists(path):
+            self.client.write(path, b"")
+        else:
+            self.client.utime(path)
 
     def mkdir(self, path, create_parents=True, **kwargs):
         self.client.mkdir(self._strip_protocol(path), parents=create_parents,
@@ -173,16 +190,12 @@ class MyriadFileSystem(AbstractFileSystem):
             super().mv(path1, path2, recursive=recursive, maxdepth=maxdepth, **kwargs)
 
     def cp_file(self, path1, path2, **kwargs):
+        """A copy made on the servers (``Client.copy``)."""
         src, dst = self._strip_protocol(path1), self._strip_protocol(path2)
         if self.client.isdir(src):
             self.client.mkdir(dst, exist_ok=True)
             return
-        with self.client.open(src, "rb") as fin, self.client.open(dst, "wb") as fout:
-            while True:
-                piece = fin.read(4 * 1024 * 1024)
-                if not piece:
-                    break
-                fout.write(piece)
+        self.client.copy(src, dst)
 
     def modified(self, path):
         st = self.client.stat(self._strip_protocol(path))
@@ -196,3 +209,12 @@ class MyriadFileSystem(AbstractFileSystem):
     def ukey(self, path):
         st = self.client.stat(self._strip_protocol(path))
         return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+
+
+class MyriadReadFile(AbstractBufferedFile):
+    """A file of the cluster opened for reading through fsspec: its caches fetch ranges with
+    ``Client.read`` (one request for a range within a chunk)."""
+
+    def _fetch_range(self, start, end):
+        return self.fs.client.read(self.path, start, max(end - start, 0))
+
