@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests (crates/myriad-py/tests, pytest) against real local clusters
 # started with target/debug/myriad: builds the wheel (debug), installs it with what the
-# tests use (pytest, fsspec, pandas, boto3, prometheus-client, playwright driving the
+# tests use (pytest, fsspec, pandas, pyarrow, boto3, prometheus-client, playwright driving the
 # system's Chromium, and the S3 tools s3cmd and awscli; rclone is Debian's, .ci/run) into
 # a virtual environment under target/, runs them.
 set -euo pipefail
@@ -11,7 +11,7 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "maturin>=1.5,<2" pytest fsspec pandas boto3 prometheus-client playwright s3cmd awscli
+    "maturin>=1.5,<2" pytest fsspec pandas pyarrow boto3 prometheus-client playwright s3cmd awscli
 # The whole workspace's binaries, with the features `cargo test --workspace` built them
 # with: building the one package alone would unify features differently and rebuild.
 cargo build --locked --workspace --bins
