@@ -15,7 +15,7 @@ use s3s::{S3Result, s3_error};
 
 use crate::errors::bucket_error;
 use crate::keys::bucket_path;
-use crate::objects::{no_such_bucket, timestamp};
+use crate::lookup::{no_such_bucket, timestamp};
 
 /// A new bucket's mode: private to its owner.
 const BUCKET_MODE: u32 = 0o700;

@@ -16,8 +16,8 @@ use crate::errors::object_error;
 use crate::etag::etag_value;
 use crate::headers::{headers_of, new_record};
 use crate::keys::{bucket_path, object_path, temp_beside};
+use crate::lookup::{missing, no_such_bucket, object_inode, timestamp};
 use crate::multipart::{check_part_number, no_such_upload, part_name, upload_dir};
-use crate::objects::{missing, no_such_bucket, object_inode, timestamp};
 use crate::record::ObjectRecord;
 use crate::store::{Base, copy_into, create_temp, finish_beside, keep_record};
 

@@ -12,7 +12,7 @@ use s3s::{S3Result, s3_error};
 use crate::body::Pieces;
 use crate::errors::object_error;
 use crate::keys::object_path;
-use crate::objects::{missing, timestamp};
+use crate::lookup::{missing, no_such_key, timestamp};
 use crate::store::DIR_MODE;
 
 /// The MD5 of no bytes: a folder's ETag.
@@ -28,7 +28,7 @@ pub fn folder_path(bucket: &str, key: &str) -> Option<S3Result<String>> {
 pub async fn stat(client: &Client, bucket: &str, path: &str) -> S3Result<Inode> {
     match client.stat(path).await {
         Ok(i) if i.kind == FileKind::Directory => Ok(i),
-        Ok(_) => Err(s3_error!(NoSuchKey, "the specified key does not exist")),
+        Ok(_) => Err(no_such_key()),
         Err(e) => Err(missing(client, bucket, e).await),
     }
 }

@@ -10,9 +10,10 @@
 //! `etag`, `headers` (stored headers and metadata in and out), `conditions` (conditional
 //! requests), `errors` (FsError -> S3 error), `credentials`, `listing` (listing order,
 //! pure) and `list_objects` (its S3 side), `body` (bodies in pieces), `store` (writing
-//! objects whole or not at all), `objects`, `folders` (keys ending in `/`), `copy_object`,
-//! `buckets`, `multipart`, `gateway` (the `s3s::S3` impl), `precheck` (requests answered
-//! before s3s sees them), `metrics` (the gateway's own), `serve` (the accept loop).
+//! objects whole or not at all), `lookup` (missing names as S3 errors), `objects`,
+//! `folders` (keys ending in `/`), `copy_object`, `buckets`, `multipart`, `gateway` (the
+//! `s3s::S3` impl), `precheck` (requests answered before s3s sees them), `metrics` (the
+//! gateway's own), `serve` (the accept loop).
 
 mod body;
 mod buckets;
@@ -27,6 +28,7 @@ mod headers;
 mod keys;
 mod list_objects;
 mod listing;
+mod lookup;
 mod metrics;
 mod multipart;
 mod objects;

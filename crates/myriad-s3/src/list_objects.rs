@@ -19,7 +19,7 @@ use crate::listing::{
     Entry, EntryKind, Item, Lister, Marker, ObjectMeta, Page, one_level, split_prefix, url_encode,
     walk_page,
 };
-use crate::objects::timestamp;
+use crate::lookup::timestamp;
 
 /// S3's default and largest page.
 const MAX_KEYS: i32 = 1000;

@@ -24,7 +24,7 @@ use crate::errors::object_error;
 use crate::etag::{etag, etag_value, matches, multipart};
 use crate::headers::{headers_of, new_record};
 use crate::keys::{UPLOADS_DIR, bucket_path, object_path, temp_beside};
-use crate::objects::{no_such_bucket, timestamp};
+use crate::lookup::{no_such_bucket, timestamp};
 use crate::record::{ObjectRecord, RECORD_XATTR};
 use crate::store::{Base, Put, copy_into, create_temp, finish_beside, keep_record, write_object};
 

@@ -1,16 +1,14 @@
 //! GetObject, HeadObject, PutObject, DeleteObject and DeleteObjects: objects as files.
 
-use std::time::{Duration, SystemTime};
-
 use bytes::Bytes;
 use futures::StreamExt;
-use myriad_client::{Client, FileKind, FsError, Inode};
+use myriad_client::{Client, FsError};
 use s3s::dto::{
     DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject,
     ETag, ETagCondition, Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput,
-    HeadObjectOutput, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
+    HeadObjectOutput, PutObjectInput, PutObjectOutput, StreamingBlob,
 };
-use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+use s3s::{S3ErrorCode, S3Result, s3_error};
 
 use crate::body::{PIECE_BYTES, Pieces, stream_file};
 use crate::conditions::{check_read, conditions_of};
@@ -21,6 +19,7 @@ use crate::headers::{
     DEFAULT_CONTENT_TYPE, answer_with, headers_of, new_record, overrides_of, shown,
 };
 use crate::keys::{bucket_path, implied_dirs, object_path};
+use crate::lookup::{missing, no_such_bucket, object_inode, timestamp};
 use crate::record::ObjectRecord;
 use crate::store::{Base, Put, precondition_failed, write_object};
 
@@ -28,45 +27,6 @@ use crate::store::{Base, Put, precondition_failed, write_object};
 const DELETES_IN_FLIGHT: usize = 8;
 /// Most keys one DeleteObjects request may name, as S3 allows.
 const DELETES_MAX: usize = 1000;
-
-/// The time `ns` nanoseconds after the Unix epoch (earlier times as the epoch).
-pub fn timestamp(ns: i64) -> Timestamp {
-    let ns = u64::try_from(ns).unwrap_or(0);
-    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
-}
-
-pub fn no_such_bucket() -> S3Error {
-    s3_error!(NoSuchBucket, "the specified bucket does not exist")
-}
-
-fn no_such_key() -> S3Error {
-    s3_error!(NoSuchKey, "the specified key does not exist")
-}
-
-/// `err`, met looking for an object in `bucket`: NoSuchBucket if the bucket is the missing
-/// part (one more request, on this error path only).
-pub async fn missing(client: &Client, bucket: &str, err: FsError) -> S3Error {
-    if !matches!(err, FsError::NotFound | FsError::NotADirectory) {
-        return object_error(err);
-    }
-    match bucket_path(bucket) {
-        Ok(b) => match client.stat(&b).await {
-            Ok(i) if i.kind == FileKind::Directory => no_such_key(),
-            _ => no_such_bucket(),
-        },
-        Err(e) => e,
-    }
-}
-
-/// The inode of the object at `path`, which must be a regular file.
-pub fn object_inode(inode: Inode) -> S3Result<Inode> {
-    if inode.kind == FileKind::File {
-        Ok(inode)
-    } else {
-        // Directories (prefixes of other keys) and symlinks are not objects.
-        Err(no_such_key())
-    }
-}
 
 pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOutput> {
     if let Some(dir) = folders::folder_path(&input.bucket, &input.key) {
