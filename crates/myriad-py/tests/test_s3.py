@@ -616,3 +616,18 @@ def test_the_gateway_serves_its_metrics(cluster, tmp_path):
     assert samples[("myriad_s3_body_bytes_total", (("direction", "in"),))] >= 5000
     assert samples[("myriad_s3_body_bytes_total", (("direction", "out"),))] >= 5000
 
+
+def test_a_head_with_a_range_answers_for_the_range(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="r", Body=b"0123456789")
+    head = s3.head_object(Bucket=bucket, Key="r", Range="bytes=2-5")
+    assert (head["ContentLength"], head["ContentRange"]) == (4, "bytes 2-5/10")
+    assert s3.head_object(Bucket=bucket, Key="r")["ContentLength"] == 10
+
+
+def test_storage_classes_s3_does_not_know_are_refused(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="std", Body=b"x", StorageClass="STANDARD")
+    s3.put_object(Bucket=bucket, Key="rr", Body=b"x", StorageClass="REDUCED_REDUNDANCY")
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="bad", Body=b"x", StorageClass="NOT_A_CLASS")
+    assert error_code(e) == "InvalidStorageClass"
+

@@ -88,6 +88,7 @@ async fn open_source(
 
 pub async fn copy(client: &Client, input: CopyObjectInput) -> S3Result<CopyObjectOutput> {
     let path = object_path(&input.bucket, &input.key)?;
+    crate::objects::check_storage_class(input.storage_class.as_ref())?;
     let source = open_source(client, &input.copy_source, &source_conditions_of!(input)).await?;
     let replace = input
         .metadata_directive

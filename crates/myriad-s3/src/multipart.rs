@@ -120,6 +120,7 @@ pub async fn create(
     // Refuse a key that cannot be a path now, not at completion.
     object_path(&input.bucket, &input.key)?;
     let record = new_record(headers_of!(input), input.metadata.as_ref())?;
+    crate::objects::check_storage_class(input.storage_class.as_ref())?;
     buckets::check(client, &input.bucket).await?;
     let id = format!(
         "{:032x}{:016x}",

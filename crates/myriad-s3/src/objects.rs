@@ -28,6 +28,27 @@ const DELETES_IN_FLIGHT: usize = 8;
 /// Most keys one DeleteObjects request may name, as S3 allows.
 const DELETES_MAX: usize = 1000;
 
+/// The bytes a `Range` header asks of an object of `size` bytes (all without one).
+fn byte_range(range: Option<&s3s::dto::Range>, size: u64) -> S3Result<std::ops::Range<u64>> {
+    match range {
+        None => Ok(0..size),
+        Some(r) => r.check(size).map_err(|_| {
+            s3_error!(
+                InvalidRange,
+                "the requested range is not satisfiable (size {size})"
+            )
+        }),
+    }
+}
+
+fn content_range(range: &std::ops::Range<u64>, size: u64) -> String {
+    format!(
+        "bytes {}-{}/{size}",
+        range.start,
+        range.end.saturating_sub(1)
+    )
+}
+
 pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOutput> {
     if let Some(dir) = folders::folder_path(&input.bucket, &input.key) {
         let inode = folders::stat(client, &input.bucket, &dir?).await?;
@@ -57,26 +78,12 @@ pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOu
     let tag = etag_value(&inode);
     check_read(&conditions_of!(input), &tag, inode.mtime_ns)?;
     let size = inode.size;
-    let range = match &input.range {
-        None => 0..size,
-        Some(r) => r.check(size).map_err(|_| {
-            s3_error!(
-                InvalidRange,
-                "the requested range is not satisfiable (size {size})"
-            )
-        })?,
-    };
+    let range = byte_range(input.range.as_ref(), size)?;
     if input.range.is_some() {
         first.clear();
     }
     first.truncate(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
-    let content_range = input.range.map(|_| {
-        format!(
-            "bytes {}-{}/{size}",
-            range.start,
-            range.end.saturating_sub(1)
-        )
-    });
+    let content_range = input.range.map(|_| content_range(&range, size));
     let length = range.end - range.start;
     let mut output = GetObjectOutput {
         accept_ranges: Some("bytes".into()),
@@ -120,9 +127,12 @@ pub async fn head(client: &Client, input: HeadObjectInput) -> S3Result<HeadObjec
     };
     let tag = etag_value(&inode);
     check_read(&conditions_of!(input), &tag, inode.mtime_ns)?;
+    // A HEAD with a range answers for that range, as a GET of it would.
+    let range = byte_range(input.range.as_ref(), inode.size)?;
     let mut output = HeadObjectOutput {
         accept_ranges: Some("bytes".into()),
-        content_length: Some(i64::try_from(inode.size).unwrap_or(i64::MAX)),
+        content_length: Some(i64::try_from(range.end - range.start).unwrap_or(i64::MAX)),
+        content_range: input.range.map(|_| content_range(&range, inode.size)),
         e_tag: Some(ETag::Strong(tag)),
         last_modified: Some(timestamp(inode.mtime_ns)),
         ..Default::default()
@@ -163,6 +173,7 @@ pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOu
             return Err(precondition_failed());
         }
     }
+    check_storage_class(input.storage_class.as_ref())?;
     let put = Put {
         record: new_record(headers_of!(input), input.metadata.as_ref())?,
         content_md5: input.content_md5.clone(),
@@ -184,6 +195,31 @@ pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOu
         size: Some(i64::try_from(inode.size).unwrap_or(i64::MAX)),
         ..Default::default()
     })
+}
+
+/// A storage class S3 knows (all are kept the same way here); InvalidStorageClass else.
+pub fn check_storage_class(class: Option<&s3s::dto::StorageClass>) -> S3Result<()> {
+    use s3s::dto::StorageClass as C;
+    const KNOWN: [&str; 11] = [
+        C::STANDARD,
+        C::REDUCED_REDUNDANCY,
+        C::STANDARD_IA,
+        C::ONEZONE_IA,
+        C::INTELLIGENT_TIERING,
+        C::GLACIER,
+        C::DEEP_ARCHIVE,
+        C::OUTPOSTS,
+        C::GLACIER_IR,
+        C::SNOW,
+        C::EXPRESS_ONEZONE,
+    ];
+    match class {
+        Some(c) if !KNOWN.contains(&c.as_str()) => Err(s3_error!(
+            InvalidStorageClass,
+            "the storage class you specified is not valid"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Deletes one object, then the directories its key implied that are left empty. A key
