@@ -631,3 +631,28 @@ def test_storage_classes_s3_does_not_know_are_refused(s3, bucket):
         s3.put_object(Bucket=bucket, Key="bad", Body=b"x", StorageClass="NOT_A_CLASS")
     assert error_code(e) == "InvalidStorageClass"
 
+
+def test_additional_checksums_are_checked_kept_and_given_back(s3, client, bucket):
+    import zlib
+
+    data = os.urandom(300_000)
+    sha = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    put = s3.put_object(Bucket=bucket, Key="c", Body=data, ChecksumAlgorithm="SHA256")
+    assert put["ChecksumSHA256"] == sha
+    got = s3.get_object(Bucket=bucket, Key="c", ChecksumMode="ENABLED")
+    assert got["ChecksumSHA256"] == sha and got["Body"].read() == data
+    head = s3.head_object(Bucket=bucket, Key="c", ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == sha and head["ChecksumType"] == "FULL_OBJECT"
+    crc = base64.b64encode(zlib.crc32(b"payload").to_bytes(4, "big")).decode()
+    s3.put_object(Bucket=bucket, Key="crc", Body=b"payload", ChecksumCRC32=crc)
+    assert s3.head_object(Bucket=bucket, Key="crc", ChecksumMode="ENABLED")["ChecksumCRC32"] == crc
+    wrong = base64.b64encode(zlib.crc32(b"other").to_bytes(4, "big")).decode()
+    for body in [b"payload", os.urandom(5 * MIB + 1)]:
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="bad", Body=body, ChecksumCRC32=wrong)
+        assert error_code(e) == "BadDigest"
+    assert sorted(client.listdir(f"/{bucket}")) == ["c", "crc"]
+    # Written through another client, the checksums are no longer given.
+    client.write(f"/{bucket}/crc", b"changed")
+    assert "ChecksumCRC32" not in s3.head_object(Bucket=bucket, Key="crc", ChecksumMode="ENABLED")
+

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use myriad_client::proto::limits::IO_BYTES_MAX;
 use myriad_client::{Client, FileHandle, Inode};
-use s3s::dto::StreamingBlob;
+use s3s::checksum::ChecksumHasher;
+use s3s::dto::{Checksum, StreamingBlob};
 use s3s::{S3Error, S3Result};
 
 use crate::errors::{body_error, object_error};
@@ -26,6 +27,9 @@ pub struct Pieces {
     /// Bytes received past the last piece handed out.
     spare: Bytes,
     md5: Md5Sum,
+    /// The additional checksums asked for, until the body is all read; then their values.
+    checksums: Option<ChecksumHasher>,
+    computed: Option<Checksum>,
 }
 
 impl Pieces {
@@ -34,7 +38,23 @@ impl Pieces {
             body,
             spare: Bytes::new(),
             md5: Md5Sum::default(),
+            checksums: None,
+            computed: None,
         }
+    }
+
+    /// Pieces also hashed with `hasher` (S3's additional checksums).
+    pub fn with_checksums(mut self, hasher: ChecksumHasher) -> Pieces {
+        self.checksums = Some(hasher);
+        self
+    }
+
+    /// The additional checksums of the whole body (call once `next` has answered `None`).
+    pub fn checksums(&mut self) -> Checksum {
+        if let Some(h) = self.checksums.take() {
+            self.computed = Some(h.finalize());
+        }
+        self.computed.clone().unwrap_or_default()
     }
 
     /// The next piece, `None` once the body is all read.
@@ -42,6 +62,9 @@ impl Pieces {
         let piece = self.next_unhashed().await?;
         if let Some(p) = &piece {
             self.md5.update(p);
+            if let Some(h) = &mut self.checksums {
+                h.update(p);
+            }
         }
         Ok(piece)
     }

@@ -163,7 +163,7 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         as_caller!(self, req, "put_object", |client, _caller, input| {
-            objects::put(&client, input)
+            objects::put(&client, input, req.trailing_headers.clone())
         })
     }
 
@@ -202,7 +202,7 @@ impl S3 for Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         as_caller!(self, req, "upload_part", |client, _caller, input| {
-            multipart::upload_part(&client, input)
+            multipart::upload_part(&client, input, req.trailing_headers.clone())
         })
     }
 

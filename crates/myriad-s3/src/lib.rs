@@ -7,7 +7,7 @@
 //! Must not depend on the server or storage crates.
 //!
 //! Modules: `keys` (key <-> path), `record` (what is kept about an object beyond its bytes),
-//! `etag`, `headers` (stored headers and metadata in and out), `conditions` (conditional
+//! `etag`, `checksums` (S3's additional checksums), `headers` (stored headers and metadata in and out), `conditions` (conditional
 //! requests), `errors` (FsError -> S3 error), `credentials`, `listing` (listing order,
 //! pure) and `list_objects` (its S3 side), `body` (bodies in pieces), `store` (writing
 //! objects whole or not at all), `lookup` (missing names as S3 errors), `objects`,
@@ -17,6 +17,7 @@
 
 mod body;
 mod buckets;
+mod checksums;
 mod conditions;
 mod copy_object;
 mod credentials;

@@ -15,11 +15,12 @@ use s3s::dto::{
     CompleteMultipartUploadOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput,
     ListPartsInput, ListPartsOutput, Part, UploadPartInput, UploadPartOutput,
 };
-use s3s::{S3Error, S3Result, s3_error};
+use s3s::{S3Error, S3Result, TrailingHeaders, s3_error};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::body::Pieces;
 use crate::buckets;
+use crate::checksums::{answer_checksums, wanted_of};
 use crate::errors::object_error;
 use crate::etag::{etag, etag_value, matches, multipart};
 use crate::headers::{headers_of, new_record};
@@ -159,7 +160,11 @@ pub async fn create(
     })
 }
 
-pub async fn upload_part(client: &Client, input: UploadPartInput) -> S3Result<UploadPartOutput> {
+pub async fn upload_part(
+    client: &Client,
+    input: UploadPartInput,
+    trailer: Option<TrailingHeaders>,
+) -> S3Result<UploadPartOutput> {
     check_part_number(input.part_number)?;
     let dir = upload_dir(&input.bucket, &input.key, &input.upload_id)?;
     let base = Base {
@@ -169,14 +174,18 @@ pub async fn upload_part(client: &Client, input: UploadPartInput) -> S3Result<Up
     let path = format!("{dir}/{}", part_name(input.part_number));
     let put = Put {
         content_md5: input.content_md5.clone(),
+        checksums: wanted_of!(input),
+        trailer,
         ..Put::default()
     };
-    let mut pieces = Pieces::new(input.body);
+    let mut pieces = Pieces::new(input.body).with_checksums(put.checksums.hasher());
     let inode = write_object(client, &base, &path, &mut pieces, &put).await?;
-    Ok(UploadPartOutput {
+    let mut output = UploadPartOutput {
         e_tag: Some(etag(&inode)),
         ..Default::default()
-    })
+    };
+    answer_checksums!(output, &ObjectRecord::of(&inode).checksums);
+    Ok(output)
 }
 
 pub async fn list_parts(client: &Client, input: ListPartsInput) -> S3Result<ListPartsOutput> {

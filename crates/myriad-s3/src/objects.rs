@@ -8,9 +8,10 @@ use s3s::dto::{
     ETag, ETagCondition, Error as DeleteError, GetObjectInput, GetObjectOutput, HeadObjectInput,
     HeadObjectOutput, PutObjectInput, PutObjectOutput, StreamingBlob,
 };
-use s3s::{S3ErrorCode, S3Result, s3_error};
+use s3s::{S3ErrorCode, S3Result, TrailingHeaders, s3_error};
 
 use crate::body::{PIECE_BYTES, Pieces, stream_file};
+use crate::checksums::{answer_checksums, wanted_of};
 use crate::conditions::{check_read, conditions_of};
 use crate::errors::object_error;
 use crate::etag::{etag, etag_value};
@@ -27,6 +28,36 @@ use crate::store::{Base, Put, precondition_failed, write_object};
 const DELETES_IN_FLIGHT: usize = 8;
 /// Most keys one DeleteObjects request may name, as S3 allows.
 const DELETES_MAX: usize = 1000;
+
+/// Fills a GET's or HEAD's answer from the object's record: its stored headers and metadata
+/// (with the request's `response-*` overrides), and its additional checksums when asked
+/// for and the answer is the whole object (a range's bytes have other checksums).
+macro_rules! answer_stored {
+    ($output:expr, $inode:expr, $input:expr) => {{
+        let record = ObjectRecord::of($inode);
+        if $input.range.is_none()
+            && checksums_asked($input.checksum_mode.as_ref())
+            && let Some(kept) = record.valid_checksums($inode)
+        {
+            answer_checksums!($output, kept);
+            $output.checksum_type = full_object(kept);
+        }
+        answer_with!($output, shown(record, overrides_of!($input)));
+    }};
+}
+
+/// Whether a GET or HEAD asks for the object's additional checksums.
+fn checksums_asked(mode: Option<&s3s::dto::ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str() == s3s::dto::ChecksumMode::ENABLED)
+}
+
+/// The checksum type of checksums kept for a whole object (none: no type).
+fn full_object(
+    kept: &std::collections::BTreeMap<String, String>,
+) -> Option<s3s::dto::ChecksumType> {
+    (!kept.is_empty())
+        .then(|| s3s::dto::ChecksumType::from_static(s3s::dto::ChecksumType::FULL_OBJECT))
+}
 
 /// The bytes a `Range` header asks of an object of `size` bytes (all without one).
 fn byte_range(range: Option<&s3s::dto::Range>, size: u64) -> S3Result<std::ops::Range<u64>> {
@@ -93,10 +124,7 @@ pub async fn get(client: &Client, input: GetObjectInput) -> S3Result<GetObjectOu
         last_modified: Some(timestamp(inode.mtime_ns)),
         ..Default::default()
     };
-    answer_with!(
-        output,
-        shown(ObjectRecord::of(&inode), overrides_of!(input))
-    );
+    answer_stored!(output, &inode, input);
     let body = if first.len() as u64 == length {
         StreamingBlob::from(s3s::Body::from(Bytes::from(first)))
     } else {
@@ -137,14 +165,15 @@ pub async fn head(client: &Client, input: HeadObjectInput) -> S3Result<HeadObjec
         last_modified: Some(timestamp(inode.mtime_ns)),
         ..Default::default()
     };
-    answer_with!(
-        output,
-        shown(ObjectRecord::of(&inode), overrides_of!(input))
-    );
+    answer_stored!(output, &inode, input);
     Ok(output)
 }
 
-pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOutput> {
+pub async fn put(
+    client: &Client,
+    input: PutObjectInput,
+    trailer: Option<TrailingHeaders>,
+) -> S3Result<PutObjectOutput> {
     if let Some(dir) = folders::folder_path(&input.bucket, &input.key) {
         folders::put(client, &input.bucket, &dir?, &mut Pieces::new(input.body)).await?;
         return Ok(PutObjectOutput {
@@ -187,14 +216,18 @@ pub async fn put(client: &Client, input: PutObjectInput) -> S3Result<PutObjectOu
                 ));
             }
         },
+        checksums: wanted_of!(input),
+        trailer,
     };
-    let mut pieces = Pieces::new(input.body);
+    let mut pieces = Pieces::new(input.body).with_checksums(put.checksums.hasher());
     let inode = write_object(client, &base, &path, &mut pieces, &put).await?;
-    Ok(PutObjectOutput {
+    let mut output = PutObjectOutput {
         e_tag: Some(etag(&inode)),
         size: Some(i64::try_from(inode.size).unwrap_or(i64::MAX)),
         ..Default::default()
-    })
+    };
+    answer_checksums!(output, &ObjectRecord::of(&inode).checksums);
+    Ok(output)
 }
 
 /// A storage class S3 knows (all are kept the same way here); InvalidStorageClass else.

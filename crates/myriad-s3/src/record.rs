@@ -50,6 +50,9 @@ pub struct ObjectRecord {
     /// The multipart upload that made the object.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upload: Option<String>,
+    /// Additional checksums (`CRC32`, `SHA256`, ...: base64), valid with the ETag.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub checksums: BTreeMap<String, String>,
 }
 
 fn stamp_of(inode: &Inode) -> Stamp {
@@ -76,6 +79,11 @@ impl ObjectRecord {
         }
     }
 
+    /// The stored checksums, if the file is still as it was when they were taken.
+    pub fn valid_checksums(&self, inode: &Inode) -> Option<&BTreeMap<String, String>> {
+        self.valid_etag(inode).map(|_| &self.checksums)
+    }
+
     /// This record with `etag` taken of the file as `inode` shows it.
     pub fn stamped(mut self, etag: String, inode: &Inode) -> ObjectRecord {
         self.etag = Some(etag);
@@ -87,6 +95,7 @@ impl ObjectRecord {
     pub fn unstamped(mut self) -> ObjectRecord {
         self.etag = None;
         self.stamp = None;
+        self.checksums.clear();
         self
     }
 

@@ -9,9 +9,10 @@
 
 use myriad_client::proto::XattrMode;
 use myriad_client::{Client, FileHandle, FileKind, FsError, Inode, RenameFlags};
-use s3s::{S3Error, S3Result, s3_error};
+use s3s::{S3Error, S3Result, TrailingHeaders, s3_error};
 
 use crate::body::{PIECE_BYTES, Pieces};
+use crate::checksums::Wanted;
 use crate::errors::{key_conflict, object_error};
 use crate::etag::{content_md5_matches, hex};
 use crate::keys::{parent, temp_beside};
@@ -37,6 +38,26 @@ pub struct Put {
     pub content_md5: Option<String>,
     /// `If-None-Match: *`: only if the key names nothing yet.
     pub create_only: bool,
+    /// The additional checksums asked for, checked once the body is read.
+    pub checksums: Wanted,
+    /// The body's trailing headers (where an `aws-chunked` body carries its checksum).
+    pub trailer: Option<TrailingHeaders>,
+}
+
+impl Put {
+    /// The record to keep for a body with `md5` whose reading is done: BadDigest if the
+    /// body is not what the client's Content-MD5 or checksums say.
+    fn checked_record(&self, md5: &[u8; 16], pieces: &mut Pieces) -> S3Result<ObjectRecord> {
+        check_md5(self, md5)?;
+        let trailer = self.trailer.as_ref().and_then(|t| t.read(Clone::clone));
+        let checksums = self
+            .checksums
+            .verify(&pieces.checksums(), trailer.as_ref())?;
+        Ok(ObjectRecord {
+            checksums,
+            ..self.record.clone()
+        })
+    }
 }
 
 pub fn precondition_failed() -> S3Error {
@@ -74,9 +95,9 @@ pub async fn write_object(
     let Some(second) = second else {
         // All of it in one piece: one create, unless it replaces an object.
         let md5 = pieces.md5();
-        check_md5(put, &md5)?;
+        let record = put.checked_record(&md5, pieces)?;
         return match create_in(client, base, path, &first).await {
-            Ok(h) => keep_record(client, path, &put.record, Some(hex(&md5)), &h.inode).await,
+            Ok(h) => keep_record(client, path, &record, Some(hex(&md5)), &h.inode).await,
             Err(Created::Exists) if put.create_only => Err(precondition_failed()),
             Err(Created::Exists) => {
                 write_beside(client, base, path, (first, None), pieces, put).await
@@ -136,8 +157,8 @@ async fn write_beside(
             next = pieces.next().await?;
         }
         let md5 = pieces.md5();
-        check_md5(put, &md5)?;
-        keep_record(client, &temp, &put.record, Some(hex(&md5)), &inode).await
+        let record = put.checked_record(&md5, pieces)?;
+        keep_record(client, &temp, &record, Some(hex(&md5)), &inode).await
     }
     .await;
     finish_beside(client, &temp, path, written, put.create_only).await
