@@ -652,6 +652,9 @@ def test_additional_checksums_are_checked_kept_and_given_back(s3, client, bucket
             s3.put_object(Bucket=bucket, Key="bad", Body=body, ChecksumCRC32=wrong)
         assert error_code(e) == "BadDigest"
     assert sorted(client.listdir(f"/{bucket}")) == ["c", "crc"]
+    s3.copy_object(Bucket=bucket, Key="c2", CopySource=f"{bucket}/c")
+    assert s3.head_object(Bucket=bucket, Key="c2", ChecksumMode="ENABLED")["ChecksumSHA256"] == sha
+    client.remove(f"/{bucket}/c2")
     # Written through another client, the checksums are no longer given.
     client.write(f"/{bucket}/crc", b"changed")
     assert "ChecksumCRC32" not in s3.head_object(Bucket=bucket, Key="crc", ChecksumMode="ENABLED")

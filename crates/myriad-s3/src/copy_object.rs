@@ -103,6 +103,12 @@ pub async fn copy(client: &Client, input: CopyObjectInput) -> S3Result<CopyObjec
             ..ObjectRecord::default()
         }
     };
+    // Checksums describe the bytes, which a copy keeps whatever the metadata directive.
+    record.checksums = source
+        .record
+        .valid_checksums(&source.handle.inode)
+        .cloned()
+        .unwrap_or_default();
     let inode = if source.handle.path == path {
         if !replace {
             return Err(s3_error!(
