@@ -46,7 +46,9 @@ pub use peer_request::{
 };
 pub use request::{ClientRequest, CopyRange, OnceId, ReadOf, Slot};
 pub use request_parts::{LeaseKey, RenameFlags, SetAttr, XattrMode};
-pub use server_request::{AdminRequest, FsckDir, FsckEntry, FsckRepair, ServerRequest};
+pub use server_request::{
+    AdminRequest, FsckDir, FsckEntry, FsckRepair, LONG_POLL_OPS, ServerRequest,
+};
 pub use types::{
     Caller, CounterSnapshot, DirEntry, FileKind, Inode, InodeId, OpCount, ROOT_INO, ReadOnlyMark,
     StatFs, TierStat, TrafficKind, Xattr, ZoneTraffic,

@@ -147,6 +147,11 @@ pub enum FsckRepair {
     },
 }
 
+/// The operations that wait for something to happen before they answer (a lease poll waits
+/// up to its `wait_ms` for recalls): their time says nothing of how fast a server answers,
+/// so metrics time them apart from every other request.
+pub const LONG_POLL_OPS: [&str; 1] = ["lease_poll"];
+
 impl ServerRequest {
     /// Short stable name, used for counters and logs.
     #[must_use]

@@ -120,3 +120,49 @@ def test_cluster_status_lists_every_metrics_address(cluster):
     assert out.returncode == 0, out.stderr
     for addr in endpoints(cluster):
         assert f"metrics: http://{addr}/metrics" in out.stdout, out.stdout
+
+
+def test_a_restarted_server_serves_its_metrics_where_it_did(tmp_path):
+    """A server started with --metrics on any free port (as `cluster up --metrics` and
+    `cluster start-node` start it) takes the address of its last run again, so a scraper's
+    configuration never changes."""
+    import json
+    import os
+    import signal
+    import time
+
+    data = tmp_path / "c"
+    up = subprocess.run([myriad_bin(), "cluster", "up", "--nodes", "3", "--metrics",
+                         "--data-dir", str(data)], capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    try:
+        before = (data / "node-2" / "metrics.addr").read_text().strip()
+        scrape(before)
+        state = json.loads((data / "cluster-state.json").read_text())
+        pid = [n["pid"] for n in state["nodes"] if n["id"] == 2][0]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+                time.sleep(0.1)
+            except ProcessLookupError:
+                break
+        restart = subprocess.run([myriad_bin(), "cluster", "start-node", "--data-dir", str(data),
+                                  "--node", "2"], capture_output=True, text=True, timeout=120)
+        assert restart.returncode == 0, restart.stderr
+        # The server binds its metrics as it starts serving: give it a moment.
+        deadline = time.time() + 20
+        while True:
+            try:
+                fams = scrape(before)
+                break
+            except OSError:
+                assert time.time() < deadline, (data / "node-2.log").read_text()[-3000:]
+                time.sleep(0.2)
+        assert "myriad_serving" in fams
+        assert (data / "node-2" / "metrics.addr").read_text().strip() == before
+    finally:
+        subprocess.run([myriad_bin(), "cluster", "down", "--data-dir", str(data)],
+                       capture_output=True, timeout=120)
+

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use myriad_proto::{CounterSnapshot, Response, StatFs, WireError};
+use myriad_proto::{CounterSnapshot, LONG_POLL_OPS, Response, StatFs, WireError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -35,6 +35,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
 }
 
+fn long_poll_histogram() -> Histogram {
+    // 1 ms to about 65 s: an answer at once (recalls waiting) to a poll that waited it out.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
 /// A histogram of mutations per group commit (one fsync each), 1 to 2,048.
 #[must_use]
 pub fn batch_size_histogram() -> Histogram {
@@ -46,6 +51,8 @@ pub struct RequestMetrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: LatencyFamily,
+    /// Long polls (`LONG_POLL_OPS`), kept out of `latency`.
+    long_polls: LatencyFamily,
 }
 
 impl RequestMetrics {
@@ -65,6 +72,12 @@ impl RequestMetrics {
             "Time from a request's arrival to its answer, by operation and sender kind",
             latency.clone(),
         );
+        let long_polls = LatencyFamily::new_with_constructor(long_poll_histogram);
+        registry.register(
+            "long_poll_duration_seconds",
+            "Time long polls (lease_poll) waited before their answer; not in request_duration_seconds",
+            long_polls.clone(),
+        );
         registry.register(
             "fsync_batch_mutations",
             "Mutations made durable by each group commit (one fsync)",
@@ -74,6 +87,7 @@ impl RequestMetrics {
             registry,
             requests,
             latency,
+            long_polls,
         }
     }
 
@@ -93,7 +107,12 @@ impl RequestMetrics {
         self.requests
             .get_or_create(&RequestLabels { op, from, outcome })
             .inc();
-        self.latency
+        let timed = if LONG_POLL_OPS.contains(&op) {
+            &self.long_polls
+        } else {
+            &self.latency
+        };
+        timed
             .get_or_create(&OpLabels { op, from })
             .observe(took.as_secs_f64());
     }
@@ -469,5 +488,45 @@ mod tests {
         assert!(text.contains(r#"myriad_requests_total{op="fetch",from="client",outcome="ok"} 1"#));
         // Only zone b's bytes crossed zones.
         assert!(text.contains("myriad_cross_zone_bytes_total 12"), "{text}");
+    }
+
+    #[test]
+    fn long_polls_are_timed_apart_from_requests() {
+        let m = RequestMetrics::new(batch_size_histogram());
+        m.observe(
+            "fetch",
+            false,
+            &Ok(Response::Unit),
+            Duration::from_micros(300),
+        );
+        m.observe(
+            "lease_poll",
+            false,
+            &Ok(Response::Unit),
+            Duration::from_secs(20),
+        );
+        let text = render(
+            &m,
+            &CounterSnapshot::default(),
+            &StatFs::default(),
+            StateExtras::default(),
+        );
+        assert!(
+            text.contains(
+                r#"myriad_long_poll_duration_seconds_count{op="lease_poll",from="client"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"myriad_request_duration_seconds_count{op="lease_poll""#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"myriad_request_duration_seconds_count{op="fetch",from="client"} 1"#)
+        );
+        // Still counted as a request.
+        assert!(
+            text.contains(r#"myriad_requests_total{op="lease_poll",from="client",outcome="ok"} 1"#)
+        );
     }
 }
