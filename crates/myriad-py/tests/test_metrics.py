@@ -18,6 +18,8 @@ FAMILIES = {
     "myriad_fsyncs": "counter",
     "myriad_partitions": "gauge",
     "myriad_partitions_with_copies_behind": "gauge",
+    "myriad_partitions_under_replicated": "gauge",
+    "myriad_copies_catching_up": "gauge",
     "myriad_popularity_replicas": "gauge",
     "myriad_directory_splits": "counter",
     "myriad_disk_bytes": "gauge",
@@ -162,6 +164,58 @@ def test_a_restarted_server_serves_its_metrics_where_it_did(tmp_path):
                 time.sleep(0.2)
         assert "myriad_serving" in fams
         assert (data / "node-2" / "metrics.addr").read_text().strip() == before
+    finally:
+        subprocess.run([myriad_bin(), "cluster", "down", "--data-dir", str(data)],
+                       capture_output=True, timeout=120)
+
+
+def _health(data):
+    """(partitions under-replicated summed over servers, the leader's servers-down) of the
+    local cluster in `data`, scraping every server that answers."""
+    under, down = 0, None
+    for d in sorted(data.glob("node-*/metrics.addr")):
+        try:
+            fams = scrape(d.read_text().strip())
+        except OSError:
+            continue
+        under += sum(s.value for s in fams["myriad_partitions_under_replicated"].samples)
+        if "myriad_cluster_servers_down" in fams:
+            down = fams["myriad_cluster_servers_down"].samples[0].value
+    return under, down
+
+
+def test_under_replication_rises_when_a_server_dies_and_clears_when_it_returns(tmp_path):
+    import json
+    import os
+    import signal
+    import time
+
+    import myriad
+
+    data = tmp_path / "c"
+    up = subprocess.run([myriad_bin(), "cluster", "up", "--nodes", "4", "--metrics",
+                         "--data-dir", str(data)], capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    try:
+        c = myriad.Client(str(data / "cluster.json"))
+        c.mkdir("/h")
+        assert _health(data) == (0, 0)
+        state = json.loads((data / "cluster-state.json").read_text())
+        pid = [n["pid"] for n in state["nodes"] if n["id"] == 3][0]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 30
+        while _health(data)[0] == 0 or _health(data)[1] != 1:
+            assert time.time() < deadline, _health(data)
+            time.sleep(0.5)
+        # Writes go on while it is down; its copies are behind when it returns.
+        c.write_many({f"/h/f{i}": b"x" * 100 for i in range(200)})
+        restart = subprocess.run([myriad_bin(), "cluster", "start-node", "--data-dir", str(data),
+                                  "--node", "3"], capture_output=True, text=True, timeout=120)
+        assert restart.returncode == 0, restart.stderr
+        deadline = time.time() + 60
+        while _health(data) != (0, 0):
+            assert time.time() < deadline, _health(data)
+            time.sleep(0.5)
     finally:
         subprocess.run([myriad_bin(), "cluster", "down", "--data-dir", str(data)],
                        capture_output=True, timeout=120)

@@ -270,13 +270,28 @@ impl Host {
 
     /// The server's metrics, as one OpenMetrics text scrape (`--metrics`).
     pub(crate) fn metrics_text(&self) -> String {
-        let snap = self.counter_snapshot(&self.state());
+        let state = self.state();
+        let snap = self.counter_snapshot(&state);
+        let leads_map = snap.raft_leader == self.id;
+        let health = crate::health::health(&state.map, self.id, leads_map);
         let (behind, refusing) = {
             let parts = read(&self.partitions);
-            let streams = || parts.values().map(|n| &n.replicator);
+            // A copy still joining its stream, or one the map lists as lacking writes.
+            let behind_in_map = |pid: &PartitionId| {
+                state
+                    .map
+                    .partition(*pid)
+                    .is_some_and(|p| p.replicas.iter().any(|&r| p.is_behind(r)))
+            };
             (
-                streams().filter(|r| !r.all_members()).count() as u64,
-                streams().filter(|r| r.short_of_copies().is_some()).count() as u64,
+                parts
+                    .iter()
+                    .filter(|(pid, n)| !n.replicator.all_members() || behind_in_map(pid))
+                    .count() as u64,
+                parts
+                    .values()
+                    .filter(|n| n.replicator.short_of_copies().is_some())
+                    .count() as u64,
             )
         };
         let extras = crate::metrics::StateExtras {
@@ -284,6 +299,7 @@ impl Host {
             splits: self.counters.splits.load(Ordering::Relaxed),
             partitions_refusing_changes: refusing,
             servers_marked_down: self.authority.marked_down(),
+            health,
         };
         crate::metrics::render(&self.request_metrics, &snap, &self.statfs(), extras)
     }

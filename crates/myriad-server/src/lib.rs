@@ -15,6 +15,7 @@ mod commit;
 mod config;
 mod counters;
 pub mod embed;
+mod health;
 mod host;
 mod host_copy_reads;
 mod host_env;

@@ -170,6 +170,8 @@ pub struct StateExtras {
     pub partitions_refusing_changes: u64,
     /// Servers this server marked down while it led the cluster-map group.
     pub servers_marked_down: u64,
+    /// Replication health from the map (`health.rs`).
+    pub health: crate::health::Health,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -273,6 +275,39 @@ pub fn encode_state(
         "Partitions led here with fewer copies up than --min-copies: changes to them are refused until a copy returns",
         extras.partitions_refusing_changes,
     );
+    gauge(
+        &mut r,
+        "partitions_under_replicated",
+        "Partitions led here with fewer copies in sync on up servers than they should have",
+        extras.health.under_replicated,
+    );
+    gauge(
+        &mut r,
+        "copies_catching_up",
+        "Copies of partitions led here that may lack writes (back from down, or being made)",
+        extras.health.copies_catching_up,
+    );
+    if let Some(c) = extras.health.cluster {
+        // Only the cluster-map group's leader gives these, so a sum over servers is right.
+        gauge(
+            &mut r,
+            "cluster_servers_down",
+            "Servers the map marks down (given by the cluster-map group's leader only)",
+            c.servers_down,
+        );
+        gauge(
+            &mut r,
+            "cluster_partitions_unavailable",
+            "Partitions no up server serves (given by the cluster-map group's leader only)",
+            c.partitions_unavailable,
+        );
+        gauge(
+            &mut r,
+            "cluster_partitions_under_replicated",
+            "Partitions with fewer copies in sync on up servers than they should have (given by the cluster-map group's leader only)",
+            c.partitions_under_replicated,
+        );
+    }
     counter(
         &mut r,
         "servers_marked_down",
