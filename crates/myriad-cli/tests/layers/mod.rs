@@ -15,6 +15,7 @@ pub const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "counters",
             "unpoisoned",
             "metrics",
+            "health",
             "recalls",
             "space",
             "test_disk",
