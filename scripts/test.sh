@@ -13,6 +13,14 @@ fi
 # not only in CI's fuzz run after the whole suite.
 cargo check --manifest-path fuzz/Cargo.toml --locked --bins --examples
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The shipped alert rules: valid, and firing and clearing on a server's death and return
+# (docs/metrics.md "Alerts"; promtool comes with Debian's prometheus package, .ci/run).
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "test: promtool is missing (apt-get install prometheus): it checks packaging/prometheus" >&2
+    exit 1
+fi
+promtool check rules packaging/prometheus/alerts.yml
+promtool test rules packaging/prometheus/alerts_test.yml
 # Two heavy tests run on their own after the rest: the multi-host test (it::deploy: six
 # servers in network namespaces, each restarted in turn), and real programs through a mount
 # (it::fuse_programs). Beside the others on two cores, deploy starved them and itself (a
