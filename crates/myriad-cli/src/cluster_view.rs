@@ -1,5 +1,7 @@
-//! What an operator watches: every server's health, load and disk, the map epoch and its
-//! Raft leader, partitions moving, popular directories and recent errors. Gathered from
+//! What an operator watches: the cluster's health (healthy, degraded: partitions with copies
+//! missing or catching up, unavailable: partitions no server serves), every server's
+//! health, load and disk, the map epoch and its Raft leader, partitions moving, popular
+//! directories and recent problems and recoveries. Gathered from
 //! the servers through the client protocol (counters and statfs, each server asked in
 //! parallel with a short deadline), so `myriad dashboard` and `myriad top` show the same
 //! thing from any machine with a key.
@@ -57,9 +59,92 @@ pub struct PopularView {
 #[derive(Clone, Debug, Serialize)]
 pub struct ErrorView {
     pub time_ms: u64,
+    /// "problem", or "recovery" (a server answering again, partitions served again).
+    pub kind: &'static str,
     /// The server it concerns; None: the cluster as a whole.
     pub server: Option<u32>,
     pub message: String,
+}
+
+/// A partition short of copies in sync, and the servers of the copies it lacks.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShortView {
+    pub partition: u32,
+    pub missing: Vec<u32>,
+}
+
+/// The cluster's health, from the map.
+#[derive(Clone, Debug, Serialize)]
+pub struct HealthView {
+    /// "healthy", "degraded" (copies missing or catching up) or "unavailable" (partitions
+    /// no up server serves).
+    pub state: &'static str,
+    pub under_replicated: Vec<ShortView>,
+    /// Partitions without a serving primary.
+    pub unavailable: Vec<u32>,
+}
+
+impl HealthView {
+    fn of(map: &myriad_client::ClusterMap) -> HealthView {
+        let under_replicated: Vec<ShortView> = map
+            .partitions
+            .iter()
+            .filter(|p| map.is_under_replicated(p))
+            .map(|p| ShortView {
+                partition: p.id.0,
+                missing: map.copies_not_in_sync(p).iter().map(|n| n.0).collect(),
+            })
+            .collect();
+        let unavailable: Vec<u32> = map
+            .partitions
+            .iter()
+            .filter(|p| map.primary_of(p.id).is_none())
+            .map(|p| p.id.0)
+            .collect();
+        let state = if !unavailable.is_empty() {
+            "unavailable"
+        } else if !under_replicated.is_empty() {
+            "degraded"
+        } else {
+            "healthy"
+        };
+        HealthView {
+            state,
+            under_replicated,
+            unavailable,
+        }
+    }
+
+    /// One line: "healthy", or what is wrong and where.
+    pub fn line(&self) -> String {
+        match self.state {
+            "healthy" => "healthy: every partition has all its copies in sync".into(),
+            _ => {
+                let mut parts = Vec::new();
+                if !self.unavailable.is_empty() {
+                    parts.push(format!(
+                        "{} partitions unavailable (no up server holds them in sync)",
+                        self.unavailable.len()
+                    ));
+                }
+                if !self.under_replicated.is_empty() {
+                    let servers: std::collections::BTreeSet<u32> = self
+                        .under_replicated
+                        .iter()
+                        .flat_map(|s| s.missing.iter().copied())
+                        .collect();
+                    let names: Vec<String> =
+                        servers.iter().map(|s| format!("server {s}")).collect();
+                    parts.push(format!(
+                        "{} partitions under-replicated (copies down or behind: {})",
+                        self.under_replicated.len(),
+                        names.join(", ")
+                    ));
+                }
+                format!("{}: {}", self.state, parts.join("; "))
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -70,6 +155,7 @@ pub struct ClusterView {
     pub epoch: u64,
     /// The Raft leader most servers name; None while they name none.
     pub leader: Option<u32>,
+    pub health: HealthView,
     pub servers: Vec<ServerView>,
     pub moving: Vec<MoveView>,
     pub popular: Vec<PopularView>,
@@ -128,9 +214,10 @@ impl Watcher {
         }
     }
 
-    fn note_error(&mut self, server: Option<u32>, message: String) {
+    fn note_error(&mut self, kind: &'static str, server: Option<u32>, message: String) {
         self.errors.push_back(ErrorView {
             time_ms: now_ms(),
+            kind,
             server,
             message,
         });
@@ -217,9 +304,11 @@ impl Watcher {
                 &v.error,
             ) {
                 (Some(true) | None, false, Some(e)) => {
-                    self.note_error(Some(id.0), format!("unreachable: {e}"));
+                    self.note_error("problem", Some(id.0), format!("unreachable: {e}"));
                 }
-                (Some(false), true, _) => self.note_error(Some(id.0), "answers again".into()),
+                (Some(false), true, _) => {
+                    self.note_error("recovery", Some(id.0), "answers again".into());
+                }
                 _ => {}
             }
             servers.push(v);
@@ -229,8 +318,12 @@ impl Watcher {
             .iter()
             .filter(|p| map.primary_of(p.id).is_none())
             .count();
+        if waiting == 0 && self.waiting > 0 {
+            self.note_error("recovery", None, "every partition is served again".into());
+        }
         if waiting != self.waiting && waiting > 0 {
             self.note_error(
+                "problem",
                 None,
                 format!(
                     "{waiting} partitions have no copy up and in sync (they wait for one; if \
@@ -244,6 +337,7 @@ impl Watcher {
             cluster: self.cluster.clone(),
             epoch: map.epoch,
             leader: leaders.into_iter().max_by_key(|(_, n)| *n).map(|(l, _)| l),
+            health: HealthView::of(&map),
             servers,
             moving: map
                 .moves()

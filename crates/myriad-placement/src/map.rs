@@ -325,6 +325,25 @@ impl ClusterMap {
             .unwrap_or_default()
     }
 
+    /// The copies of partition `p` not serving in sync: on a server down, behind (they lack
+    /// writes), or a move's new copy still being made.
+    #[must_use]
+    pub fn copies_not_in_sync(&self, p: &PartitionInfo) -> Vec<NodeId> {
+        p.replicas
+            .iter()
+            .copied()
+            .filter(|&r| !self.is_up(r) || p.is_behind(r))
+            .collect()
+    }
+
+    /// True if partition `p` has fewer copies in sync on up servers than it should have (its
+    /// replicas, but a move's new copy, which replaces one of them once made).
+    #[must_use]
+    pub fn is_under_replicated(&self, p: &PartitionInfo) -> bool {
+        let wanted = p.replicas.len() - usize::from(p.moving.is_some());
+        p.replicas.len() - self.copies_not_in_sync(p).len() < wanted
+    }
+
     /// The next map with server `id` down: epoch + 1. Every partition it served is served
     /// by its next copy that is up and not behind (the first backup); a copy of `id`'s
     /// becomes behind if such a copy goes on serving without it. Replica lists are ordered

@@ -44,7 +44,8 @@ DASHBOARD_START_TIMEOUT_S = 60
 ROWS_TIMEOUT_MS = 30_000
 # The page polls every 2 s; a new round must show up well within this.
 REFRESH_TIMEOUT_MS = 10_000
-STATUS_KEYS = {"time_ms", "cluster", "epoch", "leader", "servers", "moving", "popular", "errors"}
+STATUS_KEYS = {"time_ms", "cluster", "epoch", "leader", "health", "servers", "moving", "popular",
+               "errors"}
 ROWS = "#servers tr[data-server-id]"
 
 
@@ -135,6 +136,7 @@ def test_dashboard_page_shows_the_cluster_in_a_browser(cluster, tmp_path):
                 )
                 expect(page.locator(ROWS)).to_have_count(3)
                 expect(page.locator("#stale")).to_be_hidden()
+                expect(page.locator("#health")).to_have_attribute("data-state", "healthy")
             finally:
                 browser.close()
 
@@ -150,3 +152,55 @@ def test_dashboard_page_shows_the_cluster_in_a_browser(cluster, tmp_path):
             proc.wait()
         # pytest shows captured output only for a failed test, which is when this helps.
         print("dashboard stderr:\n" + stderr_path.read_text())
+
+
+def test_the_page_says_degraded_when_a_server_dies_and_healthy_when_it_is_back(tmp_path):
+    """Kill one server of four: within 10 s (of the map marking it down) the banner says
+    degraded and names the partitions and the server; the problem is listed apart from the
+    recovery; once it is back and caught up, the banner says healthy again."""
+    import signal
+
+    data = tmp_path / "c"
+    up = subprocess.run([myriad_bin(), "cluster", "up", "--nodes", "4", "--data-dir", str(data)],
+                        capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    cluster = str(data / "cluster.json")
+    proc = subprocess.Popen(
+        [myriad_bin(), "dashboard", "--cluster", cluster, "--listen", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        url = wait_for_url(proc, DASHBOARD_START_TIMEOUT_S)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.goto(url)
+                health = page.locator("#health")
+                expect(health).to_have_attribute("data-state", "healthy", timeout=ROWS_TIMEOUT_MS)
+                state = json.loads((data / "cluster-state.json").read_text())
+                pid = [n["pid"] for n in state["nodes"] if n["id"] == 3][0]
+                os.kill(pid, signal.SIGKILL)
+                # The map marks it down within a few seconds; the page follows within 10.
+                expect(health).to_have_attribute("data-state", "degraded", timeout=20_000)
+                expect(health).to_contain_text("under-replicated")
+                expect(health).to_contain_text("server 3")
+                expect(page.locator("#problems")).to_contain_text("server 3", timeout=10_000)
+                restart = subprocess.run(
+                    [myriad_bin(), "cluster", "start-node", "--data-dir", str(data), "--node", "3"],
+                    capture_output=True, text=True, timeout=120)
+                assert restart.returncode == 0, restart.stderr
+                expect(health).to_have_attribute("data-state", "healthy", timeout=60_000)
+                expect(page.locator("#recoveries")).to_contain_text("answers again", timeout=10_000)
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        subprocess.run([myriad_bin(), "cluster", "down", "--data-dir", str(data)],
+                       capture_output=True, timeout=120)
+

@@ -1,7 +1,9 @@
 """Every server's metrics endpoint, scraped and parsed by Prometheus's own text parser
 (OpenMetrics), and `myriad top --once` against the same cluster."""
 
+import json
 import pathlib
+import re
 import subprocess
 import urllib.request
 
@@ -109,11 +111,32 @@ def test_top_once_shows_every_server(cluster):
 
     nodes = json.loads(pathlib.Path(cluster).read_text())["nodes"]
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("cluster ") and "map epoch" in lines[0]
+    assert lines[0].startswith("servers ok ") and "map epoch" in lines[0] and "cluster " in lines[0]
     for n in nodes:
         row = [line for line in lines if n["addr"] in line]
         assert len(row) == 1 and " ok " in row[0], (n, out.stdout)
     assert "servers ok 3/3" in lines[0]
+    assert lines[1].startswith("healthy"), out.stdout
+
+
+def test_top_once_fits_80_columns_with_every_number_whole(cluster):
+    import os
+
+    env = dict(os.environ, COLUMNS="80")
+    out = subprocess.run([myriad_bin(), "top", "--once", "--cluster", cluster],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), out.stdout
+    header = lines[2].split()
+    assert header[:2] == ["id", "address"] and header[-1] == "disk", header
+    nodes = json.loads(pathlib.Path(cluster).read_text())["nodes"]
+    for n in nodes:
+        row = [line for line in lines if n["addr"] in line]
+        assert len(row) == 1, (n, out.stdout)
+        # The disk column: a whole percentage and a size with its unit.
+        assert re.search(r"\d+% of \d+(\.\d)? [KMGT]?i?B", row[0]), row[0]
+        assert "…" not in row[0]
 
 
 def test_cluster_status_lists_every_metrics_address(cluster):

@@ -4,7 +4,7 @@
 //! by the cluster-map group's leader only, so a sum over servers counts it once), servers
 //! down and partitions without a serving primary (docs/metrics.md).
 
-use myriad_placement::{ClusterMap, NodeId, NodeState, PartitionInfo};
+use myriad_placement::{ClusterMap, NodeId, NodeState};
 
 /// The cluster as a whole, as the cluster-map group's leader sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,21 +25,6 @@ pub struct Health {
     pub cluster: Option<ClusterHealth>,
 }
 
-/// Copies a partition should have: its replicas, without a move's new copy (which replaces
-/// one of them once made).
-fn wanted(p: &PartitionInfo) -> usize {
-    p.replicas.len() - usize::from(p.moving.is_some())
-}
-
-fn under_replicated(map: &ClusterMap, p: &PartitionInfo) -> bool {
-    let in_sync = p
-        .replicas
-        .iter()
-        .filter(|&&r| map.is_up(r) && !p.is_behind(r))
-        .count();
-    in_sync < wanted(p)
-}
-
 /// The health `me` reports; `leads_map`: whether `me` leads the cluster-map group.
 #[must_use]
 pub fn health(map: &ClusterMap, me: NodeId, leads_map: bool) -> Health {
@@ -48,7 +33,7 @@ pub fn health(map: &ClusterMap, me: NodeId, leads_map: bool) -> Health {
         if map.primary_of(p.id) != Some(me) {
             continue;
         }
-        h.under_replicated += u64::from(under_replicated(map, p));
+        h.under_replicated += u64::from(map.is_under_replicated(p));
         h.copies_catching_up += p.replicas.iter().filter(|&&r| p.is_behind(r)).count() as u64;
     }
     if leads_map {
@@ -66,7 +51,7 @@ pub fn health(map: &ClusterMap, me: NodeId, leads_map: bool) -> Health {
             partitions_under_replicated: map
                 .partitions
                 .iter()
-                .filter(|p| under_replicated(map, p))
+                .filter(|p| map.is_under_replicated(p))
                 .count() as u64,
         });
     }
