@@ -182,16 +182,30 @@ pub async fn v2(client: &Client, input: ListObjectsV2Input) -> S3Result<ListObje
     })
 }
 
+/// A v1-style marker (ListObjects' `marker`, ListObjectVersions' `key-marker`). One ending
+/// in the delimiter is a common prefix this gateway gave as the next marker (no key ends in
+/// "/"): the listing continues past every key under it.
+fn key_marker(given: Option<&String>, delimiter: Option<&str>) -> Option<Marker> {
+    nonempty(given).map(|m| Marker {
+        key: m.to_string(),
+        past_prefix: delimiter.is_some_and(|d| m.ends_with(d)),
+    })
+}
+
+/// Where the next v1-style page starts: the last key or prefix of a truncated page.
+fn next_key_marker(page: &Page) -> Option<String> {
+    match (page.truncated, page.items.last()) {
+        (true, Some(Item::Object { key, .. })) => Some(key.clone()),
+        (true, Some(Item::Prefix(p))) => Some(p.clone()),
+        _ => None,
+    }
+}
+
 pub async fn v1(client: &Client, input: ListObjectsInput) -> S3Result<ListObjectsOutput> {
     let url = wants_url(input.encoding_type.as_ref())?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = nonempty(input.delimiter.as_ref());
-    // A marker ending in the delimiter is a common prefix this gateway gave as NextMarker
-    // (no key ends in "/"): continue past every key under it.
-    let marker = nonempty(input.marker.as_ref()).map(|m| Marker {
-        key: m.to_string(),
-        past_prefix: delimiter.is_some_and(|d| m.ends_with(d)),
-    });
+    let marker = key_marker(input.marker.as_ref(), delimiter);
     let page = page(
         client,
         &input.bucket,
@@ -201,11 +215,7 @@ pub async fn v1(client: &Client, input: ListObjectsInput) -> S3Result<ListObject
         input.max_keys,
     )
     .await?;
-    let next_marker = match (page.truncated, page.items.last()) {
-        (true, Some(Item::Object { key, .. })) => Some(key.clone()),
-        (true, Some(Item::Prefix(p))) => Some(p.clone()),
-        _ => None,
-    };
+    let next_marker = next_key_marker(&page);
     let (contents, common_prefixes) = write_items(page.items, url);
     let enc = |s: String| if url { url_encode(&s) } else { s };
     Ok(ListObjectsOutput {
@@ -234,10 +244,7 @@ pub async fn versions(
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = nonempty(input.delimiter.as_ref());
     // Every key has one version, so a key marker alone says where the last page ended.
-    let marker = nonempty(input.key_marker.as_ref()).map(|m| Marker {
-        key: m.to_string(),
-        past_prefix: delimiter.is_some_and(|d| m.ends_with(d)),
-    });
+    let marker = key_marker(input.key_marker.as_ref(), delimiter);
     let page = page(
         client,
         &input.bucket,
@@ -247,11 +254,7 @@ pub async fn versions(
         input.max_keys,
     )
     .await?;
-    let next_key_marker = match (page.truncated, page.items.last()) {
-        (true, Some(Item::Object { key, .. })) => Some(key.clone()),
-        (true, Some(Item::Prefix(p))) => Some(p.clone()),
-        _ => None,
-    };
+    let next_key_marker = next_key_marker(&page);
     let (objects, common_prefixes) = write_items(page.items, url);
     let versions = objects
         .into_iter()
