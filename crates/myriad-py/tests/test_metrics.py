@@ -239,6 +239,11 @@ def test_under_replication_rises_when_a_server_dies_and_clears_when_it_returns(t
         while _health(data) != (0, 0):
             assert time.time() < deadline, _health(data)
             time.sleep(0.5)
+        # The servers' logs (info, the default) tell the story: the failover, the new
+        # primaries, the copies caught up.
+        logs = "".join((data / f"node-{i}.log").read_text() for i in (1, 2, 4))
+        for event in ["marking it down", "serving as primary", "copies caught up"]:
+            assert event in logs, event
     finally:
         subprocess.run([myriad_bin(), "cluster", "down", "--data-dir", str(data)],
                        capture_output=True, timeout=120)

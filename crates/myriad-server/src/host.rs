@@ -565,6 +565,15 @@ impl Host {
                 if let Ok(mut p) = self.partitions.write() {
                     p.insert(pid, node.clone());
                 }
+                // One line per partition this server starts serving: with the failover and
+                // catch-up lines of the map's leader, the log tells an incident's story.
+                tracing::info!(
+                    server = %self.id,
+                    partition = %pid,
+                    epoch,
+                    backups = ?self.state().map.backups_of(pid),
+                    "serving as primary"
+                );
                 started.push(node);
             }
             self.start_opened(started);
