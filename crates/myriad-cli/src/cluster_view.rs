@@ -98,7 +98,7 @@ impl HealthView {
         let unavailable: Vec<u32> = map
             .partitions
             .iter()
-            .filter(|p| map.primary_of(p.id).is_none())
+            .filter(|p| map.primary_in(p).is_none())
             .map(|p| p.id.0)
             .collect();
         let state = if !unavailable.is_empty() {
@@ -313,11 +313,8 @@ impl Watcher {
             }
             servers.push(v);
         }
-        let waiting = map
-            .partitions
-            .iter()
-            .filter(|p| map.primary_of(p.id).is_none())
-            .count();
+        let health = HealthView::of(&map);
+        let waiting = health.unavailable.len();
         if waiting == 0 && self.waiting > 0 {
             self.note_error("recovery", None, "every partition is served again".into());
         }
@@ -337,7 +334,7 @@ impl Watcher {
             cluster: self.cluster.clone(),
             epoch: map.epoch,
             leader: leaders.into_iter().max_by_key(|(_, n)| *n).map(|(l, _)| l),
-            health: HealthView::of(&map),
+            health,
             servers,
             moving: map
                 .moves()

@@ -334,6 +334,44 @@ impl Client {
         Ok((inode, bytes))
     }
 
+    /// Copies `len` bytes of `src` from `src_off` into `dst` at `dst_off`: on the servers
+    /// (`copy_range`, called until done), or by reading and writing a piece at a time where
+    /// the servers cannot (a hard-linked destination). Returns `dst` after it (as given if
+    /// nothing was copied) and the bytes copied: fewer only where the source ended first.
+    pub async fn copy_all(
+        &self,
+        (src, src_off): (&FileHandle, u64),
+        (dst, dst_off): (&FileHandle, u64),
+        len: u64,
+    ) -> Result<(Inode, u64), FsError> {
+        let mut done = 0u64;
+        let mut inode = dst.inode.clone();
+        while done < len {
+            match self
+                .copy_range((src, src_off + done), (dst, dst_off + done), len - done)
+                .await
+            {
+                Ok((_, 0)) => return Ok((inode, done)),
+                Ok((written, n)) => {
+                    inode = written;
+                    done += n;
+                }
+                Err(FsError::NotSupported(_)) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        while done < len {
+            let piece_len = (len - done).min(limits::IO_BYTES_MAX);
+            let piece = self.read(src, src_off + done, piece_len).await?;
+            if piece.is_empty() {
+                break;
+            }
+            inode = self.write(dst, dst_off + done, &piece).await?;
+            done += piece.len() as u64;
+        }
+        Ok((inode, done))
+    }
+
     /// Raises the size to at least `size` (never lowers it: a concurrent writer that went
     /// further keeps its bytes). Durable on return.
     pub async fn extend_size(&self, h: &FileHandle, size: u64) -> Result<Inode, FsError> {

@@ -298,9 +298,14 @@ impl ClusterMap {
     /// failover moves a down primary to the end of the list, see `mark_down`).
     #[must_use]
     pub fn primary_of(&self, id: PartitionId) -> Option<NodeId> {
-        self.partition(id)
-            .and_then(|p| p.replicas.first().copied())
-            .filter(|&n| self.is_up(n))
+        self.partition(id).and_then(|p| self.primary_in(p))
+    }
+
+    /// `primary_of` for a partition in hand (no lookup by id: a walk over every partition
+    /// stays linear).
+    #[must_use]
+    pub fn primary_in(&self, p: &PartitionInfo) -> Option<NodeId> {
+        p.replicas.first().copied().filter(|&n| self.is_up(n))
     }
 
     /// The servers keeping a live backup copy of partition `id`: its replicas but the first,

@@ -3,7 +3,7 @@
 //! the servers. Each is one async function the method runs with the GIL released.
 
 use myriad_client::proto::{XattrMode, access};
-use myriad_client::{Client, FileHandle, FsError, SetAttr};
+use myriad_client::{Client, FsError, SetAttr};
 
 /// `path`, or what it names when `follow` and it is a symbolic link.
 async fn target(c: &Client, path: &str, follow: bool) -> Result<String, FsError> {
@@ -152,33 +152,8 @@ pub async fn copy(c: &Client, src: &str, dst: &str, mode: u32) -> Result<u64, Fs
         }
         Err(e) => return Err(e),
     };
-    copy_bytes(c, &source, &target).await
-}
-
-async fn copy_bytes(c: &Client, source: &FileHandle, target: &FileHandle) -> Result<u64, FsError> {
     let size = source.inode.size;
-    let mut done = 0u64;
-    while done < size {
-        match c
-            .copy_range((source, done), (target, done), size - done)
-            .await
-        {
-            Ok((_, 0)) => return Ok(done),
-            Ok((_, n)) => done += n,
-            Err(FsError::NotSupported(_)) => break,
-            Err(e) => return Err(e),
-        }
-    }
-    const PIECE: u64 = 4 * 1024 * 1024;
-    while done < size {
-        let piece = c.read(source, done, (size - done).min(PIECE)).await?;
-        if piece.is_empty() {
-            break;
-        }
-        c.write(target, done, &piece).await?;
-        done += piece.len() as u64;
-    }
-    Ok(done)
+    Ok(c.copy_all((&source, 0), (&target, 0), size).await?.1)
 }
 
 /// A hard link `dst` to the file `src`.

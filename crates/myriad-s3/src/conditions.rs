@@ -31,7 +31,7 @@ macro_rules! conditions_of {
 pub(crate) use conditions_of;
 
 /// Whether `c` names the object whose ETag is `etag` (`*` names any object).
-fn names(c: &ETagCondition, etag: &str) -> bool {
+pub fn names(c: &ETagCondition, etag: &str) -> bool {
     match c {
         ETagCondition::Any => true,
         ETagCondition::ETag(e) => crate::etag::matches(e, etag),

@@ -206,17 +206,20 @@ async fn copy_beside(
     let temp = temp_beside(path);
     let target = create_temp(client, base, &temp, &[]).await?;
     let written = async {
-        let copied = if len > 0 {
-            copy_into(client, (source, first, len), (&target, 0)).await?
-        } else {
-            target.inode.clone()
+        let copied = copy_into(client, (source, first, len), (&target, 0)).await?;
+        // The source's MD5 (and checksums) hold for the copy only if the source did not
+        // change under it: asked only when there is one to keep.
+        let md5 = match md5 {
+            Some(m) => {
+                let after = client.stat(&source.path).await.map_err(object_error)?;
+                let same = after.ino == source.inode.ino
+                    && after.mtime_ns == source.inode.mtime_ns
+                    && after.size == source.inode.size;
+                same.then_some(m)
+            }
+            None => None,
         };
-        // The source's MD5 holds for the copy only if the source did not change under it.
-        let after = client.stat(&source.path).await.map_err(object_error)?;
-        let same = after.ino == source.inode.ino
-            && after.mtime_ns == source.inode.mtime_ns
-            && after.size == source.inode.size;
-        keep_record(client, &temp, record, md5.filter(|_| same), &copied).await
+        keep_record(client, &temp, record, md5, &copied).await
     }
     .await;
     finish_beside(client, &temp, path, written, false).await

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use s3s::dto::{Metadata, Timestamp, TimestampFormat};
 use s3s::{S3Result, s3_error};
 
-use crate::record::{Headers, META_BYTES_MAX, ObjectRecord};
+use crate::record::{Headers, META_BYTES_MAX, ObjectRecord, RECORD_BYTES_MAX};
 
 /// What S3 calls an object's content type when none was given.
 pub const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
@@ -63,6 +63,12 @@ pub fn new_record(headers: Headers, metadata: Option<&Metadata>) -> S3Result<Obj
         return Err(s3_error!(
             MetadataTooLarge,
             "your metadata headers exceed the maximum allowed metadata size ({META_BYTES_MAX} bytes)"
+        ));
+    }
+    if record.encode().len() > RECORD_BYTES_MAX {
+        return Err(s3_error!(
+            MetadataTooLarge,
+            "the object's headers and metadata exceed {RECORD_BYTES_MAX} bytes"
         ));
     }
     Ok(record)
@@ -174,6 +180,19 @@ mod tests {
         );
         let meta = s.metadata.unwrap_or_default();
         assert_eq!(meta.get("color").map(String::as_str), Some("blue"));
+    }
+
+    #[test]
+    fn headers_too_long_to_keep_are_refused_before_anything_is_written() {
+        let long = Headers {
+            content_disposition: Some("x".repeat(RECORD_BYTES_MAX)),
+            ..Headers::default()
+        };
+        let e = new_record(long, None).err();
+        assert_eq!(
+            e.map(|e| e.code().as_str().to_string()).as_deref(),
+            Some("MetadataTooLarge")
+        );
     }
 
     #[test]

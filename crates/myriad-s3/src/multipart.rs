@@ -355,6 +355,7 @@ async fn assemble(
                 inode: inode.clone(),
                 opened: false,
             };
+            // An empty part copies nothing and says nothing of the target: `last` stays.
             if inode.size > 0 {
                 last = copy_into(client, (&source, 0, inode.size), (&target, at)).await?;
             }

@@ -12,7 +12,7 @@ use s3s::{S3ErrorCode, S3Result, TrailingHeaders, s3_error};
 
 use crate::body::{PIECE_BYTES, Pieces, stream_file};
 use crate::checksums::{answer_checksums, wanted_of};
-use crate::conditions::{check_read, conditions_of};
+use crate::conditions::{check_read, conditions_of, names};
 use crate::errors::object_error;
 use crate::etag::{etag, etag_value};
 use crate::folders;
@@ -194,11 +194,7 @@ pub async fn put(
             Ok(i) => object_inode(i)?,
             Err(e) => return Err(missing(client, &input.bucket, e).await),
         };
-        let holds = match wanted {
-            ETagCondition::Any => true,
-            ETagCondition::ETag(e) => crate::etag::matches(e, &etag_value(&current)),
-        };
-        if !holds {
+        if !names(wanted, &etag_value(&current)) {
             return Err(precondition_failed());
         }
     }

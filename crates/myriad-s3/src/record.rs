@@ -12,6 +12,11 @@ pub const RECORD_XATTR: &str = "user.myriad-s3.object";
 
 /// Most bytes of `x-amz-meta-*` names and values together, as S3 allows.
 pub const META_BYTES_MAX: usize = 2048;
+/// Most bytes of an encoded record: the headers are bounded only by HTTP's header limits,
+/// and the record must fit beside a file's other extended attributes
+/// (`limits::XATTR_TOTAL_BYTES_MAX`, 64 KiB). Refused before anything is written, so a
+/// PUT never stores an object whose record then cannot be kept.
+pub const RECORD_BYTES_MAX: usize = 16 * 1024;
 
 /// The headers S3 stores with an object and answers GET and HEAD with.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -208,43 +208,19 @@ async fn rename_over(client: &Client, temp: &str, path: &str, create_only: bool)
     }
 }
 
-/// Copies `len` bytes of `source` from `from` into `target` at `at`: on the servers, or
-/// through the gateway a piece at a time where the servers cannot. The target's inode after.
+/// Copies `len` bytes of `source` from `from` into `target` at `at`, on the servers where
+/// they can (`Client::copy_all`). The target's inode after.
 pub async fn copy_into(
     client: &Client,
     (source, from, len): (&FileHandle, u64, u64),
     (target, at): (&FileHandle, u64),
 ) -> S3Result<Inode> {
-    let mut done = 0u64;
-    let mut inode = target.inode.clone();
-    while done < len {
-        match client
-            .copy_range((source, from + done), (target, at + done), len - done)
-            .await
-        {
-            Ok((_, 0)) => return Err(became_shorter()),
-            Ok((written, n)) => {
-                inode = written;
-                done += n;
-            }
-            Err(FsError::NotSupported(_)) => break,
-            Err(e) => return Err(object_error(e)),
-        }
-    }
-    while done < len {
-        let piece_len = (len - done).min(PIECE_BYTES as u64);
-        let piece = client
-            .read(source, from + done, piece_len)
-            .await
-            .map_err(object_error)?;
-        if piece.is_empty() {
-            return Err(became_shorter());
-        }
-        inode = client
-            .write(target, at + done, &piece)
-            .await
-            .map_err(object_error)?;
-        done += piece.len() as u64;
+    let (inode, copied) = client
+        .copy_all((source, from), (target, at), len)
+        .await
+        .map_err(object_error)?;
+    if copied < len {
+        return Err(became_shorter());
     }
     Ok(inode)
 }

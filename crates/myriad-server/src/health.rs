@@ -30,7 +30,7 @@ pub struct Health {
 pub fn health(map: &ClusterMap, me: NodeId, leads_map: bool) -> Health {
     let mut h = Health::default();
     for p in &map.partitions {
-        if map.primary_of(p.id) != Some(me) {
+        if map.primary_in(p) != Some(me) {
             continue;
         }
         h.under_replicated += u64::from(map.is_under_replicated(p));
@@ -46,7 +46,7 @@ pub fn health(map: &ClusterMap, me: NodeId, leads_map: bool) -> Health {
             partitions_unavailable: map
                 .partitions
                 .iter()
-                .filter(|p| map.primary_of(p.id).is_none())
+                .filter(|p| map.primary_in(p).is_none())
                 .count() as u64,
             partitions_under_replicated: map
                 .partitions
