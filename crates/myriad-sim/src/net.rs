@@ -90,11 +90,21 @@ fn delivered_names(body: &Request) -> Vec<&'static str> {
     std::iter::once(body.op_name()).chain(envelope).collect()
 }
 
-/// The name or directory a client request is about, for the trace.
+/// The name or directory a client request, or a server's request moving or making a
+/// directory, is about, for the trace.
 fn path_of(body: &Request) -> Option<&str> {
-    use myriad_proto::ReadOf;
-    let Request::Client(envelope) = body else {
-        return None;
+    use myriad_proto::{PeerRequest as P, ReadOf};
+    let envelope = match body {
+        Request::Client(envelope) => envelope,
+        Request::Peer(
+            P::DirFreeze { path, .. }
+            | P::DirExport { path, .. }
+            | P::DirFinish { path, .. }
+            | P::DirObjectCreate { path, .. }
+            | P::DirObjectRemove { path, .. },
+        ) => return Some(path),
+        Request::Peer(P::DirImport(part)) => return Some(&part.path),
+        _ => return None,
     };
     let c = envelope.request()?;
     match (c.change(), c.read_of()) {

@@ -675,6 +675,19 @@ fn regression_seeds_pass() {
         dir_moves: true,
         ..SimConfig::new(60141)
     });
+    // 60158 with tree moves, 8 clients of 400 operations: a move's undo thawed /c7, then
+    // failed (a server down) before its child /c7/d2; an rmdir removed the still frozen
+    // child, so the next undo's walk of the originals missed its copy, which stayed
+    // hidden where the tree was headed and answered every later mkdir of the name `Busy`.
+    // Fixes: a frozen directory object is not removed (`Busy`, the rmdir tried again),
+    // and undos go deepest first (`undo_copies`).
+    check(&SimConfig {
+        zones: true,
+        tree_moves: true,
+        clients: 8,
+        ops_per_client: 400,
+        ..SimConfig::new(60158)
+    });
 }
 
 #[test]

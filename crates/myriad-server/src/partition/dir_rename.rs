@@ -368,14 +368,17 @@ impl Partition {
         Ok(())
     }
 
-    /// Drops the hidden copies of `moves` (placed by `target`) and thaws their originals.
+    /// Drops the hidden copies of `moves` (placed by `target`) and thaws their originals,
+    /// deepest first: an undo that stops half-way leaves every directory whose child is
+    /// still copied frozen, so no entry of its can go and the next undo's walk of the
+    /// originals finds every copy again.
     pub(super) async fn undo_copies(
         self: &Arc<Self>,
         txid: u64,
         moves: &[DirMove],
         target: &Target<'_>,
     ) -> Result<(), WireError> {
-        for m in moves {
+        for m in moves.iter().rev() {
             for node in self.new_parts(m, target.ring).into_keys() {
                 // A rename's copy on the node of its original shares the files' blocks; a
                 // tree move's copies are in other partitions (their own blocks).

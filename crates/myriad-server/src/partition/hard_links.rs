@@ -135,6 +135,7 @@ impl Partition {
     ) -> Result<Response, WireError> {
         let name = inode_name(ino);
         let mut inode = self.lookup_in(INODE_DIR, &name).await?;
+        let stored = inode.clone();
         // Objects linked before LinkSource recorded their home.
         inode.link_home.get_or_insert(self.me);
         let dir = INODE_DIR.to_string();
@@ -157,6 +158,10 @@ impl Partition {
                 let data = self
                     .read_range_repairing(ino, 0, n, inode.size.min(chunk_size))
                     .await?;
+                // As `client_fetch`: the object and its bytes, one pair the store held.
+                if !self.still_holds_at((INODE_DIR, &name), &stored)? {
+                    return Err(WireError::Busy);
+                }
                 Ok(Response::Fetched { inode, data })
             }
             InodeOp::Read { offset, len, .. } => {
@@ -169,6 +174,9 @@ impl Partition {
                         inode.size.min(chunk_size),
                     )
                     .await?;
+                if !self.still_holds_at((INODE_DIR, &name), &stored)? {
+                    return Err(WireError::Busy);
+                }
                 Ok(Response::Data {
                     inode: Some(inode),
                     data,

@@ -130,7 +130,7 @@ impl Partition {
                     .await
                 {
                     Ok(_) => true,
-                    Err(WireError::NotEmpty | WireError::ReadOnly) => false,
+                    Err(WireError::NotEmpty | WireError::ReadOnly | WireError::Busy) => false,
                     Err(e) => return Err(e),
                 };
                 if commit {

@@ -4,14 +4,18 @@
 use std::sync::Arc;
 
 use myriad_proto::{
-    Caller, FileKind, HotDir, InodeId, InodeOp, PeerRequest, Request, Response, WireError, limits,
-    validate_path,
+    Caller, FileKind, HotDir, Inode, InodeId, InodeOp, PeerRequest, Request, Response, WireError,
+    limits, validate_path,
 };
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
 use crate::state::mutation::storage_err;
 use crate::state::perm;
+
+/// Reads of a file's first chunk tried again because its entry changed while its bytes
+/// were read (`still_holds`), before the client is told `Busy` and tries again itself.
+const READ_TRIES: usize = 4;
 
 impl Partition {
     /// The entry a request names, as its caller may see it: the path valid and owned here,
@@ -100,26 +104,55 @@ impl Partition {
         max_bytes: u64,
     ) -> Result<Response, WireError> {
         let cs = st.map.chunk_size_bytes;
-        let inode = self.named_entry(st, &caller, &path).await?;
-        if let (FileKind::HardLink, Some(home)) = (inode.kind, inode.link_home) {
-            let req = PeerRequest::AtInode {
-                ino: inode.ino,
-                caller,
-                op: InodeOp::Fetch { max_bytes },
-            };
-            return self.call_node(home, Request::Peer(req)).await;
-        }
-        if inode.kind == FileKind::File {
+        for _ in 0..READ_TRIES {
+            let inode = self.named_entry(st, &caller, &path).await?;
+            if let (FileKind::HardLink, Some(home)) = (inode.kind, inode.link_home) {
+                let req = PeerRequest::AtInode {
+                    ino: inode.ino,
+                    caller,
+                    op: InodeOp::Fetch { max_bytes },
+                };
+                return self.call_node(home, Request::Peer(req)).await;
+            }
+            if inode.kind != FileKind::File {
+                return Ok(Response::Fetched {
+                    inode,
+                    data: Vec::new(),
+                });
+            }
             perm::require(&inode, &caller, perm::READ)?;
-        }
-        let data = if inode.kind == FileKind::File {
             let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
-            self.read_range_repairing(inode.ino, 0, n, inode.size.min(cs))
-                .await?
-        } else {
-            Vec::new()
-        };
-        Ok(Response::Fetched { inode, data })
+            let data = self
+                .read_range_repairing(inode.ino, 0, n, inode.size.min(cs))
+                .await?;
+            if self.still_holds(&path, &inode)? {
+                return Ok(Response::Fetched { inode, data });
+            }
+        }
+        Err(WireError::Busy)
+    }
+
+    /// Whether `path` still names `inode` here, or, its name gone, the orphan it left is
+    /// still `inode`. A read takes the entry and then its bytes, two reads of the store: a
+    /// change applied between them (an unlink, a truncate, the drop of a moved tree's old
+    /// copy) pairs the size read first with the blocks left after, the right length of
+    /// zeros (seen once in `zone_moves`: a reader got a whole file of zeros while its tree
+    /// moved). Checked after the bytes are read, the pair is one the store held.
+    pub(crate) fn still_holds(&self, path: &str, inode: &Inode) -> Result<bool, WireError> {
+        self.still_holds_at(myriad_placement::split_parent(path), inode)
+    }
+
+    /// `still_holds` of the entry `name` of `dir`.
+    pub(crate) fn still_holds_at(
+        &self,
+        (dir, name): (&str, &str),
+        inode: &Inode,
+    ) -> Result<bool, WireError> {
+        let named = self.store.entry(dir, name).map_err(storage_err)?;
+        if named.and_then(|e| e.inode).as_ref() == Some(inode) {
+            return Ok(true);
+        }
+        Ok(self.orphan(inode.ino)?.as_ref() == Some(inode))
     }
 
     /// A page of a directory shard's entries, hard links with their home's attributes.
@@ -186,16 +219,21 @@ impl Partition {
         let cs = st.map.chunk_size_bytes;
         validate_path(&path)?;
         self.own_entry(st, &path)?;
-        let inode = self.open_file(&caller, &path, ino, true).await?;
-        perm::require(&inode, &caller, perm::READ)?;
         let len = len.min(limits::IO_BYTES_MAX);
-        let data = self
-            .read_range_repairing(ino, offset, len, inode.size.min(cs))
-            .await?;
-        Ok(Response::Data {
-            inode: Some(inode),
-            data,
-        })
+        for _ in 0..READ_TRIES {
+            let inode = self.open_file(&caller, &path, ino, true).await?;
+            perm::require(&inode, &caller, perm::READ)?;
+            let data = self
+                .read_range_repairing(ino, offset, len, inode.size.min(cs))
+                .await?;
+            if self.still_holds(&path, &inode)? {
+                return Ok(Response::Data {
+                    inode: Some(inode),
+                    data,
+                });
+            }
+        }
+        Err(WireError::Busy)
     }
 
     /// Bytes of a later chunk, or its erasure-coding record if it was coded.

@@ -247,8 +247,9 @@ impl Partition {
                 self.resolve_entry(ctx, dir, name, txid, true).await?;
                 Ok(())
             }
-            // Refused (not empty, or the root of a frozen tree): the entry stays.
-            Err(e @ (WireError::NotEmpty | WireError::ReadOnly)) => {
+            // Refused (not empty, the root of a frozen tree, or a directory being moved):
+            // the entry stays.
+            Err(e @ (WireError::NotEmpty | WireError::ReadOnly | WireError::Busy)) => {
                 self.resolve_entry(ctx, dir, name, txid, false).await?;
                 Err(e)
             }

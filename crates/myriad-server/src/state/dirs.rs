@@ -101,6 +101,15 @@ pub(super) fn execute(
                 Some(rec) if rec.hidden.is_some() && rec.ino != ino => {
                     return Err(WireError::Busy.into());
                 }
+                // Frozen by a rename or a tree move: exported, maybe copied already. Removed
+                // now, its copy would outlive it, hidden where the tree was headed, and the
+                // undo (which finds copies by walking the originals) would miss it (simulation
+                // seed 60158 with --tree-moves: an undo thawed the parent and failed before
+                // the child; an rmdir then removed the frozen child, and its copy held the
+                // name against every later mkdir with `Busy`).
+                Some(rec) if rec.ino == ino && rec.frozen.is_some() => {
+                    return Err(WireError::Busy.into());
+                }
                 Some(rec) if rec.ino == ino => {
                     if rec.read_only.is_some() {
                         return Err(WireError::ReadOnly.into());
