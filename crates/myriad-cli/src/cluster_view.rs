@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
+use myriad_client::proto::LatencyHistogram;
 use myriad_client::{Client, CounterSnapshot, FsError, NodeId, NodeState, StatFs};
 use serde::Serialize;
 
@@ -35,6 +36,11 @@ pub struct ServerView {
     /// Since the previous round; None on the first.
     pub requests_per_s: Option<f64>,
     pub syncs_per_s: Option<f64>,
+    /// How long its answers to clients took since the previous round (long polls apart):
+    /// the median and the 99th percentile, in milliseconds (None: no answers, the first
+    /// round, or a server too old to say).
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
     pub disk_used_bytes: u64,
     pub disk_total_bytes: u64,
     /// Files stored, when the server counts them (None: it does not say).
@@ -169,6 +175,8 @@ pub struct Watcher {
     cluster: String,
     /// Each server's (time, requests, fsyncs) at the previous round.
     last: BTreeMap<NodeId, (Instant, u64, u64)>,
+    /// Each server's answers by how long they took, at the previous round.
+    last_latency: BTreeMap<NodeId, LatencyHistogram>,
     /// Whether each server answered at the previous round (errors are logged on change).
     was_reachable: BTreeMap<NodeId, bool>,
     errors: VecDeque<ErrorView>,
@@ -190,9 +198,16 @@ fn state_name(s: NodeState) -> &'static str {
     }
 }
 
-async fn probe(client: &Client, id: NodeId) -> Result<(CounterSnapshot, StatFs), FsError> {
-    // Both at once: a round waits for the slowest server's one round trip, not two.
-    let asked = async { tokio::try_join!(client.counters(id), client.server_statfs(id)) };
+/// A server's counters, disks and (if it can say) latencies.
+type Probed = (CounterSnapshot, StatFs, Option<LatencyHistogram>);
+
+async fn probe(client: &Client, id: NodeId) -> Result<Probed, FsError> {
+    // Counters and disks at once: a round waits for the slowest server's round trip. The
+    // latencies after: asked only once the connection says the server knows the request.
+    let asked = async {
+        let (c, s) = tokio::try_join!(client.counters(id), client.server_statfs(id))?;
+        Ok((c, s, client.latencies(id).await?))
+    };
     match tokio::time::timeout(PROBE_TIMEOUT, asked).await {
         Ok(r) => r,
         Err(_) => Err(FsError::TimedOut(format!(
@@ -208,6 +223,7 @@ impl Watcher {
             client,
             cluster,
             last: BTreeMap::new(),
+            last_latency: BTreeMap::new(),
             was_reachable: BTreeMap::new(),
             errors: VecDeque::new(),
             waiting: 0,
@@ -253,6 +269,8 @@ impl Watcher {
                 requests_total: 0,
                 requests_per_s: None,
                 syncs_per_s: None,
+                p50_ms: None,
+                p99_ms: None,
                 disk_used_bytes: 0,
                 disk_total_bytes: 0,
                 files: None,
@@ -261,7 +279,13 @@ impl Watcher {
             };
             let reachable = result.is_ok();
             match result {
-                Ok((c, s)) => {
+                Ok((c, s, latency)) => {
+                    if let Some(now) = latency {
+                        if let Some(then) = self.last_latency.get(&id) {
+                            (v.p50_ms, v.p99_ms) = percentiles_between(then, &now);
+                        }
+                        self.last_latency.insert(id, now);
+                    }
                     let total: u64 = c
                         .client_requests
                         .iter()
@@ -294,6 +318,7 @@ impl Watcher {
                 }
                 Err(e) => {
                     self.last.remove(&id);
+                    self.last_latency.remove(&id);
                     v.error = Some(format!("{}: {e}", node.addr));
                 }
             }
@@ -348,5 +373,80 @@ impl Watcher {
             popular,
             errors: self.errors.iter().rev().cloned().collect(),
         }
+    }
+}
+
+/// The median and 99th percentile (ms) of the answers counted between two histograms of
+/// one server, interpolated within a bucket as Prometheus's `histogram_quantile` does;
+/// answers slower than every bound count as the last bound. None without answers (or if
+/// the server restarted: its counts went down).
+fn percentiles_between(
+    then: &LatencyHistogram,
+    now: &LatencyHistogram,
+) -> (Option<f64>, Option<f64>) {
+    if then.bounds_us != now.bounds_us || then.counts.len() != now.counts.len() {
+        return (None, None);
+    }
+    let Some(counts) = now
+        .counts
+        .iter()
+        .zip(&then.counts)
+        .map(|(n, t)| n.checked_sub(*t))
+        .collect::<Option<Vec<u64>>>()
+    else {
+        return (None, None);
+    };
+    let q = |q: f64| quantile_ms(&now.bounds_us, &counts, q);
+    (q(0.5), q(0.99))
+}
+
+fn quantile_ms(bounds_us: &[u64], counts: &[u64], q: f64) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 || bounds_us.is_empty() {
+        return None;
+    }
+    let rank = q * total as f64;
+    let mut below = 0u64;
+    for (i, &n) in counts.iter().enumerate() {
+        if n > 0 && (below + n) as f64 >= rank {
+            let lower = if i == 0 { 0 } else { bounds_us[i - 1] };
+            let Some(&upper) = bounds_us.get(i) else {
+                return Some(lower as f64 / 1000.0);
+            };
+            let within = (rank - below as f64) / n as f64;
+            return Some((lower as f64 + (upper - lower) as f64 * within) / 1000.0);
+        }
+        below += n;
+    }
+    bounds_us.last().map(|&b| b as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist(counts: &[u64]) -> LatencyHistogram {
+        LatencyHistogram {
+            bounds_us: vec![100, 200, 400, 800],
+            counts: counts.to_vec(),
+        }
+    }
+
+    #[test]
+    fn percentiles_come_from_the_answers_between_two_rounds() {
+        let then = hist(&[10, 0, 0, 0, 0]);
+        // Since then: 98 answers within 100 us, 2 between 400 and 800 us.
+        let now = hist(&[108, 0, 0, 2, 0]);
+        let (p50, p99) = percentiles_between(&then, &now);
+        let p50 = p50.unwrap_or_else(|| panic!("no median"));
+        let p99 = p99.unwrap_or_else(|| panic!("no p99"));
+        assert!((p50 - 0.051).abs() < 1e-3, "{p50}");
+        assert!((0.4..=0.8).contains(&p99), "{p99}");
+        // Nothing answered since: no figure; a restart (counts went down): none either.
+        assert_eq!(percentiles_between(&now, &now), (None, None));
+        assert_eq!(percentiles_between(&now, &then), (None, None));
+        // Slower than every bound: the last bound.
+        let slow = hist(&[108, 0, 0, 2, 100]);
+        assert_eq!(percentiles_between(&now, &slow).1, Some(0.8));
     }
 }

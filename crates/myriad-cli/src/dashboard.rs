@@ -29,16 +29,16 @@ pub async fn run(args: DashboardArgs, client: Client, cluster: String) -> anyhow
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
-    let latest: Arc<RwLock<Option<String>>> = Arc::default();
+    let latest: Arc<Latest> = Arc::default();
     let mut watcher = Watcher::new(client, cluster);
     // The first view before the first visitor, so the page never starts empty.
-    publish(&latest, &watcher.refresh().await);
+    refresh(&latest, &mut watcher).await;
     let refresher = {
         let latest = latest.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(REFRESH).await;
-                publish(&latest, &watcher.refresh().await);
+                refresh(&latest, &mut watcher).await;
             }
         })
     };
@@ -59,19 +59,173 @@ pub async fn run(args: DashboardArgs, client: Client, cluster: String) -> anyhow
     Ok(())
 }
 
-fn publish(latest: &RwLock<Option<String>>, view: &crate::cluster_view::ClusterView) {
-    if let (Ok(json), Ok(mut g)) = (serde_json::to_string(view), latest.write()) {
+/// The view the page polls, and what the dashboard's own `/metrics` tells of itself.
+#[derive(Default)]
+struct Latest {
+    json: RwLock<Option<String>>,
+    stats: RwLock<Stats>,
+}
+
+#[derive(Clone, Default)]
+struct Stats {
+    refreshes: u64,
+    refresh_seconds: f64,
+    servers: u64,
+    unreachable: u64,
+    health: &'static str,
+    under_replicated: u64,
+    unavailable: u64,
+    /// Requests answered, by path kind: page, api, metrics, other.
+    served: [u64; 4],
+}
+
+async fn refresh(latest: &Latest, watcher: &mut Watcher) {
+    let began = std::time::Instant::now();
+    let view = watcher.refresh().await;
+    // The metrics first: whoever saw the page change finds them changed too.
+    if let Ok(mut s) = latest.stats.write() {
+        s.refreshes += 1;
+        s.refresh_seconds = began.elapsed().as_secs_f64();
+        s.servers = view.servers.len() as u64;
+        s.unreachable = view.servers.iter().filter(|v| !v.reachable).count() as u64;
+        s.health = view.health.state;
+        s.under_replicated = view.health.under_replicated.len() as u64;
+        s.unavailable = view.health.unavailable.len() as u64;
+    }
+    if let (Ok(json), Ok(mut g)) = (serde_json::to_string(&view), latest.json.write()) {
         *g = Some(json);
     }
 }
 
-fn respond(path: &str, latest: &RwLock<Option<String>>) -> Reply {
-    match path {
-        "/" | "/index.html" => Reply::ok("text/html; charset=utf-8", PAGE.into()),
-        "/api/status" => match latest.read().ok().and_then(|g| g.clone()) {
+fn respond(path: &str, latest: &Latest) -> Reply {
+    let kind = match path {
+        "/" | "/index.html" => 0,
+        "/api/status" => 1,
+        "/metrics" => 2,
+        _ => 3,
+    };
+    if let Ok(mut s) = latest.stats.write() {
+        s.served[kind] += 1;
+    }
+    match kind {
+        0 => Reply::ok("text/html; charset=utf-8", PAGE.into()),
+        1 => match latest.json.read().ok().and_then(|g| g.clone()) {
             Some(json) => Reply::ok("application/json", json),
             None => Reply::text(503, "no view of the cluster yet"),
         },
+        2 => {
+            let stats = latest.stats.read().map(|g| g.clone()).unwrap_or_default();
+            Reply::ok(
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                metrics_text(&stats),
+            )
+        }
         _ => Reply::text(404, "not found"),
+    }
+}
+
+/// The dashboard's own metrics, OpenMetrics text: its rounds of asking the servers, and
+/// the cluster as its last round saw it (one scrape target for the cluster's health).
+fn metrics_text(s: &Stats) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
+        let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+        for (suffix, value) in lines {
+            let _ = writeln!(out, "{name}{suffix} {value}");
+        }
+    };
+    let one = |v: String| [(String::new(), v)];
+    family(
+        "myriad_dashboard_refreshes",
+        "counter",
+        "Rounds in which the dashboard asked every server for its counters",
+        &[("_total".into(), s.refreshes.to_string())],
+    );
+    family(
+        "myriad_dashboard_refresh_duration_seconds",
+        "gauge",
+        "How long the last round took (each server has 3 s to answer)",
+        &one(format!("{:.6}", s.refresh_seconds)),
+    );
+    family(
+        "myriad_dashboard_servers",
+        "gauge",
+        "Servers in the map, as the last round saw them",
+        &one(s.servers.to_string()),
+    );
+    family(
+        "myriad_dashboard_servers_unreachable",
+        "gauge",
+        "Servers that did not answer the last round",
+        &one(s.unreachable.to_string()),
+    );
+    let states = ["healthy", "degraded", "unavailable"].map(|st| {
+        (
+            format!("{{state=\"{st}\"}}"),
+            u8::from(s.health == st).to_string(),
+        )
+    });
+    family(
+        "myriad_dashboard_cluster_health",
+        "gauge",
+        "1 for the cluster's health as the map says in the last round (healthy, degraded, unavailable)",
+        &states,
+    );
+    family(
+        "myriad_dashboard_partitions_under_replicated",
+        "gauge",
+        "Partitions with copies down or behind, in the last round's map",
+        &one(s.under_replicated.to_string()),
+    );
+    family(
+        "myriad_dashboard_partitions_unavailable",
+        "gauge",
+        "Partitions no up server serves, in the last round's map",
+        &one(s.unavailable.to_string()),
+    );
+    let served: Vec<(String, String)> = ["page", "api", "metrics", "other"]
+        .iter()
+        .zip(s.served)
+        .map(|(p, n)| (format!("_total{{path=\"{p}\"}}"), n.to_string()))
+        .collect();
+    family(
+        "myriad_dashboard_http_requests",
+        "counter",
+        "Requests the dashboard answered, by what they asked for",
+        &served,
+    );
+    out.push_str("# EOF\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dashboards_metrics_are_openmetrics_with_the_health_of_its_last_round() {
+        let s = Stats {
+            refreshes: 3,
+            servers: 4,
+            unreachable: 1,
+            health: "degraded",
+            under_replicated: 6,
+            served: [2, 5, 1, 0],
+            ..Stats::default()
+        };
+        let text = metrics_text(&s);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        for line in [
+            "myriad_dashboard_refreshes_total 3",
+            "myriad_dashboard_servers_unreachable 1",
+            r#"myriad_dashboard_cluster_health{state="degraded"} 1"#,
+            r#"myriad_dashboard_cluster_health{state="healthy"} 0"#,
+            "myriad_dashboard_partitions_under_replicated 6",
+            r#"myriad_dashboard_http_requests_total{path="api"} 5"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE ").count(), 8, "{text}");
     }
 }

@@ -278,6 +278,11 @@ pub fn counters() -> Ask<CounterSnapshot, Request> {
     Ask::new(Request::Server(ServerRequest::GetCounters))
 }
 
+/// One server's answers to clients by how long they took (protocol 34).
+pub fn latencies() -> Ask<crate::LatencyHistogram, Request> {
+    Ask::new(Request::Server(ServerRequest::GetLatencies))
+}
+
 pub fn get_map() -> Ask<Box<ClusterMap>, Request> {
     Ask::new(Request::Server(ServerRequest::GetMap))
 }

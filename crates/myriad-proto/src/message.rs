@@ -71,7 +71,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// per change), sent only over connections of 32.
 /// 33: `ClientRequest::IndexReaders` and `Response::IndexReaders` (hot directories with
 /// how many clients read them), asked only over connections of 33.
-pub const PROTOCOL_VERSION: u16 = 33;
+/// 34: `ServerRequest::GetLatencies` and `Response::Latencies` (a server's answers to
+/// clients by how long they took, for the status page), asked only over connections of 34.
+pub const PROTOCOL_VERSION: u16 = 34;
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a
@@ -460,6 +462,19 @@ pub enum Response {
     /// Directories read far more than changed, with their readers
     /// (`ClientRequest::IndexReaders`). Protocol 33.
     IndexReaders(Vec<HotDir>),
+    /// How long a server took to answer clients (`ServerRequest::GetLatencies`). Protocol 34.
+    Latencies(LatencyHistogram),
+}
+
+/// A server's answers to clients by how long they took, since it started (long polls
+/// apart: `LONG_POLL_OPS`): `counts[i]` took at most `bounds_us[i]` (and more than the
+/// bound before), the last count (one more than the bounds) took longer than every bound.
+/// Two of them a few seconds apart give that interval's percentiles (the status page's
+/// per-server p50 and p99).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyHistogram {
+    pub bounds_us: Vec<u64>,
+    pub counts: Vec<u64>,
 }
 
 /// A directory a partition saw read far more than changed (`Response::IndexReaders`).

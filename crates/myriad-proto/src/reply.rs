@@ -255,6 +255,8 @@ reply!(StatFs, "a server's disks", Response::StatFs(s) => s);
 
 reply!(CounterSnapshot, "counters", Response::Counters(c) => c);
 
+reply!(crate::LatencyHistogram, "latencies", Response::Latencies(l) => l);
+
 reply!(Box<ClusterMap>, "a cluster map", Response::Map(m) => m);
 
 /// A copy's digest (`AdminRequest::FsckReplica`).

@@ -48,6 +48,9 @@ pub enum ServerRequest {
         len: u32,
         cap: Capability,
     },
+    /// Any node: its answers to clients by how long they took (`Response::Latencies`).
+    /// Protocol 34.
+    GetLatencies,
 }
 
 /// Administration: holders of the cluster secret only (SECURITY.md); they read or change
@@ -164,6 +167,7 @@ impl ServerRequest {
             ServerRequest::LeasePoll { .. } => "lease_poll",
             ServerRequest::LeaseRenew { .. } => "lease_renew",
             ServerRequest::ReadFragment { .. } => "read_fragment",
+            ServerRequest::GetLatencies => "get_latencies",
         }
     }
 }

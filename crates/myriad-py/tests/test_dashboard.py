@@ -8,6 +8,7 @@ test is skipped without them, since Playwright's own browser download cannot be 
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import threading
@@ -78,7 +79,7 @@ def wait_for_url(proc, timeout_s):
             return line.split(" ", 1)[1].strip()
 
 
-def test_dashboard_page_shows_the_cluster_in_a_browser(cluster, tmp_path):
+def test_dashboard_page_shows_the_cluster_in_a_browser(cluster, client, tree, tmp_path):
     with open(cluster) as f:
         addrs = {node["id"]: node["addr"] for node in json.load(f)["nodes"]}
     assert set(addrs) == {1, 2, 3}
@@ -137,6 +138,22 @@ def test_dashboard_page_shows_the_cluster_in_a_browser(cluster, tmp_path):
                 expect(page.locator(ROWS)).to_have_count(3)
                 expect(page.locator("#stale")).to_be_hidden()
                 expect(page.locator("#health")).to_have_attribute("data-state", "healthy")
+
+                # Traffic, then rounds: each server's p50 / p99 of the last round, and the
+                # last hour's plots drawn from the rounds the page kept.
+                for _ in range(3):
+                    for i in range(30):
+                        client.write(f"{tree}/dash-{i}", b"x" * 100)
+                        client.fetch(f"{tree}/dash-{i}")
+                    page.wait_for_timeout(2100)
+                latencies = [page.locator(f'{ROWS}[data-server-id="{i}"] td.latency')
+                             .inner_text() for i in addrs]
+                assert any(re.fullmatch(r"[0-9.]+ / [0-9.]+", t) for t in latencies), latencies
+                for plot in ["requests", "p99", "fsyncs", "disk"]:
+                    box = page.locator(f"#plot-{plot}")
+                    assert int(box.get_attribute("data-points")) >= 2, plot
+                    expect(box.locator("polyline")).to_have_count(1)
+                assert page.locator("#plot-p99 .now").inner_text().endswith(" ms")
             finally:
                 browser.close()
 
@@ -152,6 +169,23 @@ def test_dashboard_page_shows_the_cluster_in_a_browser(cluster, tmp_path):
             proc.wait()
         # pytest shows captured output only for a failed test, which is when this helps.
         print("dashboard stderr:\n" + stderr_path.read_text())
+
+
+def dashboard_metrics(url):
+    """The dashboard's own /metrics, parsed by Prometheus's OpenMetrics parser."""
+    from prometheus_client.openmetrics import parser
+    with urllib.request.urlopen(url + "metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = r.read().decode()
+    return {f.name: f for f in parser.text_string_to_metric_families(text)}
+
+
+def health_state(fams):
+    """The state whose myriad_dashboard_cluster_health sample is 1."""
+    states = [s.labels["state"] for s in fams["myriad_dashboard_cluster_health"].samples
+              if s.value == 1]
+    assert len(states) == 1, states
+    return states[0]
 
 
 def test_the_page_says_degraded_when_a_server_dies_and_healthy_when_it_is_back(tmp_path):
@@ -186,12 +220,18 @@ def test_the_page_says_degraded_when_a_server_dies_and_healthy_when_it_is_back(t
                 expect(health).to_contain_text("under-replicated")
                 expect(health).to_contain_text("server 3")
                 expect(page.locator("#problems")).to_contain_text("server 3", timeout=10_000)
+                # The dashboard's own metrics say the same, for Prometheus.
+                fams = dashboard_metrics(url)
+                assert health_state(fams) == "degraded", fams
+                under = fams["myriad_dashboard_partitions_under_replicated"].samples[0].value
+                assert under > 0
                 restart = subprocess.run(
                     [myriad_bin(), "cluster", "start-node", "--data-dir", str(data), "--node", "3"],
                     capture_output=True, text=True, timeout=120)
                 assert restart.returncode == 0, restart.stderr
                 expect(health).to_have_attribute("data-state", "healthy", timeout=60_000)
                 expect(page.locator("#recoveries")).to_contain_text("answers again", timeout=10_000)
+                assert health_state(dashboard_metrics(url)) == "healthy"
             finally:
                 browser.close()
     finally:

@@ -44,6 +44,9 @@ impl Host {
         match body {
             Request::Client(Envelope::Alone(ClientRequest::Echo(p))) => Ok(Response::Echo(p)),
             Request::Server(ServerRequest::StatFs) => Ok(Response::StatFs(self.statfs())),
+            Request::Server(ServerRequest::GetLatencies) => {
+                Ok(Response::Latencies(self.request_metrics.client_latencies()))
+            }
             Request::Server(ServerRequest::GetCounters) => {
                 Ok(Response::Counters(self.counter_snapshot(&st)))
             }
@@ -300,6 +303,13 @@ impl Host {
             partitions_refusing_changes: refusing,
             servers_marked_down: self.authority.marked_down(),
             health,
+            copy_batches_behind: self
+                .nodes()
+                .iter()
+                .map(|n| n.replicator.batches_behind())
+                .sum(),
+            recalls: self.recalls.counts(),
+            reserve_bytes: self.space.reserve_bytes(),
         };
         crate::metrics::render(&self.request_metrics, &snap, &self.statfs(), extras)
     }

@@ -3,9 +3,10 @@
 //! counted and timed as they are served (`RequestMetrics`); everything else is read from
 //! the server's state at each scrape (`ServerGauges`), so no number is kept twice.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use myriad_proto::{CounterSnapshot, LONG_POLL_OPS, Response, StatFs, WireError};
+use myriad_proto::{CounterSnapshot, LONG_POLL_OPS, LatencyHistogram, Response, StatFs, WireError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -53,6 +54,18 @@ pub struct RequestMetrics {
     latency: LatencyFamily,
     /// Long polls (`LONG_POLL_OPS`), kept out of `latency`.
     long_polls: LatencyFamily,
+    /// Clients' requests (long polls apart) by how long they took, every operation in one
+    /// histogram: what `ServerRequest::GetLatencies` answers (the status page's p50, p99).
+    client_latency: [AtomicU64; CLIENT_LATENCY_BUCKETS + 1],
+}
+
+/// Buckets of `RequestMetrics::client_latency`: 100 us doubling to 3.3 s, as
+/// `request_duration_seconds`, and one for slower answers.
+const CLIENT_LATENCY_BUCKETS: usize = 16;
+
+/// The upper bounds of `client_latency`'s buckets, in microseconds.
+fn client_latency_bounds_us() -> Vec<u64> {
+    (0..CLIENT_LATENCY_BUCKETS).map(|i| 100u64 << i).collect()
 }
 
 impl RequestMetrics {
@@ -88,6 +101,7 @@ impl RequestMetrics {
             requests,
             latency,
             long_polls,
+            client_latency: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -107,14 +121,35 @@ impl RequestMetrics {
         self.requests
             .get_or_create(&RequestLabels { op, from, outcome })
             .inc();
-        let timed = if LONG_POLL_OPS.contains(&op) {
+        let long_poll = LONG_POLL_OPS.contains(&op);
+        let timed = if long_poll {
             &self.long_polls
         } else {
             &self.latency
         };
+        if !from_server && !long_poll {
+            let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+            let bucket = (0..CLIENT_LATENCY_BUCKETS)
+                .find(|&i| us <= 100u64 << i)
+                .unwrap_or(CLIENT_LATENCY_BUCKETS);
+            self.client_latency[bucket].fetch_add(1, Ordering::Relaxed);
+        }
         timed
             .get_or_create(&OpLabels { op, from })
             .observe(took.as_secs_f64());
+    }
+
+    /// Clients' requests by how long they took, since the server started.
+    #[must_use]
+    pub fn client_latencies(&self) -> LatencyHistogram {
+        LatencyHistogram {
+            bounds_us: client_latency_bounds_us(),
+            counts: self
+                .client_latency
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+        }
     }
 
     /// Appends these families (no end marker) to `out`.
@@ -172,6 +207,17 @@ pub struct StateExtras {
     pub servers_marked_down: u64,
     /// Replication health from the map (`health.rs`).
     pub health: crate::health::Health,
+    /// Batches shipped by partitions led here that their copies have not acknowledged.
+    pub copy_batches_behind: u64,
+    /// Directory-lease recalls queued for a polling holder, and those waited out.
+    pub recalls: (u64, u64),
+    /// The free space below which writes are refused (`--reserve`).
+    pub reserve_bytes: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabel {
+    delivery: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -286,6 +332,32 @@ pub fn encode_state(
         "copies_catching_up",
         "Copies of partitions led here that may lack writes (back from down, or being made)",
         extras.health.copies_catching_up,
+    );
+    gauge(
+        &mut r,
+        "copy_batches_behind",
+        "Batches partitions led here shipped that their copies have not acknowledged yet (a copy being made counts every batch until its first)",
+        extras.copy_batches_behind,
+    );
+    let recalls = Family::<DeliveryLabel, Counter>::default();
+    recalls
+        .get_or_create(&DeliveryLabel { delivery: "queued" })
+        .inc_by(extras.recalls.0);
+    recalls
+        .get_or_create(&DeliveryLabel {
+            delivery: "waited_out",
+        })
+        .inc_by(extras.recalls.1);
+    r.register(
+        "lease_recalls",
+        "Directory-lease recalls: queued for the holder's poll, or waited out (no poller: the change waits until the lease ends)",
+        recalls,
+    );
+    gauge(
+        &mut r,
+        "disk_reserve_bytes",
+        "Free space below which client requests that may grow the store are refused (NoSpace)",
+        extras.reserve_bytes,
     );
     if let Some(c) = extras.health.cluster {
         // Only the cluster-map group's leader gives these, so a sum over servers is right.
@@ -497,7 +569,13 @@ mod tests {
             ],
             ..CounterSnapshot::default()
         };
-        let text = render(&m, &snap, &StatFs::default(), StateExtras::default());
+        let extras = StateExtras {
+            copy_batches_behind: 17,
+            recalls: (5, 2),
+            reserve_bytes: 1 << 30,
+            ..StateExtras::default()
+        };
+        let text = render(&m, &snap, &StatFs::default(), extras);
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert_eq!(text.matches("# EOF").count(), 1);
         for family in [
@@ -523,6 +601,38 @@ mod tests {
         assert!(text.contains(r#"myriad_requests_total{op="fetch",from="client",outcome="ok"} 1"#));
         // Only zone b's bytes crossed zones.
         assert!(text.contains("myriad_cross_zone_bytes_total 12"), "{text}");
+        for line in [
+            "myriad_copy_batches_behind 17",
+            r#"myriad_lease_recalls_total{delivery="queued"} 5"#,
+            r#"myriad_lease_recalls_total{delivery="waited_out"} 2"#,
+            "myriad_disk_reserve_bytes 1073741824",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn clients_answers_are_bucketed_by_time_and_servers_and_long_polls_are_not() {
+        let m = RequestMetrics::new(batch_size_histogram());
+        let ok = Ok(Response::Unit);
+        for (op, from_server, us) in [
+            ("fetch", false, 50),
+            ("fetch", false, 100),
+            ("create", false, 150),
+            ("create", false, 5_000_000),
+            ("fetch", true, 150),
+            ("lease_poll", false, 150),
+        ] {
+            m.observe(op, from_server, &ok, Duration::from_micros(us));
+        }
+        let h = m.client_latencies();
+        assert_eq!(h.bounds_us.len() + 1, h.counts.len());
+        assert_eq!(h.bounds_us[..3], [100, 200, 400]);
+        // 50 and 100 us within the first bound, 150 us in the second, 5 s past the last.
+        assert_eq!(h.counts[0], 2);
+        assert_eq!(h.counts[1], 1);
+        assert_eq!(h.counts.last().copied(), Some(1));
+        assert_eq!(h.counts.iter().sum::<u64>(), 4);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! this keeps.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ const QUEUED_MAX: usize = 4096;
 #[derive(Default)]
 pub(crate) struct Recalls {
     holders: Mutex<BTreeMap<u64, Holder>>,
+    /// Recalls queued for a polling holder, and those for a holder without a poller,
+    /// whose lease is waited out instead (metrics: a change waits up to a lease period).
+    queued: AtomicU64,
+    waited_out: AtomicU64,
 }
 
 struct Holder {
@@ -38,6 +43,25 @@ impl Recalls {
     /// Queues a recall of `key` for `holder`, waking its poll. False if `holder` has no
     /// poller (its lease can only be waited out).
     pub(crate) fn push(&self, holder: u64, key: LeaseKey) -> bool {
+        let queued = self.push_to(holder, key);
+        let count = if queued {
+            &self.queued
+        } else {
+            &self.waited_out
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        queued
+    }
+
+    /// (queued, waited out) recalls since the server started.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.queued.load(Ordering::Relaxed),
+            self.waited_out.load(Ordering::Relaxed),
+        )
+    }
+
+    fn push_to(&self, holder: u64, key: LeaseKey) -> bool {
         let Ok(mut all) = self.holders.lock() else {
             return false;
         };
@@ -129,5 +153,7 @@ mod tests {
         // A holder that stopped polling is forgotten.
         tokio::time::advance(POLLER_GONE_AFTER + Duration::from_secs(1)).await;
         assert!(!r.push(7, key("/c")));
+        // Counted for the metrics: delivered to a poll, or left to the lease's end.
+        assert_eq!(r.counts(), (3, 2));
     }
 }

@@ -48,6 +48,11 @@ impl DiskSpace {
         }
     }
 
+    /// The free space below which client requests that may grow the store get NoSpace.
+    pub(crate) fn reserve_bytes(&self) -> u64 {
+        self.reserve_bytes
+    }
+
     /// Free bytes of the data disk (refreshed if older than `REFRESH`).
     pub(crate) fn free(&self) -> u64 {
         let Ok(mut last) = self.last.lock() else {

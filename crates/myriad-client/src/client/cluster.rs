@@ -3,12 +3,15 @@
 
 use myriad_placement::{ClusterMap, NodeId, PartitionId};
 use myriad_proto::{
-    AdminRequest, CounterSnapshot, Endpoints, FsError, InodeId, Request, Response, ServerRequest,
-    StatFs, WireError,
+    AdminRequest, CounterSnapshot, Endpoints, FsError, InodeId, LatencyHistogram, Request,
+    Response, ServerRequest, StatFs, WireError,
 };
 
 use super::{Client, Route};
 use myriad_proto::ask;
+
+/// The protocol that brought `ServerRequest::GetLatencies` (docs/upgrades.md).
+const LATENCIES_PROTOCOL: u16 = 34;
 
 /// What became of a cluster map proposed with `Client::install_map`.
 #[must_use]
@@ -54,6 +57,19 @@ impl Client {
 
     pub async fn counters(&self, node: NodeId) -> Result<CounterSnapshot, FsError> {
         self.ask(Route::Server(node), ask::counters()).await
+    }
+
+    /// Server `node`'s answers to clients by how long they took, since it started; `None`
+    /// from a server that cannot say (protocol 33 or older), or before this client spoke
+    /// to it (ask its counters first).
+    pub async fn latencies(&self, node: NodeId) -> Result<Option<LatencyHistogram>, FsError> {
+        let Some(addr) = self.st().map.node(node).map(|n| n.addr.clone()) else {
+            return Ok(None);
+        };
+        if self.transport.link(&addr).version < LATENCIES_PROTOCOL {
+            return Ok(None);
+        }
+        Ok(Some(self.ask(Route::Server(node), ask::latencies()).await?))
     }
 
     /// Counters of every node in the map, in map order.

@@ -367,6 +367,16 @@ impl Replicator {
         self.lock().streams.values().all(|s| *s.member.borrow())
     }
 
+    /// Batches shipped here that copies have not acknowledged yet, summed over the copies
+    /// (a copy being made whole counts every batch up to now until its first ack).
+    pub(crate) fn batches_behind(&self) -> u64 {
+        let g = self.lock();
+        g.streams
+            .values()
+            .map(|s| g.last_shipped.saturating_sub(*s.acked.borrow()))
+            .sum()
+    }
+
     /// `Some((have, need))` when fewer copies can take writes now (this one and one per
     /// stream) than must hold each before it is acknowledged: a client's change is then
     /// refused before it is applied rather than left waiting (`dispatch_request`).
