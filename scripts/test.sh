@@ -21,6 +21,8 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 promtool check rules packaging/prometheus/alerts.yml
 promtool test rules packaging/prometheus/alerts_test.yml
+# The shipped Grafana dashboard: importable, every query PromQL, every metric documented.
+python3 scripts/check-grafana.py
 # Two heavy tests run on their own after the rest: the multi-host test (it::deploy: six
 # servers in network namespaces, each restarted in turn), and real programs through a mount
 # (it::fuse_programs). Beside the others on two cores, deploy starved them and itself (a
