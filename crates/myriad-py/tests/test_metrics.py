@@ -210,6 +210,18 @@ def _health(data):
     return under, down
 
 
+def _copy_batches_behind(data):
+    """myriad_copy_batches_behind summed over the servers that answer."""
+    behind = 0
+    for d in sorted(data.glob("node-*/metrics.addr")):
+        try:
+            fams = scrape(d.read_text().strip())
+        except OSError:
+            continue
+        behind += sum(s.value for s in fams["myriad_copy_batches_behind"].samples)
+    return behind
+
+
 def test_under_replication_rises_when_a_server_dies_and_clears_when_it_returns(tmp_path):
     import json
     import os
@@ -241,6 +253,12 @@ def test_under_replication_rises_when_a_server_dies_and_clears_when_it_returns(t
         deadline = time.time() + 60
         while _health(data) != (0, 0):
             assert time.time() < deadline, _health(data)
+            time.sleep(0.5)
+        # Caught up: no batch is left for any copy to take (the writes made while it was
+        # down went to it), once the streams have their acknowledgements.
+        deadline = time.time() + 30
+        while _copy_batches_behind(data) != 0:
+            assert time.time() < deadline, _copy_batches_behind(data)
             time.sleep(0.5)
         # The servers' logs (info, the default) tell the story: the failover, the new
         # primaries, the copies caught up.
