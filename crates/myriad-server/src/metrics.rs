@@ -309,77 +309,7 @@ pub fn encode_state(
         .get_or_create(&RoleLabel { role: "copy" })
         .set(i64::try_from(snap.backups).unwrap_or(i64::MAX));
     r.register("partitions", "Partitions held here, by role", parts);
-    gauge(
-        &mut r,
-        "partitions_with_copies_behind",
-        "Partitions led here with a copy still catching up",
-        extras.partitions_with_copies_behind,
-    );
-    gauge(
-        &mut r,
-        "partitions_refusing_changes",
-        "Partitions led here with fewer copies up than --min-copies: changes to them are refused until a copy returns",
-        extras.partitions_refusing_changes,
-    );
-    gauge(
-        &mut r,
-        "partitions_under_replicated",
-        "Partitions led here with fewer copies in sync on up servers than they should have",
-        extras.health.under_replicated,
-    );
-    gauge(
-        &mut r,
-        "copies_catching_up",
-        "Copies of partitions led here that may lack writes (back from down, or being made)",
-        extras.health.copies_catching_up,
-    );
-    gauge(
-        &mut r,
-        "copy_batches_behind",
-        "Batches partitions led here shipped that their copies have not acknowledged yet (a copy being made counts every batch until its first)",
-        extras.copy_batches_behind,
-    );
-    let recalls = Family::<DeliveryLabel, Counter>::default();
-    recalls
-        .get_or_create(&DeliveryLabel { delivery: "queued" })
-        .inc_by(extras.recalls.0);
-    recalls
-        .get_or_create(&DeliveryLabel {
-            delivery: "waited_out",
-        })
-        .inc_by(extras.recalls.1);
-    r.register(
-        "lease_recalls",
-        "Directory-lease recalls: queued for the holder's poll, or waited out (no poller: the change waits until the lease ends)",
-        recalls,
-    );
-    gauge(
-        &mut r,
-        "disk_reserve_bytes",
-        "Free space below which client requests that may grow the store are refused (NoSpace)",
-        extras.reserve_bytes,
-    );
-    if let Some(c) = extras.health.cluster {
-        // Only the cluster-map group's leader gives these, so a sum over servers is right.
-        gauge(
-            &mut r,
-            "cluster_servers_down",
-            "Servers the map marks down (given by the cluster-map group's leader only)",
-            c.servers_down,
-        );
-        gauge(
-            &mut r,
-            "cluster_partitions_unavailable",
-            "Partitions no up server serves (given by the cluster-map group's leader only)",
-            c.partitions_unavailable,
-        );
-        gauge(
-            &mut r,
-            "cluster_partitions_under_replicated",
-            "Partitions with fewer copies in sync on up servers than they should have (given by the cluster-map group's leader only)",
-            c.partitions_under_replicated,
-        );
-    }
+    encode_health(&mut r, &extras);
     counter(
         &mut r,
         "servers_marked_down",
@@ -443,6 +373,81 @@ pub fn encode_state(
     encode_traffic(&mut r, snap);
     encode_disk(&mut r, disk);
     prometheus_client::encoding::text::encode_registry(out, &r)
+}
+
+/// Replication health, copies catching up, lease recalls and the disk reserve.
+fn encode_health(r: &mut Registry, extras: &StateExtras) {
+    gauge(
+        r,
+        "partitions_with_copies_behind",
+        "Partitions led here with a copy still catching up",
+        extras.partitions_with_copies_behind,
+    );
+    gauge(
+        r,
+        "partitions_refusing_changes",
+        "Partitions led here with fewer copies up than --min-copies: changes to them are refused until a copy returns",
+        extras.partitions_refusing_changes,
+    );
+    gauge(
+        r,
+        "partitions_under_replicated",
+        "Partitions led here with fewer copies in sync on up servers than they should have",
+        extras.health.under_replicated,
+    );
+    gauge(
+        r,
+        "copies_catching_up",
+        "Copies of partitions led here that may lack writes (back from down, or being made)",
+        extras.health.copies_catching_up,
+    );
+    gauge(
+        r,
+        "copy_batches_behind",
+        "Batches partitions led here shipped that their copies have not acknowledged yet (a copy being made counts every batch until its first)",
+        extras.copy_batches_behind,
+    );
+    let recalls = Family::<DeliveryLabel, Counter>::default();
+    recalls
+        .get_or_create(&DeliveryLabel { delivery: "queued" })
+        .inc_by(extras.recalls.0);
+    recalls
+        .get_or_create(&DeliveryLabel {
+            delivery: "waited_out",
+        })
+        .inc_by(extras.recalls.1);
+    r.register(
+        "lease_recalls",
+        "Directory-lease recalls: queued for the holder's poll, or waited out (no poller: the change waits until the lease ends)",
+        recalls,
+    );
+    gauge(
+        r,
+        "disk_reserve_bytes",
+        "Free space below which client requests that may grow the store are refused (NoSpace)",
+        extras.reserve_bytes,
+    );
+    if let Some(c) = extras.health.cluster {
+        // Only the cluster-map group's leader gives these, so a sum over servers is right.
+        gauge(
+            r,
+            "cluster_servers_down",
+            "Servers the map marks down (given by the cluster-map group's leader only)",
+            c.servers_down,
+        );
+        gauge(
+            r,
+            "cluster_partitions_unavailable",
+            "Partitions no up server serves (given by the cluster-map group's leader only)",
+            c.partitions_unavailable,
+        );
+        gauge(
+            r,
+            "cluster_partitions_under_replicated",
+            "Partitions with fewer copies in sync on up servers than they should have (given by the cluster-map group's leader only)",
+            c.partitions_under_replicated,
+        );
+    }
 }
 
 /// Requests and bytes served by the sender's zone; bytes from other zones also summed.
