@@ -195,15 +195,20 @@ def test_a_restarted_server_serves_its_metrics_where_it_did(tmp_path):
                        capture_output=True, timeout=120)
 
 
+def _scrapes(data):
+    """The families of every server of the local cluster in `data` that answers."""
+    for d in sorted(data.glob("node-*/metrics.addr")):
+        try:
+            yield scrape(d.read_text().strip())
+        except OSError:
+            continue
+
+
 def _health(data):
     """(partitions under-replicated summed over servers, the leader's servers-down) of the
     local cluster in `data`, scraping every server that answers."""
     under, down = 0, None
-    for d in sorted(data.glob("node-*/metrics.addr")):
-        try:
-            fams = scrape(d.read_text().strip())
-        except OSError:
-            continue
+    for fams in _scrapes(data):
         under += sum(s.value for s in fams["myriad_partitions_under_replicated"].samples)
         if "myriad_cluster_servers_down" in fams:
             down = fams["myriad_cluster_servers_down"].samples[0].value
@@ -212,14 +217,8 @@ def _health(data):
 
 def _copy_batches_behind(data):
     """myriad_copy_batches_behind summed over the servers that answer."""
-    behind = 0
-    for d in sorted(data.glob("node-*/metrics.addr")):
-        try:
-            fams = scrape(d.read_text().strip())
-        except OSError:
-            continue
-        behind += sum(s.value for s in fams["myriad_copy_batches_behind"].samples)
-    return behind
+    return sum(s.value for fams in _scrapes(data)
+               for s in fams["myriad_copy_batches_behind"].samples)
 
 
 def test_under_replication_rises_when_a_server_dies_and_clears_when_it_returns(tmp_path):
