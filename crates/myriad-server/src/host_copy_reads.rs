@@ -207,13 +207,15 @@ impl Host {
                     perm::require(&inode, caller, perm::READ)?;
                     let cs = st.map.chunk_size_bytes;
                     let n = max_bytes.min(cs).min(limits::IO_BYTES_MAX);
-                    let data = store
-                        .read_range(inode.ino, 0, n, inode.size.min(cs))
+                    let (data, whole) = store
+                        .read_range_whole(inode.ino, 0, n, inode.size.min(cs))
                         .map_err(|_| WireError::AskPrimary)?;
                     // The entry and its bytes are two reads: a batch applied between them
                     // (an unlink, a truncate) would pair the old size with the blocks left
                     // after (`Partition::still_holds`).
-                    if entry_here(&st.ring, pid, store, path).ok().as_ref() != Some(&inode) {
+                    if !whole
+                        && entry_here(&st.ring, pid, store, path).ok().as_ref() != Some(&inode)
+                    {
                         return Err(WireError::AskPrimary);
                     }
                     data

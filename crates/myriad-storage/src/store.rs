@@ -352,8 +352,22 @@ impl Store {
         len: u64,
         size: u64,
     ) -> Result<Vec<u8>, StorageError> {
+        self.read_range_whole(ino, offset, len, size)
+            .map(|(d, _)| d)
+    }
+
+    /// `read_range`, and whether every byte came from a block: false if part of the range
+    /// read as zeros (a hole, or a block shorter than `size` says), which a reader that took
+    /// `size` from an entry read before checks against the entry again.
+    pub fn read_range_whole(
+        &self,
+        ino: InodeId,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<(Vec<u8>, bool), StorageError> {
         if offset >= size || len == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), true));
         }
         let end = size.min(offset.saturating_add(len));
         let len_usize = usize::try_from(end - offset)
@@ -365,17 +379,18 @@ impl Store {
             let from = usize::try_from(offset - first * BLOCK_BYTES).unwrap_or(usize::MAX);
             // Fast path (every inline file): the block holds the whole range, hand it over.
             if from == 0 && block.len() == len_usize {
-                return Ok(block);
+                return Ok((block, true));
             }
             let mut out = vec![0u8; len_usize];
-            copy_block(&mut out, offset, first, &block);
-            return Ok(out);
+            let copied = copy_block(&mut out, offset, first, &block);
+            return Ok((out, copied == len_usize));
         }
         let mut out = vec![0u8; len_usize];
+        let mut copied = 0;
         for (block, data) in self.blocks(ino, first, last + 1)? {
-            copy_block(&mut out, offset, block, &data);
+            copied += copy_block(&mut out, offset, block, &data);
         }
-        Ok(out)
+        Ok((out, copied == len_usize))
     }
 
     /// Adds to `batch` the block writes that put `data` at `offset` of inode `ino`.
@@ -596,18 +611,21 @@ impl Store {
 
 /// Copies the part of block `block` (contents `data`) that overlaps the output window starting
 /// at file offset `offset`.
-fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) {
+/// Copies what block `block` holds of the window `out` (at `offset`); returns the bytes
+/// copied (blocks do not overlap: the sum over a range's blocks is its bytes not holes).
+fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) -> usize {
     let block_start = block * BLOCK_BYTES;
     let win_end = offset + out.len() as u64;
     let from = block_start.max(offset);
     let to = (block_start + data.len() as u64).min(win_end);
     if from >= to {
-        return;
+        return 0;
     }
     let src = &data[usize::try_from(from - block_start).unwrap_or(0)
         ..usize::try_from(to - block_start).unwrap_or(0)];
     let dst_start = usize::try_from(from - offset).unwrap_or(0);
     out[dst_start..dst_start + src.len()].copy_from_slice(src);
+    src.len()
 }
 
 mod coded;

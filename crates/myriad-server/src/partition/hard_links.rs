@@ -155,26 +155,26 @@ impl Partition {
             InodeOp::Fetch { max_bytes } => {
                 perm::require(&inode, &caller, perm::READ)?;
                 let n = max_bytes.min(chunk_size).min(limits::IO_BYTES_MAX);
-                let data = self
-                    .read_range_repairing(ino, 0, n, inode.size.min(chunk_size))
+                let (data, whole) = self
+                    .read_range_whole(ino, 0, n, inode.size.min(chunk_size))
                     .await?;
                 // As `client_fetch`: the object and its bytes, one pair the store held.
-                if !self.still_holds_at((INODE_DIR, &name), &stored)? {
+                if !whole && !self.still_holds_at((INODE_DIR, &name), &stored)? {
                     return Err(WireError::Busy);
                 }
                 Ok(Response::Fetched { inode, data })
             }
             InodeOp::Read { offset, len, .. } => {
                 perm::require(&inode, &caller, perm::READ)?;
-                let data = self
-                    .read_range_repairing(
+                let (data, whole) = self
+                    .read_range_whole(
                         ino,
                         offset,
                         len.min(limits::IO_BYTES_MAX),
                         inode.size.min(chunk_size),
                     )
                     .await?;
-                if !self.still_holds_at((INODE_DIR, &name), &stored)? {
+                if !whole && !self.still_holds_at((INODE_DIR, &name), &stored)? {
                     return Err(WireError::Busy);
                 }
                 Ok(Response::Data {

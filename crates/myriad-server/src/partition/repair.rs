@@ -28,8 +28,21 @@ impl Partition {
         len: u64,
         size: u64,
     ) -> Result<Vec<u8>, WireError> {
+        let (data, _) = self.read_range_whole(ino, offset, len, size).await?;
+        Ok(data)
+    }
+
+    /// `read_range_repairing`, and whether every byte came from a block
+    /// (`Store::read_range_whole`).
+    pub(crate) async fn read_range_whole(
+        &self,
+        ino: InodeId,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<(Vec<u8>, bool), WireError> {
         for _ in 0..REPAIRS_PER_READ_MAX {
-            match self.store.read_range(ino, offset, len, size) {
+            match self.store.read_range_whole(ino, offset, len, size) {
                 Err(StorageError::Checksum { ino, block }) => self.repair_block(ino, block).await?,
                 r => return r.map_err(storage_err),
             }

@@ -130,6 +130,22 @@ fn block_writes_and_reads_at_any_offset_with_holes() {
                 .all(|&x| x == 0)
         );
         assert_eq!(after[usize::try_from(keep - 1).unwrap_or(0)], data[69_999]);
+        // Whether every byte came from a block: the data yes, a hole or bytes past a trim
+        // (a size read before the trim) no.
+        let whole = |o: u64, l: u64, size: u64| {
+            s.read_range_whole(InodeId(9), o, l, size)
+                .map(|(_, w)| w)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert!(whole(offset, 60_000, size));
+        assert!(whole(offset + 100, 5, size), "inside one block");
+        assert!(!whole(0, offset + 10, size), "the hole before the data");
+        assert!(whole(keep - 10, 10, size));
+        assert!(
+            !whole(keep - 10, 20, size),
+            "past the trim, with the old size"
+        );
+        assert!(whole(size, 10, size), "nothing to read");
     }
 }
 
