@@ -23,6 +23,8 @@ FAMILIES = {
     "myriad_partitions_under_replicated": "gauge",
     "myriad_copies_catching_up": "gauge",
     "myriad_copy_batches_behind": "gauge",
+    "myriad_copy_bytes_behind": "gauge",
+    "myriad_copies_being_made_whole": "gauge",
     "myriad_lease_recalls": "counter",
     "myriad_disk_reserve_bytes": "gauge",
     "myriad_popularity_replicas": "gauge",
@@ -215,10 +217,11 @@ def _health(data):
     return under, down
 
 
-def _copy_batches_behind(data):
-    """myriad_copy_batches_behind summed over the servers that answer."""
-    return sum(s.value for fams in _scrapes(data)
-               for s in fams["myriad_copy_batches_behind"].samples)
+def _copy_lag(data):
+    """(batches, bytes) copies still lack, summed over the servers that answer."""
+    scrapes = list(_scrapes(data))
+    return tuple(sum(s.value for fams in scrapes for s in fams[name].samples)
+                 for name in ["myriad_copy_batches_behind", "myriad_copy_bytes_behind"])
 
 
 def test_under_replication_rises_when_a_server_dies_and_clears_when_it_returns(tmp_path):
@@ -256,8 +259,8 @@ def test_under_replication_rises_when_a_server_dies_and_clears_when_it_returns(t
         # Caught up: no batch is left for any copy to take (the writes made while it was
         # down went to it), once the streams have their acknowledgements.
         deadline = time.time() + 30
-        while _copy_batches_behind(data) != 0:
-            assert time.time() < deadline, _copy_batches_behind(data)
+        while _copy_lag(data) != (0, 0):
+            assert time.time() < deadline, _copy_lag(data)
             time.sleep(0.5)
         # The servers' logs (info, the default) tell the story: the failover, the new
         # primaries, the copies caught up.

@@ -303,11 +303,7 @@ impl Host {
             partitions_refusing_changes: refusing,
             servers_marked_down: self.authority.marked_down(),
             health,
-            copy_batches_behind: self
-                .nodes()
-                .iter()
-                .map(|n| n.replicator.batches_behind())
-                .sum(),
+            copy_lag: self.nodes().iter().map(|n| n.replicator.copy_lag()).sum(),
             recalls: self.recalls.counts(),
             reserve_bytes: self.space.reserve_bytes(),
         };

@@ -194,6 +194,27 @@ pub fn outcome(e: &WireError) -> &'static str {
     }
 }
 
+/// How far a partition's copies are behind it, summed over its copies: batches shipped and
+/// not acknowledged (a copy being made whole counts every batch until its first ack),
+/// the bytes of those still in the log, and copies too far behind for the log, which are
+/// made whole instead (`Replicator::copy_lag`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyLag {
+    pub batches: u64,
+    pub bytes: u64,
+    pub whole: u64,
+}
+
+impl std::iter::Sum for CopyLag {
+    fn sum<I: Iterator<Item = CopyLag>>(lags: I) -> CopyLag {
+        lags.fold(CopyLag::default(), |a, l| CopyLag {
+            batches: a.batches + l.batches,
+            bytes: a.bytes + l.bytes,
+            whole: a.whole + l.whole,
+        })
+    }
+}
+
 /// What a scrape reads from the server's state besides its counter snapshot and disk.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StateExtras {
@@ -207,8 +228,8 @@ pub struct StateExtras {
     pub servers_marked_down: u64,
     /// Replication health from the map (`health.rs`).
     pub health: crate::health::Health,
-    /// Batches shipped by partitions led here that their copies have not acknowledged.
-    pub copy_batches_behind: u64,
+    /// How far copies of partitions led here are behind them, summed over partitions.
+    pub copy_lag: CopyLag,
     /// Directory-lease recalls queued for a polling holder, and those waited out.
     pub recalls: (u64, u64),
     /// The free space below which writes are refused (`--reserve`).
@@ -405,7 +426,19 @@ fn encode_health(r: &mut Registry, extras: &StateExtras) {
         r,
         "copy_batches_behind",
         "Batches partitions led here shipped that their copies have not acknowledged yet (a copy being made counts every batch until its first)",
-        extras.copy_batches_behind,
+        extras.copy_lag.batches,
+    );
+    gauge(
+        r,
+        "copy_bytes_behind",
+        "Bytes of the batches copies of partitions led here still lack, of those still in the primaries' logs",
+        extras.copy_lag.bytes,
+    );
+    gauge(
+        r,
+        "copies_being_made_whole",
+        "Copies of partitions led here too far behind for the log: they are copied whole",
+        extras.copy_lag.whole,
     );
     let recalls = Family::<DeliveryLabel, Counter>::default();
     recalls
@@ -575,7 +608,11 @@ mod tests {
             ..CounterSnapshot::default()
         };
         let extras = StateExtras {
-            copy_batches_behind: 17,
+            copy_lag: CopyLag {
+                batches: 17,
+                bytes: 4096,
+                whole: 1,
+            },
             recalls: (5, 2),
             reserve_bytes: 1 << 30,
             ..StateExtras::default()
@@ -608,6 +645,8 @@ mod tests {
         assert!(text.contains("myriad_cross_zone_bytes_total 12"), "{text}");
         for line in [
             "myriad_copy_batches_behind 17",
+            "myriad_copy_bytes_behind 4096",
+            "myriad_copies_being_made_whole 1",
             r#"myriad_lease_recalls_total{delivery="queued"} 5"#,
             r#"myriad_lease_recalls_total{delivery="waited_out"} 2"#,
             "myriad_disk_reserve_bytes 1073741824",

@@ -65,6 +65,22 @@ impl RecentBatches {
         }
     }
 
+    /// Bytes of the logged batches after batch `seq`, if the log reaches back that far;
+    /// `None` for a copy further behind (it is made whole instead).
+    pub(crate) fn bytes_after(&self, seq: u64) -> Option<u64> {
+        let first = self.entries.front()?.at.seq;
+        if seq + 1 < first {
+            return None;
+        }
+        Some(
+            self.entries
+                .iter()
+                .filter(|e| e.at.seq > seq)
+                .map(|e| e.bytes as u64)
+                .sum(),
+        )
+    }
+
     /// The batches after batch `seq` (whose chain must be `chain`) up to `upto`, if the
     /// log reaches back that far and holds them all; `None` otherwise (a whole copy).
     pub(crate) fn after(&self, seq: u64, chain: u64, upto: u64) -> Option<Tail> {
@@ -136,6 +152,11 @@ mod tests {
         assert!(log.bytes <= LOG_BYTES_MAX);
         assert!(log.after(2, 20, 10).is_none(), "batch 3 is gone");
         assert!(log.after(8, 80, 10).is_some());
+        // What a copy at batch 8 still lacks, in bytes; one at 2 is past the log.
+        let entry = entry_bytes(&ops(big));
+        assert_eq!(log.bytes_after(8), Some(2 * entry as u64));
+        assert_eq!(log.bytes_after(10), Some(0));
+        assert_eq!(log.bytes_after(2), None);
         // A gap (batches pushed out of order) empties it.
         log.push(at(20), ops(1));
         assert!(log.after(8, 80, 10).is_none());

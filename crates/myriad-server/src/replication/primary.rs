@@ -29,6 +29,7 @@ use myriad_storage::{Batch, Space, Store};
 use tokio::sync::{mpsc, watch};
 
 use crate::commit::{CHAIN_KEY, Numbered, Ship, ShipSlot};
+use crate::metrics::CopyLag;
 use crate::replication::log::RecentBatches;
 use crate::replication::peers::{Link, Peers};
 use crate::replication::wire::{Pages, WINDOW, page_limit, to_ops, to_wire};
@@ -367,14 +368,23 @@ impl Replicator {
         self.lock().streams.values().all(|s| *s.member.borrow())
     }
 
-    /// Batches shipped here that copies have not acknowledged yet, summed over the copies
-    /// (a copy being made whole counts every batch up to now until its first ack).
-    pub(crate) fn batches_behind(&self) -> u64 {
+    /// How far this partition's copies are behind it (`CopyLag`).
+    pub(crate) fn copy_lag(&self) -> CopyLag {
         let g = self.lock();
-        g.streams
-            .values()
-            .map(|s| g.last_shipped.saturating_sub(*s.acked.borrow()))
-            .sum()
+        let log = lock(&g.ctx.log);
+        let mut lag = CopyLag::default();
+        for s in g.streams.values() {
+            let acked = *s.acked.borrow();
+            if acked >= g.last_shipped {
+                continue;
+            }
+            lag.batches += g.last_shipped - acked;
+            match log.bytes_after(acked) {
+                Some(b) => lag.bytes += b,
+                None => lag.whole += 1,
+            }
+        }
+        lag
     }
 
     /// `Some((have, need))` when fewer copies can take writes now (this one and one per
