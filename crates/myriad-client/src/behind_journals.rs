@@ -389,13 +389,22 @@ impl Journal {
     }
 
     /// A change answered behind was refused when applied: kept for the next `fsync` or
-    /// `close` of its file (or of any file), and logged.
+    /// `close` of its file (or of any file), and logged. It is lost: an error that reads
+    /// as "try again" (`Busy`, `Unavailable`, a timeout) is kept as `Io`, so no caller
+    /// retries the fsync and takes its success for the change's.
     pub(crate) fn failed(&self, op: &Op, e: FsError) {
         tracing::warn!(
             path = %op.path,
             op = op.request.op_name(),
             "a change answered behind was refused when applied: {e} (reported by the next fsync or close)"
         );
+        let e = if e.is_transient() {
+            FsError::Io(format!(
+                "a change answered behind was refused when applied: {e}"
+            ))
+        } else {
+            e
+        };
         let mut g = self.lock();
         match op.ino {
             Some(ino) if !matches!(op.request, ClientRequest::Unlink { .. }) => {

@@ -323,7 +323,15 @@ impl Client {
                 "changes answered behind are not yet taken by their servers".into(),
             ));
         }
-        let loose = journal.take_loose_error();
+        // A removal answered behind and refused when applied is a change lost, whatever
+        // the refusal said (`Unavailable` from a partition short of copies read as "try
+        // again": a caller retrying the sync then had it succeed, and took the unlink for
+        // done; simulation seed 80011 with --behind --tree-moves).
+        let loose = journal.take_loose_error().map(|e| {
+            FsError::Io(format!(
+                "a removal answered behind was refused when applied: {e}"
+            ))
+        });
         let first_err = self.sync_round().await;
         let lost = self.held.lock().lost.take().map(FsError::Io);
         match (loose, lost, first_err) {

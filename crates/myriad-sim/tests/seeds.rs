@@ -688,6 +688,20 @@ fn regression_seeds_pass() {
         ops_per_client: 400,
         ..SimConfig::new(60158)
     });
+    // 80011 with write-behind and tree moves, 6 clients: an unlink answered behind was
+    // refused when applied (its partition short of copies, `Unavailable`); the next sync
+    // reported that error once, as it came, which read as "try again": the sync retried
+    // succeeded, and the unlink was taken for done while the file stayed. Fix: a change
+    // answered behind and refused is reported as lost (`Io`) by `sync_changes`, and kept
+    // as `Io` for a file's fsync when the refusal was a "try again" one.
+    check(&SimConfig {
+        zones: true,
+        tree_moves: true,
+        behind: true,
+        clients: 6,
+        ops_per_client: 300,
+        ..SimConfig::new(80011)
+    });
 }
 
 #[test]
