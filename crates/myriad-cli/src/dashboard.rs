@@ -127,76 +127,88 @@ fn respond(path: &str, latest: &Latest) -> Reply {
 /// The dashboard's own metrics, OpenMetrics text: its rounds of asking the servers, and
 /// the cluster as its last round saw it (one scrape target for the cluster's health).
 fn metrics_text(s: &Stats) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
-        let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
-        for (suffix, value) in lines {
-            let _ = writeln!(out, "{name}{suffix} {value}");
-        }
+    use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+    let mut r = prometheus_client::registry::Registry::with_prefix("myriad_dashboard");
+    let gauge = |r: &mut prometheus_client::registry::Registry, name: &str, help: &str, v: u64| {
+        let g = Gauge::<i64>::default();
+        g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        r.register(name, help, g);
     };
-    let one = |v: String| [(String::new(), v)];
-    family(
-        "myriad_dashboard_refreshes",
-        "counter",
+    let refreshes = Counter::<u64>::default();
+    refreshes.inc_by(s.refreshes);
+    r.register(
+        "refreshes",
         "Rounds in which the dashboard asked every server for its counters",
-        &[("_total".into(), s.refreshes.to_string())],
+        refreshes,
     );
-    family(
-        "myriad_dashboard_refresh_duration_seconds",
-        "gauge",
+    let took = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    took.set(s.refresh_seconds);
+    r.register(
+        "refresh_duration_seconds",
         "How long the last round took (each server has 3 s to answer)",
-        &one(format!("{:.6}", s.refresh_seconds)),
+        took,
     );
-    family(
-        "myriad_dashboard_servers",
-        "gauge",
+    gauge(
+        &mut r,
+        "servers",
         "Servers in the map, as the last round saw them",
-        &one(s.servers.to_string()),
+        s.servers,
     );
-    family(
-        "myriad_dashboard_servers_unreachable",
-        "gauge",
+    gauge(
+        &mut r,
+        "servers_unreachable",
         "Servers that did not answer the last round",
-        &one(s.unreachable.to_string()),
+        s.unreachable,
     );
-    let states = ["healthy", "degraded", "unavailable"].map(|st| {
-        (
-            format!("{{state=\"{st}\"}}"),
-            u8::from(s.health == st).to_string(),
-        )
-    });
-    family(
-        "myriad_dashboard_cluster_health",
-        "gauge",
+    let health = Family::<StateLabel, Gauge>::default();
+    for state in ["healthy", "degraded", "unavailable"] {
+        health
+            .get_or_create(&StateLabel { state })
+            .set(i64::from(s.health == state));
+    }
+    r.register(
+        "cluster_health",
         "1 for the cluster's health as the map says in the last round (healthy, degraded, unavailable)",
-        &states,
+        health,
     );
-    family(
-        "myriad_dashboard_partitions_under_replicated",
-        "gauge",
+    gauge(
+        &mut r,
+        "partitions_under_replicated",
         "Partitions with copies down or behind, in the last round's map",
-        &one(s.under_replicated.to_string()),
+        s.under_replicated,
     );
-    family(
-        "myriad_dashboard_partitions_unavailable",
-        "gauge",
+    gauge(
+        &mut r,
+        "partitions_unavailable",
         "Partitions no up server serves, in the last round's map",
-        &one(s.unavailable.to_string()),
+        s.unavailable,
     );
-    let served: Vec<(String, String)> = ["page", "api", "metrics", "other"]
-        .iter()
+    let served = Family::<PathLabel, Counter>::default();
+    for (path, n) in ["page", "api", "metrics", "other"]
+        .into_iter()
         .zip(s.served)
-        .map(|(p, n)| (format!("_total{{path=\"{p}\"}}"), n.to_string()))
-        .collect();
-    family(
-        "myriad_dashboard_http_requests",
-        "counter",
+    {
+        served.get_or_create(&PathLabel { path }).inc_by(n);
+    }
+    r.register(
+        "http_requests",
         "Requests the dashboard answered, by what they asked for",
-        &served,
+        served,
     );
-    out.push_str("# EOF\n");
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &r);
     out
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct PathLabel {
+    path: &'static str,
 }
 
 #[cfg(test)]

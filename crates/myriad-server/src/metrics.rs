@@ -63,9 +63,9 @@ pub struct RequestMetrics {
 /// `request_duration_seconds`, and one for slower answers.
 const CLIENT_LATENCY_BUCKETS: usize = 16;
 
-/// The upper bounds of `client_latency`'s buckets, in microseconds.
-fn client_latency_bounds_us() -> Vec<u64> {
-    (0..CLIENT_LATENCY_BUCKETS).map(|i| 100u64 << i).collect()
+/// The upper bound of `client_latency`'s bucket `i`, in microseconds.
+fn client_latency_bound_us(i: usize) -> u64 {
+    100u64 << i
 }
 
 impl RequestMetrics {
@@ -130,7 +130,7 @@ impl RequestMetrics {
         if !from_server && !long_poll {
             let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
             let bucket = (0..CLIENT_LATENCY_BUCKETS)
-                .find(|&i| us <= 100u64 << i)
+                .find(|&i| us <= client_latency_bound_us(i))
                 .unwrap_or(CLIENT_LATENCY_BUCKETS);
             self.client_latency[bucket].fetch_add(1, Ordering::Relaxed);
         }
@@ -143,7 +143,9 @@ impl RequestMetrics {
     #[must_use]
     pub fn client_latencies(&self) -> LatencyHistogram {
         LatencyHistogram {
-            bounds_us: client_latency_bounds_us(),
+            bounds_us: (0..CLIENT_LATENCY_BUCKETS)
+                .map(client_latency_bound_us)
+                .collect(),
             counts: self
                 .client_latency
                 .iter()

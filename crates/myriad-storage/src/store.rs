@@ -610,9 +610,8 @@ impl Store {
 }
 
 /// Copies the part of block `block` (contents `data`) that overlaps the output window starting
-/// at file offset `offset`.
-/// Copies what block `block` holds of the window `out` (at `offset`); returns the bytes
-/// copied (blocks do not overlap: the sum over a range's blocks is its bytes not holes).
+/// at file offset `offset`; returns the bytes copied (blocks do not overlap: summed over a
+/// range's blocks, it is the range's bytes that are not holes).
 fn copy_block(out: &mut [u8], offset: u64, block: u64, data: &[u8]) -> usize {
     let block_start = block * BLOCK_BYTES;
     let win_end = offset + out.len() as u64;

@@ -139,8 +139,8 @@ impl Partition {
     /// zeros (seen once in `zone_moves`: a reader got a whole file of zeros while its tree
     /// moved). Checked after the bytes are read, the pair is one the store held. Asked
     /// only when part of the range read as zeros (`read_range_whole`): bytes that all came
-    /// from blocks are no invention, and a hole is rare (one more entry read cost fetches
-    /// about a tenth of their rate when asked always).
+    /// from blocks are no invention, and a hole is rare (asked always, one more entry read
+    /// per read looked slower in an A/B on a noisy machine: BENCHMARKS.md, stop 75).
     pub(crate) fn still_holds(&self, path: &str, inode: &Inode) -> Result<bool, WireError> {
         self.still_holds_at(myriad_placement::split_parent(path), inode)
     }
