@@ -151,28 +151,49 @@ fn tar_diff_cp_rsync_git_python_sqlite_through_the_mount() {
 
 #[test]
 fn two_gib_file_with_dd_matches_its_sha256_after_remount() {
-    let c = TestCluster::start(4);
+    const GIB2: u64 = 2 << 30;
+    // The file's bytes are streamed from /dev/urandom through `tee` (its sha256 taken on the
+    // way), so the disk holds one copy of them, not a source file besides. A machine whose
+    // disk cannot hold them plus the reserve cannot run this test: say so rather than
+    // report a full disk as a file system fault.
+    let c = TestCluster::start_with(4, &["--disk-reserve-mib", "64"]);
+    let (_, free) = crate::full_disk::statvfs(c.dir.path());
+    if free < GIB2 + (512 << 20) {
+        eprintln!(
+            "SKIPPED: {} has {} MiB free; a 2 GiB file needs 2,560 MiB",
+            c.dir.path().display(),
+            free >> 20
+        );
+        return;
+    }
     let mut m = Mount::new(&c, &[]);
     let work = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let src = work.path().join("src.bin");
-    sh(
-        work.path(),
-        "dd if=/dev/urandom of=src.bin bs=1M count=2048 iflag=fullblock status=none",
-    );
-    let size = sh(
+    let out = sh(
         m.dir.path(),
         &format!(
-            "dd if={} of=big bs=1M status=none && stat -c %s big",
-            src.display()
+            "set -o pipefail; head -c {GIB2} /dev/urandom \
+               | tee >(sha256sum | cut -d' ' -f1 > {sum}) \
+               | dd of=big bs=1M iflag=fullblock status=none \
+             && wait && stat -c %s big",
+            sum = work.path().join("sum").display()
         ),
     );
-    assert_eq!(size.trim(), "2147483648");
+    assert_eq!(out.trim(), GIB2.to_string());
+    // `tee`'s process substitution may finish after the pipeline: wait for its sum.
+    let mut want = String::new();
+    for _ in 0..100 {
+        want = std::fs::read_to_string(work.path().join("sum")).unwrap_or_default();
+        if want.trim().len() == 64 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(want.trim().len(), 64, "no sha256 of the written stream");
     // Read back through a fresh mount, so nothing comes from the kernel's page cache.
     m.unmount();
     let m2 = Mount::new(&c, &[]);
-    let want = sh(work.path(), "sha256sum src.bin | cut -d' ' -f1");
     let got = sh(m2.dir.path(), "sha256sum big | cut -d' ' -f1");
-    assert_eq!(got, want, "2 GiB file read back differs");
+    assert_eq!(got.trim(), want.trim(), "2 GiB file read back differs");
     sh(m2.dir.path(), "rm big && test ! -e big");
 }
 
