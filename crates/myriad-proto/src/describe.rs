@@ -312,6 +312,20 @@ impl ClientRequest {
         }
     }
 
+    /// The name whose entry a request is served from: the name it reads, or a change's
+    /// first name when it is served from that name's directory (`served_dir`).
+    #[must_use]
+    pub fn served_entry(&self) -> Option<&str> {
+        match self.describe().kind {
+            Kind::Change(c) if c.served_dir.is_some() => c.names[0],
+            Kind::Read(Read {
+                of: Some(ReadOf::Name(path)),
+                ..
+            }) => Some(path),
+            _ => None,
+        }
+    }
+
     /// The directory a change adds a name to or removes one from, where it is served
     /// (a rename's source directory; its destination's is served elsewhere).
     #[must_use]

@@ -702,6 +702,23 @@ fn regression_seeds_pass() {
         ops_per_client: 300,
         ..SimConfig::new(80011)
     });
+    // 93019 with splits of 16 names, moves, tiers and tree moves, 4 servers: a split's
+    // child copy was dropped by the split's undo while an unlink of a name in it was being
+    // served there (its shard checked before the drop); the unlink answered `NotFound` for
+    // a name that lived on at the split's source. Fix: a `NotFound` for an entry whose
+    // shard left the partition meanwhile sends the client to the directory's home
+    // (`Partition::shard_gone`).
+    check(&SimConfig {
+        servers: 4,
+        split_entries: 16,
+        moves: true,
+        tiers: true,
+        zones: true,
+        tree_moves: true,
+        clients: 6,
+        ops_per_client: 300,
+        ..SimConfig::new(93019)
+    });
 }
 
 #[test]

@@ -39,6 +39,28 @@ fn a_request_is_served_from_its_names_directory_or_the_one_it_lists() {
 }
 
 #[test]
+fn a_request_is_served_from_the_entry_it_reads_or_first_changes() {
+    assert_eq!(rmdir("/a/b").served_entry(), Some("/a/b"));
+    assert_eq!(rename("/x", "/y/z").served_entry(), Some("/x"));
+    let stat = ClientRequest::Stat {
+        path: "/a/f".into(),
+    };
+    assert_eq!(stat.served_entry(), Some("/a/f"));
+    let list = ClientRequest::ReadDir {
+        path: "/a/b".into(),
+        from: 0,
+        after: None,
+        limit: 10,
+    };
+    assert_eq!(list.served_entry(), None, "a listing reads no one entry");
+    let link = ClientRequest::Link {
+        from: "/a/f".into(),
+        to: "/b/g".into(),
+    };
+    assert_eq!(link.served_entry(), None, "a link is served at its inode");
+}
+
+#[test]
 fn changes_of_names_alter_their_directory_listing_and_others_do_not() {
     let rmdir = rmdir("/a/b");
     assert_eq!(rmdir.listing_altered(), Some("/a"));

@@ -29,6 +29,20 @@ impl Partition {
         gone.then(|| WireError::Redirect(Box::new(now.map.clone())))
     }
 
+    /// `NotFound` for the entry `path` may also mean that the shard of its directory that
+    /// held it left this partition while the request ran, under the same map: an undone
+    /// split dropped the copy here, or a split moved it on (`recheck_shard`). Then the
+    /// answer sends the client to the directory's home for its shard map (simulation seed
+    /// 93019: an unlink checked its shard here, then the split's undo dropped the shard
+    /// and the unlink answered `NotFound` for a name that lived on at the split's source).
+    fn shard_gone(&self, path: &str) -> Option<WireError> {
+        if path == "/" {
+            return None;
+        }
+        let (dir, name) = myriad_placement::split_parent(path);
+        self.recheck_shard(dir, name).err()
+    }
+
     /// One request (a change sent once is unwrapped by `serve_once` first).
     pub(crate) async fn dispatch_request(
         self: &Arc<Self>,
@@ -91,9 +105,11 @@ impl Partition {
         match body {
             Request::Client(r) => {
                 let dir = r.served_dir().map(str::to_string);
+                let entry = r.served_entry().map(str::to_string);
                 match self.serve_client(&st, (caller, made), r).await {
                     Err(WireError::NotFound) => Err(dir
                         .and_then(|d| self.moved_away(epoch, &d))
+                        .or_else(|| self.shard_gone(entry.as_deref()?))
                         .unwrap_or(WireError::NotFound)),
                     other => other,
                 }
