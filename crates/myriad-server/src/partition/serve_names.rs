@@ -169,7 +169,7 @@ impl Partition {
         let (gid, mode) =
             perm::new_owner_group(parent.as_ref(), &caller, FileKind::Directory, mode);
         let depth = shard_depth(shards)?;
-        let inode = self
+        let (inode, durable) = self
             .mkdir(
                 &made.context(),
                 &path,
@@ -179,7 +179,9 @@ impl Partition {
             )
             .await?;
         self.note_added(&dir);
-        let parent = self.touch_dir(&dir, made).await;
+        // The parent's touch overlaps the last step's group commit (`finish_entry`).
+        let (parent, synced) = tokio::join!(self.touch_dir(&dir, made), durable.wait());
+        synced?;
         Ok(Response::Changed {
             inode: Some(inode),
             parent,
@@ -198,9 +200,12 @@ impl Partition {
         }
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
-        self.rmdir(&made.context(), &path, dir.clone(), name)
+        let durable = self
+            .rmdir(&made.context(), &path, dir.clone(), name)
             .await?;
-        let parent = self.touch_dir(&dir, made).await;
+        // The parent's touch overlaps the last step's group commit (`finish_entry`).
+        let (parent, synced) = tokio::join!(self.touch_dir(&dir, made), durable.wait());
+        synced?;
         Ok(Response::Changed {
             inode: None,
             parent,

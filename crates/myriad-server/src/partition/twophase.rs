@@ -15,7 +15,7 @@ use std::sync::Arc;
 use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::{FileKind, Inode, RenameFlags, Request, Response, WireError};
 
-use crate::commit::Context;
+use crate::commit::{Context, Durable};
 use crate::partition::core::Partition;
 use crate::partition::dir_rename::Target;
 use crate::partition::made::Made;
@@ -62,6 +62,31 @@ impl Partition {
             )
             .await?;
         Ok(())
+    }
+
+    /// Finishes the pending entry `dir/name` of a mkdir or rmdir `txid` whose directory
+    /// object was made or removed at its owner, and deletes its intent. Returns once the
+    /// step is applied, with what tells when it is durable: the caller touches the parent
+    /// meanwhile (its times and link count at the partition of its entry), and answers
+    /// only once both are done, so the change is as durable as before when answered.
+    /// A touch that lands before this step's batch is lost with its primary counts the
+    /// directory all the same: recovery finishes the step (the intent and the owner's
+    /// change are durable) and touches the parent again.
+    pub(super) async fn finish_entry(
+        &self,
+        ctx: &Context,
+        dir: String,
+        name: String,
+        txid: u64,
+    ) -> Result<Durable, WireError> {
+        let resolve = Mutation::ResolveEntry {
+            dir,
+            name,
+            txid,
+            commit: true,
+        };
+        let (_, durable) = self.applier.run_staged_in(ctx, resolve).await?;
+        Ok(durable)
     }
 
     /// Applies the first step of a multi-node operation (a mutation that writes its intent)
@@ -122,6 +147,9 @@ impl Partition {
         self.state().ring.owner_of_dir(path)
     }
 
+    /// A directory `path` (its entry `dir/name` here, its object at its owner), made
+    /// through its three steps; the last is applied and on its way to durability when
+    /// this returns (`finish_entry`: wait for the `Durable` before answering).
     pub(crate) async fn mkdir(
         self: &Arc<Self>,
         ctx: &Context,
@@ -129,7 +157,7 @@ impl Partition {
         (dir, name): (String, String),
         (mode, depth): (u32, u8),
         owner: (u32, u32),
-    ) -> Result<Inode, WireError> {
+    ) -> Result<(Inode, Durable), WireError> {
         let begin = Mutation::MkdirBegin {
             dir: dir.clone(),
             name: name.clone(),
@@ -153,10 +181,7 @@ impl Partition {
             )
             .await;
         match made.and_then(|_| self.placed_for_good(path, owner)) {
-            Ok(()) => {
-                self.resolve_entry(ctx, dir, name, txid, true).await?;
-                Ok(inode)
-            }
+            Ok(()) => Ok((inode, self.finish_entry(ctx, dir, name, txid).await?)),
             Err(e) => {
                 tracing::debug!(
                     partition = %self.me,
@@ -210,13 +235,16 @@ impl Partition {
         Ok(())
     }
 
+    /// Removes directory `path` (its object at its owner, then its entry `dir/name` here);
+    /// the last step is applied and on its way to durability when this returns (wait for
+    /// the `Durable` before answering).
     pub(crate) async fn rmdir(
         self: &Arc<Self>,
         ctx: &Context,
         path: &str,
         dir: String,
         name: String,
-    ) -> Result<(), WireError> {
+    ) -> Result<Durable, WireError> {
         let (Begun { txid, inode }, _live) = self
             .begin(
                 ctx,
@@ -244,8 +272,7 @@ impl Partition {
                 // once the name is free, a new directory made there must not be judged by
                 // the old one's mode and group (readers of the pending entry wait meanwhile).
                 self.notify_subscribers(path, None).await;
-                self.resolve_entry(ctx, dir, name, txid, true).await?;
-                Ok(())
+                self.finish_entry(ctx, dir, name, txid).await
             }
             // Refused (not empty, the root of a frozen tree, or a directory being moved):
             // the entry stays.
