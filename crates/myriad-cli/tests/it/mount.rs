@@ -143,7 +143,8 @@ impl Mount {
             if let Ok(Some(st)) = child.try_wait() {
                 assert!(
                     st.success() || std::thread::panicking(),
-                    "mount exited with {st}"
+                    "mount exited with {st}; its log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
                 return;
             }
