@@ -421,7 +421,11 @@ pub(crate) fn serve(
                         error!("ring queue {}: a request's callback panicked", q.qid);
                     }
                 }
-                r if r == -libc::ENOTCONN || r == -libc::ECANCELED || r == -libc::ENODEV => {
+                r if r == -libc::ENOTCONN
+                    || r == -libc::ECANCELED
+                    || r == -libc::ENODEV
+                    || r == -libc::ECONNABORTED =>
+                {
                     return Ok(());
                 }
                 r => {

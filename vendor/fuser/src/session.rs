@@ -364,7 +364,7 @@ impl<FS: Filesystem> Session<FS> {
             // Read the init request from the kernel
             let size = match self.ch.receive_retrying(buf) {
                 Ok(size) => size,
-                Err(nix::errno::Errno::ENODEV) => {
+                Err(nix::errno::Errno::ENODEV | nix::errno::Errno::ECONNABORTED) => {
                     return Err(io::Error::new(
                         io::ErrorKind::NotConnected,
                         "FUSE device disconnected during handshake",
@@ -587,7 +587,12 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                         ));
                     }
                 },
-                Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                // The end of the session: unmounted (ENODEV), or the connection aborted,
+                // which the kernel may report as ECONNABORTED at an unmount racing requests
+                // in flight (upstream fuser's fix of issue 212, after 0.18).
+                Err(nix::errno::Errno::ENODEV | nix::errno::Errno::ECONNABORTED) => {
+                    return Ok(());
+                }
                 Err(err) => return Err(err.into()),
             }
         }
