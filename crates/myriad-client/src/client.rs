@@ -488,14 +488,17 @@ impl Client {
         // times). A read of one name: after the changes of that name, and of its own
         // names if it is a directory (its times).
         // A change of a directory's mode or owner: after the changes journaled in it and
-        // below it, which were answered by its old attributes.
-        let own_attrs = match inner {
+        // below it, which were answered by its old attributes. Any setattr of a
+        // directory: after its own journal, whose creates and unlinks set its mtime when
+        // applied (a `utime` overtaken by them was lost: tar's, rsync's).
+        let (own_attrs, own_times) = match inner {
             ClientRequest::SetAttr { path, set }
                 if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() =>
             {
-                Some(path.as_str())
+                (Some(path.as_str()), Some(path.as_str()))
             }
-            _ => None,
+            ClientRequest::SetAttr { path, .. } => (None, Some(path.as_str())),
+            _ => (None, None),
         };
         let (listed, named) = match inner.read_of() {
             Some(myriad_proto::ReadOf::Listing(d)) => (Some(d), None),
@@ -509,6 +512,7 @@ impl Client {
                 || (subtree && paths.iter().any(|p| p == d))
                 || listed.is_some_and(|l| d == l || (d != "/" && split_parent(d).0 == l))
                 || named.is_some_and(|n| d == n || part.touches(n))
+                || own_times == Some(d)
                 || own_attrs.is_some_and(|p| {
                     d == p || p == "/" || d.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
                 })

@@ -328,3 +328,38 @@ fn the_remaining_name_of_a_linked_file_shows_the_times_its_home_stamped() {
         assert!(ns(seen.ctime(), seen.ctime_nsec()) <= kept.ctime_ns);
     }
 }
+
+/// A directory's times set right after files were made in it (`tar -x`'s and `rsync
+/// -a`'s last step for each directory) are the times every mount sees: the creates
+/// answered behind, which set its mtime when applied, are sent first. (They were sent
+/// after it: another mount saw the creates' time, and this one after a remount.)
+#[test]
+fn a_directory_s_times_set_after_creates_in_it_are_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    let set = std::time::UNIX_EPOCH + Duration::from_secs(946_684_800);
+    for round in 0..4 {
+        let d = format!("d{round}");
+        io(std::fs::create_dir(a.path(&d)));
+        for i in 0..5 {
+            io(std::fs::write(a.path(&format!("{d}/f{i}")), b"contents"));
+        }
+        let dir = io(std::fs::File::open(a.path(&d)));
+        io(dir.set_times(
+            std::fs::FileTimes::new()
+                .set_accessed(set)
+                .set_modified(set),
+        ));
+        let seen = io(std::fs::metadata(a.path(&d))).mtime();
+        assert_eq!(seen, 946_684_800, "round {round}: mount A's own answer");
+    }
+    for round in 0..4 {
+        let kept = io(std::fs::metadata(b.path(&format!("d{round}")))).mtime();
+        assert_eq!(
+            kept, 946_684_800,
+            "round {round}: mount B sees the creates' time"
+        );
+    }
+}
