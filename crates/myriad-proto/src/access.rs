@@ -109,6 +109,25 @@ pub fn check_setattr(inode: &Inode, caller: &Caller, set: &SetAttr) -> Result<Se
     Ok(set)
 }
 
+/// `set` (checked by `check_setattr`) without the owner, group and mode it would set to
+/// the values `inode` has: what is left changes no one's access (the change still sets
+/// ctime, as Linux's chown to the same owner does). `tar -x` as root gives each directory
+/// the owner it already has, which then needs none of the steps a change of a
+/// directory's access takes (docs/fuse.md "Write-behind").
+#[must_use]
+pub fn without_unchanged_access(inode: &Inode, mut set: SetAttr) -> SetAttr {
+    if set.mode.is_some_and(|m| m & 0o7777 == inode.mode & 0o7777) {
+        set.mode = None;
+    }
+    if set.uid == Some(inode.uid) {
+        set.uid = None;
+    }
+    if set.gid == Some(inode.gid) {
+        set.gid = None;
+    }
+    set
+}
+
 /// `new` is `old` without its set-user-id and/or set-group-id bits, and nothing else: what
 /// the kernel asks on behalf of a non-owner who writes or truncates such a file (its
 /// set-id bits must go, and that writer may not otherwise chmod).
@@ -235,6 +254,27 @@ mod tests {
         assert!(
             !allowed(&i, &who(0, 0, vec![]), EXEC),
             "root cannot run a non-executable"
+        );
+        let same = SetAttr {
+            mode: Some(0o100_640),
+            uid: Some(10),
+            gid: Some(20),
+            mtime_ns: Some(7),
+            ..SetAttr::default()
+        };
+        let left = without_unchanged_access(&i, same);
+        assert_eq!((left.mode, left.uid, left.gid), (None, None, None));
+        assert_eq!(left.mtime_ns, Some(7), "the times stay");
+        let other = SetAttr {
+            mode: Some(0o644),
+            uid: Some(10),
+            gid: Some(21),
+            ..SetAttr::default()
+        };
+        let left = without_unchanged_access(&i, other);
+        assert_eq!(
+            (left.mode, left.uid, left.gid),
+            (Some(0o644), None, Some(21))
         );
     }
 }

@@ -69,7 +69,13 @@ impl Partition {
         set: SetAttr,
     ) -> Result<Response, WireError> {
         let before = self.named_entry(st, &caller, &path).await?;
-        let set = perm::check_setattr(&before, &caller, &set)?;
+        let mut set = perm::check_setattr(&before, &caller, &set)?;
+        if before.kind == FileKind::Directory {
+            // What it already has is not set again: a change that leaves everyone's
+            // access as it is takes no steps at the home or the replicas below, whatever
+            // changes meanwhile (it changes none of the three).
+            set = perm::without_unchanged_access(&before, set);
+        }
         let (dir, name) = attrs_key(&path);
         let changes_access = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
         if changes_access && before.kind == FileKind::Directory {

@@ -3,7 +3,7 @@
 
 pub use myriad_proto::access::{
     EXEC, READ, SETGID, SETUID, STICKY, WRITE, allowed, check_setattr, new_owner_group,
-    require_sticky, require_write, setid_bits_killed,
+    require_sticky, require_write, setid_bits_killed, without_unchanged_access,
 };
 
 const GROUP_EXEC: u32 = 0o010;
