@@ -196,7 +196,10 @@ impl ClientRequest {
                     .with_attributes()
                     .altering_listing(),
             ),
-            C::Mkdir { path, .. } => change("mkdir", Change::of(path, Grows).altering_listing()),
+            C::Mkdir { path, .. } => change(
+                "mkdir",
+                Change::of(path, Grows).with_attributes().altering_listing(),
+            ),
             C::Rmdir { path } => change(
                 "rmdir",
                 Change::of(path, Writes).of_subtree().altering_listing(),

@@ -109,6 +109,14 @@ fn changes_name_what_they_change_and_reads_what_they_read() {
         set: SetAttr::default(),
     };
     assert!(set.change().is_some_and(|c| c.answers_attributes));
+    // A mkdir's answer is the new directory's entry: kept under its parent's lease, so
+    // the kernel's look at it after its first create costs no request.
+    let mkdir = ClientRequest::Mkdir {
+        path: "/d".into(),
+        mode: 0o755,
+        shards: 0,
+    };
+    assert!(mkdir.change().is_some_and(|c| c.answers_attributes));
 
     let ids = ClientRequest::ReserveIds { count: 4 };
     assert!(
