@@ -50,6 +50,25 @@ pub(crate) struct Op {
     /// The file it is about, for its error.
     pub(crate) ino: Option<InodeId>,
     pub(crate) request: ClientRequest,
+    /// Its number among every change this client journaled (set when it is journaled).
+    seq: u64,
+    /// Changes of other parts it is sent after (`After`).
+    after: Vec<After>,
+    /// The directory whose own parts' changes are ordered with it: a setattr of that
+    /// directory (its entry lives in its parent's part, its times are also moved by the
+    /// creates and unlinks of its own parts).
+    orders: Option<String>,
+}
+
+/// Every change of part `key` numbered `seq` or lower is sent and answered before the
+/// change that carries this. A directory's entry is changed from two journals: its
+/// parent's part (a setattr of it) and its own parts (their creates and unlinks set its
+/// mtime when applied). Program order between the two is kept by such barriers, each
+/// pointing at changes journaled earlier, so no two senders ever wait for each other.
+#[derive(Clone, Debug)]
+struct After {
+    key: LeaseKey,
+    seq: u64,
 }
 
 impl Op {
@@ -69,7 +88,17 @@ impl Op {
             path,
             ino,
             request,
+            seq: 0,
+            after: Vec::new(),
+            orders: None,
         }
+    }
+
+    /// This change (a setattr of directory `path`) is sent after the changes journaled
+    /// in the directory's own parts, and the ones journaled there later after it.
+    pub(crate) fn of_directory(mut self) -> Op {
+        self.orders = Some(self.path.clone());
+        self
     }
 
     fn bytes(&self) -> usize {
@@ -88,11 +117,15 @@ impl Op {
 pub(crate) struct PartJournal {
     ops: VecDeque<Op>,
     bytes: usize,
-    /// Changes taken by the sender and not yet answered, and their paths.
+    /// Changes taken by the sender and not yet answered, their paths and numbers.
     in_flight: usize,
     flight: Vec<String>,
+    flight_seqs: VecDeque<u64>,
     /// A sender runs for this part.
     sending: bool,
+    /// No change folds into one numbered this or lower (a later change ordered after
+    /// another part's would be sent before it: `After`).
+    fold_floor: u64,
 }
 
 #[derive(Default)]
@@ -107,6 +140,34 @@ struct Inner {
     reserving: std::collections::BTreeSet<PartitionId>,
     /// Directories claimed lately (`Client::claim_for_change`), and when.
     claimed: BTreeMap<String, tokio::time::Instant>,
+    /// The last number given to a change journaled (`Op::seq`).
+    last_seq: u64,
+    /// Per directory, the setattr of it answered behind that changes journaled in its own
+    /// parts from now on are sent after (until it is answered).
+    fences: BTreeMap<String, After>,
+}
+
+/// Whether every change `a` waits for is answered.
+fn settled(parts: &BTreeMap<LeaseKey, PartJournal>, a: &After) -> bool {
+    parts
+        .get(&a.key)
+        .and_then(PartJournal::oldest)
+        .is_none_or(|s| s > a.seq)
+}
+
+/// Whether `op` may be sent now.
+fn ready(parts: &BTreeMap<LeaseKey, PartJournal>, op: &Op) -> bool {
+    op.after.iter().all(|a| settled(parts, a))
+}
+
+/// What `Journal::take_batch` found.
+pub(crate) enum Taken {
+    /// Changes of one caller, in order, now in flight.
+    Batch(Caller, Vec<Op>),
+    /// The next change waits for another part's (`Journal::wait_ready`).
+    Blocked,
+    /// Nothing queued: the sender ends.
+    Empty,
 }
 
 #[derive(Default)]
@@ -214,6 +275,47 @@ fn refill(g: &mut Inner, partition: PartitionId) -> Started {
 /// What `Journal::push` needs started.
 pub(crate) struct Started(Vec<BehindTask>);
 
+/// The barriers of `op`, about to be journaled in `key`'s part (`After`): a setattr of a
+/// directory goes after the changes queued in the directory's own parts, and becomes
+/// the fence that later changes there go after; a change in a directory whose setattr
+/// was answered behind and is not yet answered by its server goes after that.
+fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) {
+    if let Some(dir) = op.orders.clone() {
+        let through = op.seq - 1;
+        let own: Vec<LeaseKey> = g
+            .parts
+            .iter()
+            .filter(|(k, p)| k.dir == dir && p.pending())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in own {
+            if let Some(p) = g.parts.get_mut(&k) {
+                p.fold_floor = through;
+            }
+            op.after.push(After {
+                key: k,
+                seq: through,
+            });
+        }
+        let parts = &g.parts;
+        g.fences.retain(|_, a| !settled(parts, a));
+        g.fences.insert(
+            dir,
+            After {
+                key: key.clone(),
+                seq: op.seq,
+            },
+        );
+    }
+    match g.fences.get(&key.dir) {
+        Some(f) if settled(&g.parts, f) => {
+            g.fences.remove(&key.dir);
+        }
+        Some(f) => op.after.push(f.clone()),
+        None => {}
+    }
+}
+
 impl PartJournal {
     /// Whether a change of `path` is queued or in flight here.
     pub(crate) fn touches(&self, path: &str) -> bool {
@@ -222,6 +324,14 @@ impl PartJournal {
 
     fn pending(&self) -> bool {
         !self.ops.is_empty() || self.in_flight > 0
+    }
+
+    /// The number of the oldest change not yet answered.
+    fn oldest(&self) -> Option<u64> {
+        self.flight_seqs
+            .front()
+            .copied()
+            .or_else(|| self.ops.front().map(|o| o.seq))
     }
 }
 
@@ -317,10 +427,16 @@ impl Journal {
     /// Appends an answered change to `key`'s journal (called under the leases' lock:
     /// `Leases::behind`), folded into the last one queued when one change does what the
     /// two did (`fold`); returns the sender to start if none runs.
-    pub(crate) fn push(&self, key: &LeaseKey, op: Op) -> Started {
+    pub(crate) fn push(&self, key: &LeaseKey, mut op: Op) -> Started {
         let mut g = self.lock();
+        g.last_seq += 1;
+        op.seq = g.last_seq;
+        order(&mut g, key, &mut op);
         let part = g.parts.entry(key.clone()).or_default();
         if let Some(last) = part.ops.back_mut()
+            && last.seq > part.fold_floor
+            && op.orders.is_none()
+            && last.orders.is_none()
             && last.caller == op.caller
             && last.path == op.path
             && last.ino == op.ino
@@ -340,24 +456,38 @@ impl Journal {
         Started(vec![BehindTask::Send(key.clone())])
     }
 
-    /// The next batch of `key`'s journal (changes of one caller, in order), marked in
-    /// flight; `None` when the journal is empty (its sender ends).
-    pub(crate) fn take_batch(&self, key: &LeaseKey) -> Option<(Caller, Vec<Op>)> {
+    /// The next batch of `key`'s journal (changes of one caller, in order, up to the
+    /// first that waits for another part's), marked in flight.
+    pub(crate) fn take_batch(&self, key: &LeaseKey) -> Taken {
         let mut g = self.lock();
-        let part = g.parts.get_mut(key)?;
+        let Some(part) = g.parts.get(key) else {
+            return Taken::Empty;
+        };
+        let sendable = part
+            .ops
+            .iter()
+            .take(limits::BATCH_MAX)
+            .take_while(|op| ready(&g.parts, op))
+            .count();
+        let Some(part) = g.parts.get_mut(key) else {
+            return Taken::Empty;
+        };
         let Some(first) = part.ops.front() else {
             part.sending = false;
             if part.in_flight == 0 {
                 g.parts.remove(key);
             }
-            return None;
+            return Taken::Empty;
         };
+        if sendable == 0 {
+            return Taken::Blocked;
+        }
         let caller = first.caller.clone();
         let mut batch = Vec::new();
         let mut bytes = 0;
         while let Some(op) = part.ops.front() {
             if op.caller != caller
-                || batch.len() >= limits::BATCH_MAX
+                || batch.len() >= sendable
                 || (!batch.is_empty() && bytes + op.bytes() > BATCH_BYTES_MAX)
             {
                 break;
@@ -370,7 +500,25 @@ impl Journal {
         part.bytes -= bytes;
         part.in_flight = batch.len();
         part.flight = batch.iter().map(|o| o.path.clone()).collect();
-        Some((caller, batch))
+        part.flight_seqs = batch.iter().map(|o| o.seq).collect();
+        Taken::Batch(caller, batch)
+    }
+
+    /// Returns once the next change of `key`'s journal waits for no other part's.
+    pub(crate) async fn wait_ready(&self, key: &LeaseKey) {
+        loop {
+            let progressed = self.progress.notified();
+            tokio::pin!(progressed);
+            progressed.as_mut().enable();
+            {
+                let g = self.lock();
+                let next = g.parts.get(key).and_then(|p| p.ops.front());
+                if next.is_none_or(|op| ready(&g.parts, op)) {
+                    return;
+                }
+            }
+            progressed.await;
+        }
     }
 
     /// `n` changes of `key`'s batch in flight were answered (or given up with an error).
@@ -379,8 +527,12 @@ impl Journal {
             let mut g = self.lock();
             if let Some(part) = g.parts.get_mut(key) {
                 part.in_flight -= n.min(part.in_flight);
+                for _ in 0..n {
+                    part.flight_seqs.pop_front();
+                }
                 if part.in_flight == 0 {
                     part.flight.clear();
+                    part.flight_seqs.clear();
                 }
             }
         }
@@ -499,3 +651,6 @@ impl Journal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

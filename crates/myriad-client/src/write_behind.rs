@@ -14,14 +14,14 @@ use std::time::Duration;
 use myriad_placement::split_parent;
 use myriad_proto::access::{
     EXEC, WRITE, allowed, apply_setattr, check_setattr, new_owner_group, require_sticky,
-    require_write,
+    require_write, without_unchanged_access,
 };
 use myriad_proto::{
     ClientRequest, Envelope, FileKind, FsError, Inode, InodeId, LeaseKey, PartitionId, Request,
     Response, SentOnce, SetAttr, WireError,
 };
 
-use crate::behind_journals::{BehindSpawner, BehindTask, Op, RESERVE};
+use crate::behind_journals::{BehindSpawner, BehindTask, Op, RESERVE, Taken};
 use crate::client::{Client, Route};
 use crate::dirs::ListFor;
 use crate::file::FileHandle;
@@ -270,7 +270,9 @@ impl Client {
         })
     }
 
-    /// A setattr (no size) of a file the lease covers (one link), answered behind.
+    /// A setattr (no size) of a file the lease covers (one link), or one of a directory
+    /// that changes no one's access (its times; an owner or mode it already has),
+    /// answered behind.
     pub(crate) fn setattr_behind(
         &self,
         path: &str,
@@ -279,12 +281,26 @@ impl Client {
         let caller = self.acting_caller();
         self.behind(path, 0, |held, name, at| {
             let inode = held.lookup(name)??;
-            if inode.kind != FileKind::File || !inode.alone_in_its_entry() {
+            let directory = inode.kind == FileKind::Directory;
+            if !directory && (inode.kind != FileKind::File || !inode.alone_in_its_entry()) {
                 return None;
             }
             let checked = match check_setattr(&inode, caller, set) {
                 Ok(c) => c,
                 Err(e) => return Some((Err(e), None)),
+            };
+            // A directory's mode or owner is what creates behind in it were answered by:
+            // a change of them takes the steps of `Client::setattr` (docs/fuse.md).
+            let sent = if directory {
+                let sent = without_unchanged_access(&inode, set.clone());
+                let left = without_unchanged_access(&inode, checked.clone());
+                let access = |s: &SetAttr| s.mode.is_some() || s.uid.is_some() || s.gid.is_some();
+                if access(&sent) || access(&left) {
+                    return None;
+                }
+                sent
+            } else {
+                set.clone()
             };
             let mut after = inode.clone();
             apply_setattr(&mut after, &checked, at);
@@ -294,9 +310,10 @@ impl Client {
                 Some(inode.ino),
                 ClientRequest::SetAttr {
                     path: path.to_string(),
-                    set: set.clone(),
+                    set: sent,
                 },
             );
+            let op = if directory { op.of_directory() } else { op };
             Some((Ok(after), Some(op)))
         })
     }
@@ -351,10 +368,21 @@ impl Client {
     /// The sender of `key`'s journal: batches in order, one in flight, until it is empty.
     async fn send_behind(&self, key: &LeaseKey) {
         let journal = &self.leases.journal;
+        let mut waited = false;
         loop {
-            journal.linger().await;
-            let Some((caller, ops)) = journal.take_batch(key) else {
-                return;
+            if !waited {
+                journal.linger().await;
+            }
+            waited = false;
+            let (caller, ops) = match journal.take_batch(key) {
+                Taken::Batch(caller, ops) => (caller, ops),
+                Taken::Blocked => {
+                    // Another part's earlier changes first (a directory's times: `After`).
+                    journal.wait_ready(key).await;
+                    waited = true;
+                    continue;
+                }
+                Taken::Empty => return,
             };
             let n = ops.len();
             let answers = self.for_caller(caller).send_batch(key, &ops).await;

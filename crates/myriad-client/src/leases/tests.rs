@@ -315,10 +315,9 @@ async fn a_dropped_exclusive_lease_is_renewed_until_its_journal_is_sent() {
     tokio::time::advance(Duration::from_secs(2)).await;
     assert!(l.run_goes_on("s1", 1));
     // Once the change was sent, it is let go.
-    let (_, batch) = l
-        .journal
-        .take_batch(&key)
-        .unwrap_or_else(|| panic!("queued"));
+    let crate::behind_journals::Taken::Batch(_, batch) = l.journal.take_batch(&key) else {
+        panic!("queued")
+    };
     l.journal.done(&key, batch.len());
     assert!(l.round("s1").renew.is_empty());
     assert!(

@@ -1,0 +1,129 @@
+//! The order between a directory's parent part and its own parts (`After`).
+
+use myriad_proto::requests::Create;
+use myriad_proto::{Caller, ClientRequest, LeaseKey, PartitionId, SetAttr};
+
+use super::{Journal, Op, Taken};
+
+fn me() -> Caller {
+    Caller {
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    }
+}
+
+fn key(dir: &str, partition: u32) -> LeaseKey {
+    LeaseKey {
+        partition: PartitionId(partition),
+        dir: dir.into(),
+    }
+}
+
+fn create(path: &str) -> Op {
+    Op::new(
+        &me(),
+        None,
+        ClientRequest::Create(Create {
+            path: path.into(),
+            mode: 0o644,
+            exclusive: true,
+            data: Vec::new(),
+            durable: false,
+            ino: None,
+        }),
+    )
+}
+
+fn times_of(path: &str) -> Op {
+    let set = SetAttr {
+        mtime_ns: Some(5),
+        ..SetAttr::default()
+    };
+    Op::new(
+        &me(),
+        None,
+        ClientRequest::SetAttr {
+            path: path.into(),
+            set,
+        },
+    )
+    .of_directory()
+}
+
+/// The paths of the batch `key`'s sender would take now (`None`: blocked or empty).
+fn take(j: &Journal, key: &LeaseKey) -> Option<Vec<String>> {
+    match j.take_batch(key) {
+        Taken::Batch(_, ops) => Some(ops.into_iter().map(|o| o.path).collect()),
+        Taken::Blocked | Taken::Empty => None,
+    }
+}
+
+#[test]
+fn a_directory_s_setattr_goes_after_its_creates_and_before_the_next() {
+    let j = Journal::default();
+    let (parent, own) = (key("/", 1), key("/d", 2));
+    let _ = j.push(&own, create("/d/a"));
+    let _ = j.push(&parent, times_of("/d"));
+    let _ = j.push(&own, create("/d/b"));
+    // The setattr waits for /d/a; /d/b waits for the setattr.
+    assert!(matches!(j.take_batch(&parent), Taken::Blocked));
+    assert_eq!(take(&j, &own), Some(vec!["/d/a".to_string()]));
+    assert!(
+        matches!(j.take_batch(&parent), Taken::Blocked),
+        "/d/a is in flight, not answered"
+    );
+    j.done(&own, 1);
+    assert!(
+        matches!(j.take_batch(&own), Taken::Blocked),
+        "/d/b goes after the setattr"
+    );
+    assert_eq!(take(&j, &parent), Some(vec!["/d".to_string()]));
+    assert!(matches!(j.take_batch(&own), Taken::Blocked));
+    j.done(&parent, 1);
+    assert_eq!(take(&j, &own), Some(vec!["/d/b".to_string()]));
+    j.done(&own, 1);
+    assert!(matches!(j.take_batch(&own), Taken::Empty));
+    // Answered: later changes in /d wait for nothing.
+    let _ = j.push(&own, create("/d/c"));
+    assert_eq!(take(&j, &own), Some(vec!["/d/c".to_string()]));
+}
+
+#[test]
+fn a_directory_s_setattr_with_nothing_journaled_in_it_waits_for_nothing() {
+    let j = Journal::default();
+    let (parent, other) = (key("/", 1), key("/e", 3));
+    let _ = j.push(&other, create("/e/x"));
+    let _ = j.push(&parent, times_of("/d"));
+    assert_eq!(take(&j, &parent), Some(vec!["/d".to_string()]));
+    assert_eq!(take(&j, &other), Some(vec!["/e/x".to_string()]));
+}
+
+#[test]
+fn nothing_journaled_after_a_directory_s_setattr_folds_into_what_went_before() {
+    let j = Journal::default();
+    let (parent, own) = (key("/", 1), key("/d", 2));
+    let write = |offset: u64| {
+        Op::new(
+            &me(),
+            None,
+            ClientRequest::Write(myriad_proto::requests::Write {
+                path: "/d/a".into(),
+                ino: myriad_proto::InodeId(0),
+                offset,
+                data: vec![1],
+                opened: true,
+            }),
+        )
+    };
+    let _ = j.push(&own, write(0));
+    let _ = j.push(&parent, times_of("/d"));
+    let _ = j.push(&own, write(1));
+    assert_eq!(
+        take(&j, &own),
+        Some(vec!["/d/a".to_string()]),
+        "the second write is a change of its own, after the setattr"
+    );
+    j.done(&own, 1);
+    assert!(matches!(j.take_batch(&own), Taken::Blocked));
+}
