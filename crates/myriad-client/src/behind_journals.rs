@@ -504,6 +504,17 @@ impl Journal {
         Taken::Batch(caller, batch)
     }
 
+    /// The parts holding a setattr of one of `dirs` answered behind and not yet answered
+    /// by its server (the fences of `order`).
+    pub(crate) fn fenced(&self, dirs: &[&str]) -> Vec<LeaseKey> {
+        let g = self.lock();
+        dirs.iter()
+            .filter_map(|d| g.fences.get(*d))
+            .filter(|a| !settled(&g.parts, a))
+            .map(|a| a.key.clone())
+            .collect()
+    }
+
     /// Returns once the next change of `key`'s journal waits for no other part's.
     pub(crate) async fn wait_ready(&self, key: &LeaseKey) {
         loop {

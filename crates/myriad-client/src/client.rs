@@ -505,9 +505,22 @@ impl Client {
             Some(myriad_proto::ReadOf::Name(n)) => (None, Some(n)),
             None => (None, None),
         };
+        // Anything about a directory whose setattr was answered behind, or about what
+        // lies below it: after that setattr (the servers judge by its mode, and a change
+        // of its names sets its times after it).
+        let mut over: Vec<&str> = Vec::new();
+        for p in paths.iter().map(String::as_str).chain(listed).chain(named) {
+            let mut d = p;
+            while d != "/" {
+                over.push(d);
+                d = split_parent(d).0;
+            }
+        }
+        let fenced = self.leases.journal.fenced(&over);
         let which = |k: &myriad_proto::LeaseKey, part: &crate::behind_journals::PartJournal| {
             let d = k.dir.as_str();
-            changed.contains(&d)
+            fenced.contains(k)
+                || changed.contains(&d)
                 || below.iter().any(|b| d.starts_with(b.as_str()))
                 || (subtree && paths.iter().any(|p| p == d))
                 || listed.is_some_and(|l| d == l || (d != "/" && split_parent(d).0 == l))

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use myriad_placement::split_parent;
 use myriad_proto::access::{
-    EXEC, WRITE, allowed, apply_setattr, check_setattr, new_owner_group, require_sticky,
-    require_write, without_unchanged_access,
+    EXEC, WRITE, allowed, apply_setattr, check_setattr, new_owner_group, only_widens,
+    require_sticky, require_write, without_unchanged_access,
 };
 use myriad_proto::{
     ClientRequest, Envelope, FileKind, FsError, Inode, InodeId, LeaseKey, PartitionId, Request,
@@ -271,8 +271,8 @@ impl Client {
     }
 
     /// A setattr (no size) of a file the lease covers (one link), or one of a directory
-    /// that changes no one's access (its times; an owner or mode it already has),
-    /// answered behind.
+    /// that refuses nothing it allowed (its times; an owner it already has; read, write
+    /// or search bits added), answered behind.
     pub(crate) fn setattr_behind(
         &self,
         path: &str,
@@ -289,13 +289,19 @@ impl Client {
                 Ok(c) => c,
                 Err(e) => return Some((Err(e), None)),
             };
-            // A directory's mode or owner is what creates behind in it were answered by:
-            // a change of them takes the steps of `Client::setattr` (docs/fuse.md).
+            // A directory's mode and owner are what changes behind in it and below it were
+            // answered by: one that could refuse any of them takes the steps of
+            // `Client::setattr` (docs/fuse.md "Write-behind"). Bits only added refuse
+            // nothing; the servers still tell the directory's home and replicas.
             let sent = if directory {
                 let sent = without_unchanged_access(&inode, set.clone());
                 let left = without_unchanged_access(&inode, checked.clone());
-                let access = |s: &SetAttr| s.mode.is_some() || s.uid.is_some() || s.gid.is_some();
-                if access(&sent) || access(&left) {
+                let narrows = |s: &SetAttr| {
+                    s.uid.is_some()
+                        || s.gid.is_some()
+                        || s.mode.is_some_and(|m| !only_widens(inode.mode, m))
+                };
+                if narrows(&sent) || narrows(&left) {
                     return None;
                 }
                 sent
@@ -313,7 +319,12 @@ impl Client {
                     set: sent,
                 },
             );
-            let op = if directory { op.of_directory() } else { op };
+            let op = if directory {
+                tracing::trace!(path, "directory setattr answered behind");
+                op.of_directory()
+            } else {
+                op
+            };
             Some((Ok(after), Some(op)))
         })
     }

@@ -128,6 +128,15 @@ pub fn without_unchanged_access(inode: &Inode, mut set: SetAttr) -> SetAttr {
     set
 }
 
+/// Whether mode `new` only adds read, write or search bits to `old` (the set-id and
+/// sticky bits as they were): a directory's change that refuses nothing it allowed, so
+/// nothing answered by its old mode could be refused by the new one.
+#[must_use]
+pub fn only_widens(old: u32, new: u32) -> bool {
+    let (old, new) = (old & 0o7777, new & 0o7777);
+    old & !0o777 == new & !0o777 && old & !new == 0
+}
+
 /// `new` is `old` without its set-user-id and/or set-group-id bits, and nothing else: what
 /// the kernel asks on behalf of a non-owner who writes or truncates such a file (its
 /// set-id bits must go, and that writer may not otherwise chmod).
@@ -276,5 +285,10 @@ mod tests {
             (left.mode, left.uid, left.gid),
             (Some(0o644), None, Some(21))
         );
+        assert!(only_widens(0o700, 0o755));
+        assert!(only_widens(0o40_700, 0o700));
+        assert!(!only_widens(0o755, 0o750), "search taken from others");
+        assert!(!only_widens(0o700, 0o2755), "a set-group-id bit added");
+        assert!(!only_widens(0o1777, 0o777), "the sticky bit taken");
     }
 }

@@ -386,3 +386,76 @@ fn a_directory_s_times_set_after_creates_in_it_are_kept() {
         assert_eq!(kept, mine, "{d}: mount B sees what A showed");
     }
 }
+
+/// A directory's mode widened (0700 to 0777) is answered behind in its parent's journal;
+/// what it allows follows at once, through the same mount and sent at once (another
+/// user's mkdir in it), and the servers see the mode first. The same
+/// with a `utime` answered behind and a mkdir in the directory right after it: the
+/// mkdir's time is the one kept.
+#[test]
+fn what_a_directory_s_setattr_behind_allows_or_moves_follows_it_at_the_servers() {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: acting as two users needs root");
+        return;
+    }
+    let tc = TestCluster::start(4);
+    let a = Mount::new(&tc, &["--", "--allow-other"]);
+    let b = Mount::new(&tc, &[]);
+    let set = std::time::UNIX_EPOCH + Duration::from_secs(946_684_800);
+    io(std::fs::create_dir(a.path("p")));
+    for round in 0..4 {
+        let d = a.path(&format!("p/d{round}"));
+        io(std::fs::create_dir(&d));
+        io(std::fs::set_permissions(
+            &d,
+            std::fs::Permissions::from_mode(0o700),
+        ));
+        // Files made behind in it first: the widening waits for them in its journal.
+        for i in 0..20 {
+            io(std::fs::write(d.join(format!("f{i}")), b"f"));
+        }
+        io(std::fs::set_permissions(
+            &d,
+            std::fs::Permissions::from_mode(0o777),
+        ));
+        let dir = d.clone();
+        let made = std::thread::spawn(move || {
+            // SAFETY: this thread's file system identity only.
+            unsafe {
+                libc::setfsgid(1000);
+                libc::setfsuid(1000);
+            }
+            // A mkdir is never answered behind: the servers judge it at once.
+            std::fs::create_dir(dir.join("u"))
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the user's thread failed"));
+        io(made);
+        let kept = io(std::fs::metadata(b.path(&format!("p/d{round}/u"))));
+        assert_eq!(kept.uid(), 1000, "round {round}");
+        // Times: a `utime` answered behind, then a mkdir in the directory, sent at once.
+        let e = a.path(&format!("p/e{round}"));
+        io(std::fs::create_dir(&e));
+        io(std::fs::write(e.join("f"), b"f"));
+        let dir = io(std::fs::File::open(&e));
+        io(dir.set_times(std::fs::FileTimes::new().set_modified(set)));
+        io(std::fs::create_dir(e.join("sub")));
+        let mine = io(std::fs::metadata(&e)).mtime();
+        assert!(
+            mine > 946_684_800,
+            "round {round}: the mkdir moved the time"
+        );
+        let seen = io(std::fs::metadata(b.path(&format!("p/e{round}")))).mtime();
+        assert_eq!(
+            seen, mine,
+            "round {round}: another mount sees the mkdir's time"
+        );
+    }
+    assert!(
+        !a.log_text().contains("refused when applied"),
+        "a change answered behind was refused: {}",
+        a.log_text()
+    );
+}
