@@ -379,12 +379,13 @@ impl Client {
     /// pushing our map to nodes that are behind, and retrying `Busy` until the deadline.
     pub(crate) async fn call(&self, route: Route, req: Request) -> Result<Response, FsError> {
         // A change gets its number once; every retry below sends that same number.
-        let (paths, subtree) = match &req {
+        let stale = match &req {
             Request::Client(Envelope::Alone(c)) if self.config.leases => {
                 crate::leases::changed_paths(c)
             }
-            _ => (Vec::new(), false),
+            _ => crate::leases::Stale::default(),
         };
+        let (paths, subtree) = (&stale.paths, stale.subtree);
         if self.leases.journal.busy()
             && let Request::Client(
                 Envelope::Alone(c)
@@ -392,7 +393,7 @@ impl Client {
                 | Envelope::ReadAs { request: c, .. },
             ) = &req
         {
-            self.drain_before(c, &paths, subtree).await?;
+            self.drain_before(c, paths, subtree).await?;
         }
         // This client's reads name it: they pass its own exclusive leases.
         let req = match req {
@@ -407,11 +408,11 @@ impl Client {
         // What this client changes is not answered from its leases, before or after.
         let forget = || {
             if !paths.is_empty() {
-                self.leases.forget_change(&paths, subtree);
+                self.leases.forget_change(&stale);
             }
         };
         forget();
-        self.recent_changes.note(&paths);
+        self.recent_changes.note(paths);
         // A change of one name whose answer is the name's new attributes: kept under
         // the directory's lease if it lasted through the change (`Leases::put_own`).
         let own = match (&req, paths.as_slice()) {

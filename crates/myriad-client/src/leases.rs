@@ -716,32 +716,55 @@ impl Leases {
 #[cfg(test)]
 mod tests;
 
-/// The entries a change of this client touches (its paths), and whether it may move or
-/// remove a directory (then everything cached beneath the first path goes too).
-pub(crate) fn changed_paths(req: &myriad_proto::ClientRequest) -> (Vec<String>, bool) {
+/// What a change of this client makes stale (`Leases::forget_change`).
+#[derive(Default)]
+pub(crate) struct Stale {
+    /// The entries it changes.
+    pub(crate) paths: Vec<String>,
+    /// It may move or remove a directory: everything cached beneath the first path.
+    pub(crate) subtree: bool,
+    /// It may move its directories' times or link counts (their own entries). A change
+    /// of one name's attributes or contents does not: a directory's times follow its
+    /// names, not their attributes. (Forgetting the directory's entry anyway sent the
+    /// kernel's next look at it to a server: one request per directory of an untar.)
+    pub(crate) dirs: bool,
+}
+
+/// What a change of this client makes stale.
+pub(crate) fn changed_paths(req: &myriad_proto::ClientRequest) -> Stale {
     match req.change() {
-        Some(c) => (c.names().map(str::to_string).collect(), c.subtree),
-        None => (Vec::new(), false),
+        Some(c) => Stale {
+            paths: c.names().map(str::to_string).collect(),
+            subtree: c.subtree,
+            dirs: c.alters_listing || c.served_dir.is_none(),
+        },
+        None => Stale::default(),
     }
 }
 
 impl Leases {
     /// Forgets what a change of this client is about to make stale (and makes answers on
-    /// their way for those directories unkept): each changed name, its directory's own
-    /// entry (times, link count), and with `subtree` everything below the first path.
-    pub(crate) fn forget_change(&self, paths: &[String], subtree: bool) {
+    /// their way for those directories unkept): each changed name, with `dirs` its
+    /// directory's own entry (times, link count), and with `subtree` everything below the
+    /// first path.
+    pub(crate) fn forget_change(&self, stale: &Stale) {
+        let Stale {
+            paths,
+            subtree,
+            dirs,
+        } = stale;
         for p in paths {
             if p == "/" {
                 continue;
             }
             let (dir, name) = myriad_placement::split_parent(p);
             self.forget_name(dir, name);
-            if dir != "/" {
+            if *dirs && dir != "/" {
                 let (up, dname) = myriad_placement::split_parent(dir);
                 self.forget_name(up, dname);
             }
         }
-        if subtree && let Some(top) = paths.first() {
+        if *subtree && let Some(top) = paths.first() {
             let mut g = self.lock();
             let below = format!("{top}/");
             let gone: Vec<String> = g
