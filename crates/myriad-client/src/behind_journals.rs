@@ -126,6 +126,9 @@ pub(crate) struct PartJournal {
     /// No change folds into one numbered this or lower (a later change ordered after
     /// another part's would be sent before it: `After`).
     fold_floor: u64,
+    /// A change of another part waits for this one's (`After`): its sender does not
+    /// linger (the next request about the other part would wait for both in turn).
+    hurry: bool,
 }
 
 #[derive(Default)]
@@ -291,6 +294,7 @@ fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) {
         for k in own {
             if let Some(p) = g.parts.get_mut(&k) {
                 p.fold_floor = through;
+                p.hurry = true;
             }
             op.after.push(After {
                 key: k,
@@ -432,6 +436,10 @@ impl Journal {
         g.last_seq += 1;
         op.seq = g.last_seq;
         order(&mut g, key, &mut op);
+        if op.orders.is_some() && !op.after.is_empty() {
+            // The parts it waits for stop lingering (`linger`).
+            self.drain_started.notify_waiters();
+        }
         let part = g.parts.entry(key.clone()).or_default();
         if let Some(last) = part.ops.back_mut()
             && last.seq > part.fold_floor
@@ -622,16 +630,31 @@ impl Journal {
             .any(|(k, p)| p.pending() && which(k, p))
     }
 
-    /// Waits a moment before a sender takes its next batch, for changes to gather (one
-    /// batch for a file's create, write and setattrs, or for many files), unless someone
-    /// waits for the journals to be sent.
-    pub(crate) async fn linger(&self) {
-        let started = self.drain_started.notified();
-        tokio::pin!(started);
-        started.as_mut().enable();
-        if self.draining.load(Ordering::Acquire) == 0 {
-            let _ = tokio::time::timeout(LINGER, started).await;
+    /// Waits a moment before `key`'s sender takes its next batch, for changes to gather
+    /// (one batch for a file's create, write and setattrs, or for many files), unless
+    /// someone waits for the journals to be sent or another part's change waits for this
+    /// one's (`PartJournal::hurry`).
+    pub(crate) async fn linger(&self, key: &LeaseKey) {
+        let until = tokio::time::Instant::now() + LINGER;
+        loop {
+            let started = self.drain_started.notified();
+            tokio::pin!(started);
+            started.as_mut().enable();
+            if self.draining.load(Ordering::Acquire) > 0 || self.take_hurry(key) {
+                return;
+            }
+            if tokio::time::timeout_at(until, started).await.is_err() {
+                return;
+            }
         }
+    }
+
+    /// Whether `key`'s sender was asked to send at once, cleared.
+    fn take_hurry(&self, key: &LeaseKey) -> bool {
+        self.lock()
+            .parts
+            .get_mut(key)
+            .is_some_and(|p| std::mem::take(&mut p.hurry))
     }
 
     /// Returns once the journals `which` selects are sent and answered (true), or `wait`

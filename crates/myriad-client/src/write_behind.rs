@@ -382,7 +382,7 @@ impl Client {
         let mut waited = false;
         loop {
             if !waited {
-                journal.linger().await;
+                journal.linger(key).await;
             }
             waited = false;
             let (caller, ops) = match journal.take_batch(key) {

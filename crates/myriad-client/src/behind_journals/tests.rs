@@ -143,3 +143,16 @@ fn a_directory_with_its_setattr_unanswered_names_the_part_to_wait_for() {
     let _ = j.push(&own, create("/d/a"));
     assert_eq!(take(&j, &own), Some(vec!["/d/a".to_string()]));
 }
+
+#[test]
+fn the_parts_a_directory_s_setattr_waits_for_stop_lingering() {
+    let j = Journal::default();
+    let (parent, own, other) = (key("/", 1), key("/d", 2), key("/e", 3));
+    let _ = j.push(&own, create("/d/a"));
+    let _ = j.push(&other, create("/e/a"));
+    assert!(!j.take_hurry(&own), "nothing waits for /d yet");
+    let _ = j.push(&parent, times_of("/d"));
+    assert!(j.take_hurry(&own), "the setattr of /d waits for it");
+    assert!(!j.take_hurry(&own), "asked once");
+    assert!(!j.take_hurry(&other));
+}
