@@ -54,10 +54,10 @@ pub(crate) struct Op {
     seq: u64,
     /// Changes of other parts it is sent after (`After`).
     after: Vec<After>,
-    /// The directory whose own parts' changes are ordered with it: a setattr of that
-    /// directory (its entry lives in its parent's part, its times are also moved by the
+    /// A setattr of directory `path`, ordered with the changes of the directory's own
+    /// parts (its entry lives in its parent's part, its times are also moved by the
     /// creates and unlinks of its own parts).
-    orders: Option<String>,
+    directory: bool,
 }
 
 /// Every change of part `key` numbered `seq` or lower is sent and answered before the
@@ -90,14 +90,14 @@ impl Op {
             request,
             seq: 0,
             after: Vec::new(),
-            orders: None,
+            directory: false,
         }
     }
 
     /// This change (a setattr of directory `path`) is sent after the changes journaled
     /// in the directory's own parts, and the ones journaled there later after it.
     pub(crate) fn of_directory(mut self) -> Op {
-        self.orders = Some(self.path.clone());
+        self.directory = true;
         self
     }
 
@@ -281,9 +281,12 @@ pub(crate) struct Started(Vec<BehindTask>);
 /// The barriers of `op`, about to be journaled in `key`'s part (`After`): a setattr of a
 /// directory goes after the changes queued in the directory's own parts, and becomes
 /// the fence that later changes there go after; a change in a directory whose setattr
-/// was answered behind and is not yet answered by its server goes after that.
-fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) {
-    if let Some(dir) = op.orders.clone() {
+/// was answered behind and is not yet answered by its server goes after that. Returns
+/// whether a part is now asked to send at once (`PartJournal::hurry`).
+fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) -> bool {
+    let mut hurried = false;
+    if op.directory {
+        let dir = op.path.clone();
         let through = op.seq - 1;
         let own: Vec<LeaseKey> = g
             .parts
@@ -295,6 +298,7 @@ fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) {
             if let Some(p) = g.parts.get_mut(&k) {
                 p.fold_floor = through;
                 p.hurry = true;
+                hurried = true;
             }
             op.after.push(After {
                 key: k,
@@ -318,6 +322,7 @@ fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) {
         Some(f) => op.after.push(f.clone()),
         None => {}
     }
+    hurried
 }
 
 impl PartJournal {
@@ -435,16 +440,15 @@ impl Journal {
         let mut g = self.lock();
         g.last_seq += 1;
         op.seq = g.last_seq;
-        order(&mut g, key, &mut op);
-        if op.orders.is_some() && !op.after.is_empty() {
+        if order(&mut g, key, &mut op) {
             // The parts it waits for stop lingering (`linger`).
             self.drain_started.notify_waiters();
         }
         let part = g.parts.entry(key.clone()).or_default();
         if let Some(last) = part.ops.back_mut()
             && last.seq > part.fold_floor
-            && op.orders.is_none()
-            && last.orders.is_none()
+            && !op.directory
+            && !last.directory
             && last.caller == op.caller
             && last.path == op.path
             && last.ino == op.ino
@@ -512,15 +516,27 @@ impl Journal {
         Taken::Batch(caller, batch)
     }
 
-    /// The parts holding a setattr of one of `dirs` answered behind and not yet answered
-    /// by its server (the fences of `order`).
-    pub(crate) fn fenced(&self, dirs: &[&str]) -> Vec<LeaseKey> {
+    /// The parts holding a setattr answered behind, not yet answered by its server, of
+    /// one of `paths` or a directory above one (the fences of `order`).
+    pub(crate) fn fenced<'a>(&self, paths: impl Iterator<Item = &'a str>) -> Vec<LeaseKey> {
         let g = self.lock();
-        dirs.iter()
-            .filter_map(|d| g.fences.get(*d))
-            .filter(|a| !settled(&g.parts, a))
-            .map(|a| a.key.clone())
-            .collect()
+        if g.fences.is_empty() {
+            return Vec::new();
+        }
+        let mut keys = Vec::new();
+        for p in paths {
+            let mut d = p;
+            while d != "/" {
+                if let Some(a) = g.fences.get(d)
+                    && !settled(&g.parts, a)
+                    && !keys.contains(&a.key)
+                {
+                    keys.push(a.key.clone());
+                }
+                d = myriad_placement::split_parent(d).0;
+            }
+        }
+        keys
     }
 
     /// Returns once the next change of `key`'s journal waits for no other part's.

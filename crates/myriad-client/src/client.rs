@@ -509,15 +509,8 @@ impl Client {
         // Anything about a directory whose setattr was answered behind, or about what
         // lies below it: after that setattr (the servers judge by its mode, and a change
         // of its names sets its times after it).
-        let mut over: Vec<&str> = Vec::new();
-        for p in paths.iter().map(String::as_str).chain(listed).chain(named) {
-            let mut d = p;
-            while d != "/" {
-                over.push(d);
-                d = split_parent(d).0;
-            }
-        }
-        let fenced = self.leases.journal.fenced(&over);
+        let about = paths.iter().map(String::as_str).chain(listed).chain(named);
+        let fenced = self.leases.journal.fenced(about);
         let which = |k: &myriad_proto::LeaseKey, part: &crate::behind_journals::PartJournal| {
             let d = k.dir.as_str();
             fenced.contains(k)
