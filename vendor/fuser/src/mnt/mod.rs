@@ -207,7 +207,11 @@ fn is_mounted(fuse_device: &DevFuse) -> bool {
         let res = poll(slice::from_mut(&mut poll_fd), PollTimeout::ZERO);
         break match res {
             Ok(0) => true,
-            Ok(1) => poll_fd
+            // POLLERR: the connection has ended (the kernel's fuse_dev_poll). Upstream
+            // reads it the other way round, so a daemon whose mount a user had unmounted
+            // unmounted the path again as it ended: a new mount there by then (a remount,
+            // `umount` then `mount`) was taken down with it (Myriad's CI, MYRIAD.md).
+            Ok(1) => !poll_fd
                 .revents()
                 .is_some_and(|r| r.contains(PollFlags::POLLERR)),
             Ok(_) => unreachable!(),
