@@ -54,9 +54,10 @@ pub(crate) struct Op {
     seq: u64,
     /// Changes of other parts it is sent after (`After`).
     after: Vec<After>,
-    /// A setattr of directory `path`, ordered with the changes of the directory's own
-    /// parts (its entry lives in its parent's part, its times are also moved by the
-    /// creates and unlinks of its own parts).
+    /// A setattr or rmdir of directory `path`, ordered with the changes of the
+    /// directory's own parts (its entry lives in its parent's part, its times are also
+    /// moved by the creates and unlinks of its own parts, and it is empty at its servers
+    /// only once its unlinks are applied).
     directory: bool,
 }
 
@@ -78,8 +79,9 @@ impl Op {
             ClientRequest::Create(myriad_proto::requests::Create { path, .. })
             | ClientRequest::Write(myriad_proto::requests::Write { path, .. })
             | ClientRequest::SetAttr { path, .. }
-            | ClientRequest::Unlink { path } => path.clone(),
-            // Only those four are answered behind.
+            | ClientRequest::Unlink { path }
+            | ClientRequest::Rmdir { path } => path.clone(),
+            // Only those five are answered behind.
             _ => String::new(),
         };
         Op {
@@ -94,7 +96,7 @@ impl Op {
         }
     }
 
-    /// This change (a setattr of directory `path`) is sent after the changes journaled
+    /// This change (a setattr or rmdir of directory `path`) is sent after the changes journaled
     /// in the directory's own parts, and the ones journaled there later after it.
     pub(crate) fn of_directory(mut self) -> Op {
         self.directory = true;

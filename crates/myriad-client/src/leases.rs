@@ -187,6 +187,18 @@ impl Part {
             && self.until > now + BEHIND_MARGIN
     }
 
+    /// Whether this part, held as `answers_behind` asks, shows no name at all (this
+    /// client's removals answered behind taken into account): its directory is empty at
+    /// its servers once its journal is sent (an rmdir answered behind).
+    fn shows_empty(&self, caller: &Caller, now: Instant) -> bool {
+        self.answers_behind(self.partition, caller, now)
+            && self.changing.is_empty()
+            && self
+                .names
+                .values()
+                .all(|e| matches!(e.cached, Cached::Missing))
+    }
+
     /// Whether this part, listed whole, shows `name` missing.
     fn knows_missing(&self, name: &str) -> bool {
         self.complete.is_some() && !self.names.contains_key(name) && !self.changing.contains(name)
@@ -580,6 +592,16 @@ mod upkeep;
 /// answered now reaches the journal, and the journal its server, before the lease ends.
 const BEHIND_MARGIN: Duration = Duration::from_millis(150);
 
+/// How a change answered behind moves its directory's own entry, as its servers' touch
+/// of it will (`Leases::behind`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Touch {
+    /// The directory's new mtime and ctime.
+    pub(crate) at: i64,
+    /// A subdirectory went (an rmdir): its link count is one less.
+    pub(crate) subdir_gone: bool,
+}
+
 /// A part of a directory held exclusively, as `Leases::behind` lends it.
 pub(crate) struct Held<'a> {
     part: &'a mut Part,
@@ -638,17 +660,31 @@ impl Leases {
     /// so a change `f` answers and journals is either journaled before a recall drops the
     /// lease (and the recall sends it before giving the lease back) or not answered.
     /// Answers on their way for `dir` are not kept once `f` answered something.
+    ///
+    /// With `emptied` (an rmdir of that directory of `dir`): only if that directory too is
+    /// held so and shows no name (`Part::shows_empty`, its only part); once `f` answered
+    /// a change (`touched`), its parts are given up here, kept at their server until their
+    /// journal is sent (`draining`).
     pub(crate) fn behind<R>(
         &self,
-        dir: &str,
+        (dir, emptied): (&str, Option<&str>),
         partition: PartitionId,
         caller: &Caller,
-        f: impl FnOnce(Held<'_>) -> Option<(R, Option<i64>)>,
+        f: impl FnOnce(Held<'_>) -> Option<(R, Option<Touch>)>,
     ) -> Option<R> {
         let mut g = self.lock();
         let now = Instant::now();
         if g.attrs_changing(dir) {
             return None;
+        }
+        if let Some(child) = emptied {
+            let empty = match g.dirs.get(child).map(Vec::as_slice) {
+                Some([only]) => only.shows_empty(caller, now),
+                _ => false,
+            };
+            if !empty || g.attrs_changing(child) {
+                return None;
+            }
         }
         let part = g
             .dirs
@@ -660,7 +696,10 @@ impl Leases {
         // A change of the directory's names moves its times (as the servers' touch of its
         // entry will): what is kept of its entry says so.
         // (The root's own entry is ("/", ""), kept under the lease on "/" itself.)
-        if let Some(at) = touched {
+        if let (Some(child), Some(_)) = (emptied, touched) {
+            self.give_up_removed(&mut g, child);
+        }
+        if let Some(Touch { at, subdir_gone }) = touched {
             let (up, name) = myriad_placement::split_parent(dir);
             // (Answers on their way about the directory's entry may hold the old times:
             // `put_many` never takes a directory's times back.)
@@ -673,12 +712,41 @@ impl Leases {
                     {
                         inode.mtime_ns = at;
                         inode.ctime_ns = at;
+                        // 2 + subdirectories, or 1 where nobody counts (a split one).
+                        if subdir_gone && inode.nlink > 2 {
+                            inode.nlink -= 1;
+                        }
                     }
                 }
             }
         }
         self.bump(dir);
         Some(r)
+    }
+
+    /// Directory `child`, removed by a change answered behind: what is held of it and
+    /// below it goes; its exclusive part stays at its server until its journal is sent.
+    fn give_up_removed(&self, g: &mut Inner, child: &str) {
+        let below = format!("{child}/");
+        let gone: Vec<String> = g
+            .dirs
+            .keys()
+            .filter(|d| *d == child || d.starts_with(&below))
+            .cloned()
+            .collect();
+        for d in gone {
+            self.bump(&d);
+            self.drops[stripe(&d)].fetch_add(1, Ordering::AcqRel);
+            for p in g.dirs.remove(&d).into_iter().flatten() {
+                if p.exclusive.is_some() {
+                    let key = LeaseKey {
+                        partition: p.partition,
+                        dir: d.clone(),
+                    };
+                    g.draining.insert(key, p.addr);
+                }
+            }
+        }
     }
 
     /// Whether changes of `caller` in `dir`'s part in `partition` are answered behind now

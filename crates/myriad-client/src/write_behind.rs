@@ -25,6 +25,7 @@ use crate::behind_journals::{BehindSpawner, BehindTask, Op, RESERVE, Taken};
 use crate::client::{Client, Route};
 use crate::dirs::ListFor;
 use crate::file::FileHandle;
+use crate::leases::Touch;
 use myriad_proto::reply::Bundle;
 
 /// A batch the servers cannot take now (unreachable, busy, moving) is tried again after
@@ -77,7 +78,7 @@ impl Client {
     /// change to journal. The change's sender is started.
     fn behind<R>(
         &self,
-        path: &str,
+        (path, emptied): (&str, Option<&str>),
         bytes: usize,
         f: impl FnOnce(
             &mut crate::leases::Held<'_>,
@@ -102,18 +103,24 @@ impl Client {
         self.recent_changes.note(&[path.to_string()]);
         // One time for the answer, the directory's times and the servers' (`Batch::times`).
         let at = now_ns();
-        let (result, started) = self.leases.behind(dir, partition, caller, |mut held| {
+        let held_at = (dir, emptied);
+        let (result, started) = self.leases.behind(held_at, partition, caller, |mut held| {
             let (result, op) = f(&mut held, name, at)?;
-            // A create or an unlink moves the directory's times.
+            // A create, an unlink or an rmdir moves the directory's times.
             let touched = op
                 .as_ref()
                 .filter(|op| {
                     matches!(
                         op.request,
-                        ClientRequest::Create { .. } | ClientRequest::Unlink { .. }
+                        ClientRequest::Create { .. }
+                            | ClientRequest::Unlink { .. }
+                            | ClientRequest::Rmdir { .. }
                     )
                 })
-                .map(|_| at);
+                .map(|op| Touch {
+                    at,
+                    subdir_gone: matches!(op.request, ClientRequest::Rmdir { .. }),
+                });
             let started = op.map(|mut op| {
                 op.at_ns = at;
                 journal.push(&key, op)
@@ -156,7 +163,7 @@ impl Client {
             tracing::trace!(path, %partition, "create not behind: no inode number reserved yet");
             return None;
         };
-        let r = self.behind(path, 0, |held, name, at| {
+        let r = self.behind((path, None), 0, |held, name, at| {
             let dir = held.dir_attrs()?.clone();
             if !allowed(&dir, caller, WRITE | EXEC) {
                 return None;
@@ -204,17 +211,22 @@ impl Client {
     /// most every few seconds per directory), so that this change and those that follow
     /// are answered behind. Returns whether it was asked.
     pub(crate) async fn claim_for_change(&self, path: &str) -> bool {
-        let journal = &self.leases.journal;
-        if !journal.enabled() || path == "/" {
+        if path == "/" {
             return false;
         }
-        let dir = split_parent(path).0;
+        self.claim_dir(split_parent(path).0, self.entry_partition(path))
+            .await
+    }
+
+    /// `claim_for_change` of directory `dir`, whose names (the one to change) live in
+    /// `partition`.
+    pub(crate) async fn claim_dir(&self, dir: &str, partition: PartitionId) -> bool {
+        let journal = &self.leases.journal;
+        if !journal.enabled() {
+            return false;
+        }
         let caller = self.acting_caller();
-        if self
-            .leases
-            .answers_behind(dir, self.entry_partition(path), caller)
-            || !journal.claim(dir)
-        {
+        if self.leases.answers_behind(dir, partition, caller) || !journal.claim(dir) {
             return false;
         }
         // As many names as a page may hold: only a directory listed whole in one page
@@ -238,7 +250,7 @@ impl Client {
             return None;
         }
         let caller = self.acting_caller();
-        self.behind(&h.path, data.len(), |held, name, at| {
+        self.behind((&h.path, None), data.len(), |held, name, at| {
             let inode = held.lookup(name)??;
             if inode.ino != h.inode.ino
                 || inode.kind != FileKind::File
@@ -279,7 +291,7 @@ impl Client {
         set: &SetAttr,
     ) -> Option<Result<Inode, FsError>> {
         let caller = self.acting_caller();
-        self.behind(path, 0, |held, name, at| {
+        self.behind((path, None), 0, |held, name, at| {
             let inode = held.lookup(name)??;
             let directory = inode.kind == FileKind::Directory;
             if !directory && (inode.kind != FileKind::File || !inode.alone_in_its_entry()) {
@@ -332,7 +344,7 @@ impl Client {
     /// An unlink of a file the lease covers (one link), answered behind.
     pub(crate) fn unlink_behind(&self, path: &str) -> Option<Result<(), FsError>> {
         let caller = self.acting_caller();
-        self.behind(path, 0, |held, name, _at| {
+        self.behind((path, None), 0, |held, name, _at| {
             let dir = held.dir_attrs()?.clone();
             if !allowed(&dir, caller, WRITE | EXEC) {
                 return None;
@@ -356,6 +368,40 @@ impl Client {
                 },
             );
             Some((Ok(()), Some(op)))
+        })
+    }
+
+    /// An rmdir answered behind: the directory's name held in its parent's part, the
+    /// directory itself held too and shown empty (`Leases::behind`'s `emptied`). Sent
+    /// after the changes journaled in the directory (its unlinks: `Op::of_directory`),
+    /// and whatever is sent later about it or below it waits for it (the fence).
+    pub(crate) fn rmdir_behind(&self, path: &str) -> Option<Result<(), FsError>> {
+        let caller = self.acting_caller();
+        self.behind((path, Some(path)), 0, |held, name, _at| {
+            let dir = held.dir_attrs()?.clone();
+            if !allowed(&dir, caller, WRITE | EXEC) {
+                return None;
+            }
+            let inode = match held.lookup(name)? {
+                Some(i) => i,
+                None => return Some((Err(FsError::NotFound), None)),
+            };
+            if inode.kind != FileKind::Directory {
+                return None;
+            }
+            if let Err(e) = require_sticky(&dir, &inode, caller) {
+                return Some((Err(e), None));
+            }
+            held.set(name, None);
+            tracing::trace!(path, "rmdir answered behind");
+            let op = Op::new(
+                caller,
+                None,
+                ClientRequest::Rmdir {
+                    path: path.to_string(),
+                },
+            );
+            Some((Ok(()), Some(op.of_directory())))
         })
     }
 

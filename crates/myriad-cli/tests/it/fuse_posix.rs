@@ -756,7 +756,11 @@ fn a_mount_that_ended_does_not_unmount_the_next_one_at_its_mount_point() {
     // umount(2) itself: umount(8) looks at the mount point first, which a stopped mount
     // process would never answer.
     // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::umount2(c(at.path()).as_ptr(), 0) }, 0, "umount2");
+    assert_eq!(
+        unsafe { libc::umount2(c(at.path()).as_ptr(), 0) },
+        0,
+        "umount2"
+    );
     let mut new = start("new.log");
     signal(&old, libc::SIGCONT);
     let t = Instant::now();

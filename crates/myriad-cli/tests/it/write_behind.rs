@@ -459,3 +459,78 @@ fn what_a_directory_s_setattr_behind_allows_or_moves_follows_it_at_the_servers()
         a.log_text()
     );
 }
+
+/// `rm -rf` of a tree a mount did not make: its unlinks and rmdirs are answered behind
+/// (an rmdir once the mount holds the directory, listed empty, and its parent), each
+/// rmdir sent after the unlinks in its directory; another mount then sees nothing of the
+/// tree, and the same names made again at once through the first mount are what both see.
+#[test]
+fn rm_rf_answers_its_rmdirs_behind_and_the_names_can_be_made_again_at_once() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let c = tc.client();
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let mut dirs = vec!["/t".to_string()];
+    rt.block_on(async {
+        c.mkdir("/t", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        for k in 0..6 {
+            for d in [
+                format!("/t/d{k}"),
+                format!("/t/d{k}/e"),
+                format!("/t/d{k}/s"),
+            ] {
+                c.mkdir(&d, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+                dirs.push(d);
+            }
+            for f in [
+                format!("/t/d{k}/f0"),
+                format!("/t/d{k}/f1"),
+                format!("/t/d{k}/s/g"),
+            ] {
+                c.create(&f, 0o644, true, b"x")
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    });
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    let before = rt.block_on(received_by_op(&c));
+    io(std::fs::remove_dir_all(a.path("t")));
+    let after = rt.block_on(received_by_op(&c));
+    let sent = |op: &str| count(&after, op) - count(&before, op);
+    eprintln!(
+        "rm -rf of {} directories: {} rmdirs, {} unlinks, {} batches, {} listings sent",
+        dirs.len(),
+        sent("rmdir"),
+        sent("unlink"),
+        sent("batch"),
+        sent("readdir")
+    );
+    assert!(
+        sent("rmdir") * 2 < dirs.len() as u64 && sent("batch") > 0,
+        "most of {} rmdirs answered behind: {before:?} then {after:?}",
+        dirs.len()
+    );
+    assert!(!b.path("t").exists(), "B sees the tree gone");
+    assert_eq!(
+        rt.block_on(c.stat("/t")).err(),
+        Some(FsError::NotFound),
+        "the servers removed it"
+    );
+    // Made again at once: the mkdirs wait for the rmdirs answered behind.
+    io(std::fs::create_dir(a.path("t")));
+    io(std::fs::create_dir(a.path("t/d0")));
+    io(std::fs::write(a.path("t/d0/f0"), b"again"));
+    io(std::fs::File::open(a.path("t/d0/f0")).and_then(|f| f.sync_all()));
+    assert_eq!(io(std::fs::read(b.path("t/d0/f0"))), b"again");
+    let names: Vec<String> = io(std::fs::read_dir(b.path("t/d0")))
+        .map(|e| io(e).file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["f0".to_string()],
+        "nothing of the old d0 is left"
+    );
+    let syncfs = io(std::fs::File::open(a.path("")));
+    io(syncfs.sync_all());
+}

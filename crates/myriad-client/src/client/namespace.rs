@@ -216,6 +216,22 @@ impl Client {
     }
 
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
+        if let Some(r) = self.rmdir_behind(path) {
+            return r;
+        }
+        // Answered behind once both the parent and the directory are held: an `rm -rf`
+        // claimed the directory with its first unlink there, but not an empty one.
+        if path != "/" {
+            let (parent, own) = tokio::join!(
+                self.claim_for_change(path),
+                self.claim_dir(path, self.entry_partition(&format!("{path}/")))
+            );
+            if (parent || own)
+                && let Some(r) = self.rmdir_behind(path)
+            {
+                return r;
+            }
+        }
         self.entry_op(
             path,
             myriad_proto::Request::from(ClientRequest::Rmdir {
