@@ -280,10 +280,10 @@ fn refill(g: &mut Inner, partition: PartitionId) -> Started {
 /// What `Journal::push` needs started.
 pub(crate) struct Started(Vec<BehindTask>);
 
-/// The barriers of `op`, about to be journaled in `key`'s part (`After`): a setattr of a
-/// directory goes after the changes queued in the directory's own parts, and becomes
-/// the fence that later changes there go after; a change in a directory whose setattr
-/// was answered behind and is not yet answered by its server goes after that. Returns
+/// The barriers of `op`, about to be journaled in `key`'s part (`After`): a setattr or
+/// rmdir of a directory goes after the changes queued in the directory's own parts, and
+/// becomes the fence that later changes there go after; a change in a directory whose
+/// setattr was answered behind and is not yet answered by its server goes after that. Returns
 /// whether a part is now asked to send at once (`PartJournal::hurry`).
 fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) -> bool {
     let mut hurried = false;
@@ -518,8 +518,8 @@ impl Journal {
         Taken::Batch(caller, batch)
     }
 
-    /// The parts holding a setattr answered behind, not yet answered by its server, of
-    /// one of `paths` or a directory above one (the fences of `order`).
+    /// The parts holding a setattr or rmdir answered behind, not yet answered by its
+    /// server, of one of `paths` or a directory above one (the fences of `order`).
     pub(crate) fn fenced<'a>(&self, paths: impl Iterator<Item = &'a str>) -> Vec<LeaseKey> {
         let g = self.lock();
         if g.fences.is_empty() {

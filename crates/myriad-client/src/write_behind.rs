@@ -1,7 +1,8 @@
 //! Write-behind, the client's calls (docs/fuse.md "Write-behind"): creates, writes into
-//! chunk 0, setattrs and unlinks answered at once under an exclusive lease, from what the
-//! lease covers and by the servers' own rules (`myriad_proto::access`), then sent in
-//! order by a sender per directory part (`behind_journals.rs` keeps the journals).
+//! chunk 0, setattrs, unlinks and rmdirs answered at once under an exclusive lease, from
+//! what the lease covers and by the servers' own rules (`myriad_proto::access`), then
+//! sent in order by a sender per directory part (`behind_journals.rs` keeps the
+//! journals).
 //!
 //! Every answer here is one the servers would give at that moment: the lease is
 //! exclusive (nobody else has read or changed the directory part since it was granted),

@@ -87,7 +87,19 @@ fn delivered_names(body: &Request) -> Vec<&'static str> {
         Request::Client(E::Once(_)) => Some("once"),
         _ => None,
     };
-    std::iter::once(body.op_name()).chain(envelope).collect()
+    // The rmdirs a write-behind journal sent (the other changes of a batch are counted
+    // by what they cause at the servers).
+    let rmdirs = match body {
+        Request::Client(E::Batch { ops, .. }) => ops
+            .iter()
+            .filter(|o| matches!(o.request, myriad_proto::ClientRequest::Rmdir { .. }))
+            .count(),
+        _ => 0,
+    };
+    std::iter::once(body.op_name())
+        .chain(envelope)
+        .chain(std::iter::repeat_n("batched_rmdir", rmdirs))
+        .collect()
 }
 
 /// The name or directory a client request, or a server's request moving or making a

@@ -179,6 +179,26 @@ fn seeds_with_write_behind_keep_every_invariant() {
     t.delivered_at_least("batch", 20);
 }
 
+/// rmdirs answered behind (docs/fuse.md "rmdir behind", stop 78): each client removes its
+/// own empty directories, claimed with their parents, and the rmdir goes to the
+/// parent's journal after the directory's own. Seeds 130001 and 131008 (with moves, the
+/// most rmdirs behind of 16) with faults: no removal acknowledged and then undone, no
+/// read older than an acknowledged rmdir.
+#[test]
+fn seeds_with_rmdirs_answered_behind_keep_every_invariant() {
+    let mut t = Totals::default();
+    for (seed, moves) in [(130_001, false), (131_008, true)] {
+        t.check(&SimConfig {
+            behind: true,
+            moves,
+            clients: 6,
+            ops_per_client: 300,
+            ..SimConfig::new(seed)
+        });
+    }
+    t.delivered_at_least("batched_rmdir", 10);
+}
+
 /// Every client also takes, renews and gives back write locks on three shared inodes
 /// (docs/fuse.md "File locks between mounts"): no two may believe they hold one at once.
 /// Seeds 83 and 1016 (5 clients) fail when a new primary opens without the grace that
