@@ -541,6 +541,16 @@ impl Journal {
         keys
     }
 
+    /// The part whose journal holds a setattr or rmdir of directory `dir` answered
+    /// behind and not yet answered by its server (its fence), if any.
+    pub(crate) fn fence_of(&self, dir: &str) -> Option<LeaseKey> {
+        let g = self.lock();
+        g.fences
+            .get(dir)
+            .filter(|a| !settled(&g.parts, a))
+            .map(|a| a.key.clone())
+    }
+
     /// Returns once the next change of `key`'s journal waits for no other part's.
     pub(crate) async fn wait_ready(&self, key: &LeaseKey) {
         loop {

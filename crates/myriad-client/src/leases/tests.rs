@@ -389,3 +389,86 @@ async fn a_setattr_keeps_its_directory_s_entry_and_a_create_does_not() {
     l.forget_change(&changed_paths(&link));
     assert!(l.get("/", "d", &me()).is_none(), "a link into /d");
 }
+
+/// An rmdir answered behind: only while the directory shows no name; the directory's part
+/// is given up at once but its lease is still renewed at its server until the rmdir is
+/// answered (another client's create there must recall this client, which sends the
+/// rmdir first), and the parent's kept entry loses a link.
+#[tokio::test(start_paused = true)]
+async fn a_removed_directory_s_lease_is_renewed_until_its_rmdir_is_answered() {
+    let l = Leases::new(1);
+    let dir = |nlink: u32| match file(1).cached {
+        Cached::Found { mut inode, .. } => {
+            inode.kind = FileKind::Directory;
+            inode.nlink = nlink;
+            inode
+        }
+        Cached::Missing => unreachable!(),
+    };
+    let exclusive = |d: &str| LeaseGrant {
+        exclusive: Some(dir(2)),
+        ..grant(d)
+    };
+    let hold = |d: &str, names: Vec<(String, Entry)>| {
+        let seen = (Instant::now(), l.generation(d));
+        l.put_many(d, names, Some(me()), &exclusive(d), seen, "s1".into());
+    };
+    let x = Entry::attrs(me(), dir(2));
+    hold("/", vec![("d".into(), Entry::attrs(me(), dir(3)))]);
+    hold("/d", vec![("x".into(), x)]);
+    hold("/d/x", vec![("f".into(), file(1))]);
+    let rmdir = |l: &Leases| {
+        l.behind(("/d", Some("/d/x")), PartitionId(2), &me(), |mut held| {
+            held.set("x", None);
+            let op = crate::behind_journals::Op::new(
+                &me(),
+                None,
+                ClientRequest::Rmdir {
+                    path: "/d/x".into(),
+                },
+            );
+            let _ = l.journal.push(&grant("/d").key, op.of_directory());
+            let touch = Touch {
+                at: 7,
+                subdir_gone: true,
+            };
+            Some(((), Some(touch)))
+        })
+    };
+    // Not while /d/x holds a name.
+    assert!(rmdir(&l).is_none(), "a directory holding f");
+    hold("/d/x", Vec::new());
+    l.forget_name("/d/x", "f");
+    let _ = l.behind(("/d/x", None), PartitionId(2), &me(), |mut held| {
+        held.set("f", None);
+        Some(((), None))
+    });
+    assert!(rmdir(&l).is_some(), "an empty directory");
+    assert!(l.get("/d/x", "f", &me()).is_none(), "its part is given up");
+    let Some(Cached::Found { inode, .. }) = l.get("/", "d", &me()) else {
+        panic!("/d's entry kept")
+    };
+    assert_eq!(
+        (inode.nlink, inode.mtime_ns),
+        (2, 7),
+        "one link less, its time"
+    );
+    let removed = grant("/d/x").key;
+    assert!(
+        l.round("s1").renew.contains(&removed),
+        "renewed while the rmdir is unsent"
+    );
+    let parent = grant("/d").key;
+    let crate::behind_journals::Taken::Batch(_, batch) = l.journal.take_batch(&parent) else {
+        panic!("the rmdir is queued")
+    };
+    assert!(
+        l.round("s1").renew.contains(&removed),
+        "and while it is in flight"
+    );
+    l.journal.done(&parent, batch.len());
+    assert!(
+        !l.round("s1").renew.contains(&removed),
+        "let go once answered"
+    );
+}

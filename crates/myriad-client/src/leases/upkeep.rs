@@ -81,12 +81,17 @@ impl Leases {
         held || draining
     }
 
-    /// The dropped exclusive leases whose journals still hold changes (others forgotten).
+    /// The dropped exclusive leases whose journals still hold changes, or whose
+    /// directory's rmdir answered behind is not yet applied (others forgotten): until
+    /// then another client's change there must recall this client, which sends the
+    /// rmdir first (`Leases::poll`), or it would apply in a directory this client was
+    /// told is gone.
     fn still_draining<'a>(
         &self,
         draining: &'a mut BTreeMap<LeaseKey, String>,
     ) -> impl Iterator<Item = (&'a LeaseKey, &'a String)> {
-        draining.retain(|k, _| self.journal.pending_for(k));
+        draining
+            .retain(|k, _| self.journal.pending_for(k) || self.journal.fence_of(&k.dir).is_some());
         draining.iter()
     }
 
@@ -142,10 +147,15 @@ impl Leases {
                     // Changes answered behind under them go first: the reader or changer
                     // waiting at the server must find them (docs/fuse.md "Write-behind").
                     // Past the lease period the server has stopped waiting anyway.
-                    let _sent = self
-                        .journal
-                        .drain(&|k, _| keys.contains(k), Some(RECALL_DRAIN_MAX))
-                        .await;
+                    // And the parents' journals holding an rmdir or setattr of a
+                    // recalled directory: a create there by another client must find
+                    // it removed, as this client answered.
+                    let fenced: Vec<LeaseKey> = keys
+                        .iter()
+                        .filter_map(|k| self.journal.fence_of(&k.dir))
+                        .collect();
+                    let which = |k: &LeaseKey, _: &_| keys.contains(k) || fenced.contains(k);
+                    let _sent = self.journal.drain(&which, Some(RECALL_DRAIN_MAX)).await;
                     {
                         let mut g = self.lock();
                         for k in &keys {
