@@ -401,17 +401,22 @@ impl Filesystem for MyriadFs {
     ) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Link);
-        let paths = self
-            .inner
-            .path(ids.id(ino))
-            .and_then(|f| Ok((f, self.inner.child(ids.id(newparent), newname)?)));
-        let (from, to) = match paths {
+        let to = match self.inner.child(ids.id(newparent), newname) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
         self.spawn(req, move |fs, _| async move {
             let since = fs.inodes.stamp();
-            let r = fs.client.link(&from, &to).await;
+            // The kernel checked the caller's way to the file; of its names, one the
+            // servers find the caller may reach (nsx seed 5 step 7079: the name seen last
+            // lay in a directory the caller could not search, EACCES for a link the
+            // kernel allowed by another name).
+            let r = fs
+                .by_path(ids.id(ino), |from| {
+                    let (fs, to) = (fs.clone(), to.clone());
+                    async move { fs.client.link(&from, &to).await }
+                })
+                .await;
             if let Ok(i) = &r {
                 fs.inodes.add(&to, i, since);
                 // Its link count and ctime changed under every name.

@@ -789,3 +789,37 @@ fn a_mount_that_ended_does_not_unmount_the_next_one_at_its_mount_point() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The kernel names the file a link is made from by inode, having checked the caller's
+/// way to it; the mount sends the link by a name of that file the caller may reach, not
+/// only by the one it saw last (nsx seed 5 step 7079: EACCES for a link the kernel
+/// allowed, the name seen last being in a directory the caller could not search).
+#[test]
+fn a_link_is_made_by_a_name_its_caller_may_reach() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: acting as another user needs root");
+        return;
+    }
+    let cl = TestCluster::start(2);
+    let m = Mount::new(&cl, &[]);
+    let p = |rel: &str| m.path(rel);
+    for (d, mode) in [("hidden", 0o700), ("open", 0o777)] {
+        ok(fs::create_dir(p(d)));
+        ok(fs::set_permissions(p(d), fs::Permissions::from_mode(mode)));
+    }
+    ok(fs::write(p("open/f"), b"linked"));
+    ok(fs::set_permissions(
+        p("open/f"),
+        fs::Permissions::from_mode(0o666),
+    ));
+    // Seen last under a name only root may reach.
+    ok(fs::hard_link(p("open/f"), p("hidden/g")));
+    let (linked, err) = as_user(m.dir.path(), "ln open/f open/h");
+    assert!(linked, "ln by the name the user gave: {err}");
+    assert_eq!(ok(fs::read(p("open/h"))), b"linked");
+    assert_eq!(ok(fs::metadata(p("open/f"))).nlink(), 3);
+    // Still refused where the user may not reach any name (the kernel's own check).
+    let (refused, _) = as_user(m.dir.path(), "ln hidden/g open/i");
+    assert!(!refused, "no way to hidden/g");
+}
