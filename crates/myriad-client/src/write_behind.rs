@@ -40,6 +40,29 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// What an unlink or rmdir answered behind removes: `name`'s attributes, if the caller
+/// may write and search the held directory, the name is known and `fits` (else `None`:
+/// sent at once, the servers answer), or the refusal the servers would give (the name
+/// missing, the sticky rule).
+fn removable(
+    held: &crate::leases::Held<'_>,
+    name: &str,
+    caller: &myriad_proto::Caller,
+    fits: impl Fn(&Inode) -> bool,
+) -> Option<Result<Inode, FsError>> {
+    let dir = held.dir_attrs()?;
+    if !allowed(dir, caller, WRITE | EXEC) {
+        return None;
+    }
+    let Some(inode) = held.lookup(name)? else {
+        return Some(Err(FsError::NotFound));
+    };
+    if !fits(&inode) {
+        return None;
+    }
+    Some(require_sticky(dir, &inode, caller).map(|()| inode))
+}
+
 impl Client {
     /// Turns write-behind on: `spawn` runs the client's background work (a sender per
     /// directory part, inode number reservations) by calling `run_behind` on a task.
@@ -346,20 +369,11 @@ impl Client {
     pub(crate) fn unlink_behind(&self, path: &str) -> Option<Result<(), FsError>> {
         let caller = self.acting_caller();
         self.behind((path, None), 0, |held, name, _at| {
-            let dir = held.dir_attrs()?.clone();
-            if !allowed(&dir, caller, WRITE | EXEC) {
-                return None;
-            }
-            let inode = match held.lookup(name)? {
-                Some(i) => i,
-                None => return Some((Err(FsError::NotFound), None)),
+            let fits = |i: &Inode| i.kind != FileKind::Directory && i.alone_in_its_entry();
+            let inode = match removable(held, name, caller, fits)? {
+                Ok(i) => i,
+                Err(e) => return Some((Err(e), None)),
             };
-            if inode.kind == FileKind::Directory || !inode.alone_in_its_entry() {
-                return None;
-            }
-            if let Err(e) = require_sticky(&dir, &inode, caller) {
-                return Some((Err(e), None));
-            }
             held.set(name, None);
             let op = Op::new(
                 caller,
@@ -379,18 +393,8 @@ impl Client {
     pub(crate) fn rmdir_behind(&self, path: &str) -> Option<Result<(), FsError>> {
         let caller = self.acting_caller();
         self.behind((path, Some(path)), 0, |held, name, _at| {
-            let dir = held.dir_attrs()?.clone();
-            if !allowed(&dir, caller, WRITE | EXEC) {
-                return None;
-            }
-            let inode = match held.lookup(name)? {
-                Some(i) => i,
-                None => return Some((Err(FsError::NotFound), None)),
-            };
-            if inode.kind != FileKind::Directory {
-                return None;
-            }
-            if let Err(e) = require_sticky(&dir, &inode, caller) {
+            let fits = |i: &Inode| i.kind == FileKind::Directory;
+            if let Err(e) = removable(held, name, caller, fits)? {
                 return Some((Err(e), None));
             }
             held.set(name, None);
