@@ -407,10 +407,7 @@ impl Filesystem for MyriadFs {
         };
         self.spawn(req, move |fs, _| async move {
             let since = fs.inodes.stamp();
-            // The kernel checked the caller's way to the file; of its names, one the
-            // servers find the caller may reach (nsx seed 5 step 7079: the name seen last
-            // lay in a directory the caller could not search, EACCES for a link the
-            // kernel allowed by another name).
+            // Of the file's names, one the caller may reach (nsx seed 5 step 7079).
             let r = fs
                 .by_path(ids.id(ino), |from| {
                     let (fs, to) = (fs.clone(), to.clone());
@@ -419,8 +416,7 @@ impl Filesystem for MyriadFs {
                 .await;
             if let Ok(i) = &r {
                 fs.inodes.add(&to, i, since);
-                // Its link count and ctime changed under every name.
-                fs.inodes.expire(i.ino);
+                fs.inodes.expire(i.ino); // its link count and ctime, under every name
             }
             fs.entries_changed(&r, &[ids.id(newparent)]);
             reply_entry(&fs, &to, r, reply);
