@@ -120,6 +120,16 @@ struct Inner {
 }
 
 impl Inner {
+    /// The directories held at `top` or below it.
+    fn at_or_below(&self, top: &str) -> Vec<String> {
+        let below = format!("{top}/");
+        self.dirs
+            .keys()
+            .filter(|d| *d == top || d.starts_with(&below))
+            .cloned()
+            .collect()
+    }
+
     /// Whether `dir` is, or is below, a directory whose attributes this client is
     /// changing.
     fn attrs_changing(&self, dir: &str) -> bool {
@@ -727,14 +737,7 @@ impl Leases {
     /// Directory `child`, removed by a change answered behind: what is held of it and
     /// below it goes; its exclusive part stays at its server until its journal is sent.
     fn give_up_removed(&self, g: &mut Inner, child: &str) {
-        let below = format!("{child}/");
-        let gone: Vec<String> = g
-            .dirs
-            .keys()
-            .filter(|d| *d == child || d.starts_with(&below))
-            .cloned()
-            .collect();
-        for d in gone {
+        for d in g.at_or_below(child) {
             self.bump(&d);
             self.drops[stripe(&d)].fetch_add(1, Ordering::AcqRel);
             for p in g.dirs.remove(&d).into_iter().flatten() {
@@ -834,14 +837,7 @@ impl Leases {
         }
         if *subtree && let Some(top) = paths.first() {
             let mut g = self.lock();
-            let below = format!("{top}/");
-            let gone: Vec<String> = g
-                .dirs
-                .keys()
-                .filter(|d| *d == top || d.starts_with(&below))
-                .cloned()
-                .collect();
-            for d in gone {
+            for d in g.at_or_below(top) {
                 self.bump(&d);
                 g.dirs.remove(&d);
             }

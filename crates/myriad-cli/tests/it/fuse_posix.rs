@@ -596,9 +596,7 @@ fn mount_lifecycle_signals_daemon_and_options() {
 /// ends the mount.
 #[test]
 fn mount_t_myriad_and_an_fstab_line_mount_from_addresses() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: installing /sbin/mount.myriad and mounting need root");
+    if crate::harness::skipped_unless_root("installing /sbin/mount.myriad and mounting need root") {
         return;
     }
     let Some(_helper) = crate::mount::mount_helper() else {
@@ -716,9 +714,7 @@ fn mount_t_myriad_and_an_fstab_line_mount_from_addresses() {
 /// here by holding the old process stopped until the new mount is up.
 #[test]
 fn a_mount_that_ended_does_not_unmount_the_next_one_at_its_mount_point() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: umount(8) of a FUSE mount needs root");
+    if crate::harness::skipped_unless_root("umount(8) of a FUSE mount needs root") {
         return;
     }
     let cl = TestCluster::start(2);
@@ -796,9 +792,7 @@ fn a_mount_that_ended_does_not_unmount_the_next_one_at_its_mount_point() {
 /// allowed, the name seen last being in a directory the caller could not search).
 #[test]
 fn a_link_is_made_by_a_name_its_caller_may_reach() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: acting as another user needs root");
+    if crate::harness::skipped_unless_root("acting as another user needs root") {
         return;
     }
     let cl = TestCluster::start(2);

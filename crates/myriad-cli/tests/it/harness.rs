@@ -298,3 +298,14 @@ pub fn log_lines(default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// Whether a test that needs root is skipped here (not running as root): says so, with
+/// `why`.
+pub fn skipped_unless_root(why: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: {why}");
+    }
+    !root
+}

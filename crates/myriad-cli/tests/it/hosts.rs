@@ -34,9 +34,7 @@ impl Hosts {
     /// `count` hosts, or `None` (saying the test is skipped) when not run as root, which
     /// network namespaces need.
     pub fn for_root(count: u32) -> Option<Hosts> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: network namespaces need root");
+        if crate::harness::skipped_unless_root("network namespaces need root") {
             return None;
         }
         Some(Hosts::new(count))

@@ -80,9 +80,7 @@ fn processes_of_several_users_stress_one_mount_and_every_answer_is_right() {
 /// from a lookup made before the link (1 instead of 2).
 #[test]
 fn a_short_soak_reads_every_server_and_ends_clean() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the soak's fsck and mount need root");
+    if crate::harness::skipped_unless_root("the soak's fsck and mount need root") {
         return;
     }
     let out_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

@@ -215,9 +215,7 @@ fn a_fresh_mount_claims_a_directory_it_empties() {
 /// stayed although the program was told it was gone).
 #[test]
 fn unlinks_answered_behind_apply_before_the_chmod_that_follows_them() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: acting as two users needs root");
+    if crate::harness::skipped_unless_root("acting as two users needs root") {
         return;
     }
     let tc = TestCluster::start(4);
@@ -395,9 +393,7 @@ fn a_directory_s_times_set_after_creates_in_it_are_kept() {
 #[test]
 fn what_a_directory_s_setattr_behind_allows_or_moves_follows_it_at_the_servers() {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: acting as two users needs root");
+    if crate::harness::skipped_unless_root("acting as two users needs root") {
         return;
     }
     let tc = TestCluster::start(4);
