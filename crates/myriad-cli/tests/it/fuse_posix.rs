@@ -746,6 +746,13 @@ fn a_mount_that_ended_does_not_unmount_the_next_one_at_its_mount_point() {
         // SAFETY: signalling a child this test started and has not reaped.
         assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     };
+    let ended = |child: &mut std::process::Child, what: &str| {
+        let t = Instant::now();
+        while ok(child.try_wait()).is_none() {
+            assert!(t.elapsed() < Duration::from_secs(30), "{what} did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
     let mut old = start("old.log");
     assert_eq!(ok(fs::read(at.path().join("kept"))), b"still here");
     signal(&old, libc::SIGSTOP);
@@ -759,14 +766,7 @@ fn a_mount_that_ended_does_not_unmount_the_next_one_at_its_mount_point() {
     );
     let mut new = start("new.log");
     signal(&old, libc::SIGCONT);
-    let t = Instant::now();
-    while ok(old.try_wait()).is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the old mount did not end"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    ended(&mut old, "the old mount");
     // The old process has ended: the new mount must still be there and answer.
     std::thread::sleep(Duration::from_millis(200));
     assert!(
@@ -776,14 +776,7 @@ fn a_mount_that_ended_does_not_unmount_the_next_one_at_its_mount_point() {
     );
     assert_eq!(ok(fs::read(at.path().join("kept"))), b"still here");
     crate::mount::umount(at.path());
-    let t = Instant::now();
-    while ok(new.try_wait()).is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the new mount did not end"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    ended(&mut new, "the new mount");
 }
 
 /// The kernel names the file a link is made from by inode, having checked the caller's
