@@ -253,11 +253,13 @@ impl Mount {
             slot.lock().unsynced = false;
             self.handles.written(&inode);
             self.inodes.observe_own(&inode);
-            if append && offset != d.offset {
-                // The kernel cached the bytes where it thought the end was.
-                if let Some(n) = self.notifier.get() {
-                    let _ = n.inval_inode(self.ids.ino(file.inode.ino), 0, 0);
-                }
+            if let Some(n) = self.notifier.get() {
+                // The kernel may have taken the file's attributes while these bytes were
+                // only buffered here (an fstat after the write), without this write's
+                // times: it asks again. After an append it also cached the bytes where it
+                // thought the end was.
+                let pages = if append && offset != d.offset { 0 } else { -1 };
+                let _ = n.inval_inode(self.ids.ino(file.inode.ino), pages, 0);
             }
         }
         Ok(())
