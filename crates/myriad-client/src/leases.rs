@@ -301,6 +301,24 @@ impl Leases {
         })
     }
 
+    /// Whether the whole listing of `dir` that `caller` was answered since `mark` was
+    /// read is still covered by a valid lease (as `listing` answers it, and no lease on
+    /// `dir` dropped since): a mount then lets the kernel keep the listing until the
+    /// lease is dropped.
+    pub(crate) fn covers_listing(&self, dir: &str, caller: &Caller, mark: LeaseMark) -> bool {
+        let g = self.lock();
+        if self.mark(dir).drops != mark.drops {
+            return false;
+        }
+        let now = Instant::now();
+        g.dirs.get(dir).is_some_and(|parts| match parts.as_slice() {
+            [part] => {
+                part.until > now && part.complete.as_ref() == Some(caller) && part.changing.is_empty()
+            }
+            _ => false,
+        })
+    }
+
     /// Taken before this client sends a change of a name in `dir` (`put_own`).
     pub(crate) fn before_own_change(&self, dir: &str) -> OwnChange {
         let g = self.lock();

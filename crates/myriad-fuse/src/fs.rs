@@ -646,7 +646,7 @@ impl Filesystem for MyriadFs {
         self.inner.metrics.kernel(KernelOp::Opendir);
         self.spawn(req, move |fs, _| async move {
             match fs.opendir(ids.id(ino)).await {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
                 Err(e) => reply.error(errno(&e)),
             }
         });

@@ -24,7 +24,20 @@ use fuser::{INodeNo, Notifier};
 pub(crate) enum Inval {
     Entry(INodeNo, String),
     Attrs(INodeNo),
+    /// The listing of a directory the kernel keeps (`FOPEN_CACHE_DIR`): dropped once any
+    /// listing of it in progress has ended (`BARRIER`).
+    Listing(INodeNo),
 }
+
+/// Noted in place of a name: the kernel keeps the directory's listing (no file has an
+/// empty name).
+pub(crate) const LISTING: &str = "";
+
+/// A name whose invalidation is sent before a listing's only for the directory's lock it
+/// takes in the kernel: a listing in progress holds that lock shared, and adds what it
+/// read to the kernel's copy before it lets go, so the copy is dropped after that. (If a
+/// file has this name, its entry is only looked up again.)
+const BARRIER: &str = ".myriad-listing-barrier";
 
 type Batch = (Vec<Inval>, Option<mpsc::Sender<()>>);
 
@@ -110,6 +123,11 @@ impl KernelNames {
                                 notifier.inval_entry(*parent, OsStr::new(name))
                             }
                             Inval::Attrs(ino) => notifier.inval_inode(*ino, -1, 0),
+                            Inval::Listing(ino) => {
+                                let _ = notifier.inval_entry(*ino, OsStr::new(BARRIER));
+                                // Offset 0, length 0: every page of the listing.
+                                notifier.inval_inode(*ino, 0, 0)
+                            }
                         };
                         // ENOENT (the kernel had no such entry) is the common answer.
                         if let Err(e) = r

@@ -17,7 +17,7 @@ use std::time::Duration;
 use myriad_client::Dropped;
 use myriad_placement::join;
 
-use crate::kernel_names::Inval;
+use crate::kernel_names::{Inval, LISTING};
 use crate::mount::Mount;
 
 /// How long a recall waits for the kernel to drop its copies.
@@ -28,7 +28,12 @@ const WAIT: Duration = Duration::from_millis(200);
 fn invals(fs: &Mount, dir: &str, names: impl IntoIterator<Item = String>) -> Vec<Inval> {
     let parent = fs.inodes.ino_of(dir);
     let mut out = Vec::new();
+    let mut listing = false;
     for name in names {
+        if name == LISTING {
+            listing = true;
+            continue;
+        }
         if let Some(ino) = fs.inodes.ino_of(&join(dir, &name)) {
             fs.inodes.expire(ino);
             out.push(Inval::Attrs(fs.ids.ino(ino)));
@@ -36,6 +41,10 @@ fn invals(fs: &Mount, dir: &str, names: impl IntoIterator<Item = String>) -> Vec
         if let Some(p) = parent {
             out.push(Inval::Entry(fs.ids.ino(p), name));
         }
+    }
+    // Last: after the names, as the kernel lists them again.
+    if let (true, Some(p)) = (listing, parent) {
+        out.push(Inval::Listing(fs.ids.ino(p)));
     }
     out
 }

@@ -341,3 +341,73 @@ async fn the_roots_attributes_are_leased_and_recalled_by_changes_of_the_root() {
     ok(b.create("/f", 0o644, true, b"").await);
     assert!(ok(a.stat("/").await).mtime_ns > mtime);
 }
+
+/// A directory a mount holds whole under a lease is listed again by its kernel with no
+/// request (`FOPEN_CACHE_DIR`), and every way its contents change takes that copy back:
+/// another mount's create, unlink and rename (a recall), and this mount's own changes
+/// (the kernel's). Fails without the kept listing (the count) and if a recall left the
+/// kernel's copy (a listing that misses another mount's change).
+#[test]
+fn a_held_listing_is_kept_by_the_kernel_until_the_lease_is_dropped() {
+    use crate::mount_metrics::{mount_with_metrics, scrape, value};
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let (a, addr) = mount_with_metrics(&tc, &[]);
+    let b = crate::mount::Mount::new(&tc, &[]);
+    let listed = |p: std::path::PathBuf| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|e| e.unwrap_or_else(|e| panic!("{e}")).file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let listings = || {
+        let m = scrape(&addr);
+        value(&m, "myriad_mount_kernel_requests_total{op=\"readdirplus\"}")
+            + value(&m, "myriad_mount_kernel_requests_total{op=\"readdir\"}")
+    };
+    io(std::fs::create_dir(a.path("d")));
+    // Past the time a directory is held contended after a recall (the mkdir's own).
+    std::thread::sleep(Duration::from_millis(2200));
+    for n in ["f1", "f2", "f3"] {
+        io(std::fs::write(a.path(&format!("d/{n}")), n.as_bytes()));
+    }
+    assert_eq!(listed(a.path("d")), ["f1", "f2", "f3"]);
+    let before = listings();
+    for _ in 0..5 {
+        assert_eq!(listed(a.path("d")), ["f1", "f2", "f3"]);
+    }
+    assert_eq!(listings(), before, "listed again by the kernel alone");
+    // This mount's own change: the kernel drops its copy.
+    io(std::fs::write(a.path("d/f4"), b"4"));
+    assert_eq!(listed(a.path("d")), ["f1", "f2", "f3", "f4"]);
+    // The kernel's entries of the names go (its listing stays, the directory held open),
+    // so only the listing's own invalidation takes it back at the recall (as root); and
+    // the directory is listed again once this mount may hold it again, when an open that
+    // did not keep the listing would not drop the kernel's copy.
+    let _held_open = std::fs::File::open(a.path("d")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(listed(a.path("d")), ["f1", "f2", "f3", "f4"]);
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", b"2");
+    let mtime = std::fs::metadata(a.path("d")).and_then(|m| m.modified());
+    let mtime = mtime.unwrap_or_else(|e| panic!("{e}"));
+    io(std::fs::write(b.path("d/g"), b"g"));
+    // As `tar -x` does: the directory's time set back, so the kernel cannot tell by it.
+    let d = std::fs::File::open(b.path("d")).unwrap_or_else(|e| panic!("{e}"));
+    io(d.set_modified(mtime));
+    std::thread::sleep(Duration::from_millis(2200));
+    assert_eq!(listed(a.path("d")), ["f1", "f2", "f3", "f4", "g"], "create");
+    // Each other change seen at the next listing.
+    io(std::fs::remove_file(b.path("d/f1")));
+    assert_eq!(listed(a.path("d")), ["f2", "f3", "f4", "g"], "unlink");
+    io(std::fs::rename(b.path("d/f2"), b.path("d/h")));
+    assert_eq!(listed(a.path("d")), ["f3", "f4", "g", "h"], "rename");
+    // Held again (past the contended time): kept again, and again dropped by a recall.
+    std::thread::sleep(Duration::from_millis(2200));
+    assert_eq!(listed(a.path("d")), ["f3", "f4", "g", "h"]);
+    assert_eq!(listed(a.path("d")), ["f3", "f4", "g", "h"]);
+    let before = listings();
+    assert_eq!(listed(a.path("d")), ["f3", "f4", "g", "h"]);
+    assert_eq!(listings(), before, "kept again once held again");
+    io(std::fs::create_dir(b.path("d/sub")));
+    assert_eq!(listed(a.path("d")), ["f3", "f4", "g", "h", "sub"], "mkdir");
+}

@@ -88,6 +88,15 @@ impl Client {
         self.leases.covers(dir, name, mark)
     }
 
+    /// Whether the whole listing of directory `dir` this client's caller was answered
+    /// since `mark` is still covered by a lease: then it stays true until the lease is
+    /// dropped, and the recall hook is told of `dir` (a mount lets the kernel keep the
+    /// listing that long). Not for listings answered from an index.
+    #[must_use]
+    pub fn listing_covered(&self, dir: &str, mark: Option<crate::LeaseMark>) -> bool {
+        mark.is_some_and(|mark| self.leases.covers_listing(dir, self.acting_caller(), mark))
+    }
+
     /// What `fetch_head(path, max_bytes)` answers with no request and no wait, from a
     /// loaded index or the lease cache (`None`: it would ask, or wait for, a server). For
     /// a mount's open of a file it holds, answered without a thread switch.

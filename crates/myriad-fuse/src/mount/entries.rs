@@ -3,6 +3,8 @@
 //! attributes.
 
 use crate::handles::{DirListing, OpenFile};
+use crate::kernel_names::{Kept, LISTING};
+use fuser::FopenFlags;
 use myriad_proto::InodeId;
 use myriad_proto::access as perm;
 use myriad_proto::{Caller, FileKind, FsError, Inode, RenameFlags, SetAttr, XattrMode};
@@ -188,7 +190,12 @@ impl Mount {
         Ok(())
     }
 
-    pub async fn opendir(&self, ino: InodeId) -> Result<u64, FsError> {
+    /// Opens directory `ino` for listing: the handle, and the flags of the open. A
+    /// directory this mount holds whole under a lease for the caller is opened with
+    /// `FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE`: the kernel keeps its listing and lists it
+    /// again with no request until the lease is dropped (docs/fuse.md "Listings the
+    /// kernel keeps"). Any other open drops what the kernel kept.
+    pub async fn opendir(&self, ino: InodeId) -> Result<(u64, FopenFlags), FsError> {
         let path = self.path(ino)?;
         let mut d = DirListing {
             mark: self.client.lease_mark(&path),
@@ -199,7 +206,24 @@ impl Mount {
         };
         // The first page now, so a permission error comes from opendir as locally.
         self.fill_listing(&mut d, 0).await?;
-        Ok(self.handles.open_dir(d))
+        let flags = if self.listing_kept(&d.path, d.mark) {
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        Ok((self.handles.open_dir(d), flags))
+    }
+
+    /// Whether the kernel may keep `dir`'s listing, answered since `mark`: while a lease
+    /// covers it whole, noted so that the lease's drop takes it from the kernel
+    /// (`recall.rs`). Checked again once noted: a drop in between may have taken the
+    /// notes without this one.
+    fn listing_kept(&self, dir: &str, mark: Option<myriad_client::LeaseMark>) -> bool {
+        if !self.cfg.leases || !self.client.listing_covered(dir, mark) {
+            return false;
+        }
+        self.kernel_names.note(dir, LISTING, Kept::Long);
+        self.client.listing_covered(dir, mark)
     }
 
     pub async fn get_xattr(
