@@ -313,7 +313,9 @@ impl Leases {
         let now = Instant::now();
         g.dirs.get(dir).is_some_and(|parts| match parts.as_slice() {
             [part] => {
-                part.until > now && part.complete.as_ref() == Some(caller) && part.changing.is_empty()
+                part.until > now
+                    && part.complete.as_ref() == Some(caller)
+                    && part.changing.is_empty()
             }
             _ => false,
         })

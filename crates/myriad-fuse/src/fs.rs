@@ -317,7 +317,7 @@ impl Filesystem for MyriadFs {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             crate::recall::forget_subtree(&fs, &path);
             let r = fs.client.rmdir(&path).await;
             fs.entries_changed(&r, &[ids.id(parent)]);

@@ -433,9 +433,15 @@ impl Mount {
             && let Some(path) = self.inodes.path(ino)
         {
             let mark = self.client.lease_mark(myriad_placement::parent_of(&path));
+            // A directory's attributes for no longer than its lease lasts now (`ttl`), as
+            // a getattr that asks the client answers them.
             if let Some(i) = self.client.cached_attr(&path, caller)
                 && i.ino == ino
-                && let Some(ttl) = self.leased_ttl(&path, mark, i.kind == FileKind::Directory)
+                && let Some(ttl) = match self.leased_ttl(&path, mark, i.kind == FileKind::Directory)
+                {
+                    None if i.kind == FileKind::Directory && !ttl.is_zero() => Some(ttl),
+                    leased => leased,
+                }
             {
                 self.metrics.attr_from(AttrFrom::Lease);
                 tracing::trace!(target: "myriad_fuse::io", ino = ino.0, size = i.size, nlink = i.nlink, path, "getattr from a lease");

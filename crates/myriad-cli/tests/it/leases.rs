@@ -356,7 +356,12 @@ fn a_held_listing_is_kept_by_the_kernel_until_the_lease_is_dropped() {
     let listed = |p: std::path::PathBuf| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(p)
             .unwrap_or_else(|e| panic!("{e}"))
-            .map(|e| e.unwrap_or_else(|e| panic!("{e}")).file_name().to_string_lossy().into_owned())
+            .map(|e| {
+                e.unwrap_or_else(|e| panic!("{e}"))
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         v.sort();
         v

@@ -137,3 +137,42 @@ fn symlink_targets_are_read_once_and_a_replaced_one_is_seen() {
         "a removed symlink is gone at once"
     );
 }
+
+/// `rm -rf` makes the kernel ask a directory's attributes before each unlink in it (every
+/// change drops them); under a lease they are answered on the FUSE thread, not by a task
+/// that asks the client (`Mount::attr_at_hand`): no getattr of the run is counted
+/// "server". A directory another mount then changes is seen changed at once.
+#[test]
+fn a_held_directory_s_attributes_are_answered_at_hand_between_unlinks() {
+    let tc = TestCluster::start(3);
+    let (a, addr) = mount_with_metrics(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
+    io(std::fs::create_dir(a.path("d")));
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    for i in 0..30 {
+        io(std::fs::write(a.path(&format!("d/f{i}")), b"x"));
+    }
+    let from_server = || {
+        value(
+            &scrape(&addr),
+            "myriad_mount_getattr_answers_total{source=\"server\"}",
+        )
+    };
+    let before = from_server();
+    let status = std::process::Command::new("rm")
+        .args(["-rf"])
+        .arg(a.path("d"))
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success());
+    assert!(!a.path("d").exists());
+    let asked = from_server() - before;
+    assert!(
+        asked <= 2,
+        "{asked} getattrs went to a task during rm -rf of 30 files"
+    );
+    io(std::fs::create_dir(b.path("d")));
+    let md = std::fs::metadata(a.path("d")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(md.is_dir(), "made again by the other mount, seen here");
+}

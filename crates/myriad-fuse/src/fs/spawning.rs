@@ -40,8 +40,8 @@ impl MyriadFs {
         self.rt.spawn(self.op(req, f));
     }
 
-    /// `spawn` for a change the mount may answer itself (a create, write, setattr or
-    /// unlink answered behind, a close with nothing to send): first polled here, on the
+    /// `spawn` for a change the mount may answer itself (a create, write, setattr,
+    /// unlink or rmdir answered behind, a close with nothing to send): first polled here, on the
     /// FUSE thread, so that such an answer costs no task switch (two thread wake-ups a
     /// request, the cost that dominated them on two cores). One that must wait goes to
     /// the runtime, which polls it again at once and registers there what it waits for
