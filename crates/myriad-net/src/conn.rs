@@ -16,6 +16,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::Keyring;
+use myriad_proto::versioned::scope;
 use myriad_proto::codec::{decode, encode};
 use myriad_proto::{
     Caller, Endpoints, PeerKind, Request, RequestFrameRef, Response, ResponseFrame, WireError,
@@ -148,10 +149,11 @@ impl RpcConn {
         let r_closed = closed.clone();
         let r_pending = pending.clone();
         let r_addr = addr.to_string();
+        let version = h.version;
         tokio::spawn(async move {
             loop {
                 match reader.next().await {
-                    Some(Ok(frame)) => match decode::<ResponseFrame>(&frame) {
+                    Some(Ok(frame)) => match scope(version, || decode::<ResponseFrame>(&frame)) {
                         Ok(resp) => {
                             let waiter = r_pending.lock().ok().and_then(|mut p| p.remove(&resp.id));
                             if let Some(w) = waiter {
@@ -230,7 +232,8 @@ impl RpcConn {
             caller,
             body,
         };
-        let bytes = encode(&frame).map_err(|e| WireError::Protocol(e.to_string()))?;
+        let bytes = scope(self.version, || encode(&frame))
+            .map_err(|e| WireError::Protocol(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, tx);

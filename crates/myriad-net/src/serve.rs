@@ -15,6 +15,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::{Credential, Keyring};
+use myriad_proto::versioned::scope;
 use myriad_proto::codec::decode;
 use myriad_proto::{Caller, ClientFrame, RequestFrame, ResponseFrame, TrafficKind, WireError};
 use tokio::net::{TcpListener, TcpStream};
@@ -180,17 +181,21 @@ pub async fn serve_connection<H: Handler>(
         partial_since = (!reader.read_buffer().is_empty()).then_some(last_frame);
         // What a connection may send is decided by the type its frames decode to: with a
         // client key, `ClientFrame` (client and server requests only).
-        let decoded = if peer.credential == Credential::Client {
-            decode::<ClientFrame>(&frame).map(RequestFrame::from)
-        } else {
-            decode::<RequestFrame>(&frame)
-        };
+        // Maps in frames are encoded for the connection's version (`map_wire`).
+        let version = peer.version;
+        let decoded = scope(version, || {
+            if peer.credential == Credential::Client {
+                decode::<ClientFrame>(&frame).map(RequestFrame::from)
+            } else {
+                decode::<RequestFrame>(&frame)
+            }
+        });
         let mut req = match decoded {
             Ok(r) => r,
             Err(e) => {
                 // A well-formed request this connection may not send: refused, and the
                 // connection goes on. Anything else ends it.
-                let Ok(other) = decode::<RequestFrame>(&frame) else {
+                let Ok(other) = scope(version, || decode::<RequestFrame>(&frame)) else {
                     break e.to_string();
                 };
                 let refusal = ResponseFrame {
@@ -225,7 +230,7 @@ pub async fn serve_connection<H: Handler>(
                 .as_ref()
                 .map(myriad_proto::Response::size_hint)
                 .unwrap_or(256);
-            match myriad_proto::codec::encode_with_capacity(&resp, hint) {
+            match scope(version, || myriad_proto::codec::encode_with_capacity(&resp, hint)) {
                 Ok(bytes) => {
                     h.traffic(&peer, kind, bytes_in, bytes.len());
                     let _ = tx.send(Bytes::from(bytes)).await;

@@ -6,8 +6,7 @@
 //! placed on servers by their replica lists (which change with membership). The first
 //! replica listed is the partition's primary. docs/replication.md.
 
-use serde::{Deserialize, Serialize};
-
+use crate::map_wire::MapExt;
 use crate::members::{
     DEFAULT_GROUP, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
     Policy, zone_name_ok,
@@ -36,7 +35,8 @@ pub const RING_POINTS_MAX: u64 = 1 << 22;
 /// in debug builds and wrap to epoch 0, which loses to every older map, in release builds).
 pub const EPOCH_MAX: u64 = u64::MAX / 2;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Encoded by `map_wire.rs`: the extension only for peers that know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterMap {
     /// Version of this map. Every change increments it; the higher epoch wins.
     pub epoch: u64,
@@ -48,12 +48,13 @@ pub struct ClusterMap {
     pub nodes: Vec<NodeInfo>,
     pub partitions: Vec<PartitionInfo>,
     /// Trees pinned to a zone, each placed on its own partition group (zones.rs).
-    #[serde(default)]
     pub policies: Vec<Policy>,
     /// The highest partition id a cleared policy's group used: new ids start above it, so
     /// no partition id (which inode numbers and servers' stores carry) is ever reused.
-    #[serde(default)]
     pub retired_partitions_max: u32,
+    /// Settings added after protocol 34 (quotas, the trash, the protocol floor): sent only
+    /// to peers of 35 or later (`map_wire.rs`).
+    pub ext: MapExt,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -162,6 +163,7 @@ impl ClusterMap {
             nodes,
             policies: Vec::new(),
             retired_partitions_max: 0,
+            ext: MapExt::default(),
         };
         // The balancer (rebalance.rs) must find nothing to move in a new cluster: apply
         // whatever it would move now, before any data exists.

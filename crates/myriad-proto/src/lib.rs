@@ -27,6 +27,12 @@ mod request_parts;
 pub mod requests;
 mod server_request;
 pub mod tree_index;
+
+/// The protocol version messages are encoded for on this thread: a connection sets its
+/// own around each frame (docs/upgrades.md "New fields in the cluster map").
+pub mod versioned {
+    pub use myriad_placement::map_wire::{MAP_EXT_SINCE, scope, version};
+}
 mod types;
 
 pub use audience::{ClientPart, FromClient, Request};

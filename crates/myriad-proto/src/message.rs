@@ -73,7 +73,13 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// how many clients read them), asked only over connections of 33.
 /// 34: `ServerRequest::GetLatencies` and `Response::Latencies` (a server's answers to
 /// clients by how long they took, for the status page), asked only over connections of 34.
-pub const PROTOCOL_VERSION: u16 = 34;
+/// 35: `ClusterMap::ext` (settings of the whole cluster: the protocol floor, then quotas
+/// and the trash), appended to the map and written only in frames encoded for 35 or later
+/// (`versioned::scope`): a map sent to a peer of 34 is 34's map byte for byte.
+pub const PROTOCOL_VERSION: u16 = 35;
+
+// The map's extension is known to this build's newest version.
+const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::MAP_EXT_SINCE);
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a
@@ -603,5 +609,64 @@ mod version_tests {
         bytes.pop();
         assert_eq!(HelloReply::decode_any(&bytes).ok(), Some(reply));
         assert!(Hello::decode_any(&[1, 2, 3]).is_err());
+    }
+
+    /// Protocol 34's cluster map, frozen: what a peer of 34 decodes.
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct ClusterMapV34 {
+        epoch: u64,
+        vnodes_per_partition: u32,
+        chunk_size_bytes: u64,
+        inline_max_bytes: u64,
+        replication: u32,
+        nodes: Vec<myriad_placement::NodeInfo>,
+        partitions: Vec<myriad_placement::PartitionInfo>,
+        policies: Vec<myriad_placement::Policy>,
+        retired_partitions_max: u32,
+    }
+
+    fn map_with_ext() -> ClusterMap {
+        let mut map = ClusterMap::new(7, &["h1:1".to_string(), "h2:2".to_string()]);
+        map.ext.protocol_floor = 35;
+        map
+    }
+
+    /// A map (with an extension) to a peer of 34 is 34's map byte for byte, and the whole
+    /// of it to a peer of 35, alone or in a message.
+    #[test]
+    fn a_map_carries_its_extension_only_to_peers_that_know_it() {
+        use crate::versioned::scope;
+        let map = map_with_ext();
+        let with_none = ClusterMap {
+            ext: myriad_placement::MapExt::default(),
+            ..map.clone()
+        };
+        let for_34 = scope(34, || encode(&map)).unwrap_or_default();
+        let for_35 = scope(35, || encode(&map)).unwrap_or_default();
+        assert!(for_35.len() > for_34.len(), "the extension is appended");
+        assert_eq!(&for_35[..for_34.len()], &for_34[..], "and only appended");
+        let as_34 = decode::<ClusterMapV34>(&for_34).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (as_34.epoch, as_34.nodes.len(), as_34.partitions.len()),
+            (7, map.nodes.len(), map.partitions.len())
+        );
+        assert_eq!(
+            scope(34, || decode::<ClusterMap>(&for_34)).ok(),
+            Some(with_none.clone())
+        );
+        assert_eq!(scope(35, || decode::<ClusterMap>(&for_35)).ok(), Some(map.clone()));
+        // In a reply, as in every message that carries a map.
+        let reply = Response::Map(Box::new(map.clone()));
+        let r34 = scope(34, || encode(&reply)).unwrap_or_default();
+        let r35 = scope(35, || encode(&reply)).unwrap_or_default();
+        assert_eq!(
+            scope(34, || decode::<Response>(&r34)).ok(),
+            Some(Response::Map(Box::new(with_none)))
+        );
+        assert_eq!(scope(35, || decode::<Response>(&r35)).ok(), Some(reply.clone()));
+        // Read for the wrong version, a frame is malformed: never made-up settings.
+        assert!(scope(35, || decode::<Response>(&r34)).is_err());
+        // Outside any scope: as 34 (what the Raft log holds until the protocol floor).
+        assert_eq!(encode(&reply).unwrap_or_default(), r34);
     }
 }
