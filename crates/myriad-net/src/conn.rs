@@ -16,8 +16,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::Keyring;
-use myriad_proto::versioned::scope;
 use myriad_proto::codec::{decode, encode};
+use myriad_proto::versioned::scope;
 use myriad_proto::{
     Caller, Endpoints, PeerKind, Request, RequestFrameRef, Response, ResponseFrame, WireError,
 };

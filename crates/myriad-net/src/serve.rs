@@ -15,8 +15,8 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use myriad_proto::auth::{Credential, Keyring};
-use myriad_proto::versioned::scope;
 use myriad_proto::codec::decode;
+use myriad_proto::versioned::scope;
 use myriad_proto::{Caller, ClientFrame, RequestFrame, ResponseFrame, TrafficKind, WireError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -230,7 +230,9 @@ pub async fn serve_connection<H: Handler>(
                 .as_ref()
                 .map(myriad_proto::Response::size_hint)
                 .unwrap_or(256);
-            match scope(version, || myriad_proto::codec::encode_with_capacity(&resp, hint)) {
+            match scope(version, || {
+                myriad_proto::codec::encode_with_capacity(&resp, hint)
+            }) {
                 Ok(bytes) => {
                     h.traffic(&peer, kind, bytes_in, bytes.len());
                     let _ = tx.send(Bytes::from(bytes)).await;

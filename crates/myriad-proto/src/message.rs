@@ -654,7 +654,10 @@ mod version_tests {
             scope(34, || decode::<ClusterMap>(&for_34)).ok(),
             Some(with_none.clone())
         );
-        assert_eq!(scope(35, || decode::<ClusterMap>(&for_35)).ok(), Some(map.clone()));
+        assert_eq!(
+            scope(35, || decode::<ClusterMap>(&for_35)).ok(),
+            Some(map.clone())
+        );
         // In a reply, as in every message that carries a map.
         let reply = Response::Map(Box::new(map.clone()));
         let r34 = scope(34, || encode(&reply)).unwrap_or_default();
@@ -663,7 +666,10 @@ mod version_tests {
             scope(34, || decode::<Response>(&r34)).ok(),
             Some(Response::Map(Box::new(with_none)))
         );
-        assert_eq!(scope(35, || decode::<Response>(&r35)).ok(), Some(reply.clone()));
+        assert_eq!(
+            scope(35, || decode::<Response>(&r35)).ok(),
+            Some(reply.clone())
+        );
         // Read for the wrong version, a frame is malformed: never made-up settings.
         assert!(scope(35, || decode::<Response>(&r34)).is_err());
         // Outside any scope: as 34 (what the Raft log holds until the protocol floor).
