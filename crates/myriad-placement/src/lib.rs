@@ -27,8 +27,7 @@ mod zones;
 
 pub use fragments::{fragment_servers, fragment_slot};
 pub use lost::{Forced, LossPlan, LostError};
-pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError};
-pub use map_wire::MapExt;
+pub use map::{ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, MapError, MapExt};
 pub use members::{
     DEFAULT_GROUP, InodeId, Move, NO_SERVER, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX,
     PartitionId, PartitionInfo, Policy, PolicyState, ZONE_NAME_MAX, zone_name_ok,

@@ -6,7 +6,8 @@
 //! placed on servers by their replica lists (which change with membership). The first
 //! replica listed is the partition's primary. docs/replication.md.
 
-use crate::map_wire::MapExt;
+use serde::{Deserialize, Serialize};
+
 use crate::members::{
     DEFAULT_GROUP, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
     Policy, zone_name_ok,
@@ -55,6 +56,17 @@ pub struct ClusterMap {
     /// Settings added after protocol 34 (quotas, the trash, the protocol floor): sent only
     /// to peers of 35 or later (`map_wire.rs`).
     pub ext: MapExt,
+}
+
+/// Settings of the whole cluster added to the map after protocol 34 (`map_wire.rs`
+/// writes them only for peers that know them). Fields are only ever appended, each
+/// written for the versions that know it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapExt {
+    /// The oldest protocol version every member of the map has been seen speaking since
+    /// it last started (0: not known yet). It never goes down.
+    #[serde(default)]
+    pub protocol_floor: u16,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

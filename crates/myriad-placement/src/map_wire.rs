@@ -13,7 +13,7 @@ use std::cell::Cell;
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::map::ClusterMap;
+use crate::map::{ClusterMap, MapExt};
 use crate::members::{NodeInfo, PartitionInfo, Policy};
 
 /// The first protocol version whose maps carry `MapExt`.
@@ -40,16 +40,6 @@ pub fn scope<R>(version: u16, f: impl FnOnce() -> R) -> R {
 #[must_use]
 pub fn version() -> u16 {
     VERSION.with(Cell::get)
-}
-
-/// Settings of the whole cluster added to the map after protocol 34. Fields are only
-/// ever appended, each written for the versions that know it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MapExt {
-    /// The oldest protocol version every member of the map has been seen speaking since
-    /// it last started (0: not known yet). It never goes down.
-    #[serde(default)]
-    pub protocol_floor: u16,
 }
 
 /// The fields every version's map has, as protocol 34 wrote them.
