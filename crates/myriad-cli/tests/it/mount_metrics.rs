@@ -27,6 +27,15 @@ pub fn value(text: &str, sample: &str) -> u64 {
 /// A mount of `tc` with the `myriad mount` flags `flags`, serving its metrics, and their
 /// address.
 pub fn mount_with_metrics(tc: &TestCluster, flags: &[&str]) -> (Mount, String) {
+    mount_with_metrics_and_env(tc, flags, &[])
+}
+
+/// `mount_with_metrics` whose process gets `env` too (e.g. `MYRIAD_LOG`).
+pub fn mount_with_metrics_and_env(
+    tc: &TestCluster,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (Mount, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -34,7 +43,7 @@ pub fn mount_with_metrics(tc: &TestCluster, flags: &[&str]) -> (Mount, String) {
     let addr = format!("127.0.0.1:{port}");
     let mut extra = vec!["--", "--metrics", &addr];
     extra.extend_from_slice(flags);
-    (Mount::new(tc, &extra), addr)
+    (Mount::with_env(tc, &extra, env), addr)
 }
 
 #[test]

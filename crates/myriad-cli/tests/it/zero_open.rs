@@ -9,17 +9,25 @@ use std::time::{Duration, Instant};
 use crate::file_locks::{open_rw, setlk};
 use crate::harness::TestCluster;
 use crate::mount::Mount;
-use crate::mount_metrics::{mount_with_metrics, scrape, value};
+use crate::mount_metrics::{mount_with_metrics_and_env, scrape, value};
 
 fn read(p: &std::path::Path) -> Vec<u8> {
     std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
 }
 
+/// What both mounts log, shown if the test fails: it failed once (stop 79: the read-only
+/// mount read a file another had just written and closed as empty), not reproduced since.
+const TRACE: (&str, &str) = (
+    "MYRIAD_LOG",
+    "myriad_client::leases=trace,myriad_client::write_behind=trace,myriad_fuse::io=trace,info",
+);
+
 #[test]
 fn a_read_only_mount_opens_without_asking_and_reads_each_close_of_another_mount() {
     let tc = TestCluster::start(3);
-    let a = Mount::new(&tc, &[]);
-    let (b, addr) = mount_with_metrics(&tc, &["--read-only", "--zero-message-opens"]);
+    let a = Mount::with_env(&tc, &[], &[TRACE]);
+    let (b, addr) =
+        mount_with_metrics_and_env(&tc, &["--read-only", "--zero-message-opens"], &[TRACE]);
     let (pa, pb) = (a.path("f.txt"), b.path("f.txt"));
     for i in 0..40u32 {
         // The same size each time but every tenth: b's kernel must drop its pages although
