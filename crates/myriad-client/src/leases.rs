@@ -209,6 +209,13 @@ impl Part {
                 .all(|e| matches!(e.cached, Cached::Missing))
     }
 
+    /// Whether this part, valid now, answers `caller`'s whole listing of its directory:
+    /// listed whole by `caller`, nothing of it on its way to a server. (A complete part
+    /// is the whole, unsplit directory: callers check it is the only one.)
+    fn lists_whole_for(&self, caller: &Caller, now: Instant) -> bool {
+        self.until > now && self.complete.as_ref() == Some(caller) && self.changing.is_empty()
+    }
+
     /// Whether this part, listed whole, shows `name` missing.
     fn knows_missing(&self, name: &str) -> bool {
         self.complete.is_some() && !self.names.contains_key(name) && !self.changing.contains(name)
@@ -311,14 +318,9 @@ impl Leases {
             return false;
         }
         let now = Instant::now();
-        g.dirs.get(dir).is_some_and(|parts| match parts.as_slice() {
-            [part] => {
-                part.until > now
-                    && part.complete.as_ref() == Some(caller)
-                    && part.changing.is_empty()
-            }
-            _ => false,
-        })
+        g.dirs.get(dir).is_some_and(
+            |parts| matches!(parts.as_slice(), [part] if part.lists_whole_for(caller, now)),
+        )
     }
 
     /// Taken before this client sends a change of a name in `dir` (`put_own`).
@@ -419,8 +421,7 @@ impl Leases {
         let [part] = parts.as_mut_slice() else {
             return None;
         };
-        if part.until <= now || part.complete.as_ref() != Some(caller) || !part.changing.is_empty()
-        {
+        if !part.lists_whole_for(caller, now) {
             return None;
         }
         part.used = now;
