@@ -110,3 +110,52 @@ fn rename_exchange_swaps_two_names_in_one_step() {
     assert_eq!(exchange(&pz, &m.path(&q)), Err(libc::EINVAL));
     assert_eq!(read(&pz), b"z", "a refused exchange changed nothing");
 }
+
+/// An exchange changes both files' ctimes under every name, a hard-linked file's too,
+/// whether it is the source or the destination, in one directory or across two servers
+/// (nsx seed 6: a hard-linked destination kept its old ctime, its inode lives at its link
+/// home, which only a moved source's was touched at).
+#[test]
+fn an_exchange_changes_a_hard_linked_file_s_ctime_under_every_name() {
+    use std::os::unix::fs::MetadataExt;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let client = tc.client();
+    let p = dir_on_node(&client, &tc.map, NodeId(1), "p");
+    let q = dir_on_node(&client, &tc.map, NodeId(2), "q");
+    let m = Mount::new(&tc, &[]);
+    for d in [&p, &q] {
+        std::fs::create_dir(m.path(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let ctime = |path: &str| {
+        let md = std::fs::symlink_metadata(m.path(path)).unwrap_or_else(|e| panic!("{e}"));
+        md.ctime() as i128 * 1_000_000_000 + md.ctime_nsec() as i128
+    };
+    // (the other name, whether the linked name is the exchange's source, the plain file)
+    let cases = [
+        (format!("{p}/a"), false, format!("{p}/x")),
+        (format!("{p}/b"), false, format!("{q}/y")),
+        (format!("{p}/c"), true, format!("{p}/z")),
+        (format!("{p}/d"), true, format!("{q}/w")),
+    ];
+    for (other, linked_is_source, plain) in &cases {
+        let linked = format!("{other}-link");
+        std::fs::write(m.path(other), b"linked").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::hard_link(m.path(other), m.path(&linked)).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(m.path(plain), b"plain").unwrap_or_else(|e| panic!("{e}"));
+        let before = ctime(other);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (from, to) = if *linked_is_source {
+            (&linked, plain)
+        } else {
+            (plain, &linked)
+        };
+        assert_eq!(exchange(&m.path(from), &m.path(to)), Ok(()));
+        let case = format!("{from} <-> {to}, seen as {other}");
+        assert!(ctime(other) > before, "{case}: ctime unchanged through the mount");
+        let fresh = tc.client();
+        let i = rt.block_on(fresh.stat(other)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(i.ctime_ns as i128 > before, "{case}: ctime unchanged on the servers");
+        assert_eq!(std::fs::read(m.path(plain)).unwrap_or_default(), b"linked", "{case}");
+    }
+}

@@ -240,12 +240,21 @@ impl Partition {
             split_parent(&to).0.to_string(),
         );
         let moved = self.lookup(&from).await.ok();
+        let exchanged_at = flags.exchange.then(|| from.clone());
         match self.rename(&made.context(), from, to, flags).await {
             Ok(touched) => {
-                if let Some(i) = moved.filter(|i| i.kind == FileKind::HardLink) {
-                    // The name moved, the inode lives at its home: its ctime
-                    // changes there (seen under every name).
-                    self.touch_link_home(&i).await;
+                // An exchange also moved the destination's file to `from` (nsx seed 6:
+                // a hard-linked destination kept its ctime under its other names).
+                let incoming = match (&moved, exchanged_at) {
+                    (Some(m), Some(at)) => self.lookup(&at).await.ok().filter(|i| i.ino != m.ino),
+                    _ => None,
+                };
+                for i in [moved, incoming].into_iter().flatten() {
+                    if i.kind == FileKind::HardLink {
+                        // The name moved, the inode lives at its home: its ctime
+                        // changes there (seen under every name).
+                        self.touch_link_home(&i).await;
+                    }
                 }
                 if !touched {
                     self.touch_dir(&from_dir, made).await;
