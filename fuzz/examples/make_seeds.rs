@@ -152,6 +152,7 @@ fn requests() -> Seeds {
                     data: b"hello, myriad\n".to_vec(),
                     durable: true,
                     ino: None,
+                    data_at: None,
                 }),
             ),
         ),

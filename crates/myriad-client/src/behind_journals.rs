@@ -457,7 +457,12 @@ impl Journal {
             && fold(&mut last.request, &op.request)
         {
             part.bytes += op.bytes();
-            last.at_ns = last.at_ns.max(op.at_ns);
+            if let ClientRequest::Create(c) = &mut last.request {
+                // The create's time stays its directory's; the writes' is the file's.
+                c.data_at = c.data_at.max(Some(op.at_ns));
+            } else {
+                last.at_ns = last.at_ns.max(op.at_ns);
+            }
             return Started(Vec::new());
         }
         part.bytes += op.bytes();

@@ -215,6 +215,7 @@ impl Client {
                     data: Vec::new(),
                     durable: false,
                     ino: Some(ino),
+                    data_at: None,
                 }),
             );
             Some((Ok(inode), Some(op)))

@@ -98,6 +98,7 @@ pub fn create(
         data,
         durable,
         ino,
+        data_at: None,
     }))
 }
 

@@ -106,6 +106,7 @@ mod tests {
                 data: vec![1, 2, 3],
                 durable: true,
                 ino: Some(crate::InodeId(7 << 40 | 9)),
+                data_at: None,
             })),
         };
         let bytes = encode(&f).unwrap_or_default();
@@ -266,6 +267,7 @@ mod tests {
                     data: vec![1, 2, 3],
                     durable: false,
                     ino: Some(InodeId(7 << 40 | 9)),
+                    data_at: None,
                 }),
                 "0007042f612f62a403010301020300018980808080e001",
             ),

@@ -10,6 +10,7 @@ pub mod ask;
 pub mod audience;
 pub mod auth;
 pub mod codec;
+mod create_wire;
 pub mod describe;
 pub mod ec_layout;
 mod envelope;
@@ -31,6 +32,7 @@ pub mod tree_index;
 /// The protocol version messages are encoded for on this thread: a connection sets its
 /// own around each frame (docs/upgrades.md "New fields in the cluster map").
 pub mod versioned {
+    pub use crate::create_wire::CREATE_DATA_AT_SINCE;
     pub use myriad_placement::map_wire::{MAP_EXT_SINCE, scope, version};
 }
 mod types;

@@ -13,12 +13,12 @@ use myriad_placement::{Shard, ShardMap};
 use crate::{ExportedEntry, InodeId};
 
 /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Encoded by `create_wire.rs` (`data_at` only for peers of 36 or later).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Create {
     pub path: String,
     pub mode: u32,
     pub exclusive: bool,
-    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
     /// false: reply once applied (visible to everyone), durable with the node's next
     /// group commit, which follows at once; a client that promises durability later
@@ -28,6 +28,13 @@ pub struct Create {
     /// sending client (`ReserveIds`); `None`: the partition picks one. A number not
     /// in the client's reservations, or used already, is refused (`InvalidArgument`).
     pub ino: Option<InodeId>,
+    /// When `data` was last written, if later than the create: writes answered behind
+    /// folded into a create answered behind (one change for the servers). The file's
+    /// times are this; its directory's are the create's (`Envelope::Batch::times`), as
+    /// they were shown (nsx seed 6: the directory's mtime moved to the write's time once
+    /// the creator's lease went). Not carried to a peer older than 36 (`create_wire.rs`):
+    /// there the file's times are the create's.
+    pub data_at: Option<i64>,
 }
 
 /// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.

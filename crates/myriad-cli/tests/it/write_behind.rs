@@ -530,3 +530,30 @@ fn rm_rf_answers_its_rmdirs_behind_and_the_names_can_be_made_again_at_once() {
     let syncfs = io(std::fs::File::open(a.path("")));
     io(syncfs.sync_all());
 }
+
+/// A directory's times are those of the last change of its names, whatever the same batch
+/// changes after it: a create answered behind, a write (folded into the create) and a
+/// chmod of the new file (the same journal, often the same batch) left the directory with
+/// the write's or the chmod's time at the servers, seen by every mount once the creator's
+/// lease went (nsx seed 6 step 5187). Fails with either half of the fix taken out
+/// (`Create::data_at`, `BatchTouches`' time per directory).
+#[test]
+fn a_directory_s_time_is_its_last_create_s_not_a_later_write_s_or_chmod_s() {
+    use std::os::unix::fs::MetadataExt;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    let ns = |m: &std::fs::Metadata| (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+    for r in 0..4 {
+        let d = format!("d{r}");
+        io(std::fs::create_dir(a.path(&d)));
+        let f = a.path(&format!("{d}/f"));
+        io(std::fs::write(&f, b"contents"));
+        io(std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)));
+        let mine = ns(&io(std::fs::metadata(a.path(&d))));
+        assert_eq!(io(std::fs::read_dir(b.path(&d))).count(), 1);
+        let theirs = ns(&io(std::fs::metadata(b.path(&d))));
+        assert_eq!(theirs, mine, "{d}: mount B sees the times mount A showed");
+        assert_eq!(io(std::fs::metadata(&f)).mode() & 0o777, 0o600);
+    }
+}

@@ -496,6 +496,7 @@ fn create(path: &str) -> ClientRequest {
         data: b"first".to_vec(),
         durable: true,
         ino: None,
+        data_at: None,
     })
 }
 
@@ -696,6 +697,7 @@ async fn an_open_of_an_existing_name_records_nothing() {
         data: Vec::new(),
         durable: true,
         ino: None,
+        data_at: None,
     });
     assert!(matches!(
         send_once(&home, 2, open).await,

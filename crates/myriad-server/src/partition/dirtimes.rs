@@ -64,9 +64,14 @@ impl Partition {
     /// The time a change applied now is made at: its client's (`made.at`), for a change
     /// answered behind (`Envelope::Batch::times`), else this server's clock.
     pub(crate) fn time_of(&self, made: &Made) -> i64 {
+        self.client_time(made.at)
+    }
+
+    /// A time a client says it made a change at (`at`), if within `CLIENT_TIME_SLACK_NS`
+    /// of this server's clock; else (or if none) this server's clock.
+    pub(crate) fn client_time(&self, at: Option<i64>) -> i64 {
         let now = self.env.now_ns();
-        made.at
-            .filter(|t| t.abs_diff(now) <= CLIENT_TIME_SLACK_NS.unsigned_abs())
+        at.filter(|t| t.abs_diff(now) <= CLIENT_TIME_SLACK_NS.unsigned_abs())
             .unwrap_or(now)
     }
 
@@ -76,23 +81,24 @@ impl Partition {
     /// touch. Nobody else sees the directory meanwhile (a batch is a write-behind
     /// journal's, under an exclusive lease: docs/fuse.md "Write-behind"); a crash before
     /// the touch leaves the times behind, as any crash between a change and its touch
-    /// does. The touches report `client`'s change (its own lease on the parent stays) and
-    /// are made at `last`, the time of the batch's last change as its client answered it.
+    /// does. The touches report `client`'s change (its own lease on the parent stays);
+    /// each directory's is made at the time of the last change of it, as its client
+    /// answered it (`BatchTouches`).
     pub(crate) async fn batched<F: std::future::Future>(
         self: &Arc<Self>,
-        (client, last, serving): (Option<u64>, Option<i64>, Option<u64>),
+        (client, serving): (Option<u64>, Option<u64>),
         serve: impl FnOnce(BatchTouches) -> F,
     ) -> F::Output {
         let touches = BatchTouches::default();
         let out = serve(touches.clone()).await;
         let dirs = std::mem::take(&mut *lock(&touches.0));
-        let made = Made {
-            at: last,
-            for_client: client,
-            serving,
-            ..Made::now()
-        };
-        for dir in dirs {
+        for (dir, at) in dirs {
+            let made = Made {
+                at,
+                for_client: client,
+                serving,
+                ..Made::now()
+            };
             self.touch_dir(&dir, &made).await;
         }
         out
@@ -124,7 +130,7 @@ impl Partition {
         // In a batch the directory is touched once, after its last change (`batched`).
         let deferred = changed(&out)
             && made.batch.as_ref().is_some_and(|t| {
-                lock(&t.0).insert(dir.to_string());
+                t.note(dir, made.at);
                 true
             });
         let touch = async {

@@ -191,14 +191,13 @@ impl Partition {
                     ));
                 }
                 let client = clients.first().copied();
-                let last = times.iter().copied().max();
                 // Its changes come to the applier one by one: they share a store batch.
                 // Boxed: a batch's future holds a change's, and every request's future
                 // would otherwise be as large as both (debug builds overflowed the stack).
                 // Held until the batch is served (the end of this arm).
                 let held = self.applier.hold();
                 let serving = held.batch;
-                Box::pin(self.batched((client, last, Some(serving)), move |touches| {
+                Box::pin(self.batched((client, Some(serving)), move |touches| {
                     self.serve_batch(epoch, caller, (ops, times), (touches, serving))
                 }))
                 .await

@@ -29,11 +29,24 @@ pub(crate) struct Made {
     pub(crate) serving: Option<u64>,
 }
 
-/// The directories a batch's changes touched, waiting for the batch's end.
+/// The directories a batch's changes touched, waiting for the batch's end, each with the
+/// time of the last change that touched it (as its client made it, if said): a batch's
+/// later changes elsewhere (a chown of a file, a create in another directory) must not
+/// move its times (nsx seed 6: a create then a chown answered behind showed the
+/// directory's mtime moving to the chown's time once the lease went).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct BatchTouches(
-    pub(crate) Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    pub(crate) Arc<std::sync::Mutex<std::collections::BTreeMap<String, Option<i64>>>>,
 );
+
+impl BatchTouches {
+    /// Directory `dir` was changed by a change made at `at`.
+    pub(crate) fn note(&self, dir: &str, at: Option<i64>) {
+        let mut g = crate::unpoisoned::lock(&self.0);
+        let e = g.entry(dir.to_string()).or_insert(at);
+        *e = (*e).max(at);
+    }
+}
 
 impl Made {
     /// A change made now, by the server's clock, touching its directory at once.

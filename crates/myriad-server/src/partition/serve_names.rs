@@ -32,6 +32,7 @@ impl Partition {
             data,
             durable,
             ino,
+            data_at,
         } = create;
         let (dir, name) = self.entry_target(st, &path)?;
         // A reserved number is the sending client's own: only a change sent once
@@ -61,7 +62,9 @@ impl Partition {
             gid,
             exclusive,
             data,
-            now: self.time_of(made),
+            // Writes folded into it: the file's times are theirs, its directory's (the
+            // touch, `made`) the create's.
+            now: self.client_time(data_at.or(made.at)),
             ino,
         };
         let created = |o: &Outcome| matches!(o, Outcome::Created(_));
