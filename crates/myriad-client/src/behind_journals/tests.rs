@@ -31,6 +31,7 @@ fn create(path: &str) -> Op {
             data: Vec::new(),
             durable: false,
             ino: None,
+            data_at: None,
         }),
     )
 }
@@ -159,4 +160,46 @@ fn the_parts_a_directory_s_setattr_waits_for_stop_lingering() {
     assert!(j.take_hurry(&own), "the setattr of /d waits for it");
     assert!(!j.take_hurry(&own), "asked once");
     assert!(!j.take_hurry(&other));
+}
+
+/// A write folded into a create leaves the create's time (its directory's) and carries
+/// its own as the file's (`Create::data_at`); writes folded into a write move its time.
+#[test]
+fn a_write_folded_into_a_create_keeps_the_create_s_time_and_carries_its_own() {
+    let j = Journal::default();
+    let own = key("/d", 2);
+    let at = |mut op: Op, t: i64| {
+        op.at_ns = t;
+        op
+    };
+    let write = |offset: u64, t: i64| {
+        at(
+            Op::new(
+                &me(),
+                None,
+                ClientRequest::Write(myriad_proto::requests::Write {
+                    path: "/d/a".into(),
+                    ino: myriad_proto::InodeId(0),
+                    offset,
+                    data: vec![1],
+                    opened: true,
+                }),
+            ),
+            t,
+        )
+    };
+    let _ = j.push(&own, at(create("/d/a"), 10));
+    let _ = j.push(&own, write(0, 20));
+    let _ = j.push(&own, write(1, 30));
+    let Taken::Batch(_, ops) = j.take_batch(&own) else {
+        panic!("a batch to take");
+    };
+    assert_eq!(ops.len(), 1, "one change");
+    assert_eq!(ops[0].at_ns, 10, "the create's time, its directory's");
+    match &ops[0].request {
+        ClientRequest::Create(c) => {
+            assert_eq!((c.data.len(), c.data_at), (2, Some(30)), "the last write's");
+        }
+        other => panic!("{other:?}"),
+    }
 }
