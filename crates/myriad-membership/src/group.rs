@@ -22,6 +22,7 @@ use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::map_bytes::{from_bytes_with_ext, to_bytes_with_ext};
 use crate::{LogStore, MapCommand, MapStateMachine, NodeId, TypeConfig};
 
 /// At most this many voters; further servers follow the group as learners.
@@ -245,14 +246,15 @@ impl Group {
         let write = async {
             match self
                 .raft
-                .client_write(MapCommand::Install(map.clone()))
+                .client_write(MapCommand::install(map.clone()))
                 .await
             {
                 Ok(r) => Ok(r.data.epoch),
                 Err(e) => match e.forward_to_leader() {
                     Some(f) => match &f.leader_node {
                         Some(node) => {
-                            let payload = postcard::to_allocvec(&map)
+                            // A leader of 34 reads the map and ignores its extension.
+                            let payload = to_bytes_with_ext(&map, &map.ext)
                                 .map_err(|e| ProposeError::Failed(e.to_string()))?;
                             let bytes = self
                                 .transport
@@ -287,8 +289,12 @@ impl Group {
             RaftRpc::Vote => en(&self.raft.vote(de(payload)?).await),
             RaftRpc::InstallSnapshot => en(&self.raft.install_snapshot(de(payload)?).await),
             RaftRpc::Propose => {
-                let map: ClusterMap = de(payload)?;
-                let r = match self.raft.client_write(MapCommand::Install(map)).await {
+                let (mut map, ext) = from_bytes_with_ext::<ClusterMap>(payload)
+                    .map_err(|e| format!("bad raft message: {e}"))?;
+                if let Some(ext) = ext {
+                    map.ext = ext;
+                }
+                let r = match self.raft.client_write(MapCommand::install(map)).await {
                     Ok(r) => Ok(r.data.epoch),
                     Err(e) => Err(e.to_string()),
                 };

@@ -16,6 +16,7 @@
 mod codec;
 mod group;
 mod log_store;
+mod map_bytes;
 mod state_machine;
 
 use std::io::Cursor;
@@ -33,8 +34,33 @@ pub type NodeId = u64;
 /// A change of the cluster map, proposed to the group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MapCommand {
-    /// Replace the map; applied only if its epoch is above the current one.
+    /// Replace the map; applied only if its epoch is above the current one. Written as
+    /// protocol 34 wrote maps: without their extension (`MapExt`).
     Install(ClusterMap),
+    /// `Install` of a map with its extension, written once the cluster's protocol floor
+    /// is 35 or later, when every member reads it (`map_bytes.rs`).
+    InstallExt(#[serde(with = "map_bytes::with_ext")] ClusterMap),
+}
+
+impl MapCommand {
+    /// The entry that installs `map`: with its extension once its floor lets every
+    /// member read one.
+    #[must_use]
+    pub fn install(map: ClusterMap) -> MapCommand {
+        if map.ext.protocol_floor >= myriad_placement::map_wire::MAP_EXT_SINCE {
+            MapCommand::InstallExt(map)
+        } else {
+            MapCommand::Install(map)
+        }
+    }
+
+    /// The map it installs.
+    #[must_use]
+    pub fn into_map(self) -> ClusterMap {
+        match self {
+            MapCommand::Install(m) | MapCommand::InstallExt(m) => m,
+        }
+    }
 }
 
 /// What applying a log entry answered: the map's epoch after it.

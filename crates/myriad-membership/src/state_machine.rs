@@ -14,7 +14,8 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{What, decode, encode, store_err};
-use crate::{MapCommand, MapReply, NodeId, StorageError, TypeConfig};
+use crate::map_bytes::{from_bytes_with_ext, to_bytes_with_ext};
+use crate::{MapReply, NodeId, StorageError, TypeConfig};
 
 const STATE: &[u8] = b"sm";
 const SNAPSHOT: &[u8] = b"snapshot";
@@ -24,6 +25,32 @@ struct State {
     last_applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, openraft::BasicNode>,
     map: Option<ClusterMap>,
+}
+
+impl State {
+    /// As protocol 34 wrote it, then the map's extension (`map_bytes.rs`).
+    fn encode(&self) -> Result<Vec<u8>, StorageError> {
+        let ext = self.map.as_ref().map(|m| m.ext.clone()).unwrap_or_default();
+        to_bytes_with_ext(self, &ext).map_err(|e| storage(false, &e))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<State, StorageError> {
+        let (mut state, ext) =
+            from_bytes_with_ext::<State>(bytes).map_err(|e| storage(true, &e))?;
+        if let (Some(map), Some(ext)) = (state.map.as_mut(), ext) {
+            map.ext = ext;
+        }
+        Ok(state)
+    }
+}
+
+fn storage(read: bool, e: &postcard::Error) -> StorageError {
+    let io = if read {
+        openraft::StorageIOError::read_state_machine(e)
+    } else {
+        openraft::StorageIOError::write_state_machine(e)
+    };
+    io.into()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -69,7 +96,7 @@ impl MapStateMachine {
             .get(Space::RaftState, STATE)
             .map_err(|e| store_err(What::StateMachine, true, &e))?
         {
-            Some(v) => decode(What::StateMachine, &v),
+            Some(v) => State::decode(&v),
             None => Ok(State::default()),
         }
     }
@@ -89,7 +116,7 @@ impl MapStateMachine {
 impl RaftSnapshotBuilder<TypeConfig> for MapStateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let state = self.state()?;
-        let data = encode(What::StateMachine, &state)?;
+        let data = state.encode()?;
         let meta = SnapshotMeta {
             last_log_id: state.last_applied,
             last_membership: state.membership.clone(),
@@ -142,7 +169,8 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
             state.last_applied = Some(e.log_id);
             match e.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(MapCommand::Install(map)) => {
+                EntryPayload::Normal(cmd) => {
+                    let map = cmd.into_map();
                     if state.map.as_ref().is_none_or(|m| map.epoch > m.epoch) {
                         state.map = Some(map);
                     }
@@ -156,7 +184,7 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
             });
         }
         let mut b = Batch::new();
-        self.put(&mut b, STATE, encode(What::StateMachine, &state)?);
+        self.put(&mut b, STATE, state.encode()?);
         self.write(b)?;
         if state.map.as_ref().map(|m| m.epoch) != before {
             self.announce(state.map.as_ref());
@@ -178,7 +206,7 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let mut state: State = decode(What::StateMachine, &data)?;
+        let mut state = State::decode(&data)?;
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
         let stored = StoredSnapshot {
@@ -186,7 +214,7 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
             data,
         };
         let mut b = Batch::new();
-        self.put(&mut b, STATE, encode(What::StateMachine, &state)?);
+        self.put(&mut b, STATE, state.encode()?);
         self.put(&mut b, SNAPSHOT, encode(What::StateMachine, &stored)?);
         self.write(b)?;
         self.announce(state.map.as_ref());

@@ -86,3 +86,41 @@ fn everything_survives_a_reopen() {
         assert!(log.try_get_log_entries(0..10).await.is_ok());
     });
 }
+
+/// A map with an extension (a protocol floor) applied, snapshotted and installed on
+/// another member keeps its extension, in the state record across a reopen too.
+#[test]
+fn a_map_s_extension_survives_apply_snapshot_and_install() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut map = myriad_placement::ClusterMap::new(7, &["127.0.0.1:1".to_string()]);
+    map.ext.protocol_floor = 36;
+    let log_id = LogId::new(CommittedLeaderId::new(1, 1), 1);
+    let snapshot = rt.block_on(async {
+        let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
+        let mut sm = MapStateMachine::new(kv);
+        let entry = Entry::<TypeConfig> {
+            log_id,
+            payload: EntryPayload::Normal(crate::MapCommand::install(map.clone())),
+        };
+        sm.apply(vec![entry]).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(sm.map().ok().flatten(), Some(map.clone()));
+        let mut builder = sm.get_snapshot_builder().await;
+        builder.build_snapshot().await.unwrap_or_else(|e| panic!("{e}"))
+    });
+    rt.block_on(async {
+        let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
+        assert_eq!(MapStateMachine::new(kv).map().ok().flatten(), Some(map.clone()), "reopened");
+        let mut other = MapStateMachine::new(Arc::new(MemKv::new()));
+        other
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(other.map().ok().flatten(), Some(map), "installed elsewhere");
+    });
+}
