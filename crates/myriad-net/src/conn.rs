@@ -77,7 +77,7 @@ impl RpcConn {
         zone: &str,
         keys: &Keyring,
     ) -> Result<RpcConn, WireError> {
-        let mut offer = myriad_proto::PROTOCOL_VERSION;
+        let mut offer = crate::handshake::newest();
         loop {
             let stream = TcpStream::connect(addr)
                 .await

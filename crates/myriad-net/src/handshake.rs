@@ -141,6 +141,20 @@ pub(crate) async fn client(
 /// Why a handshake failed, for the server's log (the peer was told the same, if it could be).
 pub(crate) type Refusal = String;
 
+/// The newest protocol this process speaks: `PROTOCOL_VERSION`, or lower if the
+/// environment's `MYRIAD_PROTOCOL_NEWEST` says so (a test stands a server of an older
+/// release in with it: it offers and accepts nothing newer).
+#[must_use]
+pub fn newest() -> u16 {
+    static NEWEST: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *NEWEST.get_or_init(|| {
+        std::env::var("MYRIAD_PROTOCOL_NEWEST")
+            .ok()
+            .and_then(|v| v.parse::<u16>().ok())
+            .map_or(PROTOCOL_VERSION, |v| v.clamp(PROTOCOL_MIN, PROTOCOL_VERSION))
+    })
+}
+
 /// Server side, within `limit`: checks the hello and the client's proof, proves the key
 /// itself, and seals both halves. `busy` refuses the connection outright (too many
 /// connections from its address) after reading the hello, so the client learns why.
@@ -149,10 +163,10 @@ pub(crate) async fn server(
     w: &mut Writer,
     keys: &Keyring,
     identity: (myriad_proto::NodeId, u64),
-    busy: Option<String>,
+    (busy, floor): (Option<String>, u16),
     limit: Duration,
 ) -> Result<Peer, Refusal> {
-    match tokio::time::timeout(limit, server_inner(r, w, keys, identity, busy)).await {
+    match tokio::time::timeout(limit, server_inner(r, w, keys, identity, (busy, floor))).await {
         Ok(r) => r,
         Err(_) => Err(format!("handshake not done within {limit:?}")),
     }
@@ -163,14 +177,14 @@ async fn server_inner(
     w: &mut Writer,
     keys: &Keyring,
     (node_id, epoch): (myriad_proto::NodeId, u64),
-    busy: Option<String>,
+    (busy, floor): (Option<String>, u16),
 ) -> Result<Peer, Refusal> {
     let hello_bytes = recv(r).await.map_err(|e| format!("bad first frame: {e}"))?;
     let hello = Hello::decode_any(&hello_bytes);
     let version = hello
         .as_ref()
         .ok()
-        .and_then(|h| negotiate((h.min_version, h.version)));
+        .and_then(|h| negotiate((h.min_version, h.version.min(newest()))));
     let key = match &hello {
         Ok(h) => h.key_id.and_then(|id| keys.find(&id)),
         Err(_) => None,
@@ -180,9 +194,20 @@ async fn server_inner(
         (Ok(h), _, _) if h.magic != MAGIC => Some("not a Myriad peer (bad magic)".to_string()),
         (Ok(h), _, _) if version.is_none() => Some(format!(
             "protocol versions {}-{} not supported (this server speaks \
-             {PROTOCOL_MIN}-{PROTOCOL_VERSION})",
-            h.min_version, h.version
+             {PROTOCOL_MIN}-{})",
+            h.min_version,
+            h.version,
+            newest()
         )),
+        // A server below the cluster's floor would not read what the others write now
+        // (docs/upgrades.md "The cluster's protocol floor").
+        (Ok(h), _, _) if matches!(h.peer, PeerKind::Server { .. }) && h.version < floor => {
+            Some(format!(
+                "this cluster runs protocol {floor} or later, and this server speaks at most \
+                 {}: upgrade it to a release that speaks {floor}",
+                h.version
+            ))
+        }
         (_, _, Some(why)) => Some(why),
         (Ok(h), _, _) if !myriad_proto::zone_name_ok(&h.zone) => {
             Some("bad zone name in the hello".to_string())
@@ -208,13 +233,13 @@ async fn server_inner(
         _ => [0u8; 32],
     };
     let reply = HelloReply {
-        version: version.unwrap_or(PROTOCOL_VERSION),
+        version: version.unwrap_or(newest()),
         node_id,
         epoch,
         refused: refused.clone(),
         nonce: nonce_s,
         proof,
-        newest: PROTOCOL_VERSION,
+        newest: newest(),
     };
     let reply_bytes = encode(&reply).map_err(|e| e.to_string())?;
     let sent = w.send(Bytes::from(reply_bytes.clone())).await;

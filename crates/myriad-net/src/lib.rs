@@ -21,7 +21,7 @@ mod transport;
 
 pub use conn::RpcConn;
 pub use frame::{FrameCodec, frame_codec};
-pub use handshake::Peer;
+pub use handshake::{Peer, newest as newest_protocol};
 pub use limits::ServeLimits;
 pub use pool::{Pool, PoolConfig};
 pub use serve::{Handler, SQUASHED_ID, ServeConfig, accept_loop, serve_connection};

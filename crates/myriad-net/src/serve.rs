@@ -46,6 +46,11 @@ pub struct ServeConfig {
 pub trait Handler: Send + Sync + 'static {
     /// Identity for the hello reply: (node id, map epoch).
     fn identity(&self) -> (myriad_proto::NodeId, u64);
+    /// The cluster's protocol floor (`MapExt::protocol_floor`): a server that speaks
+    /// nothing as new is refused at its hello.
+    fn protocol_floor(&self) -> u16 {
+        0
+    }
     fn handle(
         self: Arc<Self>,
         peer: Peer,
@@ -123,7 +128,7 @@ pub async fn serve_connection<H: Handler>(
         &mut writer,
         &config.keys,
         handler.identity(),
-        busy,
+        (busy, handler.protocol_floor()),
         limits.handshake_timeout,
     )
     .await

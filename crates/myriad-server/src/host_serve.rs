@@ -324,6 +324,10 @@ impl Handler for Host {
         (self.id, self.state().map.epoch)
     }
 
+    fn protocol_floor(&self) -> u16 {
+        self.state().map.ext.protocol_floor
+    }
+
     fn traffic(&self, peer: &Peer, kind: TrafficKind, bytes_in: usize, bytes_out: usize) {
         self.counters.traffic(&peer.zone, kind, bytes_in, bytes_out);
     }

@@ -104,6 +104,18 @@ async fn one_served_connection(
     tokio::task::JoinHandle<Result<Peer, Refusal>>,
     (Reader, Writer),
 ) {
+    served_with_floor(k, 0).await
+}
+
+/// `one_served_connection` by a server of a cluster whose protocol floor is `floor`.
+async fn served_with_floor(
+    k: &Keyring,
+    floor: u16,
+) -> (
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<Result<Peer, Refusal>>,
+    (Reader, Writer),
+) {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -117,7 +129,7 @@ async fn one_served_connection(
             &mut w,
             &k,
             (NodeId(1), 3),
-            None,
+            (None, floor),
             Duration::from_secs(5),
         )
         .await
@@ -307,4 +319,34 @@ async fn the_pool_counts_connections_and_a_closed_one_as_replaced() {
         );
     }
     drop(server);
+}
+
+/// A server that speaks nothing as new as the cluster's protocol floor is refused at its
+/// hello, told the floor; a client of the same version is served (it reads nothing the
+/// floor guards), and so is a server that speaks the floor.
+#[tokio::test]
+async fn a_server_below_the_cluster_s_floor_is_refused_naming_it() {
+    let k = keys();
+    let floor = PROTOCOL_VERSION;
+    let old = PROTOCOL_VERSION - 1;
+    for (me, offer, refused) in [
+        (PeerKind::Server { node_id: NodeId(2) }, old, true),
+        (PeerKind::Client, old, false),
+        (PeerKind::Server { node_id: NodeId(2) }, floor, false),
+    ] {
+        let (addr, server, (mut r, mut w)) = served_with_floor(&k, floor).await;
+        let shook = client(&addr.to_string(), &mut r, &mut w, (me.clone(), ""), &k, offer).await;
+        let outcome = server.await.unwrap_or_else(|e| panic!("{e}"));
+        if refused {
+            let why = format!("{:?}", shook.err());
+            assert!(
+                why.contains(&format!("runs protocol {floor} or later")),
+                "{me:?}: {why}"
+            );
+            assert!(outcome.is_err(), "{me:?}");
+        } else {
+            assert!(matches!(shook, Ok(Shook::Done(h)) if h.version == offer), "{me:?}");
+            assert_eq!(outcome.map(|p| p.version).ok(), Some(offer), "{me:?}");
+        }
+    }
 }
