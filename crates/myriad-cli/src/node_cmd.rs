@@ -112,6 +112,13 @@ pub fn list(map: &ClusterMap) -> String {
         map.partitions.len(),
         map.replication
     );
+    // docs/upgrades.md "The cluster's protocol floor".
+    match map.ext.protocol_floor {
+        0 => out.push_str("protocol floor: not set yet (no server refused for its version)\n"),
+        f => out.push_str(&format!(
+            "protocol floor: {f} (every server speaks it; one that does not is refused)\n"
+        )),
+    }
     out.push_str(&format!(
         "{:>4}  {:<24} {:<10} {:<8} {:>6} {:>9} {:>7}\n",
         "id", "address", "zone", "state", "copies", "primaries", "behind"

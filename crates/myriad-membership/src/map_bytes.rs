@@ -67,13 +67,16 @@ mod tests {
     fn the_extension_follows_the_map_and_an_older_reader_ignores_it() {
         let map = map_with_floor();
         let bytes = to_bytes_with_ext(&map, &map.ext).unwrap_or_default();
-        let (back, ext) = from_bytes_with_ext::<ClusterMap>(&bytes)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (back, ext) =
+            from_bytes_with_ext::<ClusterMap>(&bytes).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ext.as_ref(), Some(&map.ext));
         let mut without = map.clone();
         without.ext = MapExt::default();
         assert_eq!(back, without, "the map itself as 34 wrote it");
-        assert_eq!(postcard::from_bytes::<ClusterMap>(&bytes).ok(), Some(without.clone()));
+        assert_eq!(
+            postcard::from_bytes::<ClusterMap>(&bytes).ok(),
+            Some(without.clone())
+        );
         let plain = postcard::to_allocvec(&map).unwrap_or_default();
         let (_, none) = from_bytes_with_ext::<ClusterMap>(&plain).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(none, None);
@@ -83,12 +86,14 @@ mod tests {
     #[test]
     fn a_log_entry_keeps_the_extension_only_in_its_new_variant() {
         let map = map_with_floor();
-        let ext = postcard::to_allocvec(&crate::MapCommand::install(map.clone())).unwrap_or_default();
+        let ext =
+            postcard::to_allocvec(&crate::MapCommand::install(map.clone())).unwrap_or_default();
         let back: crate::MapCommand = postcard::from_bytes(&ext).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back.into_map(), map);
         let mut low = map.clone();
         low.ext.protocol_floor = MAP_EXT_SINCE - 1;
-        let old = postcard::to_allocvec(&crate::MapCommand::install(low.clone())).unwrap_or_default();
+        let old =
+            postcard::to_allocvec(&crate::MapCommand::install(low.clone())).unwrap_or_default();
         let back: crate::MapCommand = postcard::from_bytes(&old).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(back, crate::MapCommand::Install(_)));
         low.ext = MapExt::default();

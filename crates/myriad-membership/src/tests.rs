@@ -108,14 +108,23 @@ fn a_map_s_extension_survives_apply_snapshot_and_install() {
             log_id,
             payload: EntryPayload::Normal(crate::MapCommand::install(map.clone())),
         };
-        sm.apply(vec![entry]).await.unwrap_or_else(|e| panic!("{e}"));
+        sm.apply(vec![entry])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sm.map().ok().flatten(), Some(map.clone()));
         let mut builder = sm.get_snapshot_builder().await;
-        builder.build_snapshot().await.unwrap_or_else(|e| panic!("{e}"))
+        builder
+            .build_snapshot()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     });
     rt.block_on(async {
         let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(dir.path()).unwrap_or_else(|e| panic!("{e}")));
-        assert_eq!(MapStateMachine::new(kv).map().ok().flatten(), Some(map.clone()), "reopened");
+        assert_eq!(
+            MapStateMachine::new(kv).map().ok().flatten(),
+            Some(map.clone()),
+            "reopened"
+        );
         let mut other = MapStateMachine::new(Arc::new(MemKv::new()));
         other
             .install_snapshot(&snapshot.meta, snapshot.snapshot)

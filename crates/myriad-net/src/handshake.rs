@@ -151,7 +151,9 @@ pub fn newest() -> u16 {
         std::env::var("MYRIAD_PROTOCOL_NEWEST")
             .ok()
             .and_then(|v| v.parse::<u16>().ok())
-            .map_or(PROTOCOL_VERSION, |v| v.clamp(PROTOCOL_MIN, PROTOCOL_VERSION))
+            .map_or(PROTOCOL_VERSION, |v| {
+                v.clamp(PROTOCOL_MIN, PROTOCOL_VERSION)
+            })
     })
 }
 

@@ -416,6 +416,19 @@ impl ClusterMap {
     }
 
     /// The next map (epoch + 1) with server `id` in `state`.
+    /// The next map (epoch + 1) with the cluster's protocol floor at `floor`, if that
+    /// raises it: the floor never goes down (docs/upgrades.md).
+    #[must_use]
+    pub fn with_protocol_floor(&self, floor: u16) -> Option<ClusterMap> {
+        if floor <= self.ext.protocol_floor {
+            return None;
+        }
+        let mut next = self.clone();
+        next.epoch = next.epoch.saturating_add(1);
+        next.ext.protocol_floor = floor;
+        Some(next)
+    }
+
     pub(crate) fn with_state(&self, id: NodeId, state: NodeState) -> ClusterMap {
         let mut next = self.clone();
         // Cannot overflow for a map that passed `validate` (EPOCH_MAX); saturating all the same.

@@ -111,7 +111,10 @@ mod tests {
             scope(35, || decode::<Create>(&for_35)).ok(),
             Some(create(None))
         );
-        assert_eq!(scope(36, || decode::<Create>(&for_36)).ok(), Some(c.clone()));
+        assert_eq!(
+            scope(36, || decode::<Create>(&for_36)).ok(),
+            Some(c.clone())
+        );
         assert!(scope(36, || decode::<Create>(&for_35)).is_err());
         // Outside any scope: as 35.
         assert_eq!(encode(&c).unwrap_or_default(), for_35);
@@ -119,6 +122,9 @@ mod tests {
         let json = serde_json::to_string(&c).unwrap_or_default();
         assert_eq!(serde_json::from_str::<Create>(&json).ok(), Some(c));
         let old = json.replace(",\"data_at\":1234567", "");
-        assert_eq!(serde_json::from_str::<Create>(&old).ok(), Some(create(None)));
+        assert_eq!(
+            serde_json::from_str::<Create>(&old).ok(),
+            Some(create(None))
+        );
     }
 }

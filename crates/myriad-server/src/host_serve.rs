@@ -142,7 +142,9 @@ impl Host {
                 Ok(Response::Seqs(self.partition_seqs()))
             }
             Request::Peer(PeerRequest::Lease) => match &peer.kind {
-                PeerKind::Server { node_id } => Ok(self.authority.grant_lease(*node_id, epoch)),
+                PeerKind::Server { node_id } => {
+                    Ok(self.authority.grant_lease(*node_id, epoch, peer.version))
+                }
                 PeerKind::Client => Err(WireError::PermissionDenied),
             },
             _ if from_server => Err(WireError::InvalidArgument(

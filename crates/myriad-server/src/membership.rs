@@ -153,7 +153,13 @@ pub(crate) struct Heard {
     down_seen: Mutex<BTreeMap<NodeId, Instant>>,
     /// How slow each server's lease requests have come lately (`Patience`).
     patience: Mutex<BTreeMap<NodeId, Patience>>,
+    /// The protocol each server's last lease request came over, and when.
+    versions: Mutex<BTreeMap<NodeId, (u16, Instant)>>,
 }
+
+/// A server's version counts toward the cluster's floor only if heard this recently (a
+/// server restarted onto an older release speaks again within it, at its new version).
+const FLOOR_FRESH: Duration = Duration::from_millis(600);
 
 /// How long the leader waits for a server's next lease request before marking it down:
 /// `DOWN_AFTER`, or twice the longest gap between two of its requests in the last
@@ -239,6 +245,28 @@ impl Heard {
         if let (Some(before), Ok(mut p)) = (before, self.patience.lock()) {
             p.entry(id).or_default().gap(now, now - before);
         }
+    }
+
+    /// Server `id`'s lease request came over a connection of protocol `version`.
+    fn speaks(&self, id: NodeId, version: u16) {
+        if let Ok(mut g) = self.versions.lock() {
+            g.insert(id, (version, Instant::now()));
+        }
+    }
+
+    /// The protocol every server of `map` was heard speaking within `FLOOR_FRESH` of
+    /// `now` (the oldest of them), if every one was.
+    fn floor(&self, map: &ClusterMap, now: Instant) -> Option<u16> {
+        let g = self.versions.lock().ok()?;
+        map.nodes
+            .iter()
+            .map(|n| match g.get(&n.id) {
+                Some(&(v, at)) if now.saturating_duration_since(at) <= FLOOR_FRESH => Some(v),
+                _ => None,
+            })
+            .collect::<Option<Vec<u16>>>()?
+            .into_iter()
+            .min()
     }
 
     /// How long server `id` may be silent at `now` before it is marked down.
@@ -346,9 +374,11 @@ impl Membership {
         Some(WireError::Busy)
     }
 
-    /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`.
-    pub(crate) fn grant_lease(&self, from: NodeId, epoch: u64) -> Response {
+    /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`, over a
+    /// connection of protocol `version` (the newest both this leader and it speak).
+    pub(crate) fn grant_lease(&self, from: NodeId, epoch: u64, version: u16) -> Response {
         self.heard.note(from);
+        self.heard.speaks(from, version);
         let Some(map) = self.group.map() else {
             return Response::Lease {
                 granted: false,
@@ -372,7 +402,9 @@ impl Membership {
                 self.note_lease_change();
                 return;
             }
-            Some(l) if l == u64::from(self.id) => self.grant_lease(self.id, st.map.epoch),
+            Some(l) if l == u64::from(self.id) => {
+                self.grant_lease(self.id, st.map.epoch, myriad_net::newest_protocol())
+            }
             Some(l) => {
                 let Some(addr) = u32::try_from(l)
                     .ok()
@@ -482,6 +514,25 @@ impl Membership {
                 Err(e) => tracing::warn!("{e}"),
             }
             // One change per round: the next one starts from the map this one made.
+            return;
+        }
+        // Every server speaks a newer protocol than the floor: raise it (docs/upgrades.md
+        // "The cluster's protocol floor"); servers below it are refused from then on.
+        if let Some(next) = self
+            .heard
+            .floor(&map, now)
+            .and_then(|f| map.with_protocol_floor(f))
+        {
+            tracing::info!(
+                floor = next.ext.protocol_floor,
+                epoch = next.epoch,
+                "every server speaks protocol {} or later: the cluster's protocol floor rises \
+                 (a server older than that is refused from now on)",
+                next.ext.protocol_floor
+            );
+            if let Err(e) = self.propose_map(next).await {
+                tracing::warn!("{e}");
+            }
             return;
         }
         self.group.sync_members(&map, PROPOSE_TIMEOUT).await;

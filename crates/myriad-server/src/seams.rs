@@ -14,8 +14,9 @@ use myriad_proto::RaftRpc;
 pub trait Authority: Send + Sync {
     /// Why this server may not serve partition requests now (no lease), if it may not.
     fn lease_error(&self) -> Option<WireError>;
-    /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`.
-    fn grant_lease(&self, from: NodeId, epoch: u64) -> Response;
+    /// Leader side of `PeerRequest::Lease` from server `from` at map `epoch`, over a
+    /// connection of protocol `version`.
+    fn grant_lease(&self, from: NodeId, epoch: u64, version: u16) -> Response;
     /// A map change, committed through the authority.
     fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), WireError>>;
     /// The newest map the authority committed, if any.
@@ -39,8 +40,8 @@ impl Authority for Membership {
     fn lease_error(&self) -> Option<WireError> {
         Membership::lease_error(self)
     }
-    fn grant_lease(&self, from: NodeId, epoch: u64) -> Response {
-        Membership::grant_lease(self, from, epoch)
+    fn grant_lease(&self, from: NodeId, epoch: u64, version: u16) -> Response {
+        Membership::grant_lease(self, from, epoch, version)
     }
     fn propose_map(&self, map: ClusterMap) -> BoxFuture<'_, Result<(), WireError>> {
         Box::pin(Membership::propose_map(self, map))

@@ -70,7 +70,7 @@ impl Authority for SimAuthority {
         (!self.leases.valid(self.me)).then_some(WireError::Busy)
     }
 
-    fn grant_lease(&self, _from: NodeId, _epoch: u64) -> Response {
+    fn grant_lease(&self, _from: NodeId, _epoch: u64, _version: u16) -> Response {
         Response::Lease {
             granted: false,
             epoch: 0,

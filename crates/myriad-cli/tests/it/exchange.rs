@@ -152,10 +152,22 @@ fn an_exchange_changes_a_hard_linked_file_s_ctime_under_every_name() {
         };
         assert_eq!(exchange(&m.path(from), &m.path(to)), Ok(()));
         let case = format!("{from} <-> {to}, seen as {other}");
-        assert!(ctime(other) > before, "{case}: ctime unchanged through the mount");
+        assert!(
+            ctime(other) > before,
+            "{case}: ctime unchanged through the mount"
+        );
         let fresh = tc.client();
-        let i = rt.block_on(fresh.stat(other)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(i.ctime_ns as i128 > before, "{case}: ctime unchanged on the servers");
-        assert_eq!(std::fs::read(m.path(plain)).unwrap_or_default(), b"linked", "{case}");
+        let i = rt
+            .block_on(fresh.stat(other))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            i.ctime_ns as i128 > before,
+            "{case}: ctime unchanged on the servers"
+        );
+        assert_eq!(
+            std::fs::read(m.path(plain)).unwrap_or_default(),
+            b"linked",
+            "{case}"
+        );
     }
 }

@@ -32,6 +32,20 @@ impl TestCluster {
         extra: &[&str],
         prepare: impl FnOnce(&std::path::Path),
     ) -> TestCluster {
+        TestCluster::up(nodes, extra, prepare, &[])
+    }
+
+    /// `start_with`, its servers started with `env` too.
+    pub fn start_with_env(nodes: usize, extra: &[&str], env: &[(&str, &str)]) -> TestCluster {
+        TestCluster::up(nodes, extra, |_| {}, env)
+    }
+
+    fn up(
+        nodes: usize,
+        extra: &[&str],
+        prepare: impl FnOnce(&std::path::Path),
+        env: &[(&str, &str)],
+    ) -> TestCluster {
         let mut layout: Vec<&str> = Vec::new();
         if !extra.iter().any(|a| a.starts_with("--partitions-per-node")) {
             layout.extend(["--partitions-per-node", "1"]);
@@ -64,6 +78,7 @@ impl TestCluster {
                     .iter()
                     .map(|a| a.replace("{dir}", &dir.path().display().to_string())),
             )
+            .envs(env.iter().copied())
             .output()
             .unwrap_or_else(|e| panic!("cannot run myriad: {e}"));
         assert!(
@@ -150,6 +165,11 @@ impl TestCluster {
     }
 
     pub fn restart(&self, node: NodeId) {
+        self.restart_with_env(node, &[]);
+    }
+
+    /// `restart`, the server started with `env` too.
+    pub fn restart_with_env(&self, node: NodeId, env: &[(&str, &str)]) {
         let out = Command::new(BIN)
             .args([
                 "cluster",
@@ -159,6 +179,7 @@ impl TestCluster {
                 "--data-dir",
             ])
             .arg(self.dir.path())
+            .envs(env.iter().copied())
             .output()
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(

@@ -37,6 +37,7 @@ mod nsx;
 mod ops;
 mod orphans;
 mod permissions;
+mod protocol_floor;
 mod read_races;
 mod redirect;
 mod replication;

@@ -549,7 +549,10 @@ fn a_directory_s_time_is_its_last_create_s_not_a_later_write_s_or_chmod_s() {
         io(std::fs::create_dir(a.path(&d)));
         let f = a.path(&format!("{d}/f"));
         io(std::fs::write(&f, b"contents"));
-        io(std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)));
+        io(std::fs::set_permissions(
+            &f,
+            std::fs::Permissions::from_mode(0o600),
+        ));
         let mine = ns(&io(std::fs::metadata(a.path(&d))));
         assert_eq!(io(std::fs::read_dir(b.path(&d))).count(), 1);
         let theirs = ns(&io(std::fs::metadata(b.path(&d))));

@@ -335,7 +335,15 @@ async fn a_server_below_the_cluster_s_floor_is_refused_naming_it() {
         (PeerKind::Server { node_id: NodeId(2) }, floor, false),
     ] {
         let (addr, server, (mut r, mut w)) = served_with_floor(&k, floor).await;
-        let shook = client(&addr.to_string(), &mut r, &mut w, (me.clone(), ""), &k, offer).await;
+        let shook = client(
+            &addr.to_string(),
+            &mut r,
+            &mut w,
+            (me.clone(), ""),
+            &k,
+            offer,
+        )
+        .await;
         let outcome = server.await.unwrap_or_else(|e| panic!("{e}"));
         if refused {
             let why = format!("{:?}", shook.err());
@@ -345,7 +353,10 @@ async fn a_server_below_the_cluster_s_floor_is_refused_naming_it() {
             );
             assert!(outcome.is_err(), "{me:?}");
         } else {
-            assert!(matches!(shook, Ok(Shook::Done(h)) if h.version == offer), "{me:?}");
+            assert!(
+                matches!(shook, Ok(Shook::Done(h)) if h.version == offer),
+                "{me:?}"
+            );
             assert_eq!(outcome.map(|p| p.version).ok(), Some(offer), "{me:?}");
         }
     }

@@ -49,7 +49,7 @@ impl Authority for AlwaysLeased {
     fn lease_error(&self) -> Option<WireError> {
         None
     }
-    fn grant_lease(&self, _from: NodeId, _epoch: u64) -> Response {
+    fn grant_lease(&self, _from: NodeId, _epoch: u64, _version: u16) -> Response {
         Response::Lease {
             granted: false,
             epoch: 0,

@@ -1,0 +1,82 @@
+//! The cluster's protocol floor through a rolling upgrade of real server processes
+//! (docs/upgrades.md "The cluster's protocol floor"): servers capped at an older protocol
+//! (`MYRIAD_PROTOCOL_NEWEST`, standing in for the release before) make a floor of that
+//! version; it rises only once every server speaks the newer one, never goes down, and a
+//! server restarted onto the older release afterwards is refused at its hellos, told why,
+//! and kept out (down) until it speaks the floor again.
+
+use std::time::{Duration, Instant};
+
+use myriad_client::NodeId;
+use myriad_proto::PROTOCOL_VERSION;
+
+use crate::harness::TestCluster;
+
+fn node_list(tc: &TestCluster) -> String {
+    let out = tc.cli(&["node", "list"]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn floor_line(floor: u16) -> String {
+    format!("protocol floor: {floor} ")
+}
+
+/// Waits (at most 30 s) until `node list` shows what `ok` wants; the last listing.
+fn wait_list(tc: &TestCluster, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = node_list(tc);
+        if ok(&list) {
+            return list;
+        }
+        assert!(Instant::now() < deadline, "{what}: never seen in\n{list}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn restart(tc: &TestCluster, node: u32, env: &[(&str, &str)]) {
+    tc.kill9(NodeId(node));
+    tc.restart_with_env(NodeId(node), env);
+}
+
+#[test]
+fn the_floor_rises_once_every_server_speaks_the_new_protocol_and_then_keeps_old_ones_out() {
+    let old = (PROTOCOL_VERSION - 1).to_string();
+    let capped = [("MYRIAD_PROTOCOL_NEWEST", old.as_str())];
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &capped);
+    let old_floor = floor_line(PROTOCOL_VERSION - 1);
+    let new_floor = floor_line(PROTOCOL_VERSION);
+    wait_list(&tc, "the old release's floor", |l| l.contains(&old_floor));
+
+    // Upgraded one by one: the floor stays while any server speaks only the old one.
+    restart(&tc, 1, &[]);
+    restart(&tc, 2, &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    let list = node_list(&tc);
+    assert!(list.contains(&old_floor), "server 3 still speaks {old}:\n{list}");
+    restart(&tc, 3, &[]);
+    wait_list(&tc, "the new floor", |l| l.contains(&new_floor));
+
+    // Server 3 back on the old release: refused at its hellos, so it gets no lease and
+    // is marked down; the floor does not go down.
+    restart(&tc, 3, &capped);
+    let log = tc.dir.path().join("node-3.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let told = format!("runs protocol {PROTOCOL_VERSION} or later");
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains(&told) {
+        assert!(Instant::now() < deadline, "server 3 was never told the floor");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let list = wait_list(&tc, "server 3 down", |l| {
+        l.lines()
+            .any(|line| line.trim_start().starts_with("3 ") && line.contains(" down "))
+    });
+    assert!(list.contains(&new_floor), "the floor never goes down:\n{list}");
+
+    // Upgraded again, it is let back in.
+    restart(&tc, 3, &[]);
+    wait_list(&tc, "server 3 up again", |l| {
+        l.lines()
+            .any(|line| line.trim_start().starts_with("3 ") && line.contains(" up "))
+    });
+}
