@@ -53,7 +53,10 @@ fn the_floor_rises_once_every_server_speaks_the_new_protocol_and_then_keeps_old_
     restart(&tc, 2, &[]);
     std::thread::sleep(Duration::from_secs(2));
     let list = node_list(&tc);
-    assert!(list.contains(&old_floor), "server 3 still speaks {old}:\n{list}");
+    assert!(
+        list.contains(&old_floor),
+        "server 3 still speaks {old}:\n{list}"
+    );
     restart(&tc, 3, &[]);
     wait_list(&tc, "the new floor", |l| l.contains(&new_floor));
 
@@ -63,15 +66,24 @@ fn the_floor_rises_once_every_server_speaks_the_new_protocol_and_then_keeps_old_
     let log = tc.dir.path().join("node-3.log");
     let deadline = Instant::now() + Duration::from_secs(30);
     let told = format!("runs protocol {PROTOCOL_VERSION} or later");
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains(&told) {
-        assert!(Instant::now() < deadline, "server 3 was never told the floor");
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains(&told)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "server 3 was never told the floor"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let list = wait_list(&tc, "server 3 down", |l| {
         l.lines()
             .any(|line| line.trim_start().starts_with("3 ") && line.contains(" down "))
     });
-    assert!(list.contains(&new_floor), "the floor never goes down:\n{list}");
+    assert!(
+        list.contains(&new_floor),
+        "the floor never goes down:\n{list}"
+    );
 
     // Upgraded again, it is let back in.
     restart(&tc, 3, &[]);
