@@ -2,39 +2,91 @@
 //! fields in the cluster map", step 3). A map inside a postcard record outside any
 //! `versioned::scope` is written as protocol 34 wrote it, without its extension, so that
 //! every member, a 34 one included, reads the log, the snapshots and a forwarded proposal.
-//! The extension is kept beside it:
+//! The extension is kept beside it, each time after the protocol version it is written
+//! for (the cluster's floor, at least 35), so that a reader decodes it as written and
+//! fields appended to the extension later need no new record:
 //! - a log entry of a map with an extension is `MapCommand::InstallExt`, a new last
-//!   variant whose map is written with it; proposed only once the cluster's protocol floor
-//!   is 35 or later, when every member reads it;
+//!   variant holding (version, the map written for it); proposed only once the floor is
+//!   35 or later, when every member reads it;
 //! - the state machine's record (and so its snapshots) and a proposal forwarded to the
-//!   leader are the 34 bytes followed by the extension: postcard's `from_bytes` leaves
-//!   bytes after a value unread, so a member of 34 reads the map and ignores it.
+//!   leader are the 34 bytes followed by (version, the extension written for it):
+//!   postcard's `from_bytes` leaves bytes after a value unread, so a member of 34 reads
+//!   the map and ignores the rest.
 
-use myriad_placement::map_wire::{MAP_EXT_SINCE, scope, version};
+use std::fmt;
+
+use myriad_placement::map_wire::{MAP_EXT_SINCE, scope};
 use myriad_placement::{ClusterMap, MapExt};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, SeqAccess, Visitor};
+use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The version a map with extension `ext` is written for in the group's records: its
+/// floor, which every member speaks (at least 35, the first that has an extension).
+fn written_for(ext: &MapExt) -> u16 {
+    ext.protocol_floor.max(MAP_EXT_SINCE)
+}
+
+/// `value` written as (version, `value` encoded for that version).
+struct Versioned<'a, T>(u16, &'a T);
+
+impl<T: Serialize> Serialize for Versioned<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut t = s.serialize_tuple(2)?;
+        t.serialize_element(&self.0)?;
+        scope(self.0, || t.serialize_element(self.1))?;
+        t.end()
+    }
+}
+
+/// Reads what `Versioned` wrote: the value decoded for the version written before it.
+fn read_versioned<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+    struct V<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a protocol version and a value written for it")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+            let version: u16 = seq
+                .next_element()?
+                .ok_or_else(|| serde::de::Error::invalid_length(0, &self))?;
+            scope(version, || seq.next_element())?
+                .ok_or_else(|| serde::de::Error::invalid_length(1, &self))
+        }
+    }
+    d.deserialize_tuple(2, V(std::marker::PhantomData))
+}
 
 /// `#[serde(with)]` for a map written with its extension (`MapCommand::InstallExt`).
 pub(crate) mod with_ext {
     use super::*;
 
     pub(crate) fn serialize<S: Serializer>(map: &ClusterMap, s: S) -> Result<S::Ok, S::Error> {
-        scope(version().max(MAP_EXT_SINCE), || map.serialize(s))
+        Versioned(written_for(&map.ext), map).serialize(s)
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ClusterMap, D::Error> {
-        scope(version().max(MAP_EXT_SINCE), || ClusterMap::deserialize(d))
+        read_versioned(d)
     }
 }
 
-/// `v` (holding a map written without its extension), then `ext`.
+/// The extension as the trailer of a record.
+struct Trailer(MapExt);
+
+impl<'de> Deserialize<'de> for Trailer {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        read_versioned(d).map(Trailer)
+    }
+}
+
+/// `v` (holding a map written without its extension), then `ext` (`Versioned`).
 pub(crate) fn to_bytes_with_ext<T: Serialize>(
     v: &T,
     ext: &MapExt,
 ) -> Result<Vec<u8>, postcard::Error> {
     let mut bytes = postcard::to_allocvec(v)?;
-    bytes.extend(postcard::to_allocvec(ext)?);
+    bytes.extend(postcard::to_allocvec(&Versioned(written_for(ext), ext))?);
     Ok(bytes)
 }
 
@@ -47,7 +99,7 @@ pub(crate) fn from_bytes_with_ext<T: DeserializeOwned>(
     if rest.is_empty() {
         return Ok((v, None));
     }
-    Ok((v, Some(postcard::from_bytes(rest)?)))
+    Ok((v, Some(postcard::from_bytes::<Trailer>(rest)?.0)))
 }
 
 #[cfg(test)]
@@ -77,6 +129,9 @@ mod tests {
             postcard::from_bytes::<ClusterMap>(&bytes).ok(),
             Some(without.clone())
         );
+        // Written for the map's floor, read for the version written.
+        let trailer = &bytes[postcard::to_allocvec(&without).unwrap_or_default().len()..];
+        assert_eq!(trailer.first(), Some(&36), "the version first: {trailer:?}");
         let plain = postcard::to_allocvec(&map).unwrap_or_default();
         let (_, none) = from_bytes_with_ext::<ClusterMap>(&plain).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(none, None);
