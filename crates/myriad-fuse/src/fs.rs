@@ -436,30 +436,18 @@ impl Filesystem for MyriadFs {
         // With the writeback cache the kernel places appends itself (it refreshes the size
         // first) and writes whole pages back: its offsets are the truth.
         let append = flags.0 & libc::O_APPEND != 0 && !self.inner.cfg.writeback_cache;
-        let reply_open = move |r: Result<(u64, bool), FsError>, reply: ReplyOpen| match r {
-            Ok((fh, keep)) => {
-                let mut f = if keep {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                if want == perm::READ {
-                    // Nothing to send at close: spare the kernel the flush round trip.
-                    f |= FopenFlags::FOPEN_NOFLUSH;
-                }
-                reply.opened(FileHandle(fh), f);
-            }
-            Err(e) => reply.error(errno(&e)),
+        let reply_file = move |r: Result<(u64, bool), FsError>, reply: ReplyOpen| {
+            reply_open(r.map(|(fh, keep)| (fh, file_flags(keep, want))), reply);
         };
         let caller = self.caller(req);
         if let Some(r) = self.inner.open_prefetched(&caller, pid, ids.id(ino), want) {
-            return reply_open(r, reply);
+            return reply_file(r, reply);
         }
         if let Some(r) = self.inner.open_held(&caller, ids.id(ino), want) {
-            return reply_open(r, reply);
+            return reply_file(r, reply);
         }
         self.spawn(req, move |fs, caller| async move {
-            reply_open(
+            reply_file(
                 fs.open(&caller, pid, ids.id(ino), want, append).await,
                 reply,
             );
@@ -644,11 +632,11 @@ impl Filesystem for MyriadFs {
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Opendir);
+        if let Some(opened) = self.inner.opendir_at_hand(&self.caller(req), ids.id(ino)) {
+            return reply_open(Ok(opened), reply);
+        }
         self.spawn(req, move |fs, _| async move {
-            match fs.opendir(ids.id(ino)).await {
-                Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
-                Err(e) => reply.error(errno(&e)),
-            }
+            reply_open(fs.opendir(ids.id(ino)).await, reply)
         });
     }
 
@@ -997,4 +985,6 @@ use listing::{
     Listed::{Dot, Named},
     list_plus, walk,
 };
-use replies::{reply_empty, reply_entry, reply_negative, reply_xattr, time_ns, want_of};
+use replies::{
+    file_flags, reply_empty, reply_entry, reply_negative, reply_open, reply_xattr, time_ns, want_of,
+};

@@ -111,6 +111,8 @@ pub struct MountMetrics {
     attrs: [AtomicU64; ATTR_FROM.len()],
     /// Kernel requests that came over FUSE over io_uring (`--fuse-ring`), counted by fuser.
     pub ring_requests: std::sync::Arc<AtomicU64>,
+    /// Directory opens answered on the FUSE thread (`Mount::opendir_at_hand`).
+    pub opendirs_at_hand: AtomicU64,
 }
 
 impl Default for MountMetrics {
@@ -119,6 +121,7 @@ impl Default for MountMetrics {
             kernel: std::array::from_fn(|_| AtomicU64::new(0)),
             attrs: std::array::from_fn(|_| AtomicU64::new(0)),
             ring_requests: Default::default(),
+            opendirs_at_hand: AtomicU64::new(0),
         }
     }
 }
@@ -186,6 +189,13 @@ impl MountMetrics {
             "ring_requests",
             "Kernel requests that came over FUSE over io_uring (--fuse-ring) rather than /dev/fuse",
             ring,
+        );
+        let at_hand = Counter::<u64>::default();
+        at_hand.inc_by(self.opendirs_at_hand.load(Ordering::Relaxed));
+        r.register(
+            "opendirs_at_hand",
+            "Directory opens answered with no task: listings the kernel keeps under a lease",
+            at_hand,
         );
         let mut out = String::new();
         // Writing to a String cannot fail.

@@ -185,3 +185,47 @@ fn a_held_directory_s_attributes_are_answered_at_hand_between_unlinks() {
     let md = std::fs::metadata(a.path("d")).unwrap_or_else(|e| panic!("{e}"));
     assert!(md.is_dir(), "made again by the other mount, seen here");
 }
+
+/// `du` of a tree listed before opens each directory with no task and lists no page
+/// (`Mount::opendir_at_hand`: held whole under a lease, its listing kept by the kernel);
+/// a name another mount adds is still listed at the next open here.
+#[test]
+fn a_held_directory_is_opened_at_hand_and_another_mount_s_change_is_still_listed() {
+    let tc = TestCluster::start(3);
+    let (a, addr) = mount_with_metrics(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    let io = |r: std::io::Result<()>| r.unwrap_or_else(|e| panic!("{e}"));
+    for s in 0..5 {
+        io(std::fs::create_dir_all(a.path(&format!("d/s{s}"))));
+        for f in 0..3 {
+            io(std::fs::write(a.path(&format!("d/s{s}/f{f}")), b"x"));
+        }
+    }
+    let du = || {
+        let out = std::process::Command::new("du")
+            .args(["-s", "--apparent-size", "-b"])
+            .arg(a.path("d"))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed = du();
+    let at_hand = || value(&scrape(&addr), "myriad_mount_opendirs_at_hand_total");
+    let before = at_hand();
+    for _ in 0..3 {
+        assert_eq!(du(), listed, "the same tree");
+    }
+    let opened = at_hand() - before;
+    assert!(
+        opened >= 9,
+        "{opened} of 18 directory opens of three du runs answered at hand"
+    );
+    io(std::fs::write(b.path("d/s0/new"), b"y"));
+    let names: Vec<String> = std::fs::read_dir(a.path("d/s0"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default())
+        .collect();
+    assert!(names.contains(&"new".to_string()), "{names:?}");
+    assert_eq!(names.len(), 4, "{names:?}");
+}

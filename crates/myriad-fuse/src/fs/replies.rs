@@ -1,9 +1,9 @@
-//! Replies shared by several callbacks: an entry (or a negative one), an empty answer, an
+//! Replies shared by several callbacks: an entry (or a negative one), an open, an empty answer, an
 //! extended attribute's value or size; and the kernel's open flags and times in our terms.
 
 use fuser::{
-    Errno, Generation, INodeNo, OpenAccMode, OpenFlags, ReplyEmpty, ReplyEntry, ReplyXattr,
-    TimeOrNow,
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, OpenAccMode, OpenFlags, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyXattr, TimeOrNow,
 };
 use myriad_proto::{FsError, Inode};
 
@@ -29,6 +29,27 @@ pub(super) fn reply_negative(ttl: &std::time::Duration, reply: ReplyEntry) {
     let mut attr = file_attr(&crate::mount::placeholder());
     attr.ino = INodeNo(0);
     reply.entry(ttl, &attr, Generation(0));
+}
+
+/// A file's open flags: the kernel's pages kept if `keep`, and no flush at close from a
+/// reader (`want` only READ: nothing to send then, so spare the kernel the round trip).
+pub(super) fn file_flags(keep: bool, want: u32) -> FopenFlags {
+    let mut f = FopenFlags::empty();
+    if keep {
+        f |= FopenFlags::FOPEN_KEEP_CACHE;
+    }
+    if want == perm::READ {
+        f |= FopenFlags::FOPEN_NOFLUSH;
+    }
+    f
+}
+
+/// An opened handle with its flags, or the error.
+pub(super) fn reply_open(r: Result<(u64, FopenFlags), FsError>, reply: ReplyOpen) {
+    match r {
+        Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
+        Err(e) => reply.error(errno(&e)),
+    }
 }
 
 pub(super) fn reply_empty(r: Result<(), FsError>, reply: ReplyEmpty) {

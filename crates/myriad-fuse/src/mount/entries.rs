@@ -214,6 +214,42 @@ impl Mount {
         Ok((self.handles.open_dir(d), flags))
     }
 
+    /// `opendir` answered on the FUSE thread (no task, no page listed): a directory this
+    /// mount holds whole under a lease for `caller`, whose listing the kernel keeps
+    /// (`listing_kept`). The caller listed it whole under that lease, which ends before
+    /// any change to its names or to its own mode or owner, so the open cannot fail now,
+    /// and a READDIR (the kernel's copy dropped meanwhile) lists pages then, as always.
+    /// `None`: the full `opendir`. (`du` of 361 directories: one task hand-off each.)
+    pub fn opendir_at_hand(&self, caller: &Caller, ino: InodeId) -> Option<(u64, FopenFlags)> {
+        if !self.cfg.leases {
+            return None;
+        }
+        let path = self.path(ino).ok()?;
+        let client = self.client.for_caller(caller.clone());
+        let mark = client.lease_mark(&path);
+        if !client.listing_covered(&path, mark) {
+            return None;
+        }
+        // Noted before the answer, checked again after (as `listing_kept`): a note left
+        // by a refused open only costs the kernel's copy at the next drop.
+        self.kernel_names.note(&path, LISTING, Kept::Long);
+        if !client.listing_covered(&path, mark) {
+            return None;
+        }
+        let d = DirListing {
+            mark,
+            path,
+            since: self.inodes.stamp(),
+            entries: Vec::new(),
+            done: false,
+        };
+        let flags = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+        self.metrics
+            .opendirs_at_hand
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some((self.handles.open_dir(d), flags))
+    }
+
     /// Whether the kernel may keep `dir`'s listing, answered since `mark`: while a lease
     /// covers it whole, noted so that the lease's drop takes it from the kernel
     /// (`recall.rs`). Checked again once noted: a drop in between may have taken the
