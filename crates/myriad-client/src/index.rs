@@ -466,6 +466,14 @@ impl Indexed {
     /// What `fetch_head` of `max_bytes` answers from it: the attributes and as much of
     /// the contents as the index holds, or `PermissionDenied` for a caller who may not
     /// read the file.
+    /// What a lookup of `max_bytes` answers from it: the attributes, and the contents
+    /// only for a caller who may read them (a lookup needs no read permission).
+    pub(crate) fn looked_up(self, max_bytes: u64) -> (Inode, Vec<u8>) {
+        let mut data = self.contents.unwrap_or_default();
+        data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+        (self.inode, data)
+    }
+
     pub(crate) fn head(self, max_bytes: u64) -> Result<(Inode, Vec<u8>), FsError> {
         if !self.readable {
             return Err(FsError::PermissionDenied);

@@ -99,19 +99,13 @@ impl Filesystem for MyriadFs {
             Err(e) => return reply.error(errno(&e)),
         };
         let pid = req.pid();
+        if let Some((r, mark)) = self.inner.lookup_at_hand(&self.caller(req), pid, &path) {
+            return reply_lookup(&self.inner, &path, mark, r, reply);
+        }
         self.spawn(req, move |fs, _| async move {
             let mark = fs.client.lease_mark(myriad_placement::parent_of(&path));
             let r = fs.lookup(pid, &path).await;
-            let is_dir = matches!(&r, Ok(i) if i.kind == myriad_client::FileKind::Directory);
-            match fs.leased_ttl(&path, mark, is_dir) {
-                // Names and missing names a lease covers: kept by the kernel until it goes.
-                Some(ttl) => match r {
-                    Ok(i) => reply.entry(&ttl, &fs.kernel_attr(&i), Generation(0)),
-                    Err(FsError::NotFound) => reply_negative(&ttl, reply),
-                    Err(e) => reply.error(errno(&e)),
-                },
-                None => reply_entry(&fs, &path, r, reply),
-            }
+            reply_lookup(&fs, &path, mark, r, reply);
         });
     }
 
@@ -986,5 +980,5 @@ use listing::{
     list_plus, walk,
 };
 use replies::{
-    file_flags, reply_empty, reply_entry, reply_negative, reply_open, reply_xattr, time_ns, want_of,
+    file_flags, reply_empty, reply_entry, reply_lookup, reply_open, reply_xattr, time_ns, want_of,
 };

@@ -16,7 +16,7 @@ use crate::caller::Callers;
 use crate::handles::Handles;
 use crate::inodes::InodeTable;
 use crate::kernel_ids::KernelIds;
-use crate::mount_metrics::AttrFrom;
+use crate::mount_metrics::{AtHand, AttrFrom};
 use myriad_placement::join;
 use myriad_proto::InodeId;
 
@@ -293,6 +293,42 @@ impl Mount {
             Err(FsError::PermissionDenied) => (self.client.stat(path).await?, Vec::new()),
             other => other?,
         };
+        Ok(self.looked_up((pid, path, since), inode, data))
+    }
+
+    /// `lookup` answered on the FUSE thread: a name, or its absence, that a lease or a
+    /// loaded index answers with no request (`Client::lookup_head_now`), and the lease's
+    /// mark taken before it (for the time the kernel may keep the answer). `None`: the
+    /// full `lookup` (a request or a wait, or an error to sort out there).
+    pub fn lookup_at_hand(
+        &self,
+        caller: &Caller,
+        pid: u32,
+        path: &str,
+    ) -> Option<(Result<Inode, FsError>, Option<myriad_client::LeaseMark>)> {
+        if !self.cfg.leases {
+            return None;
+        }
+        let mark = self.client.lease_mark(myriad_placement::parent_of(path));
+        let since = self.inodes.stamp();
+        let client = self.client.for_caller(caller.clone());
+        let r = match client.lookup_head_now(path, self.client.inline_max())? {
+            Ok((inode, data)) => Ok(self.looked_up((pid, path, since), inode, data)),
+            Err(FsError::NotFound) => Err(FsError::NotFound),
+            Err(_) => return None,
+        };
+        self.metrics.at_hand(AtHand::Lookup);
+        Some((r, mark))
+    }
+
+    /// What a lookup by `pid` of `path` (begun at `since`) found: its contents kept for
+    /// the open that follows, its inode noted; the attributes to answer.
+    fn looked_up(
+        &self,
+        (pid, path, since): (u32, &str, u64),
+        inode: Inode,
+        data: Vec<u8>,
+    ) -> Inode {
         if inode.kind == FileKind::File && data.len() as u64 == inode.size {
             let mut g = self.prefetch_lock();
             if g.len() >= PREFETCH_MAX_ENTRIES {
@@ -313,7 +349,7 @@ impl Mount {
             );
         }
         self.inodes.add(path, &inode, since);
-        Ok(self.answer_of(inode, since))
+        self.answer_of(inode, since)
     }
 
     /// A change through this mount makes prefetched contents of `ino` stale.

@@ -111,9 +111,18 @@ pub struct MountMetrics {
     attrs: [AtomicU64; ATTR_FROM.len()],
     /// Kernel requests that came over FUSE over io_uring (`--fuse-ring`), counted by fuser.
     pub ring_requests: std::sync::Arc<AtomicU64>,
-    /// Directory opens answered on the FUSE thread (`Mount::opendir_at_hand`).
-    pub opendirs_at_hand: AtomicU64,
+    at_hand: [AtomicU64; AT_HAND.len()],
 }
+
+/// Kernel requests answered on the FUSE thread, with no task (`Mount::lookup_at_hand`,
+/// `Mount::opendir_at_hand`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtHand {
+    Lookup,
+    Opendir,
+}
+
+const AT_HAND: [&str; 2] = ["lookup", "opendir"];
 
 impl Default for MountMetrics {
     fn default() -> MountMetrics {
@@ -121,7 +130,7 @@ impl Default for MountMetrics {
             kernel: std::array::from_fn(|_| AtomicU64::new(0)),
             attrs: std::array::from_fn(|_| AtomicU64::new(0)),
             ring_requests: Default::default(),
-            opendirs_at_hand: AtomicU64::new(0),
+            at_hand: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -143,6 +152,10 @@ impl MountMetrics {
 
     pub fn attr_from(&self, from: AttrFrom) {
         self.attrs[from as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn at_hand(&self, op: AtHand) {
+        self.at_hand[op as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// One OpenMetrics scrape; `answered_locally` is the client's (lease, index) count of
@@ -190,11 +203,15 @@ impl MountMetrics {
             "Kernel requests that came over FUSE over io_uring (--fuse-ring) rather than /dev/fuse",
             ring,
         );
-        let at_hand = Counter::<u64>::default();
-        at_hand.inc_by(self.opendirs_at_hand.load(Ordering::Relaxed));
+        let at_hand = Family::<OpLabel, Counter>::default();
+        for (op, n) in AT_HAND.iter().zip(&self.at_hand) {
+            at_hand
+                .get_or_create(&OpLabel { op })
+                .inc_by(n.load(Ordering::Relaxed));
+        }
         r.register(
-            "opendirs_at_hand",
-            "Directory opens answered with no task: listings the kernel keeps under a lease",
+            "answered_at_hand",
+            "Kernel requests answered on the FUSE thread with no task, from a lease or an index",
             at_hand,
         );
         let mut out = String::new();

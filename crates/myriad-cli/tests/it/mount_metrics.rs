@@ -187,10 +187,11 @@ fn a_held_directory_s_attributes_are_answered_at_hand_between_unlinks() {
 }
 
 /// `du` of a tree listed before opens each directory with no task and lists no page
-/// (`Mount::opendir_at_hand`: held whole under a lease, its listing kept by the kernel);
+/// (`Mount::opendir_at_hand`: held whole under a lease, its listing kept by the kernel),
+/// and names looked up again are answered with no task either (`Mount::lookup_at_hand`);
 /// a name another mount adds is still listed at the next open here.
 #[test]
-fn a_held_directory_is_opened_at_hand_and_another_mount_s_change_is_still_listed() {
+fn a_held_tree_is_opened_and_looked_up_at_hand_and_another_mount_s_change_is_seen() {
     let tc = TestCluster::start(3);
     let (a, addr) = mount_with_metrics(&tc, &[]);
     let b = Mount::new(&tc, &[]);
@@ -211,7 +212,12 @@ fn a_held_directory_is_opened_at_hand_and_another_mount_s_change_is_still_listed
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let listed = du();
-    let at_hand = || value(&scrape(&addr), "myriad_mount_opendirs_at_hand_total");
+    let at_hand = || {
+        value(
+            &scrape(&addr),
+            "myriad_mount_answered_at_hand_total{op=\"opendir\"}",
+        )
+    };
     let before = at_hand();
     for _ in 0..3 {
         assert_eq!(du(), listed, "the same tree");
@@ -221,10 +227,32 @@ fn a_held_directory_is_opened_at_hand_and_another_mount_s_change_is_still_listed
         opened >= 9,
         "{opened} of 18 directory opens of three du runs answered at hand"
     );
+    // Names the kernel let go of are looked up again, answered from the lease the same
+    // way (`Mount::lookup_at_hand`).
+    let looked_up = || {
+        value(
+            &scrape(&addr),
+            "myriad_mount_answered_at_hand_total{op=\"lookup\"}",
+        )
+    };
+    if std::fs::write("/proc/sys/vm/drop_caches", "2").is_ok() {
+        let before = looked_up();
+        for s in 0..5 {
+            for f in 0..3 {
+                let md = std::fs::metadata(a.path(&format!("d/s{s}/f{f}")));
+                assert_eq!(md.map(|m| m.len()).ok(), Some(1));
+            }
+        }
+        let answered = looked_up() - before;
+        assert!(answered >= 10, "{answered} of 20 lookups answered at hand");
+    }
     io(std::fs::write(b.path("d/s0/new"), b"y"));
     let names: Vec<String> = std::fs::read_dir(a.path("d/s0"))
         .unwrap_or_else(|e| panic!("{e}"))
-        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default())
+        .map(|e| {
+            e.map(|e| e.file_name().to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
         .collect();
     assert!(names.contains(&"new".to_string()), "{names:?}");
     assert_eq!(names.len(), 4, "{names:?}");

@@ -97,6 +97,53 @@ impl Client {
         mark.is_some_and(|mark| self.leases.covers_listing(dir, self.acting_caller(), mark))
     }
 
+    /// What `lookup_head(path, max_bytes)` answers with no request and no wait, from a
+    /// loaded index or the lease cache (`None`: it would ask, or wait for, a server). For
+    /// a mount's lookup of a name it holds, answered without a thread switch.
+    #[must_use]
+    pub fn lookup_head_now(
+        &self,
+        path: &str,
+        max_bytes: u64,
+    ) -> Option<Result<(Inode, Vec<u8>), FsError>> {
+        if !self.config.leases || validate_path(path).is_err() {
+            return None;
+        }
+        if let Some(r) = self.indexed_now(path, self.acting_caller(), true) {
+            self.count_answer(&self.answered_by_index);
+            return Some(r.map(|i| i.looked_up(max_bytes)));
+        }
+        self.lease_lookup(path, max_bytes)
+    }
+
+    /// A lookup of `path` (attributes, and up to `max_bytes` of contents if the lease
+    /// holds them all) answered from the lease cache, if it covers the name.
+    pub(super) fn lease_lookup(
+        &self,
+        path: &str,
+        max_bytes: u64,
+    ) -> Option<Result<(Inode, Vec<u8>), FsError>> {
+        use crate::leases::Cached;
+        if !self.config.leases || path == "/" {
+            return None;
+        }
+        let (dir, name) = split_parent(path);
+        let found = self.leases.get(dir, name, self.acting_caller())?;
+        self.count_answer(&self.answered_by_lease);
+        Some(match found {
+            Cached::Missing => Err(FsError::NotFound),
+            Cached::Found {
+                inode, mut data, ..
+            } => {
+                if (data.len() as u64) < inode.size.min(max_bytes) {
+                    data.clear();
+                }
+                data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+                Ok((inode, data))
+            }
+        })
+    }
+
     /// What `fetch_head(path, max_bytes)` answers with no request and no wait, from a
     /// loaded index or the lease cache (`None`: it would ask, or wait for, a server). For
     /// a mount's open of a file it holds, answered without a thread switch.

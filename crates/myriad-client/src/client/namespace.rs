@@ -2,7 +2,6 @@
 //! links and extended attributes. Each call builds its request and sends it through the
 //! request loop (`client.rs`), answering from a lease or an index first where it may.
 
-use myriad_placement::split_parent;
 use myriad_proto::{
     ClientRequest, FileKind, FsError, Inode, RenameFlags, SetAttr, XattrMode, limits, validate_path,
 };
@@ -114,31 +113,10 @@ impl Client {
     ) -> Result<(Inode, Vec<u8>), FsError> {
         if let Some(r) = self.indexed(path, true).await {
             self.count_answer(&self.answered_by_index);
-            let i = r?;
-            // (Contents come only for a caller who may read them.)
-            let mut data = i.contents.unwrap_or_default();
-            data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
-            return Ok((i.inode, data));
+            return r.map(|i| i.looked_up(max_bytes));
         }
-        if self.config.leases && path != "/" {
-            let (dir, name) = split_parent(path);
-            match self.leases.get(dir, name, self.acting_caller()) {
-                Some(crate::leases::Cached::Missing) => {
-                    self.count_answer(&self.answered_by_lease);
-                    return Err(FsError::NotFound);
-                }
-                Some(crate::leases::Cached::Found {
-                    inode, mut data, ..
-                }) => {
-                    self.count_answer(&self.answered_by_lease);
-                    if (data.len() as u64) < inode.size.min(max_bytes) {
-                        data.clear();
-                    }
-                    data.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
-                    return Ok((inode, data));
-                }
-                None => {}
-            }
+        if let Some(r) = self.lease_lookup(path, max_bytes) {
+            return r;
         }
         // The index was asked above; the kernel looks names up in directories only.
         self.fetch_head_under(path, max_bytes, Parents::Directories)

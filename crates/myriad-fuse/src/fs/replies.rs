@@ -1,5 +1,6 @@
-//! Replies shared by several callbacks: an entry (or a negative one), an open, an empty answer, an
-//! extended attribute's value or size; and the kernel's open flags and times in our terms.
+//! Replies shared by several callbacks: an entry (or a negative one), a lookup's, an open,
+//! an empty answer, an extended attribute's value or size; and the kernel's open flags and
+//! times in our terms.
 
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, INodeNo, OpenAccMode, OpenFlags, ReplyEmpty,
@@ -21,6 +22,26 @@ pub(super) fn reply_entry(inner: &Mount, path: &str, r: Result<Inode, FsError>, 
             reply_negative(&inner.cfg.negative_ttl, reply);
         }
         Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// A lookup's answer: a name, or a missing name, that a lease covered since `mark` is
+/// kept by the kernel until the lease goes; any other for its usual time.
+pub(super) fn reply_lookup(
+    inner: &Mount,
+    path: &str,
+    mark: Option<myriad_client::LeaseMark>,
+    r: Result<Inode, FsError>,
+    reply: ReplyEntry,
+) {
+    let is_dir = matches!(&r, Ok(i) if i.kind == myriad_proto::FileKind::Directory);
+    match inner.leased_ttl(path, mark, is_dir) {
+        Some(ttl) => match r {
+            Ok(i) => reply.entry(&ttl, &inner.kernel_attr(&i), Generation(0)),
+            Err(FsError::NotFound) => reply_negative(&ttl, reply),
+            Err(e) => reply.error(errno(&e)),
+        },
+        None => reply_entry(inner, path, r, reply),
     }
 }
 

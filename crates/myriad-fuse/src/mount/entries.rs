@@ -244,9 +244,7 @@ impl Mount {
             done: false,
         };
         let flags = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-        self.metrics
-            .opendirs_at_hand
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.at_hand(crate::mount_metrics::AtHand::Opendir);
         Some((self.handles.open_dir(d), flags))
     }
 
