@@ -629,7 +629,7 @@ impl Filesystem for MyriadFs {
         if let Some(opened) = self.inner.opendir_at_hand(&self.caller(req), ids.id(ino)) {
             return reply_open(Ok(opened), reply);
         }
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             reply_open(fs.opendir(ids.id(ino)).await, reply)
         });
     }
@@ -644,7 +644,7 @@ impl Filesystem for MyriadFs {
     ) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Readdir);
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             let Some(d) = fs.handles.dir(fh.0) else {
                 return reply.error(Errno::EBADF);
             };
@@ -671,7 +671,8 @@ impl Filesystem for MyriadFs {
     ) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Readdirplus);
-        self.spawn(req, move |fs, _| {
+        // A page the lease holds is listed here, with no task (`spawn_here`).
+        self.spawn_here(req, move |fs, _| {
             list_plus(fs, ids, (ino, fh, offset), reply)
         });
     }

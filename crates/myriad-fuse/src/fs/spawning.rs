@@ -41,7 +41,8 @@ impl MyriadFs {
     }
 
     /// `spawn` for a change the mount may answer itself (a create, write, setattr,
-    /// unlink or rmdir answered behind, a close with nothing to send): first polled here, on the
+    /// unlink or rmdir answered behind, a close with nothing to send, a listing's page a
+    /// lease holds): first polled here, on the
     /// FUSE thread, so that such an answer costs no task switch (two thread wake-ups a
     /// request, the cost that dominated them on two cores). One that must wait goes to
     /// the runtime, which polls it again at once and registers there what it waits for
