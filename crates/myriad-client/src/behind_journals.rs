@@ -247,10 +247,11 @@ fn fold(first: &mut ClientRequest, then: &ClientRequest) -> bool {
             let owner_after_mode = a.mode.is_some() && (b.uid.is_some() || b.gid.is_some());
             let times = |s: &myriad_proto::SetAttr| s.atime_ns.is_some() || s.mtime_ns.is_some();
             let mixed_times = (a.touch && times(b)) || (b.touch && times(a));
-            if owner_after_mode || mixed_times {
+            if owner_after_mode || mixed_times || a.of != b.of {
                 return false;
             }
             *a = myriad_proto::SetAttr {
+                of: a.of,
                 mode: b.mode.or(a.mode),
                 uid: b.uid.or(a.uid),
                 gid: b.gid.or(a.gid),

@@ -318,6 +318,10 @@ impl Client {
         let caller = self.acting_caller();
         self.behind((path, None), 0, |held, name, at| {
             let inode = held.lookup(name)??;
+            if set.of.is_some_and(|of| of != inode.ino) {
+                // Meant for a file no longer at this name (as the servers would answer).
+                return Some((Err(FsError::Stale), None));
+            }
             let directory = inode.kind == FileKind::Directory;
             if !directory && (inode.kind != FileKind::File || !inode.alone_in_its_entry()) {
                 return None;

@@ -188,7 +188,7 @@ impl Filesystem for MyriadFs {
                 gid,
                 atime_ns: time_ns(atime),
                 mtime_ns: time_ns(mtime),
-                touch: false,
+                ..SetAttr::default()
             }
         };
         // The kernel sends a setattr of nothing for chown(f, -1, -1): a change all the

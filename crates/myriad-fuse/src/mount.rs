@@ -204,9 +204,10 @@ impl Mount {
     }
 
     /// Runs `f` on the names this mount knows for `ino`, the one seen last first, until
-    /// one answers other than "permission denied" or "not found" (or "not there any
-    /// more": `f` checks the inode). The kernel names an inode, not the path it came by,
-    /// and a hard-linked file's other names may lie where the caller may not search.
+    /// one answers other than "permission denied", "not found" or "another file now"
+    /// (`Stale`, from the servers; else `f` checks the inode). The kernel names an inode,
+    /// not the path it came by, and a hard-linked file's other names may lie where the
+    /// caller may not search.
     pub async fn by_path<T, F, Fut>(&self, ino: InodeId, f: F) -> Result<T, FsError>
     where
         F: Fn(String) -> Fut,
@@ -219,7 +220,7 @@ impl Mount {
         for path in self.inodes.paths(ino) {
             match f(path).await {
                 Err(e @ FsError::PermissionDenied) => last = Err(e),
-                Err(FsError::NotFound) => {}
+                Err(FsError::NotFound | FsError::Stale) => {}
                 other => return other,
             }
         }

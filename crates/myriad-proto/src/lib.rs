@@ -6,11 +6,11 @@
 //! Must not depend on: tokio or any I/O, storage, server, client.
 
 pub mod access;
+mod appended;
 pub mod ask;
 pub mod audience;
 pub mod auth;
 pub mod codec;
-mod create_wire;
 pub mod describe;
 pub mod ec_layout;
 mod envelope;
@@ -32,7 +32,7 @@ pub mod tree_index;
 /// The protocol version messages are encoded for on this thread: a connection sets its
 /// own around each frame (docs/upgrades.md "New fields in the cluster map").
 pub mod versioned {
-    pub use crate::create_wire::CREATE_DATA_AT_SINCE;
+    pub use crate::appended::APPENDED_36;
     pub use myriad_placement::map_wire::{MAP_EXT_SINCE, scope, version};
 }
 mod types;

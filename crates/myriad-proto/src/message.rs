@@ -77,13 +77,14 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// and the trash), appended to the map and written only in frames encoded for 35 or later
 /// (`versioned::scope`): a map sent to a peer of 34 is 34's map byte for byte.
 /// 36: `requests::Create::data_at` (the time of writes answered behind folded into a
-/// create: the file's times are that, its directory's the create's), appended and
-/// written only in frames encoded for 36 or later.
+/// create: the file's times are that, its directory's the create's) and `SetAttr::of`
+/// (the inode a change of attributes is meant for), appended and written only in frames
+/// encoded for 36 or later.
 pub const PROTOCOL_VERSION: u16 = 36;
 
 // The map's extension is known to this build's newest version.
 const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::MAP_EXT_SINCE);
-const _: () = assert!(PROTOCOL_VERSION >= crate::create_wire::CREATE_DATA_AT_SINCE);
+const _: () = assert!(PROTOCOL_VERSION >= crate::appended::APPENDED_36);
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a

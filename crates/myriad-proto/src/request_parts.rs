@@ -6,8 +6,11 @@ use serde::{Deserialize, Serialize};
 
 use myriad_placement::PartitionId;
 
-/// Attribute changes; `None` leaves a field as it is.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+use crate::InodeId;
+
+/// Attribute changes; `None` leaves a field as it is. Encoded by `appended.rs` (`of` only
+/// for peers of 36 or later).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SetAttr {
     pub mode: Option<u32>,
     pub uid: Option<u32>,
@@ -17,6 +20,11 @@ pub struct SetAttr {
     /// Both times to the server's now (utimensat with UTIME_NOW twice, utime(NULL)): POSIX
     /// lets anyone who may write the file do this, not only its owner.
     pub touch: bool,
+    /// The inode the change is meant for: refused (`Stale`) if the name now holds
+    /// another, so that a change through a descriptor (fchmod) never lands on a file
+    /// another client put at its name. `None`: whatever the name holds. Not carried to a
+    /// peer older than 36 (`appended.rs`).
+    pub of: Option<InodeId>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,7 +13,7 @@ use myriad_placement::{Shard, ShardMap};
 use crate::{ExportedEntry, InodeId};
 
 /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
-/// Encoded by `create_wire.rs` (`data_at` only for peers of 36 or later).
+/// Encoded by `appended.rs` (`data_at` only for peers of 36 or later).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Create {
     pub path: String,
@@ -32,7 +32,7 @@ pub struct Create {
     /// folded into a create answered behind (one change for the servers). The file's
     /// times are this; its directory's are the create's (`Envelope::Batch::times`), as
     /// they were shown (nsx seed 6: the directory's mtime moved to the write's time once
-    /// the creator's lease went). Not carried to a peer older than 36 (`create_wire.rs`):
+    /// the creator's lease went). Not carried to a peer older than 36 (`appended.rs`):
     /// there the file's times are the create's.
     pub data_at: Option<i64>,
 }

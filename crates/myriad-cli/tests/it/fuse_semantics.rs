@@ -558,3 +558,50 @@ fn a_stat_after_a_buffered_write_and_an_fstat_shows_the_write_s_time() {
         during.mtime_nsec()
     );
 }
+
+/// A change made through a descriptor (fchmod, fchown, futimens) is made to the open
+/// file, never to another file put at its name meanwhile by another mount: the mount
+/// names a file by its path, and the servers refuse a change of attributes whose name
+/// now holds another inode (`SetAttr::of`). (Before: the other mount's file took the
+/// mode, owner and times meant for the open one.)
+#[test]
+fn a_descriptor_s_attribute_change_never_lands_on_the_file_another_mount_put_at_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::io::AsRawFd;
+    let cl = TestCluster::start_with(3, &["--replicas", "2"]);
+    let (a, b) = (Mount::new(&cl, &[]), Mount::new(&cl, &[]));
+    ok(fs::write(a.path("f"), b"the open one"));
+    ok(fs::set_permissions(
+        a.path("f"),
+        fs::Permissions::from_mode(0o644),
+    ));
+    let open = ok(fs::File::open(a.path("f")));
+    // Mount B puts another file at the name.
+    ok(fs::write(b.path("g"), b"the other one"));
+    ok(fs::set_permissions(
+        b.path("g"),
+        fs::Permissions::from_mode(0o644),
+    ));
+    ok(fs::rename(b.path("g"), b.path("f")));
+    let other_before = meta(&b.path("f"));
+    std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: a descriptor this test holds open.
+    let chmod = unsafe { libc::fchmod(open.as_raw_fd(), 0o600) };
+    // SAFETY: as above; both times now.
+    let touch = unsafe { libc::futimens(open.as_raw_fd(), std::ptr::null()) };
+    let after = meta(&b.path("f"));
+    assert_eq!(
+        (
+            after.mode() & 0o7777,
+            after.mtime_nsec(),
+            after.ctime_nsec()
+        ),
+        (
+            other_before.mode() & 0o7777,
+            other_before.mtime_nsec(),
+            other_before.ctime_nsec()
+        ),
+        "the other mount's file changed (fchmod {chmod}, futimens {touch})"
+    );
+    assert_eq!(ok(fs::read(a.path("f"))), b"the other one");
+}

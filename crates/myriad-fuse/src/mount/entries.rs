@@ -87,6 +87,11 @@ impl Mount {
         }
         // A change of nothing but ctime (chown(f, -1, -1)) still stamps ctime, as POSIX.
         if set != SetAttr::default() || (ctime && size.is_none()) {
+            // Refused by the servers if the name now holds another file (`SetAttr::of`).
+            let set = SetAttr {
+                of: Some(ino),
+                ..set
+            };
             let i = self
                 .by_path(ino, |path| {
                     let set = set.clone();

@@ -69,6 +69,10 @@ impl Partition {
         set: SetAttr,
     ) -> Result<Response, WireError> {
         let before = self.named_entry(st, &caller, &path).await?;
+        if set.of.is_some_and(|of| of != before.ino) {
+            // Checked again where it is applied (`apply_change`).
+            return Err(WireError::Stale);
+        }
         let mut set = perm::check_setattr(&before, &caller, &set)?;
         if before.kind == FileKind::Directory {
             // What it already has is not set again: a change that leaves everyone's

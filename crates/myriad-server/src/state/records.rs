@@ -86,6 +86,11 @@ pub(crate) fn apply_change(
     now: i64,
 ) -> Result<(), StateError> {
     match change {
+        // Meant for another inode than the name holds now (a descriptor's file, since
+        // replaced at its name by another client): refused, the name's file untouched.
+        InodeChange::Attr(set) if set.of.is_some_and(|of| of != inode.ino) => {
+            return Err(WireError::Stale.into());
+        }
         InodeChange::Attr(set) => apply_setattr(inode, &set, now),
         InodeChange::Xattr { name, value, mode } => {
             let at = inode.xattrs.iter().position(|x| x.name == name);

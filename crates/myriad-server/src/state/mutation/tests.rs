@@ -1320,3 +1320,25 @@ fn an_automatic_index_mark_stops_each_change_until_cleared() {
         crate::state::changed_dirs::ChangedDirs::None
     );
 }
+
+/// A change of attributes meant for one inode is refused, and nothing changed, when the
+/// name holds another (`SetAttr::of`: a descriptor's file replaced at its name).
+#[test]
+fn a_setattr_meant_for_another_inode_is_refused_and_changes_nothing() {
+    let mut t = T::new();
+    let i = t.create("/", "a", b"x").unwrap_or_else(|e| panic!("{e}"));
+    let set = |of: u64| Mutation::SetAttr {
+        dir: "/".into(),
+        name: "a".into(),
+        change: InodeChange::Attr(myriad_proto::SetAttr {
+            mode: Some(0o600),
+            of: Some(InodeId(of)),
+            ..myriad_proto::SetAttr::default()
+        }),
+        now: 20,
+    };
+    assert_eq!(t.run(set(i.ino.0 + 1)).err(), Some(WireError::Stale));
+    assert_eq!(entry(&t, "/", "a"), i, "untouched");
+    assert!(t.run(set(i.ino.0)).is_ok());
+    assert_eq!(entry(&t, "/", "a").mode & 0o777, 0o600);
+}

@@ -1,18 +1,22 @@
-//! How a `requests::Create` is encoded for a peer of a given protocol version: its
-//! `data_at`, appended in 36, is written and read only in frames encoded for 36 or later
-//! (`versioned::scope`, set by the connection around each frame), so a peer of 35 gets
-//! 35's create byte for byte; JSON always has it. Outside any scope (tests that encode a
-//! request by hand, the fuzzers' seeds) a create is written as 35 wrote it.
+//! Fields appended to requests in protocol 36, each written and read only in frames
+//! encoded for 36 or later (`versioned::scope`, set by the connection around each frame),
+//! so a peer of 35 gets 35's request byte for byte; JSON always has them. Outside any
+//! scope (tests that encode a request by hand, the fuzzers' seeds) a request is written as
+//! 35 wrote it.
+//! - `requests::Create::data_at`: the time of writes answered behind folded into a create;
+//! - `SetAttr::of`: the inode a change of attributes is meant for (the servers refuse it
+//!   if the name holds another).
 
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::InodeId;
+use crate::SetAttr;
 use crate::requests::Create;
 use crate::versioned::version;
 
-/// The first protocol version whose creates carry `data_at`.
-pub const CREATE_DATA_AT_SINCE: u16 = 36;
+/// The first protocol version with these fields.
+pub const APPENDED_36: u16 = 36;
 
 /// The fields every version's create has, as protocol 35 wrote them.
 #[derive(Deserialize)]
@@ -51,7 +55,7 @@ impl Fields35 {
 
 impl Serialize for Create {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let at = s.is_human_readable() || version() >= CREATE_DATA_AT_SINCE;
+        let at = s.is_human_readable() || version() >= APPENDED_36;
         let mut st = s.serialize_struct("Create", if at { 7 } else { 6 })?;
         st.serialize_field("path", &self.path)?;
         st.serialize_field("mode", &self.mode)?;
@@ -72,12 +76,76 @@ impl<'de> Deserialize<'de> for Create {
             let j = Json::deserialize(d)?;
             return Ok(j.base.with(j.data_at));
         }
-        if version() >= CREATE_DATA_AT_SINCE {
+        if version() >= APPENDED_36 {
             // Laid out as one struct: the fields, then `data_at`.
             let (base, at) = <(Fields35, Option<i64>)>::deserialize(d)?;
             return Ok(base.with(at));
         }
         Ok(Fields35::deserialize(d)?.with(None))
+    }
+}
+
+/// The fields every version's `SetAttr` has, as protocol 35 wrote them.
+#[derive(Deserialize)]
+struct SetAttr35 {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    atime_ns: Option<i64>,
+    mtime_ns: Option<i64>,
+    touch: bool,
+}
+
+#[derive(Deserialize)]
+struct SetAttrJson {
+    #[serde(flatten)]
+    base: SetAttr35,
+    #[serde(default)]
+    of: Option<InodeId>,
+}
+
+impl SetAttr35 {
+    fn with(self, of: Option<InodeId>) -> SetAttr {
+        SetAttr {
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            atime_ns: self.atime_ns,
+            mtime_ns: self.mtime_ns,
+            touch: self.touch,
+            of,
+        }
+    }
+}
+
+impl Serialize for SetAttr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let of = s.is_human_readable() || version() >= APPENDED_36;
+        let mut st = s.serialize_struct("SetAttr", if of { 7 } else { 6 })?;
+        st.serialize_field("mode", &self.mode)?;
+        st.serialize_field("uid", &self.uid)?;
+        st.serialize_field("gid", &self.gid)?;
+        st.serialize_field("atime_ns", &self.atime_ns)?;
+        st.serialize_field("mtime_ns", &self.mtime_ns)?;
+        st.serialize_field("touch", &self.touch)?;
+        if of {
+            st.serialize_field("of", &self.of)?;
+        }
+        st.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for SetAttr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() {
+            let j = SetAttrJson::deserialize(d)?;
+            return Ok(j.base.with(j.of));
+        }
+        if version() >= APPENDED_36 {
+            let (base, of) = <(SetAttr35, Option<InodeId>)>::deserialize(d)?;
+            return Ok(base.with(of));
+        }
+        Ok(SetAttr35::deserialize(d)?.with(None))
     }
 }
 
@@ -100,9 +168,9 @@ mod tests {
     }
 
     /// A peer of 35 gets 35's bytes (no `data_at`); one of 36 gets it back whole; 35's
-    /// bytes read as 36 are malformed, never a made-up time.
+    /// bytes read as 36 are malformed, never a made-up time. The same for `SetAttr::of`.
     #[test]
-    fn a_create_carries_its_data_time_only_to_peers_that_know_it() {
+    fn appended_fields_go_only_to_peers_that_know_them() {
         let c = create(Some(1_234_567));
         let for_35 = scope(35, || encode(&c)).unwrap_or_default();
         let for_36 = scope(36, || encode(&c)).unwrap_or_default();
