@@ -309,6 +309,7 @@ fn requests() -> Seeds {
                         atime_ns: None,
                         mtime_ns: Some(-1),
                         touch: false,
+                        of: None,
                     },
                 },
             ),
