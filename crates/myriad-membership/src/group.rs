@@ -243,6 +243,7 @@ impl Group {
     /// Commits `map` through the group (forwarded to the leader if this server is not it);
     /// applied only if its epoch is above the current one. Returns the epoch after it.
     pub async fn propose(&self, map: ClusterMap, timeout: Duration) -> Result<u64, ProposeError> {
+        let map = self.floor_kept(map);
         let write = async {
             match self
                 .raft
@@ -276,6 +277,16 @@ impl Group {
             .map_err(|_| ProposeError::Timeout(timeout))?
     }
 
+    /// `map` with the cluster's protocol floor as it stands if that is higher: the floor
+    /// never goes down, and a map built from an older file has none (so it is written to
+    /// the log with its extension whenever the floor allows: `MapCommand::install`).
+    fn floor_kept(&self, mut map: ClusterMap) -> ClusterMap {
+        if let Some(cur) = self.map() {
+            map.ext.protocol_floor = map.ext.protocol_floor.max(cur.ext.protocol_floor);
+        }
+        map
+    }
+
     /// Serves a peer's Raft message; the encoded answer.
     pub async fn serve(&self, rpc: RaftRpc, payload: &[u8]) -> Result<Vec<u8>, String> {
         fn de<T: DeserializeOwned>(b: &[u8]) -> Result<T, String> {
@@ -294,6 +305,7 @@ impl Group {
                 if let Some(ext) = ext {
                     map.ext = ext;
                 }
+                let map = self.floor_kept(map);
                 let r = match self.raft.client_write(MapCommand::install(map)).await {
                     Ok(r) => Ok(r.data.epoch),
                     Err(e) => Err(e.to_string()),

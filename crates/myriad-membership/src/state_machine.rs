@@ -170,7 +170,12 @@ impl RaftStateMachine<TypeConfig> for MapStateMachine {
             match e.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(cmd) => {
-                    let map = cmd.into_map();
+                    let mut map = cmd.into_map();
+                    // The cluster's protocol floor never goes down (a map built from an
+                    // older file, or written as 34 wrote it, has none).
+                    if let Some(cur) = &state.map {
+                        map.ext.protocol_floor = map.ext.protocol_floor.max(cur.ext.protocol_floor);
+                    }
                     if state.map.as_ref().is_none_or(|m| map.epoch > m.epoch) {
                         state.map = Some(map);
                     }

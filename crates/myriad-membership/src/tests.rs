@@ -88,7 +88,8 @@ fn everything_survives_a_reopen() {
 }
 
 /// A map with an extension (a protocol floor) applied, snapshotted and installed on
-/// another member keeps its extension, in the state record across a reopen too.
+/// another member keeps its extension, in the state record across a reopen too; a later
+/// map with no floor keeps the floor.
 #[test]
 fn a_map_s_extension_survives_apply_snapshot_and_install() {
     use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
@@ -112,6 +113,23 @@ fn a_map_s_extension_survives_apply_snapshot_and_install() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sm.map().ok().flatten(), Some(map.clone()));
+        // A later map without a floor (built from an older file) keeps the floor.
+        let mut later = map.clone();
+        later.epoch += 1;
+        later.ext = myriad_placement::MapExt::default();
+        let entry = Entry::<TypeConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 2),
+            payload: EntryPayload::Normal(crate::MapCommand::install(later)),
+        };
+        sm.apply(vec![entry])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        map.epoch += 1;
+        assert_eq!(
+            sm.map().ok().flatten(),
+            Some(map.clone()),
+            "the floor stays"
+        );
         let mut builder = sm.get_snapshot_builder().await;
         builder
             .build_snapshot()

@@ -32,7 +32,11 @@ fn newer_map(old: &ClusterMap, epoch: u64) -> (ClusterMap, String) {
 async fn stale_client_is_redirected_and_stale_server_is_updated() {
     let tc = TestCluster::start(4);
     let old_client = tc.client();
-    let (m2, dir) = newer_map(&tc.map, 2);
+    // The cluster raises its protocol floor within a second of start (a map change of its
+    // own): the maps below follow the map after it.
+    let base = floor_raised(&tc).await;
+    let e = base.epoch;
+    let (m2, dir) = newer_map(&base, e + 1);
 
     // An admin client (root) installs epoch 2: committed through the Raft group, then
     // followed by every server.
@@ -54,7 +58,11 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
     // The old client sends /dir/f to the server that no longer serves its partition, gets a
     // redirect with epoch 2, retries.
     c_create(&old_client, &format!("{dir}/f")).await;
-    assert_eq!(old_client.map().epoch, 2, "client adopted the newer map");
+    assert_eq!(
+        old_client.map().epoch,
+        e + 1,
+        "client adopted the newer map"
+    );
     assert_eq!(
         old_client
             .fetch(&format!("{dir}/f"))
@@ -68,19 +76,19 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
     assert!(
         counts
             .iter()
-            .all(|(_, r)| r.as_ref().map(|c| c.epoch == 2).unwrap_or(false))
+            .all(|(_, r)| r.as_ref().map(|c| c.epoch == e + 1).unwrap_or(false))
     );
 
     // The map file was rewritten by the servers, so restarts keep the newer map.
     let on_disk =
         ClusterMap::from_json(&std::fs::read_to_string(tc.map_file()).unwrap_or_default())
             .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(on_disk.epoch, 2);
+    assert_eq!(on_disk.epoch, e + 1);
 
-    // An administrator's client that is ahead (epoch 3, same placement) pushes its map to
-    // the servers it talks to (a proposal to the group).
+    // An administrator's client that is ahead (one epoch more, same placement) pushes its
+    // map to the servers it talks to (a proposal to the group).
     let mut m3 = m2.clone();
-    m3.epoch = 3;
+    m3.epoch = e + 2;
     let ahead = tc.client_as(
         m3,
         std::time::Duration::from_secs(10),
@@ -89,7 +97,23 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
     assert!(ahead.stat(&format!("{dir}/f")).await.is_ok());
     let owner = ahead.owner_of_entry(&format!("{dir}/f"));
     let server = m2.primary_of(owner).unwrap_or_default();
-    assert_eq!(ahead.counters(server).await.map(|c| c.epoch).ok(), Some(3));
+    assert_eq!(
+        ahead.counters(server).await.map(|c| c.epoch).ok(),
+        Some(e + 2)
+    );
+}
+
+/// The cluster's map once its protocol floor was raised to this build's protocol.
+async fn floor_raised(tc: &TestCluster) -> ClusterMap {
+    let client = tc.client();
+    for _ in 0..200 {
+        let map = client.newest_map().await;
+        if map.ext.protocol_floor == myriad_proto::PROTOCOL_VERSION {
+            return map;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the protocol floor was never raised");
 }
 
 async fn c_create(c: &myriad_client::Client, path: &str) {
