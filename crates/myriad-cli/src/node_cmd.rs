@@ -5,6 +5,7 @@
 //! cluster-map group); declare servers lost (`node_lost.rs`). `cluster remove-node` is
 //! remove, plus stopping a local process.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -62,7 +63,8 @@ pub async fn run(cmd: NodeCmd, client: &Client) -> anyhow::Result<()> {
     match cmd {
         NodeCmd::List => {
             let map = client.newest_map().await;
-            print!("{}", list(&map));
+            let speaks = protocols(client, &map).await;
+            print!("{}", list(&map, &speaks));
             Ok(())
         }
         NodeCmd::Drain { id, wait } => {
@@ -102,9 +104,24 @@ pub async fn run(cmd: NodeCmd, client: &Client) -> anyhow::Result<()> {
     }
 }
 
-/// The servers of `map`, one line each.
+/// The protocol each server of `map` that answers within a second speaks with this
+/// client (docs/upgrades.md: the cluster's floor rises once every server speaks more).
+async fn protocols(client: &Client, map: &ClusterMap) -> BTreeMap<NodeId, u16> {
+    let asks = map.nodes.iter().map(|n| async move {
+        let v = tokio::time::timeout(Duration::from_secs(1), client.server_protocol(n.id)).await;
+        (n.id, v.ok().flatten())
+    });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, v?)))
+        .collect()
+}
+
+/// The servers of `map`, one line each, with the protocol each speaks (`speaks`; "-":
+/// it did not answer).
 #[must_use]
-pub fn list(map: &ClusterMap) -> String {
+pub fn list(map: &ClusterMap, speaks: &BTreeMap<NodeId, u16>) -> String {
     let mut out = format!(
         "cluster map epoch {}, {} servers, {} partitions, {} copies each\n",
         map.epoch,
@@ -120,8 +137,8 @@ pub fn list(map: &ClusterMap) -> String {
         )),
     }
     out.push_str(&format!(
-        "{:>4}  {:<24} {:<10} {:<8} {:>6} {:>9} {:>7}\n",
-        "id", "address", "zone", "state", "copies", "primaries", "behind"
+        "{:>4}  {:<24} {:<10} {:<8} {:>6} {:>9} {:>7} {:>8}\n",
+        "id", "address", "zone", "state", "copies", "primaries", "behind", "protocol"
     ));
     for n in &map.nodes {
         let held = map.partitions.iter().filter(|p| p.replicas.contains(&n.id));
@@ -134,9 +151,12 @@ pub fn list(map: &ClusterMap) -> String {
             NodeState::Leaving => "leaving",
         };
         let zone = if n.zone.is_empty() { "-" } else { &n.zone };
+        let protocol = speaks
+            .get(&n.id)
+            .map_or_else(|| "-".to_string(), u16::to_string);
         out.push_str(&format!(
-            "{:>4}  {:<24} {:<10} {:<8} {:>6} {:>9} {:>7}\n",
-            n.id.0, n.addr, zone, state, copies, primaries, behind
+            "{:>4}  {:<24} {:<10} {:<8} {:>6} {:>9} {:>7} {:>8}\n",
+            n.id.0, n.addr, zone, state, copies, primaries, behind, protocol
         ));
     }
     out
@@ -286,7 +306,8 @@ mod tests {
     fn the_list_names_every_server_with_its_copies() {
         let addrs: Vec<String> = (1..=3).map(|i| format!("10.0.0.{i}:7401")).collect();
         let map = ClusterMap::build(7, &addrs, 8, 3);
-        let text = list(&map);
+        let speaks = BTreeMap::from([(NodeId(1), 36), (NodeId(2), 35)]);
+        let text = list(&map, &speaks);
         assert!(text.starts_with("cluster map epoch 7, 3 servers, 24 partitions, 3 copies"));
         for a in &addrs {
             let line = text
@@ -298,6 +319,13 @@ mod tests {
                 line.contains("24"),
                 "every server holds every partition: {line}"
             );
+            let protocol = line.split_whitespace().last().unwrap_or_default();
+            let want = match a.as_str() {
+                "10.0.0.1:7401" => "36",
+                "10.0.0.2:7401" => "35",
+                _ => "-",
+            };
+            assert_eq!(protocol, want, "{line}");
         }
     }
 }

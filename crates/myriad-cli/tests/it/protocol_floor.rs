@@ -34,6 +34,15 @@ fn wait_list(tc: &TestCluster, what: &str, ok: impl Fn(&str) -> bool) -> String 
     }
 }
 
+/// The protocol `node list` shows for server `id` (the last column).
+fn protocol_of(list: &str, id: u32) -> String {
+    list.lines()
+        .find(|l| l.split_whitespace().next() == Some(id.to_string().as_str()))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn restart(tc: &TestCluster, node: u32, env: &[(&str, &str)]) {
     tc.kill9(NodeId(node));
     tc.restart_with_env(NodeId(node), env);
@@ -46,7 +55,10 @@ fn the_floor_rises_once_every_server_speaks_the_new_protocol_and_then_keeps_old_
     let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &capped);
     let old_floor = floor_line(PROTOCOL_VERSION - 1);
     let new_floor = floor_line(PROTOCOL_VERSION);
-    wait_list(&tc, "the old release's floor", |l| l.contains(&old_floor));
+    let list = wait_list(&tc, "the old release's floor", |l| l.contains(&old_floor));
+    for id in 1..=3 {
+        assert_eq!(protocol_of(&list, id), old, "server {id}:\n{list}");
+    }
 
     // Upgraded one by one: the floor stays while any server speaks only the old one.
     restart(&tc, 1, &[]);
@@ -58,7 +70,14 @@ fn the_floor_rises_once_every_server_speaks_the_new_protocol_and_then_keeps_old_
         "server 3 still speaks {old}:\n{list}"
     );
     restart(&tc, 3, &[]);
-    wait_list(&tc, "the new floor", |l| l.contains(&new_floor));
+    let list = wait_list(&tc, "the new floor", |l| l.contains(&new_floor));
+    for id in 1..=3 {
+        assert_eq!(
+            protocol_of(&list, id),
+            PROTOCOL_VERSION.to_string(),
+            "{list}"
+        );
+    }
 
     // Server 3 back on the old release: refused at its hellos, so it gets no lease and
     // is marked down; the floor does not go down.
@@ -84,6 +103,7 @@ fn the_floor_rises_once_every_server_speaks_the_new_protocol_and_then_keeps_old_
         list.contains(&new_floor),
         "the floor never goes down:\n{list}"
     );
+    assert_eq!(protocol_of(&list, 3), old, "what holds it back:\n{list}");
 
     // Upgraded again, it is let back in.
     restart(&tc, 3, &[]);

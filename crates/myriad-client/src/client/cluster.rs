@@ -196,6 +196,14 @@ impl Client {
         self.call(Route::Server(node), req).await
     }
 
+    /// The protocol this client and server `node` speak (the newer of the two's newest is
+    /// not known: the lower one), asked with an echo; `None` if it does not answer.
+    pub async fn server_protocol(&self, node: NodeId) -> Option<u16> {
+        self.echo(node, Vec::new()).await.ok()?;
+        let addr = self.st().map.node(node)?.addr.clone();
+        Some(self.transport.link(&addr).version).filter(|v| *v > 0)
+    }
+
     pub async fn echo(&self, node: NodeId, payload: Vec<u8>) -> Result<Vec<u8>, FsError> {
         Ok(self.ask(Route::Server(node), ask::echo(payload)).await?.0)
     }

@@ -106,14 +106,35 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Option<Result<(Inode, Vec<u8>), FsError>> {
+        self.held_now(path, max_bytes, true)
+    }
+
+    /// `lookup_head_now` (`lookup`: contents only for a caller who may read them, and no
+    /// read permission needed) or `fetch_head_now` (the file read, or refused).
+    fn held_now(
+        &self,
+        path: &str,
+        max_bytes: u64,
+        lookup: bool,
+    ) -> Option<Result<(Inode, Vec<u8>), FsError>> {
         if !self.config.leases || validate_path(path).is_err() {
             return None;
         }
         if let Some(r) = self.indexed_now(path, self.acting_caller(), true) {
             self.count_answer(&self.answered_by_index);
-            return Some(r.map(|i| i.looked_up(max_bytes)));
+            return Some(r.and_then(|i| {
+                if lookup {
+                    Ok(i.looked_up(max_bytes))
+                } else {
+                    i.head(max_bytes)
+                }
+            }));
         }
-        self.lease_lookup(path, max_bytes)
+        if lookup {
+            self.lease_lookup(path, max_bytes)
+        } else {
+            self.lease_answer(path, max_bytes)
+        }
     }
 
     /// A lookup of `path` (attributes, and up to `max_bytes` of contents if the lease
@@ -153,14 +174,7 @@ impl Client {
         path: &str,
         max_bytes: u64,
     ) -> Option<Result<(Inode, Vec<u8>), FsError>> {
-        if !self.config.leases || validate_path(path).is_err() {
-            return None;
-        }
-        if let Some(r) = self.indexed_now(path, self.acting_caller(), true) {
-            self.count_answer(&self.answered_by_index);
-            return Some(r.and_then(|i| i.head(max_bytes)));
-        }
-        self.lease_answer(path, max_bytes)
+        self.held_now(path, max_bytes, false)
     }
 
     /// A read of `path`'s entry asking for `asked` bytes, answered from the lease cache
