@@ -518,9 +518,12 @@ impl Membership {
         }
         // Every server speaks a newer protocol than the floor: raise it (docs/upgrades.md
         // "The cluster's protocol floor"); servers below it are refused from then on.
+        // (Only a floor the map's extension can be written at: below 35 the Raft log
+        // keeps none, and the same raise would be proposed again every round.)
         if let Some(next) = self
             .heard
             .floor(&map, now)
+            .filter(|f| *f >= myriad_placement::map_wire::MAP_EXT_SINCE)
             .and_then(|f| map.with_protocol_floor(f))
         {
             tracing::info!(

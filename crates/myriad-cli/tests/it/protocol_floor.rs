@@ -112,3 +112,33 @@ fn the_floor_rises_once_every_server_speaks_the_new_protocol_and_then_keeps_old_
             .any(|line| line.trim_start().starts_with("3 ") && line.contains(" up "))
     });
 }
+
+/// Servers of a release older than the map's extension (34) make no floor at all: one
+/// below 35 cannot be kept in the Raft log, and raising it would be proposed again every
+/// round (the map's epoch climbing during a rolling upgrade from such a release).
+#[test]
+fn servers_older_than_the_map_s_extension_make_no_floor_and_no_map_changes() {
+    let capped = [("MYRIAD_PROTOCOL_NEWEST", "34")];
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &capped);
+    let epoch = |list: &str| {
+        list.lines()
+            .next()
+            .and_then(|l| l.split_whitespace().nth(3))
+            .map(|e| e.trim_end_matches(',').to_string())
+            .unwrap_or_default()
+    };
+    let list = wait_list(&tc, "every server speaking 34", |l| {
+        (1..=3).all(|id| protocol_of(l, id) == "34")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let first = node_list(&tc);
+    assert!(first.contains("protocol floor: not set yet"), "{first}");
+    std::thread::sleep(Duration::from_secs(1));
+    let second = node_list(&tc);
+    assert_eq!(
+        epoch(&first),
+        epoch(&second),
+        "the map keeps changing:\n{first}\n{second}"
+    );
+    assert!(!epoch(&list).is_empty(), "{list}");
+}
