@@ -112,10 +112,31 @@ fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send
 
 #[test]
 fn lock_waiters_beyond_a_queues_entries_do_not_hold_back_other_requests() {
+    lock_waiters_over_the_ring(false);
+}
+
+/// The same with a change of the cluster map while the waiters are blocked: found at
+/// stop 80 (the cluster's own map change that raises its protocol floor, a second after
+/// start, met the test's waiters once in a suite run); fails about one run in three, the
+/// waiters not done after 30 s, over the ring only (4 of 4 pass over /dev/fuse). Not
+/// fixed yet; the test above waits for that map change first.
+#[test]
+#[ignore = "a known stall over the ring: lock waiters across a map change (stop 80)"]
+fn lock_waiters_over_the_ring_survive_a_map_change() {
+    lock_waiters_over_the_ring(true);
+}
+
+/// Twelve flock waiters blocked behind a held lock over the ring (two entries per CPU),
+/// other requests served beside them, then each waiter gets the lock in turn; with
+/// `map_change`, a newer map (same placement) is installed while they wait.
+fn lock_waiters_over_the_ring(map_change: bool) {
     if no_ring_here() {
         return;
     }
     let tc = TestCluster::start(3);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    // The cluster's own map change (its protocol floor, within a second of start) first.
+    let map = rt.block_on(crate::redirect::floor_raised(&tc));
     // Two entries per CPU to start: twelve blocked flock waiters hold every one of them.
     let m = Mount::new(&tc, &["--", "--fuse-ring", "--fuse-ring-depth", "2"]);
     let file = m.path("locked");
@@ -134,6 +155,17 @@ fn lock_waiters_beyond_a_queues_entries_do_not_hold_back_other_requests() {
         })
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(500));
+    if map_change {
+        let mut newer = map;
+        newer.epoch += 1;
+        let admin = tc.client_as(
+            newer.clone(),
+            std::time::Duration::from_secs(10),
+            myriad_client::Caller::root(),
+        );
+        let installed = rt.block_on(admin.install_map(newer));
+        assert!(installed.is_ok(), "{installed:?}");
+    }
     // Every other request still gets an entry (the queues registered more).
     let root = m.dir.path().to_path_buf();
     within(

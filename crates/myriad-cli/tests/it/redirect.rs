@@ -104,7 +104,7 @@ async fn stale_client_is_redirected_and_stale_server_is_updated() {
 }
 
 /// The cluster's map once its protocol floor was raised to this build's protocol.
-async fn floor_raised(tc: &TestCluster) -> ClusterMap {
+pub async fn floor_raised(tc: &TestCluster) -> ClusterMap {
     let client = tc.client();
     for _ in 0..200 {
         let map = client.newest_map().await;
