@@ -516,26 +516,7 @@ impl Membership {
             // One change per round: the next one starts from the map this one made.
             return;
         }
-        // Every server speaks a newer protocol than the floor: raise it (docs/upgrades.md
-        // "The cluster's protocol floor"); servers below it are refused from then on.
-        // (Only a floor the map's extension can be written at: below 35 the Raft log
-        // keeps none, and the same raise would be proposed again every round.)
-        if let Some(next) = self
-            .heard
-            .floor(&map, now)
-            .filter(|f| *f >= myriad_placement::map_wire::MAP_EXT_SINCE)
-            .and_then(|f| map.with_protocol_floor(f))
-        {
-            tracing::info!(
-                floor = next.ext.protocol_floor,
-                epoch = next.epoch,
-                "every server speaks protocol {} or later: the cluster's protocol floor rises \
-                 (a server older than that is refused from now on)",
-                next.ext.protocol_floor
-            );
-            if let Err(e) = self.propose_map(next).await {
-                tracing::warn!("{e}");
-            }
+        if self.raise_floor(&map, now).await {
             return;
         }
         self.group.sync_members(&map, PROPOSE_TIMEOUT).await;
@@ -621,6 +602,32 @@ impl Membership {
                 tracing::warn!("{e}");
             }
         }
+    }
+
+    /// Every server speaks a newer protocol than the floor: raises it (docs/upgrades.md
+    /// "The cluster's protocol floor"); servers below it are refused from then on. Only
+    /// a floor the map's extension can be written at: below 35 the Raft log keeps none,
+    /// and the same raise would be proposed again every round. Whether it proposed one.
+    async fn raise_floor(&self, map: &ClusterMap, now: Instant) -> bool {
+        let Some(next) = self
+            .heard
+            .floor(map, now)
+            .filter(|f| *f >= myriad_placement::map_wire::MAP_EXT_SINCE)
+            .and_then(|f| map.with_protocol_floor(f))
+        else {
+            return false;
+        };
+        tracing::info!(
+            floor = next.ext.protocol_floor,
+            epoch = next.epoch,
+            "every server speaks protocol {} or later: the cluster's protocol floor rises \
+             (a server older than that is refused from now on)",
+            next.ext.protocol_floor
+        );
+        if let Err(e) = self.propose_map(next).await {
+            tracing::warn!("{e}");
+        }
+        true
     }
 
     /// The moves of `map` whose new copy holds at least what its primary held just before
