@@ -211,7 +211,7 @@ impl Mount {
         };
         // The first page now, so a permission error comes from opendir as locally.
         self.fill_listing(&mut d, 0).await?;
-        let flags = if self.listing_kept(&d.path, d.mark) {
+        let flags = if self.listing_kept(&self.client, &d.path, d.mark) {
             FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
@@ -232,13 +232,7 @@ impl Mount {
         let path = self.path(ino).ok()?;
         let client = self.client.for_caller(caller.clone());
         let mark = client.lease_mark(&path);
-        if !client.listing_covered(&path, mark) {
-            return None;
-        }
-        // Noted before the answer, checked again after (as `listing_kept`): a note left
-        // by a refused open only costs the kernel's copy at the next drop.
-        self.kernel_names.note(&path, LISTING, Kept::Long);
-        if !client.listing_covered(&path, mark) {
+        if !self.listing_kept(&client, &path, mark) {
             return None;
         }
         let d = DirListing {
@@ -257,12 +251,18 @@ impl Mount {
     /// covers it whole, noted so that the lease's drop takes it from the kernel
     /// (`recall.rs`). Checked again once noted: a drop in between may have taken the
     /// notes without this one.
-    fn listing_kept(&self, dir: &str, mark: Option<myriad_client::LeaseMark>) -> bool {
-        if !self.cfg.leases || !self.client.listing_covered(dir, mark) {
+    /// `client` acts for the caller the listing is for.
+    fn listing_kept(
+        &self,
+        client: &myriad_client::Client,
+        dir: &str,
+        mark: Option<myriad_client::LeaseMark>,
+    ) -> bool {
+        if !self.cfg.leases || !client.listing_covered(dir, mark) {
             return false;
         }
         self.kernel_names.note(dir, LISTING, Kept::Long);
-        self.client.listing_covered(dir, mark)
+        client.listing_covered(dir, mark)
     }
 
     pub async fn get_xattr(
