@@ -41,6 +41,7 @@ mod node_cmd;
 mod node_lost;
 mod plot;
 mod policy_cmd;
+mod quota_cmd;
 mod s3_cmd;
 mod server_cmd;
 mod signals;
@@ -198,6 +199,10 @@ enum Command {
     /// that zone's servers, so clients there never cross to another zone for it.
     #[command(subcommand)]
     Policy(policy_cmd::PolicyCmd),
+    /// Directory quotas (docs/quotas.md): a limit on the bytes and names a tree holds,
+    /// with its usage kept exact by the servers as files change.
+    #[command(subcommand)]
+    Quota(quota_cmd::QuotaCmd),
     /// Check the namespace below PATH (default /) while the cluster runs: every entry where
     /// placement puts it, shard maps agreeing, no orphan directory objects or data, no
     /// dangling entries, link counts and sizes right (docs/fsck.md). Read-only unless
@@ -367,6 +372,14 @@ fn run_client_command(
                     fs_cmds::connect(cluster, secret_file, timeout)?
                 };
                 policy_cmd::run(c, &client).await
+            }
+            Command::Quota(c) => {
+                let client = if c.changes_the_map() {
+                    fs_cmds::connect_admin(cluster, secret_file, timeout)?
+                } else {
+                    fs_cmds::connect(cluster, secret_file, timeout)?
+                };
+                quota_cmd::run(c, &client).await
             }
             Command::Dashboard(a) => {
                 let name = cluster_name(cluster.as_deref());

@@ -42,3 +42,29 @@ pub async fn commit(
         "the cluster map kept changing under this change ({CHANGE_TRIES} tries); is the cluster secret the one the servers have?"
     )
 }
+
+/// `commit` of a change to one part of the map (`part`: the policies, the quota on a
+/// path): landed once the newest map's part is the one the change made.
+pub async fn commit_part<T: PartialEq>(
+    client: &Client,
+    edit: impl Fn(&ClusterMap) -> anyhow::Result<Option<ClusterMap>>,
+    part: impl Fn(&ClusterMap) -> T,
+) -> anyhow::Result<ClusterMap> {
+    let wanted = std::sync::Mutex::new(None);
+    commit(
+        client,
+        |m| {
+            let next = edit(m)?;
+            if let Ok(mut w) = wanted.lock() {
+                *w = next.as_ref().map(&part);
+            }
+            Ok(next)
+        },
+        |now| {
+            wanted
+                .lock()
+                .is_ok_and(|w| w.as_ref().is_none_or(|p| *p == part(now)))
+        },
+    )
+    .await
+}

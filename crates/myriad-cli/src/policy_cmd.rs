@@ -204,23 +204,7 @@ pub(crate) async fn change(
     client: &Client,
     edit: impl Fn(&ClusterMap) -> anyhow::Result<Option<ClusterMap>>,
 ) -> anyhow::Result<ClusterMap> {
-    let wanted = std::sync::Mutex::new(None);
-    crate::map_change::commit(
-        client,
-        |m| {
-            let next = edit(m)?;
-            if let Ok(mut w) = wanted.lock() {
-                *w = next.as_ref().map(|n| n.policies.clone());
-            }
-            Ok(next)
-        },
-        |now| {
-            wanted
-                .lock()
-                .is_ok_and(|w| w.as_ref().is_none_or(|p| *p == now.policies))
-        },
-    )
-    .await
+    crate::map_change::commit_part(client, edit, |m| m.policies.clone()).await
 }
 
 /// "/lab: zone a, 2 copies, 12 partitions on servers 1,3,5".

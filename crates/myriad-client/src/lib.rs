@@ -43,7 +43,7 @@ pub use leases::{Dropped, LeaseMark, RecallHook};
 pub use myriad_net::{Link, Transport};
 pub use myriad_placement::{
     ClusterMap, DEFAULT_PARTITIONS_PER_NODE, DEFAULT_REPLICATION, Forced, LossPlan, LostError,
-    Move, NodeId, NodeInfo, NodeState, PartitionId, PartitionInfo, Policy, PolicyState,
+    Move, NodeId, NodeInfo, NodeState, PartitionId, PartitionInfo, Policy, PolicyState, Quota,
     ZONE_NAME_MAX, zone_name_ok,
 };
 /// The protocol, for tools that speak it directly (fsck).

@@ -33,6 +33,16 @@ use myriad_proto::reply::Bundle;
 /// this, for as long as it takes.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
 
+/// Whether the names of `dir` are in the tree of a quota with a limit: changes there are
+/// sent, never answered behind, so that one past a limit fails with EDQUOT when it is made
+/// (docs/quotas.md "What clients see").
+fn under_limited_quota(map: &myriad_placement::ClusterMap, dir: &str) -> bool {
+    map.ext
+        .quotas
+        .iter()
+        .any(|q| (q.max_files > 0 || q.max_bytes > 0) && q.encloses_dir(dir))
+}
+
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -115,6 +125,9 @@ impl Client {
             return None;
         }
         let (dir, name) = split_parent(path);
+        if under_limited_quota(&self.map(), dir) {
+            return None;
+        }
         let partition = self.entry_partition(path);
         let key = LeaseKey {
             partition,
@@ -247,7 +260,7 @@ impl Client {
     /// `partition`.
     pub(crate) async fn claim_dir(&self, dir: &str, partition: PartitionId) -> bool {
         let journal = &self.leases.journal;
-        if !journal.enabled() {
+        if !journal.enabled() || under_limited_quota(&self.map(), dir) {
             return false;
         }
         let caller = self.acting_caller();

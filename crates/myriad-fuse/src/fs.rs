@@ -18,6 +18,7 @@ use myriad_proto::{FsError, SetAttr};
 use crate::attr::{errno, file_type};
 use crate::handles::NO_HANDLE;
 use crate::mount::Mount;
+use crate::mount::quota_xattrs::is_quota_xattr;
 use crate::mount_metrics::{AttrFrom, KernelOp};
 use myriad_proto::access as perm;
 
@@ -749,11 +750,14 @@ impl Filesystem for MyriadFs {
             return reply.error(Errno::EINVAL);
         };
         let value = value.to_vec();
-        self.spawn(req, move |fs, _| async move {
-            reply_empty(
-                fs.set_xattr(ids.id(ino), &name, Some(&value), flags).await,
-                reply,
-            );
+        self.spawn(req, move |fs, caller| async move {
+            let done = if is_quota_xattr(&name) {
+                fs.set_quota_xattr(&caller, ids.id(ino), &name, Some(&value))
+                    .await
+            } else {
+                fs.set_xattr(ids.id(ino), &name, Some(&value), flags).await
+            };
+            reply_empty(done, reply);
         });
     }
 
@@ -766,13 +770,18 @@ impl Filesystem for MyriadFs {
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
-        if !name.starts_with("user.") {
+        if !name.starts_with("user.") && !is_quota_xattr(&name) {
             // Only user.* is stored: ACL and security-label lookups (ls, cp) are answered
             // here without a request.
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         self.spawn(req, move |fs, caller| async move {
-            match fs.get_xattr(&caller, ids.id(ino), &name).await {
+            let got = if is_quota_xattr(&name) {
+                fs.get_quota_xattr(ids.id(ino), &name).await
+            } else {
+                fs.get_xattr(&caller, ids.id(ino), &name).await
+            };
+            match got {
                 Ok(v) => reply_xattr(&v, size, reply),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -802,8 +811,13 @@ impl Filesystem for MyriadFs {
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
-        self.spawn(req, move |fs, _| async move {
-            reply_empty(fs.set_xattr(ids.id(ino), &name, None, 0).await, reply);
+        self.spawn(req, move |fs, caller| async move {
+            let done = if is_quota_xattr(&name) {
+                fs.set_quota_xattr(&caller, ids.id(ino), &name, None).await
+            } else {
+                fs.set_xattr(ids.id(ino), &name, None, 0).await
+            };
+            reply_empty(done, reply);
         });
     }
 

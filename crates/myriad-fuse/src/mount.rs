@@ -536,6 +536,7 @@ pub struct Pending(Option<u64>);
 
 mod entries;
 mod file_io;
+pub(crate) mod quota_xattrs;
 mod unopened;
 
 #[cfg(test)]

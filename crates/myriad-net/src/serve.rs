@@ -230,11 +230,8 @@ pub async fn serve_connection<H: Handler>(
         let (kind, bytes_in) = (req.body.traffic_kind(), frame.len());
         tokio::spawn(async move {
             let resp = h.clone().handle(peer.clone(), req).await;
-            let hint = resp
-                .result
-                .as_ref()
-                .map(myriad_proto::Response::size_hint)
-                .unwrap_or(256);
+            let hint = resp.size_hint();
+            let resp = resp.for_version(version);
             match scope(version, || {
                 myriad_proto::codec::encode_with_capacity(&resp, hint)
             }) {

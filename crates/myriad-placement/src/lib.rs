@@ -16,6 +16,8 @@ mod members;
 pub mod partition;
 mod path;
 mod primaries;
+mod quota_changes;
+mod quotas;
 mod rebalance;
 mod ring;
 mod shard;
@@ -33,6 +35,7 @@ pub use members::{
     PartitionId, PartitionInfo, Policy, PolicyState, ZONE_NAME_MAX, zone_name_ok,
 };
 pub use path::{is_normal_below_root, is_within, join, parent_of, split_parent};
+pub use quotas::{QUOTAS_MAX, Quota};
 pub use ring::Ring;
 pub use shard::{
     SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash, split_trigger, spread_depth,

@@ -6,8 +6,6 @@
 //! placed on servers by their replica lists (which change with membership). The first
 //! replica listed is the partition's primary. docs/replication.md.
 
-use serde::{Deserialize, Serialize};
-
 use crate::members::{
     DEFAULT_GROUP, NodeId, NodeInfo, NodeState, PARTITION_ID_MAX, PartitionId, PartitionInfo,
     Policy, zone_name_ok,
@@ -61,12 +59,13 @@ pub struct ClusterMap {
 /// Settings of the whole cluster added to the map after protocol 34 (`map_wire.rs`
 /// writes them only for peers that know them). Fields are only ever appended, each
 /// written for the versions that know it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MapExt {
     /// The oldest protocol version every member of the map has been seen speaking since
     /// it last started (0: not known yet). It never goes down.
-    #[serde(default)]
     pub protocol_floor: u16,
+    /// Directory quotas, sorted by path (`quotas.rs`; protocol 37).
+    pub quotas: Vec<crate::quotas::Quota>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -116,6 +115,12 @@ pub enum MapError {
     NoSuchZone(String),
     #[error("partition {0}: its group is neither 0 nor a policy's")]
     BadGroup(PartitionId),
+    #[error(
+        "quota on {0}: its path must be / or absolute and normalized, set once, with an id of its own"
+    )]
+    BadQuota(String),
+    #[error("{0} has no quota")]
+    NoQuota(String),
     #[error("cluster map is not valid JSON: {0}")]
     Parse(String),
 }
@@ -234,6 +239,7 @@ impl ClusterMap {
                 return Err(MapError::BadPolicy(pol.path.clone()));
             }
         }
+        crate::quotas::check(&self.ext.quotas).map_err(MapError::BadQuota)?;
         if self.replication == 0 {
             return Err(MapError::BadReplication);
         }

@@ -15,9 +15,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::map::{ClusterMap, MapExt};
 use crate::members::{NodeInfo, PartitionInfo, Policy};
+use crate::quotas::Quota;
 
 /// The first protocol version whose maps carry `MapExt`.
 pub const MAP_EXT_SINCE: u16 = 35;
+/// The first protocol version whose `MapExt` carries quotas (appended after the floor).
+pub const QUOTAS_SINCE: u16 = 37;
 
 thread_local! {
     static VERSION: Cell<u16> = const { Cell::new(MAP_EXT_SINCE - 1) };
@@ -119,6 +122,59 @@ impl<'de> Deserialize<'de> for ClusterMap {
     }
 }
 
+/// `MapExt` in a map file: every field, each absent in files older than it.
+#[derive(Serialize, Deserialize)]
+struct ExtJson {
+    #[serde(default)]
+    protocol_floor: u16,
+    #[serde(default)]
+    quotas: Vec<Quota>,
+}
+
+impl Serialize for MapExt {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            return ExtJson {
+                protocol_floor: self.protocol_floor,
+                quotas: self.quotas.clone(),
+            }
+            .serialize(s);
+        }
+        // Each field after the first only for the versions that know it.
+        let quotas = version() >= QUOTAS_SINCE;
+        let mut st = s.serialize_struct("MapExt", if quotas { 2 } else { 1 })?;
+        st.serialize_field("protocol_floor", &self.protocol_floor)?;
+        if quotas {
+            st.serialize_field("quotas", &self.quotas)?;
+        }
+        st.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for MapExt {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() {
+            let j = ExtJson::deserialize(d)?;
+            return Ok(MapExt {
+                protocol_floor: j.protocol_floor,
+                quotas: j.quotas,
+            });
+        }
+        if version() >= QUOTAS_SINCE {
+            let (protocol_floor, quotas) = <(u16, Vec<Quota>)>::deserialize(d)?;
+            return Ok(MapExt {
+                protocol_floor,
+                quotas,
+            });
+        }
+        let (protocol_floor,) = <(u16,)>::deserialize(d)?;
+        Ok(MapExt {
+            protocol_floor,
+            quotas: Vec::new(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +193,38 @@ mod tests {
         }
         map.ext = MapExt::default();
         assert_eq!(ClusterMap::from_json(&old.to_string()).ok(), Some(map));
+    }
+
+    /// Quotas go only to peers of 37 or later; one of 35 or 36 reads the floor alone, and
+    /// a map file keeps them.
+    #[test]
+    fn quotas_are_written_for_37_and_later_only() {
+        let map = ClusterMap::new(3, &["h1:1".to_string()])
+            .with_quota("/lab", 10, 20)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut floored = map.clone();
+        floored.ext.protocol_floor = 36;
+        let bytes =
+            |v: u16, m: &ClusterMap| scope(v, || postcard::to_allocvec(m).unwrap_or_default());
+        let read = |v: u16, b: &[u8]| scope(v, || postcard::from_bytes::<ClusterMap>(b).ok());
+        let mut without = floored.clone();
+        without.ext.quotas.clear();
+        assert_eq!(
+            bytes(36, &floored),
+            bytes(36, &without),
+            "36 gets no quotas"
+        );
+        assert_eq!(read(36, &bytes(36, &floored)), Some(without));
+        assert_eq!(read(37, &bytes(37, &floored)), Some(floored.clone()));
+        assert_ne!(
+            read(37, &bytes(36, &floored)),
+            Some(floored.clone()),
+            "never made up"
+        );
+        assert_eq!(
+            ClusterMap::from_json(&floored.to_json()).ok(),
+            Some(floored)
+        );
     }
 
     #[test]

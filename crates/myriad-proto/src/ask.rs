@@ -8,8 +8,8 @@ use crate::auth::Capability;
 use crate::reply::{
     Ask, AttrLease, Attrs, Bundle, Bytes, ChunkRead, CodedChunks, Copied, DirPage, Echoed,
     Exported, Fetched, FragmentsKept, FsckBlocks, FsckDirs, FsckEntries, Granted, IndexCandidates,
-    IndexReaders, KeptStats, Leased, LockTested, RaftAnswer, ReadsLent, Recorded, ReplicaDigest,
-    ReplicaPage, Target,
+    IndexReaders, KeptStats, Leased, LockTested, QuotaLedger, QuotaUsage, RaftAnswer, ReadsLent,
+    Recorded, ReplicaDigest, ReplicaPage, Target,
 };
 use crate::{
     AdminRequest, Caller, ClientRequest, CopyRange, CounterSnapshot, DirTouchItem, Envelope,
@@ -339,6 +339,27 @@ pub fn fsck_blocks(after: Option<InodeId>, limit: u32) -> Ask<FsckBlocks, Reques
 
 pub fn kept_stats() -> Ask<KeptStats, Request> {
     Ask::new(Request::Admin(AdminRequest::KeptStats))
+}
+
+pub fn quota_usage() -> Ask<QuotaUsage, Request> {
+    Ask::new(Request::Admin(AdminRequest::QuotaUsage))
+}
+
+pub fn quota_ask(quota: u64, (files, bytes): (u64, u64), held: u64) -> Ask<QuotaLedger, Request> {
+    Ask::new(Request::Peer(PeerRequest::QuotaAsk {
+        quota,
+        files,
+        bytes,
+        held,
+    }))
+}
+
+pub fn quota_settle(quota: u64, ledger: (u64, u64, u64)) -> Ask<QuotaLedger, Request> {
+    Ask::new(Request::Peer(PeerRequest::QuotaSettle { quota, ledger }))
+}
+
+pub fn quota_report(quota: u64) -> Ask<QuotaLedger, Request> {
+    Ask::new(Request::Peer(PeerRequest::QuotaReport { quota }))
 }
 
 // ---- between servers ----

@@ -104,6 +104,16 @@ pub enum WireError {
     /// a loop (ELOOP). Found by the client following links; servers never follow one.
     #[error("too many levels of symbolic links")]
     TooManyLinks,
+    /// The change would take a directory quota past its limit (EDQUOT; docs/quotas.md).
+    /// Protocol 37: a peer below it is sent `NoSpace` instead (`ResponseFrame::for_version`).
+    #[error("disk quota exceeded")]
+    QuotaExceeded,
+    /// Inside a server only: the partition's allowance of quota `quota` is short for this
+    /// change, which needs `files` names and `bytes` bytes in all here; the partition asks
+    /// the quota's home for more and applies it again. Never sent (`for_version` turns one
+    /// left over into `Busy`).
+    #[error("quota {quota}: this partition's allowance is short; try again")]
+    QuotaShort { quota: u64, files: u64, bytes: u64 },
 }
 
 /// What the client library returns: what the file system says of a request, or that it
@@ -165,6 +175,9 @@ pub enum FsError {
     /// a loop (ELOOP).
     #[error("too many levels of symbolic links")]
     TooManyLinks,
+    /// A directory quota's limit would be passed (EDQUOT; docs/quotas.md).
+    #[error("disk quota exceeded")]
+    QuotaExceeded,
 }
 
 impl From<WireError> for FsError {
@@ -201,6 +214,8 @@ impl From<WireError> for FsError {
             WireError::NoSuchOffset => FsError::NoSuchOffset,
             WireError::ReadOnly => FsError::ReadOnly,
             WireError::TooManyLinks => FsError::TooManyLinks,
+            WireError::QuotaExceeded => FsError::QuotaExceeded,
+            WireError::QuotaShort { .. } => FsError::Busy,
             e @ (WireError::Redirect(_)
             | WireError::MapTooOld(_)
             | WireError::WrongShard { .. }) => {
@@ -236,6 +251,7 @@ impl From<FsError> for WireError {
             FsError::NoSuchOffset => WireError::NoSuchOffset,
             FsError::ReadOnly => WireError::ReadOnly,
             FsError::TooManyLinks => WireError::TooManyLinks,
+            FsError::QuotaExceeded => WireError::QuotaExceeded,
         }
     }
 }
@@ -280,7 +296,8 @@ impl FsError {
             | FsError::Corrupt { .. }
             | FsError::NoSuchOffset
             | FsError::ReadOnly
-            | FsError::TooManyLinks => ErrorKind::Posix,
+            | FsError::TooManyLinks
+            | FsError::QuotaExceeded => ErrorKind::Posix,
             FsError::Busy | FsError::Unavailable(_) | FsError::TimedOut(_) => ErrorKind::Retry,
             FsError::Protocol(_) => ErrorKind::Protocol,
         }
@@ -309,6 +326,7 @@ impl FsError {
             FsError::NoSuchOffset => 6,        // ENXIO
             FsError::ReadOnly => 30,           // EROFS
             FsError::TooManyLinks => 40,       // ELOOP
+            FsError::QuotaExceeded => 122,     // EDQUOT
             FsError::Io(_)
             | FsError::Corrupt { .. }
             | FsError::Unavailable(_)
@@ -329,7 +347,12 @@ impl WireError {
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
         if self.is_routing()
-            || matches!(self, WireError::AutoIndexed { .. } | WireError::AskPrimary)
+            || matches!(
+                self,
+                WireError::AutoIndexed { .. }
+                    | WireError::AskPrimary
+                    | WireError::QuotaShort { .. }
+            )
         {
             ErrorKind::Retry
         } else {
@@ -357,6 +380,7 @@ impl WireError {
             self,
             WireError::Busy
                 | WireError::AutoIndexed { .. }
+                | WireError::QuotaShort { .. }
                 | WireError::Unavailable(_)
                 | WireError::TimedOut(_)
         )
@@ -409,6 +433,12 @@ mod tests {
                 },
             },
             WireError::TooManyLinks,
+            WireError::QuotaExceeded,
+            WireError::QuotaShort {
+                quota: 1,
+                files: 2,
+                bytes: 3,
+            },
         ]
     }
 
@@ -434,7 +464,12 @@ mod tests {
                     matches!(seen, FsError::Unavailable(_)),
                     "{e:?} seen as {seen:?}"
                 );
-            } else if matches!(e, WireError::AutoIndexed { .. } | WireError::AskPrimary) {
+            } else if matches!(
+                e,
+                WireError::AutoIndexed { .. }
+                    | WireError::AskPrimary
+                    | WireError::QuotaShort { .. }
+            ) {
                 assert_eq!(seen, FsError::Busy);
             } else {
                 // The same variant, message and all: sent back, it is the same answer.
@@ -457,5 +492,6 @@ mod tests {
         assert_eq!(at(WireError::NoData), 21);
         assert_eq!(at(WireError::ReadOnly), 25);
         assert_eq!(at(WireError::TooManyLinks), 27);
+        assert_eq!(at(WireError::QuotaExceeded), 28);
     }
 }

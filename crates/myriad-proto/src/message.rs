@@ -80,11 +80,17 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// create: the file's times are that, its directory's the create's) and `SetAttr::of`
 /// (the inode a change of attributes is meant for), appended and written only in frames
 /// encoded for 36 or later.
-pub const PROTOCOL_VERSION: u16 = 36;
+/// 37: directory quotas (docs/quotas.md): `MapExt::quotas`, written only in frames encoded
+/// for 37 or later; `AdminRequest::QuotaUsage`, `Response::QuotaUsage`, asked only of
+/// servers of 37 (a cluster has quotas only once its floor is 37); `WireError::QuotaExceeded`
+/// (sent as `NoSpace` to a peer below 37), `PeerRequest::QuotaAsk`, `PeerRequest::QuotaSettle`,
+/// `Response::QuotaLedger`.
+pub const PROTOCOL_VERSION: u16 = 37;
 
 // The map's extension is known to this build's newest version.
 const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::MAP_EXT_SINCE);
 const _: () = assert!(PROTOCOL_VERSION >= crate::appended::APPENDED_36);
+const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::QUOTAS_SINCE);
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a
@@ -286,6 +292,32 @@ pub struct ResponseFrame {
     pub result: Result<Response, WireError>,
 }
 
+/// The first protocol version that knows `WireError::QuotaExceeded`.
+pub const QUOTA_ERRORS_SINCE: u16 = 37;
+
+impl ResponseFrame {
+    /// How many bytes its encoding is likely to take (an error's: a few hundred).
+    #[must_use]
+    pub fn size_hint(&self) -> usize {
+        self.result.as_ref().map_or(256, Response::size_hint)
+    }
+
+    /// The frame as a peer speaking `version` is sent it: an error it does not know
+    /// becomes the nearest one it does (`QuotaExceeded`: `NoSpace`, ENOSPC, before 37),
+    /// and an error meant to stay inside a server (`QuotaShort`) becomes `Busy`.
+    #[must_use]
+    pub fn for_version(mut self, version: u16) -> ResponseFrame {
+        match &self.result {
+            Err(WireError::QuotaExceeded) if version < QUOTA_ERRORS_SINCE => {
+                self.result = Err(WireError::NoSpace);
+            }
+            Err(WireError::QuotaShort { .. }) => self.result = Err(WireError::Busy),
+            _ => {}
+        }
+        self
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
@@ -475,6 +507,15 @@ pub enum Response {
     IndexReaders(Vec<HotDir>),
     /// How long a server took to answer clients (`ServerRequest::GetLatencies`). Protocol 34.
     Latencies(LatencyHistogram),
+    /// A partition's part of the quotas' usage (`AdminRequest::QuotaUsage`): the map epoch
+    /// whose quotas it counts, and (quota id, names, bytes) for each. Protocol 37.
+    QuotaUsage {
+        epoch: u64,
+        usage: Vec<(u64, u64, u64)>,
+    },
+    /// A partition's entry in a quota's ledger, or the allowance it holds: (names, bytes,
+    /// version) (`PeerRequest::QuotaAsk`, `PeerRequest::QuotaSettle`). Protocol 37.
+    QuotaLedger((u64, u64, u64)),
 }
 
 /// A server's answers to clients by how long they took, since it started (long polls

@@ -260,6 +260,26 @@ pub enum PeerRequest {
         home: PartitionId,
         id: crate::OnceId,
     },
+    /// Home of quota `quota` (the partition of its root's directory object), from a
+    /// partition that needs an allowance of `files` names and `bytes` bytes and holds one
+    /// of version `held`: grant it (and a slice more) if the limit allows, after settling
+    /// partitions if it must (docs/quotas.md "The ledger's protocol"). Answered with
+    /// `Response::QuotaLedger` (the asker's new entry), or `QuotaExceeded`. Protocol 37.
+    QuotaAsk {
+        quota: u64,
+        files: u64,
+        bytes: u64,
+        held: u64,
+    },
+    /// Any partition, from quota `quota`'s home: adopt `ledger` (files, bytes, version) if
+    /// newer than the allowance held, give back what is unused, and answer the allowance
+    /// now held (`Response::QuotaLedger`). Protocol 37.
+    QuotaSettle { quota: u64, ledger: (u64, u64, u64) },
+    /// Any partition, from quota `quota`'s home before it grants: the names and bytes of
+    /// the tree it holds now, with no version (`Response::QuotaLedger`; changes nothing).
+    /// Entries moved in by a split or a tree move are counted against no allowance until
+    /// the partition is settled: the home reserves what it reports. Protocol 37.
+    QuotaReport { quota: u64 },
 }
 
 /// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields
@@ -473,6 +493,9 @@ impl PeerRequest {
             PeerRequest::ClaimReserved { .. } => "claim_reserved",
             PeerRequest::FragmentNamed { .. } => "fragment_named",
             PeerRequest::DirTouches { .. } => "dir_touches",
+            PeerRequest::QuotaAsk { .. } => "quota_ask",
+            PeerRequest::QuotaSettle { .. } => "quota_settle",
+            PeerRequest::QuotaReport { .. } => "quota_report",
         }
     }
 }

@@ -336,6 +336,23 @@ reply!(KeptStats, "kept fsstats",
     Response::KeptStats { stats, split_dirs }
         => KeptStats { stats, split_dirs });
 
+/// A partition's part of the quotas' usage: the map epoch whose quotas it counts (0:
+/// none yet), and (quota id, names, bytes) for each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaUsage {
+    pub epoch: u64,
+    pub usage: Vec<(u64, u64, u64)>,
+}
+
+reply!(QuotaUsage, "quotas' usage",
+    Response::QuotaUsage { epoch, usage } => QuotaUsage { epoch, usage });
+
+/// A partition's entry in a quota's ledger, or its allowance: (names, bytes, version).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaLedger(pub (u64, u64, u64));
+
+reply!(QuotaLedger, "a quota's ledger entry", Response::QuotaLedger(l) => QuotaLedger(l));
+
 /// An entry's attributes, with an ancestor lease of `lease_ms` (0: not subscribed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttrLease {

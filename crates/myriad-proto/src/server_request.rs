@@ -92,6 +92,9 @@ pub enum AdminRequest {
     /// The target partition's primary: the fsstats it keeps of its files and directories
     /// (`Response::KeptStats`; `myriad fsstats --cluster`).
     KeptStats,
+    /// The target partition's primary: its part of each quota's usage, and the map epoch
+    /// whose quotas it counts (`Response::QuotaUsage`; `myriad quota get`). Protocol 37.
+    QuotaUsage,
 }
 
 /// A directory object as fsck sees it on one node.
@@ -186,6 +189,7 @@ impl AdminRequest {
             AdminRequest::FsckReplica => "fsck_replica",
             AdminRequest::FsckCoded { .. } => "fsck_coded",
             AdminRequest::KeptStats => "kept_stats",
+            AdminRequest::QuotaUsage => "quota_usage",
             AdminRequest::FsckFragments { .. } => "fsck_fragments",
         }
     }

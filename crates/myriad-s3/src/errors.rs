@@ -37,6 +37,15 @@ pub fn object_error(err: FsError) -> S3Error {
             }
             return e;
         }
+        E::QuotaExceeded => {
+            // As MinIO answers a bucket past its quota: 403 with a code naming it.
+            let mut e = S3Error::with_message(
+                S3ErrorCode::from_bytes(b"QuotaExceeded").unwrap_or(S3ErrorCode::AccessDenied),
+                "a directory quota of this bucket's tree is exceeded (`myriad quota get`)",
+            );
+            e.set_status_code(hyper::StatusCode::FORBIDDEN);
+            return e;
+        }
         _ => (S3ErrorCode::InternalError, err.to_string()),
     };
     S3Error::with_message(code, message)
@@ -113,5 +122,8 @@ mod tests {
         let full = object_error(FsError::NoSpace);
         assert_eq!(full.status_code().map(|s| s.as_u16()), Some(507));
         assert_eq!(full.code().as_str(), "InsufficientStorage");
+        let over = object_error(FsError::QuotaExceeded);
+        assert_eq!(over.status_code().map(|s| s.as_u16()), Some(403));
+        assert_eq!(over.code().as_str(), "QuotaExceeded");
     }
 }

@@ -32,6 +32,7 @@ use crate::state::mutation::{IdAlloc, Layout, Mutation, Outcome};
 mod applier_threads;
 pub mod context;
 mod kept;
+mod kept_quotas;
 pub mod leases;
 mod rounds;
 mod ship;
@@ -165,6 +166,7 @@ impl Applier {
             holds: holds.clone(),
             staged_for: None,
             kept: kept::Kept::default(),
+            quotas: kept_quotas::KeptQuotas::default(),
         };
         let syncer = syncer.clone();
         match runner {

@@ -212,6 +212,51 @@ impl EmbeddedServer {
         out
     }
 
+    /// Partitions led here whose quotas' usage differs from a count from scratch, or that
+    /// do not count exactly the quotas `ids` (docs/quotas.md "Invariants", 2).
+    #[must_use]
+    pub fn quota_drift(&self, ids: &[u64]) -> Vec<(PartitionId, String)> {
+        let mut out = Vec::new();
+        for p in self.host.nodes() {
+            match p.committed.quota_set() {
+                Ok((_, set)) => {
+                    let counted: Vec<u64> = set.iter().map(|q| q.id).collect();
+                    if counted != ids {
+                        out.push((
+                            p.me,
+                            format!("counts quotas {counted:?}, the map has {ids:?}"),
+                        ));
+                    }
+                }
+                Err(e) => out.push((p.me, format!("cannot read its quotas: {e}"))),
+            }
+            match p.committed.quota_drift() {
+                Ok(None) => {}
+                Ok(Some(d)) => out.push((p.me, d)),
+                Err(e) => out.push((p.me, format!("cannot count: {e}"))),
+            }
+        }
+        out
+    }
+
+    /// Each partition led here and its usage of each quota it counts: (partition, quota,
+    /// names, bytes).
+    #[must_use]
+    pub fn quota_usage(&self) -> Vec<(PartitionId, u64, u64, u64)> {
+        let mut out = Vec::new();
+        for p in self.host.nodes() {
+            let Ok((_, set)) = p.committed.quota_set() else {
+                continue;
+            };
+            for q in set {
+                if let Ok(u) = p.committed.quota_usage(q.id) {
+                    out.push((p.me, q.id, u.files, u.bytes));
+                }
+            }
+        }
+        out
+    }
+
     /// The keys (space code, key, hash of the value) of this server's copy of `pid`, for
     /// finding what copies disagree on. Empty if it holds none.
     #[must_use]

@@ -91,6 +91,9 @@ pub struct Host {
     pub(crate) loans: crate::replication::loans::Loans,
     /// The two tiers behind `kv`, when the server has a fast tier (tiers.rs).
     pub(crate) tiers: Option<Arc<myriad_storage::TieredKv>>,
+    /// The last map reconciled had quotas: the next one changes them or keeps them, and
+    /// either way its partitions are told (`host_quotas.rs`).
+    pub(crate) quotas_seen: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) enum OpenError {
@@ -164,6 +167,7 @@ impl Host {
                 config.disk_reserve_bytes,
             ),
             tiers,
+            quotas_seen: Default::default(),
             bundler: crate::replication::bundle::Bundler::default(),
             touch_sender: Arc::default(),
             recalls: Arc::default(),
@@ -576,6 +580,17 @@ impl Host {
                 );
                 started.push(node);
             }
+            // Quotas are counted by every partition served, from its opening on; a map
+            // that changes them reaches the partitions served before it too.
+            let quotas_changed = self.quotas_seen.swap(
+                !st.map.ext.quotas.is_empty(),
+                std::sync::atomic::Ordering::Relaxed,
+            ) || !st.map.ext.quotas.is_empty();
+            for node in read(&self.partitions).values() {
+                if quotas_changed || started.iter().any(|s| s.me == node.me) {
+                    crate::host_quotas::sync(node, &st.map);
+                }
+            }
             self.start_opened(started);
             return Ok(());
         }
@@ -759,6 +774,7 @@ impl Host {
                 tokio::time::Instant::now(),
             ),
             deposed: std::sync::atomic::AtomicBool::new(false),
+            quota_homes: Default::default(),
         }))
     }
 

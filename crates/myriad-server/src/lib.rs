@@ -20,6 +20,7 @@ mod host;
 mod host_copy_reads;
 mod host_env;
 mod host_fragments;
+mod host_quotas;
 mod host_serve;
 mod membership;
 mod metrics;

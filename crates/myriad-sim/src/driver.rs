@@ -111,7 +111,16 @@ pub struct SimConfig {
     /// section 3) while the clients work: their partitions propose the decisions to the
     /// authority. Off by default: `--tree-moves` (implies `--zones`).
     pub tree_moves: bool,
+    /// Directory quotas on `/`, `/big` and `/c0` (docs/quotas.md), the last two with
+    /// limits the workload meets: every primary's usage of each must equal a count from
+    /// scratch of what it holds at the end, and the partitions' usage of a quota must sum
+    /// to no more than its limit. Off by default: `--quotas`.
+    pub quotas: bool,
 }
+
+/// The trees of `--quotas` and their limits (names, bytes; 0: none): low enough that the
+/// workload meets them.
+pub const SIM_QUOTAS: [(&str, u64, u64); 3] = [("/", 0, 0), ("/big", 24, 0), ("/c0", 10, 6000)];
 
 /// The zones of `--zones`, and the trees pinned to each.
 pub const SIM_ZONES: [(&str, &str); 2] = [("z0", "/c1"), ("z1", "/x2")];
@@ -140,6 +149,7 @@ impl SimConfig {
             tiers: false,
             zones: false,
             tree_moves: false,
+            quotas: false,
         }
     }
 
@@ -147,7 +157,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -173,7 +183,8 @@ impl SimConfig {
                 " --zones"
             } else {
                 ""
-            }
+            },
+            if self.quotas { " --quotas" } else { "" }
         )
     }
 }
@@ -377,6 +388,14 @@ impl Sim {
         } else {
             ClusterMap::build(1, &addrs, cfg.partitions_per_server, cfg.replicas)
         };
+        if cfg.quotas {
+            for (root, files, bytes) in SIM_QUOTAS {
+                map = map
+                    .with_quota(root, bytes, files)
+                    .unwrap_or_else(|e| panic!("a quota on {root}: {e}"));
+            }
+            map.epoch = 1;
+        }
         // Small chunks: the workload's two-chunk files reach a second partition.
         map.chunk_size_bytes = CHUNK_BYTES;
         map.inline_max_bytes = map.inline_max_bytes.min(CHUNK_BYTES);
@@ -547,6 +566,37 @@ impl Sim {
             }
         }
         let map = self.map();
+        // Every primary counts the map's quotas, each exactly (kept in each change's batch).
+        let quotas: Vec<u64> = map.ext.quotas.iter().map(|q| q.id).collect();
+        for id in self.ids() {
+            if let Some(s) = self.net.server(id)
+                && let Some((pid, d)) = s.quota_drift(&quotas).into_iter().next()
+            {
+                return Err(format!(
+                    "server {id}, partition {pid}: quotas' usage drifted: {d}"
+                ));
+            }
+        }
+        // No quota's usage passes its limit (docs/quotas.md "Invariants", 1).
+        let mut sums: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for id in self.ids() {
+            if let Some(s) = self.net.server(id) {
+                for (_, q, files, bytes) in s.quota_usage() {
+                    let e = sums.entry(q).or_default();
+                    *e = (e.0 + files, e.1 + bytes);
+                }
+            }
+        }
+        for q in &map.ext.quotas {
+            let (files, bytes) = sums.get(&q.id).copied().unwrap_or_default();
+            if (q.max_files > 0 && files > q.max_files) || (q.max_bytes > 0 && bytes > q.max_bytes)
+            {
+                return Err(format!(
+                    "quota on {}: {files} names and {bytes} bytes, past its limits ({} names, {} bytes)",
+                    q.path, q.max_files, q.max_bytes
+                ));
+            }
+        }
         let mut by_pid: BTreeMap<PartitionId, Vec<(NodeId, CopyDigest)>> = BTreeMap::new();
         for id in self.ids() {
             if let Some(s) = self.net.server(id) {

@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers] [--zones] [--tree-moves]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers] [--zones] [--tree-moves] [--quotas]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -28,6 +28,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --tiers       every server keeps a fast and a capacity tier, each on a disk that crashes on its own
   --zones       servers in two zones, /c1 and /x2 pinned one to each (copies stay in their zone)
   --tree-moves  with --zones: other client trees are pinned and unpinned while in use (moved online)
+  --quotas      quotas on /, /big and /c0: every partition's usage must equal a count from scratch
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -66,6 +67,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
                 cfg.auto_indexes = true;
             }
             "--tiers" => cfg.tiers = true,
+            "--quotas" => cfg.quotas = true,
             "--zones" => cfg.zones = true,
             "--tree-moves" => {
                 cfg.zones = true;

@@ -786,3 +786,62 @@ fn the_checks_catch_a_disk_that_loses_acknowledged_writes() {
         "ten runs on a disk that loses writes and no check failed"
     );
 }
+
+/// Quotas on `/`, `/big` and `/c0` (docs/quotas.md): at the end every primary counts the
+/// map's quotas, and its usage of each equals a count from scratch of what it holds,
+/// through failovers, directory splits, moves of copies, write-behind batches and trees
+/// moving between zones.
+#[test]
+fn seeds_with_quotas_keep_their_usage_exact() {
+    for seed in 3000..3004 {
+        check(&SimConfig {
+            quotas: true,
+            ..busy(seed)
+        });
+    }
+    check(&SimConfig {
+        quotas: true,
+        moves: true,
+        ..busy(3004)
+    });
+    check(&SimConfig {
+        quotas: true,
+        behind: true,
+        leases: true,
+        ..busy(3005)
+    });
+    check(&SimConfig {
+        quotas: true,
+        zones: true,
+        tree_moves: true,
+        ..busy(3006)
+    });
+    // Found at stop 81: `/big` held 25 names under a limit of 24 once a split had moved
+    // names to a partition whose ledger entry did not cover them (the home now reserves
+    // what each partition reports holding, and a partition gives up the allowance of
+    // what it moved away).
+    check(&SimConfig {
+        quotas: true,
+        moves: true,
+        zones: true,
+        tree_moves: true,
+        ops_per_client: 300,
+        ..busy(60003)
+    });
+}
+
+/// Found at stop 81 by the thousand seeds with quotas (not fixed yet): a client read
+/// `/c4/f0` right after `renameat2(/c4/f0, /x4/f4, RENAME_EXCHANGE)` with the file's
+/// second chunk but an empty first chunk, while `/x4` was splitting between the two
+/// partitions of the exchange (a `shard_import` to the destination between its prepare
+/// and commit). Neither tree is under a limited quota; not shown to be caused by quotas
+/// or not (the same seed without `--quotas` runs another schedule).
+#[test]
+#[ignore = "a known failure: an exchange during a split of its directory (stop 81)"]
+fn an_exchange_during_a_split_keeps_the_file_s_first_chunk() {
+    check(&SimConfig {
+        quotas: true,
+        ops_per_client: 300,
+        ..busy(40128)
+    });
+}

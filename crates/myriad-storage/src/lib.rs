@@ -36,5 +36,7 @@ pub use records::{DirRecord, EntryRecord, LocalShard, Pending};
 pub use staged_kv::StagedKv;
 pub use store::damage::{RECORD_SPACES, record_intact};
 pub use store::kept_stats::{DirCache, INODE_DIR, KeptStats};
+pub use store::quota_ledger::{Allowance, short_of};
+pub use store::quota_usage::{QuotaRoot, QuotaSet, QuotaUsage};
 pub use store::{FORMAT_VERSION, Store};
 pub use tiered_kv::{TierCounts, TierRole, TieredKv};

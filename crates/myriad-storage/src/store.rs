@@ -631,6 +631,8 @@ mod coded;
 pub(crate) mod damage;
 pub(crate) mod kept_stats;
 mod outcomes;
+pub(crate) mod quota_ledger;
+pub(crate) mod quota_usage;
 
 #[cfg(test)]
 mod tests;

@@ -117,11 +117,12 @@ fn lock_waiters_beyond_a_queues_entries_do_not_hold_back_other_requests() {
 
 /// The same with a change of the cluster map while the waiters are blocked: found at
 /// stop 80 (the cluster's own map change that raises its protocol floor, a second after
-/// start, met the test's waiters once in a suite run); fails about one run in three, the
-/// waiters not done after 30 s, over the ring only (4 of 4 pass over /dev/fuse). Not
-/// fixed yet; the test above waits for that map change first.
+/// start, met the test's waiters once in a suite run), when it failed about one run in
+/// three, the waiters not done after 30 s, over the ring only. Not seen since the code
+/// of that stop's end: 54 runs of 54 passed at stop 81 (three at once, with the CPUs
+/// busy, with and without waiting for the floor's map change), with no change to the
+/// ring; kept in the suite so that it shows if it comes back.
 #[test]
-#[ignore = "a known stall over the ring: lock waiters across a map change (stop 80)"]
 fn lock_waiters_over_the_ring_survive_a_map_change() {
     lock_waiters_over_the_ring(true);
 }

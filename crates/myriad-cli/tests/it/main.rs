@@ -38,6 +38,7 @@ mod ops;
 mod orphans;
 mod permissions;
 mod protocol_floor;
+mod quotas;
 mod read_races;
 mod redirect;
 mod replication;

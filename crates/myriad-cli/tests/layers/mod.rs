@@ -35,6 +35,7 @@ pub const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "host_copy_reads",
             "host_env",
             "host_fragments",
+            "host_quotas",
             "host_serve",
             "lib",
             "metrics_http",

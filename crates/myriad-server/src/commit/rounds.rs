@@ -18,6 +18,7 @@ use myriad_proto::WireError;
 use myriad_storage::{StagedKv, Store};
 use tokio::sync::{Notify, mpsc, watch};
 
+use super::kept_quotas::Counted;
 use super::ship::{CHAIN_KEY, Numbered, SEQ_KEY, Ship, TERM_KEY, chain_next};
 use super::sync::{Done, Reply, SyncSlot, Syncer, drain};
 use crate::state::mutation::{Ctx, IdAlloc, Layout, Mutation, Outcome, execute, storage_err};
@@ -123,6 +124,8 @@ pub(super) struct ApplyLoop {
     pub(super) staged_for: Option<u64>,
     /// The partition's kept fsstats (`kept.rs`).
     pub(super) kept: super::kept::Kept,
+    /// The usage of the quotas it counts (`kept_quotas.rs`).
+    pub(super) quotas: super::kept_quotas::KeptQuotas,
 }
 
 impl ApplyLoop {
@@ -171,8 +174,8 @@ impl ApplyLoop {
     /// Applies one job into the stage and answers it (or queues its answer), with the
     /// job's entry reads remembered (`StagedKv::with_memo`).
     fn apply(&mut self, job: Job, round: &mut Round) {
-        if self.layout.kept_stats {
-            // The kept statistics read again what the change read (`kept.rs`).
+        if self.layout.kept_stats || self.quotas.active() {
+            // The kept statistics and quotas read again what the change read (`kept.rs`).
             let staged = self.staged.clone();
             staged.with_memo(|| self.apply_one(job, round));
         } else {
@@ -199,9 +202,15 @@ impl ApplyLoop {
             outcomes: &mut self.outcomes,
             layout: self.layout,
         };
+        let quota_role = (job.mutation.quota_checked(), job.mutation.quota_may_move());
+        let ids_at = ctx.ids.changes();
         let (mut batch, outcome) = match execute(&mut ctx, job.mutation) {
             Ok(r) => r,
             Err(e) => {
+                // Ids handed out for a batch that is not staged: read again (`not_staged`).
+                if self.ids.changes() != ids_at {
+                    self.not_staged();
+                }
                 let _ = job.reply.send(Err(e.into()));
                 return;
             }
@@ -228,18 +237,38 @@ impl ApplyLoop {
         }
         let wrote = !batch.is_empty();
         if !batch.is_empty() {
-            // The partition's kept fsstats follow the change (written with the round).
+            // The usage of the quotas the partition counts follows the change, first: a
+            // client's change past an allowance is not staged (nothing else counted it).
+            match self.quotas.account(&self.store, &mut batch, quota_role) {
+                Ok(Counted::Ok) => {}
+                Ok(Counted::Short(quota, (files, bytes))) => {
+                    self.not_staged();
+                    let _ = job.reply.send(Err(WireError::QuotaShort {
+                        quota,
+                        files,
+                        bytes,
+                    }));
+                    return;
+                }
+                Err(e) => {
+                    self.not_staged();
+                    self.forget_kept();
+                    let _ = job.reply.send(Err(storage_err(e)));
+                    return;
+                }
+            }
+            // So do the partition's kept fsstats (written with the round).
             if self.layout.kept_stats
                 && let Err(e) = self.kept.account(&self.store, &mut batch)
             {
-                self.outcomes.reload();
-                self.kept.forget();
+                self.not_staged();
+                self.forget_kept();
                 let _ = job.reply.send(Err(storage_err(e)));
                 return;
             }
             if let Err(e) = self.staged.stage(batch) {
-                self.outcomes.reload();
-                self.kept.forget();
+                self.not_staged();
+                self.forget_kept();
                 let _ = job.reply.send(Err(storage_err(e)));
                 return;
             }
@@ -268,6 +297,25 @@ impl ApplyLoop {
         }
     }
 
+    /// A change's batch was not staged: what executing it changed in memory (outcomes,
+    /// ids handed out) is read again from the store.
+    fn not_staged(&mut self) {
+        self.outcomes.reload();
+        if let Err(e) = self.ids.reload(&self.store) {
+            // Refused from here on, rather than hand out an id twice.
+            tracing::error!(
+                "the partition's ids could not be read again; it stops taking changes: {e}"
+            );
+            self.retired.store(true, Ordering::Release);
+        }
+    }
+
+    /// What the stage counted (fsstats, quotas' usage) is read again from the store.
+    fn forget_kept(&mut self) {
+        self.kept.forget();
+        self.quotas.forget();
+    }
+
     /// Commits the stage as the partition's next batch (numbered, chained, shipped in
     /// order); the replies waiting for it move on to wait for the fsync.
     fn flush(&mut self, round: &mut Round) {
@@ -281,8 +329,8 @@ impl ApplyLoop {
             // store that no copy ever saw.
             if self.staged.is_staged() {
                 self.staged.discard();
-                self.outcomes.reload();
-                self.kept.forget();
+                self.not_staged();
+                self.forget_kept();
             }
             for (reply, _) in round.unflushed.drain(..) {
                 let _ = reply.send(Err(no_longer_served()));
@@ -295,9 +343,10 @@ impl ApplyLoop {
             let mut ship = self.copies.hold();
             let (seq, prev_chain, term) = (self.seq + 1, self.chain, self.term);
             let store = &self.store;
-            let kept = &mut self.kept;
+            let (kept, quotas) = (&mut self.kept, &mut self.quotas);
             let committed = self.staged.commit_stage(|batch| {
                 kept.finish(store, batch);
+                quotas.finish(store, batch);
                 store.put_meta_u64(batch, SEQ_KEY, seq);
                 store.put_meta_u64(batch, TERM_KEY, term);
                 let chain = chain_next(prev_chain, batch);
@@ -320,7 +369,7 @@ impl ApplyLoop {
                 Err(e) => {
                     drop(ship);
                     self.outcomes.reload();
-                    self.kept.forget();
+                    self.forget_kept();
                     tracing::error!(
                         "a batch of changes could not be committed; this server acknowledges no more writes: {e}"
                     );

@@ -81,6 +81,9 @@ pub struct Partition {
     /// What clients changed since this opening, that a resent change must not overwrite
     /// (`resend_guard.rs`).
     pub(crate) resend_guard: crate::partition::resend_guard::ResendGuard,
+    /// As the home of quotas: their grant locks and how often each partition asked
+    /// (`quota_grants.rs`).
+    pub(crate) quota_homes: crate::partition::quota_homes::QuotaHomes,
 }
 
 /// A number for one opening of partition `pid` as primary on server `server`: never the

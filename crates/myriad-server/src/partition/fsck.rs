@@ -80,6 +80,15 @@ impl Partition {
                     stats: kept.map(|k| Box::new(k.stats)),
                 })
             }
+            AdminRequest::QuotaUsage => {
+                let (epoch, set) = self.store.quota_set().map_err(storage_err)?;
+                let mut usage = Vec::with_capacity(set.len());
+                for q in set {
+                    let u = self.store.quota_usage(q.id).map_err(storage_err)?;
+                    usage.push((q.id, u.files, u.bytes));
+                }
+                Ok(Response::QuotaUsage { epoch, usage })
+            }
             _ => Err(WireError::InvalidArgument("not an fsck request".into())),
         }
     }

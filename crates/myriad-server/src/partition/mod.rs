@@ -38,6 +38,8 @@ pub(crate) mod peer_names;
 pub(crate) mod peer_ops;
 pub(crate) mod pending_touches;
 pub(crate) mod popularity;
+pub(crate) mod quota_grants;
+pub(crate) mod quota_homes;
 pub(crate) mod read_mostly;
 pub(crate) mod read_only;
 pub(crate) mod recovery;

@@ -35,6 +35,9 @@ impl Partition {
                     "fragments are kept by a server, not a partition".into(),
                 ))
             }
+            req @ (PeerRequest::QuotaAsk { .. }
+            | PeerRequest::QuotaSettle { .. }
+            | PeerRequest::QuotaReport { .. }) => self.peer_quota(st, from, req).await,
             PeerRequest::ClaimReserved { client, ino, by } => {
                 self.peer_claim_reserved(client, ino, by).await
             }

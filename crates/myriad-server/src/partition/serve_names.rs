@@ -243,6 +243,7 @@ impl Partition {
             split_parent(&to).0.to_string(),
         );
         let moved = self.lookup(&from).await.ok();
+        crate::partition::quota_grants::rename_allowed(st, &from, &to, flags, moved.as_ref())?;
         let exchanged_at = flags.exchange.then(|| from.clone());
         match self.rename(&made.context(), from, to, flags).await {
             Ok(touched) => {

@@ -43,8 +43,39 @@ impl Partition {
         self.recheck_shard(dir, name).err()
     }
 
-    /// One request (a change sent once is unwrapped by `serve_once` first).
+    /// One request (a change sent once is unwrapped by `serve_once` first). A change that
+    /// would pass this partition's allowance of a quota was not applied: the partition
+    /// gets more from the quota's home and serves the request again (docs/quotas.md "The
+    /// ledger's protocol"), or answers `QuotaExceeded`.
     pub(crate) async fn dispatch_request(
+        self: &Arc<Self>,
+        from: Option<PartitionId>,
+        epoch: u64,
+        caller: Caller,
+        body: Request<ClientRequest>,
+        made: &Made,
+    ) -> Result<Response, WireError> {
+        let mut tries = 0;
+        loop {
+            let again = body.clone();
+            match self
+                .dispatch_request_once(from, epoch, caller.clone(), again, made)
+                .await
+            {
+                Err(WireError::QuotaShort {
+                    quota,
+                    files,
+                    bytes,
+                }) if tries < crate::partition::quota_grants::SHORT_RETRIES_MAX => {
+                    tries += 1;
+                    self.get_allowance(quota, (files, bytes)).await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn dispatch_request_once(
         self: &Arc<Self>,
         from: Option<PartitionId>,
         epoch: u64,

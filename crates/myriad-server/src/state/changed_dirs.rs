@@ -61,6 +61,10 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         | Mutation::RepairBlock { .. }
         // Counting the partition's files changes none of them.
         | Mutation::RebuildStats
+        | Mutation::SyncQuotas { .. }
+        | Mutation::QuotaAllow { .. }
+        | Mutation::QuotaSettle { .. }
+        | Mutation::QuotaLedger { .. }
         // Coding a chunk changes where its bytes are, never what they are.
         | Mutation::CodeChunk { .. }
         | Mutation::UncodeChunk { .. }

@@ -35,6 +35,22 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), State
             }
             Outcome::Unit
         }
+        Mutation::SyncQuotas { epoch, roots } => {
+            b = ctx.store.sync_quotas(epoch, &roots)?;
+            Outcome::Unit
+        }
+        Mutation::QuotaAllow { quota, granted } => {
+            Outcome::Ledger(ctx.store.adopt_allowance(&mut b, quota, granted)?.triple())
+        }
+        Mutation::QuotaSettle { quota, ledger } => {
+            Outcome::Ledger(ctx.store.settle_allowance(&mut b, quota, ledger)?.triple())
+        }
+        Mutation::QuotaLedger { quota, entries } => {
+            for (pid, a) in &entries {
+                ctx.store.put_quota_ledger(&mut b, quota, *pid, a);
+            }
+            Outcome::Unit
+        }
         Mutation::ReserveIds { client, count } => {
             Outcome::Ids(ctx.ids.reserve(ctx.store, &mut b, client, count)?, count)
         }

@@ -374,6 +374,30 @@ pub enum Mutation {
     /// "Cluster-wide fsstats"): counted from scratch when they are kept and it holds none
     /// yet (its first opening with them), dropped when they are not kept.
     RebuildStats,
+    /// The partition counts the quotas of the map of `epoch` (docs/quotas.md): those new
+    /// here counted from scratch, those gone dropped; nothing when it counts them already
+    /// or counted a newer map's.
+    SyncQuotas {
+        epoch: u64,
+        roots: Vec<myriad_storage::QuotaRoot>,
+    },
+    /// This partition's allowance of `quota` becomes `granted` if newer than the one held
+    /// (docs/quotas.md "The ledger's protocol"). `Outcome::Ledger`: the allowance held.
+    QuotaAllow {
+        quota: u64,
+        granted: myriad_storage::Allowance,
+    },
+    /// The home's settle: adopt `ledger` if newer, give back what is unused.
+    /// `Outcome::Ledger`: the allowance held after it.
+    QuotaSettle {
+        quota: u64,
+        ledger: myriad_storage::Allowance,
+    },
+    /// At `quota`'s home: the ledger's entries of these partitions become these.
+    QuotaLedger {
+        quota: u64,
+        entries: Vec<(u32, myriad_storage::Allowance)>,
+    },
     /// Chunk `chunk` of `ino` is coded (docs/redundancy.md): its blocks give way to
     /// `coded`, if they still hold exactly the bytes coded (`crc` of them, and nothing
     /// past them in the chunk). `Outcome::Switched` says whether they did.
@@ -404,6 +428,8 @@ pub enum Mutation {
 #[derive(Debug)]
 pub enum Outcome {
     Unit,
+    /// An allowance of a quota: (names, bytes, version).
+    Ledger((u64, u64, u64)),
     /// The first of the ids reserved (`ReserveIds`), and how many.
     Ids(u64, u32),
     /// Keys rewritten by `Mutation::Resync`.
@@ -472,6 +498,37 @@ pub struct Layout {
     /// The partition keeps fsstats as its files change (`--kept-stats`, docs/redundancy.md
     /// "Cluster-wide fsstats"); off: it keeps none (and drops any it kept before).
     pub kept_stats: bool,
+}
+
+impl Mutation {
+    /// Whether the change is a client's growth of a tree, held to the quotas' allowances
+    /// (docs/quotas.md "The ledger's protocol"): internal moves of entries (imports,
+    /// splits, resolves, repairs) are never refused.
+    #[must_use]
+    pub fn quota_checked(&self) -> bool {
+        matches!(
+            self,
+            Mutation::CreateFile { .. }
+                | Mutation::Symlink { .. }
+                | Mutation::Mknod { .. }
+                | Mutation::Write { .. }
+                | Mutation::ExtendSize { .. }
+                | Mutation::Truncate { .. }
+                | Mutation::PutLinkRef { .. }
+                | Mutation::RenameLocal { .. }
+                | Mutation::MkdirBegin { .. }
+                | Mutation::RenamePrepare(_)
+        )
+    }
+
+    /// Whether what the change takes away from a tree's usage may have gone to another
+    /// partition (a split's or a tree move's export, a rename's source dropping its
+    /// name), rather than being freed by a client's unlink or rmdir.
+    #[must_use]
+    pub fn quota_may_move(&self) -> bool {
+        !(self.quota_checked()
+            || matches!(self, Mutation::Unlink { .. } | Mutation::RmdirBegin { .. }))
+    }
 }
 
 #[derive(Debug)]

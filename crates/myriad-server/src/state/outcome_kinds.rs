@@ -30,6 +30,7 @@ pub(crate) fn expect<K: OutcomeKind>(o: Outcome) -> Result<K, StateError> {
 fn outcome_name(o: &Outcome) -> &'static str {
     match o {
         Outcome::Unit => "nothing",
+        Outcome::Ledger(_) => "a quota's allowance",
         Outcome::Ids(..) => "ids",
         Outcome::Resynced(_) => "a resync",
         Outcome::Touched(_) => "touches",
@@ -64,6 +65,11 @@ macro_rules! outcome_kind {
         }
     };
 }
+
+/// A quota's allowance held by the partition after the change (`QuotaAllow`, `QuotaSettle`).
+pub(crate) struct Held(pub myriad_storage::Allowance);
+
+outcome_kind!(Held, "a quota's allowance", Outcome::Ledger(l) => Held(myriad_storage::Allowance::of(l)));
 
 // The inode after a change of it (a chunk trim it may have left is not wanted).
 outcome_kind!(Inode, "an inode", Outcome::Inode(i) | Outcome::InodeGc(i, _) => i);

@@ -66,7 +66,7 @@ fn counts_files(dir: &str) -> bool {
 }
 
 /// (dir, name length) of an entry key `dir \0 hash(8) name`.
-fn entry_parts(key: &[u8]) -> Option<(String, usize)> {
+pub(crate) fn entry_parts(key: &[u8]) -> Option<(String, usize)> {
     let nul = key.iter().position(|b| *b == 0)?;
     let name_len = key.len().checked_sub(nul + 1 + crate::keys::HASH_BYTES)?;
     Some((String::from_utf8_lossy(&key[..nul]).into_owned(), name_len))
@@ -194,7 +194,7 @@ impl Store {
     }
 
     /// Every pair of `space` whose key starts with `prefix`, in key order, page by page.
-    fn each_pair(
+    pub(crate) fn each_pair(
         &self,
         space: Space,
         prefix: &[u8],

@@ -1,0 +1,413 @@
+//! Directory quotas through real server processes (docs/quotas.md, step 1): set on a tree
+//! that exists (counted from scratch), kept exact as files are made, grown, shrunk,
+//! linked, renamed and removed across partitions, nested, cleared, and exact after a
+//! kill -9 of a server; refused while a server speaks an older protocol.
+
+use std::time::Duration;
+
+use myriad_client::{Client, NodeId, RenameFlags};
+
+use crate::harness::TestCluster;
+
+/// What `myriad quota get PATH` prints, as text.
+fn get(tc: &TestCluster, path: &str) -> String {
+    let out = tc.cli(&["quota", "get", path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits (at most 10 s) until `quota get PATH` prints `want`.
+fn wait_get(tc: &TestCluster, path: &str, want: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = get(tc, path);
+        if now.trim_end() == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "wanted\n{want}\ngot\n{now}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn file(c: &Client, path: &str, len: usize) {
+    c.create(path, 0o644, true, &vec![7u8; len])
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+}
+
+/// (names, bytes of regular files) below `dir`, by a walk. A hard-linked file's bytes are
+/// in no quota yet (docs/quotas.md "As built"): not counted.
+async fn walk(c: &Client, dir: &str) -> (u64, u64) {
+    let mut total = (0, 0);
+    let mut todo = vec![dir.to_string()];
+    while let Some(d) = todo.pop() {
+        for e in c.readdir(&d).await.unwrap_or_else(|e| panic!("{d}: {e}")) {
+            let p = format!("{d}/{}", e.name);
+            let st = c.stat(&p).await.unwrap_or_else(|e| panic!("{p}: {e}"));
+            total.0 += 1;
+            match st.kind {
+                myriad_client::FileKind::Directory => todo.push(p),
+                myriad_client::FileKind::File if st.nlink == 1 => total.1 += st.size,
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn a_quota_s_usage_is_counted_on_an_existing_tree_and_kept_exact_as_it_changes() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let c = tc.client();
+    // A tree spread over the partitions, made before the quota.
+    rt.block_on(async {
+        c.mkdir("/lab", 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        c.mkdir("/other", 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        for d in 0..4 {
+            let dir = format!("/lab/d{d}");
+            c.mkdir(&dir, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+            for f in 0..5 {
+                file(&c, &format!("{dir}/f{f}"), 100 * (f + 1)).await;
+            }
+        }
+        c.symlink("d0/f0", "/lab/link")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        file(&c, "/other/outside", 5000).await;
+    });
+    // 4 directories, 20 files of 100..500 bytes (1,500 per directory), 1 symbolic link.
+    let out = tc.cli(&["quota", "set", "/lab", "--files", "1000", "--bytes", "1M"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let set = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        set.trim_end(),
+        "/lab: files 25 of 1000 (2%), bytes 5.9 KiB of 1.0 MiB (0%)",
+        "counted from scratch"
+    );
+    let exact = |files: u64, bytes: u64| {
+        let walked = rt.block_on(walk(&c, "/lab"));
+        assert_eq!(walked, (files, bytes), "the test's own count");
+        let text = get(&tc, "/lab/d0");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("/lab:"))
+            .unwrap_or_default()
+            .to_string();
+        assert!(line.contains(&format!("files {files} of 1000")), "{text}");
+        line
+    };
+    exact(25, 6000);
+
+    // Changes: creates (and one into a new directory), a write growing a file, a
+    // truncate, an unlink, a rename out of the tree and one into it, a hard link.
+    rt.block_on(async {
+        c.mkdir("/lab/new", 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        file(&c, "/lab/new/a", 10_000).await;
+        let h = c.open("/lab/d1/f0").await.unwrap_or_else(|e| panic!("{e}"));
+        c.write(&h, 0, &[1u8; 2000])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let h = c.open("/lab/d2/f4").await.unwrap_or_else(|e| panic!("{e}"));
+        c.truncate(&h, 0).await.unwrap_or_else(|e| panic!("{e}"));
+        c.unlink("/lab/d3/f4")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        c.rename("/lab/d3/f3", "/other/moved", RenameFlags::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        c.rename("/other/outside", "/lab/d3/came", RenameFlags::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        c.link("/lab/d0/f1", "/lab/d0/f1-again")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    });
+    // +1 dir +1 file (10,000 B); f0 100 -> 2,000 B; f4 500 -> 0; -f4 (500); -f3 (400);
+    // +came (5,000); a second name of f1 (200 B): both names count, and the file's
+    // bytes now live at its link home, in no tree (docs/quotas.md "Not built yet").
+    let bytes = 6000 + 10_000 + 1900 - 500 - 500 - 400 + 5000 - 200;
+    let line = exact(27, bytes);
+    assert!(line.contains("bytes 20.8 KiB"), "{line}");
+
+    // A nested quota: the inner tree's usage, both listed for a path in it.
+    let out = tc.cli(&["quota", "set", "/lab/d0", "--files", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inner = "/lab/d0: files 6 of 3 (200%), bytes 1.3 KiB (no limit)";
+    let text = get(&tc, "/lab/d0/f2");
+    assert!(text.contains(inner), "{text}");
+    assert!(
+        text.find("/lab:") < text.find("/lab/d0:"),
+        "outermost first: {text}"
+    );
+
+    // A server killed (its partitions fail over while writes go on) and back: exact.
+    tc.kill9(NodeId(2));
+    rt.block_on(async {
+        for i in 0..10 {
+            let p = format!("/lab/d1/after{i}");
+            for _ in 0..50 {
+                match c.create(&p, 0o644, true, b"0123456789").await {
+                    Ok(_) => break,
+                    Err(myriad_client::FsError::AlreadyExists) => break,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+    });
+    tc.restart(NodeId(2));
+    let line = exact(37, bytes + 100);
+    assert!(line.contains("bytes 20.9 KiB"), "{line}");
+
+    // Cleared: gone from the list; the nested one stays.
+    let out = tc.cli(&["quota", "clear", "/lab"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tc.cli(&["quota", "list"]);
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(list.trim_end(), inner, "{list}");
+    wait_get(&tc, "/lab/d1", "/lab/d1: no quota");
+}
+
+#[test]
+fn a_quota_is_refused_while_a_server_speaks_an_older_protocol() {
+    let old = (myriad_proto::PROTOCOL_VERSION - 1).to_string();
+    let tc = TestCluster::start_with_env(1, &[], &[("MYRIAD_PROTOCOL_NEWEST", old.as_str())]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(async {
+        tc.client()
+            .mkdir("/lab", 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    });
+    let out = tc.cli(&["quota", "set", "/lab", "--files", "10"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("quotas need every server on protocol 37"),
+        "{err}"
+    );
+    let out = tc.cli(&["quota", "list"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), "no quotas");
+    let out = tc.cli(&["quota", "set", "/nowhere", "--files", "10"]);
+    assert!(!out.status.success(), "no such directory");
+}
+
+/// Creates `dir/f<i>` from `from` on until one is refused; (made, the refusal).
+async fn fill(c: Client, dir: String, from: usize) -> (usize, Option<myriad_client::FsError>) {
+    let mut made = 0;
+    for i in from.. {
+        match c.create(&format!("{dir}/f{i}"), 0o644, true, b"x").await {
+            Ok(_) => made += 1,
+            Err(e) => return (made, Some(e)),
+        }
+    }
+    (made, None)
+}
+
+#[test]
+fn a_tree_takes_exactly_its_limit_of_names_from_writers_on_every_partition() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let c = tc.client();
+    rt.block_on(async {
+        c.mkdir("/q", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        for d in 0..4 {
+            c.mkdir(&format!("/q/d{d}"), 0o755)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+    let out = tc.cli(&["quota", "set", "/q", "--files", "1000", "--bytes", "1M"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Four writers, each in its own directory (spread over the partitions), all at once.
+    let results = rt.block_on(async {
+        let writers: Vec<_> = (0..4)
+            .map(|d| tokio::spawn(fill(tc.client(), format!("/q/d{d}"), 0)))
+            .collect();
+        let mut out = Vec::new();
+        for w in writers {
+            out.push(w.await.unwrap_or_else(|e| panic!("{e}")));
+        }
+        out
+    });
+    let made: usize = results.iter().map(|(n, _)| n).sum();
+    for (_, e) in &results {
+        assert_eq!(
+            e,
+            &Some(myriad_client::FsError::QuotaExceeded),
+            "{results:?}"
+        );
+    }
+    assert_eq!(made, 996, "1,000 names: the 4 directories and 996 files");
+    assert_eq!(rt.block_on(walk(&c, "/q")).0, 1000);
+    // Outside the tree nothing is limited; inside, a freed name can be taken again, once.
+    rt.block_on(async {
+        file(&c, "/outside", 10).await;
+        c.unlink("/q/d0/f0").await.unwrap_or_else(|e| panic!("{e}"));
+        let (again, e) = fill(c.clone(), "/q/d3".into(), 100_000).await;
+        assert_eq!((again, e), (1, Some(myriad_client::FsError::QuotaExceeded)));
+        // A directory is a name too; bytes are held to their own limit.
+        assert_eq!(
+            c.mkdir("/q/d9", 0o755).await.err(),
+            Some(myriad_client::FsError::QuotaExceeded)
+        );
+    });
+    let out = tc.cli(&["quota", "set", "/q", "--files", "2000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rt.block_on(async {
+        // 996 one-byte files: a file of all but 100 bytes of the MiB left fits.
+        file(&c, "/q/d1/big", (1 << 20) - 996 - 100).await;
+        let h = c
+            .create("/q/d1/more", 0o644, true, b"")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.write(&h, 0, &[1u8; 101]).await.err(),
+            Some(myriad_client::FsError::QuotaExceeded),
+            "one byte past the limit"
+        );
+        c.write(&h, 0, &[1u8; 100])
+            .await
+            .unwrap_or_else(|e| panic!("exactly at it: {e}"));
+    });
+    let text = get(&tc, "/q");
+    assert!(
+        text.contains("files 1002 of 2000") && text.contains("bytes 1.0 MiB of 1.0 MiB (100%)"),
+        "{text}"
+    );
+}
+
+/// `setxattr`/`getxattr`/`removexattr` on `path`: 0 or the errno; the value read.
+mod xattr {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn c(s: &[u8]) -> CString {
+        CString::new(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn errno(r: isize) -> Result<isize, i32> {
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            Ok(r)
+        }
+    }
+
+    pub fn set(path: &std::path::Path, name: &str, v: &[u8]) -> Result<isize, i32> {
+        let (p, n) = (c(path.as_os_str().as_bytes()), c(name.as_bytes()));
+        // SAFETY: valid C strings and buffer.
+        errno(
+            unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) }
+                as isize,
+        )
+    }
+
+    pub fn get(path: &std::path::Path, name: &str) -> Result<Vec<u8>, i32> {
+        let (p, n) = (c(path.as_os_str().as_bytes()), c(name.as_bytes()));
+        let mut buf = vec![0u8; 64];
+        // SAFETY: valid C strings and buffer.
+        let r = errno(unsafe {
+            libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        })?;
+        buf.truncate(usize::try_from(r).unwrap_or(0));
+        Ok(buf)
+    }
+
+    pub fn remove(path: &std::path::Path, name: &str) -> Result<isize, i32> {
+        let (p, n) = (c(path.as_os_str().as_bytes()), c(name.as_bytes()));
+        // SAFETY: valid C strings.
+        errno(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) } as isize)
+    }
+}
+
+/// Through a mount, as CephFS's `ceph.quota.*`: root sets, reads and removes a limit as an
+/// extended attribute of the tree's root, and a create past it fails with EDQUOT.
+#[test]
+fn a_mount_sets_reads_and_meets_a_quota_through_extended_attributes() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let m = crate::mount::Mount::new(&tc, &[]);
+    let lab = m.path("lab");
+    std::fs::create_dir(&lab).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        xattr::get(&lab, "myriad.quota.max_files"),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(xattr::set(&lab, "myriad.quota.max_files", b"3"), Ok(0));
+    assert_eq!(
+        xattr::get(&lab, "myriad.quota.max_files"),
+        Ok(b"3".to_vec())
+    );
+    assert_eq!(
+        xattr::get(&lab, "myriad.quota.max_bytes"),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(
+        xattr::set(&lab, "myriad.quota.max_files", b"lots"),
+        Err(libc::EINVAL)
+    );
+    assert_eq!(
+        xattr::set(&lab, "myriad.quota.other", b"1"),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(
+        get(&tc, "/lab").trim_end(),
+        "/lab: files 0 of 3 (0%), bytes 0 B (no limit)"
+    );
+    for i in 0..3 {
+        std::fs::write(lab.join(format!("f{i}")), b"x").unwrap_or_else(|e| panic!("{e}"));
+    }
+    let past = std::fs::write(lab.join("f3"), b"x").err();
+    assert_eq!(past.and_then(|e| e.raw_os_error()), Some(libc::EDQUOT));
+    assert_eq!(
+        std::fs::create_dir(lab.join("d"))
+            .err()
+            .and_then(|e| e.raw_os_error()),
+        Some(libc::EDQUOT)
+    );
+    // Removed: no limit, the create goes through.
+    assert_eq!(xattr::remove(&lab, "myriad.quota.max_files"), Ok(0));
+    assert_eq!(
+        xattr::get(&lab, "myriad.quota.max_files"),
+        Err(libc::ENODATA)
+    );
+    std::fs::write(lab.join("f3"), b"x").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(get(&tc, "/lab").trim_end(), "/lab: no quota");
+}
