@@ -5,7 +5,6 @@
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use myriad_client::proto::ask;
 use myriad_client::{Client, ClusterMap, FileKind, Quota};
 
 /// The protocol every server must speak before a quota is set: older ones would drop it
@@ -75,19 +74,18 @@ pub async fn run(cmd: QuotaCmd, client: &Client) -> anyhow::Result<()> {
             let q = map
                 .quota_at(&path)
                 .context("the quota did not land in the map")?;
-            println!("{}", describe(q, &usage_of(client, &map, q.id).await?));
+            println!("{}", describe(q, &usage_of(client, q.id).await?));
             Ok(())
         }
         QuotaCmd::Get { path } => {
             let path = crate::fs_cmds::normalize(&path)?;
             let map = client.newest_map().await;
-            let mut shown: Vec<&Quota> = map.quotas_enclosing(&path);
-            shown.extend(map.quota_at(&path));
+            let shown = map.quotas_covering(&path);
             if shown.is_empty() {
                 println!("{path}: no quota");
             }
             for q in shown {
-                println!("{}", describe(q, &usage_of(client, &map, q.id).await?));
+                println!("{}", describe(q, &usage_of(client, q.id).await?));
             }
             Ok(())
         }
@@ -97,7 +95,7 @@ pub async fn run(cmd: QuotaCmd, client: &Client) -> anyhow::Result<()> {
                 println!("no quotas");
             }
             for q in &map.ext.quotas {
-                println!("{}", describe(q, &usage_of(client, &map, q.id).await?));
+                println!("{}", describe(q, &usage_of(client, q.id).await?));
             }
             Ok(())
         }
@@ -132,31 +130,18 @@ type Usage = Result<(u64, u64), String>;
 /// Quota `id`'s usage, from every partition's part of it. A partition that has not
 /// counted the quota yet (it is counting it, from a map that just set it) is waited for
 /// a little, then reported.
-async fn usage_of(client: &Client, map: &ClusterMap, id: u64) -> anyhow::Result<Usage> {
+async fn usage_of(client: &Client, id: u64) -> anyhow::Result<Usage> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let mut total = (0u64, 0u64);
-        let mut counting = Vec::new();
-        for p in &map.partitions {
-            let r = client
-                .ask_partition(p.id, ask::quota_usage())
-                .await
-                .with_context(|| format!("quota usage at partition {}", p.id))?;
-            match r.usage.iter().find(|(q, _, _)| *q == id) {
-                Some((_, files, bytes)) => {
-                    total.0 += files;
-                    total.1 += bytes;
-                }
-                None => counting.push(p.id.to_string()),
-            }
-        }
-        if counting.is_empty() {
-            return Ok(Ok(total));
-        }
+        let counting = match client.quota_usage(id).await.context("quota usage")? {
+            Ok(total) => return Ok(Ok(total)),
+            Err(counting) => counting,
+        };
         if tokio::time::Instant::now() >= deadline {
+            let ids: Vec<String> = counting.iter().map(ToString::to_string).collect();
             return Ok(Err(format!(
                 "usage not known yet (partitions {} are counting it)",
-                counting.join(",")
+                ids.join(",")
             )));
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

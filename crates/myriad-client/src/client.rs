@@ -696,6 +696,7 @@ mod leased;
 mod maps;
 mod namespace;
 mod pacing;
+pub(crate) mod quotas;
 mod recorded;
 mod routing;
 mod tries;

@@ -31,6 +31,7 @@ mod write_behind;
 
 pub use behind_journals::{BehindSpawner, BehindTask};
 pub use client::cluster::Installed;
+pub use client::quotas::{PathStatFs, QuotaCount};
 pub use client::{Client, ClientConfig};
 pub use dirs::ListFor;
 pub use file::FileHandle;

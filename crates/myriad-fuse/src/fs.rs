@@ -18,6 +18,7 @@ use myriad_proto::{FsError, SetAttr};
 use crate::attr::{errno, file_type};
 use crate::handles::NO_HANDLE;
 use crate::mount::Mount;
+use crate::mount::capacity::BLOCK;
 use crate::mount::quota_xattrs::is_quota_xattr;
 use crate::mount_metrics::{AttrFrom, KernelOp};
 use myriad_proto::access as perm;
@@ -706,24 +707,22 @@ impl Filesystem for MyriadFs {
         });
     }
 
-    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Statfs);
         self.spawn(req, move |fs, _| async move {
-            match fs.client.statfs().await {
-                Ok(s) => {
-                    const BSIZE: u64 = 4096;
-                    // Inodes are not preallocated: report a large, honest-looking budget.
-                    const FILES: u64 = 1 << 40;
-                    let free = s.free_bytes / BSIZE;
+            match fs.capacity(ids.id(ino)).await {
+                Ok(c) => {
+                    let (b, n) = (BLOCK as u32, 255);
                     reply.statfs(
-                        s.total_bytes / BSIZE,
-                        free,
-                        free,
-                        FILES,
-                        FILES.saturating_sub(s.files),
-                        BSIZE as u32,
-                        255,
-                        BSIZE as u32,
+                        c.blocks,
+                        c.free_blocks,
+                        c.free_blocks,
+                        c.files,
+                        c.free_files,
+                        b,
+                        n,
+                        b,
                     );
                 }
                 Err(e) => reply.error(errno(&e)),

@@ -534,6 +534,7 @@ impl Mount {
 #[derive(Clone, Copy, Debug)]
 pub struct Pending(Option<u64>);
 
+pub(crate) mod capacity;
 mod entries;
 mod file_io;
 pub(crate) mod quota_xattrs;

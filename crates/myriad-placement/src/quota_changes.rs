@@ -58,6 +58,15 @@ impl ClusterMap {
         self.ext.quotas.iter().find(|q| q.path == path)
     }
 
+    /// The quotas that cover `path` as `df` and `quota get` show them: those enclosing it
+    /// and the one set on it (a quota root's own `df` shows its quota), outermost first.
+    #[must_use]
+    pub fn quotas_covering(&self, path: &str) -> Vec<&Quota> {
+        let mut out = self.quotas_enclosing(path);
+        out.extend(self.quota_at(path));
+        out
+    }
+
     /// Every quota whose tree holds `path` (a quota's own root is in the tree of the
     /// quotas above it, not in its own), outermost first.
     #[must_use]
@@ -150,5 +159,23 @@ mod tests {
         assert_eq!(paths("/a"), Vec::<String>::new());
         assert_eq!(paths("/ab/x"), vec!["/ab"], "/ab is not below /a");
         assert!(m.quota_at("/a/b").is_some_and(|q| q.encloses_dir("/a/b")));
+    }
+
+    #[test]
+    fn a_quota_root_is_covered_by_its_own_quota_and_those_above() {
+        let m = map()
+            .with_quota("/lab", 10, 0)
+            .and_then(|m| m.with_quota("/lab/a", 0, 5))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let paths = |p: &str| -> Vec<String> {
+            m.quotas_covering(p)
+                .into_iter()
+                .map(|q| q.path.clone())
+                .collect()
+        };
+        assert_eq!(paths("/lab/a"), ["/lab", "/lab/a"]);
+        assert_eq!(paths("/lab/a/x"), ["/lab", "/lab/a"]);
+        assert_eq!(paths("/lab"), ["/lab"]);
+        assert!(paths("/other").is_empty());
     }
 }

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use myriad_placement::ClusterMap;
 use myriad_storage::QuotaRoot;
 
+use crate::cluster::MapState;
+use crate::metrics::QuotaPart;
 use crate::partition::core::Partition;
 use crate::state::mutation::Mutation;
 
@@ -40,4 +42,32 @@ pub(crate) fn sync(node: &Arc<Partition>, map: &ClusterMap) {
     if let Ok(mut t) = node.tasks.lock() {
         t.push(task);
     }
+}
+
+/// Each quota of the map as this server's scrape shows it: the usage its partitions `led`
+/// here hold, and the limits where the quota's home is one of them.
+pub(crate) fn metric_parts(state: &MapState, led: &[Arc<Partition>]) -> Vec<QuotaPart> {
+    state
+        .map
+        .ext
+        .quotas
+        .iter()
+        .map(|q| {
+            let mut part = QuotaPart {
+                path: q.path.clone(),
+                ..QuotaPart::default()
+            };
+            for p in led {
+                if let Ok(u) = p.store.quota_usage(q.id) {
+                    part.files += u.files;
+                    part.bytes += u.bytes;
+                }
+            }
+            let home = state.ring.owner_of_dir(&q.path);
+            if led.iter().any(|p| p.me == home) {
+                part.limits = Some((q.max_files, q.max_bytes));
+            }
+            part
+        })
+        .collect()
 }

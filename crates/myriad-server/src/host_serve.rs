@@ -308,6 +308,7 @@ impl Host {
             copy_lag: self.nodes().iter().map(|n| n.replicator.copy_lag()).sum(),
             recalls: self.recalls.counts(),
             reserve_bytes: self.space.reserve_bytes(),
+            quotas: crate::host_quotas::metric_parts(&state, &self.nodes()),
         };
         crate::metrics::render(&self.request_metrics, &snap, &self.statfs(), extras)
     }

@@ -217,8 +217,22 @@ impl std::iter::Sum for CopyLag {
     }
 }
 
+/// One directory quota as a server's scrape shows it (docs/quotas.md "What clients see").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuotaPart {
+    /// The quota's root.
+    pub path: String,
+    /// The names and bytes of its tree held by the partitions led here: summed by path
+    /// over the servers, the quota's usage.
+    pub files: u64,
+    pub bytes: u64,
+    /// Its limits (max files, max bytes; 0: none), shown by the server leading the
+    /// quota's home partition only, so that a sum over servers counts each once.
+    pub limits: Option<(u64, u64)>,
+}
+
 /// What a scrape reads from the server's state besides its counter snapshot and disk.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct StateExtras {
     /// Partitions led here with a copy still catching up (not yet a member).
     pub partitions_with_copies_behind: u64,
@@ -236,6 +250,51 @@ pub struct StateExtras {
     pub recalls: (u64, u64),
     /// The free space below which writes are refused (`--reserve`).
     pub reserve_bytes: u64,
+    /// The map's quotas, each with the part of its usage held here.
+    pub quotas: Vec<QuotaPart>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabel {
+    path: String,
+}
+
+/// The quota families: usage held here, and limits where the quota's home is led.
+fn encode_quotas(r: &mut Registry, quotas: &[QuotaPart]) {
+    let held = |what: fn(&QuotaPart) -> Option<u64>| {
+        let family = Family::<PathLabel, Gauge>::default();
+        for q in quotas {
+            if let Some(v) = what(q) {
+                let label = PathLabel {
+                    path: q.path.clone(),
+                };
+                family
+                    .get_or_create(&label)
+                    .set(i64::try_from(v).unwrap_or(i64::MAX));
+            }
+        }
+        family
+    };
+    r.register(
+        "quota_files",
+        "Names under each directory quota held by the partitions led here (sum by path: the usage)",
+        held(|q| Some(q.files)),
+    );
+    r.register(
+        "quota_bytes",
+        "Bytes of files under each directory quota held by the partitions led here (sum by path: the usage)",
+        held(|q| Some(q.bytes)),
+    );
+    r.register(
+        "quota_limit_files",
+        "Each directory quota's limit of names (0: none), from the server leading its home",
+        held(|q| q.limits.map(|l| l.0)),
+    );
+    r.register(
+        "quota_limit_bytes",
+        "Each directory quota's limit of bytes (0: none), from the server leading its home",
+        held(|q| q.limits.map(|l| l.1)),
+    );
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -395,6 +454,7 @@ pub fn encode_state(
     );
     encode_traffic(&mut r, snap);
     encode_disk(&mut r, disk);
+    encode_quotas(&mut r, &extras.quotas);
     prometheus_client::encoding::text::encode_registry(out, &r)
 }
 
@@ -617,6 +677,20 @@ mod tests {
             },
             recalls: (5, 2),
             reserve_bytes: 1 << 30,
+            quotas: vec![
+                QuotaPart {
+                    path: "/lab".into(),
+                    files: 12,
+                    bytes: 4096,
+                    limits: Some((100, 0)),
+                },
+                QuotaPart {
+                    path: "/home/ann".into(),
+                    files: 3,
+                    bytes: 9,
+                    limits: None,
+                },
+            ],
             ..StateExtras::default()
         };
         let text = render(&m, &snap, &StatFs::default(), extras);
@@ -630,6 +704,8 @@ mod tests {
             "myriad_disk_bytes",
             "myriad_zone_bytes",
             "myriad_cross_zone_bytes",
+            "myriad_quota_files",
+            "myriad_quota_limit_bytes",
         ] {
             assert_eq!(
                 text.matches(&format!("# TYPE {family} ")).count(),
@@ -652,9 +728,18 @@ mod tests {
             r#"myriad_lease_recalls_total{delivery="queued"} 5"#,
             r#"myriad_lease_recalls_total{delivery="waited_out"} 2"#,
             "myriad_disk_reserve_bytes 1073741824",
+            r#"myriad_quota_files{path="/lab"} 12"#,
+            r#"myriad_quota_bytes{path="/home/ann"} 9"#,
+            r#"myriad_quota_limit_files{path="/lab"} 100"#,
+            r#"myriad_quota_limit_bytes{path="/lab"} 0"#,
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+        // A quota's limits come from its home's server only.
+        assert!(
+            !text.contains(r#"myriad_quota_limit_files{path="/home/ann"}"#),
+            "{text}"
+        );
     }
 
     #[test]

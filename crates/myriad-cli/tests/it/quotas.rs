@@ -411,3 +411,84 @@ fn a_mount_sets_reads_and_meets_a_quota_through_extended_attributes() {
     std::fs::write(lab.join("f3"), b"x").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(get(&tc, "/lab").trim_end(), "/lab: no quota");
 }
+
+/// `statvfs(path)`: (size in bytes, free bytes, files, free files).
+fn df(path: &std::path::Path) -> (u64, u64, u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs the call fills.
+    let r = unsafe { libc::statvfs(p.as_ptr(), &mut s) };
+    assert_eq!(
+        r,
+        0,
+        "statvfs {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    let unit = s.f_frsize as u64;
+    (
+        s.f_blocks as u64 * unit,
+        s.f_bfree as u64 * unit,
+        s.f_files as u64,
+        s.f_ffree as u64,
+    )
+}
+
+/// `df` of a path under a quota shows the quota, as CephFS's client does: its limit as the
+/// size, its usage as used; the usage reads as `myriad.quota.used_*` on the quota's root;
+/// the mount's root still shows the cluster.
+#[test]
+fn df_under_a_quota_shows_the_quota_s_limit_and_usage() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3", "--metrics"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let m = crate::mount::Mount::new(&tc, &[]);
+    let lab = m.path("lab");
+    let sub = lab.join("sub");
+    std::fs::create_dir_all(&sub).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        xattr::set(&lab, "myriad.quota.max_bytes", b"1048576"),
+        Ok(0)
+    );
+    assert_eq!(xattr::set(&lab, "myriad.quota.max_files", b"100"), Ok(0));
+    std::fs::write(lab.join("f0"), vec![7u8; 40_960]).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(sub.join("f1"), vec![8u8; 8_192]).unwrap_or_else(|e| panic!("{e}"));
+    // Names: sub, f0, f1; bytes: the two files' sizes.
+    let used = |name: &str| xattr::get(&lab, name).map(|v| String::from_utf8_lossy(&v).to_string());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while used("myriad.quota.used_files") != Ok("3".into()) && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(used("myriad.quota.used_files"), Ok("3".into()));
+    assert_eq!(used("myriad.quota.used_bytes"), Ok("49152".into()));
+    assert_eq!(df(&sub), (1_048_576, 1_048_576 - 49_152, 100, 97));
+    assert_eq!(df(&lab), df(&sub), "the quota's root shows its own quota");
+    let (size, _, files, _) = df(&m.path(""));
+    assert_ne!(size, 1_048_576, "the mount's root shows the cluster");
+    assert_eq!(files, 1 << 40);
+    // Usage is read only, and only on a quota's root.
+    assert_eq!(
+        xattr::get(&sub, "myriad.quota.used_files"),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(
+        xattr::set(&lab, "myriad.quota.used_files", b"0"),
+        Err(libc::EOPNOTSUPP)
+    );
+    // What an operator scrapes: each server its part (summed: the usage), the limit once.
+    let sum = |sample: &str| -> u64 {
+        (1..=3)
+            .map(|id| {
+                let at = tc.dir.path().join(format!("node-{id}/metrics.addr"));
+                let addr = std::fs::read_to_string(at).unwrap_or_else(|e| panic!("{e}"));
+                crate::mount_metrics::value(&crate::mount_metrics::scrape(addr.trim()), sample)
+            })
+            .sum()
+    };
+    assert_eq!(sum(r#"myriad_quota_files{path="/lab"} "#), 3);
+    assert_eq!(sum(r#"myriad_quota_bytes{path="/lab"} "#), 49_152);
+    assert_eq!(sum(r#"myriad_quota_limit_files{path="/lab"} "#), 100);
+    assert_eq!(sum(r#"myriad_quota_limit_bytes{path="/lab"} "#), 1_048_576);
+}

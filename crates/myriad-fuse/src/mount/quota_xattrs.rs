@@ -3,6 +3,7 @@
 //! myriad.quota.max_bytes DIR` reads the limit set on DIR (none: ENODATA), `setfattr -n
 //! myriad.quota.max_files -v 10000 DIR` sets one, `setfattr -x` (or 0) removes it. Setting
 //! is a change of the cluster map: root on a mount that holds the cluster secret only.
+//! `myriad.quota.used_bytes` and `used_files` read the quota's usage (read only).
 
 use myriad_client::{Caller, ClusterMap, FsError};
 use myriad_placement::map_wire::QUOTAS_SINCE;
@@ -29,6 +30,15 @@ fn limit_of(name: &str) -> Option<Limit> {
     }
 }
 
+/// The usage attributes' kind (read only).
+fn used_of(name: &str) -> Option<Limit> {
+    match name.strip_prefix(PREFIX)? {
+        "used_bytes" => Some(Limit::Bytes),
+        "used_files" => Some(Limit::Files),
+        _ => None,
+    }
+}
+
 /// Whether `name` is one of the quota attributes (answered here, never stored).
 #[must_use]
 pub fn is_quota_xattr(name: &str) -> bool {
@@ -44,6 +54,9 @@ fn limits(map: &ClusterMap, path: &str) -> (u64, u64) {
 impl Mount {
     /// `getxattr` of a quota attribute: the limit as a decimal number.
     pub async fn get_quota_xattr(&self, ino: InodeId, name: &str) -> Result<Vec<u8>, FsError> {
+        if let Some(used) = used_of(name) {
+            return self.quota_used(ino, used).await;
+        }
         let limit = limit_of(name).ok_or(FsError::NoData)?;
         let path = self.path(ino)?;
         let (bytes, files) = limits(&self.client.newest_map().await, &path);
@@ -57,6 +70,24 @@ impl Mount {
         Ok(v.to_string().into_bytes())
     }
 
+    /// `getxattr` of a usage attribute of the quota set on `ino` (none: ENODATA; usage
+    /// still being counted after the quota was set: EAGAIN).
+    async fn quota_used(&self, ino: InodeId, used: Limit) -> Result<Vec<u8>, FsError> {
+        let path = self.path(ino)?;
+        let map = self.client.newest_map().await;
+        let id = map.quota_at(&path).ok_or(FsError::NoData)?.id;
+        let (files, bytes) = self
+            .client
+            .quota_usage(id)
+            .await?
+            .map_err(|_| FsError::Busy)?;
+        let v = match used {
+            Limit::Bytes => bytes,
+            Limit::Files => files,
+        };
+        Ok(v.to_string().into_bytes())
+    }
+
     /// `setxattr` (`value` some) or `removexattr` of a quota attribute.
     pub async fn set_quota_xattr(
         &self,
@@ -67,7 +98,7 @@ impl Mount {
     ) -> Result<(), FsError> {
         let limit = limit_of(name).ok_or_else(|| {
             FsError::NotSupported(format!(
-                "{name}: not a quota attribute (max_bytes, max_files)"
+                "{name}: not a quota limit (max_bytes, max_files; used_* are read only)"
             ))
         })?;
         if caller.uid != 0 {
