@@ -9,6 +9,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use futures::StreamExt;
 use myriad_client::Client;
+use myriad_placement::map_wire::QUOTAS_SINCE;
 use serde::Serialize;
 
 use crate::cluster::LocalCluster;
@@ -142,6 +143,12 @@ pub struct BenchArgs {
     /// Where the cluster keeps its data (default: a temporary directory).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Set a directory quota on the run's directory first, with limits far above what the
+    /// run makes (nothing is refused): what counting and enforcing a quota cost
+    /// (docs/quotas.md "Cost"). Needs every server on protocol 37 or later, and with
+    /// --cluster root and the cluster secret.
+    #[arg(long)]
+    quota: bool,
     /// The directory the files go under.
     #[arg(skip = String::from("/bench"))]
     root: String,
@@ -276,6 +283,9 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
             "bench {name}: existing {}-node cluster, {} in flight, {} B files, {} ops per phase, files in {}",
             args.nodes, args.inflight, args.size, args.ops, args.root
         );
+        if args.quota {
+            quota_on(&client, &args.root).await?;
+        }
         let result = body(Arc::new(client), name, &args, phases).await;
         eprintln!(
             "bench files left in {} (remove with `myriad rm -r {}`)",
@@ -301,6 +311,14 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
         &crate::cluster::NodeOptions::for_bench(Vec::new()),
     )
     .await?;
+    if args.quota {
+        // A map change: as the cluster's administrator, not the benchmark's identity.
+        quota_on(
+            &cluster.client(std::time::Duration::from_secs(30))?,
+            &args.root,
+        )
+        .await?;
+    }
     let client = cluster.client_as(
         std::time::Duration::from_secs(30),
         crate::cluster::bench_identity(),
@@ -311,6 +329,26 @@ pub async fn run(cmd: BenchCmd, target: Target) -> anyhow::Result<()> {
     };
     cluster.down()?;
     result
+}
+
+/// Sets a quota on `root` far above any run (2^40 names, 2^50 bytes), once the cluster's
+/// protocol floor allows quotas (a cluster just started raises it within moments).
+async fn quota_on(client: &Client, root: &str) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while client.newest_map().await.ext.protocol_floor < QUOTAS_SINCE {
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("--quota: the cluster's protocol floor stays below {QUOTAS_SINCE}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    crate::map_change::commit_part(
+        client,
+        |m| Ok(Some(m.with_quota(root, 1 << 50, 1 << 40)?)),
+        |m| m.quota_at(root).map(|q| (q.max_files, q.max_bytes)),
+    )
+    .await?;
+    eprintln!("bench: quota on {root} (limits 2^40 names, 2^50 bytes)");
+    Ok(())
 }
 
 async fn body(

@@ -830,14 +830,13 @@ fn seeds_with_quotas_keep_their_usage_exact() {
     });
 }
 
-/// Found at stop 81 by the thousand seeds with quotas (not fixed yet): a client read
-/// `/c4/f0` right after `renameat2(/c4/f0, /x4/f4, RENAME_EXCHANGE)` with the file's
-/// second chunk but an empty first chunk, while `/x4` was splitting between the two
-/// partitions of the exchange (a `shard_import` to the destination between its prepare
-/// and commit). Neither tree is under a limited quota; not shown to be caused by quotas
-/// or not (the same seed without `--quotas` runs another schedule).
+/// Found at stop 81 by the thousand seeds with quotas, with the first code of quota
+/// enforcement: a client read `/c4/f0` right after `renameat2(/c4/f0, /x4/f4,
+/// RENAME_EXCHANGE)` with the file's second chunk but an empty first chunk, while `/x4`
+/// was splitting between the two partitions of the exchange. With the code that landed
+/// (allowances given up where usage leaves, usage reported before each grant) the seed
+/// runs another schedule and passes; the cause was not found, so the seed stays here.
 #[test]
-#[ignore = "a known failure: an exchange during a split of its directory (stop 81)"]
 fn an_exchange_during_a_split_keeps_the_file_s_first_chunk() {
     check(&SimConfig {
         quotas: true,

@@ -55,7 +55,8 @@ impl Partition {
         body: Request<ClientRequest>,
         made: &Made,
     ) -> Result<Response, WireError> {
-        let mut tries = 0;
+        use crate::partition::quota_grants::{SHORT_RETRIES_MAX, SHORT_WAITS_MAX};
+        let (mut asked, mut waited) = (0, 0);
         loop {
             let again = body.clone();
             match self
@@ -66,9 +67,11 @@ impl Partition {
                     quota,
                     files,
                     bytes,
-                }) if tries < crate::partition::quota_grants::SHORT_RETRIES_MAX => {
-                    tries += 1;
-                    self.get_allowance(quota, (files, bytes)).await?;
+                }) if asked < SHORT_RETRIES_MAX && waited < SHORT_WAITS_MAX => {
+                    match self.get_allowance(quota, (files, bytes)).await? {
+                        true => asked += 1,
+                        false => waited += 1,
+                    }
                 }
                 other => return other,
             }
