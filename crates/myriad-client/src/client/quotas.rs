@@ -57,47 +57,52 @@ pub(crate) fn under_quotas(
 impl Client {
     /// Quota `id`'s usage now: each partition's part of it, asked of all at once.
     pub async fn quota_usage(&self, id: u64) -> Result<QuotaCount, FsError> {
+        let mut one = self.quota_usages(&[id]).await?;
+        Ok(one.pop().unwrap_or_else(|| Err(Vec::new())))
+    }
+
+    /// The usage of each quota of `ids`, in that order: one ask of each partition (which
+    /// answers for every quota it counts), all at once.
+    pub async fn quota_usages(&self, ids: &[u64]) -> Result<Vec<QuotaCount>, FsError> {
         let parts = self.st().map.partitions.clone();
         let asks = parts
             .iter()
             .map(|p| async move { (p.id, self.ask_partition(p.id, ask::quota_usage()).await) });
-        let mut total = (0u64, 0u64);
-        let mut counting = Vec::new();
+        let mut totals = vec![Ok((0u64, 0u64)); ids.len()];
         for (pid, answer) in futures::future::join_all(asks).await {
-            match answer?.usage.iter().find(|(q, _, _)| *q == id) {
-                Some((_, files, bytes)) => {
-                    total.0 += files;
-                    total.1 += bytes;
+            let answer = answer?;
+            for (id, total) in ids.iter().zip(totals.iter_mut()) {
+                match (answer.usage.iter().find(|(q, _, _)| q == id), total) {
+                    (Some((_, files, bytes)), Ok(t)) => {
+                        t.0 += files;
+                        t.1 += bytes;
+                    }
+                    (Some(_), Err(_)) => {}
+                    (None, t @ Ok(_)) => *t = Err(vec![pid]),
+                    (None, Err(counting)) => counting.push(pid),
                 }
-                None => counting.push(pid),
             }
         }
-        Ok(if counting.is_empty() {
-            Ok(total)
-        } else {
-            Err(counting)
-        })
+        Ok(totals)
     }
 
     /// `statfs` of `path`: the cluster's capacity, or, under quotas, the innermost one's
     /// limits and usage (no quota: exactly `statfs`, and no more requests).
     pub async fn statfs_at(&self, path: &str) -> Result<PathStatFs, FsError> {
         let cluster = self.statfs().await?;
-        let quotas = {
+        let quotas: Vec<Quota> = {
             let st = self.st();
-            if st.map.ext.quotas.is_empty() {
-                Vec::new()
-            } else {
-                st.map.quotas_covering(path).into_iter().cloned().collect()
-            }
+            st.map.quotas_covering(path).into_iter().cloned().collect()
         };
-        let mut usage = Vec::with_capacity(quotas.len());
-        for q in &quotas {
-            if let Ok(u) = self.quota_usage(q.id).await? {
-                usage.push((q.id, u));
-            }
+        if quotas.is_empty() {
+            return Ok(under_quotas(cluster, &quotas, |_| None));
         }
-        let find = |id| usage.iter().find(|(q, _)| *q == id).map(|(_, u)| *u);
+        let ids: Vec<u64> = quotas.iter().map(|q| q.id).collect();
+        let usage = self.quota_usages(&ids).await?;
+        let find = |id| {
+            let i = ids.iter().position(|q| *q == id)?;
+            usage.get(i)?.as_ref().ok().copied()
+        };
         Ok(under_quotas(cluster, &quotas, find))
     }
 }
