@@ -39,10 +39,33 @@ impl<T: Serialize> Serialize for Versioned<'_, T> {
     }
 }
 
+/// A value that carries the version it is written for (`written_for` of its extension).
+trait WrittenFor {
+    fn written_for(&self) -> u16;
+}
+
+impl WrittenFor for MapExt {
+    fn written_for(&self) -> u16 {
+        written_for(self)
+    }
+}
+
+impl WrittenFor for ClusterMap {
+    fn written_for(&self) -> u16 {
+        written_for(&self.ext)
+    }
+}
+
 /// Reads what `Versioned` wrote: the value decoded for the version written before it.
-fn read_versioned<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+/// The version must be the one the value itself says it is written for, as `Versioned`
+/// wrote it: bytes of another version (which no member writes) would decode to a value
+/// that is written back differently (fields of the version read, dropped for the one
+/// written), so they are refused, not read.
+fn read_versioned<'de, T: Deserialize<'de> + WrittenFor, D: Deserializer<'de>>(
+    d: D,
+) -> Result<T, D::Error> {
     struct V<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+    impl<'de, T: Deserialize<'de> + WrittenFor> Visitor<'de> for V<T> {
         type Value = T;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a protocol version and a value written for it")
@@ -51,8 +74,16 @@ fn read_versioned<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Resul
             let version: u16 = seq
                 .next_element()?
                 .ok_or_else(|| serde::de::Error::invalid_length(0, &self))?;
-            scope(version, || seq.next_element())?
-                .ok_or_else(|| serde::de::Error::invalid_length(1, &self))
+            let value: T = scope(version, || seq.next_element())?
+                .ok_or_else(|| serde::de::Error::invalid_length(1, &self))?;
+            let expected = value.written_for();
+            if version != expected {
+                return Err(serde::de::Error::custom(format_args!(
+                    "a map extension marked as written for protocol {version} says it is \
+                     written for {expected}"
+                )));
+            }
+            Ok(value)
         }
     }
     d.deserialize_tuple(2, V(std::marker::PhantomData))
@@ -135,6 +166,37 @@ mod tests {
         let plain = postcard::to_allocvec(&map).unwrap_or_default();
         let (_, none) = from_bytes_with_ext::<ClusterMap>(&plain).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(none, None);
+    }
+
+    /// Bytes marked with another version than the one their map is written for are
+    /// refused: read for that version they would be written back differently (the fuzz
+    /// target `membership` found an `InstallExt` marked 108 holding a map of floor 0,
+    /// whose quotas, read for 108, were dropped when written again for 35).
+    #[test]
+    fn a_map_marked_with_another_version_than_its_floor_is_refused() {
+        let mut map = map_with_floor();
+        map.ext.protocol_floor = 37;
+        let map = map
+            .with_quota("/lab", 10, 20)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let good =
+            postcard::to_allocvec(&crate::MapCommand::install(map.clone())).unwrap_or_default();
+        assert_eq!(good.get(..2), Some(&[1, 37][..]), "InstallExt, version 37");
+        let back: crate::MapCommand = postcard::from_bytes(&good).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.into_map(), map);
+        let mut bad = good.clone();
+        bad[1] = 38;
+        let err = postcard::from_bytes::<crate::MapCommand>(&bad);
+        assert!(err.is_err(), "read for 38 though written for 37: {err:?}");
+        // The trailer of a stored record likewise.
+        let mut rec = to_bytes_with_ext(&map, &map.ext).unwrap_or_default();
+        let at = rec.len()
+            - postcard::to_allocvec(&Versioned(37, &map.ext))
+                .unwrap_or_default()
+                .len();
+        assert_eq!(rec[at], 37);
+        rec[at] = 38;
+        assert!(from_bytes_with_ext::<ClusterMap>(&rec).is_err());
     }
 
     /// `InstallExt` keeps the extension in a log entry; `Install` drops it (34's entry).
