@@ -237,7 +237,16 @@ impl Partition {
                 child,
                 entries,
             };
-            self.call_node(target, Request::Peer(req)).await?;
+            match self.call_node(target, Request::Peer(req)).await {
+                // A file of the page is one an exchange at the child's node is taking
+                // away from there, not resolved yet (`refuse_entries_leaving_here`): the
+                // page goes again once it is (an import of a page is idempotent).
+                Err(WireError::Busy) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(crate::backoff::BUSY_ENTRY_RETRY).await;
+                    continue;
+                }
+                other => other?,
+            };
             match next {
                 Some(n) => after = Some(n),
                 None => break,

@@ -1,5 +1,7 @@
 //! Renames: on one partition, across two (source and target sides), and of whole directories (freeze, export/import, finish).
 
+use std::collections::HashSet;
+
 use crate::state::failure::StateError;
 use myriad_placement::split_parent;
 use myriad_proto::{DirAction, FileKind, Inode, Shard, WireError};
@@ -366,6 +368,7 @@ fn dir_import(ctx: &mut Ctx<'_>, b: &mut Batch, d: DirImport) -> Result<Outcome,
         entries,
         replaces,
     } = d;
+    refuse_entries_leaving_here(ctx.store, &entries)?;
     let rec = match ctx.store.dir(&path)? {
         Some(rec) if rec.hidden == Some(txid) => rec,
         found => {
@@ -553,16 +556,46 @@ pub(crate) fn leaving_here(
     store: &myriad_storage::Store,
     ino: myriad_proto::InodeId,
 ) -> Result<bool, StateError> {
+    Ok(leaving_inodes(store)?.contains(&ino))
+}
+
+/// The files unresolved exchanges into this partition are taking away (`leaving_here`).
+fn leaving_inodes(
+    store: &myriad_storage::Store,
+) -> Result<HashSet<myriad_proto::InodeId>, StateError> {
+    let mut out = HashSet::new();
     for (_, bytes) in store.intents()? {
         if let Some(Intent::ExchangeIn { dir, name, .. }) = Intent::decode(&bytes)
             && let Some(rec) = store.entry(&dir, &name)?
             && rec.pending.is_some()
-            && rec.inode.is_some_and(|i| i.ino == ino)
+            && let Some(i) = rec.inode
         {
-            return Ok(true);
+            out.insert(i.ino);
         }
     }
-    Ok(false)
+    Ok(out)
+}
+
+/// Refuses (`Busy`) entries moved here by a split or a directory's rename that bring a
+/// file's chunk-0 blocks an unresolved exchange into this partition is about to drop
+/// (`leaving_here`): the split's copy waits for the exchange (simulation seed 3095: a
+/// file exchanged away from here, then split back here with its directory's shard, read
+/// empty once the exchange's commit dropped its blocks).
+pub(crate) fn refuse_entries_leaving_here(
+    store: &myriad_storage::Store,
+    entries: &[myriad_proto::ExportedEntry],
+) -> Result<(), StateError> {
+    if !entries.iter().any(|e| e.inode.kind == FileKind::File) {
+        return Ok(());
+    }
+    let leaving = leaving_inodes(store)?;
+    if entries
+        .iter()
+        .any(|e| e.inode.kind == FileKind::File && leaving.contains(&e.inode.ino))
+    {
+        return Err(WireError::Busy.into());
+    }
+    Ok(())
 }
 
 fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, StateError> {

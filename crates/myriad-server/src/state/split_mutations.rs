@@ -153,6 +153,7 @@ fn import(
     child: Shard,
     entries: Vec<ExportedEntry>,
 ) -> Result<Outcome, StateError> {
+    crate::state::renames::refuse_entries_leaving_here(ctx.store, &entries)?;
     let mut rec = match ctx.store.dir(&dir)? {
         Some(r) if r.ino == ino => r,
         Some(_) => return Err(WireError::AlreadyExists.into()),

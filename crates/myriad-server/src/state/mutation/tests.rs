@@ -907,6 +907,90 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
     assert_eq!(blocks, vec![(0, b"again".to_vec())]);
 }
 
+/// Simulation seed 3095: the same file coming back by a split of its new directory's
+/// shard (or by a directory's rename) is refused as well until the exchange taking it
+/// away resolves; before, the split staged it here with its blocks and the exchange's
+/// commit dropped them (a read of the file got an empty first chunk).
+#[test]
+fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_by_a_split_or_a_move() {
+    let mut t = T::new();
+    let leaving = t
+        .create("/", "a", b"mine")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let exchange = RenameFlags {
+        exchange: true,
+        ..RenameFlags::default()
+    };
+    t.run(Mutation::RenamePrepare(RenamePrepare {
+        txid: 20,
+        coordinator: myriad_proto::PartitionId(2),
+        to: "/a".into(),
+        inode: Inode {
+            ino: InodeId(77),
+            ..leaving.clone()
+        },
+        flags: exchange,
+        blocks: Vec::new(),
+        replaces: None,
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let child = myriad_proto::Shard::ALL.halves().1;
+    let name = (0..)
+        .map(|i| format!("f{i}"))
+        .find(|n| child.contains(myriad_proto::name_hash(n)))
+        .unwrap_or_default();
+    let moved = || {
+        vec![myriad_proto::ExportedEntry {
+            name: name.clone(),
+            inode: leaving.clone(),
+            blocks: vec![(0, serde_bytes::ByteBuf::from(b"again".to_vec()))],
+        }]
+    };
+    let split = |txid| {
+        Mutation::Shard(ShardMutation::Import {
+            dir: "/big".into(),
+            ino: InodeId(500),
+            txid,
+            child,
+            entries: moved(),
+        })
+    };
+    let rename = |txid| {
+        Mutation::DirImport(DirImport {
+            path: "/moved".into(),
+            txid,
+            ino: InodeId(600),
+            shards: vec![myriad_proto::Shard::ALL],
+            map: None,
+            entries: moved(),
+            replaces: None,
+        })
+    };
+    assert!(matches!(t.run(split(30)), Err(WireError::Busy)));
+    assert!(matches!(t.run(rename(31)), Err(WireError::Busy)));
+    assert!(
+        t.store.dir("/big").ok().flatten().is_none(),
+        "nothing staged"
+    );
+    t.run(Mutation::RenameTargetResolve {
+        txid: 20,
+        commit: true,
+        now: 5,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    t.run(split(32)).unwrap_or_else(|e| panic!("{e}"));
+    t.run(rename(33)).unwrap_or_else(|e| panic!("{e}"));
+    let blocks = t
+        .store
+        .blocks(leaving.ino, 0, 1)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        blocks,
+        vec![(0, b"again".to_vec())],
+        "the blocks it came with"
+    );
+}
+
 #[test]
 fn reserved_inode_numbers_are_used_once_by_their_client_only() {
     let mut t = T::new();
