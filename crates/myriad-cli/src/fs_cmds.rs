@@ -293,27 +293,13 @@ fn mode_string(i: &Inode) -> String {
 
 fn time_string(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
-    let (y, m, d) = civil_date(secs.div_euclid(86_400));
+    let (y, m, d) = myriad_client::proto::trash::civil_date(secs.div_euclid(86_400));
     let rem = secs.rem_euclid(86_400);
     format!(
         "{y:04}-{m:02}-{d:02} {:02}:{:02}",
         rem / 3600,
         (rem % 3600) / 60
     )
-}
-
-/// The UTC calendar date (year, month, day) of a day counted from 1970-01-01 (Howard
-/// Hinnant's days-to-civil).
-pub(crate) fn civil_date(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 fn long_line(name: &str, i: &Inode) -> String {
@@ -627,7 +613,7 @@ async fn rm_one(client: &Client, path: &str) -> anyhow::Result<()> {
     }
 }
 
-async fn rm_r(client: &Client, path: &str) -> anyhow::Result<()> {
+pub(crate) async fn rm_r(client: &Client, path: &str) -> anyhow::Result<()> {
     let inode = client.stat(path).await.map_err(|e| err(path, e))?;
     if inode.kind != FileKind::Directory {
         return rm_one(client, path).await;

@@ -48,6 +48,7 @@ mod signals;
 mod sigv4;
 mod stress;
 mod top;
+mod trash_cmd;
 mod tree_walk;
 mod workload;
 
@@ -203,6 +204,10 @@ enum Command {
     /// with its usage kept exact by the servers as files change.
     #[command(subcommand)]
     Quota(quota_cmd::QuotaCmd),
+    /// The trash (docs/trash.md): with `trash days N` every removed file is kept N days
+    /// in /.trash, and listed, restored or purged here.
+    #[command(subcommand)]
+    Trash(trash_cmd::TrashCmd),
     /// Check the namespace below PATH (default /) while the cluster runs: every entry where
     /// placement puts it, shard maps agreeing, no orphan directory objects or data, no
     /// dangling entries, link counts and sizes right (docs/fsck.md). Read-only unless
@@ -380,6 +385,14 @@ fn run_client_command(
                     fs_cmds::connect(cluster, secret_file, timeout)?
                 };
                 quota_cmd::run(c, &client).await
+            }
+            Command::Trash(c) => {
+                let client = if c.changes_the_map() {
+                    fs_cmds::connect_admin(cluster, secret_file, timeout)?
+                } else {
+                    fs_cmds::connect(cluster, secret_file, timeout)?
+                };
+                trash_cmd::run(c, &client).await
             }
             Command::Dashboard(a) => {
                 let name = cluster_name(cluster.as_deref());

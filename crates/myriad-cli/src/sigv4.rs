@@ -22,7 +22,8 @@ fn hmac(key: &[u8], data: &str) -> Vec<u8> {
 /// `YYYYMMDDTHHMMSSZ` of a Unix time (UTC).
 #[must_use]
 pub fn amz_date(unix_s: u64) -> String {
-    let (y, m, d) = crate::fs_cmds::civil_date(i64::try_from(unix_s / 86_400).unwrap_or(0));
+    let (y, m, d) =
+        myriad_client::proto::trash::civil_date(i64::try_from(unix_s / 86_400).unwrap_or(0));
     let secs = unix_s % 86_400;
     format!(
         "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",

@@ -66,6 +66,9 @@ pub struct MapExt {
     pub protocol_floor: u16,
     /// Directory quotas, sorted by path (`quotas.rs`; protocol 37).
     pub quotas: Vec<crate::quotas::Quota>,
+    /// How many days an unlinked or replaced file is kept in `/.trash` (docs/trash.md;
+    /// 0: off, files are freed at once; protocol 38).
+    pub trash_days: u32,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -21,6 +21,8 @@ use crate::quotas::Quota;
 pub const MAP_EXT_SINCE: u16 = 35;
 /// The first protocol version whose `MapExt` carries quotas (appended after the floor).
 pub const QUOTAS_SINCE: u16 = 37;
+/// The first protocol version whose `MapExt` carries the trash's setting (docs/trash.md).
+pub const TRASH_SINCE: u16 = 38;
 
 thread_local! {
     static VERSION: Cell<u16> = const { Cell::new(MAP_EXT_SINCE - 1) };
@@ -129,6 +131,8 @@ struct ExtJson {
     protocol_floor: u16,
     #[serde(default)]
     quotas: Vec<Quota>,
+    #[serde(default)]
+    trash_days: u32,
 }
 
 impl Serialize for MapExt {
@@ -137,15 +141,21 @@ impl Serialize for MapExt {
             return ExtJson {
                 protocol_floor: self.protocol_floor,
                 quotas: self.quotas.clone(),
+                trash_days: self.trash_days,
             }
             .serialize(s);
         }
         // Each field after the first only for the versions that know it.
         let quotas = version() >= QUOTAS_SINCE;
-        let mut st = s.serialize_struct("MapExt", if quotas { 2 } else { 1 })?;
+        let trash = version() >= TRASH_SINCE;
+        let fields = 1 + usize::from(quotas) + usize::from(trash);
+        let mut st = s.serialize_struct("MapExt", fields)?;
         st.serialize_field("protocol_floor", &self.protocol_floor)?;
         if quotas {
             st.serialize_field("quotas", &self.quotas)?;
+        }
+        if trash {
+            st.serialize_field("trash_days", &self.trash_days)?;
         }
         st.end()
     }
@@ -158,6 +168,15 @@ impl<'de> Deserialize<'de> for MapExt {
             return Ok(MapExt {
                 protocol_floor: j.protocol_floor,
                 quotas: j.quotas,
+                trash_days: j.trash_days,
+            });
+        }
+        if version() >= TRASH_SINCE {
+            let (protocol_floor, quotas, trash_days) = <(u16, Vec<Quota>, u32)>::deserialize(d)?;
+            return Ok(MapExt {
+                protocol_floor,
+                quotas,
+                trash_days,
             });
         }
         if version() >= QUOTAS_SINCE {
@@ -165,12 +184,13 @@ impl<'de> Deserialize<'de> for MapExt {
             return Ok(MapExt {
                 protocol_floor,
                 quotas,
+                ..MapExt::default()
             });
         }
         let (protocol_floor,) = <(u16,)>::deserialize(d)?;
         Ok(MapExt {
             protocol_floor,
-            quotas: Vec::new(),
+            ..MapExt::default()
         })
     }
 }
@@ -225,6 +245,32 @@ mod tests {
             ClusterMap::from_json(&floored.to_json()).ok(),
             Some(floored)
         );
+    }
+
+    /// The trash's setting goes only to peers of 38 or later; one of 37 reads the floor
+    /// and the quotas, and a map file keeps it.
+    #[test]
+    fn the_trash_setting_is_written_for_38_and_later_only() {
+        let mut map = ClusterMap::new(3, &["h1:1".to_string()])
+            .with_quota("/lab", 10, 20)
+            .unwrap_or_else(|e| panic!("{e}"));
+        map.ext.protocol_floor = 38;
+        map.ext.trash_days = 7;
+        let bytes =
+            |v: u16, m: &ClusterMap| scope(v, || postcard::to_allocvec(m).unwrap_or_default());
+        let read = |v: u16, b: &[u8]| scope(v, || postcard::from_bytes::<ClusterMap>(b).ok());
+        let mut without = map.clone();
+        without.ext.trash_days = 0;
+        assert_eq!(
+            bytes(37, &map),
+            bytes(37, &without),
+            "37 gets no trash setting"
+        );
+        assert_eq!(read(37, &bytes(37, &map)), Some(without));
+        assert_eq!(read(38, &bytes(38, &map)), Some(map.clone()));
+        let json = map.to_json();
+        assert!(json.contains("\"trash_days\": 7"), "{json}");
+        assert_eq!(ClusterMap::from_json(&json).ok(), Some(map));
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod request;
 mod request_parts;
 pub mod requests;
 mod server_request;
+pub mod trash;
 pub mod tree_index;
 
 /// The protocol version messages are encoded for on this thread: a connection sets its

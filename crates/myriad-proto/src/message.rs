@@ -85,12 +85,15 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// servers of 37 (a cluster has quotas only once its floor is 37); `WireError::QuotaExceeded`
 /// (sent as `NoSpace` to a peer below 37), `PeerRequest::QuotaAsk`, `PeerRequest::QuotaSettle`,
 /// `Response::QuotaLedger`.
-pub const PROTOCOL_VERSION: u16 = 37;
+/// 38: the trash (docs/trash.md): `MapExt::trash_days`, written only in frames encoded for
+/// 38 or later (a cluster keeps removed files only once its floor is 38).
+pub const PROTOCOL_VERSION: u16 = 38;
 
 // The map's extension is known to this build's newest version.
 const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::MAP_EXT_SINCE);
 const _: () = assert!(PROTOCOL_VERSION >= crate::appended::APPENDED_36);
 const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::QUOTAS_SINCE);
+const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::TRASH_SINCE);
 
 /// The oldest protocol this build still speaks (docs/upgrades.md): every message of every
 /// version from this one to `PROTOCOL_VERSION` is read and written alike, but for what a

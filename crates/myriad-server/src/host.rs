@@ -751,6 +751,7 @@ impl Host {
                 self.config.replication.clone(),
                 !fresh,
             ),
+            trash_dirs: crate::partition::trash_dirs::TrashDirs::default(),
             read_mostly: crate::partition::read_mostly::ReadMostly::new(
                 self.config.replication.window,
             ),

@@ -116,6 +116,10 @@ pub struct SimConfig {
     /// scratch of what it holds at the end, and the partitions' usage of a quota must sum
     /// to no more than its limit. Off by default: `--quotas`.
     pub quotas: bool,
+    /// The trash on (docs/trash.md): every unlink moves its file to `/.trash`; at the end
+    /// the trash must keep one file for every removal acknowledged, and none that was not
+    /// tried. Off by default: `--trash`.
+    pub trash: bool,
 }
 
 /// The trees of `--quotas` and their limits (names, bytes; 0: none): low enough that the
@@ -150,6 +154,7 @@ impl SimConfig {
             zones: false,
             tree_moves: false,
             quotas: false,
+            trash: false,
         }
     }
 
@@ -157,7 +162,7 @@ impl SimConfig {
     #[must_use]
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}{}{}{}",
+            "cargo run -p myriad-sim -- --seed {} --ops {} --clients {} --servers {} --split {}{}{}{}{}{}{}{}{}{}{}{}{}{}",
             self.seed,
             self.ops_per_client,
             self.clients,
@@ -184,7 +189,8 @@ impl SimConfig {
             } else {
                 ""
             },
-            if self.quotas { " --quotas" } else { "" }
+            if self.quotas { " --quotas" } else { "" },
+            if self.trash { " --trash" } else { "" }
         )
     }
 }
@@ -395,6 +401,9 @@ impl Sim {
                     .unwrap_or_else(|e| panic!("a quota on {root}: {e}"));
             }
             map.epoch = 1;
+        }
+        if cfg.trash {
+            map.ext.trash_days = 7;
         }
         // Small chunks: the workload's two-chunk files reach a second partition.
         map.chunk_size_bytes = CHUNK_BYTES;
@@ -828,6 +837,13 @@ impl Sim {
         self.history
             .check_listing(invoked, &names)
             .map_err(|e| self.fail(format!("final listing: {e}")))?;
+        if self.cfg.trash {
+            let kept = trash_check::check(&checker, &self.history)
+                .await
+                .map_err(|e| self.fail(format!("trash: {e}")))?;
+            self.trace
+                .event(format_args!("the trash keeps {kept} files"));
+        }
         authority.abort();
         let (events, digest) = self.trace.digest();
         let mut rep = lock(&self.report).clone();
@@ -846,3 +862,4 @@ impl Sim {
 
 mod faults;
 mod map_duties;
+mod trash_check;

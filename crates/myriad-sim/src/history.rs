@@ -43,6 +43,19 @@ struct State {
     files: BTreeMap<String, Vec<Version>>,
     /// Names created (and maybe removed) in the shared directory.
     listed: BTreeMap<String, Listed>,
+    /// Path -> its removals by `delete`: (version, what the unlink answered).
+    removals: BTreeMap<String, Vec<(u64, Removal)>>,
+}
+
+/// What a delete's unlink answered (`--trash`: what the trash must keep).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// Removed: one file the trash keeps (once the delete is acknowledged for good).
+    Removed,
+    /// Nothing there (or so its answer says).
+    NotFound,
+    /// In doubt: it may have removed one.
+    InDoubt,
 }
 
 #[derive(Default)]
@@ -129,6 +142,42 @@ impl History {
         self.with_version(path, version, |v| {
             v.writer_acked = Some((Instant::now(), writer));
         });
+    }
+
+    /// The unlink of `delete` version `version` of `path` answered `r` (version 0: of a
+    /// shared name, which has no versions: acknowledged when answered).
+    pub fn note_removal(&self, path: &str, version: u64, r: Removal) {
+        self.lock()
+            .removals
+            .entry(path.to_string())
+            .or_default()
+            .push((version, r));
+    }
+
+    /// How many files the trash must keep from each removed path, at least and at most:
+    /// at least one per removal answered `Removed` whose delete is acknowledged (for a
+    /// mount's client: durable, not reported lost), at most one per removal tried (an
+    /// answer may have been lost with its record, `NotFound` then).
+    pub fn trash_bounds(&self) -> BTreeMap<String, (u64, u64)> {
+        let s = self.lock();
+        s.removals
+            .iter()
+            .map(|(path, rs)| {
+                // Version 0: a shared name's removal, acknowledged when answered.
+                let acked = |v: u64| {
+                    v == 0
+                        || s.files
+                            .get(path)
+                            .and_then(|vs| vs.get(usize::try_from(v).unwrap_or(0).wrapping_sub(1)))
+                            .is_some_and(|w| w.acked.is_some())
+                };
+                let least = rs
+                    .iter()
+                    .filter(|(v, r)| *r == Removal::Removed && acked(*v))
+                    .count() as u64;
+                (path.clone(), (least, rs.len() as u64))
+            })
+            .collect()
     }
 
     /// Its writer reported version `version` of `path` lost: its own reads need not see it.

@@ -8,7 +8,7 @@ use myriad_sim::{SimConfig, run};
 
 const HELP: &str = "myriad-sim: deterministic simulation of a Myriad cluster (docs/simulation.md)
 
-Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers] [--zones] [--tree-moves] [--quotas]
+Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [--split N] [--no-faults] [--moves] [--leases] [--behind] [--locks] [--dir-moves] [--freeze] [--indexes] [--auto-indexes] [--tiers] [--zones] [--tree-moves] [--quotas] [--trash]
 
   --seed S      first seed (default 1)
   --seeds N     how many seeds, S..S+N (default 1)
@@ -29,6 +29,7 @@ Usage: myriad-sim [--seed S] [--seeds N] [--ops N] [--clients N] [--servers N] [
   --zones       servers in two zones, /c1 and /x2 pinned one to each (copies stay in their zone)
   --tree-moves  with --zones: other client trees are pinned and unpinned while in use (moved online)
   --quotas      quotas on /, /big and /c0: every partition's usage must equal a count from scratch
+  --trash       the trash on: every acknowledged removal's file kept in /.trash, nothing more
   MYRIAD_SIM_LOG=debug shows the servers' logs.";
 
 fn parse() -> Result<(SimConfig, u64), String> {
@@ -68,6 +69,7 @@ fn parse() -> Result<(SimConfig, u64), String> {
             }
             "--tiers" => cfg.tiers = true,
             "--quotas" => cfg.quotas = true,
+            "--trash" => cfg.trash = true,
             "--zones" => cfg.zones = true,
             "--tree-moves" => {
                 cfg.zones = true;

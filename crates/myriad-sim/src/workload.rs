@@ -13,7 +13,7 @@ use myriad_client::{Client, FsError, InodeId, ListFor};
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::history::History;
+use crate::history::{History, Removal};
 use crate::lock_check::{LOCKED, LockCheck};
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -631,16 +631,25 @@ impl ClientRun {
     async fn delete(&self, path: &str) {
         let v = self.history.begin(path, None);
         let vp = self.history.begin(&piece(path), None);
-        match self.client.unlink(path).await {
-            Ok(()) | Err(FsError::NotFound) => {
+        let removal = match self.client.unlink(path).await {
+            r @ (Ok(()) | Err(FsError::NotFound)) => {
                 self.ack(path, v);
                 self.ack(&piece(path), vp);
+                if r.is_ok() {
+                    Removal::Removed
+                } else {
+                    Removal::NotFound
+                }
             }
-            Err(e) => self.trace.event(format_args!(
-                "c{} delete {path} v{v}: in doubt ({e})",
-                self.id
-            )),
-        }
+            Err(e) => {
+                self.trace.event(format_args!(
+                    "c{} delete {path} v{v}: in doubt ({e})",
+                    self.id
+                ));
+                Removal::InDoubt
+            }
+        };
+        self.history.note_removal(path, v, removal);
         self.trace
             .event(format_args!("c{} delete {path} v{v} done", self.id));
     }

@@ -45,6 +45,7 @@ mod replication;
 mod stress;
 mod subdir_mount;
 mod tiers;
+mod trash;
 mod upgrade_fixture;
 mod write_behind;
 mod zero_open;

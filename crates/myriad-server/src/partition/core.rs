@@ -44,6 +44,8 @@ pub struct Partition {
     pub(crate) replicas: crate::partition::ancestor_replicas::Replicas,
     /// Directories read far more than changed (`read_mostly.rs`).
     pub(crate) read_mostly: crate::partition::read_mostly::ReadMostly,
+    /// The trash's directories this partition made or found made (`trash.rs`).
+    pub(crate) trash_dirs: crate::partition::trash_dirs::TrashDirs,
     /// Shard maps of split directories whose entries this node addresses (rename
     /// destinations, link names, ancestors).
     pub(crate) shard_maps: myriad_placement::ShardCache,
@@ -163,7 +165,7 @@ impl Partition {
         (commit, durable): (bool, bool),
         client: Option<u64>,
     ) -> Result<Response, WireError> {
-        let target_dir = match self
+        let staged = match self
             .store
             .intent(crate::state::mutation::prepare_key(txid))
             .map_err(storage_err)?
@@ -172,13 +174,15 @@ impl Partition {
             Some(
                 crate::state::intent::Intent::RenameIn { dir, .. }
                 | crate::state::intent::Intent::ExchangeIn { dir, .. },
-            ) if commit => Some(dir),
+            ) => Some(dir),
             _ => None,
         };
+        let target_dir = staged.clone().filter(|_| commit);
         let m = Mutation::RenameTargetResolve {
             txid,
             commit,
             now: self.env.now_ns(),
+            staged,
         };
         // The destination directory's times are sent while the commit is made durable.
         let exempt = Context::for_client(client);

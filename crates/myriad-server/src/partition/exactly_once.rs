@@ -326,7 +326,18 @@ fn recording(request: &ClientRequest) -> Recording {
         ClientRequest::Create { .. } => (|m| matches!(m, Mutation::CreateFile { .. }), created),
         ClientRequest::Symlink { .. } => (|m| matches!(m, Mutation::Symlink { .. }), changed_entry),
         ClientRequest::Mknod { .. } => (|m| matches!(m, Mutation::Mknod { .. }), changed_entry),
-        ClientRequest::Unlink { .. } => (|m| matches!(m, Mutation::Unlink { .. }), removed),
+        // Or, with the trash on, by the rename that moves the file there (`trash.rs`).
+        ClientRequest::Unlink { .. } => (
+            |m| {
+                matches!(
+                    m,
+                    Mutation::Unlink { .. }
+                        | Mutation::RenameLocal { .. }
+                        | Mutation::RenameSourceDecide { commit: true, .. }
+                )
+            },
+            removed,
+        ),
         ClientRequest::SetAttr { .. } | ClientRequest::SetXattr { .. } => {
             (|m| matches!(m, Mutation::SetAttr { .. }), attrs)
         }

@@ -53,5 +53,7 @@ pub(crate) mod split;
 pub(crate) mod split_dirs;
 pub(crate) mod split_state;
 pub(crate) mod touch_sender;
+pub(crate) mod trash;
+pub(crate) mod trash_dirs;
 pub(crate) mod tree_move;
 pub(crate) mod twophase;

@@ -151,6 +151,17 @@ impl Partition {
     ) -> Result<Response, WireError> {
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
+        // Kept in the trash when it is on (`trash.rs`), else freed.
+        if st.map.ext.trash_days > 0
+            && let Ok(inode) = self.lookup(&path).await
+            && Self::trash_keeps(st, &path, &inode)
+        {
+            let parent = self.move_to_trash(made, &path, &inode).await?;
+            return Ok(Response::Changed {
+                inode: None,
+                parent,
+            });
+        }
         let parent = self.unlink_entry(dir, name, made).await?;
         Ok(Response::Changed {
             inode: None,

@@ -101,6 +101,10 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
             ChangedDirs::Dirs(dirs)
         }
         Mutation::RenamePrepare(p) => one(parent_of(&p.to)),
+        Mutation::RenameTargetResolve { staged, .. } => match staged {
+            Some(dir) => one(dir),
+            None => ChangedDirs::None,
+        },
         Mutation::MarkReadOnly { path, .. } => ChangedDirs::Marks(vec![path.clone()]),
         Mutation::DirObjectCreate { path, .. }
         | Mutation::DirObjectRemove { path, .. }
@@ -116,7 +120,6 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         ) => one(dir),
         Mutation::InitRoot { .. }
         | Mutation::RenameSourceDecide { .. }
-        | Mutation::RenameTargetResolve { .. }
         | Mutation::Shard(ShardMutation::SplitCommit { .. } | ShardMutation::SplitAbort { .. })
         | Mutation::RepairRecord { .. }
         | Mutation::Resync { .. } => ChangedDirs::All,
@@ -160,6 +163,19 @@ mod tests {
             incoming: None,
         };
         assert_eq!(changed_dirs(&decide), ChangedDirs::All);
+        // A rename's end at its destination: the directory its prepare staged the entry
+        // in, or none at all (an abort of a prepare that failed).
+        let resolve = |staged: Option<&str>| Mutation::RenameTargetResolve {
+            now: 0,
+            txid: 1,
+            commit: false,
+            staged: staged.map(str::to_string),
+        };
+        assert_eq!(
+            changed_dirs(&resolve(Some("/b"))),
+            ChangedDirs::Dirs(vec!["/b".into()])
+        );
+        assert_eq!(changed_dirs(&resolve(None)), ChangedDirs::None);
         let chunk = Mutation::WriteChunk {
             ino: InodeId(9),
             chunk: 1,

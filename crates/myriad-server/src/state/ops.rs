@@ -362,6 +362,12 @@ pub enum Mutation {
         now: i64,
         txid: u64,
         commit: bool,
+        /// The directory whose entry the prepare staged here, as read just before (`None`:
+        /// none staged): the only directory it changes, so the only one whose leases are
+        /// recalled (an abort of a prepare that failed recalls none: an unlink moved to the
+        /// trash from a mount's batch waited on its own mount's leases for seconds).
+        /// Refused (`Busy`) if the intent says otherwise when it is applied.
+        staged: Option<String>,
     },
     /// The split protocol (docs/huge-dirs.md).
     Shard(ShardMutation),

@@ -109,9 +109,12 @@ pub(super) fn execute(
             incoming,
         } => source_decide(ctx, b, txid, commit, moves, incoming)?,
         Mutation::RenamePrepare(p) => target_prepare(ctx, b, p)?,
-        Mutation::RenameTargetResolve { txid, commit, now } => {
-            target_resolve(ctx, b, txid, commit, now)?
-        }
+        Mutation::RenameTargetResolve {
+            txid,
+            commit,
+            now,
+            staged,
+        } => target_resolve(ctx, b, txid, (commit, now), staged.as_deref())?,
         Mutation::DirFreeze { path, txid } => {
             let mut rec = dir_here(ctx.store, &path)?;
             match rec.frozen {
@@ -291,8 +294,8 @@ fn target_resolve(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
     txid: u64,
-    commit: bool,
-    now: i64,
+    (commit, now): (bool, i64),
+    staged: Option<&str>,
 ) -> Result<Outcome, StateError> {
     // An abort leaves a tombstone, even of a prepare that never arrived.
     let tombstone = |b: &mut Batch| {
@@ -308,11 +311,17 @@ fn target_resolve(
     {
         Some(Intent::RenameIn { dir, name, ino, .. }) => (dir, name, ino, false),
         Some(Intent::ExchangeIn { dir, name, ino, .. }) => (dir, name, ino, true),
+        _ if staged.is_some() => return Err(WireError::Busy.into()),
         _ => {
             tombstone(b);
             return Ok(Outcome::Renamed(None, None)); // Already resolved (or never came).
         }
     };
+    // Its leases were recalled for the directory read before (`staged`): another one
+    // staged since must be resolved again, with its own recalled.
+    if staged != Some(dir.as_str()) {
+        return Err(WireError::Busy.into());
+    }
     let mut gc = None;
     let mut dropped_link = None;
     if let Some(rec) = ctx.store.entry(&dir, &name)?

@@ -5,6 +5,7 @@ use myriad_client::FsError;
 use tokio::time::Instant;
 
 use super::{BIG, ClientRun, DIR, Verdict};
+use crate::history::Removal;
 
 impl ClientRun {
     /// Makes directory `path` (only this client makes or removes it). `AlreadyExists` is
@@ -111,7 +112,16 @@ impl ClientRun {
     pub(super) async fn remove_shared(&self, path: &str, live: bool) -> Verdict {
         let name = path.rsplit('/').next().unwrap_or(path).to_string();
         self.history.begin_unlisted(&name);
-        match self.client.unlink(path).await {
+        let unlinked = self.client.unlink(path).await;
+        // What the trash must keep (`--trash`): a mount's removal counts once durable,
+        // which the history does not follow for shared names: only as tried.
+        let removal = match &unlinked {
+            Ok(()) if !self.visible => Removal::Removed,
+            Err(FsError::NotFound) => Removal::NotFound,
+            _ => Removal::InDoubt,
+        };
+        self.history.note_removal(path, 0, removal);
+        match unlinked {
             Ok(()) => self.ack_unlisted(&name),
             Err(FsError::NotFound) if live => {
                 return Err(format!(

@@ -797,6 +797,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         txid: 9,
         commit: false,
         now: 5,
+        staged: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(t.run(prepare(9)), Err(WireError::Stale)));
@@ -807,6 +808,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         txid: 10,
         commit: false,
         now: 6,
+        staged: Some("/".into()),
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(t.store.entry("/", "dst").ok().flatten().is_none());
@@ -818,6 +820,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         txid: 11,
         commit: true,
         now: 7,
+        staged: Some("/".into()),
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(entry(&t, "/", "dst").ino, InodeId(77));
@@ -897,6 +900,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
         txid: 20,
         commit: true,
         now: 5,
+        staged: Some("/".into()),
     })
     .unwrap_or_else(|e| panic!("{e}"));
     t.run(back(22)).unwrap_or_else(|e| panic!("{e}"));
@@ -976,6 +980,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_by_a_split_or_a_m
         txid: 20,
         commit: true,
         now: 5,
+        staged: Some("/".into()),
     })
     .unwrap_or_else(|e| panic!("{e}"));
     t.run(split(32)).unwrap_or_else(|e| panic!("{e}"));

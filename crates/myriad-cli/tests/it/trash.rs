@@ -1,0 +1,169 @@
+//! The trash through real server processes and a mount (docs/trash.md, step 1): with
+//! `myriad trash days N` an `rm -rf` by a user keeps every file in
+//! `/.trash/<date>/<uid>/<path>`, readable by that user and root only, and `myriad trash
+//! restore` gives every byte back; `purge` frees it; with the trash off an unlink frees
+//! the file as before.
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::harness::TestCluster;
+use crate::mount::Mount;
+
+fn ok_cli(tc: &TestCluster, args: &[&str]) -> String {
+    let out = tc.cli(args);
+    assert!(
+        out.status.success(),
+        "myriad {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `script` in `dir` as uid/gid `id`; returns (success, stdout + stderr).
+fn sh_as(id: u32, dir: &Path, script: &str) -> (bool, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .uid(id)
+        .gid(id)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The test's files: (relative path, contents), one of them past the first chunk.
+fn tree() -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for (i, len) in [0usize, 1, 4096, 100_000, 5 << 20].into_iter().enumerate() {
+        let bytes = (0..len).map(|b| (b * 31 + i * 7) as u8).collect();
+        files.push((format!("src/d{}/f{i}.bin", i % 2), bytes));
+    }
+    files.push(("src/top.txt".to_string(), b"top\n".to_vec()));
+    files
+}
+
+#[test]
+fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    assert!(ok_cli(&tc, &["trash", "days"]).contains("off"));
+    assert!(ok_cli(&tc, &["trash", "days", "7"]).contains("trash: 7 days"));
+    assert!(ok_cli(&tc, &["trash", "days"]).contains("kept 7 days"));
+    let m = Mount::new(&tc, &[]);
+    let proj = m.path("proj");
+    std::fs::create_dir(&proj).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::chown(&proj, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    // User 1000 makes the tree and removes it with rm -rf.
+    let files = tree();
+    for (rel, bytes) in &files {
+        let p = proj.join(rel);
+        let (ok, out) = sh_as(
+            1000,
+            &proj,
+            &format!(
+                "mkdir -p {}",
+                p.parent()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default()
+            ),
+        );
+        assert!(ok, "{out}");
+        let staged = tc.dir.path().join("staged");
+        std::fs::write(&staged, bytes).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&staged, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (ok, out) = sh_as(1000, &proj, &format!("cat {} > {rel}", staged.display()));
+        assert!(ok, "{out}");
+    }
+    let (ok, out) = sh_as(1000, &proj, "rm -rf src && test ! -e src");
+    assert!(ok, "rm -rf: {out}");
+
+    // Kept under today's date and the owner's uid, the owner's alone.
+    let listed = ok_cli(&tc, &["trash", "list"]);
+    for (rel, bytes) in &files {
+        let line = listed
+            .lines()
+            .find(|l| l.ends_with(&format!(" /proj/{rel}")))
+            .unwrap_or_else(|| panic!("/proj/{rel} not listed:\n{listed}"));
+        assert!(line.contains(&format!(" {} ", bytes.len())), "{line}");
+        assert!(line.contains(" 1000 "), "{line}");
+    }
+    let date = listed
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mine = m.path(&format!(".trash/{date}/1000"));
+    let meta = std::fs::metadata(&mine).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (1000, 0o700));
+    let kept = mine.join("proj/src/top.txt");
+    let (ok, out) = sh_as(1000, &proj, &format!("cat {}", kept.display()));
+    assert!(ok && out == "top\n", "the owner reads it: {out}");
+    let (ok, _) = sh_as(1001, &proj, &format!("cat {}", kept.display()));
+    assert!(!ok, "another user does not");
+    let (ok, _) = sh_as(1001, &proj, &format!("ls {}", m.path(".trash").display()));
+    assert!(!ok, "nor lists the trash");
+
+    // Restored byte for byte, with its directories made again.
+    let out = ok_cli(&tc, &["trash", "restore", "/proj/src"]);
+    assert!(
+        out.contains(&format!("restored {} file(s)", files.len())),
+        "{out}"
+    );
+    for (rel, bytes) in &files {
+        let back = std::fs::read(proj.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        assert!(
+            back == *bytes,
+            "{rel}: {} bytes back of {}",
+            back.len(),
+            bytes.len()
+        );
+    }
+    assert!(
+        ok_cli(&tc, &["trash", "list"]).trim().is_empty(),
+        "nothing left kept"
+    );
+    // A restore over an existing file is refused.
+    std::fs::remove_file(proj.join("src/top.txt")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(proj.join("src/top.txt"), b"new\n").unwrap_or_else(|e| panic!("{e}"));
+    let refused = tc.cli(&["trash", "restore", "/proj/src/top.txt"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("exists"));
+    let out = ok_cli(
+        &tc,
+        &[
+            "trash",
+            "restore",
+            "/proj/src/top.txt",
+            "--to",
+            "/proj/old.txt",
+        ],
+    );
+    assert!(out.contains("restored 1 file(s)"), "{out}");
+    assert_eq!(
+        std::fs::read(proj.join("old.txt")).unwrap_or_default(),
+        b"top\n"
+    );
+
+    // Purged: freed. With the trash off, an unlink frees at once.
+    std::fs::remove_file(proj.join("old.txt")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!ok_cli(&tc, &["trash", "list"]).trim().is_empty());
+    assert!(ok_cli(&tc, &["trash", "purge"]).contains("purged 1 day(s)"));
+    assert!(ok_cli(&tc, &["trash", "list"]).trim().is_empty());
+    ok_cli(&tc, &["trash", "days", "0"]);
+    std::fs::remove_file(proj.join("src/top.txt")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        ok_cli(&tc, &["trash", "list"]).trim().is_empty(),
+        "freed, not kept"
+    );
+}

@@ -1,0 +1,150 @@
+//! The trash (docs/trash.md): with the map's `trash_days` above 0, an unlink of a file or
+//! a symbolic link moves it to `/.trash/<date>/<uid>/<original path>` instead of freeing
+//! it. The move is the unlink's one change: the rename that exists (`twophase.rs`), run
+//! in the unlink's context, so its outcome is recorded with the rename's decision
+//! (`exactly_once.rs`: an unlink is completed by an `Unlink` or by a committed rename) and
+//! a retry is answered as the unlink was.
+//!
+//! The trash's directories are made by this server (as root) before the first move into
+//! them, and a move goes only into directories whose mkdir this partition saw answered
+//! (`trash_dirs.rs`): a directory object exists before its mkdir is decided, and a move into
+//! one whose mkdir is then undone would leave it holding files under a name that is gone
+//! (simulation seed 186 with `--trash`: a mkdir in doubt after a crash, a retried move
+//! into its object, and recovery's undo of the mkdir refused as not empty, forever).
+
+use std::sync::Arc;
+
+use myriad_placement::split_parent;
+use myriad_proto::trash::{
+    TRASH_DIR_MODE, TRASH_USER_MODE, date_of, in_trash, kept_path, user_dir,
+};
+use myriad_proto::{ClientRequest, FileKind, Inode, RenameFlags, Response, SetAttr, WireError};
+
+use crate::cluster::MapState;
+use crate::partition::core::Partition;
+use crate::partition::made::Made;
+
+impl Partition {
+    /// Whether an unlink of `path` (holding `inode`) moves it to the trash: the trash is
+    /// on, the name is not in the trash already, and it is a file or a symbolic link (a
+    /// hard-linked file's name goes as before: its data lives on under its other names;
+    /// docs/trash.md "As built").
+    pub(crate) fn trash_keeps(st: &MapState, path: &str, inode: &Inode) -> bool {
+        st.map.ext.trash_days > 0
+            && !in_trash(path)
+            && matches!(inode.kind, FileKind::File | FileKind::Symlink)
+    }
+
+    /// Moves `path` (holding `inode`, its owner `inode.uid`) into today's trash, as the
+    /// change `made` carries; returns the parent's attributes after.
+    pub(crate) async fn move_to_trash(
+        self: &Arc<Self>,
+        made: &Made,
+        path: &str,
+        inode: &Inode,
+    ) -> Result<Option<Inode>, WireError> {
+        let date = date_of(self.env.now_ns());
+        let ctx = made.context();
+        // Never over a kept file: a second removal of one path on one day is kept
+        // beside the first (`<path>.<inode>`).
+        let flags = RenameFlags {
+            no_replace: true,
+            exchange: false,
+        };
+        let mut again = None;
+        let mut remade = false;
+        let touched = loop {
+            let kept = kept_path(&date, inode.uid, path, again);
+            let dir = split_parent(&kept).0;
+            self.make_trash_dirs(&date, inode.uid, dir).await?;
+            match self
+                .rename(&ctx, path.to_string(), kept.clone(), flags)
+                .await
+            {
+                Ok(touched) => break touched,
+                // Purged since it was made: made again, once.
+                Err(WireError::NotFound) if !remade => {
+                    remade = true;
+                    self.trash_dirs.forget(&user_dir(&date, inode.uid));
+                }
+                Err(WireError::AlreadyExists) if again.is_none() => again = Some(inode.ino),
+                Err(e) => return Err(e),
+            }
+        };
+        let from_dir = split_parent(path).0;
+        Ok(if touched {
+            None
+        } else {
+            self.touch_dir(from_dir, made).await
+        })
+    }
+
+    /// Makes the trash's directories down to `dir` (inside `user_dir(date, uid)`) that
+    /// this partition has not seen made: `/.trash` and the date's directory root's (mode
+    /// 0711), the user's directory and those below it the user's (mode 0700, owner set
+    /// after the mkdir). An error (`Busy` for a name whose mkdir is undecided) is
+    /// returned: the unlink is tried again.
+    async fn make_trash_dirs(
+        self: &Arc<Self>,
+        date: &str,
+        uid: u32,
+        dir: &str,
+    ) -> Result<(), WireError> {
+        if self.trash_dirs.knows(dir) {
+            return Ok(());
+        }
+        let mine = user_dir(date, uid);
+        let mut path = String::new();
+        for part in dir.trim_start_matches('/').split('/') {
+            path.push('/');
+            path.push_str(part);
+            if self.trash_dirs.knows(&path) {
+                continue;
+            }
+            let users = path.len() >= mine.len();
+            let mode = if users {
+                TRASH_USER_MODE
+            } else {
+                TRASH_DIR_MODE
+            };
+            let mkdir = ClientRequest::Mkdir {
+                path: path.clone(),
+                mode,
+                shards: 0,
+            };
+            let owner = match self.call_entry(&path, mkdir.into()).await {
+                Ok(_) => 0,
+                // Made before (by this partition before it forgot, or by another): it
+                // must be a directory whose mkdir is decided (a stat of one undecided
+                // waits, then answers `Busy`), and the user's if it is theirs.
+                Err(WireError::AlreadyExists) => {
+                    let stat = ClientRequest::Stat { path: path.clone() };
+                    match self.call_entry(&path, stat.into()).await? {
+                        Response::Attr(i) if i.kind == FileKind::Directory => i.uid,
+                        _ => {
+                            return Err(WireError::Io(format!(
+                                "the trash's {path} is not a directory"
+                            )));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(partition = %self.me, "the trash's directory {path} not made: {e}");
+                    return Err(e);
+                }
+            };
+            if users && owner != uid {
+                let chown = ClientRequest::SetAttr {
+                    path: path.clone(),
+                    set: SetAttr {
+                        uid: Some(uid),
+                        ..SetAttr::default()
+                    },
+                };
+                self.call_entry(&path, chown.into()).await?;
+            }
+            self.trash_dirs.add(&path);
+        }
+        Ok(())
+    }
+}
