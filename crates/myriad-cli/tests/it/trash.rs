@@ -40,6 +40,17 @@ fn sh_as(id: u32, dir: &Path, script: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Flushes what the mount answered behind (its write-behind journals) to the servers,
+/// before the servers' view is checked by the CLI.
+fn settle(m: &Mount) {
+    let st = Command::new("sync")
+        .arg("-f")
+        .arg(m.path(""))
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(st.success(), "sync -f");
+}
+
 /// The test's files: (relative path, contents), one of them past the first chunk.
 fn tree() -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
@@ -87,6 +98,7 @@ fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
     }
     let (ok, out) = sh_as(1000, &proj, "rm -rf src && test ! -e src");
     assert!(ok, "rm -rf: {out}");
+    settle(&m);
 
     // Kept under today's date and the owner's uid, the owner's alone.
     let listed = ok_cli(&tc, &["trash", "list"]);
@@ -136,9 +148,10 @@ fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
     // A restore over an existing file is refused.
     std::fs::remove_file(proj.join("src/top.txt")).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(proj.join("src/top.txt"), b"new\n").unwrap_or_else(|e| panic!("{e}"));
+    settle(&m);
     let refused = tc.cli(&["trash", "restore", "/proj/src/top.txt"]);
-    assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("exists"));
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && why.contains("exists"), "{why}");
     let out = ok_cli(
         &tc,
         &[
@@ -157,11 +170,36 @@ fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
 
     // Purged: freed. With the trash off, an unlink frees at once.
     std::fs::remove_file(proj.join("old.txt")).unwrap_or_else(|e| panic!("{e}"));
+    settle(&m);
     assert!(!ok_cli(&tc, &["trash", "list"]).trim().is_empty());
     assert!(ok_cli(&tc, &["trash", "purge"]).contains("purged 1 day(s)"));
     assert!(ok_cli(&tc, &["trash", "list"]).trim().is_empty());
     ok_cli(&tc, &["trash", "days", "0"]);
+    // Every server follows the map that turned it off.
+    let c = tc.client();
+    rt.block_on(async {
+        for n in 1..=3 {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while c
+                .get_map(myriad_client::NodeId(n))
+                .await
+                .map_or(true, |m| m.ext.trash_days != 0)
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "server {n} keeps the trash on"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    });
     std::fs::remove_file(proj.join("src/top.txt")).unwrap_or_else(|e| panic!("{e}"));
+    settle(&m);
+    let gone = rt.block_on(c.stat("/proj/src/top.txt"));
+    assert!(
+        matches!(gone, Err(myriad_client::FsError::NotFound)),
+        "{gone:?}"
+    );
     assert!(
         ok_cli(&tc, &["trash", "list"]).trim().is_empty(),
         "freed, not kept"
