@@ -26,6 +26,10 @@ pub struct UntarArgs {
     /// A tarball to unpack instead of the generated one (any format `tar -x` reads).
     #[arg(long)]
     tarball: Option<PathBuf>,
+    /// Keep removed files in the trash for N days (docs/trash.md): what moving every file
+    /// `rm -rf` removes into /.trash costs. 0 (default): off.
+    #[arg(long, default_value_t = 0)]
+    trash_days: u32,
     #[command(flatten)]
     mounted: crate::bench_fuse::MountedBenchArgs,
 }
@@ -183,6 +187,11 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
     );
     let (cluster, map, mnt) =
         crate::bench_fuse::cluster_and_mountpoint(tmp.path(), a.nodes).await?;
+    if a.trash_days > 0 {
+        // A map change: as the cluster's administrator.
+        let admin = cluster.client(std::time::Duration::from_secs(30))?;
+        crate::trash_cmd::turn_on(&admin, a.trash_days).await?;
+    }
     let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
         let m = MountProc::start(&map, &mnt, &a.mounted.mount_args)?;
         let r = fs::create_dir(mnt.join("tree"))

@@ -1,6 +1,6 @@
 //! `myriad trash days|list|restore|purge` (docs/trash.md): with the cluster's `trash_days`
 //! above 0 the servers move every unlinked file or symbolic link to
-//! `/.trash/<date>/<uid>/<original path>`; these commands show what is kept, put it back
+//! `/.trash/<date>/<uid>/<bucket>/<original path>`; these commands show what is kept, put it back
 //! and free it.
 
 use anyhow::{Context, bail};
@@ -96,6 +96,19 @@ pub async fn run(cmd: TrashCmd, client: &Client) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Turns the trash on for `days` once the cluster's protocol floor allows it (a cluster
+/// just started raises it within moments; `bench untar --trash-days`).
+pub async fn turn_on(client: &Client, days: u32) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while client.newest_map().await.ext.protocol_floor < TRASH_FLOOR {
+        if std::time::Instant::now() > deadline {
+            bail!("the cluster's protocol floor stays below {TRASH_FLOOR}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    set_days(client, days).await
 }
 
 async fn set_days(client: &Client, days: u32) -> anyhow::Result<()> {

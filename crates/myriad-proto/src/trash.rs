@@ -1,7 +1,9 @@
 //! Where the trash keeps removed files (docs/trash.md), the rules the servers (which move
 //! a removed file there) and the tools (`myriad trash list|restore|purge`) share:
-//! `/.trash/<date>/<uid>/<original path>`, the date of the removal (UTC, `YYYY-MM-DD`) and
-//! the file owner's uid.
+//! `/.trash/<date>/<uid>/<bucket>/<original path>`: the date of the removal (UTC,
+//! `YYYY-MM-DD`), the file owner's uid, and a small number the server chooses so that the
+//! kept name lives on the partition the file's name lived on (the move is then one local
+//! rename, not a rename between two partitions).
 
 use crate::InodeId;
 
@@ -64,25 +66,27 @@ pub fn user_dir(date: &str, uid: u32) -> String {
 }
 
 /// Where the file at `path` (absolute, not the root) removed on `date` by owner `uid` is
-/// kept; `again`: a second name for when that one is taken (a file removed twice under
-/// one path on one day), `<path>.<inode>`.
+/// kept in bucket `bucket`; `again`: a second name for when that one is taken (a file
+/// removed twice under one path on one day), `<path>.<inode>`.
 #[must_use]
-pub fn kept_path(date: &str, uid: u32, path: &str, again: Option<InodeId>) -> String {
+pub fn kept_path(date: &str, uid: u32, bucket: u32, path: &str, again: Option<InodeId>) -> String {
     match again {
-        None => format!("{}{path}", user_dir(date, uid)),
-        Some(ino) => format!("{}{path}.{}", user_dir(date, uid), ino.0),
+        None => format!("{}/{bucket}{path}", user_dir(date, uid)),
+        Some(ino) => format!("{}/{bucket}{path}.{}", user_dir(date, uid), ino.0),
     }
 }
 
 /// What a path inside the trash says: (date, uid, the original path), if it is a kept
-/// file's (or a directory below a user's directory).
+/// file's (or a directory below a bucket).
 #[must_use]
 pub fn origin_of(kept: &str) -> Option<(&str, u32, &str)> {
     let rest = kept.strip_prefix(TRASH_ROOT)?.strip_prefix('/')?;
     let (date, rest) = rest.split_once('/')?;
-    let (uid, _) = rest.split_once('/')?;
-    let original = &rest[uid.len()..];
-    (is_date(date) && original.len() > 1).then_some((date, uid.parse().ok()?, original))
+    let (uid, rest) = rest.split_once('/')?;
+    let (bucket, _) = rest.split_once('/')?;
+    let original = &rest[bucket.len()..];
+    let ok = is_date(date) && bucket.parse::<u32>().is_ok() && original.len() > 1;
+    ok.then_some((date, uid.parse().ok()?, original))
 }
 
 #[cfg(test)]
@@ -101,13 +105,14 @@ mod tests {
 
     #[test]
     fn a_kept_path_names_its_date_owner_and_origin() {
-        let kept = kept_path("2026-12-06", 1000, "/lab/a/b.txt", None);
-        assert_eq!(kept, "/.trash/2026-12-06/1000/lab/a/b.txt");
+        let kept = kept_path("2026-12-06", 1000, 3, "/lab/a/b.txt", None);
+        assert_eq!(kept, "/.trash/2026-12-06/1000/3/lab/a/b.txt");
         assert_eq!(origin_of(&kept), Some(("2026-12-06", 1000, "/lab/a/b.txt")));
-        let again = kept_path("2026-12-06", 0, "/x", Some(InodeId(77)));
-        assert_eq!(again, "/.trash/2026-12-06/0/x.77");
-        assert_eq!(origin_of("/.trash/2026-12-06/1000"), None);
-        assert_eq!(origin_of("/.trash/today/1000/x"), None);
+        let again = kept_path("2026-12-06", 0, 0, "/x", Some(InodeId(77)));
+        assert_eq!(again, "/.trash/2026-12-06/0/0/x.77");
+        assert_eq!(origin_of("/.trash/2026-12-06/1000/3"), None);
+        assert_eq!(origin_of("/.trash/2026-12-06/1000/x/y"), None, "no bucket");
+        assert_eq!(origin_of("/.trash/today/1000/1/x"), None);
         assert_eq!(origin_of("/lab/x"), None);
     }
 

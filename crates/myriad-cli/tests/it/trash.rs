@@ -118,7 +118,19 @@ fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
     let mine = m.path(&format!(".trash/{date}/1000"));
     let meta = std::fs::metadata(&mine).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((meta.uid(), meta.mode() & 0o777), (1000, 0o700));
-    let kept = mine.join("proj/src/top.txt");
+    // In the bucket the server chose (a number: the kept name's partition is the file's).
+    let buckets: Vec<_> = std::fs::read_dir(&mine)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|b| b.join("proj/src/top.txt").exists())
+        .collect();
+    assert_eq!(buckets.len(), 1, "{buckets:?}");
+    let kept = buckets[0].join("proj/src/top.txt");
+    let bucket = buckets[0]
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    assert!(bucket.parse::<u32>().is_ok(), "{bucket}");
     let (ok, out) = sh_as(1000, &proj, &format!("cat {}", kept.display()));
     assert!(ok && out == "top\n", "the owner reads it: {out}");
     let (ok, _) = sh_as(1001, &proj, &format!("cat {}", kept.display()));

@@ -1,5 +1,5 @@
 //! The trash (docs/trash.md): with the map's `trash_days` above 0, an unlink of a file or
-//! a symbolic link moves it to `/.trash/<date>/<uid>/<original path>` instead of freeing
+//! a symbolic link moves it to `/.trash/<date>/<uid>/<bucket>/<original path>` instead of freeing
 //! it. The move is the unlink's one change: the rename that exists (`twophase.rs`), run
 //! in the unlink's context, so its outcome is recorded with the rename's decision
 //! (`exactly_once.rs`: an unlink is completed by an `Unlink` or by a committed rename) and
@@ -51,10 +51,11 @@ impl Partition {
             no_replace: true,
             exchange: false,
         };
+        let bucket = self.local_bucket(&date, inode.uid, path);
         let mut again = None;
         let mut remade = false;
         let touched = loop {
-            let kept = kept_path(&date, inode.uid, path, again);
+            let kept = kept_path(&date, inode.uid, bucket, path, again);
             let dir = split_parent(&kept).0;
             self.make_trash_dirs(&date, inode.uid, dir).await?;
             match self
@@ -77,6 +78,19 @@ impl Partition {
         } else {
             self.touch_dir(from_dir, made).await
         })
+    }
+
+    /// The bucket whose kept name for `path` lives on this partition (the move is then
+    /// one local rename, about an unlink's cost, instead of a rename between two
+    /// partitions: `rm -rf` of 10,000 files 23 s -> see BENCHMARKS.md "Stop 83"), or 0
+    /// if none of the first few does (a split trash directory, say).
+    fn local_bucket(&self, date: &str, uid: u32, path: &str) -> u32 {
+        let tries = 4 * u32::try_from(self.state().map.partitions.len())
+            .unwrap_or(1)
+            .max(1);
+        (0..tries)
+            .find(|&b| self.entry_node(&kept_path(date, uid, b, path, None)) == self.me)
+            .unwrap_or(0)
     }
 
     /// Makes the trash's directories down to `dir` (inside `user_dir(date, uid)`) that
