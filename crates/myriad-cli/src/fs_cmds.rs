@@ -47,6 +47,20 @@ fn client_with(
     Ok(Client::new(cfg)?)
 }
 
+/// `connect_admin` for a command that changes the cluster map (`admin`), else `connect`.
+pub fn connect_for(
+    admin: bool,
+    cluster: Option<PathBuf>,
+    secret_file: Option<PathBuf>,
+    timeout: Duration,
+) -> anyhow::Result<Client> {
+    if admin {
+        connect_admin(cluster, secret_file, timeout)
+    } else {
+        connect(cluster, secret_file, timeout)
+    }
+}
+
 /// A client acting as the cluster's administrator: root, proving the cluster secret (the
 /// servers take map changes only from that pair; SECURITY.md).
 pub fn connect_admin(

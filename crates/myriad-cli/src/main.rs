@@ -371,27 +371,18 @@ fn run_client_command(
                 index_cmd::run(c, &client).await
             }
             Command::Policy(c) => {
-                let client = if c.changes_the_map() {
-                    fs_cmds::connect_admin(cluster, secret_file, timeout)?
-                } else {
-                    fs_cmds::connect(cluster, secret_file, timeout)?
-                };
+                let admin = c.changes_the_map();
+                let client = fs_cmds::connect_for(admin, cluster, secret_file, timeout)?;
                 policy_cmd::run(c, &client).await
             }
             Command::Quota(c) => {
-                let client = if c.changes_the_map() {
-                    fs_cmds::connect_admin(cluster, secret_file, timeout)?
-                } else {
-                    fs_cmds::connect(cluster, secret_file, timeout)?
-                };
+                let admin = c.changes_the_map();
+                let client = fs_cmds::connect_for(admin, cluster, secret_file, timeout)?;
                 quota_cmd::run(c, &client).await
             }
             Command::Trash(c) => {
-                let client = if c.changes_the_map() {
-                    fs_cmds::connect_admin(cluster, secret_file, timeout)?
-                } else {
-                    fs_cmds::connect(cluster, secret_file, timeout)?
-                };
+                let admin = c.changes_the_map();
+                let client = fs_cmds::connect_for(admin, cluster, secret_file, timeout)?;
                 trash_cmd::run(c, &client).await
             }
             Command::Dashboard(a) => {

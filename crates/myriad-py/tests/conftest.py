@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -126,3 +127,17 @@ def bucket(s3, request):
 
 def error_code(excinfo):
     return excinfo.value.response["Error"]["Code"]
+
+
+def map_command(cluster, *args):
+    """`myriad ARGS` against the test cluster (a command that changes the cluster map);
+    its output. Such a change is refused until the cluster's protocol floor rose (a
+    second or so after it started): tried again meanwhile."""
+    deadline = time.monotonic() + 20
+    while True:
+        r = subprocess.run([myriad_bin(), "--cluster", cluster, *args],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            return r.stdout
+        assert "floor" in r.stderr and time.monotonic() < deadline, r.stderr
+        time.sleep(0.2)

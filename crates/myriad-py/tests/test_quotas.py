@@ -3,28 +3,18 @@ a change past a limit is `OSError(errno.EDQUOT)` from the package and `QuotaExce
 (HTTP 403) from the S3 gateway, whichever partition the names land on."""
 
 import errno
-import subprocess
-import time
 
 import pytest
 
-from conftest import error_code, myriad_bin
+from conftest import error_code, map_command
 
 pytest.importorskip("boto3")
 from botocore.exceptions import ClientError  # noqa: E402
 
 
 def quota(cluster, *args):
-    """`myriad quota ARGS` against the test cluster; its output. A quota is refused until
-    the cluster's protocol floor rose (a second or so after it started): tried again."""
-    deadline = time.monotonic() + 20
-    while True:
-        r = subprocess.run([myriad_bin(), "--cluster", cluster, "quota", *args],
-                           capture_output=True, text=True, timeout=60)
-        if r.returncode == 0:
-            return r.stdout
-        assert "floor" in r.stderr and time.monotonic() < deadline, r.stderr
-        time.sleep(0.2)
+    """`myriad quota ARGS` against the test cluster; its output."""
+    return map_command(cluster, "quota", *args)
 
 
 def test_a_write_past_a_quota_is_oserror_edquot(cluster, client, tree):

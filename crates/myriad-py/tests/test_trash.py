@@ -2,27 +2,18 @@
 trash on, a file removed by the package or an object deleted through the S3 gateway is
 kept in /.trash and `myriad trash restore` gives it back byte for byte."""
 
-import subprocess
 import time
 
 import pytest
 
-from conftest import myriad_bin
+from conftest import map_command
 
 pytest.importorskip("boto3")
 
 
 def trash(cluster, *args):
-    """`myriad trash ARGS` against the test cluster; its output. Turning it on is refused
-    until the cluster's protocol floor rose: tried again."""
-    deadline = time.monotonic() + 20
-    while True:
-        r = subprocess.run([myriad_bin(), "--cluster", cluster, "trash", *args],
-                           capture_output=True, text=True, timeout=60)
-        if r.returncode == 0:
-            return r.stdout
-        assert "floor" in r.stderr and time.monotonic() < deadline, r.stderr
-        time.sleep(0.2)
+    """`myriad trash ARGS` against the test cluster; its output."""
+    return map_command(cluster, "trash", *args)
 
 
 def kept(cluster, path, want=True):

@@ -853,35 +853,40 @@ impl T {
     }
 }
 
+/// A file `/a` made here, then an exchange's prepare (txid 20, unresolved) staging `/a`
+/// to become another file (77): the file made, which the exchange takes away from here.
+fn exchange_taking_away(t: &mut T) -> Inode {
+    let leaving = t
+        .create("/", "a", b"mine")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let exchange = RenameFlags {
+        exchange: true,
+        ..RenameFlags::default()
+    };
+    t.run(Mutation::RenamePrepare(RenamePrepare {
+        txid: 20,
+        coordinator: myriad_proto::PartitionId(2),
+        to: "/a".into(),
+        inode: Inode {
+            ino: InodeId(77),
+            kind: FileKind::File,
+            ..leaving.clone()
+        },
+        flags: exchange,
+        blocks: Vec::new(),
+        replaces: None,
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    leaving
+}
+
 /// Simulation seed 5211: an exchange into this partition whose commit is not resolved yet
 /// will drop the chunk-0 blocks of the file it takes away from here; that file may not
 /// come back here (with its blocks) before, or its commit drops them.
 #[test]
 fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolves() {
     let mut t = T::new();
-    let leaving = t
-        .create("/", "a", b"mine")
-        .unwrap_or_else(|e| panic!("{e}"));
-    let incoming = Inode {
-        ino: InodeId(77),
-        kind: FileKind::File,
-        ..leaving.clone()
-    };
-    let exchange = RenameFlags {
-        exchange: true,
-        ..RenameFlags::default()
-    };
-    // The exchange's prepare: /a is staged to become 77, its file `leaving` goes away.
-    t.run(Mutation::RenamePrepare(RenamePrepare {
-        txid: 20,
-        coordinator: myriad_proto::PartitionId(2),
-        to: "/a".into(),
-        inode: incoming,
-        flags: exchange,
-        blocks: Vec::new(),
-        replaces: None,
-    }))
-    .unwrap_or_else(|e| panic!("{e}"));
+    let leaving = exchange_taking_away(&mut t);
     // Unresolved: `leaving` coming back (to another name) is refused, for now.
     let back = |txid| {
         Mutation::RenamePrepare(RenamePrepare {
@@ -918,26 +923,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
 #[test]
 fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_by_a_split_or_a_move() {
     let mut t = T::new();
-    let leaving = t
-        .create("/", "a", b"mine")
-        .unwrap_or_else(|e| panic!("{e}"));
-    let exchange = RenameFlags {
-        exchange: true,
-        ..RenameFlags::default()
-    };
-    t.run(Mutation::RenamePrepare(RenamePrepare {
-        txid: 20,
-        coordinator: myriad_proto::PartitionId(2),
-        to: "/a".into(),
-        inode: Inode {
-            ino: InodeId(77),
-            ..leaving.clone()
-        },
-        flags: exchange,
-        blocks: Vec::new(),
-        replaces: None,
-    }))
-    .unwrap_or_else(|e| panic!("{e}"));
+    let leaving = exchange_taking_away(&mut t);
     let child = myriad_proto::Shard::ALL.halves().1;
     let name = (0..)
         .map(|i| format!("f{i}"))
