@@ -142,3 +142,15 @@ fn servers_older_than_the_map_s_extension_make_no_floor_and_no_map_changes() {
     );
     assert!(!epoch(&list).is_empty(), "{list}");
 }
+
+/// Waits (at most 10 s) until the newest map's protocol floor is `floor`.
+pub async fn floor_at(client: &myriad_client::Client, floor: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while client.newest_map().await.ext.protocol_floor != floor {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the floor never reached {floor}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -196,12 +196,16 @@ fn a_quota_s_usage_is_counted_on_an_existing_tree_and_kept_exact_as_it_changes()
 
 #[test]
 fn a_quota_is_refused_while_a_server_speaks_an_older_protocol() {
-    let old = (myriad_proto::PROTOCOL_VERSION - 1).to_string();
+    // A server of the protocol before quotas (not merely before this build's: 38 came
+    // after 37's quotas), its floor raised to that: refused for what it speaks.
+    let before = myriad_placement::map_wire::QUOTAS_SINCE - 1;
+    let old = before.to_string();
     let tc = TestCluster::start_with_env(1, &[], &[("MYRIAD_PROTOCOL_NEWEST", old.as_str())]);
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(async {
-        tc.client()
-            .mkdir("/lab", 0o755)
+        let c = tc.client();
+        crate::protocol_floor::floor_at(&c, before).await;
+        c.mkdir("/lab", 0o755)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     });
@@ -209,7 +213,9 @@ fn a_quota_is_refused_while_a_server_speaks_an_older_protocol() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("quotas need every server on protocol 37"),
+        err.contains(&format!(
+            "quotas need every server on protocol 37 or later; this cluster's floor is {before}"
+        )),
         "{err}"
     );
     let out = tc.cli(&["quota", "list"]);

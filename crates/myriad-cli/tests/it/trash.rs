@@ -217,3 +217,24 @@ fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
         "freed, not kept"
     );
 }
+
+/// The trash is turned on only once every server speaks protocol 38: an older one would
+/// drop the setting from the maps it passes on and free what it unlinks.
+#[test]
+fn the_trash_is_refused_while_a_server_speaks_an_older_protocol() {
+    let before = myriad_placement::map_wire::TRASH_SINCE - 1;
+    let old = before.to_string();
+    let tc = TestCluster::start_with_env(1, &[], &[("MYRIAD_PROTOCOL_NEWEST", old.as_str())]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::protocol_floor::floor_at(&tc.client(), before));
+    let out = tc.cli(&["trash", "days", "7"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "turned on at floor {before}");
+    assert!(
+        err.contains(&format!(
+            "the trash needs every server on protocol 38 or later; this cluster's floor is {before}"
+        )),
+        "{err}"
+    );
+    assert!(ok_cli(&tc, &["trash", "days"]).contains("off"));
+}
