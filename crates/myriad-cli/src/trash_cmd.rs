@@ -5,7 +5,7 @@
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use myriad_client::proto::trash::{TRASH_ROOT, is_date, origin_of};
+use myriad_client::proto::trash::{TRASH_ROOT, date_of, is_date, origin_of, user_dir};
 use myriad_client::{Client, FileKind, FsError, RenameFlags};
 
 /// The protocol every server must speak before the trash is turned on: older ones would
@@ -150,7 +150,13 @@ struct Kept {
     path: String,
 }
 
-/// The days the trash holds, oldest first (none if there is no trash yet).
+/// How many days back a user who may not list `/.trash` (mode 0711) looks for their
+/// own kept files beyond the setting (nothing expires them yet).
+const USER_LOOKBACK_EXTRA_DAYS: i64 = 31;
+
+/// The days the trash holds, oldest first (none if there is no trash yet). A caller who
+/// may not list `/.trash` (anyone but root) gets the dates of the last days instead:
+/// `kept` then looks for their own directory in each.
 async fn days(client: &Client) -> anyhow::Result<Vec<String>> {
     let mut out: Vec<String> = match client.readdir(TRASH_ROOT).await {
         Ok(es) => es
@@ -159,34 +165,46 @@ async fn days(client: &Client) -> anyhow::Result<Vec<String>> {
             .filter(|n| is_date(n))
             .collect(),
         Err(FsError::NotFound) => Vec::new(),
+        Err(FsError::PermissionDenied) => {
+            let back =
+                i64::from(client.newest_map().await.ext.trash_days) + USER_LOOKBACK_EXTRA_DAYS;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            (0..=back)
+                .map(|d| date_of(now - d * 86_400 * 1_000_000_000))
+                .collect()
+        }
         Err(e) => bail!("{TRASH_ROOT}: {e}"),
     };
     out.sort();
+    out.dedup();
     Ok(out)
 }
 
-/// Every file kept (of `date`, of `user`), oldest day first. Directories the caller may
-/// not read (another user's) are passed over.
+/// Every file kept (of `date`, of `user`), oldest day first. Root lists every user's; a
+/// user their own (the users' directories of a day cannot be listed by them); directories
+/// the caller may not read are passed over.
 async fn kept(client: &Client, date: Option<&str>, user: Option<u32>) -> anyhow::Result<Vec<Kept>> {
+    let me = client.caller().uid;
     let mut out = Vec::new();
     for day in days(client).await? {
         if date.is_some_and(|d| d != day) {
             continue;
         }
-        let users = match client.readdir(&format!("{TRASH_ROOT}/{day}")).await {
-            Ok(es) => es,
-            Err(FsError::PermissionDenied) => continue,
-            Err(e) => bail!("{TRASH_ROOT}/{day}: {e}"),
+        let uids: Vec<u32> = if me == 0 {
+            match client.readdir(&format!("{TRASH_ROOT}/{day}")).await {
+                Ok(es) => es.into_iter().filter_map(|e| e.name.parse().ok()).collect(),
+                Err(e) => bail!("{TRASH_ROOT}/{day}: {e}"),
+            }
+        } else {
+            vec![me]
         };
-        for u in users {
-            if u.name
-                .parse::<u32>()
-                .ok()
-                .is_none_or(|uid| user.is_some_and(|w| w != uid))
-            {
+        for uid in uids {
+            if user.is_some_and(|w| w != uid) {
                 continue;
             }
-            walk(client, &format!("{TRASH_ROOT}/{day}/{}", u.name), &mut out).await?;
+            walk(client, &user_dir(&day, uid), &mut out).await?;
         }
     }
     Ok(out)
@@ -198,8 +216,8 @@ async fn walk(client: &Client, dir: &str, out: &mut Vec<Kept>) -> anyhow::Result
     while let Some(d) = dirs.pop() {
         let entries = match client.readdir(&d).await {
             Ok(es) => es,
-            // Another user's: theirs to list.
-            Err(FsError::PermissionDenied) => continue,
+            // Another user's (theirs to list), or a day without this user's directory.
+            Err(FsError::PermissionDenied | FsError::NotFound) => continue,
             Err(e) => bail!("{d}: {e}"),
         };
         for e in entries {

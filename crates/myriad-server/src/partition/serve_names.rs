@@ -152,9 +152,9 @@ impl Partition {
         let (dir, name) = self.entry_target(st, &path)?;
         self.may_remove(&caller, &path).await?;
         // Kept in the trash when it is on (`trash.rs`), else freed.
-        if st.map.ext.trash_days > 0
+        if Self::trash_on(st, &path)
             && let Ok(inode) = self.lookup(&path).await
-            && Self::trash_keeps(st, &path, &inode)
+            && Self::trash_keeps(&inode)
         {
             let parent = self.move_to_trash(made, &path, &inode).await?;
             return Ok(Response::Changed {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use myriad_placement::split_parent;
 use myriad_proto::trash::{
-    TRASH_DIR_MODE, TRASH_USER_MODE, date_of, in_trash, kept_path, user_dir,
+    TRASH_DIR_MODE, TRASH_ROOT, TRASH_USER_MODE, date_of, in_trash, kept_path, user_dir,
 };
 use myriad_proto::{ClientRequest, FileKind, Inode, RenameFlags, Response, SetAttr, WireError};
 
@@ -24,15 +24,22 @@ use crate::cluster::MapState;
 use crate::partition::core::Partition;
 use crate::partition::made::Made;
 
+/// How many other buckets a move tries when a kept file stands where a directory of its
+/// path goes.
+const BUCKET_CONFLICTS_MAX: u32 = 8;
+
 impl Partition {
-    /// Whether an unlink of `path` (holding `inode`) moves it to the trash: the trash is
-    /// on, the name is not in the trash already, and it is a file or a symbolic link (a
-    /// hard-linked file's name goes as before: its data lives on under its other names;
-    /// docs/trash.md "As built").
-    pub(crate) fn trash_keeps(st: &MapState, path: &str, inode: &Inode) -> bool {
-        st.map.ext.trash_days > 0
-            && !in_trash(path)
-            && matches!(inode.kind, FileKind::File | FileKind::Symlink)
+    /// Whether an unlink of `path` may move it to the trash: the trash is on and the name
+    /// is not in the trash already (checked before the name is looked up).
+    pub(crate) fn trash_on(st: &MapState, path: &str) -> bool {
+        st.map.ext.trash_days > 0 && !in_trash(path)
+    }
+
+    /// Whether the trash keeps `inode`: a file or a symbolic link (a hard-linked file's
+    /// name goes as before: its data lives on under its other names; docs/trash.md "As
+    /// built").
+    pub(crate) fn trash_keeps(inode: &Inode) -> bool {
+        matches!(inode.kind, FileKind::File | FileKind::Symlink)
     }
 
     /// Moves `path` (holding `inode`, its owner `inode.uid`) into today's trash, as the
@@ -51,22 +58,31 @@ impl Partition {
             no_replace: true,
             exchange: false,
         };
-        let bucket = self.local_bucket(&date, inode.uid, path);
-        let mut again = None;
-        let mut remade = false;
+        let mut bucket = self.local_bucket(&date, inode.uid, path, 0);
+        let (mut again, mut remade, mut conflicts) = (None, false, 0);
         let touched = loop {
             let kept = kept_path(&date, inode.uid, bucket, path, again);
             let dir = split_parent(&kept).0;
-            self.make_trash_dirs(&date, inode.uid, dir).await?;
-            match self
-                .rename(&ctx, path.to_string(), kept.clone(), flags)
-                .await
-            {
+            let moved = match self.make_trash_dirs(&date, inode.uid, dir).await {
+                Ok(()) => {
+                    self.rename(&ctx, path.to_string(), kept.clone(), flags)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match moved {
                 Ok(touched) => break touched,
-                // Purged since it was made: made again, once.
+                // A day purged (or the whole trash removed) since this partition made its
+                // directories: all made again, once.
                 Err(WireError::NotFound) if !remade => {
                     remade = true;
-                    self.trash_dirs.forget(&user_dir(&date, inode.uid));
+                    self.trash_dirs.forget(TRASH_ROOT);
+                }
+                // A kept file where a directory of this path goes (`/x` removed, then a
+                // directory `/x` made and `/x/y` removed on the same day): another bucket.
+                Err(WireError::NotADirectory) if conflicts < BUCKET_CONFLICTS_MAX => {
+                    conflicts += 1;
+                    bucket = self.local_bucket(&date, inode.uid, path, bucket + 1);
                 }
                 Err(WireError::AlreadyExists) if again.is_none() => again = Some(inode.ino),
                 Err(e) => return Err(e),
@@ -80,24 +96,25 @@ impl Partition {
         })
     }
 
-    /// The bucket whose kept name for `path` lives on this partition (the move is then
-    /// one local rename, about an unlink's cost, instead of a rename between two
-    /// partitions: `rm -rf` of 10,000 files 23 s -> see BENCHMARKS.md "Stop 83"), or 0
-    /// if none of the first few does (a split trash directory, say).
-    fn local_bucket(&self, date: &str, uid: u32, path: &str) -> u32 {
+    /// The first bucket from `from` on whose kept name for `path` lives on this partition
+    /// (the move is then one local rename, about an unlink's cost, instead of a rename
+    /// between two partitions: `rm -rf` of 10,000 files 23 s -> 3.4 s, BENCHMARKS.md "Stop
+    /// 83"), or `from` if none of the next few does (a split trash directory, say).
+    fn local_bucket(&self, date: &str, uid: u32, path: &str, from: u32) -> u32 {
         let tries = 4 * u32::try_from(self.state().map.partitions.len())
             .unwrap_or(1)
             .max(1);
-        (0..tries)
+        (from..from.saturating_add(tries))
             .find(|&b| self.entry_node(&kept_path(date, uid, b, path, None)) == self.me)
-            .unwrap_or(0)
+            .unwrap_or(from)
     }
 
     /// Makes the trash's directories down to `dir` (inside `user_dir(date, uid)`) that
     /// this partition has not seen made: `/.trash` and the date's directory root's (mode
     /// 0711), the user's directory and those below it the user's (mode 0700, owner set
-    /// after the mkdir). An error (`Busy` for a name whose mkdir is undecided) is
-    /// returned: the unlink is tried again.
+    /// after the mkdir). An error is returned: `Busy` for a name whose mkdir is undecided
+    /// (the unlink is tried again), `NotADirectory` where a kept file stands (the caller
+    /// tries another bucket), `NotFound` under a purged day (the caller makes all again).
     async fn make_trash_dirs(
         self: &Arc<Self>,
         date: &str,
@@ -135,11 +152,7 @@ impl Partition {
                     let stat = ClientRequest::Stat { path: path.clone() };
                     match self.call_entry(&path, stat.into()).await? {
                         Response::Attr(i) if i.kind == FileKind::Directory => i.uid,
-                        _ => {
-                            return Err(WireError::Io(format!(
-                                "the trash's {path} is not a directory"
-                            )));
-                        }
+                        _ => return Err(WireError::NotADirectory),
                     }
                 }
                 Err(e) => {
