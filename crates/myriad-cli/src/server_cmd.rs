@@ -124,6 +124,12 @@ pub struct ReplicationArgs {
     /// still does it on demand).
     #[arg(long, default_value_t = myriad_server::DEFAULT_ANTI_ENTROPY_INTERVAL.as_secs())]
     pub anti_entropy_secs: u64,
+    /// Seconds between passes of the trash's expiry (docs/trash.md): each partition frees
+    /// what it holds of the days kept longer than `myriad trash days`, at most 500 names
+    /// a pass, passes a second apart while there is more. 0: never (`myriad trash purge`
+    /// still frees by hand).
+    #[arg(long, default_value_t = myriad_server::DEFAULT_TRASH_EXPIRY_INTERVAL.as_secs())]
+    pub trash_expiry_secs: u64,
     /// Erasure-code large files (docs/redundancy.md): chunks past the first (4 MiB) of
     /// files larger than --ec-min-bytes are kept as k data + m parity fragments on k+m
     /// servers (m = copies - 1, k = servers - m, 2..=8) once nobody wrote them for
@@ -159,6 +165,7 @@ impl ReplicationArgs {
             format!("--dir-split-entries={}", self.dir_split_entries),
             format!("--down-grace-secs={}", self.down_grace_secs),
             format!("--anti-entropy-secs={}", self.anti_entropy_secs),
+            format!("--trash-expiry-secs={}", self.trash_expiry_secs),
             format!("--ec={}", self.ec),
             format!("--ec-min-bytes={}", self.ec_min_bytes),
             format!("--ec-settle-ms={}", self.ec_settle_ms),
@@ -439,6 +446,7 @@ pub fn run(args: ServerArgs, secret_file: Option<PathBuf>) -> anyhow::Result<()>
     config.down_grace = Duration::from_secs(args.replication.down_grace_secs);
     config.min_copies = args.replication.min_copies;
     config.anti_entropy_interval = Duration::from_secs(args.replication.anti_entropy_secs);
+    config.trash_expiry_interval = Duration::from_secs(args.replication.trash_expiry_secs);
     config.tiers = args.tiers.config(node_id.0)?;
     config.kept_stats = args.replication.kept_stats;
     config.coding.enabled = args.replication.ec;

@@ -114,6 +114,12 @@ pub enum WireError {
     /// left over into `Busy`).
     #[error("quota {quota}: this partition's allowance is short; try again")]
     QuotaShort { quota: u64, files: u64, bytes: u64 },
+    /// Inside a server only: the change meets directory `dir`'s part made by a mkdir not
+    /// yet known to be committed (inode `ino`); the partition asks the directory's entry
+    /// and serves the change again (ARCHITECTURE.md "Undecided directory objects").
+    /// Never sent (`for_version` turns one left over into `Busy`). Protocol 39.
+    #[error("{dir}: its mkdir is not decided yet; try again")]
+    DirUndecided { dir: String, ino: InodeId },
 }
 
 /// What the client library returns: what the file system says of a request, or that it
@@ -215,7 +221,7 @@ impl From<WireError> for FsError {
             WireError::ReadOnly => FsError::ReadOnly,
             WireError::TooManyLinks => FsError::TooManyLinks,
             WireError::QuotaExceeded => FsError::QuotaExceeded,
-            WireError::QuotaShort { .. } => FsError::Busy,
+            WireError::QuotaShort { .. } | WireError::DirUndecided { .. } => FsError::Busy,
             e @ (WireError::Redirect(_)
             | WireError::MapTooOld(_)
             | WireError::WrongShard { .. }) => {
@@ -352,6 +358,7 @@ impl WireError {
                 WireError::AutoIndexed { .. }
                     | WireError::AskPrimary
                     | WireError::QuotaShort { .. }
+                    | WireError::DirUndecided { .. }
             )
         {
             ErrorKind::Retry
@@ -381,6 +388,7 @@ impl WireError {
             WireError::Busy
                 | WireError::AutoIndexed { .. }
                 | WireError::QuotaShort { .. }
+                | WireError::DirUndecided { .. }
                 | WireError::Unavailable(_)
                 | WireError::TimedOut(_)
         )
@@ -439,6 +447,10 @@ mod tests {
                 files: 2,
                 bytes: 3,
             },
+            WireError::DirUndecided {
+                dir: "/d".into(),
+                ino: InodeId(9),
+            },
         ]
     }
 
@@ -469,6 +481,7 @@ mod tests {
                 WireError::AutoIndexed { .. }
                     | WireError::AskPrimary
                     | WireError::QuotaShort { .. }
+                    | WireError::DirUndecided { .. }
             ) {
                 assert_eq!(seen, FsError::Busy);
             } else {
@@ -493,5 +506,10 @@ mod tests {
         assert_eq!(at(WireError::ReadOnly), 25);
         assert_eq!(at(WireError::TooManyLinks), 27);
         assert_eq!(at(WireError::QuotaExceeded), 28);
+        let undecided = WireError::DirUndecided {
+            dir: String::new(),
+            ino: InodeId(1),
+        };
+        assert_eq!(at(undecided), 30);
     }
 }

@@ -87,7 +87,15 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// `Response::QuotaLedger`.
 /// 38: the trash (docs/trash.md): `MapExt::trash_days`, written only in frames encoded for
 /// 38 or later (a cluster keeps removed files only once its floor is 38).
-pub const PROTOCOL_VERSION: u16 = 38;
+/// 39: undecided directory objects (ARCHITECTURE.md "Undecided directory objects"):
+/// `PeerRequest::MkdirDecided` and `PeerRequest::DirObjectConfirm`, sent only while the
+/// map's floor is 39 (the only time an object is marked); `WireError::DirUndecided`, never
+/// sent (`ResponseFrame::for_version` answers `Busy` for it).
+pub const PROTOCOL_VERSION: u16 = 39;
+
+/// The first protocol with undecided directory objects: a server marks the object of a
+/// mkdir only once the map's floor is this.
+pub const DIR_UNDECIDED_SINCE: u16 = 39;
 
 // The map's extension is known to this build's newest version.
 const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::MAP_EXT_SINCE);
@@ -307,14 +315,17 @@ impl ResponseFrame {
 
     /// The frame as a peer speaking `version` is sent it: an error it does not know
     /// becomes the nearest one it does (`QuotaExceeded`: `NoSpace`, ENOSPC, before 37),
-    /// and an error meant to stay inside a server (`QuotaShort`) becomes `Busy`.
+    /// and an error meant to stay inside a server (`QuotaShort`, `DirUndecided`) becomes
+    /// `Busy`.
     #[must_use]
     pub fn for_version(mut self, version: u16) -> ResponseFrame {
         match &self.result {
             Err(WireError::QuotaExceeded) if version < QUOTA_ERRORS_SINCE => {
                 self.result = Err(WireError::NoSpace);
             }
-            Err(WireError::QuotaShort { .. }) => self.result = Err(WireError::Busy),
+            Err(WireError::QuotaShort { .. } | WireError::DirUndecided { .. }) => {
+                self.result = Err(WireError::Busy);
+            }
             _ => {}
         }
         self

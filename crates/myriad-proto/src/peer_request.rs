@@ -280,6 +280,16 @@ pub enum PeerRequest {
     /// Entries moved in by a split or a tree move are counted against no allowance until
     /// the partition is settled: the home reserves what it reports. Protocol 37.
     QuotaReport { quota: u64 },
+    /// Partition of directory `path`'s entry, from a part of its directory object made
+    /// `undecided` by a mkdir (inode `ino`): `Unit` if the entry holds that directory,
+    /// committed; `NotFound` if it holds no such directory (the mkdir was undone, or the
+    /// directory removed); `Busy` if it is still pending after a reader's wait.
+    /// ARCHITECTURE.md "Undecided directory objects". Protocol 39.
+    MkdirDecided { path: String, ino: InodeId },
+    /// Home of directory object `path`, from the coordinator of its mkdir once the mkdir
+    /// can no longer be undone: clear the object's `undecided` mark (if it is still that
+    /// directory's). Protocol 39.
+    DirObjectConfirm { path: String, ino: InodeId },
 }
 
 /// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields
@@ -496,6 +506,8 @@ impl PeerRequest {
             PeerRequest::QuotaAsk { .. } => "quota_ask",
             PeerRequest::QuotaSettle { .. } => "quota_settle",
             PeerRequest::QuotaReport { .. } => "quota_report",
+            PeerRequest::MkdirDecided { .. } => "mkdir_decided",
+            PeerRequest::DirObjectConfirm { .. } => "dirobj_confirm",
         }
     }
 }

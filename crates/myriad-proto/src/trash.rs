@@ -59,6 +59,27 @@ pub fn is_date(name: &str) -> bool {
         })
 }
 
+/// A day in nanoseconds.
+const DAY_NS: i64 = 86_400 * 1_000_000_000;
+
+/// Whether what was removed on `date` has been kept its `days` (a trash of `days` days,
+/// at `now_ns`): kept through `days` whole days after the day of its removal, freed on
+/// the day after those. Never with the trash off (`days` 0: kept until purged), nor for
+/// a name that is not a date.
+#[must_use]
+pub fn expired(date: &str, days: u32, now_ns: i64) -> bool {
+    let keep_from = date_of(now_ns.saturating_sub(i64::from(days).saturating_mul(DAY_NS)));
+    days > 0 && is_date(date) && date < keep_from.as_str()
+}
+
+/// The date a path inside the trash was removed on (its first name below `/.trash`).
+#[must_use]
+pub fn date_in(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix(TRASH_ROOT)?.strip_prefix('/')?;
+    let date = rest.split('/').next()?;
+    is_date(date).then_some(date)
+}
+
 /// The directory of a user's files removed on `date`.
 #[must_use]
 pub fn user_dir(date: &str, uid: u32) -> String {
@@ -114,6 +135,28 @@ mod tests {
         assert_eq!(origin_of("/.trash/2026-12-06/1000/x/y"), None, "no bucket");
         assert_eq!(origin_of("/.trash/today/1000/1/x"), None);
         assert_eq!(origin_of("/lab/x"), None);
+    }
+
+    #[test]
+    fn a_day_is_kept_its_days_whole_then_expires() {
+        // 2026-12-06 12:00:00 UTC.
+        let now = 1_796_558_400 * 1_000_000_000;
+        assert!(!expired("2026-12-06", 1, now), "removed today");
+        assert!(!expired("2026-12-05", 1, now), "one whole day not over");
+        assert!(expired("2026-12-04", 1, now));
+        assert!(!expired("2026-11-29", 7, now));
+        assert!(expired("2026-11-28", 7, now));
+        assert!(expired("2019-01-01", 7, now));
+        assert!(
+            !expired("2019-01-01", 0, now),
+            "the trash off keeps what it kept"
+        );
+        assert!(!expired("old", 7, now));
+        assert_eq!(date_in("/.trash/2026-12-06/1000/0/x"), Some("2026-12-06"));
+        assert_eq!(date_in("/.trash/2026-12-06"), Some("2026-12-06"));
+        assert_eq!(date_in("/.trash"), None);
+        assert_eq!(date_in("/.trash/lost+found/x"), None);
+        assert_eq!(date_in("/lab/2026-12-06"), None);
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub struct ServerConfig {
     /// How often a primary compares each partition with its copies and repairs what
     /// differs (partition/anti_entropy.rs); zero: never.
     pub anti_entropy_interval: Duration,
+    /// How often each partition frees what it holds of the trash's expired days
+    /// (partition/trash_expiry.rs; a pass that removed something is followed by the next
+    /// a second later); zero: never (`myriad trash purge` still frees them).
+    pub trash_expiry_interval: Duration,
     /// Erasure coding of large files' chunks (docs/redundancy.md).
     pub coding: CodingConfig,
     /// Partitions keep fsstats as their files change (docs/redundancy.md "Cluster-wide
@@ -116,6 +120,10 @@ impl CodingConfig {
 /// is rare; fsck checks on demand.
 pub const DEFAULT_ANTI_ENTROPY_INTERVAL: Duration = Duration::from_secs(600);
 
+/// The trash's expiry every minute: a pass with nothing expired reads one directory
+/// record or none.
+pub const DEFAULT_TRASH_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
+
 impl ServerConfig {
     #[must_use]
     pub fn new(node_id: NodeId, data_dir: PathBuf, map: ClusterMap, keys: Keyring) -> ServerConfig {
@@ -140,6 +148,7 @@ impl ServerConfig {
             limits: ServeLimits::default(),
             disk_reserve_bytes: crate::space::DEFAULT_RESERVE_BYTES,
             anti_entropy_interval: DEFAULT_ANTI_ENTROPY_INTERVAL,
+            trash_expiry_interval: DEFAULT_TRASH_EXPIRY_INTERVAL,
             coding: CodingConfig::default_on(),
             tiers: None,
             kept_stats: false,

@@ -46,7 +46,7 @@ use tokio::net::TcpListener;
 
 pub use config::{
     DEFAULT_ANTI_ENTROPY_INTERVAL, DEFAULT_DIR_SPLIT_ENTRIES, DEFAULT_DOWN_GRACE,
-    ReplicationConfig, ServerConfig, TierConfig,
+    DEFAULT_TRASH_EXPIRY_INTERVAL, ReplicationConfig, ServerConfig, TierConfig,
 };
 pub use space::DEFAULT_RESERVE_BYTES;
 

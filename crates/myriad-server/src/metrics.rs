@@ -174,7 +174,10 @@ pub fn outcome(e: &WireError) -> &'static str {
         WireError::PermissionDenied => "permission_denied",
         WireError::NotPermitted => "not_permitted",
         WireError::Stale => "stale",
-        WireError::Busy | WireError::AutoIndexed { .. } => "busy",
+        WireError::Busy
+        | WireError::AutoIndexed { .. }
+        | WireError::QuotaShort { .. }
+        | WireError::DirUndecided { .. } => "busy",
         WireError::AskPrimary
         | WireError::Redirect(_)
         | WireError::MapTooOld(_)

@@ -405,6 +405,9 @@ impl Sim {
         if cfg.trash {
             map.ext.trash_days = 7;
         }
+        // Every server is this build: the floor a real cluster's membership raises to once
+        // it has heard each of them (what gates, e.g., undecided directory objects).
+        map.ext.protocol_floor = myriad_proto::PROTOCOL_VERSION;
         // Small chunks: the workload's two-chunk files reach a second partition.
         map.chunk_size_bytes = CHUNK_BYTES;
         map.inline_max_bytes = map.inline_max_bytes.min(CHUNK_BYTES);

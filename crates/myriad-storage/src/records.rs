@@ -18,6 +18,23 @@ pub const RECORD_VERSION_V3: u8 = 3;
 /// Records written now: as version 2; directory records carry `read_only` and
 /// `auto_index`.
 pub const RECORD_VERSION: u8 = 4;
+/// Directory records marked `undecided` (ARCHITECTURE.md "Undecided directory objects"):
+/// as version 4 with the mark appended. Only a marked record is written so (a server
+/// marks one only once every member of the cluster reads it), so a backup of the
+/// release before reads every record its primary sends while the mark is off.
+pub const RECORD_VERSION_DIR_UNDECIDED: u8 = 5;
+
+/// Whether records of version `v` end with the crc32c of their body (every version but 1).
+#[must_use]
+pub fn checksummed(v: u8) -> bool {
+    matches!(
+        v,
+        RECORD_VERSION_CHECKED_V2
+            | RECORD_VERSION_V3
+            | RECORD_VERSION
+            | RECORD_VERSION_DIR_UNDECIDED
+    )
+}
 
 /// A directory entry with its embedded inode.
 ///
@@ -64,6 +81,71 @@ pub struct DirRecord {
     /// entries unregisters that index before it applies, then clears this mark
     /// (docs/metadata-index.md "Automatic indexes").
     pub auto_index: Option<ReadOnlyMark>,
+    /// Made by a mkdir not yet known to be committed: takes no entries until its entry is
+    /// found committed (ARCHITECTURE.md "Undecided directory objects"; record version 5).
+    pub undecided: bool,
+}
+
+/// A directory record as record version 4 stores it (every record not `undecided`),
+/// borrowed for writing.
+#[derive(Serialize)]
+pub(crate) struct DirRecordV4Ref<'a> {
+    pub ino: &'a InodeId,
+    pub root_attrs: &'a Option<Inode>,
+    pub frozen: &'a Option<u64>,
+    pub hidden: &'a Option<u64>,
+    pub shards: &'a Vec<LocalShard>,
+    pub map: &'a Option<ShardMap>,
+    pub subdirs: &'a u32,
+    pub read_only: &'a Option<ReadOnlyMark>,
+    pub auto_index: &'a Option<ReadOnlyMark>,
+}
+
+impl<'a> From<&'a DirRecord> for DirRecordV4Ref<'a> {
+    fn from(r: &'a DirRecord) -> DirRecordV4Ref<'a> {
+        DirRecordV4Ref {
+            ino: &r.ino,
+            root_attrs: &r.root_attrs,
+            frozen: &r.frozen,
+            hidden: &r.hidden,
+            shards: &r.shards,
+            map: &r.map,
+            subdirs: &r.subdirs,
+            read_only: &r.read_only,
+            auto_index: &r.auto_index,
+        }
+    }
+}
+
+/// A directory record as record version 4 stored it (before `undecided`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DirRecordV4 {
+    pub ino: InodeId,
+    pub root_attrs: Option<Inode>,
+    pub frozen: Option<u64>,
+    pub hidden: Option<u64>,
+    pub shards: Vec<LocalShard>,
+    pub map: Option<ShardMap>,
+    pub subdirs: u32,
+    pub read_only: Option<ReadOnlyMark>,
+    pub auto_index: Option<ReadOnlyMark>,
+}
+
+impl From<DirRecordV4> for DirRecord {
+    fn from(v: DirRecordV4) -> DirRecord {
+        DirRecord {
+            ino: v.ino,
+            root_attrs: v.root_attrs,
+            frozen: v.frozen,
+            hidden: v.hidden,
+            shards: v.shards,
+            map: v.map,
+            subdirs: v.subdirs,
+            read_only: v.read_only,
+            auto_index: v.auto_index,
+            undecided: false,
+        }
+    }
 }
 
 /// A directory record as record version 3 stored it (before `auto_index`).
@@ -91,6 +173,7 @@ impl From<DirRecordV3> for DirRecord {
             subdirs: v.subdirs,
             read_only: v.read_only,
             auto_index: None,
+            undecided: false,
         }
     }
 }
@@ -120,6 +203,7 @@ impl From<DirRecordV2> for DirRecord {
             subdirs: v.subdirs,
             read_only: None,
             auto_index: None,
+            undecided: false,
         }
     }
 }
@@ -138,6 +222,7 @@ impl DirRecord {
             subdirs: 0,
             read_only: None,
             auto_index: None,
+            undecided: false,
         }
     }
 

@@ -14,8 +14,8 @@ use crate::keys::{
 };
 use crate::kv::{Batch, Kv, Space};
 use crate::records::{
-    DirRecord, DirRecordV2, DirRecordV3, EntryRecord, RECORD_VERSION, RECORD_VERSION_CHECKED_V2,
-    RECORD_VERSION_PLAIN, RECORD_VERSION_V3,
+    DirRecord, DirRecordV2, DirRecordV3, DirRecordV4, DirRecordV4Ref, EntryRecord, RECORD_VERSION,
+    RECORD_VERSION_DIR_UNDECIDED, RECORD_VERSION_PLAIN, RECORD_VERSION_V3, checksummed,
 };
 use myriad_proto::InodeId;
 
@@ -37,7 +37,21 @@ pub struct Store {
 }
 
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = vec![RECORD_VERSION];
+    encode_as(RECORD_VERSION, value)
+}
+
+/// A directory record: version 4's layout unless it is marked `undecided` (version 5), so
+/// that what a release before 5 reads is all a cluster writes until its floor allows it.
+fn encode_dir(rec: &DirRecord) -> Vec<u8> {
+    if rec.undecided {
+        encode_as(RECORD_VERSION_DIR_UNDECIDED, rec)
+    } else {
+        encode_as(RECORD_VERSION, &DirRecordV4Ref::from(rec))
+    }
+}
+
+fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
+    let mut out = vec![version];
     // Serializing our own plain structs into a Vec cannot fail.
     if let Ok(body) = postcard_encode(value) {
         out.extend_from_slice(&body);
@@ -59,7 +73,7 @@ fn decode<T: DeserializeOwned>(space: &'static str, bytes: &[u8]) -> Result<T, S
 }
 
 /// A directory record of any record version (version 2 had no `read_only`, version 3 no
-/// `auto_index`).
+/// `auto_index`, version 4 no `undecided`).
 fn decode_dir(bytes: &[u8]) -> Result<DirRecord, StorageError> {
     let space = "dirs";
     let corrupt = |e: myriad_proto::codec::DecodeError| StorageError::Corrupt {
@@ -67,7 +81,10 @@ fn decode_dir(bytes: &[u8]) -> Result<DirRecord, StorageError> {
         detail: e.to_string(),
     };
     match checked_body(space, bytes)? {
-        (RECORD_VERSION, body) => myriad_proto::codec::decode(body).map_err(corrupt),
+        (RECORD_VERSION_DIR_UNDECIDED, body) => myriad_proto::codec::decode(body).map_err(corrupt),
+        (RECORD_VERSION, body) => myriad_proto::codec::decode::<DirRecordV4>(body)
+            .map(DirRecord::from)
+            .map_err(corrupt),
         (RECORD_VERSION_V3, body) => myriad_proto::codec::decode::<DirRecordV3>(body)
             .map(DirRecord::from)
             .map_err(corrupt),
@@ -81,7 +98,7 @@ fn decode_dir(bytes: &[u8]) -> Result<DirRecord, StorageError> {
 fn checked_body<'a>(space: &'static str, bytes: &'a [u8]) -> Result<(u8, &'a [u8]), StorageError> {
     let corrupt = |detail: String| StorageError::Corrupt { space, detail };
     match bytes.split_first() {
-        Some((&v @ (RECORD_VERSION | RECORD_VERSION_V3 | RECORD_VERSION_CHECKED_V2), rest)) => {
+        Some((&v, rest)) if checksummed(v) => {
             let Some(split) = rest.len().checked_sub(4) else {
                 return Err(corrupt("record shorter than its checksum".into()));
             };
@@ -178,7 +195,7 @@ impl Store {
     }
 
     pub fn put_dir(&self, batch: &mut Batch, path: &str, rec: &DirRecord) {
-        batch.put(Space::Dirs, path.as_bytes().to_vec(), encode(rec));
+        batch.put(Space::Dirs, path.as_bytes().to_vec(), encode_dir(rec));
     }
 
     pub fn delete_dir(&self, batch: &mut Batch, path: &str) {

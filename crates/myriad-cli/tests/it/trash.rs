@@ -292,3 +292,59 @@ fn the_trash_is_refused_while_a_server_speaks_an_older_protocol() {
     );
     assert!(ok_cli(&tc, &["trash", "days"]).contains("off"));
 }
+
+/// Docs/trash.md "Expiry": a day kept longer than `trash days` is freed in the background,
+/// tree and all (files on every partition, then its directories from the deepest up,
+/// each removed by the partition holding its name), and a day still kept is not touched.
+#[test]
+fn a_day_kept_past_its_days_is_freed_in_the_background_and_a_kept_day_stays() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2", "--trash-expiry-secs", "1"]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let c = tc.client();
+    let old = "/.trash/2020-01-01";
+    rt.block_on(async {
+        // An old day's tree, as a server would have kept it (made here by root directly),
+        // over every partition: many directories, a file in each, a bigger one too.
+        for d in 0..12 {
+            let dir = format!("{old}/1000/0/proj/d{d}/deep/er");
+            c.mkdir_p(&dir, 0o700)
+                .await
+                .unwrap_or_else(|e| panic!("{dir}: {e}"));
+            for (at, size) in [
+                (dir.as_str(), 100),
+                (&format!("{old}/1000/0/proj/d{d}")[..], 5000),
+            ] {
+                let f = format!("{at}/f{d}");
+                c.write_file(&f, 0o600, &vec![b'x'; size])
+                    .await
+                    .unwrap_or_else(|e| panic!("{f}: {e}"));
+            }
+        }
+        c.write_file("/kept.txt", 0o644, b"kept today\n")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    });
+    // Off: nothing expires, however old.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(rt.block_on(c.stat(old)).is_ok(), "freed with the trash off");
+    ok_cli(&tc, &["trash", "days", "7"]);
+    rt.block_on(c.unlink("/kept.txt"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while rt.block_on(c.stat(old)).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{old} not freed within 90 s:\n{}",
+            ok_cli(&tc, &["trash", "list"])
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Today's removal is still kept, whole.
+    let listed = ok_cli(&tc, &["trash", "list"]);
+    assert!(listed.contains(" /kept.txt"), "{listed}");
+    assert!(!listed.contains("2020-01-01"), "{listed}");
+    ok_cli(&tc, &["trash", "restore", "/kept.txt"]);
+    let back = rt.block_on(c.read_all("/kept.txt"));
+    assert_eq!(back.ok().as_deref(), Some(&b"kept today\n"[..]));
+}

@@ -793,3 +793,95 @@ async fn a_map_giving_this_servers_id_to_another_address_is_not_taken() {
         .await
         .unwrap_or_else(|e| panic!("install: {e}"));
 }
+
+/// ARCHITECTURE.md "Undecided directory objects": a create racing a mkdir whose object
+/// is made but whose entry is still pending lands nowhere (it waits for the entry, then
+/// `Busy`), so the mkdir's undo finds the object empty and removes it (before, the undo
+/// was refused `NotEmpty` forever: simulation seed 186 with `--trash`). An object whose
+/// entry holds no such directory answers `NotFound`; one whose mkdir committed while its
+/// confirm was lost takes the create once the entry is asked, and is then confirmed.
+#[tokio::test(start_paused = true)]
+async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let owner = h
+        .partition(h.state().ring.owner_of_dir("/x"))
+        .unwrap_or_else(|| panic!("the object's home is served here"));
+    let begin = || Mutation::MkdirBegin {
+        dir: "/".into(),
+        name: "x".into(),
+        mode: 0o755,
+        depth: 0,
+        uid: 0,
+        gid: 0,
+        now: 1,
+        once: None,
+    };
+    let begun = |out| match out {
+        Ok(crate::state::mutation::Outcome::Begun { txid, inode }) => (txid, inode.ino),
+        other => panic!("mkdir begins: {:?}", other.err()),
+    };
+    let undecided = |p: &Partition| p.store.dir("/x").ok().flatten().map(|r| r.undecided);
+    let file = |p: &Partition| p.store.entry("/x", "f").ok().flatten().is_some();
+    // 1. Made, then decided undone (its coordinator's call timed out): the create waits
+    // for the entry (recovery may undo the mkdir meanwhile), and lands nowhere. (A
+    // client's create also waits in its permission check, which looks the parent up; the
+    // mark holds where nothing looked first: the server's own moves into the trash, a
+    // check answered before an rmdir and a new mkdir of the same name.)
+    let (txid, ino) = begun(home.applier.run(begin()).await);
+    owner
+        .create_dir_object("/x", ino, 0, true)
+        .await
+        .unwrap_or_else(|e| panic!("object: {e}"));
+    assert_eq!(undecided(&owner), Some(true));
+    home.applier
+        .run(Mutation::Decide {
+            txid,
+            decision: crate::state::intent::Decision::Abort,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let raced = from_client(&owner, create("/x/f")).await;
+    assert!(
+        matches!(raced, Err(WireError::Busy | WireError::NotFound)),
+        "a create in a directory whose mkdir is undone: {raced:?}"
+    );
+    assert!(!file(&owner), "a create landed in an undecided directory");
+    home.recover(&std::collections::BTreeSet::new(), true).await;
+    assert!(!object(&h), "the undo did not remove the object");
+    assert!(home.store.intent(txid).ok().flatten().is_none());
+    // 2. An object its entry does not name (an undo that has not reached it yet).
+    owner
+        .create_dir_object("/x", ino, 0, true)
+        .await
+        .unwrap_or_else(|e| panic!("object: {e}"));
+    assert_eq!(
+        from_client(&owner, create("/x/f")).await,
+        Err(WireError::NotFound)
+    );
+    assert!(!file(&owner));
+    owner
+        .remove_dir_object("/x", ino, &crate::commit::Context::background())
+        .await
+        .unwrap_or_else(|e| panic!("remove: {e}"));
+    // 3. Committed, its confirm lost: the create asks, then lands.
+    let (txid, ino) = begun(home.applier.run(begin()).await);
+    owner
+        .create_dir_object("/x", ino, 0, true)
+        .await
+        .unwrap_or_else(|e| panic!("object: {e}"));
+    home.applier
+        .run(Mutation::ResolveEntry {
+            dir: "/".into(),
+            name: "x".into(),
+            txid,
+            commit: true,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(visible(&home));
+    let made = from_client(&owner, create("/x/f")).await;
+    assert!(made.is_ok(), "create after the commit: {made:?}");
+    assert!(file(&owner));
+    assert_eq!(undecided(&owner), Some(false));
+}

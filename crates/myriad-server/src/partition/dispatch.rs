@@ -94,6 +94,30 @@ impl Partition {
                 }
             }
         });
+        // The trash's expired days (trash_expiry.rs): passes a second apart while they
+        // find something, else one every `trash_expiry_interval`.
+        let expirer = self.clone();
+        let trash_expiry = tokio::spawn(async move {
+            let idle = expirer.env.config().trash_expiry_interval;
+            if idle.is_zero() {
+                return;
+            }
+            let mut next = idle;
+            loop {
+                tokio::time::sleep(next).await;
+                next = match expirer.expire_trash().await {
+                    Ok(0) => idle,
+                    Ok(n) => {
+                        tracing::debug!(partition = %expirer.me, n, "expired trash freed");
+                        idle.min(std::time::Duration::from_secs(1))
+                    }
+                    Err(e) => {
+                        tracing::debug!(partition = %expirer.me, "trash expiry: {e}");
+                        idle
+                    }
+                };
+            }
+        });
         let coder = self.clone();
         let coding = tokio::spawn(async move {
             let interval = coder.env.config().coding.interval;
@@ -108,6 +132,7 @@ impl Partition {
         if let Ok(mut t) = self.tasks.lock() {
             t.push(coding);
             t.push(orphans);
+            t.push(trash_expiry);
             t.push(recovery);
             t.push(tree_moves);
             t.push(bookkeeping);

@@ -107,6 +107,8 @@ impl Partition {
                         ino,
                         shards: vec![Shard::ALL],
                         map: None,
+                        // For an entry fsck found visible: its directory exists.
+                        undecided: false,
                     })
                     .await?;
             }

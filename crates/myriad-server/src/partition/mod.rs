@@ -55,5 +55,7 @@ pub(crate) mod split_state;
 pub(crate) mod touch_sender;
 pub(crate) mod trash;
 pub(crate) mod trash_dirs;
+pub(crate) mod trash_expiry;
 pub(crate) mod tree_move;
 pub(crate) mod twophase;
+pub(crate) mod undecided_dirs;

@@ -11,17 +11,25 @@ use crate::partition::core::Partition;
 use crate::state::mutation::{DirImport, Mutation};
 
 impl Partition {
-    /// A directory's first shard record (a sharded mkdir).
+    /// A directory's first shard record (a sharded mkdir: marked undecided as its home is,
+    /// `undecided_dirs.rs`).
     pub(super) async fn peer_shard_create(
         self: &Arc<Self>,
+        st: &Arc<MapState>,
         dir: String,
         ino: InodeId,
         shards: Vec<Shard>,
     ) -> Result<Response, WireError> {
         validate_path(&dir)?;
+        let undecided = Self::marks_undecided(st);
         self.applier
             .run(Mutation::Shard(
-                crate::state::mutation::ShardMutation::Create { dir, ino, shards },
+                crate::state::mutation::ShardMutation::Create {
+                    dir,
+                    ino,
+                    shards,
+                    undecided,
+                },
             ))
             .await?;
         Ok(Response::Unit)
@@ -90,7 +98,8 @@ impl Partition {
     ) -> Result<Response, WireError> {
         validate_path(&path)?;
         self.own_dir(st, &path)?;
-        self.create_dir_object(&path, ino, depth.min(myriad_placement::SHARD_DEPTH_MAX))
+        let depth = depth.min(myriad_placement::SHARD_DEPTH_MAX);
+        self.create_dir_object(&path, ino, depth, Self::marks_undecided(st))
             .await?;
         Ok(Response::Unit)
     }

@@ -38,6 +38,10 @@ impl Partition {
             req @ (PeerRequest::QuotaAsk { .. }
             | PeerRequest::QuotaSettle { .. }
             | PeerRequest::QuotaReport { .. }) => self.peer_quota(st, from, req).await,
+            PeerRequest::MkdirDecided { path, ino } => self.peer_mkdir_decided(st, path, ino).await,
+            PeerRequest::DirObjectConfirm { path, ino } => {
+                self.peer_dir_object_confirm(path, ino).await
+            }
             PeerRequest::ClaimReserved { client, ino, by } => {
                 self.peer_claim_reserved(client, ino, by).await
             }
@@ -54,7 +58,7 @@ impl Partition {
             PeerRequest::AdjustLinks { ino, delta } => self.adjust_links(ino, delta).await,
             PeerRequest::AtInode { ino, caller, op } => self.at_inode(ino, caller, op, cs).await,
             PeerRequest::ShardCreate { dir, ino, shards } => {
-                self.peer_shard_create(dir, ino, shards).await
+                self.peer_shard_create(st, dir, ino, shards).await
             }
             PeerRequest::ShardImport {
                 dir,

@@ -96,10 +96,14 @@ impl Partition {
                 let owner = self.dir_owner(&path);
                 let commit = decision != Decision::Abort;
                 let req = if commit {
-                    PeerRequest::DirObjectCreate { path, ino, depth }
+                    PeerRequest::DirObjectCreate {
+                        path: path.clone(),
+                        ino,
+                        depth,
+                    }
                 } else {
                     PeerRequest::DirObjectRemove {
-                        path,
+                        path: path.clone(),
                         ino,
                         client: None,
                     }
@@ -108,6 +112,7 @@ impl Partition {
                 self.resolve_entry(&Context::background(), dir.clone(), name, txid, commit)
                     .await?;
                 if commit {
+                    self.confirm_dir_object(owner, &path, ino);
                     // As `client_mkdir` does: the parent's times and link count follow
                     // (chaos_long met a parent still counting a directory recovery had
                     // removed).

@@ -46,7 +46,9 @@ impl Partition {
     /// One request (a change sent once is unwrapped by `serve_once` first). A change that
     /// would pass this partition's allowance of a quota was not applied: the partition
     /// gets more from the quota's home and serves the request again (docs/quotas.md "The
-    /// ledger's protocol"), or answers `QuotaExceeded`.
+    /// ledger's protocol"), or answers `QuotaExceeded`; one that met a directory whose
+    /// mkdir is undecided is served again once the mkdir is found committed
+    /// (`undecided_dirs.rs`).
     pub(crate) async fn dispatch_request(
         self: &Arc<Self>,
         from: Option<PartitionId>,
@@ -56,7 +58,7 @@ impl Partition {
         made: &Made,
     ) -> Result<Response, WireError> {
         use crate::partition::quota_grants::{SHORT_RETRIES_MAX, SHORT_WAIT_MAX, SHORT_WAITS_MAX};
-        let (mut asked, mut waited) = (0, 0);
+        let (mut asked, mut waited, mut settled) = (0, 0, 0);
         let began = tokio::time::Instant::now();
         loop {
             let again = body.clone();
@@ -80,6 +82,15 @@ impl Partition {
                     if began.elapsed() > SHORT_WAIT_MAX {
                         return Err(WireError::Busy);
                     }
+                }
+                // It met a directory whose mkdir is not known to be committed: asked, and
+                // served again once it is (ARCHITECTURE.md "Undecided directory objects").
+                Err(WireError::DirUndecided { dir, ino }) => {
+                    if settled >= crate::partition::undecided_dirs::SETTLES_MAX {
+                        return Err(WireError::Busy);
+                    }
+                    settled += 1;
+                    self.settle_undecided_dir(&dir, ino).await?;
                 }
                 other => return other,
             }

@@ -177,12 +177,14 @@ impl Partition {
     }
 
     /// Home of a new directory: create its directory object split into 2^`depth` shards,
-    /// the shards on other nodes first (each idempotent, so recovery can repeat this).
+    /// the shards on other nodes first (each idempotent, so recovery can repeat this);
+    /// `undecided`: for a mkdir not decided yet (`undecided_dirs.rs`).
     pub(crate) async fn create_dir_object(
         self: &Arc<Self>,
         path: &str,
         ino: InodeId,
         depth: u8,
+        undecided: bool,
     ) -> Result<(), WireError> {
         let st = self.state();
         let map = (depth > 0).then(|| ShardMap::presplit(depth));
@@ -200,6 +202,7 @@ impl Partition {
                 ino,
                 shards: by_node.remove(&self.me).unwrap_or_default(),
                 map,
+                undecided,
             })
             .await?;
         for (node, shards) in by_node {

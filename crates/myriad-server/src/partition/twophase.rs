@@ -181,7 +181,13 @@ impl Partition {
             )
             .await;
         match made.and_then(|_| self.placed_for_good(path, owner)) {
-            Ok(()) => Ok((inode, self.finish_entry(ctx, dir, name, txid).await?)),
+            Ok(()) => {
+                let durable = self.finish_entry(ctx, dir, name, txid).await?;
+                // Applied: from here only its commit can follow (recovery rolls an
+                // undecided mkdir forward), so the object may take entries.
+                self.confirm_dir_object(owner, path, inode.ino);
+                Ok((inode, durable))
+            }
             Err(e) => {
                 tracing::debug!(
                     partition = %self.me,

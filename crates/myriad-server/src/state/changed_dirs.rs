@@ -118,6 +118,8 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
             | ShardMutation::MapChange { dir, .. }
             | ShardMutation::Create { dir, .. },
         ) => one(dir),
+        // No entry or attribute a reader sees changes: the object holds none yet.
+        Mutation::DirObjectConfirm { .. } => ChangedDirs::None,
         Mutation::InitRoot { .. }
         | Mutation::RenameSourceDecide { .. }
         | Mutation::Shard(ShardMutation::SplitCommit { .. } | ShardMutation::SplitAbort { .. })

@@ -94,7 +94,9 @@ pub(super) fn execute(
             ino,
             shards,
             map,
-        } => dir_object_create(ctx, b, path, ino, shards, map)?,
+            undecided,
+        } => dir_object_create(ctx, b, (path, ino), (shards, map), undecided)?,
+        Mutation::DirObjectConfirm { path, ino } => dir_object_confirm(ctx, b, &path, ino)?,
         Mutation::DirObjectRemove { path, ino } => {
             match ctx.store.dir(&path)? {
                 // A rename's copy is taking this directory's place: it decides first.
@@ -308,12 +310,12 @@ fn tree_move_record(
 fn dir_object_create(
     ctx: &mut Ctx<'_>,
     b: &mut Batch,
-    path: String,
-    ino: InodeId,
-    shards: Vec<Shard>,
-    map: Option<ShardMap>,
+    (path, ino): (String, InodeId),
+    (shards, map): (Vec<Shard>, Option<ShardMap>),
+    undecided: bool,
 ) -> Result<Outcome, StateError> {
     match ctx.store.dir(&path)? {
+        // Made already (a repeat by recovery): as it is, confirmed or not.
         Some(rec) if rec.ino == ino => {}
         // The object of a directory renamed away (frozen, dropped once its rename
         // finishes) or of one moving in: the name is free or about to be taken,
@@ -330,9 +332,28 @@ fn dir_object_create(
             &DirRecord {
                 shards: shards.into_iter().map(LocalShard::new).collect(),
                 map,
+                undecided,
                 ..DirRecord::new(ino)
             },
         ),
+    }
+    Ok(Outcome::Unit)
+}
+
+/// Clears the `undecided` mark of this node's part of directory `path` if it is still
+/// directory `ino`'s (a confirm arriving after an rmdir and a new mkdir changes nothing).
+fn dir_object_confirm(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    path: &str,
+    ino: InodeId,
+) -> Result<Outcome, StateError> {
+    if let Some(mut rec) = ctx.store.dir(path)?
+        && rec.ino == ino
+        && rec.undecided
+    {
+        rec.undecided = false;
+        ctx.store.put_dir(b, path, &rec);
     }
     Ok(Outcome::Unit)
 }

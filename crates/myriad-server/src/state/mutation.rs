@@ -93,6 +93,7 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), State
         | Mutation::TreeMoveBegin { .. }
         | Mutation::TreeMoveRecord { .. }
         | Mutation::DirObjectCreate { .. }
+        | Mutation::DirObjectConfirm { .. }
         | Mutation::DirObjectRemove { .. }
         | Mutation::MarkReadOnly { .. }
         | Mutation::ClearAutoIndex { .. }) => dirs::execute(ctx, &mut b, m)?,

@@ -299,12 +299,21 @@ pub enum Mutation {
         txid: u64,
         moves: Vec<crate::state::intent::DirMove>,
     },
-    /// `shards`: the shards this (home) node holds; `map`: the map of a pre-split directory.
+    /// `shards`: the shards this (home) node holds; `map`: the map of a pre-split directory;
+    /// `undecided`: made for a mkdir not decided yet, it takes no entries until confirmed
+    /// (ARCHITECTURE.md "Undecided directory objects").
     DirObjectCreate {
         path: String,
         ino: InodeId,
         shards: Vec<Shard>,
         map: Option<ShardMap>,
+        undecided: bool,
+    },
+    /// Clears the `undecided` mark of this node's part of directory `path`, if it is still
+    /// directory `ino`'s: its mkdir is committed.
+    DirObjectConfirm {
+        path: String,
+        ino: InodeId,
     },
     DirObjectRemove {
         path: String,
@@ -575,6 +584,7 @@ pub enum ShardMutation {
         dir: String,
         ino: InodeId,
         shards: Vec<Shard>,
+        undecided: bool,
     },
 }
 

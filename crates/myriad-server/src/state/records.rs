@@ -165,6 +165,15 @@ pub(crate) fn writable_shard(dir: &str, rec: &DirRecord, name: &str) -> Result<(
     if rec.frozen.is_some() || rec.hidden.is_some() {
         return Err(WireError::Busy.into());
     }
+    // Its mkdir may still be undone: the partition asks its entry first
+    // (ARCHITECTURE.md "Undecided directory objects").
+    if rec.undecided {
+        return Err(WireError::DirUndecided {
+            dir: dir.to_string(),
+            ino: rec.ino,
+        }
+        .into());
+    }
     let hash = myriad_proto::name_hash(name);
     match rec.shard_for(hash) {
         None => Err(wrong_shard(dir, rec).into()),

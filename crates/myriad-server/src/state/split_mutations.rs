@@ -77,12 +77,18 @@ pub fn execute(ctx: &mut Ctx<'_>, b: &mut Batch, m: ShardMutation) -> Result<Out
             shard,
             split,
         } => map_change(ctx, b, dir, ino, shard, split),
-        ShardMutation::Create { dir, ino, shards } => {
+        ShardMutation::Create {
+            dir,
+            ino,
+            shards,
+            undecided,
+        } => {
             let mut rec = match ctx.store.dir(&dir)? {
                 Some(r) if r.ino == ino => r,
                 Some(_) => return Err(WireError::AlreadyExists.into()),
                 None => DirRecord {
                     shards: Vec::new(),
+                    undecided,
                     ..DirRecord::new(ino)
                 },
             };

@@ -363,6 +363,8 @@ fn directory_records_of_record_version_3_keep_their_freeze_and_have_no_automatic
     let mut v3 = vec![RECORD_VERSION_V3];
     v3.extend_from_slice(&body);
     v3.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    // Intact as fsck sees it (it was listed as damaged until record version 5).
+    assert!(crate::record_intact(&v3));
     let mut b = Batch::new();
     b.put(crate::Space::Dirs, b"/old3".to_vec(), v3);
     s.commit(b).unwrap_or_else(|e| panic!("{e}"));
@@ -381,4 +383,55 @@ fn directory_records_of_record_version_3_keep_their_freeze_and_have_no_automatic
     s.put_dir(&mut b, "/auto", &auto);
     s.commit(b).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.dir("/auto").ok().flatten(), Some(auto));
+}
+
+#[test]
+fn an_undecided_directory_record_is_version_5_and_every_other_stays_version_4() {
+    use crate::records::{DirRecordV4, RECORD_VERSION, RECORD_VERSION_DIR_UNDECIDED};
+    let (s, _dir) = stores().remove(0);
+    let plain = crate::DirRecord {
+        subdirs: 3,
+        ..crate::DirRecord::new(InodeId(21))
+    };
+    let undecided = crate::DirRecord {
+        undecided: true,
+        ..crate::DirRecord::new(InodeId(22))
+    };
+    let mut b = Batch::new();
+    s.put_dir(&mut b, "/plain", &plain);
+    s.put_dir(&mut b, "/undecided", &undecided);
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    let raw = |path: &str| {
+        s.kv()
+            .get(crate::Space::Dirs, path.as_bytes())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    };
+    // A release that reads version 4 only reads every record not marked: the body is
+    // version 4's layout, byte for byte.
+    let plain_raw = raw("/plain");
+    assert_eq!(plain_raw.first(), Some(&RECORD_VERSION));
+    let body = &plain_raw[1..plain_raw.len() - 4];
+    let as_v4: DirRecordV4 = myriad_proto::codec::decode(body).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((as_v4.ino, as_v4.subdirs), (InodeId(21), 3));
+    assert_eq!(
+        raw("/undecided").first(),
+        Some(&RECORD_VERSION_DIR_UNDECIDED)
+    );
+    assert!(crate::store::damage::record_intact(&raw("/undecided")));
+    assert!(crate::store::damage::record_intact(&plain_raw));
+    // Each reads back as written, the mark with it.
+    assert_eq!(s.dir("/plain").ok().flatten(), Some(plain));
+    assert_eq!(s.dir("/undecided").ok().flatten(), Some(undecided.clone()));
+    // Cleared, the record is written as version 4 again.
+    let mut b = Batch::new();
+    let decided = crate::DirRecord {
+        undecided: false,
+        ..undecided
+    };
+    s.put_dir(&mut b, "/undecided", &decided);
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(raw("/undecided").first(), Some(&RECORD_VERSION));
+    assert_eq!(s.dir("/undecided").ok().flatten(), Some(decided));
 }
