@@ -1,6 +1,6 @@
 """The trash (`myriad trash`, docs/trash.md) as Python and S3 clients meet it: with the
-trash on, a file removed by the package or an object deleted through the S3 gateway is
-kept in /.trash and `myriad trash restore` gives it back byte for byte."""
+trash on, a file removed by the package, an object deleted through the S3 gateway or
+written over is kept in /.trash and `myriad trash restore` gives it back byte for byte."""
 
 import time
 
@@ -41,6 +41,17 @@ def test_a_removed_file_and_a_deleted_object_are_kept_and_restored(
         s3.put_object(Bucket=bucket, Key="dir/obj", Body=b"object bytes")
         s3.delete_object(Bucket=bucket, Key="dir/obj")
         assert kept(cluster, f"/{bucket}/dir/obj")
+
+        # An object written over keeps the version it replaced (the gateway renames
+        # the new one over the key).
+        s3.put_object(Bucket=bucket, Key="dir/over", Body=b"first version")
+        s3.put_object(Bucket=bucket, Key="dir/over", Body=b"second version")
+        assert kept(cluster, f"/{bucket}/dir/over")
+        trash(cluster, "restore", f"/{bucket}/dir/over", "--to", f"/{bucket}/dir/over.old")
+        old = s3.get_object(Bucket=bucket, Key="dir/over.old")["Body"].read()
+        assert old == b"first version"
+        now = s3.get_object(Bucket=bucket, Key="dir/over")["Body"].read()
+        assert now == b"second version"
 
         assert "restored 1 file(s)" in trash(cluster, "restore", f"{tree}/kept.bin")
         assert client.read(f"{tree}/kept.bin") == body

@@ -69,6 +69,26 @@ fn sh_as(id: u32, dir: &Path, script: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Waits (at most 10 s) until every server of `tc` follows a map whose trash keeps files
+/// `days` days: a change sent before one does would be freed (or kept) as before.
+async fn every_server_keeps(tc: &TestCluster, days: u32) {
+    let c = tc.client();
+    for n in tc.map.nodes.iter().map(|n| n.id.0) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while c
+            .get_map(myriad_client::NodeId(n))
+            .await
+            .map_or(true, |m| m.ext.trash_days != days)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server {n} does not follow the trash's {days} days"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// Flushes what the mount answered behind (its write-behind journals) to the servers,
 /// before the servers' view is checked by the CLI: an fsync of a directory makes every
 /// change the mount answered durable (`sync -f` does not reach a FUSE daemon).
@@ -241,24 +261,8 @@ fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
     );
     ok_cli(&tc, &["trash", "purge"]);
     ok_cli(&tc, &["trash", "days", "0"]);
-    // Every server follows the map that turned it off.
     let c = tc.client();
-    rt.block_on(async {
-        for n in 1..=3 {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while c
-                .get_map(myriad_client::NodeId(n))
-                .await
-                .map_or(true, |m| m.ext.trash_days != 0)
-            {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "server {n} keeps the trash on"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
-    });
+    rt.block_on(every_server_keeps(&tc, 0));
     std::fs::remove_file(proj.join("src/top.txt")).unwrap_or_else(|e| panic!("{e}"));
     settle(&m);
     let gone = rt.block_on(c.stat("/proj/src/top.txt"));
@@ -329,6 +333,7 @@ fn a_day_kept_past_its_days_is_freed_in_the_background_and_a_kept_day_stays() {
     std::thread::sleep(std::time::Duration::from_secs(3));
     assert!(rt.block_on(c.stat(old)).is_ok(), "freed with the trash off");
     ok_cli(&tc, &["trash", "days", "7"]);
+    rt.block_on(every_server_keeps(&tc, 7));
     rt.block_on(c.unlink("/kept.txt"))
         .unwrap_or_else(|e| panic!("{e}"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
@@ -347,4 +352,62 @@ fn a_day_kept_past_its_days_is_freed_in_the_background_and_a_kept_day_stays() {
     ok_cli(&tc, &["trash", "restore", "/kept.txt"]);
     let back = rt.block_on(c.read_all("/kept.txt"));
     assert_eq!(back.ok().as_deref(), Some(&b"kept today\n"[..]));
+}
+
+/// Docs/trash.md: a file replaced by a rename (`mv new old`, an editor's save) is kept as
+/// an unlinked one is, under its owner's directory, and comes back byte for byte; a second
+/// save of the same name the same day is kept beside the first.
+#[test]
+fn a_file_replaced_by_a_rename_is_kept_and_restored() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    ok_cli(&tc, &["trash", "days", "3"]);
+    rt.block_on(every_server_keeps(&tc, 3));
+    let m = Mount::new(&tc, &[]);
+    let proj = m.path("proj");
+    std::fs::create_dir(&proj).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::chown(&proj, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    let (ok, out) = sh_as(
+        1000,
+        &proj,
+        "printf 'first\\n' > notes && printf 'second\\n' > .notes.swp && mv .notes.swp notes \
+         && printf 'third\\n' > .notes.swp && mv .notes.swp notes && cat notes",
+    );
+    assert!(ok && out == "third\n", "{out}");
+    settle(&m);
+    let listed = ok_cli(&tc, &["trash", "list"]);
+    let kept: Vec<&str> = listed
+        .lines()
+        .filter(|l| l.contains("/proj/notes"))
+        .collect();
+    assert_eq!(kept.len(), 2, "both replaced versions kept:\n{listed}");
+    assert!(kept.iter().all(|l| l.contains(" 1000 ")), "{listed}");
+    // The user restores the most recent beside the current file.
+    cli_as(
+        &tc,
+        1000,
+        &["trash", "restore", "/proj/notes", "--to", "/proj/notes.old"],
+    );
+    let back = std::fs::read(proj.join("notes.old")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        back == b"first\n" || back == b"second\n",
+        "{:?}",
+        String::from_utf8_lossy(&back)
+    );
+    assert_eq!(
+        std::fs::read(proj.join("notes")).unwrap_or_else(|e| panic!("{e}")),
+        b"third\n"
+    );
+    // With the trash off, a replaced file is freed as before.
+    ok_cli(&tc, &["trash", "purge"]);
+    ok_cli(&tc, &["trash", "days", "0"]);
+    rt.block_on(every_server_keeps(&tc, 0));
+    let (ok, out) = sh_as(1000, &proj, "printf 'x\\n' > n2 && mv n2 notes");
+    assert!(ok, "{out}");
+    settle(&m);
+    assert!(
+        !ok_cli(&tc, &["trash", "list"]).contains("/proj/notes"),
+        "kept with the trash off"
+    );
 }

@@ -290,7 +290,7 @@ async fn a_deposed_partition_calls_no_other_partition() {
 async fn recovery_leaves_alone_an_intent_its_operation_ended_after_the_listing() {
     let h = host(Arc::new(Silent::default()));
     let home = root_home(&h).await;
-    let txid = mkdir_begun(&home).await;
+    let (txid, _) = mkdir_begun(&home).await;
     let listed: Vec<u64> = home
         .store
         .intents()
@@ -341,7 +341,8 @@ async fn root_home(h: &Arc<Host>) -> Arc<Partition> {
     home
 }
 
-async fn mkdir_begun(home: &Partition) -> u64 {
+/// The first step of a mkdir of `/x` applied at `home`: its txid and the directory's inode.
+async fn mkdir_begun(home: &Partition) -> (u64, myriad_proto::InodeId) {
     match home
         .applier
         .run(Mutation::MkdirBegin {
@@ -356,7 +357,7 @@ async fn mkdir_begun(home: &Partition) -> u64 {
         })
         .await
     {
-        Ok(crate::state::mutation::Outcome::Begun { txid, .. }) => txid,
+        Ok(crate::state::mutation::Outcome::Begun { txid, inode }) => (txid, inode.ino),
         other => panic!("mkdir begins: {:?}", other.err()),
     }
 }
@@ -381,7 +382,7 @@ fn object(h: &Host) -> bool {
 async fn recovery_rolls_an_undecided_mkdir_forward() {
     let h = host(Arc::new(Silent::default()));
     let home = root_home(&h).await;
-    let txid = mkdir_begun(&home).await;
+    let (txid, _) = mkdir_begun(&home).await;
     assert!(!visible(&home) && !object(&h));
     home.recover(&std::collections::BTreeSet::new(), true).await;
     assert!(visible(&home), "the entry is not revealed");
@@ -394,7 +395,7 @@ async fn recovery_rolls_an_undecided_mkdir_forward() {
 async fn recovery_undoes_an_aborted_mkdir() {
     let h = host(Arc::new(Silent::default()));
     let home = root_home(&h).await;
-    let txid = mkdir_begun(&home).await;
+    let (txid, _) = mkdir_begun(&home).await;
     home.applier
         .run(Mutation::Decide {
             txid,
@@ -807,20 +808,6 @@ async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() 
     let owner = h
         .partition(h.state().ring.owner_of_dir("/x"))
         .unwrap_or_else(|| panic!("the object's home is served here"));
-    let begin = || Mutation::MkdirBegin {
-        dir: "/".into(),
-        name: "x".into(),
-        mode: 0o755,
-        depth: 0,
-        uid: 0,
-        gid: 0,
-        now: 1,
-        once: None,
-    };
-    let begun = |out| match out {
-        Ok(crate::state::mutation::Outcome::Begun { txid, inode }) => (txid, inode.ino),
-        other => panic!("mkdir begins: {:?}", other.err()),
-    };
     let undecided = |p: &Partition| p.store.dir("/x").ok().flatten().map(|r| r.undecided);
     let file = |p: &Partition| p.store.entry("/x", "f").ok().flatten().is_some();
     // 1. Made, then decided undone (its coordinator's call timed out): the create waits
@@ -828,7 +815,7 @@ async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() 
     // client's create also waits in its permission check, which looks the parent up; the
     // mark holds where nothing looked first: the server's own moves into the trash, a
     // check answered before an rmdir and a new mkdir of the same name.)
-    let (txid, ino) = begun(home.applier.run(begin()).await);
+    let (txid, ino) = mkdir_begun(&home).await;
     owner
         .create_dir_object("/x", ino, 0, true)
         .await
@@ -865,7 +852,7 @@ async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() 
         .await
         .unwrap_or_else(|e| panic!("remove: {e}"));
     // 3. Committed, its confirm lost: the create asks, then lands.
-    let (txid, ino) = begun(home.applier.run(begin()).await);
+    let (txid, ino) = mkdir_begun(&home).await;
     owner
         .create_dir_object("/x", ino, 0, true)
         .await

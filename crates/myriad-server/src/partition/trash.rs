@@ -28,6 +28,35 @@ use crate::partition::made::Made;
 /// path goes.
 const BUCKET_CONFLICTS_MAX: u32 = 8;
 
+/// Where a removed (or replaced) file is being kept, and what the tries so far learned.
+pub(crate) struct KeptSpot {
+    date: String,
+    uid: u32,
+    /// The kept file.
+    pub(crate) ino: myriad_proto::InodeId,
+    /// The path it had.
+    original: String,
+    bucket: u32,
+    /// The second name (`<path>.<inode>`), once the first was found taken.
+    again: Option<myriad_proto::InodeId>,
+    /// The trash's directories were made again once (a day purged meanwhile).
+    remade: bool,
+    /// Buckets given up for a kept file where a directory of the path goes.
+    conflicts: u32,
+}
+
+impl KeptSpot {
+    fn path(&self) -> String {
+        kept_path(
+            &self.date,
+            self.uid,
+            self.bucket,
+            &self.original,
+            self.again,
+        )
+    }
+}
+
 impl Partition {
     /// Whether an unlink of `path` may move it to the trash: the trash is on and the name
     /// is not in the trash already (checked before the name is looked up).
@@ -50,7 +79,6 @@ impl Partition {
         path: &str,
         inode: &Inode,
     ) -> Result<Option<Inode>, WireError> {
-        let date = date_of(self.env.now_ns());
         let ctx = made.context();
         // Never over a kept file: a second removal of one path on one day is kept
         // beside the first (`<path>.<inode>`).
@@ -58,33 +86,15 @@ impl Partition {
             no_replace: true,
             exchange: false,
         };
-        let mut bucket = self.local_bucket(&date, inode.uid, path, 0);
-        let (mut again, mut remade, mut conflicts) = (None, false, 0);
+        let mut spot = self.kept_spot(path, inode);
         let touched = loop {
-            let kept = kept_path(&date, inode.uid, bucket, path, again);
-            let dir = split_parent(&kept).0;
-            let moved = match self.make_trash_dirs(&date, inode.uid, dir).await {
-                Ok(()) => {
-                    self.rename(&ctx, path.to_string(), kept.clone(), flags)
-                        .await
-                }
+            let moved = match self.ready_spot(&spot).await {
+                Ok(kept) => self.rename(&ctx, path.to_string(), kept, flags).await,
                 Err(e) => Err(e),
             };
             match moved {
                 Ok(touched) => break touched,
-                // A day purged (or the whole trash removed) since this partition made its
-                // directories: all made again, once.
-                Err(WireError::NotFound) if !remade => {
-                    remade = true;
-                    self.trash_dirs.forget(TRASH_ROOT);
-                }
-                // A kept file where a directory of this path goes (`/x` removed, then a
-                // directory `/x` made and `/x/y` removed on the same day): another bucket.
-                Err(WireError::NotADirectory) if conflicts < BUCKET_CONFLICTS_MAX => {
-                    conflicts += 1;
-                    bucket = self.local_bucket(&date, inode.uid, path, bucket + 1);
-                }
-                Err(WireError::AlreadyExists) if again.is_none() => again = Some(inode.ino),
+                Err(e) if self.next_spot(&mut spot, &e) => {}
                 Err(e) => return Err(e),
             }
         };
@@ -94,6 +104,77 @@ impl Partition {
         } else {
             self.touch_dir(from_dir, made).await
         })
+    }
+
+    /// With the trash on, where a rename to `to` keeps the file it replaces: `None` if it
+    /// keeps none (the trash off, `to` in the trash, nothing or a directory or a hard
+    /// link's name there, or no bucket puts the kept name on this partition, the rename's:
+    /// a split trash directory; docs/trash.md "Not yet").
+    pub(crate) async fn spot_for_replaced(
+        self: &Arc<Self>,
+        to: &str,
+        flags: RenameFlags,
+    ) -> Result<Option<KeptSpot>, WireError> {
+        if flags.no_replace || flags.exchange || !Self::trash_on(&self.state(), to) {
+            return Ok(None);
+        }
+        let old = match self.lookup(to).await {
+            Ok(old) if Self::trash_keeps(&old) => old,
+            Ok(_) | Err(WireError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let spot = self.kept_spot(to, &old);
+        Ok((self.entry_node(&spot.path()) == self.me).then_some(spot))
+    }
+
+    /// Where today's trash keeps `path` (holding `inode`) at first.
+    fn kept_spot(&self, path: &str, inode: &Inode) -> KeptSpot {
+        let date = date_of(self.env.now_ns());
+        let bucket = self.local_bucket(&date, inode.uid, path, 0);
+        KeptSpot {
+            date,
+            uid: inode.uid,
+            ino: inode.ino,
+            original: path.to_string(),
+            bucket,
+            again: None,
+            remade: false,
+            conflicts: 0,
+        }
+    }
+
+    /// Makes `spot`'s directories; the kept path.
+    pub(crate) async fn ready_spot(self: &Arc<Self>, spot: &KeptSpot) -> Result<String, WireError> {
+        let kept = spot.path();
+        self.make_trash_dirs(&spot.date, spot.uid, split_parent(&kept).0)
+            .await?;
+        Ok(kept)
+    }
+
+    /// A try of `spot` failed with `e`: whether to try again, at the spot as it changes.
+    pub(crate) fn next_spot(&self, spot: &mut KeptSpot, e: &WireError) -> bool {
+        match e {
+            // A day purged (or the whole trash removed) since this partition made its
+            // directories: all made again, once.
+            WireError::NotFound if !spot.remade => {
+                spot.remade = true;
+                self.trash_dirs.forget(TRASH_ROOT);
+                true
+            }
+            // A kept file where a directory of this path goes (`/x` removed, then a
+            // directory `/x` made and `/x/y` removed on the same day): another bucket.
+            WireError::NotADirectory if spot.conflicts < BUCKET_CONFLICTS_MAX => {
+                spot.conflicts += 1;
+                spot.bucket =
+                    self.local_bucket(&spot.date, spot.uid, &spot.original, spot.bucket + 1);
+                true
+            }
+            WireError::AlreadyExists if spot.again.is_none() => {
+                spot.again = Some(spot.ino);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The first bucket from `from` on whose kept name for `path` lives on this partition

@@ -292,7 +292,8 @@ impl Partition {
     }
 
     /// A rename within this partition (not of a directory), in one batch; what it frees
-    /// (the replaced file's chunks, a hard link's name) goes after.
+    /// (the replaced file's chunks, a hard link's name) goes after. With the trash on, the
+    /// file it replaces is kept (`trash.rs`), in the same batch.
     async fn rename_here(
         self: &Arc<Self>,
         ctx: &Context,
@@ -300,19 +301,35 @@ impl Partition {
         to: String,
         flags: RenameFlags,
     ) -> Result<(), WireError> {
-        if let Outcome::Renamed(gc, dropped) = self
-            .applier
-            .run_in(
-                ctx,
-                Mutation::RenameLocal {
-                    from,
-                    to,
-                    flags,
-                    now: self.env.now_ns(),
-                },
-            )
-            .await?
-        {
+        let mut spot = self.spot_for_replaced(&to, flags).await?;
+        let renamed = loop {
+            let keep = match &spot {
+                Some(s) => self.ready_spot(s).await.map(|kept| Some((kept, s.ino))),
+                None => Ok(None),
+            };
+            let tried = match keep {
+                Ok(keep) => {
+                    let rename = Mutation::RenameLocal {
+                        from: from.clone(),
+                        to: to.clone(),
+                        flags,
+                        now: self.env.now_ns(),
+                        keep,
+                    };
+                    self.applier.run_in(ctx, rename).await
+                }
+                Err(e) => Err(e),
+            };
+            match tried {
+                Ok(out) => break out,
+                Err(e) => {
+                    if !spot.as_mut().is_some_and(|s| self.next_spot(s, &e)) {
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        if let Outcome::Renamed(gc, dropped) = renamed {
             if let Some(gc) = gc {
                 self.spawn_gc(gc);
             }

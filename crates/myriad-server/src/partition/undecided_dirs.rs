@@ -59,19 +59,25 @@ impl Partition {
     }
 
     /// `PeerRequest::DirObjectConfirm`: clears this part's mark if it is still `ino`'s.
-    /// Applied without waiting for durability: lost in a crash, the mark only sends the
-    /// next change to ask the entry.
     pub(super) async fn peer_dir_object_confirm(
         self: &Arc<Self>,
         path: String,
         ino: InodeId,
     ) -> Result<Response, WireError> {
         validate_path(&path)?;
+        self.clear_undecided(path, ino).await?;
+        Ok(Response::Unit)
+    }
+
+    /// Clears this part's mark, applied without waiting for durability (lost in a crash,
+    /// the mark only sends the next change to ask again; every change admitted after it is
+    /// later in the log).
+    async fn clear_undecided(&self, path: String, ino: InodeId) -> Result<(), WireError> {
         let confirm = Mutation::DirObjectConfirm { path, ino };
         self.applier
             .run_visible_in(&Context::background(), confirm)
-            .await?;
-        Ok(Response::Unit)
+            .await
+            .map(|_| ())
     }
 
     /// `PeerRequest::MkdirDecided`: whether the entry `path` here holds directory `ino`,
@@ -113,13 +119,6 @@ impl Partition {
             Err(e) if e.is_routing() => return Err(WireError::Busy),
             Err(e) => return Err(e),
         }
-        let confirm = Mutation::DirObjectConfirm {
-            path: dir.to_string(),
-            ino,
-        };
-        self.applier
-            .run_visible_in(&Context::background(), confirm)
-            .await?;
-        Ok(())
+        self.clear_undecided(dir.to_string(), ino).await
     }
 }

@@ -95,7 +95,13 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
             dirs.dedup();
             ChangedDirs::Dirs(dirs)
         }
-        Mutation::RenameLocal { from, to, .. } | Mutation::RenameSourceBegin { from, to, .. } => {
+        Mutation::RenameLocal { from, to, keep, .. } => {
+            let mut dirs = vec![parent_of(from).to_string(), parent_of(to).to_string()];
+            dirs.extend(keep.iter().map(|(kept, _)| parent_of(kept).to_string()));
+            dirs.dedup();
+            ChangedDirs::Dirs(dirs)
+        }
+        Mutation::RenameSourceBegin { from, to, .. } => {
             let mut dirs = vec![parent_of(from).to_string(), parent_of(to).to_string()];
             dirs.dedup();
             ChangedDirs::Dirs(dirs)
@@ -146,6 +152,7 @@ mod tests {
             to: "/b/y".into(),
             flags: RenameFlags::default(),
             now: 0,
+            keep: None,
         };
         assert_eq!(
             changed_dirs(&rename),
@@ -156,6 +163,7 @@ mod tests {
             to: "/a/y".into(),
             flags: RenameFlags::default(),
             now: 0,
+            keep: None,
         };
         assert_eq!(changed_dirs(&within), ChangedDirs::Dirs(vec!["/a".into()]));
         let decide = Mutation::RenameSourceDecide {

@@ -333,11 +333,15 @@ pub enum Mutation {
         path: String,
         mark: myriad_proto::ReadOnlyMark,
     },
+    /// `keep`: with the trash on, where the file `to` holds (that inode) is kept instead
+    /// of freed (`/.trash/...`, its directory's part held here; taken: `<kept>.<inode>`).
+    /// `Busy` if `to` holds another file by then (the caller looks again).
     RenameLocal {
         from: String,
         to: String,
         flags: RenameFlags,
         now: i64,
+        keep: Option<(String, InodeId)>,
     },
     RenameSourceBegin {
         from: String,

@@ -14,7 +14,7 @@ use crate::state::ops::{
 };
 use crate::state::records::{
     adjust_subdirs, check_exchange_target, check_rename_target, dir_here, drop_file_data, is_dir,
-    not_auto_indexed, put_visible, require_dir, require_writable, visible,
+    not_auto_indexed, put_visible, require_dir, require_free_name, require_writable, visible,
 };
 
 /// Executes one mutation of this family into `b`.
@@ -29,6 +29,7 @@ pub(super) fn execute(
             to,
             flags,
             now,
+            keep,
         } => {
             let (fdir, fname) = split_parent(&from);
             let (tdir, tname) = split_parent(&to);
@@ -57,8 +58,17 @@ pub(super) fn execute(
                 if old.ino == inode.ino {
                     return Ok(Outcome::Renamed(None, None));
                 }
-                gc = drop_file_data(ctx, b, &old, now)?;
-                dropped_link = (old.kind == FileKind::HardLink).then_some(old);
+                match keep {
+                    Some((kept, ino)) if ino == old.ino => keep_replaced(ctx, b, &kept, old, now)?,
+                    // Replaced since the caller looked: it looks again.
+                    Some(_) if old.kind != FileKind::HardLink => {
+                        return Err(WireError::Busy.into());
+                    }
+                    _ => {
+                        gc = drop_file_data(ctx, b, &old, now)?;
+                        dropped_link = (old.kind == FileKind::HardLink).then_some(old);
+                    }
+                }
             }
             inode.ctime_ns = now;
             ctx.store.delete_entry(b, fdir, fname);
@@ -612,4 +622,28 @@ fn chunk0_of(ctx: &Ctx<'_>, inode: &Inode) -> Result<Vec<(u64, Vec<u8>)>, StateE
         return Ok(Vec::new());
     }
     Ok(ctx.store.blocks(inode.ino, 0, chunk0_blocks(ctx.layout))?)
+}
+
+/// The trash keeps the file a rename replaces (docs/trash.md): its entry goes to `kept` (or,
+/// if that name is taken, `<kept>.<inode>`) in the rename's batch, its data untouched.
+fn keep_replaced(
+    ctx: &mut Ctx<'_>,
+    b: &mut Batch,
+    kept: &str,
+    mut old: Inode,
+    now: i64,
+) -> Result<(), StateError> {
+    let (kdir, kname) = split_parent(kept);
+    let again = format!("{kname}.{}", old.ino.0);
+    let name = match require_free_name(ctx.store, kdir, kname) {
+        Ok(()) => kname,
+        Err(StateError::Fs(WireError::AlreadyExists)) => {
+            require_free_name(ctx.store, kdir, &again)?;
+            &again
+        }
+        Err(e) => return Err(e),
+    };
+    old.ctime_ns = now;
+    put_visible(ctx.store, b, kdir, name, &old);
+    Ok(())
 }

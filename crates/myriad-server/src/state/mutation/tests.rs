@@ -169,6 +169,59 @@ fn dir_object_remove_refuses_non_empty() {
     );
 }
 
+/// With the trash on, the file a rename replaces is kept at the name given, in the
+/// rename's batch, its data and inode whole (no orphan, nothing to free); a taken name
+/// keeps it beside (`<name>.<inode>`); a target that changed since the caller looked is
+/// `Busy`, nothing changed.
+#[test]
+fn a_rename_keeps_the_file_it_replaces_where_the_trash_says() {
+    let mut t = T::new();
+    t.run(dir_object("/t", 90))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.create("/", "a", b"aaa").unwrap_or_else(|e| panic!("{e}"));
+    let b = t
+        .create("/", "b", b"bbbb")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rename = |from: &str, keep: Option<(&str, InodeId)>| Mutation::RenameLocal {
+        from: from.into(),
+        to: "/b".into(),
+        flags: RenameFlags::default(),
+        now: 3,
+        keep: keep.map(|(k, i)| (k.to_string(), i)),
+    };
+    let out = t.run(rename("/a", Some(("/t/b", b.ino))));
+    assert!(matches!(out, Ok(Outcome::Renamed(None, None))), "{out:?}");
+    let kept = entry(&t, "/t", "b");
+    assert_eq!(
+        (kept.ino, kept.size, kept.nlink, kept.ctime_ns),
+        (b.ino, 4, 1, 3)
+    );
+    assert_eq!(
+        t.store.read_range(b.ino, 0, 4, 10).unwrap_or_default(),
+        b"bbbb"
+    );
+    assert!(
+        t.store
+            .entry(ORPHAN_DIR, &inode_name(b.ino))
+            .ok()
+            .flatten()
+            .is_none()
+    );
+    assert_eq!(entry(&t, "/", "b").size, 3);
+    // Again under the same kept name: beside it.
+    let b2 = entry(&t, "/", "b");
+    t.create("/", "c", b"cc").unwrap_or_else(|e| panic!("{e}"));
+    t.run(rename("/c", Some(("/t/b", b2.ino))))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(entry(&t, "/t", &format!("b.{}", b2.ino.0)).ino, b2.ino);
+    // Meant for another file than `/b` holds now: refused, nothing moved.
+    t.create("/", "d", b"d").unwrap_or_else(|e| panic!("{e}"));
+    let stale = t.run(rename("/d", Some(("/t/x", b.ino))));
+    assert_eq!(stale.err(), Some(WireError::Busy));
+    assert_eq!(entry(&t, "/", "d").size, 1);
+    assert!(t.store.entry("/t", "x").ok().flatten().is_none());
+}
+
 #[test]
 fn local_rename_replaces_files_but_not_directories() {
     let mut t = T::new();
@@ -181,6 +234,7 @@ fn local_rename_replaces_files_but_not_directories() {
         to: "/b".into(),
         flags: RenameFlags::default(),
         now: 3,
+        keep: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(t.store.entry("/", "a").ok().flatten().is_none());
@@ -234,7 +288,8 @@ fn local_rename_replaces_files_but_not_directories() {
             from: "/c".into(),
             to: "/b".into(),
             flags: no_replace,
-            now: 3
+            now: 3,
+            keep: None,
         })
         .err(),
         Some(WireError::AlreadyExists)
@@ -257,6 +312,7 @@ fn an_exchange_swaps_two_names_and_refuses_a_missing_one() {
         to: to.into(),
         flags: exchange,
         now: 9,
+        keep: None,
     };
     t.run(swap("/a", "/b")).unwrap_or_else(|e| panic!("{e}"));
     let at = |t: &T, name: &str| {
@@ -423,6 +479,7 @@ fn an_undecided_directory_object_takes_no_name_until_confirmed() {
         to: "/d/g".into(),
         flags: myriad_proto::RenameFlags::default(),
         now: 3,
+        keep: None,
     };
     assert_eq!(t.run(rename_in()).err(), met);
     // Made again (recovery repeats it): still undecided. Another inode's confirm: too.
