@@ -752,6 +752,7 @@ impl Host {
                 !fresh,
             ),
             trash_dirs: crate::partition::trash_dirs::TrashDirs::default(),
+            confirmed_dirs: crate::partition::confirmed_dirs::ConfirmedDirs::default(),
             read_mostly: crate::partition::read_mostly::ReadMostly::new(
                 self.config.replication.window,
             ),

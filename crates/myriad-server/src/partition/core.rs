@@ -46,6 +46,8 @@ pub struct Partition {
     pub(crate) read_mostly: crate::partition::read_mostly::ReadMostly,
     /// The trash's directories this partition made or found made (`trash.rs`).
     pub(crate) trash_dirs: crate::partition::trash_dirs::TrashDirs,
+    /// Directories whose mkdir was said committed, marks not yet cleared (`undecided_dirs.rs`).
+    pub(crate) confirmed_dirs: crate::partition::confirmed_dirs::ConfirmedDirs,
     /// Shard maps of split directories whose entries this node addresses (rename
     /// destinations, link names, ancestors).
     pub(crate) shard_maps: myriad_placement::ShardCache,

@@ -17,6 +17,7 @@ pub(crate) mod changes;
 pub(crate) mod client_ops;
 pub(crate) mod coding;
 pub(crate) mod coding_state;
+pub(crate) mod confirmed_dirs;
 pub(crate) mod copy_range;
 pub(crate) mod core;
 pub(crate) mod dir_rename;

@@ -39,9 +39,7 @@ impl Partition {
             | PeerRequest::QuotaSettle { .. }
             | PeerRequest::QuotaReport { .. }) => self.peer_quota(st, from, req).await,
             PeerRequest::MkdirDecided { path, ino } => self.peer_mkdir_decided(st, path, ino).await,
-            PeerRequest::DirObjectConfirm { path, ino } => {
-                self.peer_dir_object_confirm(path, ino).await
-            }
+            PeerRequest::DirObjectConfirm { path, ino } => self.peer_dir_object_confirm(&path, ino),
             PeerRequest::ClaimReserved { client, ino, by } => {
                 self.peer_claim_reserved(client, ino, by).await
             }

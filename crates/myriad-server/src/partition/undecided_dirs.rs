@@ -58,14 +58,15 @@ impl Partition {
         });
     }
 
-    /// `PeerRequest::DirObjectConfirm`: clears this part's mark if it is still `ino`'s.
-    pub(super) async fn peer_dir_object_confirm(
-        self: &Arc<Self>,
-        path: String,
+    /// `PeerRequest::DirObjectConfirm`: noted (`confirmed_dirs.rs`); the mark is cleared
+    /// by the directory's first change, in its round.
+    pub(super) fn peer_dir_object_confirm(
+        &self,
+        path: &str,
         ino: InodeId,
     ) -> Result<Response, WireError> {
-        validate_path(&path)?;
-        self.clear_undecided(path, ino).await?;
+        validate_path(path)?;
+        self.confirmed_dirs.add(path, ino);
         Ok(Response::Unit)
     }
 
@@ -107,6 +108,9 @@ impl Partition {
         dir: &str,
         ino: InodeId,
     ) -> Result<(), WireError> {
+        if self.confirmed_dirs.take(dir, ino) {
+            return self.clear_undecided(dir.to_string(), ino).await;
+        }
         let ask = Request::Peer(PeerRequest::MkdirDecided {
             path: dir.to_string(),
             ino,
