@@ -301,10 +301,16 @@ impl Partition {
         to: String,
         flags: RenameFlags,
     ) -> Result<(), WireError> {
+        let began = tokio::time::Instant::now();
         let mut spot = self.spot_for_replaced(&to, flags).await?;
         let renamed = loop {
             let keep = match &spot {
-                Some(s) => self.ready_spot(s).await.map(|kept| Some((kept, s.ino))),
+                Some(s) => match self.ready_spot(s).await {
+                    Ok(kept) => {
+                        crate::partition::trash::in_time(began).map(|()| Some((kept, s.ino)))
+                    }
+                    Err(e) => Err(e),
+                },
                 None => Ok(None),
             };
             let tried = match keep {
