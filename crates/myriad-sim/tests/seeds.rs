@@ -851,7 +851,7 @@ fn an_exchange_during_a_split_keeps_the_file_s_first_chunk() {
 /// Found at stop 82 with the quota home's recalls made concurrent (not kept): a create waiting
 /// 5 s for allowance (the home's `QuotaReport` to a partition was delayed) timed out at
 /// its client, which then removed the name (answered `NotFound`); the create was applied
-/// after that and the name came back. A change now waits at most `SHORT_WAIT_MAX` for
+/// after that and the name came back. A change now waits at most `HELD_UP_MAX` (`made.rs`) for
 /// allowance before it is answered `Busy` instead of applied. With the bound the seed runs
 /// another schedule; it stays as a seed of that race.
 #[test]

@@ -24,10 +24,6 @@ const SLICE_DOUBLINGS_MAX: u32 = 10;
 pub(crate) const SHORT_RETRIES_MAX: usize = 4;
 /// How many times a change is applied again with an allowance another change's ask got.
 pub(crate) const SHORT_WAITS_MAX: usize = 32;
-/// How long a change may wait for allowance and still be applied: well under any
-/// client's request deadline, so that a change is never applied after its client gave up
-/// on it (and went on to change the same names).
-pub(crate) const SHORT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The partition that grants quota `q`'s allowances: that of its root's directory object.
 fn home_of(st: &MapState, q: &Quota) -> PartitionId {

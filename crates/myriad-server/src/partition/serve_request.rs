@@ -57,7 +57,7 @@ impl Partition {
         body: Request<ClientRequest>,
         made: &Made,
     ) -> Result<Response, WireError> {
-        use crate::partition::quota_grants::{SHORT_RETRIES_MAX, SHORT_WAIT_MAX, SHORT_WAITS_MAX};
+        use crate::partition::quota_grants::{SHORT_RETRIES_MAX, SHORT_WAITS_MAX};
         let (mut asked, mut waited, mut settled) = (0, 0, 0);
         let began = tokio::time::Instant::now();
         loop {
@@ -75,13 +75,6 @@ impl Partition {
                         true => asked += 1,
                         false => waited += 1,
                     }
-                    // Its client may have given up on it by now and gone on (simulation
-                    // seed 3073 with --quotas: a create applied after the ask's 5 s wait
-                    // brought back a name its client had since removed): it is not
-                    // applied this late; a client still waiting sends it again.
-                    if began.elapsed() > SHORT_WAIT_MAX {
-                        return Err(WireError::Busy);
-                    }
                 }
                 // It met a directory whose mkdir is not known to be committed: asked, and
                 // served again once it is (ARCHITECTURE.md "Undecided directory objects").
@@ -94,6 +87,9 @@ impl Partition {
                 }
                 other => return other,
             }
+            // Its client may have given up on it by now and gone on (the ask for allowance
+            // or the entry's answer may have waited seconds): not applied this late.
+            crate::partition::made::in_time(began)?;
         }
     }
 

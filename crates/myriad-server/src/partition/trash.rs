@@ -28,23 +28,6 @@ use crate::partition::made::Made;
 /// path goes.
 const BUCKET_CONFLICTS_MAX: u32 = 8;
 
-/// How long making the trash's directories may take and the change still be applied: well
-/// under any client's request deadline, so that a change is never applied after its
-/// client gave up on it and went on to change the same names (simulation seed 711 with
-/// `--dir-moves --trash --behind`: a rename over a file waited 5 s on the trash's
-/// directories, its client timed out and renamed another file to its source, and the
-/// late rename then moved that one). Past it the change answers `Busy`; its client sends
-/// it again, and finds the directories made.
-const TRASH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// `Busy` once `began` is `TRASH_WAIT_MAX` ago.
-pub(crate) fn in_time(began: tokio::time::Instant) -> Result<(), WireError> {
-    if began.elapsed() > TRASH_WAIT_MAX {
-        return Err(WireError::Busy);
-    }
-    Ok(())
-}
-
 /// Where a removed (or replaced) file is being kept, and what the tries so far learned.
 pub(crate) struct KeptSpot {
     date: String,
@@ -106,11 +89,8 @@ impl Partition {
         let mut spot = self.kept_spot(path, inode);
         let began = tokio::time::Instant::now();
         let touched = loop {
-            let moved = match self.ready_spot(&spot).await {
-                Ok(kept) => match in_time(began) {
-                    Ok(()) => self.rename(&ctx, path.to_string(), kept, flags).await,
-                    Err(e) => Err(e),
-                },
+            let moved = match self.ready_spot(&spot, began).await {
+                Ok(kept) => self.rename(&ctx, path.to_string(), kept, flags).await,
                 Err(e) => Err(e),
             };
             match moved {
@@ -164,11 +144,18 @@ impl Partition {
         }
     }
 
-    /// Makes `spot`'s directories; the kept path.
-    pub(crate) async fn ready_spot(self: &Arc<Self>, spot: &KeptSpot) -> Result<String, WireError> {
+    /// Makes `spot`'s directories for a change begun at `began`; the kept path. `Busy` if
+    /// that held the change up too long to apply it now (`made::in_time`: making them may
+    /// take several requests; its client sends it again, and finds them made).
+    pub(crate) async fn ready_spot(
+        self: &Arc<Self>,
+        spot: &KeptSpot,
+        began: tokio::time::Instant,
+    ) -> Result<String, WireError> {
         let kept = spot.path();
         self.make_trash_dirs(&spot.date, spot.uid, split_parent(&kept).0)
             .await?;
+        crate::partition::made::in_time(began)?;
         Ok(kept)
     }
 

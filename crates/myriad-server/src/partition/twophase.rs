@@ -305,12 +305,10 @@ impl Partition {
         let mut spot = self.spot_for_replaced(&to, flags).await?;
         let renamed = loop {
             let keep = match &spot {
-                Some(s) => match self.ready_spot(s).await {
-                    Ok(kept) => {
-                        crate::partition::trash::in_time(began).map(|()| Some((kept, s.ino)))
-                    }
-                    Err(e) => Err(e),
-                },
+                Some(s) => self
+                    .ready_spot(s, began)
+                    .await
+                    .map(|kept| Some((kept, s.ino))),
                 None => Ok(None),
             };
             let tried = match keep {
