@@ -38,11 +38,14 @@ fn a_read_only_mount_opens_without_asking_and_reads_each_close_of_another_mount(
             format!("generation {i:04}")
         };
         std::fs::write(&pa, &text).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            read(&pb),
-            text.as_bytes(),
-            "read {i} through the read-only mount"
-        );
+        let got = read(&pb);
+        if got != text.as_bytes() {
+            panic!(
+                "read {i} through the read-only mount: {:?}, not {text:?}\n{}",
+                String::from_utf8_lossy(&got),
+                what_each_mount_says((&a, &b), "f.txt")
+            );
+        }
         assert_eq!(read(&pb), text.as_bytes(), "read {i} again");
     }
     // Larger than what a fetch carries with the attributes (64 KiB): read in ranges.
@@ -168,4 +171,56 @@ fn zero_message_opens_are_refused_on_a_read_write_mount() {
         err.contains("--zero-message-opens needs --read-only"),
         "{err}"
     );
+}
+
+/// What the writer `a` and the reader `b` say of `name` just after a wrong read, again a
+/// moment later, and the last lines of both mounts' logs: shown at the top of a failure
+/// (it failed twice in full test runs, an empty read each time, never alone).
+fn what_each_mount_says((a, b): (&Mount, &Mount), name: &str) -> String {
+    let said = |m: &Mount| {
+        let p = m.path(name);
+        let md = std::fs::metadata(&p).map(|md| {
+            use std::os::unix::fs::MetadataExt;
+            format!(
+                "ino {} size {} mtime {}.{:09}",
+                md.ino(),
+                md.size(),
+                md.mtime(),
+                md.mtime_nsec()
+            )
+        });
+        format!(
+            "{md:?}, reads {:?}",
+            std::fs::read(&p).map(|d| String::from_utf8_lossy(&d).into_owned())
+        )
+    };
+    let tail = |m: &Mount| {
+        let log = m.log_text();
+        let lines: Vec<&str> = log.lines().collect();
+        let plain = |l: &&str| {
+            // Without the terminal colours the log is written with.
+            l.split('\u{1b}')
+                .map(|p| {
+                    p.find('m')
+                        .filter(|_| p.starts_with('['))
+                        .map_or(p, |i| &p[i + 1..])
+                })
+                .collect::<String>()
+        };
+        let from = lines.len().saturating_sub(40);
+        lines[from..]
+            .iter()
+            .map(plain)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    // Taken before the reads below add their own lines.
+    let tails = (tail(a), tail(b));
+    let now = format!("now: a {}; b {}", said(a), said(b));
+    std::thread::sleep(Duration::from_millis(300));
+    let later = format!("300 ms later: a {}; b {}", said(a), said(b));
+    format!(
+        "{now}\n{later}\n-- a's last log lines --\n{}\n-- b's last log lines --\n{}",
+        tails.0, tails.1
+    )
 }
