@@ -148,6 +148,8 @@ struct Kept {
     original: String,
     /// Where it is kept.
     path: String,
+    /// When it was removed (the kept entry's ctime, set by the move).
+    removed_ns: i64,
 }
 
 /// How many days back a user who may not list `/.trash` (mode 0711) looks for their
@@ -210,6 +212,15 @@ async fn kept(client: &Client, date: Option<&str>, user: Option<u32>) -> anyhow:
     Ok(out)
 }
 
+/// The path a kept file had: a second removal of one path on one day is kept beside the
+/// first as `<path>.<inode>`, its own inode's number.
+fn again_of(original: &str, ino: myriad_client::InodeId) -> &str {
+    original
+        .strip_suffix(&format!(".{}", ino.0))
+        .filter(|base| !base.ends_with('/'))
+        .unwrap_or(original)
+}
+
 /// The kept files under `dir`, depth first.
 async fn walk(client: &Client, dir: &str, out: &mut Vec<Kept>) -> anyhow::Result<()> {
     let mut dirs = vec![dir.to_string()];
@@ -229,8 +240,9 @@ async fn walk(client: &Client, dir: &str, out: &mut Vec<Kept>) -> anyhow::Result
                     date: date.to_string(),
                     uid,
                     size: e.inode.size,
-                    original: original.to_string(),
+                    original: again_of(original, e.inode.ino).to_string(),
                     path: path.clone(),
+                    removed_ns: e.inode.ctime_ns,
                 });
             }
         }
@@ -242,9 +254,12 @@ async fn walk(client: &Client, dir: &str, out: &mut Vec<Kept>) -> anyhow::Result
 /// `to`; the most recent removal of each file wins. Returns how many were put back.
 async fn restore(client: &Client, path: &str, to: &str) -> anyhow::Result<usize> {
     let under = format!("{}/", path.trim_end_matches('/'));
-    // Oldest first, so a later removal of the same path is the one kept last.
+    // Oldest first, so a later removal of the same path is the one kept last (two
+    // removals of one path on one day: `again_of`).
+    let mut all = kept(client, None, None).await?;
+    all.sort_by_key(|k| (k.date.clone(), k.removed_ns));
     let mut chosen: std::collections::BTreeMap<String, Kept> = std::collections::BTreeMap::new();
-    for k in kept(client, None, None).await? {
+    for k in all {
         let rest = if k.original == path {
             Some("")
         } else {
@@ -287,4 +302,20 @@ async fn restore(client: &Client, path: &str, to: &str) -> anyhow::Result<usize>
             })?;
     }
     Ok(chosen.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second removal of a path on one day is kept as `<path>.<inode>`: it is the same
+    /// path's (restored as one of its removals), a name that only ends in digits is not.
+    #[test]
+    fn a_kept_name_with_its_own_inode_number_is_its_path_s() {
+        let ino = myriad_client::InodeId(1_099_511_627_813);
+        assert_eq!(again_of("/p/f.1099511627813", ino), "/p/f");
+        assert_eq!(again_of("/p/f.7", ino), "/p/f.7");
+        assert_eq!(again_of("/p/f", ino), "/p/f");
+        assert_eq!(again_of("/p/.1099511627813", ino), "/p/.1099511627813");
+    }
 }

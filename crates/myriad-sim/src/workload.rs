@@ -720,8 +720,10 @@ impl ClientRun {
                 self.id
             )),
         }
-        // With the trash on, a file the rename replaced may be kept (within a partition it
-        // is; between two it is freed: docs/trash.md "Not yet"): at most one per rename.
+        // With the trash on, a file the rename replaced may be kept (it is, within a
+        // partition or between two, unless no bucket puts its kept name on the
+        // destination's partition, as in a split trash directory: docs/trash.md "Not
+        // yet"): at most one per rename.
         self.history.note_removal(to, vt, Removal::InDoubt);
         self.trace
             .event(format_args!("c{} rename {from} -> {to} done", self.id));

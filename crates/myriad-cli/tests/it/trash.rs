@@ -390,10 +390,10 @@ fn a_file_replaced_by_a_rename_is_kept_and_restored() {
         &["trash", "restore", "/proj/notes", "--to", "/proj/notes.old"],
     );
     let back = std::fs::read(proj.join("notes.old")).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        back == b"first\n" || back == b"second\n",
-        "{:?}",
-        String::from_utf8_lossy(&back)
+    assert_eq!(
+        String::from_utf8_lossy(&back),
+        "second\n",
+        "the most recent"
     );
     assert_eq!(
         std::fs::read(proj.join("notes")).unwrap_or_else(|e| panic!("{e}")),
@@ -409,5 +409,68 @@ fn a_file_replaced_by_a_rename_is_kept_and_restored() {
     assert!(
         !ok_cli(&tc, &["trash", "list"]).contains("/proj/notes"),
         "kept with the trash off"
+    );
+}
+
+/// Docs/trash.md step 3: a file replaced by a rename from a directory on another partition
+/// (`mv` between two directories placed apart, a rename between partitions) is kept too,
+/// each time, and so is the last name of a hard-linked file (not its other names, whose
+/// file lives on); each restored byte for byte by its user.
+#[test]
+fn files_replaced_from_another_partition_and_last_names_of_linked_files_are_kept() {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    ok_cli(&tc, &["trash", "days", "3"]);
+    rt.block_on(every_server_keeps(&tc, 3));
+    // Two directories whose names live on different partitions.
+    let ring = tc.map.ring();
+    let owner = |i: u32| ring.owner_of_dir(&format!("/proj/x{i}"));
+    let there = (1..100)
+        .find(|&i| owner(i) != owner(0))
+        .unwrap_or_else(|| panic!("no directory placed apart from /proj/x0"));
+    let m = Mount::new(&tc, &[]);
+    let proj = m.path("proj");
+    std::fs::create_dir(&proj).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::chown(&proj, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    let script = format!(
+        "mkdir x0 x{there} && printf 'one\\n' > x0/f && printf 'two\\n' > x{there}/n \
+         && mv x{there}/n x0/f && printf 'three\\n' > x{there}/n && mv x{there}/n x0/f \
+         && cat x0/f"
+    );
+    let (ok, out) = sh_as(1000, &proj, &script);
+    assert!(ok && out == "three\n", "{out}");
+    settle(&m);
+    let listed = ok_cli(&tc, &["trash", "list"]);
+    let kept = listed.lines().filter(|l| l.contains("/proj/x0/f")).count();
+    assert_eq!(kept, 2, "both replaced versions kept:\n{listed}");
+    // Restored by their user, one then the other (the most recent first).
+    for (to, want) in [("/proj/x0/f.b", "two\n"), ("/proj/x0/f.a", "one\n")] {
+        cli_as(&tc, 1000, &["trash", "restore", "/proj/x0/f", "--to", to]);
+        let back = std::fs::read(m.path(&to[1..])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(String::from_utf8_lossy(&back), want, "{to}");
+    }
+    assert_eq!(
+        std::fs::read(proj.join("x0/f")).unwrap_or_else(|e| panic!("{e}")),
+        b"three\n"
+    );
+    // A file with two names (in the two directories): the first removed goes, the last
+    // is kept, with the file's contents.
+    let script =
+        format!("printf 'linked\\n' > x0/l && ln x0/l x{there}/l && rm x0/l && rm x{there}/l");
+    let (ok, out) = sh_as(1000, &proj, &script);
+    assert!(ok, "{out}");
+    settle(&m);
+    let listed = ok_cli(&tc, &["trash", "list"]);
+    assert!(
+        !listed.contains("/proj/x0/l"),
+        "a name whose file had another kept:\n{listed}"
+    );
+    let last = format!("/proj/x{there}/l");
+    assert!(listed.contains(&last), "the last name not kept:\n{listed}");
+    cli_as(&tc, 1000, &["trash", "restore", &last]);
+    assert_eq!(
+        std::fs::read(m.path(&last[1..])).unwrap_or_else(|e| panic!("{e}")),
+        b"linked\n"
     );
 }

@@ -167,17 +167,20 @@ impl Partition {
         (commit, durable): (bool, bool),
         client: Option<u64>,
     ) -> Result<Response, WireError> {
-        let staged = match self
+        use crate::state::intent::Intent;
+        let (staged, kept) = match self
             .store
             .intent(crate::state::mutation::prepare_key(txid))
             .map_err(storage_err)?
-            .and_then(|b| crate::state::intent::Intent::decode(&b))
+            .and_then(|b| Intent::decode(&b))
         {
-            Some(
-                crate::state::intent::Intent::RenameIn { dir, .. }
-                | crate::state::intent::Intent::ExchangeIn { dir, .. },
-            ) => Some(dir),
-            _ => None,
+            Some(Intent::RenameIn { dir, .. } | Intent::ExchangeIn { dir, .. }) => {
+                (Some(dir), None)
+            }
+            Some(Intent::RenameInKeeping { dir, kept, .. }) => {
+                (Some(dir), Some(split_parent(&kept).0.to_string()))
+            }
+            _ => (None, None),
         };
         let target_dir = staged.clone().filter(|_| commit);
         let m = Mutation::RenameTargetResolve {
@@ -185,6 +188,7 @@ impl Partition {
             commit,
             now: self.env.now_ns(),
             staged,
+            kept,
         };
         // The destination directory's times are sent while the commit is made durable.
         let exempt = Context::for_client(client);

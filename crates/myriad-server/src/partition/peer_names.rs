@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use myriad_placement::PartitionId;
-use myriad_proto::{Inode, InodeId, PeerRequest, Response, WireError, validate_path};
+use myriad_proto::{
+    Inode, InodeId, PeerRequest, Response, TRASH_KEEPS_ACROSS_SINCE, WireError, validate_path,
+};
 
 use crate::cluster::MapState;
 use crate::commit::Context;
@@ -123,15 +125,27 @@ impl Partition {
             flags,
             blocks: blocks.into_iter().map(|(b, d)| (b, d.into_vec())).collect(),
             replaces,
+            keep: None,
         };
         validate_path(&prepare.to)?;
         self.own_entry(st, &prepare.to)?;
         // The target side of `client`'s rename: its leases are not recalled for it.
         let exempt = Context::for_client(client);
-        let outcome = self
-            .applier
-            .run_in(&exempt, Mutation::RenamePrepare(prepare))
-            .await?;
+        // With the trash on, the file the name holds is kept when the rename commits
+        // (docs/trash.md), once every server can read the intent that says so.
+        let run = |keep| {
+            let prepare = RenamePrepare {
+                keep,
+                ..prepare.clone()
+            };
+            self.applier
+                .run_in(&exempt, Mutation::RenamePrepare(prepare))
+        };
+        let outcome = if st.map.ext.protocol_floor >= TRASH_KEEPS_ACROSS_SINCE {
+            self.keeping_replaced(&prepare.to, flags, run).await?
+        } else {
+            run(None).await?
+        };
         Ok(match outcome {
             Outcome::Exchanged(inode, blocks) => Response::Exchanged {
                 inode,

@@ -200,7 +200,10 @@ impl Partition {
                 Box::pin(self.recover_tree_move(txid, &path, group, arriving, moves)).await?;
             }
             // The coordinator drives these.
-            Intent::RenameIn { .. } | Intent::ExchangeIn { .. } | Intent::DirReplaced { .. } => {}
+            Intent::RenameIn { .. }
+            | Intent::RenameInKeeping { .. }
+            | Intent::ExchangeIn { .. }
+            | Intent::DirReplaced { .. } => {}
             Intent::RenameAborted { at_ns } => {
                 let kept = self.env.now_ns().saturating_sub(at_ns);
                 if kept > i64::try_from(ABORTED_KEPT.as_nanos()).unwrap_or(i64::MAX) {

@@ -154,7 +154,7 @@ impl Partition {
         // Kept in the trash when it is on (`trash.rs`), else freed.
         if Self::trash_on(st, &path)
             && let Ok(inode) = self.lookup(&path).await
-            && Self::trash_keeps(&inode)
+            && let Some(inode) = self.kept_by_trash(inode).await?
         {
             let parent = self.move_to_trash(made, &path, &inode).await?;
             return Ok(Response::Changed {

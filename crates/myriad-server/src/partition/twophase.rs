@@ -301,38 +301,18 @@ impl Partition {
         to: String,
         flags: RenameFlags,
     ) -> Result<(), WireError> {
-        let began = tokio::time::Instant::now();
-        let mut spot = self.spot_for_replaced(&to, flags).await?;
-        let renamed = loop {
-            let keep = match &spot {
-                Some(s) => self
-                    .ready_spot(s, began)
-                    .await
-                    .map(|kept| Some((kept, s.ino))),
-                None => Ok(None),
-            };
-            let tried = match keep {
-                Ok(keep) => {
-                    let rename = Mutation::RenameLocal {
-                        from: from.clone(),
-                        to: to.clone(),
-                        flags,
-                        now: self.env.now_ns(),
-                        keep,
-                    };
-                    self.applier.run_in(ctx, rename).await
-                }
-                Err(e) => Err(e),
-            };
-            match tried {
-                Ok(out) => break out,
-                Err(e) => {
-                    if !spot.as_mut().is_some_and(|s| self.next_spot(s, &e)) {
-                        return Err(e);
-                    }
-                }
-            }
-        };
+        let renamed = self
+            .keeping_replaced(&to, flags, |keep| {
+                let rename = Mutation::RenameLocal {
+                    from: from.clone(),
+                    to: to.clone(),
+                    flags,
+                    now: self.env.now_ns(),
+                    keep,
+                };
+                self.applier.run_in(ctx, rename)
+            })
+            .await?;
         if let Outcome::Renamed(gc, dropped) = renamed {
             if let Some(gc) = gc {
                 self.spawn_gc(gc);

@@ -107,9 +107,12 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
             ChangedDirs::Dirs(dirs)
         }
         Mutation::RenamePrepare(p) => one(parent_of(&p.to)),
-        Mutation::RenameTargetResolve { staged, .. } => match staged {
-            Some(dir) => one(dir),
-            None => ChangedDirs::None,
+        Mutation::RenameTargetResolve { staged, kept, .. } => match (staged, kept) {
+            (Some(dir), Some(kept)) if kept != dir => {
+                ChangedDirs::Dirs(vec![dir.clone(), kept.clone()])
+            }
+            (Some(dir), _) => one(dir),
+            (None, _) => ChangedDirs::None,
         },
         Mutation::MarkReadOnly { path, .. } => ChangedDirs::Marks(vec![path.clone()]),
         Mutation::DirObjectCreate { path, .. }
@@ -180,10 +183,23 @@ mod tests {
             txid: 1,
             commit: false,
             staged: staged.map(str::to_string),
+            kept: None,
         };
         assert_eq!(
             changed_dirs(&resolve(Some("/b"))),
             ChangedDirs::Dirs(vec!["/b".into()])
+        );
+        // With the trash on, the trash's directory that a commit keeps the replaced file in.
+        let keeping = Mutation::RenameTargetResolve {
+            now: 0,
+            txid: 1,
+            commit: true,
+            staged: Some("/b".into()),
+            kept: Some("/.trash/d/0/1/b".into()),
+        };
+        assert_eq!(
+            changed_dirs(&keeping),
+            ChangedDirs::Dirs(vec!["/b".into(), "/.trash/d/0/1/b".into()])
         );
         assert_eq!(changed_dirs(&resolve(None)), ChangedDirs::None);
         let chunk = Mutation::WriteChunk {

@@ -126,6 +126,18 @@ pub enum Intent {
     /// copy forgets it; dropping the copy puts `ino`'s empty object back. The coordinator
     /// drives both (appended: stored intents keep their encoding).
     DirReplaced { path: String, ino: InodeId },
+    /// As `RenameIn`, with the trash on (docs/trash.md): the file the staged entry replaces
+    /// (`kept_ino`) goes to the trash's name `kept` (on this partition) when the rename
+    /// commits, instead of being freed. Written only once the cluster's floor is
+    /// `TRASH_KEEPS_ACROSS_SINCE` (appended: stored intents keep their encoding).
+    RenameInKeeping {
+        coordinator: PartitionId,
+        dir: String,
+        name: String,
+        ino: InodeId,
+        kept: String,
+        kept_ino: InodeId,
+    },
 }
 
 impl Intent {

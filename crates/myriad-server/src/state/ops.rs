@@ -53,7 +53,7 @@ pub use myriad_proto::requests::DirImport;
 
 /// The target side of a rename between partitions (`Mutation::RenamePrepare`): the moved
 /// entry staged pending under `txid`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct RenamePrepare {
     pub txid: u64,
     /// The partition running the rename (it commits or aborts it).
@@ -65,6 +65,10 @@ pub struct RenamePrepare {
     pub blocks: Vec<(u64, Vec<u8>)>,
     /// The inode the name replaces, if the rename replaces one.
     pub replaces: Option<InodeId>,
+    /// With the trash on: the trash's name (on this partition) for the file the name holds
+    /// now, and that file's inode; it goes there when the rename commits
+    /// (`Intent::RenameInKeeping`).
+    pub keep: Option<(String, InodeId)>,
 }
 
 #[derive(Debug)]
@@ -381,6 +385,9 @@ pub enum Mutation {
         /// trash from a mount's batch waited on its own mount's leases for seconds).
         /// Refused (`Busy`) if the intent says otherwise when it is applied.
         staged: Option<String>,
+        /// The trash's directory that a commit moves the replaced file into, as read with
+        /// `staged` (`Intent::RenameInKeeping`): its leases are recalled too.
+        kept: Option<String>,
     },
     /// The split protocol (docs/huge-dirs.md).
     Shard(ShardMutation),

@@ -124,6 +124,8 @@ pub(super) fn execute(
             commit,
             now,
             staged,
+            // Read from the same intent as `staged`, which is checked.
+            kept: _,
         } => target_resolve(ctx, b, txid, (commit, now), staged.as_deref())?,
         Mutation::DirFreeze { path, txid } => {
             let mut rec = dir_here(ctx.store, &path)?;
@@ -227,6 +229,7 @@ fn target_prepare(
         flags,
         blocks,
         replaces,
+        keep,
     } = p;
     let (tdir, tname) = split_parent(&to);
     match ctx
@@ -262,6 +265,15 @@ fn target_prepare(
         (Some(other), Some(given))
     } else {
         let replaced = check_rename_target(ctx.store, tdir, tname, &inode, flags, replaces)?;
+        if let Some((kept, kept_ino)) = &keep {
+            // Replaced since the partition chose the trash's name for it: it looks again.
+            if replaced.as_ref().map(|r| r.ino) != Some(*kept_ino) {
+                return Err(WireError::Busy.into());
+            }
+            // The trash's directory made and writable, a name free in it: else the
+            // partition makes them again or tries another name (`trash.rs` `next_spot`).
+            kept_name(ctx, kept, *kept_ino)?;
+        }
         (replaced, None)
     };
     for (block, data) in blocks {
@@ -276,20 +288,27 @@ fn target_prepare(
     };
     ctx.store.put_entry(b, tdir, tname, &rec);
     let (dir, name, ino) = (tdir.to_string(), tname.to_string(), inode.ino);
-    let intent = if flags.exchange {
-        Intent::ExchangeIn {
+    let intent = match keep {
+        _ if flags.exchange => Intent::ExchangeIn {
             coordinator,
             dir,
             name,
             ino,
-        }
-    } else {
-        Intent::RenameIn {
+        },
+        Some((kept, kept_ino)) => Intent::RenameInKeeping {
             coordinator,
             dir,
             name,
             ino,
-        }
+            kept,
+            kept_ino,
+        },
+        None => Intent::RenameIn {
+            coordinator,
+            dir,
+            name,
+            ino,
+        },
     };
     ctx.store.put_intent(b, prepare_key(txid), intent.encode());
     Ok(match (replaced, given) {
@@ -314,13 +333,21 @@ fn target_resolve(
             ctx.store.put_intent(b, prepare_key(txid), t.encode());
         }
     };
-    let (dir, name, ino, exchange) = match ctx
+    let (dir, name, ino, exchange, keep) = match ctx
         .store
         .intent(prepare_key(txid))?
         .and_then(|b| Intent::decode(&b))
     {
-        Some(Intent::RenameIn { dir, name, ino, .. }) => (dir, name, ino, false),
-        Some(Intent::ExchangeIn { dir, name, ino, .. }) => (dir, name, ino, true),
+        Some(Intent::RenameIn { dir, name, ino, .. }) => (dir, name, ino, false, None),
+        Some(Intent::ExchangeIn { dir, name, ino, .. }) => (dir, name, ino, true, None),
+        Some(Intent::RenameInKeeping {
+            dir,
+            name,
+            ino,
+            kept,
+            kept_ino,
+            ..
+        }) => (dir, name, ino, false, Some((kept, kept_ino))),
         _ if staged.is_some() => return Err(WireError::Busy.into()),
         _ => {
             tombstone(b);
@@ -346,7 +373,18 @@ fn target_resolve(
                     ctx.store.trim_blocks(b, old.ino, 0, 0, c0)?;
                 }
                 Some(_) if exchange => {}
+                // With the trash on, kept (docs/trash.md); freed if it cannot be (its day
+                // purged since the prepare, both of its names taken).
+                Some(old)
+                    if let Some((kept, _)) = keep.as_ref().filter(|(_, i)| *i == old.ino)
+                        && keep_replaced(ctx, b, kept, old.clone(), now).is_ok() => {}
                 Some(old) => {
+                    if keep.is_some() {
+                        tracing::warn!(
+                            ino = old.ino.0,
+                            "the trash could not keep a file a rename replaced: freed"
+                        );
+                    }
                     gc = drop_file_data(ctx, b, old, now)?;
                     dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
                 }
@@ -633,17 +671,27 @@ fn keep_replaced(
     mut old: Inode,
     now: i64,
 ) -> Result<(), StateError> {
-    let (kdir, kname) = split_parent(kept);
-    let again = format!("{kname}.{}", old.ino.0);
-    let name = match require_free_name(ctx.store, kdir, kname) {
-        Ok(()) => kname,
-        Err(StateError::Fs(WireError::AlreadyExists)) => {
-            require_free_name(ctx.store, kdir, &again)?;
-            &again
-        }
-        Err(e) => return Err(e),
-    };
+    let (kdir, name) = kept_name(ctx, kept, old.ino)?;
     old.ctime_ns = now;
-    put_visible(ctx.store, b, kdir, name, &old);
+    put_visible(ctx.store, b, kdir, &name, &old);
     Ok(())
+}
+
+/// The directory and the free name in it where the trash keeps inode `ino` at `kept`:
+/// `kept`'s own name, or `<name>.<inode>` if that is taken.
+fn kept_name<'k>(
+    ctx: &Ctx<'_>,
+    kept: &'k str,
+    ino: myriad_proto::InodeId,
+) -> Result<(&'k str, String), StateError> {
+    let (kdir, kname) = split_parent(kept);
+    match require_free_name(ctx.store, kdir, kname) {
+        Ok(()) => Ok((kdir, kname.to_string())),
+        Err(StateError::Fs(WireError::AlreadyExists)) => {
+            let again = format!("{kname}.{}", ino.0);
+            require_free_name(ctx.store, kdir, &again)?;
+            Ok((kdir, again))
+        }
+        Err(e) => Err(e),
+    }
 }

@@ -222,6 +222,94 @@ fn a_rename_keeps_the_file_it_replaces_where_the_trash_says() {
     assert!(t.store.entry("/t", "x").ok().flatten().is_none());
 }
 
+/// The destination of a rename between partitions, with the trash on: the prepare stages
+/// the new entry and checks the trash's name; the commit moves the file it replaces there
+/// (data whole, nothing to free); an abort leaves it where it was; a prepare meant for
+/// another file than the name holds now is `Busy`; a commit whose trash directory went
+/// since (a day purged) frees the file as before.
+#[test]
+fn a_rename_from_another_partition_keeps_the_file_it_replaces_once_it_commits() {
+    let mut t = T::new();
+    t.run(dir_object("/t", 90))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let old = t
+        .create("/", "b", b"bbbb")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let incoming = |ino: u64| Inode {
+        ino: InodeId(ino),
+        kind: FileKind::File,
+        size: 0,
+        ..old.clone()
+    };
+    let prepare = |txid, ino, keep: Option<(&str, InodeId)>| {
+        Mutation::RenamePrepare(RenamePrepare {
+            txid,
+            coordinator: myriad_proto::PartitionId(2),
+            to: "/b".into(),
+            inode: incoming(ino),
+            flags: RenameFlags::default(),
+            blocks: Vec::new(),
+            replaces: None,
+            keep: keep.map(|(k, i)| (k.to_string(), i)),
+        })
+    };
+    let resolve = |txid, commit| Mutation::RenameTargetResolve {
+        txid,
+        commit,
+        now: 7,
+        staged: Some("/".into()),
+        kept: Some("/t".into()),
+    };
+    // Meant for another file: refused, nothing staged.
+    let stale = t.run(prepare(30, 700, Some(("/t/b", InodeId(5)))));
+    assert_eq!(stale.err(), Some(WireError::Busy));
+    // Aborted: the old file stays, nothing kept.
+    t.run(prepare(31, 701, Some(("/t/b", old.ino))))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.run(resolve(31, false)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(entry(&t, "/", "b").ino, old.ino);
+    assert!(t.store.entry("/t", "b").ok().flatten().is_none());
+    // Committed: the new file at the name, the old one kept whole.
+    t.run(prepare(32, 702, Some(("/t/b", old.ino))))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = t.run(resolve(32, true));
+    assert!(matches!(out, Ok(Outcome::Renamed(None, None))), "{out:?}");
+    assert_eq!(entry(&t, "/", "b").ino, InodeId(702));
+    let kept = entry(&t, "/t", "b");
+    assert_eq!((kept.ino, kept.size, kept.ctime_ns), (old.ino, 4, 7));
+    assert_eq!(
+        t.store.read_range(old.ino, 0, 4, 10).unwrap_or_default(),
+        b"bbbb"
+    );
+    // Again under the same kept name: beside it (`<name>.<inode>`).
+    t.run(prepare(33, 703, Some(("/t/b", InodeId(702)))))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.run(resolve(33, true)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(entry(&t, "/", "b").ino, InodeId(703));
+    assert_eq!(entry(&t, "/t", "b.702").ino, InodeId(702));
+    // The trash's directory gone before the commit (a day purged): freed, as with the
+    // trash off; the rename itself still commits.
+    t.run(dir_object("/u", 91))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.run(prepare(34, 704, Some(("/u/b", InodeId(703)))))
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.run(Mutation::DirObjectRemove {
+        path: "/u".into(),
+        ino: InodeId(91),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = t.run(Mutation::RenameTargetResolve {
+        txid: 34,
+        commit: true,
+        now: 8,
+        staged: Some("/".into()),
+        kept: Some("/u".into()),
+    });
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(entry(&t, "/", "b").ino, InodeId(704));
+    assert!(t.store.entry("/u", "b").ok().flatten().is_none());
+}
+
 #[test]
 fn local_rename_replaces_files_but_not_directories() {
     let mut t = T::new();
@@ -929,6 +1017,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
             flags: RenameFlags::default(),
             blocks: Vec::new(),
             replaces: None,
+            keep: None,
         })
     };
     // The abort arrives first (the prepare never came, or was lost): a tombstone.
@@ -937,6 +1026,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         commit: false,
         now: 5,
         staged: None,
+        kept: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(t.run(prepare(9)), Err(WireError::Stale)));
@@ -948,6 +1038,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         commit: false,
         now: 6,
         staged: Some("/".into()),
+        kept: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(t.store.entry("/", "dst").ok().flatten().is_none());
@@ -960,6 +1051,7 @@ fn a_prepare_arriving_after_its_abort_is_refused() {
         commit: true,
         now: 7,
         staged: Some("/".into()),
+        kept: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(entry(&t, "/", "dst").ino, InodeId(77));
@@ -1014,6 +1106,7 @@ fn exchange_taking_away(t: &mut T) -> Inode {
         flags: exchange,
         blocks: Vec::new(),
         replaces: None,
+        keep: None,
     }))
     .unwrap_or_else(|e| panic!("{e}"));
     leaving
@@ -1036,6 +1129,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
             flags: RenameFlags::default(),
             blocks: vec![(0, b"again".to_vec())],
             replaces: None,
+            keep: None,
         })
     };
     assert!(matches!(t.run(back(21)), Err(WireError::Busy)));
@@ -1045,6 +1139,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_before_it_resolve
         commit: true,
         now: 5,
         staged: Some("/".into()),
+        kept: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     t.run(back(22)).unwrap_or_else(|e| panic!("{e}"));
@@ -1106,6 +1201,7 @@ fn a_file_an_unresolved_exchange_takes_away_does_not_come_back_by_a_split_or_a_m
         commit: true,
         now: 5,
         staged: Some("/".into()),
+        kept: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     t.run(split(32)).unwrap_or_else(|e| panic!("{e}"));
