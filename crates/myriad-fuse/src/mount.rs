@@ -360,13 +360,18 @@ impl Mount {
 
     /// The contents a lookup by `pid` just brought, unless this mount wrote the file
     /// since (or holds writes to it not yet acknowledged): a read must see every write
-    /// made before it.
+    /// made before it. Nor if attributes seen since (a getattr's, which the kernel then
+    /// holds) say the file changed: answered from older contents, a read comes back short
+    /// of the size the kernel holds, and the kernel takes the short read as the file's
+    /// new end (the read-only mount of `it::zero_open` once read a just-written file as
+    /// empty).
     fn take_prefetched(&self, ino: InodeId, pid: u32) -> Option<(Inode, Arc<Vec<u8>>, u64)> {
         let p = self.prefetch_lock().remove(&ino)?;
         let current = p.pid == pid
             && p.at.elapsed() < PREFETCH_FRESH
             && !self.inodes.touched_since(ino, p.since)
-            && !self.handles.has_unsent(ino);
+            && !self.handles.has_unsent(ino)
+            && self.inodes.seen(ino) == Some((p.inode.size, p.inode.mtime_ns));
         current.then_some((p.inode, p.data, p.since))
     }
 

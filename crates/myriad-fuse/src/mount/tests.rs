@@ -247,3 +247,30 @@ async fn a_size_read_while_a_send_is_in_flight_keeps_its_end_after_the_send() {
     let cached = inner.inodes.fresh(ino, Duration::from_secs(60));
     assert_eq!(cached.map(|i| inner.visible(i, now).size), Some(1003));
 }
+
+/// A lookup's contents answer a read only while they are the newest attributes this mount
+/// saw: once a getattr brought newer ones (which the kernel then holds), they would make
+/// the read come back short, and the kernel take that for the file's end (`it::zero_open`
+/// once read a file another mount had just written as empty).
+#[tokio::test]
+async fn a_lookup_s_contents_older_than_attributes_seen_since_are_not_read() {
+    let (m, _) = mount_with_open_file(Arc::new(Servers::default()));
+    let file = |size: u64, mtime_ns: i64| Inode {
+        ino: InodeId(9),
+        kind: myriad_client::FileKind::File,
+        size,
+        mtime_ns,
+        ..placeholder()
+    };
+    let pid = 42;
+    let since = m.inodes.stamp();
+    m.looked_up((pid, "/g", since), file(0, 1), Vec::new());
+    assert!(
+        m.take_prefetched(InodeId(9), pid).is_some(),
+        "taken while current"
+    );
+    let since = m.inodes.stamp();
+    m.looked_up((pid, "/g", since), file(0, 1), Vec::new());
+    m.inodes.observe_remote(&file(15, 2), m.inodes.stamp());
+    assert!(m.take_prefetched(InodeId(9), pid).is_none());
+}

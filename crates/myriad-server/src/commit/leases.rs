@@ -683,6 +683,12 @@ impl LeaseTable {
                         Some(_) => {
                             l.holders.remove(holder);
                             if l.exclusive == Some(*holder) {
+                                // Not given back: what the holder answered behind and has
+                                // not sent yet (a client stalled past its lease, or this
+                                // server too long without taking its renewals) applies
+                                // after the change or read that waited. Said, so that a
+                                // reader's surprise can be traced here.
+                                tracing::info!(partition = %self.me, dir, holder, "an exclusive lease ended while recalled, not given back");
                                 l.exclusive = None;
                                 ended += 1;
                             }
