@@ -42,9 +42,10 @@ pub use audience::{ClientPart, FromClient, Request};
 pub use envelope::{Envelope, SentOnce};
 pub use error::{ErrorKind, FsError, WireError};
 pub use message::{
-    Auth, AuthReply, ClientFrame, DIR_UNDECIDED_SINCE, Endpoints, Hello, HelloReply, HotDir,
-    LatencyHistogram, LeaseGrant, MAGIC, PROTOCOL_MIN, PROTOCOL_VERSION, PeerKind, RequestFrame,
-    RequestFrameRef, Response, ResponseFrame, TRASH_KEEPS_ACROSS_SINCE, negotiate,
+    Auth, AuthReply, CLAIMS_MOVE_SINCE, ClientFrame, DIR_UNDECIDED_SINCE, Endpoints, Hello,
+    HelloReply, HotDir, LatencyHistogram, LeaseGrant, MAGIC, PROTOCOL_MIN, PROTOCOL_VERSION,
+    PeerKind, RequestFrame, RequestFrameRef, Response, ResponseFrame, TRASH_KEEPS_ACROSS_SINCE,
+    negotiate,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash, zone_name_ok};

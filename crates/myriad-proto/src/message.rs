@@ -92,7 +92,8 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// map's floor is 39 (the only time an object is marked); `WireError::DirUndecided`, never
 /// sent (`ResponseFrame::for_version` answers `Busy` for it). And the trash keeps a file
 /// replaced by a rename between partitions (docs/trash.md): a stored intent servers of 38
-/// cannot read (`Intent::RenameInKeeping`), written only while the map's floor is 39.
+/// cannot read (`Intent::RenameInKeeping`), written only while the map's floor is 39. And
+/// `PeerRequest::GiveUpClaimed` (a reserved number's claim moved between partitions).
 pub const PROTOCOL_VERSION: u16 = 39;
 
 /// The first protocol with undecided directory objects: a server marks the object of a
@@ -102,6 +103,10 @@ pub const DIR_UNDECIDED_SINCE: u16 = 39;
 /// The first protocol whose servers read the intent of a rename between partitions that
 /// keeps the file it replaces in the trash: written only once the map's floor is this.
 pub const TRASH_KEEPS_ACROSS_SINCE: u16 = 39;
+
+/// The first protocol whose servers move a reserved number's claim between partitions
+/// (`PeerRequest::GiveUpClaimed`): sent only once the map's floor is this.
+pub const CLAIMS_MOVE_SINCE: u16 = 39;
 
 // The map's extension is known to this build's newest version.
 const _: () = assert!(PROTOCOL_VERSION >= myriad_placement::map_wire::MAP_EXT_SINCE);

@@ -290,6 +290,11 @@ pub enum PeerRequest {
     /// can no longer be undone: clear the object's `undecided` mark (if it is still that
     /// directory's). Protocol 39.
     DirObjectConfirm { path: String, ino: InodeId },
+    /// A partition a reserved number `ino` was claimed for (`ClaimReserved`), from the
+    /// partition that reserved it, asked by a third for the same client's create (the name
+    /// moved on again before the create was applied): never use it here (`Unit`), or
+    /// `AlreadyExists` if a create here did. Protocol 39.
+    GiveUpClaimed { ino: InodeId },
 }
 
 /// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields
@@ -508,6 +513,7 @@ impl PeerRequest {
             PeerRequest::QuotaReport { .. } => "quota_report",
             PeerRequest::MkdirDecided { .. } => "mkdir_decided",
             PeerRequest::DirObjectConfirm { .. } => "dirobj_confirm",
+            PeerRequest::GiveUpClaimed { .. } => "give_up_claimed",
         }
     }
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use myriad_placement::PartitionId;
 use myriad_proto::{
-    Inode, InodeId, PeerRequest, Response, TRASH_KEEPS_ACROSS_SINCE, WireError, validate_path,
+    CLAIMS_MOVE_SINCE, Inode, InodeId, PeerRequest, Request, Response, TRASH_KEEPS_ACROSS_SINCE,
+    WireError, validate_path,
 };
 
 use crate::cluster::MapState;
@@ -26,12 +27,43 @@ fn routed_wrongly(req: &PeerRequest) -> WireError {
 
 impl Partition {
     /// Marks an inode number this partition reserved used by partition `by` (a create a split moved).
+    /// Claimed already for another partition (a split moved the name there, and another
+    /// split moved it on before the create was applied there): that partition gives it up,
+    /// unless its create used it, and the claim moves to `by` (before, the create was
+    /// refused and the name answered behind lost: `it::hugedirs`).
     pub(super) async fn peer_claim_reserved(
         self: &Arc<Self>,
+        st: &Arc<MapState>,
         client: u64,
         ino: InodeId,
         by: PartitionId,
     ) -> Result<Response, WireError> {
+        let claimant = crate::state::ids::IdAlloc::claimant(&self.store, ino.0)
+            .map_err(|e| WireError::Io(format!("{e:?}")))?;
+        if let Some(from) = claimant.filter(|c| *c != by)
+            && st.map.ext.protocol_floor >= CLAIMS_MOVE_SINCE
+        {
+            let give_up = Request::Peer(PeerRequest::GiveUpClaimed { ino });
+            match self.call_node(from, give_up).await {
+                Ok(_) => {}
+                Err(WireError::AlreadyExists) => {
+                    return Err(WireError::InvalidArgument(format!(
+                        "inode number {ino} was used by partition {from}"
+                    )));
+                }
+                // Asked again once that partition answers.
+                Err(_) => return Err(WireError::Busy),
+            }
+            self.applier
+                .run(Mutation::MoveClaim {
+                    client,
+                    ino: ino.0,
+                    from,
+                    to: by,
+                })
+                .await?;
+            return Ok(Response::Unit);
+        }
         self.applier
             .run(Mutation::ClaimReserved {
                 client,

@@ -11,6 +11,7 @@ use myriad_proto::{Caller, PeerRequest, Response, WireError, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
+use crate::state::mutation::Mutation;
 
 impl Partition {
     /// Serves one request from another server.
@@ -41,7 +42,13 @@ impl Partition {
             PeerRequest::MkdirDecided { path, ino } => self.peer_mkdir_decided(st, path, ino).await,
             PeerRequest::DirObjectConfirm { path, ino } => self.peer_dir_object_confirm(&path, ino),
             PeerRequest::ClaimReserved { client, ino, by } => {
-                self.peer_claim_reserved(client, ino, by).await
+                self.peer_claim_reserved(st, client, ino, by).await
+            }
+            PeerRequest::GiveUpClaimed { ino } => {
+                self.applier
+                    .run(Mutation::GiveUpClaimed { ino: ino.0 })
+                    .await?;
+                Ok(Response::Unit)
             }
             PeerRequest::FragmentNamed {
                 ino,

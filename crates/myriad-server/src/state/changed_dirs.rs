@@ -42,6 +42,8 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
         Mutation::Barrier
         | Mutation::ReserveIds { .. }
         | Mutation::ClaimReserved { .. }
+        | Mutation::MoveClaim { .. }
+        | Mutation::GiveUpClaimed { .. }
         | Mutation::MarkFileLocks { .. }
         // Orphans have no name anyone can read or lease.
         | Mutation::DropOrphans { .. }

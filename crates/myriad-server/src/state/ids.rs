@@ -23,6 +23,32 @@ pub struct IdAlloc {
 const ID_RANGE: u64 = 1 << 16;
 const ID_COUNTER_MAX: u64 = (1 << 40) - 1;
 const HWM_KEY: &str = "id_hwm";
+/// `claimed.<ino>` of a number given up (`give_up_claimed`); 1 is a number used.
+const GIVEN_UP: u64 = 2;
+
+/// Where a number reserved here records whom it was claimed for (`claim_reserved`).
+fn claim_key(ino: u64) -> String {
+    format!("claim.{ino:016x}")
+}
+
+/// Where a claim records the partition it is for (since protocol 39).
+fn claimant_key(ino: u64) -> String {
+    format!("claimby.{ino:016x}")
+}
+
+/// The claim of `client`'s number for partition `by`, as recorded.
+fn claim_holder(client: u64, by: PartitionId) -> u64 {
+    let mut who = [0u8; 12];
+    who[..8].copy_from_slice(&client.to_be_bytes());
+    who[8..].copy_from_slice(&by.0.to_be_bytes());
+    xxhash_rust::xxh3::xxh3_64(&who)
+}
+
+fn meta(store: &Store, key: &str) -> Result<Option<u64>, StateError> {
+    Ok(store
+        .meta_u64(key)
+        .map_err(|e| WireError::Io(e.to_string()))?)
+}
 
 impl IdAlloc {
     /// What the store holds again, after a batch this allocator handed ids for was not
@@ -169,23 +195,70 @@ impl IdAlloc {
         by: PartitionId,
     ) -> Result<(), StateError> {
         self.changes += 1;
-        let key = format!("claim.{ino:016x}");
-        let mut who = [0u8; 12];
-        who[..8].copy_from_slice(&client.to_be_bytes());
-        who[8..].copy_from_slice(&by.0.to_be_bytes());
-        let holder = xxhash_rust::xxh3::xxh3_64(&who);
-        match store
-            .meta_u64(&key)
-            .map_err(|e| WireError::Io(e.to_string()))?
-        {
-            Some(h) if h == holder => Ok(()),
+        let key = claim_key(ino);
+        match meta(store, &key)? {
+            Some(h) if h == claim_holder(client, by) => Ok(()),
             Some(_) => Err(WireError::InvalidArgument(format!(
                 "inode number {ino:#x} was claimed by another partition"
             ))
             .into()),
             None => {
                 self.use_reserved(store, batch, client, ino)?;
-                store.put_meta_u64(batch, &key, holder);
+                store.put_meta_u64(batch, &key, claim_holder(client, by));
+                store.put_meta_u64(batch, &claimant_key(ino), u64::from(by.0));
+                Ok(())
+            }
+        }
+    }
+
+    /// The partition `ino` (a number reserved here) was claimed for, if the claim said
+    /// (claims made since protocol 39 do).
+    pub(crate) fn claimant(store: &Store, ino: u64) -> Result<Option<PartitionId>, StateError> {
+        Ok(meta(store, &claimant_key(ino))?
+            .and_then(|p| u32::try_from(p).ok())
+            .map(PartitionId))
+    }
+
+    /// The claim of `client`'s number `ino` moves from partition `from` to `to`: the name
+    /// its create is for moved on (another split) before `from` used it, and `from` gave it
+    /// up (`give_up_claimed`). Refused if `from` does not hold it (any more).
+    pub(crate) fn move_claim(
+        &mut self,
+        store: &Store,
+        batch: &mut Batch,
+        client: u64,
+        ino: u64,
+        (from, to): (PartitionId, PartitionId),
+    ) -> Result<(), StateError> {
+        self.changes += 1;
+        let key = claim_key(ino);
+        if meta(store, &key)? != Some(claim_holder(client, from)) {
+            return Err(WireError::InvalidArgument(format!(
+                "inode number {ino:#x} is not claimed by partition {from}"
+            ))
+            .into());
+        }
+        store.put_meta_u64(batch, &key, claim_holder(client, to));
+        store.put_meta_u64(batch, &claimant_key(ino), u64::from(to.0));
+        Ok(())
+    }
+
+    /// This partition never uses `ino`, another partition's number claimed for it, after
+    /// all (the name its create was for moved on before the create was applied here):
+    /// refused (`AlreadyExists`) if a create here used it.
+    pub(crate) fn give_up_claimed(
+        &mut self,
+        store: &Store,
+        batch: &mut Batch,
+        ino: u64,
+    ) -> Result<(), StateError> {
+        self.changes += 1;
+        let key = format!("claimed.{ino:016x}");
+        match meta(store, &key)? {
+            Some(GIVEN_UP) => Ok(()),
+            Some(_) => Err(WireError::AlreadyExists.into()),
+            None => {
+                store.put_meta_u64(batch, &key, GIVEN_UP);
                 Ok(())
             }
         }
@@ -317,5 +390,66 @@ mod tests {
             qids.use_claimed(&there, &mut b, first).is_err(),
             "used once"
         );
+    }
+
+    /// A claim moves to a third partition once the second gave the number up unused (the
+    /// name moved on again before its create was applied there): the second can then never
+    /// use it, a move from a partition that does not hold the claim is refused, and a
+    /// number the second used cannot be given up.
+    #[test]
+    fn a_claim_moves_on_once_the_partition_holding_it_gave_it_up() {
+        let (p, q, r) = (PartitionId(3), PartitionId(5), PartitionId(6));
+        let s = store();
+        let mut ids = IdAlloc::load(&s, p).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        let first = ids
+            .reserve(&s, &mut b, 77, 4)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&s, b);
+        let mut b = Batch::new();
+        ids.claim_reserved(&s, &mut b, 77, first, q)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&s, b);
+        assert_eq!(IdAlloc::claimant(&s, first).ok().flatten(), Some(q));
+        // q gives it up, unused; then it never uses it.
+        let there = store();
+        let mut qids = IdAlloc::load(&there, q).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        qids.give_up_claimed(&there, &mut b, first)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&there, b);
+        let mut b = Batch::new();
+        assert!(qids.use_claimed(&there, &mut b, first).is_err());
+        assert!(
+            qids.give_up_claimed(&there, &mut b, first).is_ok(),
+            "asked again"
+        );
+        // The claim moves to r, not from a partition that does not hold it.
+        let mut b = Batch::new();
+        assert!(
+            ids.move_claim(&s, &mut b, 77, first, (r, q)).is_err(),
+            "r does not hold it"
+        );
+        ids.move_claim(&s, &mut b, 77, first, (q, r))
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&s, b);
+        assert_eq!(IdAlloc::claimant(&s, first).ok().flatten(), Some(r));
+        let mut b = Batch::new();
+        assert!(ids.claim_reserved(&s, &mut b, 77, first, r).is_ok(), "r's");
+        assert!(
+            ids.claim_reserved(&s, &mut b, 77, first, q).is_err(),
+            "not q's"
+        );
+        // A number a create used is not given up.
+        let mut b = Batch::new();
+        let used = q.id_base() | 11;
+        qids.use_claimed(&there, &mut b, used)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&there, b);
+        let mut b = Batch::new();
+        assert!(matches!(
+            qids.give_up_claimed(&there, &mut b, used),
+            Err(StateError::Fs(WireError::AlreadyExists))
+        ));
     }
 }

@@ -10,7 +10,7 @@ mod data;
 mod dirs;
 pub(crate) mod failure;
 mod files;
-mod ids;
+pub(crate) mod ids;
 pub(crate) mod intent;
 mod link_mutations;
 pub(crate) mod lock_marks;

@@ -58,6 +58,20 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), State
             ctx.ids.claim_reserved(ctx.store, &mut b, client, ino, by)?;
             Outcome::Unit
         }
+        Mutation::MoveClaim {
+            client,
+            ino,
+            from,
+            to,
+        } => {
+            ctx.ids
+                .move_claim(ctx.store, &mut b, client, ino, (from, to))?;
+            Outcome::Unit
+        }
+        Mutation::GiveUpClaimed { ino } => {
+            ctx.ids.give_up_claimed(ctx.store, &mut b, ino)?;
+            Outcome::Unit
+        }
         m @ Mutation::MarkFileLocks { .. } => lock_marks::execute(ctx, &mut b, m)?,
         m @ (Mutation::RecordOnce { .. } | Mutation::ForgetOnces { .. }) => {
             outcomes::execute(ctx, &mut b, m)?

@@ -170,6 +170,19 @@ pub enum Mutation {
         ino: u64,
         by: PartitionId,
     },
+    /// The claim of `client`'s number `ino` (reserved here) moves from partition `from`,
+    /// which gave it up unused, to `to` (`IdAlloc::move_claim`).
+    MoveClaim {
+        client: u64,
+        ino: u64,
+        from: PartitionId,
+        to: PartitionId,
+    },
+    /// Another partition's number `ino`, claimed for this one, is never used here: the
+    /// name its create was for moved on (`IdAlloc::give_up_claimed`).
+    GiveUpClaimed {
+        ino: u64,
+    },
     Symlink {
         dir: String,
         name: String,
