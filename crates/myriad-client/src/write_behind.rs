@@ -473,7 +473,10 @@ impl Client {
                     Err(e) if e == WireError::Busy || e.is_routing() || !again.is_empty() => {
                         again.push(op);
                     }
-                    Err(e) => journal.failed(&op, e.into()),
+                    Err(e) => {
+                        journal.failed(&op, e.into());
+                        self.leases.drop_refused(key);
+                    }
                 }
             }
             if again.is_empty() {
@@ -488,6 +491,7 @@ impl Client {
                 let r = self.for_caller(op.caller.clone()).send_one(&op).await;
                 if let Err(e) = r {
                     journal.failed(&op, e);
+                    self.leases.drop_refused(key);
                 }
                 journal.done(key, 1);
             }
