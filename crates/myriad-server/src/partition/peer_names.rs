@@ -74,6 +74,18 @@ impl Partition {
         Ok(Response::Unit)
     }
 
+    /// Another partition's number `ino`, claimed for this one, is never used here (the
+    /// name its create was for moved on): `AlreadyExists` if a create here used it.
+    pub(super) async fn peer_give_up_claimed(
+        self: &Arc<Self>,
+        ino: InodeId,
+    ) -> Result<Response, WireError> {
+        self.applier
+            .run(Mutation::GiveUpClaimed { ino: ino.0 })
+            .await?;
+        Ok(Response::Unit)
+    }
+
     /// A name that refers to a hard-linked inode kept at its home; with `id`, made once
     /// for that client change (`PeerRequest::PutLinkRefOnce`): a name its earlier try made
     /// answers `Recorded(Some(Unit))`.

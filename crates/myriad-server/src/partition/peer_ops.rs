@@ -11,7 +11,6 @@ use myriad_proto::{Caller, PeerRequest, Response, WireError, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
-use crate::state::mutation::Mutation;
 
 impl Partition {
     /// Serves one request from another server.
@@ -44,12 +43,7 @@ impl Partition {
             PeerRequest::ClaimReserved { client, ino, by } => {
                 self.peer_claim_reserved(st, client, ino, by).await
             }
-            PeerRequest::GiveUpClaimed { ino } => {
-                self.applier
-                    .run(Mutation::GiveUpClaimed { ino: ino.0 })
-                    .await?;
-                Ok(Response::Unit)
-            }
+            PeerRequest::GiveUpClaimed { ino } => self.peer_give_up_claimed(ino).await,
             PeerRequest::FragmentNamed {
                 ino,
                 chunk,
