@@ -23,8 +23,15 @@ pub struct IdAlloc {
 const ID_RANGE: u64 = 1 << 16;
 const ID_COUNTER_MAX: u64 = (1 << 40) - 1;
 const HWM_KEY: &str = "id_hwm";
-/// `claimed.<ino>` of a number given up (`give_up_claimed`); 1 is a number used.
+/// `claimed.<ino>` of a number a create here used (`use_claimed`), and of one given up
+/// (`give_up_claimed`).
+const USED: u64 = 1;
 const GIVEN_UP: u64 = 2;
+
+/// Where a partition records another partition's number claimed for it as used or given up.
+fn claimed_key(ino: u64) -> String {
+    format!("claimed.{ino:016x}")
+}
 
 /// Where a number reserved here records whom it was claimed for (`claim_reserved`).
 fn claim_key(ino: u64) -> String {
@@ -253,7 +260,7 @@ impl IdAlloc {
         ino: u64,
     ) -> Result<(), StateError> {
         self.changes += 1;
-        let key = format!("claimed.{ino:016x}");
+        let key = claimed_key(ino);
         match meta(store, &key)? {
             Some(GIVEN_UP) => Ok(()),
             Some(_) => Err(WireError::AlreadyExists.into()),
@@ -273,17 +280,13 @@ impl IdAlloc {
         ino: u64,
     ) -> Result<(), StateError> {
         self.changes += 1;
-        let key = format!("claimed.{ino:016x}");
-        if store
-            .meta_u64(&key)
-            .map_err(|e| WireError::Io(e.to_string()))?
-            .is_some()
-        {
+        let key = claimed_key(ino);
+        if meta(store, &key)?.is_some() {
             return Err(
                 WireError::InvalidArgument(format!("inode number {ino:#x} was used")).into(),
             );
         }
-        store.put_meta_u64(batch, &key, 1);
+        store.put_meta_u64(batch, &key, USED);
         Ok(())
     }
 
