@@ -227,14 +227,14 @@ impl InodeTable {
         }
     }
 
-    /// The last attributes a server gave, however old (for a read or stat by inode of
-    /// a file no name of this mount's names any more).
     /// The size and mtime this mount last saw of `ino`, from wherever they came (what it
     /// last told the kernel, but for its own changes since).
     pub fn seen(&self, ino: InodeId) -> Option<(u64, i64)> {
         self.lock().nodes.get(&ino)?.seen
     }
 
+    /// The last attributes a server gave, however old (for a read or stat by inode of
+    /// a file no name of this mount's names any more).
     pub fn last_seen(&self, ino: InodeId) -> Option<Inode> {
         let g = self.lock();
         g.nodes.get(&ino)?.fresh.as_ref().map(|(i, _)| i.clone())

@@ -38,8 +38,7 @@ impl Partition {
         ino: InodeId,
         by: PartitionId,
     ) -> Result<Response, WireError> {
-        let claimant = crate::state::ids::IdAlloc::claimant(&self.store, ino.0)
-            .map_err(|e| WireError::Io(format!("{e:?}")))?;
+        let claimant = crate::state::ids::IdAlloc::claimant(&self.store, ino.0)?;
         if let Some(from) = claimant.filter(|c| *c != by)
             && st.map.ext.protocol_floor >= CLAIMS_MOVE_SINCE
         {
@@ -176,19 +175,29 @@ impl Partition {
         // The target side of `client`'s rename: its leases are not recalled for it.
         let exempt = Context::for_client(client);
         // With the trash on, the file the name holds is kept when the rename commits
-        // (docs/trash.md), once every server can read the intent that says so.
-        let run = |keep| {
-            let prepare = RenamePrepare {
-                keep,
-                ..prepare.clone()
-            };
-            self.applier
-                .run_in(&exempt, Mutation::RenamePrepare(prepare))
+        // (docs/trash.md), once every server can read the intent that says so. Only then
+        // is the prepare copied for its tries (its chunk-0 blocks with it).
+        let spot = match st.map.ext.protocol_floor >= TRASH_KEEPS_ACROSS_SINCE {
+            true => self.spot_for_replaced(&prepare.to, flags).await?,
+            false => None,
         };
-        let outcome = if st.map.ext.protocol_floor >= TRASH_KEEPS_ACROSS_SINCE {
-            self.keeping_replaced(&prepare.to, flags, run).await?
-        } else {
-            run(None).await?
+        let outcome = match spot {
+            Some(spot) => {
+                self.at_spot(spot, |keep| {
+                    let keeping = RenamePrepare {
+                        keep: Some(keep),
+                        ..prepare.clone()
+                    };
+                    self.applier
+                        .run_in(&exempt, Mutation::RenamePrepare(keeping))
+                })
+                .await?
+            }
+            None => {
+                self.applier
+                    .run_in(&exempt, Mutation::RenamePrepare(prepare))
+                    .await?
+            }
         };
         Ok(match outcome {
             Outcome::Exchanged(inode, blocks) => Response::Exchanged {

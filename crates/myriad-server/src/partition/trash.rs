@@ -106,19 +106,11 @@ impl Partition {
             no_replace: true,
             exchange: false,
         };
-        let mut spot = self.kept_spot(path, inode);
-        let began = tokio::time::Instant::now();
-        let touched = loop {
-            let moved = match self.ready_spot(&spot, began).await {
-                Ok(kept) => self.rename(&ctx, path.to_string(), kept, flags).await,
-                Err(e) => Err(e),
-            };
-            match moved {
-                Ok(touched) => break touched,
-                Err(e) if self.next_spot(&mut spot, &e) => {}
-                Err(e) => return Err(e),
-            }
-        };
+        let touched = self
+            .at_spot(self.kept_spot(path, inode), |(kept, _)| {
+                self.rename(&ctx, path.to_string(), kept, flags)
+            })
+            .await?;
         let from_dir = split_parent(path).0;
         Ok(if touched {
             None
@@ -150,32 +142,28 @@ impl Partition {
         Ok((self.entry_node(&spot.path()) == self.me).then_some(spot))
     }
 
-    /// Runs the rename `run` to `to` with the trash's name for the file it replaces and
-    /// that file's inode (`None`: the trash keeps none, `spot_for_replaced`), its
-    /// directories made first; tried again at the spot as it changes (`next_spot`).
-    pub(crate) async fn keeping_replaced<T, Run, Fut>(
+    /// Runs `run`, the change that moves a file into the trash, with `spot`'s kept name
+    /// and the file's inode, the trash's directories made first; tried again at the spot
+    /// as it changes (`next_spot`). An unlink's move and a rename keeping the file it
+    /// replaces (`spot_for_replaced`) go through it.
+    pub(crate) async fn at_spot<T, Run, Fut>(
         self: &Arc<Self>,
-        to: &str,
-        flags: RenameFlags,
+        mut spot: KeptSpot,
         mut run: Run,
     ) -> Result<T, WireError>
     where
-        Run: FnMut(Option<(String, InodeId)>) -> Fut,
+        Run: FnMut((String, InodeId)) -> Fut,
         Fut: Future<Output = Result<T, WireError>>,
     {
         let began = tokio::time::Instant::now();
-        let mut spot = self.spot_for_replaced(to, flags).await?;
         loop {
-            let tried = match &spot {
-                Some(s) => match self.ready_spot(s, began).await {
-                    Ok(kept) => run(Some((kept, s.ino))).await,
-                    Err(e) => Err(e),
-                },
-                None => run(None).await,
+            let tried = match self.ready_spot(&spot, began).await {
+                Ok(kept) => run((kept, spot.ino)).await,
+                Err(e) => Err(e),
             };
             match tried {
                 Ok(out) => return Ok(out),
-                Err(e) if spot.as_mut().is_some_and(|s| self.next_spot(s, &e)) => {}
+                Err(e) if self.next_spot(&mut spot, &e) => {}
                 Err(e) => return Err(e),
             }
         }

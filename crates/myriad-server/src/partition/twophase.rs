@@ -301,18 +301,20 @@ impl Partition {
         to: String,
         flags: RenameFlags,
     ) -> Result<(), WireError> {
-        let renamed = self
-            .keeping_replaced(&to, flags, |keep| {
-                let rename = Mutation::RenameLocal {
-                    from: from.clone(),
-                    to: to.clone(),
-                    flags,
-                    now: self.env.now_ns(),
-                    keep,
-                };
-                self.applier.run_in(ctx, rename)
-            })
-            .await?;
+        let rename = |keep| Mutation::RenameLocal {
+            from: from.clone(),
+            to: to.clone(),
+            flags,
+            now: self.env.now_ns(),
+            keep,
+        };
+        let renamed = match self.spot_for_replaced(&to, flags).await? {
+            Some(spot) => {
+                self.at_spot(spot, |keep| self.applier.run_in(ctx, rename(Some(keep))))
+                    .await?
+            }
+            None => self.applier.run_in(ctx, rename(None)).await?,
+        };
         if let Outcome::Renamed(gc, dropped) = renamed {
             if let Some(gc) = gc {
                 self.spawn_gc(gc);

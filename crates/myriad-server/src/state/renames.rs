@@ -373,20 +373,25 @@ fn target_resolve(
                     ctx.store.trim_blocks(b, old.ino, 0, 0, c0)?;
                 }
                 Some(_) if exchange => {}
-                // With the trash on, kept (docs/trash.md); freed if it cannot be (its day
-                // purged since the prepare, both of its names taken).
-                Some(old)
-                    if let Some((kept, _)) = keep.as_ref().filter(|(_, i)| *i == old.ino)
-                        && keep_replaced(ctx, b, kept, old.clone(), now).is_ok() => {}
                 Some(old) => {
-                    if keep.is_some() {
-                        tracing::warn!(
-                            ino = old.ino.0,
-                            "the trash could not keep a file a rename replaced: freed"
-                        );
+                    // With the trash on, kept (docs/trash.md); freed if it cannot be (its
+                    // day purged since the prepare, both of its names taken).
+                    let kept =
+                        keep.as_ref()
+                            .filter(|(_, i)| *i == old.ino)
+                            .is_some_and(|(kept, _)| {
+                                keep_replaced(ctx, b, kept, old.clone(), now).is_ok()
+                            });
+                    if !kept {
+                        if keep.is_some() {
+                            tracing::warn!(
+                                ino = old.ino.0,
+                                "the trash could not keep a file a rename replaced: freed"
+                            );
+                        }
+                        gc = drop_file_data(ctx, b, old, now)?;
+                        dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
                     }
-                    gc = drop_file_data(ctx, b, old, now)?;
-                    dropped_link = Some(old.clone()).filter(|o| o.kind == FileKind::HardLink);
                 }
                 None => {}
             }
