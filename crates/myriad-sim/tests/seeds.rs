@@ -863,6 +863,23 @@ fn a_change_long_short_of_allowance_is_not_applied_after_its_client_gave_up() {
     });
 }
 
+/// Found at stop 86: a second copy of a create (the network sent it twice) waited 5 s
+/// behind the first, which was short of allowance and answered `TimedOut`; the copy then
+/// ran, got allowance at once and was applied after its client had given up and removed
+/// the name (answered `NotFound`): the name came back. A change's time held up now counts
+/// from its arrival, the wait behind its own copy included (`Made::arrived`).
+#[test]
+fn a_copy_of_a_change_that_waited_behind_its_twin_is_not_applied_late() {
+    check(&SimConfig {
+        quotas: true,
+        trash: true,
+        behind: true,
+        leases: true,
+        ops_per_client: 300,
+        ..busy(1032)
+    });
+}
+
 /// The trash on (docs/trash.md): every unlink moves its file to `/.trash`; at the end the
 /// trash keeps a file for every removal acknowledged and none more than were tried,
 /// through failovers, splits, write-behind batches, directory moves and quotas.

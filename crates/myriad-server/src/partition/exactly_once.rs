@@ -41,6 +41,7 @@ impl Partition {
         (visible, made): (bool, &Made),
     ) -> Result<Response, WireError> {
         self.admit_once(epoch, &request)?;
+        let arrived = tokio::time::Instant::now();
         let _running = self.changes.run((id.client, id.seq)).await;
         if let Some(answer) = crate::state::outcomes::recorded(&self.store, id.client, id.seq)? {
             // A retry: its client never had the answer. Not a resend (`serve_resend`),
@@ -50,6 +51,9 @@ impl Partition {
             }
             return self.answer_recorded(made, &request, answer).await;
         }
+        // A copy that waited behind its twin (which applied nothing) may find its client
+        // gone on since (simulation seed 1032): held up from its arrival, not from now.
+        crate::partition::made::in_time(arrived)?;
         // Noted before it runs: a resend of another client's lost change arriving
         // meanwhile must not be applied over it.
         self.resend_guard.note(&request, id.client, id.seq);
@@ -62,6 +66,7 @@ impl Partition {
         ));
         let made = Made {
             once: Some(slot.clone()),
+            arrived: Some(arrived),
             ..made.clone()
         };
         let body = Request::Client(request);

@@ -46,6 +46,9 @@ pub(crate) struct Made {
     /// The client's batch being served (`Applier::hold`): its changes share a store
     /// batch.
     pub(crate) serving: Option<u64>,
+    /// When the change arrived here, if it waited before it began (behind a copy of
+    /// itself the network sent twice): its time held up counts from then (`in_time`).
+    pub(crate) arrived: Option<tokio::time::Instant>,
 }
 
 /// The directories a batch's changes touched, waiting for the batch's end, each with the

@@ -59,7 +59,7 @@ impl Partition {
     ) -> Result<Response, WireError> {
         use crate::partition::quota_grants::{SHORT_RETRIES_MAX, SHORT_WAITS_MAX};
         let (mut asked, mut waited, mut settled) = (0, 0, 0);
-        let began = tokio::time::Instant::now();
+        let began = made.arrived.unwrap_or_else(tokio::time::Instant::now);
         loop {
             let again = body.clone();
             match self
