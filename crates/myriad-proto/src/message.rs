@@ -94,7 +94,10 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// replaced by a rename between partitions (docs/trash.md): a stored intent servers of 38
 /// cannot read (`Intent::RenameInKeeping`), written only while the map's floor is 39. And
 /// `PeerRequest::GiveUpClaimed` (a reserved number's claim moved between partitions).
-pub const PROTOCOL_VERSION: u16 = 39;
+/// 40: quotas leave the trash out (docs/quotas.md "The trash"): nothing on the wire
+/// changed; partitions count by the new rule once the map's floor is 40, so that every
+/// primary of a partition counts by one rule.
+pub const PROTOCOL_VERSION: u16 = 40;
 
 /// The first protocol with undecided directory objects: a server marks the object of a
 /// mkdir only once the map's floor is this.
@@ -103,6 +106,11 @@ pub const DIR_UNDECIDED_SINCE: u16 = 39;
 /// The first protocol whose servers read the intent of a rename between partitions that
 /// keeps the file it replaces in the trash: written only once the map's floor is this.
 pub const TRASH_KEEPS_ACROSS_SINCE: u16 = 39;
+
+/// The first protocol whose servers leave the trash out of every quota not set in it:
+/// partitions switch to it (counting the quotas it changes afresh) once the map's floor
+/// is this.
+pub const QUOTAS_LEAVE_TRASH_SINCE: u16 = 40;
 
 /// The first protocol whose servers move a reserved number's claim between partitions
 /// (`PeerRequest::GiveUpClaimed`): sent only once the map's floor is this.

@@ -9,6 +9,8 @@ use crate::InodeId;
 
 /// The trash's root directory.
 pub const TRASH_ROOT: &str = "/.trash";
+/// The trash's own name in `/`.
+pub const TRASH_NAME: &str = ".trash";
 /// `/.trash` and each date's directory: anyone may pass, no one but root may list.
 pub const TRASH_DIR_MODE: u32 = 0o711;
 /// A user's directory of a date and every directory below it: the user's alone.
@@ -162,6 +164,7 @@ mod tests {
     #[test]
     fn only_the_trash_and_what_is_in_it_are_in_the_trash() {
         assert!(in_trash("/.trash"));
+        assert_eq!(format!("/{TRASH_NAME}"), TRASH_ROOT);
         assert!(in_trash("/.trash/2026-12-06/0/x"));
         assert!(!in_trash("/.trashcan/x"));
         assert!(!in_trash("/lab/.trash"));

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use myriad_placement::ClusterMap;
+use myriad_proto::QUOTAS_LEAVE_TRASH_SINCE;
 use myriad_storage::QuotaRoot;
 
 use crate::cluster::MapState;
@@ -13,8 +14,10 @@ use crate::metrics::QuotaPart;
 use crate::partition::core::Partition;
 use crate::state::mutation::Mutation;
 
-/// The quotas of `map` as partitions count them.
+/// The quotas of `map` as partitions count them (the trash left out once the map's floor
+/// says every server does so).
 fn roots(map: &ClusterMap) -> Vec<QuotaRoot> {
+    let trash_apart = map.ext.protocol_floor >= QUOTAS_LEAVE_TRASH_SINCE;
     map.ext
         .quotas
         .iter()
@@ -23,6 +26,7 @@ fn roots(map: &ClusterMap) -> Vec<QuotaRoot> {
             path: q.path.clone(),
             max_files: q.max_files,
             max_bytes: q.max_bytes,
+            trash_apart,
         })
         .collect()
 }

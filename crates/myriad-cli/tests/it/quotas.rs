@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use myriad_client::{Client, NodeId, RenameFlags};
+use myriad_client::{Caller, Client, NodeId, RenameFlags};
 
 use crate::harness::TestCluster;
 
@@ -49,7 +49,7 @@ async fn walk(c: &Client, dir: &str) -> (u64, u64) {
     let mut todo = vec![dir.to_string()];
     while let Some(d) = todo.pop() {
         for e in c.readdir(&d).await.unwrap_or_else(|e| panic!("{d}: {e}")) {
-            let p = format!("{d}/{}", e.name);
+            let p = format!("{}/{}", d.trim_end_matches('/'), e.name);
             let st = c.stat(&p).await.unwrap_or_else(|e| panic!("{p}: {e}"));
             total.0 += 1;
             match st.kind {
@@ -497,4 +497,86 @@ fn df_under_a_quota_shows_the_quota_s_limit_and_usage() {
     assert_eq!(sum(r#"myriad_quota_bytes{path="/lab"} "#), 49_152);
     assert_eq!(sum(r#"myriad_quota_limit_files{path="/lab"} "#), 100);
     assert_eq!(sum(r#"myriad_quota_limit_bytes{path="/lab"} "#), 1_048_576);
+}
+
+/// The names `quota get PATH` says the quota on `root` holds.
+fn used_files(tc: &TestCluster, path: &str, root: &str) -> u64 {
+    let text = get(tc, path);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{root}:")))
+        .unwrap_or_else(|| panic!("no quota on {root} in\n{text}"));
+    line.split("files ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"))
+}
+
+/// With the trash on, a removed file leaves a quota on `/` (docs/quotas.md "The trash"):
+/// a full tree takes new files again after an `rm`, a restore takes the name back, and a
+/// quota set on the trash counts what it keeps, exactly as a walk does.
+#[test]
+fn a_quota_on_the_root_leaves_out_what_the_trash_keeps() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "3"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let c = tc.client();
+    let days = tc.cli(&["trash", "days", "3"]);
+    assert!(days.status.success(), "{days:?}");
+    rt.block_on(async {
+        c.mkdir("/lab", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+    });
+    let out = tc.cli(&["quota", "set", "/", "--files", "12"]);
+    assert!(out.status.success(), "{out:?}");
+    // /lab and 11 files: full.
+    let (made, e) = rt.block_on(fill(c.clone(), "/lab".into(), 0));
+    assert_eq!((made, e), (11, Some(myriad_client::FsError::QuotaExceeded)));
+    rt.block_on(async {
+        for i in 0..5 {
+            c.unlink(&format!("/lab/f{i}"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+    // Kept, and out of the quota (the trash's own name too): /lab and 6 files left. The
+    // first removal made the trash's directories while the tree was full.
+    assert!(trash_lists(&tc, "/lab/f0"));
+    assert_eq!(used_files(&tc, "/", "/"), 7);
+    let (again, e) = rt.block_on(fill(c.clone(), "/lab".into(), 100));
+    assert_eq!((again, e), (5, Some(myriad_client::FsError::QuotaExceeded)));
+    // A restore into the full tree is refused; with room, it takes its name back.
+    let refused = tc.cli(&["trash", "restore", "/lab/f0"]);
+    assert!(!refused.status.success(), "{refused:?}");
+    rt.block_on(async {
+        c.unlink("/lab/f100").await.unwrap_or_else(|e| panic!("{e}"));
+    });
+    let restored = tc.cli(&["trash", "restore", "/lab/f0"]);
+    assert!(restored.status.success(), "{restored:?}");
+    assert_eq!(used_files(&tc, "/", "/"), 12);
+    // A quota on the trash counts what it keeps; the root's, the walk's less the trash.
+    let out = tc.cli(&["quota", "set", "/.trash", "--files", "1000"]);
+    assert!(out.status.success(), "{out:?}");
+    let root = tc.client_as(tc.map.clone(), Duration::from_secs(10), Caller::root());
+    let (all, kept) = rt.block_on(async { (walk(&root, "/").await, walk(&root, "/.trash").await) });
+    assert_eq!(used_files(&tc, "/.trash", "/.trash"), kept.0);
+    assert_eq!(used_files(&tc, "/lab", "/"), all.0 - kept.0 - 1);
+    // A full trash refuses a removal rather than free what it should keep.
+    let full = kept.0.to_string();
+    let out = tc.cli(&["quota", "set", "/.trash", "--files", &full]);
+    assert!(out.status.success(), "{out:?}");
+    rt.block_on(async {
+        assert_eq!(
+            c.unlink("/lab/f5").await.err(),
+            Some(myriad_client::FsError::QuotaExceeded)
+        );
+        assert!(c.stat("/lab/f5").await.is_ok(), "the file stays");
+    });
+}
+
+/// Whether `myriad trash list` shows `path`.
+fn trash_lists(tc: &TestCluster, path: &str) -> bool {
+    let out = tc.cli(&["trash", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).contains(path)
 }

@@ -47,12 +47,14 @@ impl KeptQuotas {
         (checked, may_move): (bool, bool),
     ) -> Result<Counted, StorageError> {
         if let Some(next) = Store::quota_set_in(batch)? {
-            // A sync writes the set and the usage of quotas new here itself. What this
-            // stage changed of the quotas it keeps goes in with it (a quota it drops is
-            // dropped); all is read back from the stage next time.
+            // A sync writes the set and the usage of quotas it counts afresh itself (new
+            // here, or under a new rule for the trash). What this stage changed of the
+            // other quotas it keeps goes in with it (a quota it drops is dropped); all is
+            // read back from the stage next time.
             for id in std::mem::take(&mut self.dirty) {
                 if let Some(u) = self.usage.get(&id)
                     && next.iter().any(|q| q.id == id)
+                    && !Store::writes_quota_usage(batch, id)
                 {
                     store.put_quota_usage(batch, id, u);
                 }

@@ -497,3 +497,34 @@ async fn a_mutation_completes_the_change_its_context_carries_and_no_other() {
     let job = ctx.job_for(&create("again"));
     assert!(job.is_none(), "a settled change was completed twice");
 }
+
+/// A map that leaves the trash out of a quota on `/` (protocol 40) has the partition count
+/// that quota afresh in the sync's own batch, and every change after by the new rule.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_quota_on_the_root_is_counted_afresh_when_the_trash_leaves_it() {
+    let (applier, _syncer, store) = rooted_tasks(disk(), Arc::new(Recorder::default())).await;
+    let root = |trash_apart| myriad_storage::QuotaRoot {
+        id: 7,
+        path: "/".into(),
+        max_files: 0,
+        max_bytes: 0,
+        trash_apart,
+    };
+    let sync = |epoch, apart| Mutation::SyncQuotas {
+        epoch,
+        roots: vec![root(apart)],
+    };
+    let usage = || store.quota_usage(7).map(|u| (u.files, u.bytes)).ok();
+    applier.run(sync(5, false)).await.unwrap_or_else(|e| panic!("{e}"));
+    // `.trash` in `/` (a file here: only its name matters) and a file beside it.
+    for name in [".trash", "a"] {
+        applier.run(create(name)).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(usage(), Some((2, 2)));
+    applier.run(sync(6, true)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(usage(), Some((1, 1)), "the trash's own name left the quota");
+    applier.run(create("b")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(usage(), Some((2, 2)));
+    assert_eq!(store.quota_drift().ok(), Some(None));
+    assert_eq!(store.quota_set().ok(), Some((6, vec![root(true)])));
+}

@@ -14,13 +14,21 @@
 //! regular file's entry adds its size, the larger of what it is and what a pending change
 //! makes it (a file renamed in from another partition counts from the rename's prepare). A hard link's names count as names; its
 //! inode, at its home (`//i`), is in no tree.
+//!
+//! The trash (`/.trash`, its own name in `/` too) is in no quota but those set in it, once the partition counts by
+//! that rule (`quota-trash-apart`, written by the sync of a map whose floor has it, which
+//! counts the quotas it changes for from scratch): every primary of a partition counts by
+//! the one rule its store names, so none counts a root quota one way and the next the
+//! other.
 
 use std::collections::BTreeMap;
 
 use myriad_proto::FileKind;
+use myriad_proto::trash::{TRASH_NAME, in_trash};
 use serde::{Deserialize, Serialize};
 
 use crate::StorageError;
+use crate::keys::entry_key;
 use crate::kv::{Batch, Space};
 use crate::records::EntryRecord;
 use crate::store::kept_stats::entry_parts;
@@ -28,6 +36,8 @@ use crate::store::{Store, decode, encode};
 
 const SET_KEY: &[u8] = b"quota-set";
 const USAGE_PREFIX: &[u8] = b"quota-usage\0";
+/// Present: the quotas counted here leave the trash out (`QuotaRoot::trash_apart`).
+const TRASH_APART_KEY: &[u8] = b"quota-trash-apart";
 
 /// A quota as a partition counts it: its id (never reused), its tree's root, and its
 /// limits (0: none of that kind; what is limited is enforced, `quota_ledger.rs`).
@@ -37,14 +47,35 @@ pub struct QuotaRoot {
     pub path: String,
     pub max_files: u64,
     pub max_bytes: u64,
+    /// The trash is out of this quota's tree unless the quota is set in it (maps whose
+    /// floor is `TRASH_APART_SINCE`). Stored once for the set (`quota-trash-apart`), not
+    /// with each root, so the set's record reads the same at every release.
+    #[serde(skip)]
+    pub trash_apart: bool,
 }
 
 impl QuotaRoot {
+    /// Whether the trash's rule changes this quota's tree: only a quota on `/` encloses
+    /// the trash without being set in it.
+    fn encloses_trash(&self) -> bool {
+        self.path == "/"
+    }
+
+    /// Whether the entry of `dir` whose key is `key` is in this quota's tree: its
+    /// directory is, and it is not the trash's own name in `/` left out with the trash.
+    fn holds_entry(&self, dir: &str, key: &[u8]) -> bool {
+        self.holds_entries_of(dir)
+            && !(dir == "/"
+                && self.trash_apart
+                && self.encloses_trash()
+                && key == entry_key("/", TRASH_NAME))
+    }
+
     /// Whether the entries of `dir` are in this quota's tree (`dir` and the root are
     /// normalized paths; reserved directories `//...` are in none).
     #[must_use]
     pub fn holds_entries_of(&self, dir: &str) -> bool {
-        if dir.starts_with("//") {
+        if dir.starts_with("//") || (self.trash_apart && in_trash(dir) && !in_trash(&self.path)) {
             return false;
         }
         self.path == "/"
@@ -103,10 +134,15 @@ pub type QuotaSet = (u64, Vec<QuotaRoot>);
 impl Store {
     /// The quotas this partition counts (none before a map with quotas reached it).
     pub fn quota_set(&self) -> Result<QuotaSet, StorageError> {
-        match self.kv().get(Space::Meta, SET_KEY)? {
-            Some(v) => decode("meta", &v),
-            None => Ok((0, Vec::new())),
+        let (epoch, mut roots): QuotaSet = match self.kv().get(Space::Meta, SET_KEY)? {
+            Some(v) => decode("meta", &v)?,
+            None => return Ok((0, Vec::new())),
+        };
+        let apart = self.kv().get(Space::Meta, TRASH_APART_KEY)?.is_some();
+        for r in &mut roots {
+            r.trash_apart = apart;
         }
+        Ok((epoch, roots))
     }
 
     /// This partition's usage of quota `id` (zero when it holds nothing of its tree).
@@ -133,7 +169,13 @@ impl Store {
         for gone in had.iter().filter(|q| !roots.iter().any(|r| r.id == q.id)) {
             b.delete(Space::Meta, usage_key(gone.id));
         }
-        for new in roots.iter().filter(|r| !had.iter().any(|q| q.id == r.id)) {
+        // A quota new here, or one the trash's rule changes the tree of: from scratch.
+        let counted_alike = |r: &QuotaRoot| {
+            had.iter().any(|q| {
+                q.id == r.id && (q.trash_apart == r.trash_apart || !r.encloses_trash())
+            })
+        };
+        for new in roots.iter().filter(|r| !counted_alike(r)) {
             let usage = self.count_quota(new)?;
             self.put_quota_usage(&mut b, new.id, &usage);
         }
@@ -142,21 +184,44 @@ impl Store {
             SET_KEY.to_vec(),
             encode(&(epoch, roots.to_vec())),
         );
+        if roots.iter().any(|r| r.trash_apart) {
+            b.put(Space::Meta, TRASH_APART_KEY.to_vec(), encode(&true));
+        } else if had.iter().any(|r| r.trash_apart) {
+            b.delete(Space::Meta, TRASH_APART_KEY.to_vec());
+        }
         Ok(b)
     }
 
     /// The quotas `batch` makes the partition count, if it changes them (a sync).
     pub fn quota_set_in(batch: &Batch) -> Result<Option<Vec<QuotaRoot>>, StorageError> {
-        let set = batch
+        let last = |key: &[u8]| {
+            batch
+                .ops
+                .iter()
+                .rev()
+                .find(|(s, k, _)| *s == Space::Meta && k.as_slice() == key)
+        };
+        let mut roots = match last(SET_KEY) {
+            Some((_, _, Some(v))) => decode::<QuotaSet>("meta", v)?.1,
+            Some((_, _, None)) => Vec::new(),
+            None => return Ok(None),
+        };
+        // A sync writes the rule with the set whenever the set has it.
+        let apart = matches!(last(TRASH_APART_KEY), Some((_, _, Some(_))));
+        for r in &mut roots {
+            r.trash_apart = apart;
+        }
+        Ok(Some(roots))
+    }
+
+    /// Whether `batch` writes quota `id`'s usage itself (a sync that counted it afresh).
+    #[must_use]
+    pub fn writes_quota_usage(batch: &Batch, id: u64) -> bool {
+        let key = usage_key(id);
+        batch
             .ops
             .iter()
-            .rev()
-            .find(|(s, k, _)| *s == Space::Meta && k.as_slice() == SET_KEY);
-        match set {
-            Some((_, _, Some(v))) => Ok(Some(decode::<QuotaSet>("meta", v)?.1)),
-            Some((_, _, None)) => Ok(Some(Vec::new())),
-            None => Ok(None),
-        }
+            .any(|(s, k, _)| *s == Space::Meta && *k == key)
     }
 
     /// Changes `usage` (read from the store where it has no value yet) by what `batch`'s
@@ -182,7 +247,7 @@ impl Store {
                 continue;
             };
             let enclosing: Vec<&QuotaRoot> =
-                set.iter().filter(|q| q.holds_entries_of(&dir)).collect();
+                set.iter().filter(|q| q.holds_entry(&dir, key)).collect();
             if enclosing.is_empty() {
                 continue;
             }
@@ -224,7 +289,7 @@ impl Store {
         let prefix = if q.path == "/" { "/" } else { q.path.as_str() };
         self.each_pair(Space::Entries, prefix.as_bytes(), |k, v| {
             if let Some((dir, _)) = entry_parts(&k)
-                && q.holds_entries_of(&dir)
+                && q.holds_entry(&dir, &k)
                 && let Some(c) = counted(&v)
             {
                 usage.change(c, true);

@@ -77,6 +77,7 @@ fn only_limited_kinds_are_short() {
         path: "/q".into(),
         max_files,
         max_bytes,
+        trash_apart: false,
     };
     let used = QuotaUsage {
         files: 5,

@@ -24,6 +24,7 @@ fn root(id: u64, path: &str) -> QuotaRoot {
         path: path.into(),
         max_files: 0,
         max_bytes: 0,
+        trash_apart: false,
     }
 }
 
@@ -140,4 +141,59 @@ fn a_quota_holds_the_entries_of_its_tree_only() {
         "hard links' homes are in no tree"
     );
     assert!(!r.holds_entries_of("//o"));
+}
+
+#[test]
+fn with_the_trash_apart_only_a_quota_set_in_the_trash_holds_it() {
+    let apart = |id, path: &str| QuotaRoot {
+        trash_apart: true,
+        ..root(id, path)
+    };
+    assert!(root(1, "/").holds_entries_of("/.trash/2026-12-07/0"));
+    let r = apart(1, "/");
+    assert!(r.holds_entries_of("/") && r.holds_entries_of("/.trashcan"));
+    assert!(!r.holds_entries_of("/.trash") && !r.holds_entries_of("/.trash/d/0/a"));
+    let t = apart(2, "/.trash");
+    assert!(t.holds_entries_of("/.trash") && t.holds_entries_of("/.trash/d/0/a"));
+    assert!(apart(3, "/.trash/d").holds_entries_of("/.trash/d/0"));
+}
+
+#[test]
+fn a_map_that_leaves_the_trash_out_recounts_the_quotas_it_changes_and_no_other() {
+    let s = store();
+    change(&s, |s, b| {
+        s.put_entry(b, "/", "lab", &visible(2, FileKind::Directory, 0));
+        s.put_entry(b, "/lab", "a", &visible(3, FileKind::File, 100));
+        s.put_entry(b, "/", ".trash", &visible(5, FileKind::Directory, 0));
+        s.put_entry(b, "/.trash/d/0/lab", "b", &visible(4, FileKind::File, 50));
+    });
+    sync(&s, 10, &[root(10, "/"), root(11, "/lab"), root(12, "/.trash")]);
+    assert_eq!(usage(&s, 10), (4, 150));
+    let apart = |r: QuotaRoot| QuotaRoot {
+        trash_apart: true,
+        ..r
+    };
+    let next = [
+        apart(root(10, "/")),
+        apart(root(11, "/lab")),
+        apart(root(12, "/.trash")),
+    ];
+    let b = s.sync_quotas(13, &next).unwrap_or_else(|e| panic!("{e}"));
+    // The root's usage is written afresh by the sync; the others' are left as kept.
+    assert!(Store::writes_quota_usage(&b, 10));
+    assert!(!Store::writes_quota_usage(&b, 11) && !Store::writes_quota_usage(&b, 12));
+    let set = Store::quota_set_in(&b).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(set.as_deref(), Some(&next[..]));
+    s.commit(b).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(usage(&s, 10), (2, 100));
+    assert_eq!((usage(&s, 11), usage(&s, 12)), ((1, 100), (1, 50)));
+    // The rule is read back with the set, and every change after counts by it.
+    assert_eq!(s.quota_set().ok().map(|(_, r)| r), Some(next.to_vec()));
+    change(&s, |s, b| {
+        s.delete_entry(b, "/lab", "a");
+        s.put_entry(b, "/.trash/d/0/lab", "a", &visible(3, FileKind::File, 100));
+    });
+    assert_eq!(usage(&s, 10), (1, 0));
+    assert_eq!(usage(&s, 12), (2, 150));
+    assert_eq!(s.quota_drift().unwrap_or_else(|e| panic!("{e}")), None);
 }
