@@ -473,6 +473,29 @@ fn files_replaced_from_another_partition_and_last_names_of_linked_files_are_kept
         std::fs::read(m.path(&last[1..])).unwrap_or_else(|e| panic!("{e}")),
         b"linked\n"
     );
+    // The last name of a linked file replaced by a rename, within its directory and from
+    // the other directory's partition: kept, and restored with the file's contents.
+    let script = format!(
+        "printf 'L1\n' > x0/m && ln x0/m x{there}/m && rm x0/m \
+         && printf 'R1\n' > x{there}/t && mv x{there}/t x{there}/m \
+         && printf 'L2\n' > x0/k && ln x0/k x{there}/k && rm x{there}/k \
+         && printf 'R2\n' > x{there}/s && mv x{there}/s x0/k"
+    );
+    let (ok, out) = sh_as(1000, &proj, &script);
+    assert!(ok, "{out}");
+    settle(&m);
+    let listed = ok_cli(&tc, &["trash", "list"]);
+    for (path, was, now) in [
+        (format!("/proj/x{there}/m"), "L1\n", "R1\n"),
+        ("/proj/x0/k".to_string(), "L2\n", "R2\n"),
+    ] {
+        assert!(listed.contains(&path), "{path} not kept:\n{listed}");
+        let to = format!("{path}.old");
+        cli_as(&tc, 1000, &["trash", "restore", &path, "--to", &to]);
+        let read = |p: &str| std::fs::read(m.path(&p[1..])).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert_eq!(read(&to), was.as_bytes(), "{path}");
+        assert_eq!(read(&path), now.as_bytes(), "{path}");
+    }
 }
 
 /// A file made and removed at once through the mount (both answered behind, from the

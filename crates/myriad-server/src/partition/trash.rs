@@ -120,11 +120,13 @@ impl Partition {
     }
 
     /// With the trash on, where a rename to `to` keeps the file it replaces: `None` if it
-    /// keeps none (the trash off, `to` in the trash, nothing or a directory or a hard
-    /// link's name there, or no bucket puts the kept name on this partition, the one
-    /// holding `to`'s name, which keeps it in the rename's own batch: a split trash
-    /// directory; docs/trash.md "Not yet"). Asked by the rename within a partition and by
-    /// the destination's prepare of one between two (`peer_rename_prepare`).
+    /// keeps none (the trash off, `to` in the trash, nothing or a directory there, a name
+    /// of a hard-linked file that has others, or no bucket puts the kept name on this
+    /// partition, the one holding `to`'s name, which keeps it in the rename's own batch: a
+    /// split trash directory; docs/trash.md "Not yet"). What is kept is what an unlink of
+    /// the name would keep (`kept_by_trash`): the last name of a hard-linked file too, its
+    /// inode staying at its home. Asked by the rename within a partition and by the
+    /// destination's prepare of one between two (`peer_rename_prepare`).
     pub(crate) async fn spot_for_replaced(
         self: &Arc<Self>,
         to: &str,
@@ -134,9 +136,12 @@ impl Partition {
             return Ok(None);
         }
         let old = match self.lookup(to).await {
-            Ok(old) if Self::trash_keeps(&old) => old,
-            Ok(_) | Err(WireError::NotFound) => return Ok(None),
+            Ok(old) => self.kept_by_trash(old).await?,
+            Err(WireError::NotFound) => None,
             Err(e) => return Err(e),
+        };
+        let Some(old) = old else {
+            return Ok(None);
         };
         let spot = self.kept_spot(to, &old);
         Ok((self.entry_node(&spot.path()) == self.me).then_some(spot))
