@@ -120,6 +120,12 @@ pub enum WireError {
     /// Never sent (`for_version` turns one left over into `Busy`). Protocol 39.
     #[error("{dir}: its mkdir is not decided yet; try again")]
     DirUndecided { dir: String, ino: InodeId },
+    /// A rename the file system makes only as a copy (EXDEV): a directory's, or an
+    /// exchange, across the boundary of a limited directory quota (docs/quotas.md), as XFS
+    /// and CephFS answer; `mv` then copies and removes, each step counted and checked.
+    /// Protocol 40: a peer below it is sent `NotSupported` instead (`for_version`).
+    #[error("invalid cross-device link: {0}")]
+    CrossDevice(String),
 }
 
 /// What the client library returns: what the file system says of a request, or that it
@@ -184,6 +190,9 @@ pub enum FsError {
     /// A directory quota's limit would be passed (EDQUOT; docs/quotas.md).
     #[error("disk quota exceeded")]
     QuotaExceeded,
+    /// A rename made only as a copy (EXDEV): across the boundary of a limited quota.
+    #[error("invalid cross-device link: {0}")]
+    CrossDevice(String),
 }
 
 impl From<WireError> for FsError {
@@ -221,6 +230,7 @@ impl From<WireError> for FsError {
             WireError::ReadOnly => FsError::ReadOnly,
             WireError::TooManyLinks => FsError::TooManyLinks,
             WireError::QuotaExceeded => FsError::QuotaExceeded,
+            WireError::CrossDevice(m) => FsError::CrossDevice(m),
             WireError::QuotaShort { .. } | WireError::DirUndecided { .. } => FsError::Busy,
             e @ (WireError::Redirect(_)
             | WireError::MapTooOld(_)
@@ -258,6 +268,7 @@ impl From<FsError> for WireError {
             FsError::ReadOnly => WireError::ReadOnly,
             FsError::TooManyLinks => WireError::TooManyLinks,
             FsError::QuotaExceeded => WireError::QuotaExceeded,
+            FsError::CrossDevice(m) => WireError::CrossDevice(m),
         }
     }
 }
@@ -303,7 +314,8 @@ impl FsError {
             | FsError::NoSuchOffset
             | FsError::ReadOnly
             | FsError::TooManyLinks
-            | FsError::QuotaExceeded => ErrorKind::Posix,
+            | FsError::QuotaExceeded
+            | FsError::CrossDevice(_) => ErrorKind::Posix,
             FsError::Busy | FsError::Unavailable(_) | FsError::TimedOut(_) => ErrorKind::Retry,
             FsError::Protocol(_) => ErrorKind::Protocol,
         }
@@ -333,6 +345,7 @@ impl FsError {
             FsError::ReadOnly => 30,           // EROFS
             FsError::TooManyLinks => 40,       // ELOOP
             FsError::QuotaExceeded => 122,     // EDQUOT
+            FsError::CrossDevice(_) => 18,     // EXDEV
             FsError::Io(_)
             | FsError::Corrupt { .. }
             | FsError::Unavailable(_)
@@ -451,6 +464,7 @@ mod tests {
                 dir: "/d".into(),
                 ino: InodeId(9),
             },
+            WireError::CrossDevice("across".into()),
         ]
     }
 
@@ -511,5 +525,6 @@ mod tests {
             ino: InodeId(1),
         };
         assert_eq!(at(undecided), 30);
+        assert_eq!(at(WireError::CrossDevice(String::new())), 31);
     }
 }

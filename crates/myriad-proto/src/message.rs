@@ -94,9 +94,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// replaced by a rename between partitions (docs/trash.md): a stored intent servers of 38
 /// cannot read (`Intent::RenameInKeeping`), written only while the map's floor is 39. And
 /// `PeerRequest::GiveUpClaimed` (a reserved number's claim moved between partitions).
-/// 40: quotas leave the trash out (docs/quotas.md "The trash"): nothing on the wire
-/// changed; partitions count by the new rule once the map's floor is 40, so that every
-/// primary of a partition counts by one rule.
+/// 40: quotas leave the trash out (docs/quotas.md "The trash"): partitions count by the
+/// new rule once the map's floor is 40, so that every primary of a partition counts by
+/// one rule. And `WireError::CrossDevice` (EXDEV) appended, sent only to peers of 40.
 pub const PROTOCOL_VERSION: u16 = 40;
 
 /// The first protocol with undecided directory objects: a server marks the object of a
@@ -111,6 +111,10 @@ pub const TRASH_KEEPS_ACROSS_SINCE: u16 = 39;
 /// partitions switch to it (counting the quotas it changes afresh) once the map's floor
 /// is this.
 pub const QUOTAS_LEAVE_TRASH_SINCE: u16 = 40;
+
+/// The first protocol that reads `WireError::CrossDevice`: an older peer is sent
+/// `NotSupported` (EOPNOTSUPP, what it answered for such a rename) instead.
+pub const CROSS_DEVICE_SINCE: u16 = 40;
 
 /// The first protocol whose servers move a reserved number's claim between partitions
 /// (`PeerRequest::GiveUpClaimed`): sent only once the map's floor is this.
@@ -341,6 +345,9 @@ impl ResponseFrame {
         match &self.result {
             Err(WireError::QuotaExceeded) if version < QUOTA_ERRORS_SINCE => {
                 self.result = Err(WireError::NoSpace);
+            }
+            Err(WireError::CrossDevice(m)) if version < CROSS_DEVICE_SINCE => {
+                self.result = Err(WireError::NotSupported(m.clone()));
             }
             Err(WireError::QuotaShort { .. } | WireError::DirUndecided { .. }) => {
                 self.result = Err(WireError::Busy);
@@ -753,5 +760,34 @@ mod version_tests {
         assert!(scope(35, || decode::<Response>(&r34)).is_err());
         // Outside any scope: as 34 (what the Raft log holds until the protocol floor).
         assert_eq!(encode(&reply).unwrap_or_default(), r34);
+    }
+}
+
+#[cfg(test)]
+mod older_peer_tests {
+    use super::*;
+
+    /// An answer a peer's version cannot read is sent as the one it knew for the case.
+    #[test]
+    fn an_older_peer_is_sent_what_its_version_reads() {
+        let frame = |e: WireError| ResponseFrame {
+            id: 1,
+            result: Err(e),
+        };
+        let across = || WireError::CrossDevice("across".into());
+        assert_eq!(
+            frame(across()).for_version(CROSS_DEVICE_SINCE - 1).result,
+            Err(WireError::NotSupported("across".into()))
+        );
+        assert_eq!(
+            frame(across()).for_version(CROSS_DEVICE_SINCE).result,
+            Err(across())
+        );
+        assert_eq!(
+            frame(WireError::QuotaExceeded)
+                .for_version(QUOTA_ERRORS_SINCE - 1)
+                .result,
+            Err(WireError::NoSpace)
+        );
     }
 }

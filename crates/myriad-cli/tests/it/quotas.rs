@@ -580,3 +580,44 @@ fn trash_lists(tc: &TestCluster, path: &str) -> bool {
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout).contains(path)
 }
+
+/// A directory's rename across the boundary of a limited quota is answered EXDEV, as XFS
+/// and CephFS answer, so `mv` copies the tree and removes it (each step counted and held to
+/// the limits); the native client sees `CrossDevice`.
+#[test]
+fn mv_of_a_directory_across_a_quota_boundary_copies_it() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "2"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let m = crate::mount::Mount::new(&tc, &[]);
+    let (lab, out) = (m.path("lab"), m.path("out"));
+    std::fs::create_dir_all(lab.join("d/sub")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
+    for (rel, len) in [("d/a", 10), ("d/sub/b", 70_000)] {
+        std::fs::write(lab.join(rel), vec![3u8; len]).unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(xattr::set(&lab, "myriad.quota.max_files", b"100"), Ok(0));
+    assert_eq!(
+        std::fs::rename(lab.join("d"), out.join("d"))
+            .err()
+            .and_then(|e| e.raw_os_error()),
+        Some(libc::EXDEV)
+    );
+    let c = tc.client_as(tc.map.clone(), Duration::from_secs(10), Caller::root());
+    let native = rt.block_on(c.rename("/lab/d", "/out/d2", RenameFlags::default()));
+    assert!(
+        matches!(native, Err(myriad_client::FsError::CrossDevice(_))),
+        "{native:?}"
+    );
+    let mv = std::process::Command::new("mv")
+        .arg(lab.join("d"))
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("mv: {e}"));
+    assert!(mv.status.success(), "{mv:?}");
+    assert!(!lab.join("d").exists());
+    assert_eq!(std::fs::read(out.join("d/a")).ok(), Some(vec![3u8; 10]));
+    assert_eq!(std::fs::read(out.join("d/sub/b")).ok(), Some(vec![3u8; 70_000]));
+    // The copy left the quota: nothing of it counted in /lab any more.
+    wait_get(&tc, "/lab", "/lab: files 0 of 100 (0%), bytes 0 B (no limit)");
+}

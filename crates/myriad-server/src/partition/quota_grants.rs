@@ -247,7 +247,8 @@ fn limited_over(st: &MapState, path: &str) -> Vec<u64> {
 /// tree is counted where its new name is prepared, and refused there past an allowance;
 /// what an exchange brings to the source's name, and a directory's whole tree, arrive in
 /// steps that are not checked yet (docs/quotas.md "Not built yet"), so those are refused
-/// across the boundary of a limited quota, as XFS refuses renames across project quotas.
+/// across the boundary of a limited quota with `CrossDevice` (EXDEV), as XFS refuses
+/// renames across project quotas: `mv` then copies and removes, each step checked.
 pub(crate) fn rename_allowed(
     st: &MapState,
     from: &str,
@@ -262,9 +263,9 @@ pub(crate) fn rename_allowed(
     if limited_over(st, from) == limited_over(st, to) {
         return Ok(());
     }
-    Err(WireError::NotSupported(
+    Err(WireError::CrossDevice(
         "a directory's rename, or an exchange, across the boundary of a directory quota \
-         (move its contents instead)"
+         (copy it, then remove it: `mv` does)"
             .into(),
     ))
 }
