@@ -470,7 +470,11 @@ impl Client {
             for (op, answer) in ops.into_iter().zip(answers) {
                 match answer {
                     Ok(()) => {}
-                    Err(e) if e == WireError::Busy || e.is_routing() || !again.is_empty() => {
+                    // Refused for now, not for good (busy, short of copies, a peer that
+                    // timed out): sent again on its own, never given up while its server
+                    // may take it (simulation seed 8007: an unlink refused `Unavailable`
+                    // while a copy was down was dropped, and its client read the file back).
+                    Err(e) if e.is_transient() || e.is_routing() || !again.is_empty() => {
                         again.push(op);
                     }
                     Err(e) => {

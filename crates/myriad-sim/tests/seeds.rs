@@ -880,6 +880,41 @@ fn a_copy_of_a_change_that_waited_behind_its_twin_is_not_applied_late() {
     });
 }
 
+/// Found at stop 86: an unlink answered behind was refused `Unavailable` inside its batch
+/// (its partition had fewer copies up than `--min-copies` while a server was stopped), and
+/// the mount's sender took that for a refusal for good: the change was dropped, and its
+/// client then read the file back. A change of a batch refused for now is sent again on
+/// its own, as a busy one was (`send_behind`).
+#[test]
+fn a_change_answered_behind_and_refused_for_now_is_sent_again() {
+    check(&SimConfig {
+        quotas: true,
+        tree_moves: true,
+        zones: true,
+        behind: true,
+        leases: true,
+        ops_per_client: 300,
+        ..busy(8007)
+    });
+}
+
+/// Found at stop 86, not fixed: with `--quotas --dir-moves --moves`, `/c0` (limited to 10
+/// names) ends with 11 after directories were moved over others inside it while
+/// partitions failed over: the invariant "never over" (docs/quotas.md) broken by a
+/// directory's rename within one limited quota, whose entries arrive at their new
+/// partitions without allowance. Kept ignored until fixed.
+#[test]
+#[ignore = "quota past its limit after directory moves inside it: not fixed yet (stop 86)"]
+fn directory_moves_inside_a_limited_quota_keep_it_within_its_limit() {
+    check(&SimConfig {
+        quotas: true,
+        dir_moves: true,
+        moves: true,
+        ops_per_client: 300,
+        ..busy(8005)
+    });
+}
+
 /// The trash on (docs/trash.md): every unlink moves its file to `/.trash`; at the end the
 /// trash keeps a file for every removal acknowledged and none more than were tried,
 /// through failovers, splits, write-behind batches, directory moves and quotas.
