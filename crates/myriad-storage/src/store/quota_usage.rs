@@ -15,11 +15,11 @@
 //! makes it (a file renamed in from another partition counts from the rename's prepare). A hard link's names count as names; its
 //! inode, at its home (`//i`), is in no tree.
 //!
-//! The trash (`/.trash`, its own name in `/` too) is in no quota but those set in it, once the partition counts by
-//! that rule (`quota-trash-apart`, written by the sync of a map whose floor has it, which
-//! counts the quotas it changes for from scratch): every primary of a partition counts by
-//! the one rule its store names, so none counts a root quota one way and the next the
-//! other.
+//! The trash (`/.trash`, its own name in `/` too) is in no quota but those set in it,
+//! once the partition counts by that rule (`quota-trash-apart`, written by the sync of a
+//! map whose floor has it, which counts the quotas it changes afresh): every primary of a
+//! partition counts by the one rule its store names, so none counts a quota on `/` one
+//! way and the next the other.
 
 use std::collections::BTreeMap;
 
@@ -48,7 +48,7 @@ pub struct QuotaRoot {
     pub max_files: u64,
     pub max_bytes: u64,
     /// The trash is out of this quota's tree unless the quota is set in it (maps whose
-    /// floor is `TRASH_APART_SINCE`). Stored once for the set (`quota-trash-apart`), not
+    /// floor is `QUOTAS_LEAVE_TRASH_SINCE`). Stored once for the set (`quota-trash-apart`), not
     /// with each root, so the set's record reads the same at every release.
     #[serde(skip)]
     pub trash_apart: bool,
