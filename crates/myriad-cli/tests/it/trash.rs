@@ -98,6 +98,24 @@ fn settle(m: &Mount) {
         .unwrap_or_else(|e| panic!("fsync of the mount's root: {e}"));
 }
 
+/// Three servers, two copies, the trash on for 3 days on every server.
+fn keeping_three_days() -> (TestCluster, tokio::runtime::Runtime) {
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    ok_cli(&tc, &["trash", "days", "3"]);
+    rt.block_on(every_server_keeps(&tc, 3));
+    (tc, rt)
+}
+
+/// Directory `name` at the mount's root, made and given to user 1000.
+fn users_dir(m: &Mount, name: &str) -> std::path::PathBuf {
+    let dir = m.path(name);
+    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::chown(&dir, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
 /// The test's files: (relative path, contents), one of them past the first chunk.
 fn tree() -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
@@ -118,9 +136,7 @@ fn rm_rf_with_the_trash_on_then_restore_gives_back_every_byte() {
     assert!(ok_cli(&tc, &["trash", "days", "7"]).contains("trash: 7 days"));
     assert!(ok_cli(&tc, &["trash", "days"]).contains("kept 7 days"));
     let m = Mount::new(&tc, &[]);
-    let proj = m.path("proj");
-    std::fs::create_dir(&proj).unwrap_or_else(|e| panic!("{e}"));
-    std::os::unix::fs::chown(&proj, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    let proj = users_dir(&m, "proj");
     // User 1000 makes the tree and removes it with rm -rf.
     let files = tree();
     for (rel, bytes) in &files {
@@ -359,15 +375,9 @@ fn a_day_kept_past_its_days_is_freed_in_the_background_and_a_kept_day_stays() {
 /// save of the same name the same day is kept beside the first.
 #[test]
 fn a_file_replaced_by_a_rename_is_kept_and_restored() {
-    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
-    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    rt.block_on(crate::redirect::floor_raised(&tc));
-    ok_cli(&tc, &["trash", "days", "3"]);
-    rt.block_on(every_server_keeps(&tc, 3));
+    let (tc, rt) = keeping_three_days();
     let m = Mount::new(&tc, &[]);
-    let proj = m.path("proj");
-    std::fs::create_dir(&proj).unwrap_or_else(|e| panic!("{e}"));
-    std::os::unix::fs::chown(&proj, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    let proj = users_dir(&m, "proj");
     let (ok, out) = sh_as(
         1000,
         &proj,
@@ -418,11 +428,7 @@ fn a_file_replaced_by_a_rename_is_kept_and_restored() {
 /// file lives on); each restored byte for byte by its user.
 #[test]
 fn files_replaced_from_another_partition_and_last_names_of_linked_files_are_kept() {
-    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
-    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    rt.block_on(crate::redirect::floor_raised(&tc));
-    ok_cli(&tc, &["trash", "days", "3"]);
-    rt.block_on(every_server_keeps(&tc, 3));
+    let (tc, _rt) = keeping_three_days();
     // Two directories whose names live on different partitions.
     let ring = tc.map.ring();
     let owner = |i: u32| ring.owner_of_dir(&format!("/proj/x{i}"));
@@ -430,9 +436,7 @@ fn files_replaced_from_another_partition_and_last_names_of_linked_files_are_kept
         .find(|&i| owner(i) != owner(0))
         .unwrap_or_else(|| panic!("no directory placed apart from /proj/x0"));
     let m = Mount::new(&tc, &[]);
-    let proj = m.path("proj");
-    std::fs::create_dir(&proj).unwrap_or_else(|e| panic!("{e}"));
-    std::os::unix::fs::chown(&proj, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    let proj = users_dir(&m, "proj");
     let script = format!(
         "mkdir x0 x{there} && printf 'one\\n' > x0/f && printf 'two\\n' > x{there}/n \
          && mv x{there}/n x0/f && printf 'three\\n' > x{there}/n && mv x{there}/n x0/f \
@@ -503,15 +507,9 @@ fn files_replaced_from_another_partition_and_last_names_of_linked_files_are_kept
 /// unlink keeps it: each restored byte for byte.
 #[test]
 fn files_made_and_removed_at_once_through_the_mount_are_kept() {
-    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
-    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    rt.block_on(crate::redirect::floor_raised(&tc));
-    ok_cli(&tc, &["trash", "days", "3"]);
-    rt.block_on(every_server_keeps(&tc, 3));
+    let (tc, rt) = keeping_three_days();
     let m = Mount::new(&tc, &[]);
-    let tmp = m.path("tmp");
-    std::fs::create_dir(&tmp).unwrap_or_else(|e| panic!("{e}"));
-    std::os::unix::fs::chown(&tmp, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
+    let tmp = users_dir(&m, "tmp");
     let counters = tc.client();
     let batches = || {
         let by_op = rt.block_on(crate::leases::received_by_op(&counters));
