@@ -525,7 +525,9 @@ fn a_quota_on_the_root_leaves_out_what_the_trash_keeps() {
     let days = tc.cli(&["trash", "days", "3"]);
     assert!(days.status.success(), "{days:?}");
     rt.block_on(async {
-        c.mkdir("/lab", 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        c.mkdir("/lab", 0o755)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     });
     let out = tc.cli(&["quota", "set", "/", "--files", "12"]);
     assert!(out.status.success(), "{out:?}");
@@ -549,7 +551,9 @@ fn a_quota_on_the_root_leaves_out_what_the_trash_keeps() {
     let refused = tc.cli(&["trash", "restore", "/lab/f0"]);
     assert!(!refused.status.success(), "{refused:?}");
     rt.block_on(async {
-        c.unlink("/lab/f100").await.unwrap_or_else(|e| panic!("{e}"));
+        c.unlink("/lab/f100")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     });
     let restored = tc.cli(&["trash", "restore", "/lab/f0"]);
     assert!(restored.status.success(), "{restored:?}");
@@ -617,7 +621,14 @@ fn mv_of_a_directory_across_a_quota_boundary_copies_it() {
     assert!(mv.status.success(), "{mv:?}");
     assert!(!lab.join("d").exists());
     assert_eq!(std::fs::read(out.join("d/a")).ok(), Some(vec![3u8; 10]));
-    assert_eq!(std::fs::read(out.join("d/sub/b")).ok(), Some(vec![3u8; 70_000]));
+    assert_eq!(
+        std::fs::read(out.join("d/sub/b")).ok(),
+        Some(vec![3u8; 70_000])
+    );
     // The copy left the quota: nothing of it counted in /lab any more.
-    wait_get(&tc, "/lab", "/lab: files 0 of 100 (0%), bytes 0 B (no limit)");
+    wait_get(
+        &tc,
+        "/lab",
+        "/lab: files 0 of 100 (0%), bytes 0 B (no limit)",
+    );
 }

@@ -526,7 +526,10 @@ fn files_made_and_removed_at_once_through_the_mount_are_kept() {
     assert!(batches() > before, "answered behind: no batch sent");
     let listed = ok_cli(&tc, &["trash", "list"]);
     for i in 0..8 {
-        assert!(listed.contains(&format!("/tmp/s{i}")), "s{i} not kept:\n{listed}");
+        assert!(
+            listed.contains(&format!("/tmp/s{i}")),
+            "s{i} not kept:\n{listed}"
+        );
         cli_as(&tc, 1000, &["trash", "restore", &format!("/tmp/s{i}")]);
         let back = std::fs::read(tmp.join(format!("s{i}"))).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, format!("scratch {i}\n").into_bytes());

@@ -515,15 +515,27 @@ async fn a_quota_on_the_root_is_counted_afresh_when_the_trash_leaves_it() {
         roots: vec![root(apart)],
     };
     let usage = || store.quota_usage(7).map(|u| (u.files, u.bytes)).ok();
-    applier.run(sync(5, false)).await.unwrap_or_else(|e| panic!("{e}"));
+    applier
+        .run(sync(5, false))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     // `.trash` in `/` (a file here: only its name matters) and a file beside it.
     for name in [".trash", "a"] {
-        applier.run(create(name)).await.unwrap_or_else(|e| panic!("{e}"));
+        applier
+            .run(create(name))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     assert_eq!(usage(), Some((2, 2)));
-    applier.run(sync(6, true)).await.unwrap_or_else(|e| panic!("{e}"));
+    applier
+        .run(sync(6, true))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(usage(), Some((1, 1)), "the trash's own name left the quota");
-    applier.run(create("b")).await.unwrap_or_else(|e| panic!("{e}"));
+    applier
+        .run(create("b"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(usage(), Some((2, 2)));
     assert_eq!(store.quota_drift().ok(), Some(None));
     assert_eq!(store.quota_set().ok(), Some((6, vec![root(true)])));

@@ -171,9 +171,8 @@ impl Store {
         }
         // A quota new here, or one the trash's rule changes the tree of: from scratch.
         let counted_alike = |r: &QuotaRoot| {
-            had.iter().any(|q| {
-                q.id == r.id && (q.trash_apart == r.trash_apart || !r.encloses_trash())
-            })
+            had.iter()
+                .any(|q| q.id == r.id && (q.trash_apart == r.trash_apart || !r.encloses_trash()))
         };
         for new in roots.iter().filter(|r| !counted_alike(r)) {
             let usage = self.count_quota(new)?;

@@ -167,7 +167,11 @@ fn a_map_that_leaves_the_trash_out_recounts_the_quotas_it_changes_and_no_other()
         s.put_entry(b, "/", ".trash", &visible(5, FileKind::Directory, 0));
         s.put_entry(b, "/.trash/d/0/lab", "b", &visible(4, FileKind::File, 50));
     });
-    sync(&s, 10, &[root(10, "/"), root(11, "/lab"), root(12, "/.trash")]);
+    sync(
+        &s,
+        10,
+        &[root(10, "/"), root(11, "/lab"), root(12, "/.trash")],
+    );
     assert_eq!(usage(&s, 10), (4, 150));
     let apart = |r: QuotaRoot| QuotaRoot {
         trash_apart: true,
