@@ -898,6 +898,21 @@ fn a_change_answered_behind_and_refused_for_now_is_sent_again() {
     });
 }
 
+/// Found at stop 86 (likely from stop 85's keeping of replaced files): the network sent
+/// a rename's prepare twice; the second copy, held up choosing the trash's name for the
+/// file it replaces, was applied after the rename had committed and staged the name
+/// again under the decided transaction: `/c0/f4` answered `Busy` for good. A prepare that
+/// finds the moved file already there stages nothing (`already_there`).
+#[test]
+fn a_late_copy_of_a_rename_s_prepare_stages_nothing() {
+    check(&SimConfig {
+        quotas: true,
+        trash: true,
+        ops_per_client: 300,
+        ..busy(20038)
+    });
+}
+
 /// Found at stop 86, not fixed: with `--quotas --dir-moves --moves`, `/c0` (limited to 10
 /// names) ends with 11 after directories were moved over others inside it while
 /// partitions failed over: the invariant "never over" (docs/quotas.md) broken by a

@@ -254,6 +254,13 @@ fn target_prepare(
         None => {}
     }
     require_dir(ctx.store, tdir, tname)?;
+    // The moved file there already, visible: this rename committed (a commit leaves no
+    // intent) and this is a late copy of its prepare (sent twice by the network, this
+    // copy held up choosing the trash's name: simulation seed 20038). Staged now, the
+    // name would wait for good for a decision already made.
+    if !flags.exchange && already_there(ctx, tdir, tname, &inode)? {
+        return Ok(Outcome::Unit);
+    }
     if inode.kind == FileKind::File && leaving_here(ctx.store, inode.ino)? {
         return Err(WireError::Busy.into());
     }
@@ -315,6 +322,23 @@ fn target_prepare(
         (Some(other), Some(given)) => Outcome::Exchanged(other, given),
         _ => Outcome::Unit,
     })
+}
+
+/// Whether `tdir/tname` holds `inode` itself, visible and idle: only once the rename that
+/// brings it has committed (a file or link's one name is the source's until then; a hard
+/// link's names share an inode and are left to `check_rename_target`).
+fn already_there(
+    ctx: &Ctx<'_>,
+    tdir: &str,
+    tname: &str,
+    inode: &Inode,
+) -> Result<bool, StateError> {
+    if inode.kind == FileKind::HardLink {
+        return Ok(false);
+    }
+    Ok(ctx.store.entry(tdir, tname)?.is_some_and(|r| {
+        r.pending.is_none() && r.inode.as_ref().is_some_and(|i| i.ino == inode.ino)
+    }))
 }
 
 /// The target side's end: the staged entry revealed (commit) or dropped, with a tombstone

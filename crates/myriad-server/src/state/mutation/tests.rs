@@ -308,6 +308,14 @@ fn a_rename_from_another_partition_keeps_the_file_it_replaces_once_it_commits() 
     assert!(out.is_ok(), "{out:?}");
     assert_eq!(entry(&t, "/", "b").ino, InodeId(704));
     assert!(t.store.entry("/u", "b").ok().flatten().is_none());
+    // A second copy of the last prepare (the network sent it twice; this copy waited on
+    // the trash's directories) after its rename committed, asking to keep the file now
+    // there: nothing staged (simulation seed 20038: the name stayed pending for good).
+    t.run(prepare(34, 704, Some(("/t/b", InodeId(704)))))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rec = t.store.entry("/", "b").ok().flatten();
+    assert!(rec.as_ref().is_some_and(|r| r.pending.is_none()), "{rec:?}");
+    assert_eq!(entry(&t, "/", "b").ino, InodeId(704));
 }
 
 #[test]
