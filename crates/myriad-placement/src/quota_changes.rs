@@ -3,7 +3,7 @@
 //! which quotas enclose a path.
 
 use crate::map::{ClusterMap, MapError};
-use crate::quotas::{Quota, root_ok};
+use crate::quotas::{QUOTAS_LEAVE_TRASH_SINCE, Quota, in_trash, root_ok};
 
 impl ClusterMap {
     /// The next map with the quota on `path` set to these limits (0: no limit of that
@@ -68,17 +68,20 @@ impl ClusterMap {
     }
 
     /// Every quota whose tree holds `path` (a quota's own root is in the tree of the
-    /// quotas above it, not in its own), outermost first.
+    /// quotas above it, not in its own), outermost first. Once the floor is
+    /// `QUOTAS_LEAVE_TRASH_SINCE`, the trash (its own name too) is in no quota not set in
+    /// it, as the partitions count it.
     #[must_use]
     pub fn quotas_enclosing(&self, path: &str) -> Vec<&Quota> {
         let dir = crate::path::parent_of(path);
+        let trash_apart = self.ext.protocol_floor >= QUOTAS_LEAVE_TRASH_SINCE && in_trash(path);
         let mut out: Vec<&Quota> = if path == "/" {
             Vec::new()
         } else {
             self.ext
                 .quotas
                 .iter()
-                .filter(|q| q.encloses_dir(dir))
+                .filter(|q| q.encloses_dir(dir) && !(trash_apart && !in_trash(&q.path)))
                 .collect()
         };
         out.sort_by_key(|q| q.path.len());
@@ -177,5 +180,33 @@ mod tests {
         assert_eq!(paths("/lab/a/x"), ["/lab", "/lab/a"]);
         assert_eq!(paths("/lab"), ["/lab"]);
         assert!(paths("/other").is_empty());
+    }
+
+    #[test]
+    fn the_trash_is_in_no_quota_not_set_in_it_once_the_floor_says_so() {
+        let m = map()
+            .with_quota("/", 100, 0)
+            .and_then(|m| m.with_quota("/.trash/2026-12-07", 5, 0))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let paths = |m: &ClusterMap, p: &str| -> Vec<String> {
+            m.quotas_covering(p)
+                .into_iter()
+                .map(|q| q.path.clone())
+                .collect()
+        };
+        // Below the floor, partitions still count the trash in the quota on `/`.
+        assert_eq!(paths(&m, "/.trash/x"), ["/"]);
+        let m = m
+            .with_protocol_floor(QUOTAS_LEAVE_TRASH_SINCE)
+            .unwrap_or_else(|| panic!("the floor raised"));
+        assert!(paths(&m, "/.trash").is_empty(), "nor its own name");
+        assert!(paths(&m, "/.trash/x/y").is_empty());
+        assert_eq!(
+            paths(&m, "/.trash/2026-12-07/0/f"),
+            ["/.trash/2026-12-07"],
+            "a quota set in the trash counts it"
+        );
+        assert_eq!(paths(&m, "/.trashy/f"), ["/"]);
+        assert_eq!(paths(&m, "/home/f"), ["/"]);
     }
 }

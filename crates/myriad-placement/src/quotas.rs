@@ -6,6 +6,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::path::{is_normal_below_root, is_within};
 
+/// The trash's root directory (docs/trash.md; `myriad_proto::trash` re-exports it).
+pub const TRASH_ROOT: &str = "/.trash";
+
+/// The first protocol whose servers leave the trash out of every quota not set in it:
+/// partitions switch to it (counting the quotas it changes afresh) once the map's floor
+/// is this, and the map then shows no such quota enclosing a path in the trash.
+pub const QUOTAS_LEAVE_TRASH_SINCE: u16 = 40;
+
+/// Whether `path` is the trash or inside it.
+#[must_use]
+pub fn in_trash(path: &str) -> bool {
+    path == TRASH_ROOT
+        || path
+            .strip_prefix(TRASH_ROOT)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// The most quotas one map holds: each change of entries tests its directory against
 /// every one of them.
 pub const QUOTAS_MAX: usize = 4096;

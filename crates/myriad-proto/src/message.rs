@@ -107,10 +107,9 @@ pub const DIR_UNDECIDED_SINCE: u16 = 39;
 /// keeps the file it replaces in the trash: written only once the map's floor is this.
 pub const TRASH_KEEPS_ACROSS_SINCE: u16 = 39;
 
-/// The first protocol whose servers leave the trash out of every quota not set in it:
-/// partitions switch to it (counting the quotas it changes afresh) once the map's floor
-/// is this.
-pub const QUOTAS_LEAVE_TRASH_SINCE: u16 = 40;
+/// The first protocol whose servers leave the trash out of every quota not set in it
+/// (kept with the map's rule that follows from it).
+pub use myriad_placement::QUOTAS_LEAVE_TRASH_SINCE;
 
 /// The first protocol that reads `WireError::CrossDevice`: an older peer is sent
 /// `NotSupported` (EOPNOTSUPP, what it answered for such a rename) instead.

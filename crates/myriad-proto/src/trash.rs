@@ -7,23 +7,13 @@
 
 use crate::InodeId;
 
-/// The trash's root directory.
-pub const TRASH_ROOT: &str = "/.trash";
+pub use myriad_placement::{TRASH_ROOT, in_trash};
 /// The trash's own name in `/`.
 pub const TRASH_NAME: &str = ".trash";
 /// `/.trash` and each date's directory: anyone may pass, no one but root may list.
 pub const TRASH_DIR_MODE: u32 = 0o711;
 /// A user's directory of a date and every directory below it: the user's alone.
 pub const TRASH_USER_MODE: u32 = 0o700;
-
-/// Whether `path` is the trash or inside it (a removal there frees the file for good).
-#[must_use]
-pub fn in_trash(path: &str) -> bool {
-    path == TRASH_ROOT
-        || path
-            .strip_prefix(TRASH_ROOT)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
 
 /// The UTC calendar date (year, month, day) of a day counted from 1970-01-01 (Howard
 /// Hinnant's days-to-civil).

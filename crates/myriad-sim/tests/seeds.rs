@@ -913,13 +913,13 @@ fn a_late_copy_of_a_rename_s_prepare_stages_nothing() {
     });
 }
 
-/// Found at stop 86, not fixed: with `--quotas --dir-moves --moves`, `/c0` (limited to 10
-/// names) ends with 11 after directories were moved over others inside it while
-/// partitions failed over: the invariant "never over" (docs/quotas.md) broken by a
-/// directory's rename within one limited quota, whose entries arrive at their new
-/// partitions without allowance. Kept ignored until fixed.
+/// Found at stop 86: with `--quotas --dir-moves --moves`, `/c0` (limited to 10 names)
+/// ended with 11: a partition that moved a directory's entries out gave their allowance
+/// up where it was, asked again, and its home granted it its old ledger entry while the
+/// partitions that received the entries reported them: the invariant "never over"
+/// (docs/quotas.md) broken. The home now settles an asker whose entry is past what the
+/// others leave free (`entry_past_free`).
 #[test]
-#[ignore = "quota past its limit after directory moves inside it: not fixed yet (stop 86)"]
 fn directory_moves_inside_a_limited_quota_keep_it_within_its_limit() {
     check(&SimConfig {
         quotas: true,

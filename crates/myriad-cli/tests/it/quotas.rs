@@ -558,10 +558,23 @@ fn a_quota_on_the_root_leaves_out_what_the_trash_keeps() {
     let restored = tc.cli(&["trash", "restore", "/lab/f0"]);
     assert!(restored.status.success(), "{restored:?}");
     assert_eq!(used_files(&tc, "/", "/"), 12);
+    // Inside the trash no quota on `/` is shown, and a directory's move out of it into
+    // the limited tree is answered EXDEV (its entries would arrive unchecked).
+    assert_eq!(get(&tc, "/.trash").trim_end(), "/.trash: no quota");
+    let root = tc.client_as(tc.map.clone(), Duration::from_secs(10), Caller::root());
+    rt.block_on(async {
+        let kept_dir = kept_parent(&root, "/lab/f1").await;
+        let moved = root
+            .rename(&kept_dir, "/lab/back", RenameFlags::default())
+            .await;
+        assert!(
+            matches!(moved, Err(myriad_client::FsError::CrossDevice(_))),
+            "{kept_dir}: {moved:?}"
+        );
+    });
     // A quota on the trash counts what it keeps; the root's, the walk's less the trash.
     let out = tc.cli(&["quota", "set", "/.trash", "--files", "1000"]);
     assert!(out.status.success(), "{out:?}");
-    let root = tc.client_as(tc.map.clone(), Duration::from_secs(10), Caller::root());
     let (all, kept) = rt.block_on(async { (walk(&root, "/").await, walk(&root, "/.trash").await) });
     assert_eq!(used_files(&tc, "/.trash", "/.trash"), kept.0);
     assert_eq!(used_files(&tc, "/lab", "/"), all.0 - kept.0 - 1);
@@ -576,6 +589,33 @@ fn a_quota_on_the_root_leaves_out_what_the_trash_keeps() {
         );
         assert!(c.stat("/lab/f5").await.is_ok(), "the file stays");
     });
+}
+
+/// The directory of the trash that keeps what was removed from `path` (a file).
+async fn kept_parent(root: &Client, path: &str) -> String {
+    let (dir, name) = myriad_placement::split_parent(path);
+    let mut level = vec![myriad_proto::trash::TRASH_ROOT.to_string()];
+    // <date>/<uid>/<bucket>, then the original path's directories.
+    for _ in 0..3 {
+        let mut next = Vec::new();
+        for d in level {
+            for e in root
+                .readdir(&d)
+                .await
+                .unwrap_or_else(|e| panic!("{d}: {e}"))
+            {
+                next.push(format!("{d}/{}", e.name));
+            }
+        }
+        level = next;
+    }
+    for bucket in level {
+        let d = format!("{bucket}{dir}");
+        if root.stat(&format!("{d}/{name}")).await.is_ok() {
+            return d;
+        }
+    }
+    panic!("{path} is not kept")
 }
 
 /// Whether `myriad trash list` shows `path`.

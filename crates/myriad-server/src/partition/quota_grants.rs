@@ -163,7 +163,17 @@ impl Partition {
         let asks = self.quota_homes.asked(quota, from.0);
         // What each other partition holds now may be more than its entry (entries moved
         // in by a split or a tree move): reserved too, read before each grant.
-        let reserved = self.reserved(st, quota, from, &ledger).await?;
+        let mut reserved = self.reserved(st, quota, from, &ledger).await?;
+        if entry_past_free(&q, &reserved, from.0) {
+            // The asker's entry is more than the others leave: it gave part of it up
+            // with entries it moved out, which the others report holding now. It gives
+            // back what it does not use first, so that its entry is what it holds.
+            let had = ledger.get(&from.0).copied().unwrap_or_default();
+            let settled = self.settle(from, quota, had).await?;
+            for l in [&mut ledger, &mut changed, &mut reserved] {
+                l.insert(from.0, settled);
+            }
+        }
         let mut granted = grant(&q, &reserved, from.0, need, held, asks);
         if granted.is_none() {
             // Not enough free: every other partition gives back what it does not use.
@@ -270,6 +280,33 @@ pub(crate) fn rename_allowed(
     ))
 }
 
+/// What the limit leaves partition `from` beside the others' entries (names, bytes;
+/// `u64::MAX`: no limit).
+fn free_for(q: &Quota, ledger: &BTreeMap<u32, Allowance>, from: u32) -> (u64, u64) {
+    let others = ledger
+        .iter()
+        .filter(|(p, _)| **p != from)
+        .fold((0u64, 0u64), |(f, b), (_, a)| {
+            (f.saturating_add(a.files), b.saturating_add(a.bytes))
+        });
+    let free = |limit: u64, other: u64| {
+        if limit == 0 {
+            u64::MAX
+        } else {
+            limit.saturating_sub(other)
+        }
+    };
+    (free(q.max_files, others.0), free(q.max_bytes, others.1))
+}
+
+/// Whether partition `from`'s entry is more than the limit leaves it beside the others'
+/// (what it gave up moving entries out, and the others report holding since).
+fn entry_past_free(q: &Quota, ledger: &BTreeMap<u32, Allowance>, from: u32) -> bool {
+    let had = ledger.get(&from).copied().unwrap_or_default();
+    let (files, bytes) = free_for(q, ledger, from);
+    had.files > files || had.bytes > bytes
+}
+
 /// Partition `from`'s new ledger entry if the limit leaves room for `need`: what it had,
 /// raised to `need` and a slice (doubling with each ask, or a fair share of what is free
 /// if that is more; cut to what is free), at a
@@ -283,28 +320,23 @@ fn grant(
     asks: u32,
 ) -> Option<Allowance> {
     let had = ledger.get(&from).copied().unwrap_or_default();
-    let others = ledger
-        .iter()
-        .filter(|(p, _)| **p != from)
-        .fold((0u64, 0u64), |(f, b), (_, a)| {
-            (f.saturating_add(a.files), b.saturating_add(a.bytes))
-        });
+    let free = free_for(q, ledger, from);
     let shift = asks.min(SLICE_DOUBLINGS_MAX);
     // A limit far above what is used: a slice of a fair share of what is free (a quarter
     // of it split among the partitions), so that a tree filling from many partitions
     // asks once each, not once per doubling (`bench create --quota`, 32 partitions).
     let sharers = 4 * u64::try_from(ledger.len().max(1)).unwrap_or(u64::MAX);
-    let one = |limit: u64, other: u64, had: u64, need: u64, slice: u64| -> Option<u64> {
+    // What it had is never lowered (it may use it), nor granted past what is free.
+    let one = |limit: u64, free: u64, had: u64, need: u64, slice: u64| -> Option<u64> {
         if limit == 0 {
             return Some(had.max(need.saturating_add(slice << shift)));
         }
-        let free = limit.checked_sub(other)?;
         let want = need.saturating_add((slice << shift).max(free / sharers));
-        (need <= free).then(|| had.max(want.min(free)))
+        (need <= free && had <= free).then(|| had.max(want.min(free)))
     };
     Some(Allowance {
-        files: one(q.max_files, others.0, had.files, need.0, SLICE_FIRST.0)?,
-        bytes: one(q.max_bytes, others.1, had.bytes, need.1, SLICE_FIRST.1)?,
+        files: one(q.max_files, free.0, had.files, need.0, SLICE_FIRST.0)?,
+        bytes: one(q.max_bytes, free.1, had.bytes, need.1, SLICE_FIRST.1)?,
         version: had.version.max(held) + 1,
     })
 }
@@ -360,6 +392,27 @@ mod tests {
             g.map(|a| a.files),
             Some(5 + (64 << 3)),
             "no limit: the doubled slice"
+        );
+    }
+
+    #[test]
+    fn an_entry_the_others_have_grown_into_is_not_granted_again() {
+        // Partition 1 held 2 of 10 names, moved them out (giving them up where it is),
+        // and the others now report 9: its stale entry of 2 would take the tree to 11
+        // (simulation seed 8005, --quotas --dir-moves --moves).
+        let l = ledger(&[(1, 2, 0, 5), (2, 4, 0, 1), (3, 5, 0, 1)]);
+        assert!(entry_past_free(&quota(10, 0), &l, 1));
+        assert_eq!(grant(&quota(10, 0), &l, 1, (1, 0), 0, 0), None);
+        // Once it gave back what it does not use, it gets what is free.
+        let l = ledger(&[(1, 0, 0, 6), (2, 4, 0, 1), (3, 5, 0, 1)]);
+        assert!(!entry_past_free(&quota(10, 0), &l, 1));
+        assert_eq!(
+            grant(&quota(10, 0), &l, 1, (1, 0), 0, 0).map(|a| a.files),
+            Some(1)
+        );
+        assert!(
+            !entry_past_free(&quota(0, 0), &l, 1),
+            "no limit, nothing past it"
         );
     }
 
