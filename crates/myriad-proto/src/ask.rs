@@ -393,6 +393,16 @@ pub fn stat_inode(ino: InodeId, caller: Caller) -> Ask<Inode, Request> {
     }))
 }
 
+/// Inode object `ino`'s attributes for a removal of one of its names with the trash on
+/// (`InodeOp::ClaimRemoval`: `nlink` less the removals under way).
+pub fn claim_removal(ino: InodeId) -> Ask<Inode, Request> {
+    Ask::new(Request::Peer(PeerRequest::AtInode {
+        ino,
+        caller: Caller::root(),
+        op: InodeOp::ClaimRemoval,
+    }))
+}
+
 /// Changes the link count of inode object `ino` by `delta`: its attributes after. A count
 /// that reaches zero frees the file and answers nothing (`Unit`), which this ask reads as
 /// a protocol error: a caller that may drop the last link (an unlink's `drop_link`) sends

@@ -97,7 +97,9 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 40: quotas leave the trash out (docs/quotas.md "The trash"): partitions count by the
 /// new rule once the map's floor is 40, so that every primary of a partition counts by
 /// one rule. And `WireError::CrossDevice` (EXDEV) appended, sent only to peers of 40.
-pub const PROTOCOL_VERSION: u16 = 40;
+/// 41: `InodeOp::ClaimRemoval` appended (the trash keeps one of two last names of a
+/// linked file removed at once, docs/trash.md), sent only once the map's floor is 41.
+pub const PROTOCOL_VERSION: u16 = 41;
 
 /// The first protocol with undecided directory objects: a server marks the object of a
 /// mkdir only once the map's floor is this.
@@ -110,6 +112,10 @@ pub const TRASH_KEEPS_ACROSS_SINCE: u16 = 39;
 /// The first protocol whose servers leave the trash out of every quota not set in it
 /// (kept with the map's rule that follows from it).
 pub use myriad_placement::QUOTAS_LEAVE_TRASH_SINCE;
+
+/// The first protocol whose servers answer `InodeOp::ClaimRemoval`: sent only once the
+/// map's floor is this (below it, an unlink asks `InodeOp::Stat` as before).
+pub const REMOVAL_CLAIMS_SINCE: u16 = 41;
 
 /// The first protocol that reads `WireError::CrossDevice`: an older peer is sent
 /// `NotSupported` (EOPNOTSUPP, what it answered for such a rename) instead.
@@ -656,9 +662,15 @@ mod version_tests {
         );
         assert_eq!(negotiate((29, 29)), Some(29), "a peer of 29");
         assert_eq!(negotiate((29, 30)), Some(30), "a peer of 30");
-        assert_eq!(negotiate((29, 40)), Some(PROTOCOL_VERSION), "a newer peer");
+        assert_eq!(negotiate((29, 40)), Some(40), "a peer of 40");
+        let newer = PROTOCOL_VERSION + 9;
         assert_eq!(
-            negotiate((PROTOCOL_VERSION + 1, 40)),
+            negotiate((29, newer)),
+            Some(PROTOCOL_VERSION),
+            "a newer peer"
+        );
+        assert_eq!(
+            negotiate((PROTOCOL_VERSION + 1, newer)),
             None,
             "a peer that no longer speaks ours"
         );

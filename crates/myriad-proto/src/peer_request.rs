@@ -443,6 +443,11 @@ pub enum InodeOp {
         value: Option<serde_bytes::ByteBuf>,
         mode: XattrMode,
     },
+    /// A name of the inode is about to be removed with the trash on: its attributes, with
+    /// `nlink` less the names whose removal the home answered this way lately and has not
+    /// yet seen the link dropped for (so of two names removed at once, one is told it is
+    /// the last and kept). Protocol 41 (`REMOVAL_CLAIMS_SINCE`).
+    ClaimRemoval,
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.

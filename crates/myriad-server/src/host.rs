@@ -777,6 +777,7 @@ impl Host {
             ),
             deposed: std::sync::atomic::AtomicBool::new(false),
             quota_homes: Default::default(),
+            removal_claims: Default::default(),
         }))
     }
 

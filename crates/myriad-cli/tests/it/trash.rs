@@ -535,3 +535,72 @@ fn files_made_and_removed_at_once_through_the_mount_are_kept() {
         assert_eq!(back, format!("scratch {i}\n").into_bytes());
     }
 }
+
+/// Two names of one file removed at the same moment (docs/trash.md "As built (step 3,
+/// part 3)"): the inode's home tells one of them it is the last, which is kept,
+/// so no file with two names is freed by removing both at once. Before, both could hear
+/// "two links", both went, and the file was freed.
+#[test]
+fn of_two_names_of_a_file_removed_at_once_one_is_kept() {
+    let (tc, rt) = keeping_three_days();
+    let ring = tc.map.ring();
+    let owner = |i: u32| ring.owner_of_dir(&format!("/pairs/x{i}"));
+    let there = (1..100)
+        .find(|&i| owner(i) != owner(0))
+        .unwrap_or_else(|| panic!("no directory placed apart from /pairs/x0"));
+    let root = tc.client_as(
+        tc.map.clone(),
+        std::time::Duration::from_secs(10),
+        myriad_client::Caller::root(),
+    );
+    const PAIRS: usize = 24;
+    rt.block_on(async {
+        for d in [
+            "/pairs".to_string(),
+            "/pairs/x0".into(),
+            format!("/pairs/x{there}"),
+        ] {
+            root.mkdir(&d, 0o755)
+                .await
+                .unwrap_or_else(|e| panic!("{d}: {e}"));
+        }
+        for i in 0..PAIRS {
+            let (a, b) = (format!("/pairs/x0/l{i}"), format!("/pairs/x{there}/l{i}"));
+            root.create(&a, 0o644, true, format!("pair {i}\n").as_bytes())
+                .await
+                .unwrap_or_else(|e| panic!("{a}: {e}"));
+            root.link(&a, &b)
+                .await
+                .unwrap_or_else(|e| panic!("{b}: {e}"));
+        }
+        // Both names of each file at once, every pair at once.
+        let removals = (0..PAIRS).map(|i| {
+            let root = &root;
+            async move {
+                let (a, b) = (format!("/pairs/x0/l{i}"), format!("/pairs/x{there}/l{i}"));
+                let (ra, rb) = tokio::join!(root.unlink(&a), root.unlink(&b));
+                ra.unwrap_or_else(|e| panic!("{a}: {e}"));
+                rb.unwrap_or_else(|e| panic!("{b}: {e}"));
+            }
+        });
+        futures::future::join_all(removals).await;
+    });
+    let listed = ok_cli(&tc, &["trash", "list"]);
+    for i in 0..PAIRS {
+        let kept = [format!("/pairs/x0/l{i}"), format!("/pairs/x{there}/l{i}")]
+            .iter()
+            .filter(|p| listed.lines().any(|l| l.ends_with(&format!(" {p}"))))
+            .count();
+        assert!(kept >= 1, "neither name of pair {i} kept:\n{listed}");
+    }
+    // What was kept is the file, byte for byte.
+    let to = "/pairs/back";
+    let kept0 = if listed.contains(" /pairs/x0/l0") {
+        "/pairs/x0/l0".to_string()
+    } else {
+        format!("/pairs/x{there}/l0")
+    };
+    ok_cli(&tc, &["trash", "restore", &kept0, "--to", to]);
+    let back = rt.block_on(async { root.read_all(to).await });
+    assert_eq!(back.unwrap_or_else(|e| panic!("{e}")), b"pair 0\n");
+}

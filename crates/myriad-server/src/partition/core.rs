@@ -88,6 +88,9 @@ pub struct Partition {
     /// As the home of quotas: their grant locks and how often each partition asked
     /// (`quota_grants.rs`).
     pub(crate) quota_homes: crate::partition::quota_homes::QuotaHomes,
+    /// As the home of linked files: the removals of their names under way
+    /// (`removal_claims.rs`).
+    pub(crate) removal_claims: crate::partition::removal_claims::RemovalClaims,
 }
 
 /// A number for one opening of partition `pid` as primary on server `server`: never the

@@ -152,6 +152,11 @@ impl Partition {
         }
         match op {
             InodeOp::Stat => Ok(Response::Attr(inode)),
+            InodeOp::ClaimRemoval => {
+                let now = tokio::time::Instant::now();
+                inode.nlink = self.removal_claims.claim(ino, inode.nlink, now);
+                Ok(Response::Attr(inode))
+            }
             InodeOp::Fetch { max_bytes } => {
                 perm::require(&inode, &caller, perm::READ)?;
                 let n = max_bytes.min(chunk_size).min(limits::IO_BYTES_MAX);
@@ -274,18 +279,24 @@ impl Partition {
         }
     }
 
-    /// Home side of AdjustLinks.
+    /// Home side of AdjustLinks. A link dropped ends a removal under way (whether or not
+    /// it was claimed: a claim outlives none but its own).
     pub(crate) async fn adjust_links(
         self: &Arc<Self>,
         ino: InodeId,
         delta: i64,
     ) -> Result<Response, WireError> {
-        self.mutate(Mutation::AdjustLinks {
-            ino,
-            delta,
-            now: self.env.now_ns(),
-        })
-        .await
+        let changed = self
+            .mutate(Mutation::AdjustLinks {
+                ino,
+                delta,
+                now: self.env.now_ns(),
+            })
+            .await;
+        if delta < 0 && changed.is_ok() {
+            self.removal_claims.dropped(ino);
+        }
+        changed
     }
 
     /// `link(from, to)`, run by the owner of `from`'s entry.

@@ -44,6 +44,7 @@ pub(crate) mod quota_homes;
 pub(crate) mod read_mostly;
 pub(crate) mod read_only;
 pub(crate) mod recovery;
+pub(crate) mod removal_claims;
 pub(crate) mod repair;
 pub(crate) mod resend_guard;
 pub(crate) mod serve_changes;

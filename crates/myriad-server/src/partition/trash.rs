@@ -20,7 +20,8 @@ use myriad_proto::trash::{
     TRASH_DIR_MODE, TRASH_ROOT, TRASH_USER_MODE, date_of, in_trash, kept_path, user_dir,
 };
 use myriad_proto::{
-    ClientRequest, FileKind, Inode, InodeId, RenameFlags, Response, SetAttr, WireError,
+    ClientRequest, FileKind, Inode, InodeId, REMOVAL_CLAIMS_SINCE, RenameFlags, Response, SetAttr,
+    WireError, ask,
 };
 
 use crate::cluster::MapState;
@@ -78,8 +79,9 @@ impl Partition {
     /// a symbolic link; the last name of a hard-linked file (its inode as its home has it:
     /// the owner and the number the trash's names use), which the move takes there as a
     /// name, the inode staying at its home; not a name whose file has others (only the
-    /// name goes, the data lives on under them). Two last names removed at once may each
-    /// see the other: then neither is kept (docs/trash.md "Not yet").
+    /// name goes, the data lives on under them). The home is asked to claim the removal
+    /// (`removal_claims.rs`), so that of two last names removed at once one is kept;
+    /// below protocol 41 it is only asked the count, and both may go.
     pub(crate) async fn kept_by_trash(
         self: &Arc<Self>,
         entry: Inode,
@@ -87,7 +89,12 @@ impl Partition {
         if entry.kind != FileKind::HardLink {
             return Ok(Self::trash_keeps(&entry).then_some(entry));
         }
-        let inode = self.resolve(entry).await?;
+        let inode = match entry.link_home {
+            Some(home) if self.state().map.ext.protocol_floor >= REMOVAL_CLAIMS_SINCE => {
+                self.ask_node(home, ask::claim_removal(entry.ino)).await?
+            }
+            _ => self.resolve(entry).await?,
+        };
         Ok((inode.nlink <= 1).then_some(inode))
     }
 
