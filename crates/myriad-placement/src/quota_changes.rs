@@ -81,7 +81,7 @@ impl ClusterMap {
             self.ext
                 .quotas
                 .iter()
-                .filter(|q| q.encloses_dir(dir) && !(trash_apart && !in_trash(&q.path)))
+                .filter(|q| q.encloses_dir(dir) && (!trash_apart || in_trash(&q.path)))
                 .collect()
         };
         out.sort_by_key(|q| q.path.len());

@@ -648,6 +648,7 @@ mod coded;
 pub(crate) mod damage;
 pub(crate) mod kept_stats;
 mod outcomes;
+pub(crate) mod quota_anchors;
 pub(crate) mod quota_ledger;
 pub(crate) mod quota_usage;
 

@@ -42,10 +42,12 @@ async fn file(c: &Client, path: &str, len: usize) {
         .unwrap_or_else(|e| panic!("{path}: {e}"));
 }
 
-/// (names, bytes of regular files) below `dir`, by a walk. A hard-linked file's bytes are
-/// in no quota yet (docs/quotas.md "As built"): not counted.
+/// (names, bytes of regular files) below `dir`, by a walk. A hard-linked file's bytes
+/// count once (docs/quotas.md "Hard links": where its first name was when it was linked,
+/// inside `dir` in these tests).
 async fn walk(c: &Client, dir: &str) -> (u64, u64) {
     let mut total = (0, 0);
+    let mut linked = std::collections::BTreeSet::new();
     let mut todo = vec![dir.to_string()];
     while let Some(d) = todo.pop() {
         for e in c.readdir(&d).await.unwrap_or_else(|e| panic!("{d}: {e}")) {
@@ -54,7 +56,9 @@ async fn walk(c: &Client, dir: &str) -> (u64, u64) {
             total.0 += 1;
             match st.kind {
                 myriad_client::FileKind::Directory => todo.push(p),
-                myriad_client::FileKind::File if st.nlink == 1 => total.1 += st.size,
+                myriad_client::FileKind::File if st.nlink == 1 || linked.insert(st.ino) => {
+                    total.1 += st.size;
+                }
                 _ => {}
             }
         }
@@ -142,11 +146,11 @@ fn a_quota_s_usage_is_counted_on_an_existing_tree_and_kept_exact_as_it_changes()
             .unwrap_or_else(|e| panic!("{e}"));
     });
     // +1 dir +1 file (10,000 B); f0 100 -> 2,000 B; f4 500 -> 0; -f4 (500); -f3 (400);
-    // +came (5,000); a second name of f1 (200 B): both names count, and the file's
-    // bytes now live at its link home, in no tree (docs/quotas.md "Not built yet").
-    let bytes = 6000 + 10_000 + 1900 - 500 - 500 - 400 + 5000 - 200;
+    // +came (5,000); a second name of f1 (200 B): both names count, the file's bytes
+    // once, in the tree its first name is in (docs/quotas.md "Hard links").
+    let bytes = 6000 + 10_000 + 1900 - 500 - 500 - 400 + 5000;
     let line = exact(27, bytes);
-    assert!(line.contains("bytes 20.8 KiB"), "{line}");
+    assert!(line.contains("bytes 21.0 KiB"), "{line}");
 
     // A nested quota: the inner tree's usage, both listed for a path in it.
     let out = tc.cli(&["quota", "set", "/lab/d0", "--files", "3"]);
@@ -155,7 +159,7 @@ fn a_quota_s_usage_is_counted_on_an_existing_tree_and_kept_exact_as_it_changes()
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let inner = "/lab/d0: files 6 of 3 (200%), bytes 1.3 KiB (no limit)";
+    let inner = "/lab/d0: files 6 of 3 (200%), bytes 1.5 KiB (no limit)";
     let text = get(&tc, "/lab/d0/f2");
     assert!(text.contains(inner), "{text}");
     assert!(
@@ -179,7 +183,7 @@ fn a_quota_s_usage_is_counted_on_an_existing_tree_and_kept_exact_as_it_changes()
     });
     tc.restart(NodeId(2));
     let line = exact(37, bytes + 100);
-    assert!(line.contains("bytes 20.9 KiB"), "{line}");
+    assert!(line.contains("bytes 21.1 KiB"), "{line}");
 
     // Cleared: gone from the list; the nested one stays.
     let out = tc.cli(&["quota", "clear", "/lab"]);
@@ -671,4 +675,75 @@ fn mv_of_a_directory_across_a_quota_boundary_copies_it() {
         "/lab",
         "/lab: files 0 of 100 (0%), bytes 0 B (no limit)",
     );
+}
+
+/// A hard-linked file's bytes count in the quotas of the directory its first name was in
+/// when the second was made (docs/quotas.md "Hard links"): growing it through a name
+/// outside that tree is held to the tree's byte limit (EDQUOT), and its bytes leave the
+/// quota with its last name. Before, its bytes were in no quota once linked.
+#[test]
+fn a_hard_linked_file_is_held_to_the_byte_limit_of_its_tree() {
+    let tc = TestCluster::start_with_env(3, &["--replicas", "2"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let root = tc.client_as(tc.map.clone(), Duration::from_secs(10), Caller::root());
+    rt.block_on(async {
+        for d in ["/lab", "/out"] {
+            root.mkdir(d, 0o755).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        file(&root, "/lab/f", 100_000).await;
+    });
+    let out = tc.cli(&["quota", "set", "/lab", "--bytes", "1000000"]);
+    assert!(out.status.success(), "{out:?}");
+    let used = |c: &Client| {
+        rt.block_on(async {
+            let map = c.newest_map().await;
+            let id = map
+                .quota_at("/lab")
+                .map(|q| q.id)
+                .unwrap_or_else(|| panic!("no quota"));
+            c.quota_usage(id)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|counting| panic!("still counting: {counting:?}"))
+        })
+    };
+    assert_eq!(used(&root), (1, 100_000));
+    rt.block_on(async {
+        root.link("/lab/f", "/out/g")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    });
+    assert_eq!(
+        used(&root),
+        (1, 100_000),
+        "linked: the bytes stay in /lab's quota"
+    );
+    rt.block_on(async {
+        let h = root.open("/out/g").await.unwrap_or_else(|e| panic!("{e}"));
+        root.write(&h, 100_000, &vec![1u8; 700_000])
+            .await
+            .unwrap_or_else(|e| panic!("within the limit: {e}"));
+        let past = root.write(&h, 800_000, &vec![2u8; 300_000]).await;
+        assert_eq!(past.err(), Some(myriad_client::FsError::QuotaExceeded));
+        let st = root.stat("/lab/f").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(st.size, 800_000, "nothing past the limit");
+    });
+    assert_eq!(used(&root), (1, 800_000));
+    rt.block_on(async {
+        root.unlink("/lab/f")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    });
+    assert_eq!(
+        used(&root),
+        (0, 800_000),
+        "the bytes stay while a name lives"
+    );
+    rt.block_on(async {
+        root.unlink("/out/g")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    });
+    assert_eq!(used(&root), (0, 0), "freed with the last name");
 }

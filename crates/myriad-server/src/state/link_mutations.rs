@@ -33,7 +33,10 @@ pub(super) fn execute(
             if ctx.store.dir(INODE_DIR)?.is_none() {
                 ctx.store.put_dir(b, INODE_DIR, &DirRecord::new(InodeId(0)));
             }
-            put_visible(ctx.store, b, INODE_DIR, &inode_name(inode.ino), &inode);
+            let object = inode_name(inode.ino);
+            put_visible(ctx.store, b, INODE_DIR, &object, &inode);
+            // Its bytes stay in the quotas of the directory its first name is in.
+            ctx.store.put_quota_anchor(b, &object, &dir);
             put_visible(ctx.store, b, &dir, &name, &link_ref(inode.ino, me));
             Outcome::Inode(inode)
         }
@@ -68,6 +71,7 @@ pub(super) fn execute(
             inode.ctime_ns = now;
             if inode.nlink == 0 {
                 ctx.store.delete_entry(b, INODE_DIR, &name);
+                ctx.store.delete_quota_anchor(b, &name);
                 let gc = drop_file_data(ctx, b, &inode, now)?;
                 Outcome::Gc(gc)
             } else {

@@ -13,7 +13,7 @@
 //! name waiting for its decision: counted from the step that can still be undone); a
 //! regular file's entry adds its size, the larger of what it is and what a pending change
 //! makes it (a file renamed in from another partition counts from the rename's prepare). A hard link's names count as names; its
-//! inode, at its home (`//i`), is in no tree.
+//! inode, at its home (`//i`), counts its bytes where its anchor says (`quota_anchors.rs`).
 //!
 //! The trash (`/.trash`, its own name in `/` too) is in no quota but those set in it,
 //! once the partition counts by that rule (`quota-trash-apart`, written by the sync of a
@@ -31,7 +31,7 @@ use crate::StorageError;
 use crate::keys::entry_key;
 use crate::kv::{Batch, Space};
 use crate::records::EntryRecord;
-use crate::store::kept_stats::entry_parts;
+use crate::store::kept_stats::{INODE_DIR, entry_parts};
 use crate::store::{Store, decode, encode};
 
 const SET_KEY: &[u8] = b"quota-set";
@@ -95,15 +95,22 @@ pub struct QuotaUsage {
 impl QuotaUsage {
     fn change(&mut self, by: Counted, sign: bool) {
         let step = |v: u64, d: u64| if sign { v + d } else { v.saturating_sub(d) };
-        self.files = step(self.files, 1);
+        self.files = step(self.files, by.names);
         self.bytes = step(self.bytes, by.bytes);
     }
 }
 
-/// What one entry adds to a quota: one name, and its bytes if it is a regular file.
+/// What one entry adds to a quota: one name (none for an inode object, which is no
+/// name), and its bytes if it is a regular file.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Counted {
+    names: u64,
     bytes: u64,
+}
+
+/// What the entry stored as `bytes` adds, with `names` names.
+fn counted_as(bytes: &[u8], names: u64) -> Option<Counted> {
+    counted(bytes).map(|c| Counted { names, ..c })
 }
 
 fn counted(bytes: &[u8]) -> Option<Counted> {
@@ -117,6 +124,7 @@ fn counted(bytes: &[u8]) -> Option<Counted> {
         (None, None) => None,
         // Waiting for a decision: the larger of what it is and what it may become.
         (now, after) => Some(Counted {
+            names: 1,
             bytes: now.as_ref().map_or(0, file_bytes).max(after.unwrap_or(0)),
         }),
     }
@@ -242,11 +250,20 @@ impl Store {
             if *space != Space::Entries {
                 continue;
             }
-            let Some((dir, _)) = entry_parts(key) else {
+            let Some((dir, name_len)) = entry_parts(key) else {
                 continue;
             };
-            let enclosing: Vec<&QuotaRoot> =
-                set.iter().filter(|q| q.holds_entry(&dir, key)).collect();
+            // An inode object counts its bytes, no name, where its anchor is.
+            let (enclosing, names): (Vec<&QuotaRoot>, u64) = if dir == INODE_DIR {
+                let object = &key[key.len() - name_len..];
+                let Some(anchor) = self.anchor_in(batch, object)? else {
+                    continue;
+                };
+                let held = set.iter().filter(|q| q.holds_entries_of(&anchor));
+                (held.collect(), 0)
+            } else {
+                (set.iter().filter(|q| q.holds_entry(&dir, key)).collect(), 1)
+            };
             if enclosing.is_empty() {
                 continue;
             }
@@ -255,8 +272,8 @@ impl Store {
                 None => self.kv().get(Space::Entries, key)?,
             };
             seen.insert(key, value.as_deref());
-            let old = before.as_deref().and_then(counted);
-            let new = value.as_deref().and_then(counted);
+            let old = before.as_deref().and_then(|v| counted_as(v, names));
+            let new = value.as_deref().and_then(|v| counted_as(v, names));
             if old == new {
                 continue;
             }
@@ -290,6 +307,14 @@ impl Store {
             if let Some((dir, _)) = entry_parts(&k)
                 && q.holds_entry(&dir, &k)
                 && let Some(c) = counted(&v)
+            {
+                usage.change(c, true);
+            }
+            Ok(())
+        })?;
+        self.each_anchored(|anchor, v| {
+            if q.holds_entries_of(anchor)
+                && let Some(c) = counted_as(v, 0)
             {
                 usage.change(c, true);
             }

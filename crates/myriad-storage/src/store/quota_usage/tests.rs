@@ -201,3 +201,48 @@ fn a_map_that_leaves_the_trash_out_recounts_the_quotas_it_changes_and_no_other()
     assert_eq!(usage(&s, 12), (2, 150));
     assert_eq!(s.quota_drift().unwrap_or_else(|e| panic!("{e}")), None);
 }
+
+/// A hard-linked file's bytes count once, in the quotas of the directory its first name
+/// was in when the second was made (its anchor), however its size changes at its home
+/// and wherever its names go; freed with its object. Objects without an anchor (made
+/// before anchors) count nowhere. A count from scratch agrees at every step.
+#[test]
+fn a_linked_file_s_bytes_count_where_its_anchor_is() {
+    let s = store();
+    sync(&s, 10, &[root(10, "/lab"), root(11, "/")]);
+    let drift = |s: &Store| s.quota_drift().unwrap_or_else(|e| panic!("{e}"));
+    change(&s, |s, b| {
+        s.put_entry(b, "/", "lab", &visible(2, FileKind::Directory, 0));
+        s.put_entry(b, "/lab", "f", &visible(3, FileKind::File, 100));
+        s.put_entry(b, "//i", "old", &visible(9, FileKind::File, 555));
+    });
+    assert_eq!((usage(&s, 10), usage(&s, 11)), ((1, 100), (2, 100)));
+    // The second name made: the inode moves into its object, the name becomes a
+    // reference, and the bytes stay where they were.
+    change(&s, |s, b| {
+        s.put_entry(b, "//i", "3", &visible(3, FileKind::File, 100));
+        s.put_quota_anchor(b, "3", "/lab");
+        s.put_entry(b, "/lab", "f", &visible(3, FileKind::HardLink, 0));
+        s.put_entry(b, "/", "g", &visible(3, FileKind::HardLink, 0));
+    });
+    assert_eq!((usage(&s, 10), usage(&s, 11)), ((1, 100), (3, 100)));
+    assert_eq!(drift(&s), None);
+    // Written through either name, at its home.
+    change(&s, |s, b| {
+        s.put_entry(b, "//i", "3", &visible(3, FileKind::File, 4096));
+    });
+    assert_eq!((usage(&s, 10), usage(&s, 11)), ((1, 4096), (3, 4096)));
+    assert_eq!(drift(&s), None);
+    // Its first name gone: the bytes stay with the anchor, as long as the object lives.
+    change(&s, |s, b| s.delete_entry(b, "/lab", "f"));
+    assert_eq!((usage(&s, 10), usage(&s, 11)), ((0, 4096), (2, 4096)));
+    assert_eq!(drift(&s), None);
+    // The last link dropped: the object and its anchor go, and the bytes with them.
+    change(&s, |s, b| {
+        s.delete_entry(b, "/", "g");
+        s.delete_entry(b, "//i", "3");
+        s.delete_quota_anchor(b, "3");
+    });
+    assert_eq!((usage(&s, 10), usage(&s, 11)), ((0, 0), (1, 0)));
+    assert_eq!(drift(&s), None);
+}
