@@ -747,3 +747,56 @@ fn a_hard_linked_file_is_held_to_the_byte_limit_of_its_tree() {
     });
     assert_eq!(used(&root), (0, 0), "freed with the last name");
 }
+
+/// A directory that splits while writers fill it (docs/quotas.md "Renames, splits and
+/// moves"): its entries move to new partitions mid-way, each counted where it lands, and
+/// the tree still takes exactly its limit of names, refuses the next with EDQUOT, and
+/// its usage equals a walk's count.
+#[test]
+fn a_directory_that_splits_while_filling_up_takes_exactly_its_limit() {
+    let tc = TestCluster::start_with_env(4, &["--replicas", "2", "--dir-split-entries", "64"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let c = tc.client();
+    rt.block_on(async {
+        for d in ["/q", "/q/big"] {
+            c.mkdir(d, 0o755)
+                .await
+                .unwrap_or_else(|e| panic!("{d}: {e}"));
+        }
+    });
+    let out = tc.cli(&["quota", "set", "/q", "--files", "400"]);
+    assert!(out.status.success(), "{out:?}");
+    // Three writers in the one directory at once, each its own names.
+    let results = rt.block_on(async {
+        let writers: Vec<_> = (0..3)
+            .map(|w| tokio::spawn(fill(tc.client(), "/q/big".into(), w * 10_000)))
+            .collect();
+        let mut out = Vec::new();
+        for w in writers {
+            out.push(w.await.unwrap_or_else(|e| panic!("{e}")));
+        }
+        out
+    });
+    for (_, e) in &results {
+        assert_eq!(
+            e,
+            &Some(myriad_client::FsError::QuotaExceeded),
+            "{results:?}"
+        );
+    }
+    let made: usize = results.iter().map(|(n, _)| n).sum();
+    assert_eq!(made, 399, "400 names: /q/big and 399 files");
+    assert_eq!(rt.block_on(walk(&c, "/q")), (400, 399));
+    assert_eq!(used_files(&tc, "/q", "/q"), 400);
+    let fsck = tc.cli(&["fsck"]);
+    let text = String::from_utf8_lossy(&fsck.stdout);
+    assert!(fsck.status.success() && text.contains("clean"), "{fsck:?}");
+    let split: usize = text
+        .split(" split into ")
+        .next()
+        .and_then(|head| head.rsplit('(').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(split >= 1, "the directory never split:\n{text}");
+}
