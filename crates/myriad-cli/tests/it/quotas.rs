@@ -228,6 +228,34 @@ fn a_quota_is_refused_while_a_server_speaks_an_older_protocol() {
     assert!(!out.status.success(), "no such directory");
 }
 
+/// Writers at once, one per (directory, first number) of `dirs`, each filling until
+/// refused: how many they made in all; each refusal must be `QuotaExceeded`.
+fn fill_at_once(
+    tc: &TestCluster,
+    rt: &tokio::runtime::Runtime,
+    dirs: Vec<(String, usize)>,
+) -> usize {
+    let results = rt.block_on(async {
+        let writers: Vec<_> = dirs
+            .into_iter()
+            .map(|(dir, from)| tokio::spawn(fill(tc.client(), dir, from)))
+            .collect();
+        let mut out = Vec::new();
+        for w in writers {
+            out.push(w.await.unwrap_or_else(|e| panic!("{e}")));
+        }
+        out
+    });
+    for (_, e) in &results {
+        assert_eq!(
+            e,
+            &Some(myriad_client::FsError::QuotaExceeded),
+            "{results:?}"
+        );
+    }
+    results.iter().map(|(n, _)| n).sum()
+}
+
 /// Creates `dir/f<i>` from `from` on until one is refused; (made, the refusal).
 async fn fill(c: Client, dir: String, from: usize) -> (usize, Option<myriad_client::FsError>) {
     let mut made = 0;
@@ -261,24 +289,8 @@ fn a_tree_takes_exactly_its_limit_of_names_from_writers_on_every_partition() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Four writers, each in its own directory (spread over the partitions), all at once.
-    let results = rt.block_on(async {
-        let writers: Vec<_> = (0..4)
-            .map(|d| tokio::spawn(fill(tc.client(), format!("/q/d{d}"), 0)))
-            .collect();
-        let mut out = Vec::new();
-        for w in writers {
-            out.push(w.await.unwrap_or_else(|e| panic!("{e}")));
-        }
-        out
-    });
-    let made: usize = results.iter().map(|(n, _)| n).sum();
-    for (_, e) in &results {
-        assert_eq!(
-            e,
-            &Some(myriad_client::FsError::QuotaExceeded),
-            "{results:?}"
-        );
-    }
+    let dirs = (0..4).map(|d| (format!("/q/d{d}"), 0));
+    let made = fill_at_once(&tc, &rt, dirs.collect());
     assert_eq!(made, 996, "1,000 names: the 4 directories and 996 files");
     assert_eq!(rt.block_on(walk(&c, "/q")).0, 1000);
     // Outside the tree nothing is limited; inside, a freed name can be taken again, once.
@@ -768,24 +780,11 @@ fn a_directory_that_splits_while_filling_up_takes_exactly_its_limit() {
     let out = tc.cli(&["quota", "set", "/q", "--files", "400"]);
     assert!(out.status.success(), "{out:?}");
     // Three writers in the one directory at once, each its own names.
-    let results = rt.block_on(async {
-        let writers: Vec<_> = (0..3)
-            .map(|w| tokio::spawn(fill(tc.client(), "/q/big".into(), w * 10_000)))
-            .collect();
-        let mut out = Vec::new();
-        for w in writers {
-            out.push(w.await.unwrap_or_else(|e| panic!("{e}")));
-        }
-        out
-    });
-    for (_, e) in &results {
-        assert_eq!(
-            e,
-            &Some(myriad_client::FsError::QuotaExceeded),
-            "{results:?}"
-        );
-    }
-    let made: usize = results.iter().map(|(n, _)| n).sum();
+    let made = fill_at_once(
+        &tc,
+        &rt,
+        (0..3).map(|w| ("/q/big".into(), w * 10_000)).collect(),
+    );
     assert_eq!(made, 399, "400 names: /q/big and 399 files");
     assert_eq!(rt.block_on(walk(&c, "/q")), (400, 399));
     assert_eq!(used_files(&tc, "/q", "/q"), 400);

@@ -116,6 +116,16 @@ fn users_dir(m: &Mount, name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// The `i` for which directory `<dir>/x<i>` is placed on another partition than
+/// `<dir>/x0` (a rename between them goes between two partitions).
+fn placed_apart(tc: &TestCluster, dir: &str) -> u32 {
+    let ring = tc.map.ring();
+    let owner = |i: u32| ring.owner_of_dir(&format!("{dir}/x{i}"));
+    (1..100)
+        .find(|&i| owner(i) != owner(0))
+        .unwrap_or_else(|| panic!("no directory placed apart from {dir}/x0"))
+}
+
 /// The test's files: (relative path, contents), one of them past the first chunk.
 fn tree() -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
@@ -430,11 +440,7 @@ fn a_file_replaced_by_a_rename_is_kept_and_restored() {
 fn files_replaced_from_another_partition_and_last_names_of_linked_files_are_kept() {
     let (tc, _rt) = keeping_three_days();
     // Two directories whose names live on different partitions.
-    let ring = tc.map.ring();
-    let owner = |i: u32| ring.owner_of_dir(&format!("/proj/x{i}"));
-    let there = (1..100)
-        .find(|&i| owner(i) != owner(0))
-        .unwrap_or_else(|| panic!("no directory placed apart from /proj/x0"));
+    let there = placed_apart(&tc, "/proj");
     let m = Mount::new(&tc, &[]);
     let proj = users_dir(&m, "proj");
     let script = format!(
@@ -543,11 +549,7 @@ fn files_made_and_removed_at_once_through_the_mount_are_kept() {
 #[test]
 fn of_two_names_of_a_file_removed_at_once_one_is_kept() {
     let (tc, rt) = keeping_three_days();
-    let ring = tc.map.ring();
-    let owner = |i: u32| ring.owner_of_dir(&format!("/pairs/x{i}"));
-    let there = (1..100)
-        .find(|&i| owner(i) != owner(0))
-        .unwrap_or_else(|| panic!("no directory placed apart from /pairs/x0"));
+    let there = placed_apart(&tc, "/pairs");
     let root = tc.client_as(
         tc.map.clone(),
         std::time::Duration::from_secs(10),
