@@ -97,8 +97,10 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 40: quotas leave the trash out (docs/quotas.md "The trash"): partitions count by the
 /// new rule once the map's floor is 40, so that every primary of a partition counts by
 /// one rule. And `WireError::CrossDevice` (EXDEV) appended, sent only to peers of 40.
-/// 41: `InodeOp::ClaimRemoval` appended (the trash keeps one of two last names of a
-/// linked file removed at once, docs/trash.md), sent only once the map's floor is 41.
+/// 41: `InodeOp::ClaimRemoval` and `InodeOp::DropClaimed` appended (the trash keeps one of
+/// two last names of a linked file removed at once, docs/trash.md), sent only once the
+/// map's floor is 41; and quota anchors of hard-linked files (docs/quotas.md "Hard
+/// links"), a stored record written only once the map's floor is 41.
 pub const PROTOCOL_VERSION: u16 = 41;
 
 /// The first protocol with undecided directory objects: a server marks the object of a
@@ -113,9 +115,14 @@ pub const TRASH_KEEPS_ACROSS_SINCE: u16 = 39;
 /// (kept with the map's rule that follows from it).
 pub use myriad_placement::QUOTAS_LEAVE_TRASH_SINCE;
 
-/// The first protocol whose servers answer `InodeOp::ClaimRemoval`: sent only once the
-/// map's floor is this (below it, an unlink asks `InodeOp::Stat` as before).
+/// The first protocol whose servers answer `InodeOp::ClaimRemoval` and
+/// `InodeOp::DropClaimed`: sent only once the map's floor is this (below it, an unlink
+/// asks `InodeOp::Stat` and drops its link with `AdjustLinks` as before).
 pub const REMOVAL_CLAIMS_SINCE: u16 = 41;
+
+/// The first protocol whose servers count a hard-linked file's bytes at its quota anchor
+/// (docs/quotas.md "Hard links"): anchors are written only once the map's floor is this.
+pub const QUOTA_ANCHORS_SINCE: u16 = 41;
 
 /// The first protocol that reads `WireError::CrossDevice`: an older peer is sent
 /// `NotSupported` (EOPNOTSUPP, what it answered for such a rename) instead.

@@ -448,6 +448,9 @@ pub enum InodeOp {
     /// yet seen the link dropped for (so of two names removed at once, one is told it is
     /// the last and kept). Protocol 41 (`REMOVAL_CLAIMS_SINCE`).
     ClaimRemoval,
+    /// A removal that claimed (`ClaimRemoval`) drops its link: one link fewer, as
+    /// `PeerRequest::AdjustLinks` by -1, and one claim ended. Protocol 41.
+    DropClaimed,
 }
 
 /// One entry moved by a directory rename, with the chunk-0 blocks that live with its inode.

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use myriad_placement::{PartitionId, split_parent};
 use myriad_proto::ask;
 use myriad_proto::{
-    Caller, FileKind, Inode, InodeOp, OnceId, Request, Response, WireError, limits, validate_path,
+    Caller, FileKind, Inode, InodeOp, OnceId, QUOTA_ANCHORS_SINCE, Request, Response, WireError,
+    limits, validate_path,
 };
 
 use crate::commit::Context;
@@ -152,11 +153,8 @@ impl Partition {
         }
         match op {
             InodeOp::Stat => Ok(Response::Attr(inode)),
-            InodeOp::ClaimRemoval => {
-                let now = tokio::time::Instant::now();
-                inode.nlink = self.removal_claims.claim(ino, inode.nlink, now);
-                Ok(Response::Attr(inode))
-            }
+            InodeOp::ClaimRemoval => self.claim_removal(ino, false).await,
+            InodeOp::DropClaimed => self.claim_removal(ino, true).await,
             InodeOp::Fetch { max_bytes } => {
                 perm::require(&inode, &caller, perm::READ)?;
                 let n = max_bytes.min(chunk_size).min(limits::IO_BYTES_MAX);
@@ -279,24 +277,42 @@ impl Partition {
         }
     }
 
-    /// Home side of AdjustLinks. A link dropped ends a removal under way (whether or not
-    /// it was claimed: a claim outlives none but its own).
+    /// At the home, a removal of a name of `ino` with the trash on (`removal_claims.rs`):
+    /// claims it (the links it may count on), or, `drop`, drops its link and ends its
+    /// claim. Each under the lock the other takes, so no drop falls between a count read
+    /// and its claim.
+    async fn claim_removal(
+        self: &Arc<Self>,
+        ino: InodeId,
+        drop: bool,
+    ) -> Result<Response, WireError> {
+        let _order = self.removal_claims.order().await;
+        let now = tokio::time::Instant::now();
+        if drop {
+            let changed = self.adjust_links(ino, -1).await;
+            if changed.is_ok() {
+                self.removal_claims.dropped(ino, now);
+            }
+            return changed;
+        }
+        let mut inode = self.lookup_in(INODE_DIR, &inode_name(ino)).await?;
+        inode.link_home.get_or_insert(self.me);
+        inode.nlink = self.removal_claims.claim(ino, inode.nlink, now);
+        Ok(Response::Attr(inode))
+    }
+
+    /// Home side of AdjustLinks.
     pub(crate) async fn adjust_links(
         self: &Arc<Self>,
         ino: InodeId,
         delta: i64,
     ) -> Result<Response, WireError> {
-        let changed = self
-            .mutate(Mutation::AdjustLinks {
-                ino,
-                delta,
-                now: self.env.now_ns(),
-            })
-            .await;
-        if delta < 0 && changed.is_ok() {
-            self.removal_claims.dropped(ino);
-        }
-        changed
+        self.mutate(Mutation::AdjustLinks {
+            ino,
+            delta,
+            now: self.env.now_ns(),
+        })
+        .await
     }
 
     /// `link(from, to)`, run by the owner of `from`'s entry.
@@ -326,11 +342,13 @@ impl Partition {
             // Regular files, symlinks, FIFOs, sockets and devices.
             _ => {
                 let (dir, name) = split_owned(from);
+                let floor = self.state().map.ext.protocol_floor;
                 let m = Mutation::LinkSource {
                     dir,
                     name,
                     me: self.me,
                     now: self.env.now_ns(),
+                    anchored: floor >= QUOTA_ANCHORS_SINCE,
                 };
                 (self.me, self.applier.run_for_in::<Inode>(ctx, m).await?)
             }
@@ -421,9 +439,19 @@ impl Partition {
         let (FileKind::HardLink, Some(home)) = (removed.kind, removed.link_home) else {
             return;
         };
-        let req = PeerRequest::AdjustLinks {
-            ino: removed.ino,
-            delta: -1,
+        // A removal that claimed ends its claim with its drop (`removal_claims.rs`).
+        let now = tokio::time::Instant::now();
+        let req = if self.removal_claims.take_claimed_here(removed.ino, now) {
+            PeerRequest::AtInode {
+                ino: removed.ino,
+                caller: Caller::root(),
+                op: InodeOp::DropClaimed,
+            }
+        } else {
+            PeerRequest::AdjustLinks {
+                ino: removed.ino,
+                delta: -1,
+            }
         };
         if let Err(e) = self.call_node(home, Request::Peer(req)).await {
             tracing::warn!(

@@ -164,16 +164,8 @@ impl Partition {
         // What each other partition holds now may be more than its entry (entries moved
         // in by a split or a tree move): reserved too, read before each grant.
         let mut reserved = self.reserved(st, quota, from, &ledger).await?;
-        if entry_past_free(&q, &reserved, from.0) {
-            // The asker's entry is more than the others leave: it gave part of it up
-            // with entries it moved out, which the others report holding now. It gives
-            // back what it does not use first, so that its entry is what it holds.
-            let had = ledger.get(&from.0).copied().unwrap_or_default();
-            let settled = self.settle(from, quota, had).await?;
-            for l in [&mut ledger, &mut changed, &mut reserved] {
-                l.insert(from.0, settled);
-            }
-        }
+        self.settle_past_free(&q, from, [&mut ledger, &mut changed, &mut reserved])
+            .await?;
         let mut granted = grant(&q, &reserved, from.0, need, held, asks);
         if granted.is_none() {
             // Not enough free: every other partition gives back what it does not use.
@@ -182,7 +174,9 @@ impl Partition {
                 ledger.insert(pid, settled);
                 changed.insert(pid, settled);
             }
-            let reserved = self.reserved(st, quota, from, &ledger).await?;
+            let mut reserved = self.reserved(st, quota, from, &ledger).await?;
+            self.settle_past_free(&q, from, [&mut ledger, &mut changed, &mut reserved])
+                .await?;
             granted = grant(&q, &reserved, from.0, need, held, asks);
         }
         if let Some(g) = granted {
@@ -200,6 +194,28 @@ impl Partition {
             Some(g) => Ok(Response::QuotaLedger(g.triple())),
             None => Err(WireError::QuotaExceeded),
         }
+    }
+
+    /// When the asker `from`'s entry is more than the others' reserved entries leave it
+    /// (it gave part of it up with entries it moved out, which the others report holding
+    /// now), it gives back what it does not use first, so that its entry is what it
+    /// holds: written into each of `maps` (the ledger, the entries changed, the reserved).
+    async fn settle_past_free(
+        self: &Arc<Self>,
+        q: &Quota,
+        from: PartitionId,
+        maps: [&mut BTreeMap<u32, Allowance>; 3],
+    ) -> Result<(), WireError> {
+        let [ledger, changed, reserved] = maps;
+        if !entry_past_free(q, reserved, from.0) {
+            return Ok(());
+        }
+        let had = ledger.get(&from.0).copied().unwrap_or_default();
+        let settled = self.settle(from, q.id, had).await?;
+        for l in [ledger, changed, reserved] {
+            l.insert(from.0, settled);
+        }
+        Ok(())
     }
 
     /// The ledger with each other partition's entry raised to what it reports holding.

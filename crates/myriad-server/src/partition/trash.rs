@@ -91,7 +91,13 @@ impl Partition {
         }
         let inode = match entry.link_home {
             Some(home) if self.state().map.ext.protocol_floor >= REMOVAL_CLAIMS_SINCE => {
-                self.ask_node(home, ask::claim_removal(entry.ino)).await?
+                let inode = self.ask_node(home, ask::claim_removal(entry.ino)).await?;
+                if inode.nlink > 1 {
+                    // Claimed: this removal's drop ends the claim (`drop_link`).
+                    let now = tokio::time::Instant::now();
+                    self.removal_claims.claimed_here(entry.ino, now);
+                }
+                inode
             }
             _ => self.resolve(entry).await?,
         };

@@ -18,7 +18,13 @@ pub(super) fn execute(
     m: Mutation,
 ) -> Result<Outcome, StateError> {
     let out = match m {
-        Mutation::LinkSource { dir, name, me, now } => {
+        Mutation::LinkSource {
+            dir,
+            name,
+            me,
+            now,
+            anchored,
+        } => {
             require_writable(ctx.store, &dir, &name)?;
             let mut inode = visible(ctx.store, &dir, &name)?;
             // Directories never get a second name; everything else may (Linux links
@@ -36,7 +42,9 @@ pub(super) fn execute(
             let object = inode_name(inode.ino);
             put_visible(ctx.store, b, INODE_DIR, &object, &inode);
             // Its bytes stay in the quotas of the directory its first name is in.
-            ctx.store.put_quota_anchor(b, &object, &dir);
+            if anchored {
+                ctx.store.put_quota_anchor(b, &object, &dir);
+            }
             put_visible(ctx.store, b, &dir, &name, &link_ref(inode.ino, me));
             Outcome::Inode(inode)
         }

@@ -118,11 +118,15 @@ pub enum Mutation {
     },
     /// First extra name of the regular file at `dir/name`: its inode moves to an inode object
     /// on this node (`me`), with one more link; the entry becomes a reference to it.
+    /// `anchored`: its bytes stay in the quotas of `dir` (a quota anchor written with the
+    /// object: only once the map's floor is `QUOTA_ANCHORS_SINCE`, so that every primary
+    /// of the partition counts it).
     LinkSource {
         dir: String,
         name: String,
         me: PartitionId,
         now: i64,
+        anchored: bool,
     },
     /// A new name `dir/name` referring to hard-linked inode `ino` on node `home`; for a
     /// client's change (`made_for`: its name mark, `hard_links::name_mark`), that mark is

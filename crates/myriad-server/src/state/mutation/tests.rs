@@ -856,6 +856,7 @@ fn devices_keep_their_number_and_symlinks_can_get_a_second_name() {
         name: "s".into(),
         me: myriad_proto::PartitionId(1),
         now: 4,
+        anchored: true,
     }) else {
         panic!("link source")
     };
