@@ -235,11 +235,14 @@ impl Ring {
 
     /// The partition whose primary keeps the file locks of inode `ino` (docs/fuse.md "File
     /// locks between mounts"): a point of its own (no data chunk has index `u64::MAX`), so
-    /// renames and links never move them.
+    /// renames and links never move them, on the default group's ring, whose partitions
+    /// never change, so no map change moves them either. (On the ring of the group that
+    /// numbered the inode, a zone's group coming and going with its tree moved a file's
+    /// locks to a partition that knew nothing of them and granted a held lock again:
+    /// simulation seed 111009, `--locks --zones --tree-moves`.)
     #[must_use]
     pub fn owner_of_locks(&self, ino: InodeId) -> PartitionId {
-        self.group_of_ino(ino)
-            .owner_of_hash(hash_chunk(ino.0, u64::MAX))
+        self.groups[0].owner_of_hash(hash_chunk(ino.0, u64::MAX))
     }
 
     /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the

@@ -930,6 +930,26 @@ fn directory_moves_inside_a_limited_quota_keep_it_within_its_limit() {
     });
 }
 
+/// Found at stop 87 (`--locks --zones --tree-moves --behind --leases`): a file numbered by
+/// a zone's partition had its locks on that group's ring; the group went with a tree
+/// move and came back with another, so the file's locks moved to a partition that had
+/// never heard of them, which granted a write lock another client held (and renewed at
+/// the old partition). Locks now live on the default group's ring, which no map change
+/// alters.
+#[test]
+fn a_file_s_locks_stay_where_they_are_as_zones_come_and_go() {
+    check(&SimConfig {
+        locks: true,
+        zones: true,
+        tree_moves: true,
+        behind: true,
+        leases: true,
+        servers: 4,
+        ops_per_client: 300,
+        ..busy(111009)
+    });
+}
+
 /// The trash on (docs/trash.md): every unlink moves its file to `/.trash`; at the end the
 /// trash keeps a file for every removal acknowledged and none more than were tried,
 /// through failovers, splits, write-behind batches, directory moves and quotas.
