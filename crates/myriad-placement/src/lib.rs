@@ -36,7 +36,7 @@ pub use members::{
 };
 pub use path::{is_normal_below_root, is_within, join, parent_of, split_parent};
 pub use quotas::{QUOTAS_LEAVE_TRASH_SINCE, QUOTAS_MAX, Quota, TRASH_ROOT, in_trash};
-pub use ring::Ring;
+pub use ring::{LOCKS_ON_DEFAULT_GROUP_SINCE, Ring};
 pub use shard::{
     SHARD_DEPTH_MAX, Shard, ShardCache, ShardMap, name_hash, split_trigger, spread_depth,
 };

@@ -40,7 +40,16 @@ pub struct Ring {
     pinned: Vec<(PartitionId, usize)>,
     chunk_size_bytes: u64,
     epoch: u64,
+    /// File locks on the default group's ring (the map's floor is
+    /// `LOCKS_ON_DEFAULT_GROUP_SINCE`), else on the ring of the group that numbered the
+    /// inode, as servers before it place them.
+    locks_on_default: bool,
 }
+
+/// The first protocol whose servers keep every file's locks on the default group's ring
+/// (`Ring::owner_of_locks`): used once the map's floor is this, so that every server and
+/// client holding a map places a file's locks alike.
+pub const LOCKS_ON_DEFAULT_GROUP_SINCE: u16 = 41;
 
 impl ClusterMap {
     /// Builds the hash ring for this map. Callers cache it per epoch.
@@ -168,6 +177,7 @@ impl Ring {
             pinned,
             chunk_size_bytes: map.chunk_size_bytes,
             epoch: map.epoch,
+            locks_on_default: map.ext.protocol_floor >= LOCKS_ON_DEFAULT_GROUP_SINCE,
         }
     }
 
@@ -239,10 +249,16 @@ impl Ring {
     /// never change, so no map change moves them either. (On the ring of the group that
     /// numbered the inode, a zone's group coming and going with its tree moved a file's
     /// locks to a partition that knew nothing of them and granted a held lock again:
-    /// simulation seed 111009, `--locks --zones --tree-moves`.)
+    /// simulation seed 111009, `--locks --zones --tree-moves`.) Below the map's floor
+    /// `LOCKS_ON_DEFAULT_GROUP_SINCE`, as servers before it place them.
     #[must_use]
     pub fn owner_of_locks(&self, ino: InodeId) -> PartitionId {
-        self.groups[0].owner_of_hash(hash_chunk(ino.0, u64::MAX))
+        let group = if self.locks_on_default {
+            &self.groups[0]
+        } else {
+            self.group_of_ino(ino)
+        };
+        group.owner_of_hash(hash_chunk(ino.0, u64::MAX))
     }
 
     /// The nodes of directory `dir_path` in shard order: the distinct nodes met walking the

@@ -438,6 +438,12 @@ mod tests {
             assert!(p.replicas.iter().all(|r| pinned.zone_of(*r) == "a"));
         }
         let (before, after) = (m.ring(), pinned.ring());
+        let raised = |m: &ClusterMap| {
+            m.with_protocol_floor(crate::LOCKS_ON_DEFAULT_GROUP_SINCE)
+                .unwrap_or_else(|| panic!("floor raised"))
+                .ring()
+        };
+        let (before_41, after_41) = (raised(&m), raised(&pinned));
         for i in 0..500 {
             let inside = format!("/lab/d{i}");
             assert!(group.contains(&after.owner_of_dir(&inside)), "{inside}");
@@ -455,9 +461,11 @@ mod tests {
             let pid = *group.iter().nth(i % group.len()).unwrap_or(&PartitionId(0));
             let ino = crate::InodeId(pid.id_base() | i as u64);
             assert!(group.contains(&after.owner_of_chunk(ino, 3)));
-            // Locks stay on the default group whatever the policies (seed 111009).
-            assert_eq!(after.owner_of_locks(ino), before.owner_of_locks(ino));
-            assert!(!group.contains(&after.owner_of_locks(ino)));
+            // Below floor 41 locks are on the group's ring; from it, on the default
+            // group's whatever the policies (seed 111009).
+            assert!(group.contains(&after.owner_of_locks(ino)));
+            assert_eq!(after_41.owner_of_locks(ino), before_41.owner_of_locks(ino));
+            assert!(!group.contains(&after_41.owner_of_locks(ino)));
             let other = crate::InodeId((1 << 40) | i as u64);
             assert_eq!(
                 after.owner_of_chunk(other, 3),
