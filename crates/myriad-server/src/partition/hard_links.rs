@@ -153,8 +153,8 @@ impl Partition {
         }
         match op {
             InodeOp::Stat => Ok(Response::Attr(inode)),
-            InodeOp::ClaimRemoval => self.claim_removal(ino, false).await,
-            InodeOp::DropClaimed => self.claim_removal(ino, true).await,
+            InodeOp::ClaimRemoval => self.claim_removal(ino).await,
+            InodeOp::DropClaimed => self.drop_claimed(ino).await,
             InodeOp::Fetch { max_bytes } => {
                 perm::require(&inode, &caller, perm::READ)?;
                 let n = max_bytes.min(chunk_size).min(limits::IO_BYTES_MAX);
@@ -278,27 +278,26 @@ impl Partition {
     }
 
     /// At the home, a removal of a name of `ino` with the trash on (`removal_claims.rs`):
-    /// claims it (the links it may count on), or, `drop`, drops its link and ends its
-    /// claim. Each under the lock the other takes, so no drop falls between a count read
-    /// and its claim.
-    async fn claim_removal(
-        self: &Arc<Self>,
-        ino: InodeId,
-        drop: bool,
-    ) -> Result<Response, WireError> {
+    /// the links it may count on, the count read under the lock `drop_claimed` takes, so
+    /// no drop falls between the read and the claim.
+    async fn claim_removal(self: &Arc<Self>, ino: InodeId) -> Result<Response, WireError> {
         let _order = self.removal_claims.order().await;
-        let now = tokio::time::Instant::now();
-        if drop {
-            let changed = self.adjust_links(ino, -1).await;
-            if changed.is_ok() {
-                self.removal_claims.dropped(ino, now);
-            }
-            return changed;
-        }
         let mut inode = self.lookup_in(INODE_DIR, &inode_name(ino)).await?;
         inode.link_home.get_or_insert(self.me);
+        let now = tokio::time::Instant::now();
         inode.nlink = self.removal_claims.claim(ino, inode.nlink, now);
         Ok(Response::Attr(inode))
+    }
+
+    /// At the home, a removal that claimed drops its link of `ino` and ends its claim.
+    async fn drop_claimed(self: &Arc<Self>, ino: InodeId) -> Result<Response, WireError> {
+        let _order = self.removal_claims.order().await;
+        let changed = self.adjust_links(ino, -1).await;
+        if changed.is_ok() {
+            self.removal_claims
+                .dropped(ino, tokio::time::Instant::now());
+        }
+        changed
     }
 
     /// Home side of AdjustLinks.

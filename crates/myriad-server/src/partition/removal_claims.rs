@@ -22,6 +22,8 @@ use std::time::Duration;
 use myriad_proto::InodeId;
 use tokio::time::Instant;
 
+use crate::unpoisoned::lock;
+
 /// How long a claim counts without its drop: far longer than a removal takes from the
 /// answer to its drop.
 const CLAIM_KEPT: Duration = Duration::from_secs(60);
@@ -49,7 +51,7 @@ fn prune(claims: &mut VecDeque<Instant>, now: Instant) {
 
 /// Ends the oldest of `ino`'s claims in `all`, if it has one: whether it had.
 fn end_one(all: &Mutex<Claims>, ino: InodeId, now: Instant) -> bool {
-    let mut all = all.lock().unwrap_or_else(|p| p.into_inner());
+    let mut all = lock(all);
     let Some(claims) = all.get_mut(&ino) else {
         return false;
     };
@@ -73,7 +75,7 @@ impl RemovalClaims {
     /// under way). Answered more than one (not the last), it is under way itself until
     /// its drop (`dropped`).
     pub(crate) fn claim(&self, ino: InodeId, nlink: u32, now: Instant) -> u32 {
-        let mut all = self.under_way.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = lock(&self.under_way);
         let claims = all.entry(ino).or_default();
         prune(claims, now);
         let left = nlink.saturating_sub(u32::try_from(claims.len()).unwrap_or(u32::MAX));
@@ -94,7 +96,7 @@ impl RemovalClaims {
     /// At the removed name's partition: its removal of a name of `ino` was told "not the
     /// last", so its drop is to end that claim.
     pub(crate) fn claimed_here(&self, ino: InodeId, now: Instant) {
-        let mut all = self.mine.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = lock(&self.mine);
         all.entry(ino).or_default().push_back(now);
     }
 
