@@ -54,7 +54,7 @@ pub(crate) struct Op {
     seq: u64,
     /// Changes of other parts it is sent after (`After`).
     after: Vec<After>,
-    /// A setattr or rmdir of directory `path`, ordered with the changes of the
+    /// A setattr, rmdir or mkdir of directory `path`, ordered with the changes of the
     /// directory's own parts (its entry lives in its parent's part, its times are also
     /// moved by the creates and unlinks of its own parts, and it is empty at its servers
     /// only once its unlinks are applied).
@@ -80,8 +80,9 @@ impl Op {
             | ClientRequest::Write(myriad_proto::requests::Write { path, .. })
             | ClientRequest::SetAttr { path, .. }
             | ClientRequest::Unlink { path }
-            | ClientRequest::Rmdir { path } => path.clone(),
-            // Only those five are answered behind.
+            | ClientRequest::Rmdir { path }
+            | ClientRequest::MkdirNumbered { path, .. } => path.clone(),
+            // Only those six are answered behind.
             _ => String::new(),
         };
         Op {

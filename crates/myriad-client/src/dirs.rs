@@ -61,6 +61,13 @@ impl Client {
                 return Ok(page);
             }
         }
+        // Claimed for changes already (a directory made behind is, from its birth).
+        if to == ListFor::Filling
+            && self.leases.holds_for_changes(path, self.acting_caller())
+            && let Some(page) = self.leased_listing(path, after.as_deref(), limit)
+        {
+            return Ok(page);
+        }
         let mut position = (after.as_deref().map_or(0, name_hash), after);
         loop {
             let page = self.list_page(path, position, None, (limit, to)).await?;

@@ -97,6 +97,10 @@ struct Part {
     /// An exclusive lease: the directory's attributes as its grant found them (this
     /// client may answer its own changes here and send them behind: `Leases::behind`).
     exclusive: Option<Inode>,
+    /// A birth lease (`Leases::put_born`): its server grants it only once the mkdir
+    /// answered behind reaches it, so it is not renewed before (a renewal would be
+    /// refused) while the mkdir waits in a journal (its fence).
+    born: bool,
 }
 
 #[derive(Default)]
@@ -525,6 +529,7 @@ impl Leases {
                     complete: None,
                     changing: BTreeSet::new(),
                     exclusive: None,
+                    born: false,
                 });
                 parts.last_mut()?
             }
@@ -555,6 +560,63 @@ impl Leases {
         let run = g.runs;
         g.polling.insert(addr.clone(), run);
         Some((addr, run))
+    }
+
+    /// Directory `dir`, whose mkdir this client answered behind (its partition
+    /// `partition`, at `addr`), held exclusively from its birth, listed whole and empty by
+    /// `caller`, with the attributes answered (`attrs`), trusted for `period`'s share from
+    /// `answered` (before its server grants it: docs/fuse.md "mkdir behind"). Returns
+    /// the server whose poll and renewals must start, as `put_many`.
+    pub(crate) fn put_born(
+        &self,
+        (dir, partition, addr): (&str, PartitionId, String),
+        caller: &Caller,
+        attrs: Inode,
+        (answered, period): (Instant, Duration),
+    ) -> Option<(String, u64)> {
+        let until = answered + period * TRUST_NUM / TRUST_DEN;
+        let mut g = self.lock();
+        let now = Instant::now();
+        if until <= now {
+            return None;
+        }
+        if g.dirs.contains_key(dir) {
+            // Something is held of an earlier directory of that name (given up as that
+            // one went): the new one is not held; its changes go after its mkdir.
+            return None;
+        }
+        self.bump(dir);
+        let parts = g.dirs.entry(dir.to_string()).or_default();
+        parts.push(Part {
+            partition,
+            until,
+            period,
+            used: now,
+            addr: addr.clone(),
+            names: BTreeMap::new(),
+            complete: Some(caller.clone()),
+            changing: BTreeSet::new(),
+            exclusive: Some(attrs),
+            born: true,
+        });
+        tracing::trace!(holder = self.holder, dir, %partition, "held from its birth");
+        if g.polling.contains_key(&addr) {
+            return None;
+        }
+        g.runs += 1;
+        let run = g.runs;
+        g.polling.insert(addr.clone(), run);
+        Some((addr, run))
+    }
+
+    /// Whether `caller` holds directory `dir` whole and exclusively, its changes answered
+    /// behind (a listing meant to claim it for changes would bring nothing new).
+    pub(crate) fn holds_for_changes(&self, dir: &str, caller: &Caller) -> bool {
+        let now = Instant::now();
+        let g = self.lock();
+        !g.attrs_changing(dir)
+            && matches!(g.dirs.get(dir).map(Vec::as_slice),
+                Some([p]) if p.answers_behind(p.partition, caller, now))
     }
 
     /// This client changed directory `dir`'s own attributes (its mode or owner) to
@@ -629,8 +691,8 @@ const BEHIND_MARGIN: Duration = Duration::from_millis(150);
 pub(crate) struct Touch {
     /// The directory's new mtime and ctime.
     pub(crate) at: i64,
-    /// A subdirectory went (an rmdir): its link count is one less.
-    pub(crate) subdir_gone: bool,
+    /// A subdirectory came (a mkdir: 1) or went (an rmdir: -1): its link count moves so.
+    pub(crate) subdirs: i8,
 }
 
 /// A part of a directory held exclusively, as `Leases::behind` lends it.
@@ -643,6 +705,11 @@ impl Held<'_> {
     /// The directory's attributes as the exclusive grant found them.
     pub(crate) fn dir_attrs(&self) -> Option<&Inode> {
         self.part.exclusive.as_ref()
+    }
+
+    /// The lease's period as its server granted it.
+    pub(crate) fn period(&self) -> Duration {
+        self.part.period
     }
 
     /// What the lease knows of `name`: `Some(Some(attrs))` it exists, `Some(None)` it
@@ -730,7 +797,7 @@ impl Leases {
         if let (Some(child), Some(_)) = (emptied, touched) {
             self.give_up_removed(&mut g, child);
         }
-        if let Some(Touch { at, subdir_gone }) = touched {
+        if let Some(Touch { at, subdirs }) = touched {
             let (up, name) = myriad_placement::split_parent(dir);
             // (Answers on their way about the directory's entry may hold the old times:
             // `put_many` never takes a directory's times back.)
@@ -744,8 +811,10 @@ impl Leases {
                         inode.mtime_ns = at;
                         inode.ctime_ns = at;
                         // 2 + subdirectories, or 1 where nobody counts (a split one).
-                        if subdir_gone && inode.nlink > 2 {
+                        if subdirs < 0 && inode.nlink > 2 {
                             inode.nlink -= 1;
+                        } else if subdirs > 0 && inode.nlink >= 2 {
+                            inode.nlink += 1;
                         }
                     }
                 }

@@ -144,20 +144,15 @@ impl Client {
         let (result, started) = self.leases.behind(held_at, partition, caller, |mut held| {
             let (result, op) = f(&mut held, name, at)?;
             // A create, an unlink or an rmdir moves the directory's times.
-            let touched = op
-                .as_ref()
-                .filter(|op| {
-                    matches!(
-                        op.request,
-                        ClientRequest::Create { .. }
-                            | ClientRequest::Unlink { .. }
-                            | ClientRequest::Rmdir { .. }
-                    )
-                })
-                .map(|op| Touch {
-                    at,
-                    subdir_gone: matches!(op.request, ClientRequest::Rmdir { .. }),
-                });
+            let touched = op.as_ref().and_then(|op| {
+                let subdirs = match op.request {
+                    ClientRequest::Create { .. } | ClientRequest::Unlink { .. } => 0,
+                    ClientRequest::Rmdir { .. } => -1,
+                    ClientRequest::MkdirNumbered { .. } => 1,
+                    _ => return None,
+                };
+                Some(Touch { at, subdirs })
+            });
             let started = op.map(|mut op| {
                 op.at_ns = at;
                 journal.push(&key, op)
@@ -426,6 +421,75 @@ impl Client {
             );
             Some((Ok(()), Some(op.of_directory())))
         })
+    }
+
+    /// A mkdir answered behind (docs/fuse.md "mkdir behind"): under the parent's part
+    /// held exclusively showing the name free, once every server takes it (the map's
+    /// floor), with a number reserved in the parent's partition. Sent as a directory
+    /// change (`Op::of_directory`): whatever is journaled in the new directory, and
+    /// whatever is sent at once about it or below it, waits for it (the fence). The
+    /// client holds the new directory from its birth, exclusive, listed whole and empty
+    /// (`keep_born`); the servers grant that lease when they make its object.
+    pub(crate) fn mkdir_behind(&self, path: &str, mode: u32) -> Option<Result<Inode, FsError>> {
+        let journal = &self.leases.journal;
+        let floor = self.map().ext.protocol_floor;
+        if !journal.enabled() || floor < myriad_proto::MKDIR_BEHIND_SINCE {
+            tracing::trace!(path, floor, "mkdir not behind: not every server takes it");
+            return None;
+        }
+        let partition = self.entry_partition(path);
+        let caller = self.acting_caller();
+        if !self
+            .leases
+            .answers_behind(split_parent(path).0, partition, caller)
+        {
+            tracing::trace!(
+                path,
+                "mkdir not behind: no exclusive lease listed by this caller"
+            );
+            return None;
+        }
+        let (ino, started) = journal.take_id(partition);
+        journal.start(started);
+        let Some(ino) = ino else {
+            tracing::trace!(path, %partition, "mkdir not behind: no inode number reserved yet");
+            return None;
+        };
+        let answered = tokio::time::Instant::now();
+        let r = self.behind((path, None), 0, |held, name, at| {
+            let dir = held.dir_attrs()?.clone();
+            if !allowed(&dir, caller, WRITE | EXEC) {
+                return None;
+            }
+            if held.lookup(name)?.is_some() {
+                return Some((Err(FsError::AlreadyExists), None));
+            }
+            let (gid, mode) = new_owner_group(Some(&dir), caller, FileKind::Directory, mode);
+            let mut inode = Inode::new(
+                ino,
+                FileKind::Directory,
+                mode & 0o7777,
+                (caller.uid, gid),
+                at,
+            );
+            inode.nlink = 2;
+            held.set(name, Some(inode.clone()));
+            tracing::trace!(path, ino = ino.0, "mkdir answered behind");
+            let op = Op::new(
+                caller,
+                None,
+                ClientRequest::MkdirNumbered {
+                    path: path.to_string(),
+                    mode,
+                    ino,
+                },
+            );
+            Some((Ok((inode, held.period())), Some(op.of_directory())))
+        })?;
+        Some(r.map(|(inode, period)| {
+            self.keep_born(path, &inode, (answered, period));
+            inode
+        }))
     }
 
     /// Reserves inode numbers in `partition` for creates behind (durable before use: a

@@ -200,6 +200,10 @@ impl ClientRequest {
                 "mkdir",
                 Change::of(path, Grows).with_attributes().altering_listing(),
             ),
+            C::MkdirNumbered { path, .. } => change(
+                "mkdir_numbered",
+                Change::of(path, Grows).with_attributes().altering_listing(),
+            ),
             C::Rmdir { path } => change(
                 "rmdir",
                 Change::of(path, Writes).of_subtree().altering_listing(),

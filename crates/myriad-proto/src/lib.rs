@@ -43,9 +43,10 @@ pub use envelope::{Envelope, SentOnce};
 pub use error::{ErrorKind, FsError, WireError};
 pub use message::{
     Auth, AuthReply, CLAIMS_MOVE_SINCE, ClientFrame, DIR_UNDECIDED_SINCE, Endpoints, Hello,
-    HelloReply, HotDir, LatencyHistogram, LeaseGrant, MAGIC, PROTOCOL_MIN, PROTOCOL_VERSION,
-    PeerKind, QUOTA_ANCHORS_SINCE, QUOTAS_LEAVE_TRASH_SINCE, REMOVAL_CLAIMS_SINCE, RequestFrame,
-    RequestFrameRef, Response, ResponseFrame, TRASH_KEEPS_ACROSS_SINCE, negotiate,
+    HelloReply, HotDir, LatencyHistogram, LeaseGrant, MAGIC, MKDIR_BEHIND_SINCE, PROTOCOL_MIN,
+    PROTOCOL_VERSION, PeerKind, QUOTA_ANCHORS_SINCE, QUOTAS_LEAVE_TRASH_SINCE,
+    REMOVAL_CLAIMS_SINCE, RequestFrame, RequestFrameRef, Response, ResponseFrame,
+    TRASH_KEEPS_ACROSS_SINCE, negotiate,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash, zone_name_ok};

@@ -101,7 +101,15 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// two last names of a linked file removed at once, docs/trash.md), sent only once the
 /// map's floor is 41; and quota anchors of hard-linked files (docs/quotas.md "Hard
 /// links"), a stored record written only once the map's floor is 41.
-pub const PROTOCOL_VERSION: u16 = 41;
+/// 42: mkdir behind (docs/fuse.md "mkdir behind"): `ClientRequest::MkdirNumbered`,
+/// `PeerRequest::DirObjectBorn` and `PeerRequest::DirSought` appended, sent only once the
+/// map's floor is 42.
+pub const PROTOCOL_VERSION: u16 = 42;
+
+/// The first protocol whose servers take a mkdir answered behind
+/// (`ClientRequest::MkdirNumbered`): a client answers mkdirs behind only once the map's
+/// floor is this.
+pub const MKDIR_BEHIND_SINCE: u16 = 42;
 
 /// The first protocol with undecided directory objects: a server marks the object of a
 /// mkdir only once the map's floor is this.

@@ -295,6 +295,22 @@ pub enum PeerRequest {
     /// moved on again before the create was applied): never use it here (`Unit`), or
     /// `AlreadyExists` if a create here did. Protocol 39.
     GiveUpClaimed { ino: InodeId },
+    /// Home of directory `path`: as `DirObjectCreate` (unsplit), for a mkdir client
+    /// `holder` answered behind: the object is made with an exclusive lease for it on the
+    /// directory, which keeps `attrs` (the directory's attributes) as a grant's would
+    /// (docs/fuse.md "mkdir behind"). Protocol 42.
+    DirObjectBorn {
+        path: String,
+        ino: InodeId,
+        holder: u64,
+        attrs: crate::Inode,
+    },
+    /// Partition of entry `path`, from one whose request found no object for directory
+    /// `path`: looks the entry up as a read by `reader` (`None`: unknown) would, recalling
+    /// other clients' exclusive leases on its directory first (a journal there may hold
+    /// its mkdir, answered behind): `Unit` if it is a directory now, `NotFound` if not
+    /// (docs/fuse.md "mkdir behind", a path named below a new directory). Protocol 42.
+    DirSought { path: String, reader: Option<u64> },
 }
 
 /// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields
@@ -522,6 +538,8 @@ impl PeerRequest {
             PeerRequest::MkdirDecided { .. } => "mkdir_decided",
             PeerRequest::DirObjectConfirm { .. } => "dirobj_confirm",
             PeerRequest::GiveUpClaimed { .. } => "give_up_claimed",
+            PeerRequest::DirObjectBorn { .. } => "dirobj_born",
+            PeerRequest::DirSought { .. } => "dir_sought",
         }
     }
 }

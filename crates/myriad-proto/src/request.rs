@@ -187,6 +187,16 @@ pub enum ClientRequest {
     /// (`Response::IndexReaders`): an automatic index is built for a tree read from
     /// several mounts, or read hard by one (docs/metadata-index.md). Protocol 33.
     IndexReaders { min_reads: u64, quiet_ms: u64 },
+    /// Owner of the entry: a mkdir a client answered behind under an exclusive lease on
+    /// the parent (docs/fuse.md "mkdir behind"). The directory takes inode number `ino`,
+    /// reserved for the client by this partition (`ReserveIds`, checked as a create's),
+    /// and its object is made with an exclusive lease for that client (its birth lease,
+    /// `PeerRequest::DirObjectBorn`). Sent only once the map's floor is 42.
+    MkdirNumbered {
+        path: String,
+        mode: u32,
+        ino: InodeId,
+    },
 }
 
 /// What a read reads (`ClientRequest::read_of`).

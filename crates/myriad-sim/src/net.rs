@@ -87,18 +87,18 @@ fn delivered_names(body: &Request) -> Vec<&'static str> {
         Request::Client(E::Once(_)) => Some("once"),
         _ => None,
     };
-    // The rmdirs a write-behind journal sent (the other changes of a batch are counted
-    // by what they cause at the servers).
-    let rmdirs = match body {
-        Request::Client(E::Batch { ops, .. }) => ops
-            .iter()
-            .filter(|o| matches!(o.request, myriad_proto::ClientRequest::Rmdir { .. }))
-            .count(),
+    // The rmdirs and mkdirs a write-behind journal sent (the other changes of a batch
+    // are counted by what they cause at the servers).
+    let batched = |f: fn(&myriad_proto::ClientRequest) -> bool| match body {
+        Request::Client(E::Batch { ops, .. }) => ops.iter().filter(|o| f(&o.request)).count(),
         _ => 0,
     };
+    let rmdirs = batched(|r| matches!(r, myriad_proto::ClientRequest::Rmdir { .. }));
+    let mkdirs = batched(|r| matches!(r, myriad_proto::ClientRequest::MkdirNumbered { .. }));
     std::iter::once(body.op_name())
         .chain(envelope)
         .chain(std::iter::repeat_n("batched_rmdir", rmdirs))
+        .chain(std::iter::repeat_n("batched_mkdir", mkdirs))
         .collect()
 }
 
@@ -113,6 +113,8 @@ fn path_of(body: &Request) -> Option<&str> {
             | P::DirExport { path, .. }
             | P::DirFinish { path, .. }
             | P::DirObjectCreate { path, .. }
+            | P::DirObjectBorn { path, .. }
+            | P::DirSought { path, .. }
             | P::DirObjectRemove { path, .. },
         ) => return Some(path),
         Request::Peer(P::DirImport(part)) => return Some(&part.path),

@@ -184,7 +184,7 @@ impl ClientRun {
         format!("/{}{client}/f{k}", SIDES[side % SIDES.len()])
     }
 
-    fn dir(&self, client: u32, k: u32) -> String {
+    pub(super) fn dir(&self, client: u32, k: u32) -> String {
         format!("/c{client}/d{k}")
     }
 
@@ -446,8 +446,14 @@ impl ClientRun {
                     self.exchange(&mine, &self.path(self.id, side2, j)).await;
                 }
                 33..38 => self.rename(&mine, &self.path(self.id, side2, j)).await,
-                38..42 => self.mkdir(&self.dir(self.id, k)).await?,
-                42..45 => self.rmdir(&self.dir(self.id, k)).await?,
+                38..42 => self.mkdir_filled(k).await?,
+                42..45 => {
+                    let d = self.dir(self.id, k);
+                    if self.behind && k % 2 == 1 {
+                        self.delete(&format!("{d}/f")).await;
+                    }
+                    self.rmdir(&d).await?;
+                }
                 45..62 => {
                     let path = self.path(other, side, k);
                     if self.leases && k % 2 == 0 {
@@ -461,6 +467,11 @@ impl ClientRun {
                     self.read(&path).await?;
                     if self.leases {
                         self.read(&path).await?;
+                    }
+                    // A file in another client's directory, named whole (docs/fuse.md
+                    // "mkdir behind": its directory may still be in that client's journal).
+                    if self.behind && k % 2 == 1 {
+                        self.read(&format!("{}/f", self.dir(other, k))).await?;
                     }
                 }
                 62..70 => {
@@ -576,7 +587,7 @@ impl ClientRun {
 
     /// Writes the next version of `path` at offset 0 (a file that exists keeps its inode)
     /// and, if `two_chunks`, again past its first chunk.
-    async fn put(&self, path: &str, two_chunks: bool) {
+    pub(super) async fn put(&self, path: &str, two_chunks: bool) {
         // Written behind, a new file is made empty and then written (as through a mount:
         // open(O_CREAT), write); the two may reach the servers in two batches, and a
         // reader between them sees the empty file.

@@ -199,6 +199,34 @@ fn seeds_with_rmdirs_answered_behind_keep_every_invariant() {
     t.delivered_at_least("batched_rmdir", 5);
 }
 
+/// mkdirs answered behind (docs/fuse.md "mkdir behind", protocol 42): each client makes
+/// its directories in a directory it claimed, fills odd ones with a file at once (under
+/// the new directory's birth lease), and reads other clients' such files by their whole
+/// paths (a partition with no object for the directory asks its entry's partition,
+/// which recalls the maker's lease on the parent first). With faults: no directory or
+/// file acknowledged and then missing, none read older than acknowledged.
+#[test]
+fn seeds_with_mkdirs_answered_behind_keep_every_invariant() {
+    let mut t = Totals::default();
+    for (seed, moves) in [(150_000, false), (150_007, true)] {
+        t.check(&SimConfig {
+            behind: true,
+            leases: true,
+            moves,
+            clients: 6,
+            ops_per_client: 300,
+            ..SimConfig::new(seed)
+        });
+    }
+    eprintln!(
+        "batched mkdirs {}, dirs sought {}",
+        t.delivered.get("batched_mkdir").copied().unwrap_or(0),
+        t.delivered.get("dir_sought").copied().unwrap_or(0)
+    );
+    t.delivered_at_least("batched_mkdir", 5);
+    t.delivered_at_least("dir_sought", 1);
+}
+
 /// Every client also takes, renews and gives back write locks on three shared inodes
 /// (docs/fuse.md "File locks between mounts"): no two may believe they hold one at once.
 /// Seeds 83 and 1016 (5 clients) fail when a new primary opens without the grace that

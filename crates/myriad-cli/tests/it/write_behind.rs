@@ -560,3 +560,87 @@ fn a_directory_s_time_is_its_last_create_s_not_a_later_write_s_or_chmod_s() {
         assert_eq!(io(std::fs::metadata(&f)).mode() & 0o777, 0o600);
     }
 }
+
+/// `mkdir` answered behind (docs/fuse.md "mkdir behind"): through mount A, directories
+/// made in a directory A holds, and directories and files made in those at once, are
+/// answered by A and sent in its journals (a mkdir sent alone only where no number is
+/// reserved yet), each new
+/// directory held by A from its birth. Mount B sees every directory and file with the
+/// modes, owners, link counts and times A answered; and a client naming a file below new
+/// directories by its whole path (the native API, which walks no parent) right after A
+/// made them reads it (their partition asks the partition of their entry, whose read
+/// recalls A's lease on the parent; then A's birth lease on the directory is recalled).
+#[test]
+fn mkdirs_answered_behind_are_seen_at_once_by_path_and_through_another_mount() {
+    use std::os::unix::fs::MetadataExt;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    // Answered behind only once every server takes it (protocol 42).
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    let c = tc.client();
+    // Made at once (nobody holds "/" exclusively); A lists it exclusively before answering.
+    io(std::fs::create_dir(a.path("t")));
+    let before = rt.block_on(received_by_op(&c));
+    let mut made = Vec::new();
+    let file = |k: usize| (format!("t/d{k}/s/f"), format!("file {k}"));
+    for k in 0..5 {
+        for d in [format!("t/d{k}"), format!("t/d{k}/s")] {
+            io(std::fs::create_dir(a.path(&d)));
+            made.push(d);
+        }
+        let (f, data) = file(k);
+        io(std::fs::write(a.path(&f), data));
+    }
+    let after = rt.block_on(received_by_op(&c));
+    let sent = |op: &str| count(&after, op) - count(&before, op);
+    eprintln!(
+        "{} mkdirs: {} sent alone, {} batches",
+        made.len(),
+        sent("mkdir"),
+        sent("batch")
+    );
+    // (A partition's first may go at once: numbers are reserved there once a lease is.)
+    assert!(
+        sent("mkdir") * 2 < made.len() as u64 && sent("batch") > 0,
+        "most of {} mkdirs answered behind: {before:?} then {after:?}",
+        made.len()
+    );
+    for k in 5..8 {
+        for d in [format!("t/d{k}"), format!("t/d{k}/s")] {
+            io(std::fs::create_dir(a.path(&d)));
+            made.push(d);
+        }
+        let (f, data) = file(k);
+        io(std::fs::write(a.path(&f), &data));
+        // At once, by its whole path: its directories may still be in A's journals.
+        let (_, got) = rt
+            .block_on(c.fetch(&format!("/{f}")))
+            .unwrap_or_else(|e| panic!("/{f} by its path: {e}"));
+        assert_eq!(got, data.as_bytes(), "/{f} by its path");
+    }
+    for d in &made {
+        let (ma, mb) = (
+            io(std::fs::metadata(a.path(d))),
+            io(std::fs::metadata(b.path(d))),
+        );
+        assert!(mb.is_dir(), "B sees {d}");
+        assert_eq!(
+            (ma.mode(), ma.uid(), ma.gid(), ma.nlink()),
+            (mb.mode(), mb.uid(), mb.gid(), mb.nlink()),
+            "{d}: A answered what the servers keep"
+        );
+        assert_eq!(ma.mtime_nsec(), mb.mtime_nsec(), "{d}: its time");
+    }
+    for k in 0..8 {
+        let (f, data) = file(k);
+        assert_eq!(
+            io(std::fs::read(b.path(&f))),
+            data.as_bytes(),
+            "B reads {f}"
+        );
+    }
+    let syncfs = io(std::fs::File::open(a.path("")));
+    io(syncfs.sync_all());
+}

@@ -298,18 +298,45 @@ impl Client {
             .leases
             .put_many(dir, answers, complete, grant, generation, addr)
         {
-            tokio::spawn(self.leases.clone().poll(
-                self.transport.clone(),
-                start.clone(),
-                self.config.caller.clone(),
-                self.config.request_timeout,
-            ));
-            tokio::spawn(self.leases.clone().renew(
-                self.transport.clone(),
-                start,
-                self.config.caller.clone(),
-            ));
+            self.start_upkeep(start);
         }
+    }
+
+    /// Holds directory `path`, whose mkdir this client answered behind as `inode`, from
+    /// its birth (`Leases::put_born`; `lease`: when it was answered, and the period of the
+    /// parent's lease), and reserves numbers for the creates to be answered in it.
+    pub(crate) fn keep_born(
+        &self,
+        path: &str,
+        inode: &Inode,
+        lease: (tokio::time::Instant, std::time::Duration),
+    ) {
+        let partition = self.entry_partition(&myriad_placement::join(path, "x"));
+        let Some(addr) = self.st().map.partition_addr(partition).map(str::to_string) else {
+            return;
+        };
+        let started = self.leases.journal.refill_ids(partition);
+        self.leases.journal.start(started);
+        let caller = self.acting_caller();
+        let held = (path, partition, addr);
+        if let Some(start) = self.leases.put_born(held, caller, inode.clone(), lease) {
+            self.start_upkeep(start);
+        }
+    }
+
+    /// Starts the poll and renewals of leases at a server (`start`: its address and run).
+    fn start_upkeep(&self, start: (String, u64)) {
+        tokio::spawn(self.leases.clone().poll(
+            self.transport.clone(),
+            start.clone(),
+            self.config.caller.clone(),
+            self.config.request_timeout,
+        ));
+        tokio::spawn(self.leases.clone().renew(
+            self.transport.clone(),
+            start,
+            self.config.caller.clone(),
+        ));
     }
 
     /// Gives every directory lease back (a mount going away: others need not wait for

@@ -148,6 +148,10 @@ impl Client {
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Inode, FsError> {
+        validate_path(path)?;
+        if let Some(r) = self.mkdir_behind(path, mode) {
+            return r;
+        }
         self.entry_ask(path, ask::mkdir(path, mode, 1)).await
     }
 

@@ -428,10 +428,7 @@ async fn a_removed_directory_s_lease_is_renewed_until_its_rmdir_is_answered() {
                 },
             );
             let _ = l.journal.push(&grant("/d").key, op.of_directory());
-            let touch = Touch {
-                at: 7,
-                subdir_gone: true,
-            };
+            let touch = Touch { at: 7, subdirs: -1 };
             Some(((), Some(touch)))
         })
     };
@@ -471,4 +468,49 @@ async fn a_removed_directory_s_lease_is_renewed_until_its_rmdir_is_answered() {
         !l.round("s1").renew.contains(&removed),
         "let go once answered"
     );
+}
+
+/// A directory made behind is held from its birth: exclusive, listed whole and empty,
+/// answering changes behind; not renewed while its mkdir waits in a journal (its server
+/// does not know the lease before), renewed once the mkdir is answered.
+#[tokio::test(start_paused = true)]
+async fn a_birth_lease_is_renewed_only_once_its_mkdir_is_answered() {
+    let l = Leases::new(1);
+    let attrs = Inode::new(InodeId(9), FileKind::Directory, 0o755, (0, 0), 1);
+    let parent = LeaseKey {
+        partition: PartitionId(1),
+        dir: "/".into(),
+    };
+    let mkdir = ClientRequest::MkdirNumbered {
+        path: "/n".into(),
+        mode: 0o755,
+        ino: InodeId(9),
+    };
+    let op = crate::behind_journals::Op::new(&me(), None, mkdir).of_directory();
+    let _started = l.journal.push(&parent, op);
+    let held = ("/n", PartitionId(2), "s2".to_string());
+    let lease = (Instant::now(), Duration::from_millis(800));
+    assert_eq!(
+        l.put_born(held.clone(), &me(), attrs.clone(), lease),
+        Some(("s2".into(), 1)),
+        "its server's poll starts"
+    );
+    assert!(l.answers_behind("/n", PartitionId(2), &me()));
+    assert!(l.holds_for_changes("/n", &me()));
+    assert_eq!(l.listing("/n", &me()).map(|v| v.len()), Some(0), "empty");
+    assert!(
+        l.round("s2").renew.is_empty(),
+        "not renewed while its mkdir waits"
+    );
+    // Held already: not held again from a birth.
+    assert_eq!(l.put_born(held, &me(), attrs, lease), None);
+    let crate::behind_journals::Taken::Batch(_, ops) = l.journal.take_batch(&parent) else {
+        panic!("the mkdir is sent")
+    };
+    l.journal.done(&parent, ops.len());
+    let key = LeaseKey {
+        partition: PartitionId(2),
+        dir: "/n".into(),
+    };
+    assert_eq!(l.round("s2").renew, vec![key], "renewed once answered");
 }

@@ -275,6 +275,8 @@ impl Leases {
                 parts
                     .iter()
                     .filter(|p| p.addr == addr && p.until > now)
+                    // A birth lease its server does not know before the mkdir reaches it.
+                    .filter(|p| !p.born || self.journal.fence_of(dir).is_none())
                     .map(|p| {
                         let key = LeaseKey {
                             partition: p.partition,

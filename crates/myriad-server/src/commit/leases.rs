@@ -437,6 +437,22 @@ impl LeaseTable {
         granted
     }
 
+    /// An exclusive lease on directory `dir`, about to be made for `holder`, whose mkdir
+    /// that client answered behind (docs/fuse.md "mkdir behind"), keeping `attrs` (the
+    /// new directory's): granted before the object exists, so that no read of the new
+    /// directory passes the holder's changes there. False if it cannot be granted now
+    /// (a lease another client still holds on that path, reads lent to copies, a change
+    /// under way): the mkdir is then refused `Busy`, and sent again.
+    pub fn grant_born(&self, dir: &str, holder: u64, attrs: myriad_proto::Inode) -> bool {
+        match self.grant(dir, holder, true) {
+            Some(g) if g.exclusive => {
+                self.set_attrs(dir, holder, attrs);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The directory's attributes an exclusive grant to `holder` found (told with its
     /// later grants).
     pub fn set_attrs(&self, dir: &str, holder: u64, attrs: myriad_proto::Inode) {

@@ -354,6 +354,7 @@ async fn mkdir_begun(home: &Partition) -> (u64, myriad_proto::InodeId) {
             gid: 0,
             now: 1,
             once: None,
+            ino: None,
         })
         .await
     {
@@ -817,7 +818,7 @@ async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() 
     // check answered before an rmdir and a new mkdir of the same name.)
     let (txid, ino) = mkdir_begun(&home).await;
     owner
-        .create_dir_object("/x", ino, 0, true)
+        .create_dir_object("/x", ino, (0, true), None)
         .await
         .unwrap_or_else(|e| panic!("object: {e}"));
     assert_eq!(undecided(&owner), Some(true));
@@ -839,7 +840,7 @@ async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() 
     assert!(home.store.intent(txid).ok().flatten().is_none());
     // 2. An object its entry does not name (an undo that has not reached it yet).
     owner
-        .create_dir_object("/x", ino, 0, true)
+        .create_dir_object("/x", ino, (0, true), None)
         .await
         .unwrap_or_else(|e| panic!("object: {e}"));
     assert_eq!(
@@ -854,7 +855,7 @@ async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() 
     // 3. Committed, its confirm lost: the create asks, then lands.
     let (txid, ino) = mkdir_begun(&home).await;
     owner
-        .create_dir_object("/x", ino, 0, true)
+        .create_dir_object("/x", ino, (0, true), None)
         .await
         .unwrap_or_else(|e| panic!("object: {e}"));
     home.applier

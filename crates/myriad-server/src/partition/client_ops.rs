@@ -135,7 +135,11 @@ impl Partition {
                 self.client_copy_range(st, (caller, made), copy).await
             }
             ClientRequest::Mkdir { path, mode, shards } => {
-                self.client_mkdir(st, (caller, made), path, mode, shards)
+                self.client_mkdir(st, (caller, made), path, (mode, shards), None)
+                    .await
+            }
+            ClientRequest::MkdirNumbered { path, mode, ino } => {
+                self.client_mkdir(st, (caller, made), path, (mode, 1), Some(ino))
                     .await
             }
             ClientRequest::Rmdir { path } => self.client_rmdir(st, (caller, made), path).await,

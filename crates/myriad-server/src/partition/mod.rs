@@ -9,6 +9,7 @@
 //! `shards`, `split`, `twophase`, `tree_move` (a tree moving between zones), `dirtimes`, `links`, `copy`, `repair`, `fsck`, `once`, `grants`,
 //! `file_locks`, `orphans`, `coding`: erasure coding of settled chunks, docs/redundancy.md); `dispatch`.
 
+pub(crate) mod absent_dirs;
 pub(crate) mod ancestor_replicas;
 pub(crate) mod ancestors;
 pub(crate) mod anti_entropy;

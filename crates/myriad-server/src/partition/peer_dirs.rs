@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use myriad_placement::Shard;
-use myriad_proto::{InodeId, Response, WireError, validate_path};
+use myriad_proto::{InodeId, PeerRequest, Response, WireError, validate_path};
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
@@ -89,7 +89,7 @@ impl Partition {
     }
 
     /// A directory object made at the partition its path hashes to (a mkdir from elsewhere).
-    pub(super) async fn peer_dir_object_create(
+    async fn peer_dir_object_create(
         self: &Arc<Self>,
         st: &Arc<MapState>,
         path: String,
@@ -99,13 +99,72 @@ impl Partition {
         validate_path(&path)?;
         self.own_dir(st, &path)?;
         let depth = depth.min(myriad_placement::SHARD_DEPTH_MAX);
-        self.create_dir_object(&path, ino, depth, Self::marks_undecided(st))
+        self.create_dir_object(&path, ino, (depth, Self::marks_undecided(st)), None)
+            .await?;
+        Ok(Response::Unit)
+    }
+
+    /// The requests that make, remove or look for a directory object.
+    pub(super) async fn peer_dir_object(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        req: PeerRequest,
+    ) -> Result<Response, WireError> {
+        match req {
+            PeerRequest::DirObjectCreate { path, ino, depth } => {
+                self.peer_dir_object_create(st, path, ino, depth).await
+            }
+            PeerRequest::DirObjectBorn {
+                path,
+                ino,
+                holder,
+                attrs,
+            } => {
+                self.peer_dir_object_born(st, (path, ino), holder, attrs)
+                    .await
+            }
+            PeerRequest::DirObjectRemove { path, ino, client } => {
+                self.peer_dir_object_remove(st, (path, ino), client).await
+            }
+            PeerRequest::DirSought { path, reader } => self.peer_dir_sought(st, path, reader).await,
+            other => Err(WireError::InvalidArgument(format!(
+                "not a directory object's request: {}",
+                other.op_name()
+            ))),
+        }
+    }
+
+    /// `DirObjectBorn`: the object of a directory whose mkdir client `holder` answered
+    /// behind, made with that client's exclusive lease on it (its birth lease, granted
+    /// first: docs/fuse.md "mkdir behind"). `Busy` if the lease cannot be granted now.
+    async fn peer_dir_object_born(
+        self: &Arc<Self>,
+        st: &Arc<MapState>,
+        (path, ino): (String, InodeId),
+        holder: u64,
+        attrs: myriad_proto::Inode,
+    ) -> Result<Response, WireError> {
+        validate_path(&path)?;
+        self.own_dir(st, &path)?;
+        if attrs.ino != ino || attrs.kind != myriad_proto::FileKind::Directory {
+            return Err(WireError::InvalidArgument(
+                "a directory's birth lease names another inode".into(),
+            ));
+        }
+        if let Some(t) = self.leases()
+            && !t.grant_born(&path, holder, attrs)
+        {
+            tracing::debug!(partition = %self.me, path, holder, "no birth lease now: the mkdir is tried again");
+            return Err(WireError::Busy);
+        }
+        let undecided = Self::marks_undecided(st);
+        self.create_dir_object(&path, ino, (0, undecided), Some(holder))
             .await?;
         Ok(Response::Unit)
     }
 
     /// Removes a directory object (an rmdir from elsewhere, for `client`'s change).
-    pub(super) async fn peer_dir_object_remove(
+    async fn peer_dir_object_remove(
         self: &Arc<Self>,
         st: &Arc<MapState>,
         (path, ino): (String, InodeId),

@@ -100,12 +100,10 @@ impl Partition {
                     .await
             }
             PeerRequest::DirTouches { touches } => self.serve_dir_touches(st, touches).await,
-            PeerRequest::DirObjectCreate { path, ino, depth } => {
-                self.peer_dir_object_create(st, path, ino, depth).await
-            }
-            PeerRequest::DirObjectRemove { path, ino, client } => {
-                self.peer_dir_object_remove(st, (path, ino), client).await
-            }
+            req @ (PeerRequest::DirObjectCreate { .. }
+            | PeerRequest::DirObjectBorn { .. }
+            | PeerRequest::DirObjectRemove { .. }
+            | PeerRequest::DirSought { .. }) => Box::pin(self.peer_dir_object(st, req)).await,
             req @ PeerRequest::RenamePrepare { .. } => self.peer_rename_prepare(st, req).await,
             PeerRequest::DirFreeze { path, txid } => self.peer_dir_freeze(st, path, txid).await,
             PeerRequest::DirExport { path, txid, after } => {

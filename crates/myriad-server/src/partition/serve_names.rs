@@ -175,22 +175,43 @@ impl Partition {
         st: &Arc<MapState>,
         (caller, made): (Caller, &Made),
         path: String,
-        mode: u32,
-        shards: u32,
+        (mode, shards): (u32, u32),
+        numbered: Option<myriad_proto::InodeId>,
     ) -> Result<Response, WireError> {
         let (dir, name) = self.entry_target(st, &path)?;
+        // Answered behind (`MkdirNumbered`): the number is the sending client's own, and
+        // the client holds the parent exclusively, so the change is sent once.
+        let numbered = match numbered {
+            Some(i) => Some((
+                made.sent_once_by().ok_or_else(|| {
+                    WireError::InvalidArgument(
+                        "a mkdir with a reserved inode number is sent once".into(),
+                    )
+                })?,
+                i,
+            )),
+            None => None,
+        };
         let parent = self.may_create(&caller, &path).await?;
         let (gid, mode) =
             perm::new_owner_group(parent.as_ref(), &caller, FileKind::Directory, mode);
         let depth = shard_depth(shards)?;
+        if let Some((client, i)) = numbered {
+            self.claim_if_foreign(client, i).await?;
+        }
+        let new = crate::partition::twophase::NewDir {
+            mode,
+            depth,
+            owner: (caller.uid, gid),
+            // Answered behind: the time its client answered (as a create's).
+            now: match numbered {
+                Some(_) => self.time_of(made),
+                None => self.env.now_ns(),
+            },
+            numbered,
+        };
         let (inode, durable) = self
-            .mkdir(
-                &made.context(),
-                &path,
-                (dir.clone(), name),
-                (mode, depth),
-                (caller.uid, gid),
-            )
+            .mkdir(&made.context(), &path, (dir.clone(), name), new)
             .await?;
         self.note_added(&dir);
         // The parent's touch overlaps the last step's group commit (`finish_entry`).

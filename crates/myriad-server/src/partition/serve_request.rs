@@ -58,7 +58,7 @@ impl Partition {
         made: &Made,
     ) -> Result<Response, WireError> {
         use crate::partition::quota_grants::{SHORT_RETRIES_MAX, SHORT_WAITS_MAX};
-        let (mut asked, mut waited, mut settled) = (0, 0, 0);
+        let (mut asked, mut waited, mut settled, mut sought) = (0, 0, 0, false);
         let began = made.arrived.unwrap_or_else(tokio::time::Instant::now);
         loop {
             let again = body.clone();
@@ -84,6 +84,24 @@ impl Partition {
                     }
                     settled += 1;
                     self.settle_undecided_dir(&dir, ino).await?;
+                }
+                // No object here for the directory it names: it may have been made behind
+                // by a client whose journal holds the mkdir (`absent_dirs.rs`). Asked,
+                // and served again once if it is there now.
+                Err(WireError::NotFound) if !sought => {
+                    let Some(dir) = self.absent_dir(&body) else {
+                        return Err(WireError::NotFound);
+                    };
+                    sought = true;
+                    if !self.seek_dir(&dir, made.client()).await? {
+                        return Err(WireError::NotFound);
+                    }
+                    // Its maker holds it from its birth: a read gives way to that lease
+                    // (its journal there) as it would have had the object been here.
+                    if let Some(t) = self.leases() {
+                        t.before_read(&dir, made.client()).await;
+                        self.not_deposed()?;
+                    }
                 }
                 other => return other,
             }

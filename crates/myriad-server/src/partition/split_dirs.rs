@@ -183,8 +183,8 @@ impl Partition {
         self: &Arc<Self>,
         path: &str,
         ino: InodeId,
-        depth: u8,
-        undecided: bool,
+        (depth, undecided): (u8, bool),
+        for_client: Option<u64>,
     ) -> Result<(), WireError> {
         let st = self.state();
         let map = (depth > 0).then(|| ShardMap::presplit(depth));
@@ -196,15 +196,16 @@ impl Partition {
                 .push(*s);
         }
         // The home first: it holds the map, so an abandoned mkdir's removal finds every part.
-        self.applier
-            .run(Mutation::DirObjectCreate {
-                path: path.to_string(),
-                ino,
-                shards: by_node.remove(&self.me).unwrap_or_default(),
-                map,
-                undecided,
-            })
-            .await?;
+        // Made for a client holding it from its birth (`DirObjectBorn`): not recalled.
+        let ctx = crate::commit::Context::for_client(for_client);
+        let make = Mutation::DirObjectCreate {
+            path: path.to_string(),
+            ino,
+            shards: by_node.remove(&self.me).unwrap_or_default(),
+            map,
+            undecided,
+        };
+        self.applier.run_in(&ctx, make).await?;
         for (node, shards) in by_node {
             let req = PeerRequest::ShardCreate {
                 dir: path.to_string(),

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use myriad_placement::{PartitionId, split_parent};
-use myriad_proto::{FileKind, Inode, RenameFlags, Request, Response, WireError};
+use myriad_proto::{FileKind, Inode, InodeId, RenameFlags, Request, Response, WireError};
 
 use crate::commit::{Context, Durable};
 use crate::partition::core::Partition;
@@ -39,6 +39,19 @@ impl Drop for LiveGuard<'_> {
 }
 
 /// The txid of an outcome that began a multi-node operation.
+/// A new directory as its mkdir makes it.
+pub(crate) struct NewDir {
+    pub(crate) mode: u32,
+    /// Split into 2^`depth` shards from the start.
+    pub(crate) depth: u8,
+    /// Its owner and group.
+    pub(crate) owner: (u32, u32),
+    pub(crate) now: i64,
+    /// A mkdir answered behind: its client and the inode number it reserved; the object
+    /// is made with that client's birth lease (`PeerRequest::DirObjectBorn`).
+    pub(crate) numbered: Option<(u64, InodeId)>,
+}
+
 impl Partition {
     /// Finishes (`commit`) or undoes the pending entry `dir/name` of a mkdir or rmdir
     /// `txid`, and deletes its intent.
@@ -155,31 +168,37 @@ impl Partition {
         ctx: &Context,
         path: &str,
         (dir, name): (String, String),
-        (mode, depth): (u32, u8),
-        owner: (u32, u32),
+        new: NewDir,
     ) -> Result<(Inode, Durable), WireError> {
         let begin = Mutation::MkdirBegin {
             dir: dir.clone(),
             name: name.clone(),
-            mode,
-            depth,
-            uid: owner.0,
-            gid: owner.1,
-            now: self.env.now_ns(),
+            mode: new.mode,
+            depth: new.depth,
+            uid: new.owner.0,
+            gid: new.owner.1,
+            now: new.now,
             once: ctx.awaited(),
+            ino: new.numbered,
         };
         let (Begun { txid, inode }, _live) = self.begin(ctx, begin).await?;
         let owner = self.dir_owner(path);
-        let made = self
-            .call_node(
-                owner,
-                Request::Peer(PeerRequest::DirObjectCreate {
-                    path: path.to_string(),
-                    ino: inode.ino,
-                    depth,
-                }),
-            )
-            .await;
+        let make = match new.numbered {
+            // Answered behind: the maker holds the new directory exclusively from its
+            // birth (docs/fuse.md "mkdir behind").
+            Some((holder, _)) => PeerRequest::DirObjectBorn {
+                path: path.to_string(),
+                ino: inode.ino,
+                holder,
+                attrs: inode.clone(),
+            },
+            None => PeerRequest::DirObjectCreate {
+                path: path.to_string(),
+                ino: inode.ino,
+                depth: new.depth,
+            },
+        };
+        let made = self.call_node(owner, Request::Peer(make)).await;
         match made.and_then(|_| self.placed_for_good(path, owner)) {
             Ok(()) => {
                 let durable = self.finish_entry(ctx, dir, name, txid).await?;
@@ -216,6 +235,12 @@ impl Partition {
                     .await;
                 if undo.is_ok() {
                     self.resolve_entry(ctx, dir, name, txid, false).await?;
+                    // Nothing holds its number now: the mkdir answered behind, sent again
+                    // (after `Busy`), takes it again (its client answered with it).
+                    if let Some((client, ino)) = new.numbered {
+                        let release = Mutation::ReleaseReserved { client, ino: ino.0 };
+                        self.applier.run_in(ctx, release).await?;
+                    }
                 }
                 Err(e)
             }

@@ -41,6 +41,7 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
     match m {
         Mutation::Barrier
         | Mutation::ReserveIds { .. }
+        | Mutation::ReleaseReserved { .. }
         | Mutation::ClaimReserved { .. }
         | Mutation::MoveClaim { .. }
         | Mutation::GiveUpClaimed { .. }

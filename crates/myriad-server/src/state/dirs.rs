@@ -29,9 +29,10 @@ pub(super) fn execute(
             gid,
             now,
             once,
+            ino: reserved,
         } => {
             require_free_name(ctx.store, &dir, &name)?;
-            let ino = ctx.ids.next(ctx.store, b)?;
+            let ino = ctx.ids.take(ctx.store, b, reserved)?;
             let txid = ctx.ids.next(ctx.store, b)?;
             let mut inode = new_inode(
                 InodeId(ino),

@@ -70,19 +70,7 @@ pub(super) fn execute(
                 }
                 _ => {}
             }
-            let ino = match reserved {
-                Some((client, ino)) if ctx.ids.is_own(ino.0) => {
-                    ctx.ids.use_reserved(ctx.store, b, client, ino.0)?;
-                    ino.0
-                }
-                // Reserved by another partition (the directory was split since), which
-                // marked it used for this one before this ran (`ClaimReserved`).
-                Some((_, ino)) => {
-                    ctx.ids.use_claimed(ctx.store, b, ino.0)?;
-                    ino.0
-                }
-                None => ctx.ids.next(ctx.store, b)?,
-            };
+            let ino = ctx.ids.take(ctx.store, b, reserved)?;
             let mut inode = new_inode(InodeId(ino), FileKind::File, mode & 0o7777, uid, gid, now);
             inode.size = data.len() as u64;
             if !data.is_empty() {

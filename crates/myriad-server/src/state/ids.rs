@@ -184,6 +184,55 @@ impl IdAlloc {
         Ok(())
     }
 
+    /// The number of a new file or directory: `reserved` (its client and a number that
+    /// client reserved, here or, for a name a split moved here, at the partition that
+    /// marked it claimed for this one: `ClaimReserved`), used once; or the next free one.
+    pub(crate) fn take(
+        &mut self,
+        store: &Store,
+        batch: &mut Batch,
+        reserved: Option<(u64, myriad_proto::InodeId)>,
+    ) -> Result<u64, StateError> {
+        match reserved {
+            Some((client, ino)) if self.is_own(ino.0) => {
+                self.use_reserved(store, batch, client, ino.0)?;
+                Ok(ino.0)
+            }
+            Some((_, ino)) => {
+                self.use_claimed(store, batch, ino.0)?;
+                Ok(ino.0)
+            }
+            None => self.next(store, batch),
+        }
+    }
+
+    /// `client`'s reserved number `ino`, used by a mkdir that was undone, unused again (so
+    /// the mkdir sent again may take it; the client answered with it already). A number
+    /// not in the client's ranges is left as it is.
+    pub(crate) fn release_reserved(
+        &mut self,
+        store: &Store,
+        batch: &mut Batch,
+        client: u64,
+        ino: u64,
+    ) -> Result<(), StateError> {
+        self.changes += 1;
+        let ranges = self.ranges(store, client)?;
+        let Some(slot) = ranges.iter().position(|r| r.start <= ino && ino < r.end) else {
+            return Ok(());
+        };
+        let r = &mut ranges[slot];
+        let k = ino - r.start;
+        let w = (k / 64) as usize;
+        r.used[w] &= !(1 << (k % 64));
+        store.put_meta_u64(
+            batch,
+            &resv_key(client, slot, &format!("used{w}")),
+            r.used[w],
+        );
+        Ok(())
+    }
+
     /// Whether `ino` is one of this partition's numbers.
     pub(crate) fn is_own(&self, ino: u64) -> bool {
         ino & !ID_COUNTER_MAX == self.pid.id_base()
@@ -349,6 +398,40 @@ mod tests {
     /// A reserved number claimed by the partition a split moved its name to is used here
     /// once and for that partition only: the same claim again (a retry) passes, another
     /// partition's or a create here is refused; there it is used once.
+    /// A number a mkdir answered behind used, released when that mkdir was undone, is
+    /// used again (the mkdir sent again), once; another client's release frees nothing.
+    #[test]
+    fn a_released_number_is_used_once_more() {
+        let s = store();
+        let mut ids = IdAlloc::load(&s, PartitionId(3)).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        let first = ids
+            .reserve(&s, &mut b, 77, 4)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let n = ids.take(&s, &mut b, Some((77, myriad_proto::InodeId(first))));
+        assert_eq!(n.ok(), Some(first), "used");
+        commit(&s, b);
+        let mut b = Batch::new();
+        assert!(
+            ids.use_reserved(&s, &mut b, 77, first).is_err(),
+            "used once"
+        );
+        ids.release_reserved(&s, &mut b, 78, first)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            ids.use_reserved(&s, &mut b, 77, first).is_err(),
+            "another client's release frees nothing"
+        );
+        ids.release_reserved(&s, &mut b, 77, first)
+            .unwrap_or_else(|e| panic!("{e}"));
+        commit(&s, b);
+        // Read back from the store, as after a restart.
+        let mut ids = IdAlloc::load(&s, PartitionId(3)).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        assert!(ids.use_reserved(&s, &mut b, 77, first).is_ok(), "released");
+        assert!(ids.use_reserved(&s, &mut b, 77, first).is_err(), "once");
+    }
+
     #[test]
     fn a_reserved_number_is_claimed_once_by_one_partition() {
         let (p, q) = (PartitionId(3), PartitionId(5));

@@ -33,6 +33,26 @@ impl ClientRun {
         Ok(())
     }
 
+    /// Makes this client's directory `k`; writing behind, its parent claimed first half
+    /// the time (so the mkdir may be answered behind: docs/fuse.md "mkdir behind"), and
+    /// odd ones filled with a file at once (answered behind under the new directory's
+    /// birth lease, while other clients read it by its whole path).
+    pub(super) async fn mkdir_filled(&self, k: u32) -> Verdict {
+        let d = self.dir(self.id, k);
+        if self.behind && k % 4 < 2 {
+            let parent = myriad_placement::parent_of(&d).to_string();
+            let _ = self
+                .client
+                .readdir_for(&parent, myriad_client::ListFor::Filling)
+                .await;
+        }
+        self.mkdir(&d).await?;
+        if self.behind && k % 2 == 1 {
+            self.put(&format!("{d}/f"), false).await;
+        }
+        Ok(())
+    }
+
     /// Removes directory `path`; `NotFound` is a violation where it certainly exists, as
     /// `AlreadyExists` is for `mkdir`.
     pub(super) async fn rmdir(&self, path: &str) -> Verdict {

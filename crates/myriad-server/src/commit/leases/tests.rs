@@ -478,3 +478,44 @@ async fn reads_are_lent_to_copies_only_while_no_exclusive_lease_exists() {
         "no exclusive lease after the loan"
     );
 }
+
+/// A directory made behind is held by its maker from its birth (docs/fuse.md "mkdir
+/// behind"): exclusive, with the attributes the maker answered, so another client's read
+/// recalls it; not granted while another client holds a lease on that path.
+#[tokio::test(start_paused = true)]
+async fn a_birth_lease_is_exclusive_and_recalled_by_another_s_read() {
+    let (t, recalls) = table();
+    let attrs = myriad_proto::Inode::new(
+        myriad_proto::InodeId(42),
+        myriad_proto::FileKind::Directory,
+        0o755,
+        (1000, 1000),
+        1,
+    );
+    assert!(t.grant_born("/n", 7, attrs.clone()));
+    let g = t
+        .grant("/n", 7, true)
+        .unwrap_or_else(|| panic!("renewed grant"));
+    assert!(g.exclusive, "exclusive from its birth");
+    assert_eq!(
+        g.attrs.map(|a| a.ino),
+        Some(attrs.ino),
+        "its attributes kept"
+    );
+    let poll = {
+        let r = recalls.clone();
+        tokio::spawn(async move { r.poll(7, Duration::from_secs(5)).await })
+    };
+    tokio::task::yield_now().await;
+    let read = {
+        let t = t.clone();
+        tokio::spawn(async move { t.before_read("/n", Some(8)).await })
+    };
+    let recalled = poll.await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(recalled, vec![t.key("/n")], "another's read recalls it");
+    t.release("/n", 7);
+    read.await.unwrap_or_else(|e| panic!("{e}"));
+    // Another client holds "/m": no birth lease there for 7 (its mkdir is sent again).
+    assert!(t.grant("/m", 8, false).is_some());
+    assert!(!t.grant_born("/m", 7, attrs));
+}

@@ -515,6 +515,7 @@ fn mkdir_begin(name: &str) -> Mutation {
         gid: 0,
         now: 1,
         once: None,
+        ino: None,
     }
 }
 
@@ -558,6 +559,7 @@ fn an_undecided_directory_object_takes_no_name_until_confirmed() {
         gid: 0,
         now: 2,
         once: None,
+        ino: None,
     };
     assert_eq!(t.run(sub).err(), met);
     let link = Mutation::Symlink {
@@ -633,6 +635,7 @@ fn mkdir_in_root(name: &str, once: Option<Awaited>) -> Mutation {
         gid: 0,
         now: 2,
         once,
+        ino: None,
     }
 }
 
@@ -1466,6 +1469,7 @@ fn a_read_only_directory_refuses_changes_moves_and_removal_before_anything_else(
         gid: 0,
         now: 1,
         once: None,
+        ino: None,
     };
     assert_eq!(t.run(mkdir).err(), Some(WireError::ReadOnly));
     // Nor does it move (a rename of it or above it), get removed, or get taken over by a
