@@ -312,10 +312,26 @@ pub(crate) async fn cluster_and_mountpoint(
         &NodeOptions::for_bench(Vec::new()),
     )
     .await?;
+    settled_floor(&cluster).await?;
     let map = crate::cluster::map_path(&cluster.dir);
     let mnt = dir.join("mnt");
     fs::create_dir(&mnt)?;
     Ok((cluster, map, mnt))
+}
+
+/// Waits (at most 15 s) for the cluster's protocol floor to reach this build's protocol,
+/// as it does in its first seconds (docs/upgrades.md): a benchmark measures a cluster as it
+/// runs after that (a mkdir is answered behind only at 42), not its start.
+async fn settled_floor(cluster: &LocalCluster) -> anyhow::Result<()> {
+    let client = cluster.client(std::time::Duration::from_secs(10))?;
+    for _ in 0..150 {
+        if client.newest_map().await.ext.protocol_floor >= myriad_client::proto::PROTOCOL_VERSION {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    eprintln!("bench: the cluster's protocol floor did not rise within 15 s; measuring anyway");
+    Ok(())
 }
 
 /// Drops the local page cache (root only) so local "cold" phases are cold too.

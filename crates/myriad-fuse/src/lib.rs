@@ -32,6 +32,10 @@ use myriad_client::{Client, ClientConfig};
 use myriad_placement::ClusterMap;
 use myriad_proto::Caller;
 
+/// How often a mount writing behind asks a server for a newer cluster map (the protocol
+/// floor rises with no redirect to tell of it).
+const MAP_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub use auto_index::AutoIndexing;
 pub use mount::FsConfig;
 use mount::Mount;
@@ -210,6 +214,17 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
                     handle.spawn(async move { inner.client.run_behind(task).await });
                 }
             }));
+        // What the journals may hold follows the cluster's protocol floor (a mkdir is
+        // answered behind only at 42), which rises without any request being redirected.
+        let weak = Arc::downgrade(&inner);
+        rt.spawn(async move {
+            while let Some(inner) = weak.upgrade() {
+                let client = inner.client.clone();
+                drop(inner);
+                client.check_map().await;
+                tokio::time::sleep(MAP_CHECK_EVERY).await;
+            }
+        });
     }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();

@@ -45,6 +45,12 @@ impl Client {
         self.map()
     }
 
+    /// Asks one server of our map for its map and adopts it if newer: what changes in a map
+    /// without any request being redirected (the cluster's protocol floor) is learned so.
+    pub async fn check_map(&self) {
+        self.refresh_map(PartitionId(u32::MAX)).await;
+    }
+
     /// Returns once partition `pid` has a primary other than `addr` in the map another
     /// server has: one other server asked after `STALL_ASK_AFTER` of waiting, then the
     /// next one every as long. Never returns while the primary stays there.
