@@ -388,6 +388,7 @@ impl Client {
                 Err(e) => return Some((Err(e), None)),
             };
             held.set(name, None);
+            tracing::trace!(path, "unlink answered behind");
             let op = Op::new(
                 caller,
                 Some(inode.ino),

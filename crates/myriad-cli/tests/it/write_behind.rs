@@ -582,8 +582,24 @@ fn mkdirs_answered_behind_are_seen_at_once_by_path_and_through_another_mount() {
     let c = tc.client();
     // Made at once (nobody holds "/" exclusively); A lists it exclusively before answering.
     io(std::fs::create_dir(a.path("t")));
+    io(std::fs::write(a.path("t/x"), b"x"));
+    io(io(std::fs::File::open(a.path("t/x"))).sync_all());
     let before = rt.block_on(received_by_op(&c));
-    let mut made = Vec::new();
+    // An unlink and a mkdir of one name: the directory keeps the mkdir's time (nsx seed 7
+    // at 4,473 steps: in one batch, the batch's touch set it back to the unlink's).
+    io(std::fs::remove_file(a.path("t/x")));
+    io(std::fs::create_dir(a.path("t/x")));
+    io(io(std::fs::File::open(a.path("t"))).sync_all());
+    let mtime = |m: &Mount| {
+        let t = io(std::fs::metadata(m.path("t")));
+        (t.mtime(), t.mtime_nsec())
+    };
+    assert_eq!(
+        mtime(&a),
+        mtime(&b),
+        "t: the mkdir's time, not the unlink's"
+    );
+    let mut made = vec!["t".to_string(), "t/x".to_string()];
     let file = |k: usize| (format!("t/d{k}/s/f"), format!("file {k}"));
     for k in 0..5 {
         for d in [format!("t/d{k}"), format!("t/d{k}/s")] {
@@ -597,15 +613,15 @@ fn mkdirs_answered_behind_are_seen_at_once_by_path_and_through_another_mount() {
     let sent = |op: &str| count(&after, op) - count(&before, op);
     eprintln!(
         "{} mkdirs: {} sent alone, {} batches",
-        made.len(),
+        made.len() - 1,
         sent("mkdir"),
         sent("batch")
     );
     // (A partition's first may go at once: numbers are reserved there once a lease is.)
     assert!(
-        sent("mkdir") * 2 < made.len() as u64 && sent("batch") > 0,
+        sent("mkdir") * 2 < made.len() as u64 - 1 && sent("batch") > 0,
         "most of {} mkdirs answered behind: {before:?} then {after:?}",
-        made.len()
+        made.len() - 1
     );
     for k in 5..8 {
         for d in [format!("t/d{k}"), format!("t/d{k}/s")] {

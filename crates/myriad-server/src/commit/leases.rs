@@ -441,16 +441,35 @@ impl LeaseTable {
     /// that client answered behind (docs/fuse.md "mkdir behind"), keeping `attrs` (the
     /// new directory's): granted before the object exists, so that no read of the new
     /// directory passes the holder's changes there. False if it cannot be granted now
-    /// (a lease another client still holds on that path, reads lent to copies, a change
-    /// under way): the mkdir is then refused `Busy`, and sent again.
+    /// (a lease another client still holds on that path, reads lent to copies, another's
+    /// change under way): the mkdir is then refused `Busy`, and sent again.
     pub fn grant_born(&self, dir: &str, holder: u64, attrs: myriad_proto::Inode) -> bool {
-        match self.grant(dir, holder, true) {
-            Some(g) if g.exclusive => {
-                self.set_attrs(dir, holder, attrs);
-                true
-            }
-            _ => false,
+        let Ok(mut inner) = self.inner.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        if inner.all_pending > 0 || inner.lent_until.is_some_and(|u| u > now) {
+            return false;
         }
+        let mut ended = 0;
+        let l = inner.dirs.entry(dir.to_string()).or_default();
+        l.sweep(now, &mut ended);
+        // What makes an exclusive lease safe, not what keeps one from ping-ponging (a
+        // path contended lately, an earlier directory's attributes changing): the maker
+        // answered already, and a refusal costs its mkdir a round.
+        let alone = l.holders.keys().all(|h| *h == holder);
+        let granted = alone && !l.changing_for(holder) && l.exclusive.is_none_or(|h| h == holder);
+        let mut newly = 0;
+        if granted {
+            l.holders.insert(holder, now + LEASE_PERIOD);
+            if l.exclusive.is_none() {
+                l.exclusive = Some(holder);
+                newly = 1;
+            }
+            l.exclusive_attrs = Some(attrs);
+        }
+        inner.exclusive = inner.exclusive + newly - ended;
+        granted
     }
 
     /// The directory's attributes an exclusive grant to `holder` found (told with its

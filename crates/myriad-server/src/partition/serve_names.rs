@@ -215,7 +215,7 @@ impl Partition {
             .await?;
         self.note_added(&dir);
         // The parent's touch overlaps the last step's group commit (`finish_entry`).
-        let (parent, synced) = tokio::join!(self.touch_dir(&dir, made), durable.wait());
+        let (parent, synced) = tokio::join!(self.touch_after(&dir, made), durable.wait());
         synced?;
         Ok(Response::Changed {
             inode: Some(inode),
@@ -239,7 +239,7 @@ impl Partition {
             .rmdir(&made.context(), &path, dir.clone(), name)
             .await?;
         // The parent's touch overlaps the last step's group commit (`finish_entry`).
-        let (parent, synced) = tokio::join!(self.touch_dir(&dir, made), durable.wait());
+        let (parent, synced) = tokio::join!(self.touch_after(&dir, made), durable.wait());
         synced?;
         Ok(Response::Changed {
             inode: None,

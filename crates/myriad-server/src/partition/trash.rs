@@ -128,7 +128,7 @@ impl Partition {
         Ok(if touched {
             None
         } else {
-            self.touch_dir(from_dir, made).await
+            self.touch_after(from_dir, made).await
         })
     }
 

@@ -335,6 +335,12 @@ impl Drop for RefTmpfs {
     }
 }
 
+/// Returns once `cl`'s protocol floor is this build's.
+fn floor_raised(cl: &crate::harness::TestCluster) {
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(crate::redirect::floor_raised(cl));
+}
+
 /// Through a real mount of a 4-node cluster with 3 copies, against a local tmpfs tree: the
 /// fixed seed set (MYRIAD_NSX_STEPS per seed, 2,000 by default); the second seed under
 /// load: two stress workers (src/stress.rs: renames and links across directories,
@@ -345,6 +351,8 @@ fn nsx_through_the_mount() {
     use crate::harness::{BIN, TestCluster};
     use crate::mount::Mount;
     let cl = TestCluster::start_with(4, &["--replicas", "3"]);
+    // From the first step as a settled cluster runs (mkdirs answered behind at 42).
+    floor_raised(&cl);
     let m = Mount::new(&cl, &[]);
     let reference = RefTmpfs::new();
     let steps = env_u64("MYRIAD_NSX_STEPS").unwrap_or(2000);
@@ -389,6 +397,7 @@ fn nsx_long() {
     use crate::harness::TestCluster;
     use crate::mount::Mount;
     let cl = TestCluster::start_with(4, &["--replicas", "3"]);
+    floor_raised(&cl);
     let m = Mount::new(&cl, &[]);
     let reference = RefTmpfs::new();
     let seed = env_u64("MYRIAD_NSX_SEED").unwrap_or(1);
