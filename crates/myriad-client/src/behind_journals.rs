@@ -319,11 +319,21 @@ fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) -> bool {
             },
         );
     }
-    match g.fences.get(&key.dir) {
-        Some(f) if settled(&g.parts, f) => {
+    match g.fences.get(&key.dir).cloned() {
+        Some(f) if settled(&g.parts, &f) => {
             g.fences.remove(&key.dir);
         }
-        Some(f) => op.after.push(f.clone()),
+        Some(f) => {
+            // The part holding the fence (a mkdir answered behind, this directory's)
+            // sends without lingering: this change waits for it.
+            if let Some(p) = g.parts.get_mut(&f.key)
+                && !p.hurry
+            {
+                p.hurry = true;
+                hurried = true;
+            }
+            op.after.push(f);
+        }
         None => {}
     }
     hurried

@@ -98,8 +98,8 @@ struct Part {
     /// client may answer its own changes here and send them behind: `Leases::behind`).
     exclusive: Option<Inode>,
     /// A birth lease (`Leases::put_born`): its server grants it only once the mkdir
-    /// answered behind reaches it, so it is not renewed before (a renewal would be
-    /// refused) while the mkdir waits in a journal (its fence).
+    /// answered behind reaches it, so a renewal refused while the mkdir is on its way
+    /// (its fence) does not drop it (`upkeep.rs` `extend`).
     born: bool,
 }
 

@@ -471,10 +471,11 @@ async fn a_removed_directory_s_lease_is_renewed_until_its_rmdir_is_answered() {
 }
 
 /// A directory made behind is held from its birth: exclusive, listed whole and empty,
-/// answering changes behind; not renewed while its mkdir waits in a journal (its server
-/// does not know the lease before), renewed once the mkdir is answered.
+/// answering changes behind; renewed at once, and a refusal while its mkdir is on its way
+/// (its server does not know the lease yet) does not drop it; once the mkdir is answered,
+/// a refusal does.
 #[tokio::test(start_paused = true)]
-async fn a_birth_lease_is_renewed_only_once_its_mkdir_is_answered() {
+async fn a_birth_lease_survives_refusals_only_while_its_mkdir_is_on_its_way() {
     let l = Leases::new(1);
     let attrs = Inode::new(InodeId(9), FileKind::Directory, 0o755, (0, 0), 1);
     let parent = LeaseKey {
@@ -498,19 +499,27 @@ async fn a_birth_lease_is_renewed_only_once_its_mkdir_is_answered() {
     assert!(l.answers_behind("/n", PartitionId(2), &me()));
     assert!(l.holds_for_changes("/n", &me()));
     assert_eq!(l.listing("/n", &me()).map(|v| v.len()), Some(0), "empty");
+    let key = LeaseKey {
+        partition: PartitionId(2),
+        dir: "/n".into(),
+    };
+    assert_eq!(l.round("s2").renew, vec![key.clone()], "renewed at once");
+    let sent = Instant::now();
     assert!(
-        l.round("s2").renew.is_empty(),
-        "not renewed while its mkdir waits"
+        l.extend(std::slice::from_ref(&key), &[false], sent)
+            .is_empty(),
+        "a refusal while its mkdir is on its way does not drop it"
     );
+    assert!(l.answers_behind("/n", PartitionId(2), &me()));
     // Held already: not held again from a birth.
     assert_eq!(l.put_born(held, &me(), attrs, lease), None);
     let crate::behind_journals::Taken::Batch(_, ops) = l.journal.take_batch(&parent) else {
         panic!("the mkdir is sent")
     };
     l.journal.done(&parent, ops.len());
-    let key = LeaseKey {
-        partition: PartitionId(2),
-        dir: "/n".into(),
-    };
-    assert_eq!(l.round("s2").renew, vec![key], "renewed once answered");
+    assert_eq!(
+        l.extend(std::slice::from_ref(&key), &[false], sent),
+        vec![key],
+        "refused once its mkdir is answered: dropped"
+    );
 }

@@ -275,8 +275,6 @@ impl Leases {
                 parts
                     .iter()
                     .filter(|p| p.addr == addr && p.until > now)
-                    // A birth lease its server does not know before the mkdir reaches it.
-                    .filter(|p| !p.born || self.journal.fence_of(dir).is_none())
                     .map(|p| {
                         let key = LeaseKey {
                             partition: p.partition,
@@ -304,13 +302,21 @@ impl Leases {
         round
     }
 
-    /// Extends the leases the server renewed (from `sent`); returns the refused ones.
+    /// Extends the leases the server renewed (from `sent`); returns the refused ones. A
+    /// birth lease whose mkdir is still on its way (its fence) is refused by a server
+    /// that has not made the directory yet: kept as it is, not extended (its server
+    /// grants it when the mkdir reaches it; a recall meanwhile comes by the poll).
     pub(super) fn extend(&self, keys: &[LeaseKey], oks: &[bool], sent: Instant) -> Vec<LeaseKey> {
         let mut g = self.lock();
         let mut refused = Vec::new();
         for (k, ok) in keys.iter().zip(oks) {
             if !ok {
-                refused.push(k.clone());
+                let unborn = g.dirs.get(&k.dir).is_some_and(|parts| {
+                    parts.iter().any(|p| p.partition == k.partition && p.born)
+                }) && self.journal.fence_of(&k.dir).is_some();
+                if !unborn {
+                    refused.push(k.clone());
+                }
                 continue;
             }
             if let Some(p) = g
