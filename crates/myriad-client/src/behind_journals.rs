@@ -586,22 +586,50 @@ impl Journal {
     }
 
     /// `n` changes of `key`'s batch in flight were answered (or given up with an error).
-    pub(crate) fn done(&self, key: &LeaseKey, n: usize) {
+    pub(crate) fn done(&self, key: &LeaseKey, ops: &[&Op]) {
         {
             let mut g = self.lock();
             if let Some(part) = g.parts.get_mut(key) {
-                part.in_flight -= n.min(part.in_flight);
-                for _ in 0..n {
-                    part.flight_seqs.pop_front();
-                }
+                part.in_flight -= ops.len().min(part.in_flight);
+                // Exactly these: one sent again keeps its place, and what waits for it
+                // (a mkdir's fence) waits on (a batch's later changes may be answered
+                // before an earlier one that is sent again).
+                part.flight_seqs
+                    .retain(|s| !ops.iter().any(|o| o.seq == *s));
                 if part.in_flight == 0 {
                     part.flight.clear();
                     part.flight_seqs.clear();
                 }
             }
         }
-        self.pending.fetch_sub(n, Ordering::AcqRel);
+        self.pending.fetch_sub(ops.len(), Ordering::AcqRel);
         self.progress.notify_waiters();
+    }
+
+    /// `done` of the first `n` changes of `key`'s batch in flight.
+    #[cfg(test)]
+    pub(crate) fn done_n(&self, key: &LeaseKey, n: usize) {
+        let seqs: Vec<u64> = self
+            .lock()
+            .parts
+            .get(key)
+            .map(|p| p.flight_seqs.iter().take(n).copied().collect())
+            .unwrap_or_default();
+        let ops: Vec<Op> = seqs
+            .into_iter()
+            .map(|seq| Op {
+                seq,
+                ..Op::new(
+                    &Caller::root(),
+                    None,
+                    ClientRequest::Sync {
+                        path: String::new(),
+                        ino: InodeId(0),
+                    },
+                )
+            })
+            .collect();
+        self.done(key, &ops.iter().collect::<Vec<_>>());
     }
 
     /// A change answered behind was refused when applied: kept for the next `fsync` or

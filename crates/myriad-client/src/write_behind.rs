@@ -433,7 +433,7 @@ impl Client {
     /// (`keep_born`); the servers grant that lease when they make its object.
     pub(crate) fn mkdir_behind(&self, path: &str, mode: u32) -> Option<Result<Inode, FsError>> {
         let journal = &self.leases.journal;
-        let floor = self.map().ext.protocol_floor;
+        let floor = self.st().map.ext.protocol_floor;
         if !journal.enabled() || floor < myriad_proto::MKDIR_BEHIND_SINCE {
             tracing::trace!(path, floor, "mkdir not behind: not every server takes it");
             return None;
@@ -529,12 +529,12 @@ impl Client {
                 }
                 Taken::Empty => return,
             };
-            let n = ops.len();
             let answers = self.for_caller(caller).send_batch(key, &ops).await;
             let mut again = Vec::new();
-            for (op, answer) in ops.into_iter().zip(answers) {
+            let mut answered = Vec::new();
+            for (op, answer) in ops.iter().zip(answers) {
                 match answer {
-                    Ok(()) => {}
+                    Ok(()) => answered.push(op),
                     // Refused for now, not for good (busy, short of copies, a peer that
                     // timed out): sent again on its own, never given up while its server
                     // may take it (simulation seed 8007: an unlink refused `Unavailable`
@@ -543,27 +543,37 @@ impl Client {
                         again.push(op);
                     }
                     Err(e) => {
-                        journal.failed(&op, e.into());
-                        self.leases.drop_refused(key);
+                        self.refused(key, op, e.into());
+                        answered.push(op);
                     }
                 }
             }
-            if again.is_empty() {
-                journal.done(key, n);
-                continue;
-            }
+            journal.done(key, &answered);
             // Tried again in order, each routed on its own (the directory may have been
             // split, or the partition moved), before the rest of the journal.
-            let retried = again.len();
-            journal.done(key, n - retried);
             for op in again {
-                let r = self.for_caller(op.caller.clone()).send_one(&op).await;
+                let r = self.for_caller(op.caller.clone()).send_one(op).await;
                 if let Err(e) = r {
-                    journal.failed(&op, e);
-                    self.leases.drop_refused(key);
+                    self.refused(key, op, e);
                 }
-                journal.done(key, 1);
+                journal.done(key, &[op]);
             }
+        }
+    }
+
+    /// Change `op` of `key`'s journal was refused when applied: its error kept for an
+    /// `fsync`, and what this client holds of the directory dropped (it showed the change
+    /// made); a refused mkdir's new directory too (its birth lease held a directory that
+    /// is not there).
+    fn refused(&self, key: &LeaseKey, op: &Op, e: FsError) {
+        self.leases.journal.failed(op, e);
+        self.leases.drop_refused(key);
+        if let ClientRequest::MkdirNumbered { path, .. } = &op.request {
+            let born = LeaseKey {
+                partition: self.dir_home(path),
+                dir: path.clone(),
+            };
+            self.leases.drop_refused(&born);
         }
     }
 

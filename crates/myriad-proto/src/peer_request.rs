@@ -309,8 +309,13 @@ pub enum PeerRequest {
     /// `path`: looks the entry up as a read by `reader` (`None`: unknown) would, recalling
     /// other clients' exclusive leases on its directory first (a journal there may hold
     /// its mkdir, answered behind): `Unit` if it is a directory now, `NotFound` if not
-    /// (docs/fuse.md "mkdir behind", a path named below a new directory). Protocol 42.
-    DirSought { path: String, reader: Option<u64> },
+    /// (docs/fuse.md "mkdir behind", a path named below a new directory). `hops`: how
+    /// many such asks led to this one (one level up each; a bounded number). Protocol 42.
+    DirSought {
+        path: String,
+        reader: Option<u64>,
+        hops: u8,
+    },
 }
 
 /// One directory's times and link count (an item of `PeerRequest::DirTouches`; the fields

@@ -74,16 +74,16 @@ fn a_directory_s_setattr_goes_after_its_creates_and_before_the_next() {
         matches!(j.take_batch(&parent), Taken::Blocked),
         "/d/a is in flight, not answered"
     );
-    j.done(&own, 1);
+    j.done_n(&own, 1);
     assert!(
         matches!(j.take_batch(&own), Taken::Blocked),
         "/d/b goes after the setattr"
     );
     assert_eq!(take(&j, &parent), Some(vec!["/d".to_string()]));
     assert!(matches!(j.take_batch(&own), Taken::Blocked));
-    j.done(&parent, 1);
+    j.done_n(&parent, 1);
     assert_eq!(take(&j, &own), Some(vec!["/d/b".to_string()]));
-    j.done(&own, 1);
+    j.done_n(&own, 1);
     assert!(matches!(j.take_batch(&own), Taken::Empty));
     // Answered: later changes in /d wait for nothing.
     let _ = j.push(&own, create("/d/c"));
@@ -125,7 +125,7 @@ fn nothing_journaled_after_a_directory_s_setattr_folds_into_what_went_before() {
         Some(vec!["/d/a".to_string()]),
         "the second write is a change of its own, after the setattr"
     );
-    j.done(&own, 1);
+    j.done_n(&own, 1);
     assert!(matches!(j.take_batch(&own), Taken::Blocked));
 }
 
@@ -143,7 +143,7 @@ fn a_directory_with_its_setattr_unanswered_names_the_part_to_wait_for() {
         vec![parent.clone()],
         "in flight"
     );
-    j.done(&parent, 1);
+    j.done_n(&parent, 1);
     assert!(j.fenced(["/d"].into_iter()).is_empty(), "answered");
     let _ = j.push(&own, create("/d/a"));
     assert_eq!(take(&j, &own), Some(vec!["/d/a".to_string()]));
@@ -202,4 +202,41 @@ fn a_write_folded_into_a_create_keeps_the_create_s_time_and_carries_its_own() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A mkdir answered behind fences its directory until the mkdir itself is answered: a
+/// later change of the same batch answered first (the mkdir sent again after a refusal
+/// for now) does not let the directory's own changes go before it.
+#[test]
+fn a_new_directory_s_changes_wait_for_its_mkdir_not_for_its_batch_neighbours() {
+    let j = Journal::default();
+    let (parent, own) = (key("/", 1), key("/d", 2));
+    let mkdir = Op::new(
+        &me(),
+        None,
+        ClientRequest::MkdirNumbered {
+            path: "/d".into(),
+            mode: 0o755,
+            ino: myriad_proto::InodeId(9),
+        },
+    )
+    .of_directory();
+    let _ = j.push(&parent, mkdir);
+    let _ = j.push(&parent, create("/f"));
+    let _ = j.push(&own, create("/d/a"));
+    let Taken::Batch(_, batch) = j.take_batch(&parent) else {
+        panic!("the parent's batch")
+    };
+    assert_eq!(batch.len(), 2);
+    assert!(
+        matches!(j.take_batch(&own), Taken::Blocked),
+        "after the mkdir"
+    );
+    j.done(&parent, &[&batch[1]]);
+    assert!(
+        matches!(j.take_batch(&own), Taken::Blocked),
+        "the create answered, the mkdir sent again: /d/a still waits"
+    );
+    j.done(&parent, &[&batch[0]]);
+    assert_eq!(take(&j, &own), Some(vec!["/d/a".to_string()]));
 }

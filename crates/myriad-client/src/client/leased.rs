@@ -311,7 +311,9 @@ impl Client {
         inode: &Inode,
         lease: (tokio::time::Instant, std::time::Duration),
     ) {
-        let partition = self.entry_partition(&myriad_placement::join(path, "x"));
+        // Its home: a new directory is unsplit (a shard map kept of an earlier directory
+        // of that name would say otherwise).
+        let partition = self.dir_home(path);
         let Some(addr) = self.st().map.partition_addr(partition).map(str::to_string) else {
             return;
         };

@@ -346,7 +346,7 @@ async fn a_dropped_exclusive_lease_is_renewed_until_its_journal_is_sent() {
     let crate::behind_journals::Taken::Batch(_, batch) = l.journal.take_batch(&key) else {
         panic!("queued")
     };
-    l.journal.done(&key, batch.len());
+    l.journal.done_n(&key, batch.len());
     assert!(l.round("s1").renew.is_empty());
     assert!(
         !l.run_goes_on("s1", 1),
@@ -463,7 +463,7 @@ async fn a_removed_directory_s_lease_is_renewed_until_its_rmdir_is_answered() {
         l.round("s1").renew.contains(&removed),
         "and while it is in flight"
     );
-    l.journal.done(&parent, batch.len());
+    l.journal.done_n(&parent, batch.len());
     assert!(
         !l.round("s1").renew.contains(&removed),
         "let go once answered"
@@ -516,7 +516,7 @@ async fn a_birth_lease_survives_refusals_only_while_its_mkdir_is_on_its_way() {
     let crate::behind_journals::Taken::Batch(_, ops) = l.journal.take_batch(&parent) else {
         panic!("the mkdir is sent")
     };
-    l.journal.done(&parent, ops.len());
+    l.journal.done_n(&parent, ops.len());
     assert_eq!(
         l.extend(std::slice::from_ref(&key), &[false], sent),
         vec![key],

@@ -138,6 +138,8 @@ struct Inner {
     changes: ChangeLog,
     /// Reads are lent to copies until then (`lend_reads`): no exclusive lease meanwhile.
     lent_until: Option<Instant>,
+    /// No reads lent until then: a birth lease waits for the loan to end (`grant_born`).
+    no_loans_until: Option<Instant>,
 }
 
 impl Inner {
@@ -354,6 +356,10 @@ impl Drop for ChangeGuard {
     }
 }
 
+/// How long no reads are lent to copies once a birth lease waited for a loan to end (a
+/// loan lasts at most a couple of seconds).
+const BORN_WAITS_FOR_LOANS: Duration = Duration::from_secs(5);
+
 impl LeaseTable {
     #[must_use]
     pub fn new(me: PartitionId, recalls: Arc<Recalls>) -> LeaseTable {
@@ -380,6 +386,9 @@ impl LeaseTable {
         let Ok(mut inner) = self.inner.lock() else {
             return false;
         };
+        if inner.no_loans_until.is_some_and(|u| u > Instant::now()) {
+            return false;
+        }
         if inner.exclusive > 0 {
             inner.sweep(Instant::now());
             if inner.exclusive > 0 {
@@ -448,7 +457,12 @@ impl LeaseTable {
             return false;
         };
         let now = Instant::now();
-        if inner.all_pending > 0 || inner.lent_until.is_some_and(|u| u > now) {
+        if inner.lent_until.is_some_and(|u| u > now) {
+            // The loan is not renewed: the mkdir sent again finds it ended.
+            inner.no_loans_until = Some(now + BORN_WAITS_FOR_LOANS);
+            return false;
+        }
+        if inner.all_pending > 0 {
             return false;
         }
         let mut ended = 0;

@@ -8,7 +8,7 @@
 //! the partition asks the partition of the directory's entry to look for it as a read
 //! does: that read recalls other clients' exclusive leases on the parent (whose journal
 //! holds the mkdir, sent before the lease comes back), one level up again if the parent's
-//! object is missing too. Only once the map's floor is 42 (no mkdir is answered behind
+//! object is missing too (at most `SOUGHT_HOPS_MAX` levels). Only once the map's floor is 42 (no mkdir is answered behind
 //! before); it costs a request only for paths below directories that do not exist.
 
 use std::sync::Arc;
@@ -21,6 +21,11 @@ use myriad_proto::{
 
 use crate::cluster::MapState;
 use crate::partition::core::Partition;
+
+/// How many directories up one request's asks go (each made behind, none sent yet): a
+/// path below more missing directories than that answers `NotFound` at once, so that one
+/// request naming a deep missing path costs a bounded number of asks.
+const SOUGHT_HOPS_MAX: u8 = 8;
 
 impl Partition {
     /// The directory a request that answered `NotFound` is served from, if this
@@ -45,11 +50,15 @@ impl Partition {
     pub(crate) async fn seek_dir(
         self: &Arc<Self>,
         dir: &str,
-        reader: Option<u64>,
+        (reader, hops): (Option<u64>, u8),
     ) -> Result<bool, WireError> {
+        if hops >= SOUGHT_HOPS_MAX {
+            return Ok(false);
+        }
         let ask = Request::Peer(PeerRequest::DirSought {
             path: dir.to_string(),
             reader,
+            hops,
         });
         match self.call_entry(dir, ask).await {
             Ok(_) => Ok(true),
@@ -65,7 +74,7 @@ impl Partition {
         self: &Arc<Self>,
         st: &Arc<MapState>,
         path: String,
-        reader: Option<u64>,
+        (reader, hops): (Option<u64>, u8),
     ) -> Result<Response, WireError> {
         validate_path(&path)?;
         if path == "/" {
@@ -92,7 +101,7 @@ impl Partition {
                         && self.store.dir(parent).ok().flatten().is_none() =>
                 {
                     sought_above = true;
-                    if !Box::pin(self.seek_dir(parent, reader)).await? {
+                    if !Box::pin(self.seek_dir(parent, (reader, hops.saturating_add(1)))).await? {
                         return Err(WireError::NotFound);
                     }
                 }

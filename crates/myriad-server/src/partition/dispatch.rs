@@ -368,7 +368,9 @@ impl Partition {
             };
             let once = self.serve_once(epoch, caller.clone(), id, request, (visible, &made));
             let r = Box::pin(once).await;
-            stopped = matches!(&r, Err(e) if *e == WireError::Busy || e.is_routing());
+            // Any change refused for now stops it (an undone mkdir answered `TimedOut`
+            // while its home failed over: an rmdir of it after would be refused for good).
+            stopped = matches!(&r, Err(e) if e.is_transient() || e.is_routing());
             out.push(r);
         }
         Ok(Response::Bundle(out))

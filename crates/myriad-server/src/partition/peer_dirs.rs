@@ -126,7 +126,9 @@ impl Partition {
             PeerRequest::DirObjectRemove { path, ino, client } => {
                 self.peer_dir_object_remove(st, (path, ino), client).await
             }
-            PeerRequest::DirSought { path, reader } => self.peer_dir_sought(st, path, reader).await,
+            PeerRequest::DirSought { path, reader, hops } => {
+                self.peer_dir_sought(st, path, (reader, hops)).await
+            }
             other => Err(WireError::InvalidArgument(format!(
                 "not a directory object's request: {}",
                 other.op_name()
@@ -151,12 +153,23 @@ impl Partition {
                 "a directory's birth lease names another inode".into(),
             ));
         }
-        if let Some(t) = self.leases()
-            && !t.grant_born(&path, holder, attrs)
-        {
-            tracing::debug!(partition = %self.me, path, holder, "no birth lease now: the mkdir is tried again");
-            return Err(WireError::Busy);
-        }
+        // A change of the path by `holder`: other clients' leases on it (an earlier
+        // directory's, or a missing name's they keep asking about) are recalled and
+        // waited for, and none is granted until the object is made.
+        let _gate = match self.leases() {
+            Some(t) => {
+                let changed = crate::state::changed_dirs::ChangedDirs::Dirs(vec![path.clone()]);
+                let exempt = crate::commit::leases::Exempt::default();
+                let gate = t.before(changed, Some(holder), &exempt).await;
+                self.not_deposed()?;
+                if !t.grant_born(&path, holder, attrs) {
+                    tracing::debug!(partition = %self.me, path, holder, "no birth lease now: the mkdir is tried again");
+                    return Err(WireError::Busy);
+                }
+                Some(gate)
+            }
+            None => None,
+        };
         let undecided = Self::marks_undecided(st);
         self.create_dir_object(&path, ino, (0, undecided), Some(holder))
             .await?;

@@ -93,7 +93,7 @@ impl Partition {
                         return Err(WireError::NotFound);
                     };
                     sought = true;
-                    if !self.seek_dir(&dir, made.client()).await? {
+                    if !self.seek_dir(&dir, (made.client(), 0)).await? {
                         return Err(WireError::NotFound);
                     }
                     // Its maker holds it from its birth: a read gives way to that lease

@@ -235,12 +235,6 @@ impl Partition {
                     .await;
                 if undo.is_ok() {
                     self.resolve_entry(ctx, dir, name, txid, false).await?;
-                    // Nothing holds its number now: the mkdir answered behind, sent again
-                    // (after `Busy`), takes it again (its client answered with it).
-                    if let Some((client, ino)) = new.numbered {
-                        let release = Mutation::ReleaseReserved { client, ino: ino.0 };
-                        self.applier.run_in(ctx, release).await?;
-                    }
                 }
                 Err(e)
             }

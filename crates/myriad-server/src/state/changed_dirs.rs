@@ -41,7 +41,6 @@ pub fn changed_dirs(m: &Mutation) -> ChangedDirs {
     match m {
         Mutation::Barrier
         | Mutation::ReserveIds { .. }
-        | Mutation::ReleaseReserved { .. }
         | Mutation::ClaimReserved { .. }
         | Mutation::MoveClaim { .. }
         | Mutation::GiveUpClaimed { .. }

@@ -206,6 +206,17 @@ fn resolve_entry(
         && let Some(p) = rec.pending.filter(|p| p.txid == txid)
     {
         let before = is_dir(rec.inode.as_ref());
+        // An undone mkdir answered behind gives its client's reserved number back: nothing
+        // holds it now (its object is removed before its entry is resolved), and the
+        // mkdir sent again takes the number its client answered with. (A number from the
+        // client's ranges only: another mkdir's is in none.)
+        if !commit
+            && let Some(made) = p.after.as_ref().filter(|i| i.kind == FileKind::Directory)
+            && let Some(once) = outcomes::awaited(ctx.store, txid)?
+        {
+            ctx.ids
+                .release_reserved(ctx.store, b, once.id.client, made.ino.0)?;
+        }
         let result = if commit { p.after } else { rec.inode };
         adjust_subdirs(ctx.store, b, &dir, is_dir(result.as_ref()) - before)?;
         match &result {

@@ -54,10 +54,6 @@ pub fn execute(ctx: &mut Ctx<'_>, m: Mutation) -> Result<(Batch, Outcome), State
         Mutation::ReserveIds { client, count } => {
             Outcome::Ids(ctx.ids.reserve(ctx.store, &mut b, client, count)?, count)
         }
-        Mutation::ReleaseReserved { client, ino } => {
-            ctx.ids.release_reserved(ctx.store, &mut b, client, ino)?;
-            Outcome::Unit
-        }
         Mutation::ClaimReserved { client, ino, by } => {
             ctx.ids.claim_reserved(ctx.store, &mut b, client, ino, by)?;
             Outcome::Unit

@@ -166,13 +166,6 @@ pub enum Mutation {
         client: u64,
         count: u32,
     },
-    /// `client`'s reserved number `ino`, used by a mkdir answered behind that was undone
-    /// (no object or entry holds it any more), may be used again: by the same mkdir sent
-    /// again (`IdAlloc::release_reserved`).
-    ReleaseReserved {
-        client: u64,
-        ino: u64,
-    },
     /// Partition `by` creates a file of `client` with inode number `ino`, reserved here
     /// (the directory was split after the client took the number): used here, for `by`
     /// (`IdAlloc::claim_reserved`).

@@ -1665,3 +1665,71 @@ fn a_setattr_meant_for_another_inode_is_refused_and_changes_nothing() {
     assert!(t.run(set(i.ino.0)).is_ok());
     assert_eq!(entry(&t, "/", "a").mode & 0o777, 0o600);
 }
+
+/// A mkdir answered behind takes its client's reserved number; undone (its entry resolved
+/// aborted), the number is given back in the same batch, so the mkdir sent again takes it
+/// once more; committed, it stays used.
+#[test]
+fn an_undone_mkdir_behind_gives_its_number_back() {
+    let mut t = T::new();
+    let first = t.reserve(7, 4);
+    let once = |seq| {
+        Some(Awaited {
+            id: myriad_proto::OnceId {
+                client: 7,
+                seq,
+                low: 1,
+            },
+            at_ns: 5,
+        })
+    };
+    let begin = |seq, name: &str| match mkdir_in_root(name, once(seq)) {
+        Mutation::MkdirBegin {
+            dir,
+            name,
+            mode,
+            depth,
+            uid,
+            gid,
+            now,
+            once,
+            ..
+        } => Mutation::MkdirBegin {
+            dir,
+            name,
+            mode,
+            depth,
+            uid,
+            gid,
+            now,
+            once,
+            ino: Some((7, InodeId(first))),
+        },
+        other => other,
+    };
+    let Ok(Outcome::Begun { txid, inode }) = t.run(begin(1, "d")) else {
+        panic!("mkdir d")
+    };
+    assert_eq!(inode.ino, InodeId(first), "the reserved number");
+    t.run(Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: "d".into(),
+        txid,
+        commit: false,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let Ok(Outcome::Begun { txid, .. }) = t.run(begin(2, "d")) else {
+        panic!("the mkdir sent again takes the number again")
+    };
+    t.run(Mutation::ResolveEntry {
+        dir: "/".into(),
+        name: "d".into(),
+        txid,
+        commit: true,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        t.create_as(7, "f", first).is_err(),
+        "committed: the number stays used"
+    );
+}
