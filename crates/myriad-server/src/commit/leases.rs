@@ -701,6 +701,20 @@ impl LeaseTable {
         }
     }
 
+    /// Whether a client other than `reader` holds `dir` exclusively (its changes there may
+    /// be in its journal: a read gives way to it first).
+    pub fn held_by_another(&self, dir: &str, reader: Option<u64>) -> bool {
+        let Ok(inner) = self.inner.lock() else {
+            return false;
+        };
+        inner.exclusive > 0
+            && inner
+                .dirs
+                .get(dir)
+                .and_then(|l| l.exclusive)
+                .is_some_and(|h| Some(h) != reader)
+    }
+
     /// When `dir` last changed here, as far as this table knows (`None`: not since it
     /// was made).
     pub fn last_change(&self, dir: &str) -> Option<Instant> {

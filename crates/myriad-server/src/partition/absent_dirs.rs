@@ -28,20 +28,35 @@ use crate::partition::core::Partition;
 const SOUGHT_HOPS_MAX: u8 = 8;
 
 impl Partition {
-    /// The directory a request that answered `NotFound` is served from, if this
-    /// partition holds no object for it (and is where its names would be): it may have
-    /// been made behind by a client whose journal holds the mkdir.
-    pub(crate) fn absent_dir(&self, body: &Request<ClientRequest>) -> Option<String> {
+    /// The directory a request that answered `NotFound` is served from, if it may have
+    /// been made behind by a client whose journal holds what the request looks for:
+    /// `(dir, true)` if this partition (where its names would be) holds no object for
+    /// it; `(dir, false)` if it does now, made meanwhile and held exclusively by another
+    /// client than `reader` (the request ran before the object, and its lease, were
+    /// there: the maker's journal in it may hold the name). `None`: the answer stands.
+    pub(crate) fn maybe_made_behind(
+        &self,
+        body: &Request<ClientRequest>,
+        reader: Option<u64>,
+    ) -> Option<(String, bool)> {
         let Request::Client(r) = body else {
             return None;
         };
         let dir = r.served_dir()?;
         let st = self.state();
-        let absent = dir != "/"
-            && st.map.ext.protocol_floor >= MKDIR_BEHIND_SINCE
-            && st.ring.owner_of_dir(dir) == self.me
-            && self.store.dir(dir).ok()?.is_none();
-        absent.then(|| dir.to_string())
+        if dir == "/"
+            || st.map.ext.protocol_floor < MKDIR_BEHIND_SINCE
+            || st.ring.owner_of_dir(dir) != self.me
+        {
+            return None;
+        }
+        if self.store.dir(dir).ok()?.is_none() {
+            return Some((dir.to_string(), true));
+        }
+        let held = self
+            .leases()
+            .is_some_and(|t| t.held_by_another(dir, reader));
+        held.then(|| (dir.to_string(), false))
     }
 
     /// Asks the partition of directory `dir`'s entry to look for it as a read by `reader`
@@ -93,15 +108,24 @@ impl Partition {
             match self.lookup(&path).await {
                 Ok(i) if i.kind == FileKind::Directory => return Ok(Response::Unit),
                 Ok(_) => return Err(WireError::NotADirectory),
-                // The parent itself may be made behind too: one level up, once.
+                // The parent itself may be made behind too: one level up, once. Or made
+                // meanwhile (its object and its maker's lease came after the gate above
+                // found neither): through the gate again.
                 Err(WireError::NotFound)
                     if !sought_above
                         && parent != "/"
-                        && st.map.ext.protocol_floor >= MKDIR_BEHIND_SINCE
-                        && self.store.dir(parent).ok().flatten().is_none() =>
+                        && st.map.ext.protocol_floor >= MKDIR_BEHIND_SINCE =>
                 {
                     sought_above = true;
-                    if !Box::pin(self.seek_dir(parent, (reader, hops.saturating_add(1)))).await? {
+                    if self.store.dir(parent).ok().flatten().is_none() {
+                        let up = (reader, hops.saturating_add(1));
+                        if !Box::pin(self.seek_dir(parent, up)).await? {
+                            return Err(WireError::NotFound);
+                        }
+                    } else if !self
+                        .leases()
+                        .is_some_and(|t| t.held_by_another(parent, reader))
+                    {
                         return Err(WireError::NotFound);
                     }
                 }

@@ -85,15 +85,16 @@ impl Partition {
                     settled += 1;
                     self.settle_undecided_dir(&dir, ino).await?;
                 }
-                // No object here for the directory it names: it may have been made behind
-                // by a client whose journal holds the mkdir (`absent_dirs.rs`). Asked,
-                // and served again once if it is there now.
+                // No object here for the directory it names, or one made while it ran:
+                // it may have been made behind by a client whose journal holds the mkdir,
+                // or the name (`absent_dirs.rs`). Asked if absent, and served again once
+                // after that client's lease is recalled.
                 Err(WireError::NotFound) if !sought => {
-                    let Some(dir) = self.absent_dir(&body) else {
+                    let Some((dir, absent)) = self.maybe_made_behind(&body, made.client()) else {
                         return Err(WireError::NotFound);
                     };
                     sought = true;
-                    if !self.seek_dir(&dir, (made.client(), 0)).await? {
+                    if absent && !self.seek_dir(&dir, (made.client(), 0)).await? {
                         return Err(WireError::NotFound);
                     }
                     // Its maker holds it from its birth: a read gives way to that lease
