@@ -124,6 +124,18 @@ struct Inner {
 }
 
 impl Inner {
+    /// The poll and renewals to start at `addr`, a server a lease was just kept from:
+    /// none if a run goes on there already (at most one run per server).
+    fn start_run(&mut self, addr: String) -> Option<(String, u64)> {
+        if self.polling.contains_key(&addr) {
+            return None;
+        }
+        self.runs += 1;
+        let run = self.runs;
+        self.polling.insert(addr.clone(), run);
+        Some((addr, run))
+    }
+
     /// The directories held at `top` or below it.
     fn at_or_below(&self, top: &str) -> Vec<String> {
         let below = format!("{top}/");
@@ -553,13 +565,7 @@ impl Leases {
             part.complete = complete;
             part.changing.clear();
         }
-        if g.polling.contains_key(&addr) {
-            return None;
-        }
-        g.runs += 1;
-        let run = g.runs;
-        g.polling.insert(addr.clone(), run);
-        Some((addr, run))
+        g.start_run(addr)
     }
 
     /// Directory `dir`, whose mkdir this client answered behind (its partition
@@ -600,13 +606,7 @@ impl Leases {
             born: true,
         });
         tracing::trace!(holder = self.holder, dir, %partition, "held from its birth");
-        if g.polling.contains_key(&addr) {
-            return None;
-        }
-        g.runs += 1;
-        let run = g.runs;
-        g.polling.insert(addr.clone(), run);
-        Some((addr, run))
+        g.start_run(addr)
     }
 
     /// Whether `caller` holds directory `dir` whole and exclusively, its changes answered

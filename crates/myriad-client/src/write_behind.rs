@@ -173,28 +173,11 @@ impl Client {
         mode: u32,
         exclusive: bool,
     ) -> Option<Result<FileHandle, FsError>> {
-        let partition = self.entry_partition(path);
         if !self.leases.journal.enabled() {
             return None;
         }
         let caller = self.acting_caller();
-        // Checked before an inode number is taken (`behind` checks again, under the lock).
-        if !self
-            .leases
-            .answers_behind(split_parent(path).0, partition, caller)
-        {
-            tracing::trace!(
-                path,
-                "create not behind: no exclusive lease listed by this caller"
-            );
-            return None;
-        }
-        let (ino, started) = self.leases.journal.take_id(partition);
-        self.leases.journal.start(started);
-        let Some(ino) = ino else {
-            tracing::trace!(path, %partition, "create not behind: no inode number reserved yet");
-            return None;
-        };
+        let ino = self.number_behind(path, caller, "create")?;
         let r = self.behind((path, None), 0, |held, name, at| {
             let dir = held.dir_attrs()?.clone();
             if !allowed(&dir, caller, WRITE | EXEC) {
@@ -236,6 +219,35 @@ impl Client {
                 opened: true,
             })
         })
+    }
+
+    /// The inode number of `path`, about to be made behind by `caller` (`what`: a create
+    /// or a mkdir): one reserved in its parent's partition, if its parent's part there is
+    /// held for `caller`'s changes. Checked before a number is taken (`behind` checks
+    /// again, under the lock); an unused number costs nothing.
+    fn number_behind(
+        &self,
+        path: &str,
+        caller: &myriad_proto::Caller,
+        what: &str,
+    ) -> Option<InodeId> {
+        let partition = self.entry_partition(path);
+        if !self
+            .leases
+            .answers_behind(split_parent(path).0, partition, caller)
+        {
+            tracing::trace!(
+                path,
+                "{what} not behind: no exclusive lease listed by this caller"
+            );
+            return None;
+        }
+        let (ino, started) = self.leases.journal.take_id(partition);
+        self.leases.journal.start(started);
+        if ino.is_none() {
+            tracing::trace!(path, %partition, "{what} not behind: no inode number reserved yet");
+        }
+        ino
     }
 
     /// Before a create or unlink that could not be answered behind for want of an
@@ -438,24 +450,8 @@ impl Client {
             tracing::trace!(path, floor, "mkdir not behind: not every server takes it");
             return None;
         }
-        let partition = self.entry_partition(path);
         let caller = self.acting_caller();
-        if !self
-            .leases
-            .answers_behind(split_parent(path).0, partition, caller)
-        {
-            tracing::trace!(
-                path,
-                "mkdir not behind: no exclusive lease listed by this caller"
-            );
-            return None;
-        }
-        let (ino, started) = journal.take_id(partition);
-        journal.start(started);
-        let Some(ino) = ino else {
-            tracing::trace!(path, %partition, "mkdir not behind: no inode number reserved yet");
-            return None;
-        };
+        let ino = self.number_behind(path, caller, "mkdir")?;
         let answered = tokio::time::Instant::now();
         let r = self.behind((path, None), 0, |held, name, at| {
             let dir = held.dir_attrs()?.clone();

@@ -17,6 +17,21 @@ use crate::state::mutation::{Mutation, Outcome};
 use crate::state::outcome_kinds::{self, NameMade};
 use crate::state::perm;
 
+/// A reserved inode number a change names, with the client it is reserved for: the
+/// sending client's own, which only a change sent once says.
+fn own_number(
+    made: &Made,
+    ino: Option<myriad_proto::InodeId>,
+) -> Result<Option<(u64, myriad_proto::InodeId)>, WireError> {
+    let Some(ino) = ino else {
+        return Ok(None);
+    };
+    let client = made.sent_once_by().ok_or_else(|| {
+        WireError::InvalidArgument("a change with a reserved inode number is sent once".into())
+    })?;
+    Ok(Some((client, ino)))
+}
+
 impl Partition {
     /// A regular file (a non-exclusive create of an existing name opens it).
     pub(super) async fn client_create(
@@ -35,19 +50,7 @@ impl Partition {
             data_at,
         } = create;
         let (dir, name) = self.entry_target(st, &path)?;
-        // A reserved number is the sending client's own: only a change sent once
-        // says which client that is.
-        let ino = match ino {
-            Some(i) => Some((
-                made.sent_once_by().ok_or_else(|| {
-                    WireError::InvalidArgument(
-                        "a create with a reserved inode number is sent once".into(),
-                    )
-                })?,
-                i,
-            )),
-            None => None,
-        };
+        let ino = own_number(made, ino)?;
         let parent = self.may_create(&caller, &path).await?;
         let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, FileKind::File, mode);
         if let Some((client, i)) = ino {
@@ -179,19 +182,8 @@ impl Partition {
         numbered: Option<myriad_proto::InodeId>,
     ) -> Result<Response, WireError> {
         let (dir, name) = self.entry_target(st, &path)?;
-        // Answered behind (`MkdirNumbered`): the number is the sending client's own, and
-        // the client holds the parent exclusively, so the change is sent once.
-        let numbered = match numbered {
-            Some(i) => Some((
-                made.sent_once_by().ok_or_else(|| {
-                    WireError::InvalidArgument(
-                        "a mkdir with a reserved inode number is sent once".into(),
-                    )
-                })?,
-                i,
-            )),
-            None => None,
-        };
+        // Answered behind (`MkdirNumbered`), with a number of its client's.
+        let numbered = own_number(made, numbered)?;
         let parent = self.may_create(&caller, &path).await?;
         let (gid, mode) =
             perm::new_owner_group(parent.as_ref(), &caller, FileKind::Directory, mode);

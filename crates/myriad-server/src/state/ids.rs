@@ -172,14 +172,11 @@ impl IdAlloc {
             ))
             .into());
         };
-        let r = &mut ranges[slot];
-        let k = ino - r.start;
-        let w = (k / 64) as usize;
-        r.used[w] |= 1 << (k % 64);
-        store.put_meta_u64(
-            batch,
-            &resv_key(client, slot, &format!("used{w}")),
-            r.used[w],
+        mark_used(
+            &mut ranges[slot],
+            (store, batch),
+            (client, slot),
+            (ino, true),
         );
         Ok(())
     }
@@ -221,14 +218,11 @@ impl IdAlloc {
         let Some(slot) = ranges.iter().position(|r| r.start <= ino && ino < r.end) else {
             return Ok(());
         };
-        let r = &mut ranges[slot];
-        let k = ino - r.start;
-        let w = (k / 64) as usize;
-        r.used[w] &= !(1 << (k % 64));
-        store.put_meta_u64(
-            batch,
-            &resv_key(client, slot, &format!("used{w}")),
-            r.used[w],
+        mark_used(
+            &mut ranges[slot],
+            (store, batch),
+            (client, slot),
+            (ino, false),
         );
         Ok(())
     }
@@ -361,6 +355,28 @@ impl IdAlloc {
             .get_mut(&client)
             .ok_or_else(|| WireError::Io("reservations not loaded".into()))
     }
+}
+
+/// Marks `ino` of `client`'s range `r` (its slot `slot`) used or unused, here and in the
+/// store's word that holds its bit.
+fn mark_used(
+    r: &mut Reserved,
+    (store, batch): (&Store, &mut Batch),
+    (client, slot): (u64, usize),
+    (ino, used): (u64, bool),
+) {
+    let k = ino - r.start;
+    let w = (k / 64) as usize;
+    if used {
+        r.used[w] |= 1 << (k % 64);
+    } else {
+        r.used[w] &= !(1 << (k % 64));
+    }
+    store.put_meta_u64(
+        batch,
+        &resv_key(client, slot, &format!("used{w}")),
+        r.used[w],
+    );
 }
 
 /// A range of ids reserved for a client: [start, end), and which were used (a bit each).

@@ -626,6 +626,15 @@ fn entry(t: &T, dir: &str, name: &str) -> Inode {
 
 /// A mkdir's first step of `/name`, made as client change `once` (if any).
 fn mkdir_in_root(name: &str, once: Option<Awaited>) -> Mutation {
+    mkdir_numbered_in_root(name, once, None)
+}
+
+/// `mkdir_in_root` with inode number `ino` reserved by a client (a mkdir answered behind).
+fn mkdir_numbered_in_root(
+    name: &str,
+    once: Option<Awaited>,
+    ino: Option<(u64, InodeId)>,
+) -> Mutation {
     Mutation::MkdirBegin {
         dir: "/".into(),
         name: name.into(),
@@ -635,7 +644,7 @@ fn mkdir_in_root(name: &str, once: Option<Awaited>) -> Mutation {
         gid: 0,
         now: 2,
         once,
-        ino: None,
+        ino,
     }
 }
 
@@ -1683,30 +1692,8 @@ fn an_undone_mkdir_behind_gives_its_number_back() {
             at_ns: 5,
         })
     };
-    let begin = |seq, name: &str| match mkdir_in_root(name, once(seq)) {
-        Mutation::MkdirBegin {
-            dir,
-            name,
-            mode,
-            depth,
-            uid,
-            gid,
-            now,
-            once,
-            ..
-        } => Mutation::MkdirBegin {
-            dir,
-            name,
-            mode,
-            depth,
-            uid,
-            gid,
-            now,
-            once,
-            ino: Some((7, InodeId(first))),
-        },
-        other => other,
-    };
+    let begin =
+        |seq, name: &str| mkdir_numbered_in_root(name, once(seq), Some((7, InodeId(first))));
     let Ok(Outcome::Begun { txid, inode }) = t.run(begin(1, "d")) else {
         panic!("mkdir d")
     };
