@@ -61,15 +61,20 @@ pub(crate) struct Op {
     directory: bool,
 }
 
-/// Every change of part `key` numbered `seq` or lower is sent and answered before the
-/// change that carries this. A directory's entry is changed from two journals: its
-/// parent's part (a setattr of it) and its own parts (their creates and unlinks set its
-/// mtime when applied). Program order between the two is kept by such barriers, each
-/// pointing at changes journaled earlier, so no two senders ever wait for each other.
+/// Every change of part `key` numbered `seq` or lower (or, if `only`, the change numbered
+/// `seq` itself) is sent and answered before the change that carries this. A directory's
+/// entry is changed from two journals: its parent's part (a setattr of it) and its own
+/// parts (their creates and unlinks set its mtime when applied). Program order between the
+/// two is kept by such barriers, each pointing at changes journaled earlier, so no two
+/// senders ever wait for each other.
 #[derive(Clone, Debug)]
 struct After {
     key: LeaseKey,
     seq: u64,
+    /// A fence (a directory's mkdir, setattr or rmdir): once it is applied, so is every
+    /// change of its part it was not sent ahead of (`batch_of`), none of them about the
+    /// directory.
+    only: bool,
 }
 
 impl Op {
@@ -132,6 +137,9 @@ pub(crate) struct PartJournal {
     /// A change of another part waits for this one's (`After`): its sender does not
     /// linger (the next request about the other part would wait for both in turn).
     hurry: bool,
+    /// Its sender found nothing it may send yet (`Journal::wait_ready`): a change
+    /// journaled here wakes it (one may pass the waiting ones: `batch_of`).
+    blocked: bool,
 }
 
 #[derive(Default)]
@@ -155,10 +163,58 @@ struct Inner {
 
 /// Whether every change `a` waits for is answered.
 fn settled(parts: &BTreeMap<LeaseKey, PartJournal>, a: &After) -> bool {
-    parts
-        .get(&a.key)
-        .and_then(PartJournal::oldest)
-        .is_none_or(|s| s > a.seq)
+    parts.get(&a.key).is_none_or(|p| {
+        if a.only {
+            !p.flight_seqs.contains(&a.seq) && p.ops.iter().all(|o| o.seq != a.seq)
+        } else {
+            p.oldest().is_none_or(|s| s > a.seq)
+        }
+    })
+}
+
+/// Whether a change that waits for another part's may be passed over by later changes
+/// of other names in its part: a setattr (a directory's times set after the directory's
+/// own changes, as `tar -x` does after filling it) moves no time of the directory the
+/// part is in, so the creates, mkdirs and unlinks after it there go first, and the next
+/// directory's subtree is sent while the last one's still is. A change that moves the
+/// part's directory's times (an rmdir) is not passed: its parent's mtime would be set
+/// back by the one sent after it.
+fn may_be_passed(op: &Op) -> bool {
+    matches!(op.request, ClientRequest::SetAttr { .. })
+}
+
+/// The places in `part`'s queue of the changes its next batch takes: of one caller, in
+/// order, up to the first that waits for another part's, except that a setattr waiting so
+/// is passed (`may_be_passed`) along with every later change of its name.
+fn batch_of(parts: &BTreeMap<LeaseKey, PartJournal>, part: &PartJournal) -> Vec<usize> {
+    let mut take = Vec::new();
+    let mut passed: Vec<&str> = Vec::new();
+    let mut caller = None;
+    let mut bytes = 0;
+    for (i, op) in part.ops.iter().enumerate() {
+        if take.len() >= limits::BATCH_MAX {
+            break;
+        }
+        if passed.contains(&op.path.as_str()) {
+            continue;
+        }
+        if !ready(parts, op) {
+            if may_be_passed(op) {
+                passed.push(&op.path);
+                continue;
+            }
+            break;
+        }
+        if caller.is_some_and(|c: &Caller| *c != op.caller)
+            || (!take.is_empty() && bytes + op.bytes() > BATCH_BYTES_MAX)
+        {
+            break;
+        }
+        caller = Some(&op.caller);
+        bytes += op.bytes();
+        take.push(i);
+    }
+    take
 }
 
 /// Whether `op` may be sent now.
@@ -307,6 +363,7 @@ fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) -> bool {
             op.after.push(After {
                 key: k,
                 seq: through,
+                only: false,
             });
         }
         let parts = &g.parts;
@@ -316,6 +373,7 @@ fn order(g: &mut Inner, key: &LeaseKey, op: &mut Op) -> bool {
             After {
                 key: key.clone(),
                 seq: op.seq,
+                only: true,
             },
         );
     }
@@ -349,12 +407,15 @@ impl PartJournal {
         !self.ops.is_empty() || self.in_flight > 0
     }
 
-    /// The number of the oldest change not yet answered.
+    /// The number of the oldest change not yet answered (a batch may have passed over
+    /// queued changes: `batch_of`).
     fn oldest(&self) -> Option<u64> {
-        self.flight_seqs
-            .front()
-            .copied()
-            .or_else(|| self.ops.front().map(|o| o.seq))
+        let flying = self.flight_seqs.iter().min().copied();
+        let queued = self.ops.front().map(|o| o.seq);
+        match (flying, queued) {
+            (Some(f), Some(q)) => Some(f.min(q)),
+            (f, q) => f.or(q),
+        }
     }
 }
 
@@ -481,53 +542,44 @@ impl Journal {
         part.ops.push_back(op);
         self.pending.fetch_add(1, Ordering::AcqRel);
         if part.sending {
+            if part.blocked {
+                self.progress.notify_waiters();
+            }
             return Started(Vec::new());
         }
         part.sending = true;
         Started(vec![BehindTask::Send(key.clone())])
     }
 
-    /// The next batch of `key`'s journal (changes of one caller, in order, up to the
-    /// first that waits for another part's), marked in flight.
+    /// The next batch of `key`'s journal (`batch_of`), marked in flight.
     pub(crate) fn take_batch(&self, key: &LeaseKey) -> Taken {
         let mut g = self.lock();
         let Some(part) = g.parts.get(key) else {
             return Taken::Empty;
         };
-        let sendable = part
-            .ops
-            .iter()
-            .take(limits::BATCH_MAX)
-            .take_while(|op| ready(&g.parts, op))
-            .count();
+        let places = batch_of(&g.parts, part);
         let Some(part) = g.parts.get_mut(key) else {
             return Taken::Empty;
         };
-        let Some(first) = part.ops.front() else {
+        if part.ops.is_empty() {
             part.sending = false;
             if part.in_flight == 0 {
                 g.parts.remove(key);
             }
             return Taken::Empty;
-        };
-        if sendable == 0 {
+        }
+        part.blocked = places.is_empty();
+        let Some(&first) = places.first() else {
             return Taken::Blocked;
-        }
-        let caller = first.caller.clone();
-        let mut batch = Vec::new();
-        let mut bytes = 0;
-        while let Some(op) = part.ops.front() {
-            if op.caller != caller
-                || batch.len() >= sendable
-                || (!batch.is_empty() && bytes + op.bytes() > BATCH_BYTES_MAX)
-            {
-                break;
-            }
-            bytes += op.bytes();
-            if let Some(op) = part.ops.pop_front() {
-                batch.push(op);
-            }
-        }
+        };
+        let caller = part.ops[first].caller.clone();
+        let mut batch: Vec<Op> = places
+            .iter()
+            .rev()
+            .filter_map(|&i| part.ops.remove(i))
+            .collect();
+        batch.reverse();
+        let bytes: usize = batch.iter().map(Op::bytes).sum();
         part.bytes -= bytes;
         part.in_flight = batch.len();
         part.flight = batch.iter().map(|o| o.path.clone()).collect();
@@ -576,8 +628,8 @@ impl Journal {
             progressed.as_mut().enable();
             {
                 let g = self.lock();
-                let next = g.parts.get(key).and_then(|p| p.ops.front());
-                if next.is_none_or(|op| ready(&g.parts, op)) {
+                let part = g.parts.get(key);
+                if part.is_none_or(|p| p.ops.is_empty() || !batch_of(&g.parts, p).is_empty()) {
                     return;
                 }
             }

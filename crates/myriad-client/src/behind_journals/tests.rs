@@ -240,3 +240,82 @@ fn a_new_directory_s_changes_wait_for_its_mkdir_not_for_its_batch_neighbours() {
     j.done(&parent, &[&batch[0]]);
     assert_eq!(take(&j, &own), Some(vec!["/d/a".to_string()]));
 }
+
+fn mkdir(path: &str, ino: u64) -> Op {
+    Op::new(
+        &me(),
+        None,
+        ClientRequest::MkdirNumbered {
+            path: path.into(),
+            mode: 0o755,
+            ino: myriad_proto::InodeId(ino),
+        },
+    )
+    .of_directory()
+}
+
+/// `tar -x` sets a directory's times once it filled it: that setattr waits for the
+/// directory's own changes, and the next directory's mkdir (and so its whole subtree)
+/// does not wait behind it; a later change of the waiting setattr's name does, and an
+/// rmdir (which moves the parent's times) is never passed.
+#[test]
+fn a_directory_s_setattr_waiting_for_its_changes_is_passed_by_other_names_only() {
+    let j = Journal::default();
+    let (parent, a, b) = (key("/", 1), key("/a", 2), key("/b", 3));
+    let _ = j.push(&parent, mkdir("/a", 9));
+    let Taken::Batch(_, first) = j.take_batch(&parent) else {
+        panic!("the mkdir of /a")
+    };
+    j.done(&parent, &[&first[0]]);
+    let _ = j.push(&a, create("/a/f"));
+    let _ = j.push(&parent, times_of("/a"));
+    let _ = j.push(&parent, mkdir("/b", 10));
+    let _ = j.push(&parent, create("/a"));
+    let _ = j.push(&parent, create("/g"));
+    let _ = j.push(&b, create("/b/f"));
+    assert_eq!(
+        take(&j, &parent),
+        Some(vec!["/b".to_string(), "/g".to_string()]),
+        "the setattr of /a and the later change of its name wait for /a/f"
+    );
+    assert!(
+        matches!(j.take_batch(&b), Taken::Blocked),
+        "/b/f waits for the mkdir of /b"
+    );
+    let flying: Vec<u64> = j.lock().parts[&parent]
+        .flight_seqs
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(flying.len(), 2);
+    let answered = mkdir("/b", 10);
+    j.done(
+        &parent,
+        &[&Op {
+            seq: flying[0],
+            ..answered
+        }],
+    );
+    assert_eq!(
+        take(&j, &b),
+        Some(vec!["/b/f".to_string()]),
+        "the mkdir of /b answered: /b's changes go though the setattr of /a still waits"
+    );
+    j.done_n(&parent, 1);
+    assert_eq!(take(&j, &a), Some(vec!["/a/f".to_string()]));
+    assert!(matches!(j.take_batch(&parent), Taken::Blocked));
+    j.done_n(&a, 1);
+    assert_eq!(
+        take(&j, &parent),
+        Some(vec!["/a".to_string(), "/a".to_string()]),
+        "the setattr, then the change of its name after it"
+    );
+
+    // An rmdir waiting for its directory's unlinks is passed by nothing.
+    let j = Journal::default();
+    let _ = j.push(&a, create("/a/f"));
+    let rmdir = Op::new(&me(), None, ClientRequest::Rmdir { path: "/a".into() }).of_directory();
+    let _ = j.push(&parent, rmdir);
+    let _ = j.push(&parent, create("/g"));
+    assert!(matches!(j.take_batch(&parent), Taken::Blocked));
+}
