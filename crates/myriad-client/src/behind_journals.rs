@@ -239,6 +239,8 @@ pub(crate) struct Journal {
     progress: Notify,
     /// Changes queued or in flight, every part.
     pending: AtomicUsize,
+    /// Batches that passed over changes waiting for another part's (`batch_of`).
+    passes: std::sync::atomic::AtomicU64,
     spawner: RwLock<Option<BehindSpawner>>,
     /// Callers waiting in `drain`: senders do not linger meanwhile.
     draining: AtomicUsize,
@@ -573,6 +575,9 @@ impl Journal {
             return Taken::Blocked;
         };
         let caller = part.ops[first].caller.clone();
+        if places.last().is_some_and(|&l| l + 1 > places.len()) {
+            self.passes.fetch_add(1, Ordering::Relaxed);
+        }
         let mut batch: Vec<Op> = places
             .iter()
             .rev()
@@ -772,6 +777,11 @@ impl Journal {
                 return;
             }
         }
+    }
+
+    /// How many batches passed over changes that wait (`batch_of`).
+    pub(crate) fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// Whether `key`'s sender was asked to send at once, cleared.

@@ -224,6 +224,9 @@ pub struct Report {
     /// Entries the clients answered with no request: from a directory lease, from an index.
     pub answered_by_lease: u64,
     pub answered_by_index: u64,
+    /// Batches written behind that went before a directory's setattr still waiting for
+    /// the directory's own changes (`Client::behind_passes`).
+    pub behind_passes: u64,
     /// With `tiers`: first-chunk blocks written to a capacity tier because the fast tier
     /// was full.
     pub tier_overflowed_blocks: u64,
@@ -348,9 +351,10 @@ struct Sim {
     /// Clients made so far: each gets the next number as its id (`ClientConfig::id`), so
     /// a seed runs the same every time.
     clients_made: std::sync::atomic::AtomicU64,
-    /// What the clients answered themselves (from a lease, from an index), added by each
-    /// client run as it ends.
-    answered: Arc<Mutex<(u64, u64)>>,
+    /// What the clients answered themselves (from a lease, from an index) and their
+    /// journals' batches that passed a waiting setattr, added by each client run as it
+    /// ends.
+    answered: Arc<Mutex<(u64, u64, u64)>>,
     /// When the servers' shared wall clock started (`EmbeddedServer::new`).
     clock_start: tokio::time::Instant,
 }
@@ -855,7 +859,11 @@ impl Sim {
         rep.digest = digest;
         rep.virtual_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         rep.delivered = self.net.delivered();
-        (rep.answered_by_lease, rep.answered_by_index) = *lock(&self.answered);
+        (
+            rep.answered_by_lease,
+            rep.answered_by_index,
+            rep.behind_passes,
+        ) = *lock(&self.answered);
         for t in lock(&self.tiered).values() {
             rep.tier_overflowed_blocks += t.counts().overflowed_blocks;
         }

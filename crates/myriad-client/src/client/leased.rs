@@ -362,4 +362,11 @@ impl Client {
             self.answered_by_index.load(Relaxed),
         )
     }
+
+    /// Batches of changes answered behind that went before a directory's setattr still
+    /// waiting for the directory's own changes (docs/fuse.md "A directory's entry from
+    /// two journals"), since the client started.
+    pub fn behind_passes(&self) -> u64 {
+        self.leases.journal.passes()
+    }
 }
