@@ -1,11 +1,13 @@
 //! Write-behind journals (docs/fuse.md "Write-behind"): the changes this client answered
-//! itself under an exclusive lease, per directory part, waiting to be sent in order; the
+//! itself under an exclusive lease, per directory part, waiting to be sent; the
 //! inode numbers reserved for its creates; and the errors of changes a server refused
 //! after they were answered, kept until an `fsync` or `close` reports them.
 //!
 //! Invariant: a part's changes reach its partition in the order they were answered, one
-//! batch in flight at a time, each change exactly once (its `OnceId`); a part with changes
-//! queued or in flight always has a sender running (`Task::Send`).
+//! batch in flight at a time, each change exactly once (its `OnceId`), but for a setattr
+//! waiting for another part's changes, which later changes of other names that leave the
+//! part's directory's times alone may pass (`batch_of`); a part with changes queued or in
+//! flight always has a sender running (`Task::Send`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,9 +73,10 @@ pub(crate) struct Op {
 struct After {
     key: LeaseKey,
     seq: u64,
-    /// A fence (a directory's mkdir, setattr or rmdir): once it is applied, so is every
-    /// change of its part it was not sent ahead of (`batch_of`), none of them about the
-    /// directory.
+    /// A fence (a directory's mkdir, setattr or rmdir): what waits for it (the changes
+    /// in the directory, requests about it or below it) needs that change itself applied,
+    /// not the changes of other names journaled before it in its part (which a batch may
+    /// pass over, or send again alone after it: `batch_of`, `send_behind`).
     only: bool,
 }
 
@@ -183,9 +186,19 @@ fn may_be_passed(op: &Op) -> bool {
     matches!(op.request, ClientRequest::SetAttr { .. })
 }
 
+/// Whether applying `op` leaves the times of the directory its part is in as they are
+/// (it changes only its own file's).
+fn moves_no_parent_time(op: &Op) -> bool {
+    matches!(
+        op.request,
+        ClientRequest::SetAttr { .. } | ClientRequest::Write(_)
+    )
+}
+
 /// The places in `part`'s queue of the changes its next batch takes: of one caller, in
 /// order, up to the first that waits for another part's, except that a setattr waiting so
-/// is passed (`may_be_passed`) along with every later change of its name.
+/// is passed (`may_be_passed`) along with the later setattrs and writes of its name; a
+/// later change of that name that moves the directory's times ends the batch.
 fn batch_of(parts: &BTreeMap<LeaseKey, PartJournal>, part: &PartJournal) -> Vec<usize> {
     let mut take = Vec::new();
     let mut passed: Vec<&str> = Vec::new();
@@ -196,7 +209,12 @@ fn batch_of(parts: &BTreeMap<LeaseKey, PartJournal>, part: &PartJournal) -> Vec<
             break;
         }
         if passed.contains(&op.path.as_str()) {
-            continue;
+            if moves_no_parent_time(op) {
+                continue;
+            }
+            // A later create, mkdir, unlink or rmdir of the passed name moves the
+            // directory's times: nothing after it goes before it.
+            break;
         }
         if !ready(parts, op) {
             if may_be_passed(op) {
@@ -224,9 +242,9 @@ fn ready(parts: &BTreeMap<LeaseKey, PartJournal>, op: &Op) -> bool {
 
 /// What `Journal::take_batch` found.
 pub(crate) enum Taken {
-    /// Changes of one caller, in order, now in flight.
+    /// Changes of one caller, in the order they were answered (`batch_of`), now in flight.
     Batch(Caller, Vec<Op>),
-    /// The next change waits for another part's (`Journal::wait_ready`).
+    /// Every change that could go next waits for another part's (`Journal::wait_ready`).
     Blocked,
     /// Nothing queued: the sender ends.
     Empty,
@@ -625,7 +643,7 @@ impl Journal {
             .map(|a| a.key.clone())
     }
 
-    /// Returns once the next change of `key`'s journal waits for no other part's.
+    /// Returns once `key`'s journal has a batch to send (`batch_of`), or is empty.
     pub(crate) async fn wait_ready(&self, key: &LeaseKey) {
         loop {
             let progressed = self.progress.notified();

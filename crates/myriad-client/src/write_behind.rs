@@ -1,8 +1,8 @@
 //! Write-behind, the client's calls (docs/fuse.md "Write-behind"): creates, writes into
 //! chunk 0, setattrs, unlinks and rmdirs answered at once under an exclusive lease, from
 //! what the lease covers and by the servers' own rules (`myriad_proto::access`), then
-//! sent in order by a sender per directory part (`behind_journals.rs` keeps the
-//! journals).
+//! sent by a sender per directory part, in order but for a directory's setattr that
+//! waits (`behind_journals.rs` keeps the journals).
 //!
 //! Every answer here is one the servers would give at that moment: the lease is
 //! exclusive (nobody else has read or changed the directory part since it was granted),
@@ -506,7 +506,8 @@ impl Client {
         self.leases.journal.reserved(partition, range);
     }
 
-    /// The sender of `key`'s journal: batches in order, one in flight, until it is empty.
+    /// The sender of `key`'s journal: batches (`Journal::take_batch`), one in flight, until
+    /// it is empty.
     async fn send_behind(&self, key: &LeaseKey) {
         let journal = &self.leases.journal;
         let mut waited = false;

@@ -270,7 +270,7 @@ impl Filesystem for MyriadFs {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
-        self.spawn(req, move |fs, _| async move {
+        self.spawn_here(req, move |fs, _| async move {
             let since = fs.inodes.stamp();
             let r = fs.client.mkdir(&path, mode & 0o7777).await;
             if let Ok(i) = &r {

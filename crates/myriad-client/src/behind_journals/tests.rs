@@ -256,8 +256,8 @@ fn mkdir(path: &str, ino: u64) -> Op {
 
 /// `tar -x` sets a directory's times once it filled it: that setattr waits for the
 /// directory's own changes, and the next directory's mkdir (and so its whole subtree)
-/// does not wait behind it; a later change of the waiting setattr's name does, and an
-/// rmdir (which moves the parent's times) is never passed.
+/// does not wait behind it; a later setattr of the waiting setattr's name waits with it,
+/// and an rmdir (which moves the parent's times) is never passed.
 #[test]
 fn a_directory_s_setattr_waiting_for_its_changes_is_passed_by_other_names_only() {
     let j = Journal::default();
@@ -270,13 +270,13 @@ fn a_directory_s_setattr_waiting_for_its_changes_is_passed_by_other_names_only()
     let _ = j.push(&a, create("/a/f"));
     let _ = j.push(&parent, times_of("/a"));
     let _ = j.push(&parent, mkdir("/b", 10));
-    let _ = j.push(&parent, create("/a"));
+    let _ = j.push(&parent, times_of("/a"));
     let _ = j.push(&parent, create("/g"));
     let _ = j.push(&b, create("/b/f"));
     assert_eq!(
         take(&j, &parent),
         Some(vec!["/b".to_string(), "/g".to_string()]),
-        "the setattr of /a and the later change of its name wait for /a/f"
+        "the setattrs of /a wait for /a/f"
     );
     assert!(
         matches!(j.take_batch(&b), Taken::Blocked),
@@ -308,7 +308,7 @@ fn a_directory_s_setattr_waiting_for_its_changes_is_passed_by_other_names_only()
     assert_eq!(
         take(&j, &parent),
         Some(vec!["/a".to_string(), "/a".to_string()]),
-        "the setattr, then the change of its name after it"
+        "the two setattrs, in order"
     );
 
     // An rmdir waiting for its directory's unlinks is passed by nothing.
@@ -318,4 +318,34 @@ fn a_directory_s_setattr_waiting_for_its_changes_is_passed_by_other_names_only()
     let _ = j.push(&parent, rmdir);
     let _ = j.push(&parent, create("/g"));
     assert!(matches!(j.take_batch(&parent), Taken::Blocked));
+}
+
+/// A passed setattr's name removed after it (`rm -rf` right after `tar -x`): the rmdir
+/// moves the parent's times, so nothing journaled after it goes before it (the parent's
+/// mtime would be set back to the rmdir's time when it is sent last).
+#[test]
+fn a_change_of_a_passed_name_that_moves_the_parent_s_times_is_not_passed() {
+    let j = Journal::default();
+    let (parent, a) = (key("/", 1), key("/a", 2));
+    let _ = j.push(&a, create("/a/f"));
+    let _ = j.push(&parent, times_of("/a"));
+    let _ = j.push(&parent, times_of("/a"));
+    let rmdir = Op::new(&me(), None, ClientRequest::Rmdir { path: "/a".into() }).of_directory();
+    let _ = j.push(&parent, rmdir);
+    let _ = j.push(&parent, create("/g"));
+    assert!(
+        matches!(j.take_batch(&parent), Taken::Blocked),
+        "the create of /g stays behind the rmdir of /a"
+    );
+    assert_eq!(take(&j, &a), Some(vec!["/a/f".to_string()]));
+    j.done_n(&a, 1);
+    assert_eq!(
+        take(&j, &parent),
+        Some(vec![
+            "/a".to_string(),
+            "/a".to_string(),
+            "/a".to_string(),
+            "/g".to_string()
+        ])
+    );
 }

@@ -40,7 +40,7 @@ impl MyriadFs {
         self.rt.spawn(self.op(req, f));
     }
 
-    /// `spawn` for a change the mount may answer itself (a create, write, setattr,
+    /// `spawn` for a change the mount may answer itself (a create, mkdir, write, setattr,
     /// unlink or rmdir answered behind, a close with nothing to send, a listing's page a
     /// lease holds): first polled here, on the
     /// FUSE thread, so that such an answer costs no task switch (two thread wake-ups a
