@@ -122,13 +122,18 @@ pub struct MountArgs {
     /// only. Needs leases; not with --writeback-cache.
     #[arg(long)]
     pub zero_message_opens: bool,
-    /// Take the kernel's requests over FUSE over io_uring instead of /dev/fuse reads and
-    /// writes (Linux 6.14+; about half the CPU per request, docs/fuse.md "FUSE over
-    /// io_uring"): one queue per CPU, with --fuse-ring-depth entries to start. As root the mount
-    /// sets the `fuse.enable_uring` module parameter if it is off; without the kernel's
-    /// support it says so and uses /dev/fuse.
-    #[arg(long)]
+    /// Insist on FUSE over io_uring (the default: see --no-fuse-ring), and warn when it
+    /// cannot be had (by default the mount then says so only in its log, at info).
+    #[arg(long, conflicts_with = "no_fuse_ring")]
     pub fuse_ring: bool,
+    /// Take the kernel's requests over /dev/fuse reads and writes. By default they come
+    /// over FUSE over io_uring where the kernel has it (Linux 6.14+; about half the CPU per
+    /// request, docs/fuse.md "FUSE over io_uring"): one queue per CPU, with
+    /// --fuse-ring-depth entries to start; as root the mount sets the `fuse.enable_uring`
+    /// module parameter if it is off. Without the kernel's support, or as another user
+    /// with the parameter off, requests go over /dev/fuse.
+    #[arg(long)]
+    pub no_fuse_ring: bool,
     /// With --fuse-ring: entries per CPU's queue at the start, each 1 MiB of buffer. A
     /// request holds one until answered; when few are free the queue adds more, up to
     /// 1,024.
@@ -232,7 +237,8 @@ pub fn run(
         },
         request_timeout: timeout,
         fuse_threads: args.fuse_threads,
-        fuse_ring: args.fuse_ring.then_some(args.fuse_ring_depth.max(1)),
+        fuse_ring: (!args.no_fuse_ring).then_some(args.fuse_ring_depth.max(1)),
+        fuse_ring_asked: args.fuse_ring,
         allow_other: args.allow_other,
         indexes: !args.no_index && !args.no_leases,
         index_cache_dir: args.index_cache_dir.clone().or_else(default_index_cache),
@@ -358,6 +364,7 @@ fn detach(
         (args.read_only, "--read-only"),
         (args.zero_message_opens, "--zero-message-opens"),
         (args.fuse_ring, "--fuse-ring"),
+        (args.no_fuse_ring, "--no-fuse-ring"),
         (args.nosuid, "--nosuid"),
         (args.nodev, "--nodev"),
         (args.noexec, "--noexec"),

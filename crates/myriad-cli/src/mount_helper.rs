@@ -83,6 +83,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("no_write_behind", "--no-write-behind"),
     ("no_index", "--no-index"),
     ("fuse_ring", "--fuse-ring"),
+    ("no_fuse_ring", "--no-fuse-ring"),
 ];
 
 /// Options of `myriad mount` given a value (`name=value`).

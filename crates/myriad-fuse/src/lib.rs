@@ -59,6 +59,9 @@ pub struct MountConfig {
     /// Take requests over FUSE over io_uring, with this many entries per CPU's queue,
     /// when the kernel offers it (docs/fuse.md "FUSE over io_uring"); `None`: /dev/fuse.
     pub fuse_ring: Option<usize>,
+    /// The ring was asked for by name (`--fuse-ring`): a warning, not a note in the log,
+    /// when it cannot be had.
+    pub fuse_ring_asked: bool,
     /// Let users other than the one who mounted use the mount (root mounts always do).
     pub allow_other: bool,
     /// Answer from the metadata indexes of frozen trees (docs/metadata-index.md); needs
@@ -156,7 +159,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     options.n_threads = Some(cfg.fuse_threads.max(1));
     options.clone_fd = true;
     if let Some(depth) = cfg.fuse_ring {
-        options.uring = Some(ring_config(depth, &inner));
+        options.uring = Some(ring_config(depth, cfg.fuse_ring_asked, &inner));
     }
     let mut session = Session::new(fs, &cfg.mountpoint, &options)
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
@@ -326,19 +329,25 @@ fn mount_options(cfg: &MountConfig) -> Vec<MountOption> {
     options
 }
 
-/// FUSE over io_uring as asked (`--fuse-ring`): as root, the kernel's `fuse.enable_uring` is
-/// set first if it is off (it only lets connections that ask for the ring use it).
-fn ring_config(depth: usize, inner: &Mount) -> fuser::UringConfig {
+/// FUSE over io_uring (the default, or `--fuse-ring`): as root, the kernel's
+/// `fuse.enable_uring` is set first if it is off (it only lets connections that ask for
+/// the ring use it). Where the ring cannot be had the mount says why: a warning if it was
+/// `asked` by name, else a note (most kernels have no ring yet).
+fn ring_config(depth: usize, asked: bool, inner: &Mount) -> fuser::UringConfig {
     use fuser::uring_wire::{ENABLE_PARAM, kernel_enabled, set_kernel_enabled, unavailable};
+    let without = |why: String| {
+        if asked {
+            tracing::warn!("--fuse-ring: {why}: requests go over /dev/fuse");
+        } else {
+            tracing::info!("no FUSE over io_uring ({why}): requests go over /dev/fuse");
+        }
+    };
     if let Some(why) = unavailable() {
-        tracing::warn!("--fuse-ring: {why}: requests go over /dev/fuse");
+        without(why);
     } else if !kernel_enabled() {
         match set_kernel_enabled(true) {
-            Ok(_) => tracing::info!("set {ENABLE_PARAM} to Y for --fuse-ring"),
-            Err(e) => tracing::warn!(
-                "--fuse-ring: {ENABLE_PARAM} is off and could not be set ({e}): requests go \
-                 over /dev/fuse"
-            ),
+            Ok(_) => tracing::info!("set {ENABLE_PARAM} to Y for FUSE over io_uring"),
+            Err(e) => without(format!("{ENABLE_PARAM} is off and could not be set ({e})")),
         }
     }
     fuser::UringConfig {

@@ -1,8 +1,8 @@
 //! The mount over FUSE over io_uring (`myriad mount --fuse-ring`, docs/fuse.md): files
 //! written, read, listed, renamed and removed by several threads come back byte for byte,
 //! the kernel's requests came over the ring (the mount's metrics count them), and the mount
-//! unmounts cleanly. The whole FUSE suite runs with the ring on when
-//! `MYRIAD_TEST_FUSE_RING=1` (`mount.rs`).
+//! unmounts cleanly. The ring is the mounts' default where the kernel has it; the FUSE
+//! suite runs over /dev/fuse instead when `MYRIAD_TEST_DEV_FUSE=1` (`mount.rs`).
 
 use std::os::unix::fs::MetadataExt;
 
@@ -187,4 +187,33 @@ fn lock_waiters_over_the_ring(map_change: bool) {
             assert!(st.success(), "a waiter got the lock and ran: {st}");
         }
     });
+}
+
+/// The ring is the mounts' default where the kernel has it (the test runs as root, so the
+/// mount may turn `fuse.enable_uring` on), and `--no-fuse-ring` keeps /dev/fuse.
+#[test]
+fn a_mount_takes_the_ring_by_default_and_dev_fuse_when_told() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if no_ring_here() || !root || std::env::var_os("MYRIAD_TEST_DEV_FUSE").is_some() {
+        return;
+    }
+    let tc = TestCluster::start(3);
+    for (flags, over_ring) in [(&[][..], true), (&["--no-fuse-ring"][..], false)] {
+        let (mut m, addr) = mount_with_metrics(&tc, flags);
+        let dir = m.dir.path().join(format!("d{over_ring}"));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..20 {
+            std::fs::write(dir.join(format!("f{i}")), b"x").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let text = scrape(&addr);
+        let ring = value(&text, "myriad_mount_ring_requests_total");
+        assert_eq!(
+            ring > 20,
+            over_ring,
+            "{flags:?}: {ring} requests over the ring\n{}",
+            m.log_text()
+        );
+        m.unmount();
+    }
 }
