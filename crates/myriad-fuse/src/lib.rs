@@ -159,7 +159,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
     options.n_threads = Some(cfg.fuse_threads.max(1));
     options.clone_fd = true;
     if let Some(depth) = cfg.fuse_ring {
-        options.uring = Some(ring_config(depth, cfg.fuse_ring_asked, &inner));
+        options.uring = ring_config(depth, cfg.fuse_ring_asked, &inner);
     }
     let mut session = Session::new(fs, &cfg.mountpoint, &options)
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
@@ -332,8 +332,9 @@ fn mount_options(cfg: &MountConfig) -> Vec<MountOption> {
 /// FUSE over io_uring (the default, or `--fuse-ring`): as root, the kernel's
 /// `fuse.enable_uring` is set first if it is off (it only lets connections that ask for
 /// the ring use it). Where the ring cannot be had the mount says why: a warning if it was
-/// `asked` by name, else a note (most kernels have no ring yet).
-fn ring_config(depth: usize, asked: bool, inner: &Mount) -> fuser::UringConfig {
+/// `asked` by name, else a note (most kernels have no ring yet); INIT then does not ask
+/// for it (`None`).
+fn ring_config(depth: usize, asked: bool, inner: &Mount) -> Option<fuser::UringConfig> {
     use fuser::uring_wire::{ENABLE_PARAM, kernel_enabled, set_kernel_enabled, unavailable};
     let without = |why: String| {
         if asked {
@@ -344,14 +345,19 @@ fn ring_config(depth: usize, asked: bool, inner: &Mount) -> fuser::UringConfig {
     };
     if let Some(why) = unavailable() {
         without(why);
-    } else if !kernel_enabled() {
+        return None;
+    }
+    if !kernel_enabled() {
         match set_kernel_enabled(true) {
             Ok(_) => tracing::info!("set {ENABLE_PARAM} to Y for FUSE over io_uring"),
-            Err(e) => without(format!("{ENABLE_PARAM} is off and could not be set ({e})")),
+            Err(e) => {
+                without(format!("{ENABLE_PARAM} is off and could not be set ({e})"));
+                return None;
+            }
         }
     }
-    fuser::UringConfig {
+    Some(fuser::UringConfig {
         queue_depth: depth,
         requests: inner.metrics.ring_requests.clone(),
-    }
+    })
 }
