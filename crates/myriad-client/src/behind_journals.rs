@@ -128,7 +128,8 @@ impl Op {
 pub(crate) struct PartJournal {
     ops: VecDeque<Op>,
     bytes: usize,
-    /// Changes taken by the sender and not yet answered, their paths and numbers.
+    /// Changes taken by the sender and not yet answered, their paths and numbers (in
+    /// the order they were numbered, as `ops` is: `settled` searches both).
     in_flight: usize,
     flight: Vec<String>,
     flight_seqs: VecDeque<u64>,
@@ -168,7 +169,10 @@ struct Inner {
 fn settled(parts: &BTreeMap<LeaseKey, PartJournal>, a: &After) -> bool {
     parts.get(&a.key).is_none_or(|p| {
         if a.only {
-            !p.flight_seqs.contains(&a.seq) && p.ops.iter().all(|o| o.seq != a.seq)
+            // Both kept in the order the changes were numbered (`batch_of` takes its
+            // places in order): a search, not a scan, for every change `batch_of` tries.
+            p.flight_seqs.binary_search(&a.seq).is_err()
+                && p.ops.binary_search_by_key(&a.seq, |o| o.seq).is_err()
         } else {
             p.oldest().is_none_or(|s| s > a.seq)
         }
@@ -427,10 +431,11 @@ impl PartJournal {
         !self.ops.is_empty() || self.in_flight > 0
     }
 
-    /// The number of the oldest change not yet answered (a batch may have passed over
-    /// queued changes: `batch_of`).
+    /// The number of the oldest change not yet answered: the first in flight or the
+    /// first queued, whichever is older (a batch may have passed over queued changes:
+    /// `batch_of`).
     fn oldest(&self) -> Option<u64> {
-        let flying = self.flight_seqs.iter().min().copied();
+        let flying = self.flight_seqs.front().copied();
         let queued = self.ops.front().map(|o| o.seq);
         match (flying, queued) {
             (Some(f), Some(q)) => Some(f.min(q)),
