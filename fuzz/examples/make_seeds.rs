@@ -153,6 +153,7 @@ fn requests() -> Seeds {
                     durable: true,
                     ino: None,
                     data_at: None,
+                    then: None,
                 }),
             ),
         ),

@@ -61,6 +61,9 @@ pub(crate) struct Op {
     /// moved by the creates and unlinks of its own parts, and it is empty at its servers
     /// only once its unlinks are applied).
     directory: bool,
+    /// A setattr that may fold into the create before it (`Create::then`): every server
+    /// takes that (the map's floor is `SETATTR_IN_CREATE_SINCE`).
+    into_create: bool,
 }
 
 /// Every change of part `key` numbered `seq` or lower (or, if `only`, the change numbered
@@ -102,7 +105,15 @@ impl Op {
             seq: 0,
             after: Vec::new(),
             directory: false,
+            into_create: false,
         }
+    }
+
+    /// This setattr may fold into the create journaled just before it, if every server
+    /// takes a create that carries one (`floor`: the map's protocol floor).
+    pub(crate) fn into_create_from(mut self, floor: u16) -> Op {
+        self.into_create = floor >= myriad_proto::SETATTR_IN_CREATE_SINCE;
+        self
     }
 
     /// This change (a setattr or rmdir of directory `path`) is sent after the changes journaled
@@ -263,6 +274,8 @@ pub(crate) struct Journal {
     pending: AtomicUsize,
     /// Batches that passed over changes waiting for another part's (`batch_of`).
     passes: std::sync::atomic::AtomicU64,
+    /// Setattrs folded into the create before them (`fold`).
+    folded_setattrs: std::sync::atomic::AtomicU64,
     spawner: RwLock<Option<BehindSpawner>>,
     /// Callers waiting in `drain`: senders do not linger meanwhile.
     draining: AtomicUsize,
@@ -290,22 +303,42 @@ const LINGER: Duration = Duration::from_millis(10);
 
 /// Makes `first` do what `first` then `then` (of the same file, by the same caller) do,
 /// if one change can: a create or write followed by a write just past its end (its bytes
-/// appended), and setattrs whose combination means the same (no owner change after a
-/// mode change, which would take set-id bits off; no touch mixed with explicit times).
-/// Returns whether it did.
-fn fold(first: &mut ClientRequest, then: &ClientRequest) -> bool {
+/// appended); a create followed by a setattr (`Create::then`), after which nothing but
+/// setattrs folds into it; and setattrs whose combination means the same (`fold_setattr`).
+/// The create's time stays its directory's; the writes' is the file's (`Create::data_at`),
+/// the setattr's its own. Returns whether it did.
+fn fold(first: &mut Op, then: &Op) -> bool {
     use ClientRequest as C;
     let room =
         |data: &Vec<u8>, more: &Vec<u8>| data.len() + more.len() <= limits::IO_BYTES_MAX as usize;
-    match (first, then) {
+    match (&mut first.request, &then.request) {
         (
-            C::Create(myriad_proto::requests::Create { data, .. }),
+            C::Create(c),
             C::Write(myriad_proto::requests::Write {
                 offset, data: more, ..
             }),
-        ) if *offset == data.len() as u64 && room(data, more) => {
-            data.extend_from_slice(more);
+        ) if c.then.is_none() && *offset == c.data.len() as u64 && room(&c.data, more) => {
+            c.data.extend_from_slice(more);
+            c.data_at = c.data_at.max(Some(then.at_ns));
             true
+        }
+        (C::Create(c), C::SetAttr { set, .. }) if then.into_create && c.exclusive => {
+            match &mut c.then {
+                None => {
+                    c.then = Some(myriad_proto::requests::SetAfter {
+                        set: set.clone(),
+                        at_ns: then.at_ns,
+                    });
+                    true
+                }
+                Some(t) => {
+                    let folded = fold_setattr(&mut t.set, set);
+                    if folded {
+                        t.at_ns = t.at_ns.max(then.at_ns);
+                    }
+                    folded
+                }
+            }
         }
         (
             C::Write(myriad_proto::requests::Write {
@@ -322,28 +355,40 @@ fn fold(first: &mut ClientRequest, then: &ClientRequest) -> bool {
             }),
         ) if *next == *offset + data.len() as u64 && opened == opened_then && room(data, more) => {
             data.extend_from_slice(more);
+            first.at_ns = first.at_ns.max(then.at_ns);
             true
         }
         (C::SetAttr { set: a, .. }, C::SetAttr { set: b, .. }) => {
-            let owner_after_mode = a.mode.is_some() && (b.uid.is_some() || b.gid.is_some());
-            let times = |s: &myriad_proto::SetAttr| s.atime_ns.is_some() || s.mtime_ns.is_some();
-            let mixed_times = (a.touch && times(b)) || (b.touch && times(a));
-            if owner_after_mode || mixed_times || a.of != b.of {
-                return false;
+            let folded = fold_setattr(a, b);
+            if folded {
+                first.at_ns = first.at_ns.max(then.at_ns);
             }
-            *a = myriad_proto::SetAttr {
-                of: a.of,
-                mode: b.mode.or(a.mode),
-                uid: b.uid.or(a.uid),
-                gid: b.gid.or(a.gid),
-                atime_ns: b.atime_ns.or(a.atime_ns),
-                mtime_ns: b.mtime_ns.or(a.mtime_ns),
-                touch: a.touch || b.touch,
-            };
-            true
+            folded
         }
         _ => false,
     }
+}
+
+/// Makes setattr `a` do what `a` then `b` do, if their combination means the same: no
+/// owner change after a mode change (which would take set-id bits off), no touch mixed
+/// with explicit times, both meant for the same inode. Returns whether it did.
+fn fold_setattr(a: &mut myriad_proto::SetAttr, b: &myriad_proto::SetAttr) -> bool {
+    let owner_after_mode = a.mode.is_some() && (b.uid.is_some() || b.gid.is_some());
+    let times = |s: &myriad_proto::SetAttr| s.atime_ns.is_some() || s.mtime_ns.is_some();
+    let mixed_times = (a.touch && times(b)) || (b.touch && times(a));
+    if owner_after_mode || mixed_times || a.of != b.of {
+        return false;
+    }
+    *a = myriad_proto::SetAttr {
+        of: a.of,
+        mode: b.mode.or(a.mode),
+        uid: b.uid.or(a.uid),
+        gid: b.gid.or(a.gid),
+        atime_ns: b.atime_ns.or(a.atime_ns),
+        mtime_ns: b.mtime_ns.or(a.mtime_ns),
+        touch: a.touch || b.touch,
+    };
+    true
 }
 
 /// The reservation of inode numbers in `partition` to start, if few are left there and
@@ -552,14 +597,14 @@ impl Journal {
             && last.caller == op.caller
             && last.path == op.path
             && last.ino == op.ino
-            && fold(&mut last.request, &op.request)
+            && fold(last, &op)
         {
             part.bytes += op.bytes();
-            if let ClientRequest::Create(c) = &mut last.request {
-                // The create's time stays its directory's; the writes' is the file's.
-                c.data_at = c.data_at.max(Some(op.at_ns));
-            } else {
-                last.at_ns = last.at_ns.max(op.at_ns);
+            if matches!(
+                (&last.request, &op.request),
+                (ClientRequest::Create(_), ClientRequest::SetAttr { .. })
+            ) {
+                self.folded_setattrs.fetch_add(1, Ordering::Relaxed);
             }
             return Started(Vec::new());
         }
@@ -805,6 +850,11 @@ impl Journal {
     /// How many batches passed over changes that wait (`batch_of`).
     pub(crate) fn passes(&self) -> u64 {
         self.passes.load(Ordering::Relaxed)
+    }
+
+    /// How many setattrs folded into the create before them (`fold`).
+    pub(crate) fn folded_setattrs(&self) -> u64 {
+        self.folded_setattrs.load(Ordering::Relaxed)
     }
 
     /// Whether `key`'s sender was asked to send at once, cleared.

@@ -207,6 +207,7 @@ impl Client {
                     durable: false,
                     ino: Some(ino),
                     data_at: None,
+                    then: None,
                 }),
             );
             Some((Ok(inode), Some(op)))
@@ -336,6 +337,7 @@ impl Client {
         set: &SetAttr,
     ) -> Option<Result<Inode, FsError>> {
         let caller = self.acting_caller();
+        let floor = self.st().map.ext.protocol_floor;
         self.behind((path, None), 0, |held, name, at| {
             let inode = held.lookup(name)??;
             if set.of.is_some_and(|of| of != inode.ino) {
@@ -384,7 +386,7 @@ impl Client {
                 tracing::trace!(path, "directory setattr answered behind");
                 op.of_directory()
             } else {
-                op
+                op.into_create_from(floor)
             };
             Some((Ok(after), Some(op)))
         })

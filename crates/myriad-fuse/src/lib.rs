@@ -165,18 +165,7 @@ pub fn mount(cfg: MountConfig, on_mounted: impl FnOnce()) -> Result<(), String> 
         .map_err(|e| format!("cannot mount on {}: {e}", cfg.mountpoint.display()))?;
     let _ = inner.notifier.set(session.notifier());
     if let Some(addr) = cfg.metrics_listen {
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind(addr))
-            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        let weak = Arc::downgrade(&inner);
-        let route: myriad_net::http::Route = Arc::new(move |path| match (path, weak.upgrade()) {
-            ("/metrics", Some(inner)) => myriad_net::http::Reply::ok(
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                inner.metrics.render(inner.client.answered_locally()),
-            ),
-            _ => myriad_net::http::Reply::text(404, "Myriad mount metrics: GET /metrics"),
-        });
-        rt.spawn(myriad_net::http::serve(listener, route));
+        serve_metrics(&rt, &inner, addr)?;
     }
     lock_ops::start_renewal(&inner, rt.handle());
     lock_ops::start_keeping_open(&inner, rt.handle());
@@ -360,4 +349,29 @@ fn ring_config(depth: usize, asked: bool, inner: &Mount) -> Option<fuser::UringC
         queue_depth: depth,
         requests: inner.metrics.ring_requests.clone(),
     })
+}
+
+/// Serves the mount's metrics (`GET /metrics`) at `addr` (`--metrics`).
+fn serve_metrics(
+    rt: &tokio::runtime::Runtime,
+    inner: &Arc<Mount>,
+    addr: std::net::SocketAddr,
+) -> Result<(), String> {
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+    let weak = Arc::downgrade(inner);
+    let route: myriad_net::http::Route = Arc::new(move |path| match (path, weak.upgrade()) {
+        ("/metrics", Some(inner)) => myriad_net::http::Reply::ok(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            inner.metrics.render(mount_metrics::ClientCounts {
+                answered_locally: inner.client.answered_locally(),
+                setattrs_in_creates: inner.client.setattrs_in_creates(),
+                behind_passes: inner.client.behind_passes(),
+            }),
+        ),
+        _ => myriad_net::http::Reply::text(404, "Myriad mount metrics: GET /metrics"),
+    });
+    rt.spawn(myriad_net::http::serve(listener, route));
+    Ok(())
 }

@@ -10,6 +10,17 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+/// What the native client counts itself, shown with the mount's metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClientCounts {
+    /// Lookups answered with no request: (from a lease, from an index).
+    pub answered_locally: (u64, u64),
+    /// `Client::setattrs_in_creates`.
+    pub setattrs_in_creates: u64,
+    /// `Client::behind_passes`.
+    pub behind_passes: u64,
+}
+
 /// The kernel requests the mount answers (fuser's `Filesystem` callbacks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelOp {
@@ -158,9 +169,9 @@ impl MountMetrics {
         self.at_hand[op as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One OpenMetrics scrape; `answered_locally` is the client's (lease, index) count of
-    /// lookups answered with no request.
-    pub fn render(&self, answered_locally: (u64, u64)) -> String {
+    /// One OpenMetrics scrape, with the native client's own counts.
+    pub fn render(&self, client: ClientCounts) -> String {
+        let answered_locally = client.answered_locally;
         let mut r = Registry::with_prefix("myriad_mount");
         let kernel = Family::<OpLabel, Counter>::default();
         for (op, n) in KERNEL_OPS.iter().zip(&self.kernel) {
@@ -203,6 +214,20 @@ impl MountMetrics {
             "Kernel requests that came over FUSE over io_uring (--fuse-ring) rather than /dev/fuse",
             ring,
         );
+        let in_creates = Counter::<u64>::default();
+        in_creates.inc_by(client.setattrs_in_creates);
+        r.register(
+            "setattrs_in_creates",
+            "Setattrs answered behind sent inside the create before them (one change for the servers)",
+            in_creates,
+        );
+        let passes = Counter::<u64>::default();
+        passes.inc_by(client.behind_passes);
+        r.register(
+            "behind_passes",
+            "Batches written behind that went before a directory's setattr still waiting for its own changes",
+            passes,
+        );
         let at_hand = Family::<OpLabel, Counter>::default();
         for (op, n) in AT_HAND.iter().zip(&self.at_hand) {
             at_hand
@@ -233,7 +258,11 @@ mod tests {
         m.kernel(KernelOp::Create);
         m.kernel(KernelOp::CopyFileRange);
         m.attr_from(AttrFrom::Cache);
-        let text = m.render((5, 0));
+        let text = m.render(ClientCounts {
+            answered_locally: (5, 0),
+            setattrs_in_creates: 3,
+            behind_passes: 0,
+        });
         assert!(
             text.contains(r#"myriad_mount_kernel_requests_total{op="lookup"} 1"#),
             "{text}"
@@ -246,6 +275,7 @@ mod tests {
             text.contains("myriad_mount_ring_requests_total 0"),
             "{text}"
         );
+        assert!(text.contains("myriad_mount_setattrs_in_creates_total 3"));
         assert!(text.ends_with("# EOF\n"));
         let mut names = KERNEL_OPS.to_vec();
         names.sort_unstable();

@@ -6,17 +6,22 @@
 //! - `requests::Create::data_at`: the time of writes answered behind folded into a create;
 //! - `SetAttr::of`: the inode a change of attributes is meant for (the servers refuse it
 //!   if the name holds another).
+//!
+//! And in protocol 43, written and read only in frames encoded for 43 or later:
+//! - `requests::Create::then`: a setattr answered behind folded into the create.
 
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::InodeId;
 use crate::SetAttr;
-use crate::requests::Create;
+use crate::requests::{Create, SetAfter};
 use crate::versioned::version;
 
 /// The first protocol version with these fields.
 pub const APPENDED_36: u16 = 36;
+/// The first with `Create::then`.
+pub const APPENDED_43: u16 = 43;
 
 /// The fields every version's create has, as protocol 35 wrote them.
 #[derive(Deserialize)]
@@ -30,17 +35,20 @@ struct Fields35 {
     ino: Option<InodeId>,
 }
 
-/// A create in JSON: the fields, then `data_at` (absent in one written before it).
+/// A create in JSON: the fields, then `data_at` and `then` (absent in one written before
+/// them).
 #[derive(Deserialize)]
 struct Json {
     #[serde(flatten)]
     base: Fields35,
     #[serde(default)]
     data_at: Option<i64>,
+    #[serde(default)]
+    then: Option<SetAfter>,
 }
 
 impl Fields35 {
-    fn with(self, data_at: Option<i64>) -> Create {
+    fn with(self, data_at: Option<i64>, then: Option<SetAfter>) -> Create {
         Create {
             path: self.path,
             mode: self.mode,
@@ -49,14 +57,18 @@ impl Fields35 {
             durable: self.durable,
             ino: self.ino,
             data_at,
+            then,
         }
     }
 }
 
 impl Serialize for Create {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let at = s.is_human_readable() || version() >= APPENDED_36;
-        let mut st = s.serialize_struct("Create", if at { 7 } else { 6 })?;
+        let json = s.is_human_readable();
+        let at = json || version() >= APPENDED_36;
+        let then = json || version() >= APPENDED_43;
+        let fields = 6 + usize::from(at) + usize::from(then);
+        let mut st = s.serialize_struct("Create", fields)?;
         st.serialize_field("path", &self.path)?;
         st.serialize_field("mode", &self.mode)?;
         st.serialize_field("exclusive", &self.exclusive)?;
@@ -66,6 +78,9 @@ impl Serialize for Create {
         if at {
             st.serialize_field("data_at", &self.data_at)?;
         }
+        if then {
+            st.serialize_field("then", &self.then)?;
+        }
         st.end()
     }
 }
@@ -74,14 +89,18 @@ impl<'de> Deserialize<'de> for Create {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         if d.is_human_readable() {
             let j = Json::deserialize(d)?;
-            return Ok(j.base.with(j.data_at));
+            return Ok(j.base.with(j.data_at, j.then));
+        }
+        if version() >= APPENDED_43 {
+            // Laid out as one struct: the fields, then `data_at`, then `then`.
+            let (base, at, then) = <(Fields35, Option<i64>, Option<SetAfter>)>::deserialize(d)?;
+            return Ok(base.with(at, then));
         }
         if version() >= APPENDED_36 {
-            // Laid out as one struct: the fields, then `data_at`.
             let (base, at) = <(Fields35, Option<i64>)>::deserialize(d)?;
-            return Ok(base.with(at));
+            return Ok(base.with(at, None));
         }
-        Ok(Fields35::deserialize(d)?.with(None))
+        Ok(Fields35::deserialize(d)?.with(None, None))
     }
 }
 
@@ -164,7 +183,39 @@ mod tests {
             durable: false,
             ino: Some(InodeId(7)),
             data_at,
+            then: None,
         }
+    }
+
+    /// A setattr folded into a create reaches a peer of 43 whole; one of 42 gets 42's
+    /// bytes (clients fold only once the map's floor is 43); 42's bytes read as 43 are
+    /// malformed, never a made-up setattr.
+    #[test]
+    fn a_folded_setattr_goes_only_to_peers_of_43() {
+        let mut c = create(Some(9));
+        c.then = Some(SetAfter {
+            set: SetAttr {
+                mode: Some(0o600),
+                mtime_ns: Some(5),
+                of: Some(InodeId(7)),
+                ..SetAttr::default()
+            },
+            at_ns: 11,
+        });
+        let for_42 = scope(42, || encode(&c)).unwrap_or_default();
+        let for_43 = scope(43, || encode(&c)).unwrap_or_default();
+        assert!(for_43.len() > for_42.len());
+        assert_eq!(
+            scope(43, || decode::<Create>(&for_43)).ok(),
+            Some(c.clone())
+        );
+        assert_eq!(
+            scope(42, || decode::<Create>(&for_42)).ok(),
+            Some(create(Some(9)))
+        );
+        assert!(scope(43, || decode::<Create>(&for_42)).is_err());
+        let json = serde_json::to_string(&c).unwrap_or_default();
+        assert_eq!(serde_json::from_str::<Create>(&json).ok(), Some(c));
     }
 
     /// A peer of 35 gets 35's bytes (no `data_at`); one of 36 gets it back whole; 35's
@@ -189,7 +240,7 @@ mod tests {
         // JSON keeps it, and reads one written without it.
         let json = serde_json::to_string(&c).unwrap_or_default();
         assert_eq!(serde_json::from_str::<Create>(&json).ok(), Some(c));
-        let old = json.replace(",\"data_at\":1234567", "");
+        let old = json.replace(",\"data_at\":1234567,\"then\":null", "");
         assert_eq!(
             serde_json::from_str::<Create>(&old).ok(),
             Some(create(None))

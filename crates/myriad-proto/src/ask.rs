@@ -99,6 +99,7 @@ pub fn create(
         durable,
         ino,
         data_at: None,
+        then: None,
     }))
 }
 

@@ -107,6 +107,7 @@ mod tests {
                 durable: true,
                 ino: Some(crate::InodeId(7 << 40 | 9)),
                 data_at: None,
+                then: None,
             })),
         };
         let bytes = encode(&f).unwrap_or_default();
@@ -268,6 +269,7 @@ mod tests {
                     durable: false,
                     ino: Some(InodeId(7 << 40 | 9)),
                     data_at: None,
+                    then: None,
                 }),
                 "0007042f612f62a403010301020300018980808080e001",
             ),

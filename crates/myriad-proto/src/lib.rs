@@ -46,7 +46,7 @@ pub use message::{
     HelloReply, HotDir, LatencyHistogram, LeaseGrant, MAGIC, MKDIR_BEHIND_SINCE, PROTOCOL_MIN,
     PROTOCOL_VERSION, PeerKind, QUOTA_ANCHORS_SINCE, QUOTAS_LEAVE_TRASH_SINCE,
     REMOVAL_CLAIMS_SINCE, RequestFrame, RequestFrameRef, Response, ResponseFrame,
-    TRASH_KEEPS_ACROSS_SINCE, negotiate,
+    SETATTR_IN_CREATE_SINCE, TRASH_KEEPS_ACROSS_SINCE, negotiate,
 };
 /// Shard types are part of the protocol (maps travel in replies and redirects).
 pub use myriad_placement::{NodeId, PartitionId, Shard, ShardMap, name_hash, zone_name_ok};

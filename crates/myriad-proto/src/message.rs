@@ -104,7 +104,13 @@ pub const MAGIC: u32 = 0x4d59_5244;
 /// 42: mkdir behind (docs/fuse.md "mkdir behind"): `ClientRequest::MkdirNumbered`,
 /// `PeerRequest::DirObjectBorn` and `PeerRequest::DirSought` appended, sent only once the
 /// map's floor is 42.
-pub const PROTOCOL_VERSION: u16 = 42;
+/// 43: a file's setattr folded into its create (`requests::Create::then`), written only in
+/// frames encoded for 43 or later and sent only once the map's floor is 43.
+pub const PROTOCOL_VERSION: u16 = 43;
+
+/// The first protocol whose servers take a setattr folded into a create
+/// (`requests::Create::then`): a client folds them only once the map's floor is this.
+pub const SETATTR_IN_CREATE_SINCE: u16 = 43;
 
 /// The first protocol whose servers take a mkdir answered behind
 /// (`ClientRequest::MkdirNumbered`): a client answers mkdirs behind only once the map's

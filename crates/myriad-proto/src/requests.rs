@@ -13,7 +13,7 @@ use myriad_placement::{Shard, ShardMap};
 use crate::{ExportedEntry, InodeId};
 
 /// Owner of the entry. Creates a file, optionally with its first bytes (one atomic write).
-/// Encoded by `appended.rs` (`data_at` only for peers of 36 or later).
+/// Encoded by `appended.rs` (`data_at` only for peers of 36 or later, `then` of 43).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Create {
     pub path: String,
@@ -35,6 +35,20 @@ pub struct Create {
     /// the creator's lease went). Not carried to a peer older than 36 (`appended.rs`):
     /// there the file's times are the create's.
     pub data_at: Option<i64>,
+    /// A setattr of the new file answered behind after the create (and after its folded
+    /// writes), folded into it: one change for the servers where `tar -x` makes two.
+    /// Applied to the new file as that setattr by the same caller would be, checked by
+    /// the same rules (refused, it refuses the create). Only for an exclusive create, and
+    /// only sent once the map's floor is `SETATTR_IN_CREATE_SINCE` (a peer older than 43
+    /// would drop it: `appended.rs`).
+    pub then: Option<SetAfter>,
+}
+
+/// A setattr folded into the create before it (`Create::then`), answered at `at_ns`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAfter {
+    pub set: crate::SetAttr,
+    pub at_ns: i64,
 }
 
 /// Owner of the entry: write into chunk 0 (offset + len <= chunk size); updates size, mtime.

@@ -227,6 +227,9 @@ pub struct Report {
     /// Batches written behind that went before a directory's setattr still waiting for
     /// the directory's own changes (`Client::behind_passes`).
     pub behind_passes: u64,
+    /// Setattrs written behind that went inside the create before them
+    /// (`Client::setattrs_in_creates`).
+    pub setattrs_in_creates: u64,
     /// With `tiers`: first-chunk blocks written to a capacity tier because the fast tier
     /// was full.
     pub tier_overflowed_blocks: u64,
@@ -352,9 +355,9 @@ struct Sim {
     /// a seed runs the same every time.
     clients_made: std::sync::atomic::AtomicU64,
     /// What the clients answered themselves (from a lease, from an index) and their
-    /// journals' batches that passed a waiting setattr, added by each client run as it
-    /// ends.
-    answered: Arc<Mutex<(u64, u64, u64)>>,
+    /// journals' batches that passed a waiting setattr and setattrs folded into creates,
+    /// added by each client run as it ends.
+    answered: Arc<Mutex<[u64; 4]>>,
     /// When the servers' shared wall clock started (`EmbeddedServer::new`).
     clock_start: tokio::time::Instant,
 }
@@ -859,11 +862,12 @@ impl Sim {
         rep.digest = digest;
         rep.virtual_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         rep.delivered = self.net.delivered();
-        (
+        [
             rep.answered_by_lease,
             rep.answered_by_index,
             rep.behind_passes,
-        ) = *lock(&self.answered);
+            rep.setattrs_in_creates,
+        ] = *lock(&self.answered);
         for t in lock(&self.tiered).values() {
             rep.tier_overflowed_blocks += t.counts().overflowed_blocks;
         }

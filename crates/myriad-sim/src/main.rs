@@ -105,7 +105,7 @@ fn main() -> ExitCode {
         let wall = std::time::Instant::now();
         match run(&c) {
             Ok(r) => println!(
-                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, planned stops {}, map changes {}, unsynced batches lost {}, copies moved {}, hand-overs {}, trees moved {}/{} (abandoned {}), batches past a waiting setattr {}",
+                "seed {seed}: ok  {} ops, {} events, digest {:016x}, {:.1} s virtual, {:.1} s wall; crashes {}, isolations {}, disk errors {}, planned stops {}, map changes {}, unsynced batches lost {}, copies moved {}, hand-overs {}, trees moved {}/{} (abandoned {}), batches past a waiting setattr {}, setattrs in creates {}",
                 r.ops,
                 r.events,
                 r.digest,
@@ -122,7 +122,8 @@ fn main() -> ExitCode {
                 r.tree_moves_settled,
                 r.tree_moves_started,
                 r.tree_moves_abandoned,
-                r.behind_passes
+                r.behind_passes,
+                r.setattrs_in_creates
             ),
             Err(f) => {
                 eprintln!("{f}");

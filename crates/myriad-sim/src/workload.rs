@@ -102,8 +102,9 @@ pub struct ClientRun {
     pub auto_indexes: bool,
     /// Where the run adds, as it ends, what its client answered itself (from a lease,
     /// from an index: `Report::answered_by_lease`) and its journal's batches that passed
-    /// a waiting setattr (`Report::behind_passes`).
-    pub answered: Arc<std::sync::Mutex<(u64, u64, u64)>>,
+    /// a waiting setattr (`Report::behind_passes`) and its setattrs folded into creates
+    /// (`Report::setattrs_in_creates`).
+    pub answered: Arc<std::sync::Mutex<[u64; 4]>>,
 }
 
 /// What a client knows of its frozen tree (`--freeze`).
@@ -339,8 +340,11 @@ impl ClientRun {
         let verdict = self.ops_loop(&mut live, &mut holding, &releasing).await;
         let (lease, index) = self.client.answered_locally();
         let passes = self.client.behind_passes();
+        let folded = self.client.setattrs_in_creates();
         if let Ok(mut a) = self.answered.lock() {
-            (a.0, a.1, a.2) = (a.0 + lease, a.1 + index, a.2 + passes);
+            for (sum, n) in a.iter_mut().zip([lease, index, passes, folded]) {
+                *sum += n;
+            }
         }
         if self.indexes {
             // What the indexes answered: a run whose reads never met one tested nothing.

@@ -20,6 +20,7 @@ struct Totals {
     answered_by_index: u64,
     tier_overflowed_blocks: u64,
     behind_passes: u64,
+    setattrs_in_creates: u64,
 }
 
 impl Totals {
@@ -32,6 +33,7 @@ impl Totals {
         self.answered_by_index += r.answered_by_index;
         self.tier_overflowed_blocks += r.tier_overflowed_blocks;
         self.behind_passes += r.behind_passes;
+        self.setattrs_in_creates += r.setattrs_in_creates;
         r
     }
 
@@ -233,6 +235,11 @@ fn seeds_with_mkdirs_answered_behind_keep_every_invariant() {
     // A directory filled, given its times and followed by the next one's mkdir
     // (`mkdir_filled`): at least once that mkdir went before the waiting setattr.
     assert!(t.behind_passes >= 1, "no batch passed a waiting setattr");
+    // The file's times set at once after it was written: inside its create.
+    assert!(
+        t.setattrs_in_creates >= 1,
+        "no setattr went inside a create"
+    );
 }
 
 /// Every client also takes, renews and gives back write locks on three shared inodes

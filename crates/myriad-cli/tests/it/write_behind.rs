@@ -660,3 +660,66 @@ fn mkdirs_answered_behind_are_seen_at_once_by_path_and_through_another_mount() {
     let syncfs = io(std::fs::File::open(a.path("")));
     io(syncfs.sync_all());
 }
+
+/// `tar -x`'s steps for each file as root (create, write, close, then its times, owner
+/// and mode) through mount A: the setattrs go to the servers inside the file's create
+/// (`requests::Create::then`, counted by A), and mount B sees each file with the bytes,
+/// times, owner and mode A showed, its ctime too.
+#[test]
+fn a_file_s_times_owner_and_mode_set_after_its_create_reach_the_servers_with_it() {
+    use std::os::unix::fs::MetadataExt;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    // Folded only once every server takes it (protocol 43).
+    rt.block_on(crate::redirect::floor_raised(&tc));
+    let (a, addr) = crate::mount_metrics::mount_with_metrics(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    io(std::fs::create_dir(a.path("d")));
+    let shown = |m: &std::fs::Metadata| {
+        (
+            (m.mode() & 0o7777, m.uid(), m.gid(), m.len()),
+            (m.mtime(), m.mtime_nsec(), m.atime(), m.atime_nsec()),
+            (m.ctime(), m.ctime_nsec()),
+        )
+    };
+    let mut mine = Vec::new();
+    for i in 0..20u32 {
+        let f = a.path(&format!("d/f{i}"));
+        io(std::fs::write(&f, format!("file {i}").repeat(50)));
+        let when = std::time::UNIX_EPOCH + Duration::new(1_000_000 + u64::from(i), 7 * i);
+        let times = std::fs::FileTimes::new()
+            .set_accessed(when)
+            .set_modified(when);
+        io(io(std::fs::File::options().write(true).open(&f)).set_times(times));
+        io(std::os::unix::fs::chown(&f, Some(1234 + i), Some(4321)));
+        io(std::fs::set_permissions(
+            &f,
+            std::fs::Permissions::from_mode(0o640),
+        ));
+        mine.push(shown(&io(std::fs::metadata(&f))));
+    }
+    let folded = crate::mount_metrics::value(
+        &crate::mount_metrics::scrape(&addr),
+        "myriad_mount_setattrs_in_creates_total",
+    );
+    assert!(folded > 0, "no setattr went inside its file's create");
+    for (i, mine) in (0u32..).zip(&mine) {
+        let f = b.path(&format!("d/f{i}"));
+        assert_eq!(
+            io(std::fs::read_to_string(&f)),
+            format!("file {i}").repeat(50)
+        );
+        let theirs = shown(&io(std::fs::metadata(&f)));
+        assert_eq!(&theirs, mine, "f{i}: B sees what A showed");
+        assert_eq!(
+            (theirs.0, theirs.1.0, theirs.1.1),
+            (
+                (0o640, 1234 + i, 4321, 50 * format!("file {i}").len() as u64),
+                1_000_000 + i64::from(i),
+                i64::from(7 * i)
+            ),
+            "f{i}: the owner, mode and times set"
+        );
+    }
+    eprintln!("{folded} setattrs went inside their files' creates");
+}

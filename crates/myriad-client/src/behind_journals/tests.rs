@@ -32,6 +32,7 @@ fn create(path: &str) -> Op {
             durable: false,
             ino: None,
             data_at: None,
+            then: None,
         }),
     )
 }
@@ -202,6 +203,88 @@ fn a_write_folded_into_a_create_keeps_the_create_s_time_and_carries_its_own() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A file's setattrs answered behind after its create fold into it once every server
+/// takes that (`Create::then`: `tar -x` makes one change of its create, write and times),
+/// each with its own time; a write after them does not (it would move the times they
+/// set), and with an older floor nothing folds.
+#[test]
+fn a_file_s_setattrs_fold_into_its_create_once_every_server_takes_it() {
+    let own = key("/d", 2);
+    let at = |mut op: Op, t: i64| {
+        op.at_ns = t;
+        op
+    };
+    let write = |offset: u64, t: i64| {
+        at(
+            Op::new(
+                &me(),
+                None,
+                ClientRequest::Write(myriad_proto::requests::Write {
+                    path: "/d/a".into(),
+                    ino: myriad_proto::InodeId(0),
+                    offset,
+                    data: vec![1],
+                    opened: true,
+                }),
+            ),
+            t,
+        )
+    };
+    let set = |set: SetAttr, t: i64, floor: u16| {
+        let op = Op::new(
+            &me(),
+            None,
+            ClientRequest::SetAttr {
+                path: "/d/a".into(),
+                set,
+            },
+        );
+        at(op.into_create_from(floor), t)
+    };
+    let times = SetAttr {
+        mtime_ns: Some(5),
+        ..SetAttr::default()
+    };
+    let mode = SetAttr {
+        mode: Some(0o600),
+        ..SetAttr::default()
+    };
+    let new = myriad_proto::SETATTR_IN_CREATE_SINCE;
+    let j = Journal::default();
+    let _ = j.push(&own, at(create("/d/a"), 10));
+    let _ = j.push(&own, write(0, 20));
+    let _ = j.push(&own, set(times.clone(), 30, new));
+    let _ = j.push(&own, set(mode.clone(), 40, new));
+    let _ = j.push(&own, write(1, 50));
+    let Taken::Batch(_, ops) = j.take_batch(&own) else {
+        panic!("a batch to take");
+    };
+    assert_eq!(ops.len(), 2, "the create with its setattrs, then the write");
+    assert_eq!(j.folded_setattrs(), 2);
+    match &ops[0].request {
+        ClientRequest::Create(c) => {
+            assert_eq!((c.data.len(), c.data_at, ops[0].at_ns), (1, Some(20), 10));
+            let then = c
+                .then
+                .as_ref()
+                .map(|t| (t.set.mode, t.set.mtime_ns, t.at_ns));
+            assert_eq!(then, Some((Some(0o600), Some(5), 40)));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(ops[1].request, ClientRequest::Write(_)));
+    // Below the floor: three changes.
+    let j = Journal::default();
+    let _ = j.push(&own, at(create("/d/a"), 10));
+    let _ = j.push(&own, set(times, 30, new - 1));
+    let _ = j.push(&own, set(mode, 40, new - 1));
+    let Taken::Batch(_, ops) = j.take_batch(&own) else {
+        panic!("a batch to take");
+    };
+    assert_eq!(ops.len(), 2, "the create, then the two setattrs as one");
+    assert_eq!(j.folded_setattrs(), 0);
 }
 
 /// A mkdir answered behind fences its directory until the mkdir itself is answered: a

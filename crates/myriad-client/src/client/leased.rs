@@ -369,4 +369,10 @@ impl Client {
     pub fn behind_passes(&self) -> u64 {
         self.leases.journal.passes()
     }
+
+    /// Setattrs answered behind that were sent inside the create before them (one change
+    /// for the servers: `requests::Create::then`), since the client started.
+    pub fn setattrs_in_creates(&self) -> u64 {
+        self.leases.journal.folded_setattrs()
+    }
 }

@@ -151,6 +151,7 @@ fn create(name: &str) -> Mutation {
         data: b"x".to_vec(),
         now: 1,
         ino: None,
+        then: None,
     }
 }
 

@@ -499,6 +499,7 @@ fn create(path: &str) -> ClientRequest {
         durable: true,
         ino: None,
         data_at: None,
+        then: None,
     })
 }
 
@@ -700,6 +701,7 @@ async fn an_open_of_an_existing_name_records_nothing() {
         durable: true,
         ino: None,
         data_at: None,
+        then: None,
     });
     assert!(matches!(
         send_once(&home, 2, open).await,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use myriad_placement::split_parent;
 use myriad_proto::requests;
 use myriad_proto::{
-    Caller, FileKind, Inode, PeerRequest, RenameFlags, Request, Response, WireError, limits,
-    validate_path,
+    Caller, FileKind, Inode, InodeId, PeerRequest, RenameFlags, Request, Response, WireError,
+    limits, validate_path,
 };
 
 use crate::cluster::MapState;
@@ -48,12 +48,23 @@ impl Partition {
             durable,
             ino,
             data_at,
+            then,
         } = create;
         let (dir, name) = self.entry_target(st, &path)?;
-        let ino = own_number(made, ino)?;
+        let number = own_number(made, ino)?;
         let parent = self.may_create(&caller, &path).await?;
         let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, FileKind::File, mode);
-        if let Some((client, i)) = ino {
+        // Writes folded into it: the file's times are theirs, its directory's (the
+        // touch, `made`) the create's.
+        let now = self.client_time(data_at.or(made.at));
+        let then = match then {
+            Some(t) => {
+                let new = Inode::new(InodeId(0), FileKind::File, mode, (caller.uid, gid), now);
+                Some(self.setattr_of_new(&caller, (&new, ino, exclusive), t)?)
+            }
+            None => None,
+        };
+        if let Some((client, i)) = number {
             self.claim_if_foreign(client, i).await?;
         }
         self.note_added(&dir);
@@ -65,10 +76,9 @@ impl Partition {
             gid,
             exclusive,
             data,
-            // Writes folded into it: the file's times are theirs, its directory's (the
-            // touch, `made`) the create's.
-            now: self.client_time(data_at.or(made.at)),
-            ino,
+            now,
+            ino: number,
+            then,
         };
         let created = |o: &Outcome| matches!(o, Outcome::Created(_));
         let (out, parent) = self.run_touching((m, made), &dir, durable, created).await?;
@@ -81,6 +91,29 @@ impl Partition {
             // answers with its inode.
             NameMade::Existing(i) => Ok(Response::Attr(self.resolve(i).await?)),
         }
+    }
+
+    /// A setattr folded into the create of `new` (`requests::Create::then`), checked as
+    /// the same caller's setattr of the new file would be: with its time, to apply.
+    /// Only an exclusive create with its number (a client's answered behind) carries one:
+    /// a create of an existing name is refused whole, so it never lands on another file.
+    fn setattr_of_new(
+        &self,
+        caller: &Caller,
+        (new, ino, exclusive): (&Inode, Option<InodeId>, bool),
+        then: requests::SetAfter,
+    ) -> Result<(myriad_proto::SetAttr, i64), WireError> {
+        if !exclusive || ino.is_none() {
+            return Err(WireError::InvalidArgument(
+                "a setattr folded into a create needs an exclusive create of a reserved number"
+                    .into(),
+            ));
+        }
+        if then.set.of.is_some_and(|of| Some(of) != ino) {
+            return Err(WireError::Stale);
+        }
+        let set = perm::check_setattr(new, caller, &then.set)?;
+        Ok((set, self.client_time(Some(then.at_ns))))
     }
 
     /// A symbolic link.

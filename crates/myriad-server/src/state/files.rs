@@ -43,6 +43,7 @@ pub(super) fn execute(
             data,
             now,
             ino: reserved,
+            then,
         } => {
             require_dir(ctx.store, &dir, &name)?;
             if data.len() as u64 > ctx.layout.chunk_size_bytes {
@@ -75,6 +76,9 @@ pub(super) fn execute(
             inode.size = data.len() as u64;
             if !data.is_empty() {
                 ctx.store.write_range(b, InodeId(ino), 0, &data)?;
+            }
+            if let Some((set, at)) = then {
+                myriad_proto::access::apply_setattr(&mut inode, &set, at);
             }
             put_visible(ctx.store, b, &dir, &name, &inode);
             Outcome::Created(inode)

@@ -160,6 +160,9 @@ pub enum Mutation {
         now: i64,
         /// The inode number, reserved by this client (`IdAlloc::use_reserved`).
         ino: Option<(u64, InodeId)>,
+        /// A setattr of the new file folded into its create (checked), and its time:
+        /// applied after it, as that setattr alone would be (`requests::Create::then`).
+        then: Option<(SetAttr, i64)>,
     },
     /// Reserves `count` inode numbers for `client` (`IdAlloc::reserve`).
     ReserveIds {

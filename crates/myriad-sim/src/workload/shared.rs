@@ -36,8 +36,9 @@ impl ClientRun {
     /// Makes this client's directory `k`; writing behind, its parent claimed first half
     /// the time (so the mkdir may be answered behind: docs/fuse.md "mkdir behind"), and
     /// odd ones filled with a file at once (answered behind under the new directory's
-    /// birth lease, while other clients read it by its whole path), given their times,
-    /// and followed by the next directory's mkdir (`tar -x`'s order).
+    /// birth lease, while other clients read it by its whole path) given its times and
+    /// mode, the directory given its times, and followed by the next directory's mkdir
+    /// (`tar -x`'s order).
     pub(super) async fn mkdir_filled(&self, k: u32) -> Verdict {
         let d = self.dir(self.id, k);
         if self.behind && k % 4 < 2 {
@@ -49,10 +50,19 @@ impl ClientRun {
         }
         self.mkdir(&d).await?;
         if self.behind && k % 2 == 1 {
-            self.put(&format!("{d}/f"), false).await;
-            // Then its times, as `tar -x` sets them once it filled a directory: answered
-            // behind, the setattr waits for the create in it, and the parent's later
-            // changes pass it (docs/fuse.md "A directory's entry from two journals").
+            let f = format!("{d}/f");
+            self.put(&f, false).await;
+            // The file's times and mode at once, as `tar -x` sets them once it wrote it:
+            // answered behind, they go inside its create (`requests::Create::then`).
+            let set = myriad_proto::SetAttr {
+                mtime_ns: Some(1_000_000_000 * i64::from(k + 1)),
+                mode: Some(0o640),
+                ..myriad_proto::SetAttr::default()
+            };
+            let _ = self.client.setattr(&f, set).await;
+            // Then its directory's times, as `tar -x` sets them once it filled a
+            // directory: answered behind, the setattr waits for the create in it, and the
+            // parent's later changes pass it (docs/fuse.md "A directory's entry from two journals").
             let set = myriad_proto::SetAttr {
                 mtime_ns: Some(1_000_000_000 * i64::from(k + 1)),
                 ..myriad_proto::SetAttr::default()

@@ -166,6 +166,7 @@ fn create(name: &str) -> Mutation {
         data: name.as_bytes().to_vec(),
         now: 1,
         ino: None,
+        then: None,
     }
 }
 

@@ -62,6 +62,7 @@ impl T {
             data: data.to_vec(),
             now: 10,
             ino: None,
+            then: None,
         })? {
             Outcome::Created(i) | Outcome::Inode(i) => Ok(i),
             o => panic!("unexpected {o:?}"),
@@ -84,6 +85,41 @@ fn create_is_exclusive_and_stores_inline_data() {
     );
     assert_eq!(t.create("/", "a", b""), Err(WireError::AlreadyExists));
     assert_eq!(t.create("/nodir", "a", b""), Err(WireError::NotFound));
+}
+
+/// A setattr folded into a create (`tar -x`'s times and mode of a file it just wrote)
+/// lands on the new file as that setattr would: its mode and mtime, its ctime the
+/// setattr's; the data as written.
+#[test]
+fn a_setattr_folded_into_a_create_is_applied_to_the_new_file() {
+    let mut t = T::new();
+    let set = myriad_proto::SetAttr {
+        mode: Some(0o600),
+        mtime_ns: Some(3),
+        atime_ns: Some(4),
+        ..myriad_proto::SetAttr::default()
+    };
+    let out = t.run(Mutation::CreateFile {
+        dir: "/".into(),
+        name: "f".into(),
+        mode: 0o644,
+        uid: 5,
+        gid: 6,
+        exclusive: true,
+        data: b"tar".to_vec(),
+        now: 10,
+        ino: None,
+        then: Some((set, 12)),
+    });
+    let Ok(Outcome::Created(i)) = out else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        (i.mode, i.mtime_ns, i.atime_ns, i.ctime_ns, i.size),
+        (0o600, 3, 4, 12, 3)
+    );
+    let stored = t.store.entry("/", "f").ok().flatten().and_then(|e| e.inode);
+    assert_eq!(stored, Some(i));
 }
 
 #[test]
@@ -1098,6 +1134,7 @@ impl T {
             data: Vec::new(),
             now: 10,
             ino: Some((client, InodeId(ino))),
+            then: None,
         })? {
             Outcome::Created(i) => Ok(i),
             o => panic!("unexpected {o:?}"),
