@@ -1,7 +1,8 @@
 //! `myriad bench fuse`: the small-file phases through a real FUSE mount with worker
 //! processes (create+write, stat, cold read, a second read of the same files on the same
-//! mount, cold `ls -l`, unlink), next to the same phases
-//! on the local file system in the same run.
+//! mount, cold `ls -l`, unlink), next to the same phases on the local file system and,
+//! where it is installed, on bindfs over a local directory (the FUSE floor: a FUSE file
+//! system that only forwards to local disk) in the same run.
 //!
 //! Each worker works in its own directory: the kernel serializes creates and unlinks within
 //! one directory (the VFS holds the directory lock), on any file system, so one shared
@@ -37,6 +38,10 @@ pub struct FuseArgs {
     /// Entries in the directory listed by the `ls -l` phase.
     #[arg(long, default_value_t = 10_000)]
     ls_entries: u64,
+    /// Skip the bindfs column (run where `bindfs` is installed: every phase again on
+    /// bindfs over a local directory, the FUSE floor).
+    #[arg(long)]
+    no_bindfs: bool,
     #[command(flatten)]
     mounted: MountedBenchArgs,
 }
@@ -75,6 +80,8 @@ struct Row {
     phase: String,
     myriad_ops_s: f64,
     local_ops_s: f64,
+    /// The same phase on bindfs over a local directory (`None`: not run).
+    bindfs_ops_s: Option<f64>,
     target_ops_s: Option<f64>,
     /// CPU of the mount process per operation (all its threads), microseconds.
     mount_cpu_us_per_op: f64,
@@ -360,17 +367,34 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
     let rows = result?;
 
     println!(
-        "\n{:>6} {:>9} | {:>12} {:>12} | {:>7} | {:>9} | {:>11}",
-        "size", "phase", "myriad op/s", "local op/s", "ratio", "target", "mount us/op"
+        "\n{:>6} {:>9} | {:>12} {:>12} | {:>7} | {:>12} {:>8} | {:>9} | {:>11}",
+        "size",
+        "phase",
+        "myriad op/s",
+        "local op/s",
+        "ratio",
+        "bindfs op/s",
+        "x bindfs",
+        "target",
+        "mount us/op"
     );
     for r in &rows {
+        let (bindfs, times) = match r.bindfs_ops_s {
+            Some(b) => (
+                format!("{b:.0}"),
+                format!("{:.2}", r.myriad_ops_s / b.max(1e-9)),
+            ),
+            None => ("-".into(), "-".into()),
+        };
         println!(
-            "{:>6} {:>9} | {:>12.0} {:>12.0} | {:>7.2} | {:>9} | {:>11.1}",
+            "{:>6} {:>9} | {:>12.0} {:>12.0} | {:>7.2} | {:>12} {:>8} | {:>9} | {:>11.1}",
             r.size,
             r.phase,
             r.myriad_ops_s,
             r.local_ops_s,
             r.myriad_ops_s / r.local_ops_s.max(1e-9),
+            bindfs,
+            times,
             match r.target_ops_s {
                 Some(t) if r.myriad_ops_s >= t => format!("{t:.0} met"),
                 Some(t) => format!("{t:.0} NOT"),
@@ -382,8 +406,10 @@ pub async fn run(a: FuseArgs) -> anyhow::Result<()> {
     println!(
         "(ls: entries/s of one `ls -l`; read, read-ro and ls run on a fresh mount: cold kernel \
          cache; reread: the files read again on the mount that read them, local disk's page \
-         cache warm; -ro: on a read-only mount with zero-message opens; mount us/op: CPU of \
-         the mount process per operation)"
+         cache warm; -ro: on a read-only mount with zero-message opens; bindfs: the same \
+         phases on bindfs --multithreaded over a local directory, remounted where the mount \
+         is; x bindfs: Myriad's op/s over bindfs's; mount us/op: CPU of the mount process per \
+         operation)"
     );
     fs::create_dir_all(&a.mounted.out_dir)?;
     let out = a.mounted.out_dir.join("bench-fuse.json");
@@ -399,8 +425,7 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
         // Myriad, through the mount.
         let mut m = MountProc::start(map, mnt, &a.mounted.mount_args)?;
         let root = mnt.join(&name);
-        prepare_dirs(&root, a)?;
-        fill_ls_dir(&root.join("ls"), a.ls_entries, size)?;
+        prepare_root(&root, a, size)?;
         let mut mine = Vec::new();
         for phase in PHASES {
             if let Some(read_only) = fresh_mount(phase) {
@@ -414,11 +439,8 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
                 m = MountProc::start(map, mnt, &args)?;
             }
             let cpu0 = m.cpu_secs();
-            let (v, ops) = if phase == "ls" {
-                (run_ls(&root.join("ls"), a.ls_entries)?, a.ls_entries)
-            } else {
-                (run_workers(&root, phase, a, size)?, a.files)
-            };
+            let v = run_phase(&root, phase, a, size)?;
+            let ops = if phase == "ls" { a.ls_entries } else { a.files };
             let cpu_us = (m.cpu_secs() - cpu0) * 1e6 / ops.max(1) as f64;
             eprintln!(
                 "  myriad {size:>6} B {phase:>7}: {v:>10.0} op/s, mount CPU {cpu_us:.1} us/op"
@@ -428,27 +450,73 @@ async fn phases(a: &FuseArgs, map: &Path, mnt: &Path, local: &Path) -> anyhow::R
         m.stop()?;
         // The same on local disk.
         let root = local.join(&name);
-        prepare_dirs(&root, a)?;
-        fill_ls_dir(&root.join("ls"), a.ls_entries, size)?;
+        prepare_root(&root, a, size)?;
         for (phase, (v, cpu_us)) in PHASES.iter().zip(mine) {
             if fresh_mount(phase).is_some() {
                 drop_local_caches();
             }
-            let l = if *phase == "ls" {
-                run_ls(&root.join("ls"), a.ls_entries)?
-            } else {
-                run_workers(&root, phase, a, size)?
-            };
+            let l = run_phase(&root, phase, a, size)?;
             eprintln!("  local  {size:>6} B {phase:>7}: {l:>10.0} op/s");
             rows.push(Row {
                 size,
                 phase: (*phase).to_string(),
                 myriad_ops_s: v,
                 local_ops_s: l,
+                bindfs_ops_s: None,
                 target_ops_s: target(phase, size),
                 mount_cpu_us_per_op: cpu_us,
             });
         }
+        if !a.no_bindfs && crate::bench_bindfs::installed() {
+            let floor = bindfs_phases(a, local, size)?;
+            let mine = rows.iter_mut().filter(|r| r.size == size);
+            for (r, b) in mine.zip(floor) {
+                r.bindfs_ops_s = Some(b);
+            }
+        }
     }
     Ok(rows)
+}
+
+/// Every phase of `PHASES` on bindfs over a fresh directory under `local` (the FUSE
+/// floor), remounted before the phases Myriad's mount is remounted for (a cold kernel
+/// cache): op/s (entries/s for `ls`), in `PHASES`' order.
+fn bindfs_phases(a: &FuseArgs, local: &Path, size: usize) -> anyhow::Result<Vec<f64>> {
+    use crate::bench_bindfs::Bindfs;
+    let src = local.join(format!("bindfs-src-{size}"));
+    let at = local.join(format!("bindfs-mnt-{size}"));
+    fs::create_dir_all(&src)?;
+    fs::create_dir_all(&at)?;
+    let mut mount = Bindfs::mount(&src, &at, false)?;
+    let root = at.join(format!("s{size}"));
+    prepare_root(&root, a, size)?;
+    let mut out = Vec::new();
+    for phase in PHASES {
+        if let Some(read_only) = fresh_mount(phase) {
+            drop(mount);
+            drop_local_caches();
+            mount = Bindfs::mount(&src, &at, read_only)?;
+        }
+        let v = run_phase(&root, phase, a, size)?;
+        eprintln!("  bindfs {size:>6} B {phase:>7}: {v:>10.0} op/s");
+        out.push(v);
+    }
+    drop(mount);
+    Ok(out)
+}
+
+/// Runs `phase` (one of `PHASES`) in `root` (made by `prepare_dirs` and `fill_ls_dir`):
+/// op/s, or entries/s for `ls`.
+fn run_phase(root: &Path, phase: &str, a: &FuseArgs, size: usize) -> anyhow::Result<f64> {
+    if phase == "ls" {
+        run_ls(&root.join("ls"), a.ls_entries)
+    } else {
+        run_workers(root, phase, a, size)
+    }
+}
+
+/// Makes `root` ready for the phases: the workers' directories and the listed one.
+fn prepare_root(root: &Path, a: &FuseArgs, size: usize) -> anyhow::Result<()> {
+    prepare_dirs(root, a)?;
+    fill_ls_dir(&root.join("ls"), a.ls_entries, size)
 }

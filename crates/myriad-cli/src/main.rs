@@ -3,6 +3,7 @@
 //! stderr), 2 usage error.
 
 mod bench;
+mod bench_bindfs;
 mod bench_capacity;
 mod bench_failover;
 mod bench_fuse;
