@@ -30,6 +30,10 @@ pub struct UntarArgs {
     /// `rm -rf` removes into /.trash costs. 0 (default): off.
     #[arg(long, default_value_t = 0)]
     trash_days: u32,
+    /// Skip the bindfs column (run where `bindfs` is installed: the phases again on bindfs
+    /// over a local directory, the FUSE floor).
+    #[arg(long)]
+    no_bindfs: bool,
     #[command(flatten)]
     mounted: crate::bench_fuse::MountedBenchArgs,
 }
@@ -39,6 +43,8 @@ struct Phase {
     phase: &'static str,
     myriad_s: f64,
     local_s: f64,
+    /// On bindfs over a local directory (`None`: not run).
+    bindfs_s: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -132,6 +138,18 @@ fn phases(dir: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
     ])
 }
 
+/// The four phases on bindfs over a fresh directory under `local` (the FUSE floor).
+fn bindfs_phases(local: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
+    let (src, at) = (local.join("bindfs-src"), local.join("bindfs-mnt"));
+    fs::create_dir_all(&src)?;
+    fs::create_dir_all(&at)?;
+    let mount = crate::bench_bindfs::Bindfs::mount(&src, &at, false)?;
+    fs::create_dir(at.join("tree"))?;
+    let r = phases(&at, tarball);
+    drop(mount);
+    r
+}
+
 pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
     for tool in ["tar", "find", "xargs", "stat", "du", "rm"] {
         if Command::new("sh")
@@ -192,7 +210,7 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
         let admin = cluster.client(std::time::Duration::from_secs(30))?;
         crate::trash_cmd::turn_on(&admin, a.trash_days).await?;
     }
-    let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>, Option<Vec<f64>>)> {
         let m = MountProc::start(&map, &mnt, &a.mounted.mount_args)?;
         let r = fs::create_dir(mnt.join("tree"))
             .context("mkdir on the mount")
@@ -201,20 +219,29 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
         let mine = r?;
         fs::create_dir(local_root.path().join("tree"))?;
         let local = phases(local_root.path(), &tarball)?;
-        Ok((mine, local))
+        let floor = if !a.no_bindfs && crate::bench_bindfs::installed() {
+            Some(bindfs_phases(local_root.path(), &tarball)?)
+        } else {
+            None
+        };
+        Ok((mine, local, floor))
     })();
     let _ = cluster.down();
-    let (mine, local) = result?;
+    let (mine, local, floor) = result?;
 
     println!(
-        "\n{:>6} | {:>10} {:>10} | {:>7} | {:>8}",
-        "phase", "myriad s", "local s", "ratio", "target"
+        "\n{:>6} | {:>10} {:>10} | {:>7} | {:>10} {:>8} | {:>8}",
+        "phase", "myriad s", "local s", "ratio", "bindfs s", "x bindfs", "target"
     );
     let mut rows = Vec::new();
     for (i, (phase, target)) in PHASES.iter().enumerate() {
         let ratio = mine[i] / local[i].max(1e-9);
+        let bindfs_s = floor.as_ref().map(|f| f[i]);
+        let (b, x) = bindfs_s.map_or(("-".into(), "-".into()), |b| {
+            (format!("{b:.2}"), format!("{:.2}", mine[i] / b.max(1e-9)))
+        });
         println!(
-            "{phase:>6} | {:>10.2} {:>10.2} | {ratio:>7.1} | {:>8}",
+            "{phase:>6} | {:>10.2} {:>10.2} | {ratio:>7.1} | {b:>10} {x:>8} | {:>8}",
             mine[i],
             local[i],
             if ratio <= *target {
@@ -227,8 +254,14 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
             phase,
             myriad_s: mine[i],
             local_s: local[i],
+            bindfs_s,
         });
     }
+    println!(
+        "(ratio: Myriad's time over local disk's; bindfs: the phases on bindfs \
+         --multithreaded over a local directory, the FUSE floor; x bindfs: Myriad's time over \
+         bindfs's)"
+    );
     fs::create_dir_all(&a.mounted.out_dir)?;
     let out = a.mounted.out_dir.join("bench-untar.json");
     fs::write(

@@ -142,6 +142,8 @@ pub(crate) struct PartJournal {
     /// Changes taken by the sender and not yet answered, their paths and numbers (in
     /// the order they were numbered, as `ops` is: `settled` searches both).
     in_flight: usize,
+    /// How many of those move the times of the part's directory (`moves_no_parent_time`).
+    flight_moving: usize,
     flight: Vec<String>,
     flight_seqs: VecDeque<u64>,
     /// A sender runs for this part.
@@ -476,6 +478,14 @@ impl PartJournal {
         !self.ops.is_empty() || self.in_flight > 0
     }
 
+    /// Whether a change that moves the times of this part's directory is not yet
+    /// answered, queued or in flight (`moves_no_parent_time`). Setattrs and writes of its
+    /// names waiting for other parts move none: a read of the directory's own entry need
+    /// not wait for them.
+    pub(crate) fn times_pending(&self) -> bool {
+        self.flight_moving > 0 || self.ops.iter().any(|o| !moves_no_parent_time(o))
+    }
+
     /// The number of the oldest change not yet answered: the first in flight or the
     /// first queued, whichever is older (a batch may have passed over queued changes:
     /// `batch_of`).
@@ -655,6 +665,7 @@ impl Journal {
         let bytes: usize = batch.iter().map(Op::bytes).sum();
         part.bytes -= bytes;
         part.in_flight = batch.len();
+        part.flight_moving = batch.iter().filter(|o| !moves_no_parent_time(o)).count();
         part.flight = batch.iter().map(|o| o.path.clone()).collect();
         part.flight_seqs = batch.iter().map(|o| o.seq).collect();
         Taken::Batch(caller, batch)
@@ -716,12 +727,15 @@ impl Journal {
             let mut g = self.lock();
             if let Some(part) = g.parts.get_mut(key) {
                 part.in_flight -= ops.len().min(part.in_flight);
+                let moving = ops.iter().filter(|o| !moves_no_parent_time(o)).count();
+                part.flight_moving -= moving.min(part.flight_moving);
                 // Exactly these: one sent again keeps its place, and what waits for it
                 // (a mkdir's fence) waits on (a batch's later changes may be answered
                 // before an earlier one that is sent again).
                 part.flight_seqs
                     .retain(|s| !ops.iter().any(|o| o.seq == *s));
                 if part.in_flight == 0 {
+                    part.flight_moving = 0;
                     part.flight.clear();
                     part.flight_seqs.clear();
                 }

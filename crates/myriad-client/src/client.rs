@@ -485,9 +485,9 @@ impl Client {
         } else {
             Vec::new()
         };
-        // A listing: after its directory's journal, and its subdirectories' (their
-        // times). A read of one name: after the changes of that name, and of its own
-        // names if it is a directory (its times).
+        // A listing: after its directory's journal, and its subdirectories' changes that
+        // move their times. A read of one name: after the changes of that name, and, if
+        // it is a directory, its own names' changes that move its times.
         // A change of a directory's mode or owner: after the changes journaled in it and
         // below it, which were answered by its old attributes. Any setattr of a
         // directory: after its own journal, whose creates and unlinks set its mtime when
@@ -511,29 +511,47 @@ impl Client {
         // of its names sets its times after it).
         let about = paths.iter().map(String::as_str).chain(listed).chain(named);
         let fenced = self.leases.journal.fenced(about);
+        // Where only a directory's own entry is read (its times and link count: a stat of
+        // it, the subdirectories of a listed one), only the changes that move them: not
+        // the setattrs of its names waiting for their own subtrees (`tar -x` sets each
+        // directory's times once it filled it), which may wait for nearly every change
+        // journaled below.
+        let times_of = |d: &str| {
+            named == Some(d) || listed.is_some_and(|l| d != "/" && d != l && split_parent(d).0 == l)
+        };
         let which = |k: &myriad_proto::LeaseKey, part: &crate::behind_journals::PartJournal| {
             let d = k.dir.as_str();
             fenced.contains(k)
                 || changed.contains(&d)
                 || below.iter().any(|b| d.starts_with(b.as_str()))
                 || (subtree && paths.iter().any(|p| p == d))
-                || listed.is_some_and(|l| d == l || (d != "/" && split_parent(d).0 == l))
-                || named.is_some_and(|n| d == n || part.touches(n))
+                || listed == Some(d)
+                || named.is_some_and(|n| part.touches(n))
                 || own_times == Some(d)
                 || own_attrs.is_some_and(|p| {
                     d == p || p == "/" || d.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
                 })
+                || (times_of(d) && part.times_pending())
         };
         // As long as a request may wait. Past it the request fails: sent anyway, a change
         // would overtake the journal's (an unlink retried later would remove a newer
         // file), a read would miss what this client was told is done. The journal is
         // retried meanwhile.
-        if self
+        let started = std::time::Instant::now();
+        let drained = self
             .leases
             .journal
             .drain(&which, Some(self.config.request_timeout))
-            .await
-        {
+            .await;
+        let waited = started.elapsed();
+        if waited > std::time::Duration::from_millis(20) {
+            tracing::debug!(
+                ?paths,
+                ?waited,
+                "a request waited for this client's journals"
+            );
+        }
+        if drained {
             Ok(())
         } else {
             Err(FsError::TimedOut(

@@ -247,8 +247,28 @@ impl Client {
         self.leases.journal.start(started);
         if ino.is_none() {
             tracing::trace!(path, %partition, "{what} not behind: no inode number reserved yet");
+            self.reserve_everywhere(partition);
         }
         ino
+    }
+
+    /// Numbers asked for in every partition of `partition`'s group that has none: the
+    /// first create in a partition this client has not used yet comes before the numbers
+    /// its lease asked for, and is sent at once, after the journals it must follow (a
+    /// new directory's mkdir: 20-50 ms in `tar -x`, one per partition its tree reaches).
+    /// Asked once such a create missed, they are there for the partitions next.
+    fn reserve_everywhere(&self, partition: PartitionId) {
+        let st = self.st();
+        let group = st
+            .map
+            .partitions
+            .iter()
+            .find(|p| p.id == partition)
+            .map(|p| p.group);
+        for p in st.map.partitions.iter().filter(|p| Some(p.group) == group) {
+            let started = self.leases.journal.refill_ids(p.id);
+            self.leases.journal.start(started);
+        }
     }
 
     /// Before a create or unlink that could not be answered behind for want of an

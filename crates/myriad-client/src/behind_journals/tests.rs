@@ -432,3 +432,27 @@ fn a_change_of_a_passed_name_that_moves_the_parent_s_times_is_not_passed() {
         ])
     );
 }
+
+/// A read of a directory's own entry waits only for the changes that move its times
+/// (`PartJournal::times_pending`): a create in it, queued or in flight, does; a setattr
+/// of a subdirectory waiting for that subdirectory's own changes (`tar -x` sets each
+/// directory's times once it filled it) does not, queued or in flight.
+#[test]
+fn only_changes_that_move_a_directory_s_times_hold_a_read_of_its_entry() {
+    let j = Journal::default();
+    let (own, sub) = (key("/d", 1), key("/d/s", 2));
+    let _ = j.push(&sub, create("/d/s/f"));
+    let _ = j.push(&own, times_of("/d/s"));
+    let pending = |j: &Journal| j.lock().parts.get(&own).map(super::PartJournal::times_pending);
+    assert_eq!(pending(&j), Some(false), "a waiting setattr of a subdirectory");
+    let _ = j.push(&own, create("/d/g"));
+    assert_eq!(pending(&j), Some(true), "a create queued");
+    assert_eq!(take(&j, &own), Some(vec!["/d/g".to_string()]), "past the setattr");
+    assert_eq!(pending(&j), Some(true), "a create in flight");
+    j.done_n(&own, 1);
+    assert_eq!(pending(&j), Some(false));
+    assert_eq!(take(&j, &sub), Some(vec!["/d/s/f".to_string()]));
+    j.done_n(&sub, 1);
+    assert_eq!(take(&j, &own), Some(vec!["/d/s".to_string()]));
+    assert_eq!(pending(&j), Some(false), "a setattr in flight");
+}
