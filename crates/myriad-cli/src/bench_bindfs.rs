@@ -46,6 +46,14 @@ impl Bindfs {
 
 impl Drop for Bindfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.at).status();
+        let done = Command::new("umount")
+            .arg(&self.at)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !done {
+            // Busy (a worker's file still closing): detached now, gone once unused, so
+            // the next mount never stacks on it.
+            let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+        }
     }
 }

@@ -138,6 +138,9 @@ fn phases(dir: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
     ])
 }
 
+/// Seconds of each phase: on the mount, on local disk, on bindfs (if run).
+type Timings = (Vec<f64>, Vec<f64>, Option<Vec<f64>>);
+
 /// The four phases on bindfs over a fresh directory under `local` (the FUSE floor).
 fn bindfs_phases(local: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
     let (src, at) = (local.join("bindfs-src"), local.join("bindfs-mnt"));
@@ -210,7 +213,7 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
         let admin = cluster.client(std::time::Duration::from_secs(30))?;
         crate::trash_cmd::turn_on(&admin, a.trash_days).await?;
     }
-    let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>, Option<Vec<f64>>)> {
+    let result = (|| -> anyhow::Result<Timings> {
         let m = MountProc::start(&map, &mnt, &a.mounted.mount_args)?;
         let r = fs::create_dir(mnt.join("tree"))
             .context("mkdir on the mount")

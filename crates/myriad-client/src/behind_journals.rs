@@ -23,6 +23,8 @@ pub(crate) const JOURNAL_OPS_MAX: usize = 4096;
 pub(crate) const JOURNAL_BYTES_MAX: usize = 16 << 20;
 /// Most bytes of writes in one batch (a frame holds 8 MiB).
 const BATCH_BYTES_MAX: usize = 4 << 20;
+/// What a journaled change counts for besides its bytes (`Op::bytes`).
+const OP_BYTES: usize = 128;
 /// Inode numbers reserved at a time, and how few left start the next reservation. A
 /// partition keeps two ranges per client: the third replaces the first, by then used but
 /// for creates still waiting in a journal while 3,840 later ones were answered (refused
@@ -127,9 +129,9 @@ impl Op {
         match &self.request {
             ClientRequest::Write(myriad_proto::requests::Write { data, .. })
             | ClientRequest::Create(myriad_proto::requests::Create { data, .. }) => {
-                data.len() + 128
+                data.len() + OP_BYTES
             }
-            _ => 128,
+            _ => OP_BYTES,
         }
     }
 }
@@ -609,7 +611,8 @@ impl Journal {
             && last.ino == op.ino
             && fold(last, &op)
         {
-            part.bytes += op.bytes();
+            // What it adds to the change it folded into: its bytes, not a change's.
+            part.bytes += op.bytes() - OP_BYTES;
             if matches!(
                 (&last.request, &op.request),
                 (ClientRequest::Create(_), ClientRequest::SetAttr { .. })

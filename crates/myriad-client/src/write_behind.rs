@@ -73,6 +73,10 @@ fn removable(
     Some(require_sticky(dir, &inode, caller).map(|()| inode))
 }
 
+/// The most partitions a group may have for `Client::reserve_everywhere` to ask each for
+/// numbers (a cluster of eight servers at eight partitions each).
+const RESERVE_EVERYWHERE_MAX: usize = 64;
+
 impl Client {
     /// Turns write-behind on: `spawn` runs the client's background work (a sender per
     /// directory part, inode number reservations) by calling `run_behind` on a task.
@@ -256,7 +260,10 @@ impl Client {
     /// first create in a partition this client has not used yet comes before the numbers
     /// its lease asked for, and is sent at once, after the journals it must follow (a
     /// new directory's mkdir: 20-50 ms in `tar -x`, one per partition its tree reaches).
-    /// Asked once such a create missed, they are there for the partitions next.
+    /// Asked once such a create missed, they are there for the partitions next. Only in
+    /// a group of at most `RESERVE_EVERYWHERE_MAX` partitions: each reservation is a
+    /// durable, replicated change and state the partition keeps for the client, which a
+    /// large cluster's mount writing in a few of them should not spread over all.
     fn reserve_everywhere(&self, partition: PartitionId) {
         let st = self.st();
         let group = st
@@ -265,7 +272,16 @@ impl Client {
             .iter()
             .find(|p| p.id == partition)
             .map(|p| p.group);
-        for p in st.map.partitions.iter().filter(|p| Some(p.group) == group) {
+        let in_group = || {
+            st.map
+                .partitions
+                .iter()
+                .filter(move |p| Some(p.group) == group)
+        };
+        if in_group().count() > RESERVE_EVERYWHERE_MAX {
+            return;
+        }
+        for p in in_group() {
             let started = self.leases.journal.refill_ids(p.id);
             self.leases.journal.start(started);
         }
@@ -357,7 +373,14 @@ impl Client {
         set: &SetAttr,
     ) -> Option<Result<Inode, FsError>> {
         let caller = self.acting_caller();
-        let floor = self.st().map.ext.protocol_floor;
+        // Every server takes a create carrying a setattr, and so does this process (one
+        // made to speak an older protocol would write the create without it).
+        let floor = self
+            .st()
+            .map
+            .ext
+            .protocol_floor
+            .min(myriad_net::newest_protocol());
         self.behind((path, None), 0, |held, name, at| {
             let inode = held.lookup(name)??;
             if set.of.is_some_and(|of| of != inode.ino) {

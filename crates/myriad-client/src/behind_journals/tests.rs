@@ -443,11 +443,24 @@ fn only_changes_that_move_a_directory_s_times_hold_a_read_of_its_entry() {
     let (own, sub) = (key("/d", 1), key("/d/s", 2));
     let _ = j.push(&sub, create("/d/s/f"));
     let _ = j.push(&own, times_of("/d/s"));
-    let pending = |j: &Journal| j.lock().parts.get(&own).map(super::PartJournal::times_pending);
-    assert_eq!(pending(&j), Some(false), "a waiting setattr of a subdirectory");
+    let pending = |j: &Journal| {
+        j.lock()
+            .parts
+            .get(&own)
+            .map(super::PartJournal::times_pending)
+    };
+    assert_eq!(
+        pending(&j),
+        Some(false),
+        "a waiting setattr of a subdirectory"
+    );
     let _ = j.push(&own, create("/d/g"));
     assert_eq!(pending(&j), Some(true), "a create queued");
-    assert_eq!(take(&j, &own), Some(vec!["/d/g".to_string()]), "past the setattr");
+    assert_eq!(
+        take(&j, &own),
+        Some(vec!["/d/g".to_string()]),
+        "past the setattr"
+    );
     assert_eq!(pending(&j), Some(true), "a create in flight");
     j.done_n(&own, 1);
     assert_eq!(pending(&j), Some(false));

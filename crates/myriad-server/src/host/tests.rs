@@ -875,3 +875,96 @@ async fn a_create_racing_an_undecided_mkdir_lands_only_once_the_mkdir_commits() 
     assert!(file(&owner));
     assert_eq!(undecided(&owner), Some(false));
 }
+
+/// A setattr folded into a create (`requests::Create::then`, protocol 43) lands on the new
+/// file with it; one the partition refuses (here meant for another inode) leaves the
+/// create applied, bytes and all, and answers the setattr's error, as when it was sent
+/// alone after the create.
+#[tokio::test(start_paused = true)]
+async fn a_setattr_folded_into_a_create_is_applied_with_it_or_refused_alone() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let reserve = ClientRequest::ReserveIds { count: 16 };
+    let Ok(Response::Ids { first, .. }) = send_once(&home, 1, reserve).await else {
+        panic!("numbers reserved");
+    };
+    let folded = |path: &str, ino: u64, of: Option<u64>| {
+        ClientRequest::Create(myriad_proto::requests::Create {
+            path: path.into(),
+            mode: 0o644,
+            exclusive: true,
+            data: b"tar".to_vec(),
+            durable: true,
+            ino: Some(myriad_proto::InodeId(ino)),
+            data_at: None,
+            then: Some(myriad_proto::requests::SetAfter {
+                set: myriad_proto::SetAttr {
+                    mode: Some(0o600),
+                    mtime_ns: Some(5),
+                    of: of.map(myriad_proto::InodeId),
+                    ..myriad_proto::SetAttr::default()
+                },
+                at_ns: 0,
+            }),
+        })
+    };
+    let stat = |path: &str| ClientRequest::Stat { path: path.into() };
+    match send_once(&home, 2, folded("/a", first.0, Some(first.0))).await {
+        Ok(Response::Changed { inode: Some(i), .. }) => {
+            assert_eq!((i.mode & 0o7777, i.mtime_ns, i.size), (0o600, 5, 3));
+        }
+        other => panic!("a create with its setattr: {other:?}"),
+    }
+    let refused = send_once(&home, 3, folded("/b", first.0 + 1, Some(first.0))).await;
+    assert_eq!(refused, Err(WireError::Stale), "meant for another inode");
+    match from_client(&home, stat("/b")).await {
+        Ok(Response::Attr(i)) => {
+            assert_eq!((i.ino.0, i.mode & 0o7777, i.size), (first.0 + 1, 0o644, 3));
+        }
+        other => panic!("the create applied alone: {other:?}"),
+    }
+}
+
+/// Writes answered behind folded into a create (`Create::data_at`) take off the set-id
+/// bits a write by their caller takes off, as the client showed them (open(O_CREAT,
+/// 04755) then a write, by a user: 0755).
+#[tokio::test(start_paused = true)]
+async fn writes_folded_into_a_create_take_its_set_id_bits_off() {
+    let h = host(Arc::new(Silent::default()));
+    let home = root_home(&h).await;
+    let open_root = ClientRequest::SetAttr {
+        path: "/".into(),
+        set: myriad_proto::SetAttr {
+            mode: Some(0o777),
+            ..myriad_proto::SetAttr::default()
+        },
+    };
+    assert!(send_once(&home, 1, open_root).await.is_ok());
+    let user = Caller {
+        uid: 5,
+        gid: 5,
+        groups: Vec::new(),
+    };
+    let create = |path: &str, data_at: Option<i64>| {
+        ClientRequest::Create(myriad_proto::requests::Create {
+            path: path.into(),
+            mode: 0o4755,
+            exclusive: true,
+            data: b"x".to_vec(),
+            durable: true,
+            ino: None,
+            data_at,
+            then: None,
+        })
+    };
+    let epoch = home.state().map.epoch;
+    for (path, data_at, mode) in [("/written", Some(7), 0o755), ("/made", None, 0o4755)] {
+        let req = Request::Client(create(path, data_at).into());
+        match home.dispatch(None, epoch, user.clone(), req).await {
+            Ok(Response::Changed { inode: Some(i), .. }) => {
+                assert_eq!(i.mode & 0o7777, mode, "{path}");
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}

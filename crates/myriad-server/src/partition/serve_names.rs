@@ -55,15 +55,23 @@ impl Partition {
         let parent = self.may_create(&caller, &path).await?;
         let (gid, mode) = perm::new_owner_group(parent.as_ref(), &caller, FileKind::File, mode);
         // Writes folded into it: the file's times are theirs, its directory's (the
-        // touch, `made`) the create's.
+        // touch, `made`) the create's; and they took off the set-id bits a write by the
+        // caller takes off, as the client showed.
         let now = self.client_time(data_at.or(made.at));
-        let then = match then {
-            Some(t) => {
-                let new = Inode::new(InodeId(0), FileKind::File, mode, (caller.uid, gid), now);
-                Some(self.setattr_of_new(&caller, (&new, ino, exclusive), t)?)
-            }
-            None => None,
-        };
+        let mut new = Inode::new(InodeId(0), FileKind::File, mode, (caller.uid, gid), now);
+        if data_at.is_some() {
+            new.mode &= !perm::setid_bits_killed(&new, &caller);
+        }
+        let mode = new.mode;
+        // A folded setattr the servers refuse (the client checked it by the same rules,
+        // but a server squashing root judges another caller) leaves the create as it is
+        // and is reported alone, as it was when sent alone: the file keeps its bytes.
+        let (then, refused) =
+            match then.map(|t| self.setattr_of_new(&caller, (&new, ino, exclusive), t)) {
+                Some(Ok(t)) => (Some(t), None),
+                Some(Err(e)) => (None, Some(e)),
+                None => (None, None),
+            };
         if let Some((client, i)) = number {
             self.claim_if_foreign(client, i).await?;
         }
@@ -82,6 +90,9 @@ impl Partition {
         };
         let created = |o: &Outcome| matches!(o, Outcome::Created(_));
         let (out, parent) = self.run_touching((m, made), &dir, durable, created).await?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
         match outcome_kinds::expect(out)? {
             NameMade::New(i) => Ok(Response::Changed {
                 inode: Some(i),
@@ -96,7 +107,9 @@ impl Partition {
     /// A setattr folded into the create of `new` (`requests::Create::then`), checked as
     /// the same caller's setattr of the new file would be: with its time, to apply.
     /// Only an exclusive create with its number (a client's answered behind) carries one:
-    /// a create of an existing name is refused whole, so it never lands on another file.
+    /// a create of an existing name is refused, so it never lands on another file. A
+    /// retry of a create applied once answers its first outcome, the create's: a refused
+    /// setattr whose answer was lost is then not reported (docs/fuse.md "Write-behind").
     fn setattr_of_new(
         &self,
         caller: &Caller,
