@@ -163,32 +163,30 @@ fn the_parts_a_directory_s_setattr_waits_for_stop_lingering() {
     assert!(!j.take_hurry(&other));
 }
 
+/// `op` as answered at `t`.
+fn at(mut op: Op, t: i64) -> Op {
+    op.at_ns = t;
+    op
+}
+
+/// A one-byte write of `/d/a` at `offset`, answered at `t`.
+fn write(offset: u64, t: i64) -> Op {
+    let w = myriad_proto::requests::Write {
+        path: "/d/a".into(),
+        ino: myriad_proto::InodeId(0),
+        offset,
+        data: vec![1],
+        opened: true,
+    };
+    at(Op::new(&me(), None, ClientRequest::Write(w)), t)
+}
+
 /// A write folded into a create leaves the create's time (its directory's) and carries
 /// its own as the file's (`Create::data_at`); writes folded into a write move its time.
 #[test]
 fn a_write_folded_into_a_create_keeps_the_create_s_time_and_carries_its_own() {
     let j = Journal::default();
     let own = key("/d", 2);
-    let at = |mut op: Op, t: i64| {
-        op.at_ns = t;
-        op
-    };
-    let write = |offset: u64, t: i64| {
-        at(
-            Op::new(
-                &me(),
-                None,
-                ClientRequest::Write(myriad_proto::requests::Write {
-                    path: "/d/a".into(),
-                    ino: myriad_proto::InodeId(0),
-                    offset,
-                    data: vec![1],
-                    opened: true,
-                }),
-            ),
-            t,
-        )
-    };
     let _ = j.push(&own, at(create("/d/a"), 10));
     let _ = j.push(&own, write(0, 20));
     let _ = j.push(&own, write(1, 30));
@@ -212,26 +210,6 @@ fn a_write_folded_into_a_create_keeps_the_create_s_time_and_carries_its_own() {
 #[test]
 fn a_file_s_setattrs_fold_into_its_create_once_every_server_takes_it() {
     let own = key("/d", 2);
-    let at = |mut op: Op, t: i64| {
-        op.at_ns = t;
-        op
-    };
-    let write = |offset: u64, t: i64| {
-        at(
-            Op::new(
-                &me(),
-                None,
-                ClientRequest::Write(myriad_proto::requests::Write {
-                    path: "/d/a".into(),
-                    ino: myriad_proto::InodeId(0),
-                    offset,
-                    data: vec![1],
-                    opened: true,
-                }),
-            ),
-            t,
-        )
-    };
     let set = |set: SetAttr, t: i64, floor: u16| {
         let op = Op::new(
             &me(),
