@@ -27,8 +27,10 @@ pub struct Bindfs {
 
 impl Bindfs {
     /// Mounts it (`read_only`: `-r`), open to every user as the benchmarks' workers run
-    /// as another.
+    /// as another; `src` and `at` are made if missing.
     pub fn mount(src: &Path, at: &Path, read_only: bool) -> anyhow::Result<Bindfs> {
+        std::fs::create_dir_all(src)?;
+        std::fs::create_dir_all(at)?;
         let mut cmd = Command::new("bindfs");
         cmd.arg("--multithreaded").args(["-o", "allow_other"]);
         if read_only {

@@ -485,8 +485,6 @@ fn bindfs_phases(a: &FuseArgs, local: &Path, size: usize) -> anyhow::Result<Vec<
     use crate::bench_bindfs::Bindfs;
     let src = local.join(format!("bindfs-src-{size}"));
     let at = local.join(format!("bindfs-mnt-{size}"));
-    fs::create_dir_all(&src)?;
-    fs::create_dir_all(&at)?;
     let mut mount = Bindfs::mount(&src, &at, false)?;
     let root = at.join(format!("s{size}"));
     prepare_root(&root, a, size)?;

@@ -144,8 +144,6 @@ type Timings = (Vec<f64>, Vec<f64>, Option<Vec<f64>>);
 /// The four phases on bindfs over a fresh directory under `local` (the FUSE floor).
 fn bindfs_phases(local: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
     let (src, at) = (local.join("bindfs-src"), local.join("bindfs-mnt"));
-    fs::create_dir_all(&src)?;
-    fs::create_dir_all(&at)?;
     let mount = crate::bench_bindfs::Bindfs::mount(&src, &at, false)?;
     fs::create_dir(at.join("tree"))?;
     let r = phases(&at, tarball);

@@ -272,17 +272,18 @@ impl Client {
             .iter()
             .find(|p| p.id == partition)
             .map(|p| p.group);
-        let in_group = || {
-            st.map
-                .partitions
-                .iter()
-                .filter(move |p| Some(p.group) == group)
-        };
-        if in_group().count() > RESERVE_EVERYWHERE_MAX {
+        let ids: Vec<PartitionId> = st
+            .map
+            .partitions
+            .iter()
+            .filter(|p| Some(p.group) == group)
+            .map(|p| p.id)
+            .collect();
+        if ids.len() > RESERVE_EVERYWHERE_MAX {
             return;
         }
-        for p in in_group() {
-            let started = self.leases.journal.refill_ids(p.id);
+        for id in ids {
+            let started = self.leases.journal.refill_ids(id);
             self.leases.journal.start(started);
         }
     }

@@ -207,27 +207,28 @@ impl MountMetrics {
             "Lookups the client answered with no request, from a lease or a metadata index",
             local,
         );
-        let ring = Counter::<u64>::default();
-        ring.inc_by(self.ring_requests.load(Ordering::Relaxed));
-        r.register(
-            "ring_requests",
-            "Kernel requests that came over FUSE over io_uring (--fuse-ring) rather than /dev/fuse",
-            ring,
-        );
-        let in_creates = Counter::<u64>::default();
-        in_creates.inc_by(client.setattrs_in_creates);
-        r.register(
-            "setattrs_in_creates",
-            "Setattrs answered behind sent inside the create before them (one change for the servers)",
-            in_creates,
-        );
-        let passes = Counter::<u64>::default();
-        passes.inc_by(client.behind_passes);
-        r.register(
-            "behind_passes",
-            "Batches written behind that went before a directory's setattr still waiting for its own changes",
-            passes,
-        );
+        let counts = [
+            (
+                "ring_requests",
+                "Kernel requests that came over FUSE over io_uring (--fuse-ring) rather than /dev/fuse",
+                self.ring_requests.load(Ordering::Relaxed),
+            ),
+            (
+                "setattrs_in_creates",
+                "Setattrs answered behind sent inside the create before them (one change for the servers)",
+                client.setattrs_in_creates,
+            ),
+            (
+                "behind_passes",
+                "Batches written behind that went before a directory's setattr still waiting for its own changes",
+                client.behind_passes,
+            ),
+        ];
+        for (name, help, n) in counts {
+            let c = Counter::<u64>::default();
+            c.inc_by(n);
+            r.register(name, help, c);
+        }
         let at_hand = Family::<OpLabel, Counter>::default();
         for (op, n) in AT_HAND.iter().zip(&self.at_hand) {
             at_hand

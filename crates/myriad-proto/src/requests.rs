@@ -39,9 +39,8 @@ pub struct Create {
     /// writes), folded into it: one change for the servers where `tar -x` makes two.
     /// Applied to the new file as that setattr by the same caller would be, checked by
     /// the same rules (refused, the create is applied alone and the setattr's error
-    /// answered). Only for an exclusive create, and
-    /// only sent once the map's floor is `SETATTR_IN_CREATE_SINCE` (a peer older than 43
-    /// would drop it: `appended.rs`).
+    /// answered). Only for an exclusive create, and only sent once the map's floor is
+    /// `SETATTR_IN_CREATE_SINCE` (a peer older than 43 would drop it: `appended.rs`).
     pub then: Option<SetAfter>,
 }
 
