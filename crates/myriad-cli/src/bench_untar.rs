@@ -1,8 +1,9 @@
 //! `myriad bench untar`: what a user does with a source tree, through a real mount and on
 //! local disk in the same run: one `tar -x` of about 10,000 files, `find | xargs stat`,
-//! `du -s`, `rm -rf` (issue 19, item 5). The tarball is generated deterministically in the
-//! shape of a source tree (nested directories, mostly small files, a few big ones), or taken
-//! from `--tarball`.
+//! `du -s`, `rm -rf` (issue 19, item 5), then where git is installed `git clone` of a
+//! repository holding the same tree, `git status` in the clone and its `rm -rf` (issue 51).
+//! The tarball is generated deterministically in the shape of a source tree (nested
+//! directories, mostly small files, a few big ones), or taken from `--tarball`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,10 @@ pub struct UntarArgs {
     /// over a local directory, the FUSE floor).
     #[arg(long)]
     no_bindfs: bool,
+    /// Skip the git phases (run where `git` is installed: a repository of the tree is made
+    /// on local disk once, then cloned with `git clone --no-local` into each file system).
+    #[arg(long)]
+    no_git: bool,
     #[command(flatten)]
     mounted: crate::bench_fuse::MountedBenchArgs,
 }
@@ -53,9 +58,60 @@ struct Report {
     phases: Vec<Phase>,
 }
 
-/// The phases, each a shell command on the unpacked tree, with its target (at most this
-/// many times local disk's time).
-const PHASES: [(&str, f64); 4] = [("untar", 4.0), ("stat", 2.0), ("du", 2.0), ("rm", 4.0)];
+/// A phase: its name, its target (at most this many times local disk's time) and the shell
+/// command it times, run in the directory under test.
+type Script = (&'static str, f64, String);
+
+/// The phases: the four on the unpacked tree, then, given a repository, the three git ones.
+fn scripts(tarball: &Path, repo: Option<&Path>) -> Vec<Script> {
+    let mut s = vec![
+        (
+            "untar",
+            4.0,
+            format!("tar -xf '{}' -C tree", tarball.display()),
+        ),
+        (
+            "stat",
+            2.0,
+            "find tree -print0 | xargs -0 stat > /dev/null".into(),
+        ),
+        ("du", 2.0, "du -s tree > /dev/null".into()),
+        ("rm", 4.0, "rm -rf tree".into()),
+    ];
+    if let Some(r) = repo {
+        // `--no-local`: the pack protocol, as from a server (a local clone would hard-link
+        // the objects, which a clone into another file system cannot do).
+        let clone = format!("git clone -q --no-local '{}' clone", r.display());
+        s.push(("clone", 2.0, clone));
+        s.push((
+            "status",
+            2.0,
+            "git -C clone status --porcelain > /dev/null".into(),
+        ));
+        s.push(("rm clone", 4.0, "rm -rf clone".into()));
+    }
+    s
+}
+
+/// A git repository at `dir` holding the tarball's tree in one commit.
+fn make_repo(dir: &Path, tarball: &Path) -> anyhow::Result<()> {
+    fs::create_dir(dir)?;
+    sh(dir, &format!("tar -xf '{}'", tarball.display()))?;
+    sh(
+        dir,
+        "git init -q . && git add -A && git -c user.name=bench -c user.email=bench@localhost \
+         commit -q -m tree",
+    )?;
+    Ok(())
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
 
 /// Writes a source-tree-shaped tree of `files` files under `root`: directories nested up to
 /// four deep with 5-40 entries each, sizes mostly under 8 KiB (80%), some to 64 KiB (18%),
@@ -127,39 +183,27 @@ fn timed(dir: &Path, script: &str) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// The four phases in `dir` (empty at first); seconds each.
-fn phases(dir: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
-    let tar = tarball.display();
-    Ok(vec![
-        timed(dir, &format!("tar -xf '{tar}' -C tree"))?,
-        timed(dir, "find tree -print0 | xargs -0 stat > /dev/null")?,
-        timed(dir, "du -s tree > /dev/null")?,
-        timed(dir, "rm -rf tree")?,
-    ])
+/// The phases in `dir` (holding an empty `tree` at first); seconds each.
+fn phases(dir: &Path, scripts: &[Script]) -> anyhow::Result<Vec<f64>> {
+    scripts.iter().map(|(_, _, s)| timed(dir, s)).collect()
 }
 
 /// Seconds of each phase: on the mount, on local disk, on bindfs (if run).
 type Timings = (Vec<f64>, Vec<f64>, Option<Vec<f64>>);
 
 /// The four phases on bindfs over a fresh directory under `local` (the FUSE floor).
-fn bindfs_phases(local: &Path, tarball: &Path) -> anyhow::Result<Vec<f64>> {
+fn bindfs_phases(local: &Path, scripts: &[Script]) -> anyhow::Result<Vec<f64>> {
     let (src, at) = (local.join("bindfs-src"), local.join("bindfs-mnt"));
     let mount = crate::bench_bindfs::Bindfs::mount(&src, &at, false)?;
     fs::create_dir(at.join("tree"))?;
-    let r = phases(&at, tarball);
+    let r = phases(&at, scripts);
     drop(mount);
     r
 }
 
 pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
     for tool in ["tar", "find", "xargs", "stat", "du", "rm"] {
-        if Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .output()
-            .map(|o| !o.status.success())
-            .unwrap_or(true)
-        {
+        if !on_path(tool) {
             bail!("bench untar needs `{tool}` on the PATH");
         }
     }
@@ -200,6 +244,14 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
             (t, a.files)
         }
     };
+    let repo = if !a.no_git && on_path("git") {
+        let r = tmp.path().join("repo");
+        make_repo(&r, &tarball).context("making the git repository to clone")?;
+        Some(r)
+    } else {
+        None
+    };
+    let scripts = scripts(&tarball, repo.as_deref());
     eprintln!(
         "bench untar: {files} entries, {}-node cluster, 3 copies",
         a.nodes
@@ -215,13 +267,13 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
         let m = MountProc::start(&map, &mnt, &a.mounted.mount_args)?;
         let r = fs::create_dir(mnt.join("tree"))
             .context("mkdir on the mount")
-            .and_then(|()| phases(&mnt, &tarball));
+            .and_then(|()| phases(&mnt, &scripts));
         m.stop()?;
         let mine = r?;
         fs::create_dir(local_root.path().join("tree"))?;
-        let local = phases(local_root.path(), &tarball)?;
+        let local = phases(local_root.path(), &scripts)?;
         let floor = if !a.no_bindfs && crate::bench_bindfs::installed() {
-            Some(bindfs_phases(local_root.path(), &tarball)?)
+            Some(bindfs_phases(local_root.path(), &scripts)?)
         } else {
             None
         };
@@ -231,21 +283,21 @@ pub async fn run(a: UntarArgs) -> anyhow::Result<()> {
     let (mine, local, floor) = result?;
 
     println!(
-        "\n{:>6} | {:>10} {:>10} | {:>7} | {:>10} {:>8} | {:>8}",
+        "\n{:>8} | {:>10} {:>10} | {:>7} | {:>10} {:>8} | {:>8}",
         "phase", "myriad s", "local s", "ratio", "bindfs s", "x bindfs", "target"
     );
     let mut rows = Vec::new();
-    for (i, (phase, target)) in PHASES.iter().enumerate() {
+    for (i, &(phase, target, _)) in scripts.iter().enumerate() {
         let ratio = mine[i] / local[i].max(1e-9);
         let bindfs_s = floor.as_ref().map(|f| f[i]);
         let (b, x) = bindfs_s.map_or(("-".into(), "-".into()), |b| {
             (format!("{b:.2}"), format!("{:.2}", mine[i] / b.max(1e-9)))
         });
         println!(
-            "{phase:>6} | {:>10.2} {:>10.2} | {ratio:>7.1} | {b:>10} {x:>8} | {:>8}",
+            "{phase:>8} | {:>10.2} {:>10.2} | {ratio:>7.1} | {b:>10} {x:>8} | {:>8}",
             mine[i],
             local[i],
-            if ratio <= *target {
+            if ratio <= target {
                 format!("{target}x met")
             } else {
                 format!("{target}x NOT")

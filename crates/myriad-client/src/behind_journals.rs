@@ -838,6 +838,12 @@ impl Journal {
         self.lock().parts.get(key).is_some_and(PartJournal::pending)
     }
 
+    /// Whether any journal `which` selects has changes not yet answered (a `drain` of
+    /// them would wait).
+    pub(crate) fn would_wait(&self, which: Which<'_>) -> bool {
+        self.busy() && self.any_pending(which)
+    }
+
     fn any_pending(&self, which: Which<'_>) -> bool {
         self.lock()
             .parts

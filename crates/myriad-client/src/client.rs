@@ -468,98 +468,6 @@ impl Client {
         answer
     }
 
-    /// Before a request about names of a directory part with changes answered behind:
-    /// those are sent and answered first, so the servers see this client's changes in
-    /// the order it made them (docs/fuse.md "Write-behind").
-    async fn drain_before(
-        &self,
-        inner: &ClientRequest,
-        paths: &[String],
-        subtree: bool,
-    ) -> Result<(), FsError> {
-        // A change: after every change journaled in its directories (and below a moved
-        // or removed one).
-        let changed: Vec<&str> = paths.iter().map(|p| split_parent(p).0).collect();
-        let below: Vec<String> = if subtree {
-            paths.iter().map(|p| format!("{p}/")).collect()
-        } else {
-            Vec::new()
-        };
-        // A listing: after its directory's journal, and its subdirectories' changes that
-        // move their times. A read of one name: after the changes of that name, and, if
-        // it is a directory, its own names' changes that move its times.
-        // A change of a directory's mode or owner: after the changes journaled in it and
-        // below it, which were answered by its old attributes. Any setattr of a
-        // directory: after its own journal, whose creates and unlinks set its mtime when
-        // applied (a `utime` overtaken by them was lost: tar's, rsync's).
-        let (own_attrs, own_times) = match inner {
-            ClientRequest::SetAttr { path, set }
-                if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() =>
-            {
-                (Some(path.as_str()), Some(path.as_str()))
-            }
-            ClientRequest::SetAttr { path, .. } => (None, Some(path.as_str())),
-            _ => (None, None),
-        };
-        let (listed, named) = match inner.read_of() {
-            Some(myriad_proto::ReadOf::Listing(d)) => (Some(d), None),
-            Some(myriad_proto::ReadOf::Name(n)) => (None, Some(n)),
-            None => (None, None),
-        };
-        // Anything about a directory whose setattr was answered behind, or about what
-        // lies below it: after that setattr (the servers judge by its mode, and a change
-        // of its names sets its times after it).
-        let about = paths.iter().map(String::as_str).chain(listed).chain(named);
-        let fenced = self.leases.journal.fenced(about);
-        // Where only a directory's own entry is read (its times and link count: a stat of
-        // it, the subdirectories of a listed one), only the changes that move them: not
-        // the setattrs of its names waiting for their own subtrees (`tar -x` sets each
-        // directory's times once it filled it), which may wait for nearly every change
-        // journaled below.
-        let times_of = |d: &str| {
-            named == Some(d) || listed.is_some_and(|l| d != "/" && d != l && split_parent(d).0 == l)
-        };
-        let which = |k: &myriad_proto::LeaseKey, part: &crate::behind_journals::PartJournal| {
-            let d = k.dir.as_str();
-            fenced.contains(k)
-                || changed.contains(&d)
-                || below.iter().any(|b| d.starts_with(b.as_str()))
-                || (subtree && paths.iter().any(|p| p == d))
-                || listed == Some(d)
-                || named.is_some_and(|n| part.touches(n))
-                || own_times == Some(d)
-                || own_attrs.is_some_and(|p| {
-                    d == p || p == "/" || d.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
-                })
-                || (times_of(d) && part.times_pending())
-        };
-        // As long as a request may wait. Past it the request fails: sent anyway, a change
-        // would overtake the journal's (an unlink retried later would remove a newer
-        // file), a read would miss what this client was told is done. The journal is
-        // retried meanwhile.
-        let started = std::time::Instant::now();
-        let drained = self
-            .leases
-            .journal
-            .drain(&which, Some(self.config.request_timeout))
-            .await;
-        let waited = started.elapsed();
-        if waited > std::time::Duration::from_millis(20) {
-            tracing::debug!(
-                ?paths,
-                ?waited,
-                "a request waited for this client's journals"
-            );
-        }
-        if drained {
-            Ok(())
-        } else {
-            Err(FsError::TimedOut(
-                "this mount's earlier changes there are not yet taken by their server".into(),
-            ))
-        }
-    }
-
     /// Whether this client changed entries of a directory at or below `root` within
     /// `within` (sent, or answered behind): a mount does not index such a tree
     /// automatically while it writes there itself.
@@ -710,6 +618,7 @@ impl Client {
 }
 
 pub(crate) mod cluster;
+mod drain_scope;
 mod leased;
 mod maps;
 mod namespace;

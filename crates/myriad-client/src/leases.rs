@@ -101,6 +101,11 @@ struct Part {
     /// answered behind reaches it, so a renewal refused while the mkdir is on its way
     /// (its fence) does not drop it (`upkeep.rs` `extend`).
     born: bool,
+    /// A birth lease whose mkdir this client has not sent yet: no server can grant it,
+    /// nor know the directory, before that, so nothing can change it. Trusted meanwhile
+    /// as if renewed at each upkeep round (not asked to renew); once the mkdir is taken
+    /// to be sent, from that moment, as a grant is (the servers grant it no earlier).
+    unsent: bool,
 }
 
 #[derive(Default)]
@@ -121,6 +126,9 @@ struct Inner {
     /// client waits for those changes, instead of applying first and having them refused
     /// (a loaded machine, whose renewal answers came late).
     draining: BTreeMap<LeaseKey, String>,
+    /// Directories whose mkdir answered behind was taken to be sent before the mount
+    /// held the new directory from its birth (`Leases::born_sent`, `put_born`).
+    sent_before_born: BTreeSet<String>,
 }
 
 impl Inner {
@@ -542,6 +550,7 @@ impl Leases {
                     changing: BTreeSet::new(),
                     exclusive: None,
                     born: false,
+                    unsent: false,
                 });
                 parts.last_mut()?
             }
@@ -582,6 +591,7 @@ impl Leases {
     ) -> Option<(String, u64)> {
         let until = answered + period * TRUST_NUM / TRUST_DEN;
         let mut g = self.lock();
+        let sent = g.sent_before_born.remove(dir);
         let now = Instant::now();
         if until <= now {
             return None;
@@ -604,9 +614,37 @@ impl Leases {
             changing: BTreeSet::new(),
             exclusive: Some(attrs),
             born: true,
+            unsent: !sent,
         });
         tracing::trace!(holder = self.holder, dir, %partition, "held from its birth");
         g.start_run(addr)
+    }
+
+    /// The mkdir of directory `dir` answered behind is taken to be sent (at `taken`): its
+    /// birth lease is trusted from then as a grant sent then would be (the servers grant
+    /// it when the mkdir reaches them, no earlier). Noted for `put_born` if the mount
+    /// does not hold it yet (the sender may take the mkdir before it does).
+    pub(crate) fn born_sent(&self, dir: &str, taken: Instant) {
+        let mut g = self.lock();
+        let unsent = g
+            .dirs
+            .get_mut(dir)
+            .and_then(|parts| parts.iter_mut().find(|p| p.born && p.unsent));
+        match unsent {
+            Some(p) => {
+                p.unsent = false;
+                p.until = p.until.max(taken + p.period * TRUST_NUM / TRUST_DEN);
+            }
+            None => {
+                g.sent_before_born.insert(dir.to_string());
+            }
+        }
+    }
+
+    /// `dir`'s mkdir was answered behind but the mount does not hold it from its birth:
+    /// forgets its `born_sent` note.
+    pub(crate) fn not_born(&self, dir: &str) {
+        self.lock().sent_before_born.remove(dir);
     }
 
     /// Whether `caller` holds directory `dir` whole and exclusively, its changes answered

@@ -624,6 +624,12 @@ impl Client {
     /// the servers cannot take now is sent again until they do (its changes are applied
     /// once whatever happens: each has its `OnceId`).
     async fn send_batch(&self, key: &LeaseKey, ops: &[Op]) -> Vec<Result<(), WireError>> {
+        let taken = tokio::time::Instant::now();
+        for op in ops {
+            if let ClientRequest::MkdirNumbered { path, .. } = &op.request {
+                self.leases.born_sent(path, taken);
+            }
+        }
         let mut waiting = Vec::with_capacity(ops.len());
         let mut reqs = Vec::with_capacity(ops.len());
         for op in ops {

@@ -723,3 +723,90 @@ fn a_file_s_times_owner_and_mode_set_after_its_create_reach_the_servers_with_it(
     }
     eprintln!("{folded} setattrs went inside their files' creates");
 }
+
+/// An open of a directory does not wait for this mount's changes answered behind to reach
+/// the servers (`find` and `du` open "." and never list it; after a `tar -x` that open
+/// waited for the whole tree): with every server stopped, A opens a directory whose
+/// subdirectory holds a create answered behind at once, and lists it from that open once
+/// the servers go on.
+#[test]
+fn a_directory_opens_without_waiting_for_changes_still_on_their_way() {
+    use std::os::fd::AsRawFd;
+    use std::time::Instant;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    io(std::fs::create_dir(a.path("top")));
+    io(std::fs::create_dir(a.path("top/d")));
+    io(std::fs::write(a.path("top/d/warm"), "x"));
+    // B's listing takes A's exclusive lease on "top" away: A's open of it is not answered
+    // from what A holds.
+    let listed: Vec<_> = io(std::fs::read_dir(b.path("top"))).collect();
+    assert_eq!(listed.len(), 1);
+    // Held open: the create below walks no path through "top" (whose names A no
+    // longer holds, and would look up at the stopped servers).
+    let d = io(std::fs::File::open(a.path("top/d")));
+    let pids: Vec<i32> = (1..=3).map(|n| tc.pid(myriad_client::NodeId(n))).collect();
+    let signal = |sig| {
+        for &pid in &pids {
+            // SAFETY: signalling server processes this test started.
+            assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        }
+    };
+    signal(libc::SIGSTOP);
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(4));
+        for &pid in &pids {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    });
+    let t = Instant::now();
+    // SAFETY: a NUL-terminated name, a descriptor this test owns.
+    let fd = unsafe {
+        libc::openat(
+            d.as_raw_fd(),
+            c"f".as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    assert!(fd >= 0, "create: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` was just opened by this test and is closed once, here.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    io(f.write_all(b"y"));
+    drop(f);
+    let written = t.elapsed();
+    let top = std::fs::File::open(a.path("top"));
+    let opened = t.elapsed();
+    resume.join().unwrap_or_else(|_| panic!("resume"));
+    let top = io(top);
+    assert!(
+        written < Duration::from_millis(1500),
+        "the create was not answered behind ({written:?}): nothing to wait for"
+    );
+    assert!(
+        opened < Duration::from_millis(2500),
+        "the open waited for the servers: {opened:?}"
+    );
+    // The listing from that open, once the servers go on.
+    // SAFETY: a descriptor this test owns, duplicated for `fdopendir` to take.
+    let names = unsafe {
+        let dir = libc::fdopendir(libc::dup(top.as_raw_fd()));
+        assert!(!dir.is_null(), "fdopendir");
+        let mut names = Vec::new();
+        loop {
+            let e = libc::readdir(dir);
+            if e.is_null() {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr());
+            names.push(name.to_string_lossy().to_string());
+        }
+        libc::closedir(dir);
+        names.sort();
+        names
+    };
+    assert_eq!(names, [".", "..", "d"]);
+    assert_eq!(io(std::fs::read(b.path("top/d/f"))), b"y");
+}

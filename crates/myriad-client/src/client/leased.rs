@@ -315,6 +315,7 @@ impl Client {
         // of that name would say otherwise).
         let partition = self.dir_home(path);
         let Some(addr) = self.st().map.partition_addr(partition).map(str::to_string) else {
+            self.leases.not_born(path);
             return;
         };
         let started = self.leases.journal.refill_ids(partition);

@@ -471,9 +471,9 @@ async fn a_removed_directory_s_lease_is_renewed_until_its_rmdir_is_answered() {
 }
 
 /// A directory made behind is held from its birth: exclusive, listed whole and empty,
-/// answering changes behind; renewed at once, and a refusal while its mkdir is on its way
-/// (its server does not know the lease yet) does not drop it; once the mkdir is answered,
-/// a refusal does.
+/// answering changes behind; not asked to be renewed before its mkdir is sent, renewed
+/// from then, and a refusal while its mkdir is on its way (its server does not know the
+/// lease yet) does not drop it; once the mkdir is answered, a refusal does.
 #[tokio::test(start_paused = true)]
 async fn a_birth_lease_survives_refusals_only_while_its_mkdir_is_on_its_way() {
     let l = Leases::new(1);
@@ -503,7 +503,9 @@ async fn a_birth_lease_survives_refusals_only_while_its_mkdir_is_on_its_way() {
         partition: PartitionId(2),
         dir: "/n".into(),
     };
-    assert_eq!(l.round("s2").renew, vec![key.clone()], "renewed at once");
+    assert!(l.round("s2").renew.is_empty(), "no server knows it yet");
+    l.born_sent("/n", Instant::now());
+    assert_eq!(l.round("s2").renew, vec![key.clone()], "renewed once sent");
     let sent = Instant::now();
     assert!(
         l.extend(std::slice::from_ref(&key), &[false], sent)
@@ -521,5 +523,64 @@ async fn a_birth_lease_survives_refusals_only_while_its_mkdir_is_on_its_way() {
         l.extend(std::slice::from_ref(&key), &[false], sent),
         vec![key],
         "refused once its mkdir is answered: dropped"
+    );
+}
+
+/// A birth lease whose mkdir waits in the journal (a backlog) is trusted past its period:
+/// no server can know the directory before the mkdir is sent. From the moment it is taken
+/// to be sent it lasts as a grant sent then would, and ends unrenewed. A mkdir taken
+/// before the mount held its directory (`born_sent` first) counts as sent.
+#[tokio::test(start_paused = true)]
+async fn a_birth_lease_lasts_while_its_mkdir_is_unsent_and_a_period_from_its_send() {
+    let l = Leases::new(1);
+    let attrs = Inode::new(InodeId(9), FileKind::Directory, 0o755, (0, 0), 1);
+    let held = ("/n", PartitionId(2), "s2".to_string());
+    let period = Duration::from_millis(800);
+    assert!(
+        l.put_born(held, &me(), attrs.clone(), (Instant::now(), period))
+            .is_some()
+    );
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let round = l.round("s2");
+        assert!(round.renew.is_empty() && round.let_go.is_empty());
+        assert!(l.ending("s2").is_empty(), "not ending while unsent");
+    }
+    assert!(
+        l.answers_behind("/n", PartitionId(2), &me()),
+        "held 2 s after its answer, its mkdir unsent"
+    );
+    l.born_sent("/n", Instant::now());
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert!(l.answers_behind("/n", PartitionId(2), &me()));
+    assert_eq!(
+        l.ending("s2").len(),
+        1,
+        "unrenewed 0.5 s after its send: ending"
+    );
+    tokio::time::advance(Duration::from_millis(300)).await;
+    assert!(
+        !l.answers_behind("/n", PartitionId(2), &me()),
+        "past 90% of a period from its send"
+    );
+
+    // Taken to be sent before the mount held it: trusted from its answer only.
+    l.born_sent("/m", Instant::now());
+    let held = ("/m", PartitionId(3), "s2".to_string());
+    assert!(
+        l.put_born(held, &me(), attrs, (Instant::now(), period))
+            .is_none()
+    );
+    assert!(l.answers_behind("/m", PartitionId(3), &me()));
+    tokio::time::advance(Duration::from_millis(200)).await;
+    let m = LeaseKey {
+        partition: PartitionId(3),
+        dir: "/m".into(),
+    };
+    assert!(l.round("s2").renew.contains(&m), "asked to be renewed");
+    tokio::time::advance(Duration::from_millis(600)).await;
+    assert!(
+        !l.answers_behind("/m", PartitionId(3), &me()),
+        "unrenewed past 90% of a period from its answer"
     );
 }

@@ -263,6 +263,13 @@ impl Leases {
     pub(super) fn round(&self, addr: &str) -> Round {
         let now = Instant::now();
         let mut g = self.lock();
+        // Birth leases whose mkdir is not sent yet: trusted as if renewed now, not asked
+        // for (no server knows them yet).
+        for p in g.dirs.values_mut().flatten() {
+            if p.addr == addr && p.born && p.unsent {
+                p.until = p.until.max(now + p.period * TRUST_NUM / TRUST_DEN);
+            }
+        }
         let draining: Vec<LeaseKey> = self
             .still_draining(&mut g.draining)
             .filter(|(_, a)| a.as_str() == addr)
@@ -274,7 +281,7 @@ impl Leases {
             .flat_map(|(dir, parts)| {
                 parts
                     .iter()
-                    .filter(|p| p.addr == addr && p.until > now)
+                    .filter(|p| p.addr == addr && p.until > now && !p.unsent)
                     .map(|p| {
                         let key = LeaseKey {
                             partition: p.partition,

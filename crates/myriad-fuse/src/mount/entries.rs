@@ -209,8 +209,14 @@ impl Mount {
             entries: Vec::new(),
             done: false,
         };
-        // The first page now, so a permission error comes from opendir as locally.
-        self.fill_listing(&mut d, 0).await?;
+        // The first page now, so a permission error comes from opendir as locally (the
+        // kernel checked the mode already: `default_permissions`), unless the listing
+        // would wait for this mount's changes answered behind to reach the servers: then
+        // the first READDIR lists it. `find` and `du` open "." and never list it; after a
+        // `tar -x` that open waited for the whole tree to reach the servers.
+        if !self.client.listing_waits(&d.path) {
+            self.fill_listing(&mut d, 0).await?;
+        }
         let flags = if self.listing_kept(&self.client, &d.path, d.mark) {
             FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
         } else {
