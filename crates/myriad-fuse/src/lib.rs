@@ -22,6 +22,7 @@ mod lock_ops;
 mod mount;
 mod mount_metrics;
 mod recall;
+mod written;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -99,6 +99,8 @@ pub struct MountState {
     pub(crate) metrics: crate::mount_metrics::MountMetrics,
     prefetch: Mutex<HashMap<InodeId, Prefetched>>,
     append_locks: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Files this mount wrote whole, in order: a later read-only open reads them here.
+    pub written: crate::written::WrittenCopies,
 }
 
 /// How long the kernel keeps a name, its absence or its attributes while a lease covers
@@ -167,6 +169,7 @@ impl Mount {
             metrics: crate::mount_metrics::MountMetrics::default(),
             prefetch: Mutex::new(HashMap::new()),
             append_locks: Mutex::new(HashMap::new()),
+            written: crate::written::WrittenCopies::default(),
         };
         Mount {
             state: Arc::new(state),
@@ -353,9 +356,11 @@ impl Mount {
         self.answer_of(inode, since)
     }
 
-    /// A change through this mount makes prefetched contents of `ino` stale.
+    /// A change through this mount makes prefetched contents of `ino` stale, and its copy
+    /// of what it wrote (`written`, but for the writes that extend it: `send`).
     pub(crate) fn drop_prefetched(&self, ino: InodeId) {
         self.prefetch_lock().remove(&ino);
+        self.written.drop_ino(ino);
     }
 
     /// The contents a lookup by `pid` just brought, unless this mount wrote the file

@@ -34,7 +34,8 @@ impl Mount {
                     if read_only {
                         let (path, i, d) = self.fetch_head_of(path, ino).await?;
                         let whole = d.len() as u64 == i.size;
-                        Ok((path, i, whole.then(|| Arc::new(d)), since))
+                        let contents = whole.then(|| Arc::new(d)).or_else(|| self.written.of(&i));
+                        Ok((path, i, contents, since))
                     } else {
                         // EROFS here, at open, in a frozen tree.
                         let i = self.client.stat_to_write(&path).await?;
@@ -103,11 +104,10 @@ impl Mount {
             return None;
         }
         let whole = data.len() as u64 == inode.size;
-        Some(self.finish_read_open(
-            caller,
-            (path, inode),
-            (whole.then(|| Arc::new(data)), since),
-        ))
+        let contents = whole
+            .then(|| Arc::new(data))
+            .or_else(|| self.written.of(&inode));
+        Some(self.finish_read_open(caller, (path, inode), (contents, since)))
     }
 
     /// `finish_open` of a read-only open answered on the FUSE thread.
@@ -249,10 +249,15 @@ impl Mount {
             };
             let inode = self.client.write(&file, offset, &d.data).await?;
             tracing::trace!(target: "myriad_fuse::io", ino = inode.ino.0, offset, len = d.data.len(), size = inode.size, "buffered write sent");
-            self.drop_prefetched(inode.ino);
+            self.prefetch_lock().remove(&inode.ino);
             slot.lock().unsynced = false;
             self.handles.written(&inode);
             self.inodes.observe_own(&inode);
+            if append && offset != d.offset {
+                self.written.drop_ino(inode.ino);
+            } else {
+                self.written.wrote(offset, &d.data, &inode);
+            }
             if let Some(n) = self.notifier.get() {
                 // The kernel may have taken the file's attributes while these bytes were
                 // only buffered here (an fstat after the write), without this write's
