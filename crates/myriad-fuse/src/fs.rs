@@ -120,11 +120,20 @@ impl Filesystem for MyriadFs {
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let ids = self.inner.ids;
         self.inner.metrics.kernel(KernelOp::Getattr);
-        if let Some((ttl, i)) = self.inner.attr_at_hand(ids.id(ino), &self.caller(req)) {
+        let unsent = self.inner.handles.has_unsent(ids.id(ino));
+        if !unsent && let Some((ttl, i)) = self.inner.attr_at_hand(ids.id(ino), &self.caller(req)) {
             return reply.attr(&ttl, &self.inner.kernel_attr(&i));
         }
         self.inner.metrics.attr_from(AttrFrom::Server);
         self.spawn(req, move |fs, _| async move {
+            // A stat after a write this mount only buffered shows that write's times, and
+            // the close changes them no more: the bytes are sent first (answered behind at
+            // once where a lease covers the file). POSIX sets the times a write marked at
+            // the next stat; `git checkout` records each file's mtime by an `fstat` before
+            // its close, and a time moved by the close made `git status` hash every file.
+            if unsent && let Err(e) = fs.flush_ino(ids.id(ino)).await {
+                return reply.error(errno(&e));
+            }
             let path = fs.inodes.path(ids.id(ino));
             let mark = path
                 .as_deref()

@@ -865,3 +865,37 @@ fn a_file_this_mount_wrote_is_read_from_its_copy_until_another_mount_changes_it(
     want.extend_from_slice(b"tail");
     assert!(read_all(a.path("g/pack")) == want, "A reads its append");
 }
+
+/// An `fstat` after a write the mount only buffered shows that write's times, and the
+/// close moves them no more (`git checkout` records each file's mtime by an `fstat`
+/// before its close; a time moved by the close made `git status` hash every file).
+#[test]
+fn an_fstat_after_a_buffered_write_shows_the_times_its_close_keeps() {
+    use std::os::unix::fs::MetadataExt;
+    let tc = TestCluster::start_with(3, &["--replicas", "2"]);
+    let a = Mount::new(&tc, &[]);
+    let b = Mount::new(&tc, &[]);
+    io(std::fs::create_dir(a.path("d")));
+    for i in 0..10 {
+        let p = format!("d/f{i}");
+        let mut f = io(std::fs::File::create(a.path(&p)));
+        let created = io(f.metadata());
+        std::thread::sleep(Duration::from_millis(5));
+        io(f.write_all(b"some bytes"));
+        let seen = io(f.metadata());
+        drop(f);
+        let ns = |m: &std::fs::Metadata| (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+        assert!(
+            ns(&seen) > ns(&created),
+            "{p}: the write's time, not the create's: {:?} after {:?}",
+            ns(&seen),
+            ns(&created)
+        );
+        assert_eq!(
+            ns(&io(std::fs::metadata(a.path(&p)))),
+            ns(&seen),
+            "{p}: A after the close"
+        );
+        assert_eq!(ns(&io(std::fs::metadata(b.path(&p)))), ns(&seen), "{p}: B");
+    }
+}
