@@ -44,9 +44,14 @@ impl WrittenCopies {
 
     /// This mount's write of `data` at `offset` was acknowledged, leaving `after`. Kept
     /// when it starts the file or continues the copy at its end and the copy is then the
-    /// whole file; anything else drops the copy.
-    pub fn wrote(&self, offset: u64, data: &[u8], after: &Inode) {
+    /// whole file; anything else drops the copy. A whole file of at most `inline` bytes
+    /// sent at once is not kept: its contents come with its open anyway.
+    pub fn wrote(&self, offset: u64, data: &[u8], after: &Inode, inline: u64) {
         let ino = after.ino;
+        if offset == 0 && after.size == data.len() as u64 && after.size <= inline {
+            self.drop_ino(ino);
+            return;
+        }
         let mut g = self.lock();
         let old = g.copies.remove(&ino);
         if let Some(c) = &old {
@@ -133,8 +138,8 @@ mod tests {
     #[test]
     fn a_file_written_in_order_from_its_start_is_kept_while_its_size_and_mtime_hold() {
         let w = WrittenCopies::default();
-        w.wrote(0, b"hello ", &after(6, 10));
-        w.wrote(6, b"world", &after(11, 11));
+        w.wrote(0, b"hello ", &after(6, 10), 0);
+        w.wrote(6, b"world", &after(11, 11), 0);
         let got = w.of(&after(11, 11));
         assert_eq!(got.as_deref().map(Vec::as_slice), Some(&b"hello world"[..]));
         assert!(w.of(&after(11, 12)).is_none(), "another mtime: changed");
@@ -144,13 +149,16 @@ mod tests {
     #[test]
     fn a_write_elsewhere_or_a_file_larger_than_the_copy_drops_it() {
         let w = WrittenCopies::default();
-        w.wrote(0, b"abc", &after(3, 1));
-        w.wrote(1, b"X", &after(3, 2));
+        w.wrote(0, b"abc", &after(3, 1), 0);
+        w.wrote(1, b"X", &after(3, 2), 0);
         assert!(w.of(&after(3, 2)).is_none(), "a write inside: dropped");
         // The file had bytes past what this mount wrote.
-        w.wrote(0, b"abc", &after(10, 3));
+        w.wrote(0, b"abc", &after(10, 3), 0);
         assert!(w.of(&after(10, 3)).is_none());
-        w.wrote(0, b"abc", &after(3, 4));
+        // A small file sent whole at once: its open brings its contents.
+        w.wrote(0, b"abc", &after(3, 4), 3);
+        assert!(w.of(&after(3, 4)).is_none(), "small: not kept");
+        w.wrote(0, b"abc", &after(3, 4), 0);
         w.drop_ino(InodeId(7));
         assert!(w.of(&after(3, 4)).is_none(), "dropped");
     }
@@ -163,7 +171,7 @@ mod tests {
         for i in 0..n {
             let mut a = after(FILE_MAX as u64, 1);
             a.ino = InodeId(100 + i as u64);
-            w.wrote(0, &chunk, &a);
+            w.wrote(0, &chunk, &a, 0);
         }
         let mut first = after(FILE_MAX as u64, 1);
         first.ino = InodeId(100);

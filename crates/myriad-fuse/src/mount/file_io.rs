@@ -256,7 +256,8 @@ impl Mount {
             if append && offset != d.offset {
                 self.written.drop_ino(inode.ino);
             } else {
-                self.written.wrote(offset, &d.data, &inode);
+                self.written
+                    .wrote(offset, &d.data, &inode, self.client.inline_max());
             }
             if let Some(n) = self.notifier.get() {
                 // The kernel may have taken the file's attributes while these bytes were
