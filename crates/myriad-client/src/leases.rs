@@ -633,7 +633,10 @@ impl Leases {
         match unsent {
             Some(p) => {
                 p.unsent = false;
-                p.until = p.until.max(taken + p.period * TRUST_NUM / TRUST_DEN);
+                // Not a part whose trust ran out already: left to its upkeep to drop.
+                if p.until > Instant::now() {
+                    p.until = p.until.max(taken + p.period * TRUST_NUM / TRUST_DEN);
+                }
             }
             None => {
                 g.sent_before_born.insert(dir.to_string());

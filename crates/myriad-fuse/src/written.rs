@@ -24,6 +24,11 @@ struct Copy {
 #[derive(Default)]
 struct Inner {
     copies: HashMap<InodeId, Copy>,
+    /// Sends of each inode under way (`begin`..`end`), and the inodes two of whose sends
+    /// overlapped: their replies may come in another order than the servers applied
+    /// them, so no copy is kept until they are all done.
+    sending: HashMap<InodeId, u32>,
+    spoiled: std::collections::HashSet<InodeId>,
     /// Oldest first (an inode may appear more than once: only its latest counts).
     order: VecDeque<InodeId>,
     bytes: usize,
@@ -48,14 +53,15 @@ impl WrittenCopies {
     /// sent at once is not kept: its contents come with its open anyway.
     pub fn wrote(&self, offset: u64, data: &[u8], after: &Inode, inline: u64) {
         let ino = after.ino;
-        if offset == 0 && after.size == data.len() as u64 && after.size <= inline {
-            self.drop_ino(ino);
-            return;
-        }
         let mut g = self.lock();
         let old = g.copies.remove(&ino);
         if let Some(c) = &old {
             g.bytes -= c.data.len();
+        }
+        if g.spoiled.contains(&ino)
+            || (offset == 0 && after.size == data.len() as u64 && after.size <= inline)
+        {
+            return;
         }
         let mut copy = match old {
             _ if offset == 0 => Vec::new(),
@@ -114,6 +120,33 @@ impl WrittenCopies {
             .then(|| c.data.clone())
     }
 
+    /// A send of `ino`'s bytes starts: one already under way spoils the copy until both
+    /// are done (their replies may come out of the servers' order).
+    pub fn begin(&self, ino: InodeId) {
+        let mut g = self.lock();
+        let n = g.sending.entry(ino).or_insert(0);
+        *n += 1;
+        if *n > 1 {
+            g.spoiled.insert(ino);
+            if let Some(c) = g.copies.remove(&ino) {
+                g.bytes -= c.data.len();
+            }
+        }
+    }
+
+    /// A send `begin` counted is done (after `wrote`, or after a failure: `drop_ino`).
+    pub fn end(&self, ino: InodeId) {
+        let mut g = self.lock();
+        let left = g.sending.get_mut(&ino).map(|n| {
+            *n -= 1;
+            *n
+        });
+        if left == Some(0) {
+            g.sending.remove(&ino);
+            g.spoiled.remove(&ino);
+        }
+    }
+
     /// Drops `ino`'s copy (a change of it this mount made some other way).
     pub fn drop_ino(&self, ino: InodeId) {
         let mut g = self.lock();
@@ -161,6 +194,23 @@ mod tests {
         w.wrote(0, b"abc", &after(3, 4), 0);
         w.drop_ino(InodeId(7));
         assert!(w.of(&after(3, 4)).is_none(), "dropped");
+    }
+
+    #[test]
+    fn two_sends_of_one_file_at_once_keep_no_copy_until_both_are_done() {
+        let w = WrittenCopies::default();
+        let ino = InodeId(7);
+        w.begin(ino);
+        w.begin(ino);
+        w.wrote(0, b"ab", &after(2, 1), 0);
+        w.end(ino);
+        w.wrote(0, b"cd", &after(2, 2), 0);
+        w.end(ino);
+        assert!(w.of(&after(2, 2)).is_none(), "overlapping sends: no copy");
+        w.begin(ino);
+        w.wrote(0, b"ef", &after(2, 3), 0);
+        w.end(ino);
+        assert!(w.of(&after(2, 3)).is_some(), "one at a time again: kept");
     }
 
     #[test]

@@ -526,15 +526,23 @@ async fn a_birth_lease_survives_refusals_only_while_its_mkdir_is_on_its_way() {
     );
 }
 
-/// A birth lease whose mkdir waits in the journal (a backlog) is trusted past its period:
-/// no server can know the directory before the mkdir is sent. From the moment it is taken
-/// to be sent it lasts as a grant sent then would, and ends unrenewed. A mkdir taken
-/// before the mount held its directory (`born_sent` first) counts as sent.
+/// A birth lease whose mkdir waits in the journal (a backlog) is trusted past its period
+/// while its parent is held exclusively, and no longer than the parent (review of stop
+/// 91: another client may make the same name once the parent is given up). From the
+/// moment the mkdir is taken to be sent it lasts as a grant sent then would, and ends
+/// unrenewed. A mkdir taken before the mount held its directory (`born_sent` first)
+/// counts as sent.
 #[tokio::test(start_paused = true)]
 async fn a_birth_lease_lasts_while_its_mkdir_is_unsent_and_a_period_from_its_send() {
     let l = Leases::new(1);
     let attrs = Inode::new(InodeId(9), FileKind::Directory, 0o755, (0, 0), 1);
-    let held = ("/n", PartitionId(2), "s2".to_string());
+    let root = LeaseGrant {
+        exclusive: Some(attrs.clone()),
+        ..grant("/")
+    };
+    let seen = (Instant::now(), l.generation("/"));
+    l.put_many("/", vec![], Some(me()), &root, seen, "s1".into());
+    let held = ("/n", PartitionId(3), "s2".to_string());
     let period = Duration::from_millis(800);
     assert!(
         l.put_born(held, &me(), attrs.clone(), (Instant::now(), period))
@@ -542,45 +550,66 @@ async fn a_birth_lease_lasts_while_its_mkdir_is_unsent_and_a_period_from_its_sen
     );
     for _ in 0..10 {
         tokio::time::advance(Duration::from_millis(200)).await;
+        // The parent renewed.
+        assert!(
+            l.extend(std::slice::from_ref(&root.key), &[true], Instant::now())
+                .is_empty()
+        );
         let round = l.round("s2");
         assert!(round.renew.is_empty() && round.let_go.is_empty());
         assert!(l.ending("s2").is_empty(), "not ending while unsent");
     }
     assert!(
-        l.answers_behind("/n", PartitionId(2), &me()),
+        l.answers_behind("/n", PartitionId(3), &me()),
         "held 2 s after its answer, its mkdir unsent"
     );
-    l.born_sent("/n", Instant::now());
+    // The parent no longer renewed: the child lasts no longer than it.
+    for _ in 0..4 {
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let _ = l.round("s2");
+    }
+    assert!(
+        !l.answers_behind("/n", PartitionId(3), &me()),
+        "not past its parent's end"
+    );
+
+    // Sent: trusted from the send.
+    let seen = (Instant::now(), l.generation("/"));
+    l.put_many("/", vec![], Some(me()), &root, seen, "s1".into());
+    let held = ("/o", PartitionId(4), "s2".to_string());
+    let _ = l.put_born(held, &me(), attrs.clone(), (Instant::now(), period));
+    tokio::time::advance(Duration::from_millis(400)).await;
+    l.born_sent("/o", Instant::now());
     tokio::time::advance(Duration::from_millis(500)).await;
-    assert!(l.answers_behind("/n", PartitionId(2), &me()));
-    assert_eq!(
-        l.ending("s2").len(),
-        1,
+    assert!(l.answers_behind("/o", PartitionId(4), &me()));
+    let o = LeaseKey {
+        partition: PartitionId(4),
+        dir: "/o".into(),
+    };
+    assert!(
+        l.ending("s2").contains(&o),
         "unrenewed 0.5 s after its send: ending"
     );
     tokio::time::advance(Duration::from_millis(300)).await;
     assert!(
-        !l.answers_behind("/n", PartitionId(2), &me()),
+        !l.answers_behind("/o", PartitionId(4), &me()),
         "past 90% of a period from its send"
     );
 
     // Taken to be sent before the mount held it: trusted from its answer only.
     l.born_sent("/m", Instant::now());
-    let held = ("/m", PartitionId(3), "s2".to_string());
-    assert!(
-        l.put_born(held, &me(), attrs, (Instant::now(), period))
-            .is_none()
-    );
-    assert!(l.answers_behind("/m", PartitionId(3), &me()));
+    let held = ("/m", PartitionId(5), "s2".to_string());
+    let _ = l.put_born(held, &me(), attrs, (Instant::now(), period));
+    assert!(l.answers_behind("/m", PartitionId(5), &me()));
     tokio::time::advance(Duration::from_millis(200)).await;
     let m = LeaseKey {
-        partition: PartitionId(3),
+        partition: PartitionId(5),
         dir: "/m".into(),
     };
     assert!(l.round("s2").renew.contains(&m), "asked to be renewed");
     tokio::time::advance(Duration::from_millis(600)).await;
     assert!(
-        !l.answers_behind("/m", PartitionId(3), &me()),
+        !l.answers_behind("/m", PartitionId(5), &me()),
         "unrenewed past 90% of a period from its answer"
     );
 }

@@ -263,11 +263,32 @@ impl Leases {
     pub(super) fn round(&self, addr: &str) -> Round {
         let now = Instant::now();
         let mut g = self.lock();
-        // Birth leases whose mkdir is not sent yet: trusted as if renewed now, not asked
-        // for (no server knows them yet).
-        for p in g.dirs.values_mut().flatten() {
-            if p.addr == addr && p.born && p.unsent {
-                p.until = p.until.max(now + p.period * TRUST_NUM / TRUST_DEN);
+        // Birth leases whose mkdir is not sent yet: no server knows them, so they are
+        // not asked for, and are trusted as if renewed now, but only while this client
+        // holds their parent exclusively, and no longer than it does. Only that lease
+        // keeps another client from making the same name meanwhile: a recalled parent
+        // whose journal does not reach the mkdir in time is given up, and the other
+        // client's mkdir applied (review of stop 91).
+        let bumps: Vec<(String, Instant)> = g
+            .dirs
+            .iter()
+            .filter(|(_, parts)| parts.iter().any(|p| p.addr == addr && p.born && p.unsent))
+            .filter_map(|(dir, parts)| {
+                let parent = g.dirs.get(myriad_placement::split_parent(dir).0)?;
+                let held = !parent.is_empty()
+                    && parent
+                        .iter()
+                        .all(|q| q.exclusive.is_some() && q.until > now);
+                let cap = parent.iter().map(|q| q.until).min()?;
+                let period = parts.first()?.period;
+                held.then(|| (dir.clone(), cap.min(now + period * TRUST_NUM / TRUST_DEN)))
+            })
+            .collect();
+        for (dir, until) in bumps {
+            for p in g.dirs.get_mut(&dir).into_iter().flatten() {
+                if p.addr == addr && p.born && p.unsent {
+                    p.until = p.until.max(until);
+                }
             }
         }
         let draining: Vec<LeaseKey> = self

@@ -247,7 +247,18 @@ impl Mount {
             } else {
                 d.offset
             };
-            let inode = self.client.write(&file, offset, &d.data).await?;
+            // A copy of the file is kept only from sends one at a time, and none past a
+            // send that failed (its bytes may have landed in part).
+            let ino = file.inode.ino;
+            self.written.begin(ino);
+            let inode = match self.client.write(&file, offset, &d.data).await {
+                Ok(i) => i,
+                Err(e) => {
+                    self.written.drop_ino(ino);
+                    self.written.end(ino);
+                    return Err(e);
+                }
+            };
             tracing::trace!(target: "myriad_fuse::io", ino = inode.ino.0, offset, len = d.data.len(), size = inode.size, "buffered write sent");
             self.prefetch_lock().remove(&inode.ino);
             slot.lock().unsynced = false;
@@ -259,6 +270,7 @@ impl Mount {
                 self.written
                     .wrote(offset, &d.data, &inode, self.client.inline_max());
             }
+            self.written.end(ino);
             if let Some(n) = self.notifier.get() {
                 // The kernel may have taken the file's attributes while these bytes were
                 // only buffered here (an fstat after the write), without this write's
